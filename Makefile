@@ -1,0 +1,41 @@
+# Ambit: set-up, tests and demo on a Debian 12 machine (as root).
+SHELL := /bin/bash
+APT_PACKAGES := iproute2 nftables iptables containernetworking-plugins ca-certificates curl
+VENV := .venv
+UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
+STAMP := $(VENV)/.installed
+
+.PHONY: install test demo lint bench bench-quick clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml uv.lock
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	command -v kubectl >/dev/null 2>&1 || missing="$$missing kubernetes-client"; \
+	if [ -n "$$missing" ]; then \
+	  echo "apt-get install:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+	@command -v uv >/dev/null 2>&1 || [ -x $(HOME)/.local/bin/uv ] || python3 -m pip install -q --user uv || python3 -m pip install -q --break-system-packages --user uv
+	$(UV) sync --frozen --all-groups --quiet
+	@touch $(STAMP)
+
+test: install
+	$(VENV)/bin/pytest -q tests
+
+lint: install
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/mypy
+
+demo: install
+	$(VENV)/bin/python -m ambit.demo
+
+bench: install
+	$(VENV)/bin/python -m bench.apiserver
+
+bench-quick: install
+	$(VENV)/bin/python -m bench.apiserver --quick
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,128 @@
+"""Defaults kube-apiserver fills in on create, per kind (pure).
+
+Only the fields that clients and our own controllers read are defaulted; everything else is stored as sent.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+JsonObject = dict[str, Any]
+
+
+def apply_defaults(group: str, kind: str, obj: JsonObject) -> None:
+    """Fill in defaults in place (``obj`` is a fresh copy owned by the caller)."""
+    handler = _DEFAULTERS.get((group, kind))
+    if handler is not None:
+        handler(obj)
+
+
+def _namespace(obj: JsonObject) -> None:
+    meta = obj["metadata"]
+    labels = meta.setdefault("labels", {})
+    if isinstance(labels, dict):
+        labels["kubernetes.io/metadata.name"] = meta.get("name", "")
+    spec = obj.setdefault("spec", {})
+    if isinstance(spec, dict):
+        spec.setdefault("finalizers", ["kubernetes"])
+    obj["status"] = {"phase": "Active"}
+
+
+def pod_spec_defaults(spec: Any) -> None:
+    if not isinstance(spec, dict):
+        return
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("schedulerName", "default-scheduler")
+    spec.setdefault("enableServiceLinks", True)
+    sa = spec.get("serviceAccountName") or spec.get("serviceAccount") or "default"
+    spec["serviceAccountName"] = sa
+    spec["serviceAccount"] = sa
+    for field in ("containers", "initContainers"):
+        for container in spec.get(field) or []:
+            if not isinstance(container, dict):
+                continue
+            image = str(container.get("image", ""))
+            latest = image.endswith(":latest") or (":" not in image.rsplit("/", 1)[-1] and "@" not in image)
+            container.setdefault("imagePullPolicy", "Always" if latest else "IfNotPresent")
+            container.setdefault("terminationMessagePath", "/dev/termination-log")
+            container.setdefault("terminationMessagePolicy", "File")
+            for port in container.get("ports") or []:
+                if isinstance(port, dict):
+                    port.setdefault("protocol", "TCP")
+
+
+def _pod(obj: JsonObject) -> None:
+    pod_spec_defaults(obj.get("spec"))
+    obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+
+
+def _service(obj: JsonObject) -> None:
+    spec = obj.setdefault("spec", {})
+    if not isinstance(spec, dict):
+        return
+    spec.setdefault("type", "ClusterIP")
+    spec.setdefault("sessionAffinity", "None")
+    if spec["type"] != "ExternalName":
+        spec.setdefault("internalTrafficPolicy", "Cluster")
+        spec.setdefault("ipFamilies", ["IPv4"])
+        spec.setdefault("ipFamilyPolicy", "SingleStack")
+    for port in spec.get("ports") or []:
+        if isinstance(port, dict):
+            port.setdefault("protocol", "TCP")
+            if "port" in port:
+                port.setdefault("targetPort", port["port"])
+    obj["status"] = {"loadBalancer": {}}
+
+
+def _workload(obj: JsonObject) -> None:
+    spec = obj.setdefault("spec", {})
+    if not isinstance(spec, dict):
+        return
+    if obj.get("kind") != "DaemonSet":
+        spec.setdefault("replicas", 1)
+    spec.setdefault("revisionHistoryLimit", 10)
+    if obj.get("kind") == "Deployment":
+        spec.setdefault("progressDeadlineSeconds", 600)
+        spec.setdefault(
+            "strategy", {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}}
+        )
+    template = spec.get("template")
+    if isinstance(template, dict):
+        pod_spec_defaults(template.get("spec"))
+    obj["status"] = {}
+
+
+def _secret(obj: JsonObject) -> None:
+    obj.setdefault("type", "Opaque")
+    string_data = obj.pop("stringData", None)
+    if isinstance(string_data, dict):
+        data = obj.setdefault("data", {})
+        if isinstance(data, dict):
+            for key, value in string_data.items():
+                data[key] = base64.b64encode(str(value).encode()).decode()
+
+
+def _custom_resource_definition(obj: JsonObject) -> None:
+    spec = obj.get("spec")
+    if isinstance(spec, dict):
+        spec.setdefault("scope", "Namespaced")
+        names = spec.get("names")
+        if isinstance(names, dict) and "kind" in names:
+            names.setdefault("singular", str(names["kind"]).lower())
+            names.setdefault("listKind", f"{names['kind']}List")
+        spec.setdefault("conversion", {"strategy": "None"})
+
+
+_DEFAULTERS = {
+    ("", "Namespace"): _namespace,
+    ("", "Pod"): _pod,
+    ("", "Service"): _service,
+    ("", "Secret"): _secret,
+    ("apps", "Deployment"): _workload,
+    ("apps", "ReplicaSet"): _workload,
+    ("apps", "DaemonSet"): _workload,
+    ("apiextensions.k8s.io", "CustomResourceDefinition"): _custom_resource_definition,
+}

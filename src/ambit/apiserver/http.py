@@ -1,0 +1,468 @@
+"""The HTTP shell: Kubernetes REST paths onto :class:`ResourceManager`, JSON in and out, chunked watches.
+
+Paths: ``/api/v1/...`` (core) and ``/apis/<group>/<version>/...``, then
+``[namespaces/<ns>/]<plural>[/<name>[/<subresource>]]``; the legacy ``watch/`` prefix is accepted too. Every error
+leaves as a ``Status``; an exception that is not an :class:`ApiError` is our bug, logged and answered with 500.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from ambit.apiserver import discovery, errors, openapi, tables
+from ambit.apiserver.registry import ResourceType
+from ambit.apiserver.resources import DeleteOptions, ResourceManager, User
+from ambit.apiserver.store import StoredObject, decode, encode
+from ambit.apiserver.tokens import TokenIdentity
+from ambit.apiserver.watch import ObjectFilter
+
+log = logging.getLogger("ambit.apiserver")
+
+MAX_BODY = 3 * 1024 * 1024
+JSON = "application/json"
+TABLE_MARK = "as=Table"
+ADMIN = User("kubernetes-admin", groups=("system:masters", "system:authenticated"))
+PUBLIC_PATHS = frozenset({"/version", "/healthz", "/livez", "/readyz"})
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    rtype: ResourceType
+    version: str
+    namespace: str  # "" for cluster-scoped or all namespaces
+    all_namespaces: bool
+    name: str
+    subresource: str
+    legacy_watch: bool
+
+
+@dataclass(frozen=True, slots=True)
+class HttpSettings:
+    admin_token: str
+    server_address: str
+    git_version: str = "v1.32.0-ambit"
+    bookmark_interval: float = 60.0
+    default_watch_timeout: float = 1800.0
+
+
+class ApiHttp:
+    """Builds the aiohttp application for one :class:`ResourceManager`."""
+
+    def __init__(self, manager: ResourceManager, settings: HttpSettings) -> None:
+        self.manager = manager
+        self.settings = settings
+        self.watches: set[asyncio.Task[Any]] = set()
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_BODY, middlewares=[self._errors, self._authenticate])
+        app.router.add_route("*", "/{tail:.*}", self._dispatch)
+        return app
+
+    # -- middlewares ----------------------------------------------------------------------------------------
+    @web.middleware
+    async def _errors(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except errors.ApiError as exc:
+            return _json(exc.to_status(), exc.code)
+        except web.HTTPRequestEntityTooLarge:
+            exc2 = errors.too_large(MAX_BODY)
+            return _json(exc2.to_status(), 413)
+        except (asyncio.CancelledError, ConnectionResetError):
+            raise
+        except Exception:
+            log.exception("internal error serving %s %s", request.method, request.path)
+            exc3 = errors.internal("an internal error occurred; see the API server's log")
+            return _json(exc3.to_status(), 500)
+
+    @web.middleware
+    async def _authenticate(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        if request.path in PUBLIC_PATHS:
+            request["user"] = User("system:anonymous", groups=("system:unauthenticated",))
+            return await handler(request)
+        header = request.headers.get("Authorization", "")
+        scheme, _, token = header.partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            raise errors.unauthorized()
+        if hmac.compare_digest(token.encode(), self.settings.admin_token.encode()):
+            request["user"] = ADMIN
+        else:
+            result = self.manager.review_token(token, [])
+            if not isinstance(result, TokenIdentity):
+                raise errors.unauthorized()
+            request["user"] = User(result.username, result.uid, tuple(result.groups), dict(result.extra))
+        return await handler(request)
+
+    # -- routing --------------------------------------------------------------------------------------------
+    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        path = request.path.rstrip("/") or "/"
+        parts = [p for p in path.split("/") if p]
+        method = request.method
+        if path in ("/healthz", "/livez", "/readyz"):
+            return web.Response(text="ok")
+        if path == "/version":
+            return _json(discovery.version_info(self.settings.git_version))
+        if method == "GET" and parts and parts[0] == "openapi":
+            return self._openapi(parts, path)
+        if method == "GET" and path == "/api":
+            return _json(discovery.api_versions(self.settings.server_address))
+        if method == "GET" and path == "/apis":
+            return _json(discovery.api_group_list(self.manager.registry))
+        if parts and parts[0] == "api" and len(parts) >= 2:
+            group, version, rest = "", parts[1], parts[2:]
+        elif parts and parts[0] == "apis" and len(parts) >= 2:
+            if len(parts) == 2:
+                found = discovery.api_group(self.manager.registry, parts[1])
+                if found is None or method != "GET":
+                    raise errors.no_such_path(path)
+                return _json(found)
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            raise errors.no_such_path(path)
+        if not rest:
+            doc = discovery.api_resource_list(self.manager.registry, group, version)
+            if doc is None or method != "GET":
+                raise errors.no_such_path(path)
+            return _json(doc)
+        target = self._target(group, version, rest, path)
+        return await self._serve(request, target)
+
+    def _openapi(self, parts: list[str], path: str) -> web.Response:
+        registry = self.manager.registry
+        if parts == ["openapi", "v3"]:
+            return _json(openapi.root_document(registry))
+        if len(parts) == 4 and parts[:3] == ["openapi", "v3", "api"]:
+            doc = openapi.group_version_document(registry, "", parts[3])
+        elif len(parts) == 5 and parts[:3] == ["openapi", "v3", "apis"]:
+            doc = openapi.group_version_document(registry, parts[3], parts[4])
+        else:
+            doc = None
+        if doc is None:
+            raise errors.no_such_path(path)
+        return _json(doc)
+
+    def _target(self, group: str, version: str, rest: list[str], path: str) -> Target:
+        legacy_watch = False
+        if rest[0] == "watch":
+            legacy_watch = True
+            rest = rest[1:]
+        namespace, all_namespaces = "", True
+        if len(rest) >= 3 and rest[0] == "namespaces" and not (group == "" and rest[2] in ("status", "finalize")):
+            namespace, all_namespaces = rest[1], False
+            rest = rest[2:]
+        if not rest or len(rest) > 3:
+            raise errors.no_such_path(path)
+        plural = rest[0]
+        rtype = self.manager.registry.find_served(group, version, plural)
+        if rtype is None:
+            raise errors.no_such_path(path)
+        name = rest[1] if len(rest) >= 2 else ""
+        sub = rest[2] if len(rest) == 3 else ""
+        if not rtype.namespaced and not all_namespaces:
+            raise errors.no_such_path(path)
+        if rtype.namespaced and name and all_namespaces:
+            raise errors.no_such_path(path)
+        if sub and sub not in rtype.subresources:
+            raise errors.no_such_path(path)
+        return Target(rtype, version, namespace, all_namespaces and rtype.namespaced, name, sub, legacy_watch)
+
+    async def _serve(self, request: web.Request, t: Target) -> web.StreamResponse:
+        q = request.query
+        user: User = request["user"]
+        m = self.manager
+        method = request.method
+        dry_run = q.get("dryRun") == "All"
+        if t.legacy_watch or (method == "GET" and not t.name and q.get("watch") in ("true", "1")):
+            if t.name:
+                fields = f"metadata.name={t.name}" + (f",{q['fieldSelector']}" if q.get("fieldSelector") else "")
+            else:
+                fields = q.get("fieldSelector", "")
+            selection = m.selection(
+                t.rtype, None if t.all_namespaces else t.namespace, q.get("labelSelector", ""), fields
+            )
+            return await self._watch(request, t, selection)
+        if method == "GET":
+            if t.name:
+                item = m.get(t.rtype, t.namespace, t.name)
+                return self._object_response(request, t, item.obj)
+            selection = m.selection(
+                t.rtype,
+                None if t.all_namespaces else t.namespace,
+                q.get("labelSelector", ""),
+                q.get("fieldSelector", ""),
+            )
+            limit = _int_param(q, "limit")
+            result = m.list_items(t.rtype, selection, limit=limit, continue_token=q.get("continue", ""))
+            return self._list_response(
+                request, t, result.items, result.resource_version, result.continue_token, result.remaining
+            )
+        if method == "POST":
+            body = await _read_body(request)
+            if t.rtype.key == ("authentication.k8s.io", "tokenreviews") and not t.name:
+                return _json(m.token_review(body), 201)
+            if t.subresource == "token":
+                return _json(m.request_token(t.namespace, t.name, body), 201)
+            if t.name or (t.all_namespaces and t.rtype.namespaced):
+                raise errors.method_not_allowed(f"POST is not supported on {request.path}")
+            obj = await m.create(t.rtype, t.version, t.namespace, body, user, dry_run=dry_run)
+            return self._object_response(request, t, obj, 201)
+        if method == "PUT" and t.name:
+            body = await _read_body(request)
+            if t.subresource == "finalize":
+                obj = await m.update(t.rtype, t.version, "", t.name, body, user, dry_run=dry_run)
+            else:
+                obj = await m.update(
+                    t.rtype, t.version, t.namespace, t.name, body, user, subresource=t.subresource, dry_run=dry_run
+                )
+            return self._object_response(request, t, obj)
+        if method == "PATCH" and t.name:
+            raw = await request.read()
+            content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
+            obj = await m.patch(
+                t.rtype,
+                t.version,
+                t.namespace,
+                t.name,
+                content_type,
+                raw,
+                user,
+                subresource=t.subresource,
+                dry_run=dry_run,
+            )
+            return self._object_response(request, t, obj)
+        if method == "DELETE":
+            raw = await request.read()
+            body = _decode_body(raw, request.headers.get("Content-Type", "")) if raw.strip() else None
+            options = DeleteOptions.from_body(body, q)
+            if t.name:
+                obj = await m.delete(t.rtype, t.version, t.namespace, t.name, options, user)
+                return self._object_response(request, t, obj)
+            selection = m.selection(
+                t.rtype,
+                None if t.all_namespaces else t.namespace,
+                q.get("labelSelector", ""),
+                q.get("fieldSelector", ""),
+            )
+            deleted = []
+            for item in m.list_items(t.rtype, selection).items:
+                name = item.obj["metadata"]["name"]
+                deleted.append(await m.delete(t.rtype, t.version, item.namespace, name, options, user))
+            return _json(_list_doc(t, deleted, m.store.resource_version, "", None))
+        raise errors.method_not_allowed(f"{method} is not supported on {request.path}")
+
+    # -- responses ------------------------------------------------------------------------------------------
+    def _object_response(self, request: web.Request, t: Target, obj: dict[str, Any], code: int = 200) -> web.Response:
+        obj = _as_version(obj, t)
+        if _wants_table(request):
+            return _json(self._table(request, t, [obj], str(obj["metadata"].get("resourceVersion", "")), ""), code)
+        return _json(obj, code)
+
+    def _list_response(
+        self,
+        request: web.Request,
+        t: Target,
+        items: list[StoredObject],
+        rv: int,
+        token: str,
+        remaining: int | None,
+    ) -> web.Response:
+        if _wants_table(request):
+            objs = [_as_version(i.obj, t) for i in items]
+            return _json(self._table(request, t, objs, str(rv), token, remaining))
+        meta: dict[str, Any] = {"resourceVersion": str(rv)}
+        if token:
+            meta["continue"] = token
+        if remaining is not None:
+            meta["remainingItemCount"] = remaining
+        head = encode({"kind": t.rtype.list_kind, "apiVersion": t.rtype.api_version(t.version), "metadata": meta})
+        if t.version == t.rtype.storage_version:
+            raws = [i.raw for i in items]
+        else:
+            raws = [encode(_as_version(i.obj, t)) for i in items]
+        body = head[:-1] + b',"items":[' + b",".join(raws) + b"]}"
+        return web.Response(body=body, content_type=JSON)
+
+    def _table(
+        self,
+        request: web.Request,
+        t: Target,
+        objs: list[dict[str, Any]],
+        rv: str,
+        token: str,
+        remaining: int | None = None,
+    ) -> dict[str, Any]:
+        include = request.query.get("includeObject", "Metadata")
+        meta: dict[str, Any] = {"resourceVersion": rv}
+        if token:
+            meta["continue"] = token
+        if remaining is not None:
+            meta["remainingItemCount"] = remaining
+        return tables.to_table(
+            t.rtype.kind,
+            t.rtype.group,
+            objs,
+            now=time.time(),
+            list_metadata=meta,
+            include_object=include,
+            printer_columns=t.rtype.columns_for(t.version),
+        )
+
+    # -- watch ----------------------------------------------------------------------------------------------
+    async def _watch(self, request: web.Request, t: Target, selection: ObjectFilter) -> web.StreamResponse:
+        q = request.query
+        m = self.manager
+        rv_text = q.get("resourceVersion", "")
+        send_initial = q.get("sendInitialEvents") == "true"
+        bookmarks = q.get("allowWatchBookmarks") in ("true", "1")
+        timeout = float(_int_param(q, "timeoutSeconds") or self.settings.default_watch_timeout)
+        try:
+            start_rv = int(rv_text) if rv_text else 0
+        except ValueError:
+            raise errors.bad_request(f"resourceVersion {rv_text!r} is not a valid version") from None
+        response = web.StreamResponse(headers={"Content-Type": JSON, "Transfer-Encoding": "chunked"})
+        await response.prepare(request)
+        wants_table = _wants_table(request)
+
+        async def send(etype: str, obj: dict[str, Any]) -> None:
+            if wants_table and etype not in {"BOOKMARK", "ERROR"}:
+                obj = self._table(request, t, [_as_version(obj, t)], str(obj["metadata"].get("resourceVersion")), "")
+            elif etype not in ("ERROR", "BOOKMARK"):
+                obj = _as_version(obj, t)
+            await response.write(encode({"type": etype, "object": obj}) + b"\n")
+
+        initial: list[StoredObject] = []
+        replay: list[tuple[str, StoredObject]] = []
+        if start_rv and start_rv < m.store.horizon and not send_initial:
+            expired = errors.gone(f"too old resource version: {start_rv} ({m.store.horizon + 1})")
+            await response.write(encode({"type": "ERROR", "object": expired.to_status()}) + b"\n")
+            return response
+        # Subscribing and reading the backlog happen with no await in between: no event can fall in a gap.
+        watcher = m.hub.subscribe(t.rtype.key, selection)
+        last_rv = m.store.resource_version
+        if send_initial or not start_rv:
+            initial = m.list_items(t.rtype, selection).items
+        else:
+            from ambit.apiserver.watch import translate
+
+            for event in m.store.events_after(start_rv):
+                seen = translate(event, selection)
+                if seen is not None:
+                    replay.append(seen)
+        try:
+            for item in initial:
+                await send("ADDED", item.obj)
+            if send_initial:
+                await send("BOOKMARK", _bookmark(t, last_rv, initial_end=True))
+            for etype, item in replay:
+                await send(etype, item.obj)
+                last_rv = item.rv
+            deadline = time.monotonic() + timeout
+            next_bookmark = time.monotonic() + self.settings.bookmark_interval
+            while True:
+                now = time.monotonic()
+                if now >= deadline:
+                    break
+                wait = min(deadline, next_bookmark) - now if bookmarks else deadline - now
+                try:
+                    got = await asyncio.wait_for(watcher.queue.get(), timeout=max(wait, 0.0))
+                except TimeoutError:
+                    if bookmarks and time.monotonic() >= next_bookmark:
+                        await send("BOOKMARK", _bookmark(t, max(last_rv, m.store.resource_version)))
+                        next_bookmark = time.monotonic() + self.settings.bookmark_interval
+                    continue
+                if got is None:
+                    break
+                etype, item = got
+                if item.rv <= last_rv and replay:
+                    continue
+                await send(etype, item.obj)
+                last_rv = item.rv
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        finally:
+            m.hub.unsubscribe(watcher)
+        return response
+
+
+def _bookmark(t: Target, rv: int, *, initial_end: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"resourceVersion": str(rv)}
+    if initial_end:
+        meta["annotations"] = {"k8s.io/initial-events-end": "true"}
+    return {"kind": t.rtype.kind, "apiVersion": t.rtype.api_version(t.version), "metadata": meta}
+
+
+def _as_version(obj: dict[str, Any], t: Target) -> dict[str, Any]:
+    wanted = t.rtype.api_version(t.version)
+    if obj.get("apiVersion") == wanted:
+        return obj
+    out = dict(obj)
+    out["apiVersion"] = wanted
+    return out
+
+
+def _list_doc(t: Target, objs: list[dict[str, Any]], rv: int, token: str, remaining: int | None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"resourceVersion": str(rv)}
+    return {
+        "kind": t.rtype.list_kind,
+        "apiVersion": t.rtype.api_version(t.version),
+        "metadata": meta,
+        "items": [_as_version(o, t) for o in objs],
+    }
+
+
+def _wants_table(request: web.Request) -> bool:
+    accept = request.headers.get("Accept", "")
+    return TABLE_MARK in accept and "g=meta.k8s.io" in accept
+
+
+def _json(doc: Any, code: int = 200) -> web.Response:
+    return web.Response(body=encode(doc), status=code, content_type=JSON)
+
+
+def _int_param(q: Any, name: str) -> int:
+    text = q.get(name)
+    if text in (None, ""):
+        return 0
+    try:
+        value = int(text)
+    except ValueError:
+        raise errors.bad_request(f"{name} must be an integer, not {text!r}") from None
+    if value < 0:
+        raise errors.bad_request(f"{name} must not be negative")
+    return value
+
+
+async def _read_body(request: web.Request) -> Any:
+    raw = await request.read()
+    return _decode_body(raw, request.headers.get("Content-Type", ""))
+
+
+def _decode_body(raw: bytes, content_type: str) -> Any:
+    if not raw.strip():
+        raise errors.bad_request("the request body is empty")
+    kind = content_type.split(";", maxsplit=1)[0].strip().lower()
+    if "yaml" in kind:
+        try:
+            return yaml.load(raw, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        except yaml.YAMLError as exc:
+            raise errors.bad_request(f"the request body is not valid YAML: {exc}") from None
+    if kind and kind not in (JSON, "*/*") and not kind.endswith("+json"):
+        raise errors.unsupported_media_type(content_type)
+    try:
+        return decode(raw)
+    except Exception as exc:
+        raise errors.bad_request(f"the request body is not valid JSON: {exc}") from None

@@ -1,0 +1,324 @@
+"""The kinds the server serves: built-in Kubernetes resources and the resources of established CRDs.
+
+A resource type is identified by (group, plural). Objects are stored once per type, whatever version they were
+written with; CRDs with several served versions use the ``None`` conversion strategy (only ``apiVersion``
+changes), which is what a CRD without a conversion webhook does in Kubernetes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
+
+_COMMON_FIELDS = frozenset({"metadata.name", "metadata.namespace"})
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceType:
+    group: str
+    versions: tuple[str, ...]  # served versions, storage (preferred) version first
+    kind: str
+    plural: str
+    singular: str
+    namespaced: bool
+    short_names: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()
+    subresources: frozenset[str] = frozenset()
+    verbs: tuple[str, ...] = ALL_VERBS
+    extra_fields: frozenset[str] = frozenset()
+    printer_columns: tuple[Mapping[str, Any], ...] = ()
+    # For CRDs: the per-version printer columns.
+    version_columns: Mapping[str, tuple[Mapping[str, Any], ...]] = field(default_factory=dict)
+    builtin: bool = True
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.group, self.plural)
+
+    @property
+    def list_kind(self) -> str:
+        return f"{self.kind}List"
+
+    @property
+    def storage_version(self) -> str:
+        return self.versions[0]
+
+    @property
+    def field_selectors(self) -> frozenset[str]:
+        return _COMMON_FIELDS | self.extra_fields
+
+    def api_version(self, version: str) -> str:
+        return f"{self.group}/{version}" if self.group else version
+
+    def columns_for(self, version: str) -> tuple[Mapping[str, Any], ...] | None:
+        if self.builtin:
+            return None
+        columns: tuple[Mapping[str, Any], ...] = self.version_columns.get(version, self.printer_columns)
+        return columns
+
+
+def _core(kind: str, plural: str, namespaced: bool = True, **kw: Any) -> ResourceType:
+    return ResourceType(
+        group="",
+        versions=("v1",),
+        kind=kind,
+        plural=plural,
+        singular=kind.lower(),
+        namespaced=namespaced,
+        **kw,
+    )
+
+
+_EVENT_FIELDS = frozenset(
+    {
+        "involvedObject.kind",
+        "involvedObject.namespace",
+        "involvedObject.name",
+        "involvedObject.uid",
+        "involvedObject.apiVersion",
+        "involvedObject.resourceVersion",
+        "involvedObject.fieldPath",
+        "reason",
+        "reportingComponent",
+        "source",
+        "type",
+    }
+)
+
+BUILTINS: tuple[ResourceType, ...] = (
+    _core(
+        "Namespace",
+        "namespaces",
+        False,
+        short_names=("ns",),
+        subresources=frozenset({"status", "finalize"}),
+        extra_fields=frozenset({"status.phase"}),
+    ),
+    _core(
+        "Pod",
+        "pods",
+        short_names=("po",),
+        categories=("all",),
+        subresources=frozenset({"status"}),
+        extra_fields=frozenset(
+            {
+                "spec.nodeName",
+                "spec.restartPolicy",
+                "spec.schedulerName",
+                "spec.serviceAccountName",
+                "spec.hostNetwork",
+                "status.phase",
+                "status.podIP",
+                "status.nominatedNodeName",
+            }
+        ),
+    ),
+    _core("Service", "services", short_names=("svc",), categories=("all",), subresources=frozenset({"status"})),
+    _core("ConfigMap", "configmaps", short_names=("cm",)),
+    _core("Secret", "secrets", extra_fields=frozenset({"type"})),
+    _core("ServiceAccount", "serviceaccounts", short_names=("sa",), subresources=frozenset({"token"})),
+    _core(
+        "Node",
+        "nodes",
+        False,
+        short_names=("no",),
+        subresources=frozenset({"status"}),
+        extra_fields=frozenset({"spec.unschedulable"}),
+    ),
+    _core("Event", "events", short_names=("ev",), extra_fields=_EVENT_FIELDS),
+    _core("Endpoints", "endpoints", short_names=("ep",)),
+    ResourceType(
+        "events.k8s.io",
+        ("v1",),
+        "Event",
+        "events",
+        "event",
+        True,
+        short_names=("ev",),
+        extra_fields=frozenset(
+            {
+                "regarding.kind",
+                "regarding.namespace",
+                "regarding.name",
+                "regarding.uid",
+                "reason",
+                "type",
+                "reportingController",
+            }
+        ),
+    ),
+    ResourceType("discovery.k8s.io", ("v1",), "EndpointSlice", "endpointslices", "endpointslice", True),
+    ResourceType("coordination.k8s.io", ("v1",), "Lease", "leases", "lease", True),
+    ResourceType(
+        "apps",
+        ("v1",),
+        "Deployment",
+        "deployments",
+        "deployment",
+        True,
+        short_names=("deploy",),
+        categories=("all",),
+        subresources=frozenset({"status"}),
+    ),
+    ResourceType(
+        "apps",
+        ("v1",),
+        "ReplicaSet",
+        "replicasets",
+        "replicaset",
+        True,
+        short_names=("rs",),
+        categories=("all",),
+        subresources=frozenset({"status"}),
+    ),
+    ResourceType(
+        "apps",
+        ("v1",),
+        "DaemonSet",
+        "daemonsets",
+        "daemonset",
+        True,
+        short_names=("ds",),
+        categories=("all",),
+        subresources=frozenset({"status"}),
+    ),
+    ResourceType(
+        "apiextensions.k8s.io",
+        ("v1",),
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+        "customresourcedefinition",
+        False,
+        short_names=("crd", "crds"),
+        subresources=frozenset({"status"}),
+    ),
+    ResourceType(
+        "authentication.k8s.io",
+        ("v1",),
+        "TokenReview",
+        "tokenreviews",
+        "tokenreview",
+        False,
+        verbs=("create",),
+    ),
+    ResourceType(
+        "admissionregistration.k8s.io",
+        ("v1",),
+        "ValidatingWebhookConfiguration",
+        "validatingwebhookconfigurations",
+        "validatingwebhookconfiguration",
+        False,
+    ),
+    ResourceType(
+        "admissionregistration.k8s.io",
+        ("v1",),
+        "MutatingWebhookConfiguration",
+        "mutatingwebhookconfigurations",
+        "mutatingwebhookconfiguration",
+        False,
+    ),
+)
+
+# Resources that are created but never stored (they answer a question).
+VIRTUAL = frozenset({("authentication.k8s.io", "tokenreviews")})
+
+CRD_KEY = ("apiextensions.k8s.io", "customresourcedefinitions")
+
+
+def crd_is_established(crd: Mapping[str, Any]) -> bool:
+    conditions = (crd.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
+
+
+def resource_type_from_crd(crd: Mapping[str, Any]) -> ResourceType:
+    """The resource type a (validated) CRD object defines."""
+    spec = crd["spec"]
+    names = spec["names"]
+    served = [v for v in spec.get("versions", []) if v.get("served", True)]
+    storage = [v["name"] for v in served if v.get("storage")]
+    others = [v["name"] for v in served if not v.get("storage")]
+    versions = tuple(storage + others)
+    subresources: set[str] = set()
+    columns: dict[str, tuple[Mapping[str, Any], ...]] = {}
+    for v in served:
+        if "status" in (v.get("subresources") or {}):
+            subresources.add("status")
+        columns[v["name"]] = tuple(v.get("additionalPrinterColumns") or ())
+    return ResourceType(
+        group=spec["group"],
+        versions=versions,
+        kind=names["kind"],
+        plural=names["plural"],
+        singular=names.get("singular") or names["kind"].lower(),
+        namespaced=spec.get("scope", "Namespaced") == "Namespaced",
+        short_names=tuple(names.get("shortNames") or ()),
+        categories=tuple(names.get("categories") or ()),
+        subresources=frozenset(subresources),
+        version_columns=columns,
+        builtin=False,
+    )
+
+
+class Registry:
+    """Lookup of resource types by (group, plural) and by (group, version, plural)."""
+
+    def __init__(self, types: Iterable[ResourceType] = BUILTINS) -> None:
+        self._builtin: dict[tuple[str, str], ResourceType] = {t.key: t for t in types}
+        self._custom: dict[tuple[str, str], ResourceType] = {}
+
+    def __iter__(self) -> Iterator[ResourceType]:
+        yield from self._builtin.values()
+        yield from self._custom.values()
+
+    def find(self, group: str, plural: str) -> ResourceType | None:
+        return self._builtin.get((group, plural)) or self._custom.get((group, plural))
+
+    def find_served(self, group: str, version: str, plural: str) -> ResourceType | None:
+        rtype = self.find(group, plural)
+        if rtype is None or version not in rtype.versions:
+            return None
+        return rtype
+
+    def find_kind(self, group: str, kind: str) -> ResourceType | None:
+        for rtype in self:
+            if rtype.group == group and rtype.kind == kind:
+                return rtype
+        return None
+
+    def set_custom(self, rtype: ResourceType) -> None:
+        if rtype.key in self._builtin:
+            return
+        self._custom[rtype.key] = rtype
+
+    def remove_custom(self, key: tuple[str, str]) -> None:
+        self._custom.pop(key, None)
+
+    def groups(self) -> dict[str, list[str]]:
+        """Group name → served versions, preferred first; the core group is left out."""
+        out: dict[str, list[str]] = {}
+        for rtype in self:
+            if not rtype.group:
+                continue
+            versions = out.setdefault(rtype.group, [])
+            for v in rtype.versions:
+                if v not in versions:
+                    versions.append(v)
+        for versions in out.values():
+            versions.sort(key=_version_priority)
+        return out
+
+
+def _version_priority(version: str) -> tuple[int, int, int]:
+    """Kubernetes version ordering: GA before beta before alpha, higher numbers first."""
+    import re
+
+    m = re.fullmatch(r"v(\d+)(?:(alpha|beta)(\d+))?", version)
+    if not m:
+        return (3, 0, 0)
+    major = int(m.group(1))
+    stage = {"": 0, "beta": 1, "alpha": 2}[m.group(2) or ""]
+    minor = int(m.group(3) or 0)
+    return (stage, -major, -minor)

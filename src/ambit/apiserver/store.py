@@ -1,0 +1,213 @@
+"""Durable object storage: SQLite for durability, an in-memory copy for reads, and a bounded event log.
+
+Invariants:
+- Every write is one SQLite transaction that updates ``objects`` and appends to ``log``; the row id of the log
+  entry is the write's ``resourceVersion``, so versions increase strictly, also across restarts.
+- Reads are served from memory (a watch cache, as kube-apiserver keeps one); memory and disk are changed together
+  after the transaction commits, so an acknowledged write is on disk (WAL; a process crash loses nothing).
+- The log keeps the most recent ``log_capacity`` events. ``horizon`` is the newest version that is no longer in the
+  log: a watch may resume from any version ``>= horizon``; older ones get 410 Gone.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+TypeKey = tuple[str, str]  # (group, plural)
+
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder().decode
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS objects (
+    grp TEXT NOT NULL, res TEXT NOT NULL, ns TEXT NOT NULL, name TEXT NOT NULL,
+    rv INTEGER NOT NULL, data BLOB NOT NULL,
+    PRIMARY KEY (grp, res, ns, name)
+);
+CREATE TABLE IF NOT EXISTS log (
+    rv INTEGER PRIMARY KEY AUTOINCREMENT,
+    type TEXT NOT NULL, grp TEXT NOT NULL, res TEXT NOT NULL, ns TEXT NOT NULL, name TEXT NOT NULL,
+    data BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredObject:
+    rv: int
+    obj: dict[str, Any]
+    raw: bytes  # the JSON encoding of ``obj``
+
+    @property
+    def namespace(self) -> str:
+        return str(self.obj["metadata"].get("namespace", ""))
+
+    @property
+    def labels(self) -> dict[str, str]:
+        labels = self.obj["metadata"].get("labels")
+        return labels if isinstance(labels, dict) else {}
+
+
+@dataclass(frozen=True, slots=True)
+class StoreEvent:
+    """One committed write, as watchers see it."""
+
+    type: str  # ADDED, MODIFIED, DELETED
+    key: TypeKey
+    namespace: str
+    name: str
+    item: StoredObject
+    old: StoredObject | None = None  # the state before, when known (not after a restart)
+
+
+class Store:
+    """Objects of every type, kept in memory and in ``state.db``."""
+
+    def __init__(self, path: Path, *, log_capacity: int = 50_000) -> None:
+        self._path = path
+        self._log_capacity = log_capacity
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+        self._objects: dict[TypeKey, dict[tuple[str, str], StoredObject]] = {}
+        self._log: deque[StoreEvent] = deque()
+        self._rv = 0
+        self._horizon = 0
+        self._writes_since_trim = 0
+        self._load()
+
+    # -- start-up -------------------------------------------------------------------------------------------
+    def _load(self) -> None:
+        for grp, res, ns, name, rv, data in self._db.execute("SELECT grp, res, ns, name, rv, data FROM objects"):
+            self._objects.setdefault((grp, res), {})[(ns, name)] = StoredObject(rv, _decode(data), bytes(data))
+        row = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'log'").fetchone()
+        self._rv = int(row[0]) if row else 0
+        rows = self._db.execute(
+            "SELECT rv, type, grp, res, ns, name, data FROM log ORDER BY rv DESC LIMIT ?",
+            (self._log_capacity,),
+        ).fetchall()
+        for rv, etype, grp, res, ns, name, data in reversed(rows):
+            self._log.append(StoreEvent(etype, (grp, res), ns, name, StoredObject(rv, _decode(data), bytes(data))))
+        self._horizon = self._log[0].item.rv - 1 if self._log else self._rv
+
+    def close(self) -> None:
+        self._db.close()
+
+    # -- reads ----------------------------------------------------------------------------------------------
+    @property
+    def resource_version(self) -> int:
+        return self._rv
+
+    @property
+    def horizon(self) -> int:
+        return self._horizon
+
+    def get(self, key: TypeKey, namespace: str, name: str) -> StoredObject | None:
+        return self._objects.get(key, {}).get((namespace, name))
+
+    def items(self, key: TypeKey, namespace: str | None = None) -> list[StoredObject]:
+        """Objects of one type (in one namespace, or all), ordered by namespace and name."""
+        bucket = self._objects.get(key, {})
+        if namespace is None:
+            return [bucket[k] for k in sorted(bucket)]
+        return [bucket[k] for k in sorted(k for k in bucket if k[0] == namespace)]
+
+    def count(self, key: TypeKey, namespace: str | None = None) -> int:
+        bucket = self._objects.get(key, {})
+        if namespace is None:
+            return len(bucket)
+        return sum(1 for k in bucket if k[0] == namespace)
+
+    def namespaced_keys(self) -> Iterator[TypeKey]:
+        yield from list(self._objects)
+
+    def events_after(self, rv: int) -> list[StoreEvent]:
+        """Events newer than ``rv``; the caller checked ``rv >= horizon``."""
+        if not self._log or rv >= self._rv:
+            return []
+        first = self._log[0].item.rv
+        start = max(0, rv + 1 - first)
+        # Versions in the log are dense except for gaps left by failed transactions; find the start exactly.
+        while start > 0 and self._log[start - 1].item.rv > rv:
+            start -= 1
+        while start < len(self._log) and self._log[start].item.rv <= rv:
+            start += 1
+        return [self._log[i] for i in range(start, len(self._log))]
+
+    # -- writes ---------------------------------------------------------------------------------------------
+    def put(self, etype: str, key: TypeKey, namespace: str, name: str, obj: dict[str, Any]) -> StoreEvent:
+        """Write ``obj`` (ADDED or MODIFIED), giving it the next resourceVersion."""
+        return self._write(etype, key, namespace, name, obj, delete=False)
+
+    def remove(self, key: TypeKey, namespace: str, name: str, obj: dict[str, Any]) -> StoreEvent:
+        """Delete the object; ``obj`` is its final state, sent to watchers with the deletion's version."""
+        return self._write("DELETED", key, namespace, name, obj, delete=True)
+
+    def _write(
+        self, etype: str, key: TypeKey, namespace: str, name: str, obj: dict[str, Any], *, delete: bool
+    ) -> StoreEvent:
+        grp, res = key
+        rv = self._rv + 1
+        obj["metadata"]["resourceVersion"] = str(rv)
+        data = _encode(obj)
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            cur = db.execute(
+                "INSERT INTO log (type, grp, res, ns, name, data) VALUES (?, ?, ?, ?, ?, ?)",
+                (etype, grp, res, namespace, name, data),
+            )
+            if cur.lastrowid != rv:  # another writer on the same file: refuse rather than corrupt versions
+                raise RuntimeError(f"state.db resourceVersion skew: expected {rv}, got {cur.lastrowid}")
+            if delete:
+                db.execute(
+                    "DELETE FROM objects WHERE grp = ? AND res = ? AND ns = ? AND name = ?",
+                    (grp, res, namespace, name),
+                )
+            else:
+                db.execute(
+                    "INSERT OR REPLACE INTO objects (grp, res, ns, name, rv, data) VALUES (?, ?, ?, ?, ?, ?)",
+                    (grp, res, namespace, name, rv, data),
+                )
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        self._rv = rv
+        item = StoredObject(rv, obj, data)
+        bucket = self._objects.setdefault(key, {})
+        old = bucket.pop((namespace, name), None) if delete else bucket.get((namespace, name))
+        if not delete:
+            bucket[(namespace, name)] = item
+        event = StoreEvent(etype, key, namespace, name, item, old)
+        self._log.append(event)
+        if len(self._log) > self._log_capacity:
+            self._horizon = self._log.popleft().item.rv
+        self._writes_since_trim += 1
+        if self._writes_since_trim >= 1000:
+            self._writes_since_trim = 0
+            db.execute("DELETE FROM log WHERE rv <= ?", (self._horizon,))
+        return event
+
+    def compact(self, keep: int) -> None:
+        """Forget all but the newest ``keep`` events (tests use this to force 410 Gone)."""
+        while len(self._log) > keep:
+            self._horizon = self._log.popleft().item.rv
+        self._db.execute("DELETE FROM log WHERE rv <= ?", (self._horizon,))
+
+
+def encode(obj: Any) -> bytes:
+    return _encode(obj)
+
+
+def decode(data: bytes | str) -> Any:
+    return _decode(data)

@@ -1,0 +1,5 @@
+"""``python -m ambit.cli``: the same as the ``ambit`` command."""
+
+from ambit.cli.main import main
+
+main()

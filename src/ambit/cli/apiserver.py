@@ -1,0 +1,48 @@
+"""``ambit apiserver``: the embedded Kubernetes-compatible API server."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ambit.cli.main import app
+
+
+@app.command()
+def apiserver(
+    data_dir: Annotated[Path, typer.Option("--data-dir", help="State directory (state.db, PKI, kubeconfig).")],
+    listen: Annotated[str, typer.Option(help="HOST:PORT to serve HTTPS on.")] = "127.0.0.1:6443",
+    kubeconfig: Annotated[Path | None, typer.Option(help="Where to write the admin kubeconfig.")] = None,
+    san: Annotated[list[str] | None, typer.Option(help="Extra DNS name or IP for the serving certificate.")] = None,
+    service_cidr: Annotated[str, typer.Option(help="Range Service cluster IPs come from.")] = "198.19.0.0/16",
+    crds: Annotated[Path | None, typer.Option(help="Directory of CRDs to install at start.")] = None,
+) -> None:
+    """Serve the Kubernetes REST API over HTTPS, persisted in SQLite, usable by kubectl."""
+    from ambit.apiserver.server import DEFAULT_CRD_DIR, ApiServerSettings, serve_forever
+    from ambit.errors import AmbitError
+
+    host, sep, port_text = listen.rpartition(":")
+    if not sep or not port_text.isdigit():
+        raise typer.BadParameter(f"expected HOST:PORT, got {listen!r}", param_hint="--listen")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = ApiServerSettings(
+        data_dir=data_dir,
+        host=host.strip("[]") or "127.0.0.1",
+        port=int(port_text),
+        kubeconfig=kubeconfig,
+        extra_sans=tuple(san or ()),
+        crd_dir=crds or DEFAULT_CRD_DIR,
+        service_cidr=service_cidr,
+    )
+    try:
+        asyncio.run(serve_forever(settings))
+    except AmbitError as exc:
+        typer.echo(f"ambit apiserver: {exc}", err=True)
+        raise typer.Exit(1) from None
+    except OSError as exc:
+        typer.echo(f"ambit apiserver: cannot serve on {listen}: {exc.strerror or exc}", err=True)
+        raise typer.Exit(1) from None

@@ -1,0 +1,25 @@
+"""Entry point of the ``ambit`` command: one typer app with a sub-command per component."""
+
+from __future__ import annotations
+
+import typer
+
+import ambit
+
+app = typer.Typer(
+    help="Ambit: an ambient-mode service mesh, wire-compatible with Istio ambient.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+
+@app.command()
+def version() -> None:
+    """Print Ambit's version."""
+    typer.echo(f"ambit {ambit.__version__}")
+
+
+def main() -> None:
+    import ambit.cli.apiserver  # noqa: F401  (registers its commands)
+
+    app()

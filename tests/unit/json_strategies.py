@@ -1,0 +1,138 @@
+"""Hypothesis strategies for JSON-shaped Kubernetes objects, shared by the printer and validation fuzz tests.
+
+Keys are drawn mostly from the field names the printers and validators read, so generated objects reach deep
+into their code instead of stopping at the first unknown key.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import strategies as st
+
+FIELD_NAMES = (
+    "metadata",
+    "name",
+    "namespace",
+    "labels",
+    "annotations",
+    "finalizers",
+    "ownerReferences",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "generateName",
+    "spec",
+    "status",
+    "data",
+    "binaryData",
+    "stringData",
+    "type",
+    "containers",
+    "initContainers",
+    "image",
+    "ports",
+    "port",
+    "protocol",
+    "nodePort",
+    "targetPort",
+    "containerPort",
+    "env",
+    "value",
+    "selector",
+    "matchLabels",
+    "matchExpressions",
+    "key",
+    "operator",
+    "values",
+    "template",
+    "replicas",
+    "phase",
+    "reason",
+    "conditions",
+    "containerStatuses",
+    "initContainerStatuses",
+    "state",
+    "waiting",
+    "running",
+    "terminated",
+    "exitCode",
+    "signal",
+    "ready",
+    "restartCount",
+    "lastState",
+    "finishedAt",
+    "restartPolicy",
+    "readinessGates",
+    "conditionType",
+    "podIPs",
+    "ip",
+    "clusterIP",
+    "externalIPs",
+    "externalName",
+    "loadBalancer",
+    "ingress",
+    "hostname",
+    "addresses",
+    "address",
+    "endpoints",
+    "subsets",
+    "addressType",
+    "regarding",
+    "involvedObject",
+    "note",
+    "series",
+    "count",
+    "lastTimestamp",
+    "firstTimestamp",
+    "eventTime",
+    "source",
+    "group",
+    "names",
+    "plural",
+    "singular",
+    "kind",
+    "listKind",
+    "shortNames",
+    "scope",
+    "versions",
+    "served",
+    "storage",
+    "schema",
+    "openAPIV3Schema",
+    "additionalPrinterColumns",
+    "jsonPath",
+    "priority",
+    "holderIdentity",
+    "nodeInfo",
+    "unschedulable",
+    "volumes",
+    "nodeSelector",
+    "apiVersion",
+    "uid",
+    "controller",
+    "secrets",
+    "immutable",
+)
+
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**63)
+    | st.floats(allow_nan=False)
+    | st.sampled_from(["", "True", "Running", "TCP", "Always", "2024-01-02T03:04:05Z", "a", "-", "."])
+    | st.text(max_size=12)
+)
+KEYS = st.sampled_from(FIELD_NAMES) | st.text(max_size=6)
+
+
+def json_values(max_leaves: int = 40) -> st.SearchStrategy[Any]:
+    return st.recursive(
+        SCALARS,
+        lambda children: st.lists(children, max_size=4) | st.dictionaries(KEYS, children, max_size=6),
+        max_leaves=max_leaves,
+    )
+
+
+def json_objects() -> st.SearchStrategy[dict[str, Any]]:
+    """Dicts shaped loosely like an object: a few of its usual top-level keys, anything beneath them."""
+    return st.dictionaries(KEYS, json_values(), max_size=6)

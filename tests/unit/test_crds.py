@@ -1,0 +1,170 @@
+"""The CRDs in deploy/crds are what the server installs at start: they must be well formed and consistent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from ambit.apiserver.jsonpath import parse
+from ambit.apiserver.tables import to_table
+from ambit.apiserver.validation import validate_object
+
+CRD_DIR = Path(__file__).resolve().parents[2] / "deploy" / "crds"
+FILES = sorted(CRD_DIR.glob("*.yaml"))
+
+
+def load(path: Path) -> list[dict[str, Any]]:
+    with path.open() as f:
+        return [doc for doc in yaml.safe_load_all(f) if doc is not None]
+
+
+CRDS = [(path, crd) for path in FILES for crd in load(path)]
+IDS = [crd["metadata"]["name"] for _, crd in CRDS]
+
+
+def test_one_file_per_group_with_the_expected_kinds() -> None:
+    kinds = {path.name: sorted(crd["spec"]["names"]["kind"] for crd in load(path)) for path in FILES}
+    assert kinds == {
+        "gateway.networking.k8s.io.yaml": ["Gateway", "GatewayClass", "HTTPRoute"],
+        "networking.istio.io.yaml": ["ServiceEntry", "WorkloadEntry"],
+        "security.istio.io.yaml": ["AuthorizationPolicy", "PeerAuthentication", "RequestAuthentication"],
+    }
+
+
+@pytest.mark.parametrize(("path", "crd"), CRDS, ids=IDS)
+def test_names_are_consistent(path: Path, crd: dict[str, Any]) -> None:
+    assert crd["apiVersion"] == "apiextensions.k8s.io/v1"
+    assert crd["kind"] == "CustomResourceDefinition"
+    spec = crd["spec"]
+    names = spec["names"]
+    assert path.name == f"{spec['group']}.yaml"
+    assert crd["metadata"]["name"] == f"{names['plural']}.{spec['group']}"
+    assert names["plural"] == names["plural"].lower()
+    assert names["singular"] == names["kind"].lower()
+    assert names["listKind"] == f"{names['kind']}List"
+    assert all(short == short.lower() for short in names.get("shortNames", []))
+
+
+@pytest.mark.parametrize(("path", "crd"), CRDS, ids=IDS)
+def test_exactly_one_storage_version_and_all_served(path: Path, crd: dict[str, Any]) -> None:
+    versions = crd["spec"]["versions"]
+    assert [v["name"] for v in versions if v["storage"]] == ["v1"]
+    assert all(v["served"] for v in versions)
+    assert len({v["name"] for v in versions}) == len(versions)
+
+
+@pytest.mark.parametrize(("path", "crd"), CRDS, ids=IDS)
+def test_the_server_accepts_it(path: Path, crd: dict[str, Any]) -> None:
+    assert validate_object("CustomResourceDefinition", "apiextensions.k8s.io", crd) == []
+
+
+def assert_structural(schema: dict[str, Any], where: str) -> None:
+    """Every node says its type, every array its items: what apiextensions calls a structural schema."""
+    assert "type" in schema or schema.get("x-kubernetes-int-or-string"), where
+    if schema.get("type") == "array":
+        assert "items" in schema, where
+        assert_structural(schema["items"], f"{where}[]")
+    for name, sub in schema.get("properties", {}).items():
+        assert_structural(sub, f"{where}.{name}")
+    extra = schema.get("additionalProperties")
+    if isinstance(extra, dict):
+        assert_structural(extra, f"{where}{{}}")
+
+
+@pytest.mark.parametrize(("path", "crd"), CRDS, ids=IDS)
+def test_schemas_are_structural_and_keep_unknown_fields(path: Path, crd: dict[str, Any]) -> None:
+    for version in crd["spec"]["versions"]:
+        schema = version["schema"]["openAPIV3Schema"]
+        assert schema["type"] == "object"
+        assert_structural(schema, version["name"])
+        for part in ("spec", "status"):
+            assert schema["properties"][part]["type"] == "object"
+            assert schema["properties"][part]["x-kubernetes-preserve-unknown-fields"] is True
+        assert version["subresources"] == {"status": {}}
+
+
+@pytest.mark.parametrize(("path", "crd"), CRDS, ids=IDS)
+def test_versions_share_schema_and_columns(path: Path, crd: dict[str, Any]) -> None:
+    # With the None conversion strategy, only apiVersion changes between versions.
+    first, *rest = crd["spec"]["versions"]
+    for version in rest:
+        assert version["schema"] == first["schema"]
+        assert version.get("additionalPrinterColumns") == first.get("additionalPrinterColumns")
+
+
+def test_short_names_are_unique_and_as_upstream() -> None:
+    shorts = {crd["spec"]["names"]["kind"]: crd["spec"]["names"].get("shortNames", []) for _, crd in CRDS}
+    assert shorts == {
+        "AuthorizationPolicy": ["ap"],
+        "PeerAuthentication": ["pa"],
+        "RequestAuthentication": ["ra"],
+        "ServiceEntry": ["se"],
+        "WorkloadEntry": ["we"],
+        "GatewayClass": ["gc"],
+        "Gateway": ["gtw"],
+        "HTTPRoute": [],
+    }
+
+
+def test_scopes() -> None:
+    scopes = {crd["spec"]["names"]["kind"]: crd["spec"]["scope"] for _, crd in CRDS}
+    assert scopes.pop("GatewayClass") == "Cluster"
+    assert set(scopes.values()) == {"Namespaced"}
+
+
+def test_served_versions_per_group() -> None:
+    versions = {crd["spec"]["group"]: [v["name"] for v in crd["spec"]["versions"]] for _, crd in CRDS}
+    assert versions == {
+        "security.istio.io": ["v1", "v1beta1"],
+        "networking.istio.io": ["v1", "v1beta1", "v1alpha3"],
+        "gateway.networking.k8s.io": ["v1", "v1beta1"],
+    }
+
+
+def columns_of(kind: str) -> list[dict[str, Any]]:
+    crd = next(crd for _, crd in CRDS if crd["spec"]["names"]["kind"] == kind)
+    columns: list[dict[str, Any]] = crd["spec"]["versions"][0]["additionalPrinterColumns"]
+    for column in columns:
+        parse(column["jsonPath"])
+    return columns
+
+
+def test_service_entry_prints_hosts_location_resolution() -> None:
+    entry = {
+        "metadata": {"name": "api", "creationTimestamp": "2024-05-01T11:59:00Z"},
+        "spec": {"hosts": ["api.example.com"], "location": "MESH_EXTERNAL", "resolution": "DNS"},
+    }
+    now = 1714564800.0  # 2024-05-01T12:00:00Z
+    result = to_table(
+        "ServiceEntry",
+        "networking.istio.io",
+        [entry],
+        now=now,
+        list_metadata={},
+        printer_columns=columns_of("ServiceEntry"),
+    )
+    assert [c["name"] for c in result["columnDefinitions"]] == ["Name", "Hosts", "Location", "Resolution", "Age"]
+    assert result["rows"][0]["cells"] == ["api", '["api.example.com"]', "MESH_EXTERNAL", "DNS", "60s"]
+
+
+def test_gateway_prints_class_address_programmed() -> None:
+    gateway = {
+        "metadata": {"name": "waypoint"},
+        "spec": {"gatewayClassName": "istio-waypoint"},
+        "status": {
+            "addresses": [{"type": "IPAddress", "value": "10.96.0.20"}],
+            "conditions": [{"type": "Accepted", "status": "True"}, {"type": "Programmed", "status": "True"}],
+        },
+    }
+    result = to_table(
+        "Gateway",
+        "gateway.networking.k8s.io",
+        [gateway],
+        now=0.0,
+        list_metadata={},
+        printer_columns=columns_of("Gateway"),
+    )
+    assert result["rows"][0]["cells"][:4] == ["waypoint", "istio-waypoint", "10.96.0.20", "True"]
