@@ -32,6 +32,8 @@ JSON = "application/json"
 TABLE_MARK = "as=Table"
 ADMIN = User("kubernetes-admin", groups=("system:masters", "system:authenticated"))
 PUBLIC_PATHS = frozenset({"/version", "/healthz", "/livez", "/readyz"})
+USER = web.RequestKey("user", User)
+"""The authenticated user of a request (a typed key: aiohttp warns about string keys)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +93,7 @@ class ApiHttp:
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
         if request.path in PUBLIC_PATHS:
-            request["user"] = User("system:anonymous", groups=("system:unauthenticated",))
+            request[USER] = User("system:anonymous", groups=("system:unauthenticated",))
             return await handler(request)
         header = request.headers.get("Authorization", "")
         scheme, _, token = header.partition(" ")
@@ -99,12 +101,12 @@ class ApiHttp:
         if scheme.lower() != "bearer" or not token:
             raise errors.unauthorized()
         if hmac.compare_digest(token.encode(), self.settings.admin_token.encode()):
-            request["user"] = ADMIN
+            request[USER] = ADMIN
         else:
             result = self.manager.review_token(token, [])
             if not isinstance(result, TokenIdentity):
                 raise errors.unauthorized()
-            request["user"] = User(result.username, result.uid, tuple(result.groups), dict(result.extra))
+            request[USER] = User(result.username, result.uid, tuple(result.groups), dict(result.extra))
         return await handler(request)
 
     # -- routing --------------------------------------------------------------------------------------------
@@ -182,7 +184,7 @@ class ApiHttp:
 
     async def _serve(self, request: web.Request, t: Target) -> web.StreamResponse:
         q = request.query
-        user: User = request["user"]
+        user: User = request[USER]
         m = self.manager
         method = request.method
         dry_run = q.get("dryRun") == "All"
@@ -359,6 +361,8 @@ class ApiHttp:
             from ambit.apiserver.watch import translate
 
             for event in m.store.events_after(start_rv):
+                if event.key != t.rtype.key:  # the log holds every type's events
+                    continue
                 seen = translate(event, selection)
                 if seen is not None:
                     replay.append(seen)

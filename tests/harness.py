@@ -1,0 +1,95 @@
+"""Test harness shared by the suites: ``ambit apiserver`` as a subprocess, and polling helpers."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class ServerProcess:
+    """``ambit apiserver`` run as a subprocess, as users run it."""
+
+    data_dir: Path
+    port: int
+    proc: subprocess.Popen[str] | None = None
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.data_dir / "kubeconfig"
+
+    def start(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.data_dir / "apiserver.log", "a")  # noqa: SIM115 (closed once the child has it)
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "ambit.cli",
+                "apiserver",
+                "--data-dir",
+                str(self.data_dir),
+                "--listen",
+                f"127.0.0.1:{self.port}",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+        )
+        log.close()
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if "ready" not in line:
+            self.proc.kill()
+            self.proc.communicate(timeout=10)
+            err = (self.data_dir / "apiserver.log").read_text()
+            raise RuntimeError(f"apiserver did not start: {line!r} {err[-2000:]}")
+
+    def stop(self, *, kill: bool = False) -> int:
+        assert self.proc is not None
+        if kill:
+            self.proc.kill()
+        else:
+            self.proc.terminate()
+        try:
+            self.proc.communicate(timeout=15)
+            code = self.proc.returncode
+        finally:
+            self.proc = None
+        return code
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True, timeout: float = 30) -> str:
+        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig), KUBECACHEDIR=str(self.data_dir / "kubecache"))
+        done = subprocess.run(
+            ["kubectl", *args], check=False, input=input, capture_output=True, text=True, env=env, timeout=timeout
+        )
+        if check and done.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed ({done.returncode}): {done.stderr}")
+        return done.stdout if check else done.stdout + done.stderr
+
+    def kubectl_json(self, *args: str) -> Any:
+        return json.loads(self.kubectl(*args, "-o", "json"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(predicate: Any, timeout: float = 10.0, interval: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(interval)
