@@ -29,7 +29,7 @@ lint: install
 	$(VENV)/bin/mypy
 
 demo: install
-	$(VENV)/bin/python -m ambit.demo
+	bash scripts/demo.sh
 
 bench: install
 	$(VENV)/bin/python -m bench.apiserver

@@ -18,9 +18,9 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from ambit.apiserver import discovery, errors, openapi, tables
+from ambit.apiserver import discovery, errors, openapi, protobuf, tables
 from ambit.apiserver.registry import ResourceType
-from ambit.apiserver.resources import DeleteOptions, ResourceManager, User
+from ambit.apiserver.resources import DeleteOptions, ResourceManager, User, request_warnings
 from ambit.apiserver.store import StoredObject, decode, encode
 from ambit.apiserver.tokens import TokenIdentity
 from ambit.apiserver.watch import ObjectFilter
@@ -74,19 +74,25 @@ class ApiHttp:
     async def _errors(
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
+        warnings: list[str] = []
+        request_warnings.set(warnings)
         try:
-            return await handler(request)
+            response = await handler(request)
         except errors.ApiError as exc:
-            return _json(exc.to_status(), exc.code)
+            response = _json(exc.to_status(), exc.code)
         except web.HTTPRequestEntityTooLarge:
             exc2 = errors.too_large(MAX_BODY)
-            return _json(exc2.to_status(), 413)
+            response = _json(exc2.to_status(), 413)
         except (asyncio.CancelledError, ConnectionResetError):
             raise
         except Exception:
             log.exception("internal error serving %s %s", request.method, request.path)
             exc3 = errors.internal("an internal error occurred; see the API server's log")
-            return _json(exc3.to_status(), 500)
+            response = _json(exc3.to_status(), 500)
+        if warnings and not response.prepared:
+            for text in warnings:
+                response.headers.add("Warning", '299 - "' + text.replace('"', "'").replace("\n", " ") + '"')
+        return response
 
     @web.middleware
     async def _authenticate(
@@ -335,15 +341,32 @@ class ApiHttp:
             start_rv = int(rv_text) if rv_text else 0
         except ValueError:
             raise errors.bad_request(f"resourceVersion {rv_text!r} is not a valid version") from None
+        if start_rv > m.store.resource_version:
+            # As kube-apiserver: a version from the future means the client saw another server (or state).
+            raise errors.ApiError(
+                504,
+                "Timeout",
+                f"Too large resource version: {start_rv}, current: {m.store.resource_version}",
+                details={
+                    "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                    "retryAfterSeconds": 1,
+                },
+            )
         response = web.StreamResponse(headers={"Content-Type": JSON, "Transfer-Encoding": "chunked"})
         await response.prepare(request)
         wants_table = _wants_table(request)
 
+        same_version = t.version == t.rtype.storage_version
+
+        def frame(etype: str, item: StoredObject) -> bytes:
+            if wants_table:
+                obj: Any = self._table(request, t, [_as_version(item.obj, t)], str(item.rv), "")
+                return encode({"type": etype, "object": obj}) + b"\n"
+            if same_version:  # the stored encoding is what the client gets: no re-encoding per watcher
+                return b'{"type":"' + etype.encode() + b'","object":' + item.raw + b"}\n"
+            return encode({"type": etype, "object": _as_version(item.obj, t)}) + b"\n"
+
         async def send(etype: str, obj: dict[str, Any]) -> None:
-            if wants_table and etype not in {"BOOKMARK", "ERROR"}:
-                obj = self._table(request, t, [_as_version(obj, t)], str(obj["metadata"].get("resourceVersion")), "")
-            elif etype not in ("ERROR", "BOOKMARK"):
-                obj = _as_version(obj, t)
             await response.write(encode({"type": etype, "object": obj}) + b"\n")
 
         initial: list[StoredObject] = []
@@ -367,39 +390,65 @@ class ApiHttp:
                 if seen is not None:
                     replay.append(seen)
         try:
-            for item in initial:
-                await send("ADDED", item.obj)
+            await _write_batched(response, (frame("ADDED", item) for item in initial))
             if send_initial:
                 await send("BOOKMARK", _bookmark(t, last_rv, initial_end=True))
-            for etype, item in replay:
-                await send(etype, item.obj)
-                last_rv = item.rv
-            deadline = time.monotonic() + timeout
-            next_bookmark = time.monotonic() + self.settings.bookmark_interval
-            while True:
-                now = time.monotonic()
+            await _write_batched(response, (frame(etype, item) for etype, item in replay))
+            if replay:
+                last_rv = max(last_rv, replay[-1][1].rv)
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout
+            next_bookmark = loop.time() + self.settings.bookmark_interval
+            queue = watcher.queue
+            closed = False
+            while not closed:
+                now = loop.time()
                 if now >= deadline:
                     break
-                wait = min(deadline, next_bookmark) - now if bookmarks else deadline - now
-                try:
-                    got = await asyncio.wait_for(watcher.queue.get(), timeout=max(wait, 0.0))
-                except TimeoutError:
-                    if bookmarks and time.monotonic() >= next_bookmark:
-                        await send("BOOKMARK", _bookmark(t, max(last_rv, m.store.resource_version)))
-                        next_bookmark = time.monotonic() + self.settings.bookmark_interval
-                    continue
-                if got is None:
-                    break
-                etype, item = got
-                if item.rv <= last_rv and replay:
-                    continue
-                await send(etype, item.obj)
-                last_rv = item.rv
+                batch: list[tuple[str, StoredObject] | None] = []
+                if queue.empty():
+                    wait = min(deadline, next_bookmark) - now if bookmarks else deadline - now
+                    try:
+                        batch.append(await asyncio.wait_for(queue.get(), timeout=max(wait, 0.0)))
+                    except TimeoutError:
+                        if bookmarks and loop.time() >= next_bookmark:
+                            await send("BOOKMARK", _bookmark(t, max(last_rv, m.store.resource_version)))
+                            next_bookmark = loop.time() + self.settings.bookmark_interval
+                        continue
+                # Under load, everything queued goes out in one write: one TLS record run, one send().
+                while not queue.empty():
+                    batch.append(queue.get_nowait())
+                chunks: list[bytes] = []
+                for got in batch:
+                    if got is None:
+                        closed = True
+                        break
+                    etype, item = got
+                    if item.rv <= last_rv:
+                        continue
+                    chunks.append(frame(etype, item))
+                    last_rv = item.rv
+                if chunks:
+                    await response.write(b"".join(chunks))
         except (ConnectionResetError, asyncio.CancelledError):
             pass
         finally:
             m.hub.unsubscribe(watcher)
         return response
+
+
+async def _write_batched(response: web.StreamResponse, frames: Any, limit: int = 1 << 20) -> None:
+    """Write frames in writes of about ``limit`` bytes."""
+    pending: list[bytes] = []
+    size = 0
+    for chunk in frames:
+        pending.append(chunk)
+        size += len(chunk)
+        if size >= limit:
+            await response.write(b"".join(pending))
+            pending, size = [], 0
+    if pending:
+        await response.write(b"".join(pending))
 
 
 def _bookmark(t: Target, rv: int, *, initial_end: bool = False) -> dict[str, Any]:
@@ -459,6 +508,8 @@ def _decode_body(raw: bytes, content_type: str) -> Any:
     if not raw.strip():
         raise errors.bad_request("the request body is empty")
     kind = content_type.split(";", maxsplit=1)[0].strip().lower()
+    if kind == protobuf.CONTENT_TYPE:
+        return protobuf.decode_protobuf_body(raw)
     if "yaml" in kind:
         try:
             return yaml.load(raw, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))

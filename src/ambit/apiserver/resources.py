@@ -24,12 +24,13 @@ import secrets
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from ambit.apiserver import errors, patch, validation
-from ambit.apiserver.admission import AdmissionAttributes, AdmissionController
+from ambit.apiserver.admission import AdmissionAttributes, AdmissionController, AdmissionError
 from ambit.apiserver.defaults import apply_defaults
 from ambit.apiserver.registry import CRD_KEY, Registry, ResourceType, crd_is_established, resource_type_from_crd
 from ambit.apiserver.selectors import FieldSelector, LabelSelector
@@ -54,6 +55,9 @@ CONFIG_MAPS = ("", "configmaps")
 VALIDATING = ("admissionregistration.k8s.io", "validatingwebhookconfigurations")
 MUTATING = ("admissionregistration.k8s.io", "mutatingwebhookconfigurations")
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+PATCH_TYPES = frozenset(
+    {"application/json-patch+json", "application/merge-patch+json", "application/strategic-merge-patch+json"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,11 +173,16 @@ class ResourceManager:
     def list_items(
         self, rtype: ResourceType, selection: ObjectFilter, *, limit: int = 0, continue_token: str = ""
     ) -> ListResult:
-        items = self.store.items(rtype.key, selection.namespace)
         rv = self.store.resource_version
+        start: tuple[str, str] | None = None
         if continue_token:
             start, rv = _decode_continue(continue_token)
-            items = [i for i in items if (i.namespace, i.obj["metadata"]["name"]) > start]
+            if rv < self.store.horizon:
+                raise errors.gone(
+                    "The provided continue parameter is too old to display a consistent list result. "
+                    "You can start a new list without the continue parameter."
+                )
+        items = self.store.items(rtype.key, selection.namespace, after=start)
         if selection.labels is not None or selection.fields is not None:
             items = [i for i in items if selection.matches(i)]
         if limit > 0 and len(items) > limit:
@@ -226,7 +235,7 @@ class ResourceManager:
     def _check_body(self, rtype: ResourceType, version: str, namespace: str, body: Any) -> JsonObject:
         if not isinstance(body, dict):
             raise errors.bad_request("the request body must be a JSON or YAML object")
-        obj = copy.deepcopy(body)
+        obj = body  # callers hand over a freshly decoded body: it is changed in place
         api_version = rtype.api_version(version)
         sent_version = obj.get("apiVersion")
         sent_kind = obj.get("kind")
@@ -381,6 +390,22 @@ class ResourceManager:
         dry_run: bool = False,
     ) -> JsonObject:
         current = self.get(rtype, namespace, name)
+        # The media type is judged before the body: an apply body is YAML, and must get the clear 415.
+        if content_type == "application/apply-patch+yaml":
+            raise errors.ApiError(
+                415,
+                "UnsupportedMediaType",
+                "server-side apply (application/apply-patch+yaml) is not supported by the embedded API server; "
+                "use client-side apply (kubectl apply without --server-side)",
+            )
+        if content_type == "application/strategic-merge-patch+json" and not rtype.builtin:
+            raise errors.ApiError(
+                415,
+                "UnsupportedMediaType",
+                f"strategic merge patch is not supported for custom resources ({rtype.kind}); use --type=merge",
+            )
+        if content_type not in PATCH_TYPES:
+            raise errors.unsupported_media_type(content_type)
         try:
             patch_doc = decode(body)
         except Exception:
@@ -391,21 +416,10 @@ class ResourceManager:
             patched = patch.json_patch(base, patch_doc)
         elif content_type == "application/merge-patch+json":
             patched = patch.json_merge_patch(base, patch_doc)
-        elif content_type == "application/strategic-merge-patch+json":
-            if not rtype.builtin:
-                raise errors.unsupported_media_type(
-                    f"{content_type}: strategic merge patch is not supported for custom resources; use --type=merge"
-                )
+        else:
             if not isinstance(patch_doc, dict):
                 raise errors.bad_request("a strategic merge patch must be a JSON object")
             patched = patch.strategic_merge_patch(base, patch_doc, patch.merge_keys_for(rtype.group, rtype.kind))
-        elif content_type == "application/apply-patch+yaml":
-            raise errors.unsupported_media_type(
-                f"{content_type}: server-side apply is not supported by the embedded API server; "
-                "use client-side apply (kubectl apply without --server-side)"
-            )
-        else:
-            raise errors.unsupported_media_type(content_type)
         if not isinstance(patched, dict):
             raise errors.unprocessable("the patched object is not a JSON object")
         obj = self._check_body(rtype, version, namespace, patched)
@@ -707,7 +721,7 @@ class ResourceManager:
         )
         out_spec = dict(spec)
         out_spec["audiences"] = audiences
-        out_spec["expirationSeconds"] = int(issued.expires_at - now)
+        out_spec["expirationSeconds"] = int(issued.expires_at) - int(now)  # the lifetime granted, whole seconds
         return {
             "kind": "TokenRequest",
             "apiVersion": "authentication.k8s.io/v1",
@@ -886,7 +900,12 @@ class ResourceManager:
         configs = self._webhooks(MUTATING)
         if not configs:
             return obj
-        mutated, _warnings = await self.admission.mutate(configs, attrs)
+        try:
+            mutated, warnings = await self.admission.mutate(configs, attrs)
+        except AdmissionError as exc:
+            _warn(exc.warnings)
+            raise
+        _warn(warnings)
         return mutated if mutated is not None else obj
 
     async def _admit(self, attrs: AdmissionAttributes, obj: JsonObject | None) -> None:
@@ -896,7 +915,22 @@ class ResourceManager:
         if configs:
             if obj is not None:
                 attrs = _with_object(attrs, obj)
-            await self.admission.validate(configs, attrs)
+            try:
+                _warn(await self.admission.validate(configs, attrs))
+            except AdmissionError as exc:
+                _warn(exc.warnings)
+                raise
+
+
+request_warnings: ContextVar[list[str] | None] = ContextVar("request_warnings", default=None)
+"""Warnings for the client of the request being served (admission webhooks add them); the HTTP shell sends them
+as ``Warning: 299`` headers."""
+
+
+def _warn(warnings: list[str]) -> None:
+    sink = request_warnings.get()
+    if sink is not None:
+        sink.extend(warnings)
 
 
 def _with_object(attrs: AdmissionAttributes, obj: JsonObject) -> AdmissionAttributes:

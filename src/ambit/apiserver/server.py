@@ -187,7 +187,7 @@ def _load_crds(directory: Path | None) -> list[dict[str, Any]]:
         return []
     crds: list[dict[str, Any]] = []
     for path in sorted(directory.glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
+        for doc in yaml.load_all(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
             if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
                 crds.append(doc)
     return crds

@@ -1,9 +1,10 @@
 """Per-kind checks of an object's body (``spec``, ``data``...), called by ``validation.validate_object``.
 
 Theory of operation: each ``validate_*`` function takes the whole object and returns its causes;
-``validation.SPEC_RULES`` says which kinds each one checks. Each rule reads the object defensively: a field of the wrong type is one cause and the rule moves on,
-so one request reports every problem at once, as kube-apiserver does. Defaults the server has not filled in
-yet are assumed (a Service without ``type`` is ClusterIP, a port without ``protocol`` is TCP).
+``validation.SPEC_RULES`` says which kinds each one checks. Each rule reads the object defensively: a field of
+the wrong type is one cause and the rule moves on, so one request reports every problem at once, as
+kube-apiserver does. Defaults the server has not filled in yet are assumed (a Service without ``type`` is
+ClusterIP, a port without ``protocol`` is TCP).
 
 Rules kept (a deliberate subset of kube-apiserver's):
 

@@ -11,6 +11,7 @@ Invariants:
 
 from __future__ import annotations
 
+import bisect
 import sqlite3
 from collections import deque
 from collections.abc import Iterator
@@ -65,7 +66,7 @@ class StoreEvent:
     namespace: str
     name: str
     item: StoredObject
-    old: StoredObject | None = None  # the state before, when known (not after a restart)
+    old: StoredObject | None = None  # the state before, when known (the log keeps it across restarts)
 
 
 class Store:
@@ -79,6 +80,7 @@ class Store:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
         self._objects: dict[TypeKey, dict[tuple[str, str], StoredObject]] = {}
+        self._sorted_keys: dict[TypeKey, list[tuple[str, str]]] = {}
         self._log: deque[StoreEvent] = deque()
         self._rv = 0
         self._horizon = 0
@@ -95,8 +97,18 @@ class Store:
             "SELECT rv, type, grp, res, ns, name, data FROM log ORDER BY rv DESC LIMIT ?",
             (self._log_capacity,),
         ).fetchall()
+        # Each event's ``old`` is the object's previous event in the log, so that a selector watch replayed after
+        # a restart still sees objects leave its selection (unknown only for an object's first event in the log).
+        previous: dict[tuple[TypeKey, str, str], StoredObject] = {}
         for rv, etype, grp, res, ns, name, data in reversed(rows):
-            self._log.append(StoreEvent(etype, (grp, res), ns, name, StoredObject(rv, _decode(data), bytes(data))))
+            current = self._objects.get((grp, res), {}).get((ns, name))
+            # The newest version of a live object is shared with the object map rather than decoded twice.
+            item = current if current is not None and current.rv == rv else StoredObject(rv, _decode(data), bytes(data))
+            where = ((grp, res), ns, name)
+            old = previous.pop(where, None) if etype == "DELETED" else previous.get(where)
+            if etype != "DELETED":
+                previous[where] = item
+            self._log.append(StoreEvent(etype, (grp, res), ns, name, item, old))
         self._horizon = self._log[0].item.rv - 1 if self._log else self._rv
 
     def close(self) -> None:
@@ -114,12 +126,23 @@ class Store:
     def get(self, key: TypeKey, namespace: str, name: str) -> StoredObject | None:
         return self._objects.get(key, {}).get((namespace, name))
 
-    def items(self, key: TypeKey, namespace: str | None = None) -> list[StoredObject]:
-        """Objects of one type (in one namespace, or all), ordered by namespace and name."""
+    def items(
+        self, key: TypeKey, namespace: str | None = None, *, after: tuple[str, str] | None = None
+    ) -> list[StoredObject]:
+        """Objects of one type (in one namespace, or all), ordered by namespace and name, optionally only those
+        after a given (namespace, name) (the continue position of a paginated list)."""
         bucket = self._objects.get(key, {})
+        keys = self._sorted_keys.get(key)
+        if keys is None:
+            keys = self._sorted_keys[key] = sorted(bucket)
         if namespace is None:
-            return [bucket[k] for k in sorted(bucket)]
-        return [bucket[k] for k in sorted(k for k in bucket if k[0] == namespace)]
+            start = 0 if after is None else bisect.bisect_right(keys, after)
+            return [bucket[k] for k in keys[start:]]
+        start = bisect.bisect_left(keys, (namespace, ""))
+        if after is not None:
+            start = max(start, bisect.bisect_right(keys, after))
+        end = bisect.bisect_left(keys, (namespace + "\x00", ""))
+        return [bucket[k] for k in keys[start:end]]
 
     def count(self, key: TypeKey, namespace: str | None = None) -> int:
         bucket = self._objects.get(key, {})
@@ -188,6 +211,8 @@ class Store:
         old = bucket.pop((namespace, name), None) if delete else bucket.get((namespace, name))
         if not delete:
             bucket[(namespace, name)] = item
+        if delete or old is None:
+            self._sorted_keys.pop(key, None)  # the set of keys changed
         event = StoreEvent(etype, key, namespace, name, item, old)
         self._log.append(event)
         if len(self._log) > self._log_capacity:

@@ -20,6 +20,7 @@ def version() -> None:
 
 
 def main() -> None:
-    import ambit.cli.apiserver  # noqa: F401  (registers its commands)
+    import ambit.cli.apiserver
+    import ambit.cli.get  # noqa: F401
 
     app()

@@ -1,0 +1,159 @@
+"""Measurements, the environment they were taken in, and their rendering as a Markdown table and JSON lines.
+
+A :class:`Measurement` is one figure with its unit. When the same quantity was measured on a reference (a bare
+server doing the least the scenario needs, or a start with an empty data directory) in the same run, the
+reference value rides along and the table shows the ratio; figures are never compared across runs here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import ssl
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+def environment() -> dict[str, Any]:
+    import aiohttp
+
+    return {
+        "kernel": platform.release(),
+        "cpus": os.cpu_count(),
+        "cpu_model": _cpu_model(),
+        "python": platform.python_version(),
+        "implementation": sys.implementation.name,
+        "openssl": ssl.OPENSSL_VERSION,
+        "aiohttp": aiohttp.__version__,
+        "loadavg": os.getloadavg()[0],
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """One figure of one scenario."""
+
+    scenario: str
+    metric: str
+    value: float
+    unit: str
+    reference: float | None = None
+    """The same quantity measured on ``reference_name`` in this run, when there is one."""
+    reference_name: str = ""
+    note: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        if self.reference is None or self.reference <= 0 or self.value < 0:
+            return None  # a ratio to zero or across signs (latencies near zero) says nothing
+        return self.value / self.reference
+
+
+@dataclass
+class Report:
+    """Everything one run measured, in the order it was measured."""
+
+    title: str
+    profile: str
+    notes: list[str] = field(default_factory=list)
+    measurements: list[Measurement] = field(default_factory=list)
+    started: float = field(default_factory=time.time)
+    env: dict[str, Any] = field(default_factory=environment)
+    """Where the figures were taken; ``loadavg_end`` is added when the run ends."""
+
+    def add(self, measurement: Measurement) -> None:
+        self.measurements.append(measurement)
+
+    def markdown(self) -> str:
+        env = self.env
+        load = f"load average {env['loadavg']:.2f} at start"
+        if "loadavg_end" in env:
+            load += f", {env['loadavg_end']:.2f} at end"
+        lines = [
+            f"## {self.title} ({self.profile} profile)",
+            "",
+            f"{env['cpus']} CPUs ({env['cpu_model']}), Linux {env['kernel']}, Python {env['python']}, "
+            f"{env['openssl']}, aiohttp {env['aiohttp']}; {load}; "
+            f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime(self.started))} UTC",
+            "",
+            "| Scenario | Metric | Value | Unit | Reference | Ratio |",
+            "| --- | --- | ---: | --- | ---: | ---: |",
+        ]
+        for m in self.measurements:
+            reference = f"{_number(m.reference)} ({m.reference_name})" if m.reference is not None else ""
+            ratio = f"{m.ratio:.2f}x" if m.ratio is not None else ""
+            metric = f"{m.metric} ({m.note})" if m.note else m.metric
+            lines.append(f"| {m.scenario} | {metric} | {_number(m.value)} | {m.unit} | {reference} | {ratio} |")
+        if self.notes:
+            lines.append("")
+            lines.extend(f"- {note}" for note in self.notes)
+        return "\n".join(lines) + "\n"
+
+    def json_lines(self) -> str:
+        rows = []
+        for m in self.measurements:
+            row: dict[str, Any] = asdict(m)
+            row["ratio"] = m.ratio
+            row["profile"] = self.profile
+            row["time"] = self.started
+            row["env"] = self.env
+            rows.append(json.dumps(row, sort_keys=True))
+        return "\n".join(rows) + "\n"
+
+    def write(self, directory: Path, stem: str) -> tuple[Path, Path]:
+        directory.mkdir(parents=True, exist_ok=True)
+        md, js = directory / f"{stem}.md", directory / f"{stem}.json"
+        md.write_text(self.markdown())
+        js.write_text(self.json_lines())
+        return md, js
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0 to 100) by linear interpolation; the values need not be sorted."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0]
+    pos = (len(ordered) - 1) * q / 100
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def _number(value: float | None) -> str:
+    if value is None:
+        return ""
+    if math.isnan(value):
+        return "n/a"
+    magnitude = abs(value)
+    if magnitude >= 1000:
+        return f"{value:,.0f}"
+    if magnitude >= 100:
+        return f"{value:.0f}"
+    if magnitude >= 10:
+        return f"{value:.1f}"
+    if magnitude >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3g}"
