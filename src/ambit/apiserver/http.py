@@ -297,7 +297,7 @@ class ApiHttp:
         if remaining is not None:
             meta["remainingItemCount"] = remaining
         head = encode({"kind": t.rtype.list_kind, "apiVersion": t.rtype.api_version(t.version), "metadata": meta})
-        if t.version == t.rtype.storage_version:
+        if t.version == t.rtype.storage_version and t.rtype.from_storage is None:
             raws = [i.raw for i in items]
         else:
             raws = [encode(_as_version(i.obj, t)) for i in items]
@@ -356,7 +356,7 @@ class ApiHttp:
         await response.prepare(request)
         wants_table = _wants_table(request)
 
-        same_version = t.version == t.rtype.storage_version
+        same_version = t.version == t.rtype.storage_version and t.rtype.from_storage is None
 
         def frame(etype: str, item: StoredObject) -> bytes:
             if wants_table:
@@ -459,6 +459,8 @@ def _bookmark(t: Target, rv: int, *, initial_end: bool = False) -> dict[str, Any
 
 
 def _as_version(obj: dict[str, Any], t: Target) -> dict[str, Any]:
+    if t.rtype.from_storage is not None:
+        obj = t.rtype.from_storage(obj)
     wanted = t.rtype.api_version(t.version)
     if obj.get("apiVersion") == wanted:
         return obj

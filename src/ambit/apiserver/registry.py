@@ -7,9 +7,11 @@ changes), which is what a CRD without a conversion webhook does in Kubernetes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from ambit.apiserver import conversion
 
 ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 
@@ -33,10 +35,27 @@ class ResourceType:
     # For CRDs: the per-version printer columns.
     version_columns: Mapping[str, tuple[Mapping[str, Any], ...]] = field(default_factory=dict)
     builtin: bool = True
+    # A kind stored as another (events.k8s.io Event as core Event): where, and how to convert both ways.
+    stored_as: tuple[str, str] | None = None
+    stored_api_version: str | None = None
+    to_storage: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    from_storage: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    field_path: Callable[[str], str] | None = None
+
+    @property
+    def ident(self) -> tuple[str, str]:
+        """What the registry knows this type by: (group, plural)."""
+        return (self.group, self.plural)
 
     @property
     def key(self) -> tuple[str, str]:
-        return (self.group, self.plural)
+        """Where its objects are stored (and watched): usually its own (group, plural)."""
+        return self.stored_as or (self.group, self.plural)
+
+    @property
+    def storage_api_version(self) -> str:
+        """The ``apiVersion`` objects carry in storage."""
+        return self.stored_api_version or self.api_version(self.storage_version)
 
     @property
     def list_kind(self) -> str:
@@ -138,6 +157,11 @@ BUILTINS: tuple[ResourceType, ...] = (
         "event",
         True,
         short_names=("ev",),
+        stored_as=("", "events"),
+        stored_api_version="v1",
+        to_storage=conversion.event_to_core,
+        from_storage=conversion.event_from_core,
+        field_path=conversion.event_field_path,
         extra_fields=frozenset(
             {
                 "regarding.kind",
@@ -266,7 +290,7 @@ class Registry:
     """Lookup of resource types by (group, plural) and by (group, version, plural)."""
 
     def __init__(self, types: Iterable[ResourceType] = BUILTINS) -> None:
-        self._builtin: dict[tuple[str, str], ResourceType] = {t.key: t for t in types}
+        self._builtin: dict[tuple[str, str], ResourceType] = {t.ident: t for t in types}
         self._custom: dict[tuple[str, str], ResourceType] = {}
 
     def __iter__(self) -> Iterator[ResourceType]:
@@ -289,9 +313,9 @@ class Registry:
         return None
 
     def set_custom(self, rtype: ResourceType) -> None:
-        if rtype.key in self._builtin:
+        if rtype.ident in self._builtin:
             return
-        self._custom[rtype.key] = rtype
+        self._custom[rtype.ident] = rtype
 
     def remove_custom(self, key: tuple[str, str]) -> None:
         self._custom.pop(key, None)

@@ -168,6 +168,9 @@ class ResourceManager:
     def selection(self, rtype: ResourceType, namespace: str | None, labels: str, fields: str) -> ObjectFilter:
         label_sel = LabelSelector.parse(labels) if labels else None
         field_sel = FieldSelector.parse(fields, rtype.field_selectors) if fields else None
+        if field_sel is not None and rtype.field_path is not None:
+            translate = rtype.field_path
+            field_sel = FieldSelector(tuple(r._replace(path=translate(r.path)) for r in field_sel.requirements))
         return ObjectFilter(namespace, label_sel, field_sel)
 
     def list_items(
@@ -262,6 +265,8 @@ class ResourceManager:
             meta["namespace"] = namespace
         else:
             meta.pop("namespace", None)
+        if rtype.to_storage is not None:
+            obj = rtype.to_storage(obj)
         return obj
 
     def _check_namespace_open(self, namespace: str) -> None:
@@ -411,6 +416,8 @@ class ResourceManager:
         except Exception:
             raise errors.bad_request("the patch is not valid JSON") from None
         base = copy.deepcopy(current.obj)
+        if rtype.from_storage is not None:
+            base = rtype.from_storage(base)
         base["apiVersion"] = rtype.api_version(version)
         if content_type == "application/json-patch+json":
             patched = patch.json_patch(base, patch_doc)
@@ -475,7 +482,7 @@ class ResourceManager:
         old_meta = old["metadata"]
         if subresource == "status":
             new = copy.deepcopy(old)
-            new["apiVersion"] = obj["apiVersion"]
+            new["apiVersion"] = rtype.storage_api_version
             if "status" in obj:
                 new["status"] = obj["status"]
             else:
@@ -798,7 +805,7 @@ class ResourceManager:
 
     # -- plumbing -------------------------------------------------------------------------------------------
     def _commit(self, etype: str, rtype: ResourceType, namespace: str, name: str, obj: JsonObject) -> None:
-        obj["apiVersion"] = rtype.api_version(rtype.storage_version)
+        obj["apiVersion"] = rtype.storage_api_version
         event = self.store.put(etype, rtype.key, namespace, name, obj)
         self.hub.publish(event)
         if rtype.key == CRD_KEY and crd_is_established(obj):
@@ -849,7 +856,7 @@ class ResourceManager:
             )
 
     def _validate(self, rtype: ResourceType, obj: JsonObject) -> None:
-        causes = validation.validate_object(rtype.kind, rtype.group, obj)
+        causes = validation.validate_object(rtype.kind, rtype.key[0], obj)
         if causes:
             raise errors.invalid(rtype.kind, str(obj["metadata"].get("name", "")), causes, rtype.group)
 
