@@ -177,6 +177,7 @@ async def test_review_of_a_malformed_token(api: ApiClient, token: str) -> None:
         ("ztunnel", token_request(pod_ref={"kind": "Secret", "name": "s"}), 422, "Invalid"),
         ("ztunnel", {"spec": {"audiences": "istio-ca"}}, 422, "Invalid"),
         ("ztunnel", {"spec": ["audiences"]}, 400, "BadRequest"),
+        ("ztunnel", {"spec": []}, 400, "BadRequest"),
     ],
     ids=[
         "no-service-account",
@@ -186,6 +187,7 @@ async def test_review_of_a_malformed_token(api: ApiClient, token: str) -> None:
         "not-a-pod",
         "audiences-not-list",
         "spec-not-object",
+        "spec-empty-list",
     ],
 )
 async def test_bad_token_request(api: ApiClient, sa: str, body: Any, code: int, reason: str) -> None:

@@ -682,7 +682,9 @@ class ResourceManager:
             raise errors.not_found("serviceaccounts", name)
         if not isinstance(body, dict):
             raise errors.bad_request("the TokenRequest must be an object")
-        spec = body.get("spec") or {}
+        spec = body.get("spec", {})
+        if spec is None:
+            spec = {}
         if not isinstance(spec, dict):
             raise errors.bad_request("spec must be an object")
         audiences = spec.get("audiences") or list(self.tokens.default_audiences)
