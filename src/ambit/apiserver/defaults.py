@@ -11,11 +11,18 @@ from typing import Any
 JsonObject = dict[str, Any]
 
 
-def apply_defaults(group: str, kind: str, obj: JsonObject) -> None:
-    """Fill in defaults in place (``obj`` is a fresh copy owned by the caller)."""
+def apply_defaults(group: str, kind: str, obj: JsonObject, *, creating: bool = True) -> None:
+    """Fill in defaults in place (``obj`` is a fresh copy owned by the caller). Defaults apply on every write,
+    as in kube-apiserver; only a create also sets the initial status."""
     handler = _DEFAULTERS.get((group, kind))
     if handler is not None:
+        status = obj.get("status")
         handler(obj)
+        if not creating:
+            if status is None:
+                obj.pop("status", None)
+            else:
+                obj["status"] = status
 
 
 def _namespace(obj: JsonObject) -> None:

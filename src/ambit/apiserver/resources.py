@@ -456,6 +456,8 @@ class ResourceManager:
         namespace = current.namespace
         name = old["metadata"]["name"]
         new = self._merge_update(rtype, old, obj, subresource)
+        if subresource != "status" and rtype.key != NAMESPACES:
+            apply_defaults(rtype.group, rtype.kind, new, creating=False)
         if rtype.key == CRD_KEY and subresource != "status":
             self._prepare_crd(new)
             new["status"] = copy.deepcopy(old.get("status", new["status"]))

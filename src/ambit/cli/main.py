@@ -21,6 +21,7 @@ def version() -> None:
 
 def main() -> None:
     import ambit.cli.apiserver
-    import ambit.cli.get  # noqa: F401
+    import ambit.cli.get
+    import ambit.cli.lab  # noqa: F401
 
     app()

@@ -1,0 +1,213 @@
+"""``ambit lab``: a multi-node cluster on this machine, its nodes and pods network namespaces."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ambit.cli.main import app
+from ambit.lab.topology import DEFAULT_DIR, Topology
+
+lab = typer.Typer(help="A cluster on this machine: nodes and pods as network namespaces.", no_args_is_help=True)
+app.add_typer(lab, name="lab")
+
+DirOption = Annotated[Path, typer.Option("--dir", help="The lab's directory.")]
+
+
+def _topology(directory: Path) -> Topology:
+    topology = Topology.load(directory.resolve())
+    if topology is None:
+        typer.echo(f"ambit lab: no lab in {directory} (start one with `ambit lab up`)", err=True)
+        raise typer.Exit(1)
+    return topology
+
+
+@lab.command()
+def up(
+    nodes: Annotated[int, typer.Option(help="How many nodes.")] = 2,
+    directory: DirOption = DEFAULT_DIR,
+) -> None:
+    """Start a lab: API server, controllers, and a node runtime per node."""
+    from ambit.errors import AmbitError
+    from ambit.lab.cluster import LabSettings, lab_up
+
+    _require_root()
+    try:
+        topology = lab_up(LabSettings(directory=directory, nodes=nodes))
+    except AmbitError as exc:
+        typer.echo(f"ambit lab up: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"lab {topology.lab_id} is up with {topology.nodes} nodes")
+    typer.echo(f"  export KUBECONFIG={topology.kubeconfig}")
+    typer.echo(f"  kubectl get nodes; ambit lab status --dir {topology.path}")
+
+
+@lab.command()
+def down(directory: DirOption = DEFAULT_DIR) -> None:
+    """Remove the lab: processes, namespaces, links, routes, rules and files (also after a crash)."""
+    from ambit.lab.cluster import lab_down
+
+    _require_root()
+    removed = lab_down(directory)
+    typer.echo(f"removed {len(removed)} things" if removed else f"no lab in {directory}")
+
+
+@lab.command()
+def status(directory: DirOption = DEFAULT_DIR) -> None:
+    """Nodes and pods: addresses, readiness, restarts."""
+    from ambit.k8s import KubeClient, KubeClientError, kinds
+
+    topology = _topology(directory)
+
+    async def fetch() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        async with KubeClient.from_kubeconfig(topology.kubeconfig) as client:
+            nodes, _ = await client.list(kinds.NODES)
+            pods, _ = await client.list(kinds.PODS)
+        return nodes, pods
+
+    try:
+        nodes, pods = asyncio.run(fetch())
+    except KubeClientError as exc:
+        typer.echo(f"ambit lab status: {exc}", err=True)
+        raise typer.Exit(1) from None
+    console = Console()
+    table = Table(title=f"lab {topology.lab_id}: nodes", title_justify="left", box=None, header_style="bold")
+    for column in ("NODE", "READY", "ADDRESS", "POD CIDR", "PODS"):
+        table.add_column(column)
+    for node in topology.all_nodes():
+        obj = next((n for n in nodes if n["metadata"]["name"] == node.name), None)
+        ready = _condition(obj, "Ready") if obj else "absent"
+        count = sum(1 for p in pods if (p.get("spec") or {}).get("nodeName") == node.name)
+        table.add_row(node.name, ready, node.address, node.pod_cidr, str(count))
+    console.print(table)
+    table = Table(title="pods", title_justify="left", box=None, header_style="bold")
+    for column in ("NAMESPACE", "POD", "NODE", "IP", "PHASE", "READY", "RESTARTS"):
+        table.add_column(column)
+    for pod in pods:
+        meta, spec, st = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
+        statuses = st.get("containerStatuses") or []
+        ready = f"{sum(1 for c in statuses if c.get('ready'))}/{len(spec.get('containers') or [])}"
+        restarts = str(sum(int(c.get("restartCount", 0)) for c in statuses))
+        phase = "Terminating" if meta.get("deletionTimestamp") else st.get("phase", "")
+        table.add_row(
+            meta.get("namespace", ""),
+            meta["name"],
+            spec.get("nodeName", ""),
+            st.get("podIP", ""),
+            phase,
+            ready,
+            restarts,
+        )
+    console.print(table)
+
+
+def _condition(obj: dict[str, Any], kind: str) -> str:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == kind:
+            return "Ready" if cond.get("status") == "True" else "NotReady"
+    return "Unknown"
+
+
+def _pod(topology: Topology, namespace: str, name: str) -> dict[str, Any]:
+    from ambit.k8s import KubeClient, KubeClientError, kinds
+
+    async def fetch() -> dict[str, Any]:
+        async with KubeClient.from_kubeconfig(topology.kubeconfig) as client:
+            return await client.get(kinds.PODS, name, namespace)
+
+    try:
+        return asyncio.run(fetch())
+    except KubeClientError as exc:
+        typer.echo(f"ambit lab: pod {namespace}/{name}: {exc}", err=True)
+        raise typer.Exit(1) from None
+
+
+@lab.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def exec(
+    ctx: typer.Context,
+    pod: Annotated[str | None, typer.Argument(help="Pod name (or use --node).")] = None,
+    namespace: Annotated[str, typer.Option("--namespace", "-n")] = "default",
+    node: Annotated[str | None, typer.Option(help="Run in this node's namespace instead of a pod's.")] = None,
+    directory: DirOption = DEFAULT_DIR,
+) -> None:
+    """Run a command in a pod's (or a node's) network namespace: ambit lab exec POD -- CMD..."""
+    topology = _topology(directory)
+    argv = list(ctx.args)
+    if node is not None and pod is not None:
+        argv.insert(0, pod)  # with --node, the first word after the options is the command, not a pod
+        pod = None
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        raise typer.BadParameter("give the command after --")
+    if node is not None:
+        found = topology.node_named(node)
+        if found is None:
+            raise typer.BadParameter(f"no node {node!r} in this lab")
+        netns = found.netns
+    elif pod is not None:
+        obj = _pod(topology, namespace, pod)
+        netns = topology.pod_netns(obj["metadata"]["uid"])
+        if not Path(f"/run/netns/{netns}").exists():
+            typer.echo(f"ambit lab exec: pod {namespace}/{pod} has no network namespace (yet)", err=True)
+            raise typer.Exit(1)
+    else:
+        raise typer.BadParameter("name a pod or --node")
+    sys.stdout.flush()
+    os.execvp("ip", ["ip", "netns", "exec", netns, *argv])
+
+
+@lab.command()
+def logs(
+    pod: Annotated[str, typer.Argument(help="Pod name.")],
+    namespace: Annotated[str, typer.Option("--namespace", "-n")] = "default",
+    container: Annotated[str | None, typer.Option("--container", "-c")] = None,
+    directory: DirOption = DEFAULT_DIR,
+) -> None:
+    """Print a pod container's output."""
+    topology = _topology(directory)
+    obj = _pod(topology, namespace, pod)
+    containers = [c.get("name", "") for c in (obj.get("spec") or {}).get("containers") or []]
+    name = container or (containers[0] if containers else "")
+    if name not in containers:
+        raise typer.BadParameter(f"pod {pod} has no container {name!r} (it has {', '.join(containers)})")
+    path = topology.pod_dir(obj["metadata"]["uid"]) / f"{name}.log"
+    try:
+        sys.stdout.write(path.read_text(errors="replace"))
+    except FileNotFoundError:
+        typer.echo(f"ambit lab logs: no output from {pod}/{name} yet", err=True)
+
+
+@lab.command(hidden=True)
+def node(
+    name: Annotated[str, typer.Option(help="The node's name.")],
+    directory: DirOption = DEFAULT_DIR,
+) -> None:
+    """Run one node's runtime (started by `ambit lab up` inside the node's namespace)."""
+    from ambit.lab.node import run_node
+
+    topology = _topology(directory)
+    if topology.node_named(name) is None:
+        raise typer.BadParameter(f"no node {name!r} in this lab")
+    asyncio.run(run_node(topology, name))
+
+
+@lab.command(hidden=True)
+def controllers(directory: DirOption = DEFAULT_DIR) -> None:
+    """Run the controllers: scheduler, Deployments, EndpointSlices (started by `ambit lab up`)."""
+    from ambit.lab.node import run_controllers_for
+
+    asyncio.run(run_controllers_for(_topology(directory)))
+
+
+def _require_root() -> None:
+    if os.geteuid() != 0:
+        typer.echo("ambit lab: needs root (it creates network namespaces)", err=True)
+        raise typer.Exit(1)

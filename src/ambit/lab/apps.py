@@ -1,0 +1,147 @@
+"""Example workloads for lab pods (there are no images here: pods run commands from this machine).
+
+``python3 -m ambit.lab.apps <app> [options]`` (the lab puts the project's interpreter first on the pods' PATH):
+
+- ``http-echo --port P``: answers every HTTP request with who it is and who called (method, path, the client's
+  address as the server saw it, headers), so a caller can see where its request landed and with what source.
+- ``tcp-echo --port P``: echoes bytes back on every connection.
+- ``server-first --port P``: speaks first on each connection (a banner, as SMTP or MySQL servers do), then echoes;
+  proxies that wait for the client's first bytes before connecting break it.
+- ``client --url URL | --tcp HOST:PORT [--server-first] --interval S [--count N]``: calls a target in a loop
+  and prints one line per attempt (ok + a summary of the answer, or the error), for logs and tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import sys
+import time
+import urllib.error
+import urllib.request
+
+IDENTITY = {
+    "pod": os.environ.get("POD_NAME", socket.gethostname()),
+    "namespace": os.environ.get("POD_NAMESPACE", ""),
+    "node": os.environ.get("NODE_NAME", ""),
+}
+
+
+async def _http_echo(port: int) -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = ([*lines[0].split(" "), "", ""])[:3]
+                headers = dict(line.split(": ", 1) for line in lines[1:] if ": " in line)
+                length = int(headers.get("Content-Length", headers.get("content-length", "0")) or 0)
+                if length:
+                    await reader.readexactly(length)
+                body = json.dumps(
+                    {**IDENTITY, "method": method, "path": path, "client": f"{peer[0]}:{peer[1]}", "headers": headers}
+                ).encode()
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                    + body
+                )
+                await writer.drain()
+                if headers.get("Connection", headers.get("connection", "")).lower() == "close":
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, ValueError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "0.0.0.0", port)
+    print(f"http-echo {IDENTITY['pod']} listening on :{port}", flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+async def _tcp_echo(port: int, banner: bool) -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            if banner:
+                writer.write(f"HELLO from {IDENTITY['pod']}\n".encode())
+                await writer.drain()
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "0.0.0.0", port)
+    name = "server-first" if banner else "tcp-echo"
+    print(f"{name} {IDENTITY['pod']} listening on :{port}", flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+def _call_http(url: str, timeout: float) -> str:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        answer = json.loads(response.read())
+    return f"ok {answer.get('pod')} node={answer.get('node')} saw-client={answer.get('client')}"
+
+
+def _call_tcp(target: str, server_first: bool, timeout: float) -> str:
+    host, _, port = target.rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=timeout) as conn:
+        if server_first:
+            banner = conn.recv(1024).decode().strip()
+            return f"ok banner={banner!r}"
+        conn.sendall(b"ping\n")
+        return f"ok echo={conn.recv(1024).decode().strip()!r}"
+
+
+def _client(args: argparse.Namespace) -> int:
+    attempts = 0
+    while args.count == 0 or attempts < args.count:
+        attempts += 1
+        try:
+            line = (
+                _call_http(args.url, args.timeout) if args.url else _call_tcp(args.tcp, args.server_first, args.timeout)
+            )
+        except (OSError, urllib.error.URLError, ValueError) as exc:
+            line = f"error {type(exc).__name__}: {exc}"
+        print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
+        time.sleep(args.interval)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m ambit.lab.apps", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="app", required=True)
+    for name in ("http-echo", "tcp-echo", "server-first"):
+        p = sub.add_parser(name)
+        p.add_argument("--port", type=int, default=8080)
+    c = sub.add_parser("client")
+    target = c.add_mutually_exclusive_group(required=True)
+    target.add_argument("--url")
+    target.add_argument("--tcp", metavar="HOST:PORT")
+    c.add_argument("--server-first", action="store_true")
+    c.add_argument("--interval", type=float, default=1.0)
+    c.add_argument("--count", type=int, default=0, help="attempts (0: forever)")
+    c.add_argument("--timeout", type=float, default=2.0)
+    args = parser.parse_args(argv)
+    try:
+        if args.app == "http-echo":
+            asyncio.run(_http_echo(args.port))
+        elif args.app in ("tcp-echo", "server-first"):
+            asyncio.run(_tcp_echo(args.port, banner=args.app == "server-first"))
+        else:
+            return _client(args)
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,213 @@
+"""``ambit lab up`` and ``ambit lab down``: build the lab's network, start its processes, and remove it all.
+
+Order of ``up``: topology (``lab.json``) → network (bridge, node namespaces, routes, CNI config) → API server on
+the bridge address → controllers → one node runtime per node, inside the node's namespace → wait until every Node
+is Ready. Each process is started in its own session (it outlives ``ambit lab up``) and recorded with its start
+time. ``down`` is the lab record's sweep plus a scan for lab processes by command line (a process started just
+before a crash, not yet recorded, is found that way), then the lab directory. Both are safe to run again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ambit.errors import AmbitError
+from ambit.lab.commands import CommandRunner, SubprocessRunner, process_start_time
+from ambit.lab.network import create_network
+from ambit.lab.record import Record, sweep
+from ambit.lab.topology import API_PORT, BRIDGE_ADDRESS, SERVICE_CIDR, Topology
+
+
+class LabError(AmbitError):
+    """The lab could not be brought up (or is already up)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LabSettings:
+    directory: Path
+    """The lab's directory (state, logs, kubeconfig)."""
+    nodes: int = 2
+    """How many nodes."""
+    ready_timeout: float = 60.0
+    """Seconds to wait for the API server and the nodes."""
+
+
+def _ambit(*args: str) -> list[str]:
+    return [sys.executable, "-m", "ambit.cli", *args]
+
+
+def _start(
+    argv: list[str], log: Path, record: Record, what: str, *, pipe_stdout: bool = False
+) -> subprocess.Popen[bytes]:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE if pipe_stdout else out,
+            stderr=out,
+            start_new_session=True,
+            close_fds=True,
+        )
+    record.note("process", pid=proc.pid, start_time=process_start_time(proc.pid) or 0, what=what)
+    return proc
+
+
+def lab_up(settings: LabSettings, runner: CommandRunner | None = None) -> Topology:
+    runner = runner or SubprocessRunner()
+    directory = settings.directory.resolve()
+    existing = Topology.load(directory)
+    if existing is not None:
+        raise LabError(f"a lab is already up in {directory} (lab {existing.lab_id}); run `ambit lab down` first")
+    try:
+        topology = Topology.new(settings.nodes, directory)
+    except ValueError as exc:
+        raise LabError(str(exc)) from None
+    topology.save()
+    record = Record(topology.record_file)
+    try:
+        create_network(topology, record, runner)
+        _start_apiserver(topology, record, settings.ready_timeout)
+        _start(
+            _ambit("lab", "controllers", "--dir", str(directory)),
+            directory / "logs" / "controllers.log",
+            record,
+            "controllers",
+        )
+        for node in topology.all_nodes():
+            # nsenter, not `ip netns exec`: the runtime must stay in the root mount namespace, so that the pod
+            # namespaces it creates (bind mounts under /run/netns) are visible to everyone.
+            argv = [
+                "nsenter",
+                f"--net=/run/netns/{node.netns}",
+                "--",
+                *_ambit("lab", "node", "--dir", str(directory), "--name", node.name),
+            ]
+            _start(argv, topology.node_dir(node.name) / "runtime.log", record, f"node runtime {node.name}")
+        _wait_for_nodes(topology, settings.ready_timeout)
+    except BaseException:
+        lab_down(directory, runner)
+        raise
+    return topology
+
+
+def _start_apiserver(topology: Topology, record: Record, timeout: float) -> None:
+    argv = _ambit(
+        "apiserver",
+        "--data-dir",
+        str(topology.path / "apiserver"),
+        "--listen",
+        f"{BRIDGE_ADDRESS}:{API_PORT}",
+        "--kubeconfig",
+        str(topology.kubeconfig),
+        "--service-cidr",
+        SERVICE_CIDR,
+    )
+    proc = _start(argv, topology.path / "logs" / "apiserver.log", record, "apiserver", pipe_stdout=True)
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    import select
+
+    line = b""
+    while time.monotonic() < deadline and b"\n" not in line:
+        ready, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            break
+        chunk = os.read(proc.stdout.fileno(), 4096)
+        if not chunk:
+            break
+        line += chunk
+    proc.stdout.close()
+    if b"ready" not in line:
+        log = (topology.path / "logs" / "apiserver.log").read_text(errors="replace")[-2000:]
+        raise LabError(f"the API server did not start: {log}")
+
+
+def _wait_for_nodes(topology: Topology, timeout: float) -> None:
+    import asyncio
+
+    from ambit.k8s import KubeClient, KubeClientError, kinds
+
+    async def ready_nodes() -> set[str]:
+        async with KubeClient.from_kubeconfig(topology.kubeconfig) as client:
+            nodes, _ = await client.list(kinds.NODES)
+        return {
+            n["metadata"]["name"]
+            for n in nodes
+            if any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in (n.get("status") or {}).get("conditions") or []
+            )
+        }
+
+    wanted = {n.name for n in topology.all_nodes()}
+    deadline = time.monotonic() + timeout
+    have: set[str] = set()
+    while time.monotonic() < deadline:
+        try:
+            have = asyncio.run(ready_nodes())
+        except KubeClientError:
+            have = set()
+        if wanted <= have:
+            return
+        time.sleep(0.3)
+    missing = ", ".join(sorted(wanted - have))
+    raise LabError(f"nodes not Ready after {timeout:.0f} s: {missing}; see {topology.path}/nodes/*/runtime.log")
+
+
+def lab_down(directory: Path, runner: CommandRunner | None = None) -> list[str]:
+    """Remove the lab in ``directory``: processes, namespaces, links, routes, rules, files. Idempotent."""
+    runner = runner or SubprocessRunner()
+    directory = directory.resolve()
+    topology = Topology.load(directory)
+    if topology is None:
+        return []
+    removed = _kill_lab_processes(directory)
+    removed += sweep(topology, Record(topology.record_file), runner)
+    shutil.rmtree(directory, ignore_errors=True)
+    removed.append(f"directory {directory}")
+    return removed
+
+
+def _kill_lab_processes(directory: Path) -> list[str]:
+    """The lab's own daemons (API server, controllers, node runtimes), found by their command lines."""
+    wanted = {str(directory).encode(), str(directory / "apiserver").encode()}
+    found: list[int] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"ambit.cli" not in args or not wanted.intersection(args):
+            continue
+        if b"apiserver" in args or (b"lab" in args and (b"node" in args or b"controllers" in args)):
+            found.append(int(entry.name))
+    for pid in found:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline and any(_alive(pid) for pid in found):
+        time.sleep(0.05)
+    for pid in found:
+        if _alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    return [f"process {pid}" for pid in found]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"

@@ -1,0 +1,28 @@
+"""The lab's controllers: kube-scheduler and kube-controller-manager's Deployment, ReplicaSet, EndpointSlice
+and Endpoints controllers, simplified, in one process (``ambit lab up`` runs :func:`run_controllers`).
+
+Each controller is an informer-driven reconcile loop (:mod:`reconcile`): informer handlers only queue keys
+(``namespace/name``) on a de-duplicating work queue (:mod:`workqueue`); workers take a key, read the object and
+what it relates to from the shared caches, and write what differs. Failures are retried per key with back-off;
+one bad object is logged and reported with a Warning Event, and never stops the loop.
+
+Modules: ``scheduler`` and ``placement`` (binding pods to nodes), ``deployment`` and ``rollout`` (Deployments
+to ReplicaSets), ``replicaset`` and ``expectations`` (ReplicaSets to pods), ``endpointslice``, ``slicing``,
+``legacy_endpoints`` and ``endpoints`` (Services to EndpointSlices and Endpoints), ``ownership``, ``pods`` and
+``selectors`` (reading objects), ``manager`` and ``settings`` (running them together).
+
+Not done: DaemonSets, StatefulSets, Jobs; scheduler taints, affinity and resources; Deployment progress
+deadlines and proportional scaling during a rollout; pod garbage collection (Failed pods stay).
+
+Errors::
+
+    AmbitError
+    └── ControllerError          a controller could not start (caches did not sync)
+        └── SyncError            one object's reconcile failed; becomes a Warning Event and a retry
+"""
+
+from ambit.lab.controllers.manager import ControllerManager, run_controllers
+from ambit.lab.controllers.reconcile import ControllerError, SyncError
+from ambit.lab.controllers.settings import ControllerSettings
+
+__all__ = ["ControllerError", "ControllerManager", "ControllerSettings", "SyncError", "run_controllers"]

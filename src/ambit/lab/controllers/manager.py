@@ -1,0 +1,122 @@
+"""Starting and stopping the controllers together, on shared informers.
+
+Order of ``start()``: build the shared informers (one per kind) and each controller with its Event recorder
+(controllers add their handlers, which only queue keys); start the recorders and the informers; wait until
+every informer has listed once; only then start the reconcile workers, so that no controller acts on a partial
+cache (kube's ``WaitForCacheSync``). ``aclose()`` stops the workers, then the informers, then the recorders
+(which first write the Events still queued).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from types import TracebackType
+
+from ambit.k8s import EventRecorder, EventRecorderSettings, Informer, KubeClient, kinds
+from ambit.lab.controllers.deployment import DeploymentController
+from ambit.lab.controllers.endpointslice import EndpointSliceController
+from ambit.lab.controllers.legacy_endpoints import EndpointsController
+from ambit.lab.controllers.reconcile import ControllerError, ReconcileLoop, Reconciler
+from ambit.lab.controllers.replicaset import ReplicaSetController
+from ambit.lab.controllers.scheduler import Scheduler
+from ambit.lab.controllers.settings import ENDPOINTS, ControllerSettings, Informers
+from ambit.lab.controllers.slicing import CONTROLLER, MANAGED_BY
+
+log = logging.getLogger("ambit.lab.controllers")
+
+
+class ControllerManager:
+    """The lab's controllers; ``async with`` it, or ``await start()`` then ``await aclose()``."""
+
+    def __init__(self, client: KubeClient, settings: ControllerSettings | None = None) -> None:
+        self.client = client
+        self.settings = settings or ControllerSettings()
+        s = self.settings
+
+        def informer(kind: kinds.ResourceKind, label_selector: dict[str, str] | None = None) -> Informer:
+            return Informer(client, kind, label_selector=label_selector, settings=s.informer)
+
+        self.informers = Informers(
+            pods=informer(kinds.PODS),
+            nodes=informer(kinds.NODES),
+            services=informer(kinds.SERVICES),
+            deployments=informer(kinds.DEPLOYMENTS),
+            replicasets=informer(kinds.REPLICA_SETS),
+            endpointslices=informer(kinds.ENDPOINT_SLICES, {MANAGED_BY: CONTROLLER}),
+            endpoints=informer(ENDPOINTS),
+        )
+        self.recorders: list[EventRecorder] = []
+        self.controllers: dict[str, Reconciler] = {}
+        self.loops: list[ReconcileLoop] = []
+        if s.scheduler:
+            self._add(Scheduler(client, self.informers, self._recorder(Scheduler.name), s), workers=1)
+        if s.workloads:
+            self._add(DeploymentController(client, self.informers, self._recorder(DeploymentController.name), s))
+            self._add(ReplicaSetController(client, self.informers, self._recorder(ReplicaSetController.name), s))
+        if s.endpoints:
+            self._add(EndpointSliceController(client, self.informers, self._recorder(EndpointSliceController.name), s))
+            self._add(EndpointsController(client, self.informers, self._recorder(EndpointsController.name), s))
+        self._started = False
+
+    def _recorder(self, controller: str) -> EventRecorder:
+        settings = EventRecorderSettings(
+            reporting_controller=controller, reporting_instance=self.settings.reporting_instance
+        )
+        recorder = EventRecorder(self.client, settings)
+        self.recorders.append(recorder)
+        return recorder
+
+    def _add(self, reconciler: Reconciler, workers: int | None = None) -> None:
+        self.controllers[reconciler.name] = reconciler
+        self.loops.append(ReconcileLoop(reconciler, workers or self.settings.workers))
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        for recorder in self.recorders:
+            recorder.start()
+        for inf in self.informers.all():
+            inf.start()
+        try:
+            async with asyncio.timeout(self.settings.sync_timeout):
+                for inf in self.informers.all():
+                    await inf.wait_synced()
+        except TimeoutError:
+            await self.aclose()
+            raise ControllerError(
+                f"the controllers' caches did not sync within {self.settings.sync_timeout:g}s "
+                f"(is the API server at {self.client.connection.server} up?)"
+            ) from None
+        except BaseException:
+            await self.aclose()
+            raise
+        for loop in self.loops:
+            loop.start()
+        log.info("controllers running: %s", ", ".join(self.controllers))
+
+    async def aclose(self) -> None:
+        for loop in self.loops:
+            await loop.aclose()
+        for inf in self.informers.all():
+            await inf.aclose()
+        for recorder in self.recorders:
+            with contextlib.suppress(Exception):
+                await recorder.aclose()
+
+    async def __aenter__(self) -> ControllerManager:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+async def run_controllers(client: KubeClient, settings: ControllerSettings) -> None:
+    """Run the controllers until cancelled (what ``ambit lab up`` runs)."""
+    async with ControllerManager(client, settings):
+        await asyncio.Event().wait()

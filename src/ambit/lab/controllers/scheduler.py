@@ -1,0 +1,169 @@
+"""The scheduler: bind pods that name ``default-scheduler`` (or no scheduler) and no node to a node.
+
+Binding is a merge patch of ``spec.nodeName`` that carries the pod's ``resourceVersion`` as a precondition. The
+embedded API server has no ``pods/binding`` subresource; the precondition gives the same guarantee: if the pod
+changed since we read it — another scheduler bound it first — the server answers 409 and the pod is looked at
+again, so two schedulers never double-bind a pod.
+
+Rules:
+
+1. One worker, so placements are decided one after the other. Pods we bound are *assumed* on their node until
+   the informer shows the binding, so a burst of pods spreads over the nodes instead of piling onto the one the
+   cache still thinks is empty (kube-scheduler's assume cache).
+2. A pod that cannot be placed (:mod:`placement`), or whose ``spec.nodeName`` names a node that does not exist,
+   stays Pending with condition ``PodScheduled=False`` (reason ``Unschedulable``, written through pods/status
+   only when it changes) and a Warning Event ``FailedScheduling``. Every node change queues such pods again.
+3. A bound pod gets ``PodScheduled=True``, and, when we bound it, a Normal Event ``Scheduled``.
+4. Conditions are written with a strategic merge patch (merge key ``type``), so the kubelet's conditions stay.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ambit.k8s import EventRecorder, KubeClient, kinds
+from ambit.lab.controllers import pods as podstate
+from ambit.lab.controllers.ownership import Object, is_deleting, key_of, name_of
+from ambit.lab.controllers.placement import place
+from ambit.lab.controllers.settings import ControllerSettings, Informers
+from ambit.lab.controllers.workqueue import Key, WorkQueue
+
+log = logging.getLogger("ambit.lab.controllers.scheduler")
+
+SCHEDULER_NAME = "default-scheduler"
+
+
+def is_ours(pod: Object) -> bool:
+    name = (pod.get("spec") or {}).get("schedulerName")
+    return name in (None, "", SCHEDULER_NAME) and not podstate.is_terminal(pod) and not is_deleting(pod)
+
+
+def _inputs(pod: Object) -> tuple[Any, ...]:
+    """What scheduling depends on: a pod update that changes none of it (a status write) is not a reason."""
+    meta = pod.get("metadata") or {}
+    return (meta.get("uid"), meta.get("deletionTimestamp"), pod.get("spec"))
+
+
+def _node_inputs(node: Object) -> tuple[Any, ...]:
+    ready = (podstate.condition(node, "Ready") or {}).get("status")
+    return (node.get("spec"), (node.get("metadata") or {}).get("labels"), ready)
+
+
+class Scheduler:
+    name = SCHEDULER_NAME
+    failure_reason = "FailedScheduling"
+
+    def __init__(
+        self,
+        client: KubeClient,
+        informers: Informers,
+        recorder: EventRecorder,
+        settings: ControllerSettings,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.client = client
+        self.informers = informers
+        self.recorder = recorder
+        self.clock = clock
+        self.queue = WorkQueue(self.name, initial=settings.retry_initial, maximum=settings.retry_max)
+        self.assumed: dict[Key, str] = {}
+        """Pods we bound that the informer still shows unbound, and their node."""
+        informers.pods.add_handler(on_add=self._pod_added, on_update=self._pod_updated, on_delete=self._pod_deleted)
+        informers.nodes.add_handler(
+            on_add=self._nodes_changed, on_update=self._node_updated, on_delete=self._nodes_changed
+        )
+
+    def find(self, key: Key) -> Object | None:
+        return self.informers.pods.find(key[1], key[0])
+
+    # -- events ---------------------------------------------------------------------------------------------
+    def _pod_added(self, pod: Object) -> None:
+        if is_ours(pod):
+            self.queue.add(key_of(pod))
+
+    def _pod_updated(self, old: Object, new: Object) -> None:
+        if (new.get("spec") or {}).get("nodeName"):
+            self.assumed.pop(key_of(new), None)
+        if is_ours(new) and _inputs(old) != _inputs(new):
+            self.queue.add(key_of(new))
+
+    def _pod_deleted(self, pod: Object) -> None:
+        self.assumed.pop(key_of(pod), None)
+
+    def _node_updated(self, old: Object, new: Object) -> None:
+        if _node_inputs(old) != _node_inputs(new):  # not on every heartbeat
+            self._nodes_changed(new)
+
+    def _nodes_changed(self, node: Object) -> None:
+        """Pods waiting for a node look again."""
+        for pod in self.informers.pods.items():
+            if is_ours(pod) and (podstate.condition(pod, "PodScheduled") or {}).get("status") != "True":
+                self.queue.add(key_of(pod))
+
+    # -- reconcile ------------------------------------------------------------------------------------------
+    async def reconcile(self, key: Key) -> float | None:
+        pod = self.find(key)
+        if pod is None:
+            self.assumed.pop(key, None)
+            return None
+        if not is_ours(pod) or key in self.assumed:
+            return None
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        if node_name:
+            if self.informers.nodes.find(node_name) is None:
+                await self._unschedulable(pod, f'node "{node_name}" not found')
+            else:
+                await self._set_condition(pod, "True", None, None)
+            return None
+        placement = place(pod, self.informers.nodes.items(), self.load())
+        if placement.node is None:
+            await self._unschedulable(pod, placement.message)
+            return None
+        await self.bind(pod, placement.node)
+        return None
+
+    def load(self) -> dict[str, int]:
+        """Non-terminated pods per node, counting the ones we assumed there."""
+        counts: dict[str, int] = {}
+        for pod in self.informers.pods.items():
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node and not podstate.is_terminal(pod):
+                counts[node] = counts.get(node, 0) + 1
+        for node in self.assumed.values():
+            counts[node] = counts.get(node, 0) + 1
+        return counts
+
+    async def bind(self, pod: Object, node: str) -> None:
+        namespace, name = key_of(pod)
+        rv = (pod.get("metadata") or {}).get("resourceVersion")
+        bound = await self.client.patch(
+            kinds.PODS, name, {"metadata": {"resourceVersion": rv}, "spec": {"nodeName": node}}, namespace
+        )
+        cached = self.find((namespace, name))
+        if cached is None or not (cached.get("spec") or {}).get("nodeName"):
+            self.assumed[(namespace, name)] = node
+        log.info("bound %s/%s to %s", namespace, name, node)
+        self.recorder.record(
+            bound, "Normal", "Scheduled", f"Successfully assigned {namespace}/{name} to {node}", "Binding"
+        )
+        await self._set_condition(bound, "True", None, None)
+
+    async def _unschedulable(self, pod: Object, message: str) -> None:
+        log.info("cannot schedule %s/%s: %s", *key_of(pod), message)
+        self.recorder.record(pod, "Warning", "FailedScheduling", message, "Scheduling")
+        await self._set_condition(pod, "False", "Unschedulable", message)
+
+    async def _set_condition(self, pod: Object, status: str, reason: str | None, message: str | None) -> None:
+        current = podstate.condition(pod, "PodScheduled") or {}
+        if (current.get("status"), current.get("reason"), current.get("message")) == (status, reason, message):
+            return
+        cond: dict[str, Any] = {"type": "PodScheduled", "status": status, "reason": reason, "message": message}
+        if current.get("status") != status:
+            cond["lastProbeTime"] = None
+            cond["lastTransitionTime"] = podstate.rfc3339(self.clock())
+        patch = {"status": {"conditions": [cond]}}
+        await self.client.patch_status(kinds.PODS, name_of(pod), patch, key_of(pod)[0], patch_type="strategic")

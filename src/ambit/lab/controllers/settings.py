@@ -1,0 +1,63 @@
+"""The controllers' settings, and the informers they share (one cache per kind for all controllers)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ambit.k8s import Informer, InformerSettings, ResourceKind
+
+ENDPOINTS = ResourceKind("", "v1", "endpoints", "Endpoints")
+"""core/v1 Endpoints (not among ``ambit.k8s.kinds``: only the legacy Endpoints controller writes them)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerSettings:
+    """What ``ambit lab up`` runs and how; the defaults suit a lab of a few nodes and a few hundred pods."""
+
+    scheduler: bool = True
+    """Run the scheduler (binds pods to nodes)."""
+    workloads: bool = True
+    """Run the Deployment and ReplicaSet controllers."""
+    endpoints: bool = True
+    """Run the EndpointSlice and (legacy) Endpoints controllers."""
+    workers: int = 2
+    """Reconcile workers per controller (the scheduler always has one, so that its placements see each other)."""
+    retry_initial: float = 0.05
+    """Seconds before the first retry of a key whose reconcile failed; doubles with each further failure."""
+    retry_max: float = 30.0
+    """The longest delay between retries of one key."""
+    expectations_timeout: float = 300.0
+    """Seconds after which a ReplicaSet stops waiting for the informer to show pods it created or deleted."""
+    burst_replicas: int = 500
+    """The most pods one ReplicaSet reconcile creates or deletes."""
+    max_endpoints_per_slice: int = 100
+    """Endpoints per EndpointSlice (kube-controller-manager's ``--max-endpoints-per-slice``)."""
+    reporting_instance: str = "ambit-lab"
+    """``reportingInstance`` of the Events the controllers record."""
+    sync_timeout: float = 60.0
+    """Seconds ``ControllerManager.start()`` waits for the informers' first lists."""
+    informer: InformerSettings = field(default_factory=InformerSettings)
+
+
+@dataclass(frozen=True, slots=True)
+class Informers:
+    """The shared caches; handlers are added by the controllers before the manager starts them."""
+
+    pods: Informer
+    nodes: Informer
+    services: Informer
+    deployments: Informer
+    replicasets: Informer
+    endpointslices: Informer
+    endpoints: Informer
+
+    def all(self) -> list[Informer]:
+        return [
+            self.pods,
+            self.nodes,
+            self.services,
+            self.deployments,
+            self.replicasets,
+            self.endpointslices,
+            self.endpoints,
+        ]

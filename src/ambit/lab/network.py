@@ -1,0 +1,190 @@
+"""The lab's network: a bridge in the root namespace, one namespace per node, and each node's CNI configuration.
+
+::
+
+    root namespace                       node-i namespace (ab<id>-node-i)            pod namespace
+    ab<id>-br 198.18.0.1/24 ── ab<id>-ni ═ eth0 198.18.0.<10+i>/24
+                                           cni0 198.18.<i>.1/24 (CNI bridge) ══════ eth0 198.18.<i>.x/24
+
+Routes: each node reaches every other node's pod range via that node's address; the root namespace has the same
+routes on the lab bridge (so the API server can answer pods). Pods get a default route to their node's ``cni0``;
+a node has no default route, so nothing leaves the lab. Forwarding is turned on only inside node namespaces, with
+reverse-path filtering off there (the node forwards between ``cni0`` and ``eth0``, traffic the kernel's loose or
+strict check must not drop). The root namespace forwards nothing: node-to-node traffic crosses the lab bridge at L2.
+
+Every link, namespace, route and directory is noted in the lab's record before it is created, and
+:func:`destroy_network` is the record's sweep, so a half-built network is removed the same way as a whole one.
+
+Only one lab's network can be up on a machine at a time: every lab uses the same addresses (the lab bridge's
+``198.18.0.1/24`` and the pod ranges routed in the root namespace). :func:`create_network` refuses to start
+when those are taken instead of stealing routes from another lab.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ambit.errors import AmbitError
+from ambit.lab.commands import CommandRunner
+from ambit.lab.record import Record, sweep
+from ambit.lab.topology import BRIDGE_ADDRESS, CNI_PLUGIN_DIR, NODE_NETWORK, SERVICE_CIDR, NodeAddresses, Topology
+
+NETWORK_NAME = "ambit-lab"
+CONFLIST_NAME = "10-ambit-lab.conflist"
+CNI_BRIDGE = "cni0"
+_PREFIXLEN = NODE_NETWORK.split("/")[1]
+
+
+class LabNetworkError(AmbitError):
+    """The lab's network cannot be created (its addresses are in use by another lab)."""
+
+
+def create_network(topology: Topology, record: Record, runner: CommandRunner) -> None:
+    """Build the whole network of ``topology`` (bridge, nodes, routes, CNI files); raises on the first failure."""
+    _refuse_if_taken(topology, runner)
+    _create_bridge(topology, record, runner)
+    nodes = topology.all_nodes()
+    for node in nodes:
+        _create_node(topology, node, record, runner)
+    for node in nodes:
+        for other in nodes:
+            if other is not node:
+                _add_route(record, runner, node.netns, other.pod_cidr, other.address, "eth0")
+        _add_route(record, runner, None, node.pod_cidr, node.address, topology.bridge)
+        # The node's own connections to Service VIPs are routed before its output hook DNATs them: they need a
+        # route. The Service rules reject every VIP they do not serve, so nothing leaves through it.
+        record.note("route", namespace=node.netns, dst=SERVICE_CIDR, via="")
+        runner.run(["ip", "-n", node.netns, "route", "add", SERVICE_CIDR, "dev", "eth0"])
+    for node in nodes:
+        write_node_cni_files(topology, node, record)
+
+
+def destroy_network(topology: Topology, record: Record, runner: CommandRunner) -> list[str]:
+    """Remove everything the lab created (see :func:`ambit.lab.record.sweep`); return what was removed."""
+    return sweep(topology, record, runner)
+
+
+def node_exec_argv(topology: Topology, node: str, argv: list[str]) -> list[str]:
+    """``argv`` run inside node ``node``'s namespace."""
+    found = topology.node_named(node)
+    if found is None:
+        raise ValueError(f"no node {node!r} in lab {topology.lab_id}")
+    return ["ip", "netns", "exec", found.netns, *argv]
+
+
+# -- links and namespaces -------------------------------------------------------------------------------------
+
+
+def _refuse_if_taken(topology: Topology, runner: CommandRunner) -> None:
+    taken: list[str] = []
+    for item in _json(runner.run(["ip", "-j", "-4", "addr", "show", "to", f"{BRIDGE_ADDRESS}/32"]).stdout):
+        taken.append(f"{BRIDGE_ADDRESS} is on {item.get('ifname')}")
+    cidrs = {node.pod_cidr for node in topology.all_nodes()}
+    for route in _json(runner.run(["ip", "-j", "-4", "route", "show"]).stdout):
+        if route.get("dst") in cidrs:
+            taken.append(f"{route['dst']} is routed via {route.get('dev')}")
+    if taken:
+        raise LabNetworkError(
+            f"lab {topology.lab_id}: the lab's addresses are in use ({'; '.join(taken)}); "
+            "is another lab up? (`ambit lab down` removes it)"
+        )
+
+
+def _create_bridge(topology: Topology, record: Record, runner: CommandRunner) -> None:
+    record.note("link", name=topology.bridge, netns=None)
+    runner.run(["ip", "link", "add", topology.bridge, "type", "bridge"])
+    runner.run(["ip", "addr", "add", f"{BRIDGE_ADDRESS}/{_PREFIXLEN}", "dev", topology.bridge])
+    runner.run(["ip", "link", "set", topology.bridge, "up"])
+
+
+def _create_node(topology: Topology, node: NodeAddresses, record: Record, runner: CommandRunner) -> None:
+    record.note("netns", name=node.netns)
+    runner.run(["ip", "netns", "add", node.netns])
+    # Before eth0 arrives: a device takes the namespace's defaults when it is created or moved in.
+    runner.run(
+        [
+            *node_exec_argv(topology, node.name, ["sysctl", "-q", "-w"]),
+            "net.ipv4.ip_forward=1",
+            "net.ipv4.conf.all.rp_filter=0",
+            "net.ipv4.conf.default.rp_filter=0",
+            # A pod calling a Service VIP sends its packet back out of cni0: redirects would make the kernel's
+            # ICMP rate limit swallow the Service rules' rejects.
+            "net.ipv4.conf.all.send_redirects=0",
+            "net.ipv4.conf.default.send_redirects=0",
+        ]
+    )
+    runner.run(["ip", "-n", node.netns, "link", "set", "lo", "up"])
+    record.note("link", name=node.root_link, netns=None)
+    # The node end is created inside the node's namespace with its final name: no temporary name in the root.
+    runner.run(["ip", "link", "add", node.root_link, "type", "veth", "peer", "name", "eth0", "netns", node.netns])
+    runner.run(["ip", "link", "set", node.root_link, "master", topology.bridge, "up"])
+    runner.run(["ip", "-n", node.netns, "addr", "add", f"{node.address}/{_PREFIXLEN}", "dev", "eth0"])
+    runner.run(["ip", "-n", node.netns, "link", "set", "eth0", "up"])
+
+
+def _add_route(record: Record, runner: CommandRunner, netns: str | None, dst: str, via: str, dev: str) -> None:
+    record.note("route", namespace=netns, dst=dst, via=via)
+    where = ["-n", netns] if netns else []
+    runner.run(["ip", *where, "route", "add", dst, "via", via, "dev", dev])
+
+
+# -- CNI files ------------------------------------------------------------------------------------------------
+
+
+def node_conflist(topology: Topology, node: NodeAddresses) -> dict[str, Any]:
+    """The node's CNI network: the standard bridge plugin (host-local IPAM on the node's range), then loopback.
+
+    ``loopback`` chained after ``bridge`` receives bridge's result as ``prevResult`` and passes it on unchanged
+    (checked with plugins 1.1.1), so one conflist gives the pod both ``eth0`` and a ``lo`` that is up.
+    """
+    return {
+        "cniVersion": "1.0.0",
+        "name": NETWORK_NAME,
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": CNI_BRIDGE,
+                "isGateway": True,
+                "ipMasq": False,
+                "hairpinMode": True,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": node.pod_cidr, "gateway": node.pod_gateway}]],
+                    "routes": [{"dst": "0.0.0.0/0", "gw": node.pod_gateway}],
+                    "dataDir": str(topology.node_dir(node.name) / "ipam"),
+                },
+            },
+            {"type": "loopback"},
+        ],
+    }
+
+
+def write_node_cni_files(topology: Topology, node: NodeAddresses, record: Record) -> None:
+    """``nodes/<node>/cni/bin`` (links to every standard plugin) and ``cni/net.d/10-ambit-lab.conflist``."""
+    node_dir = topology.node_dir(node.name)
+    record.note("dir", path=str(node_dir))
+    bin_dir, conf_dir = topology.cni_bin_dir(node.name), topology.cni_conf_dir(node.name)
+    for directory in (bin_dir, conf_dir, node_dir / "ipam"):
+        directory.mkdir(parents=True, exist_ok=True)
+    for plugin in sorted(CNI_PLUGIN_DIR.iterdir()):
+        link = bin_dir / plugin.name
+        if not link.is_symlink():
+            link.symlink_to(plugin)
+    _write_atomically(conf_dir / CONFLIST_NAME, json.dumps(node_conflist(topology, node), indent=2) + "\n")
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _json(data: bytes) -> list[dict[str, Any]]:
+    try:
+        parsed = json.loads(data or b"[]")
+    except ValueError:
+        return []
+    return [item for item in parsed if isinstance(item, dict)] if isinstance(parsed, list) else []

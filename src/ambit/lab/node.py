@@ -1,0 +1,82 @@
+"""The lab's long-running processes, as ``ambit lab up`` starts them: one node (runtime, Service rules) and the
+controllers. Each runs until SIGTERM or SIGINT and then closes cleanly; pods keep running when a node runtime
+stops (as containers outlive a kubelet), and ``ambit lab down`` removes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from ambit.k8s import KubeClient
+from ambit.lab.commands import SubprocessRunner
+from ambit.lab.kubelet import NodeRuntime, NodeRuntimeSettings
+from ambit.lab.record import Record
+from ambit.lab.sandbox import PodSandboxes
+from ambit.lab.services_apply import ServiceProxy
+from ambit.lab.topology import SERVICE_CIDR, Topology
+
+log = logging.getLogger("ambit.lab")
+
+_SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def container_path() -> str:
+    """Pods' PATH: this project's interpreter first (``python3 -m ambit.lab.apps`` works), then the system's."""
+    return f"{Path(sys.executable).parent}:{_SYSTEM_PATH}"
+
+
+async def _until_signalled() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+def _logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+async def run_node(topology: Topology, node_name: str) -> None:
+    """A node: the pod runtime and the Service rules, run inside the node's network namespace."""
+    _logging()
+    node = topology.node_named(node_name)
+    if node is None:
+        raise ValueError(f"no node {node_name!r} in lab {topology.lab_id}")
+    runner = SubprocessRunner()
+    record = Record(topology.record_file)
+    settings = NodeRuntimeSettings.for_lab(topology, node_name, container_path=container_path())
+    async with KubeClient.from_kubeconfig(topology.kubeconfig) as client:
+        runtime = NodeRuntime(client, settings, PodSandboxes(topology, node_name, record, runner), record)
+        # The runtime runs inside the node's namespace: nft applies to it directly (netns "").
+        proxy = ServiceProxy(
+            client, netns="", node_pod_cidr=node.pod_cidr, node_gateway=node.pod_gateway, service_cidr=SERVICE_CIDR
+        )
+        await runtime.start()
+        await proxy.start()
+        log.info("node %s of lab %s is running", node_name, topology.lab_id)
+        try:
+            await _until_signalled()
+        finally:
+            with contextlib.suppress(Exception):
+                await proxy.aclose()
+            await runtime.aclose()
+
+
+async def run_controllers_for(topology: Topology) -> None:
+    """The scheduler, Deployment/ReplicaSet and EndpointSlice controllers, against the lab's API server."""
+    from ambit.lab.controllers.manager import ControllerManager
+    from ambit.lab.controllers.settings import ControllerSettings
+
+    _logging()
+    async with (
+        KubeClient.from_kubeconfig(topology.kubeconfig) as client,
+        ControllerManager(client, ControllerSettings()),
+    ):
+        log.info("controllers of lab %s are running", topology.lab_id)
+        await _until_signalled()

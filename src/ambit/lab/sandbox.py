@@ -1,0 +1,135 @@
+"""Pod sandboxes as a node's runtime makes them: a network namespace per pod, attached by the node's CNI chain.
+
+A sandbox is named after its pod (``topology.pod_netns(uid)``) and its CNI container id is the pod's uid, so a
+runtime that restarts finds its sandboxes again by uid alone. The plugins run inside the node's namespace (the
+CNI bridge and host-local's state are the node's), with their results cached under ``nodes/<node>/cni/cache``.
+
+Invariants:
+
+- :meth:`PodSandboxes.create` either returns an attached sandbox or leaves nothing behind: when CNI ADD fails the
+  chain is torn down (DEL, as containerd does after a failed set-up, so an address already taken is released) and
+  the namespace removed, then the :class:`~ambit.lab.cni.CniError` propagates for the runtime to report.
+- :meth:`PodSandboxes.destroy` is idempotent: DEL tolerates a missing namespace or attachment, and the namespace
+  is removed even when DEL fails (the error is raised afterwards; a later destroy retries DEL with the cache).
+- The namespace is noted in the lab's record before it is created (a crash leaves nothing the sweep misses).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ambit.lab import cni
+from ambit.lab.cni import CniError, CniResult
+from ambit.lab.commands import CommandRunner
+from ambit.lab.record import Record
+from ambit.lab.topology import Topology
+
+NETNS_RUN_DIR = "/run/netns"  # where ``ip netns add`` mounts named namespaces
+POD_IFNAME = "eth0"
+
+
+@dataclass(frozen=True, slots=True)
+class Sandbox:
+    netns: str
+    netns_path: str
+    ips: tuple[str, ...]
+    result: CniResult
+
+
+class PodSandboxes:
+    """The pod sandboxes of one node."""
+
+    def __init__(self, topology: Topology, node_name: str, record: Record, runner: CommandRunner) -> None:
+        node = topology.node_named(node_name)
+        if node is None:
+            raise ValueError(f"no node {node_name!r} in lab {topology.lab_id}")
+        self.topology = topology
+        self.node = node
+        self.record = record
+        self.runner = runner
+
+    @property
+    def conf_dir(self) -> Path:
+        return self.topology.cni_conf_dir(self.node.name)
+
+    @property
+    def bin_dirs(self) -> list[Path]:
+        return [self.topology.cni_bin_dir(self.node.name)]
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.topology.node_dir(self.node.name) / "cni" / "cache"
+
+    def netns_path(self, pod_uid: str) -> str:
+        return f"{NETNS_RUN_DIR}/{self.topology.pod_netns(pod_uid)}"
+
+    async def create(self, pod: Mapping[str, Any]) -> Sandbox:
+        """Make the pod's namespace and attach it (CNI ADD); raises :class:`CniError` with nothing left behind."""
+        uid, name, namespace = _identity(pod)
+        conflist = cni.load_conflist(self.conf_dir)  # before creating anything: a bad config leaves nothing
+        netns, path = self.topology.pod_netns(uid), self.netns_path(uid)
+        if _exists(path):
+            await self.destroy(uid)  # a stale sandbox of an earlier run: start clean
+        self.record.note("netns", name=netns)
+        await self.runner.run_async(["ip", "netns", "add", netns])
+        args = _cni_args(uid, name, namespace)
+        try:
+            result = await cni.add(conflist, uid, path, POD_IFNAME, args, *self._exec(), cache_dir=self.cache_dir)
+        except BaseException:
+            try:
+                await cni.delete(conflist, uid, path, POD_IFNAME, args, *self._exec(), cache_dir=self.cache_dir)
+            except Exception:  # the ADD failure is the one to report
+                pass
+            finally:
+                await self.runner.run_async(["ip", "netns", "delete", netns], check=False)
+            raise
+        return Sandbox(netns, path, result.pod_ips, result)
+
+    async def destroy(self, pod_uid: str) -> None:
+        """Detach (CNI DEL) and remove the pod's namespace; nothing to do is not an error."""
+        netns, path = self.topology.pod_netns(pod_uid), self.netns_path(pod_uid)
+        failure: CniError | None = None
+        try:
+            conflist = cni.load_conflist(self.conf_dir)
+            args = _cni_args(pod_uid, "", "")
+            await cni.delete(conflist, pod_uid, path, POD_IFNAME, args, *self._exec(), cache_dir=self.cache_dir)
+        except CniError as exc:
+            failure = exc
+        if _exists(path):
+            await self.runner.run_async(["ip", "netns", "delete", netns])
+        if failure is not None:
+            raise failure
+
+    async def check(self, pod_uid: str) -> None:
+        """CNI CHECK of the pod's attachment; raises :class:`CniError` when it is not as ADD left it."""
+        path = self.netns_path(pod_uid)
+        if not _exists(path):
+            raise CniError(3, f"pod {pod_uid} has no sandbox (no {path})", command="CHECK")
+        conflist = cni.load_conflist(self.conf_dir)
+        args = _cni_args(pod_uid, "", "")
+        await cni.check(conflist, pod_uid, path, POD_IFNAME, args, *self._exec(), cache_dir=self.cache_dir)
+
+    def _exec(self) -> tuple[list[Path], CommandRunner, str]:
+        return self.bin_dirs, self.runner, self.node.netns
+
+
+def _exists(path: str) -> bool:
+    return os.path.exists(path)  # a stat in /run (tmpfs): no need to leave the event loop
+
+
+def _identity(pod: Mapping[str, Any]) -> tuple[str, str, str]:
+    meta = pod.get("metadata")
+    if not isinstance(meta, Mapping) or not isinstance(meta.get("uid"), str) or not meta["uid"]:
+        raise ValueError("a pod needs metadata.uid")
+    return meta["uid"], str(meta.get("name", "")), str(meta.get("namespace", "default"))
+
+
+def _cni_args(uid: str, name: str, namespace: str) -> dict[str, str]:
+    # What the kubelet passes (the pod's uid doubles as the sandbox's "infra container" id here).
+    args = {"K8S_POD_NAMESPACE": namespace, "K8S_POD_NAME": name, "K8S_POD_INFRA_CONTAINER_ID": uid}
+    args["K8S_POD_UID"] = uid
+    return {key: value for key, value in args.items() if value}

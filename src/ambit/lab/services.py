@@ -1,0 +1,435 @@
+"""Service VIPs to endpoints with nftables: kube-proxy's job inside one lab node (pure rendering; no I/O).
+
+Input: the cluster's Services (core/v1) and EndpointSlices (discovery.k8s.io/v1) as plain dicts. Output: one
+nftables script for the table ``ip ambit-lab-services`` that the node applies with ``nft -f`` (see
+:mod:`ambit.lab.services_apply`). The script starts with ``add table`` + ``delete table`` and then declares the
+whole table again, so one ``nft -f`` replaces the previous rules in a single transaction.
+
+What the table does, in packet order:
+
+1. ``nat-prerouting`` (pods on ``cni0``, other nodes) and ``nat-output`` (the node's own processes) look up
+   ``daddr . l4proto . dport`` in the map ``service-ips`` and go to the Service port's chain, which picks one
+   ready endpoint with ``numgen random mod N`` and goes to that endpoint's chain: ``dnat to ip:port``. NAT chains
+   see only the first packet of a connection, so the choice is made once per connection. The node's own
+   connections are routed before the output hook sees them: the node needs a route covering the Service range
+   (on ``cni0``, or on ``eth0`` when the Service range is given so that nothing to it can leave), or they fail
+   with ENETUNREACH.
+2. ``filter-prerouting`` (after DNAT, before routing) and ``filter-output`` (after the output DNAT) catch a new
+   connection still addressed to a VIP, i.e. not translated, and reject it so that clients fail at once instead
+   of timing out: a Service port without ready endpoints (map ``no-endpoint-services``) with a TCP reset, or
+   ICMP port-unreachable for UDP; any other port of a known cluster IP (and, given the Service range, any other
+   address in it) with ICMP port-unreachable. Not
+   host-unreachable for UDP: Linux treats it as a soft error that a UDP socket never reports, so the client
+   would wait for its timeout. Not in forward either: a pod's packet to a VIP routed back out of ``cni0`` makes
+   the node send the pod an ICMP redirect, which resets the kernel's per-host ICMP rate limit and suppresses
+   the reject that follows. (Reject in prerouting needs a kernel that allows it, as kube-proxy's nftables mode
+   does.)
+3. ``nat-postrouting``: a connection DNATed from this node's pod range to this node's pod range is SNATed to the
+   node's ``cni0`` address. Its reply would otherwise go from pod to pod across the bridge and, without
+   br_netfilter, never be un-DNATed. Nothing else is NATed: the lab never masquerades towards an uplink.
+
+Invariants: only validated tokens reach the script (DNS-label names, IPv4 addresses, port numbers), so no object
+can inject nft syntax, and chain names (``service-<ns>/<name>/<proto>/<port>``,
+``endpoint-<ns>/<name>/<proto>/<port>__<ip>/<port>``) cannot collide since ``/`` is in no label. Every map key is
+unique: a later Service claiming a taken ``ip . proto . port`` is skipped, because one duplicate element would
+fail the whole transaction. Output is sorted, so the same objects always give the same text. Malformed or
+unsupported objects (or ports, or endpoints) are left out with a reason, never raised; headless and ExternalName
+Services are valid and simply not proxied, so they give no reason.
+
+nft pitfalls (nftables 1.0.6): ``priority dstnat`` is refused for the ``output`` hook (written ``-100``); a rule
+followed by ``}`` on the same line needs a ``;``; an empty set or map must leave out ``elements``; ``nft -c``
+does not run the kernel's hook checks (a ``reject`` in postrouting passes it and fails to load).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+TABLE = "ambit-lab-services"
+FAMILY = "ip"
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+
+_PROXIED_TYPES = ("ClusterIP", "NodePort", "LoadBalancer")
+_PROTOCOLS = {"TCP": "tcp", "UDP": "udp"}
+_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_REJECT_HOW = {"tcp": "meta l4proto tcp reject with tcp reset", "udp": "reject with icmp type port-unreachable"}
+
+_BackendKey = tuple[str, str, str, str]
+"""A Service port's backends: (namespace, Service name, port name, protocol)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RenderedRules:
+    """The script for one node, and what was left out of it."""
+
+    script: str
+    skipped: list[str]
+    """One line per object, port or endpoint left out, with the reason."""
+    services: int
+    """Services with at least one port in the script."""
+    endpoints: int
+    """Endpoint chains in the script (one per ready endpoint per Service port)."""
+
+
+class _Malformed(Exception):
+    """The object (or part) being read is unusable; the message is the reason. Never leaves this module."""
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class _Endpoint:
+    ip: ipaddress.IPv4Address
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class _ServicePort:
+    name: str
+    protocol: str  # "tcp" | "udp"
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Service:
+    namespace: str
+    name: str
+    cluster_ip: ipaddress.IPv4Address
+    ports: tuple[_ServicePort, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Node:
+    pod_cidr: ipaddress.IPv4Network
+    gateway: ipaddress.IPv4Address
+    service_cidr: ipaddress.IPv4Network | None
+
+
+def render_service_rules(
+    services: Iterable[object],
+    slices: Iterable[object],
+    *,
+    node_pod_cidr: str,
+    node_gateway: str,
+    service_cidr: str | None = None,
+) -> RenderedRules:
+    """Render the node's table from the cluster's Services and EndpointSlices.
+
+    ``node_pod_cidr`` and ``node_gateway`` are the node's pod range and its ``cni0`` address. With
+    ``service_cidr``, new connections to any other address of the Service range are rejected too (ICMP
+    port-unreachable), so that nothing addressed to the range leaves the node whatever its routes. These are the
+    node's own settings, not input: a bad one is a ``ValueError``.
+    """
+    node = _Node(
+        ipaddress.IPv4Network(node_pod_cidr),
+        ipaddress.IPv4Address(node_gateway),
+        ipaddress.IPv4Network(service_cidr) if service_cidr is not None else None,
+    )
+    skipped: list[str] = []
+    parsed: list[_Service] = []
+    for obj in services:
+        try:
+            svc = _read_service(obj, skipped)
+        except _Malformed as exc:
+            skipped.append(f"Service {_describe(obj)}: {exc}")
+            continue
+        if svc is not None:
+            parsed.append(svc)
+    backends: dict[_BackendKey, set[_Endpoint]] = {}
+    for obj in slices:
+        try:
+            found = _read_slice(obj, skipped)
+        except _Malformed as exc:
+            skipped.append(f"EndpointSlice {_describe(obj)}: {exc}")
+            continue
+        for key, endpoints in found.items():
+            backends.setdefault(key, set()).update(endpoints)
+    return _render(parsed, backends, skipped, node)
+
+
+# -- rendering ---------------------------------------------------------------------------------------------------
+
+
+def _render(
+    services: list[_Service],
+    backends: dict[_BackendKey, set[_Endpoint]],
+    skipped: list[str],
+    node: _Node,
+) -> RenderedRules:
+    cluster_ips: set[ipaddress.IPv4Address] = set()
+    service_map: dict[tuple[int, str, int], str] = {}
+    reject_map: dict[tuple[int, str, int], str] = {}
+    owners: dict[tuple[int, str, int], str] = {}
+    chains: list[tuple[str, str]] = []  # (name, its one rule)
+    seen: set[str] = set()
+    rendered_services = endpoint_count = 0
+    for svc in sorted(services, key=lambda s: (s.namespace, s.name)):
+        who = f"{svc.namespace}/{svc.name}"
+        if who in seen:
+            skipped.append(f"Service {who}: listed twice; the first one is used")
+            continue
+        seen.add(who)
+        rendered_ports = 0
+        for port in sorted(svc.ports, key=lambda p: (p.protocol, p.port)):
+            key = (int(svc.cluster_ip), port.protocol, port.port)
+            owner = owners.setdefault(key, who)
+            if owner != who:
+                skipped.append(f"Service {who}: {svc.cluster_ip} {port.protocol} {port.port} is taken by {owner}")
+                continue
+            rendered_ports += 1
+            endpoints = sorted(backends.get((svc.namespace, svc.name, port.name, port.protocol), ()))
+            if not endpoints:
+                reject_map[key] = f"goto reject-{port.protocol}"
+                continue
+            base = f"{svc.namespace}/{svc.name}/{port.protocol}/{port.port}"
+            targets = [f"endpoint-{base}__{ep.ip}/{ep.port}" for ep in endpoints]
+            service_map[key] = f"goto service-{base}"
+            chains.append((f"service-{base}", _spread(targets)))
+            for target, ep in zip(targets, endpoints, strict=True):
+                chains.append((target, f"meta l4proto {port.protocol} dnat to {ep.ip}:{ep.port}"))
+            endpoint_count += len(endpoints)
+        if rendered_ports:
+            cluster_ips.add(svc.cluster_ip)
+            rendered_services += 1
+    script = _script(sorted(cluster_ips), service_map, reject_map, chains, node)
+    return RenderedRules(script, skipped, rendered_services, endpoint_count)
+
+
+def _spread(targets: list[str]) -> str:
+    if len(targets) == 1:
+        return f"goto {targets[0]}"
+    arms = ", ".join(f"{i} : goto {target}" for i, target in enumerate(targets))
+    return f"numgen random mod {len(targets)} vmap {{ {arms} }}"
+
+
+def _script(
+    cluster_ips: list[ipaddress.IPv4Address],
+    service_map: dict[tuple[int, str, int], str],
+    reject_map: dict[tuple[int, str, int], str],
+    chains: list[tuple[str, str]],
+    node: _Node,
+) -> str:
+    lines = [
+        f"# Service VIPs of the lab for the node with pods in {node.pod_cidr} (generated by ambit.lab.services).",
+        f"add table {FAMILY} {TABLE}",
+        f"delete table {FAMILY} {TABLE}",
+        f"table {FAMILY} {TABLE} {{",
+    ]
+    lines += _collection("set cluster-ips", "ipv4_addr", [str(ip) for ip in cluster_ips])
+    verdict_type = "ipv4_addr . inet_proto . inet_service : verdict"
+    lines += _collection("map service-ips", verdict_type, _elements(service_map))
+    lines += _collection("map no-endpoint-services", verdict_type, _elements(reject_map))
+    lookup = "ip daddr . meta l4proto . th dport vmap @service-ips"
+    lines += _chain("nat-prerouting", "type nat hook prerouting priority dstnat; policy accept;", [lookup])
+    lines += _chain("nat-output", "type nat hook output priority -100; policy accept;", [lookup])
+    hairpin = f"ct status dnat ip saddr {node.pod_cidr} ip daddr {node.pod_cidr} snat to {node.gateway}"
+    lines += _chain("nat-postrouting", "type nat hook postrouting priority srcnat; policy accept;", [hairpin])
+    check = ["ct state new jump services-check"]
+    lines += _chain("filter-prerouting", "type filter hook prerouting priority dstnat + 10; policy accept;", check)
+    lines += _chain("filter-output", "type filter hook output priority filter; policy accept;", check)
+    checks = ["ip daddr . meta l4proto . th dport vmap @no-endpoint-services", "ip daddr @cluster-ips reject"]
+    if node.service_cidr is not None:
+        checks.append(f"ip daddr {node.service_cidr} reject")
+    lines += _chain("services-check", None, checks)
+    for protocol, how in _REJECT_HOW.items():
+        lines += _chain(f"reject-{protocol}", None, [how])
+    for name, rule in chains:
+        lines += _chain(name, None, [rule])
+    lines[-1:] = ["}"]  # drop the blank line after the last chain
+    return "\n".join(lines) + "\n"
+
+
+def _elements(entries: dict[tuple[int, str, int], str]) -> list[str]:
+    return [
+        f"{ipaddress.IPv4Address(ip)} . {proto} . {port} : {verdict}"
+        for (ip, proto, port), verdict in sorted(entries.items())
+    ]
+
+
+def _collection(head: str, type_: str, elements: list[str]) -> list[str]:
+    lines = [f"\t{head} {{", f"\t\ttype {type_}"]
+    if elements:  # nft refuses "elements = { }"
+        lines += ["\t\telements = {", *(f"\t\t\t{e}," for e in elements), "\t\t}"]
+    return [*lines, "\t}", ""]
+
+
+def _chain(name: str, base: str | None, rules: list[str]) -> list[str]:
+    head = [f"\t\t{base}"] if base else []
+    return [f"\tchain {name} {{", *head, *(f"\t\t{rule}" for rule in rules), "\t}", ""]
+
+
+# -- reading objects ---------------------------------------------------------------------------------------------
+
+
+def _read_service(obj: object, skipped: list[str]) -> _Service | None:
+    """The Service to proxy; None for a valid Service with nothing to proxy (headless, ExternalName)."""
+    meta = _mapping(obj, "metadata")
+    namespace, name = _label(meta, "namespace"), _label(meta, "name")
+    spec = _mapping(obj, "spec")
+    kind = spec.get("type") or "ClusterIP"
+    if kind == "ExternalName":
+        return None
+    if kind not in _PROXIED_TYPES:
+        raise _Malformed(f"spec.type {_show(kind)} is not a Service type")
+    cluster_ip = spec.get("clusterIP")
+    if cluster_ip == "None":
+        return None
+    if not isinstance(cluster_ip, str) or not cluster_ip:
+        raise _Malformed("spec.clusterIP is missing")
+    ip = _ipv4(cluster_ip, "spec.clusterIP")
+    raw_ports = spec.get("ports")
+    if not isinstance(raw_ports, list) or not raw_ports:
+        raise _Malformed("spec.ports is missing or empty")
+    ports: dict[tuple[str, int], _ServicePort] = {}
+    for i, raw in enumerate(raw_ports):
+        try:
+            port = _read_service_port(raw)
+        except _Malformed as exc:
+            skipped.append(f"Service {namespace}/{name}: spec.ports[{i}]: {exc}")
+            continue
+        if ports.setdefault((port.protocol, port.port), port) is not port:
+            skipped.append(f"Service {namespace}/{name}: spec.ports[{i}]: {port.protocol} {port.port} is listed twice")
+    return _Service(namespace, name, ip, tuple(ports.values()))
+
+
+def _read_service_port(raw: object) -> _ServicePort:
+    if not isinstance(raw, dict):
+        raise _Malformed(f"{_show(raw)} is not an object")
+    name = raw.get("name") or ""
+    if not isinstance(name, str):
+        raise _Malformed(f"name {_show(name)} is not a string")
+    return _ServicePort(name, _protocol(raw.get("protocol")), _port(raw.get("port"), "port"))
+
+
+def _read_slice(obj: object, skipped: list[str]) -> dict[_BackendKey, set[_Endpoint]]:
+    """Ready endpoints per Service port; empty for a slice of another address family."""
+    meta = _mapping(obj, "metadata")
+    namespace = _label(meta, "namespace")
+    labels = meta.get("labels")
+    service = labels.get(SERVICE_NAME_LABEL) if isinstance(labels, dict) else None
+    if not isinstance(service, str) or not _LABEL.fullmatch(service):
+        raise _Malformed(f"label {SERVICE_NAME_LABEL} is {_show(service)}, not a Service name")
+    assert isinstance(obj, dict)  # _mapping checked it
+    address_type = obj.get("addressType")
+    if address_type in ("IPv6", "FQDN"):
+        return {}
+    if address_type != "IPv4":
+        raise _Malformed(f"addressType {_show(address_type)} is not IPv4, IPv6 or FQDN")
+    where = f"EndpointSlice {namespace}/{_show_name(meta.get('name'))}"
+    ports: list[tuple[str, str, int]] = []
+    for i, raw in enumerate(_list(obj, "ports")):
+        try:
+            if not isinstance(raw, dict):
+                raise _Malformed(f"{_show(raw)} is not an object")
+            if raw.get("port") is None:
+                continue  # a slice port without a number applies to no Service port
+            name = raw.get("name") or ""
+            if not isinstance(name, str):
+                raise _Malformed(f"name {_show(name)} is not a string")
+            ports.append((name, _protocol(raw.get("protocol")), _port(raw.get("port"), "port")))
+        except _Malformed as exc:
+            skipped.append(f"{where}: ports[{i}]: {exc}")
+    ready: list[ipaddress.IPv4Address] = []
+    for i, raw in enumerate(_list(obj, "endpoints")):
+        try:
+            address = _ready_address(raw)
+        except _Malformed as exc:
+            skipped.append(f"{where}: endpoints[{i}]: {exc}")
+            continue
+        if address is not None:
+            ready.append(address)
+    found: dict[_BackendKey, set[_Endpoint]] = {}
+    for port_name, protocol, number in ports:
+        found.setdefault((namespace, service, port_name, protocol), set()).update(_Endpoint(ip, number) for ip in ready)
+    return found
+
+
+def _ready_address(raw: object) -> ipaddress.IPv4Address | None:
+    """The endpoint's address when it is ready (``conditions.ready`` true or unknown), else None."""
+    if not isinstance(raw, dict):
+        raise _Malformed(f"{_show(raw)} is not an object")
+    addresses = raw.get("addresses")
+    if not isinstance(addresses, list) or not addresses or not isinstance(addresses[0], str):
+        raise _Malformed(f"addresses {_show(addresses)} is not a list of addresses")
+    address = _ipv4(addresses[0], "addresses[0]")
+    conditions = raw.get("conditions")
+    if conditions is None:
+        return address
+    if not isinstance(conditions, dict):
+        raise _Malformed(f"conditions {_show(conditions)} is not an object")
+    ready = conditions.get("ready")
+    if ready is not None and not isinstance(ready, bool):
+        raise _Malformed(f"conditions.ready {_show(ready)} is not a boolean")
+    return None if ready is False else address
+
+
+# -- field checks -----------------------------------------------------------------------------------------------
+
+
+def _mapping(obj: object, field: str) -> dict[str, Any]:
+    if not isinstance(obj, dict):
+        raise _Malformed(f"{_show(obj)} is not an object")
+    value = obj.get(field)
+    if not isinstance(value, dict):
+        raise _Malformed(f"{field} is {_show(value)}, not an object")
+    return value
+
+
+def _list(obj: dict[str, Any], field: str) -> list[Any]:
+    value = obj.get(field)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _Malformed(f"{field} is {_show(value)}, not a list")
+    return value
+
+
+def _label(meta: dict[str, Any], field: str) -> str:
+    value = meta.get(field)
+    if not isinstance(value, str) or not _LABEL.fullmatch(value):
+        raise _Malformed(f"metadata.{field} {_show(value)} is not a DNS label")
+    return value
+
+
+def _protocol(value: object) -> str:
+    if value is None:
+        return "tcp"
+    protocol = _PROTOCOLS.get(value) if isinstance(value, str) else None
+    if protocol is None:
+        raise _Malformed(f"protocol {_show(value)} is not supported (TCP and UDP are)")
+    return protocol
+
+
+def _port(value: object, field: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 65535:
+        raise _Malformed(f"{field} {_show(value)} is not a port number")
+    return value
+
+
+def _ipv4(value: str, field: str) -> ipaddress.IPv4Address:
+    try:
+        ip = ipaddress.ip_address(value)
+    except ValueError:
+        raise _Malformed(f"{field} {_show(value)} is not an IP address") from None
+    if not isinstance(ip, ipaddress.IPv4Address):
+        raise _Malformed(f"{field} {ip} is IPv6 (the lab's Service rules are IPv4 only)")
+    return ip
+
+
+def _describe(obj: object) -> str:
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    if not isinstance(meta, dict):
+        return "(no metadata)"
+    return f"{_show_name(meta.get('namespace'))}/{_show_name(meta.get('name'))}"
+
+
+def _show_name(value: object) -> str:
+    return value if isinstance(value, str) and _LABEL.fullmatch(value) else _show(value)
+
+
+def _show(value: object) -> str:
+    """An untrusted value in a reason: a short repr (one line, whatever it holds)."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

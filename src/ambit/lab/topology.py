@@ -1,0 +1,150 @@
+"""The lab's addresses, names and file layout (pure; no I/O).
+
+Addresses (all from 198.18.0.0/15, never the machine's own ranges):
+
+- lab bridge in the root namespace: ``198.18.0.1/24``; the API server listens there.
+- node ``i`` (1-based, named ``node-<i>``): ``198.18.0.<10+i>/24`` on ``eth0`` inside its namespace.
+- pods of node ``i``: ``198.18.<i>.0/24``, gateway ``198.18.<i>.1`` on the node's ``cni0`` bridge.
+- Services: cluster IPs from ``198.19.0.0/16``.
+
+Routing: every node has a route to every other node's pod range via that node's address, and the root namespace
+has the same routes (so the API server can answer pods). No namespace gets a default route towards the lab bridge,
+and forwarding is turned on only inside node namespaces: nothing of the lab can reach the machine's uplink.
+
+Names carry the lab's id (4 hex digits, random per lab) so that two labs, or a lab and a test, never collide, and
+so that ``ambit lab down`` can sweep by prefix: ``ab<id>-br`` (bridge), ``ab<id>-n<i>`` (root end of node ``i``'s
+veth), ``ab<id>-node-<i>`` (node namespace), ``ab<id>-p-<pod uid prefix>`` (pod namespace). Link names stay within
+the kernel's 15 characters.
+
+Files under the lab directory::
+
+    lab.json                 the Topology (written by ``lab up``)
+    record.jsonl             what was created, one JSON line per thing, appended before it is created
+    apiserver/               the API server's data dir; apiserver/kubeconfig is the admin kubeconfig
+    kubeconfig               the admin kubeconfig users and lab processes use
+    nodes/<node>/cni/net.d/  the node's CNI configuration (10-ambit-lab.conflist)
+    nodes/<node>/cni/bin/    the node's CNI plugin directory (links to the standard plugins)
+    nodes/<node>/ipam/       host-local's data directory
+    nodes/<node>/runtime.log the node runtime's log
+    pods/<uid>/token         the pod's service-account token (path in its env as AMBIT_TOKEN_FILE)
+    pods/<uid>/<container>.log
+    logs/                    the API server's and the controllers' logs
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import secrets
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+DEFAULT_DIR = Path("/var/lib/ambit/lab")
+BRIDGE_ADDRESS = "198.18.0.1"
+NODE_NETWORK = "198.18.0.0/24"
+SERVICE_CIDR = "198.19.0.0/16"
+API_PORT = 6443
+CNI_PLUGIN_DIR = Path("/usr/lib/cni")
+MAX_NODES = 200
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAddresses:
+    name: str  # node-1
+    index: int  # 1
+    address: str  # 198.18.0.11
+    pod_cidr: str  # 198.18.1.0/24
+    pod_gateway: str  # 198.18.1.1
+    netns: str  # ab1f2e-node-1
+    root_link: str  # ab1f2e-n1 (root end of the veth; the node end is eth0)
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    lab_id: str
+    nodes: int
+    directory: str
+
+    @classmethod
+    def new(cls, nodes: int, directory: Path) -> Topology:
+        if not 1 <= nodes <= MAX_NODES:
+            raise ValueError(f"a lab has 1 to {MAX_NODES} nodes, not {nodes}")
+        return cls(secrets.token_hex(2), nodes, str(directory))
+
+    # -- names ----------------------------------------------------------------------------------------------
+    @property
+    def prefix(self) -> str:
+        return f"ab{self.lab_id}"
+
+    @property
+    def bridge(self) -> str:
+        return f"{self.prefix}-br"
+
+    @property
+    def api_url(self) -> str:
+        return f"https://{BRIDGE_ADDRESS}:{API_PORT}"
+
+    def node(self, index: int) -> NodeAddresses:
+        if not 1 <= index <= self.nodes:
+            raise ValueError(f"no node {index} in a lab of {self.nodes}")
+        return NodeAddresses(
+            name=f"node-{index}",
+            index=index,
+            address=str(ipaddress.ip_address("198.18.0.10") + index),
+            pod_cidr=f"198.18.{index}.0/24",
+            pod_gateway=f"198.18.{index}.1",
+            netns=f"{self.prefix}-node-{index}",
+            root_link=f"{self.prefix}-n{index}",
+        )
+
+    def all_nodes(self) -> list[NodeAddresses]:
+        return [self.node(i) for i in range(1, self.nodes + 1)]
+
+    def node_named(self, name: str) -> NodeAddresses | None:
+        for node in self.all_nodes():
+            if node.name == name:
+                return node
+        return None
+
+    def pod_netns(self, pod_uid: str) -> str:
+        return f"{self.prefix}-p-{pod_uid.replace('-', '')[:12]}"
+
+    # -- files ----------------------------------------------------------------------------------------------
+    @property
+    def path(self) -> Path:
+        return Path(self.directory)
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.path / "kubeconfig"
+
+    @property
+    def record_file(self) -> Path:
+        return self.path / "record.jsonl"
+
+    def node_dir(self, node: str) -> Path:
+        return self.path / "nodes" / node
+
+    def cni_conf_dir(self, node: str) -> Path:
+        return self.node_dir(node) / "cni" / "net.d"
+
+    def cni_bin_dir(self, node: str) -> Path:
+        return self.node_dir(node) / "cni" / "bin"
+
+    def pod_dir(self, pod_uid: str) -> Path:
+        return self.path / "pods" / pod_uid
+
+    # -- persistence ----------------------------------------------------------------------------------------
+    def save(self) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        (self.path / "lab.json").write_text(json.dumps(asdict(self), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, directory: Path) -> Topology | None:
+        """The lab in ``directory``, or None when there is none (or its file is unreadable)."""
+        try:
+            data: Any = json.loads((directory / "lab.json").read_text())
+            return cls(str(data["lab_id"]), int(data["nodes"]), str(data["directory"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None

@@ -1,0 +1,660 @@
+"""The node runtime against the real embedded API server, with real processes and a fake sandbox.
+
+The fake sandbox returns no namespace (containers run in the test's own namespace) and 127.0.0.1 as the pod's
+address, so that probes from "the node" reach the container's listener on loopback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import signal
+import socket
+import stat
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.harness import free_port
+
+from ambit.apiserver.server import ApiServer
+from ambit.k8s import InformerSettings, KubeClient, KubeNotFoundError, kinds
+from ambit.lab.cni import CniError
+from ambit.lab.containers import process_start_ticks
+from ambit.lab.kubelet import NodeRuntime, NodeRuntimeSettings
+from ambit.lab.probes import ProbeResult, ProbeSpec, ProbeTarget, probe_once
+
+NS = "default"
+PY = sys.executable
+
+
+@dataclasses.dataclass(frozen=True)
+class FakeSandbox:
+    netns: str
+    netns_path: str
+    ips: tuple[str, ...]
+
+
+class FakeSandboxes:
+    """Sandboxes in the test's own namespace; ``failure`` makes ``create`` raise it until cleared."""
+
+    def __init__(self) -> None:
+        self.created: list[str] = []
+        self.destroyed: list[str] = []
+        self.failure: Exception | None = None
+        self.attempts = 0
+
+    async def create(self, pod: dict[str, Any]) -> FakeSandbox:
+        self.attempts += 1
+        if self.failure is not None:
+            raise self.failure
+        self.created.append(pod["metadata"]["uid"])
+        return FakeSandbox("", "", ("127.0.0.1",))
+
+    async def destroy(self, pod_uid: str) -> None:
+        self.destroyed.append(pod_uid)
+
+
+class FakeRecord:
+    def __init__(self) -> None:
+        self.notes: list[tuple[str, dict[str, Any]]] = []
+
+    def note(self, kind: str, **fields: Any) -> None:
+        self.notes.append((kind, fields))
+
+    @property
+    def pids(self) -> list[int]:
+        return [int(f["pid"]) for kind, f in self.notes if kind == "process"]
+
+
+def alive(pid: int) -> bool:
+    ticks = process_start_ticks(pid)
+    if ticks is None:
+        return False
+    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    return state != "Z"
+
+
+@pytest.fixture
+async def kube(apiserver: ApiServer) -> AsyncIterator[KubeClient]:
+    async with KubeClient.from_kubeconfig(apiserver.kubeconfig) as client:
+        yield client
+
+
+@pytest.fixture
+def settings(tmp_path: Path, apiserver: ApiServer) -> NodeRuntimeSettings:
+    return NodeRuntimeSettings(
+        node_name="node-1",
+        node_ip="127.0.0.1",
+        pod_cidr="198.18.1.0/24",
+        pods_dir=tmp_path / "pods",
+        api_host="127.0.0.1",
+        api_port=int(apiserver.url.rsplit(":", 1)[1]),
+        container_path=os.environ.get("PATH", ""),
+        heartbeat_interval=0.3,
+        sandbox_backoff_initial=0.05,
+        sandbox_backoff_max=0.2,
+        restart_backoff_initial=0.2,
+        restart_backoff_max=0.4,
+        config_retry=0.2,
+        minimum_grace_seconds=0.5,
+        informer=InformerSettings(backoff_initial=0.05, backoff_max=0.2, watch_timeout=30),
+    )
+
+
+@pytest.fixture
+def sandboxes() -> FakeSandboxes:
+    return FakeSandboxes()
+
+
+@pytest.fixture
+def record() -> FakeRecord:
+    return FakeRecord()
+
+
+Start = Callable[[], Awaitable[NodeRuntime]]
+
+
+@pytest.fixture
+async def start_runtime(
+    kube: KubeClient, settings: NodeRuntimeSettings, sandboxes: FakeSandboxes, record: FakeRecord
+) -> AsyncIterator[Start]:
+    """Start runtimes; at the end every one is closed with its pods stopped, and no recorded process survives."""
+    started: list[NodeRuntime] = []
+
+    async def start() -> NodeRuntime:
+        runtime = NodeRuntime(kube, settings, sandboxes, record)
+        await runtime.start()
+        started.append(runtime)
+        return runtime
+
+    yield start
+    for runtime in reversed(started):
+        await runtime.aclose(stop_pods=True)
+    survivors = [pid for pid in record.pids if alive(pid)]
+    for pid in survivors:
+        os.killpg(pid, signal.SIGKILL)
+    assert not survivors, f"processes left running: {survivors}"
+
+
+async def eventually(check: Callable[[], Awaitable[Any]], within: float = 8.0) -> Any:
+    """Poll ``check`` until it returns something truthy."""
+    deadline = time.monotonic() + within
+    while True:
+        value = await check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {within}s; last value {value!r}")
+        await asyncio.sleep(0.05)
+
+
+async def until(predicate: Callable[[], bool], within: float = 8.0) -> None:
+    """Poll a synchronous ``predicate`` until it holds."""
+
+    async def check() -> bool:
+        return predicate()
+
+    await eventually(check, within)
+
+
+def pod_manifest(name: str, *containers: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"nodeName": "node-1", "containers": list(containers), **spec},
+    }
+
+
+def container(name: str, script: str, **fields: Any) -> dict[str, Any]:
+    return {"name": name, "image": "python", "command": [PY, "-c", script], **fields}
+
+
+async def get_pod(kube: KubeClient, name: str) -> dict[str, Any] | None:
+    try:
+        return await kube.get(kinds.PODS, name, NS)
+    except KubeNotFoundError:
+        return None
+
+
+def condition(pod: dict[str, Any], kind: str) -> dict[str, Any]:
+    for cond in (pod.get("status") or {}).get("conditions") or ():
+        if cond["type"] == kind:
+            return dict(cond)
+    return {}
+
+
+def container_state(pod: dict[str, Any], index: int = 0) -> dict[str, Any]:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return dict(statuses[index]) if len(statuses) > index else {}
+
+
+async def events(kube: KubeClient, reason: str) -> list[dict[str, Any]]:
+    items, _ = await kube.list(kinds.EVENTS, NS)
+    return [e for e in items if e.get("reason") == reason]
+
+
+LISTENER = """
+import os, socket, sys, time
+print("env", os.environ["POD_NAME"], os.environ["MY_NS"], os.environ["POD_IP"], os.environ["AMBIT_TOKEN_FILE"],
+      os.environ["KUBERNETES_SERVICE_HOST"], os.environ["NODE_NAME"], os.environ["SERVICE_ACCOUNT"],
+      os.environ["COLOR"], flush=True)
+time.sleep(0.5)
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen()
+while True:
+    s.accept()[0].close()
+"""
+
+CRASH = "import sys; print('crashing', flush=True); sys.exit(3)"
+
+POLITE = """
+import signal, sys, time
+def bye(*_):
+    print("got SIGTERM", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, bye)
+print("up", flush=True)
+while True:
+    time.sleep(1)
+"""
+
+STUBBORN = """
+import signal, time
+signal.signal(signal.SIGTERM, lambda *_: print("ignoring SIGTERM", flush=True))
+print("up", flush=True)
+while True:
+    time.sleep(1)
+"""
+
+
+# -- the node ---------------------------------------------------------------------------------------------------
+async def test_the_node_registers_and_keeps_its_heartbeat_and_lease(kube: KubeClient, start_runtime: Start) -> None:
+    await start_runtime()
+    node = await kube.get(kinds.NODES, "node-1")
+    assert node["metadata"]["labels"]["kubernetes.io/hostname"] == "node-1"
+    assert node["metadata"]["labels"]["kubernetes.io/os"] == "linux"
+    assert node["spec"]["podCIDR"] == "198.18.1.0/24"
+    assert {"type": "InternalIP", "address": "127.0.0.1"} in node["status"]["addresses"]
+    ready = condition(node, "Ready")
+    assert ready["status"] == "True"
+    lease = await kube.get(kinds.LEASES, "node-1", "kube-node-lease")
+    assert lease["spec"]["holderIdentity"] == "node-1"
+    assert lease["metadata"]["ownerReferences"][0]["uid"] == node["metadata"]["uid"]
+
+    async def renewed() -> bool:
+        again = await kube.get(kinds.LEASES, "node-1", "kube-node-lease")
+        return bool(again["spec"]["renewTime"] != lease["spec"]["renewTime"])
+
+    await eventually(renewed, within=3)
+
+
+# -- running, ready, logs, token, env ---------------------------------------------------------------------------
+async def test_a_pod_runs_then_becomes_ready_by_its_tcp_probe(
+    kube: KubeClient, start_runtime: Start, settings: NodeRuntimeSettings, record: FakeRecord
+) -> None:
+    await start_runtime()
+    await kube.create(kinds.CONFIG_MAPS, {"metadata": {"name": "settings", "namespace": NS}, "data": {"c": "blue"}})
+    port = free_port()
+    app = container(
+        "app",
+        LISTENER,
+        args=[str(port)],
+        env=[
+            {"name": "MY_NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+            {"name": "COLOR", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "c"}}},
+        ],
+        readinessProbe={"tcpSocket": {"port": port}, "periodSeconds": 1},
+    )
+    created = await kube.create(kinds.PODS, pod_manifest("web", app))
+    uid = created["metadata"]["uid"]
+
+    async def running() -> dict[str, Any] | None:
+        pod = await get_pod(kube, "web")
+        return pod if pod and pod["status"].get("phase") == "Running" else None
+
+    pod = await running() or await eventually(running)
+    assert pod["status"]["podIP"] == "127.0.0.1"
+    assert pod["status"]["hostIP"] == "127.0.0.1"
+    assert condition(pod, "PodReadyToStartContainers")["status"] == "True"
+    assert condition(pod, "PodScheduled")["status"] == "True"
+    status = container_state(pod)
+    assert "running" in status["state"]
+    assert status["started"] is True
+    pid = int(status["containerID"].removeprefix("ambit://"))
+    assert record.notes[0][0] == "process"
+    assert record.notes[0][1]["pid"] == pid
+    assert record.notes[0][1]["start_time"] == process_start_ticks(pid)
+
+    async def ready() -> dict[str, Any] | None:
+        pod = await get_pod(kube, "web")
+        return pod if pod and condition(pod, "Ready").get("status") == "True" else None
+
+    pod = await eventually(ready)
+    assert condition(pod, "ContainersReady")["status"] == "True"
+    assert container_state(pod)["ready"] is True
+
+    token = settings.pods_dir / uid / "token"
+    assert stat.S_IMODE(token.stat().st_mode) == 0o600
+    review = await kube.token_review(token.read_text())
+    assert review["status"]["authenticated"] is True
+    assert review["status"]["user"]["username"] == "system:serviceaccount:default:default"
+    log = (settings.pods_dir / uid / "app.log").read_text()
+    assert f"env web default 127.0.0.1 {token} 127.0.0.1 node-1 default blue" in log
+
+
+# -- restarts ---------------------------------------------------------------------------------------------------
+async def test_a_crashing_container_restarts_with_back_off(kube: KubeClient, start_runtime: Start) -> None:
+    await start_runtime()
+    await kube.create(kinds.PODS, pod_manifest("crash", container("app", CRASH)))
+    seen_backoff = False
+
+    async def restarted_three_times() -> dict[str, Any] | None:
+        nonlocal seen_backoff
+        pod = await get_pod(kube, "crash")
+        status = container_state(pod) if pod else {}
+        waiting = (status.get("state") or {}).get("waiting") or {}
+        seen_backoff = seen_backoff or waiting.get("reason") == "CrashLoopBackOff"
+        return pod if status.get("restartCount", 0) >= 3 else None
+
+    pod = await eventually(restarted_three_times)
+    assert pod["status"]["phase"] == "Running"
+    last = container_state(pod)["lastState"]["terminated"]
+    assert (last["exitCode"], last["reason"]) == (3, "Error")
+    assert last["startedAt"] <= last["finishedAt"]
+    assert seen_backoff
+    assert await eventually(lambda: events(kube, "BackOff"))
+
+
+@pytest.mark.parametrize(("policy", "code", "phase"), [("Never", 7, "Failed"), ("OnFailure", 0, "Succeeded")])
+async def test_a_container_that_will_not_restart_ends_the_pod(
+    kube: KubeClient, start_runtime: Start, sandboxes: FakeSandboxes, policy: str, code: int, phase: str
+) -> None:
+    await start_runtime()
+    created = await kube.create(
+        kinds.PODS, pod_manifest("once", container("app", f"raise SystemExit({code})"), restartPolicy=policy)
+    )
+
+    async def done() -> dict[str, Any] | None:
+        pod = await get_pod(kube, "once")
+        return pod if pod and pod["status"].get("phase") == phase else None
+
+    pod = await eventually(done)
+    terminated = container_state(pod)["state"]["terminated"]
+    assert terminated["exitCode"] == code
+    assert terminated["reason"] == ("Completed" if code == 0 else "Error")
+    assert container_state(pod)["restartCount"] == 0
+    assert condition(pod, "Ready")["reason"] == "PodCompleted"
+    await until(lambda: created["metadata"]["uid"] in sandboxes.destroyed)
+
+
+async def test_a_failing_liveness_probe_restarts_the_container(kube: KubeClient, start_runtime: Start) -> None:
+    await start_runtime()
+    dead_port = free_port()
+    probe = {"tcpSocket": {"port": dead_port}, "periodSeconds": 1, "failureThreshold": 1}
+    await kube.create(kinds.PODS, pod_manifest("sick", container("app", POLITE, livenessProbe=probe)))
+
+    async def restarted() -> dict[str, Any] | None:
+        pod = await get_pod(kube, "sick")
+        return pod if pod and container_state(pod).get("restartCount", 0) >= 1 else None
+
+    pod = await eventually(restarted)
+    # SIGTERM: 0 once the script handles it, 143 if it came before the handler was installed
+    assert container_state(pod)["lastState"]["terminated"]["exitCode"] in (0, 143)
+    killing = [e["note"] for e in await eventually(lambda: events(kube, "Killing"))]
+    assert any("failed liveness probe" in note for note in killing)
+    unhealthy = await eventually(lambda: events(kube, "Unhealthy"))
+    assert "Liveness probe failed: dial tcp 127.0.0.1" in unhealthy[0]["note"]
+
+
+async def test_a_host_network_pod_runs_without_a_sandbox(
+    kube: KubeClient, start_runtime: Start, sandboxes: FakeSandboxes
+) -> None:
+    await start_runtime()
+    created = await kube.create(kinds.PODS, pod_manifest("hosty", container("app", POLITE), hostNetwork=True))
+
+    async def running() -> dict[str, Any] | None:
+        pod = await get_pod(kube, "hosty")
+        return pod if pod and pod["status"].get("phase") == "Running" else None
+
+    pod = await eventually(running)
+    assert pod["status"]["podIP"] == "127.0.0.1"  # the node's address
+    assert created["metadata"]["uid"] not in sandboxes.created
+    await kube.delete(kinds.PODS, "hosty", NS)
+    await eventually(lambda: _gone(kube, "hosty"))
+    assert created["metadata"]["uid"] not in sandboxes.destroyed
+
+
+# -- what cannot run --------------------------------------------------------------------------------------------
+async def test_a_container_without_a_command_is_reported(kube: KubeClient, start_runtime: Start) -> None:
+    await start_runtime()
+    await kube.create(kinds.PODS, pod_manifest("imagey", {"name": "app", "image": "nginx"}))
+
+    async def config_error() -> dict[str, Any] | None:
+        pod = await get_pod(kube, "imagey")
+        waiting = ((container_state(pod) if pod else {}).get("state") or {}).get("waiting") or {}
+        return waiting if waiting.get("reason") == "CreateContainerConfigError" else None
+
+    waiting = await eventually(config_error)
+    assert "not images" in waiting["message"]
+    failed = await eventually(lambda: events(kube, "Failed"))
+    assert failed[0]["type"] == "Warning"
+    assert "not images" in failed[0]["note"]
+    pod = await get_pod(kube, "imagey")
+    assert pod is not None and pod["status"]["phase"] == "Pending"
+
+
+async def test_a_command_that_does_not_exist_fails_with_exit_code_127(kube: KubeClient, start_runtime: Start) -> None:
+    await start_runtime()
+    app = {"name": "app", "image": "none", "command": ["no-such-command-here"]}
+    await kube.create(kinds.PODS, pod_manifest("typo", app, restartPolicy="Never"))
+
+    async def failed() -> dict[str, Any] | None:
+        pod = await get_pod(kube, "typo")
+        return pod if pod and pod["status"].get("phase") == "Failed" else None
+
+    pod = await eventually(failed)
+    terminated = container_state(pod)["state"]["terminated"]
+    assert (terminated["exitCode"], terminated["reason"]) == (127, "Error")
+    notes = [e["note"] for e in await eventually(lambda: events(kube, "Failed"))]
+    assert any("no-such-command-here" in note for note in notes)
+
+
+async def test_a_sandbox_failure_is_reported_and_retried_until_it_works(
+    kube: KubeClient, start_runtime: Start, sandboxes: FakeSandboxes
+) -> None:
+    sandboxes.failure = CniError(11, "no IP addresses available", plugin="host-local", command="ADD")
+    await start_runtime()
+    await kube.create(kinds.PODS, pod_manifest("unlucky", container("app", POLITE)))
+
+    async def reported() -> dict[str, Any] | None:
+        pod = await get_pod(kube, "unlucky")
+        return pod if pod and condition(pod, "PodReadyToStartContainers").get("message") else None
+
+    pod = await eventually(reported)
+    assert pod["status"]["phase"] == "Pending"
+    cond = condition(pod, "PodReadyToStartContainers")
+    assert cond["status"] == "False"
+    assert cond["message"] == 'plugin type="host-local" failed (add): no IP addresses available'
+    assert "no IP addresses available" in condition(pod, "ContainersReady")["message"]
+    warnings = await eventually(lambda: events(kube, "FailedCreatePodSandBox"))
+    assert warnings[0]["type"] == "Warning"
+    assert "no IP addresses available" in warnings[0]["note"]
+    await until(lambda: sandboxes.attempts >= 3)
+
+    sandboxes.failure = None
+
+    async def running() -> dict[str, Any] | None:
+        pod = await get_pod(kube, "unlucky")
+        return pod if pod and pod["status"].get("phase") == "Running" else None
+
+    pod = await eventually(running)
+    cond = condition(pod, "PodReadyToStartContainers")
+    assert cond["status"] == "True"
+    assert "message" not in cond
+
+
+# -- deletion ---------------------------------------------------------------------------------------------------
+async def test_deletion_sends_sigterm_then_removes_the_pod(
+    kube: KubeClient, start_runtime: Start, settings: NodeRuntimeSettings, sandboxes: FakeSandboxes
+) -> None:
+    await start_runtime()
+    created = await kube.create(kinds.PODS, pod_manifest("polite", container("app", POLITE)))
+    uid = created["metadata"]["uid"]
+    log = settings.pods_dir / uid / "app.log"
+    await until(lambda: log.exists() and "up" in log.read_text())
+    pod = await get_pod(kube, "polite")
+    assert pod is not None
+    pid = int(container_state(pod)["containerID"].removeprefix("ambit://"))
+
+    marked = await kube.delete(kinds.PODS, "polite", NS)
+    assert marked["metadata"]["deletionTimestamp"]  # graceful: the node finishes the deletion
+    await eventually(lambda: _gone(kube, "polite"))
+    assert "got SIGTERM" in log.read_text()
+    assert not alive(pid)
+    assert uid in sandboxes.destroyed
+    assert not (settings.pods_dir / uid / "token").exists()
+    assert await eventually(lambda: events(kube, "Killing"))
+
+
+async def test_a_process_that_ignores_sigterm_is_killed_after_the_grace_period(
+    kube: KubeClient, start_runtime: Start, settings: NodeRuntimeSettings
+) -> None:
+    await start_runtime()
+    created = await kube.create(kinds.PODS, pod_manifest("stubborn", container("app", STUBBORN)))
+    log = settings.pods_dir / created["metadata"]["uid"] / "app.log"
+    await until(lambda: log.exists() and "up" in log.read_text())
+    pod = await get_pod(kube, "stubborn")
+    assert pod is not None
+    pid = int(container_state(pod)["containerID"].removeprefix("ambit://"))
+    began = time.monotonic()
+    await kube.delete(kinds.PODS, "stubborn", NS, grace_period_seconds=1)
+    await eventually(lambda: _gone(kube, "stubborn"))
+    assert time.monotonic() - began >= 1.0
+    assert "ignoring SIGTERM" in log.read_text()
+    assert not alive(pid)
+
+
+async def test_a_force_deleted_pod_is_stopped_and_cleaned_up(
+    kube: KubeClient, start_runtime: Start, sandboxes: FakeSandboxes
+) -> None:
+    await start_runtime()
+    created = await kube.create(kinds.PODS, pod_manifest("forced", container("app", POLITE)))
+
+    async def pid_of() -> int | None:
+        pod = await get_pod(kube, "forced")
+        cid = container_state(pod).get("containerID") if pod else None
+        return int(cid.removeprefix("ambit://")) if cid else None
+
+    pid = await eventually(pid_of)
+    await kube.delete(kinds.PODS, "forced", NS, grace_period_seconds=0)
+    assert await _gone(kube, "forced")
+    await until(lambda: not alive(pid))
+    await until(lambda: created["metadata"]["uid"] in sandboxes.destroyed)
+
+
+async def _gone(kube: KubeClient, name: str) -> bool:
+    return await get_pod(kube, name) is None
+
+
+# -- the runtime restarting -------------------------------------------------------------------------------------
+async def test_a_restarted_runtime_adopts_running_processes_and_restarts_dead_ones(
+    kube: KubeClient, start_runtime: Start, record: FakeRecord
+) -> None:
+    first = await start_runtime()
+    await kube.create(kinds.PODS, pod_manifest("stays", container("app", POLITE)))
+    await kube.create(kinds.PODS, pod_manifest("dies", container("app", POLITE)))
+    mixed = pod_manifest("mixed", container("done", "pass"), container("long", POLITE), restartPolicy="Never")
+    await kube.create(kinds.PODS, mixed)
+
+    async def done_exited() -> bool:
+        pod = await get_pod(kube, "mixed")
+        return bool(pod and "terminated" in container_state(pod, 0).get("state", {}))
+
+    await eventually(done_exited)
+
+    async def pids() -> dict[str, int] | None:
+        found = {}
+        for name in ("stays", "dies"):
+            pod = await get_pod(kube, name)
+            cid = container_state(pod).get("containerID") if pod else None
+            if not cid or pod is None or pod["status"].get("phase") != "Running":
+                return None
+            found[name] = int(cid.removeprefix("ambit://"))
+        return found
+
+    before = await eventually(pids)
+    await first.aclose()  # as if killed: the containers keep running
+    assert alive(before["stays"]) and alive(before["dies"])
+    os.killpg(before["dies"], signal.SIGKILL)
+    await until(lambda: not alive(before["dies"]))
+    notes = len(record.notes)
+
+    await start_runtime()
+
+    async def restarted() -> dict[str, Any] | None:
+        pod = await get_pod(kube, "dies")
+        return (
+            pod
+            if pod and container_state(pod).get("restartCount") == 1 and pod["status"]["phase"] == "Running"
+            else None
+        )
+
+    dies = await eventually(restarted)
+    # Another runtime process would not know the exit code (ContainerStatusUnknown); this one reaps its child.
+    last = container_state(dies)["lastState"]["terminated"]
+    assert (last["exitCode"], last["reason"]) in ((137, "Error"), (137, "ContainerStatusUnknown"))
+    stays = await get_pod(kube, "stays")
+    assert stays is not None
+    assert container_state(stays)["containerID"] == f"ambit://{before['stays']}"
+    assert container_state(stays)["restartCount"] == 0
+    assert alive(before["stays"])
+    pod = await get_pod(kube, "mixed")
+    assert pod is not None
+    assert container_state(pod, 0)["state"]["terminated"]["exitCode"] == 0  # completed: not run again
+    assert container_state(pod, 0)["restartCount"] == 0
+    assert "running" in container_state(pod, 1)["state"]
+    new_pids = [f["pid"] for kind, f in record.notes[notes:] if kind == "process"]
+    assert len(new_pids) == 1 and new_pids[0] != before["dies"]  # only the dead one was started again
+
+
+async def test_pods_deleted_while_the_runtime_was_away_are_cleaned_up(
+    kube: KubeClient, start_runtime: Start, sandboxes: FakeSandboxes, settings: NodeRuntimeSettings
+) -> None:
+    first = await start_runtime()
+    created = await kube.create(kinds.PODS, pod_manifest("orphan", container("app", POLITE)))
+    uid = created["metadata"]["uid"]
+
+    async def pid_of() -> int | None:
+        pod = await get_pod(kube, "orphan")
+        cid = container_state(pod).get("containerID") if pod else None
+        return int(cid.removeprefix("ambit://")) if cid else None
+
+    pid = await eventually(pid_of)
+    await first.aclose()
+    await kube.delete(kinds.PODS, "orphan", NS, grace_period_seconds=0)
+    assert alive(pid)
+
+    await start_runtime()
+    await until(lambda: not alive(pid))
+    await until(lambda: uid in sandboxes.destroyed)
+    assert not (settings.pods_dir / uid / "runtime.json").exists()
+    assert (settings.pods_dir / uid / "app.log").exists()  # logs are kept
+
+
+# -- probes from the node -----------------------------------------------------------------------------------------
+async def test_tcp_and_http_probes_reach_a_listener() -> None:
+    seen: list[bytes] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except asyncio.IncompleteReadError:  # the TCP probe only connects
+            writer.close()
+            return
+        seen.append(head)
+        code = b"200 OK" if head.startswith(b"GET /healthz ") else b"500 Oops"
+        writer.write(b"HTTP/1.1 " + code + b"\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    target = ProbeTarget("127.0.0.1", "", {})
+    container_ports = {"ports": [{"name": "web", "containerPort": port}]}
+    async with server:
+        tcp = ProbeSpec.parse({"tcpSocket": {"port": port}}, {})
+        assert (await probe_once(tcp, target))[0] is ProbeResult.SUCCESS
+        http = ProbeSpec.parse(
+            {"httpGet": {"path": "/healthz", "port": "web", "httpHeaders": [{"name": "X-Probe", "value": "yes"}]}},
+            container_ports,
+        )
+        assert await probe_once(http, target) == (ProbeResult.SUCCESS, "")
+        assert b"X-Probe: yes\r\n" in seen[-1]
+        assert b"User-Agent: kube-probe/" in seen[-1]
+        bad = ProbeSpec.parse({"httpGet": {"path": "/other", "port": port}}, {})
+        assert await probe_once(bad, target) == (ProbeResult.FAILURE, "HTTP probe failed with statuscode: 500")
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        closed = unused.getsockname()[1]
+    result, message = await probe_once(ProbeSpec.parse({"tcpSocket": {"port": closed}}, {}), target)
+    assert (result, message) == (ProbeResult.FAILURE, f"dial tcp 127.0.0.1:{closed}: connect: connection refused")
+
+
+async def test_exec_probes_judge_by_exit_status_and_time_out() -> None:
+    target = ProbeTarget("127.0.0.1", "", {"PATH": os.environ.get("PATH", ""), "WHO": "pod"})
+    ok = ProbeSpec.parse({"exec": {"command": [PY, "-c", "import os; assert os.environ['WHO'] == 'pod'"]}}, {})
+    assert (await probe_once(ok, target))[0] is ProbeResult.SUCCESS
+    bad = ProbeSpec.parse({"exec": {"command": [PY, "-c", "print('sad'); raise SystemExit(2)"]}}, {})
+    result, message = await probe_once(bad, target)
+    assert result is ProbeResult.FAILURE and "exited with 2" in message and "sad" in message
+    slow = ProbeSpec.parse({"exec": {"command": ["sleep", "5"]}, "timeoutSeconds": 1}, {})
+    began = time.monotonic()
+    result, message = await probe_once(slow, target)
+    assert result is ProbeResult.FAILURE and "timeout" in message
+    assert time.monotonic() - began < 3

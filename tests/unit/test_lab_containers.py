@@ -1,0 +1,223 @@
+"""The container state machine, restart back-off, container status and pod phase (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ambit.lab.containers import (
+    ConfigFailed,
+    ContainerState,
+    ContainerStateError,
+    Exited,
+    Phase,
+    RestartBackoff,
+    Started,
+    StopRequested,
+    container_argv,
+    container_status,
+    pod_phase,
+    should_restart,
+)
+
+T0 = 1_700_000_000.0
+POD = "web_default(u-1)"
+
+
+def state(policy: str = "Always", initial: float = 10.0, maximum: float = 300.0) -> ContainerState:
+    return ContainerState("app", policy, RestartBackoff(initial, maximum))
+
+
+def test_a_container_starts_and_shows_running_with_its_pid() -> None:
+    s = state()
+    assert s.apply(Started(42, T0)) is Phase.RUNNING
+    status = container_status(s, "img", POD)
+    assert status["state"] == {"running": {"startedAt": "2023-11-14T22:13:20Z"}}
+    assert status["containerID"] == "ambit://42"
+    assert status["started"] is True
+    assert status["restartCount"] == 0
+    assert status["lastState"] == {}
+    assert status["image"] == "img"
+    assert status["imageID"] == ""
+
+
+def test_a_new_container_waits_as_container_creating() -> None:
+    status = container_status(state(), "img", POD)
+    assert status["state"] == {"waiting": {"reason": "ContainerCreating"}}
+    assert status["started"] is False
+    assert status["ready"] is False
+    assert "containerID" not in status
+
+
+def test_exit_under_always_backs_off_and_the_restart_counts() -> None:
+    s = state(initial=10, maximum=300)
+    s.apply(Started(42, T0))
+    s.ready = True
+    assert s.apply(Exited(3, T0 + 5)) is Phase.BACKING_OFF
+    assert s.ready is False
+    assert s.restart_at == T0 + 5  # the first restart is immediate
+    s.apply(Started(43, T0 + 5))
+    assert s.restart_count == 1
+    assert s.apply(Exited(3, T0 + 6)) is Phase.BACKING_OFF
+    assert s.backoff_delay == 10
+    status = container_status(s, "img", POD)
+    assert status["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+    assert status["state"]["waiting"]["message"] == f"back-off 10s restarting failed container=app pod={POD}"
+    assert status["lastState"]["terminated"] == {
+        "exitCode": 3,
+        "reason": "Error",
+        "startedAt": "2023-11-14T22:13:25Z",
+        "finishedAt": "2023-11-14T22:13:26Z",
+        "containerID": "ambit://43",
+    }
+
+
+@pytest.mark.parametrize(
+    ("policy", "code", "restarts"),
+    [
+        ("Always", 0, True),
+        ("Always", 1, True),
+        ("OnFailure", 0, False),
+        ("OnFailure", 2, True),
+        ("OnFailure", None, True),
+        ("Never", 0, False),
+        ("Never", 1, False),
+    ],
+)
+def test_restart_policy_decides_after_an_exit(policy: str, code: int | None, restarts: bool) -> None:
+    assert should_restart(policy, code) is restarts
+    s = state(policy)
+    s.apply(Started(1, T0))
+    assert s.apply(Exited(code, T0 + 1)) is (Phase.BACKING_OFF if restarts else Phase.EXITED)
+
+
+def test_a_terminated_container_shows_its_exit_and_the_previous_one() -> None:
+    s = state("OnFailure")
+    s.apply(Started(1, T0))
+    s.apply(Exited(1, T0 + 1))
+    s.apply(Started(2, T0 + 2))
+    s.apply(Exited(0, T0 + 3))
+    status = container_status(s, "img", POD)
+    assert status["state"]["terminated"]["exitCode"] == 0
+    assert status["state"]["terminated"]["reason"] == "Completed"
+    assert status["lastState"]["terminated"]["exitCode"] == 1
+    assert status["restartCount"] == 1
+    assert status["started"] is False
+
+
+def test_an_unknown_exit_is_reported_as_a_lost_container() -> None:
+    s = state("Never")
+    s.apply(Started(1, T0))
+    s.apply(Exited(None, T0 + 1))
+    terminated = container_status(s, "img", POD)["state"]["terminated"]
+    assert terminated["exitCode"] == 137
+    assert terminated["reason"] == "ContainerStatusUnknown"
+
+
+def test_backoff_doubles_to_the_cap_and_resets_after_a_long_run() -> None:
+    b = RestartBackoff(initial=10, maximum=300, reset_after=600)
+    delays = [b.next_delay(1) for _ in range(8)]
+    assert delays == [0, 10, 20, 40, 80, 160, 300, 300]
+    assert b.next_delay(600) == 0
+    assert b.next_delay(1) == 10
+
+
+def test_stop_while_running_ends_in_exited_whatever_the_policy() -> None:
+    s = state("Always")
+    s.apply(Started(1, T0))
+    s.apply(StopRequested())
+    assert s.phase is Phase.RUNNING and s.stopping
+    assert s.apply(Exited(143, T0 + 1)) is Phase.EXITED
+
+
+def test_stop_while_backing_off_ends_at_once() -> None:
+    s = state("Always")
+    s.apply(Started(1, T0))
+    s.apply(Exited(1, T0 + 1))
+    assert s.apply(StopRequested()) is Phase.EXITED
+    assert container_status(s, "img", POD)["state"]["terminated"]["exitCode"] == 1
+
+
+def test_config_errors_wait_with_the_message() -> None:
+    s = state()
+    assert s.apply(ConfigFailed("no command")) is Phase.CONFIG_ERROR
+    waiting = container_status(s, "img", POD)["state"]["waiting"]
+    assert waiting == {"reason": "CreateContainerConfigError", "message": "no command"}
+    assert s.apply(Started(5, T0)) is Phase.RUNNING
+    assert s.restart_count == 0
+
+
+@pytest.mark.parametrize(
+    ("phase", "event"),
+    [
+        (Phase.CREATING, Exited(0, T0)),
+        (Phase.RUNNING, Started(1, T0)),
+        (Phase.RUNNING, ConfigFailed("x")),
+        (Phase.EXITED, Started(1, T0)),
+    ],
+)
+def test_events_a_phase_does_not_accept_are_errors(phase: Phase, event: Started | Exited | ConfigFailed) -> None:
+    s = state()
+    s.phase = phase
+    with pytest.raises(ContainerStateError):
+        s.apply(event)
+
+
+def test_restore_takes_over_the_reported_history() -> None:
+    s = state()
+    s.restore(
+        {
+            "restartCount": 4,
+            "state": {"running": {"startedAt": "2023-11-14T22:13:20Z"}},
+            "lastState": {"terminated": {"exitCode": 2, "reason": "Error"}},
+        },
+        pid=77,
+    )
+    assert (s.phase, s.pid, s.restart_count, s.started_at) == (Phase.RUNNING, 77, 4, T0)
+    assert s.last_termination == {"exitCode": 2, "reason": "Error"}
+
+
+@pytest.mark.parametrize(("policy", "phase"), [("Never", Phase.EXITED), ("OnFailure", Phase.CREATING)])
+def test_a_container_reported_terminated_stays_exited_unless_its_policy_restarts_it(policy: str, phase: Phase) -> None:
+    s = state(policy)
+    done = {"exitCode": 1, "reason": "Error", "finishedAt": "2023-11-14T22:13:20Z"}
+    s.resume_exited({"restartCount": 2, "state": {"terminated": done}, "lastState": {}})
+    assert (s.phase, s.restart_count, s.last_termination) == (phase, 2, done)
+    if phase is Phase.CREATING:
+        s.apply(Started(9, T0))
+        assert s.restart_count == 3
+    else:
+        assert container_status(s, "img", POD)["state"] == {"terminated": done}
+
+
+def _in(phase: Phase, last_code: int | None = None) -> ContainerState:
+    s = state()
+    s.phase = phase
+    if last_code is not None:
+        s.last_termination = {"exitCode": last_code}
+    return s
+
+
+@pytest.mark.parametrize(
+    ("policy", "containers", "phase"),
+    [
+        ("Always", [_in(Phase.CREATING)], "Pending"),
+        ("Always", [_in(Phase.RUNNING), _in(Phase.CREATING)], "Pending"),
+        ("Always", [_in(Phase.RUNNING)], "Running"),
+        ("Always", [_in(Phase.BACKING_OFF, 1)], "Running"),
+        ("Never", [_in(Phase.EXITED, 0), _in(Phase.EXITED, 0)], "Succeeded"),
+        ("Never", [_in(Phase.EXITED, 0), _in(Phase.EXITED, 1)], "Failed"),
+        ("Never", [_in(Phase.EXITED, 0), _in(Phase.RUNNING)], "Running"),
+        ("OnFailure", [_in(Phase.EXITED, 0)], "Succeeded"),
+        ("OnFailure", [_in(Phase.BACKING_OFF, 1)], "Running"),
+        ("Always", [_in(Phase.CONFIG_ERROR)], "Pending"),
+        ("Always", [], "Pending"),
+    ],
+)
+def test_pod_phase_follows_the_kubelet(policy: str, containers: list[ContainerState], phase: str) -> None:
+    assert pod_phase(policy, containers) == phase
+
+
+def test_argv_runs_the_command_inside_the_pod_namespace() -> None:
+    assert container_argv("ab12-p-1", ["sleep"], ["60"]) == ["ip", "netns", "exec", "ab12-p-1", "sleep", "60"]
+    assert container_argv("", ["sleep"], ["60"]) == ["sleep", "60"]
+    assert container_argv("ns", ["pwd"], [], "/tmp") == ["ip", "netns", "exec", "ns", "env", "-C", "/tmp", "--", "pwd"]
