@@ -495,3 +495,27 @@ def test_watch_resumes_across_a_server_restart(kube: ServerProcess) -> None:
     with _watching(kube, "configmaps", "-n", NS) as watch:
         kube.kubectl("label", "configmap", "after", "-n", NS, "seen=yes")
         watch.expect_lines(lambda lines: sum("after" in line for line in lines) >= 2)
+
+
+def test_kubectl_scale_uses_the_scale_subresource(kube: ServerProcess) -> None:
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "scaled", "namespace": NS},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "scaled"}},
+            "template": {"metadata": {"labels": {"app": "scaled"}}, "spec": POD_SPEC},
+        },
+    }
+    kube.kubectl("apply", "-f", "-", input=json.dumps(deployment))
+    assert "scaled" in kube.kubectl("scale", "deployment", "scaled", "-n", NS, "--replicas=5")
+    assert kube.kubectl_json("get", "deployment", "scaled", "-n", NS)["spec"]["replicas"] == 5
+    scale = json.loads(kube.kubectl("get", "--raw", f"/apis/apps/v1/namespaces/{NS}/deployments/scaled/scale"))
+    assert scale["kind"] == "Scale" and scale["spec"]["replicas"] == 5
+    assert scale["status"]["selector"] == "app=scaled"
+    failed = kube.kubectl(
+        "scale", "deployment", "scaled", "-n", NS, "--replicas=2", "--current-replicas=3", check=False
+    )
+    assert "expected" in failed.lower() or "precondition" in failed.lower() or "error" in failed.lower()
+    assert kube.kubectl_json("get", "deployment", "scaled", "-n", NS)["spec"]["replicas"] == 5

@@ -13,7 +13,9 @@ _SUBRESOURCE_VERBS = {
     "status": ["get", "patch", "update"],
     "token": ["create"],
     "finalize": ["update"],
+    "scale": ["get", "patch", "update"],
 }
+_SUBRESOURCE_KINDS = {"token": ("authentication.k8s.io", "v1", "TokenRequest"), "scale": ("autoscaling", "v1", "Scale")}
 
 
 def version_info(git_version: str) -> JsonObject:
@@ -91,12 +93,11 @@ def api_resource_list(registry: Registry, group: str, version: str) -> JsonObjec
                 "name": f"{rtype.plural}/{sub}",
                 "singularName": "",
                 "namespaced": rtype.namespaced,
-                "kind": "TokenRequest" if sub == "token" else rtype.kind,
+                "kind": rtype.kind,
                 "verbs": _SUBRESOURCE_VERBS.get(sub, ["get"]),
             }
-            if sub == "token":
-                sub_entry["group"] = "authentication.k8s.io"
-                sub_entry["version"] = "v1"
+            if sub in _SUBRESOURCE_KINDS:
+                sub_entry["group"], sub_entry["version"], sub_entry["kind"] = _SUBRESOURCE_KINDS[sub]
             resources.append(sub_entry)
     if not resources:
         return None

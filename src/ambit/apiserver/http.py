@@ -203,6 +203,8 @@ class ApiHttp:
                 t.rtype, None if t.all_namespaces else t.namespace, q.get("labelSelector", ""), fields
             )
             return await self._watch(request, t, selection)
+        if t.subresource == "scale":
+            return await self._scale(request, t, user, dry_run)
         if method == "GET":
             if t.name:
                 item = m.get(t.rtype, t.namespace, t.name)
@@ -271,6 +273,21 @@ class ApiHttp:
                 deleted.append(await m.delete(t.rtype, t.version, item.namespace, name, options, user))
             return _json(_list_doc(t, deleted, m.store.resource_version, "", None))
         raise errors.method_not_allowed(f"{method} is not supported on {request.path}")
+
+    async def _scale(self, request: web.Request, t: Target, user: User, dry_run: bool) -> web.Response:
+        m = self.manager
+        if request.method == "GET":
+            return _json(m.scale_of(t.rtype, t.namespace, t.name))
+        if request.method == "PUT":
+            body = await _read_body(request)
+            return _json(await m.update_scale(t.rtype, t.version, t.namespace, t.name, body, user, dry_run=dry_run))
+        if request.method == "PATCH":
+            raw = await request.read()
+            content_type = request.headers.get("Content-Type", "").split(";", maxsplit=1)[0].strip()
+            return _json(
+                await m.patch_scale(t.rtype, t.version, t.namespace, t.name, content_type, raw, user, dry_run=dry_run)
+            )
+        raise errors.method_not_allowed(f"{request.method} is not supported on {request.path}")
 
     # -- responses ------------------------------------------------------------------------------------------
     def _object_response(self, request: web.Request, t: Target, obj: dict[str, Any], code: int = 200) -> web.Response:

@@ -185,7 +185,7 @@ BUILTINS: tuple[ResourceType, ...] = (
         True,
         short_names=("deploy",),
         categories=("all",),
-        subresources=frozenset({"status"}),
+        subresources=frozenset({"status", "scale"}),
     ),
     ResourceType(
         "apps",
@@ -196,7 +196,7 @@ BUILTINS: tuple[ResourceType, ...] = (
         True,
         short_names=("rs",),
         categories=("all",),
-        subresources=frozenset({"status"}),
+        subresources=frozenset({"status", "scale"}),
     ),
     ResourceType(
         "apps",

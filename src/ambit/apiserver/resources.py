@@ -532,6 +532,77 @@ class ResourceManager:
             meta["generation"] = int(old_meta.get("generation", 1)) + 1
         return new
 
+    # -- scale subresource (autoscaling/v1 Scale: kubectl scale) ----------------------------------------------
+    def scale_of(self, rtype: ResourceType, namespace: str, name: str) -> JsonObject:
+        obj = self.get(rtype, namespace, name).obj
+        meta, spec, status = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}
+        selector = LabelSelector.from_spec(spec.get("selector")) if isinstance(spec.get("selector"), dict) else None
+        return {
+            "kind": "Scale",
+            "apiVersion": "autoscaling/v1",
+            "metadata": {
+                k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp") if k in meta
+            },
+            "spec": {"replicas": int(spec.get("replicas", 1))},
+            "status": {"replicas": int(status.get("replicas", 0)), "selector": str(selector or "")},
+        }
+
+    async def update_scale(
+        self,
+        rtype: ResourceType,
+        version: str,
+        namespace: str,
+        name: str,
+        body: Any,
+        user: User,
+        *,
+        dry_run: bool = False,
+    ) -> JsonObject:
+        current = self.get(rtype, namespace, name)
+        spec = body.get("spec") if isinstance(body, dict) else None
+        replicas = spec.get("replicas") if isinstance(spec, dict) else None
+        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+            raise errors.invalid("Scale", name, [("spec.replicas", "must be a non-negative integer")], "autoscaling")
+        sent_rv = (
+            (body.get("metadata") or {}).get("resourceVersion") if isinstance(body.get("metadata"), dict) else None
+        )
+        if sent_rv and str(sent_rv) != str(current.rv):
+            raise errors.conflict(
+                rtype.plural,
+                name,
+                "the object has been modified; please apply your changes to the latest version and try again",
+                rtype.group,
+            )
+        new = copy.deepcopy(current.obj)
+        new.setdefault("spec", {})["replicas"] = replicas
+        await self._replace(rtype, version, current, new, user, "", dry_run)
+        return self.scale_of(rtype, namespace, name)
+
+    async def patch_scale(
+        self,
+        rtype: ResourceType,
+        version: str,
+        namespace: str,
+        name: str,
+        content_type: str,
+        body: bytes,
+        user: User,
+        *,
+        dry_run: bool = False,
+    ) -> JsonObject:
+        scale = self.scale_of(rtype, namespace, name)
+        try:
+            doc = decode(body)
+        except Exception:
+            raise errors.bad_request("the patch is not valid JSON") from None
+        if content_type == "application/json-patch+json":
+            patched = patch.json_patch(scale, doc)
+        elif content_type in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
+            patched = patch.json_merge_patch(scale, doc)
+        else:
+            raise errors.unsupported_media_type(content_type)
+        return await self.update_scale(rtype, version, namespace, name, patched, user, dry_run=dry_run)
+
     # -- delete ---------------------------------------------------------------------------------------------
     async def delete(
         self, rtype: ResourceType, version: str, namespace: str, name: str, options: DeleteOptions, user: User
