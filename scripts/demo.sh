@@ -1,47 +1,72 @@
 #!/usr/bin/env bash
-# make demo: the embedded API server on this machine, the example manifests applied, shown with kubectl and ambit.
+# make demo: a 2-node lab on this machine (nodes and pods as network namespaces), the example workloads, traffic
+# across nodes by Service VIP and by pod IP, the kubectl and ambit views, then everything torn down.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 AMBIT=.venv/bin/ambit
 DIR=$(mktemp -d /tmp/ambit-demo.XXXXXX)
-PORT=${AMBIT_DEMO_PORT:-16443}
 export KUBECONFIG="$DIR/kubeconfig" KUBECACHEDIR="$DIR/kubecache"
-server=""
+up=""
 cleanup() {
-  if [ -n "$server" ] && kill -0 "$server" 2>/dev/null; then
-    kill -TERM "$server"; wait "$server" || true
-  fi
+  if [ -n "$up" ]; then "$AMBIT" lab down --dir "$DIR" >/dev/null || true; fi
   rm -rf "$DIR"
 }
 trap cleanup EXIT
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+wait_ready() {  # wait_ready NAMESPACE SELECTOR COUNT
+  for _ in $(seq 1 120); do
+    ready=$(kubectl get pods -n "$1" -l "$2" -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' | grep -c True || true)
+    [ "$ready" -ge "$3" ] && return 0
+    sleep 0.5
+  done
+  echo "pods $2 in $1 not ready in time"; kubectl get pods -n "$1" -o wide; return 1
+}
+in_pod() {  # in_pod NAMESPACE POD -- CMD...
+  local ns=$1 pod=$2; shift 3
+  "$AMBIT" lab exec --dir "$DIR" -n "$ns" "$pod" -- "$@"
+}
 
-step "ambit apiserver --data-dir $DIR --listen 127.0.0.1:$PORT"
-exec 3< <("$AMBIT" apiserver --data-dir "$DIR" --listen "127.0.0.1:$PORT" 2>"$DIR/apiserver.log")
-server=$!
-if ! read -r -t 30 ready <&3; then
-  echo "the API server did not start; its log:"; cat "$DIR/apiserver.log"; exit 1
+step "ambit lab up --nodes 2   (API server, controllers, a node runtime per node; nodes are network namespaces)"
+up=1
+"$AMBIT" lab up --dir "$DIR" --nodes 2
+kubectl get nodes -o wide
+
+step "kubectl apply -f examples/bookinfo-lite.yaml -f examples/lab/apps.yaml"
+kubectl apply -f examples/bookinfo-lite.yaml -f examples/lab/apps.yaml
+wait_ready apps app=http-echo 2
+wait_ready apps app=tcp-echo 1
+wait_ready apps app=server-first 1
+wait_ready apps app=client 1
+
+step "kubectl get pods,services,endpointslices -n apps -o wide"
+kubectl get pods,services,endpointslices -n apps -o wide
+
+step "client pod → http-echo Service VIP 198.19.0.10 (nftables DNAT in the node, kube-proxy's job)"
+sleep 2
+"$AMBIT" lab logs --dir "$DIR" -n apps client | tail -n 4
+
+client_node=$(kubectl get pod client -n apps -o jsonpath='{.spec.nodeName}')
+client_ip=$(kubectl get pod client -n apps -o jsonpath='{.status.podIP}')
+far=$(kubectl get pods -n apps -l app=http-echo -o jsonpath="{range .items[?(@.spec.nodeName!='$client_node')]}{.status.podIP}{'\n'}{end}" | head -n 1)
+if [ -n "$far" ]; then
+  step "client ($client_ip on $client_node) → http-echo pod IP $far on the other node: the server sees the client's own IP"
+  in_pod apps client -- python3 -m ambit.lab.apps client --url "http://$far:8080/" --count 2 --interval 0.2
 fi
-echo "$ready"
 
-step "kubectl apply -f examples/"
-kubectl apply -f examples/
+step "client → tcp-echo VIP 198.19.0.11:9000 and server-first VIP 198.19.0.12:3306"
+in_pod apps client -- python3 -m ambit.lab.apps client --tcp 198.19.0.11:9000 --count 1
+in_pod apps client -- python3 -m ambit.lab.apps client --tcp 198.19.0.12:3306 --server-first --count 1
 
-step "kubectl get namespaces --show-labels"
-kubectl get namespaces --show-labels
+step "ambit lab status"
+"$AMBIT" lab status --dir "$DIR"
 
-step "kubectl get deployments,services,serviceaccounts,configmaps -n demo -o wide"
-kubectl get deployments,services,serviceaccounts,configmaps -n demo -o wide
-
-step "kubectl get authorizationpolicies,peerauthentications -n demo"
-kubectl get authorizationpolicies,peerauthentications -n demo
-
-step "ambit get — the same objects through Ambit's own client (ambit.k8s)"
+step "ambit get — the same cluster through Ambit's own client (ambit.k8s)"
 "$AMBIT" get namespaces
 "$AMBIT" get authorizationpolicies -n demo
-"$AMBIT" get services -n demo
+"$AMBIT" get services -n apps
 
-step "stopping the API server (SIGTERM)"
-kill -TERM "$server"; wait "$server" || true; server=""
-echo "stopped cleanly"
+step "ambit lab down   (every namespace, link, route, rule, process and file the lab created)"
+"$AMBIT" lab down --dir "$DIR"
+up=""
+echo "namespaces left with the lab's prefix: $(ip netns list | grep -c "^ab" || true)"

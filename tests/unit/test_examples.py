@@ -14,7 +14,7 @@ from ambit.apiserver.validation import validate_object
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [
     (path.name, doc)
-    for path in sorted((ROOT / "examples").glob("*.yaml"))
+    for path in sorted((ROOT / "examples").rglob("*.yaml"))
     for doc in yaml.safe_load_all(path.read_text())
     if doc is not None
 ]
@@ -52,16 +52,16 @@ def test_custom_resources_use_a_served_version_of_an_installed_crd() -> None:
 
 
 def test_demo_namespace_is_in_ambient_mode() -> None:
-    (namespace,) = of_kind("Namespace")
+    (namespace,) = [ns for ns in of_kind("Namespace") if ns["metadata"]["name"] == "demo"]
     assert namespace["metadata"]["labels"]["istio.io/dataplane-mode"] == "ambient"
 
 
 def test_deployments_use_existing_service_accounts_and_config() -> None:
-    accounts = {sa["metadata"]["name"] for sa in of_kind("ServiceAccount")}
+    accounts = {sa["metadata"]["name"] for sa in of_kind("ServiceAccount")} | {"default"}
     config_maps = {cm["metadata"]["name"]: cm["data"] for cm in of_kind("ConfigMap")}
     for deployment in of_kind("Deployment"):
         pod = deployment["spec"]["template"]["spec"]
-        assert pod["serviceAccountName"] in accounts
+        assert pod.get("serviceAccountName", "default") in accounts
         for container in pod["containers"]:
             assert container["command"][0] == "python3"
             for env in container.get("env", []):
