@@ -5,7 +5,7 @@ VENV := .venv
 UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
 STAMP := $(VENV)/.installed
 
-.PHONY: install test demo lint bench bench-quick clean
+.PHONY: install test demo lint bench bench-quick bench-lab clean
 
 install: $(STAMP)
 
@@ -33,9 +33,13 @@ demo: install
 
 bench: install
 	$(VENV)/bin/python -m bench.apiserver
+	$(VENV)/bin/python -m bench.lab
 
 bench-quick: install
 	$(VENV)/bin/python -m bench.apiserver --quick
+
+bench-lab: install  # root: brings a lab up and down
+	$(VENV)/bin/python -m bench.lab
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -519,3 +519,16 @@ def test_kubectl_scale_uses_the_scale_subresource(kube: ServerProcess) -> None:
     )
     assert "expected" in failed.lower() or "precondition" in failed.lower() or "error" in failed.lower()
     assert kube.kubectl_json("get", "deployment", "scaled", "-n", NS)["spec"]["replicas"] == 5
+
+
+def test_apply_of_a_list_document(kube: ServerProcess) -> None:
+    listed = {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"listed-{i}", "namespace": NS}}
+            for i in range(2)
+        ],
+    }
+    out = kube.kubectl("apply", "-f", "-", input=yaml.safe_dump(listed))
+    assert "configmap/listed-0 created" in out and "configmap/listed-1 created" in out

@@ -409,7 +409,7 @@ async def test_a_container_without_a_command_is_reported(kube: KubeClient, start
     assert pod is not None and pod["status"]["phase"] == "Pending"
 
 
-async def test_a_command_that_does_not_exist_fails_with_exit_code_127(kube: KubeClient, start_runtime: Start) -> None:
+async def test_a_command_that_does_not_exist_is_a_start_error(kube: KubeClient, start_runtime: Start) -> None:
     await start_runtime()
     app = {"name": "app", "image": "none", "command": ["no-such-command-here"]}
     await kube.create(kinds.PODS, pod_manifest("typo", app, restartPolicy="Never"))
@@ -420,7 +420,8 @@ async def test_a_command_that_does_not_exist_fails_with_exit_code_127(kube: Kube
 
     pod = await eventually(failed)
     terminated = container_state(pod)["state"]["terminated"]
-    assert (terminated["exitCode"], terminated["reason"]) == (127, "Error")
+    assert (terminated["exitCode"], terminated["reason"]) == (128, "StartError")
+    assert "executable file not found" in terminated.get("message", "")
     notes = [e["note"] for e in await eventually(lambda: events(kube, "Failed"))]
     assert any("no-such-command-here" in note for note in notes)
 

@@ -53,7 +53,7 @@ log = logging.getLogger("ambit.lab.containers")
 EventType = Literal["Normal", "Warning"]
 
 UNKNOWN_EXIT_CODE = 137
-COMMAND_NOT_FOUND = 127
+START_ERROR = 128
 KILL_WAIT = 5.0
 """Seconds to wait for a process group to go after SIGKILL before giving up on it."""
 _RESET_SIGNALS = tuple(
@@ -115,6 +115,8 @@ class Exited:
     """None: unknown (rule 6)."""
     at: float
     message: str = ""
+    start_error: bool = False
+    """The process could not be started (its command was not found): reason ``StartError``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +205,8 @@ class ContainerState:
             code, reason = UNKNOWN_EXIT_CODE, "ContainerStatusUnknown"
         else:
             code, reason = event.exit_code, "Completed" if event.exit_code == 0 else "Error"
+            if event.start_error:
+                reason = "StartError"
         termination: dict[str, Any] = {
             "exitCode": code,
             "reason": reason,
@@ -380,9 +384,21 @@ def spawn(argv: Sequence[str], env: Mapping[str, str], log_path: Path) -> Proces
 
     The executable is looked up in the container's ``PATH`` (``env``), as ``ip netns exec`` would.
     """
-    executable = shutil.which(argv[0], path=env.get("PATH", os.defpath)) if "/" not in argv[0] else argv[0]
+    path = env.get("PATH", os.defpath)
+    executable = shutil.which(argv[0], path=path) if "/" not in argv[0] else argv[0]
     if executable is None:
         raise FileNotFoundError(2, "executable file not found in $PATH", argv[0])
+    if list(argv[:3]) == ["ip", "netns", "exec"] and len(argv) > 4:
+        # The container's own command runs after `ip netns exec NETNS`: look it up now, as a runtime does, so a
+        # missing executable is a start error (128, StartError) rather than an exit of the wrapper.
+        command = argv[4]
+        found = (
+            shutil.which(command, path=path)
+            if "/" not in command
+            else (command if os.access(command, os.X_OK) else None)
+        )
+        if found is None:
+            raise FileNotFoundError(2, "executable file not found in $PATH", command)
     fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o640)
     try:
         pid = os.posix_spawn(
@@ -607,13 +623,13 @@ class ContainerSupervisor:
         try:
             handle = self._spawn(launch.argv, launch.env, launch.log_path)
         except OSError as exc:
-            # Only without a namespace: ``ip netns exec`` itself is always found, and reports a missing
-            # command as its exit status. Report it the same way.
-            message = f"exec {launch.argv[0]!r}: {exc.strerror or exc}"
+            # The container's command (also the one behind ``ip netns exec``) is looked up before spawning: a
+            # missing one is a start error, exit code 128, as container runtimes report it.
+            message = f"exec {exc.filename or launch.argv[0]!r}: {exc.strerror or exc}"
             with contextlib.suppress(OSError), launch.log_path.open("a") as out:
                 out.write(message + "\n")
             self.state.apply(Started(0, now))
-            self._exited(COMMAND_NOT_FOUND if isinstance(exc, FileNotFoundError) else 126, message)
+            self._exited(START_ERROR if isinstance(exc, FileNotFoundError) else 126, message, start_error=True)
             return None
         self._handle = handle
         self.state.apply(Started(handle.pid, now))
@@ -622,8 +638,8 @@ class ContainerSupervisor:
         self.hooks.changed()
         return handle
 
-    def _exited(self, code: int | None, message: str) -> None:
-        phase = self.state.apply(Exited(code, self._clock(), message))
+    def _exited(self, code: int | None, message: str, *, start_error: bool = False) -> None:
+        phase = self.state.apply(Exited(code, self._clock(), message, start_error))
         if code != 0 and not self.state.stopping:
             shown = "unknown" if code is None else str(code)
             note = f"Container {self.name} exited with code {shown}" + (f": {message}" if message else "")

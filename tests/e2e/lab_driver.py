@@ -1,0 +1,293 @@
+"""Driving a real lab from tests: bring it up and down under the machine-wide lock, kubectl, ``ambit lab exec``.
+
+Only one lab network can exist on the machine at a time (every lab puts ``198.18.0.1`` on its bridge and routes
+the same pod ranges in the root namespace), and other developers run tests concurrently: a lab is brought up only
+while holding ``ROOT_LAB_LOCK``, the same ``flock`` that ``tests/netns`` takes, and the lock is released only after
+``ambit lab down`` has run. :func:`running_lab` runs ``ambit lab down`` however it is left, also when ``lab up``
+failed or timed out, and then checks that nothing with the lab's prefix is left (namespaces, links, routes).
+
+Every wait is bounded: :func:`wait_until` polls with a deadline and fails with the last value it saw.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from ambit.lab.topology import Topology
+
+ROOT_LAB_LOCK = Path("/run/lock/ambit-lab-root.lock")
+LOCK_WAIT = float(os.environ.get("AMBIT_E2E_LOCK_WAIT", "300"))
+"""Seconds to wait for another lab (someone else's test) to go; longer than tests/netns's, as labs here live longer."""
+LAB_UP_TIMEOUT = 90.0
+LAB_DOWN_TIMEOUT = 60.0
+TEST_TIMEOUT = LOCK_WAIT + 120.0
+"""pytest-timeout's limit for a test: it counts fixture set-up, so a module's first test also waits for the lock."""
+
+T = TypeVar("T")
+
+
+@contextlib.contextmanager
+def root_lab_lock(wait: float = LOCK_WAIT) -> Iterator[None]:
+    """Hold the machine-wide lab lock (``tests/netns/conftest.py``'s ``root_lab_lock``, as a context manager)."""
+    ROOT_LAB_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(ROOT_LAB_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"another lab held {ROOT_LAB_LOCK} for {wait:.0f} s")
+                time.sleep(0.1)
+        yield
+    finally:
+        os.close(fd)
+
+
+def wait_until(what: str, probe: Callable[[], T], timeout: float, interval: float = 0.2) -> T:
+    """Call ``probe`` until it returns something truthy (returned) or ``timeout`` passes (fails with the last)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        last = probe()
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {timeout:g} s: {what} (last: {last!r})")
+        time.sleep(interval)
+
+
+def ambit(*args: str, timeout: float = 30.0, check: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "ambit.cli", *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+    if check and done.returncode != 0:
+        raise AssertionError(f"ambit {' '.join(args)} failed ({done.returncode}): {done.stderr}{done.stdout}")
+    return done
+
+
+def condition(obj: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    for cond in (obj.get("status") or {}).get("conditions") or ():
+        if cond.get("type") == kind:
+            return dict(cond)
+    return {}
+
+
+def is_ready(pod: Mapping[str, Any]) -> bool:
+    return condition(pod, "Ready").get("status") == "True"
+
+
+def netns_names() -> set[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    return {line.split()[0] for line in out.splitlines() if line.strip()}
+
+
+def lab_leftovers(prefix: str) -> list[str]:
+    """Anything on the machine named with the lab's prefix: namespaces, root links, root routes on its links."""
+    mine = prefix + "-"
+    out: list[str] = []
+    for argv in (["ip", "netns", "list"], ["ip", "-br", "link"], ["ip", "route"]):
+        text = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+        out += [line for line in text.splitlines() if mine in line]
+    return out
+
+
+@dataclass
+class Lab:
+    """A lab that is up: its topology, and ways to drive it (kubectl, ``ambit lab exec``)."""
+
+    topology: Topology
+    kubecache: Path
+
+    @property
+    def directory(self) -> Path:
+        return self.topology.path
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 30.0
+    ) -> subprocess.CompletedProcess[str]:
+        env = dict(os.environ, KUBECONFIG=str(self.topology.kubeconfig), KUBECACHEDIR=str(self.kubecache))
+        done = subprocess.run(
+            ["kubectl", *args], input=input, capture_output=True, text=True, env=env, timeout=timeout, check=False
+        )
+        if check and done.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed ({done.returncode}): {done.stderr}")
+        return done
+
+    def get(self, *args: str) -> Any:
+        return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
+
+    def items(self, *args: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = self.get(*args)["items"]
+        return items
+
+    def apply(self, *objects: Mapping[str, Any], namespace: str | None = None) -> None:
+        # A stream of JSON objects, not a ``kind: List``: for a List kubectl validates against /openapi/v2, which
+        # the embedded API server does not serve (404, and kubectl gives up).
+        ns = ["-n", namespace] if namespace else []
+        self.kubectl("apply", *ns, "-f", "-", input="\n".join(json.dumps(o) for o in objects))
+
+    def pod(self, name: str, namespace: str) -> dict[str, Any]:
+        pod: dict[str, Any] = self.get("pod", name, "-n", namespace)
+        return pod
+
+    def pods(self, namespace: str, selector: str = "") -> list[dict[str, Any]]:
+        return self.items("pods", "-n", namespace, *(["-l", selector] if selector else []))
+
+    def events(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        """core/v1 Events about the object ``name`` (series folded, as the API server converts them)."""
+        return [
+            e
+            for e in self.items("events", "-n", namespace)
+            if (e.get("involvedObject") or e.get("regarding") or {}).get("name") == name
+        ]
+
+    def wait_pods_ready(self, namespace: str, selector: str, count: int, timeout: float = 30.0) -> list[dict[str, Any]]:
+        def ready() -> list[dict[str, Any]]:
+            pods = [p for p in self.pods(namespace, selector) if not p["metadata"].get("deletionTimestamp")]
+            return pods if len(pods) == count and all(is_ready(p) for p in pods) else []
+
+        return wait_until(f"{count} pods {selector!r} Ready in {namespace}", ready, timeout)
+
+    def exec(self, pod: str, namespace: str, *argv: str, timeout: float = 30.0) -> str:
+        """Run ``argv`` in the pod's network namespace (``ambit lab exec``); its stdout."""
+        done = ambit("lab", "exec", "--dir", str(self.directory), pod, "-n", namespace, "--", *argv, timeout=timeout)
+        return done.stdout
+
+    def pod_netns(self, pod: Mapping[str, Any]) -> str:
+        return self.topology.pod_netns(str(pod["metadata"]["uid"]))
+
+    def ipam_files(self, node: str) -> set[str]:
+        """Addresses host-local holds on ``node`` (one file per address in its data directory)."""
+        data = self.topology.node_dir(node) / "ipam" / "ambit-lab"
+        if not data.is_dir():
+            return set()
+        return {p.name for p in data.iterdir() if p.name[:1].isdigit()}
+
+    def runtime_pids(self) -> dict[str, list[int]]:
+        """The node runtimes' pids, by node (``lab node --dir D --name node-i``)."""
+        found: dict[str, list[int]] = {}
+        for node in self.topology.all_nodes():
+            pattern = f"lab node --dir {self.directory} --name {node.name}$"
+            out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True, check=False).stdout
+            found[node.name] = sorted(int(pid) for pid in out.split())
+        return found
+
+    def log_tracebacks(self) -> list[str]:
+        """Log files of the lab's processes that show a Python traceback (a crash or an unhandled error)."""
+        logs = [*(self.directory / "logs").glob("*.log"), *(self.directory / "nodes").glob("*/runtime.log")]
+        return [str(p) for p in logs if "Traceback (most recent call last)" in p.read_text(errors="replace")]
+
+    def namespace(self, name: str) -> None:
+        self.kubectl("create", "namespace", name)
+
+    def delete_namespace(self, name: str) -> None:
+        """Delete a namespace and what it holds, without waiting (the next test does not depend on it)."""
+        self.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
+
+
+def lab_up(directory: Path) -> Topology:
+    """``ambit lab up --nodes 2`` as a subprocess; the caller must hold the lock and run :func:`lab_down` after."""
+    done = ambit("lab", "up", "--dir", str(directory), "--nodes", "2", timeout=LAB_UP_TIMEOUT, check=False)
+    topology = Topology.load(directory)
+    if done.returncode != 0 or topology is None:
+        raise AssertionError(f"ambit lab up failed ({done.returncode}): {done.stderr}{done.stdout}")
+    return topology
+
+
+def lab_down(directory: Path, prefix: str | None, keep_logs: Path | None = None) -> None:
+    """``ambit lab down`` (after keeping the lab's logs), then check that nothing of the lab is left."""
+    if keep_logs is not None and directory.is_dir():
+        keep_logs.mkdir(parents=True, exist_ok=True)
+        for log in [*(directory / "logs").glob("*.log"), *(directory / "nodes").glob("*/runtime.log")]:
+            with contextlib.suppress(OSError):
+                shutil.copy(log, keep_logs / f"{log.parent.name}-{log.name}")
+    done = ambit("lab", "down", "--dir", str(directory), timeout=LAB_DOWN_TIMEOUT, check=False)
+    assert done.returncode == 0, f"ambit lab down failed ({done.returncode}): {done.stderr}"
+    if prefix is not None:
+        assert lab_leftovers(prefix) == [], f"lab {prefix} left things behind"
+    assert not directory.exists(), f"ambit lab down left {directory}"
+
+
+@contextlib.contextmanager
+def running_lab(base: Path) -> Iterator[Lab]:
+    """Hold the lock, bring a 2-node lab up in ``base/lab``, and always bring it down (logs kept in ``base``)."""
+    directory = base / "lab"
+    with root_lab_lock():
+        prefix: str | None = None
+        try:
+            topology = lab_up(directory)
+            prefix = topology.prefix
+            yield Lab(topology, base / "kubecache")
+        finally:
+            if prefix is None and (found := Topology.load(directory)) is not None:
+                prefix = found.prefix
+            lab_down(directory, prefix, keep_logs=base / "lab-logs")
+
+
+def http_echo_container(port: int = 8080, *, ready_port: int | None = None, delay: float = 0) -> dict[str, Any]:
+    """A container running ``ambit.lab.apps http-echo`` (after ``delay`` seconds) with a tcpSocket readinessProbe."""
+    app = f"python3 -m ambit.lab.apps http-echo --port {port}"
+    command = ["sh", "-c", f"sleep {delay:g}; exec {app}"] if delay else app.split()
+    return {
+        "name": "echo",
+        "image": "none",
+        "command": command,
+        "readinessProbe": {"tcpSocket": {"port": ready_port or port}, "periodSeconds": 1},
+    }
+
+
+def pod_manifest(name: str, containers: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
+    labels = spec.pop("labels", {"app": name})
+    node = spec.pop("node", None)
+    if node:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"terminationGracePeriodSeconds": 2, "containers": containers, **spec},
+    }
+
+
+def sleeper(name: str = "main") -> dict[str, Any]:
+    return {"name": name, "image": "none", "command": ["sleep", "3600"]}
+
+
+def service_manifest(name: str, selector: Mapping[str, str], port: int, target: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name},
+        "spec": {"selector": dict(selector), "ports": [{"name": "p", "port": port, "targetPort": target}]},
+    }
+
+
+def deployment_manifest(name: str, replicas: int, container: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"terminationGracePeriodSeconds": 2, "containers": [container]},
+            },
+        },
+    }
