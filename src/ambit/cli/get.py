@@ -142,4 +142,4 @@ def get(
             cells.extend(row(obj))
         cells.append(_age(meta.get("creationTimestamp", ""), now))
         table.add_row(*cells)
-    Console().print(table)
+    Console(width=None if sys.stdout.isatty() else 160).print(table)

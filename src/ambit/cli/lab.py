@@ -77,7 +77,7 @@ def status(directory: DirOption = DEFAULT_DIR) -> None:
     except KubeClientError as exc:
         typer.echo(f"ambit lab status: {exc}", err=True)
         raise typer.Exit(1) from None
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 160)
     table = Table(title=f"lab {topology.lab_id}: nodes", title_justify="left", box=None, header_style="bold")
     for column in ("NODE", "READY", "ADDRESS", "POD CIDR", "PODS"):
         table.add_column(column)
@@ -160,7 +160,10 @@ def exec(
             raise typer.Exit(1)
     else:
         raise typer.BadParameter("name a pod or --node")
+    from ambit.lab.node import container_path
+
     sys.stdout.flush()
+    os.environ["PATH"] = container_path()  # the same PATH as the pods' (python3 -m ambit.lab.apps works)
     os.execvp("ip", ["ip", "netns", "exec", netns, *argv])
 
 
