@@ -4,6 +4,7 @@ component uses), against the embedded API server or a real cluster."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
