@@ -25,7 +25,7 @@ T = TypeVar("T")
 
 
 # -- plumbing ---------------------------------------------------------------------------------------------------
-async def until(probe: Callable[[], Awaitable[T]], what: str, within: float = 5.0) -> T:
+async def until(probe: Callable[[], Awaitable[T]], what: str, within: float = 15.0) -> T:
     """Poll ``probe`` until it returns something truthy; fail naming ``what`` (and the last value) after ``within``
     seconds."""
     loop = asyncio.get_running_loop()

@@ -24,9 +24,9 @@ from tests.harness import free_port
 from ambit.apiserver.server import ApiServer
 from ambit.k8s import InformerSettings, KubeClient, KubeNotFoundError, kinds
 from ambit.lab.cni import CniError
-from ambit.lab.containers import process_start_ticks
 from ambit.lab.kubelet import NodeRuntime, NodeRuntimeSettings
 from ambit.lab.probes import ProbeResult, ProbeSpec, ProbeTarget, probe_once
+from ambit.lab.processes import process_start_ticks
 
 NS = "default"
 PY = sys.executable

@@ -34,8 +34,9 @@ import pytest
 
 from ambit.apiserver.server import ApiServer, ApiServerSettings
 from ambit.k8s import InformerSettings, KubeClient, kinds
+from ambit.lab.commands import SubprocessRunner
 from ambit.lab.services import TABLE, render_service_rules
-from ambit.lab.services_apply import ServiceProxy, ServiceProxySettings, SubprocessRunner, apply_rules, remove_rules
+from ambit.lab.services_apply import ServiceProxy, ServiceProxySettings, apply_rules, remove_rules
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(60)]  # conftest skips without root (fails in CI)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ambit.lab.containers import (
+from ambit.lab.container_state import (
     ConfigFailed,
     ContainerState,
     ContainerStateError,
@@ -13,11 +13,11 @@ from ambit.lab.containers import (
     RestartBackoff,
     Started,
     StopRequested,
-    container_argv,
     container_status,
     pod_phase,
     should_restart,
 )
+from ambit.lab.processes import container_argv
 
 T0 = 1_700_000_000.0
 POD = "web_default(u-1)"

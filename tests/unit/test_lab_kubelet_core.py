@@ -8,22 +8,13 @@ from typing import Any
 import pytest
 
 from ambit.lab.cni import CniError
-from ambit.lab.containers import ContainerConfigError, ContainerState, Exited, Phase, Started
-from ambit.lab.kubelet import (
-    HostInfo,
-    NodeRuntimeSettings,
-    PodRecord,
-    PodView,
-    SavedSandbox,
-    config_refs,
-    container_env,
-    expand,
-    node_manifest,
-    node_status,
-    pod_status,
-    sandbox_error_message,
-    status_patch,
-)
+from ambit.lab.container_state import ContainerState, Exited, Phase, Started
+from ambit.lab.containers import ContainerConfigError
+from ambit.lab.kubelet import NodeRuntimeSettings
+from ambit.lab.node_status import HostInfo, node_manifest, node_status
+from ambit.lab.pod_env import config_refs, container_env, expand
+from ambit.lab.pod_record import PodRecord, SavedSandbox
+from ambit.lab.pod_status import PodView, pod_status, sandbox_error_message, status_patch
 from ambit.lab.topology import Topology
 
 T0 = 1_700_000_000.0

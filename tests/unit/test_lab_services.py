@@ -11,7 +11,7 @@ import copy
 import os
 import shutil
 import subprocess
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,8 @@ from json_strategies import json_values
 
 from ambit.apiserver.server import ApiServer, ApiServerSettings
 from ambit.k8s import InformerSettings, KubeClient, kinds
+from ambit.lab import services_apply
+from ambit.lab.commands import Call, CommandResult, RecordingRunner
 from ambit.lab.services import RenderedRules, render_service_rules
 from ambit.lab.services_apply import (
     ServiceProxy,
@@ -428,36 +430,41 @@ def test_rendering_non_list_values_inside_lists_never_raises(service: Any, slice
 # -- applying (recorded runner) ----------------------------------------------------------------------------------
 
 
-class RecordedRunner:
-    """Records commands; answers from a queue of (rc, stdout, stderr), success when it is empty."""
+class Answers:
+    """A :class:`RecordingRunner` responder: answers from a queue of (rc, stdout, stderr), success when it is empty."""
 
     def __init__(self, *answers: tuple[int, bytes, bytes]) -> None:
-        self.calls: list[tuple[tuple[str, ...], bytes | None]] = []
-        self.answers = list(answers)
+        self.queue = list(answers)
 
-    async def run(self, argv: Sequence[str], input: bytes | None = None) -> tuple[int, bytes, bytes]:
-        self.calls.append((tuple(argv), input))
-        return self.answers.pop(0) if self.answers else (0, b"", b"")
+    def __call__(self, call: Call) -> CommandResult | None:
+        if not self.queue:
+            return None
+        rc, out, err = self.queue.pop(0)
+        return CommandResult(call.argv, rc, out, err)
+
+
+def recorded(*answers: tuple[int, bytes, bytes]) -> RecordingRunner:
+    return RecordingRunner(respond=Answers(*answers))
 
 
 NFT = ("ip", "netns", "exec", "ab12-node-1", "nft", "-f", "-")
 
 
 async def test_apply_feeds_the_script_to_nft_inside_the_namespace() -> None:
-    runner = RecordedRunner()
+    runner = recorded()
     await apply_rules("ab12-node-1", "table ip x {}\n", runner)
-    assert runner.calls == [(NFT, b"table ip x {}\n")]
+    assert runner.calls == [Call(NFT, b"table ip x {}\n")]
 
 
 async def test_an_empty_netns_name_means_the_callers_own_namespace() -> None:
-    runner = RecordedRunner()
+    runner = recorded()
     await apply_rules("", "table ip x {}\n", runner)
     await remove_rules("", runner)
-    assert [argv for argv, _ in runner.calls] == [("nft", "-f", "-"), ("nft", "-f", "-")]
+    assert [call.argv for call in runner.calls] == [("nft", "-f", "-"), ("nft", "-f", "-")]
 
 
 async def test_apply_failure_carries_nfts_complaint() -> None:
-    runner = RecordedRunner((1, b"", b"Error: syntax error\n"))
+    runner = recorded((1, b"", b"Error: syntax error\n"))
     with pytest.raises(ServiceRulesError, match="syntax error") as caught:
         await apply_rules("ab12-node-1", "junk", runner)
     assert caught.value.returncode == 1
@@ -465,13 +472,28 @@ async def test_apply_failure_carries_nfts_complaint() -> None:
 
 
 async def test_remove_deletes_the_table_idempotently_and_tolerates_a_gone_namespace() -> None:
-    runner = RecordedRunner((0, b"", b""), (255, b"", b'Cannot open network namespace "ab12-node-1": No such file'))
+    runner = recorded((0, b"", b""), (255, b"", b'Cannot open network namespace "ab12-node-1": No such file'))
     await remove_rules("ab12-node-1", runner)
     await remove_rules("ab12-node-1", runner)
     script = b"add table ip ambit-lab-services\ndelete table ip ambit-lab-services\n"
-    assert runner.calls == [(NFT, script), (NFT, script)]
+    assert runner.calls == [Call(NFT, script), Call(NFT, script)]
     with pytest.raises(ServiceRulesError):
-        await remove_rules("ab12-node-1", RecordedRunner((1, b"", b"Error: Operation not permitted")))
+        await remove_rules("ab12-node-1", recorded((1, b"", b"Error: Operation not permitted")))
+
+
+async def test_an_nft_that_hangs_is_a_failure_after_the_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Hanging(RecordingRunner):
+        async def run_async(self, argv: Any, **kwargs: Any) -> CommandResult:
+            await asyncio.sleep(10)
+            raise AssertionError("not reached")
+
+    assert services_apply.NFT_TIMEOUT == 10.0
+    monkeypatch.setattr(services_apply, "NFT_TIMEOUT", 0.05)
+    with pytest.raises(ServiceRulesError, match=r"applying .* nft exited 124: timed out after 0\.05 s") as caught:
+        await apply_rules("ab12-node-1", "table ip x {}\n", Hanging())
+    assert caught.value.returncode == 124
+    with pytest.raises(ServiceRulesError, match="removing"):
+        await remove_rules("ab12-node-1", Hanging())
 
 
 # -- ServiceProxy against an in-process API server --------------------------------------------------------------
@@ -502,18 +524,18 @@ async def eventually(predicate: Callable[[], bool]) -> None:
 async def test_service_proxy_applies_on_start_follows_changes_and_removes_on_close(kube: KubeClient) -> None:
     created = await kube.create(kinds.SERVICES, service("web", None, port(80, target=8080)))
     vip = created["spec"]["clusterIP"]
-    runner = RecordedRunner()
+    runner = recorded()
     proxy = ServiceProxy(
         kube, netns="ab12-node-1", node_pod_cidr=POD_CIDR, node_gateway=GATEWAY, runner=runner, settings=FAST
     )
     await proxy.start()
     assert len(runner.calls) == 1
-    first = runner.calls[0][1]
+    first = runner.calls[0].stdin
     assert first is not None and f"{vip} . tcp . 80 : goto reject-tcp".encode() in first
 
     await kube.create(kinds.ENDPOINT_SLICES, endpoint_slice("web-a", "web", [{"port": 8080}], [endpoint("198.18.1.5")]))
     await eventually(lambda: len(runner.calls) == 2)
-    second = runner.calls[1][1]
+    second = runner.calls[1].stdin
     assert second is not None and b"dnat to 198.18.1.5:8080" in second
     assert proxy.applied_script == second.decode()
 
@@ -523,25 +545,25 @@ async def test_service_proxy_applies_on_start_follows_changes_and_removes_on_clo
     assert len(runner.calls) == 2
 
     await proxy.aclose()
-    assert runner.calls[-1] == (NFT, b"add table ip ambit-lab-services\ndelete table ip ambit-lab-services\n")
+    assert runner.calls[-1] == Call(NFT, b"add table ip ambit-lab-services\ndelete table ip ambit-lab-services\n")
     assert proxy.applied_script is None
 
 
 async def test_service_proxy_retries_a_failed_apply(kube: KubeClient) -> None:
-    runner = RecordedRunner()
+    runner = recorded()
     proxy = ServiceProxy(
         kube, netns="ab12-node-1", node_pod_cidr=POD_CIDR, node_gateway=GATEWAY, runner=runner, settings=FAST
     )
     async with proxy:
-        runner.answers = [(1, b"", b"Error: transient")]
+        runner.respond = Answers((1, b"", b"Error: transient"))
         await kube.create(kinds.SERVICES, service("db", None, port(5432)))
         await eventually(lambda: proxy.stats.applies == 2)
         assert proxy.stats.failures == 1
-        assert runner.calls[-1][1] == runner.calls[-2][1]  # the same script, applied again
+        assert runner.calls[-1].stdin == runner.calls[-2].stdin  # the same script, applied again
 
 
 async def test_service_proxy_start_failure_leaves_nothing_running(kube: KubeClient) -> None:
-    runner = RecordedRunner((1, b"", b"Error: no nft here"))
+    runner = recorded((1, b"", b"Error: no nft here"))
     proxy = ServiceProxy(
         kube, netns="ab12-node-1", node_pod_cidr=POD_CIDR, node_gateway=GATEWAY, runner=runner, settings=FAST
     )

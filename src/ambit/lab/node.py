@@ -55,7 +55,12 @@ async def run_node(topology: Topology, node_name: str) -> None:
         runtime = NodeRuntime(client, settings, PodSandboxes(topology, node_name, record, runner), record)
         # The runtime runs inside the node's namespace: nft applies to it directly (netns "").
         proxy = ServiceProxy(
-            client, netns="", node_pod_cidr=node.pod_cidr, node_gateway=node.pod_gateway, service_cidr=SERVICE_CIDR
+            client,
+            netns="",
+            node_pod_cidr=node.pod_cidr,
+            node_gateway=node.pod_gateway,
+            service_cidr=SERVICE_CIDR,
+            runner=runner,
         )
         await runtime.start()
         await proxy.start()

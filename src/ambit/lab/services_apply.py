@@ -9,8 +9,9 @@
   the rules dirty, and one task re-renders after a short debounce and re-applies only when the script changed.
   A failed apply is logged and retried after a delay that doubles up to a cap; a success resets it.
 
-Commands go through a :class:`CommandRunner` (the seam unit tests replace); :class:`SubprocessRunner` is the real
-one.
+Commands go through the lab's :class:`~ambit.lab.commands.CommandRunner` (the seam unit tests replace with a
+:class:`~ambit.lab.commands.RecordingRunner`); :class:`~ambit.lab.commands.SubprocessRunner` is the real one. An
+``nft`` that does not finish within :data:`NFT_TIMEOUT` seconds is killed and counts as exit code 124.
 """
 
 from __future__ import annotations
@@ -18,51 +19,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import subprocess
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Protocol
 
 from ambit.errors import AmbitError
 from ambit.k8s import Informer, InformerSettings, KubeClient, ResourceKind, kinds
+from ambit.lab.commands import CommandResult, CommandRunner, SubprocessRunner
 from ambit.lab.services import FAMILY, TABLE, RenderedRules, render_service_rules
 
 log = logging.getLogger("ambit.lab.services")
 
 _REMOVE_SCRIPT = f"add table {FAMILY} {TABLE}\ndelete table {FAMILY} {TABLE}\n".encode()
 _NO_NETNS = b"Cannot open network namespace"
-
-
-class CommandRunner(Protocol):
-    """Runs one command to completion: (exit code, stdout, stderr)."""
-
-    async def run(self, argv: Sequence[str], input: bytes | None = None) -> tuple[int, bytes, bytes]: ...
-
-
-class SubprocessRunner:
-    """The real runner; a command that does not finish within ``timeout`` seconds is killed (exit code 124)."""
-
-    def __init__(self, timeout: float = 10.0) -> None:
-        self.timeout = timeout
-
-    async def run(self, argv: Sequence[str], input: bytes | None = None) -> tuple[int, bytes, bytes]:
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-            )
-        except OSError as exc:
-            return 127, b"", str(exc).encode()
-        try:
-            out, err = await asyncio.wait_for(proc.communicate(input or b""), self.timeout)
-        except BaseException as exc:
-            if proc.returncode is None:
-                proc.kill()
-                await asyncio.shield(proc.wait())
-            if isinstance(exc, TimeoutError):
-                return 124, b"", f"timed out after {self.timeout} s".encode()
-            raise
-        return proc.returncode or 0, out, err
+NFT_TIMEOUT = 10.0
+"""Seconds an ``nft`` run may take before it is killed (exit code 124)."""
 
 
 class ServiceRulesError(AmbitError):
@@ -80,21 +51,31 @@ def _nft(netns: str) -> list[str]:
     return ["ip", "netns", "exec", netns, "nft", "-f", "-"] if netns else ["nft", "-f", "-"]
 
 
+async def _run_nft(netns: str, script: bytes, runner: CommandRunner) -> CommandResult:
+    """``nft -f -`` with ``script`` on stdin; one that outlasts :data:`NFT_TIMEOUT` is killed, reported as exit 124."""
+    argv = _nft(netns)
+    try:
+        async with asyncio.timeout(NFT_TIMEOUT):
+            return await runner.run_async(argv, stdin=script, check=False)
+    except TimeoutError:
+        return CommandResult(tuple(argv), 124, b"", f"timed out after {NFT_TIMEOUT} s".encode())
+
+
 async def apply_rules(netns: str, script: str, runner: CommandRunner) -> None:
     """Replace the table in ``netns`` (``""``: this process's namespace) with ``script``.
 
     Raises :class:`ServiceRulesError`.
     """
-    rc, _, err = await runner.run(_nft(netns), script.encode())
-    if rc != 0:
-        raise ServiceRulesError(netns or "this namespace", "applying", rc, err)
+    result = await _run_nft(netns, script.encode(), runner)
+    if result.returncode != 0:
+        raise ServiceRulesError(netns or "this namespace", "applying", result.returncode, result.stderr)
 
 
 async def remove_rules(netns: str, runner: CommandRunner) -> None:
     """Delete the table from ``netns``; nothing to do when it (or the namespace) is already gone."""
-    rc, _, err = await runner.run(_nft(netns), _REMOVE_SCRIPT)
-    if rc != 0 and not (netns and _NO_NETNS in err):
-        raise ServiceRulesError(netns or "this namespace", "removing", rc, err)
+    result = await _run_nft(netns, _REMOVE_SCRIPT, runner)
+    if result.returncode != 0 and not (netns and _NO_NETNS in result.stderr):
+        raise ServiceRulesError(netns or "this namespace", "removing", result.returncode, result.stderr)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,279 @@
+"""The state of one container: a pure state machine, and the container status and pod phase computed from it.
+
+:class:`ContainerState` is driven by events (:class:`Started`, :class:`ConfigFailed`, :class:`Exited`,
+:class:`StopRequested`); its asyncio shell is :class:`ambit.lab.containers.ContainerSupervisor`. Phases, and what
+the container status shows in each::
+
+    CREATING      waiting: ContainerCreating            never started yet
+    CONFIG_ERROR  waiting: CreateContainerConfigError   cannot be started as specified (no command, missing key)
+    RUNNING       running
+    BACKING_OFF   waiting: CrashLoopBackOff             exited; starts again at ``restart_at``
+    EXITED        terminated                            exited, and will not run again
+
+Rule 1. Transitions are the table ``_TRANSITIONS`` below; an event a phase does not list is a bug
+        (:class:`ContainerStateError`). ``StopRequested`` is accepted in every phase.
+Rule 2. ``Exited`` leads to BACKING_OFF when the container is not being stopped and its pod's restart policy says
+        so (Always; OnFailure after a non-zero or unknown exit code), else to EXITED.
+Rule 3. ``restartCount`` counts the instances started after the first (``Started`` out of BACKING_OFF).
+Rule 4. Each exit's termination becomes ``lastState`` while the container waits or runs again. In EXITED the
+        state is the last termination and ``lastState`` the one before it.
+Rule 5. Restart back-off is the kubelet's: the first restart is immediate, then ``initial``, 2 x ``initial``, ... up
+        to ``maximum``; an instance that ran ``reset_after`` seconds starts the count over.
+Rule 6. An exit whose code cannot be known (an adopted process) is reported as the kubelet reports a container it
+        lost: exit code 137, reason ``ContainerStatusUnknown``.
+Rule 7. ``StopRequested`` out of BACKING_OFF ends in EXITED at once (there is no process); out of RUNNING it marks
+        the container stopping, and the ``Exited`` that follows the signal ends in EXITED.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from ambit.errors import AmbitError
+
+UNKNOWN_EXIT_CODE = 137
+
+
+class ContainerStateError(AmbitError):
+    """An event arrived that the container's phase does not accept (a bug in the caller)."""
+
+
+def rfc3339(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_rfc3339(text: Any) -> float | None:
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+# -- the state machine (pure) -------------------------------------------------------------------------------------
+class Phase(enum.Enum):
+    CREATING = "creating"
+    CONFIG_ERROR = "config-error"
+    RUNNING = "running"
+    BACKING_OFF = "backing-off"
+    EXITED = "exited"
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    pid: int
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigFailed:
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Exited:
+    exit_code: int | None
+    """None: unknown (rule 6)."""
+    at: float
+    message: str = ""
+    start_error: bool = False
+    """The process could not be started (its command was not found): reason ``StartError``."""
+
+
+@dataclass(frozen=True, slots=True)
+class StopRequested:
+    pass
+
+
+ContainerEvent = Started | ConfigFailed | Exited | StopRequested
+
+_WAITING = (Phase.CREATING, Phase.CONFIG_ERROR, Phase.BACKING_OFF)
+_TRANSITIONS: dict[tuple[Phase, type[ContainerEvent]], tuple[Phase, ...]] = {
+    **{(p, Started): (Phase.RUNNING,) for p in _WAITING},
+    **{(p, ConfigFailed): (Phase.CONFIG_ERROR,) for p in _WAITING},
+    (Phase.RUNNING, Exited): (Phase.BACKING_OFF, Phase.EXITED),
+}
+
+
+def should_restart(restart_policy: str, exit_code: int | None) -> bool:
+    if restart_policy == "Never":
+        return False
+    if restart_policy == "OnFailure":
+        return exit_code != 0
+    return True  # Always, and the default
+
+
+@dataclass(slots=True)
+class RestartBackoff:
+    """Rule 5; pure bookkeeping, the caller sleeps."""
+
+    initial: float = 10.0
+    maximum: float = 300.0
+    reset_after: float = 600.0
+    streak: int = 0
+    """Exits counted towards the current back-off."""
+
+    def next_delay(self, ran_for: float) -> float:
+        if ran_for >= self.reset_after:
+            self.streak = 0
+        delay = 0.0 if self.streak == 0 else min(self.initial * 2 ** (self.streak - 1), self.maximum)
+        self.streak += 1
+        return delay
+
+
+@dataclass(slots=True)
+class ContainerState:
+    name: str
+    restart_policy: str
+    backoff: RestartBackoff = field(default_factory=RestartBackoff)
+    phase: Phase = Phase.CREATING
+    stopping: bool = False
+    restart_count: int = 0
+    pid: int | None = None
+    started_at: float | None = None
+    ready: bool = False
+    message: str = ""
+    """Why the container waits (CONFIG_ERROR)."""
+    restart_at: float = 0.0
+    backoff_delay: float = 0.0
+    last_termination: dict[str, Any] | None = None
+    prior_termination: dict[str, Any] | None = None
+
+    def apply(self, event: ContainerEvent) -> Phase:
+        if isinstance(event, StopRequested):
+            self.stopping = True
+            if self.phase is Phase.BACKING_OFF:
+                self.phase = Phase.EXITED
+            return self.phase
+        allowed = _TRANSITIONS.get((self.phase, type(event)))
+        if allowed is None:
+            raise ContainerStateError(f"container {self.name}: {type(event).__name__} in phase {self.phase.value}")
+        if isinstance(event, Started):
+            if self.last_termination is not None:
+                self.restart_count += 1
+            self.phase, self.pid, self.started_at = Phase.RUNNING, event.pid, event.at
+            self.ready, self.message = False, ""
+        elif isinstance(event, ConfigFailed):
+            self.phase, self.message = Phase.CONFIG_ERROR, event.message
+        else:
+            self._exited(event)
+        assert self.phase in allowed
+        return self.phase
+
+    def _exited(self, event: Exited) -> None:
+        started = self.started_at if self.started_at is not None else event.at
+        if event.exit_code is None:
+            code, reason = UNKNOWN_EXIT_CODE, "ContainerStatusUnknown"
+        else:
+            code, reason = event.exit_code, "Completed" if event.exit_code == 0 else "Error"
+            if event.start_error:
+                reason = "StartError"
+        termination: dict[str, Any] = {
+            "exitCode": code,
+            "reason": reason,
+            "startedAt": rfc3339(started),
+            "finishedAt": rfc3339(event.at),
+        }
+        if event.message:
+            termination["message"] = event.message
+        if self.pid:
+            termination["containerID"] = container_id(self.pid)
+        self.prior_termination, self.last_termination = self.last_termination, termination
+        self.ready = False
+        if self.stopping or not should_restart(self.restart_policy, event.exit_code):
+            self.phase = Phase.EXITED
+            return
+        self.backoff_delay = self.backoff.next_delay(event.at - started)
+        self.restart_at = event.at + self.backoff_delay
+        self.phase = Phase.BACKING_OFF
+
+    def restore(self, status: Mapping[str, Any], pid: int) -> None:
+        """Take over an instance found running after the runtime restarted, with its reported history."""
+        self.restart_count = int(status.get("restartCount") or 0)
+        last = (status.get("lastState") or {}).get("terminated")
+        self.last_termination = dict(last) if isinstance(last, dict) else None
+        running = (status.get("state") or {}).get("running") or {}
+        self.started_at = parse_rfc3339(running.get("startedAt"))
+        self.phase, self.pid = Phase.RUNNING, pid
+
+    def resume_exited(self, status: Mapping[str, Any]) -> None:
+        """Take over a container reported terminated: it stays EXITED unless its restart policy restarts it."""
+        terminated = dict((status.get("state") or {}).get("terminated") or {})
+        self.restart_count = int(status.get("restartCount") or 0)
+        code = terminated.get("exitCode")
+        if self.stopping or not should_restart(self.restart_policy, code if isinstance(code, int) else None):
+            previous = (status.get("lastState") or {}).get("terminated")
+            self.prior_termination = dict(previous) if isinstance(previous, dict) else None
+            self.last_termination, self.phase = terminated, Phase.EXITED
+        else:
+            self.last_termination = terminated  # restarted at once, as after any first exit
+
+    @property
+    def started(self) -> bool:
+        return self.phase is Phase.RUNNING
+
+
+def container_id(pid: int) -> str:
+    return f"ambit://{pid}"
+
+
+def container_status(state: ContainerState, image: str, pod_ref: str) -> dict[str, Any]:
+    """The ``containerStatuses`` entry (rule 4); ``pod_ref`` is ``name_namespace(uid)`` for messages."""
+    current: dict[str, Any]
+    last: dict[str, Any] | None = state.last_termination
+    if state.phase is Phase.CREATING:
+        current = {"waiting": {"reason": "ContainerCreating"}}
+    elif state.phase is Phase.CONFIG_ERROR:
+        current = {"waiting": {"reason": "CreateContainerConfigError", "message": state.message}}
+    elif state.phase is Phase.RUNNING:
+        current = {"running": {"startedAt": rfc3339(state.started_at or 0.0)}}
+    elif state.phase is Phase.BACKING_OFF:
+        note = f"back-off {state.backoff_delay:g}s restarting failed container={state.name} pod={pod_ref}"
+        current = {"waiting": {"reason": "CrashLoopBackOff", "message": note}}
+    else:
+        current = {"terminated": dict(state.last_termination or {"exitCode": 0, "reason": "Completed"})}
+        last = state.prior_termination
+    status: dict[str, Any] = {
+        "name": state.name,
+        "ready": state.ready and state.phase is Phase.RUNNING,
+        "started": state.started,
+        "restartCount": state.restart_count,
+        "state": current,
+        "lastState": {"terminated": dict(last)} if last else {},
+        "image": image,
+        "imageID": "",
+    }
+    if state.pid:
+        status["containerID"] = container_id(state.pid)
+    return status
+
+
+def pod_phase(restart_policy: str, states: Sequence[ContainerState]) -> str:
+    """The pod phase from its containers, as the kubelet's ``getPhase`` computes it."""
+    waiting = running = stopped = succeeded = 0
+    for state in states:
+        if state.phase is Phase.RUNNING:
+            running += 1
+        elif state.phase is Phase.EXITED or (state.phase in _WAITING and state.last_termination is not None):
+            stopped += 1
+            last = state.last_termination or {}
+            if state.phase is Phase.EXITED and last.get("exitCode") == 0:
+                succeeded += 1
+        else:
+            waiting += 1
+    if waiting or not states:
+        return "Pending"
+    if running:
+        return "Running"
+    if restart_policy == "Always":
+        return "Running"
+    if stopped == succeeded:
+        return "Succeeded"
+    if restart_policy == "Never":
+        return "Failed"
+    return "Running"

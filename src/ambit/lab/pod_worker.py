@@ -1,0 +1,529 @@
+"""One pod's life on its node: the :class:`PodWorker`, the only writer of that pod's status and of its files under
+``<pods_dir>/<uid>/``.
+
+Theory of operation. The node runtime (:class:`ambit.lab.kubelet.NodeRuntime`) gives each pod bound to its node,
+by uid, one worker. Pods are network namespaces made by the runtime's sandbox manager (CNI ADD/DEL); containers are
+processes run by one :class:`~ambit.lab.containers.ContainerSupervisor` each, with the worker as their hooks
+(environment, recording of processes, Events, status changes).
+
+Stages of a pod worker (rules, in the order they apply):
+
+Rule 1. SANDBOX: create the sandbox. A failure leaves the pod Pending with ``PodReadyToStartContainers`` and
+        ``ContainersReady`` false carrying the error, records a Warning ``FailedCreatePodSandBox`` Event and tries
+        again after a back-off (``sandbox_backoff_initial`` doubling to ``sandbox_backoff_max``). A pod with
+        ``hostNetwork`` gets no sandbox: it runs in the node's namespace with the node's address.
+Rule 2. TOKEN: unless ``automountServiceAccountToken`` is false, write a service-account token bound to the pod to
+        ``<pods_dir>/<uid>/token`` (0600) before any container starts, and refresh it at ``token_refresh_fraction``
+        of its lifetime. Failures retry like rule 1 (Warning ``FailedMount``).
+Rule 3. RUNNING: one supervisor per container starts, restarts and probes it (its own rules are in
+        :mod:`ambit.lab.containers`). When every container has exited for good the pod is Succeeded or Failed
+        and its sandbox is destroyed; the worker then only waits for the pod's deletion.
+Rule 4. TERMINATING preempts every stage, once the pod has a ``deletionTimestamp`` or is gone from the API (force
+        deletion): SIGTERM to every container's process group, SIGKILL after the grace period
+        (``deletionGracePeriodSeconds``, else ``spec.terminationGracePeriodSeconds``, at least
+        ``minimum_grace_seconds``), destroy the sandbox, write the final status, then delete the pod with grace 0
+        (the API server keeps a node-bound pod until then). A pod already gone from the API is only cleaned up.
+Rule 5. Status is computed from the worker's state and written (``pods/status``, merge patch) only when it
+        differs from what was last written, or from what the API holds when the worker starts.
+Rule 6. Adoption: ``<pods_dir>/<uid>/runtime.json`` records the node, the sandbox and each container's pid with its
+        start time, rewritten after each change. A worker starting for a pod that has that file takes over the
+        sandbox and the processes that still run (the same pid and start time) instead of starting new ones;
+        processes found in the pod's namespace that it does not know are killed. A pod the API already reports
+        Succeeded or Failed is never started again. After the first list, files of pods of this node that the
+        API no longer has are cleaned up (processes stopped, sandbox destroyed) by the node runtime.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ambit.k8s import kinds
+from ambit.k8s.errors import KubeClientError, KubeNotFoundError
+from ambit.lab.cni import CniError
+from ambit.lab.container_state import ContainerState, Exited, Phase, RestartBackoff, parse_rfc3339, pod_phase, rfc3339
+from ambit.lab.containers import ContainerConfigError, ContainerSupervisor, EventType, LaunchSpec
+from ambit.lab.pod_env import config_refs, container_env, expand, fetch_configs
+from ambit.lab.pod_record import STATE_FILE, PodRecord, SavedSandbox
+from ambit.lab.pod_status import MANAGED_STATUS, PodView, pod_status, sandbox_error_message, status_patch
+from ambit.lab.probes import ProbeTarget
+from ambit.lab.processes import ProcessHandle, container_argv, find_process, pids_in_netns, reap, stop_process
+
+if TYPE_CHECKING:
+    from ambit.lab.kubelet import NodeRuntime
+
+log = logging.getLogger("ambit.lab.kubelet")
+
+
+class PodWorker:
+    """One pod's life on this node (rules 1 to 6 of the module docstring); the hooks of its containers."""
+
+    def __init__(self, runtime: NodeRuntime, pod: dict[str, Any]) -> None:
+        self.runtime = runtime
+        self.pod = pod
+        meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
+        self.uid = str(meta["uid"])
+        self.name = str(meta.get("name") or "")
+        self.namespace = str(meta.get("namespace") or "")
+        s = runtime.settings
+        self.removed = False
+        """The pod is gone from the API (deleted with grace 0, by us or by force)."""
+        self.deleting = asyncio.Event()
+        self.sandbox: SavedSandbox | None = None
+        self.sandbox_error = ""
+        self.pod_ips: tuple[str, ...] = ()
+        self._sandbox_attempted = False
+        self._host_network = bool(spec.get("hostNetwork"))
+        self._token_written = False
+        self._frozen = status.get("phase") in ("Succeeded", "Failed")
+        """The pod finished before this worker started: its status is no longer ours to write (rule 6)."""
+        self._stopped = False
+        """Rule 4 stopped the containers: the phase is final."""
+        self._written: dict[str, Any] = {k: status[k] for k in MANAGED_STATUS if k in status}
+        self._start_time = str(status.get("startTime") or rfc3339(runtime.clock()))
+        self._changed = asyncio.Event()
+        self._status_lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+        self._token_task: asyncio.Task[None] | None = None
+        saved = PodRecord.load(self.state_path)
+        self._saved = saved if saved is not None and saved.node == s.node_name and saved.uid == self.uid else None
+        self.record = (
+            PodRecord(s.node_name, self.uid, self._saved.sandbox, dict(self._saved.processes))
+            if self._saved is not None
+            else PodRecord(s.node_name, self.uid)
+        )
+        """What ``runtime.json`` says; it starts as the saved one so a crash before adoption loses nothing."""
+        reported = {str(cs.get("name")): cs for cs in status.get("containerStatuses") or () if isinstance(cs, dict)}
+        self._reported = reported
+        policy = str(spec.get("restartPolicy") or "Always")
+        self.supervisors: list[ContainerSupervisor] = []
+        for container in spec.get("containers") or ():
+            state = ContainerState(
+                str(container.get("name")),
+                policy,
+                RestartBackoff(s.restart_backoff_initial, s.restart_backoff_max, s.restart_backoff_reset),
+            )
+            before = reported.get(state.name) or {}
+            state.restart_count = int(before.get("restartCount") or 0)
+            last = (before.get("lastState") or {}).get("terminated")
+            state.last_termination = dict(last) if isinstance(last, dict) else None
+            self.supervisors.append(
+                ContainerSupervisor(
+                    container,
+                    state,
+                    self,
+                    config_retry=s.config_retry,
+                    clock=runtime.clock,
+                    sleep=runtime.sleep,
+                    spawner=runtime.spawner,
+                )
+            )
+        self.update(pod)
+
+    # -- paths ----------------------------------------------------------------------------------------------------
+    @property
+    def directory(self) -> Path:
+        return self.runtime.pod_dir(self.uid)
+
+    @property
+    def state_path(self) -> Path:
+        return self.directory / STATE_FILE
+
+    @property
+    def token_path(self) -> Path:
+        return self.directory / "token"
+
+    # -- from the informer ----------------------------------------------------------------------------------------
+    def update(self, pod: dict[str, Any]) -> None:
+        self.pod = pod
+        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+            self.deleting.set()
+
+    def remove(self) -> None:
+        self.removed = True
+        self.deleting.set()
+
+    # -- lifecycle ------------------------------------------------------------------------------------------------
+    def start(self) -> asyncio.Task[None]:
+        if self._task is None:
+            name = f"pod {self.namespace}/{self.name} on {self.runtime.settings.node_name}"
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=name)
+        return self._task
+
+    async def shutdown(self, *, stop: bool) -> None:
+        """The runtime is closing: leave the containers running (rule 6 adopts them later), or stop them."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self._cancel_token_refresh()
+        if stop:
+            grace = self.runtime.settings.minimum_grace_seconds
+            await asyncio.gather(*(sup.stop(grace) for sup in self.supervisors))
+            await self._stop_unsupervised(grace)
+            await self._destroy_sandbox()
+            self._forget()
+        else:
+            await asyncio.gather(*(sup.detach() for sup in self.supervisors))
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        status_task = loop.create_task(self._status_loop(), name=f"pod {self.name} status")
+        life = loop.create_task(self._live(), name=f"pod {self.name} life")
+        try:
+            await self.deleting.wait()
+            life.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await life
+            await self._terminate()
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a bug: the pod may be left behind; the runtime carries on
+            log.exception("pod %s/%s: terminating failed", self.namespace, self.name)
+        finally:
+            for task in (life, status_task):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    async def _live(self) -> None:
+        try:
+            await self._stages()
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a bug: this pod stays as it is until deleted; the runtime carries on
+            log.exception("pod %s/%s: worker failed", self.namespace, self.name)
+
+    async def _stages(self) -> None:
+        if self._frozen:
+            if self._saved is not None and self._saved.sandbox is not None:
+                self._sandbox_attempted = True
+                await self._destroy_sandbox()
+            return
+        s = self.runtime.settings
+        saved = self._saved
+        if (self.pod.get("spec") or {}).get("initContainers"):
+            self.event("Warning", "Failed", "init containers are not supported by the lab: they are not run")
+        # rule 1
+        if self._host_network:
+            self.sandbox = SavedSandbox("", "", (s.node_ip,))
+        elif saved is not None and saved.sandbox is not None:
+            self.sandbox, self._sandbox_attempted = saved.sandbox, True
+        else:
+            self._save()  # before CNI ADD: a crash during it still leaves something to clean up
+            self.sandbox = await self._create_sandbox()
+        self.pod_ips = self.sandbox.ips
+        self.record.sandbox = None if self._host_network else self.sandbox
+        self._save()
+        self._changed.set()
+        # rule 2
+        if (self.pod.get("spec") or {}).get("automountServiceAccountToken") is not False:
+            lifetime = await self._ensure_token()
+            self._token_task = asyncio.get_running_loop().create_task(
+                self._refresh_tokens(lifetime), name=f"pod {self.name} token"
+            )
+        # rule 6, then rule 3
+        adopted = self._adopt()
+        tasks = [sup.start(adopted.get(sup.name)) for sup in self.supervisors if sup.state.phase is not Phase.EXITED]
+        self._changed.set()
+        if tasks:
+            await asyncio.wait(tasks)
+        states = [sup.state for sup in self.supervisors]
+        if pod_phase(str((self.pod.get("spec") or {}).get("restartPolicy") or "Always"), states) in (
+            "Succeeded",
+            "Failed",
+        ):
+            await self._cancel_token_refresh()
+            await self._destroy_sandbox()
+
+    def _adopt(self) -> dict[str, ProcessHandle]:
+        """Rule 6: the processes of a previous runtime that still run, by container name; containers that
+        exited for good before it went away stay exited."""
+        saved = self._saved
+        adopted: dict[str, ProcessHandle] = {}
+        for sup in self.supervisors if saved is not None else ():
+            reported = self._reported.get(sup.name) or {}
+            state = reported.get("state") or {}
+            entry = saved.processes.get(sup.name) if saved is not None else None
+            handle = find_process(*entry) if entry is not None else None
+            if entry is not None and handle is not None:
+                sup.state.restore(reported, entry[0])
+                adopted[sup.name] = handle
+                log.info("pod %s/%s: adopted %s (pid %d)", self.namespace, self.name, sup.name, entry[0])
+            elif entry is not None and "running" in state:
+                sup.state.restore(reported, entry[0])
+                code = reap(entry[0])  # known only when this very process had started it
+                sup.state.apply(Exited(code, self.runtime.clock()))
+                shown = "unknown" if code is None else str(code)
+                note = f"Container {sup.name} exited while the node runtime was away (exit code {shown})"
+                self.event("Warning", "Failed", note)
+            elif isinstance(state.get("terminated"), dict):
+                sup.state.resume_exited(reported)
+            if sup.name not in adopted:
+                self.record.processes.pop(sup.name, None)
+        if self.sandbox is not None and self.sandbox.netns_path:
+            known = {handle.pid for handle in adopted.values()}
+            for pid in pids_in_netns(self.sandbox.netns_path):
+                if pid not in known:
+                    log.warning("pod %s/%s: killing stray pid %d in its namespace", self.namespace, self.name, pid)
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+        self._save()
+        return adopted
+
+    async def _terminate(self) -> None:
+        """Rule 4."""
+        grace = self._grace()
+        for sup in self.supervisors:
+            if sup.state.phase is Phase.RUNNING:
+                self.event("Normal", "Killing", f"Stopping container {sup.name}")
+        await asyncio.gather(*(sup.stop(grace) for sup in self.supervisors))
+        await self._stop_unsupervised(grace)
+        self._stopped = True
+        await self._cancel_token_refresh()
+        await self._destroy_sandbox()
+        if not self.removed:
+            await self._write_status()
+            await self._delete_from_api()
+        self._forget()
+
+    def _grace(self) -> float:
+        meta, spec = self.pod.get("metadata") or {}, self.pod.get("spec") or {}
+        grace = meta.get("deletionGracePeriodSeconds")
+        if grace is None:
+            grace = spec.get("terminationGracePeriodSeconds")
+        value = float(grace) if isinstance(grace, int | float) else 30.0
+        return max(value, self.runtime.settings.minimum_grace_seconds)
+
+    async def _stop_unsupervised(self, grace: float) -> None:
+        """Processes of a previous runtime that were never adopted (deletion came first)."""
+        entries = set(self.record.processes.values())
+        if self._saved is not None:
+            entries |= set(self._saved.processes.values())
+        for pid, ticks in entries:
+            handle = find_process(pid, ticks)
+            if handle is not None:
+                await stop_process(handle, grace)
+
+    async def _delete_from_api(self) -> None:
+        s = self.runtime.settings
+        delay = s.sandbox_backoff_initial
+        while not self.removed:
+            try:
+                await self.runtime.client.delete(kinds.PODS, self.name, self.namespace, grace_period_seconds=0)
+                return
+            except KubeNotFoundError:
+                return
+            except KubeClientError as exc:
+                log.warning("pod %s/%s: delete failed (retrying in %.0fs): %s", self.namespace, self.name, delay, exc)
+                await self.runtime.sleep(delay)
+                delay = min(delay * 2, s.sandbox_backoff_max)
+
+    def _forget(self) -> None:
+        for path in (self.state_path, self.token_path):
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+    def _save(self) -> None:
+        try:
+            self.record.save(self.state_path)
+        except OSError as exc:
+            log.error("pod %s/%s: cannot write %s: %s", self.namespace, self.name, self.state_path, exc)
+
+    # -- the sandbox (rule 1) -------------------------------------------------------------------------------------
+    async def _create_sandbox(self) -> SavedSandbox:
+        s = self.runtime.settings
+        delay = s.sandbox_backoff_initial
+        while True:
+            self._sandbox_attempted = True
+            try:
+                made = await self.runtime.sandboxes.create(self.pod)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                message = sandbox_error_message(exc)
+                log.warning(
+                    "pod %s/%s: sandbox: %s (retrying in %gs)",
+                    self.namespace,
+                    self.name,
+                    message,
+                    delay,
+                    exc_info=not isinstance(exc, CniError),
+                )
+                self.sandbox_error = message
+                self.event("Warning", "FailedCreatePodSandBox", f"Failed to create pod sandbox: {message}")
+                self._changed.set()
+                await self.runtime.sleep(delay)
+                delay = min(delay * 2, s.sandbox_backoff_max)
+                continue
+            self.sandbox_error = ""
+            return SavedSandbox(str(made.netns), str(made.netns_path), tuple(str(ip) for ip in made.ips))
+
+    async def _destroy_sandbox(self) -> None:
+        if not self._sandbox_attempted:
+            if self.sandbox is not None:  # the node's namespace (hostNetwork): nothing to destroy
+                self.sandbox = None
+                self._changed.set()
+            return
+        s = self.runtime.settings
+        delay = s.sandbox_backoff_initial
+        for attempt in range(3):
+            try:
+                await self.runtime.sandboxes.destroy(self.uid)
+                break
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                message = sandbox_error_message(exc)
+                self.event("Warning", "FailedKillPod", f"error killing pod: failed to destroy its sandbox: {message}")
+                if attempt < 2:
+                    await self.runtime.sleep(delay)
+                    delay = min(delay * 2, s.sandbox_backoff_max)
+        self.sandbox, self._sandbox_attempted, self.record.sandbox = None, False, None
+        self._save()
+        self._changed.set()
+
+    # -- the service-account token (rule 2) -----------------------------------------------------------------------
+    async def _ensure_token(self) -> float:
+        s = self.runtime.settings
+        delay = s.sandbox_backoff_initial
+        while True:
+            try:
+                return await self._write_token()
+            except (KubeClientError, OSError, KeyError, TypeError) as exc:
+                note = f'MountVolume.SetUp failed for volume "kube-api-access" : {exc}'
+                self.event("Warning", "FailedMount", note)
+                await self.runtime.sleep(delay)
+                delay = min(delay * 2, s.sandbox_backoff_max)
+
+    async def _write_token(self) -> float:
+        """Write a fresh token; its lifetime in seconds."""
+        s = self.runtime.settings
+        account = str((self.pod.get("spec") or {}).get("serviceAccountName") or "default")
+        answer = await self.runtime.client.create_token(
+            self.namespace, account, (), expiration_seconds=s.token_expiration_seconds, bound_pod=self.pod
+        )
+        status = answer["status"]
+        expires = parse_rfc3339(status.get("expirationTimestamp"))
+        now = self.runtime.clock()
+        lifetime = expires - now if expires is not None and expires > now else float(s.token_expiration_seconds)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        tmp = self.token_path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(str(status["token"]))
+        os.chmod(tmp, 0o600)
+        tmp.replace(self.token_path)
+        self._token_written = True
+        return lifetime
+
+    async def _refresh_tokens(self, lifetime: float) -> None:
+        while True:
+            await self.runtime.sleep(max(1.0, lifetime * self.runtime.settings.token_refresh_fraction))
+            lifetime = await self._ensure_token()
+
+    async def _cancel_token_refresh(self) -> None:
+        task, self._token_task = self._token_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    # -- status (rule 5) ------------------------------------------------------------------------------------------
+    async def _status_loop(self) -> None:
+        while True:
+            await self._changed.wait()
+            self._changed.clear()
+            await self._write_status()
+
+    async def _write_status(self) -> None:
+        async with self._status_lock:
+            if self.removed or self._frozen:
+                return
+            spec = self.pod.get("spec") or {}
+            view = PodView(
+                restart_policy=str(spec.get("restartPolicy") or "Always"),
+                containers=[(sup.state, str(sup.spec.get("image") or "")) for sup in self.supervisors],
+                pod_ref=f"{self.name}_{self.namespace}({self.uid})",
+                host_ip=self.runtime.settings.node_ip,
+                pod_ips=self.pod_ips,
+                sandbox_ready=self.sandbox is not None,
+                sandbox_error=self.sandbox_error,
+                start_time=self._start_time,
+                deleted=self._stopped,
+            )
+            status = pod_status(view, self._written, self.runtime.clock())
+            patch = status_patch(self._written, status)
+            if patch is None:
+                return
+            patch["metadata"] = {"uid": self.uid}  # a precondition: never write to a successor of the same name
+            try:
+                await self.runtime.client.patch_status(kinds.PODS, self.name, patch, self.namespace)
+            except KubeNotFoundError:
+                return
+            except KubeClientError as exc:
+                log.warning("pod %s/%s: status update failed: %s", self.namespace, self.name, exc)
+                asyncio.get_running_loop().call_later(1.0, self._changed.set)
+                return
+            self._written = status
+
+    # -- container hooks ------------------------------------------------------------------------------------------
+    def event(self, type: EventType, reason: str, note: str) -> None:
+        self.runtime.event(self.pod, type, reason, note)
+
+    def changed(self) -> None:
+        self._changed.set()
+
+    async def spawned(self, name: str, handle: ProcessHandle) -> None:
+        await self.runtime.note_process(handle, f"container {self.namespace}/{self.name}/{name}")
+        self.record.processes[name] = (handle.pid, handle.start_ticks)
+        self._save()
+
+    async def prepare(self, container: Mapping[str, Any]) -> LaunchSpec:
+        name = str(container.get("name"))
+        command = container.get("command")
+        if not command:
+            raise ContainerConfigError(
+                f'container "{name}" has no command: the lab runs commands from this machine\'s filesystem, '
+                f"not images (image {container.get('image')!r} is not run)",
+                retry=False,
+            )
+        s = self.runtime.settings
+        configs = await fetch_configs(self.runtime.client, self.namespace, config_refs(container))
+        env = container_env(self.pod, container, self._base_env(), configs, self.pod_ips, s.node_ip)
+        argv = container_argv(
+            self.sandbox.netns if self.sandbox is not None else "",
+            [expand(str(part), env) for part in command],
+            [expand(str(part), env) for part in container.get("args") or ()],
+            str(container.get("workingDir") or ""),
+        )
+        self.directory.mkdir(parents=True, exist_ok=True)
+        netns = self.sandbox.netns if self.sandbox is not None else ""
+        target = ProbeTarget(self.pod_ips[0] if self.pod_ips else "", netns, env)
+        return LaunchSpec(tuple(argv), env, self.directory / f"{name}.log", target, self._grace())
+
+    def _base_env(self) -> dict[str, str]:
+        s = self.runtime.settings
+        account = str((self.pod.get("spec") or {}).get("serviceAccountName") or "default")
+        env = {
+            "PATH": s.container_path,
+            "HOSTNAME": self.name,
+            "KUBERNETES_SERVICE_HOST": s.api_host,
+            "KUBERNETES_SERVICE_PORT": str(s.api_port),
+            "KUBERNETES_SERVICE_PORT_HTTPS": str(s.api_port),
+            "KUBERNETES_PORT": f"tcp://{s.api_host}:{s.api_port}",
+            "POD_NAME": self.name,
+            "POD_NAMESPACE": self.namespace,
+            "POD_IP": self.pod_ips[0] if self.pod_ips else "",
+            "NODE_NAME": s.node_name,
+            "SERVICE_ACCOUNT": account,
+        }
+        if self._token_written:
+            env["AMBIT_TOKEN_FILE"] = str(self.token_path)
+        return env
