@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,3 +96,30 @@ def wait_for(predicate: Any, timeout: float = 10.0, interval: float = 0.05) -> A
         if time.monotonic() > deadline:
             raise AssertionError("condition not met in time")
         time.sleep(interval)
+
+
+ROOT_LAB_LOCK = Path("/run/lock/ambit-lab-root.lock")
+"""Only one lab network can be up on a machine (they share 198.18.0.1 and the pod routes): tests that bring one up
+hold this lock, and wait for each other rather than fail."""
+
+
+@contextlib.contextmanager
+def root_lab_lock(wait: float) -> Iterator[None]:
+    """Hold the machine-wide lab lock, waiting up to ``wait`` seconds for whoever holds it."""
+    import pytest
+
+    ROOT_LAB_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(ROOT_LAB_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"another lab held {ROOT_LAB_LOCK} for {wait:.0f} s")
+                time.sleep(0.1)
+        yield
+    finally:
+        os.close(fd)

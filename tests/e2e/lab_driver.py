@@ -12,7 +12,6 @@ Every wait is bounded: :func:`wait_until` polls with a deadline and fails with t
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import shutil
@@ -25,10 +24,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from tests import harness
 
 from ambit.lab.topology import Topology
 
-ROOT_LAB_LOCK = Path("/run/lock/ambit-lab-root.lock")
+ROOT_LAB_LOCK = harness.ROOT_LAB_LOCK
 LOCK_WAIT = float(os.environ.get("AMBIT_E2E_LOCK_WAIT", "300"))
 """Seconds to wait for another lab (someone else's test) to go; longer than tests/netns's, as labs here live longer."""
 LAB_UP_TIMEOUT = 90.0
@@ -39,24 +39,9 @@ TEST_TIMEOUT = LOCK_WAIT + 120.0
 T = TypeVar("T")
 
 
-@contextlib.contextmanager
-def root_lab_lock(wait: float = LOCK_WAIT) -> Iterator[None]:
-    """Hold the machine-wide lab lock (``tests/netns/conftest.py``'s ``root_lab_lock``, as a context manager)."""
-    ROOT_LAB_LOCK.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(ROOT_LAB_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        deadline = time.monotonic() + wait
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"another lab held {ROOT_LAB_LOCK} for {wait:.0f} s")
-                time.sleep(0.1)
-        yield
-    finally:
-        os.close(fd)
+def root_lab_lock(wait: float = LOCK_WAIT) -> contextlib.AbstractContextManager[None]:
+    """Hold the machine-wide lab lock (shared with tests/netns)."""
+    return harness.root_lab_lock(wait)
 
 
 def wait_until(what: str, probe: Callable[[], T], timeout: float, interval: float = 0.2) -> T:

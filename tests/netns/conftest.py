@@ -11,20 +11,18 @@ the pod ranges routed there), so two of them cannot be up at once: tests that ca
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from tests import harness
 
 from ambit.lab.commands import SubprocessRunner
 from ambit.lab.record import Record, SweepIncompleteError, sweep
 from ambit.lab.topology import Topology
 
-ROOT_LAB_LOCK = Path("/run/lock/ambit-lab-root.lock")
 LOCK_WAIT = 90.0
 
 
@@ -39,21 +37,8 @@ def _needs_root() -> None:
 @pytest.fixture
 def root_lab_lock() -> Iterator[None]:
     """Held while a test's lab has its bridge and routes in the root namespace."""
-    ROOT_LAB_LOCK.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(ROOT_LAB_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        deadline = time.monotonic() + LOCK_WAIT
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"another lab test held {ROOT_LAB_LOCK} for {LOCK_WAIT:.0f} s")
-                time.sleep(0.1)
+    with harness.root_lab_lock(LOCK_WAIT):
         yield
-    finally:
-        os.close(fd)
 
 
 def lab_leftovers(topology: Topology) -> list[str]:
