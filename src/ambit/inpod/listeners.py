@@ -1,0 +1,122 @@
+"""Listening sockets inside a pod's network namespace, created by a thread that joined it (spec §0, §1.3).
+
+Theory of operation: a socket belongs to the netns of the thread that created it, for its whole life. So
+:func:`open_pod_listeners` starts one helper thread per call; it ``setns(fd, CLONE_NEWNET)`` (through libc: Python
+3.11 has no ``os.setns``), creates and binds every socket, and exits. The event-loop thread never changes namespace,
+and the helper is never reused (a thread left in a pod's netns could create the next pod's sockets there).
+
+Every socket carries ``SO_MARK`` 0x539 (the rules never redirect marked traffic) and SO_REUSEADDR/SO_REUSEPORT
+(a new proxy binds beside the old one during an upgrade). The capture ports 15001 and 15006 are IP_TRANSPARENT,
+as ztunnel's are. All sockets are non-blocking and close-on-exec. If any socket fails, all are closed and the
+error is raised: a pod has all its listeners or none.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import enum
+import os
+import socket
+import threading
+from dataclasses import dataclass
+
+from ambit.errors import AmbitError
+
+CLONE_NEWNET = 0x40000000
+IP_TRANSPARENT = 19
+PROXY_MARK = 0x539
+
+
+class ListenerError(AmbitError):
+    """The pod's listeners could not be created (setns or a bind failed)."""
+
+
+class Port(enum.IntEnum):
+    OUTBOUND = 15001
+    INBOUND_PLAINTEXT = 15006
+    INBOUND_HBONE = 15008
+    DNS = 15053
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerSpec:
+    port: Port
+    host: str
+    kind: socket.SocketKind
+    transparent: bool = False
+
+
+POD_LISTENERS: tuple[ListenerSpec, ...] = (
+    ListenerSpec(Port.OUTBOUND, "0.0.0.0", socket.SOCK_STREAM, transparent=True),
+    ListenerSpec(Port.INBOUND_PLAINTEXT, "0.0.0.0", socket.SOCK_STREAM, transparent=True),
+    ListenerSpec(Port.INBOUND_HBONE, "0.0.0.0", socket.SOCK_STREAM),
+    ListenerSpec(Port.DNS, "127.0.0.1", socket.SOCK_DGRAM),
+    ListenerSpec(Port.DNS, "127.0.0.1", socket.SOCK_STREAM),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PodListener:
+    spec: ListenerSpec
+    sock: socket.socket
+
+
+def _setns(fd: int, nstype: int) -> None:
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    if libc.setns(fd, nstype) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"setns: {os.strerror(errno)}")
+
+
+def _bind(spec: ListenerSpec) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, spec.kind | socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_MARK, PROXY_MARK)
+        if spec.transparent:
+            sock.setsockopt(socket.SOL_IP, IP_TRANSPARENT, 1)
+        sock.bind((spec.host, int(spec.port)))
+        if spec.kind == socket.SOCK_STREAM:
+            sock.listen(socket.SOMAXCONN)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _open_in_netns(netns_fd: int, specs: tuple[ListenerSpec, ...]) -> list[PodListener]:
+    """Runs on the helper thread only: it joins the netns and never leaves it."""
+    _setns(netns_fd, CLONE_NEWNET)
+    opened: list[PodListener] = []
+    try:
+        for spec in specs:
+            opened.append(PodListener(spec, _bind(spec)))
+    except BaseException:
+        for listener in opened:
+            listener.sock.close()
+        raise
+    return opened
+
+
+def open_pod_listeners(netns_fd: int, specs: tuple[ListenerSpec, ...] = POD_LISTENERS) -> list[PodListener]:
+    """Create ``specs`` inside the netns ``netns_fd`` (borrowed); blocking, so call it via ``asyncio.to_thread``.
+
+    Raises :class:`ListenerError` naming what failed.
+    """
+    result: list[PodListener] = []
+    failure: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            result.extend(_open_in_netns(netns_fd, specs))
+        except BaseException as exc:  # handed to the caller's thread
+            failure.append(exc)
+
+    helper = threading.Thread(target=work, name=f"inpod setns fd {netns_fd}", daemon=True)
+    helper.start()
+    helper.join()
+    if failure:
+        raise ListenerError(f"cannot open the pod listeners: {failure[0]}") from failure[0]
+    return result

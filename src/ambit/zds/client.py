@@ -1,0 +1,176 @@
+"""The node proxy's ZDS client (spec §3.3): connect with back-off, drive one :class:`ProxySession`, start pods.
+
+Theory of operation: one task connects to the agent's SEQPACKET socket, retrying with a capped, jittered
+exponential back-off (10 ms doubling to 15 s, reset after each successful connection). On each connection the
+session says hello, then every datagram goes through the session; :class:`OpenPodListeners` and
+:class:`StopPodProxy` go to the :class:`PodHandler`, whose answer goes back into the session (ok → Ack, raise →
+nack). The session outlives connections: pods keep running across reconnects until a snapshot drops them.
+
+fd ownership: the netns fd of an Add is lent to the handler for the duration of ``open_listeners`` and closed here
+afterwards; a handler that needs it longer dups it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import socket
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Protocol
+
+from ambit.zds.commands import CloseConnection, OpenPodListeners, Output, StopPodProxy
+from ambit.zds.errors import ProtocolError
+from ambit.zds.protocol import WorkloadInfo
+from ambit.zds.proxy import ProxySession
+from ambit.zds.transport import ZdsSocket
+
+log = logging.getLogger("ambit.zds.client")
+
+BACKOFF_INITIAL = 0.01
+BACKOFF_MAX = 15.0
+
+
+class PodHandler(Protocol):
+    """What the client starts and stops pods with (the workload manager)."""
+
+    async def open_listeners(self, uid: str, info: WorkloadInfo, netns_fd: int) -> None:
+        """Start the pod's proxy in the netns ``netns_fd`` (borrowed); raise to nack the Add."""
+        ...
+
+    async def stop(self, uid: str) -> None:
+        """Stop the pod's proxy now."""
+        ...
+
+
+def backoff_delays(initial: float, cap: float, rng: random.Random) -> Callable[[], float]:
+    """Successive delays: doubling from ``initial`` up to ``cap``, each scaled by a jitter in [0.5, 1.0]."""
+    current = initial
+
+    def next_delay() -> float:
+        nonlocal current
+        delay = current * (0.5 + rng.random() / 2)
+        current = min(current * 2, cap)
+        return delay
+
+    return next_delay
+
+
+class ZdsClient:
+    """The node proxy's end of ZDS, reconnecting for as long as it runs."""
+
+    def __init__(
+        self,
+        socket_path: str | os.PathLike[str],
+        handler: PodHandler,
+        *,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        backoff_initial: float = BACKOFF_INITIAL,
+        backoff_max: float = BACKOFF_MAX,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.socket_path = Path(socket_path)
+        self.handler = handler
+        self.session = ProxySession()
+        self.connects = 0
+        """How many connections were made so far."""
+        self._sleep = sleep
+        self._backoff = (backoff_initial, backoff_max)
+        self._rng = rng or random.Random()
+        self._sock: ZdsSocket | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def ready(self) -> bool:
+        """Connected, the snapshot received and no pod pending (spec §3.3 readiness)."""
+        return self._sock is not None and not self._sock.closed and self.session.ready
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"zds client {self.socket_path}")
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self._sock is not None:
+            self._sock.close()
+
+    async def _run(self) -> None:
+        delays = backoff_delays(*self._backoff, self._rng)
+        while True:
+            sock = await self._connect()
+            if sock is None:
+                delay = delays()
+                log.debug("cannot reach %s, retrying in %.3fs", self.socket_path, delay)
+                await self._sleep(delay)
+                continue
+            delays = backoff_delays(*self._backoff, self._rng)
+            self.connects += 1
+            self._sock = sock
+            try:
+                await self._serve(sock)
+            finally:
+                sock.close()
+                self.session.connection_lost()
+            log.info("disconnected from %s; reconnecting", self.socket_path)
+
+    async def _connect(self) -> ZdsSocket | None:
+        raw = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+        raw.setblocking(False)
+        try:
+            await asyncio.get_running_loop().sock_connect(raw, str(self.socket_path))
+        except OSError:
+            raw.close()
+            return None
+        return ZdsSocket(raw)
+
+    async def _serve(self, sock: ZdsSocket) -> None:
+        await self._apply(sock, self.session.connection_made())
+        while not sock.closed:
+            try:
+                datagram = await sock.receive()
+            except OSError as exc:
+                log.info("receive failed: %s", exc)
+                return
+            if datagram is None:
+                return
+            await self._apply(sock, self.session.datagram_received(datagram))
+
+    async def _apply(self, sock: ZdsSocket, outputs: list[Output]) -> None:
+        """The one dispatch: transport commands to the socket, pod commands to the handler, events to the log."""
+        pod_commands: list[OpenPodListeners | StopPodProxy] = []
+
+        def handle(out: Output) -> None:
+            match out:
+                case OpenPodListeners() | StopPodProxy():
+                    pod_commands.append(out)
+                case CloseConnection(reason=reason):
+                    log.warning("closing the ZDS connection: %s", reason)
+                case _:
+                    log.debug("zds: %s", out)
+
+        for out in outputs:
+            await sock.apply([out], handle)
+            while pod_commands:
+                await self._apply(sock, await self._run_pod_command(pod_commands.pop(0)))
+
+    async def _run_pod_command(self, command: OpenPodListeners | StopPodProxy) -> list[Output]:
+        match command:
+            case OpenPodListeners(uid=uid, info=info, fd=fd):
+                try:
+                    await self.handler.open_listeners(uid, info, fd)
+                except Exception as exc:  # any failure of one pod is a nack for that pod, never our crash
+                    log.warning("pod %s: listeners failed: %s", uid, exc)
+                    return self.session.listeners_failed(uid, str(exc)[:200] or type(exc).__name__)
+                finally:
+                    os.close(fd)
+                return self.session.listeners_opened(uid)
+            case StopPodProxy(uid=uid):
+                await self.handler.stop(uid)
+                return []
+        raise ProtocolError(f"unknown pod command {command!r}")

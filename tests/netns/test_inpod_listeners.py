@@ -1,0 +1,128 @@
+"""Pod listeners in a real network namespace: they listen there, not here, go away on stop, and see redirected
+connections with their original destination.
+
+Each test makes its own namespace ``ipl<hex>`` (with a veth pair inside it, eth0 on 198.18.251.1/24, so there is
+somewhere to connect to) and deletes it in the fixture's finalizer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import secrets
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from ambit.inpod.listeners import Port
+from ambit.inpod.workloads import PodListenerManager
+from ambit.lab.commands import SubprocessRunner
+from ambit.redirect import InPodSettings
+from ambit.redirect.apply import apply_inpod
+from ambit.zds.protocol import WorkloadInfo
+
+pytestmark = [pytest.mark.root, pytest.mark.timeout(60)]
+
+INFO = WorkloadInfo("web-0", "apps", "web")
+POD_IP = "198.18.251.1"
+PEER_IP = "198.18.251.9"  # on eth0's subnet: routable, and nothing answers it but the redirect
+CONNECT = """
+import socket, sys
+s = socket.socket()
+s.settimeout(2)
+try:
+    s.connect((sys.argv[1], int(sys.argv[2])))
+    print("connected")
+except OSError as exc:
+    print(f"error {exc!r}")
+"""
+
+
+def sh(*argv: str) -> str:
+    return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+
+
+@pytest.fixture
+def netns() -> Iterator[str]:
+    name = f"ipl{secrets.token_hex(2)}"
+    sh("ip", "netns", "add", name)
+    try:
+        sh("ip", "-n", name, "link", "set", "lo", "up")
+        sh("ip", "-n", name, "link", "add", "eth0", "type", "veth", "peer", "name", "eth1")
+        sh("ip", "-n", name, "addr", "add", f"{POD_IP}/24", "dev", "eth0")
+        sh("ip", "-n", name, "link", "set", "eth0", "up")
+        sh("ip", "-n", name, "link", "set", "eth1", "up")
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
+        assert name not in sh("ip", "netns", "list")
+
+
+def listening(ns: str | None) -> set[str]:
+    """``proto local-address:port`` of every listening socket in ``ns`` (None: this process's namespace)."""
+    argv = ["ss", "-Hltnu"]
+    text = sh(*(["ip", "netns", "exec", ns, *argv] if ns else argv))
+    return {f"{line.split()[0]} {line.split()[4]}" for line in text.splitlines() if line.strip()}
+
+
+POD_SOCKETS = {
+    "tcp 0.0.0.0:15001",
+    "tcp 0.0.0.0:15006",
+    "tcp 0.0.0.0:15008",
+    "tcp 127.0.0.1:15053",
+    "udp 127.0.0.1:15053",
+}
+
+
+async def test_listeners_open_inside_the_pod_netns_only_and_close_on_stop(netns: str) -> None:
+    manager = PodListenerManager()
+    fd = os.open(f"/run/netns/{netns}", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        await manager.open_listeners("uid-web", INFO, fd)
+        assert listening(netns) >= POD_SOCKETS
+        assert not POD_SOCKETS & listening(None)
+        await manager.stop("uid-web")
+        assert not POD_SOCKETS & listening(netns)
+    finally:
+        os.close(fd)
+        await manager.aclose()
+
+
+async def test_opening_twice_in_one_netns_replaces_the_listeners(netns: str) -> None:
+    manager = PodListenerManager()
+    fd = os.open(f"/run/netns/{netns}", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        await manager.open_listeners("uid-web", INFO, fd)
+        await manager.open_listeners("uid-web", INFO, fd)
+        assert listening(netns) >= POD_SOCKETS
+    finally:
+        os.close(fd)
+        await manager.aclose()
+
+
+async def test_an_outbound_connection_lands_on_15001_with_its_original_destination(netns: str) -> None:
+    apply_inpod(netns, InPodSettings(), "nftables", SubprocessRunner())
+    manager = PodListenerManager()
+    fd = os.open(f"/run/netns/{netns}", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        await manager.open_listeners("uid-web", INFO, fd)
+        proc = await asyncio.create_subprocess_exec(
+            "ip", "netns", "exec", netns, sys.executable, "-I", "-S", "-c", CONNECT, PEER_IP, "8080",
+            stdout=subprocess.PIPE,
+        )  # fmt: skip
+        out, _ = await proc.communicate()
+        assert out.decode().strip() == "connected"
+        pod = manager.find_pod("uid-web")
+        assert pod is not None
+        async with asyncio.timeout(5):
+            for _ in itertools.count():
+                if Port.OUTBOUND in pod.last_original_dst:
+                    break
+                await asyncio.sleep(0.01)
+        assert pod.last_original_dst[Port.OUTBOUND] == (PEER_IP, 8080)
+    finally:
+        os.close(fd)
+        await manager.aclose()
