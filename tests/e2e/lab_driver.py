@@ -185,9 +185,10 @@ class Lab:
         self.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
 
 
-def lab_up(directory: Path) -> Topology:
-    """``ambit lab up --nodes 2`` as a subprocess; the caller must hold the lock and run :func:`lab_down` after."""
-    done = ambit("lab", "up", "--dir", str(directory), "--nodes", "2", timeout=LAB_UP_TIMEOUT, check=False)
+def lab_up(directory: Path, *, mesh: bool = False) -> Topology:
+    """``ambit lab up --nodes 2`` (``--mesh``) as a subprocess; the caller holds the lock and runs :func:`lab_down`."""
+    extra = ["--mesh"] if mesh else []
+    done = ambit("lab", "up", "--dir", str(directory), "--nodes", "2", *extra, timeout=LAB_UP_TIMEOUT, check=False)
     topology = Topology.load(directory)
     if done.returncode != 0 or topology is None:
         raise AssertionError(f"ambit lab up failed ({done.returncode}): {done.stderr}{done.stdout}")
@@ -198,7 +199,7 @@ def lab_down(directory: Path, prefix: str | None, keep_logs: Path | None = None)
     """``ambit lab down`` (after keeping the lab's logs), then check that nothing of the lab is left."""
     if keep_logs is not None and directory.is_dir():
         keep_logs.mkdir(parents=True, exist_ok=True)
-        for log in [*(directory / "logs").glob("*.log"), *(directory / "nodes").glob("*/runtime.log")]:
+        for log in [*(directory / "logs").glob("*.log"), *(directory / "nodes").glob("*/*.log")]:
             with contextlib.suppress(OSError):
                 shutil.copy(log, keep_logs / f"{log.parent.name}-{log.name}")
     done = ambit("lab", "down", "--dir", str(directory), timeout=LAB_DOWN_TIMEOUT, check=False)
@@ -209,13 +210,13 @@ def lab_down(directory: Path, prefix: str | None, keep_logs: Path | None = None)
 
 
 @contextlib.contextmanager
-def running_lab(base: Path) -> Iterator[Lab]:
+def running_lab(base: Path, *, mesh: bool = False) -> Iterator[Lab]:
     """Hold the lock, bring a 2-node lab up in ``base/lab``, and always bring it down (logs kept in ``base``)."""
     directory = base / "lab"
     with root_lab_lock():
         prefix: str | None = None
         try:
-            topology = lab_up(directory)
+            topology = lab_up(directory, mesh=mesh)
             prefix = topology.prefix
             yield Lab(topology, base / "kubecache")
         finally:

@@ -33,14 +33,15 @@ def _topology(directory: Path) -> Topology:
 def up(
     nodes: Annotated[int, typer.Option(help="How many nodes.")] = 2,
     directory: DirOption = DEFAULT_DIR,
+    mesh: Annotated[bool, typer.Option(help="Also run the mesh's node agent and node proxy on every node.")] = False,
 ) -> None:
-    """Start a lab: API server, controllers, and a node runtime per node."""
+    """Start a lab: API server, controllers, and a node runtime per node (with --mesh, the mesh's too)."""
     from ambit.errors import AmbitError
     from ambit.lab.cluster import LabSettings, lab_up
 
     _require_root()
     try:
-        topology = lab_up(LabSettings(directory=directory, nodes=nodes))
+        topology = lab_up(LabSettings(directory=directory, nodes=nodes, mesh=mesh))
     except AmbitError as exc:
         typer.echo(f"ambit lab up: {exc}", err=True)
         raise typer.Exit(1) from None

@@ -22,6 +22,7 @@ def version() -> None:
 def main() -> None:
     import ambit.cli.apiserver
     import ambit.cli.get
-    import ambit.cli.lab  # noqa: F401
+    import ambit.cli.lab
+    import ambit.cli.mesh  # noqa: F401
 
     app()

@@ -38,6 +38,8 @@ class LabSettings:
     """How many nodes."""
     ready_timeout: float = 60.0
     """Seconds to wait for the API server and the nodes."""
+    mesh: bool = False
+    """Also run the mesh's node agent and node proxy on every node (``ambit lab up --mesh``)."""
 
 
 def _ambit(*args: str) -> list[str]:
@@ -92,6 +94,16 @@ def lab_up(settings: LabSettings, runner: CommandRunner | None = None) -> Topolo
                 *_ambit("lab", "node", "--dir", str(directory), "--name", node.name),
             ]
             _start(argv, topology.node_dir(node.name) / "runtime.log", record, f"node runtime {node.name}")
+        if settings.mesh:
+            for node in topology.all_nodes():
+                for what in ("nodeagent", "nodeproxy"):
+                    argv = [
+                        "nsenter",
+                        f"--net=/run/netns/{node.netns}",
+                        "--",
+                        *_ambit(what, "--node", node.name, "--lab-dir", str(directory)),
+                    ]
+                    _start(argv, topology.node_dir(node.name) / f"{what}.log", record, f"{what} {node.name}")
         _wait_for_nodes(topology, settings.ready_timeout)
     except BaseException:
         lab_down(directory, runner)
@@ -178,8 +190,9 @@ def lab_down(directory: Path, runner: CommandRunner | None = None) -> list[str]:
 
 
 def _kill_lab_processes(directory: Path) -> list[str]:
-    """The lab's own daemons (API server, controllers, node runtimes), found by their command lines."""
+    """The lab's own daemons (API server, controllers, node runtimes, mesh daemons), found by their command lines."""
     wanted = {str(directory).encode(), str(directory / "apiserver").encode()}
+    dir_options = {b"--dir", b"--lab-dir", b"--data-dir"}
     found: list[int] = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -188,9 +201,16 @@ def _kill_lab_processes(directory: Path) -> list[str]:
             args = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"ambit.cli" not in args or not wanted.intersection(args):
+        if b"ambit.cli" not in args or not any(
+            arg in wanted and i > 0 and args[i - 1] in dir_options for i, arg in enumerate(args)
+        ):
             continue
-        if b"apiserver" in args or (b"lab" in args and (b"node" in args or b"controllers" in args)):
+        if (
+            b"apiserver" in args
+            or b"nodeagent" in args
+            or b"nodeproxy" in args
+            or (b"lab" in args and (b"node" in args or b"controllers" in args))
+        ):
             found.append(int(entry.name))
     for pid in found:
         with contextlib.suppress(ProcessLookupError):

@@ -1,0 +1,71 @@
+"""``ambit nodeagent`` and ``ambit nodeproxy``: the mesh's per-node processes, as ``ambit lab up --mesh`` runs them."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ambit.cli.main import app
+from ambit.lab.topology import DEFAULT_DIR, Topology
+
+NodeOption = Annotated[str, typer.Option("--node", help="The node's name.")]
+LabDirOption = Annotated[Path, typer.Option("--lab-dir", help="The lab's directory.")]
+
+
+def _lab_node(directory: Path, node: str) -> Topology:
+    topology = Topology.load(directory.resolve())
+    if topology is None:
+        typer.echo(f"ambit: no lab in {directory}", err=True)
+        raise typer.Exit(1)
+    if topology.node_named(node) is None:
+        raise typer.BadParameter(f"no node {node!r} in this lab")
+    return topology
+
+
+def _logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+@app.command(hidden=True)
+def nodeagent(
+    node: NodeOption,
+    directory: LabDirOption = DEFAULT_DIR,
+    uninstall: Annotated[bool, typer.Option(help="Remove the CNI plugin on exit.")] = False,
+) -> None:
+    """Run a lab node's agent: the ambit-cni plugin, ZDS and pod enrolment (started by `ambit lab up --mesh`)."""
+    from ambit.cni.daemon import run_node_agent
+
+    topology = _lab_node(directory, node)
+
+    def netns_for(pod: dict[str, Any]) -> str | None:
+        uid = str((pod.get("metadata") or {}).get("uid", ""))
+        path = Path(f"/run/netns/{topology.pod_netns(uid)}")
+        return str(path) if uid and path.exists() else None
+
+    _logging()
+    asyncio.run(
+        run_node_agent(
+            topology.kubeconfig,
+            node,
+            cni_conf_dir=topology.cni_conf_dir(node),
+            cni_bin_dir=topology.cni_bin_dir(node),
+            run_dir=topology.node_dir(node) / "run",
+            netns_for=netns_for,
+            uninstall=uninstall,
+        )
+    )
+
+
+@app.command(hidden=True)
+def nodeproxy(node: NodeOption, directory: LabDirOption = DEFAULT_DIR) -> None:
+    """Run a lab node's proxy: in-pod listeners for the pods the node agent hands over (ZDS)."""
+    from ambit.cni.daemon import ZDS_SOCKET
+    from ambit.inpod.daemon import run_node_proxy
+
+    topology = _lab_node(directory, node)
+    _logging()
+    asyncio.run(run_node_proxy(topology.node_dir(node) / "run" / ZDS_SOCKET))

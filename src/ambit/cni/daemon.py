@@ -1,0 +1,124 @@
+"""The node agent as a process: install the CNI plugin, serve ZDS to the node proxy, enrol the node's pods.
+
+:func:`run_node_agent` writes the plugin's kubeconfig, chains the ``ambit-cni`` plugin into the node's CNI
+configuration, starts the ZDS server (the :class:`~ambit.cni.enrolment.NodeProxyLink`), the enrolment manager and
+the :class:`~ambit.cni.agent.NodeAgent`, and runs until SIGTERM or SIGINT. On a plain stop the plugin is left
+installed (as istio-cni does: pods created while the agent restarts fail their ADD and are retried); it is
+removed only when ``uninstall`` is asked for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+from ambit.cni import installer
+from ambit.cni.agent import NetnsResolver, NodeAgent, NodeAgentSettings
+from ambit.cni.enrolment import EnrolmentManager, EnrolmentSettings
+from ambit.cni.plugin import PLUGIN_TYPE
+from ambit.k8s import EventRecorder, EventRecorderSettings, KubeClient
+from ambit.lab.commands import SubprocessRunner
+from ambit.zds.server import ZdsServer
+
+log = logging.getLogger("ambit.cni.daemon")
+
+PLUGIN_EVENT_SOCKET = "pluginevent.sock"
+ZDS_SOCKET = "ztunnel.sock"
+PLUGIN_KUBECONFIG = "ambit-cni-kubeconfig"
+WRAPPER = "ambit-cni-wrapper"
+
+
+def _kubeconfig_parts(kubeconfig: Path) -> tuple[str, bytes, str]:
+    """The server URL, CA (PEM) and bearer token of ``kubeconfig``'s current context."""
+    from lightkube import KubeConfig
+
+    single = KubeConfig.from_file(kubeconfig).get()
+    if single is None:
+        raise ValueError(f"{kubeconfig}: no current context")
+    cluster, user = single.cluster, single.user
+    if cluster is None or user is None or not user.token or not cluster.certificate_auth_data:
+        raise ValueError(f"{kubeconfig}: needs a server, certificate-authority-data and a token")
+    return cluster.server, base64.b64decode(cluster.certificate_auth_data), user.token
+
+
+def plugin_entry(run_dir: Path, excluded_namespaces: Iterable[str]) -> dict[str, object]:
+    return {
+        "type": PLUGIN_TYPE,
+        "name": PLUGIN_TYPE,
+        "agent_socket": str(run_dir / PLUGIN_EVENT_SOCKET),
+        "kubeconfig": str(run_dir / PLUGIN_KUBECONFIG),
+        "exclude_namespaces": list(excluded_namespaces),
+        "ambient_enabled": True,
+    }
+
+
+def _install(
+    kubeconfig: Path, cni_conf_dir: Path, cni_bin_dir: Path, run_dir: Path, excluded: tuple[str, ...]
+) -> installer.InstallResult:
+    """The plugin's kubeconfig and wrapper in ``run_dir``, and the plugin chained into the node's configuration."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    server, ca_pem, token = _kubeconfig_parts(kubeconfig)
+    installer.write_kubeconfig(run_dir / PLUGIN_KUBECONFIG, server, ca_pem, token)
+    wrapper = run_dir / WRAPPER
+    installer.write_atomic(wrapper, installer.render_wrapper(Path(sys.executable)).encode(), 0o755)
+    return installer.install(cni_conf_dir, cni_bin_dir, plugin_entry(run_dir, excluded), wrapper)
+
+
+async def _until_signalled() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+async def run_node_agent(
+    kubeconfig: Path,
+    node: str,
+    *,
+    cni_conf_dir: Path,
+    cni_bin_dir: Path,
+    run_dir: Path,
+    netns_for: NetnsResolver,
+    excluded_namespaces: Iterable[str] = ("kube-system",),
+    uninstall: bool = False,
+) -> None:
+    """Run one node's agent until SIGTERM or SIGINT (see the module's docstring)."""
+    excluded = tuple(excluded_namespaces)
+    result = _install(kubeconfig, cni_conf_dir, cni_bin_dir, run_dir, excluded)
+    log.info("ambit-cni installed in %s (%s)", result.config, "changed" if result.changed else "unchanged")
+    zds = ZdsServer(run_dir / ZDS_SOCKET)
+    await zds.start()
+    try:
+        async with KubeClient.from_kubeconfig(kubeconfig) as client:
+            recorder = EventRecorder(
+                client, EventRecorderSettings(reporting_controller="ambit.dev/node-agent", reporting_instance=node)
+            )
+            recorder.start()
+            try:
+                manager = EnrolmentManager(client, recorder, SubprocessRunner(), zds, EnrolmentSettings(node_name=node))
+                settings = NodeAgentSettings(
+                    node_name=node,
+                    socket_path=str(run_dir / PLUGIN_EVENT_SOCKET),
+                    excluded_namespaces=frozenset(excluded),
+                )
+                agent = NodeAgent(client, manager, settings, netns_for)
+                await agent.start()
+                log.info("node agent %s is running", node)
+                try:
+                    await _until_signalled()
+                finally:
+                    await agent.aclose()
+            finally:
+                await recorder.aclose()
+    finally:
+        await zds.aclose()
+        if uninstall:
+            with contextlib.suppress(OSError):
+                installer.uninstall(cni_conf_dir, cni_bin_dir)
