@@ -155,7 +155,7 @@ async def test_unenrol_of_a_deleted_pod_without_netns_skips_the_rules(p: Parts) 
     p.manager._netns_exists = lambda path: False
     p.client.missing = True
     await p.manager.unenrol(pod({REDIRECTION_ANNOTATION: "enabled"}), NETNS)
-    assert p.runner.calls == []
+    assert p.runner.commands == ["nft -f -"]  # only the host probe set, in the node namespace
     assert p.link.deleted == ["uid-a"]
 
 
@@ -164,6 +164,53 @@ async def test_a_netns_outside_run_netns_is_entered_with_nsenter(p: Parts) -> No
     assert p.runner.commands[0] == "nsenter --net=/proc/42/ns/net nft -f -"
     assert p.runner.commands[1].startswith("nsenter --net=/proc/42/ns/net ip -4 route replace")
     assert all("ambit-netns-by-path" not in c for c in p.runner.commands)
+
+
+def pod_with_ips(uid: str, *ips: str) -> dict[str, Any]:
+    body = pod()
+    body["metadata"] = {**body["metadata"], "uid": uid, "name": uid}
+    body["status"] = {"podIP": ips[0], "podIPs": [{"ip": ip} for ip in ips]} if ips else {}
+    return body
+
+
+def host_scripts(runner: RecordingRunner) -> list[str]:
+    """The stdin of every host-side apply: ``nft -f -`` in the runner's own (the node's) namespace."""
+    return [(c.stdin or b"").decode() for c in runner.calls if c.argv == ("nft", "-f", "-")]
+
+
+async def test_the_host_probe_set_follows_enrolments_in_the_node_namespace(p: Parts) -> None:
+    await p.manager.sync_host()
+    assert p.runner.commands == ["nft -f -"]  # no ip netns exec: the agent runs in the node's namespace
+    (empty,) = host_scripts(p.runner)
+    assert "istio-inpod-probes-v4" in empty and "elements" not in empty
+    assert "snat ip to 169.254.7.127" in empty
+
+    await p.manager.enrol(pod_with_ips("uid-a", "10.0.0.5", "fd00::5"), NETNS)
+    assert p.runner.commands[-1] == "nft -f -"
+    assert "elements = { 10.0.0.5 }" in host_scripts(p.runner)[-1]
+    assert "fd00::5" not in host_scripts(p.runner)[-1]
+
+    await p.manager.enrol(pod_with_ips("uid-b"), "/run/netns/pod-b", ips=["10.0.0.6/24"])
+    script = host_scripts(p.runner)[-1]
+    assert "elements = { 10.0.0.5, 10.0.0.6 }" in script
+    assert script.startswith("add table inet istio-ambient-nat\ndelete table inet istio-ambient-nat\n")
+
+    await p.manager.unenrol(pod_with_ips("uid-a", "10.0.0.5"))
+    assert p.runner.commands[-1] == "nft -f -"
+    assert "elements = { 10.0.0.6 }" in host_scripts(p.runner)[-1]
+    assert p.manager.probe_ips() == ["10.0.0.6"]
+
+
+async def test_a_pending_pod_is_not_in_the_probe_set_and_a_host_failure_does_not_fail_enrolment(p: Parts) -> None:
+    p.link.fail = ConnectionRefusedError("no node proxy")
+    with pytest.raises(ProxyUnavailableError):
+        await p.manager.enrol(pod_with_ips("uid-a", "10.0.0.5"), NETNS)
+    assert host_scripts(p.runner) == [] and p.manager.probe_ips() == []
+    p.link.fail = None
+    p.runner.respond = lambda call: CommandResult(call.argv, 1, b"", b"nft: boom") if call.argv[0] == "nft" else None
+    await p.manager.enrol(pod_with_ips("uid-a", "10.0.0.5"), NETNS)
+    assert p.manager.state("uid-a") is EnrolmentState.ENROLLED
+    assert p.runner.commands[-1] == "nft -f -"
 
 
 def test_netns_names_come_only_from_the_netns_directory() -> None:

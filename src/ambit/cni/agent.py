@@ -96,6 +96,7 @@ class NodeAgent:
         self._retry_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
+        await self.manager.sync_host()  # no pod is enrolled yet: the host probe set starts empty
         self.namespaces.start()
         await self.namespaces.wait_synced()
         self.pods.start()
@@ -133,6 +134,8 @@ class NodeAgent:
         elif self.wants(pod):
             if _phase(pod) == "Running" and state is EnrolmentState.NOT_ENROLLED:
                 await self._enrol_running(pod)
+            elif state is EnrolmentState.ENROLLED:
+                await self.manager.update_ips(pod)
         else:
             await self._unenrol_if_known(pod)
 
@@ -193,7 +196,7 @@ class NodeAgent:
         state = self.manager.find(str(_meta(pod).get("uid", "")))
         if state is not None and state.state is EnrolmentState.ENROLLED and state.netns_path == event.netns:
             return
-        await self.manager.enrol(pod, event.netns)
+        await self.manager.enrol(pod, event.netns, ips=[ip.address for ip in event.ips])
 
     async def _fetch_pod(self, event: AddEvent) -> Pod:
         """The pod from the cache when it is the one the runtime means (same uid), else from the API server."""

@@ -17,6 +17,17 @@ Theory of operation (spec §1.2, AddPodToMesh / RemovePodFromMesh). Each pod, by
 (:meth:`NodeProxyLink.delete`), removes the annotation (null merge patch; a pod that is gone is fine) and forgets
 the pod. Operations on one pod are serialised by a per-pod lock; different pods proceed concurrently.
 
+Host probes (spec §2.3): the node runtime probes a pod from the node's namespace, and the in-pod rules would send
+that to the node proxy. The agent keeps the IPv4 addresses of its ENROLLED pods (``status.podIPs`` /
+``status.podIP``, or the CNI result's addresses on an ADD) and after every enrol and unenrol re-applies the host
+rules (:func:`ambit.redirect.apply.apply_host_async`) with the whole current set: locally generated TCP to those
+addresses is SNATed to the probe address, which the in-pod rules accept without redirecting. The agent process
+runs in the node's namespace, so the host rules are applied with no ``ip netns exec``. The script replaces the
+host table atomically; applies are serialised by one lock and each renders the set as it is when it runs, so
+the last apply always carries the latest set. A failing host apply is logged, not raised: the pod is enrolled
+either way, and the next enrol or unenrol applies the set again. :meth:`EnrolmentManager.sync_host` applies the
+set on its own (the agent calls it on start, when the set is empty).
+
 Transitions (anything missing is not a transition: the state stays)::
 
     (state,         outcome)           -> state
@@ -38,9 +49,10 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import ipaddress
 import logging
 import os.path
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -49,7 +61,7 @@ from ambit.errors import AmbitError
 from ambit.k8s import EventRecorder, KubeClient, KubeClientError, KubeNotFoundError
 from ambit.k8s.kinds import PODS
 from ambit.redirect import InPodSettings, RedirectError
-from ambit.redirect.apply import AsyncRunner, apply_inpod_async, remove_inpod_async
+from ambit.redirect.apply import AsyncRunner, apply_host_async, apply_inpod_async, remove_inpod_async
 
 log = logging.getLogger("ambit.cni.enrolment")
 
@@ -137,6 +149,26 @@ class Enrolment:
     state: EnrolmentState = EnrolmentState.NOT_ENROLLED
     netns_path: str | None = None
     settings: InPodSettings | None = None
+    ips: tuple[str, ...] = ()
+    """The pod's IPv4 addresses (for the host probe SNAT set)."""
+
+
+def pod_ipv4s(pod: dict[str, Any], extra: Iterable[str] = ()) -> tuple[str, ...]:
+    """The pod's IPv4 addresses from ``status.podIPs`` and ``status.podIP`` plus ``extra``, sorted, no duplicates."""
+    status = pod.get("status") or {}
+    texts: list[Any] = [entry.get("ip") for entry in status.get("podIPs") or [] if isinstance(entry, dict)]
+    texts += [status.get("podIP"), *extra]
+    found: set[ipaddress.IPv4Address] = set()
+    for text in texts:
+        if not isinstance(text, str):
+            continue
+        try:
+            addr = ipaddress.ip_address(text.split("/")[0])
+        except ValueError:
+            continue
+        if isinstance(addr, ipaddress.IPv4Address):
+            found.add(addr)
+    return tuple(str(a) for a in sorted(found))
 
 
 def workload_info(pod: dict[str, Any]) -> dict[str, Any]:
@@ -177,6 +209,7 @@ class EnrolmentManager:
         self._netns_exists = netns_exists
         self._pods: dict[str, Enrolment] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._host_lock = asyncio.Lock()
 
     # -- lookups (synchronous) ------------------------------------------------------------------------------
     def find(self, uid: str) -> Enrolment | None:
@@ -189,9 +222,17 @@ class EnrolmentManager:
     def pending(self) -> list[Enrolment]:
         return [e for e in self._pods.values() if e.state is EnrolmentState.PENDING]
 
+    def probe_ips(self) -> list[str]:
+        """The IPv4 addresses of the ENROLLED pods: the host probe SNAT set."""
+        ips = {ip for e in self._pods.values() if e.state is EnrolmentState.ENROLLED for ip in e.ips}
+        return sorted(ips, key=ipaddress.IPv4Address)
+
     # -- operations -----------------------------------------------------------------------------------------
-    async def enrol(self, pod: dict[str, Any], netns_path: str) -> None:
-        """Rules 1-3; returns once ENROLLED, raises :class:`EnrolmentError` otherwise."""
+    async def enrol(self, pod: dict[str, Any], netns_path: str, *, ips: Iterable[str] = ()) -> None:
+        """Rules 1-3, then the host rules; returns once ENROLLED, raises :class:`EnrolmentError` otherwise.
+
+        ``ips``: addresses known besides the pod's status (the CNI result's, before the status has them).
+        """
         meta = pod.get("metadata") or {}
         uid = str(meta.get("uid", ""))
         async with self._lock(uid):
@@ -212,6 +253,7 @@ class EnrolmentManager:
                 self.recorder.record(pod, "Warning", RedirectionFailedError.reason, note, ACTION)
                 raise RedirectionFailedError(note) from exc
             record.netns_path, record.settings = netns_path, settings
+            record.ips = pod_ipv4s(pod, ips) or record.ips
             try:
                 await self.link.add(uid, netns_path, workload_info(pod))
             except Exception as exc:  # the link is another component's code: any failure means "no ack"
@@ -230,6 +272,28 @@ class EnrolmentManager:
             self._settle(record, Outcome.LINK_ACKED)
             note = f"Pod enrolled in ambient mode on node {self.settings.node_name}."
             self.recorder.record(pod, "Normal", "AmbientEnrolled", note, ACTION)
+        await self.sync_host()
+
+    async def update_ips(self, pod: dict[str, Any]) -> None:
+        """Take up an ENROLLED pod's addresses from its status when they changed (re-applying the host rules)."""
+        record = self._pods.get(str((pod.get("metadata") or {}).get("uid", "")))
+        if record is None or record.state is not EnrolmentState.ENROLLED:
+            return
+        ips = pod_ipv4s(pod)
+        if ips and ips != record.ips:
+            record.ips = ips
+            await self.sync_host()
+
+    async def sync_host(self) -> None:
+        """Apply the host probe SNAT rules for exactly the ENROLLED pods' addresses, in the node namespace."""
+        async with self._host_lock:
+            ips = self.probe_ips()
+            try:
+                await apply_host_async(ips, self.settings.backend, self.runner)
+            except (RedirectError, OSError) as exc:
+                log.warning(
+                    "node %s: applying the host probe rules for %s failed: %s", self.settings.node_name, ips, exc
+                )
 
     async def unenrol(self, pod: dict[str, Any], netns_path: str | None = None) -> None:
         """RemovePodFromMesh; ``netns_path`` is used when the agent has no record of the pod (after a restart)."""
@@ -261,6 +325,7 @@ class EnrolmentManager:
             if record is not None:
                 self._settle(record, Outcome.REMOVED)
             self._locks.pop(uid, None)
+        await self.sync_host()
 
     # -- internals ------------------------------------------------------------------------------------------
     def _lock(self, uid: str) -> asyncio.Lock:

@@ -203,3 +203,16 @@ async def apply_inpod_async(netns: str | None, settings: InPodSettings, backend:
 
 async def remove_inpod_async(netns: str | None, settings: InPodSettings, backend: Backend, runner: AsyncRunner) -> None:
     await run_procedure_async(inpod_remove(netns, settings, backend), runner)
+
+
+async def apply_host_async(
+    pod_ips: Iterable[str],
+    backend: Backend,
+    runner: AsyncRunner,
+    *,
+    netns: str | None = None,
+    probe_snat_ip: str = HOST_PROBE_SNAT_IPV4,
+    kubelet_uid: int | None = None,
+) -> None:
+    """:func:`apply_host` driven by ``runner.run_async``."""
+    await run_procedure_async(host_install(netns, pod_ips, backend, probe_snat_ip, kubelet_uid), runner)
