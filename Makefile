@@ -1,6 +1,6 @@
 # Ambit: set-up, tests and demo on a Debian 12 machine (as root).
 SHELL := /bin/bash
-APT_PACKAGES := iproute2 nftables iptables containernetworking-plugins ca-certificates curl
+APT_PACKAGES := iproute2 nftables iptables containernetworking-plugins ca-certificates curl tcpdump
 VENV := .venv
 UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
 STAMP := $(VENV)/.installed

@@ -211,6 +211,14 @@ def controllers(directory: DirOption = DEFAULT_DIR) -> None:
     asyncio.run(run_controllers_for(_topology(directory)))
 
 
+@lab.command(hidden=True)
+def supervise(directory: DirOption = DEFAULT_DIR) -> None:
+    """Run the mesh daemons of every node and restart those that die (started by `ambit lab up --mesh`)."""
+    from ambit.lab.supervisor import run_supervisor
+
+    asyncio.run(run_supervisor(_topology(directory)))
+
+
 def _require_root() -> None:
     if os.geteuid() != 0:
         typer.echo("ambit lab: needs root (it creates network namespaces)", err=True)

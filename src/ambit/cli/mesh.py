@@ -61,11 +61,40 @@ def nodeagent(
 
 
 @app.command(hidden=True)
-def nodeproxy(node: NodeOption, directory: LabDirOption = DEFAULT_DIR) -> None:
+def nodeproxy(
+    node: NodeOption,
+    directory: LabDirOption = DEFAULT_DIR,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config", help="Workloads and services from this YAML file [default: <lab>/mesh/workloads.yaml]."
+        ),
+    ] = None,
+    local_ca: Annotated[
+        Path | None,
+        typer.Option(
+            "--local-ca", help="Sign workload certificates with the CA in this directory [default: <lab>/mesh/ca]."
+        ),
+    ] = None,
+    trust_domain: Annotated[str, typer.Option("--trust-domain", help="The mesh's trust domain.")] = "cluster.local",
+) -> None:
     """Run a lab node's proxy: in-pod listeners for the pods the node agent hands over (ZDS)."""
     from ambit.cni.daemon import ZDS_SOCKET
     from ambit.inpod.daemon import run_node_proxy
+    from ambit.inpod.settings import NodeProxySettings
+    from ambit.model.identity import IdentityError, check_trust_domain
 
+    try:
+        check_trust_domain(trust_domain)
+    except IdentityError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--trust-domain") from None
     topology = _lab_node(directory, node)
+    settings = NodeProxySettings(
+        node=node,
+        zds_socket=topology.node_dir(node) / "run" / ZDS_SOCKET,
+        config_file=config or topology.mesh_config_file,
+        local_ca_dir=local_ca or topology.mesh_ca_dir,
+        trust_domain=trust_domain,
+    )
     _logging()
-    asyncio.run(run_node_proxy(topology.node_dir(node) / "run" / ZDS_SOCKET))
+    asyncio.run(run_node_proxy(settings))

@@ -1,30 +1,164 @@
-"""The node proxy as a process: a ZDS client whose pods get the in-pod listeners, until SIGTERM or SIGINT."""
+"""The node proxy as a process (``ambit nodeproxy``): ZDS client, in-pod listeners, data path, telemetry.
+
+Theory of operation: the proxy's pieces are built once from :class:`NodeProxySettings` and wired here, and nowhere
+else: the workload state (from the local config file until xDS exists), the certificate manager (local CA), the
+HBONE connection pool, metrics and access log, the admin/metrics/readiness endpoints in the proxy's own netns,
+and the ZDS client whose pods get listeners served by :mod:`ambit.proxy`. The proxy runs until SIGTERM, SIGINT or
+``POST /quitquitquit``; then it closes listeners, connections and endpoints.
+
+Readiness (``/healthz/ready`` on 15021) waits for two tasks: ``state manager`` (the configuration was read) and
+``workload proxy manager`` (ZDS snapshot received, no pod pending).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
-from pathlib import Path
+from typing import Any
 
+from ambit.identity.localca import LocalCa
+from ambit.identity.manager import CertificateManager
+from ambit.inpod.localstate import LocalConfigWatcher
+from ambit.inpod.settings import NodeProxySettings
 from ambit.inpod.workloads import PodListenerManager
+from ambit.model.state import WorkloadState
+from ambit.proxy.context import ProxyContext
+from ambit.proxy.pool import ConnectionPool
+from ambit.telemetry.accesslog import AccessLog
+from ambit.telemetry.endpoints import ProxyEndpoints
+from ambit.telemetry.metrics import ProxyMetrics
+from ambit.telemetry.readiness import Readiness
 from ambit.zds.client import ZdsClient
 
 log = logging.getLogger("ambit.inpod.daemon")
 
+STATE_TASK = "state manager"
+PODS_TASK = "workload proxy manager"
+HOUSEKEEPING_INTERVAL = 0.2
+REAP_INTERVAL = 30.0
 
-async def run_node_proxy(zds_socket: Path) -> None:
-    """Connect to the node agent's ZDS socket (reconnecting) and open listeners in the pods it hands over."""
-    stop = asyncio.Event()
+
+class NodeProxy:
+    """Everything one node proxy runs; ``start`` then ``aclose``."""
+
+    def __init__(self, settings: NodeProxySettings) -> None:
+        from ambit import __version__
+
+        self.settings = settings
+        self.stopped = asyncio.Event()
+        self.state = WorkloadState()
+        if settings.local_ca_dir is None:
+            raise SystemExit("ambit nodeproxy: --local-ca is required until the control plane's CA exists")
+        self.ca = LocalCa(settings.local_ca_dir, trust_domain=settings.trust_domain)
+        self.certs = CertificateManager(self.ca)
+        self.metrics = ProxyMetrics(build_version=__version__)
+        self.readiness = Readiness()
+        self.readiness.add_pending(STATE_TASK)
+        self.readiness.add_pending(PODS_TASK)
+        self.context = ProxyContext(
+            settings=settings,
+            state=self.state,
+            certs=self.certs,
+            pool=ConnectionPool(),
+            metrics=self.metrics,
+            access_log=AccessLog(json=settings.log_json),
+        )
+        self.pods = PodListenerManager(self.context)
+        self.pods.on_change = self._pods_changed
+        self.zds = ZdsClient(settings.zds_socket, self.pods)
+        self.watcher = (
+            LocalConfigWatcher(settings.config_file, self.state, self._state_changed) if settings.config_file else None
+        )
+        self.endpoints = ProxyEndpoints(
+            metrics=self.metrics,
+            readiness=self.readiness,
+            config_dump=self.config_dump,
+            quit=self.stopped.set,
+            admin_address=("127.0.0.1", settings.admin_port),
+            stats_address=("0.0.0.0", settings.stats_port),
+            readiness_address=("0.0.0.0", settings.readiness_port),
+        )
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def _state_changed(self) -> None:
+        self.context.state_changed()
+        self._track()
+
+    def _pods_changed(self) -> None:
+        self._track()
+        self.metrics.set_proxy_counts(active=len(self.context.pods), pending=0)
+
+    def _track(self) -> None:
+        identities = {pod.identity for pod in self.context.pods.values()}
+        identities |= self.state.find_identities_on_node(self.settings.node)
+        self.certs.track(identities)
+
+    def config_dump(self) -> dict[str, Any]:
+        now = self.context.clock()
+        return {
+            "config": {
+                "node": self.settings.node,
+                "trustDomain": self.settings.trust_domain,
+                "network": self.settings.network,
+                "configFile": str(self.settings.config_file or ""),
+            },
+            **self.state.to_dump(),
+            "pods": [
+                {"uid": uid, "name": pod.info.name, "namespace": pod.info.namespace, "identity": str(pod.identity)}
+                for uid, pod in sorted(self.context.pods.items())
+            ],
+            "certificates": self.certs.snapshot(),
+            "pool": self.context.pool.stats(),
+            "connections": [conn.to_dump(now) for conn in self.context.connections.values()],
+        }
+
+    async def start(self) -> None:
+        await self.endpoints.start()
+        if self.watcher is not None:
+            self.watcher.poll()
+            self._tasks.append(asyncio.create_task(self.watcher.run(), name="local config watcher"))
+        else:
+            self.readiness.done(STATE_TASK)
+        await self.zds.start()
+        self._tasks.append(asyncio.create_task(self._housekeeping(), name="node proxy housekeeping"))
+        log.info("node proxy for %s is running (ZDS %s)", self.settings.node, self.settings.zds_socket)
+
+    async def _housekeeping(self) -> None:
+        since_reap = 0.0
+        while True:
+            if self.watcher is None or self.watcher.loaded:
+                self.readiness.done(STATE_TASK)
+            if self.zds.ready:
+                self.readiness.done(PODS_TASK)
+            await asyncio.sleep(HOUSEKEEPING_INTERVAL)
+            since_reap += HOUSEKEEPING_INTERVAL
+            if since_reap >= REAP_INTERVAL:
+                since_reap = 0.0
+                self.context.pool.reap_idle()
+
+    async def aclose(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.zds.aclose()
+        await self.pods.aclose()
+        await self.context.pool.aclose()
+        await self.certs.aclose()
+        await self.endpoints.aclose()
+
+
+async def run_node_proxy(settings: NodeProxySettings) -> None:
+    """Run until SIGTERM, SIGINT or ``/quitquitquit``."""
+    proxy = NodeProxy(settings)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    listeners = PodListenerManager()
-    client = ZdsClient(zds_socket, listeners)
-    await client.start()
-    log.info("node proxy is running (ZDS %s)", zds_socket)
+        loop.add_signal_handler(sig, proxy.stopped.set)
+    await proxy.start()
     try:
-        await stop.wait()
+        await proxy.stopped.wait()
     finally:
-        await client.aclose()
-        await listeners.aclose()
+        await proxy.aclose()

@@ -1,69 +1,63 @@
 """The per-pod workload manager: each pod's in-netns listeners, served on the event loop (spec §1.3).
 
 Theory of operation: :class:`PodListenerManager` is the ZDS client's pod handler. ``open_listeners`` creates the
-pod's sockets inside its netns (:mod:`ambit.inpod.listeners`, on a helper thread) and serves them with asyncio;
-re-adding a uid replaces its listeners (latest netns wins). ``stop`` closes all of the pod's servers at once (the
-pod is gone: no drain). For now a captured connection (15001, 15006) is accepted, its original destination is read
-(``SO_ORIGINAL_DST``) and recorded, and it is closed; 15008 and DNS accept and drop. The data path comes next.
+pod's sockets inside its netns (:mod:`ambit.inpod.listeners`, on a helper thread) and, with a proxy context, a
+socket factory for the pod's netns (upstream connections are made from inside the pod); it then runs one accept
+loop per TCP listener. Each accepted connection is its own task running the port's handler (outbound 15001,
+plaintext inbound 15006, HBONE 15008). Re-adding a uid replaces its listeners (latest netns wins). ``stop`` closes
+the pod's listeners and cancels its connections (the pod is gone: no drain).
+
+Without a proxy context (the listener layer's own tests) a captured connection's original destination is
+recorded and the connection closed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
+import contextlib
 import logging
 import socket
-import struct
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from ambit.inpod.listeners import Port, open_pod_listeners
+from ambit.proxy.context import LocalPod, ProxyContext
+from ambit.proxy.inbound import serve_hbone, serve_plaintext
+from ambit.proxy.outbound import serve_outbound
+from ambit.proxy.sockets import NetnsSocketFactory, original_dst
 from ambit.zds.protocol import WorkloadInfo
 
 log = logging.getLogger("ambit.inpod.workloads")
 
-SO_ORIGINAL_DST = 80
-
-
-def original_dst(sock: socket.socket) -> tuple[str, int] | None:
-    """The pre-NAT IPv4 destination of a redirected connection, or None when it was not redirected."""
-    try:
-        raw = sock.getsockopt(socket.SOL_IP, SO_ORIGINAL_DST, 16)
-    except OSError:
-        return None
-    (port,) = struct.unpack("!H", raw[2:4])
-    return socket.inet_ntoa(raw[4:8]), port
+Handler = Callable[[socket.socket], Awaitable[None]]
 
 
 @dataclass(slots=True)
 class PodProxy:
-    """One pod's listeners, and what its capture listeners saw last."""
+    """One pod's listeners, their accept loops and live connections."""
 
     uid: str
     info: WorkloadInfo
-    servers: list[asyncio.Server] = field(default_factory=list)
+    listeners: list[socket.socket] = field(default_factory=list)
+    accept_tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    connections: set[asyncio.Task[None]] = field(default_factory=set)
+    sockets: NetnsSocketFactory | None = None
     datagram_transports: list[asyncio.DatagramTransport] = field(default_factory=list)
     datagram_closed: list[asyncio.Future[None]] = field(default_factory=list)
     last_original_dst: dict[Port, tuple[str, int] | None] = field(default_factory=dict)
 
-    def close(self) -> None:
-        for server in self.servers:
-            server.close()
+    async def aclose(self) -> None:
+        tasks = [*self.accept_tasks, *self.connections]
+        for task in tasks:
+            task.cancel()
+        for listener in self.listeners:
+            listener.close()
         for transport in self.datagram_transports:
             transport.close()
-
-
-class _CaptureProtocol(asyncio.Protocol):
-    """Record the connection's original destination, then close it (the data path is not here yet)."""
-
-    def __init__(self, pod: PodProxy, port: Port) -> None:
-        self._pod, self._port = pod, port
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        sock = transport.get_extra_info("socket")
-        dst = original_dst(sock) if self._port in (Port.OUTBOUND, Port.INBOUND_PLAINTEXT) else None
-        self._pod.last_original_dst[self._port] = dst
-        log.info("pod %s: connection on %d for %s", self._pod.uid, self._port, dst)
-        transport.close()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*self.datagram_closed)
+        if self.sockets is not None:
+            await self.sockets.aclose()
 
 
 class _DropDatagrams(asyncio.DatagramProtocol):
@@ -80,11 +74,18 @@ class _DropDatagrams(asyncio.DatagramProtocol):
 class PodListenerManager:
     """Per pod uid, the pod's listeners; implements the ZDS client's ``PodHandler``."""
 
-    def __init__(self) -> None:
+    def __init__(self, context: ProxyContext | None = None) -> None:
+        self._context = context
         self._pods: dict[str, PodProxy] = {}
+        self.on_change: Callable[[], None] = lambda: None
+        """Called after a pod was added or removed (the daemon re-tracks certificates and counts)."""
 
     def find_pod(self, uid: str) -> PodProxy | None:
         return self._pods.get(uid)
+
+    @property
+    def pods(self) -> dict[str, PodProxy]:
+        return self._pods
 
     async def open_listeners(self, uid: str, info: WorkloadInfo, netns_fd: int) -> None:
         """Open the pod's listeners in the netns ``netns_fd`` (borrowed); raise when any fails."""
@@ -93,33 +94,90 @@ class PodListenerManager:
         loop = asyncio.get_running_loop()
         pod = PodProxy(uid, info)
         try:
+            handlers: dict[Port, Handler] = {}
+            if self._context is not None:
+                pod.sockets = NetnsSocketFactory(netns_fd, name=f"{info.namespace}/{info.name}")
+                await pod.sockets.start()
+                local = LocalPod(uid, info, pod.sockets, self._context.settings.trust_domain)
+                handlers = self._handlers(self._context, local)
             for listener in listeners:
                 port = listener.spec.port
                 if listener.spec.kind == socket.SOCK_DGRAM:
                     transport, protocol = await loop.create_datagram_endpoint(_DropDatagrams, sock=listener.sock)
                     pod.datagram_transports.append(transport)
                     pod.datagram_closed.append(protocol.closed)
-                else:
-                    factory = functools.partial(_CaptureProtocol, pod, port)
-                    server = await loop.create_server(factory, sock=listener.sock)
-                    pod.servers.append(server)
+                    continue
+                pod.listeners.append(listener.sock)
+                handler = handlers.get(port) or self._capture_handler(pod, port)
+                task = asyncio.create_task(
+                    self._accept_loop(pod, listener.sock, handler), name=f"accept {info.namespace}/{info.name}:{port}"
+                )
+                pod.accept_tasks.append(task)
         except BaseException:
-            pod.close()
             for listener in listeners:
                 listener.sock.close()
+            await pod.aclose()
             raise
         self._pods[uid] = pod
+        if self._context is not None:
+            self._context.pods[uid] = local
         log.info("pod %s (%s/%s): listeners open", uid, info.namespace, info.name)
+        self.on_change()
+
+    @staticmethod
+    def _handlers(context: ProxyContext, local: LocalPod) -> dict[Port, Handler]:
+        return {
+            Port.OUTBOUND: lambda sock: serve_outbound(context, local, sock),
+            Port.INBOUND_PLAINTEXT: lambda sock: serve_plaintext(context, local, sock),
+            Port.INBOUND_HBONE: lambda sock: serve_hbone(context, local, sock),
+        }
+
+    @staticmethod
+    def _capture_handler(pod: PodProxy, port: Port) -> Handler:
+        async def capture(sock: socket.socket) -> None:
+            dst = original_dst(sock) if port in (Port.OUTBOUND, Port.INBOUND_PLAINTEXT) else None
+            pod.last_original_dst[port] = dst
+            log.info("pod %s: connection on %d for %s", pod.uid, port, dst)
+            sock.close()
+
+        return capture
+
+    @staticmethod
+    async def _accept_loop(pod: PodProxy, listener: socket.socket, handler: Handler) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, _ = await loop.sock_accept(listener)
+            except OSError as exc:  # EMFILE and friends: keep the listener, slow down
+                log.warning("pod %s: accept failed: %s", pod.uid, exc)
+                await asyncio.sleep(0.1)
+                continue
+            conn.setblocking(False)
+            task = asyncio.create_task(PodListenerManager._run(pod, conn, handler))
+            pod.connections.add(task)
+            task.add_done_callback(pod.connections.discard)
+
+    @staticmethod
+    async def _run(pod: PodProxy, conn: socket.socket, handler: Handler) -> None:
+        try:
+            await handler(conn)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # one connection's bug never takes the listener down
+            log.exception("pod %s: connection handler failed", pod.uid)
+        finally:
+            with contextlib.suppress(OSError):
+                conn.close()
 
     async def stop(self, uid: str) -> None:
         pod = self._pods.pop(uid, None)
         if pod is None:
             return
-        pod.close()
-        for server in pod.servers:
-            await server.wait_closed()
-        await asyncio.gather(*pod.datagram_closed)
+        if self._context is not None:
+            self._context.pods.pop(uid, None)
+        await pod.aclose()
         log.info("pod %s: listeners closed", uid)
+        self.on_change()
 
     async def aclose(self) -> None:
         for uid in list(self._pods):

@@ -1,10 +1,14 @@
 """``ambit lab up`` and ``ambit lab down``: build the lab's network, start its processes, and remove it all.
 
 Order of ``up``: topology (``lab.json``) → network (bridge, node namespaces, routes, CNI config) → API server on
-the bridge address → controllers → one node runtime per node, inside the node's namespace → wait until every Node
-is Ready. Each process is started in its own session (it outlives ``ambit lab up``) and recorded with its start
-time. ``down`` is the lab record's sweep plus a scan for lab processes by command line (a process started just
-before a crash, not yet recorded, is found that way), then the lab directory. Both are safe to run again.
+the bridge address → (with the mesh: the mesh CA in ``mesh/ca`` and an empty ``mesh/workloads.yaml``) →
+controllers (with the mesh they also keep ``mesh/workloads.yaml`` current) → one node runtime per node, inside the
+node's namespace → (with the mesh: ``ambit lab supervise``, which starts each node's agent and proxy and restarts
+them when they die, see :mod:`ambit.lab.supervisor`) → wait until every Node is Ready. Each process is started in
+its own session (it outlives ``ambit lab up``) and recorded with its start time. ``down`` is the lab record's sweep
+plus a scan for lab processes by command line (a process started just before a crash, not yet recorded, is found
+that way), then the lab directory. The supervisor is stopped first, so that it does not restart what ``down``
+stops. Both are safe to run again.
 """
 
 from __future__ import annotations
@@ -70,7 +74,7 @@ def lab_up(settings: LabSettings, runner: CommandRunner | None = None) -> Topolo
     if existing is not None:
         raise LabError(f"a lab is already up in {directory} (lab {existing.lab_id}); run `ambit lab down` first")
     try:
-        topology = Topology.new(settings.nodes, directory)
+        topology = Topology.new(settings.nodes, directory, mesh=settings.mesh)
     except ValueError as exc:
         raise LabError(str(exc)) from None
     topology.save()
@@ -78,6 +82,8 @@ def lab_up(settings: LabSettings, runner: CommandRunner | None = None) -> Topolo
     try:
         create_network(topology, record, runner)
         _start_apiserver(topology, record, settings.ready_timeout)
+        if settings.mesh:
+            _prepare_mesh(topology)
         _start(
             _ambit("lab", "controllers", "--dir", str(directory)),
             directory / "logs" / "controllers.log",
@@ -95,20 +101,30 @@ def lab_up(settings: LabSettings, runner: CommandRunner | None = None) -> Topolo
             ]
             _start(argv, topology.node_dir(node.name) / "runtime.log", record, f"node runtime {node.name}")
         if settings.mesh:
-            for node in topology.all_nodes():
-                for what in ("nodeagent", "nodeproxy"):
-                    argv = [
-                        "nsenter",
-                        f"--net=/run/netns/{node.netns}",
-                        "--",
-                        *_ambit(what, "--node", node.name, "--lab-dir", str(directory)),
-                    ]
-                    _start(argv, topology.node_dir(node.name) / f"{what}.log", record, f"{what} {node.name}")
+            _start(
+                _ambit("lab", "supervise", "--dir", str(directory)),
+                directory / "logs" / "supervisor.log",
+                record,
+                "supervisor",
+            )
         _wait_for_nodes(topology, settings.ready_timeout)
     except BaseException:
         lab_down(directory, runner)
         raise
     return topology
+
+
+def _prepare_mesh(topology: Topology) -> None:
+    """The mesh's CA and an empty config file, before any node proxy starts (they read both at start-up)."""
+    from ambit.controlplane.translate import translate
+    from ambit.identity.localca import ROOT_COMMON_NAME, ROOT_NAME
+    from ambit.lab.meshconfig import write_if_changed
+    from ambit.model.localconfig import render_local_config
+    from ambit.tls.certs import load_or_create_ca
+
+    # The same directory and names as the node proxies' LocalCa, so that they all share this root.
+    load_or_create_ca(topology.mesh_ca_dir, ROOT_NAME, ROOT_COMMON_NAME, time.time())
+    write_if_changed(topology.mesh_config_file, render_local_config(translate((), (), (), ())))
 
 
 def _start_apiserver(topology: Topology, record: Record, timeout: float) -> None:
@@ -194,6 +210,7 @@ def _kill_lab_processes(directory: Path) -> list[str]:
     wanted = {str(directory).encode(), str(directory / "apiserver").encode()}
     dir_options = {b"--dir", b"--lab-dir", b"--data-dir"}
     found: list[int] = []
+    supervisors: list[int] = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -205,24 +222,32 @@ def _kill_lab_processes(directory: Path) -> list[str]:
             arg in wanted and i > 0 and args[i - 1] in dir_options for i, arg in enumerate(args)
         ):
             continue
-        if (
+        if b"lab" in args and b"supervise" in args:
+            supervisors.append(int(entry.name))
+        elif (
             b"apiserver" in args
             or b"nodeagent" in args
             or b"nodeproxy" in args
             or (b"lab" in args and (b"node" in args or b"controllers" in args))
         ):
             found.append(int(entry.name))
-    for pid in found:
+    # The supervisor goes first (it stops the mesh daemons it started); the rest are then signalled together.
+    _terminate(supervisors)
+    _terminate(found)
+    return [f"process {pid}" for pid in supervisors + found]
+
+
+def _terminate(pids: list[int]) -> None:
+    for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 5.0
-    while time.monotonic() < deadline and any(_alive(pid) for pid in found):
+    deadline = time.monotonic() + 8.0
+    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
         time.sleep(0.05)
-    for pid in found:
+    for pid in pids:
         if _alive(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-    return [f"process {pid}" for pid in found]
 
 
 def _alive(pid: int) -> bool:

@@ -74,7 +74,8 @@ async def run_node(topology: Topology, node_name: str) -> None:
 
 
 async def run_controllers_for(topology: Topology) -> None:
-    """The scheduler, Deployment/ReplicaSet and EndpointSlice controllers, against the lab's API server."""
+    """The scheduler, Deployment/ReplicaSet and EndpointSlice controllers, against the lab's API server; with the
+    mesh, also the writer of the mesh config file (:mod:`ambit.lab.meshconfig`)."""
     from ambit.lab.controllers.manager import ControllerManager
     from ambit.lab.controllers.settings import ControllerSettings
 
@@ -82,6 +83,12 @@ async def run_controllers_for(topology: Topology) -> None:
     async with (
         KubeClient.from_kubeconfig(topology.kubeconfig) as client,
         ControllerManager(client, ControllerSettings()),
+        contextlib.AsyncExitStack() as stack,
     ):
+        if topology.mesh:
+            # Until the control plane serves xDS, the node proxies read the mesh's workloads from this file.
+            from ambit.lab.meshconfig import MeshConfigSettings, MeshConfigWriter
+
+            await stack.enter_async_context(MeshConfigWriter(client, MeshConfigSettings(topology.mesh_config_file)))
         log.info("controllers of lab %s are running", topology.lab_id)
         await _until_signalled()

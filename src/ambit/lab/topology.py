@@ -29,6 +29,8 @@ Files under the lab directory::
     pods/<uid>/token         the pod's service-account token (path in its env as AMBIT_TOKEN_FILE)
     pods/<uid>/<container>.log
     logs/                    the API server's and the controllers' logs
+    mesh/workloads.yaml      with the mesh: workloads and services for the node proxies (the controllers write it)
+    mesh/ca/                 with the mesh: the local CA that signs workload certificates
 """
 
 from __future__ import annotations
@@ -65,12 +67,14 @@ class Topology:
     lab_id: str
     nodes: int
     directory: str
+    mesh: bool = False
+    """The lab runs the mesh (``ambit lab up --mesh``): node agents, node proxies, the mesh config writer."""
 
     @classmethod
-    def new(cls, nodes: int, directory: Path) -> Topology:
+    def new(cls, nodes: int, directory: Path, *, mesh: bool = False) -> Topology:
         if not 1 <= nodes <= MAX_NODES:
             raise ValueError(f"a lab has 1 to {MAX_NODES} nodes, not {nodes}")
-        return cls(secrets.token_hex(2), nodes, str(directory))
+        return cls(secrets.token_hex(2), nodes, str(directory), mesh)
 
     # -- names ----------------------------------------------------------------------------------------------
     @property
@@ -135,6 +139,14 @@ class Topology:
     def pod_dir(self, pod_uid: str) -> Path:
         return self.path / "pods" / pod_uid
 
+    @property
+    def mesh_config_file(self) -> Path:
+        return self.path / "mesh" / "workloads.yaml"
+
+    @property
+    def mesh_ca_dir(self) -> Path:
+        return self.path / "mesh" / "ca"
+
     # -- persistence ----------------------------------------------------------------------------------------
     def save(self) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
@@ -145,6 +157,6 @@ class Topology:
         """The lab in ``directory``, or None when there is none (or its file is unreadable)."""
         try:
             data: Any = json.loads((directory / "lab.json").read_text())
-            return cls(str(data["lab_id"]), int(data["nodes"]), str(data["directory"]))
+            return cls(str(data["lab_id"]), int(data["nodes"]), str(data["directory"]), bool(data.get("mesh", False)))
         except (OSError, ValueError, KeyError, TypeError):
             return None

@@ -1,0 +1,94 @@
+"""A Kubernetes Service becomes a Workload API Service (spec §4.1).
+
+Rules:
+
+1. The hostname is ``<name>.<namespace>.svc.<domain>``; the services map of a workload is keyed by
+   ``<namespace>/<hostname>`` (:func:`service_key`).
+2. VIPs are ``spec.clusterIPs`` (or the older ``spec.clusterIP``), each on the cluster's network; a headless
+   Service (``None``) and one without an address yet have none. Unparsable addresses are left out.
+3. Each port maps ``port`` to a numeric ``targetPort``; a named ``targetPort`` maps to 0, which tells the node proxy
+   to look the number up in each workload's own port map. A missing ``targetPort`` means the same as ``port``.
+   A port number given twice (53/TCP and 53/UDP) keeps its first mapping: the map is keyed by number.
+4. ``ExternalName`` Services carry no endpoints of the mesh and are not translated.
+5. The cluster's network is the ``topology.istio.io/network`` label of the system namespace (``istio-system``),
+   or "" (the default network) without one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ambit.model.workload import AddressError, IPAddress, NetworkAddress, PortMapping, Service, parse_ip
+
+SYSTEM_NAMESPACE = "istio-system"
+NETWORK_LABEL = "topology.istio.io/network"
+
+
+def hostname(name: str, namespace: str, domain: str) -> str:
+    return f"{name}.{namespace}.svc.{domain}"
+
+
+def service_key(namespace: str, host: str) -> str:
+    """The key of a workload's services map: ``<namespace>/<hostname>``."""
+    return f"{namespace}/{host}"
+
+
+def service_network(namespaces: Iterable[Mapping[str, Any]]) -> str:
+    """The cluster's network (rule 5)."""
+    for ns in namespaces:
+        meta = ns.get("metadata") or {}
+        if meta.get("name") == SYSTEM_NAMESPACE:
+            return str((meta.get("labels") or {}).get(NETWORK_LABEL, ""))
+    return ""
+
+
+def port_number(value: Any) -> int | None:
+    """A port given as an int (or a string of digits) in 1..65535, or None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, int) and 0 < value < 65536:
+        return value
+    return None
+
+
+def target_port(port: Mapping[str, Any], number: int) -> Any:
+    """A Service port's ``targetPort`` as given (a number or a name), or ``number`` when it is not given."""
+    target = port.get("targetPort")
+    return number if target in (None, "", 0) else target
+
+
+def translate_service(svc: Mapping[str, Any], *, domain: str, network: str) -> Service | None:
+    """The Workload API Service for a Kubernetes Service, or None for one that has none (rule 4, no name)."""
+    meta, spec = svc.get("metadata") or {}, svc.get("spec") or {}
+    name, namespace = str(meta.get("name", "")), str(meta.get("namespace", ""))
+    if not name or not namespace or spec.get("type") == "ExternalName":
+        return None
+    ports: dict[int, PortMapping] = {}
+    for port in spec.get("ports") or ():
+        number = port_number(port.get("port"))
+        if number is None or number in ports:
+            continue
+        ports[number] = PortMapping(number, port_number(target_port(port, number)) or 0)
+    return Service(
+        name=name,
+        namespace=namespace,
+        hostname=hostname(name, namespace, domain),
+        vips=tuple(NetworkAddress(network, ip) for ip in _cluster_ips(spec)),
+        ports=tuple(ports.values()),
+    )
+
+
+def _cluster_ips(spec: Mapping[str, Any]) -> list[IPAddress]:
+    raw = spec.get("clusterIPs") or ([spec["clusterIP"]] if spec.get("clusterIP") else [])
+    out: list[IPAddress] = []
+    for value in raw:
+        if value in ("", "None"):
+            continue
+        try:
+            out.append(parse_ip(str(value)))
+        except AddressError:
+            continue
+    return out

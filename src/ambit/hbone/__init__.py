@@ -1,0 +1,57 @@
+"""HBONE: HTTP/2 CONNECT tunnels, sans-IO (spec §6). TLS and sockets belong to ``ambit.proxy``.
+
+``HboneClientConnection`` opens tunnels, ``HboneServerConnection`` accepts them; both take bytes with
+``receive_data`` (returning :mod:`ambit.hbone.events`) and give bytes with ``data_to_send``. ``connection.py``
+explains flow control and the stream table, ``framing.py`` the receive fast path around h2's per-frame repr.
+"""
+
+from __future__ import annotations
+
+from ambit.hbone.client import HboneClientConnection
+from ambit.hbone.connection import HboneConnection, HboneSettings
+from ambit.hbone.errors import AuthorityError, HboneError, HboneProtocolError
+from ambit.hbone.events import (
+    ConnectionTerminated,
+    DataReceived,
+    Event,
+    StreamEnded,
+    StreamReset,
+    StreamWritable,
+    TunnelEstablished,
+    TunnelRefused,
+    TunnelRejected,
+    TunnelRequested,
+)
+from ambit.hbone.headers import (
+    connect_headers,
+    decode_baggage,
+    encode_baggage,
+    new_traceparent,
+    parse_authority,
+)
+from ambit.hbone.server import HboneServerConnection
+
+__all__ = [
+    "AuthorityError",
+    "ConnectionTerminated",
+    "DataReceived",
+    "Event",
+    "HboneClientConnection",
+    "HboneConnection",
+    "HboneError",
+    "HboneProtocolError",
+    "HboneServerConnection",
+    "HboneSettings",
+    "StreamEnded",
+    "StreamReset",
+    "StreamWritable",
+    "TunnelEstablished",
+    "TunnelRefused",
+    "TunnelRejected",
+    "TunnelRequested",
+    "connect_headers",
+    "decode_baggage",
+    "encode_baggage",
+    "new_traceparent",
+    "parse_authority",
+]

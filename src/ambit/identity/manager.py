@@ -1,0 +1,350 @@
+"""The node proxy's workload certificates: fetched from the CA, refreshed at half life, forgotten when unused.
+
+Theory of operation (spec §5.2): the proxy holds one :class:`WorkloadCertificate` per SPIFFE id that has pods on
+its node. :meth:`CertificateManager.track` is told that set whenever it changes; each new identity gets a
+background refresher that fetches at once (low priority, a prefetch), then sleeps until the certificate's
+half life and fetches again. A failed fetch is retried with exponential backoff (``initial_backoff`` doubling up
+to ``max_backoff``) while the old certificate stays in use for as long as it is valid. Identities that left the
+set are forgotten: refresher cancelled, certificate dropped.
+
+A connection that needs a certificate calls :meth:`CertificateManager.fetch`: a valid cached certificate comes
+back at once; otherwise it starts (or joins) a fetch at high priority. CA requests run at most
+:data:`MAX_CONCURRENT_CA_REQUESTS` at a time and a freed slot goes to the most urgent waiter, so a connection
+never queues behind a burst of prefetches. A fetch already queued at low priority is promoted when a connection
+joins it.
+
+Invariants:
+
+- At most one CA request per identity is in flight; every caller for that identity shares its outcome.
+- Cancelling one caller never cancels the shared request (it is shielded).
+- A certificate fetched on demand for an identity that is not tracked is cached but not refreshed, and is
+  dropped by the next :meth:`~CertificateManager.track` whose set does not include it.
+- Time is read only through the injected clock; waiting is ``asyncio.sleep``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import enum
+import logging
+import ssl
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from ambit.identity.caclient import CaError
+from ambit.model.identity import SpiffeId
+from ambit.tls import contexts
+from ambit.tls.spiffe import PeerIdentityError, identity_of
+
+log = logging.getLogger(__name__)
+
+MAX_CONCURRENT_CA_REQUESTS = 8
+"""How many certificate requests may be outstanding at the CA at once."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadCertificate:
+    """A leaf for ``identity`` with its chain (leaf first, root last), private key and trust anchors."""
+
+    identity: SpiffeId
+    chain_pem: tuple[bytes, ...] = field(repr=False)
+    key_pem: bytes = field(repr=False)
+    roots_pem: bytes = field(repr=False)
+    not_before: float
+    not_after: float
+    _contexts: dict[str, ssl.SSLContext] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    @classmethod
+    def from_chain(cls, identity: SpiffeId, chain_pem: Sequence[bytes], key_pem: bytes) -> WorkloadCertificate:
+        """Wrap a CA's answer, checking that its leaf names ``identity``; the last element is the root."""
+        if not chain_pem:
+            raise CaError(f"the CA returned an empty chain for {identity}")
+        try:
+            leaf = x509.load_pem_x509_certificate(chain_pem[0])
+            issued = identity_of(leaf.public_bytes(serialization.Encoding.DER))
+        except ValueError as exc:
+            raise CaError(f"the CA returned a malformed leaf for {identity}: {exc}") from None
+        except PeerIdentityError as exc:
+            raise CaError(f"the CA returned a leaf without a usable identity for {identity}: {exc}") from None
+        if issued != identity:
+            raise CaError(f"asked the CA for {identity} but got a certificate for {issued}")
+        return cls(
+            identity=identity,
+            chain_pem=tuple(chain_pem),
+            key_pem=key_pem,
+            roots_pem=chain_pem[-1],
+            not_before=leaf.not_valid_before_utc.timestamp(),
+            not_after=leaf.not_valid_after_utc.timestamp(),
+        )
+
+    @property
+    def refresh_at(self) -> float:
+        """Half way through the validity period, when the manager fetches a successor."""
+        return self.not_before + (self.not_after - self.not_before) / 2
+
+    def client_context(self) -> ssl.SSLContext:
+        """The HBONE client context presenting this certificate (built once)."""
+        if (context := self._contexts.get("client")) is None:
+            context = self._contexts["client"] = contexts.client_context(self)
+        return context
+
+    def server_context(self) -> ssl.SSLContext:
+        """The HBONE server context presenting this certificate (built once)."""
+        if (context := self._contexts.get("server")) is None:
+            context = self._contexts["server"] = contexts.server_context(self)
+        return context
+
+    def to_dump(self, now: float) -> dict[str, Any]:
+        """The ``/config_dump`` entry for this certificate (spec §8.2)."""
+        presented = self.chain_pem[:-1] if len(self.chain_pem) > 1 else self.chain_pem
+        return {
+            "identity": str(self.identity),
+            "state": "Available" if now < self.not_after else "Expired",
+            "certChain": [entry for pem in presented for entry in _dump_certs(pem)],
+            "rootCerts": _dump_certs(self.roots_pem),
+        }
+
+
+class CaClient(Protocol):
+    """Anything that turns a SPIFFE id into a fresh certificate (istiod over gRPC, a local CA, a test fake)."""
+
+    async def fetch_certificate(self, identity: SpiffeId) -> WorkloadCertificate: ...
+
+
+class Priority(enum.IntEnum):
+    """Lower is more urgent."""
+
+    HIGH = 0  # a connection is waiting
+    LOW = 1  # a prefetch or a refresh
+
+
+class CertificateManager:
+    """Owns the node's workload certificates; see the module docstring."""
+
+    def __init__(
+        self,
+        ca: CaClient,
+        *,
+        clock: Callable[[], float] = time.time,
+        max_backoff: float = 150.0,
+        initial_backoff: float = 1.0,
+    ) -> None:
+        self._ca = ca
+        self._clock = clock
+        self._max_backoff = max_backoff
+        self._initial_backoff = initial_backoff
+        self._certs: dict[SpiffeId, WorkloadCertificate] = {}
+        self._errors: dict[SpiffeId, str] = {}
+        self._inflight: dict[SpiffeId, _Fetch] = {}
+        self._tracked: frozenset[SpiffeId] = frozenset()
+        self._refreshers: dict[SpiffeId, asyncio.Task[None]] = {}
+        self._gate = _PriorityGate(MAX_CONCURRENT_CA_REQUESTS)
+        self._closed = False
+
+    def find(self, identity: SpiffeId) -> WorkloadCertificate | None:
+        """The cached certificate for ``identity`` unless it has expired; never waits.
+
+        A ``notBefore`` in the future (a CA clock ahead of ours) does not count against it: peers judge that.
+        """
+        cert = self._certs.get(identity)
+        if cert is not None and self._clock() < cert.not_after:
+            return cert
+        return None
+
+    async def fetch(self, identity: SpiffeId) -> WorkloadCertificate:
+        """A valid certificate for ``identity``: the cached one, or one fetched now at high priority.
+
+        Concurrent callers share one CA request. An untracked identity's certificate is cached but not refreshed.
+        Raises :class:`CaError` when the CA request fails.
+        """
+        if (cert := self.find(identity)) is not None:
+            return cert
+        return await self._shared_fetch(identity, Priority.HIGH)
+
+    def track(self, identities: Iterable[SpiffeId]) -> None:
+        """Make ``identities`` the node's set: prefetch and refresh new ones, forget those no longer in it."""
+        if self._closed:
+            raise CaError("the certificate manager is closed")
+        wanted = frozenset(identities)
+        for identity in self._tracked - wanted:
+            self._refreshers.pop(identity).cancel()
+        for identity in [i for i in self._certs if i not in wanted]:
+            del self._certs[identity]
+        for identity in [i for i in self._errors if i not in wanted]:
+            del self._errors[identity]
+        for identity, pending in list(self._inflight.items()):
+            if identity not in wanted and pending.ticket.priority is Priority.LOW:
+                pending.task.cancel()
+        for identity in sorted(wanted - self._tracked):  # sorted: a deterministic prefetch order
+            self._refreshers[identity] = asyncio.create_task(
+                self._refresh_loop(identity), name=f"identity refresh {identity}"
+            )
+        self._tracked = wanted
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """One ``/config_dump`` ``certificates`` entry per known identity, sorted by identity."""
+        now = self._clock()
+        entries = []
+        for identity in sorted(self._tracked | self._certs.keys() | self._inflight.keys()):
+            cert = self._certs.get(identity)
+            if cert is not None:
+                entry = cert.to_dump(now)
+            else:
+                entry = {"identity": str(identity), "state": "Initializing", "certChain": [], "rootCerts": []}
+            if entry["state"] != "Available" and (error := self._errors.get(identity)):
+                entry["state"] = f"Unavailable: {error}"
+            entries.append(entry)
+        return entries
+
+    async def aclose(self) -> None:
+        """Stop every refresher and in-flight request; later fetches fail with :class:`CaError`."""
+        self._closed = True
+        tasks: list[asyncio.Task[Any]] = [*self._refreshers.values(), *(p.task for p in self._inflight.values())]
+        self._refreshers.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _shared_fetch(self, identity: SpiffeId, priority: Priority) -> WorkloadCertificate:
+        if self._closed:
+            raise CaError("the certificate manager is closed")
+        pending = self._inflight.get(identity)
+        if pending is None:
+            ticket = _Ticket(priority)
+            task = asyncio.create_task(self._run_fetch(identity, ticket), name=f"identity fetch {identity}")
+            task.add_done_callback(_consume_outcome)
+            pending = self._inflight[identity] = _Fetch(ticket, task)
+        elif priority < pending.ticket.priority:
+            pending.ticket.priority = priority
+        return await asyncio.shield(pending.task)
+
+    async def _run_fetch(self, identity: SpiffeId, ticket: _Ticket) -> WorkloadCertificate:
+        try:
+            async with self._gate.slot(ticket):
+                try:
+                    cert = await self._ca.fetch_certificate(identity)
+                except CaError:
+                    raise
+                except Exception as exc:
+                    raise CaError(f"fetching a certificate for {identity} failed: {exc!r}") from exc
+            if cert.identity != identity:
+                raise CaError(f"asked the CA for {identity} but got a certificate for {cert.identity}")
+        except CaError as exc:
+            if identity in self._tracked or ticket.priority is Priority.HIGH:
+                self._errors[identity] = str(exc)
+            raise
+        finally:
+            if (pending := self._inflight.get(identity)) is not None and pending.ticket is ticket:
+                del self._inflight[identity]
+        if identity in self._tracked or ticket.priority is Priority.HIGH:
+            self._certs[identity] = cert
+            self._errors.pop(identity, None)
+        return cert
+
+    async def _refresh_loop(self, identity: SpiffeId) -> None:
+        backoff = self._initial_backoff
+        cert = self.find(identity)
+        delay = self._refresh_delay(cert) if cert is not None else 0.0
+        while True:
+            if delay > 0:
+                await asyncio.sleep(delay)
+            try:
+                cert = await self._shared_fetch(identity, Priority.LOW)
+            except CaError as exc:
+                log.warning("certificate fetch for %s failed, retrying in %.1fs: %s", identity, backoff, exc)
+                delay, backoff = backoff, min(backoff * 2, self._max_backoff)
+                continue
+            backoff = self._initial_backoff
+            delay = self._refresh_delay(cert)
+
+    def _refresh_delay(self, cert: WorkloadCertificate) -> float:
+        now = self._clock()
+        if cert.refresh_at > now:
+            return cert.refresh_at - now
+        # Half life already past (a short TTL under a back-dated notBefore): halve what is left, but never spin.
+        return max((cert.not_after - now) / 2, self._initial_backoff)
+
+
+@dataclass(slots=True)
+class _Ticket:
+    """A place in the CA queue; its priority may be raised while it waits."""
+
+    priority: Priority
+    granted: asyncio.Future[None] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Fetch:
+    ticket: _Ticket
+    task: asyncio.Task[WorkloadCertificate]
+
+
+class _PriorityGate:
+    """A semaphore whose freed slots go to the most urgent waiter, first come first served within a priority."""
+
+    def __init__(self, limit: int) -> None:
+        self._free = limit
+        self._waiters: list[_Ticket] = []
+
+    @contextlib.asynccontextmanager
+    async def slot(self, ticket: _Ticket) -> AsyncIterator[None]:
+        await self._acquire(ticket)
+        try:
+            yield
+        finally:
+            self._release()
+
+    async def _acquire(self, ticket: _Ticket) -> None:
+        if self._free > 0 and not self._waiters:
+            self._free -= 1
+            return
+        ticket.granted = asyncio.get_running_loop().create_future()
+        self._waiters.append(ticket)
+        try:
+            await ticket.granted
+        except asyncio.CancelledError:
+            if ticket in self._waiters:
+                self._waiters.remove(ticket)
+            elif ticket.granted.done() and not ticket.granted.cancelled():
+                self._release()  # handed a slot in the same tick we were cancelled: pass it on
+            raise
+
+    def _release(self) -> None:
+        if self._waiters:
+            # min() keeps the first of equals, so ties go to the oldest waiter.
+            ticket = min(self._waiters, key=lambda t: t.priority)
+            self._waiters.remove(ticket)
+            assert ticket.granted is not None
+            ticket.granted.set_result(None)
+        else:
+            self._free += 1
+
+
+def _consume_outcome(task: asyncio.Task[WorkloadCertificate]) -> None:
+    # Every caller may have been cancelled; reading the outcome keeps asyncio from reporting it as lost.
+    if not task.cancelled():
+        task.exception()
+
+
+def _dump_certs(pem: bytes) -> list[dict[str, str]]:
+    return [_dump_cert(cert) for cert in x509.load_pem_x509_certificates(pem)]
+
+
+def _dump_cert(cert: x509.Certificate) -> dict[str, str]:
+    return {
+        "pem": cert.public_bytes(serialization.Encoding.PEM).decode("ascii"),
+        "serialNumber": format(cert.serial_number, "x"),
+        "validFrom": _rfc3339(cert.not_valid_before_utc),
+        "expirationTime": _rfc3339(cert.not_valid_after_utc),
+    }
+
+
+def _rfc3339(moment: datetime.datetime) -> str:
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,62 @@
+"""Workload state from a local YAML file (ztunnel's local mode), reloaded whenever the file changes.
+
+Theory of operation: :class:`LocalConfigWatcher` polls the file's identity (inode, size, mtime) a few times a
+second — the lab replaces it atomically by rename, so a changed identity means a complete new file. A file that
+does not parse is reported once (one log line naming the field) and the last good state stays in force: bad input
+never empties the proxy's view of the mesh. A missing file is an empty configuration only until a first good one
+was read; after that it keeps the last state too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from ambit.model.localconfig import LocalConfigError, parse_local_config
+from ambit.model.state import WorkloadState
+
+log = logging.getLogger("ambit.inpod.localstate")
+
+POLL_INTERVAL = 0.2
+
+
+class LocalConfigWatcher:
+    def __init__(self, path: Path, state: WorkloadState, on_change: Callable[[], None]) -> None:
+        self.path, self._state, self._on_change = path, state, on_change
+        self._seen: tuple[int, int, int] | None = None
+        self.loaded = False
+        """A good configuration was applied at least once."""
+        self.errors = 0
+
+    def poll(self) -> bool:
+        """Apply the file if it changed since the last poll; True when the state changed."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            if not self.loaded:
+                self.loaded = True
+                self._on_change()
+            return False
+        identity = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if identity == self._seen:
+            return False
+        self._seen = identity
+        try:
+            config = parse_local_config(self.path.read_text(encoding="utf-8"))
+        except (LocalConfigError, OSError, UnicodeDecodeError) as exc:
+            self.errors += 1
+            log.error("%s: %s (keeping the last good configuration)", self.path, exc)
+            return False
+        self._state.replace_all(config.workloads, config.services)
+        self.loaded = True
+        log.info("%s: %d workloads, %d services", self.path, len(config.workloads), len(config.services))
+        self._on_change()
+        return True
+
+    async def run(self) -> None:
+        while True:
+            self.poll()
+            await asyncio.sleep(POLL_INTERVAL)

@@ -1,0 +1,32 @@
+"""Settings of the node proxy (``ambit nodeproxy``), parsed once at start-up and passed down."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ambit.model.identity import DEFAULT_TRUST_DOMAIN
+
+
+@dataclass(frozen=True, slots=True)
+class NodeProxySettings:
+    node: str
+    """The node this proxy serves (workloads with this ``node`` are local)."""
+    zds_socket: Path
+    """The node agent's ZDS socket (spec §3)."""
+    config_file: Path | None = None
+    """Workloads and services from a local YAML file (ztunnel's local mode), reloaded when it changes."""
+    local_ca_dir: Path | None = None
+    """Sign workload certificates with a root kept in this directory (until the control plane's CA exists)."""
+    trust_domain: str = DEFAULT_TRUST_DOMAIN
+    """The mesh's trust domain: peers from another one are refused."""
+    network: str = ""
+    """The network this node is on (addresses are looked up as ``network/IP``)."""
+    admin_port: int = 15000
+    """Admin (``/config_dump``, ``/quitquitquit``) on 127.0.0.1 of the proxy's own netns."""
+    stats_port: int = 15020
+    """Prometheus metrics (``/metrics``, ``/stats/prometheus``)."""
+    readiness_port: int = 15021
+    """``/healthz/ready``."""
+    log_json: bool = False
+    """Access log lines as JSON instead of ``key=value``."""

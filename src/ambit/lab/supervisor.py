@@ -1,0 +1,209 @@
+"""``ambit lab supervise``: start the mesh's daemons of every node and start them again when they die.
+
+Theory of operation: the supervisor is the parent of every node agent and node proxy of the lab (``ambit lab up
+--mesh`` starts the supervisor, not the daemons), so it learns of a death by ``wait``, not by polling. Each daemon
+runs inside its node's network namespace through ``nsenter --net=/run/netns/<node netns>`` (nsenter execs, so the
+pid is the daemon's), in a session of its own, with its output appended to ``nodes/<node>/<what>.log``, and is
+noted in the lab record right after each start (as ``lab up`` notes its processes), so that ``ambit lab down``
+removes it whoever started it.
+
+Rules (:class:`RestartBackoff`, pure):
+
+1. A daemon that exits, for whatever reason, is started again after a delay.
+2. The first delay is ``initial`` (1 s); each further one doubles, up to ``maximum`` (30 s).
+3. A daemon that ran at least ``stable`` seconds before it died starts the sequence over (a crash an hour after
+   the last one is not a crash loop).
+4. On SIGTERM or SIGINT the supervisor stops restarting, sends SIGTERM to every daemon, waits ``term_grace``
+   seconds, kills what is left, and exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ambit.lab.commands import process_start_time
+from ambit.lab.record import Record
+from ambit.lab.topology import Topology
+
+log = logging.getLogger("ambit.lab.supervisor")
+
+MESH_DAEMONS = ("nodeagent", "nodeproxy")
+
+
+@dataclass(frozen=True, slots=True)
+class SupervisorSettings:
+    initial: float = 1.0
+    """The first restart delay, in seconds."""
+    maximum: float = 30.0
+    """The longest restart delay, in seconds."""
+    stable: float = 30.0
+    """A daemon that ran this long before dying is restarted after ``initial`` again."""
+    term_grace: float = 5.0
+    """Seconds between SIGTERM and SIGKILL when the supervisor stops."""
+
+
+@dataclass(frozen=True, slots=True)
+class Daemon:
+    """One process to keep running."""
+
+    what: str
+    """What the lab record calls it, e.g. ``nodeproxy node-1``."""
+    argv: tuple[str, ...]
+    log: Path
+
+
+class RestartBackoff:
+    """The restart delays of one daemon (rules 1 to 3); pure bookkeeping, the caller sleeps and passes ``now``."""
+
+    def __init__(self, settings: SupervisorSettings) -> None:
+        self.settings = settings
+        self._next = settings.initial
+
+    def delay_after_exit(self, started: float, now: float) -> float:
+        s = self.settings
+        if now - started >= s.stable:
+            self._next = s.initial
+        delay, self._next = self._next, min(self._next * 2, s.maximum)
+        return delay
+
+
+def mesh_daemons(topology: Topology) -> list[Daemon]:
+    """The node agent and node proxy of every node, as ``ambit lab up --mesh`` runs them."""
+    out: list[Daemon] = []
+    directory = str(topology.path)
+    for node in topology.all_nodes():
+        for what in MESH_DAEMONS:
+            args = [what, "--node", node.name, "--lab-dir", directory]
+            if what == "nodeproxy":
+                args += ["--config", str(topology.mesh_config_file), "--local-ca", str(topology.mesh_ca_dir)]
+            # nsenter, not `ip netns exec`: the daemon must stay in the root mount namespace (pod namespaces are
+            # bind mounts under /run/netns).
+            argv = ("nsenter", f"--net=/run/netns/{node.netns}", "--", sys.executable, "-m", "ambit.cli", *args)
+            out.append(Daemon(f"{what} {node.name}", argv, topology.node_dir(node.name) / f"{what}.log"))
+    return out
+
+
+class Supervisor:
+    """Keeps ``daemons`` running until :meth:`aclose`; ``async with`` it, or ``start()`` then ``aclose()``."""
+
+    def __init__(
+        self,
+        daemons: list[Daemon],
+        record: Record | None,
+        settings: SupervisorSettings | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.daemons = daemons
+        self.record = record
+        self.settings = settings or SupervisorSettings()
+        self.restarts: dict[str, int] = {d.what: 0 for d in daemons}
+        self.pids: dict[str, int] = {}
+        self._clock = clock
+        self._tasks: list[asyncio.Task[None]] = []
+        self._procs: dict[str, asyncio.subprocess.Process] = {}
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        for daemon in self.daemons:
+            self._tasks.append(loop.create_task(self._keep(daemon), name=f"supervise {daemon.what}"))
+
+    async def _keep(self, daemon: Daemon) -> None:
+        backoff = RestartBackoff(self.settings)
+        while True:
+            started = self._clock()
+            try:
+                proc = await self._spawn(daemon)
+            except OSError as exc:
+                log.error("cannot start %s: %s", daemon.what, exc)
+            else:
+                code = await proc.wait()
+                self._procs.pop(daemon.what, None)
+                log.warning("%s (pid %d) exited with %s", daemon.what, proc.pid, _describe(code))
+            delay = backoff.delay_after_exit(started, self._clock())
+            log.info("starting %s again in %.0f s", daemon.what, delay)
+            await asyncio.sleep(delay)
+            self.restarts[daemon.what] += 1
+
+    async def _spawn(self, daemon: Daemon) -> asyncio.subprocess.Process:
+        daemon.log.parent.mkdir(parents=True, exist_ok=True)
+        out = os.open(daemon.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *daemon.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                start_new_session=True,
+                close_fds=True,
+            )
+        finally:
+            os.close(out)
+        self._procs[daemon.what] = proc
+        self.pids[daemon.what] = proc.pid
+        if self.record is not None:
+            self.record.note("process", pid=proc.pid, start_time=process_start_time(proc.pid) or 0, what=daemon.what)
+        log.info("started %s (pid %d)", daemon.what, proc.pid)
+        return proc
+
+    async def aclose(self) -> None:
+        """Stop restarting, then stop the daemons (rule 4)."""
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        procs = list(self._procs.values())
+        self._procs.clear()
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+        if not procs:
+            return
+        _, pending = await asyncio.wait(
+            [asyncio.ensure_future(p.wait()) for p in procs], timeout=self.settings.term_grace
+        )
+        for proc in procs:
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+        for waiter in pending:
+            with contextlib.suppress(Exception):
+                await waiter
+
+    async def __aenter__(self) -> Supervisor:
+        self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def _describe(code: int) -> str:
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"signal {signal.Signals(-code).name}"
+    return f"status {code}"
+
+
+async def run_supervisor(topology: Topology, settings: SupervisorSettings | None = None) -> None:
+    """Supervise the lab's mesh daemons until SIGTERM or SIGINT (what ``ambit lab supervise`` runs)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with Supervisor(mesh_daemons(topology), Record(topology.record_file), settings):
+        log.info("supervising the mesh daemons of lab %s (pid %d)", topology.lab_id, os.getpid())
+        await stop.wait()

@@ -1,0 +1,38 @@
+"""The model package's errors: one base, one class per kind of bad input or failed lookup.
+
+::
+
+    AmbitError
+    └── ModelError
+        ├── IdentityError            a string is not a well-formed SPIFFE id (ambit.model.identity)
+        ├── AddressError             a string is not an IP or a "network/IP" address (ambit.model.workload)
+        ├── LocalConfigError         a local config file is malformed; names the field (ambit.model.localconfig)
+        └── NoHealthyUpstreamError   a service is known but has no endpoint to dial (ambit.model.state)
+
+The first three blame whoever wrote the input (a peer's certificate, a config file); the last is a fact about the
+mesh at the moment of the lookup, and maps to "no healthy upstream" on the wire.
+"""
+
+from __future__ import annotations
+
+from ambit.errors import AmbitError
+
+
+class ModelError(AmbitError):
+    """Base of the model package's errors."""
+
+
+class IdentityError(ModelError):
+    """A malformed SPIFFE id."""
+
+
+class AddressError(ModelError):
+    """A malformed IP address or ``network/IP`` string."""
+
+
+class LocalConfigError(ModelError):
+    """A malformed local config file. The message starts with the field path, e.g. ``workloads[2].uid: ...``."""
+
+
+class NoHealthyUpstreamError(ModelError):
+    """The destination is a known service with no (healthy) endpoint to dial."""

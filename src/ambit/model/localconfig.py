@@ -1,0 +1,370 @@
+"""The node proxy's local config file: workloads and services in YAML, like ztunnel's local mode.
+
+Theory of operation: :func:`parse_local_config` loads YAML (libyaml's safe loader when present), then walks the
+document with a path in hand, so every complaint names the field that caused it (``workloads[2].workloadIps[0]:
+not an IP address: 'x'``). :func:`render_local_config` writes every field out, defaults included, in the same
+shape. The dict form in between (:func:`workload_to_dict`, :func:`service_to_dict`) is also what the admin
+``/config_dump`` shows.
+
+Rules:
+
+1. Keys are camelCase; an unknown key, or a key given twice in one mapping, is an error.
+2. A missing optional key (or an explicit ``null``) takes the model's default. ``uid``, ``name``, ``namespace``
+   (workloads) and ``name``, ``namespace``, ``hostname`` (services) are required.
+3. Strings are printable. Names that end up in a SPIFFE id (namespace, serviceAccount, trustDomain) use its
+   charset; empty serviceAccount / trustDomain mean the defaults, as in proto3 (spec §12).
+4. Port maps go servicePort → targetPort: service ports 1..65535, target ports 0..65535 (0 = named port).
+5. Workload uids and service keys (``namespace/hostname``) are unique within a file.
+6. Nothing but :class:`LocalConfigError` escapes the parser; an empty document is an empty config.
+7. ``parse_local_config(render_local_config(c)) == c`` for every config the parser can produce.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import yaml
+
+from ambit.model.errors import AddressError, IdentityError, LocalConfigError
+from ambit.model.identity import (
+    DEFAULT_SERVICE_ACCOUNT,
+    DEFAULT_TRUST_DOMAIN,
+    check_path_segment,
+    check_trust_domain,
+)
+from ambit.model.workload import (
+    HealthPolicy,
+    HealthStatus,
+    IPAddress,
+    NetworkAddress,
+    PortMapping,
+    Service,
+    TunnelProtocol,
+    Workload,
+    parse_ip,
+)
+
+try:
+    from yaml import CSafeLoader as _BaseLoader
+except ImportError:  # PyYAML built without libyaml
+    from yaml import SafeLoader as _BaseLoader  # type: ignore[assignment]
+
+__all__ = ["LocalConfig", "LocalConfigError", "parse_local_config", "render_local_config"]
+
+T = TypeVar("T")
+
+_PROTOCOLS = {"HBONE": TunnelProtocol.HBONE, "TCP": TunnelProtocol.NONE}
+_PROTOCOL_NAMES = {value: key for key, value in _PROTOCOLS.items()}
+_WORKLOAD_TYPES = ("deployment", "cronjob", "pod", "job")  # spec §4.1 WorkloadType, lower case as ztunnel writes it
+_ROOT_KEYS = ("workloads", "services")
+_WORKLOAD_KEYS = (
+    "uid",
+    "name",
+    "namespace",
+    "workloadIps",
+    "protocol",
+    "serviceAccount",
+    "trustDomain",
+    "node",
+    "network",
+    "canonicalName",
+    "canonicalRevision",
+    "workloadName",
+    "workloadType",
+    "clusterId",
+    "status",
+    "services",
+)
+_SERVICE_KEYS = ("name", "namespace", "hostname", "vips", "ports", "subjectAltNames", "healthPolicy")
+
+
+@dataclass(frozen=True, slots=True)
+class LocalConfig:
+    """What a local config file describes."""
+
+    workloads: tuple[Workload, ...]
+    services: tuple[Service, ...]
+
+
+class _DuplicateCheckingLoader(_BaseLoader):
+    """The safe loader, refusing a scalar key given twice in one mapping (YAML says keys are unique)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[object] = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                key = self.construct_object(key_node, deep=False)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping", node.start_mark, f"duplicate key {key!r}", key_node.start_mark
+                    )
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _load_yaml(text: str) -> object:
+    try:
+        return yaml.load(text, Loader=_DuplicateCheckingLoader)  # a safe loader, see _BaseLoader
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "somewhere"
+        raise LocalConfigError(f"YAML {where}: {exc.problem or exc.context}") from None
+    except yaml.YAMLError as exc:
+        raise LocalConfigError(f"YAML: {exc}") from None
+    except RecursionError:
+        raise LocalConfigError("YAML: nested too deeply") from None
+    except (ValueError, TypeError, OverflowError) as exc:  # e.g. a timestamp with month 13, a lone surrogate
+        raise LocalConfigError(f"YAML: {exc}") from None
+
+
+# Reading: each helper takes the value and its path, and raises LocalConfigError naming that path.
+
+
+def _describe(value: object) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
+
+
+def _mapping(value: object, path: str, allowed: tuple[str, ...] | None = None) -> Mapping[Any, Any]:
+    if not isinstance(value, dict):
+        raise LocalConfigError(f"{path}: expected a mapping, got {_describe(value)}")
+    if allowed is not None:
+        unknown = [key for key in value if key not in allowed]
+        if unknown:
+            names = ", ".join(repr(key) for key in unknown)
+            raise LocalConfigError(f"{path}: unknown key(s) {names}; known keys: {', '.join(allowed)}")
+    return value
+
+
+def _list(value: object, path: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise LocalConfigError(f"{path}: expected a list, got {_describe(value)}")
+    return value
+
+
+def _string(value: object, path: str, *, non_empty: bool = False) -> str:
+    if not isinstance(value, str):
+        raise LocalConfigError(f"{path}: expected a string, got {_describe(value)}")
+    if non_empty and not value:
+        raise LocalConfigError(f"{path}: must not be empty")
+    if not value.isprintable():
+        raise LocalConfigError(f"{path}: has unprintable characters: {value!r}")
+    return value
+
+
+def _field(
+    item: Mapping[Any, Any], key: str, path: str, read: Callable[[object, str], T], default: T | None = None
+) -> T:
+    """``read`` the value at ``key``; a missing or null key gives ``default``, or is an error when it is None."""
+    value = item.get(key)
+    if value is None:
+        if default is None:
+            raise LocalConfigError(f"{path}.{key}: required")
+        return default
+    return read(value, f"{path}.{key}")
+
+
+def _name(value: object, path: str) -> str:
+    return _string(value, path, non_empty=True)
+
+
+def _optional_string(value: object, path: str) -> str:
+    return _string(value, path)
+
+
+def _identity_part(check: Callable[[str], None], *, non_empty: bool) -> Callable[[object, str], str]:
+    def read(value: object, path: str) -> str:
+        text = _string(value, path, non_empty=non_empty)
+        if text:
+            try:
+                check(text)
+            except IdentityError as exc:
+                raise LocalConfigError(f"{path}: {exc}") from None
+        return text
+
+    return read
+
+
+_namespace = _identity_part(lambda text: check_path_segment("namespace", text), non_empty=True)
+_service_account = _identity_part(lambda text: check_path_segment("service account", text), non_empty=False)
+_trust_domain = _identity_part(check_trust_domain, non_empty=False)
+
+
+def _choice(choices: Mapping[str, T]) -> Callable[[object, str], T]:
+    def read(value: object, path: str) -> T:
+        if isinstance(value, str) and value in choices:
+            return choices[value]
+        raise LocalConfigError(f"{path}: expected one of {', '.join(choices)}, got {_describe(value)}")
+
+    return read
+
+
+def _port(value: object, path: str, *, lowest: int) -> int:
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        value = int(value)  # JSON-style maps have string keys
+    if not isinstance(value, int) or isinstance(value, bool) or not lowest <= value <= 65535:
+        raise LocalConfigError(f"{path}: expected a port number {lowest}..65535, got {_describe(value)}")
+    return value
+
+
+def _ports(value: object, path: str) -> tuple[PortMapping, ...]:
+    mappings = []
+    for service_port, target_port in _mapping(value, path).items():
+        port = _port(service_port, f"{path}[{service_port!r}]: service port", lowest=1)
+        mappings.append(PortMapping(port, _port(target_port, f"{path}[{port}]", lowest=0)))
+    if len({mapping.service_port for mapping in mappings}) != len(mappings):
+        raise LocalConfigError(f"{path}: a service port is given twice")
+    return tuple(mappings)
+
+
+def _ips(value: object, path: str) -> tuple[IPAddress, ...]:
+    ips = []
+    for index, text in enumerate(_list(value, path)):
+        try:
+            ips.append(parse_ip(_string(text, f"{path}[{index}]")))
+        except AddressError as exc:
+            raise LocalConfigError(f"{path}[{index}]: {exc}") from None
+    return tuple(ips)
+
+
+def _vips(value: object, path: str) -> tuple[NetworkAddress, ...]:
+    vips = []
+    for index, text in enumerate(_list(value, path)):
+        try:
+            vips.append(NetworkAddress.parse(_string(text, f"{path}[{index}]")))
+        except AddressError as exc:
+            raise LocalConfigError(f"{path}[{index}]: {exc}") from None
+    return tuple(vips)
+
+
+def _workload_services(value: object, path: str) -> dict[str, tuple[PortMapping, ...]]:
+    services = {}
+    for key, ports in _mapping(value, path).items():
+        key_text = _string(key, f"{path}: key")
+        namespace, slash, hostname = key_text.partition("/")
+        if not (namespace and slash and hostname):
+            raise LocalConfigError(f"{path}: key {key_text!r} is not 'namespace/hostname'")
+        services[key_text] = _ports(ports, f"{path}[{key_text}]")
+    return services
+
+
+def _workload(value: object, path: str) -> Workload:
+    item = _mapping(value, path, _WORKLOAD_KEYS)
+    return Workload(
+        uid=_field(item, "uid", path, _name),
+        name=_field(item, "name", path, _name),
+        namespace=_field(item, "namespace", path, _namespace),
+        addresses=_field(item, "workloadIps", path, _ips, ()),
+        network=_field(item, "network", path, _optional_string, ""),
+        tunnel_protocol=_field(item, "protocol", path, _choice(_PROTOCOLS), TunnelProtocol.NONE),
+        trust_domain=_field(item, "trustDomain", path, _trust_domain, DEFAULT_TRUST_DOMAIN),
+        service_account=_field(item, "serviceAccount", path, _service_account, DEFAULT_SERVICE_ACCOUNT),
+        node=_field(item, "node", path, _optional_string, ""),
+        canonical_name=_field(item, "canonicalName", path, _optional_string, ""),
+        canonical_revision=_field(item, "canonicalRevision", path, _optional_string, ""),
+        workload_name=_field(item, "workloadName", path, _optional_string, ""),
+        workload_type=_field(item, "workloadType", path, _choice({t: t for t in _WORKLOAD_TYPES}), "pod"),
+        cluster_id=_field(item, "clusterId", path, _optional_string, "Kubernetes"),
+        status=_field(item, "status", path, _choice({s.value: s for s in HealthStatus}), HealthStatus.HEALTHY),
+        services=_field(item, "services", path, _workload_services, {}),
+    )
+
+
+def _service(value: object, path: str) -> Service:
+    item = _mapping(value, path, _SERVICE_KEYS)
+    policies = {policy.value: policy for policy in HealthPolicy}
+    return Service(
+        name=_field(item, "name", path, _name),
+        namespace=_field(item, "namespace", path, _namespace),
+        hostname=_field(item, "hostname", path, _name),
+        vips=_field(item, "vips", path, _vips, ()),
+        ports=_field(item, "ports", path, _ports, ()),
+        subject_alt_names=tuple(
+            _name(san, f"{path}.subjectAltNames[{index}]")
+            for index, san in enumerate(_list(item.get("subjectAltNames"), f"{path}.subjectAltNames"))
+        ),
+        health_policy=_field(item, "healthPolicy", path, _choice(policies), HealthPolicy.ONLY_HEALTHY),
+    )
+
+
+def parse_local_config(text: str) -> LocalConfig:
+    """Read a local config file; any problem raises :class:`LocalConfigError` naming the field or line."""
+    document = _load_yaml(text)
+    if document is None:
+        return LocalConfig((), ())
+    root = _mapping(document, "(top level)", _ROOT_KEYS)
+    workloads = tuple(
+        _workload(item, f"workloads[{index}]") for index, item in enumerate(_list(root.get("workloads"), "workloads"))
+    )
+    services = tuple(
+        _service(item, f"services[{index}]") for index, item in enumerate(_list(root.get("services"), "services"))
+    )
+    _check_unique([w.uid for w in workloads], "workloads", ".uid", "uid")
+    _check_unique([s.key for s in services], "services", "", "service namespace/hostname")
+    return LocalConfig(workloads, services)
+
+
+def _check_unique(keys: list[str], path: str, field: str, what: str) -> None:
+    first: dict[str, int] = {}
+    for index, key in enumerate(keys):
+        if key in first:
+            raise LocalConfigError(f"{path}[{index}]{field}: duplicate {what} {key!r} (first at {path}[{first[key]}])")
+        first[key] = index
+
+
+# Writing.
+
+
+def _port_map(ports: tuple[PortMapping, ...]) -> dict[int, int]:
+    mapped = {mapping.service_port: mapping.target_port for mapping in ports}
+    if len(mapped) != len(ports):
+        raise LocalConfigError(f"cannot render ports {ports!r}: a service port is given twice")
+    return mapped
+
+
+def workload_to_dict(workload: Workload) -> dict[str, Any]:
+    """The file form of one workload, every field included (port maps have int keys)."""
+    return {
+        "uid": workload.uid,
+        "name": workload.name,
+        "namespace": workload.namespace,
+        "workloadIps": [str(ip) for ip in workload.addresses],
+        "protocol": _PROTOCOL_NAMES[workload.tunnel_protocol],
+        "serviceAccount": workload.service_account,
+        "trustDomain": workload.trust_domain,
+        "node": workload.node,
+        "network": workload.network,
+        "canonicalName": workload.canonical_name,
+        "canonicalRevision": workload.canonical_revision,
+        "workloadName": workload.workload_name,
+        "workloadType": workload.workload_type,
+        "clusterId": workload.cluster_id,
+        "status": workload.status.value,
+        "services": {key: _port_map(ports) for key, ports in workload.services.items()},
+    }
+
+
+def service_to_dict(service: Service) -> dict[str, Any]:
+    """The file form of one service (port maps have int keys)."""
+    return {
+        "name": service.name,
+        "namespace": service.namespace,
+        "hostname": service.hostname,
+        "vips": [str(vip) for vip in service.vips],
+        "ports": _port_map(service.ports),
+        "subjectAltNames": list(service.subject_alt_names),
+        "healthPolicy": service.health_policy.value,
+    }
+
+
+def render_local_config(config: LocalConfig) -> str:
+    """YAML that :func:`parse_local_config` reads back as an equal config."""
+    document = {
+        "workloads": [workload_to_dict(workload) for workload in config.workloads],
+        "services": [service_to_dict(service) for service in config.services],
+    }
+    return yaml.safe_dump(document, sort_keys=False, allow_unicode=True)

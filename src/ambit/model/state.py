@@ -1,0 +1,289 @@
+"""The node proxy's view of the mesh: an in-memory index of workloads and services, and the outbound decision.
+
+Theory of operation: :class:`WorkloadState` holds every known :class:`Workload` (by uid) and :class:`Service` (by
+``namespace/hostname``) plus secondary indexes (address, VIP, hostname, node, service membership), so each
+``find_*`` is a dictionary lookup. Updates diff the old and new value of one entry and touch only the index
+entries that changed. :meth:`WorkloadState.resolve` is spec §6.3 without waypoints and network gateways: it turns
+an original destination into a :class:`Destination` to dial. Load balancing is injected (``choose``), so this
+module stays pure and deterministic under test.
+
+Invariants and conflict rules:
+
+1. Every index entry points at a live workload or service, and every live one is in all the indexes it belongs to.
+2. Two workloads may share an address (host-network pods, a pod IP being reused): the most recently added one
+   answers the lookup; removing it uncovers the other. VIPs shared by two services work the same way.
+3. Two services may share a hostname (one per namespace): the one added first answers, as the oldest object wins
+   hostname conflicts in Istio. Updating a service in place keeps its place.
+4. Endpoint lists come back sorted by uid, so ``choose`` sees the same sequence for the same state.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from ambit.model.errors import IdentityError, NoHealthyUpstreamError
+from ambit.model.identity import SpiffeId
+from ambit.model.localconfig import service_to_dict, workload_to_dict
+from ambit.model.workload import HealthPolicy, HealthStatus, IPAddress, Service, TunnelProtocol, Workload
+
+__all__ = ["Destination", "NoHealthyUpstreamError", "Tunnel", "WorkloadState"]
+
+
+class Tunnel(enum.Enum):
+    """How to reach a destination."""
+
+    HBONE = "hbone"  # the destination workload speaks HBONE: mTLS + HTTP/2 CONNECT to its IP on 15008
+    PLAINTEXT = "plaintext"  # a known workload without HBONE: plain TCP to its IP and target port
+    PASSTHROUGH = "passthrough"  # not in the mesh's view: plain TCP to the original destination
+
+
+@dataclass(frozen=True, slots=True)
+class Destination:
+    """Where an outbound connection goes, and why."""
+
+    ip: IPAddress
+    """The address to dial: the workload's IP, or the original IP for passthrough."""
+    port: int
+    """The target port: the service port mapped to the endpoint's target port, or the original port."""
+    tunnel: Tunnel
+    workload: Workload | None
+    service: Service | None
+
+    @property
+    def expected_identities(self) -> frozenset[SpiffeId]:
+        """Identities the peer certificate may carry: the workload's, plus the service's SAN overrides.
+
+        Like ztunnel, SANs that are not SPIFFE ids are ignored rather than failing the connection. Empty when there
+        is no workload (passthrough).
+        """
+        if self.workload is None:
+            return frozenset()
+        identities = {self.workload.identity}
+        if self.service is not None:
+            for san in self.service.subject_alt_names:
+                try:
+                    identities.add(SpiffeId.parse(san))
+                except IdentityError:
+                    continue
+        return frozenset(identities)
+
+
+def _tunnel_of(workload: Workload) -> Tunnel:
+    return Tunnel.HBONE if workload.tunnel_protocol is TunnelProtocol.HBONE else Tunnel.PLAINTEXT
+
+
+def _target_port(workload: Workload, service: Service, port: int) -> int:
+    """The endpoint's own mapping, else the service's non-zero target port, else the service port itself."""
+    for mapping in workload.services.get(service.key, ()):
+        if mapping.service_port == port and mapping.target_port:
+            return mapping.target_port
+    for mapping in service.ports:
+        if mapping.service_port == port and mapping.target_port:
+            return mapping.target_port
+    return port
+
+
+def _address_like(workload: Workload, ip: IPAddress) -> IPAddress:
+    """The workload's first address of ``ip``'s family, else its first address (the caller checked it has one)."""
+    for address in workload.addresses:
+        if address.version == ip.version:
+            return address
+    return workload.addresses[0]
+
+
+K = TypeVar("K")
+
+
+def _link(index: dict[K, dict[str, None]], key: K, member: str) -> None:
+    index.setdefault(key, {})[member] = None
+
+
+def _unlink(index: dict[K, dict[str, None]], key: K, member: str) -> None:
+    members = index.get(key)
+    if members is not None:
+        members.pop(member, None)
+        if not members:
+            del index[key]
+
+
+def _relink(index: dict[K, dict[str, None]], old: Iterable[K], new: Iterable[K], member: str) -> None:
+    """Move ``member`` from the ``old`` keys to the ``new`` ones, leaving unchanged keys (and their order) alone."""
+    old_keys, new_keys = dict.fromkeys(old), dict.fromkeys(new)
+    for key in old_keys:
+        if key not in new_keys:
+            _unlink(index, key, member)
+    for key in new_keys:
+        if key not in old_keys:
+            _link(index, key, member)
+
+
+class WorkloadState:
+    """Pure, mutable index. Every find_* is an O(1)/O(k) in-memory lookup."""
+
+    __slots__ = ("_by_address", "_by_hostname", "_by_node", "_by_service", "_by_vip", "_services", "_workloads")
+
+    def __init__(self) -> None:
+        self._workloads: dict[str, Workload] = {}
+        self._services: dict[str, Service] = {}
+        # Index values are insertion-ordered sets (dicts with None values) of uids or service keys.
+        self._by_address: dict[tuple[str, IPAddress], dict[str, None]] = {}
+        self._by_node: dict[str, dict[str, None]] = {}
+        self._by_service: dict[str, dict[str, None]] = {}
+        self._by_vip: dict[tuple[str, IPAddress], dict[str, None]] = {}
+        self._by_hostname: dict[str, dict[str, None]] = {}
+
+    # Updates.
+
+    def replace_all(self, workloads: Iterable[Workload], services: Iterable[Service]) -> None:
+        """Forget everything, then add these (a full snapshot, e.g. a reloaded local config)."""
+        for index in (self._by_address, self._by_node, self._by_service, self._by_vip, self._by_hostname):
+            index.clear()
+        self._workloads.clear()
+        self._services.clear()
+        for workload in workloads:
+            self.upsert_workload(workload)
+        for service in services:
+            self.upsert_service(service)
+
+    def upsert_workload(self, workload: Workload) -> None:
+        """Add ``workload``, or replace the one with its uid; index entries it no longer has are dropped."""
+        old = self._workloads.get(workload.uid)
+        uid = workload.uid
+        _relink(self._by_address, _address_keys(old), _address_keys(workload), uid)
+        _relink(self._by_node, [old.node] if old and old.node else [], [workload.node] if workload.node else [], uid)
+        _relink(self._by_service, old.services if old else [], workload.services, uid)
+        self._workloads[uid] = workload
+
+    def remove_workload(self, uid: str) -> bool:
+        """Forget the workload with this uid; False if there was none."""
+        old = self._workloads.pop(uid, None)
+        if old is None:
+            return False
+        _relink(self._by_address, _address_keys(old), [], uid)
+        _relink(self._by_node, [old.node] if old.node else [], [], uid)
+        _relink(self._by_service, old.services, [], uid)
+        return True
+
+    def upsert_service(self, service: Service) -> None:
+        """Add ``service``, or replace the one with its key."""
+        key = service.key
+        old = self._services.get(key)
+        _relink(self._by_vip, _vip_keys(old), _vip_keys(service), key)
+        _relink(self._by_hostname, [old.hostname] if old else [], [service.hostname], key)
+        self._services[key] = service
+
+    def remove_service(self, key: str) -> bool:
+        """Forget the service with this ``namespace/hostname`` key; False if there was none."""
+        old = self._services.pop(key, None)
+        if old is None:
+            return False
+        _relink(self._by_vip, _vip_keys(old), [], key)
+        _relink(self._by_hostname, [old.hostname], [], key)
+        return True
+
+    # Lookups.
+
+    def find_workload(self, uid: str) -> Workload | None:
+        return self._workloads.get(uid)
+
+    def find_workload_by_address(self, network: str, ip: IPAddress) -> Workload | None:
+        uids = self._by_address.get((network, ip))
+        return self._workloads[next(reversed(uids))] if uids else None
+
+    def find_service_by_vip(self, network: str, ip: IPAddress) -> Service | None:
+        keys = self._by_vip.get((network, ip))
+        return self._services[next(reversed(keys))] if keys else None
+
+    def find_service_by_hostname(self, hostname: str) -> Service | None:
+        keys = self._by_hostname.get(hostname)
+        return self._services[next(iter(keys))] if keys else None
+
+    def find_endpoints(self, service: Service) -> list[Workload]:
+        """Workloads that list ``service.key`` in their services, sorted by uid."""
+        return [self._workloads[uid] for uid in sorted(self._by_service.get(service.key, ()))]
+
+    def find_workloads_on_node(self, node: str) -> list[Workload]:
+        return [self._workloads[uid] for uid in sorted(self._by_node.get(node, ()))]
+
+    def find_identities_on_node(self, node: str) -> frozenset[SpiffeId]:
+        return frozenset(workload.identity for workload in self.find_workloads_on_node(node))
+
+    def workloads(self) -> list[Workload]:
+        """Every workload, sorted by uid."""
+        return [self._workloads[uid] for uid in sorted(self._workloads)]
+
+    def services(self) -> list[Service]:
+        """Every service, sorted by key."""
+        return [self._services[key] for key in sorted(self._services)]
+
+    # Decisions.
+
+    def resolve(
+        self, network: str, ip: IPAddress, port: int, choose: Callable[[Sequence[Workload]], Workload]
+    ) -> Destination:
+        """Where a connection to ``ip:port`` (in ``network``) goes (spec §6.3, steps 3, 4 and 7).
+
+        A service VIP goes to an endpoint picked by ``choose`` among the eligible ones (healthy unless the service
+        allows all; with an address), or raises :class:`NoHealthyUpstreamError`. A workload address goes to that
+        workload, whatever its health. Anything else is passthrough.
+        """
+        service = self.find_service_by_vip(network, ip)
+        if service is not None:
+            allow_all = service.health_policy is HealthPolicy.ALLOW_ALL
+            candidates = [
+                workload
+                for workload in self.find_endpoints(service)
+                if workload.addresses and (allow_all or workload.status is HealthStatus.HEALTHY)
+            ]
+            if not candidates:
+                raise NoHealthyUpstreamError(f"no healthy upstream for service {service.key} ({ip} port {port})")
+            chosen = choose(candidates)
+            return Destination(
+                ip=_address_like(chosen, ip),
+                port=_target_port(chosen, service, port),
+                tunnel=_tunnel_of(chosen),
+                workload=chosen,
+                service=service,
+            )
+        workload = self.find_workload_by_address(network, ip)
+        if workload is not None:
+            return Destination(ip=ip, port=port, tunnel=_tunnel_of(workload), workload=workload, service=None)
+        return Destination(ip=ip, port=port, tunnel=Tunnel.PASSTHROUGH, workload=None, service=None)
+
+    def resolve_inbound_target(self, local: Workload, authority_host: str, port: int) -> int | None:
+        """The port on ``local`` for a CONNECT to ``authority_host:port`` where the host is a service hostname.
+
+        Among the services with that hostname, the first one ``local`` is an endpoint of maps the port (spec §6.5
+        step 2). None when the hostname is unknown or ``local`` is an endpoint of none of them.
+        """
+        for key in self._by_hostname.get(authority_host, ()):
+            if key in local.services:
+                return _target_port(local, self._services[key], port)
+        return None
+
+    def to_dump(self) -> dict[str, Any]:
+        """JSON-able ``{"workloads": [...], "services": [...]}`` in the local config's shape, for /config_dump."""
+        return {
+            "workloads": [_json_keys(workload_to_dict(workload)) for workload in self.workloads()],
+            "services": [_json_keys(service_to_dict(service)) for service in self.services()],
+        }
+
+
+def _address_keys(workload: Workload | None) -> list[tuple[str, IPAddress]]:
+    return [] if workload is None else [(workload.network, ip) for ip in workload.addresses]
+
+
+def _vip_keys(service: Service | None) -> list[tuple[str, IPAddress]]:
+    return [] if service is None else [(vip.network, vip.ip) for vip in service.vips]
+
+
+def _json_keys(value: Any) -> Any:
+    """Port maps have int keys in YAML; JSON object keys are strings."""
+    if isinstance(value, dict):
+        return {str(key): _json_keys(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_json_keys(item) for item in value]
+    return value

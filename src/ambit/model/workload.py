@@ -1,0 +1,159 @@
+"""Workloads and services as the node proxy sees them (spec §4.1, ``istio.workload``), with proto3 defaults (§12).
+
+Theory of operation: these are plain values. A :class:`Workload` is one addressable thing (a pod, a workload entry)
+with its identity inputs and the per-service port mappings it overrides; a :class:`Service` is a hostname with
+VIPs and a default port mapping. Indexing and lookups live in :mod:`ambit.model.state`; parsing from files lives in
+:mod:`ambit.model.localconfig`. Nothing here validates names: whoever builds a value from outside input (the local
+config parser, the xDS translation) checks it there and blames the right field.
+
+Invariants:
+
+- Values are immutable (by type) and hashable. ``Workload.services`` is copied on construction, so the caller's
+  dict can change later without changing the workload; it stays a plain dict so ``asdict``/``deepcopy`` work.
+- Empty ``trust_domain`` / ``service_account`` mean the mesh defaults, as on the wire, so :attr:`Workload.identity`
+  is the same whether a workload came from xDS (elided defaults) or from a file (spelled out).
+- ``PortMapping.target_port == 0`` means "named port": each endpoint says its own number in ``Workload.services``.
+"""
+
+from __future__ import annotations
+
+import enum
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ambit.model.errors import AddressError
+from ambit.model.identity import DEFAULT_SERVICE_ACCOUNT, DEFAULT_TRUST_DOMAIN, SpiffeId
+
+__all__ = [
+    "AddressError",
+    "HealthPolicy",
+    "HealthStatus",
+    "IPAddress",
+    "NetworkAddress",
+    "PortMapping",
+    "Service",
+    "TunnelProtocol",
+    "Workload",
+    "parse_ip",
+]
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+class TunnelProtocol(enum.Enum):
+    """How a workload takes inbound mesh traffic: HBONE on 15008, or plain TCP to its own port."""
+
+    NONE = "NONE"
+    HBONE = "HBONE"
+
+
+class HealthStatus(enum.Enum):
+    HEALTHY = "Healthy"
+    UNHEALTHY = "Unhealthy"
+
+
+class HealthPolicy(enum.Enum):
+    """Which endpoints of a service may be picked (``LoadBalancing.health_policy``)."""
+
+    ONLY_HEALTHY = "OnlyHealthy"
+    ALLOW_ALL = "AllowAll"
+
+
+def parse_ip(text: str) -> IPAddress:
+    """Read one IPv4 or IPv6 address; zone ids (``fe80::1%eth0``) are refused: mesh addresses are global."""
+    try:
+        ip = ipaddress.ip_address(text)
+    except ValueError:
+        raise AddressError(f"not an IP address: {text!r}") from None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.scope_id is not None:
+        raise AddressError(f"IP address has a zone id: {text!r}")
+    return ip
+
+
+@dataclass(frozen=True, slots=True)
+class PortMapping:
+    """A service port and the port the endpoint listens on; ``target_port`` 0 = named, resolved per workload."""
+
+    service_port: int
+    target_port: int
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkAddress:
+    """An IP within a network (``""`` = the default network); rendered ``network/ip`` as in ztunnel's keys."""
+
+    network: str
+    ip: IPAddress
+
+    def __str__(self) -> str:
+        return f"{self.network}/{self.ip}"
+
+    @classmethod
+    def parse(cls, text: str) -> NetworkAddress:
+        """Read ``net/ip``, ``/ip`` or a bare ``ip``. The IP is after the last ``/``: an IP never holds one."""
+        if not isinstance(text, str):
+            raise AddressError(f"network address must be a string, not {type(text).__name__}")
+        network, _, ip = text.rpartition("/")
+        return cls(network, parse_ip(ip))
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """One addressable workload (spec §4.1 ``Workload``), with the fields the node proxy uses."""
+
+    uid: str
+    name: str
+    namespace: str
+    addresses: tuple[IPAddress, ...]
+    network: str = ""
+    tunnel_protocol: TunnelProtocol = TunnelProtocol.NONE
+    trust_domain: str = DEFAULT_TRUST_DOMAIN
+    service_account: str = DEFAULT_SERVICE_ACCOUNT
+    node: str = ""
+    canonical_name: str = ""
+    canonical_revision: str = ""
+    workload_name: str = ""
+    workload_type: str = "pod"
+    cluster_id: str = "Kubernetes"
+    status: HealthStatus = HealthStatus.HEALTHY
+    services: Mapping[str, tuple[PortMapping, ...]] = field(default_factory=dict)
+    """Key ``namespace/hostname`` of each service this workload is an endpoint of → its own port mappings."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.addresses, tuple):
+            object.__setattr__(self, "addresses", tuple(self.addresses))
+        # A private copy: the caller's dict may change later. Typed as a Mapping, so callers cannot mutate it.
+        object.__setattr__(self, "services", {key: tuple(ports) for key, ports in self.services.items()})
+
+    def __hash__(self) -> int:
+        # The generated hash would include the services mapping, which is not hashable; equal workloads still
+        # hash equal since these fields are part of equality.
+        return hash((self.uid, self.name, self.namespace, self.addresses))
+
+    @property
+    def identity(self) -> SpiffeId:
+        """``spiffe://<trust domain>/ns/<namespace>/sa/<service account>``, empty parts taking the defaults."""
+        return SpiffeId(
+            self.trust_domain or DEFAULT_TRUST_DOMAIN,
+            self.namespace,
+            self.service_account or DEFAULT_SERVICE_ACCOUNT,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Service:
+    """A service (spec §4.1 ``Service``): a hostname, its VIPs and default port mappings."""
+
+    name: str
+    namespace: str
+    hostname: str
+    vips: tuple[NetworkAddress, ...] = ()
+    ports: tuple[PortMapping, ...] = ()
+    subject_alt_names: tuple[str, ...] = ()
+    health_policy: HealthPolicy = HealthPolicy.ONLY_HEALTHY
+
+    @property
+    def key(self) -> str:
+        """``namespace/hostname``: how workloads refer to the service in :attr:`Workload.services`."""
+        return f"{self.namespace}/{self.hostname}"

@@ -1,0 +1,136 @@
+"""What every connection handler of the node proxy shares: state, certificates, pool, telemetry, local pods.
+
+Theory of operation: one :class:`ProxyContext` per node proxy. Handlers (``outbound``, ``inbound``) are functions
+of a context, the local pod that accepted the connection, and the accepted socket. A :class:`LocalPod` is a pod
+this proxy serves: its ZDS identity (name, namespace, service account), its socket factory (sockets created
+inside the pod's netns) and, once the workload state knows it, its workload. Handlers never create sockets in the
+proxy's own netns for pod traffic: every upstream socket comes from the pod's factory.
+
+The context also tracks live connections (for ``/config_dump`` and for draining): each handler registers a
+:class:`LiveConnection` for its lifetime.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ambit.identity.manager import CertificateManager
+from ambit.inpod.settings import NodeProxySettings
+from ambit.model.identity import SpiffeId
+from ambit.model.state import WorkloadState
+from ambit.model.workload import IPAddress, Workload
+from ambit.proxy.authorization import Authorizer, allow_all
+from ambit.proxy.pool import ConnectionPool
+from ambit.proxy.sockets import SocketFactory
+from ambit.telemetry.accesslog import AccessLog
+from ambit.telemetry.metrics import ProxyMetrics
+from ambit.zds.protocol import WorkloadInfo
+
+WORKLOAD_WAIT = 5.0
+"""How long a connection waits for the workload state to learn its pod (ztunnel's "lazy" start)."""
+
+CLUSTER_ID = "Kubernetes"
+
+
+@dataclass(slots=True)
+class LocalPod:
+    """A pod whose netns this proxy listens in."""
+
+    uid: str
+    info: WorkloadInfo
+    sockets: SocketFactory
+    trust_domain: str
+
+    @property
+    def identity(self) -> SpiffeId:
+        return SpiffeId(self.trust_domain, self.info.namespace, self.info.service_account or "default")
+
+    @property
+    def workload_uid(self) -> str:
+        return f"{CLUSTER_ID}//Pod/{self.info.namespace}/{self.info.name}"
+
+
+@dataclass(slots=True)
+class LiveConnection:
+    id: int
+    direction: str
+    src: str
+    dst: str
+    started: float
+    pod: str
+    bytes_up: int = 0
+    bytes_down: int = 0
+
+    def to_dump(self, now: float) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "direction": self.direction,
+            "src": self.src,
+            "dst": self.dst,
+            "pod": self.pod,
+            "ageSeconds": round(now - self.started, 3),
+        }
+
+
+@dataclass(slots=True)
+class ProxyContext:
+    settings: NodeProxySettings
+    state: WorkloadState
+    certs: CertificateManager
+    pool: ConnectionPool
+    metrics: ProxyMetrics
+    access_log: AccessLog
+    authorize: Authorizer = allow_all
+    pods: dict[str, LocalPod] = field(default_factory=dict)
+    connections: dict[int, LiveConnection] = field(default_factory=dict)
+    _ids: itertools.count[int] = field(default_factory=itertools.count)
+    _state_changed: asyncio.Event = field(default_factory=asyncio.Event)
+    clock: Callable[[], float] = time.monotonic
+
+    def state_changed(self) -> None:
+        """Wake connections waiting for a workload (call after every change of ``state``)."""
+        self._state_changed.set()
+        self._state_changed = asyncio.Event()
+
+    def find_local_workload(self, pod: LocalPod) -> Workload | None:
+        return self.state.find_workload(pod.workload_uid)
+
+    async def wait_local_workload(self, pod: LocalPod, wait: float = WORKLOAD_WAIT) -> Workload | None:
+        """The pod's workload, waiting up to ``wait`` seconds for the state to learn it."""
+        deadline = self.clock() + wait
+        while (workload := self.find_local_workload(pod)) is None:
+            remaining = deadline - self.clock()
+            if remaining <= 0:
+                return None
+            try:
+                await asyncio.wait_for(self._state_changed.wait(), remaining)
+            except TimeoutError:
+                return None
+        return workload
+
+    def find_workload_by_ip(self, ip: str) -> Workload | None:
+        return self.state.find_workload_by_address(self.settings.network, ipaddress.ip_address(ip))
+
+    def find_local_pod_by_ip(self, ip: IPAddress) -> LocalPod | None:
+        """The local pod whose workload has ``ip`` (the same-node fast path)."""
+        workload = self.state.find_workload_by_address(self.settings.network, ip)
+        if workload is None or workload.node != self.settings.node:
+            return None
+        for pod in self.pods.values():
+            if pod.workload_uid == workload.uid:
+                return pod
+        return None
+
+    def register(self, direction: str, src: str, dst: str, pod: LocalPod) -> LiveConnection:
+        conn = LiveConnection(next(self._ids), direction, src, dst, self.clock(), pod.uid)
+        self.connections[conn.id] = conn
+        return conn
+
+    def unregister(self, conn: LiveConnection) -> None:
+        self.connections.pop(conn.id, None)

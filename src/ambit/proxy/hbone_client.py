@@ -1,0 +1,192 @@
+"""The client end of one pooled HBONE connection: mutual TLS to ``<pod IP>:15008``, then CONNECT tunnels (§6.1).
+
+Theory of operation: :meth:`HboneClient.connect` takes a TCP socket the caller already connected from the source
+pod's network namespace, runs the TLS 1.3 handshake over it with the source workload's certificate (ALPN ``h2``,
+no SNI: ``server_hostname=""``), and only then judges the server: ALPN must be ``h2`` and its certificate must
+name one of the ``expected`` identities in our trust domain (:func:`ambit.tls.spiffe.check_peer`). The HTTP/2
+preface is sent after that check, and ``connect`` returns once the server's first frames arrive: under TLS 1.3
+the server judges our certificate after our handshake has finished, so a server that refuses us shows up here as
+a closed connection rather than later, in the middle of someone's tunnel.
+
+Each :meth:`HboneClient.open_tunnel` is one CONNECT stream; it claims its stream slot synchronously (before its
+first suspension, as :class:`~ambit.proxy.pool.ConnectionPool` requires) and waits for the server's status.
+
+Errors (all :class:`~ambit.proxy.errors.ProxyError`): :class:`HboneConnectError` for a failed connection set-up
+with the access-log response flag in ``flag``; :class:`TunnelRefusedError` for a non-200 answer;
+:class:`~ambit.proxy.hbone_stream.ConnectionLostError` when the connection died before answering (safe to retry).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import ssl
+import time
+from collections.abc import Callable, Sequence
+
+from ambit.hbone.client import HboneClientConnection
+from ambit.hbone.connection import HboneSettings
+from ambit.hbone.events import Headers
+from ambit.identity.manager import WorkloadCertificate
+from ambit.model.identity import SpiffeId
+from ambit.proxy.errors import ProxyError
+from ambit.proxy.hbone_stream import ConnectionLostError, HboneSession, HboneStream
+from ambit.tls.spiffe import PeerIdentityError, check_peer
+
+log = logging.getLogger(__name__)
+
+TLS_FAILURE = "TLS_FAILURE"
+IDENTITY_ERROR = "IDENTITY_ERROR"
+CONNECT_FAILURE = "CONNECT_FAILURE"
+
+
+class HboneConnectError(ProxyError):
+    """Setting up an HBONE connection failed; ``flag`` is the access-log response flag (TLS_FAILURE, ...)."""
+
+    def __init__(self, reason: str, flag: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.flag = flag
+
+
+class TunnelRefusedError(ProxyError):
+    """The server answered the CONNECT with ``status`` (400 bad request, 401 denied by policy, 503 unreachable)."""
+
+    def __init__(self, status: int, headers: Headers = ()) -> None:
+        super().__init__(f"HBONE tunnel refused with status {status}")
+        self.status = status
+        self.headers = headers
+
+
+class HboneClient:
+    """One client HBONE connection (HTTP/2 over mutual TLS) carrying many CONNECT tunnels."""
+
+    def __init__(self, session: HboneSession, core: HboneClientConnection, peer: SpiffeId) -> None:
+        self._session = session
+        self._core = core
+        self._peer = peer
+
+    @classmethod
+    async def connect(
+        cls,
+        sock: socket.socket,
+        cert: WorkloadCertificate,
+        expected: frozenset[SpiffeId],
+        *,
+        trust_domain: str,
+        timeout: float = 10.0,  # noqa: ASYNC109 - the handshake timeout, passed to the loop
+        settings: HboneSettings | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> HboneClient:
+        """Handshake over the connected ``sock`` (which we own from now on) and check the server's identity."""
+        loop = asyncio.get_running_loop()
+        try:
+            peer_name = "{}:{}".format(*sock.getpeername()[:2])
+        except OSError:
+            peer_name = "?"
+        core = HboneClientConnection(settings) if settings is not None else HboneClientConnection()
+        session = HboneSession(core, name=f"hbone client {cert.identity} -> {peer_name}", clock=clock)
+        try:
+            transport, _ = await loop.create_connection(
+                lambda: session,
+                sock=sock,
+                ssl=cert.client_context(),
+                server_hostname="",
+                ssl_handshake_timeout=timeout,
+            )
+        except (ssl.SSLError, ssl.CertificateError) as exc:
+            sock.close()
+            raise HboneConnectError(f"TLS handshake with {peer_name} failed: {exc}", TLS_FAILURE) from None
+        except (OSError, TimeoutError) as exc:
+            sock.close()
+            reason = "timed out" if isinstance(exc, TimeoutError) else str(exc)
+            raise HboneConnectError(f"TLS handshake with {peer_name} failed: {reason}", TLS_FAILURE) from None
+        try:
+            peer = _judge_server(transport, expected, trust_domain, peer_name)
+            session.release()  # the HTTP/2 preface, only now that we know whom we talk to
+            try:
+                async with asyncio.timeout(timeout):
+                    await session.heard_from_peer.wait()
+            except TimeoutError:
+                raise HboneConnectError(f"{peer_name} sent no HTTP/2 settings", CONNECT_FAILURE) from None
+            if session.transport is None or session.terminated is not None:
+                raise HboneConnectError(
+                    f"{peer_name} closed the connection after the handshake (did it refuse our certificate?)",
+                    TLS_FAILURE,
+                )
+        except BaseException:
+            transport.abort()
+            raise
+        return cls(session, core, peer)
+
+    @property
+    def peer_identity(self) -> SpiffeId:
+        return self._peer
+
+    @property
+    def available(self) -> bool:
+        """Alive and able to open another stream now."""
+        return not self.closed and self._core.can_open_tunnel
+
+    @property
+    def closed(self) -> bool:
+        """Dead or closing: no new tunnel will ever be opened on this connection."""
+        return self._session.terminated is not None or self._session.transport is None or self._core.closed
+
+    @property
+    def active_streams(self) -> int:
+        return len(self._session.streams)
+
+    @property
+    def idle_since(self) -> float | None:
+        """Clock time the last tunnel finished (or the connection was made); None while tunnels are open."""
+        return self._session.idle_since
+
+    async def open_tunnel(self, authority: str, headers: Sequence[tuple[str, str]]) -> HboneStream:
+        """CONNECT to ``authority``; the tunnel once the server answered 200, else :class:`TunnelRefusedError`."""
+        if self.closed:
+            raise ConnectionLostError(f"{self._session.name}: {self._session.terminated or 'connection closed'}")
+        stream_id = self._core.open_tunnel(authority, list(headers))
+        stream = self._session.add_stream(stream_id)
+        self._session.flush()
+        try:
+            status, response_headers = await stream.response
+        except asyncio.CancelledError:
+            stream.abort()
+            raise
+        if status != 200:
+            raise TunnelRefusedError(status, response_headers)
+        return stream
+
+    def close(self) -> None:
+        """Start a graceful close: GOAWAY, then close the TLS connection; open tunnels are reset."""
+        self._session.close()
+
+    async def aclose(self) -> None:
+        """Close and wait until the connection is gone."""
+        self._session.close()
+        if not self._session.lost.done():
+            try:
+                async with asyncio.timeout(5.0):
+                    await asyncio.shield(self._session.lost)
+            except TimeoutError:
+                self._session.abort()
+
+    def __repr__(self) -> str:
+        return f"<HboneClient {self._session.name} streams={self.active_streams}>"
+
+
+def _judge_server(
+    transport: asyncio.BaseTransport, expected: frozenset[SpiffeId], trust_domain: str, peer_name: str
+) -> SpiffeId:
+    tls = transport.get_extra_info("ssl_object")
+    if not isinstance(tls, ssl.SSLObject):
+        raise HboneConnectError(f"no TLS session with {peer_name}", TLS_FAILURE)
+    alpn = tls.selected_alpn_protocol()
+    if alpn != "h2":
+        raise HboneConnectError(f"{peer_name} did not agree to ALPN h2 (got {alpn!r})", TLS_FAILURE)
+    try:
+        return check_peer(tls.getpeercert(binary_form=True), trust_domain=trust_domain, expected=expected)
+    except PeerIdentityError as exc:
+        raise HboneConnectError(f"server {peer_name}: {exc}", IDENTITY_ERROR) from None

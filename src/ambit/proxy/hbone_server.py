@@ -1,0 +1,207 @@
+"""The server end of HBONE: one accepted TCP connection on port 15008, mutual TLS, CONNECT requests (§6.5).
+
+Theory of operation: :meth:`HboneServer.serve` owns one accepted socket from start to end. It fetches the local
+pod's certificate lazily (``cert_for_local``: the listener may be up before the certificate is), runs the TLS 1.3
+server handshake requiring a client certificate that chains to the mesh roots, and then judges the client: ALPN
+must be ``h2`` and the certificate must carry a SPIFFE id of our trust domain (spec §5.4; which identities may do
+what is authorization's business, not ours). A client that fails is dropped before any HTTP/2 byte is sent; the
+failure is logged and reported through ``on_failure(reason)`` for counting.
+
+Every ``TunnelRequested`` starts ``handler(request, responder)`` as its own task, so one slow upstream connect
+never holds up the connection's other tunnels. The handler answers exactly once: ``responder.reject(status)``
+(400 bad request, 401 denied, 503 upstream unreachable) or ``responder.accept()``, which sends 200 and returns the
+:class:`~ambit.proxy.hbone_stream.HboneStream` to relay. A handler that returns without answering gets its
+stream reset; one that raises gets a 503 (or a reset, if it had accepted). ``serve`` returns when the connection
+is gone and every handler has finished; cancelling it aborts the connection and cancels the handlers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import ssl
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from ambit.hbone.connection import HboneSettings
+from ambit.hbone.events import Headers, TunnelRequested
+from ambit.hbone.server import HboneServerConnection
+from ambit.identity.manager import WorkloadCertificate
+from ambit.model.identity import SpiffeId
+from ambit.proxy.errors import ProxyError
+from ambit.proxy.hbone_stream import HboneSession, HboneStream
+from ambit.tls.spiffe import PeerIdentityError, check_peer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class InboundRequest:
+    """One CONNECT request on an HBONE connection, with who sent it and where it arrived."""
+
+    stream_id: int
+    authority: str
+    headers: Headers
+    peer_identity: SpiffeId
+    peer_addr: tuple[str, int]
+    local_addr: tuple[str, int]
+
+
+class TunnelResponder:
+    """Answers one :class:`InboundRequest`, exactly once."""
+
+    def __init__(self, session: HboneSession, core: HboneServerConnection, stream: HboneStream) -> None:
+        self._session = session
+        self._core = core
+        self._stream = stream
+        self.status: int | None = None  # the status sent, once answered
+
+    def accept(self, headers: Sequence[tuple[str, str]] = ()) -> HboneStream:
+        """Answer 200 and return the tunnel for the relay."""
+        self._answer(200, headers)
+        return self._stream
+
+    def reject(self, status: int, headers: Sequence[tuple[str, str]] = ()) -> None:
+        """Answer with an error status (400, 401, 503, ...); the stream ends there."""
+        if status == 200:
+            raise ProxyError("reject needs an error status, not 200")
+        self._answer(status, headers)
+        self._stream._fail(f"tunnel rejected with status {status}")
+        self._session.check_done(self._stream)
+
+    def _answer(self, status: int, headers: Sequence[tuple[str, str]]) -> None:
+        if self.status is not None:
+            raise ProxyError(f"stream {self._stream.stream_id} was already answered with {self.status}")
+        self.status = status
+        self._core.respond(self._stream.stream_id, status, list(headers))
+        self._session.flush()
+
+
+Handler = Callable[[InboundRequest, TunnelResponder], Awaitable[None]]
+
+
+class HboneServer:
+    """Serves one accepted HBONE connection; see the module docstring."""
+
+    def __init__(
+        self,
+        core: HboneServerConnection,
+        handler: Handler,
+        peer_addr: tuple[str, int],
+        local_addr: tuple[str, int],
+        name: str,
+    ) -> None:
+        self._core = core
+        self._handler = handler
+        self._peer_addr = peer_addr
+        self._local_addr = local_addr
+        self._session = HboneSession(core, name=name, on_request=self._start)  # held until the client is judged
+        self._handlers: set[asyncio.Task[None]] = set()
+        self._peer: SpiffeId | None = None
+
+    @classmethod
+    async def serve(
+        cls,
+        sock: socket.socket,
+        cert_for_local: Callable[[], Awaitable[WorkloadCertificate]],
+        *,
+        trust_domain: str,
+        handler: Handler,
+        handshake_timeout: float = 10.0,
+        settings: HboneSettings | None = None,
+        on_failure: Callable[[str], None] | None = None,
+    ) -> None:
+        """Run the connection on ``sock`` (which we own) until it is done and every handler has returned."""
+        peer_addr, local_addr = _addresses(sock)
+        name = f"hbone server {local_addr[0]}:{local_addr[1]} <- {peer_addr[0]}:{peer_addr[1]}"
+
+        def fail(reason: str) -> None:
+            log.info("%s: dropped: %s", name, reason)
+            if on_failure is not None:
+                on_failure(reason)
+
+        try:
+            async with asyncio.timeout(handshake_timeout):
+                cert = await cert_for_local()
+        except Exception as exc:  # any failure to get a certificate just drops this one connection
+            sock.close()
+            fail(f"no certificate for the local workload: {exc or type(exc).__name__}")
+            return
+        core = HboneServerConnection(settings) if settings is not None else HboneServerConnection()
+        server = cls(core, handler, peer_addr, local_addr, name)
+        session = server._session
+        try:
+            transport, _ = await asyncio.get_running_loop().connect_accepted_socket(
+                lambda: session, sock, ssl=cert.server_context(), ssl_handshake_timeout=handshake_timeout
+            )
+        except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
+            sock.close()
+            fail(f"TLS handshake failed: {exc or type(exc).__name__}")
+            return
+        try:
+            server._peer = _judge_client(transport, trust_domain)
+        except ProxyError as exc:
+            transport.abort()
+            fail(str(exc))
+            return
+        session.release()
+        try:
+            await asyncio.shield(session.lost)
+            while server._handlers:
+                await asyncio.gather(*server._handlers, return_exceptions=True)
+        except asyncio.CancelledError:
+            session.abort()
+            for task in server._handlers:
+                task.cancel()
+            raise
+
+    def _start(self, stream: HboneStream, event: TunnelRequested) -> None:
+        assert self._peer is not None  # no HTTP/2 is read before the client is judged
+        request = InboundRequest(
+            event.stream_id, event.authority, event.headers, self._peer, self._peer_addr, self._local_addr
+        )
+        responder = TunnelResponder(self._session, self._core, stream)
+        task = asyncio.get_running_loop().create_task(
+            self._run(request, responder, stream), name=f"{self._session.name} {event.authority}"
+        )
+        self._handlers.add(task)
+        task.add_done_callback(self._handlers.discard)
+
+    async def _run(self, request: InboundRequest, responder: TunnelResponder, stream: HboneStream) -> None:
+        try:
+            await self._handler(request, responder)
+        except Exception:
+            log.exception("%s: handler for %s failed", self._session.name, request.authority)
+            if responder.status is None:
+                responder.reject(503)
+            stream.abort()
+        except BaseException:  # cancelled: the connection is going away
+            stream.abort()
+            raise
+        if responder.status is None:
+            log.warning("%s: handler for %s did not answer", self._session.name, request.authority)
+            stream.abort()
+        elif responder.status == 200:
+            await stream.aclose()
+
+
+def _judge_client(transport: asyncio.BaseTransport, trust_domain: str) -> SpiffeId:
+    tls = transport.get_extra_info("ssl_object")
+    if not isinstance(tls, ssl.SSLObject):
+        raise ProxyError("no TLS session")
+    alpn = tls.selected_alpn_protocol()
+    if alpn != "h2":
+        raise ProxyError(f"client did not agree to ALPN h2 (got {alpn!r})")
+    try:
+        return check_peer(tls.getpeercert(binary_form=True), trust_domain=trust_domain, expected=None)
+    except PeerIdentityError as exc:
+        raise ProxyError(f"client certificate refused: {exc}") from None
+
+
+def _addresses(sock: socket.socket) -> tuple[tuple[str, int], tuple[str, int]]:
+    try:
+        peer, local = sock.getpeername(), sock.getsockname()
+    except OSError:
+        return ("?", 0), ("?", 0)
+    return (str(peer[0]), int(peer[1])), (str(local[0]), int(local[1]))

@@ -1,0 +1,377 @@
+"""HBONE tunnels as byte streams, and the asyncio protocol that feeds them from one mutual-TLS HTTP/2 connection.
+
+Theory of operation: :class:`HboneSession` is the thin shell around a sans-IO HBONE core (``ambit.hbone``) on
+one TLS transport, used by both the client (:mod:`ambit.proxy.hbone_client`) and the server
+(:mod:`ambit.proxy.hbone_server`). Its loop is the usual one: bytes arrive (``data_received``), the core turns
+them into events, :meth:`HboneSession._dispatch` hands each to its :class:`HboneStream`, and whatever the core
+wants to send is flushed to the transport. There is exactly one dispatch function; an unknown event raises.
+
+:class:`HboneStream` is one CONNECT stream seen as a :class:`~ambit.proxy.streams.ByteStream`:
+
+- ``read`` returns the next DATA chunk and only then tells the core the bytes are consumed, which is what
+  reopens the peer's HTTP/2 window: a reader that stops reading stops the peer after one window, so memory per
+  stream is bounded by the window, not by what the peer wants to send.
+- ``write`` hands the bytes to the core and waits while the core holds more than :data:`WRITE_BOUND` bytes it
+  could not frame yet (the peer's window is shut) or while the TLS transport's buffer is above its high-water
+  mark (``pause_writing``): backpressure runs end to end, from the far reader to our writer.
+- ``write_eof`` sends END_STREAM, ``abort`` sends RST_STREAM; a reset from the peer or the loss of the
+  connection makes a pending or later ``read``/``write`` raise :class:`StreamClosedError`.
+
+Invariants:
+
+- Nothing is sent, and nothing received is fed to the core, until the owner has judged the peer's certificate
+  and called :meth:`HboneSession.release` (asyncio may deliver the peer's first bytes in the same callback that
+  completes the handshake, before the owner's coroutine runs).
+- A stream is in :attr:`HboneSession.streams` until it is done on the wire (both END_STREAMs sent and all its
+  bytes framed, or reset); :attr:`HboneSession.idle_since` is the clock time that table last became empty.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from ambit.hbone.events import (
+    ConnectionTerminated,
+    DataReceived,
+    Event,
+    Headers,
+    StreamEnded,
+    StreamReset,
+    StreamWritable,
+    TunnelEstablished,
+    TunnelRefused,
+    TunnelRejected,
+    TunnelRequested,
+)
+from ambit.proxy.errors import ProxyError, StreamClosedError
+
+log = logging.getLogger(__name__)
+
+WRITE_BOUND = 64 * 1024
+"""Bytes a stream may have queued in the core (beyond the peer's window) before ``write`` waits."""
+
+TRANSPORT_HIGH_WATER = 256 * 1024
+"""TLS transport buffer size above which every stream's ``write`` waits (asyncio ``pause_writing``)."""
+
+DRAIN_TIMEOUT = 10.0
+"""How long ``aclose`` waits for queued bytes to reach a peer that does not open its window, before a reset."""
+
+_CANCEL = 0x8  # HTTP/2 CANCEL: we gave up on the stream
+_REFUSED_STREAM = 0x7  # HTTP/2 REFUSED_STREAM: the peer did not process it, retry is safe
+
+
+class ConnectionLostError(ProxyError):
+    """The HBONE connection went away before the tunnel was answered; opening again on a new one is safe."""
+
+
+class HboneCore(Protocol):
+    """The part of ``ambit.hbone``'s client and server connections that the shell drives."""
+
+    def receive_data(self, data: bytes) -> list[Event]: ...
+    def data_to_send(self) -> bytes: ...
+    def send_data(self, stream_id: int, data: bytes) -> None: ...
+    def pending_bytes(self, stream_id: int) -> int: ...
+    def end_stream(self, stream_id: int) -> None: ...
+    def reset_stream(self, stream_id: int, error_code: int = ...) -> None: ...
+    def consumed(self, stream_id: int, flow_length: int) -> None: ...
+    def close(self) -> None: ...
+    @property
+    def closed(self) -> bool: ...
+
+
+class HboneStream:
+    """One CONNECT tunnel as a :class:`~ambit.proxy.streams.ByteStream` (client or server end)."""
+
+    def __init__(self, session: HboneSession, stream_id: int) -> None:
+        self._session = session
+        self.stream_id = stream_id
+        self._chunks: collections.deque[tuple[bytes, int]] = collections.deque()
+        self._remote_ended = False
+        self._local_ended = False
+        self._error: str | None = None  # set once reset (either way) or the connection is gone
+        self._reader: asyncio.Future[None] | None = None
+        self._writer: asyncio.Future[None] | None = None
+        #: Client: the server's answer (status, headers); an exception if the stream died first.
+        self.response: asyncio.Future[tuple[int, Headers]] = asyncio.get_running_loop().create_future()
+
+    @property
+    def done(self) -> bool:
+        """Nothing more will happen on the wire for this stream."""
+        if self._error is not None:
+            return True
+        return self._remote_ended and self._local_ended and self._session.core.pending_bytes(self.stream_id) == 0
+
+    async def read(self) -> bytes:
+        while not self._chunks:
+            if self._error is not None:
+                raise StreamClosedError(f"read: {self._error}")
+            if self._remote_ended:
+                return b""
+            self._reader = asyncio.get_running_loop().create_future()
+            try:
+                await self._reader
+            finally:
+                self._reader = None
+        data, flow_length = self._chunks.popleft()
+        if self._error is None:
+            self._session.core.consumed(self.stream_id, flow_length)
+            self._session.flush()
+        return data
+
+    async def write(self, data: bytes | memoryview) -> None:
+        self._check_writable("write")
+        if not data:
+            return
+        core = self._session.core
+        core.send_data(self.stream_id, bytes(data))
+        self._session.flush()
+        while core.pending_bytes(self.stream_id) > WRITE_BOUND or self._session.write_paused:
+            self._writer = asyncio.get_running_loop().create_future()
+            try:
+                await self._writer
+            finally:
+                self._writer = None
+            self._check_writable("write")
+
+    def write_eof(self) -> None:
+        if self._local_ended or self._error is not None:
+            return
+        self._local_ended = True
+        self._session.core.end_stream(self.stream_id)
+        self._session.flush()
+        self._session.check_done(self)
+
+    def abort(self) -> None:
+        """Reset the stream (RST_STREAM CANCEL) unless it is already done; wakes waiters; idempotent."""
+        if self._error is not None:
+            return
+        if not self.done:
+            self._session.core.reset_stream(self.stream_id, _CANCEL)
+            self._session.flush()
+        self._fail("aborted locally")
+        self._session.check_done(self)
+
+    async def aclose(self) -> None:
+        """Half-close, let queued bytes drain, then reset if the peer is still sending; idempotent."""
+        if self._error is not None:
+            return
+        self.write_eof()
+        with contextlib.suppress(StreamClosedError, TimeoutError):
+            async with asyncio.timeout(DRAIN_TIMEOUT):
+                while self._session.core.pending_bytes(self.stream_id) > 0 and self._error is None:
+                    self._writer = asyncio.get_running_loop().create_future()
+                    try:
+                        await self._writer
+                    finally:
+                        self._writer = None
+        if not self.done:
+            self.abort()
+
+    # Called by the session's dispatch.
+
+    def _data(self, data: bytes, flow_length: int) -> None:
+        if self._error is not None:
+            self._session.core.consumed(self.stream_id, flow_length)
+            return
+        self._chunks.append((data, flow_length))
+        _wake(self._reader)
+
+    def _ended(self) -> None:
+        self._remote_ended = True
+        _wake(self._reader)
+
+    def _wake_writer(self) -> None:
+        _wake(self._writer)
+
+    def _fail(self, reason: str, error: ProxyError | None = None) -> None:
+        if self._error is not None:
+            return
+        self._error = reason
+        self._chunks.clear()
+        for waiter in (self._reader, self._writer):
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(StreamClosedError(reason))
+        if not self.response.done():
+            self.response.set_exception(error or StreamClosedError(reason))
+            self.response.exception()  # a server-side stream never awaits its response
+
+    def _check_writable(self, what: str) -> None:
+        if self._error is not None:
+            raise StreamClosedError(f"{what}: {self._error}")
+        if self._local_ended:
+            raise StreamClosedError(f"{what} after write_eof")
+
+
+def _wake(waiter: asyncio.Future[None] | None) -> None:
+    if waiter is not None and not waiter.done():
+        waiter.set_result(None)
+
+
+class HboneSession(asyncio.Protocol):
+    """The asyncio protocol of one HBONE connection: feeds the core, dispatches its events, flushes its output."""
+
+    def __init__(
+        self,
+        core: HboneCore,
+        *,
+        name: str,
+        on_request: Callable[[HboneStream, TunnelRequested], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        held: bool = True,
+    ) -> None:
+        self.core = core
+        self.name = name
+        self.streams: dict[int, HboneStream] = {}
+        self.transport: asyncio.Transport | None = None
+        self.write_paused = False
+        self.held = held  # until the peer's certificate is judged: nothing is sent, input is only buffered
+        self._held_input: list[bytes] = []
+        self.terminated: str | None = None  # why no new stream can be used any more
+        self.heard_from_peer = asyncio.Event()  # the peer's first bytes (its SETTINGS) arrived
+        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._on_request = on_request
+        self._clock = clock
+        self.idle_since: float | None = clock()
+
+    # asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.set_write_buffer_limits(high=TRANSPORT_HIGH_WATER)
+
+    def data_received(self, data: bytes) -> None:
+        self.heard_from_peer.set()
+        if self.held:
+            # The TLS layer may hand us the peer's first bytes before the handshake's waiter has run.
+            self._held_input.append(data)
+            return
+        for event in self.core.receive_data(data):
+            self._dispatch(event)
+        self.flush()
+
+    def eof_received(self) -> bool:
+        self._terminate("the peer closed the connection")
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._terminate(f"connection lost: {exc}" if exc else "connection closed")
+        self.heard_from_peer.set()
+        self.transport = None
+        if not self.lost.done():
+            self.lost.set_result(None)
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        for stream in list(self.streams.values()):
+            stream._wake_writer()
+
+    # Shell
+
+    def release(self) -> None:
+        """The peer is judged acceptable: process what it sent meanwhile and start talking."""
+        self.held = False
+        held, self._held_input = self._held_input, []
+        for data in held:
+            if self.transport is None:
+                break
+            self.data_received(data)
+        self.flush()
+
+    def flush(self) -> None:
+        """Write what the core has to send, if the transport is still open (and not held)."""
+        if self.held:
+            return
+        data = self.core.data_to_send()
+        if data and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
+    def add_stream(self, stream_id: int) -> HboneStream:
+        stream = HboneStream(self, stream_id)
+        self.streams[stream_id] = stream
+        self.idle_since = None
+        return stream
+
+    def check_done(self, stream: HboneStream) -> None:
+        """Forget ``stream`` once nothing more happens on the wire for it."""
+        if stream.done and self.streams.get(stream.stream_id) is stream:
+            del self.streams[stream.stream_id]
+            if not self.streams:
+                self.idle_since = self._clock()
+
+    def close(self) -> None:
+        """Say GOAWAY and close the transport (after its buffer drains); streams still open are reset."""
+        if self.transport is not None and not self.transport.is_closing():
+            if not self.core.closed:
+                self.core.close()
+            self.flush()
+            self.transport.close()
+        self._terminate("connection closed locally")
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+        self._terminate("connection aborted locally")
+
+    def _dispatch(self, event: Event) -> None:
+        match event:
+            case DataReceived(stream_id=sid, data=data, flow_length=flow_length):
+                stream = self.streams.get(sid)
+                if stream is None:  # data racing our reset: give the window back
+                    self.core.consumed(sid, flow_length)
+                else:
+                    stream._data(data, flow_length)
+            case StreamEnded(stream_id=sid):
+                if (stream := self.streams.get(sid)) is not None:
+                    stream._ended()
+                    self.check_done(stream)
+            case StreamWritable(stream_id=sid):
+                if (stream := self.streams.get(sid)) is not None:
+                    stream._wake_writer()
+                    self.check_done(stream)
+            case StreamReset(stream_id=sid, error_code=code, remote=remote):
+                if (stream := self.streams.get(sid)) is not None:
+                    who = "peer" if remote else "protocol error"
+                    lost = ConnectionLostError(f"stream refused by {who}") if code == _REFUSED_STREAM else None
+                    stream._fail(f"stream reset by {who} (HTTP/2 error {code:#x})", lost)
+                    self.check_done(stream)
+            case TunnelEstablished(stream_id=sid, headers=headers):
+                if (stream := self.streams.get(sid)) is not None and not stream.response.done():
+                    stream.response.set_result((200, headers))
+            case TunnelRefused(stream_id=sid, status=status, headers=headers):
+                if (stream := self.streams.get(sid)) is not None:
+                    if not stream.response.done():
+                        stream.response.set_result((status, headers))
+                    stream._fail(f"tunnel refused with status {status}")
+                    self.check_done(stream)
+            case TunnelRequested(stream_id=sid):
+                stream = self.add_stream(sid)
+                if self._on_request is None:
+                    raise ProxyError(f"{self.name}: a client connection received a CONNECT request")
+                self._on_request(stream, event)
+            case TunnelRejected(stream_id=sid, status=status, reason=reason):
+                log.info("%s: rejected stream %d with %d: %s", self.name, sid, status, reason)
+            case ConnectionTerminated(error_code=code, reason=reason):
+                self._terminate(f"connection terminated (HTTP/2 error {code:#x}): {reason}")
+                if self.transport is not None:
+                    self.flush()
+                    self.transport.close()
+            case _:
+                raise ProxyError(f"{self.name}: unknown HBONE event {event!r}")
+
+    def _terminate(self, reason: str) -> None:
+        """No stream survives: fail them all; unanswered tunnels may be retried elsewhere."""
+        if self.terminated is None:
+            self.terminated = reason
+        for stream in list(self.streams.values()):
+            stream._fail(reason, ConnectionLostError(reason))
+            self.check_done(stream)

@@ -1,0 +1,304 @@
+"""Inbound: HBONE on 15008 (spec §6.5), plaintext on 15006 (spec §6.6), and the same-node fast path.
+
+Theory of operation. All three end in :func:`_dial_pod`: a TCP connection made inside the destination pod's netns
+to ``<pod IP>:<port>``, bound to the *client's* IP (``IP_TRANSPARENT``; the pod's connmark rules route the replies
+back to us), so the application sees its real peer. Before dialling:
+
+- HBONE: the TLS server uses the local pod's own certificate (the listener tells us which pod: one 15008 listener
+  per pod, so the certificate is chosen by the original destination, not by SNI); the client certificate must
+  chain to our root and carry a SPIFFE identity of our trust domain. Each CONNECT's ``:authority`` must be this
+  pod's IP (else 400, "ip mismatch") or a service hostname this pod is an endpoint of (the service port is mapped
+  to the pod's target port). The authorization seam decides (401 when it refuses); a failed dial answers 503.
+- Plaintext: the original destination (``SO_ORIGINAL_DST``) must not be one of the proxy's own ports; the
+  authorization seam is asked with no peer identity.
+- Same-node fast path (:func:`deliver_locally`): the outbound side already knows both pods and both identities,
+  so it skips TLS and HTTP/2 but runs the same authorization.
+
+Metrics are reported with ``reporter=destination``; principals only for mutual TLS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import socket
+import ssl
+from dataclasses import dataclass
+
+from ambit.errors import AmbitError
+from ambit.hbone.errors import AuthorityError
+from ambit.hbone.headers import parse_authority
+from ambit.identity.manager import WorkloadCertificate
+from ambit.model.identity import SpiffeId
+from ambit.model.workload import Workload
+from ambit.proxy.accounting import Accounting, traffic_labels
+from ambit.proxy.authorization import ConnectionFacts
+from ambit.proxy.context import LocalPod, ProxyContext
+from ambit.proxy.errors import ProxyError
+from ambit.proxy.hbone_server import HboneServer, InboundRequest, TunnelResponder
+from ambit.proxy.relay import relay
+from ambit.proxy.sockets import connect, original_dst
+from ambit.proxy.streams import ByteStream, SocketStream
+from ambit.telemetry.accesslog import ConnectionRecord
+from ambit.telemetry.metrics import Reporter
+
+log = logging.getLogger("ambit.proxy.inbound")
+
+ILLEGAL_PORTS = frozenset({15001, 15006, 15008, 15080, 15000, 15020, 15021})
+
+
+class InboundRefusedError(ProxyError):
+    """The inbound side refused the connection; ``status`` is the HBONE answer, ``flag`` the response flag."""
+
+    def __init__(self, message: str, status: int, flag: str) -> None:
+        super().__init__(message)
+        self.status, self.flag = status, flag
+
+
+def _hostport(ip: str, port: int) -> str:
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
+def _reset(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    sock.close()
+
+
+@dataclass(slots=True)
+class _Target:
+    workload: Workload
+    ip: str
+    port: int
+
+
+async def _dial_pod(ctx: ProxyContext, pod: LocalPod, target: _Target, facts: ConnectionFacts) -> socket.socket:
+    if not ctx.authorize(facts):
+        raise InboundRefusedError(f"connection to {target.workload.name} denied by policy", 401, "DENY")
+    try:
+        return await connect(pod.sockets, (target.ip, target.port), source_ip=facts.source_ip)
+    except (AmbitError, OSError) as exc:
+        raise InboundRefusedError(f"cannot reach {_hostport(target.ip, target.port)}: {exc}", 503, "CONNECT") from exc
+
+
+def _account(
+    ctx: ProxyContext,
+    *,
+    target: _Target,
+    source_ip: str,
+    source_addr: str,
+    source_identity: SpiffeId | None,
+    hbone_addr: str,
+    dst_addr: str,
+) -> Accounting:
+    source = ctx.find_workload_by_ip(source_ip)
+    mtls = source_identity is not None
+    labels = traffic_labels(
+        Reporter.DESTINATION,
+        source=source,
+        source_identity=source_identity,
+        destination=target.workload,
+        destination_identity=target.workload.identity,
+        service=None,
+        mtls=mtls,
+    )
+    record = ConnectionRecord(
+        direction="inbound",
+        src_addr=source_addr,
+        dst_addr=dst_addr,
+        dst_hbone_addr=hbone_addr,
+        src_workload=source.name if source else "",
+        src_namespace=source.namespace if source else "",
+        src_identity=str(source_identity) if source_identity else "",
+        src_cluster=source.cluster_id if source else "",
+        dst_workload=target.workload.name,
+        dst_namespace=target.workload.namespace,
+        dst_identity=str(target.workload.identity) if mtls else "",
+        dst_cluster=target.workload.cluster_id,
+    )
+    return Accounting(ctx.metrics, ctx.access_log, labels, record, ctx.clock)
+
+
+async def _local_workload(ctx: ProxyContext, pod: LocalPod) -> Workload:
+    workload = await ctx.wait_local_workload(pod)
+    if workload is None:
+        raise InboundRefusedError(f"pod {pod.info.namespace}/{pod.info.name} is not in the workload state", 503, "NR")
+    return workload
+
+
+# --- HBONE (15008) ---------------------------------------------------------------------------------------------
+
+
+async def serve_hbone(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) -> None:
+    """Serve one TCP connection accepted on the pod's 15008 listener; never raises for peer trouble."""
+    local_ip = sock.getsockname()[0]
+    peer = sock.getpeername()
+
+    async def certificate() -> WorkloadCertificate:
+        return await ctx.certs.fetch(pod.identity)
+
+    async def handle(request: InboundRequest, responder: TunnelResponder) -> None:
+        await _serve_tunnel(ctx, pod, local_ip, peer, request, responder)
+
+    conn = ctx.register("inbound", _hostport(peer[0], peer[1]), _hostport(local_ip, 15008), pod)
+    try:
+        await HboneServer.serve(sock, certificate, trust_domain=ctx.settings.trust_domain, handler=handle)
+    except (AmbitError, OSError, ssl.SSLError) as exc:
+        log.info("pod %s: HBONE connection from %s failed: %s", pod.uid, _hostport(*peer), exc)
+    finally:
+        ctx.unregister(conn)
+
+
+async def _serve_tunnel(
+    ctx: ProxyContext,
+    pod: LocalPod,
+    local_ip: str,
+    peer: tuple[str, int],
+    request: InboundRequest,
+    responder: TunnelResponder,
+) -> None:
+    try:
+        host, port = parse_authority(request.authority)
+    except AuthorityError as exc:
+        responder.reject(400)
+        log.info("pod %s: bad CONNECT authority %r: %s", pod.uid, request.authority, exc)
+        return
+    try:
+        workload = await _local_workload(ctx, pod)
+        target_port = _inbound_port(ctx, workload, local_ip, host, port)
+        target = _Target(workload, local_ip, target_port)
+    except InboundRefusedError as exc:
+        responder.reject(exc.status)
+        log.info("pod %s: CONNECT %s refused: %s", pod.uid, request.authority, exc)
+        return
+    source_identity = request.peer_identity
+    accounting = _account(
+        ctx,
+        target=target,
+        source_ip=peer[0],
+        source_addr=_hostport(*peer),
+        source_identity=source_identity,
+        hbone_addr=request.authority,
+        dst_addr=_hostport(local_ip, target_port),
+    )
+    facts = ConnectionFacts(peer[0], source_identity, workload, local_ip, target_port)
+    try:
+        upstream = await _dial_pod(ctx, pod, target, facts)
+    except InboundRefusedError as exc:
+        responder.reject(exc.status)
+        accounting.failed(str(exc), exc.flag)
+        return
+    stream = responder.accept()
+    accounting.opened()
+    await _relay(stream, SocketStream(upstream), accounting)
+
+
+def _inbound_port(ctx: ProxyContext, workload: Workload, local_ip: str, host: str, port: int) -> int:
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        mapped = ctx.state.resolve_inbound_target(workload, host, port)
+        if mapped is None:
+            raise InboundRefusedError(f"unknown service {host!r} for this pod", 400, "-") from None
+        return mapped
+    if ip != ipaddress.ip_address(local_ip):
+        raise InboundRefusedError(f"ip mismatch: CONNECT to {host} arrived at {local_ip}", 400, "-")
+    return port
+
+
+async def _relay(downstream: ByteStream, upstream: ByteStream, accounting: Accounting) -> None:
+    error = "cancelled"
+    try:
+        result = await relay(downstream, upstream, on_upstream=accounting.up, on_downstream=accounting.down)
+        error = result.error
+    finally:
+        accounting.finish(error)
+        await asyncio.gather(downstream.aclose(), upstream.aclose(), return_exceptions=True)
+
+
+# --- plaintext (15006) -----------------------------------------------------------------------------------------
+
+
+async def serve_plaintext(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) -> None:
+    """Serve one connection redirected to the pod's 15006 listener (no mutual TLS: a plaintext client)."""
+    peer = sock.getpeername()
+    dst = original_dst(sock) or sock.getsockname()[:2]
+    if dst[1] in ILLEGAL_PORTS:
+        log.warning("pod %s: refused a plaintext call to the proxy's own port %s", pod.uid, _hostport(*dst))
+        _reset(sock)
+        return
+    conn = ctx.register("inbound", _hostport(*peer), _hostport(*dst), pod)
+    try:
+        try:
+            workload = await _local_workload(ctx, pod)
+        except InboundRefusedError as exc:
+            log.info("pod %s: plaintext connection from %s refused: %s", pod.uid, _hostport(*peer), exc)
+            _reset(sock)
+            return
+        target = _Target(workload, dst[0], dst[1])
+        accounting = _account(
+            ctx,
+            target=target,
+            source_ip=peer[0],
+            source_addr=_hostport(*peer),
+            source_identity=None,
+            hbone_addr="",
+            dst_addr=_hostport(*dst),
+        )
+        facts = ConnectionFacts(peer[0], None, workload, dst[0], dst[1])
+        try:
+            upstream = await _dial_pod(ctx, pod, target, facts)
+        except InboundRefusedError as exc:
+            accounting.failed(str(exc), exc.flag)
+            _reset(sock)
+            return
+        accounting.opened()
+        await _relay(SocketStream(sock), SocketStream(upstream), accounting)
+    finally:
+        ctx.unregister(conn)
+
+
+# --- same-node fast path ---------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class LocalDelivery:
+    """The upstream of a same-node connection, and the destination side's accounting (the caller relays)."""
+
+    stream: ByteStream
+    accounting: Accounting
+
+
+async def deliver_locally(
+    ctx: ProxyContext,
+    pod: LocalPod,
+    source_ip: str,
+    source_identity: SpiffeId,
+    port: int,
+    source_addr: str,
+) -> LocalDelivery:
+    """Dial local pod ``pod`` for a client of this node, as the inbound side would after a CONNECT to its IP."""
+    workload = await _local_workload(ctx, pod)
+    if not workload.addresses:
+        raise InboundRefusedError(f"pod {workload.name} has no address", 503, "NR")
+    ip = str(workload.addresses[0])
+    target = _Target(workload, ip, port)
+    accounting = _account(
+        ctx,
+        target=target,
+        source_ip=source_ip,
+        source_addr=source_addr,
+        source_identity=source_identity,
+        hbone_addr=_hostport(ip, port),
+        dst_addr=_hostport(ip, port),
+    )
+    facts = ConnectionFacts(source_ip, source_identity, workload, ip, port)
+    try:
+        upstream = await _dial_pod(ctx, pod, target, facts)
+    except InboundRefusedError as exc:
+        accounting.failed(str(exc), exc.flag)
+        raise
+    accounting.opened()
+    return LocalDelivery(SocketStream(upstream), accounting)

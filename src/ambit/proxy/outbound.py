@@ -1,0 +1,207 @@
+"""Outbound (15001): a connection a pod opened, captured by its redirection rules (spec §6.3).
+
+Theory of operation, for one accepted socket of local pod P:
+
+1. The original destination comes from ``SO_ORIGINAL_DST``. A destination on one of the proxy's own ports at
+   loopback or at P's own address is a self-call (spec §2.4, ``malicious_calls_inpod``): reset.
+2. P's workload must be known (waiting briefly for the state to learn it); unknown → reset.
+3. :meth:`WorkloadState.resolve` picks the upstream: a Service VIP chooses an endpoint per connection, a pod IP is
+   itself, anything else is passthrough. A service without a healthy endpoint → reset.
+4. HBONE destinations: when the destination pod is served by this very proxy, the *same-node fast path* hands the
+   connection straight to the inbound side (same checks, no TLS: both identities are ours); otherwise a CONNECT
+   stream on a pooled mutual-TLS connection to ``<pod IP>:15008`` made from P's netns with P's certificate, the
+   server verified against the destination's SPIFFE identity.
+5. Plaintext and passthrough destinations: a TCP connection from P's netns (source stays P's IP).
+6. Bytes are relayed with half-close both ways; metrics (reporter=source) and one access-log line per connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import random
+import socket
+
+from ambit.errors import AmbitError
+from ambit.hbone.headers import connect_headers
+from ambit.model.state import Destination, NoHealthyUpstreamError, Tunnel
+from ambit.model.workload import IPAddress, Workload
+from ambit.proxy.accounting import Accounting, traffic_labels
+from ambit.proxy.context import LocalPod, ProxyContext
+from ambit.proxy.hbone_client import HboneClient
+from ambit.proxy.inbound import deliver_locally
+from ambit.proxy.pool import PoolKey
+from ambit.proxy.relay import relay
+from ambit.proxy.sockets import connect, original_dst
+from ambit.proxy.streams import ByteStream, SocketStream
+from ambit.telemetry.accesslog import ConnectionRecord
+from ambit.telemetry.metrics import Reporter
+
+log = logging.getLogger("ambit.proxy.outbound")
+
+HBONE_PORT = 15008
+ILLEGAL_PORTS = frozenset({15001, 15006, 15008, 15080, 15000, 15020, 15021})
+"""The proxy's own ports: a pod calling them at loopback or at its own address is refused (spec §2.4)."""
+
+
+def hostport(ip: IPAddress | str, port: int) -> str:
+    text = str(ip)
+    return f"[{text}]:{port}" if ":" in text else f"{text}:{port}"
+
+
+def is_self_call(dst_ip: IPAddress, dst_port: int, own: tuple[IPAddress, ...]) -> bool:
+    return dst_port in ILLEGAL_PORTS and (dst_ip.is_loopback or dst_ip in own)
+
+
+def _reset(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    sock.close()
+
+
+async def serve_outbound(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) -> None:
+    """Proxy one connection that pod ``pod`` opened; never raises for network or peer trouble."""
+    peer = sock.getpeername()
+    dst = original_dst(sock)
+    if dst is None:
+        log.warning("pod %s: outbound connection from %s without an original destination", pod.uid, peer)
+        _reset(sock)
+        return
+    dst_ip, dst_port = ipaddress.ip_address(dst[0]), dst[1]
+    source = await ctx.wait_local_workload(pod)
+    own = source.addresses if source else ()
+    if is_self_call(dst_ip, dst_port, own):
+        log.warning("pod %s: refused a call to the proxy's own port %s", pod.uid, hostport(dst_ip, dst_port))
+        _reset(sock)
+        return
+    if source is None:
+        log.warning("pod %s: unknown source workload, refusing %s", pod.uid, hostport(dst_ip, dst_port))
+        _reset(sock)
+        return
+    try:
+        destination = ctx.state.resolve(ctx.settings.network, dst_ip, dst_port, random.choice)
+    except NoHealthyUpstreamError as exc:
+        _account(ctx, pod, source, peer, None, dst_ip, dst_port).failed(str(exc), "NR")
+        _reset(sock)
+        return
+    accounting = _account(ctx, pod, source, peer, destination, dst_ip, dst_port)
+    conn = ctx.register("outbound", hostport(peer[0], peer[1]), hostport(dst_ip, dst_port), pod)
+    try:
+        await _forward(ctx, pod, source, sock, peer, destination, accounting)
+    finally:
+        ctx.unregister(conn)
+
+
+async def _forward(
+    ctx: ProxyContext,
+    pod: LocalPod,
+    source: Workload,
+    sock: socket.socket,
+    peer: tuple[str, int],
+    destination: Destination,
+    accounting: Accounting,
+) -> None:
+    upstream: ByteStream
+    accountings = [accounting]
+    try:
+        if destination.tunnel is Tunnel.HBONE:
+            local_pod = ctx.find_local_pod_by_ip(destination.ip)
+            if local_pod is not None:
+                delivery = await deliver_locally(
+                    ctx, local_pod, peer[0], pod.identity, destination.port, hostport(peer[0], peer[1])
+                )
+                upstream = delivery.stream
+                accountings.append(delivery.accounting)
+            else:
+                upstream = await _open_tunnel(ctx, pod, peer, destination)
+        else:
+            upstream = SocketStream(await connect(pod.sockets, (str(destination.ip), destination.port)))
+    except (AmbitError, OSError) as exc:
+        flag = getattr(exc, "flag", "CONNECT")
+        accounting.failed(str(exc), str(flag))
+        _reset(sock)
+        return
+    accounting.opened()
+
+    def up(n: int) -> None:
+        for each in accountings:
+            each.up(n)
+
+    def down(n: int) -> None:
+        for each in accountings:
+            each.down(n)
+
+    error = "cancelled"
+    downstream = SocketStream(sock)
+    try:
+        result = await relay(downstream, upstream, on_upstream=up, on_downstream=down)
+        error = result.error
+    finally:
+        for each in accountings:
+            each.finish(error)
+        await asyncio.gather(downstream.aclose(), upstream.aclose(), return_exceptions=True)
+
+
+async def _open_tunnel(ctx: ProxyContext, pod: LocalPod, peer: tuple[str, int], destination: Destination) -> ByteStream:
+    cert = await ctx.certs.fetch(pod.identity)
+    expected = destination.expected_identities
+    hbone_addr = (str(destination.ip), HBONE_PORT)
+    service = destination.service
+    headers = connect_headers(
+        forwarded_for=hostport(peer[0], peer[1]),
+        host=service.hostname if service else None,
+    )
+
+    async def dial() -> HboneClient:
+        tcp = await connect(pod.sockets, hbone_addr)
+        return await HboneClient.connect(tcp, cert, expected, trust_domain=ctx.settings.trust_domain)
+
+    key = PoolKey(pod.identity, expected, peer[0], hbone_addr)
+    return await ctx.pool.open_tunnel(key, hostport(destination.ip, destination.port), headers, dial)
+
+
+def _account(
+    ctx: ProxyContext,
+    pod: LocalPod,
+    source: Workload,
+    peer: tuple[str, int],
+    destination: Destination | None,
+    dst_ip: IPAddress,
+    dst_port: int,
+) -> Accounting:
+    target = destination.workload if destination else None
+    mtls = destination is not None and destination.tunnel is Tunnel.HBONE
+    service = destination.service if destination else None
+    labels = traffic_labels(
+        Reporter.SOURCE,
+        source=source,
+        source_identity=pod.identity,
+        destination=target,
+        destination_identity=target.identity if target else None,
+        service=service,
+        mtls=mtls,
+    )
+    if destination is not None and destination.tunnel is Tunnel.HBONE:
+        dst_addr, hbone_addr = hostport(destination.ip, HBONE_PORT), hostport(destination.ip, destination.port)
+    elif destination is not None:
+        dst_addr, hbone_addr = hostport(destination.ip, destination.port), ""
+    else:
+        dst_addr, hbone_addr = hostport(dst_ip, dst_port), ""
+    record = ConnectionRecord(
+        direction="outbound",
+        src_addr=hostport(peer[0], peer[1]),
+        dst_addr=dst_addr,
+        dst_hbone_addr=hbone_addr,
+        src_workload=source.name,
+        src_namespace=source.namespace,
+        src_identity=str(pod.identity) if mtls else "",
+        src_cluster=source.cluster_id,
+        dst_service=service.hostname if service else "",
+        dst_workload=target.name if target else "",
+        dst_namespace=target.namespace if target else "",
+        dst_identity=str(target.identity) if mtls and target else "",
+        dst_cluster=target.cluster_id if target else "",
+    )
+    return Accounting(ctx.metrics, ctx.access_log, labels, record, ctx.clock)

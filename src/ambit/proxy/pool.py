@@ -1,0 +1,241 @@
+"""The outbound HBONE connection pool (spec §6.2): many CONNECT tunnels share few mutual-TLS HTTP/2 connections.
+
+Theory of operation: connections are grouped by :class:`PoolKey` {source identity, expected destination
+identities, source IP, destination address}; a tunnel may only ride a connection whose key matches exactly, so a
+stream never travels under another workload's certificate or to a peer verified against other names.
+:meth:`ConnectionPool.open_tunnel` picks a live connection of the key with a free stream slot; failing that it
+joins an in-flight dial of that key that still has room for it; failing that it starts a new dial. So a burst of
+openers for a cold key makes one connection, and only the 101st concurrent opener makes a second one.
+
+The bookkeeping is synchronous (STYLE.md rule 6): choosing a connection, counting the openers waiting on a dial
+and dropping dead or idle connections happen without awaiting, so no other task can see a half-updated pool. The
+I/O (the dial, the CONNECT exchange, closing) is done by the caller's task or handed to the connection.
+
+Invariants:
+
+- A :class:`PooledConnection` claims its stream slot before its ``open_tunnel`` first suspends, so between the
+  pool choosing a connection and the stream counting against it no other opener can take the same slot.
+- At most ``max_streams`` openers wait on one dial; the dial's result is shared by all of them (failure too: a
+  dead destination fails a burst once, not a hundred times).
+- A connection that turns out dead while opening (:class:`ConnectionLostError`) is dropped and the open retried
+  once on a connection chosen afresh; any other failure (a refused tunnel, a failed dial) goes to the caller.
+- A connection with no streams for ``idle_timeout`` is closed by :meth:`ConnectionPool.reap_idle`, which the
+  owner calls periodically; dead connections are forgotten there too. Idleness is the connection's own
+  ``idle_since``, so the pool's ``clock`` must be the clock the connections were made with.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ambit.model.identity import SpiffeId
+from ambit.proxy.errors import ProxyError
+from ambit.proxy.hbone_stream import ConnectionLostError, HboneStream
+
+MAX_STREAMS_PER_CONNECTION = 100
+"""Concurrent tunnels on one pooled connection before the pool opens another (ztunnel's default)."""
+
+
+class PoolClosedError(ProxyError):
+    """The pool was closed; no more tunnels can be opened through it."""
+
+
+class PooledConnection(Protocol):
+    """What the pool needs of a connection (:class:`~ambit.proxy.hbone_client.HboneClient` is one)."""
+
+    @property
+    def available(self) -> bool: ...  # alive and can take another stream now
+    @property
+    def closed(self) -> bool: ...  # dead or closing: never again usable
+    @property
+    def active_streams(self) -> int: ...
+    @property
+    def idle_since(self) -> float | None: ...  # clock time the last stream ended; None while streams are open
+    async def open_tunnel(self, authority: str, headers: Sequence[tuple[str, str]]) -> HboneStream: ...
+    def close(self) -> None: ...  # start a graceful close (GOAWAY) without waiting
+    async def aclose(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PoolKey:
+    """Which tunnels may share a connection (ztunnel's ``WorkloadKey``)."""
+
+    source: SpiffeId
+    destination: frozenset[SpiffeId]
+    source_ip: str
+    destination_addr: tuple[str, int]
+
+    def __str__(self) -> str:
+        names = ",".join(sorted(str(identity) for identity in self.destination))
+        host, port = self.destination_addr
+        return f"{self.source}@{self.source_ip} -> [{names}]@{host}:{port}"
+
+
+@dataclass(slots=True)
+class _Dial:
+    """A connection being made for a key, and how many openers are waiting for it."""
+
+    future: asyncio.Future[PooledConnection]
+    waiters: int = 0
+
+
+@dataclass(slots=True)
+class _Bucket:
+    connections: list[PooledConnection] = field(default_factory=list)
+    dials: list[_Dial] = field(default_factory=list)
+
+
+class ConnectionPool:
+    """Outbound HBONE connections keyed by :class:`PoolKey`; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        idle_timeout: float = 300.0,
+        clock: Callable[[], float] = time.monotonic,
+        max_streams: int = MAX_STREAMS_PER_CONNECTION,
+    ) -> None:
+        self._idle_timeout = idle_timeout
+        self._clock = clock
+        self._max_streams = max_streams
+        self._buckets: dict[PoolKey, _Bucket] = {}
+        self._dial_tasks: set[asyncio.Task[PooledConnection]] = set()
+        self._closed = False
+
+    async def open_tunnel(
+        self,
+        key: PoolKey,
+        authority: str,
+        headers: Sequence[tuple[str, str]],
+        dial: Callable[[], Awaitable[PooledConnection]],
+    ) -> HboneStream:
+        """A CONNECT tunnel to ``authority`` over a connection of ``key``; ``dial`` makes a new one if needed."""
+        retried = False
+        while True:
+            connection = await self._acquire(key, dial)
+            try:
+                return await connection.open_tunnel(authority, headers)
+            except ConnectionLostError:
+                self._forget(key, connection)
+                if retried:
+                    raise
+                retried = True
+
+    def reap_idle(self) -> int:
+        """Close connections idle past the timeout and forget dead ones; return how many were closed."""
+        now = self._clock()
+        reaped = 0
+        for key, bucket in list(self._buckets.items()):
+            keep: list[PooledConnection] = []
+            for connection in bucket.connections:
+                idle_since = connection.idle_since
+                if connection.closed:
+                    continue
+                if idle_since is not None and now - idle_since >= self._idle_timeout:
+                    connection.close()
+                    reaped += 1
+                    continue
+                keep.append(connection)
+            bucket.connections = keep
+            if not keep and not bucket.dials:
+                del self._buckets[key]
+        return reaped
+
+    def stats(self) -> dict[str, Any]:
+        """Per key: live connections, their open streams and dials in flight (for config_dump)."""
+        keys = []
+        for key, bucket in self._buckets.items():
+            live = [c for c in bucket.connections if not c.closed]
+            keys.append(
+                {
+                    "key": str(key),
+                    "source": str(key.source),
+                    "destination": sorted(str(identity) for identity in key.destination),
+                    "source_ip": key.source_ip,
+                    "destination_addr": f"{key.destination_addr[0]}:{key.destination_addr[1]}",
+                    "connections": len(live),
+                    "streams": sum(c.active_streams for c in live),
+                    "dialing": len(bucket.dials),
+                }
+            )
+        return {
+            "connections": sum(k["connections"] for k in keys),
+            "streams": sum(k["streams"] for k in keys),
+            "keys": keys,
+        }
+
+    async def aclose(self) -> None:
+        """Close every connection (their open tunnels are reset) and refuse further opens."""
+        self._closed = True
+        connections = [c for bucket in self._buckets.values() for c in bucket.connections]
+        self._buckets.clear()
+        for task in list(self._dial_tasks):
+            task.cancel()
+        for task in list(self._dial_tasks):
+            with contextlib.suppress(BaseException):
+                await task
+        await asyncio.gather(*(c.aclose() for c in connections), return_exceptions=True)
+
+    async def _acquire(self, key: PoolKey, dial: Callable[[], Awaitable[PooledConnection]]) -> PooledConnection:
+        """A connection of ``key`` with a free slot: reused, shared from a dial in flight, or freshly dialed."""
+        while True:
+            if self._closed:
+                raise PoolClosedError("the connection pool is closed")
+            bucket = self._buckets.setdefault(key, _Bucket())
+            bucket.connections = [c for c in bucket.connections if not c.closed]
+            for connection in bucket.connections:
+                if connection.available and connection.active_streams < self._max_streams:
+                    return connection
+            pending = next((d for d in bucket.dials if d.waiters < self._max_streams), None)
+            if pending is None:
+                pending = self._start_dial(key, bucket, dial)
+            pending.waiters += 1
+            # Every waiter, not only the dialer, sees the dial's failure; shield so one cancelled opener
+            # does not cancel the dial the others share.
+            await asyncio.shield(pending.future)
+            # Loop: the new connection is now in the bucket, and we compete for its slots like anyone else.
+
+    def _start_dial(self, key: PoolKey, bucket: _Bucket, dial: Callable[[], Awaitable[PooledConnection]]) -> _Dial:
+        loop = asyncio.get_running_loop()
+        pending = _Dial(loop.create_future())
+        bucket.dials.append(pending)
+
+        async def run() -> PooledConnection:
+            return await dial()
+
+        task = loop.create_task(run(), name=f"hbone dial {key}")
+        self._dial_tasks.add(task)
+
+        def finished(task: asyncio.Task[PooledConnection]) -> None:
+            self._dial_tasks.discard(task)
+            if pending in bucket.dials:
+                bucket.dials.remove(pending)
+            if task.cancelled():
+                pending.future.set_exception(PoolClosedError("the dial was cancelled: the pool is closing"))
+            elif (error := task.exception()) is not None:
+                pending.future.set_exception(error)
+            else:
+                connection = task.result()
+                if self._closed:
+                    connection.close()
+                    pending.future.set_exception(PoolClosedError("the connection pool is closed"))
+                else:
+                    self._buckets.setdefault(key, bucket).connections.append(connection)
+                    pending.future.set_result(connection)
+            # Waiters retrieve it; mark it retrieved so a dial nobody waits for anymore does not warn.
+            if not pending.future.cancelled():
+                pending.future.exception()
+
+        task.add_done_callback(finished)
+        return pending
+
+    def _forget(self, key: PoolKey, connection: PooledConnection) -> None:
+        bucket = self._buckets.get(key)
+        if bucket is not None and connection in bucket.connections:
+            bucket.connections.remove(connection)
+        connection.close()

@@ -1,0 +1,336 @@
+"""Sockets the proxy opens for a pod, created inside the pod's network namespace (spec §1.3, §2.1, §6.3 step 8, §12).
+
+Theory of operation: a socket belongs to the netns of the thread that called ``socket()``, for its whole life;
+``setsockopt``, ``bind`` and ``connect`` act on that netns from any thread. So each pod gets one
+:class:`NetnsSocketFactory` with one dedicated, long-lived thread that ``setns(fd, CLONE_NEWNET)``'d into the pod
+once and never leaves; the event loop thread never changes namespace. The thread keeps a small pool of spare
+sockets filled, so :meth:`NetnsSocketFactory.tcp_socket` usually takes one without a thread hop; when the pool is
+empty it asks the thread for one and waits. :class:`HostSocketFactory` makes the same sockets in the caller's own
+netns (node-netns uses, tests).
+
+Every socket is non-blocking, close-on-exec, ``TCP_NODELAY``, keepalive on (ztunnel's 180 s idle / 180 s interval
+/ 9 probes) and carries ``SO_MARK`` 0x539: the pod's rules never redirect marked traffic, and mark its
+connections so that replies route back to the proxy. ``transparent=True`` adds ``IP_TRANSPARENT``, which lets
+:func:`connect` bind a source address the netns does not own: inbound delivery connects to the local pod *from the
+remote client's IP*.
+
+Invariants: the factory thread only ever runs in the pod's netns; a socket handed to the caller is the caller's to
+close; after :meth:`NetnsSocketFactory.aclose` the thread is gone and every spare and the dup'd netns fd closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import ctypes
+import ctypes.util
+import errno
+import logging
+import os
+import queue
+import socket
+import struct
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from ambit.proxy.errors import ProxyConnectError, SocketFactoryError
+
+log = logging.getLogger("ambit.proxy.sockets")
+
+PROXY_MARK = 0x539
+CLONE_NEWNET = 0x40000000
+IP_TRANSPARENT = 19
+IPV6_TRANSPARENT = 75
+SO_ORIGINAL_DST = 80
+KEEPALIVE_IDLE = 180
+KEEPALIVE_INTERVAL = 180
+KEEPALIVE_PROBES = 9
+
+_CONNECT_REASONS = {
+    errno.ECONNREFUSED: "refused",
+    errno.ETIMEDOUT: "timeout",
+    errno.EHOSTUNREACH: "unreachable",
+    errno.ENETUNREACH: "unreachable",
+    errno.ECONNRESET: "reset",
+    errno.EADDRNOTAVAIL: "source address not available",
+}
+
+
+class SocketFactory(Protocol):
+    """Where the proxy's TCP sockets come from (the netns seam)."""
+
+    async def tcp_socket(
+        self, *, transparent: bool = False, family: socket.AddressFamily = socket.AF_INET
+    ) -> socket.socket: ...
+
+
+def _new_tcp_socket(family: socket.AddressFamily, mark: int | None) -> socket.socket:
+    """A configured, unconnected TCP socket in the calling thread's netns."""
+    sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC)
+    try:
+        if mark is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_MARK, mark)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, KEEPALIVE_IDLE)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, KEEPALIVE_INTERVAL)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, KEEPALIVE_PROBES)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _make_transparent(sock: socket.socket) -> None:
+    if sock.family == socket.AF_INET6:
+        sock.setsockopt(socket.IPPROTO_IPV6, IPV6_TRANSPARENT, 1)
+    else:
+        sock.setsockopt(socket.SOL_IP, IP_TRANSPARENT, 1)
+
+
+def _configured(sock: socket.socket, transparent: bool) -> socket.socket:
+    try:
+        if transparent:
+            _make_transparent(sock)
+    except OSError as exc:
+        sock.close()
+        raise SocketFactoryError(f"cannot make a transparent socket: {exc.strerror}") from exc
+    return sock
+
+
+class HostSocketFactory:
+    """Sockets in the calling process's own netns; ``mark=None`` skips ``SO_MARK`` (it needs CAP_NET_ADMIN)."""
+
+    def __init__(self, *, mark: int | None = PROXY_MARK) -> None:
+        self._mark = mark
+
+    async def tcp_socket(
+        self, *, transparent: bool = False, family: socket.AddressFamily = socket.AF_INET
+    ) -> socket.socket:
+        try:
+            sock = _new_tcp_socket(family, self._mark)
+        except OSError as exc:
+            raise SocketFactoryError(f"cannot create a socket: {exc.strerror}") from exc
+        return _configured(sock, transparent)
+
+
+def _setns(fd: int) -> None:
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    if libc.setns(fd, CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+_STOP = object()
+_REFILL = object()
+
+
+@dataclass(frozen=True, slots=True)
+class _SocketRequest:
+    """A caller waiting (on the loop) for a socket the pool did not have."""
+
+    future: asyncio.Future[socket.socket]
+    family: socket.AddressFamily
+
+
+class NetnsSocketFactory:
+    """One pod's sockets, made by a thread living in the pod's netns, with a pool of ``spares`` ready ones.
+
+    The pool is a deque: the thread appends, the event loop pops (both atomic in CPython). Requests go to the
+    thread through a queue: ``_REFILL`` (top the pool up), ``_STOP``, or a future to answer with a new socket.
+    """
+
+    def __init__(self, netns_fd: int, *, name: str, spares: int = 8, mark: int = PROXY_MARK) -> None:
+        self.name = name
+        self._fd = os.dup(netns_fd)
+        self._target = spares
+        self._mark = mark
+        self._spares: collections.deque[socket.socket] = collections.deque()
+        self._jobs: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+
+    @property
+    def spare_count(self) -> int:
+        """How many ready sockets the pool holds now."""
+        return len(self._spares)
+
+    @property
+    def thread_name(self) -> str:
+        return f"netns sockets {self.name}"
+
+    async def start(self) -> None:
+        """Start the thread and wait until it joined the netns and made a marked socket; raise if it could not."""
+        if self._closed or self._thread is not None:
+            raise SocketFactoryError(f"socket factory {self.name}: already started or closed")
+        self._loop = asyncio.get_running_loop()
+        ready: asyncio.Future[None] = self._loop.create_future()
+        self._thread = threading.Thread(target=self._run, args=(ready,), name=self.thread_name, daemon=True)
+        self._thread.start()
+        try:
+            await ready
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def tcp_socket(
+        self, *, transparent: bool = False, family: socket.AddressFamily = socket.AF_INET
+    ) -> socket.socket:
+        if self._closed or self._loop is None:
+            raise SocketFactoryError(f"socket factory {self.name}: not running")
+        sock: socket.socket | None = None
+        if family == socket.AF_INET:
+            with contextlib.suppress(IndexError):
+                sock = self._spares.popleft()
+        future: asyncio.Future[socket.socket] | None = None
+        if sock is None:  # the slow way: asked first, so the thread answers before it refills
+            future = self._loop.create_future()
+            self._jobs.put(_SocketRequest(future, family))
+        if family == socket.AF_INET and len(self._spares) < self._target:
+            self._jobs.put(_REFILL)
+        if future is not None:
+            sock = await future
+        assert sock is not None
+        return _configured(sock, transparent)
+
+    async def aclose(self) -> None:
+        """Stop the thread, close the spares and the netns fd; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        thread, self._thread = self._thread, None
+        try:
+            if thread is not None:
+                self._jobs.put(_STOP)
+                await asyncio.to_thread(thread.join)
+        finally:  # even when cancelled: the thread stops on its own and closes what it still adds
+            while True:  # requests the thread did not get to
+                try:
+                    job = self._jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if job is _STOP:  # cancelled before the thread took it: it is still the thread's to see
+                    self._jobs.put(_STOP)
+                    break
+                if isinstance(job, _SocketRequest):
+                    self._answer(job.future, None, SocketFactoryError(f"socket factory {self.name}: closed"))
+            while self._spares:
+                self._spares.popleft().close()
+            os.close(self._fd)
+
+    # -- the thread -------------------------------------------------------------------------------------------------
+
+    def _answer(self, future: asyncio.Future[socket.socket], sock: socket.socket | None, exc: Exception | None) -> None:
+        """On the loop: hand the socket over, unless the caller stopped waiting (then it is ours to close)."""
+        if future.done():
+            if sock is not None:
+                sock.close()
+        elif sock is not None:
+            future.set_result(sock)
+        elif exc is not None:
+            future.set_exception(exc)
+
+    def _post(self, callback: Callable[..., object], *args: object) -> bool:
+        assert self._loop is not None
+        try:
+            self._loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError:  # the loop is closed: nobody is waiting any more
+            return False
+        return True
+
+    def _run(self, ready: asyncio.Future[None]) -> None:
+        try:
+            _setns(self._fd)
+            _new_tcp_socket(socket.AF_INET, self._mark).close()
+        except OSError as exc:
+            error = SocketFactoryError(f"socket factory {self.name}: cannot make sockets in the netns: {exc}")
+            self._post(_settle, ready, error)
+            return
+        self._post(_settle, ready, None)
+        self._refill()
+        try:
+            while (job := self._jobs.get()) is not _STOP:
+                try:
+                    self._serve(job)
+                except Exception:  # the thread must keep answering: a request left unanswered hangs its caller
+                    log.exception("socket factory %s: request failed", self.name)
+        finally:
+            while self._spares:  # aclose drains too; this catches a refill that raced with it
+                self._spares.popleft().close()
+
+    def _serve(self, job: object) -> None:
+        if job is _REFILL:
+            self._refill()
+            return
+        assert isinstance(job, _SocketRequest)
+        try:
+            sock = _new_tcp_socket(job.family, self._mark)
+        except OSError as exc:
+            failure = SocketFactoryError(f"socket factory {self.name}: cannot create a socket: {exc.strerror}")
+            self._post(self._answer, job.future, None, failure)
+        else:
+            if not self._post(self._answer, job.future, sock, None):
+                sock.close()
+
+    def _refill(self) -> None:
+        while len(self._spares) < self._target and not self._closed:
+            try:
+                self._spares.append(_new_tcp_socket(socket.AF_INET, self._mark))
+            except OSError as exc:
+                log.warning("socket factory %s: cannot refill spares: %s", self.name, exc)
+                return
+
+
+def _settle(future: asyncio.Future[None], error: Exception | None) -> None:
+    if future.done():
+        return
+    if error is None:
+        future.set_result(None)
+    else:
+        future.set_exception(error)
+
+
+async def connect(
+    factory: SocketFactory,
+    address: tuple[str, int],
+    *,
+    source_ip: str | None = None,
+    timeout: float = 10.0,  # noqa: ASYNC109
+) -> socket.socket:
+    """A TCP connection to ``address`` made by ``factory``; from ``source_ip`` (any address: transparent) if given.
+
+    Raises :class:`ProxyConnectError` with the address and a reason (``refused``, ``timeout``, ``unreachable``...),
+    or :class:`SocketFactoryError` when the factory cannot make the socket.
+    """
+    family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+    sock = await factory.tcp_socket(transparent=source_ip is not None, family=family)
+    try:
+        if source_ip is not None:
+            sock.bind((source_ip, 0))
+        async with asyncio.timeout(timeout):
+            await asyncio.get_running_loop().sock_connect(sock, address)
+    except TimeoutError:
+        sock.close()
+        raise ProxyConnectError(address, "timeout") from None
+    except OSError as exc:
+        sock.close()
+        reason = _CONNECT_REASONS.get(exc.errno or 0, exc.strerror or str(exc))
+        raise ProxyConnectError(address, reason) from exc
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def original_dst(sock: socket.socket) -> tuple[str, int] | None:
+    """The pre-NAT IPv4 destination of a redirected connection, or None when it was not redirected."""
+    try:
+        raw = sock.getsockopt(socket.SOL_IP, SO_ORIGINAL_DST, 16)
+    except OSError:
+        return None
+    (port,) = struct.unpack("!H", raw[2:4])
+    return socket.inet_ntoa(raw[4:8]), port

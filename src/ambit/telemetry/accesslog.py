@@ -1,0 +1,130 @@
+"""The per-connection access log: one line per completed (or failed) connection, like ztunnel's ``access`` target.
+
+Theory of operation
+-------------------
+The proxy builds a :class:`ConnectionRecord` when a connection ends and hands it to :meth:`AccessLog.write`.
+:func:`format_access_log` is pure: it turns the record into one line, either logfmt-style text::
+
+    connection complete src.addr=198.18.1.5:43122 src.workload=web-0 src.namespace=default \
+dst.addr=198.18.2.7:15008 dst.hbone_addr=198.18.2.7:8080 dst.service=echo.default.svc.cluster.local \
+direction="outbound" bytes_sent=11 bytes_recv=22 duration="13ms"
+
+or one JSON object with the same dotted keys plus ``"message"``. Rules:
+
+- Fields come in a fixed order (src, dst, direction, bytes, duration, error) and empty string fields are left out,
+  so ``src.identity`` / ``dst.identity`` appear only when the proxy knew the peer through mTLS.
+- ``bytes_sent`` / ``bytes_recv`` are from this proxy's side (not flipped per reporter), ``duration`` is whole
+  milliseconds (``"13ms"``).
+- Text values are bare unless they are empty or contain whitespace, quotes, ``=`` or backslashes; then they are
+  JSON-quoted, so a line is always one line. ``direction``, ``duration`` and ``error`` are always quoted.
+- A record with an ``error`` is a ``connection failed`` line, written at WARNING; others at INFO.
+
+The sink is a plain :class:`logging.Logger` (``"access"`` by default), so levels and handlers are the
+application's logging configuration, not ours.
+"""
+
+from __future__ import annotations
+
+import json as _json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+COMPLETE = "connection complete"
+FAILED = "connection failed"
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionRecord:
+    direction: str  # "outbound" | "inbound"
+    src_addr: str
+    dst_addr: str  # the actual TCP destination (e.g. ip:15008 for HBONE)
+    dst_hbone_addr: str = ""  # the CONNECT authority
+    src_workload: str = ""
+    src_namespace: str = ""
+    src_identity: str = ""  # only with mTLS
+    src_cluster: str = ""
+    dst_service: str = ""
+    dst_workload: str = ""
+    dst_namespace: str = ""
+    dst_identity: str = ""  # only with mTLS
+    dst_cluster: str = ""
+    bytes_sent: int = 0
+    bytes_recv: int = 0
+    duration_seconds: float = 0.0
+    error: str = ""
+
+
+# (log key, record attribute) for the string fields, in output order.
+_STRING_FIELDS: tuple[tuple[str, str], ...] = (
+    ("src.addr", "src_addr"),
+    ("src.workload", "src_workload"),
+    ("src.namespace", "src_namespace"),
+    ("src.identity", "src_identity"),
+    ("src.cluster", "src_cluster"),
+    ("dst.addr", "dst_addr"),
+    ("dst.hbone_addr", "dst_hbone_addr"),
+    ("dst.service", "dst_service"),
+    ("dst.workload", "dst_workload"),
+    ("dst.namespace", "dst_namespace"),
+    ("dst.identity", "dst_identity"),
+    ("dst.cluster", "dst_cluster"),
+)
+_ALWAYS_QUOTED = frozenset({"direction", "duration", "error"})
+_NEEDS_QUOTES = frozenset(' \t\r\n"=\\')
+
+
+def _fields(record: ConnectionRecord) -> list[tuple[str, str | int]]:
+    out: list[tuple[str, str | int]] = [(key, getattr(record, attr)) for key, attr in _STRING_FIELDS]
+    out = [(key, value) for key, value in out if value != ""]
+    if record.direction:
+        out.append(("direction", record.direction))
+    out.append(("bytes_sent", record.bytes_sent))
+    out.append(("bytes_recv", record.bytes_recv))
+    out.append(("duration", f"{round(max(record.duration_seconds, 0.0) * 1000)}ms"))
+    if record.error:
+        out.append(("error", record.error))
+    return out
+
+
+def _dumps(obj: object) -> str:
+    """JSON, readable (non-ASCII kept) yet always one line: every non-printable character is escaped.
+
+    ``json.dumps`` escapes only C0 controls; U+0085, U+2028 and friends would otherwise split a log line.
+    """
+    text = _json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _json.dumps(c)[1:-1] for c in text)
+
+
+def _text_value(key: str, value: str | int) -> str:
+    if isinstance(value, int):
+        return str(value)
+    if key in _ALWAYS_QUOTED or not value or any(c in _NEEDS_QUOTES or not c.isprintable() for c in value):
+        return _dumps(value)
+    return value
+
+
+def format_access_log(record: ConnectionRecord, *, json: bool = False) -> str:
+    """One access-log line for ``record``: logfmt-style text, or a JSON object when ``json`` is true."""
+    message = FAILED if record.error else COMPLETE
+    fields = _fields(record)
+    if json:
+        obj: dict[str, Any] = {"message": message}
+        obj.update(fields)
+        return _dumps(obj)
+    return " ".join([message, *(f"{key}={_text_value(key, value)}" for key, value in fields)])
+
+
+class AccessLog:
+    """Writes :class:`ConnectionRecord` lines to a logger: INFO when complete, WARNING with an error."""
+
+    def __init__(self, *, json: bool = False, logger: logging.Logger | None = None) -> None:
+        self._json = json
+        self._logger = logger if logger is not None else logging.getLogger("access")
+
+    def write(self, record: ConnectionRecord) -> None:
+        level = logging.WARNING if record.error else logging.INFO
+        if self._logger.isEnabledFor(level):  # skip formatting when nobody listens
+            self._logger.log(level, "%s", format_access_log(record, json=self._json))

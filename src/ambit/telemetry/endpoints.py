@@ -1,0 +1,206 @@
+"""The node proxy's HTTP endpoints: admin (15000, localhost), stats (15020) and readiness (15021).
+
+Theory of operation
+-------------------
+Three small aiohttp applications, each with its own ``AppRunner`` and ``TCPSite`` so each binds its own address;
+``start()`` binds them in order (admin, stats, readiness) and ``aclose()`` closes all. A bind failure (port taken,
+address not local) closes whatever was already started and raises :class:`~ambit.telemetry.TelemetryError` naming
+the server and the address. aiohttp's access log is off: these are scraped every few seconds.
+
+Routes (anything else is 404; a known path with another method is 405)::
+
+    admin      GET  /              plain-text index of these endpoints
+               GET  /config_dump   JSON (indent 2) of config_dump()
+               POST /quitquitquit  200 "OK\\n", then quit()
+               GET  /logging       the current levels, one "logger: level" line each
+               POST /logging?level=SPEC   SPEC is "debug" (the "ambit" logger) or "access:debug,ambit.proxy:info"
+    stats      GET  /metrics, /stats/prometheus    ProxyMetrics.render()
+    readiness  GET  /healthz/ready 200 "ready\\n", or 500 "not ready, pending: a, b"
+
+The handlers only read the pure objects they were given (:class:`ProxyMetrics`, :class:`Readiness`) and call the
+two callbacks; :func:`parse_log_levels` is pure and raises :class:`~ambit.telemetry.BadLogLevelError`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from aiohttp import web
+
+from ambit.telemetry import BadLogLevelError, TelemetryError
+from ambit.telemetry.metrics import ProxyMetrics
+from ambit.telemetry.readiness import Readiness
+
+log = logging.getLogger("ambit.telemetry.endpoints")
+
+ROOT_LOGGER = "ambit"
+ACCESS_LOGGER = "access"
+_OFF = logging.CRITICAL + 10
+_LEVELS: dict[str, int] = {
+    "trace": logging.DEBUG,
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warn": logging.WARNING,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
+    "off": _OFF,
+}
+_LEVEL_NAMES = {logging.DEBUG: "debug", logging.INFO: "info", logging.WARNING: "warning", logging.ERROR: "error"}
+_LEVEL_NAMES |= {logging.CRITICAL: "critical", _OFF: "off"}
+_LOGGER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*(\.[A-Za-z_][A-Za-z0-9_\-]*)*")
+
+INDEX = """\
+ambit node proxy admin
+  GET  /config_dump         proxy state and configuration (JSON)
+  GET  /logging             current log levels
+  POST /logging?level=L     set levels: "debug", or "access:debug,ambit.proxy:info"
+  POST /quitquitquit        graceful shutdown
+metrics:   GET /metrics, GET /stats/prometheus (stats port)
+readiness: GET /healthz/ready (readiness port)
+"""
+
+
+def parse_log_levels(spec: str) -> dict[str, int]:
+    """``"debug"`` or ``"access:debug,ambit.proxy:info"`` → ``{logger name: logging level}``.
+
+    A bare level applies to the ``ambit`` logger. Raises :class:`BadLogLevelError` with one line on bad input.
+    """
+    if not spec.strip():
+        raise BadLogLevelError("bad log level: empty; expected e.g. 'debug' or 'access:debug,ambit:info'")
+    out: dict[str, int] = {}
+    for item in spec.split(","):
+        name, sep, level = item.strip().rpartition(":")
+        if not sep:
+            name = ROOT_LOGGER
+        if not _LOGGER_NAME.fullmatch(name):
+            raise BadLogLevelError(f"bad log level {item.strip()!r}: {name!r} is not a logger name")
+        value = _LEVELS.get(level.strip().lower())
+        if value is None:
+            raise BadLogLevelError(f"bad log level {item.strip()!r}: expected one of {', '.join(_LEVELS)}")
+        out[name] = value
+    return out
+
+
+def _level_name(level: int) -> str:
+    return _LEVEL_NAMES.get(level, logging.getLevelName(level).lower())
+
+
+class ProxyEndpoints:
+    """The admin, stats and readiness servers; ``start()`` then ``aclose()``."""
+
+    def __init__(
+        self,
+        *,
+        metrics: ProxyMetrics,
+        readiness: Readiness,
+        config_dump: Callable[[], Mapping[str, Any]],
+        quit: Callable[[], None],
+        admin_address: tuple[str, int] = ("127.0.0.1", 15000),
+        stats_address: tuple[str, int] = ("0.0.0.0", 15020),
+        readiness_address: tuple[str, int] = ("0.0.0.0", 15021),
+    ) -> None:
+        self._metrics = metrics
+        self._readiness = readiness
+        self._config_dump = config_dump
+        self._quit = quit
+        self._loggers: list[str] = [ROOT_LOGGER, ACCESS_LOGGER]  # shown by GET /logging, plus any set there
+
+        admin = web.Application()
+        admin.router.add_get("/", self._index, allow_head=False)
+        admin.router.add_get("/config_dump", self._config_dump_handler, allow_head=False)
+        admin.router.add_post("/quitquitquit", self._quitquitquit)
+        admin.router.add_get("/logging", self._get_logging, allow_head=False)
+        admin.router.add_post("/logging", self._set_logging)
+        stats = web.Application()
+        stats.router.add_get("/metrics", self._render_metrics, allow_head=False)
+        stats.router.add_get("/stats/prometheus", self._render_metrics, allow_head=False)
+        ready = web.Application()
+        ready.router.add_get("/healthz/ready", self._healthz_ready, allow_head=False)
+
+        self._servers: list[tuple[str, tuple[str, int], web.AppRunner]] = [
+            (name, address, web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0))
+            for name, address, app in (
+                ("admin", admin_address, admin),
+                ("stats", stats_address, stats),
+                ("readiness", readiness_address, ready),
+            )
+        ]
+        self._started: list[web.AppRunner] = []
+
+    async def start(self) -> None:
+        """Bind all three servers; on failure close those already bound and raise :class:`TelemetryError`."""
+        for name, (host, port), runner in self._servers:
+            await runner.setup()
+            self._started.append(runner)
+            try:
+                await web.TCPSite(runner, host, port, reuse_address=True).start()
+            except OSError as exc:
+                await self.aclose()
+                reason = exc.strerror or str(exc)
+                raise TelemetryError(f"cannot start the {name} server on {host}:{port}: {reason}") from None
+
+    async def aclose(self) -> None:
+        started, self._started = self._started, []
+        for runner in started:
+            await runner.cleanup()
+
+    @property
+    def ports(self) -> dict[str, int]:
+        """The bound port of each started server, by name ("admin", "stats", "readiness")."""
+        out: dict[str, int] = {}
+        for name, _address, runner in self._servers:
+            if runner in self._started and runner.addresses:
+                out[name] = int(runner.addresses[0][1])
+        return out
+
+    # --- admin -----------------------------------------------------------------------------------------------
+
+    async def _index(self, request: web.Request) -> web.Response:
+        return web.Response(text=INDEX)
+
+    async def _config_dump_handler(self, request: web.Request) -> web.Response:
+        try:
+            body = json.dumps(self._config_dump(), indent=2, default=str)
+        except Exception as exc:  # one broken dump must not be a traceback to the caller
+            log.exception("config_dump failed")
+            return web.Response(status=500, text=f"config_dump failed: {type(exc).__name__}: {exc}\n")
+        return web.Response(text=body + "\n", content_type="application/json")
+
+    async def _quitquitquit(self, request: web.Request) -> web.StreamResponse:
+        response = web.Response(text="OK\n")
+        await response.prepare(request)
+        await response.write_eof()  # the caller has its answer before shutdown starts
+        log.info("shutdown requested via /quitquitquit")
+        self._quit()
+        return response
+
+    async def _get_logging(self, request: web.Request) -> web.Response:
+        lines = [f"{name}: {_level_name(logging.getLogger(name).getEffectiveLevel())}" for name in self._loggers]
+        return web.Response(text="\n".join(lines) + "\n")
+
+    async def _set_logging(self, request: web.Request) -> web.Response:
+        try:
+            levels = parse_log_levels(request.query.get("level", ""))
+        except BadLogLevelError as exc:
+            return web.Response(status=400, text=f"{exc}\n")
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+            if name not in self._loggers:
+                self._loggers.append(name)
+        log.info("log levels set: %s", ", ".join(f"{n}={_level_name(v)}" for n, v in levels.items()))
+        return await self._get_logging(request)
+
+    # --- stats and readiness ---------------------------------------------------------------------------------
+
+    async def _render_metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=self._metrics.render(), headers={"Content-Type": self._metrics.content_type})
+
+    async def _healthz_ready(self, request: web.Request) -> web.Response:
+        if self._readiness.ready:
+            return web.Response(text="ready\n")
+        return web.Response(status=500, text=f"not ready, pending: {', '.join(self._readiness.pending())}")

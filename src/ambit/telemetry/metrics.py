@@ -1,0 +1,262 @@
+"""Istio's standard TCP metrics for the node proxy, in a private Prometheus registry.
+
+Theory of operation
+-------------------
+The proxy calls :meth:`ProxyMetrics.connection_opened` once per connection with its :class:`TrafficLabels` and
+gets a :class:`ConnectionMetrics` handle. The copy loop then calls ``add_received(n)`` (client→server bytes) and
+``add_sent(n)`` (server→client bytes) per chunk, and ``close()`` once. Source-reported labels come from the
+outbound side, destination-reported from inbound; for both reporters "received" is the request direction and
+"sent" the response direction, so a client that sends 11 bytes and reads 22 shows received=11, sent=22.
+
+The hot path never takes a lock: a handle keeps two plain running totals, and only the handle's own connection
+writes them. Flushing is the reverse: only :class:`ProxyMetrics` (under its lock) moves the not-yet-flushed part
+(running total minus what was already flushed) into the family totals, on ``close()`` and at every
+:meth:`ProxyMetrics.render`. Each field has a single writer, so a scrape mid-connection shows the exact bytes moved
+so far, and the closed connection's final flush adds exactly the remainder.
+
+Exposition is a custom collector that yields metric families from our own dicts (no prometheus_client metric
+objects): the exposed names are exactly Istio's (``istio_tcp_received_bytes_total``, no ``_total_total``) and there
+are no ``_created`` series. Families are exposed (HELP and TYPE) even before their first sample, so a scrape
+always lists every name. Unstable metrics say "(unstable)" in their HELP text, as ztunnel's do.
+
+Invariants: every family total only grows, except the two proxy-count gauges; a label value that is empty renders
+as ``unknown``; there is no global registry, so any number of :class:`ProxyMetrics` coexist (one per test).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+UNKNOWN = "unknown"
+BUILD_COMPONENT = "ambit-nodeproxy"
+
+
+class Reporter(enum.Enum):
+    SOURCE = "source"
+    DESTINATION = "destination"
+
+
+class SecurityPolicy(enum.Enum):
+    MUTUAL_TLS = "mutual_tls"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class TrafficLabels:
+    """Istio's ``CommonTrafficLabels``; field order is the label order (:data:`LABEL_NAMES`)."""
+
+    reporter: Reporter
+    source_workload: str = ""
+    source_canonical_service: str = ""
+    source_canonical_revision: str = ""
+    source_workload_namespace: str = ""
+    source_principal: str = ""  # only with mTLS
+    source_app: str = ""
+    source_version: str = ""
+    source_cluster: str = ""
+    destination_service: str = ""
+    destination_service_namespace: str = ""
+    destination_service_name: str = ""
+    destination_workload: str = ""
+    destination_canonical_service: str = ""
+    destination_canonical_revision: str = ""
+    destination_workload_namespace: str = ""
+    destination_principal: str = ""  # only with mTLS
+    destination_app: str = ""
+    destination_version: str = ""
+    destination_cluster: str = ""
+    request_protocol: str = "tcp"
+    response_flags: str = "-"
+    connection_security_policy: SecurityPolicy = SecurityPolicy.UNKNOWN
+
+    def values(self) -> tuple[str, ...]:
+        """The label values in :data:`LABEL_NAMES` order, with ``""`` rendered as ``unknown``."""
+        out: list[str] = []
+        for name in LABEL_NAMES:
+            value = getattr(self, name)
+            if isinstance(value, enum.Enum):
+                value = value.value
+            out.append(value or UNKNOWN)
+        return tuple(out)
+
+
+LABEL_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(TrafficLabels))
+
+LabelValues = tuple[str, ...]
+
+
+class ConnectionMetrics:
+    """One connection's byte counts. ``add_*`` are lock-free; ``close()`` flushes and is idempotent."""
+
+    __slots__ = ("_closed", "_flushed_received", "_flushed_sent", "_key", "_owner", "_received", "_sent")
+
+    def __init__(self, owner: ProxyMetrics, key: LabelValues) -> None:
+        self._owner = owner
+        self._key = key
+        self._received = 0  # written only by the connection (add_received)
+        self._sent = 0
+        self._flushed_received = 0  # written only by the owner, under its lock
+        self._flushed_sent = 0
+        self._closed = False
+
+    def add_received(self, n: int) -> None:
+        """Count ``n`` client→server (request) bytes."""
+        self._received += n
+
+    def add_sent(self, n: int) -> None:
+        """Count ``n`` server→client (response) bytes."""
+        self._sent += n
+
+    @property
+    def received_bytes(self) -> int:
+        return self._received
+
+    @property
+    def sent_bytes(self) -> int:
+        return self._sent
+
+    def close(self) -> None:
+        """Flush the remaining bytes and count the connection closed (once, however often it is called)."""
+        self._owner._close(self)
+
+
+@dataclass(slots=True)
+class _Family:
+    name: str
+    help: str
+    values: dict[LabelValues, int] = dataclasses.field(default_factory=dict)
+
+    def bump(self, key: LabelValues, n: int = 1) -> None:
+        self.values[key] = self.values.get(key, 0) + n
+
+
+class ProxyMetrics:
+    """The node proxy's metrics: ``connection_opened`` per connection, ``render()`` per scrape."""
+
+    content_type: str = CONTENT_TYPE_PLAIN_0_0_4
+
+    def __init__(self, *, build_version: str = "") -> None:
+        self._lock = threading.Lock()
+        self._build_version = build_version or UNKNOWN
+        self._open: set[ConnectionMetrics] = set()
+        self._opened = _Family("istio_tcp_connections_opened", "The total number of TCP connections opened")
+        self._closed = _Family("istio_tcp_connections_closed", "The total number of TCP connections closed")
+        self._received = _Family("istio_tcp_received_bytes", "The size of total bytes received during request")
+        self._sent = _Family("istio_tcp_sent_bytes", "The size of total bytes sent during response")
+        self._failed = _Family(
+            "istio_tcp_connections_failed", "The total number of TCP connections that failed to establish (unstable)"
+        )
+        self._active_proxies = 0
+        self._pending_proxies = 0
+        self._proxies_started = 0
+        self._proxies_stopped = 0
+        self._registry = CollectorRegistry(auto_describe=False)
+        self._registry.register(_Collector(self))
+
+    # --- recording (called by the proxy) ---------------------------------------------------------------------
+
+    def connection_opened(self, labels: TrafficLabels) -> ConnectionMetrics:
+        """Count a new connection (``istio_tcp_connections_opened_total``) and return its byte-count handle."""
+        key = labels.values()
+        conn = ConnectionMetrics(self, key)
+        with self._lock:
+            self._opened.bump(key)
+            # Byte series exist from the first connection on, so a scrape shows 0 rather than nothing.
+            self._received.bump(key, 0)
+            self._sent.bump(key, 0)
+            self._open.add(conn)
+        return conn
+
+    def connection_failed(self, labels: TrafficLabels) -> None:
+        """Count a connection that failed to establish (``istio_tcp_connections_failed_total``)."""
+        key = labels.values()
+        with self._lock:
+            self._failed.bump(key)
+
+    def set_proxy_counts(self, *, active: int, pending: int) -> None:
+        """Set the in-pod proxy gauges (workloads with a running proxy, and those waiting for one)."""
+        with self._lock:
+            self._active_proxies = active
+            self._pending_proxies = pending
+
+    def proxy_started(self) -> None:
+        with self._lock:
+            self._proxies_started += 1
+
+    def proxy_stopped(self) -> None:
+        with self._lock:
+            self._proxies_stopped += 1
+
+    # --- exposition ------------------------------------------------------------------------------------------
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition, after flushing the bytes of every open connection."""
+        with self._lock:
+            for conn in self._open:
+                self._flush_locked(conn)
+        return generate_latest(self._registry)
+
+    def _close(self, conn: ConnectionMetrics) -> None:
+        with self._lock:
+            if conn._closed:
+                return
+            conn._closed = True
+            self._open.discard(conn)
+            self._flush_locked(conn)
+            self._closed.bump(conn._key)
+
+    def _flush_locked(self, conn: ConnectionMetrics) -> None:
+        received, sent = conn._received, conn._sent  # read once: the connection may be adding concurrently
+        if received != conn._flushed_received:
+            self._received.bump(conn._key, received - conn._flushed_received)
+            conn._flushed_received = received
+        if sent != conn._flushed_sent:
+            self._sent.bump(conn._key, sent - conn._flushed_sent)
+            conn._flushed_sent = sent
+
+    def _families(self) -> Iterator[Metric]:
+        """Snapshot every family (called by the registry during ``render``, outside our lock)."""
+        with self._lock:
+            families = (self._opened, self._closed, self._received, self._sent)
+            traffic = [(f.name, f.help, dict(f.values)) for f in families]
+            failed = dict(self._failed.values)
+            active, pending = self._active_proxies, self._pending_proxies
+            started, stopped = self._proxies_started, self._proxies_stopped
+        for name, doc, values in traffic:
+            yield _counter(name, doc, values.items())
+        build = GaugeMetricFamily("istio_build", "Istio component build info", labels=["component", "tag"])
+        build.add_metric([BUILD_COMPONENT, self._build_version], 1)
+        yield build
+        yield _counter(self._failed.name, self._failed.help, failed.items())
+        yield GaugeMetricFamily(
+            "istio_active_proxy_count_total", "The total number of workloads with an active proxy (unstable)", active
+        )
+        yield GaugeMetricFamily(
+            "istio_pending_proxy_count_total", "The total number of workloads waiting for a proxy (unstable)", pending
+        )
+        yield CounterMetricFamily("istio_proxies_started", "The total number of proxies started (unstable)", started)
+        yield CounterMetricFamily("istio_proxies_stopped", "The total number of proxies stopped (unstable)", stopped)
+
+
+def _counter(name: str, doc: str, samples: Iterable[tuple[LabelValues, int]]) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, doc, labels=LABEL_NAMES)
+    for key, value in samples:
+        family.add_metric(key, value)
+    return family
+
+
+class _Collector(Collector):
+    def __init__(self, metrics: ProxyMetrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterable[Metric]:
+        return self._metrics._families()

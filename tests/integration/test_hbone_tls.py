@@ -1,0 +1,400 @@
+"""HBONE over real mutual TLS on loopback: client pool → HboneServer → a handler relaying to a local TCP server."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import os
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from ambit.hbone.connection import HboneSettings
+from ambit.hbone.headers import parse_authority
+from ambit.identity.localca import LocalCa
+from ambit.identity.manager import WorkloadCertificate
+from ambit.model.identity import SpiffeId
+from ambit.proxy.errors import StreamClosedError
+from ambit.proxy.hbone_client import HboneClient, HboneConnectError, TunnelRefusedError
+from ambit.proxy.hbone_server import HboneServer, InboundRequest, TunnelResponder
+from ambit.proxy.hbone_stream import HboneStream
+from ambit.proxy.pool import ConnectionPool, PoolKey
+from ambit.proxy.relay import relay
+from ambit.proxy.sockets import HostSocketFactory, connect
+from ambit.proxy.streams import SocketStream
+
+TD = "cluster.local"
+CLIENT = SpiffeId(TD, "client-ns", "client-sa")
+SERVER = SpiffeId(TD, "server-ns", "server-sa")
+REJECT_PORTS = {1400: 400, 1401: 401, 1503: 503}
+CRASH_PORT, SILENT_PORT = 1599, 1600
+FACTORY = HostSocketFactory(mark=None)
+SMALL_BUFFER = 64 * 1024
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Mesh:
+    """One HBONE listener on loopback with an upstream TCP server behind it, and a client pool in front."""
+
+    def __init__(self, ca: LocalCa, client_cert: WorkloadCertificate, server_cert: WorkloadCertificate) -> None:
+        self.ca = ca
+        self.client_cert = client_cert
+        self.server_cert = server_cert
+        self.clock = Clock()
+        self.pool = ConnectionPool(clock=self.clock)
+        self.failures: list[str] = []
+        self.connections_served = 0
+        self.serving: set[asyncio.Task[None]] = set()
+        self.settings: HboneSettings | None = None
+        self.upstream: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]] = _echo
+        self.upstream_addr = ("127.0.0.1", 0)
+        self.listener_addr = ("127.0.0.1", 0)
+
+    async def start(self) -> None:
+        async def upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                await self.upstream(reader, writer)
+            finally:
+                writer.close()
+
+        self._upstream_server = await asyncio.start_server(upstream, "127.0.0.1", 0)
+        self.upstream_addr = self._upstream_server.sockets[0].getsockname()[:2]
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(256)
+        self._listener.setblocking(False)
+        self.listener_addr = self._listener.getsockname()[:2]
+        self._accepting = asyncio.create_task(self._accept())
+
+    async def _accept(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            sock, _ = await loop.sock_accept(self._listener)
+            self.connections_served += 1
+            task = asyncio.create_task(
+                HboneServer.serve(
+                    sock,
+                    self._server_cert,
+                    trust_domain=TD,
+                    handler=self._handle,
+                    settings=self.settings,
+                    on_failure=self.failures.append,
+                )
+            )
+            self.serving.add(task)
+            task.add_done_callback(self.serving.discard)
+
+    async def _server_cert(self) -> WorkloadCertificate:
+        return self.server_cert
+
+    async def _handle(self, request: InboundRequest, responder: TunnelResponder) -> None:
+        assert request.peer_identity == self.client_cert.identity
+        _, port = parse_authority(request.authority)
+        if port in REJECT_PORTS:
+            responder.reject(REJECT_PORTS[port])
+            return
+        if port == CRASH_PORT:
+            raise RuntimeError("handler bug")
+        if port == SILENT_PORT:
+            return
+        sock = await connect(FACTORY, self.upstream_addr)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SMALL_BUFFER)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SMALL_BUFFER)
+        upstream = SocketStream(sock)
+        try:
+            await relay(responder.accept(), upstream)
+        finally:
+            await upstream.aclose()
+
+    async def dial(self, expected: frozenset[SpiffeId] = frozenset({SERVER})) -> HboneClient:
+        sock = await connect(FACTORY, self.listener_addr)
+        return await HboneClient.connect(
+            sock, self.client_cert, expected, trust_domain=TD, settings=self.settings, clock=self.clock
+        )
+
+    @property
+    def key(self) -> PoolKey:
+        return PoolKey(self.client_cert.identity, frozenset({SERVER}), "127.0.0.1", self.listener_addr)
+
+    async def open(self, port: int | None = None) -> HboneStream:
+        authority = f"127.0.0.1:{port or self.upstream_addr[1]}"
+        return await self.pool.open_tunnel(self.key, authority, [("forwarded", 'for="127.0.0.1:1"')], self.dial)
+
+    async def aclose(self) -> None:
+        await self.pool.aclose()
+        self._accepting.cancel()
+        await asyncio.gather(self._accepting, return_exceptions=True)
+        self._listener.close()
+        for task in list(self.serving):
+            task.cancel()
+        await asyncio.gather(*self.serving, return_exceptions=True)
+        self._upstream_server.close()
+        await self._upstream_server.wait_closed()
+
+
+async def _echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    while data := await reader.read(65536):
+        writer.write(data)
+        await writer.drain()
+    writer.write_eof()
+    await writer.drain()
+
+
+@pytest.fixture
+async def ca(tmp_path: Path) -> LocalCa:
+    return LocalCa(tmp_path / "ca", trust_domain=TD)
+
+
+@pytest.fixture
+async def mesh(ca: LocalCa) -> AsyncIterator[Mesh]:
+    client_cert, server_cert = await asyncio.gather(ca.fetch_certificate(CLIENT), ca.fetch_certificate(SERVER))
+    mesh = Mesh(ca, client_cert, server_cert)
+    await mesh.start()
+    yield mesh
+    await mesh.aclose()
+
+
+async def _read_all(stream: HboneStream) -> bytes:
+    parts = []
+    while chunk := await stream.read():
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+async def _echo_once(mesh: Mesh, payload: bytes) -> bytes:
+    stream = await mesh.open()
+    try:
+        await stream.write(payload)
+        stream.write_eof()
+        return await _read_all(stream)
+    finally:
+        await stream.aclose()
+
+
+async def test_one_tunnel_echoes_bytes_through_mutual_tls(mesh: Mesh) -> None:
+    assert await _echo_once(mesh, b"hello through hbone") == b"hello through hbone"
+    stats = mesh.pool.stats()
+    assert stats["connections"] == 1
+    assert stats["streams"] == 0
+    assert mesh.failures == []
+
+
+async def test_fifty_concurrent_tunnels_share_one_connection(mesh: Mesh) -> None:
+    payloads = [f"tunnel {i} ".encode() * (i + 1) for i in range(50)]
+    replies = await asyncio.gather(*(_echo_once(mesh, p) for p in payloads))
+    assert replies == payloads
+    assert mesh.connections_served == 1
+    assert mesh.pool.stats()["connections"] == 1
+
+
+async def test_one_hundred_fifty_concurrent_tunnels_spill_onto_two_connections(mesh: Mesh) -> None:
+    streams = await asyncio.gather(*(mesh.open() for _ in range(150)))
+    try:
+        assert mesh.connections_served == 2
+        assert mesh.pool.stats()["streams"] == 150
+        for i, stream in enumerate(streams):
+            await stream.write(b"%d" % i)
+            stream.write_eof()
+        replies = await asyncio.gather(*(_read_all(s) for s in streams))
+        assert replies == [b"%d" % i for i in range(150)]
+    finally:
+        for stream in streams:
+            await stream.aclose()
+
+
+async def test_half_close_works_both_ways_through_a_tunnel(mesh: Mesh) -> None:
+    received = asyncio.get_running_loop().create_future()
+
+    async def speaks_first_then_listens(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"greeting")
+        writer.write_eof()  # upstream finished sending, still listening
+        await writer.drain()
+        received.set_result(await reader.read())
+
+    mesh.upstream = speaks_first_then_listens
+    stream = await mesh.open()
+    assert await _read_all(stream) == b"greeting"  # EOF reached the client while its side is still open
+    await stream.write(b"late reply")
+    stream.write_eof()
+    assert await asyncio.wait_for(received, 10) == b"late reply"
+    await stream.aclose()
+    # And the usual order: the client half-closes first and still gets the whole answer.
+    mesh.upstream = _echo
+    assert await _echo_once(mesh, b"x" * 100_000) == b"x" * 100_000
+
+
+async def test_an_upstream_reset_reaches_the_client_as_a_closed_stream(mesh: Mesh) -> None:
+    async def resets(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readexactly(4)
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        writer.transport.abort()
+
+    mesh.upstream = resets
+    stream = await mesh.open()
+    await stream.write(b"ping")
+    with pytest.raises(StreamClosedError):
+        await asyncio.wait_for(_read_all(stream), 10)
+    with pytest.raises(StreamClosedError):
+        await stream.write(b"more")
+    stream.abort()  # idempotent after a peer reset
+
+
+async def test_a_client_abort_resets_the_upstream_connection(mesh: Mesh) -> None:
+    outcome = asyncio.get_running_loop().create_future()
+
+    async def waits(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            data = await reader.read()
+            outcome.set_result(f"eof after {data!r}")
+        except ConnectionResetError:
+            outcome.set_result("reset")
+
+    mesh.upstream = waits
+    stream = await mesh.open()
+    await stream.write(b"partial")
+    await asyncio.sleep(0.05)
+    stream.abort()
+    assert await asyncio.wait_for(outcome, 10) == "reset"
+    with pytest.raises(StreamClosedError):
+        await stream.read()
+
+
+@pytest.mark.parametrize("port,status", sorted(REJECT_PORTS.items()))
+async def test_a_handler_refusal_becomes_tunnel_refused_with_its_status(mesh: Mesh, port: int, status: int) -> None:
+    with pytest.raises(TunnelRefusedError) as caught:
+        await mesh.open(port)
+    assert caught.value.status == status
+    # The connection survives a refused tunnel.
+    assert await _echo_once(mesh, b"after refusal") == b"after refusal"
+    assert mesh.connections_served == 1
+
+
+async def test_a_crashing_handler_answers_503_and_a_silent_one_resets_the_stream(
+    mesh: Mesh, caplog: pytest.LogCaptureFixture
+) -> None:
+    with pytest.raises(TunnelRefusedError) as caught:
+        await mesh.open(CRASH_PORT)
+    assert caught.value.status == 503
+    assert "handler bug" in caplog.text
+    with pytest.raises(StreamClosedError):
+        await mesh.open(SILENT_PORT)
+    assert await _echo_once(mesh, b"still fine") == b"still fine"
+    assert mesh.connections_served == 1
+
+
+async def test_the_server_rejects_a_client_certificate_from_another_root(mesh: Mesh, tmp_path: Path) -> None:
+    stranger = await LocalCa(tmp_path / "other-root", trust_domain=TD).fetch_certificate(CLIENT)
+    # The stranger trusts our root (so it gets as far as presenting its own certificate).
+    mesh.client_cert = dataclasses.replace(stranger, roots_pem=mesh.ca.roots_pem)
+    with pytest.raises(HboneConnectError) as caught:
+        await mesh.dial()
+    assert caught.value.flag == "TLS_FAILURE"
+    await _until(lambda: bool(mesh.failures))
+    assert "TLS handshake failed" in mesh.failures[0]
+
+
+async def test_the_server_drops_a_client_of_another_trust_domain(mesh: Mesh, tmp_path: Path) -> None:
+    # Same root (same CA directory), but the certificate speaks for another trust domain.
+    foreign = LocalCa(tmp_path / "ca", trust_domain="other.domain")
+    mesh.client_cert = await foreign.fetch_certificate(SpiffeId("other.domain", "client-ns", "client-sa"))
+    with pytest.raises(HboneConnectError) as caught:
+        await mesh.dial()
+    assert caught.value.flag == "TLS_FAILURE"
+    await _until(lambda: bool(mesh.failures))
+    assert "outside trust domain" in mesh.failures[0]
+
+
+async def test_the_client_refuses_a_server_with_an_unexpected_identity(mesh: Mesh) -> None:
+    with pytest.raises(HboneConnectError) as caught:
+        await mesh.dial(frozenset({SpiffeId(TD, "server-ns", "someone-else")}))
+    assert caught.value.flag == "IDENTITY_ERROR"
+    assert "someone-else" in str(caught.value)
+
+
+async def test_ten_mebibytes_each_way_with_slow_readers_stay_bounded(mesh: Mesh) -> None:
+    mesh.settings = HboneSettings(stream_window=256 * 1024, connection_window=1024 * 1024, send_chunk=16 * 1024)
+    size = 10 * 1024 * 1024
+    block = os.urandom(1024 * 1024)
+    upload_digest = asyncio.get_running_loop().create_future()
+    counters = {"up_written": 0, "up_read": 0, "down_written": 0, "down_read": 0}
+    peaks = {"up": 0, "down": 0}
+
+    async def slow_sink_and_source(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SMALL_BUFFER)
+
+        async def sink() -> None:
+            digest = hashlib.sha256()
+            while data := await reader.read(32 * 1024):
+                counters["up_read"] += len(data)
+                peaks["up"] = max(peaks["up"], counters["up_written"] - counters["up_read"])
+                digest.update(data)
+                await asyncio.sleep(0.001)
+            upload_digest.set_result(digest.hexdigest())
+
+        async def source() -> None:
+            for _ in range(size // len(block)):
+                writer.write(block)
+                await writer.drain()
+                counters["down_written"] += len(block)
+            writer.write_eof()
+
+        await asyncio.gather(sink(), source())
+
+    mesh.upstream = slow_sink_and_source
+    stream = await mesh.open()
+
+    async def upload() -> None:
+        for _ in range(size // len(block)):
+            for offset in range(0, len(block), 64 * 1024):
+                await stream.write(block[offset : offset + 64 * 1024])
+                counters["up_written"] += 64 * 1024
+        stream.write_eof()
+
+    async def download() -> str:
+        digest = hashlib.sha256()
+        while data := await stream.read():
+            counters["down_read"] += len(data)
+            peaks["down"] = max(peaks["down"], counters["down_written"] - counters["down_read"])
+            digest.update(data)
+            await asyncio.sleep(0.001)
+        return digest.hexdigest()
+
+    _, down_digest = await asyncio.gather(upload(), download())
+    expected = hashlib.sha256(block * (size // len(block))).hexdigest()
+    assert down_digest == expected
+    assert await asyncio.wait_for(upload_digest, 30) == expected
+    await stream.aclose()
+    # In flight at any time: the HTTP/2 windows plus a few socket and transport buffers, far below 10 MiB.
+    assert peaks["up"] < 2 * 1024 * 1024, peaks
+    assert peaks["down"] < 2 * 1024 * 1024, peaks
+
+
+async def test_the_pool_reaps_idle_connections_and_both_ends_close(mesh: Mesh) -> None:
+    assert await _echo_once(mesh, b"one") == b"one"
+    assert mesh.pool.stats()["connections"] == 1
+    assert mesh.pool.reap_idle() == 0  # not idle long enough yet
+    mesh.clock.now += 301
+    assert mesh.pool.reap_idle() == 1
+    assert mesh.pool.stats()["connections"] == 0
+    await _until(lambda: not mesh.serving)  # the server saw the GOAWAY and finished serving
+    assert await _echo_once(mesh, b"two") == b"two"  # a fresh connection
+    assert mesh.connections_served == 2
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    """Poll (the conditions are other tasks' state, with no event to wait on) for up to 10 s."""
+    async with asyncio.timeout(10.0):
+        while not condition():  # noqa: ASYNC110
+            await asyncio.sleep(0.01)

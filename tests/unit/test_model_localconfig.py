@@ -1,0 +1,422 @@
+"""The node proxy's local config file: parsing, defaults, errors that name the field, and render round trips."""
+
+from __future__ import annotations
+
+import ipaddress
+import textwrap
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ambit.errors import AmbitError
+from ambit.model.localconfig import LocalConfig, LocalConfigError, parse_local_config, render_local_config
+from ambit.model.workload import (
+    HealthPolicy,
+    HealthStatus,
+    NetworkAddress,
+    PortMapping,
+    Service,
+    TunnelProtocol,
+    Workload,
+)
+
+EXAMPLE = textwrap.dedent(
+    """\
+    workloads:
+    - uid: Kubernetes//Pod/apps/web-0
+      name: web-0
+      namespace: apps
+      workloadIps: [198.18.1.5, "fd00:18::5"]
+      protocol: HBONE
+      serviceAccount: web
+      trustDomain: cluster.local
+      node: ab12-node1
+      network: ""
+      canonicalName: web
+      canonicalRevision: v1
+      workloadName: web
+      workloadType: pod
+      clusterId: Kubernetes
+      status: Healthy
+      services:
+        apps/web.apps.svc.cluster.local: {80: 8080, 9090: 0}
+    services:
+    - name: web
+      namespace: apps
+      hostname: web.apps.svc.cluster.local
+      vips: ["/198.19.0.10", "net-b/fd00:19::10"]
+      ports: {80: 8080}
+      subjectAltNames: ["spiffe://cluster.local/ns/apps/sa/web"]
+      healthPolicy: AllowAll
+    """
+)
+
+MINIMAL_WORKLOAD = "workloads:\n- {uid: u1, name: web-0, namespace: apps}\n"
+
+
+def test_the_example_file_parses_into_workloads_and_services() -> None:
+    config = parse_local_config(EXAMPLE)
+    assert config.workloads == (
+        Workload(
+            uid="Kubernetes//Pod/apps/web-0",
+            name="web-0",
+            namespace="apps",
+            addresses=(ipaddress.ip_address("198.18.1.5"), ipaddress.ip_address("fd00:18::5")),
+            tunnel_protocol=TunnelProtocol.HBONE,
+            service_account="web",
+            node="ab12-node1",
+            canonical_name="web",
+            canonical_revision="v1",
+            workload_name="web",
+            services={"apps/web.apps.svc.cluster.local": (PortMapping(80, 8080), PortMapping(9090, 0))},
+        ),
+    )
+    assert config.services == (
+        Service(
+            name="web",
+            namespace="apps",
+            hostname="web.apps.svc.cluster.local",
+            vips=(
+                NetworkAddress("", ipaddress.ip_address("198.19.0.10")),
+                NetworkAddress("net-b", ipaddress.ip_address("fd00:19::10")),
+            ),
+            ports=(PortMapping(80, 8080),),
+            subject_alt_names=("spiffe://cluster.local/ns/apps/sa/web",),
+            health_policy=HealthPolicy.ALLOW_ALL,
+        ),
+    )
+
+
+def test_missing_optional_keys_take_the_model_defaults() -> None:
+    text = MINIMAL_WORKLOAD + "services:\n- {name: web, namespace: apps, hostname: web.apps.svc.cluster.local}\n"
+    config = parse_local_config(text)
+    assert config.workloads == (Workload("u1", "web-0", "apps", ()),)
+    assert config.services == (Service("web", "apps", "web.apps.svc.cluster.local"),)
+    workload = config.workloads[0]
+    assert workload.tunnel_protocol is TunnelProtocol.NONE
+    assert workload.status is HealthStatus.HEALTHY
+    assert str(workload.identity) == "spiffe://cluster.local/ns/apps/sa/default"
+
+
+def test_explicit_nulls_take_the_defaults_too() -> None:
+    text = "workloads:\n- {uid: u1, name: n, namespace: apps, protocol: null, workloadIps: null, services: ~}\n"
+    assert parse_local_config(text).workloads == (Workload("u1", "n", "apps", ()),)
+
+
+def test_tcp_protocol_means_no_tunnel() -> None:
+    text = "workloads:\n- {uid: u1, name: n, namespace: apps, protocol: TCP}\n"
+    assert parse_local_config(text).workloads[0].tunnel_protocol is TunnelProtocol.NONE
+
+
+def test_empty_proto3_style_identity_fields_are_accepted_and_mean_the_defaults() -> None:
+    text = 'workloads:\n- {uid: u1, name: n, namespace: apps, trustDomain: "", serviceAccount: ""}\n'
+    workload = parse_local_config(text).workloads[0]
+    assert str(workload.identity) == "spiffe://cluster.local/ns/apps/sa/default"
+
+
+@pytest.mark.parametrize("text", ["", "   \n", "# only a comment\n", "---\n", "workloads:\nservices: []\n"])
+def test_an_empty_document_is_an_empty_config(text: str) -> None:
+    assert parse_local_config(text) == LocalConfig((), ())
+
+
+def test_json_style_string_port_keys_are_accepted() -> None:
+    text = '{"services": [{"name": "w", "namespace": "a", "hostname": "h", "ports": {"80": 8080}}]}'
+    assert parse_local_config(text).services[0].ports == (PortMapping(80, 8080),)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("- a\n", r"^\(top level\): expected a mapping, got list"),
+        ("policies: []\n", r"^\(top level\): unknown key\(s\) 'policies'"),
+        ("workloads: {}\n", r"^workloads: expected a list"),
+        ("workloads: [3]\n", r"^workloads\[0\]: expected a mapping, got int 3"),
+        ("workloads:\n- {name: n, namespace: a}\n", r"^workloads\[0\]\.uid: required"),
+        ("workloads:\n- {uid: u, namespace: a}\n", r"^workloads\[0\]\.name: required"),
+        ("workloads:\n- {uid: u, name: n}\n", r"^workloads\[0\]\.namespace: required"),
+        ('workloads:\n- {uid: u, name: "", namespace: a}\n', r"^workloads\[0\]\.name: must not be empty"),
+        ("workloads:\n- {uid: u, name: 12, namespace: a}\n", r"^workloads\[0\]\.name: expected a string, got int"),
+        ('workloads:\n- {uid: "a\\tb", name: n, namespace: a}\n', r"^workloads\[0\]\.uid: has unprintable"),
+        (
+            MINIMAL_WORKLOAD + "- {uid: u2, name: n, namespace: a, podIP: x}\n",
+            r"^workloads\[1\]: unknown key\(s\) 'podIP'",
+        ),
+        (
+            "workloads:\n- {uid: u, name: n, namespace: a, workloadIps: [1.2.3.4, x]}\n",
+            r"^workloads\[0\]\.workloadIps\[1\]: not an IP address: 'x'$",
+        ),
+        (
+            "workloads:\n- {uid: u, name: n, namespace: a, workloadIps: [7]}\n",
+            r"^workloads\[0\]\.workloadIps\[0\]: expected a string, got int 7",
+        ),
+        (
+            'workloads:\n- {uid: u, name: n, namespace: a, workloadIps: ["fe80::1%eth0"]}\n',
+            r"^workloads\[0\]\.workloadIps\[0\]: IP address has a zone id",
+        ),
+        (
+            "workloads:\n- {uid: u, name: n, namespace: a, workloadIps: 1.2.3.4}\n",
+            r"^workloads\[0\]\.workloadIps: expected a list",
+        ),
+        (
+            "workloads:\n- {uid: u, name: n, namespace: a, protocol: mtls}\n",
+            r"^workloads\[0\]\.protocol: expected one of HBONE, TCP",
+        ),
+        (
+            "workloads:\n- {uid: u, name: n, namespace: a, status: Ready}\n",
+            r"^workloads\[0\]\.status: expected one of Healthy, Unhealthy",
+        ),
+        (
+            "workloads:\n- {uid: u, name: n, namespace: a, workloadType: Pod}\n",
+            r"^workloads\[0\]\.workloadType: expected one of",
+        ),
+        (
+            "workloads:\n- {uid: u, name: n, namespace: a b}\n",
+            r"^workloads\[0\]\.namespace: namespace 'a b' has characters",
+        ),
+        (
+            "workloads:\n- {uid: u, name: n, namespace: a, serviceAccount: a/b}\n",
+            r"^workloads\[0\]\.serviceAccount: service account",
+        ),
+        (
+            "workloads:\n- {uid: u, name: n, namespace: a, trustDomain: Big.TD}\n",
+            r"^workloads\[0\]\.trustDomain: trust domain",
+        ),
+        ("workloads:\n- {uid: u, name: n, namespace: a, network: 3}\n", r"^workloads\[0\]\.network: expected a string"),
+        (
+            "workloads:\n- {uid: u, name: n, namespace: a, services: {web: {80: 8080}}}\n",
+            r"^workloads\[0\]\.services: key 'web' is not 'namespace/hostname'",
+        ),
+        (
+            "workloads:\n- {uid: u, name: n, namespace: a, services: {a/web: [80]}}\n",
+            r"^workloads\[0\]\.services\[a/web\]: expected a mapping, got list",
+        ),
+        (
+            "workloads:\n- {uid: u, name: n, namespace: a, services: {a/web: {80: 70000}}}\n",
+            r"^workloads\[0\]\.services\[a/web\]\[80\]: expected a port number 0\.\.65535, got int 70000",
+        ),
+        (
+            "workloads:\n- {uid: u, name: n, namespace: a, services: {a/web: {0: 80}}}\n",
+            r"^workloads\[0\]\.services\[a/web\]\[0\]: service port: expected a port number 1\.\.65535",
+        ),
+        (
+            "workloads:\n- {uid: u, name: n, namespace: a, services: {a/web: {80: true}}}\n",
+            r"^workloads\[0\]\.services\[a/web\]\[80\]: expected a port number 0\.\.65535, got bool True",
+        ),
+        (
+            "workloads:\n- {uid: u, name: n, namespace: a, services: {a/web: {'80': 1, 80: 2}}}\n",
+            r"^workloads\[0\]\.services\[a/web\]: a service port is given twice",
+        ),
+        (
+            MINIMAL_WORKLOAD + "- {uid: u1, name: other, namespace: apps}\n",
+            r"^workloads\[1\]\.uid: duplicate uid 'u1' \(first at workloads\[0\]\)",
+        ),
+        ("services:\n- {namespace: a, hostname: h}\n", r"^services\[0\]\.name: required"),
+        ("services:\n- {name: s, namespace: a}\n", r"^services\[0\]\.hostname: required"),
+        (
+            "services:\n- {name: s, namespace: a, hostname: h, selector: {}}\n",
+            r"^services\[0\]: unknown key\(s\) 'selector'",
+        ),
+        (
+            "services:\n- {name: s, namespace: a, hostname: h, vips: [/x]}\n",
+            r"^services\[0\]\.vips\[0\]: not an IP address: 'x'",
+        ),
+        (
+            "services:\n- {name: s, namespace: a, hostname: h, vips: [{a: 1}]}\n",
+            r"^services\[0\]\.vips\[0\]: expected a string",
+        ),
+        (
+            "services:\n- {name: s, namespace: a, hostname: h, ports: {80: -1}}\n",
+            r"^services\[0\]\.ports\[80\]: expected a port number",
+        ),
+        (
+            "services:\n- {name: s, namespace: a, hostname: h, ports: {http: 80}}\n",
+            r"^services\[0\]\.ports\['http'\]: service port",
+        ),
+        (
+            "services:\n- {name: s, namespace: a, hostname: h, healthPolicy: Any}\n",
+            r"^services\[0\]\.healthPolicy: expected one of OnlyHealthy, AllowAll",
+        ),
+        (
+            'services:\n- {name: s, namespace: a, hostname: h, subjectAltNames: [""]}\n',
+            r"^services\[0\]\.subjectAltNames\[0\]: must not be empty",
+        ),
+        (
+            "services:\n- {name: s, namespace: a, hostname: h, subjectAltNames: x}\n",
+            r"^services\[0\]\.subjectAltNames: expected a list",
+        ),
+        (
+            "services:\n- {name: s, namespace: a, hostname: h}\n- {name: t, namespace: a, hostname: h}\n",
+            r"^services\[1\]: duplicate service namespace/hostname 'a/h' \(first at services\[0\]\)",
+        ),
+    ],
+)
+def test_bad_input_is_rejected_naming_the_field(text: str, message: str) -> None:
+    with pytest.raises(LocalConfigError, match=message):
+        parse_local_config(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("workloads: [\n  {uid: a\n", r"^YAML line \d+, column \d+: "),
+        ("workloads:\n  - uid: a\n   name: b\n", r"^YAML line 3, column \d+: "),
+        ("a: b: c\n", r"^YAML line 1, column 5: "),
+        ("workloads:\n- {uid: a, uid: b}\n", r"^YAML line 2, column 12: duplicate key 'uid'"),
+        ("x: *nothing\n", r"^YAML line 1, column 4: found undefined alias"),
+        ("x: !!python/object:os.system {}\n", r"^YAML line 1, column 4: "),
+        ("x: 2020-13-45\n", r"^YAML: month must be in 1\.\.12"),
+        ("x: \x00\n", r"^YAML"),
+        ("[" * 5000 + "]" * 5000, r"^YAML"),
+    ],
+)
+def test_yaml_syntax_errors_are_local_config_errors_with_the_line(text: str, message: str) -> None:
+    with pytest.raises(LocalConfigError, match=message):
+        parse_local_config(text)
+
+
+def test_local_config_error_is_an_ambit_error() -> None:
+    assert issubclass(LocalConfigError, AmbitError)
+
+
+def test_the_example_round_trips_through_render() -> None:
+    config = parse_local_config(EXAMPLE)
+    assert parse_local_config(render_local_config(config)) == config
+
+
+def test_render_writes_camel_case_keys_in_file_order() -> None:
+    rendered = yaml.safe_load(render_local_config(parse_local_config(EXAMPLE)))
+    assert list(rendered) == ["workloads", "services"]
+    assert list(rendered["workloads"][0])[:4] == ["uid", "name", "namespace", "workloadIps"]
+    assert rendered["workloads"][0]["services"] == {"apps/web.apps.svc.cluster.local": {80: 8080, 9090: 0}}
+    assert rendered["services"][0]["vips"] == ["/198.19.0.10", "net-b/fd00:19::10"]
+
+
+def test_render_refuses_ports_a_mapping_cannot_hold() -> None:
+    config = LocalConfig((), (Service("s", "a", "h", ports=(PortMapping(80, 1), PortMapping(80, 2))),))
+    with pytest.raises(LocalConfigError, match="given twice"):
+        render_local_config(config)
+
+
+def test_an_empty_config_renders_and_parses_back() -> None:
+    assert parse_local_config(render_local_config(LocalConfig((), ()))) == LocalConfig((), ())
+
+
+# Hypothesis: the parser never lets a foreign exception out, and render/parse round-trip.
+
+
+def _parse_or_local_config_error(text: str) -> None:
+    """Parse ``text``; a LocalConfigError is fine, anything else fails, and what parses must round-trip."""
+    try:
+        config = parse_local_config(text)
+    except LocalConfigError:
+        return
+    assert parse_local_config(render_local_config(config)) == config
+
+
+@given(st.text())
+def test_random_text_parses_or_raises_local_config_error(text: str) -> None:
+    _parse_or_local_config_error(text)
+
+
+@given(st.binary())
+def test_random_bytes_decoded_parse_or_raise_local_config_error(data: bytes) -> None:
+    _parse_or_local_config_error(data.decode("utf-8", errors="replace"))
+
+
+_FIELD_NAMES = [
+    "uid", "name", "namespace", "workloadIps", "protocol", "serviceAccount", "trustDomain", "node", "network",
+    "status", "services", "hostname", "vips", "ports", "subjectAltNames", "healthPolicy", "workloadType", "bogus",
+]  # fmt: skip
+_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-10, 70000),
+    st.floats(allow_nan=False),
+    st.sampled_from(["HBONE", "TCP", "Healthy", "AllowAll", "a/b", "/1.2.3.4", "::1", "1.2.3.4", "", "x y", "pod"]),
+    st.text(max_size=8),
+)
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(
+            st.one_of(st.sampled_from(_FIELD_NAMES), st.integers(-1, 70000), st.text(max_size=5)), inner, max_size=5
+        ),
+    ),
+    max_leaves=20,
+)
+_documents = st.fixed_dictionaries(
+    {}, optional={"workloads": st.lists(_values, max_size=3), "services": st.lists(_values, max_size=3)}
+)
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow])
+@given(_documents)
+def test_structurally_plausible_documents_parse_or_raise_local_config_error(document: dict[str, object]) -> None:
+    _parse_or_local_config_error(yaml.safe_dump(document))
+
+
+_printable = st.text(st.characters(categories=("L", "N", "P", "S"), include_characters=" "), max_size=12)
+_names = _printable.filter(bool)
+_segments = st.from_regex(r"[A-Za-z0-9._-]{1,12}", fullmatch=True).filter(lambda s: s not in {".", ".."})
+_ips = st.one_of(st.ip_addresses(v=4), st.ip_addresses(v=6))
+_port_lists = st.lists(
+    st.builds(PortMapping, st.integers(1, 65535), st.integers(0, 65535)), max_size=3, unique_by=lambda p: p.service_port
+).map(tuple)
+_service_keys = st.builds(lambda ns, host: f"{ns}/{host}", _segments, _names)
+_workloads = st.builds(
+    Workload,
+    uid=_names,
+    name=_names,
+    namespace=_segments,
+    addresses=st.lists(_ips, max_size=3).map(tuple),
+    network=_printable,
+    tunnel_protocol=st.sampled_from(TunnelProtocol),
+    trust_domain=st.one_of(st.just(""), st.from_regex(r"[a-z0-9._-]{1,12}", fullmatch=True)),
+    service_account=st.one_of(st.just(""), _segments),
+    node=_printable,
+    canonical_name=_printable,
+    canonical_revision=_printable,
+    workload_name=_printable,
+    workload_type=st.sampled_from(["deployment", "cronjob", "pod", "job"]),
+    cluster_id=_printable,
+    status=st.sampled_from(HealthStatus),
+    services=st.dictionaries(_service_keys, _port_lists, max_size=3),
+)
+_services = st.builds(
+    Service,
+    name=_names,
+    namespace=_segments,
+    hostname=_names,
+    vips=st.lists(st.builds(NetworkAddress, _printable, _ips), max_size=3).map(tuple),
+    ports=_port_lists,
+    subject_alt_names=st.lists(_names, max_size=2).map(tuple),
+    health_policy=st.sampled_from(HealthPolicy),
+)
+_configs = st.builds(
+    LocalConfig,
+    st.lists(_workloads, max_size=4, unique_by=lambda w: w.uid).map(tuple),
+    st.lists(_services, max_size=4, unique_by=lambda s: s.key).map(tuple),
+)
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow])
+@given(_configs)
+def test_every_config_round_trips_through_render_and_parse(config: LocalConfig) -> None:
+    assert parse_local_config(render_local_config(config)) == config
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow])
+@given(_configs, st.data())
+def test_a_valid_file_with_one_field_replaced_parses_or_raises_local_config_error(
+    config: LocalConfig, data: st.DataObject
+) -> None:
+    document = yaml.safe_load(render_local_config(config))
+    items = [item for section in ("workloads", "services") for item in document[section]]
+    if items:
+        item = data.draw(st.sampled_from(items))
+        key = data.draw(st.sampled_from([*item, "bogus"]))
+        item[key] = data.draw(_values)
+    _parse_or_local_config_error(yaml.safe_dump(document))

@@ -1,0 +1,223 @@
+"""ProxyMetrics: label rendering, exact byte counts across scrapes, and the exposed family names and HELP texts."""
+
+from __future__ import annotations
+
+import re
+
+from hypothesis import given
+from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+
+from ambit.telemetry.metrics import (
+    LABEL_NAMES,
+    ProxyMetrics,
+    Reporter,
+    SecurityPolicy,
+    TrafficLabels,
+)
+
+OUTBOUND = TrafficLabels(
+    Reporter.SOURCE,
+    source_workload="web-0",
+    source_workload_namespace="default",
+    destination_service="echo.default.svc.cluster.local",
+    destination_workload="echo-0",
+)
+INBOUND = TrafficLabels(
+    Reporter.DESTINATION,
+    source_workload="web-0",
+    source_principal="spiffe://cluster.local/ns/default/sa/web",
+    destination_workload="echo-0",
+    destination_principal="spiffe://cluster.local/ns/default/sa/echo",
+    connection_security_policy=SecurityPolicy.MUTUAL_TLS,
+)
+
+STABLE = {
+    "istio_tcp_connections_opened_total",
+    "istio_tcp_connections_closed_total",
+    "istio_tcp_received_bytes_total",
+    "istio_tcp_sent_bytes_total",
+    "istio_build",
+}
+UNSTABLE = {
+    "istio_tcp_connections_failed_total",
+    "istio_active_proxy_count_total",
+    "istio_pending_proxy_count_total",
+    "istio_proxies_started_total",
+    "istio_proxies_stopped_total",
+}
+
+
+def samples(metrics: ProxyMetrics) -> list[Sample]:
+    text = metrics.render().decode()
+    return [s for family in text_string_to_metric_families(text) for s in family.samples]
+
+
+def value(metrics: ProxyMetrics, name: str, labels: TrafficLabels | None = None) -> float | None:
+    """The value of sample ``name`` (with exactly ``labels``' label set, if given), or None when absent."""
+    wanted = None if labels is None else dict(zip(LABEL_NAMES, labels.values(), strict=True))
+    found = [s.value for s in samples(metrics) if s.name == name and (wanted is None or s.labels == wanted)]
+    assert len(found) <= 1
+    return found[0] if found else None
+
+
+def test_empty_label_values_render_as_unknown_and_enums_as_their_values() -> None:
+    values = dict(zip(LABEL_NAMES, TrafficLabels(Reporter.SOURCE).values(), strict=True))
+    assert values["reporter"] == "source"
+    assert values["source_workload"] == "unknown"
+    assert values["destination_principal"] == "unknown"
+    assert values["request_protocol"] == "tcp"
+    assert values["response_flags"] == "-"
+    assert values["connection_security_policy"] == "unknown"
+    assert set(values.values()) == {"source", "unknown", "tcp", "-"}
+
+
+def test_label_names_are_istio_common_traffic_labels_in_field_order() -> None:
+    assert LABEL_NAMES[0] == "reporter"
+    assert LABEL_NAMES[-3:] == ("request_protocol", "response_flags", "connection_security_policy")
+    assert len(LABEL_NAMES) == 23
+    values = dict(zip(LABEL_NAMES, INBOUND.values(), strict=True))
+    assert values["reporter"] == "destination"
+    assert values["source_principal"] == "spiffe://cluster.local/ns/default/sa/web"
+    assert values["connection_security_policy"] == "mutual_tls"
+
+
+def test_a_closed_connection_shows_received_as_client_bytes_and_sent_as_server_bytes() -> None:
+    metrics = ProxyMetrics()
+    conn = metrics.connection_opened(OUTBOUND)
+    for _ in range(11):
+        conn.add_received(1)
+    conn.add_sent(20)
+    conn.add_sent(2)
+    conn.close()
+    assert value(metrics, "istio_tcp_connections_opened_total", OUTBOUND) == 1
+    assert value(metrics, "istio_tcp_connections_closed_total", OUTBOUND) == 1
+    assert value(metrics, "istio_tcp_received_bytes_total", OUTBOUND) == 11
+    assert value(metrics, "istio_tcp_sent_bytes_total", OUTBOUND) == 22
+    assert (conn.received_bytes, conn.sent_bytes) == (11, 22)
+
+
+def test_a_scrape_mid_connection_shows_the_bytes_so_far_and_the_close_adds_only_the_rest() -> None:
+    metrics = ProxyMetrics()
+    conn = metrics.connection_opened(OUTBOUND)
+    assert value(metrics, "istio_tcp_received_bytes_total", OUTBOUND) == 0
+    conn.add_received(5)
+    conn.add_sent(7)
+    assert value(metrics, "istio_tcp_received_bytes_total", OUTBOUND) == 5
+    assert value(metrics, "istio_tcp_sent_bytes_total", OUTBOUND) == 7
+    assert value(metrics, "istio_tcp_connections_closed_total", OUTBOUND) is None
+    conn.add_received(6)
+    conn.add_sent(15)
+    assert value(metrics, "istio_tcp_received_bytes_total", OUTBOUND) == 11
+    conn.close()
+    conn.close()  # idempotent: counted once
+    assert value(metrics, "istio_tcp_received_bytes_total", OUTBOUND) == 11
+    assert value(metrics, "istio_tcp_sent_bytes_total", OUTBOUND) == 22
+    assert value(metrics, "istio_tcp_connections_closed_total", OUTBOUND) == 1
+
+
+def test_connections_with_the_same_labels_share_a_series_and_reporters_do_not() -> None:
+    metrics = ProxyMetrics()
+    a, b, c = (
+        metrics.connection_opened(OUTBOUND),
+        metrics.connection_opened(OUTBOUND),
+        metrics.connection_opened(INBOUND),
+    )
+    a.add_received(1)
+    b.add_received(2)
+    c.add_received(4)
+    for conn in (a, b, c):
+        conn.close()
+    assert value(metrics, "istio_tcp_connections_opened_total", OUTBOUND) == 2
+    assert value(metrics, "istio_tcp_received_bytes_total", OUTBOUND) == 3
+    assert value(metrics, "istio_tcp_received_bytes_total", INBOUND) == 4
+    assert value(metrics, "istio_tcp_connections_closed_total", INBOUND) == 1
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["recv", "sent", "scrape"]), st.integers(min_value=0, max_value=1 << 20)),
+        max_size=40,
+    )
+)
+def test_byte_counts_are_exact_whatever_the_interleaving_of_chunks_and_scrapes(ops: list[tuple[str, int]]) -> None:
+    metrics = ProxyMetrics()
+    conn = metrics.connection_opened(OUTBOUND)
+    received = sent = 0
+    for op, n in ops:
+        if op == "recv":
+            conn.add_received(n)
+            received += n
+        elif op == "sent":
+            conn.add_sent(n)
+            sent += n
+        else:
+            assert value(metrics, "istio_tcp_received_bytes_total", OUTBOUND) == received
+            assert value(metrics, "istio_tcp_sent_bytes_total", OUTBOUND) == sent
+    conn.close()
+    assert value(metrics, "istio_tcp_received_bytes_total", OUTBOUND) == received
+    assert value(metrics, "istio_tcp_sent_bytes_total", OUTBOUND) == sent
+
+
+def test_exposed_names_are_exactly_istio_names_without_created_series_or_double_total() -> None:
+    metrics = ProxyMetrics()
+    metrics.connection_opened(OUTBOUND).close()
+    metrics.connection_failed(INBOUND)
+    text = metrics.render().decode()
+    declared = set(re.findall(r"^# TYPE (\S+) ", text, re.MULTILINE))
+    assert declared == STABLE | UNSTABLE
+    sample_names = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if not line.startswith("#")}
+    assert sample_names <= STABLE | UNSTABLE
+    assert "_created" not in text
+    assert "_total_total" not in text
+
+
+def test_every_family_is_listed_before_its_first_sample() -> None:
+    text = ProxyMetrics().render().decode()
+    assert set(re.findall(r"^# HELP (\S+) ", text, re.MULTILINE)) == STABLE | UNSTABLE
+
+
+def test_unstable_metrics_and_only_those_say_unstable_in_their_help() -> None:
+    text = ProxyMetrics().render().decode()
+    helps = dict(re.findall(r"^# HELP (\S+) (.*)$", text, re.MULTILINE))
+    for name in UNSTABLE:
+        assert "(unstable)" in helps[name], name
+    for name in STABLE:
+        assert "(unstable)" not in helps[name], name
+    parsed = {f.name: f.documentation for f in text_string_to_metric_families(text)}
+    assert "(unstable)" in parsed["istio_tcp_connections_failed"]
+
+
+def test_build_info_names_the_component_and_version() -> None:
+    found = [s for s in samples(ProxyMetrics(build_version="0.1.0")) if s.name == "istio_build"]
+    assert [(s.labels, s.value) for s in found] == [({"component": "ambit-nodeproxy", "tag": "0.1.0"}, 1)]
+    found = [s for s in samples(ProxyMetrics()) if s.name == "istio_build"]
+    assert found[0].labels["tag"] == "unknown"
+
+
+def test_failed_connections_and_proxy_lifecycle_counts_are_reported() -> None:
+    metrics = ProxyMetrics()
+    metrics.connection_failed(OUTBOUND.__class__(Reporter.SOURCE, response_flags="CONNECT"))
+    metrics.set_proxy_counts(active=3, pending=1)
+    metrics.proxy_started()
+    metrics.proxy_started()
+    metrics.proxy_stopped()
+    failed = [s for s in samples(metrics) if s.name == "istio_tcp_connections_failed_total"]
+    assert len(failed) == 1
+    assert failed[0].labels["response_flags"] == "CONNECT"
+    assert failed[0].value == 1
+    assert value(metrics, "istio_active_proxy_count_total") == 3
+    assert value(metrics, "istio_pending_proxy_count_total") == 1
+    assert value(metrics, "istio_proxies_started_total") == 2
+    assert value(metrics, "istio_proxies_stopped_total") == 1
+    metrics.set_proxy_counts(active=0, pending=0)
+    assert value(metrics, "istio_active_proxy_count_total") == 0
+
+
+def test_each_instance_has_its_own_registry() -> None:
+    first, second = ProxyMetrics(), ProxyMetrics()
+    first.connection_opened(OUTBOUND)
+    assert value(first, "istio_tcp_connections_opened_total", OUTBOUND) == 1
+    assert value(second, "istio_tcp_connections_opened_total", OUTBOUND) is None
+    assert first.content_type.startswith("text/plain; version=0.0.4")
