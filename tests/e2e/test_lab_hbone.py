@@ -1,0 +1,275 @@
+"""The HBONE data path on a 2-node lab with the mesh (spec §6, §11.1): what a user of ambient mode relies on.
+
+One lab for the module. Namespace ``hb-amb`` is ambient: servers ``srv-1`` (node 1) and ``srv-2`` (node 2), both
+behind Service ``echo``, and a client ``cli-1`` on node 1. Namespace ``hb-plain`` is not in the mesh: a server on
+node 2 and a client on node 1. Each server pod runs http-echo (8080), tcp-echo (9000) and server-first (9100).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from tests.e2e.lab_driver import (
+    TEST_TIMEOUT,
+    Lab,
+    pod_manifest,
+    running_lab,
+    service_manifest,
+    sleeper,
+    wait_until,
+)
+
+pytestmark = [pytest.mark.root, pytest.mark.kubectl, pytest.mark.timeout(TEST_TIMEOUT)]
+
+AMBIENT, PLAIN = "hb-amb", "hb-plain"
+MARKER = "ambit-plaintext-marker-7f3c"
+
+
+def _server(name: str, node: str, labels: dict[str, str]) -> dict[str, Any]:
+    apps = [("http", "http-echo", 8080), ("tcp", "tcp-echo", 9000), ("first", "server-first", 9100)]
+    containers = [
+        {"name": cname, "image": "none", "command": ["python3", "-m", "ambit.lab.apps", app, "--port", str(port)]}
+        for cname, app, port in apps
+    ]
+    containers[0]["readinessProbe"] = {"tcpSocket": {"port": 8080}, "periodSeconds": 1}
+    return pod_manifest(name, containers, node=node, labels=labels)
+
+
+@dataclass
+class Mesh:
+    lab: Lab
+    ips: dict[str, str]
+    vip: str
+
+    def run(self, pod: str, namespace: str, script: str, *args: str, timeout: float = 20.0) -> str:
+        """Run a Python script in the pod's network namespace; its stdout."""
+        return self.lab.exec(pod, namespace, "python3", "-c", script, *args, timeout=timeout)
+
+    def node_ip(self, index: int) -> str:
+        return self.lab.topology.node(index).address
+
+    def metrics(self, index: int) -> str:
+        with urllib.request.urlopen(f"http://{self.node_ip(index)}:15020/metrics", timeout=5) as response:
+            return str(response.read().decode())
+
+
+HTTP_GET = """
+import json, sys, urllib.request
+req = urllib.request.Request(sys.argv[1], headers={"X-Marker": sys.argv[2]})
+with urllib.request.urlopen(req, timeout=5) as r:
+    print(r.read().decode())
+"""
+
+
+@pytest.fixture(scope="module")
+def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
+    with running_lab(tmp_path_factory.mktemp("e2e-hbone"), mesh=True) as lab:
+        n1, n2 = (node.name for node in lab.topology.all_nodes())
+        lab.namespace(AMBIENT)
+        lab.kubectl("label", "namespace", AMBIENT, "istio.io/dataplane-mode=ambient")
+        lab.namespace(PLAIN)
+        lab.apply(
+            _server("srv-1", n1, {"app": "echo"}),
+            _server("srv-2", n2, {"app": "echo"}),
+            pod_manifest("cli-1", [sleeper()], node=n1, labels={"app": "cli"}),
+            service_manifest("echo", {"app": "echo"}, 80, 8080),
+            namespace=AMBIENT,
+        )
+        lab.apply(
+            _server("plain-srv", n2, {"app": "plain"}),
+            pod_manifest("plain-cli", [sleeper()], node=n1, labels={"app": "plain-cli"}),
+            namespace=PLAIN,
+        )
+        lab.wait_pods_ready(AMBIENT, "", 3, timeout=60)
+        lab.wait_pods_ready(PLAIN, "", 2, timeout=60)
+        ips = {p["metadata"]["name"]: p["status"]["podIP"] for ns in (AMBIENT, PLAIN) for p in lab.pods(ns)}
+        vip = lab.get("service", "echo", "-n", AMBIENT)["spec"]["clusterIP"]
+        for pod in lab.pods(AMBIENT):
+            annotation = (pod["metadata"].get("annotations") or {}).get("ambient.istio.io/redirection")
+            assert annotation == "enabled", pod["metadata"]["name"]
+        mesh = Mesh(lab, ips, vip)
+        # The node proxies learn the workloads from the lab's config file: wait until a call goes through.
+        wait_until(
+            "cli-1 reaches srv-2 through the mesh",
+            lambda: _try(mesh, "cli-1", AMBIENT, f"http://{ips['srv-2']}:8080/warmup"),
+            timeout=30,
+        )
+        yield mesh
+        assert lab.log_tracebacks() == []
+
+
+def _try(mesh: Mesh, pod: str, namespace: str, url: str) -> dict[str, Any] | None:
+    try:
+        return _get(mesh, pod, namespace, url)
+    except (AssertionError, ValueError):
+        return None
+
+
+def _get(mesh: Mesh, pod: str, namespace: str, url: str) -> dict[str, Any]:
+    answer: dict[str, Any] = json.loads(mesh.run(pod, namespace, HTTP_GET, url, MARKER))
+    return answer
+
+
+def _client_ip(answer: dict[str, Any]) -> str:
+    return str(answer["client"]).rsplit(":", 1)[0]
+
+
+def test_cross_node_call_by_pod_ip_is_mutual_tls_on_the_wire_and_keeps_the_client_ip(mesh: Mesh) -> None:
+    capture = subprocess.Popen(
+        ["tcpdump", "-i", mesh.lab.topology.bridge, "-nn", "-A", "-l", "-U", "tcp and net 198.18.0.0/15"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        time.sleep(1.0)  # tcpdump attaches
+        answer = _get(mesh, "cli-1", AMBIENT, f"http://{mesh.ips['srv-2']}:8080/secret")
+        time.sleep(0.5)
+    finally:
+        capture.send_signal(signal.SIGINT)
+        out, _ = capture.communicate(timeout=10)
+    assert answer["pod"] == "srv-2"
+    assert answer["headers"].get("X-Marker") == MARKER
+    assert _client_ip(answer) == mesh.ips["cli-1"]
+    packets = [line for line in out.splitlines() if " IP " in line and " > " in line]
+    between_pods = [p for p in packets if mesh.ips["srv-2"] in p]
+    assert between_pods, "the capture saw no traffic to the server pod"
+    assert all(f"{mesh.ips['srv-2']}.15008" in p for p in between_pods), between_pods[:5]
+    assert MARKER not in out
+    assert "/secret" not in out
+
+
+def test_both_node_proxies_report_the_spiffe_principals_with_mutual_tls(mesh: Mesh) -> None:
+    _get(mesh, "cli-1", AMBIENT, f"http://{mesh.ips['srv-2']}:8080/metrics-check")
+    principal = f'source_principal="spiffe://cluster.local/ns/{AMBIENT}/sa/default"'
+
+    def reported(index: int, reporter: str) -> bool:
+        text = mesh.metrics(index)
+        return any(
+            line.startswith("istio_tcp_connections_opened_total{")
+            and f'reporter="{reporter}"' in line
+            and principal in line
+            and f'destination_principal="spiffe://cluster.local/ns/{AMBIENT}/sa/default"' in line
+            and 'connection_security_policy="mutual_tls"' in line
+            for line in text.splitlines()
+        )
+
+    wait_until("node 1 reports as source", lambda: reported(1, "source"), timeout=10)
+    wait_until("node 2 reports as destination", lambda: reported(2, "destination"), timeout=10)
+
+
+def test_a_service_vip_spreads_connections_over_endpoints_on_both_nodes(mesh: Mesh) -> None:
+    seen = {_get(mesh, "cli-1", AMBIENT, f"http://{mesh.vip}:80/")["pod"] for _ in range(12)}
+    assert seen == {"srv-1", "srv-2"}
+
+
+def test_same_node_pods_talk_and_keep_the_client_ip(mesh: Mesh) -> None:
+    answer = _get(mesh, "cli-1", AMBIENT, f"http://{mesh.ips['srv-1']}:8080/local")
+    assert answer["pod"] == "srv-1"
+    assert _client_ip(answer) == mesh.ips["cli-1"]
+
+
+def test_enrolled_client_reaches_an_unenrolled_server_in_plaintext(mesh: Mesh) -> None:
+    answer = _get(mesh, "cli-1", AMBIENT, f"http://{mesh.ips['plain-srv']}:8080/out")
+    assert answer["pod"] == "plain-srv"
+    assert _client_ip(answer) == mesh.ips["cli-1"]
+
+
+def test_unenrolled_client_reaches_an_enrolled_server_through_inbound_plaintext(mesh: Mesh) -> None:
+    answer = _get(mesh, "plain-cli", PLAIN, f"http://{mesh.ips['srv-2']}:8080/in")
+    assert answer["pod"] == "srv-2"
+    assert _client_ip(answer) == mesh.ips["plain-cli"]
+
+
+HALF_CLOSE = """
+import socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5)
+payload = b"x" * 300000
+s.sendall(payload)
+s.shutdown(socket.SHUT_WR)
+got = bytearray()
+while chunk := s.recv(65536):
+    got += chunk
+print(len(got), bytes(got) == payload)
+"""
+
+
+def test_half_close_from_the_client_still_delivers_the_whole_reply(mesh: Mesh) -> None:
+    for target in ("srv-2", "srv-1", "plain-srv"):
+        out = mesh.run("cli-1", AMBIENT, HALF_CLOSE, mesh.ips[target], "9000")
+        assert out.split() == ["300000", "True"], target
+
+
+SERVER_FIRST = """
+import socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5)
+print(s.recv(1024).decode().strip())
+"""
+
+
+def test_a_server_first_protocol_works_through_the_tunnel(mesh: Mesh) -> None:
+    assert mesh.run("cli-1", AMBIENT, SERVER_FIRST, mesh.ips["srv-2"], "9100").strip() == "HELLO from srv-2"
+
+
+KEEPALIVE = """
+import http.client, json, sys
+conn = http.client.HTTPConnection(sys.argv[1], 8080, timeout=5)
+clients = set()
+for i in range(50):
+    conn.request("GET", f"/r{i}")
+    clients.add(json.loads(conn.getresponse().read())["client"])
+print(len(clients))
+"""
+
+
+def test_many_http_requests_share_one_connection(mesh: Mesh) -> None:
+    assert mesh.run("cli-1", AMBIENT, KEEPALIVE, mesh.ips["srv-2"]).strip() == "1"
+
+
+SELF_CALL = """
+import socket, sys
+results = []
+for host, port in [(sys.argv[1], 15001), ("127.0.0.1", 15001), (sys.argv[1], 15006), ("127.0.0.1", 15006),
+                   (sys.argv[1], 15008), (sys.argv[2], 15000), ("127.0.0.1", 15000)]:
+    try:
+        s = socket.create_connection((host, port), timeout=3)
+        s.sendall(b"GET / HTTP/1.0\\r\\n\\r\\n")
+        data = s.recv(100)
+        results.append(f"{host}:{port}=" + ("closed" if not data else "answered"))
+    except OSError as exc:
+        results.append(f"{host}:{port}=refused")
+print(" ".join(results))
+"""
+
+
+def test_calls_to_the_proxy_own_ports_and_admin_are_refused(mesh: Mesh) -> None:
+    out = mesh.run("cli-1", AMBIENT, SELF_CALL, mesh.ips["cli-1"], mesh.node_ip(1))
+    results = dict(item.split("=") for item in out.split())
+    assert "answered" not in results.values(), results
+    assert results[f"{mesh.node_ip(1)}:15000"] == "refused"
+
+
+def test_the_node_proxy_config_dump_shows_workloads_and_certificates(mesh: Mesh) -> None:
+    node = mesh.lab.topology.node(1)
+    done = subprocess.run(
+        ["ip", "netns", "exec", node.netns, "curl", "-sf", "http://127.0.0.1:15000/config_dump"],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=True,
+    )
+    dump = json.loads(done.stdout)
+    names = {w["name"] for w in dump["workloads"]}
+    assert {"srv-1", "srv-2", "cli-1"} <= names
+    identities = {c["identity"] for c in dump["certificates"]}
+    assert f"spiffe://cluster.local/ns/{AMBIENT}/sa/default" in identities
+    assert re.match(r"\d{4}-", dump["certificates"][0]["certChain"][0]["expirationTime"])
