@@ -18,7 +18,7 @@ def test_generated_protobuf_modules_are_fresh(tmp_path: Path) -> None:
     )
     generated = sorted(p.name for p in tmp_path.iterdir())
     assert generated, "gen_proto.sh produced nothing"
-    committed = sorted(p.name for p in API.iterdir() if p.name.endswith(("_pb2.py", "_pb2.pyi")))
+    committed = sorted(p.name for p in API.iterdir() if p.name.endswith(("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")))
     assert generated == committed, "run scripts/gen_proto.sh: generated file set differs"
     stale = [name for name in generated if (tmp_path / name).read_bytes() != (API / name).read_bytes()]
     assert not stale, f"stale generated modules {stale}: run scripts/gen_proto.sh"
