@@ -27,7 +27,7 @@ in_pod() {  # in_pod NAMESPACE POD -- CMD...
   "$AMBIT" lab exec --dir "$DIR" -n "$ns" "$pod" -- "$@"
 }
 
-step "ambit lab up --nodes 2   (API server, controllers, a node runtime per node; nodes are network namespaces)"
+step "ambit lab up --nodes 2   (API server, controllers, a node runtime, node agent and node proxy per node)"
 up=1
 "$AMBIT" lab up --dir "$DIR" --nodes 2
 kubectl get nodes -o wide
@@ -57,6 +57,27 @@ fi
 step "client → tcp-echo VIP 198.19.0.11:9000 and server-first VIP 198.19.0.12:3306"
 in_pod apps client -- python3 -m ambit.lab.apps client --tcp 198.19.0.11:9000 --count 1
 in_pod apps client -- python3 -m ambit.lab.apps client --tcp 198.19.0.12:3306 --server-first --count 1
+
+step "kubectl label namespace apps istio.io/dataplane-mode=ambient   (running pods join the mesh, no restart)"
+kubectl label namespace apps istio.io/dataplane-mode=ambient
+for _ in $(seq 1 60); do
+  pending=$(kubectl get pods -n apps -o jsonpath='{range .items[*]}{.metadata.annotations.ambient\.istio\.io/redirection}{"\n"}{end}' | grep -vc enabled || true)
+  [ "$pending" -eq 0 ] && break
+  sleep 0.5
+done
+kubectl get pods -n apps -o custom-columns='NAME:.metadata.name,NODE:.spec.nodeName,IP:.status.podIP,REDIRECTION:.metadata.annotations.ambient\.istio\.io/redirection'
+sleep 2
+
+step "client → http-echo VIP and pod IP, now through the node proxies: HBONE (mutual TLS, SPIFFE ids) between nodes"
+in_pod apps client -- python3 -m ambit.lab.apps client --url "http://198.19.0.10:80/" --count 2 --interval 0.2
+if [ -n "$far" ]; then
+  in_pod apps client -- python3 -m ambit.lab.apps client --url "http://$far:8080/" --count 1
+fi
+in_pod apps client -- python3 -m ambit.lab.apps client --tcp 198.19.0.12:3306 --server-first --count 1
+
+step "node proxy telemetry: Istio's TCP metrics (node-1 :15020) and the access log"
+curl -s "http://198.18.0.11:15020/metrics" | grep '^istio_tcp_connections_opened_total' | head -n 3 | cut -c1-400
+grep -h "connection complete" "$DIR"/nodes/*/nodeproxy.log | tail -n 3
 
 step "ambit lab status"
 "$AMBIT" lab status --dir "$DIR"

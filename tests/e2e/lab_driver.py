@@ -186,8 +186,11 @@ class Lab:
 
 
 def lab_up(directory: Path, *, mesh: bool = False) -> Topology:
-    """``ambit lab up --nodes 2`` (``--mesh``) as a subprocess; the caller holds the lock and runs :func:`lab_down`."""
-    extra = ["--mesh"] if mesh else []
+    """``ambit lab up --nodes 2`` (``--mesh`` or ``--no-mesh``) as a subprocess.
+
+    The caller holds the lock and runs :func:`lab_down`.
+    """
+    extra = ["--mesh"] if mesh else ["--no-mesh"]
     done = ambit("lab", "up", "--dir", str(directory), "--nodes", "2", *extra, timeout=LAB_UP_TIMEOUT, check=False)
     topology = Topology.load(directory)
     if done.returncode != 0 or topology is None:

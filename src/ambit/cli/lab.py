@@ -33,9 +33,11 @@ def _topology(directory: Path) -> Topology:
 def up(
     nodes: Annotated[int, typer.Option(help="How many nodes.")] = 2,
     directory: DirOption = DEFAULT_DIR,
-    mesh: Annotated[bool, typer.Option(help="Also run the mesh's node agent and node proxy on every node.")] = False,
+    mesh: Annotated[
+        bool, typer.Option("--mesh/--no-mesh", help="Run the mesh (node agent and node proxy) on every node.")
+    ] = True,
 ) -> None:
-    """Start a lab: API server, controllers, and a node runtime per node (with --mesh, the mesh's too)."""
+    """Start a lab: API server, controllers, a node runtime per node, and the mesh (unless --no-mesh)."""
     from ambit.errors import AmbitError
     from ambit.lab.cluster import LabSettings, lab_up
 
