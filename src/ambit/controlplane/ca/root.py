@@ -1,0 +1,310 @@
+"""The mesh root: kept in a Secret or plugged in from files, and published to every namespace (spec §5.3).
+
+Theory of operation. **Where the root comes from**, in istiod's two modes:
+
+- Self-signed (default): the root's certificate and key live in Secret ``istio-ca-secret`` in ``istio-system``
+  (data keys ``ca-cert.pem`` and ``ca-key.pem``). :func:`load_or_create_root_secret` reads it, or creates a fresh
+  10-year root when there is none. Two control planes racing to create it both end up with the one that won
+  (the loser reads it back after ``AlreadyExists``), so a restart or a second replica never changes the root.
+- Plug-in CA: :func:`load_plugin_ca` reads a signing certificate (optionally followed by its chain) and its key
+  from files; the trust anchor is the last certificate of that chain, or a separate root file.
+
+Either way the result is a :class:`RootCa`: the signer (which signs workload CSRs) and the root PEM (which
+workloads trust and the CA appends last to every chain).
+
+**Publishing.** :class:`RootCertPublisher` keeps ConfigMap ``istio-ca-root-cert`` with key ``root-cert.pem`` equal to
+the root in every namespace. It watches Namespaces and those ConfigMaps with two informers; any event that may
+leave a namespace's map missing or wrong queues that namespace, and one worker reconciles queued namespaces
+from the caches: :func:`plan_root_config_map` (pure) says whether to create, patch or leave it. Terminating
+namespaces are left alone (the API server would refuse a create). Failed writes are retried after a delay.
+
+Invariants: a Secret that exists but cannot be read is an error (:class:`RootCaError`), never a reason to make a
+new root: replacing a root that workloads trust would break every connection in the mesh.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import enum
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from ambit.controlplane.ca.errors import RootCaError
+from ambit.k8s.client import KubeClient
+from ambit.k8s.errors import KubeAlreadyExistsError, KubeClientError, KubeNotFoundError
+from ambit.k8s.informer import Informer
+from ambit.k8s.kinds import CONFIG_MAPS, NAMESPACES, SECRETS
+from ambit.tls.certs import CertificateError, KeyPair, new_ca
+
+log = logging.getLogger(__name__)
+
+SYSTEM_NAMESPACE = "istio-system"
+ROOT_SECRET = "istio-ca-secret"
+SECRET_CERT_KEY = "ca-cert.pem"
+SECRET_KEY_KEY = "ca-key.pem"
+SECRET_TYPE = "istio.io/ca-root"
+ROOT_CONFIG_MAP = "istio-ca-root-cert"
+ROOT_CERT_KEY = "root-cert.pem"
+ROOT_COMMON_NAME = "Ambit mesh root"
+ROOT_ORGANIZATION = "cluster.local"
+ROOT_DAYS = 3650
+
+
+@dataclass(frozen=True, slots=True)
+class RootCa:
+    """The CA that signs workload certificates, and the root certificate workloads trust."""
+
+    signer: KeyPair
+    """Signing certificate (followed by its chain, if any) and its key."""
+    root_pem: bytes
+    """The trust anchor: published in every namespace and appended last to each issued chain."""
+
+    @classmethod
+    def self_signed(cls, pair: KeyPair) -> RootCa:
+        return cls(signer=pair, root_pem=pair.cert_pem)
+
+
+def root_secret(root: KeyPair, namespace: str = SYSTEM_NAMESPACE) -> dict[str, Any]:
+    """The Secret object that stores a self-signed root."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": ROOT_SECRET, "namespace": namespace},
+        "type": SECRET_TYPE,
+        "data": {
+            SECRET_CERT_KEY: base64.b64encode(root.cert_pem).decode("ascii"),
+            SECRET_KEY_KEY: base64.b64encode(root.key_pem).decode("ascii"),
+        },
+    }
+
+
+def root_from_secret(secret: Mapping[str, Any]) -> RootCa:
+    """Read a root Secret; :class:`RootCaError` names what is missing or malformed."""
+    data = secret.get("data") or {}
+    where = f"Secret {SYSTEM_NAMESPACE}/{ROOT_SECRET}"
+    values: list[bytes] = []
+    for key in (SECRET_CERT_KEY, SECRET_KEY_KEY):
+        encoded = data.get(key)
+        if not isinstance(encoded, str) or not encoded:
+            raise RootCaError(f"{where} has no {key}")
+        try:
+            values.append(base64.b64decode(encoded, validate=True))
+        except (binascii.Error, ValueError):
+            raise RootCaError(f"{where}: {key} is not base64") from None
+    pair = KeyPair(cert_pem=values[0], key_pem=values[1])
+    _check_ca(pair, where)
+    return RootCa.self_signed(pair)
+
+
+async def load_or_create_root_secret(
+    client: KubeClient, *, namespace: str = SYSTEM_NAMESPACE, now: float | None = None
+) -> RootCa:
+    """The root kept in Secret ``istio-ca-secret``, created (fresh, self-signed) if there is none."""
+    try:
+        return root_from_secret(await client.get(SECRETS, ROOT_SECRET, namespace))
+    except KubeNotFoundError:
+        pass
+    except KubeClientError as exc:
+        raise RootCaError(f"cannot read Secret {namespace}/{ROOT_SECRET}: {exc}") from None
+    pair = new_ca(
+        ROOT_COMMON_NAME, now=time.time() if now is None else now, days=ROOT_DAYS, organization=ROOT_ORGANIZATION
+    )
+    try:
+        await client.create(SECRETS, root_secret(pair, namespace), namespace)
+    except KubeAlreadyExistsError:
+        log.info("another control plane created the root first; using its root")
+        try:
+            return root_from_secret(await client.get(SECRETS, ROOT_SECRET, namespace))
+        except KubeClientError as exc:
+            raise RootCaError(f"cannot read Secret {namespace}/{ROOT_SECRET}: {exc}") from None
+    except KubeClientError as exc:
+        raise RootCaError(f"cannot create Secret {namespace}/{ROOT_SECRET}: {exc}") from None
+    log.info("created a new mesh root in Secret %s/%s", namespace, ROOT_SECRET)
+    return RootCa.self_signed(pair)
+
+
+def load_plugin_ca(cert_path: Path, key_path: Path, root_cert_path: Path | None = None) -> RootCa:
+    """A plug-in CA: the signing certificate (then its chain) and key, and the root (default: the chain's last)."""
+    try:
+        cert_pem, key_pem = cert_path.read_bytes(), key_path.read_bytes()
+        root_pem = root_cert_path.read_bytes() if root_cert_path is not None else None
+    except OSError as exc:
+        raise RootCaError(f"cannot read the plug-in CA: {exc}") from None
+    pair = KeyPair(cert_pem=cert_pem, key_pem=key_pem)
+    _check_ca(pair, f"{cert_path} and {key_path}")
+    try:
+        chain = x509.load_pem_x509_certificates(cert_pem)
+        if root_pem is not None:
+            x509.load_pem_x509_certificates(root_pem)
+    except ValueError as exc:
+        raise RootCaError(f"malformed plug-in CA certificates: {exc}") from None
+    if root_pem is None:
+        root_pem = chain[-1].public_bytes(serialization.Encoding.PEM)
+    return RootCa(signer=pair, root_pem=root_pem)
+
+
+def _check_ca(pair: KeyPair, where: str) -> None:
+    try:
+        pair.check()
+        cert = pair.certificate
+    except CertificateError as exc:
+        raise RootCaError(f"{where}: {exc}") from None
+    try:
+        is_ca = cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    except x509.ExtensionNotFound:
+        is_ca = False
+    if not is_ca:
+        raise RootCaError(f"{where}: the certificate is not a CA (BasicConstraints ca=True is missing)")
+
+
+# -- publishing -----------------------------------------------------------------------------------------------
+
+
+class Plan(enum.Enum):
+    NOTHING = "nothing"
+    CREATE = "create"
+    PATCH = "patch"
+
+
+def root_config_map(namespace: str, root_pem: str) -> dict[str, Any]:
+    """ConfigMap ``istio-ca-root-cert`` for ``namespace``."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": ROOT_CONFIG_MAP, "namespace": namespace, "labels": {"istio.io/config": "true"}},
+        "data": {ROOT_CERT_KEY: root_pem},
+    }
+
+
+def plan_root_config_map(namespace: Mapping[str, Any] | None, current: Mapping[str, Any] | None, root_pem: str) -> Plan:
+    """What to do so that ``namespace`` holds the right root ConfigMap (``current`` is what it holds now)."""
+    if namespace is None:
+        return Plan.NOTHING
+    meta, status = namespace.get("metadata") or {}, namespace.get("status") or {}
+    if meta.get("deletionTimestamp") or status.get("phase") == "Terminating":
+        return Plan.NOTHING
+    if current is None:
+        return Plan.CREATE
+    if (current.get("data") or {}).get(ROOT_CERT_KEY) != root_pem:
+        return Plan.PATCH
+    return Plan.NOTHING
+
+
+class RootCertPublisher:
+    """Keeps ``istio-ca-root-cert`` right in every namespace; ``async with`` it (or ``start``/``aclose``)."""
+
+    def __init__(self, client: KubeClient, root_pem: bytes, *, retry_delay: float = 1.0) -> None:
+        self._client = client
+        self._root = root_pem.decode("ascii")
+        self._retry_delay = retry_delay
+        self._pending: set[str] = set()
+        self._wake = asyncio.Event()
+        self._worker: asyncio.Task[None] | None = None
+        self._retries: set[asyncio.Task[None]] = set()
+        self.namespaces = Informer(client, NAMESPACES, on_add=self._namespace_seen, on_update=self._namespace_changed)
+        self.config_maps = Informer(
+            client,
+            CONFIG_MAPS,
+            field_selector={"metadata.name": ROOT_CONFIG_MAP},
+            on_add=self._map_seen,
+            on_update=self._map_changed,
+            on_delete=self._map_seen,
+        )
+
+    def set_root(self, root_pem: bytes) -> None:
+        """Publish another root (after a rotation) to every namespace."""
+        self._root = root_pem.decode("ascii")
+        for namespace in self.namespaces.items():
+            self._queue(str(namespace["metadata"]["name"]))
+
+    async def start(self) -> None:
+        """Start watching, wait for both caches, then start reconciling."""
+        self.config_maps.start()
+        self.namespaces.start()
+        await self.config_maps.wait_synced()
+        await self.namespaces.wait_synced()
+        if self._worker is None:
+            self._worker = asyncio.create_task(self._run(), name="root cert publisher")
+
+    async def aclose(self) -> None:
+        tasks = [t for t in (self._worker, *self._retries) if t is not None]
+        self._worker = None
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.namespaces.aclose()
+        await self.config_maps.aclose()
+
+    async def __aenter__(self) -> RootCertPublisher:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def _namespace_seen(self, namespace: dict[str, Any]) -> None:
+        self._queue(str(namespace["metadata"]["name"]))
+
+    def _namespace_changed(self, _old: dict[str, Any], new: dict[str, Any]) -> None:
+        self._namespace_seen(new)
+
+    def _map_seen(self, config_map: dict[str, Any]) -> None:
+        self._queue(str(config_map["metadata"].get("namespace") or ""))
+
+    def _map_changed(self, _old: dict[str, Any], new: dict[str, Any]) -> None:
+        self._map_seen(new)
+
+    def _queue(self, namespace: str) -> None:
+        if namespace:
+            self._pending.add(namespace)
+            self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            pending, self._pending = self._pending, set()
+            for namespace in sorted(pending):
+                if not await self._reconcile(namespace):
+                    self._retry_later(namespace)
+
+    async def _reconcile(self, namespace: str) -> bool:
+        current = self.config_maps.find(ROOT_CONFIG_MAP, namespace)
+        plan = plan_root_config_map(self.namespaces.find(namespace), current, self._root)
+        try:
+            if plan is Plan.CREATE:
+                await self._client.create(CONFIG_MAPS, root_config_map(namespace, self._root), namespace)
+            elif plan is Plan.PATCH:
+                patch = {"data": {ROOT_CERT_KEY: self._root}}
+                await self._client.patch(CONFIG_MAPS, ROOT_CONFIG_MAP, patch, namespace)
+        except KubeAlreadyExistsError:
+            return False  # our cache is behind; look again once it has caught up
+        except KubeNotFoundError:
+            return plan is Plan.CREATE  # the namespace went away (create), or the map did (patch: retry)
+        except KubeClientError as exc:
+            log.warning("cannot %s %s in namespace %s: %s", plan.value, ROOT_CONFIG_MAP, namespace, exc)
+            return False
+        if plan is not Plan.NOTHING:
+            log.info("%sd %s in namespace %s", plan.value.rstrip("e"), ROOT_CONFIG_MAP, namespace)
+        return True
+
+    def _retry_later(self, namespace: str) -> None:
+        async def retry() -> None:
+            await asyncio.sleep(self._retry_delay)
+            self._queue(namespace)
+
+        task = asyncio.create_task(retry(), name=f"root cert publisher retry {namespace}")
+        self._retries.add(task)
+        task.add_done_callback(self._retries.discard)

@@ -1,0 +1,187 @@
+"""``IstioCertificateService/CreateCertificate``: the mesh CA's gRPC service (spec §5.1, §5.3).
+
+Theory of operation: one request is handled in four steps, any of which may refuse it:
+
+1. **Authenticate** the caller from the gRPC metadata (``authorization: Bearer``, ``clusterid``) with the
+   injected :class:`Authenticator` (TokenReview, :mod:`~ambit.controlplane.ca.authn`).
+2. **Choose the identity.** Without ``ImpersonatedIdentity`` in the request's Struct metadata it is the caller's
+   own; with it, the injected node authorizer must grant it (:mod:`~ambit.controlplane.ca.nodeauth`). A CA built
+   without a node authorizer refuses every impersonation.
+3. **Sign** the CSR for that identity. The CSR's one SPIFFE URI SAN must be exactly that identity; the CSR is
+   never trusted to choose it. TTL: the requested ``validity_duration``, or 24 h when it is not positive, capped
+   at 90 days (:func:`effective_ttl`).
+4. **Answer** with the chain flattened to one PEM certificate per element, each ending in a newline, the root
+   last (:func:`flatten_chain`).
+
+:meth:`CaService.create_certificate` is those steps with errors as :class:`CaServerError`; the gRPC method
+:meth:`CaService.CreateCertificate` only translates them into statuses: authentication and authorization
+failures are ``UNAUTHENTICATED`` with an opaque message (the detail goes to the log), a bad CSR is
+``INVALID_ARGUMENT``, anything unexpected ``INTERNAL``. One request's failure never affects another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import grpc  # type: ignore[import-untyped]
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from google.protobuf import struct_pb2
+
+from ambit.api import ca_pb2
+from ambit.controlplane.ca.authn import Caller, Metadata
+from ambit.controlplane.ca.errors import AuthorizationError, CaServerError, CsrError
+from ambit.controlplane.ca.root import RootCa
+from ambit.model.identity import DEFAULT_TRUST_DOMAIN, SpiffeId
+from ambit.tls.certs import CertificateError
+from ambit.tls.spiffe import sign_csr
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = "istio.v1.auth.IstioCertificateService"
+METHOD_PATH = f"/{SERVICE_NAME}/CreateCertificate"
+IMPERSONATED_IDENTITY = "ImpersonatedIdentity"
+DEFAULT_WORKLOAD_CERT_TTL = 24 * 3600
+MAX_WORKLOAD_CERT_TTL = 90 * 24 * 3600
+
+
+@dataclass(frozen=True, slots=True)
+class CaSettings:
+    """Policy of the CA service."""
+
+    trust_domain: str = DEFAULT_TRUST_DOMAIN
+    """The trust domain of every identity this CA signs."""
+    default_ttl: int = DEFAULT_WORKLOAD_CERT_TTL
+    """Seconds a certificate lives when the request asks for no (or a non-positive) validity."""
+    max_ttl: int = MAX_WORKLOAD_CERT_TTL
+    """Longest validity granted, whatever the request asks."""
+
+
+class Authenticator(Protocol):
+    async def authenticate(self, metadata: Metadata) -> Caller: ...
+
+
+class ImpersonationAuthorizer(Protocol):
+    async def authorize(self, caller: Caller, requested: str) -> SpiffeId: ...
+
+
+class Signer(Protocol):
+    def sign(self, csr_pem: bytes, identity: SpiffeId, ttl_seconds: int) -> list[bytes]:
+        """The PEM chain ``[leaf, ..., root]`` for ``identity``, else :class:`CsrError`."""
+        ...
+
+
+def effective_ttl(requested: int, *, default: int, maximum: int) -> int:
+    """The validity granted for a requested ``validity_duration`` (istiod's rule)."""
+    ttl = default if requested <= 0 else requested
+    return min(ttl, maximum)
+
+
+def impersonated_identity(metadata: struct_pb2.Struct) -> str | None:
+    """The ``ImpersonatedIdentity`` string of the request metadata, if present and non-empty."""
+    if IMPERSONATED_IDENTITY not in metadata.fields:
+        return None
+    value = metadata.fields[IMPERSONATED_IDENTITY]
+    if value.WhichOneof("kind") != "string_value":
+        raise AuthorizationError(f"{IMPERSONATED_IDENTITY} is not a string")
+    return value.string_value or None
+
+
+def flatten_chain(chain: Sequence[bytes]) -> list[str]:
+    """One PEM certificate per element (each ending in a newline), in order; elements may hold several."""
+    flat: list[str] = []
+    for element in chain:
+        try:
+            certs = x509.load_pem_x509_certificates(element)
+        except ValueError as exc:
+            raise CaServerError(f"malformed certificate in the signed chain: {exc}") from None
+        flat.extend(cert.public_bytes(serialization.Encoding.PEM).decode("ascii") for cert in certs)
+    return flat
+
+
+class RootSigner:
+    """Signs workload CSRs with the mesh CA and makes sure the root ends the chain."""
+
+    def __init__(self, root: RootCa, *, clock: Callable[[], float] = time.time) -> None:
+        self._root = root
+        self._clock = clock
+
+    def sign(self, csr_pem: bytes, identity: SpiffeId, ttl_seconds: int) -> list[bytes]:
+        try:
+            chain = sign_csr(self._root.signer, csr_pem, now=self._clock(), ttl_seconds=ttl_seconds, identity=identity)
+        except CertificateError as exc:
+            raise CsrError(str(exc)) from None
+        if _der(chain[-1]) != _der(self._root.root_pem):
+            chain.append(self._root.root_pem)
+        return chain
+
+
+class CaService:
+    """The CreateCertificate servicer; register it on a ``grpc.aio`` server with :meth:`add_to_server`."""
+
+    def __init__(
+        self,
+        authenticator: Authenticator,
+        node_authorizer: ImpersonationAuthorizer | None,
+        signer: Signer,
+        settings: CaSettings | None = None,
+    ) -> None:
+        self._authenticator = authenticator
+        self._authorizer = node_authorizer
+        self._signer = signer
+        self.settings = settings or CaSettings()
+
+    async def create_certificate(
+        self, request: ca_pb2.IstioCertificateRequest, metadata: Metadata
+    ) -> ca_pb2.IstioCertificateResponse:
+        """Steps 1-4 of the module docstring; refusals raise :class:`CaServerError` subclasses."""
+        caller = await self._authenticator.authenticate(metadata)
+        requested = impersonated_identity(request.metadata)
+        if requested is None:
+            identity = caller.identity(self.settings.trust_domain)
+        elif self._authorizer is None:
+            raise AuthorizationError(f"caller {caller} asked to impersonate {requested}, but no node authorizer is set")
+        else:
+            identity = await self._authorizer.authorize(caller, requested)
+        ttl = effective_ttl(request.validity_duration, default=self.settings.default_ttl, maximum=self.settings.max_ttl)
+        csr_pem = request.csr.encode("utf-8", errors="replace")
+        chain = await asyncio.to_thread(self._signer.sign, csr_pem, identity, ttl)
+        log.info("issued a certificate for %s to %s, valid %d s", identity, caller, ttl)
+        return ca_pb2.IstioCertificateResponse(cert_chain=flatten_chain(chain))
+
+    async def CreateCertificate(  # the gRPC method's name
+        self, request: ca_pb2.IstioCertificateRequest, context: Any
+    ) -> ca_pb2.IstioCertificateResponse:
+        try:
+            return await self.create_certificate(request, context.invocation_metadata() or ())
+        except CaServerError as exc:
+            log.warning("CreateCertificate from %s refused: %s", context.peer(), exc)
+            code, message = grpc.StatusCode[exc.status], exc.wire_message()
+        except Exception:
+            log.exception("CreateCertificate from %s failed", context.peer())
+            code, message = grpc.StatusCode.INTERNAL, "internal error"
+        await context.abort(code, message)
+        raise AssertionError("unreachable: abort raises")
+
+    def add_to_server(self, server: Any) -> None:
+        """Serve this CA's one method on ``server`` (a ``grpc.aio.Server``)."""
+        handler = grpc.unary_unary_rpc_method_handler(
+            self.CreateCertificate,
+            request_deserializer=ca_pb2.IstioCertificateRequest.FromString,
+            response_serializer=ca_pb2.IstioCertificateResponse.SerializeToString,
+        )
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(SERVICE_NAME, {"CreateCertificate": handler}),)
+        )
+
+
+def _der(pem: bytes) -> bytes:
+    try:
+        return x509.load_pem_x509_certificate(pem).public_bytes(serialization.Encoding.DER)
+    except ValueError:
+        return pem

@@ -1,0 +1,130 @@
+"""The node proxy's CA client for istiod: ``IstioCertificateService/CreateCertificate`` over gRPC + TLS (spec §5.2).
+
+Theory of operation: each :meth:`IstiodCaClient.fetch_certificate` makes a fresh ECDSA P-256 key and a CSR whose
+one URI SAN is the wanted SPIFFE id (in a worker thread: key generation must not stall the event loop), and sends
+it with ``validity_duration`` = the configured TTL. In shared (node proxy) mode the request's Struct metadata
+carries ``ImpersonatedIdentity``; the call's gRPC metadata carries ``authorization: Bearer <token>`` and
+``clusterid``. The token file is read on every call, because the kubelet (or the lab) rotates it in place. The
+answer's first element must be a leaf naming exactly the requested identity
+(:meth:`~ambit.identity.manager.WorkloadCertificate.from_chain` checks it); its last is the root.
+
+The TLS channel trusts only the root in ``root_cert_path``. The file is read on every call too, and the channel is
+rebuilt when its content changes (a root rotation), so a long-lived client follows the file as ztunnel does.
+
+Every failure (unreadable token or root, CA unreachable, refusal, a wrong or malformed chain) is a
+:class:`~ambit.identity.caclient.CaError` naming the identity, so the certificate manager backs off and retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import grpc  # type: ignore[import-untyped]
+import grpc.aio  # type: ignore[import-untyped]
+from google.protobuf import struct_pb2
+
+from ambit.api import ca_pb2
+from ambit.identity.caclient import CaError
+from ambit.identity.manager import WorkloadCertificate
+from ambit.model.identity import SpiffeId
+from ambit.tls.spiffe import make_csr
+
+METHOD_PATH = "/istio.v1.auth.IstioCertificateService/CreateCertificate"
+IMPERSONATED_IDENTITY = "ImpersonatedIdentity"
+DEFAULT_TIMEOUT = 10.0
+
+
+class IstiodCaClient:
+    """A :class:`~ambit.identity.manager.CaClient` that asks istiod (or Ambit's control plane) for certificates."""
+
+    def __init__(
+        self,
+        address: str,
+        root_cert_path: Path,
+        token_path: Path,
+        *,
+        cluster_id: str = "Kubernetes",
+        ttl_seconds: int = 86400,
+        impersonate: bool = True,
+        server_name: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        """``address`` is ``host:port``; ``server_name`` overrides the name the server certificate must carry."""
+        if ttl_seconds <= 0:
+            raise CaError(f"certificate TTL must be positive, not {ttl_seconds}")
+        self.address = address
+        self._root_cert_path = Path(root_cert_path)
+        self._token_path = Path(token_path)
+        self._cluster_id = cluster_id
+        self._ttl_seconds = ttl_seconds
+        self._impersonate = impersonate
+        self._server_name = server_name
+        self._timeout = timeout
+        self._channel: Any = None
+        self._channel_root: bytes | None = None
+        self._lock = asyncio.Lock()
+
+    async def fetch_certificate(self, identity: SpiffeId) -> WorkloadCertificate:
+        """A fresh certificate for ``identity`` from the CA; :class:`CaError` on any failure."""
+        token = self._read(self._token_path, "token").decode("utf-8", errors="replace").strip()
+        if not token:
+            raise CaError(f"token file {self._token_path} is empty")
+        channel = await self._channel_for(self._read(self._root_cert_path, "root certificate"))
+        csr_pem, key_pem = await asyncio.to_thread(make_csr, identity)
+        request = ca_pb2.IstioCertificateRequest(csr=csr_pem.decode("ascii"), validity_duration=self._ttl_seconds)
+        if self._impersonate:
+            request.metadata.CopyFrom(struct_pb2.Struct(fields={IMPERSONATED_IDENTITY: _string(str(identity))}))
+        call = channel.unary_unary(
+            METHOD_PATH,
+            request_serializer=ca_pb2.IstioCertificateRequest.SerializeToString,
+            response_deserializer=ca_pb2.IstioCertificateResponse.FromString,
+        )
+        metadata = (("authorization", f"Bearer {token}"), ("clusterid", self._cluster_id))
+        try:
+            response: ca_pb2.IstioCertificateResponse = await call(request, metadata=metadata, timeout=self._timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise CaError(
+                f"CA {self.address} refused a certificate for {identity}: {exc.code().name}: {exc.details()}"
+            ) from None
+        chain = [pem.encode("ascii", errors="replace") for pem in response.cert_chain]
+        return WorkloadCertificate.from_chain(identity, chain, key_pem)
+
+    async def aclose(self) -> None:
+        async with self._lock:
+            channel, self._channel, self._channel_root = self._channel, None, None
+        if channel is not None:
+            await channel.close()
+
+    async def __aenter__(self) -> IstiodCaClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def _channel_for(self, root_pem: bytes) -> Any:
+        async with self._lock:
+            if self._channel is not None and self._channel_root == root_pem:
+                return self._channel
+            old, self._channel = self._channel, None
+            try:
+                credentials = grpc.ssl_channel_credentials(root_certificates=root_pem)
+            except Exception as exc:
+                raise CaError(f"root certificate {self._root_cert_path} is unusable: {exc}") from None
+            options = [("grpc.ssl_target_name_override", self._server_name)] if self._server_name else []
+            self._channel = grpc.aio.secure_channel(self.address, credentials, options=options)
+            self._channel_root = root_pem
+        if old is not None:
+            await old.close(grace=1.0)  # in-flight calls on the old root get a moment to finish
+        return self._channel
+
+    def _read(self, path: Path, what: str) -> bytes:
+        try:
+            return path.read_bytes()
+        except OSError as exc:
+            raise CaError(f"cannot read the {what} file {path}: {exc}") from None
+
+
+def _string(value: str) -> struct_pb2.Value:
+    return struct_pb2.Value(string_value=value)

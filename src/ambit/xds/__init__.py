@@ -1,0 +1,14 @@
+"""The workload API over delta xDS (spec §4.2): sans-IO sessions, proto conversion, and thin grpc.aio shells.
+
+Modules:
+
+- ``convert``: model :class:`~ambit.model.workload.Workload` / :class:`~ambit.model.workload.Service` ↔ proto
+  ``istio.workload.Address``, resource names and ``network/IP`` aliases; bad input raises
+  :class:`~ambit.xds.errors.XdsConversionError` naming the resource and the field.
+- ``session``: the server's pure per-client delta session (subscriptions, what the client holds, nonces, ACK/NACK).
+- ``client_session``: the client's pure side (initial requests, applying a response, ACK or NACK).
+- ``table``: :class:`~ambit.xds.table.AddressTable`, the server's current resources with change notifications.
+- ``server``: the ``AggregatedDiscoveryService/DeltaAggregatedResources`` servicer and a TLS grpc.aio server.
+- ``client``: the node proxy's grpc.aio client (TLS, bearer token, reconnect with back-off keeping its state).
+- ``errors``: the package's error tree.
+"""

@@ -1,0 +1,195 @@
+"""The node proxy's xDS client (spec §4.2, §5.2): a thin grpc.aio shell around :class:`ClientSession`.
+
+Theory of operation: :meth:`XdsClient.run` loops forever: connect, stream, and on any failure wait a jittered,
+exponentially growing back-off (reset once a response arrives) and connect again. Every connect re-reads the mesh
+root (the control plane's server certificate is verified against it) and the bearer token from their files, so a
+rotated root or a refreshed token is picked up without a restart, and sends ``authorization: Bearer <token>`` and
+``clusterid`` metadata. A stream opens with :meth:`ClientSession.initial_requests` (what we hold, for a cheap
+resync), then for each response: decode, apply upserts and removals to the :class:`WorkloadState`, call
+``on_change`` once if anything changed, and write the ACK or NACK.
+
+Invariants:
+
+- The state is never cleared on disconnect: the node proxy keeps serving from its last view through a
+  control-plane outage, and a reconnect's response brings only the differences (removals included).
+- :attr:`XdsClient.synced` turns true after the first response of every opened type and stays true.
+- Removed names are tried as a workload uid, then as a service key (their shapes cannot collide: a service key has
+  exactly one ``/``, a uid at least three).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc  # type: ignore[import-untyped]
+from google.protobuf import any_pb2
+
+from ambit.api import authorization_pb2
+from ambit.api import discovery_pb2 as dpb
+from ambit.model.state import WorkloadState
+from ambit.model.workload import Service, Workload
+from ambit.xds.client_session import ClientSession, ClientUpdate, Decoder
+from ambit.xds.convert import ADDRESS_TYPE_URL, decode_address
+from ambit.xds.errors import XdsConfigFileError, XdsConversionError
+from ambit.xds.server import METHOD, SERVICE_NAME
+from ambit.xds.session import AUTHORIZATION_TYPE_URL
+
+__all__ = ["Backoff", "XdsClient"]
+
+log = logging.getLogger("ambit.xds.client")
+
+_PATH = f"/{SERVICE_NAME}/{METHOD}"
+
+
+def _decode_authorization(name: str, body: any_pb2.Any) -> object:
+    """Checked and acknowledged, not applied: the node proxy has no L4 policy model yet."""
+    message = authorization_pb2.Authorization()
+    if not body.Unpack(message):
+        raise XdsConversionError(name, "resource.type_url", f"not an Authorization: {body.type_url!r}")
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Reconnect delays: ``initial`` doubling up to ``maximum``, each scaled by a random factor in [0.5, 1]."""
+
+    initial: float = 0.1
+    maximum: float = 15.0
+
+    def delay(self, attempt: int, jitter: float) -> float:
+        return min(self.maximum, self.initial * 2.0 ** min(attempt, 30)) * (0.5 + jitter / 2)
+
+
+class XdsClient:
+    """Streams the workload API from the control plane into a :class:`WorkloadState`."""
+
+    def __init__(
+        self,
+        target: str,
+        state: WorkloadState,
+        on_change: Callable[[], None],
+        *,
+        root_cert_file: Path,
+        token_file: Path | None,
+        cluster_id: str,
+        node_id: str = "",
+        server_name: str | None = "istiod.istio-system.svc",
+        backoff: Backoff = Backoff(),
+        authorization: bool = True,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        self.target = target
+        self._state, self._on_change = state, on_change
+        self._root_cert_file, self._token_file = root_cert_file, token_file
+        self._cluster_id, self._server_name = cluster_id, server_name
+        self._backoff, self._rng = backoff, rng
+        decoders: dict[str, Decoder] = {ADDRESS_TYPE_URL: decode_address}
+        if authorization:
+            decoders[AUTHORIZATION_TYPE_URL] = _decode_authorization
+        self.session = ClientSession(decoders, node=dpb.Node(id=node_id, cluster=cluster_id))
+        self.connected = False
+        self.connects = 0
+        self.nacks = 0
+        self.last_error = ""
+        self._got_response = False
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def synced(self) -> bool:
+        """A full view was received at least once (for readiness)."""
+        return self.session.synced
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self.run(), name=f"xds client {self.target}")
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    async def run(self) -> None:
+        attempt = 0
+        while True:
+            try:
+                got_response = await self._connect_once()
+            except asyncio.CancelledError:
+                raise
+            except grpc.aio.AioRpcError as exc:
+                got_response = exc.code() != grpc.StatusCode.UNAUTHENTICATED and self._got_response
+                self.last_error = f"{exc.code().name}: {exc.details()}"
+            except XdsConfigFileError as exc:
+                got_response, self.last_error = False, str(exc)
+            except Exception as exc:  # a broken stream in any other way: reconnect, never die
+                got_response, self.last_error = self._got_response, f"{type(exc).__name__}: {exc}"
+            finally:
+                self.connected = False
+            attempt = 0 if got_response else attempt + 1
+            delay = self._backoff.delay(attempt, self._rng())
+            log.warning("xds %s: disconnected (%s); retrying in %.2fs", self.target, self.last_error, delay)
+            await asyncio.sleep(delay)
+
+    def _metadata(self) -> tuple[tuple[str, str], ...]:
+        metadata = [("clusterid", self._cluster_id)]
+        if self._token_file is not None:
+            try:
+                token = self._token_file.read_text(encoding="utf-8").strip()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise XdsConfigFileError(f"cannot read the xDS token {self._token_file}: {exc}") from None
+            metadata.append(("authorization", f"Bearer {token}"))
+        return tuple(metadata)
+
+    def _channel(self) -> Any:
+        try:
+            root = self._root_cert_file.read_bytes()
+        except OSError as exc:
+            raise XdsConfigFileError(f"cannot read the mesh root {self._root_cert_file}: {exc}") from None
+        options = [("grpc.ssl_target_name_override", self._server_name)] if self._server_name else []
+        return grpc.aio.secure_channel(self.target, grpc.ssl_channel_credentials(root_certificates=root), options)
+
+    async def _connect_once(self) -> bool:
+        """One stream, until it fails; True when at least one response arrived (the back-off resets)."""
+        self._got_response = False
+        metadata = self._metadata()
+        self.connects += 1
+        async with self._channel() as channel:
+            method = channel.stream_stream(
+                _PATH,
+                request_serializer=dpb.DeltaDiscoveryRequest.SerializeToString,
+                response_deserializer=dpb.DeltaDiscoveryResponse.FromString,
+            )
+            call = method(metadata=metadata)
+            for request in self.session.initial_requests():
+                await call.write(request)
+            self.connected = True
+            while True:
+                response = await call.read()
+                if response is grpc.aio.EOF:
+                    self.last_error = "stream closed by the server"
+                    return self._got_response
+                self._got_response = True
+                update = self.session.apply(response)
+                self._apply(update)
+                await call.write(update.reply)
+
+    def _apply(self, update: ClientUpdate) -> None:
+        if update.nacked:
+            self.nacks += 1
+            log.warning("xds %s: NACK %s: %s", self.target, update.reply.response_nonce, "; ".join(update.errors))
+        if update.type_url != ADDRESS_TYPE_URL:
+            return
+        for _name, value in update.upserts:
+            if isinstance(value, Workload):
+                self._state.upsert_workload(value)
+            elif isinstance(value, Service):
+                self._state.upsert_service(value)
+        for name in update.removals:
+            self._state.remove_workload(name) or self._state.remove_service(name)
+        if update.upserts or update.removals:
+            self._on_change()

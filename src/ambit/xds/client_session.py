@@ -1,0 +1,123 @@
+"""The client's side of a delta ADS stream (spec §4.2), sans-IO: responses in, state changes and replies out.
+
+Theory of operation: a :class:`ClientSession` remembers, per type URL, the version of every resource it applied.
+:meth:`ClientSession.initial_requests` opens a stream (again): one request per type, carrying what it holds in
+``initial_resource_versions`` so a restarted server resends only what changed and names what was removed.
+:meth:`ClientSession.apply` turns one ``DeltaDiscoveryResponse`` into a :class:`ClientUpdate`: the decoded upserts,
+the removals, and the reply (ACK, or NACK when any resource failed to decode). The caller applies the update to
+its state; nothing here touches a socket or a clock. The session outlives streams: a reconnect keeps it.
+
+Rules:
+
+1. Decoders are per type URL and raise :class:`XdsConversionError` for bad input. A resource that fails is left
+   out (the client keeps whatever it had under that name) and not recorded as held, so a later server resends it;
+   the rest of the response applies, and the reply is a NACK whose ``error_detail`` names every failure.
+2. ``removed_resources`` forgets names (names never held are ignored, so a negative on-demand answer is harmless).
+3. A response of a type the client never opened is NACKed and changes nothing.
+4. :attr:`ClientSession.synced` turns true once every opened type got its first response after the latest
+   (re)connect; it stays true across later reconnects (the state is kept, just stale).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from google.protobuf import any_pb2
+
+from ambit.api import discovery_pb2 as dpb
+from ambit.xds.errors import XdsConversionError
+from ambit.xds.session import WILDCARD
+
+__all__ = ["ClientSession", "ClientUpdate", "Decoder"]
+
+Decoder = Callable[[str, any_pb2.Any], object]
+"""Resource name and packed body → a model value; raises :class:`XdsConversionError` on bad input."""
+
+NACK_CODE = 3  # google.rpc.Code INVALID_ARGUMENT
+
+
+@dataclass(frozen=True, slots=True)
+class ClientUpdate:
+    """One response's effect: what to upsert and remove, and the request to send back."""
+
+    type_url: str
+    upserts: tuple[tuple[str, object], ...]
+    removals: tuple[str, ...]
+    reply: dpb.DeltaDiscoveryRequest
+    errors: tuple[str, ...] = ()
+
+    @property
+    def nacked(self) -> bool:
+        return bool(self.errors)
+
+
+class ClientSession:
+    """What one client holds, across reconnects. Pure and synchronous."""
+
+    __slots__ = ("_decoders", "_first_seen", "_held", "_node", "_on_demand", "synced")
+
+    def __init__(
+        self, decoders: Mapping[str, Decoder], *, node: dpb.Node | None = None, on_demand: bool = False
+    ) -> None:
+        self._decoders = dict(decoders)
+        self._node = node if node is not None else dpb.Node()
+        self._on_demand = on_demand
+        self._held: dict[str, dict[str, str]] = {type_url: {} for type_url in self._decoders}
+        self._first_seen: set[str] = set()
+        self.synced = False
+
+    def held(self, type_url: str) -> Mapping[str, str]:
+        return dict(self._held.get(type_url, {}))
+
+    def initial_requests(self) -> list[dpb.DeltaDiscoveryRequest]:
+        """The requests that open a stream: wildcard (or on-demand "nothing"), with what we hold."""
+        self._first_seen.clear()
+        requests = []
+        for type_url, held in self._held.items():
+            request = dpb.DeltaDiscoveryRequest(node=self._node, type_url=type_url, initial_resource_versions=held)
+            if self._on_demand:
+                request.resource_names_subscribe.append(WILDCARD)
+                request.resource_names_unsubscribe.append(WILDCARD)
+            requests.append(request)
+        return requests
+
+    def subscribe(self, type_url: str, names: Sequence[str]) -> dpb.DeltaDiscoveryRequest:
+        """An on-demand lookup: subscribe to resource names or ``network/IP`` aliases."""
+        return dpb.DeltaDiscoveryRequest(type_url=type_url, resource_names_subscribe=list(names))
+
+    def apply(self, response: dpb.DeltaDiscoveryResponse) -> ClientUpdate:
+        """Decode one response; record what was applied; build the ACK or NACK."""
+        type_url = response.type_url
+        reply = dpb.DeltaDiscoveryRequest(type_url=type_url, response_nonce=response.nonce)
+        decode = self._decoders.get(type_url)
+        held = self._held.get(type_url)
+        if decode is None or held is None:
+            error = f"type {type_url!r} was not subscribed"
+            reply.error_detail.code, reply.error_detail.message = NACK_CODE, error
+            return ClientUpdate(type_url, (), (), reply, (error,))
+        upserts: list[tuple[str, object]] = []
+        errors: list[str] = []
+        for resource in response.resources:
+            try:
+                if not resource.name:
+                    raise XdsConversionError("", "name", "required")
+                if not resource.HasField("resource"):
+                    raise XdsConversionError(resource.name, "resource", "missing (no body)")
+                value = decode(resource.name, resource.resource)
+            except XdsConversionError as exc:
+                errors.append(str(exc))
+                continue
+            held[resource.name] = resource.version
+            upserts.append((resource.name, value))
+        removals = []
+        for name in response.removed_resources:
+            if held.pop(name, None) is not None:
+                removals.append(name)
+        if errors:
+            reply.error_detail.code = NACK_CODE
+            reply.error_detail.message = "; ".join(errors)
+        self._first_seen.add(type_url)
+        if self._first_seen >= set(self._held):
+            self.synced = True
+        return ClientUpdate(type_url, tuple(upserts), tuple(removals), reply, tuple(errors))

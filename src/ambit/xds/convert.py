@@ -1,0 +1,299 @@
+"""Model workloads and services ↔ the ``istio.workload.Address`` resource (spec §4.1, proto3 defaults per §12).
+
+Theory of operation: encoding (:func:`address_of`) is total over valid model values and elides the defaults the
+way istiod does (trust domain ``cluster.local`` and service account ``default`` become empty strings). Decoding
+(:func:`decode_address`, :func:`address_from_proto`) is where the peer's input is judged: every field the model
+keeps is checked, and the first problem raises :class:`XdsConversionError` naming the resource and the field, for
+example ``Kubernetes//Pod/shop/web-1: workload.addresses[0]: expected 4 or 16 bytes, got 5``. Fields the model does
+not keep (waypoints, locality, extensions...) are ignored, as an older ztunnel ignores newer fields.
+
+Rules:
+
+1. A resource's name is the workload's uid or the service's ``namespace/hostname`` (:func:`resource_name`); a
+   resource whose name disagrees with its body is refused.
+2. Aliases (:func:`address_aliases`) are the ``network/IP`` keys an on-demand client may subscribe with: each
+   workload address in the workload's network, each service VIP in its own network.
+3. IPs are raw 4- or 16-byte strings; a VIP with a prefix ``length`` shorter than the full address is refused.
+4. Ports: service ports 1..65535, target ports 0..65535 (0 = named port, resolved per workload).
+5. Nothing but :class:`XdsConversionError` escapes decoding.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeVar
+
+from google.protobuf import any_pb2
+from google.protobuf.message import DecodeError
+
+from ambit.api import workload_pb2 as pb
+from ambit.model.errors import IdentityError
+from ambit.model.identity import (
+    DEFAULT_SERVICE_ACCOUNT,
+    DEFAULT_TRUST_DOMAIN,
+    check_path_segment,
+    check_trust_domain,
+)
+from ambit.model.workload import (
+    HealthPolicy,
+    HealthStatus,
+    IPAddress,
+    NetworkAddress,
+    PortMapping,
+    Service,
+    TunnelProtocol,
+    Workload,
+)
+from ambit.xds.errors import XdsConversionError
+
+__all__ = [
+    "ADDRESS_TYPE_URL",
+    "XdsConversionError",
+    "address_aliases",
+    "address_from_proto",
+    "address_of",
+    "decode_address",
+    "resource_name",
+]
+
+T = TypeVar("T")
+
+ADDRESS_TYPE_URL = "type.googleapis.com/istio.workload.Address"
+
+_WORKLOAD_TYPES = {"deployment": pb.DEPLOYMENT, "cronjob": pb.CRONJOB, "pod": pb.POD, "job": pb.JOB}
+_WORKLOAD_TYPE_NAMES = {value: key for key, value in _WORKLOAD_TYPES.items()}
+_TUNNELS = {TunnelProtocol.NONE: pb.NONE, TunnelProtocol.HBONE: pb.HBONE}
+_TUNNEL_NAMES = {value: key for key, value in _TUNNELS.items()}
+_STATUSES = {HealthStatus.HEALTHY: pb.HEALTHY, HealthStatus.UNHEALTHY: pb.UNHEALTHY}
+_STATUS_NAMES = {value: key for key, value in _STATUSES.items()}
+_POLICIES = {
+    HealthPolicy.ONLY_HEALTHY: pb.LoadBalancing.ONLY_HEALTHY,
+    HealthPolicy.ALLOW_ALL: pb.LoadBalancing.ALLOW_ALL,
+}
+_POLICY_NAMES = {value: key for key, value in _POLICIES.items()}
+
+
+# Encoding.
+
+
+def _ports(ports: tuple[PortMapping, ...]) -> list[pb.Port]:
+    return [pb.Port(service_port=p.service_port, target_port=p.target_port) for p in ports]
+
+
+def workload_to_proto(workload: Workload) -> pb.Workload:
+    message = pb.Workload(
+        uid=workload.uid,
+        name=workload.name,
+        namespace=workload.namespace,
+        addresses=[ip.packed for ip in workload.addresses],
+        network=workload.network,
+        tunnel_protocol=_TUNNELS[workload.tunnel_protocol],
+        trust_domain="" if workload.trust_domain == DEFAULT_TRUST_DOMAIN else workload.trust_domain,
+        service_account="" if workload.service_account == DEFAULT_SERVICE_ACCOUNT else workload.service_account,
+        node=workload.node,
+        canonical_name=workload.canonical_name,
+        canonical_revision=workload.canonical_revision,
+        workload_type=_WORKLOAD_TYPES.get(workload.workload_type, pb.POD),
+        workload_name=workload.workload_name,
+        status=_STATUSES[workload.status],
+        cluster_id=workload.cluster_id,
+    )
+    for key, ports in workload.services.items():
+        message.services[key].ports.extend(_ports(ports))
+    return message
+
+
+def service_to_proto(service: Service) -> pb.Service:
+    return pb.Service(
+        name=service.name,
+        namespace=service.namespace,
+        hostname=service.hostname,
+        addresses=[pb.NetworkAddress(network=vip.network, address=vip.ip.packed) for vip in service.vips],
+        ports=_ports(service.ports),
+        subject_alt_names=list(service.subject_alt_names),
+        load_balancing=(
+            pb.LoadBalancing(health_policy=_POLICIES[service.health_policy])
+            if service.health_policy is not HealthPolicy.ONLY_HEALTHY
+            else None
+        ),
+    )
+
+
+def address_of(item: Workload | Service) -> pb.Address:
+    """The Address resource for a model workload or service."""
+    if isinstance(item, Workload):
+        return pb.Address(workload=workload_to_proto(item))
+    return pb.Address(service=service_to_proto(item))
+
+
+def resource_name(address: pb.Address) -> str:
+    """The xDS resource name: the workload's uid, or the service's ``namespace/hostname``."""
+    if address.HasField("workload"):
+        return address.workload.uid
+    return f"{address.service.namespace}/{address.service.hostname}"
+
+
+def address_aliases(address: pb.Address) -> tuple[str, ...]:
+    """The ``network/IP`` keys an on-demand client may look this resource up by (invalid IPs are skipped)."""
+    aliases: list[str] = []
+    if address.HasField("workload"):
+        for raw in address.workload.addresses:
+            if len(raw) in (4, 16):
+                aliases.append(f"{address.workload.network}/{ipaddress.ip_address(raw)}")
+    else:
+        for vip in address.service.addresses:
+            if len(vip.address) in (4, 16):
+                aliases.append(f"{vip.network}/{ipaddress.ip_address(vip.address)}")
+    return tuple(dict.fromkeys(aliases))
+
+
+# Decoding.
+
+
+class _Reader:
+    """Checks of one resource's fields; every failure names the resource and the field path."""
+
+    def __init__(self, resource: str) -> None:
+        self.resource = resource
+
+    def fail(self, field: str, problem: str) -> XdsConversionError:
+        return XdsConversionError(self.resource, field, problem)
+
+    def text(self, field: str, value: str, *, required: bool = False) -> str:
+        if required and not value:
+            raise self.fail(field, "required")
+        if not value.isprintable():
+            raise self.fail(field, f"has unprintable characters: {value!r}")
+        return value
+
+    def ip(self, field: str, raw: bytes) -> IPAddress:
+        if len(raw) not in (4, 16):
+            raise self.fail(field, f"expected 4 or 16 bytes, got {len(raw)}")
+        return ipaddress.ip_address(raw)
+
+    def identity_part(self, field: str, value: str, what: str) -> None:
+        try:
+            if what == "trust domain":
+                check_trust_domain(value)
+            else:
+                check_path_segment(what, value)
+        except IdentityError as exc:
+            raise self.fail(field, f"bad SPIFFE part: {exc}") from None
+
+    def ports(self, field: str, ports: Iterable[pb.Port]) -> tuple[PortMapping, ...]:
+        mappings: list[PortMapping] = []
+        for index, port in enumerate(ports):
+            if not 1 <= port.service_port <= 65535:
+                raise self.fail(f"{field}[{index}].service_port", f"out of range 1..65535: {port.service_port}")
+            if port.target_port > 65535:
+                raise self.fail(f"{field}[{index}].target_port", f"out of range 0..65535: {port.target_port}")
+            mappings.append(PortMapping(port.service_port, port.target_port))
+        if len({m.service_port for m in mappings}) != len(mappings):
+            raise self.fail(field, "a service port is given twice")
+        return tuple(mappings)
+
+    def enum(self, field: str, value: int, names: Mapping[Any, T]) -> T:
+        if value not in names:
+            raise self.fail(field, f"unsupported value {value}")
+        return names[value]
+
+
+def _workload_from_proto(message: pb.Workload, read: _Reader) -> Workload:
+    read.text("workload.uid", message.uid, required=True)
+    namespace = read.text("workload.namespace", message.namespace, required=True)
+    read.identity_part("workload.namespace", namespace, "namespace")
+    trust_domain = read.text("workload.trust_domain", message.trust_domain) or DEFAULT_TRUST_DOMAIN
+    read.identity_part("workload.trust_domain", trust_domain, "trust domain")
+    service_account = read.text("workload.service_account", message.service_account) or DEFAULT_SERVICE_ACCOUNT
+    read.identity_part("workload.service_account", service_account, "service account")
+    services: dict[str, tuple[PortMapping, ...]] = {}
+    for key in sorted(message.services):
+        field = f"workload.services[{key!r}]"
+        ns, slash, host = read.text(field, key).partition("/")
+        if not (ns and slash and host):
+            raise read.fail(field, "key is not 'namespace/hostname'")
+        services[key] = read.ports(f"{field}.ports", message.services[key].ports)
+    return Workload(
+        uid=message.uid,
+        name=read.text("workload.name", message.name, required=True),
+        namespace=namespace,
+        addresses=tuple(read.ip(f"workload.addresses[{i}]", raw) for i, raw in enumerate(message.addresses)),
+        network=read.text("workload.network", message.network),
+        tunnel_protocol=read.enum("workload.tunnel_protocol", message.tunnel_protocol, _TUNNEL_NAMES),
+        trust_domain=trust_domain,
+        service_account=service_account,
+        node=read.text("workload.node", message.node),
+        canonical_name=read.text("workload.canonical_name", message.canonical_name),
+        canonical_revision=read.text("workload.canonical_revision", message.canonical_revision),
+        workload_name=read.text("workload.workload_name", message.workload_name),
+        workload_type=read.enum("workload.workload_type", message.workload_type, _WORKLOAD_TYPE_NAMES),
+        cluster_id=read.text("workload.cluster_id", message.cluster_id),
+        status=read.enum("workload.status", message.status, _STATUS_NAMES),
+        services=services,
+    )
+
+
+def _service_from_proto(message: pb.Service, read: _Reader) -> Service:
+    namespace = read.text("service.namespace", message.namespace, required=True)
+    read.identity_part("service.namespace", namespace, "namespace")
+    vips: list[NetworkAddress] = []
+    for index, vip in enumerate(message.addresses):
+        field = f"service.addresses[{index}]"
+        ip = read.ip(f"{field}.address", vip.address)
+        if vip.HasField("length") and vip.length != ip.max_prefixlen:
+            raise read.fail(f"{field}.length", f"prefixes are not supported, got /{vip.length}")
+        vips.append(NetworkAddress(read.text(f"{field}.network", vip.network), ip))
+    return Service(
+        name=read.text("service.name", message.name, required=True),
+        namespace=namespace,
+        hostname=read.text("service.hostname", message.hostname, required=True),
+        vips=tuple(vips),
+        ports=read.ports("service.ports", message.ports),
+        subject_alt_names=tuple(
+            read.text(f"service.subject_alt_names[{i}]", san, required=True)
+            for i, san in enumerate(message.subject_alt_names)
+        ),
+        health_policy=read.enum(
+            "service.load_balancing.health_policy", message.load_balancing.health_policy, _POLICY_NAMES
+        ),
+    )
+
+
+def address_from_proto(address: pb.Address, name: str = "") -> Workload | Service:
+    """The model value of an Address; ``name`` (the xDS resource name), when given, must match its body."""
+    read = _Reader(name or "(unnamed)")
+    kind = address.WhichOneof("type")
+    if kind is None:
+        raise read.fail("type", "neither a workload nor a service")
+    if not name:
+        read = _Reader(resource_name(address))
+    try:
+        item: Workload | Service = (
+            _workload_from_proto(address.workload, read)
+            if kind == "workload"
+            else _service_from_proto(address.service, read)
+        )
+    except (ValueError, TypeError, OverflowError) as exc:  # a model invariant we did not anticipate
+        raise read.fail(kind, str(exc)) from None
+    actual = item.uid if isinstance(item, Workload) else item.key
+    if name and actual != name:
+        raise read.fail("name", f"resource name does not match its {kind} ({actual!r})")
+    return item
+
+
+def decode_address(name: str, body: any_pb2.Any) -> Workload | Service:
+    """Unpack and convert one xDS resource body of type :data:`ADDRESS_TYPE_URL`."""
+    if body.type_url != ADDRESS_TYPE_URL:
+        raise XdsConversionError(name, "resource.type_url", f"expected {ADDRESS_TYPE_URL}, got {body.type_url!r}")
+    address = pb.Address()
+    try:
+        address.ParseFromString(body.value)
+    except (DecodeError, ValueError, RecursionError) as exc:
+        raise XdsConversionError(name, "resource.value", f"not a valid Address message: {exc}") from None
+    return address_from_proto(address, name)
+
+
+def pack_address(address: pb.Address) -> any_pb2.Any:
+    """``address`` as a google.protobuf.Any with the Address type URL (deterministic bytes)."""
+    return any_pb2.Any(type_url=ADDRESS_TYPE_URL, value=address.SerializeToString(deterministic=True))

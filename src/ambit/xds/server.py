@@ -1,0 +1,224 @@
+"""The delta ADS server (spec §4.2, §5.2): a thin grpc.aio shell around :class:`~ambit.xds.session.ServerSession`.
+
+Theory of operation: :class:`XdsService` implements ``envoy.service.discovery.v3.AggregatedDiscoveryService/
+DeltaAggregatedResources``. Each stream first authenticates its caller from the gRPC metadata with the injected
+``authenticate`` (None → ``UNAUTHENTICATED`` before any resource is sent). Then two loops share one session:
+
+- the reader feeds each request to the session and writes the response it returns;
+- the pusher sleeps until the :class:`~ambit.xds.table.ResourceSource` reports changed names, waits until changes
+  have been quiet for ``debounce`` seconds (at most ``max_debounce`` after the first), then writes the session's
+  incremental response (only changed and removed resources).
+
+A lock makes "ask the session, then write" atomic, so responses leave in the order the session built them and a
+nonce is never ACKed before it was written. A stream's failure ends that stream only; it is logged and counted.
+:class:`XdsServer` owns a TLS grpc.aio server with the service on it (the CA service can share it through
+:meth:`XdsServer.grpc_server` before :meth:`XdsServer.start`).
+
+Known limits: only the Address type has resources; Authorization is served as an empty set, so clients that open
+it still see themselves in sync.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc  # type: ignore[import-untyped]
+
+from ambit.api import discovery_pb2 as dpb
+from ambit.xds.convert import ADDRESS_TYPE_URL
+from ambit.xds.errors import XdsError
+from ambit.xds.session import EMPTY, RequestKind, ServerSession
+from ambit.xds.table import ResourceSource
+
+__all__ = ["SERVICE_NAME", "Authenticator", "Caller", "XdsServer", "XdsService"]
+
+log = logging.getLogger("ambit.xds.server")
+
+SERVICE_NAME = "envoy.service.discovery.v3.AggregatedDiscoveryService"
+METHOD = "DeltaAggregatedResources"
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who is on the other end of a stream, as ``authenticate`` established it."""
+
+    name: str
+    """E.g. the service account ``system:serviceaccount:istio-system:ztunnel``."""
+    cluster_id: str = ""
+
+
+Metadata = Sequence[tuple[str, str | bytes]]
+Authenticator = Callable[[Metadata], "Caller | Awaitable[Caller | None] | None"]
+
+
+@dataclass(slots=True)
+class XdsStats:
+    """Counters for tests, metrics and the admin endpoint."""
+
+    streams: int = 0
+    unauthenticated: int = 0
+    acks: int = 0
+    nacks: int = 0
+    pushes: int = 0
+    stream_errors: int = 0
+
+
+class XdsService:
+    """The servicer. ``add_to(server)`` registers it on a grpc.aio server."""
+
+    def __init__(
+        self,
+        source: ResourceSource,
+        authenticate: Authenticator,
+        *,
+        debounce: float = 0.1,
+        max_debounce: float = 1.0,
+    ) -> None:
+        self._source = source
+        self._authenticate = authenticate
+        self._debounce, self._max_debounce = debounce, max_debounce
+        self._ids = itertools.count(1)
+        self.stats = XdsStats()
+        self.clients: dict[int, Caller] = {}
+        """Connected, authenticated streams by stream id."""
+
+    def add_to(self, server: Any) -> None:
+        handler = grpc.stream_stream_rpc_method_handler(
+            self._stream,
+            request_deserializer=dpb.DeltaDiscoveryRequest.FromString,
+            response_serializer=dpb.DeltaDiscoveryResponse.SerializeToString,
+        )
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, {METHOD: handler}),))
+
+    async def _caller(self, metadata: Metadata) -> Caller | None:
+        try:
+            result = self._authenticate(metadata)
+            if inspect.isawaitable(result):
+                result = await result
+        except Exception:  # an authenticator bug must not leak details to the peer
+            log.exception("xds: authenticate failed")
+            return None
+        return result if isinstance(result, Caller) else None
+
+    async def _stream(self, request_iterator: Any, context: Any) -> None:
+        caller = await self._caller(tuple(context.invocation_metadata() or ()))
+        if caller is None:
+            self.stats.unauthenticated += 1
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "xds: a valid bearer token is required")
+            return
+        stream_id = next(self._ids)
+        self.stats.streams += 1
+        self.clients[stream_id] = caller
+        session = ServerSession(prefix=f"s{stream_id}")
+        lock = asyncio.Lock()
+        pending: set[str] = set()
+        wake = asyncio.Event()
+
+        def on_change(names: frozenset[str]) -> None:
+            pending.update(names)
+            wake.set()
+
+        self._source.add_listener(on_change)
+        pusher = asyncio.create_task(self._push_loop(session, context, lock, pending, wake), name=f"xds push {caller}")
+        try:
+            await self._read_loop(session, context, lock, caller)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.stats.stream_errors += 1
+            log.info("xds stream %d (%s) ended: %s", stream_id, caller.name, exc)
+        finally:
+            self._source.remove_listener(on_change)
+            pusher.cancel()
+            await asyncio.gather(pusher, return_exceptions=True)
+            del self.clients[stream_id]
+
+    def _resources(self, type_url: str) -> Any:
+        return self._source.current if type_url == ADDRESS_TYPE_URL else EMPTY
+
+    async def _read_loop(self, session: ServerSession, context: Any, lock: asyncio.Lock, caller: Caller) -> None:
+        while True:
+            request = await context.read()
+            if request is grpc.aio.EOF:
+                return
+            async with lock:
+                output = session.receive(request, self._resources(request.type_url))
+                for response in output.responses:
+                    await context.write(response)
+            if output.kind is RequestKind.ACK:
+                self.stats.acks += 1
+            elif output.kind is RequestKind.NACK:
+                self.stats.nacks += 1
+                log.warning("xds: %s NACKed %s: %s", caller.name, request.response_nonce, output.error)
+
+    async def _push_loop(
+        self, session: ServerSession, context: Any, lock: asyncio.Lock, pending: set[str], wake: asyncio.Event
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await wake.wait()
+            deadline = loop.time() + self._max_debounce
+            while True:  # debounce: until quiet for `debounce`, or `max_debounce` after the first change
+                wake.clear()
+                quiet = min(self._debounce, deadline - loop.time())
+                if quiet <= 0:
+                    break
+                try:
+                    await asyncio.wait_for(wake.wait(), quiet)
+                except TimeoutError:
+                    break
+            wake.clear()
+            changed = frozenset(pending)
+            pending.clear()
+            async with lock:
+                output = session.push(ADDRESS_TYPE_URL, self._source.current, changed)
+                for response in output.responses:
+                    await context.write(response)
+                    self.stats.pushes += 1
+
+
+class XdsServer:
+    """A TLS grpc.aio server carrying :class:`XdsService`; ``await start()``, then ``await aclose()``."""
+
+    def __init__(
+        self,
+        source: ResourceSource,
+        authenticate: Authenticator,
+        *,
+        cert_chain_pem: bytes,
+        key_pem: bytes,
+        host: str = "0.0.0.0",
+        port: int = 15012,
+        debounce: float = 0.1,
+    ) -> None:
+        self.service = XdsService(source, authenticate, debounce=debounce)
+        self._credentials = grpc.ssl_server_credentials([(key_pem, cert_chain_pem)])
+        self._address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        self.grpc_server: Any = grpc.aio.server()
+        self.service.add_to(self.grpc_server)
+        self.port = 0
+        """The bound port, after :meth:`start` (useful with ``port=0``)."""
+
+    async def start(self) -> None:
+        try:
+            self.port = self.grpc_server.add_secure_port(self._address, self._credentials)
+        except RuntimeError as exc:  # grpc's only report of a failed bind
+            raise XdsError(f"xds server cannot listen on {self._address}: {exc}") from None
+        await self.grpc_server.start()
+        log.info("xds server listening on %s (port %d)", self._address, self.port)
+
+    async def aclose(self, grace: float = 0.5) -> None:
+        await self.grpc_server.stop(grace)
+
+    async def __aenter__(self) -> XdsServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()

@@ -1,0 +1,231 @@
+"""The server's side of one client's delta ADS stream (spec §4.2), sans-IO: requests in, responses out.
+
+Theory of operation: a :class:`ServerSession` keeps, per type URL, what the client subscribed to and which version
+of each resource it holds. :meth:`ServerSession.receive` takes one ``DeltaDiscoveryRequest`` and the current
+:class:`ResourceSet` of that type and returns what to send; :meth:`ServerSession.push` takes the current set and
+the names that changed (``None`` = compare everything) and returns the incremental responses. The shell owns the
+stream, the clock and the debounce; this class never blocks and never reads a clock.
+
+Rules:
+
+1. The first request of a type opens it. ``initial_resource_versions`` says what the client already holds (a
+   reconnect); an empty subscribe list (with no unsubscribe) means wildcard, as legacy Envoy clients expect.
+2. Later requests change the subscription: ``*`` in subscribe turns wildcard on, ``*`` in unsubscribe turns it off
+   (ztunnel's on-demand mode sends both at once: "subscribe to nothing"). Other names are resource names or
+   ``network/IP`` aliases; unsubscribing a name forgets that the client holds it.
+3. A client *wants* a resource when it is wildcard, or subscribed to the resource's name or one of its aliases.
+4. A response carries each wanted resource whose version differs from what the client holds, and in
+   ``removed_resources`` each name the client holds that no longer exists, plus each explicitly subscribed name
+   that resolves to nothing (so an on-demand lookup gets an answer). Unchanged resources are never resent.
+5. Opening a type, or subscribing to names, always gets a response, even an empty one: the client learns it is
+   in sync. Pushes and ACKs get one only when there is something to say.
+6. ACK = a request with ``response_nonce``; NACK = the same with ``error_detail``. Both retire the nonce. A NACK
+   changes nothing else: the server keeps serving, and the NACKed versions are not resent until they change (as
+   istiod). A nonce we never sent, or already retired, is stale and only reported.
+7. Nonces are ``<session prefix>-<counter>``, so they are unique per stream and deterministic under test.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from google.protobuf import any_pb2
+
+from ambit.api import discovery_pb2 as dpb
+
+__all__ = [
+    "AUTHORIZATION_TYPE_URL",
+    "RequestKind",
+    "ResourceSet",
+    "ServerSession",
+    "SessionOutput",
+    "XdsResource",
+]
+
+AUTHORIZATION_TYPE_URL = "type.googleapis.com/istio.security.Authorization"
+WILDCARD = "*"
+
+
+@dataclass(frozen=True, slots=True)
+class XdsResource:
+    """One resource as served: its name, a version (a content hash), the packed body and its aliases."""
+
+    name: str
+    version: str
+    body: any_pb2.Any
+    aliases: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceSet:
+    """The current resources of one type, by name, with the alias index for on-demand lookups."""
+
+    by_name: Mapping[str, XdsResource]
+    by_alias: Mapping[str, frozenset[str]]
+
+    @classmethod
+    def build(cls, resources: Iterable[XdsResource]) -> ResourceSet:
+        by_name = {r.name: r for r in resources}
+        by_alias: dict[str, set[str]] = {}
+        for resource in by_name.values():
+            for alias in resource.aliases:
+                by_alias.setdefault(alias, set()).add(resource.name)
+        return cls(by_name, {alias: frozenset(names) for alias, names in by_alias.items()})
+
+    def resolve(self, name: str) -> frozenset[str]:
+        """The resource names ``name`` stands for: itself if it is a resource, else what its alias points at."""
+        if name in self.by_name:
+            return frozenset((name,))
+        return self.by_alias.get(name, frozenset())
+
+
+EMPTY = ResourceSet({}, {})
+
+
+class RequestKind(enum.Enum):
+    """What a request turned out to be."""
+
+    OPENED = "opened"  # the first request of a type
+    SUBSCRIPTION = "subscription"  # a change of subscription without a nonce
+    ACK = "ack"
+    NACK = "nack"
+    STALE = "stale"  # an ACK or NACK of a nonce that is not in flight
+
+
+@dataclass(frozen=True, slots=True)
+class SessionOutput:
+    """What the shell does after :meth:`ServerSession.receive`: send ``responses``; log or count the rest."""
+
+    kind: RequestKind
+    responses: tuple[dpb.DeltaDiscoveryResponse, ...] = ()
+    error: str = ""
+    """The NACK's message."""
+
+
+@dataclass(slots=True)
+class _TypeState:
+    wildcard: bool = False
+    names: set[str] = field(default_factory=set)
+    held: dict[str, str] = field(default_factory=dict)  # resource name → version the client holds
+    in_flight: dict[str, tuple[str, ...]] = field(default_factory=dict)  # nonce → names it carried
+
+    def wants(self, resource: XdsResource) -> bool:
+        return self.wildcard or resource.name in self.names or any(a in self.names for a in resource.aliases)
+
+
+class ServerSession:
+    """One client's delta ADS state across all type URLs. Pure and synchronous."""
+
+    __slots__ = ("_counter", "_prefix", "_types")
+
+    def __init__(self, prefix: str = "n") -> None:
+        self._prefix = prefix
+        self._counter = 0
+        self._types: dict[str, _TypeState] = {}
+
+    @property
+    def type_urls(self) -> tuple[str, ...]:
+        """The types the client opened."""
+        return tuple(self._types)
+
+    def held(self, type_url: str) -> Mapping[str, str]:
+        """What the server believes the client holds: name → version."""
+        state = self._types.get(type_url)
+        return dict(state.held) if state else {}
+
+    def nonces_in_flight(self, type_url: str) -> tuple[str, ...]:
+        state = self._types.get(type_url)
+        return tuple(state.in_flight) if state else ()
+
+    def receive(self, request: dpb.DeltaDiscoveryRequest, current: ResourceSet) -> SessionOutput:
+        """Handle one request of ``request.type_url``; ``current`` is that type's resources now."""
+        type_url = request.type_url
+        state = self._types.get(type_url)
+        opened = state is None
+        if state is None:
+            state = self._types[type_url] = _TypeState()
+            state.held.update(request.initial_resource_versions)
+            if not request.resource_names_subscribe and not request.resource_names_unsubscribe:
+                state.wildcard = True
+        kind, error = RequestKind.OPENED if opened else RequestKind.SUBSCRIPTION, ""
+        if request.response_nonce and not opened:
+            carried = state.in_flight.pop(request.response_nonce, None)
+            if carried is None:
+                kind = RequestKind.STALE
+            elif request.HasField("error_detail"):
+                kind, error = RequestKind.NACK, request.error_detail.message or f"code {request.error_detail.code}"
+            else:
+                kind = RequestKind.ACK
+        subscribed = [n for n in request.resource_names_subscribe if n != WILDCARD]
+        for name in request.resource_names_subscribe:
+            if name == WILDCARD:
+                state.wildcard = True
+            else:
+                state.names.add(name)
+        for name in request.resource_names_unsubscribe:
+            if name == WILDCARD:
+                state.wildcard = False
+            else:
+                state.names.discard(name)
+                for resolved in current.resolve(name) | {name}:
+                    if not self._still_wanted(state, current, resolved):
+                        state.held.pop(resolved, None)
+        if opened:
+            response = self._respond(type_url, state, current, None, always=True)
+        elif subscribed:
+            response = self._respond(type_url, state, current, None, always=True, looked_up=subscribed)
+        else:
+            response = None
+        return SessionOutput(kind, (response,) if response is not None else (), error)
+
+    def push(self, type_url: str, current: ResourceSet, changed: Collection[str] | None = None) -> SessionOutput:
+        """The response for a change of ``type_url`` (``changed`` names, or ``None`` for a full comparison)."""
+        state = self._types.get(type_url)
+        if state is None:
+            return SessionOutput(RequestKind.SUBSCRIPTION)
+        response = self._respond(type_url, state, current, changed, always=False)
+        return SessionOutput(RequestKind.SUBSCRIPTION, (response,) if response is not None else ())
+
+    @staticmethod
+    def _still_wanted(state: _TypeState, current: ResourceSet, name: str) -> bool:
+        resource = current.by_name.get(name)
+        return resource is not None and state.wants(resource)
+
+    def _respond(
+        self,
+        type_url: str,
+        state: _TypeState,
+        current: ResourceSet,
+        changed: Collection[str] | None,
+        *,
+        always: bool,
+        looked_up: Collection[str] = (),
+    ) -> dpb.DeltaDiscoveryResponse | None:
+        candidates: Iterable[str] = changed if changed is not None else {*current.by_name, *state.held}
+        if looked_up:
+            candidates = {*candidates, *(n for name in looked_up for n in current.resolve(name))}
+        sent: list[dpb.Resource] = []
+        removed: list[str] = []
+        for name in sorted(candidates):
+            resource = current.by_name.get(name)
+            if resource is None:
+                if name in state.held:
+                    del state.held[name]
+                    removed.append(name)
+                continue
+            if state.wants(resource) and state.held.get(name) != resource.version:
+                state.held[name] = resource.version
+                sent.append(
+                    dpb.Resource(
+                        name=name, version=resource.version, resource=resource.body, aliases=list(resource.aliases)
+                    )
+                )
+        removed.extend(name for name in looked_up if not current.resolve(name) and name not in removed)
+        if not sent and not removed and not always:
+            return None
+        self._counter += 1
+        nonce = f"{self._prefix}-{self._counter}"
+        state.in_flight[nonce] = tuple(r.name for r in sent)
+        return dpb.DeltaDiscoveryResponse(type_url=type_url, nonce=nonce, resources=sent, removed_resources=removed)

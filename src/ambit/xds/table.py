@@ -1,0 +1,82 @@
+"""The server's current Address resources, and who to tell when they change.
+
+Theory of operation: :class:`AddressTable` holds the control plane's output as xDS resources (name → version,
+packed body, aliases). :meth:`AddressTable.replace` takes a whole new map (what
+:func:`ambit.controlplane.addresses.addresses` returns), keeps entries whose version did not change, and tells
+every listener the set of names that were added, changed or removed. Listeners are plain callables run
+synchronously on the caller's thread (the event loop): the xDS server's per-client handler only records the names
+and wakes itself, so a replace never waits on a slow client. Packing into ``Any`` happens here, once per resource
+version, not once per client.
+
+Invariants: ``current`` is replaced, never mutated in place, so a handler holding an old :class:`ResourceSet` sees a
+consistent snapshot; listeners are told only about real changes (same version = no notification).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+from ambit.api import workload_pb2 as pb
+from ambit.xds.convert import address_aliases, pack_address
+from ambit.xds.session import EMPTY, ResourceSet, XdsResource
+
+__all__ = ["AddressTable", "ChangeListener", "ResourceSource"]
+
+ChangeListener = Callable[[frozenset[str]], None]
+
+
+class ResourceSource(Protocol):
+    """What the xDS server serves Address resources from."""
+
+    @property
+    def current(self) -> ResourceSet: ...
+
+    def add_listener(self, listener: ChangeListener) -> None: ...
+
+    def remove_listener(self, listener: ChangeListener) -> None: ...
+
+
+class AddressTable:
+    """The current Address resources, with change notifications. Pure bookkeeping; no asyncio."""
+
+    __slots__ = ("_current", "_listeners", "generation")
+
+    def __init__(self, resources: Mapping[str, tuple[str, pb.Address]] | None = None) -> None:
+        self._current = EMPTY
+        self._listeners: list[ChangeListener] = []
+        self.generation = 0
+        """How many replaces changed something."""
+        if resources:
+            self.replace(resources)
+
+    @property
+    def current(self) -> ResourceSet:
+        return self._current
+
+    def add_listener(self, listener: ChangeListener) -> None:
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: ChangeListener) -> None:
+        self._listeners.remove(listener)
+
+    def replace(self, resources: Mapping[str, tuple[str, pb.Address]]) -> frozenset[str]:
+        """Make ``resources`` (name → (version, Address)) current; returns and announces the changed names."""
+        old = self._current.by_name
+        merged: dict[str, XdsResource] = {}
+        changed: set[str] = set()
+        for name, (version, address) in resources.items():
+            previous = old.get(name)
+            if previous is not None and previous.version == version:
+                merged[name] = previous
+                continue
+            merged[name] = XdsResource(name, version, pack_address(address), address_aliases(address))
+            changed.add(name)
+        changed.update(name for name in old if name not in merged)
+        if changed:
+            self._current = ResourceSet.build(merged.values())
+            self.generation += 1
+            names = frozenset(changed)
+            for listener in list(self._listeners):
+                listener(names)
+        return frozenset(changed)

@@ -1,0 +1,228 @@
+"""Model ↔ proto Address conversion: round trips, default elision, clear errors, and fuzzed bytes."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+from google.protobuf import any_pb2
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ambit.api import workload_pb2 as pb
+from ambit.controlplane.addresses import addresses, content_version
+from ambit.model.localconfig import LocalConfig
+from ambit.model.workload import (
+    HealthPolicy,
+    HealthStatus,
+    NetworkAddress,
+    PortMapping,
+    Service,
+    TunnelProtocol,
+    Workload,
+)
+from ambit.xds.convert import (
+    ADDRESS_TYPE_URL,
+    address_aliases,
+    address_from_proto,
+    address_of,
+    decode_address,
+    pack_address,
+    resource_name,
+)
+from ambit.xds.errors import XdsConversionError
+
+WEB = Workload(
+    uid="Kubernetes//Pod/shop/web-1",
+    name="web-1",
+    namespace="shop",
+    addresses=(ipaddress.ip_address("198.18.200.5"), ipaddress.ip_address("fd00::5")),
+    network="net1",
+    tunnel_protocol=TunnelProtocol.HBONE,
+    trust_domain="example.org",
+    service_account="web",
+    node="node-a",
+    canonical_name="web",
+    canonical_revision="v1",
+    workload_name="web",
+    workload_type="deployment",
+    cluster_id="Kubernetes",
+    status=HealthStatus.UNHEALTHY,
+    services={"shop/web.shop.svc.cluster.local": (PortMapping(80, 8080), PortMapping(443, 0))},
+)
+WEB_SVC = Service(
+    name="web",
+    namespace="shop",
+    hostname="web.shop.svc.cluster.local",
+    vips=(NetworkAddress("net1", ipaddress.ip_address("198.18.210.1")),),
+    ports=(PortMapping(80, 8080), PortMapping(443, 0)),
+    subject_alt_names=("spiffe://example.org/ns/shop/sa/web",),
+    health_policy=HealthPolicy.ALLOW_ALL,
+)
+
+
+def _round_trip(item: Workload | Service) -> Workload | Service:
+    address = address_of(item)
+    return decode_address(resource_name(address), pack_address(address))
+
+
+def test_a_workload_with_every_field_survives_a_round_trip() -> None:
+    assert _round_trip(WEB) == WEB
+
+
+def test_a_service_with_every_field_survives_a_round_trip() -> None:
+    assert _round_trip(WEB_SVC) == WEB_SVC
+
+
+def test_default_trust_domain_and_service_account_are_elided_on_the_wire_and_restored() -> None:
+    plain = Workload(uid="c//Pod/ns/p", name="p", namespace="ns", addresses=())
+    message = address_of(plain).workload
+    assert message.trust_domain == "" and message.service_account == ""
+    assert _round_trip(plain) == plain
+
+
+def test_resource_names_are_the_uid_and_namespace_slash_hostname() -> None:
+    assert resource_name(address_of(WEB)) == WEB.uid
+    assert resource_name(address_of(WEB_SVC)) == "shop/web.shop.svc.cluster.local"
+
+
+def test_aliases_are_network_slash_ip_keys() -> None:
+    assert address_aliases(address_of(WEB)) == ("net1/198.18.200.5", "net1/fd00::5")
+    assert address_aliases(address_of(WEB_SVC)) == ("net1/198.18.210.1",)
+
+
+def test_versions_are_content_hashes_that_change_only_with_the_content() -> None:
+    config = LocalConfig((WEB,), (WEB_SVC,))
+    first, again = addresses(config), addresses(LocalConfig((WEB,), (WEB_SVC,)))
+    assert set(first) == {WEB.uid, WEB_SVC.key}
+    assert {k: v[0] for k, v in first.items()} == {k: v[0] for k, v in again.items()}
+    moved = Workload(**{**{f: getattr(WEB, f) for f in WEB.__slots__}, "node": "node-b"})  # type: ignore[arg-type]
+    assert content_version(address_of(moved)) != first[WEB.uid][0]
+
+
+def _bad_workload(**fields: object) -> pb.Address:
+    message = address_of(WEB)
+    for key, value in fields.items():
+        if key == "addresses":
+            del message.workload.addresses[:]
+            message.workload.addresses.extend(value)  # type: ignore[arg-type]
+        else:
+            setattr(message.workload, key, value)
+    return message
+
+
+@pytest.mark.parametrize(
+    ("address", "expected"),
+    [
+        (_bad_workload(addresses=[b"\x01\x02\x03\x04\x05"]), "workload.addresses[0]: expected 4 or 16 bytes, got 5"),
+        (_bad_workload(namespace=""), "workload.namespace: required"),
+        (_bad_workload(namespace="a/b"), "workload.namespace: bad SPIFFE part"),
+        (_bad_workload(service_account=".."), "workload.service_account: bad SPIFFE part"),
+        (_bad_workload(trust_domain="Upper.Case"), "workload.trust_domain: bad SPIFFE part"),
+        (_bad_workload(tunnel_protocol=pb.LEGACY_ISTIO_MTLS), "workload.tunnel_protocol: unsupported value 2"),
+        (_bad_workload(uid=""), "workload.uid: required"),
+    ],
+)
+def test_bad_workload_fields_are_refused_naming_the_resource_and_field(address: pb.Address, expected: str) -> None:
+    with pytest.raises(XdsConversionError) as caught:
+        address_from_proto(address)
+    assert expected in str(caught.value)
+    assert str(caught.value).startswith(address.workload.uid or "(unnamed)")
+
+
+def test_ports_out_of_range_are_refused() -> None:
+    address = address_of(WEB_SVC)
+    address.service.ports[0].service_port = 70000
+    with pytest.raises(XdsConversionError, match=r"shop/web.shop.svc.cluster.local: service.ports\[0\].service_port"):
+        address_from_proto(address)
+    address = address_of(WEB)
+    address.workload.services["shop/web.shop.svc.cluster.local"].ports[0].target_port = 65536
+    with pytest.raises(XdsConversionError, match=r"target_port: out of range 0..65535"):
+        address_from_proto(address)
+
+
+def test_a_vip_prefix_is_refused() -> None:
+    address = address_of(WEB_SVC)
+    address.service.addresses[0].length = 24
+    with pytest.raises(XdsConversionError, match=r"service.addresses\[0\].length: prefixes are not supported"):
+        address_from_proto(address)
+
+
+def test_a_resource_named_differently_from_its_body_is_refused() -> None:
+    with pytest.raises(XdsConversionError, match=r"^other: name: resource name does not match"):
+        decode_address("other", pack_address(address_of(WEB)))
+
+
+def test_a_body_of_another_type_or_no_type_is_refused() -> None:
+    with pytest.raises(XdsConversionError, match=r"resource\.type_url"):
+        decode_address("x", any_pb2.Any(type_url="type.googleapis.com/other", value=b""))
+    with pytest.raises(XdsConversionError, match="type: neither a workload nor a service"):
+        decode_address("x", any_pb2.Any(type_url=ADDRESS_TYPE_URL, value=b""))
+
+
+def test_bytes_that_are_not_an_address_message_are_refused() -> None:
+    with pytest.raises(XdsConversionError, match=r"resource\.value: not a valid Address message"):
+        decode_address("x", any_pb2.Any(type_url=ADDRESS_TYPE_URL, value=b"\x0a\xff\xff"))
+
+
+def _decode_only_conversion_errors(value: bytes) -> None:
+    try:
+        item = decode_address("", any_pb2.Any(type_url=ADDRESS_TYPE_URL, value=value))
+    except XdsConversionError as exc:
+        assert str(exc)
+    else:
+        assert isinstance(item, Workload | Service)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.binary(max_size=200))
+def test_random_bytes_give_a_value_or_a_conversion_error(value: bytes) -> None:
+    _decode_only_conversion_errors(value)
+
+
+VALID = [pack_address(address_of(WEB)).value, pack_address(address_of(WEB_SVC)).value]
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    st.sampled_from(VALID),
+    st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), min_size=1, max_size=4),
+    st.integers(0, 10_000),
+)
+def test_mutated_resource_bytes_give_a_value_or_a_conversion_error(
+    value: bytes, flips: list[tuple[int, int]], cut: int
+) -> None:
+    data = bytearray(value)
+    for position, byte in flips:
+        data[position % len(data)] = byte
+    _decode_only_conversion_errors(bytes(data[: len(data) - cut % 8]))
+
+
+_names = st.text(st.sampled_from("abcdefghijklmnop-0123456789"), min_size=1, max_size=12)
+_ips = st.one_of(st.ip_addresses(v=4), st.ip_addresses(v=6).filter(lambda ip: ip.scope_id is None))
+_ports = st.lists(
+    st.builds(PortMapping, st.integers(1, 65535), st.integers(0, 65535)),
+    max_size=3,
+    unique_by=lambda p: p.service_port,
+).map(tuple)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.builds(
+        Workload,
+        uid=_names,
+        name=_names,
+        namespace=_names,
+        addresses=st.lists(_ips, max_size=3).map(tuple),
+        network=_names,
+        tunnel_protocol=st.sampled_from(TunnelProtocol),
+        service_account=_names,
+        node=_names,
+        workload_type=st.sampled_from(["deployment", "cronjob", "pod", "job"]),
+        status=st.sampled_from(HealthStatus),
+        services=st.dictionaries(st.builds("{}/{}".format, _names, _names), _ports, max_size=2),
+    )
+)
+def test_random_workloads_survive_a_round_trip(workload: Workload) -> None:
+    assert _round_trip(workload) == workload

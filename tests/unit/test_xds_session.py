@@ -1,0 +1,296 @@
+"""Delta ADS state machines, both sides, as playbooks: requests in, responses out (and the two joined in memory)."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Sequence
+
+from google.protobuf import any_pb2
+
+from ambit.api import discovery_pb2 as dpb
+from ambit.api import workload_pb2 as pb
+from ambit.controlplane.addresses import addresses
+from ambit.model.localconfig import LocalConfig
+from ambit.model.state import WorkloadState
+from ambit.model.workload import NetworkAddress, PortMapping, Service, Workload
+from ambit.xds.client_session import ClientSession
+from ambit.xds.convert import ADDRESS_TYPE_URL, decode_address
+from ambit.xds.session import AUTHORIZATION_TYPE_URL, RequestKind, ResourceSet, ServerSession
+from ambit.xds.table import AddressTable
+
+A = ADDRESS_TYPE_URL
+
+
+def _pod(name: str, ip: str, node: str = "node-a") -> Workload:
+    return Workload(
+        uid=f"Kubernetes//Pod/shop/{name}",
+        name=name,
+        namespace="shop",
+        addresses=(ipaddress.ip_address(ip),),
+        node=node,
+    )
+
+
+WEB1, WEB2, DB = _pod("web-1", "198.18.200.1"), _pod("web-2", "198.18.200.2"), _pod("db-1", "198.18.200.3")
+SVC = Service(
+    "web",
+    "shop",
+    "web.shop.svc.cluster.local",
+    vips=(NetworkAddress("", ipaddress.ip_address("198.18.210.1")),),
+    ports=(PortMapping(80, 8080),),
+)
+
+
+def _table(*items: Workload | Service) -> AddressTable:
+    return AddressTable(addresses(_config(*items)))
+
+
+def _config(*items: Workload | Service) -> LocalConfig:
+    return LocalConfig(
+        tuple(i for i in items if isinstance(i, Workload)), tuple(i for i in items if isinstance(i, Service))
+    )
+
+
+def _request(
+    type_url: str = A,
+    *,
+    subscribe: Sequence[str] = (),
+    unsubscribe: Sequence[str] = (),
+    initial: dict[str, str] | None = None,
+    nonce: str = "",
+    error: str = "",
+) -> dpb.DeltaDiscoveryRequest:
+    request = dpb.DeltaDiscoveryRequest(
+        type_url=type_url,
+        resource_names_subscribe=list(subscribe),
+        resource_names_unsubscribe=list(unsubscribe),
+        initial_resource_versions=initial or {},
+        response_nonce=nonce,
+    )
+    if error:
+        request.error_detail.code, request.error_detail.message = 3, error
+    return request
+
+
+def _names(response: dpb.DeltaDiscoveryResponse) -> list[str]:
+    return [r.name for r in response.resources]
+
+
+# Server session.
+
+
+def test_a_wildcard_client_gets_everything_then_only_changes() -> None:
+    table, session = _table(WEB1, WEB2, SVC), ServerSession()
+    opened = session.receive(_request(), table.current)
+    assert opened.kind is RequestKind.OPENED
+    (snapshot,) = opened.responses
+    assert sorted(_names(snapshot)) == sorted([WEB1.uid, WEB2.uid, SVC.key])
+    assert snapshot.type_url == A and snapshot.nonce == "n-1"
+    assert session.receive(_request(nonce="n-1"), table.current).kind is RequestKind.ACK
+
+    changed = table.replace(addresses(_config(WEB1, _pod("web-2", "198.18.200.22"), SVC, DB)))
+    assert changed == {WEB2.uid, DB.uid}
+    (push,) = session.push(A, table.current, changed).responses
+    assert sorted(_names(push)) == sorted([WEB2.uid, DB.uid]) and not push.removed_resources
+    assert session.push(A, table.current, changed).responses == ()  # already held: nothing to resend
+
+
+def test_removals_are_sent_only_for_resources_the_client_holds() -> None:
+    table, session = _table(WEB1, WEB2), ServerSession()
+    session.receive(_request(), table.current)
+    changed = table.replace(addresses(_config(WEB1)))
+    (push,) = session.push(A, table.current, changed).responses
+    assert list(push.removed_resources) == [WEB2.uid] and not push.resources
+    assert session.push(A, table.current, [WEB2.uid]).responses == ()
+    assert set(session.held(A)) == {WEB1.uid}
+
+
+def test_an_on_demand_client_subscribes_to_nothing_then_looks_up_by_network_ip() -> None:
+    table, session = _table(WEB1, WEB2, SVC), ServerSession()
+    (empty,) = session.receive(_request(subscribe=["*"], unsubscribe=["*"]), table.current).responses
+    assert not empty.resources and not empty.removed_resources  # an answer: the client is in sync
+
+    (found,) = session.receive(_request(subscribe=["/198.18.200.2"]), table.current).responses
+    assert _names(found) == [WEB2.uid]
+    assert list(found.resources[0].aliases) == ["/198.18.200.2"]
+    (vip,) = session.receive(_request(subscribe=["/198.18.210.1"]), table.current).responses
+    assert _names(vip) == [SVC.key]
+
+    (missing,) = session.receive(_request(subscribe=["/198.18.250.9"]), table.current).responses
+    assert list(missing.removed_resources) == ["/198.18.250.9"] and not missing.resources
+
+    # Changes to resources nobody asked for are not pushed; changes to looked-up ones are.
+    changed = table.replace(addresses(_config(_pod("web-1", "198.18.200.11"), _pod("web-2", "198.18.200.2", "b"), SVC)))
+    (push,) = session.push(A, table.current, changed).responses
+    assert _names(push) == [WEB2.uid]
+
+
+def test_an_alias_lookup_follows_the_ip_to_a_new_workload() -> None:
+    table, session = _table(WEB1), ServerSession()
+    session.receive(_request(subscribe=["*"], unsubscribe=["*"]), table.current)
+    session.receive(_request(subscribe=["/198.18.200.1"]), table.current)
+    reuse = _pod("web-9", "198.18.200.1")
+    changed = table.replace(addresses(_config(reuse)))
+    (push,) = session.push(A, table.current, changed).responses
+    assert _names(push) == [reuse.uid] and list(push.removed_resources) == [WEB1.uid]
+
+
+def test_reconnect_with_initial_versions_resends_only_changes_and_removes_what_is_gone() -> None:
+    before = _table(WEB1, WEB2, SVC)
+    held = {name: r.version for name, r in before.current.by_name.items()}
+    after = _table(WEB1, _pod("web-2", "198.18.200.22"), DB)  # web-2 changed, db new, service gone
+    session = ServerSession()
+    (resync,) = session.receive(_request(initial=held), after.current).responses
+    assert sorted(_names(resync)) == sorted([WEB2.uid, DB.uid])
+    assert list(resync.removed_resources) == [SVC.key]
+
+
+def test_a_nack_is_reported_and_the_session_keeps_serving() -> None:
+    table, session = _table(WEB1), ServerSession()
+    session.receive(_request(), table.current)
+    nack = session.receive(_request(nonce="n-1", error="web-1: bad"), table.current)
+    assert nack.kind is RequestKind.NACK and nack.error == "web-1: bad" and nack.responses == ()
+    assert session.nonces_in_flight(A) == ()
+    changed = table.replace(addresses(_config(WEB1, WEB2)))
+    (push,) = session.push(A, table.current, changed).responses
+    assert _names(push) == [WEB2.uid]
+    assert session.receive(_request(nonce=push.nonce), table.current).kind is RequestKind.ACK
+
+
+def test_an_ack_of_an_unknown_nonce_is_stale() -> None:
+    table, session = _table(WEB1), ServerSession()
+    session.receive(_request(), table.current)
+    assert session.receive(_request(nonce="n-1"), table.current).kind is RequestKind.ACK
+    assert session.receive(_request(nonce="n-1"), table.current).kind is RequestKind.STALE
+    assert session.receive(_request(nonce="bogus"), table.current).kind is RequestKind.STALE
+
+
+def test_unsubscribing_forgets_what_the_client_held() -> None:
+    table, session = _table(WEB1, WEB2), ServerSession()
+    session.receive(_request(subscribe=["*"], unsubscribe=["*"]), table.current)
+    session.receive(_request(subscribe=[WEB1.uid, WEB2.uid]), table.current)
+    assert session.receive(_request(unsubscribe=[WEB1.uid]), table.current).responses == ()
+    assert set(session.held(A)) == {WEB2.uid}
+
+
+def test_a_type_without_resources_is_answered_empty() -> None:
+    session = ServerSession()
+    (response,) = session.receive(_request(AUTHORIZATION_TYPE_URL), ResourceSet.build([])).responses
+    assert response.type_url == AUTHORIZATION_TYPE_URL and not response.resources
+    assert session.push(A, _table(WEB1).current).responses == ()  # Address never opened: nothing pushed
+
+
+def test_a_full_comparison_push_finds_every_difference() -> None:
+    table, session = _table(WEB1, WEB2), ServerSession()
+    session.receive(_request(), table.current)
+    table.replace(addresses(_config(WEB1, DB)))
+    (push,) = session.push(A, table.current, None).responses
+    assert _names(push) == [DB.uid] and list(push.removed_resources) == [WEB2.uid]
+
+
+# Client session.
+
+
+def _client(on_demand: bool = False) -> ClientSession:
+    return ClientSession({A: decode_address}, on_demand=on_demand)
+
+
+def test_the_client_opens_wildcard_or_on_demand_with_what_it_holds() -> None:
+    client = _client()
+    (request,) = client.initial_requests()
+    assert request.type_url == A and not request.resource_names_subscribe and not request.initial_resource_versions
+    (on_demand,) = _client(on_demand=True).initial_requests()
+    assert list(on_demand.resource_names_subscribe) == ["*"] == list(on_demand.resource_names_unsubscribe)
+
+
+def test_the_client_applies_a_response_and_acks_it() -> None:
+    table, client = _table(WEB1, SVC), _client()
+    (response,) = ServerSession().receive(_request(), table.current).responses
+    update = client.apply(response)
+    assert dict(update.upserts) == {WEB1.uid: WEB1, SVC.key: SVC}
+    assert update.reply.response_nonce == response.nonce and not update.reply.HasField("error_detail")
+    assert client.synced and set(client.held(A)) == {WEB1.uid, SVC.key}
+    (again,) = client.initial_requests()
+    assert dict(again.initial_resource_versions) == dict(client.held(A))
+
+
+def test_a_malformed_resource_is_nacked_while_the_rest_apply() -> None:
+    client = _client()
+    bad = pb.Address(workload=pb.Workload(uid="Kubernetes//Pod/shop/bad", name="bad", namespace="shop"))
+    bad.workload.addresses.append(b"\x01\x02\x03")
+    good = addresses(_config(WEB1))[WEB1.uid]
+    response = dpb.DeltaDiscoveryResponse(
+        type_url=A,
+        nonce="n-7",
+        resources=[
+            dpb.Resource(name="Kubernetes//Pod/shop/bad", version="1", resource=_pack(bad)),
+            dpb.Resource(name=WEB1.uid, version=good[0], resource=_pack(good[1])),
+            dpb.Resource(name="no-body", version="1"),
+        ],
+        removed_resources=["never-held"],
+    )
+    update = client.apply(response)
+    assert [name for name, _ in update.upserts] == [WEB1.uid] and update.removals == ()
+    assert update.nacked and update.reply.response_nonce == "n-7"
+    assert "Kubernetes//Pod/shop/bad: workload.addresses[0]: expected 4 or 16 bytes, got 3" in (
+        update.reply.error_detail.message
+    )
+    assert "no-body: resource: missing" in update.reply.error_detail.message
+    assert set(client.held(A)) == {WEB1.uid}
+
+
+def test_a_response_of_an_unopened_type_is_nacked() -> None:
+    update = _client().apply(dpb.DeltaDiscoveryResponse(type_url="type.googleapis.com/x", nonce="1"))
+    assert update.nacked and update.upserts == () and "not subscribed" in update.reply.error_detail.message
+
+
+def _pack(address: pb.Address) -> any_pb2.Any:
+    return any_pb2.Any(type_url=A, value=address.SerializeToString())
+
+
+# Both sides joined in memory.
+
+
+def _exchange(server: ServerSession, client: ClientSession, state: WorkloadState, table: AddressTable) -> None:
+    """Open a stream: the client's initial requests in, the server's responses applied and ACKed."""
+    for request in client.initial_requests():
+        for response in server.receive(request, table.current).responses:
+            _deliver(server, client, state, table, response)
+
+
+def _deliver(
+    server: ServerSession,
+    client: ClientSession,
+    state: WorkloadState,
+    table: AddressTable,
+    response: dpb.DeltaDiscoveryResponse,
+) -> None:
+    update = client.apply(response)
+    for _, value in update.upserts:
+        if isinstance(value, Workload):
+            state.upsert_workload(value)
+        elif isinstance(value, Service):
+            state.upsert_service(value)
+    for name in update.removals:
+        state.remove_workload(name) or state.remove_service(name)
+    assert server.receive(update.reply, table.current).kind is RequestKind.ACK
+
+
+def test_a_client_and_server_pair_stays_in_sync_across_changes_and_a_server_restart() -> None:
+    table, client, state = _table(WEB1, WEB2, SVC), _client(), WorkloadState()
+    server = ServerSession()
+    _exchange(server, client, state, table)
+    assert state.find_workload(WEB2.uid) == WEB2 and state.services() == [SVC]
+
+    changed = table.replace(addresses(_config(WEB1, SVC, DB)))
+    for response in server.push(A, table.current, changed).responses:
+        _deliver(server, client, state, table, response)
+    assert state.find_workload(WEB2.uid) is None and state.find_workload(DB.uid) == DB
+
+    # A restarted control plane: a fresh session and table; the client keeps its state and resyncs.
+    restarted = _table(WEB1, DB, _pod("web-3", "198.18.200.4"))
+    fresh = ServerSession(prefix="r")
+    (resync,) = fresh.receive(client.initial_requests()[0], restarted.current).responses
+    assert _names(resync) == ["Kubernetes//Pod/shop/web-3"] and list(resync.removed_resources) == [SVC.key]
+    _deliver(fresh, client, state, restarted, resync)
+    assert state.services() == [] and state.find_workload("Kubernetes//Pod/shop/web-3") is not None
