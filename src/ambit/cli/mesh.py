@@ -76,9 +76,29 @@ def nodeproxy(
             "--local-ca", help="Sign workload certificates with the CA in this directory [default: <lab>/mesh/ca]."
         ),
     ] = None,
+    xds_address: Annotated[
+        str | None, typer.Option("--xds-address", help="Control plane HOST:PORT for the workload API (delta xDS).")
+    ] = None,
+    ca_address: Annotated[
+        str | None, typer.Option("--ca-address", help="Control plane HOST:PORT for workload certificates.")
+    ] = None,
+    root_cert: Annotated[
+        Path | None, typer.Option("--root-cert", help="The mesh root (PEM) the control plane is verified with.")
+    ] = None,
+    token: Annotated[
+        Path | None, typer.Option("--token", help="Service-account token (audience istio-ca), re-read on use.")
+    ] = None,
+    server_name: Annotated[
+        str, typer.Option("--xds-server-name", help="The name the control plane's certificate is checked against.")
+    ] = "istiod.istio-system.svc",
+    cluster_id: Annotated[str, typer.Option("--cluster-id", help="This cluster's id.")] = "Kubernetes",
     trust_domain: Annotated[str, typer.Option("--trust-domain", help="The mesh's trust domain.")] = "cluster.local",
 ) -> None:
-    """Run a lab node's proxy: in-pod listeners for the pods the node agent hands over (ZDS)."""
+    """Run a lab node's proxy: in-pod listeners for the pods the node agent hands over (ZDS), and the data path.
+
+    Workloads come from the control plane (--xds-address) or a local file (--config); certificates from the control
+    plane's CA (--ca-address) or a local CA directory (--local-ca).
+    """
     from ambit.cni.daemon import ZDS_SOCKET
     from ambit.inpod.daemon import run_node_proxy
     from ambit.inpod.settings import NodeProxySettings
@@ -88,13 +108,66 @@ def nodeproxy(
         check_trust_domain(trust_domain)
     except IdentityError as exc:
         raise typer.BadParameter(str(exc), param_hint="--trust-domain") from None
+    if (xds_address or ca_address) and (root_cert is None or token is None):
+        raise typer.BadParameter("--xds-address and --ca-address need --root-cert and --token")
     topology = _lab_node(directory, node)
     settings = NodeProxySettings(
         node=node,
         zds_socket=topology.node_dir(node) / "run" / ZDS_SOCKET,
-        config_file=config or topology.mesh_config_file,
-        local_ca_dir=local_ca or topology.mesh_ca_dir,
+        config_file=None if xds_address else (config or topology.mesh_config_file),
+        local_ca_dir=None if ca_address else (local_ca or topology.mesh_ca_dir),
+        xds_address=xds_address,
+        ca_address=ca_address,
+        root_cert_file=root_cert,
+        token_file=token,
+        xds_server_name=server_name,
+        cluster_id=cluster_id,
         trust_domain=trust_domain,
     )
     _logging()
     asyncio.run(run_node_proxy(settings))
+
+
+@app.command()
+def controlplane(
+    kubeconfig: Annotated[
+        Path | None, typer.Option("--kubeconfig", help="The API server to watch [default: $KUBECONFIG or in-cluster].")
+    ] = None,
+    listen: Annotated[str, typer.Option("--listen", help="HOST:PORT for xDS and the CA (gRPC over TLS).")] = (
+        "0.0.0.0:15012"
+    ),
+    san: Annotated[
+        list[str] | None, typer.Option("--san", help="Extra DNS name or IP for the serving certificate (repeatable).")
+    ] = None,
+    plugin_cert: Annotated[Path | None, typer.Option("--plugin-cert", help="Plug-in CA certificate (PEM).")] = None,
+    plugin_key: Annotated[Path | None, typer.Option("--plugin-key", help="Plug-in CA key (PEM).")] = None,
+    plugin_root: Annotated[
+        Path | None, typer.Option("--plugin-root", help="Root of the plug-in CA when it is an intermediate.")
+    ] = None,
+    trust_domain: Annotated[str, typer.Option("--trust-domain", help="The mesh's trust domain.")] = "cluster.local",
+    cluster_id: Annotated[str, typer.Option("--cluster-id", help="This cluster's id.")] = "Kubernetes",
+    lab_dir: Annotated[
+        Path | None, typer.Option("--lab-dir", hidden=True, help="The lab this control plane belongs to.")
+    ] = None,
+) -> None:
+    """Run the control plane: the workload API over delta xDS and the mesh CA, on one TLS gRPC port."""
+    from ambit.controlplane.process import ControlPlaneSettings, run_control_plane
+
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise typer.BadParameter(f"expected HOST:PORT, got {listen!r}", param_hint="--listen")
+    if (plugin_cert is None) != (plugin_key is None):
+        raise typer.BadParameter("--plugin-cert and --plugin-key go together")
+    settings = ControlPlaneSettings(
+        kubeconfig=kubeconfig,
+        host=host.strip("[]") or "0.0.0.0",
+        port=int(port),
+        sans=tuple(san or ()),
+        trust_domain=trust_domain,
+        cluster_id=cluster_id,
+        plugin_cert=plugin_cert,
+        plugin_key=plugin_key,
+        plugin_root=plugin_root,
+    )
+    _logging()
+    asyncio.run(run_control_plane(settings))

@@ -1,7 +1,8 @@
 """The node proxy as a process (``ambit nodeproxy``): ZDS client, in-pod listeners, data path, telemetry.
 
 Theory of operation: the proxy's pieces are built once from :class:`NodeProxySettings` and wired here, and nowhere
-else: the workload state (from the local config file until xDS exists), the certificate manager (local CA), the
+else: the workload state (from the control plane over delta xDS, or a local config file), the certificate manager
+(the control plane's CA with impersonation, or a local CA), the
 HBONE connection pool, metrics and access log, the admin/metrics/readiness endpoints in the proxy's own netns,
 and the ZDS client whose pods get listeners served by :mod:`ambit.proxy`. The proxy runs until SIGTERM, SIGINT or
 ``POST /quitquitquit``; then it closes listeners, connections and endpoints.
@@ -16,10 +17,13 @@ import asyncio
 import contextlib
 import logging
 import signal
+from pathlib import Path
 from typing import Any
 
+from ambit.errors import AmbitError
+from ambit.identity.istiod import IstiodCaClient
 from ambit.identity.localca import LocalCa
-from ambit.identity.manager import CertificateManager
+from ambit.identity.manager import CaClient, CertificateManager
 from ambit.inpod.localstate import LocalConfigWatcher
 from ambit.inpod.settings import NodeProxySettings
 from ambit.inpod.workloads import PodListenerManager
@@ -30,6 +34,7 @@ from ambit.telemetry.accesslog import AccessLog
 from ambit.telemetry.endpoints import ProxyEndpoints
 from ambit.telemetry.metrics import ProxyMetrics
 from ambit.telemetry.readiness import Readiness
+from ambit.xds.client import XdsClient
 from ambit.zds.client import ZdsClient
 
 log = logging.getLogger("ambit.inpod.daemon")
@@ -38,6 +43,16 @@ STATE_TASK = "state manager"
 PODS_TASK = "workload proxy manager"
 HOUSEKEEPING_INTERVAL = 0.2
 REAP_INTERVAL = 30.0
+
+
+class NodeProxyError(AmbitError):
+    """The node proxy's settings cannot work (a missing file or address)."""
+
+
+def _required(path: Path | None, what: str) -> Path:
+    if path is None:
+        raise NodeProxyError(f"the node proxy needs {what} to talk to the control plane")
+    return path
 
 
 class NodeProxy:
@@ -49,9 +64,7 @@ class NodeProxy:
         self.settings = settings
         self.stopped = asyncio.Event()
         self.state = WorkloadState()
-        if settings.local_ca_dir is None:
-            raise SystemExit("ambit nodeproxy: --local-ca is required until the control plane's CA exists")
-        self.ca = LocalCa(settings.local_ca_dir, trust_domain=settings.trust_domain)
+        self.ca = self._ca_client(settings)
         self.certs = CertificateManager(self.ca)
         self.metrics = ProxyMetrics(build_version=__version__)
         self.readiness = Readiness()
@@ -71,6 +84,20 @@ class NodeProxy:
         self.watcher = (
             LocalConfigWatcher(settings.config_file, self.state, self._state_changed) if settings.config_file else None
         )
+        self.xds = (
+            XdsClient(
+                settings.xds_address,
+                self.state,
+                self._state_changed,
+                root_cert_file=_required(settings.root_cert_file, "a root certificate file"),
+                token_file=settings.token_file,
+                cluster_id=settings.cluster_id,
+                node_id=settings.node,
+                server_name=settings.xds_server_name,
+            )
+            if settings.xds_address
+            else None
+        )
         self.endpoints = ProxyEndpoints(
             metrics=self.metrics,
             readiness=self.readiness,
@@ -81,6 +108,22 @@ class NodeProxy:
             readiness_address=("0.0.0.0", settings.readiness_port),
         )
         self._tasks: list[asyncio.Task[None]] = []
+
+    @staticmethod
+    def _ca_client(settings: NodeProxySettings) -> CaClient:
+        if settings.ca_address:
+            return IstiodCaClient(
+                settings.ca_address,
+                _required(settings.root_cert_file, "a root certificate file"),
+                _required(settings.token_file, "a token file"),
+                cluster_id=settings.cluster_id,
+                server_name=settings.xds_server_name,
+            )
+        if settings.local_ca_dir is not None:
+            return LocalCa(settings.local_ca_dir, trust_domain=settings.trust_domain)
+        raise NodeProxyError(
+            "the node proxy needs a CA: the control plane's (--ca-address) or a local one (--local-ca)"
+        )
 
     def _state_changed(self) -> None:
         self.context.state_changed()
@@ -103,6 +146,9 @@ class NodeProxy:
                 "trustDomain": self.settings.trust_domain,
                 "network": self.settings.network,
                 "configFile": str(self.settings.config_file or ""),
+                "xdsAddress": self.settings.xds_address or "",
+                "caAddress": self.settings.ca_address or "",
+                "xdsSynced": bool(self.xds and self.xds.synced),
             },
             **self.state.to_dump(),
             "pods": [
@@ -119,6 +165,8 @@ class NodeProxy:
         if self.watcher is not None:
             self.watcher.poll()
             self._tasks.append(asyncio.create_task(self.watcher.run(), name="local config watcher"))
+        elif self.xds is not None:
+            await self.xds.start()
         else:
             self.readiness.done(STATE_TASK)
         await self.zds.start()
@@ -128,7 +176,7 @@ class NodeProxy:
     async def _housekeeping(self) -> None:
         since_reap = 0.0
         while True:
-            if self.watcher is None or self.watcher.loaded:
+            if (self.watcher is not None and self.watcher.loaded) or (self.xds is not None and self.xds.synced):
                 self.readiness.done(STATE_TASK)
             if self.zds.ready:
                 self.readiness.done(PODS_TASK)
@@ -145,9 +193,13 @@ class NodeProxy:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.zds.aclose()
+        if self.xds is not None:
+            await self.xds.aclose()
         await self.pods.aclose()
         await self.context.pool.aclose()
         await self.certs.aclose()
+        if isinstance(self.ca, IstiodCaClient):
+            await self.ca.aclose()
         await self.endpoints.aclose()
 
 

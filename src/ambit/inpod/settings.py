@@ -18,6 +18,17 @@ class NodeProxySettings:
     """Workloads and services from a local YAML file (ztunnel's local mode), reloaded when it changes."""
     local_ca_dir: Path | None = None
     """Sign workload certificates with a root kept in this directory (until the control plane's CA exists)."""
+    xds_address: str | None = None
+    """The control plane's ``HOST:PORT`` for the workload API (delta xDS); replaces ``config_file``."""
+    ca_address: str | None = None
+    """The control plane's ``HOST:PORT`` for workload certificates; replaces ``local_ca_dir``."""
+    root_cert_file: Path | None = None
+    """The mesh root (PEM) that the control plane's serving certificate must chain to."""
+    token_file: Path | None = None
+    """The proxy's service-account token (audience ``istio-ca``), re-read on every use."""
+    xds_server_name: str = "istiod.istio-system.svc"
+    """The name the control plane's certificate is verified against."""
+    cluster_id: str = "Kubernetes"
     trust_domain: str = DEFAULT_TRUST_DOMAIN
     """The mesh's trust domain: peers from another one are refused."""
     network: str = ""

@@ -228,6 +228,7 @@ def _kill_lab_processes(directory: Path) -> list[str]:
             b"apiserver" in args
             or b"nodeagent" in args
             or b"nodeproxy" in args
+            or b"controlplane" in args
             or (b"lab" in args and (b"node" in args or b"controllers" in args))
         ):
             found.append(int(entry.name))

@@ -20,19 +20,17 @@ Invariants:
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
-from ambit.controlplane.translate import translate
+from ambit.controlplane.view import ClusterView, ClusterViewError, ClusterViewSettings
 from ambit.errors import AmbitError
-from ambit.k8s import Informer, InformerSettings, KubeClient, kinds
-from ambit.model.localconfig import render_local_config
+from ambit.k8s import InformerSettings, KubeClient
+from ambit.model.localconfig import LocalConfig, render_local_config
 
 log = logging.getLogger("ambit.lab.meshconfig")
 
@@ -57,97 +55,46 @@ class MeshConfigSettings:
 
 
 class MeshConfigWriter:
-    """Writes the mesh config file whenever the translation of the cluster changes."""
+    """Writes the mesh config file whenever the translation of the cluster changes (a :class:`ClusterView` user)."""
 
     def __init__(self, client: KubeClient, settings: MeshConfigSettings) -> None:
         self.settings = settings
         self.writes = 0
         """How many times the file was replaced (for tests)."""
-        self._dirty = asyncio.Event()
-        self._informers = {
-            kind.plural: Informer(
-                client,
-                kind,
-                on_add=self._changed,
-                on_update=self._updated,
-                on_delete=self._changed,
-                settings=settings.informer,
-            )
-            for kind in (kinds.PODS, kinds.SERVICES, kinds.ENDPOINT_SLICES, kinds.NAMESPACES)
-        }
-        self._task: asyncio.Task[None] | None = None
-
-    def _changed(self, obj: dict[str, Any]) -> None:
-        self._dirty.set()
-
-    def _updated(self, old: dict[str, Any], new: dict[str, Any]) -> None:
-        self._dirty.set()
+        view_settings = ClusterViewSettings(
+            debounce=settings.debounce,
+            cluster_id=settings.cluster_id,
+            trust_domain=settings.trust_domain,
+            domain=settings.domain,
+            sync_timeout=settings.sync_timeout,
+            informer=settings.informer,
+        )
+        self._view = ClusterView(client, view_settings, self._write)
 
     async def start(self) -> None:
         """Start the informers, wait until each has listed, write once, then follow changes."""
-        if self._task is not None:
-            return
-        for informer in self._informers.values():
-            informer.start()
         try:
-            async with asyncio.timeout(self.settings.sync_timeout):
-                for informer in self._informers.values():
-                    await informer.wait_synced()
-            self._dirty.clear()
-            self.write_now()
-        except TimeoutError:
-            await self.aclose()
-            raise MeshConfigError(
-                f"the mesh config writer's caches did not sync within {self.settings.sync_timeout:g} s"
-            ) from None
-        except BaseException:
-            await self.aclose()
-            raise
-        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"mesh config {self.settings.path}")
-
-    async def _run(self) -> None:
-        while True:
-            await self._dirty.wait()
-            await asyncio.sleep(self.settings.debounce)
-            self._dirty.clear()
-            try:
-                self.write_now()
-            except OSError as exc:
-                log.error("cannot write %s: %s", self.settings.path, exc)
-                self._dirty.set()  # try again after the next debounce
-                await asyncio.sleep(1.0)
+            await self._view.start()
+        except ClusterViewError as exc:
+            raise MeshConfigError(str(exc).replace("cluster view", "mesh config writer")) from None
 
     def render(self) -> str:
         """The file's content for the current caches."""
-        s, inf = self.settings, self._informers
-        config = translate(
-            inf["pods"].items(),
-            inf["services"].items(),
-            inf["endpointslices"].items(),
-            inf["namespaces"].items(),
-            cluster_id=s.cluster_id,
-            trust_domain=s.trust_domain,
-            domain=s.domain,
-        )
-        return render_local_config(config)
+        return render_local_config(self._view.translate())
+
+    def _write(self, config: LocalConfig) -> None:
+        if write_if_changed(self.settings.path, render_local_config(config)):
+            self.writes += 1
+            log.info("wrote %s", self.settings.path)
 
     def write_now(self) -> bool:
         """Render and, if the content differs from the file's, replace the file; True when it was replaced."""
-        text = self.render()
-        if write_if_changed(self.settings.path, text):
-            self.writes += 1
-            log.info("wrote %s", self.settings.path)
-            return True
-        return False
+        writes = self.writes
+        self._write(self._view.translate())
+        return self.writes != writes
 
     async def aclose(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        for informer in self._informers.values():
-            await informer.aclose()
+        await self._view.aclose()
 
     async def __aenter__(self) -> MeshConfigWriter:
         await self.start()

@@ -1,11 +1,12 @@
-"""``ambit lab supervise``: start the mesh's daemons of every node and start them again when they die.
+"""``ambit lab supervise``: start the mesh's daemons and start them again when they die.
 
-Theory of operation: the supervisor is the parent of every node agent and node proxy of the lab (``ambit lab up
---mesh`` starts the supervisor, not the daemons), so it learns of a death by ``wait``, not by polling. Each daemon
-runs inside its node's network namespace through ``nsenter --net=/run/netns/<node netns>`` (nsenter execs, so the
-pid is the daemon's), in a session of its own, with its output appended to ``nodes/<node>/<what>.log``, and is
-noted in the lab record right after each start (as ``lab up`` notes its processes), so that ``ambit lab down``
-removes it whoever started it.
+Theory of operation: the supervisor is the parent of the lab's control plane (root namespace, on the lab bridge)
+and of every node agent and node proxy (``ambit lab up`` starts the supervisor, not the daemons), so it learns of a
+death by ``wait``, not by polling. Node proxies start once their credentials exist (:mod:`ambit.lab.meshidentity`).
+Each node daemon runs inside its node's network namespace through ``nsenter --net=/run/netns/<node netns>``
+(nsenter execs, so the pid is the daemon's), in a session of its own, with its output appended to
+``nodes/<node>/<what>.log``, and is noted in the lab record right after each start (as ``lab up`` notes its
+processes), so that ``ambit lab down`` removes it whoever started it.
 
 Rules (:class:`RestartBackoff`, pure):
 
@@ -77,19 +78,49 @@ class RestartBackoff:
         return delay
 
 
-def mesh_daemons(topology: Topology) -> list[Daemon]:
-    """The node agent and node proxy of every node, as ``ambit lab up --mesh`` runs them."""
+CONTROL_PLANE_PORT = 15012
+
+
+def control_plane_daemon(topology: Topology) -> Daemon:
+    """The control plane, in the root namespace on the lab bridge, signing with the lab's plug-in CA."""
+    from ambit.identity.localca import ROOT_NAME
+    from ambit.lab.topology import BRIDGE_ADDRESS
+
+    ca = topology.mesh_ca_dir
+    argv = (
+        sys.executable, "-m", "ambit.cli", "controlplane",
+        "--lab-dir", str(topology.path),
+        "--kubeconfig", str(topology.kubeconfig),
+        "--listen", f"{BRIDGE_ADDRESS}:{CONTROL_PLANE_PORT}",
+        "--san", BRIDGE_ADDRESS,
+        "--plugin-cert", str(ca / f"{ROOT_NAME}.crt"),
+        "--plugin-key", str(ca / f"{ROOT_NAME}.key"),
+    )  # fmt: skip
+    return Daemon("controlplane", argv, topology.path / "logs" / "controlplane.log")
+
+
+def mesh_daemons(topology: Topology, *, what: tuple[str, ...] = MESH_DAEMONS) -> list[Daemon]:
+    """The node agent and node proxy of every node (or those named in ``what``)."""
+    from ambit.lab.meshidentity import root_file, token_file
+    from ambit.lab.topology import BRIDGE_ADDRESS
+
     out: list[Daemon] = []
     directory = str(topology.path)
+    control_plane = f"{BRIDGE_ADDRESS}:{CONTROL_PLANE_PORT}"
     for node in topology.all_nodes():
-        for what in MESH_DAEMONS:
-            args = [what, "--node", node.name, "--lab-dir", directory]
-            if what == "nodeproxy":
-                args += ["--config", str(topology.mesh_config_file), "--local-ca", str(topology.mesh_ca_dir)]
+        for daemon in what:
+            args = [daemon, "--node", node.name, "--lab-dir", directory]
+            if daemon == "nodeproxy":
+                args += [
+                    "--xds-address", control_plane,
+                    "--ca-address", control_plane,
+                    "--root-cert", str(root_file(topology, node.name)),
+                    "--token", str(token_file(topology, node.name)),
+                ]  # fmt: skip
             # nsenter, not `ip netns exec`: the daemon must stay in the root mount namespace (pod namespaces are
             # bind mounts under /run/netns).
             argv = ("nsenter", f"--net=/run/netns/{node.netns}", "--", sys.executable, "-m", "ambit.cli", *args)
-            out.append(Daemon(f"{what} {node.name}", argv, topology.node_dir(node.name) / f"{what}.log"))
+            out.append(Daemon(f"{daemon} {node.name}", argv, topology.node_dir(node.name) / f"{daemon}.log"))
     return out
 
 
@@ -114,9 +145,19 @@ class Supervisor:
         self._procs: dict[str, asyncio.subprocess.Process] = {}
 
     def start(self) -> None:
-        loop = asyncio.get_running_loop()
         for daemon in self.daemons:
-            self._tasks.append(loop.create_task(self._keep(daemon), name=f"supervise {daemon.what}"))
+            self._supervise(daemon)
+
+    def add(self, daemons: list[Daemon]) -> None:
+        """Supervise more daemons from now on (the node proxies, once their credentials exist)."""
+        for daemon in daemons:
+            self.daemons.append(daemon)
+            self.restarts[daemon.what] = 0
+            self._supervise(daemon)
+
+    def _supervise(self, daemon: Daemon) -> None:
+        task = asyncio.get_running_loop().create_task(self._keep(daemon), name=f"supervise {daemon.what}")
+        self._tasks.append(task)
 
     async def _keep(self, daemon: Daemon) -> None:
         backoff = RestartBackoff(self.settings)
@@ -198,12 +239,31 @@ def _describe(code: int) -> str:
 
 
 async def run_supervisor(topology: Topology, settings: SupervisorSettings | None = None) -> None:
-    """Supervise the lab's mesh daemons until SIGTERM or SIGINT (what ``ambit lab supervise`` runs)."""
+    """Supervise the lab's mesh daemons until SIGTERM or SIGINT (what ``ambit lab supervise`` runs).
+
+    The control plane and the node agents start at once; the node proxies once their credentials exist (a token
+    bound to their node's ztunnel pod, and the mesh root from the ConfigMap the control plane publishes).
+    """
+    from ambit.k8s import KubeClient
+    from ambit.lab.meshidentity import provision_node_proxies, refresh_tokens
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    async with Supervisor(mesh_daemons(topology), Record(topology.record_file), settings):
+    first = [control_plane_daemon(topology), *mesh_daemons(topology, what=("nodeagent",))]
+    async with (
+        KubeClient.from_kubeconfig(topology.kubeconfig) as client,
+        Supervisor(first, Record(topology.record_file), settings) as supervisor,
+    ):
         log.info("supervising the mesh daemons of lab %s (pid %d)", topology.lab_id, os.getpid())
-        await stop.wait()
+        await provision_node_proxies(client, topology)
+        supervisor.add(mesh_daemons(topology, what=("nodeproxy",)))
+        refresher = asyncio.create_task(refresh_tokens(client, topology), name="node proxy tokens")
+        try:
+            await stop.wait()
+        finally:
+            refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await refresher

@@ -1,0 +1,181 @@
+"""The control plane as a process (``ambit controlplane``): the workload API over delta xDS and the mesh CA.
+
+Theory of operation: everything is built once from :class:`ControlPlaneSettings` and wired here:
+
+1. the mesh root: a plug-in CA from files, or the root kept in Secret ``istio-system/istio-ca-secret`` (created
+   on first start, reused after);
+2. one TLS gRPC server on ``:15012`` with a serving certificate issued by that root (names
+   ``istiod.istio-system.svc`` and the configured SANs), carrying both the delta ADS service and
+   ``IstioCertificateService``;
+3. the cluster view (informers, debounced translation) feeding the xDS resource table, so pushes carry only
+   changed and removed resources;
+4. the pod index behind node authorization, and the publisher of ``istio-ca-root-cert`` in every namespace.
+
+Every xDS stream and CA call authenticates its caller with a TokenReview of its bearer token (audience
+``istio-ca``) against the API server in use, embedded or real. The process runs until SIGTERM or SIGINT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ambit.controlplane.addresses import addresses
+from ambit.controlplane.ca.authn import KubeAuthenticator
+from ambit.controlplane.ca.errors import CaServerError
+from ambit.controlplane.ca.nodeauth import InformerPodIndex, NodeAuthorizer
+from ambit.controlplane.ca.root import RootCa, RootCertPublisher, load_or_create_root_secret, load_plugin_ca
+from ambit.controlplane.ca.server import CaService, RootSigner
+from ambit.controlplane.view import ClusterView, ClusterViewSettings
+from ambit.k8s import KubeClient
+from ambit.model.localconfig import LocalConfig
+from ambit.tls.certs import issue_server_cert
+from ambit.xds.server import Caller, Metadata, XdsServer
+from ambit.xds.table import AddressTable
+
+log = logging.getLogger("ambit.controlplane")
+
+DEFAULT_SERVER_NAMES = ("istiod.istio-system.svc", "istiod.istio-system.svc.cluster.local", "istiod")
+
+
+@dataclass(frozen=True, slots=True)
+class ControlPlaneSettings:
+    kubeconfig: Path | None = None
+    """The API server to watch and to send TokenReviews to (None: in-cluster or $KUBECONFIG)."""
+    host: str = "0.0.0.0"
+    port: int = 15012
+    """xDS and CA (gRPC over TLS)."""
+    sans: tuple[str, ...] = ()
+    """Extra DNS names or IPs for the serving certificate (the address node proxies dial)."""
+    trust_domain: str = "cluster.local"
+    cluster_id: str = "Kubernetes"
+    domain: str = "cluster.local"
+    plugin_cert: Path | None = None
+    """Plug-in CA: the signing certificate (with the root last if it is an intermediate)."""
+    plugin_key: Path | None = None
+    plugin_root: Path | None = None
+    debounce: float = 0.1
+    """Seconds to gather changes before a push."""
+
+
+def _is_ip(text: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+class ControlPlane:
+    """The running control plane; ``start`` then ``aclose``."""
+
+    def __init__(self, settings: ControlPlaneSettings, client: KubeClient) -> None:
+        self.settings = settings
+        self.client = client
+        self.table = AddressTable()
+        self.authenticator = KubeAuthenticator(client, cluster_id=settings.cluster_id)
+        self.pods = InformerPodIndex(client)
+        self.root: RootCa | None = None
+        self.server: XdsServer | None = None
+        self.view = ClusterView(
+            client,
+            ClusterViewSettings(
+                debounce=settings.debounce,
+                cluster_id=settings.cluster_id,
+                trust_domain=settings.trust_domain,
+                domain=settings.domain,
+            ),
+            self._config_changed,
+        )
+        self.publisher: RootCertPublisher | None = None
+        self.pushes = 0
+
+    def _config_changed(self, config: LocalConfig) -> None:
+        changed = self.table.replace(addresses(config))
+        if changed:
+            self.pushes += 1
+            log.info(
+                "workload API: %d resources, %d changed", len(config.workloads) + len(config.services), len(changed)
+            )
+
+    async def _authenticate(self, metadata: Metadata) -> Caller | None:
+        try:
+            caller = await self.authenticator.authenticate(metadata)
+        except CaServerError as exc:
+            log.info("xds: refused a client: %s", exc)
+            return None
+        return Caller(f"system:serviceaccount:{caller.namespace}:{caller.service_account}", self.settings.cluster_id)
+
+    async def _load_root(self) -> RootCa:
+        s = self.settings
+        if s.plugin_cert is not None and s.plugin_key is not None:
+            return await asyncio.to_thread(load_plugin_ca, s.plugin_cert, s.plugin_key, s.plugin_root)
+        return await load_or_create_root_secret(self.client)
+
+    async def start(self) -> None:
+        s = self.settings
+        self.root = await self._load_root()
+        names = [*DEFAULT_SERVER_NAMES, *s.sans]
+        serving = issue_server_cert(
+            self.root.signer,
+            common_name="istiod.istio-system.svc",
+            dns_names=[n for n in names if not _is_ip(n)],
+            ip_addresses=[n for n in names if _is_ip(n)],
+            now=time.time(),
+        )
+        chain = serving.cert_pem + (
+            b"" if self.root.signer.cert_pem == self.root.root_pem else self.root.signer.cert_pem
+        )
+        self.server = XdsServer(
+            self.table,
+            self._authenticate,
+            cert_chain_pem=chain,
+            key_pem=serving.key_pem,
+            host=s.host,
+            port=s.port,
+            debounce=s.debounce,
+        )
+        await self.pods.start()
+        authorizer = NodeAuthorizer(self.pods, trust_domain=s.trust_domain)
+        CaService(self.authenticator, authorizer, RootSigner(self.root)).add_to_server(self.server.grpc_server)
+        await self.view.start()
+        await self.server.start()
+        self.publisher = RootCertPublisher(self.client, self.root.root_pem)
+        await self.publisher.start()
+        log.info("control plane serving xDS and CA on %s:%d", s.host, self.server.port)
+
+    async def aclose(self) -> None:
+        for closer in (
+            self.server.aclose() if self.server else None,
+            self.publisher.aclose() if self.publisher else None,
+            self.view.aclose(),
+            self.pods.aclose(),
+        ):
+            if closer is not None:
+                with contextlib.suppress(Exception):
+                    await closer
+
+
+async def run_control_plane(settings: ControlPlaneSettings) -> None:
+    """Run until SIGTERM or SIGINT; print one ready line once serving (the lab waits for it)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    client = KubeClient.from_kubeconfig(settings.kubeconfig) if settings.kubeconfig else KubeClient.from_env()
+    async with client:
+        plane = ControlPlane(settings, client)
+        try:
+            await plane.start()
+            assert plane.server is not None
+            print(f"control plane ready on port {plane.server.port}", flush=True)
+            await stop.wait()
+        finally:
+            await plane.aclose()

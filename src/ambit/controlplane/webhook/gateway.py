@@ -1,0 +1,178 @@
+"""Validation of ``gateway.networking.k8s.io`` Gateway, HTTPRoute and GRPCRoute: the fields a waypoint reads.
+
+Theory of operation. These are plain Kubernetes objects (no protobuf snake_case aliases, integers are JSON
+numbers). The checks mirror the Gateway API's own CRD validation rules, which a real cluster enforces with CEL
+and our embedded API server does not:
+
+- Gateway: ``gatewayClassName`` and 1-64 ``listeners``; each listener has a unique name, a port 1-65535 and a
+  protocol (a core one or a domain-prefixed custom one); HTTPS needs ``tls``, HTTP/TCP/UDP forbid it; TCP and UDP
+  take no hostname; port, protocol and hostname together are unique.
+- Routes: ``parentRefs`` name their parent (port 1-65535 if given); ``hostnames`` are DNS names, optionally with
+  a ``*.`` prefix, never IP addresses; each rule's ``matches`` use known match types, and an HTTP path value
+  starts with ``/``; each ``backendRefs[]`` names its backend and, when it is a core Service, gives a ``port``;
+  filters name their type and set the matching field; a redirect has no backends.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ambit.controlplane.webhook.fields import Fields, is_dns_label, is_hostname, is_ip
+
+CORE_PROTOCOLS = ("HTTP", "HTTPS", "TLS", "TCP", "UDP", "HBONE")
+HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH")
+PATH_TYPES = ("Exact", "PathPrefix", "RegularExpression")
+VALUE_TYPES = ("Exact", "RegularExpression")
+HTTP_FILTERS = (
+    "RequestHeaderModifier",
+    "ResponseHeaderModifier",
+    "RequestMirror",
+    "RequestRedirect",
+    "URLRewrite",
+    "ExtensionRef",
+)
+GRPC_FILTERS = ("RequestHeaderModifier", "ResponseHeaderModifier", "RequestMirror", "ExtensionRef")
+
+
+def validate_gateway(obj: dict[str, Any]) -> Fields:
+    f = Fields(proto=False)
+    spec = f.mapping(obj.get("spec"), "spec", required=True)
+    f.string(spec.get("gatewayClassName"), "spec.gatewayClassName", required=True)
+    names: set[str] = set()
+    combos: set[tuple[int, str, str]] = set()
+    for path, listener in f.objects(spec.get("listeners"), "spec.listeners", required=True, limit=64):
+        name = f.string(listener.get("name"), f"{path}.name", required=True)
+        if name is not None:
+            if name in names:
+                f.error(f"{path}.name", f"listener name {name!r} is not unique")
+            names.add(name)
+        port = f.port(listener.get("port"), f"{path}.port", required=True)
+        protocol = f.string(listener.get("protocol"), f"{path}.protocol", required=True)
+        if protocol is not None and protocol not in CORE_PROTOCOLS and "/" not in protocol:
+            f.error(f"{path}.protocol", f"unknown protocol {protocol!r}: expected one of {', '.join(CORE_PROTOCOLS)}")
+        hostname = _hostname(f, listener.get("hostname"), f"{path}.hostname")
+        if listener.get("tls") is not None:
+            tls = f.mapping(listener.get("tls"), f"{path}.tls")
+            f.enum(tls.get("mode"), f"{path}.tls.mode", ("Terminate", "Passthrough"))
+            if protocol in ("HTTP", "TCP", "UDP"):
+                f.error(f"{path}.tls", f"must not be set for protocol {protocol}")
+        elif protocol == "HTTPS":
+            f.error(f"{path}.tls", "required for protocol HTTPS")
+        if hostname is not None and protocol in ("TCP", "UDP"):
+            f.error(f"{path}.hostname", f"must not be set for protocol {protocol}")
+        if port is not None and protocol is not None:
+            combo = (port, protocol, hostname or "")
+            if combo in combos:
+                f.error(path, "port, protocol and hostname together must be unique among listeners")
+            combos.add(combo)
+        f.mapping(listener.get("allowedRoutes"), f"{path}.allowedRoutes")
+    for path, address in f.objects(spec.get("addresses"), "spec.addresses", limit=16):
+        kind = f.string(address.get("type"), f"{path}.type") or "IPAddress"
+        value = f.string(address.get("value"), f"{path}.value", required=True)
+        if value is not None and kind == "IPAddress" and not is_ip(value):
+            f.error(f"{path}.value", f"{value!r} is not an IP address")
+        elif value is not None and kind == "Hostname" and not is_hostname(value, wildcard=False):
+            f.error(f"{path}.value", f"{value!r} is not a DNS name")
+    return f
+
+
+def validate_http_route(obj: dict[str, Any]) -> Fields:
+    f = Fields(proto=False)
+    spec = _route_common(f, obj)
+    for path, rule in f.objects(spec.get("rules"), "spec.rules", limit=16):
+        for match_path, match in f.objects(rule.get("matches"), f"{path}.matches", limit=64):
+            route_path = f.mapping(match.get("path"), f"{match_path}.path")
+            kind = f.enum(route_path.get("type"), f"{match_path}.path.type", PATH_TYPES) or "PathPrefix"
+            value = f.string(route_path.get("value"), f"{match_path}.path.value")
+            if value is not None and kind != "RegularExpression" and not value.startswith("/"):
+                f.error(f"{match_path}.path.value", f"{value!r} must start with '/'")
+            _name_value_matches(f, match.get("headers"), f"{match_path}.headers")
+            _name_value_matches(f, match.get("queryParams"), f"{match_path}.queryParams")
+            f.enum(match.get("method"), f"{match_path}.method", HTTP_METHODS)
+        filters = _filters(f, rule.get("filters"), f"{path}.filters", HTTP_FILTERS)
+        if "RequestRedirect" in filters and "URLRewrite" in filters:
+            f.error(f"{path}.filters", "RequestRedirect and URLRewrite cannot be used together")
+        backends = _backend_refs(f, rule.get("backendRefs"), f"{path}.backendRefs")
+        if "RequestRedirect" in filters and backends:
+            f.error(f"{path}.backendRefs", "must be empty when a RequestRedirect filter is used")
+        f.mapping(rule.get("timeouts"), f"{path}.timeouts")
+    return f
+
+
+def validate_grpc_route(obj: dict[str, Any]) -> Fields:
+    f = Fields(proto=False)
+    spec = _route_common(f, obj)
+    for path, rule in f.objects(spec.get("rules"), "spec.rules", limit=16):
+        for match_path, match in f.objects(rule.get("matches"), f"{path}.matches", limit=64):
+            method = f.mapping(match.get("method"), f"{match_path}.method")
+            f.enum(method.get("type"), f"{match_path}.method.type", VALUE_TYPES)
+            service = f.string(method.get("service"), f"{match_path}.method.service")
+            name = f.string(method.get("method"), f"{match_path}.method.method")
+            if match.get("method") is not None and service is None and name is None:
+                f.error(f"{match_path}.method", "one or both of service and method must be set")
+            _name_value_matches(f, match.get("headers"), f"{match_path}.headers")
+        _filters(f, rule.get("filters"), f"{path}.filters", GRPC_FILTERS)
+        _backend_refs(f, rule.get("backendRefs"), f"{path}.backendRefs")
+    return f
+
+
+def _route_common(f: Fields, obj: dict[str, Any]) -> dict[str, Any]:
+    spec = f.mapping(obj.get("spec"), "spec", required=True)
+    for path, ref in f.objects(spec.get("parentRefs"), "spec.parentRefs", limit=32):
+        f.string(ref.get("name"), f"{path}.name", required=True)
+        f.string(ref.get("group"), f"{path}.group")
+        f.string(ref.get("kind"), f"{path}.kind")
+        f.string(ref.get("sectionName"), f"{path}.sectionName")
+        _namespace(f, ref.get("namespace"), f"{path}.namespace")
+        f.port(ref.get("port"), f"{path}.port")
+    for i, value in enumerate(f.sequence(spec.get("hostnames"), "spec.hostnames", limit=16)):
+        _hostname(f, value, f"spec.hostnames[{i}]", required=True)
+    return spec
+
+
+def _hostname(f: Fields, value: Any, path: str, *, required: bool = False) -> str | None:
+    hostname = f.string(value, path, required=required)
+    if hostname is not None and (is_ip(hostname) or not is_hostname(hostname)):
+        f.error(path, f"{hostname!r} is not a DNS name (a '*.' prefix is allowed, IP addresses are not)")
+        return None
+    return hostname
+
+
+def _namespace(f: Fields, value: Any, path: str) -> None:
+    namespace = f.string(value, path)
+    if namespace is not None and not is_dns_label(namespace):
+        f.error(path, f"{namespace!r} is not a namespace name")
+
+
+def _name_value_matches(f: Fields, value: Any, path: str) -> None:
+    for match_path, match in f.objects(value, path, limit=16):
+        f.string(match.get("name"), f"{match_path}.name", required=True)
+        f.enum(match.get("type"), f"{match_path}.type", VALUE_TYPES)
+        f.string(match.get("value"), f"{match_path}.value", required=True)
+
+
+def _filters(f: Fields, value: Any, path: str, allowed: tuple[str, ...]) -> list[str]:
+    kinds = []
+    for filter_path, item in f.objects(value, path, limit=16):
+        kind = f.enum(item.get("type"), f"{filter_path}.type", allowed, required=True)
+        if kind is None:
+            continue
+        kinds.append(kind)
+        field = "urlRewrite" if kind == "URLRewrite" else kind[0].lower() + kind[1:]
+        f.mapping(item.get(field), f"{filter_path}.{field}", required=True)
+    return kinds
+
+
+def _backend_refs(f: Fields, value: Any, path: str) -> list[tuple[str, dict[str, Any]]]:
+    refs = f.objects(value, path, limit=16)
+    for ref_path, ref in refs:
+        f.string(ref.get("name"), f"{ref_path}.name", required=True)
+        group = f.string(ref.get("group"), f"{ref_path}.group") or ""
+        kind = f.string(ref.get("kind"), f"{ref_path}.kind") or "Service"
+        _namespace(f, ref.get("namespace"), f"{ref_path}.namespace")
+        port = f.port(ref.get("port"), f"{ref_path}.port")
+        if port is None and ref.get("port") is None and group in ("", "core") and kind == "Service":
+            f.error(f"{ref_path}.port", "required for a Service backend")
+        f.integer(ref.get("weight"), f"{ref_path}.weight", low=0, high=1_000_000, what="weight")
+        _filters(f, ref.get("filters"), f"{ref_path}.filters", HTTP_FILTERS)
+    return refs

@@ -1,0 +1,134 @@
+"""The HTTPS server the API server calls: ``POST /validate`` with an AdmissionReview v1 (spec §10.4).
+
+Theory of operation. A thin aiohttp shell around :mod:`ambit.controlplane.webhook.review`: read the body (at most
+``max_body_bytes``), parse, decide, answer JSON. A body that is not an AdmissionReview is answered 400 with a
+one-line plain-text reason; nothing a caller posts produces a traceback, and an unexpected failure inside the
+decision is logged and answered 500 without details. ``GET /ready`` answers 200 for probes.
+
+The server owns its listening socket: bind happens in :meth:`ValidationWebhookServer.start`, so ``port=0`` picks
+a free port and :attr:`ValidationWebhookServer.port` tells which. TLS is mandatory, because kube-apiserver only
+calls webhooks over https; the certificate must name the address in the registered URL.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from aiohttp import web
+
+from ambit.controlplane.webhook.errors import MalformedReviewError
+from ambit.controlplane.webhook.review import answer, parse_review
+
+log = logging.getLogger("ambit.controlplane.webhook")
+
+VALIDATE_PATH = "/validate"
+MAX_BODY_BYTES = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookServerSettings:
+    """Where and how the webhook listens."""
+
+    cert_file: Path
+    """PEM server certificate (chain), naming the host of the registered URL."""
+    key_file: Path
+    """PEM private key of ``cert_file``."""
+    host: str = "0.0.0.0"
+    port: int = 15017
+    """istiod's webhook port; 0 picks a free one."""
+    max_body_bytes: int = MAX_BODY_BYTES
+    """Largest review accepted; Kubernetes objects are at most 1.5 MiB, reviews can carry two of them."""
+
+
+async def _validate(request: web.Request) -> web.StreamResponse:
+    try:
+        body = await request.read()
+        review = parse_review(body)
+    except web.HTTPRequestEntityTooLarge:
+        return web.Response(status=413, text="AdmissionReview too large\n")
+    except MalformedReviewError as exc:
+        return web.Response(status=exc.http_status, text=f"{exc}\n")
+    try:
+        reply = answer(review)
+    except Exception:
+        log.exception("validating %s %s failed", review.operation, review.kind)
+        return web.Response(status=500, text="internal error while validating; see the webhook's log\n")
+    if not reply["response"]["allowed"]:
+        log.info("denied %s %s: %s", review.operation, review.kind, reply["response"]["status"]["message"])
+    return web.json_response(reply)
+
+
+async def _ready(request: web.Request) -> web.StreamResponse:
+    return web.Response(text="ok\n")
+
+
+def build_app(max_body_bytes: int = MAX_BODY_BYTES) -> web.Application:
+    """The aiohttp application (routes only; no listener)."""
+    app = web.Application(client_max_size=max_body_bytes)
+    app.router.add_post(VALIDATE_PATH, _validate)
+    app.router.add_get("/ready", _ready)
+    return app
+
+
+class ValidationWebhookServer:
+    """The webhook listener; ``async with`` it, or ``start()`` and ``aclose()``."""
+
+    def __init__(self, settings: WebhookServerSettings) -> None:
+        self.settings = settings
+        self._runner: web.AppRunner | None = None
+        self._sock: socket.socket | None = None
+
+    @property
+    def port(self) -> int:
+        """The bound port (after :meth:`start`)."""
+        if self._sock is None:
+            raise RuntimeError("the webhook server is not started")
+        return int(self._sock.getsockname()[1])
+
+    def url(self, host: str) -> str:
+        """The ``/validate`` URL as reached at ``host`` (which the certificate must name)."""
+        shown = f"[{host}]" if ":" in host else host
+        return f"https://{shown}:{self.port}{VALIDATE_PATH}"
+
+    async def start(self) -> None:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(self.settings.cert_file, self.settings.key_file)
+        family = socket.AF_INET6 if ":" in self.settings.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.settings.host, self.settings.port))
+            runner = web.AppRunner(build_app(self.settings.max_body_bytes), shutdown_timeout=1.0, access_log=None)
+            await runner.setup()
+            try:
+                await web.SockSite(runner, sock, ssl_context=context).start()
+            except BaseException:
+                await runner.cleanup()
+                raise
+        except BaseException:
+            sock.close()
+            raise
+        self._sock, self._runner = sock, runner
+        log.info("validation webhook listening on %s:%d", self.settings.host, self.port)
+
+    async def aclose(self) -> None:
+        runner, sock = self._runner, self._sock
+        self._runner = self._sock = None
+        if runner is not None:
+            await runner.cleanup()
+        if sock is not None:
+            sock.close()
+
+    async def __aenter__(self) -> ValidationWebhookServer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()

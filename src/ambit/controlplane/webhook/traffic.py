@@ -1,0 +1,131 @@
+"""Shallow validation of ``networking.istio.io`` DestinationRule, VirtualService and Sidecar.
+
+Theory of operation. Ambit's waypoint does not implement these kinds yet, so only their structure and the
+obvious field errors are checked: top-level fields are decoded strictly, required hosts and names are present,
+enums hold known values, port numbers are in range, and a route says where it goes. Nested settings Ambit does
+not read (connection pools, outlier detection, retries, fault injection, ...) only have to be objects.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ambit.controlplane.webhook.fields import Fields, is_dns_label, is_hostname
+
+TLS_MODES = ("DISABLE", "SIMPLE", "MUTUAL", "ISTIO_MUTUAL")
+LOAD_BALANCERS = ("UNSPECIFIED", "LEAST_CONN", "RANDOM", "PASSTHROUGH", "ROUND_ROBIN", "LEAST_REQUEST")
+OUTBOUND_MODES = ("REGISTRY_ONLY", "ALLOW_ANY")
+_TRAFFIC_POLICY = (
+    "loadBalancer",
+    "connectionPool",
+    "outlierDetection",
+    "tls",
+    "portLevelSettings",
+    "tunnel",
+    "proxyProtocol",
+)
+
+
+def validate_destination_rule(obj: dict[str, Any]) -> Fields:
+    f = Fields()
+    spec = f.mapping(
+        obj.get("spec"), "spec", known=("host", "trafficPolicy", "subsets", "exportTo", "workloadSelector")
+    )
+    _host(f, spec.get("host"), "spec.host", required=True)
+    _traffic_policy(f, f.get(spec, "trafficPolicy"), "spec.trafficPolicy")
+    names: set[str] = set()
+    for path, subset in f.objects(spec.get("subsets"), "spec.subsets"):
+        f.mapping(subset, path, known=("name", "labels", "trafficPolicy"))
+        name = f.string(subset.get("name"), f"{path}.name", required=True)
+        if name is not None:
+            if name in names:
+                f.error(f"{path}.name", f"subset name {name!r} is not unique")
+            names.add(name)
+        f.labels(subset.get("labels"), f"{path}.labels")
+        _traffic_policy(f, f.get(subset, "trafficPolicy"), f"{path}.trafficPolicy")
+    f.strings(f.get(spec, "exportTo"), "spec.exportTo")
+    f.selector(f.get(spec, "workloadSelector"), "spec.workloadSelector")
+    return f
+
+
+def _traffic_policy(f: Fields, value: Any, path: str) -> None:
+    policy = f.mapping(value, path, known=_TRAFFIC_POLICY)
+    balancer = f.mapping(f.get(policy, "loadBalancer"), f"{path}.loadBalancer")
+    f.enum(balancer.get("simple"), f"{path}.loadBalancer.simple", LOAD_BALANCERS)
+    tls = f.mapping(policy.get("tls"), f"{path}.tls")
+    f.enum(tls.get("mode"), f"{path}.tls.mode", TLS_MODES)
+    for name in ("connectionPool", "outlierDetection", "tunnel", "proxyProtocol"):
+        f.mapping(f.get(policy, name), f"{path}.{name}")
+    for port_path, setting in f.objects(f.get(policy, "portLevelSettings"), f"{path}.portLevelSettings"):
+        port = f.mapping(setting.get("port"), f"{port_path}.port", required=True)
+        f.port(port.get("number"), f"{port_path}.port.number", required=True)
+
+
+def validate_virtual_service(obj: dict[str, Any]) -> Fields:
+    f = Fields()
+    spec = f.mapping(obj.get("spec"), "spec", known=("hosts", "gateways", "http", "tls", "tcp", "exportTo"))
+    for path, host in f.strings(spec.get("hosts"), "spec.hosts", required=True):
+        if host != "*" and not is_hostname(host):
+            f.error(path, f"{host!r} is not a DNS name, a '*.' wildcard or '*'")
+    f.strings(spec.get("gateways"), "spec.gateways")
+    for path, http in f.objects(spec.get("http"), "spec.http"):
+        f.objects(http.get("match"), f"{path}.match")
+        has = [name for name in ("route", "redirect", "directResponse", "delegate") if http.get(name)]
+        if not has:
+            f.error(path, "needs one of route, redirect, directResponse or delegate")
+        elif "route" in has and len(has) > 1:
+            f.error(f"{path}.route", f"cannot be set together with {has[1]}")
+        _routes(f, http.get("route"), f"{path}.route", required=False)
+    for path, tls in f.objects(spec.get("tls"), "spec.tls"):
+        for match_path, match in f.objects(tls.get("match"), f"{path}.match", required=True):
+            f.strings(f.get(match, "sniHosts"), f"{match_path}.sniHosts", required=True)
+        _routes(f, tls.get("route"), f"{path}.route", required=True)
+    for path, tcp in f.objects(spec.get("tcp"), "spec.tcp"):
+        f.objects(tcp.get("match"), f"{path}.match")
+        _routes(f, tcp.get("route"), f"{path}.route", required=True)
+    f.strings(f.get(spec, "exportTo"), "spec.exportTo")
+    return f
+
+
+def _routes(f: Fields, value: Any, path: str, *, required: bool) -> None:
+    for route_path, route in f.objects(value, path, required=required):
+        destination = f.mapping(route.get("destination"), f"{route_path}.destination", required=True)
+        given = route.get("destination") is not None
+        _host(f, destination.get("host"), f"{route_path}.destination.host", required=given)
+        f.string(destination.get("subset"), f"{route_path}.destination.subset")
+        port = f.mapping(destination.get("port"), f"{route_path}.destination.port")
+        f.port(port.get("number"), f"{route_path}.destination.port.number")
+        f.integer(route.get("weight"), f"{route_path}.weight", low=0, high=2**31 - 1, what="weight")
+
+
+def validate_sidecar(obj: dict[str, Any]) -> Fields:
+    f = Fields()
+    spec = f.mapping(
+        obj.get("spec"),
+        "spec",
+        known=("workloadSelector", "ingress", "egress", "outboundTrafficPolicy", "inboundConnectionPool"),
+    )
+    f.selector(f.get(spec, "workloadSelector"), "spec.workloadSelector", labels_name="labels")
+    for path, ingress in f.objects(spec.get("ingress"), "spec.ingress"):
+        port = f.mapping(ingress.get("port"), f"{path}.port", required=True)
+        f.port(port.get("number"), f"{path}.port.number", required=True)
+        f.string(f.get(ingress, "defaultEndpoint"), f"{path}.defaultEndpoint")
+    for path, egress in f.objects(spec.get("egress"), "spec.egress"):
+        for host_path, host in f.strings(egress.get("hosts"), f"{path}.hosts", required=True):
+            namespace, slash, name = host.partition("/")
+            if not slash or not (namespace in ("*", ".", "~") or is_dns_label(namespace)):
+                f.error(host_path, f"{host!r} is not namespace/host (namespace '*', '.', '~' or a name)")
+            elif name != "*" and not is_hostname(name):
+                f.error(host_path, f"{name!r} is not a DNS name, a '*.' wildcard or '*'")
+        port = f.mapping(egress.get("port"), f"{path}.port")
+        f.port(port.get("number"), f"{path}.port.number")
+    outbound = f.mapping(f.get(spec, "outboundTrafficPolicy"), "spec.outboundTrafficPolicy")
+    f.enum(outbound.get("mode"), "spec.outboundTrafficPolicy.mode", OUTBOUND_MODES)
+    f.mapping(f.get(spec, "inboundConnectionPool"), "spec.inboundConnectionPool")
+    return f
+
+
+def _host(f: Fields, value: Any, path: str, *, required: bool) -> None:
+    host = f.string(value, path, required=required)
+    if host is not None and not is_hostname(host):
+        f.error(path, f"{host!r} is not a DNS name (a '*.' prefix is allowed)")

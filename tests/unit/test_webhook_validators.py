@@ -1,0 +1,833 @@
+"""The validating webhook's pure parts: per-kind validators, the AdmissionReview decision, the registration object."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from json_strategies import json_values
+
+from ambit.controlplane.webhook import (
+    VALIDATORS,
+    FieldError,
+    MalformedReviewError,
+    UnknownKindError,
+    answer,
+    parse_review,
+    validate,
+    webhook_configuration,
+)
+
+
+def obj(kind: str, spec: Any, **metadata: Any) -> dict[str, Any]:
+    return {"kind": kind, "metadata": {"name": "x", "namespace": "default", **metadata}, "spec": spec}
+
+
+def errors(kind: str, spec: Any, **metadata: Any) -> list[FieldError]:
+    return [e for e in validate(kind, obj(kind, spec, **metadata)) if not e.warning]
+
+
+VALID: list[tuple[str, Any]] = [
+    ("AuthorizationPolicy", {}),
+    ("AuthorizationPolicy", {"action": "ALLOW"}),
+    (
+        "AuthorizationPolicy",
+        {
+            "selector": {"matchLabels": {"app": "web"}},
+            "action": "DENY",
+            "rules": [
+                {
+                    "from": [
+                        {
+                            "source": {
+                                "principals": ["cluster.local/ns/a/sa/b"],
+                                "notNamespaces": ["kube-system"],
+                                "ipBlocks": ["10.0.0.0/8", "192.168.1.1", "2001:db8::/32"],
+                            }
+                        }
+                    ],
+                    "to": [{"operation": {"ports": ["8080", "443"], "methods": ["GET"], "paths": ["/api/*"]}}],
+                    "when": [
+                        {"key": "source.ip", "values": ["10.1.2.3/32"]},
+                        {"key": "request.headers[x-token]", "notValues": ["bad"]},
+                        {"key": "destination.port", "values": ["80"]},
+                    ],
+                }
+            ],
+        },
+    ),
+    ("AuthorizationPolicy", {"action": "CUSTOM", "provider": {"name": "ext-authz"}, "rules": [{}]}),
+    ("AuthorizationPolicy", {"rules": [{"from": [{"source": {"not_principals": ["*"]}}]}]}),
+    ("AuthorizationPolicy", {"rules": [{"from": [{"source": {"serviceAccounts": ["ns/sa", "sa"]}}]}]}),
+    (
+        "AuthorizationPolicy",
+        {"targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "waypoint"}]},
+    ),
+    ("AuthorizationPolicy", {"targetRef": {"kind": "Service", "group": "", "name": "web"}}),
+    ("PeerAuthentication", {"mtls": {"mode": "STRICT"}}),
+    ("PeerAuthentication", {}),
+    (
+        "PeerAuthentication",
+        {
+            "selector": {"matchLabels": {"app": "db"}},
+            "mtls": {"mode": "PERMISSIVE"},
+            "portLevelMtls": {"5432": {"mode": "STRICT"}},
+        },
+    ),
+    (
+        "RequestAuthentication",
+        {
+            "selector": {"matchLabels": {"app": "web"}},
+            "jwtRules": [
+                {
+                    "issuer": "https://issuer.example.com",
+                    "jwksUri": "https://issuer.example.com/jwks",
+                    "fromHeaders": [{"name": "x-jwt", "prefix": "Bearer "}],
+                    "outputClaimToHeaders": [{"header": "x-sub", "claim": "sub"}],
+                    "forwardOriginalToken": True,
+                    "timeout": "5s",
+                }
+            ],
+        },
+    ),
+    (
+        "ServiceEntry",
+        {
+            "hosts": ["api.example.com"],
+            "ports": [{"number": 443, "name": "https", "protocol": "TLS"}],
+            "resolution": "DNS",
+            "location": "MESH_EXTERNAL",
+        },
+    ),
+    (
+        "ServiceEntry",
+        {
+            "hosts": ["db.internal"],
+            "addresses": ["240.0.0.1"],
+            "ports": [{"number": 5432, "name": "tcp-pg", "protocol": "TCP", "targetPort": 15432}],
+            "resolution": "STATIC",
+            "endpoints": [{"address": "198.18.200.5", "ports": {"tcp-pg": 5433}, "labels": {"app": "pg"}}],
+        },
+    ),
+    ("ServiceEntry", {"hosts": ["*.example.com"], "ports": [{"number": 80, "name": "http"}]}),
+    (
+        "ServiceEntry",
+        {"hosts": ["vm.svc"], "resolution": "STATIC", "workloadSelector": {"labels": {"app": "vm"}}},
+    ),
+    ("WorkloadEntry", {"address": "198.18.200.9", "ports": {"http": 8080}, "serviceAccount": "vm"}),
+    ("WorkloadEntry", {"network": "network-2", "labels": {"app": "vm"}}),
+    ("WorkloadEntry", {"address": "vm1.example.com", "weight": 3}),
+    (
+        "DestinationRule",
+        {
+            "host": "web.default.svc.cluster.local",
+            "trafficPolicy": {"tls": {"mode": "ISTIO_MUTUAL"}, "loadBalancer": {"simple": "ROUND_ROBIN"}},
+            "subsets": [{"name": "v1", "labels": {"version": "v1"}}],
+        },
+    ),
+    (
+        "VirtualService",
+        {"hosts": ["web"], "http": [{"route": [{"destination": {"host": "web", "subset": "v1"}, "weight": 100}]}]},
+    ),
+    ("Sidecar", {"egress": [{"hosts": ["./*", "istio-system/*"]}], "outboundTrafficPolicy": {"mode": "ALLOW_ANY"}}),
+    (
+        "Gateway",
+        {
+            "gatewayClassName": "istio-waypoint",
+            "listeners": [{"name": "mesh", "port": 15008, "protocol": "HBONE"}],
+        },
+    ),
+    (
+        "Gateway",
+        {
+            "gatewayClassName": "istio",
+            "listeners": [
+                {"name": "http", "port": 80, "protocol": "HTTP", "hostname": "*.example.com"},
+                {"name": "https", "port": 443, "protocol": "HTTPS", "tls": {"mode": "Terminate"}},
+            ],
+        },
+    ),
+    (
+        "HTTPRoute",
+        {
+            "parentRefs": [{"name": "waypoint", "kind": "Gateway", "group": "gateway.networking.k8s.io"}],
+            "hostnames": ["web.example.com"],
+            "rules": [
+                {
+                    "matches": [
+                        {
+                            "path": {"type": "PathPrefix", "value": "/api"},
+                            "headers": [{"name": "x-v", "value": "2"}],
+                            "method": "GET",
+                        }
+                    ],
+                    "backendRefs": [{"name": "web-v2", "port": 80, "weight": 90}],
+                }
+            ],
+        },
+    ),
+    (
+        "GRPCRoute",
+        {
+            "parentRefs": [{"name": "waypoint"}],
+            "rules": [
+                {"matches": [{"method": {"service": "echo.Echo"}}], "backendRefs": [{"name": "e", "port": 7070}]}
+            ],
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize(("kind", "spec"), VALID, ids=[f"{k}-{i}" for i, (k, _) in enumerate(VALID)])
+def test_valid_objects_have_no_errors(kind: str, spec: Any) -> None:
+    assert errors(kind, spec) == []
+
+
+INVALID: list[tuple[str, Any, str, str]] = [
+    # AuthorizationPolicy
+    ("AuthorizationPolicy", {"action": "REJECT"}, "spec.action", "unsupported value 'REJECT'"),
+    ("AuthorizationPolicy", {"action": "CUSTOM", "rules": [{}]}, "spec.provider.name", "required"),
+    ("AuthorizationPolicy", {"action": "CUSTOM", "provider": {"name": "x"}}, "spec.rules", "never triggers"),
+    ("AuthorizationPolicy", {"action": "DENY", "provider": {"name": "x"}}, "spec.provider", "only be set"),
+    (
+        "AuthorizationPolicy",
+        {
+            "selector": {"matchLabels": {"a": "b"}},
+            "targetRefs": [{"kind": "Gateway", "name": "w", "group": "gateway.networking.k8s.io"}],
+        },
+        "spec.selector",
+        "only one of selector or targetRefs",
+    ),
+    (
+        "AuthorizationPolicy",
+        {"targetRef": {"kind": "Service", "name": "a"}, "targetRefs": [{"kind": "Service", "name": "b"}]},
+        "spec.targetRef",
+        "only one of targetRef or targetRefs",
+    ),
+    ("AuthorizationPolicy", {"targetRefs": [{"kind": "Pod", "name": "p"}]}, "spec.targetRefs[0].kind", "unsupported"),
+    ("AuthorizationPolicy", {"targetRefs": [{"kind": "Service"}]}, "spec.targetRefs[0].name", "required"),
+    (
+        "AuthorizationPolicy",
+        {"targetRefs": [{"kind": "Service", "name": "s", "namespace": "other"}]},
+        "spec.targetRefs[0].namespace",
+        "cross-namespace",
+    ),
+    ("AuthorizationPolicy", {"rules": [{"from": [{}]}]}, "spec.rules[0].from[0].source", "required"),
+    ("AuthorizationPolicy", {"rules": [{"from": [{"source": {}}]}]}, "spec.rules[0].from[0].source", "at least one"),
+    ("AuthorizationPolicy", {"rules": [{"to": [{"operation": {}}]}]}, "spec.rules[0].to[0].operation", "at least one"),
+    (
+        "AuthorizationPolicy",
+        {"rules": [{"to": [{"operation": {"ports": ["8080", "http"]}}]}]},
+        "spec.rules[0].to[0].operation.ports[1]",
+        "not a port number",
+    ),
+    (
+        "AuthorizationPolicy",
+        {"rules": [{"to": [{"operation": {"notPorts": ["0"]}}]}]},
+        "spec.rules[0].to[0].operation.notPorts[0]",
+        "not a port number",
+    ),
+    (
+        "AuthorizationPolicy",
+        {"rules": [{"to": [{"operation": {"ports": ["65536"]}}]}]},
+        "spec.rules[0].to[0].operation.ports[0]",
+        "not a port number",
+    ),
+    (
+        "AuthorizationPolicy",
+        {"rules": [{"to": [{"operation": {"ports": [8080]}}]}]},
+        "spec.rules[0].to[0].operation.ports[0]",
+        "ports are strings",
+    ),
+    (
+        "AuthorizationPolicy",
+        {"rules": [{"from": [{"source": {"principals": [""]}}]}]},
+        "spec.rules[0].from[0].source.principals[0]",
+        "must not be empty",
+    ),
+    (
+        "AuthorizationPolicy",
+        {"rules": [{"from": [{"source": {"namespaces": ["ok", 3]}}]}]},
+        "spec.rules[0].from[0].source.namespaces[1]",
+        "expected a string",
+    ),
+    (
+        "AuthorizationPolicy",
+        {"rules": [{"from": [{"source": {"ipBlocks": ["10.0.0.0/33"]}}]}]},
+        "spec.rules[0].from[0].source.ipBlocks[0]",
+        "not an IP address or CIDR",
+    ),
+    (
+        "AuthorizationPolicy",
+        {"rules": [{"from": [{"source": {"notRemoteIpBlocks": ["example.com"]}}]}]},
+        "spec.rules[0].from[0].source.notRemoteIpBlocks[0]",
+        "not an IP address",
+    ),
+    (
+        "AuthorizationPolicy",
+        {"rules": [{"from": [{"source": {"serviceAccounts": ["a"], "principals": ["p"]}}]}]},
+        "spec.rules[0].from[0].source.serviceAccounts",
+        "cannot be set together",
+    ),
+    (
+        "AuthorizationPolicy",
+        {"rules": [{"from": [{"source": {"serviceAccounts": ["a/b/c"]}}]}]},
+        "spec.rules[0].from[0].source.serviceAccounts[0]",
+        "not a service account",
+    ),
+    ("AuthorizationPolicy", {"rules": [{"when": [{"values": ["x"]}]}]}, "spec.rules[0].when[0].key", "required"),
+    (
+        "AuthorizationPolicy",
+        {"rules": [{"when": [{"key": "source.ip"}]}]},
+        "spec.rules[0].when[0]",
+        "values or notValues",
+    ),
+    (
+        "AuthorizationPolicy",
+        {"rules": [{"when": [{"key": "request.colour", "values": ["x"]}]}]},
+        "spec.rules[0].when[0].key",
+        "unknown attribute",
+    ),
+    (
+        "AuthorizationPolicy",
+        {"rules": [{"when": [{"key": "destination.ip", "values": ["nope"]}]}]},
+        "spec.rules[0].when[0].values[0]",
+        "not an IP",
+    ),
+    (
+        "AuthorizationPolicy",
+        {"rules": [{"when": [{"key": "destination.port", "notValues": ["99999"]}]}]},
+        "spec.rules[0].when[0].notValues[0]",
+        "not a port",
+    ),
+    ("AuthorizationPolicy", {"rules": [{"form": []}]}, "spec.rules[0].form", "unknown field"),
+    ("AuthorizationPolicy", {"actions": "DENY"}, "spec.actions", "unknown field"),
+    ("AuthorizationPolicy", {"rules": {"from": []}}, "spec.rules", "expected an array"),
+    ("AuthorizationPolicy", "allow-all", "spec", "expected an object"),
+    # PeerAuthentication
+    ("PeerAuthentication", {"mtls": {"mode": "ON"}}, "spec.mtls.mode", "unsupported value 'ON'"),
+    (
+        "PeerAuthentication",
+        {"portLevelMtls": {"80": {"mode": "DISABLE"}}},
+        "spec.portLevelMtls",
+        "needs a spec.selector",
+    ),
+    (
+        "PeerAuthentication",
+        {"selector": {"matchLabels": {"a": "b"}}, "portLevelMtls": {"http": {"mode": "DISABLE"}}},
+        "spec.portLevelMtls[http]",
+        "not a port number",
+    ),
+    (
+        "PeerAuthentication",
+        {"selector": {"matchLabels": {"a": "b"}}, "portLevelMtls": {"0": {"mode": "DISABLE"}}},
+        "spec.portLevelMtls[0]",
+        "not a port number",
+    ),
+    (
+        "PeerAuthentication",
+        {"selector": {"matchLabels": {"a": "b"}}, "portLevelMtls": {"80": {"mode": "OFF"}}},
+        "spec.portLevelMtls[80].mode",
+        "unsupported",
+    ),
+    (
+        "PeerAuthentication",
+        {"selector": {"matchLabels": {"a": 1}}},
+        "spec.selector.matchLabels[a]",
+        "expected a string",
+    ),
+    ("PeerAuthentication", {"mtls": {"mode": "STRICT", "strict": True}}, "spec.mtls.strict", "unknown field"),
+    # RequestAuthentication
+    ("RequestAuthentication", {"jwtRules": [{"jwksUri": "https://x/jwks"}]}, "spec.jwtRules[0].issuer", "required"),
+    (
+        "RequestAuthentication",
+        {"jwtRules": [{"issuer": "i", "jwksUri": "ftp://x"}]},
+        "spec.jwtRules[0].jwksUri",
+        "http",
+    ),
+    (
+        "RequestAuthentication",
+        {"jwtRules": [{"issuer": "i", "fromHeaders": [{"prefix": "Bearer "}]}]},
+        "spec.jwtRules[0].fromHeaders[0].name",
+        "required",
+    ),
+    (
+        "RequestAuthentication",
+        {"jwtRules": [{"issuer": "i", "timeout": "soon"}]},
+        "spec.jwtRules[0].timeout",
+        "duration",
+    ),
+    # ServiceEntry
+    ("ServiceEntry", {"ports": [{"number": 80, "name": "http"}]}, "spec.hosts", "required"),
+    ("ServiceEntry", {"hosts": []}, "spec.hosts", "must not be empty"),
+    ("ServiceEntry", {"hosts": ["*"]}, "spec.hosts[0]", "only '*'"),
+    ("ServiceEntry", {"hosts": ["bad host"]}, "spec.hosts[0]", "not a DNS name"),
+    ("ServiceEntry", {"hosts": ["a.com"], "addresses": ["1.2.3"]}, "spec.addresses[0]", "not an IP"),
+    ("ServiceEntry", {"hosts": ["a.com"], "ports": [{"name": "http"}]}, "spec.ports[0].number", "required"),
+    (
+        "ServiceEntry",
+        {"hosts": ["a.com"], "ports": [{"number": 0, "name": "x"}]},
+        "spec.ports[0].number",
+        "out of range",
+    ),
+    ("ServiceEntry", {"hosts": ["a.com"], "ports": [{"number": 80}]}, "spec.ports[0].name", "required"),
+    (
+        "ServiceEntry",
+        {"hosts": ["a.com"], "ports": [{"number": 80, "name": "x", "protocol": "SMTP"}]},
+        "spec.ports[0].protocol",
+        "unsupported protocol",
+    ),
+    (
+        "ServiceEntry",
+        {"hosts": ["a.com"], "ports": [{"number": 80, "name": "a"}, {"number": 80, "name": "b"}]},
+        "spec.ports[1].number",
+        "not unique",
+    ),
+    (
+        "ServiceEntry",
+        {"hosts": ["a.com"], "ports": [{"number": 80, "name": "a"}, {"number": 81, "name": "a"}]},
+        "spec.ports[1].name",
+        "not unique",
+    ),
+    ("ServiceEntry", {"hosts": ["a.com"], "resolution": "MAGIC"}, "spec.resolution", "unsupported"),
+    ("ServiceEntry", {"hosts": ["a.com"], "location": "MARS"}, "spec.location", "unsupported"),
+    ("ServiceEntry", {"hosts": ["a.com"], "resolution": "STATIC"}, "spec.endpoints", "needs endpoints"),
+    (
+        "ServiceEntry",
+        {"hosts": ["a.com"], "resolution": "STATIC", "endpoints": [{"address": "db.example.com"}]},
+        "spec.endpoints[0].address",
+        "not an IP address",
+    ),
+    (
+        "ServiceEntry",
+        {"hosts": ["a.com"], "resolution": "NONE", "endpoints": [{"address": "1.1.1.1"}]},
+        "spec.endpoints",
+        "resolution NONE",
+    ),
+    (
+        "ServiceEntry",
+        {
+            "hosts": ["a.com"],
+            "resolution": "STATIC",
+            "workloadSelector": {"labels": {"app": "a"}},
+            "endpoints": [{"address": "1.1.1.1"}],
+        },
+        "spec.workloadSelector",
+        "only one of workloadSelector or endpoints",
+    ),
+    ("ServiceEntry", {"hosts": ["*.a.com"], "resolution": "DNS"}, "spec.hosts[0]", "needs endpoints"),
+    (
+        "ServiceEntry",
+        {"hosts": ["a.com"], "resolution": "DNS_ROUND_ROBIN", "endpoints": [{"address": "x.a"}, {"address": "y.a"}]},
+        "spec.endpoints",
+        "at most one",
+    ),
+    (
+        "ServiceEntry",
+        {
+            "hosts": ["a.com"],
+            "ports": [{"number": 80, "name": "http"}],
+            "resolution": "STATIC",
+            "endpoints": [{"address": "1.1.1.1", "ports": {"grpc": 9090}}],
+        },
+        "spec.endpoints[0].ports[grpc]",
+        "not one of the service entry's port names",
+    ),
+    (
+        "ServiceEntry",
+        {"hosts": ["a.com"], "resolution": "STATIC", "endpoints": [{"labels": {}}]},
+        "spec.endpoints[0].address",
+        "required unless network",
+    ),
+    ("ServiceEntry", {"hosts": ["a.com"], "exportTo": ["Not_A_Namespace"]}, "spec.exportTo[0]", "namespace"),
+    ("ServiceEntry", {"hosts": ["a.com"], "host": "b.com"}, "spec.host", "unknown field"),
+    # WorkloadEntry
+    ("WorkloadEntry", {"ports": {"http": 80}}, "spec.address", "required unless network"),
+    ("WorkloadEntry", {"address": "not an address!"}, "spec.address", "not an IP address or a DNS name"),
+    ("WorkloadEntry", {"address": "1.1.1.1", "ports": {"http": 70000}}, "spec.ports[http]", "out of range"),
+    ("WorkloadEntry", {"address": "1.1.1.1", "ports": {"http": "x"}}, "spec.ports[http]", "expected an integer"),
+    ("WorkloadEntry", {"address": "1.1.1.1", "ports": [80]}, "spec.ports", "expected an object"),
+    ("WorkloadEntry", {"address": "unix://relative"}, "spec.address", "absolute path"),
+    ("WorkloadEntry", {"address": "1.1.1.1", "weight": -1}, "spec.weight", "out of range"),
+    ("WorkloadEntry", None, "spec", "required"),
+    # DestinationRule, VirtualService, Sidecar
+    ("DestinationRule", {"subsets": []}, "spec.host", "required"),
+    (
+        "DestinationRule",
+        {"host": "a", "trafficPolicy": {"tls": {"mode": "ON"}}},
+        "spec.trafficPolicy.tls.mode",
+        "unsupported",
+    ),
+    ("DestinationRule", {"host": "a", "subsets": [{"labels": {}}]}, "spec.subsets[0].name", "required"),
+    (
+        "DestinationRule",
+        {"host": "a", "trafficPolicy": {"portLevelSettings": [{"port": {"number": 0}}]}},
+        "spec.trafficPolicy.portLevelSettings[0].port.number",
+        "out of range",
+    ),
+    ("VirtualService", {"http": []}, "spec.hosts", "required"),
+    ("VirtualService", {"hosts": ["a"], "http": [{"match": []}]}, "spec.http[0]", "needs one of route"),
+    (
+        "VirtualService",
+        {"hosts": ["a"], "http": [{"route": [{"destination": {}}]}]},
+        "spec.http[0].route[0].destination.host",
+        "required",
+    ),
+    (
+        "VirtualService",
+        {"hosts": ["a"], "tcp": [{"route": [{"destination": {"host": "b", "port": {"number": 99999}}}]}]},
+        "spec.tcp[0].route[0].destination.port.number",
+        "out of range",
+    ),
+    (
+        "VirtualService",
+        {"hosts": ["a"], "tls": [{"route": [{"destination": {"host": "b"}}]}]},
+        "spec.tls[0].match",
+        "required",
+    ),
+    ("Sidecar", {"egress": [{"hosts": ["*"]}]}, "spec.egress[0].hosts[0]", "namespace/host"),
+    ("Sidecar", {"egress": [{}]}, "spec.egress[0].hosts", "required"),
+    ("Sidecar", {"ingress": [{"defaultEndpoint": "127.0.0.1:8080"}]}, "spec.ingress[0].port", "required"),
+    ("Sidecar", {"outboundTrafficPolicy": {"mode": "DENY"}}, "spec.outboundTrafficPolicy.mode", "unsupported"),
+    # Gateway
+    ("Gateway", {"listeners": [{"name": "a", "port": 80, "protocol": "HTTP"}]}, "spec.gatewayClassName", "required"),
+    ("Gateway", {"gatewayClassName": "istio"}, "spec.listeners", "required"),
+    (
+        "Gateway",
+        {"gatewayClassName": "istio", "listeners": [{"name": "a", "protocol": "HTTP"}]},
+        "spec.listeners[0].port",
+        "required",
+    ),
+    (
+        "Gateway",
+        {"gatewayClassName": "istio", "listeners": [{"name": "a", "port": 0, "protocol": "HTTP"}]},
+        "spec.listeners[0].port",
+        "out of range",
+    ),
+    (
+        "Gateway",
+        {"gatewayClassName": "istio", "listeners": [{"name": "a", "port": "80", "protocol": "HTTP"}]},
+        "spec.listeners[0].port",
+        "expected an integer",
+    ),
+    (
+        "Gateway",
+        {"gatewayClassName": "istio", "listeners": [{"name": "a", "port": 80, "protocol": "GOPHER"}]},
+        "spec.listeners[0].protocol",
+        "unknown protocol",
+    ),
+    (
+        "Gateway",
+        {"gatewayClassName": "istio", "listeners": [{"name": "a", "port": 443, "protocol": "HTTPS"}]},
+        "spec.listeners[0].tls",
+        "required for protocol HTTPS",
+    ),
+    (
+        "Gateway",
+        {"gatewayClassName": "istio", "listeners": [{"name": "a", "port": 9, "protocol": "TCP", "hostname": "a.b"}]},
+        "spec.listeners[0].hostname",
+        "must not be set",
+    ),
+    (
+        "Gateway",
+        {
+            "gatewayClassName": "istio",
+            "listeners": [{"name": "a", "port": 80, "protocol": "HTTP"}, {"name": "a", "port": 81, "protocol": "HTTP"}],
+        },
+        "spec.listeners[1].name",
+        "not unique",
+    ),
+    (
+        "Gateway",
+        {
+            "gatewayClassName": "istio",
+            "listeners": [{"name": "a", "port": 80, "protocol": "HTTP"}, {"name": "b", "port": 80, "protocol": "HTTP"}],
+        },
+        "spec.listeners[1]",
+        "must be unique",
+    ),
+    (
+        "Gateway",
+        {
+            "gatewayClassName": "istio",
+            "listeners": [{"name": "a", "port": 80, "protocol": "HTTP"}],
+            "addresses": [{"value": "nope"}],
+        },
+        "spec.addresses[0].value",
+        "not an IP",
+    ),
+    # HTTPRoute
+    ("HTTPRoute", {"parentRefs": [{"port": 80}]}, "spec.parentRefs[0].name", "required"),
+    ("HTTPRoute", {"parentRefs": [{"name": "g", "port": 70000}]}, "spec.parentRefs[0].port", "out of range"),
+    ("HTTPRoute", {"hostnames": ["10.0.0.1"]}, "spec.hostnames[0]", "IP addresses are not"),
+    ("HTTPRoute", {"hostnames": ["*"]}, "spec.hostnames[0]", "not a DNS name"),
+    (
+        "HTTPRoute",
+        {"rules": [{"backendRefs": [{"name": "web"}]}]},
+        "spec.rules[0].backendRefs[0].port",
+        "required for a Service",
+    ),
+    ("HTTPRoute", {"rules": [{"backendRefs": [{"port": 80}]}]}, "spec.rules[0].backendRefs[0].name", "required"),
+    (
+        "HTTPRoute",
+        {"rules": [{"backendRefs": [{"name": "w", "port": 80, "weight": -1}]}]},
+        "spec.rules[0].backendRefs[0].weight",
+        "out of range",
+    ),
+    (
+        "HTTPRoute",
+        {"rules": [{"matches": [{"path": {"type": "Exact", "value": "api"}}]}]},
+        "spec.rules[0].matches[0].path.value",
+        "start with '/'",
+    ),
+    (
+        "HTTPRoute",
+        {"rules": [{"matches": [{"path": {"type": "Glob", "value": "/"}}]}]},
+        "spec.rules[0].matches[0].path.type",
+        "unsupported",
+    ),
+    (
+        "HTTPRoute",
+        {"rules": [{"matches": [{"headers": [{"value": "x"}]}]}]},
+        "spec.rules[0].matches[0].headers[0].name",
+        "required",
+    ),
+    ("HTTPRoute", {"rules": [{"matches": [{"method": "FETCH"}]}]}, "spec.rules[0].matches[0].method", "unsupported"),
+    (
+        "HTTPRoute",
+        {"rules": [{"filters": [{"type": "RequestRedirect"}]}]},
+        "spec.rules[0].filters[0].requestRedirect",
+        "required",
+    ),
+    (
+        "HTTPRoute",
+        {
+            "rules": [
+                {
+                    "filters": [{"type": "RequestRedirect", "requestRedirect": {"port": 8443}}],
+                    "backendRefs": [{"name": "w", "port": 80}],
+                }
+            ]
+        },
+        "spec.rules[0].backendRefs",
+        "must be empty",
+    ),
+    ("HTTPRoute", {"rules": [{"backendRefs": [{"name": "w", "port": 80}]}] * 17}, "spec.rules", "at most 16"),
+    # GRPCRoute
+    (
+        "GRPCRoute",
+        {"rules": [{"matches": [{"method": {"type": "Exact"}}]}]},
+        "spec.rules[0].matches[0].method",
+        "one or both",
+    ),
+    (
+        "GRPCRoute",
+        {"rules": [{"backendRefs": [{"name": "e"}]}]},
+        "spec.rules[0].backendRefs[0].port",
+        "required for a Service",
+    ),
+    (
+        "GRPCRoute",
+        {"rules": [{"filters": [{"type": "URLRewrite", "urlRewrite": {}}]}]},
+        "spec.rules[0].filters[0].type",
+        "unsupported",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "spec", "path", "message"), INVALID, ids=[f"{k}-{i}-{p}" for i, (k, _, p, _) in enumerate(INVALID)]
+)
+def test_invalid_objects_name_the_field(kind: str, spec: Any, path: str, message: str) -> None:
+    found = errors(kind, spec)
+    assert any(e.path == path and message in e.message for e in found), found
+
+
+def test_every_kind_has_valid_and_invalid_cases() -> None:
+    kinds = {kind for _, kind in VALIDATORS}
+    assert {k for k, _ in VALID} == kinds
+    assert {k for k, *_ in INVALID} == kinds
+
+
+def test_snake_case_field_names_are_accepted_like_protobuf_json() -> None:
+    spec = {"port_level_mtls": {"80": {"mode": "STRICT"}}, "selector": {"match_labels": {"a": "b"}}}
+    assert errors("PeerAuthentication", spec) == []
+
+
+def test_deny_without_rules_is_accepted_with_a_warning() -> None:
+    found = validate("AuthorizationPolicy", obj("AuthorizationPolicy", {"action": "DENY"}))
+    assert found == [FieldError("spec.rules", "a DENY policy without rules matches nothing", warning=True)]
+
+
+def test_bad_dry_run_annotation_is_refused() -> None:
+    found = errors("AuthorizationPolicy", {}, annotations={"istio.io/dry-run": "yes"})
+    assert [e.path for e in found] == ["metadata.annotations[istio.io/dry-run]"]
+
+
+def test_several_errors_are_all_reported() -> None:
+    spec = {"action": "NOPE", "rules": [{"to": [{"operation": {"ports": ["x", "0"]}}]}]}
+    assert [e.path for e in errors("AuthorizationPolicy", spec)] == [
+        "spec.action",
+        "spec.rules[0].to[0].operation.ports[0]",
+        "spec.rules[0].to[0].operation.ports[1]",
+    ]
+
+
+def test_unknown_kind_is_our_error() -> None:
+    with pytest.raises(UnknownKindError, match="Pod"):
+        validate("Pod", {})
+    with pytest.raises(UnknownKindError):
+        validate("Gateway", {}, group="networking.istio.io")
+
+
+def test_non_object_is_one_field_error() -> None:
+    assert validate("Gateway", [1, 2]) == [FieldError("<object>", "expected a JSON object")]
+
+
+KINDS = sorted(kind for _, kind in VALIDATORS)
+
+
+@settings(max_examples=300, deadline=None)
+@given(kind=st.sampled_from(KINDS), value=json_values())
+def test_any_json_yields_only_field_errors(kind: str, value: Any) -> None:
+    for candidate in (value, {"metadata": value, "spec": value}):
+        found = validate(kind, candidate)
+        assert all(isinstance(e, FieldError) and e.path for e in found)
+
+
+def _nested(leaves: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    names = st.sampled_from(
+        ["rules", "from", "to", "when", "source", "operation", "ports", "key", "values", "hosts", "endpoints",
+         "address", "listeners", "port", "protocol", "backendRefs", "matches", "path", "mtls", "mode",
+         "portLevelMtls", "selector", "matchLabels", "targetRefs", "jwtRules", "resolution", "http", "route",
+         "destination", "egress", "tls", "name", "kind", "network", "ipBlocks", "parentRefs", "method"]
+    )  # fmt: skip
+    return st.recursive(
+        leaves, lambda children: st.lists(children, max_size=3) | st.dictionaries(names, children, max_size=4)
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(kind=st.sampled_from(KINDS), spec=_nested(st.none() | st.booleans() | st.integers() | st.text(max_size=8)))
+def test_specs_built_from_field_names_yield_only_field_errors(kind: str, spec: Any) -> None:
+    found = validate(kind, {"metadata": {"namespace": "default"}, "spec": spec})
+    assert all(isinstance(e, FieldError) for e in found)
+
+
+# -- AdmissionReview ------------------------------------------------------------------------------------------
+
+
+def review(kind: str, spec: Any, operation: str = "CREATE", group: str | None = None, **metadata: Any) -> bytes:
+    group = group if group is not None else next(g for g, k in VALIDATORS if k == kind)
+    return json.dumps(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "1234",
+                "kind": {"group": group, "version": "v1", "kind": kind},
+                "operation": operation,
+                "object": obj(kind, spec, **metadata),
+            },
+        }
+    ).encode()
+
+
+def test_invalid_object_is_denied_with_every_field_in_the_message() -> None:
+    response = answer(parse_review(review("AuthorizationPolicy", {"action": "NOPE"})))["response"]
+    assert response["uid"] == "1234"
+    assert response["allowed"] is False
+    assert response["status"]["code"] == 400
+    assert response["status"]["message"].startswith("configuration is invalid: spec.action: unsupported value 'NOPE'")
+
+
+def test_valid_object_is_allowed_and_warnings_come_back() -> None:
+    out = answer(parse_review(review("AuthorizationPolicy", {"action": "DENY"})))
+    assert out["apiVersion"] == "admission.k8s.io/v1" and out["kind"] == "AdmissionReview"
+    assert out["response"] == {
+        "uid": "1234",
+        "allowed": True,
+        "warnings": ["spec.rules: a DENY policy without rules matches nothing"],
+    }
+
+
+def test_delete_is_not_checked() -> None:
+    body = json.loads(review("Gateway", {}))
+    body["request"].update(operation="DELETE", object=None)
+    assert answer(parse_review(json.dumps(body).encode()))["response"] == {"uid": "1234", "allowed": True}
+
+
+def test_always_reject_annotation_rejects_a_valid_object() -> None:
+    raw = review("PeerAuthentication", {}, annotations={"internal.istio.io/webhook-always-reject": "true"})
+    response = answer(parse_review(raw))["response"]
+    assert response["allowed"] is False
+    assert "always reject" in response["status"]["message"]
+
+
+def test_unrecognized_type_is_denied() -> None:
+    response = answer(parse_review(review("Gateway", {}, group="networking.istio.io")))["response"]
+    assert response["allowed"] is False
+    assert response["status"]["message"] == "unrecognized type Gateway.networking.istio.io"
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        (b"{not json", "not JSON"),
+        (b"\xff\xfe", "not JSON"),
+        (b"[]", "expected a JSON object"),
+        (b'{"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview"}', "expected apiVersion"),
+        (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}', "request is missing"),
+        (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {}}', "request.uid"),
+        (
+            b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "u", "operation": '
+            b'"CREATE", "kind": {"group": "g", "kind": "K"}}}',
+            "request.object",
+        ),
+    ],
+)
+def test_malformed_reviews_are_our_error(body: bytes, why: str) -> None:
+    with pytest.raises(MalformedReviewError, match=why):
+        parse_review(body)
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=json_values())
+def test_parse_review_raises_only_our_error(value: Any) -> None:
+    wrapped = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": value}
+    for candidate in (value, wrapped):
+        with contextlib.suppress(MalformedReviewError):
+            answer(parse_review(json.dumps(candidate).encode()))
+
+
+@settings(max_examples=200, deadline=None)
+@given(kind=st.sampled_from(KINDS), operation=st.sampled_from(["CREATE", "UPDATE", "DELETE"]), value=json_values())
+def test_well_formed_reviews_of_any_object_always_get_an_answer(kind: str, operation: str, value: Any) -> None:
+    body = json.loads(review(kind, {}))
+    body["request"].update(operation=operation, object={"metadata": value, "spec": value})
+    response = answer(parse_review(json.dumps(body).encode()))["response"]
+    assert response["uid"] == "1234" and isinstance(response["allowed"], bool)
+
+
+# -- registration ---------------------------------------------------------------------------------------------
+
+
+def test_webhook_configuration_covers_every_kind_and_fails_closed() -> None:
+    config = webhook_configuration("https://127.0.0.1:15017/validate", b"PEM")
+    assert config["metadata"]["name"] == "istio-validator-ambit"
+    [hook] = config["webhooks"]
+    assert hook["clientConfig"] == {
+        "url": "https://127.0.0.1:15017/validate",
+        "caBundle": base64.b64encode(b"PEM").decode(),
+    }
+    assert (hook["failurePolicy"], hook["sideEffects"], hook["admissionReviewVersions"]) == ("Fail", "None", ["v1"])
+    resources = {(rule["apiGroups"][0], r) for rule in hook["rules"] for r in rule["resources"]}
+    assert len(resources) == len(VALIDATORS)
+    assert ("security.istio.io", "authorizationpolicies") in resources
+    assert ("gateway.networking.k8s.io", "grpcroutes") in resources
+    assert all(rule["operations"] == ["CREATE", "UPDATE"] for rule in hook["rules"])
