@@ -1,11 +1,11 @@
 # Ambit: set-up, tests and demo on a Debian 12 machine (as root).
 SHELL := /bin/bash
-APT_PACKAGES := iproute2 nftables iptables containernetworking-plugins ca-certificates curl tcpdump
+APT_PACKAGES := iproute2 nftables iptables containernetworking-plugins ca-certificates curl tcpdump iperf3 stunnel4 haproxy sockperf
 VENV := .venv
 UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
 STAMP := $(VENV)/.installed
 
-.PHONY: install test demo lint bench bench-quick bench-lab clean
+.PHONY: install test demo lint bench bench-quick bench-apiserver bench-apiserver-quick bench-lab bench-cni clean
 
 install: $(STAMP)
 
@@ -31,12 +31,21 @@ lint: install
 demo: install
 	bash scripts/demo.sh
 
-bench: install
+bench: install  # root: the data path on a lab, full profile (bench/results/latest.{md,json,png})
+	$(VENV)/bin/python -m bench.mesh --profile full
+
+bench-quick: install  # root: the same, short profile (under 5 minutes)
+	$(VENV)/bin/python -m bench.mesh --profile short
+
+bench-apiserver: install
 	$(VENV)/bin/python -m bench.apiserver
 	$(VENV)/bin/python -m bench.lab
 
-bench-quick: install
+bench-apiserver-quick: install
 	$(VENV)/bin/python -m bench.apiserver --quick
+
+bench-cni: install  # ambit-cni start-up against /usr/lib/cni/bridge (no root)
+	$(VENV)/bin/python -m bench.cni_startup
 
 bench-lab: install  # root: brings a lab up and down
 	$(VENV)/bin/python -m bench.lab

@@ -280,3 +280,26 @@ def deployment_manifest(name: str, replicas: int, container: dict[str, Any]) -> 
             },
         },
     }
+
+
+def lab_processes(directory: Path) -> dict[int, list[str]]:
+    """Processes whose command line names ``directory``: pid → argv."""
+    found: dict[int, list[str]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if str(directory) in argv and "ambit.cli" in argv:
+            found[int(entry.name)] = argv
+    return found
+
+
+def daemon_pid(directory: Path, what: str, node: str = "") -> int | None:
+    """The pid of the lab daemon ``what`` (of ``node``, when given)."""
+    for pid, argv in lab_processes(directory).items():
+        if what in argv and (not node or node in argv):
+            return pid
+    return None

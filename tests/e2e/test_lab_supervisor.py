@@ -11,33 +11,19 @@ import signal
 from pathlib import Path
 
 import pytest
-from tests.e2e.lab_driver import TEST_TIMEOUT, deployment_manifest, http_echo_container, running_lab, wait_until
+from tests.e2e.lab_driver import (
+    TEST_TIMEOUT,
+    daemon_pid,
+    deployment_manifest,
+    http_echo_container,
+    lab_processes,
+    running_lab,
+    wait_until,
+)
 
 from ambit.model.localconfig import parse_local_config
 
 pytestmark = [pytest.mark.root, pytest.mark.kubectl, pytest.mark.timeout(TEST_TIMEOUT)]
-
-
-def lab_processes(directory: Path) -> dict[int, list[str]]:
-    """Processes whose command line names ``directory``: pid → argv."""
-    found: dict[int, list[str]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
-        except OSError:
-            continue
-        if str(directory) in argv and "ambit.cli" in argv:
-            found[int(entry.name)] = argv
-    return found
-
-
-def daemon_pid(directory: Path, what: str, node: str) -> int | None:
-    for pid, argv in lab_processes(directory).items():
-        if what in argv and node in argv:
-            return pid
-    return None
 
 
 def same_netns(pid: int, netns: str) -> bool:
@@ -56,8 +42,13 @@ def test_a_killed_node_proxy_comes_back_and_lab_down_leaves_nothing(tmp_path: Pa
 
         first = wait_until("node-1's node proxy running", lambda: daemon_pid(directory, "nodeproxy", node.name), 20)
         argv = lab_processes(directory)[first]
-        assert argv[argv.index("--config") + 1] == str(topology.mesh_config_file)
-        assert argv[argv.index("--local-ca") + 1] == str(topology.mesh_ca_dir)
+        assert argv[argv.index("--xds-address") + 1] == "198.18.0.1:15012"
+        assert argv[argv.index("--ca-address") + 1] == "198.18.0.1:15012"
+        # The node proxy's credentials: a token, and the root from the ConfigMap the control plane publishes (the
+        # lab's plug-in CA root).
+        assert Path(argv[argv.index("--token") + 1]).read_text().count(".") == 2
+        root = Path(argv[argv.index("--root-cert") + 1]).read_text()
+        assert root == (topology.mesh_ca_dir / "root.crt").read_text()
         assert same_netns(first, node.netns)
 
         os.kill(first, signal.SIGKILL)

@@ -21,6 +21,7 @@ def version() -> None:
 
 def main() -> None:
     import ambit.cli.apiserver
+    import ambit.cli.bench
     import ambit.cli.get
     import ambit.cli.lab
     import ambit.cli.mesh  # noqa: F401

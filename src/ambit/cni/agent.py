@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,12 +95,19 @@ class NodeAgent:
         self.server = PluginEventServer(settings.socket_path, self._cmdadd)
         self._retry_task: asyncio.Task[None] | None = None
 
-    async def start(self) -> None:
+    async def start(self, *, before_serving: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Sync the informers (enrolling the running pods), run ``before_serving``, then serve the CNI plugin.
+
+        The daemon passes the ZDS server's ``start`` as ``before_serving``: the running pods are then all in the
+        node proxy's first snapshot (see :mod:`ambit.zds.server`).
+        """
         await self.manager.sync_host()  # no pod is enrolled yet: the host probe set starts empty
         self.namespaces.start()
         await self.namespaces.wait_synced()
         self.pods.start()
         await self.pods.wait_synced()
+        if before_serving is not None:
+            await before_serving()
         await self.server.start()
         name = f"node agent {self.settings.node_name} pending retries"
         self._retry_task = asyncio.get_running_loop().create_task(self._retry_pending(), name=name)

@@ -2,9 +2,16 @@
 
 :func:`run_node_agent` writes the plugin's kubeconfig, chains the ``ambit-cni`` plugin into the node's CNI
 configuration, starts the ZDS server (the :class:`~ambit.cni.enrolment.NodeProxyLink`), the enrolment manager and
-the :class:`~ambit.cni.agent.NodeAgent`, and runs until SIGTERM or SIGINT. On a plain stop the plugin is left
-installed (as istio-cni does: pods created while the agent restarts fail their ADD and are retried); it is
-removed only when ``uninstall`` is asked for.
+the :class:`~ambit.cni.agent.NodeAgent`, and runs until SIGTERM or SIGINT. The ZDS socket is served only after
+the agent has found the running pods again (so a node proxy's first snapshot is complete, also after a restart of
+the agent), and the CNI plugin only after that. On a plain stop the plugin is left installed (as istio-cni does:
+pods created while the agent restarts fail their ADD and are retried); it is removed only when ``uninstall`` is
+asked for.
+
+While it runs, an :class:`~ambit.cni.installer.InstallWatcher` keeps the installation correct: when the plugin
+binary is deleted or changed, or the node's conflist loses our entry (the primary CNI rewrote it, an admin edited
+it), it is repaired within ``install_interval`` seconds. The watcher is stopped before the uninstall, so it cannot
+put back what the uninstall removes.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from ambit.cni.enrolment import EnrolmentManager, EnrolmentSettings
 from ambit.cni.plugin import PLUGIN_TYPE
 from ambit.k8s import EventRecorder, EventRecorderSettings, KubeClient
 from ambit.lab.commands import SubprocessRunner
+from ambit.redirect.apply import AsyncRunner
 from ambit.zds.server import ZdsServer
 
 log = logging.getLogger("ambit.cni.daemon")
@@ -75,7 +83,11 @@ async def _until_signalled() -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
 
 
 async def run_node_agent(
@@ -88,28 +100,37 @@ async def run_node_agent(
     netns_for: NetnsResolver,
     excluded_namespaces: Iterable[str] = ("kube-system",),
     uninstall: bool = False,
+    runner: AsyncRunner | None = None,
+    install_interval: float = 0.5,
 ) -> None:
-    """Run one node's agent until SIGTERM or SIGINT (see the module's docstring)."""
+    """Run one node's agent until SIGTERM or SIGINT, or until cancelled (see the module's docstring).
+
+    ``runner`` runs the rule commands (``nft``, ``ip``; default: real subprocesses, in this process's namespace).
+    """
     excluded = tuple(excluded_namespaces)
     result = _install(kubeconfig, cni_conf_dir, cni_bin_dir, run_dir, excluded)
     log.info("ambit-cni installed in %s (%s)", result.config, "changed" if result.changed else "unchanged")
-    zds = ZdsServer(run_dir / ZDS_SOCKET)
-    await zds.start()
+    watcher = installer.InstallWatcher(
+        cni_conf_dir, cni_bin_dir, plugin_entry(run_dir, excluded), run_dir / WRAPPER, interval=install_interval
+    )
+    zds = ZdsServer(run_dir / ZDS_SOCKET)  # serving only once the running pods are in its snapshot
     try:
-        async with KubeClient.from_kubeconfig(kubeconfig) as client:
+        async with watcher, KubeClient.from_kubeconfig(kubeconfig) as client:
             recorder = EventRecorder(
                 client, EventRecorderSettings(reporting_controller="ambit.dev/node-agent", reporting_instance=node)
             )
             recorder.start()
             try:
-                manager = EnrolmentManager(client, recorder, SubprocessRunner(), zds, EnrolmentSettings(node_name=node))
+                manager = EnrolmentManager(
+                    client, recorder, runner or SubprocessRunner(), zds, EnrolmentSettings(node_name=node)
+                )
                 settings = NodeAgentSettings(
                     node_name=node,
                     socket_path=str(run_dir / PLUGIN_EVENT_SOCKET),
                     excluded_namespaces=frozenset(excluded),
                 )
                 agent = NodeAgent(client, manager, settings, netns_for)
-                await agent.start()
+                await agent.start(before_serving=zds.start)
                 log.info("node agent %s is running", node)
                 try:
                     await _until_signalled()

@@ -7,6 +7,9 @@ outputs in order under one lock, then re-arm the timer at the hub's deadline.
 
 :meth:`ZdsServer.add` and :meth:`ZdsServer.delete` make the server a
 :class:`ambit.cni.enrolment.NodeProxyLink`. ``add`` waits for the Ack of its Add on the connection it went to.
+Before :meth:`ZdsServer.start` no node proxy can be connected: an ``add`` then only records the pod for the first
+snapshot and returns (the agent builds its initial snapshot from the running pods this way before it serves, as
+istio-cni does after a restart, so a node proxy that connects never gets a partial snapshot and drops listeners).
 
 Invariants:
 - the hub borrows netns fds, so the server owns one open fd per known pod (opened by ``add``, closed by
@@ -115,7 +118,10 @@ class ZdsServer:
         self._retired.clear()
 
     async def add(self, pod_uid: str, netns_path: str, workload: dict[str, Any]) -> None:
-        """Send the pod to the newest node proxy and wait for its Ack; raise :class:`ZdsLinkError` otherwise."""
+        """Send the pod to the newest node proxy and wait for its Ack; raise :class:`ZdsLinkError` otherwise.
+
+        Before :meth:`start`, record the pod for the snapshot and return.
+        """
         info = workload_info_from(workload)
         fd = os.open(netns_path, os.O_RDONLY | os.O_CLOEXEC)
         old = self._fds.pop(pod_uid, None)
@@ -133,6 +139,8 @@ class ZdsServer:
             self._conns[newest].waiters[pod_uid] = waiter
         async with self._lock:
             await self._perform(self._hub.pod_added(PodEntry(pod_uid, info, fd), self._now()))
+        if waiter is None and self._listener is None:
+            return  # not serving yet: the pod is in the snapshot every node proxy gets when it connects
         if waiter is None:
             raise ZdsLinkError(f"no node proxy is connected to {self.socket_path}")
         try:

@@ -1,0 +1,60 @@
+"""Profiles and modes of the data-path benchmark.
+
+A mode is a way for the client pod's traffic to reach the server pod's application: straight (``direct``),
+through a C mutual-TLS tunnel pair (``stunnel``, ``haproxy-tls``), or through the node proxies (``ambit``: both
+pods enrolled, HBONE; ``ambit-passthrough``: only the client enrolled, so the client's node proxy relays plain
+TCP). A profile says how long each measurement runs, how often it is repeated, and which optional scenarios run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+DIRECT, STUNNEL, HAPROXY, AMBIT, PASSTHROUGH = "direct", "stunnel", "haproxy-tls", "ambit", "ambit-passthrough"
+MODES = (DIRECT, STUNNEL, HAPROXY, AMBIT, PASSTHROUGH)
+PROXY_MODES = (STUNNEL, HAPROXY, AMBIT, PASSTHROUGH)
+"""Modes with a proxy whose CPU and memory can be read (``direct`` has none)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    name: str
+    repeats: int
+    """How many times each (scenario, mode) is measured, interleaved across modes."""
+    bulk_seconds: float
+    rr_seconds: float
+    rate_seconds: float
+    idle_counts: tuple[int, ...]
+    """Held idle connections per idle scenario."""
+    streams: tuple[int, ...] = (1, 4)
+    rr_sizes: tuple[int, ...] = (14, 1024)
+    """Request/response payload bytes; 14 is sockperf's smallest message (its header), the nearest to 1 byte."""
+    fixed_rate: int = 0
+    """Messages per second for the open-loop latency scenario; 0 leaves it out."""
+    same_node: bool = False
+    """Also measure bulk and latency with both pods on node 1."""
+    rate_concurrency: int = 8
+    idle_repeats: int = 0
+    """Repeats of the idle scenarios (0: ``repeats``); holding 10k connections is slow to set up."""
+
+
+PROFILES = {
+    "smoke": Profile("smoke", repeats=1, bulk_seconds=1, rr_seconds=1, rate_seconds=1, idle_counts=(20,), streams=(1,)),
+    "short": Profile("short", repeats=3, bulk_seconds=2, rr_seconds=1, rate_seconds=1.5, idle_counts=(200,)),
+    "full": Profile(
+        "full",
+        repeats=3,
+        bulk_seconds=8,
+        rr_seconds=4,
+        rate_seconds=4,
+        idle_counts=(1000, 10000),
+        fixed_rate=1000,
+        same_node=True,
+        idle_repeats=2,
+    ),
+}
+
+
+def profile_named(name: str, repeats: int | None = None) -> Profile:
+    profile = PROFILES[name]
+    return replace(profile, repeats=repeats) if repeats else profile

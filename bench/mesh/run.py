@@ -1,0 +1,300 @@
+"""The orchestration: set up, measure every scenario in every mode (interleaved), write the results, tear down.
+
+Order of a run: install missing tools (apt), lab up with the mesh (holding the lab lock), pods, servers in the
+server pods (iperf3, sockperf, the echo app), the stunnel and haproxy pairs, a check that ``ambit`` traffic really
+crosses both node proxies (node 2 reports it as destination); then for each scenario, ``repeats`` rounds over the
+modes in the same order. Whatever happens, every started process is ended by its pid and the lab is brought down;
+temporary files (certificates, configurations, logs) live in one temporary directory that is removed.
+"""
+
+# ruff: noqa: RUF001, RUF003 - the tables use × and en dashes on purpose
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import shutil
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from ambit.errors import AmbitError
+from bench.mesh import chart, scenarios
+from bench.mesh.probes import ProbeError, peak_rss_bytes, rss_bytes
+from bench.mesh.profile import AMBIT, DIRECT, HAPROXY, MODES, PASSTHROUGH, PROFILES, PROXY_MODES, STUNNEL, Profile
+from bench.mesh.results import Sample, aggregate, json_lines, markdown
+from bench.mesh.scenarios import Route
+from bench.mesh.topology import BenchLab, BenchLabError, Processes, bench_lab
+from bench.mesh.tunnels import APP_PORTS, TunnelKind, haproxy_config, make_credentials, stunnel_config
+from bench.mesh.tunnels import HAPROXY as HAPROXY_KIND
+from bench.mesh.tunnels import STUNNEL as STUNNEL_KIND
+
+REPO = Path(__file__).resolve().parents[2]
+RESULTS = REPO / "bench" / "results"
+APT_PACKAGES = {"iperf3": "iperf3", "stunnel4": "stunnel", "haproxy": "haproxy", "sockperf": "sockperf"}
+NOTES = [
+    "Client pod on node 1, server pod on node 2 unless the scenario says 'same node'; all modes in one run, "
+    "interleaved; median of the repeats, min–max across them; ratios to direct and stunnel of this run.",
+    "Latency is sockperf's full round trip with 14-byte messages (sockperf's smallest, its header) or 1 KiB; "
+    "'fixed rate' is sockperf under-load (open loop at a set message rate, every message answered).",
+    "Proxy CPU is user+system time from /proc of the proxies on the path: both node proxies for ambit modes, "
+    "both stunnel or both haproxy processes otherwise. Per connection for the idle scenario it is set-up CPU.",
+    "Idle connections: the growth of the proxies' summed RSS while N connections are held, divided by N.",
+    "stunnel and haproxy reuse TLS sessions between their own connections (abbreviated handshakes); the node "
+    "proxies pool connections, so a new connection is a new HTTP/2 stream on a pooled mutual-TLS connection.",
+    "The same-node variant runs direct, ambit and ambit-passthrough only (no tunnel pair to a same-node server).",
+]
+
+
+class BenchSetupError(AmbitError):
+    """The machine lacks what the benchmark needs (root, tools)."""
+
+
+def ensure_tools() -> None:
+    missing = [pkg for pkg, binary in APT_PACKAGES.items() if shutil.which(binary) is None]
+    if not missing:
+        return
+    print(f"apt-get install: {' '.join(missing)}", file=sys.stderr)
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    subprocess.run(["apt-get", "update", "-qq"], check=False, env=env)
+    done = subprocess.run(["apt-get", "install", "-y", "-qq", *missing], check=False, env=env, capture_output=True)
+    if done.returncode != 0:
+        raise BenchSetupError(f"apt-get install {' '.join(missing)} failed: {done.stderr.decode()[-300:]}")
+
+
+def _version(argv: list[str]) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+    except OSError:
+        return "missing"
+    text = (done.stdout + done.stderr).strip().splitlines()
+    return text[0].strip() if text else "?"
+
+
+def environment() -> dict[str, Any]:
+    import h2
+
+    try:
+        import uvloop  # type: ignore[import-not-found]
+
+        uv = f"{uvloop.__version__} (installed; the node proxy does not use it)"
+    except ImportError:
+        uv = "not used"
+    model = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if "model name" in line
+        ),
+        platform.processor() or "unknown",
+    )
+    return {
+        "kernel": platform.release(),
+        "vcpus": os.cpu_count(),
+        "cpu_model": model,
+        "python": platform.python_version(),
+        "openssl": ssl.OPENSSL_VERSION,
+        "cipher": "TLS 1.3, OpenSSL's default suite order in every tunnel (TLS_AES_256_GCM_SHA384), ECDSA P-256",
+        "h2": h2.__version__,
+        "uvloop": uv,
+        "iperf3": _version(["iperf3", "--version"]),
+        "stunnel": _version(["stunnel", "-version"]),
+        "haproxy": _version(["haproxy", "-v"]),
+        "sockperf": _version(["sockperf", "--version"]),
+        "loadavg": os.getloadavg()[0],
+        "time": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+def _listening(netns: str, ports: set[int], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        out = subprocess.run(
+            ["ip", "netns", "exec", netns, "ss", "-Hltn"], capture_output=True, text=True, check=False
+        ).stdout
+        seen = {int(line.split()[3].rsplit(":", 1)[1]) for line in out.splitlines() if line.strip()}
+        if ports <= seen:
+            return
+        if time.monotonic() > deadline:
+            raise BenchLabError(f"nothing listens on {sorted(ports - seen)} in {netns}")
+        time.sleep(0.1)
+
+
+def start_servers(lab: BenchLab, procs: Processes, server: str) -> None:
+    ns = lab.netns[server]
+    procs.start(ns, ["iperf3", "-s", "-p", str(APP_PORTS["iperf3"])], f"{server}-iperf3")
+    procs.start(ns, ["sockperf", "sr", "--tcp", "-p", str(APP_PORTS["sockperf"])], f"{server}-sockperf")
+    procs.start(ns, [sys.executable, "-m", "bench.mesh.apps", "echo", "--port", "9000"], f"{server}-echo")
+    _listening(ns, set(APP_PORTS.values()))
+
+
+def start_tunnels(lab: BenchLab, procs: Processes, tmp: Path) -> dict[str, tuple[int, ...]]:
+    creds = make_credentials(tmp)
+    server_ip, cli, srv = lab.ips["plain-srv"], lab.netns["plain-cli"], lab.netns["plain-srv"]
+    pids: dict[str, tuple[int, ...]] = {}
+    for kind, render, argv in (
+        (STUNNEL_KIND, stunnel_config, ["stunnel"]),
+        (HAPROXY_KIND, haproxy_config, ["haproxy", "-db", "-f"]),
+    ):
+        started = []
+        for side, netns in (("server", srv), ("client", cli)):
+            config = tmp / f"{kind.name}-{side}.conf"
+            config.write_text(render(creds, client=side == "client", server_ip=server_ip))
+            started.append(procs.start(netns, [*argv, str(config)], f"{kind.name}-{side}").pid)
+        _listening(srv, {kind.tls_port(app) for app in APP_PORTS})
+        _listening(cli, {kind.local_port(app) for app in APP_PORTS})
+        pids[kind.name] = tuple(started)
+    return pids
+
+
+def routes(lab: BenchLab, tunnels: dict[str, tuple[int, ...]], server_suffix: str = "") -> dict[str, Route]:
+    proxies = tuple(lab.node_proxy_pids())
+    plain, amb = f"plain-srv{server_suffix}", f"amb-srv{server_suffix}"
+
+    def tunnel(kind: TunnelKind) -> Route:
+        ports = {app: kind.local_port(app) for app in APP_PORTS}
+        return Route(kind.name, lab.netns["plain-cli"], "127.0.0.1", ports, tunnels[kind.name])
+
+    found = {
+        DIRECT: Route(DIRECT, lab.netns["plain-cli"], lab.ips[plain], dict(APP_PORTS), ()),
+        AMBIT: Route(AMBIT, lab.netns["amb-cli"], lab.ips[amb], dict(APP_PORTS), proxies),
+        PASSTHROUGH: Route(PASSTHROUGH, lab.netns["amb-cli"], lab.ips[plain], dict(APP_PORTS), proxies),
+    }
+    if not server_suffix:
+        found[STUNNEL], found[HAPROXY] = tunnel(STUNNEL_KIND), tunnel(HAPROXY_KIND)
+    return {mode: found[mode] for mode in MODES if mode in found}
+
+
+def check_mesh(lab: BenchLab, route: Route) -> None:
+    """Wait until the ambit route carries a connection, and check node 2 saw it as an HBONE destination."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            scenarios.connection_rate(route, "warm-up", 0.3, 1)
+            break
+        except (ProbeError, subprocess.TimeoutExpired) as exc:
+            if time.monotonic() > deadline:
+                raise BenchLabError(f"the mesh did not carry a connection within 60 s: {exc}") from None
+            time.sleep(0.5)
+    text = lab.metrics(2)
+    if not any('reporter="destination"' in line and "mutual_tls" in line for line in text.splitlines()):
+        raise BenchLabError("node 2's proxy reports no mutual-TLS inbound connection: ambit mode is not meshed")
+
+
+def _idle(route: Route, name: str, count: int, procs: Processes, log: Callable[[str], None]) -> list[Sample]:
+    """An idle scenario's samples, or none when the mode cannot hold that many (its open-files limit)."""
+    try:
+        return scenarios.idle(route, name, count, procs)
+    except ProbeError as exc:
+        log(f"{name}: {route.mode} skipped: {exc}")
+        return []
+
+
+def measure(profile: Profile, lab: BenchLab, procs: Processes, tmp: Path, log: Callable[[str], None]) -> list[Sample]:
+    for server in ("plain-srv", "amb-srv") + (("plain-srv-local", "amb-srv-local") if profile.same_node else ()):
+        start_servers(lab, procs, server)
+    tunnels = start_tunnels(lab, procs, tmp)
+    cross = routes(lab, tunnels)
+    local = routes(lab, tunnels, "-local") if profile.same_node else {}
+    check_mesh(lab, cross[AMBIT])
+    samples: list[Sample] = []
+    idle_rss = {mode: rss_bytes(cross[mode].pids) for mode in PROXY_MODES}
+
+    def interleave(name: str, where: dict[str, Route], run: Callable[[Route], list[Sample]], repeats: int = 0) -> None:
+        started = time.monotonic()
+        for _ in range(repeats or profile.repeats):
+            for route in where.values():
+                samples.extend(run(route))
+        log(f"{name}: {time.monotonic() - started:.0f} s")
+
+    for streams in profile.streams:
+        name = f"bulk, {streams} stream{'s' if streams > 1 else ''}"
+        interleave(name, cross, partial(scenarios.bulk, scenario=name, streams=streams, seconds=profile.bulk_seconds))
+    if profile.same_node:
+        name = "bulk, 1 stream, same node"
+        interleave(name, local, partial(scenarios.bulk, scenario=name, streams=1, seconds=profile.bulk_seconds))
+    for size in profile.rr_sizes:
+        name = f"request/response {size} B, closed loop"
+        interleave(name, cross, partial(scenarios.latency, scenario=name, size=size, seconds=profile.rr_seconds))
+    if profile.fixed_rate:
+        name = f"request/response 14 B, fixed rate {profile.fixed_rate}/s"
+        run = partial(scenarios.latency, scenario=name, size=14, seconds=profile.rr_seconds, rate=profile.fixed_rate)
+        interleave(name, cross, run)
+    if profile.same_node:
+        name = "request/response 14 B, closed loop, same node"
+        interleave(name, local, partial(scenarios.latency, scenario=name, size=14, seconds=profile.rr_seconds))
+    name = "new connections, 1-byte echo"
+    run = partial(
+        scenarios.connection_rate, scenario=name, seconds=profile.rate_seconds, concurrency=profile.rate_concurrency
+    )
+    interleave(name, cross, run)
+    proxied = {mode: route for mode, route in cross.items() if mode != DIRECT}
+    for count in profile.idle_counts:
+        name = f"{count:,} idle connections"
+        interleave(name, proxied, partial(_idle, name=name, count=count, procs=procs, log=log), profile.idle_repeats)
+    for mode in PROXY_MODES:
+        pids = cross[mode].pids
+        samples.append(Sample("proxy memory", "RSS idle (at start)", mode, idle_rss[mode] / 2**20, "MiB"))
+        samples.append(Sample("proxy memory", "RSS peak", mode, peak_rss_bytes(pids) / 2**20, "MiB"))
+    return samples
+
+
+def run(profile: Profile, out: Path | None, *, echo: bool = True) -> str:
+    """Run the benchmark; write latest.md, latest.json and latest.png to ``out``; return the Markdown."""
+    if os.geteuid() != 0:
+        raise BenchSetupError("the data-path benchmark needs root (it brings up a lab)")
+    ensure_tools()
+    env = environment()
+    started = time.monotonic()
+
+    def log(line: str) -> None:
+        if echo:
+            print(f"[{time.monotonic() - started:5.0f} s] {line}", file=sys.stderr, flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="ambit-bench-mesh-") as tmp_name:
+        tmp = Path(tmp_name)
+        procs = Processes(tmp)
+        with bench_lab(tmp) as lab:
+            try:
+                log(f"lab {lab.topology.lab_id} up")
+                lab.create_pods(profile.same_node)
+                log("pods Ready")
+                samples = measure(profile, lab, procs, tmp, log)
+            finally:
+                procs.stop_all()
+    env["loadavg_end"] = os.getloadavg()[0]
+    env["seconds"] = round(time.monotonic() - started, 1)
+    rows = aggregate(samples)
+    text = markdown(rows, env, profile.name, NOTES)
+    if echo:
+        print(text)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "latest.md").write_text(text)
+        (out / "latest.json").write_text(json_lines(rows, env, profile.name))
+        panels = [("bulk, 1 stream", "throughput"), ("request/response 14 B, closed loop", "p50")]
+        chart.draw(rows, panels, out / "latest.png")
+        log(f"written: {out}/latest.md, latest.json, latest.png")
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.mesh", description=__doc__.split("\n")[0])
+    parser.add_argument("--profile", choices=sorted(PROFILES), default="full")
+    parser.add_argument("--quick", action="store_const", const="short", dest="profile", help="--profile short")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where latest.md/.json/.png go")
+    args = parser.parse_args(argv)
+    try:
+        run(PROFILES[args.profile], args.out)
+    except AmbitError as exc:
+        print(f"bench.mesh: {exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,193 @@
+"""The benchmark's lab: a 2-node lab with the mesh, its pods, and every process the benchmark starts.
+
+Namespace ``bench-plain`` is outside the mesh: client ``plain-cli`` on node 1, server ``plain-srv`` on node 2
+(and ``plain-srv-local`` on node 1 for the same-node variant). Namespace ``bench-amb`` is ambient and holds the
+same three pods (``amb-*``). The pods only sleep: the benchmark runs servers and clients in their network
+namespaces itself (``ip netns exec``), so it owns every process it starts and ends each by its pid at the end.
+In an enrolled pod those processes are redirected like the pod's own (the rules live in the pod's namespace).
+
+:class:`BenchLab` holds the machine-wide lab lock from before ``ambit lab up`` until after ``ambit lab down``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from ambit.errors import AmbitError
+from ambit.lab.topology import Topology
+from bench.lab import lab_lock
+
+REPO = Path(__file__).resolve().parents[2]
+PLAIN, AMBIENT = "bench-plain", "bench-amb"
+LAB_UP_TIMEOUT = 120.0
+
+
+class BenchLabError(AmbitError):
+    """The lab, a pod, or a process the benchmark needs did not come up."""
+
+
+def _pod(name: str, node: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "containers": [{"name": "main", "image": "none", "command": ["sleep", "infinity"]}],
+        },
+    }
+
+
+def ambit(*args: str, timeout: float = 60.0) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "ambit.cli", *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+    if done.returncode != 0:
+        raise BenchLabError(f"ambit {' '.join(args)} failed ({done.returncode}): {done.stderr}{done.stdout}")
+    return done.stdout
+
+
+@dataclass
+class Processes:
+    """Processes started in network namespaces; :meth:`stop_all` ends each by its pid (TERM, then KILL)."""
+
+    logs: Path
+    started: list[subprocess.Popen[str]] = field(default_factory=list)
+
+    def start(self, netns: str, argv: Sequence[str], name: str, *, stdin: int | None = None) -> subprocess.Popen[str]:
+        log: IO[str] = open(self.logs / f"{name}.log", "a")  # noqa: SIM115 - the child keeps it
+        with log:
+            proc = subprocess.Popen(
+                ["ip", "netns", "exec", netns, *argv],
+                stdin=stdin if stdin is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE if stdin is not None else log,
+                stderr=log,
+                text=True,
+                cwd=REPO,
+                env=dict(os.environ, PYTHONPATH=str(REPO)),
+                preexec_fn=_raise_fd_limit,  # noqa: PLW1509 - only a setrlimit
+            )
+        self.started.append(proc)
+        return proc
+
+    def stop(self, proc: subprocess.Popen[str]) -> None:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+        for stream in (proc.stdin, proc.stdout):
+            if stream is not None:
+                stream.close()
+
+    def stop_all(self) -> None:
+        while self.started:
+            self.stop(self.started.pop())
+
+
+def _raise_fd_limit() -> None:
+    import resource
+
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+@dataclass
+class BenchLab:
+    topology: Topology
+    kubecache: Path
+    netns: dict[str, str] = field(default_factory=dict)
+    """Pod name → its network namespace."""
+    ips: dict[str, str] = field(default_factory=dict)
+
+    def kubectl(self, *args: str, input: str | None = None) -> str:
+        env = dict(os.environ, KUBECONFIG=str(self.topology.kubeconfig), KUBECACHEDIR=str(self.kubecache))
+        done = subprocess.run(
+            ["kubectl", *args], input=input, capture_output=True, text=True, env=env, timeout=60, check=False
+        )
+        if done.returncode != 0:
+            raise BenchLabError(f"kubectl {' '.join(args)} failed ({done.returncode}): {done.stderr}")
+        return done.stdout
+
+    def create_pods(self, same_node: bool) -> None:
+        n1, n2 = (node.name for node in self.topology.all_nodes())
+        self.kubectl("create", "namespace", PLAIN)
+        self.kubectl("create", "namespace", AMBIENT)
+        self.kubectl("label", "namespace", AMBIENT, "istio.io/dataplane-mode=ambient")
+        for namespace, prefix in ((PLAIN, "plain"), (AMBIENT, "amb")):
+            pods = [_pod(f"{prefix}-cli", n1), _pod(f"{prefix}-srv", n2)]
+            if same_node:
+                pods.append(_pod(f"{prefix}-srv-local", n1))
+            self.kubectl("apply", "-n", namespace, "-f", "-", input="\n".join(json.dumps(p) for p in pods))
+        deadline = time.monotonic() + 90
+        expected = 6 if same_node else 4
+        while True:
+            pods = self._pods()
+            ready = [p for p in pods if _ready(p) and (p.get("status") or {}).get("podIP")]
+            enrolled = all(
+                (p["metadata"].get("annotations") or {}).get("ambient.istio.io/redirection") == "enabled"
+                for p in ready
+                if p["metadata"]["namespace"] == AMBIENT
+            )
+            if len(ready) == expected and enrolled:
+                break
+            if time.monotonic() > deadline:
+                raise BenchLabError(f"pods not Ready and enrolled within 90 s: {len(ready)} of {expected}")
+            time.sleep(0.3)
+        for pod in ready:
+            name = pod["metadata"]["name"]
+            self.netns[name] = self.topology.pod_netns(str(pod["metadata"]["uid"]))
+            self.ips[name] = str(pod["status"]["podIP"])
+
+    def _pods(self) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = json.loads(self.kubectl("get", "pods", "-A", "-o", "json"))["items"]
+        return [p for p in items if p["metadata"]["namespace"] in (PLAIN, AMBIENT)]
+
+    def node_proxy_pids(self) -> list[int]:
+        from bench.mesh.probes import find_pids
+
+        pids = find_pids("nodeproxy", str(self.topology.path))
+        if len(pids) < 2:
+            raise BenchLabError(f"expected a node proxy per node, found pids {pids}")
+        return pids
+
+    def metrics(self, index: int) -> str:
+        import urllib.request
+
+        url = f"http://{self.topology.node(index).address}:15020/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return str(response.read().decode())
+
+
+def _ready(pod: Mapping[str, Any]) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or ()
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+@contextlib.contextmanager
+def bench_lab(base: Path) -> Iterator[BenchLab]:
+    """Hold the lab lock, ``ambit lab up --mesh`` in ``base/lab``, and always ``ambit lab down``."""
+    directory = base / "lab"
+    with lab_lock():
+        try:
+            ambit("lab", "up", "--dir", str(directory), "--nodes", "2", "--mesh", timeout=LAB_UP_TIMEOUT)
+            topology = Topology.load(directory)
+            if topology is None:
+                raise BenchLabError("ambit lab up wrote no lab.json")
+            yield BenchLab(topology, base / "kubecache")
+        finally:
+            if directory.exists():
+                ambit("lab", "down", "--dir", str(directory), timeout=90)

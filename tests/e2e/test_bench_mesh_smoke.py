@@ -1,0 +1,44 @@
+"""The data-path benchmark runs end to end on a lab in its smoke profile and writes its outputs (no timing gate)."""
+
+# ruff: noqa: RUF001 - the table header has its multiplication signs and an en dash
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from tests.e2e.lab_driver import TEST_TIMEOUT
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = [pytest.mark.root, pytest.mark.kubectl, pytest.mark.timeout(TEST_TIMEOUT)]
+
+
+def test_the_smoke_profile_writes_a_table_per_scenario_latest_json_and_a_png(tmp_path: Path) -> None:
+    if str(REPO) not in sys.path:  # bench/ is not installed: `python -m bench.mesh` runs from the repository root
+        sys.path.insert(0, str(REPO))
+    from bench.mesh.profile import MODES, PROFILES
+    from bench.mesh.run import run
+
+    run(PROFILES["smoke"], tmp_path, echo=False)
+
+    table = (tmp_path / "latest.md").read_text()
+    assert "| Metric | Mode | Median | Min–max | Unit | ×direct | +direct | ×stunnel | Proxy CPU |" in table
+    for scenario in (
+        "bulk, 1 stream",
+        "request/response 14 B",
+        "new connections",
+        "20 idle connections",
+        "proxy memory",
+    ):
+        assert f"## {scenario}" in table
+    rows = [json.loads(line) for line in (tmp_path / "latest.json").read_text().splitlines()]
+    assert rows
+    for row in rows:
+        assert {"scenario", "mode", "value", "unit", "x_direct", "x_stunnel", "env"} <= row.keys()
+    assert {r["mode"] for r in rows if r["scenario"] == "bulk, 1 stream"} == set(MODES)
+    env = rows[0]["env"]
+    assert {"kernel", "vcpus", "python", "openssl", "cipher", "h2", "uvloop"} <= env.keys()
+    assert (tmp_path / "latest.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")

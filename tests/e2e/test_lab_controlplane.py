@@ -1,0 +1,170 @@
+"""The control plane on the lab (issue 6): node proxies learn workloads over delta xDS, follow readiness, and keep
+serving through a control-plane restart.
+
+One lab for the module (the mesh is on: the supervisor runs ``ambit controlplane`` on the lab bridge and gives each
+node proxy a pod-bound token). Namespace ``cp-amb`` is ambient: a client on node 1, a server on node 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.e2e.lab_driver import (
+    TEST_TIMEOUT,
+    Lab,
+    daemon_pid,
+    http_echo_container,
+    pod_manifest,
+    running_lab,
+    service_manifest,
+    sleeper,
+    wait_until,
+)
+
+pytestmark = [pytest.mark.root, pytest.mark.kubectl, pytest.mark.timeout(TEST_TIMEOUT)]
+
+NS = "cp-amb"
+PROPAGATION_BOUND = 10.0
+"""Seconds within which a change must reach every node proxy (measured figures are printed)."""
+
+HTTP_GET = """
+import sys, urllib.request
+try:
+    with urllib.request.urlopen(sys.argv[1], timeout=3) as r:
+        print("ok", r.status)
+except Exception as exc:
+    print("error", type(exc).__name__)
+"""
+
+
+def config_dump(lab: Lab, node_index: int) -> dict[str, Any]:
+    node = lab.topology.node(node_index)
+    done = subprocess.run(
+        ["ip", "netns", "exec", node.netns, "curl", "-sf", "http://127.0.0.1:15000/config_dump"],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=True,
+    )
+    dump: dict[str, Any] = json.loads(done.stdout)
+    return dump
+
+
+def workload_status(lab: Lab, node_index: int, name: str) -> str | None:
+    for workload in config_dump(lab, node_index)["workloads"]:
+        if workload["name"] == name and workload["namespace"] == NS:
+            return str(workload.get("status", "Healthy"))
+    return None
+
+
+def on_every_proxy(lab: Lab, predicate: Any) -> bool:
+    return all(predicate(lab, index) for index in range(1, lab.topology.nodes + 1))
+
+
+def get(lab: Lab, url: str) -> str:
+    return lab.exec("client", NS, "python3", "-c", HTTP_GET, url, timeout=20).strip()
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    with running_lab(tmp_path_factory.mktemp("e2e-controlplane"), mesh=True) as up:
+        n1, n2 = (node.name for node in up.topology.all_nodes())
+        up.namespace(NS)
+        up.kubectl("label", "namespace", NS, "istio.io/dataplane-mode=ambient")
+        up.apply(
+            pod_manifest("client", [sleeper()], node=n1, labels={"app": "client"}),
+            pod_manifest("server", [http_echo_container(8080)], node=n2, labels={"app": "server"}),
+            namespace=NS,
+        )
+        up.wait_pods_ready(NS, "", 2, timeout=60)
+        server_ip = up.pod("server", NS)["status"]["podIP"]
+        wait_until("client reaches server", lambda: get(up, f"http://{server_ip}:8080/") == "ok 200", timeout=30)
+        yield up
+        assert up.log_tracebacks() == []
+
+
+def test_a_new_pod_reaches_every_node_proxy_and_its_removal_too(lab: Lab) -> None:
+    n2 = lab.topology.node(2).name
+    start = time.monotonic()
+    lab.apply(pod_manifest("late", [http_echo_container(8080)], node=n2, labels={"app": "late"}), namespace=NS)
+    wait_until(
+        "the new pod on every node proxy",
+        lambda: on_every_proxy(lab, lambda lb, i: workload_status(lb, i, "late") is not None),
+        timeout=PROPAGATION_BOUND + 30,
+    )
+    added = time.monotonic() - start
+    start = time.monotonic()
+    lab.kubectl("delete", "pod", "late", "-n", NS, "--grace-period=0", "--force", "--wait=false")
+    wait_until(
+        "the deleted pod gone from every node proxy",
+        lambda: on_every_proxy(lab, lambda lb, i: workload_status(lb, i, "late") is None),
+        timeout=PROPAGATION_BOUND,
+    )
+    removed = time.monotonic() - start
+    print(f"\npropagation to both node proxies: add (incl. pod start) {added:.2f} s, removal {removed:.2f} s")
+
+
+def test_service_endpoints_follow_pod_readiness(lab: Lab, tmp_path: Path) -> None:
+    n2 = lab.topology.node(2).name
+    flag = tmp_path / "ready"
+    container = http_echo_container(8080)
+    container["readinessProbe"] = {"exec": {"command": ["test", "-f", str(flag)]}, "periodSeconds": 1}
+    lab.apply(
+        pod_manifest("toggle", [container], node=n2, labels={"app": "toggle"}),
+        service_manifest("toggle", {"app": "toggle"}, 80, 8080),
+        namespace=NS,
+    )
+    vip = lab.get("service", "toggle", "-n", NS)["spec"]["clusterIP"]
+    wait_until(
+        "the unready pod known as Unhealthy",
+        lambda: on_every_proxy(lab, lambda lb, i: workload_status(lb, i, "toggle") == "Unhealthy"),
+        timeout=30,
+    )
+    assert get(lab, f"http://{vip}/").startswith("error"), "no healthy endpoint: the VIP must not answer"
+    flag.write_text("ready")
+    wait_until(
+        "the ready pod known as Healthy",
+        lambda: on_every_proxy(lab, lambda lb, i: workload_status(lb, i, "toggle") == "Healthy"),
+        timeout=PROPAGATION_BOUND + 5,
+    )
+    assert get(lab, f"http://{vip}/") == "ok 200"
+    flag.unlink()
+    wait_until(
+        "the pod Unhealthy again",
+        lambda: on_every_proxy(lab, lambda lb, i: workload_status(lb, i, "toggle") == "Unhealthy"),
+        timeout=PROPAGATION_BOUND + 5,
+    )
+
+
+def test_traffic_flows_through_a_control_plane_restart_and_proxies_resync(lab: Lab) -> None:
+    server_ip = lab.pod("server", NS)["status"]["podIP"]
+    first = daemon_pid(lab.directory, "controlplane")
+    assert first is not None
+    os.kill(first, signal.SIGKILL)
+    # The node proxies keep their last state: traffic keeps flowing while the control plane is away.
+    results = [get(lab, f"http://{server_ip}:8080/outage{i}") for i in range(3)]
+    assert results == ["ok 200"] * 3
+    n1 = lab.topology.node(1).name
+    lab.apply(pod_manifest("after", [http_echo_container(8080)], node=n1, labels={"app": "after"}), namespace=NS)
+
+    def restarted() -> int | None:
+        pid = daemon_pid(lab.directory, "controlplane")
+        return pid if pid not in (None, first) else None
+
+    wait_until("the supervisor restarts the control plane", restarted, timeout=20)
+    wait_until(
+        "the proxies resync and learn the new pod",
+        lambda: on_every_proxy(lab, lambda lb, i: workload_status(lb, i, "after") == "Healthy"),
+        timeout=60,
+    )
+    after_ip = lab.pod("after", NS)["status"]["podIP"]
+    assert get(lab, f"http://{after_ip}:8080/") == "ok 200"
+    assert get(lab, f"http://{server_ip}:8080/") == "ok 200"

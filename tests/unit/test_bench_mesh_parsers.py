@@ -1,0 +1,68 @@
+"""The benchmark's readers of iperf3 and sockperf output, its aggregation, and its PNG writer."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import zlib
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+
+from bench.mesh.chart import draw  # noqa: E402
+from bench.mesh.probes import ProbeError, parse_iperf3, parse_sockperf  # noqa: E402
+from bench.mesh.results import Sample, aggregate  # noqa: E402
+
+SOCKPERF = """sockperf: [Total Run] RunTime=1.000 sec; Warm up time=400 msec; SentMessages=21122; ReceivedMessages=21121
+sockperf: ---> percentile 99.000 =   73.860
+sockperf: ---> percentile 90.000 =   61.511
+sockperf: ---> percentile 50.000 =   56.794
+"""
+
+
+def test_sockperf_percentiles_and_reply_count_are_read() -> None:
+    result = parse_sockperf(SOCKPERF)
+    assert (result.p50, result.p90, result.p99, result.messages) == (56.794, 61.511, 73.860, 21121)
+
+
+def test_iperf3_receiver_figures_are_read_and_its_error_is_reported() -> None:
+    ok = json.dumps({"end": {"sum_received": {"bits_per_second": 1e9, "bytes": 125000000}}})
+    assert parse_iperf3(ok).bytes == 125000000
+    with pytest.raises(ProbeError, match="server is busy"):
+        parse_iperf3(json.dumps({"error": "the server is busy running a test"}))
+
+
+@given(st.text(max_size=300))
+def test_arbitrary_tool_output_gives_a_probe_error_or_figures(text: str) -> None:
+    for parse in (parse_iperf3, parse_sockperf):
+        with contextlib.suppress(ProbeError):
+            parse(text)
+
+
+def test_ratios_are_taken_to_direct_and_stunnel_of_the_same_scenario() -> None:
+    samples = [
+        Sample("bulk", "throughput", mode, value, "Gbit/s")
+        for mode, value in [("direct", 10), ("direct", 12), ("stunnel", 5), ("ambit", 4), ("ambit", 6)]
+    ]
+    rows = {r.mode: r for r in aggregate(samples)}
+    assert rows["direct"].value == 11
+    assert rows["ambit"].x_direct == pytest.approx(5 / 11)
+    assert rows["ambit"].x_stunnel == pytest.approx(1.0)
+    assert (rows["ambit"].min, rows["ambit"].max) == (4, 6)
+
+
+def test_the_chart_is_a_png_whose_pixels_decompress(tmp_path: Path) -> None:
+    rows = aggregate([Sample("bulk", "throughput", m, v, "Gbit/s") for m, v in [("direct", 10.0), ("ambit", 4.0)]])
+    data = draw(rows, [("bulk", "throughput")], tmp_path / "c.png").read_bytes()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n")
+    start = data.index(b"IDAT") + 4
+    length = int.from_bytes(data[start - 8 : start - 4], "big")
+    assert len(zlib.decompress(data[start : start + length])) == 260 * (1 + 720 * 3)
