@@ -168,3 +168,23 @@ def test_traffic_flows_through_a_control_plane_restart_and_proxies_resync(lab: L
     after_ip = lab.pod("after", NS)["status"]["podIP"]
     assert get(lab, f"http://{after_ip}:8080/") == "ok 200"
     assert get(lab, f"http://{server_ip}:8080/") == "ok 200"
+
+
+INVALID_POLICY = """
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: bad-ports, namespace: cp-amb}
+spec:
+  action: ALLOW
+  rules:
+  - to:
+    - operation: {ports: ["8080", "http"]}
+"""
+
+
+def test_the_validating_webhook_refuses_an_invalid_policy_naming_the_field(lab: Lab) -> None:
+    done = lab.kubectl("apply", "-f", "-", input=INVALID_POLICY, check=False)
+    assert done.returncode != 0
+    assert "spec.rules[0].to[0].operation.ports[1]" in done.stderr, done.stderr
+    good = INVALID_POLICY.replace('"http"', '"9090"').replace("bad-ports", "good-ports")
+    lab.kubectl("apply", "-f", "-", input=good)

@@ -146,6 +146,9 @@ def controlplane(
     ] = None,
     trust_domain: Annotated[str, typer.Option("--trust-domain", help="The mesh's trust domain.")] = "cluster.local",
     cluster_id: Annotated[str, typer.Option("--cluster-id", help="This cluster's id.")] = "Kubernetes",
+    webhook_port: Annotated[
+        int, typer.Option("--webhook-port", help="Port of the validating webhook on the --listen host (0: none).")
+    ] = 15017,
     lab_dir: Annotated[
         Path | None, typer.Option("--lab-dir", hidden=True, help="The lab this control plane belongs to.")
     ] = None,
@@ -168,6 +171,7 @@ def controlplane(
         plugin_cert=plugin_cert,
         plugin_key=plugin_key,
         plugin_root=plugin_root,
+        webhook_port=webhook_port or None,
     )
     _logging()
     asyncio.run(run_control_plane(settings))

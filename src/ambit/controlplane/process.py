@@ -9,7 +9,9 @@ Theory of operation: everything is built once from :class:`ControlPlaneSettings`
    ``IstioCertificateService``;
 3. the cluster view (informers, debounced translation) feeding the xDS resource table, so pushes carry only
    changed and removed resources;
-4. the pod index behind node authorization, and the publisher of ``istio-ca-root-cert`` in every namespace.
+4. the pod index behind node authorization, and the publisher of ``istio-ca-root-cert`` in every namespace;
+5. the validating webhook for the Istio and Gateway API kinds (``/validate`` on ``:15017``), registered with the
+   API server as ``istio-validator-ambit`` with the mesh root as its CA bundle.
 
 Every xDS stream and CA call authenticates its caller with a TokenReview of its bearer token (audience
 ``istio-ca``) against the API server in use, embedded or real. The process runs until SIGTERM or SIGINT.
@@ -21,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +35,7 @@ from ambit.controlplane.ca.nodeauth import InformerPodIndex, NodeAuthorizer
 from ambit.controlplane.ca.root import RootCa, RootCertPublisher, load_or_create_root_secret, load_plugin_ca
 from ambit.controlplane.ca.server import CaService, RootSigner
 from ambit.controlplane.view import ClusterView, ClusterViewSettings
+from ambit.controlplane.webhook import ValidationWebhookServer, WebhookServerSettings, register_webhook
 from ambit.k8s import KubeClient
 from ambit.model.localconfig import LocalConfig
 from ambit.tls.certs import issue_server_cert
@@ -61,6 +65,10 @@ class ControlPlaneSettings:
     plugin_root: Path | None = None
     debounce: float = 0.1
     """Seconds to gather changes before a push."""
+    webhook_port: int | None = 15017
+    """The validating webhook (``/validate``) on ``host``; None: no webhook. Registered with the API server."""
+    webhook_host: str | None = None
+    """The address the API server dials for the webhook (default: ``host``, or 127.0.0.1 for a wildcard)."""
 
 
 def _is_ip(text: str) -> bool:
@@ -95,6 +103,8 @@ class ControlPlane:
             self._config_changed,
         )
         self.publisher: RootCertPublisher | None = None
+        self.webhook: ValidationWebhookServer | None = None
+        self._webhook_dir: tempfile.TemporaryDirectory[str] | None = None
         self.pushes = 0
 
     def _config_changed(self, config: LocalConfig) -> None:
@@ -149,10 +159,39 @@ class ControlPlane:
         await self.server.start()
         self.publisher = RootCertPublisher(self.client, self.root.root_pem)
         await self.publisher.start()
+        if s.webhook_port is not None:
+            await self._start_webhook(self.root)
         log.info("control plane serving xDS and CA on %s:%d", s.host, self.server.port)
+
+    async def _start_webhook(self, root: RootCa) -> None:
+        """Serve ``/validate`` with a certificate from the mesh root, and register it (failurePolicy Fail)."""
+        s = self.settings
+        assert s.webhook_port is not None
+        dial = s.webhook_host or (s.host if s.host not in ("0.0.0.0", "::") else "127.0.0.1")
+        names = [dial, "istiod.istio-system.svc"]
+        pair = issue_server_cert(
+            root.signer,
+            common_name="istiod.istio-system.svc",
+            dns_names=[n for n in names if not _is_ip(n)],
+            ip_addresses=[n for n in names if _is_ip(n)],
+            now=time.time(),
+        )
+        self._webhook_dir = tempfile.TemporaryDirectory(prefix="ambit-webhook-")
+        directory = Path(self._webhook_dir.name)
+        cert_file, key_file = directory / "tls.crt", directory / "tls.key"
+        cert_file.write_bytes(pair.cert_pem + (root.signer.cert_pem if root.signer.cert_pem != root.root_pem else b""))
+        key_file.touch(mode=0o600)
+        key_file.write_bytes(pair.key_pem)
+        self.webhook = ValidationWebhookServer(
+            WebhookServerSettings(cert_file, key_file, host=s.host, port=s.webhook_port)
+        )
+        await self.webhook.start()
+        await register_webhook(self.client, self.webhook.url(dial), root.root_pem)
+        log.info("validating webhook at %s", self.webhook.url(dial))
 
     async def aclose(self) -> None:
         for closer in (
+            self.webhook.aclose() if self.webhook else None,
             self.server.aclose() if self.server else None,
             self.publisher.aclose() if self.publisher else None,
             self.view.aclose(),
@@ -161,6 +200,8 @@ class ControlPlane:
             if closer is not None:
                 with contextlib.suppress(Exception):
                     await closer
+        if self._webhook_dir is not None:
+            self._webhook_dir.cleanup()
 
 
 async def run_control_plane(settings: ControlPlaneSettings) -> None:
