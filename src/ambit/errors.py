@@ -4,8 +4,20 @@ Every error Ambit raises on purpose derives from :class:`AmbitError`, with a sub
 
     AmbitError
     ├── ApiError                 (ambit.apiserver.errors) a Kubernetes-style Status with a code and reason
-    └── KubeClientError          (ambit.k8s.errors) a request to an API server failed
-        └── KubeApiStatusError   the server answered with a Status
+    ├── KubeClientError          (ambit.k8s.errors) a request to an API server failed
+    │   └── KubeApiStatusError   the server answered with a Status
+    ├── CertificateError         (ambit.tls.certs) a malformed or mismatched certificate or key
+    ├── PeerIdentityError        (ambit.tls.spiffe) a peer certificate without the expected SPIFFE identity
+    ├── ModelError               (ambit.model.errors) IdentityError, AddressError, LocalConfigError, NoHealthyUpstream…
+    ├── CaError                  (ambit.identity.caclient) fetching a workload certificate failed
+    ├── HboneError               (ambit.hbone.errors) HboneProtocolError (peer), AuthorityError
+    ├── ProxyError               (ambit.proxy.errors) ProxyConnectError, StreamClosedError, HboneConnectError, ...
+    ├── TelemetryError           (ambit.telemetry) an endpoint could not start; BadLogLevelError
+    ├── XdsError                 (ambit.xds.errors) XdsConversionError, XdsProtocolError, XdsConfigFileError
+    ├── CaServerError            (ambit.controlplane.ca.errors) AuthenticationError, AuthorizationError, CsrError
+    ├── WebhookError             (ambit.controlplane.webhook.errors) MalformedReviewError, RegistrationError, ...
+    ├── CniError, RedirectError, ZdsError   (ambit.cni, ambit.redirect, ambit.zds) enrolment
+    └── LabError, CommandError   (ambit.lab) the single-machine cluster
 
 Blame is explicit: an error caused by what a peer sent says so in its class name or reason.
 """
