@@ -188,3 +188,66 @@ def test_the_validating_webhook_refuses_an_invalid_policy_naming_the_field(lab: 
     assert "spec.rules[0].to[0].operation.ports[1]" in done.stderr, done.stderr
     good = INVALID_POLICY.replace('"http"', '"9090"').replace("bad-ports", "good-ports")
     lab.kubectl("apply", "-f", "-", input=good)
+
+
+def test_node_authorization_refuses_an_identity_that_runs_only_on_another_node(lab: Lab) -> None:
+    import asyncio
+
+    from ambit.identity.caclient import CaError
+    from ambit.identity.istiod import IstiodCaClient
+    from ambit.lab.meshidentity import root_file, token_file
+    from ambit.model.identity import SpiffeId
+
+    n2 = lab.topology.node(2).name
+    lab.kubectl("create", "serviceaccount", "only-n2", "-n", NS)
+    pod = pod_manifest("only-n2", [http_echo_container(8080)], node=n2, labels={"app": "only-n2"})
+    pod["spec"]["serviceAccountName"] = "only-n2"
+    lab.apply(pod, namespace=NS)
+    lab.wait_pods_ready(NS, "app=only-n2", 1, timeout=30)
+    identity = SpiffeId("cluster.local", NS, "only-n2")
+
+    async def fetch(node: str) -> str:
+        client = IstiodCaClient(
+            "198.18.0.1:15012",
+            root_file(lab.topology, node),
+            token_file(lab.topology, node),
+            server_name="istiod.istio-system.svc",
+        )
+        try:
+            cert = await client.fetch_certificate(identity)
+            return str(cert.identity)
+        except CaError as exc:
+            return f"refused: {exc}"
+        finally:
+            await client.aclose()
+
+    node1, node2 = (n.name for n in lab.topology.all_nodes())
+    assert asyncio.run(fetch(node2)) == str(identity)
+    refused = asyncio.run(fetch(node1))
+    assert refused.startswith("refused") and "UNAUTHENTICATED" in refused.upper(), refused
+
+
+def test_an_xds_client_without_a_token_gets_nothing(lab: Lab) -> None:
+    import asyncio
+
+    from ambit.lab.meshidentity import root_file
+    from ambit.model.state import WorkloadState
+    from ambit.xds.client import XdsClient
+
+    async def attempt() -> tuple[bool, int]:
+        state = WorkloadState()
+        client = XdsClient(
+            "198.18.0.1:15012",
+            state,
+            lambda: None,
+            root_cert_file=root_file(lab.topology, lab.topology.node(1).name),
+            token_file=None,
+            cluster_id="Kubernetes",
+        )
+        await client.start()
+        await asyncio.sleep(3)
+        synced = client.synced
+        await client.aclose()
+        return synced, len(state.workloads())
+
+    assert asyncio.run(attempt()) == (False, 0)
