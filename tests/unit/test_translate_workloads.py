@@ -1,8 +1,9 @@
 """Kubernetes objects → Workload API (spec §4.1): golden files, the rules one by one, and a fuzz test.
 
 Golden files: ``golden/translate/<case>-in.yaml`` (API objects, any kinds, one YAML document each) is translated
-and rendered with ``render_local_config`` and compared with ``<case>-out.yaml``; ``AMBIT_UPDATE_GOLDEN=1 pytest
-...`` rewrites the outputs.
+and rendered with ``render_local_config`` and compared with ``<case>-out.yaml``; what the translation left out is
+compared with ``<case>-skipped.yaml`` (which exists only for cases that skip something). ``AMBIT_UPDATE_GOLDEN=1
+pytest ...`` rewrites the outputs.
 """
 
 from __future__ import annotations
@@ -18,37 +19,80 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ambit.controlplane.translate import translate
+from ambit.controlplane.translate import SkipMemory, Skipped, Translation, translate, translate_all
 from ambit.model.localconfig import LocalConfig, parse_local_config, render_local_config
 from ambit.model.workload import HealthStatus, PortMapping, TunnelProtocol
 
 GOLDEN = Path(__file__).parent / "golden" / "translate"
 CASES = sorted(p.name.removesuffix("-in.yaml") for p in GOLDEN.glob("*-in.yaml"))
-KINDS = {"Pod": "pods", "Service": "services", "EndpointSlice": "endpoint_slices", "Namespace": "namespaces"}
+KINDS = {
+    "Pod": "pods",
+    "Service": "services",
+    "EndpointSlice": "endpoint_slices",
+    "Namespace": "namespaces",
+    "ServiceEntry": "service_entries",
+    "WorkloadEntry": "workload_entries",
+}
 Obj = dict[str, Any]
 
 
-def translate_objects(objects: list[Obj], **options: Any) -> LocalConfig:
-    by_kind: dict[str, list[Obj]] = {name: [] for name in KINDS.values()}
+def by_kind(objects: list[Obj]) -> dict[str, list[Obj]]:
+    out: dict[str, list[Obj]] = {name: [] for name in KINDS.values()}
     for obj in objects:
-        by_kind[KINDS[obj["kind"]]].append(obj)
-    return translate(**by_kind, **options)
+        out[KINDS[obj["kind"]]].append(obj)
+    return out
+
+
+def translate_objects(objects: list[Obj], **options: Any) -> LocalConfig:
+    return translate(**by_kind(objects), **options)
+
+
+def translate_all_objects(objects: list[Obj], **options: Any) -> Translation:
+    return translate_all(**by_kind(objects), **options)
+
+
+def render_skipped(skipped: tuple[Skipped, ...]) -> str:
+    rows = [{"object": f"{s.kind} {s.namespace}/{s.name}", "field": s.field, "reason": s.reason} for s in skipped]
+    return yaml.safe_dump(rows, sort_keys=False, width=200)
 
 
 def test_every_expected_golden_case_exists() -> None:
-    expected = {"plain_pods", "named_ports", "headless", "unready", "terminating", "ambient", "no_selector"}
+    expected = {
+        "plain_pods",
+        "named_ports",
+        "headless",
+        "unready",
+        "terminating",
+        "ambient",
+        "no_selector",
+        "serviceentry_inline",
+        "serviceentry_selector",
+        "workloadentry",
+        "skipped",
+    }
     assert expected <= set(CASES)
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_translation_matches_its_golden_file(case: str) -> None:
     objects = [doc for doc in yaml.safe_load_all((GOLDEN / f"{case}-in.yaml").read_text()) if doc]
-    text = render_local_config(translate_objects(objects))
+    translation = translate_all_objects(objects)
+    text = render_local_config(translation.config)
     path = GOLDEN / f"{case}-out.yaml"
+    skipped_path = GOLDEN / f"{case}-skipped.yaml"
     if os.environ.get("AMBIT_UPDATE_GOLDEN"):
         path.write_text(text)
+        if translation.skipped:
+            skipped_path.write_text(render_skipped(translation.skipped))
+        else:
+            skipped_path.unlink(missing_ok=True)
     assert text == path.read_text(), f"{path} differs (AMBIT_UPDATE_GOLDEN=1 rewrites it)"
-    assert parse_local_config(text) == translate_objects(objects), "the rendering does not read back"
+    assert parse_local_config(text) == translation.config, "the rendering does not read back"
+    if translation.skipped:
+        assert skipped_path.exists(), f"{skipped_path} is missing (AMBIT_UPDATE_GOLDEN=1 writes it)"
+        assert render_skipped(translation.skipped) == skipped_path.read_text(), f"{skipped_path} differs"
+    else:
+        assert not skipped_path.exists(), f"{case} skips nothing, but {skipped_path} exists"
 
 
 # -- the rules, one by one ----------------------------------------------------------------------------------------
@@ -194,3 +238,130 @@ def test_translating_arbitrary_pods_and_services_never_raises_and_renders(pods: 
     for workload in config.workloads:
         for ports in workload.services.values():
             assert all(0 < p.service_port < 65536 and 0 < p.target_port < 65536 for p in ports)
+
+
+# -- ServiceEntries, WorkloadEntries and what is skipped -----------------------------------------------------------
+def service_entry(name: str = "se", namespace: str = "ns", **spec: Any) -> Obj:
+    return {
+        "kind": "ServiceEntry",
+        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}"},
+        "spec": spec,
+    }
+
+
+def workload_entry(name: str = "wle", namespace: str = "ns", **spec: Any) -> Obj:
+    return {"kind": "WorkloadEntry", "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+
+def test_an_inline_endpoint_gets_the_service_entry_uid_with_its_address() -> None:
+    se = service_entry(
+        hosts=["a.example"], ports=[{"number": 80, "name": "http"}], endpoints=[{"address": "198.18.9.9"}]
+    )
+    (workload,) = translate_objects([se], cluster_id="east").workloads
+    assert workload.uid == "east/networking.istio.io/ServiceEntry/ns/se/198.18.9.9"
+    assert workload.services == {"ns/a.example": (PortMapping(80, 80),)}
+
+
+def test_a_workload_entry_gets_its_uid_and_is_selected_by_a_service_entry() -> None:
+    se = service_entry(
+        hosts=["a.example"],
+        ports=[{"number": 80, "name": "http", "targetPort": 8080}],
+        workloadSelector={"labels": {"app": "a"}},
+    )
+    wle = workload_entry(address="198.18.9.1", labels={"app": "a"}, ports={"http": 18080})
+    (workload,) = translate_objects([se, wle]).workloads
+    assert workload.uid == "Kubernetes/networking.istio.io/WorkloadEntry/ns/wle"
+    assert workload.services == {"ns/a.example": (PortMapping(80, 18080),)}
+
+
+def test_a_service_entry_host_cannot_take_a_kubernetes_services_key() -> None:
+    svc = service("web", clusterIPs=["198.19.0.1"], ports=[{"port": 80}])
+    se = service_entry(hosts=["web.ns.svc.cluster.local"], addresses=["198.19.0.2"], ports=[{"number": 80}])
+    translation = translate_all_objects([svc, se])
+    assert [s.name for s in translation.config.services] == ["web"]
+    assert [(s.kind, s.field) for s in translation.skipped] == [("ServiceEntry", "spec.hosts[0]")]
+
+
+def test_a_skip_names_the_object_the_field_and_the_reason() -> None:
+    translation = translate_all_objects([service_entry("empty", ports=[{"number": 80}])])
+    assert translation.config.services == ()
+    (skip,) = translation.skipped
+    assert (skip.kind, skip.namespace, skip.name, skip.field) == ("ServiceEntry", "ns", "empty", "spec.hosts")
+    assert skip.api_version == "networking.istio.io/v1" and skip.uid == "uid-empty"
+    assert skip.note.startswith("spec.hosts: required")
+    assert skip.regarding() == {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "ServiceEntry",
+        "metadata": {"name": "empty", "namespace": "ns", "uid": "uid-empty"},
+    }
+
+
+def test_skip_memory_reports_a_problem_once_while_it_lasts_and_again_when_it_returns() -> None:
+    a = Skipped("Pod", "ns", "p", "status.podIP", "bad")
+    b = Skipped("WorkloadEntry", "ns", "w", "spec.address", "bad")
+    memory = SkipMemory()
+    assert memory.news([a]) == [a]
+    assert memory.news([a, b]) == [b]
+    assert memory.news([a, b]) == []
+    assert memory.news([b]) == []
+    assert memory.news([a, b]) == [a]
+    assert memory.news([a, Skipped("Pod", "ns", "p", "status.podIP", "worse")]) != []
+
+
+def test_a_translation_that_skips_nothing_reports_nothing() -> None:
+    assert translate_all_objects([pod(), service("s", selector={"app": "x"}, ports=[{"port": 80}])]).skipped == ()
+
+
+_maybe_ip = st.one_of(st.none(), _text, st.ip_addresses().map(str), st.just("unix:///s.sock"))
+
+
+@st.composite
+def _service_entries(draw: st.DrawFn) -> Obj:
+    ports = draw(st.lists(st.fixed_dictionaries({"number": _port, "name": _text, "targetPort": _port}), max_size=3))
+    endpoints = draw(
+        st.lists(
+            st.fixed_dictionaries(
+                {"address": _maybe_ip, "labels": _labels, "ports": st.dictionaries(_text, _port, max_size=2)}
+            ),
+            max_size=3,
+        )
+    )
+    spec: Obj = {
+        "hosts": draw(st.lists(st.one_of(_text, st.just("*.x"), st.just("s.ns.svc.cluster.local")), max_size=2)),
+        "addresses": draw(st.lists(st.one_of(_text, st.ip_addresses().map(str), st.just("198.19.0.0/30")), max_size=2)),
+        "ports": ports,
+        "resolution": draw(st.sampled_from(["STATIC", "DNS", "NONE"])),
+    }
+    if draw(st.booleans()):
+        spec["workloadSelector"] = {"labels": draw(_labels)}
+    else:
+        spec["endpoints"] = endpoints
+    return service_entry(draw(_text) or "se", **spec)
+
+
+@st.composite
+def _workload_entries(draw: st.DrawFn) -> Obj:
+    ports = draw(st.one_of(st.none(), st.dictionaries(_text, _port, max_size=2), _text))
+    return workload_entry(draw(_text) or "w", address=draw(_maybe_ip), labels=draw(_labels), ports=ports)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(_pods(), max_size=2),
+    st.lists(_services(), max_size=2),
+    st.lists(_service_entries(), max_size=3),
+    st.lists(_workload_entries(), max_size=3),
+)
+def test_translating_arbitrary_istio_entries_never_raises_and_renders(
+    pods: list[Obj], svcs: list[Obj], entries: list[Obj], wles: list[Obj]
+) -> None:
+    # An informer's cache holds one object per (kind, namespace, name), as does a real cluster.
+    unique = {
+        (o["kind"], o["metadata"]["namespace"], o["metadata"]["name"]): o for o in [*pods, *svcs, *entries, *wles]
+    }
+    translation = translate_all_objects(list(unique.values()))
+    text = render_local_config(translation.config)
+    assert parse_local_config(text) == translation.config
+    keys = [s.key for s in translation.config.services]
+    assert len(keys) == len(set(keys)), "two services share a resource name"
+    assert all(s.field and s.reason for s in translation.skipped)

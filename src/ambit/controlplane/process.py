@@ -8,7 +8,9 @@ Theory of operation: everything is built once from :class:`ControlPlaneSettings`
    ``istiod.istio-system.svc`` and the configured SANs), carrying both the delta ADS service and
    ``IstioCertificateService``;
 3. the cluster view (informers, debounced translation) feeding the xDS resource table, so pushes carry only
-   changed and removed resources;
+   changed and removed resources; each object (or part of one) the translation had to leave out gets one Warning
+   Event (reason ``TranslationSkipped``, the note naming the field to fix), again only once the problem has gone
+   away and come back, changed, or the object was recreated;
 4. the pod index behind node authorization, and the publisher of ``istio-ca-root-cert`` in every namespace;
 5. the validating webhook for the Istio and Gateway API kinds (``/validate`` on ``:15017``), registered with the
    API server as ``istio-validator-ambit`` with the mesh root as its CA bundle.
@@ -23,6 +25,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 import tempfile
 import time
 from dataclasses import dataclass
@@ -34,9 +37,10 @@ from ambit.controlplane.ca.errors import CaServerError
 from ambit.controlplane.ca.nodeauth import InformerPodIndex, NodeAuthorizer
 from ambit.controlplane.ca.root import RootCa, RootCertPublisher, load_or_create_root_secret, load_plugin_ca
 from ambit.controlplane.ca.server import CaService, RootSigner
+from ambit.controlplane.translate import SkipMemory, Skipped
 from ambit.controlplane.view import ClusterView, ClusterViewSettings
 from ambit.controlplane.webhook import ValidationWebhookServer, WebhookServerSettings, register_webhook
-from ambit.k8s import KubeClient
+from ambit.k8s import EventRecorder, EventRecorderSettings, KubeClient
 from ambit.model.localconfig import LocalConfig
 from ambit.tls.certs import issue_server_cert
 from ambit.xds.server import Caller, Metadata, XdsServer
@@ -45,6 +49,9 @@ from ambit.xds.table import AddressTable
 log = logging.getLogger("ambit.controlplane")
 
 DEFAULT_SERVER_NAMES = ("istiod.istio-system.svc", "istiod.istio-system.svc.cluster.local", "istiod")
+REPORTING_CONTROLLER = "ambit.dev/controlplane"
+SKIPPED_REASON = "TranslationSkipped"
+SKIPPED_ACTION = "Translate"
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +76,8 @@ class ControlPlaneSettings:
     """The validating webhook (``/validate``) on ``host``; None: no webhook. Registered with the API server."""
     webhook_host: str | None = None
     """The address the API server dials for the webhook (default: ``host``, or 127.0.0.1 for a wildcard)."""
+    instance: str = ""
+    """Who reports Events (their ``reportingInstance``), e.g. the pod name; default: the host name."""
 
 
 def _is_ip(text: str) -> bool:
@@ -101,7 +110,15 @@ class ControlPlane:
                 domain=settings.domain,
             ),
             self._config_changed,
+            on_skipped=self._skipped,
         )
+        self.events = EventRecorder(
+            client,
+            EventRecorderSettings(
+                reporting_controller=REPORTING_CONTROLLER, reporting_instance=settings.instance or socket.gethostname()
+            ),
+        )
+        self._skip_memory = SkipMemory()
         self.publisher: RootCertPublisher | None = None
         self.webhook: ValidationWebhookServer | None = None
         self._webhook_dir: tempfile.TemporaryDirectory[str] | None = None
@@ -114,6 +131,13 @@ class ControlPlane:
             log.info(
                 "workload API: %d resources, %d changed", len(config.workloads) + len(config.services), len(changed)
             )
+
+    def _skipped(self, skipped: tuple[Skipped, ...]) -> None:
+        """One Warning Event per problem that the previous translation did not have."""
+        for skip in self._skip_memory.news(skipped):
+            log.info("translation left out %s %s/%s: %s", skip.kind, skip.namespace, skip.name, skip.note)
+            note = f"left out of the workload API: {skip.note}"
+            self.events.record(skip.regarding(), "Warning", SKIPPED_REASON, note, SKIPPED_ACTION)
 
     async def _authenticate(self, metadata: Metadata) -> Caller | None:
         try:
@@ -152,6 +176,7 @@ class ControlPlane:
             port=s.port,
             debounce=s.debounce,
         )
+        self.events.start()
         await self.pods.start()
         authorizer = NodeAuthorizer(self.pods, trust_domain=s.trust_domain)
         CaService(self.authenticator, authorizer, RootSigner(self.root)).add_to_server(self.server.grpc_server)
@@ -196,6 +221,7 @@ class ControlPlane:
             self.publisher.aclose() if self.publisher else None,
             self.view.aclose(),
             self.pods.aclose(),
+            self.events.aclose(),
         ):
             if closer is not None:
                 with contextlib.suppress(Exception):

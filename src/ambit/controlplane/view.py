@@ -1,9 +1,14 @@
 """The control plane's view of the cluster: informers over the objects the workload API is made from.
 
-Theory of operation: informers over Pods, Services, EndpointSlices and Namespaces fill their caches; every change
-only marks the view dirty. One task waits for the mark, lets ``debounce`` seconds pass so that a burst of changes
-(a Deployment scaling up, a namespace being deleted) becomes one translation, clears the mark, translates the
-caches (:func:`ambit.controlplane.translate.translate`) and hands the result to ``on_config``.
+Theory of operation: informers over Pods, Services, EndpointSlices, Namespaces, ServiceEntries and WorkloadEntries
+fill their caches; every change only marks the view dirty. One task waits for the mark, lets ``debounce`` seconds
+pass so that a burst of changes (a Deployment scaling up, a namespace being deleted) becomes one translation, clears
+the mark, translates the caches (:func:`ambit.controlplane.translate.translate_all`) and hands the result to
+``on_config``, then what the translation had to leave out to ``on_skipped`` (when given).
+
+ServiceEntries and WorkloadEntries are CRDs, which a real cluster may not have: before starting their informers the
+view lists each once, and a kind the API server does not serve (404) or does not let us list (403) is logged once
+and treated as empty from then on (installing the CRD later needs a restart).
 
 Invariants:
 
@@ -23,12 +28,24 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from ambit.controlplane.translate import translate
+from ambit.controlplane.translate import Skipped, Translation, translate_all
 from ambit.errors import AmbitError
-from ambit.k8s import Informer, InformerSettings, KubeClient, kinds
+from ambit.k8s import (
+    Informer,
+    InformerSettings,
+    KubeClient,
+    KubeClientError,
+    KubeForbiddenError,
+    KubeNotFoundError,
+    kinds,
+)
 from ambit.model.localconfig import LocalConfig
 
 log = logging.getLogger("ambit.controlplane.view")
+
+REQUIRED_KINDS = (kinds.PODS, kinds.SERVICES, kinds.ENDPOINT_SLICES, kinds.NAMESPACES)
+OPTIONAL_KINDS = (kinds.SERVICE_ENTRIES, kinds.WORKLOAD_ENTRIES)
+"""Kinds served by CRDs: the view goes on without them when the cluster does not have them."""
 
 
 class ClusterViewError(AmbitError):
@@ -52,10 +69,19 @@ class ClusterView:
     """Calls ``on_config`` with the translated cluster after the first sync and after every burst of changes."""
 
     def __init__(
-        self, client: KubeClient, settings: ClusterViewSettings, on_config: Callable[[LocalConfig], None]
+        self,
+        client: KubeClient,
+        settings: ClusterViewSettings,
+        on_config: Callable[[LocalConfig], None],
+        *,
+        on_skipped: Callable[[tuple[Skipped, ...]], None] | None = None,
     ) -> None:
         self.settings = settings
+        self.client = client
         self._on_config = on_config
+        self._on_skipped = on_skipped
+        self.absent: set[str] = set()
+        """Plural names of the optional kinds the cluster does not serve (or does not let us list)."""
         self._dirty = asyncio.Event()
         self._informers = {
             kind.plural: Informer(
@@ -66,7 +92,7 @@ class ClusterView:
                 on_delete=self._changed,
                 settings=settings.informer,
             )
-            for kind in (kinds.PODS, kinds.SERVICES, kinds.ENDPOINT_SLICES, kinds.NAMESPACES)
+            for kind in (*REQUIRED_KINDS, *OPTIONAL_KINDS)
         }
         self._task: asyncio.Task[None] | None = None
 
@@ -76,31 +102,64 @@ class ClusterView:
     def _updated(self, old: dict[str, Any], new: dict[str, Any]) -> None:
         self._dirty.set()
 
-    def translate(self) -> LocalConfig:
-        """The workload API's content for the current caches."""
-        s, inf = self.settings, self._informers
-        return translate(
-            inf["pods"].items(),
-            inf["services"].items(),
-            inf["endpointslices"].items(),
-            inf["namespaces"].items(),
+    def _items(self, plural: str) -> list[dict[str, Any]]:
+        return [] if plural in self.absent else self._informers[plural].items()
+
+    def translate_all(self) -> Translation:
+        """The workload API's content for the current caches, and what had to be left out."""
+        s = self.settings
+        return translate_all(
+            self._items("pods"),
+            self._items("services"),
+            self._items("endpointslices"),
+            self._items("namespaces"),
+            service_entries=self._items("serviceentries"),
+            workload_entries=self._items("workloadentries"),
             cluster_id=s.cluster_id,
             trust_domain=s.trust_domain,
             domain=s.domain,
         )
 
+    def translate(self) -> LocalConfig:
+        """The workload API's content for the current caches."""
+        return self.translate_all().config
+
+    def _hand_over(self) -> None:
+        translation = self.translate_all()
+        self._on_config(translation.config)
+        if self._on_skipped is not None:
+            self._on_skipped(translation.skipped)
+
+    async def _probe(self, kind: kinds.ResourceKind) -> None:
+        """Mark ``kind`` absent if the API server does not serve it to us; anything else is the informer's."""
+        try:
+            # One page of the size the informer lists with: the probe costs one request in most clusters.
+            await self.client.list(kind, limit=(self.settings.informer or InformerSettings()).page_size)
+        except KubeNotFoundError:
+            log.warning("%s are not served (is the CRD installed?); going on without them", kind)
+        except KubeForbiddenError:
+            log.warning("not allowed to list %s; going on without them", kind)
+        except KubeClientError:
+            return  # the API server is unreachable: the informer retries, and the sync waits for it
+        else:
+            return
+        self.absent.add(kind.plural)
+
     async def start(self) -> None:
         """Start the informers, wait until each has listed, hand over once, then follow changes."""
         if self._task is not None:
             return
-        for informer in self._informers.values():
-            informer.start()
         try:
             async with asyncio.timeout(self.settings.sync_timeout):
-                for informer in self._informers.values():
+                for kind in OPTIONAL_KINDS:
+                    await self._probe(kind)
+                active = [i for plural, i in self._informers.items() if plural not in self.absent]
+                for informer in active:
+                    informer.start()
+                for informer in active:
                     await informer.wait_synced()
             self._dirty.clear()
-            self._on_config(self.translate())
+            self._hand_over()
         except TimeoutError:
             await self.aclose()
             raise ClusterViewError(
@@ -117,7 +176,7 @@ class ClusterView:
             await asyncio.sleep(self.settings.debounce)
             self._dirty.clear()
             try:
-                self._on_config(self.translate())
+                self._hand_over()
             except OSError as exc:
                 log.error("cannot apply the cluster's configuration: %s", exc)
                 self._dirty.set()  # try again after the next debounce

@@ -5,7 +5,7 @@ Rules:
 1. The hostname is ``<name>.<namespace>.svc.<domain>``; the services map of a workload is keyed by
    ``<namespace>/<hostname>`` (:func:`service_key`).
 2. VIPs are ``spec.clusterIPs`` (or the older ``spec.clusterIP``), each on the cluster's network; a headless
-   Service (``None``) and one without an address yet have none. Unparsable addresses are left out.
+   Service (``None``) and one without an address yet have none. Unparsable addresses are left out and reported.
 3. Each port maps ``port`` to a numeric ``targetPort``; a named ``targetPort`` maps to 0, which tells the node proxy
    to look the number up in each workload's own port map. A missing ``targetPort`` means the same as ``port``.
    A port number given twice (53/TCP and 53/UDP) keeps its first mapping: the map is keyed by number.
@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ambit.controlplane.translate.skips import SERVICE, Skipped, skipped
 from ambit.model.workload import AddressError, IPAddress, NetworkAddress, PortMapping, Service, parse_ip
 
 SYSTEM_NAMESPACE = "istio-system"
@@ -60,8 +61,13 @@ def target_port(port: Mapping[str, Any], number: int) -> Any:
     return number if target in (None, "", 0) else target
 
 
-def translate_service(svc: Mapping[str, Any], *, domain: str, network: str) -> Service | None:
-    """The Workload API Service for a Kubernetes Service, or None for one that has none (rule 4, no name)."""
+def translate_service(
+    svc: Mapping[str, Any], *, domain: str, network: str, skips: list[Skipped] | None = None
+) -> Service | None:
+    """The Workload API Service for a Kubernetes Service, or None for one that has none (rule 4, no name).
+
+    Unusable VIPs are reported to ``skips`` (rule 2).
+    """
     meta, spec = svc.get("metadata") or {}, svc.get("spec") or {}
     name, namespace = str(meta.get("name", "")), str(meta.get("namespace", ""))
     if not name or not namespace or spec.get("type") == "ExternalName":
@@ -76,19 +82,23 @@ def translate_service(svc: Mapping[str, Any], *, domain: str, network: str) -> S
         name=name,
         namespace=namespace,
         hostname=hostname(name, namespace, domain),
-        vips=tuple(NetworkAddress(network, ip) for ip in _cluster_ips(spec)),
+        vips=tuple(NetworkAddress(network, ip) for ip in _cluster_ips(svc, [] if skips is None else skips)),
         ports=tuple(ports.values()),
     )
 
 
-def _cluster_ips(spec: Mapping[str, Any]) -> list[IPAddress]:
-    raw = spec.get("clusterIPs") or ([spec["clusterIP"]] if spec.get("clusterIP") else [])
+def _cluster_ips(svc: Mapping[str, Any], skips: list[Skipped]) -> list[IPAddress]:
+    spec = svc.get("spec") or {}
+    if spec.get("clusterIPs"):
+        raw = [(f"spec.clusterIPs[{i}]", value) for i, value in enumerate(spec["clusterIPs"])]
+    else:
+        raw = [("spec.clusterIP", spec["clusterIP"])] if spec.get("clusterIP") else []
     out: list[IPAddress] = []
-    for value in raw:
+    for field, value in raw:
         if value in ("", "None"):
             continue
         try:
             out.append(parse_ip(str(value)))
-        except AddressError:
-            continue
+        except AddressError as exc:
+            skips.append(skipped(SERVICE, svc, field, f"{exc}; the VIP is left out"))
     return out

@@ -1,0 +1,233 @@
+"""A ServiceEntry becomes one Service per host, and its inline endpoints Workloads (spec §4.1).
+
+Rules:
+
+1. Each host of ``spec.hosts`` is a Service named after the entry, in its namespace, with that hostname (its
+   resource name ``<namespace>/<host>``). An entry without hosts is left out. A wildcard host (``*.example.com``)
+   is left out: it has no endpoints of its own and needs a waypoint, which Ambit does not attach. A host whose
+   key a Kubernetes Service or an earlier entry (by namespace, then name) already has is left out, so that every
+   resource name has one owner.
+2. VIPs are ``spec.addresses`` on the cluster's network; a CIDR is accepted only as one address (/32, /128).
+3. Ports are ``spec.ports``: ``number`` to ``targetPort``, 0 when unset (each endpoint says its own number).
+   A repeated or invalid number is left out.
+4. With ``spec.workloadSelector``, the entry selects pods and WorkloadEntries of its namespace
+   (:mod:`ambit.controlplane.translate.index`) and its ``spec.endpoints`` are ignored (reported).
+5. Without one, each of ``spec.endpoints`` is a Workload with uid
+   ``<cluster>/networking.istio.io/ServiceEntry/<namespace>/<name>/<address>``, named after the entry, serving
+   every host of it; its ``ports`` map overrides target ports by port name, as a WorkloadEntry's does. An endpoint
+   whose address is not an IP (a hostname, a Unix socket) or repeats an earlier one is left out.
+6. A ``DNS`` or ``DNS_ROUND_ROBIN`` entry without endpoints or selector would need the proxy to resolve the host;
+   Ambit's Workload has no hostname, so it is reported and its Services have no endpoints.
+
+Everything left out is reported as :class:`Skipped` naming the field.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ambit.controlplane.translate.index import (
+    Selection,
+    ServicePort,
+    entry_port_resolver,
+    resolve_ports,
+)
+from ambit.controlplane.translate.services import port_number, service_key
+from ambit.controlplane.translate.skips import SERVICE_ENTRY, Skipped, skipped
+from ambit.controlplane.translate.workloadentries import endpoint_address, endpoint_workload, string_map
+from ambit.model.workload import AddressError, IPAddress, NetworkAddress, PortMapping, Service, Workload, parse_ip
+
+Obj = Mapping[str, Any]
+DNS_RESOLUTIONS = ("DNS", "DNS_ROUND_ROBIN")
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceEntrySpec:
+    """The usable parts of one ServiceEntry, checked once (problems already reported)."""
+
+    obj: Obj
+    name: str
+    namespace: str
+    hosts: tuple[str, ...]
+    vips: tuple[IPAddress, ...] = ()
+    ports: tuple[ServicePort, ...] = ()
+    selector: Mapping[str, str] | None = None
+    endpoints: tuple[tuple[int, Obj], ...] = ()
+    """(index in ``spec.endpoints``, endpoint) of the endpoints to translate."""
+    subject_alt_names: tuple[str, ...] = field(default=())
+
+
+def parse_service_entries(entries: Iterable[Obj], *, taken: set[str], skips: list[Skipped]) -> list[ServiceEntrySpec]:
+    """The entries that have something to translate, in (namespace, name) order; ``taken`` gains their keys."""
+    out: list[ServiceEntrySpec] = []
+    for obj in sorted(entries, key=_order):
+        spec = _parse(obj, taken, skips)
+        if spec is not None:
+            out.append(spec)
+    return out
+
+
+def _order(obj: Obj) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+def _parse(obj: Obj, taken: set[str], skips: list[Skipped]) -> ServiceEntrySpec | None:
+    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    name, namespace = str(meta.get("name") or ""), str(meta.get("namespace") or "")
+    if not name or not namespace:
+        return None
+    raw_hosts = spec.get("hosts") or []
+    if not isinstance(raw_hosts, list) or not raw_hosts:
+        skips.append(skipped(SERVICE_ENTRY, obj, "spec.hosts", "required: at least one host; the entry is left out"))
+        return None
+    hosts: list[str] = []
+    for i, host in enumerate(raw_hosts):
+        where = f"spec.hosts[{i}]"
+        text = str(host or "")
+        if not text or any(c.isspace() or c == "/" for c in text):
+            skips.append(skipped(SERVICE_ENTRY, obj, where, f"{text!r} is not a host name; the host is left out"))
+        elif text.startswith("*"):
+            reason = "wildcard hosts need a waypoint, which Ambit does not attach; the host is left out"
+            skips.append(skipped(SERVICE_ENTRY, obj, where, reason))
+        elif service_key(namespace, text) in taken:
+            reason = f"another Service or ServiceEntry of namespace {namespace} has host {text}; the host is left out"
+            skips.append(skipped(SERVICE_ENTRY, obj, where, reason))
+        else:
+            taken.add(service_key(namespace, text))
+            hosts.append(text)
+    if not hosts:
+        return None
+    labels = (spec.get("workloadSelector") or {}).get("labels")
+    selector = string_map(labels) if isinstance(labels, Mapping) else None
+    endpoints = tuple(enumerate(spec.get("endpoints") or ()))
+    if selector is not None and endpoints:
+        reason = "ignored because spec.workloadSelector is set (use one or the other)"
+        skips.append(skipped(SERVICE_ENTRY, obj, "spec.endpoints", reason))
+        endpoints = ()
+    if selector is None and not endpoints and spec.get("resolution") in DNS_RESOLUTIONS:
+        reason = (
+            f"{spec['resolution']} without endpoints needs the proxy to resolve the hosts, which Ambit does not "
+            "translate; the service has no endpoints"
+        )
+        skips.append(skipped(SERVICE_ENTRY, obj, "spec.resolution", reason))
+    return ServiceEntrySpec(
+        obj=obj,
+        name=name,
+        namespace=namespace,
+        hosts=tuple(hosts),
+        vips=_vips(obj, spec.get("addresses") or (), skips),
+        ports=_ports(obj, spec.get("ports") or (), skips),
+        selector=selector,
+        endpoints=endpoints,
+        subject_alt_names=tuple(str(s) for s in spec.get("subjectAltNames") or ()),
+    )
+
+
+def _vips(obj: Obj, raw: Iterable[Any], skips: list[Skipped]) -> tuple[IPAddress, ...]:
+    out: list[IPAddress] = []
+    for i, value in enumerate(raw):
+        text = str(value)
+        try:
+            if "/" in text:
+                net = ipaddress.ip_network(text, strict=False)
+                if net.num_addresses != 1:
+                    raise AddressError(f"{text!r} is a range; only single addresses are supported as VIPs")
+                ip = parse_ip(str(net.network_address))
+            else:
+                ip = parse_ip(text)
+        except (AddressError, ValueError) as exc:
+            reason = str(exc) if isinstance(exc, AddressError) else f"not an IP address: {text!r}"
+            skips.append(skipped(SERVICE_ENTRY, obj, f"spec.addresses[{i}]", f"{reason}; the VIP is left out"))
+            continue
+        if ip not in out:
+            out.append(ip)
+    return tuple(out)
+
+
+def _ports(obj: Obj, raw: Iterable[Any], skips: list[Skipped]) -> tuple[ServicePort, ...]:
+    out: dict[int, ServicePort] = {}
+    for i, item in enumerate(raw):
+        port: Obj = item if isinstance(item, Mapping) else {}
+        number = port_number(port.get("number"))
+        if number is None or number in out:
+            problem = "not a port number" if number is None else f"port {number} is given twice"
+            skips.append(skipped(SERVICE_ENTRY, obj, f"spec.ports[{i}].number", f"{problem}; the port is left out"))
+            continue
+        target = port_number(port.get("targetPort")) or 0
+        out[number] = ServicePort(number, target, str(port.get("name") or ""), str(port.get("protocol") or "TCP"))
+    return tuple(out.values())
+
+
+def selections(entries: Iterable[ServiceEntrySpec]) -> list[tuple[str, Selection]]:
+    """(namespace, selection) for every host of every entry with a workload selector (rule 4)."""
+    out: list[tuple[str, Selection]] = []
+    for entry in entries:
+        if entry.selector is None:
+            continue
+        ports = tuple(ServicePort(p.number, p.target or p.number, p.name, p.protocol) for p in entry.ports)
+        for host in entry.hosts:
+            out.append((entry.namespace, Selection(service_key(entry.namespace, host), entry.selector, ports)))
+    return out
+
+
+def service_entry_services(entry: ServiceEntrySpec, *, network: str) -> list[Service]:
+    """One Service per host (rules 1 to 3)."""
+    ports = tuple(PortMapping(p.number, p.target if isinstance(p.target, int) else 0) for p in entry.ports)
+    return [
+        Service(
+            name=entry.name,
+            namespace=entry.namespace,
+            hostname=host,
+            vips=tuple(NetworkAddress(network, ip) for ip in entry.vips),
+            ports=ports,
+            subject_alt_names=entry.subject_alt_names,
+        )
+        for host in entry.hosts
+    ]
+
+
+def service_entry_workloads(
+    entry: ServiceEntrySpec, *, cluster_id: str, trust_domain: str, network: str, skips: list[Skipped]
+) -> list[Workload]:
+    """One Workload per usable inline endpoint (rule 5)."""
+    out: list[Workload] = []
+    seen: set[IPAddress] = set()
+    ports = tuple(ServicePort(p.number, p.target or p.number, p.name, p.protocol) for p in entry.ports)
+    for index, item in entry.endpoints:
+        endpoint: Obj = item if isinstance(item, Mapping) else {}
+        where = f"spec.endpoints[{index}]"
+        address = endpoint_address(
+            SERVICE_ENTRY, entry.obj, f"{where}.address", endpoint.get("address"), skips, what="the endpoint"
+        )
+        if address is None:
+            continue
+        if address in seen:
+            reason = f"{address} is given twice; the endpoint is left out"
+            skips.append(skipped(SERVICE_ENTRY, entry.obj, f"{where}.address", reason))
+            continue
+        seen.add(address)
+        endpoint_ports = endpoint.get("ports")
+        resolve = entry_port_resolver(endpoint_ports if isinstance(endpoint_ports, Mapping) else None)
+        mappings = resolve_ports(ports, resolve)
+        out.append(
+            endpoint_workload(
+                uid=f"{cluster_id}/networking.istio.io/ServiceEntry/{entry.namespace}/{entry.name}/{address}",
+                name=entry.name,
+                namespace=entry.namespace,
+                address=address,
+                labels=string_map(endpoint.get("labels")),
+                annotations={},
+                network=str(endpoint.get("network") or network),
+                service_account=str(endpoint.get("serviceAccount") or ""),
+                workload_name=entry.name,
+                healthy=True,
+                trust_domain=trust_domain,
+                cluster_id=cluster_id,
+                services={service_key(entry.namespace, host): mappings for host in entry.hosts},
+            )
+        )
+    return out

@@ -1,0 +1,149 @@
+"""A WorkloadEntry (a VM, a machine outside Kubernetes) becomes a Workload (spec §4.1, istiod's ``workloads.go``).
+
+Rules:
+
+1. Its uid is ``<cluster>/networking.istio.io/WorkloadEntry/<namespace>/<name>``; its one address is
+   ``spec.address``, which must be an IP. An entry without one, or with a hostname or a Unix socket path there, is
+   left out and reported (Ambit's Workload carries no hostname).
+2. Its labels are ``spec.labels`` over ``metadata.labels``; Services and ServiceEntries select it by them
+   (:mod:`ambit.controlplane.translate.index`), and its ``spec.ports`` map (service port name → number) overrides
+   their target ports.
+3. ``tunnel_protocol`` is HBONE when the label ``networking.istio.io/tunnel`` is ``http`` (the entry runs a
+   ztunnel of its own) or the annotation ``ambient.istio.io/redirection`` is ``enabled``.
+4. The service account is ``spec.serviceAccount`` (default ``default``); the network ``spec.network``, else the
+   cluster's. The workload name is the WorkloadGroup it was registered from (annotation
+   ``istio.io/autoRegistrationGroup``), else its own name; canonical name and revision follow the pod rules.
+5. ``status`` is UNHEALTHY when a deletion has begun or the ``Healthy`` condition is ``False`` (health checks of
+   auto-registered entries write it).
+
+:func:`endpoint_workload` is shared with the inline endpoints of ServiceEntries, which follow rules 2 to 4.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ambit.controlplane.translate.index import ServiceIndex, entry_port_resolver
+from ambit.controlplane.translate.skips import WORKLOAD_ENTRY, ObjectKind, Skipped, skipped
+from ambit.controlplane.translate.workloads import NAME_LABELS, REDIRECTION_ANNOTATION, REVISION_LABELS, first_label
+from ambit.model.workload import (
+    AddressError,
+    HealthStatus,
+    IPAddress,
+    PortMapping,
+    TunnelProtocol,
+    Workload,
+    parse_ip,
+)
+
+TUNNEL_LABEL = "networking.istio.io/tunnel"
+AUTO_REGISTRATION_GROUP = "istio.io/autoRegistrationGroup"
+
+Obj = Mapping[str, Any]
+
+
+def endpoint_address(
+    kind: ObjectKind, obj: Obj, field: str, value: Any, skips: list[Skipped], *, what: str
+) -> IPAddress | None:
+    """The IP of an endpoint's ``address``, or None after reporting why it cannot be used."""
+    text = "" if value is None else str(value)
+    if not text:
+        reason = "required (an address-less endpoint behind a network gateway is not supported)"
+    elif text.startswith("unix://"):
+        reason = "Unix domain socket endpoints are not supported"
+    else:
+        try:
+            return parse_ip(text)
+        except AddressError:
+            reason = f"{text!r} is not an IP address (hostname endpoints are not supported)"
+    skips.append(skipped(kind, obj, field, f"{reason}; {what} is left out"))
+    return None
+
+
+def endpoint_workload(
+    *,
+    uid: str,
+    name: str,
+    namespace: str,
+    address: IPAddress,
+    labels: Mapping[str, Any],
+    annotations: Mapping[str, Any],
+    network: str,
+    service_account: str,
+    workload_name: str,
+    healthy: bool,
+    trust_domain: str,
+    cluster_id: str,
+    services: Mapping[str, tuple[PortMapping, ...]],
+) -> Workload:
+    """A Workload for a WorkloadEntry or an inline ServiceEntry endpoint (rules 3 and 4)."""
+    hbone = labels.get(TUNNEL_LABEL) == "http" or annotations.get(REDIRECTION_ANNOTATION) == "enabled"
+    return Workload(
+        uid=uid,
+        name=name,
+        namespace=namespace,
+        addresses=(address,),
+        network=network,
+        tunnel_protocol=TunnelProtocol.HBONE if hbone else TunnelProtocol.NONE,
+        trust_domain=trust_domain,
+        service_account=service_account or "default",
+        canonical_name=first_label(labels, NAME_LABELS) or workload_name,
+        canonical_revision=first_label(labels, REVISION_LABELS) or "latest",
+        workload_name=workload_name,
+        workload_type="pod",
+        cluster_id=cluster_id,
+        status=HealthStatus.HEALTHY if healthy else HealthStatus.UNHEALTHY,
+        services=services,
+    )
+
+
+def string_map(value: Any) -> dict[str, str]:
+    """A labels-like map with string keys and values; anything else is empty."""
+    if not isinstance(value, Mapping):
+        return {}
+    return {str(k): str(v) for k, v in value.items() if v is not None}
+
+
+def translate_workload_entry(
+    entry: Obj,
+    services: ServiceIndex,
+    *,
+    cluster_id: str,
+    trust_domain: str,
+    network: str,
+    skips: list[Skipped],
+) -> Workload | None:
+    """The Workload for a WorkloadEntry, or None (reported to ``skips``) when it cannot be one (rule 1)."""
+    meta = entry.get("metadata") or {}
+    spec = entry.get("spec") or {}
+    name, namespace = str(meta.get("name") or ""), str(meta.get("namespace") or "")
+    if not name or not namespace:
+        return None
+    address = endpoint_address(
+        WORKLOAD_ENTRY, entry, "spec.address", spec.get("address"), skips, what="the WorkloadEntry"
+    )
+    if address is None:
+        return None
+    labels = {**string_map(meta.get("labels")), **string_map(spec.get("labels"))}
+    annotations = string_map(meta.get("annotations"))
+    unhealthy = bool(meta.get("deletionTimestamp")) or any(
+        c.get("type") == "Healthy" and c.get("status") == "False"
+        for c in (entry.get("status") or {}).get("conditions") or ()
+    )
+    resolve = entry_port_resolver(spec.get("ports") if isinstance(spec.get("ports"), Mapping) else None)
+    return endpoint_workload(
+        uid=f"{cluster_id}/networking.istio.io/WorkloadEntry/{namespace}/{name}",
+        name=name,
+        namespace=namespace,
+        address=address,
+        labels=labels,
+        annotations=annotations,
+        network=str(spec.get("network") or network),
+        service_account=str(spec.get("serviceAccount") or ""),
+        workload_name=annotations.get(AUTO_REGISTRATION_GROUP) or name,
+        healthy=not unhealthy,
+        trust_domain=trust_domain,
+        cluster_id=cluster_id,
+        services=services.find_services(namespace, labels, resolve),
+    )

@@ -1,0 +1,84 @@
+"""Kubernetes objects → the Address resources the control plane serves (spec §4.1, §4.2): golden files.
+
+Each ``golden/translate/<case>-in.yaml`` (the inputs of ``test_translate_workloads.py``) is translated, turned into
+named, versioned ``istio.workload.Address`` protos by :func:`ambit.controlplane.addresses.addresses`, and rendered
+with ``MessageToDict(preserving_proto_field_name=True)``, sorted by resource name, into ``<case>-addresses.yaml``.
+Bytes fields (IPs) appear in base64, as proto3 JSON writes them; default values are elided, as on the wire.
+``AMBIT_UPDATE_GOLDEN=1 pytest ...`` rewrites the files.
+"""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from google.protobuf.json_format import MessageToDict
+
+from ambit.controlplane.addresses import addresses
+from ambit.controlplane.translate import translate
+
+GOLDEN = Path(__file__).parent / "golden" / "translate"
+CASES = sorted(p.name.removesuffix("-in.yaml") for p in GOLDEN.glob("*-in.yaml"))
+KINDS = {
+    "Pod": "pods",
+    "Service": "services",
+    "EndpointSlice": "endpoint_slices",
+    "Namespace": "namespaces",
+    "ServiceEntry": "service_entries",
+    "WorkloadEntry": "workload_entries",
+}
+
+
+def render_addresses(case: str) -> tuple[str, dict[str, Any]]:
+    by_kind: dict[str, list[dict[str, Any]]] = {name: [] for name in KINDS.values()}
+    for doc in yaml.safe_load_all((GOLDEN / f"{case}-in.yaml").read_text()):
+        if doc:
+            by_kind[KINDS[doc["kind"]]].append(doc)
+    resources = addresses(translate(**by_kind))
+    rows = [
+        {"name": name, "version": version, "address": MessageToDict(address, preserving_proto_field_name=True)}
+        for name, (version, address) in sorted(resources.items())
+    ]
+    return yaml.safe_dump(rows, sort_keys=True, width=200), {row["name"]: row["address"] for row in rows}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_addresses_match_their_golden_file(case: str) -> None:
+    text, _ = render_addresses(case)
+    path = GOLDEN / f"{case}-addresses.yaml"
+    if os.environ.get("AMBIT_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text(), f"{path} differs (AMBIT_UPDATE_GOLDEN=1 rewrites it)"
+
+
+def test_every_translation_case_has_an_addresses_file() -> None:
+    missing = [case for case in CASES if not (GOLDEN / f"{case}-addresses.yaml").exists()]
+    assert CASES and not missing, f"no addresses file for {missing} (AMBIT_UPDATE_GOLDEN=1 writes them)"
+
+
+def test_addresses_are_named_by_uid_and_by_namespace_and_hostname() -> None:
+    _, resources = render_addresses("serviceentry_inline")
+    endpoint = resources["Kubernetes/networking.istio.io/ServiceEntry/shop/payments/198.18.200.11"]["workload"]
+    assert [ipaddress.ip_address(base64.b64decode(a)) for a in endpoint["addresses"]] == [
+        ipaddress.ip_address("198.18.200.11")
+    ]
+    assert endpoint["tunnel_protocol"] == "HBONE" and endpoint["service_account"] == "payments"
+    assert "trust_domain" not in endpoint, "the default trust domain is elided on the wire"
+    service = resources["shop/payments.example.com"]["service"]
+    assert service["hostname"] == "payments.example.com"
+    assert [p.get("target_port", 0) for p in service["ports"]] == [0, 9080]
+
+
+def test_a_workload_entry_with_the_default_service_account_elides_it() -> None:
+    _, resources = render_addresses("workloadentry")
+    vm = resources["Kubernetes/networking.istio.io/WorkloadEntry/legacy/vm-1"]["workload"]
+    assert "service_account" not in vm and vm["network"] == "net-a" and vm["canonical_name"] == "billing"
+
+
+def test_the_same_inputs_give_the_same_versions() -> None:
+    assert render_addresses("serviceentry_selector") == render_addresses("serviceentry_selector")
