@@ -20,7 +20,6 @@ from ambit.model.state import WorkloadState
 from ambit.model.workload import NetworkAddress, PortMapping, Service, Workload
 from ambit.tls.certs import issue_server_cert, new_ca
 from ambit.xds.client import Backoff, XdsClient
-from ambit.xds.convert import ADDRESS_TYPE_URL
 from ambit.xds.server import Caller, XdsServer
 from ambit.xds.table import AddressTable
 
@@ -165,9 +164,11 @@ async def _raw_stream(port: int, pki: Pki, metadata: tuple[tuple[str, str], ...]
         )(metadata=metadata)
         received = 0
         try:
-            await call.write(dpb.DeltaDiscoveryRequest(type_url=ADDRESS_TYPE_URL))
-            while (await call.read()) is not grpc.aio.EOF:
-                received += 1
+            # Read before writing: the server refuses at once, and a write racing its abort can turn the status
+            # into INTERNAL on a loaded machine (the client's RST after trailers), hiding what the server said.
+            async with asyncio.timeout(5):
+                while (await call.read()) is not grpc.aio.EOF:
+                    received += 1
         except grpc.aio.AioRpcError:
             pass
         except grpc.aio.UsageError:  # writing after the server already ended the call
