@@ -155,3 +155,42 @@ async def test_add_without_a_connected_proxy_fails_promptly(server: ZdsServer) -
         with pytest.raises(ZdsLinkError, match="no node proxy"):
             await server.add("uid-web", NETNS, WEB)
     assert "uid-web" in server.pods  # kept for the snapshot of the next proxy
+
+
+async def test_a_pod_whose_listeners_failed_stays_pending_and_is_retried_until_they_open(server: ZdsServer) -> None:
+    pods = FakePods()
+    client = ZdsClient(server.socket_path, pods, pending_retry=0.1)
+    await client.start()
+    try:
+        await wait_until(lambda: client.ready)
+        pods.failing.add("uid-bad")
+        with pytest.raises(ZdsLinkError):
+            await server.add("uid-bad", NETNS, WEB)
+        assert not client.ready, "a pending pod keeps the proxy not ready"
+        await asyncio.sleep(0.3)
+        assert client.retries == 0
+        pods.failing.discard("uid-bad")
+        await wait_until(lambda: client.ready)
+        assert client.retries == 1
+        assert [uid for uid, _, _ in pods.opened] == ["uid-bad"]
+        assert pods.opened[0][2] == os.stat(NETNS).st_ino, "the retry used the pod's own netns"
+    finally:
+        await client.aclose()
+
+
+async def test_a_pending_pod_deleted_is_no_longer_retried(server: ZdsServer) -> None:
+    pods = FakePods()
+    client = ZdsClient(server.socket_path, pods, pending_retry=0.05)
+    await client.start()
+    try:
+        await wait_until(lambda: client.ready)
+        pods.failing.add("uid-bad")
+        with pytest.raises(ZdsLinkError):
+            await server.add("uid-bad", NETNS, WEB)
+        await server.delete("uid-bad")
+        pods.failing.discard("uid-bad")
+        await asyncio.sleep(0.3)
+        assert pods.opened == [] and client.retries == 0
+        await wait_until(lambda: client.ready)
+    finally:
+        await client.aclose()

@@ -7,7 +7,9 @@ session says hello, then every datagram goes through the session; :class:`OpenPo
 nack). The session outlives connections: pods keep running across reconnects until a snapshot drops them.
 
 fd ownership: the netns fd of an Add is lent to the handler for the duration of ``open_listeners`` and closed here
-afterwards; a handler that needs it longer dups it.
+afterwards; a handler that needs it longer dups it. When the handler fails, the pod is nacked and kept pending
+(spec §3.3): the client keeps its own dup of the fd and retries every ``pending_retry`` seconds until the pod's
+listeners open (the pod then counts as running, and readiness follows) or a Del or snapshot drops it.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ log = logging.getLogger("ambit.zds.client")
 
 BACKOFF_INITIAL = 0.01
 BACKOFF_MAX = 15.0
+PENDING_RETRY = 5.0
+"""Seconds between retries of pods whose listeners failed (spec §3.3: kept pending, retried every 5 s)."""
 
 
 class PodHandler(Protocol):
@@ -71,6 +75,7 @@ class ZdsClient:
         backoff_initial: float = BACKOFF_INITIAL,
         backoff_max: float = BACKOFF_MAX,
         rng: random.Random | None = None,
+        pending_retry: float = PENDING_RETRY,
     ) -> None:
         self.socket_path = Path(socket_path)
         self.handler = handler
@@ -82,6 +87,11 @@ class ZdsClient:
         self._rng = rng or random.Random()
         self._sock: ZdsSocket | None = None
         self._task: asyncio.Task[None] | None = None
+        self._pending_retry = pending_retry
+        self._pending: dict[str, tuple[WorkloadInfo, int]] = {}  # uid → (info, our dup of its netns fd)
+        self._retry_task: asyncio.Task[None] | None = None
+        self.retries = 0
+        """Pending pods whose listeners a retry opened."""
 
     @property
     def ready(self) -> bool:
@@ -90,15 +100,43 @@ class ZdsClient:
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"zds client {self.socket_path}")
+        self._retry_task = asyncio.create_task(self._retry_pending(), name=f"zds pending pods {self.socket_path}")
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        for task in (self._task, self._retry_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._task = self._retry_task = None
         if self._sock is not None:
             self._sock.close()
+        for uid in list(self._pending):
+            self._forget_pending(uid)
+
+    def _forget_pending(self, uid: str) -> None:
+        entry = self._pending.pop(uid, None)
+        if entry is not None:
+            os.close(entry[1])
+
+    async def _retry_pending(self) -> None:
+        """Every ``pending_retry`` seconds, try again the pods whose listeners failed; success makes them running."""
+        while True:
+            await asyncio.sleep(self._pending_retry)
+            for uid, (info, fd) in list(self._pending.items()):
+                try:
+                    await self.handler.open_listeners(uid, info, fd)
+                except Exception as exc:  # still failing: stays pending, retried later
+                    log.info("pod %s: listeners still failing: %s", uid, exc)
+                    continue
+                if self._pending.get(uid, (None, -1))[1] == fd:
+                    self._forget_pending(uid)
+                    self.retries += 1
+                    log.info("pod %s: listeners open after a retry", uid)
+                    if self._sock is not None and not self._sock.closed:
+                        await self._apply(self._sock, self.session.listeners_opened(uid))
+                    else:
+                        self.session.listeners_opened(uid)
 
     async def _run(self) -> None:
         delays = backoff_delays(*self._backoff, self._rng)
@@ -162,15 +200,18 @@ class ZdsClient:
     async def _run_pod_command(self, command: OpenPodListeners | StopPodProxy) -> list[Output]:
         match command:
             case OpenPodListeners(uid=uid, info=info, fd=fd):
+                self._forget_pending(uid)
                 try:
                     await self.handler.open_listeners(uid, info, fd)
                 except Exception as exc:  # any failure of one pod is a nack for that pod, never our crash
-                    log.warning("pod %s: listeners failed: %s", uid, exc)
+                    log.warning("pod %s: listeners failed: %s (retrying every %gs)", uid, exc, self._pending_retry)
+                    self._pending[uid] = (info, os.dup(fd))
                     return self.session.listeners_failed(uid, str(exc)[:200] or type(exc).__name__)
                 finally:
                     os.close(fd)
                 return self.session.listeners_opened(uid)
             case StopPodProxy(uid=uid):
+                self._forget_pending(uid)
                 await self.handler.stop(uid)
                 return []
         raise ProtocolError(f"unknown pod command {command!r}")
