@@ -7,6 +7,7 @@ import dataclasses
 import hashlib
 import os
 import socket
+import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -398,3 +399,21 @@ async def _until(condition: Callable[[], bool]) -> None:
     async with asyncio.timeout(10.0):
         while not condition():  # noqa: ASYNC110
             await asyncio.sleep(0.01)
+
+
+async def test_an_upstream_that_resets_mid_upload_fails_only_its_own_tunnel(mesh: Mesh) -> None:
+    async def reset_after_first_bytes(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1)
+        writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()
+
+    mesh.upstream = reset_after_first_bytes
+    stream = await mesh.open()
+    with pytest.raises(StreamClosedError):
+        async with asyncio.timeout(10):
+            while True:  # the server side's socket write fails inside the HBONE session's receive callback
+                await stream.write(b"u" * (64 * 1024))
+    mesh.upstream = _echo
+    assert await _echo_once(mesh, b"the pooled connection survived") == b"the pooled connection survived"
+    assert mesh.connections_served == 1
+    assert mesh.failures == []

@@ -4,8 +4,11 @@ Theory of operation: :class:`PodListenerManager` is the ZDS client's pod handler
 pod's sockets inside its netns (:mod:`ambit.inpod.listeners`, on a helper thread) and, with a proxy context, a
 socket factory for the pod's netns (upstream connections are made from inside the pod); it then runs one accept
 loop per TCP listener. Each accepted connection is its own task running the port's handler (outbound 15001,
-plaintext inbound 15006, HBONE 15008). Re-adding a uid replaces its listeners (latest netns wins). ``stop`` closes
-the pod's listeners and cancels its connections (the pod is gone: no drain).
+plaintext inbound 15006, HBONE 15008). Accepted sockets get ``TCP_NODELAY`` like every socket the proxy dials:
+without it Nagle holds a small write (a CONNECT's 200 HEADERS followed by the first DATA, a 1-byte echo) until
+the peer's delayed ACK, which capped new connections at a few hundred a second. Re-adding a uid replaces its
+listeners (latest netns wins). ``stop`` closes the pod's listeners and cancels its connections (the pod is gone:
+no drain).
 
 Without a proxy context (the listener layer's own tests) a captured connection's original destination is
 recorded and the connection closed.
@@ -153,6 +156,8 @@ class PodListenerManager:
                 await asyncio.sleep(0.1)
                 continue
             conn.setblocking(False)
+            with contextlib.suppress(OSError):  # a connection already reset: its handler finds out
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             task = asyncio.create_task(PodListenerManager._run(pod, conn, handler))
             pod.connections.add(task)
             task.add_done_callback(pod.connections.discard)

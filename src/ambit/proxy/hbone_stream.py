@@ -14,6 +14,10 @@ wants to send is flushed to the transport. There is exactly one dispatch functio
 - ``write`` hands the bytes to the core and waits while the core holds more than :data:`WRITE_BOUND` bytes it
   could not frame yet (the peer's window is shut) or while the TLS transport's buffer is above its high-water
   mark (``pause_writing``): backpressure runs end to end, from the far reader to our writer.
+- Push mode (:class:`~ambit.proxy.streams.PushStream`, what the relay uses): DATA is handed to ``on_data`` as
+  the session dispatches it, consumed at that moment like a ``read``; ``pause_reading`` holds further chunks
+  (unconsumed, so the peer's window closes as in pull mode) until ``resume_reading``. ``write_nowait`` is
+  ``write`` without the wait: it answers False over the same bounds, and ``when_drained`` fires once below them.
 - ``write_eof`` sends END_STREAM, ``abort`` sends RST_STREAM; a reset from the peer or the loss of the
   connection makes a pending or later ``read``/``write`` raise :class:`StreamClosedError`.
 
@@ -34,7 +38,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, cast
 
 from ambit.hbone.events import (
     ConnectionTerminated,
@@ -99,6 +103,13 @@ class HboneStream:
         self._writer: asyncio.Future[None] | None = None
         #: Client: the server's answer (status, headers); an exception if the stream died first.
         self.response: asyncio.Future[tuple[int, Headers]] = asyncio.get_running_loop().create_future()
+        # Push mode.
+        self._on_data: Callable[[bytes], None] | None = None
+        self._on_eof: Callable[[], None] | None = None
+        self._on_error: Callable[[str], None] | None = None
+        self._paused = False
+        self._eof_delivered = False
+        self._drained: Callable[[], None] | None = None
 
     @property
     def done(self) -> bool:
@@ -138,6 +149,56 @@ class HboneStream:
             finally:
                 self._writer = None
             self._check_writable("write")
+
+    # Push mode (see the module docstring).
+
+    def start_push(
+        self, on_data: Callable[[bytes], None], on_eof: Callable[[], None], on_error: Callable[[str], None]
+    ) -> None:
+        self._on_data, self._on_eof, self._on_error = on_data, on_eof, on_error
+        if self._error is not None:
+            on_error(self._error)
+            return
+        self._deliver()
+        self._session.flush()
+
+    def pause_reading(self) -> None:
+        self._paused = True
+
+    def resume_reading(self) -> None:
+        if not self._paused:
+            return
+        self._paused = False
+        self._deliver()
+        self._session.flush()
+
+    def write_nowait(self, data: bytes) -> bool:
+        self._check_writable("write")
+        session = self._session
+        session.core.send_data(self.stream_id, data)
+        session.flush()
+        return not (session.core.pending_bytes(self.stream_id) > WRITE_BOUND or session.write_paused)
+
+    def when_drained(self, callback: Callable[[], None]) -> None:
+        self._drained = callback
+
+    @property
+    def flushed(self) -> bool:
+        return True  # what is queued belongs to the core now; ``aclose`` waits for it
+
+    def _deliver(self) -> None:
+        """Hand queued chunks (then EOF) to ``on_data`` while not paused; the caller flushes the session."""
+        on_data = self._on_data
+        assert on_data is not None
+        chunks = self._chunks
+        while chunks and not self._paused and self._error is None:
+            data, flow_length = chunks.popleft()
+            self._session.core.consumed(self.stream_id, flow_length)
+            on_data(data)
+        if not chunks and self._remote_ended and not self._eof_delivered and self._error is None:
+            self._eof_delivered = True
+            assert self._on_eof is not None
+            self._on_eof()
 
     def write_eof(self) -> None:
         if self._local_ended or self._error is not None:
@@ -180,14 +241,27 @@ class HboneStream:
             self._session.core.consumed(self.stream_id, flow_length)
             return
         self._chunks.append((data, flow_length))
+        if self._on_data is not None:
+            if not self._paused:
+                self._deliver()
+            return
         _wake(self._reader)
 
     def _ended(self) -> None:
         self._remote_ended = True
+        if self._on_data is not None:
+            if not self._paused:
+                self._deliver()
+            return
         _wake(self._reader)
 
     def _wake_writer(self) -> None:
         _wake(self._writer)
+        if self._drained is not None and self._error is None:
+            session = self._session
+            if session.core.pending_bytes(self.stream_id) <= WRITE_BOUND and not session.write_paused:
+                callback, self._drained = self._drained, None
+                callback()
 
     def _fail(self, reason: str, error: ProxyError | None = None) -> None:
         if self._error is not None:
@@ -200,6 +274,9 @@ class HboneStream:
         if not self.response.done():
             self.response.set_exception(error or StreamClosedError(reason))
             self.response.exception()  # a server-side stream never awaits its response
+        self._drained = None
+        if self._on_error is not None:
+            self._on_error(reason)
 
     def _check_writable(self, what: str) -> None:
         if self._error is not None:
@@ -242,9 +319,9 @@ class HboneSession(asyncio.Protocol):
     # asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        transport.set_write_buffer_limits(high=TRANSPORT_HIGH_WATER)
+        # A stream transport (uvloop's TLS transport is one without being an ``asyncio.Transport`` subclass).
+        self.transport = cast(asyncio.Transport, transport)
+        self.transport.set_write_buffer_limits(high=TRANSPORT_HIGH_WATER)
 
     def data_received(self, data: bytes) -> None:
         self.heard_from_peer.set()

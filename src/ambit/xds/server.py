@@ -21,6 +21,7 @@ it still see themselves in sync.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import itertools
 import logging
@@ -110,6 +111,11 @@ class XdsService:
         caller = await self._caller(tuple(context.invocation_metadata() or ()))
         if caller is None:
             self.stats.unauthenticated += 1
+            # Let the client's first request land before refusing: aborting while it is still writing can reach it
+            # as a reset (INTERNAL) instead of our status. Nothing is sent either way.
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(1.0):
+                    await anext(aiter(request_iterator))
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, "xds: a valid bearer token is required")
             return
         stream_id = next(self._ids)
