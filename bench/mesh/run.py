@@ -85,7 +85,7 @@ def environment() -> dict[str, Any]:
     try:
         import uvloop  # type: ignore[import-not-found]
 
-        uv = f"{uvloop.__version__} (installed; the node proxy does not use it)"
+        uv = f"{uvloop.__version__} (the node proxy's default event loop)"
     except ImportError:
         uv = "not used"
     model = next(

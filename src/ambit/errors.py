@@ -17,6 +17,7 @@ Every error Ambit raises on purpose derives from :class:`AmbitError`, with a sub
     ├── CaServerError            (ambit.controlplane.ca.errors) AuthenticationError, AuthorizationError, CsrError
     ├── WebhookError             (ambit.controlplane.webhook.errors) MalformedReviewError, RegistrationError, ...
     ├── CniError, RedirectError, ZdsError   (ambit.cni, ambit.redirect, ambit.zds) enrolment
+    ├── EventLoopError           (ambit.inpod.eventloop) an unknown or missing event loop
     └── LabError, CommandError   (ambit.lab) the single-machine cluster
 
 Blame is explicit: an error caused by what a peer sent says so in its class name or reason.

@@ -205,7 +205,9 @@ async def test_the_client_with_a_bad_token_file_retries_and_stays_unsynced(
     try:
         await _until(lambda: server.service.stats.unauthenticated >= 2)
         assert not node.client.synced and node.state.workloads() == []
-        assert node.client.last_error.startswith("UNAUTHENTICATED")
+        # The server refused (its count above); what the client reads is UNAUTHENTICATED, or on a loaded machine
+        # sometimes gRPC core's INTERNAL when the refusal races the client's writes. Either way: nothing applied.
+        assert node.client.last_error.startswith(("UNAUTHENTICATED", "INTERNAL")), node.client.last_error
         bad.write_text(TOKEN)  # the token is read again on every reconnect
         await _until(lambda: node.client.synced)
     finally:

@@ -93,6 +93,9 @@ def nodeproxy(
     ] = "istiod.istio-system.svc",
     cluster_id: Annotated[str, typer.Option("--cluster-id", help="This cluster's id.")] = "Kubernetes",
     trust_domain: Annotated[str, typer.Option("--trust-domain", help="The mesh's trust domain.")] = "cluster.local",
+    event_loop: Annotated[
+        str, typer.Option("--event-loop", help="The event loop to run on: uvloop or asyncio.")
+    ] = "uvloop",
 ) -> None:
     """Run a lab node's proxy: in-pod listeners for the pods the node agent hands over (ZDS), and the data path.
 
@@ -100,6 +103,7 @@ def nodeproxy(
     plane's CA (--ca-address) or a local CA directory (--local-ca).
     """
     from ambit.cni.daemon import ZDS_SOCKET
+    from ambit.inpod import eventloop
     from ambit.inpod.daemon import run_node_proxy
     from ambit.inpod.settings import NodeProxySettings
     from ambit.model.identity import IdentityError, check_trust_domain
@@ -108,6 +112,10 @@ def nodeproxy(
         check_trust_domain(trust_domain)
     except IdentityError as exc:
         raise typer.BadParameter(str(exc), param_hint="--trust-domain") from None
+    try:
+        eventloop.loop_factory(event_loop)
+    except eventloop.EventLoopError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--event-loop") from None
     if (xds_address or ca_address) and (root_cert is None or token is None):
         raise typer.BadParameter("--xds-address and --ca-address need --root-cert and --token")
     topology = _lab_node(directory, node)
@@ -123,9 +131,10 @@ def nodeproxy(
         xds_server_name=server_name,
         cluster_id=cluster_id,
         trust_domain=trust_domain,
+        event_loop=event_loop,
     )
     _logging()
-    asyncio.run(run_node_proxy(settings))
+    eventloop.run(lambda: run_node_proxy(settings), settings.event_loop)
 
 
 @app.command()

@@ -41,3 +41,6 @@ class NodeProxySettings:
     """``/healthz/ready``."""
     log_json: bool = False
     """Access log lines as JSON instead of ``key=value``."""
+    event_loop: str = "uvloop"
+    """The event loop the proxy runs on: ``uvloop`` or ``asyncio`` (see :mod:`ambit.inpod.eventloop`). uvloop is
+    the default since the connection-churn soak test (``tests/integration/test_uvloop_churn.py``) passes under it."""
