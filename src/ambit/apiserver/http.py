@@ -523,7 +523,10 @@ def _int_param(q: Any, name: str) -> int:
 
 
 async def _read_body(request: web.Request) -> Any:
-    raw = await request.read()
+    try:
+        raw = await request.read()
+    except ConnectionResetError:  # the client went away mid-body: nothing to store, nobody to answer
+        raise errors.bad_request("the connection was lost while the request body was being read") from None
     return _decode_body(raw, request.headers.get("Content-Type", ""))
 
 
