@@ -67,8 +67,7 @@ async def run_async(profile: Profile) -> Report:
                 sys.executable,
                 "-m",
                 "bench.bare_server",
-                "--token",
-                token,
+                f"--token={token}",  # one argument: a token may start with "-", which argparse would take for an option
                 "--cert",
                 cert,
                 "--key",
