@@ -123,7 +123,7 @@ class PodListenerManager:
             raise
         self._pods[uid] = pod
         if self._context is not None:
-            self._context.pods[uid] = local
+            self._context.add_pod(local)
         log.info("pod %s (%s/%s): listeners open", uid, info.namespace, info.name)
         self.on_change()
 
@@ -179,7 +179,7 @@ class PodListenerManager:
         if pod is None:
             return
         if self._context is not None:
-            self._context.pods.pop(uid, None)
+            self._context.remove_pod(uid)
         await pod.aclose()
         log.info("pod %s: listeners closed", uid)
         self.on_change()

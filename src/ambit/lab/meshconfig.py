@@ -106,15 +106,20 @@ class MeshConfigWriter:
         await self.aclose()
 
 
-def write_if_changed(path: Path, text: str) -> bool:
-    """Replace ``path`` with ``text`` atomically unless it already holds exactly that; True when replaced."""
+def write_if_changed(path: Path, text: str, *, mode: int = 0o644) -> bool:
+    """Replace ``path`` with ``text`` atomically unless it already holds exactly that; True when replaced.
+
+    A new file gets ``mode`` from its creation on (a token is never readable by others, even briefly).
+    """
     data = text.encode()
     with contextlib.suppress(OSError):
         if path.read_bytes() == data:
             return False
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as out:
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()  # a leftover from a crash may have another mode
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "wb") as out:
         out.write(data)
         out.flush()
         os.fsync(out.fileno())

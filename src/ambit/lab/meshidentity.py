@@ -15,13 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
 from ambit.errors import AmbitError
 from ambit.k8s import KubeClient, kinds
 from ambit.k8s.errors import KubeAlreadyExistsError, KubeNotFoundError
+from ambit.lab.meshconfig import write_if_changed
 from ambit.lab.topology import Topology
 
 log = logging.getLogger("ambit.lab.meshidentity")
@@ -68,15 +68,6 @@ async def _ensure(client: KubeClient, kind: kinds.ResourceKind, obj: dict[str, A
         await client.create(kind, obj, namespace=namespace)
 
 
-def _write(path: Path, data: str, mode: int) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w") as out:
-        out.write(data)
-    tmp.replace(path)
-
-
 async def write_tokens(client: KubeClient, topology: Topology) -> None:
     """A fresh token per node, bound to that node's ztunnel pod."""
     for node in topology.all_nodes():
@@ -84,7 +75,7 @@ async def write_tokens(client: KubeClient, topology: Topology) -> None:
         result = await client.create_token(
             SYSTEM_NAMESPACE, NODE_PROXY_ACCOUNT, [TOKEN_AUDIENCE], expiration_seconds=TOKEN_SECONDS, bound_pod=pod
         )
-        _write(token_file(topology, node.name), str(result["status"]["token"]), 0o600)
+        write_if_changed(token_file(topology, node.name), str(result["status"]["token"]), mode=0o600)
 
 
 async def provision_node_proxies(client: KubeClient, topology: Topology, *, root_wait: float = 60.0) -> None:
@@ -102,7 +93,7 @@ async def provision_node_proxies(client: KubeClient, topology: Topology, *, root
     await write_tokens(client, topology)
     root = await _wait_root(client, root_wait)
     for node in topology.all_nodes():
-        _write(root_file(topology, node.name), root, 0o644)
+        write_if_changed(root_file(topology, node.name), root)
     log.info("node proxy credentials written for %d nodes", topology.nodes)
 
 

@@ -37,6 +37,9 @@ WORKLOAD_WAIT = 5.0
 
 CLUSTER_ID = "Kubernetes"
 
+ILLEGAL_PORTS = frozenset({15001, 15006, 15008, 15080, 15000, 15020, 15021})
+"""The proxy's own ports: a pod calling them (at loopback or its own address) is refused (spec §2.4)."""
+
 
 @dataclass(slots=True)
 class LocalPod:
@@ -53,7 +56,12 @@ class LocalPod:
 
     @property
     def workload_uid(self) -> str:
-        return f"{CLUSTER_ID}//Pod/{self.info.namespace}/{self.info.name}"
+        return workload_uid(self.info)
+
+
+def workload_uid(info: WorkloadInfo) -> str:
+    """The uid the workload API gives the pod (spec §4.1): ``<cluster>//Pod/<ns>/<name>``."""
+    return f"{CLUSTER_ID}//Pod/{info.namespace}/{info.name}"
 
 
 @dataclass(slots=True)
@@ -88,10 +96,22 @@ class ProxyContext:
     access_log: AccessLog
     authorize: Authorizer = allow_all
     pods: dict[str, LocalPod] = field(default_factory=dict)
+    """Local pods by ZDS uid; change them with :meth:`add_pod` / :meth:`remove_pod` (they keep the index)."""
+    _by_workload: dict[str, LocalPod] = field(default_factory=dict)
     connections: dict[int, LiveConnection] = field(default_factory=dict)
     _ids: itertools.count[int] = field(default_factory=itertools.count)
     _state_changed: asyncio.Event = field(default_factory=asyncio.Event)
     clock: Callable[[], float] = time.monotonic
+
+    def add_pod(self, pod: LocalPod) -> None:
+        self.remove_pod(pod.uid)
+        self.pods[pod.uid] = pod
+        self._by_workload[pod.workload_uid] = pod
+
+    def remove_pod(self, uid: str) -> None:
+        pod = self.pods.pop(uid, None)
+        if pod is not None and self._by_workload.get(pod.workload_uid) is pod:
+            del self._by_workload[pod.workload_uid]
 
     def state_changed(self) -> None:
         """Wake connections waiting for a workload (call after every change of ``state``)."""
@@ -122,10 +142,7 @@ class ProxyContext:
         workload = self.state.find_workload_by_address(self.settings.network, ip)
         if workload is None or workload.node != self.settings.node:
             return None
-        for pod in self.pods.values():
-            if pod.workload_uid == workload.uid:
-                return pod
-        return None
+        return self._by_workload.get(workload.uid)
 
     def register(self, direction: str, src: str, dst: str, pod: LocalPod) -> LiveConnection:
         conn = LiveConnection(next(self._ids), direction, src, dst, self.clock(), pod.uid)

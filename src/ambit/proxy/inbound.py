@@ -20,7 +20,6 @@ Metrics are reported with ``reporter=destination``; principals only for mutual T
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
 import logging
 import socket
@@ -35,18 +34,16 @@ from ambit.model.identity import SpiffeId
 from ambit.model.workload import Workload
 from ambit.proxy.accounting import Accounting, traffic_labels
 from ambit.proxy.authorization import ConnectionFacts
-from ambit.proxy.context import LocalPod, ProxyContext
+from ambit.proxy.context import ILLEGAL_PORTS, LocalPod, ProxyContext
 from ambit.proxy.errors import ProxyError
 from ambit.proxy.hbone_server import HboneServer, InboundRequest, TunnelResponder
 from ambit.proxy.relay import relay
-from ambit.proxy.sockets import connect, original_dst
+from ambit.proxy.sockets import connect, hostport, original_dst, reset
 from ambit.proxy.streams import ByteStream, SocketStream
 from ambit.telemetry.accesslog import ConnectionRecord
 from ambit.telemetry.metrics import Reporter
 
 log = logging.getLogger("ambit.proxy.inbound")
-
-ILLEGAL_PORTS = frozenset({15001, 15006, 15008, 15080, 15000, 15020, 15021})
 
 
 class InboundRefusedError(ProxyError):
@@ -55,16 +52,6 @@ class InboundRefusedError(ProxyError):
     def __init__(self, message: str, status: int, flag: str) -> None:
         super().__init__(message)
         self.status, self.flag = status, flag
-
-
-def _hostport(ip: str, port: int) -> str:
-    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
-
-
-def _reset(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-    sock.close()
 
 
 @dataclass(slots=True)
@@ -80,7 +67,7 @@ async def _dial_pod(ctx: ProxyContext, pod: LocalPod, target: _Target, facts: Co
     try:
         return await connect(pod.sockets, (target.ip, target.port), source_ip=facts.source_ip)
     except (AmbitError, OSError) as exc:
-        raise InboundRefusedError(f"cannot reach {_hostport(target.ip, target.port)}: {exc}", 503, "CONNECT") from exc
+        raise InboundRefusedError(f"cannot reach {hostport(target.ip, target.port)}: {exc}", 503, "CONNECT") from exc
 
 
 def _account(
@@ -142,11 +129,11 @@ async def serve_hbone(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) -> 
     async def handle(request: InboundRequest, responder: TunnelResponder) -> None:
         await _serve_tunnel(ctx, pod, local_ip, peer, request, responder)
 
-    conn = ctx.register("inbound", _hostport(peer[0], peer[1]), _hostport(local_ip, 15008), pod)
+    conn = ctx.register("inbound", hostport(peer[0], peer[1]), hostport(local_ip, 15008), pod)
     try:
         await HboneServer.serve(sock, certificate, trust_domain=ctx.settings.trust_domain, handler=handle)
     except (AmbitError, OSError, ssl.SSLError) as exc:
-        log.info("pod %s: HBONE connection from %s failed: %s", pod.uid, _hostport(*peer), exc)
+        log.info("pod %s: HBONE connection from %s failed: %s", pod.uid, hostport(*peer), exc)
     finally:
         ctx.unregister(conn)
 
@@ -178,10 +165,10 @@ async def _serve_tunnel(
         ctx,
         target=target,
         source_ip=peer[0],
-        source_addr=_hostport(*peer),
+        source_addr=hostport(*peer),
         source_identity=source_identity,
         hbone_addr=request.authority,
-        dst_addr=_hostport(local_ip, target_port),
+        dst_addr=hostport(local_ip, target_port),
     )
     facts = ConnectionFacts(peer[0], source_identity, workload, local_ip, target_port)
     try:
@@ -226,33 +213,33 @@ async def serve_plaintext(ctx: ProxyContext, pod: LocalPod, sock: socket.socket)
     peer = sock.getpeername()
     dst = original_dst(sock) or sock.getsockname()[:2]
     if dst[1] in ILLEGAL_PORTS:
-        log.warning("pod %s: refused a plaintext call to the proxy's own port %s", pod.uid, _hostport(*dst))
-        _reset(sock)
+        log.warning("pod %s: refused a plaintext call to the proxy's own port %s", pod.uid, hostport(*dst))
+        reset(sock)
         return
-    conn = ctx.register("inbound", _hostport(*peer), _hostport(*dst), pod)
+    conn = ctx.register("inbound", hostport(*peer), hostport(*dst), pod)
     try:
         try:
             workload = await _local_workload(ctx, pod)
         except InboundRefusedError as exc:
-            log.info("pod %s: plaintext connection from %s refused: %s", pod.uid, _hostport(*peer), exc)
-            _reset(sock)
+            log.info("pod %s: plaintext connection from %s refused: %s", pod.uid, hostport(*peer), exc)
+            reset(sock)
             return
         target = _Target(workload, dst[0], dst[1])
         accounting = _account(
             ctx,
             target=target,
             source_ip=peer[0],
-            source_addr=_hostport(*peer),
+            source_addr=hostport(*peer),
             source_identity=None,
             hbone_addr="",
-            dst_addr=_hostport(*dst),
+            dst_addr=hostport(*dst),
         )
         facts = ConnectionFacts(peer[0], None, workload, dst[0], dst[1])
         try:
             upstream = await _dial_pod(ctx, pod, target, facts)
         except InboundRefusedError as exc:
             accounting.failed(str(exc), exc.flag)
-            _reset(sock)
+            reset(sock)
             return
         accounting.opened()
         await _relay(SocketStream(sock), SocketStream(upstream), accounting)
@@ -291,8 +278,8 @@ async def deliver_locally(
         source_ip=source_ip,
         source_addr=source_addr,
         source_identity=source_identity,
-        hbone_addr=_hostport(ip, port),
-        dst_addr=_hostport(ip, port),
+        hbone_addr=hostport(ip, port),
+        dst_addr=hostport(ip, port),
     )
     facts = ConnectionFacts(source_ip, source_identity, workload, ip, port)
     try:

@@ -18,7 +18,6 @@ Theory of operation, for one accepted socket of local pod P:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
 import logging
 import random
@@ -29,12 +28,12 @@ from ambit.hbone.headers import connect_headers
 from ambit.model.state import Destination, NoHealthyUpstreamError, Tunnel
 from ambit.model.workload import IPAddress, Workload
 from ambit.proxy.accounting import Accounting, traffic_labels
-from ambit.proxy.context import LocalPod, ProxyContext
+from ambit.proxy.context import ILLEGAL_PORTS, LocalPod, ProxyContext
 from ambit.proxy.hbone_client import HboneClient
 from ambit.proxy.inbound import deliver_locally
 from ambit.proxy.pool import PoolKey
 from ambit.proxy.relay import relay
-from ambit.proxy.sockets import connect, original_dst
+from ambit.proxy.sockets import connect, hostport, original_dst, reset
 from ambit.proxy.streams import ByteStream, SocketStream
 from ambit.telemetry.accesslog import ConnectionRecord
 from ambit.telemetry.metrics import Reporter
@@ -42,23 +41,10 @@ from ambit.telemetry.metrics import Reporter
 log = logging.getLogger("ambit.proxy.outbound")
 
 HBONE_PORT = 15008
-ILLEGAL_PORTS = frozenset({15001, 15006, 15008, 15080, 15000, 15020, 15021})
-"""The proxy's own ports: a pod calling them at loopback or at its own address is refused (spec §2.4)."""
-
-
-def hostport(ip: IPAddress | str, port: int) -> str:
-    text = str(ip)
-    return f"[{text}]:{port}" if ":" in text else f"{text}:{port}"
 
 
 def is_self_call(dst_ip: IPAddress, dst_port: int, own: tuple[IPAddress, ...]) -> bool:
     return dst_port in ILLEGAL_PORTS and (dst_ip.is_loopback or dst_ip in own)
-
-
-def _reset(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-    sock.close()
 
 
 async def serve_outbound(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) -> None:
@@ -67,24 +53,24 @@ async def serve_outbound(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) 
     dst = original_dst(sock)
     if dst is None:
         log.warning("pod %s: outbound connection from %s without an original destination", pod.uid, peer)
-        _reset(sock)
+        reset(sock)
         return
     dst_ip, dst_port = ipaddress.ip_address(dst[0]), dst[1]
     source = await ctx.wait_local_workload(pod)
     own = source.addresses if source else ()
     if is_self_call(dst_ip, dst_port, own):
         log.warning("pod %s: refused a call to the proxy's own port %s", pod.uid, hostport(dst_ip, dst_port))
-        _reset(sock)
+        reset(sock)
         return
     if source is None:
         log.warning("pod %s: unknown source workload, refusing %s", pod.uid, hostport(dst_ip, dst_port))
-        _reset(sock)
+        reset(sock)
         return
     try:
         destination = ctx.state.resolve(ctx.settings.network, dst_ip, dst_port, random.choice)
     except NoHealthyUpstreamError as exc:
         _account(ctx, pod, source, peer, None, dst_ip, dst_port).failed(str(exc), "NR")
-        _reset(sock)
+        reset(sock)
         return
     accounting = _account(ctx, pod, source, peer, destination, dst_ip, dst_port)
     conn = ctx.register("outbound", hostport(peer[0], peer[1]), hostport(dst_ip, dst_port), pod)
@@ -121,7 +107,7 @@ async def _forward(
     except (AmbitError, OSError) as exc:
         flag = getattr(exc, "flag", "CONNECT")
         accounting.failed(str(exc), str(flag))
-        _reset(sock)
+        reset(sock)
         return
     accounting.opened()
 
