@@ -2,7 +2,7 @@
 
 ``HboneClientConnection`` opens tunnels, ``HboneServerConnection`` accepts them; both take bytes with
 ``receive_data`` (returning :mod:`ambit.hbone.events`) and give bytes with ``data_to_send``. ``connection.py``
-explains flow control and the stream table, ``framing.py`` the receive fast path around h2's per-frame repr.
+explains the HTTP/2 engine, its flow control and the stream table; ``wire.py`` has the frame layout.
 """
 
 from __future__ import annotations

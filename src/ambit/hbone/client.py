@@ -11,17 +11,18 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-import h2.events
-from h2.errors import ErrorCodes
-from h2.exceptions import H2Error
-
-from ambit.hbone.connection import HboneConnection, _Stream
+from ambit.hbone import wire
+from ambit.hbone.connection import HboneConnection, RawHeaders
 from ambit.hbone.errors import HboneError
 from ambit.hbone.events import Event, Headers, TunnelEstablished, TunnelRefused
 from ambit.hbone.headers import parse_authority
+from ambit.hbone.wire import ConnectionFault
 
 _FIELD_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9a-z]+")
+_RAW_FIELD_NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9a-z]+")
+_BAD_VALUE = re.compile(rb"[\r\n\0]")
 _CONNECTION_SPECIFIC = frozenset({"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"})
+_RAW_CONNECTION_SPECIFIC = frozenset(name.encode() for name in _CONNECTION_SPECIFIC)
 
 
 class HboneClientConnection(HboneConnection):
@@ -32,10 +33,9 @@ class HboneClientConnection(HboneConnection):
     @property
     def can_open_tunnel(self) -> bool:
         """True while below min(our limit, the peer's MAX_CONCURRENT_STREAMS) and not closing or closed."""
-        if self._closed:
+        if self._closed or self._next_id > wire.STREAM_ID_MASK:
             return False
-        limit = min(self._settings.max_concurrent_streams, self._h2.remote_settings.max_concurrent_streams)
-        return len(self._streams) < limit and self._h2.open_outbound_streams < limit
+        return len(self._streams) < min(self._settings.max_concurrent_streams, self._peer_max_streams)
 
     def open_tunnel(self, authority: str, headers: Sequence[tuple[str, str]] = ()) -> int:
         """Send a plain CONNECT for ``authority`` with extra regular ``headers``; return the new stream id."""
@@ -47,50 +47,62 @@ class HboneClientConnection(HboneConnection):
                 raise HboneError(f"header {name!r} has a value with CR, LF or NUL")
         if not self.can_open_tunnel:
             raise HboneError("cannot open a tunnel: the connection is closed or at its stream limit")
-        stream_id = self._h2.get_next_available_stream_id()
-        try:
-            self._h2.send_headers(stream_id, [(":method", "CONNECT"), (":authority", authority), *headers])
-        except H2Error as e:
-            raise HboneError(f"cannot open a tunnel: {e}") from e
-        self._streams[stream_id] = _Stream()
+        stream_id = self._next_id
+        self._next_id += 2
+        self._send_headers(stream_id, [(":method", "CONNECT"), (":authority", authority), *headers])
+        self._new_stream(stream_id)
         return stream_id
 
-    def _dispatch_headers(self, event: h2.events.Event, events: list[Event]) -> None:
-        if isinstance(event, h2.events.RequestReceived):
+    def _on_headers(self, stream_id: int, headers: RawHeaders, end_stream: bool, events: list[Event]) -> None:
+        if self._is_idle(stream_id):
             # A server opened a stream: HBONE servers never do (RFC 9113 §5.1.1 makes it a connection error).
-            events.extend(self._terminate(ErrorCodes.PROTOCOL_ERROR, "peer opened a stream from the server side"))
-            return
-        if not isinstance(event, h2.events.ResponseReceived):
-            return
-        stream_id = event.stream_id or 0
+            raise ConnectionFault(wire.PROTOCOL_ERROR, f"HEADERS on stream {stream_id}, which we never opened")
         stream = self._streams.get(stream_id)
         if stream is None:
+            return  # a stream we already finished or reset
+        if stream.ready:
+            self._trailers(stream_id, end_stream, events)
             return
-        status, headers = _split_response(event.headers or [])
+        response = _split_response(headers)
+        if response is None:
+            self._stream_error(stream_id, wire.PROTOCOL_ERROR, events)
+            return
+        status, fields = response
+        if status < 200:  # informational: the final answer is still to come
+            if end_stream:
+                self._stream_error(stream_id, wire.PROTOCOL_ERROR, events)
+            return
         if status == 200:
             stream.ready = True
             if stream.queue or stream.end_requested:
                 self._blocked[stream_id] = None
-            events.append(TunnelEstablished(stream_id, headers))
+            events.append(TunnelEstablished(stream_id, fields))
+            if end_stream:
+                self._remote_end(stream_id, events)
             return
         self._forget(stream_id)
-        events.append(TunnelRefused(stream_id, status, headers))
-        try:
-            if event.stream_ended is not None:
-                self._h2.end_stream(stream_id)
-            else:
-                self._h2.reset_stream(stream_id, ErrorCodes.CANCEL)
-        except H2Error:
-            pass
+        events.append(TunnelRefused(stream_id, status, fields))
+        if end_stream:
+            self._out.append(wire.frame(wire.DATA, wire.END_STREAM, stream_id))
+        else:
+            self._out.append(wire.rst_stream(stream_id, wire.CANCEL))
 
 
-def _split_response(raw: Sequence[tuple[bytes, bytes]]) -> tuple[int, Headers]:
-    """h2 has validated the response already: one numeric :status, pseudo-headers first."""
-    status = 0
+def _split_response(raw: RawHeaders) -> tuple[int, Headers] | None:
+    """(status, regular headers) of a well-formed response header block (RFC 9113 §8.3.2), else None."""
+    status: int | None = None
     headers: list[tuple[str, str]] = []
     for name, value in raw:
-        if name == b":status":
+        if name.startswith(b":"):
+            if name != b":status" or status is not None or headers:
+                return None
+            if len(value) != 3 or not value.isdigit() or value == b"101":
+                return None
             status = int(value)
-        elif not name.startswith(b":"):
-            headers.append((name.decode("ascii", "replace"), value.decode("utf-8", "replace")))
+            continue
+        if not _RAW_FIELD_NAME.fullmatch(name) or name in _RAW_CONNECTION_SPECIFIC or _BAD_VALUE.search(value):
+            return None
+        headers.append((name.decode("ascii"), value.decode("utf-8", "replace")))
+    if status is None or status < 100:
+        return None
     return status, tuple(headers)

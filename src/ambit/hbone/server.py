@@ -1,6 +1,6 @@
 """The server end of HBONE: accepts plain CONNECT requests (RFC 9113 §8.5, spec §6.1) and never opens streams.
 
-Requests are validated here rather than by h2 so that a bad request costs one stream, not the pooled connection:
+Requests are validated here so that a bad request costs one stream, not the pooled connection:
 
 1. Pseudo-headers come first, once each, and are exactly ``:method`` and ``:authority`` (no ``:scheme``,
    ``:path`` or ``:protocol``: that would be a regular request or an extended CONNECT).
@@ -18,14 +18,12 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-import h2.events
-from h2.errors import ErrorCodes
-from h2.exceptions import H2Error
-
-from ambit.hbone.connection import HboneConnection, _Stream
+from ambit.hbone import wire
+from ambit.hbone.connection import HboneConnection, RawHeaders
 from ambit.hbone.errors import AuthorityError, HboneError
-from ambit.hbone.events import Event, TunnelRejected, TunnelRequested
+from ambit.hbone.events import Event, StreamEnded, TunnelRejected, TunnelRequested
 from ambit.hbone.headers import parse_authority
+from ambit.hbone.wire import ConnectionFault
 
 _FIELD_NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9a-z]+")
 _BAD_VALUE = re.compile(rb"[\r\n\0]")
@@ -51,34 +49,40 @@ class HboneServerConnection(HboneConnection):
             self._forget(stream_id)
             self._answer_and_finish(stream_id, fields, stream.remote_closed)
             return
-        try:
-            self._h2.send_headers(stream_id, fields)
-        except H2Error as e:
-            raise HboneError(f"cannot respond on stream {stream_id}: {e}") from e
+        self._send_headers(stream_id, fields)
         stream.ready = True
         if (stream.queue or stream.end_requested) and not self._send_queued(stream_id, stream):
             self._blocked[stream_id] = None
 
-    def _dispatch_headers(self, event: h2.events.Event, events: list[Event]) -> None:
-        if not isinstance(event, h2.events.RequestReceived):
-            return  # trailers and the rest carry nothing for HBONE
-        stream_id = event.stream_id or 0
-        verdict = _check_connect(event.headers or [])
+    def _on_headers(self, stream_id: int, headers: RawHeaders, end_stream: bool, events: list[Event]) -> None:
+        if stream_id in self._streams:
+            self._trailers(stream_id, end_stream, events)
+            return
+        if not stream_id & 1:
+            raise ConnectionFault(wire.PROTOCOL_ERROR, f"a client opened even stream {stream_id}")
+        if stream_id <= self._highest_peer:
+            self._out.append(wire.rst_stream(stream_id, wire.STREAM_CLOSED))  # trailers of a stream we finished
+            return
+        self._highest_peer = stream_id
+        if len(self._streams) >= self._settings.max_concurrent_streams:
+            self._out.append(wire.rst_stream(stream_id, wire.REFUSED_STREAM))
+            return
+        verdict = _check_connect(headers)
         if isinstance(verdict, str):
-            self._answer_and_finish(stream_id, [(":status", "400")], event.stream_ended is not None)
+            self._answer_and_finish(stream_id, [(":status", "400")], end_stream)
             events.append(TunnelRejected(stream_id, 400, verdict))
             return
-        authority, headers = verdict
-        self._streams[stream_id] = _Stream()
-        events.append(TunnelRequested(stream_id, authority, headers))
+        authority, fields = verdict
+        stream = self._new_stream(stream_id)
+        events.append(TunnelRequested(stream_id, authority, fields))
+        if end_stream:
+            stream.remote_closed = True
+            events.append(StreamEnded(stream_id))
 
     def _answer_and_finish(self, stream_id: int, fields: list[tuple[str, str]], remote_closed: bool) -> None:
-        try:
-            self._h2.send_headers(stream_id, fields, end_stream=True)
-            if not remote_closed:
-                self._h2.reset_stream(stream_id, ErrorCodes.NO_ERROR)
-        except H2Error:
-            pass
+        self._send_headers(stream_id, fields, end_stream=True)
+        if not remote_closed:
+            self._out.append(wire.rst_stream(stream_id, wire.NO_ERROR))
 
 
 def _check_connect(raw: Sequence[tuple[bytes, bytes]]) -> tuple[str, tuple[tuple[str, str], ...]] | str:
