@@ -5,6 +5,14 @@ bench``) brings up a 2-node lab with the mesh and measures every scenario in eve
 …) so that drift of the machine spreads over all modes alike; ratios are only ever taken between figures of the
 same run.
 
+Scenarios, in the order they run: bulk throughput (iperf3, 1 and 4 streams; also same node in the full profile);
+request/response latency (sockperf, 14 B and 1 KiB, closed loop; a fixed rate and same node in the full profile);
+new connections per second with a 1-byte echo, pooled (the node proxies' defaults: a new connection is an HTTP/2
+stream on a pooled mutual-TLS connection); the same with cold handshakes (the node proxies restarted with
+``--pool-max-streams=1 --pool-idle-timeout=0``, so each connection is a full mutual-TLS handshake; ambit against
+direct, stunnel and haproxy-tls, then the proxies are restarted with their defaults); held idle connections
+(proxy RSS per connection); proxy memory (RSS idle and peak).
+
 Modules:
 
 - :mod:`bench.mesh.profile`: the profiles (durations, repeats, which scenarios) and the modes;

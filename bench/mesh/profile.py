@@ -34,13 +34,19 @@ class Profile:
     same_node: bool = False
     """Also measure bulk and latency with both pods on node 1."""
     rate_concurrency: int = 8
+    cold: bool = True
+    """Also measure new connections with cold handshakes (node proxies restarted without pooling, then back)."""
+    cold_seconds: float = 0.0
+    """Seconds per cold-handshake connection-rate measurement (0: ``rate_seconds``)."""
     idle_repeats: int = 0
     """Repeats of the idle scenarios (0: ``repeats``); holding 10k connections is slow to set up."""
 
 
 PROFILES = {
     "smoke": Profile("smoke", repeats=1, bulk_seconds=1, rr_seconds=1, rate_seconds=1, idle_counts=(20,), streams=(1,)),
-    "short": Profile("short", repeats=3, bulk_seconds=2, rr_seconds=1, rate_seconds=1.5, idle_counts=(200,)),
+    "short": Profile(
+        "short", repeats=3, bulk_seconds=2, rr_seconds=1, rate_seconds=1.5, idle_counts=(200,), cold_seconds=1
+    ),
     "full": Profile(
         "full",
         repeats=3,

@@ -3,8 +3,12 @@
 Order of a run: install missing tools (apt), lab up with the mesh (holding the lab lock), pods, servers in the
 server pods (iperf3, sockperf, the echo app), the stunnel and haproxy pairs, a check that ``ambit`` traffic really
 crosses both node proxies (node 2 reports it as destination); then for each scenario, ``repeats`` rounds over the
-modes in the same order. Whatever happens, every started process is ended by its pid and the lab is brought down;
-temporary files (certificates, configurations, logs) live in one temporary directory that is removed.
+modes in the same order. The cold-handshake scenario comes after the pooled connection rate: the node proxies are
+restarted with :data:`COLD_FLAGS` (one stream per pooled connection, closed when it ends, so every tunnel makes a
+full mutual-TLS handshake), ``ambit`` is measured interleaved with ``direct``, ``stunnel`` and ``haproxy-tls``, and
+the proxies are restarted once more with their defaults for the scenarios that follow. Whatever happens, every
+started process is ended by its pid and the lab is brought down; temporary files (certificates, configurations,
+logs) live in one temporary directory that is removed.
 """
 
 # ruff: noqa: RUF001, RUF003 - the tables use × and en dashes on purpose
@@ -48,10 +52,19 @@ NOTES = [
     "Proxy CPU is user+system time from /proc of the proxies on the path: both node proxies for ambit modes, "
     "both stunnel or both haproxy processes otherwise. Per connection for the idle scenario it is set-up CPU.",
     "Idle connections: the growth of the proxies' summed RSS while N connections are held, divided by N.",
-    "stunnel and haproxy reuse TLS sessions between their own connections (abbreviated handshakes); the node "
-    "proxies pool connections, so a new connection is a new HTTP/2 stream on a pooled mutual-TLS connection.",
+    "New connections: stunnel and haproxy resume TLS sessions between their own connections with their default "
+    "settings (session cache, TLS 1.3 tickets), so theirs are abbreviated handshakes; ambit never resumes (no "
+    "tickets, no session cache): pooled, a new connection is an HTTP/2 stream on a pooled mutual-TLS connection; "
+    "'cold handshake', the node proxies run with --pool-max-streams=1 --pool-idle-timeout=0, so every connection "
+    "is a full ECDSA mutual-TLS handshake.",
     "The same-node variant runs direct, ambit and ambit-passthrough only (no tunnel pair to a same-node server).",
 ]
+
+
+COLD_SCENARIO = "new connections, 1-byte echo, cold handshake"
+COLD_FLAGS = ("--pool-max-streams=1", "--pool-idle-timeout=0")
+"""The node proxies' flags for the cold-handshake scenario: a connection per tunnel, closed when the tunnel ends."""
+COLD_MODES = (DIRECT, STUNNEL, HAPROXY, AMBIT)
 
 
 class BenchSetupError(AmbitError):
@@ -156,6 +169,7 @@ def start_tunnels(lab: BenchLab, procs: Processes, tmp: Path) -> dict[str, tuple
 
 
 def routes(lab: BenchLab, tunnels: dict[str, tuple[int, ...]], server_suffix: str = "") -> dict[str, Route]:
+    """Every mode's route, with the node proxies' current pids."""
     proxies = tuple(lab.node_proxy_pids())
     plain, amb = f"plain-srv{server_suffix}", f"amb-srv{server_suffix}"
 
@@ -187,6 +201,19 @@ def check_mesh(lab: BenchLab, route: Route) -> None:
     text = lab.metrics(2)
     if not any('reporter="destination"' in line and "mutual_tls" in line for line in text.splitlines()):
         raise BenchLabError("node 2's proxy reports no mutual-TLS inbound connection: ambit mode is not meshed")
+
+
+def restart_proxies(
+    lab: BenchLab, tunnels: dict[str, tuple[int, ...]], flags: tuple[str, ...], log: Callable[[str], None]
+) -> dict[str, Route]:
+    """Restart the node proxies with ``flags``, wait until the ambit route carries a connection again; new routes."""
+    started = time.monotonic()
+    pids = lab.restart_node_proxies(flags)
+    log(f"node proxies restarted with {' '.join(flags) or 'their defaults'} (pids {pids})")
+    found = routes(lab, tunnels)
+    check_mesh(lab, found[AMBIT])
+    log(f"node proxies carry traffic again: {time.monotonic() - started:.0f} s")
+    return found
 
 
 def _idle(route: Route, name: str, count: int, procs: Processes, log: Callable[[str], None]) -> list[Sample]:
@@ -236,6 +263,18 @@ def measure(profile: Profile, lab: BenchLab, procs: Processes, tmp: Path, log: C
         scenarios.connection_rate, scenario=name, seconds=profile.rate_seconds, concurrency=profile.rate_concurrency
     )
     interleave(name, cross, run)
+    peak_before: dict[str, int] = {}
+    if profile.cold:
+        # A restart resets the proxies' high-water mark: keep the pooled proxies' peak so far for "RSS peak".
+        peak_before = {mode: peak_rss_bytes(cross[mode].pids) for mode in (AMBIT, PASSTHROUGH)}
+        restarted = restart_proxies(lab, tunnels, COLD_FLAGS, log)
+        cold = {mode: restarted[mode] for mode in COLD_MODES}
+        seconds = profile.cold_seconds or profile.rate_seconds
+        run = partial(
+            scenarios.connection_rate, scenario=COLD_SCENARIO, seconds=seconds, concurrency=profile.rate_concurrency
+        )
+        interleave(COLD_SCENARIO, cold, run)
+        cross = restart_proxies(lab, tunnels, (), log)  # the idle scenarios read the restarted proxies
     proxied = {mode: route for mode, route in cross.items() if mode != DIRECT}
     for count in profile.idle_counts:
         name = f"{count:,} idle connections"
@@ -243,7 +282,8 @@ def measure(profile: Profile, lab: BenchLab, procs: Processes, tmp: Path, log: C
     for mode in PROXY_MODES:
         pids = cross[mode].pids
         samples.append(Sample("proxy memory", "RSS idle (at start)", mode, idle_rss[mode] / 2**20, "MiB"))
-        samples.append(Sample("proxy memory", "RSS peak", mode, peak_rss_bytes(pids) / 2**20, "MiB"))
+        peak = max(peak_before.get(mode, 0), peak_rss_bytes(pids))
+        samples.append(Sample("proxy memory", "RSS peak", mode, peak / 2**20, "MiB"))
     return samples
 
 

@@ -24,12 +24,15 @@ from pathlib import Path
 from typing import IO, Any
 
 from ambit.errors import AmbitError
+from ambit.lab.supervisor import NODEPROXY_FLAGS_FILE
 from ambit.lab.topology import Topology
 from bench.lab import lab_lock
 
 REPO = Path(__file__).resolve().parents[2]
 PLAIN, AMBIENT = "bench-plain", "bench-amb"
 LAB_UP_TIMEOUT = 120.0
+PROXY_RESTART_TIMEOUT = 60.0
+READINESS_PORT = 15021
 
 
 class BenchLabError(AmbitError):
@@ -112,6 +115,8 @@ class BenchLab:
     netns: dict[str, str] = field(default_factory=dict)
     """Pod name → its network namespace."""
     ips: dict[str, str] = field(default_factory=dict)
+    proxy_flags: tuple[str, ...] = ()
+    """The extra flags the node proxies were last restarted with (:meth:`restart_node_proxies`)."""
 
     def kubectl(self, *args: str, input: str | None = None) -> str:
         env = dict(os.environ, KUBECONFIG=str(self.topology.kubeconfig), KUBECACHEDIR=str(self.kubecache))
@@ -164,6 +169,46 @@ class BenchLab:
             raise BenchLabError(f"expected a node proxy per node, found pids {pids}")
         return pids
 
+    def restart_node_proxies(self, flags: Sequence[str], timeout: float = PROXY_RESTART_TIMEOUT) -> list[int]:
+        """Restart every node proxy with ``flags`` appended (none: their defaults); the new pids once all are ready.
+
+        The lab's supervisor appends ``<lab>/mesh/nodeproxy-flags`` to a node proxy's command line at each start
+        (:mod:`ambit.lab.supervisor`): write or remove that file, SIGTERM the proxies, and wait until the old pids
+        are gone, a new proxy per node runs with exactly these flags, and each node answers ``/healthz/ready``.
+        """
+        from bench.mesh.probes import find_pids
+
+        path = self.topology.path / "mesh" / NODEPROXY_FLAGS_FILE
+        if flags:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            staged = path.with_name(path.name + ".new")
+            staged.write_text("".join(f"{flag}\n" for flag in flags))
+            staged.replace(path)  # a proxy starting meanwhile reads the old file or the new one, never half of it
+        else:
+            path.unlink(missing_ok=True)
+        old = set(self.node_proxy_pids())
+        for pid in old:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        wanted, previous = tuple(flags), self.proxy_flags
+        nodes = self.topology.all_nodes()
+        deadline = time.monotonic() + timeout
+        while True:
+            pids = find_pids("nodeproxy", str(self.topology.path))
+            fresh = [pid for pid in pids if pid not in old]
+            if not old & set(pids) and len(fresh) == len(nodes):
+                args = [_cmdline(pid) for pid in fresh]
+                if all(_has_flags(a, wanted, previous) for a in args) and all(_proxy_ready(n.address) for n in nodes):
+                    self.proxy_flags = wanted
+                    return fresh
+            if time.monotonic() > deadline:
+                logs = ", ".join(str(self.topology.node_dir(n.name) / "nodeproxy.log") for n in nodes)
+                raise BenchLabError(
+                    f"the node proxies were not back and ready with flags {list(wanted)} within {timeout:.0f} s "
+                    f"(old pids {sorted(old)}, now {pids}); see {logs}"
+                )
+            time.sleep(0.2)
+
     def metrics(self, index: int) -> str:
         import urllib.request
 
@@ -175,6 +220,32 @@ class BenchLab:
 def _ready(pod: Mapping[str, Any]) -> bool:
     conditions = (pod.get("status") or {}).get("conditions") or ()
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+    except OSError:
+        return []
+
+
+def _has_flags(args: list[str], wanted: tuple[str, ...], previous: tuple[str, ...]) -> bool:
+    """The supervisor appends the flags last: ``wanted`` ends the command line, and no flag of ``previous`` stays."""
+    if wanted:
+        return args[-len(wanted) :] == list(wanted)
+    return bool(args) and not set(previous) & set(args)
+
+
+def _proxy_ready(address: str) -> bool:
+    """The node proxy at ``address`` answers 200 on ``/healthz/ready`` (a refused connection or 500: not yet)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://{address}:{READINESS_PORT}/healthz/ready", timeout=2) as response:
+            return int(response.status) == 200
+    except (urllib.error.URLError, OSError):
+        return False
 
 
 @contextlib.contextmanager

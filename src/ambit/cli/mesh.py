@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -96,6 +97,23 @@ def nodeproxy(
     event_loop: Annotated[
         str, typer.Option("--event-loop", help="The event loop to run on: uvloop or asyncio.")
     ] = "uvloop",
+    pool_max_streams: Annotated[
+        str | None,
+        typer.Option(
+            "--pool-max-streams",
+            metavar="N",
+            help="Tunnels per pooled HBONE connection (else $POOL_MAX_STREAMS_PER_CONNECTION, else 100).",
+        ),
+    ] = None,
+    pool_idle_timeout: Annotated[
+        str | None,
+        typer.Option(
+            "--pool-idle-timeout",
+            metavar="SECONDS",
+            help="Seconds a pooled connection without tunnels is kept, 0: closed when its last tunnel ends "
+            "(else $POOL_UNUSED_RELEASE_TIMEOUT, else 300).",
+        ),
+    ] = None,
 ) -> None:
     """Run a lab node's proxy: in-pod listeners for the pods the node agent hands over (ZDS), and the data path.
 
@@ -105,7 +123,7 @@ def nodeproxy(
     from ambit.cni.daemon import ZDS_SOCKET
     from ambit.inpod import eventloop
     from ambit.inpod.daemon import run_node_proxy
-    from ambit.inpod.settings import NodeProxySettings
+    from ambit.inpod.settings import NodeProxySettings, NodeProxySettingsError, parse_pool_limits
     from ambit.model.identity import IdentityError, check_trust_domain
 
     try:
@@ -116,6 +134,10 @@ def nodeproxy(
         eventloop.loop_factory(event_loop)
     except eventloop.EventLoopError as exc:
         raise typer.BadParameter(str(exc), param_hint="--event-loop") from None
+    try:
+        max_streams, idle_timeout = parse_pool_limits(pool_max_streams, pool_idle_timeout, os.environ)
+    except NodeProxySettingsError as exc:
+        raise typer.BadParameter(str(exc)) from None
     if (xds_address or ca_address) and (root_cert is None or token is None):
         raise typer.BadParameter("--xds-address and --ca-address need --root-cert and --token")
     topology = _lab_node(directory, node)
@@ -131,6 +153,8 @@ def nodeproxy(
         xds_server_name=server_name,
         cluster_id=cluster_id,
         trust_domain=trust_domain,
+        pool_max_streams=max_streams,
+        pool_idle_timeout=idle_timeout,
         event_loop=event_loop,
     )
     _logging()

@@ -74,7 +74,7 @@ class NodeProxy:
             settings=settings,
             state=self.state,
             certs=self.certs,
-            pool=ConnectionPool(),
+            pool=ConnectionPool(max_streams=settings.pool_max_streams, idle_timeout=settings.pool_idle_timeout),
             metrics=self.metrics,
             access_log=AccessLog(json=settings.log_json),
         )

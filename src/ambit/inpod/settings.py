@@ -1,11 +1,73 @@
-"""Settings of the node proxy (``ambit nodeproxy``), parsed once at start-up and passed down."""
+"""Settings of the node proxy (``ambit nodeproxy``), parsed once at start-up and passed down.
+
+The outbound connection pool's two limits are ztunnel's: a command-line flag wins, then the environment variable
+ztunnel reads (``POOL_MAX_STREAMS_PER_CONNECTION``, ``POOL_UNUSED_RELEASE_TIMEOUT``), then ztunnel's default.
+:func:`parse_pool_limits` does that, and says in one line which value was wrong and why.
+"""
 
 from __future__ import annotations
 
+import math
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ambit.errors import AmbitError
 from ambit.model.identity import DEFAULT_TRUST_DOMAIN
+
+POOL_MAX_STREAMS_ENV = "POOL_MAX_STREAMS_PER_CONNECTION"
+POOL_IDLE_TIMEOUT_ENV = "POOL_UNUSED_RELEASE_TIMEOUT"
+DEFAULT_POOL_MAX_STREAMS = 100
+DEFAULT_POOL_IDLE_TIMEOUT = 300.0
+
+_DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+class NodeProxySettingsError(AmbitError):
+    """A node-proxy setting (flag or environment variable) out of range or unreadable."""
+
+
+def parse_pool_limits(
+    max_streams: str | None, idle_timeout: str | None, environ: Mapping[str, str]
+) -> tuple[int, float]:
+    """``(max streams per connection, idle timeout in seconds)`` from the flags, else ``environ``, else defaults.
+
+    The timeout is seconds (``300``, ``0.5``), or a number with a unit as ztunnel's environment takes it (``5m``,
+    ``300s``, ``500ms``, ``1h``). ``0`` closes a pooled connection as soon as its last stream ends.
+    """
+    streams_text, streams_from = _pick(max_streams, "--pool-max-streams", environ, POOL_MAX_STREAMS_ENV)
+    timeout_text, timeout_from = _pick(idle_timeout, "--pool-idle-timeout", environ, POOL_IDLE_TIMEOUT_ENV)
+    streams = DEFAULT_POOL_MAX_STREAMS
+    if streams_text is not None:
+        try:
+            streams = int(streams_text.strip())
+        except ValueError:
+            raise NodeProxySettingsError(f"{streams_from}: expected a whole number, got {streams_text!r}") from None
+        if streams < 1:
+            raise NodeProxySettingsError(f"{streams_from}: expected at least 1 stream per connection, got {streams}")
+    timeout = DEFAULT_POOL_IDLE_TIMEOUT
+    if timeout_text is not None:
+        match = _DURATION.fullmatch(timeout_text)
+        if match is None and timeout_text.strip().startswith("-"):
+            raise NodeProxySettingsError(f"{timeout_from}: expected 0 seconds or more, got {timeout_text!r}")
+        if match is None:
+            raise NodeProxySettingsError(
+                f"{timeout_from}: expected seconds (e.g. 300, 0.5) or a duration (e.g. 5m, 500ms), got {timeout_text!r}"
+            )
+        timeout = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+        if not math.isfinite(timeout):
+            raise NodeProxySettingsError(f"{timeout_from}: {timeout_text!r} is too large")
+    return streams, timeout
+
+
+def _pick(flag: str | None, flag_name: str, environ: Mapping[str, str], env_name: str) -> tuple[str | None, str]:
+    if flag is not None:
+        return flag, flag_name
+    if env_name in environ:
+        return environ[env_name], f"${env_name}"
+    return None, ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +103,10 @@ class NodeProxySettings:
     """``/healthz/ready``."""
     log_json: bool = False
     """Access log lines as JSON instead of ``key=value``."""
+    pool_max_streams: int = DEFAULT_POOL_MAX_STREAMS
+    """Concurrent tunnels on one pooled outbound HBONE connection before the pool dials another."""
+    pool_idle_timeout: float = DEFAULT_POOL_IDLE_TIMEOUT
+    """Seconds a pooled connection without streams is kept; 0 closes it when its last stream ends."""
     event_loop: str = "uvloop"
     """The event loop the proxy runs on: ``uvloop`` or ``asyncio`` (see :mod:`ambit.inpod.eventloop`). uvloop is
     the default since the connection-churn soak test (``tests/integration/test_uvloop_churn.py``) passes under it."""

@@ -16,6 +16,13 @@ Rules (:class:`RestartBackoff`, pure):
    the last one is not a crash loop).
 4. On SIGTERM or SIGINT the supervisor stops restarting, sends SIGTERM to every daemon, waits ``term_grace``
    seconds, kills what is left, and exits.
+
+Extra flags: a daemon's command line is computed at each start, not once. A node proxy's gets the flags found in
+``<lab dir>/mesh/nodeproxy-flags`` at that moment appended (one flag per line, e.g. ``--pool-max-streams=1``;
+blank lines and ``#`` comments skipped; no file, no flags). So a benchmark changes the node proxies' settings by
+writing that file and sending SIGTERM to the proxies (rule 1 starts them again, with the new flags), and goes
+back by removing the file and doing the same. The file is read as it is, never parsed further: a bad flag makes
+the daemon exit at start-up, which shows in its log and in the restart count.
 """
 
 from __future__ import annotations
@@ -39,6 +46,8 @@ from ambit.lab.topology import Topology
 log = logging.getLogger("ambit.lab.supervisor")
 
 MESH_DAEMONS = ("nodeagent", "nodeproxy")
+NODEPROXY_FLAGS_FILE = "nodeproxy-flags"
+"""Under ``<lab dir>/mesh/``: extra flags for every node proxy, read at each (re)start (module docstring)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +70,25 @@ class Daemon:
     """What the lab record calls it, e.g. ``nodeproxy node-1``."""
     argv: tuple[str, ...]
     log: Path
+    flags_file: Path | None = None
+    """Extra flags appended to ``argv`` at each start, one a line (absent file: none)."""
+
+    def command(self) -> tuple[str, ...]:
+        """The command line for a start now: ``argv`` and the flags the flags file holds at this moment."""
+        return (*self.argv, *read_flags(self.flags_file)) if self.flags_file is not None else self.argv
+
+
+def read_flags(path: Path) -> tuple[str, ...]:
+    """One flag per non-blank line of ``path``, ``#`` lines skipped; none if the file is absent or unreadable."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return ()
+    except (OSError, UnicodeDecodeError) as exc:
+        log.warning("ignoring the flags in %s: %s", path, exc)
+        return ()
+    lines = (line.strip() for line in text.splitlines())
+    return tuple(line for line in lines if line and not line.startswith("#"))
 
 
 class RestartBackoff:
@@ -120,7 +148,9 @@ def mesh_daemons(topology: Topology, *, what: tuple[str, ...] = MESH_DAEMONS) ->
             # nsenter, not `ip netns exec`: the daemon must stay in the root mount namespace (pod namespaces are
             # bind mounts under /run/netns).
             argv = ("nsenter", f"--net=/run/netns/{node.netns}", "--", sys.executable, "-m", "ambit.cli", *args)
-            out.append(Daemon(f"{daemon} {node.name}", argv, topology.node_dir(node.name) / f"{daemon}.log"))
+            log_file = topology.node_dir(node.name) / f"{daemon}.log"
+            flags = topology.path / "mesh" / NODEPROXY_FLAGS_FILE if daemon == "nodeproxy" else None
+            out.append(Daemon(f"{daemon} {node.name}", argv, log_file, flags))
     return out
 
 
@@ -178,10 +208,11 @@ class Supervisor:
 
     async def _spawn(self, daemon: Daemon) -> asyncio.subprocess.Process:
         daemon.log.parent.mkdir(parents=True, exist_ok=True)
+        argv = daemon.command()
         out = os.open(daemon.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             proc = await asyncio.create_subprocess_exec(
-                *daemon.argv,
+                *argv,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=out,
@@ -194,7 +225,8 @@ class Supervisor:
         self.pids[daemon.what] = proc.pid
         if self.record is not None:
             self.record.note("process", pid=proc.pid, start_time=process_start_time(proc.pid) or 0, what=daemon.what)
-        log.info("started %s (pid %d)", daemon.what, proc.pid)
+        extra = argv[len(daemon.argv) :]
+        log.info("started %s (pid %d)%s", daemon.what, proc.pid, f" with {' '.join(extra)}" if extra else "")
         return proc
 
     async def aclose(self) -> None:

@@ -22,6 +22,16 @@ Invariants:
 - A connection with no streams for ``idle_timeout`` is closed by :meth:`ConnectionPool.reap_idle`, which the
   owner calls periodically; dead connections are forgotten there too. Idleness is the connection's own
   ``idle_since``, so the pool's ``clock`` must be the clock the connections were made with.
+
+Zero idle timeout (ztunnel's ``POOL_UNUSED_RELEASE_TIMEOUT=0``): a connection whose last stream ended is closed at
+once, never reused, so with ``max_streams=1`` every tunnel makes its own mutual-TLS handshake (what the benchmark's
+cold-handshake scenario measures). A connection does not say when its last stream ends, so the pool takes the
+opener's task as the owner of the tunnel it opened (the node proxy runs one task per proxied connection, which
+closes its tunnel before it ends): when that task is done, the connection it opened on is closed if it has no
+stream left. Two back-stops keep the rule when a tunnel outlives its opener's task: :meth:`ConnectionPool._acquire`
+never hands out a connection that has carried a stream and is idle now (it closes it instead), and
+:meth:`ConnectionPool.reap_idle` closes every idle connection. A freshly dialed connection is idle too (no stream
+yet) but has carried none, so its waiters can still take it.
 """
 
 from __future__ import annotations
@@ -43,6 +53,10 @@ MAX_STREAMS_PER_CONNECTION = 100
 
 class PoolClosedError(ProxyError):
     """The pool was closed; no more tunnels can be opened through it."""
+
+
+class PoolSettingsError(ProxyError):
+    """A pool limit out of range (local misuse: ``max_streams`` below 1 or a negative ``idle_timeout``)."""
 
 
 class PooledConnection(Protocol):
@@ -88,6 +102,13 @@ class _Dial:
 class _Bucket:
     connections: list[PooledConnection] = field(default_factory=list)
     dials: list[_Dial] = field(default_factory=list)
+    used: set[PooledConnection] = field(default_factory=set)
+    """Connections of ``connections`` the pool has handed out for a stream (zero idle timeout only)."""
+
+    def keep(self, connections: list[PooledConnection]) -> None:
+        self.connections = connections
+        if self.used:
+            self.used.intersection_update(connections)
 
 
 class ConnectionPool:
@@ -100,6 +121,10 @@ class ConnectionPool:
         clock: Callable[[], float] = time.monotonic,
         max_streams: int = MAX_STREAMS_PER_CONNECTION,
     ) -> None:
+        if max_streams < 1:
+            raise PoolSettingsError(f"max_streams must be at least 1, not {max_streams}")
+        if not idle_timeout >= 0:  # also refuses NaN
+            raise PoolSettingsError(f"idle_timeout must be 0 seconds or more, not {idle_timeout}")
         self._idle_timeout = idle_timeout
         self._clock = clock
         self._max_streams = max_streams
@@ -118,6 +143,8 @@ class ConnectionPool:
         retried = False
         while True:
             connection = await self._acquire(key, dial)
+            if self._idle_timeout == 0:
+                self._close_when_owner_ends(key, connection)
             try:
                 return await connection.open_tunnel(authority, headers)
             except ConnectionLostError:
@@ -125,6 +152,14 @@ class ConnectionPool:
                 if retried:
                     raise
                 retried = True
+
+    @property
+    def max_streams(self) -> int:
+        return self._max_streams
+
+    @property
+    def idle_timeout(self) -> float:
+        return self._idle_timeout
 
     def reap_idle(self) -> int:
         """Close connections idle past the timeout and forget dead ones; return how many were closed."""
@@ -141,7 +176,7 @@ class ConnectionPool:
                     reaped += 1
                     continue
                 keep.append(connection)
-            bucket.connections = keep
+            bucket.keep(keep)
             if not keep and not bucket.dials:
                 del self._buckets[key]
         return reaped
@@ -187,9 +222,13 @@ class ConnectionPool:
             if self._closed:
                 raise PoolClosedError("the connection pool is closed")
             bucket = self._buckets.setdefault(key, _Bucket())
-            bucket.connections = [c for c in bucket.connections if not c.closed]
+            bucket.keep([c for c in bucket.connections if not c.closed])
+            if self._idle_timeout == 0:
+                self._close_used_idle(bucket)
             for connection in bucket.connections:
                 if connection.available and connection.active_streams < self._max_streams:
+                    if self._idle_timeout == 0:
+                        bucket.used.add(connection)
                     return connection
             pending = next((d for d in bucket.dials if d.waiters < self._max_streams), None)
             if pending is None:
@@ -238,4 +277,26 @@ class ConnectionPool:
         bucket = self._buckets.get(key)
         if bucket is not None and connection in bucket.connections:
             bucket.connections.remove(connection)
+            bucket.used.discard(connection)
+            if not bucket.connections and not bucket.dials:
+                del self._buckets[key]
         connection.close()
+
+    # Zero idle timeout (see the module docstring).
+
+    def _close_when_owner_ends(self, key: PoolKey, connection: PooledConnection) -> None:
+        owner = asyncio.current_task()
+        if owner is not None:
+            owner.add_done_callback(lambda _: self._close_if_idle(key, connection))
+
+    def _close_if_idle(self, key: PoolKey, connection: PooledConnection) -> None:
+        """Close ``connection`` if its last stream has ended; another owner still using it will call again."""
+        if not self._closed and not connection.closed and connection.idle_since is not None:
+            self._forget(key, connection)
+
+    def _close_used_idle(self, bucket: _Bucket) -> None:
+        stale = [c for c in bucket.used if c.idle_since is not None]
+        if stale:
+            for connection in stale:
+                connection.close()
+            bucket.keep([c for c in bucket.connections if c not in stale])

@@ -1,0 +1,49 @@
+"""The pool with one stream per connection and no idle time over real mutual TLS: a handshake per tunnel."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from tests.integration.test_hbone_tls import CLIENT, SERVER, TD, Mesh, _echo_once, _until
+
+from ambit.identity.localca import LocalCa
+from ambit.proxy.pool import ConnectionPool
+
+
+@pytest.fixture
+async def cold_mesh(ca: LocalCa) -> AsyncIterator[Mesh]:
+    client_cert, server_cert = await asyncio.gather(ca.fetch_certificate(CLIENT), ca.fetch_certificate(SERVER))
+    mesh = Mesh(ca, client_cert, server_cert)
+    mesh.pool = ConnectionPool(max_streams=1, idle_timeout=0, clock=mesh.clock)
+    await mesh.start()
+    yield mesh
+    await mesh.aclose()
+
+
+@pytest.fixture
+async def ca(tmp_path: Path) -> LocalCa:
+    return LocalCa(tmp_path / "ca", trust_domain=TD)
+
+
+async def test_each_tunnel_makes_its_own_connection_closed_when_its_task_ends(cold_mesh: Mesh) -> None:
+    for n in range(1, 4):
+        payload = f"tunnel {n}".encode()
+        assert await asyncio.create_task(_echo_once(cold_mesh, payload)) == payload
+        await asyncio.sleep(0)  # the ended task's callbacks
+        assert cold_mesh.pool.stats()["connections"] == 0, "closed at once, without a reap"
+        await _until(lambda: not cold_mesh.serving)  # the server saw the close
+        assert cold_mesh.connections_served == n
+    assert cold_mesh.failures == []
+
+
+async def test_concurrent_tunnels_each_get_a_handshake_of_their_own(cold_mesh: Mesh) -> None:
+    payloads = [f"tunnel {i} ".encode() * (i + 1) for i in range(12)]
+    replies = await asyncio.gather(*(asyncio.create_task(_echo_once(cold_mesh, p)) for p in payloads))
+    assert replies == payloads
+    assert cold_mesh.connections_served == 12
+    await asyncio.sleep(0)
+    assert cold_mesh.pool.stats()["connections"] == 0
+    await _until(lambda: not cold_mesh.serving)

@@ -1,0 +1,72 @@
+"""Parsing the node proxy's pool limits: flags first, then ztunnel's environment variables, then the defaults."""
+
+from __future__ import annotations
+
+import pytest
+
+from ambit.inpod.settings import (
+    DEFAULT_POOL_IDLE_TIMEOUT,
+    DEFAULT_POOL_MAX_STREAMS,
+    NodeProxySettings,
+    NodeProxySettingsError,
+    parse_pool_limits,
+)
+
+STREAMS_ENV, TIMEOUT_ENV = "POOL_MAX_STREAMS_PER_CONNECTION", "POOL_UNUSED_RELEASE_TIMEOUT"
+
+
+def test_without_flags_or_environment_the_limits_are_ztunnels_defaults() -> None:
+    assert parse_pool_limits(None, None, {}) == (100, 300.0)
+    assert (DEFAULT_POOL_MAX_STREAMS, DEFAULT_POOL_IDLE_TIMEOUT) == (100, 300.0)
+
+
+def test_settings_default_to_the_same_limits() -> None:
+    from pathlib import Path
+
+    settings = NodeProxySettings(node="n", zds_socket=Path("/nonexistent"))
+    assert (settings.pool_max_streams, settings.pool_idle_timeout) == (100, 300.0)
+
+
+def test_the_environment_is_read_when_no_flag_is_given() -> None:
+    assert parse_pool_limits(None, None, {STREAMS_ENV: "1", TIMEOUT_ENV: "0"}) == (1, 0.0)
+
+
+def test_a_flag_wins_over_the_environment() -> None:
+    assert parse_pool_limits("7", "2.5", {STREAMS_ENV: "1", TIMEOUT_ENV: "0"}) == (7, 2.5)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("0", 0.0), ("300", 300.0), ("0.5", 0.5), (".25", 0.25), ("300s", 300.0), ("5m", 300.0), ("500ms", 0.5),
+     ("1h", 3600.0), (" 10 ", 10.0)],
+)  # fmt: skip
+def test_the_idle_timeout_is_seconds_or_a_duration_with_a_unit(text: str, seconds: float) -> None:
+    assert parse_pool_limits(None, text, {}) == (100, seconds)
+
+
+@pytest.mark.parametrize(
+    ("streams", "timeout", "message"),
+    [
+        ("0", None, "--pool-max-streams: expected at least 1 stream per connection, got 0"),
+        ("-2", None, "--pool-max-streams: expected at least 1"),
+        ("many", None, "--pool-max-streams: expected a whole number, got 'many'"),
+        ("1.5", None, "--pool-max-streams: expected a whole number"),
+        (None, "-1", "--pool-idle-timeout: expected 0 seconds or more, got '-1'"),
+        (None, "soon", "--pool-idle-timeout: expected seconds (e.g. 300, 0.5) or a duration"),
+        (None, "5 days", "--pool-idle-timeout: expected seconds"),
+        (None, "nan", "--pool-idle-timeout: expected seconds"),
+        (None, "9" * 400, "is too large"),
+    ],
+)
+def test_a_bad_flag_is_named_in_one_line(streams: str | None, timeout: str | None, message: str) -> None:
+    with pytest.raises(NodeProxySettingsError) as caught:
+        parse_pool_limits(streams, timeout, {})
+    assert message in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_bad_environment_variable_is_named_as_such() -> None:
+    with pytest.raises(NodeProxySettingsError, match=r"^\$POOL_MAX_STREAMS_PER_CONNECTION: expected at least 1"):
+        parse_pool_limits(None, None, {STREAMS_ENV: "0"})
+    with pytest.raises(NodeProxySettingsError, match=r"^\$POOL_UNUSED_RELEASE_TIMEOUT: expected 0 seconds or more"):
+        parse_pool_limits(None, None, {TIMEOUT_ENV: "-5"})
