@@ -92,10 +92,29 @@ class HboneCore(Protocol):
 class HboneStream:
     """One CONNECT tunnel as a :class:`~ambit.proxy.streams.ByteStream` (client or server end)."""
 
+    __slots__ = (
+        "_chunks",
+        "_drained",
+        "_eof_delivered",
+        "_error",
+        "_local_ended",
+        "_on_data",
+        "_on_eof",
+        "_on_error",
+        "_paused",
+        "_reader",
+        "_remote_ended",
+        "_session",
+        "_writer",
+        "response",
+        "stream_id",
+    )
+
     def __init__(self, session: HboneSession, stream_id: int) -> None:
         self._session = session
         self.stream_id = stream_id
-        self._chunks: collections.deque[tuple[bytes, int]] = collections.deque()
+        # DATA not yet read (pull mode) or held while paused (push mode); made when first needed.
+        self._chunks: collections.deque[tuple[bytes, int]] | None = None
         self._remote_ended = False
         self._local_ended = False
         self._error: str | None = None  # set once reset (either way) or the connection is gone
@@ -129,6 +148,7 @@ class HboneStream:
                 await self._reader
             finally:
                 self._reader = None
+        assert self._chunks is not None
         data, flow_length = self._chunks.popleft()
         if self._error is None:
             self._session.core.consumed(self.stream_id, flow_length)
@@ -240,8 +260,15 @@ class HboneStream:
         if self._error is not None:
             self._session.core.consumed(self.stream_id, flow_length)
             return
+        on_data = self._on_data
+        if on_data is not None and not self._paused and not self._chunks:
+            self._session.core.consumed(self.stream_id, flow_length)  # the common case: straight through
+            on_data(data)
+            return
+        if self._chunks is None:
+            self._chunks = collections.deque()
         self._chunks.append((data, flow_length))
-        if self._on_data is not None:
+        if on_data is not None:
             if not self._paused:
                 self._deliver()
             return
@@ -267,7 +294,7 @@ class HboneStream:
         if self._error is not None:
             return
         self._error = reason
-        self._chunks.clear()
+        self._chunks = None
         for waiter in (self._reader, self._writer):
             if waiter is not None and not waiter.done():
                 waiter.set_exception(StreamClosedError(reason))
@@ -329,8 +356,16 @@ class HboneSession(asyncio.Protocol):
             # The TLS layer may hand us the peer's first bytes before the handshake's waiter has run.
             self._held_input.append(data)
             return
+        streams = self.streams
         for event in self.core.receive_data(data):
-            self._dispatch(event)
+            if type(event) is DataReceived:  # the hot path, ahead of the general dispatch
+                stream = streams.get(event.stream_id)
+                if stream is None:  # data racing our reset: give the window back
+                    self.core.consumed(event.stream_id, event.flow_length)
+                else:
+                    stream._data(event.data, event.flow_length)
+            else:
+                self._dispatch(event)
         self.flush()
 
     def eof_received(self) -> bool:
