@@ -5,11 +5,16 @@ record), hands :meth:`Accounting.up` / :meth:`Accounting.down` to the relay as b
 :meth:`Accounting.finish` exactly once. Byte directions follow Istio for both reporters: "received" is
 client→server, "sent" is server→client. A connection that fails before the relay is reported with
 :meth:`Accounting.failed` (counted as failed, logged with the error, no opened/closed pair).
+
+Memory: an idle connection keeps its :class:`Accounting` (slotted), labels and record for its whole life, so the
+strings they hold that every connection between the same pair repeats are shared, not rebuilt: principals are
+interned (:func:`principal`); workload names come from the workload objects themselves.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from collections.abc import Callable
 
@@ -17,6 +22,11 @@ from ambit.model.identity import SpiffeId
 from ambit.model.workload import Service, Workload
 from ambit.telemetry.accesslog import AccessLog, ConnectionRecord
 from ambit.telemetry.metrics import ConnectionMetrics, ProxyMetrics, Reporter, SecurityPolicy, TrafficLabels
+
+
+def principal(identity: SpiffeId) -> str:
+    """``str(identity)``, interned: the one string every connection of that identity shares."""
+    return sys.intern(str(identity))
 
 
 def traffic_labels(
@@ -37,7 +47,7 @@ def traffic_labels(
         source_canonical_service=source.canonical_name if source else "",
         source_canonical_revision=source.canonical_revision if source else "",
         source_workload_namespace=source.namespace if source else "",
-        source_principal=str(source_identity) if mtls and source_identity else "",
+        source_principal=principal(source_identity) if mtls and source_identity else "",
         source_app=source.canonical_name if source else "",
         source_version=source.canonical_revision if source else "",
         source_cluster=source.cluster_id if source else "",
@@ -48,7 +58,7 @@ def traffic_labels(
         destination_canonical_service=destination.canonical_name if destination else "",
         destination_canonical_revision=destination.canonical_revision if destination else "",
         destination_workload_namespace=destination.namespace if destination else "",
-        destination_principal=str(destination_identity) if mtls and destination_identity else "",
+        destination_principal=principal(destination_identity) if mtls and destination_identity else "",
         destination_app=destination.canonical_name if destination else "",
         destination_version=destination.canonical_revision if destination else "",
         destination_cluster=destination.cluster_id if destination else "",
@@ -60,6 +70,8 @@ def traffic_labels(
 class Accounting:
     """One connection's metrics handle and access-log record."""
 
+    __slots__ = ("_clock", "_handle", "_labels", "_log", "_metrics", "_record", "_started", "bytes_down", "bytes_up")
+
     def __init__(
         self,
         metrics: ProxyMetrics,
@@ -68,7 +80,8 @@ class Accounting:
         record: ConnectionRecord,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._metrics, self._log, self._labels, self._record = metrics, access_log, labels, record
+        self._metrics, self._log, self._record = metrics, access_log, record
+        self._labels = metrics.shared_labels(labels)
         self._clock = clock
         self._started = clock()
         self._handle: ConnectionMetrics | None = None

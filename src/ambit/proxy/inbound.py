@@ -24,7 +24,10 @@ import ipaddress
 import logging
 import socket
 import ssl
+import sys
+from collections.abc import Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 from ambit.errors import AmbitError
 from ambit.hbone.errors import AuthorityError
@@ -32,7 +35,7 @@ from ambit.hbone.headers import parse_authority
 from ambit.identity.manager import WorkloadCertificate
 from ambit.model.identity import SpiffeId
 from ambit.model.workload import Workload
-from ambit.proxy.accounting import Accounting, traffic_labels
+from ambit.proxy.accounting import Accounting, principal, traffic_labels
 from ambit.proxy.authorization import ConnectionFacts
 from ambit.proxy.context import ILLEGAL_PORTS, LocalPod, ProxyContext
 from ambit.proxy.errors import ProxyError
@@ -98,11 +101,11 @@ def _account(
         dst_hbone_addr=hbone_addr,
         src_workload=source.name if source else "",
         src_namespace=source.namespace if source else "",
-        src_identity=str(source_identity) if source_identity else "",
+        src_identity=principal(source_identity) if source_identity else "",
         src_cluster=source.cluster_id if source else "",
         dst_workload=target.workload.name,
         dst_namespace=target.workload.namespace,
-        dst_identity=str(target.workload.identity) if mtls else "",
+        dst_identity=principal(target.workload.identity) if mtls else "",
         dst_cluster=target.workload.cluster_id,
     )
     return Accounting(ctx.metrics, ctx.access_log, labels, record, ctx.clock)
@@ -126,8 +129,8 @@ async def serve_hbone(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) -> 
     async def certificate() -> WorkloadCertificate:
         return await ctx.certs.fetch(pod.identity)
 
-    async def handle(request: InboundRequest, responder: TunnelResponder) -> None:
-        await _serve_tunnel(ctx, pod, local_ip, peer, request, responder)
+    def handle(request: InboundRequest, responder: TunnelResponder) -> Coroutine[Any, Any, None]:
+        return _serve_tunnel(ctx, pod, local_ip, peer, request, responder)  # no wrapper frame per tunnel
 
     conn = ctx.register("inbound", hostport(peer[0], peer[1]), hostport(local_ip, 15008), pod)
     try:
@@ -165,10 +168,10 @@ async def _serve_tunnel(
         ctx,
         target=target,
         source_ip=peer[0],
-        source_addr=hostport(*peer),
+        source_addr=sys.intern(hostport(*peer)),  # the HBONE connection's peer: shared by its tunnels
         source_identity=source_identity,
         hbone_addr=request.authority,
-        dst_addr=hostport(local_ip, target_port),
+        dst_addr=sys.intern(hostport(local_ip, target_port)),
     )
     facts = ConnectionFacts(peer[0], source_identity, workload, local_ip, target_port)
     try:
@@ -179,7 +182,15 @@ async def _serve_tunnel(
         return
     stream = responder.accept()
     accounting.opened()
-    await _relay(stream, SocketStream(upstream), accounting)
+    # The relay runs in this frame (not in a helper coroutine): an idle tunnel keeps one suspended frame less.
+    downstream, upstream_stream = stream, SocketStream(upstream)
+    error = "cancelled"
+    try:
+        result = await relay(downstream, upstream_stream, on_upstream=accounting.up, on_downstream=accounting.down)
+        error = result.error
+    finally:
+        accounting.finish(error)
+        await asyncio.gather(downstream.aclose(), upstream_stream.aclose(), return_exceptions=True)
 
 
 def _inbound_port(ctx: ProxyContext, workload: Workload, local_ip: str, host: str, port: int) -> int:

@@ -22,12 +22,14 @@ import ipaddress
 import logging
 import random
 import socket
+import sys
+from collections.abc import Callable
 
 from ambit.errors import AmbitError
 from ambit.hbone.headers import connect_headers
 from ambit.model.state import Destination, NoHealthyUpstreamError, Tunnel
 from ambit.model.workload import IPAddress, Workload
-from ambit.proxy.accounting import Accounting, traffic_labels
+from ambit.proxy.accounting import Accounting, principal, traffic_labels
 from ambit.proxy.context import ILLEGAL_PORTS, LocalPod, ProxyContext
 from ambit.proxy.hbone_client import HboneClient
 from ambit.proxy.inbound import deliver_locally
@@ -66,51 +68,66 @@ async def serve_outbound(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) 
         log.warning("pod %s: unknown source workload, refusing %s", pod.uid, hostport(dst_ip, dst_port))
         reset(sock)
         return
+    peer_addr, dst_addr = hostport(peer[0], peer[1]), hostport(dst_ip, dst_port)
     try:
         destination = ctx.state.resolve(ctx.settings.network, dst_ip, dst_port, random.choice)
     except NoHealthyUpstreamError as exc:
-        _account(ctx, pod, source, peer, None, dst_ip, dst_port).failed(str(exc), "NR")
+        _account(ctx, pod, source, peer_addr, None, dst_addr).failed(str(exc), "NR")
         reset(sock)
         return
-    accounting = _account(ctx, pod, source, peer, destination, dst_ip, dst_port)
-    conn = ctx.register("outbound", hostport(peer[0], peer[1]), hostport(dst_ip, dst_port), pod)
+    accounting = _account(ctx, pod, source, peer_addr, destination, dst_addr)
+    conn = ctx.register("outbound", peer_addr, dst_addr, pod)
     try:
-        await _forward(ctx, pod, source, sock, peer, destination, accounting)
+        # The upstream is opened by a helper that returns, and the relay runs in this frame: an idle connection
+        # keeps one suspended coroutine here, not a chain of them.
+        accountings = [accounting]
+        try:
+            upstream = await _open_upstream(ctx, pod, peer, peer_addr, destination, accountings)
+        except (AmbitError, OSError) as exc:
+            flag = getattr(exc, "flag", "CONNECT")
+            accounting.failed(str(exc), str(flag))
+            reset(sock)
+            return
+        accounting.opened()
+        up: Callable[[int], None]
+        down: Callable[[int], None]
+        if len(accountings) == 1:
+            up, down = accounting.up, accounting.down
+        else:  # the same-node fast path: the destination side's accounting too
+            up, down = _counting(accountings)
+        error = "cancelled"
+        downstream = SocketStream(sock)
+        try:
+            result = await relay(downstream, upstream, on_upstream=up, on_downstream=down)
+            error = result.error
+        finally:
+            for each in accountings:
+                each.finish(error)
+            await asyncio.gather(downstream.aclose(), upstream.aclose(), return_exceptions=True)
     finally:
         ctx.unregister(conn)
 
 
-async def _forward(
+async def _open_upstream(
     ctx: ProxyContext,
     pod: LocalPod,
-    source: Workload,
-    sock: socket.socket,
     peer: tuple[str, int],
+    peer_addr: str,
     destination: Destination,
-    accounting: Accounting,
-) -> None:
-    upstream: ByteStream
-    accountings = [accounting]
-    try:
-        if destination.tunnel is Tunnel.HBONE:
-            local_pod = ctx.find_local_pod_by_ip(destination.ip)
-            if local_pod is not None:
-                delivery = await deliver_locally(
-                    ctx, local_pod, peer[0], pod.identity, destination.port, hostport(peer[0], peer[1])
-                )
-                upstream = delivery.stream
-                accountings.append(delivery.accounting)
-            else:
-                upstream = await _open_tunnel(ctx, pod, peer, destination)
-        else:
-            upstream = SocketStream(await connect(pod.sockets, (str(destination.ip), destination.port)))
-    except (AmbitError, OSError) as exc:
-        flag = getattr(exc, "flag", "CONNECT")
-        accounting.failed(str(exc), str(flag))
-        reset(sock)
-        return
-    accounting.opened()
+    accountings: list[Accounting],
+) -> ByteStream:
+    """The upstream of ``destination``: same-node delivery (adding its accounting), an HBONE tunnel, or TCP."""
+    if destination.tunnel is Tunnel.HBONE:
+        local_pod = ctx.find_local_pod_by_ip(destination.ip)
+        if local_pod is None:
+            return await _open_tunnel(ctx, pod, peer, destination)
+        delivery = await deliver_locally(ctx, local_pod, peer[0], pod.identity, destination.port, peer_addr)
+        accountings.append(delivery.accounting)
+        return delivery.stream
+    return SocketStream(await connect(pod.sockets, (str(destination.ip), destination.port)))
 
+
+def _counting(accountings: list[Accounting]) -> tuple[Callable[[int], None], Callable[[int], None]]:
     def up(n: int) -> None:
         for each in accountings:
             each.up(n)
@@ -119,15 +136,7 @@ async def _forward(
         for each in accountings:
             each.down(n)
 
-    error = "cancelled"
-    downstream = SocketStream(sock)
-    try:
-        result = await relay(downstream, upstream, on_upstream=up, on_downstream=down)
-        error = result.error
-    finally:
-        for each in accountings:
-            each.finish(error)
-        await asyncio.gather(downstream.aclose(), upstream.aclose(), return_exceptions=True)
+    return up, down
 
 
 async def _open_tunnel(ctx: ProxyContext, pod: LocalPod, peer: tuple[str, int], destination: Destination) -> ByteStream:
@@ -152,10 +161,9 @@ def _account(
     ctx: ProxyContext,
     pod: LocalPod,
     source: Workload,
-    peer: tuple[str, int],
+    peer_addr: str,
     destination: Destination | None,
-    dst_ip: IPAddress,
-    dst_port: int,
+    original_addr: str,
 ) -> Accounting:
     target = destination.workload if destination else None
     mtls = destination is not None and destination.tunnel is Tunnel.HBONE
@@ -170,24 +178,26 @@ def _account(
         mtls=mtls,
     )
     if destination is not None and destination.tunnel is Tunnel.HBONE:
-        dst_addr, hbone_addr = hostport(destination.ip, HBONE_PORT), hostport(destination.ip, destination.port)
+        # Per destination, not per connection: interned, so connections to one destination share them.
+        dst_addr = sys.intern(hostport(destination.ip, HBONE_PORT))
+        hbone_addr = sys.intern(hostport(destination.ip, destination.port))
     elif destination is not None:
         dst_addr, hbone_addr = hostport(destination.ip, destination.port), ""
     else:
-        dst_addr, hbone_addr = hostport(dst_ip, dst_port), ""
+        dst_addr, hbone_addr = original_addr, ""
     record = ConnectionRecord(
         direction="outbound",
-        src_addr=hostport(peer[0], peer[1]),
+        src_addr=peer_addr,
         dst_addr=dst_addr,
         dst_hbone_addr=hbone_addr,
         src_workload=source.name,
         src_namespace=source.namespace,
-        src_identity=str(pod.identity) if mtls else "",
+        src_identity=principal(pod.identity) if mtls else "",
         src_cluster=source.cluster_id,
         dst_service=service.hostname if service else "",
         dst_workload=target.name if target else "",
         dst_namespace=target.namespace if target else "",
-        dst_identity=str(target.identity) if mtls and target else "",
+        dst_identity=principal(target.identity) if mtls and target else "",
         dst_cluster=target.cluster_id if target else "",
     )
     return Accounting(ctx.metrics, ctx.access_log, labels, record, ctx.clock)

@@ -78,6 +78,16 @@ async def relay(
 ) -> RelayResult:
     """Copy both ways until both directions reached EOF, or an error aborts both (see the module's rules)."""
     result = RelayResult(0, 0)
+    if type(downstream) in _PUSH_TYPES and type(upstream) in _PUSH_TYPES:  # cheaper than a Protocol isinstance
+        # Awaited here rather than in a helper coroutine: an idle connection keeps this one frame, not two.
+        push = _PushRelay(cast(PushStream, downstream), cast(PushStream, upstream), result)
+        try:
+            push.start(on_upstream, on_downstream)
+            await push.finished
+        except BaseException:  # cancelled: nothing may outlive the relay
+            push.cancel()
+            raise
+        return result
 
     def count_up(n: int) -> None:
         result.upstream_bytes += n
@@ -89,8 +99,6 @@ async def relay(
         if on_downstream is not None:
             on_downstream(n)
 
-    if type(downstream) in _PUSH_TYPES and type(upstream) in _PUSH_TYPES:  # cheaper than a Protocol isinstance
-        return await _push_relay(cast(PushStream, downstream), cast(PushStream, upstream), result, count_up, count_down)
     pending = {
         asyncio.ensure_future(_pump(downstream, upstream, "downstream->upstream", count_up)),
         asyncio.ensure_future(_pump(upstream, downstream, "upstream->downstream", count_down)),
@@ -115,70 +123,101 @@ async def relay(
     return result
 
 
-async def _push_relay(
-    downstream: PushStream,
-    upstream: PushStream,
-    result: RelayResult,
-    count_up: Callable[[int], None],
-    count_down: Callable[[int], None],
-) -> RelayResult:
-    """The relay on callbacks (see the module docstring); same rules, same result."""
-    finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    open_directions = 2
+class _PushRelay:
+    """The relay on callbacks (see the module docstring); same rules, same result.
 
-    def finish(error: str = "") -> None:
-        if finished.done():
+    One slotted object per relay and one per direction, whose bound methods are the streams' callbacks: an idle
+    connection holds these few small objects rather than a closure (and its cells) per callback.
+    """
+
+    __slots__ = ("downstream", "finished", "open_directions", "result", "upstream")
+
+    def __init__(
+        self,
+        downstream: PushStream,
+        upstream: PushStream,
+        result: RelayResult,
+    ) -> None:
+        self.downstream, self.upstream, self.result = downstream, upstream, result
+        self.finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.open_directions = 2
+
+    def start(self, on_upstream: Callable[[int], None] | None, on_downstream: Callable[[int], None] | None) -> None:
+        _Direction(self, self.downstream, self.upstream, True, on_upstream).start()
+        _Direction(self, self.upstream, self.downstream, False, on_downstream).start()
+
+    def finish(self, error: str = "") -> None:
+        if self.finished.done():
             return
-        finished.set_result(None)  # first: aborting calls back into on_error
+        self.finished.set_result(None)  # first: aborting calls back into on_error
         if error:
-            result.error = error
-            _abort_both(downstream, upstream)
+            self.result.error = error
+            _abort_both(self.downstream, self.upstream)
 
-    def direction_done() -> None:
-        nonlocal open_directions
-        open_directions -= 1
-        if open_directions == 0:
-            finish()
+    def direction_done(self) -> None:
+        self.open_directions -= 1
+        if self.open_directions == 0:
+            self.finish()
 
-    def wire(src: PushStream, dst: PushStream, name: str, count: Callable[[int], None]) -> None:
-        def on_data(data: bytes) -> None:
-            if finished.done():
-                return
-            try:
-                below_bound = dst.write_nowait(data)
-            except (ProxyError, OSError) as exc:
-                finish(f"{name} write: {exc}")
-                return
-            count(len(data))
-            if not below_bound:
-                src.pause_reading()
-                dst.when_drained(src.resume_reading)
+    def cancel(self) -> None:
+        if not self.finished.done():
+            self.finished.cancel()
+        _abort_both(self.downstream, self.upstream)
 
-        def on_eof() -> None:
-            if finished.done():
-                return
-            try:
-                dst.write_eof()
-            except (ProxyError, OSError) as exc:
-                finish(f"{name} write_eof: {exc}")
-                return
-            if dst.flushed:
-                direction_done()
-            else:
-                dst.when_drained(direction_done)
 
-        def on_error(reason: str) -> None:
-            finish(f"{name} read: {reason}")
+class _Direction:
+    """One direction of a :class:`_PushRelay`: ``src``'s chunks, EOF and failure go to ``dst``."""
 
-        src.start_push(on_data, on_eof, on_error)
+    __slots__ = ("count", "dst", "relay", "src", "upward")
 
-    try:
-        wire(downstream, upstream, "downstream->upstream", count_up)
-        wire(upstream, downstream, "upstream->downstream", count_down)
-        await finished
-    except BaseException:  # cancelled: nothing may outlive the relay
-        if not finished.done():
-            finished.cancel()
-        _abort_both(downstream, upstream)
-        raise
-    return result
+    def __init__(
+        self, relay: _PushRelay, src: PushStream, dst: PushStream, upward: bool, count: Callable[[int], None] | None
+    ) -> None:
+        self.relay, self.src, self.dst, self.upward, self.count = relay, src, dst, upward, count
+
+    def start(self) -> None:
+        self.src.start_push(self.on_data, self.on_eof, self.on_error)
+
+    @property
+    def name(self) -> str:
+        return "downstream->upstream" if self.upward else "upstream->downstream"
+
+    def on_data(self, data: bytes | memoryview) -> None:
+        relay = self.relay
+        if relay.finished.done():
+            return
+        dst = self.dst
+        try:
+            below_bound = dst.write_nowait(data)
+        except (ProxyError, OSError) as exc:
+            relay.finish(f"{self.name} write: {exc}")
+            return
+        n = len(data)
+        if self.upward:
+            relay.result.upstream_bytes += n
+        else:
+            relay.result.downstream_bytes += n
+        if self.count is not None:
+            self.count(n)
+        if not below_bound:
+            src = self.src
+            src.pause_reading()
+            dst.when_drained(src.resume_reading)
+
+    def on_eof(self) -> None:
+        relay = self.relay
+        if relay.finished.done():
+            return
+        dst = self.dst
+        try:
+            dst.write_eof()
+        except (ProxyError, OSError) as exc:
+            relay.finish(f"{self.name} write_eof: {exc}")
+            return
+        if dst.flushed:
+            relay.direction_done()
+        else:
+            dst.when_drained(relay.direction_done)
+
+    def on_error(self, reason: str) -> None:
+        self.relay.finish(f"{self.name} read: {reason}")

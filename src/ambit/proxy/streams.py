@@ -61,14 +61,14 @@ class PushStream(ByteStream, Protocol):
     """A :class:`ByteStream` that can also be driven by callbacks (see the module docstring)."""
 
     def start_push(
-        self, on_data: Callable[[bytes], None], on_eof: Callable[[], None], on_error: Callable[[str], None]
+        self, on_data: Callable[[bytes | memoryview], None], on_eof: Callable[[], None], on_error: Callable[[str], None]
     ) -> None:
         """From now on deliver every chunk, then EOF, or the reason the stream failed (once), by callback."""
 
     def pause_reading(self) -> None: ...
     def resume_reading(self) -> None: ...
 
-    def write_nowait(self, data: bytes) -> bool:
+    def write_nowait(self, data: bytes | memoryview) -> bool:
         """Queue ``data`` without waiting; False when over the stream's bound (then see ``when_drained``)."""
 
     def when_drained(self, callback: Callable[[], None]) -> None:
@@ -86,7 +86,33 @@ def _describe(exc: OSError) -> str:
 
 
 class SocketStream:
-    """A :class:`ByteStream` over a connected non-blocking TCP socket, which it owns from now on."""
+    """A :class:`ByteStream` over a connected non-blocking TCP socket, which it owns from now on.
+
+    Slotted, and the push-mode output queue is only made when the kernel first refuses part of a write: an idle
+    relayed connection holds two of these, so their size is part of the proxy's memory per connection.
+    """
+
+    __slots__ = (
+        "_aborted",
+        "_chunk",
+        "_closed",
+        "_drained",
+        "_eof_seen",
+        "_eof_sent",
+        "_fd",
+        "_loop",
+        "_max_chunk",
+        "_on_data",
+        "_on_eof",
+        "_on_error",
+        "_out",
+        "_read_armed",
+        "_reader",
+        "_shutdown_pending",
+        "_sock",
+        "_write_armed",
+        "_writer",
+    )
 
     def __init__(self, sock: socket.socket, *, max_chunk: int = 256 * 1024) -> None:
         sock.setblocking(False)
@@ -102,11 +128,11 @@ class SocketStream:
         self._closed = False
         self._aborted = False
         # Push mode.
-        self._on_data: Callable[[bytes], None] | None = None
+        self._on_data: Callable[[bytes | memoryview], None] | None = None
         self._on_eof: Callable[[], None] = _nothing
         self._on_error: Callable[[str], None] = _ignore
         self._eof_seen = False
-        self._out: collections.deque[memoryview] = collections.deque()  # what the kernel did not take yet
+        self._out: collections.deque[memoryview] | None = None  # what the kernel did not take yet (made on need)
         self._write_armed = False
         self._shutdown_pending = False
         self._drained: Callable[[], None] | None = None
@@ -162,7 +188,7 @@ class SocketStream:
     # Push mode (see the module docstring).
 
     def start_push(
-        self, on_data: Callable[[bytes], None], on_eof: Callable[[], None], on_error: Callable[[str], None]
+        self, on_data: Callable[[bytes | memoryview], None], on_eof: Callable[[], None], on_error: Callable[[str], None]
     ) -> None:
         self._on_data, self._on_eof, self._on_error = on_data, on_eof, on_error
         if self._closed:
@@ -180,7 +206,7 @@ class SocketStream:
             self._read_armed = True
             self._loop.add_reader(self._fd, self._push_readable)
 
-    def write_nowait(self, data: bytes) -> bool:
+    def write_nowait(self, data: bytes | memoryview) -> bool:
         self._check_open("write")
         if self._eof_sent:
             raise StreamClosedError("write after write_eof")
@@ -197,7 +223,10 @@ class SocketStream:
             view = view[sent:]
             self._write_armed = True
             self._loop.add_writer(self._fd, self._push_writable)
-        self._out.append(view)
+        out = self._out
+        if out is None:
+            out = self._out = collections.deque()
+        out.append(view)
         return False
 
     def when_drained(self, callback: Callable[[], None]) -> None:
@@ -210,7 +239,7 @@ class SocketStream:
     @property
     def buffered(self) -> int:
         """Bytes ``write_nowait`` accepted that the kernel has not taken yet (at most about one chunk)."""
-        return sum(len(view) for view in self._out)
+        return sum(len(view) for view in self._out or ())
 
     def _push_readable(self) -> None:
         try:
@@ -233,6 +262,7 @@ class SocketStream:
 
     def _push_writable(self) -> None:
         out = self._out
+        assert out is not None
         while out:
             try:
                 sent = self._sock.send(out[0])
@@ -283,7 +313,7 @@ class SocketStream:
         if self._writer is not None or self._write_armed:
             self._write_armed = False
             self._loop.remove_writer(self._fd)
-        self._out.clear()
+        self._out = None
         self._drained = None
         for waiter in (self._reader, self._writer):
             if waiter is not None and not waiter.done():

@@ -101,7 +101,8 @@ def _dumps(obj: object) -> str:
 def _text_value(key: str, value: str | int) -> str:
     if isinstance(value, int):
         return str(value)
-    if key in _ALWAYS_QUOTED or not value or any(c in _NEEDS_QUOTES or not c.isprintable() for c in value):
+    # isprintable and isdisjoint run in C; a per-character generator was most of the line's formatting time.
+    if key in _ALWAYS_QUOTED or not value or not value.isprintable() or not _NEEDS_QUOTES.isdisjoint(value):
         return _dumps(value)
     return value
 

@@ -148,6 +148,9 @@ class ProxyMetrics:
         self._lock = threading.Lock()
         self._build_version = build_version or UNKNOWN
         self._open: set[ConnectionMetrics] = set()
+        # Per distinct label set: one shared labels object and its values, computed once and held by every
+        # connection with those labels (an idle connection keeps both). Bounded like the families themselves.
+        self._shared: dict[TrafficLabels, tuple[TrafficLabels, LabelValues]] = {}
         self._opened = _Family("istio_tcp_connections_opened", "The total number of TCP connections opened")
         self._closed = _Family("istio_tcp_connections_closed", "The total number of TCP connections closed")
         self._received = _Family("istio_tcp_received_bytes", "The size of total bytes received during request")
@@ -166,7 +169,7 @@ class ProxyMetrics:
 
     def connection_opened(self, labels: TrafficLabels) -> ConnectionMetrics:
         """Count a new connection (``istio_tcp_connections_opened_total``) and return its byte-count handle."""
-        key = labels.values()
+        key = self._key(labels)
         conn = ConnectionMetrics(self, key)
         with self._lock:
             self._opened.bump(key)
@@ -178,9 +181,22 @@ class ProxyMetrics:
 
     def connection_failed(self, labels: TrafficLabels) -> None:
         """Count a connection that failed to establish (``istio_tcp_connections_failed_total``)."""
-        key = labels.values()
+        key = self._key(labels)
         with self._lock:
             self._failed.bump(key)
+
+    def shared_labels(self, labels: TrafficLabels) -> TrafficLabels:
+        """The one object equal to ``labels`` that every connection with these labels holds."""
+        return self._lookup(labels)[0]
+
+    def _key(self, labels: TrafficLabels) -> LabelValues:
+        return self._lookup(labels)[1]
+
+    def _lookup(self, labels: TrafficLabels) -> tuple[TrafficLabels, LabelValues]:
+        shared = self._shared.get(labels)
+        if shared is None:  # a race between threads only computes the same entry twice
+            shared = self._shared.setdefault(labels, (labels, labels.values()))
+        return shared
 
     def set_proxy_counts(self, *, active: int, pending: int) -> None:
         """Set the in-pod proxy gauges (workloads with a running proxy, and those waiting for one)."""

@@ -1,0 +1,355 @@
+"""Node-proxy cost per connection, without a lab: memory per idle tunnelled connection, pooled connection rate, CPU.
+
+Run as root: ``.venv/bin/python bench/proxy_connections.py --count 2000`` (``--help`` for the knobs).
+
+Theory of operation. The lab's path is client pod → client node proxy (15001, outbound) → pooled HBONE HTTP/2
+streams → server node proxy (15008, inbound) → server pod. This harness builds the same path on one machine with
+the real pieces, minus the control plane:
+
+- two network namespaces of our own (``pc<hex>-a`` the client pod, ``pc<hex>-b`` the server pod, joined by a veth
+  pair on 198.18.244.0/24), each with the real in-pod redirection rules (:func:`ambit.redirect.apply.apply_inpod`);
+- two node proxies in *this* process, each a :class:`~ambit.proxy.context.ProxyContext` (node-a and node-b, each
+  with its own pool, metrics and access log) and a :class:`~ambit.inpod.workloads.PodListenerManager` that opens
+  the pod's listeners in its netns, exactly as ``ambit nodeproxy`` does after a ZDS ``add``; one local CA signs both
+  pods' certificates; the workload state knows both pods (HBONE, on different nodes, so no same-node fast path);
+- the applications are ``bench.mesh.apps`` (``echo`` in the server pod, ``hold`` and ``rate`` in the client pod),
+  run in their pods with ``ip netns exec`` as separate processes, so this process holds the two proxies only.
+
+Both proxies share this process, so its RSS growth divided by the held connections is the lab's figure ("both
+proxies together"). Figures:
+
+- ``rss``: growth of this process's RSS from before ``hold`` opened N connections (each used once with a 1-byte
+  echo, so every tunnel is set up) to after, divided by N (after a warm-up hold that dialled the pooled HBONE
+  connections and filled the allocator's free lists once);
+- ``tracemalloc``: the Python heap's growth for the same N, in a second round with tracing on, and its largest
+  sites by ``file:line`` (what to cut);
+- ``rate``: new connections per second, 8 concurrent clients each connecting, sending one byte, reading it back
+  and closing (pooled HBONE: no handshake per connection), and this process's CPU time (user + system, both
+  proxies and their socket threads) per connection. ``--profile FILE`` writes a cProfile of the rate round.
+
+Everything the harness creates (namespaces, subprocesses) is removed when it ends, even on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import cProfile
+import gc
+import ipaddress
+import json
+import logging
+import os
+import resource
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ambit.identity.localca import LocalCa
+from ambit.identity.manager import CertificateManager
+from ambit.inpod.eventloop import run
+from ambit.inpod.settings import NodeProxySettings
+from ambit.inpod.workloads import PodListenerManager
+from ambit.lab.commands import SubprocessRunner
+from ambit.model.state import WorkloadState
+from ambit.model.workload import TunnelProtocol, Workload
+from ambit.proxy.context import ProxyContext, workload_uid
+from ambit.proxy.pool import ConnectionPool
+from ambit.redirect import InPodSettings
+from ambit.redirect.apply import apply_inpod
+from ambit.telemetry.accesslog import AccessLog
+from ambit.telemetry.metrics import ProxyMetrics
+from ambit.zds.protocol import WorkloadInfo
+
+TD = "cluster.local"
+SUBNET = "198.18.244"
+CLIENT_IP, SERVER_IP = f"{SUBNET}.1", f"{SUBNET}.2"
+APP_PORT = 8080
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+@dataclass(frozen=True, slots=True)
+class Pod:
+    netns: str
+    ip: str
+    node: str
+    info: WorkloadInfo
+
+
+def _sh(*argv: str) -> None:
+    subprocess.run(argv, check=True, capture_output=True)
+
+
+@contextlib.contextmanager
+def _namespaces(prefix: str) -> Iterator[tuple[Pod, Pod]]:
+    client = Pod(f"{prefix}-a", CLIENT_IP, "node-a", WorkloadInfo("client-0", "bench", "client"))
+    server = Pod(f"{prefix}-b", SERVER_IP, "node-b", WorkloadInfo("server-0", "bench", "server"))
+    try:
+        for pod in (client, server):
+            _sh("ip", "netns", "add", pod.netns)
+            _sh("ip", "-n", pod.netns, "link", "set", "lo", "up")
+        veth = ("link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns", server.netns)
+        _sh("ip", "-n", client.netns, *veth)
+        for pod in (client, server):
+            _sh("ip", "-n", pod.netns, "addr", "add", f"{pod.ip}/24", "dev", "eth0")
+            _sh("ip", "-n", pod.netns, "link", "set", "eth0", "up")
+            apply_inpod(pod.netns, InPodSettings(), "nftables", SubprocessRunner())
+        yield client, server
+    finally:
+        for pod in (client, server):
+            subprocess.run(["ip", "netns", "del", pod.netns], capture_output=True, check=False)
+
+
+def _workload(pod: Pod) -> Workload:
+    return Workload(
+        uid=workload_uid(pod.info),
+        name=pod.info.name,
+        namespace=pod.info.namespace,
+        addresses=(ipaddress.ip_address(pod.ip),),
+        tunnel_protocol=TunnelProtocol.HBONE,
+        trust_domain=TD,
+        service_account=pod.info.service_account,
+        node=pod.node,
+        canonical_name=pod.info.name.rsplit("-", 1)[0],
+        canonical_revision="v1",
+        workload_name=pod.info.name.rsplit("-", 1)[0],
+    )
+
+
+@contextlib.asynccontextmanager
+async def _node_proxy(pod: Pod, ca: LocalCa, workloads: list[Workload], tmp: Path) -> AsyncIterator[ProxyContext]:
+    """One node proxy serving ``pod``, as ``ambit nodeproxy`` builds it (minus ZDS and the control plane)."""
+    settings = NodeProxySettings(node=pod.node, zds_socket=tmp / "unused.sock", trust_domain=TD)
+    state = WorkloadState()
+    state.replace_all(workloads, [])
+    certs = CertificateManager(ca)
+    context = ProxyContext(
+        settings=settings,
+        state=state,
+        certs=certs,
+        pool=ConnectionPool(),
+        metrics=ProxyMetrics(build_version="bench"),
+        access_log=AccessLog(),
+    )
+    pods = PodListenerManager(context)
+    fd = os.open(f"/run/netns/{pod.netns}", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        await pods.open_listeners(f"uid-{pod.info.name}", pod.info, fd)
+        yield context
+    finally:
+        os.close(fd)
+        await pods.aclose()
+        await context.pool.aclose()
+
+
+def _app(netns: str, *args: str) -> list[str]:
+    return ["ip", "netns", "exec", netns, sys.executable, "-m", "bench.mesh.apps", *args]
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * PAGE
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def _settle(seconds: float = 0.5) -> None:
+    await asyncio.sleep(seconds)
+    gc.collect()
+
+
+async def _hold(client: Pod, count: int) -> asyncio.subprocess.Process:
+    """Start ``hold`` in the client pod and wait until its ``count`` connections each echoed a byte."""
+    proc = await asyncio.create_subprocess_exec(
+        *_app(client.netns, "hold", SERVER_IP, str(APP_PORT), "--count", str(count)),
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    line = await asyncio.wait_for(proc.stdout.readline(), 60 + count / 50)
+    if line.decode().strip() != f"ready {count}":
+        raise RuntimeError(f"hold did not get ready: {line!r}")
+    return proc
+
+
+async def _release(proc: asyncio.subprocess.Process, contexts: list[ProxyContext]) -> None:
+    assert proc.stdin is not None
+    proc.stdin.close()
+    await proc.wait()
+    for _ in range(200):  # the proxies see the closes a little later
+        if all(len(c.connections) <= 1 for c in contexts) and all(c.pool.stats()["streams"] == 0 for c in contexts):
+            break
+        await asyncio.sleep(0.05)
+
+
+def _live(contexts: list[ProxyContext]) -> int:
+    return sum(len(c.connections) for c in contexts)
+
+
+async def _measure_rss(client: Pod, contexts: list[ProxyContext], count: int) -> dict[str, Any]:
+    await _settle()
+    before = _rss()
+    proc = await _hold(client, count)
+    await _settle()
+    after, live = _rss(), _live(contexts)
+    await _release(proc, contexts)
+    return {"connections": count, "live": live, "rss_growth": after - before, "per_conn": (after - before) / count}
+
+
+async def _measure_tracemalloc(client: Pod, contexts: list[ProxyContext], count: int, top: int) -> dict[str, Any]:
+    await _settle()
+    tracemalloc.start(1)
+    try:
+        before = tracemalloc.take_snapshot()
+        proc = await _hold(client, count)
+        await _settle()
+        after = tracemalloc.take_snapshot()
+        await _release(proc, contexts)
+    finally:
+        tracemalloc.stop()
+    filters = [tracemalloc.Filter(False, tracemalloc.__file__)]
+    stats = after.filter_traces(filters).compare_to(before.filter_traces(filters), "lineno")
+    growth = sum(s.size_diff for s in stats)
+    sites = [
+        {
+            "site": f"{_short(s.traceback[0].filename)}:{s.traceback[0].lineno}",
+            "bytes_per_conn": round(s.size_diff / count, 1),
+            "blocks_per_conn": round(s.count_diff / count, 2),
+        }
+        for s in stats[:top]
+    ]
+    return {"connections": count, "heap_growth": growth, "per_conn": growth / count, "top": sites}
+
+
+def _short(filename: str) -> str:
+    for marker in ("/src/", "/lib/python3.11/"):
+        if marker in filename:
+            return filename.split(marker, 1)[1]
+    return filename
+
+
+async def _measure_rate(client: Pod, seconds: float, concurrency: int, profile: Path | None) -> dict[str, Any]:
+    await _settle()
+    profiler = cProfile.Profile() if profile else None
+    cpu0, wall0 = _cpu(), time.perf_counter()
+    if profiler is not None:
+        profiler.enable()
+    proc = await asyncio.create_subprocess_exec(
+        *_app(
+            client.netns, "rate", SERVER_IP, str(APP_PORT), "--seconds", str(seconds), "--concurrency", str(concurrency)
+        ),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+    )
+    out, _ = await proc.communicate()
+    if profiler is not None:
+        profiler.disable()
+    cpu, wall = _cpu() - cpu0, time.perf_counter() - wall0
+    result = json.loads(out)
+    if profiler is not None and profile is not None:
+        profiler.dump_stats(profile)
+    n = result["connections"]
+    return {
+        "connections": n,
+        "failures": result["failures"],
+        "per_second": n / result["seconds"],
+        "proxy_cpu_seconds": round(cpu, 3),
+        "proxy_cpu_us_per_conn": round(cpu / n * 1e6, 1) if n else None,
+        "wall_seconds": round(wall, 2),
+    }
+
+
+async def _main(args: argparse.Namespace) -> dict[str, Any]:
+    logging.basicConfig(
+        level=logging.INFO,
+        filename=str(args.tmp / "proxy.log"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    ca = LocalCa(args.tmp / "ca", trust_domain=TD)
+    prefix = f"pc{secrets.token_hex(3)}"
+    results: dict[str, Any] = {"loop": args.loop, "count": args.count}
+    with _namespaces(prefix) as (client, server):
+        workloads = [_workload(client), _workload(server)]
+        echo = await asyncio.create_subprocess_exec(*_app(server.netns, "echo", "--port", str(APP_PORT)), cwd=ROOT)
+        try:
+            async with (
+                _node_proxy(client, ca, workloads, args.tmp) as client_proxy,
+                _node_proxy(server, ca, workloads, args.tmp) as server_proxy,
+            ):
+                contexts = [client_proxy, server_proxy]
+                await asyncio.sleep(0.5)  # the echo server is listening
+                warm = await _hold(client, min(args.count, 20))  # dials one pooled connection, loads certificates
+                await _release(warm, contexts)
+                if "rss" in args.measure:
+                    results["rss"] = await _measure_rss(client, contexts, args.count)
+                if "tracemalloc" in args.measure:
+                    results["tracemalloc"] = await _measure_tracemalloc(client, contexts, args.count, args.top)
+                if "rate" in args.measure:
+                    results["rate"] = await _measure_rate(client, args.seconds, args.concurrency, args.profile)
+                results["pool"] = client_proxy.pool.stats()["connections"]
+        finally:
+            echo.terminate()
+            await echo.wait()
+    return results
+
+
+def _print(results: dict[str, Any]) -> None:
+    print(f"loop={results['loop']} connections={results['count']} pooled HBONE connections={results.get('pool')}")
+    if "rss" in results:
+        r = results["rss"]
+        print(f"RSS growth: {r['rss_growth'] / 1024:.0f} KiB for {r['connections']} idle connections = "
+              f"{r['per_conn'] / 1024:.2f} KiB/conn (both proxies; {r['live']} live proxy connections)")  # fmt: skip
+    if "tracemalloc" in results:
+        t = results["tracemalloc"]
+        print(f"Python heap growth (tracemalloc): {t['per_conn'] / 1024:.2f} KiB/conn; top sites per connection:")
+        for site in t["top"]:
+            print(f"  {site['bytes_per_conn']:8.1f} B  {site['blocks_per_conn']:5.2f} blocks  {site['site']}")
+    if "rate" in results:
+        r = results["rate"]
+        print(f"pooled new connections/s (1-byte echo, concurrent clients): {r['per_second']:.0f}/s "
+              f"({r['connections']} in {r['wall_seconds']} s, {r['failures']} failures); "
+              f"proxy CPU {r['proxy_cpu_us_per_conn']} µs/conn")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench/proxy_connections.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--count", type=int, default=2000, help="idle connections to hold (default 2000)")
+    parser.add_argument("--seconds", type=float, default=5.0, help="length of the rate round (default 5)")
+    parser.add_argument("--concurrency", type=int, default=8, help="concurrent clients in the rate round")
+    parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop")
+    parser.add_argument("--measure", default="rss,tracemalloc,rate", help="comma-separated: rss,tracemalloc,rate")
+    parser.add_argument("--top", type=int, default=15, help="tracemalloc sites to show")
+    parser.add_argument("--profile", type=Path, help="write a cProfile of the rate round here")
+    parser.add_argument("--json", action="store_true", help="print the results as one JSON object")
+    args = parser.parse_args(argv)
+    args.measure = set(args.measure.split(","))
+    if os.geteuid() != 0:
+        parser.error("needs root (it makes two network namespaces)")
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    with tempfile.TemporaryDirectory(prefix="proxy-connections-") as tmp:
+        args.tmp = Path(tmp)
+        results = run(lambda: _main(args), args.loop)
+    if args.json:
+        print(json.dumps(results))
+    else:
+        _print(results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    sys.exit(main())
