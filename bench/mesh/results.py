@@ -114,7 +114,7 @@ def markdown(rows: Sequence[Row], env: dict[str, Any], profile: str, notes: Sequ
         f"# Ambit data path ({profile} profile)",
         "",
         f"{env['vcpus']} vCPUs ({env['cpu_model']}), Linux {env['kernel']}, Python {env['python']}, "
-        f"{env['openssl']}, h2 {env['h2']}, uvloop {env['uvloop']}; cipher: {env['cipher']}; "
+        f"{env['openssl']}, HTTP/2 {env['http2']}, uvloop {env['uvloop']}; cipher: {env['cipher']}; "
         f"load average {env['loadavg']:.2f} at start; {env['time']}",
     ]
     for scenario in dict.fromkeys(r.scenario for r in rows):

@@ -93,13 +93,11 @@ def _version(argv: list[str]) -> str:
 
 
 def environment() -> dict[str, Any]:
-    import h2
+    from importlib.metadata import PackageNotFoundError, version
 
     try:
-        import uvloop  # type: ignore[import-not-found]
-
-        uv = f"{uvloop.__version__} (the node proxy's default event loop)"
-    except ImportError:
+        uv = f"{version('uvloop')} (the node proxy's default event loop)"
+    except PackageNotFoundError:
         uv = "not used"
     model = next(
         (
@@ -116,7 +114,7 @@ def environment() -> dict[str, Any]:
         "python": platform.python_version(),
         "openssl": ssl.OPENSSL_VERSION,
         "cipher": "TLS 1.3, OpenSSL's default suite order in every tunnel (TLS_AES_256_GCM_SHA384), ECDSA P-256",
-        "h2": h2.__version__,
+        "http2": f"ambit.hbone (own engine), hpack {version('hpack')}",
         "uvloop": uv,
         "iperf3": _version(["iperf3", "--version"]),
         "stunnel": _version(["stunnel", "-version"]),

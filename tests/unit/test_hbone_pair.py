@@ -360,3 +360,24 @@ def test_server_never_opens_streams_and_a_pushed_stream_kills_the_connection() -
     events = pair.client.receive_data(frame)
     assert len(events) == 1 and isinstance(events[0], ConnectionTerminated)
     assert pair.client.closed
+
+
+def test_data_split_anywhere_arrives_intact_even_when_pieces_are_kept_across_calls() -> None:
+    payload = bytes(range(256)) * 40
+    for cut in (1, 5, 9, 10, 100, 5000, 20_000):
+        client = HboneClientConnection()
+        client_wire = client.data_to_send()
+        server = HboneServerConnection()
+        server.receive_data(client_wire)
+        client.receive_data(server.data_to_send())
+        sid = client.open_tunnel("198.18.200.7:8080")
+        server.receive_data(client.data_to_send())
+        server.respond(sid, 200)
+        client.receive_data(server.data_to_send())
+        client.send_data(sid, payload)
+        client.send_data(sid, payload[::-1])
+        data = client.data_to_send()
+        kept: list[Event] = []
+        for start in range(0, len(data), cut):
+            kept += server.receive_data(data[start : start + cut])  # pieces are held while more input arrives
+        assert _data(kept, sid) == payload + payload[::-1], cut

@@ -12,13 +12,17 @@ the interoperability tests.
 
 DATA is the hot path and is never buffered whole: once a DATA frame's 9-octet header is read, its payload is
 handed on (``DataReceived``) in whatever pieces arrive, each piece counted against the windows as it comes, so a
-64 KiB frame split over four TLS records is neither copied into a reassembly buffer nor delayed until its last
-record. Only the other frame types (and padded DATA, which nobody sends) wait for their whole frame. Sending, an
-unblocked stream's ``send_data`` appends a frame header and the caller's buffer (no copy); what the windows do not
-allow waits in the stream's queue, and ``_send_queued`` frames it (split by memoryview, not copied) in chunks of at
-most ``send_chunk`` as WINDOW_UPDATE and SETTINGS frames arrive, and a ``StreamWritable`` event tells the shell to
-resume its reader. ``send_chunk`` is 256 KiB, the relay's largest socket read, so a bulk read becomes one frame:
-since the receiving side streams payloads, large frames cost nothing there (with h2, 64 KiB frames beat 1 MiB).
+large frame split over many TLS reads is neither copied into a reassembly buffer nor delayed until its last read.
+A piece is a read-only memoryview of the ``bytes`` given to ``receive_data`` (no copy at all) unless it came out
+of the reassembly buffer, which is reused, and is then copied to ``bytes``. Only the other frame types (and padded
+DATA, which nobody sends) wait for their whole frame.
+
+Sending, an unblocked stream's ``send_data`` appends a frame header and the caller's buffer (no copy); what the
+windows do not allow waits in the stream's queue, and ``_send_queued`` frames it (split by memoryview, not copied)
+in chunks of at most ``send_chunk`` as WINDOW_UPDATE and SETTINGS frames arrive, and a ``StreamWritable`` event
+tells the shell to resume its reader. ``send_chunk`` is 256 KiB, the relay's largest socket read, so a bulk read
+becomes one frame: since the receiving side streams payloads, large frames cost nothing there (with h2, 64 KiB
+frames beat 1 MiB).
 
 Inbound flow control is the caller's: windows reopen only from ``consumed()``, in batches (a WINDOW_UPDATE once half
 a window is used up), so a slow application holds at most ``stream_window`` per stream and ``connection_window``
@@ -292,7 +296,10 @@ class HboneConnection:
                 if left:
                     take = min(left, size - pos)
                     self._data_left = left - take
-                    self._data_piece(bytes(view[pos : pos + take]), take, take == left, events)
+                    if buf is data:
+                        self._data_piece(view[pos : pos + take], take, take == left, events)
+                    else:  # no slice of the reassembly buffer may outlive this loop: it is resized below
+                        self._data_piece(bytes(view[pos : pos + take]), take, take == left, events)
                     pos += take
                     continue
                 if size - pos < 9:
@@ -362,7 +369,7 @@ class HboneConnection:
         self._data_end = bool(flags & wire.END_STREAM)
         self._data_left = length
 
-    def _data_piece(self, data: bytes, flow: int, last: bool, events: list[Event]) -> None:
+    def _data_piece(self, data: bytes | memoryview, flow: int, last: bool, events: list[Event]) -> None:
         stream_id = self._data_stream
         if self._data_deliver and stream_id in self._streams:
             if data:

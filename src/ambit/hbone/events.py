@@ -55,10 +55,13 @@ class TunnelRefused:
 
 @dataclass(frozen=True, slots=True)
 class DataReceived:
-    """Bytes for a stream. The caller must later call ``consumed(stream_id, flow_length)`` to reopen windows."""
+    """Bytes for a stream. The caller must later call ``consumed(stream_id, flow_length)`` to reopen windows.
+
+    ``data`` may be a read-only memoryview of the received bytes (never of a buffer that is reused).
+    """
 
     stream_id: int
-    data: bytes
+    data: bytes | memoryview
     flow_length: int
 
 

@@ -79,7 +79,7 @@ class HboneCore(Protocol):
 
     def receive_data(self, data: bytes) -> list[Event]: ...
     def data_to_send(self) -> bytes: ...
-    def send_data(self, stream_id: int, data: bytes) -> None: ...
+    def send_data(self, stream_id: int, data: bytes | memoryview) -> None: ...
     def pending_bytes(self, stream_id: int) -> int: ...
     def end_stream(self, stream_id: int) -> None: ...
     def reset_stream(self, stream_id: int, error_code: int = ...) -> None: ...
@@ -114,7 +114,7 @@ class HboneStream:
         self._session = session
         self.stream_id = stream_id
         # DATA not yet read (pull mode) or held while paused (push mode); made when first needed.
-        self._chunks: collections.deque[tuple[bytes, int]] | None = None
+        self._chunks: collections.deque[tuple[bytes | memoryview, int]] | None = None
         self._remote_ended = False
         self._local_ended = False
         self._error: str | None = None  # set once reset (either way) or the connection is gone
@@ -123,7 +123,7 @@ class HboneStream:
         #: Client: the server's answer (status, headers); an exception if the stream died first.
         self.response: asyncio.Future[tuple[int, Headers]] = asyncio.get_running_loop().create_future()
         # Push mode.
-        self._on_data: Callable[[bytes], None] | None = None
+        self._on_data: Callable[[bytes | memoryview], None] | None = None
         self._on_eof: Callable[[], None] | None = None
         self._on_error: Callable[[str], None] | None = None
         self._paused = False
@@ -153,7 +153,7 @@ class HboneStream:
         if self._error is None:
             self._session.core.consumed(self.stream_id, flow_length)
             self._session.flush()
-        return data
+        return data if isinstance(data, bytes) else data.tobytes()
 
     async def write(self, data: bytes | memoryview) -> None:
         self._check_writable("write")
@@ -173,7 +173,7 @@ class HboneStream:
     # Push mode (see the module docstring).
 
     def start_push(
-        self, on_data: Callable[[bytes], None], on_eof: Callable[[], None], on_error: Callable[[str], None]
+        self, on_data: Callable[[bytes | memoryview], None], on_eof: Callable[[], None], on_error: Callable[[str], None]
     ) -> None:
         self._on_data, self._on_eof, self._on_error = on_data, on_eof, on_error
         if self._error is not None:
@@ -192,7 +192,7 @@ class HboneStream:
         self._deliver()
         self._session.flush()
 
-    def write_nowait(self, data: bytes) -> bool:
+    def write_nowait(self, data: bytes | memoryview) -> bool:
         self._check_writable("write")
         session = self._session
         session.core.send_data(self.stream_id, data)
@@ -256,7 +256,7 @@ class HboneStream:
 
     # Called by the session's dispatch.
 
-    def _data(self, data: bytes, flow_length: int) -> None:
+    def _data(self, data: bytes | memoryview, flow_length: int) -> None:
         if self._error is not None:
             self._session.core.consumed(self.stream_id, flow_length)
             return
