@@ -52,6 +52,8 @@ NOTES = [
     "Proxy CPU is user+system time from /proc of the proxies on the path: both node proxies for ambit modes, "
     "both stunnel or both haproxy processes otherwise. Per connection for the idle scenario it is set-up CPU.",
     "Idle connections: the growth of the proxies' summed RSS while N connections are held, divided by N.",
+    "Every pod namespace has net.ipv4.tcp_tw_reuse=1: without it the connection-rate scenarios exhaust the "
+    "clients' ephemeral ports with TIME_WAIT sockets after a few runs and measure the kernel's port search.",
     "New connections: stunnel and haproxy resume TLS sessions between their own connections with their default "
     "settings (session cache, TLS 1.3 tickets), so theirs are abbreviated handshakes; ambit never resumes (no "
     "tickets, no session cache): pooled, a new connection is an HTTP/2 stream on a pooled mutual-TLS connection; "
@@ -226,6 +228,7 @@ def _idle(route: Route, name: str, count: int, procs: Processes, log: Callable[[
 def measure(profile: Profile, lab: BenchLab, procs: Processes, tmp: Path, log: Callable[[str], None]) -> list[Sample]:
     for server in ("plain-srv", "amb-srv") + (("plain-srv-local", "amb-srv-local") if profile.same_node else ()):
         start_servers(lab, procs, server)
+    lab.reuse_time_wait()
     tunnels = start_tunnels(lab, procs, tmp)
     cross = routes(lab, tunnels)
     local = routes(lab, tunnels, "-local") if profile.same_node else {}

@@ -45,6 +45,7 @@ log = logging.getLogger("ambit.proxy.sockets")
 PROXY_MARK = 0x539
 CLONE_NEWNET = 0x40000000
 IP_TRANSPARENT = 19
+IP_BIND_ADDRESS_NO_PORT = 24
 IPV6_TRANSPARENT = 75
 SO_ORIGINAL_DST = 80
 KEEPALIVE_IDLE = 180
@@ -316,6 +317,10 @@ async def connect(
     sock = await factory.tcp_socket(transparent=source_ip is not None, family=family)
     try:
         if source_ip is not None:
+            # The port is chosen at connect() from the whole 4-tuple, not at bind() from the ports free for any
+            # destination: a busy client's many connections (and their TIME_WAITs) do not exhaust the range.
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, 1)
             sock.bind((source_ip, 0))
         async with asyncio.timeout(timeout):
             await asyncio.get_running_loop().sock_connect(sock, address)
