@@ -316,6 +316,24 @@ class HboneConnection:
                     and self._peer_settings_seen
                 ):
                     pos += 9
+                    end = pos + length
+                    stream = self._streams.get(stream_id)
+                    if (  # the whole frame is here for a stream in good standing: the common case, inline
+                        buf is data
+                        and 0 < length <= size - pos
+                        and stream is not None
+                        and not stream.remote_closed
+                        and (stream.ready or not self._client_side)
+                        and length <= stream.recv_window
+                        and length <= self._recv_window
+                    ):
+                        self._recv_window -= length
+                        stream.recv_window -= length
+                        events.append(DataReceived(stream_id, view[pos:end], length))
+                        pos = end
+                        if flags & wire.END_STREAM:
+                            self._remote_end(stream_id, events)
+                        continue
                     self._data_begin(stream_id, flags, length, events)
                     if not length:
                         self._data_piece(b"", 0, True, events)

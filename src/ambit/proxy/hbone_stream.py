@@ -193,11 +193,13 @@ class HboneStream:
         self._session.flush()
 
     def write_nowait(self, data: bytes | memoryview) -> bool:
-        self._check_writable("write")
+        if self._error is not None or self._local_ended:
+            self._check_writable("write")  # raises
         session = self._session
-        session.core.send_data(self.stream_id, data)
+        core = session.core
+        core.send_data(self.stream_id, data)
         session.flush()
-        return not (session.core.pending_bytes(self.stream_id) > WRITE_BOUND or session.write_paused)
+        return not (session.write_paused or core.pending_bytes(self.stream_id) > WRITE_BOUND)
 
     def when_drained(self, callback: Callable[[], None]) -> None:
         self._drained = callback
