@@ -104,9 +104,9 @@ class HboneStream:
         "_paused",
         "_reader",
         "_remote_ended",
+        "_response",
         "_session",
         "_writer",
-        "response",
         "stream_id",
     )
 
@@ -120,8 +120,7 @@ class HboneStream:
         self._error: str | None = None  # set once reset (either way) or the connection is gone
         self._reader: asyncio.Future[None] | None = None
         self._writer: asyncio.Future[None] | None = None
-        #: Client: the server's answer (status, headers); an exception if the stream died first.
-        self.response: asyncio.Future[tuple[int, Headers]] = asyncio.get_running_loop().create_future()
+        self._response: asyncio.Future[tuple[int, Headers]] | None = None  # made when first asked for
         # Push mode.
         self._on_data: Callable[[bytes | memoryview], None] | None = None
         self._on_eof: Callable[[], None] | None = None
@@ -129,6 +128,18 @@ class HboneStream:
         self._paused = False
         self._eof_delivered = False
         self._drained: Callable[[], None] | None = None
+
+    @property
+    def response(self) -> asyncio.Future[tuple[int, Headers]]:
+        """Client: the server's answer (status, headers); an exception if the stream died first.
+
+        Made on first use: server-side streams never have one (an idle tunnel is smaller without it).
+        """
+        if self._response is None:
+            self._response = self._session.loop.create_future()
+            if self._error is not None:
+                self._response.set_exception(StreamClosedError(self._error))
+        return self._response
 
     @property
     def done(self) -> bool:
@@ -143,7 +154,7 @@ class HboneStream:
                 raise StreamClosedError(f"read: {self._error}")
             if self._remote_ended:
                 return b""
-            self._reader = asyncio.get_running_loop().create_future()
+            self._reader = self._session.loop.create_future()
             try:
                 await self._reader
             finally:
@@ -163,7 +174,7 @@ class HboneStream:
         core.send_data(self.stream_id, bytes(data))
         self._session.flush()
         while core.pending_bytes(self.stream_id) > WRITE_BOUND or self._session.write_paused:
-            self._writer = asyncio.get_running_loop().create_future()
+            self._writer = self._session.loop.create_future()
             try:
                 await self._writer
             finally:
@@ -248,7 +259,7 @@ class HboneStream:
         with contextlib.suppress(StreamClosedError, TimeoutError):
             async with asyncio.timeout(DRAIN_TIMEOUT):
                 while self._session.core.pending_bytes(self.stream_id) > 0 and self._error is None:
-                    self._writer = asyncio.get_running_loop().create_future()
+                    self._writer = self._session.loop.create_future()
                     try:
                         await self._writer
                     finally:
@@ -300,9 +311,10 @@ class HboneStream:
         for waiter in (self._reader, self._writer):
             if waiter is not None and not waiter.done():
                 waiter.set_exception(StreamClosedError(reason))
-        if not self.response.done():
-            self.response.set_exception(error or StreamClosedError(reason))
-            self.response.exception()  # a server-side stream never awaits its response
+        response = self._response
+        if response is not None and not response.done():
+            response.set_exception(error or StreamClosedError(reason))
+            response.exception()  # nobody may be awaiting it any more
         self._drained = None
         if self._on_error is not None:
             self._on_error(reason)
@@ -340,7 +352,8 @@ class HboneSession(asyncio.Protocol):
         self._held_input: list[bytes] = []
         self.terminated: str | None = None  # why no new stream can be used any more
         self.heard_from_peer = asyncio.Event()  # the peer's first bytes (its SETTINGS) arrived
-        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.loop = asyncio.get_running_loop()
+        self.lost: asyncio.Future[None] = self.loop.create_future()
         self._on_request = on_request
         self._clock = clock
         self.idle_since: float | None = clock()
