@@ -3,10 +3,13 @@
 Order of a run: install missing tools (apt), lab up with the mesh (holding the lab lock), pods, servers in the
 server pods (iperf3, sockperf, the echo app), the stunnel and haproxy pairs, a check that ``ambit`` traffic really
 crosses both node proxies (node 2 reports it as destination); then for each scenario, ``repeats`` rounds over the
-modes in the same order. The cold-handshake scenario comes after the pooled connection rate: the node proxies are
-restarted with :data:`COLD_FLAGS` (one stream per pooled connection, closed when it ends, so every tunnel makes a
-full mutual-TLS handshake), ``ambit`` is measured interleaved with ``direct``, ``stunnel`` and ``haproxy-tls``, and
-the proxies are restarted once more with their defaults for the scenarios that follow. Whatever happens, every
+modes in the same order. The cold-handshake scenario comes after the pooled connection rate and compares full
+handshakes only: the stunnel and haproxy pairs are restarted without TLS session resumption (``resume=False`` in
+:mod:`bench.mesh.tunnels`: no session offered, no ticket issued, no session cache) and the node proxies with
+:data:`COLD_FLAGS` (one stream per pooled connection, closed when it ends, so every tunnel makes a full mutual-TLS
+handshake; ambit never resumes), ``ambit`` is measured interleaved with ``direct``, ``stunnel`` and ``haproxy-tls``,
+and both pairs and the proxies are restarted once more with their defaults for the scenarios that follow (routes
+are rebuilt after each restart: they hold the pids whose CPU and memory are read). Whatever happens, every
 started process is ended by its pid and the lab is brought down; temporary files (certificates, configurations,
 logs) live in one temporary directory that is removed.
 """
@@ -54,11 +57,13 @@ NOTES = [
     "Idle connections: the growth of the proxies' summed RSS while N connections are held, divided by N.",
     "Every pod namespace has net.ipv4.tcp_tw_reuse=1: without it the connection-rate scenarios exhaust the "
     "clients' ephemeral ports with TIME_WAIT sockets after a few runs and measure the kernel's port search.",
-    "New connections: stunnel and haproxy resume TLS sessions between their own connections with their default "
-    "settings (session cache, TLS 1.3 tickets), so theirs are abbreviated handshakes; ambit never resumes (no "
-    "tickets, no session cache): pooled, a new connection is an HTTP/2 stream on a pooled mutual-TLS connection; "
-    "'cold handshake', the node proxies run with --pool-max-streams=1 --pool-idle-timeout=0, so every connection "
-    "is a full ECDSA mutual-TLS handshake.",
+    "New connections: every mode runs with its defaults, so stunnel and haproxy resume TLS sessions between their "
+    "own connections (session cache, TLS 1.3 tickets: most of theirs are abbreviated handshakes) and an ambit "
+    "connection is an HTTP/2 stream on a pooled mutual-TLS connection (ambit never resumes: no tickets, no session "
+    "cache). 'Cold handshake': nobody resumes, every proxied connection is a full TLS 1.3 ECDSA mutual-TLS "
+    "handshake: the stunnel pair is restarted with sessionResume = no on both sides (the server side then sends no "
+    "ticket and keeps no cache), the haproxy pair with no-ssl-reuse, no-tls-tickets and tune.ssl.cachesize 0, the "
+    "node proxies with --pool-max-streams=1 --pool-idle-timeout=0; all are restarted with their defaults after it.",
     "The same-node variant runs direct, ambit and ambit-passthrough only (no tunnel pair to a same-node server).",
 ]
 
@@ -149,27 +154,56 @@ def start_servers(lab: BenchLab, procs: Processes, server: str) -> None:
     _listening(ns, set(APP_PORTS.values()))
 
 
-def start_tunnels(lab: BenchLab, procs: Processes, tmp: Path) -> dict[str, tuple[int, ...]]:
-    creds = make_credentials(tmp)
-    server_ip, cli, srv = lab.ips["plain-srv"], lab.netns["plain-cli"], lab.netns["plain-srv"]
-    pids: dict[str, tuple[int, ...]] = {}
-    for kind, render, argv in (
-        (STUNNEL_KIND, stunnel_config, ["stunnel"]),
-        (HAPROXY_KIND, haproxy_config, ["haproxy", "-db", "-f"]),
-    ):
-        started = []
-        for side, netns in (("server", srv), ("client", cli)):
-            config = tmp / f"{kind.name}-{side}.conf"
-            config.write_text(render(creds, client=side == "client", server_ip=server_ip))
-            started.append(procs.start(netns, [*argv, str(config)], f"{kind.name}-{side}").pid)
-        _listening(srv, {kind.tls_port(app) for app in APP_PORTS})
-        _listening(cli, {kind.local_port(app) for app in APP_PORTS})
-        pids[kind.name] = tuple(started)
-    return pids
+class TunnelPairs:
+    """The stunnel and haproxy pairs (client side in ``plain-cli``, server side in ``plain-srv``), restartable.
+
+    :meth:`restart` ends the four processes by their pids and starts them again on the same ports with
+    configurations rendered for ``resume`` (:func:`~bench.mesh.tunnels.stunnel_config`); routes hold the pids
+    (CPU and memory are read from them), so a caller rebuilds its routes after a restart.
+    """
+
+    KINDS = (
+        (STUNNEL_KIND, stunnel_config, ("stunnel",)),
+        (HAPROXY_KIND, haproxy_config, ("haproxy", "-db", "-f")),
+    )
+
+    def __init__(self, lab: BenchLab, procs: Processes, tmp: Path) -> None:
+        self.lab, self.procs, self.tmp = lab, procs, tmp
+        self.creds = make_credentials(tmp)
+        self.running: dict[str, tuple[subprocess.Popen[str], ...]] = {}
+
+    @property
+    def pids(self) -> dict[str, tuple[int, ...]]:
+        return {name: tuple(proc.pid for proc in procs) for name, procs in self.running.items()}
+
+    def start(self, *, resume: bool = True) -> None:
+        """Start both pairs with configurations rendered for ``resume``; return once every side listens."""
+        server_ip, cli, srv = self.lab.ips["plain-srv"], self.lab.netns["plain-cli"], self.lab.netns["plain-srv"]
+        for kind, render, argv in self.KINDS:
+            started = []
+            for side, netns in (("server", srv), ("client", cli)):
+                config = self.tmp / f"{kind.name}-{side}.conf"
+                config.write_text(render(self.creds, client=side == "client", server_ip=server_ip, resume=resume))
+                started.append(self.procs.start(netns, [*argv, str(config)], f"{kind.name}-{side}"))
+            self.running[kind.name] = tuple(started)
+            _listening(srv, {kind.tls_port(app) for app in APP_PORTS})
+            _listening(cli, {kind.local_port(app) for app in APP_PORTS})
+
+    def restart(self, *, resume: bool, log: Callable[[str], None]) -> None:
+        """End every process of both pairs (by pid, waited for), then :meth:`start` them again with ``resume``."""
+        began = time.monotonic()
+        for procs in self.running.values():
+            for proc in procs:
+                self.procs.stop(proc)
+                self.procs.started.remove(proc)
+        self.running.clear()
+        self.start(resume=resume)
+        what = "with session resumption (their defaults)" if resume else "without session resumption"
+        log(f"stunnel and haproxy restarted {what}: {time.monotonic() - began:.1f} s (pids {self.pids})")
 
 
 def routes(lab: BenchLab, tunnels: dict[str, tuple[int, ...]], server_suffix: str = "") -> dict[str, Route]:
-    """Every mode's route, with the node proxies' current pids."""
+    """Every mode's route, with the node proxies' current pids and the tunnel pairs' ``tunnels`` (kind → pids)."""
     proxies = tuple(lab.node_proxy_pids())
     plain, amb = f"plain-srv{server_suffix}", f"amb-srv{server_suffix}"
 
@@ -229,9 +263,10 @@ def measure(profile: Profile, lab: BenchLab, procs: Processes, tmp: Path, log: C
     for server in ("plain-srv", "amb-srv") + (("plain-srv-local", "amb-srv-local") if profile.same_node else ()):
         start_servers(lab, procs, server)
     lab.reuse_time_wait()
-    tunnels = start_tunnels(lab, procs, tmp)
-    cross = routes(lab, tunnels)
-    local = routes(lab, tunnels, "-local") if profile.same_node else {}
+    tunnels = TunnelPairs(lab, procs, tmp)
+    tunnels.start()
+    cross = routes(lab, tunnels.pids)
+    local = routes(lab, tunnels.pids, "-local") if profile.same_node else {}
     check_mesh(lab, cross[AMBIT])
     samples: list[Sample] = []
     idle_rss = {mode: rss_bytes(cross[mode].pids) for mode in PROXY_MODES}
@@ -266,16 +301,19 @@ def measure(profile: Profile, lab: BenchLab, procs: Processes, tmp: Path, log: C
     interleave(name, cross, run)
     peak_before: dict[str, int] = {}
     if profile.cold:
-        # A restart resets the proxies' high-water mark: keep the pooled proxies' peak so far for "RSS peak".
-        peak_before = {mode: peak_rss_bytes(cross[mode].pids) for mode in (AMBIT, PASSTHROUGH)}
-        restarted = restart_proxies(lab, tunnels, COLD_FLAGS, log)
+        # A restart resets a process's high-water mark: keep every proxy's peak so far for "RSS peak".
+        peak_before = {mode: peak_rss_bytes(cross[mode].pids) for mode in PROXY_MODES}
+        # Like with like: nobody resumes a TLS session, every proxied connection is a full handshake.
+        tunnels.restart(resume=False, log=log)
+        restarted = restart_proxies(lab, tunnels.pids, COLD_FLAGS, log)
         cold = {mode: restarted[mode] for mode in COLD_MODES}
         seconds = profile.cold_seconds or profile.rate_seconds
         run = partial(
             scenarios.connection_rate, scenario=COLD_SCENARIO, seconds=seconds, concurrency=profile.rate_concurrency
         )
         interleave(COLD_SCENARIO, cold, run)
-        cross = restart_proxies(lab, tunnels, (), log)  # the idle scenarios read the restarted proxies
+        tunnels.restart(resume=True, log=log)
+        cross = restart_proxies(lab, tunnels.pids, (), log)  # the idle scenarios read the restarted processes
     proxied = {mode: route for mode, route in cross.items() if mode != DIRECT}
     for count in profile.idle_counts:
         name = f"{count:,} idle connections"

@@ -10,6 +10,7 @@ TLS version and cipher are OpenSSL's defaults (TLS 1.3), as they are for the nod
 from __future__ import annotations
 
 import datetime
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,11 +28,11 @@ class TunnelKind:
     local_offset: int
     tls_offset: int
 
-    def local_port(self, app: str) -> int:
-        return APP_PORTS[app] + self.local_offset
+    def local_port(self, app: str, app_ports: Mapping[str, int] = APP_PORTS) -> int:
+        return app_ports[app] + self.local_offset
 
-    def tls_port(self, app: str) -> int:
-        return APP_PORTS[app] + self.tls_offset
+    def tls_port(self, app: str, app_ports: Mapping[str, int] = APP_PORTS) -> int:
+        return app_ports[app] + self.tls_offset
 
 
 STUNNEL = TunnelKind("stunnel", 10000, 20000)
@@ -87,8 +88,22 @@ def make_credentials(directory: Path) -> Credentials:
     return Credentials(directory / "ca.crt", leaf("server"), leaf("client"))
 
 
-def stunnel_config(creds: Credentials, *, client: bool, server_ip: str) -> str:
-    """One stunnel process's configuration: a service per application port."""
+def stunnel_config(
+    creds: Credentials,
+    *,
+    client: bool,
+    server_ip: str,
+    resume: bool = True,
+    app_ports: Mapping[str, int] = APP_PORTS,
+) -> str:
+    """One stunnel process's configuration: a service per application port.
+
+    ``resume=False``: the client side never offers a session (``sessionResume = no``), and the server side neither
+    issues tickets nor keeps a session cache: ``sessionResume = no`` in a server service sends no TLS 1.3 ticket
+    at all and turns OpenSSL's session cache off. ``options = NO_TICKET`` alone is not enough: OpenSSL then sends
+    stateful TLS 1.3 tickets, which stunnel's own cache resumes (10 of 19 offers on loopback, even with
+    ``sessionCacheSize = 1`` and ``sessionCacheTimeout = 0``); it is kept for clarity.
+    """
     pem = creds.client_pem if client else creds.server_pem
     lines = [
         "foreground = yes",
@@ -98,35 +113,59 @@ def stunnel_config(creds: Credentials, *, client: bool, server_ip: str) -> str:
         "socket = l:TCP_NODELAY=1",
         "socket = r:TCP_NODELAY=1",
     ]
-    for app, port in APP_PORTS.items():
+    for app, port in app_ports.items():
         lines += [f"[{app}]", f"cert = {pem}", f"CAfile = {creds.ca}", "verifyChain = yes"]
         if client:
-            lines += ["client = yes", f"accept = 127.0.0.1:{STUNNEL.local_port(app)}"]
-            lines += [f"connect = {server_ip}:{STUNNEL.tls_port(app)}"]
+            lines += ["client = yes", f"accept = 127.0.0.1:{STUNNEL.local_port(app, app_ports)}"]
+            lines += [f"connect = {server_ip}:{STUNNEL.tls_port(app, app_ports)}"]
+            if not resume:
+                lines += ["sessionResume = no"]
         else:
-            lines += [f"accept = {server_ip}:{STUNNEL.tls_port(app)}", f"connect = 127.0.0.1:{port}"]
+            lines += [f"accept = {server_ip}:{STUNNEL.tls_port(app, app_ports)}", f"connect = 127.0.0.1:{port}"]
+            if not resume:
+                lines += ["sessionResume = no", "options = NO_TICKET"]
     return "\n".join(lines) + "\n"
 
 
-def haproxy_config(creds: Credentials, *, client: bool, server_ip: str) -> str:
-    """One haproxy process's configuration (TCP mode): a frontend and backend per application port."""
-    lines = [
-        "global",
-        "  maxconn 9000",
+def haproxy_config(
+    creds: Credentials,
+    *,
+    client: bool,
+    server_ip: str,
+    resume: bool = True,
+    app_ports: Mapping[str, int] = APP_PORTS,
+) -> str:
+    """One haproxy process's configuration (TCP mode): a frontend and backend per application port.
+
+    ``resume=False``: the client side's server lines never reuse a session (``no-ssl-reuse``), and the server
+    side neither issues tickets (``no-tls-tickets``) nor keeps a session cache (``tune.ssl.cachesize 0``).
+    """
+    lines = ["global", "  maxconn 9000"]
+    if not resume and not client:
+        lines += ["  tune.ssl.cachesize 0"]
+    lines += [
         "defaults",
         "  mode tcp",
         "  timeout connect 5s",
         "  timeout client 1h",
         "  timeout server 1h",
     ]
-    for app, port in APP_PORTS.items():
+    for app, port in app_ports.items():
         if client:
-            bind = f"127.0.0.1:{HAPROXY.local_port(app)}"
+            bind = f"127.0.0.1:{HAPROXY.local_port(app, app_ports)}"
             server = (
-                f"{server_ip}:{HAPROXY.tls_port(app)} ssl crt {creds.client_pem} ca-file {creds.ca} verify required"
+                f"{server_ip}:{HAPROXY.tls_port(app, app_ports)} ssl crt {creds.client_pem} ca-file {creds.ca} "
+                "verify required"
             )
+            if not resume:
+                server += " no-ssl-reuse"
         else:
-            bind = f"{server_ip}:{HAPROXY.tls_port(app)} ssl crt {creds.server_pem} ca-file {creds.ca} verify required"
+            bind = (
+                f"{server_ip}:{HAPROXY.tls_port(app, app_ports)} ssl crt {creds.server_pem} ca-file {creds.ca} "
+                "verify required"
+            )
+            if not resume:
+                bind += " no-tls-tickets"
             server = f"127.0.0.1:{port}"
         lines += [f"frontend f_{app}", f"  bind {bind}", f"  default_backend b_{app}"]
         lines += [f"backend b_{app}", f"  server s {server}"]

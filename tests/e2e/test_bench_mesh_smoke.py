@@ -20,7 +20,7 @@ def test_the_smoke_profile_writes_a_table_per_scenario_latest_json_and_a_png(tmp
     if str(REPO) not in sys.path:  # bench/ is not installed: `python -m bench.mesh` runs from the repository root
         sys.path.insert(0, str(REPO))
     from bench.mesh.profile import MODES, PROFILES
-    from bench.mesh.run import run
+    from bench.mesh.run import COLD_MODES, COLD_SCENARIO, run
 
     run(PROFILES["smoke"], tmp_path, echo=False)
 
@@ -30,6 +30,7 @@ def test_the_smoke_profile_writes_a_table_per_scenario_latest_json_and_a_png(tmp
         "bulk, 1 stream",
         "request/response 14 B",
         "new connections",
+        COLD_SCENARIO,
         "20 idle connections",
         "proxy memory",
     ):
@@ -39,6 +40,8 @@ def test_the_smoke_profile_writes_a_table_per_scenario_latest_json_and_a_png(tmp
     for row in rows:
         assert {"scenario", "mode", "value", "unit", "x_direct", "x_stunnel", "env"} <= row.keys()
     assert {r["mode"] for r in rows if r["scenario"] == "bulk, 1 stream"} == set(MODES)
+    assert {"new connections, 1-byte echo", COLD_SCENARIO} <= {r["scenario"] for r in rows}
+    assert {r["mode"] for r in rows if r["scenario"] == COLD_SCENARIO} == set(COLD_MODES)
     env = rows[0]["env"]
-    assert {"kernel", "vcpus", "python", "openssl", "cipher", "h2", "uvloop"} <= env.keys()
+    assert {"kernel", "vcpus", "python", "openssl", "cipher", "http2", "uvloop"} <= env.keys()
     assert (tmp_path / "latest.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
