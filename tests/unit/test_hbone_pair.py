@@ -21,6 +21,7 @@ from ambit.hbone import (
     TunnelRequested,
     connect_headers,
 )
+from ambit.hbone.connection import MAX_EARLY_RESETS
 
 MiB = 1024 * 1024
 
@@ -381,3 +382,35 @@ def test_data_split_anywhere_arrives_intact_even_when_pieces_are_kept_across_cal
         for start in range(0, len(data), cut):
             kept += server.receive_data(data[start : start + cut])  # pieces are held while more input arrives
         assert _data(kept, sid) == payload + payload[::-1], cut
+
+
+def test_rapid_reset_of_unanswered_streams_ends_the_connection_with_enhance_your_calm() -> None:
+    pair = Pair()
+    for _ in range(MAX_EARLY_RESETS):
+        stream_id = pair.client.open_tunnel("198.18.200.7:8080")
+        pair.client.reset_stream(stream_id)
+        pair.pump()
+    assert not pair.server.closed
+    stream_id = pair.client.open_tunnel("198.18.200.7:8080")
+    pair.client.reset_stream(stream_id)
+    pair.pump()
+    assert pair.server.closed
+    terminated = [e for e in pair.client_events if isinstance(e, ConnectionTerminated)]
+    assert terminated and terminated[0].error_code == 0xB  # ENHANCE_YOUR_CALM
+
+
+def test_resets_after_answers_never_count_as_rapid_reset() -> None:
+    pair = Pair()
+    for _ in range(3 * MAX_EARLY_RESETS):
+        stream_id = pair.client.open_tunnel("198.18.200.7:8080")
+        pair.pump()
+        if stream_id % 4 == 1:  # every other stream is given up before its answer, the others after it
+            pair.client.reset_stream(stream_id)
+            pair.pump()
+            pair.server.respond(stream_id, 200)
+        else:
+            pair.server.respond(stream_id, 200)
+            pair.pump()
+            pair.client.reset_stream(stream_id)
+        pair.pump()
+    assert not pair.server.closed and not pair.client.closed

@@ -61,6 +61,8 @@ from ambit.hbone.wire import ConnectionFault
 _MAX_HEADER_LIST = 64 * 1024
 _MAX_HEADER_BLOCK = 2 * _MAX_HEADER_LIST
 """Compressed header block (HEADERS + CONTINUATION) we buffer before calling the peer abusive."""
+MAX_EARLY_RESETS = 100
+"""Client resets of unanswered streams, beyond those paid back by answers, before GOAWAY ENHANCE_YOUR_CALM."""
 _ENCODER_TABLE = 4096
 """Most of the peer's HEADER_TABLE_SIZE our encoder uses (it is our memory)."""
 
@@ -153,6 +155,7 @@ class HboneConnection:
         self._next_id = 1  # client: the next stream we open
         self._highest_peer = 0  # server: the highest stream the peer opened
         self._continuation: tuple[int, bool, bytearray] | None = None  # (stream, END_STREAM, block so far)
+        self._early_resets = 0  # see _count_early_reset
         # The DATA frame whose payload is arriving (see the module docstring).
         self._data_left = 0
         self._data_stream = 0
@@ -417,8 +420,11 @@ class HboneConnection:
                 raise ConnectionFault(wire.PROTOCOL_ERROR, "malformed RST_STREAM")
             if self._is_idle(stream_id):
                 raise ConnectionFault(wire.PROTOCOL_ERROR, f"RST_STREAM on stream {stream_id}, never opened")
-            if self._forget(stream_id) is not None:
+            stream = self._forget(stream_id)
+            if stream is not None:
                 events.append(StreamReset(stream_id, wire.u32(payload), remote=True))
+                if not stream.ready and not self._client_side:
+                    self._count_early_reset()
         elif frame_type == wire.PING:
             if stream_id != 0 or len(payload) != 8:
                 raise ConnectionFault(wire.PROTOCOL_ERROR, "malformed PING")
@@ -618,6 +624,17 @@ class HboneConnection:
         if not stream_id & 1:
             return True
         return stream_id >= self._next_id if self._client_side else stream_id > self._highest_peer
+
+    def _count_early_reset(self) -> None:
+        """A stream reset by the client before we answered it: each one set the application to work for nothing.
+
+        The "rapid reset" attack (CVE-2023-44487) is a stream of those. Every answer we give pays one back, so a
+        client that sometimes gives up on a slow tunnel is never at risk; one that resets more than
+        ``MAX_EARLY_RESETS`` unanswered streams beyond what it let us answer loses the connection.
+        """
+        self._early_resets += 1
+        if self._early_resets > MAX_EARLY_RESETS:
+            raise ConnectionFault(wire.ENHANCE_YOUR_CALM, "too many streams reset before they were answered")
 
     def _give_back(self, length: int) -> None:
         self._recv_unacked += length

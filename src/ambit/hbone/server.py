@@ -45,6 +45,8 @@ class HboneServerConnection(HboneConnection):
         if stream.ready:
             raise HboneError(f"stream {stream_id} was already answered")
         fields = [(":status", str(status)), *headers]
+        if self._early_resets:
+            self._early_resets -= 1
         if status != 200:
             self._forget(stream_id)
             self._answer_and_finish(stream_id, fields, stream.remote_closed)
