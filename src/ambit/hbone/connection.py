@@ -559,7 +559,9 @@ class HboneConnection:
     # --- sending --------------------------------------------------------------------------------------------
 
     def _send_headers(self, stream_id: int, fields: list[tuple[str, str]], *, end_stream: bool = False) -> None:
-        block = self._encoder.encode(fields)
+        # Literal strings, not Huffman-coded: hpack's pure-Python Huffman coder cost 26 µs per CONNECT here and 16 µs
+        # more to decode on the far side, to save about 30 octets.
+        block = self._encoder.encode(fields, huffman=False)
         self._out += wire.header_block(stream_id, block, end_stream=end_stream, max_frame=self._peer_max_frame)
 
     def _send_queued(self, stream_id: int, stream: _Stream) -> bool:
