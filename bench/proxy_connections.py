@@ -25,7 +25,12 @@ proxies together"). Figures:
   sites by ``file:line`` (what to cut);
 - ``rate``: new connections per second, 8 concurrent clients each connecting, sending one byte, reading it back
   and closing (pooled HBONE: no handshake per connection), and this process's CPU time (user + system, both
-  proxies and their socket threads) per connection. ``--profile FILE`` writes a cProfile of the rate round.
+  proxies and their socket threads) per connection, also split into user and system time (the system part is
+  mostly the kernel carrying the packets: on one host, a send runs the receiver's TCP stack too).
+  ``--profile FILE`` writes a cProfile of the rate round.
+
+Logging is the node proxy's own (:func:`ambit.cli.mesh.configure_logging`), to a file: both proxies write an
+access-log line per connection, as in the lab.
 
 Everything the harness creates (namespaces, subprocesses) is removed when it ends, even on Ctrl-C.
 """
@@ -39,7 +44,6 @@ import cProfile
 import gc
 import ipaddress
 import json
-import logging
 import os
 import resource
 import secrets
@@ -53,6 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ambit.cli.mesh import configure_logging
 from ambit.identity.localca import LocalCa
 from ambit.identity.manager import CertificateManager
 from ambit.inpod.eventloop import run
@@ -160,9 +165,10 @@ def _rss() -> int:
         return int(statm.read().split()[1]) * PAGE
 
 
-def _cpu() -> float:
+def _cpu() -> tuple[float, float]:
+    """This process's (user, system) CPU seconds so far."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+    return usage.ru_utime, usage.ru_stime
 
 
 async def _settle(seconds: float = 0.5) -> None:
@@ -257,7 +263,9 @@ async def _measure_rate(client: Pod, seconds: float, concurrency: int, profile: 
     out, _ = await proc.communicate()
     if profiler is not None:
         profiler.disable()
-    cpu, wall = _cpu() - cpu0, time.perf_counter() - wall0
+    (user0, sys0), (user1, sys1) = cpu0, _cpu()
+    user, system = user1 - user0, sys1 - sys0
+    cpu, wall = user + system, time.perf_counter() - wall0
     result = json.loads(out)
     if profiler is not None and profile is not None:
         profiler.dump_stats(profile)
@@ -268,16 +276,14 @@ async def _measure_rate(client: Pod, seconds: float, concurrency: int, profile: 
         "per_second": n / result["seconds"],
         "proxy_cpu_seconds": round(cpu, 3),
         "proxy_cpu_us_per_conn": round(cpu / n * 1e6, 1) if n else None,
+        "proxy_user_us_per_conn": round(user / n * 1e6, 1) if n else None,
+        "proxy_system_us_per_conn": round(system / n * 1e6, 1) if n else None,
         "wall_seconds": round(wall, 2),
     }
 
 
 async def _main(args: argparse.Namespace) -> dict[str, Any]:
-    logging.basicConfig(
-        level=logging.INFO,
-        filename=str(args.tmp / "proxy.log"),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(args.tmp / "proxy.log")  # the node proxy's own logging set-up, to a file
     ca = LocalCa(args.tmp / "ca", trust_domain=TD)
     prefix = f"pc{secrets.token_hex(3)}"
     results: dict[str, Any] = {"loop": args.loop, "count": args.count}
@@ -321,7 +327,8 @@ def _print(results: dict[str, Any]) -> None:
         r = results["rate"]
         print(f"pooled new connections/s (1-byte echo, concurrent clients): {r['per_second']:.0f}/s "
               f"({r['connections']} in {r['wall_seconds']} s, {r['failures']} failures); "
-              f"proxy CPU {r['proxy_cpu_us_per_conn']} µs/conn")  # fmt: skip
+              f"proxy CPU {r['proxy_cpu_us_per_conn']} µs/conn (user {r['proxy_user_us_per_conn']}, "
+              f"system {r['proxy_system_us_per_conn']})")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

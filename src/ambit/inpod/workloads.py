@@ -3,10 +3,12 @@
 Theory of operation: :class:`PodListenerManager` is the ZDS client's pod handler. ``open_listeners`` creates the
 pod's sockets inside its netns (:mod:`ambit.inpod.listeners`, on a helper thread) and, with a proxy context, a
 socket factory for the pod's netns (upstream connections are made from inside the pod); it then runs one accept
-loop per TCP listener. Each accepted connection is its own task running the port's handler (outbound 15001,
-plaintext inbound 15006, HBONE 15008). Accepted sockets get ``TCP_NODELAY`` like every socket the proxy dials:
-without it Nagle holds a small write (a CONNECT's 200 HEADERS followed by the first DATA, a 1-byte echo) until
-the peer's delayed ACK, which capped new connections at a few hundred a second. Re-adding a uid replaces its
+loop per TCP listener, which keeps the listener registered with the event loop for its whole life and accepts on
+readiness (the listener is unregistered before it is closed: its fd number may be reused at once). Each accepted
+connection is its own task running the port's handler (outbound 15001, plaintext inbound 15006, HBONE 15008).
+Accepted sockets get ``TCP_NODELAY`` like every socket the proxy dials: without it Nagle holds a small write (a
+CONNECT's 200 HEADERS followed by the first DATA, a 1-byte echo) until the peer's delayed ACK, which capped new
+connections at a few hundred a second. Re-adding a uid replaces its
 listeners (latest netns wins). ``stop`` closes the pod's listeners and cancels its connections (the pod is gone:
 no drain).
 
@@ -36,6 +38,9 @@ log = logging.getLogger("ambit.inpod.workloads")
 
 Handler = Callable[[socket.socket], Coroutine[Any, Any, None]]
 
+ACCEPT_BATCH = 64
+"""Connections accepted per readiness of a listener at most, before the loop runs anything else."""
+
 
 def _connection_done(pod: PodProxy, conn: socket.socket, task: asyncio.Task[None]) -> None:
     """A connection's handler ended: forget its task, log a bug (it never takes the listener down), close."""
@@ -64,10 +69,13 @@ class PodProxy:
         tasks = [*self.accept_tasks, *self.connections]
         for task in tasks:
             task.cancel()
-        for listener in self.listeners:
-            listener.close()
-        for transport in self.datagram_transports:
-            transport.close()
+        try:  # the accept loops unregister their listeners first: a closed fd's number is free for reuse
+            await asyncio.gather(*self.accept_tasks, return_exceptions=True)
+        finally:
+            for listener in self.listeners:
+                listener.close()
+            for transport in self.datagram_transports:
+                transport.close()
         await asyncio.gather(*tasks, return_exceptions=True)
         await asyncio.gather(*self.datagram_closed)
         if self.sockets is not None:
@@ -83,6 +91,62 @@ class _DropDatagrams(asyncio.DatagramProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.closed.done():
             self.closed.set_result(None)
+
+
+class _Acceptor:
+    """One listener's accept loop on readiness callbacks (see the module docstring).
+
+    The listener stays registered with the loop for its whole life and each readiness accepts what is queued (up to
+    ``ACCEPT_BATCH``, so a busy listener cannot starve the loop): ``loop.sock_accept`` per connection registered
+    and unregistered the listener every time, about eight system calls per connection under uvloop.
+    """
+
+    __slots__ = ("_armed", "_fd", "_handler", "_listener", "_loop", "_pod", "_retry", "stopped")
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, pod: PodProxy, listener: socket.socket, handler: Handler
+    ) -> None:
+        self._loop, self._pod, self._listener, self._handler = loop, pod, listener, handler
+        self._fd = listener.fileno()
+        self._armed = False
+        self._retry: asyncio.TimerHandle | None = None
+        self.stopped: asyncio.Future[None] = loop.create_future()
+        """Never resolved: the accept loop's task waits on it until cancelled."""
+
+    def start(self) -> None:
+        self._retry = None
+        if not self._armed:
+            self._armed = True
+            self._loop.add_reader(self._fd, self._ready)
+
+    def stop(self) -> None:
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+        if self._armed:
+            self._armed = False
+            self._loop.remove_reader(self._fd)
+
+    def _ready(self) -> None:
+        pod, loop, handler = self._pod, self._loop, self._handler
+        for _ in range(ACCEPT_BATCH):
+            try:
+                conn, _ = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # EMFILE and friends: keep the listener, slow down
+                log.warning("pod %s: accept failed: %s", pod.uid, exc)
+                self.stop()
+                self._retry = loop.call_later(0.1, self.start)
+                return
+            conn.setblocking(False)
+            with contextlib.suppress(OSError):  # a connection already reset: its handler finds out
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            # The handler's coroutine is the task itself, and what a wrapper would do (log a bug, close the
+            # socket) is a done callback: an idle connection suspends one coroutine frame less.
+            task = loop.create_task(handler(conn))
+            pod.connections.add(task)
+            task.add_done_callback(functools.partial(_connection_done, pod, conn))
 
 
 class PodListenerManager:
@@ -128,9 +192,11 @@ class PodListenerManager:
                 )
                 pod.accept_tasks.append(task)
         except BaseException:
-            for listener in listeners:
-                listener.sock.close()
-            await pod.aclose()
+            try:
+                await pod.aclose()
+            finally:
+                for listener in listeners:
+                    listener.sock.close()
             raise
         self._pods[uid] = pod
         if self._context is not None:
@@ -158,22 +224,13 @@ class PodListenerManager:
 
     @staticmethod
     async def _accept_loop(pod: PodProxy, listener: socket.socket, handler: Handler) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                conn, _ = await loop.sock_accept(listener)
-            except OSError as exc:  # EMFILE and friends: keep the listener, slow down
-                log.warning("pod %s: accept failed: %s", pod.uid, exc)
-                await asyncio.sleep(0.1)
-                continue
-            conn.setblocking(False)
-            with contextlib.suppress(OSError):  # a connection already reset: its handler finds out
-                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            # The handler's coroutine is the task itself, and what a wrapper would do (log a bug, close the
-            # socket) is a done callback: an idle connection suspends one coroutine frame less.
-            task = asyncio.create_task(handler(conn))
-            pod.connections.add(task)
-            task.add_done_callback(functools.partial(_connection_done, pod, conn))
+        """Accept connections on ``listener`` (non-blocking) and start ``handler`` for each, until cancelled."""
+        acceptor = _Acceptor(asyncio.get_running_loop(), pod, listener, handler)
+        acceptor.start()
+        try:
+            await acceptor.stopped
+        finally:  # before the listener is closed: its fd number may be reused at once
+            acceptor.stop()
 
     async def stop(self, uid: str) -> None:
         pod = self._pods.pop(uid, None)

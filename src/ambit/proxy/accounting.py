@@ -8,7 +8,8 @@ client→server, "sent" is server→client. A connection that fails before the r
 
 Memory: an idle connection keeps its :class:`Accounting` (slotted), labels and record for its whole life, so the
 strings they hold that every connection between the same pair repeats are shared, not rebuilt: principals are
-interned (:func:`principal`); workload names come from the workload objects themselves.
+interned (:func:`principal`); workload names come from the workload objects themselves. CPU: a connection's labels
+come from :class:`LabelsCache` (built once per pair of ends, not per connection).
 """
 
 from __future__ import annotations
@@ -67,6 +68,55 @@ def traffic_labels(
     )
 
 
+class LabelsCache:
+    """:func:`traffic_labels` per connection without building 23 labels each time: remembered by its inputs.
+
+    The destination's identity is the destination workload's (not asked for: a workload makes a new
+    :class:`SpiffeId` each time). Entries are keyed by the *identity* of the inputs (workloads, the source
+    identity, the service; the workload state replaces rather than mutates them) and hold those objects, so an id
+    in a key is never reused while its entry lives. The result is the metrics' shared labels object
+    (:meth:`ProxyMetrics.shared_labels`); its principals are the access log's too. When ``limit`` entries are
+    reached (workloads and HBONE connections come and go) the cache starts afresh.
+    """
+
+    __slots__ = ("_entries", "_limit", "_metrics")
+
+    def __init__(self, metrics: ProxyMetrics, limit: int = 4096) -> None:
+        self._metrics = metrics
+        self._limit = limit
+        self._entries: dict[tuple[object, ...], tuple[TrafficLabels, tuple[object, ...]]] = {}
+
+    def labels(
+        self,
+        reporter: Reporter,
+        *,
+        source: Workload | None,
+        source_identity: SpiffeId | None,
+        destination: Workload | None,
+        service: Service | None,
+        mtls: bool,
+    ) -> TrafficLabels:
+        """The shared labels object equal to :func:`traffic_labels` of these, with the destination's identity."""
+        key = (reporter, mtls, id(source), id(source_identity), id(destination), id(service))
+        entry = self._entries.get(key)
+        if entry is not None:
+            return entry[0]
+        labels = traffic_labels(
+            reporter,
+            source=source,
+            source_identity=source_identity,
+            destination=destination,
+            destination_identity=destination.identity if destination is not None else None,
+            service=service,
+            mtls=mtls,
+        )
+        if len(self._entries) >= self._limit:
+            self._entries.clear()
+        shared = self._metrics.shared_labels(labels)
+        self._entries[key] = (shared, (source, source_identity, destination, service))
+        return shared
+
+
 class Accounting:
     """One connection's metrics handle and access-log record."""
 
@@ -105,16 +155,19 @@ class Accounting:
         if self._handle is not None:
             self._handle.close()
             self._handle = None
+        duration = self._clock() - self._started
         self._log.write(
-            dataclasses.replace(
-                self._record,
-                bytes_sent=self.bytes_up,
-                bytes_recv=self.bytes_down,
-                duration_seconds=self._clock() - self._started,
-                error=error,
+            self._record.ended(
+                bytes_sent=self.bytes_up, bytes_recv=self.bytes_down, duration_seconds=duration, error=error
             )
         )
 
     def failed(self, error: str, flags: str) -> None:
         self._metrics.connection_failed(dataclasses.replace(self._labels, response_flags=flags))
-        self._log.write(dataclasses.replace(self._record, duration_seconds=self._clock() - self._started, error=error))
+        duration = self._clock() - self._started
+        record = self._record
+        self._log.write(
+            record.ended(
+                bytes_sent=record.bytes_sent, bytes_recv=record.bytes_recv, duration_seconds=duration, error=error
+            )
+        )

@@ -25,6 +25,7 @@ from ambit.inpod.settings import NodeProxySettings
 from ambit.model.identity import SpiffeId
 from ambit.model.state import WorkloadState
 from ambit.model.workload import IPAddress, Workload
+from ambit.proxy.accounting import LabelsCache
 from ambit.proxy.authorization import Authorizer, allow_all
 from ambit.proxy.pool import ConnectionPool
 from ambit.proxy.sockets import SocketFactory
@@ -43,20 +44,22 @@ ILLEGAL_PORTS = frozenset({15001, 15006, 15008, 15080, 15000, 15020, 15021})
 
 @dataclass(slots=True)
 class LocalPod:
-    """A pod whose netns this proxy listens in."""
+    """A pod whose netns this proxy listens in.
+
+    ``identity`` and ``workload_uid`` are derived from ``info`` once, here: every connection of the pod asks for
+    them, several times (a :class:`SpiffeId` validates its parts when made).
+    """
 
     uid: str
     info: WorkloadInfo
     sockets: SocketFactory
     trust_domain: str
+    identity: SpiffeId = field(init=False)
+    workload_uid: str = field(init=False)
 
-    @property
-    def identity(self) -> SpiffeId:
-        return SpiffeId(self.trust_domain, self.info.namespace, self.info.service_account or "default")
-
-    @property
-    def workload_uid(self) -> str:
-        return workload_uid(self.info)
+    def __post_init__(self) -> None:
+        self.identity = SpiffeId(self.trust_domain, self.info.namespace, self.info.service_account or "default")
+        self.workload_uid = workload_uid(self.info)
 
 
 def workload_uid(info: WorkloadInfo) -> str:
@@ -102,6 +105,11 @@ class ProxyContext:
     _ids: itertools.count[int] = field(default_factory=itertools.count)
     _state_changed: asyncio.Event = field(default_factory=asyncio.Event)
     clock: Callable[[], float] = time.monotonic
+    labels: LabelsCache = field(init=False)
+    """Each connection's metric labels, by its ends (see :class:`~ambit.proxy.accounting.LabelsCache`)."""
+
+    def __post_init__(self) -> None:
+        self.labels = LabelsCache(self.metrics)
 
     def add_pod(self, pod: LocalPod) -> None:
         self.remove_pod(pod.uid)
@@ -134,8 +142,9 @@ class ProxyContext:
                 return None
         return workload
 
-    def find_workload_by_ip(self, ip: str) -> Workload | None:
-        return self.state.find_workload_by_address(self.settings.network, ipaddress.ip_address(ip))
+    def find_workload_by_ip(self, ip: str | IPAddress) -> Workload | None:
+        address = ipaddress.ip_address(ip) if isinstance(ip, str) else ip
+        return self.state.find_workload_by_address(self.settings.network, address)
 
     def find_local_pod_by_ip(self, ip: IPAddress) -> LocalPod | None:
         """The local pod whose workload has ``ip`` (the same-node fast path)."""

@@ -19,7 +19,6 @@ Metrics are reported with ``reporter=destination``; principals only for mutual T
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import logging
 import socket
@@ -34,13 +33,13 @@ from ambit.hbone.errors import AuthorityError
 from ambit.hbone.headers import parse_authority
 from ambit.identity.manager import WorkloadCertificate
 from ambit.model.identity import SpiffeId
-from ambit.model.workload import Workload
-from ambit.proxy.accounting import Accounting, principal, traffic_labels
+from ambit.model.workload import IPAddress, Workload
+from ambit.proxy.accounting import Accounting
 from ambit.proxy.authorization import ConnectionFacts
 from ambit.proxy.context import ILLEGAL_PORTS, LocalPod, ProxyContext
 from ambit.proxy.errors import ProxyError
 from ambit.proxy.hbone_server import HboneServer, InboundRequest, TunnelResponder
-from ambit.proxy.relay import relay
+from ambit.proxy.relay import close_both, relay
 from ambit.proxy.sockets import connect, hostport, original_dst, reset
 from ambit.proxy.streams import ByteStream, SocketStream
 from ambit.telemetry.accesslog import ConnectionRecord
@@ -77,7 +76,7 @@ def _account(
     ctx: ProxyContext,
     *,
     target: _Target,
-    source_ip: str,
+    source_ip: str | IPAddress,
     source_addr: str,
     source_identity: SpiffeId | None,
     hbone_addr: str,
@@ -85,12 +84,11 @@ def _account(
 ) -> Accounting:
     source = ctx.find_workload_by_ip(source_ip)
     mtls = source_identity is not None
-    labels = traffic_labels(
+    labels = ctx.labels.labels(
         Reporter.DESTINATION,
         source=source,
         source_identity=source_identity,
         destination=target.workload,
-        destination_identity=target.workload.identity,
         service=None,
         mtls=mtls,
     )
@@ -101,11 +99,11 @@ def _account(
         dst_hbone_addr=hbone_addr,
         src_workload=source.name if source else "",
         src_namespace=source.namespace if source else "",
-        src_identity=principal(source_identity) if source_identity else "",
+        src_identity=labels.source_principal,  # principal(source_identity) with mutual TLS
         src_cluster=source.cluster_id if source else "",
         dst_workload=target.workload.name,
         dst_namespace=target.workload.namespace,
-        dst_identity=principal(target.workload.identity) if mtls else "",
+        dst_identity=labels.destination_principal,  # principal(target.workload.identity) with mutual TLS
         dst_cluster=target.workload.cluster_id,
     )
     return Accounting(ctx.metrics, ctx.access_log, labels, record, ctx.clock)
@@ -121,18 +119,29 @@ async def _local_workload(ctx: ProxyContext, pod: LocalPod) -> Workload:
 # --- HBONE (15008) ---------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class _HbonePeer:
+    """What every tunnel of one HBONE connection shares: where it arrived, and who sent it (parsed once)."""
+
+    local_ip: str
+    peer_ip: str
+    peer_address: IPAddress
+    peer_addr: str  # "ip:port", interned: the access log's src.addr of each tunnel
+
+
 async def serve_hbone(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) -> None:
     """Serve one TCP connection accepted on the pod's 15008 listener; never raises for peer trouble."""
     local_ip = sock.getsockname()[0]
     peer = sock.getpeername()
+    hbone_peer = _HbonePeer(local_ip, peer[0], ipaddress.ip_address(peer[0]), sys.intern(hostport(peer[0], peer[1])))
 
     async def certificate() -> WorkloadCertificate:
         return await ctx.certs.fetch(pod.identity)
 
     def handle(request: InboundRequest, responder: TunnelResponder) -> Coroutine[Any, Any, None]:
-        return _serve_tunnel(ctx, pod, local_ip, peer, request, responder)  # no wrapper frame per tunnel
+        return _serve_tunnel(ctx, pod, hbone_peer, request, responder)  # no wrapper frame per tunnel
 
-    conn = ctx.register("inbound", hostport(peer[0], peer[1]), hostport(local_ip, 15008), pod)
+    conn = ctx.register("inbound", hbone_peer.peer_addr, hostport(local_ip, 15008), pod)
     try:
         await HboneServer.serve(sock, certificate, trust_domain=ctx.settings.trust_domain, handler=handle)
     except (AmbitError, OSError, ssl.SSLError) as exc:
@@ -142,15 +151,11 @@ async def serve_hbone(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) -> 
 
 
 async def _serve_tunnel(
-    ctx: ProxyContext,
-    pod: LocalPod,
-    local_ip: str,
-    peer: tuple[str, int],
-    request: InboundRequest,
-    responder: TunnelResponder,
+    ctx: ProxyContext, pod: LocalPod, peer: _HbonePeer, request: InboundRequest, responder: TunnelResponder
 ) -> None:
+    local_ip = peer.local_ip
     try:
-        host, port = parse_authority(request.authority)
+        host, port = _split_authority(request.authority, local_ip)
     except AuthorityError as exc:
         responder.reject(400)
         log.info("pod %s: bad CONNECT authority %r: %s", pod.uid, request.authority, exc)
@@ -167,13 +172,13 @@ async def _serve_tunnel(
     accounting = _account(
         ctx,
         target=target,
-        source_ip=peer[0],
-        source_addr=sys.intern(hostport(*peer)),  # the HBONE connection's peer: shared by its tunnels
+        source_ip=peer.peer_address,
+        source_addr=peer.peer_addr,  # the HBONE connection's peer: shared by its tunnels
         source_identity=source_identity,
         hbone_addr=request.authority,
         dst_addr=sys.intern(hostport(local_ip, target_port)),
     )
-    facts = ConnectionFacts(peer[0], source_identity, workload, local_ip, target_port)
+    facts = ConnectionFacts(peer.peer_ip, source_identity, workload, local_ip, target_port)
     try:
         upstream = await _dial_pod(ctx, pod, target, facts)
     except InboundRefusedError as exc:
@@ -190,10 +195,31 @@ async def _serve_tunnel(
         error = result.error
     finally:
         accounting.finish(error)
-        await asyncio.gather(downstream.aclose(), upstream_stream.aclose(), return_exceptions=True)
+        await close_both(downstream, upstream_stream)
+
+
+def _split_authority(authority: str, local_ip: str) -> tuple[str, int]:
+    """:func:`parse_authority`, with a shortcut for the usual CONNECT: to this pod's IP and a valid port.
+
+    ``local_ip`` is the IPv4 address as the listener reported it, so already in the form ``parse_authority`` gives.
+    """
+    host, _, port_text = authority.rpartition(":")
+    if (
+        host == local_ip
+        and ":" not in host
+        and 0 < len(port_text) <= 5
+        and port_text.isascii()
+        and port_text.isdigit()
+        and port_text[0] != "0"
+        and int(port_text) <= 65535
+    ):
+        return host, int(port_text)
+    return parse_authority(authority)
 
 
 def _inbound_port(ctx: ProxyContext, workload: Workload, local_ip: str, host: str, port: int) -> int:
+    if host == local_ip:  # the usual CONNECT, to this pod's IP as the listener saw it: nothing to parse
+        return port
     try:
         ip = ipaddress.ip_address(host)
     except ValueError:
@@ -213,7 +239,7 @@ async def _relay(downstream: ByteStream, upstream: ByteStream, accounting: Accou
         error = result.error
     finally:
         accounting.finish(error)
-        await asyncio.gather(downstream.aclose(), upstream.aclose(), return_exceptions=True)
+        await close_both(downstream, upstream)
 
 
 # --- plaintext (15006) -----------------------------------------------------------------------------------------

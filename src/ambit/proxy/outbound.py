@@ -17,7 +17,6 @@ Theory of operation, for one accepted socket of local pod P:
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import logging
 import random
@@ -29,12 +28,12 @@ from ambit.errors import AmbitError
 from ambit.hbone.headers import connect_headers
 from ambit.model.state import Destination, NoHealthyUpstreamError, Tunnel
 from ambit.model.workload import IPAddress, Workload
-from ambit.proxy.accounting import Accounting, principal, traffic_labels
+from ambit.proxy.accounting import Accounting
 from ambit.proxy.context import ILLEGAL_PORTS, LocalPod, ProxyContext
 from ambit.proxy.hbone_client import HboneClient
 from ambit.proxy.inbound import deliver_locally
 from ambit.proxy.pool import PoolKey
-from ambit.proxy.relay import relay
+from ambit.proxy.relay import close_both, relay
 from ambit.proxy.sockets import connect, hostport, original_dst, reset
 from ambit.proxy.streams import ByteStream, SocketStream
 from ambit.telemetry.accesslog import ConnectionRecord
@@ -68,21 +67,23 @@ async def serve_outbound(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) 
         log.warning("pod %s: unknown source workload, refusing %s", pod.uid, hostport(dst_ip, dst_port))
         reset(sock)
         return
-    peer_addr, dst_addr = hostport(peer[0], peer[1]), hostport(dst_ip, dst_port)
+    peer_addr, dst_addr = hostport(peer[0], peer[1]), hostport(dst[0], dst_port)
     try:
         destination = ctx.state.resolve(ctx.settings.network, dst_ip, dst_port, random.choice)
     except NoHealthyUpstreamError as exc:
         _account(ctx, pod, source, peer_addr, None, dst_addr).failed(str(exc), "NR")
         reset(sock)
         return
-    accounting = _account(ctx, pod, source, peer_addr, destination, dst_addr)
+    # The destination's address as text, made once: formatting an ip_address object is not cached by it.
+    ip_text = dst[0] if destination.ip == dst_ip else str(destination.ip)
+    accounting = _account(ctx, pod, source, peer_addr, destination, dst_addr, ip_text)
     conn = ctx.register("outbound", peer_addr, dst_addr, pod)
     try:
         # The upstream is opened by a helper that returns, and the relay runs in this frame: an idle connection
         # keeps one suspended coroutine here, not a chain of them.
         accountings = [accounting]
         try:
-            upstream = await _open_upstream(ctx, pod, peer, peer_addr, destination, accountings)
+            upstream = await _open_upstream(ctx, pod, peer, peer_addr, destination, ip_text, accountings)
         except (AmbitError, OSError) as exc:
             flag = getattr(exc, "flag", "CONNECT")
             accounting.failed(str(exc), str(flag))
@@ -103,7 +104,7 @@ async def serve_outbound(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) 
         finally:
             for each in accountings:
                 each.finish(error)
-            await asyncio.gather(downstream.aclose(), upstream.aclose(), return_exceptions=True)
+            await close_both(downstream, upstream)
     finally:
         ctx.unregister(conn)
 
@@ -114,17 +115,18 @@ async def _open_upstream(
     peer: tuple[str, int],
     peer_addr: str,
     destination: Destination,
+    ip_text: str,
     accountings: list[Accounting],
 ) -> ByteStream:
     """The upstream of ``destination``: same-node delivery (adding its accounting), an HBONE tunnel, or TCP."""
     if destination.tunnel is Tunnel.HBONE:
         local_pod = ctx.find_local_pod_by_ip(destination.ip)
         if local_pod is None:
-            return await _open_tunnel(ctx, pod, peer, destination)
+            return await _open_tunnel(ctx, pod, peer, peer_addr, destination, ip_text)
         delivery = await deliver_locally(ctx, local_pod, peer[0], pod.identity, destination.port, peer_addr)
         accountings.append(delivery.accounting)
         return delivery.stream
-    return SocketStream(await connect(pod.sockets, (str(destination.ip), destination.port)))
+    return SocketStream(await connect(pod.sockets, (ip_text, destination.port)))
 
 
 def _counting(accountings: list[Accounting]) -> tuple[Callable[[int], None], Callable[[int], None]]:
@@ -139,22 +141,21 @@ def _counting(accountings: list[Accounting]) -> tuple[Callable[[int], None], Cal
     return up, down
 
 
-async def _open_tunnel(ctx: ProxyContext, pod: LocalPod, peer: tuple[str, int], destination: Destination) -> ByteStream:
+async def _open_tunnel(
+    ctx: ProxyContext, pod: LocalPod, peer: tuple[str, int], peer_addr: str, destination: Destination, ip_text: str
+) -> ByteStream:
     cert = await ctx.certs.fetch(pod.identity)
     expected = destination.expected_identities
-    hbone_addr = (str(destination.ip), HBONE_PORT)
+    hbone_addr = (ip_text, HBONE_PORT)
     service = destination.service
-    headers = connect_headers(
-        forwarded_for=hostport(peer[0], peer[1]),
-        host=service.hostname if service else None,
-    )
+    headers = connect_headers(forwarded_for=peer_addr, host=service.hostname if service else None)
 
     async def dial() -> HboneClient:
         tcp = await connect(pod.sockets, hbone_addr)
         return await HboneClient.connect(tcp, cert, expected, trust_domain=ctx.settings.trust_domain)
 
     key = PoolKey(pod.identity, expected, peer[0], hbone_addr)
-    return await ctx.pool.open_tunnel(key, hostport(destination.ip, destination.port), headers, dial)
+    return await ctx.pool.open_tunnel(key, hostport(ip_text, destination.port), headers, dial)
 
 
 def _account(
@@ -164,25 +165,25 @@ def _account(
     peer_addr: str,
     destination: Destination | None,
     original_addr: str,
+    ip_text: str = "",
 ) -> Accounting:
     target = destination.workload if destination else None
     mtls = destination is not None and destination.tunnel is Tunnel.HBONE
     service = destination.service if destination else None
-    labels = traffic_labels(
+    labels = ctx.labels.labels(
         Reporter.SOURCE,
         source=source,
         source_identity=pod.identity,
         destination=target,
-        destination_identity=target.identity if target else None,
         service=service,
         mtls=mtls,
     )
     if destination is not None and destination.tunnel is Tunnel.HBONE:
         # Per destination, not per connection: interned, so connections to one destination share them.
-        dst_addr = sys.intern(hostport(destination.ip, HBONE_PORT))
-        hbone_addr = sys.intern(hostport(destination.ip, destination.port))
+        dst_addr = sys.intern(hostport(ip_text, HBONE_PORT))
+        hbone_addr = sys.intern(hostport(ip_text, destination.port))
     elif destination is not None:
-        dst_addr, hbone_addr = hostport(destination.ip, destination.port), ""
+        dst_addr, hbone_addr = hostport(ip_text, destination.port), ""
     else:
         dst_addr, hbone_addr = original_addr, ""
     record = ConnectionRecord(
@@ -192,12 +193,12 @@ def _account(
         dst_hbone_addr=hbone_addr,
         src_workload=source.name,
         src_namespace=source.namespace,
-        src_identity=principal(pod.identity) if mtls else "",
+        src_identity=labels.source_principal,  # principal(pod.identity) with mutual TLS
         src_cluster=source.cluster_id,
         dst_service=service.hostname if service else "",
         dst_workload=target.name if target else "",
         dst_namespace=target.namespace if target else "",
-        dst_identity=principal(target.identity) if mtls and target else "",
+        dst_identity=labels.destination_principal,  # principal(target.identity) with mutual TLS
         dst_cluster=target.cluster_id if target else "",
     )
     return Accounting(ctx.metrics, ctx.access_log, labels, record, ctx.clock)

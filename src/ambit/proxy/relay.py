@@ -25,6 +25,7 @@ request/response round trip.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
@@ -62,6 +63,24 @@ async def _pump(src: ByteStream, dst: ByteStream, name: str, count: Callable[[in
             count(len(data))
     except (ProxyError, OSError) as exc:
         return f"{name} {step}: {exc}"
+
+
+async def close_both(a: ByteStream, b: ByteStream) -> None:
+    """Close both streams (after the relay: they are the caller's), ignoring their errors.
+
+    What ``asyncio.gather(a.aclose(), b.aclose(), return_exceptions=True)`` does, without its two tasks and
+    gathering future per connection: a :class:`~ambit.proxy.streams.SocketStream` closes without suspending, so
+    it is closed first and the other stream awaited after; two streams that may both wait still close concurrently.
+    """
+    if type(b) is SocketStream:
+        a, b = b, a
+    if type(a) is not SocketStream:
+        await asyncio.gather(a.aclose(), b.aclose(), return_exceptions=True)
+        return
+    with contextlib.suppress(Exception):
+        await a.aclose()
+    with contextlib.suppress(Exception):
+        await b.aclose()
 
 
 def _abort_both(a: ByteStream, b: ByteStream) -> None:

@@ -14,7 +14,8 @@ Every socket is non-blocking, close-on-exec, ``TCP_NODELAY``, keepalive on (ztun
 / 9 probes) and carries ``SO_MARK`` 0x539: the pod's rules never redirect marked traffic, and mark its
 connections so that replies route back to the proxy. ``transparent=True`` adds ``IP_TRANSPARENT``, which lets
 :func:`connect` bind a source address the netns does not own: inbound delivery connects to the local pod *from the
-remote client's IP*.
+remote client's IP*. :func:`connect` dials a numeric address itself (no name lookup) and, since a connection to a
+local pod is usually set up before ``connect()`` returns, checks that first and only then waits on the loop.
 
 Invariants: the factory thread only ever runs in the pod's netns; a socket handed to the caller is the caller's to
 close; after :meth:`NetnsSocketFactory.aclose` the thread is gone and every spare and the dup'd netns fd closed.
@@ -310,8 +311,9 @@ async def connect(
 ) -> socket.socket:
     """A TCP connection to ``address`` made by ``factory``; from ``source_ip`` (any address: transparent) if given.
 
-    Raises :class:`ProxyConnectError` with the address and a reason (``refused``, ``timeout``, ``unreachable``...),
-    or :class:`SocketFactoryError` when the factory cannot make the socket.
+    ``address`` is a numeric IP and a port (no name resolution). Raises :class:`ProxyConnectError` with the address
+    and a reason (``refused``, ``timeout``, ``unreachable``...), or :class:`SocketFactoryError` when the factory
+    cannot make the socket.
     """
     family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
     sock = await factory.tcp_socket(transparent=source_ip is not None, family=family)
@@ -322,8 +324,12 @@ async def connect(
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, 1)
             sock.bind((source_ip, 0))
-        async with asyncio.timeout(timeout):
-            await asyncio.get_running_loop().sock_connect(sock, address)
+        err = sock.connect_ex(address)
+        if err != 0:
+            if err not in _CONNECT_PENDING:
+                raise OSError(err, os.strerror(err))
+            if not _established(sock):
+                await _connected(sock, timeout)
     except TimeoutError:
         sock.close()
         raise ProxyConnectError(address, "timeout") from None
@@ -335,6 +341,43 @@ async def connect(
         sock.close()
         raise
     return sock
+
+
+_CONNECT_PENDING = frozenset({errno.EINPROGRESS, errno.EINTR})
+
+
+def _established(sock: socket.socket) -> bool:
+    """Whether a connect that said "in progress" is done already (one system call, no loop registration).
+
+    A connection to this host (a local pod, over a veth or loopback) is usually set up before ``connect`` returns:
+    the kernel runs the whole handshake in the caller's context. A failed or still pending one is not connected.
+    """
+    try:
+        sock.getpeername()
+    except OSError:
+        return False
+    return True
+
+
+async def _connected(sock: socket.socket, timeout: float) -> None:  # noqa: ASYNC109
+    """Wait until the non-blocking connect on ``sock`` finished; raise its error, or TimeoutError after ``timeout``.
+
+    Not ``loop.sock_connect``: uvloop's resolves the (numeric) address with a real ``getaddrinfo`` on its thread
+    pool first, a thread hop per connection; nor ``asyncio.timeout``: a timer handle alone is enough here.
+    """
+    loop = asyncio.get_running_loop()
+    fd = sock.fileno()
+    waiter: asyncio.Future[None] = loop.create_future()
+    loop.add_writer(fd, _settle, waiter, None)
+    timer = loop.call_later(timeout, _settle, waiter, TimeoutError())
+    try:
+        await waiter
+    finally:
+        timer.cancel()
+        loop.remove_writer(fd)
+    err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    if err != 0:
+        raise OSError(err, os.strerror(err))
 
 
 def original_dst(sock: socket.socket) -> tuple[str, int] | None:

@@ -115,7 +115,8 @@ class SocketStream:
     )
 
     def __init__(self, sock: socket.socket, *, max_chunk: int = 256 * 1024) -> None:
-        sock.setblocking(False)
+        if sock.gettimeout() != 0.0:  # the proxy's sockets are non-blocking already: spare an ioctl
+            sock.setblocking(False)
         self._sock = sock
         self._fd = sock.fileno()
         self._loop = asyncio.get_running_loop()

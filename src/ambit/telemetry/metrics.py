@@ -151,6 +151,9 @@ class ProxyMetrics:
         # Per distinct label set: one shared labels object and its values, computed once and held by every
         # connection with those labels (an idle connection keeps both). Bounded like the families themselves.
         self._shared: dict[TrafficLabels, tuple[TrafficLabels, LabelValues]] = {}
+        # The same entries by the id of their shared labels object (alive as long as we are, so its id is never
+        # reused): a connection holding the shared object finds its key without hashing 23 label values.
+        self._shared_by_id: dict[int, tuple[TrafficLabels, LabelValues]] = {}
         self._opened = _Family("istio_tcp_connections_opened", "The total number of TCP connections opened")
         self._closed = _Family("istio_tcp_connections_closed", "The total number of TCP connections closed")
         self._received = _Family("istio_tcp_received_bytes", "The size of total bytes received during request")
@@ -193,9 +196,13 @@ class ProxyMetrics:
         return self._lookup(labels)[1]
 
     def _lookup(self, labels: TrafficLabels) -> tuple[TrafficLabels, LabelValues]:
+        shared = self._shared_by_id.get(id(labels))
+        if shared is not None:
+            return shared
         shared = self._shared.get(labels)
         if shared is None:  # a race between threads only computes the same entry twice
             shared = self._shared.setdefault(labels, (labels, labels.values()))
+            self._shared_by_id[id(shared[0])] = shared
         return shared
 
     def set_proxy_counts(self, *, active: int, pending: int) -> None:
