@@ -256,6 +256,12 @@ class HboneStream:
         if self._error is not None:
             return
         self.write_eof()
+        if self._session.core.pending_bytes(self.stream_id) > 0 and self._error is None:
+            await self._drain()  # usually nothing is queued, and no timeout's timer is armed
+        if not self.done:
+            self.abort()
+
+    async def _drain(self) -> None:
         with contextlib.suppress(StreamClosedError, TimeoutError):
             async with asyncio.timeout(DRAIN_TIMEOUT):
                 while self._session.core.pending_bytes(self.stream_id) > 0 and self._error is None:
@@ -264,8 +270,6 @@ class HboneStream:
                         await self._writer
                     finally:
                         self._writer = None
-        if not self.done:
-            self.abort()
 
     # Called by the session's dispatch.
 
