@@ -149,7 +149,7 @@ class _PushRelay:
     connection holds these few small objects rather than a closure (and its cells) per callback.
     """
 
-    __slots__ = ("downstream", "finished", "open_directions", "result", "upstream")
+    __slots__ = ("downstream", "finished", "open_directions", "over", "result", "upstream")
 
     def __init__(
         self,
@@ -159,6 +159,7 @@ class _PushRelay:
     ) -> None:
         self.downstream, self.upstream, self.result = downstream, upstream, result
         self.finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.over = False  # ``finished`` is done (a plain flag: checked for every chunk)
         self.open_directions = 2
 
     def start(self, on_upstream: Callable[[int], None] | None, on_downstream: Callable[[int], None] | None) -> None:
@@ -166,8 +167,9 @@ class _PushRelay:
         _Direction(self, self.upstream, self.downstream, False, on_downstream).start()
 
     def finish(self, error: str = "") -> None:
-        if self.finished.done():
+        if self.over or self.finished.done():
             return
+        self.over = True
         self.finished.set_result(None)  # first: aborting calls back into on_error
         if error:
             self.result.error = error
@@ -179,6 +181,7 @@ class _PushRelay:
             self.finish()
 
     def cancel(self) -> None:
+        self.over = True
         if not self.finished.done():
             self.finished.cancel()
         _abort_both(self.downstream, self.upstream)
@@ -203,7 +206,7 @@ class _Direction:
 
     def on_data(self, data: bytes | memoryview) -> None:
         relay = self.relay
-        if relay.finished.done():
+        if relay.over:
             return
         dst = self.dst
         try:
@@ -225,7 +228,7 @@ class _Direction:
 
     def on_eof(self) -> None:
         relay = self.relay
-        if relay.finished.done():
+        if relay.over:
             return
         dst = self.dst
         try:

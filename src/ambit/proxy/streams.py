@@ -208,22 +208,23 @@ class SocketStream:
             self._loop.add_reader(self._fd, self._push_readable)
 
     def write_nowait(self, data: bytes | memoryview) -> bool:
-        self._check_open("write")
-        if self._eof_sent:
+        if self._closed or self._eof_sent:
+            self._check_open("write")
             raise StreamClosedError("write after write_eof")
-        view = memoryview(data)
         if not self._out:
             try:
-                sent = self._sock.send(view)
+                sent = self._sock.send(data)
             except (BlockingIOError, InterruptedError):
                 sent = 0
             except OSError as exc:
                 raise StreamClosedError(f"write: {_describe(exc)}") from exc
-            if sent == len(view):
+            if sent == len(data):
                 return True
-            view = view[sent:]
+            view = memoryview(data)[sent:]
             self._write_armed = True
             self._loop.add_writer(self._fd, self._push_writable)
+        else:
+            view = memoryview(data)
         out = self._out
         if out is None:
             out = self._out = collections.deque()
