@@ -252,3 +252,16 @@ def test_sign_csr_of_random_bytes_raises_only_certificate_error(data: bytes) -> 
 
 _MODULE_CA = new_ca("hypothesis root", now=NOW)
 _GOOD_LEAF = _leaf_der(_MODULE_CA, ALICE)
+
+
+def test_check_peer_judges_a_remembered_certificate_again_for_each_trust_domain_and_expected_set(ca: KeyPair) -> None:
+    from ambit.tls import spiffe
+
+    der = _leaf_der(ca, ALICE)
+    for _ in range(2):  # the second round is served from the cache of parsed certificates
+        assert check_peer(der, trust_domain="cluster.local", expected=frozenset({ALICE})) == ALICE
+        with pytest.raises(PeerIdentityError):
+            check_peer(der, trust_domain="other.domain", expected=None)
+        with pytest.raises(PeerIdentityError):
+            check_peer(der, trust_domain="cluster.local", expected=frozenset({BOB}))
+    assert spiffe._KNOWN_PEERS[der] == ALICE
