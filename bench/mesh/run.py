@@ -54,7 +54,9 @@ NOTES = [
     "'fixed rate' is sockperf under-load (open loop at a set message rate, every message answered).",
     "Proxy CPU is user+system time from /proc of the proxies on the path: both node proxies for ambit modes, "
     "both stunnel or both haproxy processes otherwise. Per connection for the idle scenario it is set-up CPU.",
-    "Idle connections: the growth of the proxies' summed RSS while N connections are held, divided by N.",
+    "Idle connections: the growth of the proxies' summed RSS while N connections are held, divided by N; the "
+    "mode's proxies are restarted before each round (a process keeps and reuses the memory an earlier round freed). "
+    "A baseline that cannot hold N connections with its default limits is left out of that table.",
     "Every pod namespace has net.ipv4.tcp_tw_reuse=1: without it the connection-rate scenarios exhaust the "
     "clients' ephemeral ports with TIME_WAIT sockets after a few runs and measure the kernel's port search.",
     "New connections: every mode runs with its defaults, so stunnel and haproxy resume TLS sessions between their "
@@ -300,9 +302,14 @@ def measure(profile: Profile, lab: BenchLab, procs: Processes, tmp: Path, log: C
     )
     interleave(name, cross, run)
     peak_before: dict[str, int] = {}
+
+    def remember_peaks(where: dict[str, Route]) -> None:
+        """A restart resets a process's high-water mark: keep every proxy's peak so far for "RSS peak"."""
+        for mode in PROXY_MODES:
+            peak_before[mode] = max(peak_before.get(mode, 0), peak_rss_bytes(where[mode].pids))
+
     if profile.cold:
-        # A restart resets a process's high-water mark: keep every proxy's peak so far for "RSS peak".
-        peak_before = {mode: peak_rss_bytes(cross[mode].pids) for mode in PROXY_MODES}
+        remember_peaks(cross)
         # Like with like: nobody resumes a TLS session, every proxied connection is a full handshake.
         tunnels.restart(resume=False, log=log)
         restarted = restart_proxies(lab, tunnels.pids, COLD_FLAGS, log)
@@ -312,12 +319,26 @@ def measure(profile: Profile, lab: BenchLab, procs: Processes, tmp: Path, log: C
             scenarios.connection_rate, scenario=COLD_SCENARIO, seconds=seconds, concurrency=profile.rate_concurrency
         )
         interleave(COLD_SCENARIO, cold, run)
+        remember_peaks(restarted)
         tunnels.restart(resume=True, log=log)
         cross = restart_proxies(lab, tunnels.pids, (), log)  # the idle scenarios read the restarted processes
+
+    def idle_in_fresh_processes(route: Route, name: str, count: int) -> list[Sample]:
+        """Restart the mode's proxies first: a process that held connections before keeps the memory it freed (the
+        allocator reuses it), so a second round in the same processes would measure almost no growth."""
+        nonlocal cross
+        remember_peaks(cross)
+        if route.mode in (STUNNEL, HAPROXY):
+            tunnels.restart(resume=True, log=log)
+            cross = routes(lab, tunnels.pids)
+        else:
+            cross = restart_proxies(lab, tunnels.pids, (), log)
+        return _idle(cross[route.mode], name=name, count=count, procs=procs, log=log)
+
     proxied = {mode: route for mode, route in cross.items() if mode != DIRECT}
     for count in profile.idle_counts:
         name = f"{count:,} idle connections"
-        interleave(name, proxied, partial(_idle, name=name, count=count, procs=procs, log=log), profile.idle_repeats)
+        interleave(name, proxied, partial(idle_in_fresh_processes, name=name, count=count), profile.idle_repeats)
     for mode in PROXY_MODES:
         pids = cross[mode].pids
         samples.append(Sample("proxy memory", "RSS idle (at start)", mode, idle_rss[mode] / 2**20, "MiB"))
