@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import pytest
 from tests.harness import ServerProcess
 
+from ambit.controlplane.view import ClusterViewSettings
 from ambit.k8s import InformerSettings, KubeClient, kinds
 from ambit.lab.meshconfig import MeshConfigSettings, MeshConfigWriter
 from ambit.model.localconfig import LocalConfig, parse_local_config
@@ -50,7 +51,9 @@ async def namespace(kube: KubeClient) -> str:
 
 @pytest.fixture
 async def writer(kube: KubeClient, tmp_path: Path) -> AsyncIterator[MeshConfigWriter]:
-    settings = MeshConfigSettings(tmp_path / "mesh" / "workloads.yaml", debounce=0.05, informer=INFORMER)
+    settings = MeshConfigSettings(
+        tmp_path / "mesh" / "workloads.yaml", view=ClusterViewSettings(debounce=0.05, informer=INFORMER)
+    )
     async with MeshConfigWriter(kube, settings) as w:
         yield w
 

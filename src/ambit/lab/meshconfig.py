@@ -23,13 +23,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
 from ambit.controlplane.view import ClusterView, ClusterViewError, ClusterViewSettings
 from ambit.errors import AmbitError
-from ambit.k8s import InformerSettings, KubeClient
+from ambit.k8s import KubeClient
 from ambit.model.localconfig import LocalConfig, render_local_config
 
 log = logging.getLogger("ambit.lab.meshconfig")
@@ -43,15 +43,8 @@ class MeshConfigError(AmbitError):
 class MeshConfigSettings:
     path: Path
     """The file to keep current (``<lab>/mesh/workloads.yaml``)."""
-    debounce: float = 0.1
-    """Seconds to let changes gather before writing."""
-    cluster_id: str = "Kubernetes"
-    trust_domain: str = "cluster.local"
-    domain: str = "cluster.local"
-    """The cluster's DNS domain (Service hostnames are ``<name>.<ns>.svc.<domain>``)."""
-    sync_timeout: float = 60.0
-    """Seconds to wait for the informers' first lists before giving up."""
-    informer: InformerSettings | None = None
+    view: ClusterViewSettings = field(default_factory=ClusterViewSettings)
+    """How the cluster is watched and translated (debounce, cluster id, trust domain, DNS domain, timeouts)."""
 
 
 class MeshConfigWriter:
@@ -61,15 +54,7 @@ class MeshConfigWriter:
         self.settings = settings
         self.writes = 0
         """How many times the file was replaced (for tests)."""
-        view_settings = ClusterViewSettings(
-            debounce=settings.debounce,
-            cluster_id=settings.cluster_id,
-            trust_domain=settings.trust_domain,
-            domain=settings.domain,
-            sync_timeout=settings.sync_timeout,
-            informer=settings.informer,
-        )
-        self._view = ClusterView(client, view_settings, self._write)
+        self._view = ClusterView(client, settings.view, self._write)
 
     async def start(self) -> None:
         """Start the informers, wait until each has listed, write once, then follow changes."""
