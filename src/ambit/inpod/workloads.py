@@ -6,6 +6,9 @@ socket factory for the pod's netns (upstream connections are made from inside th
 loop per TCP listener, which keeps the listener registered with the event loop for its whole life and accepts on
 readiness (the listener is unregistered before it is closed: its fd number may be reused at once). Each accepted
 connection is its own task running the port's handler (outbound 15001, plaintext inbound 15006, HBONE 15008).
+A handler that returns a running :class:`~ambit.proxy.relay.Splice` has handed the connection to it (the splice
+owns the socket now): the pod keeps the splice among its live connections until it is over, so that ``stop``
+can cancel it like a task.
 Accepted sockets get ``TCP_NODELAY`` like every socket the proxy dials: without it Nagle holds a small write (a
 CONNECT's 200 HEADERS followed by the first DATA, a 1-byte echo) until the peer's delayed ACK, which capped new
 connections at a few hundred a second. Re-adding a uid replaces its
@@ -31,22 +34,31 @@ from ambit.inpod.listeners import Port, open_pod_listeners
 from ambit.proxy.context import LocalPod, ProxyContext
 from ambit.proxy.inbound import serve_hbone, serve_plaintext
 from ambit.proxy.outbound import serve_outbound
+from ambit.proxy.relay import Splice
 from ambit.proxy.sockets import NetnsSocketFactory, original_dst
 from ambit.zds.protocol import WorkloadInfo
 
 log = logging.getLogger("ambit.inpod.workloads")
 
-Handler = Callable[[socket.socket], Coroutine[Any, Any, None]]
+Handler = Callable[[socket.socket], Coroutine[Any, Any, Splice | None]]
+"""Serves one accepted connection; returns None when done with it, or the splice it handed the connection to."""
 
 ACCEPT_BATCH = 64
 """Connections accepted per readiness of a listener at most, before the loop runs anything else."""
 
 
-def _connection_done(pod: PodProxy, conn: socket.socket, task: asyncio.Task[None]) -> None:
-    """A connection's handler ended: forget its task, log a bug (it never takes the listener down), close."""
+def _connection_done(pod: PodProxy, conn: socket.socket, task: asyncio.Task[Splice | None]) -> None:
+    """A connection's handler ended: forget its task, log a bug (it never takes the listener down), and close the
+    socket unless the handler handed it to a running splice, which the pod then tracks until it is over."""
     pod.connections.discard(task)
-    if not task.cancelled() and (exc := task.exception()) is not None:
-        log.error("pod %s: connection handler failed", pod.uid, exc_info=exc)
+    if not task.cancelled():
+        if (exc := task.exception()) is not None:
+            log.error("pod %s: connection handler failed", pod.uid, exc_info=exc)
+        elif (running := task.result()) is not None:
+            if not running.over:
+                running.registry = pod.connections
+                pod.connections.add(running)
+            return
     with contextlib.suppress(OSError):
         conn.close()
 
@@ -59,15 +71,20 @@ class PodProxy:
     info: WorkloadInfo
     listeners: list[socket.socket] = field(default_factory=list)
     accept_tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    connections: set[asyncio.Task[None]] = field(default_factory=set)
+    connections: set[asyncio.Task[Splice | None] | Splice] = field(default_factory=set)
+    """Handlers still setting a connection up (tasks), and the splices they handed connections to."""
     sockets: NetnsSocketFactory | None = None
     datagram_transports: list[asyncio.DatagramTransport] = field(default_factory=list)
     datagram_closed: list[asyncio.Future[None]] = field(default_factory=list)
     last_original_dst: dict[Port, tuple[str, int] | None] = field(default_factory=dict)
 
     async def aclose(self) -> None:
-        tasks = [*self.accept_tasks, *self.connections]
-        for task in tasks:
+        tasks: list[asyncio.Task[Any]] = [*self.accept_tasks]
+        for each in list(self.connections):  # a cancelled splice leaves the set at once
+            each.cancel()
+            if isinstance(each, asyncio.Task):
+                tasks.append(each)
+        for task in self.accept_tasks:
             task.cancel()
         try:  # the accept loops unregister their listeners first: a closed fd's number is free for reuse
             await asyncio.gather(*self.accept_tasks, return_exceptions=True)
@@ -77,6 +94,8 @@ class PodProxy:
             for transport in self.datagram_transports:
                 transport.close()
         await asyncio.gather(*tasks, return_exceptions=True)
+        for each in list(self.connections):  # a handler that had just finished may have handed one over since
+            each.cancel()
         await asyncio.gather(*self.datagram_closed)
         if self.sockets is not None:
             await self.sockets.aclose()

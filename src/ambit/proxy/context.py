@@ -7,7 +7,9 @@ inside the pod's netns) and, once the workload state knows it, its workload. Han
 proxy's own netns for pod traffic: every upstream socket comes from the pod's factory.
 
 The context also tracks live connections (for ``/config_dump`` and for draining): each handler registers a
-:class:`LiveConnection` for its lifetime.
+:class:`LiveConnection` for the connection's lifetime. A handler that splices its connection
+(:func:`ambit.proxy.relay.splice`) returns at once and hands the rest to a :class:`ConnectionEnd`: when the splice
+is over, it finishes the accounting, closes both streams and unregisters the connection.
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ from ambit.inpod.settings import NodeProxySettings
 from ambit.model.identity import SpiffeId
 from ambit.model.state import WorkloadState
 from ambit.model.workload import IPAddress, Workload
-from ambit.proxy.accounting import LabelsCache
+from ambit.proxy.accounting import Accounting, LabelsCache
 from ambit.proxy.authorization import Authorizer, allow_all
 from ambit.proxy.pool import ConnectionPool
+from ambit.proxy.relay import Splice, close_now
 from ambit.proxy.sockets import SocketFactory
 from ambit.telemetry.accesslog import AccessLog
 from ambit.telemetry.metrics import ProxyMetrics
@@ -160,3 +163,32 @@ class ProxyContext:
 
     def unregister(self, conn: LiveConnection) -> None:
         self.connections.pop(conn.id, None)
+
+
+class ConnectionEnd:
+    """A spliced connection's ``on_done``: what a handler's ``finally`` did once its relay was over.
+
+    It finishes the accounting (one, or both sides' on the same-node path) with the relay's error, closes both
+    streams and unregisters ``conn`` (None when another connection's registration covers it: an HBONE tunnel is
+    part of its HBONE connection). Slotted and callable, so a held connection keeps one small object for this.
+    """
+
+    __slots__ = ("accounting", "conn", "ctx")
+
+    def __init__(
+        self, ctx: ProxyContext, conn: LiveConnection | None, accounting: Accounting | tuple[Accounting, ...]
+    ) -> None:
+        self.ctx, self.conn, self.accounting = ctx, conn, accounting
+
+    def __call__(self, over: Splice) -> None:
+        error = over.result.error
+        try:
+            if isinstance(self.accounting, tuple):
+                for each in self.accounting:
+                    each.finish(error)
+            else:
+                self.accounting.finish(error)
+        finally:
+            close_now(over.downstream, over.upstream)
+            if self.conn is not None:
+                self.ctx.unregister(self.conn)

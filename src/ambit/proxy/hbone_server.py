@@ -11,8 +11,11 @@ Every ``TunnelRequested`` starts ``handler(request, responder)`` as its own task
 never holds up the connection's other tunnels. The handler answers exactly once: ``responder.reject(status)``
 (400 bad request, 401 denied, 503 upstream unreachable) or ``responder.accept()``, which sends 200 and returns the
 :class:`~ambit.proxy.hbone_stream.HboneStream` to relay. A handler that returns without answering gets its
-stream reset; one that raises gets a 503 (or a reset, if it had accepted). ``serve`` returns when the connection
-is gone and every handler has finished; cancelling it aborts the connection and cancels the handlers.
+stream reset; one that raises gets a 503 (or a reset, if it had accepted). A handler that accepted and returns
+None is done with the stream, which is then closed; one that returns anything else has handed the stream to
+something that outlives it (a relay running on callbacks), and the stream is left alone. ``serve`` returns when
+the connection is gone and every handler has finished; cancelling it aborts the connection and cancels the
+handlers.
 """
 
 from __future__ import annotations
@@ -78,7 +81,8 @@ class TunnelResponder:
         self._session.flush()
 
 
-Handler = Callable[[InboundRequest, TunnelResponder], Awaitable[None]]
+Handler = Callable[[InboundRequest, TunnelResponder], Awaitable[object]]
+"""Answers one tunnel request; returns None when done with the stream, else whatever now owns it."""
 
 
 class HboneServer:
@@ -170,7 +174,7 @@ class HboneServer:
 
     async def _run(self, request: InboundRequest, responder: TunnelResponder, stream: HboneStream) -> None:
         try:
-            await self._handler(request, responder)
+            owner = await self._handler(request, responder)
         except Exception:
             log.exception("%s: handler for %s failed", self._session.name, request.authority)
             if responder.status is None:
@@ -182,7 +186,7 @@ class HboneServer:
         if responder.status is None:
             log.warning("%s: handler for %s did not answer", self._session.name, request.authority)
             stream.abort()
-        elif responder.status == 200:
+        elif responder.status == 200 and owner is None:
             await stream.aclose()
 
 

@@ -54,6 +54,7 @@ from ambit.hbone.events import (
     TunnelRequested,
 )
 from ambit.proxy.errors import ProxyError, StreamClosedError
+from ambit.proxy.streams import PushSink
 
 log = logging.getLogger(__name__)
 
@@ -98,14 +99,12 @@ class HboneStream:
         "_eof_delivered",
         "_error",
         "_local_ended",
-        "_on_data",
-        "_on_eof",
-        "_on_error",
         "_paused",
         "_reader",
         "_remote_ended",
         "_response",
         "_session",
+        "_sink",
         "_writer",
         "stream_id",
     )
@@ -122,9 +121,7 @@ class HboneStream:
         self._writer: asyncio.Future[None] | None = None
         self._response: asyncio.Future[tuple[int, Headers]] | None = None  # made when first asked for
         # Push mode.
-        self._on_data: Callable[[bytes | memoryview], None] | None = None
-        self._on_eof: Callable[[], None] | None = None
-        self._on_error: Callable[[str], None] | None = None
+        self._sink: PushSink | None = None  # set in push mode
         self._paused = False
         self._eof_delivered = False
         self._drained: Callable[[], None] | None = None
@@ -183,12 +180,10 @@ class HboneStream:
 
     # Push mode (see the module docstring).
 
-    def start_push(
-        self, on_data: Callable[[bytes | memoryview], None], on_eof: Callable[[], None], on_error: Callable[[str], None]
-    ) -> None:
-        self._on_data, self._on_eof, self._on_error = on_data, on_eof, on_error
+    def start_push(self, sink: PushSink) -> None:
+        self._sink = sink
         if self._error is not None:
-            on_error(self._error)
+            sink.on_error(self._error)
             return
         self._deliver()
         self._session.flush()
@@ -220,18 +215,17 @@ class HboneStream:
         return True  # what is queued belongs to the core now; ``aclose`` waits for it
 
     def _deliver(self) -> None:
-        """Hand queued chunks (then EOF) to ``on_data`` while not paused; the caller flushes the session."""
-        on_data = self._on_data
-        assert on_data is not None
+        """Hand queued chunks (then EOF) to the sink while not paused; the caller flushes the session."""
+        sink = self._sink
+        assert sink is not None
         chunks = self._chunks
         while chunks and not self._paused and self._error is None:
             data, flow_length = chunks.popleft()
             self._session.core.consumed(self.stream_id, flow_length)
-            on_data(data)
+            sink.on_data(data)
         if not chunks and self._remote_ended and not self._eof_delivered and self._error is None:
             self._eof_delivered = True
-            assert self._on_eof is not None
-            self._on_eof()
+            sink.on_eof()
 
     def write_eof(self) -> None:
         if self._local_ended or self._error is not None:
@@ -261,6 +255,17 @@ class HboneStream:
         if not self.done:
             self.abort()
 
+    def close_nowait(self) -> bool:
+        """:meth:`aclose` without waiting: True when done, False when queued bytes still need ``aclose``'s wait."""
+        if self._error is not None:
+            return True
+        self.write_eof()
+        if self._session.core.pending_bytes(self.stream_id) > 0 and self._error is None:
+            return False
+        if not self.done:
+            self.abort()
+        return True
+
     async def _drain(self) -> None:
         with contextlib.suppress(StreamClosedError, TimeoutError):
             async with asyncio.timeout(DRAIN_TIMEOUT):
@@ -277,15 +282,15 @@ class HboneStream:
         if self._error is not None:
             self._session.core.consumed(self.stream_id, flow_length)
             return
-        on_data = self._on_data
-        if on_data is not None and not self._paused and not self._chunks:
+        sink = self._sink
+        if sink is not None and not self._paused and not self._chunks:
             self._session.core.consumed(self.stream_id, flow_length)  # the common case: straight through
-            on_data(data)
+            sink.on_data(data)
             return
         if self._chunks is None:
             self._chunks = collections.deque()
         self._chunks.append((data, flow_length))
-        if on_data is not None:
+        if sink is not None:
             if not self._paused:
                 self._deliver()
             return
@@ -293,7 +298,7 @@ class HboneStream:
 
     def _ended(self) -> None:
         self._remote_ended = True
-        if self._on_data is not None:
+        if self._sink is not None:
             if not self._paused:
                 self._deliver()
             return
@@ -320,8 +325,8 @@ class HboneStream:
             response.set_exception(error or StreamClosedError(reason))
             response.exception()  # nobody may be awaiting it any more
         self._drained = None
-        if self._on_error is not None:
-            self._on_error(reason)
+        if self._sink is not None:
+            self._sink.on_error(reason)
 
     def _check_writable(self, what: str) -> None:
         if self._error is not None:

@@ -36,10 +36,10 @@ from ambit.model.identity import SpiffeId
 from ambit.model.workload import IPAddress, Workload
 from ambit.proxy.accounting import Accounting
 from ambit.proxy.authorization import ConnectionFacts
-from ambit.proxy.context import ILLEGAL_PORTS, LocalPod, ProxyContext
+from ambit.proxy.context import ILLEGAL_PORTS, ConnectionEnd, LocalPod, ProxyContext
 from ambit.proxy.errors import ProxyError
 from ambit.proxy.hbone_server import HboneServer, InboundRequest, TunnelResponder
-from ambit.proxy.relay import close_both, relay
+from ambit.proxy.relay import Splice, splice
 from ambit.proxy.sockets import connect, hostport, original_dst, reset
 from ambit.proxy.streams import ByteStream, SocketStream
 from ambit.telemetry.accesslog import ConnectionRecord
@@ -138,7 +138,7 @@ async def serve_hbone(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) -> 
     async def certificate() -> WorkloadCertificate:
         return await ctx.certs.fetch(pod.identity)
 
-    def handle(request: InboundRequest, responder: TunnelResponder) -> Coroutine[Any, Any, None]:
+    def handle(request: InboundRequest, responder: TunnelResponder) -> Coroutine[Any, Any, Splice | None]:
         return _serve_tunnel(ctx, pod, hbone_peer, request, responder)  # no wrapper frame per tunnel
 
     conn = ctx.register("inbound", hbone_peer.peer_addr, hostport(local_ip, 15008), pod)
@@ -152,14 +152,14 @@ async def serve_hbone(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) -> 
 
 async def _serve_tunnel(
     ctx: ProxyContext, pod: LocalPod, peer: _HbonePeer, request: InboundRequest, responder: TunnelResponder
-) -> None:
+) -> Splice | None:
     local_ip = peer.local_ip
     try:
         host, port = _split_authority(request.authority, local_ip)
     except AuthorityError as exc:
         responder.reject(400)
         log.info("pod %s: bad CONNECT authority %r: %s", pod.uid, request.authority, exc)
-        return
+        return None
     try:
         workload = await _local_workload(ctx, pod)
         target_port = _inbound_port(ctx, workload, local_ip, host, port)
@@ -167,7 +167,7 @@ async def _serve_tunnel(
     except InboundRefusedError as exc:
         responder.reject(exc.status)
         log.info("pod %s: CONNECT %s refused: %s", pod.uid, request.authority, exc)
-        return
+        return None
     source_identity = request.peer_identity
     accounting = _account(
         ctx,
@@ -184,18 +184,18 @@ async def _serve_tunnel(
     except InboundRefusedError as exc:
         responder.reject(exc.status)
         accounting.failed(str(exc), exc.flag)
-        return
+        return None
     stream = responder.accept()
     accounting.opened()
-    # The relay runs in this frame (not in a helper coroutine): an idle tunnel keeps one suspended frame less.
-    downstream, upstream_stream = stream, SocketStream(upstream)
-    error = "cancelled"
-    try:
-        result = await relay(downstream, upstream_stream, on_upstream=accounting.up, on_downstream=accounting.down)
-        error = result.error
-    finally:
-        accounting.finish(error)
-        await close_both(downstream, upstream_stream)
+    # Spliced and left running: an idle tunnel holds no task or coroutine frame (the HBONE server then leaves the
+    # stream to the splice, whose ConnectionEnd closes it; the HBONE connection's registration covers the tunnel).
+    return splice(
+        stream,
+        SocketStream(upstream),
+        ConnectionEnd(ctx, None, accounting),
+        on_upstream=accounting.up,
+        on_downstream=accounting.down,
+    )
 
 
 def _split_authority(authority: str, local_ip: str) -> tuple[str, int]:
@@ -232,35 +232,29 @@ def _inbound_port(ctx: ProxyContext, workload: Workload, local_ip: str, host: st
     return port
 
 
-async def _relay(downstream: ByteStream, upstream: ByteStream, accounting: Accounting) -> None:
-    error = "cancelled"
-    try:
-        result = await relay(downstream, upstream, on_upstream=accounting.up, on_downstream=accounting.down)
-        error = result.error
-    finally:
-        accounting.finish(error)
-        await close_both(downstream, upstream)
-
-
 # --- plaintext (15006) -----------------------------------------------------------------------------------------
 
 
-async def serve_plaintext(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) -> None:
-    """Serve one connection redirected to the pod's 15006 listener (no mutual TLS: a plaintext client)."""
+async def serve_plaintext(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) -> Splice | None:
+    """Serve one connection redirected to the pod's 15006 listener (no mutual TLS: a plaintext client).
+
+    Returns the running :class:`~ambit.proxy.relay.Splice` (which owns ``sock`` from then on), or None.
+    """
     peer = sock.getpeername()
     dst = original_dst(sock) or sock.getsockname()[:2]
     if dst[1] in ILLEGAL_PORTS:
         log.warning("pod %s: refused a plaintext call to the proxy's own port %s", pod.uid, hostport(*dst))
         reset(sock)
-        return
+        return None
     conn = ctx.register("inbound", hostport(*peer), hostport(*dst), pod)
+    spliced = False
     try:
         try:
             workload = await _local_workload(ctx, pod)
         except InboundRefusedError as exc:
             log.info("pod %s: plaintext connection from %s refused: %s", pod.uid, hostport(*peer), exc)
             reset(sock)
-            return
+            return None
         target = _Target(workload, dst[0], dst[1])
         accounting = _account(
             ctx,
@@ -277,11 +271,20 @@ async def serve_plaintext(ctx: ProxyContext, pod: LocalPod, sock: socket.socket)
         except InboundRefusedError as exc:
             accounting.failed(str(exc), exc.flag)
             reset(sock)
-            return
+            return None
         accounting.opened()
-        await _relay(SocketStream(sock), SocketStream(upstream), accounting)
+        downstream, upstream_stream = SocketStream(sock), SocketStream(upstream)
+        spliced = True
+        return splice(
+            downstream,
+            upstream_stream,
+            ConnectionEnd(ctx, conn, accounting),
+            on_upstream=accounting.up,
+            on_downstream=accounting.down,
+        )
     finally:
-        ctx.unregister(conn)
+        if not spliced:
+            ctx.unregister(conn)
 
 
 # --- same-node fast path ---------------------------------------------------------------------------------------

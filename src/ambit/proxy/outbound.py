@@ -29,11 +29,11 @@ from ambit.hbone.headers import connect_headers
 from ambit.model.state import Destination, NoHealthyUpstreamError, Tunnel
 from ambit.model.workload import IPAddress, Workload
 from ambit.proxy.accounting import Accounting
-from ambit.proxy.context import ILLEGAL_PORTS, LocalPod, ProxyContext
+from ambit.proxy.context import ILLEGAL_PORTS, ConnectionEnd, LocalPod, ProxyContext
 from ambit.proxy.hbone_client import HboneClient
 from ambit.proxy.inbound import deliver_locally
 from ambit.proxy.pool import PoolKey
-from ambit.proxy.relay import close_both, relay
+from ambit.proxy.relay import Splice, can_splice, close_both, relay, splice
 from ambit.proxy.sockets import connect, hostport, original_dst, reset
 from ambit.proxy.streams import ByteStream, SocketStream
 from ambit.telemetry.accesslog import ConnectionRecord
@@ -48,39 +48,42 @@ def is_self_call(dst_ip: IPAddress, dst_port: int, own: tuple[IPAddress, ...]) -
     return dst_port in ILLEGAL_PORTS and (dst_ip.is_loopback or dst_ip in own)
 
 
-async def serve_outbound(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) -> None:
-    """Proxy one connection that pod ``pod`` opened; never raises for network or peer trouble."""
+async def serve_outbound(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) -> Splice | None:
+    """Proxy one connection that pod ``pod`` opened; never raises for network or peer trouble.
+
+    Returns once the relay runs on its own (a :class:`~ambit.proxy.relay.Splice`, which from then on owns ``sock``
+    and does the closing bookkeeping when it ends), or None when the connection was refused or is over.
+    """
     peer = sock.getpeername()
     dst = original_dst(sock)
     if dst is None:
         log.warning("pod %s: outbound connection from %s without an original destination", pod.uid, peer)
         reset(sock)
-        return
+        return None
     dst_ip, dst_port = ipaddress.ip_address(dst[0]), dst[1]
     source = await ctx.wait_local_workload(pod)
     own = source.addresses if source else ()
     if is_self_call(dst_ip, dst_port, own):
         log.warning("pod %s: refused a call to the proxy's own port %s", pod.uid, hostport(dst_ip, dst_port))
         reset(sock)
-        return
+        return None
     if source is None:
         log.warning("pod %s: unknown source workload, refusing %s", pod.uid, hostport(dst_ip, dst_port))
         reset(sock)
-        return
+        return None
     peer_addr, dst_addr = hostport(peer[0], peer[1]), hostport(dst[0], dst_port)
     try:
         destination = ctx.state.resolve(ctx.settings.network, dst_ip, dst_port, random.choice)
     except NoHealthyUpstreamError as exc:
         _account(ctx, pod, source, peer_addr, None, dst_addr).failed(str(exc), "NR")
         reset(sock)
-        return
+        return None
     # The destination's address as text, made once: formatting an ip_address object is not cached by it.
     ip_text = dst[0] if destination.ip == dst_ip else str(destination.ip)
     accounting = _account(ctx, pod, source, peer_addr, destination, dst_addr, ip_text)
     conn = ctx.register("outbound", peer_addr, dst_addr, pod)
+    spliced = False
     try:
-        # The upstream is opened by a helper that returns, and the relay runs in this frame: an idle connection
-        # keeps one suspended coroutine here, not a chain of them.
         accountings = [accounting]
         try:
             upstream = await _open_upstream(ctx, pod, peer, peer_addr, destination, ip_text, accountings)
@@ -88,7 +91,7 @@ async def serve_outbound(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) 
             flag = getattr(exc, "flag", "CONNECT")
             accounting.failed(str(exc), str(flag))
             reset(sock)
-            return
+            return None
         accounting.opened()
         up: Callable[[int], None]
         down: Callable[[int], None]
@@ -96,8 +99,12 @@ async def serve_outbound(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) 
             up, down = accounting.up, accounting.down
         else:  # the same-node fast path: the destination side's accounting too
             up, down = _counting(accountings)
-        error = "cancelled"
         downstream = SocketStream(sock)
+        if can_splice(upstream):
+            done = ConnectionEnd(ctx, conn, accounting if len(accountings) == 1 else tuple(accountings))
+            spliced = True
+            return splice(downstream, upstream, done, on_upstream=up, on_downstream=down)
+        error = "cancelled"
         try:
             result = await relay(downstream, upstream, on_upstream=up, on_downstream=down)
             error = result.error
@@ -105,8 +112,10 @@ async def serve_outbound(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) 
             for each in accountings:
                 each.finish(error)
             await close_both(downstream, upstream)
+        return None
     finally:
-        ctx.unregister(conn)
+        if not spliced:
+            ctx.unregister(conn)
 
 
 async def _open_upstream(

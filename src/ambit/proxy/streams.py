@@ -57,13 +57,23 @@ class ByteStream(Protocol):
     async def aclose(self) -> None: ...
 
 
+class PushSink(Protocol):
+    """What a :class:`PushStream` delivers to: every chunk, then EOF, or the reason the stream failed (once).
+
+    One object with three methods rather than three callbacks: a held connection keeps the sink, not three bound
+    method objects per direction.
+    """
+
+    def on_data(self, data: bytes | memoryview) -> None: ...
+    def on_eof(self) -> None: ...
+    def on_error(self, reason: str) -> None: ...
+
+
 class PushStream(ByteStream, Protocol):
     """A :class:`ByteStream` that can also be driven by callbacks (see the module docstring)."""
 
-    def start_push(
-        self, on_data: Callable[[bytes | memoryview], None], on_eof: Callable[[], None], on_error: Callable[[str], None]
-    ) -> None:
-        """From now on deliver every chunk, then EOF, or the reason the stream failed (once), by callback."""
+    def start_push(self, sink: PushSink) -> None:
+        """From now on deliver every chunk, then EOF, or the reason the stream failed (once), to ``sink``."""
 
     def pause_reading(self) -> None: ...
     def resume_reading(self) -> None: ...
@@ -102,13 +112,11 @@ class SocketStream:
         "_fd",
         "_loop",
         "_max_chunk",
-        "_on_data",
-        "_on_eof",
-        "_on_error",
         "_out",
         "_read_armed",
         "_reader",
         "_shutdown_pending",
+        "_sink",
         "_sock",
         "_write_armed",
         "_writer",
@@ -129,9 +137,7 @@ class SocketStream:
         self._closed = False
         self._aborted = False
         # Push mode.
-        self._on_data: Callable[[bytes | memoryview], None] | None = None
-        self._on_eof: Callable[[], None] = _nothing
-        self._on_error: Callable[[str], None] = _ignore
+        self._sink: PushSink = _UNATTACHED
         self._eof_seen = False
         self._out: collections.deque[memoryview] | None = None  # what the kernel did not take yet (made on need)
         self._write_armed = False
@@ -188,12 +194,10 @@ class SocketStream:
 
     # Push mode (see the module docstring).
 
-    def start_push(
-        self, on_data: Callable[[bytes | memoryview], None], on_eof: Callable[[], None], on_error: Callable[[str], None]
-    ) -> None:
-        self._on_data, self._on_eof, self._on_error = on_data, on_eof, on_error
+    def start_push(self, sink: PushSink) -> None:
+        self._sink = sink
         if self._closed:
-            on_error("aborted" if self._aborted else "closed")
+            sink.on_error("aborted" if self._aborted else "closed")
             return
         self.resume_reading()
 
@@ -250,17 +254,16 @@ class SocketStream:
             return
         except OSError as exc:
             self.pause_reading()
-            self._on_error(_describe(exc))
+            self._sink.on_error(_describe(exc))
             return
         if not data:
             self._eof_seen = True
             self.pause_reading()
-            self._on_eof()
+            self._sink.on_eof()
             return
         if len(data) == self._chunk and self._chunk < self._max_chunk:
             self._chunk = min(self._chunk * 2, self._max_chunk)
-        assert self._on_data is not None
-        self._on_data(data)
+        self._sink.on_data(data)
 
     def _push_writable(self) -> None:
         out = self._out
@@ -272,7 +275,7 @@ class SocketStream:
                 return
             except OSError as exc:
                 self._disarm_writer()
-                self._on_error(f"(while writing) {_describe(exc)}")
+                self._sink.on_error(f"(while writing) {_describe(exc)}")
                 return
             if sent < len(out[0]):
                 out[0] = out[0][sent:]
@@ -303,6 +306,10 @@ class SocketStream:
 
     async def aclose(self) -> None:
         """Close gracefully (FIN after what was written); idempotent."""
+        self._close()
+
+    def close(self) -> None:
+        """:meth:`aclose` without a coroutine: closing a socket never waits."""
         self._close()
 
     def _close(self) -> None:
@@ -368,5 +375,19 @@ def _nothing() -> None:
     pass
 
 
-def _ignore(reason: str) -> None:
-    pass
+class _Unattached:
+    """The sink of a stream not in push mode: what it would deliver is dropped."""
+
+    __slots__ = ()
+
+    def on_data(self, data: bytes | memoryview) -> None:
+        pass
+
+    def on_eof(self) -> None:
+        pass
+
+    def on_error(self, reason: str) -> None:
+        pass
+
+
+_UNATTACHED = _Unattached()
