@@ -55,7 +55,9 @@ def _connection_done(pod: PodProxy, conn: socket.socket, task: asyncio.Task[Spli
         if (exc := task.exception()) is not None:
             log.error("pod %s: connection handler failed", pod.uid, exc_info=exc)
         elif (running := task.result()) is not None:
-            if not running.over:
+            if pod.closing:  # handed over while the pod was being stopped: nobody would cancel it later
+                running.cancel()
+            elif not running.over:
                 running.registry = pod.connections
                 pod.connections.add(running)
             return
@@ -77,8 +79,11 @@ class PodProxy:
     datagram_transports: list[asyncio.DatagramTransport] = field(default_factory=list)
     datagram_closed: list[asyncio.Future[None]] = field(default_factory=list)
     last_original_dst: dict[Port, tuple[str, int] | None] = field(default_factory=dict)
+    closing: bool = False
+    """``aclose`` has started: a splice handed over from now on is cancelled at once."""
 
     async def aclose(self) -> None:
+        self.closing = True
         tasks: list[asyncio.Task[Any]] = [*self.accept_tasks]
         for each in list(self.connections):  # a cancelled splice leaves the set at once
             each.cancel()
