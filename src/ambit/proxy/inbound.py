@@ -193,8 +193,7 @@ async def _serve_tunnel(
         stream,
         SocketStream(upstream),
         ConnectionEnd(ctx, None, accounting),
-        on_upstream=accounting.up,
-        on_downstream=accounting.down,
+        counter=accounting,
     )
 
 
@@ -279,8 +278,7 @@ async def serve_plaintext(ctx: ProxyContext, pod: LocalPod, sock: socket.socket)
             downstream,
             upstream_stream,
             ConnectionEnd(ctx, conn, accounting),
-            on_upstream=accounting.up,
-            on_downstream=accounting.down,
+            counter=accounting,
         )
     finally:
         if not spliced:

@@ -22,7 +22,6 @@ import logging
 import random
 import socket
 import sys
-from collections.abc import Callable
 
 from ambit.errors import AmbitError
 from ambit.hbone.headers import connect_headers
@@ -93,20 +92,16 @@ async def serve_outbound(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) 
             reset(sock)
             return None
         accounting.opened()
-        up: Callable[[int], None]
-        down: Callable[[int], None]
-        if len(accountings) == 1:
-            up, down = accounting.up, accounting.down
-        else:  # the same-node fast path: the destination side's accounting too
-            up, down = _counting(accountings)
+        # The same-node fast path counts to the destination side's accounting too.
+        counter = accounting if len(accountings) == 1 else _Both(tuple(accountings))
         downstream = SocketStream(sock)
         if can_splice(upstream):
             done = ConnectionEnd(ctx, conn, accounting if len(accountings) == 1 else tuple(accountings))
             spliced = True
-            return splice(downstream, upstream, done, on_upstream=up, on_downstream=down)
+            return splice(downstream, upstream, done, counter=counter)
         error = "cancelled"
         try:
-            result = await relay(downstream, upstream, on_upstream=up, on_downstream=down)
+            result = await relay(downstream, upstream, on_upstream=counter.up, on_downstream=counter.down)
             error = result.error
         finally:
             for each in accountings:
@@ -138,16 +133,21 @@ async def _open_upstream(
     return SocketStream(await connect(pod.sockets, (ip_text, destination.port)))
 
 
-def _counting(accountings: list[Accounting]) -> tuple[Callable[[int], None], Callable[[int], None]]:
-    def up(n: int) -> None:
-        for each in accountings:
+class _Both:
+    """Counts relayed bytes to both sides' accountings (the same-node fast path)."""
+
+    __slots__ = ("accountings",)
+
+    def __init__(self, accountings: tuple[Accounting, ...]) -> None:
+        self.accountings = accountings
+
+    def up(self, n: int) -> None:
+        for each in self.accountings:
             each.up(n)
 
-    def down(n: int) -> None:
-        for each in accountings:
+    def down(self, n: int) -> None:
+        for each in self.accountings:
             each.down(n)
-
-    return up, down
 
 
 async def _open_tunnel(

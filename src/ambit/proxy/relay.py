@@ -34,7 +34,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import Any, Protocol, TypeGuard
 
 from ambit.proxy.errors import ProxyError
 from ambit.proxy.hbone_stream import HboneStream
@@ -167,22 +167,27 @@ class Splice:
     removing the pod can cancel them); the splice removes itself from it when done.
     """
 
-    __slots__ = ("downstream", "on_done", "open_directions", "over", "registry", "result", "upstream")
+    __slots__ = ("counter", "downstream", "on_done", "open_directions", "over", "registry", "result", "upstream")
 
     def __init__(
-        self, downstream: PushStream, upstream: PushStream, on_done: Callable[[Splice], None] | None = None
+        self,
+        downstream: PushStream,
+        upstream: PushStream,
+        on_done: Callable[[Splice], None] | None = None,
+        counter: ByteCounter | None = None,
     ) -> None:
         self.downstream, self.upstream = downstream, upstream
         self.result = RelayResult(0, 0)
         self.on_done = on_done
+        self.counter = counter
         self.over = False  # done: checked for every chunk
         self.open_directions = 2
         self.registry: set[Any] | None = None
 
-    def start(self, on_upstream: Callable[[int], None] | None, on_downstream: Callable[[int], None] | None) -> None:
-        _Direction(self, self.downstream, self.upstream, True, on_upstream).start()
+    def start(self) -> None:
+        _Direction(self, self.downstream, self.upstream, True).start()
         if not self.over:  # the first direction may have failed at once (a stream that was already reset)
-            _Direction(self, self.upstream, self.downstream, False, on_downstream).start()
+            _Direction(self, self.upstream, self.downstream, False).start()
 
     def finish(self, error: str = "") -> None:
         if self.over:
@@ -216,13 +221,44 @@ def splice(
     upstream: PushStream,
     on_done: Callable[[Splice], None],
     *,
+    counter: ByteCounter | None = None,
     on_upstream: Callable[[int], None] | None = None,
     on_downstream: Callable[[int], None] | None = None,
 ) -> Splice:
-    """Start relaying between two push streams and return at once; ``on_done(splice)`` runs when it is over."""
-    running = Splice(downstream, upstream, on_done)
-    running.start(on_upstream, on_downstream)
+    """Start relaying between two push streams and return at once; ``on_done(splice)`` runs when it is over.
+
+    Relayed bytes are counted to ``counter`` (``up(n)``, ``down(n)``: an accounting object is one), or else to
+    the ``on_upstream``/``on_downstream`` callbacks.
+    """
+    if counter is None and (on_upstream is not None or on_downstream is not None):
+        counter = _Callbacks(on_upstream, on_downstream)
+    running = Splice(downstream, upstream, on_done, counter)
+    running.start()
     return running
+
+
+class ByteCounter(Protocol):
+    """Where a splice counts what it relayed: bytes sent upstream and bytes sent downstream."""
+
+    def up(self, n: int) -> None: ...
+    def down(self, n: int) -> None: ...
+
+
+class _Callbacks:
+    """A :class:`ByteCounter` made of two optional callbacks."""
+
+    __slots__ = ("on_downstream", "on_upstream")
+
+    def __init__(self, on_upstream: Callable[[int], None] | None, on_downstream: Callable[[int], None] | None) -> None:
+        self.on_upstream, self.on_downstream = on_upstream, on_downstream
+
+    def up(self, n: int) -> None:
+        if self.on_upstream is not None:
+            self.on_upstream(n)
+
+    def down(self, n: int) -> None:
+        if self.on_downstream is not None:
+            self.on_downstream(n)
 
 
 def can_splice(stream: ByteStream) -> TypeGuard[PushStream]:
@@ -263,12 +299,10 @@ async def _close_quietly(stream: ByteStream) -> None:
 class _Direction:
     """One direction of a :class:`Splice`: ``src``'s chunks, EOF and failure go to ``dst``."""
 
-    __slots__ = ("count", "dst", "relay", "src", "upward")
+    __slots__ = ("dst", "relay", "src", "upward")
 
-    def __init__(
-        self, relay: Splice, src: PushStream, dst: PushStream, upward: bool, count: Callable[[int], None] | None
-    ) -> None:
-        self.relay, self.src, self.dst, self.upward, self.count = relay, src, dst, upward, count
+    def __init__(self, relay: Splice, src: PushStream, dst: PushStream, upward: bool) -> None:
+        self.relay, self.src, self.dst, self.upward = relay, src, dst, upward
 
     def start(self) -> None:
         self.src.start_push(self)
@@ -288,12 +322,15 @@ class _Direction:
             relay.finish(f"{self.name} write: {exc}")
             return
         n = len(data)
+        counter = relay.counter
         if self.upward:
             relay.result.upstream_bytes += n
+            if counter is not None:
+                counter.up(n)
         else:
             relay.result.downstream_bytes += n
-        if self.count is not None:
-            self.count(n)
+            if counter is not None:
+                counter.down(n)
         if not below_bound:
             src = self.src
             src.pause_reading()
