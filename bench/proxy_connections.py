@@ -27,7 +27,13 @@ proxies together"). Figures:
   and closing (pooled HBONE: no handshake per connection), and this process's CPU time (user + system, both
   proxies and their socket threads) per connection, also split into user and system time (the system part is
   mostly the kernel carrying the packets: on one host, a send runs the receiver's TCP stack too).
-  ``--profile FILE`` writes a cProfile of the rate round.
+  ``--profile FILE`` writes a cProfile of the rate round. ``--cold`` runs both proxies' pools as the lab's
+  cold-handshake scenario does (``--pool-max-streams 1 --pool-idle-timeout 0``): one stream per HBONE connection,
+  closed when its stream ends, so every connection of the rate round costs a full mutual-TLS handshake;
+- ``floor`` (``--measure floor``): the handshake cost floor, a loop of TLS 1.3 mutual-TLS handshakes between the
+  two proxies' own client and server contexts over memory BIOs in this process (no sockets, no event loop), as
+  CPU per handshake pair (both ends), with the peer check (:func:`ambit.tls.spiffe.check_peer`) timed apart. The
+  rate round's cold minus pooled CPU, minus this floor, is what our Python and the event loop's TLS layer add.
 
 Logging is the node proxy's own (:func:`ambit.cli.mesh.configure_logging`), to a file: both proxies write an
 access-log line per connection, as in the lab.
@@ -47,6 +53,7 @@ import json
 import os
 import resource
 import secrets
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -59,11 +66,12 @@ from typing import Any
 
 from ambit.cli.mesh import configure_logging
 from ambit.identity.localca import LocalCa
-from ambit.identity.manager import CertificateManager
+from ambit.identity.manager import CertificateManager, WorkloadCertificate
 from ambit.inpod.eventloop import run
 from ambit.inpod.settings import NodeProxySettings
 from ambit.inpod.workloads import PodListenerManager
 from ambit.lab.commands import SubprocessRunner
+from ambit.model.identity import SpiffeId
 from ambit.model.state import WorkloadState
 from ambit.model.workload import TunnelProtocol, Workload
 from ambit.proxy.context import ProxyContext, workload_uid
@@ -72,6 +80,7 @@ from ambit.redirect import InPodSettings
 from ambit.redirect.apply import apply_inpod
 from ambit.telemetry.accesslog import AccessLog
 from ambit.telemetry.metrics import ProxyMetrics
+from ambit.tls.spiffe import check_peer
 from ambit.zds.protocol import WorkloadInfo
 
 TD = "cluster.local"
@@ -131,7 +140,9 @@ def _workload(pod: Pod) -> Workload:
 
 
 @contextlib.asynccontextmanager
-async def _node_proxy(pod: Pod, ca: LocalCa, workloads: list[Workload], tmp: Path) -> AsyncIterator[ProxyContext]:
+async def _node_proxy(
+    pod: Pod, ca: LocalCa, workloads: list[Workload], tmp: Path, pool: ConnectionPool
+) -> AsyncIterator[ProxyContext]:
     """One node proxy serving ``pod``, as ``ambit nodeproxy`` builds it (minus ZDS and the control plane)."""
     settings = NodeProxySettings(node=pod.node, zds_socket=tmp / "unused.sock", trust_domain=TD)
     state = WorkloadState()
@@ -141,7 +152,7 @@ async def _node_proxy(pod: Pod, ca: LocalCa, workloads: list[Workload], tmp: Pat
         settings=settings,
         state=state,
         certs=certs,
-        pool=ConnectionPool(),
+        pool=pool,
         metrics=ProxyMetrics(build_version="bench"),
         access_log=AccessLog(),
     )
@@ -282,18 +293,73 @@ async def _measure_rate(client: Pod, seconds: float, concurrency: int, profile: 
     }
 
 
+def _handshake_pair(client_ctx: ssl.SSLContext, server_ctx: ssl.SSLContext) -> tuple[ssl.SSLObject, ssl.SSLObject]:
+    """One full mutual-TLS handshake over memory BIOs, as the proxies make it (no SNI, no resumption)."""
+    c_in, c_out, s_in, s_out = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
+    client = client_ctx.wrap_bio(c_in, c_out, server_side=False, server_hostname=None)
+    server = server_ctx.wrap_bio(s_in, s_out, server_side=True)
+    client_done = server_done = False
+    while not (client_done and server_done):
+        if not client_done:
+            try:
+                client.do_handshake()
+                client_done = True
+            except ssl.SSLWantReadError:
+                pass
+        if c_out.pending:
+            s_in.write(c_out.read())
+        if not server_done:
+            try:
+                server.do_handshake()
+                server_done = True
+            except ssl.SSLWantReadError:
+                pass
+        if s_out.pending:
+            c_in.write(s_out.read())
+    # TLS 1.3: the client finishes first; the server is done (and has judged the client's certificate) once it
+    # has read the client's Finished, which the loop above delivered.
+    return client, server
+
+
+def _measure_floor(client_cert: WorkloadCertificate, server_cert: WorkloadCertificate, count: int) -> dict[str, Any]:
+    client_ctx, server_ctx = client_cert.client_context(), server_cert.server_context()
+    for _ in range(20):  # warm-up: first-use costs (provider look-ups, lazily built stores)
+        _handshake_pair(client_ctx, server_ctx)
+    pairs = []
+    t0 = time.process_time()
+    for _ in range(count):
+        pairs.append(_handshake_pair(client_ctx, server_ctx))
+    handshake = time.process_time() - t0
+    t0 = time.process_time()
+    for client, server in pairs:
+        check_peer(client.getpeercert(binary_form=True), trust_domain=TD, expected=frozenset({server_cert.identity}))
+        check_peer(server.getpeercert(binary_form=True), trust_domain=TD, expected=None)
+    check = time.process_time() - t0
+    alpn = {(c.selected_alpn_protocol(), c.version(), s.version()) for c, s in pairs}
+    return {
+        "handshakes": count,
+        "handshake_pair_cpu_us": round(handshake / count * 1e6, 1),
+        "check_peer_pair_cpu_us": round(check / count * 1e6, 1),
+        "negotiated": sorted(" ".join(str(x) for x in a) for a in alpn),
+    }
+
+
 async def _main(args: argparse.Namespace) -> dict[str, Any]:
     configure_logging(args.tmp / "proxy.log")  # the node proxy's own logging set-up, to a file
     ca = LocalCa(args.tmp / "ca", trust_domain=TD)
     prefix = f"pc{secrets.token_hex(3)}"
-    results: dict[str, Any] = {"loop": args.loop, "count": args.count}
+    results: dict[str, Any] = {"loop": args.loop, "count": args.count, "cold": args.cold}
+
+    def pool() -> ConnectionPool:
+        return ConnectionPool(max_streams=1, idle_timeout=0) if args.cold else ConnectionPool()
+
     with _namespaces(prefix) as (client, server):
         workloads = [_workload(client), _workload(server)]
         echo = await asyncio.create_subprocess_exec(*_app(server.netns, "echo", "--port", str(APP_PORT)), cwd=ROOT)
         try:
             async with (
-                _node_proxy(client, ca, workloads, args.tmp) as client_proxy,
-                _node_proxy(server, ca, workloads, args.tmp) as server_proxy,
+                _node_proxy(client, ca, workloads, args.tmp, pool()) as client_proxy,
+                _node_proxy(server, ca, workloads, args.tmp, pool()) as server_proxy,
             ):
                 contexts = [client_proxy, server_proxy]
                 await asyncio.sleep(0.5)  # the echo server is listening
@@ -305,6 +371,11 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
                     results["tracemalloc"] = await _measure_tracemalloc(client, contexts, args.count, args.top)
                 if "rate" in args.measure:
                     results["rate"] = await _measure_rate(client, args.seconds, args.concurrency, args.profile)
+                if "floor" in args.measure:
+                    client_cert = client_proxy.certs.find(_identity(client))
+                    server_cert = server_proxy.certs.find(_identity(server))
+                    assert client_cert is not None and server_cert is not None  # fetched by the warm-up
+                    results["floor"] = _measure_floor(client_cert, server_cert, args.handshakes)
                 results["pool"] = client_proxy.pool.stats()["connections"]
         finally:
             echo.terminate()
@@ -312,8 +383,13 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
+def _identity(pod: Pod) -> SpiffeId:
+    return SpiffeId(TD, pod.info.namespace, pod.info.service_account or "default")
+
+
 def _print(results: dict[str, Any]) -> None:
-    print(f"loop={results['loop']} connections={results['count']} pooled HBONE connections={results.get('pool')}")
+    print(f"loop={results['loop']} connections={results['count']} pooled HBONE connections={results.get('pool')}"
+          f"{' (cold: one stream per connection, no reuse)' if results['cold'] else ''}")  # fmt: skip
     if "rss" in results:
         r = results["rss"]
         print(f"RSS growth: {r['rss_growth'] / 1024:.0f} KiB for {r['connections']} idle connections = "
@@ -325,10 +401,16 @@ def _print(results: dict[str, Any]) -> None:
             print(f"  {site['bytes_per_conn']:8.1f} B  {site['blocks_per_conn']:5.2f} blocks  {site['site']}")
     if "rate" in results:
         r = results["rate"]
-        print(f"pooled new connections/s (1-byte echo, concurrent clients): {r['per_second']:.0f}/s "
+        kind = "cold (a handshake each)" if results["cold"] else "pooled"
+        print(f"{kind} new connections/s (1-byte echo, concurrent clients): {r['per_second']:.0f}/s "
               f"({r['connections']} in {r['wall_seconds']} s, {r['failures']} failures); "
               f"proxy CPU {r['proxy_cpu_us_per_conn']} µs/conn (user {r['proxy_user_us_per_conn']}, "
               f"system {r['proxy_system_us_per_conn']})")  # fmt: skip
+    if "floor" in results:
+        f = results["floor"]
+        print(f"handshake floor (memory BIOs, one process): {f['handshake_pair_cpu_us']} CPU-µs per mutual-TLS "
+              f"handshake pair, check_peer {f['check_peer_pair_cpu_us']} µs per pair ({f['handshakes']} handshakes, "
+              f"{', '.join(f['negotiated'])})")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -337,7 +419,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=5.0, help="length of the rate round (default 5)")
     parser.add_argument("--concurrency", type=int, default=8, help="concurrent clients in the rate round")
     parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop")
-    parser.add_argument("--measure", default="rss,tracemalloc,rate", help="comma-separated: rss,tracemalloc,rate")
+    parser.add_argument("--measure", default="rss,tracemalloc,rate", help="comma-separated: rss,tracemalloc,rate,floor")
+    parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="one stream per HBONE connection, closed when it ends (--pool-max-streams 1 --pool-idle-timeout 0)",
+    )
+    parser.add_argument("--handshakes", type=int, default=2000, help="handshakes in the floor loop")
     parser.add_argument("--top", type=int, default=15, help="tracemalloc sites to show")
     parser.add_argument("--profile", type=Path, help="write a cProfile of the rate round here")
     parser.add_argument("--json", action="store_true", help="print the results as one JSON object")

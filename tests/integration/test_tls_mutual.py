@@ -1,20 +1,29 @@
-"""HBONE mutual TLS over real loopback sockets: the contexts, no SNI, and the SPIFFE checks on both sides."""
+"""HBONE mutual TLS over real loopback sockets: the contexts, no SNI, and the SPIFFE checks on both sides.
+
+The certificates each side presents are read off one handshake over memory BIOs, through the handshake messages
+OpenSSL reports (``SSLContext._msg_callback``: TLS 1.3 encrypts the Certificate message on the wire).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime
 import ssl
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from ambit.identity.localca import LocalCa
 from ambit.identity.manager import WorkloadCertificate
 from ambit.model.identity import SpiffeId
-from ambit.tls.certs import load_or_create_ca
+from ambit.tls import contexts
+from ambit.tls.certs import KeyPair, load_or_create_ca
 from ambit.tls.spiffe import PeerIdentityError, check_peer, make_csr, sign_csr
 
 TRUST_DOMAIN = "cluster.local"
@@ -184,3 +193,141 @@ async def test_an_unexpected_server_identity_is_refused_by_the_client(mesh_ca: L
     with pytest.raises(PeerIdentityError, match="expected one of"):
         check_peer(tls.getpeercert(binary_form=True), trust_domain=TRUST_DOMAIN, expected=wanted)
     writer.close()
+
+
+def _presented(client: WorkloadCertificate, server: WorkloadCertificate) -> tuple[list[bytes], list[bytes]]:
+    """One handshake between fresh contexts of ``client`` and ``server``: the DER certificates each one sent."""
+    client_context = dataclasses.replace(client).client_context()
+    server_context = dataclasses.replace(server).server_context()
+    sent: dict[bool, list[bytes]] = {}
+
+    def record(server_side: bool) -> Callable[..., None]:
+        def callback(_conn: object, direction: str, _version: object, _type: object, msg: object, data: bytes) -> None:
+            if direction == "write" and msg == ssl._TLSMessageType.CERTIFICATE:  # type: ignore[attr-defined]
+                sent[server_side] = _certificate_list(data)
+
+        return callback
+
+    client_context._msg_callback = record(False)  # type: ignore[attr-defined]
+    server_context._msg_callback = record(True)  # type: ignore[attr-defined]
+    c_in, c_out, s_in, s_out = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls_client = client_context.wrap_bio(c_in, c_out)
+    tls_server = server_context.wrap_bio(s_in, s_out, server_side=True)
+    done = {tls_client: False, tls_server: False}
+    while not all(done.values()):
+        for tls, outgoing, incoming in ((tls_client, c_out, s_in), (tls_server, s_out, c_in)):
+            if not done[tls]:
+                try:
+                    tls.do_handshake()
+                    done[tls] = True
+                except ssl.SSLWantReadError:
+                    pass
+            incoming.write(outgoing.read())
+    assert check_peer(tls_client.getpeercert(True), trust_domain=TRUST_DOMAIN, expected=None) == server.identity
+    assert check_peer(tls_server.getpeercert(True), trust_domain=TRUST_DOMAIN, expected=None) == client.identity
+    return sent[False], sent[True]
+
+
+def _certificate_list(message: bytes) -> list[bytes]:
+    """The DER certificates of a TLS 1.3 Certificate handshake message (RFC 8446 §4.4.2)."""
+    at = 4 + 1 + message[4]  # handshake header, certificate_request_context
+    end = at + 3 + int.from_bytes(message[at : at + 3], "big")
+    at += 3
+    certs = []
+    while at < end:
+        size = int.from_bytes(message[at : at + 3], "big")
+        certs.append(message[at + 3 : at + 3 + size])
+        at += 3 + size
+        at += 2 + int.from_bytes(message[at : at + 2], "big")  # the entry's extensions
+    return certs
+
+
+def _der(pem: bytes) -> bytes:
+    return x509.load_pem_x509_certificate(pem).public_bytes(serialization.Encoding.DER)
+
+
+def _intermediate(root: KeyPair) -> KeyPair:
+    """A CA under ``root``; its ``cert_pem`` carries the root after it, so what it signs chains up to the root."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    root_cert = root.certificate
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(x509.NameOID.COMMON_NAME, "Ambit intermediate")]))
+        .issuer_name(root_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(root.private_key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return KeyPair(cert.public_bytes(serialization.Encoding.PEM) + root.cert_pem, key_pem)
+
+
+async def test_each_side_presents_only_its_leaf_never_the_root_and_both_still_verify(mesh_ca: LocalCa) -> None:
+    client = await mesh_ca.fetch_certificate(CLIENT)
+    server = await mesh_ca.fetch_certificate(SERVER)
+    if contexts._libssl() is None:
+        pytest.skip("this Python cannot reach OpenSSL's SSL_CTX (not CPython, or a static libssl)")
+    client_sent, server_sent = _presented(client, server)
+    assert client_sent == [_der(client.chain_pem[0])]
+    assert server_sent == [_der(server.chain_pem[0])]
+
+
+async def test_without_the_openssl_knob_the_root_is_named_explicitly_and_both_still_verify(
+    mesh_ca: LocalCa, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(contexts, "_no_auto_chain", lambda _context: False)
+    client = await mesh_ca.fetch_certificate(CLIENT)
+    server = await mesh_ca.fetch_certificate(SERVER)
+    client_sent, server_sent = _presented(client, server)
+    assert client_sent == [_der(pem) for pem in client.chain_pem]  # leaf and root, as OpenSSL's default sends
+    assert server_sent == [_der(pem) for pem in server.chain_pem]
+
+
+async def test_intermediates_are_presented_and_a_peer_trusting_only_the_root_accepts_them(
+    tmp_path: Path, mesh_ca: LocalCa
+) -> None:
+    root = load_or_create_ca(tmp_path / "mesh-ca", "root", "Ambit mesh root", 0.0)
+    csr, key = make_csr(CLIENT)
+    chain = sign_csr(_intermediate(root), csr, now=time.time(), ttl_seconds=600)
+    client = WorkloadCertificate.from_chain(CLIENT, chain, key)
+    assert len(client.chain_pem) == 3 and client.roots_pem == mesh_ca.roots_pem
+    server = await mesh_ca.fetch_certificate(SERVER)
+    client_sent, _ = _presented(client, server)
+    assert client_sent == [_der(pem) for pem in client.chain_pem[:2]]  # leaf and intermediate, no root
+
+
+async def test_a_leaf_whose_intermediate_the_peer_lacks_is_refused(tmp_path: Path, mesh_ca: LocalCa) -> None:
+    root = load_or_create_ca(tmp_path / "mesh-ca", "root", "Ambit mesh root", 0.0)
+    csr, key = make_csr(CLIENT)
+    leaf, _intermediate_pem, root_pem = sign_csr(_intermediate(root), csr, now=time.time(), ttl_seconds=600)
+    # A chain without its intermediate: the peer, trusting only the root, cannot link the leaf to it.
+    client = WorkloadCertificate.from_chain(CLIENT, [leaf, root_pem], key)
+    server = await mesh_ca.fetch_certificate(SERVER)
+    with pytest.raises(ssl.SSLError):
+        _presented(client, server)
+
+
+def test_the_chain_knob_leaves_alone_a_context_that_does_not_require_peer_certificates() -> None:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)  # CERT_NONE: not one of ours, so not vouched for
+    assert contexts._no_auto_chain(context) is False
