@@ -19,6 +19,7 @@ logs) live in one temporary directory that is removed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import os
 import platform
@@ -35,7 +36,7 @@ from typing import Any
 
 from ambit.errors import AmbitError
 from bench.mesh import chart, scenarios
-from bench.mesh.probes import ProbeError, peak_rss_bytes, rss_bytes
+from bench.mesh.probes import ProbeError, find_pids, peak_rss_bytes, rss_bytes
 from bench.mesh.profile import AMBIT, DIRECT, HAPROXY, MODES, PASSTHROUGH, PROFILES, PROXY_MODES, STUNNEL, Profile
 from bench.mesh.results import Sample, aggregate, json_lines, markdown
 from bench.mesh.scenarios import Route
@@ -67,6 +68,12 @@ NOTES = [
     "ticket and keeps no cache), the haproxy pair with no-ssl-reuse, no-tls-tickets and tune.ssl.cachesize 0, the "
     "node proxies with --pool-max-streams=1 --pool-idle-timeout=0; all are restarted with their defaults after it.",
     "The same-node variant runs direct, ambit and ambit-passthrough only (no tunnel pair to a same-node server).",
+    "Latency scenarios give each node its own vCPU, the same way in every mode, as two machines would: node 1's "
+    "proxy, the stunnel and haproxy clients and the sockperf client on vCPU 0, node 2's proxy, the tunnel servers "
+    "and the sockperf servers on vCPU 1 (same-node: all on vCPU 0). Left to the scheduler, a round trip's four "
+    "processes were placed differently per mode and per rate: at a fixed rate nearly every wake-up landed on the "
+    "waker's vCPU, so a proxy's work after its send delayed the next hop, and sockperf's under-load client, which "
+    "busy-waits between sends, held up whatever shared its vCPU until the next scheduler tick.",
 ]
 
 
@@ -223,6 +230,40 @@ def routes(lab: BenchLab, tunnels: dict[str, tuple[int, ...]], server_suffix: st
     return {mode: found[mode] for mode in MODES if mode in found}
 
 
+def _set_affinity(pid: int, cpus: set[int]) -> None:
+    """Every thread of ``pid`` (threads it starts later inherit the creating thread's mask)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(ProcessLookupError):
+            os.sched_setaffinity(int(task.name), cpus)
+
+
+def pin_nodes(lab: BenchLab, tunnels: TunnelPairs, *, on: bool = True) -> None:
+    """Give each node one vCPU for the latency scenarios, the same way for every mode (``on=False`` undoes it).
+
+    Node 1 (vCPU 0): the client (``scenarios.CLIENT_NODE_CPU``), node 1's proxy, the stunnel and haproxy clients;
+    node 2 (vCPU 1): node 2's proxy, the stunnel and haproxy servers, the sockperf servers. Left to the scheduler,
+    the four processes of a round trip placed themselves differently per mode and per message rate (at a fixed
+    rate nearly every wake-up landed on the waker's vCPU, so one proxy's CPU after its send delayed the next hop).
+    """
+    every = set(range(os.cpu_count() or 1))
+    if len(every) < 2:  # one vCPU: nothing to separate
+        return
+    lab_dir = str(lab.topology.path)
+    node: dict[int, list[int]] = {n: find_pids("nodeproxy", lab_dir, f"node-{n}") for n in (1, 2)}
+    for server, client in tunnels.running.values():
+        node[1].append(client.pid)
+        node[2].append(server.pid)
+    node_of_netns = {lab.netns[pod]: 2 for pod in ("plain-srv", "amb-srv")}
+    node_of_netns |= {lab.netns[pod]: 1 for pod in ("plain-srv-local", "amb-srv-local") if pod in lab.netns}
+    for pid in find_pids("sockperf", "sr"):
+        netns = subprocess.run(["ip", "netns", "identify", str(pid)], capture_output=True, text=True, check=False)
+        if (number := node_of_netns.get(netns.stdout.strip())) is not None:
+            node[number].append(pid)
+    for number, pids in node.items():
+        for pid in pids:
+            _set_affinity(pid, {number - 1} if on else every)
+
+
 def check_mesh(lab: BenchLab, route: Route) -> None:
     """Wait until the ambit route carries a connection, and check node 2 saw it as an HBONE destination."""
     deadline = time.monotonic() + 60
@@ -286,16 +327,21 @@ def measure(profile: Profile, lab: BenchLab, procs: Processes, tmp: Path, log: C
     if profile.same_node:
         name = "bulk, 1 stream, same node"
         interleave(name, local, partial(scenarios.bulk, scenario=name, streams=1, seconds=profile.bulk_seconds))
-    for size in profile.rr_sizes:
-        name = f"request/response {size} B, closed loop"
-        interleave(name, cross, partial(scenarios.latency, scenario=name, size=size, seconds=profile.rr_seconds))
-    if profile.fixed_rate:
-        name = f"request/response 14 B, fixed rate {profile.fixed_rate}/s"
-        run = partial(scenarios.latency, scenario=name, size=14, seconds=profile.rr_seconds, rate=profile.fixed_rate)
-        interleave(name, cross, run)
-    if profile.same_node:
-        name = "request/response 14 B, closed loop, same node"
-        interleave(name, local, partial(scenarios.latency, scenario=name, size=14, seconds=profile.rr_seconds))
+    pin_nodes(lab, tunnels)
+    try:
+        for size in profile.rr_sizes:
+            name = f"request/response {size} B, closed loop"
+            interleave(name, cross, partial(scenarios.latency, scenario=name, size=size, seconds=profile.rr_seconds))
+        if profile.fixed_rate:
+            name = f"request/response 14 B, fixed rate {profile.fixed_rate}/s"
+            rate = profile.fixed_rate
+            run = partial(scenarios.latency, scenario=name, size=14, seconds=profile.rr_seconds, rate=rate)
+            interleave(name, cross, run)
+        if profile.same_node:
+            name = "request/response 14 B, closed loop, same node"
+            interleave(name, local, partial(scenarios.latency, scenario=name, size=14, seconds=profile.rr_seconds))
+    finally:
+        pin_nodes(lab, tunnels, on=False)
     name = "new connections, 1-byte echo"
     run = partial(
         scenarios.connection_rate, scenario=name, seconds=profile.rate_seconds, concurrency=profile.rate_concurrency

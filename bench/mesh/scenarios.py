@@ -66,8 +66,14 @@ def bulk(route: Route, scenario: str, streams: int, seconds: float) -> list[Samp
     return [Sample(scenario, "throughput", route.mode, result.bits_per_second / 1e9, "Gbit/s", per_gb, "CPU-s/GB")]
 
 
+CLIENT_NODE_CPU = 0
+"""The vCPU the latency client runs on: node 1's (see ``run.pin_nodes``), the same for every mode."""
+
+
 def latency(route: Route, scenario: str, size: int, seconds: float, rate: int = 0) -> list[Sample]:
-    argv = ["sockperf", "ul" if rate else "pp", "--tcp", "-i", route.host, "-p", str(route.ports["sockperf"])]
+    # sockperf under-load busy-waits between sends: pinned with node 1's proxy, it cannot land on node 2's vCPU.
+    argv = ["taskset", "-c", str(CLIENT_NODE_CPU)]
+    argv += ["sockperf", "ul" if rate else "pp", "--tcp", "-i", route.host, "-p", str(route.ports["sockperf"])]
     argv += ["-m", str(size), "-t", str(max(1, round(seconds))), "--full-rtt"]
     if rate:
         argv += ["--mps", str(rate), "--reply-every", "1"]
