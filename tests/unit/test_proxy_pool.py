@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -36,6 +36,8 @@ class FakeStream:
         self.connection.streams -= 1
         if self.connection.streams == 0:
             self.connection.idle_since = self.connection.clock()
+            if self.connection.on_idle is not None:
+                asyncio.get_running_loop().call_soon(self.connection.on_idle)
 
 
 class FakeConnection:
@@ -52,6 +54,10 @@ class FakeConnection:
         self.dead = False
         self.refuse: int | None = None
         self.attempts = 0
+        self.on_idle: Callable[[], None] | None = None
+
+    def when_idle(self, callback: Callable[[], None]) -> None:
+        self.on_idle = callback
 
     @property
     def available(self) -> bool:

@@ -49,9 +49,34 @@ async def test_with_one_stream_and_no_idle_time_every_tunnel_dials_and_its_conne
         stream = await asyncio.create_task(one_tunnel(pool, dialer))
         assert len(dialer.made) == expected
         await asyncio.sleep(0)  # the task's done callbacks run
-        assert stream.connection.close_calls == 1, "closed when its tunnel's task ended, not at a reap"
+        assert stream.connection.close_calls == 1, "closed when its tunnel ended, not at a reap"
         assert pool.stats() == {"connections": 0, "streams": 0, "keys": []}
     assert pool.reap_idle() == 0
+
+
+async def test_with_no_idle_time_a_connection_closes_when_its_tunnel_ends_even_long_after_the_opener_returned(
+    clock: Clock, dialer: Dialer
+) -> None:
+    # The node proxy's handlers splice a tunnel and return: the tunnel outlives the task that opened it.
+    pool = ConnectionPool(max_streams=1, idle_timeout=0, clock=clock)
+    stream = await asyncio.create_task(pool.open_tunnel(KEY, "10.0.0.1:80", [], dialer))
+    await asyncio.sleep(0.01)
+    assert not stream.connection.closed, "its tunnel is still open"
+    stream.finish()
+    await asyncio.sleep(0)  # the connection says it is idle from the loop, soon
+    assert stream.connection.close_calls == 1
+    assert pool.stats() == {"connections": 0, "streams": 0, "keys": []}
+
+
+async def test_with_no_idle_time_a_connection_that_took_a_new_stream_before_its_idle_call_stays_open(
+    clock: Clock, dialer: Dialer
+) -> None:
+    pool = ConnectionPool(max_streams=100, idle_timeout=0, clock=clock)
+    first = await pool.open_tunnel(KEY, "10.0.0.1:80", [], dialer)
+    first.connection.streams += 1  # a second stream starts before the pool hears that the first ended
+    first.finish()
+    await asyncio.sleep(0)
+    assert not first.connection.closed
 
 
 async def test_with_one_stream_concurrent_tunnels_each_get_their_own_connection(clock: Clock, dialer: Dialer) -> None:

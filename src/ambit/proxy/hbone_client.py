@@ -143,6 +143,15 @@ class HboneClient:
         """Clock time the last tunnel finished (or the connection was made); None while tunnels are open."""
         return self._session.idle_since
 
+    def when_idle(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` each time the connection's last open tunnel has ended (from the event loop, soon)."""
+        loop = self._session.loop
+
+        def soon() -> None:  # not from inside the stream bookkeeping that noticed it
+            loop.call_soon(callback)
+
+        self._session.on_idle = soon
+
     async def open_tunnel(self, authority: str, headers: Sequence[tuple[str, str]]) -> HboneStream:
         """CONNECT to ``authority``; the tunnel once the server answered 200, else :class:`TunnelRefusedError`."""
         if self.closed:

@@ -366,6 +366,8 @@ class HboneSession(asyncio.Protocol):
         self._on_request = on_request
         self._clock = clock
         self.idle_since: float | None = clock()
+        self.on_idle: Callable[[], None] | None = None
+        """Called (synchronously, from the stream bookkeeping) each time the last open stream ended."""
 
     # asyncio.Protocol
 
@@ -443,6 +445,8 @@ class HboneSession(asyncio.Protocol):
             del self.streams[stream.stream_id]
             if not self.streams:
                 self.idle_since = self._clock()
+                if self.on_idle is not None:
+                    self.on_idle()
 
     def close(self) -> None:
         """Say GOAWAY and close the transport (after its buffer drains); streams still open are reset."""

@@ -25,19 +25,18 @@ Invariants:
 
 Zero idle timeout (ztunnel's ``POOL_UNUSED_RELEASE_TIMEOUT=0``): a connection whose last stream ended is closed at
 once, never reused, so with ``max_streams=1`` every tunnel makes its own mutual-TLS handshake (what the benchmark's
-cold-handshake scenario measures). A connection does not say when its last stream ends, so the pool takes the
-opener's task as the owner of the tunnel it opened (the node proxy runs one task per proxied connection, which
-closes its tunnel before it ends): when that task is done, the connection it opened on is closed if it has no
-stream left. Two back-stops keep the rule when a tunnel outlives its opener's task: :meth:`ConnectionPool._acquire`
-never hands out a connection that has carried a stream and is idle now (it closes it instead), and
-:meth:`ConnectionPool.reap_idle` closes every idle connection. A freshly dialed connection is idle too (no stream
-yet) but has carried none, so its waiters can still take it.
+cold-handshake scenario measures). Each dialed connection tells the pool when its last stream ended
+(``when_idle``), and the pool then closes it unless a new stream took it meanwhile. Two back-stops keep the rule
+should that call not come: :meth:`ConnectionPool._acquire` never hands out a connection that has carried a stream
+and is idle now (it closes it instead), and :meth:`ConnectionPool.reap_idle` closes every idle connection. A
+freshly dialed connection is idle too (no stream yet) but has carried none, so its waiters can still take it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -73,6 +72,7 @@ class PooledConnection(Protocol):
     async def open_tunnel(self, authority: str, headers: Sequence[tuple[str, str]]) -> HboneStream: ...
     def close(self) -> None: ...  # start a graceful close (GOAWAY) without waiting
     async def aclose(self) -> None: ...
+    def when_idle(self, callback: Callable[[], None]) -> None: ...  # call each time its last stream ended
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,8 +143,6 @@ class ConnectionPool:
         retried = False
         while True:
             connection = await self._acquire(key, dial)
-            if self._idle_timeout == 0:
-                self._close_when_owner_ends(key, connection)
             try:
                 return await connection.open_tunnel(authority, headers)
             except ConnectionLostError:
@@ -265,6 +263,8 @@ class ConnectionPool:
                     pending.future.set_exception(PoolClosedError("the connection pool is closed"))
                 else:
                     self._buckets.setdefault(key, bucket).connections.append(connection)
+                    if self._idle_timeout == 0:
+                        connection.when_idle(functools.partial(self._close_if_idle, key, connection))
                     pending.future.set_result(connection)
             # Waiters retrieve it; mark it retrieved so a dial nobody waits for anymore does not warn.
             if not pending.future.cancelled():
@@ -284,13 +284,8 @@ class ConnectionPool:
 
     # Zero idle timeout (see the module docstring).
 
-    def _close_when_owner_ends(self, key: PoolKey, connection: PooledConnection) -> None:
-        owner = asyncio.current_task()
-        if owner is not None:
-            owner.add_done_callback(lambda _: self._close_if_idle(key, connection))
-
     def _close_if_idle(self, key: PoolKey, connection: PooledConnection) -> None:
-        """Close ``connection`` if its last stream has ended; another owner still using it will call again."""
+        """Close ``connection`` if it still has no stream (one may have started since it said it was idle)."""
         if not self._closed and not connection.closed and connection.idle_since is not None:
             self._forget(key, connection)
 
