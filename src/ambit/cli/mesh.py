@@ -156,6 +156,7 @@ def nodeproxy(
     """
     from ambit.cni.daemon import ZDS_SOCKET
     from ambit.inpod import eventloop
+    from ambit.inpod.allocator import tune_allocator
     from ambit.inpod.daemon import run_node_proxy
     from ambit.inpod.settings import NodeProxySettings, NodeProxySettingsError, parse_pool_limits
     from ambit.model.identity import IdentityError, check_trust_domain
@@ -192,6 +193,7 @@ def nodeproxy(
         event_loop=event_loop,
     )
     configure_logging()
+    tune_allocator()
     eventloop.run(lambda: run_node_proxy(settings), settings.event_loop)
 
 
