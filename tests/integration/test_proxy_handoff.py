@@ -13,18 +13,15 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
+from tests.integration.test_proxy_splice import HbonePair, hbone_pair, listener, recv_exactly
 
-from ambit.identity.localca import LocalCa
-from ambit.identity.manager import WorkloadCertificate
 from ambit.inpod.workloads import Handler, PodListenerManager, PodProxy
-from ambit.model.identity import SpiffeId
 from ambit.proxy.errors import StreamClosedError
-from ambit.proxy.hbone_client import HboneClient
-from ambit.proxy.hbone_server import HboneServer, InboundRequest, TunnelResponder
+from ambit.proxy.hbone_server import InboundRequest, TunnelResponder
 from ambit.proxy.hbone_stream import HboneStream
 from ambit.proxy.relay import Splice, close_now, splice
 from ambit.proxy.sockets import HostSocketFactory, connect
@@ -33,9 +30,6 @@ from ambit.zds.protocol import WorkloadInfo
 
 pytestmark = pytest.mark.timeout(60)
 
-TD = "cluster.local"
-CLIENT = SpiffeId(TD, "client-ns", "client-sa")
-SERVER = SpiffeId(TD, "server-ns", "server-sa")
 FACTORY = HostSocketFactory(mark=None)
 
 
@@ -53,30 +47,11 @@ class Echo(asyncio.Protocol):
         return False  # close once what was echoed is written
 
 
-def listener(backlog: int = 128) -> socket.socket:
-    sock = socket.socket()
-    sock.setblocking(False)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(backlog)
-    return sock
-
-
 async def until(condition: Callable[[], bool]) -> None:
     """Poll (the conditions are loop callbacks' state, with no event to wait on) for up to 10 s."""
     async with asyncio.timeout(10):
         while not condition():  # noqa: ASYNC110
             await asyncio.sleep(0.005)
-
-
-async def recv_exactly(sock: socket.socket, n: int) -> bytes:
-    loop = asyncio.get_running_loop()
-    buf = b""
-    async with asyncio.timeout(5):
-        while len(buf) < n:
-            chunk = await loop.sock_recv(sock, n - len(buf))
-            assert chunk, "unexpected EOF"
-            buf += chunk
-    return buf
 
 
 async def recv_end(sock: socket.socket) -> str:
@@ -275,61 +250,10 @@ async def test_fifty_idle_relayed_connections_hold_no_task(pod: Pod) -> None:
 # HBONE
 
 
-class HboneRig:
-    """An HBONE server on loopback (mutual TLS) with the handler a test gives it, and a client connection."""
-
-    def __init__(self, client_cert: WorkloadCertificate, server_cert: WorkloadCertificate) -> None:
-        self.client_cert, self.server_cert = client_cert, server_cert
-        self.handler: Callable[[InboundRequest, TunnelResponder], Awaitable[object]] | None = None
-        self.serving: set[asyncio.Task[None]] = set()
-        self.clients: list[HboneClient] = []
-
-    async def start(self) -> None:
-        self._listener = listener()
-        self._accepting = asyncio.create_task(self._accept())
-
-    async def _accept(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            sock, _ = await loop.sock_accept(self._listener)
-            task = asyncio.create_task(HboneServer.serve(sock, self._cert, trust_domain=TD, handler=self._handle))
-            self.serving.add(task)
-            task.add_done_callback(self.serving.discard)
-
-    async def _cert(self) -> WorkloadCertificate:
-        return self.server_cert
-
-    async def _handle(self, request: InboundRequest, responder: TunnelResponder) -> object:
-        assert self.handler is not None
-        return await self.handler(request, responder)
-
-    async def open(self) -> HboneStream:
-        sock = await connect(FACTORY, self._listener.getsockname())
-        client = await HboneClient.connect(sock, self.client_cert, frozenset({SERVER}), trust_domain=TD)
-        self.clients.append(client)
-        return await client.open_tunnel("127.0.0.1:80", [])
-
-    async def aclose(self) -> None:
-        for client in self.clients:
-            await client.aclose()
-        self._accepting.cancel()
-        await asyncio.gather(self._accepting, return_exceptions=True)
-        self._listener.close()
-        for task in list(self.serving):
-            task.cancel()
-        await asyncio.gather(*self.serving, return_exceptions=True)
-
-
 @pytest.fixture
-async def hbone(tmp_path: Path) -> AsyncIterator[HboneRig]:
-    ca = LocalCa(tmp_path / "ca", trust_domain=TD)
-    client_cert, server_cert = await asyncio.gather(ca.fetch_certificate(CLIENT), ca.fetch_certificate(SERVER))
-    rig = HboneRig(client_cert, server_cert)
-    await rig.start()
-    try:
-        yield rig
-    finally:
-        await rig.aclose()
+async def hbone(tmp_path: Path) -> AsyncIterator[HbonePair]:
+    async with hbone_pair(tmp_path) as pair:
+        yield pair
 
 
 async def read_exactly(stream: HboneStream, n: int) -> bytes:
@@ -343,7 +267,7 @@ async def read_exactly(stream: HboneStream, n: int) -> bytes:
 
 
 async def test_an_hbone_handler_that_returns_its_splice_leaves_the_tunnel_open_after_it_returned(
-    hbone: HboneRig,
+    hbone: HbonePair,
 ) -> None:
     loop = asyncio.get_running_loop()
     echo = await loop.create_server(Echo, "127.0.0.1", 0)
@@ -364,7 +288,7 @@ async def test_an_hbone_handler_that_returns_its_splice_leaves_the_tunnel_open_a
 
     hbone.handler = splices_to_echo
     try:
-        stream = await hbone.open()
+        stream = await hbone.open_near()
         async with asyncio.timeout(5):
             await returned.wait()
         for _ in range(3):  # let the server act on the handler's return
@@ -384,7 +308,7 @@ async def test_an_hbone_handler_that_returns_its_splice_leaves_the_tunnel_open_a
         await echo.wait_closed()
 
 
-async def test_an_hbone_handler_that_accepts_and_returns_none_gets_its_tunnel_closed(hbone: HboneRig) -> None:
+async def test_an_hbone_handler_that_accepts_and_returns_none_gets_its_tunnel_closed(hbone: HbonePair) -> None:
     accepted: list[HboneStream] = []
 
     async def accepts_and_forgets(request: InboundRequest, responder: TunnelResponder) -> object:
@@ -392,7 +316,7 @@ async def test_an_hbone_handler_that_accepts_and_returns_none_gets_its_tunnel_cl
         return None
 
     hbone.handler = accepts_and_forgets
-    stream = await hbone.open()
+    stream = await hbone.open_near()
     async with asyncio.timeout(5):
         with contextlib.suppress(StreamClosedError):  # END_STREAM, possibly followed by a reset
             assert await stream.read() == b""

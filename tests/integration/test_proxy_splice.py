@@ -14,7 +14,7 @@ import contextlib
 import logging
 import socket
 import struct
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,7 +40,7 @@ SERVER = SpiffeId(TD, "server-ns", "server-sa")
 FACTORY = HostSocketFactory(mark=None)
 
 
-def listener(backlog: int = 16) -> socket.socket:
+def listener(backlog: int = 128) -> socket.socket:
     sock = socket.socket()
     sock.setblocking(False)
     sock.bind(("127.0.0.1", 0))
@@ -335,6 +335,8 @@ class HbonePair:
     def __init__(self, client_cert: WorkloadCertificate, server_cert: WorkloadCertificate) -> None:
         self.client_cert, self.server_cert = client_cert, server_cert
         self.server_settings: HboneSettings | None = None
+        self.handler: Callable[[InboundRequest, TunnelResponder], Awaitable[object]] | None = None
+        """When set, the server's handler instead of handing each tunnel to the test (``accepted``)."""
         self.accepted: asyncio.Queue[HboneStream] = asyncio.Queue()
         self.serving: set[asyncio.Task[None]] = set()
         self.clients: list[HboneClient] = []
@@ -359,16 +361,22 @@ class HbonePair:
         return self.server_cert
 
     async def _handle(self, request: InboundRequest, responder: TunnelResponder) -> object:
+        if self.handler is not None:
+            return await self.handler(request, responder)
         stream = responder.accept()
         self.accepted.put_nowait(stream)
         return stream  # the test owns it now: the server must leave it alone
 
-    async def open(self) -> tuple[HboneStream, HboneStream]:
-        """A tunnel: (the client end, the server end)."""
+    async def open_near(self) -> HboneStream:
+        """A tunnel on a new client connection; its client end."""
         sock = await connect(FACTORY, self._listener.getsockname())
         client = await HboneClient.connect(sock, self.client_cert, frozenset({SERVER}), trust_domain=TD)
         self.clients.append(client)
-        near = await client.open_tunnel("127.0.0.1:80", [])
+        return await client.open_tunnel("127.0.0.1:80", [])
+
+    async def open(self) -> tuple[HboneStream, HboneStream]:
+        """A tunnel: (the client end, the server end); only without a ``handler``."""
+        near = await self.open_near()
         async with asyncio.timeout(5):
             far = await self.accepted.get()
         return near, far
@@ -384,8 +392,8 @@ class HbonePair:
         await asyncio.gather(*self.serving, return_exceptions=True)
 
 
-@pytest.fixture
-async def hbone(tmp_path: Path) -> AsyncIterator[HbonePair]:
+@contextlib.asynccontextmanager
+async def hbone_pair(tmp_path: Path) -> AsyncIterator[HbonePair]:
     ca = LocalCa(tmp_path / "ca", trust_domain=TD)
     client_cert, server_cert = await asyncio.gather(ca.fetch_certificate(CLIENT), ca.fetch_certificate(SERVER))
     pair = HbonePair(client_cert, server_cert)
@@ -394,6 +402,12 @@ async def hbone(tmp_path: Path) -> AsyncIterator[HbonePair]:
         yield pair
     finally:
         await pair.aclose()
+
+
+@pytest.fixture
+async def hbone(tmp_path: Path) -> AsyncIterator[HbonePair]:
+    async with hbone_pair(tmp_path) as pair:
+        yield pair
 
 
 async def read_all(stream: HboneStream) -> bytes:
