@@ -171,3 +171,28 @@ class Accounting:
                 bytes_sent=record.bytes_sent, bytes_recv=record.bytes_recv, duration_seconds=duration, error=error
             )
         )
+
+
+class BothSides:
+    """Both sides' accountings of one same-node connection (the source's and the destination's), as one.
+
+    The same-node fast path relays one connection that is both an outbound and an inbound connection: every byte
+    counts on both sides, and both records end together.
+    """
+
+    __slots__ = ("accountings",)
+
+    def __init__(self, accountings: tuple[Accounting, ...]) -> None:
+        self.accountings = accountings
+
+    def up(self, n: int) -> None:
+        for each in self.accountings:
+            each.up(n)
+
+    def down(self, n: int) -> None:
+        for each in self.accountings:
+            each.down(n)
+
+    def finish(self, error: str = "") -> None:
+        for each in self.accountings:
+            each.finish(error)

@@ -27,7 +27,7 @@ from ambit.inpod.settings import NodeProxySettings
 from ambit.model.identity import SpiffeId
 from ambit.model.state import WorkloadState
 from ambit.model.workload import IPAddress, Workload
-from ambit.proxy.accounting import Accounting, LabelsCache
+from ambit.proxy.accounting import Accounting, BothSides, LabelsCache
 from ambit.proxy.authorization import Authorizer, allow_all
 from ambit.proxy.pool import ConnectionPool
 from ambit.proxy.relay import Splice, close_now
@@ -168,26 +168,20 @@ class ProxyContext:
 class ConnectionEnd:
     """A spliced connection's ``on_done``: what a handler's ``finally`` did once its relay was over.
 
-    It finishes the accounting (one, or both sides' on the same-node path) with the relay's error, closes both
-    streams and unregisters ``conn`` (None when another connection's registration covers it: an HBONE tunnel is
-    part of its HBONE connection). Slotted and callable, so a held connection keeps one small object for this.
+    It finishes the accounting (one, or :class:`~ambit.proxy.accounting.BothSides` on the same-node path) with the
+    relay's error, closes both streams and unregisters ``conn`` (None when another connection's registration
+    covers it: an HBONE tunnel is part of its HBONE connection). Slotted and callable, so a held connection keeps
+    one small object for this.
     """
 
     __slots__ = ("accounting", "conn", "ctx")
 
-    def __init__(
-        self, ctx: ProxyContext, conn: LiveConnection | None, accounting: Accounting | tuple[Accounting, ...]
-    ) -> None:
+    def __init__(self, ctx: ProxyContext, conn: LiveConnection | None, accounting: Accounting | BothSides) -> None:
         self.ctx, self.conn, self.accounting = ctx, conn, accounting
 
     def __call__(self, over: Splice) -> None:
-        error = over.result.error
         try:
-            if isinstance(self.accounting, tuple):
-                for each in self.accounting:
-                    each.finish(error)
-            else:
-                self.accounting.finish(error)
+            self.accounting.finish(over.result.error)
         finally:
             close_now(over.downstream, over.upstream)
             if self.conn is not None:

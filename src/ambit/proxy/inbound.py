@@ -41,7 +41,7 @@ from ambit.proxy.errors import ProxyError
 from ambit.proxy.hbone_server import HboneServer, InboundRequest, TunnelResponder
 from ambit.proxy.relay import Splice, splice
 from ambit.proxy.sockets import connect, hostport, original_dst, reset
-from ambit.proxy.streams import ByteStream, SocketStream
+from ambit.proxy.streams import SocketStream
 from ambit.telemetry.accesslog import ConnectionRecord
 from ambit.telemetry.metrics import Reporter
 
@@ -292,7 +292,7 @@ async def serve_plaintext(ctx: ProxyContext, pod: LocalPod, sock: socket.socket)
 class LocalDelivery:
     """The upstream of a same-node connection, and the destination side's accounting (the caller relays)."""
 
-    stream: ByteStream
+    stream: SocketStream
     accounting: Accounting
 
 

@@ -27,14 +27,15 @@ from ambit.errors import AmbitError
 from ambit.hbone.headers import connect_headers
 from ambit.model.state import Destination, NoHealthyUpstreamError, Tunnel
 from ambit.model.workload import IPAddress, Workload
-from ambit.proxy.accounting import Accounting
+from ambit.proxy.accounting import Accounting, BothSides
 from ambit.proxy.context import ILLEGAL_PORTS, ConnectionEnd, LocalPod, ProxyContext
 from ambit.proxy.hbone_client import HboneClient
+from ambit.proxy.hbone_stream import HboneStream
 from ambit.proxy.inbound import deliver_locally
 from ambit.proxy.pool import PoolKey
-from ambit.proxy.relay import Splice, can_splice, close_both, relay, splice
+from ambit.proxy.relay import Splice, splice
 from ambit.proxy.sockets import connect, hostport, original_dst, reset
-from ambit.proxy.streams import ByteStream, SocketStream
+from ambit.proxy.streams import SocketStream
 from ambit.telemetry.accesslog import ConnectionRecord
 from ambit.telemetry.metrics import Reporter
 
@@ -92,22 +93,11 @@ async def serve_outbound(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) 
             reset(sock)
             return None
         accounting.opened()
-        # The same-node fast path counts to the destination side's accounting too.
-        counter = accounting if len(accountings) == 1 else _Both(tuple(accountings))
+        # The same-node fast path counts to (and finishes) the destination side's accounting too.
+        sides = accounting if len(accountings) == 1 else BothSides(tuple(accountings))
         downstream = SocketStream(sock)
-        if can_splice(upstream):
-            done = ConnectionEnd(ctx, conn, accounting if len(accountings) == 1 else tuple(accountings))
-            spliced = True
-            return splice(downstream, upstream, done, counter=counter)
-        error = "cancelled"
-        try:
-            result = await relay(downstream, upstream, on_upstream=counter.up, on_downstream=counter.down)
-            error = result.error
-        finally:
-            for each in accountings:
-                each.finish(error)
-            await close_both(downstream, upstream)
-        return None
+        spliced = True
+        return splice(downstream, upstream, ConnectionEnd(ctx, conn, sides), counter=sides)
     finally:
         if not spliced:
             ctx.unregister(conn)
@@ -121,7 +111,7 @@ async def _open_upstream(
     destination: Destination,
     ip_text: str,
     accountings: list[Accounting],
-) -> ByteStream:
+) -> SocketStream | HboneStream:
     """The upstream of ``destination``: same-node delivery (adding its accounting), an HBONE tunnel, or TCP."""
     if destination.tunnel is Tunnel.HBONE:
         local_pod = ctx.find_local_pod_by_ip(destination.ip)
@@ -133,26 +123,9 @@ async def _open_upstream(
     return SocketStream(await connect(pod.sockets, (ip_text, destination.port)))
 
 
-class _Both:
-    """Counts relayed bytes to both sides' accountings (the same-node fast path)."""
-
-    __slots__ = ("accountings",)
-
-    def __init__(self, accountings: tuple[Accounting, ...]) -> None:
-        self.accountings = accountings
-
-    def up(self, n: int) -> None:
-        for each in self.accountings:
-            each.up(n)
-
-    def down(self, n: int) -> None:
-        for each in self.accountings:
-            each.down(n)
-
-
 async def _open_tunnel(
     ctx: ProxyContext, pod: LocalPod, peer: tuple[str, int], peer_addr: str, destination: Destination, ip_text: str
-) -> ByteStream:
+) -> HboneStream:
     cert = await ctx.certs.fetch(pod.identity)
     expected = destination.expected_identities
     hbone_addr = (ip_text, HBONE_PORT)

@@ -371,10 +371,6 @@ def _wake(waiter: asyncio.Future[None]) -> None:
         waiter.set_result(None)
 
 
-def _nothing() -> None:
-    pass
-
-
 class _Unattached:
     """The sink of a stream not in push mode: what it would deliver is dropped."""
 
