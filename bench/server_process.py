@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import re
 import signal
 import socket
@@ -105,6 +106,20 @@ class ServerProcess:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback TCP port that is free now and that the kernel will not hand out meanwhile.
+
+    The port is released before the caller binds it, so it is chosen below the ephemeral range
+    (``net.ipv4.ip_local_port_range``): a port from ``bind(0)`` could be taken in between by any outgoing
+    connection's automatic source port, a port below the range only by someone binding it explicitly.
+    """
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(10_000, max(low, 10_001))
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free loopback port found in 10000-{low - 1}")

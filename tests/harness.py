@@ -6,7 +6,6 @@ import contextlib
 import fcntl
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from bench.server_process import free_port
+
+__all__ = ["ServerProcess", "free_port", "root_lab_lock", "wait_for"]
 
 
 @dataclass
@@ -79,12 +82,6 @@ class ServerProcess:
 
     def kubectl_json(self, *args: str) -> Any:
         return json.loads(self.kubectl(*args, "-o", "json"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for(predicate: Any, timeout: float = 10.0, interval: float = 0.05) -> Any:

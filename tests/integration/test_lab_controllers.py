@@ -16,6 +16,8 @@ import pytest
 from ambit.apiserver.server import ApiServer
 from ambit.k8s import Informer, InformerSettings, KubeClient, KubeNotFoundError, kinds
 from ambit.lab.controllers import ControllerError, ControllerManager, ControllerSettings, run_controllers
+from ambit.lab.controllers import pods as podstate
+from ambit.lab.controllers.replicaset import ReplicaSetController
 from ambit.lab.controllers.settings import ENDPOINTS
 
 NS = "default"
@@ -56,13 +58,19 @@ async def controllers(kube: KubeClient) -> AsyncIterator[ControllerManager]:
 
 
 class Kubelet:
-    """Plays every node's kubelet: bound Pending pods become Running (Ready when ``auto_ready``) with an IP, and
-    terminating pods are removed."""
+    """Plays every node's kubelet: a bound Pending pod becomes Running (Ready when ``auto_ready``) with an IP, once,
+    and terminating pods are removed.
+
+    Like a real kubelet it starts each pod (by uid) once: the informer can still hand it the pod as Pending after
+    its own status write (an older event queued behind it), and acting on that again would overwrite whatever was
+    written since, e.g. a readiness the test set.
+    """
 
     def __init__(self, kube: KubeClient, *, auto_ready: bool = True) -> None:
         self.kube = kube
         self.auto_ready = auto_ready
         self._ips = (f"10.1.{i // 250}.{i % 250 + 2}" for i in itertools.count())
+        self._started: set[str] = set()
         self.informer = Informer(kube, kinds.PODS, settings=INFORMER, on_add=self._seen, on_update=self._changed)
 
     async def _changed(self, old: Obj, new: Obj) -> None:
@@ -73,7 +81,8 @@ class Kubelet:
         try:
             if meta.get("deletionTimestamp"):
                 await self.kube.delete(kinds.PODS, meta["name"], meta["namespace"], grace_period_seconds=0)
-            elif spec.get("nodeName") and status.get("phase") == "Pending":
+            elif spec.get("nodeName") and status.get("phase") == "Pending" and meta["uid"] not in self._started:
+                self._started.add(meta["uid"])
                 await set_pod_status(self.kube, meta["name"], ready=self.auto_ready, ip=next(self._ips))
         except KubeNotFoundError:
             pass
@@ -423,7 +432,12 @@ async def test_deployment_and_replica_set_status_follow_pod_readiness(
         assert condition(d, "Available")["status"] == "False"
         assert condition(d, "Available")["reason"] == "MinimumReplicasUnavailable"
         assert d["status"]["unavailableReplicas"] == 2
-        web = await until(lambda: _count_list(pods(kube, app="web"), 2), "2 pods")
+
+        async def running() -> list[Obj]:
+            found = await pods(kube, app="web")
+            return found if len(found) == 2 and all(p["status"].get("phase") == "Running" for p in found) else []
+
+        web = await until(running, "2 pods started by the kubelet")  # it writes their status first
         await set_pod_status(kube, web[0]["metadata"]["name"], ready=True, ip="10.9.0.1")
         d = await until(lambda: status_is(readyReplicas=1, availableReplicas=1), "1 ready")
         assert condition(d, "Available")["status"] == "False"  # 2 replicas: maxUnavailable 25% rounds down to 0
@@ -434,6 +448,49 @@ async def test_deployment_and_replica_set_status_follow_pod_readiness(
         assert rs["status"]["readyReplicas"] == 2
         await set_pod_status(kube, web[0]["metadata"]["name"], ready=False)
         await until(lambda: status_is(readyReplicas=1, availableReplicas=1), "1 ready again")
+
+
+async def test_a_readiness_change_the_controller_never_saw_is_reported_at_the_next_resync(
+    kube: KubeClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reconciles are level-triggered and every key is queued again each resync period (as kube's controllers), so
+    a pod event the ReplicaSet controller drops still ends in the right status."""
+    dropped: list[str] = []
+    handle = ReplicaSetController._pod_updated
+
+    def drop_readiness_changes(self: ReplicaSetController, old: Obj, new: Obj) -> None:
+        if podstate.is_ready(old) != podstate.is_ready(new):
+            dropped.append(new["metadata"]["name"])
+            return
+        handle(self, old, new)
+
+    monkeypatch.setattr(ReplicaSetController, "_pod_updated", drop_readiness_changes)
+    await add_node(kube, "node-a")
+    spec = deployment_body("solo", 1)["spec"]
+    async with ControllerManager(kube, settings(resync=1.0)) as manager, Kubelet(kube, auto_ready=False):
+        (loop,) = [lp for lp in manager.loops if isinstance(lp.reconciler, ReplicaSetController)]
+        await kube.create(kinds.REPLICA_SETS, {"metadata": {"name": "solo", "namespace": NS}, "spec": spec})
+
+        async def started_and_quiet() -> Obj | None:
+            (pod,) = await pods(kube, app="solo") or [None]
+            if pod is None or pod["status"].get("phase") != "Running":
+                return None
+            cached = manager.informers.pods.find(pod["metadata"]["name"], NS)
+            seen = cached is not None and cached["status"].get("phase") == "Running"
+            return pod if seen and loop.reconciler.queue.idle() else None
+
+        pod = await until(started_and_quiet, "the pod running and the controller idle")
+        name = pod["metadata"]["name"]
+        resyncs = loop.resyncs
+        await set_pod_status(kube, name, ready=True, ip="10.9.0.1")
+
+        async def reported() -> Obj:
+            current = await kube.get(kinds.REPLICA_SETS, "solo", NS)
+            return current if (current.get("status") or {}).get("readyReplicas") == 1 else {}
+
+        await until(reported, "readyReplicas 1")
+        assert dropped == [name]
+        assert loop.resyncs > resyncs  # only a resync could have queued it
 
 
 async def test_a_standalone_replica_set_adopts_a_matching_orphan_and_fills_up(

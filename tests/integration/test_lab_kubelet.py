@@ -10,7 +10,6 @@ import asyncio
 import dataclasses
 import os
 import signal
-import socket
 import stat
 import sys
 import time
@@ -640,9 +639,7 @@ async def test_tcp_and_http_probes_reach_a_listener() -> None:
         assert b"User-Agent: kube-probe/" in seen[-1]
         bad = ProbeSpec.parse({"httpGet": {"path": "/other", "port": port}}, {})
         assert await probe_once(bad, target) == (ProbeResult.FAILURE, "HTTP probe failed with statuscode: 500")
-    with socket.socket() as unused:
-        unused.bind(("127.0.0.1", 0))
-        closed = unused.getsockname()[1]
+    closed = free_port()  # nobody listens there
     result, message = await probe_once(ProbeSpec.parse({"tcpSocket": {"port": closed}}, {}), target)
     assert (result, message) == (ProbeResult.FAILURE, f"dial tcp 127.0.0.1:{closed}: connect: connection refused")
 

@@ -74,6 +74,9 @@ class DeploymentController:
     def find(self, key: Key) -> Object | None:
         return self.informers.deployments.find(key[1], key[0])
 
+    def all_keys(self) -> list[Key]:
+        return [key_of(d) for d in self.informers.deployments.items()]
+
     # -- events ---------------------------------------------------------------------------------------------
     def _enqueue(self, deployment: Object) -> None:
         self.queue.add(key_of(deployment))

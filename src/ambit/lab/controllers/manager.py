@@ -70,7 +70,7 @@ class ControllerManager:
 
     def _add(self, reconciler: Reconciler, workers: int | None = None) -> None:
         self.controllers[reconciler.name] = reconciler
-        self.loops.append(ReconcileLoop(reconciler, workers or self.settings.workers))
+        self.loops.append(ReconcileLoop(reconciler, workers or self.settings.workers, self.settings.resync))
 
     async def start(self) -> None:
         if self._started:

@@ -11,6 +11,10 @@ Rules, applied to the outcome of each ``reconcile(key)``:
 4. Any other exception is a bug in our code, triggered by this object: it is logged with its traceback and
    handled as in rule 3. One bad object never stops the loop or the other keys.
 
+5. Resync: every ``resync`` seconds, every key the controller is responsible for is queued again (client-go's
+   resync period). Reconciles are level-triggered (they read the whole current state from the caches), so a
+   change whose event a handler missed, or whose reconcile acted on a cache that was behind, still converges.
+
 Workers start only after every informer the controller reads has synced (the manager sees to it), so a reconcile
 never acts on a partial cache.
 """
@@ -53,6 +57,9 @@ class Reconciler(Protocol):
     def find(self, key: Key) -> dict[str, Any] | None:
         """The object ``key`` names, from the cache (what Warning Events are about)."""
 
+    def all_keys(self) -> list[Key]:
+        """Every key this controller is responsible for now, from the caches (what a resync queues)."""
+
     async def reconcile(self, key: Key) -> float | None:
         """Make the world match ``key``'s object; returns a delay after which to look again, or None."""
 
@@ -60,9 +67,11 @@ class Reconciler(Protocol):
 class ReconcileLoop:
     """``workers`` tasks draining one controller's queue (rules in the module docstring)."""
 
-    def __init__(self, reconciler: Reconciler, workers: int) -> None:
+    def __init__(self, reconciler: Reconciler, workers: int, resync: float | None = None) -> None:
         self.reconciler = reconciler
         self.workers = workers
+        self.resync = resync
+        self.resyncs = 0
         self.reconciles = 0
         self.failures = 0
         self._tasks: list[asyncio.Task[None]] = []
@@ -72,6 +81,8 @@ class ReconcileLoop:
         for i in range(self.workers):
             name = f"{self.reconciler.name} worker {i}"
             self._tasks.append(loop.create_task(self._work(), name=name))
+        if self.resync:
+            self._tasks.append(loop.create_task(self._resync(self.resync), name=f"{self.reconciler.name} resync"))
 
     async def aclose(self) -> None:
         self.reconciler.queue.close()
@@ -90,6 +101,17 @@ class ReconcileLoop:
                 await self.process(key)
             finally:
                 queue.done(key)
+
+    async def _resync(self, period: float) -> None:
+        while True:
+            await asyncio.sleep(period)
+            self.resync_now()
+
+    def resync_now(self) -> None:
+        """Queue every key the controller is responsible for (rule 5)."""
+        self.resyncs += 1
+        for key in self.reconciler.all_keys():
+            self.reconciler.queue.add(key)
 
     async def process(self, key: Key) -> None:
         r = self.reconciler

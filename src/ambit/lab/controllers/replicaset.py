@@ -75,6 +75,9 @@ class ReplicaSetController:
     def find(self, key: Key) -> Object | None:
         return self.informers.replicasets.find(key[1], key[0])
 
+    def all_keys(self) -> list[Key]:
+        return [key_of(rs) for rs in self.informers.replicasets.items()]
+
     # -- events ---------------------------------------------------------------------------------------------
     def _enqueue(self, rs: Object) -> None:
         self.queue.add(key_of(rs))

@@ -80,6 +80,12 @@ class Scheduler:
     def find(self, key: Key) -> Object | None:
         return self.informers.pods.find(key[1], key[0])
 
+    def all_keys(self) -> list[Key]:
+        """Pods of ours not yet bound (bound ones need nothing more from the scheduler)."""
+        return [
+            key_of(p) for p in self.informers.pods.items() if is_ours(p) and not (p.get("spec") or {}).get("nodeName")
+        ]
+
     # -- events ---------------------------------------------------------------------------------------------
     def _pod_added(self, pod: Object) -> None:
         if is_ours(pod):

@@ -35,6 +35,9 @@ class ServicePodsController:
     def find(self, key: Key) -> Object | None:
         return self.informers.services.find(key[1], key[0])
 
+    def all_keys(self) -> list[Key]:
+        return [key_of(s) for s in self.informers.services.items()]
+
     def find_pods(self, service: Object) -> list[Object]:
         """The pods the Service's selector matches, in its namespace (none when it has no selector)."""
         selector = service_selector(service)

@@ -36,6 +36,10 @@ class ControllerSettings:
     """``reportingInstance`` of the Events the controllers record."""
     sync_timeout: float = 60.0
     """Seconds ``ControllerManager.start()`` waits for the informers' first lists."""
+    resync: float | None = 30.0
+    """Seconds between resyncs, when every controller queues every object it is responsible for again, so that a
+    missed event still converges (None: never)."""
+    """Seconds ``ControllerManager.start()`` waits for the informers' first lists."""
     informer: InformerSettings = field(default_factory=InformerSettings)
 
 

@@ -36,6 +36,10 @@ class WorkQueue:
     def __len__(self) -> int:
         return self._queue.qsize()
 
+    def idle(self) -> bool:
+        """Nothing queued, nothing being processed, nothing waiting on a timer."""
+        return not self._queue.qsize() and not self._processing and not self._timers
+
     def add(self, key: Key) -> None:
         if self._closed or key in self._dirty:
             return
