@@ -27,9 +27,9 @@ from ambit.model.identity import SpiffeId
 from ambit.proxy.hbone_client import HboneClient
 from ambit.proxy.hbone_server import HboneServer, InboundRequest, TunnelResponder
 from ambit.proxy.pool import ConnectionPool, PoolKey
-from ambit.proxy.relay import relay
 from ambit.proxy.sockets import HostSocketFactory, connect
 from ambit.proxy.streams import SocketStream
+from bench.relaying import relay
 
 TD = "cluster.local"
 CLIENT = SpiffeId(TD, "bench", "client")

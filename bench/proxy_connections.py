@@ -149,7 +149,7 @@ async def _node_proxy(
     state.replace_all(workloads, [])
     certs = CertificateManager(ca)
     context = ProxyContext(
-        settings=settings,
+        settings=settings.proxy,
         state=state,
         certs=certs,
         pool=pool,

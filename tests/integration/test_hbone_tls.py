@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
+from bench.relaying import relay
 
 from ambit.hbone.connection import HboneSettings
 from ambit.hbone.headers import parse_authority
@@ -23,7 +24,6 @@ from ambit.proxy.hbone_client import HboneClient, HboneConnectError, TunnelRefus
 from ambit.proxy.hbone_server import HboneServer, InboundRequest, TunnelResponder
 from ambit.proxy.hbone_stream import HboneStream
 from ambit.proxy.pool import ConnectionPool, PoolKey
-from ambit.proxy.relay import relay
 from ambit.proxy.sockets import HostSocketFactory, connect
 from ambit.proxy.streams import SocketStream
 

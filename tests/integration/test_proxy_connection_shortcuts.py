@@ -11,8 +11,9 @@ import asyncio
 import contextlib
 import socket
 
+from bench.relaying import close_both
+
 from ambit.inpod.workloads import ACCEPT_BATCH, PodListenerManager, PodProxy
-from ambit.proxy.relay import close_both
 from ambit.proxy.streams import SocketStream
 from ambit.zds.protocol import WorkloadInfo
 

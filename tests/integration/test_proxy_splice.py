@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from bench.relaying import relay
 
 from ambit.hbone.connection import HboneSettings
 from ambit.identity.localca import LocalCa
@@ -28,7 +29,7 @@ from ambit.proxy.errors import StreamClosedError
 from ambit.proxy.hbone_client import HboneClient
 from ambit.proxy.hbone_server import HboneServer, InboundRequest, TunnelResponder
 from ambit.proxy.hbone_stream import HboneStream
-from ambit.proxy.relay import RelayResult, Splice, close_now, relay, splice
+from ambit.proxy.relay import RelayResult, Splice, close_now, splice
 from ambit.proxy.sockets import HostSocketFactory, connect
 from ambit.proxy.streams import SocketStream
 

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bench.relaying import relay
 
 from ambit.identity.localca import LocalCa
 from ambit.identity.manager import WorkloadCertificate
@@ -48,7 +49,6 @@ from ambit.proxy.hbone_client import HboneClient, TunnelRefusedError
 from ambit.proxy.hbone_server import HboneServer, InboundRequest, TunnelResponder
 from ambit.proxy.hbone_stream import HboneStream
 from ambit.proxy.pool import ConnectionPool, PoolKey
-from ambit.proxy.relay import relay
 from ambit.proxy.sockets import HostSocketFactory, connect
 from ambit.proxy.streams import SocketStream
 

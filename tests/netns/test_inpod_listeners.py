@@ -47,6 +47,15 @@ def sh(*argv: str) -> str:
 
 @pytest.fixture
 def netns() -> Iterator[str]:
+    yield from _namespace()
+
+
+@pytest.fixture
+def other_netns() -> Iterator[str]:
+    yield from _namespace()
+
+
+def _namespace() -> Iterator[str]:
     name = f"ipl{secrets.token_hex(2)}"
     sh("ip", "netns", "add", name)
     try:
@@ -91,15 +100,38 @@ async def test_listeners_open_inside_the_pod_netns_only_and_close_on_stop(netns:
         await manager.aclose()
 
 
-async def test_opening_twice_in_one_netns_replaces_the_listeners(netns: str) -> None:
+async def test_adding_a_pod_again_in_the_same_netns_keeps_its_listeners(netns: str) -> None:
+    """A node agent's snapshot after a restart adds every pod again: duplicate adds are idempotent (spec §3.3)."""
     manager = PodListenerManager()
     fd = os.open(f"/run/netns/{netns}", os.O_RDONLY | os.O_CLOEXEC)
+    again = os.open(f"/run/netns/{netns}", os.O_RDONLY | os.O_CLOEXEC)  # another fd, as a new agent sends
     try:
         await manager.open_listeners("uid-web", INFO, fd)
-        await manager.open_listeners("uid-web", INFO, fd)
+        pod = manager.find_pod("uid-web")
+        assert pod is not None
+        before = [listener.fileno() for listener in pod.listeners]
+        await manager.open_listeners("uid-web", INFO, again)
+        assert manager.find_pod("uid-web") is pod and [listener.fileno() for listener in pod.listeners] == before
         assert listening(netns) >= POD_SOCKETS
     finally:
         os.close(fd)
+        os.close(again)
+        await manager.aclose()
+
+
+async def test_adding_a_pod_again_in_another_netns_moves_its_listeners_there(netns: str, other_netns: str) -> None:
+    other = other_netns
+    manager = PodListenerManager()
+    fd = os.open(f"/run/netns/{netns}", os.O_RDONLY | os.O_CLOEXEC)
+    moved = os.open(f"/run/netns/{other}", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        await manager.open_listeners("uid-web", INFO, fd)
+        await manager.open_listeners("uid-web", INFO, moved)
+        assert listening(other) >= POD_SOCKETS
+        assert not POD_SOCKETS & listening(netns)
+    finally:
+        os.close(fd)
+        os.close(moved)
         await manager.aclose()
 
 

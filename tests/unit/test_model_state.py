@@ -2,77 +2,26 @@
 
 from __future__ import annotations
 
-import dataclasses
-import ipaddress
 import json
 from collections.abc import Sequence
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from workload_builders import VIP, VIP6, WEB_KEY, first, ip, pod, state_with, web_service
 
 from ambit.errors import AmbitError
 from ambit.model.identity import SpiffeId
-from ambit.model.state import Destination, NoHealthyUpstreamError, Tunnel, WorkloadState
+from ambit.model.state import Destination, NoHealthyUpstreamError, Transport, WorkloadState
 from ambit.model.workload import (
     HealthPolicy,
     HealthStatus,
-    IPAddress,
     NetworkAddress,
     PortMapping,
     Service,
     TunnelProtocol,
     Workload,
 )
-
-WEB_KEY = "apps/web.apps.svc.cluster.local"
-VIP = ipaddress.ip_address("198.19.0.10")
-VIP6 = ipaddress.ip_address("fd00:19::10")
-
-
-def ip(text: str) -> IPAddress:
-    return ipaddress.ip_address(text)
-
-
-def pod(
-    name: str,
-    *addresses: str,
-    services: dict[str, tuple[PortMapping, ...]] | None = None,
-    **overrides: object,
-) -> Workload:
-    workload = Workload(
-        uid=f"Kubernetes//Pod/apps/{name}",
-        name=name,
-        namespace="apps",
-        addresses=tuple(ip(a) for a in addresses),
-        tunnel_protocol=TunnelProtocol.HBONE,
-        service_account="web",
-        node="node1",
-        services=services if services is not None else {WEB_KEY: ()},
-    )
-    return dataclasses.replace(workload, **overrides)  # type: ignore[arg-type]
-
-
-def web_service(**overrides: object) -> Service:
-    service = Service(
-        name="web",
-        namespace="apps",
-        hostname="web.apps.svc.cluster.local",
-        vips=(NetworkAddress("", VIP), NetworkAddress("", VIP6)),
-        ports=(PortMapping(80, 8080), PortMapping(9090, 0)),
-    )
-    return dataclasses.replace(service, **overrides)  # type: ignore[arg-type]
-
-
-def first(candidates: Sequence[Workload]) -> Workload:
-    return candidates[0]
-
-
-def state_with(*workloads: Workload, services: Sequence[Service] = ()) -> WorkloadState:
-    state = WorkloadState()
-    state.replace_all(workloads, services or [web_service()])
-    return state
-
 
 # Lookups.
 
@@ -221,13 +170,13 @@ def test_a_vip_goes_to_an_endpoint_on_the_service_target_port_over_hbone() -> No
     web = pod("web-0", "198.18.16.5")
     state = state_with(web)
     destination = state.resolve("", VIP, 80, first)
-    assert destination == Destination(ip("198.18.16.5"), 8080, Tunnel.HBONE, web, web_service())
+    assert destination == Destination(ip("198.18.16.5"), 8080, Transport.HBONE, web, web_service())
     assert destination.expected_identities == {SpiffeId("cluster.local", "apps", "web")}
 
 
 def test_a_vip_endpoint_without_hbone_is_dialled_in_plaintext() -> None:
     state = state_with(pod("web-0", "198.18.16.5", tunnel_protocol=TunnelProtocol.NONE))
-    assert state.resolve("", VIP, 80, first).tunnel is Tunnel.PLAINTEXT
+    assert state.resolve("", VIP, 80, first).transport is Transport.PLAINTEXT
 
 
 def test_a_named_target_port_is_resolved_from_the_endpoint_mapping() -> None:
@@ -325,12 +274,12 @@ def test_a_workload_address_goes_to_that_workload_on_the_same_port() -> None:
     web = pod("web-0", "198.18.16.5")
     state = state_with(web)
     destination = state.resolve("", ip("198.18.16.5"), 8080, first)
-    assert destination == Destination(ip("198.18.16.5"), 8080, Tunnel.HBONE, web, None)
+    assert destination == Destination(ip("198.18.16.5"), 8080, Transport.HBONE, web, None)
 
 
 def test_a_workload_address_without_hbone_is_plaintext() -> None:
     state = state_with(pod("web-0", "198.18.16.5", tunnel_protocol=TunnelProtocol.NONE))
-    assert state.resolve("", ip("198.18.16.5"), 80, first).tunnel is Tunnel.PLAINTEXT
+    assert state.resolve("", ip("198.18.16.5"), 80, first).transport is Transport.PLAINTEXT
 
 
 def test_an_unhealthy_workload_addressed_directly_is_still_dialled() -> None:
@@ -342,13 +291,13 @@ def test_an_unhealthy_workload_addressed_directly_is_still_dialled() -> None:
 def test_an_unknown_address_is_passthrough_with_no_expected_identity() -> None:
     state = state_with(pod("web-0", "198.18.16.5"))
     destination = state.resolve("", ip("203.0.113.7"), 443, first)
-    assert destination == Destination(ip("203.0.113.7"), 443, Tunnel.PASSTHROUGH, None, None)
+    assert destination == Destination(ip("203.0.113.7"), 443, Transport.PASSTHROUGH, None, None)
     assert destination.expected_identities == frozenset()
 
 
 def test_a_vip_in_another_network_is_passthrough() -> None:
     state = state_with(pod("web-0", "198.18.16.5"))
-    assert state.resolve("net-b", VIP, 80, first).tunnel is Tunnel.PASSTHROUGH
+    assert state.resolve("net-b", VIP, 80, first).transport is Transport.PASSTHROUGH
 
 
 def test_choose_is_not_called_when_the_destination_is_not_a_service() -> None:

@@ -70,3 +70,14 @@ def test_a_bad_environment_variable_is_named_as_such() -> None:
         parse_pool_limits(None, None, {STREAMS_ENV: "0"})
     with pytest.raises(NodeProxySettingsError, match=r"^\$POOL_UNUSED_RELEASE_TIMEOUT: expected 0 seconds or more"):
         parse_pool_limits(None, None, {TIMEOUT_ENV: "-5"})
+
+
+def test_the_help_of_the_pool_flags_names_the_defaults_in_force() -> None:
+    """The CLI's help states the defaults as text (importing the data path there would slow every command)."""
+    import inspect
+
+    from ambit.cli import mesh
+
+    source = inspect.getsource(mesh)
+    assert f"else $POOL_MAX_STREAMS_PER_CONNECTION, else {DEFAULT_POOL_MAX_STREAMS})" in source
+    assert f"else $POOL_UNUSED_RELEASE_TIMEOUT, else {DEFAULT_POOL_IDLE_TIMEOUT:g})" in source

@@ -21,7 +21,7 @@ from ambit.hbone.headers import parse_authority
 from ambit.model.identity import SpiffeId
 from ambit.model.workload import Service, Workload
 from ambit.proxy.accounting import LabelsCache, traffic_labels
-from ambit.proxy.inbound import _split_authority
+from ambit.proxy.plans import _split_authority
 from ambit.telemetry.accesslog import ConnectionRecord, format_access_log
 from ambit.telemetry.metrics import ProxyMetrics, Reporter
 

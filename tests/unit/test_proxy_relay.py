@@ -18,9 +18,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
+from bench.relaying import RelayResult, relay
 
 from ambit.proxy.errors import ProxyConnectError, StreamClosedError
-from ambit.proxy.relay import RelayResult, relay
 from ambit.proxy.sockets import PROXY_MARK, HostSocketFactory, connect, original_dst
 from ambit.proxy.streams import ByteStream, SocketStream
 

@@ -13,10 +13,9 @@ from collections.abc import Sequence
 
 from ambit.hbone import wire
 from ambit.hbone.connection import HboneConnection, RawHeaders
-from ambit.hbone.errors import HboneError
+from ambit.hbone.errors import HboneError, HboneProtocolError
 from ambit.hbone.events import Event, Headers, TunnelEstablished, TunnelRefused
 from ambit.hbone.headers import parse_authority
-from ambit.hbone.wire import ConnectionFault
 
 _FIELD_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9a-z]+")
 _RAW_FIELD_NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9a-z]+")
@@ -56,7 +55,7 @@ class HboneClientConnection(HboneConnection):
     def _on_headers(self, stream_id: int, headers: RawHeaders, end_stream: bool, events: list[Event]) -> None:
         if self._is_idle(stream_id):
             # A server opened a stream: HBONE servers never do (RFC 9113 §5.1.1 makes it a connection error).
-            raise ConnectionFault(wire.PROTOCOL_ERROR, f"HEADERS on stream {stream_id}, which we never opened")
+            raise HboneProtocolError(wire.PROTOCOL_ERROR, f"HEADERS on stream {stream_id}, which we never opened")
         stream = self._streams.get(stream_id)
         if stream is None:
             return  # a stream we already finished or reset

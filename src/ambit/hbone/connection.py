@@ -54,13 +54,15 @@ from hpack import Decoder, Encoder
 from hpack.exceptions import HPACKError
 
 from ambit.hbone import wire
-from ambit.hbone.errors import HboneError
+from ambit.hbone.errors import HboneError, HboneProtocolError
 from ambit.hbone.events import ConnectionTerminated, DataReceived, Event, StreamEnded, StreamReset, StreamWritable
-from ambit.hbone.wire import ConnectionFault
 
 _MAX_HEADER_LIST = 64 * 1024
 _MAX_HEADER_BLOCK = 2 * _MAX_HEADER_LIST
 """Compressed header block (HEADERS + CONTINUATION) we buffer before calling the peer abusive."""
+MAX_CONCURRENT_STREAMS = 100
+"""Streams on one HBONE connection: what we allow a peer, and what a pool opens on one before dialling another
+(ztunnel's ``POOL_MAX_STREAMS_PER_CONNECTION`` default, spec §6.2)."""
 MAX_EARLY_RESETS = 100
 """Client resets of unanswered streams, beyond those paid back by answers, before GOAWAY ENHANCE_YOUR_CALM."""
 _ENCODER_TABLE = 4096
@@ -82,7 +84,7 @@ class HboneSettings:
     #: Largest DATA frame we send (also capped by the peer's SETTINGS_MAX_FRAME_SIZE).
     send_chunk: int = 256 * 1024
     #: Streams per connection, both what we allow the peer and what we open ourselves.
-    max_concurrent_streams: int = 100
+    max_concurrent_streams: int = MAX_CONCURRENT_STREAMS
 
     def check(self) -> None:
         """Raise :class:`HboneError` unless every value is one HTTP/2 allows."""
@@ -184,9 +186,9 @@ class HboneConnection:
         events: list[Event] = []
         try:
             self._receive(data, events)
-        except ConnectionFault as e:
+        except HboneProtocolError as e:
             if not self._closed:
-                events += self._terminate(e.code, e.reason)
+                events += self._terminate(e.error_code, e.reason)
             return events
         if self._blocked and not self._closed:
             self._flush_blocked(events)
@@ -310,7 +312,7 @@ class HboneConnection:
                 high, low, frame_type, flags, stream_id = wire.HEADER.unpack_from(view, pos)
                 length = (high << 8) | low
                 if length > self._settings.max_frame_size:
-                    raise ConnectionFault(wire.FRAME_SIZE_ERROR, f"frame of {length} octets is over our limit")
+                    raise HboneProtocolError(wire.FRAME_SIZE_ERROR, f"frame of {length} octets is over our limit")
                 stream_id &= wire.STREAM_ID_MASK
                 if (
                     frame_type == wire.DATA
@@ -358,7 +360,7 @@ class HboneConnection:
         expected = wire.PREFACE
         got = bytes(view[: len(expected)])
         if not expected.startswith(got):
-            raise ConnectionFault(wire.PROTOCOL_ERROR, "the client did not start with the HTTP/2 preface")
+            raise HboneProtocolError(wire.PROTOCOL_ERROR, "the client did not start with the HTTP/2 preface")
         if len(got) < len(expected):
             return 0
         self._need_preface = False
@@ -367,21 +369,21 @@ class HboneConnection:
     def _data_begin(self, stream_id: int, flags: int, length: int, events: list[Event]) -> None:
         """A DATA frame of ``length`` flow-controlled octets starts: check it and decide where its payload goes."""
         if stream_id == 0:
-            raise ConnectionFault(wire.PROTOCOL_ERROR, "DATA on stream 0")
+            raise HboneProtocolError(wire.PROTOCOL_ERROR, "DATA on stream 0")
         if length > self._recv_window:
-            raise ConnectionFault(wire.FLOW_CONTROL_ERROR, "DATA beyond the connection window")
+            raise HboneProtocolError(wire.FLOW_CONTROL_ERROR, "DATA beyond the connection window")
         self._recv_window -= length
         deliver = False
         stream = self._streams.get(stream_id)
         if stream is None:
             if self._is_idle(stream_id):
-                raise ConnectionFault(wire.PROTOCOL_ERROR, f"DATA on stream {stream_id}, which was never opened")
+                raise HboneProtocolError(wire.PROTOCOL_ERROR, f"DATA on stream {stream_id}, which was never opened")
         elif stream.remote_closed:
             self._stream_error(stream_id, wire.STREAM_CLOSED, events)
         elif self._client_side and not stream.ready:
             self._stream_error(stream_id, wire.PROTOCOL_ERROR, events)  # DATA before the response
         elif length > stream.recv_window:
-            raise ConnectionFault(wire.FLOW_CONTROL_ERROR, f"DATA beyond the window of stream {stream_id}")
+            raise HboneProtocolError(wire.FLOW_CONTROL_ERROR, f"DATA beyond the window of stream {stream_id}")
         else:
             stream.recv_window -= length
             deliver = True
@@ -406,7 +408,7 @@ class HboneConnection:
         if self._continuation is not None:
             self._header_continuation(frame_type, flags, stream_id, payload, events)
         elif not self._peer_settings_seen and frame_type != wire.SETTINGS:
-            raise ConnectionFault(wire.PROTOCOL_ERROR, "the peer's first frame was not SETTINGS")
+            raise HboneProtocolError(wire.PROTOCOL_ERROR, "the peer's first frame was not SETTINGS")
         elif frame_type == wire.DATA:
             self._padded_data(flags, stream_id, payload, events)
         elif frame_type == wire.HEADERS:
@@ -417,9 +419,9 @@ class HboneConnection:
             self._window_update(stream_id, payload, events)
         elif frame_type == wire.RST_STREAM:
             if stream_id == 0 or len(payload) != 4:
-                raise ConnectionFault(wire.PROTOCOL_ERROR, "malformed RST_STREAM")
+                raise HboneProtocolError(wire.PROTOCOL_ERROR, "malformed RST_STREAM")
             if self._is_idle(stream_id):
-                raise ConnectionFault(wire.PROTOCOL_ERROR, f"RST_STREAM on stream {stream_id}, never opened")
+                raise HboneProtocolError(wire.PROTOCOL_ERROR, f"RST_STREAM on stream {stream_id}, never opened")
             stream = self._forget(stream_id)
             if stream is not None:
                 events.append(StreamReset(stream_id, wire.u32(payload), remote=True))
@@ -427,22 +429,22 @@ class HboneConnection:
                     self._count_early_reset()
         elif frame_type == wire.PING:
             if stream_id != 0 or len(payload) != 8:
-                raise ConnectionFault(wire.PROTOCOL_ERROR, "malformed PING")
+                raise HboneProtocolError(wire.PROTOCOL_ERROR, "malformed PING")
             if not flags & wire.ACK:
                 self._out.append(wire.frame(wire.PING, wire.ACK, 0, bytes(payload)))
         elif frame_type == wire.GOAWAY:
             if stream_id != 0 or len(payload) < 8:
-                raise ConnectionFault(wire.PROTOCOL_ERROR, "malformed GOAWAY")
+                raise HboneProtocolError(wire.PROTOCOL_ERROR, "malformed GOAWAY")
             last, code, debug = wire.parse_goaway(payload)
             events.append(ConnectionTerminated(code, last, debug.decode("utf-8", "replace") or "GOAWAY received"))
             self._drop_all()
         elif frame_type == wire.PRIORITY:
             if stream_id == 0 or len(payload) != 5:
-                raise ConnectionFault(wire.PROTOCOL_ERROR, "malformed PRIORITY")
+                raise HboneProtocolError(wire.PROTOCOL_ERROR, "malformed PRIORITY")
         elif frame_type == wire.PUSH_PROMISE:
-            raise ConnectionFault(wire.PROTOCOL_ERROR, "PUSH_PROMISE (push is disabled)")
+            raise HboneProtocolError(wire.PROTOCOL_ERROR, "PUSH_PROMISE (push is disabled)")
         elif frame_type == wire.CONTINUATION:
-            raise ConnectionFault(wire.PROTOCOL_ERROR, "CONTINUATION without HEADERS")
+            raise HboneProtocolError(wire.PROTOCOL_ERROR, "CONTINUATION without HEADERS")
         # Unknown frame types are ignored (§5.5).
 
     def _padded_data(self, flags: int, stream_id: int, payload: memoryview, events: list[Event]) -> None:
@@ -454,11 +456,11 @@ class HboneConnection:
 
     def _headers(self, flags: int, stream_id: int, payload: memoryview, events: list[Event]) -> None:
         if stream_id == 0:
-            raise ConnectionFault(wire.PROTOCOL_ERROR, "HEADERS on stream 0")
+            raise HboneProtocolError(wire.PROTOCOL_ERROR, "HEADERS on stream 0")
         body = _unpad(payload) if flags & wire.PADDED else payload
         if flags & wire.PRIORITY_FLAG:
             if len(body) < 5:
-                raise ConnectionFault(wire.PROTOCOL_ERROR, "HEADERS too short for its priority")
+                raise HboneProtocolError(wire.PROTOCOL_ERROR, "HEADERS too short for its priority")
             body = body[5:]
         end_stream = bool(flags & wire.END_STREAM)
         if flags & wire.END_HEADERS:
@@ -472,10 +474,10 @@ class HboneConnection:
         assert self._continuation is not None
         expected, end_stream, block = self._continuation
         if frame_type != wire.CONTINUATION or stream_id != expected:
-            raise ConnectionFault(wire.PROTOCOL_ERROR, "a header block was interrupted by another frame")
+            raise HboneProtocolError(wire.PROTOCOL_ERROR, "a header block was interrupted by another frame")
         block += payload
         if len(block) > _MAX_HEADER_BLOCK:
-            raise ConnectionFault(wire.ENHANCE_YOUR_CALM, "header block too large")
+            raise HboneProtocolError(wire.ENHANCE_YOUR_CALM, "header block too large")
         if flags & wire.END_HEADERS:
             self._continuation = None
             self._header_block(stream_id, bytes(block), end_stream, events)
@@ -484,7 +486,7 @@ class HboneConnection:
         try:
             headers = self._decoder.decode(block, raw=True)
         except (HPACKError, ValueError, IndexError, KeyError, UnicodeError) as e:
-            raise ConnectionFault(wire.COMPRESSION_ERROR, f"bad header block: {e!r}") from None
+            raise HboneProtocolError(wire.COMPRESSION_ERROR, f"bad header block: {e!r}") from None
         self._on_headers(stream_id, headers, end_stream, events)  # type: ignore[arg-type]
 
     def _on_headers(self, stream_id: int, headers: RawHeaders, end_stream: bool, events: list[Event]) -> None:
@@ -500,51 +502,51 @@ class HboneConnection:
 
     def _settings_frame(self, flags: int, stream_id: int, payload: memoryview) -> None:
         if stream_id != 0:
-            raise ConnectionFault(wire.PROTOCOL_ERROR, "SETTINGS on a stream")
+            raise HboneProtocolError(wire.PROTOCOL_ERROR, "SETTINGS on a stream")
         if flags & wire.ACK:
             if payload:
-                raise ConnectionFault(wire.FRAME_SIZE_ERROR, "SETTINGS ACK with a payload")
+                raise HboneProtocolError(wire.FRAME_SIZE_ERROR, "SETTINGS ACK with a payload")
             return
         if len(payload) % 6:
-            raise ConnectionFault(wire.FRAME_SIZE_ERROR, "SETTINGS payload is not a multiple of 6 octets")
+            raise HboneProtocolError(wire.FRAME_SIZE_ERROR, "SETTINGS payload is not a multiple of 6 octets")
         for key, value in wire.parse_settings(bytes(payload)):
             if key == wire.HEADER_TABLE_SIZE:
                 self._encoder.header_table_size = min(value, _ENCODER_TABLE)
             elif key == wire.ENABLE_PUSH:
                 if value > 1 or (value == 1 and self._client_side):
-                    raise ConnectionFault(wire.PROTOCOL_ERROR, f"SETTINGS_ENABLE_PUSH {value}")
+                    raise HboneProtocolError(wire.PROTOCOL_ERROR, f"SETTINGS_ENABLE_PUSH {value}")
             elif key == wire.MAX_CONCURRENT_STREAMS:
                 self._peer_max_streams = value
             elif key == wire.INITIAL_WINDOW_SIZE:
                 if value > wire.LARGEST_WINDOW:
-                    raise ConnectionFault(wire.FLOW_CONTROL_ERROR, f"SETTINGS_INITIAL_WINDOW_SIZE {value}")
+                    raise HboneProtocolError(wire.FLOW_CONTROL_ERROR, f"SETTINGS_INITIAL_WINDOW_SIZE {value}")
                 delta, self._peer_initial_window = value - self._peer_initial_window, value
                 for stream in self._streams.values():
                     stream.send_window += delta
                     if stream.send_window > wire.LARGEST_WINDOW:
-                        raise ConnectionFault(wire.FLOW_CONTROL_ERROR, "a stream window overflowed")
+                        raise HboneProtocolError(wire.FLOW_CONTROL_ERROR, "a stream window overflowed")
             elif key == wire.MAX_FRAME_SIZE:
                 if not wire.DEFAULT_MAX_FRAME <= value <= wire.LARGEST_FRAME:
-                    raise ConnectionFault(wire.PROTOCOL_ERROR, f"SETTINGS_MAX_FRAME_SIZE {value}")
+                    raise HboneProtocolError(wire.PROTOCOL_ERROR, f"SETTINGS_MAX_FRAME_SIZE {value}")
                 self._peer_max_frame = value
             elif key == wire.ENABLE_CONNECT_PROTOCOL and value > 1:
-                raise ConnectionFault(wire.PROTOCOL_ERROR, f"SETTINGS_ENABLE_CONNECT_PROTOCOL {value}")
+                raise HboneProtocolError(wire.PROTOCOL_ERROR, f"SETTINGS_ENABLE_CONNECT_PROTOCOL {value}")
         self._peer_settings_seen = True
         self._out.append(wire.frame(wire.SETTINGS, wire.ACK, 0))
 
     def _window_update(self, stream_id: int, payload: memoryview, events: list[Event]) -> None:
         if len(payload) != 4:
-            raise ConnectionFault(wire.FRAME_SIZE_ERROR, "WINDOW_UPDATE is not 4 octets")
+            raise HboneProtocolError(wire.FRAME_SIZE_ERROR, "WINDOW_UPDATE is not 4 octets")
         increment = wire.u32(payload) & wire.STREAM_ID_MASK
         if stream_id == 0:
             if increment == 0:
-                raise ConnectionFault(wire.PROTOCOL_ERROR, "WINDOW_UPDATE of 0 on the connection")
+                raise HboneProtocolError(wire.PROTOCOL_ERROR, "WINDOW_UPDATE of 0 on the connection")
             self._send_window += increment
             if self._send_window > wire.LARGEST_WINDOW:
-                raise ConnectionFault(wire.FLOW_CONTROL_ERROR, "the connection window overflowed")
+                raise HboneProtocolError(wire.FLOW_CONTROL_ERROR, "the connection window overflowed")
             return
         if self._is_idle(stream_id):
-            raise ConnectionFault(wire.PROTOCOL_ERROR, f"WINDOW_UPDATE on stream {stream_id}, never opened")
+            raise HboneProtocolError(wire.PROTOCOL_ERROR, f"WINDOW_UPDATE on stream {stream_id}, never opened")
         stream = self._streams.get(stream_id)
         if stream is None:
             return
@@ -636,7 +638,7 @@ class HboneConnection:
         """
         self._early_resets += 1
         if self._early_resets > MAX_EARLY_RESETS:
-            raise ConnectionFault(wire.ENHANCE_YOUR_CALM, "too many streams reset before they were answered")
+            raise HboneProtocolError(wire.ENHANCE_YOUR_CALM, "too many streams reset before they were answered")
 
     def _give_back(self, length: int) -> None:
         self._recv_unacked += length
@@ -682,8 +684,8 @@ class HboneConnection:
 def _unpad(payload: memoryview) -> memoryview:
     """The payload of a PADDED frame without its pad length octet and padding."""
     if not payload:
-        raise ConnectionFault(wire.PROTOCOL_ERROR, "padded frame without a pad length")
+        raise HboneProtocolError(wire.PROTOCOL_ERROR, "padded frame without a pad length")
     pad = payload[0]
     if pad >= len(payload):
-        raise ConnectionFault(wire.PROTOCOL_ERROR, "padding longer than the frame")
+        raise HboneProtocolError(wire.PROTOCOL_ERROR, "padding longer than the frame")
     return payload[1 : len(payload) - pad]

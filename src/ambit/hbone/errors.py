@@ -4,9 +4,9 @@
     ├── HboneProtocolError      the peer broke an HTTP/2 or HBONE rule; ``error_code`` is the HTTP/2 code
     └── AuthorityError          a CONNECT ``:authority`` is not ``host:port``
 
-``receive_data`` never raises for what a peer sends: a broken peer ends the connection with a GOAWAY and a
-``ConnectionTerminated`` event. ``HboneProtocolError`` is the value carried in reasons and offered to shells that
-want to raise one themselves.
+``receive_data`` never raises for what a peer sends: deep inside frame handling the engine raises
+:class:`HboneProtocolError` to unwind, catches it at the top, and ends the connection with a GOAWAY carrying its
+``error_code`` and a ``ConnectionTerminated`` event.
 """
 
 from __future__ import annotations
@@ -19,16 +19,12 @@ class HboneError(AmbitError):
 
 
 class HboneProtocolError(HboneError):
-    """The peer broke an HTTP/2 or HBONE rule."""
+    """The peer broke an HTTP/2 or HBONE rule that ends the connection: GOAWAY with ``error_code``."""
 
-    #: HTTP/2 PROTOCOL_ERROR unless a more specific code is given.
-    error_code: int = 0x1
-
-    def __init__(self, reason: str, error_code: int | None = None) -> None:
+    def __init__(self, error_code: int, reason: str) -> None:
         super().__init__(f"HBONE peer protocol error: {reason}")
+        self.error_code = error_code
         self.reason = reason
-        if error_code is not None:
-            self.error_code = error_code
 
 
 class AuthorityError(HboneError):

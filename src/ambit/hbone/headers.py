@@ -84,6 +84,12 @@ def decode_baggage(text: str) -> dict[str, str]:
     return items
 
 
+def hostport(ip: object, port: int) -> str:
+    """``ip:port``, with brackets around an IPv6 address (as in a CONNECT authority or a log line)."""
+    text = str(ip)
+    return f"[{text}]:{port}" if ":" in text else f"{text}:{port}"
+
+
 def parse_authority(authority: str) -> tuple[str, int]:
     """Split a CONNECT authority into (host, port); IP literals come back normalised, brackets removed."""
     if len(authority) > _MAX_AUTHORITY:

@@ -20,10 +20,9 @@ from collections.abc import Sequence
 
 from ambit.hbone import wire
 from ambit.hbone.connection import HboneConnection, RawHeaders
-from ambit.hbone.errors import AuthorityError, HboneError
+from ambit.hbone.errors import AuthorityError, HboneError, HboneProtocolError
 from ambit.hbone.events import Event, StreamEnded, TunnelRejected, TunnelRequested
 from ambit.hbone.headers import parse_authority
-from ambit.hbone.wire import ConnectionFault
 
 _FIELD_NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9a-z]+")
 _BAD_VALUE = re.compile(rb"[\r\n\0]")
@@ -61,7 +60,7 @@ class HboneServerConnection(HboneConnection):
             self._trailers(stream_id, end_stream, events)
             return
         if not stream_id & 1:
-            raise ConnectionFault(wire.PROTOCOL_ERROR, f"a client opened even stream {stream_id}")
+            raise HboneProtocolError(wire.PROTOCOL_ERROR, f"a client opened even stream {stream_id}")
         if stream_id <= self._highest_peer:
             self._out.append(wire.rst_stream(stream_id, wire.STREAM_CLOSED))  # trailers of a stream we finished
             return

@@ -3,9 +3,6 @@
 Everything here is a constant or a pure function of its arguments. A frame is a 9-octet header (24-bit length,
 type, flags, reserved bit + 31-bit stream id) followed by ``length`` octets of payload; ``HEADER.unpack_from``
 returns ``(length >> 8, length & 0xFF, type, flags, stream id with the reserved bit)``.
-
-:class:`ConnectionFault` is how the engine (``connection.py``) unwinds from deep inside frame handling when the
-peer broke a rule that ends the connection; it never leaves the package.
 """
 
 from __future__ import annotations
@@ -55,15 +52,6 @@ DEFAULT_MAX_FRAME = 16_384
 LARGEST_FRAME = 2**24 - 1
 LARGEST_WINDOW = 2**31 - 1
 STREAM_ID_MASK = 0x7FFF_FFFF
-
-
-class ConnectionFault(Exception):
-    """The peer broke a rule that ends the connection: GOAWAY with ``code``."""
-
-    def __init__(self, code: int, reason: str) -> None:
-        super().__init__(reason)
-        self.code = code
-        self.reason = reason
 
 
 def frame_header(length: int, frame_type: int, flags: int, stream_id: int) -> bytes:

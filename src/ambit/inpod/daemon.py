@@ -71,7 +71,7 @@ class NodeProxy:
         self.readiness.add_pending(STATE_TASK)
         self.readiness.add_pending(PODS_TASK)
         self.context = ProxyContext(
-            settings=settings,
+            settings=settings.proxy,
             state=self.state,
             certs=self.certs,
             pool=ConnectionPool(max_streams=settings.pool_max_streams, idle_timeout=settings.pool_idle_timeout),

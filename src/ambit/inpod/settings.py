@@ -14,11 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ambit.errors import AmbitError
+from ambit.hbone.connection import MAX_CONCURRENT_STREAMS
 from ambit.model.identity import DEFAULT_TRUST_DOMAIN
+from ambit.proxy.settings import ProxySettings
 
 POOL_MAX_STREAMS_ENV = "POOL_MAX_STREAMS_PER_CONNECTION"
 POOL_IDLE_TIMEOUT_ENV = "POOL_UNUSED_RELEASE_TIMEOUT"
-DEFAULT_POOL_MAX_STREAMS = 100
+DEFAULT_POOL_MAX_STREAMS = MAX_CONCURRENT_STREAMS
 DEFAULT_POOL_IDLE_TIMEOUT = 300.0
 
 _DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*")
@@ -110,3 +112,8 @@ class NodeProxySettings:
     event_loop: str = "uvloop"
     """The event loop the proxy runs on: ``uvloop`` or ``asyncio`` (see :mod:`ambit.inpod.eventloop`). uvloop is
     the default since the connection-churn soak test (``tests/integration/test_uvloop_churn.py``) passes under it."""
+
+    @property
+    def proxy(self) -> ProxySettings:
+        """What the data path needs of these settings."""
+        return ProxySettings(node=self.node, network=self.network, trust_domain=self.trust_domain)

@@ -11,9 +11,12 @@ owns the socket now): the pod keeps the splice among its live connections until 
 can cancel it like a task.
 Accepted sockets get ``TCP_NODELAY`` like every socket the proxy dials: without it Nagle holds a small write (a
 CONNECT's 200 HEADERS followed by the first DATA, a 1-byte echo) until the peer's delayed ACK, which capped new
-connections at a few hundred a second. Re-adding a uid replaces its
-listeners (latest netns wins). ``stop`` closes the pod's listeners and cancels its connections (the pod is gone:
-no drain).
+connections at a few hundred a second.
+
+Adding a uid again is idempotent when it names the same network namespace (same device and inode): the node agent
+sends every pod again in its snapshot after it or we restart (spec §3.3), and the pod's listeners and connections
+must survive that. A different namespace (the pod's sandbox was recreated) replaces them: the latest netns wins.
+``stop`` closes the pod's listeners and cancels its connections (the pod is gone: no drain).
 
 Without a proxy context (the listener layer's own tests) a captured connection's original destination is
 recorded and the connection closed.
@@ -25,6 +28,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
 import socket
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -71,6 +75,8 @@ class PodProxy:
 
     uid: str
     info: WorkloadInfo
+    netns: tuple[int, int] = (0, 0)
+    """The pod's network namespace as (device, inode): what tells a repeated add from a new sandbox."""
     listeners: list[socket.socket] = field(default_factory=list)
     accept_tasks: list[asyncio.Task[None]] = field(default_factory=list)
     connections: set[asyncio.Task[Splice | None] | Splice] = field(default_factory=set)
@@ -190,11 +196,20 @@ class PodListenerManager:
         return self._pods
 
     async def open_listeners(self, uid: str, info: WorkloadInfo, netns_fd: int) -> None:
-        """Open the pod's listeners in the netns ``netns_fd`` (borrowed); raise when any fails."""
+        """Open the pod's listeners in the netns ``netns_fd`` (borrowed); raise when any fails.
+
+        Nothing happens when the pod already has its listeners in that very namespace (see the module docstring).
+        """
+        stat = os.fstat(netns_fd)
+        netns = (stat.st_dev, stat.st_ino)
+        current = self._pods.get(uid)
+        if current is not None and current.netns == netns:
+            log.info("pod %s (%s/%s): already served in this netns", uid, info.namespace, info.name)
+            return
         await self.stop(uid)
         listeners = await asyncio.to_thread(open_pod_listeners, netns_fd)
         loop = asyncio.get_running_loop()
-        pod = PodProxy(uid, info)
+        pod = PodProxy(uid, info, netns)
         try:
             handlers: dict[Port, Handler] = {}
             if self._context is not None:

@@ -29,10 +29,10 @@ from ambit.model.identity import SpiffeId
 from ambit.model.localconfig import service_to_dict, workload_to_dict
 from ambit.model.workload import HealthPolicy, HealthStatus, IPAddress, Service, TunnelProtocol, Workload
 
-__all__ = ["Destination", "NoHealthyUpstreamError", "Tunnel", "WorkloadState"]
+__all__ = ["Destination", "NoHealthyUpstreamError", "Transport", "WorkloadState"]
 
 
-class Tunnel(enum.Enum):
+class Transport(enum.Enum):
     """How to reach a destination."""
 
     HBONE = "hbone"  # the destination workload speaks HBONE: mTLS + HTTP/2 CONNECT to its IP on 15008
@@ -48,7 +48,7 @@ class Destination:
     """The address to dial: the workload's IP, or the original IP for passthrough."""
     port: int
     """The target port: the service port mapped to the endpoint's target port, or the original port."""
-    tunnel: Tunnel
+    transport: Transport
     workload: Workload | None
     service: Service | None
 
@@ -71,8 +71,8 @@ class Destination:
         return frozenset(identities)
 
 
-def _tunnel_of(workload: Workload) -> Tunnel:
-    return Tunnel.HBONE if workload.tunnel_protocol is TunnelProtocol.HBONE else Tunnel.PLAINTEXT
+def _transport_of(workload: Workload) -> Transport:
+    return Transport.HBONE if workload.tunnel_protocol is TunnelProtocol.HBONE else Transport.PLAINTEXT
 
 
 def _target_port(workload: Workload, service: Service, port: int) -> int:
@@ -244,14 +244,14 @@ class WorkloadState:
             return Destination(
                 ip=_address_like(chosen, ip),
                 port=_target_port(chosen, service, port),
-                tunnel=_tunnel_of(chosen),
+                transport=_transport_of(chosen),
                 workload=chosen,
                 service=service,
             )
         workload = self.find_workload_by_address(network, ip)
         if workload is not None:
-            return Destination(ip=ip, port=port, tunnel=_tunnel_of(workload), workload=workload, service=None)
-        return Destination(ip=ip, port=port, tunnel=Tunnel.PASSTHROUGH, workload=None, service=None)
+            return Destination(ip=ip, port=port, transport=_transport_of(workload), workload=workload, service=None)
+        return Destination(ip=ip, port=port, transport=Transport.PASSTHROUGH, workload=None, service=None)
 
     def resolve_inbound_target(self, local: Workload, authority_host: str, port: int) -> int | None:
         """The port on ``local`` for a CONNECT to ``authority_host:port`` where the host is a service hostname.

@@ -6,10 +6,11 @@ this proxy serves: its ZDS identity (name, namespace, service account), its sock
 inside the pod's netns) and, once the workload state knows it, its workload. Handlers never create sockets in the
 proxy's own netns for pod traffic: every upstream socket comes from the pod's factory.
 
-The context also tracks live connections (for ``/config_dump`` and for draining): each handler registers a
-:class:`LiveConnection` for the connection's lifetime. A handler that splices its connection
-(:func:`ambit.proxy.relay.splice`) returns at once and hands the rest to a :class:`ConnectionEnd`: when the splice
-is over, it finishes the accounting, closes both streams and unregisters the connection.
+The context also tracks live connections (for ``/config_dump`` and for draining): a handler registers a
+:class:`LiveConnection` for the connection's lifetime with ``with ctx.register(...) as registration``. Leaving the
+block unregisters it, unless the handler spliced the connection (:meth:`Registration.splice`): the handler then
+returns at once and a :class:`ConnectionEnd` does the rest when the splice is over (finishes the accounting, closes
+both streams, unregisters the connection).
 """
 
 from __future__ import annotations
@@ -23,15 +24,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ambit.identity.manager import CertificateManager
-from ambit.inpod.settings import NodeProxySettings
 from ambit.model.identity import SpiffeId
 from ambit.model.state import WorkloadState
 from ambit.model.workload import IPAddress, Workload
 from ambit.proxy.accounting import Accounting, BothSides, LabelsCache
 from ambit.proxy.authorization import Authorizer, allow_all
+from ambit.proxy.plans import NodeView
 from ambit.proxy.pool import ConnectionPool
-from ambit.proxy.relay import Splice, close_now
+from ambit.proxy.relay import Splice, close_now, splice
+from ambit.proxy.settings import ProxySettings
 from ambit.proxy.sockets import SocketFactory
+from ambit.proxy.streams import PushStream
 from ambit.telemetry.accesslog import AccessLog
 from ambit.telemetry.metrics import ProxyMetrics
 from ambit.zds.protocol import WorkloadInfo
@@ -40,9 +43,6 @@ WORKLOAD_WAIT = 5.0
 """How long a connection waits for the workload state to learn its pod (ztunnel's "lazy" start)."""
 
 CLUSTER_ID = "Kubernetes"
-
-ILLEGAL_PORTS = frozenset({15001, 15006, 15008, 15080, 15000, 15020, 15021})
-"""The proxy's own ports: a pod calling them (at loopback or its own address) is refused (spec §2.4)."""
 
 
 @dataclass(slots=True)
@@ -94,7 +94,7 @@ class LiveConnection:
 
 @dataclass(slots=True)
 class ProxyContext:
-    settings: NodeProxySettings
+    settings: ProxySettings
     state: WorkloadState
     certs: CertificateManager
     pool: ConnectionPool
@@ -110,9 +110,12 @@ class ProxyContext:
     clock: Callable[[], float] = time.monotonic
     labels: LabelsCache = field(init=False)
     """Each connection's metric labels, by its ends (see :class:`~ambit.proxy.accounting.LabelsCache`)."""
+    node: NodeView = field(init=False)
+    """What the plans know of this proxy (:mod:`ambit.proxy.plans`)."""
 
     def __post_init__(self) -> None:
         self.labels = LabelsCache(self.metrics)
+        self.node = NodeView(self.settings.network, self.settings.node, self._by_workload)
 
     def add_pod(self, pod: LocalPod) -> None:
         self.remove_pod(pod.uid)
@@ -149,20 +152,38 @@ class ProxyContext:
         address = ipaddress.ip_address(ip) if isinstance(ip, str) else ip
         return self.state.find_workload_by_address(self.settings.network, address)
 
-    def find_local_pod_by_ip(self, ip: IPAddress) -> LocalPod | None:
-        """The local pod whose workload has ``ip`` (the same-node fast path)."""
-        workload = self.state.find_workload_by_address(self.settings.network, ip)
-        if workload is None or workload.node != self.settings.node:
-            return None
-        return self._by_workload.get(workload.uid)
+    def find_local_pod(self, workload_uid: str) -> LocalPod | None:
+        return self._by_workload.get(workload_uid)
 
-    def register(self, direction: str, src: str, dst: str, pod: LocalPod) -> LiveConnection:
+    def register(self, direction: str, src: str, dst: str, pod: LocalPod) -> Registration:
         conn = LiveConnection(next(self._ids), direction, src, dst, self.clock(), pod.uid)
         self.connections[conn.id] = conn
-        return conn
+        return Registration(self, conn)
 
     def unregister(self, conn: LiveConnection) -> None:
         self.connections.pop(conn.id, None)
+
+
+class Registration:
+    """A connection registered while its handler sets it up: unregistered when the ``with`` block ends, unless
+    :meth:`splice` handed it to a relay (whose :class:`ConnectionEnd` unregisters it when the relay is over)."""
+
+    __slots__ = ("conn", "ctx", "spliced")
+
+    def __init__(self, ctx: ProxyContext, conn: LiveConnection) -> None:
+        self.ctx, self.conn, self.spliced = ctx, conn, False
+
+    def __enter__(self) -> Registration:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.spliced:
+            self.ctx.unregister(self.conn)
+
+    def splice(self, downstream: PushStream, upstream: PushStream, accounting: Accounting | BothSides) -> Splice:
+        """Relay the connection from now on; it stays registered until the relay is over."""
+        self.spliced = True
+        return splice(downstream, upstream, ConnectionEnd(self.ctx, self.conn, accounting), counter=accounting)
 
 
 class ConnectionEnd:

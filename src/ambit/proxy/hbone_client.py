@@ -30,21 +30,17 @@ from ambit.hbone.connection import HboneSettings
 from ambit.hbone.events import Headers
 from ambit.identity.manager import WorkloadCertificate
 from ambit.model.identity import SpiffeId
-from ambit.proxy.errors import ProxyError
+from ambit.proxy.errors import ProxyError, ResponseFlag
 from ambit.proxy.hbone_stream import ConnectionLostError, HboneSession, HboneStream
 from ambit.tls.spiffe import PeerIdentityError, check_peer
 
 log = logging.getLogger(__name__)
 
-TLS_FAILURE = "TLS_FAILURE"
-IDENTITY_ERROR = "IDENTITY_ERROR"
-CONNECT_FAILURE = "CONNECT_FAILURE"
-
 
 class HboneConnectError(ProxyError):
-    """Setting up an HBONE connection failed; ``flag`` is the access-log response flag (TLS_FAILURE, ...)."""
+    """Setting up an HBONE connection failed; ``flag`` says at which step (TLS_FAILURE, ...)."""
 
-    def __init__(self, reason: str, flag: str) -> None:
+    def __init__(self, reason: str, flag: ResponseFlag) -> None:
         super().__init__(reason)
         self.reason = reason
         self.flag = flag
@@ -97,11 +93,13 @@ class HboneClient:
             )
         except (ssl.SSLError, ssl.CertificateError) as exc:
             sock.close()
-            raise HboneConnectError(f"TLS handshake with {peer_name} failed: {exc}", TLS_FAILURE) from None
+            raise HboneConnectError(f"TLS handshake with {peer_name} failed: {exc}", ResponseFlag.TLS_FAILURE) from None
         except (OSError, TimeoutError) as exc:
             sock.close()
             reason = "timed out" if isinstance(exc, TimeoutError) else str(exc)
-            raise HboneConnectError(f"TLS handshake with {peer_name} failed: {reason}", TLS_FAILURE) from None
+            raise HboneConnectError(
+                f"TLS handshake with {peer_name} failed: {reason}", ResponseFlag.TLS_FAILURE
+            ) from None
         try:
             peer = _judge_server(transport, expected, trust_domain, peer_name)
             session.release()  # the HTTP/2 preface, only now that we know whom we talk to
@@ -109,11 +107,11 @@ class HboneClient:
                 async with asyncio.timeout(timeout):
                     await session.heard_from_peer.wait()
             except TimeoutError:
-                raise HboneConnectError(f"{peer_name} sent no HTTP/2 settings", CONNECT_FAILURE) from None
+                raise HboneConnectError(f"{peer_name} sent no HTTP/2 settings", ResponseFlag.CONNECT_FAILURE) from None
             if session.transport is None or session.terminated is not None:
                 raise HboneConnectError(
                     f"{peer_name} closed the connection after the handshake (did it refuse our certificate?)",
-                    TLS_FAILURE,
+                    ResponseFlag.TLS_FAILURE,
                 )
         except BaseException:
             transport.abort()
@@ -191,11 +189,11 @@ def _judge_server(
 ) -> SpiffeId:
     tls = transport.get_extra_info("ssl_object")
     if not isinstance(tls, ssl.SSLObject):
-        raise HboneConnectError(f"no TLS session with {peer_name}", TLS_FAILURE)
+        raise HboneConnectError(f"no TLS session with {peer_name}", ResponseFlag.TLS_FAILURE)
     alpn = tls.selected_alpn_protocol()
     if alpn != "h2":
-        raise HboneConnectError(f"{peer_name} did not agree to ALPN h2 (got {alpn!r})", TLS_FAILURE)
+        raise HboneConnectError(f"{peer_name} did not agree to ALPN h2 (got {alpn!r})", ResponseFlag.TLS_FAILURE)
     try:
         return check_peer(tls.getpeercert(binary_form=True), trust_domain=trust_domain, expected=expected)
     except PeerIdentityError as exc:
-        raise HboneConnectError(f"server {peer_name}: {exc}", IDENTITY_ERROR) from None
+        raise HboneConnectError(f"server {peer_name}: {exc}", ResponseFlag.IDENTITY_ERROR) from None

@@ -1,18 +1,18 @@
 """Inbound: HBONE on 15008 (spec §6.5), plaintext on 15006 (spec §6.6), and the same-node fast path.
 
-Theory of operation. All three end in :func:`_dial_pod`: a TCP connection made inside the destination pod's netns
-to ``<pod IP>:<port>``, bound to the *client's* IP (``IP_TRANSPARENT``; the pod's connmark rules route the replies
-back to us), so the application sees its real peer. Before dialling:
+The three handlers carry out what :func:`ambit.proxy.plans.plan_inbound` decides (authority, workload, port mapping,
+authorization; :func:`~ambit.proxy.plans.plan_plaintext` also refuses the proxy's own ports). A
+:class:`~ambit.proxy.plans.Dial` ends in :func:`_dial_pod`: a TCP connection made inside the destination pod's
+netns to ``<pod IP>:<port>``, bound to the *client's* IP (``IP_TRANSPARENT``; the pod's connmark rules route the
+replies back to us), so the application sees its real peer; a failed dial answers 503 (``CONNECT``).
 
 - HBONE: the TLS server uses the local pod's own certificate (the listener tells us which pod: one 15008 listener
   per pod, so the certificate is chosen by the original destination, not by SNI); the client certificate must
-  chain to our root and carry a SPIFFE identity of our trust domain. Each CONNECT's ``:authority`` must be this
-  pod's IP (else 400, "ip mismatch") or a service hostname this pod is an endpoint of (the service port is mapped
-  to the pod's target port). The authorization seam decides (401 when it refuses); a failed dial answers 503.
-- Plaintext: the original destination (``SO_ORIGINAL_DST``) must not be one of the proxy's own ports; the
-  authorization seam is asked with no peer identity.
+  chain to our root and carry a SPIFFE identity of our trust domain. Each CONNECT is planned with its
+  ``:authority`` and the peer's identity; a refusal answers its status (400, 401, 503).
+- Plaintext: planned with no peer identity; a refusal resets the connection.
 - Same-node fast path (:func:`deliver_locally`): the outbound side already knows both pods and both identities,
-  so it skips TLS and HTTP/2 but runs the same authorization.
+  so it skips TLS and HTTP/2 but runs the same plan.
 
 Metrics are reported with ``reporter=destination``; principals only for mutual TLS.
 """
@@ -29,18 +29,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from ambit.errors import AmbitError
-from ambit.hbone.errors import AuthorityError
-from ambit.hbone.headers import parse_authority
+from ambit.hbone.headers import hostport
 from ambit.identity.manager import WorkloadCertificate
 from ambit.model.identity import SpiffeId
-from ambit.model.workload import IPAddress, Workload
+from ambit.model.workload import IPAddress
 from ambit.proxy.accounting import Accounting
-from ambit.proxy.authorization import ConnectionFacts
-from ambit.proxy.context import ILLEGAL_PORTS, ConnectionEnd, LocalPod, ProxyContext
-from ambit.proxy.errors import ProxyError
+from ambit.proxy.context import ConnectionEnd, LocalPod, ProxyContext
+from ambit.proxy.errors import ProxyError, ResponseFlag
 from ambit.proxy.hbone_server import HboneServer, InboundRequest, TunnelResponder
+from ambit.proxy.plans import ILLEGAL_PORTS, Dial, InboundFacts, Refuse, plan_inbound, plan_plaintext
 from ambit.proxy.relay import Splice, splice
-from ambit.proxy.sockets import connect, hostport, original_dst, reset
+from ambit.proxy.sockets import connect, original_dst, reset
 from ambit.proxy.streams import SocketStream
 from ambit.telemetry.accesslog import ConnectionRecord
 from ambit.telemetry.metrics import Reporter
@@ -51,38 +50,32 @@ log = logging.getLogger("ambit.proxy.inbound")
 class InboundRefusedError(ProxyError):
     """The inbound side refused the connection; ``status`` is the HBONE answer, ``flag`` the response flag."""
 
-    def __init__(self, message: str, status: int, flag: str) -> None:
+    def __init__(self, message: str, status: int, flag: ResponseFlag) -> None:
         super().__init__(message)
         self.status, self.flag = status, flag
 
 
-@dataclass(slots=True)
-class _Target:
-    workload: Workload
-    ip: str
-    port: int
-
-
-async def _dial_pod(ctx: ProxyContext, pod: LocalPod, target: _Target, facts: ConnectionFacts) -> socket.socket:
-    if not ctx.authorize(facts):
-        raise InboundRefusedError(f"connection to {target.workload.name} denied by policy", 401, "DENY")
+async def _dial_pod(pod: LocalPod, dial: Dial) -> socket.socket:
     try:
-        return await connect(pod.sockets, (target.ip, target.port), source_ip=facts.source_ip)
+        return await connect(pod.sockets, (dial.ip, dial.port), source_ip=dial.source_ip)
     except (AmbitError, OSError) as exc:
-        raise InboundRefusedError(f"cannot reach {hostport(target.ip, target.port)}: {exc}", 503, "CONNECT") from exc
+        raise InboundRefusedError(
+            f"cannot reach {hostport(dial.ip, dial.port)}: {exc}", 503, ResponseFlag.CONNECT
+        ) from exc
 
 
 def _account(
     ctx: ProxyContext,
     *,
-    target: _Target,
-    source_ip: str | IPAddress,
+    target: Dial,
     source_addr: str,
     source_identity: SpiffeId | None,
     hbone_addr: str,
-    dst_addr: str,
+    source_address: IPAddress | None = None,
 ) -> Accounting:
-    source = ctx.find_workload_by_ip(source_ip)
+    """The destination side's accounting of a connection to ``target`` (``source_address``: the parsed source IP,
+    when the caller has it)."""
+    source = ctx.find_workload_by_ip(source_address or target.source_ip)
     mtls = source_identity is not None
     labels = ctx.labels.labels(
         Reporter.DESTINATION,
@@ -95,7 +88,7 @@ def _account(
     record = ConnectionRecord(
         direction="inbound",
         src_addr=source_addr,
-        dst_addr=dst_addr,
+        dst_addr=sys.intern(hostport(target.ip, target.port)),
         dst_hbone_addr=hbone_addr,
         src_workload=source.name if source else "",
         src_namespace=source.namespace if source else "",
@@ -107,13 +100,6 @@ def _account(
         dst_cluster=target.workload.cluster_id,
     )
     return Accounting(ctx.metrics, ctx.access_log, labels, record, ctx.clock)
-
-
-async def _local_workload(ctx: ProxyContext, pod: LocalPod) -> Workload:
-    workload = await ctx.wait_local_workload(pod)
-    if workload is None:
-        raise InboundRefusedError(f"pod {pod.info.namespace}/{pod.info.name} is not in the workload state", 503, "NR")
-    return workload
 
 
 # --- HBONE (15008) ---------------------------------------------------------------------------------------------
@@ -141,94 +127,49 @@ async def serve_hbone(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) -> 
     def handle(request: InboundRequest, responder: TunnelResponder) -> Coroutine[Any, Any, Splice | None]:
         return _serve_tunnel(ctx, pod, hbone_peer, request, responder)  # no wrapper frame per tunnel
 
-    conn = ctx.register("inbound", hbone_peer.peer_addr, hostport(local_ip, 15008), pod)
-    try:
-        await HboneServer.serve(sock, certificate, trust_domain=ctx.settings.trust_domain, handler=handle)
-    except (AmbitError, OSError, ssl.SSLError) as exc:
-        log.info("pod %s: HBONE connection from %s failed: %s", pod.uid, hostport(*peer), exc)
-    finally:
-        ctx.unregister(conn)
+    with ctx.register("inbound", hbone_peer.peer_addr, hostport(local_ip, 15008), pod):
+        try:
+            await HboneServer.serve(sock, certificate, trust_domain=ctx.settings.trust_domain, handler=handle)
+        except (AmbitError, OSError, ssl.SSLError) as exc:
+            log.info("pod %s: HBONE connection from %s failed: %s", pod.uid, hostport(*peer), exc)
 
 
 async def _serve_tunnel(
     ctx: ProxyContext, pod: LocalPod, peer: _HbonePeer, request: InboundRequest, responder: TunnelResponder
 ) -> Splice | None:
-    local_ip = peer.local_ip
-    try:
-        host, port = _split_authority(request.authority, local_ip)
-    except AuthorityError as exc:
-        responder.reject(400)
-        log.info("pod %s: bad CONNECT authority %r: %s", pod.uid, request.authority, exc)
+    workload = await ctx.wait_local_workload(pod)
+    facts = InboundFacts(workload, peer.local_ip, 0, peer.peer_ip, request.peer_identity, authority=request.authority)
+    plan = plan_inbound(facts, ctx.state, ctx.authorize)
+    target = plan.stopped if isinstance(plan, Refuse) else plan
+    accounting = None
+    if target is not None:
+        accounting = _account(
+            ctx,
+            target=target,
+            source_addr=peer.peer_addr,  # the HBONE connection's peer: shared by its tunnels
+            source_identity=request.peer_identity,
+            hbone_addr=request.authority,
+            source_address=peer.peer_address,
+        )
+    if isinstance(plan, Refuse):
+        responder.reject(plan.status)
+        if plan.counted and accounting is not None:
+            accounting.failed(plan.reason, plan.flag)
+        else:
+            log.info("pod %s: CONNECT %r refused: %s", pod.uid, request.authority, plan.reason)
         return None
+    assert accounting is not None
     try:
-        workload = await _local_workload(ctx, pod)
-        target_port = _inbound_port(ctx, workload, local_ip, host, port)
-        target = _Target(workload, local_ip, target_port)
-    except InboundRefusedError as exc:
-        responder.reject(exc.status)
-        log.info("pod %s: CONNECT %s refused: %s", pod.uid, request.authority, exc)
-        return None
-    source_identity = request.peer_identity
-    accounting = _account(
-        ctx,
-        target=target,
-        source_ip=peer.peer_address,
-        source_addr=peer.peer_addr,  # the HBONE connection's peer: shared by its tunnels
-        source_identity=source_identity,
-        hbone_addr=request.authority,
-        dst_addr=sys.intern(hostport(local_ip, target_port)),
-    )
-    facts = ConnectionFacts(peer.peer_ip, source_identity, workload, local_ip, target_port)
-    try:
-        upstream = await _dial_pod(ctx, pod, target, facts)
+        upstream = await _dial_pod(pod, plan)
     except InboundRefusedError as exc:
         responder.reject(exc.status)
         accounting.failed(str(exc), exc.flag)
         return None
     stream = responder.accept()
     accounting.opened()
-    # Spliced and left running: an idle tunnel holds no task or coroutine frame (the HBONE server then leaves the
-    # stream to the splice, whose ConnectionEnd closes it; the HBONE connection's registration covers the tunnel).
-    return splice(
-        stream,
-        SocketStream(upstream),
-        ConnectionEnd(ctx, None, accounting),
-        counter=accounting,
-    )
-
-
-def _split_authority(authority: str, local_ip: str) -> tuple[str, int]:
-    """:func:`parse_authority`, with a shortcut for the usual CONNECT: to this pod's IP and a valid port.
-
-    ``local_ip`` is the IPv4 address as the listener reported it, so already in the form ``parse_authority`` gives.
-    """
-    host, _, port_text = authority.rpartition(":")
-    if (
-        host == local_ip
-        and ":" not in host
-        and 0 < len(port_text) <= 5
-        and port_text.isascii()
-        and port_text.isdigit()
-        and port_text[0] != "0"
-        and int(port_text) <= 65535
-    ):
-        return host, int(port_text)
-    return parse_authority(authority)
-
-
-def _inbound_port(ctx: ProxyContext, workload: Workload, local_ip: str, host: str, port: int) -> int:
-    if host == local_ip:  # the usual CONNECT, to this pod's IP as the listener saw it: nothing to parse
-        return port
-    try:
-        ip = ipaddress.ip_address(host)
-    except ValueError:
-        mapped = ctx.state.resolve_inbound_target(workload, host, port)
-        if mapped is None:
-            raise InboundRefusedError(f"unknown service {host!r} for this pod", 400, "-") from None
-        return mapped
-    if ip != ipaddress.ip_address(local_ip):
-        raise InboundRefusedError(f"ip mismatch: CONNECT to {host} arrived at {local_ip}", 400, "-")
-    return port
+    # Spliced and left running: the HBONE server leaves the stream to the splice, whose ConnectionEnd closes it;
+    # the HBONE connection's registration covers the tunnel.
+    return splice(stream, SocketStream(upstream), ConnectionEnd(ctx, None, accounting), counter=accounting)
 
 
 # --- plaintext (15006) -----------------------------------------------------------------------------------------
@@ -241,48 +182,33 @@ async def serve_plaintext(ctx: ProxyContext, pod: LocalPod, sock: socket.socket)
     """
     peer = sock.getpeername()
     dst = original_dst(sock) or sock.getsockname()[:2]
-    if dst[1] in ILLEGAL_PORTS:
-        log.warning("pod %s: refused a plaintext call to the proxy's own port %s", pod.uid, hostport(*dst))
-        reset(sock)
-        return None
-    conn = ctx.register("inbound", hostport(*peer), hostport(*dst), pod)
-    spliced = False
-    try:
-        try:
-            workload = await _local_workload(ctx, pod)
-        except InboundRefusedError as exc:
-            log.info("pod %s: plaintext connection from %s refused: %s", pod.uid, hostport(*peer), exc)
+    peer_addr, dst_addr = hostport(*peer), hostport(*dst)
+    with ctx.register("inbound", peer_addr, dst_addr, pod) as registration:
+        workload = ctx.find_local_workload(pod)
+        if workload is None and dst[1] not in ILLEGAL_PORTS:  # no need to wait for a call that is refused anyway
+            workload = await ctx.wait_local_workload(pod)
+        plan = plan_plaintext(InboundFacts(workload, dst[0], dst[1], peer[0], None), ctx.state, ctx.authorize)
+        target = plan.stopped if isinstance(plan, Refuse) else plan
+        if isinstance(plan, Refuse):
+            if plan.counted and target is not None:
+                _account(ctx, target=target, source_addr=peer_addr, source_identity=None, hbone_addr="").failed(
+                    plan.reason, plan.flag
+                )
+            else:
+                log.warning(
+                    "pod %s: plaintext connection %s -> %s refused: %s", pod.uid, peer_addr, dst_addr, plan.reason
+                )
             reset(sock)
             return None
-        target = _Target(workload, dst[0], dst[1])
-        accounting = _account(
-            ctx,
-            target=target,
-            source_ip=peer[0],
-            source_addr=hostport(*peer),
-            source_identity=None,
-            hbone_addr="",
-            dst_addr=hostport(*dst),
-        )
-        facts = ConnectionFacts(peer[0], None, workload, dst[0], dst[1])
+        accounting = _account(ctx, target=plan, source_addr=peer_addr, source_identity=None, hbone_addr="")
         try:
-            upstream = await _dial_pod(ctx, pod, target, facts)
+            upstream = await _dial_pod(pod, plan)
         except InboundRefusedError as exc:
             accounting.failed(str(exc), exc.flag)
             reset(sock)
             return None
         accounting.opened()
-        downstream, upstream_stream = SocketStream(sock), SocketStream(upstream)
-        spliced = True
-        return splice(
-            downstream,
-            upstream_stream,
-            ConnectionEnd(ctx, conn, accounting),
-            counter=accounting,
-        )
-    finally:
-        if not spliced:
-            ctx.unregister(conn)
+        return registration.splice(SocketStream(sock), SocketStream(upstream), accounting)
 
 
 # --- same-node fast path ---------------------------------------------------------------------------------------
@@ -304,24 +230,26 @@ async def deliver_locally(
     port: int,
     source_addr: str,
 ) -> LocalDelivery:
-    """Dial local pod ``pod`` for a client of this node, as the inbound side would after a CONNECT to its IP."""
-    workload = await _local_workload(ctx, pod)
-    if not workload.addresses:
-        raise InboundRefusedError(f"pod {workload.name} has no address", 503, "NR")
-    ip = str(workload.addresses[0])
-    target = _Target(workload, ip, port)
-    accounting = _account(
-        ctx,
-        target=target,
-        source_ip=source_ip,
-        source_addr=source_addr,
-        source_identity=source_identity,
-        hbone_addr=hostport(ip, port),
-        dst_addr=hostport(ip, port),
-    )
-    facts = ConnectionFacts(source_ip, source_identity, workload, ip, port)
+    """Dial local pod ``pod`` for a client of this node, as the inbound side would after a CONNECT to its IP.
+
+    Raises :class:`InboundRefusedError` when the plan refuses or the dial fails (a denial is counted here too).
+    """
+    workload = await ctx.wait_local_workload(pod)
+    plan = plan_inbound(InboundFacts(workload, None, port, source_ip, source_identity), ctx.state, ctx.authorize)
+    target = plan.stopped if isinstance(plan, Refuse) else plan
+    accounting = None
+    if target is not None:
+        hbone_addr = hostport(target.ip, target.port)
+        accounting = _account(
+            ctx, target=target, source_addr=source_addr, source_identity=source_identity, hbone_addr=hbone_addr
+        )
+    if isinstance(plan, Refuse):
+        if plan.counted and accounting is not None:
+            accounting.failed(plan.reason, plan.flag)
+        raise InboundRefusedError(plan.reason, plan.status, plan.flag)
+    assert accounting is not None
     try:
-        upstream = await _dial_pod(ctx, pod, target, facts)
+        upstream = await _dial_pod(pod, plan)
     except InboundRefusedError as exc:
         accounting.failed(str(exc), exc.flag)
         raise

@@ -1,17 +1,16 @@
 """Outbound (15001): a connection a pod opened, captured by its redirection rules (spec §6.3).
 
-Theory of operation, for one accepted socket of local pod P:
+:func:`serve_outbound` carries out what :func:`ambit.proxy.plans.plan_outbound` decides, for one accepted socket
+of local pod P:
 
-1. The original destination comes from ``SO_ORIGINAL_DST``. A destination on one of the proxy's own ports at
-   loopback or at P's own address is a self-call (spec §2.4, ``malicious_calls_inpod``): reset.
-2. P's workload must be known (waiting briefly for the state to learn it); unknown → reset.
-3. :meth:`WorkloadState.resolve` picks the upstream: a Service VIP chooses an endpoint per connection, a pod IP is
-   itself, anything else is passthrough. A service without a healthy endpoint → reset.
-4. HBONE destinations: when the destination pod is served by this very proxy, the *same-node fast path* hands the
-   connection straight to the inbound side (same checks, no TLS: both identities are ours); otherwise a CONNECT
-   stream on a pooled mutual-TLS connection to ``<pod IP>:15008`` made from P's netns with P's certificate, the
-   server verified against the destination's SPIFFE identity.
-5. Plaintext and passthrough destinations: a TCP connection from P's netns (source stays P's IP).
+1. The original destination comes from ``SO_ORIGINAL_DST``; P's workload from the state (waiting briefly for it to
+   learn P). The plan says where the connection goes.
+2. :class:`~ambit.proxy.plans.Refuse`: reset, counted if the plan says so.
+3. :class:`~ambit.proxy.plans.Local`: the destination pod is served by this proxy; the inbound side takes the
+   connection as it would after a CONNECT (same checks, no TLS: both identities are ours), and both sides count it.
+4. :class:`~ambit.proxy.plans.Tunnel`: a CONNECT stream on a pooled mutual-TLS connection to ``<pod IP>:15008``,
+   made from P's netns with P's certificate, the server verified against the destination's SPIFFE identity.
+5. :class:`~ambit.proxy.plans.Plain`: a TCP connection from P's netns (the source stays P's IP).
 6. Bytes are relayed with half-close both ways; metrics (reporter=source) and one access-log line per connection.
 """
 
@@ -24,28 +23,24 @@ import socket
 import sys
 
 from ambit.errors import AmbitError
-from ambit.hbone.headers import connect_headers
-from ambit.model.state import Destination, NoHealthyUpstreamError, Tunnel
-from ambit.model.workload import IPAddress, Workload
+from ambit.hbone.headers import connect_headers, hostport
+from ambit.model.state import Destination, Transport
+from ambit.model.workload import Workload
 from ambit.proxy.accounting import Accounting, BothSides
-from ambit.proxy.context import ILLEGAL_PORTS, ConnectionEnd, LocalPod, ProxyContext
+from ambit.proxy.context import LocalPod, ProxyContext
+from ambit.proxy.errors import ProxyConnectError, ProxyError, ResponseFlag
 from ambit.proxy.hbone_client import HboneClient
 from ambit.proxy.hbone_stream import HboneStream
 from ambit.proxy.inbound import deliver_locally
+from ambit.proxy.plans import HBONE_PORT, Local, OutboundFacts, Refuse, Tunnel, plan_outbound
 from ambit.proxy.pool import PoolKey
-from ambit.proxy.relay import Splice, splice
-from ambit.proxy.sockets import connect, hostport, original_dst, reset
+from ambit.proxy.relay import Splice
+from ambit.proxy.sockets import connect, original_dst, reset
 from ambit.proxy.streams import SocketStream
 from ambit.telemetry.accesslog import ConnectionRecord
 from ambit.telemetry.metrics import Reporter
 
 log = logging.getLogger("ambit.proxy.outbound")
-
-HBONE_PORT = 15008
-
-
-def is_self_call(dst_ip: IPAddress, dst_port: int, own: tuple[IPAddress, ...]) -> bool:
-    return dst_port in ILLEGAL_PORTS and (dst_ip.is_loopback or dst_ip in own)
 
 
 async def serve_outbound(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) -> Splice | None:
@@ -60,84 +55,54 @@ async def serve_outbound(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) 
         log.warning("pod %s: outbound connection from %s without an original destination", pod.uid, peer)
         reset(sock)
         return None
-    dst_ip, dst_port = ipaddress.ip_address(dst[0]), dst[1]
     source = await ctx.wait_local_workload(pod)
-    own = source.addresses if source else ()
-    if is_self_call(dst_ip, dst_port, own):
-        log.warning("pod %s: refused a call to the proxy's own port %s", pod.uid, hostport(dst_ip, dst_port))
+    facts = OutboundFacts(ipaddress.ip_address(dst[0]), dst[0], dst[1], source)
+    plan = plan_outbound(facts, ctx.state, ctx.node, random.choice)
+    peer_addr, dst_addr = hostport(peer[0], peer[1]), hostport(dst[0], dst[1])
+    if isinstance(plan, Refuse):
+        if plan.counted and source is not None:  # counted refusals have their access-log line
+            _account(ctx, pod, source, peer_addr, None, dst_addr).failed(plan.reason, plan.flag)
+        else:
+            log.warning("pod %s: refused %s -> %s: %s", pod.uid, peer_addr, dst_addr, plan.reason)
         reset(sock)
         return None
-    if source is None:
-        log.warning("pod %s: unknown source workload, refusing %s", pod.uid, hostport(dst_ip, dst_port))
-        reset(sock)
-        return None
-    peer_addr, dst_addr = hostport(peer[0], peer[1]), hostport(dst[0], dst_port)
-    try:
-        destination = ctx.state.resolve(ctx.settings.network, dst_ip, dst_port, random.choice)
-    except NoHealthyUpstreamError as exc:
-        _account(ctx, pod, source, peer_addr, None, dst_addr).failed(str(exc), "NR")
-        reset(sock)
-        return None
-    # The destination's address as text, made once: formatting an ip_address object is not cached by it.
-    ip_text = dst[0] if destination.ip == dst_ip else str(destination.ip)
-    accounting = _account(ctx, pod, source, peer_addr, destination, dst_addr, ip_text)
-    conn = ctx.register("outbound", peer_addr, dst_addr, pod)
-    spliced = False
-    try:
-        accountings = [accounting]
+    assert source is not None  # only a refusal comes without a source
+    accounting = _account(ctx, pod, source, peer_addr, plan.destination, dst_addr, plan.address[0])
+    with ctx.register("outbound", peer_addr, dst_addr, pod) as registration:
+        sides: Accounting | BothSides = accounting
         try:
-            upstream = await _open_upstream(ctx, pod, peer, peer_addr, destination, ip_text, accountings)
+            if isinstance(plan, Local):
+                local_pod = ctx.find_local_pod(plan.workload.uid)
+                if local_pod is None:
+                    raise ProxyConnectError(plan.address, "its pod is no longer served here")
+                delivery = await deliver_locally(ctx, local_pod, peer[0], pod.identity, plan.address[1], peer_addr)
+                upstream: SocketStream | HboneStream = delivery.stream
+                sides = BothSides((accounting, delivery.accounting))  # both sides count, and finish, this one
+            elif isinstance(plan, Tunnel):
+                upstream = await _open_tunnel(ctx, pod, peer, peer_addr, plan)
+            else:
+                upstream = SocketStream(await connect(pod.sockets, plan.address))
         except (AmbitError, OSError) as exc:
-            flag = getattr(exc, "flag", "CONNECT")
-            accounting.failed(str(exc), str(flag))
+            accounting.failed(str(exc), exc.flag if isinstance(exc, ProxyError) else ResponseFlag.CONNECT)
             reset(sock)
             return None
         accounting.opened()
-        # The same-node fast path counts to (and finishes) the destination side's accounting too.
-        sides = accounting if len(accountings) == 1 else BothSides(tuple(accountings))
-        downstream = SocketStream(sock)
-        spliced = True
-        return splice(downstream, upstream, ConnectionEnd(ctx, conn, sides), counter=sides)
-    finally:
-        if not spliced:
-            ctx.unregister(conn)
-
-
-async def _open_upstream(
-    ctx: ProxyContext,
-    pod: LocalPod,
-    peer: tuple[str, int],
-    peer_addr: str,
-    destination: Destination,
-    ip_text: str,
-    accountings: list[Accounting],
-) -> SocketStream | HboneStream:
-    """The upstream of ``destination``: same-node delivery (adding its accounting), an HBONE tunnel, or TCP."""
-    if destination.tunnel is Tunnel.HBONE:
-        local_pod = ctx.find_local_pod_by_ip(destination.ip)
-        if local_pod is None:
-            return await _open_tunnel(ctx, pod, peer, peer_addr, destination, ip_text)
-        delivery = await deliver_locally(ctx, local_pod, peer[0], pod.identity, destination.port, peer_addr)
-        accountings.append(delivery.accounting)
-        return delivery.stream
-    return SocketStream(await connect(pod.sockets, (ip_text, destination.port)))
+        return registration.splice(SocketStream(sock), upstream, sides)
 
 
 async def _open_tunnel(
-    ctx: ProxyContext, pod: LocalPod, peer: tuple[str, int], peer_addr: str, destination: Destination, ip_text: str
+    ctx: ProxyContext, pod: LocalPod, peer: tuple[str, int], peer_addr: str, plan: Tunnel
 ) -> HboneStream:
     cert = await ctx.certs.fetch(pod.identity)
-    expected = destination.expected_identities
-    hbone_addr = (ip_text, HBONE_PORT)
-    service = destination.service
+    service = plan.destination.service
     headers = connect_headers(forwarded_for=peer_addr, host=service.hostname if service else None)
 
     async def dial() -> HboneClient:
-        tcp = await connect(pod.sockets, hbone_addr)
-        return await HboneClient.connect(tcp, cert, expected, trust_domain=ctx.settings.trust_domain)
+        tcp = await connect(pod.sockets, plan.address)
+        return await HboneClient.connect(tcp, cert, plan.expected, trust_domain=ctx.settings.trust_domain)
 
-    key = PoolKey(pod.identity, expected, peer[0], hbone_addr)
-    return await ctx.pool.open_tunnel(key, hostport(ip_text, destination.port), headers, dial)
+    key = PoolKey(pod.identity, plan.expected, peer[0], plan.address)
+    return await ctx.pool.open_tunnel(key, plan.authority, headers, dial)
 
 
 def _account(
@@ -150,7 +115,7 @@ def _account(
     ip_text: str = "",
 ) -> Accounting:
     target = destination.workload if destination else None
-    mtls = destination is not None and destination.tunnel is Tunnel.HBONE
+    mtls = destination is not None and destination.transport is Transport.HBONE
     service = destination.service if destination else None
     labels = ctx.labels.labels(
         Reporter.SOURCE,
@@ -160,7 +125,7 @@ def _account(
         service=service,
         mtls=mtls,
     )
-    if destination is not None and destination.tunnel is Tunnel.HBONE:
+    if destination is not None and destination.transport is Transport.HBONE:
         # Per destination, not per connection: interned, so connections to one destination share them.
         dst_addr = sys.intern(hostport(ip_text, HBONE_PORT))
         hbone_addr = sys.intern(hostport(ip_text, destination.port))

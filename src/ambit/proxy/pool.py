@@ -42,12 +42,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ambit.hbone.connection import MAX_CONCURRENT_STREAMS
 from ambit.model.identity import SpiffeId
 from ambit.proxy.errors import ProxyError
 from ambit.proxy.hbone_stream import ConnectionLostError, HboneStream
-
-MAX_STREAMS_PER_CONNECTION = 100
-"""Concurrent tunnels on one pooled connection before the pool opens another (ztunnel's default)."""
 
 
 class PoolClosedError(ProxyError):
@@ -119,7 +117,7 @@ class ConnectionPool:
         *,
         idle_timeout: float = 300.0,
         clock: Callable[[], float] = time.monotonic,
-        max_streams: int = MAX_STREAMS_PER_CONNECTION,
+        max_streams: int = MAX_CONCURRENT_STREAMS,
     ) -> None:
         if max_streams < 1:
             raise PoolSettingsError(f"max_streams must be at least 1, not {max_streams}")

@@ -1,30 +1,24 @@
 """The bidirectional relay between two byte streams (ztunnel's ``copy_bidirectional``; spec §6.5 step 6, §6.6).
 
-Theory of operation: two pumps run concurrently, downstream → upstream ("upstream" bytes) and upstream →
-downstream ("downstream" bytes). A pump reads a chunk, writes it, counts it, and only then reads again, so each
-direction holds at most one chunk: a slow reader stalls the writer's ``write``, the pump stops reading, and the
-sender's kernel buffers fill (TCP backpressure end to end). Memory is bounded by the streams' chunk size.
+Theory of operation: a :class:`Splice` joins two push streams (:class:`~ambit.proxy.streams.PushStream`: sockets
+and HBONE tunnels) on callbacks. A chunk from one end goes straight to the other's ``write_nowait``; when that says
+the other end is over its bound, the source is paused until it drains, so each direction holds at most one chunk:
+a slow reader stalls the writer, the source stops reading, and the sender's kernel buffers fill (TCP backpressure
+end to end).
 
 Rules:
 
-1. EOF on one side is passed on as ``write_eof`` on the other, and that direction is done; the other keeps going
-   (half-close works both ways: a client that shut down its sending side still gets the whole reply).
-2. The relay is done when both directions reached EOF. It does not close the streams then: they are the caller's.
+1. EOF on one side is passed on as ``write_eof`` on the other, and that direction is done once the writer holds
+   nothing of ours any more; the other direction keeps going (half-close works both ways: a client that shut down
+   its sending side still gets the whole reply).
+2. The relay is done when both directions are done. It does not close the streams then: they are the caller's.
 3. Any error in either direction (a reset, a failed write) aborts *both* streams, so each peer sees a reset, and is
    reported in :attr:`RelayResult.error`; the relay never raises for what peers do.
-4. Cancelling the relay aborts both streams and re-raises :class:`asyncio.CancelledError`.
+4. :meth:`Splice.cancel` aborts both streams and finishes with the error "cancelled".
 
-When both streams are :class:`~ambit.proxy.streams.PushStream` (sockets and HBONE tunnels are), the same rules
-run on callbacks instead of two pump tasks: a chunk from one end goes straight to the other's ``write_nowait``;
-when that says the other end is over its bound, the source is paused until it drains (still one chunk held per
-direction). A direction is done when EOF was passed on and the writer holds nothing of ours any more. This
-saves a future and a task switch per chunk in each direction, which was most of the proxy's Python time per
-request/response round trip.
-
-:func:`splice` starts that callback relay and returns at once (:func:`relay` awaits one). The node proxy's
-connection handlers use it directly: they set a connection up, splice it and return, and the splice's
-``on_done`` does what their ``finally`` did (accounting, closing both streams, forgetting the connection). A held
-idle connection then costs no task, coroutine frame or future, which were about a third of its memory.
+:func:`splice` starts a relay and returns at once. The node proxy's connection handlers set a connection up, splice
+it and return; the splice's ``on_done`` does the rest (accounting, closing both streams, forgetting the
+connection), so a held idle connection is a few small objects, with no task, coroutine frame or future.
 """
 
 from __future__ import annotations
@@ -34,16 +28,13 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeGuard
+from typing import Any, Protocol
 
 from ambit.proxy.errors import ProxyError
 from ambit.proxy.hbone_stream import HboneStream
 from ambit.proxy.streams import ByteStream, PushStream, SocketStream
 
 log = logging.getLogger(__name__)
-
-_PUSH_TYPES = (SocketStream, HboneStream)
-"""The :class:`~ambit.proxy.streams.PushStream` kinds the relay drives by callbacks."""
 
 
 @dataclass(slots=True)
@@ -55,103 +46,9 @@ class RelayResult:
     error: str = ""
 
 
-async def _pump(src: ByteStream, dst: ByteStream, name: str, count: Callable[[int], None]) -> str:
-    """Copy ``src`` to ``dst`` until EOF; return "" when done, or what went wrong."""
-    step = "read"
-    try:
-        while True:
-            step = "read"
-            data = await src.read()
-            if not data:
-                step = "write_eof"
-                dst.write_eof()
-                return ""
-            step = "write"
-            await dst.write(data)
-            count(len(data))
-    except (ProxyError, OSError) as exc:
-        return f"{name} {step}: {exc}"
-
-
-async def close_both(a: ByteStream, b: ByteStream) -> None:
-    """Close both streams (after the relay: they are the caller's), ignoring their errors.
-
-    What ``asyncio.gather(a.aclose(), b.aclose(), return_exceptions=True)`` does, without its two tasks and
-    gathering future per connection: a :class:`~ambit.proxy.streams.SocketStream` closes without suspending, so
-    it is closed first and the other stream awaited after; two streams that may both wait still close concurrently.
-    """
-    if type(b) is SocketStream:
-        a, b = b, a
-    if type(a) is not SocketStream:
-        await asyncio.gather(a.aclose(), b.aclose(), return_exceptions=True)
-        return
-    with contextlib.suppress(Exception):
-        await a.aclose()
-    with contextlib.suppress(Exception):
-        await b.aclose()
-
-
 def _abort_both(a: ByteStream, b: ByteStream) -> None:
     a.abort()
     b.abort()
-
-
-async def relay(
-    downstream: ByteStream,
-    upstream: ByteStream,
-    *,
-    on_upstream: Callable[[int], None] | None = None,
-    on_downstream: Callable[[int], None] | None = None,
-) -> RelayResult:
-    """Copy both ways until both directions reached EOF, or an error aborts both (see the module's rules)."""
-    if can_splice(downstream) and can_splice(upstream):
-        finished: asyncio.Future[RelayResult] = asyncio.get_running_loop().create_future()
-
-        def settle(over: Splice) -> None:
-            if not finished.done():
-                finished.set_result(over.result)
-
-        running = splice(downstream, upstream, settle, on_upstream=on_upstream, on_downstream=on_downstream)
-        try:
-            return await finished
-        except BaseException:  # cancelled: nothing may outlive the relay
-            running.cancel()
-            raise
-
-    result = RelayResult(0, 0)
-
-    def count_up(n: int) -> None:
-        result.upstream_bytes += n
-        if on_upstream is not None:
-            on_upstream(n)
-
-    def count_down(n: int) -> None:
-        result.downstream_bytes += n
-        if on_downstream is not None:
-            on_downstream(n)
-
-    pending = {
-        asyncio.ensure_future(_pump(downstream, upstream, "downstream->upstream", count_up)),
-        asyncio.ensure_future(_pump(upstream, downstream, "upstream->downstream", count_down)),
-    }
-    try:
-        while pending:
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            errors = [error for error in (task.result() for task in done) if error]
-            if errors:
-                result.error = errors[0]
-                _abort_both(downstream, upstream)
-                for task in pending:  # a stream whose abort does not wake its reader must not hang the relay
-                    task.cancel()
-                await asyncio.gather(*pending, return_exceptions=True)
-                pending = set()
-    except BaseException:  # cancelled (or a stream's bug): nothing may outlive the relay
-        _abort_both(downstream, upstream)
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-        raise
-    return result
 
 
 class Splice:
@@ -259,11 +156,6 @@ class _Callbacks:
     def down(self, n: int) -> None:
         if self.on_downstream is not None:
             self.on_downstream(n)
-
-
-def can_splice(stream: ByteStream) -> TypeGuard[PushStream]:
-    """Whether ``stream`` is a push stream the relay drives on callbacks (sockets and HBONE tunnels are)."""
-    return type(stream) in _PUSH_TYPES  # cheaper than a Protocol isinstance
 
 
 def close_now(a: ByteStream, b: ByteStream) -> None:

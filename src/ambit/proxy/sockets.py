@@ -390,12 +390,6 @@ def original_dst(sock: socket.socket) -> tuple[str, int] | None:
     return socket.inet_ntoa(raw[4:8]), port
 
 
-def hostport(ip: object, port: int) -> str:
-    """``ip:port``, with brackets around an IPv6 address (as in a CONNECT authority or a log line)."""
-    text = str(ip)
-    return f"[{text}]:{port}" if ":" in text else f"{text}:{port}"
-
-
 def reset(sock: socket.socket) -> None:
     """Close with an RST (SO_LINGER 0): the peer learns at once that the connection was refused."""
     with contextlib.suppress(OSError):

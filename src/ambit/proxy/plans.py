@@ -1,0 +1,256 @@
+"""What the node proxy does with a connection, decided without I/O (spec §6.3, §6.5, §6.6).
+
+A connection handler gathers the facts of one connection (its addresses, the local pod's workload, the peer's
+identity), asks a ``plan_*`` function what to do, and carries the answer out. Plans read the workload state through
+its synchronous ``find_*`` lookups and ask the authorizer; they touch no socket, task or clock, so every branch is
+table-tested without a network. A refusal is a :class:`Refuse` value, never an exception: ``status`` is the HBONE
+answer (400, 401, 503; an outbound or plaintext refusal resets the connection instead), ``flag`` the response flag
+it is counted with, and ``counted`` whether it is counted at all (refusals before the connection's two ends are
+known are only logged, as ztunnel does).
+
+Outbound (15001), :func:`plan_outbound`, in order:
+
+1. A destination on one of the proxy's own ports (:data:`ILLEGAL_PORTS`) at loopback or at the pod's own address
+   is a self-call: refused, not counted.
+2. A source workload the state does not know: refused, not counted.
+3. A Service VIP: one endpoint is chosen by ``choose`` among the eligible ones; none → refused, ``NR``.
+   A pod address is that workload; any other address is passthrough.
+4. An HBONE workload served by this same proxy: :class:`Local` (handed to the inbound side, no TLS).
+5. An HBONE workload elsewhere: :class:`Tunnel` to ``<pod IP>:15008`` with ``:authority <pod IP>:<target port>``,
+   the server checked against the workload's identity (and the service's SAN overrides).
+6. Otherwise :class:`Plain` TCP: to ``<pod IP>:<target port>`` for a workload without HBONE, or to the original
+   destination for passthrough.
+
+Inbound (15008 HBONE, 15006 plaintext, and the same-node path), :func:`plan_inbound`, in order:
+
+1. HBONE: an ``:authority`` that is not ``host:port`` → 400.
+2. A local workload the state does not know → 503, ``NR``; one without an address (same-node path) → 503, ``NR``.
+3. HBONE: an IP authority must be the address the connection arrived at, else 400 ("ip mismatch"); a hostname must
+   be a Service this pod is an endpoint of, and its port is mapped to the pod's target port, else 400.
+4. The authorizer refuses → 401, ``DENY``, counted.
+5. :class:`Dial` the pod at ``<its IP>:<port>`` from the client's address.
+
+Plaintext (15006), :func:`plan_plaintext`: a call to one of the proxy's own ports is refused, not counted; then as
+inbound, with no peer identity and no authority.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable, Container, Sequence
+from dataclasses import dataclass
+
+from ambit.hbone.errors import AuthorityError
+from ambit.hbone.headers import hostport, parse_authority
+from ambit.model.identity import SpiffeId
+from ambit.model.state import Destination, NoHealthyUpstreamError, Transport, WorkloadState
+from ambit.model.workload import IPAddress, Workload
+from ambit.proxy.authorization import Authorizer, ConnectionFacts
+from ambit.proxy.errors import ResponseFlag
+
+HBONE_PORT = 15008
+
+ILLEGAL_PORTS = frozenset({15001, 15006, 15008, 15080, 15000, 15020, 15021})
+"""The proxy's own ports: a pod calling them (at loopback or its own address) is refused (spec §2.4)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Refuse:
+    """Refuse the connection: answer ``status`` on HBONE (reset otherwise), count it with ``flag`` if ``counted``."""
+
+    status: int
+    flag: ResponseFlag
+    reason: str
+    counted: bool = True
+    stopped: Dial | None = None
+    """The dial the refusal stopped, when it came that far (an inbound denial is counted against it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Tunnel:
+    """An HBONE tunnel: CONNECT ``authority`` on a pooled mutual-TLS connection to ``address``."""
+
+    destination: Destination
+    address: tuple[str, int]
+    """The peer's HBONE listener: ``(pod IP, 15008)``."""
+    authority: str
+    """``<pod IP>:<target port>``."""
+    expected: frozenset[SpiffeId]
+    """Identities the server's certificate may name."""
+
+
+@dataclass(frozen=True, slots=True)
+class Plain:
+    """Plain TCP to ``address``, from the pod's own address."""
+
+    destination: Destination
+    address: tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Local:
+    """The destination pod is served by this proxy: hand the connection to its inbound side."""
+
+    destination: Destination
+    workload: Workload
+    address: tuple[str, int]
+    """``(pod IP, target port)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Dial:
+    """Connect to the local pod ``workload`` at ``ip:port``, bound to the client's ``source_ip``."""
+
+    workload: Workload
+    ip: str
+    port: int
+    source_ip: str
+
+
+OutboundPlan = Tunnel | Plain | Local | Refuse
+InboundPlan = Dial | Refuse
+
+
+# --- outbound --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """What plans know of the proxy itself: its network and node, and the workloads whose pods it serves."""
+
+    network: str
+    node: str
+    local_workloads: Container[str]
+    """Uids of the workloads with a pod in this proxy (a live view: the proxy's own index)."""
+
+    def serves(self, workload: Workload) -> bool:
+        return workload.node == self.node and workload.uid in self.local_workloads
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundFacts:
+    """One connection a local pod opened: where it was going (original destination), and who the pod is."""
+
+    dst_ip: IPAddress
+    dst_text: str
+    """``dst_ip`` as the socket gave it (text): reused as is when the connection goes to that very address."""
+    dst_port: int
+    source: Workload | None
+    """The pod's workload; None when the state did not learn it in time."""
+
+
+def is_self_call(dst_ip: IPAddress, dst_port: int, own: Sequence[IPAddress]) -> bool:
+    return dst_port in ILLEGAL_PORTS and (dst_ip.is_loopback or dst_ip in own)
+
+
+def plan_outbound(
+    facts: OutboundFacts,
+    state: WorkloadState,
+    node: NodeView,
+    choose: Callable[[Sequence[Workload]], Workload],
+) -> OutboundPlan:
+    """Where the connection goes (the module's outbound rules)."""
+    source = facts.source
+    if is_self_call(facts.dst_ip, facts.dst_port, source.addresses if source else ()):
+        return Refuse(503, ResponseFlag.NONE, "a call to the proxy's own port", counted=False)
+    if source is None:
+        return Refuse(503, ResponseFlag.NO_ROUTE, "unknown source workload", counted=False)
+    try:
+        destination = state.resolve(node.network, facts.dst_ip, facts.dst_port, choose)
+    except NoHealthyUpstreamError as exc:
+        return Refuse(503, ResponseFlag.NO_ROUTE, str(exc))
+    ip_text = facts.dst_text if destination.ip == facts.dst_ip else str(destination.ip)
+    workload = destination.workload
+    if destination.transport is Transport.HBONE and workload is not None:
+        if node.serves(workload):
+            return Local(destination, workload, (ip_text, destination.port))
+        authority = hostport(ip_text, destination.port)
+        return Tunnel(destination, (ip_text, HBONE_PORT), authority, destination.expected_identities)
+    return Plain(destination, (ip_text, destination.port))
+
+
+# --- inbound ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class InboundFacts:
+    """One connection arriving for a local pod."""
+
+    local: Workload | None
+    """The pod's workload; None when the state did not learn it in time."""
+    local_ip: str | None
+    """The address the connection arrived at; None on the same-node path (the pod's first address)."""
+    port: int
+    """The destination port (plaintext, same-node path); unused when there is an ``authority``."""
+    source_ip: str
+    source_identity: SpiffeId | None
+    """The peer's verified identity; None without mutual TLS."""
+    authority: str | None = None
+    """The CONNECT ``:authority`` (HBONE only)."""
+
+
+def plan_inbound(facts: InboundFacts, state: WorkloadState, authorize: Authorizer) -> InboundPlan:
+    """Whether and where to dial the local pod (the module's inbound rules)."""
+    host, port = None, facts.port
+    if facts.authority is not None:
+        try:
+            host, port = _split_authority(facts.authority, facts.local_ip)
+        except AuthorityError as exc:
+            return Refuse(400, ResponseFlag.NONE, f"bad CONNECT authority: {exc}", counted=False)
+    workload = facts.local
+    if workload is None:
+        return Refuse(503, ResponseFlag.NO_ROUTE, "the local pod is not in the workload state", counted=False)
+    local_ip = facts.local_ip
+    if local_ip is None:
+        if not workload.addresses:
+            return Refuse(503, ResponseFlag.NO_ROUTE, f"pod {workload.name} has no address", counted=False)
+        local_ip = str(workload.addresses[0])
+    if host is not None and host != local_ip:
+        mapped = _inbound_port(state, workload, local_ip, host, port)
+        if isinstance(mapped, Refuse):
+            return mapped
+        port = mapped
+    dial = Dial(workload, local_ip, port, facts.source_ip)
+    if not authorize(ConnectionFacts(facts.source_ip, facts.source_identity, workload, local_ip, port)):
+        return Refuse(401, ResponseFlag.DENY, f"connection to {workload.name} denied by policy", stopped=dial)
+    return dial
+
+
+def plan_plaintext(facts: InboundFacts, state: WorkloadState, authorize: Authorizer) -> InboundPlan:
+    """A connection redirected to 15006: never to the proxy's own ports, then as :func:`plan_inbound`."""
+    if facts.port in ILLEGAL_PORTS:
+        return Refuse(503, ResponseFlag.NONE, "a plaintext call to the proxy's own port", counted=False)
+    return plan_inbound(facts, state, authorize)
+
+
+def _split_authority(authority: str, local_ip: str | None) -> tuple[str, int]:
+    """:func:`parse_authority`, with a shortcut for the usual CONNECT: to this pod's IP and a valid port.
+
+    ``local_ip`` is the IPv4 address as the listener reported it, so already in the form ``parse_authority`` gives.
+    """
+    host, _, port_text = authority.rpartition(":")
+    if (
+        host == local_ip
+        and ":" not in host
+        and 0 < len(port_text) <= 5
+        and port_text.isascii()
+        and port_text.isdigit()
+        and port_text[0] != "0"
+        and int(port_text) <= 65535
+    ):
+        return host, int(port_text)
+    return parse_authority(authority)
+
+
+def _inbound_port(state: WorkloadState, workload: Workload, local_ip: str, host: str, port: int) -> int | Refuse:
+    """The pod's port for a CONNECT to ``host:port`` where ``host`` is not the address it arrived at."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        mapped = state.resolve_inbound_target(workload, host, port)
+        if mapped is None:
+            return Refuse(400, ResponseFlag.NONE, f"unknown service {host!r} for this pod", counted=False)
+        return mapped
+    if ip != ipaddress.ip_address(local_ip):
+        return Refuse(400, ResponseFlag.NONE, f"ip mismatch: CONNECT to {host} arrived at {local_ip}", counted=False)
+    return port
