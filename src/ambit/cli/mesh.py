@@ -34,8 +34,8 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 class _LogFormatter(logging.Formatter):
     """:data:`LOG_FORMAT`'s formatter, with each second's date and time formatted once, not once per record.
 
-    The node proxy writes an access-log line per connection; ``localtime`` plus ``strftime`` per line was a
-    measurable part of its CPU per new connection. The text is the standard formatter's exactly.
+    The node proxy writes an access-log line per connection, so ``localtime`` plus ``strftime`` per line would
+    count in its cost per connection. The text is the standard formatter's exactly.
     """
 
     def __init__(self) -> None:

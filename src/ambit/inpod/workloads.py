@@ -10,8 +10,7 @@ A handler that returns a running :class:`~ambit.proxy.relay.Splice` has handed t
 owns the socket now): the pod keeps the splice among its live connections until it is over, so that ``stop``
 can cancel it like a task.
 Accepted sockets get ``TCP_NODELAY`` like every socket the proxy dials: without it Nagle holds a small write (a
-CONNECT's 200 HEADERS followed by the first DATA, a 1-byte echo) until the peer's delayed ACK, which capped new
-connections at a few hundred a second.
+CONNECT's 200 HEADERS followed by the first DATA, a 1-byte echo) until the peer's delayed ACK.
 
 Adding a uid again is idempotent when it names the same network namespace (same device and inode): the node agent
 sends every pod again in its snapshot after it or we restart (spec §3.3), and the pod's listeners and connections
@@ -127,8 +126,8 @@ class _Acceptor:
     """One listener's accept loop on readiness callbacks (see the module docstring).
 
     The listener stays registered with the loop for its whole life and each readiness accepts what is queued (up to
-    ``ACCEPT_BATCH``, so a busy listener cannot starve the loop): ``loop.sock_accept`` per connection registered
-    and unregistered the listener every time, about eight system calls per connection under uvloop.
+    ``ACCEPT_BATCH``, so a busy listener cannot starve the loop), rather than ``loop.sock_accept`` registering and
+    unregistering it for every connection.
     """
 
     __slots__ = ("_armed", "_fd", "_handler", "_listener", "_loop", "_pod", "_retry", "stopped")

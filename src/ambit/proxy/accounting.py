@@ -1,8 +1,8 @@
 """Metrics and the access log for one proxied connection, from open to close (spec §8.1, §8.3).
 
 Theory of operation: a handler builds :class:`Accounting` once it knows both ends (labels and the access-log
-record), hands :meth:`Accounting.up` / :meth:`Accounting.down` to the relay as byte callbacks, and calls
-:meth:`Accounting.finish` exactly once. Byte directions follow Istio for both reporters: "received" is
+record) and gives it to the relay as its byte counter (:meth:`Accounting.up` / :meth:`Accounting.down`); the
+relay's end calls :meth:`Accounting.finish` exactly once. Byte directions follow Istio for both reporters: "received" is
 client→server, "sent" is server→client. A connection that fails before the relay is reported with
 :meth:`Accounting.failed` (counted as failed, logged with the error, no opened/closed pair).
 

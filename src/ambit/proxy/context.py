@@ -187,7 +187,7 @@ class Registration:
 
 
 class ConnectionEnd:
-    """A spliced connection's ``on_done``: what a handler's ``finally`` did once its relay was over.
+    """A spliced connection's ``on_done``: the connection's end, once its relay is over.
 
     It finishes the accounting (one, or :class:`~ambit.proxy.accounting.BothSides` on the same-node path) with the
     relay's error, closes both streams and unregisters ``conn`` (None when another connection's registration

@@ -2,7 +2,7 @@
 
 Theory of operation: a :class:`ByteStream` is a reliable ordered byte stream with half-close, shaped like a TCP
 socket. ``read`` returns the next chunk (its size is the stream's choice) or ``b""`` at EOF; ``write`` returns once
-the data is within the stream's bound (for a socket: handed to the kernel), which is what makes a relay's memory
+the data is within the stream's bound (for a socket: handed to the kernel), which is what keeps a relay's memory
 bounded; ``write_eof`` half-closes our sending side; ``abort`` is a hard close (TCP RST, HTTP/2 RST_STREAM) that
 also wakes any read or write waiting on the stream, which then raises :class:`StreamClosedError`.
 
@@ -13,19 +13,15 @@ Reads start at 1 KiB and double while reads fill the request, up to ``max_chunk`
 grow 1 KiB → 16 KiB → 256 KiB: an idle connection costs nothing, a bulk one makes few syscalls. No buffer is kept
 between reads (``recv`` allocates exactly what it returns). One task may read and one write at a time.
 
-The read side stays registered with the loop between reads: a relay reads, writes what it got and reads again,
-and re-arming epoll for every chunk cost two ``epoll_ctl`` calls per message. Readiness with nobody waiting
-(the relay is blocked writing elsewhere) unregisters it then, so a stalled reader never spins the loop.
+The read side stays registered with the loop between reads, so a relay that reads, writes and reads again does not
+re-arm epoll for every chunk. Readiness with nobody waiting (the relay is blocked writing elsewhere) unregisters
+it, so a stalled reader never spins the loop.
 
-Push mode (:class:`PushStream`, used by :func:`ambit.proxy.relay.relay` when both ends support it): instead of a
-task awaiting ``read`` and ``write`` for every chunk, the loop's readiness callbacks move the bytes. ``start_push``
-hands the stream three callbacks (data, EOF, error); the relay passes each chunk to the other end's
-``write_nowait``, which sends what the kernel takes, keeps the rest (one chunk at most) and answers False, and
-the relay then pauses the source until ``when_drained`` fires. No future, no task switch per chunk: that was the
-largest Python cost per request/response round trip. A stream is in pull or push mode for its whole life.
-
-``os.splice`` was tried for socket-to-socket relays and left out: on this VM a 1 GiB loopback relay cost about
-0.3 CPU-s/GB with and without it (``recv`` into fresh bytes plus ``send`` is already copy-light).
+Push mode (:class:`PushStream`, what :func:`ambit.proxy.relay.splice` drives): the loop's readiness callbacks move
+the bytes instead of a task awaiting ``read`` and ``write`` for every chunk. ``start_push`` hands the stream one
+:class:`PushSink` (data, EOF, error); the relay passes each chunk to the other end's ``write_nowait``, which sends
+what the kernel takes, keeps the rest (one chunk at most) and answers False, and the relay then pauses the source
+until ``when_drained`` fires. A stream is in pull or push mode for its whole life.
 """
 
 from __future__ import annotations

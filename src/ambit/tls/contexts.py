@@ -15,16 +15,14 @@ Invariants:
 - A node proxy presents its leaf and any intermediates, not the root (every peer has the mesh roots already),
   except in the fallback below.
 
-Cost per handshake (OpenSSL 3.0). Given a leaf without intermediates, OpenSSL by default rebuilds the chain to
-present on *every* handshake: it runs a full chain verification of our own leaf against the trust store (an ECDSA
-signature check and the chain walk) and then sends the root it found, which the peer parses (OpenSSL 3.0 decodes a
-certificate's key through its provider decoders, a slow path) and ignores. Both ends together spent about 320 of
-1,070 CPU-µs per handshake pair on that. We turn the automatic chain off (``SSL_MODE_NO_AUTO_CHAIN``), which
-Python's ``ssl`` does not expose, through ctypes on the ``SSL_CTX`` the context wraps (:func:`_no_auto_chain`,
-checked before use: CPython's object layout and the same libssl ``_ssl`` links). Where that is not possible and
-there is no intermediate, the context names its chain explicitly, root included (``load_cert_chain`` then keeps it
-as the chain to send), which skips the per-handshake building but still sends the root, as OpenSSL's default
-does. Verification of the peer is untouched either way.
+The chain we present. Given a leaf without intermediates, OpenSSL by default rebuilds the chain to present on
+*every* handshake: it verifies our own leaf against the trust store and then sends the root it found, which the
+peer parses and ignores. The contexts turn that off (``SSL_MODE_NO_AUTO_CHAIN``, which Python's ``ssl`` does not
+expose) through ctypes on the ``SSL_CTX`` the context wraps (:func:`_no_auto_chain`, checked before use:
+CPython's object layout and the same libssl ``_ssl`` links). Where that is not possible and there is no
+intermediate, the context names its chain explicitly, root included (``load_cert_chain`` then keeps it as the chain
+to send), which skips the per-handshake building but still sends the root, as OpenSSL's default does.
+Verification of the peer is the same either way.
 
 Known gap: Python's ``ssl`` cannot restrict the TLS 1.3 cipher suites, so ChaCha20-Poly1305 is offered alongside
 the two AES-GCM suites ztunnel uses; every peer that speaks TLS 1.3 accepts one of the three.
