@@ -6,8 +6,8 @@ Theory of operation: a socket belongs to the netns of the thread that called ``s
 once and never leaves; the event loop thread never changes namespace. The thread keeps a small pool of spare
 sockets filled, so :meth:`NetnsSocketFactory.tcp_socket` usually takes one without a thread hop; when the pool is
 empty it asks the thread for one and waits. The pool is topped up once it is down to half (one request in flight
-at a time), not after every socket taken, so the thread (and the GIL hand-over) is not woken per connection. :class:`HostSocketFactory` makes the same sockets in the caller's own
-netns (node-netns uses, tests).
+at a time), not after every socket taken, so the thread (and the GIL hand-over) is not woken per connection.
+:class:`HostSocketFactory` makes the same sockets in the caller's own netns (node-netns uses, tests).
 
 Every socket is non-blocking, close-on-exec, ``TCP_NODELAY``, keepalive on (ztunnel's 180 s idle / 180 s interval
 / 9 probes) and carries ``SO_MARK`` 0x539: the pod's rules never redirect marked traffic, and mark its
