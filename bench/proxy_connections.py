@@ -66,7 +66,7 @@ from typing import Any
 
 from ambit.cli.mesh import configure_logging
 from ambit.identity.localca import LocalCa
-from ambit.identity.manager import CertificateManager, WorkloadCertificate
+from ambit.identity.manager import CertificateManager
 from ambit.inpod.eventloop import run
 from ambit.inpod.settings import NodeProxySettings
 from ambit.inpod.workloads import PodListenerManager
@@ -81,6 +81,7 @@ from ambit.redirect.apply import apply_inpod
 from ambit.telemetry.accesslog import AccessLog
 from ambit.telemetry.metrics import ProxyMetrics
 from ambit.tls.spiffe import check_peer
+from ambit.tls.workload import WorkloadCertificate
 from ambit.zds.protocol import WorkloadInfo
 
 TD = "cluster.local"

@@ -17,7 +17,6 @@ from bench.relaying import relay
 from ambit.hbone.connection import HboneSettings
 from ambit.hbone.headers import parse_authority
 from ambit.identity.localca import LocalCa
-from ambit.identity.manager import WorkloadCertificate
 from ambit.model.identity import SpiffeId
 from ambit.proxy.errors import StreamClosedError
 from ambit.proxy.hbone_client import HboneClient, HboneConnectError, TunnelRefusedError
@@ -26,6 +25,7 @@ from ambit.proxy.hbone_stream import HboneStream
 from ambit.proxy.pool import ConnectionPool, PoolKey
 from ambit.proxy.sockets import HostSocketFactory, connect
 from ambit.proxy.streams import SocketStream
+from ambit.tls.workload import WorkloadCertificate
 
 TD = "cluster.local"
 CLIENT = SpiffeId(TD, "client-ns", "client-sa")

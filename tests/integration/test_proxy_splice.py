@@ -23,7 +23,6 @@ from bench.relaying import relay
 
 from ambit.hbone.connection import HboneSettings
 from ambit.identity.localca import LocalCa
-from ambit.identity.manager import WorkloadCertificate
 from ambit.model.identity import SpiffeId
 from ambit.proxy.errors import StreamClosedError
 from ambit.proxy.hbone_client import HboneClient
@@ -32,6 +31,7 @@ from ambit.proxy.hbone_stream import HboneStream
 from ambit.proxy.relay import RelayResult, Splice, close_now, splice
 from ambit.proxy.sockets import HostSocketFactory, connect
 from ambit.proxy.streams import SocketStream
+from ambit.tls.workload import WorkloadCertificate
 
 pytestmark = pytest.mark.timeout(60)
 

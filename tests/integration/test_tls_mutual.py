@@ -20,11 +20,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from ambit.identity.localca import LocalCa
-from ambit.identity.manager import WorkloadCertificate
 from ambit.model.identity import SpiffeId
 from ambit.tls import contexts
 from ambit.tls.certs import KeyPair, load_or_create_ca
 from ambit.tls.spiffe import PeerIdentityError, check_peer, make_csr, sign_csr
+from ambit.tls.workload import WorkloadCertificate
 
 TRUST_DOMAIN = "cluster.local"
 CLIENT = SpiffeId(TRUST_DOMAIN, "shop", "frontend")

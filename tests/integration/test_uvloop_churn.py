@@ -41,7 +41,6 @@ import pytest
 from bench.relaying import relay
 
 from ambit.identity.localca import LocalCa
-from ambit.identity.manager import WorkloadCertificate
 from ambit.inpod.eventloop import EventLoopError, loop_factory, run
 from ambit.model.identity import SpiffeId
 from ambit.proxy.errors import ProxyConnectError, StreamClosedError
@@ -51,6 +50,7 @@ from ambit.proxy.hbone_stream import HboneStream
 from ambit.proxy.pool import ConnectionPool, PoolKey
 from ambit.proxy.sockets import HostSocketFactory, connect
 from ambit.proxy.streams import SocketStream
+from ambit.tls.workload import WorkloadCertificate
 
 LOOPS = ["asyncio", "uvloop"]
 TD = "cluster.local"

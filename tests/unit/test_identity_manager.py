@@ -13,10 +13,11 @@ from cryptography import x509
 from ambit.identity import manager as manager_module
 from ambit.identity.caclient import CaError
 from ambit.identity.localca import LocalCa
-from ambit.identity.manager import CertificateManager, WorkloadCertificate
+from ambit.identity.manager import CertificateManager
 from ambit.model.identity import SpiffeId
-from ambit.tls.certs import new_ca
+from ambit.tls.certs import CertificateError, new_ca
 from ambit.tls.spiffe import make_csr, sign_csr
+from ambit.tls.workload import WorkloadCertificate
 
 A = SpiffeId("cluster.local", "shop", "a")
 B = SpiffeId("cluster.local", "shop", "b")
@@ -238,9 +239,9 @@ async def test_workload_certificate_builds_its_contexts_once() -> None:
     assert cert.client_context() is not cert.server_context()
     assert cert.refresh_at == pytest.approx((cert.not_before + cert.not_after) / 2)
     assert cert == WorkloadCertificate.from_chain(A, chain, key)
-    with pytest.raises(CaError, match="but got a certificate for"):
+    with pytest.raises(CertificateError, match="but got a certificate for"):
         WorkloadCertificate.from_chain(B, chain, key)
-    with pytest.raises(CaError, match="empty chain"):
+    with pytest.raises(CertificateError, match="empty chain"):
         WorkloadCertificate.from_chain(A, [], key)
 
 

@@ -6,7 +6,7 @@ it with ``validity_duration`` = the configured TTL. In shared (node proxy) mode 
 carries ``ImpersonatedIdentity``; the call's gRPC metadata carries ``authorization: Bearer <token>`` and
 ``clusterid``. The token file is read on every call, because the kubelet (or the lab) rotates it in place. The
 answer's first element must be a leaf naming exactly the requested identity
-(:meth:`~ambit.identity.manager.WorkloadCertificate.from_chain` checks it); its last is the root.
+(:meth:`~ambit.tls.workload.WorkloadCertificate.from_chain` checks it); its last is the root.
 
 The TLS channel trusts only the root in ``root_cert_path``. The file is read on every call too, and the channel is
 rebuilt when its content changes (a root rotation), so a long-lived client follows the file as ztunnel does.
@@ -27,9 +27,10 @@ from google.protobuf import struct_pb2
 
 from ambit.api import ca_pb2
 from ambit.identity.caclient import CaError
-from ambit.identity.manager import WorkloadCertificate
 from ambit.model.identity import SpiffeId
+from ambit.tls.certs import CertificateError
 from ambit.tls.spiffe import make_csr
+from ambit.tls.workload import WorkloadCertificate
 
 METHOD_PATH = "/istio.v1.auth.IstioCertificateService/CreateCertificate"
 IMPERSONATED_IDENTITY = "ImpersonatedIdentity"
@@ -89,7 +90,10 @@ class IstiodCaClient:
                 f"CA {self.address} refused a certificate for {identity}: {exc.code().name}: {exc.details()}"
             ) from None
         chain = [pem.encode("ascii", errors="replace") for pem in response.cert_chain]
-        return WorkloadCertificate.from_chain(identity, chain, key_pem)
+        try:
+            return WorkloadCertificate.from_chain(identity, chain, key_pem)
+        except CertificateError as exc:
+            raise CaError(f"CA {self.address}: {exc}") from None
 
     async def aclose(self) -> None:
         async with self._lock:

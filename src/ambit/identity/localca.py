@@ -19,10 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ambit.identity.caclient import CaError
-from ambit.identity.manager import WorkloadCertificate
 from ambit.model.identity import DEFAULT_TRUST_DOMAIN, SpiffeId
 from ambit.tls.certs import CertificateError, load_or_create_ca
 from ambit.tls.spiffe import make_csr, sign_csr
+from ambit.tls.workload import WorkloadCertificate
 
 ROOT_NAME = "root"
 """Base name of the root's files in the CA directory: ``root.crt`` and ``root.key``."""
@@ -67,6 +67,6 @@ class LocalCa:
         csr_pem, key_pem = make_csr(identity)
         try:
             chain = sign_csr(self._root, csr_pem, now=self._clock(), ttl_seconds=self._ttl_seconds, identity=identity)
+            return WorkloadCertificate.from_chain(identity, chain, key_pem)
         except CertificateError as exc:
             raise CaError(f"the local CA refused to sign for {identity}: {exc}") from None
-        return WorkloadCertificate.from_chain(identity, chain, key_pem)

@@ -26,90 +26,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import enum
 import logging
-import ssl
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, Protocol
-
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
 
 from ambit.identity.caclient import CaError
 from ambit.model.identity import SpiffeId
-from ambit.tls import contexts
-from ambit.tls.spiffe import PeerIdentityError, identity_of
+from ambit.tls.workload import WorkloadCertificate
 
 log = logging.getLogger(__name__)
 
 MAX_CONCURRENT_CA_REQUESTS = 8
 """How many certificate requests may be outstanding at the CA at once."""
-
-
-@dataclass(frozen=True, slots=True)
-class WorkloadCertificate:
-    """A leaf for ``identity`` with its chain (leaf first, root last), private key and trust anchors."""
-
-    identity: SpiffeId
-    chain_pem: tuple[bytes, ...] = field(repr=False)
-    key_pem: bytes = field(repr=False)
-    roots_pem: bytes = field(repr=False)
-    not_before: float
-    not_after: float
-    _contexts: dict[str, ssl.SSLContext] = field(default_factory=dict, init=False, repr=False, compare=False)
-
-    @classmethod
-    def from_chain(cls, identity: SpiffeId, chain_pem: Sequence[bytes], key_pem: bytes) -> WorkloadCertificate:
-        """Wrap a CA's answer, checking that its leaf names ``identity``; the last element is the root."""
-        if not chain_pem:
-            raise CaError(f"the CA returned an empty chain for {identity}")
-        try:
-            leaf = x509.load_pem_x509_certificate(chain_pem[0])
-            issued = identity_of(leaf.public_bytes(serialization.Encoding.DER))
-        except ValueError as exc:
-            raise CaError(f"the CA returned a malformed leaf for {identity}: {exc}") from None
-        except PeerIdentityError as exc:
-            raise CaError(f"the CA returned a leaf without a usable identity for {identity}: {exc}") from None
-        if issued != identity:
-            raise CaError(f"asked the CA for {identity} but got a certificate for {issued}")
-        return cls(
-            identity=identity,
-            chain_pem=tuple(chain_pem),
-            key_pem=key_pem,
-            roots_pem=chain_pem[-1],
-            not_before=leaf.not_valid_before_utc.timestamp(),
-            not_after=leaf.not_valid_after_utc.timestamp(),
-        )
-
-    @property
-    def refresh_at(self) -> float:
-        """Half way through the validity period, when the manager fetches a successor."""
-        return self.not_before + (self.not_after - self.not_before) / 2
-
-    def client_context(self) -> ssl.SSLContext:
-        """The HBONE client context presenting this certificate (built once)."""
-        if (context := self._contexts.get("client")) is None:
-            context = self._contexts["client"] = contexts.client_context(self)
-        return context
-
-    def server_context(self) -> ssl.SSLContext:
-        """The HBONE server context presenting this certificate (built once)."""
-        if (context := self._contexts.get("server")) is None:
-            context = self._contexts["server"] = contexts.server_context(self)
-        return context
-
-    def to_dump(self, now: float) -> dict[str, Any]:
-        """The ``/config_dump`` entry for this certificate (spec §8.2)."""
-        presented = self.chain_pem[:-1] if len(self.chain_pem) > 1 else self.chain_pem
-        return {
-            "identity": str(self.identity),
-            "state": "Available" if now < self.not_after else "Expired",
-            "certChain": [entry for pem in presented for entry in _dump_certs(pem)],
-            "rootCerts": _dump_certs(self.roots_pem),
-        }
 
 
 class CaClient(Protocol):
@@ -331,20 +262,3 @@ def _consume_outcome(task: asyncio.Task[WorkloadCertificate]) -> None:
     # Every caller may have been cancelled; reading the outcome keeps asyncio from reporting it as lost.
     if not task.cancelled():
         task.exception()
-
-
-def _dump_certs(pem: bytes) -> list[dict[str, str]]:
-    return [_dump_cert(cert) for cert in x509.load_pem_x509_certificates(pem)]
-
-
-def _dump_cert(cert: x509.Certificate) -> dict[str, str]:
-    return {
-        "pem": cert.public_bytes(serialization.Encoding.PEM).decode("ascii"),
-        "serialNumber": format(cert.serial_number, "x"),
-        "validFrom": _rfc3339(cert.not_valid_before_utc),
-        "expirationTime": _rfc3339(cert.not_valid_after_utc),
-    }
-
-
-def _rfc3339(moment: datetime.datetime) -> str:
-    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -28,11 +28,11 @@ from collections.abc import Callable, Sequence
 from ambit.hbone.client import HboneClientConnection
 from ambit.hbone.connection import HboneSettings
 from ambit.hbone.events import Headers
-from ambit.identity.manager import WorkloadCertificate
 from ambit.model.identity import SpiffeId
 from ambit.proxy.errors import ProxyError, ResponseFlag
 from ambit.proxy.hbone_stream import ConnectionLostError, HboneSession, HboneStream
 from ambit.tls.spiffe import PeerIdentityError, check_peer
+from ambit.tls.workload import WorkloadCertificate
 
 log = logging.getLogger(__name__)
 

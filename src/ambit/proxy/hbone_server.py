@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from ambit.hbone.connection import HboneSettings
 from ambit.hbone.events import Headers, TunnelRequested
 from ambit.hbone.server import HboneServerConnection
-from ambit.identity.manager import WorkloadCertificate
 from ambit.model.identity import SpiffeId
 from ambit.proxy.errors import ProxyError
 from ambit.proxy.hbone_stream import HboneSession, HboneStream
 from ambit.tls.spiffe import PeerIdentityError, check_peer
+from ambit.tls.workload import WorkloadCertificate
 
 log = logging.getLogger(__name__)
 

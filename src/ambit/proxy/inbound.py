@@ -30,7 +30,6 @@ from typing import Any
 
 from ambit.errors import AmbitError
 from ambit.hbone.headers import hostport
-from ambit.identity.manager import WorkloadCertificate
 from ambit.model.identity import SpiffeId
 from ambit.model.workload import IPAddress
 from ambit.proxy.accounting import Accounting
@@ -43,6 +42,7 @@ from ambit.proxy.sockets import connect, original_dst, reset
 from ambit.proxy.streams import SocketStream
 from ambit.telemetry.accesslog import ConnectionRecord
 from ambit.telemetry.metrics import Reporter
+from ambit.tls.workload import WorkloadCertificate
 
 log = logging.getLogger("ambit.proxy.inbound")
 

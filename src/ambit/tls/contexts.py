@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 from ambit.tls.certs import CertificateError
 
 if TYPE_CHECKING:
-    from ambit.identity.manager import WorkloadCertificate
+    from ambit.tls.workload import WorkloadCertificate
 
 ALPN_H2 = "h2"
 

@@ -1,0 +1,103 @@
+"""A workload's certificate as the data path holds it: the leaf for one SPIFFE id, its chain, key and trust anchors.
+
+Theory of operation: a CA's answer (leaf first, root last) becomes a :class:`WorkloadCertificate` through
+:meth:`WorkloadCertificate.from_chain`, which checks that the leaf names the identity it was asked for. The
+certificate builds its HBONE client and server contexts (:mod:`ambit.tls.contexts`) once, on first use, and never
+changes afterwards; :meth:`WorkloadCertificate.to_dump` is its ``/config_dump`` entry (spec §8.2).
+"""
+
+from __future__ import annotations
+
+import datetime
+import ssl
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from ambit.model.identity import SpiffeId
+from ambit.tls import contexts
+from ambit.tls.certs import CertificateError
+from ambit.tls.spiffe import PeerIdentityError, identity_of
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadCertificate:
+    """A leaf for ``identity`` with its chain (leaf first, root last), private key and trust anchors."""
+
+    identity: SpiffeId
+    chain_pem: tuple[bytes, ...] = field(repr=False)
+    key_pem: bytes = field(repr=False)
+    roots_pem: bytes = field(repr=False)
+    not_before: float
+    not_after: float
+    _contexts: dict[str, ssl.SSLContext] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    @classmethod
+    def from_chain(cls, identity: SpiffeId, chain_pem: Sequence[bytes], key_pem: bytes) -> WorkloadCertificate:
+        """Wrap a CA's answer, checking that its leaf names ``identity``; the last element is the root."""
+        if not chain_pem:
+            raise CertificateError(f"the CA returned an empty chain for {identity}")
+        try:
+            leaf = x509.load_pem_x509_certificate(chain_pem[0])
+            issued = identity_of(leaf.public_bytes(serialization.Encoding.DER))
+        except ValueError as exc:
+            raise CertificateError(f"the CA returned a malformed leaf for {identity}: {exc}") from None
+        except PeerIdentityError as exc:
+            raise CertificateError(f"the CA returned a leaf without a usable identity for {identity}: {exc}") from None
+        if issued != identity:
+            raise CertificateError(f"asked the CA for {identity} but got a certificate for {issued}")
+        return cls(
+            identity=identity,
+            chain_pem=tuple(chain_pem),
+            key_pem=key_pem,
+            roots_pem=chain_pem[-1],
+            not_before=leaf.not_valid_before_utc.timestamp(),
+            not_after=leaf.not_valid_after_utc.timestamp(),
+        )
+
+    @property
+    def refresh_at(self) -> float:
+        """Half way through the validity period, when the manager fetches a successor."""
+        return self.not_before + (self.not_after - self.not_before) / 2
+
+    def client_context(self) -> ssl.SSLContext:
+        """The HBONE client context presenting this certificate (built once)."""
+        if (context := self._contexts.get("client")) is None:
+            context = self._contexts["client"] = contexts.client_context(self)
+        return context
+
+    def server_context(self) -> ssl.SSLContext:
+        """The HBONE server context presenting this certificate (built once)."""
+        if (context := self._contexts.get("server")) is None:
+            context = self._contexts["server"] = contexts.server_context(self)
+        return context
+
+    def to_dump(self, now: float) -> dict[str, Any]:
+        """The ``/config_dump`` entry for this certificate (spec §8.2)."""
+        presented = self.chain_pem[:-1] if len(self.chain_pem) > 1 else self.chain_pem
+        return {
+            "identity": str(self.identity),
+            "state": "Available" if now < self.not_after else "Expired",
+            "certChain": [entry for pem in presented for entry in _dump_certs(pem)],
+            "rootCerts": _dump_certs(self.roots_pem),
+        }
+
+
+def _dump_certs(pem: bytes) -> list[dict[str, str]]:
+    return [_dump_cert(cert) for cert in x509.load_pem_x509_certificates(pem)]
+
+
+def _dump_cert(cert: x509.Certificate) -> dict[str, str]:
+    return {
+        "pem": cert.public_bytes(serialization.Encoding.PEM).decode("ascii"),
+        "serialNumber": format(cert.serial_number, "x"),
+        "validFrom": _rfc3339(cert.not_valid_before_utc),
+        "expirationTime": _rfc3339(cert.not_valid_after_utc),
+    }
+
+
+def _rfc3339(moment: datetime.datetime) -> str:
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
