@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from tests.integration.test_hbone_tls import CLIENT, SERVER, TD, Mesh, _echo_once, _until
+from tests.integration.hbone_mesh import CLIENT, SERVER, TD, Mesh, echo_once, until
 
 from ambit.identity.localca import LocalCa
 from ambit.proxy.pool import ConnectionPool
@@ -31,19 +31,19 @@ async def ca(tmp_path: Path) -> LocalCa:
 async def test_each_tunnel_makes_its_own_connection_closed_when_the_tunnel_ends(cold_mesh: Mesh) -> None:
     for n in range(1, 4):
         payload = f"tunnel {n}".encode()
-        assert await asyncio.create_task(_echo_once(cold_mesh, payload)) == payload
+        assert await asyncio.create_task(echo_once(cold_mesh, payload)) == payload
         # Closed because the connection said its tunnel ended (nothing here reaps the pool).
-        await _until(lambda: cold_mesh.pool.stats()["connections"] == 0)
-        await _until(lambda: not cold_mesh.serving)  # the server saw the close
+        await until(lambda: cold_mesh.pool.stats()["connections"] == 0)
+        await until(lambda: not cold_mesh.serving)  # the server saw the close
         assert cold_mesh.connections_served == n
     assert cold_mesh.failures == []
 
 
 async def test_concurrent_tunnels_each_get_a_handshake_of_their_own(cold_mesh: Mesh) -> None:
     payloads = [f"tunnel {i} ".encode() * (i + 1) for i in range(12)]
-    replies = await asyncio.gather(*(asyncio.create_task(_echo_once(cold_mesh, p)) for p in payloads))
+    replies = await asyncio.gather(*(asyncio.create_task(echo_once(cold_mesh, p)) for p in payloads))
     assert replies == payloads
     assert cold_mesh.connections_served == 12
     await asyncio.sleep(0)
     assert cold_mesh.pool.stats()["connections"] == 0
-    await _until(lambda: not cold_mesh.serving)
+    await until(lambda: not cold_mesh.serving)

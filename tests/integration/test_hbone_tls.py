@@ -8,147 +8,30 @@ import hashlib
 import os
 import socket
 import struct
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from bench.relaying import relay
+from tests.integration.hbone_mesh import (
+    CLIENT,
+    CRASH_PORT,
+    REJECT_PORTS,
+    SERVER,
+    SILENT_PORT,
+    SMALL_BUFFER,
+    TD,
+    Mesh,
+    echo,
+    echo_once,
+    read_all,
+    until,
+)
 
 from ambit.hbone.connection import HboneSettings
-from ambit.hbone.headers import parse_authority
 from ambit.identity.localca import LocalCa
 from ambit.model.identity import SpiffeId
 from ambit.proxy.errors import StreamClosedError
-from ambit.proxy.hbone_client import HboneClient, HboneConnectError, TunnelRefusedError
-from ambit.proxy.hbone_server import HboneServer, InboundRequest, TunnelResponder
-from ambit.proxy.hbone_stream import HboneStream
-from ambit.proxy.pool import ConnectionPool, PoolKey
-from ambit.proxy.sockets import HostSocketFactory, connect
-from ambit.proxy.streams import SocketStream
-from ambit.tls.workload import WorkloadCertificate
-
-TD = "cluster.local"
-CLIENT = SpiffeId(TD, "client-ns", "client-sa")
-SERVER = SpiffeId(TD, "server-ns", "server-sa")
-REJECT_PORTS = {1400: 400, 1401: 401, 1503: 503}
-CRASH_PORT, SILENT_PORT = 1599, 1600
-FACTORY = HostSocketFactory(mark=None)
-SMALL_BUFFER = 64 * 1024
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class Mesh:
-    """One HBONE listener on loopback with an upstream TCP server behind it, and a client pool in front."""
-
-    def __init__(self, ca: LocalCa, client_cert: WorkloadCertificate, server_cert: WorkloadCertificate) -> None:
-        self.ca = ca
-        self.client_cert = client_cert
-        self.server_cert = server_cert
-        self.clock = Clock()
-        self.pool = ConnectionPool(clock=self.clock)
-        self.failures: list[str] = []
-        self.connections_served = 0
-        self.serving: set[asyncio.Task[None]] = set()
-        self.settings: HboneSettings | None = None
-        self.upstream: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]] = _echo
-        self.upstream_addr = ("127.0.0.1", 0)
-        self.listener_addr = ("127.0.0.1", 0)
-
-    async def start(self) -> None:
-        async def upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            try:
-                await self.upstream(reader, writer)
-            finally:
-                writer.close()
-
-        self._upstream_server = await asyncio.start_server(upstream, "127.0.0.1", 0)
-        self.upstream_addr = self._upstream_server.sockets[0].getsockname()[:2]
-        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._listener.bind(("127.0.0.1", 0))
-        self._listener.listen(256)
-        self._listener.setblocking(False)
-        self.listener_addr = self._listener.getsockname()[:2]
-        self._accepting = asyncio.create_task(self._accept())
-
-    async def _accept(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            sock, _ = await loop.sock_accept(self._listener)
-            self.connections_served += 1
-            task = asyncio.create_task(
-                HboneServer.serve(
-                    sock,
-                    self._server_cert,
-                    trust_domain=TD,
-                    handler=self._handle,
-                    settings=self.settings,
-                    on_failure=self.failures.append,
-                )
-            )
-            self.serving.add(task)
-            task.add_done_callback(self.serving.discard)
-
-    async def _server_cert(self) -> WorkloadCertificate:
-        return self.server_cert
-
-    async def _handle(self, request: InboundRequest, responder: TunnelResponder) -> None:
-        assert request.peer_identity == self.client_cert.identity
-        _, port = parse_authority(request.authority)
-        if port in REJECT_PORTS:
-            responder.reject(REJECT_PORTS[port])
-            return
-        if port == CRASH_PORT:
-            raise RuntimeError("handler bug")
-        if port == SILENT_PORT:
-            return
-        sock = await connect(FACTORY, self.upstream_addr)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SMALL_BUFFER)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SMALL_BUFFER)
-        upstream = SocketStream(sock)
-        try:
-            await relay(responder.accept(), upstream)
-        finally:
-            await upstream.aclose()
-
-    async def dial(self, expected: frozenset[SpiffeId] = frozenset({SERVER})) -> HboneClient:
-        sock = await connect(FACTORY, self.listener_addr)
-        return await HboneClient.connect(
-            sock, self.client_cert, expected, trust_domain=TD, settings=self.settings, clock=self.clock
-        )
-
-    @property
-    def key(self) -> PoolKey:
-        return PoolKey(self.client_cert.identity, frozenset({SERVER}), "127.0.0.1", self.listener_addr)
-
-    async def open(self, port: int | None = None) -> HboneStream:
-        authority = f"127.0.0.1:{port or self.upstream_addr[1]}"
-        return await self.pool.open_tunnel(self.key, authority, [("forwarded", 'for="127.0.0.1:1"')], self.dial)
-
-    async def aclose(self) -> None:
-        await self.pool.aclose()
-        self._accepting.cancel()
-        await asyncio.gather(self._accepting, return_exceptions=True)
-        self._listener.close()
-        for task in list(self.serving):
-            task.cancel()
-        await asyncio.gather(*self.serving, return_exceptions=True)
-        self._upstream_server.close()
-        await self._upstream_server.wait_closed()
-
-
-async def _echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    while data := await reader.read(65536):
-        writer.write(data)
-        await writer.drain()
-    writer.write_eof()
-    await writer.drain()
+from ambit.proxy.hbone_client import HboneConnectError, TunnelRefusedError
 
 
 @pytest.fixture
@@ -165,25 +48,8 @@ async def mesh(ca: LocalCa) -> AsyncIterator[Mesh]:
     await mesh.aclose()
 
 
-async def _read_all(stream: HboneStream) -> bytes:
-    parts = []
-    while chunk := await stream.read():
-        parts.append(chunk)
-    return b"".join(parts)
-
-
-async def _echo_once(mesh: Mesh, payload: bytes) -> bytes:
-    stream = await mesh.open()
-    try:
-        await stream.write(payload)
-        stream.write_eof()
-        return await _read_all(stream)
-    finally:
-        await stream.aclose()
-
-
 async def test_one_tunnel_echoes_bytes_through_mutual_tls(mesh: Mesh) -> None:
-    assert await _echo_once(mesh, b"hello through hbone") == b"hello through hbone"
+    assert await echo_once(mesh, b"hello through hbone") == b"hello through hbone"
     stats = mesh.pool.stats()
     assert stats["connections"] == 1
     assert stats["streams"] == 0
@@ -192,7 +58,7 @@ async def test_one_tunnel_echoes_bytes_through_mutual_tls(mesh: Mesh) -> None:
 
 async def test_fifty_concurrent_tunnels_share_one_connection(mesh: Mesh) -> None:
     payloads = [f"tunnel {i} ".encode() * (i + 1) for i in range(50)]
-    replies = await asyncio.gather(*(_echo_once(mesh, p) for p in payloads))
+    replies = await asyncio.gather(*(echo_once(mesh, p) for p in payloads))
     assert replies == payloads
     assert mesh.connections_served == 1
     assert mesh.pool.stats()["connections"] == 1
@@ -206,7 +72,7 @@ async def test_one_hundred_fifty_concurrent_tunnels_spill_onto_two_connections(m
         for i, stream in enumerate(streams):
             await stream.write(b"%d" % i)
             stream.write_eof()
-        replies = await asyncio.gather(*(_read_all(s) for s in streams))
+        replies = await asyncio.gather(*(read_all(s) for s in streams))
         assert replies == [b"%d" % i for i in range(150)]
     finally:
         for stream in streams:
@@ -224,14 +90,14 @@ async def test_half_close_works_both_ways_through_a_tunnel(mesh: Mesh) -> None:
 
     mesh.upstream = speaks_first_then_listens
     stream = await mesh.open()
-    assert await _read_all(stream) == b"greeting"  # EOF reached the client while its side is still open
+    assert await read_all(stream) == b"greeting"  # EOF reached the client while its side is still open
     await stream.write(b"late reply")
     stream.write_eof()
     assert await asyncio.wait_for(received, 10) == b"late reply"
     await stream.aclose()
     # And the usual order: the client half-closes first and still gets the whole answer.
-    mesh.upstream = _echo
-    assert await _echo_once(mesh, b"x" * 100_000) == b"x" * 100_000
+    mesh.upstream = echo
+    assert await echo_once(mesh, b"x" * 100_000) == b"x" * 100_000
 
 
 async def test_an_upstream_reset_reaches_the_client_as_a_closed_stream(mesh: Mesh) -> None:
@@ -245,7 +111,7 @@ async def test_an_upstream_reset_reaches_the_client_as_a_closed_stream(mesh: Mes
     stream = await mesh.open()
     await stream.write(b"ping")
     with pytest.raises(StreamClosedError):
-        await asyncio.wait_for(_read_all(stream), 10)
+        await asyncio.wait_for(read_all(stream), 10)
     with pytest.raises(StreamClosedError):
         await stream.write(b"more")
     stream.abort()  # idempotent after a peer reset
@@ -277,7 +143,7 @@ async def test_a_handler_refusal_becomes_tunnel_refused_with_its_status(mesh: Me
         await mesh.open(port)
     assert caught.value.status == status
     # The connection survives a refused tunnel.
-    assert await _echo_once(mesh, b"after refusal") == b"after refusal"
+    assert await echo_once(mesh, b"after refusal") == b"after refusal"
     assert mesh.connections_served == 1
 
 
@@ -290,7 +156,7 @@ async def test_a_crashing_handler_answers_503_and_a_silent_one_resets_the_stream
     assert "handler bug" in caplog.text
     with pytest.raises(StreamClosedError):
         await mesh.open(SILENT_PORT)
-    assert await _echo_once(mesh, b"still fine") == b"still fine"
+    assert await echo_once(mesh, b"still fine") == b"still fine"
     assert mesh.connections_served == 1
 
 
@@ -301,7 +167,7 @@ async def test_the_server_rejects_a_client_certificate_from_another_root(mesh: M
     with pytest.raises(HboneConnectError) as caught:
         await mesh.dial()
     assert caught.value.flag == "TLS_FAILURE"
-    await _until(lambda: bool(mesh.failures))
+    await until(lambda: bool(mesh.failures))
     assert "TLS handshake failed" in mesh.failures[0]
 
 
@@ -312,7 +178,7 @@ async def test_the_server_drops_a_client_of_another_trust_domain(mesh: Mesh, tmp
     with pytest.raises(HboneConnectError) as caught:
         await mesh.dial()
     assert caught.value.flag == "TLS_FAILURE"
-    await _until(lambda: bool(mesh.failures))
+    await until(lambda: bool(mesh.failures))
     assert "outside trust domain" in mesh.failures[0]
 
 
@@ -383,22 +249,15 @@ async def test_ten_mebibytes_each_way_with_slow_readers_stay_bounded(mesh: Mesh)
 
 
 async def test_the_pool_reaps_idle_connections_and_both_ends_close(mesh: Mesh) -> None:
-    assert await _echo_once(mesh, b"one") == b"one"
+    assert await echo_once(mesh, b"one") == b"one"
     assert mesh.pool.stats()["connections"] == 1
     assert mesh.pool.reap_idle() == 0  # not idle long enough yet
     mesh.clock.now += 301
     assert mesh.pool.reap_idle() == 1
     assert mesh.pool.stats()["connections"] == 0
-    await _until(lambda: not mesh.serving)  # the server saw the GOAWAY and finished serving
-    assert await _echo_once(mesh, b"two") == b"two"  # a fresh connection
+    await until(lambda: not mesh.serving)  # the server saw the GOAWAY and finished serving
+    assert await echo_once(mesh, b"two") == b"two"  # a fresh connection
     assert mesh.connections_served == 2
-
-
-async def _until(condition: Callable[[], bool]) -> None:
-    """Poll (the conditions are other tasks' state, with no event to wait on) for up to 10 s."""
-    async with asyncio.timeout(10.0):
-        while not condition():  # noqa: ASYNC110
-            await asyncio.sleep(0.01)
 
 
 async def test_an_upstream_that_resets_mid_upload_fails_only_its_own_tunnel(mesh: Mesh) -> None:
@@ -413,7 +272,7 @@ async def test_an_upstream_that_resets_mid_upload_fails_only_its_own_tunnel(mesh
         async with asyncio.timeout(10):
             while True:  # the server side's socket write fails inside the HBONE session's receive callback
                 await stream.write(b"u" * (64 * 1024))
-    mesh.upstream = _echo
-    assert await _echo_once(mesh, b"the pooled connection survived") == b"the pooled connection survived"
+    mesh.upstream = echo
+    assert await echo_once(mesh, b"the pooled connection survived") == b"the pooled connection survived"
     assert mesh.connections_served == 1
     assert mesh.failures == []

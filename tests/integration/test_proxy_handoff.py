@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
-from tests.integration.test_proxy_splice import HbonePair, hbone_pair, listener, recv_exactly
+from tests.integration.proxy_rig import HbonePair, hbone_pair, listener, recv_exactly
 
 from ambit.inpod.workloads import Handler, PodListenerManager, PodProxy
 from ambit.proxy.errors import StreamClosedError

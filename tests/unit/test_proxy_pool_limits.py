@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from tests.unit.test_proxy_pool import KEY, Clock, Dialer
+from pool_fakes import KEY, Clock, Dialer
 
 from ambit.proxy.pool import ConnectionPool, PoolSettingsError
 
