@@ -33,7 +33,7 @@ from ambit.apiserver import errors, patch, validation
 from ambit.apiserver.admission import AdmissionAttributes, AdmissionController, AdmissionError
 from ambit.apiserver.defaults import apply_defaults
 from ambit.apiserver.registry import CRD_KEY, Registry, ResourceType, crd_is_established, resource_type_from_crd
-from ambit.apiserver.selectors import FieldSelector, LabelSelector
+from ambit.apiserver.selectors import FieldSelector, label_selector_from_spec, parse_label_selector
 from ambit.apiserver.store import Store, StoredObject, decode, encode
 from ambit.apiserver.tokens import (
     BoundObject,
@@ -166,7 +166,7 @@ class ResourceManager:
         return item
 
     def selection(self, rtype: ResourceType, namespace: str | None, labels: str, fields: str) -> ObjectFilter:
-        label_sel = LabelSelector.parse(labels) if labels else None
+        label_sel = parse_label_selector(labels) if labels else None
         field_sel = FieldSelector.parse(fields, rtype.field_selectors) if fields else None
         if field_sel is not None and rtype.field_path is not None:
             translate = rtype.field_path
@@ -536,7 +536,7 @@ class ResourceManager:
     def scale_of(self, rtype: ResourceType, namespace: str, name: str) -> JsonObject:
         obj = self.get(rtype, namespace, name).obj
         meta, spec, status = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}
-        selector = LabelSelector.from_spec(spec.get("selector")) if isinstance(spec.get("selector"), dict) else None
+        selector = label_selector_from_spec(spec.get("selector")) if isinstance(spec.get("selector"), dict) else None
         return {
             "kind": "Scale",
             "apiVersion": "autoscaling/v1",
