@@ -18,11 +18,12 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from ambit.apiserver import discovery, errors, openapi, protobuf, tables
+from ambit.apiserver import discovery, errors, openapi, protobuf, scale, tables
 from ambit.apiserver.registry import ResourceType
-from ambit.apiserver.resources import DeleteOptions, ResourceManager, User, request_warnings
+from ambit.apiserver.requests import DeleteOptions, User, request_warnings
 from ambit.apiserver.store import StoredObject, decode, encode
 from ambit.apiserver.tokens import TokenIdentity
+from ambit.apiserver.verbs import ResourceManager
 from ambit.apiserver.watch import ObjectFilter
 
 log = logging.getLogger("ambit.apiserver")
@@ -109,7 +110,7 @@ class ApiHttp:
         if hmac.compare_digest(token.encode(), self.settings.admin_token.encode()):
             request[USER] = ADMIN
         else:
-            result = self.manager.review_token(token, [])
+            result = self.manager.tokens.review(token, [])
             if not isinstance(result, TokenIdentity):
                 raise errors.unauthorized()
             request[USER] = User(result.username, result.uid, tuple(result.groups), dict(result.extra))
@@ -227,9 +228,9 @@ class ApiHttp:
         if method == "POST":
             body = await _read_body(request)
             if t.rtype.key == ("authentication.k8s.io", "tokenreviews") and not t.name:
-                return _json(m.token_review(body), 201)
+                return _json(m.tokens.token_review(body), 201)
             if t.subresource == "token":
-                return _json(m.request_token(t.namespace, t.name, body), 201)
+                return _json(m.tokens.request(t.namespace, t.name, body), 201)
             if t.name or (t.all_namespaces and t.rtype.namespaced):
                 raise errors.method_not_allowed(f"POST is not supported on {request.path}")
             obj = await m.create(t.rtype, t.version, t.namespace, body, user, dry_run=dry_run)
@@ -281,15 +282,19 @@ class ApiHttp:
     async def _scale(self, request: web.Request, t: Target, user: User, dry_run: bool) -> web.Response:
         m = self.manager
         if request.method == "GET":
-            return _json(m.scale_of(t.rtype, t.namespace, t.name))
+            return _json(scale.read_scale(m, t.rtype, t.namespace, t.name))
         if request.method == "PUT":
             body = await _read_body(request)
-            return _json(await m.update_scale(t.rtype, t.version, t.namespace, t.name, body, user, dry_run=dry_run))
+            return _json(
+                await scale.update_scale(m, t.rtype, t.version, t.namespace, t.name, body, user, dry_run=dry_run)
+            )
         if request.method == "PATCH":
             raw = await request.read()
             content_type = request.headers.get("Content-Type", "").split(";", maxsplit=1)[0].strip()
             return _json(
-                await m.patch_scale(t.rtype, t.version, t.namespace, t.name, content_type, raw, user, dry_run=dry_run)
+                await scale.patch_scale(
+                    m, t.rtype, t.version, t.namespace, t.name, content_type, raw, user, dry_run=dry_run
+                )
             )
         raise errors.method_not_allowed(f"{request.method} is not supported on {request.path}")
 
