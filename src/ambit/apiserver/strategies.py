@@ -2,18 +2,20 @@
 
 Theory of operation: the verbs (:mod:`ambit.apiserver.verbs`) and deletion (:mod:`ambit.apiserver.deletion`) run
 the same steps for every kind and ask the kind's :class:`Strategy` at each point where kinds differ, as
-kube-apiserver's registry asks a ``RESTCreateStrategy``/``RESTUpdateStrategy``. :func:`strategy_table` is the
-table; a kind that is not in it gets :class:`Strategy`, the common behaviour.
+kube-apiserver's registry asks a ``RESTCreateStrategy``/``RESTUpdateStrategy``. :class:`StrategyTable` is the
+table, keyed by where a kind is stored; a kind that is not in it gets :class:`Strategy`, the common behaviour.
 
 The hooks, in the order a write reaches them:
 
 1. ``prepare_for_create`` (after defaults): what the server sets on a new object.
-2. ``prepare_for_update`` (main resource only, before ``generation`` is judged): what a client may not change.
-3. ``derive`` (main resource, after defaults, before mutating admission): fields derived from the rest.
+2. ``prepare_for_update`` (main resource only, before ``generation`` is judged): what a client may not change;
+   ``defaults_on_update`` says whether defaults apply again afterwards.
+3. ``derive`` (create, and updates of the main resource; after defaults, before mutating admission): fields
+   derived from the rest of the object, which may need the object to be valid first.
 4. ``after_commit``: what follows from a stored object (a served type, a namespace's default objects).
 5. ``deletion_plan``: how a delete starts (at once, after a grace period, or by terminating a namespace);
    ``may_remove_now`` says whether an object whose last finalizer went may go yet; ``after_remove`` follows a
-   removal.
+   removal. ``own_labels_select_namespace`` tells admission where a namespace selector reads labels.
 
 Strategies decide; the storing is done by the callers, through the ``commit`` they are given.
 """
