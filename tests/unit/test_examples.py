@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from ambit.apiserver.spec_validation import selector_matches
 from ambit.apiserver.validation import validate_object
+from ambit.model.labels import selector_matches
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [

@@ -4,4 +4,10 @@ Theory of operation: every object lives in one SQLite table keyed by (resource, 
 global ``resourceVersion`` of its last write. Every write also appends a row to the event log, which is what
 watches replay from; a watch that asks for a version older than the log's horizon gets ``410 Gone``. Pure pieces
 (selectors, patches, tokens, tables, validation) are separate modules that never touch I/O.
+
+A request goes ``http`` (paths, bodies, responses) → ``verbs`` (get, list, create, update, patch, delete), which
+forms the stored object with ``objects``, asks the kind's strategy in ``strategies`` where kinds differ, runs
+``admission_chain`` and ``validation``, stores through ``store`` and announces through ``watch``. Deletes are
+carried out by ``deletion``; ``scale``, ``token_requests`` and ``watch_cursor`` serve the scale subresource,
+TokenRequest/TokenReview and watches.
 """

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ambit.apiserver.errors import ApiError, not_found
-from ambit.apiserver.selectors import LabelSelector
+from ambit.apiserver.selectors import label_selector_from_spec
+from ambit.model.labels import LabelSelector
 
 _EXEMPT_KINDS = frozenset(
     {
@@ -149,7 +150,7 @@ def _object_matches(spec: Any, attrs: AdmissionAttributes) -> bool:
 def _parse_selector(spec: Any, field_name: str) -> LabelSelector | None:
     """None for an absent or empty selector, which selects everything."""
     try:
-        selector = LabelSelector.from_spec(spec)
+        selector = label_selector_from_spec(spec)
     except ApiError as exc:
         why = f"{field_name}: {exc.message}"
         raise ApiError(

@@ -18,12 +18,14 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from ambit.apiserver import discovery, errors, openapi, protobuf, tables
+from ambit.apiserver import discovery, errors, openapi, protobuf, scale, tables
 from ambit.apiserver.registry import ResourceType
-from ambit.apiserver.resources import DeleteOptions, ResourceManager, User, request_warnings
+from ambit.apiserver.requests import DeleteOptions, User, request_warnings
 from ambit.apiserver.store import StoredObject, decode, encode
 from ambit.apiserver.tokens import TokenIdentity
+from ambit.apiserver.verbs import ResourceManager
 from ambit.apiserver.watch import ObjectFilter
+from ambit.apiserver.watch_cursor import Bookmark, WatchCursor, WatchSettings
 
 log = logging.getLogger("ambit.apiserver")
 
@@ -109,7 +111,7 @@ class ApiHttp:
         if hmac.compare_digest(token.encode(), self.settings.admin_token.encode()):
             request[USER] = ADMIN
         else:
-            result = self.manager.review_token(token, [])
+            result = self.manager.tokens.review(token, [])
             if not isinstance(result, TokenIdentity):
                 raise errors.unauthorized()
             request[USER] = User(result.username, result.uid, tuple(result.groups), dict(result.extra))
@@ -227,9 +229,9 @@ class ApiHttp:
         if method == "POST":
             body = await _read_body(request)
             if t.rtype.key == ("authentication.k8s.io", "tokenreviews") and not t.name:
-                return _json(m.token_review(body), 201)
+                return _json(m.tokens.token_review(body), 201)
             if t.subresource == "token":
-                return _json(m.request_token(t.namespace, t.name, body), 201)
+                return _json(m.tokens.request(t.namespace, t.name, body), 201)
             if t.name or (t.all_namespaces and t.rtype.namespaced):
                 raise errors.method_not_allowed(f"POST is not supported on {request.path}")
             obj = await m.create(t.rtype, t.version, t.namespace, body, user, dry_run=dry_run)
@@ -281,15 +283,19 @@ class ApiHttp:
     async def _scale(self, request: web.Request, t: Target, user: User, dry_run: bool) -> web.Response:
         m = self.manager
         if request.method == "GET":
-            return _json(m.scale_of(t.rtype, t.namespace, t.name))
+            return _json(scale.read_scale(m, t.rtype, t.namespace, t.name))
         if request.method == "PUT":
             body = await _read_body(request)
-            return _json(await m.update_scale(t.rtype, t.version, t.namespace, t.name, body, user, dry_run=dry_run))
+            return _json(
+                await scale.update_scale(m, t.rtype, t.version, t.namespace, t.name, body, user, dry_run=dry_run)
+            )
         if request.method == "PATCH":
             raw = await request.read()
             content_type = request.headers.get("Content-Type", "").split(";", maxsplit=1)[0].strip()
             return _json(
-                await m.patch_scale(t.rtype, t.version, t.namespace, t.name, content_type, raw, user, dry_run=dry_run)
+                await scale.patch_scale(
+                    m, t.rtype, t.version, t.namespace, t.name, content_type, raw, user, dry_run=dry_run
+                )
             )
         raise errors.method_not_allowed(f"{request.method} is not supported on {request.path}")
 
@@ -390,71 +396,35 @@ class ApiHttp:
         async def send(etype: str, obj: dict[str, Any]) -> None:
             await response.write(encode({"type": etype, "object": obj}) + b"\n")
 
-        initial: list[StoredObject] = []
-        replay: list[tuple[str, StoredObject]] = []
         if start_rv and start_rv < m.store.horizon and not send_initial:
             expired = errors.gone(f"too old resource version: {start_rv} ({m.store.horizon + 1})")
             await response.write(encode({"type": "ERROR", "object": expired.to_status()}) + b"\n")
             return response
-        # Subscribing and reading the backlog happen with no await in between: no event can fall in a gap.
-        watcher = m.hub.subscribe(t.rtype.key, selection)
-        last_rv = m.store.resource_version
-        if send_initial or not start_rv:
-            initial = m.list_items(t.rtype, selection).items
-        else:
-            from ambit.apiserver.watch import translate
-
-            for event in m.store.events_after(start_rv):
-                if event.key != t.rtype.key:  # the log holds every type's events
-                    continue
-                seen = translate(event, selection)
-                if seen is not None:
-                    replay.append(seen)
+        cursor = WatchCursor.open(
+            m.hub,
+            m.store,
+            t.rtype.key,
+            selection,
+            start_rv=start_rv,
+            send_initial=send_initial,
+            list_items=lambda: m.list_items(t.rtype, selection).items,
+            settings=WatchSettings(timeout, self.settings.bookmark_interval if bookmarks else None),
+            clock=asyncio.get_running_loop().time,
+        )
         try:
-            await _write_batched(response, (frame("ADDED", item) for item in initial))
+            await _write_batched(response, (frame("ADDED", item) for item in cursor.initial))
             if send_initial:
-                await send("BOOKMARK", _bookmark(t, last_rv, initial_end=True))
-            await _write_batched(response, (frame(etype, item) for etype, item in replay))
-            if replay:
-                last_rv = max(last_rv, replay[-1][1].rv)
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + timeout
-            next_bookmark = loop.time() + self.settings.bookmark_interval
-            queue = watcher.queue
-            closed = False
-            while not closed:
-                now = loop.time()
-                if now >= deadline:
-                    break
-                batch: list[tuple[str, StoredObject] | None] = []
-                if queue.empty():
-                    wait = min(deadline, next_bookmark) - now if bookmarks else deadline - now
-                    try:
-                        batch.append(await asyncio.wait_for(queue.get(), timeout=max(wait, 0.0)))
-                    except TimeoutError:
-                        if bookmarks and loop.time() >= next_bookmark:
-                            await send("BOOKMARK", _bookmark(t, max(last_rv, m.store.resource_version)))
-                            next_bookmark = loop.time() + self.settings.bookmark_interval
-                        continue
-                # Under load, everything queued goes out in one write: one TLS record run, one send().
-                while not queue.empty():
-                    batch.append(queue.get_nowait())
-                chunks: list[bytes] = []
-                for got in batch:
-                    if got is None:
-                        closed = True
-                        break
-                    etype, item = got
-                    if item.rv <= last_rv:
-                        continue
-                    chunks.append(frame(etype, item))
-                    last_rv = item.rv
-                if chunks:
-                    await response.write(b"".join(chunks))
-        except (ConnectionResetError, asyncio.CancelledError):
-            pass
+                await send("BOOKMARK", _bookmark(t, cursor.subscribed_rv, initial_end=True))
+            await _write_batched(response, (frame(etype, item) for etype, item in cursor.replay))
+            while (step := await cursor.next()) is not None:
+                if isinstance(step, Bookmark):
+                    await send("BOOKMARK", _bookmark(t, step.resource_version))
+                else:
+                    await response.write(b"".join(frame(etype, item) for etype, item in step.items))
+        except ConnectionResetError:
+            pass  # the client went away; cancellation is not caught here and reaches aiohttp
         finally:
-            m.hub.unsubscribe(watcher)
+            cursor.close()
         return response
 
 

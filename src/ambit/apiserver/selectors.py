@@ -1,15 +1,15 @@
-"""Label and field selectors: parsing the query-string forms kubectl sends, and matching objects against them.
+"""Label and field selectors: parsing and validating the forms kubectl sends, and matching objects by field.
 
 Theory of operation:
 
-- A label selector is a conjunction of requirements on one label each. The text form is a comma-separated list
-  of ``k=v``, ``k==v``, ``k!=v``, ``k in (a,b)``, ``k notin (a,b)``, ``k>3``, ``k<3``, ``k`` (exists) and ``!k``
-  (does not exist). It is tokenised first (identifiers are runs of anything but whitespace and the symbols
-  ``! = , ( ) < >``) and then parsed by a small recursive-descent parser; ``in`` and ``notin`` are keywords only
-  where an operator is expected, so ``k=in`` is an ordinary value.
+- A label selector is :class:`ambit.model.labels.LabelSelector`, which alone decides what matches; this module
+  builds one, validated, from the query-string form or from a ``metav1.LabelSelector`` object. The text form
+  is a comma-separated list of ``k=v``, ``k==v``, ``k!=v``, ``k in (a,b)``, ``k notin (a,b)``, ``k>3``,
+  ``k<3``, ``k`` (exists) and ``!k`` (does not exist). It is tokenised first (identifiers are runs of anything
+  but whitespace and the symbols ``! = , ( ) < >``) and then parsed by a small recursive-descent parser; ``in``
+  and ``notin`` are keywords only where an operator is expected, so ``k=in`` is an ordinary value.
 - Every key is validated as a Kubernetes qualified name and every value as a label value, so a selector that
   parses can always be rendered back (``str()``) and parsed again to an equal selector.
-- ``!=`` and ``notin`` match objects that lack the label, exactly as Kubernetes does.
 - A field selector is a conjunction of ``path=value`` / ``path!=value`` terms; values use backslash escapes for
   ``\\ , = !``. Paths are dotted into the object's JSON and a missing field reads as the empty string.
 
@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, NoReturn
 
 from ambit.apiserver.errors import ApiError, bad_request
+from ambit.model.labels import INTEGER, SPEC_OPERATORS, LabelSelector, Operator, Requirement
 
 _NAME_RE = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 _DNS_SUBDOMAIN_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_INTEGER_RE = re.compile(r"[+-]?[0-9]{1,18}")
 _NAME_RULE = (
     "must be 63 characters or less, consist of alphanumeric characters, '-', '_' or '.', "
     "and start and end with an alphanumeric character"
@@ -57,140 +57,69 @@ def label_value_problem(value: str) -> str | None:
     return f"a label value {_NAME_RULE}"
 
 
-class LabelOp(enum.StrEnum):
-    IN = "in"
-    NOT_IN = "notin"
-    EQUALS = "="
-    NOT_EQUALS = "!="
-    EXISTS = "exists"
-    DOES_NOT_EXIST = "!"
-    GREATER_THAN = ">"
-    LESS_THAN = "<"
+_SET_OPS = frozenset({Operator.IN, Operator.NOT_IN})
+_ONE_VALUE_OPS = frozenset({Operator.EQUALS, Operator.NOT_EQUALS, Operator.GREATER_THAN, Operator.LESS_THAN})
 
 
-_SET_OPS = frozenset({LabelOp.IN, LabelOp.NOT_IN})
-_ONE_VALUE_OPS = frozenset({LabelOp.EQUALS, LabelOp.NOT_EQUALS, LabelOp.GREATER_THAN, LabelOp.LESS_THAN})
+def label_requirement(key: str, op: Operator, values: Iterable[str] = ()) -> Requirement:
+    """Validate and build a requirement (values sorted, without duplicates); raises ``bad_request`` naming the
+    offending key or value."""
+    vals = tuple(sorted(set(values)))
+    if (problem := label_key_problem(key)) is not None:
+        raise bad_request(f"invalid label key {key!r}: {problem}")
+    if op in _SET_OPS and not vals:
+        raise bad_request(f"label requirement on {key!r}: operator {op} needs at least one value")
+    if op in _ONE_VALUE_OPS and len(vals) != 1:
+        raise bad_request(f"label requirement on {key!r}: operator {op} needs exactly one value")
+    if op in (Operator.EXISTS, Operator.DOES_NOT_EXIST) and vals:
+        raise bad_request(f"label requirement on {key!r}: an existence test takes no values")
+    for value in vals:
+        if (problem := label_value_problem(value)) is not None:
+            raise bad_request(f"invalid label value {value!r} for key {key!r}: {problem}")
+    if op in (Operator.GREATER_THAN, Operator.LESS_THAN) and not INTEGER.fullmatch(vals[0]):
+        raise bad_request(f"label requirement on {key!r}: operator {op} needs an integer, not {vals[0]!r}")
+    return Requirement(key, op, vals)
 
 
-@dataclass(frozen=True, slots=True)
-class LabelRequirement:
-    """One condition on one label. ``values`` is sorted and free of duplicates."""
-
-    key: str
-    op: LabelOp
-    values: tuple[str, ...] = ()
-
-    @classmethod
-    def create(cls, key: str, op: LabelOp, values: Iterable[str] = ()) -> LabelRequirement:
-        """Validate and build a requirement; raises ``bad_request`` naming the offending key or value."""
-        vals = tuple(sorted(set(values)))
-        if (problem := label_key_problem(key)) is not None:
-            raise bad_request(f"invalid label key {key!r}: {problem}")
-        if op in _SET_OPS and not vals:
-            raise bad_request(f"label requirement on {key!r}: operator {op} needs at least one value")
-        if op in _ONE_VALUE_OPS and len(vals) != 1:
-            raise bad_request(f"label requirement on {key!r}: operator {op} needs exactly one value")
-        if op in (LabelOp.EXISTS, LabelOp.DOES_NOT_EXIST) and vals:
-            raise bad_request(f"label requirement on {key!r}: an existence test takes no values")
-        for value in vals:
-            if (problem := label_value_problem(value)) is not None:
-                raise bad_request(f"invalid label value {value!r} for key {key!r}: {problem}")
-        if op in (LabelOp.GREATER_THAN, LabelOp.LESS_THAN) and not _INTEGER_RE.fullmatch(vals[0]):
-            raise bad_request(f"label requirement on {key!r}: operator {op} needs an integer, not {vals[0]!r}")
-        return cls(key, op, vals)
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        present = self.key in labels
-        match self.op:
-            case LabelOp.EXISTS:
-                return present
-            case LabelOp.DOES_NOT_EXIST:
-                return not present
-            case LabelOp.IN | LabelOp.EQUALS:
-                return present and labels[self.key] in self.values
-            case LabelOp.NOT_IN | LabelOp.NOT_EQUALS:
-                return not present or labels[self.key] not in self.values
-        # Greater/less than: both sides must be integers, as Kubernetes parses them.
-        if not present or not _INTEGER_RE.fullmatch(labels[self.key]):
-            return False
-        have, want = int(labels[self.key]), int(self.values[0])
-        return have > want if self.op is LabelOp.GREATER_THAN else have < want
-
-    def __str__(self) -> str:
-        match self.op:
-            case LabelOp.EXISTS:
-                return self.key
-            case LabelOp.DOES_NOT_EXIST:
-                return f"!{self.key}"
-            case LabelOp.IN | LabelOp.NOT_IN:
-                return f"{self.key} {self.op} ({','.join(self.values)})"
-        return f"{self.key}{self.op}{self.values[0]}"
+def parse_label_selector(text: str) -> LabelSelector:
+    """Parse the query-string form (``?labelSelector=``); raises ``bad_request`` on any mistake."""
+    return LabelSelector(_LabelParser(text).parse())
 
 
-@dataclass(frozen=True, slots=True)
-class LabelSelector:
-    """A conjunction of label requirements; no requirements selects everything."""
-
-    requirements: tuple[LabelRequirement, ...] = ()
-
-    @classmethod
-    def parse(cls, text: str) -> LabelSelector:
-        """Parse the query-string form (``?labelSelector=``); raises ``bad_request`` on any mistake."""
-        return cls(_LabelParser(text).parse())
-
-    @classmethod
-    def from_spec(cls, spec: Mapping[str, Any] | None) -> LabelSelector:
-        """Build from a ``metav1.LabelSelector`` object; None and ``{}`` both select everything."""
-        if spec is None:
-            return cls()
-        if not isinstance(spec, Mapping):
-            raise bad_request("invalid label selector: expected an object with matchLabels/matchExpressions")
-        reqs: list[LabelRequirement] = []
-        match_labels = spec.get("matchLabels") or {}
-        if not isinstance(match_labels, Mapping):
-            raise bad_request("invalid label selector: matchLabels must be an object")
-        for key, value in match_labels.items():
-            if not isinstance(value, str):
-                raise bad_request(f"invalid label selector: matchLabels[{key!r}] must be a string")
-            reqs.append(LabelRequirement.create(key, LabelOp.EQUALS, (value,)))
-        expressions = spec.get("matchExpressions") or []
-        if not isinstance(expressions, list):
-            raise bad_request("invalid label selector: matchExpressions must be a list")
-        for i, expr in enumerate(expressions):
-            reqs.append(_expression(i, expr))
-        return cls(tuple(reqs))
-
-    @property
-    def selects_everything(self) -> bool:
-        return not self.requirements
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        return all(req.matches(labels) for req in self.requirements)
-
-    def __str__(self) -> str:
-        return ",".join(str(req) for req in self.requirements)
+def label_selector_from_spec(spec: Mapping[str, Any] | None) -> LabelSelector:
+    """Build from a ``metav1.LabelSelector`` object, validated; None and ``{}`` both select everything."""
+    if spec is None:
+        return LabelSelector()
+    if not isinstance(spec, Mapping):
+        raise bad_request("invalid label selector: expected an object with matchLabels/matchExpressions")
+    reqs: list[Requirement] = []
+    match_labels = spec.get("matchLabels") or {}
+    if not isinstance(match_labels, Mapping):
+        raise bad_request("invalid label selector: matchLabels must be an object")
+    for key, value in match_labels.items():
+        if not isinstance(value, str):
+            raise bad_request(f"invalid label selector: matchLabels[{key!r}] must be a string")
+        reqs.append(label_requirement(key, Operator.EQUALS, (value,)))
+    expressions = spec.get("matchExpressions") or []
+    if not isinstance(expressions, list):
+        raise bad_request("invalid label selector: matchExpressions must be a list")
+    for i, expr in enumerate(expressions):
+        reqs.append(_expression(i, expr))
+    return LabelSelector(tuple(reqs))
 
 
-_SPEC_OPS = {
-    "In": LabelOp.IN,
-    "NotIn": LabelOp.NOT_IN,
-    "Exists": LabelOp.EXISTS,
-    "DoesNotExist": LabelOp.DOES_NOT_EXIST,
-}
-
-
-def _expression(index: int, expr: Any) -> LabelRequirement:
+def _expression(index: int, expr: Any) -> Requirement:
     where = f"invalid label selector: matchExpressions[{index}]"
     if not isinstance(expr, Mapping):
         raise bad_request(f"{where} must be an object")
     key, operator, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
     if not isinstance(key, str):
         raise bad_request(f"{where}.key must be a string")
-    if not isinstance(operator, str) or operator not in _SPEC_OPS:
+    if not isinstance(operator, str) or operator not in SPEC_OPERATORS:
         raise bad_request(f"{where}.operator: {operator!r} is not one of In, NotIn, Exists, DoesNotExist")
     if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
         raise bad_request(f"{where}.values must be a list of strings")
-    return LabelRequirement.create(key, _SPEC_OPS[operator], values)
+    return label_requirement(key, SPEC_OPERATORS[operator], values)
 
 
 class _Tok(enum.Enum):
@@ -210,8 +139,8 @@ class _Tok(enum.Enum):
 _SYMBOLS = {"!=": _Tok.NEQ, "==": _Tok.EQEQ, "!": _Tok.BANG, "=": _Tok.EQ, "(": _Tok.LPAREN}
 _SYMBOLS |= {")": _Tok.RPAREN, ",": _Tok.COMMA, ">": _Tok.GT, "<": _Tok.LT}
 _WHITESPACE = " \t\r\n"
-_OPERATORS = {_Tok.EQ: LabelOp.EQUALS, _Tok.EQEQ: LabelOp.EQUALS, _Tok.NEQ: LabelOp.NOT_EQUALS}
-_OPERATORS |= {_Tok.GT: LabelOp.GREATER_THAN, _Tok.LT: LabelOp.LESS_THAN}
+_OPERATORS = {_Tok.EQ: Operator.EQUALS, _Tok.EQEQ: Operator.EQUALS, _Tok.NEQ: Operator.NOT_EQUALS}
+_OPERATORS |= {_Tok.GT: Operator.GREATER_THAN, _Tok.LT: Operator.LESS_THAN}
 
 
 def _tokenize(text: str) -> list[tuple[_Tok, str]]:
@@ -243,7 +172,7 @@ class _LabelParser:
         self._tokens = _tokenize(text)
         self._pos = 0
 
-    def parse(self) -> tuple[LabelRequirement, ...]:
+    def parse(self) -> tuple[Requirement, ...]:
         if self._peek()[0] is _Tok.END:
             return ()
         reqs = [self._requirement()]
@@ -255,18 +184,18 @@ class _LabelParser:
                 self._fail("',' or end of string", back=1)
             reqs.append(self._requirement())
 
-    def _requirement(self) -> LabelRequirement:
+    def _requirement(self) -> Requirement:
         kind, _ = self._peek()
         if kind is _Tok.BANG:
             self._next()
-            return self._create(self._key(), LabelOp.DOES_NOT_EXIST, ())
+            return self._create(self._key(), Operator.DOES_NOT_EXIST, ())
         key = self._key()
         kind, lit = self._next()
         if kind in (_Tok.END, _Tok.COMMA):
             self._pos -= 1
-            return self._create(key, LabelOp.EXISTS, ())
+            return self._create(key, Operator.EXISTS, ())
         if kind is _Tok.IDENT and lit in ("in", "notin"):
-            return self._create(key, LabelOp(lit), self._value_set())
+            return self._create(key, Operator(lit), self._value_set())
         if kind in _OPERATORS:
             return self._create(key, _OPERATORS[kind], (self._value(),))
         self._fail("'=', '==', '!=', 'in', 'notin', '<', '>', ',' or end of string", back=1)
@@ -308,9 +237,9 @@ class _LabelParser:
             else:
                 self._fail("',' or ')'" if not expect_value else "a value, ',' or ')'", back=1)
 
-    def _create(self, key: str, op: LabelOp, values: Iterable[str]) -> LabelRequirement:
+    def _create(self, key: str, op: Operator, values: Iterable[str]) -> Requirement:
         try:
-            return LabelRequirement.create(key, op, values)
+            return label_requirement(key, op, values)
         except ApiError as exc:
             raise bad_request(f"invalid label selector {self._text!r}: {exc}") from None
 

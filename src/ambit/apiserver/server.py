@@ -29,9 +29,9 @@ from aiohttp import web
 from ambit.apiserver.admission import AdmissionController
 from ambit.apiserver.http import ApiHttp, HttpSettings
 from ambit.apiserver.registry import Registry
-from ambit.apiserver.resources import ResourceManager
 from ambit.apiserver.store import Store
 from ambit.apiserver.tokens import TokenIssuer
+from ambit.apiserver.verbs import ResourceManager
 from ambit.apiserver.watch import WatchHub
 from ambit.tls.certs import issue_server_cert, load_or_create_ca
 
@@ -149,8 +149,7 @@ class ApiServer:
             await self._runner.cleanup()
             self._runner = None
         if self.manager is not None:
-            if self.manager.admission is not None:
-                await self.manager.admission.aclose()
+            await self.manager.admission.aclose()
             self.manager.store.close()
             self.manager = None
 

@@ -45,6 +45,7 @@ from ambit.apiserver.names import (
     unsupported,
     validate_labels,
 )
+from ambit.model.labels import selector_from_spec
 
 SpecRule = Callable[[Mapping[str, Any]], list[Cause]]
 
@@ -216,32 +217,6 @@ def validate_pod(obj: Mapping[str, Any]) -> list[Cause]:
 # ---- workloads -------------------------------------------------------------------------------------------
 
 
-def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, Any]) -> bool:
-    """Whether a LabelSelector (``matchLabels`` and ``matchExpressions``) selects these labels."""
-    match_labels = selector.get("matchLabels")
-    if isinstance(match_labels, Mapping) and any(labels.get(k) != v for k, v in match_labels.items()):
-        return False
-    expressions = selector.get("matchExpressions")
-    for expr in expressions if isinstance(expressions, list) else []:
-        if not isinstance(expr, Mapping):
-            return False
-        key, op = expr.get("key"), expr.get("operator")
-        if not isinstance(key, str):
-            return False
-        raw_values = expr.get("values")
-        values = raw_values if isinstance(raw_values, list) else []
-        present = key in labels
-        if (
-            (op == "In" and (not present or labels[key] not in values))
-            or (op == "NotIn" and present and labels[key] in values)
-            or (op == "Exists" and not present)
-            or (op == "DoesNotExist" and present)
-            or op not in ("In", "NotIn", "Exists", "DoesNotExist")
-        ):
-            return False
-    return True
-
-
 def validate_label_selector(selector: Any, path: str) -> list[Cause]:
     causes: list[Cause] = []
     selector = _object(selector, path, causes)
@@ -291,10 +266,12 @@ def validate_workload(obj: Mapping[str, Any]) -> list[Cause]:
     meta = _object(template.get("metadata"), "spec.template.metadata", causes)
     labels = meta.get("labels")
     causes.extend(validate_labels(labels, "spec.template.metadata.labels"))
+    # As Kubernetes: a malformed selector has its own causes above, and is not matched against the labels.
+    well_formed = selector_from_spec(selector)
     if (
-        isinstance(selector, Mapping)
+        well_formed is not None
         and isinstance(labels if labels is not None else {}, Mapping)
-        and not selector_matches(selector, labels or {})
+        and not well_formed.matches(labels or {})
     ):
         causes.append(invalid("spec.template.metadata.labels", labels, "`selector` does not match template `labels`"))
     pod_spec = template.get("spec")

@@ -38,9 +38,10 @@ from ambit.lab.controllers.ownership import (
     uid_of,
 )
 from ambit.lab.controllers.reconcile import SyncError
-from ambit.lab.controllers.selectors import labels_of, selector_matches
+from ambit.lab.controllers.selectors import labels_of
 from ambit.lab.controllers.settings import ControllerSettings, Informers
 from ambit.lab.controllers.workqueue import Key, WorkQueue
+from ambit.model.labels import selector_matches
 
 log = logging.getLogger("ambit.lab.controllers.deployment")
 

@@ -19,7 +19,8 @@ from typing import Any
 
 from ambit.lab.controllers.ownership import name_of
 from ambit.lab.controllers.pods import condition
-from ambit.lab.controllers.selectors import labels_of, map_matches
+from ambit.lab.controllers.selectors import labels_of
+from ambit.model.labels import map_matches
 
 NO_NODES = "no nodes available to schedule pods"
 UNSCHEDULABLE = "node(s) were unschedulable"

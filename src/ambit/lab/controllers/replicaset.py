@@ -40,9 +40,10 @@ from ambit.lab.controllers.ownership import (
     release_patch,
 )
 from ambit.lab.controllers.reconcile import SyncError
-from ambit.lab.controllers.selectors import labels_of, map_matches, selector_matches
+from ambit.lab.controllers.selectors import labels_of
 from ambit.lab.controllers.settings import ControllerSettings, Informers
 from ambit.lab.controllers.workqueue import Key, WorkQueue
+from ambit.model.labels import map_matches, selector_matches
 
 log = logging.getLogger("ambit.lab.controllers.replicaset")
 

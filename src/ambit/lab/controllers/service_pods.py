@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from ambit.k8s import EventRecorder, KubeClient
 from ambit.lab.controllers.ownership import Object, key_of
-from ambit.lab.controllers.selectors import labels_of, map_matches, service_selector
+from ambit.lab.controllers.selectors import labels_of, service_selector
 from ambit.lab.controllers.settings import ControllerSettings, Informers
 from ambit.lab.controllers.workqueue import Key, WorkQueue
+from ambit.model.labels import map_matches
 
 
 class ServicePodsController:

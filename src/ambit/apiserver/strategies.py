@@ -1,0 +1,266 @@
+"""Per-kind strategies: how one kind's writes and deletes differ from every other kind's, as one table.
+
+Theory of operation: the verbs (:mod:`ambit.apiserver.verbs`) and deletion (:mod:`ambit.apiserver.deletion`) run
+the same steps for every kind and ask the kind's :class:`Strategy` at each point where kinds differ, as
+kube-apiserver's registry asks a ``RESTCreateStrategy``/``RESTUpdateStrategy``. :class:`StrategyTable` is the
+table, keyed by where a kind is stored; a kind that is not in it gets :class:`Strategy`, the common behaviour.
+
+The hooks, in the order a write reaches them:
+
+1. ``prepare_for_create`` (after defaults): what the server sets on a new object.
+2. ``prepare_for_update`` (main resource only, before ``generation`` is judged): what a client may not change;
+   ``defaults_on_update`` says whether defaults apply again afterwards.
+3. ``derive`` (create, and updates of the main resource; after defaults, before mutating admission): fields
+   derived from the rest of the object, which may need the object to be valid first.
+4. ``after_commit``: what follows from a stored object (a served type, a namespace's default objects).
+5. ``deletion_plan``: how a delete starts (at once, after a grace period, or by terminating a namespace);
+   ``may_remove_now`` says whether an object whose last finalizer went may go yet; ``after_remove`` follows a
+   removal. ``own_labels_select_namespace`` tells admission where a namespace selector reads labels.
+
+Strategies decide; the storing is done by the callers, through the ``commit`` they are given.
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ambit.apiserver import errors, validation
+from ambit.apiserver.registry import CRD_KEY, Registry, ResourceType, crd_is_established, resource_type_from_crd
+from ambit.apiserver.requests import JsonObject, rfc3339
+from ambit.apiserver.service_ips import ServiceIpAllocator
+from ambit.apiserver.store import Store, TypeKey
+from ambit.apiserver.watch import WatchHub
+
+NAMESPACES = ("", "namespaces")
+PODS = ("", "pods")
+SERVICES = ("", "services")
+SERVICE_ACCOUNTS = ("", "serviceaccounts")
+CONFIG_MAPS = ("", "configmaps")
+
+Commit = Callable[[str, ResourceType, str, str, JsonObject], None]
+"""Store an object and announce it: (event type, resource type, namespace, name, object)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GracefulDelete:
+    """Mark the object deleted ``seconds`` from now; its node deletes it again once it has stopped it."""
+
+    seconds: int
+
+
+@dataclass(frozen=True, slots=True)
+class TerminateNamespace:
+    """Mark the namespace Terminating, delete what it holds, and remove it once it is empty."""
+
+
+DeletionPlan = GracefulDelete | TerminateNamespace | None
+"""None: the common path (finalizers, else removal now)."""
+
+
+@dataclass(slots=True)
+class StrategyContext:
+    """What strategies may read and write; ``now`` reads the server's clock at call time."""
+
+    store: Store
+    registry: Registry
+    hub: WatchHub
+    now: Callable[[], float]
+    commit: Commit
+    root_ca_pem: str = ""
+
+
+class Strategy:
+    """The common behaviour; each subclass overrides what its kind does differently."""
+
+    def __init__(self, context: StrategyContext) -> None:
+        self.context = context
+
+    def prepare_for_create(self, rtype: ResourceType, obj: JsonObject) -> None:
+        """A built-in kind with a status subresource starts with an empty status; a custom one with none."""
+        if "status" in rtype.subresources:
+            if rtype.builtin:
+                obj.setdefault("status", {})
+            else:
+                obj.pop("status", None)
+
+    def prepare_for_update(self, rtype: ResourceType, old: JsonObject, new: JsonObject) -> None:
+        """With a status subresource, the main resource does not change status."""
+        if "status" in rtype.subresources:
+            _keep(old, new, "status")
+
+    defaults_on_update = True
+    """Whether defaults apply again when the main resource is updated."""
+
+    def derive(self, rtype: ResourceType, old: JsonObject | None, new: JsonObject) -> None:
+        """Nothing is derived by default."""
+
+    def after_commit(self, etype: str, rtype: ResourceType, obj: JsonObject) -> None:
+        """Nothing follows by default."""
+
+    def deletion_plan(self, obj: JsonObject, grace_period: int | None) -> DeletionPlan:
+        return None
+
+    def may_remove_now(self, obj: JsonObject) -> bool:
+        return True
+
+    def after_remove(self, obj: JsonObject) -> None:
+        """Nothing follows by default."""
+
+    def own_labels_select_namespace(self) -> bool:
+        """Whether admission's namespace selector reads the object's own labels (the object is a namespace)."""
+        return False
+
+
+class NamespaceStrategy(Strategy):
+    """Namespaces: spec and status are the server's, the name label is always set, and new namespaces get
+    what kube-controller-manager adds (the default service account, the root CA ConfigMap)."""
+
+    defaults_on_update = False
+
+    def prepare_for_update(self, rtype: ResourceType, old: JsonObject, new: JsonObject) -> None:
+        _keep(old, new, "status")
+        new["spec"] = copy.deepcopy(old.get("spec", {}))
+        labels = new["metadata"].setdefault("labels", {})
+        if isinstance(labels, dict):
+            labels["kubernetes.io/metadata.name"] = new["metadata"]["name"]
+
+    def after_commit(self, etype: str, rtype: ResourceType, obj: JsonObject) -> None:
+        if etype == "ADDED":
+            self._populate(obj["metadata"]["name"])
+
+    def deletion_plan(self, obj: JsonObject, grace_period: int | None) -> DeletionPlan:
+        return TerminateNamespace()
+
+    def own_labels_select_namespace(self) -> bool:
+        return True
+
+    def _populate(self, namespace: str) -> None:
+        ctx = self.context
+        now = rfc3339(ctx.now())
+        sa_type = ctx.registry.find(*SERVICE_ACCOUNTS)
+        cm_type = ctx.registry.find(*CONFIG_MAPS)
+        assert sa_type is not None and cm_type is not None
+        if ctx.store.get(SERVICE_ACCOUNTS, namespace, "default") is None:
+            sa = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _new_meta("default", namespace, now)}
+            ctx.commit("ADDED", sa_type, namespace, "default", sa)
+        if ctx.root_ca_pem and ctx.store.get(CONFIG_MAPS, namespace, "kube-root-ca.crt") is None:
+            cm = {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": _new_meta("kube-root-ca.crt", namespace, now),
+                "data": {"ca.crt": ctx.root_ca_pem},
+            }
+            ctx.commit("ADDED", cm_type, namespace, "kube-root-ca.crt", cm)
+
+
+def _new_meta(name: str, namespace: str, now: str) -> JsonObject:
+    return {"name": name, "namespace": namespace, "uid": str(uuid.uuid4()), "creationTimestamp": now}
+
+
+class PodStrategy(Strategy):
+    """Pods: status is the kubelet's from the start; a pod bound to a node is deleted gracefully."""
+
+    def prepare_for_create(self, rtype: ResourceType, obj: JsonObject) -> None:
+        """The status stays as sent."""
+
+    def deletion_plan(self, obj: JsonObject, grace_period: int | None) -> DeletionPlan:
+        spec = obj.get("spec") or {}
+        if grace_period == 0 or not spec.get("nodeName"):
+            return None
+        grace = int(spec.get("terminationGracePeriodSeconds", 30)) if grace_period is None else grace_period
+        return GracefulDelete(grace) if grace > 0 else None
+
+    def may_remove_now(self, obj: JsonObject) -> bool:
+        """A pod in its grace period stays until the node deletes it again."""
+        return not obj["metadata"].get("deletionGracePeriodSeconds")
+
+
+class ServiceStrategy(Strategy):
+    """Services: a cluster IP is allocated on create and is immutable afterwards."""
+
+    def __init__(self, context: StrategyContext, ips: ServiceIpAllocator) -> None:
+        super().__init__(context)
+        self.ips = ips
+
+    def prepare_for_create(self, rtype: ResourceType, obj: JsonObject) -> None:
+        self.ips.allocate(obj)
+
+    def prepare_for_update(self, rtype: ResourceType, old: JsonObject, new: JsonObject) -> None:
+        super().prepare_for_update(rtype, old, new)
+        old_spec, new_spec = old.get("spec") or {}, new.get("spec")
+        if isinstance(new_spec, dict):
+            for key in ("clusterIP", "clusterIPs"):
+                if not new_spec.get(key) and key in old_spec:
+                    new_spec[key] = old_spec[key]
+            if new_spec.get("clusterIP") != old_spec.get("clusterIP"):
+                raise errors.invalid("Service", new["metadata"]["name"], [("spec.clusterIP", "field is immutable")])
+
+
+class CrdStrategy(Strategy):
+    """CustomResourceDefinitions: validated, then their names accepted and their type served at once."""
+
+    def derive(self, rtype: ResourceType, old: JsonObject | None, new: JsonObject) -> None:
+        causes = validation.validate_object(rtype.kind, rtype.group, new)
+        if causes:
+            raise errors.invalid(rtype.kind, str(new["metadata"].get("name", "")), causes, rtype.group)
+        status = _accepted_status(new, rfc3339(self.context.now()))
+        new["status"] = copy.deepcopy(old["status"]) if old is not None and "status" in old else status
+
+    def after_commit(self, etype: str, rtype: ResourceType, obj: JsonObject) -> None:
+        if crd_is_established(obj):
+            self.context.registry.set_custom(resource_type_from_crd(obj))
+
+    def after_remove(self, obj: JsonObject) -> None:
+        """The type stops being served: its objects go, and so do its watches."""
+        ctx = self.context
+        spec = obj.get("spec") or {}
+        key = (spec.get("group", ""), (spec.get("names") or {}).get("plural", ""))
+        rtype = ctx.registry.find(*key)
+        if rtype is None or rtype.builtin:
+            return
+        for item in ctx.store.items(key):
+            gone = copy.deepcopy(item.obj)
+            ctx.hub.publish(ctx.store.remove(key, item.namespace, gone["metadata"]["name"], gone))
+        ctx.hub.close_type(key)
+        ctx.registry.remove_custom(key)
+
+
+def _accepted_status(crd: Mapping[str, Any], now: str) -> JsonObject:
+    def condition(kind: str, reason: str, message: str) -> JsonObject:
+        return {"type": kind, "status": "True", "reason": reason, "message": message, "lastTransitionTime": now}
+
+    return {
+        "acceptedNames": copy.deepcopy(crd["spec"]["names"]),
+        "storedVersions": [v["name"] for v in crd["spec"]["versions"] if v.get("storage")],
+        "conditions": [
+            condition("NamesAccepted", "NoConflicts", "no conflicts found"),
+            condition("Established", "InitialNamesAccepted", "the initial names have been accepted"),
+        ],
+    }
+
+
+def _keep(old: Mapping[str, Any], new: JsonObject, key: str) -> None:
+    if key in old:
+        new[key] = copy.deepcopy(old[key])
+    else:
+        new.pop(key, None)
+
+
+class StrategyTable:
+    """The strategy of every kind: the table's entry for its storage key, else the common one."""
+
+    def __init__(self, context: StrategyContext, *, service_cidr: str) -> None:
+        self.common = Strategy(context)
+        self.by_key: dict[TypeKey, Strategy] = {
+            NAMESPACES: NamespaceStrategy(context),
+            PODS: PodStrategy(context),
+            SERVICES: ServiceStrategy(context, ServiceIpAllocator(context.store, service_cidr)),
+            CRD_KEY: CrdStrategy(context),
+        }
+
+    def __getitem__(self, rtype: ResourceType) -> Strategy:
+        return self.by_key.get(rtype.key, self.common)

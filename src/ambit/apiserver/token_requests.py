@@ -1,0 +1,144 @@
+"""The TokenRequest and TokenReview endpoints: issuing and reviewing tokens against what the store holds.
+
+Theory of operation: :mod:`ambit.apiserver.tokens` signs and checks tokens and knows nothing of the store; this
+module adds what needs it. A TokenRequest (``serviceaccounts/<name>/token``) needs the service account, and for a
+token bound to a pod, that pod (with the uid the request names). A review checks, after the signature, expiry
+and audiences, that the service account and the bound pod still exist with the token's uids and that the pod is
+not past its deletion time. Time is the server's clock, read at each call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ambit.apiserver import errors
+from ambit.apiserver.requests import JsonObject, rfc3339
+from ambit.apiserver.store import Store
+from ambit.apiserver.tokens import (
+    BoundObject,
+    TokenIdentity,
+    TokenIssuer,
+    TokenRejected,
+    check_bound_objects,
+    token_review_status,
+)
+
+PODS = ("", "pods")
+SERVICE_ACCOUNTS = ("", "serviceaccounts")
+
+
+class TokenEndpoints:
+    def __init__(self, store: Store, issuer: TokenIssuer, *, now: Callable[[], float]) -> None:
+        self.store = store
+        self.issuer = issuer
+        self.now = now
+
+    def request(self, namespace: str, name: str, body: Any) -> JsonObject:
+        sa = self.store.get(SERVICE_ACCOUNTS, namespace, name)
+        if sa is None:
+            raise errors.not_found("serviceaccounts", name)
+        if not isinstance(body, dict):
+            raise errors.bad_request("the TokenRequest must be an object")
+        spec = body.get("spec", {})
+        if spec is None:
+            spec = {}
+        if not isinstance(spec, dict):
+            raise errors.bad_request("spec must be an object")
+        audiences = spec.get("audiences") or list(self.issuer.default_audiences)
+        if not isinstance(audiences, list) or not all(isinstance(a, str) for a in audiences):
+            raise errors.invalid(
+                "TokenRequest", name, [("spec.audiences", "must be a list of strings")], "authentication.k8s.io"
+            )
+        expiration = spec.get("expirationSeconds", 3600)
+        if not isinstance(expiration, int) or expiration < 600:
+            raise errors.invalid(
+                "TokenRequest",
+                name,
+                [("spec.expirationSeconds", "may not specify a duration less than 10 minutes")],
+                "authentication.k8s.io",
+            )
+        bound: BoundObject | None = None
+        ref = spec.get("boundObjectRef")
+        if ref:
+            if not isinstance(ref, dict) or ref.get("kind") != "Pod":
+                raise errors.invalid(
+                    "TokenRequest",
+                    name,
+                    [("spec.boundObjectRef.kind", "only Pod is supported")],
+                    "authentication.k8s.io",
+                )
+            pod = self.store.get(PODS, namespace, str(ref.get("name", "")))
+            if pod is None:
+                raise errors.not_found("pods", str(ref.get("name", "")))
+            if ref.get("uid") and ref["uid"] != pod.obj["metadata"]["uid"]:
+                raise errors.conflict(
+                    "pods", str(ref.get("name")), "the UID in the bound object reference does not match the pod"
+                )
+            bound = BoundObject(pod.obj["metadata"]["name"], pod.obj["metadata"]["uid"])
+        now = self.now()
+        issued = self.issuer.issue(
+            namespace=namespace,
+            service_account=name,
+            service_account_uid=sa.obj["metadata"]["uid"],
+            audiences=audiences,
+            now=now,
+            expiration_seconds=expiration,
+            bound_pod=bound,
+        )
+        out_spec = dict(spec)
+        out_spec["audiences"] = audiences
+        out_spec["expirationSeconds"] = int(issued.expires_at) - int(now)  # the lifetime granted, whole seconds
+        return {
+            "kind": "TokenRequest",
+            "apiVersion": "authentication.k8s.io/v1",
+            "metadata": {"name": name, "namespace": namespace, "creationTimestamp": rfc3339(now)},
+            "spec": out_spec,
+            "status": {"token": issued.token, "expirationTimestamp": rfc3339(issued.expires_at)},
+        }
+
+    def review(self, token: str, audiences: list[str]) -> TokenIdentity | TokenRejected:
+        """Authenticate a service-account token: the signature, expiry and audience, and that what it is bound
+        to (the service account, the pod) still exists with the same uid."""
+        now = self.now()
+        result = self.issuer.review(token, audiences=audiences, now=now)
+        if isinstance(result, TokenRejected):
+            return result
+        sa = self.store.get(SERVICE_ACCOUNTS, result.namespace, result.service_account.name)
+        pod_uid: str | None = None
+        pod_deleting = False
+        if result.pod is not None:
+            pod = self.store.get(PODS, result.namespace, result.pod.name)
+            if pod is not None:
+                pod_uid = pod.obj["metadata"].get("uid")
+                deletion = pod.obj["metadata"].get("deletionTimestamp")
+                pod_deleting = bool(deletion) and str(deletion) < rfc3339(now)
+        rejected = check_bound_objects(
+            result,
+            service_account_uid=sa.obj["metadata"].get("uid") if sa else None,
+            pod_uid=pod_uid,
+            pod_deleting=pod_deleting,
+        )
+        return rejected or result
+
+    def token_review(self, body: Any) -> JsonObject:
+        if not isinstance(body, dict) or not isinstance(body.get("spec"), dict):
+            raise errors.bad_request("a TokenReview needs a spec")
+        spec = body["spec"]
+        token = spec.get("token")
+        if not isinstance(token, str) or not token:
+            raise errors.invalid("TokenReview", "", [("spec.token", "required")], "authentication.k8s.io")
+        audiences = spec.get("audiences") or []
+        if not isinstance(audiences, list) or not all(isinstance(a, str) for a in audiences):
+            raise errors.invalid(
+                "TokenReview", "", [("spec.audiences", "must be a list of strings")], "authentication.k8s.io"
+            )
+        result = self.review(token, audiences)
+        status = token_review_status(result)
+        return {
+            "kind": "TokenReview",
+            "apiVersion": "authentication.k8s.io/v1",
+            "metadata": {"creationTimestamp": None},
+            "spec": spec,
+            "status": status,
+        }
