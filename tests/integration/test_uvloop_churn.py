@@ -19,9 +19,9 @@ round pays for warm-up (allocator arenas, SSL contexts); after it, working memor
 alive at once (50 clients, at most 100 server-side connections: each TLS protocol holds a 256 KiB buffer, so about
 40 MiB at most, reused round after round), while a leak grows with every round: the later rounds churn 2,000
 tunnels, 200 TLS connections and 1,500 TCP connections, so leaking a TLS buffer per connection (> 50 MiB) or
-8 KiB per tunnel would fail. Smaller leaks of connection objects are caught by the live-object check. In a run
-ten times this size RSS grew at most 2 MiB under uvloop, while plain asyncio's TLS-drop churn swung by up to 18 MiB
-between rounds with no object alive (glibc fragmentation): hence the limit is not tighter.
+8 KiB per tunnel would fail. Smaller leaks of connection objects are caught by the live-object check. RSS is read
+after a collection and ``malloc_trim``, so memory glibc merely kept after a round (more when a loaded machine made
+more connections overlap) does not count as growth.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import ctypes
 import gc
 import os
 import socket
@@ -76,7 +77,14 @@ def _open_fds() -> dict[int, str]:
     return fds
 
 
+_LIBC = ctypes.CDLL(None)
+
+
 def _rss() -> int:
+    """Resident memory after a collection and ``malloc_trim``: what live objects hold, not what glibc keeps of
+    memory already freed (whose amount depends on how the connections of a round happened to overlap)."""
+    gc.collect()
+    _LIBC.malloc_trim(0)
     with open("/proc/self/statm") as statm:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
