@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from tests import harness
 
-from ambit.lab.commands import SubprocessRunner
+from ambit.commands import SubprocessRunner
 from ambit.lab.record import Record, SweepIncompleteError, sweep
 from ambit.lab.topology import Topology
 

@@ -13,8 +13,8 @@ from ipaddress import ip_address, ip_network
 
 import pytest
 
+from ambit.commands import SubprocessRunner
 from ambit.lab.cni import CniError
-from ambit.lab.commands import SubprocessRunner
 from ambit.lab.network import (
     CONFLIST_NAME,
     LabNetworkError,

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ambit.commands import Call, CommandResult, RecordingRunner
 from ambit.lab import cni
 from ambit.lab.cni import CniConfigError, CniError, NetworkConfigList
-from ambit.lab.commands import Call, CommandResult, RecordingRunner
 from ambit.lab.network import CONFLIST_NAME, write_node_cni_files
 from ambit.lab.record import Record
 from ambit.lab.topology import Topology

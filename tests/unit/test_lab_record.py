@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ambit.lab.commands import Call, CommandResult, RecordingRunner, process_start_time
+from ambit.commands import Call, CommandResult, RecordingRunner, process_start_time
 from ambit.lab.network import LabNetworkError, create_network, node_exec_argv
 from ambit.lab.record import Record, SweepIncompleteError, sweep
 from ambit.lab.topology import Topology

@@ -23,8 +23,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ambit.commands import CommandRunner, SubprocessRunner, process_start_time
 from ambit.errors import AmbitError
-from ambit.lab.commands import CommandRunner, SubprocessRunner, process_start_time
 from ambit.lab.network import create_network
 from ambit.lab.record import Record, sweep
 from ambit.lab.topology import API_PORT, BRIDGE_ADDRESS, SERVICE_CIDR, Topology

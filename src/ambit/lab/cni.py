@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ambit.commands import CommandRunner
 from ambit.errors import AmbitError
-from ambit.lab.commands import CommandRunner
 
 CNI_VERSION = "1.0.0"
 SUPPORTED_VERSIONS = ("0.3.0", "0.3.1", "0.4.0", "1.0.0")

@@ -27,8 +27,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ambit.commands import CommandRunner
 from ambit.errors import AmbitError
-from ambit.lab.commands import CommandRunner
 from ambit.lab.record import Record, sweep
 from ambit.lab.topology import BRIDGE_ADDRESS, CNI_PLUGIN_DIR, NODE_NETWORK, SERVICE_CIDR, NodeAddresses, Topology
 

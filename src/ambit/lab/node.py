@@ -12,8 +12,8 @@ import signal
 import sys
 from pathlib import Path
 
+from ambit.commands import SubprocessRunner
 from ambit.k8s import KubeClient
-from ambit.lab.commands import SubprocessRunner
 from ambit.lab.kubelet import NodeRuntime, NodeRuntimeSettings
 from ambit.lab.record import Record
 from ambit.lab.sandbox import PodSandboxes

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ambit.commands import CommandRunner
 from ambit.lab import cni
 from ambit.lab.cni import CniError, CniResult
-from ambit.lab.commands import CommandRunner
 from ambit.lab.record import Record
 from ambit.lab.topology import Topology
 

@@ -9,8 +9,8 @@
   the rules dirty, and one task re-renders after a short debounce and re-applies only when the script changed.
   A failed apply is logged and retried after a delay that doubles up to a cap; a success resets it.
 
-Commands go through the lab's :class:`~ambit.lab.commands.CommandRunner` (the seam unit tests replace with a
-:class:`~ambit.lab.commands.RecordingRunner`); :class:`~ambit.lab.commands.SubprocessRunner` is the real one. An
+Commands go through the lab's :class:`~ambit.commands.CommandRunner` (the seam unit tests replace with a
+:class:`~ambit.commands.RecordingRunner`); :class:`~ambit.commands.SubprocessRunner` is the real one. An
 ``nft`` that does not finish within :data:`NFT_TIMEOUT` seconds is killed and counts as exit code 124.
 """
 
@@ -23,9 +23,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import TracebackType
 
+from ambit.commands import CommandResult, CommandRunner, SubprocessRunner
 from ambit.errors import AmbitError
 from ambit.k8s import Informer, InformerSettings, KubeClient, ResourceKind, kinds
-from ambit.lab.commands import CommandResult, CommandRunner, SubprocessRunner
 from ambit.lab.services import FAMILY, TABLE, RenderedRules, render_service_rules
 
 log = logging.getLogger("ambit.lab.services")

@@ -39,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ambit.lab.commands import process_start_time
+from ambit.commands import process_start_time
 from ambit.lab.record import Record
 from ambit.lab.topology import Topology
 
