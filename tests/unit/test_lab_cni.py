@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from ambit.commands import Call, CommandResult, RecordingRunner
 from ambit.lab import cni
-from ambit.lab.cni import CniConfigError, CniError, NetworkConfigList
+from ambit.lab.cni import CniConfigError, CniInvocationError, NetworkConfigList
 from ambit.lab.network import CONFLIST_NAME, write_node_cni_files
 from ambit.lab.record import Record
 from ambit.lab.topology import Topology
@@ -82,7 +82,7 @@ def test_bad_configurations_are_config_errors(tmp_path: Path, content: str, mess
     (tmp_path / "10-x.conflist").write_text(content)
     with pytest.raises(CniConfigError, match=message) as caught:
         cni.load_conflist(tmp_path)
-    assert caught.value.code == 7
+    assert caught.value.error.code == 7
 
 
 def test_an_empty_or_missing_directory_has_no_configuration(tmp_path: Path) -> None:
@@ -169,15 +169,15 @@ def test_the_bridge_result_is_parsed_with_the_pods_address() -> None:
     ],
 )
 def test_malformed_results_are_decode_errors(data: bytes) -> None:
-    with pytest.raises(CniError) as caught:
+    with pytest.raises(CniInvocationError) as caught:
         cni.parse_result(data, "bridge")
-    assert (caught.value.code, caught.value.plugin) == (6, "bridge")
+    assert (caught.value.error.code, caught.value.plugin) == (6, "bridge")
 
 
 def test_a_plugins_error_object_becomes_a_cni_error() -> None:
     error = cni.parse_error(1, BRIDGE_ERROR, b"", "bridge", "ADD")
-    assert (error.code, error.plugin, error.command) == (999, "bridge", "ADD")
-    assert error.msg.startswith("failed to open netns")
+    assert (error.error.code, error.plugin, error.command) == (999, "bridge", "ADD")
+    assert error.error.msg.startswith("failed to open netns")
     assert str(error).startswith("CNI plugin 'bridge' ADD failed: failed to open netns")
     spec = cni.parse_error(1, b'{"cniVersion":"1.0.0","code":7,"msg":"bad","details":"field x"}', b"", "p")
     assert str(spec) == "CNI plugin 'p' failed: bad (code 7, invalid network config): field x"
@@ -185,12 +185,12 @@ def test_a_plugins_error_object_becomes_a_cni_error() -> None:
 
 def test_a_failure_without_an_error_object_shows_what_the_plugin_printed() -> None:
     error = cni.parse_error(2, b"", b"panic: runtime error\n", "bridge", "DEL")
-    assert error.code == 0
-    assert "exited 2" in error.msg
-    assert error.details == "panic: runtime error"
+    assert error.error.code == 0
+    assert "exited 2" in error.error.msg
+    assert error.error.details == "panic: runtime error"
 
 
-# -- hypothesis: the parsers never raise anything but CniError ------------------------------------------------
+# -- hypothesis: the parsers never raise anything but CniInvocationError -------------------------------------
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
@@ -209,7 +209,7 @@ result_like = st.recursive(
 
 @given(st.binary(max_size=200) | json_values.map(lambda v: json.dumps(v).encode()))
 def test_parse_result_raises_only_cni_errors(data: bytes) -> None:
-    with contextlib.suppress(CniError):
+    with contextlib.suppress(CniInvocationError):
         cni.parse_result(data)
 
 
@@ -217,7 +217,7 @@ def test_parse_result_raises_only_cni_errors(data: bytes) -> None:
 def test_parse_result_of_result_shaped_json_raises_only_cni_errors(value: Any) -> None:
     try:
         result = cni.parse_result(json.dumps(value).encode())
-    except CniError:
+    except CniInvocationError:
         return
     assert isinstance(result.pod_ips, tuple)
 
@@ -225,7 +225,7 @@ def test_parse_result_of_result_shaped_json_raises_only_cni_errors(value: Any) -
 @given(st.integers(-5, 300), st.binary(max_size=200) | json_values.map(lambda v: json.dumps(v).encode()), st.binary())
 def test_parse_error_always_returns_a_cni_error(returncode: int, stdout: bytes, stderr: bytes) -> None:
     error = cni.parse_error(returncode, stdout, stderr, "p", "ADD")
-    assert isinstance(error, CniError)
+    assert isinstance(error, CniInvocationError)
     assert str(error)
 
 
@@ -314,7 +314,7 @@ async def test_del_of_a_gone_namespace_without_cache_still_asks_every_plugin(bin
 async def test_del_tries_every_plugin_and_raises_the_first_failure(bin_dir: Path, tmp_path: Path) -> None:
     plugins = Plugins(fail={("DEL", "loopback"): b'{"code": 5, "msg": "lo is stuck"}'})
     runner = RecordingRunner(respond=plugins)
-    with pytest.raises(CniError, match="lo is stuck") as caught:
+    with pytest.raises(CniInvocationError, match="lo is stuck") as caught:
         await cni.delete(conflist(), "u-1", "", "eth0", ARGS, [bin_dir], runner, cache_dir=tmp_path)
     assert caught.value.plugin == "loopback"
     assert [kind for _, kind, _, _ in plugins.seen] == ["loopback", "bridge"]
@@ -323,9 +323,9 @@ async def test_del_tries_every_plugin_and_raises_the_first_failure(bin_dir: Path
 async def test_a_failing_plugin_stops_add_with_its_error(bin_dir: Path, tmp_path: Path) -> None:
     plugins = Plugins(fail={("ADD", "bridge"): BRIDGE_ERROR})
     runner = RecordingRunner(respond=plugins)
-    with pytest.raises(CniError, match="failed to open netns") as caught:
+    with pytest.raises(CniInvocationError, match="failed to open netns") as caught:
         await cni.add(conflist(), "u-1", "/x", "eth0", ARGS, [bin_dir], runner, cache_dir=tmp_path)
-    assert (caught.value.code, caught.value.plugin, caught.value.command) == (999, "bridge", "ADD")
+    assert (caught.value.error.code, caught.value.plugin, caught.value.command) == (999, "bridge", "ADD")
     assert len(runner.calls) == 1
     assert not (tmp_path / "results").exists()
 
@@ -340,7 +340,7 @@ async def test_a_missing_plugin_is_a_config_error(tmp_path: Path) -> None:
 async def test_check_needs_the_cached_result_and_passes_it_to_every_plugin(bin_dir: Path, tmp_path: Path) -> None:
     plugins = Plugins()
     runner = RecordingRunner(respond=plugins)
-    with pytest.raises(CniError, match="no cached ADD result"):
+    with pytest.raises(CniInvocationError, match="no cached ADD result"):
         await cni.check(conflist(), "u-1", "/x", "eth0", ARGS, [bin_dir], runner, cache_dir=tmp_path)
     await cni.add(conflist(), "u-1", "/x", "eth0", ARGS, [bin_dir], runner, cache_dir=tmp_path)
     plugins.seen.clear()
@@ -355,5 +355,5 @@ async def test_a_plugin_that_hangs_is_an_error_after_the_timeout(bin_dir: Path) 
             await asyncio.sleep(10)
             raise AssertionError("not reached")
 
-    with pytest.raises(CniError, match=r"no answer within 0\.05 s"):
+    with pytest.raises(CniInvocationError, match=r"no answer within 0\.05 s"):
         await cni.add(conflist(), "u-1", "/x", "eth0", ARGS, [bin_dir], Hanging(), plugin_timeout=0.05)

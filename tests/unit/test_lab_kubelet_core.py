@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from ambit.lab.cni import CniError
+from ambit.cni.errors import InvalidConfigError, TryAgainLaterError
+from ambit.lab.cni import CniInvocationError
 from ambit.lab.container_state import ContainerState, Exited, Phase, Started
 from ambit.lab.containers import ContainerConfigError
 from ambit.lab.kubelet import NodeRuntimeSettings
@@ -221,9 +222,11 @@ def test_status_patches_carry_only_changes_and_remove_dropped_keys() -> None:
 
 
 def test_sandbox_errors_read_like_the_kubelet_s() -> None:
-    err = CniError(11, "failed to allocate", "range is full", plugin="host-local", command="ADD")
+    err = CniInvocationError(
+        TryAgainLaterError("failed to allocate", "range is full"), plugin="host-local", command="ADD"
+    )
     assert sandbox_error_message(err) == 'plugin type="host-local" failed (add): failed to allocate: range is full'
-    assert sandbox_error_message(CniError(7, "bad config")) == "bad config"
+    assert sandbox_error_message(CniInvocationError(InvalidConfigError("bad config"))) == "bad config"
     assert sandbox_error_message(RuntimeError("boom")) == "boom"
 
 

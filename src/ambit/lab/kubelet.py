@@ -56,7 +56,8 @@ class SandboxInfo(Protocol):
 
 
 class SandboxManager(Protocol):
-    """Pod network namespaces (``ambit.lab.sandbox.PodSandboxes``); ``create`` raises ``CniError`` on failure."""
+    """Pod network namespaces (``ambit.lab.sandbox.PodSandboxes``); ``create`` raises ``CniInvocationError``
+    on failure."""
 
     async def create(self, pod: dict[str, Any]) -> SandboxInfo: ...
 

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from ambit.k8s import kinds
 from ambit.k8s.errors import KubeClientError, KubeNotFoundError
-from ambit.lab.cni import CniError
+from ambit.lab.cni import CniInvocationError
 from ambit.lab.container_state import ContainerState, Exited, Phase, RestartBackoff, parse_rfc3339, pod_phase, rfc3339
 from ambit.lab.containers import ContainerConfigError, ContainerSupervisor, EventType, LaunchSpec
 from ambit.lab.pod_env import config_refs, container_env, expand, fetch_configs
@@ -354,7 +354,7 @@ class PodWorker:
                     self.name,
                     message,
                     delay,
-                    exc_info=not isinstance(exc, CniError),
+                    exc_info=not isinstance(exc, CniInvocationError),
                 )
                 self.sandbox_error = message
                 self.event("Warning", "FailedCreatePodSandBox", f"Failed to create pod sandbox: {message}")

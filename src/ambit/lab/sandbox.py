@@ -8,7 +8,7 @@ Invariants:
 
 - :meth:`PodSandboxes.create` either returns an attached sandbox or leaves nothing behind: when CNI ADD fails the
   chain is torn down (DEL, as containerd does after a failed set-up, so an address already taken is released) and
-  the namespace removed, then the :class:`~ambit.lab.cni.CniError` propagates for the runtime to report.
+  the namespace removed, then the :class:`~ambit.lab.cni.CniInvocationError` propagates for the runtime to report.
 - :meth:`PodSandboxes.destroy` is idempotent: DEL tolerates a missing namespace or attachment, and the namespace
   is removed even when DEL fails (the error is raised afterwards; a later destroy retries DEL with the cache).
 - The namespace is noted in the lab's record before it is created (a crash leaves nothing the sweep misses).
@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ambit.cni.errors import CniError
 from ambit.commands import CommandRunner
 from ambit.lab import cni
-from ambit.lab.cni import CniError, CniResult
+from ambit.lab.cni import CniInvocationError, CniResult
 from ambit.lab.record import Record
 from ambit.lab.topology import Topology
 
@@ -68,7 +69,8 @@ class PodSandboxes:
         return f"{NETNS_RUN_DIR}/{self.topology.pod_netns(pod_uid)}"
 
     async def create(self, pod: Mapping[str, Any]) -> Sandbox:
-        """Make the pod's namespace and attach it (CNI ADD); raises :class:`CniError` with nothing left behind."""
+        """Make the pod's namespace and attach it (CNI ADD); raises :class:`CniInvocationError`, leaving nothing
+        behind."""
         uid, name, namespace = _identity(pod)
         conflist = cni.load_conflist(self.conf_dir)  # before creating anything: a bad config leaves nothing
         netns, path = self.topology.pod_netns(uid), self.netns_path(uid)
@@ -92,12 +94,12 @@ class PodSandboxes:
     async def destroy(self, pod_uid: str) -> None:
         """Detach (CNI DEL) and remove the pod's namespace; nothing to do is not an error."""
         netns, path = self.topology.pod_netns(pod_uid), self.netns_path(pod_uid)
-        failure: CniError | None = None
+        failure: CniInvocationError | None = None
         try:
             conflist = cni.load_conflist(self.conf_dir)
             args = _cni_args(pod_uid, "", "")
             await cni.delete(conflist, pod_uid, path, POD_IFNAME, args, *self._exec(), cache_dir=self.cache_dir)
-        except CniError as exc:
+        except CniInvocationError as exc:
             failure = exc
         if _exists(path):
             await self.runner.run_async(["ip", "netns", "delete", netns])
@@ -105,10 +107,10 @@ class PodSandboxes:
             raise failure
 
     async def check(self, pod_uid: str) -> None:
-        """CNI CHECK of the pod's attachment; raises :class:`CniError` when it is not as ADD left it."""
+        """CNI CHECK of the pod's attachment; raises :class:`CniInvocationError` when it is not as ADD left it."""
         path = self.netns_path(pod_uid)
         if not _exists(path):
-            raise CniError(3, f"pod {pod_uid} has no sandbox (no {path})", command="CHECK")
+            raise CniInvocationError(CniError(f"pod {pod_uid} has no sandbox (no {path})", code=3), command="CHECK")
         conflist = cni.load_conflist(self.conf_dir)
         args = _cni_args(pod_uid, "", "")
         await cni.check(conflist, pod_uid, path, POD_IFNAME, args, *self._exec(), cache_dir=self.cache_dir)
