@@ -47,7 +47,15 @@ from typing import TYPE_CHECKING, Any
 from ambit.k8s import kinds
 from ambit.k8s.errors import KubeClientError, KubeNotFoundError
 from ambit.lab.cni import CniInvocationError
-from ambit.lab.container_state import ContainerState, Exited, Phase, RestartBackoff, parse_rfc3339, pod_phase, rfc3339
+from ambit.lab.container_state import (
+    ContainerState,
+    Exited,
+    Phase,
+    crash_loop_backoff,
+    parse_rfc3339,
+    pod_phase,
+    rfc3339,
+)
 from ambit.lab.containers import ContainerConfigError, ContainerSupervisor, EventType, LaunchSpec
 from ambit.lab.pod_env import config_refs, container_env, expand, fetch_configs
 from ambit.lab.pod_record import STATE_FILE, PodRecord, SavedSandbox
@@ -107,7 +115,7 @@ class PodWorker:
             state = ContainerState(
                 str(container.get("name")),
                 policy,
-                RestartBackoff(s.restart_backoff_initial, s.restart_backoff_max, s.restart_backoff_reset),
+                crash_loop_backoff(s.restart_backoff_initial, s.restart_backoff_max, s.restart_backoff_reset),
             )
             before = reported.get(state.name) or {}
             state.restart_count = int(before.get("restartCount") or 0)

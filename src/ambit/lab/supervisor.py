@@ -8,7 +8,7 @@ Each node daemon runs inside its node's network namespace through ``nsenter --ne
 ``nodes/<node>/<what>.log``, and is noted in the lab record right after each start (as ``lab up`` notes its
 processes), so that ``ambit lab down`` removes it whoever started it.
 
-Rules (:class:`RestartBackoff`, pure):
+Rules (2 and 3 are :class:`ambit.lab.backoff.RestartBackoff`'s, with :class:`SupervisorSettings`):
 
 1. A daemon that exits, for whatever reason, is started again after a delay.
 2. The first delay is ``initial`` (1 s); each further one doubles, up to ``maximum`` (30 s).
@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ambit.commands import process_start_time
+from ambit.lab.backoff import RestartBackoff
 from ambit.lab.record import Record
 from ambit.lab.topology import Topology
 
@@ -91,19 +92,9 @@ def read_flags(path: Path) -> tuple[str, ...]:
     return tuple(line for line in lines if line and not line.startswith("#"))
 
 
-class RestartBackoff:
-    """The restart delays of one daemon (rules 1 to 3); pure bookkeeping, the caller sleeps and passes ``now``."""
-
-    def __init__(self, settings: SupervisorSettings) -> None:
-        self.settings = settings
-        self._next = settings.initial
-
-    def delay_after_exit(self, started: float, now: float) -> float:
-        s = self.settings
-        if now - started >= s.stable:
-            self._next = s.initial
-        delay, self._next = self._next, min(self._next * 2, s.maximum)
-        return delay
+def daemon_backoff(settings: SupervisorSettings) -> RestartBackoff:
+    """The restart delays of one daemon (rules 2 and 3): the first restart waits ``initial``."""
+    return RestartBackoff(settings.initial, settings.maximum, reset_after=settings.stable)
 
 
 CONTROL_PLANE_PORT = 15012
@@ -190,7 +181,7 @@ class Supervisor:
         self._tasks.append(task)
 
     async def _keep(self, daemon: Daemon) -> None:
-        backoff = RestartBackoff(self.settings)
+        backoff = daemon_backoff(self.settings)
         while True:
             started = self._clock()
             try:
