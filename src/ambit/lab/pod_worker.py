@@ -2,9 +2,10 @@
 ``<pods_dir>/<uid>/``.
 
 Theory of operation. The node runtime (:class:`ambit.lab.kubelet.NodeRuntime`) gives each pod bound to its node,
-by uid, one worker. Pods are network namespaces made by the runtime's sandbox manager (CNI ADD/DEL); containers are
-processes run by one :class:`~ambit.lab.containers.ContainerSupervisor` each, with the worker as their hooks
-(environment, recording of processes, Events, status changes).
+by uid, one worker, which sees the runtime only through :class:`PodHost`. Pods are network namespaces made by the
+runtime's sandbox manager (CNI ADD/DEL); containers are processes run by one
+:class:`~ambit.lab.containers.ContainerSupervisor` each, with the worker as their hooks (environment, recording of
+processes, Events, status changes).
 
 Stages of a pod worker (rules, in the order they apply):
 
@@ -40,9 +41,9 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ambit.k8s import kinds
 from ambit.k8s.errors import KubeClientError, KubeNotFoundError
@@ -64,15 +65,45 @@ from ambit.lab.probes import ProbeTarget
 from ambit.lab.processes import ProcessHandle, container_argv, find_process, pids_in_netns, reap, stop_process
 
 if TYPE_CHECKING:
-    from ambit.lab.kubelet import NodeRuntime
+    from ambit.k8s import KubeClient
+    from ambit.lab.kubelet import NodeRuntimeSettings, SandboxManager
 
 log = logging.getLogger("ambit.lab.kubelet")
+
+
+class PodHost(Protocol):
+    """What a pod worker uses of its node runtime (:class:`ambit.lab.kubelet.NodeRuntime` is the one)."""
+
+    @property
+    def settings(self) -> NodeRuntimeSettings: ...
+    @property
+    def client(self) -> KubeClient: ...
+    @property
+    def sandboxes(self) -> SandboxManager: ...
+    @property
+    def clock(self) -> Callable[[], float]: ...
+    @property
+    def sleep(self) -> Callable[[float], Awaitable[None]]: ...
+    @property
+    def spawner(self) -> Callable[[Sequence[str], Mapping[str, str], Path], ProcessHandle]: ...
+
+    def event(self, regarding: Mapping[str, Any], type: EventType, reason: str, note: str) -> None:
+        """Record a Kubernetes Event about ``regarding``."""
+        ...
+
+    def pod_dir(self, uid: str) -> Path:
+        """The directory of the pod's files."""
+        ...
+
+    async def note_process(self, handle: ProcessHandle, what: str) -> None:
+        """Note a started process in the lab's record (best effort)."""
+        ...
 
 
 class PodWorker:
     """One pod's life on this node (rules 1 to 6 of the module docstring); the hooks of its containers."""
 
-    def __init__(self, runtime: NodeRuntime, pod: dict[str, Any]) -> None:
+    def __init__(self, runtime: PodHost, pod: dict[str, Any]) -> None:
         self.runtime = runtime
         self.pod = pod
         meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
