@@ -23,10 +23,10 @@ from tests.harness import free_port
 from ambit.apiserver.server import ApiServer
 from ambit.cni.errors import TryAgainLaterError
 from ambit.k8s import InformerSettings, KubeClient, KubeNotFoundError, kinds
-from ambit.lab.cni import CniInvocationError
-from ambit.lab.kubelet import NodeRuntime, NodeRuntimeSettings
-from ambit.lab.probes import ProbeResult, ProbeSpec, ProbeTarget, probe_once
-from ambit.lab.processes import process_start_ticks
+from ambit.lab.network.plugins import CniInvocationError
+from ambit.lab.runtime.kubelet import NodeRuntime, NodeRuntimeSettings
+from ambit.lab.runtime.probes import ProbeResult, ProbeSpec, ProbeTarget, probe_once
+from ambit.lab.runtime.processes import process_start_ticks
 
 NS = "default"
 PY = sys.executable

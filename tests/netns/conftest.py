@@ -20,8 +20,8 @@ import pytest
 from tests import harness
 
 from ambit.commands import SubprocessRunner
-from ambit.lab.record import Record, SweepIncompleteError, sweep
-from ambit.lab.topology import Topology
+from ambit.lab.cluster.record import Record, SweepIncompleteError, sweep
+from ambit.lab.network.topology import Topology
 
 LOCK_WAIT = 90.0
 

@@ -14,8 +14,8 @@ from ipaddress import ip_address, ip_network
 import pytest
 
 from ambit.commands import SubprocessRunner
-from ambit.lab.cni import CniInvocationError
-from ambit.lab.network import (
+from ambit.lab.cluster.record import Record
+from ambit.lab.network.bridge import (
     CONFLIST_NAME,
     LabNetworkError,
     create_network,
@@ -23,9 +23,9 @@ from ambit.lab.network import (
     node_conflist,
     write_node_cni_files,
 )
-from ambit.lab.record import Record
-from ambit.lab.sandbox import PodSandboxes
-from ambit.lab.topology import BRIDGE_ADDRESS, Topology
+from ambit.lab.network.plugins import CniInvocationError
+from ambit.lab.network.topology import BRIDGE_ADDRESS, Topology
+from ambit.lab.runtime.sandbox import PodSandboxes
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(60)]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ambit.lab.container_state import (
+from ambit.lab.runtime.containers import (
     ConfigFailed,
     ContainerState,
     ContainerStateError,
@@ -17,7 +17,7 @@ from ambit.lab.container_state import (
     pod_phase,
     should_restart,
 )
-from ambit.lab.processes import container_argv
+from ambit.lab.runtime.processes import container_argv
 
 T0 = 1_700_000_000.0
 POD = "web_default(u-1)"

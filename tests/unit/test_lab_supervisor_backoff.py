@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ambit.lab.supervisor import SupervisorSettings, daemon_backoff
+from ambit.lab.cluster.supervisor import SupervisorSettings, daemon_backoff
 
 
 def test_delays_double_from_one_second_up_to_thirty() -> None:

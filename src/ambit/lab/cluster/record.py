@@ -41,7 +41,7 @@ from typing import Any
 
 from ambit.commands import CommandResult, CommandRunner
 from ambit.errors import AmbitError
-from ambit.lab.topology import Topology
+from ambit.lab.network.topology import Topology
 
 KINDS: Mapping[str, tuple[str, ...]] = {
     "netns": ("name",),

@@ -1,8 +1,8 @@
 """Restart back-off: how long to wait before starting again something that exited (pure).
 
 One policy for the lab's two restarters: the supervisor that keeps the mesh's daemons running
-(:mod:`ambit.lab.supervisor`) and the pod worker that restarts containers (:mod:`ambit.lab.container_state`, the
-kubelet's CrashLoopBackOff). They differ only in their constants and in whether the first restart waits.
+(:mod:`ambit.lab.cluster.supervisor`) and the pod worker that restarts containers (:mod:`ambit.lab.runtime.containers`,
+the kubelet's CrashLoopBackOff). They differ only in their constants and in whether the first restart waits.
 
 Rules (:class:`RestartBackoff`; bookkeeping only, the caller passes the times and sleeps):
 

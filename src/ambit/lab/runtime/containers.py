@@ -1,8 +1,8 @@
 """The state of one container: a pure state machine, and the container status and pod phase computed from it.
 
 :class:`ContainerState` is driven by events (:class:`Started`, :class:`ConfigFailed`, :class:`Exited`,
-:class:`StopRequested`); its asyncio shell is :class:`ambit.lab.containers.ContainerSupervisor`. Phases, and what
-the container status shows in each::
+:class:`StopRequested`); its asyncio shell is :class:`ambit.lab.runtime.containers_apply.ContainerSupervisor`. Phases,
+and what the container status shows in each::
 
     CREATING      waiting: ContainerCreating            never started yet
     CONFIG_ERROR  waiting: CreateContainerConfigError   cannot be started as specified (no command, missing key)
@@ -17,9 +17,9 @@ Rule 2. ``Exited`` leads to BACKING_OFF when the container is not being stopped 
 Rule 3. ``restartCount`` counts the instances started after the first (``Started`` out of BACKING_OFF).
 Rule 4. Each exit's termination becomes ``lastState`` while the container waits or runs again. In EXITED the
         state is the last termination and ``lastState`` the one before it.
-Rule 5. Restart back-off is the kubelet's (:func:`crash_loop_backoff`, an :class:`ambit.lab.backoff.RestartBackoff`):
-        the first restart is immediate, then ``initial``, 2 x ``initial``, ... up to ``maximum``; an instance that
-        ran ``reset_after`` seconds starts the count over.
+Rule 5. Restart back-off is the kubelet's (:func:`crash_loop_backoff`, an
+        :class:`ambit.lab.runtime.backoff.RestartBackoff`): the first restart is immediate, then ``initial``, 2 x
+        ``initial``, ... up to ``maximum``; an instance that ran ``reset_after`` seconds starts the count over.
 Rule 6. An exit whose code cannot be known (an adopted process) is reported as the kubelet reports a container it
         lost: exit code 137, reason ``ContainerStatusUnknown``.
 Rule 7. ``StopRequested`` out of BACKING_OFF ends in EXITED at once (there is no process); out of RUNNING it marks
@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ambit.errors import AmbitError
-from ambit.lab.backoff import RestartBackoff
+from ambit.lab.runtime.backoff import RestartBackoff
 
 UNKNOWN_EXIT_CODE = 137
 

@@ -32,7 +32,7 @@ from ambit.errors import AmbitError
 from ambit.k8s import KubeClient
 from ambit.model.localconfig import LocalConfig, render_local_config
 
-log = logging.getLogger("ambit.lab.meshconfig")
+log = logging.getLogger("ambit.lab.mesh.config")
 
 
 class MeshConfigError(AmbitError):

@@ -1,4 +1,4 @@
-"""Applying the Service rules of :mod:`ambit.lab.services` inside a node namespace, and keeping them current.
+"""Applying the Service rules of :mod:`ambit.lab.network.services` inside a node namespace, and keeping them current.
 
 - :func:`apply_rules` runs ``ip netns exec NETNS nft -f -`` with the script on stdin (plain ``nft -f -`` for
   netns ``""``: a caller already inside the node). The script replaces the whole table in one transaction, so
@@ -26,9 +26,9 @@ from types import TracebackType
 from ambit.commands import CommandResult, CommandRunner, SubprocessRunner
 from ambit.errors import AmbitError
 from ambit.k8s import Informer, InformerSettings, KubeClient, ResourceKind, kinds
-from ambit.lab.services import FAMILY, TABLE, RenderedRules, render_service_rules
+from ambit.lab.network.services import FAMILY, TABLE, RenderedRules, render_service_rules
 
-log = logging.getLogger("ambit.lab.services")
+log = logging.getLogger("ambit.lab.network.services")
 
 _REMOVE_SCRIPT = f"add table {FAMILY} {TABLE}\ndelete table {FAMILY} {TABLE}\n".encode()
 _NO_NETNS = b"Cannot open network namespace"
