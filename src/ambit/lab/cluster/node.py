@@ -86,7 +86,7 @@ async def run_controllers_for(topology: Topology) -> None:
         contextlib.AsyncExitStack() as stack,
     ):
         if topology.mesh:
-            # Until the control plane serves xDS, the node proxies read the mesh's workloads from this file.
+            # A node proxy started without an xDS address reads the mesh's workloads from this file.
             from ambit.lab.mesh.config import MeshConfigSettings, MeshConfigWriter
 
             await stack.enter_async_context(MeshConfigWriter(client, MeshConfigSettings(topology.mesh_config_file)))

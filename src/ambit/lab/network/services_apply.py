@@ -9,7 +9,7 @@
   the rules dirty, and one task re-renders after a short debounce and re-applies only when the script changed.
   A failed apply is logged and retried after a delay that doubles up to a cap; a success resets it.
 
-Commands go through the lab's :class:`~ambit.commands.CommandRunner` (the seam unit tests replace with a
+Commands go through a :class:`~ambit.commands.CommandRunner` (the seam unit tests replace with a
 :class:`~ambit.commands.RecordingRunner`); :class:`~ambit.commands.SubprocessRunner` is the real one. An
 ``nft`` that does not finish within :data:`NFT_TIMEOUT` seconds is killed and counts as exit code 124.
 """
