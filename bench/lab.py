@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ambit.k8s import KubeClient, kinds
-from ambit.lab.topology import Topology
+from ambit.lab.network.topology import Topology
 from bench.report import Measurement, Report, median, percentile
 
 REPO = Path(__file__).resolve().parents[1]

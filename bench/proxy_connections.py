@@ -65,12 +65,12 @@ from pathlib import Path
 from typing import Any
 
 from ambit.cli.mesh import configure_logging
+from ambit.commands import SubprocessRunner
 from ambit.identity.localca import LocalCa
 from ambit.identity.manager import CertificateManager
 from ambit.inpod.eventloop import run
 from ambit.inpod.settings import NodeProxySettings
 from ambit.inpod.workloads import PodListenerManager
-from ambit.lab.commands import SubprocessRunner
 from ambit.model.identity import SpiffeId
 from ambit.model.state import WorkloadState
 from ambit.model.workload import TunnelProtocol, Workload

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from ambit.errors import AmbitError
-from ambit.lab.supervisor import NODEPROXY_FLAGS_FILE
-from ambit.lab.topology import Topology
+from ambit.lab.cluster.supervisor import NODEPROXY_FLAGS_FILE
+from ambit.lab.network.topology import Topology
 from bench.lab import lab_lock
 
 REPO = Path(__file__).resolve().parents[2]
@@ -181,8 +181,8 @@ class BenchLab:
         """Restart every node proxy with ``flags`` appended (none: their defaults); the new pids once all are ready.
 
         The lab's supervisor appends ``<lab>/mesh/nodeproxy-flags`` to a node proxy's command line at each start
-        (:mod:`ambit.lab.supervisor`): write or remove that file, SIGTERM the proxies, and wait until the old pids
-        are gone, a new proxy per node runs with exactly these flags, and each node answers ``/healthz/ready``.
+        (:mod:`ambit.lab.cluster.supervisor`): write or remove that file, SIGTERM the proxies, and wait until the old
+        pids are gone, a new proxy per node runs with exactly these flags, and each node answers ``/healthz/ready``.
         """
         from bench.mesh.probes import find_pids
 

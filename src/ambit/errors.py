@@ -18,7 +18,8 @@ Every error Ambit raises on purpose derives from :class:`AmbitError`, with a sub
     ├── WebhookError             (ambit.controlplane.webhook.errors) MalformedReviewError, RegistrationError, ...
     ├── CniError, RedirectError, ZdsError   (ambit.cni, ambit.redirect, ambit.zds) enrolment
     ├── EventLoopError           (ambit.inpod.eventloop) an unknown or missing event loop
-    └── LabError, CommandError   (ambit.lab) the single-machine cluster
+    ├── CommandError             (ambit.commands) a command exited non-zero or could not be started
+    └── LabError, CniInvocationError  (ambit.lab) the single-machine cluster
 
 Blame is explicit: an error caused by what a peer sent says so in its class name or reason.
 """

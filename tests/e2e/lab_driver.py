@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 import pytest
 from tests import harness
 
-from ambit.lab.topology import Topology
+from ambit.lab.network.topology import Topology
 
 ROOT_LAB_LOCK = harness.ROOT_LAB_LOCK
 LOCK_WAIT = float(os.environ.get("AMBIT_E2E_LOCK_WAIT", "300"))

@@ -195,7 +195,7 @@ def test_node_authorization_refuses_an_identity_that_runs_only_on_another_node(l
 
     from ambit.identity.caclient import CaError
     from ambit.identity.istiod import IstiodCaClient
-    from ambit.lab.meshidentity import root_file, token_file
+    from ambit.lab.mesh.identity import root_file, token_file
     from ambit.model.identity import SpiffeId
 
     n2 = lab.topology.node(2).name
@@ -230,7 +230,7 @@ def test_node_authorization_refuses_an_identity_that_runs_only_on_another_node(l
 def test_an_xds_client_without_a_token_gets_nothing(lab: Lab) -> None:
     import asyncio
 
-    from ambit.lab.meshidentity import root_file
+    from ambit.lab.mesh.identity import root_file
     from ambit.model.state import WorkloadState
     from ambit.xds.client import XdsClient
 

@@ -166,7 +166,7 @@ def test_pods_reach_each_other_across_nodes_and_through_cluster_ips(lab: Lab, na
     wait_until("the caller pod's calls to answer", caller_log, 15)
 
     # Pod to ClusterIP: both endpoints answer. The one on the other node sees the client's address; the one on the
-    # client's own node sees the node's bridge address (the lab SNATs same-node DNAT, see ambit.lab.services).
+    # client's own node sees the node's bridge address (the lab SNATs same-node DNAT, see ambit.lab.network.services).
     vip = cluster_ip(lab, namespace, "echo")
     seen = wait_until(
         "calls to the echo VIP to succeed",

@@ -15,10 +15,10 @@ import bench.mesh.topology as bench_topology
 import pytest
 from bench.mesh.run import COLD_FLAGS
 from bench.mesh.topology import BenchLab, BenchLabError
-from tests.integration.test_lab_supervisor_restarts import FAST
+from tests.supervision import FAST
 
-from ambit.lab.supervisor import NODEPROXY_FLAGS_FILE, Daemon, Supervisor
-from ambit.lab.topology import Topology
+from ambit.lab.cluster.supervisor import NODEPROXY_FLAGS_FILE, Daemon, Supervisor
+from ambit.lab.network.topology import Topology
 
 
 def fake_proxies(topology: Topology) -> list[Daemon]:

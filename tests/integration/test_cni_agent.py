@@ -17,6 +17,7 @@ import pytest
 from ambit.apiserver.server import ApiServer
 from ambit.cni.agent import NodeAgent, NodeAgentSettings
 from ambit.cni.enrolment import REDIRECTION_ANNOTATION, EnrolmentManager, EnrolmentSettings
+from ambit.commands import Call, CommandResult, RecordingRunner
 from ambit.k8s import (
     EventRecorder,
     EventRecorderSettings,
@@ -25,7 +26,6 @@ from ambit.k8s import (
     KubeClient,
     kinds,
 )
-from ambit.lab.commands import Call, CommandResult, RecordingRunner
 
 NODE = "node-1"
 MODE = "istio.io/dataplane-mode"

@@ -26,8 +26,8 @@ import pytest
 from ambit.apiserver.server import ApiServer
 from ambit.cni.daemon import PLUGIN_EVENT_SOCKET, run_node_agent
 from ambit.cni.installer import BINARY_NAME, write_kubeconfig
+from ambit.commands import RecordingRunner
 from ambit.k8s import KubeClient, kinds
-from ambit.lab.commands import RecordingRunner
 
 NODE = "node-1"
 PRIMARY = {

@@ -21,11 +21,12 @@ import pytest
 from tests.harness import free_port
 
 from ambit.apiserver.server import ApiServer
+from ambit.cni.errors import TryAgainLaterError
 from ambit.k8s import InformerSettings, KubeClient, KubeNotFoundError, kinds
-from ambit.lab.cni import CniError
-from ambit.lab.kubelet import NodeRuntime, NodeRuntimeSettings
-from ambit.lab.probes import ProbeResult, ProbeSpec, ProbeTarget, probe_once
-from ambit.lab.processes import process_start_ticks
+from ambit.lab.network.plugins import CniInvocationError
+from ambit.lab.runtime.kubelet import NodeRuntime, NodeRuntimeSettings
+from ambit.lab.runtime.probes import ProbeResult, ProbeSpec, ProbeTarget, probe_once
+from ambit.lab.runtime.processes import process_start_ticks
 
 NS = "default"
 PY = sys.executable
@@ -428,7 +429,9 @@ async def test_a_command_that_does_not_exist_is_a_start_error(kube: KubeClient, 
 async def test_a_sandbox_failure_is_reported_and_retried_until_it_works(
     kube: KubeClient, start_runtime: Start, sandboxes: FakeSandboxes
 ) -> None:
-    sandboxes.failure = CniError(11, "no IP addresses available", plugin="host-local", command="ADD")
+    sandboxes.failure = CniInvocationError(
+        TryAgainLaterError("no IP addresses available"), plugin="host-local", command="ADD"
+    )
     await start_runtime()
     await kube.create(kinds.PODS, pod_manifest("unlucky", container("app", POLITE)))
 

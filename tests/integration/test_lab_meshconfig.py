@@ -13,7 +13,7 @@ from tests.harness import ServerProcess
 
 from ambit.controlplane.view import ClusterViewSettings
 from ambit.k8s import InformerSettings, KubeClient, kinds
-from ambit.lab.meshconfig import MeshConfigSettings, MeshConfigWriter
+from ambit.lab.mesh.config import MeshConfigSettings, MeshConfigWriter
 from ambit.model.localconfig import LocalConfig, parse_local_config
 from ambit.model.workload import HealthStatus, PortMapping, TunnelProtocol
 

@@ -7,10 +7,10 @@ import signal
 import sys
 from pathlib import Path
 
-from tests.integration.test_lab_supervisor_restarts import FAST, until_true
+from tests.supervision import FAST, until_true
 
-from ambit.lab.supervisor import NODEPROXY_FLAGS_FILE, Daemon, Supervisor, mesh_daemons, read_flags
-from ambit.lab.topology import Topology
+from ambit.lab.cluster.supervisor import NODEPROXY_FLAGS_FILE, Daemon, Supervisor, mesh_daemons, read_flags
+from ambit.lab.network.topology import Topology
 
 # Prints its arguments (one run per line), then sleeps until killed.
 ECHO_ARGS = (sys.executable, "-c", "import sys, time; print('args', sys.argv[1:], flush=True); time.sleep(60)")

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import sys
 from pathlib import Path
 
-from ambit.lab.record import Record
-from ambit.lab.supervisor import Daemon, Supervisor, SupervisorSettings
+from tests.supervision import FAST, until_true
 
-FAST = SupervisorSettings(initial=0.05, maximum=0.2, stable=5.0, term_grace=2.0)
+from ambit.lab.cluster.record import Record
+from ambit.lab.cluster.supervisor import Daemon, Supervisor, SupervisorSettings
+
 SLEEPER = (sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)")
 
 
@@ -21,16 +21,6 @@ def alive(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state != "Z"
-
-
-async def until_true(probe: object, what: str, within: float = 10.0) -> None:
-    assert callable(probe)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while not probe():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 async def test_a_killed_daemon_is_started_again_and_recorded(tmp_path: Path) -> None:

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from tests import harness
 
-from ambit.lab.commands import SubprocessRunner
-from ambit.lab.record import Record, SweepIncompleteError, sweep
-from ambit.lab.topology import Topology
+from ambit.commands import SubprocessRunner
+from ambit.lab.cluster.record import Record, SweepIncompleteError, sweep
+from ambit.lab.network.topology import Topology
 
 LOCK_WAIT = 90.0
 

@@ -17,9 +17,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from ambit.commands import SubprocessRunner
 from ambit.inpod.listeners import Port
 from ambit.inpod.workloads import PodListenerManager
-from ambit.lab.commands import SubprocessRunner
 from ambit.redirect import InPodSettings
 from ambit.redirect.apply import apply_inpod
 from ambit.zds.protocol import WorkloadInfo

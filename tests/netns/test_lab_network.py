@@ -13,9 +13,9 @@ from ipaddress import ip_address, ip_network
 
 import pytest
 
-from ambit.lab.cni import CniError
-from ambit.lab.commands import SubprocessRunner
-from ambit.lab.network import (
+from ambit.commands import SubprocessRunner
+from ambit.lab.cluster.record import Record
+from ambit.lab.network.bridge import (
     CONFLIST_NAME,
     LabNetworkError,
     create_network,
@@ -23,9 +23,9 @@ from ambit.lab.network import (
     node_conflist,
     write_node_cni_files,
 )
-from ambit.lab.record import Record
-from ambit.lab.sandbox import PodSandboxes
-from ambit.lab.topology import BRIDGE_ADDRESS, Topology
+from ambit.lab.network.plugins import CniInvocationError
+from ambit.lab.network.topology import BRIDGE_ADDRESS, Topology
+from ambit.lab.runtime.sandbox import PodSandboxes
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(60)]
 
@@ -201,9 +201,10 @@ async def test_a_failing_plugin_fails_create_with_its_message_and_leaves_no_name
 
     sandboxes = PodSandboxes(topology, "node-1", record, runner)
     uid, doomed = pod("doomed")
-    with pytest.raises(CniError, match="denied by test") as caught:
+    with pytest.raises(CniInvocationError, match="denied by test") as caught:
         await sandboxes.create(doomed)
-    assert (caught.value.code, caught.value.plugin, caught.value.details) == (101, "ambit-test-deny", "fake plugin")
+    error = caught.value
+    assert (error.error.code, error.plugin, error.error.details) == (101, "ambit-test-deny", "fake plugin")
     netns = topology.pod_netns(uid)
     assert netns not in netns_names()
     # bridge had taken an address before the failure (host-local noted it); the teardown DEL gave it back.

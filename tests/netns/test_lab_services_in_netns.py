@@ -33,10 +33,10 @@ from typing import Any
 import pytest
 
 from ambit.apiserver.server import ApiServer, ApiServerSettings
+from ambit.commands import SubprocessRunner
 from ambit.k8s import InformerSettings, KubeClient, kinds
-from ambit.lab.commands import SubprocessRunner
-from ambit.lab.services import TABLE, render_service_rules
-from ambit.lab.services_apply import ServiceProxy, ServiceProxySettings, apply_rules, remove_rules
+from ambit.lab.network.services import TABLE, render_service_rules
+from ambit.lab.network.services_apply import ServiceProxy, ServiceProxySettings, apply_rules, remove_rules
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(60)]  # conftest skips without root (fails in CI)
 

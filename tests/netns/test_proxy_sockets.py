@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from ambit.lab.commands import SubprocessRunner
+from ambit.commands import SubprocessRunner
 from ambit.proxy.errors import SocketFactoryError
 from ambit.proxy.sockets import PROXY_MARK, NetnsSocketFactory, connect
 from ambit.proxy.streams import SocketStream

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from ambit.lab.commands import SubprocessRunner
+from ambit.commands import SubprocessRunner
 from ambit.redirect import InPodSettings
 from ambit.redirect.apply import Backend, apply_inpod, remove_inpod
 from ambit.redirect.nftables import render_inpod_nft

@@ -21,8 +21,8 @@ from ambit.cni.enrolment import (
     next_state,
 )
 from ambit.cni.pluginevent import BadAddEventError, parse_add_event
+from ambit.commands import CommandResult, RecordingRunner
 from ambit.k8s import KubeNotFoundError
-from ambit.lab.commands import CommandResult, RecordingRunner
 
 NETNS = "/run/netns/pod-a"
 

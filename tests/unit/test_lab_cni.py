@@ -13,12 +13,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ambit.lab import cni
-from ambit.lab.cni import CniConfigError, CniError, NetworkConfigList
-from ambit.lab.commands import Call, CommandResult, RecordingRunner
-from ambit.lab.network import CONFLIST_NAME, write_node_cni_files
-from ambit.lab.record import Record
-from ambit.lab.topology import Topology
+from ambit.commands import Call, CommandResult, RecordingRunner
+from ambit.lab.cluster.record import Record
+from ambit.lab.network import plugins as lab_cni
+from ambit.lab.network.bridge import CONFLIST_NAME, write_node_cni_files
+from ambit.lab.network.plugins import CniConfigError, CniInvocationError, NetworkConfigList
+from ambit.lab.network.topology import Topology
 
 # What the bridge plugin of containernetworking-plugins 1.1.1 printed for an ADD on this machine.
 BRIDGE_RESULT = {
@@ -54,7 +54,7 @@ def test_the_lexically_first_configuration_file_wins(tmp_path: Path) -> None:
     (tmp_path / "20-other.conflist").write_text(json.dumps({**CONFLIST, "name": "other"}))
     (tmp_path / "10-ambit-lab.conflist").write_text(json.dumps(CONFLIST))
     (tmp_path / "05-notes.txt").write_text("not a configuration")
-    conflist = cni.load_conflist(tmp_path)
+    conflist = lab_cni.load_conflist(tmp_path)
     assert conflist.name == "ambit-lab"
     assert [p["type"] for p in conflist.plugins] == ["bridge", "loopback"]
     assert conflist.source == str(tmp_path / "10-ambit-lab.conflist")
@@ -62,7 +62,7 @@ def test_the_lexically_first_configuration_file_wins(tmp_path: Path) -> None:
 
 def test_a_conf_file_is_a_list_of_one_plugin(tmp_path: Path) -> None:
     (tmp_path / "99-loopback.conf").write_text(json.dumps({"cniVersion": "0.4.0", "name": "lo", "type": "loopback"}))
-    conflist = cni.load_conflist(tmp_path)
+    conflist = lab_cni.load_conflist(tmp_path)
     assert (conflist.name, conflist.cni_version, len(conflist.plugins)) == ("lo", "0.4.0", 1)
     assert conflist.plugins[0]["type"] == "loopback"
 
@@ -81,22 +81,22 @@ def test_a_conf_file_is_a_list_of_one_plugin(tmp_path: Path) -> None:
 def test_bad_configurations_are_config_errors(tmp_path: Path, content: str, message: str) -> None:
     (tmp_path / "10-x.conflist").write_text(content)
     with pytest.raises(CniConfigError, match=message) as caught:
-        cni.load_conflist(tmp_path)
-    assert caught.value.code == 7
+        lab_cni.load_conflist(tmp_path)
+    assert caught.value.error.code == 7
 
 
 def test_an_empty_or_missing_directory_has_no_configuration(tmp_path: Path) -> None:
     with pytest.raises(CniConfigError, match="no CNI configuration"):
-        cni.load_conflist(tmp_path)
+        lab_cni.load_conflist(tmp_path)
     with pytest.raises(CniConfigError, match="cannot read"):
-        cni.load_conflist(tmp_path / "missing")
+        lab_cni.load_conflist(tmp_path / "missing")
 
 
 def test_the_lab_conflist_chains_bridge_and_loopback_on_the_nodes_range(tmp_path: Path) -> None:
     topology = Topology("beef", 2, str(tmp_path))
     node = topology.node(2)
     write_node_cni_files(topology, node, Record(topology.record_file))
-    conflist = cni.load_conflist(topology.cni_conf_dir("node-2"))
+    conflist = lab_cni.load_conflist(topology.cni_conf_dir("node-2"))
     assert conflist.source.endswith(CONFLIST_NAME)
     assert (conflist.name, conflist.cni_version) == ("ambit-lab", "1.0.0")
     bridge, loopback = conflist.plugins
@@ -108,7 +108,7 @@ def test_the_lab_conflist_chains_bridge_and_loopback_on_the_nodes_range(tmp_path
         "routes": [{"dst": "0.0.0.0/0", "gw": "198.18.2.1"}],
         "dataDir": str(tmp_path / "nodes" / "node-2" / "ipam"),
     }
-    assert cni.find_plugin("host-local", [topology.cni_bin_dir("node-2")]).is_symlink()
+    assert lab_cni.find_plugin("host-local", [topology.cni_bin_dir("node-2")]).is_symlink()
     assert [e.kind for e in Record(topology.record_file).entries()] == ["dir"]
 
 
@@ -116,7 +116,7 @@ def test_the_lab_conflist_chains_bridge_and_loopback_on_the_nodes_range(tmp_path
 
 
 def test_the_environment_carries_the_kubelet_args_after_ignore_unknown() -> None:
-    env = cni.plugin_env("ADD", "u-1", "/run/netns/p", "eth0", ARGS, ["/a", Path("/b")])
+    env = lab_cni.plugin_env("ADD", "u-1", "/run/netns/p", "eth0", ARGS, ["/a", Path("/b")])
     assert env == {
         "CNI_COMMAND": "ADD",
         "CNI_CONTAINERID": "u-1",
@@ -133,23 +133,23 @@ def test_the_environment_carries_the_kubelet_args_after_ignore_unknown() -> None
 )
 def test_values_the_protocol_cannot_carry_are_refused(container_id: str, ifname: str, args: dict[str, str]) -> None:
     with pytest.raises(ValueError):
-        cni.plugin_env("ADD", container_id, "", ifname, args, [])
+        lab_cni.plugin_env("ADD", container_id, "", ifname, args, [])
 
 
 def test_the_plugin_config_gets_the_networks_name_version_and_prev_result() -> None:
-    conflist = cni.parse_conflist(json.dumps(CONFLIST).encode())
+    conflist = lab_cni.parse_conflist(json.dumps(CONFLIST).encode())
     plugin = {"type": "loopback", "name": "stale", "prevResult": {"old": 1}}
-    sent = json.loads(cni.plugin_stdin(conflist, plugin, BRIDGE_RESULT))
+    sent = json.loads(lab_cni.plugin_stdin(conflist, plugin, BRIDGE_RESULT))
     assert sent == {"type": "loopback", "name": "ambit-lab", "cniVersion": "1.0.0", "prevResult": BRIDGE_RESULT}
-    assert "prevResult" not in json.loads(cni.plugin_stdin(conflist, plugin, None))
+    assert "prevResult" not in json.loads(lab_cni.plugin_stdin(conflist, plugin, None))
 
 
 def test_the_bridge_result_is_parsed_with_the_pods_address() -> None:
-    result = cni.parse_result(json.dumps(BRIDGE_RESULT).encode(), "bridge")
+    result = lab_cni.parse_result(json.dumps(BRIDGE_RESULT).encode(), "bridge")
     assert result.cni_version == "1.0.0"
     assert [i.name for i in result.interfaces] == ["cni0", "vethd12365bc", "eth0"]
-    assert result.ips == (cni.CniIp("198.18.1.2/24", "198.18.1.1", 2),)
-    assert result.routes == (cni.CniRoute("0.0.0.0/0", "198.18.1.1"),)
+    assert result.ips == (lab_cni.CniIp("198.18.1.2/24", "198.18.1.1", 2),)
+    assert result.routes == (lab_cni.CniRoute("0.0.0.0/0", "198.18.1.1"),)
     assert result.pod_ips == ("198.18.1.2",)
     assert result.raw == BRIDGE_RESULT
 
@@ -169,28 +169,28 @@ def test_the_bridge_result_is_parsed_with_the_pods_address() -> None:
     ],
 )
 def test_malformed_results_are_decode_errors(data: bytes) -> None:
-    with pytest.raises(CniError) as caught:
-        cni.parse_result(data, "bridge")
-    assert (caught.value.code, caught.value.plugin) == (6, "bridge")
+    with pytest.raises(CniInvocationError) as caught:
+        lab_cni.parse_result(data, "bridge")
+    assert (caught.value.error.code, caught.value.plugin) == (6, "bridge")
 
 
 def test_a_plugins_error_object_becomes_a_cni_error() -> None:
-    error = cni.parse_error(1, BRIDGE_ERROR, b"", "bridge", "ADD")
-    assert (error.code, error.plugin, error.command) == (999, "bridge", "ADD")
-    assert error.msg.startswith("failed to open netns")
+    error = lab_cni.parse_error(1, BRIDGE_ERROR, b"", "bridge", "ADD")
+    assert (error.error.code, error.plugin, error.command) == (999, "bridge", "ADD")
+    assert error.error.msg.startswith("failed to open netns")
     assert str(error).startswith("CNI plugin 'bridge' ADD failed: failed to open netns")
-    spec = cni.parse_error(1, b'{"cniVersion":"1.0.0","code":7,"msg":"bad","details":"field x"}', b"", "p")
+    spec = lab_cni.parse_error(1, b'{"cniVersion":"1.0.0","code":7,"msg":"bad","details":"field x"}', b"", "p")
     assert str(spec) == "CNI plugin 'p' failed: bad (code 7, invalid network config): field x"
 
 
 def test_a_failure_without_an_error_object_shows_what_the_plugin_printed() -> None:
-    error = cni.parse_error(2, b"", b"panic: runtime error\n", "bridge", "DEL")
-    assert error.code == 0
-    assert "exited 2" in error.msg
-    assert error.details == "panic: runtime error"
+    error = lab_cni.parse_error(2, b"", b"panic: runtime error\n", "bridge", "DEL")
+    assert error.error.code == 0
+    assert "exited 2" in error.error.msg
+    assert error.error.details == "panic: runtime error"
 
 
-# -- hypothesis: the parsers never raise anything but CniError ------------------------------------------------
+# -- hypothesis: the parsers never raise anything but CniInvocationError -------------------------------------
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
@@ -209,23 +209,23 @@ result_like = st.recursive(
 
 @given(st.binary(max_size=200) | json_values.map(lambda v: json.dumps(v).encode()))
 def test_parse_result_raises_only_cni_errors(data: bytes) -> None:
-    with contextlib.suppress(CniError):
-        cni.parse_result(data)
+    with contextlib.suppress(CniInvocationError):
+        lab_cni.parse_result(data)
 
 
 @given(result_like)
 def test_parse_result_of_result_shaped_json_raises_only_cni_errors(value: Any) -> None:
     try:
-        result = cni.parse_result(json.dumps(value).encode())
-    except CniError:
+        result = lab_cni.parse_result(json.dumps(value).encode())
+    except CniInvocationError:
         return
     assert isinstance(result.pod_ips, tuple)
 
 
 @given(st.integers(-5, 300), st.binary(max_size=200) | json_values.map(lambda v: json.dumps(v).encode()), st.binary())
 def test_parse_error_always_returns_a_cni_error(returncode: int, stdout: bytes, stderr: bytes) -> None:
-    error = cni.parse_error(returncode, stdout, stderr, "p", "ADD")
-    assert isinstance(error, CniError)
+    error = lab_cni.parse_error(returncode, stdout, stderr, "p", "ADD")
+    assert isinstance(error, CniInvocationError)
     assert str(error)
 
 
@@ -263,14 +263,14 @@ def bin_dir(tmp_path: Path) -> Path:
 
 
 def conflist() -> NetworkConfigList:
-    return cni.parse_conflist(json.dumps(CONFLIST).encode(), "10-ambit-lab.conflist")
+    return lab_cni.parse_conflist(json.dumps(CONFLIST).encode(), "10-ambit-lab.conflist")
 
 
 async def test_add_chains_the_plugins_in_order_inside_the_node_namespace(bin_dir: Path, tmp_path: Path) -> None:
     plugins = Plugins()
     runner = RecordingRunner(respond=plugins)
     cache = tmp_path / "cache"
-    result = await cni.add(
+    result = await lab_cni.add(
         conflist(), "u-1", "/run/netns/p", "eth0", ARGS, [bin_dir], runner, "ab12-node-1", cache_dir=cache
     )
     assert result.pod_ips == ("198.18.1.2",)
@@ -293,9 +293,9 @@ async def test_del_runs_in_reverse_with_the_cached_result_and_drops_the_cache(bi
     cache = tmp_path / "cache"
     netns = tmp_path / "netns"
     netns.touch()
-    await cni.add(conflist(), "u-1", str(netns), "eth0", ARGS, [bin_dir], runner, cache_dir=cache)
+    await lab_cni.add(conflist(), "u-1", str(netns), "eth0", ARGS, [bin_dir], runner, cache_dir=cache)
     plugins.seen.clear()
-    await cni.delete(conflist(), "u-1", str(netns), "eth0", ARGS, [bin_dir], runner, cache_dir=cache)
+    await lab_cni.delete(conflist(), "u-1", str(netns), "eth0", ARGS, [bin_dir], runner, cache_dir=cache)
     assert [(command, kind) for command, kind, _, _ in plugins.seen] == [("DEL", "loopback"), ("DEL", "bridge")]
     assert all(conf["prevResult"] == BRIDGE_RESULT for _, _, conf, _ in plugins.seen)
     assert all(env["CNI_NETNS"] == str(netns) for _, _, _, env in plugins.seen)
@@ -305,7 +305,9 @@ async def test_del_runs_in_reverse_with_the_cached_result_and_drops_the_cache(bi
 async def test_del_of_a_gone_namespace_without_cache_still_asks_every_plugin(bin_dir: Path, tmp_path: Path) -> None:
     plugins = Plugins()
     runner = RecordingRunner(respond=plugins)
-    await cni.delete(conflist(), "u-1", "/run/netns/gone-for-good", "eth0", ARGS, [bin_dir], runner, cache_dir=tmp_path)
+    await lab_cni.delete(
+        conflist(), "u-1", "/run/netns/gone-for-good", "eth0", ARGS, [bin_dir], runner, cache_dir=tmp_path
+    )
     assert [kind for _, kind, _, _ in plugins.seen] == ["loopback", "bridge"]
     assert all(env["CNI_NETNS"] == "" for _, _, _, env in plugins.seen)
     assert all("prevResult" not in conf for _, _, conf, _ in plugins.seen)
@@ -314,8 +316,8 @@ async def test_del_of_a_gone_namespace_without_cache_still_asks_every_plugin(bin
 async def test_del_tries_every_plugin_and_raises_the_first_failure(bin_dir: Path, tmp_path: Path) -> None:
     plugins = Plugins(fail={("DEL", "loopback"): b'{"code": 5, "msg": "lo is stuck"}'})
     runner = RecordingRunner(respond=plugins)
-    with pytest.raises(CniError, match="lo is stuck") as caught:
-        await cni.delete(conflist(), "u-1", "", "eth0", ARGS, [bin_dir], runner, cache_dir=tmp_path)
+    with pytest.raises(CniInvocationError, match="lo is stuck") as caught:
+        await lab_cni.delete(conflist(), "u-1", "", "eth0", ARGS, [bin_dir], runner, cache_dir=tmp_path)
     assert caught.value.plugin == "loopback"
     assert [kind for _, kind, _, _ in plugins.seen] == ["loopback", "bridge"]
 
@@ -323,9 +325,9 @@ async def test_del_tries_every_plugin_and_raises_the_first_failure(bin_dir: Path
 async def test_a_failing_plugin_stops_add_with_its_error(bin_dir: Path, tmp_path: Path) -> None:
     plugins = Plugins(fail={("ADD", "bridge"): BRIDGE_ERROR})
     runner = RecordingRunner(respond=plugins)
-    with pytest.raises(CniError, match="failed to open netns") as caught:
-        await cni.add(conflist(), "u-1", "/x", "eth0", ARGS, [bin_dir], runner, cache_dir=tmp_path)
-    assert (caught.value.code, caught.value.plugin, caught.value.command) == (999, "bridge", "ADD")
+    with pytest.raises(CniInvocationError, match="failed to open netns") as caught:
+        await lab_cni.add(conflist(), "u-1", "/x", "eth0", ARGS, [bin_dir], runner, cache_dir=tmp_path)
+    assert (caught.value.error.code, caught.value.plugin, caught.value.command) == (999, "bridge", "ADD")
     assert len(runner.calls) == 1
     assert not (tmp_path / "results").exists()
 
@@ -333,18 +335,18 @@ async def test_a_failing_plugin_stops_add_with_its_error(bin_dir: Path, tmp_path
 async def test_a_missing_plugin_is_a_config_error(tmp_path: Path) -> None:
     runner = RecordingRunner()
     with pytest.raises(CniConfigError, match="failed to find plugin 'bridge'"):
-        await cni.add(conflist(), "u-1", "/x", "eth0", ARGS, [tmp_path], runner)
+        await lab_cni.add(conflist(), "u-1", "/x", "eth0", ARGS, [tmp_path], runner)
     assert runner.calls == []
 
 
 async def test_check_needs_the_cached_result_and_passes_it_to_every_plugin(bin_dir: Path, tmp_path: Path) -> None:
     plugins = Plugins()
     runner = RecordingRunner(respond=plugins)
-    with pytest.raises(CniError, match="no cached ADD result"):
-        await cni.check(conflist(), "u-1", "/x", "eth0", ARGS, [bin_dir], runner, cache_dir=tmp_path)
-    await cni.add(conflist(), "u-1", "/x", "eth0", ARGS, [bin_dir], runner, cache_dir=tmp_path)
+    with pytest.raises(CniInvocationError, match="no cached ADD result"):
+        await lab_cni.check(conflist(), "u-1", "/x", "eth0", ARGS, [bin_dir], runner, cache_dir=tmp_path)
+    await lab_cni.add(conflist(), "u-1", "/x", "eth0", ARGS, [bin_dir], runner, cache_dir=tmp_path)
     plugins.seen.clear()
-    await cni.check(conflist(), "u-1", "/x", "eth0", ARGS, [bin_dir], runner, cache_dir=tmp_path)
+    await lab_cni.check(conflist(), "u-1", "/x", "eth0", ARGS, [bin_dir], runner, cache_dir=tmp_path)
     assert [(command, kind) for command, kind, _, _ in plugins.seen] == [("CHECK", "bridge"), ("CHECK", "loopback")]
     assert all(conf["prevResult"] == BRIDGE_RESULT for _, _, conf, _ in plugins.seen)
 
@@ -355,5 +357,5 @@ async def test_a_plugin_that_hangs_is_an_error_after_the_timeout(bin_dir: Path) 
             await asyncio.sleep(10)
             raise AssertionError("not reached")
 
-    with pytest.raises(CniError, match=r"no answer within 0\.05 s"):
-        await cni.add(conflist(), "u-1", "/x", "eth0", ARGS, [bin_dir], Hanging(), plugin_timeout=0.05)
+    with pytest.raises(CniInvocationError, match=r"no answer within 0\.05 s"):
+        await lab_cni.add(conflist(), "u-1", "/x", "eth0", ARGS, [bin_dir], Hanging(), plugin_timeout=0.05)

@@ -4,27 +4,27 @@ from __future__ import annotations
 
 import pytest
 
-from ambit.lab.container_state import (
+from ambit.lab.runtime.containers import (
     ConfigFailed,
     ContainerState,
     ContainerStateError,
     Exited,
     Phase,
-    RestartBackoff,
     Started,
     StopRequested,
     container_status,
+    crash_loop_backoff,
     pod_phase,
     should_restart,
 )
-from ambit.lab.processes import container_argv
+from ambit.lab.runtime.processes import container_argv
 
 T0 = 1_700_000_000.0
 POD = "web_default(u-1)"
 
 
 def state(policy: str = "Always", initial: float = 10.0, maximum: float = 300.0) -> ContainerState:
-    return ContainerState("app", policy, RestartBackoff(initial, maximum))
+    return ContainerState("app", policy, crash_loop_backoff(initial, maximum))
 
 
 def test_a_container_starts_and_shows_running_with_its_pid() -> None:
@@ -114,11 +114,11 @@ def test_an_unknown_exit_is_reported_as_a_lost_container() -> None:
 
 
 def test_backoff_doubles_to_the_cap_and_resets_after_a_long_run() -> None:
-    b = RestartBackoff(initial=10, maximum=300, reset_after=600)
-    delays = [b.next_delay(1) for _ in range(8)]
+    b = crash_loop_backoff(initial=10, maximum=300, reset_after=600)
+    delays = [b.delay_after_exit(started=0, now=1) for _ in range(8)]
     assert delays == [0, 10, 20, 40, 80, 160, 300, 300]
-    assert b.next_delay(600) == 0
-    assert b.next_delay(1) == 10
+    assert b.delay_after_exit(started=0, now=600) == 0
+    assert b.delay_after_exit(started=0, now=1) == 10
 
 
 def test_stop_while_running_ends_in_exited_whatever_the_policy() -> None:

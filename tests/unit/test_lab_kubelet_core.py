@@ -7,15 +7,16 @@ from typing import Any
 
 import pytest
 
-from ambit.lab.cni import CniError
-from ambit.lab.container_state import ContainerState, Exited, Phase, Started
-from ambit.lab.containers import ContainerConfigError
-from ambit.lab.kubelet import NodeRuntimeSettings
-from ambit.lab.node_status import HostInfo, node_manifest, node_status
-from ambit.lab.pod_env import config_refs, container_env, expand
-from ambit.lab.pod_record import PodRecord, SavedSandbox
-from ambit.lab.pod_status import PodView, pod_status, sandbox_error_message, status_patch
-from ambit.lab.topology import Topology
+from ambit.cni.errors import InvalidConfigError, TryAgainLaterError
+from ambit.lab.network.plugins import CniInvocationError
+from ambit.lab.network.topology import Topology
+from ambit.lab.runtime.containers import ContainerState, Exited, Phase, Started
+from ambit.lab.runtime.containers_apply import ContainerConfigError
+from ambit.lab.runtime.kubelet import NodeRuntimeSettings
+from ambit.lab.runtime.node_status import HostInfo, node_manifest, node_status
+from ambit.lab.runtime.pod_env import config_refs, container_env, expand
+from ambit.lab.runtime.pod_record import PodRecord, SavedSandbox
+from ambit.lab.runtime.pod_status import PodView, pod_status, sandbox_error_message, status_patch
 
 T0 = 1_700_000_000.0
 POD: dict[str, Any] = {
@@ -221,9 +222,11 @@ def test_status_patches_carry_only_changes_and_remove_dropped_keys() -> None:
 
 
 def test_sandbox_errors_read_like_the_kubelet_s() -> None:
-    err = CniError(11, "failed to allocate", "range is full", plugin="host-local", command="ADD")
+    err = CniInvocationError(
+        TryAgainLaterError("failed to allocate", "range is full"), plugin="host-local", command="ADD"
+    )
     assert sandbox_error_message(err) == 'plugin type="host-local" failed (add): failed to allocate: range is full'
-    assert sandbox_error_message(CniError(7, "bad config")) == "bad config"
+    assert sandbox_error_message(CniInvocationError(InvalidConfigError("bad config"))) == "bad config"
     assert sandbox_error_message(RuntimeError("boom")) == "boom"
 
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from ambit.lab.probes import ProbeConfigError, ProbeResult, ProbeSpec, ProbeTarget, ProbeTracker, ProbeWorker
+from ambit.lab.runtime.probes import ProbeConfigError, ProbeResult, ProbeSpec, ProbeTarget, ProbeTracker, ProbeWorker
 
 CONTAINER = {"name": "app", "ports": [{"name": "http", "containerPort": 8080}]}
 OK, FAIL = ProbeResult.SUCCESS, ProbeResult.FAILURE

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from ambit.lab.commands import Call, CommandResult, RecordingRunner, process_start_time
-from ambit.lab.network import LabNetworkError, create_network, node_exec_argv
-from ambit.lab.record import Record, SweepIncompleteError, sweep
-from ambit.lab.topology import Topology
+from ambit.commands import Call, CommandResult, RecordingRunner, process_start_time
+from ambit.lab.cluster.record import Record, SweepIncompleteError, sweep
+from ambit.lab.network.bridge import LabNetworkError, create_network, node_exec_argv
+from ambit.lab.network.topology import Topology
 
 # -- the record -----------------------------------------------------------------------------------------------
 

@@ -21,11 +21,11 @@ from hypothesis import strategies as st
 from json_strategies import json_values
 
 from ambit.apiserver.server import ApiServer, ApiServerSettings
+from ambit.commands import Call, CommandResult, RecordingRunner
 from ambit.k8s import InformerSettings, KubeClient, kinds
-from ambit.lab import services_apply
-from ambit.lab.commands import Call, CommandResult, RecordingRunner
-from ambit.lab.services import RenderedRules, render_service_rules
-from ambit.lab.services_apply import (
+from ambit.lab.network import services_apply
+from ambit.lab.network.services import RenderedRules, render_service_rules
+from ambit.lab.network.services_apply import (
     ServiceProxy,
     ServiceProxySettings,
     ServiceRulesError,

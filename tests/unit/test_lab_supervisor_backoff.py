@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
-from ambit.lab.supervisor import RestartBackoff, SupervisorSettings
+from ambit.lab.cluster.supervisor import SupervisorSettings, daemon_backoff
 
 
 def test_delays_double_from_one_second_up_to_thirty() -> None:
-    backoff = RestartBackoff(SupervisorSettings())
+    backoff = daemon_backoff(SupervisorSettings())
     delays = [backoff.delay_after_exit(started=0.0, now=0.5) for _ in range(8)]
     assert delays == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
 
 
 def test_a_daemon_that_ran_long_enough_starts_the_sequence_over() -> None:
-    backoff = RestartBackoff(SupervisorSettings(stable=30.0))
+    backoff = daemon_backoff(SupervisorSettings(stable=30.0))
     for _ in range(4):
         backoff.delay_after_exit(started=0.0, now=1.0)
     assert backoff.delay_after_exit(started=100.0, now=130.0) == 1.0
     assert backoff.delay_after_exit(started=131.0, now=132.0) == 2.0
+
+
+def test_a_crash_loop_of_any_length_waits_the_maximum() -> None:
+    backoff = daemon_backoff(SupervisorSettings())
+    delays = [backoff.delay_after_exit(started=0.0, now=0.5) for _ in range(5000)]
+    assert delays[-1] == 30.0

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ambit.lab.commands import Call, CommandResult, RecordingRunner
+from ambit.commands import Call, CommandResult, RecordingRunner
 from ambit.redirect import InPodSettings, RedirectApplyError, RedirectSettingsError
 from ambit.redirect.apply import apply_host, apply_inpod, apply_inpod_async, remove_host, remove_inpod
 from ambit.redirect.iptables import (

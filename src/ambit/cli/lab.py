@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ambit.cli.main import app
-from ambit.lab.topology import DEFAULT_DIR, Topology
+from ambit.lab.network.topology import DEFAULT_DIR, Topology
 
 lab = typer.Typer(help="A cluster on this machine: nodes and pods as network namespaces.", no_args_is_help=True)
 app.add_typer(lab, name="lab")
@@ -39,7 +39,7 @@ def up(
 ) -> None:
     """Start a lab: API server, controllers, a node runtime per node, and the mesh (unless --no-mesh)."""
     from ambit.errors import AmbitError
-    from ambit.lab.cluster import LabSettings, lab_up
+    from ambit.lab.cluster.lifecycle import LabSettings, lab_up
 
     _require_root()
     try:
@@ -55,7 +55,7 @@ def up(
 @lab.command()
 def down(directory: DirOption = DEFAULT_DIR) -> None:
     """Remove the lab: processes, namespaces, links, routes, rules and files (also after a crash)."""
-    from ambit.lab.cluster import lab_down
+    from ambit.lab.cluster.lifecycle import lab_down
 
     _require_root()
     removed = lab_down(directory)
@@ -163,7 +163,7 @@ def exec(
             raise typer.Exit(1)
     else:
         raise typer.BadParameter("name a pod or --node")
-    from ambit.lab.node import container_path
+    from ambit.lab.cluster.node import container_path
 
     sys.stdout.flush()
     os.environ["PATH"] = container_path()  # the same PATH as the pods' (python3 -m ambit.lab.apps works)
@@ -197,7 +197,7 @@ def node(
     directory: DirOption = DEFAULT_DIR,
 ) -> None:
     """Run one node's runtime (started by `ambit lab up` inside the node's namespace)."""
-    from ambit.lab.node import run_node
+    from ambit.lab.cluster.node import run_node
 
     topology = _topology(directory)
     if topology.node_named(name) is None:
@@ -208,7 +208,7 @@ def node(
 @lab.command(hidden=True)
 def controllers(directory: DirOption = DEFAULT_DIR) -> None:
     """Run the controllers: scheduler, Deployments, EndpointSlices (started by `ambit lab up`)."""
-    from ambit.lab.node import run_controllers_for
+    from ambit.lab.cluster.node import run_controllers_for
 
     asyncio.run(run_controllers_for(_topology(directory)))
 
@@ -216,7 +216,7 @@ def controllers(directory: DirOption = DEFAULT_DIR) -> None:
 @lab.command(hidden=True)
 def supervise(directory: DirOption = DEFAULT_DIR) -> None:
     """Run the mesh daemons of every node and restart those that die (started by `ambit lab up --mesh`)."""
-    from ambit.lab.supervisor import run_supervisor
+    from ambit.lab.cluster.supervisor import run_supervisor
 
     asyncio.run(run_supervisor(_topology(directory)))
 

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from ambit.cli.main import app
-from ambit.lab.topology import DEFAULT_DIR, Topology
+from ambit.lab.network.topology import DEFAULT_DIR, Topology
 
 NodeOption = Annotated[str, typer.Option("--node", help="The node's name.")]
 LabDirOption = Annotated[Path, typer.Option("--lab-dir", help="The lab's directory.")]

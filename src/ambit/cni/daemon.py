@@ -29,9 +29,8 @@ from ambit.cni import installer
 from ambit.cni.agent import NetnsResolver, NodeAgent, NodeAgentSettings
 from ambit.cni.enrolment import EnrolmentManager, EnrolmentSettings
 from ambit.cni.plugin import PLUGIN_TYPE
+from ambit.commands import CommandRunner, SubprocessRunner
 from ambit.k8s import EventRecorder, EventRecorderSettings, KubeClient
-from ambit.lab.commands import SubprocessRunner
-from ambit.redirect.apply import AsyncRunner
 from ambit.zds.server import ZdsServer
 
 log = logging.getLogger("ambit.cni.daemon")
@@ -100,7 +99,7 @@ async def run_node_agent(
     netns_for: NetnsResolver,
     excluded_namespaces: Iterable[str] = ("kube-system",),
     uninstall: bool = False,
-    runner: AsyncRunner | None = None,
+    runner: CommandRunner | None = None,
     install_interval: float = 0.5,
 ) -> None:
     """Run one node's agent until SIGTERM or SIGINT, or until cancelled (see the module's docstring).

@@ -57,11 +57,12 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from ambit.cni import netns
+from ambit.commands import CommandRunner
 from ambit.errors import AmbitError
 from ambit.k8s import EventRecorder, KubeClient, KubeClientError, KubeNotFoundError
 from ambit.k8s.kinds import PODS
 from ambit.redirect import InPodSettings, RedirectError
-from ambit.redirect.apply import AsyncRunner, apply_host_async, apply_inpod_async, remove_inpod_async
+from ambit.redirect.apply import apply_host_async, apply_inpod_async, remove_inpod_async
 
 log = logging.getLogger("ambit.cni.enrolment")
 
@@ -195,7 +196,7 @@ class EnrolmentManager:
         self,
         client: KubeClient,
         recorder: EventRecorder,
-        runner: AsyncRunner,
+        runner: CommandRunner,
         link: NodeProxyLink,
         settings: EnrolmentSettings,
         *,

@@ -1,7 +1,9 @@
-"""Errors of the CNI plugin, each carrying the CNI error code the runtime sees.
+"""CNI errors: the CNI error format (``code``, ``msg``, ``details``), and the errors of Ambit's CNI plugin.
 
-The plugin turns every :class:`CniError` into the CNI error result ``{"cniVersion", "code", "msg", "details"}``
-on stdout with a non-zero exit status. Codes are from the CNI specification ("Error" section)::
+Ambit's plugin turns every :class:`CniError` into the CNI error result ``{"cniVersion", "code", "msg",
+"details"}`` on stdout with a non-zero exit status; the lab's runtime (:mod:`ambit.lab.network.plugins`) reads the
+same object from the plugins it runs into a :class:`CniError` carrying that plugin's code. Codes are from the CNI
+specification ("Error" section)::
 
     AmbitError
     └── CniError                      999  internal error (anything unexpected)
@@ -22,14 +24,20 @@ from ambit.errors import AmbitError
 
 
 class CniError(AmbitError):
-    """A CNI operation failed; ``code`` is the CNI wire code, ``details`` optional extra text."""
+    """A CNI operation failed; ``code`` is the CNI wire code, ``details`` optional extra text.
+
+    Each subclass fixes its code as a class attribute; ``code`` given here overrides it (an error object read from
+    another plugin carries that plugin's code).
+    """
 
     code = 999
 
-    def __init__(self, msg: str, details: str = "") -> None:
+    def __init__(self, msg: str, details: str = "", *, code: int | None = None) -> None:
         super().__init__(msg)
         self.msg = msg
         self.details = details
+        if code is not None:
+            self.code = code
 
 
 class IncompatibleVersionError(CniError):

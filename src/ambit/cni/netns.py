@@ -3,16 +3,18 @@
 The redirect procedures address a namespace by *name*: ``ip netns exec NAME ...`` and ``ip -n NAME ...``, which
 only work for namespaces bind-mounted under ``/run/netns`` (``/var/run/netns`` is the same directory). The CNI
 runtime and the lab give us a *path*. A path in that directory is used by its name; any other path
-(``/proc/<pid>/ns/net``, a runtime's private directory) goes through :class:`NsenterRunner`, which rewrites
-those two command shapes into ``nsenter --net=PATH ...`` and passes every other command through unchanged.
+(``/proc/<pid>/ns/net``, a runtime's private directory) is reached through a
+:class:`~ambit.commands.RewritingRunner` whose rewrite (:func:`nsenter_argv`) turns those two command shapes into
+``nsenter --net=PATH ...`` and passes every other command through unchanged.
 """
 
 from __future__ import annotations
 
+import functools
 import os.path
 from collections.abc import Sequence
 
-from ambit.redirect.apply import AsyncRunner, CommandOutcome
+from ambit.commands import CommandRunner, RewritingRunner
 
 NETNS_DIRS = ("/run/netns", "/var/run/netns")
 PLACEHOLDER = "ambit-netns-by-path"
@@ -25,12 +27,12 @@ def netns_name(path: str) -> str | None:
     return name if directory in NETNS_DIRS and name else None
 
 
-def target(path: str, runner: AsyncRunner) -> tuple[str, AsyncRunner]:
+def target(path: str, runner: CommandRunner) -> tuple[str, CommandRunner]:
     """``(name, runner)`` to pass to the redirect procedures for the namespace at ``path``."""
     name = netns_name(path)
     if name is not None:
         return name, runner
-    return PLACEHOLDER, NsenterRunner(runner, path)
+    return PLACEHOLDER, RewritingRunner(runner, functools.partial(nsenter_argv, path=path))
 
 
 def nsenter_argv(argv: Sequence[str], path: str) -> tuple[str, ...]:
@@ -44,14 +46,3 @@ def nsenter_argv(argv: Sequence[str], path: str) -> tuple[str, ...]:
             if args[i] == "-n" and args[i + 1] == PLACEHOLDER:
                 return (*enter, *args[:i], *args[i + 2 :])
     return args
-
-
-class NsenterRunner:
-    """An async runner that runs the redirect procedures' namespaced commands in the namespace at ``path``."""
-
-    def __init__(self, inner: AsyncRunner, path: str) -> None:
-        self.inner = inner
-        self.path = path
-
-    async def run_async(self, argv: Sequence[str], *, stdin: bytes | None = None, check: bool = True) -> CommandOutcome:
-        return await self.inner.run_async(nsenter_argv(argv, self.path), stdin=stdin, check=check)

@@ -7,6 +7,18 @@ Processes (all started by ``ambit lab up`` and recorded so that ``ambit lab down
 - one node runtime per node (kubelet's role, plus kube-proxy's Service rules), inside the node's namespace;
 - the pods' container processes, each inside its pod's namespace.
 
-Addresses and names are in :mod:`ambit.lab.topology`; everything created on the machine is appended to the lab's
-record (:mod:`ambit.lab.record`) before it is created, so a crash never leaves something unaccounted for.
+Subpackages, by domain:
+
+- :mod:`~ambit.lab.cluster`: bringing the lab up and down, its crash-safe record, the mesh daemons' supervisor,
+  and the long-running node and controllers processes;
+- :mod:`~ambit.lab.network`: addresses and names (:mod:`~ambit.lab.network.topology`), the bridge and node
+  namespaces, the runtime side of CNI (invoking plugins), and the Service rules;
+- :mod:`~ambit.lab.runtime`: the node runtime (the kubelet's role): pod workers, sandboxes, containers, probes,
+  processes and the status they report;
+- :mod:`~ambit.lab.mesh`: the mesh's config file and the node proxies' credentials;
+- :mod:`~ambit.lab.controllers`: the cluster's controllers;
+- :mod:`ambit.lab.apps`: example workloads (``python3 -m ambit.lab.apps``).
+
+Everything created on the machine is appended to the lab's record (:mod:`ambit.lab.cluster.record`) before it is
+created, so a crash never leaves something unaccounted for.
 """

@@ -1,9 +1,9 @@
 """Installing and removing redirection in a network namespace, through a command runner.
 
 Each operation is written once, sans-IO, as a generator of :class:`Command` that receives each command's result
-(a *procedure*); :func:`run_procedure` and :func:`run_procedure_async` drive one with a runner's ``run`` or
-``run_async``. The runner is anything shaped like :class:`ambit.lab.commands.CommandRunner`
-(:class:`SubprocessRunner`, or :class:`RecordingRunner` in unit tests); this package does not import the lab.
+(a *procedure*); :func:`run_procedure` and :func:`run_procedure_async` drive one with a
+:class:`~ambit.commands.CommandRunner`'s ``run`` or ``run_async`` (:class:`~ambit.commands.SubprocessRunner`, or
+:class:`~ambit.commands.RecordingRunner` in unit tests).
 
 Commands (``NETNS`` None means the runner's own namespace):
 
@@ -19,36 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal
 
+from ambit.commands import CommandResult, CommandRunner
 from ambit.redirect import iptables, nftables, routes
 from ambit.redirect.errors import RedirectApplyError
 from ambit.redirect.settings import HOST_PROBE_SNAT_IPV4, InPodSettings
 
 Backend = Literal["nftables", "iptables"]
-
-
-class CommandOutcome(Protocol):
-    """What the procedures read of a command's result (``ambit.lab.commands.CommandResult`` has it)."""
-
-    @property
-    def returncode(self) -> int: ...
-    @property
-    def stdout(self) -> bytes: ...
-    @property
-    def stderr(self) -> bytes: ...
-
-
-class Runner(Protocol):
-    """The part of ``ambit.lab.commands.CommandRunner`` used here."""
-
-    def run(self, argv: Sequence[str], *, stdin: bytes | None = None, check: bool = True) -> CommandOutcome: ...
-
-
-class AsyncRunner(Protocol):
-    async def run_async(
-        self, argv: Sequence[str], *, stdin: bytes | None = None, check: bool = True
-    ) -> CommandOutcome: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,10 +38,10 @@ class Command:
     may_fail: bool = False
 
 
-Procedure = Generator[Command, CommandOutcome, None]
+Procedure = Generator[Command, CommandResult, None]
 
 
-def run_procedure(procedure: Procedure, runner: Runner) -> None:
+def run_procedure(procedure: Procedure, runner: CommandRunner) -> None:
     """Drive ``procedure`` with ``runner.run``."""
     try:
         command = next(procedure)
@@ -75,7 +53,7 @@ def run_procedure(procedure: Procedure, runner: Runner) -> None:
         return
 
 
-async def run_procedure_async(procedure: Procedure, runner: AsyncRunner) -> None:
+async def run_procedure_async(procedure: Procedure, runner: CommandRunner) -> None:
     """Drive ``procedure`` with ``runner.run_async``."""
     try:
         command = next(procedure)
@@ -87,7 +65,7 @@ async def run_procedure_async(procedure: Procedure, runner: AsyncRunner) -> None
         return
 
 
-def _check(command: Command, result: CommandOutcome) -> None:
+def _check(command: Command, result: CommandResult) -> None:
     if result.returncode != 0 and not command.may_fail:
         raise RedirectApplyError(command.argv, result.returncode, result.stderr)
 
@@ -170,12 +148,12 @@ def host_remove(netns: str | None, backend: Backend) -> Procedure:
 # -- entry points ----------------------------------------------------------------------------------------------------
 
 
-def apply_inpod(netns: str | None, settings: InPodSettings, backend: Backend, runner: Runner) -> None:
+def apply_inpod(netns: str | None, settings: InPodSettings, backend: Backend, runner: CommandRunner) -> None:
     """Install (or rewrite) a pod's redirection in ``netns``; idempotent."""
     run_procedure(inpod_install(netns, settings, backend), runner)
 
 
-def remove_inpod(netns: str | None, settings: InPodSettings, backend: Backend, runner: Runner) -> None:
+def remove_inpod(netns: str | None, settings: InPodSettings, backend: Backend, runner: CommandRunner) -> None:
     """Remove a pod's redirection from ``netns``; succeeds when there is none."""
     run_procedure(inpod_remove(netns, settings, backend), runner)
 
@@ -183,7 +161,7 @@ def remove_inpod(netns: str | None, settings: InPodSettings, backend: Backend, r
 def apply_host(
     pod_ips: Iterable[str],
     backend: Backend,
-    runner: Runner,
+    runner: CommandRunner,
     *,
     netns: str | None = None,
     probe_snat_ip: str = HOST_PROBE_SNAT_IPV4,
@@ -193,22 +171,26 @@ def apply_host(
     run_procedure(host_install(netns, pod_ips, backend, probe_snat_ip, kubelet_uid), runner)
 
 
-def remove_host(backend: Backend, runner: Runner, *, netns: str | None = None) -> None:
+def remove_host(backend: Backend, runner: CommandRunner, *, netns: str | None = None) -> None:
     run_procedure(host_remove(netns, backend), runner)
 
 
-async def apply_inpod_async(netns: str | None, settings: InPodSettings, backend: Backend, runner: AsyncRunner) -> None:
+async def apply_inpod_async(
+    netns: str | None, settings: InPodSettings, backend: Backend, runner: CommandRunner
+) -> None:
     await run_procedure_async(inpod_install(netns, settings, backend), runner)
 
 
-async def remove_inpod_async(netns: str | None, settings: InPodSettings, backend: Backend, runner: AsyncRunner) -> None:
+async def remove_inpod_async(
+    netns: str | None, settings: InPodSettings, backend: Backend, runner: CommandRunner
+) -> None:
     await run_procedure_async(inpod_remove(netns, settings, backend), runner)
 
 
 async def apply_host_async(
     pod_ips: Iterable[str],
     backend: Backend,
-    runner: AsyncRunner,
+    runner: CommandRunner,
     *,
     netns: str | None = None,
     probe_snat_ip: str = HOST_PROBE_SNAT_IPV4,

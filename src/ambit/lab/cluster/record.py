@@ -39,9 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ambit.commands import CommandResult, CommandRunner
 from ambit.errors import AmbitError
-from ambit.lab.commands import CommandError, CommandResult, CommandRunner
-from ambit.lab.topology import Topology
+from ambit.lab.network.topology import Topology
 
 KINDS: Mapping[str, tuple[str, ...]] = {
     "netns": ("name",),
@@ -291,4 +291,4 @@ def _json_list(result: CommandResult) -> list[dict[str, Any]]:
     return [item for item in data if isinstance(item, dict)] if isinstance(data, list) else []
 
 
-__all__ = ["KINDS", "CommandError", "CommandRunner", "Entry", "Record", "SweepIncompleteError", "sweep"]
+__all__ = ["KINDS", "Entry", "Record", "SweepIncompleteError", "sweep"]

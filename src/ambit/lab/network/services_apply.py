@@ -1,4 +1,4 @@
-"""Applying the Service rules of :mod:`ambit.lab.services` inside a node namespace, and keeping them current.
+"""Applying the Service rules of :mod:`ambit.lab.network.services` inside a node namespace, and keeping them current.
 
 - :func:`apply_rules` runs ``ip netns exec NETNS nft -f -`` with the script on stdin (plain ``nft -f -`` for
   netns ``""``: a caller already inside the node). The script replaces the whole table in one transaction, so
@@ -9,8 +9,8 @@
   the rules dirty, and one task re-renders after a short debounce and re-applies only when the script changed.
   A failed apply is logged and retried after a delay that doubles up to a cap; a success resets it.
 
-Commands go through the lab's :class:`~ambit.lab.commands.CommandRunner` (the seam unit tests replace with a
-:class:`~ambit.lab.commands.RecordingRunner`); :class:`~ambit.lab.commands.SubprocessRunner` is the real one. An
+Commands go through a :class:`~ambit.commands.CommandRunner` (the seam unit tests replace with a
+:class:`~ambit.commands.RecordingRunner`); :class:`~ambit.commands.SubprocessRunner` is the real one. An
 ``nft`` that does not finish within :data:`NFT_TIMEOUT` seconds is killed and counts as exit code 124.
 """
 
@@ -23,12 +23,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import TracebackType
 
+from ambit.commands import CommandResult, CommandRunner, SubprocessRunner
 from ambit.errors import AmbitError
 from ambit.k8s import Informer, InformerSettings, KubeClient, ResourceKind, kinds
-from ambit.lab.commands import CommandResult, CommandRunner, SubprocessRunner
-from ambit.lab.services import FAMILY, TABLE, RenderedRules, render_service_rules
+from ambit.lab.network.services import FAMILY, TABLE, RenderedRules, render_service_rules
 
-log = logging.getLogger("ambit.lab.services")
+log = logging.getLogger("ambit.lab.network.services")
 
 _REMOVE_SCRIPT = f"add table {FAMILY} {TABLE}\ndelete table {FAMILY} {TABLE}\n".encode()
 _NO_NETNS = b"Cannot open network namespace"

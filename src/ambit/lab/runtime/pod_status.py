@@ -6,7 +6,7 @@ Theory of operation. :func:`pod_status` derives the phase, the conditions (``Pod
 same; ``PodScheduled`` is the scheduler's and is kept as written. A pod being terminated has a final phase
 (Succeeded when every container exited 0, else Failed). :func:`status_patch` turns what was last written and the
 new status into a merge patch of the keys the node manages (:data:`MANAGED_STATUS`), or None when nothing
-changed: status is written only when it differs (rule 5 of :mod:`ambit.lab.pod_worker`).
+changed: status is written only when it differs (rule 5 of :mod:`ambit.lab.runtime.pod_worker`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ambit.lab.cni import CniError
-from ambit.lab.container_state import ContainerState, Phase, container_status, pod_phase, rfc3339
+from ambit.lab.network.plugins import CniInvocationError
+from ambit.lab.runtime.containers import ContainerState, Phase, container_status, pod_phase, rfc3339
 
 MANAGED_STATUS = ("phase", "conditions", "hostIP", "hostIPs", "podIP", "podIPs", "startTime", "containerStatuses")
 
@@ -105,9 +105,9 @@ def status_patch(written: Mapping[str, Any], status: Mapping[str, Any]) -> dict[
 
 def sandbox_error_message(exc: BaseException) -> str:
     """What a sandbox failure says, in the kubelet's words for a CNI plugin's error."""
-    if isinstance(exc, CniError):
-        text = exc.msg or "no message"
+    if isinstance(exc, CniInvocationError):
+        text = exc.error.msg or "no message"
         if exc.plugin:
             text = f'plugin type="{exc.plugin}" failed ({(exc.command or "add").lower()}): {text}'
-        return f"{text}: {exc.details}" if exc.details else text
+        return f"{text}: {exc.error.details}" if exc.error.details else text
     return str(exc) or type(exc).__name__

@@ -15,11 +15,14 @@ Each invocation gets the ``CNI_*`` environment and the plugin's own configuratio
 - CHECK runs the plugins in order with the cached result as ``prevResult`` (skipped when ``disableCheck``).
 
 A plugin fails by exiting non-zero with the CNI error object ``{"cniVersion", "code", "msg", "details"}`` on
-stdout; it becomes :class:`CniError` (``code``, ``msg``, ``details``, ``plugin``). Anything else a plugin does
-wrong (no error object, an undecodable result) is a :class:`CniError` too, never another exception::
+stdout; it becomes a :class:`CniInvocationError` (``plugin``, ``command``) carrying that object as an
+:class:`ambit.cni.errors.CniError` (``code``, ``msg``, ``details``: the one definition of the format, shared with
+Ambit's own plugin). Anything else a plugin does wrong (no error object, an undecodable result) is a
+:class:`CniInvocationError` too, never another exception::
 
-    CniError            a plugin failed, or its output could not be understood (code 6: failed to decode)
-    └── CniConfigError  no usable network configuration, or a plugin missing from the bin directories (code 7)
+    CniInvocationError  a plugin failed, or its output could not be understood (DecodingError, code 6)
+    └── CniConfigError  no usable network configuration, or a plugin missing from the bin directories
+                        (InvalidConfigError, code 7)
 
 When ``exec_in_netns`` is given, plugins run inside that namespace (``ip netns exec``): in the lab it is the
 node's namespace, where the plugins' bridge and host-local state belong. ``CNI_NETNS`` stays the pod's path.
@@ -38,8 +41,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ambit.cni.errors import CniError, DecodingError, IncompatibleVersionError, InvalidConfigError
+from ambit.commands import CommandRunner
 from ambit.errors import AmbitError
-from ambit.lab.commands import CommandRunner
 
 CNI_VERSION = "1.0.0"
 SUPPORTED_VERSIONS = ("0.3.0", "0.3.1", "0.4.0", "1.0.0")
@@ -57,33 +61,30 @@ ERROR_NAMES: Mapping[int, str] = {
     7: "invalid network config",
     11: "try again later",
 }
-DECODE_FAILURE = 6
-INVALID_CONFIG = 7
 
 _CONTAINER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*\Z")
 
 
-class CniError(AmbitError):
-    """A CNI plugin failed; ``plugin`` is its type, ``command`` ADD, DEL or CHECK."""
+class CniInvocationError(AmbitError):
+    """Running a network's CNI plugins failed: ``error`` is the CNI error the plugin returned, or the one that
+    stands for its failure; ``plugin`` is its type, ``command`` ADD, DEL or CHECK."""
 
-    def __init__(self, code: int, msg: str, details: str = "", plugin: str = "", command: str = "") -> None:
-        self.code = code
-        self.msg = msg
-        self.details = details
+    def __init__(self, error: CniError, plugin: str = "", command: str = "") -> None:
+        self.error = error
         self.plugin = plugin
         self.command = command
         who = f"CNI plugin {plugin!r}" if plugin else "CNI"
         what = f" {command}" if command else ""
-        name = ERROR_NAMES.get(code)
-        text = f"{who}{what} failed: {msg or 'no message'} (code {code}{', ' + name if name else ''})"
-        super().__init__(text + (f": {details}" if details else ""))
+        name = ERROR_NAMES.get(error.code)
+        text = f"{who}{what} failed: {error.msg or 'no message'} (code {error.code}{', ' + name if name else ''})"
+        super().__init__(text + (f": {error.details}" if error.details else ""))
 
 
-class CniConfigError(CniError):
+class CniConfigError(CniInvocationError):
     """No usable network configuration (missing, malformed, or naming a plugin that is not installed)."""
 
     def __init__(self, msg: str, details: str = "", plugin: str = "") -> None:
-        super().__init__(INVALID_CONFIG, msg, details, plugin)
+        super().__init__(InvalidConfigError(msg, details), plugin)
 
 
 # -- configuration --------------------------------------------------------------------------------------------
@@ -259,13 +260,13 @@ class _Malformed(Exception):
 
 
 def parse_result(data: bytes, plugin: str = "", command: str = "ADD") -> CniResult:
-    """A plugin's result; anything that is not a well-formed result raises :class:`CniError` (code 6)."""
+    """A plugin's result; anything that is not a well-formed result raises :class:`CniInvocationError` (code 6)."""
     try:
         obj = json.loads(data)
         return _result(obj)
     except (ValueError, RecursionError, _Malformed) as exc:
         text = data[:200].decode(errors="replace")
-        raise CniError(DECODE_FAILURE, f"undecodable result ({exc})", text, plugin, command) from None
+        raise CniInvocationError(DecodingError(f"undecodable result ({exc})", text), plugin, command) from None
 
 
 def _result(obj: object) -> CniResult:
@@ -338,8 +339,10 @@ def _index(obj: Mapping[str, Any], key: str, limit: int) -> int | None:
     return value
 
 
-def parse_error(returncode: int, stdout: bytes, stderr: bytes, plugin: str = "", command: str = "") -> CniError:
-    """The :class:`CniError` for a failed invocation: the plugin's error object, else what it printed."""
+def parse_error(
+    returncode: int, stdout: bytes, stderr: bytes, plugin: str = "", command: str = ""
+) -> CniInvocationError:
+    """The :class:`CniInvocationError` for a failed invocation: the plugin's error object, else what it printed."""
     try:
         obj = json.loads(stdout)
     except (ValueError, RecursionError):
@@ -347,15 +350,14 @@ def parse_error(returncode: int, stdout: bytes, stderr: bytes, plugin: str = "",
     if isinstance(obj, dict) and isinstance(obj.get("msg"), str):
         code = obj.get("code")
         details = obj.get("details")
-        return CniError(
-            code if isinstance(code, int) and not isinstance(code, bool) else 0,
+        error = CniError(
             obj["msg"],
             details if isinstance(details, str) else "",
-            plugin,
-            command,
+            code=code if isinstance(code, int) and not isinstance(code, bool) else 0,
         )
+        return CniInvocationError(error, plugin, command)
     output = (stdout.decode(errors="replace").strip() or stderr.decode(errors="replace").strip())[-1000:]
-    return CniError(0, f"exited {returncode} without an error object", output, plugin, command)
+    return CniInvocationError(CniError(f"exited {returncode} without an error object", output, code=0), plugin, command)
 
 
 # -- invocation -----------------------------------------------------------------------------------------------
@@ -385,7 +387,8 @@ async def _invoke(
         async with asyncio.timeout(call.timeout):
             out = await call.runner.run_async(argv, stdin=stdin, env=env, check=False)
     except TimeoutError:
-        raise CniError(0, f"no answer within {call.timeout:g} s", plugin=kind, command=command) from None
+        error = CniError(f"no answer within {call.timeout:g} s", code=0)
+        raise CniInvocationError(error, plugin=kind, command=command) from None
     if not out.ok:
         raise parse_error(out.returncode, out.stdout, out.stderr, kind, command)
     return out.stdout
@@ -434,11 +437,11 @@ async def delete(
         netns_path = ""  # the namespace is gone: plugins release what they hold outside it
     call = _Call(container_id, netns_path, ifname, cni_args, bin_dirs, runner, exec_in_netns, plugin_timeout)
     cached = _read_cache(cache_dir, conflist.name, container_id, ifname) if cache_dir is not None else None
-    first: CniError | None = None
+    first: CniInvocationError | None = None
     for plugin in reversed(conflist.plugins):
         try:
             await _invoke("DEL", conflist, plugin, cached, call)
-        except CniError as exc:
+        except CniInvocationError as exc:
             first = first or exc
     if first is not None:
         raise first
@@ -459,14 +462,17 @@ async def check(
     cache_dir: Path | None = None,
     plugin_timeout: float = PLUGIN_TIMEOUT,
 ) -> None:
-    """CHECK: ask every plugin whether the attachment is still as ADD left it; raises :class:`CniError` if not."""
+    """CHECK: ask every plugin whether the attachment is still as ADD left it; raises :class:`CniInvocationError`
+    if not."""
     if conflist.disable_check:
         return
     if conflist.cni_version in ("0.3.0", "0.3.1"):
-        raise CniError(1, f"CHECK needs cniVersion 0.4.0 or later, not {conflist.cni_version}", command="CHECK")
+        too_old = IncompatibleVersionError(f"CHECK needs cniVersion 0.4.0 or later, not {conflist.cni_version}")
+        raise CniInvocationError(too_old, command="CHECK")
     cached = _read_cache(cache_dir, conflist.name, container_id, ifname) if cache_dir is not None else None
     if cached is None:
-        raise CniError(3, f"no cached ADD result for container {container_id!r} on {conflist.name!r}", command="CHECK")
+        error = CniError(f"no cached ADD result for container {container_id!r} on {conflist.name!r}", code=3)
+        raise CniInvocationError(error, command="CHECK")
     call = _Call(container_id, netns_path, ifname, cni_args, bin_dirs, runner, exec_in_netns, plugin_timeout)
     for plugin in conflist.plugins:
         await _invoke("CHECK", conflist, plugin, cached, call)

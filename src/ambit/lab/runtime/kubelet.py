@@ -1,14 +1,14 @@
 """The node runtime: the kubelet's role for one lab node (node registration, pods' lives, their status).
 
 Theory of operation. :class:`NodeRuntime` registers its Node (labels, ``podCIDR``, address, a Ready condition
-with a heartbeat; :mod:`ambit.lab.node_status`) and a Lease in ``kube-node-lease``, both renewed every
+with a heartbeat; :mod:`ambit.lab.runtime.node_status`) and a Lease in ``kube-node-lease``, both renewed every
 ``heartbeat_interval``; a Node deleted behind its back is registered again. An informer watches the pods bound to
-the node (``spec.nodeName=<node>``); each pod, by uid, gets one :class:`~ambit.lab.pod_worker.PodWorker`, the only
-writer of that pod's status and of its files under ``<pods_dir>/<uid>/`` (its rules are in
-:mod:`ambit.lab.pod_worker`). A pod whose worker deleted it gets no new worker from late updates. Pods are network
-namespaces made by the :class:`SandboxManager` (CNI ADD/DEL); containers are processes
-(:mod:`ambit.lab.containers`); readiness and liveness are probed from the node's namespace
-(:mod:`ambit.lab.probes`). After the informer's first list, the runtime cleans up the files, processes and
+the node (``spec.nodeName=<node>``); each pod, by uid, gets one :class:`~ambit.lab.runtime.pod_worker.PodWorker`, the
+only writer of that pod's status and of its files under ``<pods_dir>/<uid>/`` (its rules are in
+:mod:`ambit.lab.runtime.pod_worker`). A pod whose worker deleted it gets no new worker from late updates. Pods are
+network namespaces made by the :class:`SandboxManager` (CNI ADD/DEL); containers are processes
+(:mod:`ambit.lab.runtime.containers_apply`); readiness and liveness are probed from the node's namespace
+(:mod:`ambit.lab.runtime.probes`). After the informer's first list, the runtime cleans up the files, processes and
 sandboxes of pods of this node that the API no longer has (deleted while it was not running; rule 6).
 Closing the runtime leaves pods' containers running, as a kubelet's containers outlive it, unless asked to stop
 them.
@@ -30,16 +30,16 @@ from typing import Any, Protocol
 from ambit.k8s import EventRecorder, EventRecorderSettings, Informer, InformerSettings, KubeClient, kinds
 from ambit.k8s.errors import KubeAlreadyExistsError, KubeClientError, KubeNotFoundError
 from ambit.k8s.events import micro_time
-from ambit.lab.container_state import parse_rfc3339
-from ambit.lab.containers import EventType
-from ambit.lab.node_status import HostInfo, node_manifest, node_status
-from ambit.lab.pod_record import STATE_FILE, PodRecord
-from ambit.lab.pod_status import sandbox_error_message
-from ambit.lab.pod_worker import PodWorker
-from ambit.lab.processes import ProcessHandle, find_process, spawn, stop_process
-from ambit.lab.topology import API_PORT, BRIDGE_ADDRESS, Topology
+from ambit.lab.network.topology import API_PORT, BRIDGE_ADDRESS, Topology
+from ambit.lab.runtime.containers import parse_rfc3339
+from ambit.lab.runtime.containers_apply import EventType
+from ambit.lab.runtime.node_status import HostInfo, node_manifest, node_status
+from ambit.lab.runtime.pod_record import STATE_FILE, PodRecord
+from ambit.lab.runtime.pod_status import sandbox_error_message
+from ambit.lab.runtime.pod_worker import PodWorker
+from ambit.lab.runtime.processes import ProcessHandle, find_process, spawn, stop_process
 
-log = logging.getLogger("ambit.lab.kubelet")
+log = logging.getLogger("ambit.lab.runtime.kubelet")
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 NODE_LEASE_NAMESPACE = "kube-node-lease"
@@ -56,7 +56,8 @@ class SandboxInfo(Protocol):
 
 
 class SandboxManager(Protocol):
-    """Pod network namespaces (``ambit.lab.sandbox.PodSandboxes``); ``create`` raises ``CniError`` on failure."""
+    """Pod network namespaces (``ambit.lab.runtime.sandbox.PodSandboxes``); ``create`` raises ``CniInvocationError``
+    on failure."""
 
     async def create(self, pod: dict[str, Any]) -> SandboxInfo: ...
 
@@ -64,7 +65,8 @@ class SandboxManager(Protocol):
 
 
 class ProcessRecord(Protocol):
-    """The lab's crash-safe record (``ambit.lab.record.Record``); ``note`` may be a plain or a coroutine method."""
+    """The lab's crash-safe record (``ambit.lab.cluster.record.Record``); ``note`` may be a plain or a coroutine
+    method."""
 
     def note(self, kind: str, **fields: Any) -> object: ...
 

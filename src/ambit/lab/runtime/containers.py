@@ -1,8 +1,8 @@
 """The state of one container: a pure state machine, and the container status and pod phase computed from it.
 
 :class:`ContainerState` is driven by events (:class:`Started`, :class:`ConfigFailed`, :class:`Exited`,
-:class:`StopRequested`); its asyncio shell is :class:`ambit.lab.containers.ContainerSupervisor`. Phases, and what
-the container status shows in each::
+:class:`StopRequested`); its asyncio shell is :class:`ambit.lab.runtime.containers_apply.ContainerSupervisor`. Phases,
+and what the container status shows in each::
 
     CREATING      waiting: ContainerCreating            never started yet
     CONFIG_ERROR  waiting: CreateContainerConfigError   cannot be started as specified (no command, missing key)
@@ -17,8 +17,9 @@ Rule 2. ``Exited`` leads to BACKING_OFF when the container is not being stopped 
 Rule 3. ``restartCount`` counts the instances started after the first (``Started`` out of BACKING_OFF).
 Rule 4. Each exit's termination becomes ``lastState`` while the container waits or runs again. In EXITED the
         state is the last termination and ``lastState`` the one before it.
-Rule 5. Restart back-off is the kubelet's: the first restart is immediate, then ``initial``, 2 x ``initial``, ... up
-        to ``maximum``; an instance that ran ``reset_after`` seconds starts the count over.
+Rule 5. Restart back-off is the kubelet's (:func:`crash_loop_backoff`, an
+        :class:`ambit.lab.runtime.backoff.RestartBackoff`): the first restart is immediate, then ``initial``, 2 x
+        ``initial``, ... up to ``maximum``; an instance that ran ``reset_after`` seconds starts the count over.
 Rule 6. An exit whose code cannot be known (an adopted process) is reported as the kubelet reports a container it
         lost: exit code 137, reason ``ContainerStatusUnknown``.
 Rule 7. ``StopRequested`` out of BACKING_OFF ends in EXITED at once (there is no process); out of RUNNING it marks
@@ -34,6 +35,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ambit.errors import AmbitError
+from ambit.lab.runtime.backoff import RestartBackoff
 
 UNKNOWN_EXIT_CODE = 137
 
@@ -108,29 +110,16 @@ def should_restart(restart_policy: str, exit_code: int | None) -> bool:
     return True  # Always, and the default
 
 
-@dataclass(slots=True)
-class RestartBackoff:
-    """Rule 5; pure bookkeeping, the caller sleeps."""
-
-    initial: float = 10.0
-    maximum: float = 300.0
-    reset_after: float = 600.0
-    streak: int = 0
-    """Exits counted towards the current back-off."""
-
-    def next_delay(self, ran_for: float) -> float:
-        if ran_for >= self.reset_after:
-            self.streak = 0
-        delay = 0.0 if self.streak == 0 else min(self.initial * 2 ** (self.streak - 1), self.maximum)
-        self.streak += 1
-        return delay
+def crash_loop_backoff(initial: float = 10.0, maximum: float = 300.0, reset_after: float = 600.0) -> RestartBackoff:
+    """Rule 5: the kubelet's container restart back-off (the first restart of a streak is immediate)."""
+    return RestartBackoff(initial, maximum, reset_after, immediate_first=True)
 
 
 @dataclass(slots=True)
 class ContainerState:
     name: str
     restart_policy: str
-    backoff: RestartBackoff = field(default_factory=RestartBackoff)
+    backoff: RestartBackoff = field(default_factory=crash_loop_backoff)
     phase: Phase = Phase.CREATING
     stopping: bool = False
     restart_count: int = 0
@@ -188,7 +177,7 @@ class ContainerState:
         if self.stopping or not should_restart(self.restart_policy, event.exit_code):
             self.phase = Phase.EXITED
             return
-        self.backoff_delay = self.backoff.next_delay(event.at - started)
+        self.backoff_delay = self.backoff.delay_after_exit(started, event.at)
         self.restart_at = event.at + self.backoff_delay
         self.phase = Phase.BACKING_OFF
 

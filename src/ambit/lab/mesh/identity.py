@@ -21,10 +21,10 @@ from typing import Any
 from ambit.errors import AmbitError
 from ambit.k8s import KubeClient, kinds
 from ambit.k8s.errors import KubeAlreadyExistsError, KubeNotFoundError
-from ambit.lab.meshconfig import write_if_changed
-from ambit.lab.topology import Topology
+from ambit.lab.mesh.config import write_if_changed
+from ambit.lab.network.topology import Topology
 
-log = logging.getLogger("ambit.lab.meshidentity")
+log = logging.getLogger("ambit.lab.mesh.identity")
 
 SYSTEM_NAMESPACE = "istio-system"
 NODE_PROXY_ACCOUNT = "ztunnel"

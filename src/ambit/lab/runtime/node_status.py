@@ -4,7 +4,7 @@ Theory of operation. :func:`node_manifest` is the Node as created (labels with `
 ``kubernetes.io/os``, ``podCIDR``); :func:`node_status` is what each heartbeat patches: the addresses, the
 pressure conditions (always false) and ``Ready`` (true since ``ready_since``, heartbeat ``now``), capacity, and
 ``nodeInfo`` from the machine (:class:`HostInfo`, read once). The heartbeat loop and the node's Lease are
-:class:`ambit.lab.kubelet.NodeRuntime`'s.
+:class:`ambit.lab.runtime.kubelet.NodeRuntime`'s.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ambit.lab.container_state import rfc3339
+from ambit.lab.runtime.containers import rfc3339
 
 if TYPE_CHECKING:
-    from ambit.lab.kubelet import NodeRuntimeSettings
+    from ambit.lab.runtime.kubelet import NodeRuntimeSettings
 
 KUBELET_VERSION = "v1.32.0-ambit"
 RUNTIME_VERSION = "ambit://0.1.0"

@@ -27,10 +27,17 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ambit.commands import CommandRunner
 from ambit.errors import AmbitError
-from ambit.lab.commands import CommandRunner
-from ambit.lab.record import Record, sweep
-from ambit.lab.topology import BRIDGE_ADDRESS, CNI_PLUGIN_DIR, NODE_NETWORK, SERVICE_CIDR, NodeAddresses, Topology
+from ambit.lab.cluster.record import Record, sweep
+from ambit.lab.network.topology import (
+    BRIDGE_ADDRESS,
+    CNI_PLUGIN_DIR,
+    NODE_NETWORK,
+    SERVICE_CIDR,
+    NodeAddresses,
+    Topology,
+)
 
 NETWORK_NAME = "ambit-lab"
 CONFLIST_NAME = "10-ambit-lab.conflist"
@@ -63,7 +70,7 @@ def create_network(topology: Topology, record: Record, runner: CommandRunner) ->
 
 
 def destroy_network(topology: Topology, record: Record, runner: CommandRunner) -> list[str]:
-    """Remove everything the lab created (see :func:`ambit.lab.record.sweep`); return what was removed."""
+    """Remove everything the lab created (see :func:`ambit.lab.cluster.record.sweep`); return what was removed."""
     return sweep(topology, record, runner)
 
 

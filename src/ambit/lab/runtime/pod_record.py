@@ -3,7 +3,8 @@
 Theory of operation. A :class:`PodRecord` names the node, the pod, its sandbox (network namespace and addresses)
 and each container's process by pid and start time. The pod worker rewrites it after each change (atomically:
 written to a temporary file, then renamed) so that a runtime that crashed at any point finds the sandbox and the
-processes it left (rule 6 of :mod:`ambit.lab.pod_worker`). A file that cannot be read or parsed counts as absent.
+processes it left (rule 6 of :mod:`ambit.lab.runtime.pod_worker`). A file that cannot be read or parsed counts as
+absent.
 """
 
 from __future__ import annotations

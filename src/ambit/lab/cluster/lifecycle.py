@@ -4,8 +4,8 @@ Order of ``up``: topology (``lab.json``) → network (bridge, node namespaces, r
 the bridge address → (with the mesh: the mesh CA in ``mesh/ca`` and an empty ``mesh/workloads.yaml``) →
 controllers (with the mesh they also keep ``mesh/workloads.yaml`` current) → one node runtime per node, inside the
 node's namespace → (with the mesh: ``ambit lab supervise``, which starts each node's agent and proxy and restarts
-them when they die, see :mod:`ambit.lab.supervisor`) → wait until every Node is Ready. Each process is started in
-its own session (it outlives ``ambit lab up``) and recorded with its start time. ``down`` is the lab record's sweep
+them when they die, see :mod:`ambit.lab.cluster.supervisor`) → wait until every Node is Ready. Each process is started
+in its own session (it outlives ``ambit lab up``) and recorded with its start time. ``down`` is the lab record's sweep
 plus a scan for lab processes by command line (a process started just before a crash, not yet recorded, is found
 that way), then the lab directory. The supervisor is stopped first, so that it does not restart what ``down``
 stops. Both are safe to run again.
@@ -23,11 +23,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ambit.commands import CommandRunner, SubprocessRunner, process_start_time
 from ambit.errors import AmbitError
-from ambit.lab.commands import CommandRunner, SubprocessRunner, process_start_time
-from ambit.lab.network import create_network
-from ambit.lab.record import Record, sweep
-from ambit.lab.topology import API_PORT, BRIDGE_ADDRESS, SERVICE_CIDR, Topology
+from ambit.lab.cluster.record import Record, sweep
+from ambit.lab.network.bridge import create_network
+from ambit.lab.network.topology import API_PORT, BRIDGE_ADDRESS, SERVICE_CIDR, Topology
 
 
 class LabError(AmbitError):
@@ -118,7 +118,7 @@ def _prepare_mesh(topology: Topology) -> None:
     """The mesh's CA and an empty config file, before any node proxy starts (they read both at start-up)."""
     from ambit.controlplane.translate import translate
     from ambit.identity.localca import ROOT_COMMON_NAME, ROOT_NAME
-    from ambit.lab.meshconfig import write_if_changed
+    from ambit.lab.mesh.config import write_if_changed
     from ambit.model.localconfig import render_local_config
     from ambit.tls.certs import load_or_create_ca
 

@@ -1,15 +1,19 @@
-"""The lab's seam for side effects on the machine: commands, signals and process identity.
+"""Ambit's seam for side effects on the machine: commands, signals and process identity.
 
-Everything the lab does to the machine (``ip``, ``nft``, CNI plugins, signals) goes through a
-:class:`CommandRunner`. :class:`SubprocessRunner` is the real one; :class:`RecordingRunner` is the stand-in for
+Everything Ambit runs on the machine (``ip``, ``nft``, ``iptables-restore``, CNI plugins) and every signal it sends
+goes through a :class:`CommandRunner`: the lab's network and pods, the node agent's redirection (:mod:`ambit.cni`,
+:mod:`ambit.redirect`). :class:`SubprocessRunner` is the real one; :class:`RecordingRunner` is the stand-in for
 unit tests: it records every call and answers from a responder the test provides, so tests can check the exact
-commands and play a machine's answers back without root.
+commands and play a machine's answers back without root. :class:`RewritingRunner` wraps a runner and rewrites
+each command line before running it (to run it in another network namespace, for instance).
 
 A command's environment is the runner's own environment with ``env`` laid over it (CNI plugins need ``PATH`` and
 the runtime's variables as well as the ``CNI_*`` ones).
 
 Processes are identified by (pid, start time): the start time is field 22 of ``/proc/<pid>/stat`` (clock ticks
 after boot), so a recorded pid that the kernel has since given to another process is never signalled.
+
+A low-layer module: it imports only the standard library and :mod:`ambit.errors`.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ class CommandResult:
 
 
 class CommandError(AmbitError):
-    """A command the lab ran exited non-zero (or could not be started, ``returncode`` 127)."""
+    """A command exited non-zero (or could not be started, ``returncode`` 127)."""
 
     def __init__(self, result: CommandResult) -> None:
         self.result = result
@@ -52,7 +56,7 @@ class CommandError(AmbitError):
 
 
 class CommandRunner(Protocol):
-    """Runs commands and signals processes on behalf of the lab."""
+    """Runs commands and signals processes."""
 
     def run(
         self,
@@ -181,6 +185,44 @@ class SubprocessRunner:
 
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)
+
+
+class RewritingRunner:
+    """Runs every command through ``inner`` after ``rewrite`` has turned its argv into the one to run."""
+
+    def __init__(self, inner: CommandRunner, rewrite: Callable[[tuple[str, ...]], tuple[str, ...]]) -> None:
+        self.inner = inner
+        self.rewrite = rewrite
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | None = None,
+        env: Mapping[str, str] | None = None,
+        check: bool = True,
+        timeout: float | None = None,
+    ) -> CommandResult:
+        return self.inner.run(self.rewrite(tuple(argv)), stdin=stdin, env=env, check=check, timeout=timeout)
+
+    async def run_async(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | None = None,
+        env: Mapping[str, str] | None = None,
+        check: bool = True,
+    ) -> CommandResult:
+        return await self.inner.run_async(self.rewrite(tuple(argv)), stdin=stdin, env=env, check=check)
+
+    def process_start_time(self, pid: int) -> int | None:
+        return self.inner.process_start_time(pid)
+
+    def kill(self, pid: int, sig: int) -> bool:
+        return self.inner.kill(pid, sig)
+
+    def sleep(self, seconds: float) -> None:
+        self.inner.sleep(seconds)
 
 
 @dataclass(frozen=True, slots=True)

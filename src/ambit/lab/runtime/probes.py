@@ -32,7 +32,7 @@ from typing import Any
 
 from ambit.errors import AmbitError
 
-log = logging.getLogger("ambit.lab.probes")
+log = logging.getLogger("ambit.lab.runtime.probes")
 
 USER_AGENT = "kube-probe/1.32"
 MAX_MESSAGE = 512

@@ -8,7 +8,8 @@ Invariants:
 
 - :meth:`PodSandboxes.create` either returns an attached sandbox or leaves nothing behind: when CNI ADD fails the
   chain is torn down (DEL, as containerd does after a failed set-up, so an address already taken is released) and
-  the namespace removed, then the :class:`~ambit.lab.cni.CniError` propagates for the runtime to report.
+  the namespace removed, then the :class:`~ambit.lab.network.plugins.CniInvocationError` propagates for the runtime to
+  report.
 - :meth:`PodSandboxes.destroy` is idempotent: DEL tolerates a missing namespace or attachment, and the namespace
   is removed even when DEL fails (the error is raised afterwards; a later destroy retries DEL with the cache).
 - The namespace is noted in the lab's record before it is created (a crash leaves nothing the sweep misses).
@@ -22,11 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ambit.lab import cni
-from ambit.lab.cni import CniError, CniResult
-from ambit.lab.commands import CommandRunner
-from ambit.lab.record import Record
-from ambit.lab.topology import Topology
+from ambit.cni.errors import CniError
+from ambit.commands import CommandRunner
+from ambit.lab.cluster.record import Record
+from ambit.lab.network import plugins
+from ambit.lab.network.plugins import CniInvocationError, CniResult
+from ambit.lab.network.topology import Topology
 
 NETNS_RUN_DIR = "/run/netns"  # where ``ip netns add`` mounts named namespaces
 POD_IFNAME = "eth0"
@@ -68,9 +70,10 @@ class PodSandboxes:
         return f"{NETNS_RUN_DIR}/{self.topology.pod_netns(pod_uid)}"
 
     async def create(self, pod: Mapping[str, Any]) -> Sandbox:
-        """Make the pod's namespace and attach it (CNI ADD); raises :class:`CniError` with nothing left behind."""
+        """Make the pod's namespace and attach it (CNI ADD); raises :class:`CniInvocationError`, leaving nothing
+        behind."""
         uid, name, namespace = _identity(pod)
-        conflist = cni.load_conflist(self.conf_dir)  # before creating anything: a bad config leaves nothing
+        conflist = plugins.load_conflist(self.conf_dir)  # before creating anything: a bad config leaves nothing
         netns, path = self.topology.pod_netns(uid), self.netns_path(uid)
         if _exists(path):
             await self.destroy(uid)  # a stale sandbox of an earlier run: start clean
@@ -78,10 +81,10 @@ class PodSandboxes:
         await self.runner.run_async(["ip", "netns", "add", netns])
         args = _cni_args(uid, name, namespace)
         try:
-            result = await cni.add(conflist, uid, path, POD_IFNAME, args, *self._exec(), cache_dir=self.cache_dir)
+            result = await plugins.add(conflist, uid, path, POD_IFNAME, args, *self._exec(), cache_dir=self.cache_dir)
         except BaseException:
             try:
-                await cni.delete(conflist, uid, path, POD_IFNAME, args, *self._exec(), cache_dir=self.cache_dir)
+                await plugins.delete(conflist, uid, path, POD_IFNAME, args, *self._exec(), cache_dir=self.cache_dir)
             except Exception:  # the ADD failure is the one to report
                 pass
             finally:
@@ -92,12 +95,12 @@ class PodSandboxes:
     async def destroy(self, pod_uid: str) -> None:
         """Detach (CNI DEL) and remove the pod's namespace; nothing to do is not an error."""
         netns, path = self.topology.pod_netns(pod_uid), self.netns_path(pod_uid)
-        failure: CniError | None = None
+        failure: CniInvocationError | None = None
         try:
-            conflist = cni.load_conflist(self.conf_dir)
+            conflist = plugins.load_conflist(self.conf_dir)
             args = _cni_args(pod_uid, "", "")
-            await cni.delete(conflist, pod_uid, path, POD_IFNAME, args, *self._exec(), cache_dir=self.cache_dir)
-        except CniError as exc:
+            await plugins.delete(conflist, pod_uid, path, POD_IFNAME, args, *self._exec(), cache_dir=self.cache_dir)
+        except CniInvocationError as exc:
             failure = exc
         if _exists(path):
             await self.runner.run_async(["ip", "netns", "delete", netns])
@@ -105,13 +108,13 @@ class PodSandboxes:
             raise failure
 
     async def check(self, pod_uid: str) -> None:
-        """CNI CHECK of the pod's attachment; raises :class:`CniError` when it is not as ADD left it."""
+        """CNI CHECK of the pod's attachment; raises :class:`CniInvocationError` when it is not as ADD left it."""
         path = self.netns_path(pod_uid)
         if not _exists(path):
-            raise CniError(3, f"pod {pod_uid} has no sandbox (no {path})", command="CHECK")
-        conflist = cni.load_conflist(self.conf_dir)
+            raise CniInvocationError(CniError(f"pod {pod_uid} has no sandbox (no {path})", code=3), command="CHECK")
+        conflist = plugins.load_conflist(self.conf_dir)
         args = _cni_args(pod_uid, "", "")
-        await cni.check(conflist, pod_uid, path, POD_IFNAME, args, *self._exec(), cache_dir=self.cache_dir)
+        await plugins.check(conflist, pod_uid, path, POD_IFNAME, args, *self._exec(), cache_dir=self.cache_dir)
 
     def _exec(self) -> tuple[list[Path], CommandRunner, str]:
         return self.bin_dirs, self.runner, self.node.netns

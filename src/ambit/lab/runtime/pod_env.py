@@ -5,8 +5,8 @@ Theory of operation. :func:`config_refs` names the ConfigMaps and Secrets a cont
 reads them from the API (a missing one is None, Secrets are decoded); :func:`container_env` then builds the
 environment without I/O: the runtime's variables first, then ``envFrom``, then ``env``, each ``value`` expanded
 against what is defined before it. A reference that cannot be resolved raises
-:class:`~ambit.lab.containers.ContainerConfigError`: with ``retry`` when the object or key may appear later
-(a missing ConfigMap, Secret or key that is not optional), without it when the spec itself is unsupported.
+:class:`~ambit.lab.runtime.containers_apply.ContainerConfigError`: with ``retry`` when the object or key may appear
+later (a missing ConfigMap, Secret or key that is not optional), without it when the spec itself is unsupported.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 from ambit.k8s import KubeClient, kinds
 from ambit.k8s.errors import KubeClientError, KubeNotFoundError
-from ambit.lab.containers import ContainerConfigError
+from ambit.lab.runtime.containers_apply import ContainerConfigError
 
 
 def expand(text: str, env: Mapping[str, str]) -> str:

@@ -1,10 +1,10 @@
 """Containers of the lab: commands from the machine's filesystem, run and restarted as the kubelet runs containers.
 
 :class:`ContainerSupervisor` is the asyncio shell of one container's state machine
-(:class:`ambit.lab.container_state.ContainerState`, whose rules are in :mod:`ambit.lab.container_state`): it asks
+(:class:`ambit.lab.runtime.containers.ContainerState`, whose rules are in :mod:`ambit.lab.runtime.containers`): it asks
 its pod for a :class:`LaunchSpec` (command, environment, probe target), spawns the process
-(:mod:`ambit.lab.processes`), waits for it while probing it, restarts it after the back-off its state computes, and
-stops it (SIGTERM to the process group, SIGKILL after the grace period). A container that cannot be started as
+(:mod:`ambit.lab.runtime.processes`), waits for it while probing it, restarts it after the back-off its state computes,
+and stops it (SIGTERM to the process group, SIGKILL after the grace period). A container that cannot be started as
 specified raises :class:`ContainerConfigError` from its pod's ``prepare``; it waits in CONFIG_ERROR and is tried
 again after ``config_retry`` seconds when ``retry`` says a later attempt may succeed. A process that cannot be
 executed is a start error (exit code 128, reason ``StartError``), as container runtimes report it.
@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from ambit.errors import AmbitError
-from ambit.lab.container_state import ConfigFailed, ContainerState, Exited, Phase, Started, StopRequested
-from ambit.lab.probes import ProbeConfigError, ProbeSpec, ProbeTarget, ProbeTracker, ProbeWorker
-from ambit.lab.processes import KILL_WAIT, ProcessHandle, signal_group, spawn, wait_exit
+from ambit.lab.runtime.containers import ConfigFailed, ContainerState, Exited, Phase, Started, StopRequested
+from ambit.lab.runtime.probes import ProbeConfigError, ProbeSpec, ProbeTarget, ProbeTracker, ProbeWorker
+from ambit.lab.runtime.processes import KILL_WAIT, ProcessHandle, signal_group, spawn, wait_exit
 
-log = logging.getLogger("ambit.lab.containers")
+log = logging.getLogger("ambit.lab.runtime.containers_apply")
 
 EventType = Literal["Normal", "Warning"]
 

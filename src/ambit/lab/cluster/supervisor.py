@@ -2,13 +2,13 @@
 
 Theory of operation: the supervisor is the parent of the lab's control plane (root namespace, on the lab bridge)
 and of every node agent and node proxy (``ambit lab up`` starts the supervisor, not the daemons), so it learns of a
-death by ``wait``, not by polling. Node proxies start once their credentials exist (:mod:`ambit.lab.meshidentity`).
+death by ``wait``, not by polling. Node proxies start once their credentials exist (:mod:`ambit.lab.mesh.identity`).
 Each node daemon runs inside its node's network namespace through ``nsenter --net=/run/netns/<node netns>``
 (nsenter execs, so the pid is the daemon's), in a session of its own, with its output appended to
 ``nodes/<node>/<what>.log``, and is noted in the lab record right after each start (as ``lab up`` notes its
 processes), so that ``ambit lab down`` removes it whoever started it.
 
-Rules (:class:`RestartBackoff`, pure):
+Rules (2 and 3 are :class:`ambit.lab.runtime.backoff.RestartBackoff`'s, with :class:`SupervisorSettings`):
 
 1. A daemon that exits, for whatever reason, is started again after a delay.
 2. The first delay is ``initial`` (1 s); each further one doubles, up to ``maximum`` (30 s).
@@ -39,11 +39,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ambit.lab.commands import process_start_time
-from ambit.lab.record import Record
-from ambit.lab.topology import Topology
+from ambit.commands import process_start_time
+from ambit.lab.cluster.record import Record
+from ambit.lab.network.topology import Topology
+from ambit.lab.runtime.backoff import RestartBackoff
 
-log = logging.getLogger("ambit.lab.supervisor")
+log = logging.getLogger("ambit.lab.cluster.supervisor")
 
 MESH_DAEMONS = ("nodeagent", "nodeproxy")
 NODEPROXY_FLAGS_FILE = "nodeproxy-flags"
@@ -91,19 +92,9 @@ def read_flags(path: Path) -> tuple[str, ...]:
     return tuple(line for line in lines if line and not line.startswith("#"))
 
 
-class RestartBackoff:
-    """The restart delays of one daemon (rules 1 to 3); pure bookkeeping, the caller sleeps and passes ``now``."""
-
-    def __init__(self, settings: SupervisorSettings) -> None:
-        self.settings = settings
-        self._next = settings.initial
-
-    def delay_after_exit(self, started: float, now: float) -> float:
-        s = self.settings
-        if now - started >= s.stable:
-            self._next = s.initial
-        delay, self._next = self._next, min(self._next * 2, s.maximum)
-        return delay
+def daemon_backoff(settings: SupervisorSettings) -> RestartBackoff:
+    """The restart delays of one daemon (rules 2 and 3): the first restart waits ``initial``."""
+    return RestartBackoff(settings.initial, settings.maximum, reset_after=settings.stable)
 
 
 CONTROL_PLANE_PORT = 15012
@@ -112,7 +103,7 @@ CONTROL_PLANE_PORT = 15012
 def control_plane_daemon(topology: Topology) -> Daemon:
     """The control plane, in the root namespace on the lab bridge, signing with the lab's plug-in CA."""
     from ambit.identity.localca import ROOT_NAME
-    from ambit.lab.topology import BRIDGE_ADDRESS
+    from ambit.lab.network.topology import BRIDGE_ADDRESS
 
     ca = topology.mesh_ca_dir
     argv = (
@@ -129,8 +120,8 @@ def control_plane_daemon(topology: Topology) -> Daemon:
 
 def mesh_daemons(topology: Topology, *, what: tuple[str, ...] = MESH_DAEMONS) -> list[Daemon]:
     """The node agent and node proxy of every node (or those named in ``what``)."""
-    from ambit.lab.meshidentity import root_file, token_file
-    from ambit.lab.topology import BRIDGE_ADDRESS
+    from ambit.lab.mesh.identity import root_file, token_file
+    from ambit.lab.network.topology import BRIDGE_ADDRESS
 
     out: list[Daemon] = []
     directory = str(topology.path)
@@ -190,7 +181,7 @@ class Supervisor:
         self._tasks.append(task)
 
     async def _keep(self, daemon: Daemon) -> None:
-        backoff = RestartBackoff(self.settings)
+        backoff = daemon_backoff(self.settings)
         while True:
             started = self._clock()
             try:
@@ -277,7 +268,7 @@ async def run_supervisor(topology: Topology, settings: SupervisorSettings | None
     bound to their node's ztunnel pod, and the mesh root from the ConfigMap the control plane publishes).
     """
     from ambit.k8s import KubeClient
-    from ambit.lab.meshidentity import provision_node_proxies, refresh_tokens
+    from ambit.lab.mesh.identity import provision_node_proxies, refresh_tokens
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     stop = asyncio.Event()

@@ -12,13 +12,13 @@ import signal
 import sys
 from pathlib import Path
 
+from ambit.commands import SubprocessRunner
 from ambit.k8s import KubeClient
-from ambit.lab.commands import SubprocessRunner
-from ambit.lab.kubelet import NodeRuntime, NodeRuntimeSettings
-from ambit.lab.record import Record
-from ambit.lab.sandbox import PodSandboxes
-from ambit.lab.services_apply import ServiceProxy
-from ambit.lab.topology import SERVICE_CIDR, Topology
+from ambit.lab.cluster.record import Record
+from ambit.lab.network.services_apply import ServiceProxy
+from ambit.lab.network.topology import SERVICE_CIDR, Topology
+from ambit.lab.runtime.kubelet import NodeRuntime, NodeRuntimeSettings
+from ambit.lab.runtime.sandbox import PodSandboxes
 
 log = logging.getLogger("ambit.lab")
 
@@ -75,7 +75,7 @@ async def run_node(topology: Topology, node_name: str) -> None:
 
 async def run_controllers_for(topology: Topology) -> None:
     """The scheduler, Deployment/ReplicaSet and EndpointSlice controllers, against the lab's API server; with the
-    mesh, also the writer of the mesh config file (:mod:`ambit.lab.meshconfig`)."""
+    mesh, also the writer of the mesh config file (:mod:`ambit.lab.mesh.config`)."""
     from ambit.lab.controllers.manager import ControllerManager
     from ambit.lab.controllers.settings import ControllerSettings
 
@@ -86,8 +86,8 @@ async def run_controllers_for(topology: Topology) -> None:
         contextlib.AsyncExitStack() as stack,
     ):
         if topology.mesh:
-            # Until the control plane serves xDS, the node proxies read the mesh's workloads from this file.
-            from ambit.lab.meshconfig import MeshConfigSettings, MeshConfigWriter
+            # A node proxy started without an xDS address reads the mesh's workloads from this file.
+            from ambit.lab.mesh.config import MeshConfigSettings, MeshConfigWriter
 
             await stack.enter_async_context(MeshConfigWriter(client, MeshConfigSettings(topology.mesh_config_file)))
         log.info("controllers of lab %s are running", topology.lab_id)

@@ -1,7 +1,8 @@
 """The lab's mesh config file: the Workload API's workloads and services, kept current for the node proxies.
 
-Until the control plane serves xDS, each node proxy reads ``<lab>/mesh/workloads.yaml`` (``ambit nodeproxy
---config``). :class:`MeshConfigWriter` keeps that file in step with the cluster, in the controllers process.
+A node proxy started without ``--xds-address`` reads its workloads and services from ``<lab>/mesh/workloads.yaml``
+(``ambit nodeproxy --config``, whose default in a lab is that file). :class:`MeshConfigWriter` keeps the file in
+step with the cluster, in the controllers process.
 
 Theory of operation: four informers (Pods, Services, EndpointSlices, Namespaces) fill their caches; every change
 only marks the config dirty. One task waits for the mark, lets ``debounce`` seconds pass so that a burst of changes
@@ -32,7 +33,7 @@ from ambit.errors import AmbitError
 from ambit.k8s import KubeClient
 from ambit.model.localconfig import LocalConfig, render_local_config
 
-log = logging.getLogger("ambit.lab.meshconfig")
+log = logging.getLogger("ambit.lab.mesh.config")
 
 
 class MeshConfigError(AmbitError):

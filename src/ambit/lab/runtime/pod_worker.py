@@ -1,10 +1,11 @@
 """One pod's life on its node: the :class:`PodWorker`, the only writer of that pod's status and of its files under
 ``<pods_dir>/<uid>/``.
 
-Theory of operation. The node runtime (:class:`ambit.lab.kubelet.NodeRuntime`) gives each pod bound to its node,
-by uid, one worker. Pods are network namespaces made by the runtime's sandbox manager (CNI ADD/DEL); containers are
-processes run by one :class:`~ambit.lab.containers.ContainerSupervisor` each, with the worker as their hooks
-(environment, recording of processes, Events, status changes).
+Theory of operation. The node runtime (:class:`ambit.lab.runtime.kubelet.NodeRuntime`) gives each pod bound to its node,
+by uid, one worker, which sees the runtime only through :class:`PodHost`. Pods are network namespaces made by the
+runtime's sandbox manager (CNI ADD/DEL); containers are processes run by one
+:class:`~ambit.lab.runtime.containers_apply.ContainerSupervisor` each, with the worker as their hooks (environment,
+recording of processes, Events, status changes).
 
 Stages of a pod worker (rules, in the order they apply):
 
@@ -16,8 +17,8 @@ Rule 2. TOKEN: unless ``automountServiceAccountToken`` is false, write a service
         ``<pods_dir>/<uid>/token`` (0600) before any container starts, and refresh it at ``token_refresh_fraction``
         of its lifetime. Failures retry like rule 1 (Warning ``FailedMount``).
 Rule 3. RUNNING: one supervisor per container starts, restarts and probes it (its own rules are in
-        :mod:`ambit.lab.containers`). When every container has exited for good the pod is Succeeded or Failed
-        and its sandbox is destroyed; the worker then only waits for the pod's deletion.
+        :mod:`ambit.lab.runtime.containers_apply`). When every container has exited for good the pod is Succeeded or
+        Failed and its sandbox is destroyed; the worker then only waits for the pod's deletion.
 Rule 4. TERMINATING preempts every stage, once the pod has a ``deletionTimestamp`` or is gone from the API (force
         deletion): SIGTERM to every container's process group, SIGKILL after the grace period
         (``deletionGracePeriodSeconds``, else ``spec.terminationGracePeriodSeconds``, at least
@@ -40,31 +41,69 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ambit.k8s import kinds
 from ambit.k8s.errors import KubeClientError, KubeNotFoundError
-from ambit.lab.cni import CniError
-from ambit.lab.container_state import ContainerState, Exited, Phase, RestartBackoff, parse_rfc3339, pod_phase, rfc3339
-from ambit.lab.containers import ContainerConfigError, ContainerSupervisor, EventType, LaunchSpec
-from ambit.lab.pod_env import config_refs, container_env, expand, fetch_configs
-from ambit.lab.pod_record import STATE_FILE, PodRecord, SavedSandbox
-from ambit.lab.pod_status import MANAGED_STATUS, PodView, pod_status, sandbox_error_message, status_patch
-from ambit.lab.probes import ProbeTarget
-from ambit.lab.processes import ProcessHandle, container_argv, find_process, pids_in_netns, reap, stop_process
+from ambit.lab.network.plugins import CniInvocationError
+from ambit.lab.runtime.containers import (
+    ContainerState,
+    Exited,
+    Phase,
+    crash_loop_backoff,
+    parse_rfc3339,
+    pod_phase,
+    rfc3339,
+)
+from ambit.lab.runtime.containers_apply import ContainerConfigError, ContainerSupervisor, EventType, LaunchSpec
+from ambit.lab.runtime.pod_env import config_refs, container_env, expand, fetch_configs
+from ambit.lab.runtime.pod_record import STATE_FILE, PodRecord, SavedSandbox
+from ambit.lab.runtime.pod_status import MANAGED_STATUS, PodView, pod_status, sandbox_error_message, status_patch
+from ambit.lab.runtime.probes import ProbeTarget
+from ambit.lab.runtime.processes import ProcessHandle, container_argv, find_process, pids_in_netns, reap, stop_process
 
 if TYPE_CHECKING:
-    from ambit.lab.kubelet import NodeRuntime
+    from ambit.k8s import KubeClient
+    from ambit.lab.runtime.kubelet import NodeRuntimeSettings, SandboxManager
 
-log = logging.getLogger("ambit.lab.kubelet")
+log = logging.getLogger("ambit.lab.runtime.kubelet")
+
+
+class PodHost(Protocol):
+    """What a pod worker uses of its node runtime (:class:`ambit.lab.runtime.kubelet.NodeRuntime` is the one)."""
+
+    @property
+    def settings(self) -> NodeRuntimeSettings: ...
+    @property
+    def client(self) -> KubeClient: ...
+    @property
+    def sandboxes(self) -> SandboxManager: ...
+    @property
+    def clock(self) -> Callable[[], float]: ...
+    @property
+    def sleep(self) -> Callable[[float], Awaitable[None]]: ...
+    @property
+    def spawner(self) -> Callable[[Sequence[str], Mapping[str, str], Path], ProcessHandle]: ...
+
+    def event(self, regarding: Mapping[str, Any], type: EventType, reason: str, note: str) -> None:
+        """Record a Kubernetes Event about ``regarding``."""
+        ...
+
+    def pod_dir(self, uid: str) -> Path:
+        """The directory of the pod's files."""
+        ...
+
+    async def note_process(self, handle: ProcessHandle, what: str) -> None:
+        """Note a started process in the lab's record (best effort)."""
+        ...
 
 
 class PodWorker:
     """One pod's life on this node (rules 1 to 6 of the module docstring); the hooks of its containers."""
 
-    def __init__(self, runtime: NodeRuntime, pod: dict[str, Any]) -> None:
+    def __init__(self, runtime: PodHost, pod: dict[str, Any]) -> None:
         self.runtime = runtime
         self.pod = pod
         meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
@@ -107,7 +146,7 @@ class PodWorker:
             state = ContainerState(
                 str(container.get("name")),
                 policy,
-                RestartBackoff(s.restart_backoff_initial, s.restart_backoff_max, s.restart_backoff_reset),
+                crash_loop_backoff(s.restart_backoff_initial, s.restart_backoff_max, s.restart_backoff_reset),
             )
             before = reported.get(state.name) or {}
             state.restart_count = int(before.get("restartCount") or 0)
@@ -354,7 +393,7 @@ class PodWorker:
                     self.name,
                     message,
                     delay,
-                    exc_info=not isinstance(exc, CniError),
+                    exc_info=not isinstance(exc, CniInvocationError),
                 )
                 self.sandbox_error = message
                 self.event("Warning", "FailedCreatePodSandBox", f"Failed to create pod sandbox: {message}")
