@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from test_apiserver_client import ApiClient, JsonObject, assert_status, configmap, pod
+from apiserver_client import ApiClient, JsonObject, assert_status, configmap, pod
 
 from ambit.apiserver.server import ApiServer
 from ambit.tls.certs import issue_server_cert, new_ca

@@ -14,9 +14,9 @@ from typing import Any
 import msgspec
 import pytest
 import pytest_asyncio
+from apiserver_client import ApiClient, Reply, assert_status, configmap, pod
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_apiserver_client import ApiClient, Reply, assert_status, configmap, pod
 
 from ambit.apiserver.http import MAX_BODY
 from ambit.apiserver.server import ApiServer, ApiServerSettings

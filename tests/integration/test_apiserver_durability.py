@@ -15,7 +15,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from test_apiserver_client import ApiClient, JsonObject, assert_status, configmap, ssl_context_from_kubeconfig
+from apiserver_client import ApiClient, JsonObject, assert_status, configmap, ssl_context_from_kubeconfig
 from tests.harness import ServerProcess, free_port
 
 CMS = "/api/v1/namespaces/default/configmaps"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.integration.test_apiserver_client import ApiClient
+from apiserver_client import ApiClient
 
 from ambit.apiserver.server import ApiServer
 

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from test_apiserver_client import (
+from apiserver_client import (
     CRDS,
     WIDGETS,
     ApiClient,

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from test_apiserver_client import ApiClient, JsonObject, assert_status, configmap, pod
+from apiserver_client import ApiClient, JsonObject, assert_status, configmap, pod
 
 from ambit.apiserver.server import ApiServer
 from ambit.apiserver.tokens import DEFAULT_ISSUER

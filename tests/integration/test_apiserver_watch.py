@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from test_apiserver_client import CRDS, WIDGETS, ApiClient, JsonObject, configmap, pod, widget, widget_crd
+from apiserver_client import CRDS, WIDGETS, ApiClient, JsonObject, configmap, pod, widget, widget_crd
 
 from ambit.apiserver.server import ApiServer, ApiServerSettings
 
