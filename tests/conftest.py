@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 from tests.harness import ServerProcess, free_port
 
 from ambit.apiserver.server import ApiServer, ApiServerSettings
 
 REPO = Path(__file__).resolve().parents[1]
+
+# Property tests judge correctness, never speed: no per-example deadline and no "too slow" health check, which a
+# loaded machine trips at random. In CI the examples are derived from each test's name, so a run is repeatable.
+settings.register_profile(
+    "ambit",
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    derandomize=os.environ.get("CI") == "true",
+)
+settings.load_profile("ambit")
 
 
 @pytest.fixture

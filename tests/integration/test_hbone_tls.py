@@ -200,6 +200,9 @@ async def test_ten_mebibytes_each_way_with_slow_readers_stay_bounded(mesh: Mesh)
     async def slow_sink_and_source(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         sock = writer.get_extra_info("socket")
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SMALL_BUFFER)
+        # A fixed receive buffer too: left to autotuning (up to net.ipv4.tcp_rmem's maximum) the kernel would hold
+        # more of the upload the slower this reader runs, which is the kernel's memory, not the relay's.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SMALL_BUFFER)
 
         async def sink() -> None:
             digest = hashlib.sha256()
