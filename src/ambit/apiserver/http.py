@@ -26,6 +26,7 @@ from ambit.apiserver.tokens import TokenIdentity
 from ambit.apiserver.verbs import ResourceManager
 from ambit.apiserver.watch import ObjectFilter
 from ambit.apiserver.watch_cursor import Bookmark, WatchCursor, WatchSettings
+from ambit.model import untrusted_yaml
 
 log = logging.getLogger("ambit.apiserver")
 
@@ -508,7 +509,11 @@ def _decode_body(raw: bytes, content_type: str) -> Any:
         return protobuf.decode_protobuf_body(raw)
     if "yaml" in kind:
         try:
-            return yaml.load(raw, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+            return untrusted_yaml.load(raw)
+        except untrusted_yaml.YamlAliasError as exc:
+            mark = exc.problem_mark
+            where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+            raise errors.bad_request(f"{untrusted_yaml.ALIAS_PROBLEM}{where}") from None
         except yaml.YAMLError as exc:
             raise errors.bad_request(f"the request body is not valid YAML: {exc}") from None
     if kind and kind not in (JSON, "*/*") and not kind.endswith("+json"):

@@ -33,6 +33,7 @@ from ambit.apiserver.store import Store
 from ambit.apiserver.tokens import TokenIssuer
 from ambit.apiserver.verbs import ResourceManager
 from ambit.apiserver.watch import WatchHub
+from ambit.model import untrusted_yaml
 from ambit.tls.certs import issue_server_cert, load_or_create_ca
 
 DEFAULT_CRD_DIR = Path(__file__).resolve().parents[3] / "deploy" / "crds"
@@ -186,7 +187,7 @@ def _load_crds(directory: Path | None) -> list[dict[str, Any]]:
         return []
     crds: list[dict[str, Any]] = []
     for path in sorted(directory.glob("*.yaml")):
-        for doc in yaml.load_all(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+        for doc in untrusted_yaml.load_all(path.read_text()):
             if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
                 crds.append(doc)
     return crds

@@ -34,6 +34,8 @@ from ambit.model.identity import (
     check_path_segment,
     check_trust_domain,
 )
+from ambit.model.untrusted_yaml import SafeLoader as _BaseLoader
+from ambit.model.untrusted_yaml import load as _load_untrusted
 from ambit.model.workload import (
     HealthPolicy,
     HealthStatus,
@@ -46,10 +48,6 @@ from ambit.model.workload import (
     parse_ip,
 )
 
-try:
-    from yaml import CSafeLoader as _BaseLoader
-except ImportError:  # PyYAML built without libyaml
-    from yaml import SafeLoader as _BaseLoader  # type: ignore[assignment]
 
 __all__ = ["LocalConfig", "LocalConfigError", "parse_local_config", "render_local_config"]
 
@@ -106,7 +104,7 @@ class _DuplicateCheckingLoader(_BaseLoader):
 
 def _load_yaml(text: str) -> object:
     try:
-        return yaml.load(text, Loader=_DuplicateCheckingLoader)  # a safe loader, see _BaseLoader
+        return _load_untrusted(text, _DuplicateCheckingLoader)  # a safe loader without aliases, see _BaseLoader
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "somewhere"
