@@ -1,6 +1,7 @@
 """Assembly of the embedded API server: state directory, PKI, kubeconfig, and the HTTPS listener.
 
-The data directory holds everything the server needs to come back after a restart or a crash::
+The data directory holds everything the server needs to come back after a restart or a crash (the directory
+0700 and state.db 0600 whatever the umask)::
 
     DIR/state.db            objects and the event log (SQLite, WAL)
     DIR/pki/ca.{crt,key}    the server's CA (kubeconfig trusts it)
@@ -78,6 +79,7 @@ class ApiServer:
     async def start(self) -> None:
         s = self.settings
         s.data_dir.mkdir(parents=True, exist_ok=True)
+        s.data_dir.chmod(0o700)  # whatever the umask, also when it existed: state.db holds every Secret
         pki = s.data_dir / "pki"
         now = time.time()
         ca = load_or_create_ca(pki, "ca", "ambit-apiserver-ca", now)

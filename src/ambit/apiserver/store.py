@@ -5,6 +5,7 @@ Invariants:
   entry is the write's ``resourceVersion``, so versions increase strictly, also across restarts.
 - Reads are served from memory (a watch cache, as kube-apiserver keeps one); memory and disk are changed together
   after the transaction commits, so an acknowledged write is on disk (WAL; a process crash loses nothing).
+- ``state.db`` and its ``-wal`` and ``-shm`` files are 0600 whatever the umask (every Secret is in them).
 - The log keeps the most recent ``log_capacity`` events. ``horizon`` is the newest version that is no longer in the
   log: a watch may resume from any version ``>= horizon``; older ones get 410 Gone.
 """
@@ -12,6 +13,7 @@ Invariants:
 from __future__ import annotations
 
 import bisect
+import os
 import sqlite3
 from collections import deque
 from collections.abc import Iterator
@@ -75,8 +77,11 @@ class Store:
     def __init__(self, path: Path, *, log_capacity: int = 50_000) -> None:
         self._path = path
         self._log_capacity = log_capacity
+        _make_private(path)
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
+        for suffix in ("-wal", "-shm"):  # SQLite gives them the database file's mode; tighten any left by others
+            _make_private(path.with_name(path.name + suffix), create=False)
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
         self._objects: dict[TypeKey, dict[tuple[str, str], StoredObject]] = {}
@@ -228,6 +233,22 @@ class Store:
         while len(self._log) > keep:
             self._horizon = self._log.popleft().item.rv
         self._db.execute("DELETE FROM log WHERE rv <= ?", (self._horizon,))
+
+
+def _make_private(path: Path, *, create: bool = True) -> None:
+    """Make ``path`` 0600 whatever the umask: created so (O_CREAT's mode is filtered by the umask, hence the
+    fchmod), or tightened when it exists. SQLite creates ``-wal`` and ``-shm`` with the database file's mode."""
+    flags = os.O_RDWR | (os.O_CREAT if create else 0)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except FileNotFoundError:
+        if create:
+            raise
+        return
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
 
 
 def encode(obj: Any) -> bytes:

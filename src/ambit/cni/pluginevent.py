@@ -17,6 +17,8 @@ import contextlib
 import json
 import logging
 import os
+import socket
+import stat
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +29,10 @@ from ambit.cni.enrolment import EnrolmentError
 from ambit.errors import AmbitError
 
 log = logging.getLogger("ambit.cni.pluginevent")
+
+
+class PluginEventSocketError(AmbitError):
+    """The plugin event socket cannot be served safely where it was asked for."""
 
 
 class BadAddEventError(AmbitError):
@@ -100,9 +106,13 @@ class PluginEventServer:
         self._runner = web.AppRunner(app, access_log=None)
 
     async def start(self) -> None:
-        _prepare_socket_path(self.socket_path)
-        await self._runner.setup()
-        await web.UnixSite(self._runner, self.socket_path).start()
+        sock = _bind_private_socket(self.socket_path)
+        try:
+            await self._runner.setup()
+            await web.SockSite(self._runner, sock).start()
+        except BaseException:
+            sock.close()
+            raise
 
     async def aclose(self) -> None:
         await self._runner.cleanup()
@@ -122,10 +132,39 @@ class PluginEventServer:
         return web.Response(status=200, text="ok")
 
 
-def _prepare_socket_path(path: str) -> None:
-    """Create the socket's directory and remove a socket left by a previous agent (bind() would fail)."""
-    directory = os.path.dirname(path)
-    if directory:
-        os.makedirs(directory, exist_ok=True)
+def _bind_private_socket(path: str) -> socket.socket:
+    """A listening UNIX socket at ``path``, mode 0600 whatever the umask, in a directory nobody else may write to.
+
+    Only the owner (root on a node: the plugin runs as root) may connect: ``/cmdadd`` enrols pods. The umask is set
+    for the bind alone (no ``await`` in between, so no other task creates files under it) and the mode is set
+    again after, as :mod:`ambit.zds.server` does. A directory we create is 0700; an existing one that others could
+    write to (and so replace the socket in; not sticky) is tightened when it is ours, refused when it is not.
+    """
+    directory = os.path.dirname(path) or "."
+    if not os.path.isdir(directory):
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        os.chmod(directory, 0o700)
+    info = os.stat(directory)
+    # Sticky (as /tmp): others may write there but cannot remove or rename our socket, so it is left alone.
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not info.st_mode & stat.S_ISVTX:
+        if info.st_uid != os.geteuid():
+            raise PluginEventSocketError(
+                f"plugin event socket directory {directory} is writable by others and not ours to tighten"
+            )
+        os.chmod(directory, stat.S_IMODE(info.st_mode) & ~(stat.S_IWGRP | stat.S_IWOTH))
     with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
+        os.unlink(path)  # a socket left by a previous agent (bind() would fail)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        old_umask = os.umask(0o177)
+        try:
+            sock.bind(path)
+        finally:
+            os.umask(old_umask)
+        os.chmod(path, 0o600)
+        sock.listen(128)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock

@@ -48,7 +48,6 @@ from ambit.model.workload import (
     parse_ip,
 )
 
-
 __all__ = ["LocalConfig", "LocalConfigError", "parse_local_config", "render_local_config"]
 
 T = TypeVar("T")
