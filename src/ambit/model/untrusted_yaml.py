@@ -37,7 +37,7 @@ def refuse_aliases(text: str | bytes, loader: type[Any] = SafeLoader) -> None:
     """Raise :class:`YamlAliasError` at the first alias in ``text`` (any YAML error of the parser passes through)."""
     for event in yaml.parse(text, Loader=loader):
         if isinstance(event, yaml.AliasEvent):
-            raise YamlAliasError(problem=ALIAS_PROBLEM, problem_mark=event.start_mark)
+            raise YamlAliasError(problem=ALIAS_PROBLEM, problem_mark=event.start_mark)  # type: ignore[arg-type]
 
 
 def load(text: str | bytes, loader: type[Any] = SafeLoader) -> Any:
