@@ -491,7 +491,7 @@ async def test_body_over_the_size_limit_is_413(server: ApiServer, api: ApiClient
     before = server.manager.store.resource_version
     big = configmap("big") | {"data": {"blob": "x" * MAX_BODY}}
     reply = await api.post(CMS, big)
-    assert_status(reply, 413, "RequestEntityTooLarge", str(MAX_BODY))
+    assert_status(reply, 413, "RequestEntityTooLarge", f"Request entity too large: limit is {MAX_BODY}")
     await _assert_unchanged(server, api, before)
     assert not await api.exists(f"{CMS}/big")
     # Just under the limit the body is read and judged: a ConfigMap's own limit is 1 MiB of data.

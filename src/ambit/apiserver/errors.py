@@ -1,6 +1,7 @@
 """Errors the API server answers with: each becomes a Kubernetes ``Status`` object with the right HTTP code.
 
-Client mistakes are 4xx and never store anything; a 500 is always our bug.
+Client mistakes are 4xx and never store anything; a 500 is always our bug, but for one that kube-apiserver answers
+with 500 too: an object over etcd's size limit (``etcdserver: request is too large``, no reason).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ class ApiError(AmbitError):
             "reason": self.reason,
             "code": self.code,
         }
+        if not self.reason:  # StatusReasonUnknown, which kube omits (kubectl then says "Error from server: ...")
+            del status["reason"]
         if self.details is not None:
             status["details"] = self.details
         return status
@@ -97,7 +100,12 @@ def gone(message: str) -> ApiError:
 
 
 def too_large(limit: int) -> ApiError:
-    return ApiError(413, "RequestEntityTooLarge", f"request body is larger than the limit of {limit} bytes")
+    return entity_too_large(f"limit is {limit}")
+
+
+def entity_too_large(message: str) -> ApiError:
+    """413 as kube-apiserver words it: ``Request entity too large: limit is 3145728``."""
+    return ApiError(413, "RequestEntityTooLarge", f"Request entity too large: {message}")
 
 
 def unsupported_media_type(content_type: str) -> ApiError:
@@ -130,3 +138,8 @@ def internal(message: str) -> ApiError:
 
 def timeout(message: str) -> ApiError:
     return ApiError(504, "Timeout", message)
+
+
+def too_many_requests(message: str, retry_after: int) -> ApiError:
+    """429 as kube-apiserver's API Priority and Fairness answers it; the shell adds ``Retry-After``."""
+    return ApiError(429, "TooManyRequests", message, details={"retryAfterSeconds": retry_after})

@@ -12,13 +12,14 @@ import hmac
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 from aiohttp import web
 
 from ambit.apiserver import discovery, errors, openapi, protobuf, scale, tables
+from ambit.apiserver.limits import LimitSettings, UserLimiter
 from ambit.apiserver.registry import ResourceType
 from ambit.apiserver.requests import DeleteOptions, User, request_warnings
 from ambit.apiserver.store import StoredObject, decode, encode
@@ -31,6 +32,7 @@ from ambit.model import untrusted_yaml
 log = logging.getLogger("ambit.apiserver")
 
 MAX_BODY = 3 * 1024 * 1024
+WATCH_WRITE_BYTES = 256 * 1024
 JSON = "application/json"
 TABLE_MARK = "as=Table"
 ADMIN = User("kubernetes-admin", groups=("system:masters", "system:authenticated"))
@@ -57,6 +59,7 @@ class HttpSettings:
     git_version: str = "v1.32.0-ambit"
     bookmark_interval: float = 60.0
     default_watch_timeout: float = 1800.0
+    limits: LimitSettings = field(default_factory=LimitSettings)
 
 
 class ApiHttp:
@@ -66,9 +69,10 @@ class ApiHttp:
         self.manager = manager
         self.settings = settings
         self.watches: set[asyncio.Task[Any]] = set()
+        self.limiter = UserLimiter(settings.limits)
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=MAX_BODY, middlewares=[self._errors, self._authenticate])
+        app = web.Application(client_max_size=MAX_BODY, middlewares=[self._errors, self._authenticate, self._throttle])
         app.router.add_route("*", "/{tail:.*}", self._dispatch)
         return app
 
@@ -83,6 +87,9 @@ class ApiHttp:
             response = await handler(request)
         except errors.ApiError as exc:
             response = _json(exc.to_status(), exc.code)
+            retry = (exc.details or {}).get("retryAfterSeconds")
+            if isinstance(retry, int):  # as kube-apiserver: the header says what the Status says
+                response.headers["Retry-After"] = str(retry)
         except web.HTTPRequestEntityTooLarge:
             exc2 = errors.too_large(MAX_BODY)
             response = _json(exc2.to_status(), 413)
@@ -116,6 +123,17 @@ class ApiHttp:
             if not isinstance(result, TokenIdentity):
                 raise errors.unauthorized()
             request[USER] = User(result.username, result.uid, tuple(result.groups), dict(result.extra))
+        return await handler(request)
+
+    @web.middleware
+    async def _throttle(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        """The user's request rate (see :mod:`ambit.apiserver.limits`); public paths are never throttled."""
+        if request.path not in PUBLIC_PATHS:
+            retry = self.limiter.admit(request[USER], time.monotonic())
+            if retry is not None:
+                raise errors.too_many_requests("Too many requests, please try again later.", retry)
         return await handler(request)
 
     # -- routing --------------------------------------------------------------------------------------------
@@ -380,8 +398,38 @@ class ApiHttp:
                     "retryAfterSeconds": 1,
                 },
             )
+        user: User = request[USER]
+        if not self.limiter.open_watch(user):
+            raise errors.too_many_requests(
+                f"too many watches: {user.username} has {self.limiter.watches(user)} open, "
+                f"the limit is {self.settings.limits.max_watches_per_user}",
+                1,
+            )
+        try:
+            settings = WatchSettings(timeout, self.settings.bookmark_interval if bookmarks else None)
+            return await self._stream_watch(request, t, selection, start_rv, send_initial, settings)
+        finally:
+            self.limiter.close_watch(user)
+
+    async def _stream_watch(
+        self,
+        request: web.Request,
+        t: Target,
+        selection: ObjectFilter,
+        start_rv: int,
+        send_initial: bool,
+        settings: WatchSettings,
+    ) -> web.StreamResponse:
+        """Stream one watch; a write that makes no progress within ``watch_send_timeout`` ends it (slow client)."""
+        m = self.manager
         response = web.StreamResponse(headers={"Content-Type": JSON, "Transfer-Encoding": "chunked"})
         await response.prepare(request)
+        send_timeout = self.settings.limits.watch_send_timeout
+
+        async def write(data: bytes) -> None:
+            async with asyncio.timeout(send_timeout):
+                await response.write(data)
+
         wants_table = _wants_table(request)
 
         same_version = t.version == t.rtype.storage_version and t.rtype.from_storage is None
@@ -395,7 +443,7 @@ class ApiHttp:
             return encode({"type": etype, "object": _as_version(item.obj, t)}) + b"\n"
 
         async def send(etype: str, obj: dict[str, Any]) -> None:
-            await response.write(encode({"type": etype, "object": obj}) + b"\n")
+            await write(encode({"type": etype, "object": obj}) + b"\n")
 
         if start_rv and start_rv < m.store.horizon and not send_initial:
             expired = errors.gone(f"too old resource version: {start_rv} ({m.store.horizon + 1})")
@@ -409,38 +457,48 @@ class ApiHttp:
             start_rv=start_rv,
             send_initial=send_initial,
             list_items=lambda: m.list_items(t.rtype, selection).items,
-            settings=WatchSettings(timeout, self.settings.bookmark_interval if bookmarks else None),
+            settings=settings,
             clock=asyncio.get_running_loop().time,
         )
         try:
-            await _write_batched(response, (frame("ADDED", item) for item in cursor.initial))
+            await _write_batched(write, (frame("ADDED", item) for item in cursor.initial))
             if send_initial:
                 await send("BOOKMARK", _bookmark(t, cursor.subscribed_rv, initial_end=True))
-            await _write_batched(response, (frame(etype, item) for etype, item in cursor.replay))
+            await _write_batched(write, (frame(etype, item) for etype, item in cursor.replay))
             while (step := await cursor.next()) is not None:
                 if isinstance(step, Bookmark):
                     await send("BOOKMARK", _bookmark(t, step.resource_version))
                 else:
-                    await response.write(b"".join(frame(etype, item) for etype, item in step.items))
+                    await _write_batched(write, (frame(etype, item) for etype, item in step.items))
         except ConnectionResetError:
             pass  # the client went away; cancellation is not caught here and reaches aiohttp
+        except TimeoutError:
+            # The client does not read: drop the connection and what is buffered for it (a clean end would wait
+            # for the same full buffer). Its client re-watches or relists, as after kube closes a slow watcher.
+            log.info(
+                "closing watch of %s on %s: no progress in %gs", request[USER].username, t.rtype.plural, send_timeout
+            )
+            if request.transport is not None:
+                request.transport.abort()
         finally:
             cursor.close()
         return response
 
 
-async def _write_batched(response: web.StreamResponse, frames: Any, limit: int = 1 << 20) -> None:
-    """Write frames in writes of about ``limit`` bytes."""
+async def _write_batched(
+    write: Callable[[bytes], Awaitable[None]], frames: Any, limit: int = WATCH_WRITE_BYTES
+) -> None:
+    """Write frames in writes of about ``limit`` bytes (what one watch holds encoded at a time)."""
     pending: list[bytes] = []
     size = 0
     for chunk in frames:
         pending.append(chunk)
         size += len(chunk)
         if size >= limit:
-            await response.write(b"".join(pending))
+            await write(b"".join(pending))
             pending, size = [], 0
     if pending:
-        await response.write(b"".join(pending))
+        await write(b"".join(pending))
 
 
 def _bookmark(t: Target, rv: int, *, initial_end: bool = False) -> dict[str, Any]:

@@ -28,7 +28,9 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
-from ambit.apiserver.errors import bad_request, unprocessable
+import msgspec
+
+from ambit.apiserver.errors import bad_request, entity_too_large, unprocessable
 
 MergeKeys = Mapping[tuple[str, ...], str]
 """Field path (list items transparent) → merge key of the list at that path, or :data:`MERGE_BY_VALUE`."""
@@ -82,6 +84,11 @@ def json_merge_patch(target: Any, patch: Any) -> Any:
 
 # ---------------------------------------------------------------------------------------------- RFC 6902
 
+MAX_JSON_PATCH_OPERATIONS: Final = 10_000
+"""kube-apiserver's ``maxJSONPatchOperations``."""
+MAX_JSON_PATCH_COPY_BYTES: Final = 3 * 1024 * 1024
+"""kube-apiserver's ``JSONPatchMaxCopyBytes``: what ``copy`` operations may add to a document, in all."""
+_encode = msgspec.json.Encoder().encode
 _OPS_WITH_VALUE = frozenset({"add", "replace", "test"})
 _OPS_WITH_FROM = frozenset({"move", "copy"})
 _ALL_OPS = _OPS_WITH_VALUE | _OPS_WITH_FROM | {"remove"}
@@ -90,10 +97,20 @@ _INDEX_RE = re.compile(r"0|[1-9][0-9]{0,17}")
 
 
 def json_patch(target: Any, operations: Any) -> Any:
-    """Apply an RFC 6902 patch. Every operation is checked for shape before any is applied."""
+    """Apply an RFC 6902 patch. Every operation is checked for shape before any is applied.
+
+    As kube-apiserver: at most :data:`MAX_JSON_PATCH_OPERATIONS` operations (413), and ``copy`` operations may add
+    at most :data:`MAX_JSON_PATCH_COPY_BYTES` in all (422), so that a small patch cannot double a document over
+    and over.
+    """
     if not isinstance(operations, list):
         raise bad_request("a JSON patch must be an array of operations")
+    if len(operations) > MAX_JSON_PATCH_OPERATIONS:
+        raise entity_too_large(
+            f"The allowed maximum operations in a JSON patch is {MAX_JSON_PATCH_OPERATIONS}, got {len(operations)}"
+        )
     checked = [_check_operation(i, op) for i, op in enumerate(operations)]
+    copied = 0
     doc = clone(target)
     for i, (name, path, source, op) in enumerate(checked):
         where = f"json patch operation {i} ({name} {_pointer_text(path)})"
@@ -111,7 +128,14 @@ def json_patch(target: Any, operations: Any) -> Any:
             else:
                 _get(doc, source, where)
         elif name == "copy":
-            doc = _add(doc, path, clone(_get(doc, source, where)), where)
+            value = _get(doc, source, where)
+            copied += len(_encode(value))
+            if copied > MAX_JSON_PATCH_COPY_BYTES:
+                raise unprocessable(
+                    f"{where}: Unable to complete the copy, the accumulated size increase of copy is {copied}, "
+                    f"exceeding the limit {MAX_JSON_PATCH_COPY_BYTES}"
+                )
+            doc = _add(doc, path, clone(value), where)
         elif not json_equal(actual := _get(doc, path, where), op["value"]):
             raise unprocessable(f"{where}: test failed, the value is {actual!r}, not {op['value']!r}")
     return doc

@@ -29,6 +29,7 @@ from aiohttp import web
 
 from ambit.apiserver.admission import AdmissionController
 from ambit.apiserver.http import ApiHttp, HttpSettings
+from ambit.apiserver.limits import LimitSettings
 from ambit.apiserver.registry import Registry
 from ambit.apiserver.store import Store
 from ambit.apiserver.tokens import TokenIssuer
@@ -62,6 +63,8 @@ class ApiServerSettings:
     """How many recent events watches can resume from."""
     bookmark_interval: float = 60.0
     """Seconds between watch bookmarks, for clients that ask for them."""
+    limits: LimitSettings = field(default_factory=LimitSettings)
+    """What one user may ask: requests per second, open watches, how long a watch may stall (admins exempt)."""
 
 
 @dataclass
@@ -115,7 +118,7 @@ class ApiServer:
             context.load_cert_chain(cert_file, key_file)
         store = Store(s.data_dir / "state.db", log_capacity=s.log_capacity)
         registry = Registry()
-        hub = WatchHub()
+        hub = WatchHub(capacity_bytes=s.limits.watch_queue_bytes)
         self.manager = ResourceManager(
             store,
             registry,
@@ -129,7 +132,10 @@ class ApiServer:
         self._http = ApiHttp(
             self.manager,
             HttpSettings(
-                admin_token=self.admin_token, server_address=f"{s.host}:{s.port}", bookmark_interval=s.bookmark_interval
+                admin_token=self.admin_token,
+                server_address=f"{s.host}:{s.port}",
+                bookmark_interval=s.bookmark_interval,
+                limits=s.limits,
             ),
         )
         self._runner = web.AppRunner(self._http.app(), handle_signals=False, access_log=None, shutdown_timeout=1.0)

@@ -5,6 +5,8 @@ Invariants:
   entry is the write's ``resourceVersion``, so versions increase strictly, also across restarts.
 - Reads are served from memory (a watch cache, as kube-apiserver keeps one); memory and disk are changed together
   after the transaction commits, so an acknowledged write is on disk (WAL; a process crash loses nothing).
+- No object larger than ``max_object_bytes`` encoded is stored, whichever verb, patch, default or admission made
+  it: the check is on the bytes about to be written, as etcd's is.
 - ``state.db`` and its ``-wal`` and ``-shm`` files are 0600 whatever the umask (every Secret is in them).
 - The log keeps the most recent ``log_capacity`` events. ``horizon`` is the newest version that is no longer in the
   log: a watch may resume from any version ``>= horizon``; older ones get 410 Gone.
@@ -23,7 +25,12 @@ from typing import Any
 
 import msgspec
 
+from ambit.apiserver.errors import ApiError
+
 TypeKey = tuple[str, str]  # (group, plural)
+
+MAX_OBJECT_BYTES = 1536 * 1024
+"""The largest encoded object stored: etcd's request limit as kube-apiserver runs it (1.5 MiB)."""
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
@@ -74,8 +81,9 @@ class StoreEvent:
 class Store:
     """Objects of every type, kept in memory and in ``state.db``."""
 
-    def __init__(self, path: Path, *, log_capacity: int = 50_000) -> None:
+    def __init__(self, path: Path, *, log_capacity: int = 50_000, max_object_bytes: int = MAX_OBJECT_BYTES) -> None:
         self._path = path
+        self._max_object_bytes = max_object_bytes
         self._log_capacity = log_capacity
         _make_private(path)
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
@@ -187,6 +195,10 @@ class Store:
         rv = self._rv + 1
         obj["metadata"]["resourceVersion"] = str(rv)
         data = _encode(obj)
+        if not delete and len(data) > self._max_object_bytes:
+            # etcd's limit, answered as kube-apiserver answers etcd's error (500, no reason, etcd's words); a
+            # deletion's final state is never refused, or an object could not be deleted.
+            raise ApiError(500, "", "etcdserver: request is too large")
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:

@@ -2,8 +2,8 @@
 
 A watcher with a selector sees an object enter (ADDED) or leave (DELETED) its selection when a write moves the
 object across the selector's boundary, as kube-apiserver's watch cache does. A watcher that falls too far behind
-is closed; its client re-watches from the last version it saw (or relists on 410), which is the protocol's own
-recovery path.
+(more events or more encoded bytes waiting than its bounds) is closed; its client re-watches from the last version
+it saw (or relists on 410), which is the protocol's own recovery path.
 """
 
 from __future__ import annotations
@@ -55,14 +55,28 @@ def translate(event: StoreEvent, selection: ObjectFilter) -> tuple[str, StoredOb
 
 
 class Watcher:
-    """One client's watch: a bounded queue of events; ``None`` in the queue means the watch was closed."""
+    """One client's watch: a queue of events bounded in count and in encoded bytes; ``None`` in the queue means the
+    watch was closed. Take events with :meth:`get` and :meth:`get_nowait`, which keep the byte count."""
 
-    def __init__(self, key: TypeKey, selection: ObjectFilter, capacity: int) -> None:
+    def __init__(self, key: TypeKey, selection: ObjectFilter, capacity: int, capacity_bytes: int) -> None:
         self.key = key
         self.selection = selection
         self.queue: asyncio.Queue[tuple[str, StoredObject] | None] = asyncio.Queue()
         self._capacity = capacity
+        self._capacity_bytes = capacity_bytes
+        self.queued_bytes = 0
         self.closed = False
+
+    async def get(self) -> tuple[str, StoredObject] | None:
+        return self._taken(await self.queue.get())
+
+    def get_nowait(self) -> tuple[str, StoredObject] | None:
+        return self._taken(self.queue.get_nowait())
+
+    def _taken(self, seen: tuple[str, StoredObject] | None) -> tuple[str, StoredObject] | None:
+        if seen is not None:
+            self.queued_bytes -= len(seen[1].raw)
+        return seen
 
     def offer(self, event: StoreEvent) -> None:
         if self.closed:
@@ -70,9 +84,11 @@ class Watcher:
         seen = translate(event, self.selection)
         if seen is None:
             return
-        if self.queue.qsize() >= self._capacity:
+        size = len(seen[1].raw)
+        if self.queue.qsize() >= self._capacity or self.queued_bytes + size > self._capacity_bytes:
             self.close()
             return
+        self.queued_bytes += size
         self.queue.put_nowait(seen)
 
     def close(self) -> None:
@@ -84,12 +100,13 @@ class Watcher:
 class WatchHub:
     """Routes committed events to the watchers of their type."""
 
-    def __init__(self, *, capacity: int = 100_000) -> None:
+    def __init__(self, *, capacity: int = 100_000, capacity_bytes: int = 16 * 1024 * 1024) -> None:
         self._watchers: dict[TypeKey, set[Watcher]] = {}
         self._capacity = capacity
+        self._capacity_bytes = capacity_bytes
 
     def subscribe(self, key: TypeKey, selection: ObjectFilter) -> Watcher:
-        watcher = Watcher(key, selection, self._capacity)
+        watcher = Watcher(key, selection, self._capacity, self._capacity_bytes)
         self._watchers.setdefault(key, set()).add(watcher)
         return watcher
 

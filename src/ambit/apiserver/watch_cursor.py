@@ -111,6 +111,7 @@ class WatchCursor:
     async def next(self) -> Events | Bookmark | None:
         """The next thing to send, or None when the watch is over."""
         queue = self.watcher.queue
+        watcher = self.watcher
         if self._deadline is None:  # the clocks start once the backlog is out
             started = self._clock()
             self._deadline = started + self._settings.timeout
@@ -124,14 +125,14 @@ class WatchCursor:
             if queue.empty():
                 due = self._deadline if self._next_bookmark is None else min(self._deadline, self._next_bookmark)
                 try:
-                    batch.append(await asyncio.wait_for(queue.get(), timeout=max(due - now, 0.0)))
+                    batch.append(await asyncio.wait_for(watcher.get(), timeout=max(due - now, 0.0)))
                 except TimeoutError:
                     bookmark = self._bookmark_due()
                     if bookmark is not None:
                         return bookmark
                     continue
             while not queue.empty():  # under load, everything queued goes out in one write
-                batch.append(queue.get_nowait())
+                batch.append(watcher.get_nowait())
             fresh: list[Seen] = []
             for got in batch:
                 if got is None:

@@ -20,8 +20,15 @@ def apiserver(
     san: Annotated[list[str] | None, typer.Option(help="Extra DNS name or IP for the serving certificate.")] = None,
     service_cidr: Annotated[str, typer.Option(help="Range Service cluster IPs come from.")] = "198.19.0.0/16",
     crds: Annotated[Path | None, typer.Option(help="Directory of CRDs to install at start.")] = None,
+    user_qps: Annotated[float, typer.Option(help="Sustained requests per second per user (admins exempt).")] = 100.0,
+    user_burst: Annotated[int, typer.Option(help="Requests per user at once after a pause.")] = 200,
+    max_watches_per_user: Annotated[int, typer.Option(help="Open watches per user (admins exempt).")] = 100,
+    watch_send_timeout: Annotated[
+        float, typer.Option(help="Seconds a watch may stall on a client that does not read before it is closed.")
+    ] = 10.0,
 ) -> None:
     """Serve the Kubernetes REST API over HTTPS, persisted in SQLite, usable by kubectl."""
+    from ambit.apiserver.limits import LimitSettings
     from ambit.apiserver.server import DEFAULT_CRD_DIR, ApiServerSettings, serve_forever
     from ambit.errors import AmbitError
 
@@ -37,6 +44,12 @@ def apiserver(
         extra_sans=tuple(san or ()),
         crd_dir=crds or DEFAULT_CRD_DIR,
         service_cidr=service_cidr,
+        limits=LimitSettings(
+            requests_per_second=user_qps,
+            burst=user_burst,
+            max_watches_per_user=max_watches_per_user,
+            watch_send_timeout=watch_send_timeout,
+        ),
     )
     try:
         asyncio.run(serve_forever(settings))
