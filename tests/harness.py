@@ -26,6 +26,7 @@ class ServerProcess:
     data_dir: Path
     port: int
     proc: subprocess.Popen[str] | None = None
+    extra_args: tuple[str, ...] = ()
 
     @property
     def kubeconfig(self) -> Path:
@@ -44,6 +45,7 @@ class ServerProcess:
                 str(self.data_dir),
                 "--listen",
                 f"127.0.0.1:{self.port}",
+                *self.extra_args,
             ],
             stdout=subprocess.PIPE,
             stderr=log,
