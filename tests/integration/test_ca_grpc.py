@@ -139,6 +139,8 @@ async def mesh(kube: KubeClient) -> Mesh:
     await kube.create(kinds.NAMESPACES, {"metadata": {"name": mesh.namespace}})
     for sa in ("web", "db"):
         await kube.create(kinds.SERVICE_ACCOUNTS, {"metadata": {"name": sa, "namespace": mesh.namespace}})
+    for node in (mesh.node_a, mesh.node_b):
+        await kube.create(kinds.NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})
     for key, obj in {
         "ztunnel": pod(f"ztunnel-{run}", SYSTEM_NAMESPACE, "ztunnel", mesh.node_a),
         "ztunnel-b": pod(f"ztunnel-b-{run}", SYSTEM_NAMESPACE, "ztunnel", mesh.node_b),
@@ -253,6 +255,17 @@ async def test_the_node_proxy_may_not_impersonate_a_pod_only_on_another_node(mes
 async def test_a_workload_may_not_impersonate_another(mesh: Mesh, ca: Ca) -> None:
     db = mesh.identity("db")
     error = await refused(ca, await mesh.token("web"), db, impersonate=db)
+    assert error.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+async def test_a_node_proxy_pod_on_a_node_without_a_node_object_may_not_impersonate(mesh: Mesh, ca: Ca) -> None:
+    ghost = f"node-ghost-{mesh.run}"
+    await mesh.kube.create(kinds.PODS, pod(f"ztunnel-g-{mesh.run}", SYSTEM_NAMESPACE, "ztunnel", ghost))
+    mesh.pods["ztunnel-g"] = await mesh.kube.get(kinds.PODS, f"ztunnel-g-{mesh.run}", SYSTEM_NAMESPACE)
+    await mesh.kube.create(kinds.PODS, pod("web-g", mesh.namespace, "web", ghost))
+    await eventually(lambda: bool(ca.index.find_pods_on_node((ghost, mesh.namespace, "web"))))
+    web = mesh.identity("web")
+    error = await refused(ca, await mesh.token("ztunnel-g"), web, impersonate=web)
     assert error.code() == grpc.StatusCode.UNAUTHENTICATED
 
 
