@@ -6,6 +6,9 @@ expiry is shown by moving the clock, not by waiting.
 
 from __future__ import annotations
 
+import base64
+import datetime
+import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -27,7 +30,10 @@ async def api(apiserver: ApiServer) -> AsyncIterator[ApiClient]:
     async with ApiClient.for_server(apiserver) as client:
         await client.create("/api/v1/namespaces", {"metadata": {"name": "mesh"}})
         await client.create(f"{NS}/serviceaccounts", {"metadata": {"name": "ztunnel"}})
-        await client.create(f"{NS}/pods", pod("ztunnel-abc", namespace="mesh", node="node-1"))
+        ztunnel = pod("ztunnel-abc", namespace="mesh", node="node-1")
+        ztunnel["spec"]["serviceAccountName"] = "ztunnel"
+        await client.create(f"{NS}/pods", ztunnel)
+        await client.create(f"{NS}/pods", pod("app-1", namespace="mesh", node="node-1"))  # runs as default
         yield client
 
 
@@ -174,7 +180,17 @@ async def test_review_of_a_malformed_token(api: ApiClient, token: str) -> None:
         ("ztunnel", token_request(seconds=60), 422, "Invalid"),
         ("ztunnel", token_request(["istio-ca"], pod_ref={"kind": "Pod", "name": "nope"}), 404, "NotFound"),
         ("ztunnel", token_request(pod_ref={"kind": "Pod", "name": "ztunnel-abc", "uid": "not-it"}), 409, "Conflict"),
-        ("ztunnel", token_request(pod_ref={"kind": "Secret", "name": "s"}), 422, "Invalid"),
+        ("ztunnel", token_request(pod_ref={"kind": "Secret", "name": "s"}), 400, "BadRequest"),
+        (
+            "ztunnel",
+            token_request(pod_ref={"kind": "Pod", "apiVersion": "apps/v1", "name": "ztunnel-abc"}),
+            400,
+            "BadRequest",
+        ),
+        ("ztunnel", token_request(pod_ref={"kind": "Pod", "name": "app-1"}), 400, "BadRequest"),
+        ("default", token_request(pod_ref={"kind": "Pod", "name": "ztunnel-abc"}), 400, "BadRequest"),
+        ("ztunnel", token_request(seconds=2**32 + 1), 422, "Invalid"),
+        ("ztunnel", token_request(pod_ref={"kind": "Pod"}), 422, "Invalid"),
         ("ztunnel", {"spec": {"audiences": "istio-ca"}}, 422, "Invalid"),
         ("ztunnel", {"spec": ["audiences"]}, 400, "BadRequest"),
         ("ztunnel", {"spec": []}, 400, "BadRequest"),
@@ -185,6 +201,11 @@ async def test_review_of_a_malformed_token(api: ApiClient, token: str) -> None:
         "missing-pod",
         "pod-uid-mismatch",
         "not-a-pod",
+        "not-a-core-pod",
+        "pod-of-another-service-account",
+        "default-token-for-a-ztunnel-pod",
+        "above-2^32",
+        "pod-without-name",
         "audiences-not-list",
         "spec-not-object",
         "spec-empty-list",
@@ -192,6 +213,38 @@ async def test_review_of_a_malformed_token(api: ApiClient, token: str) -> None:
 )
 async def test_bad_token_request(api: ApiClient, sa: str, body: Any, code: int, reason: str) -> None:
     assert_status(await api.post(f"{NS}/serviceaccounts/{sa}/token", body), code, reason)
+
+
+async def test_binding_to_a_pod_of_another_service_account_is_refused_as_kube_does(api: ApiClient) -> None:
+    reply = await api.post(
+        f"{NS}/serviceaccounts/ztunnel/token", token_request(pod_ref={"kind": "Pod", "name": "app-1"})
+    )
+    assert_status(reply, 400, "BadRequest")
+    assert reply.body["message"] == (
+        'cannot bind token for serviceaccount "ztunnel" to pod running with different serviceaccount name.'
+    )
+
+
+async def test_a_too_short_or_too_long_expiration_has_kubes_message(api: ApiClient) -> None:
+    short = await api.post(f"{NS}/serviceaccounts/ztunnel/token", token_request(seconds=599))
+    assert_status(short, 422, "Invalid")
+    assert (
+        "spec.expirationSeconds: Invalid value: 599: may not specify a duration less than 10 minutes"
+        in (short.body["message"])
+    )
+    long = await api.post(f"{NS}/serviceaccounts/ztunnel/token", token_request(seconds=2**32 + 1))
+    assert "may not specify a duration larger than 2^32 seconds" in long.body["message"]
+
+
+async def test_a_long_token_is_capped_at_the_maximum_and_the_answer_says_so(api: ApiClient) -> None:
+    before = time.time()
+    reply = await api.post(f"{NS}/serviceaccounts/ztunnel/token", token_request(["istio-ca"], seconds=2**32))
+    assert reply.status == 201, reply.body
+    assert reply.body["spec"]["expirationSeconds"] == 48 * 3600
+    expires = datetime.datetime.fromisoformat(reply.body["status"]["expirationTimestamp"]).timestamp()
+    assert before + 48 * 3600 - 2 <= expires <= time.time() + 48 * 3600 + 2
+    claims = json.loads(base64.urlsafe_b64decode(reply.body["status"]["token"].split(".")[1] + "=="))
+    assert claims["exp"] - claims["iat"] == 48 * 3600
 
 
 async def test_token_request_for_a_missing_namespace_is_404(api: ApiClient) -> None:
@@ -208,7 +261,7 @@ async def test_service_account_token_for_the_api_server_authenticates_requests(
     token = await request_token(api, token_request())
     async with ApiClient.for_server(apiserver, token) as as_sa:
         listed = await as_sa.get("/api/v1/namespaces/mesh/pods")
-        assert listed.status == 200 and listed.names() == ["ztunnel-abc"]
+        assert listed.status == 200 and listed.names() == ["app-1", "ztunnel-abc"]
         created = await as_sa.post("/api/v1/namespaces/mesh/configmaps", configmap("by-sa", namespace="mesh"))
         assert created.status == 201
 

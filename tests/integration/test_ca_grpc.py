@@ -43,7 +43,7 @@ from ambit.controlplane.ca.root import (
     load_or_create_root_secret,
     load_plugin_ca,
 )
-from ambit.controlplane.ca.server import METHOD_PATH, CaService, RootSigner, flatten_chain
+from ambit.controlplane.ca.server import GRPC_SERVER_OPTIONS, METHOD_PATH, CaService, RootSigner, flatten_chain
 from ambit.identity.caclient import CaError
 from ambit.identity.istiod import IstiodCaClient
 from ambit.k8s import KubeAlreadyExistsError, KubeClient, kinds
@@ -139,6 +139,8 @@ async def mesh(kube: KubeClient) -> Mesh:
     await kube.create(kinds.NAMESPACES, {"metadata": {"name": mesh.namespace}})
     for sa in ("web", "db"):
         await kube.create(kinds.SERVICE_ACCOUNTS, {"metadata": {"name": sa, "namespace": mesh.namespace}})
+    for node in (mesh.node_a, mesh.node_b):
+        await kube.create(kinds.NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})
     for key, obj in {
         "ztunnel": pod(f"ztunnel-{run}", SYSTEM_NAMESPACE, "ztunnel", mesh.node_a),
         "ztunnel-b": pod(f"ztunnel-b-{run}", SYSTEM_NAMESPACE, "ztunnel", mesh.node_b),
@@ -163,7 +165,7 @@ async def ca(kube: KubeClient, mesh: Mesh, tmp_path: Path) -> AsyncIterator[Ca]:
     root_file.write_bytes(root.root_pem)
     async with InformerPodIndex(kube) as index:
         service = CaService(KubeAuthenticator(kube), NodeAuthorizer(index, trust_domain=TD), RootSigner(root))
-        server = grpc.aio.server()
+        server = grpc.aio.server(options=GRPC_SERVER_OPTIONS)
         service.add_to_server(server)
         credentials = grpc.ssl_server_credentials([(server_cert.key_pem, server_cert.cert_pem)])
         port = server.add_secure_port("127.0.0.1:0", credentials)
@@ -253,6 +255,17 @@ async def test_the_node_proxy_may_not_impersonate_a_pod_only_on_another_node(mes
 async def test_a_workload_may_not_impersonate_another(mesh: Mesh, ca: Ca) -> None:
     db = mesh.identity("db")
     error = await refused(ca, await mesh.token("web"), db, impersonate=db)
+    assert error.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+async def test_a_node_proxy_pod_on_a_node_without_a_node_object_may_not_impersonate(mesh: Mesh, ca: Ca) -> None:
+    ghost = f"node-ghost-{mesh.run}"
+    await mesh.kube.create(kinds.PODS, pod(f"ztunnel-g-{mesh.run}", SYSTEM_NAMESPACE, "ztunnel", ghost))
+    mesh.pods["ztunnel-g"] = await mesh.kube.get(kinds.PODS, f"ztunnel-g-{mesh.run}", SYSTEM_NAMESPACE)
+    await mesh.kube.create(kinds.PODS, pod("web-g", mesh.namespace, "web", ghost))
+    await eventually(lambda: bool(ca.index.find_pods_on_node((ghost, mesh.namespace, "web"))))
+    web = mesh.identity("web")
+    error = await refused(ca, await mesh.token("ztunnel-g"), web, impersonate=web)
     assert error.code() == grpc.StatusCode.UNAUTHENTICATED
 
 
@@ -381,6 +394,30 @@ async def test_a_malformed_csr_is_an_invalid_argument(mesh: Mesh, ca: Ca) -> Non
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await call(request, metadata=(("authorization", f"Bearer {token}"),), timeout=10)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def raw_call(ca: Ca, token: str, csr: str) -> grpc.aio.AioRpcError:
+    request = ca_pb2.IstioCertificateRequest(csr=csr)
+    async with grpc.aio.secure_channel(ca.address, grpc.ssl_channel_credentials(ca.root.root_pem)) as channel:
+        call = channel.unary_unary(
+            METHOD_PATH,
+            request_serializer=ca_pb2.IstioCertificateRequest.SerializeToString,
+            response_deserializer=ca_pb2.IstioCertificateResponse.FromString,
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await call(request, metadata=(("authorization", f"Bearer {token}"),), timeout=10)
+    return info.value
+
+
+async def test_a_csr_above_64_kib_is_an_invalid_argument_and_a_huge_message_is_not_read(mesh: Mesh, ca: Ca) -> None:
+    token = await mesh.token("web")
+    csr, _key = make_csr(mesh.identity("web"))
+    padded = csr.decode() + " " * (64 * 1024)
+    error = await raw_call(ca, token, padded)
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and "the limit is 65536" in (error.details() or "")
+    huge = await raw_call(ca, token, "A" * 3_900_000)
+    assert huge.code() == grpc.StatusCode.RESOURCE_EXHAUSTED  # gRPC's receive limit: never handed to us
+    assert leaf_identity(await create_certificate(ca, token, mesh.identity("web"))) == mesh.identity("web")
 
 
 @pytest.mark.parametrize(

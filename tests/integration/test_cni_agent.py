@@ -15,6 +15,7 @@ import aiohttp
 import pytest
 
 from ambit.apiserver.server import ApiServer
+from ambit.cni.addcheck import Inode, NetnsFacts
 from ambit.cni.agent import NodeAgent, NodeAgentSettings
 from ambit.cni.enrolment import REDIRECTION_ANNOTATION, EnrolmentManager, EnrolmentSettings
 from ambit.commands import Call, CommandResult, RecordingRunner
@@ -71,6 +72,27 @@ def netns_for(pod: Obj) -> str:
     return f"/run/netns/pod-{pod['metadata']['uid'][:8]}"
 
 
+HOST_NETNS: Inode = (4, 1)
+
+
+class FakeNetns:
+    """The kernel as :mod:`ambit.cni.addcheck` asks it: every ``/run/netns/pod-*`` is a namespace of its own."""
+
+    def inspect(self, path: str) -> NetnsFacts | None:
+        if path.startswith("/run/netns/pod-"):
+            return NetnsFacts(path, True, (4, int(path.removeprefix("/run/netns/pod-"), 16)))
+        if path == "/run/netns/host-alias":  # the host's namespace bind-mounted where sandboxes live
+            return NetnsFacts(path, True, HOST_NETNS)
+        if path == "/proc/1/ns/net":
+            return NetnsFacts("/proc/1/ns/net", True, HOST_NETNS)
+        if path == "/run/netns/plain-file":
+            return NetnsFacts(path, False, (65024, 7))
+        return None
+
+    def forbidden(self) -> frozenset[Inode]:
+        return frozenset({HOST_NETNS})
+
+
 class Rig:
     def __init__(self, kube: KubeClient, socket_path: str) -> None:
         self.kube = kube
@@ -90,7 +112,7 @@ class Rig:
             netns_exists=lambda path: True,
         )
         settings = NodeAgentSettings(node_name=NODE, socket_path=self.socket_path, informer=FAST, retry_interval=60)
-        self.agent = NodeAgent(self.kube, manager, settings, netns_for)
+        self.agent = NodeAgent(self.kube, manager, settings, netns_for, netns_probe=FakeNetns())
         await self.agent.start()
         return self.agent
 
@@ -165,10 +187,10 @@ async def post(socket_path: str, body: bytes) -> tuple[int, str]:
         return response.status, await response.text()
 
 
-def add_event(pod: Obj) -> bytes:
+def add_event(pod: Obj, netns: str | None = None) -> bytes:
     meta = pod["metadata"]
     event = {
-        "netns": netns_for(pod),
+        "netns": netns or netns_for(pod),
         "podName": meta["name"],
         "podNamespace": meta["namespace"],
         "podUid": meta["uid"],
@@ -272,6 +294,36 @@ async def test_cmdadd_for_an_unknown_pod_is_a_500(rig: Rig) -> None:
     body = json.dumps({"netns": "/run/netns/x", "podName": "ghost", "podNamespace": "apps"}).encode()
     status, text = await post(rig.socket_path, body)
     assert status == 500 and "does not exist" in text
+
+
+async def test_cmdadd_for_a_pod_on_another_node_is_refused_and_nothing_is_enrolled(rig: Rig) -> None:
+    await rig.namespace("apps", "ambient")
+    await rig.start_agent()
+    remote = await rig.pod("remote", node="node-2", running=False)
+    status, text = await post(rig.socket_path, add_event(remote))
+    assert status == 403 and "is on node node-2, not on this node node-1" in text and "\n" not in text
+    assert rig.link.added == [] and rig.count("ip netns exec") == 0 and rig.count("nsenter") == 0
+    assert await rig.annotation("remote") is None
+
+
+@pytest.mark.parametrize(
+    ("netns", "why"),
+    [
+        ("/proc/1/ns/net", "not in a pod sandbox netns directory"),
+        ("/run/netns/host-alias", "the host's or the node agent's own"),
+        ("/run/netns/plain-file", "is not a network namespace"),
+        ("/run/netns/absent", "does not exist"),
+        ("/run/netns/pod-0000beef", "not this pod's sandbox network namespace"),
+    ],
+    ids=["host-proc-path", "host-netns-bind-mounted", "not-nsfs", "missing", "another-pods-sandbox"],
+)
+async def test_cmdadd_with_a_netns_that_is_not_the_pods_sandbox_is_refused(rig: Rig, netns: str, why: str) -> None:
+    await rig.namespace("apps", "ambient")
+    await rig.start_agent()
+    web = await rig.pod("web", running=False)
+    status, text = await post(rig.socket_path, add_event(web, netns))
+    assert status == 403 and why in text
+    assert rig.link.added == [] and rig.count("ip netns exec") == 0 and rig.count("nsenter") == 0
 
 
 async def test_after_a_restart_running_pods_are_enrolled_again_without_duplicate_rules(rig: Rig) -> None:

@@ -24,6 +24,7 @@ import aiohttp
 import pytest
 
 from ambit.apiserver.server import ApiServer
+from ambit.cni.addcheck import Inode, NetnsFacts
 from ambit.cni.daemon import PLUGIN_EVENT_SOCKET, run_node_agent
 from ambit.cni.installer import BINARY_NAME, write_kubeconfig
 from ambit.commands import RecordingRunner
@@ -87,6 +88,18 @@ async def agent(node: Node) -> AsyncIterator[asyncio.Task[None]]:
         await asyncio.gather(task, return_exceptions=True)
 
 
+class SandboxesOnly:
+    """The kernel as the /cmdadd checks ask it: each ``/run/netns/pod-*`` path is a sandbox namespace of its own."""
+
+    def inspect(self, path: str) -> NetnsFacts | None:
+        if path.startswith("/run/netns/pod-"):
+            return NetnsFacts(path, True, (4, hash(path)))
+        return None
+
+    def forbidden(self) -> frozenset[Inode]:
+        return frozenset()
+
+
 async def start_agent(node: Node, *, uninstall: bool = False) -> asyncio.Task[None]:
     task = asyncio.create_task(
         run_node_agent(
@@ -98,6 +111,7 @@ async def start_agent(node: Node, *, uninstall: bool = False) -> asyncio.Task[No
             netns_for=lambda pod: None,
             uninstall=uninstall,
             runner=RecordingRunner(),
+            netns_probe=SandboxesOnly(),
         )
     )
     await until("the agent serving /cmdadd", (node.run_dir / PLUGIN_EVENT_SOCKET).exists, task=task)

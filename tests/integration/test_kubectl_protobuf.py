@@ -118,7 +118,10 @@ def test_create_serviceaccount_and_tokens(kube: ServerProcess) -> None:
     assert claims["aud"] == ["istio-ca"]
     assert claims["exp"] - claims["iat"] == 7200
 
-    kube.kubectl("run", "holder", "-n", NS, "--image=busybox:1.36", "--restart=Never", "--", "sleep", "3600")
+    runs_as_robot = '--overrides={"spec": {"serviceAccountName": "robot"}}'  # a token binds only to its own pods
+    kube.kubectl(
+        "run", "holder", "-n", NS, "--image=busybox:1.36", "--restart=Never", runs_as_robot, "--", "sleep", "3600"
+    )
     pod = kube.kubectl_json("get", "pod", "holder", "-n", NS)
     claims = _claims(
         kube.kubectl("create", "token", "robot", "-n", NS, "--bound-object-kind=Pod", "--bound-object-name=holder")

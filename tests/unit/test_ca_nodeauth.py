@@ -42,6 +42,7 @@ def check(
     *,
     caller: Caller = ZTUNNEL,
     caller_pod: PodFacts | None = ZTUNNEL_POD,
+    node_exists: bool = True,
     pods: Iterable[PodFacts] = (WEB_ON_A, DB_ON_B),
 ) -> SpiffeId:
     by_node = index(*pods)
@@ -51,6 +52,7 @@ def check(
         trust_domain=TD,
         trusted=DEFAULT_TRUSTED_NODE_ACCOUNTS,
         caller_pod=caller_pod,
+        caller_node_exists=node_exists,
         pods_on_node=lambda key: by_node.get(key, []),
     )
 
@@ -108,6 +110,19 @@ def test_an_unscheduled_caller_pod_is_refused() -> None:
         check(caller_pod=nowhere)
 
 
+def test_a_caller_pod_on_a_node_that_does_not_exist_is_refused() -> None:
+    with pytest.raises(AuthorizationError, match="does not exist"):
+        check(node_exists=False)
+
+
+def test_a_trusted_account_name_in_another_namespace_is_not_trusted() -> None:
+    """A pod of ``apps/ztunnel`` (a workload's own namespace) is not the node proxy, whatever its pod says."""
+    impostor = Caller("apps", "ztunnel", "zt", "uid-zt")
+    on_a = PodFacts("apps", "zt", "uid-zt", "ztunnel", "node-a", "Running")
+    with pytest.raises(AuthorizationError, match="not a trusted node account"):
+        check(caller=impostor, caller_pod=on_a)
+
+
 def test_failed_pods_do_not_count() -> None:
     failed = PodFacts("shop", "web-1", "uid-web-1", "web", "node-a", "Failed")
     with pytest.raises(AuthorizationError):
@@ -157,11 +172,22 @@ class _Pods:
         self.fetched.append((namespace, name))
         return self.caller_pod
 
+    async def fetch_node_exists(self, name: str) -> bool:
+        self.fetched.append(("", name))
+        return name == "node-a"
+
 
 async def test_the_authorizer_reads_the_caller_pod_directly() -> None:
     pods = _Pods(ZTUNNEL_POD, [WEB_ON_A])
     assert await NodeAuthorizer(pods, trust_domain=TD).authorize(ZTUNNEL, WEB) == SpiffeId(TD, "shop", "web")
-    assert pods.fetched == [("istio-system", "ztunnel-a")]
+    assert pods.fetched == [("istio-system", "ztunnel-a"), ("", "node-a")]
+
+
+async def test_the_authorizer_refuses_a_caller_pod_on_a_node_without_a_node_object() -> None:
+    elsewhere = PodFacts("istio-system", "ztunnel-a", "uid-zt-a", "ztunnel", "node-x", "Running")
+    pods = _Pods(elsewhere, [PodFacts("shop", "web-1", "uid-web-1", "web", "node-x", "Running")])
+    with pytest.raises(AuthorizationError, match="node-x, which does not exist"):
+        await NodeAuthorizer(pods, trust_domain=TD).authorize(ZTUNNEL, WEB)
 
 
 async def test_the_authorizer_does_not_look_up_pods_for_untrusted_callers() -> None:

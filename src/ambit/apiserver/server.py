@@ -32,6 +32,7 @@ from ambit.apiserver.http import ApiHttp, HttpSettings
 from ambit.apiserver.limits import LimitSettings
 from ambit.apiserver.registry import Registry
 from ambit.apiserver.store import Store
+from ambit.apiserver.token_binding import DEFAULT_MAX_TOKEN_EXPIRATION
 from ambit.apiserver.tokens import TokenIssuer
 from ambit.apiserver.verbs import ResourceManager
 from ambit.apiserver.watch import WatchHub
@@ -59,6 +60,8 @@ class ApiServerSettings:
     """CRDs installed at start (``deploy/crds``); None installs none."""
     service_cidr: str = "198.19.0.0/16"
     """Where Service cluster IPs come from."""
+    max_token_expiration: int = DEFAULT_MAX_TOKEN_EXPIRATION
+    """Longest TokenRequest lifetime granted, in seconds (``--service-account-max-token-expiration``); 0: none."""
     log_capacity: int = 50_000
     """How many recent events watches can resume from."""
     bookmark_interval: float = 60.0
@@ -123,7 +126,7 @@ class ApiServer:
             store,
             registry,
             hub,
-            tokens=TokenIssuer(sa_key),
+            tokens=TokenIssuer(sa_key, max_expiration_seconds=s.max_token_expiration),
             admission=AdmissionController(),
             service_cidr=s.service_cidr,
             root_ca_pem=ca.cert_pem.decode(),

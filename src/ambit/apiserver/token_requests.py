@@ -2,9 +2,10 @@
 
 Theory of operation: :mod:`ambit.apiserver.tokens` signs and checks tokens and knows nothing of the store; this
 module adds what needs it. A TokenRequest (``serviceaccounts/<name>/token``) needs the service account, and for a
-token bound to a pod, that pod (with the uid the request names). A review checks, after the signature, expiry
-and audiences, that the service account and the bound pod still exist with the token's uids and that the pod is
-not past its deletion time. Time is the server's clock, read at each call.
+token bound to a pod, that pod, running as that service account (with the uid the request names, if it names
+one); :mod:`ambit.apiserver.token_binding` holds those rules and the lifetime's bounds and cap. A review
+checks, after the signature, expiry and audiences, that the service account and the bound pod still exist with
+the token's uids and that the pod is not past its deletion time. Time is the server's clock, read at each call.
 """
 
 from __future__ import annotations
@@ -13,8 +14,14 @@ from collections.abc import Callable
 from typing import Any
 
 from ambit.apiserver import errors
-from ambit.apiserver.requests import JsonObject, rfc3339
+from ambit.apiserver.requests import JsonObject, rfc3339, warn
 from ambit.apiserver.store import Store
+from ambit.apiserver.token_binding import (
+    bound_pod_name,
+    check_bound_pod,
+    granted_expiration,
+    requested_expiration,
+)
 from ambit.apiserver.tokens import (
     BoundObject,
     TokenIdentity,
@@ -50,32 +57,16 @@ class TokenEndpoints:
             raise errors.invalid(
                 "TokenRequest", name, [("spec.audiences", "must be a list of strings")], "authentication.k8s.io"
             )
-        expiration = spec.get("expirationSeconds", 3600)
-        if not isinstance(expiration, int) or expiration < 600:
-            raise errors.invalid(
-                "TokenRequest",
-                name,
-                [("spec.expirationSeconds", "may not specify a duration less than 10 minutes")],
-                "authentication.k8s.io",
-            )
+        expiration, warning = granted_expiration(requested_expiration(spec), self.issuer.max_expiration_seconds)
         bound: BoundObject | None = None
         ref = spec.get("boundObjectRef")
         if ref:
-            if not isinstance(ref, dict) or ref.get("kind") != "Pod":
-                raise errors.invalid(
-                    "TokenRequest",
-                    name,
-                    [("spec.boundObjectRef.kind", "only Pod is supported")],
-                    "authentication.k8s.io",
-                )
-            pod = self.store.get(PODS, namespace, str(ref.get("name", "")))
-            if pod is None:
-                raise errors.not_found("pods", str(ref.get("name", "")))
-            if ref.get("uid") and ref["uid"] != pod.obj["metadata"]["uid"]:
-                raise errors.conflict(
-                    "pods", str(ref.get("name")), "the UID in the bound object reference does not match the pod"
-                )
-            bound = BoundObject(pod.obj["metadata"]["name"], pod.obj["metadata"]["uid"])
+            pod_name = bound_pod_name(name, ref)
+            pod = self.store.get(PODS, namespace, pod_name)
+            uid = check_bound_pod(name, ref, pod.obj if pod is not None else None)
+            bound = BoundObject(pod_name, uid)
+        if warning is not None:
+            warn([warning])
         now = self.now()
         issued = self.issuer.issue(
             namespace=namespace,

@@ -44,12 +44,10 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from jwt.algorithms import ECAlgorithm
 
+from ambit.apiserver.token_binding import DEFAULT_MAX_TOKEN_EXPIRATION, MAX_EXPIRATION_SECONDS, MIN_EXPIRATION_SECONDS
 from ambit.errors import AmbitError
 
 DEFAULT_ISSUER = "https://kubernetes.default.svc.cluster.local"
-MIN_EXPIRATION_SECONDS = 600
-"""kube-apiserver refuses shorter TokenRequests; we clamp up to this instead."""
-MAX_EXPIRATION_SECONDS = 2**32
 LEEWAY = 60
 """Seconds a token's ``nbf`` and ``iat`` may lie in the future, for clock skew between issuers and us."""
 
@@ -136,7 +134,7 @@ class TokenIssuer:
     """Signs and reviews one API server's service-account tokens.
 
     ``default_audiences`` are the API server's own audiences (kube's ``--api-audiences``); they default to
-    ``[issuer]`` and must not be empty.
+    ``[issuer]`` and must not be empty. ``max_expiration_seconds`` caps TokenRequests (default 48 h).
     """
 
     def __init__(
@@ -145,8 +143,12 @@ class TokenIssuer:
         issuer: str = DEFAULT_ISSUER,
         *,
         default_audiences: Sequence[str] | None = None,
+        max_expiration_seconds: int = DEFAULT_MAX_TOKEN_EXPIRATION,
     ) -> None:
         self.issuer = issuer
+        self.max_expiration_seconds = max_expiration_seconds
+        """The longest lifetime a TokenRequest is granted (kube's ``--service-account-max-token-expiration``);
+        0 sets no cap. :meth:`issue` itself signs what it is told: the cap is the TokenRequest's rule."""
         self.default_audiences: tuple[str, ...] = (issuer,) if default_audiences is None else tuple(default_audiences)
         if not self.default_audiences:
             raise ValueError("default_audiences must not be empty")
@@ -173,7 +175,8 @@ class TokenIssuer:
         expiration_seconds: int,
         bound_pod: BoundObject | None = None,
     ) -> IssuedToken:
-        """A token for the service account; ``expiration_seconds`` is clamped to [600, 2**32]."""
+        """A token for the service account; ``expiration_seconds`` is clamped to [600, 2**32] (TokenRequest refuses
+        values outside, and caps them at :attr:`max_expiration_seconds`, before asking)."""
         lifetime = min(max(expiration_seconds, MIN_EXPIRATION_SECONDS), MAX_EXPIRATION_SECONDS)
         issued_at = int(now)
         expires_at = issued_at + lifetime

@@ -13,7 +13,8 @@ pod event is *reconciled* against the selection rules (:func:`ambit.cni.selectio
 A Namespace whose labels change reconciles the running pods of that namespace on this node. PENDING pods are
 retried every ``retry_interval`` seconds by a retry task (not on their own update events: our pending annotation
 is itself an update). ``POST /cmdadd`` (:mod:`ambit.cni.pluginevent`) enrols the pod in the netns the runtime
-gives and answers only when it is enrolled.
+gives and answers only when it is enrolled; before anything else it checks that the pod is on this node and that
+the netns is that pod's sandbox namespace on this node (:mod:`ambit.cni.addcheck`), refusing the event otherwise.
 """
 
 from __future__ import annotations
@@ -25,6 +26,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ambit.cni.addcheck import (
+    DEFAULT_NETNS_DIRS,
+    KernelNetnsProbe,
+    NetnsProbe,
+    check_add_event,
+    resolved_dirs,
+)
 from ambit.cni.enrolment import (
     EnrolmentError,
     EnrolmentManager,
@@ -56,6 +64,8 @@ class NodeAgentSettings:
     retry_interval: float = 5.0
     """Seconds between retries of PENDING pods."""
     informer: InformerSettings = field(default_factory=InformerSettings)
+    netns_dirs: tuple[str, ...] = DEFAULT_NETNS_DIRS
+    """Where pod sandboxes' network namespaces are mounted; a ``/cmdadd`` netns elsewhere is refused."""
 
 
 def _meta(obj: Pod) -> dict[str, Any]:
@@ -77,11 +87,14 @@ class NodeAgent:
         manager: EnrolmentManager,
         settings: NodeAgentSettings,
         netns_for: NetnsResolver,
+        *,
+        netns_probe: NetnsProbe | None = None,
     ) -> None:
         self.client = client
         self.manager = manager
         self.settings = settings
         self.netns_for = netns_for
+        self.netns_probe = netns_probe or KernelNetnsProbe()
         self.namespaces = Informer(client, NAMESPACES, on_update=self._namespace_updated, settings=settings.informer)
         self.pods = Informer(
             client,
@@ -197,6 +210,7 @@ class NodeAgent:
     # -- the CNI plugin's add event -------------------------------------------------------------------------
     async def _cmdadd(self, event: AddEvent) -> None:
         pod = await self._fetch_pod(event)
+        self._check_add(event, pod)
         if not self.wants(pod):
             log.info("cmdadd for %s/%s: not ambient; nothing to do", event.pod_namespace, event.pod_name)
             return
@@ -204,6 +218,26 @@ class NodeAgent:
         if state is not None and state.state is EnrolmentState.ENROLLED and state.netns_path == event.netns:
             return
         await self.manager.enrol(pod, event.netns, ips=[ip.address for ip in event.ips])
+
+    def _check_add(self, event: AddEvent, pod: Pod) -> None:
+        """:func:`~ambit.cni.addcheck.check_add_event` with the kernel's answers; refusals are logged."""
+        probe = self.netns_probe
+        sandbox_path = (
+            self.netns_for(pod) if (pod.get("spec") or {}).get("nodeName") == self.settings.node_name else None
+        )
+        try:
+            check_add_event(
+                pod,
+                event.netns,
+                node_name=self.settings.node_name,
+                netns_dirs=resolved_dirs(self.settings.netns_dirs),
+                facts=probe.inspect(event.netns),
+                forbidden=probe.forbidden(),
+                sandbox=probe.inspect(sandbox_path) if sandbox_path else None,
+            )
+        except EnrolmentError as exc:
+            log.warning("cmdadd refused: %s", exc)
+            raise
 
     async def _fetch_pod(self, event: AddEvent) -> Pod:
         """The pod from the cache when it is the one the runtime means (same uid), else from the API server."""

@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ambit.cni import installer
+from ambit.cni.addcheck import NetnsProbe
 from ambit.cni.agent import NetnsResolver, NodeAgent, NodeAgentSettings
 from ambit.cni.enrolment import EnrolmentManager, EnrolmentSettings
 from ambit.cni.plugin import PLUGIN_TYPE
@@ -101,10 +102,12 @@ async def run_node_agent(
     uninstall: bool = False,
     runner: CommandRunner | None = None,
     install_interval: float = 0.5,
+    netns_probe: NetnsProbe | None = None,
 ) -> None:
     """Run one node's agent until SIGTERM or SIGINT, or until cancelled (see the module's docstring).
 
-    ``runner`` runs the rule commands (``nft``, ``ip``; default: real subprocesses, in this process's namespace).
+    ``runner`` runs the rule commands (``nft``, ``ip``; default: real subprocesses, in this process's namespace);
+    ``netns_probe`` answers the ``/cmdadd`` checks' questions about netns paths (default: the kernel's ``stat``).
     """
     excluded = tuple(excluded_namespaces)
     result = _install(kubeconfig, cni_conf_dir, cni_bin_dir, run_dir, excluded)
@@ -128,7 +131,7 @@ async def run_node_agent(
                     socket_path=str(run_dir / PLUGIN_EVENT_SOCKET),
                     excluded_namespaces=frozenset(excluded),
                 )
-                agent = NodeAgent(client, manager, settings, netns_for)
+                agent = NodeAgent(client, manager, settings, netns_for, netns_probe=netns_probe)
                 await agent.start(before_serving=zds.start)
                 log.info("node agent %s is running", node)
                 try:

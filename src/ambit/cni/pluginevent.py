@@ -6,8 +6,10 @@ The body is what :mod:`ambit.cni.plugin` sends (Istio's ``CNIPluginAddEvent``)::
      "ips": [{"interface": 0, "address": "198.18.1.5/24", "gateway": "198.18.1.1"}]}
 
 :func:`parse_add_event` is pure: a body that is not such an object raises :class:`BadAddEventError` with one line
-naming the field and what was expected. The server answers 400 with that line, 200 when the handler returns and
-500 with the handler's one-line reason when it raises :class:`ambit.cni.enrolment.EnrolmentError`. Any other
+naming the field and what was expected. The server answers 400 with that line, 200 when the handler returns, 403
+with the handler's one-line reason when it refuses the event
+(:class:`~ambit.cni.addcheck.AddEventRefusedError`: another node's pod, a netns that is not this pod's sandbox),
+and 500 with it when it raises any other :class:`ambit.cni.enrolment.EnrolmentError`. Any other
 exception is logged with its traceback here and answered 500 with its type: the plugin never sees a traceback.
 """
 
@@ -25,6 +27,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ambit.cni.addcheck import AddEventRefusedError
 from ambit.cni.enrolment import EnrolmentError
 from ambit.errors import AmbitError
 
@@ -124,6 +127,8 @@ class PluginEventServer:
             return web.Response(status=400, text=str(exc))
         try:
             await self._on_add(event)
+        except AddEventRefusedError as exc:
+            return web.Response(status=403, text=str(exc))
         except EnrolmentError as exc:
             return web.Response(status=500, text=str(exc))
         except Exception as exc:  # never a traceback to the plugin: log it here, answer one line

@@ -36,7 +36,7 @@ from ambit.controlplane.ca.authn import KubeAuthenticator
 from ambit.controlplane.ca.errors import CaServerError
 from ambit.controlplane.ca.nodeauth import InformerPodIndex, NodeAuthorizer
 from ambit.controlplane.ca.root import RootCa, RootCertPublisher, load_or_create_root_secret, load_plugin_ca
-from ambit.controlplane.ca.server import CaService, RootSigner
+from ambit.controlplane.ca.server import GRPC_SERVER_OPTIONS, CaService, RootSigner
 from ambit.controlplane.translate import SkipMemory, Skipped
 from ambit.controlplane.view import ClusterView, ClusterViewSettings
 from ambit.controlplane.webhook import ValidationWebhookServer, WebhookServerSettings, register_webhook
@@ -175,6 +175,7 @@ class ControlPlane:
             host=s.host,
             port=s.port,
             debounce=s.debounce,
+            grpc_options=GRPC_SERVER_OPTIONS,
         )
         self.events.start()
         await self.pods.start()

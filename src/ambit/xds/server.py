@@ -202,11 +202,13 @@ class XdsServer:
         host: str = "0.0.0.0",
         port: int = 15012,
         debounce: float = 0.1,
+        grpc_options: Sequence[tuple[str, Any]] = (),
     ) -> None:
+        """``grpc_options`` are the gRPC server's channel options (the CA sharing it passes its message size cap)."""
         self.service = XdsService(source, authenticate, debounce=debounce)
         self._credentials = grpc.ssl_server_credentials([(key_pem, cert_chain_pem)])
         self._address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        self.grpc_server: Any = grpc.aio.server()
+        self.grpc_server: Any = grpc.aio.server(options=list(grpc_options))
         self.service.add_to(self.grpc_server)
         self.port = 0
         """The bound port, after :meth:`start` (useful with ``port=0``)."""

@@ -6,10 +6,11 @@ Tree::
     └── CaServerError          a certificate request was refused (``status``: the gRPC code's name)
         ├── AuthenticationError  the bearer token does not authenticate a service account (UNAUTHENTICATED)
         ├── AuthorizationError   the caller may not have the identity it asked for (UNAUTHENTICATED, spec §5.3)
-        ├── CsrError             the CSR is malformed or names another identity (INVALID_ARGUMENT)
+        ├── CsrError             the CSR is malformed, too large or names another identity (INVALID_ARGUMENT)
+        ├── RateLimitedError     the caller asked for more certificates than its rate allows (RESOURCE_EXHAUSTED)
         └── RootCaError          the root CA cannot be loaded, created or stored (INTERNAL)
 
-Blame: the first three are the caller's doing; :class:`RootCaError` is ours. Messages of the first two are
+Blame: the first four are the caller's doing; :class:`RootCaError` is ours. Messages of the first two are
 detailed for our logs only; the wire gets :attr:`CaServerError.public_message`, which reveals nothing about
 which check failed (spec §5.3 step 4: an opaque message).
 """
@@ -49,6 +50,13 @@ class CsrError(CaServerError):
 
     status = "INVALID_ARGUMENT"
     public_message = ""  # the caller's own CSR: telling it what is wrong leaks nothing
+
+
+class RateLimitedError(CaServerError):
+    """The authenticated caller has used up its request budget for now; it may retry later."""
+
+    status = "RESOURCE_EXHAUSTED"
+    public_message = "too many certificate requests from this caller; retry later"
 
 
 class RootCaError(CaServerError):

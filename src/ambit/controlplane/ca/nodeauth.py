@@ -10,13 +10,26 @@ Rule 2. The requested identity parses as a SPIFFE id in this CA's trust domain.
 Rule 3. The caller's token is bound to a pod, that pod exists (read directly from the API server, never from a
         cache, so a deleted or replaced node proxy cannot keep minting), and its uid and service account are
         the ones in the token.
-Rule 4. The caller pod is scheduled on a node, and at least one pod with the requested namespace and service
-        account whose phase is not ``Failed`` is scheduled on that same node.
+Rule 4. The caller pod is scheduled on a node that exists as a Node object (read directly too).
+Rule 5. At least one pod with the requested namespace and service account whose phase is not ``Failed`` is
+        scheduled on that same node.
 
-:func:`check_impersonation` is the rule itself, pure: it is given the caller pod and a synchronous lookup of the
-pods on a node. :class:`NodeAuthorizer` is the shell that fetches the caller pod and consults a
-:class:`PodIndex`. :class:`InformerPodIndex` is the production index: an :class:`~ambit.k8s.Informer` over all
-Pods whose handlers keep an index keyed by ``(spec.nodeName, namespace, serviceAccountName)``.
+What the rule trusts, and why that is enough: only objects a workload cannot write. Rule 1 trusts the token's
+service account (TokenReview: the API server's signature). Rules 3 and 4 trust the Pod object of a trusted node
+account, its ``spec.serviceAccountName`` and ``spec.nodeName``: only those allowed to create pods in the node
+proxies' namespace (``istio-system``; RBAC, privileged users) can make one, and TokenRequest binds a token to a
+pod only when that pod runs as the token's service account, so a pod in the workload's own namespace that
+names ``ztunnel`` is a caller of ``<its namespace>/ztunnel``, which rule 1 refuses. Rule 5 reads pods by
+``spec.nodeName`` and ``spec.serviceAccountName``, never labels or annotations, and only grants what the node
+proxy of that node may hold anyway: a workload that creates a pod of another service account of its own
+namespace on a node (which needs that RBAC permission and that the service account exists) lets that node's
+proxy, not itself, have that identity.
+
+:func:`check_impersonation` is the rule itself, pure: it is given the caller pod, whether its node exists, and a
+synchronous lookup of the pods on a node. :class:`NodeAuthorizer` is the shell that fetches the caller pod and
+its Node and consults a :class:`PodIndex`. :class:`InformerPodIndex` is the production index: an
+:class:`~ambit.k8s.Informer` over all Pods whose handlers keep an index keyed by
+``(spec.nodeName, namespace, serviceAccountName)``.
 
 Failures raise :class:`AuthorizationError` with a detailed message for the log; the caller sees an opaque one.
 """
@@ -32,7 +45,7 @@ from ambit.controlplane.ca.errors import AuthorizationError
 from ambit.k8s.client import KubeClient
 from ambit.k8s.errors import KubeClientError, KubeNotFoundError
 from ambit.k8s.informer import Informer
-from ambit.k8s.kinds import PODS
+from ambit.k8s.kinds import NODES, PODS
 from ambit.model.identity import DEFAULT_SERVICE_ACCOUNT, IdentityError, SpiffeId
 
 DEFAULT_TRUSTED_NODE_ACCOUNTS: frozenset[tuple[str, str]] = frozenset({("istio-system", "ztunnel")})
@@ -89,9 +102,10 @@ def check_impersonation(
     trust_domain: str,
     trusted: frozenset[tuple[str, str]],
     caller_pod: PodFacts | None,
+    caller_node_exists: bool,
     pods_on_node: Callable[[NodeKey], Iterable[PodFacts]],
 ) -> SpiffeId:
-    """The identity ``caller`` may impersonate, by rules 1-4 of the module docstring, else AuthorizationError."""
+    """The identity ``caller`` may impersonate, by rules 1-5 of the module docstring, else AuthorizationError."""
     if (caller.namespace, caller.service_account) not in trusted:
         raise AuthorizationError(f"caller {caller} is not a trusted node account; it may not impersonate")
     try:
@@ -113,6 +127,10 @@ def check_impersonation(
         )
     if not caller_pod.node_name:
         raise AuthorizationError(f"caller pod {caller.namespace}/{caller.pod_name} is not on a node")
+    if not caller_node_exists:
+        raise AuthorizationError(
+            f"caller pod {caller.namespace}/{caller.pod_name} is on node {caller_pod.node_name}, which does not exist"
+        )
     key = (caller_pod.node_name, identity.namespace, identity.service_account)
     if not any(pod.phase != "Failed" for pod in pods_on_node(key)):
         raise AuthorizationError(f"no pod of {identity} runs on node {caller_pod.node_name} of caller {caller}")
@@ -125,6 +143,8 @@ class PodIndex(Protocol):
     def find_pods_on_node(self, key: NodeKey) -> Sequence[PodFacts]: ...
 
     async def fetch_pod(self, namespace: str, name: str) -> PodFacts | None: ...
+
+    async def fetch_node_exists(self, name: str) -> bool: ...
 
 
 class NodeAuthorizer:
@@ -144,15 +164,19 @@ class NodeAuthorizer:
     async def authorize(self, caller: Caller, requested: str) -> SpiffeId:
         """The impersonated identity if ``caller`` may have it, else :class:`AuthorizationError`."""
         caller_pod = None
+        node_exists = False
         trusted = (caller.namespace, caller.service_account) in self._trusted
         if trusted and caller.pod_name is not None:  # no API request for callers rule 1 refuses anyway
             caller_pod = await self._pods.fetch_pod(caller.namespace, caller.pod_name)
+            if caller_pod is not None and caller_pod.node_name:
+                node_exists = await self._pods.fetch_node_exists(caller_pod.node_name)
         return check_impersonation(
             caller,
             requested,
             trust_domain=self._trust_domain,
             trusted=self._trusted,
             caller_pod=caller_pod,
+            caller_node_exists=node_exists,
             pods_on_node=self._pods.find_pods_on_node,
         )
 
@@ -191,6 +215,15 @@ class InformerPodIndex:
             return None
         except KubeClientError as exc:
             raise AuthorizationError(f"cannot read caller pod {namespace}/{name}: {exc}") from None
+
+    async def fetch_node_exists(self, name: str) -> bool:
+        try:
+            await self._client.get(NODES, name)
+        except KubeNotFoundError:
+            return False
+        except KubeClientError as exc:
+            raise AuthorizationError(f"cannot read node {name}: {exc}") from None
+        return True
 
     def _added(self, pod: dict[str, Any]) -> None:
         facts = PodFacts.of(pod)

@@ -2,21 +2,28 @@
 
 Theory of operation: one request is handled in four steps, any of which may refuse it:
 
+0. **Bound the cost.** A CSR longer than ``max_csr_bytes`` (64 KiB) is refused before anything else is done with
+   it (:mod:`~ambit.controlplane.ca.limits`); the gRPC server itself refuses messages above
+   :data:`MAX_RECEIVE_MESSAGE_BYTES` (:data:`GRPC_SERVER_OPTIONS`).
 1. **Authenticate** the caller from the gRPC metadata (``authorization: Bearer``, ``clusterid``) with the
-   injected :class:`Authenticator` (TokenReview, :mod:`~ambit.controlplane.ca.authn`).
+   injected :class:`Authenticator` (TokenReview, :mod:`~ambit.controlplane.ca.authn`), then charge the caller
+   (its service account and bound pod) one request of its token bucket (10/s, burst 50): beyond it,
+   ``RESOURCE_EXHAUSTED``.
 2. **Choose the identity.** Without ``ImpersonatedIdentity`` in the request's Struct metadata it is the caller's
    own; with it, the injected node authorizer must grant it (:mod:`~ambit.controlplane.ca.nodeauth`). A CA built
    without a node authorizer refuses every impersonation.
 3. **Sign** the CSR for that identity. The CSR's one SPIFFE URI SAN must be exactly that identity; the CSR is
    never trusted to choose it. TTL: the requested ``validity_duration``, or 24 h when it is not positive, capped
-   at 90 days (:func:`effective_ttl`).
+   at 90 days (:func:`effective_ttl`; spec §5.3 says capped: istiod's own ``Sign`` refuses a longer request with
+   ``INVALID_ARGUMENT``, and either way no certificate outlives the cap).
 4. **Answer** with the chain flattened to one PEM certificate per element, each ending in a newline, the root
    last (:func:`flatten_chain`).
 
 :meth:`CaService.create_certificate` is those steps with errors as :class:`CaServerError`; the gRPC method
 :meth:`CaService.CreateCertificate` only translates them into statuses: authentication and authorization
-failures are ``UNAUTHENTICATED`` with an opaque message (the detail goes to the log), a bad CSR is
-``INVALID_ARGUMENT``, anything unexpected ``INTERNAL``. One request's failure never affects another.
+failures are ``UNAUTHENTICATED`` with an opaque message (the detail goes to the log), a bad or oversized CSR is
+``INVALID_ARGUMENT``, a caller over its rate ``RESOURCE_EXHAUSTED``, anything unexpected ``INTERNAL``. One
+request's failure never affects another.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import grpc  # type: ignore[import-untyped]
@@ -35,7 +42,8 @@ from google.protobuf import struct_pb2
 
 from ambit.api import ca_pb2
 from ambit.controlplane.ca.authn import Caller, Metadata
-from ambit.controlplane.ca.errors import AuthorizationError, CaServerError, CsrError
+from ambit.controlplane.ca.errors import AuthorizationError, CaServerError, CsrError, RateLimitedError
+from ambit.controlplane.ca.limits import MAX_CSR_BYTES, CallerRateLimiter, RateLimit, check_csr_size
 from ambit.controlplane.ca.root import RootCa
 from ambit.model.identity import DEFAULT_TRUST_DOMAIN, SpiffeId
 from ambit.tls.certs import CertificateError
@@ -48,6 +56,10 @@ METHOD_PATH = f"/{SERVICE_NAME}/CreateCertificate"
 IMPERSONATED_IDENTITY = "ImpersonatedIdentity"
 DEFAULT_WORKLOAD_CERT_TTL = 24 * 3600
 MAX_WORKLOAD_CERT_TTL = 90 * 24 * 3600
+MAX_RECEIVE_MESSAGE_BYTES = 1024 * 1024
+"""The largest request message the CA's gRPC server reads (gRPC's own default is 4 MiB)."""
+GRPC_SERVER_OPTIONS = (("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES),)
+"""Options for a ``grpc.aio.server`` that carries the CA (:class:`ambit.xds.server.XdsServer` takes them)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +71,11 @@ class CaSettings:
     default_ttl: int = DEFAULT_WORKLOAD_CERT_TTL
     """Seconds a certificate lives when the request asks for no (or a non-positive) validity."""
     max_ttl: int = MAX_WORKLOAD_CERT_TTL
-    """Longest validity granted, whatever the request asks."""
+    """Longest validity granted, whatever the request asks (istiod's ``MAX_WORKLOAD_CERT_TTL``)."""
+    rate_limit: RateLimit = field(default_factory=RateLimit)
+    """Requests a second, and the burst, each authenticated caller is allowed."""
+    max_csr_bytes: int = MAX_CSR_BYTES
+    """Longest CSR read; longer ones are refused before parsing."""
 
 
 class Authenticator(Protocol):
@@ -130,17 +146,24 @@ class CaService:
         node_authorizer: ImpersonationAuthorizer | None,
         signer: Signer,
         settings: CaSettings | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._authenticator = authenticator
         self._authorizer = node_authorizer
         self._signer = signer
         self.settings = settings or CaSettings()
+        self._clock = clock
+        self.limiter = CallerRateLimiter(self.settings.rate_limit)
 
     async def create_certificate(
         self, request: ca_pb2.IstioCertificateRequest, metadata: Metadata
     ) -> ca_pb2.IstioCertificateResponse:
-        """Steps 1-4 of the module docstring; refusals raise :class:`CaServerError` subclasses."""
+        """Steps 0-4 of the module docstring; refusals raise :class:`CaServerError` subclasses."""
+        check_csr_size(request.csr, self.settings.max_csr_bytes)
         caller = await self._authenticator.authenticate(metadata)
+        if not self.limiter.admit(f"{caller.namespace}/{caller.service_account}/{caller.pod_uid or ''}", self._clock()):
+            raise RateLimitedError(f"caller {caller} is over its rate of {self.settings.rate_limit.rate}/s")
         requested = impersonated_identity(request.metadata)
         if requested is None:
             identity = caller.identity(self.settings.trust_domain)
