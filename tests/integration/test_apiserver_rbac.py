@@ -22,6 +22,9 @@ async def api(apiserver: ApiServer) -> AsyncIterator[ApiClient]:
     async with ApiClient.for_server(apiserver) as client:
         for ns in ("apps", "other", "istio-system"):
             assert (await client.post("/api/v1/namespaces", {"metadata": {"name": ns}})).status == 201
+        for name in ("istiod", "ztunnel", "istio-cni"):
+            sa = {"metadata": {"name": name}}
+            assert (await client.post("/api/v1/namespaces/istio-system/serviceaccounts", sa)).status == 201
         yield client
 
 
@@ -42,7 +45,8 @@ async def test_rbac_kinds_are_discovered_and_the_default_roles_exist(api: ApiCli
     names = (await api.get(f"{RBAC}/clusterroles")).names()
     for name in ("cluster-admin", "admin", "edit", "view", "system:discovery", "system:basic-user"):
         assert name in names
-    assert "system:public-info-viewer" in names
+    for name in ("system:public-info-viewer", "istiod-clusterrole-istio-system", "istio-cni"):
+        assert name in names
     binding = await api.must_get(f"{RBAC}/clusterrolebindings/cluster-admin")
     assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:masters"}]
 
@@ -155,6 +159,31 @@ async def test_impersonation_needs_the_impersonate_verb(apiserver: ApiServer, ap
         f'users "someone" is forbidden: User "{SA}" cannot impersonate resource "users" in API group "" '
         "at the cluster scope"
     )
+
+
+async def test_component_service_accounts_have_least_privilege(apiserver: ApiServer, api: ApiClient) -> None:
+    async with await as_account(apiserver, api, "istio-system", "istiod") as istiod:
+        for path in ("/api/v1/pods", "/api/v1/services", "/api/v1/namespaces", "/api/v1/nodes"):
+            assert (await istiod.get(path)).status == 200, path
+        assert (await istiod.get("/apis/discovery.k8s.io/v1/endpointslices")).status == 200
+        assert (await istiod.get("/apis/security.istio.io/v1/authorizationpolicies")).status == 200
+        assert_status(await istiod.get("/api/v1/secrets"), 403)
+        assert_status(await istiod.post("/api/v1/namespaces/apps/pods", pod("x", namespace="apps")), 403)
+        review = {"kind": "TokenReview", "spec": {"token": "x"}}
+        assert (await istiod.post("/apis/authentication.k8s.io/v1/tokenreviews", review)).status == 201
+    async with await as_account(apiserver, api, "istio-system", "ztunnel") as ztunnel:
+        assert_status(await ztunnel.get("/api/v1/pods"), 403)
+        assert_status(await ztunnel.get("/api/v1/namespaces/istio-system/secrets"), 403)
+        assert (await ztunnel.get("/apis")).status == 200
+    assert (await api.post("/api/v1/namespaces/apps/pods", pod("p", namespace="apps"))).status == 201
+    async with await as_account(apiserver, api, "istio-system", "istio-cni") as cni:
+        assert (await cni.get("/api/v1/pods")).status == 200
+        patch = b'{"metadata":{"annotations":{"ambient.istio.io/redirection":"enabled"}}}'
+        reply = await cni.request(
+            "PATCH", "/api/v1/namespaces/apps/pods/p", data=patch, content_type="application/merge-patch+json"
+        )
+        assert reply.status == 200, reply.body
+        assert_status(await cni.delete("/api/v1/namespaces/apps/pods/p"), 403)
 
 
 async def test_anonymous_requests_see_only_public_info(api: ApiClient) -> None:

@@ -1,5 +1,5 @@
 """The real kubectl against ``ambit apiserver``: RBAC objects through get/apply/delete, and ``kubectl auth can-i``
-(SelfSubjectAccessReview, SelfSubjectRulesReview, impersonation with ``--as``)."""
+(SelfSubjectAccessReview, SelfSubjectRulesReview, impersonation with ``--as``) for users and the components."""
 
 from __future__ import annotations
 
@@ -32,6 +32,8 @@ ROLE_AND_BINDING = [
 def kube(server_process: ServerProcess) -> ServerProcess:
     for ns in ("apps", "istio-system"):
         server_process.kubectl("create", "namespace", ns)
+    for name in ("istiod", "ztunnel", "istio-cni"):
+        server_process.kubectl("create", "serviceaccount", name, "-n", "istio-system")
     return server_process
 
 
@@ -69,3 +71,19 @@ def test_rbac_objects_through_kubectl_apply_get_delete(kube: ServerProcess) -> N
     kube.kubectl("delete", "rolebinding", "pod-reader", "-n", "apps")
     assert can_i(kube, "list", "pods", "-n", "apps", as_sa).startswith("no")
     kube.kubectl("delete", "role", "pod-reader", "-n", "apps")
+
+
+@pytest.mark.parametrize("account", ["istiod", "ztunnel", "istio-cni"])
+def test_can_i_list_for_each_component(kube: ServerProcess, account: str) -> None:
+    out = kube.kubectl("auth", "can-i", "--list", f"--as=system:serviceaccount:istio-system:{account}")
+    resources = {line.split()[0] for line in out.strip().splitlines()[1:]}
+    granted = {r for r in resources if not r.startswith("[")}
+    basic = {"selfsubjectaccessreviews.authorization.k8s.io", "selfsubjectrulesreviews.authorization.k8s.io"}
+    if account == "ztunnel":
+        assert granted == basic, out
+    elif account == "istio-cni":
+        assert granted == basic | {"pods", "pods/status", "namespaces"}, out
+    else:
+        assert {"pods", "services", "endpointslices.discovery.k8s.io", "tokenreviews.authentication.k8s.io"} <= granted
+        assert "secrets" not in granted, out
+    assert "secrets" not in resources
