@@ -116,6 +116,17 @@ async def test_resource_names_and_subresources(apiserver: ApiServer, api: ApiCli
         assert reply.status == 200, reply.body
 
 
+async def test_the_role_of_a_binding_cannot_change(api: ApiClient) -> None:
+    await grant(api, "view", "apps", "default")
+    path = f"{RBAC}/namespaces/apps/rolebindings/default-view"
+    patch = b'{"roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"ClusterRole","name":"edit"}}'
+    reply = await api.request("PATCH", path, data=patch, content_type="application/merge-patch+json")
+    assert_status(reply, 422, "Invalid", "roleRef: cannot change roleRef")
+    subjects = b'{"subjects":[{"kind":"ServiceAccount","name":"other","namespace":"apps"}]}'
+    reply = await api.request("PATCH", path, data=subjects, content_type="application/merge-patch+json")
+    assert reply.status == 200, reply.body
+
+
 async def test_access_reviews(api: ApiClient) -> None:
     def sar(user: str, verb: str, resource: str, namespace: str = "apps", **more: Any) -> JsonObject:
         attrs = {"verb": verb, "resource": resource, "namespace": namespace, **more}

@@ -327,3 +327,12 @@ class ClusterRoleStrategy(Strategy):
                     changed = True
             if not changed:
                 return
+
+
+class BindingStrategy(Strategy):
+    """RoleBindings and ClusterRoleBindings: the role a binding refers to cannot change (delete and recreate)."""
+
+    def prepare_for_update(self, rtype: ResourceType, old: JsonObject, new: JsonObject) -> None:
+        if new.get("roleRef") != old.get("roleRef"):
+            name = str(old["metadata"].get("name", ""))
+            raise errors.invalid(rtype.kind, name, [("roleRef", "cannot change roleRef")], RBAC_GROUP)

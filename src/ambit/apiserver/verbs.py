@@ -29,7 +29,14 @@ from typing import Any
 from ambit.apiserver import errors, validation
 from ambit.apiserver.admission import AdmissionController
 from ambit.apiserver.admission_chain import AdmissionChain, Request
-from ambit.apiserver.authorizer import CLUSTER_ROLES, Authorizer, ClusterRoleStrategy
+from ambit.apiserver.authorizer import (
+    CLUSTER_ROLE_BINDINGS,
+    CLUSTER_ROLES,
+    ROLE_BINDINGS,
+    Authorizer,
+    BindingStrategy,
+    ClusterRoleStrategy,
+)
 from ambit.apiserver.defaults import apply_defaults
 from ambit.apiserver.deletion import Deleter
 from ambit.apiserver.objects import apply_patch, check_body, merge_update, unchanged
@@ -80,6 +87,7 @@ class ResourceManager:
         self.tokens = TokenEndpoints(store, tokens, now=self.now)
         self.rbac = Authorizer(store)
         self.strategies.by_key[CLUSTER_ROLES] = ClusterRoleStrategy(context)
+        self.strategies.by_key[ROLE_BINDINGS] = self.strategies.by_key[CLUSTER_ROLE_BINDINGS] = BindingStrategy(context)
         for crd in store.items(CRD_KEY):
             if crd_is_established(crd.obj):
                 registry.set_custom(resource_type_from_crd(crd.obj))
