@@ -239,3 +239,17 @@ def test_what_a_rule_set_allows_is_what_it_covers(owner: list[Rule], a: Attribut
     resource = f"{a.resource}/{a.subresource}" if a.subresource else a.resource
     atom = Rule((a.verb,), (a.api_group,), (resource,), (a.name,) if a.name else ())
     assert rules_allow(owner, a) == (uncovered(owner, [atom]) == [])
+
+
+_segments = st.sampled_from(["api", "apis", "v1", "apps", "namespaces", "ns", "pods", "watch", "status", "x", ""])
+
+
+@given(st.sampled_from(["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"]), st.lists(_segments, max_size=8), st.text())
+def test_request_attributes_reads_any_path(method: str, segments: list[str], fields: str) -> None:
+    """Any path gives attributes (the router refuses what is not served, after authorization), never an error."""
+    path = "/" + "/".join(segments)
+    a = request_attributes(SA, SA_GROUPS, method, path, False, fields)
+    if a.resource_request:
+        assert a.resource and path.startswith(("/api/", "/apis/"))
+    else:
+        assert a.path == path and a.verb == method.lower()
