@@ -125,13 +125,18 @@ class ApiClient:
         content_type: str | None = None,
         params: dict[str, str] | None = None,
         token: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> Reply:
         if body is not None:
             data = msgspec.json.encode(body)
             content_type = content_type or "application/json"
         payload = io.BytesIO(data) if data is not None else None  # aiohttp warns about large raw bytes
         async with self._session.request(
-            method, self.url + path, data=payload, params=params, headers=self._headers(content_type, token)
+            method,
+            self.url + path,
+            data=payload,
+            params=params,
+            headers=self._headers(content_type, token) | (headers or {}),
         ) as response:
             raw = await response.read()
             kind = response.headers.get("Content-Type", "").split(";")[0]
@@ -237,3 +242,18 @@ def widget(name: str, size: int = 1, **meta: Any) -> JsonObject:
         "metadata": {"name": name, "namespace": "default", **meta},
         "spec": {"size": size},
     }
+
+
+async def grant(
+    api: ApiClient, cluster_role: str, namespace: str, account: str, *, account_namespace: str = ""
+) -> None:
+    """Bind ClusterRole ``cluster_role`` in ``namespace`` to a service account, as a cluster admin would."""
+    body = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": f"{account}-{cluster_role}"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": account_namespace or namespace}],
+    }
+    reply = await api.post(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings", body)
+    assert reply.status == 201, reply.body

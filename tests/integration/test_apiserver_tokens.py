@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from apiserver_client import ApiClient, JsonObject, assert_status, configmap, pod
+from apiserver_client import ApiClient, JsonObject, assert_status, configmap, grant, pod
 
 from ambit.apiserver.server import ApiServer
 from ambit.apiserver.tokens import DEFAULT_ISSUER
@@ -260,6 +260,8 @@ async def test_service_account_token_for_the_api_server_authenticates_requests(
 ) -> None:
     token = await request_token(api, token_request())
     async with ApiClient.for_server(apiserver, token) as as_sa:
+        assert_status(await as_sa.get("/api/v1/namespaces/mesh/pods"), 403, "Forbidden")  # authenticated, not allowed
+        await grant(api, "edit", "mesh", "ztunnel")
         listed = await as_sa.get("/api/v1/namespaces/mesh/pods")
         assert listed.status == 200 and listed.names() == ["app-1", "ztunnel-abc"]
         created = await as_sa.post("/api/v1/namespaces/mesh/configmaps", configmap("by-sa", namespace="mesh"))
@@ -274,6 +276,7 @@ async def test_token_for_another_audience_does_not_authenticate_requests(apiserv
 
 async def test_expired_or_orphaned_token_does_not_authenticate_requests(apiserver: ApiServer, api: ApiClient) -> None:
     token = await request_token(api, token_request(pod_ref=await pod_ref(api)))
+    await grant(api, "view", "mesh", "ztunnel")
     async with ApiClient.for_server(apiserver, token) as as_sa:
         assert (await as_sa.get("/api/v1/namespaces/mesh/pods")).status == 200
         move_clock(apiserver, 3600)

@@ -29,6 +29,7 @@ from ambit.k8s import (
     kinds,
 )
 from ambit.k8s.connection import TokenFileAuth, load_from_env, load_in_cluster
+from ambit.k8s.kinds import ResourceKind
 
 NS = "default"
 
@@ -341,6 +342,11 @@ def write_service_account(directory: Path, server: ApiServer, token: str) -> Non
     (directory / "namespace").write_text("kube-system")
 
 
+CLUSTER_ROLE_BINDINGS = ResourceKind(
+    "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", namespaced=False
+)
+
+
 def environ_for(server: ApiServer) -> dict[str, str]:
     host, port = server.url.removeprefix("https://").rsplit(":", 1)
     return {"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": port}
@@ -352,6 +358,12 @@ async def test_in_cluster_client_re_reads_a_rotated_token(server: ApiServer, kub
     pod = await kube.create(kinds.PODS, {"metadata": {"name": "agent", "namespace": "kube-system"}, "spec": spec})
     audience = ["https://kubernetes.default.svc.cluster.local"]
     first = (await kube.create_token("kube-system", "default", audience, 600, bound_pod=pod))["status"]["token"]
+    binding = {  # a cluster admin lets the account read, as RBAC requires
+        "metadata": {"name": "kube-system-default-view"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+        "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": "kube-system"}],
+    }
+    await kube.create(CLUSTER_ROLE_BINDINGS, binding)
     sa_dir = tmp_path / "sa"
     write_service_account(sa_dir, server, first)
     async with KubeClient.in_cluster(sa_dir, environ=environ_for(server)) as client:

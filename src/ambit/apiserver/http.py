@@ -19,7 +19,9 @@ import yaml
 from aiohttp import web
 
 from ambit.apiserver import discovery, errors, openapi, protobuf, scale, tables
+from ambit.apiserver.authorizer import REVIEWS
 from ambit.apiserver.limits import LimitSettings, UserLimiter
+from ambit.apiserver.rbac_policy import request_attributes
 from ambit.apiserver.registry import ResourceType
 from ambit.apiserver.requests import DeleteOptions, User, request_warnings
 from ambit.apiserver.store import StoredObject, decode, encode
@@ -72,7 +74,9 @@ class ApiHttp:
         self.limiter = UserLimiter(settings.limits)
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=MAX_BODY, middlewares=[self._errors, self._authenticate, self._throttle])
+        # The rate limit applies to the authenticated user (before impersonation, and before RBAC reads the store).
+        middlewares = [self._errors, self._authenticate, self._throttle, self._authorize]
+        app = web.Application(client_max_size=MAX_BODY, middlewares=middlewares)
         app.router.add_route("*", "/{tail:.*}", self._dispatch)
         return app
 
@@ -134,6 +138,18 @@ class ApiHttp:
             retry = self.limiter.admit(request[USER], time.monotonic())
             if retry is not None:
                 raise errors.too_many_requests("Too many requests, please try again later.", retry)
+        return await handler(request)
+
+    @web.middleware
+    async def _authorize(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        """Impersonation, then RBAC on the request's attributes: before anything else is read or written."""
+        rbac = self.manager.rbac
+        user = request[USER] = rbac.impersonate(request.headers, request.headers.getall, request[USER])
+        watch = request.query.get("watch") in ("true", "1")
+        fields = request.query.get("fieldSelector", "")
+        rbac.authorize(request_attributes(user.username, user.groups, request.method, request.path, watch, fields))
         return await handler(request)
 
     # -- routing --------------------------------------------------------------------------------------------
@@ -247,6 +263,8 @@ class ApiHttp:
             )
         if method == "POST":
             body = await _read_body(request)
+            if t.rtype.key in REVIEWS and not t.name:
+                return _json(m.rbac.review(t.rtype, t.namespace, body, user), 201)
             if t.rtype.key == ("authentication.k8s.io", "tokenreviews") and not t.name:
                 return _json(m.tokens.token_review(body), 201)
             if t.subresource == "token":

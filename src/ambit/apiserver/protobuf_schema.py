@@ -588,6 +588,47 @@ MESSAGES: dict[str, Message] = {
         3: ("groups", "[]string"),
         4: ("extra", "map[string]ExtraValue"),
     },
+    # -- k8s.io/api/authorization/v1 (what kubectl auth can-i sends) -------------------------------------------
+    "SubjectAccessReview": {
+        1: ("metadata", "ObjectMeta"),
+        2: ("spec", "SubjectAccessReviewSpec"),
+        3: ("status", "SubjectAccessReviewStatus"),
+    },
+    "SubjectAccessReviewSpec": {
+        1: ("resourceAttributes", "*ResourceAttributes"),
+        2: ("nonResourceAttributes", "*NonResourceAttributes"),
+        3: ("user", "string"),
+        4: ("groups", "[]string"),
+        5: ("extra", "map[string]ExtraValue"),
+        6: ("uid", "string"),
+    },
+    "SelfSubjectAccessReview": {
+        1: ("metadata", "ObjectMeta"),
+        2: ("spec", "SelfSubjectAccessReviewSpec"),
+        3: ("status", "SubjectAccessReviewStatus"),
+    },
+    "SelfSubjectAccessReviewSpec": {
+        1: ("resourceAttributes", "*ResourceAttributes"),
+        2: ("nonResourceAttributes", "*NonResourceAttributes"),
+    },
+    "ResourceAttributes": {
+        1: ("namespace", "string"),
+        2: ("verb", "string"),
+        3: ("group", "string"),
+        4: ("version", "string"),
+        5: ("resource", "string"),
+        6: ("subresource", "string"),
+        7: ("name", "string"),
+    },
+    "NonResourceAttributes": {1: ("path", "string"), 2: ("verb", "string")},
+    "SubjectAccessReviewStatus": {
+        1: ("allowed", "bool"),
+        2: ("reason", "string"),
+        3: ("evaluationError", "string"),
+        4: ("denied", "bool"),
+    },
+    "SelfSubjectRulesReview": {1: ("metadata", "ObjectMeta"), 2: ("spec", "SelfSubjectRulesReviewSpec")},
+    "SelfSubjectRulesReviewSpec": {1: ("namespace", "string")},
     # -- k8s.io/api/coordination/v1 -----------------------------------------------------------------------------
     "Lease": {1: ("metadata", "ObjectMeta"), 2: ("spec", "LeaseSpec")},
     "LeaseSpec": {
@@ -616,6 +657,10 @@ KINDS: dict[tuple[str, str], str] = {
     ("authentication.k8s.io/v1", "TokenRequest"): "TokenRequest",
     ("authentication.k8s.io/v1", "TokenReview"): "TokenReview",
     ("coordination.k8s.io/v1", "Lease"): "Lease",
+    ("authorization.k8s.io/v1", "SubjectAccessReview"): "SubjectAccessReview",
+    ("authorization.k8s.io/v1", "LocalSubjectAccessReview"): "SubjectAccessReview",
+    ("authorization.k8s.io/v1", "SelfSubjectAccessReview"): "SelfSubjectAccessReview",
+    ("authorization.k8s.io/v1", "SelfSubjectRulesReview"): "SelfSubjectRulesReview",
 }
 """(apiVersion, kind) of a body → its message. ``DeleteOptions`` is accepted under any apiVersion (client-go
 sends it tagged with the group version of the resource being deleted)."""

@@ -244,10 +244,44 @@ BUILTINS: tuple[ResourceType, ...] = (
         "mutatingwebhookconfiguration",
         False,
     ),
+    ResourceType("rbac.authorization.k8s.io", ("v1",), "Role", "roles", "role", True),
+    ResourceType("rbac.authorization.k8s.io", ("v1",), "ClusterRole", "clusterroles", "clusterrole", False),
+    ResourceType("rbac.authorization.k8s.io", ("v1",), "RoleBinding", "rolebindings", "rolebinding", True),
+    ResourceType(
+        "rbac.authorization.k8s.io", ("v1",), "ClusterRoleBinding", "clusterrolebindings", "clusterrolebinding", False
+    ),
+    *(
+        ResourceType(
+            "authorization.k8s.io",
+            ("v1",),
+            kind,
+            kind.lower() + "s",
+            kind.lower(),
+            kind.startswith("Local"),
+            verbs=("create",),
+        )
+        for kind in (
+            "SubjectAccessReview",
+            "SelfSubjectAccessReview",
+            "LocalSubjectAccessReview",
+            "SelfSubjectRulesReview",
+        )
+    ),
 )
 
 # Resources that are created but never stored (they answer a question).
-VIRTUAL = frozenset({("authentication.k8s.io", "tokenreviews")})
+VIRTUAL = frozenset(
+    {("authentication.k8s.io", "tokenreviews")}
+    | {
+        ("authorization.k8s.io", plural)
+        for plural in (
+            "subjectaccessreviews",
+            "selfsubjectaccessreviews",
+            "localsubjectaccessreviews",
+            "selfsubjectrulesreviews",
+        )
+    }
+)
 
 CRD_KEY = ("apiextensions.k8s.io", "customresourcedefinitions")
 

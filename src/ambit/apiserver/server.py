@@ -40,6 +40,7 @@ from ambit.model import untrusted_yaml
 from ambit.tls.certs import issue_server_cert, load_or_create_ca
 
 DEFAULT_CRD_DIR = Path(__file__).resolve().parents[3] / "deploy" / "crds"
+DEFAULT_RBAC_DIR = Path(__file__).resolve().parents[3] / "deploy" / "rbac"
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +59,8 @@ class ApiServerSettings:
     """More DNS names or IPs the serving certificate covers (the lab adds the bridge address)."""
     crd_dir: Path | None = DEFAULT_CRD_DIR
     """CRDs installed at start (``deploy/crds``); None installs none."""
+    rbac_dir: Path | None = DEFAULT_RBAC_DIR
+    """The components' ClusterRoles and bindings installed at start (``deploy/rbac``), besides kube's defaults."""
     service_cidr: str = "198.19.0.0/16"
     """Where Service cluster IPs come from."""
     max_token_expiration: int = DEFAULT_MAX_TOKEN_EXPIRATION
@@ -131,7 +134,7 @@ class ApiServer:
             service_cidr=s.service_cidr,
             root_ca_pem=ca.cert_pem.decode(),
         )
-        await self.manager.bootstrap(_load_crds(s.crd_dir))
+        await self.manager.bootstrap(_load_crds(s.crd_dir), _load_rbac(s.rbac_dir))
         self._http = ApiHttp(
             self.manager,
             HttpSettings(
@@ -202,6 +205,17 @@ def _load_crds(directory: Path | None) -> list[dict[str, Any]]:
             if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
                 crds.append(doc)
     return crds
+
+
+def _load_rbac(directory: Path | None) -> list[dict[str, Any]]:
+    if directory is None or not directory.is_dir():
+        return []
+    objs: list[dict[str, Any]] = []
+    for path in sorted(directory.glob("*.yaml")):
+        for doc in yaml.load_all(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+            if isinstance(doc, dict) and str(doc.get("apiVersion", "")).startswith("rbac.authorization.k8s.io/"):
+                objs.append(doc)
+    return objs
 
 
 def _load_or_create_secret(path: Path, make: Any) -> bytes:

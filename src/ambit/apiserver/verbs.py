@@ -29,6 +29,14 @@ from typing import Any
 from ambit.apiserver import errors, validation
 from ambit.apiserver.admission import AdmissionController
 from ambit.apiserver.admission_chain import AdmissionChain, Request
+from ambit.apiserver.authorizer import (
+    CLUSTER_ROLE_BINDINGS,
+    CLUSTER_ROLES,
+    ROLE_BINDINGS,
+    Authorizer,
+    BindingStrategy,
+    ClusterRoleStrategy,
+)
 from ambit.apiserver.defaults import apply_defaults
 from ambit.apiserver.deletion import Deleter
 from ambit.apiserver.objects import apply_patch, check_body, merge_update, unchanged
@@ -77,6 +85,9 @@ class ResourceManager:
         self.strategies = StrategyTable(context, service_cidr=service_cidr)
         self.deleter = Deleter(store, registry, hub, self.strategies, now=self.now, commit=self.commit)
         self.tokens = TokenEndpoints(store, tokens, now=self.now)
+        self.rbac = Authorizer(store)
+        self.strategies.by_key[CLUSTER_ROLES] = ClusterRoleStrategy(context)
+        self.strategies.by_key[ROLE_BINDINGS] = self.strategies.by_key[CLUSTER_ROLE_BINDINGS] = BindingStrategy(context)
         for crd in store.items(CRD_KEY):
             if crd_is_established(crd.obj):
                 registry.set_custom(resource_type_from_crd(crd.obj))
@@ -145,6 +156,7 @@ class ResourceManager:
         strategy = self.strategies[rtype]
         strategy.prepare_for_create(rtype, obj)
         strategy.derive(rtype, None, obj)
+        self.rbac.check_write(rtype, namespace, obj, user)
         request = Request("CREATE", rtype, version, namespace, name, user, dry_run=dry_run)
         attrs = self.admission.attributes(request, obj, None, own_labels=strategy.own_labels_select_namespace())
         obj = await self.admission.mutate(attrs, obj)
@@ -246,6 +258,7 @@ class ResourceManager:
             if strategy.defaults_on_update:
                 apply_defaults(rtype.group, rtype.kind, new, creating=False)
             strategy.derive(rtype, old, new)
+        self.rbac.check_write(rtype, namespace, new, user)
         request = Request("UPDATE", rtype, version, namespace, name, user, subresource, dry_run)
         attrs = self.admission.attributes(request, new, old, own_labels=strategy.own_labels_select_namespace())
         new = await self.admission.mutate(attrs, new)
@@ -293,8 +306,9 @@ class ResourceManager:
         return self.deleter.delete_now(rtype, obj, options)
 
     # -- bootstrap ------------------------------------------------------------------------------------------
-    async def bootstrap(self, crds: list[JsonObject]) -> None:
-        """System namespaces and the CRDs the mesh reads; existing objects are left as they are."""
+    async def bootstrap(self, crds: list[JsonObject], rbac: list[JsonObject] | None = None) -> None:
+        """System namespaces, the CRDs the mesh reads, and kube's default RBAC roles and bindings with ``rbac``
+        (the components' own); existing objects are left as they are, but for changed CRDs and roles."""
         admin = User("system:apiserver", groups=("system:masters",))
         ns_type = self.registry.find(*NAMESPACES)
         crd_type = self.registry.find(*CRD_KEY)
@@ -311,6 +325,26 @@ class ResourceManager:
                 body = copy.deepcopy(crd)
                 body["metadata"]["resourceVersion"] = str(current.rv)
                 await self.update(crd_type, "v1", "", name, body, admin)
+        for obj in self.rbac.bootstrap_objects(rbac or []):
+            await self._reconcile(obj, admin)
+
+    async def _reconcile(self, obj: JsonObject, admin: User) -> None:
+        group, _, version = str(obj.get("apiVersion", "")).rpartition("/")
+        rtype = self.registry.find_kind(group, str(obj.get("kind", "")))
+        if rtype is None:
+            raise errors.bad_request(f"cannot bootstrap a {obj.get('kind')!r} ({obj.get('apiVersion')!r})")
+        meta = obj.get("metadata") or {}
+        namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        current = self.store.get(rtype.key, namespace, name)
+        if current is None:
+            await self.create(rtype, version, namespace, obj, admin)
+            return
+        fields = ("roleRef", "subjects") if "roleRef" in obj else ("rules",)
+        if obj.get("aggregationRule") or all(current.obj.get(f) == obj.get(f) for f in fields):
+            return
+        body = copy.deepcopy(current.obj)
+        body.update({f: obj.get(f) for f in fields})
+        await self.update(rtype, version, namespace, name, body, admin)
 
     # -- plumbing -------------------------------------------------------------------------------------------
     def commit(self, etype: str, rtype: ResourceType, namespace: str, name: str, obj: JsonObject) -> None:

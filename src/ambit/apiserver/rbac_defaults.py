@@ -1,0 +1,190 @@
+"""The bootstrap ClusterRoles and ClusterRoleBindings kube-apiserver creates, with their real names and rules (a
+subset: the kinds this server serves and the ones kubectl users expect).
+
+``admin``, ``edit`` and ``view`` are aggregated, as in kube: their rules are the union of the ClusterRoles carrying
+``rbac.authorization.k8s.io/aggregate-to-<name>: "true"``; ``system:aggregate-to-*`` hold the built-in part, and
+``edit`` aggregates into ``admin``, ``view`` into ``edit``. Pure data; the authorizer installs it at start.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+READ = ["get", "list", "watch"]
+WRITE = ["create", "delete", "deletecollection", "patch", "update"]
+READ_WRITE = READ + WRITE
+AGG = "rbac.authorization.k8s.io/aggregate-to-"
+DEFAULTS_LABEL = {"kubernetes.io/bootstrapping": "rbac-defaults"}
+DISCOVERY_URLS = ["/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/openapi", "/openapi/*", "/readyz"]
+DISCOVERY_URLS += ["/version", "/version/"]
+PUBLIC_URLS = ["/healthz", "/livez", "/readyz", "/version", "/version/"]
+
+
+def _rule(verbs: list[str], groups: list[str], resources: list[str]) -> dict[str, Any]:
+    return {"verbs": verbs, "apiGroups": groups, "resources": resources}
+
+
+def _role(name: str, rules: list[dict[str, Any]], labels: dict[str, str] | None = None, **extra: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": name,
+        "labels": {**DEFAULTS_LABEL, **(labels or {})},
+        "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"},
+    }
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": meta,
+        "rules": rules,
+        **extra,
+    }
+
+
+def _aggregated(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    selector = {"matchLabels": {AGG + name: "true"}}
+    return _role(name, [], labels, aggregationRule={"clusterRoleSelectors": [selector]})
+
+
+def _binding(name: str, role: str, groups: list[str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {
+            "name": name,
+            "labels": dict(DEFAULTS_LABEL),
+            "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"},
+        },
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": g} for g in groups],
+    }
+
+
+_VIEW = [
+    _rule(
+        READ,
+        [""],
+        [
+            "pods",
+            "replicationcontrollers",
+            "replicationcontrollers/scale",
+            "serviceaccounts",
+            "services",
+            "services/status",
+            "endpoints",
+            "persistentvolumeclaims",
+            "persistentvolumeclaims/status",
+            "configmaps",
+        ],
+    ),
+    _rule(
+        READ,
+        [""],
+        [
+            "limitranges",
+            "resourcequotas",
+            "bindings",
+            "events",
+            "pods/status",
+            "resourcequotas/status",
+            "namespaces/status",
+            "replicationcontrollers/status",
+            "pods/log",
+        ],
+    ),
+    _rule(READ, [""], ["namespaces"]),
+    _rule(READ, ["discovery.k8s.io"], ["endpointslices"]),
+    _rule(
+        READ,
+        ["apps"],
+        [
+            "controllerrevisions",
+            "statefulsets",
+            "statefulsets/scale",
+            "statefulsets/status",
+            "daemonsets",
+            "daemonsets/status",
+            "deployments",
+            "deployments/scale",
+            "deployments/status",
+            "replicasets",
+            "replicasets/scale",
+            "replicasets/status",
+        ],
+    ),
+    _rule(READ, ["events.k8s.io"], ["events"]),
+]
+_EDIT = [
+    _rule(["impersonate"], [""], ["serviceaccounts"]),
+    _rule(WRITE, [""], ["pods", "pods/attach", "pods/proxy", "pods/exec", "pods/portforward"]),
+    _rule(["create"], [""], ["pods/eviction"]),
+    _rule(
+        WRITE,
+        [""],
+        [
+            "replicationcontrollers",
+            "replicationcontrollers/scale",
+            "serviceaccounts",
+            "services",
+            "services/proxy",
+            "persistentvolumeclaims",
+            "configmaps",
+            "secrets",
+            "events",
+        ],
+    ),
+    _rule(["create"], [""], ["serviceaccounts/token"]),
+    _rule(
+        WRITE,
+        ["apps"],
+        [
+            "statefulsets",
+            "statefulsets/scale",
+            "daemonsets",
+            "deployments",
+            "deployments/scale",
+            "deployments/rollback",
+            "replicasets",
+            "replicasets/scale",
+        ],
+    ),
+    _rule(READ, [""], ["pods/attach", "pods/exec", "pods/portforward", "pods/proxy", "secrets", "services/proxy"]),
+    _rule(WRITE, ["discovery.k8s.io"], ["endpointslices"]),
+]
+_ADMIN = [
+    _rule(["create"], ["authorization.k8s.io"], ["localsubjectaccessreviews"]),
+    _rule(READ_WRITE, ["rbac.authorization.k8s.io"], ["roles", "rolebindings"]),
+]
+
+
+def cluster_roles() -> list[dict[str, Any]]:
+    """The bootstrap ClusterRoles (fresh objects on every call)."""
+    return [
+        _role(
+            "cluster-admin",
+            [_rule(["*"], ["*"], ["*"]), {"verbs": ["*"], "nonResourceURLs": ["*"]}],
+        ),
+        _aggregated("admin"),
+        _aggregated("edit", {AGG + "admin": "true"}),
+        _aggregated("view", {AGG + "edit": "true"}),
+        _role("system:aggregate-to-admin", _ADMIN, {AGG + "admin": "true"}),
+        _role("system:aggregate-to-edit", _EDIT, {AGG + "admin": "true", AGG + "edit": "true"}),
+        _role("system:aggregate-to-view", _VIEW, {AGG + "admin": "true", AGG + "edit": "true", AGG + "view": "true"}),
+        _role("system:discovery", [{"verbs": ["get"], "nonResourceURLs": DISCOVERY_URLS}]),
+        _role(
+            "system:basic-user",
+            [
+                _rule(["create"], ["authorization.k8s.io"], ["selfsubjectaccessreviews", "selfsubjectrulesreviews"]),
+            ],
+        ),
+        _role("system:public-info-viewer", [{"verbs": ["get"], "nonResourceURLs": PUBLIC_URLS}]),
+    ]
+
+
+def cluster_role_bindings() -> list[dict[str, Any]]:
+    return [
+        _binding("cluster-admin", "cluster-admin", ["system:masters"]),
+        _binding("system:discovery", "system:discovery", ["system:authenticated"]),
+        _binding("system:basic-user", "system:basic-user", ["system:authenticated"]),
+        _binding(
+            "system:public-info-viewer", "system:public-info-viewer", ["system:authenticated", "system:unauthenticated"]
+        ),
+    ]
