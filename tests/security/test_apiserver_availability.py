@@ -99,7 +99,16 @@ def client(server: ServerProcess, token: str | None = None) -> ApiClient:
 
 
 async def service_account_token(api: ApiClient, name: str) -> str:
+    """A token of service account ``name``, which may read and write in ``default`` (``edit``, bound by the admin):
+    these attacks are on availability, by users who are allowed what they do."""
     reply = await api.post(SAS, {"metadata": {"name": name}})
+    assert reply.status in (201, 409), reply.body
+    binding = {
+        "metadata": {"name": f"{name}-edit"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": "default"}],
+    }
+    reply = await api.post("/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings", binding)
     assert reply.status in (201, 409), reply.body
     reply = await api.post(f"{SAS}/{name}/token", {"spec": {}})
     assert reply.status == 201, reply.body
