@@ -63,8 +63,10 @@ class HboneServerConnection(HboneConnection):
             raise HboneProtocolError(wire.PROTOCOL_ERROR, f"a client opened even stream {stream_id}")
         if stream_id <= self._highest_peer:
             self._out.append(wire.rst_stream(stream_id, wire.STREAM_CLOSED))  # trailers of a stream we finished
+            self._count_early_reset()
             return
         self._highest_peer = stream_id
+        self._acks_owed = 0  # rule B: a peer opening streams is a peer at work
         if len(self._streams) >= self._settings.max_concurrent_streams:
             self._out.append(wire.rst_stream(stream_id, wire.REFUSED_STREAM))
             return

@@ -1,0 +1,202 @@
+"""The server's budgets against floods (rules A-C of ``ambit.hbone.connection``), driven by a raw attacker in memory.
+
+The attacker writes frames by hand (hpack for the header blocks), as the published attacks do: "MadeYouReset"
+(CVE-2025-8671) pairs of CONNECT and an invalid WINDOW_UPDATE, PING and SETTINGS floods against blocked output,
+and CONTINUATION floods.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hpack import Encoder
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ambit.hbone import ConnectionTerminated, Event, HboneServerConnection, StreamReset, TunnelRequested, wire
+from ambit.hbone.connection import MAX_CONTINUATIONS, MAX_EARLY_RESETS, MAX_QUEUED_CONTROL
+
+AUTHORITY = "198.18.200.7:8080"
+
+
+class Attacker:
+    """A raw HTTP/2 client of one :class:`HboneServerConnection`; collects what the server reports and sends."""
+
+    def __init__(self) -> None:
+        self.server = HboneServerConnection()
+        self.encoder = Encoder()
+        self.events: list[Event] = []
+        self.next_id = 1
+        self.send(wire.PREFACE + wire.settings_frame([]))
+        self.server.data_to_send()
+
+    def send(self, data: bytes) -> list[Event]:
+        new = self.server.receive_data(data)
+        self.events += new
+        return new
+
+    def connect_block(self) -> bytes:
+        return bytes(self.encoder.encode([(":method", "CONNECT"), (":authority", AUTHORITY)], huffman=False))
+
+    def connect(self) -> tuple[int, bytes]:
+        """The frames of the next CONNECT, and its stream id."""
+        stream_id, self.next_id = self.next_id, self.next_id + 2
+        return stream_id, wire.frame(wire.HEADERS, wire.END_HEADERS, stream_id, self.connect_block())
+
+    def terminated(self) -> ConnectionTerminated | None:
+        return next((e for e in self.events if isinstance(e, ConnectionTerminated)), None)
+
+
+def made_you_reset(attacker: Attacker, invalid: bytes = struct.pack(">L", 0)) -> bytes:
+    """One MadeYouReset pair: CONNECT, then a WINDOW_UPDATE the server must answer with RST_STREAM."""
+    stream_id, headers = attacker.connect()
+    return headers + wire.frame(wire.WINDOW_UPDATE, 0, stream_id, invalid)
+
+
+# --- rule A: resets we were made to send -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "invalid", [struct.pack(">L", 0), struct.pack(">L", wire.LARGEST_WINDOW)], ids=["zero", "overflow"]
+)
+def test_made_you_reset_pairs_end_the_connection_with_enhance_your_calm_past_the_reset_budget(invalid: bytes) -> None:
+    attacker = Attacker()
+    for _ in range(MAX_EARLY_RESETS):
+        attacker.send(made_you_reset(attacker, invalid))
+    assert attacker.terminated() is None
+    resets = [e for e in attacker.events if isinstance(e, StreamReset)]
+    assert len(resets) == MAX_EARLY_RESETS and not any(e.remote for e in resets)
+    attacker.send(made_you_reset(attacker, invalid))
+    terminated = attacker.terminated()
+    assert terminated is not None and terminated.error_code == wire.ENHANCE_YOUR_CALM
+    assert attacker.server.closed and attacker.server.active_streams == 0
+    assert wire.goaway(MAX_EARLY_RESETS * 2 + 1, wire.ENHANCE_YOUR_CALM)[9:17] in attacker.server.data_to_send()
+
+
+def test_a_flood_of_pairs_in_one_read_stops_at_the_budget() -> None:
+    attacker = Attacker()
+    events = attacker.send(b"".join(made_you_reset(attacker) for _ in range(15_000)))
+    requested = [e for e in events if isinstance(e, TunnelRequested)]
+    assert len(requested) == MAX_EARLY_RESETS + 1  # the read is abandoned at the GOAWAY
+    assert attacker.terminated() is not None
+
+
+def test_answers_pay_back_resets_we_were_made_to_send() -> None:
+    attacker = Attacker()
+    for round_ in range(3 * MAX_EARLY_RESETS):
+        if round_ % 2:
+            attacker.send(made_you_reset(attacker))
+        else:
+            stream_id, headers = attacker.connect()
+            attacker.send(headers)
+            attacker.server.respond(stream_id, 503)
+    assert attacker.terminated() is None
+
+
+def test_protocol_error_resets_of_answered_streams_count_too() -> None:
+    attacker = Attacker()
+    for _ in range(MAX_EARLY_RESETS + 1):
+        stream_id, headers = attacker.connect()
+        attacker.send(headers)
+        attacker.server.respond(stream_id, 200)
+        attacker.send(wire.frame(wire.WINDOW_UPDATE, 0, stream_id, struct.pack(">L", 0)))
+    # Each answer pays back one unit (down to zero), each protocol error costs one: the budget never runs out.
+    assert attacker.terminated() is None
+    for _ in range(MAX_EARLY_RESETS + 1):
+        stream_id, headers = attacker.connect()
+        attacker.send(headers + wire.frame(wire.WINDOW_UPDATE, 0, stream_id, struct.pack(">L", 0)))
+    terminated = attacker.terminated()
+    assert terminated is not None and terminated.error_code == wire.ENHANCE_YOUR_CALM
+
+
+def test_trailers_on_streams_we_finished_are_charged() -> None:
+    attacker = Attacker()
+    stream_id, headers = attacker.connect()
+    attacker.send(headers)
+    attacker.server.respond(stream_id, 400)
+    trailer = wire.frame(wire.HEADERS, wire.END_HEADERS | wire.END_STREAM, stream_id, attacker.connect_block())
+    for _ in range(MAX_EARLY_RESETS + 1):
+        attacker.send(trailer)
+    terminated = attacker.terminated()
+    assert terminated is not None and terminated.error_code == wire.ENHANCE_YOUR_CALM
+
+
+# --- rule B: control frames owed to a peer that does not read --------------------------------------------------
+
+PING = wire.frame(wire.PING, 0, 0, b"12345678")
+SETTINGS = wire.settings_frame([])
+
+
+@pytest.mark.parametrize("frame", [PING, SETTINGS], ids=["ping", "settings"])
+def test_a_control_flood_while_output_is_blocked_ends_with_enhance_your_calm(frame: bytes) -> None:
+    attacker = Attacker()
+    attacker.server.output_drained()  # the ACK of the handshake's SETTINGS went out
+    assert attacker.server.output_blocked() == []
+    attacker.send(frame * MAX_QUEUED_CONTROL)
+    assert attacker.terminated() is None
+    attacker.send(frame)
+    terminated = attacker.terminated()
+    assert terminated is not None and terminated.error_code == wire.ENHANCE_YOUR_CALM
+
+
+def test_control_frames_owed_before_the_output_blocked_end_the_connection_when_it_blocks() -> None:
+    attacker = Attacker()
+    attacker.send(PING * (MAX_QUEUED_CONTROL + 1))
+    assert attacker.terminated() is None  # nothing blocked: the peer may be reading them
+    events = attacker.server.output_blocked()
+    assert [type(e) for e in events] == [ConnectionTerminated]
+    assert isinstance(events[0], ConnectionTerminated) and events[0].error_code == wire.ENHANCE_YOUR_CALM
+
+
+def test_a_peer_that_reads_may_ping_as_it_likes() -> None:
+    attacker = Attacker()
+    for _ in range(3):
+        attacker.send(PING * MAX_QUEUED_CONTROL)
+        attacker.server.output_blocked()
+        attacker.server.output_drained()  # our writes drained: the ACKs reached it
+    _, headers = attacker.connect()
+    attacker.send(PING * MAX_QUEUED_CONTROL + headers + PING * 10)  # a new stream starts the count again
+    assert attacker.server.output_blocked() == []
+    assert attacker.terminated() is None
+
+
+# --- rule C: CONTINUATION frames per header block --------------------------------------------------------------
+
+
+def continued(stream_id: int, block: bytes, pieces: int) -> bytes:
+    """``block`` as HEADERS plus ``pieces`` CONTINUATION frames (the later ones empty when the block runs out)."""
+    size = -(-len(block) // (pieces + 1))
+    parts = [block[i * size : (i + 1) * size] for i in range(pieces + 1)]
+    out = wire.frame(wire.HEADERS, 0 if pieces else wire.END_HEADERS, stream_id, parts[0])
+    for index, part in enumerate(parts[1:], 1):
+        out += wire.frame(wire.CONTINUATION, wire.END_HEADERS if index == pieces else 0, stream_id, part)
+    return out
+
+
+@given(pieces=st.integers(0, MAX_CONTINUATIONS))
+def test_a_header_block_in_up_to_the_cap_of_continuations_is_a_request(pieces: int) -> None:
+    attacker = Attacker()
+    events = attacker.send(continued(1, attacker.connect_block(), pieces))
+    assert events == [TunnelRequested(1, AUTHORITY, ())]
+
+
+@given(pieces=st.integers(MAX_CONTINUATIONS + 1, 4 * MAX_CONTINUATIONS), split=st.integers(1, 30))
+def test_a_continuation_flood_ends_with_enhance_your_calm(pieces: int, split: int) -> None:
+    attacker = Attacker()
+    data = continued(1, attacker.connect_block(), pieces)
+    for start in range(0, len(data), split * 9):
+        attacker.send(data[start : start + split * 9])
+    terminated = attacker.terminated()
+    assert terminated is not None and terminated.error_code == wire.ENHANCE_YOUR_CALM
+    assert not any(isinstance(e, TunnelRequested) for e in attacker.events)
+
+
+def test_an_endless_stream_of_empty_continuations_is_cut_off_early() -> None:
+    attacker = Attacker()
+    attacker.send(wire.frame(wire.HEADERS, 0, 1, attacker.connect_block()[:3]))
+    sent = 0
+    while attacker.terminated() is None and sent < 10_000:
+        attacker.send(wire.frame(wire.CONTINUATION, 0, 1))
+        sent += 1
+    assert sent == MAX_CONTINUATIONS + 1
