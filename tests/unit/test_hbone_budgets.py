@@ -155,10 +155,33 @@ def test_a_peer_that_reads_may_ping_as_it_likes() -> None:
         attacker.send(PING * MAX_QUEUED_CONTROL)
         attacker.server.output_blocked()
         attacker.server.output_drained()  # our writes drained: the ACKs reached it
-    _, headers = attacker.connect()
-    attacker.send(PING * MAX_QUEUED_CONTROL + headers + PING * 10)  # a new stream starts the count again
-    assert attacker.server.output_blocked() == []
     assert attacker.terminated() is None
+
+
+def test_old_pings_do_not_count_against_a_later_bulk_transfer() -> None:
+    attacker = Attacker()
+    big = [(wire.INITIAL_WINDOW_SIZE, wire.LARGEST_WINDOW)]
+    attacker.send(wire.settings_frame(big) + wire.window_update(0, wire.LARGEST_WINDOW - wire.DEFAULT_WINDOW))
+    for _ in range(2 * MAX_QUEUED_CONTROL):  # hours of keep-alive pings, each answered and flushed
+        attacker.send(PING)
+        attacker.server.data_to_send()
+    stream_id, headers = attacker.connect()
+    attacker.send(headers)
+    attacker.server.respond(stream_id, 200)
+    for _ in range(4):
+        attacker.server.send_data(stream_id, bytes(128 * 1024))
+        attacker.server.data_to_send()
+    assert attacker.server.output_blocked() == []  # the peer is slow with the bulk data, not flooding
+    assert attacker.terminated() is None
+
+
+def test_a_flood_answered_in_many_flushes_still_counts_when_output_blocks() -> None:
+    attacker = Attacker()
+    for _ in range(40):
+        attacker.send(PING * 1000)
+        attacker.server.data_to_send()  # the ACKs went to a transport buffer the peer does not empty
+    events = attacker.server.output_blocked()
+    assert [type(e) for e in events] == [ConnectionTerminated]
 
 
 # --- rule C: CONTINUATION frames per header block --------------------------------------------------------------

@@ -41,10 +41,13 @@ A. Resets. Every stream that ends in a reset before we answered it, whoever rese
    CVE-2025-8671), and every stream we reset for a protocol error, costs one unit of the same budget; each answer
    we give pays one back. Past ``MAX_EARLY_RESETS`` units outstanding the connection ends.
 B. Control responses. PING and SETTINGS each oblige us to send an ACK. The shell tells the core when its writes
-   back up (``output_blocked``) and when they drain again (``output_drained``); ACKs owed since the last drain
-   or the last new stream beyond ``MAX_QUEUED_CONTROL`` end the connection, once our output is blocked (a peer that
-   reads what we send can ping as it likes). The memory itself is bounded by the shell, which stops reading while
-   its writes are paused; this rule makes a peer that floods us without reading lose the connection.
+   back up (``output_blocked``) and when they drain again (``output_drained``). When they back up, the bytes
+   waiting are our latest output; if more than ``MAX_QUEUED_CONTROL`` ACKs are among our last
+   ``_ACK_WINDOW``-``2 * _ACK_WINDOW`` octets of output (counted in two buckets, per ``data_to_send``, not per
+   frame), or that many more are owed while blocked, the connection ends. A peer that reads what we send can
+   ping as it likes, and old pings do not count against a later bulk transfer. The memory itself is bounded by
+   the shell, which stops reading while its writes are paused; this rule makes a peer that floods us without
+   reading lose the connection instead of just stalling it.
 C. Header blocks. A block is at most ``_MAX_HEADER_BLOCK`` octets and ``MAX_CONTINUATIONS`` CONTINUATION frames
    (empty CONTINUATION frames cost the byte cap nothing).
 
@@ -83,6 +86,8 @@ before GOAWAY ENHANCE_YOUR_CALM (rule A)."""
 MAX_QUEUED_CONTROL = 10_000
 """PING and SETTINGS ACKs owed while our output is backed up before GOAWAY ENHANCE_YOUR_CALM (rule B; the figure is
 Go's ``maxQueuedControlFrames``)."""
+_ACK_WINDOW = 256 * 1024
+"""Octets of output per bucket of rule B: the shell's transport buffer size at which writes pause."""
 MAX_CONTINUATIONS = 32
 """CONTINUATION frames in one header block (rule C): a 128 KiB block in the smallest frames HTTP/2 allows needs 8."""
 _ENCODER_TABLE = 4096
@@ -179,7 +184,9 @@ class HboneConnection:
         self._continuation: tuple[int, bool, bytearray] | None = None  # (stream, END_STREAM, block so far)
         self._continuations = 0  # CONTINUATION frames of the block in progress
         self._early_resets = 0  # see _count_early_reset
-        self._acks_owed = 0  # rule B
+        self._acks_owed = 0  # rule B: ACKs in the current bucket of output
+        self._acks_before = 0  # ... and in the bucket before it
+        self._bucket_out = 0  # octets of output in the current bucket
         self._output_blocked = False
         # The DATA frame whose payload is arriving (see the module docstring).
         self._data_left = 0
@@ -224,6 +231,9 @@ class HboneConnection:
             return b""
         data = b"".join(out)
         out.clear()
+        self._bucket_out += len(data)
+        if self._bucket_out >= _ACK_WINDOW:  # rule B's buckets
+            self._acks_before, self._acks_owed, self._bucket_out = self._acks_owed, 0, 0
         return data
 
     # --- stream operations ----------------------------------------------------------------------------------
@@ -300,7 +310,7 @@ class HboneConnection:
     def output_blocked(self) -> list[Event]:
         """The shell's writes backed up (the peer is not reading): enforce rule B from now on."""
         self._output_blocked = True
-        if self._acks_owed > MAX_QUEUED_CONTROL and not self._closed:
+        if self._acks_before + self._acks_owed > MAX_QUEUED_CONTROL and not self._closed:
             return self._terminate(
                 wire.ENHANCE_YOUR_CALM, "too many control frames queued for a peer that does not read"
             )
@@ -309,7 +319,7 @@ class HboneConnection:
     def output_drained(self) -> None:
         """The shell's writes drained: the ACKs owed so far reached the peer."""
         self._output_blocked = False
-        self._acks_owed = 0
+        self._acks_owed = self._acks_before = self._bucket_out = 0
 
     @property
     def closed(self) -> bool:
@@ -690,7 +700,7 @@ class HboneConnection:
 
     def _owe_ack(self) -> None:
         self._acks_owed += 1
-        if self._output_blocked and self._acks_owed > MAX_QUEUED_CONTROL:
+        if self._output_blocked and self._acks_before + self._acks_owed > MAX_QUEUED_CONTROL:
             raise HboneProtocolError(
                 wire.ENHANCE_YOUR_CALM, "too many control frames queued for a peer that does not read"
             )

@@ -66,7 +66,6 @@ class HboneServerConnection(HboneConnection):
             self._count_early_reset()
             return
         self._highest_peer = stream_id
-        self._acks_owed = 0  # rule B: a peer opening streams is a peer at work
         if len(self._streams) >= self._settings.max_concurrent_streams:
             self._out.append(wire.rst_stream(stream_id, wire.REFUSED_STREAM))
             return

@@ -433,7 +433,7 @@ class HboneSession(asyncio.Protocol):
         self.write_paused = False
         self.core.output_drained()
         transport = self.transport
-        if self._reading_paused and transport is not None and not transport.is_closing():
+        if self._reading_paused and transport is not None and not transport.is_closing() and not self.core.closed:
             self._reading_paused = False
             transport.resume_reading()
         for stream in list(self.streams.values()):
@@ -488,6 +488,19 @@ class HboneSession(asyncio.Protocol):
             self.transport.abort()
         self._terminate("connection aborted locally")
 
+    def _hold_for_a_peer_that_does_not_read(self, transport: asyncio.Transport) -> None:
+        """End a connection whose peer is not reading (a flood) so that it can still get our GOAWAY.
+
+        ``close()`` would not do: TLS sends close_notify, the peer's next bytes (it is still sending) make the TLS
+        layer fail, and the reset that follows drops what the kernel still held for the peer, GOAWAY included.
+        So reading stays paused (the peer stalls, at no cost to us) and the connection is held until the peer
+        closes it or ``DRAIN_TIMEOUT`` passes; what is buffered for it is bounded by the transport's high-water mark.
+        """
+        if not self._reading_paused and not transport.is_closing():
+            transport.pause_reading()
+            self._reading_paused = True
+        self.loop.call_later(DRAIN_TIMEOUT, transport.abort)
+
     def _output_blocked(self) -> None:
         if not self.write_paused or self.core.closed:
             return
@@ -539,9 +552,10 @@ class HboneSession(asyncio.Protocol):
                 transport = self.transport
                 if transport is not None:
                     self.flush()
-                    transport.close()
-                    if self.write_paused:  # a peer that does not read would hold the buffer forever
-                        self.loop.call_later(DRAIN_TIMEOUT, transport.abort)
+                    if self.write_paused:
+                        self._hold_for_a_peer_that_does_not_read(transport)
+                    else:
+                        transport.close()
             case _:
                 raise ProxyError(f"{self.name}: unknown HBONE event {event!r}")
 
