@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import struct
 
+import h2.config
+import h2.connection
+import h2.events
 import pytest
 from hpack import Encoder
 from hypothesis import given
@@ -223,3 +226,43 @@ def test_an_endless_stream_of_empty_continuations_is_cut_off_early() -> None:
         attacker.send(wire.frame(wire.CONTINUATION, 0, 1))
         sent += 1
     assert sent == MAX_CONTINUATIONS + 1
+
+
+# --- h2 as the independent peer: it reads our resets and GOAWAY as HTTP/2 says -----------------------------------
+
+
+def _h2_client() -> tuple[h2.connection.H2Connection, HboneServerConnection]:
+    peer = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
+    peer.initiate_connection()
+    server = HboneServerConnection()
+    server.receive_data(peer.data_to_send())
+    peer.receive_data(server.data_to_send())
+    server.receive_data(peer.data_to_send())  # h2's SETTINGS ACK
+    return peer, server
+
+
+def test_h2_sees_each_made_you_reset_stream_reset_then_goaway_enhance_your_calm() -> None:
+    peer, server = _h2_client()
+    h2_events: list[h2.events.Event] = []
+    for _ in range(MAX_EARLY_RESETS + 1):
+        stream_id = peer.get_next_available_stream_id()
+        peer.send_headers(stream_id, [(b":method", b"CONNECT"), (b":authority", AUTHORITY.encode())])
+        # h2 will not send an increment of 0 itself: the attacker's frame is written by hand.
+        server.receive_data(peer.data_to_send() + wire.frame(wire.WINDOW_UPDATE, 0, stream_id, struct.pack(">L", 0)))
+        h2_events += peer.receive_data(server.data_to_send())
+    resets = [e for e in h2_events if isinstance(e, h2.events.StreamReset)]
+    assert len(resets) == MAX_EARLY_RESETS + 1 and all(e.error_code == wire.PROTOCOL_ERROR for e in resets)
+    terminated = h2_events[-1]  # the last stream's reset, then GOAWAY
+    assert isinstance(terminated, h2.events.ConnectionTerminated)
+    assert terminated.error_code == wire.ENHANCE_YOUR_CALM and terminated.last_stream_id == resets[-1].stream_id
+
+
+def test_h2_pinging_a_server_that_keeps_up_is_answered_every_time() -> None:
+    peer, server = _h2_client()
+    acks = 0
+    for round_ in range(3):
+        for index in range(MAX_QUEUED_CONTROL):
+            peer.ping(struct.pack(">Q", round_ * MAX_QUEUED_CONTROL + index))
+        server.receive_data(peer.data_to_send())
+        acks += sum(isinstance(e, h2.events.PingAckReceived) for e in peer.receive_data(server.data_to_send()))
+    assert acks == 3 * MAX_QUEUED_CONTROL and not server.closed
