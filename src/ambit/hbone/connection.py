@@ -90,6 +90,8 @@ _ACK_WINDOW = 256 * 1024
 """Octets of output per bucket of rule B: the shell's transport buffer size at which writes pause."""
 MAX_CONTINUATIONS = 32
 """CONTINUATION frames in one header block (rule C): a 128 KiB block in the smallest frames HTTP/2 allows needs 8."""
+_SETTINGS_ACK = wire.frame(wire.SETTINGS, wire.ACK, 0)
+"""Shared, not built per ACK: a SETTINGS flood then costs our output list a pointer per frame."""
 _ENCODER_TABLE = 4096
 """Most of the peer's HEADER_TABLE_SIZE our encoder uses (it is our memory)."""
 
@@ -589,7 +591,7 @@ class HboneConnection:
                 raise HboneProtocolError(wire.PROTOCOL_ERROR, f"SETTINGS_ENABLE_CONNECT_PROTOCOL {value}")
         self._peer_settings_seen = True
         self._owe_ack()
-        self._out.append(wire.frame(wire.SETTINGS, wire.ACK, 0))
+        self._out.append(_SETTINGS_ACK)
 
     def _window_update(self, stream_id: int, payload: memoryview, events: list[Event]) -> None:
         if len(payload) != 4:
