@@ -21,6 +21,7 @@ from ambit.telemetry.metrics import ProxyMetrics, Reporter, TrafficLabels
 from ambit.telemetry.readiness import Readiness
 
 LOOPBACK = "127.0.0.1"
+TOKEN = "test-admin-token-0123456789"
 DUMP: dict[str, Any] = {"workloads": [{"name": "web-0", "namespace": "default"}], "version": "0.1.0"}
 
 
@@ -36,7 +37,9 @@ class Harness:
         return f"http://{LOOPBACK}:{self.endpoints.ports[server]}{path}"
 
     async def call(self, method: str, server: str, path: str) -> tuple[int, str, aiohttp.ClientResponse]:
-        async with self.session.request(method, self.url(server, path)) as response:
+        """``method`` on ``path``, with the admin token (the admin POSTs need it; see tests/security/test_admin.py)."""
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        async with self.session.request(method, self.url(server, path), headers=headers) as response:
             return response.status, await response.text(), response
 
 
@@ -58,6 +61,7 @@ async def harness(restore_log_levels: None) -> AsyncIterator[Harness]:
         readiness=readiness,
         config_dump=lambda: DUMP,
         quit=lambda: quits.append(None),
+        admin_token=TOKEN,
         admin_address=(LOOPBACK, 0),
         stats_address=(LOOPBACK, 0),
         readiness_address=(LOOPBACK, 0),
@@ -104,6 +108,7 @@ async def test_a_failing_config_dump_is_a_one_line_500(caplog: pytest.LogCapture
         readiness=Readiness(),
         config_dump=broken,
         quit=lambda: None,
+        admin_token=TOKEN,
         admin_address=(LOOPBACK, 0),
         stats_address=(LOOPBACK, 0),
         readiness_address=(LOOPBACK, 0),
@@ -217,6 +222,7 @@ async def test_a_taken_port_is_a_telemetry_error_naming_it_and_nothing_stays_bou
             readiness=Readiness(),
             config_dump=dict,
             quit=lambda: None,
+            admin_token=TOKEN,
             admin_address=(LOOPBACK, 0),
             stats_address=(LOOPBACK, 0),
             readiness_address=(LOOPBACK, port),

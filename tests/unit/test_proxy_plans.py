@@ -256,6 +256,32 @@ def test_a_hostname_that_is_not_a_service_of_this_pod_is_a_400(host: str) -> Non
     assert isinstance(plan, Refuse) and plan.status == 400 and "unknown service" in plan.reason
 
 
+@pytest.mark.parametrize("port", sorted(ILLEGAL_PORTS))
+def test_a_connect_to_the_proxys_own_port_on_the_pods_address_is_a_400_uncounted(port: int) -> None:
+    asked: list[ConnectionFacts] = []
+    plan = inbound(f"{LOCAL_IP}:{port}", authorize=lambda facts: asked.append(facts) or True)
+    assert isinstance(plan, Refuse) and (plan.status, plan.flag, plan.counted) == (400, ResponseFlag.NONE, False)
+    assert "own port" in plan.reason and not asked
+
+
+@pytest.mark.parametrize("port", [15001, 15008, 15021])
+def test_a_connect_to_the_proxys_own_port_at_loopback_is_a_400(port: int) -> None:
+    plan = inbound(f"127.0.0.1:{port}")
+    assert isinstance(plan, Refuse) and plan.status == 400
+
+
+@pytest.mark.parametrize("target", [15006, 15008, 15000])
+def test_a_service_port_mapped_onto_the_proxys_own_port_is_a_400(target: int) -> None:
+    mapped = dataclasses.replace(WEB, services={WEB_KEY: (PortMapping(80, target),)})
+    plan = inbound("web.apps.svc.cluster.local:80", local=mapped, state=state_with(CLIENT, mapped))
+    assert isinstance(plan, Refuse) and plan.status == 400 and "own port" in plan.reason
+
+
+def test_the_proxys_own_port_on_the_same_node_path_is_refused_too() -> None:
+    plan = inbound(None, port=15008)
+    assert isinstance(plan, Refuse) and "own port" in plan.reason
+
+
 def test_the_authorizer_sees_the_peer_the_pod_and_the_mapped_port_and_its_refusal_is_a_counted_401() -> None:
     seen: list[ConnectionFacts] = []
 

@@ -131,6 +131,14 @@ def nodeproxy(
     event_loop: Annotated[
         str, typer.Option("--event-loop", help="The event loop to run on: uvloop or asyncio.")
     ] = "uvloop",
+    admin_token_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--admin-token-file",
+            help="Write the token the admin POSTs (/quitquitquit, /logging) need here, mode 0600 "
+            "[default: <lab>/nodes/<node>/run/admin-token].",
+        ),
+    ] = None,
     pool_max_streams: Annotated[
         str | None,
         typer.Option(
@@ -191,6 +199,7 @@ def nodeproxy(
         pool_max_streams=max_streams,
         pool_idle_timeout=idle_timeout,
         event_loop=event_loop,
+        admin_token_file=admin_token_file,
     )
     configure_logging()
     tune_allocator()

@@ -34,6 +34,23 @@ frame that is wrong only for its stream (DATA after END_STREAM, a bad response) 
 (RST_STREAM, ``StreamReset(remote=False)``). Frames for streams we have forgotten are dropped (their DATA is still
 counted and given back to the connection window).
 
+Rules for the peer's budgets (what a flood costs it), all ending the connection with GOAWAY ENHANCE_YOUR_CALM:
+
+A. Resets. Every stream that ends in a reset before we answered it, whoever reset it (the client's RST_STREAM,
+   "rapid reset", CVE-2023-44487; or ours, provoked by a frame the client knew to be invalid, "MadeYouReset",
+   CVE-2025-8671), and every stream we reset for a protocol error, costs one unit of the same budget; each answer
+   we give pays one back. Past ``MAX_EARLY_RESETS`` units outstanding the connection ends.
+B. Control responses. PING and SETTINGS each oblige us to send an ACK. The shell tells the core when its writes
+   back up (``output_blocked``) and when they drain again (``output_drained``). When they back up, the bytes
+   waiting are our latest output; if more than ``MAX_QUEUED_CONTROL`` ACKs are among our last
+   ``_ACK_WINDOW``-``2 * _ACK_WINDOW`` octets of output (counted in two buckets, per ``data_to_send``, not per
+   frame), or that many more are owed while blocked, the connection ends. A peer that reads what we send can
+   ping as it likes, and old pings do not count against a later bulk transfer. The memory itself is bounded by
+   the shell, which stops reading while its writes are paused; this rule makes a peer that floods us without
+   reading lose the connection instead of just stalling it.
+C. Header blocks. A block is at most ``_MAX_HEADER_BLOCK`` octets and ``MAX_CONTINUATIONS`` CONTINUATION frames
+   (empty CONTINUATION frames cost the byte cap nothing).
+
 Invariants:
 1. ``_streams`` holds exactly the streams the application knows and that are not finished; a stream leaves it
    when both halves are closed, on any reset, on a refused or rejected tunnel, and all at once on termination.
@@ -64,7 +81,17 @@ MAX_CONCURRENT_STREAMS = 100
 """Streams on one HBONE connection: what we allow a peer, and what a pool opens on one before dialling another
 (ztunnel's ``POOL_MAX_STREAMS_PER_CONNECTION`` default, spec §6.2)."""
 MAX_EARLY_RESETS = 100
-"""Client resets of unanswered streams, beyond those paid back by answers, before GOAWAY ENHANCE_YOUR_CALM."""
+"""Resets of unanswered streams (by either side) and protocol-error resets, beyond those paid back by answers,
+before GOAWAY ENHANCE_YOUR_CALM (rule A)."""
+MAX_QUEUED_CONTROL = 10_000
+"""PING and SETTINGS ACKs owed while our output is backed up before GOAWAY ENHANCE_YOUR_CALM (rule B; the figure is
+Go's ``maxQueuedControlFrames``)."""
+_ACK_WINDOW = 256 * 1024
+"""Octets of output per bucket of rule B: the shell's transport buffer size at which writes pause."""
+MAX_CONTINUATIONS = 32
+"""CONTINUATION frames in one header block (rule C): a 128 KiB block in the smallest frames HTTP/2 allows needs 8."""
+_SETTINGS_ACK = wire.frame(wire.SETTINGS, wire.ACK, 0)
+"""Shared, not built per ACK: a SETTINGS flood then costs our output list a pointer per frame."""
 _ENCODER_TABLE = 4096
 """Most of the peer's HEADER_TABLE_SIZE our encoder uses (it is our memory)."""
 
@@ -157,7 +184,12 @@ class HboneConnection:
         self._next_id = 1  # client: the next stream we open
         self._highest_peer = 0  # server: the highest stream the peer opened
         self._continuation: tuple[int, bool, bytearray] | None = None  # (stream, END_STREAM, block so far)
+        self._continuations = 0  # CONTINUATION frames of the block in progress
         self._early_resets = 0  # see _count_early_reset
+        self._acks_owed = 0  # rule B: ACKs in the current bucket of output
+        self._acks_before = 0  # ... and in the bucket before it
+        self._bucket_out = 0  # octets of output in the current bucket
+        self._output_blocked = False
         # The DATA frame whose payload is arriving (see the module docstring).
         self._data_left = 0
         self._data_stream = 0
@@ -201,6 +233,9 @@ class HboneConnection:
             return b""
         data = b"".join(out)
         out.clear()
+        self._bucket_out += len(data)
+        if self._bucket_out >= _ACK_WINDOW:  # rule B's buckets
+            self._acks_before, self._acks_owed, self._bucket_out = self._acks_owed, 0, 0
         return data
 
     # --- stream operations ----------------------------------------------------------------------------------
@@ -274,9 +309,27 @@ class HboneConnection:
         self._out.append(wire.goaway(self._highest_peer, error_code))
         self._drop_all()
 
+    def output_blocked(self) -> list[Event]:
+        """The shell's writes backed up (the peer is not reading): enforce rule B from now on."""
+        self._output_blocked = True
+        if self._acks_before + self._acks_owed > MAX_QUEUED_CONTROL and not self._closed:
+            return self._terminate(
+                wire.ENHANCE_YOUR_CALM, "too many control frames queued for a peer that does not read"
+            )
+        return []
+
+    def output_drained(self) -> None:
+        """The shell's writes drained: the ACKs owed so far reached the peer."""
+        self._output_blocked = False
+        self._acks_owed = self._acks_before = self._bucket_out = 0
+
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def settings(self) -> HboneSettings:
+        return self._settings
 
     @property
     def active_streams(self) -> int:
@@ -431,6 +484,7 @@ class HboneConnection:
             if stream_id != 0 or len(payload) != 8:
                 raise HboneProtocolError(wire.PROTOCOL_ERROR, "malformed PING")
             if not flags & wire.ACK:
+                self._owe_ack()
                 self._out.append(wire.frame(wire.PING, wire.ACK, 0, bytes(payload)))
         elif frame_type == wire.GOAWAY:
             if stream_id != 0 or len(payload) < 8:
@@ -467,6 +521,7 @@ class HboneConnection:
             self._header_block(stream_id, bytes(body), end_stream, events)
         else:
             self._continuation = (stream_id, end_stream, bytearray(body))
+            self._continuations = 0
 
     def _header_continuation(
         self, frame_type: int, flags: int, stream_id: int, payload: memoryview, events: list[Event]
@@ -478,6 +533,9 @@ class HboneConnection:
         block += payload
         if len(block) > _MAX_HEADER_BLOCK:
             raise HboneProtocolError(wire.ENHANCE_YOUR_CALM, "header block too large")
+        self._continuations += 1
+        if self._continuations > MAX_CONTINUATIONS:
+            raise HboneProtocolError(wire.ENHANCE_YOUR_CALM, "too many CONTINUATION frames in one header block")
         if flags & wire.END_HEADERS:
             self._continuation = None
             self._header_block(stream_id, bytes(block), end_stream, events)
@@ -532,7 +590,8 @@ class HboneConnection:
             elif key == wire.ENABLE_CONNECT_PROTOCOL and value > 1:
                 raise HboneProtocolError(wire.PROTOCOL_ERROR, f"SETTINGS_ENABLE_CONNECT_PROTOCOL {value}")
         self._peer_settings_seen = True
-        self._out.append(wire.frame(wire.SETTINGS, wire.ACK, 0))
+        self._owe_ack()
+        self._out.append(_SETTINGS_ACK)
 
     def _window_update(self, stream_id: int, payload: memoryview, events: list[Event]) -> None:
         if len(payload) != 4:
@@ -630,15 +689,23 @@ class HboneConnection:
         return stream_id >= self._next_id if self._client_side else stream_id > self._highest_peer
 
     def _count_early_reset(self) -> None:
-        """A stream reset by the client before we answered it: each one set the application to work for nothing.
+        """A stream reset before we answered it, or for a protocol error: it set the application to work for nothing.
 
-        The "rapid reset" attack (CVE-2023-44487) is a stream of those. Every answer we give pays one back, so a
-        client that sometimes gives up on a slow tunnel is never at risk; one that resets more than
-        ``MAX_EARLY_RESETS`` unanswered streams beyond what it let us answer loses the connection.
+        The "rapid reset" attack (CVE-2023-44487) is a stream of client resets, "MadeYouReset" (CVE-2025-8671) one of
+        invalid frames that make us reset (rule A). Every answer we give pays one back, so a client that sometimes
+        gives up on a slow tunnel is never at risk; one that gets more than ``MAX_EARLY_RESETS`` streams reset
+        beyond what it let us answer loses the connection.
         """
         self._early_resets += 1
         if self._early_resets > MAX_EARLY_RESETS:
             raise HboneProtocolError(wire.ENHANCE_YOUR_CALM, "too many streams reset before they were answered")
+
+    def _owe_ack(self) -> None:
+        self._acks_owed += 1
+        if self._output_blocked and self._acks_before + self._acks_owed > MAX_QUEUED_CONTROL:
+            raise HboneProtocolError(
+                wire.ENHANCE_YOUR_CALM, "too many control frames queued for a peer that does not read"
+            )
 
     def _give_back(self, length: int) -> None:
         self._recv_unacked += length
@@ -659,6 +726,8 @@ class HboneConnection:
         self._out.append(wire.rst_stream(stream_id, code))
         if self._forget(stream_id) is not None:
             events.append(StreamReset(stream_id, code, remote=False))
+        if not self._client_side:
+            self._count_early_reset()  # rule A: the client made us reset
 
     def _maybe_finished(self, stream_id: int, stream: _Stream) -> None:
         if stream.local_closed and stream.remote_closed:

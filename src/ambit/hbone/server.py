@@ -63,6 +63,7 @@ class HboneServerConnection(HboneConnection):
             raise HboneProtocolError(wire.PROTOCOL_ERROR, f"a client opened even stream {stream_id}")
         if stream_id <= self._highest_peer:
             self._out.append(wire.rst_stream(stream_id, wire.STREAM_CLOSED))  # trailers of a stream we finished
+            self._count_early_reset()
             return
         self._highest_peer = stream_id
         if len(self._streams) >= self._settings.max_concurrent_streams:

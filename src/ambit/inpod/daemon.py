@@ -5,7 +5,9 @@ else: the workload state (from the control plane over delta xDS, or a local conf
 (the control plane's CA with impersonation, or a local CA), the
 HBONE connection pool, metrics and access log, the admin/metrics/readiness endpoints in the proxy's own netns,
 and the ZDS client whose pods get listeners served by :mod:`ambit.proxy`. The proxy runs until SIGTERM, SIGINT or
-``POST /quitquitquit``; then it closes listeners, connections and endpoints.
+``POST /quitquitquit``; then it closes listeners, connections and endpoints. The admin POSTs need the token the
+proxy makes at start-up and writes to :attr:`NodeProxy.admin_token_file` (0600): host-network pods reach the admin
+port too, and must not stop or reconfigure the proxy.
 
 Readiness (``/healthz/ready`` on 15021) waits for two tasks: ``state manager`` (the configuration was read) and
 ``workload proxy manager`` (ZDS snapshot received, no pod pending).
@@ -31,7 +33,7 @@ from ambit.model.state import WorkloadState
 from ambit.proxy.context import ProxyContext
 from ambit.proxy.pool import ConnectionPool
 from ambit.telemetry.accesslog import AccessLog
-from ambit.telemetry.endpoints import ProxyEndpoints
+from ambit.telemetry.endpoints import ProxyEndpoints, new_admin_token, write_admin_token
 from ambit.telemetry.metrics import ProxyMetrics
 from ambit.telemetry.readiness import Readiness
 from ambit.xds.client import XdsClient
@@ -43,6 +45,8 @@ STATE_TASK = "state manager"
 PODS_TASK = "workload proxy manager"
 HOUSEKEEPING_INTERVAL = 0.2
 REAP_INTERVAL = 30.0
+ADMIN_TOKEN_FILE = "admin-token"
+"""The admin token's file name in the proxy's run directory (next to the ZDS socket) unless settings say where."""
 
 
 class NodeProxyError(AmbitError):
@@ -98,7 +102,10 @@ class NodeProxy:
             if settings.xds_address
             else None
         )
+        self.admin_token = new_admin_token()
+        self.admin_token_file = settings.admin_token_file or settings.zds_socket.parent / ADMIN_TOKEN_FILE
         self.endpoints = ProxyEndpoints(
+            admin_token=self.admin_token,
             metrics=self.metrics,
             readiness=self.readiness,
             config_dump=self.config_dump,
@@ -161,6 +168,7 @@ class NodeProxy:
         }
 
     async def start(self) -> None:
+        write_admin_token(self.admin_token_file, self.admin_token)
         await self.endpoints.start()
         if self.watcher is not None:
             self.watcher.poll()

@@ -99,6 +99,9 @@ class NodeProxySettings:
     """The network this node is on (addresses are looked up as ``network/IP``)."""
     admin_port: int = 15000
     """Admin (``/config_dump``, ``/quitquitquit``) on 127.0.0.1 of the proxy's own netns."""
+    admin_token_file: Path | None = None
+    """Where the admin token that ``POST /quitquitquit`` and ``POST /logging`` need is written at start-up (0600);
+    by default ``admin-token`` next to the ZDS socket, in the proxy's run directory."""
     stats_port: int = 15020
     """Prometheus metrics (``/metrics``, ``/stats/prometheus``)."""
     readiness_port: int = 15021

@@ -16,11 +16,22 @@ None is done with the stream, which is then closed; one that returns anything el
 something that outlives it (a relay running on callbacks), and the stream is left alone. ``serve`` returns when
 the connection is gone and every handler has finished; cancelling it aborts the connection and cancels the
 handlers.
+
+Handlers are bounded, against "MadeYouReset" (CVE-2025-8671, a client making us reset streams whose handlers
+then run on):
+
+1. A stream reset (by either side) or lost with the connection before its handler answered cancels the handler at
+   once: nobody is waiting for the dial it is making.
+2. At most ``max_concurrent_streams`` handlers run per connection, counting those whose stream is already gone
+   until they have actually finished; a request beyond that is refused (RST_STREAM REFUSED_STREAM, safe to
+   retry) without starting anything. The core's stream limit alone does not do it: a reset stream leaves the
+   core's table before its handler has noticed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import socket
 import ssl
@@ -37,6 +48,8 @@ from ambit.tls.spiffe import PeerIdentityError, check_peer
 from ambit.tls.workload import WorkloadCertificate
 
 log = logging.getLogger(__name__)
+
+_REFUSED_STREAM = 0x7  # HTTP/2 REFUSED_STREAM: not processed, the client may retry
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,8 +113,13 @@ class HboneServer:
         self._handler = handler
         self._peer_addr = peer_addr
         self._local_addr = local_addr
-        self._session = HboneSession(core, name=name, on_request=self._start)  # held until the client is judged
+        # Held until the client is judged.
+        self._session = HboneSession(
+            core, name=name, on_request=self._start, read_pause=True, on_stream_failed=self._stream_failed
+        )
         self._handlers: set[asyncio.Task[None]] = set()
+        self._unanswered: dict[int, tuple[asyncio.Task[None], TunnelResponder]] = {}
+        self._max_handlers = core.settings.max_concurrent_streams
         self._peer: SpiffeId | None = None
 
     @classmethod
@@ -162,6 +180,11 @@ class HboneServer:
 
     def _start(self, stream: HboneStream, event: TunnelRequested) -> None:
         assert self._peer is not None  # no HTTP/2 is read before the client is judged
+        if len(self._handlers) >= self._max_handlers:  # rule 2
+            self._core.reset_stream(event.stream_id, _REFUSED_STREAM)
+            stream._fail("refused: too many handlers in flight on the connection")
+            self._session.check_done(stream)
+            return
         request = InboundRequest(
             event.stream_id, event.authority, event.headers, self._peer, self._peer_addr, self._local_addr
         )
@@ -170,7 +193,20 @@ class HboneServer:
             self._run(request, responder, stream), name=f"{self._session.name} {event.authority}"
         )
         self._handlers.add(task)
-        task.add_done_callback(self._handlers.discard)
+        self._unanswered[event.stream_id] = (task, responder)
+        task.add_done_callback(functools.partial(self._finished, event.stream_id))
+
+    def _finished(self, stream_id: int, task: asyncio.Task[None]) -> None:
+        self._handlers.discard(task)
+        entry = self._unanswered.get(stream_id)
+        if entry is not None and entry[0] is task:
+            del self._unanswered[stream_id]
+
+    def _stream_failed(self, stream_id: int) -> None:
+        """Rule 1: the stream is gone; a handler that has not answered yet works for nobody."""
+        entry = self._unanswered.pop(stream_id, None)
+        if entry is not None and entry[1].status is None:
+            entry[0].cancel()
 
     async def _run(self, request: InboundRequest, responder: TunnelResponder, stream: HboneStream) -> None:
         try:

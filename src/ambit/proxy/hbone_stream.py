@@ -21,6 +21,13 @@ wants to send is flushed to the transport. There is exactly one dispatch functio
 - ``write_eof`` sends END_STREAM, ``abort`` sends RST_STREAM; a reset from the peer or the loss of the
   connection makes a pending or later ``read``/``write`` raise :class:`StreamClosedError`.
 
+Writes backing up: while the TLS transport's buffer is above its high-water mark (``pause_writing``) the core is
+told (``output_blocked``: a peer that keeps making us answer PINGs and SETTINGS then loses the connection) and, on
+the server side (``read_pause``), the transport stops reading until the buffer drains: a client that never
+reads cannot make us buffer more than the high-water mark plus the answers to one read. Only one side may do
+that, or two peers both sending in bulk could each wait for the other to read; the client keeps reading (its
+memory is bounded by the flow-control windows and the core's control-frame cap).
+
 Invariants:
 
 - Nothing is sent, and nothing received is fed to the core, until the owner has judged the peer's certificate
@@ -86,6 +93,8 @@ class HboneCore(Protocol):
     def reset_stream(self, stream_id: int, error_code: int = ...) -> None: ...
     def consumed(self, stream_id: int, flow_length: int) -> None: ...
     def close(self) -> None: ...
+    def output_blocked(self) -> list[Event]: ...
+    def output_drained(self) -> None: ...
     @property
     def closed(self) -> bool: ...
 
@@ -351,6 +360,8 @@ class HboneSession(asyncio.Protocol):
         on_request: Callable[[HboneStream, TunnelRequested], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         held: bool = True,
+        read_pause: bool = False,
+        on_stream_failed: Callable[[int], None] | None = None,
     ) -> None:
         self.core = core
         self.name = name
@@ -364,6 +375,10 @@ class HboneSession(asyncio.Protocol):
         self.loop = asyncio.get_running_loop()
         self.lost: asyncio.Future[None] = self.loop.create_future()
         self._on_request = on_request
+        self._read_pause = read_pause  # stop reading while writes are paused (the server side)
+        self._reading_paused = False
+        self._on_stream_failed = on_stream_failed
+        """Called with the id of each stream reset (either way) or lost with the connection."""
         self._clock = clock
         self.idle_since: float | None = clock()
         self.on_idle: Callable[[], None] | None = None
@@ -407,9 +422,20 @@ class HboneSession(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self.write_paused = True
+        transport = self.transport
+        if self._read_pause and transport is not None and not transport.is_closing():
+            transport.pause_reading()
+            self._reading_paused = True
+        # Called from inside transport.write: the core's verdict is acted on once that call has returned.
+        self.loop.call_soon(self._output_blocked)
 
     def resume_writing(self) -> None:
         self.write_paused = False
+        self.core.output_drained()
+        transport = self.transport
+        if self._reading_paused and transport is not None and not transport.is_closing() and not self.core.closed:
+            self._reading_paused = False
+            transport.resume_reading()
         for stream in list(self.streams.values()):
             stream._wake_writer()
 
@@ -462,6 +488,25 @@ class HboneSession(asyncio.Protocol):
             self.transport.abort()
         self._terminate("connection aborted locally")
 
+    def _hold_for_a_peer_that_does_not_read(self, transport: asyncio.Transport) -> None:
+        """End a connection whose peer is not reading (a flood) so that it can still get our GOAWAY.
+
+        ``close()`` would not do: TLS sends close_notify, the peer's next bytes (it is still sending) make the TLS
+        layer fail, and the reset that follows drops what the kernel still held for the peer, GOAWAY included.
+        So reading stays paused (the peer stalls, at no cost to us) and the connection is held until the peer
+        closes it or ``DRAIN_TIMEOUT`` passes; what is buffered for it is bounded by the transport's high-water mark.
+        """
+        if not self._reading_paused and not transport.is_closing():
+            transport.pause_reading()
+            self._reading_paused = True
+        self.loop.call_later(DRAIN_TIMEOUT, transport.abort)
+
+    def _output_blocked(self) -> None:
+        if not self.write_paused or self.core.closed:
+            return
+        for event in self.core.output_blocked():
+            self._dispatch(event)
+
     def _dispatch(self, event: Event) -> None:
         match event:
             case DataReceived(stream_id=sid, data=data, flow_length=flow_length):
@@ -479,6 +524,8 @@ class HboneSession(asyncio.Protocol):
                     stream._wake_writer()
                     self.check_done(stream)
             case StreamReset(stream_id=sid, error_code=code, remote=remote):
+                if self._on_stream_failed is not None:
+                    self._on_stream_failed(sid)
                 if (stream := self.streams.get(sid)) is not None:
                     who = "peer" if remote else "protocol error"
                     lost = ConnectionLostError(f"stream refused by {who}") if code == _REFUSED_STREAM else None
@@ -502,9 +549,13 @@ class HboneSession(asyncio.Protocol):
                 log.info("%s: rejected stream %d with %d: %s", self.name, sid, status, reason)
             case ConnectionTerminated(error_code=code, reason=reason):
                 self._terminate(f"connection terminated (HTTP/2 error {code:#x}): {reason}")
-                if self.transport is not None:
+                transport = self.transport
+                if transport is not None:
                     self.flush()
-                    self.transport.close()
+                    if self.write_paused:
+                        self._hold_for_a_peer_that_does_not_read(transport)
+                    else:
+                        transport.close()
             case _:
                 raise ProxyError(f"{self.name}: unknown HBONE event {event!r}")
 
@@ -512,6 +563,9 @@ class HboneSession(asyncio.Protocol):
         """No stream survives: fail them all; unanswered tunnels may be retried elsewhere."""
         if self.terminated is None:
             self.terminated = reason
+        if self._on_stream_failed is not None:
+            for sid in list(self.streams):
+                self._on_stream_failed(sid)
         for stream in list(self.streams.values()):
             stream._fail(reason, ConnectionLostError(reason))
             self.check_done(stream)

@@ -27,6 +27,8 @@ Inbound (15008 HBONE, 15006 plaintext, and the same-node path), :func:`plan_inbo
 2. A local workload the state does not know → 503, ``NR``; one without an address (same-node path) → 503, ``NR``.
 3. HBONE: an IP authority must be the address the connection arrived at, else 400 ("ip mismatch"); a hostname must
    be a Service this pod is an endpoint of, and its port is mapped to the pod's target port, else 400.
+   A target port (after that mapping) that is one of the proxy's own ports (:data:`ILLEGAL_PORTS`) → 400,
+   uncounted, as ztunnel does: tunnels must not nest into the proxy's own listeners (the same-node path too).
 4. The authorizer refuses → 401, ``DENY``, counted.
 5. :class:`Dial` the pod at ``<its IP>:<port>`` from the client's address.
 
@@ -210,6 +212,8 @@ def plan_inbound(facts: InboundFacts, state: WorkloadState, authorize: Authorize
         if isinstance(mapped, Refuse):
             return mapped
         port = mapped
+    if port in ILLEGAL_PORTS:
+        return Refuse(400, ResponseFlag.NONE, f"CONNECT to the proxy's own port {port}", counted=False)
     dial = Dial(workload, local_ip, port, facts.source_ip)
     if not authorize(ConnectionFacts(facts.source_ip, facts.source_identity, workload, local_ip, port)):
         return Refuse(401, ResponseFlag.DENY, f"connection to {workload.name} denied by policy", stopped=dial)

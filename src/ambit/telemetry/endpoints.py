@@ -17,16 +17,27 @@ Routes (anything else is 404; a known path with another method is 405)::
     stats      GET  /metrics, /stats/prometheus    ProxyMetrics.render()
     readiness  GET  /healthz/ready 200 "ready\\n", or 500 "not ready, pending: a, b"
 
+The mutating admin requests (``POST /quitquitquit``, ``POST /logging``) need ``Authorization: Bearer <token>``,
+the admin token the owner passes in (the node proxy writes it to a file only root reads, see
+:func:`write_admin_token`): the admin port is on the host's loopback, which every host-network pod reaches. No
+credential is 401 (with ``WWW-Authenticate: Bearer``), a wrong one 403; the token is compared in constant time. The
+GETs stay open: they read, and the stats and readiness ports are scraped without credentials anyway.
+
 The handlers only read the pure objects they were given (:class:`ProxyMetrics`, :class:`Readiness`) and call the
 two callbacks; :func:`parse_log_levels` is pure and raises :class:`~ambit.telemetry.BadLogLevelError`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hmac
 import json
 import logging
+import os
 import re
+import secrets
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -60,6 +71,7 @@ ambit node proxy admin
   GET  /logging             current log levels
   POST /logging?level=L     set levels: "debug", or "access:debug,ambit.proxy:info"
   POST /quitquitquit        graceful shutdown
+  (POSTs need "Authorization: Bearer <admin token>")
 metrics:   GET /metrics, GET /stats/prometheus (stats port)
 readiness: GET /healthz/ready (readiness port)
 """
@@ -86,6 +98,33 @@ def parse_log_levels(spec: str) -> dict[str, int]:
     return out
 
 
+def new_admin_token() -> str:
+    """A fresh admin token: 256 random bits, URL-safe text."""
+    return secrets.token_urlsafe(32)
+
+
+def write_admin_token(path: Path, token: str) -> None:
+    """Write ``token`` to ``path`` readable by its owner only (0600 whatever the umask), replacing any old file.
+
+    Written under a temporary name and renamed, so that nobody ever reads a half-written or more open file.
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, token.encode("ascii") + b"\n")
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def read_admin_token(path: Path) -> str:
+    """The token :func:`write_admin_token` wrote (for the CLI and tests)."""
+    return path.read_text(encoding="ascii").strip()
+
+
 def _level_name(level: int) -> str:
     return _LEVEL_NAMES.get(level, logging.getLevelName(level).lower())
 
@@ -100,6 +139,7 @@ class ProxyEndpoints:
         readiness: Readiness,
         config_dump: Callable[[], Mapping[str, Any]],
         quit: Callable[[], None],
+        admin_token: str,
         admin_address: tuple[str, int] = ("127.0.0.1", 15000),
         stats_address: tuple[str, int] = ("0.0.0.0", 15020),
         readiness_address: tuple[str, int] = ("0.0.0.0", 15021),
@@ -108,6 +148,9 @@ class ProxyEndpoints:
         self._readiness = readiness
         self._config_dump = config_dump
         self._quit = quit
+        if len(admin_token) < 16:
+            raise TelemetryError("the admin token must be at least 16 characters")
+        self._admin_authorization = f"Bearer {admin_token}".encode()
         self._loggers: list[str] = [ROOT_LOGGER, ACCESS_LOGGER]  # shown by GET /logging, plus any set there
 
         admin = web.Application()
@@ -171,7 +214,21 @@ class ProxyEndpoints:
             return web.Response(status=500, text=f"config_dump failed: {type(exc).__name__}: {exc}\n")
         return web.Response(text=body + "\n", content_type="application/json")
 
+    def _refused(self, request: web.Request) -> web.Response | None:
+        """401 without a credential, 403 with a wrong one, None with the admin token."""
+        given = request.headers.get("Authorization")
+        if given is None:
+            return web.Response(status=401, text="admin token required\n", headers={"WWW-Authenticate": "Bearer"})
+        if not hmac.compare_digest(given.encode("utf-8", "replace"), self._admin_authorization):
+            log.warning(
+                "refused a %s %s with a wrong admin token from %s", request.method, request.path, request.remote
+            )
+            return web.Response(status=403, text="wrong admin token\n")
+        return None
+
     async def _quitquitquit(self, request: web.Request) -> web.StreamResponse:
+        if (refused := self._refused(request)) is not None:
+            return refused
         response = web.Response(text="OK\n")
         await response.prepare(request)
         await response.write_eof()  # the caller has its answer before shutdown starts
@@ -184,6 +241,8 @@ class ProxyEndpoints:
         return web.Response(text="\n".join(lines) + "\n")
 
     async def _set_logging(self, request: web.Request) -> web.Response:
+        if (refused := self._refused(request)) is not None:
+            return refused
         try:
             levels = parse_log_levels(request.query.get("level", ""))
         except BadLogLevelError as exc:
