@@ -49,6 +49,7 @@ WEB = Workload(
     cluster_id="Kubernetes",
     status=HealthStatus.UNHEALTHY,
     services={"shop/web.shop.svc.cluster.local": (PortMapping(80, 8080), PortMapping(443, 0))},
+    authorization_policies=("shop/allow-web", "istio-system/istio_converted_static_strict"),
 )
 WEB_SVC = Service(
     name="web",
@@ -222,6 +223,7 @@ _ports = st.lists(
         workload_type=st.sampled_from(["deployment", "cronjob", "pod", "job"]),
         status=st.sampled_from(HealthStatus),
         services=st.dictionaries(st.builds("{}/{}".format, _names, _names), _ports, max_size=2),
+        authorization_policies=st.lists(st.builds("{}/{}".format, _names, _names), max_size=3).map(tuple),
     )
 )
 def test_random_workloads_survive_a_round_trip(workload: Workload) -> None:

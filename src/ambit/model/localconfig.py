@@ -73,6 +73,7 @@ _WORKLOAD_KEYS = (
     "clusterId",
     "status",
     "services",
+    "authorizationPolicies",
 )
 _SERVICE_KEYS = ("name", "namespace", "hostname", "vips", "ports", "subjectAltNames", "healthPolicy")
 
@@ -249,6 +250,14 @@ def _workload_services(value: object, path: str) -> dict[str, tuple[PortMapping,
     return services
 
 
+def _policy_key(value: object, path: str) -> str:
+    key = _name(value, path)
+    _namespace, slash, name = key.partition("/")
+    if not (slash and name):
+        raise LocalConfigError(f"{path}: {key!r} is not a policy key 'namespace/name'")
+    return key
+
+
 def _workload(value: object, path: str) -> Workload:
     item = _mapping(value, path, _WORKLOAD_KEYS)
     return Workload(
@@ -268,6 +277,10 @@ def _workload(value: object, path: str) -> Workload:
         cluster_id=_field(item, "clusterId", path, _optional_string, "Kubernetes"),
         status=_field(item, "status", path, _choice({s.value: s for s in HealthStatus}), HealthStatus.HEALTHY),
         services=_field(item, "services", path, _workload_services, {}),
+        authorization_policies=tuple(
+            _policy_key(key, f"{path}.authorizationPolicies[{index}]")
+            for index, key in enumerate(_list(item.get("authorizationPolicies"), f"{path}.authorizationPolicies"))
+        ),
     )
 
 
@@ -342,6 +355,7 @@ def workload_to_dict(workload: Workload) -> dict[str, Any]:
         "clusterId": workload.cluster_id,
         "status": workload.status.value,
         "services": {key: _port_map(ports) for key, ports in workload.services.items()},
+        "authorizationPolicies": list(workload.authorization_policies),
     }
 
 

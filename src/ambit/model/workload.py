@@ -119,10 +119,14 @@ class Workload:
     status: HealthStatus = HealthStatus.HEALTHY
     services: Mapping[str, tuple[PortMapping, ...]] = field(default_factory=dict)
     """Key ``namespace/hostname`` of each service this workload is an endpoint of → its own port mappings."""
+    authorization_policies: tuple[str, ...] = ()
+    """Keys (``namespace/name``) of the selector-scoped policies that apply to this workload (spec §7.3)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.addresses, tuple):
             object.__setattr__(self, "addresses", tuple(self.addresses))
+        if not isinstance(self.authorization_policies, tuple):
+            object.__setattr__(self, "authorization_policies", tuple(self.authorization_policies))
         # A private copy: the caller's dict may change later. Typed as a Mapping, so callers cannot mutate it.
         object.__setattr__(self, "services", {key: tuple(ports) for key, ports in self.services.items()})
 

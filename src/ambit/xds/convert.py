@@ -98,6 +98,7 @@ def workload_to_proto(workload: Workload) -> pb.Workload:
         workload_name=workload.workload_name,
         status=_STATUSES[workload.status],
         cluster_id=workload.cluster_id,
+        authorization_policies=list(workload.authorization_policies),
     )
     for key, ports in workload.services.items():
         message.services[key].ports.extend(_ports(ports))
@@ -199,6 +200,13 @@ class _Reader:
         return names[value]
 
 
+def _policy_key(read: _Reader, field: str, key: str) -> str:
+    _namespace, slash, name = read.text(field, key, required=True).partition("/")
+    if not (slash and name):
+        raise read.fail(field, f"not a policy key 'namespace/name': {key!r}")
+    return key
+
+
 def _workload_from_proto(message: pb.Workload, read: _Reader) -> Workload:
     read.text("workload.uid", message.uid, required=True)
     namespace = read.text("workload.namespace", message.namespace, required=True)
@@ -231,6 +239,10 @@ def _workload_from_proto(message: pb.Workload, read: _Reader) -> Workload:
         cluster_id=read.text("workload.cluster_id", message.cluster_id),
         status=read.enum("workload.status", message.status, _STATUS_NAMES),
         services=services,
+        authorization_policies=tuple(
+            _policy_key(read, f"workload.authorization_policies[{i}]", key)
+            for i, key in enumerate(message.authorization_policies)
+        ),
     )
 
 
