@@ -34,6 +34,7 @@ from ambit.model.identity import (
     check_path_segment,
     check_trust_domain,
 )
+from ambit.model.policy import Policy
 from ambit.model.untrusted_yaml import SafeLoader as _BaseLoader
 from ambit.model.untrusted_yaml import load as _load_untrusted
 from ambit.model.workload import (
@@ -84,6 +85,8 @@ class LocalConfig:
 
     workloads: tuple[Workload, ...]
     services: tuple[Service, ...]
+    policies: tuple[Policy, ...] = ()
+    """L4 authorization policies (spec §4.3), ordered by key."""
 
 
 class _DuplicateCheckingLoader(_BaseLoader):
