@@ -1,0 +1,273 @@
+"""L4 authorization: which policies apply to a connection, and whether it may go on (spec §4.3, §7.3).
+
+Theory of operation: the node proxy describes each inbound connection as a :class:`Connection` and asks
+:meth:`PolicyIndex.check` for a :class:`Decision`. The index finds the policies of the destination by lookup (its
+namespace, the global set, the keys its workload lists), never by scanning every policy. The same engine answers
+``ambit policy explain``, so :class:`Decision` also carries a trace of every policy it looked at.
+
+Rules of one policy (spec §4.3):
+
+1. A policy matches if any of its rules matches; a policy without rules never matches.
+2. A rule matches if all of its clauses match; a rule without clauses matches every connection.
+3. A clause matches if any of its non-empty matches matches; empty matches are skipped.
+4. Within a match every populated field must hold. A field holds if some value of its positive list matches
+   (when the list is given) and no value of its negative list matches (when that list is given).
+5. Identity fields (principals, namespaces, service accounts) compare against the peer's verified identity;
+   ``principals`` against ``<trust domain>/ns/<ns>/sa/<sa>`` (the id without ``spiffe://``). Without an identity
+   (plaintext) no value matches, so a positive list fails and a negative list holds.
+6. IPs match by CIDR containment; IPv4-mapped IPv6 addresses are read as IPv4.
+
+Rules of the decision (spec §7.3):
+
+7. The policies of a destination are the NAMESPACE-scoped policies of its namespace, every GLOBAL policy and the
+   keys its workload lists; a listed key that is not known is skipped and reported.
+8. Any enforced (not dry-run) DENY that matches → denied, "explicitly denied by: ns/name" (the first by key).
+9. Otherwise, no enforced ALLOW → allowed; an enforced ALLOW that matches → allowed; else denied, "allow
+   policies exist, but none allowed".
+10. Dry-run policies never change the decision. They are evaluated as a set of their own (DENY first, then
+    ALLOW, as above) and what they would have done is reported in :attr:`Decision.dry_run`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from ambit.model.identity import SpiffeId
+from ambit.model.policy import Action, Cidr, Match, Policy, Scope, ServiceAccountMatch, StringMatch
+from ambit.model.workload import IPAddress, Workload
+
+__all__ = ["Connection", "Decision", "PolicyIndex", "PolicyTrace", "evaluate", "policy_matches"]
+
+T = TypeVar("T")
+
+NOT_ALLOWED = "allow policies exist, but none allowed"
+
+
+def explicitly_denied(key: str) -> str:
+    return f"explicitly denied by: {key}"
+
+
+def _plain_ip(ip: IPAddress) -> IPAddress:
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
+
+
+@dataclass(frozen=True, slots=True)
+class Connection:
+    """What a policy may look at for one inbound connection (rule 6 applied on construction)."""
+
+    source_ip: IPAddress
+    source_identity: SpiffeId | None
+    """The peer's verified identity; None without mutual TLS."""
+    destination_ip: IPAddress
+    destination_port: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "source_ip", _plain_ip(self.source_ip))
+        object.__setattr__(self, "destination_ip", _plain_ip(self.destination_ip))
+
+    @property
+    def principal(self) -> str | None:
+        """The identity as policies name it: ``td/ns/<ns>/sa/<sa>``."""
+        if self.source_identity is None:
+            return None
+        i = self.source_identity
+        return f"{i.trust_domain}/ns/{i.namespace}/sa/{i.service_account}"
+
+
+def _holds(positive: Sequence[T], negative: Sequence[T], test: Callable[[T], bool]) -> bool:
+    """Rule 4 for one field."""
+    if positive and not any(test(v) for v in positive):
+        return False
+    return not (negative and any(test(v) for v in negative))
+
+
+def _never(value: object) -> bool:
+    return False
+
+
+def _string_test(value: str | None) -> Callable[[StringMatch], bool]:
+    if value is None:
+        return _never
+    return lambda m: m.matches(value)
+
+
+def _account_test(identity: SpiffeId | None) -> Callable[[ServiceAccountMatch], bool]:
+    if identity is None:
+        return _never
+    return lambda m: m.namespace == identity.namespace and m.service_account == identity.service_account
+
+
+def _ip_test(ip: IPAddress) -> Callable[[Cidr], bool]:
+    return lambda cidr: cidr.version == ip.version and ip in cidr
+
+
+def match_holds(match: Match, conn: Connection) -> bool:
+    """Rule 4 for one non-empty match."""
+    identity = conn.source_identity
+    if (match.principals or match.not_principals) and not _holds(
+        match.principals, match.not_principals, _string_test(conn.principal)
+    ):
+        return False
+    if (match.namespaces or match.not_namespaces) and not _holds(
+        match.namespaces, match.not_namespaces, _string_test(identity.namespace if identity else None)
+    ):
+        return False
+    if (match.service_accounts or match.not_service_accounts) and not _holds(
+        match.service_accounts, match.not_service_accounts, _account_test(identity)
+    ):
+        return False
+    if (match.source_ips or match.not_source_ips) and not _holds(
+        match.source_ips, match.not_source_ips, _ip_test(conn.source_ip)
+    ):
+        return False
+    if (match.destination_ips or match.not_destination_ips) and not _holds(
+        match.destination_ips, match.not_destination_ips, _ip_test(conn.destination_ip)
+    ):
+        return False
+    return not (
+        (match.destination_ports or match.not_destination_ports)
+        and not _holds(match.destination_ports, match.not_destination_ports, conn.destination_port.__eq__)
+    )
+
+
+def matching_rule(policy: Policy, conn: Connection) -> int | None:
+    """The index of the first rule of ``policy`` that matches ``conn`` (rules 1 to 3), or None."""
+    for index, rule in enumerate(policy.rules):
+        if all(any(match_holds(m, conn) for m in clause.matches if not m.is_empty) for clause in rule.clauses):
+            return index
+    return None
+
+
+def policy_matches(policy: Policy, conn: Connection) -> bool:
+    return matching_rule(policy, conn) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyTrace:
+    """One policy the decision looked at, and which of its rules matched (None: none did)."""
+
+    key: str
+    action: Action
+    dry_run: bool
+    rule: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    allowed: bool
+    reason: str = ""
+    """Why a connection is denied (empty when allowed)."""
+    denied_by: str | None = None
+    """The key of the DENY policy that matched, if one did."""
+    dry_run: str = ""
+    """What the dry-run policies would have said, when they would have denied: e.g. "explicitly denied by: ns/n"."""
+    missing: tuple[str, ...] = ()
+    """Keys the workload lists that the index does not know (rule 7)."""
+    trace: tuple[PolicyTrace, ...] = field(default=(), compare=False)
+
+
+def _verdict(traces: Iterable[PolicyTrace]) -> tuple[bool, str, str | None]:
+    """Rules 8 and 9 over one set of evaluated policies (all enforced, or all dry-run)."""
+    allows = False
+    allowed = False
+    for t in traces:
+        if t.action is Action.DENY:
+            if t.rule is not None:
+                return False, explicitly_denied(t.key), t.key
+        else:
+            allows = True
+            allowed = allowed or t.rule is not None
+    if allows and not allowed:
+        return False, NOT_ALLOWED, None
+    return True, "", None
+
+
+def evaluate(policies: Iterable[Policy], conn: Connection, missing: tuple[str, ...] = ()) -> Decision:
+    """The decision for ``conn`` under ``policies`` (rules 8 to 10); policies are taken in key order."""
+    traces = tuple(
+        PolicyTrace(p.key, p.action, p.dry_run, matching_rule(p, conn)) for p in sorted(policies, key=_order)
+    )
+    allowed, reason, denied_by = _verdict(t for t in traces if not t.dry_run)
+    dry_allowed, dry_reason, _ = _verdict(t for t in traces if t.dry_run)
+    return Decision(allowed, reason, denied_by, "" if dry_allowed else dry_reason, missing, traces)
+
+
+def _order(policy: Policy) -> tuple[str, str]:
+    return (policy.namespace, policy.name)
+
+
+class PolicyIndex:
+    """Policies by key, with the indexes of rule 7: by namespace (NAMESPACE scope) and the GLOBAL set."""
+
+    def __init__(self, policies: Iterable[Policy] = ()) -> None:
+        self._by_key: dict[str, Policy] = {}
+        self._by_namespace: dict[str, dict[str, Policy]] = {}
+        self._global: dict[str, Policy] = {}
+        for policy in policies:
+            self.put(policy)
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def __iter__(self) -> Iterator[Policy]:
+        return iter(self._by_key.values())
+
+    def all(self) -> list[Policy]:
+        return [self._by_key[k] for k in sorted(self._by_key)]
+
+    def find(self, key: str) -> Policy | None:
+        return self._by_key.get(key)
+
+    def put(self, policy: Policy) -> Policy | None:
+        """Add or replace a policy; returns the one it replaced."""
+        old = self.remove(policy.key)
+        self._by_key[policy.key] = policy
+        if policy.scope is Scope.NAMESPACE:
+            self._by_namespace.setdefault(policy.namespace, {})[policy.key] = policy
+        elif policy.scope is Scope.GLOBAL:
+            self._global[policy.key] = policy
+        return old
+
+    def remove(self, key: str) -> Policy | None:
+        policy = self._by_key.pop(key, None)
+        if policy is None:
+            return None
+        if policy.scope is Scope.NAMESPACE:
+            scoped = self._by_namespace.get(policy.namespace, {})
+            scoped.pop(key, None)
+            if not scoped:
+                self._by_namespace.pop(policy.namespace, None)
+        elif policy.scope is Scope.GLOBAL:
+            self._global.pop(key, None)
+        return policy
+
+    def replace_all(self, policies: Iterable[Policy]) -> None:
+        self._by_key.clear()
+        self._by_namespace.clear()
+        self._global.clear()
+        for policy in policies:
+            self.put(policy)
+
+    def find_for(self, workload: Workload) -> tuple[list[Policy], tuple[str, ...]]:
+        """The policies that apply to ``workload`` and the listed keys that are unknown (rule 7)."""
+        found: dict[str, Policy] = dict(self._global)
+        found.update(self._by_namespace.get(workload.namespace, {}))
+        missing: list[str] = []
+        for key in workload.authorization_policies:
+            policy = self._by_key.get(key)
+            if policy is None:
+                missing.append(key)
+            else:
+                found[key] = policy
+        return list(found.values()), tuple(missing)
+
+    def check(self, workload: Workload, conn: Connection) -> Decision:
+        policies, missing = self.find_for(workload)
+        if not policies:
+            return Decision(True, missing=missing)
+        return evaluate(policies, conn, missing)
