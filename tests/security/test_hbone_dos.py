@@ -24,32 +24,22 @@ import socket
 import struct
 import time
 import tracemalloc
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
 from hpack import Encoder
-from tests.unit.workload_builders import pod, state_with
+from tests.integration.inbound_rig import POD_IP, inbound_proxy
 
 from ambit.hbone import wire
 from ambit.hbone.connection import MAX_CONTINUATIONS, MAX_EARLY_RESETS, HboneSettings
 from ambit.identity.localca import LocalCa
-from ambit.identity.manager import CertificateManager
 from ambit.model.identity import SpiffeId
-from ambit.model.state import WorkloadState
-from ambit.model.workload import Workload
-from ambit.proxy.context import LocalPod, ProxyContext
 from ambit.proxy.hbone_client import HboneClient, TunnelRefusedError
 from ambit.proxy.hbone_server import HboneServer, InboundRequest, TunnelResponder
-from ambit.proxy.inbound import serve_hbone
 from ambit.proxy.plans import ILLEGAL_PORTS
-from ambit.proxy.pool import ConnectionPool
-from ambit.proxy.settings import ProxySettings
 from ambit.proxy.sockets import HostSocketFactory, connect
-from ambit.telemetry.accesslog import AccessLog
-from ambit.telemetry.metrics import ProxyMetrics
 from ambit.tls.workload import WorkloadCertificate
-from ambit.zds.protocol import WorkloadInfo
 
 TD = "cluster.local"
 ATTACKER = SpiffeId(TD, "evil", "default")
@@ -392,59 +382,13 @@ async def test_a_continuation_flood_ends_in_goaway(certs: tuple[WorkloadCertific
 
 # --- CONNECT to the proxy's own ports, through the real inbound path ------------------------------------------------
 
-POD_IP = "127.0.0.2"
-
-
-@contextlib.asynccontextmanager
-async def inbound_proxy(tmp_path: Path) -> AsyncIterator[tuple[tuple[str, int], Callable[[], Awaitable[None]]]]:
-    """The node proxy's HBONE inbound (``serve_hbone``) for one pod at ``POD_IP``; yields the listener address."""
-    ca = LocalCa(tmp_path / "ca", trust_domain=TD)
-    web: Workload = pod("web", POD_IP, service_account="web", node="node-1")
-    state: WorkloadState = state_with(web)
-    ctx = ProxyContext(
-        settings=ProxySettings(node="node-1", trust_domain=TD),
-        state=state,
-        certs=CertificateManager(ca),
-        pool=ConnectionPool(),
-        metrics=ProxyMetrics(),
-        access_log=AccessLog(),
-    )
-    local = LocalPod("uid-web", WorkloadInfo("web", "apps", "web"), FACTORY, TD)
-    ctx.add_pod(local)
-    listener = socket.create_server((POD_IP, 0))
-    listener.setblocking(False)
-    serving: set[asyncio.Task[None]] = set()
-
-    async def accept() -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            sock, _ = await loop.sock_accept(listener)
-            task = asyncio.create_task(serve_hbone(ctx, local, sock))
-            serving.add(task)
-            task.add_done_callback(serving.discard)
-
-    accepting = asyncio.create_task(accept())
-
-    async def aclose() -> None:
-        accepting.cancel()
-        for task in [accepting, *serving]:
-            task.cancel()
-        await asyncio.gather(accepting, *serving, return_exceptions=True)
-        listener.close()
-        await ctx.pool.aclose()
-        await ctx.certs.aclose()
-
-    try:
-        yield listener.getsockname()[:2], aclose
-    finally:
-        await aclose()
-
 
 async def test_connect_to_the_proxys_own_ports_on_the_pod_ip_or_loopback_is_400(tmp_path: Path) -> None:
     ca = LocalCa(tmp_path / "ca", trust_domain=TD)
     client_cert = await ca.fetch_certificate(SpiffeId(TD, "apps", "client"))
     app = socket.create_server((POD_IP, 0))  # an application port on the pod: the control
-    async with inbound_proxy(tmp_path) as (addr, _):
+    async with inbound_proxy(tmp_path) as proxy:
+        addr = proxy.hbone
         client = await HboneClient.connect(
             await connect(FACTORY, addr), client_cert, frozenset({SERVER}), trust_domain=TD
         )

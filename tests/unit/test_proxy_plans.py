@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 from collections.abc import Callable
 
 import pytest
@@ -13,7 +14,7 @@ from workload_builders import VIP, VIP6, WEB_KEY, first, ip, pod, state_with, we
 from ambit.model.identity import SpiffeId
 from ambit.model.state import Transport, WorkloadState
 from ambit.model.workload import HealthPolicy, HealthStatus, PortMapping, TunnelProtocol, Workload
-from ambit.proxy.authorization import ConnectionFacts, allow_all
+from ambit.proxy.authorization import allow_all
 from ambit.proxy.errors import ResponseFlag
 from ambit.proxy.plans import (
     ILLEGAL_PORTS,
@@ -30,6 +31,7 @@ from ambit.proxy.plans import (
     plan_outbound,
     plan_plaintext,
 )
+from ambit.rbac import NOT_ALLOWED, Connection, Decision
 
 CLIENT = pod("client-0", "198.18.16.2", services={}, service_account="client")
 WEB = pod("web-0", "198.18.17.5")  # on node1, but not served by this proxy unless a test says so
@@ -193,6 +195,23 @@ def test_a_plaintext_pod_on_this_node_is_dialled_not_delivered() -> None:
 LOCAL_IP = "198.18.17.5"
 
 
+Seen = list[tuple[Workload, Connection]]
+
+
+def recording(seen: Seen, allowed: bool = True) -> Callable[[Workload, Connection], Decision]:
+    """An authorizer that notes what it was asked and answers ``allowed``."""
+
+    def authorize(workload: Workload, connection: Connection) -> Decision:
+        seen.append((workload, connection))
+        return Decision(True) if allowed else Decision(False, NOT_ALLOWED)
+
+    return authorize
+
+
+def asked_as(source: str, identity: SpiffeId | None, destination: str, port: int) -> Connection:
+    return Connection(ipaddress.ip_address(source), identity, ipaddress.ip_address(destination), port)
+
+
 def inbound(
     authority: str | None,
     *,
@@ -201,7 +220,7 @@ def inbound(
     local_ip: str | None = LOCAL_IP,
     identity: SpiffeId | None = CLIENT_ID,
     state: WorkloadState | None = None,
-    authorize: Callable[[ConnectionFacts], bool] = allow_all,
+    authorize: Callable[[Workload, Connection], Decision] = allow_all,
 ) -> Dial | Refuse:
     facts = InboundFacts(local, local_ip, port, "198.18.16.2", identity, authority=authority)
     return plan_inbound(facts, state or state_with(CLIENT, WEB), authorize)
@@ -258,8 +277,8 @@ def test_a_hostname_that_is_not_a_service_of_this_pod_is_a_400(host: str) -> Non
 
 @pytest.mark.parametrize("port", sorted(ILLEGAL_PORTS))
 def test_a_connect_to_the_proxys_own_port_on_the_pods_address_is_a_400_uncounted(port: int) -> None:
-    asked: list[ConnectionFacts] = []
-    plan = inbound(f"{LOCAL_IP}:{port}", authorize=lambda facts: asked.append(facts) or True)
+    asked: Seen = []
+    plan = inbound(f"{LOCAL_IP}:{port}", authorize=recording(asked))
     assert isinstance(plan, Refuse) and (plan.status, plan.flag, plan.counted) == (400, ResponseFlag.NONE, False)
     assert "own port" in plan.reason and not asked
 
@@ -283,22 +302,18 @@ def test_the_proxys_own_port_on_the_same_node_path_is_refused_too() -> None:
 
 
 def test_the_authorizer_sees_the_peer_the_pod_and_the_mapped_port_and_its_refusal_is_a_counted_401() -> None:
-    seen: list[ConnectionFacts] = []
-
-    def deny(facts: ConnectionFacts) -> bool:
-        seen.append(facts)
-        return False
-
-    plan = inbound("web.apps.svc.cluster.local:80", authorize=deny)
-    assert seen == [ConnectionFacts("198.18.16.2", CLIENT_ID, WEB, LOCAL_IP, 8080)]
+    seen: Seen = []
+    plan = inbound("web.apps.svc.cluster.local:80", authorize=recording(seen, allowed=False))
+    assert seen == [(WEB, asked_as("198.18.16.2", CLIENT_ID, LOCAL_IP, 8080))]
     assert isinstance(plan, Refuse) and (plan.status, plan.flag, plan.counted) == (401, ResponseFlag.DENY, True)
+    assert plan.reason == NOT_ALLOWED
     assert plan.stopped == Dial(WEB, LOCAL_IP, 8080, "198.18.16.2")
 
 
 def test_the_authorizer_is_not_asked_about_a_connection_already_refused() -> None:
-    asked: list[ConnectionFacts] = []
-    inbound("198.18.17.6:8080", authorize=lambda f: asked.append(f) or True)
-    inbound(f"{LOCAL_IP}:8080", local=None, authorize=lambda f: asked.append(f) or True)
+    asked: Seen = []
+    inbound("198.18.17.6:8080", authorize=recording(asked))
+    inbound(f"{LOCAL_IP}:8080", local=None, authorize=recording(asked))
     assert asked == []
 
 
@@ -316,7 +331,12 @@ def test_the_same_node_path_refuses_a_pod_without_an_address() -> None:
 
 
 def test_the_same_node_path_runs_the_same_authorization() -> None:
-    plan = inbound(None, port=8080, local_ip=None, authorize=lambda f: f.source_identity != CLIENT_ID)
+    plan = inbound(
+        None,
+        port=8080,
+        local_ip=None,
+        authorize=lambda w, c: Decision(c.source_identity != CLIENT_ID, "explicitly denied by: apps/no-client"),
+    )
     assert isinstance(plan, Refuse) and plan.flag is ResponseFlag.DENY
 
 
@@ -336,10 +356,11 @@ def test_a_plaintext_call_to_the_proxys_own_ports_is_refused_uncounted_even_for_
 
 
 def test_plaintext_dials_the_original_destination_and_is_authorized_without_an_identity() -> None:
-    seen: list[ConnectionFacts] = []
-    plan = plaintext(8080, authorize=lambda f: seen.append(f) or True)
+    seen: Seen = []
+    plan = plaintext(8080, authorize=recording(seen))
     assert plan == Dial(WEB, LOCAL_IP, 8080, "198.18.16.2")
-    assert seen == [ConnectionFacts("198.18.16.2", None, WEB, LOCAL_IP, 8080)]
+    assert seen == [(WEB, asked_as("198.18.16.2", None, LOCAL_IP, 8080))]
+    assert isinstance(plan, Dial) and plan.connection == seen[0][1]
 
 
 def test_plaintext_to_an_unknown_pod_is_a_503_no_route() -> None:

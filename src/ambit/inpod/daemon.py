@@ -29,6 +29,7 @@ from ambit.identity.manager import CaClient, CertificateManager
 from ambit.inpod.localstate import LocalConfigWatcher
 from ambit.inpod.settings import NodeProxySettings
 from ambit.inpod.workloads import PodListenerManager
+from ambit.model.policy import Policy
 from ambit.model.state import WorkloadState
 from ambit.proxy.context import ProxyContext
 from ambit.proxy.pool import ConnectionPool
@@ -86,7 +87,9 @@ class NodeProxy:
         self.pods.on_change = self._pods_changed
         self.zds = ZdsClient(settings.zds_socket, self.pods)
         self.watcher = (
-            LocalConfigWatcher(settings.config_file, self.state, self._state_changed) if settings.config_file else None
+            LocalConfigWatcher(settings.config_file, self.state, self._state_changed, self._local_policies)
+            if settings.config_file
+            else None
         )
         self.xds = (
             XdsClient(
@@ -98,6 +101,8 @@ class NodeProxy:
                 cluster_id=settings.cluster_id,
                 node_id=settings.node,
                 server_name=settings.xds_server_name,
+                policies=self.context.policies,
+                on_policy_change=self._policies_changed,
             )
             if settings.xds_address
             else None
@@ -135,6 +140,15 @@ class NodeProxy:
     def _state_changed(self) -> None:
         self.context.state_changed()
         self._track()
+
+    def _policies_changed(self) -> None:
+        closed = self.context.policies_changed()
+        if closed:
+            log.info("policy change: closed %d connection(s) no longer allowed", closed)
+
+    def _local_policies(self, policies: tuple[Policy, ...]) -> None:
+        self.context.policies.replace_all(policies)
+        self._policies_changed()
 
     def _pods_changed(self) -> None:
         self._track()

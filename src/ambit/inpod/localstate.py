@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ambit.model.localconfig import LocalConfigError, parse_local_config
+from ambit.model.policy import Policy
 from ambit.model.state import WorkloadState
 
 log = logging.getLogger("ambit.inpod.localstate")
@@ -24,8 +25,15 @@ POLL_INTERVAL = 0.2
 
 
 class LocalConfigWatcher:
-    def __init__(self, path: Path, state: WorkloadState, on_change: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        path: Path,
+        state: WorkloadState,
+        on_change: Callable[[], None],
+        on_policies: Callable[[tuple[Policy, ...]], None] | None = None,
+    ) -> None:
         self.path, self._state, self._on_change = path, state, on_change
+        self._on_policies = on_policies
         self._seen: tuple[int, int, int] | None = None
         self.loaded = False
         """A good configuration was applied at least once."""
@@ -51,6 +59,8 @@ class LocalConfigWatcher:
             log.error("%s: %s (keeping the last good configuration)", self.path, exc)
             return False
         self._state.replace_all(config.workloads, config.services)
+        if self._on_policies is not None:
+            self._on_policies(config.policies)
         self.loaded = True
         log.info("%s: %d workloads, %d services", self.path, len(config.workloads), len(config.services))
         self._on_change()

@@ -28,13 +28,14 @@ from ambit.model.identity import SpiffeId
 from ambit.model.state import WorkloadState
 from ambit.model.workload import IPAddress, Workload
 from ambit.proxy.accounting import Accounting, BothSides, LabelsCache
-from ambit.proxy.authorization import Authorizer, allow_all
+from ambit.proxy.authorization import Authorizer, Guards
 from ambit.proxy.plans import NodeView
 from ambit.proxy.pool import ConnectionPool
 from ambit.proxy.relay import Splice, close_now, splice
 from ambit.proxy.settings import ProxySettings
 from ambit.proxy.sockets import SocketFactory
 from ambit.proxy.streams import PushStream
+from ambit.rbac import PolicyIndex
 from ambit.telemetry.accesslog import AccessLog
 from ambit.telemetry.metrics import ProxyMetrics
 from ambit.zds.protocol import WorkloadInfo
@@ -100,7 +101,8 @@ class ProxyContext:
     pool: ConnectionPool
     metrics: ProxyMetrics
     access_log: AccessLog
-    authorize: Authorizer = allow_all
+    policies: PolicyIndex = field(default_factory=PolicyIndex)
+    """The L4 policies the xDS client (or the local config) keeps (spec §7.3)."""
     pods: dict[str, LocalPod] = field(default_factory=dict)
     """Local pods by ZDS uid; change them with :meth:`add_pod` / :meth:`remove_pod` (they keep the index)."""
     _by_workload: dict[str, LocalPod] = field(default_factory=dict)
@@ -112,10 +114,21 @@ class ProxyContext:
     """Each connection's metric labels, by its ends (see :class:`~ambit.proxy.accounting.LabelsCache`)."""
     node: NodeView = field(init=False)
     """What the plans know of this proxy (:mod:`ambit.proxy.plans`)."""
+    authorize: Authorizer = field(init=False)
+    """The decision for an inbound connection: ``policies.check`` (tests may replace it)."""
+    guards: Guards = field(default_factory=Guards)
+    """Relayed inbound connections, re-checked when policies change."""
 
     def __post_init__(self) -> None:
         self.labels = LabelsCache(self.metrics)
         self.node = NodeView(self.settings.network, self.settings.node, self._by_workload)
+        self.authorize = self.policies.check
+
+    def policies_changed(self) -> int:
+        """Re-check every relayed inbound connection against the current policies; returns how many were closed."""
+        if not len(self.guards):
+            return 0
+        return self.guards.recheck(self.state.find_workload, self.authorize)
 
     def add_pod(self, pod: LocalPod) -> None:
         self.remove_pod(pod.uid)
@@ -205,5 +218,6 @@ class ConnectionEnd:
             self.accounting.finish(over.result.error)
         finally:
             close_now(over.downstream, over.upstream)
+            self.ctx.guards.discard(over)
             if self.conn is not None:
                 self.ctx.unregister(self.conn)

@@ -169,7 +169,17 @@ async def _serve_tunnel(
     accounting.opened()
     # Spliced and left running: the HBONE server leaves the stream to the splice, whose ConnectionEnd closes it;
     # the HBONE connection's registration covers the tunnel.
-    return splice(stream, SocketStream(upstream), ConnectionEnd(ctx, None, accounting), counter=accounting)
+    running = splice(stream, SocketStream(upstream), ConnectionEnd(ctx, None, accounting), counter=accounting)
+    guard(ctx, running, plan)
+    return running
+
+
+def guard(ctx: ProxyContext, running: Splice, dial: Dial) -> None:
+    """Remember a relayed connection for re-checks on policy changes (unless it is already over)."""
+    if dial.dry_run:
+        log.info("dry-run policy: %s -> %s:%d would be denied: %s", dial.source_ip, dial.ip, dial.port, dial.dry_run)
+    if dial.connection is not None and not running.over:
+        ctx.guards.add(running, dial.workload.uid, dial.connection)
 
 
 # --- plaintext (15006) -----------------------------------------------------------------------------------------
@@ -208,7 +218,9 @@ async def serve_plaintext(ctx: ProxyContext, pod: LocalPod, sock: socket.socket)
             reset(sock)
             return None
         accounting.opened()
-        return registration.splice(SocketStream(sock), SocketStream(upstream), accounting)
+        running = registration.splice(SocketStream(sock), SocketStream(upstream), accounting)
+        guard(ctx, running, plan)
+        return running
 
 
 # --- same-node fast path ---------------------------------------------------------------------------------------
@@ -220,6 +232,8 @@ class LocalDelivery:
 
     stream: SocketStream
     accounting: Accounting
+    dial: Dial
+    """The plan that let it in (the caller guards the relay with it)."""
 
 
 async def deliver_locally(
@@ -254,4 +268,4 @@ async def deliver_locally(
         accounting.failed(str(exc), exc.flag)
         raise
     accounting.opened()
-    return LocalDelivery(SocketStream(upstream), accounting)
+    return LocalDelivery(SocketStream(upstream), accounting, plan)

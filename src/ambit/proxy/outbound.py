@@ -31,7 +31,7 @@ from ambit.proxy.context import LocalPod, ProxyContext
 from ambit.proxy.errors import ProxyConnectError, ProxyError, ResponseFlag
 from ambit.proxy.hbone_client import HboneClient
 from ambit.proxy.hbone_stream import HboneStream
-from ambit.proxy.inbound import deliver_locally
+from ambit.proxy.inbound import LocalDelivery, deliver_locally, guard
 from ambit.proxy.plans import HBONE_PORT, Local, OutboundFacts, Refuse, Tunnel, plan_outbound
 from ambit.proxy.pool import PoolKey
 from ambit.proxy.relay import Splice
@@ -70,6 +70,7 @@ async def serve_outbound(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) 
     accounting = _account(ctx, pod, source, peer_addr, plan.destination, dst_addr, plan.address[0])
     with ctx.register("outbound", peer_addr, dst_addr, pod) as registration:
         sides: Accounting | BothSides = accounting
+        delivery: LocalDelivery | None = None
         try:
             if isinstance(plan, Local):
                 local_pod = ctx.find_local_pod(plan.workload.uid)
@@ -87,7 +88,10 @@ async def serve_outbound(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) 
             reset(sock)
             return None
         accounting.opened()
-        return registration.splice(SocketStream(sock), upstream, sides)
+        running = registration.splice(SocketStream(sock), upstream, sides)
+        if delivery is not None:
+            guard(ctx, running, delivery.dial)
+        return running
 
 
 async def _open_tunnel(

@@ -29,7 +29,8 @@ Inbound (15008 HBONE, 15006 plaintext, and the same-node path), :func:`plan_inbo
    be a Service this pod is an endpoint of, and its port is mapped to the pod's target port, else 400.
    A target port (after that mapping) that is one of the proxy's own ports (:data:`ILLEGAL_PORTS`) → 400,
    uncounted, as ztunnel does: tunnels must not nest into the proxy's own listeners (the same-node path too).
-4. The authorizer refuses → 401, ``DENY``, counted.
+4. The authorizer refuses → 401, ``DENY``, counted, with the engine's reason ("explicitly denied by: ns/name",
+   "allow policies exist, but none allowed").
 5. :class:`Dial` the pod at ``<its IP>:<port>`` from the client's address.
 
 Plaintext (15006), :func:`plan_plaintext`: a call to one of the proxy's own ports is refused, not counted; then as
@@ -40,15 +41,16 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Callable, Container, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ambit.hbone.errors import AuthorityError
 from ambit.hbone.headers import hostport, parse_authority
 from ambit.model.identity import SpiffeId
 from ambit.model.state import Destination, NoHealthyUpstreamError, Transport, WorkloadState
 from ambit.model.workload import IPAddress, Workload
-from ambit.proxy.authorization import Authorizer, ConnectionFacts
+from ambit.proxy.authorization import Authorizer
 from ambit.proxy.errors import ResponseFlag
+from ambit.rbac import Connection
 
 HBONE_PORT = 15008
 
@@ -107,6 +109,10 @@ class Dial:
     ip: str
     port: int
     source_ip: str
+    connection: Connection | None = field(default=None, compare=False)
+    """The facts the connection was authorized on (kept, so that a policy change can re-check it)."""
+    dry_run: str = field(default="", compare=False)
+    """What dry-run policies would have done, when they would have denied (for the log)."""
 
 
 OutboundPlan = Tunnel | Plain | Local | Refuse
@@ -214,9 +220,16 @@ def plan_inbound(facts: InboundFacts, state: WorkloadState, authorize: Authorize
         port = mapped
     if port in ILLEGAL_PORTS:
         return Refuse(400, ResponseFlag.NONE, f"CONNECT to the proxy's own port {port}", counted=False)
-    dial = Dial(workload, local_ip, port, facts.source_ip)
-    if not authorize(ConnectionFacts(facts.source_ip, facts.source_identity, workload, local_ip, port)):
-        return Refuse(401, ResponseFlag.DENY, f"connection to {workload.name} denied by policy", stopped=dial)
+    try:
+        connection = Connection(
+            ipaddress.ip_address(facts.source_ip), facts.source_identity, ipaddress.ip_address(local_ip), port
+        )
+    except ValueError:
+        return Refuse(400, ResponseFlag.NONE, f"not an IP address: {facts.source_ip!r}", counted=False)
+    decision = authorize(workload, connection)
+    dial = Dial(workload, local_ip, port, facts.source_ip, connection, decision.dry_run)
+    if not decision.allowed:
+        return Refuse(401, ResponseFlag.DENY, decision.reason, stopped=dial)
     return dial
 
 

@@ -25,18 +25,18 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import grpc  # type: ignore[import-untyped]
-from google.protobuf import any_pb2
 
-from ambit.api import authorization_pb2
 from ambit.api import discovery_pb2 as dpb
+from ambit.model.policy import Policy
 from ambit.model.state import WorkloadState
 from ambit.model.workload import Service, Workload
+from ambit.xds.authorization import decode_authorization
 from ambit.xds.client_session import ClientSession, ClientUpdate, Decoder
 from ambit.xds.convert import ADDRESS_TYPE_URL, decode_address
-from ambit.xds.errors import XdsConfigFileError, XdsConversionError
+from ambit.xds.errors import XdsConfigFileError
 from ambit.xds.server import METHOD, SERVICE_NAME
 from ambit.xds.session import AUTHORIZATION_TYPE_URL
 
@@ -47,12 +47,12 @@ log = logging.getLogger("ambit.xds.client")
 _PATH = f"/{SERVICE_NAME}/{METHOD}"
 
 
-def _decode_authorization(name: str, body: any_pb2.Any) -> object:
-    """Checked and acknowledged, not applied: the node proxy has no L4 policy model yet."""
-    message = authorization_pb2.Authorization()
-    if not body.Unpack(message):
-        raise XdsConversionError(name, "resource.type_url", f"not an Authorization: {body.type_url!r}")
-    return None
+class PolicySink(Protocol):
+    """Where the client keeps the Authorization resources it receives (e.g. :class:`ambit.rbac.PolicyIndex`)."""
+
+    def put(self, policy: Policy) -> object: ...
+
+    def remove(self, key: str) -> object: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,16 +82,19 @@ class XdsClient:
         server_name: str | None = "istiod.istio-system.svc",
         backoff: Backoff = Backoff(),
         authorization: bool = True,
+        policies: PolicySink | None = None,
+        on_policy_change: Callable[[], None] | None = None,
         rng: Callable[[], float] = random.random,
     ) -> None:
         self.target = target
         self._state, self._on_change = state, on_change
+        self._policies, self._on_policy_change = policies, on_policy_change
         self._root_cert_file, self._token_file = root_cert_file, token_file
         self._cluster_id, self._server_name = cluster_id, server_name
         self._backoff, self._rng = backoff, rng
         decoders: dict[str, Decoder] = {ADDRESS_TYPE_URL: decode_address}
         if authorization:
-            decoders[AUTHORIZATION_TYPE_URL] = _decode_authorization
+            decoders[AUTHORIZATION_TYPE_URL] = decode_authorization
         self.session = ClientSession(decoders, node=dpb.Node(id=node_id, cluster=cluster_id))
         self.connected = False
         self.connects = 0
@@ -182,10 +185,15 @@ class XdsClient:
         if update.nacked:
             self.nacks += 1
             log.warning("xds %s: NACK %s: %s", self.target, update.reply.response_nonce, "; ".join(update.errors))
+        if update.type_url == AUTHORIZATION_TYPE_URL:
+            self._apply_policies(update)
         if update.type_url != ADDRESS_TYPE_URL:
             return
+        policy_lists_changed = False
         for _name, value in update.upserts:
             if isinstance(value, Workload):
+                old = self._state.find_workload(value.uid)
+                policy_lists_changed |= old is not None and old.authorization_policies != value.authorization_policies
                 self._state.upsert_workload(value)
             elif isinstance(value, Service):
                 self._state.upsert_service(value)
@@ -193,3 +201,16 @@ class XdsClient:
             self._state.remove_workload(name) or self._state.remove_service(name)
         if update.upserts or update.removals:
             self._on_change()
+        if policy_lists_changed and self._on_policy_change is not None:
+            self._on_policy_change()
+
+    def _apply_policies(self, update: ClientUpdate) -> None:
+        if self._policies is None:
+            return
+        for _name, value in update.upserts:
+            if isinstance(value, Policy):
+                self._policies.put(value)
+        for name in update.removals:
+            self._policies.remove(name)
+        if (update.upserts or update.removals) and self._on_policy_change is not None:
+            self._on_policy_change()
