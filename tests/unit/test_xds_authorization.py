@@ -248,3 +248,25 @@ def test_random_policies_survive_a_round_trip(policy: Policy) -> None:
 
 def test_presence_message_is_the_protobuf_empty() -> None:
     assert pb.StringMatch(presence=empty_pb2.Empty()).WhichOneof("match_type") == "presence"
+
+
+def test_a_bad_policy_in_a_response_is_nacked_while_the_other_policies_apply() -> None:
+    from ambit.api import discovery_pb2 as dpb
+    from ambit.rbac import PolicyIndex
+    from ambit.xds.client_session import ClientSession
+
+    session = ClientSession({AUTHORIZATION_TYPE_URL: decode_authorization})
+    session.initial_requests()
+    bad = pb.Authorization(name="bad", namespace="shop", scope=9)
+    response = dpb.DeltaDiscoveryResponse(
+        type_url=AUTHORIZATION_TYPE_URL,
+        nonce="n-1",
+        resources=[
+            dpb.Resource(name="shop/bad", version="1", resource=pack_authorization(bad)),
+            dpb.Resource(name=EVERY_FIELD.key, version="1", resource=pack_authorization(authorization_of(EVERY_FIELD))),
+        ],
+    )
+    update = session.apply(response)
+    assert update.nacked and "shop/bad: scope: unsupported value 9" in update.reply.error_detail.message
+    index = PolicyIndex(value for _, value in update.upserts if isinstance(value, Policy))
+    assert index.all() == [EVERY_FIELD]
