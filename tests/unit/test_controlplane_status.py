@@ -57,3 +57,24 @@ def test_a_policy_without_a_ztunnel_status_loses_the_condition_and_one_without_i
 
 def test_times_are_whole_seconds_in_utc() -> None:
     assert rfc3339(1767225600.9) == "2026-01-01T00:00:00Z"
+
+
+def test_the_control_plane_role_may_write_policy_status_but_not_the_policies() -> None:
+    """deploy/rbac/istiod.yaml: status through the subresource only; the spec stays the user's."""
+    from pathlib import Path
+
+    import yaml
+
+    from ambit.apiserver.rbac_policy import Attributes, rules_allow, rules_from
+
+    docs = list(yaml.safe_load_all((Path(__file__).parents[2] / "deploy" / "rbac" / "istiod.yaml").read_text()))
+    [role] = [d for d in docs if d and d["kind"] == "ClusterRole" and d["metadata"]["name"].startswith("istiod")]
+    rules = rules_from(role["rules"])
+    user, groups = "system:serviceaccount:istio-system:istiod", ("system:serviceaccounts",)
+
+    def may(verb: str, sub: str = "") -> bool:
+        attrs = Attributes(user, groups, verb, True, "security.istio.io", "authorizationpolicies", sub, "shop", "p")
+        return rules_allow(rules, attrs)
+
+    assert may("patch", "status") and may("get") and may("list") and may("watch")
+    assert not may("patch") and not may("update") and not may("delete")
