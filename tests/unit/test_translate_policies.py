@@ -237,3 +237,17 @@ def test_an_unset_workload_with_a_permissive_port_under_an_unset_namespace_and_s
     assert index.find_keys("ns", {"app": "w"}) == ("ns/converted_peer_authentication_w",)
     [converted] = [p for p in index.policies if p.name == "converted_peer_authentication_w"]
     assert converted.rules[0].clauses[1].matches[0].not_destination_ports == (80,)
+
+
+def test_the_policy_memo_gives_the_same_translation_and_follows_changes() -> None:
+    first = ap("p", "ns", action="DENY", rules=[{}])
+    first["metadata"].update(uid="u1", resourceVersion="1")
+    broken = {"metadata": {"name": "b", "namespace": "ns", "uid": "u2", "resourceVersion": "1"}, "spec": {"rules": 3}}
+    memo: dict[Any, Any] = {}
+    plain = translate_all([], [], [], [], authorization_policies=[first, broken])
+    assert translate_all([], [], [], [], authorization_policies=[first, broken], policy_memo=memo) == plain
+    assert translate_all([], [], [], [], authorization_policies=[first, broken], policy_memo=memo) == plain
+    changed = {**first, "metadata": {**first["metadata"], "resourceVersion": "2"}, "spec": {"action": "ALLOW"}}
+    again = translate_all([], [], [], [], authorization_policies=[changed], policy_memo=memo)
+    assert [p.action for p in again.config.policies] == [Action.ALLOW] and not again.skipped
+    assert len(memo) == 1

@@ -20,11 +20,12 @@ from google.protobuf.message import Message
 from ambit.api import authorization_pb2 as apb
 from ambit.api import workload_pb2 as pb
 from ambit.model.localconfig import LocalConfig
+from ambit.model.policy import Policy
 from ambit.model.workload import Service, Workload
 from ambit.xds.authorization import authorization_of
 from ambit.xds.convert import address_of, resource_name
 
-__all__ = ["addresses", "authorizations", "content_version"]
+__all__ = ["AuthorizationCache", "addresses", "authorizations", "content_version"]
 
 
 def content_version(message: Message) -> str:
@@ -42,10 +43,28 @@ def addresses(config: LocalConfig) -> dict[str, tuple[str, pb.Address]]:
     return result
 
 
-def authorizations(config: LocalConfig) -> dict[str, tuple[str, apb.Authorization]]:
-    """Resource name (the policy key) → (version, Authorization) for every policy of ``config``."""
+AuthorizationCache = dict[Policy, tuple[str, apb.Authorization]]
+
+
+def authorizations(
+    config: LocalConfig, cache: AuthorizationCache | None = None
+) -> dict[str, tuple[str, apb.Authorization]]:
+    """Resource name (the policy key) → (version, Authorization) for every policy of ``config``.
+
+    ``cache`` (policy → its encoding) is read and then left holding exactly ``config``'s policies, so a caller that
+    passes the same dict every time encodes only policies that changed.
+    """
+    previous = dict(cache) if cache is not None else {}
     result: dict[str, tuple[str, apb.Authorization]] = {}
+    fresh: AuthorizationCache = {}
     for policy in config.policies:
-        message = authorization_of(policy)
-        result[policy.key] = (content_version(message), message)
+        entry = previous.get(policy)
+        if entry is None:
+            message = authorization_of(policy)
+            entry = (content_version(message), message)
+        fresh[policy] = entry
+        result[policy.key] = entry
+    if cache is not None:
+        cache.clear()
+        cache.update(fresh)
     return result

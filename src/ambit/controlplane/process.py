@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ambit.controlplane.addresses import addresses, authorizations
+from ambit.controlplane.addresses import AuthorizationCache, addresses, authorizations
 from ambit.controlplane.ca.authn import KubeAuthenticator
 from ambit.controlplane.ca.errors import CaServerError
 from ambit.controlplane.ca.nodeauth import InformerPodIndex, NodeAuthorizer
@@ -105,6 +105,7 @@ class ControlPlane:
         self.client = client
         self.table = AddressTable()
         self.authorizations = AuthorizationTable()
+        self._encoded: AuthorizationCache = {}
         self.authenticator = KubeAuthenticator(client, cluster_id=settings.cluster_id)
         self.pods = InformerPodIndex(client)
         self.root: RootCa | None = None
@@ -138,7 +139,7 @@ class ControlPlane:
 
     def _config_changed(self, config: LocalConfig) -> None:
         changed = self.table.replace(addresses(config))
-        changed_policies = self.authorizations.replace(authorizations(config))
+        changed_policies = self.authorizations.replace(authorizations(config, self._encoded))
         if changed or changed_policies:
             self.pushes += 1
             log.info(

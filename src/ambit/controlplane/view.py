@@ -30,7 +30,14 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from ambit.controlplane.translate import DEFAULT_ROOT_NAMESPACE, PolicyStatus, Skipped, Translation, translate_all
+from ambit.controlplane.translate import (
+    DEFAULT_ROOT_NAMESPACE,
+    PolicyMemo,
+    PolicyStatus,
+    Skipped,
+    Translation,
+    translate_all,
+)
 from ambit.errors import AmbitError
 from ambit.k8s import (
     Informer,
@@ -93,6 +100,7 @@ class ClusterView:
         self._on_config = on_config
         self._on_skipped = on_skipped
         self._on_status = on_status
+        self._policy_memo: PolicyMemo = {}
         self.absent: set[str] = set()
         """Plural names of the optional kinds the cluster does not serve (or does not let us list)."""
         self._dirty = asyncio.Event()
@@ -136,6 +144,7 @@ class ClusterView:
             domain=s.domain,
             root_namespace=s.root_namespace,
             enable_dry_run=s.enable_dry_run,
+            policy_memo=self._policy_memo,
         )
 
     def translate(self) -> LocalConfig:

@@ -36,6 +36,7 @@ from ambit.controlplane.translate.policies import (
     DEFAULT_ROOT_NAMESPACE,
     PolicySelection,
     PolicyStatus,
+    PolicyTranslation,
     translate_authorization_policy,
 )
 from ambit.controlplane.translate.serviceentries import (
@@ -52,8 +53,12 @@ from ambit.model.localconfig import LocalConfig
 from ambit.model.policy import Policy
 from ambit.model.workload import Service, Workload
 
+PolicyMemo = dict[tuple[str, str, str, bool], tuple[PolicyTranslation, tuple[Skipped, ...]]]
+"""(uid, resourceVersion, root namespace, dry run enabled) → an AuthorizationPolicy's translation and skips."""
+
 __all__ = [
     "DEFAULT_ROOT_NAMESPACE",
+    "PolicyMemo",
     "PolicyStatus",
     "SkipMemory",
     "Skipped",
@@ -107,17 +112,33 @@ def translate_all(
     domain: str = "cluster.local",
     root_namespace: str = DEFAULT_ROOT_NAMESPACE,
     enable_dry_run: bool = False,
+    policy_memo: PolicyMemo | None = None,
 ) -> Translation:
-    """The workloads, services and policies the node proxies should know, policy status, and the problems found."""
+    """The workloads, services and policies the node proxies should know, policy status, and the problems found.
+
+    ``policy_memo``, when given, keeps each AuthorizationPolicy's translation by uid and resourceVersion between
+    calls (the caller owns it and passes the same one each time), so only changed policies are translated again.
+    """
     skips: list[Skipped] = []
     policies: list[Policy] = []
     statuses: list[PolicyStatus] = []
     by_namespace: dict[str, list[PolicySelection]] = {}
     everywhere: list[PolicySelection] = []
+    fresh_memo: PolicyMemo = {}
     for obj in authorization_policies:
-        result = translate_authorization_policy(
-            obj, root_namespace=root_namespace, enable_dry_run=enable_dry_run, skips=skips
-        )
+        meta = obj.get("metadata") or {}
+        memo_key = (str(meta.get("uid") or ""), str(meta.get("resourceVersion") or ""), root_namespace, enable_dry_run)
+        remembered = policy_memo.get(memo_key) if policy_memo is not None and all(memo_key[:2]) else None
+        if remembered is None:
+            own_skips: list[Skipped] = []
+            result = translate_authorization_policy(
+                obj, root_namespace=root_namespace, enable_dry_run=enable_dry_run, skips=own_skips
+            )
+            remembered = (result, tuple(own_skips))
+        result, own = remembered
+        skips.extend(own)
+        if all(memo_key[:2]):
+            fresh_memo[memo_key] = remembered
         if result.policy is not None:
             policies.append(result.policy)
         if result.status is not None:
@@ -127,6 +148,9 @@ def translate_all(
                 everywhere if result.selection.everywhere else by_namespace.setdefault(result.selection.namespace, [])
             )
             target.append(result.selection)
+    if policy_memo is not None:
+        policy_memo.clear()
+        policy_memo.update(fresh_memo)
     peer = PeerAuthIndex.build(peer_authentications, root_namespace=root_namespace, skips=skips)
     policies.extend(peer.policies)
     keys = _PolicyKeys({ns: tuple(items) for ns, items in by_namespace.items()}, tuple(everywhere), peer)

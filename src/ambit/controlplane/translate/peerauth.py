@@ -175,6 +175,7 @@ class PeerAuthIndex:
     by_namespace: Mapping[str, tuple[PeerAuth, ...]]
     policies: tuple[Policy, ...]
     """The static strict policy (when any PeerAuthentication exists) and the converted ones, by key."""
+    keys: frozenset[str] = frozenset()
 
     @classmethod
     def build(cls, objects: Iterable[Obj], *, root_namespace: str, skips: list[Skipped] | None = None) -> PeerAuthIndex:
@@ -199,7 +200,8 @@ class PeerAuthIndex:
                     converted = convert(pa, index._level(namespace), index._level(root_namespace))
                     if converted is not None:
                         policies.append(converted)
-        return cls(root_namespace, frozen, tuple(sorted(policies, key=lambda p: p.key)))
+        ordered = tuple(sorted(policies, key=lambda p: p.key))
+        return cls(root_namespace, frozen, ordered, frozenset(p.key for p in ordered))
 
     def _level(self, namespace: str) -> PeerAuth | None:
         return _oldest(p for p in self.by_namespace.get(namespace, ()) if p.match_labels is None)
@@ -225,7 +227,7 @@ class PeerAuthIndex:
             if workload.mode is not Mode.UNSET:
                 strict = workload.mode is Mode.STRICT
             converted = f"{workload.namespace}/{CONVERTED_PREFIX}{workload.name}"
-            if any(p.key == converted for p in self.policies):
+            if converted in self.keys:
                 keys.append(converted)
                 strict = False  # the converted policy carries any STRICT default, with its exceptions
         if strict:

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ambit.controlplane.translate.skips import ObjectKind, Skipped, skipped
-from ambit.model.labels import map_matches
+from ambit.model.labels import LabelSelector, selector_from_map
 from ambit.model.policy import Action, Cidr, Clause, Match, Policy, Rule, Scope, ServiceAccountMatch, StringMatch
 
 __all__ = [
@@ -110,12 +110,13 @@ class PolicySelection:
 
     key: str
     namespace: str
-    match_labels: Mapping[str, str]
+    selector: LabelSelector
+    """Built once from ``matchLabels``."""
     everywhere: bool = False
     """A root-namespace policy: it selects in every namespace."""
 
     def selects(self, namespace: str, labels: Mapping[str, str]) -> bool:
-        return (self.everywhere or namespace == self.namespace) and map_matches(self.match_labels, labels)
+        return (self.everywhere or namespace == self.namespace) and self.selector.matches(labels)
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,7 +345,9 @@ def _translate(obj: Obj, root_namespace: str, enable_dry_run: bool) -> PolicyTra
     selection = None
     if scope is Scope.WORKLOAD_SELECTOR and match_labels:
         labels = {str(k): str(v) for k, v in match_labels.items()}
-        selection = PolicySelection(policy.key, namespace, labels, everywhere=namespace == root_namespace)
+        selection = PolicySelection(
+            policy.key, namespace, selector_from_map(labels), everywhere=namespace == root_namespace
+        )
     if not http:
         return PolicyTranslation(policy, _status(meta, True, "Accepted", "attached to ztunnel"), selection)
     if action is Action.ALLOW:
