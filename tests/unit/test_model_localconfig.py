@@ -12,6 +12,17 @@ from hypothesis import strategies as st
 
 from ambit.errors import AmbitError
 from ambit.model.localconfig import LocalConfig, LocalConfigError, parse_local_config, render_local_config
+from ambit.model.policy import (
+    Action,
+    Clause,
+    Match,
+    Policy,
+    Rule,
+    Scope,
+    ServiceAccountMatch,
+    StringMatch,
+    StringMatchKind,
+)
 from ambit.model.workload import (
     HealthPolicy,
     HealthStatus,
@@ -130,8 +141,34 @@ def test_json_style_string_port_keys_are_accepted() -> None:
     ("text", "message"),
     [
         ("- a\n", r"^\(top level\): expected a mapping, got list"),
-        ("policies: []\n", r"^\(top level\): unknown key\(s\) 'policies'"),
+        ("policy: []\n", r"^\(top level\): unknown key\(s\) 'policy'"),
         ("workloads: {}\n", r"^workloads: expected a list"),
+        ("policies: [{namespace: a}]\n", r"^policies\[0\]\.name: required"),
+        ("policies: [{name: p, namespace: a, scope: POD}]\n", r"^policies\[0\]\.scope: expected one of GLOBAL"),
+        ("policies: [{name: p, namespace: a, action: AUDIT}]\n", r"^policies\[0\]\.action: expected one of ALLOW"),
+        ("policies: [{name: p, namespace: a, dryRun: yes please}]\n", r"^policies\[0\]\.dryRun: expected true"),
+        (
+            "policies: [{name: p, namespace: a, rules: [{clauses: [{matches: [{sourceIps: [10.0.0.1/8]}]}]}]}]\n",
+            r"^policies\[0\]\.rules\[0\]\.clauses\[0\]\.matches\[0\]\.sourceIps\[0\]: not a CIDR with host bits clear",
+        ),
+        (
+            "policies: [{name: p, namespace: a, rules: [{clauses: [{matches: [{destinationPorts: [0]}]}]}]}]\n",
+            r"^policies\[0\]\.rules\[0\]\.clauses\[0\]\.matches\[0\]\.destinationPorts\[0\]: expected a port",
+        ),
+        (
+            "policies: [{name: p, namespace: a, rules: [{clauses: [{matches: [{serviceAccounts: [sa]}]}]}]}]\n",
+            r"^policies\[0\]\.rules\[0\]\.clauses\[0\]\.matches\[0\]\.serviceAccounts\[0\]: 'sa' is not",
+        ),
+        (
+            "policies: [{name: p, namespace: a, rules: [{clauses: [{matches: "
+            "[{principals: [{exact: a, prefix: b}]}]}]}]}]\n",
+            r"^policies\[0\]\.rules\[0\]\.clauses\[0\]\.matches\[0\]\.principals\[0\]: expected a pattern string",
+        ),
+        (
+            "policies: [{name: p, namespace: a, rules: [{clauses: [{matches: [{ports: [80]}]}]}]}]\n",
+            r"^policies\[0\]\.rules\[0\]\.clauses\[0\]\.matches\[0\]: unknown key\(s\) 'ports'",
+        ),
+        ("policies: [{name: p, namespace: a}, {name: p, namespace: a}]\n", r"^policies\[1\]: duplicate policy"),
         ("workloads: [3]\n", r"^workloads\[0\]: expected a mapping, got int 3"),
         ("workloads:\n- {name: n, namespace: a}\n", r"^workloads\[0\]\.uid: required"),
         ("workloads:\n- {uid: u, namespace: a}\n", r"^workloads\[0\]\.name: required"),
@@ -348,8 +385,26 @@ _values = st.recursive(
     ),
     max_leaves=20,
 )
+_POLICY_NAMES = [
+    "name", "namespace", "scope", "action", "dryRun", "rules", "clauses", "matches", "principals", "notPrincipals",
+    "namespaces", "serviceAccounts", "sourceIps", "notDestinationIps", "destinationPorts", "exact", "prefix",
+    "presence", "GLOBAL", "DENY",
+]  # fmt: skip
+_policy_values = st.recursive(
+    st.one_of(_scalars, st.sampled_from(["10.0.0.0/8", "1.2.3.4/8", "ns/sa", "*", "a*", "DENY", "NAMESPACE"])),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(st.one_of(st.sampled_from(_POLICY_NAMES), st.text(max_size=5)), inner, max_size=5),
+    ),
+    max_leaves=25,
+)
 _documents = st.fixed_dictionaries(
-    {}, optional={"workloads": st.lists(_values, max_size=3), "services": st.lists(_values, max_size=3)}
+    {},
+    optional={
+        "workloads": st.lists(_values, max_size=3),
+        "services": st.lists(_values, max_size=3),
+        "policies": st.lists(_policy_values, max_size=3),
+    },
 )
 
 
@@ -396,10 +451,56 @@ _services = st.builds(
     subject_alt_names=st.lists(_names, max_size=2).map(tuple),
     health_policy=st.sampled_from(HealthPolicy),
 )
+_string_matches = st.one_of(
+    st.just(StringMatch.presence()),
+    st.builds(
+        StringMatch, st.sampled_from([k for k in StringMatchKind if k is not StringMatchKind.PRESENCE]), _printable
+    ),
+)
+_cidrs = st.one_of(
+    st.builds(lambda ip, n: ipaddress.ip_network(f"{ip}/{n % 33}", strict=False), st.ip_addresses(v=4), st.integers(0)),
+    st.builds(
+        lambda ip, n: ipaddress.ip_network(f"{ip}/{n % 129}", strict=False), st.ip_addresses(v=6), st.integers(0)
+    ),
+)
+_accounts = st.builds(ServiceAccountMatch, _segments, _names)
+_policy_ports = st.lists(st.integers(1, 65535), max_size=2).map(tuple)
+
+
+def _few(strategy: st.SearchStrategy[object]) -> st.SearchStrategy[tuple[object, ...]]:
+    return st.lists(strategy, max_size=2).map(tuple)
+
+
+_matches = st.builds(
+    Match,
+    namespaces=_few(_string_matches),
+    not_namespaces=_few(_string_matches),
+    service_accounts=_few(_accounts),
+    not_service_accounts=_few(_accounts),
+    principals=_few(_string_matches),
+    not_principals=_few(_string_matches),
+    source_ips=_few(_cidrs),
+    not_source_ips=_few(_cidrs),
+    destination_ips=_few(_cidrs),
+    not_destination_ips=_few(_cidrs),
+    destination_ports=_policy_ports,
+    not_destination_ports=_policy_ports,
+)
+_rules = st.builds(Rule, _few(st.builds(Clause, _few(_matches))))
+_policies = st.builds(
+    Policy,
+    name=_names,
+    namespace=_names,
+    scope=st.sampled_from(Scope),
+    action=st.sampled_from(Action),
+    rules=_few(_rules),
+    dry_run=st.booleans(),
+)
 _configs = st.builds(
     LocalConfig,
     st.lists(_workloads, max_size=4, unique_by=lambda w: w.uid).map(tuple),
     st.lists(_services, max_size=4, unique_by=lambda s: s.key).map(tuple),
+    st.lists(_policies, max_size=3, unique_by=lambda p: p.key).map(tuple),
 )
 
 
@@ -415,9 +516,22 @@ def test_a_valid_file_with_one_field_replaced_parses_or_raises_local_config_erro
     config: LocalConfig, data: st.DataObject
 ) -> None:
     document = yaml.safe_load(render_local_config(config))
-    items = [item for section in ("workloads", "services") for item in document[section]]
+    items = [item for section in ("workloads", "services", "policies") for item in document.get(section, ())]
     if items:
         item = data.draw(st.sampled_from(items))
         key = data.draw(st.sampled_from([*item, "bogus"]))
         item[key] = data.draw(_values)
     _parse_or_local_config_error(yaml.safe_dump(document))
+
+
+def test_policies_render_in_pattern_form_and_an_exact_value_with_a_star_as_a_mapping() -> None:
+    policy = Policy(
+        "p",
+        "ns",
+        Scope.NAMESPACE,
+        Action.DENY,
+        (Rule((Clause((Match(principals=(StringMatch.of_pattern("*/sa/x"), StringMatch.exact("a*"))),)),)),),
+    )
+    text = render_local_config(LocalConfig((), (), (policy,)))
+    assert "- '*/sa/x'" in text and "exact: a*" in text
+    assert parse_local_config(text).policies == (policy,)

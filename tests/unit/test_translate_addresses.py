@@ -19,7 +19,7 @@ import pytest
 import yaml
 from google.protobuf.json_format import MessageToDict
 
-from ambit.controlplane.addresses import addresses
+from ambit.controlplane.addresses import addresses, authorizations
 from ambit.controlplane.translate import translate
 
 GOLDEN = Path(__file__).parent / "golden" / "translate"
@@ -31,7 +31,10 @@ KINDS = {
     "Namespace": "namespaces",
     "ServiceEntry": "service_entries",
     "WorkloadEntry": "workload_entries",
+    "AuthorizationPolicy": "authorization_policies",
+    "PeerAuthentication": "peer_authentications",
 }
+CASE_OPTIONS: dict[str, dict[str, Any]] = {"policy_dry_run": {"enable_dry_run": True}}
 
 
 def render_addresses(case: str) -> tuple[str, dict[str, Any]]:
@@ -39,7 +42,7 @@ def render_addresses(case: str) -> tuple[str, dict[str, Any]]:
     for doc in yaml.safe_load_all((GOLDEN / f"{case}-in.yaml").read_text()):
         if doc:
             by_kind[KINDS[doc["kind"]]].append(doc)
-    resources = addresses(translate(**by_kind))
+    resources = addresses(translate(**by_kind, **CASE_OPTIONS.get(case, {})))
     rows = [
         {"name": name, "version": version, "address": MessageToDict(address, preserving_proto_field_name=True)}
         for name, (version, address) in sorted(resources.items())
@@ -82,3 +85,32 @@ def test_a_workload_entry_with_the_default_service_account_elides_it() -> None:
 
 def test_the_same_inputs_give_the_same_versions() -> None:
     assert render_addresses("serviceentry_selector") == render_addresses("serviceentry_selector")
+
+
+def render_authorizations(case: str) -> str:
+    by_kind: dict[str, list[dict[str, Any]]] = {name: [] for name in KINDS.values()}
+    for doc in yaml.safe_load_all((GOLDEN / f"{case}-in.yaml").read_text()):
+        if doc:
+            by_kind[KINDS[doc["kind"]]].append(doc)
+    resources = authorizations(translate(**by_kind, **CASE_OPTIONS.get(case, {})))
+    rows = [
+        {"name": name, "version": version, "authorization": MessageToDict(message, preserving_proto_field_name=True)}
+        for name, (version, message) in sorted(resources.items())
+    ]
+    return yaml.safe_dump(rows, sort_keys=True, width=200) if rows else ""
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_authorizations_match_their_golden_file(case: str) -> None:
+    """The Authorization resources served (spec §4.3), for the cases that have policies."""
+    text = render_authorizations(case)
+    path = GOLDEN / f"{case}-authorizations.yaml"
+    if os.environ.get("AMBIT_UPDATE_GOLDEN"):
+        if text:
+            path.write_text(text)
+        else:
+            path.unlink(missing_ok=True)
+    if text:
+        assert text == path.read_text(), f"{path} differs (AMBIT_UPDATE_GOLDEN=1 rewrites it)"
+    else:
+        assert not path.exists(), f"{case} has no policies, but {path} exists"

@@ -2,8 +2,9 @@
 
 Golden files: ``golden/translate/<case>-in.yaml`` (API objects, any kinds, one YAML document each) is translated
 and rendered with ``render_local_config`` and compared with ``<case>-out.yaml``; what the translation left out is
-compared with ``<case>-skipped.yaml`` (which exists only for cases that skip something). ``AMBIT_UPDATE_GOLDEN=1
-pytest ...`` rewrites the outputs.
+compared with ``<case>-skipped.yaml`` (which exists only for cases that skip something), and the ``ZtunnelAccepted``
+status of each AuthorizationPolicy with ``<case>-status.yaml`` (only for cases with policies). Cases listed in
+``CASE_OPTIONS`` translate with those options. ``AMBIT_UPDATE_GOLDEN=1 pytest ...`` rewrites the outputs.
 """
 
 from __future__ import annotations
@@ -32,7 +33,10 @@ KINDS = {
     "Namespace": "namespaces",
     "ServiceEntry": "service_entries",
     "WorkloadEntry": "workload_entries",
+    "AuthorizationPolicy": "authorization_policies",
+    "PeerAuthentication": "peer_authentications",
 }
+CASE_OPTIONS: dict[str, dict[str, Any]] = {"policy_dry_run": {"enable_dry_run": True}}
 Obj = dict[str, Any]
 
 
@@ -69,19 +73,44 @@ def test_every_expected_golden_case_exists() -> None:
         "serviceentry_selector",
         "workloadentry",
         "skipped",
+        "policy_l4",
+        "policy_unsupported",
+        "policy_dry_run",
+        "peerauth_levels",
+        "peerauth_ports",
     }
     assert expected <= set(CASES)
+
+
+def render_status(translation: Translation) -> str:
+    rows = [
+        {
+            "policy": s.key,
+            "type": s.type,
+            "status": "True" if s.accepted else "False",
+            "reason": s.reason,
+            "message": s.message,
+            "observedGeneration": s.generation,
+        }
+        for s in translation.policy_status
+    ]
+    return yaml.safe_dump(rows, sort_keys=False, width=200)
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_translation_matches_its_golden_file(case: str) -> None:
     objects = [doc for doc in yaml.safe_load_all((GOLDEN / f"{case}-in.yaml").read_text()) if doc]
-    translation = translate_all_objects(objects)
+    translation = translate_all_objects(objects, **CASE_OPTIONS.get(case, {}))
     text = render_local_config(translation.config)
     path = GOLDEN / f"{case}-out.yaml"
     skipped_path = GOLDEN / f"{case}-skipped.yaml"
+    status_path = GOLDEN / f"{case}-status.yaml"
     if os.environ.get("AMBIT_UPDATE_GOLDEN"):
         path.write_text(text)
+        if translation.policy_status:
+            status_path.write_text(render_status(translation))
+        else:
+            status_path.unlink(missing_ok=True)
         if translation.skipped:
             skipped_path.write_text(render_skipped(translation.skipped))
         else:
@@ -93,6 +122,10 @@ def test_translation_matches_its_golden_file(case: str) -> None:
         assert render_skipped(translation.skipped) == skipped_path.read_text(), f"{skipped_path} differs"
     else:
         assert not skipped_path.exists(), f"{case} skips nothing, but {skipped_path} exists"
+    if translation.policy_status:
+        assert render_status(translation) == status_path.read_text(), f"{status_path} differs"
+    else:
+        assert not status_path.exists(), f"{case} has no policy status, but {status_path} exists"
 
 
 # -- the rules, one by one ----------------------------------------------------------------------------------------

@@ -227,6 +227,17 @@ def controlplane(
     webhook_port: Annotated[
         int, typer.Option("--webhook-port", help="Port of the validating webhook on the --listen host (0: none).")
     ] = 15017,
+    root_namespace: Annotated[
+        str, typer.Option("--root-namespace", help="The mesh's root namespace (mesh-wide policies live there).")
+    ] = "istio-system",
+    enable_dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--enable-dry-run/--no-enable-dry-run",
+            help="Send istio.io/dry-run AuthorizationPolicies to node proxies, which then only log "
+            "(istiod's AMBIENT_ENABLE_DRY_RUN_AUTHORIZATION_POLICY; off by default).",
+        ),
+    ] = False,
     lab_dir: Annotated[
         Path | None, typer.Option("--lab-dir", hidden=True, help="The lab this control plane belongs to.")
     ] = None,
@@ -250,6 +261,8 @@ def controlplane(
         plugin_key=plugin_key,
         plugin_root=plugin_root,
         webhook_port=webhook_port or None,
+        root_namespace=root_namespace,
+        enable_dry_run=enable_dry_run,
     )
     configure_logging()
     asyncio.run(run_control_plane(settings))

@@ -7,10 +7,11 @@ Theory of operation: everything is built once from :class:`ControlPlaneSettings`
 2. one TLS gRPC server on ``:15012`` with a serving certificate issued by that root (names
    ``istiod.istio-system.svc`` and the configured SANs), carrying both the delta ADS service and
    ``IstioCertificateService``;
-3. the cluster view (informers, debounced translation) feeding the xDS resource table, so pushes carry only
-   changed and removed resources; each object (or part of one) the translation had to leave out gets one Warning
-   Event (reason ``TranslationSkipped``, the note naming the field to fix), again only once the problem has gone
-   away and come back, changed, or the object was recreated;
+3. the cluster view (informers, debounced translation) feeding the xDS resource tables (Addresses and
+   Authorizations), so pushes carry only changed and removed resources, and the ``ZtunnelAccepted`` status of each
+   AuthorizationPolicy, written only when it changes (:mod:`ambit.controlplane.status`); each object (or part of
+   one) the translation had to leave out gets one Warning Event (reason ``TranslationSkipped``, the note naming the
+   field to fix), again only once the problem has gone away and come back, changed, or the object was recreated;
 4. the pod index behind node authorization, and the publisher of ``istio-ca-root-cert`` in every namespace;
 5. the validating webhook for the Istio and Gateway API kinds (``/validate`` on ``:15017``), registered with the
    API server as ``istio-validator-ambit`` with the mesh root as its CA bundle.
@@ -31,20 +32,21 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ambit.controlplane.addresses import addresses
+from ambit.controlplane.addresses import AuthorizationCache, addresses, authorizations
 from ambit.controlplane.ca.authn import KubeAuthenticator
 from ambit.controlplane.ca.errors import CaServerError
 from ambit.controlplane.ca.nodeauth import InformerPodIndex, NodeAuthorizer
 from ambit.controlplane.ca.root import RootCa, RootCertPublisher, load_or_create_root_secret, load_plugin_ca
 from ambit.controlplane.ca.server import GRPC_SERVER_OPTIONS, CaService, RootSigner
-from ambit.controlplane.translate import SkipMemory, Skipped
+from ambit.controlplane.status import PolicyStatusWriter
+from ambit.controlplane.translate import DEFAULT_ROOT_NAMESPACE, PolicyStatus, SkipMemory, Skipped
 from ambit.controlplane.view import ClusterView, ClusterViewSettings
 from ambit.controlplane.webhook import ValidationWebhookServer, WebhookServerSettings, register_webhook
 from ambit.k8s import EventRecorder, EventRecorderSettings, KubeClient
 from ambit.model.localconfig import LocalConfig
 from ambit.tls.certs import issue_server_cert
 from ambit.xds.server import Caller, Metadata, XdsServer
-from ambit.xds.table import AddressTable
+from ambit.xds.table import AddressTable, AuthorizationTable
 
 log = logging.getLogger("ambit.controlplane")
 
@@ -78,6 +80,11 @@ class ControlPlaneSettings:
     """The address the API server dials for the webhook (default: ``host``, or 127.0.0.1 for a wildcard)."""
     instance: str = ""
     """Who reports Events (their ``reportingInstance``), e.g. the pod name; default: the host name."""
+    root_namespace: str = DEFAULT_ROOT_NAMESPACE
+    """The mesh's root namespace: its AuthorizationPolicies and PeerAuthentications are mesh-wide."""
+    enable_dry_run: bool = False
+    """Send ``istio.io/dry-run`` AuthorizationPolicies with ``dry_run`` set (istiod's
+    ``AMBIENT_ENABLE_DRY_RUN_AUTHORIZATION_POLICY``, off by default); when off they are not sent."""
 
 
 def _is_ip(text: str) -> bool:
@@ -97,6 +104,8 @@ class ControlPlane:
         self.settings = settings
         self.client = client
         self.table = AddressTable()
+        self.authorizations = AuthorizationTable()
+        self._encoded: AuthorizationCache = {}
         self.authenticator = KubeAuthenticator(client, cluster_id=settings.cluster_id)
         self.pods = InformerPodIndex(client)
         self.root: RootCa | None = None
@@ -108,10 +117,14 @@ class ControlPlane:
                 cluster_id=settings.cluster_id,
                 trust_domain=settings.trust_domain,
                 domain=settings.domain,
+                root_namespace=settings.root_namespace,
+                enable_dry_run=settings.enable_dry_run,
             ),
             self._config_changed,
             on_skipped=self._skipped,
+            on_status=self._status,
         )
+        self.status = PolicyStatusWriter(client, lambda: self.view.items("authorizationpolicies"), clock=time.time)
         self.events = EventRecorder(
             client,
             EventRecorderSettings(
@@ -126,11 +139,19 @@ class ControlPlane:
 
     def _config_changed(self, config: LocalConfig) -> None:
         changed = self.table.replace(addresses(config))
-        if changed:
+        changed_policies = self.authorizations.replace(authorizations(config, self._encoded))
+        if changed or changed_policies:
             self.pushes += 1
             log.info(
-                "workload API: %d resources, %d changed", len(config.workloads) + len(config.services), len(changed)
+                "workload API: %d resources, %d changed; %d policies, %d changed",
+                len(config.workloads) + len(config.services),
+                len(changed),
+                len(config.policies),
+                len(changed_policies),
             )
+
+    def _status(self, statuses: tuple[PolicyStatus, ...]) -> None:
+        self.status.submit(statuses)
 
     def _skipped(self, skipped: tuple[Skipped, ...]) -> None:
         """One Warning Event per problem that the previous translation did not have."""
@@ -176,11 +197,13 @@ class ControlPlane:
             port=s.port,
             debounce=s.debounce,
             grpc_options=GRPC_SERVER_OPTIONS,
+            authorizations=self.authorizations,
         )
         self.events.start()
         await self.pods.start()
         authorizer = NodeAuthorizer(self.pods, trust_domain=s.trust_domain)
         CaService(self.authenticator, authorizer, RootSigner(self.root)).add_to_server(self.server.grpc_server)
+        self.status.start()
         await self.view.start()
         await self.server.start()
         self.publisher = RootCertPublisher(self.client, self.root.root_pem)
@@ -221,6 +244,7 @@ class ControlPlane:
             self.server.aclose() if self.server else None,
             self.publisher.aclose() if self.publisher else None,
             self.view.aclose(),
+            self.status.aclose(),
             self.pods.aclose(),
             self.events.aclose(),
         ):

@@ -1,14 +1,16 @@
 """The control plane's view of the cluster: informers over the objects the workload API is made from.
 
-Theory of operation: informers over Pods, Services, EndpointSlices, Namespaces, ServiceEntries and WorkloadEntries
-fill their caches; every change only marks the view dirty. One task waits for the mark, lets ``debounce`` seconds
-pass so that a burst of changes (a Deployment scaling up, a namespace being deleted) becomes one translation, clears
-the mark, translates the caches (:func:`ambit.controlplane.translate.translate_all`) and hands the result to
-``on_config``, then what the translation had to leave out to ``on_skipped`` (when given).
+Theory of operation: informers over Pods, Services, EndpointSlices, Namespaces, ServiceEntries, WorkloadEntries,
+AuthorizationPolicies and PeerAuthentications fill their caches; every change only marks the view dirty. One task
+waits for the mark, lets ``debounce`` seconds pass so that a burst of changes (a Deployment scaling up, a namespace
+being deleted) becomes one translation, clears the mark, translates the caches
+(:func:`ambit.controlplane.translate.translate_all`) and hands the result to ``on_config``, then what the
+translation had to leave out to ``on_skipped`` and the policies' status to ``on_status`` (when given).
 
-ServiceEntries and WorkloadEntries are CRDs, which a real cluster may not have: before starting their informers the
-view lists each once, and a kind the API server does not serve (404) or does not let us list (403) is logged once
-and treated as empty from then on (installing the CRD later needs a restart).
+ServiceEntries, WorkloadEntries, AuthorizationPolicies and PeerAuthentications are CRDs, which a real cluster may not
+have: before starting their informers the view lists each once, and a kind the API server does not serve (404) or
+does not let us list (403) is logged once and treated as empty from then on (installing the CRD later needs a
+restart).
 
 Invariants:
 
@@ -28,7 +30,14 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from ambit.controlplane.translate import Skipped, Translation, translate_all
+from ambit.controlplane.translate import (
+    DEFAULT_ROOT_NAMESPACE,
+    PolicyMemo,
+    PolicyStatus,
+    Skipped,
+    Translation,
+    translate_all,
+)
 from ambit.errors import AmbitError
 from ambit.k8s import (
     Informer,
@@ -44,7 +53,12 @@ from ambit.model.localconfig import LocalConfig
 log = logging.getLogger("ambit.controlplane.view")
 
 REQUIRED_KINDS = (kinds.PODS, kinds.SERVICES, kinds.ENDPOINT_SLICES, kinds.NAMESPACES)
-OPTIONAL_KINDS = (kinds.SERVICE_ENTRIES, kinds.WORKLOAD_ENTRIES)
+OPTIONAL_KINDS = (
+    kinds.SERVICE_ENTRIES,
+    kinds.WORKLOAD_ENTRIES,
+    kinds.AUTHORIZATION_POLICIES,
+    kinds.PEER_AUTHENTICATIONS,
+)
 """Kinds served by CRDs: the view goes on without them when the cluster does not have them."""
 
 
@@ -60,6 +74,10 @@ class ClusterViewSettings:
     trust_domain: str = "cluster.local"
     domain: str = "cluster.local"
     """The cluster's DNS domain (Service hostnames are ``<name>.<ns>.svc.<domain>``)."""
+    root_namespace: str = DEFAULT_ROOT_NAMESPACE
+    """Where mesh-wide AuthorizationPolicies and PeerAuthentications live."""
+    enable_dry_run: bool = False
+    """Send dry-run AuthorizationPolicies (istiod's ``AMBIENT_ENABLE_DRY_RUN_AUTHORIZATION_POLICY``, off)."""
     sync_timeout: float = 60.0
     """Seconds to wait for the informers' first lists before giving up."""
     informer: InformerSettings | None = None
@@ -75,11 +93,14 @@ class ClusterView:
         on_config: Callable[[LocalConfig], None],
         *,
         on_skipped: Callable[[tuple[Skipped, ...]], None] | None = None,
+        on_status: Callable[[tuple[PolicyStatus, ...]], None] | None = None,
     ) -> None:
         self.settings = settings
         self.client = client
         self._on_config = on_config
         self._on_skipped = on_skipped
+        self._on_status = on_status
+        self._policy_memo: PolicyMemo = {}
         self.absent: set[str] = set()
         """Plural names of the optional kinds the cluster does not serve (or does not let us list)."""
         self._dirty = asyncio.Event()
@@ -102,22 +123,28 @@ class ClusterView:
     def _updated(self, old: dict[str, Any], new: dict[str, Any]) -> None:
         self._dirty.set()
 
-    def _items(self, plural: str) -> list[dict[str, Any]]:
+    def items(self, plural: str) -> list[dict[str, Any]]:
+        """The cached objects of one kind (empty for a kind the cluster does not serve)."""
         return [] if plural in self.absent else self._informers[plural].items()
 
     def translate_all(self) -> Translation:
         """The workload API's content for the current caches, and what had to be left out."""
         s = self.settings
         return translate_all(
-            self._items("pods"),
-            self._items("services"),
-            self._items("endpointslices"),
-            self._items("namespaces"),
-            service_entries=self._items("serviceentries"),
-            workload_entries=self._items("workloadentries"),
+            self.items("pods"),
+            self.items("services"),
+            self.items("endpointslices"),
+            self.items("namespaces"),
+            service_entries=self.items("serviceentries"),
+            workload_entries=self.items("workloadentries"),
+            authorization_policies=self.items("authorizationpolicies"),
+            peer_authentications=self.items("peerauthentications"),
             cluster_id=s.cluster_id,
             trust_domain=s.trust_domain,
             domain=s.domain,
+            root_namespace=s.root_namespace,
+            enable_dry_run=s.enable_dry_run,
+            policy_memo=self._policy_memo,
         )
 
     def translate(self) -> LocalConfig:
@@ -129,6 +156,8 @@ class ClusterView:
         self._on_config(translation.config)
         if self._on_skipped is not None:
             self._on_skipped(translation.skipped)
+        if self._on_status is not None:
+            self._on_status(translation.policy_status)
 
     async def _probe(self, kind: kinds.ResourceKind) -> None:
         """Mark ``kind`` absent if the API server does not serve it to us; anything else is the informer's."""

@@ -1,4 +1,4 @@
-"""The node proxy's local config file: workloads and services in YAML, like ztunnel's local mode.
+"""The node proxy's local config file: workloads, services and policies in YAML, like ztunnel's local mode.
 
 Theory of operation: :func:`parse_local_config` loads YAML (libyaml's safe loader when present), then walks the
 document with a path in hand, so every complaint names the field that caused it (``workloads[2].workloadIps[0]:
@@ -17,10 +17,16 @@ Rules:
 5. Workload uids and service keys (``namespace/hostname``) are unique within a file.
 6. Nothing but :class:`LocalConfigError` escapes the parser; an empty document is an empty config.
 7. ``parse_local_config(render_local_config(c)) == c`` for every config the parser can produce.
+8. Policies (spec §4.3) are ``name``, ``namespace`` (required), ``scope``, ``action``, ``dryRun`` and ``rules`` →
+   ``clauses`` → ``matches``; a match names only its populated fields. String matches are Istio's pattern form
+   (``*``, ``*x``, ``x*``, ``x``) or, for a value that form cannot say (an exact ``a*``), a mapping with one of
+   ``exact``, ``prefix``, ``suffix``, ``presence``. Service accounts are ``namespace/name``; IPs are CIDRs with
+   host bits clear (a bare address is /32 or /128); ports are 1..65535. Policy keys are unique within a file.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -34,7 +40,18 @@ from ambit.model.identity import (
     check_path_segment,
     check_trust_domain,
 )
-from ambit.model.policy import Policy
+from ambit.model.policy import (
+    Action,
+    Cidr,
+    Clause,
+    Match,
+    Policy,
+    Rule,
+    Scope,
+    ServiceAccountMatch,
+    StringMatch,
+    StringMatchKind,
+)
 from ambit.model.untrusted_yaml import SafeLoader as _BaseLoader
 from ambit.model.untrusted_yaml import load as _load_untrusted
 from ambit.model.workload import (
@@ -49,14 +66,14 @@ from ambit.model.workload import (
     parse_ip,
 )
 
-__all__ = ["LocalConfig", "LocalConfigError", "parse_local_config", "render_local_config"]
+__all__ = ["LocalConfig", "LocalConfigError", "parse_local_config", "policy_to_dict", "render_local_config"]
 
 T = TypeVar("T")
 
 _PROTOCOLS = {"HBONE": TunnelProtocol.HBONE, "TCP": TunnelProtocol.NONE}
 _PROTOCOL_NAMES = {value: key for key, value in _PROTOCOLS.items()}
 _WORKLOAD_TYPES = ("deployment", "cronjob", "pod", "job")  # spec §4.1 WorkloadType, lower case as ztunnel writes it
-_ROOT_KEYS = ("workloads", "services")
+_ROOT_KEYS = ("workloads", "services", "policies")
 _WORKLOAD_KEYS = (
     "uid",
     "name",
@@ -77,6 +94,22 @@ _WORKLOAD_KEYS = (
     "authorizationPolicies",
 )
 _SERVICE_KEYS = ("name", "namespace", "hostname", "vips", "ports", "subjectAltNames", "healthPolicy")
+_POLICY_KEYS = ("name", "namespace", "scope", "action", "dryRun", "rules")
+_STRING_MATCH_FIELDS = {
+    "namespaces": "namespaces",
+    "notNamespaces": "not_namespaces",
+    "principals": "principals",
+    "notPrincipals": "not_principals",
+}
+_ACCOUNT_FIELDS = {"serviceAccounts": "service_accounts", "notServiceAccounts": "not_service_accounts"}
+_CIDR_FIELDS = {
+    "sourceIps": "source_ips",
+    "notSourceIps": "not_source_ips",
+    "destinationIps": "destination_ips",
+    "notDestinationIps": "not_destination_ips",
+}
+_PORT_FIELDS = {"destinationPorts": "destination_ports", "notDestinationPorts": "not_destination_ports"}
+_MATCH_KEYS = (*_STRING_MATCH_FIELDS, *_ACCOUNT_FIELDS, *_CIDR_FIELDS, *_PORT_FIELDS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,6 +337,87 @@ def _service(value: object, path: str) -> Service:
     )
 
 
+def _string_match(value: object, path: str) -> StringMatch:
+    if isinstance(value, str):
+        return StringMatch.of_pattern(_string(value, path))
+    item = _mapping(value, path, tuple(kind.value for kind in StringMatchKind))
+    if len(item) != 1:
+        raise LocalConfigError(f"{path}: expected a pattern string or exactly one of exact, prefix, suffix, presence")
+    [(key, inner)] = item.items()
+    kind = StringMatchKind(key)
+    if kind is StringMatchKind.PRESENCE:
+        if inner not in (None, {}, True):
+            raise LocalConfigError(f"{path}.presence: expected {{}} or true, got {_describe(inner)}")
+        return StringMatch.presence()
+    return StringMatch(kind, _string(inner, f"{path}.{key}"))
+
+
+def _account(value: object, path: str) -> ServiceAccountMatch:
+    text = _string(value, path)
+    namespace, slash, account = text.partition("/")
+    if not (namespace and slash and account):
+        raise LocalConfigError(f"{path}: {text!r} is not 'namespace/serviceaccount'")
+    return ServiceAccountMatch(namespace, account)
+
+
+def _cidr(value: object, path: str) -> Cidr:
+    text = _string(value, path)
+    try:
+        return ipaddress.ip_network(text, strict=True)
+    except ValueError as exc:
+        raise LocalConfigError(f"{path}: not a CIDR with host bits clear: {exc}") from None
+
+
+def _policy_port(value: object, path: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 65535:
+        raise LocalConfigError(f"{path}: expected a port number 1..65535, got {_describe(value)}")
+    return value
+
+
+def _each(item: Mapping[Any, Any], key: str, path: str, read: Callable[[object, str], T]) -> tuple[T, ...]:
+    return tuple(read(v, f"{path}.{key}[{i}]") for i, v in enumerate(_list(item.get(key), f"{path}.{key}")))
+
+
+def _match(value: object, path: str) -> Match:
+    item = _mapping(value, path, _MATCH_KEYS)
+    fields: dict[str, Any] = {}
+    for key, name in _STRING_MATCH_FIELDS.items():
+        fields[name] = _each(item, key, path, _string_match)
+    for key, name in _ACCOUNT_FIELDS.items():
+        fields[name] = _each(item, key, path, _account)
+    for key, name in _CIDR_FIELDS.items():
+        fields[name] = _each(item, key, path, _cidr)
+    for key, name in _PORT_FIELDS.items():
+        fields[name] = _each(item, key, path, _policy_port)
+    return Match(**fields)
+
+
+def _clause(value: object, path: str) -> Clause:
+    return Clause(_each(_mapping(value, path, ("matches",)), "matches", path, _match))
+
+
+def _rule(value: object, path: str) -> Rule:
+    return Rule(_each(_mapping(value, path, ("clauses",)), "clauses", path, _clause))
+
+
+def _bool(value: object, path: str) -> bool:
+    if not isinstance(value, bool):
+        raise LocalConfigError(f"{path}: expected true or false, got {_describe(value)}")
+    return value
+
+
+def _policy(value: object, path: str) -> Policy:
+    item = _mapping(value, path, _POLICY_KEYS)
+    return Policy(
+        name=_field(item, "name", path, _name),
+        namespace=_field(item, "namespace", path, _name),
+        scope=_field(item, "scope", path, _choice({s.name: s for s in Scope}), Scope.GLOBAL),
+        action=_field(item, "action", path, _choice({a.name: a for a in Action}), Action.ALLOW),
+        rules=_each(item, "rules", path, _rule),
+        dry_run=_field(item, "dryRun", path, _bool, False),
+    )
+
+
 def parse_local_config(text: str) -> LocalConfig:
     """Read a local config file; any problem raises :class:`LocalConfigError` naming the field or line."""
     document = _load_yaml(text)
@@ -316,9 +430,13 @@ def parse_local_config(text: str) -> LocalConfig:
     services = tuple(
         _service(item, f"services[{index}]") for index, item in enumerate(_list(root.get("services"), "services"))
     )
+    policies = tuple(
+        _policy(item, f"policies[{index}]") for index, item in enumerate(_list(root.get("policies"), "policies"))
+    )
     _check_unique([w.uid for w in workloads], "workloads", ".uid", "uid")
     _check_unique([s.key for s in services], "services", "", "service namespace/hostname")
-    return LocalConfig(workloads, services)
+    _check_unique([p.key for p in policies], "policies", "", "policy namespace/name")
+    return LocalConfig(workloads, services, policies)
 
 
 def _check_unique(keys: list[str], path: str, field: str, what: str) -> None:
@@ -375,10 +493,52 @@ def service_to_dict(service: Service) -> dict[str, Any]:
     }
 
 
+def _string_match_form(match: StringMatch) -> str | dict[str, Any]:
+    pattern = str(match)
+    if StringMatch.of_pattern(pattern) == match:
+        return pattern
+    return {match.kind.value: {} if match.kind is StringMatchKind.PRESENCE else match.value}
+
+
+def match_to_dict(match: Match) -> dict[str, Any]:
+    """The file form of one match: only its populated fields (rule 8)."""
+    out: dict[str, Any] = {}
+    for key, name in _STRING_MATCH_FIELDS.items():
+        if values := getattr(match, name):
+            out[key] = [_string_match_form(v) for v in values]
+    for key, name in _ACCOUNT_FIELDS.items():
+        if values := getattr(match, name):
+            out[key] = [str(v) for v in values]
+    for key, name in _CIDR_FIELDS.items():
+        if values := getattr(match, name):
+            out[key] = [str(v) for v in values]
+    for key, name in _PORT_FIELDS.items():
+        if values := getattr(match, name):
+            out[key] = list(values)
+    return out
+
+
+def policy_to_dict(policy: Policy) -> dict[str, Any]:
+    """The file form of one policy (also what ``/config_dump`` can show)."""
+    return {
+        "name": policy.name,
+        "namespace": policy.namespace,
+        "scope": policy.scope.name,
+        "action": policy.action.name,
+        "dryRun": policy.dry_run,
+        "rules": [
+            {"clauses": [{"matches": [match_to_dict(m) for m in clause.matches]} for clause in rule.clauses]}
+            for rule in policy.rules
+        ],
+    }
+
+
 def render_local_config(config: LocalConfig) -> str:
     """YAML that :func:`parse_local_config` reads back as an equal config."""
-    document = {
+    document: dict[str, Any] = {
         "workloads": [workload_to_dict(workload) for workload in config.workloads],
         "services": [service_to_dict(service) for service in config.services],
     }
+    if config.policies:
+        document["policies"] = [policy_to_dict(policy) for policy in config.policies]
     return yaml.safe_dump(document, sort_keys=False, allow_unicode=True)

@@ -7,7 +7,8 @@ Modules:
   :class:`~ambit.xds.errors.XdsConversionError` naming the resource and the field.
 - ``session``: the server's pure per-client delta session (subscriptions, what the client holds, nonces, ACK/NACK).
 - ``client_session``: the client's pure side (initial requests, applying a response, ACK or NACK).
-- ``table``: :class:`~ambit.xds.table.AddressTable`, the server's current resources with change notifications.
+- ``table``: :class:`~ambit.xds.table.AddressTable` and :class:`~ambit.xds.table.AuthorizationTable`, the
+  server's current resources of each type with change notifications.
 - ``server``: the ``AggregatedDiscoveryService/DeltaAggregatedResources`` servicer and a TLS grpc.aio server.
 - ``client``: the node proxy's grpc.aio client (TLS, bearer token, reconnect with back-off keeping its state).
 - ``errors``: the package's error tree.

@@ -5,17 +5,18 @@ DeltaAggregatedResources``. Each stream first authenticates its caller from the 
 ``authenticate`` (None → ``UNAUTHENTICATED`` before any resource is sent). Then two loops share one session:
 
 - the reader feeds each request to the session and writes the response it returns;
-- the pusher sleeps until the :class:`~ambit.xds.table.ResourceSource` reports changed names, waits until changes
-  have been quiet for ``debounce`` seconds (at most ``max_debounce`` after the first), then writes the session's
-  incremental response (only changed and removed resources).
+- the pusher sleeps until a :class:`~ambit.xds.table.ResourceSource` (one per type: Addresses, and Authorizations
+  when given) reports changed names, waits until changes have been quiet for ``debounce`` seconds (at most
+  ``max_debounce`` after the first), then writes the session's incremental response for each type that changed
+  (only changed and removed resources).
 
 A lock makes "ask the session, then write" atomic, so responses leave in the order the session built them and a
 nonce is never ACKed before it was written. A stream's failure ends that stream only; it is logged and counted.
 :class:`XdsServer` owns a TLS grpc.aio server with the service on it (the CA service can share it through
 :meth:`XdsServer.grpc_server` before :meth:`XdsServer.start`).
 
-Known limits: only the Address type has resources; Authorization is served as an empty set, so clients that open
-it still see themselves in sync.
+A server built without an Authorization source serves that type as an empty set, so clients that open it still see
+themselves in sync.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import grpc  # type: ignore[import-untyped]
 from ambit.api import discovery_pb2 as dpb
 from ambit.xds.convert import ADDRESS_TYPE_URL
 from ambit.xds.errors import XdsError
-from ambit.xds.session import EMPTY, RequestKind, ServerSession
+from ambit.xds.session import AUTHORIZATION_TYPE_URL, EMPTY, RequestKind, ResourceSet, ServerSession
 from ambit.xds.table import ResourceSource
 
 __all__ = ["SERVICE_NAME", "Authenticator", "Caller", "XdsServer", "XdsService"]
@@ -80,8 +81,11 @@ class XdsService:
         *,
         debounce: float = 0.1,
         max_debounce: float = 1.0,
+        authorizations: ResourceSource | None = None,
     ) -> None:
-        self._source = source
+        self._sources: dict[str, ResourceSource] = {ADDRESS_TYPE_URL: source}
+        if authorizations is not None:
+            self._sources[AUTHORIZATION_TYPE_URL] = authorizations
         self._authenticate = authenticate
         self._debounce, self._max_debounce = debounce, max_debounce
         self._ids = itertools.count(1)
@@ -123,14 +127,11 @@ class XdsService:
         self.clients[stream_id] = caller
         session = ServerSession(prefix=f"s{stream_id}")
         lock = asyncio.Lock()
-        pending: set[str] = set()
+        pending: dict[str, set[str]] = {type_url: set() for type_url in self._sources}
         wake = asyncio.Event()
-
-        def on_change(names: frozenset[str]) -> None:
-            pending.update(names)
-            wake.set()
-
-        self._source.add_listener(on_change)
+        listeners = {type_url: self._listener(pending[type_url], wake) for type_url in self._sources}
+        for type_url, listener in listeners.items():
+            self._sources[type_url].add_listener(listener)
         pusher = asyncio.create_task(self._push_loop(session, context, lock, pending, wake), name=f"xds push {caller}")
         try:
             await self._read_loop(session, context, lock, caller)
@@ -140,13 +141,23 @@ class XdsService:
             self.stats.stream_errors += 1
             log.info("xds stream %d (%s) ended: %s", stream_id, caller.name, exc)
         finally:
-            self._source.remove_listener(on_change)
+            for type_url, listener in listeners.items():
+                self._sources[type_url].remove_listener(listener)
             pusher.cancel()
             await asyncio.gather(pusher, return_exceptions=True)
             del self.clients[stream_id]
 
-    def _resources(self, type_url: str) -> Any:
-        return self._source.current if type_url == ADDRESS_TYPE_URL else EMPTY
+    @staticmethod
+    def _listener(pending: set[str], wake: asyncio.Event) -> Callable[[frozenset[str]], None]:
+        def on_change(names: frozenset[str]) -> None:
+            pending.update(names)
+            wake.set()
+
+        return on_change
+
+    def _resources(self, type_url: str) -> ResourceSet:
+        source = self._sources.get(type_url)
+        return source.current if source is not None else EMPTY
 
     async def _read_loop(self, session: ServerSession, context: Any, lock: asyncio.Lock, caller: Caller) -> None:
         while True:
@@ -164,7 +175,12 @@ class XdsService:
                 log.warning("xds: %s NACKed %s: %s", caller.name, request.response_nonce, output.error)
 
     async def _push_loop(
-        self, session: ServerSession, context: Any, lock: asyncio.Lock, pending: set[str], wake: asyncio.Event
+        self,
+        session: ServerSession,
+        context: Any,
+        lock: asyncio.Lock,
+        pending: dict[str, set[str]],
+        wake: asyncio.Event,
     ) -> None:
         loop = asyncio.get_running_loop()
         while True:
@@ -180,13 +196,16 @@ class XdsService:
                 except TimeoutError:
                     break
             wake.clear()
-            changed = frozenset(pending)
-            pending.clear()
-            async with lock:
-                output = session.push(ADDRESS_TYPE_URL, self._source.current, changed)
-                for response in output.responses:
-                    await context.write(response)
-                    self.stats.pushes += 1
+            for type_url, names in pending.items():
+                if not names:
+                    continue
+                changed = frozenset(names)
+                names.clear()
+                async with lock:
+                    output = session.push(type_url, self._resources(type_url), changed)
+                    for response in output.responses:
+                        await context.write(response)
+                        self.stats.pushes += 1
 
 
 class XdsServer:
@@ -203,9 +222,10 @@ class XdsServer:
         port: int = 15012,
         debounce: float = 0.1,
         grpc_options: Sequence[tuple[str, Any]] = (),
+        authorizations: ResourceSource | None = None,
     ) -> None:
         """``grpc_options`` are the gRPC server's channel options (the CA sharing it passes its message size cap)."""
-        self.service = XdsService(source, authenticate, debounce=debounce)
+        self.service = XdsService(source, authenticate, debounce=debounce, authorizations=authorizations)
         self._credentials = grpc.ssl_server_credentials([(key_pem, cert_chain_pem)])
         self._address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self.grpc_server: Any = grpc.aio.server(options=list(grpc_options))

@@ -1,9 +1,10 @@
-"""The server's current Address resources, and who to tell when they change.
+"""The server's current resources of one type, and who to tell when they change.
 
-Theory of operation: :class:`AddressTable` holds the control plane's output as xDS resources (name → version,
-packed body, aliases). :meth:`AddressTable.replace` takes a whole new map (what
-:func:`ambit.controlplane.addresses.addresses` returns), keeps entries whose version did not change, and tells
-every listener the set of names that were added, changed or removed. Listeners are plain callables run
+Theory of operation: a :class:`ResourceTable` holds the control plane's output of one type as xDS resources (name →
+version, packed body, aliases): :class:`AddressTable` for Addresses, :class:`AuthorizationTable` for
+Authorizations. :meth:`ResourceTable.replace` takes a whole new map (what
+:func:`ambit.controlplane.addresses.addresses` or ``authorizations`` returns), keeps entries whose version did not
+change, and tells every listener the set of names that were added, changed or removed. Listeners are plain callables run
 synchronously on the caller's thread (the event loop): the xDS server's per-client handler only records the names
 and wakes itself, so a replace never waits on a slow client. Packing into ``Any`` happens here, once per resource
 version, not once per client.
@@ -15,13 +16,15 @@ consistent snapshot; listeners are told only about real changes (same version = 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
-from ambit.api import workload_pb2 as pb
+from google.protobuf import any_pb2
+
+from ambit.xds.authorization import pack_authorization
 from ambit.xds.convert import address_aliases, pack_address
 from ambit.xds.session import EMPTY, ResourceSet, XdsResource
 
-__all__ = ["AddressTable", "ChangeListener", "ResourceSource"]
+__all__ = ["AddressTable", "AuthorizationTable", "ChangeListener", "ResourceSource", "ResourceTable"]
 
 ChangeListener = Callable[[frozenset[str]], None]
 
@@ -37,12 +40,12 @@ class ResourceSource(Protocol):
     def remove_listener(self, listener: ChangeListener) -> None: ...
 
 
-class AddressTable:
-    """The current Address resources, with change notifications. Pure bookkeeping; no asyncio."""
+class ResourceTable:
+    """The current resources of one type, with change notifications. Pure bookkeeping; no asyncio."""
 
     __slots__ = ("_current", "_listeners", "generation")
 
-    def __init__(self, resources: Mapping[str, tuple[str, pb.Address]] | None = None) -> None:
+    def __init__(self, resources: Mapping[str, tuple[str, Any]] | None = None) -> None:
         self._current = EMPTY
         self._listeners: list[ChangeListener] = []
         self.generation = 0
@@ -60,17 +63,23 @@ class AddressTable:
     def remove_listener(self, listener: ChangeListener) -> None:
         self._listeners.remove(listener)
 
-    def replace(self, resources: Mapping[str, tuple[str, pb.Address]]) -> frozenset[str]:
-        """Make ``resources`` (name → (version, Address)) current; returns and announces the changed names."""
+    def _pack(self, message: Any) -> any_pb2.Any:
+        raise NotImplementedError
+
+    def _aliases(self, message: Any) -> tuple[str, ...]:
+        return ()
+
+    def replace(self, resources: Mapping[str, tuple[str, Any]]) -> frozenset[str]:
+        """Make ``resources`` (name → (version, message)) current; returns and announces the changed names."""
         old = self._current.by_name
         merged: dict[str, XdsResource] = {}
         changed: set[str] = set()
-        for name, (version, address) in resources.items():
+        for name, (version, message) in resources.items():
             previous = old.get(name)
             if previous is not None and previous.version == version:
                 merged[name] = previous
                 continue
-            merged[name] = XdsResource(name, version, pack_address(address), address_aliases(address))
+            merged[name] = XdsResource(name, version, self._pack(message), self._aliases(message))
             changed.add(name)
         changed.update(name for name in old if name not in merged)
         if changed:
@@ -80,3 +89,24 @@ class AddressTable:
             for listener in list(self._listeners):
                 listener(names)
         return frozenset(changed)
+
+
+class AddressTable(ResourceTable):
+    """The current ``istio.workload.Address`` resources (with their ``network/IP`` aliases)."""
+
+    __slots__ = ()
+
+    def _pack(self, message: Any) -> any_pb2.Any:
+        return pack_address(message)
+
+    def _aliases(self, message: Any) -> tuple[str, ...]:
+        return address_aliases(message)
+
+
+class AuthorizationTable(ResourceTable):
+    """The current ``istio.security.Authorization`` resources, named by policy key."""
+
+    __slots__ = ()
+
+    def _pack(self, message: Any) -> any_pb2.Any:
+        return pack_authorization(message)

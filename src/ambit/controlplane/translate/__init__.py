@@ -1,30 +1,44 @@
 """Kubernetes and Istio objects → the Workload API (spec §4.1), as pure functions over plain API dicts.
 
 Theory of operation: :func:`translate_all` takes snapshots of the kinds istiod's ambient index reads for L4 (Pods,
-Services, EndpointSlices, Namespaces, ServiceEntries, WorkloadEntries; spec §10.1) and returns a
-:class:`Translation`: one :class:`LocalConfig` and the list of what had to be left out (:class:`Skipped`, each
-naming the object and the field to fix). :func:`translate` is the same without the list. Nothing here keeps state
+Services, EndpointSlices, Namespaces, ServiceEntries, WorkloadEntries; spec §10.1) and for L4 policy
+(AuthorizationPolicies, PeerAuthentications; spec §7) and returns a :class:`Translation`: one :class:`LocalConfig`
+(workloads, services, policies), the ``ZtunnelAccepted`` status of each AuthorizationPolicy (:class:`PolicyStatus`,
+for the control plane to write) and the list of what had to be left out (:class:`Skipped`, each naming the object
+and the field to fix). :func:`translate` is the same without the list. Nothing here keeps state
 between calls or does I/O: the caller (an informer-driven view, a test) decides when to translate again.
 
 Order of work: Kubernetes Services first, then ServiceEntries (their hosts may not take a Service's key), then one
 index of every selecting service, then the workloads (pods, WorkloadEntries, inline ServiceEntry endpoints) with
-their services maps.
+their services maps and the policy keys they list (selector AuthorizationPolicies of their namespace and of the
+root namespace, then what PeerAuthentication resolves to for them).
 
-The output is deterministic: workloads are ordered by uid, services by namespace then hostname, skips sorted, and
+The output is deterministic: workloads are ordered by uid, services by namespace then hostname, policies and
+statuses by key, each workload's policy keys sorted, skips sorted, and
 equal inputs give equal outputs, so a writer can compare renderings to skip rewriting an unchanged file.
 
 Modules: ``workloads`` (a Pod becomes a Workload), ``services`` (a Service becomes a Service), ``serviceentries``
 (a ServiceEntry becomes Services and endpoint Workloads), ``workloadentries`` (a WorkloadEntry becomes a
-Workload), ``index`` (which services select which endpoints, on which ports), ``skips`` (what was left out).
+Workload), ``index`` (which services select which endpoints, on which ports), ``policies`` (an
+AuthorizationPolicy becomes a Policy and a status), ``peerauth`` (PeerAuthentications become DENY policies),
+``skips`` (what was left out).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ambit.controlplane.translate.index import ServiceIndex
+from ambit.controlplane.translate.peerauth import PeerAuthIndex
+from ambit.controlplane.translate.policies import (
+    DEFAULT_ROOT_NAMESPACE,
+    PolicySelection,
+    PolicyStatus,
+    PolicyTranslation,
+    translate_authorization_policy,
+)
 from ambit.controlplane.translate.serviceentries import (
     parse_service_entries,
     selections,
@@ -36,9 +50,22 @@ from ambit.controlplane.translate.skips import SkipMemory, Skipped
 from ambit.controlplane.translate.workloadentries import translate_workload_entry
 from ambit.controlplane.translate.workloads import translate_pod
 from ambit.model.localconfig import LocalConfig
+from ambit.model.policy import Policy
 from ambit.model.workload import Service, Workload
 
-__all__ = ["SkipMemory", "Skipped", "Translation", "translate", "translate_all"]
+PolicyMemo = dict[tuple[str, str, str, bool], tuple[PolicyTranslation, tuple[Skipped, ...]]]
+"""(uid, resourceVersion, root namespace, dry run enabled) → an AuthorizationPolicy's translation and skips."""
+
+__all__ = [
+    "DEFAULT_ROOT_NAMESPACE",
+    "PolicyMemo",
+    "PolicyStatus",
+    "SkipMemory",
+    "Skipped",
+    "Translation",
+    "translate",
+    "translate_all",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +74,27 @@ class Translation:
 
     config: LocalConfig
     skipped: tuple[Skipped, ...] = ()
+    policy_status: tuple[PolicyStatus, ...] = ()
+    """The ``ZtunnelAccepted`` condition of each AuthorizationPolicy that has one, by key."""
+
+
+@dataclass(frozen=True, slots=True)
+class _PolicyKeys:
+    """Which policy keys a workload lists: selector policies by namespace (root ones everywhere), PeerAuthentication."""
+
+    by_namespace: Mapping[str, tuple[PolicySelection, ...]]
+    everywhere: tuple[PolicySelection, ...]
+    peer: PeerAuthIndex
+
+    def find(self, namespace: str, labels: Mapping[str, Any]) -> tuple[str, ...]:
+        text_labels = {str(k): str(v) for k, v in labels.items()}
+        keys = {
+            s.key
+            for s in (*self.by_namespace.get(namespace, ()), *self.everywhere)
+            if s.selects(namespace, text_labels)
+        }
+        keys.update(self.peer.find_keys(namespace, text_labels))
+        return tuple(sorted(keys))
 
 
 def translate_all(
@@ -57,12 +105,55 @@ def translate_all(
     *,
     service_entries: Iterable[Mapping[str, Any]] = (),
     workload_entries: Iterable[Mapping[str, Any]] = (),
+    authorization_policies: Iterable[Mapping[str, Any]] = (),
+    peer_authentications: Iterable[Mapping[str, Any]] = (),
     cluster_id: str = "Kubernetes",
     trust_domain: str = "cluster.local",
     domain: str = "cluster.local",
+    root_namespace: str = DEFAULT_ROOT_NAMESPACE,
+    enable_dry_run: bool = False,
+    policy_memo: PolicyMemo | None = None,
 ) -> Translation:
-    """The workloads and services the node proxies should know, and the problems found on the way."""
+    """The workloads, services and policies the node proxies should know, policy status, and the problems found.
+
+    ``policy_memo``, when given, keeps each AuthorizationPolicy's translation by uid and resourceVersion between
+    calls (the caller owns it and passes the same one each time), so only changed policies are translated again.
+    """
     skips: list[Skipped] = []
+    policies: list[Policy] = []
+    statuses: list[PolicyStatus] = []
+    by_namespace: dict[str, list[PolicySelection]] = {}
+    everywhere: list[PolicySelection] = []
+    fresh_memo: PolicyMemo = {}
+    for obj in authorization_policies:
+        meta = obj.get("metadata") or {}
+        memo_key = (str(meta.get("uid") or ""), str(meta.get("resourceVersion") or ""), root_namespace, enable_dry_run)
+        remembered = policy_memo.get(memo_key) if policy_memo is not None and all(memo_key[:2]) else None
+        if remembered is None:
+            own_skips: list[Skipped] = []
+            result = translate_authorization_policy(
+                obj, root_namespace=root_namespace, enable_dry_run=enable_dry_run, skips=own_skips
+            )
+            remembered = (result, tuple(own_skips))
+        result, own = remembered
+        skips.extend(own)
+        if all(memo_key[:2]):
+            fresh_memo[memo_key] = remembered
+        if result.policy is not None:
+            policies.append(result.policy)
+        if result.status is not None:
+            statuses.append(result.status)
+        if result.selection is not None:
+            target = (
+                everywhere if result.selection.everywhere else by_namespace.setdefault(result.selection.namespace, [])
+            )
+            target.append(result.selection)
+    if policy_memo is not None:
+        policy_memo.clear()
+        policy_memo.update(fresh_memo)
+    peer = PeerAuthIndex.build(peer_authentications, root_namespace=root_namespace, skips=skips)
+    policies.extend(peer.policies)
+    keys = _PolicyKeys({ns: tuple(items) for ns, items in by_namespace.items()}, tuple(everywhere), peer)
     network = service_network(namespaces)
     service_list = list(services)
     translated: list[Service] = [
@@ -77,13 +168,16 @@ def translate_all(
     for pod in pods:
         w = translate_pod(pod, index, cluster_id=cluster_id, trust_domain=trust_domain, network=network, skips=skips)
         if w is not None:
-            workloads.append(w)
+            labels = (pod.get("metadata") or {}).get("labels") or {}
+            workloads.append(replace(w, authorization_policies=keys.find(w.namespace, labels)))
     for wle in workload_entries:
         w = translate_workload_entry(
             wle, index, cluster_id=cluster_id, trust_domain=trust_domain, network=network, skips=skips
         )
         if w is not None:
-            workloads.append(w)
+            meta, spec = wle.get("metadata") or {}, wle.get("spec") or {}
+            labels = {**(meta.get("labels") or {}), **(spec.get("labels") or {})}
+            workloads.append(replace(w, authorization_policies=keys.find(w.namespace, labels)))
     for entry in entries:
         workloads.extend(
             service_entry_workloads(
@@ -94,8 +188,10 @@ def translate_all(
         config=LocalConfig(
             workloads=tuple(sorted(workloads, key=lambda w: w.uid)),
             services=tuple(sorted(translated, key=lambda s: (s.namespace, s.hostname))),
+            policies=tuple(sorted({p.key: p for p in policies}.values(), key=lambda p: p.key)),
         ),
         skipped=tuple(sorted(set(skips))),
+        policy_status=tuple(sorted(statuses, key=lambda s: s.key)),
     )
 
 
@@ -107,9 +203,13 @@ def translate(
     *,
     service_entries: Iterable[Mapping[str, Any]] = (),
     workload_entries: Iterable[Mapping[str, Any]] = (),
+    authorization_policies: Iterable[Mapping[str, Any]] = (),
+    peer_authentications: Iterable[Mapping[str, Any]] = (),
     cluster_id: str = "Kubernetes",
     trust_domain: str = "cluster.local",
     domain: str = "cluster.local",
+    root_namespace: str = DEFAULT_ROOT_NAMESPACE,
+    enable_dry_run: bool = False,
 ) -> LocalConfig:
     """:func:`translate_all` without the problems."""
     return translate_all(
@@ -119,7 +219,11 @@ def translate(
         namespaces,
         service_entries=service_entries,
         workload_entries=workload_entries,
+        authorization_policies=authorization_policies,
+        peer_authentications=peer_authentications,
         cluster_id=cluster_id,
         trust_domain=trust_domain,
         domain=domain,
+        root_namespace=root_namespace,
+        enable_dry_run=enable_dry_run,
     ).config

@@ -114,6 +114,7 @@ def control_plane_daemon(topology: Topology) -> Daemon:
         "--san", BRIDGE_ADDRESS,
         "--plugin-cert", str(ca / f"{ROOT_NAME}.crt"),
         "--plugin-key", str(ca / f"{ROOT_NAME}.key"),
+        "--enable-dry-run",
     )  # fmt: skip
     return Daemon("controlplane", argv, topology.path / "logs" / "controlplane.log")
 

@@ -1,0 +1,80 @@
+"""Planning the ``ZtunnelAccepted`` condition (spec §10.3): write only on change, keep others, flip times."""
+
+from __future__ import annotations
+
+from ambit.controlplane.status import plan_conditions, rfc3339
+from ambit.controlplane.translate import PolicyStatus
+
+ACCEPTED = PolicyStatus("ns", "p", 2, True, "Accepted", "attached to ztunnel")
+T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z"
+
+
+def test_a_new_condition_is_added_with_the_time_of_now() -> None:
+    assert plan_conditions(None, ACCEPTED, T0) == [
+        {
+            "type": "ZtunnelAccepted",
+            "status": "True",
+            "reason": "Accepted",
+            "message": "attached to ztunnel",
+            "observedGeneration": 2,
+            "lastTransitionTime": T0,
+        }
+    ]
+
+
+def test_an_unchanged_condition_is_not_written() -> None:
+    current = plan_conditions(None, ACCEPTED, T0)
+    assert plan_conditions(current, ACCEPTED, T1) is None
+
+
+def test_a_new_generation_is_written_but_keeps_the_transition_time() -> None:
+    current = plan_conditions(None, ACCEPTED, T0)
+    [condition] = (
+        plan_conditions(current, PolicyStatus("ns", "p", 3, True, "Accepted", "attached to ztunnel"), T1) or []
+    )
+    assert condition["observedGeneration"] == 3 and condition["lastTransitionTime"] == T0
+
+
+def test_a_status_flip_moves_the_transition_time() -> None:
+    current = plan_conditions(None, ACCEPTED, T0)
+    audit = PolicyStatus("ns", "p", 3, False, "UnsupportedValue", "ztunnel does not support the AUDIT action")
+    [condition] = plan_conditions(current, audit, T1) or []
+    assert condition["status"] == "False" and condition["lastTransitionTime"] == T1
+
+
+def test_other_conditions_are_kept_in_place() -> None:
+    waypoint = {"type": "WaypointAccepted", "status": "True", "reason": "Accepted", "message": "bound to ns/w"}
+    planned = plan_conditions([waypoint], ACCEPTED, T0)
+    assert planned is not None and planned[0] == waypoint and planned[1]["type"] == "ZtunnelAccepted"
+
+
+def test_a_policy_without_a_ztunnel_status_loses_the_condition_and_one_without_it_is_left_alone() -> None:
+    waypoint = {"type": "WaypointAccepted", "status": "True"}
+    current = plan_conditions([waypoint], ACCEPTED, T0)
+    assert plan_conditions(current, None, T1) == [waypoint]
+    assert plan_conditions([waypoint], None, T1) is None
+
+
+def test_times_are_whole_seconds_in_utc() -> None:
+    assert rfc3339(1767225600.9) == "2026-01-01T00:00:00Z"
+
+
+def test_the_control_plane_role_may_write_policy_status_but_not_the_policies() -> None:
+    """deploy/rbac/istiod.yaml: status through the subresource only; the spec stays the user's."""
+    from pathlib import Path
+
+    import yaml
+
+    from ambit.apiserver.rbac_policy import Attributes, rules_allow, rules_from
+
+    docs = list(yaml.safe_load_all((Path(__file__).parents[2] / "deploy" / "rbac" / "istiod.yaml").read_text()))
+    [role] = [d for d in docs if d and d["kind"] == "ClusterRole" and d["metadata"]["name"].startswith("istiod")]
+    rules = rules_from(role["rules"])
+    user, groups = "system:serviceaccount:istio-system:istiod", ("system:serviceaccounts",)
+
+    def may(verb: str, sub: str = "") -> bool:
+        attrs = Attributes(user, groups, verb, True, "security.istio.io", "authorizationpolicies", sub, "shop", "p")
+        return rules_allow(rules, attrs)
+
+    assert may("patch", "status") and may("get") and may("list") and may("watch")
+    assert not may("patch") and not may("update") and not may("delete")
