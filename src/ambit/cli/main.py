@@ -24,6 +24,7 @@ def main() -> None:
     import ambit.cli.bench
     import ambit.cli.get
     import ambit.cli.lab
-    import ambit.cli.mesh  # noqa: F401
+    import ambit.cli.mesh
+    import ambit.cli.policy  # noqa: F401
 
     app()

@@ -29,6 +29,7 @@ from ambit.identity.manager import CaClient, CertificateManager
 from ambit.inpod.localstate import LocalConfigWatcher
 from ambit.inpod.settings import NodeProxySettings
 from ambit.inpod.workloads import PodListenerManager
+from ambit.model.localconfig import policy_to_dict
 from ambit.model.policy import Policy
 from ambit.model.state import WorkloadState
 from ambit.proxy.context import ProxyContext
@@ -172,6 +173,7 @@ class NodeProxy:
                 "xdsSynced": bool(self.xds and self.xds.synced),
             },
             **self.state.to_dump(),
+            "policies": [policy_to_dict(policy) for policy in self.context.policies.all()],
             "pods": [
                 {"uid": uid, "name": pod.info.name, "namespace": pod.info.namespace, "identity": str(pod.identity)}
                 for uid, pod in sorted(self.context.pods.items())

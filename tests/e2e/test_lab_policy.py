@@ -1,0 +1,353 @@
+"""L4 policy on a 2-node lab (spec §7, §11.3 TestAuthorizationL4, TestPeerAuthentication): what users of Istio's
+AuthorizationPolicy and PeerAuthentication rely on, same-node and cross-node, checked with traffic and with
+``ambit policy explain``.
+
+One lab for the module. Namespace ``pol`` is ambient: servers ``srv-1`` (node 1) and ``srv-2`` (node 2), each running
+tcp-echo on 9000 and 9001, client ``cli-a`` (service account ``alpha``, node 1) and ``cli-b`` (``beta``, node 2).
+Namespace ``pol-x`` is ambient too, with client ``cli-x`` (node 1). Namespace ``pol-out`` is not in the mesh:
+client ``plain`` (node 2) connects in plaintext. Every test removes its policies, and waits for the open baseline.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from tests.e2e.lab_driver import (
+    TEST_TIMEOUT,
+    Lab,
+    ambit,
+    pod_manifest,
+    running_lab,
+    sleeper,
+    wait_until,
+)
+
+pytestmark = [pytest.mark.root, pytest.mark.kubectl, pytest.mark.timeout(TEST_TIMEOUT)]
+
+NS, NS_X, NS_OUT = "pol", "pol-x", "pol-out"
+ROOT = "istio-system"
+PORTS = (9000, 9001)
+SERVERS = ("srv-1", "srv-2")
+CLIENTS = {"cli-a": NS, "cli-b": NS, "cli-x": NS_X, "plain": NS_OUT}
+ALPHA = f"cluster.local/ns/{NS}/sa/alpha"
+POLICY_WAIT = 20.0
+
+PROBE = """
+import socket, sys
+out = []
+for target in sys.argv[1:]:
+    host, port = target.rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=3) as s:
+            s.settimeout(3)
+            s.sendall(b"ping")
+            out.append("ok" if s.recv(4) == b"ping" else "refused")
+    except OSError:
+        out.append("refused")
+print(" ".join(out))
+"""
+
+HOLD = """
+import socket, sys, time
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3)
+s.settimeout(3)
+s.sendall(b"ping"); assert s.recv(4) == b"ping"
+print("ready", flush=True)
+deadline = time.time() + 30
+while time.time() < deadline:
+    try:
+        s.sendall(b"x")
+        if s.recv(1) != b"x":
+            break
+    except OSError:
+        break
+    time.sleep(0.05)
+print("closed", time.time(), flush=True)
+"""
+
+
+def _server(name: str, node: str) -> dict[str, Any]:
+    containers = [
+        {
+            "name": f"echo-{port}",
+            "image": "none",
+            "command": ["python3", "-m", "ambit.lab.apps", "tcp-echo", "--port", str(port)],
+        }
+        for port in PORTS
+    ]
+    containers[0]["readinessProbe"] = {"tcpSocket": {"port": PORTS[0]}, "periodSeconds": 1}
+    return pod_manifest(name, containers, node=node, labels={"app": "echo"})
+
+
+def _service_account(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}}
+
+
+@dataclass
+class Mesh:
+    lab: Lab
+    ips: dict[str, str]
+
+    def probe(self, client: str, targets: list[tuple[str, int]]) -> list[str]:
+        args = [f"{self.ips[server]}:{port}" for server, port in targets]
+        out = self.lab.exec(client, CLIENTS[client], "python3", "-c", PROBE, *args, timeout=30)
+        return out.split()
+
+    def explain(self, client: str, server: str, port: int) -> str:
+        done = ambit(
+            "policy", "explain",
+            "--kubeconfig", str(self.lab.topology.kubeconfig),
+            "--from", f"{CLIENTS[client]}/{client}",
+            "--to", f"{NS}/{server}",
+            "--port", str(port),
+            "-o", "json",
+        )  # fmt: skip
+        return "ok" if json.loads(done.stdout)["verdict"] == "ALLOW" else "refused"
+
+    def expect(self, expected: dict[tuple[str, str, int], str], *, explain: bool = True) -> None:
+        """Wait until every (client, server, port) flow has its expected outcome; then ``policy explain`` agrees."""
+        by_client: dict[str, list[tuple[str, int]]] = {}
+        for client, server, port in expected:
+            by_client.setdefault(client, []).append((server, port))
+
+        def observed() -> dict[tuple[str, str, int], str]:
+            seen: dict[tuple[str, str, int], str] = {}
+            for client, targets in by_client.items():
+                for (server, port), outcome in zip(targets, self.probe(client, targets), strict=True):
+                    seen[(client, server, port)] = outcome
+            return seen
+
+        deadline = time.monotonic() + POLICY_WAIT
+        while (seen := observed()) != expected:
+            if time.monotonic() > deadline:
+                wrong = {k: v for k, v in seen.items() if expected[k] != v}
+                pytest.fail(f"flows that differ after {POLICY_WAIT:g} s (observed): {wrong}")
+            time.sleep(0.5)
+        if explain:
+            verdicts = {(c, s, p): self.explain(c, s, p) for c, s, p in expected}
+            assert verdicts == expected, {k: v for k, v in verdicts.items() if v != expected[k]}
+
+    def apply(self, *objects: dict[str, Any]) -> None:
+        for obj in objects:
+            self.lab.apply(obj, namespace=obj["metadata"].get("namespace"))
+
+    def condition(self, name: str, namespace: str) -> dict[str, Any]:
+        def found() -> dict[str, Any] | None:
+            policy = self.lab.get("authorizationpolicy", name, "-n", namespace)
+            for cond in (policy.get("status") or {}).get("conditions") or ():
+                if cond.get("type") == "ZtunnelAccepted":
+                    return dict(cond)
+            return None
+
+        return wait_until(f"ZtunnelAccepted on {namespace}/{name}", found, timeout=POLICY_WAIT)
+
+
+def everything(outcome: str = "ok", clients: tuple[str, ...] = tuple(CLIENTS)) -> dict[tuple[str, str, int], str]:
+    return {(c, s, p): outcome for c in clients for s in SERVERS for p in PORTS}
+
+
+def policy(name: str, spec: dict[str, Any], namespace: str = NS, **annotations: str) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    if annotations:
+        metadata["annotations"] = annotations
+    return {"apiVersion": "security.istio.io/v1", "kind": "AuthorizationPolicy", "metadata": metadata, "spec": spec}
+
+
+def peer_authentication(name: str, spec: dict[str, Any], namespace: str = NS) -> dict[str, Any]:
+    return {
+        "apiVersion": "security.istio.io/v1",
+        "kind": "PeerAuthentication",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
+
+
+ECHO = {"matchLabels": {"app": "echo"}}
+
+
+@pytest.fixture(scope="module")
+def mesh_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
+    with running_lab(tmp_path_factory.mktemp("e2e-policy"), mesh=True) as lab:
+        n1, n2 = (node.name for node in lab.topology.all_nodes())
+        for ns in (NS, NS_X):
+            lab.namespace(ns)
+            lab.kubectl("label", "namespace", ns, "istio.io/dataplane-mode=ambient")
+        lab.namespace(NS_OUT)
+        lab.apply(_service_account("alpha"), _service_account("beta"), namespace=NS)
+        lab.apply(
+            _server("srv-1", n1),
+            _server("srv-2", n2),
+            pod_manifest("cli-a", [sleeper()], node=n1, labels={"app": "cli-a"}, serviceAccountName="alpha"),
+            pod_manifest("cli-b", [sleeper()], node=n2, labels={"app": "cli-b"}, serviceAccountName="beta"),
+            namespace=NS,
+        )
+        lab.apply(pod_manifest("cli-x", [sleeper()], node=n1), namespace=NS_X)
+        lab.apply(pod_manifest("plain", [sleeper()], node=n2), namespace=NS_OUT)
+        lab.wait_pods_ready(NS, "", 4, timeout=90)
+        lab.wait_pods_ready(NS_X, "", 1, timeout=60)
+        lab.wait_pods_ready(NS_OUT, "", 1, timeout=60)
+        ips = {p["metadata"]["name"]: p["status"]["podIP"] for ns in (NS, NS_X, NS_OUT) for p in lab.pods(ns)}
+        mesh = Mesh(lab, ips)
+        mesh.expect(everything(), explain=False)
+        yield mesh
+        assert lab.log_tracebacks() == []
+
+
+@pytest.fixture
+def mesh(mesh_lab: Mesh) -> Iterator[Mesh]:
+    yield mesh_lab
+    for kind in ("authorizationpolicies", "peerauthentications"):
+        mesh_lab.lab.kubectl("delete", kind, "--all", "--all-namespaces", "--ignore-not-found", check=False)
+    mesh_lab.expect(everything(), explain=False)
+
+
+def test_allow_by_principal_lets_only_that_service_account_in(mesh: Mesh) -> None:
+    mesh.apply(
+        policy(
+            "allow-alpha",
+            {"selector": ECHO, "action": "ALLOW", "rules": [{"from": [{"source": {"principals": [ALPHA]}}]}]},
+        )
+    )
+    expected = everything("refused")
+    expected.update({("cli-a", s, p): "ok" for s in SERVERS for p in PORTS})
+    mesh.expect(expected)
+    cond = mesh.condition("allow-alpha", NS)
+    assert (cond["status"], cond["reason"]) == ("True", "Accepted")
+
+
+def test_a_namespace_deny_by_source_namespace(mesh: Mesh) -> None:
+    mesh.apply(policy("deny-x", {"action": "DENY", "rules": [{"from": [{"source": {"namespaces": [NS_X]}}]}]}))
+    expected = everything()
+    expected.update({("cli-x", s, p): "refused" for s in SERVERS for p in PORTS})
+    mesh.expect(expected)
+
+
+def test_a_root_namespace_empty_allow_denies_everything_in_the_mesh(mesh: Mesh) -> None:
+    mesh.apply(policy("allow-nothing", {}, namespace=ROOT))
+    mesh.expect(everything("refused"))
+
+
+def test_a_deny_on_one_port_leaves_the_other_open(mesh: Mesh) -> None:
+    mesh.apply(policy("deny-9001", {"action": "DENY", "rules": [{"to": [{"operation": {"ports": ["9001"]}}]}]}))
+    expected = {(c, s, p): ("refused" if p == 9001 else "ok") for c in CLIENTS for s in SERVERS for p in PORTS}
+    mesh.expect(expected)
+
+
+def test_ip_blocks_and_not_principals(mesh: Mesh) -> None:
+    mesh.apply(
+        policy(
+            "allow-cli-a-ip",
+            {
+                "selector": ECHO,
+                "rules": [{"from": [{"source": {"ipBlocks": [f"{mesh.ips['cli-a']}/32", mesh.ips["plain"]]}}]}],
+            },
+        )
+    )
+    expected = everything("refused")
+    expected.update({(c, s, p): "ok" for c in ("cli-a", "plain") for s in SERVERS for p in PORTS})
+    mesh.expect(expected)
+    mesh.lab.kubectl("delete", "authorizationpolicy", "allow-cli-a-ip", "-n", NS)
+    mesh.apply(
+        policy("deny-not-alpha", {"action": "DENY", "rules": [{"from": [{"source": {"notPrincipals": [ALPHA]}}]}]})
+    )
+    expected = everything("refused")
+    expected.update({("cli-a", s, p): "ok" for s in SERVERS for p in PORTS})
+    mesh.expect(expected)
+
+
+def test_a_when_condition_on_source_ip(mesh: Mesh) -> None:
+    mesh.apply(
+        policy(
+            "deny-b-ip", {"action": "DENY", "rules": [{"when": [{"key": "source.ip", "values": [mesh.ips["cli-b"]]}]}]}
+        )
+    )
+    expected = everything()
+    expected.update({("cli-b", s, p): "refused" for s in SERVERS for p in PORTS})
+    mesh.expect(expected)
+
+
+def test_an_allow_with_only_http_rules_denies_everything_and_its_status_says_why(mesh: Mesh) -> None:
+    mesh.apply(policy("allow-get", {"selector": ECHO, "rules": [{"to": [{"operation": {"methods": ["GET"]}}]}]}))
+    mesh.expect(everything("refused"))
+    cond = mesh.condition("allow-get", NS)
+    assert (cond["status"], cond["reason"]) == ("False", "UnsupportedValue")
+    assert "ztunnel does not support HTTP attributes (found: methods)" in cond["message"]
+
+
+def test_audit_is_not_enforced_and_its_status_is_false(mesh: Mesh) -> None:
+    mesh.apply(policy("audit-all", {"action": "AUDIT", "rules": [{}]}))
+    cond = mesh.condition("audit-all", NS)
+    assert (cond["status"], cond["reason"]) == ("False", "UnsupportedValue")
+    assert "AUDIT" in cond["message"]
+    mesh.expect(everything())
+
+
+def test_a_dry_run_deny_logs_without_refusing(mesh: Mesh) -> None:
+    mesh.apply(policy("dry-deny", {"action": "DENY", "rules": [{}]}, **{"istio.io/dry-run": "true"}))
+    cond = mesh.condition("dry-deny", NS)
+    assert cond["status"] == "True"
+    logs = [mesh.lab.topology.node_dir(n.name) / "nodeproxy.log" for n in mesh.lab.topology.all_nodes()]
+
+    def logged() -> bool:
+        mesh.probe("cli-a", [("srv-1", 9000), ("srv-2", 9000)])
+        return any("would be denied: explicitly denied by: pol/dry-deny" in p.read_text(errors="replace") for p in logs)
+
+    wait_until("a dry-run log line", logged, timeout=POLICY_WAIT, interval=0.5)
+    mesh.expect(everything())
+
+
+def test_strict_peer_authentication_refuses_plaintext_and_lets_mesh_traffic_through(mesh: Mesh) -> None:
+    mesh.apply(peer_authentication("strict", {"mtls": {"mode": "STRICT"}}))
+    expected = everything()
+    expected.update({("plain", s, p): "refused" for s in SERVERS for p in PORTS})
+    mesh.expect(expected)
+
+
+def test_a_port_level_permissive_exception_under_strict(mesh: Mesh) -> None:
+    mesh.apply(
+        peer_authentication(
+            "strict-but-9001",
+            {"selector": ECHO, "mtls": {"mode": "STRICT"}, "portLevelMtls": {"9001": {"mode": "PERMISSIVE"}}},
+        )
+    )
+    expected = everything()
+    expected.update({("plain", s, 9000): "refused" for s in SERVERS})
+    mesh.expect(expected)
+
+
+def test_a_workload_strict_under_a_namespace_permissive(mesh: Mesh) -> None:
+    mesh.apply(
+        peer_authentication("permissive", {"mtls": {"mode": "PERMISSIVE"}}),
+        peer_authentication("srv-2-strict", {"selector": {"matchLabels": {"app": "echo"}}, "mtls": {"mode": "STRICT"}}),
+    )
+    expected = everything()
+    expected.update({("plain", s, p): "refused" for s in SERVERS for p in PORTS})
+    mesh.expect(expected)
+
+
+@pytest.mark.parametrize("server", SERVERS)
+def test_a_long_lived_connection_is_closed_within_a_second_of_a_deny_that_now_matches(mesh: Mesh, server: str) -> None:
+    argv = [sys.executable, "-m", "ambit.cli", "lab", "exec", "--dir", str(mesh.lab.directory), "cli-b", "-n", NS, "--"]
+    holder = subprocess.Popen(
+        [*argv, "python3", "-c", HOLD, mesh.ips[server], "9000"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "ready"
+        deny_beta = {"from": [{"source": {"principals": [f"cluster.local/ns/{NS}/sa/beta"]}}]}
+        mesh.apply(policy("deny-beta", {"action": "DENY", "rules": [deny_beta]}))
+        applied = time.time()
+        out, _ = holder.communicate(timeout=40)
+        closed = [line for line in out.splitlines() if line.startswith("closed")]
+        assert closed, out
+        assert float(closed[0].split()[1]) - applied < 1.0
+    finally:
+        holder.kill()
+        holder.wait()
