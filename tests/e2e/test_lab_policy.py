@@ -277,7 +277,8 @@ def test_an_allow_with_only_http_rules_denies_everything_and_its_status_says_why
     mesh.apply(policy("allow-get", {"selector": ECHO, "rules": [{"to": [{"operation": {"methods": ["GET"]}}]}]}))
     mesh.expect(everything("refused"))
     cond = mesh.condition("allow-get", NS)
-    assert (cond["status"], cond["reason"]) == ("False", "UnsupportedValue")
+    # accepted with a warning, as istiod words it: True, UnsupportedValue
+    assert (cond["status"], cond["reason"]) == ("True", "UnsupportedValue")
     assert "ztunnel does not support HTTP attributes (found: methods)" in cond["message"]
 
 
