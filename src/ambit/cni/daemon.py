@@ -47,7 +47,7 @@ WRAPPER = "ambit-cni-wrapper"
 PLUGIN_TOKEN_INTERVAL = 30.0
 
 
-def _kubeconfig_parts(kubeconfig: Path) -> tuple[str, bytes, str]:
+def kubeconfig_parts(kubeconfig: Path) -> tuple[str, bytes, str]:
     """The server URL, CA (PEM) and bearer token of ``kubeconfig``'s current context."""
     from lightkube import KubeConfig
 
@@ -79,7 +79,7 @@ def _install(
 ) -> installer.InstallResult:
     """The plugin's kubeconfig and wrapper in ``run_dir``, and the plugin chained into the node's configuration."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    server, ca_pem, token = _kubeconfig_parts(kubeconfig)
+    server, ca_pem, token = kubeconfig_parts(kubeconfig)
     installer.write_kubeconfig(run_dir / PLUGIN_KUBECONFIG, server, ca_pem, token)
     wrapper = run_dir / WRAPPER
     installer.write_atomic(wrapper, installer.render_wrapper(Path(sys.executable)).encode(), 0o755)
@@ -91,7 +91,7 @@ async def _keep_plugin_token(kubeconfig: Path, run_dir: Path, interval: float = 
     last = ""
     while True:
         try:
-            server, ca_pem, token = _kubeconfig_parts(kubeconfig)
+            server, ca_pem, token = kubeconfig_parts(kubeconfig)
         except (OSError, ValueError) as exc:
             log.warning("cannot re-read %s for the plugin's token: %s", kubeconfig, exc)
         else:
