@@ -281,7 +281,7 @@ def review_namespace(
     settings: PodSecuritySettings, request: NamespaceRequest, pods: Iterable[ExistingPod] = ()
 ) -> Review:
     """Rule 5. ``pods`` is only iterated when the enforce level became stricter."""
-    if request.operation not in ("CREATE", "UPDATE") or request.subresource not in ("", "status"):
+    if request.operation not in ("CREATE", "UPDATE") or request.subresource:
         return ALLOWED
     policy, errors = policy_from_labels(request.labels, settings.defaults)
     if request.operation == "CREATE":
