@@ -322,6 +322,9 @@ def test_kube_system_and_host_network_pods_are_never_enrolled(mesh_lab: Lab, amb
     node = lab.topology.node(1)
     ambient_label = {"app": "x", MODE: "ambient"}
     lab.kubectl("label", "namespace", "kube-system", f"{MODE}=ambient", "--overwrite")
+    # a hostNetwork pod is refused at the default Pod Security level (baseline): the namespace allows it, as a
+    # user's namespace for node-level pods would
+    lab.kubectl("label", "namespace", ambient_ns, "pod-security.kubernetes.io/enforce=privileged", "--overwrite")
     try:
         lab.apply(pod_manifest("en-system", [sleeper()], node=node.name, labels=ambient_label), namespace="kube-system")
         lab.apply(

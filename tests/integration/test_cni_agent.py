@@ -30,6 +30,8 @@ from ambit.k8s import (
 
 NODE = "node-1"
 MODE = "istio.io/dataplane-mode"
+PSA_ENFORCE = "pod-security.kubernetes.io/enforce"
+PSA_ENFORCE = "pod-security.kubernetes.io/enforce"
 FAST = InformerSettings(backoff_initial=0.02, backoff_max=0.1, watch_timeout=30)
 Obj = dict[str, Any]
 
@@ -202,6 +204,8 @@ def add_event(pod: Obj, netns: str | None = None) -> bytes:
 async def test_labelling_a_namespace_enrols_its_running_pods_on_this_node(rig: Rig) -> None:
     await rig.namespace("apps")
     await rig.namespace("kube-system")
+    # a hostNetwork pod needs a namespace whose Pod Security level allows it
+    await rig.kube.patch(kinds.NAMESPACES, "apps", {"metadata": {"labels": {PSA_ENFORCE: "privileged"}}})
     web = await rig.pod("web")
     elsewhere = await rig.pod("elsewhere", node="node-2")
     host = await rig.pod("host", hostNetwork=True)

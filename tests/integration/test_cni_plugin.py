@@ -61,7 +61,12 @@ async def kubeconfig(apiserver: ApiServer, tmp_path: Path) -> AsyncIterator[Path
     ca = (apiserver.settings.data_dir / "pki" / "ca.crt").read_bytes()
     write_kubeconfig(path, apiserver.url, ca, apiserver.admin_token)
     async with KubeClient.from_kubeconfig(apiserver.kubeconfig) as kube:
-        for ns, labels in (("mesh", {MODE: "ambient"}), ("plain", {}), ("kube-system", {MODE: "ambient"})):
+        privileged = {"pod-security.kubernetes.io/enforce": "privileged"}  # "mesh" holds a hostNetwork pod
+        for ns, labels in (
+            ("mesh", {MODE: "ambient", **privileged}),
+            ("plain", {}),
+            ("kube-system", {MODE: "ambient"}),
+        ):
             if ns != "kube-system":
                 await kube.create(kinds.NAMESPACES, {"metadata": {"name": ns, "labels": labels}})
         for ns, name, labels, host in (

@@ -82,7 +82,7 @@ def test_can_i_list_for_each_component(kube: ServerProcess, account: str) -> Non
     if account == "ztunnel":
         assert granted == basic, out
     elif account == "istio-cni":
-        assert granted == basic | {"pods", "pods/status", "namespaces"}, out
+        assert granted == basic | {"pods", "pods/status", "namespaces", "events", "events.events.k8s.io"}, out
     else:
         assert {"pods", "services", "endpointslices.discovery.k8s.io", "tokenreviews.authentication.k8s.io"} <= granted
         assert "secrets" not in granted, out

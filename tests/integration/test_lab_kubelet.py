@@ -29,6 +29,7 @@ from ambit.lab.runtime.probes import ProbeResult, ProbeSpec, ProbeTarget, probe_
 from ambit.lab.runtime.processes import process_start_ticks
 
 NS = "default"
+PRIVILEGED = "pod-security.kubernetes.io/enforce"
 PY = sys.executable
 
 
@@ -376,6 +377,9 @@ async def test_a_host_network_pod_runs_without_a_sandbox(
     kube: KubeClient, start_runtime: Start, sandboxes: FakeSandboxes
 ) -> None:
     await start_runtime()
+    # The node's network is the baseline Pod Security level's to refuse: the namespace says privileged, as a user's
+    # namespace for node-level pods would.
+    await kube.patch(kinds.NAMESPACES, NS, {"metadata": {"labels": {PRIVILEGED: "privileged"}}})
     created = await kube.create(kinds.PODS, pod_manifest("hosty", container("app", POLITE), hostNetwork=True))
 
     async def running() -> dict[str, Any] | None:

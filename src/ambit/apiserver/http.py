@@ -105,7 +105,7 @@ class ApiHttp:
             response = _json(exc3.to_status(), 500)
         if warnings and not response.prepared:
             for text in warnings:
-                response.headers.add("Warning", '299 - "' + text.replace('"', "'").replace("\n", " ") + '"')
+                response.headers.add("Warning", warning_header(text))
         return response
 
     @web.middleware
@@ -598,3 +598,10 @@ def _decode_body(raw: bytes, content_type: str) -> Any:
         return decode(raw)
     except Exception as exc:
         raise errors.bad_request(f"the request body is not valid JSON: {exc}") from None
+
+
+def warning_header(text: str) -> str:
+    """An RFC 7234 warning as kube-apiserver writes it: code 299, no agent, the text a quoted-string (backslash
+    before ``\\`` and ``"``; a newline, which a header cannot hold, becomes a space). kubectl prints the text."""
+    quoted = text.replace("\\", "\\\\").replace('"', '\\"').replace("\r", " ").replace("\n", " ")
+    return f'299 - "{quoted}"'

@@ -30,6 +30,7 @@ from aiohttp import web
 from ambit.apiserver.admission import AdmissionController
 from ambit.apiserver.http import ApiHttp, HttpSettings
 from ambit.apiserver.limits import LimitSettings
+from ambit.apiserver.pod_security import PodSecuritySettings
 from ambit.apiserver.registry import Registry
 from ambit.apiserver.store import Store
 from ambit.apiserver.token_binding import DEFAULT_MAX_TOKEN_EXPIRATION
@@ -71,6 +72,8 @@ class ApiServerSettings:
     """Seconds between watch bookmarks, for clients that ask for them."""
     limits: LimitSettings = field(default_factory=LimitSettings)
     """What one user may ask: requests per second, open watches, how long a watch may stall (admins exempt)."""
+    pod_security: PodSecuritySettings = field(default_factory=PodSecuritySettings)
+    """Pod Security Admission: the defaults for unlabelled namespaces (enforce baseline) and the exemptions."""
 
 
 @dataclass
@@ -133,6 +136,7 @@ class ApiServer:
             admission=AdmissionController(),
             service_cidr=s.service_cidr,
             root_ca_pem=ca.cert_pem.decode(),
+            pod_security=s.pod_security,
         )
         await self.manager.bootstrap(_load_crds(s.crd_dir), _load_rbac(s.rbac_dir))
         self._http = ApiHttp(

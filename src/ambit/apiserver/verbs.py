@@ -40,6 +40,7 @@ from ambit.apiserver.authorizer import (
 from ambit.apiserver.defaults import apply_defaults
 from ambit.apiserver.deletion import Deleter
 from ambit.apiserver.objects import apply_patch, check_body, merge_update, unchanged
+from ambit.apiserver.pod_security import PodSecuritySettings
 from ambit.apiserver.registry import CRD_KEY, Registry, ResourceType, crd_is_established, resource_type_from_crd
 from ambit.apiserver.requests import (
     DeleteOptions,
@@ -75,12 +76,13 @@ class ResourceManager:
         clock: Callable[[], float] = time.time,
         service_cidr: str = "198.19.0.0/16",
         root_ca_pem: str = "",
+        pod_security: PodSecuritySettings | None = None,
     ) -> None:
         self.store = store
         self.registry = registry
         self.hub = hub
         self.clock = clock  # replaceable at run time (tests move time): the parts below read it through now()
-        self.admission = AdmissionChain(store, admission)
+        self.admission = AdmissionChain(store, admission, pod_security)
         context = StrategyContext(store, registry, hub, self.now, self.commit, root_ca_pem)
         self.strategies = StrategyTable(context, service_cidr=service_cidr)
         self.deleter = Deleter(store, registry, hub, self.strategies, now=self.now, commit=self.commit)

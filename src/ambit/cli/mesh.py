@@ -70,6 +70,10 @@ def nodeagent(
     node: NodeOption,
     directory: LabDirOption = DEFAULT_DIR,
     uninstall: Annotated[bool, typer.Option(help="Remove the CNI plugin on exit.")] = False,
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option("--kubeconfig", help="The API server and credentials [default: the lab's admin kubeconfig]."),
+    ] = None,
 ) -> None:
     """Run a lab node's agent: the ambit-cni plugin, ZDS and pod enrolment (started by `ambit lab up --mesh`)."""
     from ambit.cni.daemon import run_node_agent
@@ -84,7 +88,7 @@ def nodeagent(
     configure_logging()
     asyncio.run(
         run_node_agent(
-            topology.kubeconfig,
+            kubeconfig or topology.kubeconfig,
             node,
             cni_conf_dir=topology.cni_conf_dir(node),
             cni_bin_dir=topology.cni_bin_dir(node),

@@ -12,6 +12,10 @@ While it runs, an :class:`~ambit.cni.installer.InstallWatcher` keeps the install
 binary is deleted or changed, or the node's conflist loses our entry (the primary CNI rewrote it, an admin edited
 it), it is repaired within ``install_interval`` seconds. The watcher is stopped before the uninstall, so it cannot
 put back what the uninstall removes.
+
+When the agent's kubeconfig names a ``tokenFile`` (a rotated service-account token), the plugin's kubeconfig,
+which holds a copy of the token, is rewritten within ``PLUGIN_TOKEN_INTERVAL`` seconds of each rotation (as
+istio-cni rewrites its plugin kubeconfig when its token changes).
 """
 
 from __future__ import annotations
@@ -40,9 +44,10 @@ PLUGIN_EVENT_SOCKET = "pluginevent.sock"
 ZDS_SOCKET = "ztunnel.sock"
 PLUGIN_KUBECONFIG = "ambit-cni-kubeconfig"
 WRAPPER = "ambit-cni-wrapper"
+PLUGIN_TOKEN_INTERVAL = 30.0
 
 
-def _kubeconfig_parts(kubeconfig: Path) -> tuple[str, bytes, str]:
+def kubeconfig_parts(kubeconfig: Path) -> tuple[str, bytes, str]:
     """The server URL, CA (PEM) and bearer token of ``kubeconfig``'s current context."""
     from lightkube import KubeConfig
 
@@ -50,9 +55,12 @@ def _kubeconfig_parts(kubeconfig: Path) -> tuple[str, bytes, str]:
     if single is None:
         raise ValueError(f"{kubeconfig}: no current context")
     cluster, user = single.cluster, single.user
-    if cluster is None or user is None or not user.token or not cluster.certificate_auth_data:
-        raise ValueError(f"{kubeconfig}: needs a server, certificate-authority-data and a token")
-    return cluster.server, base64.b64decode(cluster.certificate_auth_data), user.token
+    token = user.token if user is not None else None
+    if user is not None and not token and user.token_file:
+        token = Path(single.abs_file(user.token_file)).read_text().strip()  # a rotated file: read at each install
+    if cluster is None or not token or not cluster.certificate_auth_data:
+        raise ValueError(f"{kubeconfig}: needs a server, certificate-authority-data and a token (or tokenFile)")
+    return cluster.server, base64.b64decode(cluster.certificate_auth_data), token
 
 
 def plugin_entry(run_dir: Path, excluded_namespaces: Iterable[str]) -> dict[str, object]:
@@ -71,11 +79,28 @@ def _install(
 ) -> installer.InstallResult:
     """The plugin's kubeconfig and wrapper in ``run_dir``, and the plugin chained into the node's configuration."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    server, ca_pem, token = _kubeconfig_parts(kubeconfig)
+    server, ca_pem, token = kubeconfig_parts(kubeconfig)
     installer.write_kubeconfig(run_dir / PLUGIN_KUBECONFIG, server, ca_pem, token)
     wrapper = run_dir / WRAPPER
     installer.write_atomic(wrapper, installer.render_wrapper(Path(sys.executable)).encode(), 0o755)
     return installer.install(cni_conf_dir, cni_bin_dir, plugin_entry(run_dir, excluded), wrapper)
+
+
+async def _keep_plugin_token(kubeconfig: Path, run_dir: Path, interval: float = PLUGIN_TOKEN_INTERVAL) -> None:
+    """Rewrite the plugin's kubeconfig whenever the agent's token changes (a rotated token file)."""
+    last = ""
+    while True:
+        try:
+            server, ca_pem, token = kubeconfig_parts(kubeconfig)
+        except (OSError, ValueError) as exc:
+            log.warning("cannot re-read %s for the plugin's token: %s", kubeconfig, exc)
+        else:
+            if token != last:
+                if last:
+                    installer.write_kubeconfig(run_dir / PLUGIN_KUBECONFIG, server, ca_pem, token)
+                    log.info("the plugin's kubeconfig has the rotated token")
+                last = token
+        await asyncio.sleep(interval)
 
 
 async def _until_signalled() -> None:
@@ -122,6 +147,7 @@ async def run_node_agent(
                 client, EventRecorderSettings(reporting_controller="ambit.dev/node-agent", reporting_instance=node)
             )
             recorder.start()
+            token_keeper = asyncio.create_task(_keep_plugin_token(kubeconfig, run_dir), name="plugin token")
             try:
                 manager = EnrolmentManager(
                     client, recorder, runner or SubprocessRunner(), zds, EnrolmentSettings(node_name=node)
@@ -139,6 +165,9 @@ async def run_node_agent(
                 finally:
                     await agent.aclose()
             finally:
+                token_keeper.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await token_keeper
                 await recorder.aclose()
     finally:
         await zds.aclose()

@@ -1,7 +1,8 @@
 """``ambit lab up`` and ``ambit lab down``: build the lab's network, start its processes, and remove it all.
 
 Order of ``up``: topology (``lab.json``) → network (bridge, node namespaces, routes, CNI config) → API server on
-the bridge address → (with the mesh: the mesh CA in ``mesh/ca`` and an empty ``mesh/workloads.yaml``) →
+the bridge address → istio-system and kube-system labelled Pod Security ``privileged`` (with the mesh's service
+accounts) → (with the mesh: the mesh CA in ``mesh/ca`` and an empty ``mesh/workloads.yaml``) →
 controllers (with the mesh they also keep ``mesh/workloads.yaml`` current) → one node runtime per node, inside the
 node's namespace → (with the mesh: ``ambit lab supervise``, which starts each node's agent and proxy and restarts
 them when they die, see :mod:`ambit.lab.cluster.supervisor`) → wait until every Node is Ready. Each process is started
@@ -82,6 +83,7 @@ def lab_up(settings: LabSettings, runner: CommandRunner | None = None) -> Topolo
     try:
         create_network(topology, record, runner)
         _start_apiserver(topology, record, settings.ready_timeout)
+        _prepare_namespaces(topology)
         if settings.mesh:
             _prepare_mesh(topology)
         _start(
@@ -112,6 +114,20 @@ def lab_up(settings: LabSettings, runner: CommandRunner | None = None) -> Topolo
         lab_down(directory, runner)
         raise
     return topology
+
+
+def _prepare_namespaces(topology: Topology) -> None:
+    """istio-system and kube-system at the Pod Security level privileged, and the mesh's service accounts."""
+    import asyncio
+
+    from ambit.k8s import KubeClient
+    from ambit.lab.mesh.accounts import prepare_system_namespaces
+
+    async def prepare() -> None:
+        async with KubeClient.from_kubeconfig(topology.kubeconfig) as client:
+            await prepare_system_namespaces(client)
+
+    asyncio.run(prepare())
 
 
 def _prepare_mesh(topology: Topology) -> None:

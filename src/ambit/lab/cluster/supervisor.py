@@ -103,13 +103,14 @@ CONTROL_PLANE_PORT = 15012
 def control_plane_daemon(topology: Topology) -> Daemon:
     """The control plane, in the root namespace on the lab bridge, signing with the lab's plug-in CA."""
     from ambit.identity.localca import ROOT_NAME
+    from ambit.lab.mesh.accounts import CONTROL_PLANE_ACCOUNT, kubeconfig_path
     from ambit.lab.network.topology import BRIDGE_ADDRESS
 
     ca = topology.mesh_ca_dir
     argv = (
         sys.executable, "-m", "ambit.cli", "controlplane",
         "--lab-dir", str(topology.path),
-        "--kubeconfig", str(topology.kubeconfig),
+        "--kubeconfig", str(kubeconfig_path(topology, CONTROL_PLANE_ACCOUNT)),
         "--listen", f"{BRIDGE_ADDRESS}:{CONTROL_PLANE_PORT}",
         "--san", BRIDGE_ADDRESS,
         "--plugin-cert", str(ca / f"{ROOT_NAME}.crt"),
@@ -121,6 +122,7 @@ def control_plane_daemon(topology: Topology) -> Daemon:
 
 def mesh_daemons(topology: Topology, *, what: tuple[str, ...] = MESH_DAEMONS) -> list[Daemon]:
     """The node agent and node proxy of every node (or those named in ``what``)."""
+    from ambit.lab.mesh.accounts import NODE_AGENT_ACCOUNT, kubeconfig_path
     from ambit.lab.mesh.identity import root_file, token_file
     from ambit.lab.network.topology import BRIDGE_ADDRESS
 
@@ -130,6 +132,8 @@ def mesh_daemons(topology: Topology, *, what: tuple[str, ...] = MESH_DAEMONS) ->
     for node in topology.all_nodes():
         for daemon in what:
             args = [daemon, "--node", node.name, "--lab-dir", directory]
+            if daemon == "nodeagent":
+                args += ["--kubeconfig", str(kubeconfig_path(topology, NODE_AGENT_ACCOUNT))]
             if daemon == "nodeproxy":
                 args += [
                     "--xds-address", control_plane,
@@ -265,10 +269,12 @@ def _describe(code: int) -> str:
 async def run_supervisor(topology: Topology, settings: SupervisorSettings | None = None) -> None:
     """Supervise the lab's mesh daemons until SIGTERM or SIGINT (what ``ambit lab supervise`` runs).
 
-    The control plane and the node agents start at once; the node proxies once their credentials exist (a token
-    bound to their node's ztunnel pod, and the mesh root from the ConfigMap the control plane publishes).
+    The control plane and the node agents start once their service accounts' tokens are written
+    (:mod:`ambit.lab.mesh.accounts`); the node proxies once their credentials exist (a token bound to their node's
+    ztunnel pod, and the mesh root from the ConfigMap the control plane publishes).
     """
     from ambit.k8s import KubeClient
+    from ambit.lab.mesh.accounts import prepare_system_namespaces, write_component_credentials
     from ambit.lab.mesh.identity import provision_node_proxies, refresh_tokens
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -277,17 +283,18 @@ async def run_supervisor(topology: Topology, settings: SupervisorSettings | None
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     first = [control_plane_daemon(topology), *mesh_daemons(topology, what=("nodeagent",))]
-    async with (
-        KubeClient.from_kubeconfig(topology.kubeconfig) as client,
-        Supervisor(first, Record(topology.record_file), settings) as supervisor,
-    ):
-        log.info("supervising the mesh daemons of lab %s (pid %d)", topology.lab_id, os.getpid())
-        await provision_node_proxies(client, topology)
-        supervisor.add(mesh_daemons(topology, what=("nodeproxy",)))
-        refresher = asyncio.create_task(refresh_tokens(client, topology), name="node proxy tokens")
-        try:
-            await stop.wait()
-        finally:
-            refresher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await refresher
+    async with KubeClient.from_kubeconfig(topology.kubeconfig) as client:
+        # The daemons run with their own service accounts' tokens, written before they start.
+        await prepare_system_namespaces(client)
+        await write_component_credentials(client, topology)
+        async with Supervisor(first, Record(topology.record_file), settings) as supervisor:
+            log.info("supervising the mesh daemons of lab %s (pid %d)", topology.lab_id, os.getpid())
+            await provision_node_proxies(client, topology)
+            supervisor.add(mesh_daemons(topology, what=("nodeproxy",)))
+            refresher = asyncio.create_task(refresh_tokens(client, topology), name="mesh tokens")
+            try:
+                await stop.wait()
+            finally:
+                refresher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await refresher

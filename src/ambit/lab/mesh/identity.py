@@ -21,13 +21,17 @@ from typing import Any
 from ambit.errors import AmbitError
 from ambit.k8s import KubeClient, kinds
 from ambit.k8s.errors import KubeAlreadyExistsError, KubeNotFoundError
+from ambit.lab.mesh.accounts import (
+    NODE_PROXY_ACCOUNT,
+    SYSTEM_NAMESPACE,
+    prepare_system_namespaces,
+    write_component_credentials,
+)
 from ambit.lab.mesh.config import write_if_changed
 from ambit.lab.network.topology import Topology
 
 log = logging.getLogger("ambit.lab.mesh.identity")
 
-SYSTEM_NAMESPACE = "istio-system"
-NODE_PROXY_ACCOUNT = "ztunnel"
 ROOT_CONFIG_MAP = "istio-ca-root-cert"
 TOKEN_AUDIENCE = "istio-ca"
 TOKEN_SECONDS = 2 * 3600
@@ -80,14 +84,7 @@ async def write_tokens(client: KubeClient, topology: Topology) -> None:
 
 async def provision_node_proxies(client: KubeClient, topology: Topology, *, root_wait: float = 60.0) -> None:
     """Pods, tokens and the root file of every node proxy; waits up to ``root_wait`` s for the root ConfigMap."""
-    await _ensure(
-        client,
-        kinds.NAMESPACES,
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}},
-        None,
-    )
-    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": NODE_PROXY_ACCOUNT}}
-    await _ensure(client, kinds.SERVICE_ACCOUNTS, account, SYSTEM_NAMESPACE)
+    await prepare_system_namespaces(client)
     for node in topology.all_nodes():
         await _ensure(client, kinds.PODS, _pod(node.name), SYSTEM_NAMESPACE)
     await write_tokens(client, topology)
@@ -115,11 +112,13 @@ async def _wait_root(client: KubeClient, wait: float) -> str:
 
 
 async def refresh_tokens(client: KubeClient, topology: Topology, every: float = REFRESH_SECONDS) -> None:
-    """Renew the node proxies' tokens every ``every`` seconds, for as long as it runs."""
+    """Renew the node proxies' tokens, and the control plane's and node agents' (:mod:`ambit.lab.mesh.accounts`),
+    every ``every`` seconds, for as long as it runs."""
     while True:
         await asyncio.sleep(every)
         try:
             await write_tokens(client, topology)
+            await write_component_credentials(client, topology)
         except (AmbitError, OSError) as exc:
-            log.error("cannot renew the node proxies' tokens: %s (retrying in 30 s)", exc)
+            log.error("cannot renew the mesh components' tokens: %s (retrying in 30 s)", exc)
             await asyncio.sleep(30)

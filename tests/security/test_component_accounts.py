@@ -1,0 +1,97 @@
+"""The mesh components' service accounts (``istio-system/{istiod,istio-cni,ztunnel}``) hold exactly the rules of
+``deploy/rbac``: ``kubectl auth can-i --list`` for each is compared with a golden file, and each one's own token is
+tried against the Secrets its role does not give it.
+
+Golden files live in ``golden/can-i/<account>.txt``; ``AMBIT_UPDATE_GOLDEN=1 pytest ...`` rewrites them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from tests.harness import ServerProcess
+from tests.integration.apiserver_client import ApiClient, assert_status, ssl_context_from_kubeconfig
+
+pytestmark = pytest.mark.kubectl
+
+GOLDEN = Path(__file__).parent / "golden" / "can-i"
+ACCOUNTS = ("istiod", "istio-cni", "ztunnel")
+ISTIO = "/api/v1/namespaces/istio-system"
+
+
+@pytest.fixture(scope="module")
+def mesh_server(server_process: ServerProcess) -> ServerProcess:
+    server_process.kubectl("create", "namespace", "istio-system", check=False)
+    for account in ACCOUNTS:
+        server_process.kubectl("create", "serviceaccount", account, "-n", "istio-system", check=False)
+    server_process.kubectl(
+        "create",
+        "secret",
+        "generic",
+        "istio-ca-secret",
+        "-n",
+        "istio-system",
+        "--from-literal=ca-key.pem=k",
+        check=False,
+    )
+    server_process.kubectl(
+        "create", "secret", "generic", "app-secret", "-n", "default", "--from-literal=k=v", check=False
+    )
+    return server_process
+
+
+@pytest.mark.parametrize("account", ACCOUNTS)
+def test_each_component_account_holds_the_rules_of_its_golden_file(mesh_server: ServerProcess, account: str) -> None:
+    out = mesh_server.kubectl(
+        "auth", "can-i", "--list", "-n", "istio-system", f"--as=system:serviceaccount:istio-system:{account}"
+    )
+    path = GOLDEN / f"{account}.txt"
+    if os.environ.get("AMBIT_UPDATE_GOLDEN"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(out)
+    assert out == path.read_text(), f"{path} differs (AMBIT_UPDATE_GOLDEN=1 rewrites it)"
+    assert "secrets" not in out.split()  # no component reads Secrets
+
+
+@pytest.fixture
+async def tokens(mesh_server: ServerProcess) -> AsyncIterator[tuple[ApiClient, dict[str, str]]]:
+    url = f"https://127.0.0.1:{mesh_server.port}"
+    admin_token = (mesh_server.data_dir / "admin.token").read_text().strip()
+    async with ApiClient(url, ssl_context_from_kubeconfig(mesh_server.kubeconfig), admin_token) as admin:
+        minted: dict[str, str] = {}
+        for account in ACCOUNTS:
+            reply = await admin.post(f"{ISTIO}/serviceaccounts/{account}/token", {"spec": {"expirationSeconds": 600}})
+            assert reply.status == 201, reply.body
+            minted[account] = str(reply.body["status"]["token"])
+        yield admin, minted
+
+
+@pytest.mark.parametrize("account", ACCOUNTS)
+@pytest.mark.parametrize(
+    "path",
+    [
+        f"{ISTIO}/secrets/istio-ca-secret",
+        f"{ISTIO}/secrets",
+        "/api/v1/namespaces/default/secrets/app-secret",
+        "/api/v1/secrets",
+    ],
+)
+async def test_no_component_token_reads_secrets(
+    tokens: tuple[ApiClient, dict[str, str]], account: str, path: str
+) -> None:
+    admin, minted = tokens
+    reply = await admin.request("GET", path, token=minted[account])
+    status = assert_status(reply, 403, "Forbidden")
+    assert f'User "system:serviceaccount:istio-system:{account}" cannot' in status["message"]
+
+
+async def test_the_control_plane_may_get_nodes_for_node_authorization_and_the_node_proxy_may_not(
+    tokens: tuple[ApiClient, dict[str, str]],
+) -> None:
+    admin, minted = tokens
+    assert (await admin.request("GET", "/api/v1/nodes", token=minted["istiod"])).status == 200
+    assert_status(await admin.request("GET", "/api/v1/nodes", token=minted["ztunnel"]), 403, "Forbidden")
+    assert_status(await admin.request("GET", "/api/v1/pods", token=minted["ztunnel"]), 403, "Forbidden")
