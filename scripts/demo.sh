@@ -79,6 +79,32 @@ step "node proxy telemetry: Istio's TCP metrics (node-1 :15020) and the access l
 curl -s "http://198.18.0.11:15020/metrics" | grep '^istio_tcp_connections_opened_total' | head -n 3 | cut -c1-400
 grep -h "connection complete" "$DIR"/nodes/*/nodeproxy.log | tail -n 3
 
+step "L4 policy: only the client's identity may call http-echo; nobody may call tcp-echo (DENY)"
+kubectl apply -f - <<'YAML'
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: allow-client, namespace: apps}
+spec:
+  selector: {matchLabels: {app: http-echo}}
+  rules: [{from: [{source: {principals: ["cluster.local/ns/apps/sa/default"]}}]}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: deny-tcp-echo, namespace: apps}
+spec:
+  selector: {matchLabels: {app: tcp-echo}}
+  action: DENY
+  rules: [{}]
+YAML
+sleep 2
+in_pod apps client -- python3 -m ambit.lab.apps client --url "http://198.19.0.10:80/" --count 1
+echo "client → tcp-echo (expected: refused by the destination's node proxy):"
+in_pod apps client -- python3 -m ambit.lab.apps client --tcp 198.19.0.11:9000 --count 1 || true
+"$AMBIT" policy explain --from apps/client --to apps/tcp-echo --port 9000
+kubectl get authorizationpolicies -n apps -o custom-columns='NAME:.metadata.name,ZTUNNEL:.status.conditions[0].status,REASON:.status.conditions[0].reason,MESSAGE:.status.conditions[0].message'
+grep -h "explicitly denied" "$DIR"/nodes/*/nodeproxy.log | tail -n 1 | cut -c1-300
+kubectl delete authorizationpolicies -n apps --all
+
 step "ambit lab status"
 "$AMBIT" lab status --dir "$DIR"
 

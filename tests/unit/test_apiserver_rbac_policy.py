@@ -250,6 +250,7 @@ def test_request_attributes_reads_any_path(method: str, segments: list[str], fie
     path = "/" + "/".join(segments)
     a = request_attributes(SA, SA_GROUPS, method, path, False, fields)
     if a.resource_request:
-        assert a.resource and path.startswith(("/api/", "/apis/"))
+        # kube trims every leading slash before it reads the prefix, so "//api/v1/pods" is a resource request too
+        assert a.resource and path.lstrip("/").startswith(("api/", "apis/"))
     else:
         assert a.path == path and a.verb == method.lower()
