@@ -45,7 +45,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal, DecimalException
 from typing import Any
 
 from ambit.errors import AmbitError
@@ -227,9 +227,7 @@ def _capabilities(spec: Mapping[str, Any]) -> tuple[str, ...]:
     drop = [str(c) for c in spec.get("drop") or ()]
     if any(c.upper() == "ALL" for c in add):
         return ALL_CAPABILITIES
-    dropped = (
-        set(ALL_CAPABILITIES) if any(c.upper() == "ALL" for c in drop) else {_capability(c) for c in drop}
-    )
+    dropped = set(ALL_CAPABILITIES) if any(c.upper() == "ALL" for c in drop) else {_capability(c) for c in drop}
     caps = [c for c in DEFAULT_CAPABILITIES if c not in dropped]
     for name in add:
         cap = _capability(name)
@@ -264,11 +262,10 @@ def parse_quantity(text: Any) -> Decimal:
         raise SecurityContextError(f"quantity {text!r} is not a Kubernetes quantity")
     number, suffix = match.group(1), match.group(2) or ""
     try:
-        value = Decimal(number)
         scale = Decimal(f"1{suffix}") if suffix.startswith("e") else _SUFFIX[suffix]
-    except InvalidOperation:
+        return Decimal(number) * scale
+    except DecimalException:
         raise SecurityContextError(f"quantity {text!r} is not a Kubernetes quantity") from None
-    return value * scale
 
 
 def linux_resources(container: Mapping[str, Any], paths: BundlePaths) -> dict[str, Any]:
@@ -312,7 +309,7 @@ def container_config(
     linux: dict[str, Any] = {
         "namespaces": namespaces,
         "cgroupsPath": f"{paths.cgroup_parent.rstrip('/')}/{paths.container_id}",
-        "resources": {"devices": [{"allow": False, "access": "rwm"}], **resources},
+        "resources": {"devices": [{"allow": view.privileged, "access": "rwm"}], **resources},
     }
     if not view.privileged:
         linux["maskedPaths"] = list(RUNC_MASKED_PATHS)
