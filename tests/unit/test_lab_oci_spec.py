@@ -117,6 +117,17 @@ def mounts_at(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {m["destination"]: m for m in config["mounts"]}
 
 
+def test_a_pod_in_the_runtime_s_network_namespace_gets_its_sys_bound_read_only() -> None:
+    shared = mounts_at(config_of(pod(), dataclasses.replace(PATHS, netns_path="")))
+    assert shared["/sys"] == {
+        "destination": "/sys",
+        "type": "bind",
+        "source": "/sys",
+        "options": ["rbind", "nosuid", "noexec", "nodev", "rro"],
+    }
+    assert mounts_at(config_of(pod()))["/sys"]["type"] == "sysfs"
+
+
 def test_tmp_run_and_dev_shm_are_private_and_writable() -> None:
     mounts = mounts_at(config_of(pod()))
     for path in ("/tmp", "/run", "/dev/shm"):

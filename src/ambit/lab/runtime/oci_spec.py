@@ -10,14 +10,15 @@ Rule 1. Namespaces: the pod's network namespace joined by path (none named: the 
 Rule 2. Root: the bundle's empty ``rootfs`` directory with the host's ``/`` bind-mounted on it recursively
         read-only (``rbind`` + ``rro``); ``root.readonly`` is always true, so ``readOnlyRootFilesystem`` changes
         nothing: every container already has a read-only root. Then runc's usual ``/proc``, ``/dev``,
-        ``/dev/pts``, ``/dev/shm`` (writable), ``/dev/mqueue`` and ``/sys`` (read-only), a private writable
+        ``/dev/pts``, ``/dev/shm`` (writable), ``/dev/mqueue`` and ``/sys`` (read-only; the runtime's own, bound,
+        when the pod shares the runtime's network namespace, as a new sysfs needs its own), a private writable
         ``/tmp`` and ``/run`` (tmpfs; ``/var/run`` is a link to ``/run``), and ``/root`` as an empty tmpfs.
 Rule 3. Masks: each of ``paths.masked`` (the lab's directory with the API server's data, every pod's token, the
         lab CA and node proxy credentials; the checkout's git metadata; ...) is covered by an empty read-only
         tmpfs (a directory) or ``/dev/null`` (a file). Masks under ``/tmp``, ``/run`` or ``/root`` are already
         hidden and are left out. ``paths.revealed`` (the interpreter's installation when it lives under
         ``/root``) are bound back read-only after the masks.
-Rule 4. Service account: unless ``automountServiceAccountToken`` is false (container spec order: pod), the pod's
+Rule 4. Service account: unless the pod's ``automountServiceAccountToken`` is false, the pod's
         ``serviceaccount`` directory (``token``, ``ca.crt``, ``namespace``) is bound read-only at
         ``/var/run/secrets/kubernetes.io/serviceaccount``. It is a directory, not the files, so a refreshed token
         (written by rename) is seen at once.
@@ -334,6 +335,10 @@ def container_config(
 
 def _mounts(pod: Mapping[str, Any], paths: BundlePaths, privileged: bool) -> list[dict[str, Any]]:
     sys_options = ["nosuid", "noexec", "nodev"] + ([] if privileged else ["ro"])
+    sys_mount = {"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": sys_options}
+    if not paths.netns_path:  # a new sysfs needs a network namespace of its own: bind the runtime's (rule 1)
+        options = ["rbind", "nosuid", "noexec", "nodev"] + ([] if privileged else ["rro"])
+        sys_mount = {"destination": "/sys", "type": "bind", "source": "/sys", "options": options}
     mounts: list[dict[str, Any]] = [
         {"destination": "/", "type": "bind", "source": "/", "options": ["rbind", "rro"]},
         {"destination": "/proc", "type": "proc", "source": "proc"},
@@ -356,7 +361,7 @@ def _mounts(pod: Mapping[str, Any], paths: BundlePaths, privileged: bool) -> lis
             "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"],
         },
         {"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue", "options": ["nosuid", "noexec", "nodev"]},
-        {"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": sys_options},
+        sys_mount,
         _tmpfs("/tmp", "mode=1777"),
         _tmpfs("/run", "mode=755"),
         _tmpfs("/root", "mode=755", size="1m"),
