@@ -138,6 +138,11 @@ def test_a_pod_cannot_read_the_lab_s_secrets_nor_write_to_the_host(lab: Lab, nam
     assert seen["/run/netns"] == "ENOENT"  # no way into other namespaces
     assert seen["/usr/bin/env"] == "read"  # the host's programs are there, read-only
 
+    # Without CAP_SYS_ADMIN the masks stay and the root stays read-only.
+    for attempt in (f"umount {lab_dir}", "mount -o remount,rw /", f"mount --bind / {lab_dir}"):
+        out = lab.exec("intruder", namespace, "sh", "-c", f"{attempt} 2>/dev/null; echo $?").strip()
+        assert out != "0", f"{attempt!r} worked inside a pod"
+
     written = run_in(lab, "intruder", namespace, WRITES, "/ambit-escape", "/usr/ambit-escape", "/tmp/mine")
     assert written == {"/ambit-escape": "EROFS", "/usr/ambit-escape": "EROFS", "/tmp/mine": "written"}
     assert not Path("/ambit-escape").exists() and not Path("/tmp/mine").exists()  # /tmp is the pod's own

@@ -176,9 +176,14 @@ class RuncRuntime:
         root.mkdir(parents=True, exist_ok=True, mode=0o700)
         if (root / cid).exists():
             delete_container(root, cid)
-        (bundle / "rootfs").mkdir(parents=True, exist_ok=True)
+        # The configuration holds the container's environment (values from Secrets too): the runtime's eyes only.
+        self.settings.bundles.mkdir(parents=True, exist_ok=True, mode=0o700)
+        bundle.mkdir(exist_ok=True, mode=0o700)
+        (bundle / "rootfs").mkdir(exist_ok=True)
         tmp = bundle / "config.json.tmp"
-        tmp.write_text(json.dumps(config, indent=1) + "\n")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(json.dumps(config, indent=1) + "\n")
         tmp.replace(bundle / "config.json")
         runc_log = bundle / "runc.log"
         with contextlib.suppress(FileNotFoundError):
