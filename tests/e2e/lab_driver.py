@@ -82,12 +82,14 @@ def netns_names() -> set[str]:
 
 
 def lab_leftovers(prefix: str) -> list[str]:
-    """Anything on the machine named with the lab's prefix: namespaces, root links, root routes on its links."""
+    """Anything on the machine named with the lab's prefix: namespaces, root links, root routes on its links, the
+    containers' cgroups."""
     mine = prefix + "-"
     out: list[str] = []
     for argv in (["ip", "netns", "list"], ["ip", "-br", "link"], ["ip", "route"]):
         text = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
         out += [line for line in text.splitlines() if mine in line]
+    out += [str(path) for path in Path("/sys/fs/cgroup").glob(f"*/ambit-{prefix}")]
     return out
 
 

@@ -13,7 +13,6 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -112,11 +111,11 @@ def test_a_new_pod_reaches_every_node_proxy_and_its_removal_too(lab: Lab) -> Non
     print(f"\npropagation to both node proxies: add (incl. pod start) {added:.2f} s, removal {removed:.2f} s")
 
 
-def test_service_endpoints_follow_pod_readiness(lab: Lab, tmp_path: Path) -> None:
+def test_service_endpoints_follow_pod_readiness(lab: Lab) -> None:
     n2 = lab.topology.node(2).name
-    flag = tmp_path / "ready"
+    flag = "/tmp/ready"  # the container's own /tmp: exec probes run inside the container
     container = http_echo_container(8080)
-    container["readinessProbe"] = {"exec": {"command": ["test", "-f", str(flag)]}, "periodSeconds": 1}
+    container["readinessProbe"] = {"exec": {"command": ["test", "-f", flag]}, "periodSeconds": 1}
     lab.apply(
         pod_manifest("toggle", [container], node=n2, labels={"app": "toggle"}),
         service_manifest("toggle", {"app": "toggle"}, 80, 8080),
@@ -129,14 +128,14 @@ def test_service_endpoints_follow_pod_readiness(lab: Lab, tmp_path: Path) -> Non
         timeout=30,
     )
     assert get(lab, f"http://{vip}/").startswith("error"), "no healthy endpoint: the VIP must not answer"
-    flag.write_text("ready")
+    lab.exec("toggle", NS, "touch", flag)
     wait_until(
         "the ready pod known as Healthy",
         lambda: on_every_proxy(lab, lambda lb, i: workload_status(lb, i, "toggle") == "Healthy"),
         timeout=PROPAGATION_BOUND + 5,
     )
     assert get(lab, f"http://{vip}/") == "ok 200"
-    flag.unlink()
+    lab.exec("toggle", NS, "rm", flag)
     wait_until(
         "the pod Unhealthy again",
         lambda: on_every_proxy(lab, lambda lb, i: workload_status(lb, i, "toggle") == "Unhealthy"),

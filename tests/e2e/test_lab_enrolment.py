@@ -255,8 +255,12 @@ def test_a_new_ambient_pod_is_enrolled_at_cni_add_before_its_process_starts(mesh
     nft, ss = shutil.which("nft"), shutil.which("ss")
     assert nft and ss
     script = f"{nft} list ruleset; echo '--- listening'; {ss} -ltnH; echo '--- end'; exec sleep 3600"
+    caps = {"capabilities": {"add": ["NET_ADMIN"]}}
     lab.apply(
-        pod_manifest("early", [{"name": "main", "image": "none", "command": ["sh", "-c", script]}]),
+        # Listing the pod's rules needs CAP_NET_ADMIN inside the container, as on a real cluster.
+        pod_manifest(
+            "early", [{"name": "main", "image": "none", "command": ["sh", "-c", script], "securityContext": caps}]
+        ),
         namespace=ambient_ns,
     )
 

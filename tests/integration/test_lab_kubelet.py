@@ -24,6 +24,7 @@ from ambit.apiserver.server import ApiServer
 from ambit.cni.errors import TryAgainLaterError
 from ambit.k8s import InformerSettings, KubeClient, KubeNotFoundError, kinds
 from ambit.lab.network.plugins import CniInvocationError
+from ambit.lab.runtime.containers_apply import ProcessRuntime
 from ambit.lab.runtime.kubelet import NodeRuntime, NodeRuntimeSettings
 from ambit.lab.runtime.probes import ProbeResult, ProbeSpec, ProbeTarget, probe_once
 from ambit.lab.runtime.processes import process_start_ticks
@@ -128,7 +129,7 @@ async def start_runtime(
     started: list[NodeRuntime] = []
 
     async def start() -> NodeRuntime:
-        runtime = NodeRuntime(kube, settings, sandboxes, record)
+        runtime = NodeRuntime(kube, settings, sandboxes, record, containers=ProcessRuntime())
         await runtime.start()
         started.append(runtime)
         return runtime
@@ -300,8 +301,10 @@ async def test_a_pod_runs_then_becomes_ready_by_its_tcp_probe(
     assert condition(pod, "ContainersReady")["status"] == "True"
     assert container_state(pod)["ready"] is True
 
-    token = settings.pods_dir / uid / "token"
-    assert stat.S_IMODE(token.stat().st_mode) == 0o600
+    token = settings.pods_dir / uid / "serviceaccount" / "token"
+    assert stat.S_IMODE(token.stat().st_mode) == 0o644  # the projected volume's mode (any user in the pod)
+    assert stat.S_IMODE(token.parent.parent.stat().st_mode) == 0o700  # no one else on the host
+    assert (token.parent / "namespace").read_text() == NS
     review = await kube.token_review(token.read_text())
     assert review["status"]["authenticated"] is True
     assert review["status"]["user"]["username"] == "system:serviceaccount:default:default"
@@ -485,7 +488,7 @@ async def test_deletion_sends_sigterm_then_removes_the_pod(
     assert "got SIGTERM" in log.read_text()
     assert not alive(pid)
     assert uid in sandboxes.destroyed
-    assert not (settings.pods_dir / uid / "token").exists()
+    assert not (settings.pods_dir / uid / "serviceaccount" / "token").exists()
     assert await eventually(lambda: events(kube, "Killing"))
 
 

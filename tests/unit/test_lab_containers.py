@@ -146,13 +146,29 @@ def test_config_errors_wait_with_the_message() -> None:
     assert s.restart_count == 0
 
 
+def test_an_instance_the_runtime_could_not_create_waits_with_its_reason_and_counts_no_restart() -> None:
+    s = state()
+    s.apply(Started(5, T0))
+    s.apply(Exited(1, T0 + 1))
+    s.apply(Started(6, T0 + 2))
+    assert s.restart_count == 1
+    failed = ConfigFailed("runc run failed: unable to start container process: x", "RunContainerError")
+    assert s.apply(failed) is Phase.CONFIG_ERROR
+    status = container_status(s, "img", POD)
+    assert status["state"]["waiting"] == {"reason": "RunContainerError", "message": failed.message}
+    assert status["restartCount"] == 0 and "containerID" not in status
+    assert status["lastState"]["terminated"]["exitCode"] == 1  # the last instance that did run
+    assert s.apply(Started(7, T0 + 3)) is Phase.RUNNING
+    assert s.restart_count == 1
+
+
 @pytest.mark.parametrize(
     ("phase", "event"),
     [
         (Phase.CREATING, Exited(0, T0)),
         (Phase.RUNNING, Started(1, T0)),
-        (Phase.RUNNING, ConfigFailed("x")),
         (Phase.EXITED, Started(1, T0)),
+        (Phase.EXITED, ConfigFailed("x")),
     ],
 )
 def test_events_a_phase_does_not_accept_are_errors(phase: Phase, event: Started | Exited | ConfigFailed) -> None:

@@ -138,9 +138,11 @@ def exec(
     pod: Annotated[str | None, typer.Argument(help="Pod name (or use --node).")] = None,
     namespace: Annotated[str, typer.Option("--namespace", "-n")] = "default",
     node: Annotated[str | None, typer.Option(help="Run in this node's namespace instead of a pod's.")] = None,
+    container: Annotated[str | None, typer.Option("--container", "-c", help="Default: the pod's first.")] = None,
     directory: DirOption = DEFAULT_DIR,
 ) -> None:
-    """Run a command in a pod's (or a node's) network namespace: ambit lab exec POD -- CMD..."""
+    """Run a command in a pod's container (as kubectl exec), or in a node's network namespace: ambit lab exec POD --
+    CMD..."""
     topology = _topology(directory)
     argv = list(ctx.args)
     if node is not None and pod is not None:
@@ -156,11 +158,19 @@ def exec(
             raise typer.BadParameter(f"no node {node!r} in this lab")
         netns = found.netns
     elif pod is not None:
+        from ambit.lab.runtime.oci_spec import container_id
+
         obj = _pod(topology, namespace, pod)
-        netns = topology.pod_netns(obj["metadata"]["uid"])
-        if not Path(f"/run/netns/{netns}").exists():
-            typer.echo(f"ambit lab exec: pod {namespace}/{pod} has no network namespace (yet)", err=True)
+        names = [str(c.get("name")) for c in (obj.get("spec") or {}).get("containers") or ()]
+        name = container or (names[0] if names else "")
+        if name not in names:
+            raise typer.BadParameter(f"pod {namespace}/{pod} has no container {name!r}")
+        cid = container_id(str(obj["metadata"]["uid"]), name)
+        if not (topology.runc_root / cid / "state.json").exists():
+            typer.echo(f"ambit lab exec: container {name} of pod {namespace}/{pod} is not running", err=True)
             raise typer.Exit(1)
+        sys.stdout.flush()
+        os.execvp("runc", ["runc", "--root", str(topology.runc_root), "exec", cid, *argv])
     else:
         raise typer.BadParameter("name a pod or --node")
     from ambit.lab.cluster.node import container_path

@@ -29,6 +29,7 @@ from ambit.errors import AmbitError
 from ambit.lab.cluster.record import Record, sweep
 from ambit.lab.network.bridge import create_network
 from ambit.lab.network.topology import API_PORT, BRIDGE_ADDRESS, SERVICE_CIDR, Topology
+from ambit.lab.runtime.oci_apply import RuncMissingError, find_runc
 
 
 class LabError(AmbitError):
@@ -71,6 +72,10 @@ def _start(
 def lab_up(settings: LabSettings, runner: CommandRunner | None = None) -> Topology:
     runner = runner or SubprocessRunner()
     directory = settings.directory.resolve()
+    try:
+        find_runc()  # before anything is made: the nodes run every container through it
+    except RuncMissingError as exc:
+        raise LabError(str(exc)) from None
     existing = Topology.load(directory)
     if existing is not None:
         raise LabError(f"a lab is already up in {directory} (lab {existing.lab_id}); run `ambit lab down` first")

@@ -1,6 +1,8 @@
 """The lab's long-running processes, as ``ambit lab up`` starts them: one node (runtime, Service rules) and the
 controllers. Each runs until SIGTERM or SIGINT and then closes cleanly; pods keep running when a node runtime
-stops (as containers outlive a kubelet), and ``ambit lab down`` removes them.
+stops (as containers outlive a kubelet), and ``ambit lab down`` removes them. A node runs its containers through
+runc (:mod:`ambit.lab.runtime.oci_apply`), with the lab's directory, the checkout's git metadata and the machine's
+own secrets masked (:func:`runc_settings`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from ambit.lab.cluster.record import Record
 from ambit.lab.network.services_apply import ServiceProxy
 from ambit.lab.network.topology import SERVICE_CIDR, Topology
 from ambit.lab.runtime.kubelet import NodeRuntime, NodeRuntimeSettings
+from ambit.lab.runtime.oci_apply import RuncRuntime, RuncSettings
 from ambit.lab.runtime.sandbox import PodSandboxes
 
 log = logging.getLogger("ambit.lab")
@@ -28,6 +31,47 @@ _SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 def container_path() -> str:
     """Pods' PATH: this project's interpreter first (``python3 -m ambit.lab.apps`` works), then the system's."""
     return f"{Path(sys.executable).parent}:{_SYSTEM_PATH}"
+
+
+HOST_SECRETS = ("/etc/shadow", "/etc/gshadow", "/etc/ssh")
+"""The machine's own secrets, hidden from containers besides the lab's (a container may run as root)."""
+
+
+def checkout_state() -> list[Path]:
+    """This checkout's git metadata (a worktree's ``.git`` file and the repository it points to), when running
+    from a checkout."""
+    root = Path(__file__).resolve().parents[4]
+    git = root / ".git"
+    if not (root / "pyproject.toml").is_file() or not git.exists():
+        return []
+    found = [git]
+    if git.is_file():
+        text = git.read_text(errors="replace").strip()
+        if text.startswith("gitdir:"):
+            gitdir = (root / text.removeprefix("gitdir:").strip()).resolve()
+            found.append(gitdir.parent.parent if gitdir.parent.name == "worktrees" else gitdir)
+    return found
+
+
+def interpreter_dirs() -> list[Path]:
+    """Where this Python lives (the pods run it: ``python3 -m ambit.lab.apps``)."""
+    dirs = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(), Path(sys.executable).resolve().parent.parent}
+    return sorted(dirs)
+
+
+def runc_settings(topology: Topology) -> RuncSettings:
+    """Rule 3 of :mod:`ambit.lab.runtime.oci_spec` for this lab: what containers must not see, and what of it they
+    need after all (the interpreter, when it is installed under ``/root``)."""
+    masked = [topology.path.resolve(), Path("/root"), Path("/run/netns"), *checkout_state()]
+    masked += [Path(p) for p in HOST_SECRETS if Path(p).exists()]
+    revealed = [d for d in interpreter_dirs() if any(d == m or m in d.parents for m in masked)]
+    return RuncSettings(
+        root=topology.runc_root,
+        bundles=topology.container_bundles,
+        cgroup_parent=topology.cgroup_parent,
+        masked=tuple(str(p) for p in masked),
+        revealed=tuple(str(p) for p in revealed),
+    )
 
 
 async def _until_signalled() -> None:
@@ -52,7 +96,8 @@ async def run_node(topology: Topology, node_name: str) -> None:
     record = Record(topology.record_file)
     settings = NodeRuntimeSettings.for_lab(topology, node_name, container_path=container_path())
     async with KubeClient.from_kubeconfig(topology.kubeconfig) as client:
-        runtime = NodeRuntime(client, settings, PodSandboxes(topology, node_name, record, runner), record)
+        sandboxes = PodSandboxes(topology, node_name, record, runner)
+        runtime = NodeRuntime(client, settings, sandboxes, record, containers=RuncRuntime(runc_settings(topology)))
         # The runtime runs inside the node's namespace: nft applies to it directly (netns "").
         proxy = ServiceProxy(
             client,

@@ -10,6 +10,9 @@ root-namespace links are found by listing the machine and keeping the names that
 by their device; recorded processes are signalled only while their start time still matches (pid reuse); files
 only inside the lab directory or with the prefix in their name.
 
+Containers are deleted through runc first (``runc delete --force`` of every container under the lab's runc root,
+which also kills their processes), then runc's state and the lab's cgroup parent (``/ambit-<prefix>``) go.
+
 Rule 3: the sweep is idempotent and tolerant: whatever is already gone is skipped, a second sweep removes nothing.
 Anything of the lab that is still there after the sweep is reported by :class:`SweepIncompleteError`.
 
@@ -42,6 +45,7 @@ from typing import Any
 from ambit.commands import CommandResult, CommandRunner
 from ambit.errors import AmbitError
 from ambit.lab.network.topology import Topology
+from ambit.lab.runtime.oci_apply import remove_lab_containers
 
 KINDS: Mapping[str, tuple[str, ...]] = {
     "netns": ("name",),
@@ -153,6 +157,7 @@ class _Sweep:
 
     def run(self) -> list[str]:
         namespaces = self._namespaces()
+        self._containers()
         self._processes(namespaces)
         self._nft_tables(namespaces)
         self._routes()
@@ -220,6 +225,12 @@ class _Sweep:
             if self._same(pid, start):
                 self.runner.kill(pid, signal.SIGKILL)
             self.removed.append(f"process {pid} ({what})" if what else f"process {pid}")
+
+    def _containers(self) -> None:
+        """Every runc container of the lab (``runc delete --force``), runc's state and the lab's cgroups."""
+        removed, left = remove_lab_containers(self.topology.runc_root, self.topology.cgroup_parent)
+        self.removed += removed
+        self.left += left
 
     def _same(self, pid: int, start: int) -> bool:
         return self.runner.process_start_time(pid) == start

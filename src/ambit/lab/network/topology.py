@@ -26,7 +26,10 @@ Files under the lab directory::
     nodes/<node>/cni/bin/    the node's CNI plugin directory (links to the standard plugins)
     nodes/<node>/ipam/       host-local's data directory
     nodes/<node>/runtime.log the node runtime's log
-    pods/<uid>/token         the pod's service-account token (path in its env as AMBIT_TOKEN_FILE)
+    pods/<uid>/serviceaccount/  token, ca.crt, namespace: bound read-only into the pod's containers at
+                             /var/run/secrets/kubernetes.io/serviceaccount (AMBIT_TOKEN_FILE names the token)
+    runc/                    runc's state (``--root``) for the lab's containers
+    containers/<id>/         each container's OCI bundle (config.json, an empty rootfs, runc.log)
     pods/<uid>/<container>.log
     logs/                    the API server's and the controllers' logs
     mesh/workloads.yaml      with the mesh: workloads and services for the node proxies (the controllers write it)
@@ -138,6 +141,20 @@ class Topology:
 
     def pod_dir(self, pod_uid: str) -> Path:
         return self.path / "pods" / pod_uid
+
+    @property
+    def runc_root(self) -> Path:
+        """runc's state directory (``runc --root``) for the lab's containers."""
+        return self.path / "runc"
+
+    @property
+    def container_bundles(self) -> Path:
+        return self.path / "containers"
+
+    @property
+    def cgroup_parent(self) -> str:
+        """Every container's cgroup is ``<this>/<container id>``, in every controller."""
+        return f"/ambit-{self.prefix}"
 
     @property
     def mesh_config_file(self) -> Path:

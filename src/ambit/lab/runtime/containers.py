@@ -5,7 +5,9 @@
 and what the container status shows in each::
 
     CREATING      waiting: ContainerCreating            never started yet
-    CONFIG_ERROR  waiting: CreateContainerConfigError   cannot be started as specified (no command, missing key)
+    CONFIG_ERROR  waiting: CreateContainerConfigError   cannot be started as specified (no command, missing key),
+                  or CreateContainerError /           or the container runtime could not create or start it
+                  RunContainerError
     RUNNING       running
     BACKING_OFF   waiting: CrashLoopBackOff             exited; starts again at ``restart_at``
     EXITED        terminated                            exited, and will not run again
@@ -24,6 +26,9 @@ Rule 6. An exit whose code cannot be known (an adopted process) is reported as t
         lost: exit code 137, reason ``ContainerStatusUnknown``.
 Rule 7. ``StopRequested`` out of BACKING_OFF ends in EXITED at once (there is no process); out of RUNNING it marks
         the container stopping, and the ``Exited`` that follows the signal ends in EXITED.
+Rule 8. ``ConfigFailed`` out of RUNNING is an instance the container runtime could not create or start (its
+        process never ran): the container waits in CONFIG_ERROR with the runtime's reason and message; nothing is
+        counted as a restart and no termination is recorded.
 """
 
 from __future__ import annotations
@@ -75,6 +80,7 @@ class Started:
 @dataclass(frozen=True, slots=True)
 class ConfigFailed:
     message: str
+    reason: str = "CreateContainerConfigError"
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +105,7 @@ _TRANSITIONS: dict[tuple[Phase, type[ContainerEvent]], tuple[Phase, ...]] = {
     **{(p, Started): (Phase.RUNNING,) for p in _WAITING},
     **{(p, ConfigFailed): (Phase.CONFIG_ERROR,) for p in _WAITING},
     (Phase.RUNNING, Exited): (Phase.BACKING_OFF, Phase.EXITED),
+    (Phase.RUNNING, ConfigFailed): (Phase.CONFIG_ERROR,),
 }
 
 
@@ -128,6 +135,8 @@ class ContainerState:
     ready: bool = False
     message: str = ""
     """Why the container waits (CONFIG_ERROR)."""
+    reason: str = "CreateContainerConfigError"
+    """The waiting reason in CONFIG_ERROR."""
     restart_at: float = 0.0
     backoff_delay: float = 0.0
     last_termination: dict[str, Any] | None = None
@@ -148,7 +157,11 @@ class ContainerState:
             self.phase, self.pid, self.started_at = Phase.RUNNING, event.pid, event.at
             self.ready, self.message = False, ""
         elif isinstance(event, ConfigFailed):
-            self.phase, self.message = Phase.CONFIG_ERROR, event.message
+            if self.phase is Phase.RUNNING:  # rule 8: the instance never ran, its Started counts for nothing
+                self.pid, self.started_at, self.ready = None, None, False
+                if self.last_termination is not None:
+                    self.restart_count -= 1
+            self.phase, self.message, self.reason = Phase.CONFIG_ERROR, event.message, event.reason
         else:
             self._exited(event)
         assert self.phase in allowed
@@ -218,7 +231,7 @@ def container_status(state: ContainerState, image: str, pod_ref: str) -> dict[st
     if state.phase is Phase.CREATING:
         current = {"waiting": {"reason": "ContainerCreating"}}
     elif state.phase is Phase.CONFIG_ERROR:
-        current = {"waiting": {"reason": "CreateContainerConfigError", "message": state.message}}
+        current = {"waiting": {"reason": state.reason, "message": state.message}}
     elif state.phase is Phase.RUNNING:
         current = {"running": {"startedAt": rfc3339(state.started_at or 0.0)}}
     elif state.phase is Phase.BACKING_OFF:

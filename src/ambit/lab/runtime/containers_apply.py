@@ -2,12 +2,14 @@
 
 :class:`ContainerSupervisor` is the asyncio shell of one container's state machine
 (:class:`ambit.lab.runtime.containers.ContainerState`, whose rules are in :mod:`ambit.lab.runtime.containers`): it asks
-its pod for a :class:`LaunchSpec` (command, environment, probe target), spawns the process
-(:mod:`ambit.lab.runtime.processes`), waits for it while probing it, restarts it after the back-off its state computes,
-and stops it (SIGTERM to the process group, SIGKILL after the grace period). A container that cannot be started as
-specified raises :class:`ContainerConfigError` from its pod's ``prepare``; it waits in CONFIG_ERROR and is tried
-again after ``config_retry`` seconds when ``retry`` says a later attempt may succeed. A process that cannot be
-executed is a start error (exit code 128, reason ``StartError``), as container runtimes report it.
+its pod for a :class:`LaunchSpec` (command, environment, probe target, OCI configuration), starts an instance through
+its :class:`ContainerRuntime` (runc, :mod:`ambit.lab.runtime.oci_apply`; or a plain process, :class:`ProcessRuntime`,
+for tests in the test's own namespace), waits for it while probing it, restarts it after the back-off its state
+computes, and stops it (SIGTERM, SIGKILL after the grace period). A container that cannot be started as specified
+raises :class:`ContainerConfigError` from its pod's ``prepare``; it waits in CONFIG_ERROR and is tried again after
+``config_retry`` seconds when ``retry`` says a later attempt may succeed. An instance the runtime could not create or
+start waits as ``CreateContainerError`` or ``RunContainerError`` and is tried again after ``config_retry``. A process
+that cannot be executed is a start error (exit code 128, reason ``StartError``), as container runtimes report it.
 """
 
 from __future__ import annotations
@@ -16,15 +18,19 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ambit.errors import AmbitError
 from ambit.lab.runtime.containers import ConfigFailed, ContainerState, Exited, Phase, Started, StopRequested
+from ambit.lab.runtime.oci_spec import BundlePaths
 from ambit.lab.runtime.probes import ProbeConfigError, ProbeSpec, ProbeTarget, ProbeTracker, ProbeWorker
 from ambit.lab.runtime.processes import KILL_WAIT, ProcessHandle, signal_group, spawn, wait_exit
+
+if TYPE_CHECKING:
+    from ambit.lab.runtime.oci_apply import ContainerRuntimeError
 
 log = logging.getLogger("ambit.lab.runtime.containers_apply")
 
@@ -52,6 +58,72 @@ class LaunchSpec:
     target: ProbeTarget
     grace: float
     """Seconds between SIGTERM and SIGKILL when a failed liveness probe restarts it."""
+    container_id: str = ""
+    config: Mapping[str, Any] | None = None
+    """The OCI runtime configuration (for a sandboxing runtime)."""
+
+
+class ContainerRuntime(Protocol):
+    """Starts, signals and cleans up container instances (:class:`ambit.lab.runtime.oci_apply.RuncRuntime`)."""
+
+    @property
+    def sandboxed(self) -> bool:
+        """Containers get their own root, mounts and identity (the pod's files are seen at their in-pod paths)."""
+        ...
+
+    def spawn(self, launch: LaunchSpec) -> ProcessHandle:
+        """Start an instance; OSError when its command cannot be found or executed."""
+        ...
+
+    async def signal(self, handle: ProcessHandle, container_id: str, sig: int) -> None: ...
+
+    async def finished(self, container_id: str) -> ContainerRuntimeError | None:
+        """Clean up after an instance ended; the runtime's own error when that is why it ended."""
+        ...
+
+    async def remove_pod(self, pod_uid: str) -> None:
+        """Remove every container of the pod the runtime still has."""
+        ...
+
+    def members(self, container_id: str, handle: ProcessHandle) -> set[int]:
+        """Pids that belong to the running container."""
+        ...
+
+    def exec_prefix(self, container_id: str) -> tuple[str, ...]:
+        """The argv prefix running a command inside the container; empty: the pod's network namespace only."""
+        ...
+
+    def bundle_paths(self, container_id: str, netns_path: str, service_account_dir: Path) -> BundlePaths:
+        """What the OCI configuration needs to know of this machine (:mod:`ambit.lab.runtime.oci_spec`)."""
+        ...
+
+
+class ProcessRuntime:
+    """No sandbox: each container is a plain process (:mod:`ambit.lab.runtime.processes`) in the runtime's own
+    filesystem as root. Only for tests that run pods in their own namespace; the lab uses runc."""
+
+    sandboxed = False
+
+    def spawn(self, launch: LaunchSpec) -> ProcessHandle:
+        return spawn(launch.argv, launch.env, launch.log_path)
+
+    async def signal(self, handle: ProcessHandle, container_id: str, sig: int) -> None:
+        signal_group(handle.pid, sig)
+
+    async def finished(self, container_id: str) -> ContainerRuntimeError | None:
+        return None
+
+    async def remove_pod(self, pod_uid: str) -> None:
+        return None
+
+    def members(self, container_id: str, handle: ProcessHandle) -> set[int]:
+        return {handle.pid}
+
+    def exec_prefix(self, container_id: str) -> tuple[str, ...]:
+        return ()
+
+    def bundle_paths(self, container_id: str, netns_path: str, service_account_dir: Path) -> BundlePaths:
+        return BundlePaths(container_id, netns_path, str(service_account_dir), "")
 
 
 class ContainerHooks(Protocol):
@@ -82,7 +154,8 @@ class ContainerSupervisor:
         config_retry: float,
         clock: Callable[[], float],
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        spawner: Callable[[Sequence[str], Mapping[str, str], Path], ProcessHandle] = spawn,
+        runtime: ContainerRuntime,
+        container_id: str = "",
     ) -> None:
         self.spec = spec
         self.state = state
@@ -90,7 +163,8 @@ class ContainerSupervisor:
         self._config_retry = config_retry
         self._clock = clock
         self._sleep = sleep
-        self._spawn = spawner
+        self._runtime = runtime
+        self.container_id = container_id
         self._handle: ProcessHandle | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -127,10 +201,10 @@ class ContainerSupervisor:
                 await task
 
     async def _terminate(self, handle: ProcessHandle, task: asyncio.Future[Any], grace: float) -> None:
-        signal_group(handle.pid, signal.SIGTERM)
+        await self._runtime.signal(handle, self.container_id, signal.SIGTERM)
         done, _ = await asyncio.wait({task}, timeout=grace)
         if not done:
-            signal_group(handle.pid, signal.SIGKILL)
+            await self._runtime.signal(handle, self.container_id, signal.SIGKILL)
             done, _ = await asyncio.wait({task}, timeout=KILL_WAIT)
             if not done:
                 log.error("container %s: pid %d survived SIGKILL for %.0fs", self.name, handle.pid, KILL_WAIT)
@@ -169,7 +243,14 @@ class ContainerSupervisor:
                     continue
             code = await self._supervise(handle, launch, probes)
             handle = self._handle = None
-            self._exited(code, "")
+            failure = await self._runtime.finished(self.container_id)
+            if failure is not None and not self.state.stopping:
+                self.state.apply(ConfigFailed(str(failure), failure.reason))
+                self.hooks.event("Warning", "Failed", f"Error: {failure}")
+                self.hooks.changed()
+                await self._sleep(self._config_retry)
+                continue
+            self._exited(code, str(failure or ""))
 
     def _probe_specs(self) -> dict[str, ProbeSpec]:
         probes = {}
@@ -185,7 +266,7 @@ class ContainerSupervisor:
     async def _start_instance(self, launch: LaunchSpec) -> ProcessHandle | None:
         now = self._clock()
         try:
-            handle = self._spawn(launch.argv, launch.env, launch.log_path)
+            handle = self._runtime.spawn(launch)
         except OSError as exc:
             # The container's command (also the one behind ``ip netns exec``) is looked up before spawning: a
             # missing one is a start error, exit code 128, as container runtimes report it.
@@ -237,11 +318,11 @@ class ContainerSupervisor:
         try:
             done, _ = await asyncio.wait({exit_task, kill_task}, return_when=asyncio.FIRST_COMPLETED)
             if exit_task not in done:
-                signal_group(handle.pid, signal.SIGTERM)
+                await self._runtime.signal(handle, self.container_id, signal.SIGTERM)
                 grace = launch.grace if launch is not None else 0.0
                 done, _ = await asyncio.wait({exit_task}, timeout=grace)
                 if not done:
-                    signal_group(handle.pid, signal.SIGKILL)
+                    await self._runtime.signal(handle, self.container_id, signal.SIGKILL)
             return await exit_task
         finally:
             for task in (*tasks, kill_task, exit_task):

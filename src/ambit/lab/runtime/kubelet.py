@@ -6,8 +6,9 @@ with a heartbeat; :mod:`ambit.lab.runtime.node_status`) and a Lease in ``kube-no
 the node (``spec.nodeName=<node>``); each pod, by uid, gets one :class:`~ambit.lab.runtime.pod_worker.PodWorker`, the
 only writer of that pod's status and of its files under ``<pods_dir>/<uid>/`` (its rules are in
 :mod:`ambit.lab.runtime.pod_worker`). A pod whose worker deleted it gets no new worker from late updates. Pods are
-network namespaces made by the :class:`SandboxManager` (CNI ADD/DEL); containers are processes
-(:mod:`ambit.lab.runtime.containers_apply`); readiness and liveness are probed from the node's namespace
+network namespaces made by the :class:`SandboxManager` (CNI ADD/DEL); containers run through a
+:class:`~ambit.lab.runtime.containers_apply.ContainerRuntime` (runc in the lab, :mod:`ambit.lab.runtime.oci_apply`);
+readiness and liveness are probed from the node's namespace, exec probes inside the container
 (:mod:`ambit.lab.runtime.probes`). After the informer's first list, the runtime cleans up the files, processes and
 sandboxes of pods of this node that the API no longer has (deleted while it was not running; rule 6).
 Closing the runtime leaves pods' containers running, as a kubelet's containers outlive it, unless asked to stop
@@ -22,7 +23,7 @@ import dataclasses
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -32,12 +33,12 @@ from ambit.k8s.errors import KubeAlreadyExistsError, KubeClientError, KubeNotFou
 from ambit.k8s.events import micro_time
 from ambit.lab.network.topology import API_PORT, BRIDGE_ADDRESS, Topology
 from ambit.lab.runtime.containers import parse_rfc3339
-from ambit.lab.runtime.containers_apply import EventType
+from ambit.lab.runtime.containers_apply import ContainerRuntime, EventType
 from ambit.lab.runtime.node_status import HostInfo, node_manifest, node_status
 from ambit.lab.runtime.pod_record import STATE_FILE, PodRecord
 from ambit.lab.runtime.pod_status import sandbox_error_message
-from ambit.lab.runtime.pod_worker import PodWorker
-from ambit.lab.runtime.processes import ProcessHandle, find_process, spawn, stop_process
+from ambit.lab.runtime.pod_worker import PodWorker, forget_pod_files
+from ambit.lab.runtime.processes import ProcessHandle, find_process, stop_process
 
 log = logging.getLogger("ambit.lab.runtime.kubelet")
 
@@ -139,7 +140,7 @@ class NodeRuntime:
         events: EventRecorder | None = None,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        spawner: Callable[[Sequence[str], Mapping[str, str], Path], ProcessHandle] = spawn,
+        containers: ContainerRuntime,
         host: HostInfo | None = None,
     ) -> None:
         self.client = client
@@ -148,7 +149,7 @@ class NodeRuntime:
         self.record = record
         self.clock = clock
         self.sleep = sleep
-        self.spawner = spawner
+        self.containers = containers
         self.host = host or HostInfo.read()
         self._own_events = events is None
         self.events = events or EventRecorder(
@@ -269,14 +270,13 @@ class NodeRuntime:
                 handle = find_process(pid, ticks)
                 if handle is not None:
                     await stop_process(handle, self.settings.minimum_grace_seconds)
+            await self.containers.remove_pod(saved.uid)
             try:  # also without a saved sandbox: a crash during CNI ADD leaves no record of one
                 await self.sandboxes.destroy(saved.uid)
             except Exception as exc:
                 log.warning("pod %s: destroying its sandbox failed: %s", saved.uid, sandbox_error_message(exc))
                 continue
-            for name in (STATE_FILE, "token"):
-                with contextlib.suppress(OSError):
-                    (entry / name).unlink()
+            forget_pod_files(entry)
 
     # -- the node -----------------------------------------------------------------------------------------------
     def _node_ref(self) -> dict[str, Any]:

@@ -41,7 +41,7 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -57,12 +57,27 @@ from ambit.lab.runtime.containers import (
     pod_phase,
     rfc3339,
 )
-from ambit.lab.runtime.containers_apply import ContainerConfigError, ContainerSupervisor, EventType, LaunchSpec
+from ambit.lab.runtime.containers_apply import (
+    ContainerConfigError,
+    ContainerRuntime,
+    ContainerSupervisor,
+    EventType,
+    LaunchSpec,
+)
+from ambit.lab.runtime.oci_spec import (
+    SERVICE_ACCOUNT_DIR,
+    ProcessSpec,
+    SecurityContextError,
+    container_config,
+    container_id,
+)
 from ambit.lab.runtime.pod_env import config_refs, container_env, expand, fetch_configs
 from ambit.lab.runtime.pod_record import STATE_FILE, PodRecord, SavedSandbox
 from ambit.lab.runtime.pod_status import MANAGED_STATUS, PodView, pod_status, sandbox_error_message, status_patch
 from ambit.lab.runtime.probes import ProbeTarget
 from ambit.lab.runtime.processes import ProcessHandle, container_argv, find_process, pids_in_netns, reap, stop_process
+
+ROOT_CA_CONFIG_MAP = "kube-root-ca.crt"
 
 if TYPE_CHECKING:
     from ambit.k8s import KubeClient
@@ -85,7 +100,7 @@ class PodHost(Protocol):
     @property
     def sleep(self) -> Callable[[float], Awaitable[None]]: ...
     @property
-    def spawner(self) -> Callable[[Sequence[str], Mapping[str, str], Path], ProcessHandle]: ...
+    def containers(self) -> ContainerRuntime: ...
 
     def event(self, regarding: Mapping[str, Any], type: EventType, reason: str, note: str) -> None:
         """Record a Kubernetes Event about ``regarding``."""
@@ -160,7 +175,8 @@ class PodWorker:
                     config_retry=s.config_retry,
                     clock=runtime.clock,
                     sleep=runtime.sleep,
-                    spawner=runtime.spawner,
+                    runtime=runtime.containers,
+                    container_id=container_id(self.uid, state.name),
                 )
             )
         self.update(pod)
@@ -175,8 +191,13 @@ class PodWorker:
         return self.directory / STATE_FILE
 
     @property
+    def service_account_dir(self) -> Path:
+        """``token``, ``ca.crt`` and ``namespace``: bound at ``/var/run/secrets/kubernetes.io/serviceaccount``."""
+        return self.directory / "serviceaccount"
+
+    @property
     def token_path(self) -> Path:
-        return self.directory / "token"
+        return self.service_account_dir / "token"
 
     # -- from the informer ----------------------------------------------------------------------------------------
     def update(self, pod: dict[str, Any]) -> None:
@@ -307,7 +328,10 @@ class PodWorker:
             if sup.name not in adopted:
                 self.record.processes.pop(sup.name, None)
         if self.sandbox is not None and self.sandbox.netns_path:
-            known = {handle.pid for handle in adopted.values()}
+            known: set[int] = set()
+            for sup in self.supervisors:
+                if sup.name in adopted:
+                    known |= self.runtime.containers.members(sup.container_id, adopted[sup.name])
             for pid in pids_in_netns(self.sandbox.netns_path):
                 if pid not in known:
                     log.warning("pod %s/%s: killing stray pid %d in its namespace", self.namespace, self.name, pid)
@@ -349,6 +373,7 @@ class PodWorker:
             handle = find_process(pid, ticks)
             if handle is not None:
                 await stop_process(handle, grace)
+        await self.runtime.containers.remove_pod(self.uid)
 
     async def _delete_from_api(self) -> None:
         s = self.runtime.settings
@@ -365,9 +390,7 @@ class PodWorker:
                 delay = min(delay * 2, s.sandbox_backoff_max)
 
     def _forget(self) -> None:
-        for path in (self.state_path, self.token_path):
-            with contextlib.suppress(OSError):
-                path.unlink()
+        forget_pod_files(self.directory)
 
     def _save(self) -> None:
         try:
@@ -452,15 +475,27 @@ class PodWorker:
         expires = parse_rfc3339(status.get("expirationTimestamp"))
         now = self.runtime.clock()
         lifetime = expires - now if expires is not None and expires > now else float(s.token_expiration_seconds)
+        ca = await self._root_ca()
         self.directory.mkdir(parents=True, exist_ok=True)
-        tmp = self.token_path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write(str(status["token"]))
-        os.chmod(tmp, 0o600)
-        tmp.replace(self.token_path)
+        os.chmod(self.directory, 0o700)  # the host side: only the runtime reads a pod's files
+        self.service_account_dir.mkdir(mode=0o755, exist_ok=True)
+        # 0644, as the kubelet's projected volume: the container may run as any user; only this pod sees them.
+        files = {"token": str(status["token"]), "namespace": self.namespace}
+        if ca is not None:
+            files["ca.crt"] = ca
+        for name, text in files.items():
+            _write_file(self.service_account_dir / name, text, 0o644)
         self._token_written = True
         return lifetime
+
+    async def _root_ca(self) -> str | None:
+        """The cluster's CA bundle, from the ``kube-root-ca.crt`` ConfigMap of the pod's namespace."""
+        try:
+            cm = await self.runtime.client.get(kinds.CONFIG_MAPS, ROOT_CA_CONFIG_MAP, self.namespace)
+        except KubeNotFoundError:
+            return None
+        value = (cm.get("data") or {}).get("ca.crt")
+        return value if isinstance(value, str) else None
 
     async def _refresh_tokens(self, lifetime: float) -> None:
         while True:
@@ -536,16 +571,30 @@ class PodWorker:
         s = self.runtime.settings
         configs = await fetch_configs(self.runtime.client, self.namespace, config_refs(container))
         env = container_env(self.pod, container, self._base_env(), configs, self.pod_ips, s.node_ip)
-        argv = container_argv(
-            self.sandbox.netns if self.sandbox is not None else "",
-            [expand(str(part), env) for part in command],
-            [expand(str(part), env) for part in container.get("args") or ()],
-            str(container.get("workingDir") or ""),
-        )
-        self.directory.mkdir(parents=True, exist_ok=True)
+        command_line = [expand(str(part), env) for part in command]
+        args = [expand(str(part), env) for part in container.get("args") or ()]
+        working_dir = str(container.get("workingDir") or "")
         netns = self.sandbox.netns if self.sandbox is not None else ""
-        target = ProbeTarget(self.pod_ips[0] if self.pod_ips else "", netns, env)
-        return LaunchSpec(tuple(argv), env, self.directory / f"{name}.log", target, self._grace())
+        self.directory.mkdir(parents=True, exist_ok=True)
+        log_path = self.directory / f"{name}.log"
+        containers = self.runtime.containers
+        cid = container_id(self.uid, name)
+        if not containers.sandboxed:
+            argv = container_argv(netns, command_line, args, working_dir)
+            target = ProbeTarget(self.pod_ips[0] if self.pod_ips else "", netns, env)
+            return LaunchSpec(tuple(argv), env, log_path, target, self._grace(), cid)
+        netns_path = self.sandbox.netns_path if self.sandbox is not None else ""
+        try:
+            config = container_config(
+                self.pod,
+                container,
+                ProcessSpec((*command_line, *args), env, working_dir),
+                containers.bundle_paths(cid, netns_path, self.service_account_dir),
+            )
+        except SecurityContextError as exc:
+            raise ContainerConfigError(str(exc), retry=False) from None
+        target = ProbeTarget(self.pod_ips[0] if self.pod_ips else "", "", env, containers.exec_prefix(cid))
+        return LaunchSpec((*command_line, *args), env, log_path, target, self._grace(), cid, config)
 
     def _base_env(self) -> dict[str, str]:
         s = self.runtime.settings
@@ -564,5 +613,29 @@ class PodWorker:
             "SERVICE_ACCOUNT": account,
         }
         if self._token_written:
-            env["AMBIT_TOKEN_FILE"] = str(self.token_path)
+            sandboxed = self.runtime.containers.sandboxed
+            env["AMBIT_TOKEN_FILE"] = f"{SERVICE_ACCOUNT_DIR}/token" if sandboxed else str(self.token_path)
         return env
+
+
+def _write_file(path: Path, text: str, mode: int) -> None:
+    """Replace ``path`` atomically (a reader sees the old or the new content, never a part)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+    os.chmod(tmp, mode)
+    tmp.replace(path)
+
+
+def forget_pod_files(directory: Path) -> None:
+    """Remove a pod's record and service-account files (its logs stay)."""
+    paths = [directory / STATE_FILE, directory / "token"]
+    sa_dir = directory / "serviceaccount"
+    if sa_dir.is_dir():
+        paths += list(sa_dir.iterdir())
+    for path in paths:
+        with contextlib.suppress(OSError):
+            path.unlink()
+    with contextlib.suppress(OSError):
+        sa_dir.rmdir()

@@ -169,6 +169,8 @@ class ProbeTarget:
     """The pod's network namespace name for exec probes; empty runs them in the runtime's own namespace."""
     env: Mapping[str, str]
     """The container's environment, for exec probes."""
+    exec_prefix: tuple[str, ...] = ()
+    """Runs an exec probe's command inside the container (``runc exec <id>``); empty: in ``netns`` as the runtime."""
 
 
 async def probe_once(spec: ProbeSpec, target: ProbeTarget) -> tuple[ProbeResult, str]:
@@ -237,7 +239,9 @@ async def _http(spec: ProbeSpec, host: str) -> tuple[ProbeResult, str]:
 
 async def _exec(spec: ProbeSpec, target: ProbeTarget) -> tuple[ProbeResult, str]:
     argv: Sequence[str] = spec.command
-    if target.netns:
+    if target.exec_prefix:
+        argv = [*target.exec_prefix, *spec.command]
+    elif target.netns:
         argv = ["ip", "netns", "exec", target.netns, *spec.command]
     try:
         proc = await asyncio.create_subprocess_exec(

@@ -1,0 +1,408 @@
+"""The OCI runtime configuration (runc's ``config.json``) of one lab container, computed from its pod (pure).
+
+There are no images: a container's root is this machine's ``/``, seen read-only, with the lab's secrets hidden. The
+shell (:mod:`ambit.lab.runtime.oci_apply`) writes what :func:`container_config` returns into the container's bundle
+and runs ``runc run`` on it.
+
+Rule 1. Namespaces: the pod's network namespace joined by path (none named: the runtime's own, for
+        ``hostNetwork``), and a mount, PID, IPC and UTS namespace of the container's own; the hostname is the
+        pod's name.
+Rule 2. Root: the bundle's empty ``rootfs`` directory with the host's ``/`` bind-mounted on it recursively
+        read-only (``rbind`` + ``rro``); ``root.readonly`` is always true, so ``readOnlyRootFilesystem`` changes
+        nothing: every container already has a read-only root. Then runc's usual ``/proc``, ``/dev``,
+        ``/dev/pts``, ``/dev/shm`` (writable), ``/dev/mqueue`` and ``/sys`` (read-only; the runtime's own, bound,
+        when the pod shares the runtime's network namespace, as a new sysfs needs its own), a private writable
+        ``/tmp`` and ``/run`` (tmpfs; ``/var/run`` is a link to ``/run``), and ``/root`` as an empty tmpfs.
+Rule 3. Masks: each of ``paths.masked`` (the lab's directory with the API server's data, every pod's token, the
+        lab CA and node proxy credentials; the checkout's git metadata; ...) is covered by an empty read-only
+        tmpfs (a directory) or ``/dev/null`` (a file). Masks under ``/tmp``, ``/run`` or ``/root`` are already
+        hidden and are left out. ``paths.revealed`` (the interpreter's installation when it lives under
+        ``/root``) are bound back read-only after the masks.
+Rule 4. Service account: unless the pod's ``automountServiceAccountToken`` is false, the pod's
+        ``serviceaccount`` directory (``token``, ``ca.crt``, ``namespace``) is bound read-only at
+        ``/var/run/secrets/kubernetes.io/serviceaccount``. It is a directory, not the files, so a refreshed token
+        (written by rename) is seen at once.
+Rule 5. Identity: ``runAsUser``/``runAsGroup``/``runAsNonRoot`` come from the container's ``securityContext``,
+        else the pod's; without an image the user is 0 and the group 0. ``runAsNonRoot`` with user 0 is a
+        :class:`SecurityContextError` with the kubelet's messages. ``supplementalGroups`` and ``fsGroup`` of
+        the pod are additional groups.
+Rule 6. Capabilities: containerd's default set (:data:`DEFAULT_CAPABILITIES`), minus ``drop`` (``ALL`` drops
+        every one), plus ``add`` (``ALL`` adds every one); bounding, effective and permitted are that set,
+        inheritable and ambient are empty (a non-root user keeps none after exec, as under containerd). An
+        unknown capability is a :class:`SecurityContextError`.
+Rule 7. ``privileged``: every capability, no masked or read-only paths of runc's defaults, ``/sys`` writable.
+        The lab's own masks (rule 3) stay, but a privileged container may unmount them: privileged is host root.
+        ``noNewPrivileges`` is set exactly when ``allowPrivilegeEscalation`` is false (and not privileged).
+Rule 8. Limits: ``resources.limits.memory`` is the memory limit (bytes), ``limits.cpu`` a CFS quota over a
+        100 ms period, ``requests.cpu`` the CPU shares (kubelet's ``milli * 1024 / 1000``, at least 2), and every
+        container gets ``paths.pids_limit``. The cgroup is ``<paths.cgroup_parent>/<container id>``; resources
+        of ``paths.unavailable`` controllers are left out (the shell logs which). A malformed quantity is a
+        :class:`SecurityContextError` (kube's validation would have refused it).
+Rule 9. The process: ``argv``, ``env`` and ``cwd`` as given (``workingDir``, else ``/``); no terminal.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal, DecimalException
+from typing import Any
+
+from ambit.errors import AmbitError
+
+OCI_VERSION = "1.0.2"
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+CPU_PERIOD = 100_000
+"""Microseconds per CFS period (the kubelet's)."""
+PRIVATE_DIRS = ("/tmp", "/run", "/root")
+"""Replaced by tmpfs in every container (rule 2): masks under them are redundant."""
+
+DEFAULT_CAPABILITIES = (
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_FSETID",
+    "CAP_FOWNER",
+    "CAP_MKNOD",
+    "CAP_NET_RAW",
+    "CAP_SETGID",
+    "CAP_SETUID",
+    "CAP_SETFCAP",
+    "CAP_SETPCAP",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_SYS_CHROOT",
+    "CAP_KILL",
+    "CAP_AUDIT_WRITE",
+)
+"""containerd's default capabilities, in its order."""
+
+ALL_CAPABILITIES = (
+    *DEFAULT_CAPABILITIES,
+    "CAP_DAC_READ_SEARCH",
+    "CAP_LINUX_IMMUTABLE",
+    "CAP_NET_BROADCAST",
+    "CAP_NET_ADMIN",
+    "CAP_IPC_LOCK",
+    "CAP_IPC_OWNER",
+    "CAP_SYS_MODULE",
+    "CAP_SYS_RAWIO",
+    "CAP_SYS_PTRACE",
+    "CAP_SYS_PACCT",
+    "CAP_SYS_ADMIN",
+    "CAP_SYS_BOOT",
+    "CAP_SYS_NICE",
+    "CAP_SYS_RESOURCE",
+    "CAP_SYS_TIME",
+    "CAP_SYS_TTY_CONFIG",
+    "CAP_LEASE",
+    "CAP_AUDIT_CONTROL",
+    "CAP_MAC_OVERRIDE",
+    "CAP_MAC_ADMIN",
+    "CAP_SYSLOG",
+    "CAP_WAKE_ALARM",
+    "CAP_BLOCK_SUSPEND",
+    "CAP_AUDIT_READ",
+    "CAP_PERFMON",
+    "CAP_BPF",
+    "CAP_CHECKPOINT_RESTORE",
+)
+
+RUNC_MASKED_PATHS = (
+    "/proc/acpi",
+    "/proc/asound",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/sys/firmware",
+    "/proc/scsi",
+)
+RUNC_READONLY_PATHS = ("/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger")
+
+
+class SecurityContextError(AmbitError):
+    """The container cannot run as its pod asks (the kubelet's CreateContainerConfigError)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BundlePaths:
+    """Where things are on this machine, for one container."""
+
+    container_id: str
+    netns_path: str
+    """``/run/netns/<name>`` of the pod; empty: the runtime's own network namespace (``hostNetwork``)."""
+    service_account_dir: str
+    """The pod's directory holding ``token``, ``ca.crt`` and ``namespace`` (rule 4)."""
+    cgroup_parent: str
+    """The lab's cgroup, e.g. ``/ab12cd``: containers are ``<parent>/<container id>`` in every controller."""
+    masked: tuple[str, ...] = ()
+    masked_files: frozenset[str] = frozenset()
+    """Those of ``masked`` that are files (covered with ``/dev/null``, not a tmpfs)."""
+    revealed: tuple[str, ...] = ()
+    pids_limit: int = 4096
+    unavailable: frozenset[str] = field(default_factory=frozenset)
+    """cgroup controllers this machine lacks (``memory``, ``cpu``, ``pids``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSpec:
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    cwd: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SecurityView:
+    """The security context in effect (rules 5 to 7), from the pod's and the container's."""
+
+    uid: int
+    gid: int
+    additional_gids: tuple[int, ...]
+    privileged: bool
+    capabilities: tuple[str, ...]
+    no_new_privileges: bool
+
+
+def container_id(pod_uid: str, name: str) -> str:
+    """The runc id of a pod's container: derived from the pod alone, so anyone can find it again."""
+    return f"{pod_uid.replace('-', '')}-{name}"
+
+
+# -- rule 5 to 7 --------------------------------------------------------------------------------------------------
+def security_view(pod: Mapping[str, Any], container: Mapping[str, Any]) -> SecurityView:
+    """The effective security context; raises :class:`SecurityContextError`."""
+    spec = _mapping(pod.get("spec"))
+    pod_sc, sc = _mapping(spec.get("securityContext")), _mapping(container.get("securityContext"))
+    name = str(container.get("name") or "")
+
+    def pick(key: str) -> Any:
+        return sc[key] if sc.get(key) is not None else pod_sc.get(key)
+
+    uid, gid = _id(pick("runAsUser"), "runAsUser"), _id(pick("runAsGroup"), "runAsGroup")
+    if pick("runAsNonRoot") is True and uid in (None, 0):
+        meta = _mapping(pod.get("metadata"))
+        ref = f"{meta.get('name', '')}_{meta.get('namespace', '')}({meta.get('uid', '')})"
+        if uid is None:
+            message = "container has runAsNonRoot and image will run as root"
+        else:
+            message = "container's runAsUser breaks non-root policy"
+        raise SecurityContextError(f'{message} (pod: "{ref}", container: {name})')
+    extra: list[int] = []
+    for value in [*(pod_sc.get("supplementalGroups") or ()), pod_sc.get("fsGroup")]:
+        group = _id(value, "supplementalGroups/fsGroup")
+        if group is not None and group not in extra:
+            extra.append(group)
+    privileged = sc.get("privileged") is True
+    caps = ALL_CAPABILITIES if privileged else _capabilities(_mapping(sc.get("capabilities")))
+    escalation = sc.get("allowPrivilegeEscalation")
+    return SecurityView(
+        uid=uid or 0,
+        gid=gid or 0,
+        additional_gids=tuple(extra),
+        privileged=privileged,
+        capabilities=caps,
+        no_new_privileges=escalation is False and not privileged,
+    )
+
+
+def _id(value: Any, what: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**31:
+        raise SecurityContextError(f"{what} must be an integer from 0 to 2147483647, not {value!r}")
+    return value
+
+
+def _capability(name: Any) -> str:
+    text = str(name).upper()
+    text = text if text.startswith("CAP_") else f"CAP_{text}"
+    if text not in ALL_CAPABILITIES:
+        raise SecurityContextError(f"unknown capability {name!r}")
+    return text
+
+
+def _capabilities(spec: Mapping[str, Any]) -> tuple[str, ...]:
+    add = [str(c) for c in spec.get("add") or ()]
+    drop = [str(c) for c in spec.get("drop") or ()]
+    if any(c.upper() == "ALL" for c in add):
+        return ALL_CAPABILITIES
+    dropped = set(ALL_CAPABILITIES) if any(c.upper() == "ALL" for c in drop) else {_capability(c) for c in drop}
+    caps = [c for c in DEFAULT_CAPABILITIES if c not in dropped]
+    for name in add:
+        cap = _capability(name)
+        if cap not in caps:
+            caps.append(cap)
+    return tuple(caps)
+
+
+# -- rule 8 -------------------------------------------------------------------------------------------------------
+_QUANTITY = re.compile(r"^([+]?[0-9.]+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|e[0-9+-]+)?$")
+_SUFFIX = {
+    "": Decimal(1),
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "k": Decimal(10**3),
+    "M": Decimal(10**6),
+    "G": Decimal(10**9),
+    "T": Decimal(10**12),
+    "P": Decimal(10**15),
+    "E": Decimal(10**18),
+    **{s: Decimal(1024**i) for i, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"), start=1)},
+}
+
+
+def parse_quantity(text: Any) -> Decimal:
+    """A Kubernetes resource quantity (``128Mi``, ``500m``, ``1.5``, ``1e3``); raises :class:`SecurityContextError`."""
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        text = str(text)
+    match = _QUANTITY.match(text) if isinstance(text, str) else None
+    if match is None:
+        raise SecurityContextError(f"quantity {text!r} is not a Kubernetes quantity")
+    number, suffix = match.group(1), match.group(2) or ""
+    try:
+        scale = Decimal(f"1{suffix}") if suffix.startswith("e") else _SUFFIX[suffix]
+        return Decimal(number) * scale
+    except DecimalException:
+        raise SecurityContextError(f"quantity {text!r} is not a Kubernetes quantity") from None
+
+
+def linux_resources(container: Mapping[str, Any], paths: BundlePaths) -> dict[str, Any]:
+    resources = _mapping(container.get("resources"))
+    limits, requests = _mapping(resources.get("limits")), _mapping(resources.get("requests"))
+    out: dict[str, Any] = {}
+    if limits.get("memory") is not None and "memory" not in paths.unavailable:
+        out["memory"] = {"limit": int(parse_quantity(limits["memory"]).to_integral_value(rounding="ROUND_CEILING"))}
+    cpu: dict[str, Any] = {}
+    if requests.get("cpu") is not None:
+        milli = int((parse_quantity(requests["cpu"]) * 1000).to_integral_value(rounding="ROUND_CEILING"))
+        cpu["shares"] = max(2, milli * 1024 // 1000)
+    if limits.get("cpu") is not None:
+        milli = int((parse_quantity(limits["cpu"]) * 1000).to_integral_value(rounding="ROUND_CEILING"))
+        cpu["quota"], cpu["period"] = max(1000, milli * CPU_PERIOD // 1000), CPU_PERIOD
+    if cpu and "cpu" not in paths.unavailable:
+        out["cpu"] = cpu
+    if "pids" not in paths.unavailable:
+        out["pids"] = {"limit": paths.pids_limit}
+    return out
+
+
+# -- the whole configuration --------------------------------------------------------------------------------------
+def automounts_token(pod: Mapping[str, Any]) -> bool:
+    return _mapping(pod.get("spec")).get("automountServiceAccountToken") is not False
+
+
+def container_config(
+    pod: Mapping[str, Any], container: Mapping[str, Any], process: ProcessSpec, paths: BundlePaths
+) -> dict[str, Any]:
+    """``config.json`` for one container (rules 1 to 9); raises :class:`SecurityContextError`."""
+    view = security_view(pod, container)
+    resources = linux_resources(container, paths)
+    caps = list(view.capabilities)
+    user: dict[str, Any] = {"uid": view.uid, "gid": view.gid}
+    if view.additional_gids:
+        user["additionalGids"] = list(view.additional_gids)
+    namespaces: list[dict[str, str]] = [{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}]
+    if paths.netns_path:
+        namespaces.insert(0, {"type": "network", "path": paths.netns_path})
+    linux: dict[str, Any] = {
+        "namespaces": namespaces,
+        "cgroupsPath": f"{paths.cgroup_parent.rstrip('/')}/{paths.container_id}",
+        "resources": {"devices": [{"allow": view.privileged, "access": "rwm"}], **resources},
+    }
+    if not view.privileged:
+        linux["maskedPaths"] = list(RUNC_MASKED_PATHS)
+        linux["readonlyPaths"] = list(RUNC_READONLY_PATHS)
+    return {
+        "ociVersion": OCI_VERSION,
+        "process": {
+            "terminal": False,
+            "user": user,
+            "args": list(process.argv),
+            "env": [f"{key}={value}" for key, value in process.env.items()],
+            "cwd": process.cwd or "/",
+            "capabilities": {"bounding": caps, "effective": caps, "permitted": caps, "inheritable": [], "ambient": []},
+            "noNewPrivileges": view.no_new_privileges,
+        },
+        "root": {"path": "rootfs", "readonly": True},
+        "hostname": str(_mapping(pod.get("metadata")).get("name") or ""),
+        "mounts": _mounts(pod, paths, view.privileged),
+        "linux": linux,
+    }
+
+
+def _mounts(pod: Mapping[str, Any], paths: BundlePaths, privileged: bool) -> list[dict[str, Any]]:
+    sys_options = ["nosuid", "noexec", "nodev"] + ([] if privileged else ["ro"])
+    sys_mount = {"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": sys_options}
+    if not paths.netns_path:  # a new sysfs needs a network namespace of its own: bind the runtime's (rule 1)
+        options = ["rbind", "nosuid", "noexec", "nodev"] + ([] if privileged else ["rro"])
+        sys_mount = {"destination": "/sys", "type": "bind", "source": "/sys", "options": options}
+    mounts: list[dict[str, Any]] = [
+        {"destination": "/", "type": "bind", "source": "/", "options": ["rbind", "rro"]},
+        {"destination": "/proc", "type": "proc", "source": "proc"},
+        {
+            "destination": "/dev",
+            "type": "tmpfs",
+            "source": "tmpfs",
+            "options": ["nosuid", "strictatime", "mode=755", "size=65536k"],
+        },
+        {
+            "destination": "/dev/pts",
+            "type": "devpts",
+            "source": "devpts",
+            "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"],
+        },
+        {
+            "destination": "/dev/shm",
+            "type": "tmpfs",
+            "source": "shm",
+            "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"],
+        },
+        {"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue", "options": ["nosuid", "noexec", "nodev"]},
+        sys_mount,
+        _tmpfs("/tmp", "mode=1777"),
+        _tmpfs("/run", "mode=755"),
+        _tmpfs("/root", "mode=755", size="1m"),
+    ]
+    for path in _effective_masks(paths.masked):
+        if path in paths.masked_files:
+            mounts.append({"destination": path, "type": "bind", "source": "/dev/null", "options": ["bind", "ro"]})
+        else:
+            mounts.append(_tmpfs(path, "mode=755", size="4k", readonly=True))
+    for path in paths.revealed:
+        mounts.append({"destination": path, "type": "bind", "source": path, "options": ["rbind", "rro"]})
+    if automounts_token(pod):
+        mounts.append(
+            {
+                "destination": SERVICE_ACCOUNT_DIR,
+                "type": "bind",
+                "source": paths.service_account_dir,
+                "options": ["rbind", "ro", "nosuid", "nodev", "noexec"],
+            }
+        )
+    return mounts
+
+
+def _tmpfs(path: str, mode: str, *, size: str = "65536k", readonly: bool = False) -> dict[str, Any]:
+    options = ["nosuid", "nodev", mode, f"size={size}"] + (["ro"] if readonly else [])
+    return {"destination": path, "type": "tmpfs", "source": "tmpfs", "options": options}
+
+
+def _effective_masks(masked: Sequence[str]) -> list[str]:
+    """Rule 3: absolute, normalised, without duplicates or paths inside another mask or a private directory."""
+    clean = sorted({"/" + "/".join(p for p in path.split("/") if p and p != ".") for path in masked if path})
+    kept: list[str] = []
+    for path in clean:
+        if path == "/" or ".." in path.split("/"):
+            continue
+        covering = (*PRIVATE_DIRS, *kept)
+        if any(path == d or path.startswith(d + "/") for d in covering):
+            continue
+        kept.append(path)
+    return kept
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}

@@ -1,0 +1,238 @@
+"""Containers of a real lab are sandboxed by runc: what a pod can see and do from the inside.
+
+Every check runs inside a lab pod (``ambit lab exec``, which is ``runc exec`` into the pod's container) as the
+attacker would: its default service account, the pod's own processes. The host side of each check (that the secret
+really is there, that the limit really is in the container's cgroup) is asserted from the test.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.e2e.lab_driver import (
+    TEST_TIMEOUT,
+    Lab,
+    http_echo_container,
+    is_ready,
+    pod_manifest,
+    sleeper,
+    wait_until,
+)
+
+from ambit.lab.runtime.oci_spec import SERVICE_ACCOUNT_DIR, container_id
+
+pytestmark = [pytest.mark.root, pytest.mark.kubectl, pytest.mark.timeout(TEST_TIMEOUT)]
+
+PY = sys.executable
+
+# Each probe prints one JSON object: what the pod saw.
+READS = """
+import errno, json, sys
+out = {}
+for path in sys.argv[1:]:
+    try:
+        with open(path, "rb") as f:
+            out[path] = "read" if f.read(64) else "empty"
+    except OSError as exc:
+        out[path] = errno.errorcode.get(exc.errno, str(exc.errno))
+print(json.dumps(out))
+"""
+
+WRITES = """
+import errno, json, os, sys
+out = {}
+for path in sys.argv[1:]:
+    try:
+        with open(path, "w") as f:
+            f.write(os.environ.get("POD_NAME", "?"))
+        out[path] = "written"
+    except OSError as exc:
+        out[path] = errno.errorcode.get(exc.errno, str(exc.errno))
+print(json.dumps(out))
+"""
+
+PROCESSES = """
+import json, os
+pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+init = open("/proc/1/cmdline", "rb").read().split(b"\\0")[0].decode()
+print(json.dumps({"pids": pids, "init": init, "hostname": os.uname().nodename}))
+"""
+
+API_CALL = """
+import json, os, ssl, sys, urllib.error, urllib.request
+sa = sys.argv[1]
+token = open(sa + "/token").read()
+namespace = open(sa + "/namespace").read()
+host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"]
+context = ssl.create_default_context(cafile=sa + "/ca.crt")
+context.check_hostname = False  # the lab's API server certificate names its address, not a DNS name
+url = f"https://{host}:{port}/api/v1/namespaces/{namespace}/pods/{os.environ['POD_NAME']}"
+request = urllib.request.Request(url, headers={"Authorization": "Bearer " + token})
+try:
+    with urllib.request.urlopen(request, context=context, timeout=10) as reply:
+        status, body = reply.status, reply.read().decode()
+except urllib.error.HTTPError as exc:
+    status, body = exc.code, exc.read().decode()
+print(json.dumps({"status": status, "body": body[:500], "token": token, "namespace": namespace}))
+"""
+
+HTTP_GET = """
+import sys, urllib.request
+with urllib.request.urlopen(sys.argv[1], timeout=10) as reply:
+    print(reply.status)
+"""
+
+BIND = """
+import socket
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+try:
+    s.bind(("0.0.0.0", 80))
+    print("bound")
+except PermissionError:
+    print("EACCES")
+"""
+
+
+def run_in(lab: Lab, pod: str, namespace: str, script: str, *args: str) -> Any:
+    return json.loads(lab.exec(pod, namespace, "python3", "-c", script, *args, timeout=30).strip().splitlines()[-1])
+
+
+def wait_ready(lab: Lab, namespace: str, *names: str) -> dict[str, dict[str, Any]]:
+    def ready() -> dict[str, dict[str, Any]] | None:
+        pods = {name: lab.pod(name, namespace) for name in names}
+        return pods if all(is_ready(p) for p in pods.values()) else None
+
+    found = wait_until(f"pods {names} Ready", ready, timeout=60)
+    assert found is not None
+    return found
+
+
+def with_security(container: dict[str, Any], **security: Any) -> dict[str, Any]:
+    return {**container, "securityContext": security}
+
+
+def test_a_pod_cannot_read_the_lab_s_secrets_nor_write_to_the_host(lab: Lab, namespace: str) -> None:
+    lab.apply(pod_manifest("intruder", [sleeper()]), pod_manifest("victim", [sleeper()]), namespace=namespace)
+    pods = wait_ready(lab, namespace, "intruder", "victim")
+    victim_uid = pods["victim"]["metadata"]["uid"]
+    lab_dir = lab.directory.resolve()
+    secrets = [
+        lab_dir / "apiserver" / "pki" / "ca.key",
+        lab_dir / "apiserver" / "pki" / "sa.key",
+        lab_dir / "apiserver" / "state.db",
+        lab_dir / "apiserver" / "admin.token",
+        lab_dir / "kubeconfig",
+        lab_dir / "pods" / victim_uid / "serviceaccount" / "token",
+    ]
+    for path in secrets:
+        assert path.exists(), f"{path} should exist on the host (the test is wrong otherwise)"
+    seen = run_in(lab, "intruder", namespace, READS, *map(str, secrets), "/etc/shadow", "/run/netns", "/usr/bin/env")
+    for path in map(str, secrets):
+        assert seen[path] in ("ENOENT", "EACCES"), f"{path} readable from a pod: {seen[path]}"
+    assert seen["/etc/shadow"] == "empty"  # a file mask is /dev/null
+    assert seen["/run/netns"] == "ENOENT"  # no way into other namespaces
+    assert seen["/usr/bin/env"] == "read"  # the host's programs are there, read-only
+
+    # Without CAP_SYS_ADMIN the masks stay and the root stays read-only.
+    for attempt in (f"umount {lab_dir}", "mount -o remount,rw /", f"mount --bind / {lab_dir}"):
+        out = lab.exec("intruder", namespace, "sh", "-c", f"{attempt} 2>/dev/null; echo $?").strip()
+        assert out != "0", f"{attempt!r} worked inside a pod"
+
+    written = run_in(lab, "intruder", namespace, WRITES, "/ambit-escape", "/usr/ambit-escape", "/tmp/mine")
+    assert written == {"/ambit-escape": "EROFS", "/usr/ambit-escape": "EROFS", "/tmp/mine": "written"}
+    assert not Path("/ambit-escape").exists() and not Path("/tmp/mine").exists()  # /tmp is the pod's own
+    assert run_in(lab, "victim", namespace, READS, "/tmp/mine") == {"/tmp/mine": "ENOENT"}
+
+
+def test_a_pod_sees_only_its_own_processes_and_its_own_token(lab: Lab, namespace: str) -> None:
+    lab.apply(pod_manifest("app", [sleeper()]), namespace=namespace)
+    pod = wait_ready(lab, namespace, "app")["app"]
+    seen = run_in(lab, "app", namespace, PROCESSES)
+    assert seen["init"] == "sleep" and seen["hostname"] == "app"
+    assert 1 in seen["pids"] and len(seen["pids"]) < 10, seen  # its own PID namespace: sleep, exec'd python3
+
+    answer = run_in(lab, "app", namespace, API_CALL, SERVICE_ACCOUNT_DIR)
+    host_token = lab.directory / "pods" / pod["metadata"]["uid"] / "serviceaccount" / "token"
+    assert answer["token"] == host_token.read_text()  # the pod's own token, nobody else's
+    assert answer["namespace"] == namespace
+    # Authenticated as the pod's service account (RBAC may then say no: still not a 401).
+    assert answer["status"] in (200, 403), answer
+    if answer["status"] == 403:
+        assert f"system:serviceaccount:{namespace}:default" in answer["body"]
+
+
+def test_a_pod_keeps_its_network_and_reaches_another_pod_by_ip(lab: Lab, namespace: str) -> None:
+    lab.apply(
+        pod_manifest("server", [http_echo_container(8080)], node=lab.topology.node(2).name),
+        pod_manifest("client", [sleeper()], node=lab.topology.node(1).name),
+        namespace=namespace,
+    )
+    pods = wait_ready(lab, namespace, "server", "client")
+    ip = pods["server"]["status"]["podIP"]
+    out = lab.exec("client", namespace, "python3", "-c", HTTP_GET, f"http://{ip}:8080/", timeout=30)
+    assert out.strip() == "200"
+
+
+def test_security_context_sets_the_user_and_the_capabilities(lab: Lab, namespace: str) -> None:
+    lab.apply(
+        pod_manifest("user", [with_security(sleeper(), runAsUser=1234, runAsGroup=4321)]),
+        pod_manifest("nobind", [with_security(sleeper(), capabilities={"drop": ["ALL"]})]),
+        pod_manifest("bind", [with_security(sleeper(), capabilities={"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]})]),
+        namespace=namespace,
+    )
+    wait_ready(lab, namespace, "user", "nobind", "bind")
+    assert lab.exec("user", namespace, "id", "-u").strip() == "1234"
+    assert lab.exec("user", namespace, "id", "-g").strip() == "4321"
+    # A non-root user can still read its own token (the projected volume's mode).
+    assert run_in(lab, "user", namespace, READS, f"{SERVICE_ACCOUNT_DIR}/token") == {
+        f"{SERVICE_ACCOUNT_DIR}/token": "read"
+    }
+    assert lab.exec("nobind", namespace, "python3", "-c", BIND).strip() == "EACCES"
+    assert lab.exec("bind", namespace, "python3", "-c", BIND).strip() == "bound"
+
+
+def test_run_as_non_root_without_a_user_is_a_config_error(lab: Lab, namespace: str) -> None:
+    lab.apply(pod_manifest("rootless", [with_security(sleeper(), runAsNonRoot=True)]), namespace=namespace)
+
+    def waiting() -> dict[str, Any] | None:
+        statuses = (lab.pod("rootless", namespace).get("status") or {}).get("containerStatuses") or []
+        state = (statuses[0].get("state") or {}).get("waiting") if statuses else None
+        return state if state and state.get("reason") == "CreateContainerConfigError" else None
+
+    state = wait_until("the container waiting with CreateContainerConfigError", waiting, timeout=30)
+    assert state is not None
+    assert state["message"].startswith("container has runAsNonRoot and image will run as root")
+
+
+def test_limits_are_in_the_container_s_cgroup(lab: Lab, namespace: str) -> None:
+    container = {**sleeper(), "resources": {"limits": {"memory": "64Mi", "cpu": "250m"}}}
+    lab.apply(pod_manifest("limited", [container]), namespace=namespace)
+    pod = wait_ready(lab, namespace, "limited")["limited"]
+    cgroup = lab.topology.cgroup_parent.strip("/") + "/" + container_id(pod["metadata"]["uid"], "main")
+    memory = Path("/sys/fs/cgroup/memory") / cgroup / "memory.limit_in_bytes"
+    assert int(memory.read_text()) == 64 * 2**20
+    cpu = Path("/sys/fs/cgroup/cpu") / cgroup
+    assert int((cpu / "cpu.cfs_quota_us").read_text()) == 25_000
+    assert int((cpu / "cpu.cfs_period_us").read_text()) == 100_000
+    assert int((Path("/sys/fs/cgroup/pids") / cgroup / "pids.max").read_text()) > 0
+
+
+def test_a_container_runc_cannot_start_waits_with_runc_s_message(lab: Lab, namespace: str) -> None:
+    # The root is read-only, so runc cannot make a missing working directory.
+    container = {**sleeper(), "workingDir": "/ambit-no-such-directory"}
+    lab.apply(pod_manifest("broken", [container]), namespace=namespace)
+
+    def waiting() -> dict[str, Any] | None:
+        statuses = (lab.pod("broken", namespace).get("status") or {}).get("containerStatuses") or []
+        state = (statuses[0].get("state") or {}).get("waiting") if statuses else None
+        reasons = ("CreateContainerError", "RunContainerError")
+        return state if state and state.get("reason") in reasons else None
+
+    state = wait_until("the container waiting with runc's error", waiting, timeout=30)
+    assert state is not None
+    assert "runc" in state["message"], state

@@ -1,0 +1,209 @@
+"""The node runtime with real runc (root): stopping, adopting after a restart, and cleaning up containers.
+
+Pods here have no sandbox of their own (their containers share the test's network namespace, as ``hostNetwork``
+pods share the node's); everything else is the lab's: runc under a state directory of the test's, cgroups under a
+parent named with a per-run prefix, removed by the lab's sweep function at the end (and checked gone).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import secrets
+import signal
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ambit.apiserver.server import ApiServer
+from ambit.k8s import InformerSettings, KubeClient, KubeNotFoundError, kinds
+from ambit.lab.cluster.node import interpreter_dirs
+from ambit.lab.runtime.kubelet import NodeRuntime, NodeRuntimeSettings
+from ambit.lab.runtime.oci_apply import RuncRuntime, RuncSettings, list_containers, remove_lab_containers
+from ambit.lab.runtime.oci_spec import container_id
+from ambit.lab.runtime.processes import find_process, process_start_ticks
+
+NS = "default"
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+@dataclasses.dataclass(frozen=True)
+class SharedSandbox:
+    netns: str = ""
+    netns_path: str = ""
+    ips: tuple[str, ...] = ("127.0.0.1",)
+
+
+class NoSandboxes:
+    def __init__(self) -> None:
+        self.destroyed: list[str] = []
+
+    async def create(self, pod: dict[str, Any]) -> SharedSandbox:
+        return SharedSandbox()
+
+    async def destroy(self, pod_uid: str) -> None:
+        self.destroyed.append(pod_uid)
+
+
+class Notes:
+    def __init__(self) -> None:
+        self.notes: list[dict[str, Any]] = []
+
+    def note(self, kind: str, **fields: Any) -> None:
+        self.notes.append({"kind": kind, **fields})
+
+
+POLITE = ["sh", "-c", 'trap "echo got SIGTERM; exit 0" TERM; echo up; while :; do sleep 0.2; done']
+
+
+def pod_manifest(name: str, command: list[str], **spec: Any) -> dict[str, Any]:
+    container = {"name": "main", "image": "none", "command": command}
+    return {
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"nodeName": "node-1", "containers": [container], **spec},
+    }
+
+
+async def eventually(check: Callable[[], Awaitable[Any]], within: float = 20.0) -> Any:
+    deadline = time.monotonic() + within
+    while True:
+        value = await check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {within}s; last value {value!r}")
+        await asyncio.sleep(0.05)
+
+
+async def running(kube: KubeClient, name: str) -> dict[str, Any] | None:
+    try:
+        pod = await kube.get(kinds.PODS, name, NS)
+    except KubeNotFoundError:
+        return None
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return pod if statuses and "running" in (statuses[0].get("state") or {}) else None
+
+
+@pytest.fixture
+def runc_settings(tmp_path: Path) -> Iterator[RuncSettings]:
+    parent = f"/ambit-abt{secrets.token_hex(3)}"
+    settings = RuncSettings(
+        root=tmp_path / "runc",
+        bundles=tmp_path / "containers",
+        cgroup_parent=parent,
+        masked=("/root",),
+        revealed=tuple(str(d) for d in interpreter_dirs() if str(d).startswith("/root/")),
+    )
+    yield settings
+    _, left = remove_lab_containers(settings.root, parent)
+    assert left == []
+    assert not list(CGROUP_ROOT.glob(f"*{parent}")), "the lab's cgroups are left behind"
+
+
+@pytest.fixture
+async def kube(apiserver: ApiServer) -> AsyncIterator[KubeClient]:
+    async with KubeClient.from_kubeconfig(apiserver.kubeconfig) as client:
+        yield client
+
+
+@pytest.fixture
+def node_settings(tmp_path: Path, apiserver: ApiServer) -> NodeRuntimeSettings:
+    return NodeRuntimeSettings(
+        node_name="node-1",
+        node_ip="127.0.0.1",
+        pod_cidr="198.18.1.0/24",
+        pods_dir=tmp_path / "pods",
+        api_host="127.0.0.1",
+        api_port=int(apiserver.url.rsplit(":", 1)[1]),
+        heartbeat_interval=0.3,
+        restart_backoff_initial=0.2,
+        restart_backoff_max=0.4,
+        config_retry=0.2,
+        minimum_grace_seconds=1.0,
+        informer=InformerSettings(backoff_initial=0.05, backoff_max=0.2, watch_timeout=30),
+    )
+
+
+def make_runtime(kube: KubeClient, settings: NodeRuntimeSettings, runc: RuncSettings) -> NodeRuntime:
+    return NodeRuntime(kube, settings, NoSandboxes(), Notes(), containers=RuncRuntime(runc))
+
+
+async def test_deletion_signals_the_container_and_leaves_no_runc_state(
+    kube: KubeClient, node_settings: NodeRuntimeSettings, runc_settings: RuncSettings
+) -> None:
+    runtime = make_runtime(kube, node_settings, runc_settings)
+    await runtime.start()
+    try:
+        created = await kube.create(kinds.PODS, pod_manifest("polite", POLITE, terminationGracePeriodSeconds=5))
+        uid = created["metadata"]["uid"]
+        cid = container_id(uid, "main")
+        await eventually(lambda: running(kube, "polite"))
+        log = node_settings.pods_dir / uid / "main.log"
+        await eventually(lambda: _has(log, "up"))
+        assert list_containers(runc_settings.root) == [cid]
+
+        await kube.delete(kinds.PODS, "polite", NS)
+        await eventually(lambda: _gone(kube, "polite"))
+        assert "got SIGTERM" in log.read_text()
+        assert list_containers(runc_settings.root) == []
+        assert not await asyncio.to_thread(lambda: list(CGROUP_ROOT.glob(f"*{runc_settings.cgroup_parent}/{cid}")))
+    finally:
+        await runtime.aclose(stop_pods=True)
+
+
+async def test_a_restarted_runtime_adopts_its_running_container_and_cleans_up_a_deleted_pod_s(
+    kube: KubeClient, node_settings: NodeRuntimeSettings, runc_settings: RuncSettings
+) -> None:
+    first = make_runtime(kube, node_settings, runc_settings)
+    await first.start()
+    await kube.create(kinds.PODS, pod_manifest("stays", POLITE))
+    await kube.create(kinds.PODS, pod_manifest("goes", POLITE))
+    stays = await eventually(lambda: running(kube, "stays"))
+    await eventually(lambda: running(kube, "goes"))
+    before = stays["status"]["containerStatuses"][0]["containerID"]
+    await first.aclose()  # as if killed: the containers keep running under runc
+    assert len(list_containers(runc_settings.root)) == 2
+    await kube.delete(kinds.PODS, "goes", NS, grace_period_seconds=0)
+
+    second = make_runtime(kube, node_settings, runc_settings)
+    await second.start()
+    try:
+
+        async def only_stays_left() -> bool:
+            return list_containers(runc_settings.root) == [container_id(stays["metadata"]["uid"], "main")]
+
+        await eventually(only_stays_left)
+        pod = await running(kube, "stays")
+        assert pod is not None
+        status = pod["status"]["containerStatuses"][0]
+        assert (status["containerID"], status["restartCount"]) == (before, 0)  # adopted, not started again
+        pid = int(before.removeprefix("ambit://"))
+
+        # The adopted container is still supervised: killing it from outside is seen and it is restarted.
+        handle = find_process(pid, process_start_ticks(pid) or 0)
+        assert handle is not None
+        await second.containers.signal(handle, container_id(pod["metadata"]["uid"], "main"), signal.SIGKILL)
+
+        async def restarted() -> bool:
+            again = await running(kube, "stays")
+            return again is not None and again["status"]["containerStatuses"][0]["restartCount"] == 1
+
+        await eventually(restarted)
+    finally:
+        await second.aclose(stop_pods=True)
+    assert list_containers(runc_settings.root) == []
+
+
+async def _has(path: Path, text: str) -> bool:
+    return await asyncio.to_thread(lambda: path.exists() and text in path.read_text())
+
+
+async def _gone(kube: KubeClient, name: str) -> bool:
+    try:
+        await kube.get(kinds.PODS, name, NS)
+    except KubeNotFoundError:
+        return True
+    return False
