@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+from tests import harness
 from tests.harness import ServerProcess, free_port
 
 from ambit.apiserver.server import ApiServer, ApiServerSettings
@@ -23,6 +24,16 @@ settings.register_profile(
     derandomize=os.environ.get("CI") == "true",
 )
 settings.load_profile("ambit")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> object:
+    """Keep the running test where :func:`tests.harness.timeout_paused` finds it."""
+    harness.running_test.append(item)
+    try:
+        return (yield)
+    finally:
+        harness.running_test.remove(item)
 
 
 @pytest.fixture
