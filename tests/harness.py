@@ -16,7 +16,15 @@ from typing import Any
 
 from bench.server_process import free_port
 
-__all__ = ["ServerProcess", "free_port", "root_lab_lock", "running_test", "timeout_paused", "wait_for"]
+__all__ = [
+    "ServerProcess",
+    "free_port",
+    "own_sockets_on",
+    "root_lab_lock",
+    "running_test",
+    "timeout_paused",
+    "wait_for",
+]
 
 
 @dataclass
@@ -84,6 +92,24 @@ class ServerProcess:
 
     def kubectl_json(self, *args: str) -> Any:
         return json.loads(self.kubectl(*args, "-o", "json"))
+
+
+def own_sockets_on(port: int) -> int:
+    """How many sockets this process holds whose local TCP port is ``port`` (listening or connected)."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    count = 0
+    for line in Path("/proc/self/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if int(fields[1].split(":")[1], 16) == port and fields[9] in inodes:
+            count += 1
+    return count
 
 
 def wait_for(predicate: Any, timeout: float = 10.0, interval: float = 0.05) -> Any:

@@ -1,16 +1,15 @@
-"""The TLS listener over real loopback sockets: closing it leaves no accepted socket open, whatever the peer does.
+"""The TLS listener over real loopback sockets: closing it leaves no accepted socket open, whatever the peer does;
+and the two servers built on it (the API server, the validation webhook) close the same way.
 
-"Open" is read from the kernel: a socket of this process whose local port is the listener's, found through
-``/proc/self/fd`` and ``/proc/self/net/tcp`` (a socket the process has closed is no longer one of its fds, even
-while the kernel still finishes the TCP close). Peers that must stay stuck (never answering close_notify, never
-sending a ClientHello) are blocking sockets driven from threads, as a stopped or hostile process would be.
+"Open" is read from the kernel (:func:`tests.harness.own_sockets_on`). Peers that must stay stuck (never answering
+close_notify, never sending a ClientHello) are blocking sockets driven from threads, as a stopped or hostile
+process would be.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
-import os
 import socket
 import ssl
 import time
@@ -20,8 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from tests.harness import wait_for
+from tests.harness import own_sockets_on, wait_for
 
+from ambit.apiserver.server import ApiServer
+from ambit.controlplane.webhook import ValidationWebhookServer, WebhookServerSettings
 from ambit.tls.certs import KeyPair, issue_server_cert, new_ca
 from ambit.tls.listener import TlsListener
 
@@ -44,6 +45,8 @@ class Greeter(asyncio.Protocol):
 class Pki:
     ca: KeyPair
     server: ssl.SSLContext
+    cert_file: Path
+    key_file: Path
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +59,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     (directory / "tls.key").write_bytes(cert.key_pem)
     server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server.load_cert_chain(directory / "tls.crt", directory / "tls.key")
-    return Pki(ca, server)
+    return Pki(ca, server, directory / "tls.crt", directory / "tls.key")
 
 
 def client_context(pki: Pki) -> ssl.SSLContext:
@@ -88,24 +91,6 @@ async def served(pki: Pki) -> AsyncIterator[Served]:
         await served.listener.aclose(grace=0.1)
 
 
-def own_sockets_on(port: int) -> int:
-    """How many sockets this process holds whose local TCP port is ``port`` (listening or connected)."""
-    inodes = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[len("socket:[") : -1])
-    count = 0
-    for line in Path("/proc/self/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        if int(fields[1].split(":")[1], 16) == port and fields[9] in inodes:
-            count += 1
-    return count
-
-
 @pytest.fixture
 def stuck_peers() -> Iterator[list[socket.socket]]:
     """Client sockets a test leaves stuck on purpose; closed at the end."""
@@ -117,13 +102,18 @@ def stuck_peers() -> Iterator[list[socket.socket]]:
             peer.close()
 
 
-def greeted_then_stuck(pki: Pki, port: int, peers: list[socket.socket]) -> None:
-    """Handshake, read the greeting, then never read again (so never answer close_notify)."""
-    tls = client_context(pki).wrap_socket(
-        socket.create_connection(("127.0.0.1", port), timeout=30), server_hostname="127.0.0.1"
-    )
+def answered_then_stuck(
+    context: ssl.SSLContext, port: int, peers: list[socket.socket], request: bytes, answer: bytes
+) -> None:
+    """Handshake, send ``request``, read the start of the answer, then never read again (nor answer close_notify)."""
+    tls = context.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=30), server_hostname="127.0.0.1")
     peers.append(tls)
-    assert tls.recv(len(GREETING)) == GREETING
+    tls.sendall(request)
+    assert tls.recv(len(answer)) == answer
+
+
+def greeted_then_stuck(pki: Pki, port: int, peers: list[socket.socket]) -> None:
+    answered_then_stuck(client_context(pki), port, peers, b"", GREETING)
 
 
 def assert_nothing_left_to_collect() -> None:
@@ -196,3 +186,31 @@ async def test_a_silent_client_is_dropped_after_the_handshake_timeout_and_others
     finally:
         await served.listener.aclose(grace=0.2)
     assert own_sockets_on(served.port) == 0
+
+
+async def test_the_api_server_closes_with_a_client_that_never_answers_close_notify(
+    apiserver: ApiServer, stuck_peers: list[socket.socket]
+) -> None:
+    port = int(apiserver.url.rsplit(":", 1)[1])
+    context = ssl.create_default_context(cadata=(apiserver.settings.data_dir / "pki" / "ca.crt").read_text())
+    request = f"GET /version HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {apiserver.admin_token}\r\n\r\n"
+    await asyncio.to_thread(answered_then_stuck, context, port, stuck_peers, request.encode(), b"HTTP/1.1 200")
+    await apiserver.aclose()  # the fixture's aclose() after this one finds nothing left to do
+    assert own_sockets_on(port) == 0
+    assert_nothing_left_to_collect()
+
+
+async def test_the_webhook_server_closes_with_a_client_that_never_answers_close_notify(
+    pki: Pki, stuck_peers: list[socket.socket]
+) -> None:
+    settings = WebhookServerSettings(cert_file=pki.cert_file, key_file=pki.key_file, host="127.0.0.1", port=0)
+    server = ValidationWebhookServer(settings)
+    await server.start()
+    port = server.port
+    try:
+        request = b"GET /ready HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+        await asyncio.to_thread(answered_then_stuck, client_context(pki), port, stuck_peers, request, b"HTTP/1.1 200")
+    finally:
+        await server.aclose()
+    assert own_sockets_on(port) == 0
+    assert_nothing_left_to_collect()
