@@ -51,8 +51,10 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--load", action="store_true", help="keep every core busy while the runs go")
     parser.add_argument("--max-hours", type=float, default=3.0, help="bound on the CPU hogs' life")
-    parser.add_argument("pytest_args", nargs="*", help="after --: passed to pytest")
-    args = parser.parse_args()
+    argv = sys.argv[1:]
+    split = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:split])
+    args.pytest_args = argv[split + 1 :]  # argparse would take them for "target" when options follow the target
 
     counts: collections.Counter[str] = collections.Counter()
     last: dict[str, str] = {}
@@ -65,7 +67,7 @@ def main() -> int:
                 command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}"]
                 done = subprocess.run([*command, args.target, *args.pytest_args], cwd=ROOT, check=False)
                 failed = failures_in(report)
-                counts.update(failed)
+                counts.update(failed.keys())  # one count per run that test failed in
                 last.update(failed)
                 took = time.monotonic() - began
                 print(f"run {run}/{args.runs}: exit {done.returncode}, {len(failed)} failed, {took:.0f} s", flush=True)

@@ -1,13 +1,22 @@
-"""Shared fixtures: an embedded API server (in-process or as a real subprocess) and a kubectl runner."""
+"""Shared fixtures: an embedded API server (in-process or as a real subprocess) and a kubectl runner.
+
+Garbage is pinned to the test that made it: in the suites that run real servers and sockets (``GC_PINNED``), a
+full collection runs at each test's teardown, after its event loop is closed, so an unclosed transport or socket
+fails that test (filterwarnings=error turns the ResourceWarning into an error there) instead of whichever test
+runs when the collector happens to find it. The objects alive once collection is done (modules, classes, the
+test items) are frozen out of the collector's view (``gc.freeze``), so a collection costs milliseconds.
+"""
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+from tests import harness
 from tests.harness import ServerProcess, free_port
 
 from ambit.apiserver.server import ApiServer, ApiServerSettings
@@ -23,6 +32,33 @@ settings.register_profile(
     derandomize=os.environ.get("CI") == "true",
 )
 settings.load_profile("ambit")
+
+
+GC_PINNED = frozenset({"integration", "security"})
+"""The test directories whose tests each end with a full garbage collection."""
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    gc.collect()
+    gc.freeze()  # what is alive now lives for the session: later collections need not walk it again
+
+
+@pytest.fixture(autouse=True)
+def _collect_this_tests_garbage(request: pytest.FixtureRequest) -> Iterator[None]:
+    yield
+    path: Path = request.node.path
+    if path.is_relative_to(REPO / "tests") and path.relative_to(REPO / "tests").parts[0] in GC_PINNED:
+        gc.collect()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> object:
+    """Keep the running test where :func:`tests.harness.timeout_paused` finds it."""
+    harness.running_test.append(item)
+    try:
+        return (yield)
+    finally:
+        harness.running_test.remove(item)
 
 
 @pytest.fixture

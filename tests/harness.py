@@ -16,7 +16,15 @@ from typing import Any
 
 from bench.server_process import free_port
 
-__all__ = ["ServerProcess", "free_port", "root_lab_lock", "wait_for"]
+__all__ = [
+    "ServerProcess",
+    "free_port",
+    "own_sockets_on",
+    "root_lab_lock",
+    "running_test",
+    "timeout_paused",
+    "wait_for",
+]
 
 
 @dataclass
@@ -86,6 +94,24 @@ class ServerProcess:
         return json.loads(self.kubectl(*args, "-o", "json"))
 
 
+def own_sockets_on(port: int) -> int:
+    """How many sockets this process holds whose local TCP port is ``port`` (listening or connected)."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    count = 0
+    for line in Path("/proc/self/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if int(fields[1].split(":")[1], 16) == port and fields[9] in inodes:
+            count += 1
+    return count
+
+
 def wait_for(predicate: Any, timeout: float = 10.0, interval: float = 0.05) -> Any:
     deadline = time.monotonic() + timeout
     while True:
@@ -101,24 +127,57 @@ ROOT_LAB_LOCK = Path("/run/lock/ambit-lab-root.lock")
 """Only one lab network can be up on a machine (they share 198.18.0.1 and the pod routes): tests that bring one up
 hold this lock, and wait for each other rather than fail."""
 
+running_test: list[Any] = []
+"""The pytest item being run (kept by tests/conftest.py), whose timeout :func:`timeout_paused` stops."""
+
+
+@contextlib.contextmanager
+def timeout_paused() -> Iterator[None]:
+    """Stop pytest-timeout's clock for the running test while the block runs, and restart it in full after.
+
+    For waits on other people's work, not on ours: another suite's lab may hold :data:`ROOT_LAB_LOCK` for a whole
+    module (minutes), and a test queued behind it must not be timed out for that.
+    """
+    import pytest_timeout
+
+    item = running_test[-1] if running_test else None
+    settings = pytest_timeout._get_item_settings(item) if item is not None else None
+    timed = settings is not None and bool(settings.timeout) and not settings.func_only
+    if timed:
+        item.config.hook.pytest_timeout_cancel_timer(item=item)
+    try:
+        yield
+    finally:
+        if timed:
+            item.config.hook.pytest_timeout_set_timer(item=item, settings=settings)
+
 
 @contextlib.contextmanager
 def root_lab_lock(wait: float) -> Iterator[None]:
-    """Hold the machine-wide lab lock, waiting up to ``wait`` seconds for whoever holds it."""
+    """Hold the machine-wide lab lock, waiting up to ``wait`` seconds for whoever holds it.
+
+    The running test's timeout does not count the wait (:func:`timeout_paused`): a lab is up for at most its
+    module's tests, each bounded by its own timeout, and ``flock`` is released when its holder dies, so the
+    queue always moves; ``wait`` only bounds how long a run may queue behind others.
+    """
     import pytest
 
     ROOT_LAB_LOCK.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(ROOT_LAB_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        deadline = time.monotonic() + wait
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"another lab held {ROOT_LAB_LOCK} for {wait:.0f} s")
-                time.sleep(0.1)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            with timeout_paused():
+                deadline = time.monotonic() + wait
+                while True:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except BlockingIOError:
+                        if time.monotonic() > deadline:
+                            pytest.fail(f"another lab held {ROOT_LAB_LOCK} for {wait:.0f} s")
+                        time.sleep(0.1)
         yield
     finally:
         os.close(fd)

@@ -29,12 +29,14 @@ from tests import harness
 from ambit.lab.network.topology import Topology
 
 ROOT_LAB_LOCK = harness.ROOT_LAB_LOCK
-LOCK_WAIT = float(os.environ.get("AMBIT_E2E_LOCK_WAIT", "300"))
-"""Seconds to wait for another lab (someone else's test) to go; longer than tests/netns's, as labs here live longer."""
+LOCK_WAIT = float(os.environ.get("AMBIT_E2E_LOCK_WAIT", "1800"))
+"""Seconds to queue behind other labs (someone else's e2e modules, minutes each); the test's timeout stops meanwhile
+(:func:`tests.harness.timeout_paused`)."""
 LAB_UP_TIMEOUT = 90.0
 LAB_DOWN_TIMEOUT = 60.0
-TEST_TIMEOUT = LOCK_WAIT + 120.0
-"""pytest-timeout's limit for a test: it counts fixture set-up, so a module's first test also waits for the lock."""
+TEST_TIMEOUT = 420.0
+"""pytest-timeout's limit for a test: it counts fixture set-up (a module's first test brings the lab up, within
+``LAB_UP_TIMEOUT``), but not the wait for the lock."""
 
 T = TypeVar("T")
 

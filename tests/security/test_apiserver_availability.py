@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import socket
 import ssl
@@ -116,20 +117,31 @@ async def service_account_token(api: ApiClient, name: str) -> str:
     return token
 
 
+@functools.cache
+def trusting(kubeconfig: Path) -> ssl.SSLContext:
+    """The client context of a server, built once: the watch tests open hundreds of connections."""
+    return ssl_context_from_kubeconfig(kubeconfig)
+
+
 def stalled_watch(server: ServerProcess, token: str, path: str) -> tuple[ssl.SSLSocket, int]:
     """A watch whose client never reads past the status line (receive buffer 4 KiB); (socket, HTTP status)."""
     raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     raw.settimeout(10)
-    raw.connect(("127.0.0.1", server.port))
-    tls = ssl_context_from_kubeconfig(server.kubeconfig).wrap_socket(raw, server_hostname="127.0.0.1")
-    request = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n\r\n"
-    tls.sendall(request.encode())
-    head = b""
-    while b"\r\n" not in head:
-        chunk = tls.recv(1)
-        assert chunk, "closed before the status line"
-        head += chunk
+    owned: socket.socket = raw  # the caller's only once this returns
+    try:
+        raw.connect(("127.0.0.1", server.port))
+        tls = owned = trusting(server.kubeconfig).wrap_socket(raw, server_hostname="127.0.0.1")
+        request = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n\r\n"
+        tls.sendall(request.encode())
+        head = b""
+        while b"\r\n" not in head:
+            chunk = tls.recv(1)
+            assert chunk, "closed before the status line"
+            head += chunk
+    except BaseException:
+        owned.close()  # wrap_socket detaches ``raw``: the TLS socket holds the descriptor after it
+        raise
     return tls, int(head.split()[1])
 
 
@@ -239,28 +251,30 @@ async def test_watches_that_never_read_are_closed_within_the_memory_bound(server
         sockets_before = open_sockets(server)
         before = rss(server)
         watch = f"{CMS}?watch=true&fieldSelector=metadata.name%3Dfed"
-        stalled = []
-        for i in range(200):  # 100 per user: the default per-user limit is not in the way
-            sock, code = stalled_watch(server, tokens[i % 2], watch)
-            assert code == 200
-            stalled.append(sock)
-        peak = rss(server)
-        worst_answer = 0.0
-        for i in range(200):
-            reply = await api.patch(f"{CMS}/fed", {"data": {"v": f"w{i}{payload}"}})
-            assert reply.status == 200
-            if i % 20 == 0:
-                started = time.monotonic()
-                assert (await api.get("/version")).status == 200
-                worst_answer = max(worst_answer, time.monotonic() - started)
+        stalled: list[ssl.SSLSocket] = []
+        try:
+            for i in range(200):  # 100 per user: the default per-user limit is not in the way
+                sock, code = stalled_watch(server, tokens[i % 2], watch)
+                stalled.append(sock)
+                assert code == 200
+            peak = rss(server)
+            worst_answer = 0.0
+            for i in range(200):
+                reply = await api.patch(f"{CMS}/fed", {"data": {"v": f"w{i}{payload}"}})
+                assert reply.status == 200
+                if i % 20 == 0:
+                    started = time.monotonic()
+                    assert (await api.get("/version")).status == 200
+                    worst_answer = max(worst_answer, time.monotonic() - started)
+                    peak = max(peak, rss(server))
+            deadline = time.monotonic() + 2 + 20
+            while open_sockets(server) > sockets_before + 5 and time.monotonic() < deadline:
                 peak = max(peak, rss(server))
-        deadline = time.monotonic() + 2 + 20
-        while open_sockets(server) > sockets_before + 5 and time.monotonic() < deadline:
-            peak = max(peak, rss(server))
-            await asyncio.sleep(0.25)
-        closed = open_sockets(server) <= sockets_before + 5
-        for sock in stalled:
-            sock.close()
+                await asyncio.sleep(0.25)
+            closed = open_sockets(server) <= sockets_before + 5
+        finally:  # also when an assertion or the timeout ends the test early: no socket left to the GC
+            for sock in stalled:
+                sock.close()
         print(
             f"slow watchers: rss before {before / MiB:.0f} MiB, peak {peak / MiB:.0f} MiB, answer {worst_answer:.2f}s"
         )

@@ -338,13 +338,17 @@ async def test_a_control_flood_from_a_client_that_never_reads_is_bounded_and_end
     attacker_cert, server_cert = certs
     async with rig(server_cert) as server:
         attacker = await Attacker.connect(attacker_cert, server.addr, rcvbuf=32 * 1024)
-        tracemalloc.start()
+        already = tracemalloc.is_tracing()  # PYTHONTRACEMALLOC=N, as when hunting a ResourceWarning's origin
+        if not already:
+            tracemalloc.start()
         try:
+            tracemalloc.reset_peak()  # the peak of this flood, not of the session so far
             baseline = tracemalloc.get_traced_memory()[0]
             sent = await flood(attacker, frame)
             peak = tracemalloc.get_traced_memory()[1] - baseline
         finally:
-            tracemalloc.stop()
+            if not already:
+                tracemalloc.stop()
         try:
             frames = await attacker.frames_until_closed()
         finally:

@@ -1,5 +1,9 @@
 """Assembly of the embedded API server: state directory, PKI, kubeconfig, and the HTTPS listener.
 
+The listener (:class:`~ambit.tls.listener.TlsListener`) owns every connection it accepts: ``aclose()`` stops
+accepting, lets aiohttp finish or close each request and keep-alive connection, and aborts whatever is still open
+a second later (a client that never answers TLS close_notify), so nothing outlives the server.
+
 The data directory holds everything the server needs to come back after a restart or a crash (the directory
 0700 and state.db 0600 whatever the umask)::
 
@@ -17,6 +21,7 @@ import base64
 import ipaddress
 import os
 import secrets
+import socket
 import ssl
 import tempfile
 import time
@@ -39,6 +44,7 @@ from ambit.apiserver.verbs import ResourceManager
 from ambit.apiserver.watch import WatchHub
 from ambit.model import untrusted_yaml
 from ambit.tls.certs import issue_server_cert, load_or_create_ca
+from ambit.tls.listener import TlsListener
 
 DEFAULT_CRD_DIR = Path(__file__).resolve().parents[3] / "deploy" / "crds"
 DEFAULT_RBAC_DIR = Path(__file__).resolve().parents[3] / "deploy" / "rbac"
@@ -87,6 +93,7 @@ class ApiServer:
     manager: ResourceManager | None = None
     _runner: web.AppRunner | None = None
     _http: ApiHttp | None = None
+    _listener: TlsListener | None = None
 
     async def start(self) -> None:
         s = self.settings
@@ -150,12 +157,17 @@ class ApiServer:
         )
         self._runner = web.AppRunner(self._http.app(), handle_signals=False, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, s.host, s.port, ssl_context=context, reuse_address=True)
-        await site.start()
-        port = s.port
-        server = getattr(site, "_server", None)
-        if server is not None and server.sockets:
-            port = server.sockets[0].getsockname()[1]
+        assert self._runner.server is not None  # set by setup()
+        sock = socket.socket(socket.AF_INET6 if ":" in s.host else socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((s.host, s.port))
+        except BaseException:
+            sock.close()
+            raise
+        self._listener = TlsListener(sock, self._runner.server, context, name="apiserver")
+        self._listener.start()
+        port = self._listener.address[1]
         host = "127.0.0.1" if s.host in ("0.0.0.0", "::", "") else s.host
         self.url = f"https://{host}:{port}"
         self.kubeconfig = s.kubeconfig or s.data_dir / "kubeconfig"
@@ -164,9 +176,14 @@ class ApiServer:
     async def aclose(self) -> None:
         if self.manager is not None:
             self.manager.hub.close_all()
+        if self._listener is not None:
+            await self._listener.stop()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self._listener is not None:  # every accepted connection closed, or aborted after a second
+            await self._listener.aclose(grace=1.0)
+            self._listener = None
         if self.manager is not None:
             await self.manager.admission.aclose()
             self.manager.store.close()

@@ -6,8 +6,11 @@ one-line plain-text reason; nothing a caller posts produces a traceback, and an 
 decision is logged and answered 500 without details. ``GET /ready`` answers 200 for probes.
 
 The server owns its listening socket: bind happens in :meth:`ValidationWebhookServer.start`, so ``port=0`` picks
-a free port and :attr:`ValidationWebhookServer.port` tells which. TLS is mandatory, because kube-apiserver only
-calls webhooks over https; the certificate must name the address in the registered URL.
+a free port and :attr:`ValidationWebhookServer.port` tells which. It owns every connection it accepts too
+(:class:`~ambit.tls.listener.TlsListener`): :meth:`ValidationWebhookServer.aclose` returns with all of them
+closed, also the keep-alive connection of an API server that does not answer TLS close_notify. TLS is mandatory,
+because kube-apiserver only calls webhooks over https; the certificate must name the address in the registered
+URL.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from aiohttp import web
 
 from ambit.controlplane.webhook.errors import MalformedReviewError
 from ambit.controlplane.webhook.review import answer, parse_review
+from ambit.tls.listener import TlsListener
 
 log = logging.getLogger("ambit.controlplane.webhook")
 
@@ -81,14 +85,14 @@ class ValidationWebhookServer:
     def __init__(self, settings: WebhookServerSettings) -> None:
         self.settings = settings
         self._runner: web.AppRunner | None = None
-        self._sock: socket.socket | None = None
+        self._listener: TlsListener | None = None
 
     @property
     def port(self) -> int:
         """The bound port (after :meth:`start`)."""
-        if self._sock is None:
+        if self._listener is None:
             raise RuntimeError("the webhook server is not started")
-        return int(self._sock.getsockname()[1])
+        return self._listener.address[1]
 
     def url(self, host: str) -> str:
         """The ``/validate`` URL as reached at ``host`` (which the certificate must name)."""
@@ -105,24 +109,25 @@ class ValidationWebhookServer:
             sock.bind((self.settings.host, self.settings.port))
             runner = web.AppRunner(build_app(self.settings.max_body_bytes), shutdown_timeout=1.0, access_log=None)
             await runner.setup()
-            try:
-                await web.SockSite(runner, sock, ssl_context=context).start()
-            except BaseException:
-                await runner.cleanup()
-                raise
         except BaseException:
             sock.close()
             raise
-        self._sock, self._runner = sock, runner
+        assert runner.server is not None  # set by setup()
+        listener = TlsListener(sock, runner.server, context, name="validation webhook")
+        listener.start()
+        self._listener, self._runner = listener, runner
         log.info("validation webhook listening on %s:%d", self.settings.host, self.port)
 
     async def aclose(self) -> None:
-        runner, sock = self._runner, self._sock
-        self._runner = self._sock = None
+        """Stop accepting, finish or close every request and connection (aborting any still open after 1 s)."""
+        runner, listener = self._runner, self._listener
+        self._runner = self._listener = None
+        if listener is not None:
+            await listener.stop()
         if runner is not None:
             await runner.cleanup()
-        if sock is not None:
-            sock.close()
+        if listener is not None:
+            await listener.aclose(grace=1.0)
 
     async def __aenter__(self) -> ValidationWebhookServer:
         await self.start()
