@@ -215,7 +215,16 @@ def test_limits_are_in_the_container_s_cgroup(lab: Lab, namespace: str) -> None:
     pod = wait_ready(lab, namespace, "limited")["limited"]
     cgroup = lab.topology.cgroup_parent.strip("/") + "/" + container_id(pod["metadata"]["uid"], "main")
     memory = Path("/sys/fs/cgroup/memory") / cgroup / "memory.limit_in_bytes"
-    assert int(memory.read_text()) == 64 * 2**20
+
+    def limited() -> bool:
+        try:
+            return int(memory.read_text()) == 64 * 2**20
+        except OSError:
+            return False
+
+    # The runtime reports the container running once `runc run` is under way; runc writes the limits while it
+    # creates the container, so they may land a moment after the pod is Ready.
+    wait_until("the memory limit in the container's cgroup", limited, timeout=10)
     cpu = Path("/sys/fs/cgroup/cpu") / cgroup
     assert int((cpu / "cpu.cfs_quota_us").read_text()) == 25_000
     assert int((cpu / "cpu.cfs_period_us").read_text()) == 100_000
