@@ -51,6 +51,7 @@ __all__ = [
     "ADDRESS_TYPE_URL",
     "XdsConversionError",
     "address_aliases",
+    "address_parents",
     "address_from_proto",
     "address_of",
     "decode_address",
@@ -147,6 +148,14 @@ def address_aliases(address: pb.Address) -> tuple[str, ...]:
             if len(vip.address) in (4, 16):
                 aliases.append(f"{vip.network}/{ipaddress.ip_address(vip.address)}")
     return tuple(dict.fromkeys(aliases))
+
+
+def address_parents(address: pb.Address) -> tuple[str, ...]:
+    """The resource names of the services a workload is an endpoint of (its services map keys); none for a
+    service. A lookup of such a service answers with this workload too (istiod's ``Lookup``)."""
+    if address.HasField("workload"):
+        return tuple(sorted(address.workload.services))
+    return ()
 
 
 # Decoding.
