@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_KEEPALIVE", "KeepaliveSettings", "GrpcOptions"]
+__all__ = ["DEFAULT_KEEPALIVE", "GrpcOptions", "KeepaliveSettings"]
 
 GrpcOptions = tuple[tuple[str, int], ...]
 

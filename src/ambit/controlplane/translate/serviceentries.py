@@ -8,7 +8,8 @@ Rules:
    key a Kubernetes Service or an earlier entry (by namespace, then name) already has is left out, so that every
    resource name has one owner.
 2. VIPs are ``spec.addresses`` on the cluster's network; a CIDR is accepted only as one address (/32, /128).
-3. Ports are ``spec.ports``: ``number`` to ``targetPort``, 0 when unset (each endpoint says its own number).
+3. Ports are ``spec.ports``: ``number`` to ``targetPort``, 0 when unset (each endpoint says its own number); the
+   port's ``protocol`` gives its ``app_protocol`` (:mod:`ambit.controlplane.translate.protocols`).
    A repeated or invalid number is left out.
 4. With ``spec.workloadSelector``, the entry selects pods and WorkloadEntries of its namespace
    (:mod:`ambit.controlplane.translate.index`) and its ``spec.endpoints`` are ignored (reported).
@@ -35,6 +36,8 @@ from ambit.controlplane.translate.index import (
     entry_port_resolver,
     resolve_ports,
 )
+from ambit.controlplane.translate.nodes import split_locality
+from ambit.controlplane.translate.protocols import protocol_app_protocol
 from ambit.controlplane.translate.services import port_number, service_key
 from ambit.controlplane.translate.skips import SERVICE_ENTRY, Skipped, skipped
 from ambit.controlplane.translate.workloadentries import endpoint_address, endpoint_workload, string_map
@@ -176,7 +179,10 @@ def selections(entries: Iterable[ServiceEntrySpec]) -> list[tuple[str, Selection
 
 def service_entry_services(entry: ServiceEntrySpec, *, network: str) -> list[Service]:
     """One Service per host (rules 1 to 3)."""
-    ports = tuple(PortMapping(p.number, p.target if isinstance(p.target, int) else 0) for p in entry.ports)
+    ports = tuple(
+        PortMapping(p.number, p.target if isinstance(p.target, int) else 0, protocol_app_protocol(p.protocol))
+        for p in entry.ports
+    )
     return [
         Service(
             name=entry.name,
@@ -228,6 +234,7 @@ def service_entry_workloads(
                 trust_domain=trust_domain,
                 cluster_id=cluster_id,
                 services={service_key(entry.namespace, host): mappings for host in entry.hosts},
+                locality=split_locality(endpoint.get("locality")),
             )
         )
     return out
