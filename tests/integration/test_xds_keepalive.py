@@ -20,6 +20,7 @@ import h2.connection
 import h2.errors
 import h2.events
 import pytest
+from tests.integration.tcp_relay import Relay
 
 from ambit.api import discovery_pb2 as dpb
 from ambit.controlplane.addresses import addresses
@@ -214,9 +215,7 @@ async def test_an_idle_ads_stream_pinged_every_30s_by_an_h2_client_survives_minu
         assert client.pings_acked == PINGS and client.terminated is None
         assert xds.service.stats.streams == 1 and xds.service.stats.stream_errors == 0
     finally:
-        client.writer.close()
-        with contextlib.suppress(Exception):
-            await client.writer.wait_closed()
+        client.writer.transport.abort()  # no TLS close_notify dance: the server would keep us waiting
 
 
 async def test_a_client_pinging_faster_than_every_15s_is_sent_goaway_enhance_your_calm(
@@ -241,61 +240,10 @@ async def test_a_client_pinging_faster_than_every_15s_is_sent_goaway_enhance_you
         assert client.terminated.error_code == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
         assert time.monotonic() - started < 5.0
     finally:
-        client.writer.close()
-        with contextlib.suppress(Exception):
-            await client.writer.wait_closed()
+        client.writer.transport.abort()  # no TLS close_notify dance: the server would keep us waiting
 
 
-# A silently dead control plane: a TCP relay that stops forwarding without closing anything.
-
-
-class Relay:
-    """Forwards 127.0.0.1:<port> to a target; :meth:`freeze` makes the open connections drop every byte silently."""
-
-    def __init__(self, target_port: int) -> None:
-        self.target_port = target_port
-        self.frozen: set[int] = set()
-        self.connections = 0
-        self._open: list[tuple[int, asyncio.StreamWriter, asyncio.StreamWriter]] = []
-        self._tasks: set[asyncio.Task[None]] = set()
-        self.server: asyncio.Server | None = None
-        self.port = 0
-
-    async def start(self) -> None:
-        self.server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
-        self.port = self.server.sockets[0].getsockname()[1]
-
-    def freeze(self) -> None:
-        self.frozen.update(cid for cid, _, _ in self._open)
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        cid = self.connections
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
-        self._open.append((cid, writer, up_writer))
-        for src, dst in ((reader, up_writer), (up_reader, writer)):
-            task = asyncio.create_task(self._pipe(cid, src, dst), name=f"relay {cid}")
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _pipe(self, cid: int, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(OSError, asyncio.CancelledError):
-            while data := await src.read(65536):
-                if cid not in self.frozen:
-                    dst.write(data)
-                    await dst.drain()
-            if cid not in self.frozen:
-                dst.close()
-
-    async def aclose(self) -> None:
-        if self.server is not None:
-            self.server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        for _, a, b in self._open:
-            a.close()
-            b.close()
+# A silently dead control plane: a TCP relay (tests.integration.tcp_relay) that stops forwarding, closing nothing.
 
 
 async def _until(condition: Callable[[], bool], seconds: float) -> float:
