@@ -83,6 +83,7 @@ def test_every_expected_golden_case_exists() -> None:
         "ip_families",
         "app_protocols",
         "host_network",
+        "canonical",
     }
     assert expected <= set(CASES)
 

@@ -17,17 +17,17 @@ Rules:
 4. A response carries each wanted resource whose version differs from what the client holds, and in
    ``removed_resources`` each name the client holds that no longer exists, plus each explicitly subscribed name
    that resolves to nothing (so an on-demand lookup gets an answer). Unchanged resources are never resent.
-8. A lookup (subscribing to a name) answers as istiod's ambient index does (:meth:`ResourceSet.lookup`): a
-   resource name gives that resource, a ``network/IP`` alias the resources holding that address, and a resource
-   that has members (a Service: the workloads that are its endpoints) comes with all of them. The client is then
-   subscribed to every resource the answer carried, so later changes to them are pushed (istiod merges what it
-   sent into the client's resource names).
 5. Opening a type, or subscribing to names, always gets a response, even an empty one: the client learns it is
    in sync. Pushes and ACKs get one only when there is something to say.
 6. ACK = a request with ``response_nonce``; NACK = the same with ``error_detail``. Both retire the nonce. A NACK
    changes nothing else: the server keeps serving, and the NACKed versions are not resent until they change (as
    istiod). A nonce we never sent, or already retired, is stale and only reported.
 7. Nonces are ``<session prefix>-<counter>``, so they are unique per stream and deterministic under test.
+8. A lookup (subscribing to a name) answers as istiod's ambient index does (:meth:`ResourceSet.lookup`): a
+   resource name gives that resource, a ``network/IP`` alias the resources holding that address, and a resource
+   that has members (a Service: the workloads that are its endpoints) comes with all of them. The client is then
+   subscribed to every resource the answer carried, so later changes to them are pushed (istiod merges what it
+   sent into the client's resource names).
 """
 
 from __future__ import annotations

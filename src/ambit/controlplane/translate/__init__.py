@@ -43,6 +43,7 @@ from ambit.controlplane.translate.policies import (
     translate_authorization_policy,
 )
 from ambit.controlplane.translate.serviceentries import (
+    canonical_owners,
     parse_service_entries,
     selections,
     service_entry_services,
@@ -165,8 +166,9 @@ def translate_all(
     ]
     taken = {s.key for s in translated}
     entries = parse_service_entries(service_entries, taken=taken, skips=skips)
+    canonical = canonical_owners(entries, (s.hostname for s in translated))
     for entry in entries:
-        translated.extend(service_entry_services(entry, network=network))
+        translated.extend(service_entry_services(entry, network=network, canonical=canonical))
     index = ServiceIndex.build(service_list, endpoint_slices, domain=domain, extra=selections(entries))
     workloads: list[Workload] = []
     localities = node_localities(nodes)
