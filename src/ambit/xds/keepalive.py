@@ -3,9 +3,9 @@
 Theory of operation: a long-lived ADS stream can sit idle for hours. Two things must then hold:
 
 1. **The server tolerates the client's pings.** ztunnel sends an HTTP/2 PING every 30 s on an idle connection.
-   gRPC's default server enforcement allows one ping without data every 5 minutes and answers the second early
-   ping with GOAWAY ``ENHANCE_YOUR_CALM`` ("too_many_pings"), which would make every ztunnel reconnect and resync
-   every couple of minutes. istiod allows one every ``keepalive time / 2`` = 15 s; so do we
+   gRPC's default server enforcement allows one ping without data every 5 minutes and, after two strikes,
+   answers early pings with GOAWAY ``ENHANCE_YOUR_CALM`` ("too_many_pings"), which would make every ztunnel
+   reconnect and resync every couple of minutes. istiod allows one every ``keepalive time / 2`` = 15 s; so do we
    (:meth:`KeepaliveSettings.server_options`), also when no call is open (a CA channel between certificate
    requests).
 2. **Both ends find a silently dead peer.** A control plane whose packets are dropped (a partition, a node gone
@@ -15,8 +15,9 @@ Theory of operation: a long-lived ADS stream can sit idle for hours. Two things 
    (:attr:`KeepaliveSettings.detection_bound`); the xDS client then reconnects with its back-off.
 
 gRPC core needs three more settings for that to hold: it stops a client's pings after two without data unless
-``max_pings_without_data`` is 0; it spaces pings by ``min_time_between_pings`` (5 minutes by default); and it waits
-``ping_timeout`` (1 minute by default), not only ``keepalive_timeout``, for the ACK.
+``max_pings_without_data`` is 0; it spaces pings by at least ``min_time_between_pings``; and it waits for the ACK
+``ping_timeout``, not only ``keepalive_timeout`` (without it a silent peer went unnoticed for far longer than the
+bound). Both are set from ``time`` and ``timeout``.
 """
 
 from __future__ import annotations
