@@ -28,6 +28,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from google.protobuf import struct_pb2
 from tests.harness import ServerProcess
+from tests.integration.tcp_relay import Relay
 
 from ambit.api import ca_pb2
 from ambit.apiserver.tokens import TokenIssuer
@@ -50,6 +51,7 @@ from ambit.k8s import KubeAlreadyExistsError, KubeClient, kinds
 from ambit.model.identity import SpiffeId
 from ambit.tls.certs import KeyPair, issue_server_cert, new_ca
 from ambit.tls.spiffe import identity_of, make_csr
+from ambit.xds.keepalive import KeepaliveSettings
 
 TD = "cluster.local"
 DAY = 86400
@@ -462,6 +464,30 @@ async def test_the_istiod_client_refuses_a_server_outside_its_root(mesh: Mesh, c
     async with IstiodCaClient(ca.address, other_root, token_file, timeout=3) as client:
         with pytest.raises(CaError, match="UNAVAILABLE"):
             await client.fetch_certificate(mesh.identity("web"))
+
+
+async def test_the_istiod_client_drops_a_silent_ca_connection_within_its_keepalive_bound_and_reconnects(
+    mesh: Mesh, ca: Ca, tmp_path: Path
+) -> None:
+    """Keepalive scaled down (ping after 2 s idle, 1 s for the ACK): a CA connection that went silent between two
+    certificate requests is dropped within 3 s, so the next request dials afresh instead of waiting on it."""
+    settings = KeepaliveSettings(time=2.0, timeout=1.0)
+    token_file = tmp_path / "istio-token"
+    token_file.write_text(await mesh.token("ztunnel"))
+    relay = Relay(ca.port)
+    await relay.start()
+    try:
+        async with IstiodCaClient(f"127.0.0.1:{relay.port}", ca.root_file, token_file, keepalive=settings) as client:
+            assert (await client.fetch_certificate(mesh.identity("web"))).identity == mesh.identity("web")
+            assert relay.connections == 1
+            relay.freeze()
+            frozen_at = time.monotonic()
+            await eventually(lambda: 1 in relay.closed_by_client)
+            assert time.monotonic() - frozen_at <= settings.detection_bound + 1.0
+            assert (await client.fetch_certificate(mesh.identity("web"))).identity == mesh.identity("web")
+            assert relay.connections == 2
+    finally:
+        await relay.aclose()
 
 
 async def test_the_istiod_client_reports_a_missing_token_file(ca: Ca, mesh: Mesh, tmp_path: Path) -> None:

@@ -24,9 +24,13 @@ from ambit.model.policy import (
     StringMatchKind,
 )
 from ambit.model.workload import (
+    AppProtocol,
     HealthPolicy,
     HealthStatus,
+    IPFamilies,
+    Locality,
     NetworkAddress,
+    NetworkMode,
     PortMapping,
     Service,
     TunnelProtocol,
@@ -366,6 +370,7 @@ def test_random_bytes_decoded_parse_or_raise_local_config_error(data: bytes) -> 
 _FIELD_NAMES = [
     "uid", "name", "namespace", "workloadIps", "protocol", "serviceAccount", "trustDomain", "node", "network",
     "status", "services", "hostname", "vips", "ports", "subjectAltNames", "healthPolicy", "workloadType", "bogus",
+    "networkMode", "locality", "region", "zone", "subzone", "canonical", "ipFamilies", "targetPort", "appProtocol",
 ]  # fmt: skip
 _scalars = st.one_of(
     st.none(),
@@ -373,6 +378,7 @@ _scalars = st.one_of(
     st.integers(-10, 70000),
     st.floats(allow_nan=False),
     st.sampled_from(["HBONE", "TCP", "Healthy", "AllowAll", "a/b", "/1.2.3.4", "::1", "1.2.3.4", "", "x y", "pod"]),
+    st.sampled_from(["HostNetwork", "Standard", "Dual", "IPv6Only", "HTTP11", "GRPC", "Unknown"]),
     st.text(max_size=8),
 )
 _values = st.recursive(
@@ -419,7 +425,9 @@ _names = _printable.filter(bool)
 _segments = st.from_regex(r"[A-Za-z0-9._-]{1,12}", fullmatch=True).filter(lambda s: s not in {".", ".."})
 _ips = st.one_of(st.ip_addresses(v=4), st.ip_addresses(v=6))
 _port_lists = st.lists(
-    st.builds(PortMapping, st.integers(1, 65535), st.integers(0, 65535)), max_size=3, unique_by=lambda p: p.service_port
+    st.builds(PortMapping, st.integers(1, 65535), st.integers(0, 65535), st.sampled_from(AppProtocol)),
+    max_size=3,
+    unique_by=lambda p: p.service_port,
 ).map(tuple)
 _service_keys = st.builds(lambda ns, host: f"{ns}/{host}", _segments, _names)
 _workloads = st.builds(
@@ -440,6 +448,8 @@ _workloads = st.builds(
     cluster_id=_printable,
     status=st.sampled_from(HealthStatus),
     services=st.dictionaries(_service_keys, _port_lists, max_size=3),
+    network_mode=st.sampled_from(NetworkMode),
+    locality=st.builds(Locality, _printable, _printable, _printable),
 )
 _services = st.builds(
     Service,
@@ -450,6 +460,8 @@ _services = st.builds(
     ports=_port_lists,
     subject_alt_names=st.lists(_names, max_size=2).map(tuple),
     health_policy=st.sampled_from(HealthPolicy),
+    canonical=st.booleans(),
+    ip_families=st.sampled_from(IPFamilies),
 )
 _string_matches = st.one_of(
     st.just(StringMatch.presence()),
@@ -535,3 +547,63 @@ def test_policies_render_in_pattern_form_and_an_exact_value_with_a_star_as_a_map
     text = render_local_config(LocalConfig((), (), (policy,)))
     assert "- '*/sa/x'" in text and "exact: a*" in text
     assert parse_local_config(text).policies == (policy,)
+
+
+def test_a_port_with_an_app_protocol_is_a_mapping_and_a_bare_number_is_unknown() -> None:
+    config = parse_local_config(
+        textwrap.dedent(
+            """\
+            services:
+            - name: web
+              namespace: shop
+              hostname: web.shop.svc.cluster.local
+              ports: {80: 8080, 9090: {targetPort: 0, appProtocol: GRPC}}
+              canonical: true
+              ipFamilies: Dual
+            workloads:
+            - uid: Kubernetes//Pod/shop/host-1
+              name: host-1
+              namespace: shop
+              networkMode: HostNetwork
+              locality: {region: r1, zone: z1}
+            """
+        )
+    )
+    (service,) = config.services
+    assert service.ports == (PortMapping(80, 8080), PortMapping(9090, 0, AppProtocol.GRPC))
+    assert service.canonical and service.ip_families is IPFamilies.DUAL
+    (workload,) = config.workloads
+    assert workload.network_mode is NetworkMode.HOST_NETWORK and workload.locality == Locality("r1", "z1", "")
+
+
+@pytest.mark.parametrize(
+    ("fragment", "message"),
+    [
+        ("ports: {80: {targetPort: 1, appProtocol: SPDY}}", r"services\[0\].ports\[80\].appProtocol: expected one of"),
+        ("ports: {80: {appProtocol: HTTP11}}", r"services\[0\].ports\[80\].targetPort: required"),
+        ("ports: {80: {targetPort: 1, bogus: 2}}", r"services\[0\].ports\[80\]: unknown key"),
+        ("ipFamilies: IPv5", r"services\[0\].ipFamilies: expected one of"),
+        ("canonical: yes please", r"services\[0\].canonical: expected true or false"),
+    ],
+)
+def test_bad_new_service_fields_are_rejected_naming_the_field(fragment: str, message: str) -> None:
+    text = "services:\n- {name: web, namespace: shop, hostname: web.shop}\n"
+    document = yaml.safe_load(text)
+    document["services"][0].update(yaml.safe_load(fragment))
+    with pytest.raises(LocalConfigError, match=message):
+        parse_local_config(yaml.safe_dump(document))
+
+
+@pytest.mark.parametrize(
+    ("fragment", "message"),
+    [
+        ("networkMode: Host", r"workloads\[0\].networkMode: expected one of Standard, HostNetwork"),
+        ("locality: {region: r, planet: earth}", r"workloads\[0\].locality: unknown key"),
+        ("locality: us-east", r"workloads\[0\].locality: expected a mapping"),
+        ("locality: {zone: 3}", r"workloads\[0\].locality.zone: expected a string"),
+    ],
+)
+def test_bad_new_workload_fields_are_rejected_naming_the_field(fragment: str, message: str) -> None:
+    document = {"workloads": [{"uid": "u", "name": "n", "namespace": "ns", **yaml.safe_load(fragment)}]}
+    with pytest.raises(LocalConfigError, match=message):
+        parse_local_config(yaml.safe_dump(document))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 
@@ -17,6 +18,7 @@ from ambit.model.workload import (
     HealthPolicy,
     HealthStatus,
     NetworkAddress,
+    NetworkMode,
     PortMapping,
     Service,
     TunnelProtocol,
@@ -122,6 +124,25 @@ def test_a_shared_address_answers_with_the_newest_workload_until_it_is_removed()
     assert state.find_workload_by_address("", ip("198.18.16.5")) is new
     state.remove_workload(new.uid)
     assert state.find_workload_by_address("", ip("198.18.16.5")) is old
+
+
+def test_host_network_workloads_are_not_indexed_by_address_but_found_otherwise() -> None:
+    node_ip = "198.18.0.11"
+    exporter = pod("exporter", node_ip, network_mode=NetworkMode.HOST_NETWORK)
+    agent = pod("agent", node_ip, network_mode=NetworkMode.HOST_NETWORK)
+    web = pod("web-0", "198.18.16.5")
+    state = state_with(exporter, agent, web)
+    assert state.find_workload_by_address("", ip(node_ip)) is None, "the node's IP must not map to any one of them"
+    assert state.find_workload(exporter.uid) is exporter
+    assert state.find_workloads_on_node("node1") == [agent, exporter, web]
+    assert state.find_endpoints(web_service()) == [agent, exporter, web]
+    # A workload that moves from its own namespace to the host network leaves the address index, and back.
+    state.upsert_workload(dataclasses.replace(web, network_mode=NetworkMode.HOST_NETWORK))
+    assert state.find_workload_by_address("", ip("198.18.16.5")) is None
+    state.upsert_workload(web)
+    assert state.find_workload_by_address("", ip("198.18.16.5")) is web
+    # An outbound connection to the node's IP is not mistaken for one of them: it passes through.
+    assert state.resolve("", ip(node_ip), 9100, first).transport is Transport.PASSTHROUGH
 
 
 def test_upserting_a_service_with_new_vips_drops_the_old_ones() -> None:

@@ -19,8 +19,12 @@ import pytest
 import yaml
 from google.protobuf.json_format import MessageToDict
 
+from ambit.api import discovery_pb2 as dpb
 from ambit.controlplane.addresses import addresses, authorizations
 from ambit.controlplane.translate import translate
+from ambit.xds.convert import ADDRESS_TYPE_URL
+from ambit.xds.session import ServerSession
+from ambit.xds.table import AddressTable
 
 GOLDEN = Path(__file__).parent / "golden" / "translate"
 CASES = sorted(p.name.removesuffix("-in.yaml") for p in GOLDEN.glob("*-in.yaml"))
@@ -33,6 +37,7 @@ KINDS = {
     "WorkloadEntry": "workload_entries",
     "AuthorizationPolicy": "authorization_policies",
     "PeerAuthentication": "peer_authentications",
+    "Node": "nodes",
 }
 CASE_OPTIONS: dict[str, dict[str, Any]] = {"policy_dry_run": {"enable_dry_run": True}}
 
@@ -114,3 +119,48 @@ def test_authorizations_match_their_golden_file(case: str) -> None:
         assert text == path.read_text(), f"{path} differs (AMBIT_UPDATE_GOLDEN=1 rewrites it)"
     else:
         assert not path.exists(), f"{case} has no policies, but {path} exists"
+
+
+ON_DEMAND_LOOKUPS = {
+    "vip": "/198.19.0.70",
+    "pod_ip": "/198.18.1.71",
+    "hostname": "shop/web.shop.svc.cluster.local",
+    "uid": "Kubernetes//Pod/shop/db-1",
+    "unknown_address": "/198.18.99.99",
+}
+
+
+def render_on_demand_lookups() -> str:
+    """What an on-demand client (subscribed to nothing) is answered for each lookup of ``ondemand-in.yaml``."""
+    by_kind: dict[str, list[dict[str, Any]]] = {name: [] for name in KINDS.values()}
+    for doc in yaml.safe_load_all((GOLDEN / "ondemand-in.yaml").read_text()):
+        if doc:
+            by_kind[KINDS[doc["kind"]]].append(doc)
+    table = AddressTable(addresses(translate(**by_kind)))
+    rows = {}
+    for label, key in ON_DEMAND_LOOKUPS.items():
+        session = ServerSession()
+        session.receive(
+            dpb.DeltaDiscoveryRequest(
+                type_url=ADDRESS_TYPE_URL, resource_names_subscribe=["*"], resource_names_unsubscribe=["*"]
+            ),
+            table.current,
+        )
+        (response,) = session.receive(
+            dpb.DeltaDiscoveryRequest(type_url=ADDRESS_TYPE_URL, resource_names_subscribe=[key]), table.current
+        ).responses
+        rows[label] = {
+            "subscribe": key,
+            "resources": sorted(r.name for r in response.resources),
+            "removed": list(response.removed_resources),
+        }
+    return yaml.safe_dump(rows, sort_keys=True, width=200)
+
+
+def test_on_demand_lookups_answer_as_istiod_and_match_their_golden_file() -> None:
+    """A VIP or hostname: the Service and all its endpoints; a pod IP or uid: that workload; else removed."""
+    text = render_on_demand_lookups()
+    path = GOLDEN / "ondemand-lookups.yaml"
+    if os.environ.get("AMBIT_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text(), f"{path} differs (AMBIT_UPDATE_GOLDEN=1 rewrites it)"

@@ -10,7 +10,7 @@ import ipaddress
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from ambit.controlplane.translate import translate_all
@@ -151,6 +151,8 @@ _junk = st.recursive(
 
 
 @given(_junk)
+@example({"mtls": {"mode": [None]}})  # an unhashable mode once escaped as a TypeError
+@example({"portLevelMtls": {"80": {"mode": {"a": 1}}}})
 def test_any_spec_translates_or_is_reported_never_raises(spec: object) -> None:
     obj = {"metadata": {"name": "p", "namespace": "ns"}, "spec": spec}
     translation = translate_all([], [], [], [], authorization_policies=[obj], peer_authentications=[obj])

@@ -35,6 +35,7 @@ KINDS = {
     "WorkloadEntry": "workload_entries",
     "AuthorizationPolicy": "authorization_policies",
     "PeerAuthentication": "peer_authentications",
+    "Node": "nodes",
 }
 CASE_OPTIONS: dict[str, dict[str, Any]] = {"policy_dry_run": {"enable_dry_run": True}}
 Obj = dict[str, Any]
@@ -78,6 +79,11 @@ def test_every_expected_golden_case_exists() -> None:
         "policy_dry_run",
         "peerauth_levels",
         "peerauth_ports",
+        "locality",
+        "ip_families",
+        "app_protocols",
+        "host_network",
+        "canonical",
     }
     assert expected <= set(CASES)
 

@@ -13,9 +13,13 @@ from ambit.api import workload_pb2 as pb
 from ambit.controlplane.addresses import addresses, content_version
 from ambit.model.localconfig import LocalConfig
 from ambit.model.workload import (
+    AppProtocol,
     HealthPolicy,
     HealthStatus,
+    IPFamilies,
+    Locality,
     NetworkAddress,
+    NetworkMode,
     PortMapping,
     Service,
     TunnelProtocol,
@@ -50,15 +54,19 @@ WEB = Workload(
     status=HealthStatus.UNHEALTHY,
     services={"shop/web.shop.svc.cluster.local": (PortMapping(80, 8080), PortMapping(443, 0))},
     authorization_policies=("shop/allow-web", "istio-system/istio_converted_static_strict"),
+    network_mode=NetworkMode.HOST_NETWORK,
+    locality=Locality("us-east", "us-east-1a", "rack-7"),
 )
 WEB_SVC = Service(
     name="web",
     namespace="shop",
     hostname="web.shop.svc.cluster.local",
     vips=(NetworkAddress("net1", ipaddress.ip_address("198.18.210.1")),),
-    ports=(PortMapping(80, 8080), PortMapping(443, 0)),
+    ports=(PortMapping(80, 8080, AppProtocol.HTTP11), PortMapping(443, 0, AppProtocol.TLS)),
     subject_alt_names=("spiffe://example.org/ns/shop/sa/web",),
     health_policy=HealthPolicy.ALLOW_ALL,
+    canonical=True,
+    ip_families=IPFamilies.DUAL,
 )
 
 
@@ -202,7 +210,7 @@ def test_mutated_resource_bytes_give_a_value_or_a_conversion_error(
 _names = st.text(st.sampled_from("abcdefghijklmnop-0123456789"), min_size=1, max_size=12)
 _ips = st.one_of(st.ip_addresses(v=4), st.ip_addresses(v=6).filter(lambda ip: ip.scope_id is None))
 _ports = st.lists(
-    st.builds(PortMapping, st.integers(1, 65535), st.integers(0, 65535)),
+    st.builds(PortMapping, st.integers(1, 65535), st.integers(0, 65535), st.sampled_from(AppProtocol)),
     max_size=3,
     unique_by=lambda p: p.service_port,
 ).map(tuple)
@@ -224,7 +232,50 @@ _ports = st.lists(
         status=st.sampled_from(HealthStatus),
         services=st.dictionaries(st.builds("{}/{}".format, _names, _names), _ports, max_size=2),
         authorization_policies=st.lists(st.builds("{}/{}".format, _names, _names), max_size=3).map(tuple),
+        network_mode=st.sampled_from(NetworkMode),
+        locality=st.builds(Locality, st.just("") | _names, st.just("") | _names, st.just("") | _names),
     )
 )
 def test_random_workloads_survive_a_round_trip(workload: Workload) -> None:
     assert _round_trip(workload) == workload
+
+
+def test_new_fields_go_on_the_wire_as_istiod_writes_them() -> None:
+    workload = address_of(WEB).workload
+    assert workload.network_mode == pb.HOST_NETWORK
+    assert (workload.locality.region, workload.locality.zone, workload.locality.subzone) == (
+        "us-east",
+        "us-east-1a",
+        "rack-7",
+    )
+    service = address_of(WEB_SVC).service
+    assert service.canonical and service.ip_families == pb.DUAL
+    assert [p.app_protocol for p in service.ports] == [pb.HTTP11, pb.TLS]
+
+
+def test_an_unknown_locality_is_not_sent() -> None:
+    plain = Workload(uid="u/x/y", name="y", namespace="x", addresses=())
+    assert not address_of(plain).workload.HasField("locality")
+    assert _round_trip(plain) == plain
+
+
+def test_an_app_protocol_from_a_newer_control_plane_reads_as_unknown() -> None:
+    address = address_of(WEB_SVC)
+    address.service.ports[0].app_protocol = 42  # type: ignore[assignment]
+    service = address_from_proto(address)
+    assert isinstance(service, Service) and service.ports[0].app_protocol is AppProtocol.UNKNOWN
+
+
+@pytest.mark.parametrize(("field", "expected"), [("network_mode", "workload.network_mode: unsupported value 9")])
+def test_an_unknown_network_mode_is_refused(field: str, expected: str) -> None:
+    address = address_of(WEB)
+    setattr(address.workload, field, 9)
+    with pytest.raises(XdsConversionError, match=expected):
+        address_from_proto(address)
+
+
+def test_an_unknown_ip_family_is_refused() -> None:
+    address = address_of(WEB_SVC)
+    address.service.ip_families = 7  # type: ignore[assignment]
+    with pytest.raises(XdsConversionError, match=r"service\.ip_families: unsupported value 7"):
+        address_from_proto(address)

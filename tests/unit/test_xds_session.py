@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Sequence
+from dataclasses import replace
 
 from google.protobuf import any_pb2
 
@@ -12,10 +13,10 @@ from ambit.api import workload_pb2 as pb
 from ambit.controlplane.addresses import addresses
 from ambit.model.localconfig import LocalConfig
 from ambit.model.state import WorkloadState
-from ambit.model.workload import NetworkAddress, PortMapping, Service, Workload
+from ambit.model.workload import HealthStatus, NetworkAddress, PortMapping, Service, Workload
 from ambit.xds.client_session import ClientSession
 from ambit.xds.convert import ADDRESS_TYPE_URL, decode_address
-from ambit.xds.session import AUTHORIZATION_TYPE_URL, RequestKind, ResourceSet, ServerSession
+from ambit.xds.session import AUTHORIZATION_TYPE_URL, RequestKind, ResourceSet, ServerSession, XdsResource
 from ambit.xds.table import AddressTable
 
 A = ADDRESS_TYPE_URL
@@ -133,6 +134,62 @@ def test_an_alias_lookup_follows_the_ip_to_a_new_workload() -> None:
     changed = table.replace(addresses(_config(reuse)))
     (push,) = session.push(A, table.current, changed).responses
     assert _names(push) == [reuse.uid] and list(push.removed_resources) == [WEB1.uid]
+
+
+def _endpoint(pod: Workload) -> Workload:
+    return replace(pod, services={SVC.key: (PortMapping(80, 8080),)})
+
+
+def _on_demand(table: AddressTable) -> ServerSession:
+    session = ServerSession()
+    session.receive(_request(subscribe=["*"], unsubscribe=["*"]), table.current)
+    return session
+
+
+def test_a_vip_lookup_answers_with_the_service_and_all_its_endpoints_as_istiod() -> None:
+    web1, web2 = _endpoint(WEB1), replace(_endpoint(WEB2), status=HealthStatus.UNHEALTHY)
+    table = _table(web1, web2, DB, SVC)
+    session = _on_demand(table)
+    (vip,) = session.receive(_request(subscribe=["/198.18.210.1"]), table.current).responses
+    assert sorted(_names(vip)) == sorted([SVC.key, WEB1.uid, WEB2.uid]), "unhealthy endpoints too; never db-1"
+    assert not vip.removed_resources
+    # The client now follows those workloads: a change to an endpoint is pushed, one to db-1 is not.
+    moved = replace(web2, node="node-b")
+    changed = table.replace(addresses(_config(web1, moved, replace(DB, node="node-b"), SVC)))
+    (push,) = session.push(A, table.current, changed).responses
+    assert _names(push) == [WEB2.uid]
+
+
+def test_a_hostname_lookup_answers_like_a_vip_lookup() -> None:
+    table = _table(_endpoint(WEB1), DB, SVC)
+    session = _on_demand(table)
+    (found,) = session.receive(_request(subscribe=[SVC.key]), table.current).responses
+    assert sorted(_names(found)) == sorted([SVC.key, WEB1.uid])
+
+
+def test_a_pod_ip_lookup_answers_with_the_workload_only() -> None:
+    table = _table(_endpoint(WEB1), SVC)
+    session = _on_demand(table)
+    (found,) = session.receive(_request(subscribe=["/198.18.200.1"]), table.current).responses
+    assert _names(found) == [WEB1.uid] and not found.removed_resources
+
+
+def test_an_unknown_address_lookup_is_answered_as_removed() -> None:
+    table = _table(_endpoint(WEB1), SVC)
+    session = _on_demand(table)
+    (missing,) = session.receive(_request(subscribe=["net-x/198.18.210.1"]), table.current).responses
+    assert not missing.resources and list(missing.removed_resources) == ["net-x/198.18.210.1"]
+
+
+def test_a_service_whose_endpoint_list_is_stale_answers_only_with_workloads_that_exist() -> None:
+    current = ResourceSet.build(
+        [
+            XdsResource(SVC.key, "1", any_pb2.Any(), aliases=("/198.18.210.1",)),
+            XdsResource("gone", "1", any_pb2.Any(), parents=("other/x",)),
+        ]
+    )
+    assert current.lookup("/198.18.210.1") == {SVC.key}
+    assert current.lookup("nothing/198.18.1.1") == frozenset()
 
 
 def test_reconnect_with_initial_versions_resends_only_changes_and_removes_what_is_gone() -> None:

@@ -1,16 +1,19 @@
 """The control plane's view of the cluster: informers over the objects the workload API is made from.
 
-Theory of operation: informers over Pods, Services, EndpointSlices, Namespaces, ServiceEntries, WorkloadEntries,
-AuthorizationPolicies and PeerAuthentications fill their caches; every change only marks the view dirty. One task
+Theory of operation: informers over Pods, Services, EndpointSlices, Namespaces, Nodes, ServiceEntries,
+WorkloadEntries, AuthorizationPolicies and PeerAuthentications fill their caches; every change only marks the view
+dirty. A Node update marks it only when the Node's locality labels changed (Nodes' status changes all the time and
+only their locality is translated). One task
 waits for the mark, lets ``debounce`` seconds pass so that a burst of changes (a Deployment scaling up, a namespace
 being deleted) becomes one translation, clears the mark, translates the caches
 (:func:`ambit.controlplane.translate.translate_all`) and hands the result to ``on_config``, then what the
 translation had to leave out to ``on_skipped`` and the policies' status to ``on_status`` (when given).
 
 ServiceEntries, WorkloadEntries, AuthorizationPolicies and PeerAuthentications are CRDs, which a real cluster may not
-have: before starting their informers the view lists each once, and a kind the API server does not serve (404) or
-does not let us list (403) is logged once and treated as empty from then on (installing the CRD later needs a
-restart).
+have, and Nodes are cluster-scoped, which a narrowly scoped control plane may not be allowed to read: before
+starting their informers the view lists each once, and a kind the API server does not serve (404) or does not let us
+list (403) is logged once and treated as empty from then on (installing the CRD or granting the permission later
+needs a restart). Without Nodes every pod's locality is unknown.
 
 Invariants:
 
@@ -38,6 +41,7 @@ from ambit.controlplane.translate import (
     Translation,
     translate_all,
 )
+from ambit.controlplane.translate.nodes import node_localities
 from ambit.errors import AmbitError
 from ambit.k8s import (
     Informer,
@@ -54,12 +58,14 @@ log = logging.getLogger("ambit.controlplane.view")
 
 REQUIRED_KINDS = (kinds.PODS, kinds.SERVICES, kinds.ENDPOINT_SLICES, kinds.NAMESPACES)
 OPTIONAL_KINDS = (
+    kinds.NODES,
     kinds.SERVICE_ENTRIES,
     kinds.WORKLOAD_ENTRIES,
     kinds.AUTHORIZATION_POLICIES,
     kinds.PEER_AUTHENTICATIONS,
 )
-"""Kinds served by CRDs: the view goes on without them when the cluster does not have them."""
+"""Kinds served by CRDs (and Nodes, which need cluster-wide read): the view goes on without them when the cluster
+does not have them or does not let us list them."""
 
 
 class ClusterViewError(AmbitError):
@@ -109,7 +115,7 @@ class ClusterView:
                 client,
                 kind,
                 on_add=self._changed,
-                on_update=self._updated,
+                on_update=self._node_updated if kind is kinds.NODES else self._updated,
                 on_delete=self._changed,
                 settings=settings.informer,
             )
@@ -122,6 +128,10 @@ class ClusterView:
 
     def _updated(self, old: dict[str, Any], new: dict[str, Any]) -> None:
         self._dirty.set()
+
+    def _node_updated(self, old: dict[str, Any], new: dict[str, Any]) -> None:
+        if node_localities((old,)) != node_localities((new,)):
+            self._dirty.set()
 
     def items(self, plural: str) -> list[dict[str, Any]]:
         """The cached objects of one kind (empty for a kind the cluster does not serve)."""
@@ -139,6 +149,7 @@ class ClusterView:
             workload_entries=self.items("workloadentries"),
             authorization_policies=self.items("authorizationpolicies"),
             peer_authentications=self.items("peerauthentications"),
+            nodes=self.items("nodes"),
             cluster_id=s.cluster_id,
             trust_domain=s.trust_domain,
             domain=s.domain,

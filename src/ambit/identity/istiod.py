@@ -9,7 +9,9 @@ answer's first element must be a leaf naming exactly the requested identity
 (:meth:`~ambit.tls.workload.WorkloadCertificate.from_chain` checks it); its last is the root.
 
 The TLS channel trusts only the root in ``root_cert_path``. The file is read on every call too, and the channel is
-rebuilt when its content changes (a root rotation), so a long-lived client follows the file as ztunnel does.
+rebuilt when its content changes (a root rotation), so a long-lived client follows the file as ztunnel does. It
+sends keepalive pings like the xDS client (:mod:`ambit.xds.keepalive`), so a dead CA connection is dropped rather
+than waited on.
 
 Every failure (unreadable token or root, CA unreachable, refusal, a wrong or malformed chain) is a
 :class:`~ambit.identity.caclient.CaError` naming the identity, so the certificate manager backs off and retries.
@@ -31,6 +33,7 @@ from ambit.model.identity import SpiffeId
 from ambit.tls.certs import CertificateError
 from ambit.tls.spiffe import make_csr
 from ambit.tls.workload import WorkloadCertificate
+from ambit.xds.keepalive import DEFAULT_KEEPALIVE, KeepaliveSettings
 
 METHOD_PATH = "/istio.v1.auth.IstioCertificateService/CreateCertificate"
 IMPERSONATED_IDENTITY = "ImpersonatedIdentity"
@@ -51,6 +54,7 @@ class IstiodCaClient:
         impersonate: bool = True,
         server_name: str | None = None,
         timeout: float = DEFAULT_TIMEOUT,
+        keepalive: KeepaliveSettings = DEFAULT_KEEPALIVE,
     ) -> None:
         """``address`` is ``host:port``; ``server_name`` overrides the name the server certificate must carry."""
         if ttl_seconds <= 0:
@@ -63,6 +67,7 @@ class IstiodCaClient:
         self._impersonate = impersonate
         self._server_name = server_name
         self._timeout = timeout
+        self._keepalive = keepalive
         self._channel: Any = None
         self._channel_root: bytes | None = None
         self._lock = asyncio.Lock()
@@ -116,7 +121,9 @@ class IstiodCaClient:
                 credentials = grpc.ssl_channel_credentials(root_certificates=root_pem)
             except Exception as exc:
                 raise CaError(f"root certificate {self._root_cert_path} is unusable: {exc}") from None
-            options = [("grpc.ssl_target_name_override", self._server_name)] if self._server_name else []
+            options: list[tuple[str, Any]] = list(self._keepalive.client_options())
+            if self._server_name:
+                options.append(("grpc.ssl_target_name_override", self._server_name))
             self._channel = grpc.aio.secure_channel(self.address, credentials, options=options)
             self._channel_root = root_pem
         if old is not None:

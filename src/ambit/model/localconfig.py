@@ -13,7 +13,8 @@ Rules:
    (workloads) and ``name``, ``namespace``, ``hostname`` (services) are required.
 3. Strings are printable. Names that end up in a SPIFFE id (namespace, serviceAccount, trustDomain) use its
    charset; empty serviceAccount / trustDomain mean the defaults, as in proto3 (spec §12).
-4. Port maps go servicePort → targetPort: service ports 1..65535, target ports 0..65535 (0 = named port).
+4. Port maps go servicePort → targetPort: service ports 1..65535, target ports 0..65535 (0 = named port). A port
+   with an application protocol maps to ``{targetPort: N, appProtocol: HTTP11}`` instead of a bare number.
 5. Workload uids and service keys (``namespace/hostname``) are unique within a file.
 6. Nothing but :class:`LocalConfigError` escapes the parser; an empty document is an empty config.
 7. ``parse_local_config(render_local_config(c)) == c`` for every config the parser can produce.
@@ -55,10 +56,14 @@ from ambit.model.policy import (
 from ambit.model.untrusted_yaml import SafeLoader as _BaseLoader
 from ambit.model.untrusted_yaml import load as _load_untrusted
 from ambit.model.workload import (
+    AppProtocol,
     HealthPolicy,
     HealthStatus,
     IPAddress,
+    IPFamilies,
+    Locality,
     NetworkAddress,
+    NetworkMode,
     PortMapping,
     Service,
     TunnelProtocol,
@@ -92,8 +97,22 @@ _WORKLOAD_KEYS = (
     "status",
     "services",
     "authorizationPolicies",
+    "networkMode",
+    "locality",
 )
-_SERVICE_KEYS = ("name", "namespace", "hostname", "vips", "ports", "subjectAltNames", "healthPolicy")
+_SERVICE_KEYS = (
+    "name",
+    "namespace",
+    "hostname",
+    "vips",
+    "ports",
+    "subjectAltNames",
+    "healthPolicy",
+    "canonical",
+    "ipFamilies",
+)
+_LOCALITY_KEYS = ("region", "zone", "subzone")
+_PORT_KEYS = ("targetPort", "appProtocol")
 _POLICY_KEYS = ("name", "namespace", "scope", "action", "dryRun", "rules")
 _STRING_MATCH_FIELDS = {
     "namespaces": "namespaces",
@@ -247,9 +266,20 @@ def _port(value: object, path: str, *, lowest: int) -> int:
 
 def _ports(value: object, path: str) -> tuple[PortMapping, ...]:
     mappings = []
-    for service_port, target_port in _mapping(value, path).items():
+    for service_port, target in _mapping(value, path).items():
         port = _port(service_port, f"{path}[{service_port!r}]: service port", lowest=1)
-        mappings.append(PortMapping(port, _port(target_port, f"{path}[{port}]", lowest=0)))
+        where = f"{path}[{port}]"
+        if isinstance(target, dict):
+            item = _mapping(target, where, _PORT_KEYS)
+            mappings.append(
+                PortMapping(
+                    port,
+                    _field(item, "targetPort", where, lambda v, p: _port(v, p, lowest=0)),
+                    _field(item, "appProtocol", where, _choice({a.value: a for a in AppProtocol}), AppProtocol.UNKNOWN),
+                )
+            )
+        else:
+            mappings.append(PortMapping(port, _port(target, where, lowest=0)))
     if len({mapping.service_port for mapping in mappings}) != len(mappings):
         raise LocalConfigError(f"{path}: a service port is given twice")
     return tuple(mappings)
@@ -294,6 +324,11 @@ def _policy_key(value: object, path: str) -> str:
     return key
 
 
+def _locality(value: object, path: str) -> Locality:
+    item = _mapping(value, path, _LOCALITY_KEYS)
+    return Locality(**{key: _field(item, key, path, _optional_string, "") for key in _LOCALITY_KEYS})
+
+
 def _workload(value: object, path: str) -> Workload:
     item = _mapping(value, path, _WORKLOAD_KEYS)
     return Workload(
@@ -317,6 +352,10 @@ def _workload(value: object, path: str) -> Workload:
             _policy_key(key, f"{path}.authorizationPolicies[{index}]")
             for index, key in enumerate(_list(item.get("authorizationPolicies"), f"{path}.authorizationPolicies"))
         ),
+        network_mode=_field(
+            item, "networkMode", path, _choice({m.value: m for m in NetworkMode}), NetworkMode.STANDARD
+        ),
+        locality=_field(item, "locality", path, _locality, Locality()),
     )
 
 
@@ -334,6 +373,8 @@ def _service(value: object, path: str) -> Service:
             for index, san in enumerate(_list(item.get("subjectAltNames"), f"{path}.subjectAltNames"))
         ),
         health_policy=_field(item, "healthPolicy", path, _choice(policies), HealthPolicy.ONLY_HEALTHY),
+        canonical=_field(item, "canonical", path, _bool, False),
+        ip_families=_field(item, "ipFamilies", path, _choice({f.value: f for f in IPFamilies}), IPFamilies.AUTOMATIC),
     )
 
 
@@ -450,8 +491,15 @@ def _check_unique(keys: list[str], path: str, field: str, what: str) -> None:
 # Writing.
 
 
-def _port_map(ports: tuple[PortMapping, ...]) -> dict[int, int]:
-    mapped = {mapping.service_port: mapping.target_port for mapping in ports}
+def _port_map(ports: tuple[PortMapping, ...]) -> dict[int, int | dict[str, Any]]:
+    mapped: dict[int, int | dict[str, Any]] = {
+        mapping.service_port: (
+            mapping.target_port
+            if mapping.app_protocol is AppProtocol.UNKNOWN
+            else {"targetPort": mapping.target_port, "appProtocol": mapping.app_protocol.value}
+        )
+        for mapping in ports
+    }
     if len(mapped) != len(ports):
         raise LocalConfigError(f"cannot render ports {ports!r}: a service port is given twice")
     return mapped
@@ -477,6 +525,12 @@ def workload_to_dict(workload: Workload) -> dict[str, Any]:
         "status": workload.status.value,
         "services": {key: _port_map(ports) for key, ports in workload.services.items()},
         "authorizationPolicies": list(workload.authorization_policies),
+        "networkMode": workload.network_mode.value,
+        "locality": {
+            "region": workload.locality.region,
+            "zone": workload.locality.zone,
+            "subzone": workload.locality.subzone,
+        },
     }
 
 
@@ -490,6 +544,8 @@ def service_to_dict(service: Service) -> dict[str, Any]:
         "ports": _port_map(service.ports),
         "subjectAltNames": list(service.subject_alt_names),
         "healthPolicy": service.health_policy.value,
+        "canonical": service.canonical,
+        "ipFamilies": service.ip_families.value,
     }
 
 

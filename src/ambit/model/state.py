@@ -10,8 +10,11 @@ module stays pure and deterministic under test.
 Invariants and conflict rules:
 
 1. Every index entry points at a live workload or service, and every live one is in all the indexes it belongs to.
-2. Two workloads may share an address (host-network pods, a pod IP being reused): the most recently added one
-   answers the lookup; removing it uncovers the other. VIPs shared by two services work the same way.
+2. Two workloads may share an address (a pod IP being reused): the most recently added one answers the lookup;
+   removing it uncovers the other. VIPs shared by two services work the same way. A HOST_NETWORK workload is
+   never indexed by address (as in ztunnel): its address is its node's, shared with every other host-network pod
+   and the node itself, so an address lookup must not pick one of them. It is still found by uid, by node and
+   as a service endpoint.
 3. Two services may share a hostname (one per namespace): the one added first answers, as the oldest object wins
    hostname conflicts in Istio. Updating a service in place keeps its place.
 4. Endpoint lists come back sorted by uid, so ``choose`` sees the same sequence for the same state.
@@ -27,7 +30,15 @@ from typing import Any, TypeVar
 from ambit.model.errors import IdentityError, NoHealthyUpstreamError
 from ambit.model.identity import SpiffeId
 from ambit.model.localconfig import service_to_dict, workload_to_dict
-from ambit.model.workload import HealthPolicy, HealthStatus, IPAddress, Service, TunnelProtocol, Workload
+from ambit.model.workload import (
+    HealthPolicy,
+    HealthStatus,
+    IPAddress,
+    NetworkMode,
+    Service,
+    TunnelProtocol,
+    Workload,
+)
 
 __all__ = ["Destination", "NoHealthyUpstreamError", "Transport", "WorkloadState"]
 
@@ -273,7 +284,9 @@ class WorkloadState:
 
 
 def _address_keys(workload: Workload | None) -> list[tuple[str, IPAddress]]:
-    return [] if workload is None else [(workload.network, ip) for ip in workload.addresses]
+    if workload is None or workload.network_mode is NetworkMode.HOST_NETWORK:
+        return []  # rule 2
+    return [(workload.network, ip) for ip in workload.addresses]
 
 
 def _vip_keys(service: Service | None) -> list[tuple[str, IPAddress]]:

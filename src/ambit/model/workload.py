@@ -13,6 +13,7 @@ Invariants:
 - Empty ``trust_domain`` / ``service_account`` mean the mesh defaults, as on the wire, so :attr:`Workload.identity`
   is the same whether a workload came from xDS (elided defaults) or from a file (spelled out).
 - ``PortMapping.target_port == 0`` means "named port": each endpoint says its own number in ``Workload.services``.
+- An empty :class:`Locality` (all three parts empty) means "unknown", as an absent ``Locality`` message on the wire.
 """
 
 from __future__ import annotations
@@ -27,10 +28,14 @@ from ambit.model.identity import DEFAULT_SERVICE_ACCOUNT, DEFAULT_TRUST_DOMAIN, 
 
 __all__ = [
     "AddressError",
+    "AppProtocol",
     "HealthPolicy",
     "HealthStatus",
     "IPAddress",
+    "IPFamilies",
+    "Locality",
     "NetworkAddress",
+    "NetworkMode",
     "PortMapping",
     "Service",
     "TunnelProtocol",
@@ -46,6 +51,34 @@ class TunnelProtocol(enum.Enum):
 
     NONE = "NONE"
     HBONE = "HBONE"
+
+
+class NetworkMode(enum.Enum):
+    """Whether a workload has its own network namespace or shares its node's (``hostNetwork``): a host-network
+    workload's address is the node's, so it is never indexed by IP (ztunnel does the same)."""
+
+    STANDARD = "Standard"
+    HOST_NETWORK = "HostNetwork"
+
+
+class IPFamilies(enum.Enum):
+    """A service's IP families (``spec.ipFamilies``); AUTOMATIC = not said, the node proxy infers from the VIPs."""
+
+    AUTOMATIC = "Automatic"
+    IPV4_ONLY = "IPv4Only"
+    IPV6_ONLY = "IPv6Only"
+    DUAL = "Dual"
+
+
+class AppProtocol(enum.Enum):
+    """The application protocol of a service port (spec §4.1 ``AppProtocol``); UNKNOWN = not declared."""
+
+    UNKNOWN = "Unknown"
+    HTTP11 = "HTTP11"
+    HTTP2 = "HTTP2"
+    GRPC = "GRPC"
+    TCP = "TCP"
+    TLS = "TLS"
 
 
 class HealthStatus(enum.Enum):
@@ -77,6 +110,21 @@ class PortMapping:
 
     service_port: int
     target_port: int
+    app_protocol: AppProtocol = AppProtocol.UNKNOWN
+
+
+@dataclass(frozen=True, slots=True)
+class Locality:
+    """Where a workload runs (its node's ``topology.kubernetes.io/region``, ``.../zone`` and
+    ``topology.istio.io/subzone`` labels); all empty = unknown."""
+
+    region: str = ""
+    zone: str = ""
+    subzone: str = ""
+
+    @property
+    def known(self) -> bool:
+        return bool(self.region or self.zone or self.subzone)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +169,8 @@ class Workload:
     """Key ``namespace/hostname`` of each service this workload is an endpoint of → its own port mappings."""
     authorization_policies: tuple[str, ...] = ()
     """Keys (``namespace/name``) of the selector-scoped policies that apply to this workload (spec §7.3)."""
+    network_mode: NetworkMode = NetworkMode.STANDARD
+    locality: Locality = field(default_factory=Locality)
 
     def __post_init__(self) -> None:
         if not isinstance(self.addresses, tuple):
@@ -156,6 +206,10 @@ class Service:
     ports: tuple[PortMapping, ...] = ()
     subject_alt_names: tuple[str, ...] = ()
     health_policy: HealthPolicy = HealthPolicy.ONLY_HEALTHY
+    canonical: bool = False
+    """The authoritative service for its hostname (istiod: true for every Kubernetes Service); it wins hostname
+    lookups from outside its namespace."""
+    ip_families: IPFamilies = IPFamilies.AUTOMATIC
 
     @property
     def key(self) -> str:

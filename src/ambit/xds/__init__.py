@@ -5,11 +5,14 @@ Modules:
 - ``convert``: model :class:`~ambit.model.workload.Workload` / :class:`~ambit.model.workload.Service` ↔ proto
   ``istio.workload.Address``, resource names and ``network/IP`` aliases; bad input raises
   :class:`~ambit.xds.errors.XdsConversionError` naming the resource and the field.
-- ``session``: the server's pure per-client delta session (subscriptions, what the client holds, nonces, ACK/NACK).
+- ``session``: the server's pure per-client delta session (subscriptions, what the client holds, nonces, ACK/NACK,
+  on-demand lookups answered as istiod's: a Service with all its endpoints).
 - ``client_session``: the client's pure side (initial requests, applying a response, ACK or NACK).
 - ``table``: :class:`~ambit.xds.table.AddressTable` and :class:`~ambit.xds.table.AuthorizationTable`, the
   server's current resources of each type with change notifications.
 - ``server``: the ``AggregatedDiscoveryService/DeltaAggregatedResources`` servicer and a TLS grpc.aio server.
 - ``client``: the node proxy's grpc.aio client (TLS, bearer token, reconnect with back-off keeping its state).
+- ``keepalive``: HTTP/2 keepalive of the control-plane connection (istiod's 15 s ping tolerance, 30 s pings with a
+  10 s timeout), shared by the xDS server and client and the CA's server and client.
 - ``errors``: the package's error tree.
 """

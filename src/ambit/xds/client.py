@@ -6,7 +6,9 @@ root (the control plane's server certificate is verified against it) and the bea
 rotated root or a refreshed token is picked up without a restart, and sends ``authorization: Bearer <token>`` and
 ``clusterid`` metadata. A stream opens with :meth:`ClientSession.initial_requests` (what we hold, for a cheap
 resync), then for each response: decode, apply upserts and removals to the :class:`WorkloadState`, call
-``on_change`` once if anything changed, and write the ACK or NACK.
+``on_change`` once if anything changed, and write the ACK or NACK. The channel pings an idle connection every 30 s
+and drops it when the ACK is 10 s late (:mod:`ambit.xds.keepalive`), so a control plane that went silent is
+noticed within :attr:`KeepaliveSettings.detection_bound` (40 s) and the loop reconnects.
 
 Invariants:
 
@@ -37,6 +39,7 @@ from ambit.xds.authorization import decode_authorization
 from ambit.xds.client_session import ClientSession, ClientUpdate, Decoder
 from ambit.xds.convert import ADDRESS_TYPE_URL, decode_address
 from ambit.xds.errors import XdsConfigFileError
+from ambit.xds.keepalive import DEFAULT_KEEPALIVE, KeepaliveSettings
 from ambit.xds.server import METHOD, SERVICE_NAME
 from ambit.xds.session import AUTHORIZATION_TYPE_URL
 
@@ -85,8 +88,10 @@ class XdsClient:
         policies: PolicySink | None = None,
         on_policy_change: Callable[[], None] | None = None,
         rng: Callable[[], float] = random.random,
+        keepalive: KeepaliveSettings = DEFAULT_KEEPALIVE,
     ) -> None:
         self.target = target
+        self._keepalive = keepalive
         self._state, self._on_change = state, on_change
         self._policies, self._on_policy_change = policies, on_policy_change
         self._root_cert_file, self._token_file = root_cert_file, token_file
@@ -153,7 +158,9 @@ class XdsClient:
             root = self._root_cert_file.read_bytes()
         except OSError as exc:
             raise XdsConfigFileError(f"cannot read the mesh root {self._root_cert_file}: {exc}") from None
-        options = [("grpc.ssl_target_name_override", self._server_name)] if self._server_name else []
+        options: list[tuple[str, Any]] = list(self._keepalive.client_options())
+        if self._server_name:
+            options.append(("grpc.ssl_target_name_override", self._server_name))
         return grpc.aio.secure_channel(self.target, grpc.ssl_channel_credentials(root_certificates=root), options)
 
     async def _connect_once(self) -> bool:

@@ -5,7 +5,7 @@ way istiod does (trust domain ``cluster.local`` and service account ``default`` 
 (:func:`decode_address`, :func:`address_from_proto`) is where the peer's input is judged: every field the model
 keeps is checked, and the first problem raises :class:`XdsConversionError` naming the resource and the field, for
 example ``Kubernetes//Pod/shop/web-1: workload.addresses[0]: expected 4 or 16 bytes, got 5``. Fields the model does
-not keep (waypoints, locality, extensions...) are ignored, as an older ztunnel ignores newer fields.
+not keep (waypoints, extensions...) are ignored, as an older ztunnel ignores newer fields.
 
 Rules:
 
@@ -16,6 +16,10 @@ Rules:
 3. IPs are raw 4- or 16-byte strings; a VIP with a prefix ``length`` shorter than the full address is refused.
 4. Ports: service ports 1..65535, target ports 0..65535 (0 = named port, resolved per workload).
 5. Nothing but :class:`XdsConversionError` escapes decoding.
+6. A locality is sent only when one of its parts is known (istiod sends none for a node without topology labels);
+   ``network_mode``, ``canonical``, ``ip_families`` and each port's ``app_protocol`` are sent as they are. An
+   ``app_protocol`` value this build does not know decodes as UNKNOWN (it is a hint); other unknown enum values
+   are refused.
 """
 
 from __future__ import annotations
@@ -36,10 +40,14 @@ from ambit.model.identity import (
     check_trust_domain,
 )
 from ambit.model.workload import (
+    AppProtocol,
     HealthPolicy,
     HealthStatus,
     IPAddress,
+    IPFamilies,
+    Locality,
     NetworkAddress,
+    NetworkMode,
     PortMapping,
     Service,
     TunnelProtocol,
@@ -53,6 +61,7 @@ __all__ = [
     "address_aliases",
     "address_from_proto",
     "address_of",
+    "address_parents",
     "decode_address",
     "resource_name",
 ]
@@ -72,13 +81,27 @@ _POLICIES = {
     HealthPolicy.ALLOW_ALL: pb.LoadBalancing.ALLOW_ALL,
 }
 _POLICY_NAMES = {value: key for key, value in _POLICIES.items()}
+_NETWORK_MODES = {NetworkMode.STANDARD: pb.STANDARD, NetworkMode.HOST_NETWORK: pb.HOST_NETWORK}
+_NETWORK_MODE_NAMES = {value: key for key, value in _NETWORK_MODES.items()}
+_IP_FAMILIES = {
+    IPFamilies.AUTOMATIC: pb.AUTOMATIC,
+    IPFamilies.IPV4_ONLY: pb.IPV4_ONLY,
+    IPFamilies.IPV6_ONLY: pb.IPV6_ONLY,
+    IPFamilies.DUAL: pb.DUAL,
+}
+_IP_FAMILY_NAMES = {value: key for key, value in _IP_FAMILIES.items()}
+_APP_PROTOCOLS: dict[AppProtocol, Any] = {protocol: pb.AppProtocol.Value(protocol.name) for protocol in AppProtocol}
+_APP_PROTOCOL_NAMES = {value: key for key, value in _APP_PROTOCOLS.items()}
 
 
 # Encoding.
 
 
 def _ports(ports: tuple[PortMapping, ...]) -> list[pb.Port]:
-    return [pb.Port(service_port=p.service_port, target_port=p.target_port) for p in ports]
+    return [
+        pb.Port(service_port=p.service_port, target_port=p.target_port, app_protocol=_APP_PROTOCOLS[p.app_protocol])
+        for p in ports
+    ]
 
 
 def workload_to_proto(workload: Workload) -> pb.Workload:
@@ -99,7 +122,11 @@ def workload_to_proto(workload: Workload) -> pb.Workload:
         status=_STATUSES[workload.status],
         cluster_id=workload.cluster_id,
         authorization_policies=list(workload.authorization_policies),
+        network_mode=_NETWORK_MODES[workload.network_mode],
     )
+    if workload.locality.known:
+        locality = workload.locality
+        message.locality.CopyFrom(pb.Locality(region=locality.region, zone=locality.zone, subzone=locality.subzone))
     for key, ports in workload.services.items():
         message.services[key].ports.extend(_ports(ports))
     return message
@@ -118,6 +145,8 @@ def service_to_proto(service: Service) -> pb.Service:
             if service.health_policy is not HealthPolicy.ONLY_HEALTHY
             else None
         ),
+        canonical=service.canonical,
+        ip_families=_IP_FAMILIES[service.ip_families],
     )
 
 
@@ -147,6 +176,14 @@ def address_aliases(address: pb.Address) -> tuple[str, ...]:
             if len(vip.address) in (4, 16):
                 aliases.append(f"{vip.network}/{ipaddress.ip_address(vip.address)}")
     return tuple(dict.fromkeys(aliases))
+
+
+def address_parents(address: pb.Address) -> tuple[str, ...]:
+    """The resource names of the services a workload is an endpoint of (its services map keys); none for a
+    service. A lookup of such a service answers with this workload too (istiod's ``Lookup``)."""
+    if address.HasField("workload"):
+        return tuple(sorted(address.workload.services))
+    return ()
 
 
 # Decoding.
@@ -189,7 +226,9 @@ class _Reader:
                 raise self.fail(f"{field}[{index}].service_port", f"out of range 1..65535: {port.service_port}")
             if port.target_port > 65535:
                 raise self.fail(f"{field}[{index}].target_port", f"out of range 0..65535: {port.target_port}")
-            mappings.append(PortMapping(port.service_port, port.target_port))
+            # An app protocol this build does not know (a newer control plane) is only a hint: read as UNKNOWN.
+            protocol = _APP_PROTOCOL_NAMES.get(port.app_protocol, AppProtocol.UNKNOWN)
+            mappings.append(PortMapping(port.service_port, port.target_port, protocol))
         if len({m.service_port for m in mappings}) != len(mappings):
             raise self.fail(field, "a service port is given twice")
         return tuple(mappings)
@@ -243,6 +282,12 @@ def _workload_from_proto(message: pb.Workload, read: _Reader) -> Workload:
             _policy_key(read, f"workload.authorization_policies[{i}]", key)
             for i, key in enumerate(message.authorization_policies)
         ),
+        network_mode=read.enum("workload.network_mode", message.network_mode, _NETWORK_MODE_NAMES),
+        locality=Locality(
+            region=read.text("workload.locality.region", message.locality.region),
+            zone=read.text("workload.locality.zone", message.locality.zone),
+            subzone=read.text("workload.locality.subzone", message.locality.subzone),
+        ),
     )
 
 
@@ -269,6 +314,8 @@ def _service_from_proto(message: pb.Service, read: _Reader) -> Service:
         health_policy=read.enum(
             "service.load_balancing.health_policy", message.load_balancing.health_policy, _POLICY_NAMES
         ),
+        canonical=message.canonical,
+        ip_families=read.enum("service.ip_families", message.ip_families, _IP_FAMILY_NAMES),
     )
 
 

@@ -13,7 +13,8 @@ DeltaAggregatedResources``. Each stream first authenticates its caller from the 
 A lock makes "ask the session, then write" atomic, so responses leave in the order the session built them and a
 nonce is never ACKed before it was written. A stream's failure ends that stream only; it is logged and counted.
 :class:`XdsServer` owns a TLS grpc.aio server with the service on it (the CA service can share it through
-:meth:`XdsServer.grpc_server` before :meth:`XdsServer.start`).
+:meth:`XdsServer.grpc_server` before :meth:`XdsServer.start`). The server tolerates client keepalive pings every
+15 s and pings idle clients itself, as istiod does (:mod:`ambit.xds.keepalive`).
 
 A server built without an Authorization source serves that type as an empty set, so clients that open it still see
 themselves in sync.
@@ -35,6 +36,7 @@ import grpc  # type: ignore[import-untyped]
 from ambit.api import discovery_pb2 as dpb
 from ambit.xds.convert import ADDRESS_TYPE_URL
 from ambit.xds.errors import XdsError
+from ambit.xds.keepalive import DEFAULT_KEEPALIVE, KeepaliveSettings
 from ambit.xds.session import AUTHORIZATION_TYPE_URL, EMPTY, RequestKind, ResourceSet, ServerSession
 from ambit.xds.table import ResourceSource
 
@@ -223,12 +225,16 @@ class XdsServer:
         debounce: float = 0.1,
         grpc_options: Sequence[tuple[str, Any]] = (),
         authorizations: ResourceSource | None = None,
+        keepalive: KeepaliveSettings = DEFAULT_KEEPALIVE,
     ) -> None:
-        """``grpc_options`` are the gRPC server's channel options (the CA sharing it passes its message size cap)."""
+        """``grpc_options`` are the gRPC server's channel options (the CA sharing it passes its message size cap);
+        they win over the ``keepalive`` options (:mod:`ambit.xds.keepalive`) where both name one."""
         self.service = XdsService(source, authenticate, debounce=debounce, authorizations=authorizations)
         self._credentials = grpc.ssl_server_credentials([(key_pem, cert_chain_pem)])
         self._address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        self.grpc_server: Any = grpc.aio.server(options=list(grpc_options))
+        options: dict[str, Any] = dict(keepalive.server_options())
+        options.update(grpc_options)
+        self.grpc_server: Any = grpc.aio.server(options=list(options.items()))
         self.service.add_to(self.grpc_server)
         self.port = 0
         """The bound port, after :meth:`start` (useful with ``port=0``)."""

@@ -23,6 +23,11 @@ Rules:
    changes nothing else: the server keeps serving, and the NACKed versions are not resent until they change (as
    istiod). A nonce we never sent, or already retired, is stale and only reported.
 7. Nonces are ``<session prefix>-<counter>``, so they are unique per stream and deterministic under test.
+8. A lookup (subscribing to a name) answers as istiod's ambient index does (:meth:`ResourceSet.lookup`): a
+   resource name gives that resource, a ``network/IP`` alias the resources holding that address, and a resource
+   that has members (a Service: the workloads that are its endpoints) comes with all of them. The client is then
+   subscribed to every resource the answer carried, so later changes to them are pushed (istiod merges what it
+   sent into the client's resource names).
 """
 
 from __future__ import annotations
@@ -56,6 +61,9 @@ class XdsResource:
     version: str
     body: any_pb2.Any
     aliases: tuple[str, ...] = ()
+    parents: tuple[str, ...] = ()
+    """Names of the resources this one is a member of (a workload: the services it is an endpoint of); a lookup
+    that finds one of those returns this one too."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,21 +72,37 @@ class ResourceSet:
 
     by_name: Mapping[str, XdsResource]
     by_alias: Mapping[str, frozenset[str]]
+    members: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """Resource name → the names of the resources that list it among their ``parents``."""
 
     @classmethod
     def build(cls, resources: Iterable[XdsResource]) -> ResourceSet:
         by_name = {r.name: r for r in resources}
         by_alias: dict[str, set[str]] = {}
+        members: dict[str, set[str]] = {}
         for resource in by_name.values():
             for alias in resource.aliases:
                 by_alias.setdefault(alias, set()).add(resource.name)
-        return cls(by_name, {alias: frozenset(names) for alias, names in by_alias.items()})
+            for parent in resource.parents:
+                members.setdefault(parent, set()).add(resource.name)
+        return cls(
+            by_name,
+            {alias: frozenset(names) for alias, names in by_alias.items()},
+            {parent: frozenset(names) for parent, names in members.items()},
+        )
 
     def resolve(self, name: str) -> frozenset[str]:
         """The resource names ``name`` stands for: itself if it is a resource, else what its alias points at."""
         if name in self.by_name:
             return frozenset((name,))
         return self.by_alias.get(name, frozenset())
+
+    def lookup(self, name: str) -> frozenset[str]:
+        """What an on-demand lookup of ``name`` answers with (rule 8): :meth:`resolve`, plus the members of each
+        resource found (a Service's endpoint workloads) that exist."""
+        found = self.resolve(name)
+        members = {m for n in found for m in self.members.get(n, ()) if m in self.by_name}
+        return found | members if members else found
 
 
 EMPTY = ResourceSet({}, {})
@@ -164,6 +188,7 @@ class ServerSession:
                 state.wildcard = True
             else:
                 state.names.add(name)
+                state.names.update(current.lookup(name))  # rule 8: follow what the answer carries
         for name in request.resource_names_unsubscribe:
             if name == WILDCARD:
                 state.wildcard = False
@@ -205,7 +230,7 @@ class ServerSession:
     ) -> dpb.DeltaDiscoveryResponse | None:
         candidates: Iterable[str] = changed if changed is not None else {*current.by_name, *state.held}
         if looked_up:
-            candidates = {*candidates, *(n for name in looked_up for n in current.resolve(name))}
+            candidates = {*candidates, *(n for name in looked_up for n in current.lookup(name))}
         sent: list[dpb.Resource] = []
         removed: list[str] = []
         for name in sorted(candidates):
@@ -222,7 +247,7 @@ class ServerSession:
                         name=name, version=resource.version, resource=resource.body, aliases=list(resource.aliases)
                     )
                 )
-        removed.extend(name for name in looked_up if not current.resolve(name) and name not in removed)
+        removed.extend(name for name in looked_up if not current.lookup(name) and name not in removed)
         if not sent and not removed and not always:
             return None
         self._counter += 1

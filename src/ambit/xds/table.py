@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from google.protobuf import any_pb2
 
 from ambit.xds.authorization import pack_authorization
-from ambit.xds.convert import address_aliases, pack_address
+from ambit.xds.convert import address_aliases, address_parents, pack_address
 from ambit.xds.session import EMPTY, ResourceSet, XdsResource
 
 __all__ = ["AddressTable", "AuthorizationTable", "ChangeListener", "ResourceSource", "ResourceTable"]
@@ -69,6 +69,9 @@ class ResourceTable:
     def _aliases(self, message: Any) -> tuple[str, ...]:
         return ()
 
+    def _parents(self, message: Any) -> tuple[str, ...]:
+        return ()
+
     def replace(self, resources: Mapping[str, tuple[str, Any]]) -> frozenset[str]:
         """Make ``resources`` (name → (version, message)) current; returns and announces the changed names."""
         old = self._current.by_name
@@ -79,7 +82,9 @@ class ResourceTable:
             if previous is not None and previous.version == version:
                 merged[name] = previous
                 continue
-            merged[name] = XdsResource(name, version, self._pack(message), self._aliases(message))
+            merged[name] = XdsResource(
+                name, version, self._pack(message), self._aliases(message), self._parents(message)
+            )
             changed.add(name)
         changed.update(name for name in old if name not in merged)
         if changed:
@@ -92,7 +97,8 @@ class ResourceTable:
 
 
 class AddressTable(ResourceTable):
-    """The current ``istio.workload.Address`` resources (with their ``network/IP`` aliases)."""
+    """The current ``istio.workload.Address`` resources (with their ``network/IP`` aliases, and each workload's
+    services as its parents, so that looking a Service up returns its endpoints)."""
 
     __slots__ = ()
 
@@ -101,6 +107,9 @@ class AddressTable(ResourceTable):
 
     def _aliases(self, message: Any) -> tuple[str, ...]:
         return address_aliases(message)
+
+    def _parents(self, message: Any) -> tuple[str, ...]:
+        return address_parents(message)
 
 
 class AuthorizationTable(ResourceTable):

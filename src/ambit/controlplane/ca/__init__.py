@@ -3,7 +3,8 @@
 Modules: ``authn`` (bearer token to :class:`~ambit.controlplane.ca.authn.Caller` via TokenReview), ``nodeauth``
 (the node authorization rule for ``ImpersonatedIdentity``, and the pod index it consults), ``server`` (the gRPC
 servicer and signer), ``root`` (the root in a Secret or plug-in files, published as ConfigMap
-``istio-ca-root-cert`` in every namespace), ``errors`` (the error tree, with each error's gRPC status).
+``istio-ca-root-cert`` in every namespace), ``home`` (the ``istio-system`` namespace the root Secret lives in,
+created or waited for on a fresh cluster), ``errors`` (the error tree, with each error's gRPC status).
 
 Wiring, in order: load the root (:func:`~ambit.controlplane.ca.root.load_or_create_root_secret` or
 :func:`~ambit.controlplane.ca.root.load_plugin_ca`); start a

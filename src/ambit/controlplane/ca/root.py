@@ -4,8 +4,10 @@ Theory of operation. **Where the root comes from**, in istiod's two modes:
 
 - Self-signed (default): the root's certificate and key live in Secret ``istio-ca-secret`` in ``istio-system``
   (data keys ``ca-cert.pem`` and ``ca-key.pem``). :func:`load_or_create_root_secret` reads it, or creates a fresh
-  10-year root when there is none. Two control planes racing to create it both end up with the one that won
-  (the loser reads it back after ``AlreadyExists``), so a restart or a second replica never changes the root.
+  10-year root when there is none (creating ``istio-system`` first on a fresh cluster, or waiting for it when
+  that is not allowed: :mod:`~ambit.controlplane.ca.home`). Two control planes racing to create it both end up
+  with the one that won (the loser reads it back after ``AlreadyExists``), so a restart or a second replica never
+  changes the root.
 - Plug-in CA: :func:`load_plugin_ca` reads a signing certificate (optionally followed by its chain) and its key
   from files; the trust anchor is the last certificate of that chain, or a separate root file.
 
@@ -40,6 +42,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from ambit.controlplane.ca.errors import RootCaError
+from ambit.controlplane.ca.home import ensure_namespace
 from ambit.k8s.client import KubeClient
 from ambit.k8s.errors import KubeAlreadyExistsError, KubeClientError, KubeNotFoundError
 from ambit.k8s.informer import Informer
@@ -107,15 +110,27 @@ def root_from_secret(secret: Mapping[str, Any]) -> RootCa:
 
 
 async def load_or_create_root_secret(
-    client: KubeClient, *, namespace: str = SYSTEM_NAMESPACE, now: float | None = None
+    client: KubeClient,
+    *,
+    namespace: str = SYSTEM_NAMESPACE,
+    now: float | None = None,
+    namespace_retry_delay: float = 2.0,
 ) -> RootCa:
-    """The root kept in Secret ``istio-ca-secret``, created (fresh, self-signed) if there is none."""
+    """The root kept in Secret ``istio-ca-secret``, created (fresh, self-signed) if there is none.
+
+    On a fresh cluster the namespace is created first, or waited for when we may not create it
+    (:func:`~ambit.controlplane.ca.home.ensure_namespace`).
+    """
     try:
         return root_from_secret(await client.get(SECRETS, ROOT_SECRET, namespace))
     except KubeNotFoundError:
         pass
     except KubeClientError as exc:
         raise RootCaError(f"cannot read Secret {namespace}/{ROOT_SECRET}: {exc}") from None
+    if await ensure_namespace(client, namespace, retry_delay=namespace_retry_delay) is False:
+        # It existed all along, or another party made it while we waited: it may hold a root by now.
+        with contextlib.suppress(KubeNotFoundError):
+            return root_from_secret(await client.get(SECRETS, ROOT_SECRET, namespace))
     pair = new_ca(
         ROOT_COMMON_NAME, now=time.time() if now is None else now, days=ROOT_DAYS, organization=ROOT_ORGANIZATION
     )

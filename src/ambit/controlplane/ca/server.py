@@ -48,6 +48,7 @@ from ambit.controlplane.ca.root import RootCa
 from ambit.model.identity import DEFAULT_TRUST_DOMAIN, SpiffeId
 from ambit.tls.certs import CertificateError
 from ambit.tls.spiffe import sign_csr
+from ambit.xds.keepalive import DEFAULT_KEEPALIVE
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +59,12 @@ DEFAULT_WORKLOAD_CERT_TTL = 24 * 3600
 MAX_WORKLOAD_CERT_TTL = 90 * 24 * 3600
 MAX_RECEIVE_MESSAGE_BYTES = 1024 * 1024
 """The largest request message the CA's gRPC server reads (gRPC's own default is 4 MiB)."""
-GRPC_SERVER_OPTIONS = (("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES),)
-"""Options for a ``grpc.aio.server`` that carries the CA (:class:`ambit.xds.server.XdsServer` takes them)."""
+GRPC_SERVER_OPTIONS = (
+    ("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES),
+    *DEFAULT_KEEPALIVE.server_options(),
+)
+"""Options for a ``grpc.aio.server`` that carries the CA (:class:`ambit.xds.server.XdsServer` takes them): the
+message size cap, and keepalive enforcement that lets ztunnel ping every 30 s, also between CA calls."""
 
 
 @dataclass(frozen=True, slots=True)

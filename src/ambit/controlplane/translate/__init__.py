@@ -1,7 +1,8 @@
 """Kubernetes and Istio objects → the Workload API (spec §4.1), as pure functions over plain API dicts.
 
-Theory of operation: :func:`translate_all` takes snapshots of the kinds istiod's ambient index reads for L4 (Pods,
-Services, EndpointSlices, Namespaces, ServiceEntries, WorkloadEntries; spec §10.1) and for L4 policy
+Theory of operation: :func:`translate_all` takes snapshots of the kinds istiod's ambient index reads for L4
+(Pods, Services, EndpointSlices, Namespaces, ServiceEntries, WorkloadEntries, and Nodes for the pods' locality;
+spec §10.1) and for L4 policy
 (AuthorizationPolicies, PeerAuthentications; spec §7) and returns a :class:`Translation`: one :class:`LocalConfig`
 (workloads, services, policies), the ``ZtunnelAccepted`` status of each AuthorizationPolicy (:class:`PolicyStatus`,
 for the control plane to write) and the list of what had to be left out (:class:`Skipped`, each naming the object
@@ -21,7 +22,8 @@ Modules: ``workloads`` (a Pod becomes a Workload), ``services`` (a Service becom
 (a ServiceEntry becomes Services and endpoint Workloads), ``workloadentries`` (a WorkloadEntry becomes a
 Workload), ``index`` (which services select which endpoints, on which ports), ``policies`` (an
 AuthorizationPolicy becomes a Policy and a status), ``peerauth`` (PeerAuthentications become DENY policies),
-``skips`` (what was left out).
+``nodes`` (a Node's labels become its pods' locality), ``protocols`` (a port's application protocol), ``skips``
+(what was left out).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ambit.controlplane.translate.index import ServiceIndex
+from ambit.controlplane.translate.nodes import node_localities
 from ambit.controlplane.translate.peerauth import PeerAuthIndex
 from ambit.controlplane.translate.policies import (
     DEFAULT_ROOT_NAMESPACE,
@@ -40,6 +43,7 @@ from ambit.controlplane.translate.policies import (
     translate_authorization_policy,
 )
 from ambit.controlplane.translate.serviceentries import (
+    canonical_owners,
     parse_service_entries,
     selections,
     service_entry_services,
@@ -107,6 +111,7 @@ def translate_all(
     workload_entries: Iterable[Mapping[str, Any]] = (),
     authorization_policies: Iterable[Mapping[str, Any]] = (),
     peer_authentications: Iterable[Mapping[str, Any]] = (),
+    nodes: Iterable[Mapping[str, Any]] = (),
     cluster_id: str = "Kubernetes",
     trust_domain: str = "cluster.local",
     domain: str = "cluster.local",
@@ -161,12 +166,22 @@ def translate_all(
     ]
     taken = {s.key for s in translated}
     entries = parse_service_entries(service_entries, taken=taken, skips=skips)
+    canonical = canonical_owners(entries, (s.hostname for s in translated))
     for entry in entries:
-        translated.extend(service_entry_services(entry, network=network))
+        translated.extend(service_entry_services(entry, network=network, canonical=canonical))
     index = ServiceIndex.build(service_list, endpoint_slices, domain=domain, extra=selections(entries))
     workloads: list[Workload] = []
+    localities = node_localities(nodes)
     for pod in pods:
-        w = translate_pod(pod, index, cluster_id=cluster_id, trust_domain=trust_domain, network=network, skips=skips)
+        w = translate_pod(
+            pod,
+            index,
+            cluster_id=cluster_id,
+            trust_domain=trust_domain,
+            network=network,
+            skips=skips,
+            localities=localities,
+        )
         if w is not None:
             labels = (pod.get("metadata") or {}).get("labels") or {}
             workloads.append(replace(w, authorization_policies=keys.find(w.namespace, labels)))
@@ -205,6 +220,7 @@ def translate(
     workload_entries: Iterable[Mapping[str, Any]] = (),
     authorization_policies: Iterable[Mapping[str, Any]] = (),
     peer_authentications: Iterable[Mapping[str, Any]] = (),
+    nodes: Iterable[Mapping[str, Any]] = (),
     cluster_id: str = "Kubernetes",
     trust_domain: str = "cluster.local",
     domain: str = "cluster.local",
@@ -221,6 +237,7 @@ def translate(
         workload_entries=workload_entries,
         authorization_policies=authorization_policies,
         peer_authentications=peer_authentications,
+        nodes=nodes,
         cluster_id=cluster_id,
         trust_domain=trust_domain,
         domain=domain,

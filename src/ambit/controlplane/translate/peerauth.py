@@ -98,7 +98,7 @@ def _mode(value: object, path: str) -> Mode:
     if not isinstance(value, dict):
         raise _ShapeError(path, "expected a mapping")
     mode = value.get("mode") or "UNSET"
-    if mode not in Mode.__members__:
+    if not isinstance(mode, str) or mode not in Mode.__members__:
         raise _ShapeError(f"{path}.mode", f"expected UNSET, DISABLE, PERMISSIVE or STRICT, got {mode!r}")
     return Mode[mode]
 

@@ -8,7 +8,8 @@ Rules:
    key a Kubernetes Service or an earlier entry (by namespace, then name) already has is left out, so that every
    resource name has one owner.
 2. VIPs are ``spec.addresses`` on the cluster's network; a CIDR is accepted only as one address (/32, /128).
-3. Ports are ``spec.ports``: ``number`` to ``targetPort``, 0 when unset (each endpoint says its own number).
+3. Ports are ``spec.ports``: ``number`` to ``targetPort``, 0 when unset (each endpoint says its own number); the
+   port's ``protocol`` gives its ``app_protocol`` (:mod:`ambit.controlplane.translate.protocols`).
    A repeated or invalid number is left out.
 4. With ``spec.workloadSelector``, the entry selects pods and WorkloadEntries of its namespace
    (:mod:`ambit.controlplane.translate.index`) and its ``spec.endpoints`` are ignored (reported).
@@ -18,6 +19,9 @@ Rules:
    whose address is not an IP (a hostname, a Unix socket) or repeats an earlier one is left out.
 6. A ``DNS`` or ``DNS_ROUND_ROBIN`` entry without endpoints or selector would need the proxy to resolve the host;
    Ambit's Workload has no hostname, so it is reported and its Services have no endpoints.
+7. One Service per hostname is ``canonical`` (istiod's ``selectWorkloadServices``): a Kubernetes Service when one
+   has that hostname, else the Service of the oldest entry with the host (``creationTimestamp``, then namespace
+   and name) (:func:`canonical_owners`).
 
 Everything left out is reported as :class:`Skipped` naming the field.
 """
@@ -35,6 +39,8 @@ from ambit.controlplane.translate.index import (
     entry_port_resolver,
     resolve_ports,
 )
+from ambit.controlplane.translate.nodes import split_locality
+from ambit.controlplane.translate.protocols import protocol_app_protocol
 from ambit.controlplane.translate.services import port_number, service_key
 from ambit.controlplane.translate.skips import SERVICE_ENTRY, Skipped, skipped
 from ambit.controlplane.translate.workloadentries import endpoint_address, endpoint_workload, string_map
@@ -174,9 +180,32 @@ def selections(entries: Iterable[ServiceEntrySpec]) -> list[tuple[str, Selection
     return out
 
 
-def service_entry_services(entry: ServiceEntrySpec, *, network: str) -> list[Service]:
-    """One Service per host (rules 1 to 3)."""
-    ports = tuple(PortMapping(p.number, p.target if isinstance(p.target, int) else 0) for p in entry.ports)
+def canonical_owners(
+    entries: Iterable[ServiceEntrySpec], kubernetes_hosts: Iterable[str]
+) -> dict[str, tuple[str, str]]:
+    """Hostname → (namespace, name) of the entry whose Service for that host is canonical (rule 7)."""
+    taken = set(kubernetes_hosts)
+    owners: dict[str, tuple[str, str]] = {}
+    for entry in sorted(entries, key=lambda e: (_created(e.obj), e.namespace, e.name)):
+        for host in entry.hosts:
+            if host not in taken:
+                owners.setdefault(host, (entry.namespace, entry.name))
+    return owners
+
+
+def _created(obj: Obj) -> str:
+    # RFC 3339 timestamps in UTC ("2024-05-01T10:00:00Z") sort as text; a missing one sorts first.
+    return str((obj.get("metadata") or {}).get("creationTimestamp") or "")
+
+
+def service_entry_services(
+    entry: ServiceEntrySpec, *, network: str, canonical: Mapping[str, tuple[str, str]] | None = None
+) -> list[Service]:
+    """One Service per host (rules 1 to 3, and 7 given :func:`canonical_owners`)."""
+    ports = tuple(
+        PortMapping(p.number, p.target if isinstance(p.target, int) else 0, protocol_app_protocol(p.protocol))
+        for p in entry.ports
+    )
     return [
         Service(
             name=entry.name,
@@ -185,6 +214,7 @@ def service_entry_services(entry: ServiceEntrySpec, *, network: str) -> list[Ser
             vips=tuple(NetworkAddress(network, ip) for ip in entry.vips),
             ports=ports,
             subject_alt_names=entry.subject_alt_names,
+            canonical=canonical is not None and canonical.get(host) == (entry.namespace, entry.name),
         )
         for host in entry.hosts
     ]
@@ -228,6 +258,7 @@ def service_entry_workloads(
                 trust_domain=trust_domain,
                 cluster_id=cluster_id,
                 services={service_key(entry.namespace, host): mappings for host in entry.hosts},
+                locality=split_locality(endpoint.get("locality")),
             )
         )
     return out

@@ -12,6 +12,11 @@ Rules:
 4. ``ExternalName`` Services carry no endpoints of the mesh and are not translated.
 5. The cluster's network is the ``topology.istio.io/network`` label of the system namespace (``istio-system``),
    or "" (the default network) without one.
+6. Every Kubernetes Service is ``canonical`` (it is the authority for its hostname, as in istiod).
+7. ``ip_families`` follows ``spec.ipFamilies``: two families are DUAL, one IPv4 or IPv6 is IPV4_ONLY or IPV6_ONLY,
+   none (or anything else) AUTOMATIC.
+8. Each port's ``app_protocol`` comes from its ``appProtocol``, name and number
+   (:mod:`ambit.controlplane.translate.protocols`).
 """
 
 from __future__ import annotations
@@ -19,8 +24,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ambit.controlplane.translate.protocols import kube_port_app_protocol
 from ambit.controlplane.translate.skips import SERVICE, Skipped, skipped
-from ambit.model.workload import AddressError, IPAddress, NetworkAddress, PortMapping, Service, parse_ip
+from ambit.model.workload import (
+    AddressError,
+    IPAddress,
+    IPFamilies,
+    NetworkAddress,
+    PortMapping,
+    Service,
+    parse_ip,
+)
 
 SYSTEM_NAMESPACE = "istio-system"
 NETWORK_LABEL = "topology.istio.io/network"
@@ -77,14 +91,30 @@ def translate_service(
         number = port_number(port.get("port"))
         if number is None or number in ports:
             continue
-        ports[number] = PortMapping(number, port_number(target_port(port, number)) or 0)
+        ports[number] = PortMapping(
+            number, port_number(target_port(port, number)) or 0, kube_port_app_protocol(port, number)
+        )
     return Service(
         name=name,
         namespace=namespace,
         hostname=hostname(name, namespace, domain),
         vips=tuple(NetworkAddress(network, ip) for ip in _cluster_ips(svc, [] if skips is None else skips)),
         ports=tuple(ports.values()),
+        canonical=True,
+        ip_families=ip_families(spec.get("ipFamilies")),
     )
+
+
+def ip_families(value: Any) -> IPFamilies:
+    """``spec.ipFamilies`` as the Workload API says it (rule 7)."""
+    families = list(value) if isinstance(value, list) else []
+    if len(families) == 2:
+        return IPFamilies.DUAL
+    if families == ["IPv4"]:
+        return IPFamilies.IPV4_ONLY
+    if families == ["IPv6"]:
+        return IPFamilies.IPV6_ONLY
+    return IPFamilies.AUTOMATIC
 
 
 def _cluster_ips(svc: Mapping[str, Any], skips: list[Skipped]) -> list[IPAddress]:

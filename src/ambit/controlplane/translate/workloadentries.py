@@ -15,8 +15,10 @@ Rules:
    ``istio.io/autoRegistrationGroup``), else its own name; canonical name and revision follow the pod rules.
 5. ``status`` is UNHEALTHY when a deletion has begun or the ``Healthy`` condition is ``False`` (health checks of
    auto-registered entries write it).
+6. The locality is ``spec.locality`` (``region/zone/subzone``,
+   :func:`~ambit.controlplane.translate.nodes.split_locality`).
 
-:func:`endpoint_workload` is shared with the inline endpoints of ServiceEntries, which follow rules 2 to 4.
+:func:`endpoint_workload` is shared with the inline endpoints of ServiceEntries, which follow rules 2 to 4 and 6.
 """
 
 from __future__ import annotations
@@ -25,12 +27,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from ambit.controlplane.translate.index import ServiceIndex, entry_port_resolver
+from ambit.controlplane.translate.nodes import split_locality
 from ambit.controlplane.translate.skips import WORKLOAD_ENTRY, ObjectKind, Skipped, skipped
 from ambit.controlplane.translate.workloads import NAME_LABELS, REDIRECTION_ANNOTATION, REVISION_LABELS, first_label
 from ambit.model.workload import (
     AddressError,
     HealthStatus,
     IPAddress,
+    Locality,
     PortMapping,
     TunnelProtocol,
     Workload,
@@ -76,8 +80,9 @@ def endpoint_workload(
     trust_domain: str,
     cluster_id: str,
     services: Mapping[str, tuple[PortMapping, ...]],
+    locality: Locality | None = None,
 ) -> Workload:
-    """A Workload for a WorkloadEntry or an inline ServiceEntry endpoint (rules 3 and 4)."""
+    """A Workload for a WorkloadEntry or an inline ServiceEntry endpoint (rules 3, 4 and 6)."""
     hbone = labels.get(TUNNEL_LABEL) == "http" or annotations.get(REDIRECTION_ANNOTATION) == "enabled"
     return Workload(
         uid=uid,
@@ -95,6 +100,7 @@ def endpoint_workload(
         cluster_id=cluster_id,
         status=HealthStatus.HEALTHY if healthy else HealthStatus.UNHEALTHY,
         services=services,
+        locality=locality or Locality(),
     )
 
 
@@ -146,4 +152,5 @@ def translate_workload_entry(
         trust_domain=trust_domain,
         cluster_id=cluster_id,
         services=services.find_services(namespace, labels, resolve),
+        locality=split_locality(spec.get("locality")),
     )

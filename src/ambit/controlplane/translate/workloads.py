@@ -5,8 +5,8 @@ Rules:
 1. A pod is a workload once it has an address (``status.podIPs``, else ``status.podIP``) and until it has
    finished (phase ``Succeeded`` or ``Failed``). Its uid is ``<cluster>//Pod/<namespace>/<name>``.
 2. ``tunnel_protocol`` is HBONE exactly when the annotation ``ambient.istio.io/redirection`` is ``enabled`` (the node
-   agent's mark of a fully enrolled pod). A ``hostNetwork`` pod is still a workload (upstream: network mode
-   HOST_NETWORK) but never HBONE: its address is the node's, shared with everything else on the node.
+   agent's mark of a fully enrolled pod). A ``hostNetwork: true`` pod is still a workload, with network mode
+   HOST_NETWORK, but never HBONE: its address is the node's, shared with everything else on the node.
 3. ``status`` is UNHEALTHY when the Ready condition is not ``True`` or a deletion has begun.
 4. The canonical name is the first of the labels ``service.istio.io/canonical-name``, ``app.kubernetes.io/name``,
    ``app``, else the workload name; the revision the first of ``service.istio.io/canonical-revision``,
@@ -18,6 +18,7 @@ Rules:
 7. The network is the pod's ``topology.istio.io/network`` label, else the cluster's.
 8. An address that is not an IP is left out and reported (:class:`Skipped`); a pod left with none is not a
    workload. An address not assigned yet is not a problem.
+9. The locality is that of the pod's node (:mod:`ambit.controlplane.translate.nodes`), unknown without one.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from ambit.model.workload import (
     AddressError,
     HealthStatus,
     IPAddress,
+    Locality,
+    NetworkMode,
     TunnelProtocol,
     Workload,
     parse_ip,
@@ -53,8 +56,12 @@ def translate_pod(
     trust_domain: str,
     network: str,
     skips: list[Skipped] | None = None,
+    localities: Mapping[str, Locality] | None = None,
 ) -> Workload | None:
-    """The Workload for ``pod``, or None while it is not one (rule 1); problems go to ``skips`` (rule 8)."""
+    """The Workload for ``pod``, or None while it is not one (rule 1); problems go to ``skips`` (rule 8).
+
+    ``localities`` maps node names to their locality (:func:`~ambit.controlplane.translate.nodes.node_localities`).
+    """
     meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
     name, namespace = str(meta.get("name", "")), str(meta.get("namespace", ""))
     if not name or not namespace or status.get("phase") in ("Succeeded", "Failed"):
@@ -64,8 +71,10 @@ def translate_pod(
         return None
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
-    hbone = annotations.get(REDIRECTION_ANNOTATION) == "enabled" and not spec.get("hostNetwork")
+    host_network = spec.get("hostNetwork") is True
+    hbone = annotations.get(REDIRECTION_ANNOTATION) == "enabled" and not host_network
     workload_name = _workload_name(meta)
+    node = str(spec.get("nodeName") or "")
     return Workload(
         uid=f"{cluster_id}//Pod/{namespace}/{name}",
         name=name,
@@ -75,7 +84,7 @@ def translate_pod(
         tunnel_protocol=TunnelProtocol.HBONE if hbone else TunnelProtocol.NONE,
         trust_domain=trust_domain,
         service_account=str(spec.get("serviceAccountName") or "default"),
-        node=str(spec.get("nodeName") or ""),
+        node=node,
         canonical_name=first_label(labels, NAME_LABELS) or workload_name,
         canonical_revision=first_label(labels, REVISION_LABELS) or "latest",
         workload_name=workload_name,
@@ -83,6 +92,8 @@ def translate_pod(
         cluster_id=cluster_id,
         status=HealthStatus.HEALTHY if _ready(status) and not meta.get("deletionTimestamp") else HealthStatus.UNHEALTHY,
         services=services.find_services(namespace, labels, pod_port_resolver(pod), pod_name=name),
+        network_mode=NetworkMode.HOST_NETWORK if host_network else NetworkMode.STANDARD,
+        locality=(localities or {}).get(node, Locality()),
     )
 
 
