@@ -37,6 +37,7 @@ from ambit.model.policy import (
     StringMatch,
     StringMatchKind,
 )
+from ambit.xds.convert import FieldReader
 from ambit.xds.errors import XdsConversionError
 from ambit.xds.session import AUTHORIZATION_TYPE_URL
 
@@ -105,21 +106,10 @@ def pack_authorization(message: pb.Authorization) -> any_pb2.Any:
 # Decoding.
 
 
-class _Reader:
-    def __init__(self, resource: str) -> None:
-        self.resource = resource
+class _Reader(FieldReader):
+    """:class:`~ambit.xds.convert.FieldReader` with the checks of policy fields."""
 
-    def fail(self, field: str, problem: str) -> XdsConversionError:
-        return XdsConversionError(self.resource, field, problem)
-
-    def text(self, field: str, value: str, *, required: bool = False) -> str:
-        if required and not value:
-            raise self.fail(field, "required")
-        if not value.isprintable():
-            raise self.fail(field, f"has unprintable characters: {value!r}")
-        return value
-
-    def enum(self, field: str, value: int, kind: type[T]) -> T:
+    def enum_of(self, field: str, value: int, kind: type[T]) -> T:
         try:
             return kind(value)  # type: ignore[call-arg]
         except ValueError:
@@ -180,8 +170,8 @@ def policy_of(message: pb.Authorization, name: str = "") -> Policy:
     policy = Policy(
         name=read.text("name", message.name, required=True),
         namespace=read.text("namespace", message.namespace),
-        scope=read.enum("scope", message.scope, Scope),
-        action=read.enum("action", message.action, Action),
+        scope=read.enum_of("scope", message.scope, Scope),
+        action=read.enum_of("action", message.action, Action),
         rules=tuple(
             Rule(
                 tuple(

@@ -57,6 +57,7 @@ from ambit.xds.errors import XdsConversionError
 
 __all__ = [
     "ADDRESS_TYPE_URL",
+    "FieldReader",
     "XdsConversionError",
     "address_aliases",
     "address_from_proto",
@@ -189,8 +190,9 @@ def address_parents(address: pb.Address) -> tuple[str, ...]:
 # Decoding.
 
 
-class _Reader:
-    """Checks of one resource's fields; every failure names the resource and the field path."""
+class FieldReader:
+    """Checks of one resource's fields; every failure names the resource and the field path (also the base of the
+    Authorization decoder's reader)."""
 
     def __init__(self, resource: str) -> None:
         self.resource = resource
@@ -239,14 +241,14 @@ class _Reader:
         return names[value]
 
 
-def _policy_key(read: _Reader, field: str, key: str) -> str:
+def _policy_key(read: FieldReader, field: str, key: str) -> str:
     _namespace, slash, name = read.text(field, key, required=True).partition("/")
     if not (slash and name):
         raise read.fail(field, f"not a policy key 'namespace/name': {key!r}")
     return key
 
 
-def _workload_from_proto(message: pb.Workload, read: _Reader) -> Workload:
+def _workload_from_proto(message: pb.Workload, read: FieldReader) -> Workload:
     read.text("workload.uid", message.uid, required=True)
     namespace = read.text("workload.namespace", message.namespace, required=True)
     read.identity_part("workload.namespace", namespace, "namespace")
@@ -291,7 +293,7 @@ def _workload_from_proto(message: pb.Workload, read: _Reader) -> Workload:
     )
 
 
-def _service_from_proto(message: pb.Service, read: _Reader) -> Service:
+def _service_from_proto(message: pb.Service, read: FieldReader) -> Service:
     namespace = read.text("service.namespace", message.namespace, required=True)
     read.identity_part("service.namespace", namespace, "namespace")
     vips: list[NetworkAddress] = []
@@ -321,12 +323,12 @@ def _service_from_proto(message: pb.Service, read: _Reader) -> Service:
 
 def address_from_proto(address: pb.Address, name: str = "") -> Workload | Service:
     """The model value of an Address; ``name`` (the xDS resource name), when given, must match its body."""
-    read = _Reader(name or "(unnamed)")
+    read = FieldReader(name or "(unnamed)")
     kind = address.WhichOneof("type")
     if kind is None:
         raise read.fail("type", "neither a workload nor a service")
     if not name:
-        read = _Reader(resource_name(address))
+        read = FieldReader(resource_name(address))
     try:
         item: Workload | Service = (
             _workload_from_proto(address.workload, read)
