@@ -30,18 +30,16 @@ Rules of the decision (spec §7.3):
 
 from __future__ import annotations
 
+import functools
 import ipaddress
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 from ambit.model.identity import SpiffeId
 from ambit.model.policy import Action, Cidr, Match, Policy, Scope, ServiceAccountMatch, StringMatch
 from ambit.model.workload import IPAddress, Workload
 
-__all__ = ["Connection", "Decision", "PolicyIndex", "PolicyTrace", "evaluate", "policy_matches"]
-
-T = TypeVar("T")
+__all__ = ["Applicable", "Connection", "Decision", "PolicyIndex", "PolicyTrace", "decide", "evaluate", "policy_matches"]
 
 NOT_ALLOWED = "allow policies exist, but none allowed"
 
@@ -65,80 +63,97 @@ class Connection:
     """The peer's verified identity; None without mutual TLS."""
     destination_ip: IPAddress
     destination_port: int
+    principal: str | None = field(init=False, compare=False)
+    """The identity as policies name it: ``td/ns/<ns>/sa/<sa>`` (None without one)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "source_ip", _plain_ip(self.source_ip))
         object.__setattr__(self, "destination_ip", _plain_ip(self.destination_ip))
-
-    @property
-    def principal(self) -> str | None:
-        """The identity as policies name it: ``td/ns/<ns>/sa/<sa>``."""
-        if self.source_identity is None:
-            return None
         i = self.source_identity
-        return f"{i.trust_domain}/ns/{i.namespace}/sa/{i.service_account}"
+        principal = None if i is None else f"{i.trust_domain}/ns/{i.namespace}/sa/{i.service_account}"
+        object.__setattr__(self, "principal", principal)
 
 
-def _holds(positive: Sequence[T], negative: Sequence[T], test: Callable[[T], bool]) -> bool:
-    """Rule 4 for one field."""
-    if positive and not any(test(v) for v in positive):
-        return False
-    return not (negative and any(test(v) for v in negative))
-
-
-def _never(value: object) -> bool:
-    return False
-
-
-def _string_test(value: str | None) -> Callable[[StringMatch], bool]:
+def _strings(positive: Sequence[StringMatch], negative: Sequence[StringMatch], value: str | None) -> bool:
+    """Rule 4 for a string field; without a value (no identity) no string matches."""
     if value is None:
-        return _never
-    return lambda m: m.matches(value)
+        return not positive
+    if positive and not any(m.matches(value) for m in positive):
+        return False
+    return not (negative and any(m.matches(value) for m in negative))
 
 
-def _account_test(identity: SpiffeId | None) -> Callable[[ServiceAccountMatch], bool]:
+def _accounts(
+    positive: Sequence[ServiceAccountMatch], negative: Sequence[ServiceAccountMatch], identity: SpiffeId | None
+) -> bool:
     if identity is None:
-        return _never
-    return lambda m: m.namespace == identity.namespace and m.service_account == identity.service_account
+        return not positive
+    ns, sa = identity.namespace, identity.service_account
+
+    def hit(m: ServiceAccountMatch) -> bool:
+        return m.namespace == ns and m.service_account == sa
+
+    if positive and not any(hit(m) for m in positive):
+        return False
+    return not (negative and any(hit(m) for m in negative))
 
 
-def _ip_test(ip: IPAddress) -> Callable[[Cidr], bool]:
-    return lambda cidr: cidr.version == ip.version and ip in cidr
+@functools.lru_cache(maxsize=65536)
+def _span(cidr: Cidr) -> tuple[int, int, int]:
+    """``(version, first, last)`` of a CIDR as integers: containment without ipaddress's comparisons."""
+    first = int(cidr.network_address)
+    return cidr.version, first, first + cidr.num_addresses - 1
+
+
+def _ips(positive: Sequence[Cidr], negative: Sequence[Cidr], ip: IPAddress) -> bool:
+    version, value = ip.version, int(ip)
+
+    def hit(cidr: Cidr) -> bool:
+        v, first, last = _span(cidr)
+        return v == version and first <= value <= last
+
+    if positive and not any(hit(c) for c in positive):
+        return False
+    return not (negative and any(hit(c) for c in negative))
 
 
 def match_holds(match: Match, conn: Connection) -> bool:
     """Rule 4 for one non-empty match."""
     identity = conn.source_identity
-    if (match.principals or match.not_principals) and not _holds(
-        match.principals, match.not_principals, _string_test(conn.principal)
+    if (match.principals or match.not_principals) and not _strings(
+        match.principals, match.not_principals, conn.principal
     ):
         return False
-    if (match.namespaces or match.not_namespaces) and not _holds(
-        match.namespaces, match.not_namespaces, _string_test(identity.namespace if identity else None)
+    if (match.namespaces or match.not_namespaces) and not _strings(
+        match.namespaces, match.not_namespaces, identity.namespace if identity else None
     ):
         return False
-    if (match.service_accounts or match.not_service_accounts) and not _holds(
-        match.service_accounts, match.not_service_accounts, _account_test(identity)
+    if (match.service_accounts or match.not_service_accounts) and not _accounts(
+        match.service_accounts, match.not_service_accounts, identity
     ):
         return False
-    if (match.source_ips or match.not_source_ips) and not _holds(
-        match.source_ips, match.not_source_ips, _ip_test(conn.source_ip)
+    if (match.source_ips or match.not_source_ips) and not _ips(match.source_ips, match.not_source_ips, conn.source_ip):
+        return False
+    if (match.destination_ips or match.not_destination_ips) and not _ips(
+        match.destination_ips, match.not_destination_ips, conn.destination_ip
     ):
         return False
-    if (match.destination_ips or match.not_destination_ips) and not _holds(
-        match.destination_ips, match.not_destination_ips, _ip_test(conn.destination_ip)
-    ):
+    port = conn.destination_port
+    if match.destination_ports and port not in match.destination_ports:
         return False
-    return not (
-        (match.destination_ports or match.not_destination_ports)
-        and not _holds(match.destination_ports, match.not_destination_ports, conn.destination_port.__eq__)
-    )
+    return not (match.not_destination_ports and port in match.not_destination_ports)
 
 
 def matching_rule(policy: Policy, conn: Connection) -> int | None:
     """The index of the first rule of ``policy`` that matches ``conn`` (rules 1 to 3), or None."""
     for index, rule in enumerate(policy.rules):
-        if all(any(match_holds(m, conn) for m in clause.matches if not m.is_empty) for clause in rule.clauses):
+        for clause in rule.clauses:
+            for match in clause.matches:
+                if not match.is_empty and match_holds(match, conn):
+                    break
+            else:
+                break  # no match of this clause holds: the rule fails
+        else:
             return index
     return None
 
@@ -201,6 +216,48 @@ def _order(policy: Policy) -> tuple[str, str]:
     return (policy.namespace, policy.name)
 
 
+_CACHE_LIMIT = 4096
+"""Destinations whose applicable policies are cached (cleared whole when full, and on every policy change)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Applicable:
+    """The policies of one destination, split and ordered for :func:`decide`."""
+
+    deny: tuple[Policy, ...]
+    allow: tuple[Policy, ...]
+    dry_run: tuple[Policy, ...]
+    missing: tuple[str, ...]
+    allowed: Decision
+    """The decision when nothing denies (shared: no allocation per connection)."""
+
+    @classmethod
+    def of(cls, policies: Iterable[Policy], missing: tuple[str, ...]) -> Applicable:
+        ordered = sorted(policies, key=_order)
+        return cls(
+            tuple(p for p in ordered if not p.dry_run and p.action is Action.DENY),
+            tuple(p for p in ordered if not p.dry_run and p.action is Action.ALLOW),
+            tuple(p for p in ordered if p.dry_run),
+            missing,
+            Decision(True, missing=missing),
+        )
+
+
+def decide(applicable: Applicable, conn: Connection) -> Decision:
+    """Rules 8 to 10 as :func:`evaluate`, stopping at the first policy that settles the decision."""
+    dry = ""
+    if applicable.dry_run:
+        traces = (PolicyTrace(p.key, p.action, True, matching_rule(p, conn)) for p in applicable.dry_run)
+        dry_allowed, dry_reason, _ = _verdict(traces)
+        dry = "" if dry_allowed else dry_reason
+    for policy in applicable.deny:
+        if matching_rule(policy, conn) is not None:
+            return Decision(False, explicitly_denied(policy.key), policy.key, dry, applicable.missing)
+    if applicable.allow and not any(matching_rule(p, conn) is not None for p in applicable.allow):
+        return Decision(False, NOT_ALLOWED, None, dry, applicable.missing)
+    return applicable.allowed if not dry else Decision(True, "", None, dry, applicable.missing)
+
+
 class PolicyIndex:
     """Policies by key, with the indexes of rule 7: by namespace (NAMESPACE scope) and the GLOBAL set."""
 
@@ -208,6 +265,7 @@ class PolicyIndex:
         self._by_key: dict[str, Policy] = {}
         self._by_namespace: dict[str, dict[str, Policy]] = {}
         self._global: dict[str, Policy] = {}
+        self._cache: dict[tuple[str, tuple[str, ...]], Applicable] = {}
         for policy in policies:
             self.put(policy)
 
@@ -226,6 +284,7 @@ class PolicyIndex:
     def put(self, policy: Policy) -> Policy | None:
         """Add or replace a policy; returns the one it replaced."""
         old = self.remove(policy.key)
+        self._cache.clear()
         self._by_key[policy.key] = policy
         if policy.scope is Scope.NAMESPACE:
             self._by_namespace.setdefault(policy.namespace, {})[policy.key] = policy
@@ -237,6 +296,7 @@ class PolicyIndex:
         policy = self._by_key.pop(key, None)
         if policy is None:
             return None
+        self._cache.clear()
         if policy.scope is Scope.NAMESPACE:
             scoped = self._by_namespace.get(policy.namespace, {})
             scoped.pop(key, None)
@@ -250,6 +310,7 @@ class PolicyIndex:
         self._by_key.clear()
         self._by_namespace.clear()
         self._global.clear()
+        self._cache.clear()
         for policy in policies:
             self.put(policy)
 
@@ -266,8 +327,17 @@ class PolicyIndex:
                 found[key] = policy
         return list(found.values()), tuple(missing)
 
+    def applicable(self, workload: Workload) -> Applicable:
+        """The policies of ``workload`` sorted for :func:`decide`, cached per (namespace, listed keys)."""
+        key = (workload.namespace, workload.authorization_policies)
+        found = self._cache.get(key)
+        if found is None:
+            if len(self._cache) >= _CACHE_LIMIT:
+                self._cache.clear()
+            policies, missing = self.find_for(workload)
+            found = self._cache[key] = Applicable.of(policies, missing)
+        return found
+
     def check(self, workload: Workload, conn: Connection) -> Decision:
-        policies, missing = self.find_for(workload)
-        if not policies:
-            return Decision(True, missing=missing)
-        return evaluate(policies, conn, missing)
+        """The proxy's decision for ``conn`` to ``workload`` (rules 7 to 10; no trace: see :func:`evaluate`)."""
+        return decide(self.applicable(workload), conn)

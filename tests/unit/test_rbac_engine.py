@@ -351,4 +351,17 @@ def test_dry_run_policies_never_change_the_decision(policies: list[Policy], conn
 def test_the_index_decides_as_evaluating_the_policies_it_finds(policies: list[Policy], connection: Connection) -> None:
     index = PolicyIndex(policies)
     w = workload()
-    assert index.check(w, connection).allowed == evaluate(policies, connection).allowed
+    assert index.check(w, connection) == evaluate(policies, connection)
+    assert index.check(w, connection) == evaluate(policies, connection)  # the cached path decides the same
+
+
+def test_a_policy_change_clears_the_cached_policies_of_a_destination() -> None:
+    index = PolicyIndex([ALLOW_WEB])
+    w = workload(keys=("shop/deny-jobs",))
+    assert index.check(w, conn(BATCH)).reason == NOT_ALLOWED
+    index.put(DENY_JOBS)
+    assert index.check(w, conn(BATCH)).denied_by == "shop/deny-jobs"
+    index.remove("shop/allow-web")
+    assert index.check(w, conn()).allowed
+    index.replace_all([])
+    assert index.check(w, conn(BATCH)) == Decision(True, missing=("shop/deny-jobs",))

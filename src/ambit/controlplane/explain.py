@@ -27,7 +27,7 @@ from ambit.model.localconfig import LocalConfig
 from ambit.model.policy import Clause, Match, Policy
 from ambit.model.state import WorkloadState
 from ambit.model.workload import TunnelProtocol, Workload
-from ambit.rbac import Connection, Decision, PolicyIndex, match_holds
+from ambit.rbac import Connection, Decision, PolicyIndex, evaluate, match_holds
 
 __all__ = ["ExplainError", "Explanation", "FlowVerdict", "PolicyReport", "explain"]
 
@@ -174,8 +174,8 @@ def _verdict(index: PolicyIndex, source: Workload, captured: bool, target: Workl
     if not source.addresses or not target.addresses:
         raise ExplainError(f"{name} or the source has no address")
     conn = Connection(source.addresses[0], source.identity if captured else None, ipaddress.ip_address(address), port)
-    decision: Decision = index.check(target, conn)
-    policies, _ = index.find_for(target)
+    policies, missing = index.find_for(target)
+    decision: Decision = evaluate(policies, conn, missing)
     by_key = {p.key: p for p in policies}
     reports = tuple(
         PolicyReport(

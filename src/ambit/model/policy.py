@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = [
     "Action",
@@ -136,9 +136,13 @@ class Match:
     destination_ports: tuple[int, ...] = ()
     not_destination_ports: tuple[int, ...] = ()
 
-    @property
-    def is_empty(self) -> bool:
-        """No field populated: such a match never matches (ztunnel skips it)."""
+    is_empty: bool = field(init=False, compare=False, repr=False)
+    """No field populated: such a match never matches (ztunnel skips it)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "is_empty", self._no_field())
+
+    def _no_field(self) -> bool:
         return not (
             self.namespaces
             or self.not_namespaces
