@@ -582,13 +582,15 @@ def _report_lab(
     return goal
 
 
+def deny_policy() -> dict[str, Any]:
+    """The namespace-wide DENY of scenario 5: every connection from the client's namespace to the destination's."""
+    rules = [{"from": [{"source": {"namespaces": [CLIENT_NAMESPACE]}}]}]
+    return _policy(DENY_NAME, DEST_NAMESPACE, {"action": "DENY", "rules": rules})
+
+
 def measure_deny(lab: Lab, profile: Profile, report: Report) -> float:
     """Scenario 5: ``kubectl apply`` of a DENY → the first refused connection; ``kubectl delete`` → open again."""
-    deny = _policy(
-        DENY_NAME,
-        DEST_NAMESPACE,
-        {"action": "DENY", "rules": [{"from": [{"source": {"namespaces": [CLIENT_NAMESPACE]}}]}]},
-    )
+    deny = deny_policy()
     netns, host = lab.bench.netns["amb-cli"], lab.bench.ips["amb-srv"]
     client = lab.procs.start(
         netns, [sys.executable, "-c", CLIENT, host, "9000", str(RETRY_INTERVAL)], "deny-client", stdin=subprocess.PIPE
