@@ -59,6 +59,12 @@ from ambit.model.identity import SpiffeId
 from ambit.model.policy import Policy
 from ambit.model.workload import Workload
 from ambit.rbac import Connection, PolicyIndex
+from bench.mesh import scenarios
+from bench.mesh.probes import ProbeError, cpu_seconds, find_pids, rss_bytes
+from bench.mesh.run import _listening, _set_affinity, check_mesh, ensure_tools
+from bench.mesh.scenarios import Route
+from bench.mesh.topology import BenchLab, Processes, bench_lab
+from bench.mesh.tunnels import APP_PORTS
 from bench.report import Measurement, Report
 
 REPO = Path(__file__).resolve().parents[1]
@@ -335,10 +341,8 @@ while True:
 class Lab:
     """What the lab part needs of :class:`bench.mesh.topology.BenchLab`, plus the policy writes and the settling."""
 
-    bench: Any
-    """The :class:`bench.mesh.topology.BenchLab`."""
-    procs: Any
-    """Its :class:`bench.mesh.topology.Processes`."""
+    bench: BenchLab
+    procs: Processes
     log: Callable[[str], None]
     present: int = 0
     """How many of :func:`policy_objects` are in the cluster."""
@@ -348,8 +352,6 @@ class Lab:
         return Path(self.bench.topology.kubeconfig)
 
     def node_proxy(self, node: int) -> int:
-        from bench.mesh.probes import find_pids
-
         pids = find_pids("nodeproxy", str(self.bench.topology.path), f"node-{node}")
         if len(pids) != 1:
             raise PolicyBenchError(f"expected one node proxy on node {node}, found {pids}")
@@ -357,7 +359,6 @@ class Lab:
 
     def control_plane(self) -> list[int]:
         """The control plane's and the API server's pids (whose CPU going quiet means a push settled)."""
-        from bench.mesh.probes import find_pids
 
         lab = str(self.bench.topology.path)
         found = set(find_pids("ambit.cli", "controlplane", lab)) | set(find_pids("ambit.cli", "apiserver", lab))
@@ -402,8 +403,6 @@ class Lab:
         return {"write": written - started, "push": pushed - written, "total": pushed - started}
 
     def _quiet(self, deadline: float) -> None:
-        from bench.mesh.probes import ProbeError, cpu_seconds
-
         while time.monotonic() < deadline:
             pids = self.control_plane()
             try:
@@ -442,8 +441,6 @@ def _namespaces() -> str:
 def _pin(lab: Lab, *, on: bool = True) -> None:
     """Node 1's proxy (and the latency client, see ``bench.mesh.scenarios``) on vCPU 0, node 2's proxy and the
     sockperf server on vCPU 1, as the data-path benchmark does for its latency scenarios (``on=False`` undoes it)."""
-    from bench.mesh.probes import find_pids
-    from bench.mesh.run import _set_affinity
 
     every = set(range(os.cpu_count() or 1))
     if len(every) < 2:
@@ -463,19 +460,13 @@ def _pin(lab: Lab, *, on: bool = True) -> None:
 
 
 def _start_server(lab: Lab) -> None:
-    from bench.mesh.run import _listening
-    from bench.mesh.tunnels import APP_PORTS
-
     netns = lab.bench.netns["amb-srv"]
     lab.procs.start(netns, ["sockperf", "sr", "--tcp", "-p", str(APP_PORTS["sockperf"])], "srv-sockperf")
     lab.procs.start(netns, [sys.executable, "-m", "bench.mesh.apps", "echo", "--port", "9000"], "srv-echo")
     _listening(netns, {APP_PORTS["sockperf"], APP_PORTS["echo"]})
 
 
-def _route(lab: Lab) -> Any:
-    from bench.mesh.scenarios import Route
-    from bench.mesh.tunnels import APP_PORTS
-
+def _route(lab: Lab) -> Route:
     pids = (lab.node_proxy(1), lab.node_proxy(2))
     return Route("ambit", lab.bench.netns["amb-cli"], lab.bench.ips["amb-srv"], dict(APP_PORTS), pids)
 
@@ -494,9 +485,6 @@ class Figures:
 
 def measure_lab(lab: Lab, profile: Profile, report: Report) -> dict[str, Any]:
     """Scenarios 2 to 5 on a lab with its pods; adds to ``report``; returns the goal's figures."""
-    from bench.mesh import scenarios
-    from bench.mesh.probes import rss_bytes
-    from bench.mesh.run import check_mesh
 
     _start_server(lab)
     lab.bench.reuse_time_wait()
@@ -674,9 +662,6 @@ def run(profile: Profile, out: Path | None, *, echo: bool = True, lab: bool = Tr
 
 
 def _run_lab(profile: Profile, report: Report, log: Callable[[str], None]) -> dict[str, Any]:
-    from bench.mesh.run import ensure_tools
-    from bench.mesh.topology import Processes, bench_lab
-
     if os.geteuid() != 0:
         raise PolicyBenchError("the lab part needs root (use --micro-only without it)")
     ensure_tools()
