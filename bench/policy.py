@@ -48,7 +48,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +83,7 @@ WRITERS = 16
 SETTLE_POLL = 0.25
 SETTLE_TIMEOUT = 600.0
 QUIET_CPU = 0.10
+QUIET_TIMEOUT = 60.0
 DENY_NAME = "bench-deny"
 RETRY_INTERVAL = 0.010
 
@@ -346,6 +347,8 @@ class Lab:
     log: Callable[[str], None]
     present: int = 0
     """How many of :func:`policy_objects` are in the cluster."""
+    busy: list[int] = field(default_factory=list)
+    """Policy counts measured while the control plane had not gone quiet (:meth:`_quiet`)."""
 
     @property
     def kubeconfig(self) -> Path:
@@ -394,7 +397,8 @@ class Lab:
                 raise PolicyBenchError(f"node 2's proxy lists {seen} policies, not {count}, {SETTLE_TIMEOUT:.0f} s on")
             time.sleep(SETTLE_POLL)
         pushed = time.monotonic()
-        self._quiet(deadline)
+        if not self._quiet():
+            self.busy.append(count)
         quiet = time.monotonic()
         self.log(
             f"{count:,} policies ({changed:,} written in {written - started:.1f} s; node 2 has them "
@@ -402,7 +406,10 @@ class Lab:
         )
         return {"write": written - started, "push": pushed - written, "total": pushed - started}
 
-    def _quiet(self, deadline: float) -> None:
+    def _quiet(self) -> bool:
+        """Wait until the control plane and the API server use under :data:`QUIET_CPU` of a CPU over a second;
+        False (logged) when they never do within :data:`QUIET_TIMEOUT` s (measured anyway: the table says so)."""
+        deadline = time.monotonic() + QUIET_TIMEOUT
         while time.monotonic() < deadline:
             pids = self.control_plane()
             try:
@@ -412,8 +419,9 @@ class Lab:
             except ProbeError:
                 continue
             if used < QUIET_CPU:
-                return
-        raise PolicyBenchError("the control plane did not go quiet after a policy change")
+                return True
+        self.log(f"the control plane and API server were still busy {QUIET_TIMEOUT:.0f} s after the push")
+        return False
 
 
 async def _write(kubeconfig: Path, objects: Sequence[dict[str, Any]], *, create: bool) -> None:
@@ -515,6 +523,9 @@ def measure_lab(lab: Lab, profile: Profile, report: Report) -> dict[str, Any]:
                         figures.add("node proxies' CPU per round trip", count, sample.cpu, "µs")
         lab.log(f"round {round_number + 1} of {profile.rounds} done")
     goal = _report_lab(report, figures, rss, push)
+    if lab.busy:
+        counts = ", ".join(_policies(c) for c in lab.busy)
+        report.notes.append(f"Measured while the control plane was still busy {QUIET_TIMEOUT:.0f} s on: {counts}.")
     _pin(lab, on=False)
     deny = measure_deny(lab, profile, report)
     goal["deny_median_s"] = deny
