@@ -29,8 +29,10 @@ the first 100 of the 10,000 set, so moving between sets only creates or deletes.
 lab's admin kubeconfig (exempt from the API server's per-user rate limit) by :data:`WRITERS` concurrent requests.
 
 A policy set is "settled" when the destination's node proxy lists exactly that many policies in its
-``/config_dump`` (polled every :data:`SETTLE_POLL` s) and then the control plane and API server use under
-:data:`QUIET_CPU` of a CPU over a second (status writes follow the push).
+``/config_dump`` (polled every :data:`SETTLE_POLL` s) and then the control plane, the API server and the lab's
+controllers (whose mesh config writer follows every policy) use under :data:`QUIET_CPU` of a CPU over a second:
+status writes and re-translations follow the push, and the machine has two vCPUs. After :data:`QUIET_TIMEOUT` s the
+set is measured anyway and the report says so.
 """
 
 # ruff: noqa: RUF001, RUF003 - µ and × on purpose
@@ -489,7 +491,7 @@ def _route(lab: Lab) -> Route:
 
 @dataclass
 class Figures:
-    """Each (metric, count)'s samples over the rounds, and whatever is measured once."""
+    """Each (metric, policy count)'s samples over the rounds, and each metric's unit."""
 
     samples: dict[tuple[str, int], list[float]]
     units: dict[str, str]
@@ -501,7 +503,6 @@ class Figures:
 
 def measure_lab(lab: Lab, profile: Profile, report: Report) -> dict[str, Any]:
     """Scenarios 2 to 5 on a lab with its pods; adds to ``report``; returns the goal's figures."""
-
     _start_server(lab)
     lab.bench.reuse_time_wait()
     lab.bench.kubectl("apply", "-f", "-", input=_namespaces())
