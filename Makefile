@@ -5,7 +5,7 @@ VENV := .venv
 UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
 STAMP := $(VENV)/.installed
 
-.PHONY: install test demo lint bench bench-quick bench-apiserver bench-apiserver-quick bench-lab bench-cni clean
+.PHONY: install test demo lint bench bench-quick bench-apiserver bench-apiserver-quick bench-lab bench-cni bench-policy bench-policy-quick clean
 
 install: $(STAMP)
 
@@ -47,6 +47,12 @@ bench-apiserver-quick: install
 
 bench-cni: install  # ambit-cni start-up against /usr/lib/cni/bridge (no root)
 	$(VENV)/bin/python -m bench.cni_startup
+
+bench-policy: install  # root: 0, 100 and 10,000 AuthorizationPolicies on a lab (bench/results/policy.{md,json})
+	$(VENV)/bin/python -m bench.policy
+
+bench-policy-quick: install  # root: the same, fewer rounds and shorter runs
+	$(VENV)/bin/python -m bench.policy --quick
 
 bench-lab: install  # root: brings a lab up and down
 	$(VENV)/bin/python -m bench.lab
