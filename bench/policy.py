@@ -44,6 +44,7 @@ import asyncio
 import json
 import os
 import select
+import signal
 import statistics
 import subprocess
 import sys
@@ -720,6 +721,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--micro-only", action="store_true", help="only the in-process decision benchmark (no root)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where policy.md and policy.json go")
     args = parser.parse_args(argv)
+    # A SIGTERM (an impatient caller) unwinds like an error: the lab comes down and temporary files go.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         run(PROFILES[args.profile], args.out, lab=not args.micro_only)
     except AmbitError as exc:
