@@ -78,3 +78,15 @@ def test_the_control_plane_role_may_write_policy_status_but_not_the_policies() -
 
     assert may("patch", "status") and may("get") and may("list") and may("watch")
     assert not may("patch") and not may("update") and not may("delete")
+
+
+def test_a_status_only_update_of_a_policy_does_not_need_a_translation() -> None:
+    from ambit.controlplane.view import _translated_part
+
+    policy = {"metadata": {"name": "p", "generation": 1, "resourceVersion": "5"}, "spec": {"action": "DENY"}}
+    written = {**policy, "metadata": {**policy["metadata"], "resourceVersion": "6"}, "status": {"conditions": []}}
+    assert _translated_part(policy) == _translated_part(written)
+    relabelled = {**policy, "metadata": {**policy["metadata"], "labels": {"a": "b"}}}
+    assert _translated_part(policy) != _translated_part(relabelled)
+    respecced = {**policy, "spec": {"action": "ALLOW"}}
+    assert _translated_part(policy) != _translated_part(respecced)
