@@ -256,6 +256,8 @@ def test_a_new_ambient_pod_is_enrolled_at_cni_add_before_its_process_starts(mesh
     assert nft and ss
     script = f"{nft} list ruleset; echo '--- listening'; {ss} -ltnH; echo '--- end'; exec sleep 3600"
     caps = {"capabilities": {"add": ["NET_ADMIN"]}}
+    # NET_ADMIN is beyond Pod Security's baseline: the namespace admits it, as its owner would label it.
+    lab.kubectl("label", "namespace", ambient_ns, "pod-security.kubernetes.io/enforce=privileged", "--overwrite")
     lab.apply(
         # Listing the pod's rules needs CAP_NET_ADMIN inside the container, as on a real cluster.
         pod_manifest(
