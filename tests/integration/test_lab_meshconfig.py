@@ -15,7 +15,7 @@ from ambit.controlplane.view import ClusterViewSettings
 from ambit.k8s import InformerSettings, KubeClient, kinds
 from ambit.lab.mesh.config import MeshConfigSettings, MeshConfigWriter
 from ambit.model.localconfig import LocalConfig, parse_local_config
-from ambit.model.workload import HealthStatus, PortMapping, TunnelProtocol
+from ambit.model.workload import AppProtocol, HealthStatus, PortMapping, TunnelProtocol
 
 T = TypeVar("T")
 INFORMER = InformerSettings(watch_timeout=30, backoff_initial=0.02, backoff_max=0.2)
@@ -120,7 +120,8 @@ async def test_pods_and_services_appear_in_the_file_and_leave_it_when_deleted(
     assert web1.tunnel_protocol is TunnelProtocol.HBONE and web1.status is HealthStatus.HEALTHY
     assert web2.tunnel_protocol is TunnelProtocol.NONE and web2.status is HealthStatus.UNHEALTHY
     assert web1.services[key] == (PortMapping(80, 8080),)
-    assert seen["service"].ports == (PortMapping(80, 0),)
+    # the port's name "http" makes its protocol HTTP/1.1, as istiod infers it from the name
+    assert seen["service"].ports == (PortMapping(80, 0, AppProtocol.HTTP11),)
     assert len(seen["service"].vips) == 1, "the API server allocated a cluster IP"
 
     await kube.delete(kinds.PODS, "web-2", namespace, grace_period_seconds=0)
