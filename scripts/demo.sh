@@ -44,7 +44,8 @@ kubectl get pods,services,endpointslices -n apps -o wide
 
 step "client pod → http-echo Service VIP 198.19.0.10 (nftables DNAT in the node, kube-proxy's job)"
 sleep 2
-"$AMBIT" lab logs --dir "$DIR" -n apps client | tail -n 4
+"$AMBIT" lab logs --dir "$DIR" -n apps client > "$DIR/client.log" || true
+tail -n 4 "$DIR/client.log"
 
 client_node=$(kubectl get pod client -n apps -o jsonpath='{.spec.nodeName}')
 client_ip=$(kubectl get pod client -n apps -o jsonpath='{.status.podIP}')
@@ -76,8 +77,8 @@ fi
 in_pod apps client -- python3 -m ambit.lab.apps client --tcp 198.19.0.12:3306 --server-first --count 1
 
 step "node proxy telemetry: Istio's TCP metrics (node-1 :15020) and the access log"
-curl -s "http://198.18.0.11:15020/metrics" | grep '^istio_tcp_connections_opened_total' | head -n 3 | cut -c1-400
-grep -h "connection complete" "$DIR"/nodes/*/nodeproxy.log | tail -n 3
+curl -s "http://198.18.0.11:15020/metrics" | grep '^istio_tcp_connections_opened_total' | head -n 3 | cut -c1-400 || true
+grep -h "connection complete" "$DIR"/nodes/*/nodeproxy.log | tail -n 3 || true
 
 step "L4 policy: only the client's identity may call http-echo; nobody may call tcp-echo (DENY)"
 kubectl apply -f - <<'YAML'
@@ -102,7 +103,7 @@ echo "client → tcp-echo (expected: refused by the destination's node proxy):"
 in_pod apps client -- python3 -m ambit.lab.apps client --tcp 198.19.0.11:9000 --count 1 || true
 "$AMBIT" policy explain --from apps/client --to apps/tcp-echo --port 9000
 kubectl get authorizationpolicies -n apps -o custom-columns='NAME:.metadata.name,ZTUNNEL:.status.conditions[0].status,REASON:.status.conditions[0].reason,MESSAGE:.status.conditions[0].message'
-grep -h "explicitly denied" "$DIR"/nodes/*/nodeproxy.log | tail -n 1 | cut -c1-300
+grep -h "explicitly denied" "$DIR"/nodes/*/nodeproxy.log | tail -n 1 | cut -c1-300 || true
 kubectl delete authorizationpolicies -n apps --all
 
 step "ambit lab status"
