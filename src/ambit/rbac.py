@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ambit.model.identity import SpiffeId
@@ -271,9 +271,6 @@ class PolicyIndex:
 
     def __len__(self) -> int:
         return len(self._by_key)
-
-    def __iter__(self) -> Iterator[Policy]:
-        return iter(self._by_key.values())
 
     def all(self) -> list[Policy]:
         return [self._by_key[k] for k in sorted(self._by_key)]
