@@ -21,6 +21,7 @@ from ambit.lab.network.services_apply import ServiceProxy
 from ambit.lab.network.topology import SERVICE_CIDR, Topology
 from ambit.lab.runtime.kubelet import NodeRuntime, NodeRuntimeSettings
 from ambit.lab.runtime.oci_apply import RuncRuntime, RuncSettings
+from ambit.lab.runtime.oci_spec import PRIVATE_DIRS
 from ambit.lab.runtime.sandbox import PodSandboxes
 
 log = logging.getLogger("ambit.lab")
@@ -54,8 +55,15 @@ def checkout_state() -> list[Path]:
 
 
 def interpreter_dirs() -> list[Path]:
-    """Where this Python lives (the pods run it: ``python3 -m ambit.lab.apps``)."""
-    dirs = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(), Path(sys.executable).resolve().parent.parent}
+    """Where this Python and Ambit's code live (the pods run ``python3 -m ambit.lab.apps``)."""
+    import ambit
+
+    dirs = {
+        Path(sys.base_prefix).resolve(),
+        Path(sys.prefix).resolve(),
+        Path(sys.executable).resolve().parent.parent,
+        Path(ambit.__file__).resolve().parent.parent,
+    }
     return sorted(dirs)
 
 
@@ -64,7 +72,8 @@ def runc_settings(topology: Topology) -> RuncSettings:
     need after all (the interpreter, when it is installed under ``/root``)."""
     masked = [topology.path.resolve(), Path("/root"), Path("/run/netns"), *checkout_state()]
     masked += [Path(p) for p in HOST_SECRETS if Path(p).exists()]
-    revealed = [d for d in interpreter_dirs() if any(d == m or m in d.parents for m in masked)]
+    hidden = [*masked, *(Path(p) for p in PRIVATE_DIRS)]  # a checkout or venv under /tmp is hidden too
+    revealed = [d for d in interpreter_dirs() if any(d == m or m in d.parents for m in hidden)]
     return RuncSettings(
         root=topology.runc_root,
         bundles=topology.container_bundles,
