@@ -180,6 +180,31 @@ async def test_pod_token_may_only_discover_and_ask(mesh: Mesh) -> None:
     assert resources == {(("authorization.k8s.io",), ("selfsubjectaccessreviews", "selfsubjectrulesreviews"))}
 
 
+async def test_a_rules_review_with_a_missing_role_is_incomplete(mesh: Mesh) -> None:
+    """kube's rule resolver: a binding whose role does not exist grants nothing and makes the review incomplete."""
+    binding = {
+        "metadata": {"name": "dangling"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "no-such-role"},
+        "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": "apps"}],
+    }
+    assert (await mesh.admin.post(f"{RBAC}/namespaces/apps/rolebindings", binding)).status == 201
+    try:
+        review = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectRulesReview",
+            "spec": {"namespace": "apps"},
+        }
+        reply = await mesh.pod_client.post("/apis/authorization.k8s.io/v1/selfsubjectrulesreviews", review)
+        assert reply.status == 201
+        status = reply.body["status"]
+        assert status["incomplete"] is True
+        assert 'role.rbac.authorization.k8s.io "no-such-role" not found' in status["evaluationError"]
+        resources = {(tuple(r["apiGroups"]), tuple(r["resources"])) for r in status["resourceRules"]}
+        assert resources == {(("authorization.k8s.io",), ("selfsubjectaccessreviews", "selfsubjectrulesreviews"))}
+    finally:
+        await mesh.admin.delete(f"{RBAC}/namespaces/apps/rolebindings/dangling")
+
+
 # -- escalation ---------------------------------------------------------------------------------------------
 async def _may_manage_roles(mesh: Mesh) -> None:
     """An admin lets the pod's account manage Roles and RoleBindings in its own namespace, nothing more."""

@@ -87,23 +87,39 @@ class Authorizer:
         self._indexed_at = rv
 
     def rules_for(self, user: str, groups: tuple[str, ...], namespace: str) -> list[Rule]:
+        return self.resolve(user, groups, namespace)[0]
+
+    def resolve(self, user: str, groups: tuple[str, ...], namespace: str) -> tuple[list[Rule], list[str]]:
+        """The rules that apply to ``user`` in ``namespace`` (cluster-wide ones too), and an error for each binding
+        whose role does not exist (kube's rule resolver: a rules review with errors is incomplete)."""
         self._refresh()
         rules: list[Rule] = []
+        missing: list[str] = []
         for binding in self._cluster_bindings:
             if _binds(binding, user, groups, "") and (binding.get("roleRef") or {}).get("kind") == "ClusterRole":
-                rules.extend(self._cluster_roles.get(str(binding["roleRef"].get("name")), ()))
+                name = str(binding["roleRef"].get("name"))
+                if name in self._cluster_roles:
+                    rules.extend(self._cluster_roles[name])
+                else:
+                    missing.append(f'clusterrole.rbac.authorization.k8s.io "{name}" not found')
         if namespace:
             for item in self.store.items(ROLE_BINDINGS, namespace):
                 if not _binds(item.obj, user, groups, namespace):
                     continue
                 ref = item.obj.get("roleRef") or {}
+                name = str(ref.get("name"))
                 if ref.get("kind") == "ClusterRole":
-                    rules.extend(self._cluster_roles.get(str(ref.get("name")), ()))
+                    if name in self._cluster_roles:
+                        rules.extend(self._cluster_roles[name])
+                    else:
+                        missing.append(f'clusterrole.rbac.authorization.k8s.io "{name}" not found')
                 elif ref.get("kind") == "Role":
-                    role = self.store.get(ROLES, namespace, str(ref.get("name")))
+                    role = self.store.get(ROLES, namespace, name)
                     if role is not None:
                         rules.extend(rules_from(role.obj.get("rules")))
-        return rules
+                    else:
+                        missing.append(f'role.rbac.authorization.k8s.io "{name}" not found')
+        return rules, missing
 
     def allows(self, a: Attributes) -> bool:
         if MASTERS in a.groups:
@@ -207,7 +223,7 @@ class Authorizer:
         spec = out.setdefault("spec", {})
         if rtype.plural == "selfsubjectrulesreviews":
             ns = str(spec.get("namespace") or "")
-            rules = self.rules_for(user.username, user.groups, ns)
+            rules, problems = self.resolve(user.username, user.groups, ns)
             if MASTERS in user.groups:
                 rules = list(FULL_AUTHORITY) + rules
             out["status"] = {
@@ -217,8 +233,10 @@ class Authorizer:
                     for r in rules
                     if r.non_resource_urls
                 ],
-                "incomplete": False,
+                "incomplete": bool(problems),
             }
+            if problems:
+                out["status"]["evaluationError"] = ", ".join(problems)
             return out
         if rtype.plural.startswith("self"):
             username, groups = user.username, user.groups

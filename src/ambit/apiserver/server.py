@@ -37,7 +37,7 @@ from ambit.apiserver.http import ApiHttp, HttpSettings
 from ambit.apiserver.limits import LimitSettings
 from ambit.apiserver.pod_security import PodSecuritySettings
 from ambit.apiserver.registry import Registry
-from ambit.apiserver.store import Store
+from ambit.apiserver.store import LOG_BYTES, Store
 from ambit.apiserver.token_binding import DEFAULT_MAX_TOKEN_EXPIRATION
 from ambit.apiserver.tokens import TokenIssuer
 from ambit.apiserver.verbs import ResourceManager
@@ -74,6 +74,8 @@ class ApiServerSettings:
     """Longest TokenRequest lifetime granted, in seconds (``--service-account-max-token-expiration``); 0: none."""
     log_capacity: int = 50_000
     """How many recent events watches can resume from."""
+    log_bytes: int = LOG_BYTES
+    """Bound on the encoded objects those events keep in memory; the oldest go first."""
     bookmark_interval: float = 60.0
     """Seconds between watch bookmarks, for clients that ask for them."""
     limits: LimitSettings = field(default_factory=LimitSettings)
@@ -132,7 +134,7 @@ class ApiServer:
             cert_file.write_bytes(serving.cert_pem + ca.cert_pem)
             key_file.write_bytes(serving.key_pem)
             context.load_cert_chain(cert_file, key_file)
-        store = Store(s.data_dir / "state.db", log_capacity=s.log_capacity)
+        store = Store(s.data_dir / "state.db", log_capacity=s.log_capacity, log_bytes=s.log_bytes)
         registry = Registry()
         hub = WatchHub(capacity_bytes=s.limits.watch_queue_bytes)
         self.manager = ResourceManager(

@@ -8,8 +8,11 @@ Invariants:
 - No object larger than ``max_object_bytes`` encoded is stored, whichever verb, patch, default or admission made
   it: the check is on the bytes about to be written, as etcd's is.
 - ``state.db`` and its ``-wal`` and ``-shm`` files are 0600 whatever the umask (every Secret is in them).
-- The log keeps the most recent ``log_capacity`` events. ``horizon`` is the newest version that is no longer in the
-  log: a watch may resume from any version ``>= horizon``; older ones get 410 Gone.
+- The log keeps the most recent ``log_capacity`` events, and no more than ``log_bytes`` of their encoded objects
+  (objects of up to 1.5 MiB make a count alone no bound on memory); the newest event always stays. ``horizon`` is
+  the newest version that is no longer in the log: a watch may resume from any version ``>= horizon``; older ones
+  get 410 Gone. (An event also refers to the object's previous state, which is the previous event's object or a
+  live one, so the log holds at most about twice ``log_bytes``.)
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ TypeKey = tuple[str, str]  # (group, plural)
 
 MAX_OBJECT_BYTES = 1536 * 1024
 """The largest encoded object stored: etcd's request limit as kube-apiserver runs it (1.5 MiB)."""
+
+LOG_BYTES = 256 * 1024 * 1024
+"""The default bound on the encoded objects the event log keeps in memory."""
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
@@ -81,10 +87,19 @@ class StoreEvent:
 class Store:
     """Objects of every type, kept in memory and in ``state.db``."""
 
-    def __init__(self, path: Path, *, log_capacity: int = 50_000, max_object_bytes: int = MAX_OBJECT_BYTES) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        log_capacity: int = 50_000,
+        log_bytes: int = LOG_BYTES,
+        max_object_bytes: int = MAX_OBJECT_BYTES,
+    ) -> None:
         self._path = path
         self._max_object_bytes = max_object_bytes
         self._log_capacity = log_capacity
+        self._log_byte_capacity = log_bytes
+        self._log_bytes = 0
         _make_private(path)
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -122,7 +137,9 @@ class Store:
             if etype != "DELETED":
                 previous[where] = item
             self._log.append(StoreEvent(etype, (grp, res), ns, name, item, old))
+            self._log_bytes += len(item.raw)
         self._horizon = self._log[0].item.rv - 1 if self._log else self._rv
+        self._trim_log(self._log_capacity)
 
     def close(self) -> None:
         self._db.close()
@@ -232,8 +249,8 @@ class Store:
             self._sorted_keys.pop(key, None)  # the set of keys changed
         event = StoreEvent(etype, key, namespace, name, item, old)
         self._log.append(event)
-        if len(self._log) > self._log_capacity:
-            self._horizon = self._log.popleft().item.rv
+        self._log_bytes += len(data)
+        self._trim_log(self._log_capacity)
         self._writes_since_trim += 1
         if self._writes_since_trim >= 1000:
             self._writes_since_trim = 0
@@ -242,9 +259,21 @@ class Store:
 
     def compact(self, keep: int) -> None:
         """Forget all but the newest ``keep`` events (tests use this to force 410 Gone)."""
-        while len(self._log) > keep:
-            self._horizon = self._log.popleft().item.rv
+        self._trim_log(keep)
         self._db.execute("DELETE FROM log WHERE rv <= ?", (self._horizon,))
+
+    @property
+    def log_bytes(self) -> int:
+        """The encoded size of the objects of the events in the log."""
+        return self._log_bytes
+
+    def _trim_log(self, keep: int) -> None:
+        """Drop the oldest events beyond ``keep`` or beyond the byte bound (the newest one stays)."""
+        log = self._log
+        while len(log) > keep or (self._log_bytes > self._log_byte_capacity and len(log) > 1):
+            dropped = log.popleft().item
+            self._log_bytes -= len(dropped.raw)
+            self._horizon = dropped.rv
 
 
 def _make_private(path: Path, *, create: bool = True) -> None:
