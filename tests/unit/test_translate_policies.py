@@ -171,6 +171,36 @@ def test_a_selector_policy_reaches_only_its_namespace_unless_it_is_in_the_root_n
     assert listed == {"tenant-a": ("istio-system/mesh", "tenant-a/mine"), "tenant-b": ("istio-system/mesh",)}
 
 
+def test_service_entry_and_workload_entry_endpoints_are_selected_by_their_labels() -> None:
+    entry = {
+        "metadata": {"name": "ext", "namespace": "tenant-a"},
+        "spec": {
+            "hosts": ["ext.example"],
+            "addresses": ["240.240.0.1"],
+            "ports": [{"number": 80, "name": "http", "protocol": "HTTP"}],
+            "resolution": "STATIC",
+            "endpoints": [
+                {"address": "198.18.9.1", "labels": {"app": "web"}},
+                {"address": "198.18.9.2", "labels": {"app": "db"}},
+            ],
+        },
+    }
+    wle = {
+        "metadata": {"name": "vm", "namespace": "tenant-a", "labels": {"app": "web"}},
+        "spec": {"address": "198.18.9.3"},
+    }
+    policies = [ap("web-only", "tenant-a", selector={"matchLabels": {"app": "web"}}, action="DENY", rules=[{}])]
+    config = translate_all(
+        [], [], [], [], service_entries=[entry], workload_entries=[wle], authorization_policies=policies
+    ).config
+    listed = {str(w.addresses[0]): w.authorization_policies for w in config.workloads}
+    assert listed == {
+        "198.18.9.1": ("tenant-a/web-only",),
+        "198.18.9.2": (),
+        "198.18.9.3": ("tenant-a/web-only",),
+    }
+
+
 def test_an_authorization_policy_cannot_take_the_name_of_the_static_strict_policy() -> None:
     """Names with '_' are invalid in Kubernetes; should one get through, the PeerAuthentication-derived one wins."""
     impostor = ap(STATIC_STRICT_NAME, "istio-system", rules=[{}])  # an ALLOW-all in place of the DENY

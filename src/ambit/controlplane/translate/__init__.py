@@ -196,7 +196,12 @@ def translate_all(
     for entry in entries:
         workloads.extend(
             service_entry_workloads(
-                entry, cluster_id=cluster_id, trust_domain=trust_domain, network=network, skips=skips
+                entry,
+                cluster_id=cluster_id,
+                trust_domain=trust_domain,
+                network=network,
+                skips=skips,
+                policy_keys=keys.find,
             )
         )
     return Translation(

@@ -17,6 +17,7 @@ Rules:
    ``<cluster>/networking.istio.io/ServiceEntry/<namespace>/<name>/<address>``, named after the entry, serving
    every host of it; its ``ports`` map overrides target ports by port name, as a WorkloadEntry's does. An endpoint
    whose address is not an IP (a hostname, a Unix socket) or repeats an earlier one is left out.
+   Policies select an endpoint by its own labels in the entry's namespace, as they select a pod.
 6. A ``DNS`` or ``DNS_ROUND_ROBIN`` entry without endpoints or selector would need the proxy to resolve the host;
    Ambit's Workload has no hostname, so it is reported and its Services have no endpoints.
 7. One Service per hostname is ``canonical`` (istiod's ``selectWorkloadServices``): a Kubernetes Service when one
@@ -29,8 +30,8 @@ Everything left out is reported as :class:`Skipped` naming the field.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ambit.controlplane.translate.index import (
@@ -221,9 +222,16 @@ def service_entry_services(
 
 
 def service_entry_workloads(
-    entry: ServiceEntrySpec, *, cluster_id: str, trust_domain: str, network: str, skips: list[Skipped]
+    entry: ServiceEntrySpec,
+    *,
+    cluster_id: str,
+    trust_domain: str,
+    network: str,
+    skips: list[Skipped],
+    policy_keys: Callable[[str, Mapping[str, Any]], tuple[str, ...]] | None = None,
 ) -> list[Workload]:
-    """One Workload per usable inline endpoint (rule 5)."""
+    """One Workload per usable inline endpoint (rule 5); ``policy_keys`` names the policies that select an
+    endpoint's labels in its namespace, as istiod lists them for every workload it builds."""
     out: list[Workload] = []
     seen: set[IPAddress] = set()
     ports = tuple(ServicePort(p.number, p.target or p.number, p.name, p.protocol) for p in entry.ports)
@@ -243,22 +251,24 @@ def service_entry_workloads(
         endpoint_ports = endpoint.get("ports")
         resolve = entry_port_resolver(endpoint_ports if isinstance(endpoint_ports, Mapping) else None)
         mappings = resolve_ports(ports, resolve)
-        out.append(
-            endpoint_workload(
-                uid=f"{cluster_id}/networking.istio.io/ServiceEntry/{entry.namespace}/{entry.name}/{address}",
-                name=entry.name,
-                namespace=entry.namespace,
-                address=address,
-                labels=string_map(endpoint.get("labels")),
-                annotations={},
-                network=str(endpoint.get("network") or network),
-                service_account=str(endpoint.get("serviceAccount") or ""),
-                workload_name=entry.name,
-                healthy=True,
-                trust_domain=trust_domain,
-                cluster_id=cluster_id,
-                services={service_key(entry.namespace, host): mappings for host in entry.hosts},
-                locality=split_locality(endpoint.get("locality")),
-            )
+        labels = string_map(endpoint.get("labels"))
+        workload = endpoint_workload(
+            uid=f"{cluster_id}/networking.istio.io/ServiceEntry/{entry.namespace}/{entry.name}/{address}",
+            name=entry.name,
+            namespace=entry.namespace,
+            address=address,
+            labels=labels,
+            annotations={},
+            network=str(endpoint.get("network") or network),
+            service_account=str(endpoint.get("serviceAccount") or ""),
+            workload_name=entry.name,
+            healthy=True,
+            trust_domain=trust_domain,
+            cluster_id=cluster_id,
+            services={service_key(entry.namespace, host): mappings for host in entry.hosts},
+            locality=split_locality(endpoint.get("locality")),
         )
+        if policy_keys is not None:
+            workload = replace(workload, authorization_policies=policy_keys(entry.namespace, labels))
+        out.append(workload)
     return out
