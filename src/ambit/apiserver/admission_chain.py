@@ -2,9 +2,10 @@
 
 Theory of operation: a write calls :meth:`AdmissionChain.mutate` after defaults and before validation, and
 :meth:`AdmissionChain.validate` after validation, just before the store (kube-apiserver's order). Validation runs
-the built-in PodSecurity plugin first (:mod:`ambit.apiserver.pod_security`, always on, as in kube-apiserver), then
-the validating webhooks. The webhook configurations are read from the store at each call, so a configuration
-applies from the write after it is stored. Warnings (PodSecurity's and webhooks') go to
+the built-in NodeRestriction (:mod:`ambit.apiserver.node_authorizer`) and PodSecurity
+(:mod:`ambit.apiserver.pod_security`) plugins first, always on as in kube-apiserver, then the validating
+webhooks. The webhook configurations are read from the store at each call, so a configuration applies from the
+write after it is stored. Warnings (PodSecurity's and webhooks') go to
 :data:`ambit.apiserver.requests.request_warnings`, also when the write is then refused. Without a controller (no
 webhook client) the webhook steps pass the object through.
 """
@@ -18,6 +19,7 @@ from typing import Any
 
 from ambit.apiserver import errors
 from ambit.apiserver.admission import AdmissionAttributes, AdmissionController, AdmissionError
+from ambit.apiserver.node_authorizer import node_of, restrict
 from ambit.apiserver.pod_security import (
     WORKLOAD_TEMPLATES,
     ExistingPod,
@@ -109,6 +111,7 @@ class AdmissionChain:
         return mutated if mutated is not None else obj
 
     async def validate(self, attrs: AdmissionAttributes, obj: JsonObject | None) -> None:
+        self.check_node_restriction(attrs, obj)
         self.check_pod_security(attrs, obj)
         if self.controller is None:
             return
@@ -121,6 +124,22 @@ class AdmissionChain:
             except AdmissionError as exc:
                 warn(exc.warnings)
                 raise
+
+    def check_node_restriction(self, attrs: AdmissionAttributes, obj: JsonObject | None) -> None:
+        """NodeRestriction (:mod:`ambit.apiserver.node_authorizer`, rules 4-6) on a write by a node."""
+        info = attrs.user_info
+        node = node_of(str(info.get("username", "")), tuple(info.get("groups") or ()))
+        if node is not None:
+            restrict(
+                node,
+                attrs.operation,
+                attrs.resource,
+                attrs.subresource,
+                attrs.namespace,
+                attrs.name,
+                obj,
+                attrs.old_object,
+            )
 
     def check_pod_security(self, attrs: AdmissionAttributes, obj: JsonObject | None) -> None:
         """The PodSecurity plugin on this write: warnings to the client, audit notes to the log, refusals raised."""

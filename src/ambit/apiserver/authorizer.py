@@ -5,6 +5,8 @@ Theory of operation:
 
 - Every request is authorized once, after authentication (and impersonation), before it reaches the verbs: the
   HTTP shell computes its attributes and calls :meth:`Authorizer.authorize`, which raises 403 in kube's format.
+  Nodes (``system:node:<name>``) are asked of the Node authorizer first
+  (:mod:`ambit.apiserver.node_authorizer`); what it does not allow goes to RBAC.
 - A user's rules in a namespace are the rules of the ClusterRoles bound to it by ClusterRoleBindings, plus, for a
   namespaced request, those of the Roles and ClusterRoles bound by RoleBindings in that namespace. A binding whose
   role does not exist grants nothing. The index is rebuilt when the store's version has moved.
@@ -24,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ambit.apiserver import errors, rbac_defaults
+from ambit.apiserver.node_authorizer import NodeAuthorizer, node_of
 from ambit.apiserver.rbac_policy import (
     MASTERS,
     RBAC_GROUP,
@@ -71,6 +74,7 @@ class Authorizer:
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        self.nodes = NodeAuthorizer(store)
         self._indexed_at = -1
         self._cluster_bindings: list[Mapping[str, Any]] = []
         self._cluster_roles: dict[str, tuple[Rule, ...]] = {}
@@ -122,7 +126,11 @@ class Authorizer:
         return rules, missing
 
     def allows(self, a: Attributes) -> bool:
+        """The Node authorizer, then RBAC (kube-apiserver's ``--authorization-mode=Node,RBAC``)."""
         if MASTERS in a.groups:
+            return True
+        node = node_of(a.user, a.groups)
+        if node is not None and self.nodes.allows(node, a):
             return True
         return rules_allow(self.rules_for(a.user, a.groups, a.namespace), a)
 
@@ -224,6 +232,8 @@ class Authorizer:
         if rtype.plural == "selfsubjectrulesreviews":
             ns = str(spec.get("namespace") or "")
             rules, problems = self.resolve(user.username, user.groups, ns)
+            if node_of(user.username, user.groups) is not None:
+                problems.append("node authorizer does not support user rule resolution")
             if MASTERS in user.groups:
                 rules = list(FULL_AUTHORITY) + rules
             out["status"] = {

@@ -11,7 +11,7 @@ import asyncio
 import hmac
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,10 +21,12 @@ from aiohttp import web
 from ambit.apiserver import discovery, errors, openapi, protobuf, scale, tables
 from ambit.apiserver.authorizer import REVIEWS
 from ambit.apiserver.limits import LimitSettings, UserLimiter
+from ambit.apiserver.node_authorizer import node_of
 from ambit.apiserver.rbac_policy import request_attributes
 from ambit.apiserver.registry import ResourceType
 from ambit.apiserver.requests import DeleteOptions, User, request_warnings
 from ambit.apiserver.store import StoredObject, decode, encode
+from ambit.apiserver.token_file import StaticUser, find_user
 from ambit.apiserver.tokens import TokenIdentity
 from ambit.apiserver.verbs import ResourceManager
 from ambit.apiserver.watch import ObjectFilter
@@ -58,6 +60,8 @@ class Target:
 class HttpSettings:
     admin_token: str
     server_address: str
+    static_tokens: Mapping[str, StaticUser] = field(default_factory=dict)
+    """``--token-auth-file``'s users, by token."""
     git_version: str = "v1.32.0-ambit"
     bookmark_interval: float = 60.0
     default_watch_timeout: float = 1800.0
@@ -122,6 +126,8 @@ class ApiHttp:
             raise errors.unauthorized()
         if hmac.compare_digest(token.encode(), self.settings.admin_token.encode()):
             request[USER] = ADMIN
+        elif (static := find_user(self.settings.static_tokens, token)) is not None:
+            request[USER] = User(static.username, static.uid, (*static.groups, "system:authenticated"))
         else:
             result = self.manager.tokens.review(token, [])
             if not isinstance(result, TokenIdentity):
@@ -268,7 +274,8 @@ class ApiHttp:
             if t.rtype.key == ("authentication.k8s.io", "tokenreviews") and not t.name:
                 return _json(m.tokens.token_review(body), 201)
             if t.subresource == "token":
-                return _json(m.tokens.request(t.namespace, t.name, body), 201)
+                node = node_of(user.username, user.groups)
+                return _json(m.tokens.request(t.namespace, t.name, body, node), 201)
             if t.name or (t.all_namespaces and t.rtype.namespaced):
                 raise errors.method_not_allowed(f"POST is not supported on {request.path}")
             obj = await m.create(t.rtype, t.version, t.namespace, body, user, dry_run=dry_run)

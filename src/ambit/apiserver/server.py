@@ -39,6 +39,7 @@ from ambit.apiserver.pod_security import PodSecuritySettings
 from ambit.apiserver.registry import Registry
 from ambit.apiserver.store import LOG_BYTES, Store
 from ambit.apiserver.token_binding import DEFAULT_MAX_TOKEN_EXPIRATION
+from ambit.apiserver.token_file import load_token_file
 from ambit.apiserver.tokens import TokenIssuer
 from ambit.apiserver.verbs import ResourceManager
 from ambit.apiserver.watch import WatchHub
@@ -68,6 +69,8 @@ class ApiServerSettings:
     """CRDs installed at start (``deploy/crds``); None installs none."""
     rbac_dir: Path | None = DEFAULT_RBAC_DIR
     """The components' ClusterRoles and bindings installed at start (``deploy/rbac``), besides kube's defaults."""
+    token_auth_file: Path | None = None
+    """Static tokens (kube's ``--token-auth-file`` CSV, mode 0600): the lab's nodes and controllers."""
     service_cidr: str = "198.19.0.0/16"
     """Where Service cluster IPs come from."""
     max_token_expiration: int = DEFAULT_MAX_TOKEN_EXPIRATION
@@ -153,6 +156,7 @@ class ApiServer:
             HttpSettings(
                 admin_token=self.admin_token,
                 server_address=f"{s.host}:{s.port}",
+                static_tokens=load_token_file(s.token_auth_file) if s.token_auth_file is not None else {},
                 bookmark_interval=s.bookmark_interval,
                 limits=s.limits,
             ),

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ambit.apiserver import errors
+from ambit.apiserver.node_authorizer import restrict_token_request
 from ambit.apiserver.requests import JsonObject, rfc3339, warn
 from ambit.apiserver.store import Store
 from ambit.apiserver.token_binding import (
@@ -41,7 +42,8 @@ class TokenEndpoints:
         self.issuer = issuer
         self.now = now
 
-    def request(self, namespace: str, name: str, body: Any) -> JsonObject:
+    def request(self, namespace: str, name: str, body: Any, node: str | None = None) -> JsonObject:
+        """Issue a TokenRequest; ``node``: the requester is that node, which may only bind tokens to its own pods."""
         sa = self.store.get(SERVICE_ACCOUNTS, namespace, name)
         if sa is None:
             raise errors.not_found("serviceaccounts", name)
@@ -65,6 +67,10 @@ class TokenEndpoints:
             pod = self.store.get(PODS, namespace, pod_name)
             uid = check_bound_pod(name, ref, pod.obj if pod is not None else None)
             bound = BoundObject(pod_name, uid)
+            if node is not None:
+                restrict_token_request(node, pod.obj if pod is not None else None)
+        elif node is not None:
+            restrict_token_request(node, None)
         if warning is not None:
             warn([warning])
         now = self.now()

@@ -20,6 +20,9 @@ def apiserver(
     san: Annotated[list[str] | None, typer.Option(help="Extra DNS name or IP for the serving certificate.")] = None,
     service_cidr: Annotated[str, typer.Option(help="Range Service cluster IPs come from.")] = "198.19.0.0/16",
     crds: Annotated[Path | None, typer.Option(help="Directory of CRDs to install at start.")] = None,
+    token_auth_file: Annotated[
+        Path | None, typer.Option(help='Static tokens, kube\'s CSV: token,user,uid,"group,..." (mode 0600).')
+    ] = None,
     user_qps: Annotated[float, typer.Option(help="Sustained requests per second per user (admins exempt).")] = 100.0,
     user_burst: Annotated[int, typer.Option(help="Requests per user at once after a pause.")] = 200,
     max_watches_per_user: Annotated[int, typer.Option(help="Open watches per user (admins exempt).")] = 100,
@@ -44,6 +47,7 @@ def apiserver(
         extra_sans=tuple(san or ()),
         crd_dir=crds or DEFAULT_CRD_DIR,
         service_cidr=service_cidr,
+        token_auth_file=token_auth_file,
         limits=LimitSettings(
             requests_per_second=user_qps,
             burst=user_burst,
