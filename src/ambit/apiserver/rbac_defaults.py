@@ -44,7 +44,7 @@ def _aggregated(name: str, labels: dict[str, str] | None = None) -> dict[str, An
     return _role(name, [], labels, aggregationRule={"clusterRoleSelectors": [selector]})
 
 
-def _binding(name: str, role: str, groups: list[str]) -> dict[str, Any]:
+def _binding(name: str, role: str, groups: list[str], users: tuple[str, ...] = ()) -> dict[str, Any]:
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRoleBinding",
@@ -54,7 +54,8 @@ def _binding(name: str, role: str, groups: list[str]) -> dict[str, Any]:
             "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"},
         },
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": g} for g in groups],
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": g} for g in groups]
+        + [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": u} for u in users],
     }
 
 
@@ -155,6 +156,37 @@ _ADMIN = [
 ]
 
 
+CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
+KUBE_PROXY_USER = "system:kube-proxy"
+
+# What the lab's controller process does (scheduler included: the lab runs it in the same process, so this role
+# also binds pods to nodes), and no more: kube's role of this name reads every resource; this one reads what the
+# controllers watch and never Secrets.
+_CONTROLLER_MANAGER = [
+    _rule(READ, [""], ["pods", "nodes", "services", "endpoints", "namespaces", "events"]),
+    _rule(READ, ["apps"], ["deployments", "replicasets", "daemonsets", "controllerrevisions"]),
+    _rule(READ, ["discovery.k8s.io"], ["endpointslices"]),
+    _rule(READ, ["policy"], ["poddisruptionbudgets"]),
+    _rule(READ, ["scheduling.k8s.io"], ["priorityclasses"]),
+    _rule(["create", "delete", "patch", "update"], [""], ["pods", "endpoints"]),
+    _rule(["patch", "update"], [""], ["pods/status"]),
+    _rule(["create"], [""], ["pods/binding", "pods/eviction"]),
+    _rule(["create", "delete", "patch", "update"], ["apps"], ["replicasets", "controllerrevisions"]),
+    _rule(["patch", "update"], ["apps"], ["deployments", "daemonsets"]),
+    _rule(["patch", "update"], ["apps"], ["deployments/status", "replicasets/status", "daemonsets/status"]),
+    _rule(["create", "delete", "patch", "update"], ["discovery.k8s.io"], ["endpointslices"]),
+    _rule(["patch", "update"], ["policy"], ["poddisruptionbudgets/status"]),
+    _rule(["create", "patch", "update"], ["", "events.k8s.io"], ["events"]),
+]
+# kube's system:node-proxier: what a service proxy reads to program Service rules.
+_NODE_PROXIER = [
+    _rule(["list", "watch"], [""], ["services", "endpoints"]),
+    _rule(READ, [""], ["nodes"]),
+    _rule(["list", "watch"], ["discovery.k8s.io"], ["endpointslices"]),
+    _rule(["create", "patch", "update"], ["", "events.k8s.io"], ["events"]),
+]
+
+
 def cluster_roles() -> list[dict[str, Any]]:
     """The bootstrap ClusterRoles (fresh objects on every call)."""
     return [
@@ -176,6 +208,8 @@ def cluster_roles() -> list[dict[str, Any]]:
             ],
         ),
         _role("system:public-info-viewer", [{"verbs": ["get"], "nonResourceURLs": PUBLIC_URLS}]),
+        _role("system:kube-controller-manager", _CONTROLLER_MANAGER),
+        _role("system:node-proxier", _NODE_PROXIER),
     ]
 
 
@@ -187,4 +221,6 @@ def cluster_role_bindings() -> list[dict[str, Any]]:
         _binding(
             "system:public-info-viewer", "system:public-info-viewer", ["system:authenticated", "system:unauthenticated"]
         ),
+        _binding("system:kube-controller-manager", "system:kube-controller-manager", [], (CONTROLLER_MANAGER_USER,)),
+        _binding("system:node-proxier", "system:node-proxier", [], (KUBE_PROXY_USER,)),
     ]

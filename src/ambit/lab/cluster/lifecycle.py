@@ -1,7 +1,8 @@
 """``ambit lab up`` and ``ambit lab down``: build the lab's network, start its processes, and remove it all.
 
-Order of ``up``: topology (``lab.json``) → network (bridge, node namespaces, routes, CNI config) → API server on
-the bridge address → istio-system and kube-system labelled Pod Security ``privileged`` (with the mesh's service
+Order of ``up``: topology (``lab.json``) → network (bridge, node namespaces, routes, CNI config) → the cluster's
+own identities (:mod:`ambit.lab.cluster.identities`: nodes, service proxy, controllers) → API server on the
+bridge address → istio-system and kube-system labelled Pod Security ``privileged`` (with the mesh's service
 accounts) → (with the mesh: the mesh CA in ``mesh/ca`` and an empty ``mesh/workloads.yaml``) →
 controllers (with the mesh they also keep ``mesh/workloads.yaml`` current) → one node runtime per node, inside the
 node's namespace → (with the mesh: ``ambit lab supervise``, which starts each node's agent and proxy and restarts
@@ -26,6 +27,7 @@ from pathlib import Path
 
 from ambit.commands import CommandRunner, SubprocessRunner, process_start_time
 from ambit.errors import AmbitError
+from ambit.lab.cluster.identities import token_file, write_kubeconfigs, write_token_file
 from ambit.lab.cluster.record import Record, sweep
 from ambit.lab.network.bridge import create_network
 from ambit.lab.network.topology import API_PORT, BRIDGE_ADDRESS, SERVICE_CIDR, Topology
@@ -87,7 +89,9 @@ def lab_up(settings: LabSettings, runner: CommandRunner | None = None) -> Topolo
     record = Record(topology.record_file)
     try:
         create_network(topology, record, runner)
+        write_token_file(topology)
         _start_apiserver(topology, record, settings.ready_timeout)
+        write_kubeconfigs(topology)
         _prepare_namespaces(topology)
         if settings.mesh:
             _prepare_mesh(topology)
@@ -159,6 +163,8 @@ def _start_apiserver(topology: Topology, record: Record, timeout: float) -> None
         str(topology.kubeconfig),
         "--service-cidr",
         SERVICE_CIDR,
+        "--token-auth-file",
+        str(token_file(topology)),
     )
     proc = _start(argv, topology.path / "logs" / "apiserver.log", record, "apiserver", pipe_stdout=True)
     assert proc.stdout is not None

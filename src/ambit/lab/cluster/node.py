@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ambit.commands import SubprocessRunner
 from ambit.k8s import KubeClient
+from ambit.lab.cluster.identities import kubeconfig_for
 from ambit.lab.cluster.record import Record
 from ambit.lab.network.services_apply import ServiceProxy
 from ambit.lab.network.topology import SERVICE_CIDR, Topology
@@ -104,12 +105,16 @@ async def run_node(topology: Topology, node_name: str) -> None:
     runner = SubprocessRunner()
     record = Record(topology.record_file)
     settings = NodeRuntimeSettings.for_lab(topology, node_name, container_path=container_path())
-    async with KubeClient.from_kubeconfig(topology.kubeconfig) as client:
+    # The kubelet's part as the node itself, the Service rules as the service proxy (kubeadm's identities).
+    async with (
+        KubeClient.from_kubeconfig(kubeconfig_for(topology, f"node-{node_name}")) as client,
+        KubeClient.from_kubeconfig(kubeconfig_for(topology, "kube-proxy")) as proxy_client,
+    ):
         sandboxes = PodSandboxes(topology, node_name, record, runner)
         runtime = NodeRuntime(client, settings, sandboxes, record, containers=RuncRuntime(runc_settings(topology)))
         # The runtime runs inside the node's namespace: nft applies to it directly (netns "").
         proxy = ServiceProxy(
-            client,
+            proxy_client,
             netns="",
             node_pod_cidr=node.pod_cidr,
             node_gateway=node.pod_gateway,
@@ -135,14 +140,16 @@ async def run_controllers_for(topology: Topology) -> None:
 
     _logging()
     async with (
-        KubeClient.from_kubeconfig(topology.kubeconfig) as client,
+        KubeClient.from_kubeconfig(kubeconfig_for(topology, "controllers")) as client,
         ControllerManager(client, ControllerSettings()),
         contextlib.AsyncExitStack() as stack,
     ):
         if topology.mesh:
-            # A node proxy started without an xDS address reads the mesh's workloads from this file.
+            # A node proxy started without an xDS address reads the mesh's workloads from this file. The writer
+            # is the lab's, not a kube controller: it reads the mesh's kinds with the admin kubeconfig.
             from ambit.lab.mesh.config import MeshConfigSettings, MeshConfigWriter
 
-            await stack.enter_async_context(MeshConfigWriter(client, MeshConfigSettings(topology.mesh_config_file)))
+            admin = await stack.enter_async_context(KubeClient.from_kubeconfig(topology.kubeconfig))
+            await stack.enter_async_context(MeshConfigWriter(admin, MeshConfigSettings(topology.mesh_config_file)))
         log.info("controllers of lab %s are running", topology.lab_id)
         await _until_signalled()
