@@ -85,20 +85,22 @@ class Manifest:
         return f"{self.kind.kind} {where}"
 
 
-class _NoAliasLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
-    """Safe loading with aliases refused (rule 1)."""
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise ManifestError(f"YAML aliases are not accepted (line {event.start_mark.line + 1})")
-        return super().compose_node(parent, index)
+
+def _refuse_aliases(text: str) -> None:
+    """Rule 1: aliases are refused before anything is built from the stream."""
+    for event in yaml.parse(text, Loader=_LOADER):
+        if isinstance(event, yaml.AliasEvent):
+            line = f" (line {event.start_mark.line + 1})" if event.start_mark is not None else ""
+            raise ManifestError(f"YAML aliases are not accepted{line}")
 
 
 def parse_manifests(text: str) -> list[Manifest]:
     """The objects of a YAML stream, in stream order (rule 1). Raises :class:`ManifestError`."""
     try:
-        docs = list(yaml.load_all(text, Loader=_NoAliasLoader))
+        _refuse_aliases(text)
+        docs = list(yaml.load_all(text, Loader=_LOADER))
     except yaml.YAMLError as exc:
         raise ManifestError(f"the manifests are not valid YAML: {exc}") from None
     out: list[Manifest] = []
