@@ -64,8 +64,8 @@ def test_apply_order_puts_dependencies_first_and_webhooks_last() -> None:
         "DaemonSet",
         "ValidatingWebhookConfiguration",
     ]
-    assert [m.ref for m in delete_order(parse_manifests(STREAM))][0] == "ValidatingWebhookConfiguration hook"
-    assert [m.ref for m in delete_order(parse_manifests(STREAM))][-1] == "Namespace istio-system"
+    removal = [m.ref for m in delete_order(parse_manifests(STREAM))]
+    assert (removal[0], removal[-1]) == ("ValidatingWebhookConfiguration hook", "Namespace istio-system")
 
 
 def test_summary_counts_kinds_in_apply_order() -> None:
