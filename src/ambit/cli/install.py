@@ -123,20 +123,21 @@ async def apply_one(client: KubeClient, m: Manifest) -> str:
 
 async def wait_ready(client: KubeClient, plan: Sequence[Manifest], deadline: float, echo: Echo) -> None:
     """Poll until each object of ``plan`` that has a readiness rule is ready; a line whenever one changes."""
-    pending = {m: "" for m in plan if needs_wait(m.kind)}
-    while pending:
-        for m in list(pending):
+    waiting = {m.ref: m for m in plan if needs_wait(m.kind)}
+    seen = dict.fromkeys(waiting, "")
+    while waiting:
+        for ref, m in list(waiting.items()):
             state = readiness(m.kind, await client.get(m.kind, m.name, m.namespace))
             if state.ready:
-                echo(f"  ready    {m.ref} ({state.detail})")
-                del pending[m]
-            elif state.detail != pending[m]:
-                echo(f"  waiting  {m.ref} ({state.detail})")
-                pending[m] = state.detail
-        if not pending:
+                echo(f"  ready    {ref} ({state.detail})")
+                del waiting[ref]
+            elif state.detail != seen[ref]:
+                echo(f"  waiting  {ref} ({state.detail})")
+                seen[ref] = state.detail
+        if not waiting:
             return
         if time.monotonic() >= deadline:
-            late = "; ".join(f"{m.ref}: {detail}" for m, detail in pending.items())
+            late = "; ".join(f"{ref}: {seen[ref]}" for ref in waiting)
             raise InstallError(f"not ready in time: {late}")
         await asyncio.sleep(POLL_SECONDS)
 
@@ -152,7 +153,7 @@ async def run_install(client: KubeClient, plan: Sequence[Manifest], seconds: flo
         if crds and m is crds[-1]:
             await wait_ready(client, crds, deadline, echo)
     if wait:
-        await wait_ready(client, [m for m in ordered if m not in crds], deadline, echo)
+        await wait_ready(client, [m for m in ordered if m.kind != kinds.CUSTOM_RESOURCE_DEFINITIONS], deadline, echo)
     echo(f"✔ installed: {summary(plan)}")
 
 
