@@ -13,7 +13,7 @@ from ambit.apiserver.tables import to_table
 from ambit.apiserver.validation import validate_object
 
 CRD_DIR = Path(__file__).resolve().parents[2] / "deploy" / "crds"
-FILES = sorted(CRD_DIR.glob("*.yaml"))
+FILES = sorted(p for p in CRD_DIR.glob("*.yaml") if p.name != "kustomization.yaml")
 
 
 def load(path: Path) -> list[dict[str, Any]]:

@@ -42,7 +42,7 @@ def test_every_manifest_validates(name: str, doc: dict[str, Any]) -> None:
 
 def test_custom_resources_use_a_served_version_of_an_installed_crd() -> None:
     served = {}
-    for path in (ROOT / "deploy" / "crds").glob("*.yaml"):
+    for path in (p for p in (ROOT / "deploy" / "crds").glob("*.yaml") if p.name != "kustomization.yaml"):
         for crd in yaml.safe_load_all(path.read_text()):
             for version in crd["spec"]["versions"]:
                 served[(f"{crd['spec']['group']}/{version['name']}", crd["spec"]["names"]["kind"])] = True

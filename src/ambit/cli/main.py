@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import typer
 
-import ambit
-
 app = typer.Typer(
     help="Ambit: an ambient-mode service mesh, wire-compatible with Istio ambient.",
     no_args_is_help=True,
@@ -13,16 +11,11 @@ app = typer.Typer(
 )
 
 
-@app.command()
-def version() -> None:
-    """Print Ambit's version."""
-    typer.echo(f"ambit {ambit.__version__}")
-
-
 def main() -> None:
     import ambit.cli.apiserver
     import ambit.cli.bench
     import ambit.cli.get
+    import ambit.cli.install
     import ambit.cli.lab
     import ambit.cli.mesh
     import ambit.cli.policy  # noqa: F401

@@ -28,7 +28,7 @@ import msgspec
 
 from ambit.k8s import connection
 from ambit.k8s.connection import Connection
-from ambit.k8s.errors import KubeClientError, KubeGoneError, response_error
+from ambit.k8s.errors import KubeApiStatusError, KubeClientError, KubeGoneError, response_error
 from ambit.k8s.kinds import SERVICE_ACCOUNTS, TOKEN_REVIEWS, ResourceKind
 from ambit.k8s.watch import Watch
 
@@ -264,6 +264,19 @@ class KubeClient:
         if propagation_policy is not None:
             options["propagationPolicy"] = propagation_policy
         return await self._request("DELETE", kind.path(self._scope(kind, namespace), name), body=options)
+
+    async def serves(self, kind: ResourceKind) -> bool:
+        """Whether the server serves ``kind`` (API discovery of its group version, as kubectl looks up a kind)."""
+        try:
+            doc = await self._request("GET", kind.group_path)
+        except KubeApiStatusError as exc:
+            if exc.is_not_found:
+                return False
+            raise
+        resources = doc.get("resources")
+        if not isinstance(resources, list):
+            return False
+        return any(isinstance(r, dict) and r.get("name") == kind.plural for r in resources)
 
     # -- authentication -------------------------------------------------------------------------------------
     async def create_token(
