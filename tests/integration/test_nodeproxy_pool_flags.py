@@ -36,3 +36,13 @@ def test_a_pool_limit_out_of_range_is_a_usage_error(
 def test_valid_pool_limits_pass_on_to_the_next_check(tmp_path: Path) -> None:
     done = nodeproxy(tmp_path, "--pool-max-streams=1", "--pool-idle-timeout=0")
     assert (done.returncode, done.stderr.strip()) == (1, f"ambit: no lab in {tmp_path}")
+
+
+def test_in_a_pod_the_node_proxy_needs_a_control_plane_or_explicit_files() -> None:
+    """Without --lab-dir (the ztunnel DaemonSet) there is no lab to take workloads or a CA from."""
+    argv = [sys.executable, "-m", "ambit.cli", "nodeproxy", "--node", "node-1"]
+    done = subprocess.run(
+        argv, capture_output=True, text=True, timeout=60, check=False, env=os.environ | {"COLUMNS": "300"}
+    )
+    assert done.returncode == 2
+    assert "in a pod (no --lab-dir), give --xds-address (or --config)" in done.stderr

@@ -99,10 +99,18 @@ def nodeagent(
     )
 
 
+InClusterLabDir = Annotated[
+    Path | None,
+    typer.Option("--lab-dir", help="Run as a host process of this lab [default: in a pod, with the standard paths]."),
+]
+ZDS_DIR = Path("/var/run/ztunnel")
+"""Where the node agent serves ZDS and the node proxy connects, as a hostPath both pods mount (Istio's path)."""
+
+
 @app.command(hidden=True)
 def nodeproxy(
     node: NodeOption,
-    directory: LabDirOption = DEFAULT_DIR,
+    directory: InClusterLabDir = None,
     config: Annotated[
         Path | None,
         typer.Option(
@@ -187,12 +195,24 @@ def nodeproxy(
         raise typer.BadParameter(str(exc)) from None
     if (xds_address or ca_address) and (root_cert is None or token is None):
         raise typer.BadParameter("--xds-address and --ca-address need --root-cert and --token")
-    topology = _lab_node(directory, node)
+    default_config: Path | None
+    default_ca: Path | None
+    if directory is not None:  # a host process of a lab: the lab's paths and, without a control plane, its files
+        topology = _lab_node(directory, node)
+        zds_socket = topology.node_dir(node) / "run" / ZDS_SOCKET
+        default_config, default_ca = topology.mesh_config_file, topology.mesh_ca_dir
+    else:  # in a pod (the ztunnel DaemonSet): the standard paths, and a control plane or explicit files
+        zds_socket = ZDS_DIR / ZDS_SOCKET
+        default_config = default_ca = None
+        if not (xds_address or config) or not (ca_address or local_ca):
+            raise typer.BadParameter(
+                "in a pod (no --lab-dir), give --xds-address (or --config) and --ca-address (or --local-ca)"
+            )
     settings = NodeProxySettings(
         node=node,
-        zds_socket=topology.node_dir(node) / "run" / ZDS_SOCKET,
-        config_file=None if xds_address else (config or topology.mesh_config_file),
-        local_ca_dir=None if ca_address else (local_ca or topology.mesh_ca_dir),
+        zds_socket=zds_socket,
+        config_file=None if xds_address else (config or default_config),
+        local_ca_dir=None if ca_address else (local_ca or default_ca),
         xds_address=xds_address,
         ca_address=ca_address,
         root_cert_file=root_cert,
