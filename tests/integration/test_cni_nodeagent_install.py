@@ -229,3 +229,59 @@ async def post_cmdadd(socket_path: Path, event: dict[str, Any]) -> tuple[int, st
         session.post("http://localhost/cmdadd", json=event) as response,
     ):
         return response.status, await response.text()
+
+
+async def test_in_a_pod_the_agent_uses_its_service_account_and_reports_readiness(
+    apiserver: ApiServer, node: Node
+) -> None:
+    """The istio-cni-node DaemonSet's way: no kubeconfig (the pod's service account and the API server from the
+    environment), the ZDS socket where the node proxy's pod mounts it, and /readyz 503 until it serves."""
+    from tests.harness import free_port
+
+    from ambit.cni.daemon import PLUGIN_KUBECONFIG, ZDS_SOCKET, InCluster
+
+    account = node.run_dir.parent / "serviceaccount"
+    account.mkdir()
+    (account / "token").write_text(apiserver.admin_token)
+    (account / "ca.crt").write_bytes((apiserver.settings.data_dir / "pki" / "ca.crt").read_bytes())
+    (account / "namespace").write_text("istio-system")
+    host, port = apiserver.url.removeprefix("https://").rsplit(":", 1)
+    environ = {"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": port}
+    zds_socket = node.run_dir.parent / "ztunnel" / ZDS_SOCKET
+    ready = free_port()
+    task = asyncio.create_task(
+        run_node_agent(
+            None,
+            NODE,
+            cni_conf_dir=node.conf_dir,
+            cni_bin_dir=node.bin_dir,
+            run_dir=node.run_dir,
+            netns_for=lambda pod: None,
+            runner=RecordingRunner(),
+            netns_probe=SandboxesOnly(),
+            zds_socket=zds_socket,
+            ready_address=("127.0.0.1", ready),
+            in_cluster=InCluster(environ, account),
+        )
+    )
+    try:
+        async with aiohttp.ClientSession() as http:
+
+            async def readyz() -> int:
+                try:
+                    async with http.get(f"http://127.0.0.1:{ready}/readyz") as reply:
+                        return reply.status
+                except aiohttp.ClientError:
+                    return 0
+
+            await until("the agent serving ZDS", zds_socket.exists, task=task)
+            deadline = time.monotonic() + 10
+            while await readyz() != 200:
+                assert time.monotonic() < deadline, "/readyz never became 200"
+                await asyncio.sleep(0.05)
+        plugin_kubeconfig = (node.run_dir / PLUGIN_KUBECONFIG).read_text()
+        assert f"https://{host}:{port}" in plugin_kubeconfig and apiserver.admin_token in plugin_kubeconfig
+        assert BINARY_NAME in os.listdir(node.bin_dir)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -12,10 +12,15 @@ from typing import Annotated, Any
 import typer
 
 from ambit.cli.main import app
-from ambit.lab.network.topology import DEFAULT_DIR, Topology
+from ambit.lab.network.topology import Topology
 
 NodeOption = Annotated[str, typer.Option("--node", help="The node's name.")]
-LabDirOption = Annotated[Path, typer.Option("--lab-dir", help="The lab's directory.")]
+ZDS_DIR = Path("/var/run/ztunnel")
+"""Where the node agent serves ZDS and the node proxy connects, as a hostPath both pods mount (Istio's path)."""
+InClusterLabDir = Annotated[
+    Path | None,
+    typer.Option("--lab-dir", help="Run as a host process of this lab [default: in a pod, with the standard paths]."),
+]
 
 
 def _lab_node(directory: Path, node: str) -> Topology:
@@ -68,26 +73,54 @@ def configure_logging(filename: Path | None = None) -> None:
 @app.command(hidden=True)
 def nodeagent(
     node: NodeOption,
-    directory: LabDirOption = DEFAULT_DIR,
+    directory: Annotated[
+        Path | None,
+        typer.Option(
+            "--lab-dir", help="Run as a host process of this lab [default: in a pod, with the standard paths]."
+        ),
+    ] = None,
     uninstall: Annotated[bool, typer.Option(help="Remove the CNI plugin on exit.")] = False,
     kubeconfig: Annotated[
         Path | None,
-        typer.Option("--kubeconfig", help="The API server and credentials [default: the lab's admin kubeconfig]."),
+        typer.Option(
+            "--kubeconfig", help="The API server and credentials [default: the lab's admin kubeconfig, or in-cluster]."
+        ),
     ] = None,
+    cni_conf_dir: Annotated[
+        Path, typer.Option("--cni-conf-dir", help="In a pod: the host's CNI configuration, mounted here.")
+    ] = Path("/host/etc/cni/net.d"),
+    cni_bin_dir: Annotated[
+        Path, typer.Option("--cni-bin-dir", help="In a pod: the host's CNI plugin directory, mounted here.")
+    ] = Path("/host/opt/cni/bin"),
+    run_dir: Annotated[
+        Path,
+        typer.Option(
+            "--run-dir", envvar="CNI_AGENT_RUN_DIR", help="In a pod: the plugin's socket and kubeconfig (a hostPath)."
+        ),
+    ] = Path("/var/run/istio-cni"),
+    host_proc: Annotated[
+        Path, typer.Option("--host-proc", help="In a pod: the host's /proc, to find running pods' namespaces.")
+    ] = Path("/host/proc"),
+    ready_port: Annotated[
+        int, typer.Option("--ready-port", help="In a pod: /healthz and /readyz over HTTP on this port (0: none).")
+    ] = 8000,
 ) -> None:
-    """Run a lab node's agent: the ambit-cni plugin, ZDS and pod enrolment (started by `ambit lab up --mesh`)."""
-    from ambit.cni.daemon import run_node_agent
-
-    topology = _lab_node(directory, node)
-
-    def netns_for(pod: dict[str, Any]) -> str | None:
-        uid = str((pod.get("metadata") or {}).get("uid", ""))
-        path = Path(f"/run/netns/{topology.pod_netns(uid)}")
-        return str(path) if uid and path.exists() else None
+    """Run a node's agent: the ambit-cni plugin, ZDS and pod enrolment (a lab's host process with --lab-dir, else
+    the istio-cni-node DaemonSet's container)."""
+    from ambit.cni.daemon import ZDS_SOCKET, run_node_agent
+    from ambit.cni.procscan import find_pod_netns
+    from ambit.errors import AmbitError
 
     configure_logging()
-    asyncio.run(
-        run_node_agent(
+    if directory is not None:
+        topology = _lab_node(directory, node)
+
+        def netns_for(pod: dict[str, Any]) -> str | None:
+            uid = str((pod.get("metadata") or {}).get("uid", ""))
+            path = Path(f"/run/netns/{topology.pod_netns(uid)}")
+            return str(path) if uid and path.exists() else None
+
+        main = run_node_agent(
             kubeconfig or topology.kubeconfig,
             node,
             cni_conf_dir=topology.cni_conf_dir(node),
@@ -96,15 +129,27 @@ def nodeagent(
             netns_for=netns_for,
             uninstall=uninstall,
         )
-    )
+    else:
 
+        def netns_for(pod: dict[str, Any]) -> str | None:
+            return find_pod_netns(host_proc, str((pod.get("metadata") or {}).get("uid", "")))
 
-InClusterLabDir = Annotated[
-    Path | None,
-    typer.Option("--lab-dir", help="Run as a host process of this lab [default: in a pod, with the standard paths]."),
-]
-ZDS_DIR = Path("/var/run/ztunnel")
-"""Where the node agent serves ZDS and the node proxy connects, as a hostPath both pods mount (Istio's path)."""
+        main = run_node_agent(
+            kubeconfig,
+            node,
+            cni_conf_dir=cni_conf_dir,
+            cni_bin_dir=cni_bin_dir,
+            run_dir=run_dir,
+            netns_for=netns_for,
+            uninstall=uninstall,
+            zds_socket=ZDS_DIR / ZDS_SOCKET,
+            ready_address=("0.0.0.0", ready_port) if ready_port else None,
+        )
+    try:
+        asyncio.run(main)
+    except (AmbitError, ValueError, OSError) as exc:
+        typer.echo(f"ambit nodeagent: {exc}", err=True)
+        raise typer.Exit(1) from None
 
 
 @app.command(hidden=True)

@@ -24,10 +24,14 @@ import asyncio
 import base64
 import contextlib
 import logging
+import os
 import signal
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from aiohttp import web
 
 from ambit.cni import installer
 from ambit.cni.addcheck import NetnsProbe
@@ -36,6 +40,7 @@ from ambit.cni.enrolment import EnrolmentManager, EnrolmentSettings
 from ambit.cni.plugin import PLUGIN_TYPE
 from ambit.commands import CommandRunner, SubprocessRunner
 from ambit.k8s import EventRecorder, EventRecorderSettings, KubeClient
+from ambit.k8s.connection import SERVICE_ACCOUNT_DIR
 from ambit.zds.server import ZdsServer
 
 log = logging.getLogger("ambit.cni.daemon")
@@ -47,9 +52,22 @@ WRAPPER = "ambit-cni-wrapper"
 PLUGIN_TOKEN_INTERVAL = 30.0
 
 
-def kubeconfig_parts(kubeconfig: Path) -> tuple[str, bytes, str]:
-    """The server URL, CA (PEM) and bearer token of ``kubeconfig``'s current context."""
+@dataclass(frozen=True, slots=True)
+class InCluster:
+    """Where a pod finds its cluster: the environment and the service account's files."""
+
+    environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
+    service_account_dir: Path = SERVICE_ACCOUNT_DIR
+
+
+def kubeconfig_parts(kubeconfig: Path | None, in_cluster: InCluster | None = None) -> tuple[str, bytes, str]:
+    """The server URL, CA (PEM) and bearer token of ``kubeconfig``'s current context; None: the pod's own service
+    account (in-cluster), re-read at each call so that a rotated token is seen."""
     from lightkube import KubeConfig
+
+    if kubeconfig is None:
+        where = in_cluster or InCluster()
+        return in_cluster_parts(where.environ, where.service_account_dir)
 
     single = KubeConfig.from_file(kubeconfig).get()
     if single is None:
@@ -61,6 +79,20 @@ def kubeconfig_parts(kubeconfig: Path) -> tuple[str, bytes, str]:
     if cluster is None or not token or not cluster.certificate_auth_data:
         raise ValueError(f"{kubeconfig}: needs a server, certificate-authority-data and a token (or tokenFile)")
     return cluster.server, base64.b64decode(cluster.certificate_auth_data), token
+
+
+def in_cluster_parts(environ: Mapping[str, str], service_account_dir: Path) -> tuple[str, bytes, str]:
+    """The API server, CA and token a pod reaches its cluster with, for the plugin's kubeconfig."""
+    host, port = environ.get("KUBERNETES_SERVICE_HOST", ""), environ.get("KUBERNETES_SERVICE_PORT", "")
+    if not host or not port:
+        raise ValueError("not in a cluster: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set")
+    if ":" in host:
+        host = f"[{host}]"
+    ca_pem = (service_account_dir / "ca.crt").read_bytes()
+    token = (service_account_dir / "token").read_text().strip()
+    if not token:
+        raise ValueError(f"the service-account token in {service_account_dir} is empty")
+    return f"https://{host}:{port}", ca_pem, token
 
 
 def plugin_entry(run_dir: Path, excluded_namespaces: Iterable[str]) -> dict[str, object]:
@@ -75,23 +107,30 @@ def plugin_entry(run_dir: Path, excluded_namespaces: Iterable[str]) -> dict[str,
 
 
 def _install(
-    kubeconfig: Path, cni_conf_dir: Path, cni_bin_dir: Path, run_dir: Path, excluded: tuple[str, ...]
+    kubeconfig: Path | None,
+    cni_conf_dir: Path,
+    cni_bin_dir: Path,
+    run_dir: Path,
+    excluded: tuple[str, ...],
+    in_cluster: InCluster | None = None,
 ) -> installer.InstallResult:
     """The plugin's kubeconfig and wrapper in ``run_dir``, and the plugin chained into the node's configuration."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    server, ca_pem, token = kubeconfig_parts(kubeconfig)
+    server, ca_pem, token = kubeconfig_parts(kubeconfig, in_cluster)
     installer.write_kubeconfig(run_dir / PLUGIN_KUBECONFIG, server, ca_pem, token)
     wrapper = run_dir / WRAPPER
     installer.write_atomic(wrapper, installer.render_wrapper(Path(sys.executable)).encode(), 0o755)
     return installer.install(cni_conf_dir, cni_bin_dir, plugin_entry(run_dir, excluded), wrapper)
 
 
-async def _keep_plugin_token(kubeconfig: Path, run_dir: Path, interval: float = PLUGIN_TOKEN_INTERVAL) -> None:
+async def _keep_plugin_token(
+    kubeconfig: Path | None, run_dir: Path, in_cluster: InCluster | None = None, interval: float = PLUGIN_TOKEN_INTERVAL
+) -> None:
     """Rewrite the plugin's kubeconfig whenever the agent's token changes (a rotated token file)."""
     last = ""
     while True:
         try:
-            server, ca_pem, token = kubeconfig_parts(kubeconfig)
+            server, ca_pem, token = kubeconfig_parts(kubeconfig, in_cluster)
         except (OSError, ValueError) as exc:
             log.warning("cannot re-read %s for the plugin's token: %s", kubeconfig, exc)
         else:
@@ -101,6 +140,36 @@ async def _keep_plugin_token(kubeconfig: Path, run_dir: Path, interval: float = 
                     log.info("the plugin's kubeconfig has the rotated token")
                 last = token
         await asyncio.sleep(interval)
+
+
+class HealthEndpoints:
+    """``/healthz`` (alive) and ``/readyz`` (503 until :attr:`ready`) over plain HTTP, for the kubelet's probes.
+    They say nothing but ``ok`` or ``not ready``: whoever reaches the port learns no more than that."""
+
+    def __init__(self, address: tuple[str, int]) -> None:
+        self.address = address
+        self.ready = False
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        await web.TCPSite(runner, self.address[0], self.address[1], reuse_address=True).start()
+        self._runner = runner
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok") if self.ready else web.Response(status=503, text="not ready")
+
+    async def aclose(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
 
 
 async def _until_signalled() -> None:
@@ -116,7 +185,7 @@ async def _until_signalled() -> None:
 
 
 async def run_node_agent(
-    kubeconfig: Path,
+    kubeconfig: Path | None,
     node: str,
     *,
     cni_conf_dir: Path,
@@ -128,26 +197,43 @@ async def run_node_agent(
     runner: CommandRunner | None = None,
     install_interval: float = 0.5,
     netns_probe: NetnsProbe | None = None,
+    zds_socket: Path | None = None,
+    ready_address: tuple[str, int] | None = None,
+    in_cluster: InCluster | None = None,
 ) -> None:
     """Run one node's agent until SIGTERM or SIGINT, or until cancelled (see the module's docstring).
+
+    ``kubeconfig`` None: in-cluster (the pod's service account). ``zds_socket`` defaults to ``run_dir``'s;
+    ``ready_address``, when given, serves ``/healthz`` and ``/readyz`` there (istio-cni's :8000), ready once the
+    agent serves ZDS and the plugin.
 
     ``runner`` runs the rule commands (``nft``, ``ip``; default: real subprocesses, in this process's namespace);
     ``netns_probe`` answers the ``/cmdadd`` checks' questions about netns paths (default: the kernel's ``stat``).
     """
     excluded = tuple(excluded_namespaces)
-    result = _install(kubeconfig, cni_conf_dir, cni_bin_dir, run_dir, excluded)
+    result = _install(kubeconfig, cni_conf_dir, cni_bin_dir, run_dir, excluded, in_cluster)
     log.info("ambit-cni installed in %s (%s)", result.config, "changed" if result.changed else "unchanged")
     watcher = installer.InstallWatcher(
         cni_conf_dir, cni_bin_dir, plugin_entry(run_dir, excluded), run_dir / WRAPPER, interval=install_interval
     )
-    zds = ZdsServer(run_dir / ZDS_SOCKET)  # serving only once the running pods are in its snapshot
+    zds_path = zds_socket or run_dir / ZDS_SOCKET
+    zds_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # root's: only root may speak ZDS
+    zds = ZdsServer(zds_path)  # serving only once the running pods are in its snapshot
+    health = HealthEndpoints(ready_address) if ready_address is not None else None
+    if health is not None:
+        await health.start()
+    if kubeconfig is None:
+        where = in_cluster or InCluster()
+        client_factory = KubeClient.in_cluster(where.service_account_dir, environ=where.environ)
+    else:
+        client_factory = KubeClient.from_kubeconfig(kubeconfig)
     try:
-        async with watcher, KubeClient.from_kubeconfig(kubeconfig) as client:
+        async with watcher, client_factory as client:
             recorder = EventRecorder(
                 client, EventRecorderSettings(reporting_controller="ambit.dev/node-agent", reporting_instance=node)
             )
             recorder.start()
-            token_keeper = asyncio.create_task(_keep_plugin_token(kubeconfig, run_dir), name="plugin token")
+            token_keeper = asyncio.create_task(_keep_plugin_token(kubeconfig, run_dir, in_cluster), name="plugin token")
             try:
                 manager = EnrolmentManager(
                     client, recorder, runner or SubprocessRunner(), zds, EnrolmentSettings(node_name=node)
@@ -159,6 +245,8 @@ async def run_node_agent(
                 )
                 agent = NodeAgent(client, manager, settings, netns_for, netns_probe=netns_probe)
                 await agent.start(before_serving=zds.start)
+                if health is not None:
+                    health.ready = True
                 log.info("node agent %s is running", node)
                 try:
                     await _until_signalled()
@@ -170,6 +258,8 @@ async def run_node_agent(
                     await token_keeper
                 await recorder.aclose()
     finally:
+        if health is not None:
+            await health.aclose()
         await zds.aclose()
         if uninstall:
             with contextlib.suppress(OSError):
