@@ -37,6 +37,7 @@ from ambit.apiserver.http import ApiHttp, HttpSettings
 from ambit.apiserver.limits import LimitSettings
 from ambit.apiserver.pod_security import PodSecuritySettings
 from ambit.apiserver.registry import Registry
+from ambit.apiserver.service_resolver import StoreServiceResolver
 from ambit.apiserver.store import LOG_BYTES, Store
 from ambit.apiserver.token_binding import DEFAULT_MAX_TOKEN_EXPIRATION
 from ambit.apiserver.token_file import load_token_file
@@ -145,7 +146,7 @@ class ApiServer:
             registry,
             hub,
             tokens=TokenIssuer(sa_key, max_expiration_seconds=s.max_token_expiration),
-            admission=AdmissionController(),
+            admission=AdmissionController(service_resolver=StoreServiceResolver(store)),
             service_cidr=s.service_cidr,
             root_ca_pem=ca.cert_pem.decode(),
             pod_security=s.pod_security,
