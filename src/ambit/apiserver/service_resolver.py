@@ -3,8 +3,9 @@ kube-apiserver does with ``--enable-aggregator-routing`` (the API server runs ou
 so a cluster IP would not reach; pod addresses do).
 
 Rules:
-1. The Service must exist and have a port whose ``port`` is the reference's; its ``targetPort`` (a number, or a
-   name looked up in the endpoints' ports) is the port dialled. An ExternalName Service is refused.
+1. The Service must exist and have a port whose ``port`` is the reference's. The port dialled is the one the
+   EndpointSlice gives under that port's name (the endpoints controller resolved ``targetPort`` there), else a
+   numeric ``targetPort``. An ExternalName Service is refused.
 2. Endpoints come from the EndpointSlices labelled ``kubernetes.io/service-name=<name>`` in the namespace; ready
    ones only (``conditions.ready`` not false), in the order the slices and their endpoints are stored; the first
    one wins (the webhook is retried by its caller, not here).
@@ -48,10 +49,14 @@ def resolve_service(
     else:
         raise NoEndpointError(f'service "{namespace}/{name}" has no port {port}')
     for eps in slices:
-        number = target if isinstance(target, int) and not isinstance(target, bool) else None
-        for p in _list(eps.get("ports")):
-            if isinstance(p, Mapping) and str(p.get("name") or "") == port_name and type(p.get("port")) is int:
-                number = number or p["port"]
+        number = next(
+            (
+                p["port"]
+                for p in _list(eps.get("ports"))
+                if isinstance(p, Mapping) and str(p.get("name") or "") == port_name and type(p.get("port")) is int
+            ),
+            target if type(target) is int else None,
+        )
         if number is None:
             continue
         for endpoint in _list(eps.get("endpoints")):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -310,6 +311,20 @@ def controlplane(
     lab_dir: Annotated[
         Path | None, typer.Option("--lab-dir", hidden=True, help="The lab this control plane belongs to.")
     ] = None,
+    webhook_service: Annotated[
+        str | None,
+        typer.Option(
+            "--webhook-service",
+            metavar="NAMESPACE/NAME",
+            help="In a cluster: the Service the installed webhook configuration calls; only its caBundle is set.",
+        ),
+    ] = None,
+    cacerts_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--cacerts-dir", help="Istio's plug-in CA directory (the cacerts Secret), used if it holds a key."
+        ),
+    ] = None,
 ) -> None:
     """Run the control plane: the workload API over delta xDS and the mesh CA, on one TLS gRPC port."""
     from ambit.controlplane.process import ControlPlaneSettings, run_control_plane
@@ -319,6 +334,8 @@ def controlplane(
         raise typer.BadParameter(f"expected HOST:PORT, got {listen!r}", param_hint="--listen")
     if (plugin_cert is None) != (plugin_key is None):
         raise typer.BadParameter("--plugin-cert and --plugin-key go together")
+    if webhook_service is not None and not re.fullmatch(r"[a-z0-9-]{1,63}/[a-z0-9-]{1,63}", webhook_service):
+        raise typer.BadParameter(f"expected NAMESPACE/NAME, got {webhook_service!r}", param_hint="--webhook-service")
     settings = ControlPlaneSettings(
         kubeconfig=kubeconfig,
         host=host.strip("[]") or "0.0.0.0",
@@ -332,6 +349,8 @@ def controlplane(
         webhook_port=webhook_port or None,
         root_namespace=root_namespace,
         enable_dry_run=enable_dry_run,
+        webhook_service=webhook_service,
+        cacerts_dir=cacerts_dir,
     )
     configure_logging()
     asyncio.run(run_control_plane(settings))

@@ -42,6 +42,8 @@ from ambit.controlplane.status import PolicyStatusWriter
 from ambit.controlplane.translate import DEFAULT_ROOT_NAMESPACE, PolicyStatus, SkipMemory, Skipped
 from ambit.controlplane.view import ClusterView, ClusterViewSettings
 from ambit.controlplane.webhook import ValidationWebhookServer, WebhookServerSettings, register_webhook
+from ambit.controlplane.webhook.errors import RegistrationError
+from ambit.controlplane.webhook.registration import patch_ca_bundle
 from ambit.k8s import EventRecorder, EventRecorderSettings, KubeClient
 from ambit.model.localconfig import LocalConfig
 from ambit.tls.certs import issue_server_cert
@@ -78,6 +80,12 @@ class ControlPlaneSettings:
     """The validating webhook (``/validate``) on ``host``; None: no webhook. Registered with the API server."""
     webhook_host: str | None = None
     """The address the API server dials for the webhook (default: ``host``, or 127.0.0.1 for a wildcard)."""
+    webhook_service: str | None = None
+    """In a cluster: ``namespace/name`` of the Service the installed webhook configuration points at; the control
+    plane then only fills in its caBundle (and keeps trying until the installer has created it)."""
+    cacerts_dir: Path | None = None
+    """Istio's plug-in CA directory (the ``cacerts`` Secret): used when it holds ``ca-cert.pem`` and ``ca-key.pem``
+    and no ``plugin_cert`` is given; ``root-cert.pem`` is the root when the CA is an intermediate."""
     instance: str = ""
     """Who reports Events (their ``reportingInstance``), e.g. the pod name; default: the host name."""
     root_namespace: str = DEFAULT_ROOT_NAMESPACE
@@ -135,6 +143,7 @@ class ControlPlane:
         self.publisher: RootCertPublisher | None = None
         self.webhook: ValidationWebhookServer | None = None
         self._webhook_dir: tempfile.TemporaryDirectory[str] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
         self.pushes = 0
 
     def _config_changed(self, config: LocalConfig) -> None:
@@ -172,6 +181,10 @@ class ControlPlane:
         s = self.settings
         if s.plugin_cert is not None and s.plugin_key is not None:
             return await asyncio.to_thread(load_plugin_ca, s.plugin_cert, s.plugin_key, s.plugin_root)
+        if s.cacerts_dir is not None and (s.cacerts_dir / "ca-key.pem").is_file():
+            cert, key, root = (s.cacerts_dir / n for n in ("ca-cert.pem", "ca-key.pem", "root-cert.pem"))
+            log.info("using the plug-in CA in %s", s.cacerts_dir)
+            return await asyncio.to_thread(load_plugin_ca, cert, key, root if root.is_file() else None)
         return await load_or_create_root_secret(self.client)
 
     async def start(self) -> None:
@@ -218,6 +231,9 @@ class ControlPlane:
         assert s.webhook_port is not None
         dial = s.webhook_host or (s.host if s.host not in ("0.0.0.0", "::") else "127.0.0.1")
         names = [dial, "istiod.istio-system.svc"]
+        if s.webhook_service is not None:
+            namespace, _, name = s.webhook_service.partition("/")
+            names = [f"{name}.{namespace}.svc"]
         pair = issue_server_cert(
             root.signer,
             common_name="istiod.istio-system.svc",
@@ -235,10 +251,28 @@ class ControlPlane:
             WebhookServerSettings(cert_file, key_file, host=s.host, port=s.webhook_port)
         )
         await self.webhook.start()
+        if s.webhook_service is not None:
+            self._tasks.append(asyncio.create_task(self._keep_ca_bundle(root.root_pem), name="webhook caBundle"))
+            return
         await register_webhook(self.client, self.webhook.url(dial), root.root_pem)
         log.info("validating webhook at %s", self.webhook.url(dial))
 
+    async def _keep_ca_bundle(self, root_pem: bytes, retry: float = 5.0) -> None:
+        """Fill in the installed webhook configuration's caBundle; retry until it exists, then every minute keep
+        it so (a re-install may write the configuration again without it)."""
+        while True:
+            try:
+                await patch_ca_bundle(self.client, root_pem)
+            except RegistrationError as exc:
+                log.warning("validating webhook: %s; trying again in %.0f s", exc, retry)
+                await asyncio.sleep(retry)
+                continue
+            await asyncio.sleep(60.0)
+
     async def aclose(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         for closer in (
             self.webhook.aclose() if self.webhook else None,
             self.server.aclose() if self.server else None,

@@ -106,3 +106,43 @@ async def unregister_webhook(client: KubeClient) -> None:
             raise RegistrationError(f"cannot delete webhook {CONFIGURATION_NAME}: {exc}") from exc
     except KubeClientError as exc:
         raise RegistrationError(f"cannot delete webhook {CONFIGURATION_NAME}: {exc}") from exc
+
+
+def with_ca_bundle(configuration: dict[str, Any], ca_bundle: bytes) -> dict[str, Any]:
+    """``configuration`` with every webhook trusting ``ca_bundle`` and failing closed (pure; a copy)."""
+    out = dict(configuration)
+    encoded = base64.b64encode(ca_bundle).decode()
+    webhooks = []
+    for hook in configuration.get("webhooks") or ():
+        if isinstance(hook, dict):
+            config = dict(hook.get("clientConfig") or {}, caBundle=encoded)
+            webhooks.append(dict(hook, clientConfig=config, failurePolicy="Fail"))
+        else:
+            webhooks.append(hook)
+    out["webhooks"] = webhooks
+    return out
+
+
+async def patch_ca_bundle(client: KubeClient, ca_bundle: bytes, *, attempts: int = 5) -> dict[str, Any]:
+    """In a cluster, the installer creates ``istio-validator-ambit`` (pointing at the istiod Service); the control
+    plane only fills in the caBundle of its serving certificate's root and turns it to fail closed, as istiod's
+    webhook controller does. Replaced at its current resourceVersion, retried on conflict; a missing configuration
+    is a :class:`RegistrationError` (the caller retries later)."""
+    kind = VALIDATING_WEBHOOK_CONFIGURATIONS
+    last: Exception | None = None
+    for _ in range(attempts):
+        try:
+            current = await client.get(kind, CONFIGURATION_NAME)
+            desired = with_ca_bundle(current, ca_bundle)
+            if desired == current:
+                return current
+            return await client.replace(kind, desired)
+        except KubeApiStatusError as exc:
+            if exc.is_not_found:
+                raise RegistrationError(f"{CONFIGURATION_NAME} does not exist yet (the installer creates it)") from exc
+            if not exc.is_conflict:
+                raise RegistrationError(f"cannot patch webhook {CONFIGURATION_NAME}: {exc}") from exc
+            last = exc
+        except KubeClientError as exc:
+            raise RegistrationError(f"cannot patch webhook {CONFIGURATION_NAME}: {exc}") from exc
+    raise RegistrationError(f"cannot patch webhook {CONFIGURATION_NAME}: kept conflicting ({last})")
