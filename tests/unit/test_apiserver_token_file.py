@@ -97,6 +97,7 @@ def test_references_cover_volumes_projections_env_and_pull_secrets() -> None:
         ],
     }
     assert set(references({"spec": spec})) == {
+        ("configmap", "kube-root-ca.crt"),
         ("secret", "pull"),
         ("secret", "vol-secret"),
         ("configmap", "vol-cm"),
@@ -107,3 +108,9 @@ def test_references_cover_volumes_projections_env_and_pull_secrets() -> None:
         ("configmap", "from-cm"),
         ("secret", "env-secret"),
     }
+
+
+def test_a_pod_that_does_not_mount_its_token_does_not_reach_the_root_ca_config_map() -> None:
+    from ambit.apiserver.node_authorizer import references
+
+    assert list(references({"spec": {"automountServiceAccountToken": False}})) == []

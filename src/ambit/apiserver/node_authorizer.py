@@ -54,6 +54,7 @@ NODE_RULES: tuple[Rule, ...] = (
 )
 """Rule 3: what any node may do, as kube's bootstrap NodeRules (the parts this server serves)."""
 
+ROOT_CA_CONFIG_MAP = "kube-root-ca.crt"
 _GRAPH_KINDS = {"secrets": "secret", "configmaps": "configmap", "persistentvolumeclaims": "claim"}
 
 
@@ -76,6 +77,10 @@ def references(pod: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
     spec = pod.get("spec")
     if not isinstance(spec, Mapping):
         return
+    if spec.get("automountServiceAccountToken") is not False:
+        # kube's ServiceAccount admission adds a projected volume with this ConfigMap (the API server's CA) to every
+        # pod that mounts its token; this server's kubelet mounts it without the volume, so the edge is implied.
+        yield "configmap", ROOT_CA_CONFIG_MAP
     for ref in spec.get("imagePullSecrets") or ():
         if isinstance(ref, Mapping):
             yield "secret", str(ref.get("name", ""))
