@@ -19,7 +19,7 @@ import pytest
 import yaml
 from tests.harness import ServerProcess, free_port
 
-from ambit.cli.manifests import KINDS
+from ambit.k8s.manifests import KINDS
 
 pytestmark = pytest.mark.kubectl
 

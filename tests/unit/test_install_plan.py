@@ -1,4 +1,4 @@
-"""ambit.cli.manifests: reading the rendered manifests, ordering them, replacing, and telling when they are ready."""
+"""ambit.k8s.manifests: reading the rendered manifests, ordering them, replacing, and telling when they are ready."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ambit.cli.manifests import (
+from ambit.k8s import kinds
+from ambit.k8s.manifests import (
     KINDS,
     ManifestError,
     apply_order,
@@ -19,7 +20,6 @@ from ambit.cli.manifests import (
     replacement,
     summary,
 )
-from ambit.k8s import kinds
 
 STREAM = """
 apiVersion: admissionregistration.k8s.io/v1

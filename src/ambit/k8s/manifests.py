@@ -1,7 +1,7 @@
 """The install manifests as a plan: which objects, in which order, how each is replaced, and when each is ready.
 
 Theory of operation. ``ambit install`` reads the rendered kustomization (a YAML stream) and turns it into
-:class:`Manifest` values here, with no I/O; :mod:`ambit.cli.install` carries the plan out against an API server.
+:class:`Manifest` values here, with no I/O; :mod:`ambit.k8s.install` carries the plan out against an API server.
 
 1. Every document is a mapping with ``apiVersion``, ``kind`` and ``metadata.name``; its kind is one of
    :data:`KINDS` (the kinds ``deploy/`` uses). Anything else is a :class:`ManifestError` naming the document, not
