@@ -9,7 +9,8 @@ ClusterIP, a port without ``protocol`` is TCP).
 Rules kept (a deliberate subset of kube-apiserver's):
 
 - Pod and pod templates: at least one container; container names are unique DNS labels; images are given;
-  container ports are 1-65535 with a supported protocol; env names are well formed.
+  container ports are 1-65535 with a supported protocol; env names are well formed; tolerations and node
+  affinity as :mod:`placement_validation` says.
 - Deployment, ReplicaSet, DaemonSet, StatefulSet: a non-empty selector that matches the template's labels,
   ``restartPolicy: Always``, a pod template that passes the pod rules, no negative replicas.
 - Service: a supported type; ports 1-65535, supported protocols, names unique and required when several;
@@ -45,6 +46,7 @@ from ambit.apiserver.names import (
     unsupported,
     validate_labels,
 )
+from ambit.apiserver.placement_validation import validate_affinity, validate_tolerations
 from ambit.model.labels import selector_from_spec
 
 SpecRule = Callable[[Mapping[str, Any]], list[Cause]]
@@ -150,6 +152,11 @@ def validate_pod_spec(spec: Any, path: str) -> list[Cause]:
             causes.append(duplicate(at(item_path, "name"), name))
         volume_names.add(name if isinstance(name, str) else "")
     causes.extend(validate_labels(spec.get("nodeSelector"), at(path, "nodeSelector")))
+    causes.extend(validate_tolerations(spec.get("tolerations"), at(path, "tolerations")))
+    causes.extend(validate_affinity(spec.get("affinity"), at(path, "affinity")))
+    for key in ("priority",):
+        if spec.get(key) is not None and not _is_int(spec.get(key)):
+            causes.append(invalid(at(path, key), spec.get(key), "must be an integer"))
     account = spec.get("serviceAccountName")
     if account not in (None, ""):
         causes.extend(_label_rule(dns1123_subdomain, account, at(path, "serviceAccountName")))
