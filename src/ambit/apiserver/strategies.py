@@ -42,6 +42,8 @@ SERVICE_ACCOUNTS = ("", "serviceaccounts")
 CONFIG_MAPS = ("", "configmaps")
 PRIORITY_CLASSES = ("scheduling.k8s.io", "priorityclasses")
 CONTROLLER_REVISIONS = ("apps", "controllerrevisions")
+DAEMON_SETS = ("apps", "daemonsets")
+TEMPLATE_GENERATION = "deprecated.daemonset.template.generation"
 
 Commit = Callable[[str, ResourceType, str, str, JsonObject], None]
 """Store an object and announce it: (event type, resource type, namespace, name, object)."""
@@ -235,6 +237,24 @@ class PriorityClassStrategy(Strategy):
                 )
 
 
+class DaemonSetStrategy(Strategy):
+    """DaemonSets: the template generation (``deprecated.daemonset.template.generation``, apps/v1's form of
+    ``spec.templateGeneration``) is 1 on create and grows by one with each template change; clients cannot set
+    it."""
+
+    def derive(self, rtype: ResourceType, old: JsonObject | None, new: JsonObject) -> None:
+        generation = 1
+        if old is not None:
+            before = (old["metadata"].get("annotations") or {}).get(TEMPLATE_GENERATION, "1")
+            generation = int(before) if str(before).isdigit() else 1
+            if (old.get("spec") or {}).get("template") != (new.get("spec") or {}).get("template"):
+                generation += 1
+        annotations = new["metadata"].get("annotations")
+        if not isinstance(annotations, dict):
+            annotations = new["metadata"]["annotations"] = {}
+        annotations[TEMPLATE_GENERATION] = str(generation)
+
+
 class ControllerRevisionStrategy(Strategy):
     """ControllerRevisions: ``data`` is immutable once created; ``revision`` may change (a rollback renumbers)."""
 
@@ -308,6 +328,7 @@ class StrategyTable:
             CRD_KEY: CrdStrategy(context),
             PRIORITY_CLASSES: PriorityClassStrategy(context),
             CONTROLLER_REVISIONS: ControllerRevisionStrategy(context),
+            DAEMON_SETS: DaemonSetStrategy(context),
         }
 
     def __getitem__(self, rtype: ResourceType) -> Strategy:

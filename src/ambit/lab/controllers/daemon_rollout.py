@@ -11,7 +11,8 @@ Rules:
 2. A daemon pod is pinned to its node by required node affinity ``matchFields metadata.name In [node]`` (replacing
    the template's required terms, which rule 1 already checked) and goes through the scheduler, as kube >= 1.12.
    It carries the template's labels plus ``controller-revision-hash`` and ``pod-template-generation``.
-3. Manage, per node (terminating pods are ignored; Failed pods are deleted): should run and no pod -> create one;
+3. Manage, per node: should run and no pod at all -> create one (a terminating pod still running holds its node
+   until it is gone); otherwise terminating pods are ignored and terminal ones deleted;
    several pods -> keep the oldest (with surge: the oldest new and the oldest old, the old one going once it is
    not ready or the new one is available); should not continue running -> delete its pods. Pods whose node is
    gone are deleted.
@@ -165,10 +166,11 @@ def target_node(pod: Mapping[str, Any]) -> str:
 
 
 def by_node(pods: Iterable[Object]) -> dict[str, list[Object]]:
-    """The DaemonSet's pods that are not terminating, by target node, oldest first."""
+    """The DaemonSet's pods by target node, oldest first; a terminal pod that is being deleted is left out (a
+    terminating pod that still runs counts: its node gets no new pod until it is gone)."""
     out: dict[str, list[Object]] = {}
     for pod in pods:
-        if not is_deleting(pod):
+        if not (is_deleting(pod) and podstate.is_terminal(pod)):
             out.setdefault(target_node(pod), []).append(pod)
     for items in out.values():
         items.sort(key=_age_order)
@@ -244,22 +246,24 @@ def manage(
         elif fit.should_continue:
             running = []
             for pod in here:
-                if podstate.phase(pod) == "Failed":
+                if is_deleting(pod):
+                    continue
+                if podstate.is_terminal(pod):
                     plan.add_delete(pod)
                 else:
                     running.append(pod)
-            if fit.should_run and not running:
-                plan.create_on.append(name)
-            elif len(running) > 1:
+            if len(running) > 1:
                 for pod in _surplus(running, pod_hash, allows_surge, min_ready, now):
                     plan.add_delete(pod)
         else:
             for pod in here:
-                plan.add_delete(pod)
+                if not is_deleting(pod):
+                    plan.add_delete(pod)
     for node_name, orphans in sorted(pods.items()):
         if node_name not in known:
             for pod in orphans:
-                plan.add_delete(pod)
+                if not is_deleting(pod):
+                    plan.add_delete(pod)
     return plan
 
 
@@ -290,7 +294,8 @@ def _split(pods: Sequence[Object], pod_hash: str, generation: str) -> tuple[Obje
     new: list[Object] = []
     old: list[Object] = []
     for pod in pods:
-        (new if is_updated(pod, pod_hash, generation) else old).append(pod)
+        if not is_deleting(pod):
+            (new if is_updated(pod, pod_hash, generation) else old).append(pod)
     if len(new) > 1 or len(old) > 1:
         return None, None, False
     return (new[0] if new else None), (old[0] if old else None), True
