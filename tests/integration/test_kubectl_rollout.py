@@ -39,12 +39,15 @@ spec:
 
 
 @pytest.fixture
-async def cluster(apiserver: ApiServer, tmp_path: Path) -> AsyncIterator[tuple[KubeClient, Path]]:
-    async with KubeClient.from_kubeconfig(apiserver.kubeconfig) as kube:
-        async with ControllerManager(kube, settings(endpoints=False)), Kubelet(kube):
-            for name in ("node-a", "node-b"):
-                await add_node(kube, name)
-            yield kube, apiserver.kubeconfig
+async def cluster(apiserver: ApiServer) -> AsyncIterator[tuple[KubeClient, Path]]:
+    async with (
+        KubeClient.from_kubeconfig(apiserver.kubeconfig) as kube,
+        ControllerManager(kube, settings(endpoints=False)),
+        Kubelet(kube),
+    ):
+        for name in ("node-a", "node-b"):
+            await add_node(kube, name)
+        yield kube, apiserver.kubeconfig
 
 
 async def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None, check: bool = True) -> str:
