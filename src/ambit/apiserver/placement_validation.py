@@ -32,34 +32,16 @@ from ambit.apiserver.names import (
     required,
     unsupported,
 )
+from ambit.apiserver.shapes import is_int, object_items
 
 TAINT_EFFECTS = ("NoExecute", "NoSchedule", "PreferNoSchedule")
 NODE_SELECTOR_OPERATORS = ("DoesNotExist", "Exists", "Gt", "In", "Lt", "NotIn")
 
 
-def _items(value: Any, path: str, causes: list[Cause]) -> list[tuple[str, Mapping[str, Any]]]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        causes.append(invalid(path, value, "must be a list"))
-        return []
-    out = []
-    for i, item in enumerate(value):
-        if isinstance(item, Mapping):
-            out.append((at(path, i), item))
-        else:
-            causes.append(invalid(at(path, i), item, "must be an object"))
-    return out
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def validate_tolerations(tolerations: Any, path: str) -> list[Cause]:
     """Rule 2, for a pod's ``spec.tolerations``."""
     causes: list[Cause] = []
-    for item_path, tol in _items(tolerations, path, causes):
+    for item_path, tol in object_items(tolerations, path, causes):
         key, operator, value = tol.get("key"), tol.get("operator", "Equal"), tol.get("value")
         if key not in (None, ""):
             causes.extend(_key(key, at(item_path, "key")))
@@ -86,7 +68,7 @@ def validate_tolerations(tolerations: Any, path: str) -> list[Cause]:
             causes.append(unsupported(at(item_path, "effect"), effect, TAINT_EFFECTS))
         seconds = tol.get("tolerationSeconds")
         if seconds is not None:
-            if not _is_int(seconds):
+            if not is_int(seconds):
                 causes.append(invalid(at(item_path, "tolerationSeconds"), seconds, "must be an integer"))
             elif effect != "NoExecute":
                 causes.append(
@@ -104,7 +86,7 @@ def validate_node(obj: Mapping[str, Any]) -> list[Cause]:
     if not isinstance(spec, Mapping):
         return [invalid("spec", spec, "must be an object")]
     seen: set[tuple[str, str]] = set()
-    for item_path, taint in _items(spec.get("taints"), "spec.taints", causes):
+    for item_path, taint in object_items(spec.get("taints"), "spec.taints", causes):
         key, effect = taint.get("key"), taint.get("effect")
         if key in (None, ""):
             causes.append(required(at(item_path, "key")))
@@ -154,13 +136,13 @@ def validate_affinity(affinity: Any, path: str) -> list[Cause]:
     if not isinstance(required_terms, Mapping):
         return [invalid(req_path, required_terms, "must be an object")]
     terms_path = at(req_path, "nodeSelectorTerms")
-    terms = _items(required_terms.get("nodeSelectorTerms"), terms_path, causes)
+    terms = object_items(required_terms.get("nodeSelectorTerms"), terms_path, causes)
     if not terms and not causes:
         causes.append(required(terms_path, "must have at least one node selector term"))
     for term_path, term in terms:
-        for expr_path, expr in _items(term.get("matchExpressions"), at(term_path, "matchExpressions"), causes):
+        for expr_path, expr in object_items(term.get("matchExpressions"), at(term_path, "matchExpressions"), causes):
             causes.extend(_requirement(expr, expr_path, fields=False))
-        for expr_path, expr in _items(term.get("matchFields"), at(term_path, "matchFields"), causes):
+        for expr_path, expr in object_items(term.get("matchFields"), at(term_path, "matchFields"), causes):
             causes.extend(_requirement(expr, expr_path, fields=True))
     return causes
 

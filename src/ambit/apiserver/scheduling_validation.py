@@ -28,7 +28,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ambit.apiserver.names import Cause, at, forbidden, invalid, required, unsupported
-from ambit.apiserver.spec_validation import _is_int, _object, validate_label_selector, validate_workload
+from ambit.apiserver.shapes import as_object, is_int
+from ambit.apiserver.spec_validation import validate_label_selector, validate_workload
 
 SYSTEM_PRIORITY_CLASSES = {"system-node-critical": 2000001000, "system-cluster-critical": 2000000000}
 """The built-in PriorityClasses kube-apiserver creates at start, and their values."""
@@ -50,7 +51,7 @@ def int_or_percent(value: Any, path: str) -> list[Cause]:
         if int(value[:-1]) > 100:
             return [invalid(path, value, "must not be greater than 100%")]
         return []
-    if _is_int(value):
+    if is_int(value):
         return [invalid(path, value, "must be greater than or equal to 0")] if value < 0 else []
     return [invalid(path, value, "must be an integer or percentage (e.g '5%')")]
 
@@ -58,12 +59,12 @@ def int_or_percent(value: Any, path: str) -> list[Cause]:
 def _is_zero(value: Any) -> bool:
     if isinstance(value, str) and _PERCENT.fullmatch(value):
         return int(value[:-1]) == 0
-    return value is None or (_is_int(value) and value == 0)
+    return value is None or (is_int(value) and value == 0)
 
 
 def _non_negative(spec: Mapping[str, Any], key: str, path: str) -> list[Cause]:
     value = spec.get(key)
-    if value is not None and (not _is_int(value) or value < 0):
+    if value is not None and (not is_int(value) or value < 0):
         return [invalid(at(path, key), value, "must be greater than or equal to 0")]
     return []
 
@@ -76,7 +77,7 @@ def validate_daemon_set(obj: Mapping[str, Any]) -> list[Cause]:
         return causes
     causes.extend(_non_negative(spec, "minReadySeconds", "spec"))
     causes.extend(_non_negative(spec, "revisionHistoryLimit", "spec"))
-    strategy = _object(spec.get("updateStrategy"), "spec.updateStrategy", causes)
+    strategy = as_object(spec.get("updateStrategy"), "spec.updateStrategy", causes)
     kind = strategy.get("type", "RollingUpdate")
     rolling = strategy.get("rollingUpdate")
     path = "spec.updateStrategy.rollingUpdate"
@@ -85,7 +86,7 @@ def validate_daemon_set(obj: Mapping[str, Any]) -> list[Cause]:
             causes.append(forbidden(path, "may not be specified when strategy `type` is 'OnDelete'"))
     elif kind == "RollingUpdate":
         if rolling is not None:  # absent: the defaults (maxUnavailable 1, maxSurge 0) apply
-            rolling = _object(rolling, path, causes)
+            rolling = as_object(rolling, path, causes)
             unavailable, surge = rolling.get("maxUnavailable"), rolling.get("maxSurge")
             for key, value in (("maxUnavailable", unavailable), ("maxSurge", surge)):
                 if value is not None:
@@ -107,7 +108,7 @@ def validate_controller_revision(obj: Mapping[str, Any]) -> list[Cause]:
     revision = obj.get("revision")
     if revision is None:
         causes.append(required("revision"))
-    elif not _is_int(revision) or revision < 0:
+    elif not is_int(revision) or revision < 0:
         causes.append(invalid("revision", revision, "must be greater than or equal to 0"))
     return causes
 
@@ -118,7 +119,7 @@ def validate_priority_class(obj: Mapping[str, Any]) -> list[Cause]:
     value = obj.get("value")
     if value is None:
         causes.append(required("value"))
-    elif not _is_int(value) or not -_INT32_MAX - 1 <= value <= _INT32_MAX:
+    elif not is_int(value) or not -_INT32_MAX - 1 <= value <= _INT32_MAX:
         causes.append(invalid("value", value, "must be a 32-bit integer"))
         value = None
     name = str((obj.get("metadata") or {}).get("name") or "") if isinstance(obj.get("metadata"), Mapping) else ""
@@ -155,7 +156,7 @@ def validate_priority_class(obj: Mapping[str, Any]) -> list[Cause]:
 def validate_pod_disruption_budget(obj: Mapping[str, Any]) -> list[Cause]:
     """Rule 5."""
     causes: list[Cause] = []
-    spec = _object(obj.get("spec"), "spec", causes)
+    spec = as_object(obj.get("spec"), "spec", causes)
     min_available, max_unavailable = spec.get("minAvailable"), spec.get("maxUnavailable")
     if min_available is not None and max_unavailable is not None:
         causes.append(invalid("spec.minAvailable", min_available, "minAvailable and maxUnavailable cannot be both set"))
