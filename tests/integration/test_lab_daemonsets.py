@@ -383,3 +383,20 @@ async def test_old_revisions_beyond_the_history_limit_are_pruned(
         assert [r["revision"] for r in revs] == [3, 4]
         assert [r["metadata"]["annotations"]["kubernetes.io/change-cause"] for r in revs] == ["image 3", "image 4"]
         assert all(r["data"] == copy.deepcopy(r["data"]) for r in revs)
+
+
+async def test_deleting_a_daemon_set_collects_its_pods_and_revisions(
+    kube: KubeClient, controllers: ControllerManager
+) -> None:
+    async with Kubelet(kube):
+        await add_node(kube, "node-a")
+        await kube.create(kinds.DAEMON_SETS, daemon_set())
+        await until(lambda: placed(kube, 1), "one pod")
+        await until(lambda: _count(revisions(kube), 1), "one revision")
+        await kube.delete(kinds.DAEMON_SETS, "agent", NS)
+
+        async def collected() -> bool:
+            items = (await kube.list(kinds.PODS, NS, label_selector={"app": "agent"}))[0]
+            return not items and not await revisions(kube)
+
+        assert await until(collected, "pods and revisions gone")
