@@ -123,3 +123,20 @@ async def test_rollout_status_history_undo_and_restart_work_on_a_daemon_set(clus
     listing = await kubectl(config, "get", "controllerrevisions")
     assert listing.split()[:4] == ["NAME", "CONTROLLER", "REVISION", "AGE"]
     assert "daemonset.apps/agent" in listing
+
+
+async def test_kubectl_finds_priority_classes_and_disruption_budgets_by_short_name(
+    cluster: tuple[KubeClient, Path],
+) -> None:
+    _, config = cluster
+    listing = (await kubectl(config, "get", "pc")).splitlines()
+    assert listing[0].split() == ["NAME", "VALUE", "GLOBAL-DEFAULT", "AGE", "PREEMPTIONPOLICY"]
+    rows = {line.split()[0]: line.split() for line in listing[1:]}
+    assert rows["system-node-critical"][1:3] == ["2000001000", "false"]
+    assert rows["system-cluster-critical"][-1] == "PreemptLowerPriority"
+    pdb = "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: web, namespace: default}\n"
+    pdb += "spec: {maxUnavailable: 1, selector: {matchLabels: {app: web}}}\n"
+    await kubectl(config, "apply", "-f", "-", stdin=pdb)
+    listing = (await kubectl(config, "get", "pdb")).splitlines()
+    assert listing[0].split() == ["NAME", "MIN", "AVAILABLE", "MAX", "UNAVAILABLE", "ALLOWED", "DISRUPTIONS", "AGE"]
+    assert listing[1].split()[:4] == ["web", "N/A", "1", "0"]
