@@ -127,7 +127,7 @@ def test_placement_explains_why_no_node_fits() -> None:
     nodes = [node("a"), node("b", ready=False, disk="ssd"), node("c", unschedulable=True, disk="ssd")]
     assert place(pod, nodes, {}).message == (
         "0/3 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, "
-        "1 node(s) were not ready, 1 node(s) were unschedulable."
+        "1 node(s) had untolerated taint {node.kubernetes.io/not-ready: }, 1 node(s) were unschedulable."
     )
     assert place(pod, [], {}).message == "no nodes available to schedule pods"
 

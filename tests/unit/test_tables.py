@@ -490,8 +490,28 @@ def test_kinds_without_printer_show_name_and_created_at() -> None:
     assert [c["name"] for c in result["columnDefinitions"]] == ["Name", "Created At"]
     assert result["columnDefinitions"][1]["type"] == "date"
     assert result["rows"][0]["cells"] == ["gateways.gateway.networking.k8s.io", "2024-05-01T10:00:00Z"]
-    unknown = table("PriorityClass", "scheduling.k8s.io", {"metadata": {"name": "x"}})
+    unknown = table("FlowSchema", "flowcontrol.apiserver.k8s.io", {"metadata": {"name": "x"}})
     assert unknown["rows"][0]["cells"] == ["x", "0001-01-01T00:00:00Z"]
+
+
+def test_controller_revisions_priority_classes_and_budgets_print_kubes_columns() -> None:
+    meta = {"creationTimestamp": "2024-05-01T10:00:00Z"}
+    ref = {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent", "uid": "u", "controller": True}
+    rev = {"metadata": {"name": "agent-7d9f", "ownerReferences": [ref], **meta}, "revision": 3, "data": {}}
+    result = table("ControllerRevision", "apps", rev)
+    assert [c["name"] for c in result["columnDefinitions"]] == ["Name", "Controller", "Revision", "Age"]
+    assert result["rows"][0]["cells"][:3] == ["agent-7d9f", "daemonset.apps/agent", 3]
+    pc = {"metadata": {"name": "high", **meta}, "value": 1000, "globalDefault": True}
+    result = table("PriorityClass", "scheduling.k8s.io", pc)
+    names = [c["name"] for c in result["columnDefinitions"]]
+    assert names == ["Name", "Value", "Global-Default", "Age", "PreemptionPolicy"]
+    cells = result["rows"][0]["cells"]
+    assert (cells[:3], cells[4]) == (["high", 1000, True], "PreemptLowerPriority")
+    pdb = {"metadata": {"name": "web", **meta}, "spec": {"minAvailable": "50%"}, "status": {"disruptionsAllowed": 1}}
+    result = table("PodDisruptionBudget", "policy", pdb)
+    names = [c["name"] for c in result["columnDefinitions"]]
+    assert names == ["Name", "Min Available", "Max Unavailable", "Allowed Disruptions", "Age"]
+    assert result["rows"][0]["cells"][:4] == ["web", "50%", "N/A", 1]
 
 
 SERVICE_ENTRY_COLUMNS = [

@@ -96,10 +96,25 @@ def _workload(obj: JsonObject) -> None:
         spec.setdefault(
             "strategy", {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}}
         )
+    if obj.get("kind") == "DaemonSet":
+        _daemon_set_strategy(spec)
     template = spec.get("template")
     if isinstance(template, dict):
         pod_spec_defaults(template.get("spec"))
     obj["status"] = {}
+
+
+def _daemon_set_strategy(spec: JsonObject) -> None:
+    """kube's DaemonSet default: RollingUpdate, one node at a time, no surge (OnDelete takes no parameters)."""
+    strategy = spec.setdefault("updateStrategy", {})
+    if not isinstance(strategy, dict):
+        return
+    kind = strategy.setdefault("type", "RollingUpdate")
+    if kind == "RollingUpdate":
+        rolling = strategy.setdefault("rollingUpdate", {})
+        if isinstance(rolling, dict):
+            rolling.setdefault("maxUnavailable", 1)
+            rolling.setdefault("maxSurge", 0)
 
 
 def _secret(obj: JsonObject) -> None:
@@ -110,6 +125,14 @@ def _secret(obj: JsonObject) -> None:
         if isinstance(data, dict):
             for key, value in string_data.items():
                 data[key] = base64.b64encode(str(value).encode()).decode()
+
+
+def _priority_class(obj: JsonObject) -> None:
+    obj.setdefault("preemptionPolicy", "PreemptLowerPriority")
+
+
+def _pod_disruption_budget(obj: JsonObject) -> None:
+    obj["status"] = {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0}
 
 
 def _custom_resource_definition(obj: JsonObject) -> None:
@@ -131,5 +154,7 @@ _DEFAULTERS = {
     ("apps", "Deployment"): _workload,
     ("apps", "ReplicaSet"): _workload,
     ("apps", "DaemonSet"): _workload,
+    ("scheduling.k8s.io", "PriorityClass"): _priority_class,
+    ("policy", "PodDisruptionBudget"): _pod_disruption_budget,
     ("apiextensions.k8s.io", "CustomResourceDefinition"): _custom_resource_definition,
 }

@@ -419,6 +419,7 @@ def _kind_table() -> Mapping[tuple[str, str], MergeKeys]:
         ("", "Node"): meta | conditions | {("status", "addresses"): "type"},
         ("", "Namespace"): meta | conditions,
         ("", "ServiceAccount"): meta | {("secrets",): "name"},
+        ("policy", "PodDisruptionBudget"): meta | conditions,
     }
     for group, kind in [
         ("", "ConfigMap"),
@@ -428,6 +429,8 @@ def _kind_table() -> Mapping[tuple[str, str], MergeKeys]:
         ("events.k8s.io", "Event"),
         ("discovery.k8s.io", "EndpointSlice"),
         ("coordination.k8s.io", "Lease"),
+        ("apps", "ControllerRevision"),
+        ("scheduling.k8s.io", "PriorityClass"),
     ]:
         tables[(group, kind)] = meta
     return MappingProxyType({k: MappingProxyType(v) for k, v in tables.items()})

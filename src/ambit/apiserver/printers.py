@@ -423,6 +423,40 @@ def _stateful_set_cells(ss: Mapping[str, Any], now: float) -> list[Cell]:
     return [name_of(ss), ready, age(ss, now), names, images]
 
 
+def _controller_revision_cells(rev: Mapping[str, Any], now: float) -> list[Cell]:
+    controller = "<none>"
+    for ref in as_maps(as_map(rev.get("metadata")).get("ownerReferences")):
+        if ref.get("controller") is True:
+            group = as_str(ref.get("apiVersion")).rpartition("/")[0]
+            kind = as_str(ref.get("kind")).lower()
+            controller = f"{kind}.{group}/{as_str(ref.get('name'))}" if group else f"{kind}/{as_str(ref.get('name'))}"
+            break
+    return [name_of(rev), controller, as_int(rev.get("revision")), age(rev, now)]
+
+
+# ---- scheduling.k8s.io/v1, policy/v1 ---------------------------------------------------------------------
+
+
+def _priority_class_cells(pc: Mapping[str, Any], now: float) -> list[Cell]:
+    policy = as_str(pc.get("preemptionPolicy"), "PreemptLowerPriority")
+    return [name_of(pc), as_int(pc.get("value")), pc.get("globalDefault") is True, age(pc, now), policy]
+
+
+def _pod_disruption_budget_cells(pdb: Mapping[str, Any], now: float) -> list[Cell]:
+    spec, status = as_map(pdb.get("spec")), as_map(pdb.get("status"))
+
+    def shown(value: Any) -> str:
+        return "N/A" if value is None or isinstance(value, dict | list | bool) else str(value)
+
+    return [
+        name_of(pdb),
+        shown(spec.get("minAvailable")),
+        shown(spec.get("maxUnavailable")),
+        as_int(status.get("disruptionsAllowed")),
+        age(pdb, now),
+    ]
+
+
 # ---- the catalogue ---------------------------------------------------------------------------------------
 
 _WIDE_CONTAINERS = Column("Containers", "Names of the containers in the pod template.", priority=1)
@@ -549,6 +583,35 @@ PRINTERS: dict[tuple[str, str], Printer] = {
             _WIDE_SELECTOR,
         ),
         _daemon_set_cells,
+    ),
+    ("apps", "ControllerRevision"): Printer(
+        (
+            NAME,
+            _col("Controller", "Controller of the object, as kind.group/name."),
+            _col("Revision", "Revision of the controller's template this object holds.", "integer"),
+            AGE,
+        ),
+        _controller_revision_cells,
+    ),
+    ("scheduling.k8s.io", "PriorityClass"): Printer(
+        (
+            NAME,
+            _col("Value", "The priority pods of this class get.", "integer"),
+            _col("Global-Default", "Whether pods without a class get this one.", "boolean"),
+            AGE,
+            _col("PreemptionPolicy", "Whether pods of this class preempt lower-priority pods."),
+        ),
+        _priority_class_cells,
+    ),
+    ("policy", "PodDisruptionBudget"): Printer(
+        (
+            NAME,
+            _col("Min Available", "Pods that must stay available, as a number or a percentage."),
+            _col("Max Unavailable", "Pods that may be unavailable, as a number or a percentage."),
+            _col("Allowed Disruptions", "Evictions the budget allows now.", "integer"),
+            AGE,
+        ),
+        _pod_disruption_budget_cells,
     ),
     ("apps", "StatefulSet"): Printer(
         (NAME, _col("Ready", "Ready replicas out of desired replicas."), AGE, _WIDE_CONTAINERS, _WIDE_IMAGES),

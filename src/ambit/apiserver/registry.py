@@ -209,6 +209,20 @@ BUILTINS: tuple[ResourceType, ...] = (
         categories=("all",),
         subresources=frozenset({"status"}),
     ),
+    ResourceType("apps", ("v1",), "ControllerRevision", "controllerrevisions", "controllerrevision", True),
+    ResourceType(
+        "scheduling.k8s.io", ("v1",), "PriorityClass", "priorityclasses", "priorityclass", False, short_names=("pc",)
+    ),
+    ResourceType(
+        "policy",
+        ("v1",),
+        "PodDisruptionBudget",
+        "poddisruptionbudgets",
+        "poddisruptionbudget",
+        True,
+        short_names=("pdb",),
+        subresources=frozenset({"status"}),
+    ),
     ResourceType(
         "apiextensions.k8s.io",
         ("v1",),

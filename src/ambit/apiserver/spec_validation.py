@@ -9,7 +9,8 @@ ClusterIP, a port without ``protocol`` is TCP).
 Rules kept (a deliberate subset of kube-apiserver's):
 
 - Pod and pod templates: at least one container; container names are unique DNS labels; images are given;
-  container ports are 1-65535 with a supported protocol; env names are well formed.
+  container ports are 1-65535 with a supported protocol; env names are well formed; tolerations and node
+  affinity as :mod:`placement_validation` says.
 - Deployment, ReplicaSet, DaemonSet, StatefulSet: a non-empty selector that matches the template's labels,
   ``restartPolicy: Always``, a pod template that passes the pod rules, no negative replicas.
 - Service: a supported type; ports 1-65535, supported protocols, names unique and required when several;
@@ -45,6 +46,8 @@ from ambit.apiserver.names import (
     unsupported,
     validate_labels,
 )
+from ambit.apiserver.placement_validation import validate_affinity, validate_tolerations
+from ambit.apiserver.shapes import as_object, is_int, object_items
 from ambit.model.labels import selector_from_spec
 
 SpecRule = Callable[[Mapping[str, Any]], list[Cause]]
@@ -57,16 +60,12 @@ _ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
 _IANA_SERVICE_NAME = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?")
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _port(value: Any, path: str, *, optional: bool = False) -> list[Cause]:
     if value is None and optional:
         return []
     if value is None:
         return [required(path)]
-    if not _is_int(value) or not 1 <= value <= 65535:
+    if not is_int(value) or not 1 <= value <= 65535:
         return [invalid(path, value, _PORT_RANGE)]
     return []
 
@@ -97,31 +96,6 @@ def _label_rule(check: Callable[[str], list[str]], value: Any, path: str) -> lis
     return [invalid(path, value, msg) for msg in check(value)]
 
 
-def _maps(value: Any, path: str, causes: list[Cause]) -> list[tuple[str, Mapping[str, Any]]]:
-    """The (path, item) pairs of a list of objects; anything else in it becomes a cause."""
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        causes.append(invalid(path, value, "must be a list"))
-        return []
-    items = []
-    for i, item in enumerate(value):
-        if isinstance(item, Mapping):
-            items.append((at(path, i), item))
-        else:
-            causes.append(invalid(at(path, i), item, "must be an object"))
-    return items
-
-
-def _object(value: Any, path: str, causes: list[Cause]) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        causes.append(invalid(path, value, "must be an object"))
-        return {}
-    return value
-
-
 # ---- pods ------------------------------------------------------------------------------------------------
 
 
@@ -129,7 +103,7 @@ def validate_pod_spec(spec: Any, path: str) -> list[Cause]:
     causes: list[Cause] = []
     if spec is None:
         return [required(path)]
-    spec = _object(spec, path, causes)
+    spec = as_object(spec, path, causes)
     if causes:
         return causes
     names: set[str] = set()
@@ -137,19 +111,24 @@ def validate_pod_spec(spec: Any, path: str) -> list[Cause]:
     if containers is None or containers == []:
         causes.append(required(at(path, "containers")))
     for kind in ("initContainers", "containers"):
-        for item_path, container in _maps(spec.get(kind), at(path, kind), causes):
+        for item_path, container in object_items(spec.get(kind), at(path, kind), causes):
             causes.extend(_container(container, item_path, names, init=kind == "initContainers"))
     policy = spec.get("restartPolicy")
     if policy is not None and policy not in ("Always", "OnFailure", "Never"):
         causes.append(unsupported(at(path, "restartPolicy"), policy, ("Always", "Never", "OnFailure")))
     volume_names: set[str] = set()
-    for item_path, volume in _maps(spec.get("volumes"), at(path, "volumes"), causes):
+    for item_path, volume in object_items(spec.get("volumes"), at(path, "volumes"), causes):
         name = volume.get("name")
         causes.extend(_label_rule(dns1123_label, name, at(item_path, "name")))
         if isinstance(name, str) and name in volume_names:
             causes.append(duplicate(at(item_path, "name"), name))
         volume_names.add(name if isinstance(name, str) else "")
     causes.extend(validate_labels(spec.get("nodeSelector"), at(path, "nodeSelector")))
+    causes.extend(validate_tolerations(spec.get("tolerations"), at(path, "tolerations")))
+    causes.extend(validate_affinity(spec.get("affinity"), at(path, "affinity")))
+    for key in ("priority",):
+        if spec.get(key) is not None and not is_int(spec.get(key)):
+            causes.append(invalid(at(path, key), spec.get(key), "must be an integer"))
     account = spec.get("serviceAccountName")
     if account not in (None, ""):
         causes.extend(_label_rule(dns1123_subdomain, account, at(path, "serviceAccountName")))
@@ -176,7 +155,7 @@ def _container(container: Mapping[str, Any], path: str, names: set[str], *, init
         if value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             causes.append(invalid(at(path, key), value, "must be a list of strings"))
     port_names: set[str] = set()
-    for port_path, port in _maps(container.get("ports"), at(path, "ports"), causes):
+    for port_path, port in object_items(container.get("ports"), at(path, "ports"), causes):
         causes.extend(_port(port.get("containerPort"), at(port_path, "containerPort")))
         causes.extend(_protocol(port, port_path))
         host_port = port.get("hostPort")
@@ -188,7 +167,7 @@ def _container(container: Mapping[str, Any], path: str, names: set[str], *, init
             if isinstance(port_name, str) and port_name in port_names:
                 causes.append(duplicate(at(port_path, "name"), port_name))
             port_names.add(str(port_name))
-    for env_path, env in _maps(container.get("env"), at(path, "env"), causes):
+    for env_path, env in object_items(container.get("env"), at(path, "env"), causes):
         env_name = env.get("name")
         if env_name in (None, ""):
             causes.append(required(at(env_path, "name")))
@@ -219,10 +198,10 @@ def validate_pod(obj: Mapping[str, Any]) -> list[Cause]:
 
 def validate_label_selector(selector: Any, path: str) -> list[Cause]:
     causes: list[Cause] = []
-    selector = _object(selector, path, causes)
+    selector = as_object(selector, path, causes)
     causes.extend(validate_labels(selector.get("matchLabels"), at(path, "matchLabels")))
     operators = ("DoesNotExist", "Exists", "In", "NotIn")
-    for expr_path, expr in _maps(selector.get("matchExpressions"), at(path, "matchExpressions"), causes):
+    for expr_path, expr in object_items(selector.get("matchExpressions"), at(path, "matchExpressions"), causes):
         key = expr.get("key")
         causes.extend(_label_rule(qualified_name, key, at(expr_path, "key")))
         op = expr.get("operator")
@@ -248,9 +227,9 @@ def validate_workload(obj: Mapping[str, Any]) -> list[Cause]:
     spec = obj.get("spec")
     if spec is None:
         return [required("spec")]
-    spec = _object(spec, "spec", causes)
+    spec = as_object(spec, "spec", causes)
     replicas = spec.get("replicas")
-    if replicas is not None and (not _is_int(replicas) or replicas < 0):
+    if replicas is not None and (not is_int(replicas) or replicas < 0):
         causes.append(invalid("spec.replicas", replicas, "must be greater than or equal to 0"))
     selector = spec.get("selector")
     if selector is None:
@@ -262,8 +241,8 @@ def validate_workload(obj: Mapping[str, Any]) -> list[Cause]:
     template = spec.get("template")
     if template is None:
         return [*causes, required("spec.template")]
-    template = _object(template, "spec.template", causes)
-    meta = _object(template.get("metadata"), "spec.template.metadata", causes)
+    template = as_object(template, "spec.template", causes)
+    meta = as_object(template.get("metadata"), "spec.template.metadata", causes)
     labels = meta.get("labels")
     causes.extend(validate_labels(labels, "spec.template.metadata.labels"))
     # As Kubernetes: a malformed selector has its own causes above, and is not matched against the labels.
@@ -288,7 +267,7 @@ SERVICE_TYPES = ("ClusterIP", "ExternalName", "LoadBalancer", "NodePort")
 
 def validate_service(obj: Mapping[str, Any]) -> list[Cause]:
     causes: list[Cause] = []
-    spec = _object(obj.get("spec"), "spec", causes)
+    spec = as_object(obj.get("spec"), "spec", causes)
     kind = spec.get("type", "ClusterIP")
     if kind not in SERVICE_TYPES:
         causes.append(unsupported("spec.type", kind, SERVICE_TYPES))
@@ -308,7 +287,7 @@ def validate_service(obj: Mapping[str, Any]) -> list[Cause]:
     headless = cluster_ip == "None"
     if (ports is None or ports == []) and kind != "ExternalName" and not headless:
         causes.append(required("spec.ports"))
-    items = _maps(ports, "spec.ports", causes)
+    items = object_items(ports, "spec.ports", causes)
     names: set[str] = set()
     pairs: set[tuple[Any, Any]] = set()
     for path, port in items:
@@ -335,7 +314,7 @@ def validate_service(obj: Mapping[str, Any]) -> list[Cause]:
             else:
                 causes.extend(_port(node_port, at(path, "nodePort")))
         pair = (port.get("port"), port.get("protocol", "TCP"))
-        if _is_int(pair[0]) and isinstance(pair[1], str):
+        if is_int(pair[0]) and isinstance(pair[1], str):
             if pair in pairs:
                 causes.append(duplicate(path, {"port": pair[0], "protocol": pair[1]}))
             pairs.add(pair)
@@ -464,13 +443,13 @@ def validate_endpoint_slice(obj: Mapping[str, Any]) -> list[Cause]:
         causes.append(required("addressType"))
     elif address_type not in ADDRESS_TYPES:
         causes.append(unsupported("addressType", address_type, ADDRESS_TYPES))
-    for path, endpoint in _maps(obj.get("endpoints"), "endpoints", causes):
+    for path, endpoint in object_items(obj.get("endpoints"), "endpoints", causes):
         addresses = endpoint.get("addresses")
         if not isinstance(addresses, list) or not addresses:
             causes.append(required(at(path, "addresses"), "must contain at least 1 address"))
         elif len(addresses) > 100 or not all(isinstance(a, str) for a in addresses):
             causes.append(invalid(at(path, "addresses"), addresses, "must be 1 to 100 address strings"))
-    for path, port in _maps(obj.get("ports"), "ports", causes):
+    for path, port in object_items(obj.get("ports"), "ports", causes):
         causes.extend(_port(port.get("port"), at(path, "port"), optional=True))
         causes.extend(_protocol(port, path))
         name = port.get("name")

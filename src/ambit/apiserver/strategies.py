@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ambit.apiserver import errors, validation
+from ambit.apiserver import errors, names, priority, validation
 from ambit.apiserver.registry import CRD_KEY, Registry, ResourceType, crd_is_established, resource_type_from_crd
 from ambit.apiserver.requests import JsonObject, rfc3339
 from ambit.apiserver.service_ips import ServiceIpAllocator
@@ -40,6 +40,10 @@ PODS = ("", "pods")
 SERVICES = ("", "services")
 SERVICE_ACCOUNTS = ("", "serviceaccounts")
 CONFIG_MAPS = ("", "configmaps")
+PRIORITY_CLASSES = ("scheduling.k8s.io", "priorityclasses")
+CONTROLLER_REVISIONS = ("apps", "controllerrevisions")
+DAEMON_SETS = ("apps", "daemonsets")
+TEMPLATE_GENERATION = "deprecated.daemonset.template.generation"
 
 Commit = Callable[[str, ResourceType, str, str, JsonObject], None]
 """Store an object and announce it: (event type, resource type, namespace, name, object)."""
@@ -162,10 +166,16 @@ def _new_meta(name: str, namespace: str, now: str) -> JsonObject:
 
 
 class PodStrategy(Strategy):
-    """Pods: status is the kubelet's from the start; a pod bound to a node is deleted gracefully."""
+    """Pods: status is the kubelet's from the start; a new pod's priority comes from its PriorityClass (the
+    Priority admission plugin, :mod:`priority`); a pod bound to a node is deleted gracefully."""
 
     def prepare_for_create(self, rtype: ResourceType, obj: JsonObject) -> None:
         """The status stays as sent."""
+
+    def derive(self, rtype: ResourceType, old: JsonObject | None, new: JsonObject) -> None:
+        if old is None:
+            classes = [item.obj for item in self.context.store.items(PRIORITY_CLASSES)]
+            priority.admit_pod(new, classes)
 
     def deletion_plan(self, obj: JsonObject, grace_period: int | None) -> DeletionPlan:
         spec = obj.get("spec") or {}
@@ -198,6 +208,62 @@ class ServiceStrategy(Strategy):
                     new_spec[key] = old_spec[key]
             if new_spec.get("clusterIP") != old_spec.get("clusterIP"):
                 raise errors.invalid("Service", new["metadata"]["name"], [("spec.clusterIP", "field is immutable")])
+
+
+class PriorityClassStrategy(Strategy):
+    """PriorityClasses: ``value`` and ``preemptionPolicy`` are fixed at create; at most one is the global default
+    (the Priority admission plugin's rules)."""
+
+    def prepare_for_update(self, rtype: ResourceType, old: JsonObject, new: JsonObject) -> None:
+        name = str(new["metadata"].get("name", ""))
+        causes = []
+        if new.get("value") != old.get("value"):
+            causes.append(names.forbidden("value", "may not be changed in an update."))
+        if new.get("preemptionPolicy", old.get("preemptionPolicy")) != old.get("preemptionPolicy"):
+            causes.append(names.invalid("preemptionPolicy", new.get("preemptionPolicy"), "field is immutable"))
+        if causes:
+            raise errors.invalid(rtype.kind, name, causes, rtype.group)
+
+    def derive(self, rtype: ResourceType, old: JsonObject | None, new: JsonObject) -> None:
+        if new.get("globalDefault") is not True:
+            return
+        name = str(new["metadata"].get("name", ""))
+        for item in self.context.store.items(PRIORITY_CLASSES):
+            other = str(item.obj["metadata"].get("name", ""))
+            if other != name and item.obj.get("globalDefault") is True:
+                raise errors.forbidden(
+                    f'priorityclasses.scheduling.k8s.io "{name}" is forbidden: PriorityClass {other} is already '
+                    "marked as default. Only one default can exist"
+                )
+
+
+class DaemonSetStrategy(Strategy):
+    """DaemonSets: the template generation (``deprecated.daemonset.template.generation``, apps/v1's form of
+    ``spec.templateGeneration``) is 1 on create and grows by one with each template change; clients cannot set
+    it."""
+
+    def derive(self, rtype: ResourceType, old: JsonObject | None, new: JsonObject) -> None:
+        generation = 1
+        if old is not None:
+            before = (old["metadata"].get("annotations") or {}).get(TEMPLATE_GENERATION, "1")
+            generation = int(before) if str(before).isdigit() else 1
+            if (old.get("spec") or {}).get("template") != (new.get("spec") or {}).get("template"):
+                generation += 1
+        annotations = new["metadata"].get("annotations")
+        if not isinstance(annotations, dict):
+            annotations = new["metadata"]["annotations"] = {}
+        annotations[TEMPLATE_GENERATION] = str(generation)
+
+
+class ControllerRevisionStrategy(Strategy):
+    """ControllerRevisions: ``data`` is immutable once created; ``revision`` may change (a rollback renumbers)."""
+
+    def prepare_for_update(self, rtype: ResourceType, old: JsonObject, new: JsonObject) -> None:
+        if new.get("data") != old.get("data"):
+            name = str(new["metadata"].get("name", ""))
+            raise errors.invalid(
+                rtype.kind, name, [names.invalid("data", new.get("data"), "field is immutable")], rtype.group
+            )
 
 
 class CrdStrategy(Strategy):
@@ -260,6 +326,9 @@ class StrategyTable:
             PODS: PodStrategy(context),
             SERVICES: ServiceStrategy(context, ServiceIpAllocator(context.store, service_cidr)),
             CRD_KEY: CrdStrategy(context),
+            PRIORITY_CLASSES: PriorityClassStrategy(context),
+            CONTROLLER_REVISIONS: ControllerRevisionStrategy(context),
+            DAEMON_SETS: DaemonSetStrategy(context),
         }
 
     def __getitem__(self, rtype: ResourceType) -> Strategy:

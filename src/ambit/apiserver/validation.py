@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ambit.apiserver import scheduling_validation as scheduling
 from ambit.apiserver import spec_validation as spec
 from ambit.apiserver.crd_validation import validate_crd
 from ambit.apiserver.names import (
@@ -39,6 +40,7 @@ from ambit.apiserver.names import (
     validate_annotations,
     validate_labels,
 )
+from ambit.apiserver.placement_validation import validate_node
 
 __all__ = ["NAME_RULES", "SPEC_RULES", "Cause", "generate_name", "name_rule", "validate_object"]
 
@@ -62,7 +64,11 @@ SPEC_RULES: dict[tuple[str, str], Callable[[Mapping[str, Any]], list[Cause]]] = 
     ("", "Secret"): spec.validate_secret,
     ("apps", "Deployment"): spec.validate_workload,
     ("apps", "ReplicaSet"): spec.validate_workload,
-    ("apps", "DaemonSet"): spec.validate_workload,
+    ("apps", "DaemonSet"): scheduling.validate_daemon_set,
+    ("apps", "ControllerRevision"): scheduling.validate_controller_revision,
+    ("scheduling.k8s.io", "PriorityClass"): scheduling.validate_priority_class,
+    ("policy", "PodDisruptionBudget"): scheduling.validate_pod_disruption_budget,
+    ("", "Node"): validate_node,
     ("apps", "StatefulSet"): spec.validate_workload,
     ("discovery.k8s.io", "EndpointSlice"): spec.validate_endpoint_slice,
     ("apiextensions.k8s.io", "CustomResourceDefinition"): validate_crd,

@@ -41,6 +41,7 @@ from ambit.apiserver.defaults import apply_defaults
 from ambit.apiserver.deletion import Deleter
 from ambit.apiserver.objects import apply_patch, check_body, merge_update, unchanged
 from ambit.apiserver.pod_security import PodSecuritySettings
+from ambit.apiserver.priority import builtin_classes
 from ambit.apiserver.registry import CRD_KEY, Registry, ResourceType, crd_is_established, resource_type_from_crd
 from ambit.apiserver.requests import (
     DeleteOptions,
@@ -309,8 +310,9 @@ class ResourceManager:
 
     # -- bootstrap ------------------------------------------------------------------------------------------
     async def bootstrap(self, crds: list[JsonObject], rbac: list[JsonObject] | None = None) -> None:
-        """System namespaces, the CRDs the mesh reads, and kube's default RBAC roles and bindings with ``rbac``
-        (the components' own); existing objects are left as they are, but for changed CRDs and roles."""
+        """System namespaces, the CRDs the mesh reads, kube's default RBAC roles and bindings with ``rbac`` (the
+        components' own), and the built-in PriorityClasses; existing objects are left as they are, but for changed
+        CRDs and roles."""
         admin = User("system:apiserver", groups=("system:masters",))
         ns_type = self.registry.find(*NAMESPACES)
         crd_type = self.registry.find(*CRD_KEY)
@@ -328,6 +330,8 @@ class ResourceManager:
                 body["metadata"]["resourceVersion"] = str(current.rv)
                 await self.update(crd_type, "v1", "", name, body, admin)
         for obj in self.rbac.bootstrap_objects(rbac or []):
+            await self._reconcile(obj, admin)
+        for obj in builtin_classes():
             await self._reconcile(obj, admin)
 
     async def _reconcile(self, obj: JsonObject, admin: User) -> None:

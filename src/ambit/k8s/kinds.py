@@ -77,6 +77,9 @@ LEASES = ResourceKind("coordination.k8s.io", "v1", "leases", "Lease")
 DEPLOYMENTS = ResourceKind("apps", "v1", "deployments", "Deployment")
 REPLICA_SETS = ResourceKind("apps", "v1", "replicasets", "ReplicaSet")
 DAEMON_SETS = ResourceKind("apps", "v1", "daemonsets", "DaemonSet")
+CONTROLLER_REVISIONS = ResourceKind("apps", "v1", "controllerrevisions", "ControllerRevision")
+PRIORITY_CLASSES = ResourceKind("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False)
+POD_DISRUPTION_BUDGETS = ResourceKind("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
 CUSTOM_RESOURCE_DEFINITIONS = ResourceKind(
     "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", namespaced=False
 )

@@ -1,18 +1,26 @@
-"""The lab's controllers: kube-scheduler and kube-controller-manager's Deployment, ReplicaSet, EndpointSlice
-and Endpoints controllers, simplified, in one process (``ambit lab up`` runs :func:`run_controllers`).
+"""The lab's controllers: kube-scheduler and kube-controller-manager's Deployment, ReplicaSet, DaemonSet,
+NoExecute taint eviction, EndpointSlice and Endpoints controllers, simplified, in one process (``ambit lab up``
+runs :func:`run_controllers`).
 
 Each controller is an informer-driven reconcile loop (:mod:`reconcile`): informer handlers only queue keys
 (``namespace/name``) on a de-duplicating work queue (:mod:`workqueue`); workers take a key, read the object and
 what it relates to from the shared caches, and write what differs. Failures are retried per key with back-off;
 one bad object is logged and reported with a Warning Event, and never stops the loop.
 
-Modules: ``scheduler`` and ``placement`` (binding pods to nodes), ``deployment`` and ``rollout`` (Deployments
-to ReplicaSets), ``replicaset`` and ``expectations`` (ReplicaSets to pods), ``endpointslice``, ``slicing``,
-``legacy_endpoints`` and ``endpoints`` (Services to EndpointSlices and Endpoints), ``ownership``, ``pods`` and
-``selectors`` (reading objects), ``manager`` and ``settings`` (running them together).
+Modules: ``scheduler`` and ``placement`` (binding pods to nodes: kube-scheduler's NodeUnschedulable, NodeName,
+TaintToleration and NodeAffinity filters), ``taint_manager`` and ``eviction`` (NoExecute taints), ``deployment``
+and ``rollout`` (Deployments to ReplicaSets), ``replicaset`` and ``expectations`` (ReplicaSets to pods),
+``daemonset``, ``daemon_rollout`` and ``revisions`` (DaemonSets to pods, with their ControllerRevision history),
+``endpointslice``, ``slicing``, ``legacy_endpoints`` and ``endpoints`` (Services to EndpointSlices and
+Endpoints), ``ownership``, ``pods`` and ``selectors`` (reading objects), ``manager`` and ``settings`` (running
+them together). Each pair splits as the style asks: a pure module of decisions, a thin reconciler.
 
-Not done: DaemonSets, StatefulSets, Jobs; scheduler taints, affinity and resources; Deployment progress
-deadlines and proportional scaling during a rollout; pod garbage collection (Failed pods stay).
+Not done: StatefulSets, Jobs; scheduler resources, inter-pod affinity, preferred affinity and scoring beyond the
+least-loaded node, preemption (pods get their priority, nothing acts on it); a node lifecycle controller (the
+scheduler treats a node that is not Ready as tainted ``not-ready:NoSchedule``, but nothing adds NoExecute taints
+to failed nodes); the PodDisruptionBudget (disruption) controller and the eviction API; DaemonSet failed-pod
+back-off and ``DaemonSet`` conditions; Deployment progress deadlines and proportional scaling during a rollout;
+pod garbage collection (Failed pods stay); per-controller RBAC roles (the controllers run as the lab's admin).
 
 Errors::
 

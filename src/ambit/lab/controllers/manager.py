@@ -15,6 +15,7 @@ import logging
 from types import TracebackType
 
 from ambit.k8s import EventRecorder, EventRecorderSettings, Informer, KubeClient, kinds
+from ambit.lab.controllers.daemonset import DaemonSetController
 from ambit.lab.controllers.deployment import DeploymentController
 from ambit.lab.controllers.endpointslice import EndpointSliceController
 from ambit.lab.controllers.legacy_endpoints import EndpointsController
@@ -23,6 +24,7 @@ from ambit.lab.controllers.replicaset import ReplicaSetController
 from ambit.lab.controllers.scheduler import Scheduler
 from ambit.lab.controllers.settings import ENDPOINTS, ControllerSettings, Informers
 from ambit.lab.controllers.slicing import CONTROLLER, MANAGED_BY
+from ambit.lab.controllers.taint_manager import TaintManager
 
 log = logging.getLogger("ambit.lab.controllers")
 
@@ -46,6 +48,8 @@ class ControllerManager:
             replicasets=informer(kinds.REPLICA_SETS),
             endpointslices=informer(kinds.ENDPOINT_SLICES, {MANAGED_BY: CONTROLLER}),
             endpoints=informer(ENDPOINTS),
+            daemonsets=informer(kinds.DAEMON_SETS),
+            controllerrevisions=informer(kinds.CONTROLLER_REVISIONS),
         )
         self.recorders: list[EventRecorder] = []
         self.controllers: dict[str, Reconciler] = {}
@@ -55,6 +59,9 @@ class ControllerManager:
         if s.workloads:
             self._add(DeploymentController(client, self.informers, self._recorder(DeploymentController.name), s))
             self._add(ReplicaSetController(client, self.informers, self._recorder(ReplicaSetController.name), s))
+            self._add(DaemonSetController(client, self.informers, self._recorder(DaemonSetController.name), s))
+        if s.taint_eviction:
+            self._add(TaintManager(client, self.informers, self._recorder(TaintManager.name), s), workers=1)
         if s.endpoints:
             self._add(EndpointSliceController(client, self.informers, self._recorder(EndpointSliceController.name), s))
             self._add(EndpointsController(client, self.informers, self._recorder(EndpointsController.name), s))

@@ -17,7 +17,9 @@ class ControllerSettings:
     scheduler: bool = True
     """Run the scheduler (binds pods to nodes)."""
     workloads: bool = True
-    """Run the Deployment and ReplicaSet controllers."""
+    """Run the Deployment, ReplicaSet and DaemonSet controllers."""
+    taint_eviction: bool = True
+    """Run the NoExecute taint manager (evicts pods that do not tolerate their node's NoExecute taints)."""
     endpoints: bool = True
     """Run the EndpointSlice and (legacy) Endpoints controllers."""
     workers: int = 2
@@ -39,7 +41,6 @@ class ControllerSettings:
     resync: float | None = 30.0
     """Seconds between resyncs, when every controller queues every object it is responsible for again, so that a
     missed event still converges (None: never)."""
-    """Seconds ``ControllerManager.start()`` waits for the informers' first lists."""
     informer: InformerSettings = field(default_factory=InformerSettings)
 
 
@@ -54,6 +55,8 @@ class Informers:
     replicasets: Informer
     endpointslices: Informer
     endpoints: Informer
+    daemonsets: Informer
+    controllerrevisions: Informer
 
     def all(self) -> list[Informer]:
         return [
@@ -64,4 +67,6 @@ class Informers:
             self.replicasets,
             self.endpointslices,
             self.endpoints,
+            self.daemonsets,
+            self.controllerrevisions,
         ]

@@ -1,0 +1,287 @@
+"""The DaemonSet controller: one pod per eligible node, rolled over by the update strategy, with its
+ControllerRevision history. Decisions are :mod:`daemon_rollout`'s and :mod:`revisions`'; this is the I/O.
+
+A reconcile, for one DaemonSet (nothing while it is being deleted: the garbage collector removes its pods and
+revisions):
+
+1. Claims pods in its namespace (:mod:`ownership`: adopt matching orphans, release pods that stopped matching).
+2. Sorts out its revisions (those it controls): deletes duplicates of the current one, creates the current one
+   when missing (``AlreadyExists`` with another template bumps ``status.collisionCount`` and retries), renumbers
+   it when it is not the newest. The current revision's hash is the ``controller-revision-hash`` of new pods.
+3. If its expectations (:mod:`expectations`) are satisfied: runs manage and, for RollingUpdate, the rolling
+   update step on the same snapshot, then creates and deletes pods (Events ``SuccessfulCreate``,
+   ``SuccessfulDelete``; ``FailedCreate`` on failure).
+4. Deletes old revisions beyond ``revisionHistoryLimit`` that no pod uses.
+5. Writes status (through the status subresource) when it changed; pods ready but not yet for
+   ``minReadySeconds`` make it look again when they become available.
+
+Every pod, node or revision change queues the DaemonSets it concerns: a pod's controller, every DaemonSet when a
+node's labels, taints, readiness or schedulability change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ambit.k8s import EventRecorder, KubeAlreadyExistsError, KubeClient, KubeClientError, KubeNotFoundError, kinds
+from ambit.lab.controllers import daemon_rollout, revisions
+from ambit.lab.controllers import pods as podstate
+from ambit.lab.controllers.expectations import Expectations
+from ambit.lab.controllers.ownership import (
+    Object,
+    adoption_patch,
+    claim,
+    controller_key,
+    is_controlled_by,
+    is_deleting,
+    key_of,
+    name_of,
+    release_patch,
+)
+from ambit.lab.controllers.reconcile import SyncError
+from ambit.lab.controllers.selectors import labels_of
+from ambit.lab.controllers.settings import ControllerSettings, Informers
+from ambit.lab.controllers.workqueue import Key, WorkQueue
+from ambit.model.labels import selector_matches
+
+log = logging.getLogger("ambit.lab.controllers.daemonset")
+
+
+def _node_inputs(node: Object) -> tuple[Any, ...]:
+    ready = (podstate.condition(node, "Ready") or {}).get("status")
+    return (node.get("spec"), labels_of(node), ready)
+
+
+class DaemonSetController:
+    name = "daemonset-controller"
+    failure_reason = "FailedSync"
+
+    def __init__(
+        self,
+        client: KubeClient,
+        informers: Informers,
+        recorder: EventRecorder,
+        settings: ControllerSettings,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.client = client
+        self.informers = informers
+        self.recorder = recorder
+        self.settings = settings
+        self.clock = clock
+        self.queue = WorkQueue(self.name, initial=settings.retry_initial, maximum=settings.retry_max)
+        self.expectations = Expectations(settings.expectations_timeout)
+        informers.daemonsets.add_handler(
+            on_add=self._enqueue, on_update=lambda old, new: self._enqueue(new), on_delete=self._ds_deleted
+        )
+        informers.pods.add_handler(on_add=self._pod_added, on_update=self._pod_updated, on_delete=self._pod_deleted)
+        informers.nodes.add_handler(on_add=self._all_changed, on_update=self._node_updated, on_delete=self._all_changed)
+        informers.controllerrevisions.add_handler(
+            on_add=self._owned_changed,
+            on_update=lambda old, new: self._owned_changed(new),
+            on_delete=self._owned_changed,
+        )
+
+    def find(self, key: Key) -> Object | None:
+        return self.informers.daemonsets.find(key[1], key[0])
+
+    def all_keys(self) -> list[Key]:
+        return [key_of(ds) for ds in self.informers.daemonsets.items()]
+
+    # -- events ---------------------------------------------------------------------------------------------
+    def _enqueue(self, ds: Object) -> None:
+        self.queue.add(key_of(ds))
+
+    def _ds_deleted(self, ds: Object) -> None:
+        self.expectations.forget(key_of(ds))
+
+    def _all_changed(self, _: Object) -> None:
+        for key in self.all_keys():
+            self.queue.add(key)
+
+    def _node_updated(self, old: Object, new: Object) -> None:
+        if _node_inputs(old) != _node_inputs(new):
+            self._all_changed(new)
+
+    def _owned_changed(self, obj: Object) -> None:
+        owner = controller_key(obj, "DaemonSet")
+        if owner is not None:
+            self.queue.add(owner)
+
+    def _enqueue_matching(self, pod: Object) -> None:
+        namespace, labels = key_of(pod)[0], labels_of(pod)
+        for ds in self.informers.daemonsets.items():
+            if key_of(ds)[0] == namespace and selector_matches((ds.get("spec") or {}).get("selector"), labels):
+                self.queue.add(key_of(ds))
+
+    def _pod_added(self, pod: Object) -> None:
+        if is_deleting(pod):
+            self._pod_deleted(pod)
+            return
+        owner = controller_key(pod, "DaemonSet")
+        if owner is None:
+            self._enqueue_matching(pod)
+            return
+        self.expectations.creation_observed(owner)
+        self.queue.add(owner)
+
+    def _pod_updated(self, old: Object, new: Object) -> None:
+        owner = controller_key(new, "DaemonSet")
+        if is_deleting(new) and not is_deleting(old) and owner is not None:
+            self.expectations.deletion_observed(owner, key_of(new))
+        old_owner = controller_key(old, "DaemonSet")
+        if old_owner is not None and old_owner != owner:
+            self.queue.add(old_owner)
+        if owner is not None:
+            self.queue.add(owner)
+        elif labels_of(old) != labels_of(new):
+            self._enqueue_matching(new)
+
+    def _pod_deleted(self, pod: Object) -> None:
+        owner = controller_key(pod, "DaemonSet")
+        if owner is not None:
+            self.expectations.deletion_observed(owner, key_of(pod))
+            self.queue.add(owner)
+
+    # -- reconcile ------------------------------------------------------------------------------------------
+    async def reconcile(self, key: Key) -> float | None:
+        ds = self.find(key)
+        if ds is None:
+            self.expectations.forget(key)
+            return None
+        if is_deleting(ds):
+            return None
+        namespace = key[0]
+        selector = (ds.get("spec") or {}).get("selector")
+        candidates = [p for p in self.informers.pods.items() if key_of(p)[0] == namespace]
+        claimed = claim(ds, candidates, lambda labels: selector_matches(selector, labels))
+        for pod in claimed.release:
+            await self.client.patch(kinds.PODS, name_of(pod), release_patch(pod, ds), namespace)
+        owned = list(claimed.owned)
+        for pod in claimed.adopt:
+            owned.append(await self.client.patch(kinds.PODS, name_of(pod), adoption_patch(pod, ds), namespace))
+        current, old = await self._sync_history(ds)
+        pod_hash = revisions.hash_of(current) or name_of(current)
+        nodes = self.informers.nodes.items()
+        by_node = daemon_rollout.by_node(owned)
+        now = self.clock()
+        if self.expectations.satisfied(key):
+            plan = daemon_rollout.manage(ds, nodes, by_node, pod_hash, now)
+            if daemon_rollout.strategy_type(ds) == "RollingUpdate":
+                step = daemon_rollout.rolling_update(ds, nodes, by_node, pod_hash, now)
+                plan.create_on.extend(n for n in step.create_on if n not in plan.create_on)
+                for pod in step.delete:
+                    plan.add_delete(pod)
+            await self._delete(key, ds, plan.delete)
+            await self._create(key, ds, plan.create_on, pod_hash)
+        live = {labels_of(p).get(revisions.HASH_LABEL, "") for p in owned} - {""}
+        for revision in revisions.to_prune(ds, old, live):
+            with contextlib.suppress(KubeNotFoundError):
+                await self.client.delete(kinds.CONTROLLER_REVISIONS, name_of(revision), namespace)
+        return await self._sync_status(ds, nodes, by_node, pod_hash, now)
+
+    async def _sync_history(self, ds: Object) -> tuple[Object, list[Object]]:
+        namespace = key_of(ds)[0]
+        owned = [
+            r
+            for r in self.informers.controllerrevisions.items()
+            if key_of(r)[0] == namespace and is_controlled_by(r, ds)
+        ]
+        history = revisions.sort_out(ds, owned)
+        for revision in [
+            r for r in history.old + ([history.current] if history.current else []) if not revisions.hash_of(r)
+        ]:
+            labels = {**labels_of(revision), revisions.HASH_LABEL: name_of(revision)}
+            await self.client.patch(
+                kinds.CONTROLLER_REVISIONS, name_of(revision), {"metadata": {"labels": labels}}, namespace
+            )
+        for duplicate in history.duplicates:
+            await self.client.delete(kinds.CONTROLLER_REVISIONS, name_of(duplicate), namespace)
+        current = history.current
+        if current is None:
+            current = await self._snapshot(ds, history.next_number)
+        elif revisions.number_of(current) < history.next_number:
+            patch = {"revision": history.next_number}
+            current = await self.client.patch(kinds.CONTROLLER_REVISIONS, name_of(current), patch, namespace)
+        return current, history.old
+
+    async def _snapshot(self, ds: Object, number: int) -> Object:
+        namespace = key_of(ds)[0]
+        body = revisions.new_revision(ds, number)
+        try:
+            return await self.client.create(kinds.CONTROLLER_REVISIONS, body, namespace)
+        except KubeAlreadyExistsError:
+            existing = await self.client.get(kinds.CONTROLLER_REVISIONS, body["metadata"]["name"], namespace)
+            if is_controlled_by(existing, ds) and revisions.matches(ds, existing):
+                return existing  # ours; the cache has not shown it yet
+            collisions = revisions.collision_count(ds) + 1
+            await self.client.patch_status(
+                kinds.DAEMON_SETS, name_of(ds), {"status": {"collisionCount": collisions}}, namespace
+            )
+            raise SyncError(
+                "FailedCreate",
+                f"controller revision {name_of(existing)} exists with another template; collisionCount now "
+                f"{collisions}",
+            ) from None
+
+    async def _create(self, key: Key, ds: Object, nodes: list[str], pod_hash: str) -> None:
+        if not nodes:
+            return
+        nodes = nodes[: self.settings.burst_replicas]
+        self.expectations.expect_creations(key, len(nodes))
+        results = await asyncio.gather(
+            *(self.client.create(kinds.PODS, daemon_rollout.new_pod(ds, n, pod_hash), key[0]) for n in nodes),
+            return_exceptions=True,
+        )
+        failure: BaseException | None = None
+        for result in results:
+            if isinstance(result, dict):
+                self.recorder.record(ds, "Normal", "SuccessfulCreate", f"Created pod: {name_of(result)}", "Create")
+            else:
+                self.expectations.creation_observed(key)
+                failure = failure or result
+        if failure is not None:
+            if not isinstance(failure, KubeClientError):
+                raise failure
+            raise SyncError("FailedCreate", f"Error creating: {failure}") from failure
+
+    async def _delete(self, key: Key, ds: Object, victims: list[Object]) -> None:
+        if not victims:
+            return
+        self.expectations.expect_deletions(key, [key_of(p) for p in victims])
+        results = await asyncio.gather(
+            *(self.client.delete(kinds.PODS, name_of(p), key[0]) for p in victims), return_exceptions=True
+        )
+        failure: BaseException | None = None
+        for pod, result in zip(victims, results, strict=True):
+            if isinstance(result, BaseException):
+                self.expectations.deletion_observed(key, key_of(pod))
+                if not isinstance(result, KubeNotFoundError):
+                    failure = failure or result
+            else:
+                self.recorder.record(ds, "Normal", "SuccessfulDelete", f"Deleted pod: {name_of(pod)}", "Delete")
+        if failure is not None:
+            if not isinstance(failure, KubeClientError):
+                raise failure
+            raise SyncError("FailedDelete", f"Error deleting: {failure}") from failure
+
+    async def _sync_status(
+        self, ds: Object, nodes: list[Object], by_node: dict[str, list[Object]], pod_hash: str, now: float
+    ) -> float | None:
+        status = daemon_rollout.daemon_status(ds, nodes, by_node, pod_hash, now)
+        current = ds.get("status") or {}
+        if any(current.get(k, 0) != v for k, v in status.items()):
+            namespace, name = key_of(ds)
+            await self.client.patch_status(kinds.DAEMON_SETS, name, {"status": status}, namespace)
+        min_ready = daemon_rollout.min_ready_seconds(ds)
+        waits = [
+            podstate.unavailable_for(p, min_ready, now) for pods in by_node.values() for p in pods if not is_deleting(p)
+        ]
+        pending = [w for w in waits if w]
+        return min(pending) + 0.05 if pending else None
