@@ -39,6 +39,11 @@ Rule 8. Limits: ``resources.limits.memory`` is the memory limit (bytes), ``limit
         of ``paths.unavailable`` controllers are left out (the shell logs which). A malformed quantity is a
         :class:`SecurityContextError` (kube's validation would have refused it).
 Rule 9. The process: ``argv``, ``env`` and ``cwd`` as given (``workingDir``, else ``/``); no terminal.
+Rule 10. Volumes (``paths.volume_mounts``, from :mod:`ambit.lab.runtime.volumes`) are bind mounts made after the
+        masks, so a volume whose directory is under a masked path (the lab's) is still reachable at its
+        ``mountPath``; parents before children (by depth of the destination). ``ro`` when read-only; their
+        propagation is ``rprivate``, ``rslave`` or ``rshared``, and the root's propagation becomes ``rshared``
+        or ``rslave`` when a mount needs it. A volume mounted at the service-account path replaces rule 4's.
 """
 
 from __future__ import annotations
@@ -127,6 +132,18 @@ class SecurityContextError(AmbitError):
 
 
 @dataclass(frozen=True, slots=True)
+class VolumeMount:
+    """A volume bound into a container (rule 10)."""
+
+    source: str
+    """The machine path (the volume's directory, or a sub-path of it)."""
+    destination: str
+    read_only: bool = False
+    propagation: str = "rprivate"
+    """``rprivate``, ``rslave`` or ``rshared``."""
+
+
+@dataclass(frozen=True, slots=True)
 class BundlePaths:
     """Where things are on this machine, for one container."""
 
@@ -144,6 +161,8 @@ class BundlePaths:
     pids_limit: int = 4096
     unavailable: frozenset[str] = field(default_factory=frozenset)
     """cgroup controllers this machine lacks (``memory``, ``cpu``, ``pids``)."""
+    volume_mounts: tuple[VolumeMount, ...] = ()
+    """The container's volumes (rule 10)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,6 +334,11 @@ def container_config(
     if not view.privileged:
         linux["maskedPaths"] = list(RUNC_MASKED_PATHS)
         linux["readonlyPaths"] = list(RUNC_READONLY_PATHS)
+    propagations = {m.propagation for m in paths.volume_mounts}
+    for needed in ("rshared", "rslave"):
+        if needed in propagations:
+            linux["rootfsPropagation"] = needed
+            break
     return {
         "ociVersion": OCI_VERSION,
         "process": {
@@ -373,7 +397,8 @@ def _mounts(pod: Mapping[str, Any], paths: BundlePaths, privileged: bool) -> lis
             mounts.append(_tmpfs(path, "mode=755", size="4k", readonly=True))
     for path in paths.revealed:
         mounts.append({"destination": path, "type": "bind", "source": path, "options": ["rbind", "rro"]})
-    if automounts_token(pod):
+    covered = any(m.destination == SERVICE_ACCOUNT_DIR for m in paths.volume_mounts)
+    if automounts_token(pod) and not covered:
         mounts.append(
             {
                 "destination": SERVICE_ACCOUNT_DIR,
@@ -382,6 +407,9 @@ def _mounts(pod: Mapping[str, Any], paths: BundlePaths, privileged: bool) -> lis
                 "options": ["rbind", "ro", "nosuid", "nodev", "noexec"],
             }
         )
+    for volume in sorted(paths.volume_mounts, key=lambda m: m.destination.count("/")):
+        options = ["rbind", "ro" if volume.read_only else "rw", volume.propagation]
+        mounts.append({"destination": volume.destination, "type": "bind", "source": volume.source, "options": options})
     return mounts
 
 
