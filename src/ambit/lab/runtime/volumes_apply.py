@@ -203,8 +203,11 @@ class PodVolumes:
             raise VolumeError(str(exc), retry=False) from None
         if mapping.base == self.layout.root:
             mapping.base.mkdir(parents=True, exist_ok=True)
-        base = Path(os.path.realpath(mapping.base))
-        resolved = Path(os.path.realpath(mapping.machine_path))
+        try:
+            base = Path(os.path.realpath(mapping.base))
+            resolved = Path(os.path.realpath(mapping.machine_path))
+        except OSError as exc:  # a link the runtime may not follow is refused like one that leads out
+            raise VolumeError(f"hostPath {volume.path} cannot be resolved: {exc.strerror}", retry=False) from None
         if resolved != base and base not in resolved.parents:
             raise VolumeError(f"hostPath {volume.path} leads outside the node's filesystem", retry=False)
         try:
