@@ -44,6 +44,13 @@ Rule 10. Volumes (``paths.volume_mounts``, from :mod:`ambit.lab.runtime.volumes`
         ``mountPath``; parents before children (by depth of the destination). ``ro`` when read-only; their
         propagation is ``rprivate``, ``rslave`` or ``rshared``, and the root's propagation becomes ``rshared``
         or ``rslave`` when a mount needs it. A volume mounted at the service-account path replaces rule 4's.
+Rule 11. Mount points: a ``mountPath`` the host's read-only root lacks (``/host/opt/cni/bin``) cannot be made in
+        it. Each directory of ``paths.mount_point_dirs`` (the deepest existing ancestor of such a path, found by
+        the shell) becomes a container-private tmpfs with each of the host's entries of that directory bound back
+        read-only (following links: ``/bin`` is then the host's ``/usr/bin``), so runc can make the mount point
+        there. For ``/`` the tmpfs is the root itself (read-only once runc is done) and the entries rule 2 mounts
+        anyway (``proc``, ``dev``, ``sys``, ``tmp``, ``run``, ``root``) are left out; parents come before children,
+        all before the masks.
 """
 
 from __future__ import annotations
@@ -144,6 +151,14 @@ class VolumeMount:
 
 
 @dataclass(frozen=True, slots=True)
+class MountPointDir:
+    """A host directory rebuilt as a tmpfs for mount points (rule 11): its entries, and which are directories."""
+
+    path: str
+    entries: tuple[tuple[str, bool], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class BundlePaths:
     """Where things are on this machine, for one container."""
 
@@ -163,6 +178,8 @@ class BundlePaths:
     """cgroup controllers this machine lacks (``memory``, ``cpu``, ``pids``)."""
     volume_mounts: tuple[VolumeMount, ...] = ()
     """The container's volumes (rule 10)."""
+    mount_point_dirs: tuple[MountPointDir, ...] = ()
+    """Host directories rebuilt so that volumes' mount points can be made (rule 11)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -365,6 +382,7 @@ def _mounts(pod: Mapping[str, Any], paths: BundlePaths, privileged: bool) -> lis
         sys_mount = {"destination": "/sys", "type": "bind", "source": "/sys", "options": options}
     mounts: list[dict[str, Any]] = [
         {"destination": "/", "type": "bind", "source": "/", "options": ["rbind", "rro"]},
+        *_mount_point_mounts(paths.mount_point_dirs),
         {"destination": "/proc", "type": "proc", "source": "proc"},
         {
             "destination": "/dev",
@@ -407,9 +425,33 @@ def _mounts(pod: Mapping[str, Any], paths: BundlePaths, privileged: bool) -> lis
                 "options": ["rbind", "ro", "nosuid", "nodev", "noexec"],
             }
         )
+    if any(d.path == "/" for d in paths.mount_point_dirs):
+        mounts.pop(0)  # rule 11: the root is a tmpfs with the host's entries bound back
     for volume in sorted(paths.volume_mounts, key=lambda m: m.destination.count("/")):
         options = ["rbind", "ro" if volume.read_only else "rw", volume.propagation]
         mounts.append({"destination": volume.destination, "type": "bind", "source": volume.source, "options": options})
+    return mounts
+
+
+ROOT_MOUNTED = frozenset({"proc", "dev", "sys", "tmp", "run", "root"})
+"""Entries of ``/`` that rule 2 mounts itself (rule 11 leaves them out)."""
+
+
+def _mount_point_mounts(dirs: Sequence[MountPointDir]) -> list[dict[str, Any]]:
+    """Rule 11."""
+    mounts: list[dict[str, Any]] = []
+    for rebuilt in sorted(dirs, key=lambda d: (d.path != "/", d.path.count("/"), d.path)):
+        base = rebuilt.path.rstrip("/")
+        if base:
+            mounts.append(_tmpfs(rebuilt.path, "mode=755", size="1m"))
+        else:  # the root itself: replaces the plain bind of "/"
+            mounts = [{"destination": "/", "type": "tmpfs", "source": "tmpfs", "options": ["mode=755", "size=1m"]}]
+        for name, is_dir in rebuilt.entries:
+            if not base and name in ROOT_MOUNTED:
+                continue
+            options = ["rbind", "rro"] if is_dir else ["bind", "ro"]
+            path = f"{base}/{name}"
+            mounts.append({"destination": path, "type": "bind", "source": path, "options": options})
     return mounts
 
 

@@ -85,7 +85,7 @@ from ambit.lab.runtime.pod_status import MANAGED_STATUS, PodView, pod_status, sa
 from ambit.lab.runtime.probes import ProbeTarget
 from ambit.lab.runtime.processes import ProcessHandle, container_argv, find_process, pids_in_netns, reap, stop_process
 from ambit.lab.runtime.volumes import VolumeError, container_mounts
-from ambit.lab.runtime.volumes_apply import PodVolumes, remove_volumes, resolve_mounts
+from ambit.lab.runtime.volumes_apply import PodVolumes, mount_point_dirs, remove_volumes, resolve_mounts
 
 ROOT_CA_CONFIG_MAP = "kube-root-ca.crt"
 
@@ -650,7 +650,9 @@ class PodWorker:
                 container, self.volumes.sources, privileged=privileged, expand=lambda text: expand(text, env)
             )
             paths = containers.bundle_paths(cid, netns_path, self.service_account_dir)
-            paths = dataclasses.replace(paths, volume_mounts=resolve_mounts(plans))
+            mounts = resolve_mounts(plans)
+            rebuilt = mount_point_dirs([m.destination for m in mounts])
+            paths = dataclasses.replace(paths, volume_mounts=mounts, mount_point_dirs=rebuilt)
             config = container_config(self.pod, container, ProcessSpec((*command_line, *args), env, working_dir), paths)
         except (SecurityContextError, VolumeError) as exc:
             retry = isinstance(exc, VolumeError) and exc.retry

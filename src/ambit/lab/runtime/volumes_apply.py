@@ -21,6 +21,10 @@ Rules:
    the mapped path, with its symbolic links resolved, must stay under the mapping's base, else the volume is
    refused: a link a pod planted cannot lead another pod to the lab's state, keys or tokens. The ``type`` check
    runs on the resolved path; the resolved path is what is mounted.
+4. Mount points (rule 11 of :mod:`ambit.lab.runtime.oci_spec`): for a ``mountPath`` that the machine's root
+   lacks, outside the containers' private directories, the deepest existing ancestor is listed so it can be
+   rebuilt in the container. Entries that are dangling links, or links into a private directory (``/var/run``),
+   are left out: binding them would show the machine's ``/run`` instead of the container's own.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from ambit.k8s import KubeClient, kinds
 from ambit.k8s.errors import KubeClientError, KubeNotFoundError
 from ambit.lab.network.topology import HostPathError, HostPathLayout
 from ambit.lab.runtime.containers import parse_rfc3339
-from ambit.lab.runtime.oci_spec import VolumeMount
+from ambit.lab.runtime.oci_spec import PRIVATE_DIRS, MountPointDir, VolumeMount
 from ambit.lab.runtime.volumes import (
     PLUGIN_DIRS,
     EmptyDirVolume,
@@ -244,6 +248,33 @@ def resolve_mounts(plans: tuple[MountPlan, ...]) -> tuple[VolumeMount, ...]:
         m = plan.mount
         mounts.append(VolumeMount(str(source), m.destination, m.read_only, m.propagation))
     return tuple(mounts)
+
+
+def mount_point_dirs(destinations: list[str], private: tuple[str, ...] = PRIVATE_DIRS) -> tuple[MountPointDir, ...]:
+    """Rule 4."""
+
+    def is_private(path: str) -> bool:
+        return any(path == p or path.startswith(p + "/") for p in private)
+
+    found: dict[str, MountPointDir] = {}
+    for destination in destinations:
+        real = os.path.realpath(destination)
+        if is_private(real) or os.path.lexists(real):
+            continue
+        ancestor = Path(real).parent
+        while not ancestor.is_dir():
+            ancestor = ancestor.parent
+        if is_private(str(ancestor)) or str(ancestor) in found:
+            continue
+        entries: list[tuple[str, bool]] = []
+        with os.scandir(ancestor) as listing:
+            for entry in listing:
+                target = os.path.realpath(entry.path)
+                if not os.path.exists(target) or (entry.is_symlink() and is_private(target)):
+                    continue
+                entries.append((entry.name, os.path.isdir(target)))
+        found[str(ancestor)] = MountPointDir(str(ancestor), tuple(sorted(entries)))
+    return tuple(found.values())
 
 
 # -- the AtomicWriter (rule 2) ------------------------------------------------------------------------------------
