@@ -11,7 +11,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ambit.lab.network.topology import HostPathError, HostPathLayout
-from ambit.lab.runtime.oci_spec import SERVICE_ACCOUNT_DIR, BundlePaths, ProcessSpec, VolumeMount, container_config
+from ambit.lab.runtime.oci_spec import (
+    SERVICE_ACCOUNT_DIR,
+    BundlePaths,
+    MountPointDir,
+    ProcessSpec,
+    VolumeMount,
+    container_config,
+)
 from ambit.lab.runtime.volumes import (
     DownwardSource,
     EmptyDirVolume,
@@ -339,3 +346,28 @@ def test_volumes_are_bound_after_the_masks_parents_first_and_may_replace_the_tok
     sa = next(m for m in config["mounts"] if m["destination"] == SERVICE_ACCOUNT_DIR)
     assert sa["source"] == "/lab/v/sa" and "ro" in sa["options"]
     assert "rootfsPropagation" not in config["linux"]
+
+
+def test_a_missing_mount_point_rebuilds_its_directory_as_a_tmpfs_of_bound_entries() -> None:
+    rebuilt = (
+        MountPointDir("/etc", (("hosts", False), ("ssl", True))),
+        MountPointDir("/", (("bin", True), ("etc", True), ("proc", True), ("usr", True))),
+    )
+    mounts = (VolumeMount("/lab/v/cfg", "/etc/app", True), VolumeMount("/lab/v/bin", "/host/opt/cni/bin", True))
+    paths = BundlePaths(
+        "c", "/run/netns/p", "/sa", "/ab", masked=("/etc/ssl",), volume_mounts=mounts, mount_point_dirs=rebuilt
+    )
+    config = container_config({"metadata": {"name": "p"}, "spec": {}}, {"name": "a"}, ProcessSpec(("x",), {}), paths)
+    shown = [(m["destination"], m["type"], tuple(m.get("options") or ())) for m in config["mounts"]]
+    assert shown[0] == ("/", "tmpfs", ("mode=755", "size=1m"))
+    assert shown[1:4] == [
+        ("/bin", "bind", ("rbind", "rro")),
+        ("/etc", "bind", ("rbind", "rro")),
+        ("/usr", "bind", ("rbind", "rro")),
+    ]
+    assert shown[4][:2] == ("/etc", "tmpfs")
+    assert shown[5:7] == [("/etc/hosts", "bind", ("bind", "ro")), ("/etc/ssl", "bind", ("rbind", "rro"))]
+    destinations = [d for d, _, _ in shown]
+    assert destinations.index("/etc/ssl") < len(destinations) - 1 - destinations[::-1].index("/etc/ssl")  # masked after
+    assert destinations.index("/proc") > 6 and config["root"]["readonly"] is True
+    assert destinations[-2:] == ["/etc/app", "/host/opt/cni/bin"]
