@@ -23,6 +23,7 @@ from tests.harness import free_port
 from ambit.apiserver.server import ApiServer
 from ambit.cni.errors import TryAgainLaterError
 from ambit.k8s import InformerSettings, KubeClient, KubeNotFoundError, kinds
+from ambit.k8s.errors import KubeClientError
 from ambit.lab.network.plugins import CniInvocationError
 from ambit.lab.runtime.containers_apply import ProcessRuntime
 from ambit.lab.runtime.kubelet import NodeRuntime, NodeRuntimeSettings
@@ -104,6 +105,7 @@ def settings(tmp_path: Path, apiserver: ApiServer) -> NodeRuntimeSettings:
         restart_backoff_max=0.4,
         config_retry=0.2,
         minimum_grace_seconds=0.5,
+        volume_resync_seconds=0.2,
         informer=InformerSettings(backoff_initial=0.05, backoff_max=0.2, watch_timeout=30),
     )
 
@@ -615,6 +617,142 @@ async def test_pods_deleted_while_the_runtime_was_away_are_cleaned_up(
     await until(lambda: uid in sandboxes.destroyed)
     assert not (settings.pods_dir / uid / "runtime.json").exists()
     assert (settings.pods_dir / uid / "app.log").exists()  # logs are kept
+
+
+# -- volumes ------------------------------------------------------------------------------------------------------
+def volume_dir(settings: NodeRuntimeSettings, uid: str, plugin: str, name: str) -> Path:
+    return settings.pods_dir / uid / "volumes" / f"kubernetes.io~{plugin}" / name
+
+
+async def running_pod(kube: KubeClient, name: str) -> dict[str, Any]:
+    async def running() -> dict[str, Any] | None:
+        pod = await get_pod(kube, name)
+        return pod if pod and pod["status"].get("phase") == "Running" else None
+
+    found: dict[str, Any] = await eventually(running)
+    return found
+
+
+async def test_volumes_are_written_as_kubelet_s_atomic_writer_and_follow_their_config_map(
+    kube: KubeClient, start_runtime: Start, settings: NodeRuntimeSettings
+) -> None:
+    await start_runtime()
+    await kube.create(kinds.CONFIG_MAPS, {"metadata": {"name": "app", "namespace": NS}, "data": {"color": "blue"}})
+    await kube.create(kinds.SECRETS, {"metadata": {"name": "db", "namespace": NS}, "data": {"pw": "aHVudGVyMg=="}})
+    volumes = [
+        {"name": "cfg", "configMap": {"name": "app"}},
+        {"name": "creds", "secret": {"secretName": "db", "defaultMode": 0o400}},
+        {"name": "scratch", "emptyDir": {}},
+        {"name": "info", "downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
+        {
+            "name": "mesh",
+            "projected": {
+                "sources": [
+                    {"serviceAccountToken": {"audience": "istio-ca", "path": "istio-token", "expirationSeconds": 600}},
+                    {"configMap": {"name": "app", "items": [{"key": "color", "path": "conf/color"}]}},
+                ]
+            },
+        },
+    ]
+    manifest = pod_manifest("vols", container("app", POLITE), volumes=volumes)
+    manifest["metadata"]["labels"] = {"app": "vols"}
+    uid = (await kube.create(kinds.PODS, manifest))["metadata"]["uid"]
+    await running_pod(kube, "vols")
+
+    cfg = volume_dir(settings, uid, "configmap", "cfg")
+    assert (cfg / "color").read_text() == "blue"
+    assert os.readlink(cfg / "color") == "..data/color"
+    first = os.readlink(cfg / "..data")
+    assert first.startswith("..") and (cfg / first).is_dir()
+    creds = volume_dir(settings, uid, "secret", "creds") / "pw"
+    assert creds.read_text() == "hunter2" and stat.S_IMODE(creds.stat().st_mode) == 0o400
+    assert stat.S_IMODE(volume_dir(settings, uid, "empty-dir", "scratch").stat().st_mode) == 0o777
+    assert (volume_dir(settings, uid, "downward-api", "info") / "labels").read_text() == 'app="vols"'
+    mesh = volume_dir(settings, uid, "projected", "mesh")
+    assert (mesh / "conf" / "color").read_text() == "blue"
+    review = await kube.token_review((mesh / "istio-token").read_text(), ["istio-ca"])
+    assert review["status"]["authenticated"]
+    assert review["status"]["user"]["username"] == "system:serviceaccount:default:default"
+    assert stat.S_IMODE((settings.pods_dir / uid).stat().st_mode) == 0o700
+
+    await kube.patch(kinds.CONFIG_MAPS, "app", {"data": {"color": "green"}}, NS)
+    await kube.patch(kinds.PODS, "vols", {"metadata": {"labels": {"app": "vols", "v": "2"}}}, NS)
+    await until(lambda: (cfg / "color").read_text() == "green")
+    await until(lambda: (mesh / "conf" / "color").read_text() == "green")
+    labels = volume_dir(settings, uid, "downward-api", "info") / "labels"
+    await until(lambda: labels.read_text() == 'app="vols"\nv="2"')
+    assert os.readlink(cfg / "..data") != first and not (cfg / first).exists()  # the old files are gone
+    assert sorted(p.name for p in cfg.iterdir() if not p.name.startswith("..")) == ["color"]
+
+    await kube.delete(kinds.PODS, "vols", NS)
+    await until(lambda: not (settings.pods_dir / uid / "volumes").exists())
+
+
+async def test_a_missing_config_map_is_a_failed_mount_until_it_appears(kube: KubeClient, start_runtime: Start) -> None:
+    await start_runtime()
+    volumes = [{"name": "cfg", "configMap": {"name": "later"}}]
+    await kube.create(kinds.PODS, pod_manifest("waits", container("app", POLITE), volumes=volumes))
+    failed = await eventually(lambda: events(kube, "FailedMount"))
+    assert failed[0]["note"] == 'MountVolume.SetUp failed for volume "cfg" : configmap "later" not found'
+    pod = await get_pod(kube, "waits")
+    assert pod is not None and pod["status"]["phase"] == "Pending"
+    assert container_state(pod)["state"]["waiting"]["reason"] == "ContainerCreating"
+    await kube.create(kinds.CONFIG_MAPS, {"metadata": {"name": "later", "namespace": NS}, "data": {"k": "v"}})
+    await running_pod(kube, "waits")
+
+
+async def test_host_paths_are_checked_by_type_and_confined_to_the_node_s_tree(
+    kube: KubeClient, start_runtime: Start, settings: NodeRuntimeSettings, tmp_path: Path
+) -> None:
+    await start_runtime()
+    await kube.patch(kinds.NAMESPACES, NS, {"metadata": {"labels": {PRIVILEGED: "privileged"}}})
+    node_root = tmp_path / "nodes" / "node-1" / "root"
+    volumes = [
+        {"name": "bin", "hostPath": {"path": "/opt/cni/bin", "type": "DirectoryOrCreate"}},
+        {"name": "sock", "hostPath": {"path": "/agent.sock", "type": "FileOrCreate"}},  # kube makes no parents
+        {"name": "proc", "hostPath": {"path": "/proc", "type": "Directory"}},
+    ]
+    await kube.create(kinds.PODS, pod_manifest("hosty", container("app", POLITE), volumes=volumes))
+    await running_pod(kube, "hosty")
+    assert (tmp_path / "nodes" / "node-1" / "cni" / "bin").is_dir()
+    assert (node_root / "agent.sock").is_file()
+
+    missing = [{"name": "gone", "hostPath": {"path": "/etc/not-there", "type": "Directory"}}]
+    await kube.create(kinds.PODS, pod_manifest("missing", container("app", POLITE), volumes=missing))
+    (node_root / "escape").symlink_to(tmp_path / "apiserver")  # a link a pod planted, towards the lab's state
+    escape = [{"name": "state", "hostPath": {"path": "/escape"}}]
+    await kube.create(kinds.PODS, pod_manifest("escaper", container("app", POLITE), volumes=escape))
+    proc_escape = [{"name": "root", "hostPath": {"path": "/proc/self/root"}}]
+    await kube.create(kinds.PODS, pod_manifest("procker", container("app", POLITE), volumes=proc_escape))
+
+    async def notes() -> set[str] | None:
+        found = {e["note"] for e in await events(kube, "FailedMount")}
+        return found if len(found) >= 3 else None
+
+    found = await eventually(notes)
+    assert (
+        'MountVolume.SetUp failed for volume "gone" : hostPath type check failed: /etc/not-there is not a directory'
+        in found
+    )
+    assert (
+        'MountVolume.SetUp failed for volume "state" : hostPath /escape leads outside the node\'s filesystem' in found
+    )
+    assert (
+        'MountVolume.SetUp failed for volume "root" : hostPath /proc/self/root leads outside the node\'s filesystem'
+        in found
+    )
+    for name in ("missing", "escaper", "procker"):
+        pod = await get_pod(kube, name)
+        assert pod is not None and pod["status"]["phase"] == "Pending"
+
+
+async def test_pod_security_refuses_a_host_path_below_privileged(kube: KubeClient) -> None:
+    volumes = [{"name": "bin", "hostPath": {"path": "/opt/cni/bin"}}]
+    await kube.patch(kinds.NAMESPACES, NS, {"metadata": {"labels": {PRIVILEGED: "baseline"}}})
+    with pytest.raises(KubeClientError, match="hostPath volumes"):
+        await kube.create(kinds.PODS, pod_manifest("refused", container("app", POLITE), volumes=volumes))
+    await kube.patch(kinds.NAMESPACES, NS, {"metadata": {"labels": {PRIVILEGED: "privileged"}}})
+    await kube.create(kinds.PODS, pod_manifest("admitted", container("app", POLITE), volumes=volumes))
 
 
 # -- probes from the node -----------------------------------------------------------------------------------------

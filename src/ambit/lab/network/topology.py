@@ -26,10 +26,12 @@ Files under the lab directory::
     nodes/<node>/cni/bin/    the node's CNI plugin directory (links to the standard plugins)
     nodes/<node>/ipam/       host-local's data directory
     nodes/<node>/runtime.log the node runtime's log
+    nodes/<node>/root/       the node's own filesystem for hostPath volumes (:class:`HostPathLayout`)
     pods/<uid>/serviceaccount/  token, ca.crt, namespace: bound read-only into the pod's containers at
                              /var/run/secrets/kubernetes.io/serviceaccount (AMBIT_TOKEN_FILE names the token)
     runc/                    runc's state (``--root``) for the lab's containers
     containers/<id>/         each container's OCI bundle (config.json, an empty rootfs, runc.log)
+    pods/<uid>/volumes/<plugin>/<name>/  the pod's volumes (emptyDir, configMap, secret, downwardAPI, projected)
     pods/<uid>/<container>.log
     logs/                    the API server's and the controllers' logs
     mesh/workloads.yaml      with the mesh: workloads and services for the node proxies (the controllers write it)
@@ -63,6 +65,69 @@ class NodeAddresses:
     pod_gateway: str  # 198.18.1.1
     netns: str  # ab1f2e-node-1
     root_link: str  # ab1f2e-n1 (root end of the veth; the node end is eth0)
+
+
+REAL_HOST_PATHS = ("/proc", "/sys", "/dev")
+"""hostPath prefixes that are the machine's own: a node is a network namespace, not a machine."""
+NETNS_HOST_PATHS = ("/var/run/netns", "/run/netns")
+"""Network namespaces are machine-wide: both names are the machine's ``/run/netns``."""
+
+
+class HostPathError(ValueError):
+    """A hostPath that names no path of a node (relative, or with ``..``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HostPathMapping:
+    """Where a node's host path is on this machine."""
+
+    machine_path: Path
+    base: Path
+    """The machine directory the mapping is confined to: the resolved path must stay under it (a symbolic link
+    that leads out of it is refused by the runtime)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HostPathLayout:
+    """A node's filesystem as hostPath volumes see it (pure: no I/O).
+
+    Rules, the first that matches wins (``path`` is absolute and normalised; ``..`` is refused):
+
+    1. ``/opt/cni/bin`` and ``/etc/cni/net.d`` (and below) are the node's CNI plugin and configuration dirs.
+    2. ``/var/run/netns`` and ``/run/netns`` (and below) are the machine's ``/run/netns``.
+    3. ``/proc``, ``/sys`` and ``/dev`` (and below) are the machine's own.
+    4. Anything else is ``nodes/<node>/root/<path>``: a node's private tree, never the machine's or the lab's
+       files (the lab's state, keys and tokens cannot be named).
+    """
+
+    lab_dir: Path
+    node: str
+
+    @property
+    def root(self) -> Path:
+        return self.lab_dir / "nodes" / self.node / "root"
+
+    def map(self, path: str) -> HostPathMapping:
+        """Rules 1 to 4; :class:`HostPathError` for a path that is not absolute or holds ``..``."""
+        if not path.startswith("/"):
+            raise HostPathError(f"hostPath {path!r} must be an absolute path")
+        parts = [p for p in path.split("/") if p and p != "."]
+        if ".." in parts:
+            raise HostPathError(f"hostPath {path!r} must not contain '..'")
+        clean = "/" + "/".join(parts)
+        node_dir = self.lab_dir / "nodes" / self.node
+        bases: list[tuple[str, Path]] = [
+            ("/opt/cni/bin", node_dir / "cni" / "bin"),
+            ("/etc/cni/net.d", node_dir / "cni" / "net.d"),
+            *((prefix, Path("/run/netns")) for prefix in NETNS_HOST_PATHS),
+            *((prefix, Path(prefix)) for prefix in REAL_HOST_PATHS),
+        ]
+        for prefix, base in bases:
+            if clean == prefix or clean.startswith(prefix + "/"):
+                rest = clean[len(prefix) :].lstrip("/")
+                return HostPathMapping(base / rest if rest else base, base)
+        rest = clean.lstrip("/")
+        return HostPathMapping(self.root / rest if rest else self.root, self.root)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +203,10 @@ class Topology:
 
     def cni_bin_dir(self, node: str) -> Path:
         return self.node_dir(node) / "cni" / "bin"
+
+    def host_paths(self, node: str) -> HostPathLayout:
+        """The node's filesystem for hostPath volumes."""
+        return HostPathLayout(self.path, node)
 
     def pod_dir(self, pod_uid: str) -> Path:
         return self.path / "pods" / pod_uid

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 from ambit.k8s import EventRecorder, EventRecorderSettings, Informer, InformerSettings, KubeClient, kinds
 from ambit.k8s.errors import KubeAlreadyExistsError, KubeClientError, KubeNotFoundError
 from ambit.k8s.events import micro_time
-from ambit.lab.network.topology import API_PORT, BRIDGE_ADDRESS, Topology
+from ambit.lab.network.topology import API_PORT, BRIDGE_ADDRESS, HostPathLayout, Topology
 from ambit.lab.runtime.containers import parse_rfc3339
 from ambit.lab.runtime.containers_apply import ContainerRuntime, EventType
 from ambit.lab.runtime.node_status import HostInfo, node_manifest, node_status
@@ -101,6 +101,11 @@ class NodeRuntimeSettings:
     """Seconds before retrying a container whose ConfigMap or Secret reference could not be resolved."""
     token_expiration_seconds: int = 3600
     token_refresh_fraction: float = 0.8
+    volume_resync_seconds: float = 10.0
+    """Seconds between refreshes of a running pod's configMap, secret, downwardAPI and projected volumes."""
+    host_paths: HostPathLayout | None = None
+    """The node's filesystem for hostPath volumes; None: ``<pods_dir>/../nodes/<node>/root`` and the real
+    ``/proc``, ``/sys``, ``/dev``, ``/run/netns``."""
     minimum_grace_seconds: float = 2.0
     """The kubelet's floor on termination grace periods (a force deletion still gets this long)."""
     informer: InformerSettings = field(default_factory=InformerSettings)
@@ -111,7 +116,11 @@ class NodeRuntimeSettings:
         if node is None:
             raise ValueError(f"the lab has no node {node_name!r}")
         base = cls(node.name, node.address, node.pod_cidr, topology.path / "pods")
-        return dataclasses.replace(base, **overrides)
+        return dataclasses.replace(base, host_paths=topology.host_paths(node.name), **overrides)
+
+    @property
+    def host_path_layout(self) -> HostPathLayout:
+        return self.host_paths or HostPathLayout(self.pods_dir.parent, self.node_name)
 
 
 _ACTIONS = {
@@ -123,6 +132,7 @@ _ACTIONS = {
     "FailedCreatePodSandBox": "CreatePodSandbox",
     "FailedKillPod": "KillPodSandbox",
     "FailedMount": "MountVolume",
+    "SuccessfulMountVolume": "MountVolume",
 }
 
 

@@ -39,6 +39,18 @@ Rule 8. Limits: ``resources.limits.memory`` is the memory limit (bytes), ``limit
         of ``paths.unavailable`` controllers are left out (the shell logs which). A malformed quantity is a
         :class:`SecurityContextError` (kube's validation would have refused it).
 Rule 9. The process: ``argv``, ``env`` and ``cwd`` as given (``workingDir``, else ``/``); no terminal.
+Rule 10. Volumes (``paths.volume_mounts``, from :mod:`ambit.lab.runtime.volumes`) are bind mounts made after the
+        masks, so a volume whose directory is under a masked path (the lab's) is still reachable at its
+        ``mountPath``; parents before children (by depth of the destination). ``ro`` when read-only; their
+        propagation is ``rprivate``, ``rslave`` or ``rshared``, and the root's propagation becomes ``rshared``
+        or ``rslave`` when a mount needs it. A volume mounted at the service-account path replaces rule 4's.
+Rule 11. Mount points: a ``mountPath`` the host's read-only root lacks (``/host/opt/cni/bin``) cannot be made in
+        it. Each directory of ``paths.mount_point_dirs`` (the deepest existing ancestor of such a path, found by
+        the shell) becomes a container-private tmpfs with each of the host's entries of that directory bound back
+        read-only (following links: ``/bin`` is then the host's ``/usr/bin``), so runc can make the mount point
+        there. For ``/`` the tmpfs is the root itself (read-only once runc is done) and the entries rule 2 mounts
+        anyway (``proc``, ``dev``, ``sys``, ``tmp``, ``run``, ``root``) are left out; parents come before children,
+        all before the masks.
 """
 
 from __future__ import annotations
@@ -127,6 +139,26 @@ class SecurityContextError(AmbitError):
 
 
 @dataclass(frozen=True, slots=True)
+class VolumeMount:
+    """A volume bound into a container (rule 10)."""
+
+    source: str
+    """The machine path (the volume's directory, or a sub-path of it)."""
+    destination: str
+    read_only: bool = False
+    propagation: str = "rprivate"
+    """``rprivate``, ``rslave`` or ``rshared``."""
+
+
+@dataclass(frozen=True, slots=True)
+class MountPointDir:
+    """A host directory rebuilt as a tmpfs for mount points (rule 11): its entries, and which are directories."""
+
+    path: str
+    entries: tuple[tuple[str, bool], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class BundlePaths:
     """Where things are on this machine, for one container."""
 
@@ -144,6 +176,10 @@ class BundlePaths:
     pids_limit: int = 4096
     unavailable: frozenset[str] = field(default_factory=frozenset)
     """cgroup controllers this machine lacks (``memory``, ``cpu``, ``pids``)."""
+    volume_mounts: tuple[VolumeMount, ...] = ()
+    """The container's volumes (rule 10)."""
+    mount_point_dirs: tuple[MountPointDir, ...] = ()
+    """Host directories rebuilt so that volumes' mount points can be made (rule 11)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,6 +351,11 @@ def container_config(
     if not view.privileged:
         linux["maskedPaths"] = list(RUNC_MASKED_PATHS)
         linux["readonlyPaths"] = list(RUNC_READONLY_PATHS)
+    propagations = {m.propagation for m in paths.volume_mounts}
+    for needed in ("rshared", "rslave"):
+        if needed in propagations:
+            linux["rootfsPropagation"] = needed
+            break
     return {
         "ociVersion": OCI_VERSION,
         "process": {
@@ -341,6 +382,7 @@ def _mounts(pod: Mapping[str, Any], paths: BundlePaths, privileged: bool) -> lis
         sys_mount = {"destination": "/sys", "type": "bind", "source": "/sys", "options": options}
     mounts: list[dict[str, Any]] = [
         {"destination": "/", "type": "bind", "source": "/", "options": ["rbind", "rro"]},
+        *_mount_point_mounts(paths.mount_point_dirs),
         {"destination": "/proc", "type": "proc", "source": "proc"},
         {
             "destination": "/dev",
@@ -373,7 +415,8 @@ def _mounts(pod: Mapping[str, Any], paths: BundlePaths, privileged: bool) -> lis
             mounts.append(_tmpfs(path, "mode=755", size="4k", readonly=True))
     for path in paths.revealed:
         mounts.append({"destination": path, "type": "bind", "source": path, "options": ["rbind", "rro"]})
-    if automounts_token(pod):
+    covered = any(m.destination == SERVICE_ACCOUNT_DIR for m in paths.volume_mounts)
+    if automounts_token(pod) and not covered:
         mounts.append(
             {
                 "destination": SERVICE_ACCOUNT_DIR,
@@ -382,6 +425,33 @@ def _mounts(pod: Mapping[str, Any], paths: BundlePaths, privileged: bool) -> lis
                 "options": ["rbind", "ro", "nosuid", "nodev", "noexec"],
             }
         )
+    if any(d.path == "/" for d in paths.mount_point_dirs):
+        mounts.pop(0)  # rule 11: the root is a tmpfs with the host's entries bound back
+    for volume in sorted(paths.volume_mounts, key=lambda m: m.destination.count("/")):
+        options = ["rbind", "ro" if volume.read_only else "rw", volume.propagation]
+        mounts.append({"destination": volume.destination, "type": "bind", "source": volume.source, "options": options})
+    return mounts
+
+
+ROOT_MOUNTED = frozenset({"proc", "dev", "sys", "tmp", "run", "root"})
+"""Entries of ``/`` that rule 2 mounts itself (rule 11 leaves them out)."""
+
+
+def _mount_point_mounts(dirs: Sequence[MountPointDir]) -> list[dict[str, Any]]:
+    """Rule 11."""
+    mounts: list[dict[str, Any]] = []
+    for rebuilt in sorted(dirs, key=lambda d: (d.path != "/", d.path.count("/"), d.path)):
+        base = rebuilt.path.rstrip("/")
+        if base:
+            mounts.append(_tmpfs(rebuilt.path, "mode=755", size="1m"))
+        else:  # the root itself: replaces the plain bind of "/"
+            mounts = [{"destination": "/", "type": "tmpfs", "source": "tmpfs", "options": ["mode=755", "size=1m"]}]
+        for name, is_dir in rebuilt.entries:
+            if not base and name in ROOT_MOUNTED:
+                continue
+            options = ["rbind", "rro"] if is_dir else ["bind", "ro"]
+            path = f"{base}/{name}"
+            mounts.append({"destination": path, "type": "bind", "source": path, "options": options})
     return mounts
 
 

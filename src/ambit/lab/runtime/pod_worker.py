@@ -16,6 +16,12 @@ Rule 1. SANDBOX: create the sandbox. A failure leaves the pod Pending with ``Pod
 Rule 2. TOKEN: unless ``automountServiceAccountToken`` is false, write a service-account token bound to the pod to
         ``<pods_dir>/<uid>/token`` (0600) before any container starts, and refresh it at ``token_refresh_fraction``
         of its lifetime. Failures retry like rule 1 (Warning ``FailedMount``).
+Rule 2b. VOLUMES: the pod's volumes (:mod:`ambit.lab.runtime.volumes_apply`) are set up before any container
+        starts; a failure is a Warning ``FailedMount`` with the kubelet's text, the containers stay
+        ``ContainerCreating`` and it is tried again after a back-off; a volume that can never work (an
+        unsupported type) is reported once and the pod stays. While the pod runs, its volumes are refreshed every
+        ``volume_resync_seconds`` (or sooner when a token is due). Each container binds the volumes its
+        ``volumeMounts`` name.
 Rule 3. RUNNING: one supervisor per container starts, restarts and probes it (its own rules are in
         :mod:`ambit.lab.runtime.containers_apply`). When every container has exited for good the pod is Succeeded or
         Failed and its sandbox is destroyed; the worker then only waits for the pod's deletion.
@@ -38,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -70,18 +77,22 @@ from ambit.lab.runtime.oci_spec import (
     SecurityContextError,
     container_config,
     container_id,
+    security_view,
 )
 from ambit.lab.runtime.pod_env import config_refs, container_env, expand, fetch_configs
 from ambit.lab.runtime.pod_record import STATE_FILE, PodRecord, SavedSandbox
 from ambit.lab.runtime.pod_status import MANAGED_STATUS, PodView, pod_status, sandbox_error_message, status_patch
 from ambit.lab.runtime.probes import ProbeTarget
 from ambit.lab.runtime.processes import ProcessHandle, container_argv, find_process, pids_in_netns, reap, stop_process
+from ambit.lab.runtime.volumes import VolumeError, container_mounts
+from ambit.lab.runtime.volumes_apply import PodVolumes, mount_point_dirs, remove_volumes, resolve_mounts
 
 ROOT_CA_CONFIG_MAP = "kube-root-ca.crt"
 
 if TYPE_CHECKING:
     from ambit.k8s import KubeClient
     from ambit.lab.runtime.kubelet import NodeRuntimeSettings, SandboxManager
+    from ambit.lab.runtime.node_status import HostInfo
 
 log = logging.getLogger("ambit.lab.runtime.kubelet")
 
@@ -101,6 +112,8 @@ class PodHost(Protocol):
     def sleep(self) -> Callable[[float], Awaitable[None]]: ...
     @property
     def containers(self) -> ContainerRuntime: ...
+    @property
+    def host(self) -> HostInfo: ...
 
     def event(self, regarding: Mapping[str, Any], type: EventType, reason: str, note: str) -> None:
         """Record a Kubernetes Event about ``regarding``."""
@@ -145,6 +158,16 @@ class PodWorker:
         self._status_lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self._token_task: asyncio.Task[None] | None = None
+        self._volume_task: asyncio.Task[None] | None = None
+        self.volumes = PodVolumes(
+            runtime.client,
+            pod,
+            self.directory,
+            s.host_path_layout,
+            allocatable={"cpu": str(runtime.host.cpus), "memory": f"{runtime.host.memory_kib}Ki"},
+            token_refresh_fraction=s.token_refresh_fraction,
+            clock=runtime.clock,
+        )
         saved = PodRecord.load(self.state_path)
         self._saved = saved if saved is not None and saved.node == s.node_name and saved.uid == self.uid else None
         self.record = (
@@ -202,6 +225,7 @@ class PodWorker:
     # -- from the informer ----------------------------------------------------------------------------------------
     def update(self, pod: dict[str, Any]) -> None:
         self.pod = pod
+        self.volumes.update(pod)
         if (pod.get("metadata") or {}).get("deletionTimestamp"):
             self.deleting.set()
 
@@ -288,6 +312,11 @@ class PodWorker:
             self._token_task = asyncio.get_running_loop().create_task(
                 self._refresh_tokens(lifetime), name=f"pod {self.name} token"
             )
+        # rule 2b
+        await self._ensure_volumes()
+        self._volume_task = asyncio.get_running_loop().create_task(
+            self._resync_volumes(), name=f"pod {self.name} volumes"
+        )
         # rule 6, then rule 3
         adopted = self._adopt()
         tasks = [sup.start(adopted.get(sup.name)) for sup in self.supervisors if sup.state.phase is not Phase.EXITED]
@@ -503,11 +532,42 @@ class PodWorker:
             lifetime = await self._ensure_token()
 
     async def _cancel_token_refresh(self) -> None:
-        task, self._token_task = self._token_task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        """Also the volumes' refresh (rule 2b)."""
+        tasks = (self._token_task, self._volume_task)
+        self._token_task = self._volume_task = None
+        for task in tasks:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    # -- volumes (rule 2b) ----------------------------------------------------------------------------------------
+    async def _ensure_volumes(self) -> None:
+        s = self.runtime.settings
+        delay = s.sandbox_backoff_initial
+        while True:
+            try:
+                await self.volumes.set_up()
+                return
+            except VolumeError as exc:
+                self.event("Warning", "FailedMount", str(exc))
+                if not exc.retry:
+                    await asyncio.Event().wait()  # until the pod is deleted (rule 4 cancels this)
+            await self.runtime.sleep(delay)
+            delay = min(delay * 2, s.sandbox_backoff_max)
+
+    async def _resync_volumes(self) -> None:
+        s = self.runtime.settings
+        while True:
+            wait = s.volume_resync_seconds
+            due = self.volumes.next_refresh()
+            if due is not None:
+                wait = max(1.0, min(wait, due - self.runtime.clock()))
+            await self.runtime.sleep(wait)
+            try:
+                await self.volumes.resync()
+            except VolumeError as exc:
+                self.event("Warning", "FailedMount", str(exc))
 
     # -- status (rule 5) ------------------------------------------------------------------------------------------
     async def _status_loop(self) -> None:
@@ -585,14 +645,18 @@ class PodWorker:
             return LaunchSpec(tuple(argv), env, log_path, target, self._grace(), cid)
         netns_path = self.sandbox.netns_path if self.sandbox is not None else ""
         try:
-            config = container_config(
-                self.pod,
-                container,
-                ProcessSpec((*command_line, *args), env, working_dir),
-                containers.bundle_paths(cid, netns_path, self.service_account_dir),
+            privileged = security_view(self.pod, container).privileged
+            plans = container_mounts(
+                container, self.volumes.sources, privileged=privileged, expand=lambda text: expand(text, env)
             )
-        except SecurityContextError as exc:
-            raise ContainerConfigError(str(exc), retry=False) from None
+            paths = containers.bundle_paths(cid, netns_path, self.service_account_dir)
+            mounts = resolve_mounts(plans)
+            rebuilt = mount_point_dirs([m.destination for m in mounts])
+            paths = dataclasses.replace(paths, volume_mounts=mounts, mount_point_dirs=rebuilt)
+            config = container_config(self.pod, container, ProcessSpec((*command_line, *args), env, working_dir), paths)
+        except (SecurityContextError, VolumeError) as exc:
+            retry = isinstance(exc, VolumeError) and exc.retry
+            raise ContainerConfigError(str(exc), retry=retry) from None
         target = ProbeTarget(self.pod_ips[0] if self.pod_ips else "", "", env, containers.exec_prefix(cid))
         return LaunchSpec((*command_line, *args), env, log_path, target, self._grace(), cid, config)
 
@@ -639,3 +703,4 @@ def forget_pod_files(directory: Path) -> None:
             path.unlink()
     with contextlib.suppress(OSError):
         sa_dir.rmdir()
+    remove_volumes(directory)
