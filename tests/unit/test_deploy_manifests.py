@@ -166,14 +166,19 @@ def test_the_precreated_webhook_has_the_control_planes_rules_and_fails_open_unti
     assert service["port"] in {p["port"] for p in svc["spec"]["ports"]}
 
 
-def test_lab_overlay_changes_only_the_command_pull_policy_and_api_address() -> None:
+def test_lab_overlay_changes_only_the_pull_policy_and_the_control_plane_address() -> None:
     for kind, name in (("Deployment", "istiod"), ("DaemonSet", "istio-cni-node"), ("DaemonSet", "ztunnel")):
         base, lab = _pod(kind, name), _pod(kind, name, "overlays/lab")
         (b,), (c,) = base["containers"], lab["containers"]
-        env = {e["name"]: e.get("value") for e in c["env"]}
-        assert env["KUBERNETES_SERVICE_HOST"] == "198.18.0.1" and env["KUBERNETES_SERVICE_PORT"] == "6443"
-        assert c["imagePullPolicy"] == "Never" and c["command"] == ["/usr/local/bin/ambit"]
+        assert c["imagePullPolicy"] == "Never" and c["command"] == b["command"] == ["ambit"]
         assert c["args"] == b["args"] and c["volumeMounts"] == b["volumeMounts"]
+        changed = {e["name"] for e in c["env"]} ^ {e["name"] for e in b["env"]}
+        assert not changed, f"{name}: the overlay adds or drops variables {changed}"
+    (proxy,) = _pod("DaemonSet", "ztunnel", "overlays/lab")["containers"]
+    env = {e["name"]: e.get("value") for e in proxy["env"]}
+    (service,) = [s for s in of_kind("Service", "overlays/lab") if s["metadata"]["name"] == "istiod"]
+    address = f"{service['spec']['clusterIP']}:15012"
+    assert env["CA_ADDRESS"] == env["XDS_ADDRESS"] == address
 
 
 # -- the image: one name, one Containerfile ----------------------------------------------------------------------
