@@ -36,6 +36,14 @@ def up(
     mesh: Annotated[
         bool, typer.Option("--mesh/--no-mesh", help="Run the mesh (node agent and node proxy) on every node.")
     ] = True,
+    install: Annotated[
+        bool,
+        typer.Option(
+            "--install",
+            help="Install the mesh from deploy/overlays/lab (DaemonSets and a Deployment, as on a cluster) instead "
+            "of running its daemons as host processes (experimental).",
+        ),
+    ] = False,
 ) -> None:
     """Start a lab: API server, controllers, a node runtime per node, and the mesh (unless --no-mesh)."""
     from ambit.errors import AmbitError
@@ -43,7 +51,8 @@ def up(
 
     _require_root()
     try:
-        topology = lab_up(LabSettings(directory=directory, nodes=nodes, mesh=mesh))
+        settings = LabSettings(directory=directory, nodes=nodes, mesh=mesh and not install, install=install)
+        topology = lab_up(settings, echo=typer.echo)
     except AmbitError as exc:
         typer.echo(f"ambit lab up: {exc}", err=True)
         raise typer.Exit(1) from None

@@ -99,6 +99,13 @@ def nodeagent(
             "--run-dir", envvar="CNI_AGENT_RUN_DIR", help="In a pod: the plugin's socket and kubeconfig (a hostPath)."
         ),
     ] = Path("/var/run/istio-cni"),
+    host_run_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--host-run-dir",
+            help="In a pod: where the node sees --run-dir, for the plugin's configuration [default: the same path].",
+        ),
+    ] = None,
     host_proc: Annotated[
         Path, typer.Option("--host-proc", help="In a pod: the host's /proc, to find running pods' namespaces.")
     ] = Path("/host/proc"),
@@ -145,6 +152,7 @@ def nodeagent(
             uninstall=uninstall,
             zds_socket=ZDS_DIR / ZDS_SOCKET,
             ready_address=("0.0.0.0", ready_port) if ready_port else None,
+            host_run_dir=host_run_dir,
         )
     try:
         asyncio.run(main)

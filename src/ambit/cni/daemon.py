@@ -113,6 +113,7 @@ def _install(
     run_dir: Path,
     excluded: tuple[str, ...],
     in_cluster: InCluster | None = None,
+    host_run_dir: Path | None = None,
 ) -> installer.InstallResult:
     """The plugin's kubeconfig and wrapper in ``run_dir``, and the plugin chained into the node's configuration."""
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -120,7 +121,7 @@ def _install(
     installer.write_kubeconfig(run_dir / PLUGIN_KUBECONFIG, server, ca_pem, token)
     wrapper = run_dir / WRAPPER
     installer.write_atomic(wrapper, installer.render_wrapper(Path(sys.executable)).encode(), 0o755)
-    return installer.install(cni_conf_dir, cni_bin_dir, plugin_entry(run_dir, excluded), wrapper)
+    return installer.install(cni_conf_dir, cni_bin_dir, plugin_entry(host_run_dir or run_dir, excluded), wrapper)
 
 
 async def _keep_plugin_token(
@@ -200,10 +201,13 @@ async def run_node_agent(
     zds_socket: Path | None = None,
     ready_address: tuple[str, int] | None = None,
     in_cluster: InCluster | None = None,
+    host_run_dir: Path | None = None,
 ) -> None:
     """Run one node's agent until SIGTERM or SIGINT, or until cancelled (see the module's docstring).
 
-    ``kubeconfig`` None: in-cluster (the pod's service account). ``zds_socket`` defaults to ``run_dir``'s;
+    ``kubeconfig`` None: in-cluster (the pod's service account). ``host_run_dir``: where the node (which runs the
+    plugin) sees ``run_dir``, when that differs from where this process sees it. ``zds_socket`` defaults to
+    ``run_dir``'s;
     ``ready_address``, when given, serves ``/healthz`` and ``/readyz`` there (istio-cni's :8000), ready once the
     agent serves ZDS and the plugin.
 
@@ -211,10 +215,14 @@ async def run_node_agent(
     ``netns_probe`` answers the ``/cmdadd`` checks' questions about netns paths (default: the kernel's ``stat``).
     """
     excluded = tuple(excluded_namespaces)
-    result = _install(kubeconfig, cni_conf_dir, cni_bin_dir, run_dir, excluded, in_cluster)
+    result = _install(kubeconfig, cni_conf_dir, cni_bin_dir, run_dir, excluded, in_cluster, host_run_dir)
     log.info("ambit-cni installed in %s (%s)", result.config, "changed" if result.changed else "unchanged")
     watcher = installer.InstallWatcher(
-        cni_conf_dir, cni_bin_dir, plugin_entry(run_dir, excluded), run_dir / WRAPPER, interval=install_interval
+        cni_conf_dir,
+        cni_bin_dir,
+        plugin_entry(host_run_dir or run_dir, excluded),
+        run_dir / WRAPPER,
+        interval=install_interval,
     )
     zds_path = zds_socket or run_dir / ZDS_SOCKET
     zds_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # root's: only root may speak ZDS

@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +49,8 @@ class LabSettings:
     """Seconds to wait for the API server and the nodes."""
     mesh: bool = False
     """Also run the mesh's node agent and node proxy on every node (``ambit lab up --mesh``)."""
+    install: bool = False
+    """Install the mesh from ``deploy/overlays/lab`` once the nodes are Ready (:mod:`ambit.lab.mesh.install`)."""
 
 
 def _ambit(*args: str) -> list[str]:
@@ -71,7 +74,9 @@ def _start(
     return proc
 
 
-def lab_up(settings: LabSettings, runner: CommandRunner | None = None) -> Topology:
+def lab_up(
+    settings: LabSettings, runner: CommandRunner | None = None, echo: Callable[[str], None] | None = None
+) -> Topology:
     runner = runner or SubprocessRunner()
     directory = settings.directory.resolve()
     try:
@@ -119,10 +124,29 @@ def lab_up(settings: LabSettings, runner: CommandRunner | None = None) -> Topolo
                 "supervisor",
             )
         _wait_for_nodes(topology, settings.ready_timeout)
+        if settings.install:
+            _install_mesh(topology, echo or (lambda line: None))
     except BaseException:
         lab_down(directory, runner)
         raise
     return topology
+
+
+def _install_mesh(topology: Topology, echo: Callable[[str], None]) -> None:
+    import asyncio
+
+    from ambit.k8s import KubeClient, KubeClientError
+    from ambit.lab.mesh.install import install_mesh
+
+    async def install() -> None:
+        async with KubeClient.from_kubeconfig(topology.kubeconfig) as client:
+            await install_mesh(client, topology, echo)
+
+    echo("installing the mesh from deploy/overlays/lab")
+    try:
+        asyncio.run(install())
+    except (AmbitError, KubeClientError) as exc:
+        raise LabError(f"installing the mesh failed: {exc}") from None
 
 
 def _prepare_namespaces(topology: Topology) -> None:
