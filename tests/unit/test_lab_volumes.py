@@ -371,3 +371,18 @@ def test_a_missing_mount_point_rebuilds_its_directory_as_a_tmpfs_of_bound_entrie
     assert destinations.index("/etc/ssl") < len(destinations) - 1 - destinations[::-1].index("/etc/ssl")  # masked after
     assert destinations.index("/proc") > 6 and config["root"]["readonly"] is True
     assert destinations[-2:] == ["/etc/app", "/host/opt/cni/bin"]
+
+
+def test_a_privileged_container_gets_the_capabilities_the_runtime_holds() -> None:
+    """As containerd grants its own set: a machine whose bounding set lacks CAP_SYS_RESOURCE (bit 24) still runs
+    privileged pods."""
+    from ambit.lab.runtime.oci_spec import BundlePaths, ProcessSpec, capabilities_in, container_config
+
+    held = capabilities_in("Name:\tx\nCapBnd:\t000001fffeffffff\n")
+    assert held is not None and "CAP_SYS_RESOURCE" not in held and "CAP_SYS_ADMIN" in held
+    assert capabilities_in("no such line") is None and capabilities_in("CapBnd:\tzz") is None
+    pod = {"metadata": {"name": "p"}, "spec": {}}
+    container = {"name": "c", "securityContext": {"privileged": True}}
+    paths = BundlePaths("id", "", "/sa", "/lab", held_capabilities=held)
+    caps = container_config(pod, container, ProcessSpec(("true",), {}), paths)["process"]["capabilities"]
+    assert "CAP_SYS_RESOURCE" not in caps["bounding"] and "CAP_NET_ADMIN" in caps["bounding"]

@@ -41,7 +41,7 @@ from pathlib import Path
 
 from ambit.errors import AmbitError
 from ambit.lab.runtime.containers_apply import LaunchSpec
-from ambit.lab.runtime.oci_spec import BundlePaths
+from ambit.lab.runtime.oci_spec import BundlePaths, capabilities_in
 from ambit.lab.runtime.processes import ProcessHandle, process_start_ticks, signal_group
 
 log = logging.getLogger("ambit.lab.runtime.oci")
@@ -143,6 +143,10 @@ class RuncRuntime:
         self.settings = settings
         self.runc = find_runc()
         self.unavailable = unavailable_controllers()
+        try:
+            self.held_capabilities = capabilities_in(Path("/proc/self/status").read_text())
+        except OSError:
+            self.held_capabilities = None
         if self.unavailable:
             log.warning(
                 "cgroup controller(s) %s unavailable on this machine: their container limits are not enforced",
@@ -162,6 +166,7 @@ class RuncRuntime:
             revealed=s.revealed,
             pids_limit=s.pids_limit,
             unavailable=self.unavailable,
+            held_capabilities=self.held_capabilities,
         )
 
     def spawn(self, launch: LaunchSpec) -> ProcessHandle:

@@ -30,7 +30,8 @@ Rule 6. Capabilities: containerd's default set (:data:`DEFAULT_CAPABILITIES`), m
         every one), plus ``add`` (``ALL`` adds every one); bounding, effective and permitted are that set,
         inheritable and ambient are empty (a non-root user keeps none after exec, as under containerd). An
         unknown capability is a :class:`SecurityContextError`.
-Rule 7. ``privileged``: every capability, no masked or read-only paths of runc's defaults, ``/sys`` writable.
+Rule 7. ``privileged``: every capability the runtime holds (as containerd grants its own set), no masked or
+        read-only paths of runc's defaults, ``/sys`` writable.
         The lab's own masks (rule 3) stay, but a privileged container may unmount them: privileged is host root.
         ``noNewPrivileges`` is set exactly when ``allowPrivilegeEscalation`` is false (and not privileged).
 Rule 8. Limits: ``resources.limits.memory`` is the memory limit (bytes), ``limits.cpu`` a CFS quota over a
@@ -180,6 +181,8 @@ class BundlePaths:
     """The container's volumes (rule 10)."""
     mount_point_dirs: tuple[MountPointDir, ...] = ()
     """Host directories rebuilt so that volumes' mount points can be made (rule 11)."""
+    held_capabilities: frozenset[str] | None = None
+    """The capabilities the runtime itself holds (None: all); a privileged container gets these (rule 7)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,6 +340,8 @@ def container_config(
     view = security_view(pod, container)
     resources = linux_resources(container, paths)
     caps = list(view.capabilities)
+    if view.privileged and paths.held_capabilities is not None:
+        caps = [c for c in caps if c in paths.held_capabilities]
     user: dict[str, Any] = {"uid": view.uid, "gid": view.gid}
     if view.additional_gids:
         user["additionalGids"] = list(view.additional_gids)
@@ -476,3 +481,30 @@ def _effective_masks(masked: Sequence[str]) -> list[str]:
 
 def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
+
+
+CAPABILITY_NUMBERS = {
+    "CAP_CHOWN": 0, "CAP_DAC_OVERRIDE": 1, "CAP_DAC_READ_SEARCH": 2, "CAP_FOWNER": 3, "CAP_FSETID": 4,
+    "CAP_KILL": 5, "CAP_SETGID": 6, "CAP_SETUID": 7, "CAP_SETPCAP": 8, "CAP_LINUX_IMMUTABLE": 9,
+    "CAP_NET_BIND_SERVICE": 10, "CAP_NET_BROADCAST": 11, "CAP_NET_ADMIN": 12, "CAP_NET_RAW": 13,
+    "CAP_IPC_LOCK": 14, "CAP_IPC_OWNER": 15, "CAP_SYS_MODULE": 16, "CAP_SYS_RAWIO": 17, "CAP_SYS_CHROOT": 18,
+    "CAP_SYS_PTRACE": 19, "CAP_SYS_PACCT": 20, "CAP_SYS_ADMIN": 21, "CAP_SYS_BOOT": 22, "CAP_SYS_NICE": 23,
+    "CAP_SYS_RESOURCE": 24, "CAP_SYS_TIME": 25, "CAP_SYS_TTY_CONFIG": 26, "CAP_MKNOD": 27, "CAP_LEASE": 28,
+    "CAP_AUDIT_WRITE": 29, "CAP_AUDIT_CONTROL": 30, "CAP_SETFCAP": 31, "CAP_MAC_OVERRIDE": 32,
+    "CAP_MAC_ADMIN": 33, "CAP_SYSLOG": 34, "CAP_WAKE_ALARM": 35, "CAP_BLOCK_SUSPEND": 36, "CAP_AUDIT_READ": 37,
+    "CAP_PERFMON": 38, "CAP_BPF": 39, "CAP_CHECKPOINT_RESTORE": 40,
+}  # fmt: skip
+"""Linux's capability numbers (linux/capability.h)."""
+
+
+def capabilities_in(status_text: str) -> frozenset[str] | None:
+    """The names of the capabilities in the ``CapBnd`` line of a ``/proc/<pid>/status`` text; None without one."""
+    for line in status_text.splitlines():
+        key, _, value = line.partition(":")
+        if key == "CapBnd":
+            try:
+                mask = int(value.strip(), 16)
+            except ValueError:
+                return None
+            return frozenset(name for name, bit in CAPABILITY_NUMBERS.items() if mask >> bit & 1)
+    return None
