@@ -29,8 +29,8 @@ from ambit.model.errors import AddressError
 from ambit.model.identity import DEFAULT_SERVICE_ACCOUNT, DEFAULT_TRUST_DOMAIN, SpiffeId
 
 __all__ = [
-    "AddressError",
     "HBONE_MTLS_PORT",
+    "AddressError",
     "AppProtocol",
     "GatewayAddress",
     "HealthPolicy",

@@ -46,11 +46,11 @@ from ambit.model.identity import (
 )
 from ambit.model.workload import (
     AppProtocol,
+    GatewayAddress,
     HealthPolicy,
     HealthStatus,
     IPAddress,
     IPFamilies,
-    GatewayAddress,
     Locality,
     NamespacedHostname,
     NetworkAddress,

@@ -1,14 +1,14 @@
 """Kubernetes and Istio objects → the Workload API (spec §4.1), as pure functions over plain API dicts.
 
-Theory of operation: :func:`translate_all` takes snapshots of the kinds istiod's ambient index reads for L4
-(Pods, Services, EndpointSlices, Namespaces, ServiceEntries, WorkloadEntries, and Nodes for the pods' locality;
-spec §10.1) and for L4 policy
-(AuthorizationPolicies, PeerAuthentications; spec §7) and for waypoints (Gateways, GatewayClasses; spec §1.4) and
-returns a :class:`Translation`: one :class:`LocalConfig` (workloads, services, policies), the ``ZtunnelAccepted``
-status of each AuthorizationPolicy and the ``istio.io/WaypointBound`` status of Services and ServiceEntries
-(:class:`PolicyStatus`, for the control plane to write) and the list of what had to be left out (:class:`Skipped`, each naming the object
-and the field to fix). :func:`translate` is the same without the list. Nothing here keeps state
-between calls or does I/O: the caller (an informer-driven view, a test) decides when to translate again.
+Theory of operation: :func:`translate_all` takes snapshots of the kinds istiod's ambient index reads for L4 (Pods,
+Services, EndpointSlices, Namespaces, ServiceEntries, WorkloadEntries, and Nodes for the pods' locality; spec §10.1)
+and for L4 policy (AuthorizationPolicies, PeerAuthentications; spec §7) and for waypoints (Gateways, GatewayClasses;
+spec §1.4) and returns a :class:`Translation`: one :class:`LocalConfig` (workloads, services, policies), the
+``ZtunnelAccepted`` status of each AuthorizationPolicy and the ``istio.io/WaypointBound`` status of Services and
+ServiceEntries (:class:`PolicyStatus`, for the control plane to write) and the list of what had to be left out
+(:class:`Skipped`, each naming the object and the field to fix). :func:`translate` is the same without the list.
+Nothing here keeps state between calls or does I/O: the caller (an informer-driven view, a test) decides when to
+translate again.
 
 Order of work: Kubernetes Services first, then ServiceEntries (their hosts may not take a Service's key), then one
 index of every selecting service, then the workloads (pods, WorkloadEntries, inline ServiceEntry endpoints) with

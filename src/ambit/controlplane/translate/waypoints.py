@@ -222,11 +222,7 @@ class WaypointIndex:
         cls, gateways: Iterable[Obj], gateway_classes: Iterable[Obj], namespaces: Iterable[Obj], *, network: str
     ) -> WaypointIndex:
         class_for = next(
-            (
-                object_labels(c).get(WAYPOINT_FOR)
-                for c in gateway_classes
-                if _meta_text(c, "name") == WAYPOINT_CLASS
-            ),
+            (object_labels(c).get(WAYPOINT_FOR) for c in gateway_classes if _meta_text(c, "name") == WAYPOINT_CLASS),
             None,
         )
         ready: dict[str, Waypoint] = {}
