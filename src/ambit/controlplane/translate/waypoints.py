@@ -47,6 +47,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ambit.controlplane.translate.policies import PolicyStatus
+from ambit.model.errors import IdentityError
+from ambit.model.identity import check_path_segment
 from ambit.model.labels import LabelSelector, selector_from_spec
 from ambit.model.workload import (
     HBONE_MTLS_PORT,
@@ -93,6 +95,14 @@ def _string_map(value: Any) -> dict[str, str]:
     if not isinstance(value, Mapping):
         return {}
     return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def _valid_namespace(namespace: str) -> bool:
+    try:
+        check_path_segment("namespace", namespace)
+    except IdentityError:
+        return False
+    return True
 
 
 def _meta_text(obj: Obj, key: str) -> str:
@@ -232,6 +242,8 @@ class WaypointIndex:
             name, namespace = _meta_text(gateway, "name"), _meta_text(gateway, "namespace")
             if not isinstance(spec, Mapping) or spec.get("gatewayClassName") != WAYPOINT_CLASS or not name:
                 continue
+            if not _valid_namespace(namespace):
+                continue  # the API server would not have stored it; it could not name a waypoint on the wire
             declared.add(f"{namespace}/{name}")
             address = _gateway_address(gateway, network)
             if address is None:
