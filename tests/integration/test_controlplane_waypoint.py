@@ -23,7 +23,7 @@ from tests.integration.test_controlplane_policy import eventually, make_pod
 from ambit.controlplane.process import ControlPlane, ControlPlaneSettings
 from ambit.k8s import KubeAlreadyExistsError, KubeClient, kinds
 from ambit.model.state import WorkloadState
-from ambit.model.workload import GatewayAddress, NamespacedHostname
+from ambit.model.workload import GatewayAddress, NamespacedHostname, NetworkAddress
 from ambit.xds.client import Backoff, XdsClient
 
 Obj = dict[str, Any]
@@ -164,7 +164,7 @@ async def test_a_namespace_waypoint_label_binds_pods_and_services_and_removing_i
     await eventually(condition_gone)
 
 
-async def test_a_label_naming_a_missing_waypoint_leaves_the_field_unset_and_says_why(
+async def test_a_label_naming_a_missing_waypoint_leaves_the_field_unset_until_the_waypoint_gets_an_address(
     kube: KubeClient, plane: ControlPlane, state: WorkloadState
 ) -> None:
     ns = f"wp-{secrets.token_hex(3)}"
@@ -189,3 +189,31 @@ async def test_a_label_naming_a_missing_waypoint_leaves_the_field_unset_and_says
     )
     service = await eventually(lambda: state.find_service_by_hostname(f"web.{ns}.svc.cluster.local"))
     assert service.waypoint is None
+
+    # The Gateway appears, still without an address: not ready yet. Its status gets one: bound.
+    gateway = {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "Gateway",
+        "metadata": {"name": "nowhere", "namespace": ns},
+        "spec": {
+            "gatewayClassName": "istio-waypoint",
+            "listeners": [{"name": "mesh", "port": 15008, "protocol": "HBONE"}],
+        },
+    }
+    await kube.create(kinds.GATEWAYS, gateway, ns)
+    await kube.patch_status(
+        kinds.GATEWAYS, "nowhere", {"status": {"addresses": [{"type": "IPAddress", "value": "198.19.77.7"}]}}, ns
+    )
+
+    async def accepted() -> Obj | None:
+        found = bound_condition(await kube.get(kinds.SERVICES, "web", ns))
+        return found if found and found["status"] == "True" else None
+
+    assert (await eventually(accepted))["reason"] == "WaypointAccepted"
+    expected = GatewayAddress(NetworkAddress.parse("/198.19.77.7"), 15008)
+
+    def bound() -> bool:
+        found = state.find_service_by_hostname(f"web.{ns}.svc.cluster.local")
+        return found is not None and found.waypoint == expected
+
+    await eventually(bound)

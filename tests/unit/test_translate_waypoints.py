@@ -129,6 +129,7 @@ SERVICE_CASES: list[tuple[str, dict[str, str], dict[str, str], str | None, str]]
     ("cross namespace, Selector does not", {USE: "picky", USE_NS: "infra"}, {"team": "b"}, None, "AttachmentDenied"),
     ("malformed selector admits none", {USE: "broken", USE_NS: "infra"}, {"team": "a"}, None, "AttachmentDenied"),
     ("namespace's own namespace label", {}, {USE: "open", USE_NS: "infra"}, "infra/open", ""),
+    ("namespace default across namespaces, Same", {}, {USE: "private", USE_NS: "infra"}, None, "AttachmentDenied"),
     (
         "a waypoint's own Service",
         {USE: "waypoint", "gateway.istio.io/managed": "istio.io-mesh-controller"},
