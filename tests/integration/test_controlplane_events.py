@@ -151,6 +151,13 @@ async def test_the_cluster_view_goes_on_without_the_istio_kinds_when_their_crds_
         await client.patch_status(kinds.PODS, "web", {"status": status}, namespace="default")
         view = ClusterView(client, ClusterViewSettings(debounce=0.05, sync_timeout=10), configs.append)
         async with view:
-            assert view.absent == {"serviceentries", "workloadentries", "authorizationpolicies", "peerauthentications"}
+            assert view.absent == {
+                "serviceentries",
+                "workloadentries",
+                "authorizationpolicies",
+                "peerauthentications",
+                "gateways",
+                "gatewayclasses",
+            }
             assert [w.name for w in configs[0].workloads] == ["web"]
         assert created["metadata"]["uid"]

@@ -38,6 +38,8 @@ KINDS = {
     "AuthorizationPolicy": "authorization_policies",
     "PeerAuthentication": "peer_authentications",
     "Node": "nodes",
+    "Gateway": "gateways",
+    "GatewayClass": "gateway_classes",
 }
 CASE_OPTIONS: dict[str, dict[str, Any]] = {"policy_dry_run": {"enable_dry_run": True}}
 

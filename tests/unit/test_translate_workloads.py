@@ -36,6 +36,8 @@ KINDS = {
     "AuthorizationPolicy": "authorization_policies",
     "PeerAuthentication": "peer_authentications",
     "Node": "nodes",
+    "Gateway": "gateways",
+    "GatewayClass": "gateway_classes",
 }
 CASE_OPTIONS: dict[str, dict[str, Any]] = {"policy_dry_run": {"enable_dry_run": True}}
 Obj = dict[str, Any]
@@ -84,6 +86,7 @@ def test_every_expected_golden_case_exists() -> None:
         "app_protocols",
         "host_network",
         "canonical",
+        "waypoint",
     }
     assert expected <= set(CASES)
 
@@ -100,7 +103,23 @@ def render_status(translation: Translation) -> str:
         }
         for s in translation.policy_status
     ]
+    for what, statuses in (("service", translation.service_status), ("serviceEntry", translation.service_entry_status)):
+        rows.extend(
+            {
+                what: s.key,
+                "type": s.type,
+                "status": "True" if s.accepted else "False",
+                "reason": s.reason,
+                "message": s.message,
+                "observedGeneration": s.generation,
+            }
+            for s in statuses
+        )
     return yaml.safe_dump(rows, sort_keys=False, width=200)
+
+
+def _has_status(translation: Translation) -> bool:
+    return bool(translation.policy_status or translation.service_status or translation.service_entry_status)
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -113,7 +132,7 @@ def test_translation_matches_its_golden_file(case: str) -> None:
     status_path = GOLDEN / f"{case}-status.yaml"
     if os.environ.get("AMBIT_UPDATE_GOLDEN"):
         path.write_text(text)
-        if translation.policy_status:
+        if _has_status(translation):
             status_path.write_text(render_status(translation))
         else:
             status_path.unlink(missing_ok=True)
@@ -128,7 +147,7 @@ def test_translation_matches_its_golden_file(case: str) -> None:
         assert render_skipped(translation.skipped) == skipped_path.read_text(), f"{skipped_path} differs"
     else:
         assert not skipped_path.exists(), f"{case} skips nothing, but {skipped_path} exists"
-    if translation.policy_status:
+    if _has_status(translation):
         assert render_status(translation) == status_path.read_text(), f"{status_path} differs"
     else:
         assert not status_path.exists(), f"{case} has no policy status, but {status_path} exists"

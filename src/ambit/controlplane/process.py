@@ -9,7 +9,8 @@ Theory of operation: everything is built once from :class:`ControlPlaneSettings`
    ``IstioCertificateService``;
 3. the cluster view (informers, debounced translation) feeding the xDS resource tables (Addresses and
    Authorizations), so pushes carry only changed and removed resources, and the ``ZtunnelAccepted`` status of each
-   AuthorizationPolicy, written only when it changes (:mod:`ambit.controlplane.status`); each object (or part of
+   AuthorizationPolicy and the ``istio.io/WaypointBound`` status of each Service and ServiceEntry, written only
+   when it changes (:mod:`ambit.controlplane.status`); each object (or part of
    one) the translation had to leave out gets one Warning Event (reason ``TranslationSkipped``, the note naming the
    field to fix), again only once the problem has gone away and come back, changed, or the object was recreated;
 4. the pod index behind node authorization, and the publisher of ``istio-ca-root-cert`` in every namespace;
@@ -40,11 +41,12 @@ from ambit.controlplane.ca.root import RootCa, RootCertPublisher, load_or_create
 from ambit.controlplane.ca.server import GRPC_SERVER_OPTIONS, CaService, RootSigner
 from ambit.controlplane.status import PolicyStatusWriter
 from ambit.controlplane.translate import DEFAULT_ROOT_NAMESPACE, PolicyStatus, SkipMemory, Skipped
+from ambit.controlplane.translate.waypoints import WAYPOINT_BOUND
 from ambit.controlplane.view import ClusterView, ClusterViewSettings
 from ambit.controlplane.webhook import ValidationWebhookServer, WebhookServerSettings, register_webhook
 from ambit.controlplane.webhook.errors import RegistrationError
 from ambit.controlplane.webhook.registration import patch_ca_bundle
-from ambit.k8s import EventRecorder, EventRecorderSettings, KubeClient
+from ambit.k8s import EventRecorder, EventRecorderSettings, KubeClient, kinds
 from ambit.model.localconfig import LocalConfig
 from ambit.tls.certs import issue_server_cert
 from ambit.xds.server import Caller, Metadata, XdsServer
@@ -131,8 +133,23 @@ class ControlPlane:
             self._config_changed,
             on_skipped=self._skipped,
             on_status=self._status,
+            on_waypoint_status=self._waypoint_status,
         )
         self.status = PolicyStatusWriter(client, lambda: self.view.items("authorizationpolicies"), clock=time.time)
+        self.service_status = PolicyStatusWriter(
+            client,
+            lambda: self.view.items("services"),
+            clock=time.time,
+            kind=kinds.SERVICES,
+            condition_type=WAYPOINT_BOUND,
+        )
+        self.service_entry_status = PolicyStatusWriter(
+            client,
+            lambda: self.view.items("serviceentries"),
+            clock=time.time,
+            kind=kinds.SERVICE_ENTRIES,
+            condition_type=WAYPOINT_BOUND,
+        )
         self.events = EventRecorder(
             client,
             EventRecorderSettings(
@@ -161,6 +178,10 @@ class ControlPlane:
 
     def _status(self, statuses: tuple[PolicyStatus, ...]) -> None:
         self.status.submit(statuses)
+
+    def _waypoint_status(self, services: tuple[PolicyStatus, ...], entries: tuple[PolicyStatus, ...]) -> None:
+        self.service_status.submit(services)
+        self.service_entry_status.submit(entries)
 
     def _skipped(self, skipped: tuple[Skipped, ...]) -> None:
         """One Warning Event per problem that the previous translation did not have."""
@@ -217,6 +238,8 @@ class ControlPlane:
         authorizer = NodeAuthorizer(self.pods, trust_domain=s.trust_domain)
         CaService(self.authenticator, authorizer, RootSigner(self.root)).add_to_server(self.server.grpc_server)
         self.status.start()
+        self.service_status.start()
+        self.service_entry_status.start()
         await self.view.start()
         await self.server.start()
         self.publisher = RootCertPublisher(self.client, self.root.root_pem)
@@ -279,6 +302,8 @@ class ControlPlane:
             self.publisher.aclose() if self.publisher else None,
             self.view.aclose(),
             self.status.aclose(),
+            self.service_status.aclose(),
+            self.service_entry_status.aclose(),
             self.pods.aclose(),
             self.events.aclose(),
         ):

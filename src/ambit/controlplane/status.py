@@ -1,9 +1,11 @@
-"""The ``ZtunnelAccepted`` condition on AuthorizationPolicies (spec §10.3), written as istiod writes it.
+"""Status conditions the control plane owns (spec §10.3), written as istiod writes them: ``ZtunnelAccepted`` on
+AuthorizationPolicies, ``istio.io/WaypointBound`` on Services and ServiceEntries.
 
-Theory of operation: the translation computes each policy's :class:`PolicyStatus`; :func:`plan_conditions` (pure)
-compares it with the conditions the object carries and returns the new list only when something must change;
-:class:`PolicyStatusWriter` (the asyncio shell) keeps the latest wanted statuses, and one task patches the
-``status`` subresource of each object whose plan says so.
+Theory of operation: the translation computes each object's wanted condition (:class:`PolicyStatus`, whose
+``type`` names it); :func:`plan_conditions` (pure) compares it with the conditions the object carries and returns
+the new list only when something must change; :class:`PolicyStatusWriter` (the asyncio shell, one per kind and
+condition type) keeps the latest wanted statuses, and one task patches the ``status`` subresource of each object
+whose plan says so.
 
 Rules:
 
@@ -13,7 +15,8 @@ Rules:
 3. ``lastTransitionTime`` changes only when ``status`` flips (or the condition is new); a changed message or
    generation keeps it, as Kubernetes' ``meta.SetStatusCondition`` does.
 4. Other conditions (``WaypointAccepted``, written by whoever owns it) are kept as they are, in their place.
-5. A policy that no longer gets a ztunnel status (it moved to ``targetRefs``) loses the condition.
+5. An object that no longer gets the condition (a policy moved to ``targetRefs``, a Service whose
+   ``istio.io/use-waypoint`` label went) loses it; one that never had it is not written.
 6. A patch carries the object's ``resourceVersion``: if someone else wrote in between, the API server refuses it
    (409) and the next translation, seeing the newer object, plans again. A failed write is retried after the next
    change or ``retry`` seconds; it never stops the writer.
@@ -56,11 +59,13 @@ def _condition(status: PolicyStatus, transition: str) -> dict[str, Any]:
 
 
 def plan_conditions(
-    current: Sequence[Obj] | None, wanted: PolicyStatus | None, now: str
+    current: Sequence[Obj] | None, wanted: PolicyStatus | None, now: str, condition_type: str = ZTUNNEL_ACCEPTED
 ) -> list[dict[str, Any]] | None:
-    """The object's new ``status.conditions``, or None when nothing must be written (rules 1-5)."""
+    """The object's new ``status.conditions``, or None when nothing must be written (rules 1-5); the condition
+    planned is ``condition_type`` (``wanted.type`` when given)."""
     conditions = [dict(c) for c in current or () if isinstance(c, Mapping)]
-    index = next((i for i, c in enumerate(conditions) if c.get("type") == ZTUNNEL_ACCEPTED), None)
+    owned = wanted.type if wanted is not None else condition_type
+    index = next((i for i, c in enumerate(conditions) if c.get("type") == owned), None)
     if wanted is None:
         if index is None:
             return None
@@ -80,7 +85,8 @@ def plan_conditions(
 
 
 class PolicyStatusWriter:
-    """Writes the wanted statuses of :meth:`submit` to the objects ``objects()`` returns (the informer's cache)."""
+    """Writes the wanted statuses of :meth:`submit` to the objects ``objects()`` returns (the informer's cache):
+    objects of ``kind``, condition ``condition_type``."""
 
     def __init__(
         self,
@@ -89,8 +95,12 @@ class PolicyStatusWriter:
         *,
         clock: Callable[[], float],
         retry: float = 2.0,
+        kind: kinds.ResourceKind = kinds.AUTHORIZATION_POLICIES,
+        condition_type: str = ZTUNNEL_ACCEPTED,
     ) -> None:
         self._client = client
+        self._kind = kind
+        self._condition_type = condition_type
         self._objects = objects
         self._clock = clock
         self._retry = retry
@@ -109,7 +119,8 @@ class PolicyStatusWriter:
 
     def start(self) -> None:
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="policy status writer")
+            name = f"{self._kind.kind} {self._condition_type} status writer"
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=name)
 
     async def _run(self) -> None:
         while True:
@@ -134,12 +145,14 @@ class PolicyStatusWriter:
             written = self._written.get(key)
             if written is not None and version == written[0]:
                 current = written[2]  # the cache has not seen our own write yet
-            conditions = plan_conditions(current if isinstance(current, list) else None, self._wanted.get(key), now)
+            conditions = plan_conditions(
+                current if isinstance(current, list) else None, self._wanted.get(key), now, self._condition_type
+            )
             if conditions is None:
                 continue
             try:
                 patched = await self._client.patch_status(
-                    kinds.AUTHORIZATION_POLICIES,
+                    self._kind,
                     str(meta.get("name", "")),
                     {"metadata": {"resourceVersion": version}, "status": {"conditions": conditions}},
                     str(meta.get("namespace", "")),
@@ -147,7 +160,7 @@ class PolicyStatusWriter:
             except KubeNotFoundError:
                 continue  # deleted meanwhile
             except KubeClientError as exc:
-                log.info("cannot write the status of AuthorizationPolicy %s: %s", key, exc)
+                log.info("cannot write the status of %s %s: %s", self._kind.kind, key, exc)
                 ok = False
                 continue
             self.writes += 1

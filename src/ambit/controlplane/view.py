@@ -1,19 +1,23 @@
 """The control plane's view of the cluster: informers over the objects the workload API is made from.
 
 Theory of operation: informers over Pods, Services, EndpointSlices, Namespaces, Nodes, ServiceEntries,
-WorkloadEntries, AuthorizationPolicies and PeerAuthentications fill their caches; every change only marks the view
-dirty. A Node update marks it only when the Node's locality labels changed (Nodes' status changes all the time and
-only their locality is translated). One task
+WorkloadEntries, AuthorizationPolicies, PeerAuthentications, Gateways and GatewayClasses fill their caches; every
+change only marks the view dirty. A Node update marks it only when the Node's locality labels changed (Nodes' status
+changes all the time and only their locality is translated); a Gateway update only when its spec, metadata or
+``status.addresses`` changed; an update of a kind whose status is not translated (policies, Services,
+ServiceEntries, GatewayClasses) only when its spec or metadata changed, so the control plane's own status writes
+cause no translation. One task
 waits for the mark, lets ``debounce`` seconds pass so that a burst of changes (a Deployment scaling up, a namespace
 being deleted) becomes one translation, clears the mark, translates the caches
 (:func:`ambit.controlplane.translate.translate_all`) and hands the result to ``on_config``, then what the
-translation had to leave out to ``on_skipped`` and the policies' status to ``on_status`` (when given).
+translation had to leave out to ``on_skipped``, the policies' status to ``on_status`` and the Services' and
+ServiceEntries' waypoint status to ``on_waypoint_status`` (when given).
 
-ServiceEntries, WorkloadEntries, AuthorizationPolicies and PeerAuthentications are CRDs, which a real cluster may not
-have, and Nodes are cluster-scoped, which a narrowly scoped control plane may not be allowed to read: before
-starting their informers the view lists each once, and a kind the API server does not serve (404) or does not let us
-list (403) is logged once and treated as empty from then on (installing the CRD or granting the permission later
-needs a restart). Without Nodes every pod's locality is unknown.
+ServiceEntries, WorkloadEntries, AuthorizationPolicies, PeerAuthentications, Gateways and GatewayClasses are CRDs,
+which a real cluster may not have, and Nodes are cluster-scoped, which a narrowly scoped control plane may not be
+allowed to read: before starting their informers the view lists each once, and a kind the API server does not serve
+(404) or does not let us list (403) is logged once and treated as empty from then on (installing the CRD or granting
+the permission later needs a restart). Without Nodes every pod's locality is unknown.
 
 Invariants:
 
@@ -63,12 +67,20 @@ OPTIONAL_KINDS = (
     kinds.WORKLOAD_ENTRIES,
     kinds.AUTHORIZATION_POLICIES,
     kinds.PEER_AUTHENTICATIONS,
+    kinds.GATEWAYS,
+    kinds.GATEWAY_CLASSES,
 )
 """Kinds served by CRDs (and Nodes, which need cluster-wide read): the view goes on without them when the cluster
 does not have them or does not let us list them."""
 
 
-SPEC_ONLY_KINDS = (kinds.AUTHORIZATION_POLICIES, kinds.PEER_AUTHENTICATIONS)
+SPEC_ONLY_KINDS = (
+    kinds.AUTHORIZATION_POLICIES,
+    kinds.PEER_AUTHENTICATIONS,
+    kinds.SERVICES,
+    kinds.SERVICE_ENTRIES,
+    kinds.GATEWAY_CLASSES,
+)
 """Kinds whose translation reads only their spec and metadata: a status-only update changes nothing."""
 
 
@@ -82,6 +94,11 @@ def _translated_part(obj: dict[str, Any]) -> tuple[Any, ...]:
         meta.get("deletionTimestamp"),
         meta.get("uid"),
     )
+
+
+def _addresses(obj: dict[str, Any]) -> Any:
+    status = obj.get("status")
+    return status.get("addresses") if isinstance(status, dict) else None
 
 
 class ClusterViewError(AmbitError):
@@ -116,12 +133,14 @@ class ClusterView:
         *,
         on_skipped: Callable[[tuple[Skipped, ...]], None] | None = None,
         on_status: Callable[[tuple[PolicyStatus, ...]], None] | None = None,
+        on_waypoint_status: Callable[[tuple[PolicyStatus, ...], tuple[PolicyStatus, ...]], None] | None = None,
     ) -> None:
         self.settings = settings
         self.client = client
         self._on_config = on_config
         self._on_skipped = on_skipped
         self._on_status = on_status
+        self._on_waypoint_status = on_waypoint_status
         self._policy_memo: PolicyMemo = {}
         self.absent: set[str] = set()
         """Plural names of the optional kinds the cluster does not serve (or does not let us list)."""
@@ -148,6 +167,8 @@ class ClusterView:
     def _update_handler(self, kind: kinds.ResourceKind) -> Callable[[dict[str, Any], dict[str, Any]], None]:
         if kind is kinds.NODES:
             return self._node_updated
+        if kind is kinds.GATEWAYS:
+            return self._gateway_updated
         if kind in SPEC_ONLY_KINDS:
             return self._policy_updated
         return self._updated
@@ -155,6 +176,11 @@ class ClusterView:
     def _policy_updated(self, old: dict[str, Any], new: dict[str, Any]) -> None:
         # Our own status writes must not cause a translation each (10,000 policies: 10,000 translations).
         if _translated_part(old) != _translated_part(new):
+            self._dirty.set()
+
+    def _gateway_updated(self, old: dict[str, Any], new: dict[str, Any]) -> None:
+        # Gateway controllers rewrite conditions often; only the addresses say whether a waypoint is ready.
+        if _translated_part(old) != _translated_part(new) or _addresses(old) != _addresses(new):
             self._dirty.set()
 
     def _node_updated(self, old: dict[str, Any], new: dict[str, Any]) -> None:
@@ -178,6 +204,8 @@ class ClusterView:
             authorization_policies=self.items("authorizationpolicies"),
             peer_authentications=self.items("peerauthentications"),
             nodes=self.items("nodes"),
+            gateways=self.items("gateways"),
+            gateway_classes=self.items("gatewayclasses"),
             cluster_id=s.cluster_id,
             trust_domain=s.trust_domain,
             domain=s.domain,
@@ -197,6 +225,8 @@ class ClusterView:
             self._on_skipped(translation.skipped)
         if self._on_status is not None:
             self._on_status(translation.policy_status)
+        if self._on_waypoint_status is not None:
+            self._on_waypoint_status(translation.service_status, translation.service_entry_status)
 
     async def _probe(self, kind: kinds.ResourceKind) -> None:
         """Mark ``kind`` absent if the API server does not serve it to us; anything else is the informer's."""

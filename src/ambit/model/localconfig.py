@@ -23,6 +23,9 @@ Rules:
    (``*``, ``*x``, ``x*``, ``x``) or, for a value that form cannot say (an exact ``a*``), a mapping with one of
    ``exact``, ``prefix``, ``suffix``, ``presence``. Service accounts are ``namespace/name``; IPs are CIDRs with
    host bits clear (a bare address is /32 or /128); ports are 1..65535. Policy keys are unique within a file.
+9. A workload's or service's ``waypoint`` is ``{hostname: H, namespace: N}`` or ``{address: net/ip}``, plus
+   ``hboneMtlsPort`` (default 15008); a service's ``ingressUseWaypoint`` is a boolean. These newer fields are
+   written only when set (no waypoint, false), so files written before them render the same.
 """
 
 from __future__ import annotations
@@ -56,12 +59,15 @@ from ambit.model.policy import (
 from ambit.model.untrusted_yaml import SafeLoader as _BaseLoader
 from ambit.model.untrusted_yaml import load as _load_untrusted
 from ambit.model.workload import (
+    HBONE_MTLS_PORT,
     AppProtocol,
+    GatewayAddress,
     HealthPolicy,
     HealthStatus,
     IPAddress,
     IPFamilies,
     Locality,
+    NamespacedHostname,
     NetworkAddress,
     NetworkMode,
     PortMapping,
@@ -99,6 +105,7 @@ _WORKLOAD_KEYS = (
     "authorizationPolicies",
     "networkMode",
     "locality",
+    "waypoint",
 )
 _SERVICE_KEYS = (
     "name",
@@ -110,7 +117,10 @@ _SERVICE_KEYS = (
     "healthPolicy",
     "canonical",
     "ipFamilies",
+    "waypoint",
+    "ingressUseWaypoint",
 )
+_WAYPOINT_KEYS = ("hostname", "namespace", "address", "hboneMtlsPort")
 _LOCALITY_KEYS = ("region", "zone", "subzone")
 _PORT_KEYS = ("targetPort", "appProtocol")
 _POLICY_KEYS = ("name", "namespace", "scope", "action", "dryRun", "rules")
@@ -329,6 +339,23 @@ def _locality(value: object, path: str) -> Locality:
     return Locality(**{key: _field(item, key, path, _optional_string, "") for key in _LOCALITY_KEYS})
 
 
+def _waypoint(value: object, path: str) -> GatewayAddress:
+    item = _mapping(value, path, _WAYPOINT_KEYS)
+    port = _field(item, "hboneMtlsPort", path, lambda v, p: _port(v, p, lowest=1), HBONE_MTLS_PORT)
+    if ("hostname" in item) == ("address" in item):
+        raise LocalConfigError(f"{path}: give exactly one of 'hostname' (with 'namespace') and 'address'")
+    if "address" in item:
+        if "namespace" in item:
+            raise LocalConfigError(f"{path}.namespace: only with 'hostname'")
+        try:
+            address = NetworkAddress.parse(_string(item["address"], f"{path}.address"))
+        except AddressError as exc:
+            raise LocalConfigError(f"{path}.address: {exc}") from None
+        return GatewayAddress(address, port)
+    hostname = _field(item, "hostname", path, _name)
+    return GatewayAddress(NamespacedHostname(_field(item, "namespace", path, _namespace), hostname), port)
+
+
 def _workload(value: object, path: str) -> Workload:
     item = _mapping(value, path, _WORKLOAD_KEYS)
     return Workload(
@@ -356,6 +383,7 @@ def _workload(value: object, path: str) -> Workload:
             item, "networkMode", path, _choice({m.value: m for m in NetworkMode}), NetworkMode.STANDARD
         ),
         locality=_field(item, "locality", path, _locality, Locality()),
+        waypoint=_waypoint(item["waypoint"], f"{path}.waypoint") if item.get("waypoint") is not None else None,
     )
 
 
@@ -375,6 +403,8 @@ def _service(value: object, path: str) -> Service:
         health_policy=_field(item, "healthPolicy", path, _choice(policies), HealthPolicy.ONLY_HEALTHY),
         canonical=_field(item, "canonical", path, _bool, False),
         ip_families=_field(item, "ipFamilies", path, _choice({f.value: f for f in IPFamilies}), IPFamilies.AUTOMATIC),
+        waypoint=_waypoint(item["waypoint"], f"{path}.waypoint") if item.get("waypoint") is not None else None,
+        ingress_use_waypoint=_field(item, "ingressUseWaypoint", path, _bool, False),
     )
 
 
@@ -505,9 +535,19 @@ def _port_map(ports: tuple[PortMapping, ...]) -> dict[int, int | dict[str, Any]]
     return mapped
 
 
+def waypoint_to_dict(waypoint: GatewayAddress) -> dict[str, Any]:
+    """The file form of a waypoint's address (rule 9)."""
+    destination = waypoint.destination
+    if isinstance(destination, NamespacedHostname):
+        where: dict[str, Any] = {"hostname": destination.hostname, "namespace": destination.namespace}
+    else:
+        where = {"address": str(destination)}
+    return {**where, "hboneMtlsPort": waypoint.hbone_mtls_port}
+
+
 def workload_to_dict(workload: Workload) -> dict[str, Any]:
-    """The file form of one workload, every field included (port maps have int keys)."""
-    return {
+    """The file form of one workload, every field included but an unset waypoint (port maps have int keys)."""
+    out: dict[str, Any] = {
         "uid": workload.uid,
         "name": workload.name,
         "namespace": workload.namespace,
@@ -532,11 +572,14 @@ def workload_to_dict(workload: Workload) -> dict[str, Any]:
             "subzone": workload.locality.subzone,
         },
     }
+    if workload.waypoint is not None:
+        out["waypoint"] = waypoint_to_dict(workload.waypoint)
+    return out
 
 
 def service_to_dict(service: Service) -> dict[str, Any]:
-    """The file form of one service (port maps have int keys)."""
-    return {
+    """The file form of one service (port maps have int keys); waypoint fields only when set (rule 9)."""
+    out: dict[str, Any] = {
         "name": service.name,
         "namespace": service.namespace,
         "hostname": service.hostname,
@@ -547,6 +590,11 @@ def service_to_dict(service: Service) -> dict[str, Any]:
         "canonical": service.canonical,
         "ipFamilies": service.ip_families.value,
     }
+    if service.waypoint is not None:
+        out["waypoint"] = waypoint_to_dict(service.waypoint)
+    if service.ingress_use_waypoint:
+        out["ingressUseWaypoint"] = True
+    return out
 
 
 def _string_match_form(match: StringMatch) -> str | dict[str, Any]:

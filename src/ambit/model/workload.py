@@ -14,6 +14,8 @@ Invariants:
   is the same whether a workload came from xDS (elided defaults) or from a file (spelled out).
 - ``PortMapping.target_port == 0`` means "named port": each endpoint says its own number in ``Workload.services``.
 - An empty :class:`Locality` (all three parts empty) means "unknown", as an absent ``Locality`` message on the wire.
+- ``waypoint`` None means "no waypoint" (an absent ``GatewayAddress``); a :class:`GatewayAddress` names its
+  waypoint either by hostname (within a namespace) or by one address, never both, as the proto's ``oneof``.
 """
 
 from __future__ import annotations
@@ -27,13 +29,16 @@ from ambit.model.errors import AddressError
 from ambit.model.identity import DEFAULT_SERVICE_ACCOUNT, DEFAULT_TRUST_DOMAIN, SpiffeId
 
 __all__ = [
+    "HBONE_MTLS_PORT",
     "AddressError",
     "AppProtocol",
+    "GatewayAddress",
     "HealthPolicy",
     "HealthStatus",
     "IPAddress",
     "IPFamilies",
     "Locality",
+    "NamespacedHostname",
     "NetworkAddress",
     "NetworkMode",
     "PortMapping",
@@ -146,6 +151,32 @@ class NetworkAddress:
         return cls(network, parse_ip(ip))
 
 
+HBONE_MTLS_PORT = 15008
+"""The port a waypoint takes HBONE on (spec §0, §1.4)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NamespacedHostname:
+    """A hostname looked up within a namespace (spec §4.1 ``NamespacedHostname``): a waypoint's Service."""
+
+    namespace: str
+    hostname: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.hostname}"
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayAddress:
+    """Where a waypoint is reached (spec §4.1 ``GatewayAddress``): by hostname or by one address, HBONE port."""
+
+    destination: NamespacedHostname | NetworkAddress
+    hbone_mtls_port: int = HBONE_MTLS_PORT
+
+    def __str__(self) -> str:
+        return f"{self.destination}:{self.hbone_mtls_port}"
+
+
 @dataclass(frozen=True, slots=True)
 class Workload:
     """One addressable workload (spec §4.1 ``Workload``), with the fields the node proxy uses."""
@@ -171,6 +202,8 @@ class Workload:
     """Keys (``namespace/name``) of the selector-scoped policies that apply to this workload (spec §7.3)."""
     network_mode: NetworkMode = NetworkMode.STANDARD
     locality: Locality = field(default_factory=Locality)
+    waypoint: GatewayAddress | None = None
+    """The waypoint traffic to this workload's own addresses goes through (``istio.io/use-waypoint``)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.addresses, tuple):
@@ -210,6 +243,10 @@ class Service:
     """The authoritative service for its hostname (istiod: true for every Kubernetes Service); it wins hostname
     lookups from outside its namespace."""
     ip_families: IPFamilies = IPFamilies.AUTOMATIC
+    waypoint: GatewayAddress | None = None
+    """The waypoint traffic to this service goes through (``istio.io/use-waypoint``)."""
+    ingress_use_waypoint: bool = False
+    """Ingress gateways, too, send to this service through its waypoint (``istio.io/ingress-use-waypoint``)."""
 
     @property
     def key(self) -> str:

@@ -5,7 +5,8 @@ way istiod does (trust domain ``cluster.local`` and service account ``default`` 
 (:func:`decode_address`, :func:`address_from_proto`) is where the peer's input is judged: every field the model
 keeps is checked, and the first problem raises :class:`XdsConversionError` naming the resource and the field, for
 example ``Kubernetes//Pod/shop/web-1: workload.addresses[0]: expected 4 or 16 bytes, got 5``. Fields the model does
-not keep (waypoints, extensions...) are ignored, as an older ztunnel ignores newer fields.
+not keep (network gateways, weighted waypoints, extensions...) are ignored, as an older ztunnel ignores newer
+fields.
 
 Rules:
 
@@ -20,6 +21,10 @@ Rules:
    ``network_mode``, ``canonical``, ``ip_families`` and each port's ``app_protocol`` are sent as they are. An
    ``app_protocol`` value this build does not know decodes as UNKNOWN (it is a hint); other unknown enum values
    are refused.
+7. A waypoint (``Workload.waypoint`` field 8, ``Service.waypoint`` field 7) is a ``GatewayAddress``: a
+   ``NamespacedHostname`` (field 1) or a ``NetworkAddress`` (field 2, one full-length IP), and
+   ``hbone_mtls_port`` (field 3) in 1..65535. An absent message is no waypoint; a present one with neither
+   destination is refused. ``Service.ingress_use_waypoint`` (field 12) is sent as it is.
 """
 
 from __future__ import annotations
@@ -41,11 +46,13 @@ from ambit.model.identity import (
 )
 from ambit.model.workload import (
     AppProtocol,
+    GatewayAddress,
     HealthPolicy,
     HealthStatus,
     IPAddress,
     IPFamilies,
     Locality,
+    NamespacedHostname,
     NetworkAddress,
     NetworkMode,
     PortMapping,
@@ -105,6 +112,19 @@ def _ports(ports: tuple[PortMapping, ...]) -> list[pb.Port]:
     ]
 
 
+def gateway_address_to_proto(address: GatewayAddress) -> pb.GatewayAddress:
+    destination = address.destination
+    if isinstance(destination, NamespacedHostname):
+        return pb.GatewayAddress(
+            hostname=pb.NamespacedHostname(namespace=destination.namespace, hostname=destination.hostname),
+            hbone_mtls_port=address.hbone_mtls_port,
+        )
+    return pb.GatewayAddress(
+        address=pb.NetworkAddress(network=destination.network, address=destination.ip.packed),
+        hbone_mtls_port=address.hbone_mtls_port,
+    )
+
+
 def workload_to_proto(workload: Workload) -> pb.Workload:
     message = pb.Workload(
         uid=workload.uid,
@@ -130,11 +150,13 @@ def workload_to_proto(workload: Workload) -> pb.Workload:
         message.locality.CopyFrom(pb.Locality(region=locality.region, zone=locality.zone, subzone=locality.subzone))
     for key, ports in workload.services.items():
         message.services[key].ports.extend(_ports(ports))
+    if workload.waypoint is not None:
+        message.waypoint.CopyFrom(gateway_address_to_proto(workload.waypoint))
     return message
 
 
 def service_to_proto(service: Service) -> pb.Service:
-    return pb.Service(
+    message = pb.Service(
         name=service.name,
         namespace=service.namespace,
         hostname=service.hostname,
@@ -148,7 +170,11 @@ def service_to_proto(service: Service) -> pb.Service:
         ),
         canonical=service.canonical,
         ip_families=_IP_FAMILIES[service.ip_families],
+        ingress_use_waypoint=service.ingress_use_waypoint,
     )
+    if service.waypoint is not None:
+        message.waypoint.CopyFrom(gateway_address_to_proto(service.waypoint))
+    return message
 
 
 def address_of(item: Workload | Service) -> pb.Address:
@@ -235,6 +261,25 @@ class FieldReader:
             raise self.fail(field, "a service port is given twice")
         return tuple(mappings)
 
+    def gateway_address(self, field: str, message: pb.GatewayAddress) -> GatewayAddress:
+        kind = message.WhichOneof("destination")
+        destination: NamespacedHostname | NetworkAddress
+        if kind == "hostname":
+            namespace = self.text(f"{field}.hostname.namespace", message.hostname.namespace, required=True)
+            self.identity_part(f"{field}.hostname.namespace", namespace, "namespace")
+            hostname = self.text(f"{field}.hostname.hostname", message.hostname.hostname, required=True)
+            destination = NamespacedHostname(namespace, hostname)
+        elif kind == "address":
+            ip = self.ip(f"{field}.address.address", message.address.address)
+            if message.address.HasField("length") and message.address.length != ip.max_prefixlen:
+                raise self.fail(f"{field}.address.length", f"prefixes are not supported, got /{message.address.length}")
+            destination = NetworkAddress(self.text(f"{field}.address.network", message.address.network), ip)
+        else:
+            raise self.fail(field, "neither a hostname nor an address")
+        if not 1 <= message.hbone_mtls_port <= 65535:
+            raise self.fail(f"{field}.hbone_mtls_port", f"out of range 1..65535: {message.hbone_mtls_port}")
+        return GatewayAddress(destination, message.hbone_mtls_port)
+
     def enum(self, field: str, value: int, names: Mapping[Any, T]) -> T:
         if value not in names:
             raise self.fail(field, f"unsupported value {value}")
@@ -290,6 +335,7 @@ def _workload_from_proto(message: pb.Workload, read: FieldReader) -> Workload:
             zone=read.text("workload.locality.zone", message.locality.zone),
             subzone=read.text("workload.locality.subzone", message.locality.subzone),
         ),
+        waypoint=read.gateway_address("workload.waypoint", message.waypoint) if message.HasField("waypoint") else None,
     )
 
 
@@ -318,6 +364,8 @@ def _service_from_proto(message: pb.Service, read: FieldReader) -> Service:
         ),
         canonical=message.canonical,
         ip_families=read.enum("service.ip_families", message.ip_families, _IP_FAMILY_NAMES),
+        waypoint=read.gateway_address("service.waypoint", message.waypoint) if message.HasField("waypoint") else None,
+        ingress_use_waypoint=message.ingress_use_waypoint,
     )
 
 

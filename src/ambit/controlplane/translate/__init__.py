@@ -1,18 +1,21 @@
 """Kubernetes and Istio objects → the Workload API (spec §4.1), as pure functions over plain API dicts.
 
-Theory of operation: :func:`translate_all` takes snapshots of the kinds istiod's ambient index reads for L4
-(Pods, Services, EndpointSlices, Namespaces, ServiceEntries, WorkloadEntries, and Nodes for the pods' locality;
-spec §10.1) and for L4 policy
-(AuthorizationPolicies, PeerAuthentications; spec §7) and returns a :class:`Translation`: one :class:`LocalConfig`
-(workloads, services, policies), the ``ZtunnelAccepted`` status of each AuthorizationPolicy (:class:`PolicyStatus`,
-for the control plane to write) and the list of what had to be left out (:class:`Skipped`, each naming the object
-and the field to fix). :func:`translate` is the same without the list. Nothing here keeps state
-between calls or does I/O: the caller (an informer-driven view, a test) decides when to translate again.
+Theory of operation: :func:`translate_all` takes snapshots of the kinds istiod's ambient index reads for L4 (Pods,
+Services, EndpointSlices, Namespaces, ServiceEntries, WorkloadEntries, and Nodes for the pods' locality; spec §10.1)
+and for L4 policy (AuthorizationPolicies, PeerAuthentications; spec §7) and for waypoints (Gateways, GatewayClasses;
+spec §1.4) and returns a :class:`Translation`: one :class:`LocalConfig` (workloads, services, policies), the
+``ZtunnelAccepted`` status of each AuthorizationPolicy and the ``istio.io/WaypointBound`` status of Services and
+ServiceEntries (:class:`PolicyStatus`, for the control plane to write) and the list of what had to be left out
+(:class:`Skipped`, each naming the object and the field to fix). :func:`translate` is the same without the list.
+Nothing here keeps state between calls or does I/O: the caller (an informer-driven view, a test) decides when to
+translate again.
 
 Order of work: Kubernetes Services first, then ServiceEntries (their hosts may not take a Service's key), then one
 index of every selecting service, then the workloads (pods, WorkloadEntries, inline ServiceEntry endpoints) with
 their services maps and the policy keys they list (selector AuthorizationPolicies of their namespace and of the
-root namespace, then what PeerAuthentication resolves to for them).
+root namespace, then what PeerAuthentication resolves to for them). Waypoints are indexed once, before the
+services, and every Service, ServiceEntry host and workload gets the waypoint its labels (or its namespace's) bind
+it to.
 
 The output is deterministic: workloads are ordered by uid, services by namespace then hostname, policies and
 statuses by key, each workload's policy keys sorted, skips sorted, and
@@ -22,7 +25,8 @@ Modules: ``workloads`` (a Pod becomes a Workload), ``services`` (a Service becom
 (a ServiceEntry becomes Services and endpoint Workloads), ``workloadentries`` (a WorkloadEntry becomes a
 Workload), ``index`` (which services select which endpoints, on which ports), ``policies`` (an
 AuthorizationPolicy becomes a Policy and a status), ``peerauth`` (PeerAuthentications become DENY policies),
-``nodes`` (a Node's labels become its pods' locality), ``protocols`` (a port's application protocol), ``skips``
+``nodes`` (a Node's labels become its pods' locality), ``waypoints`` (Gateways become waypoints, labels bind to
+them), ``protocols`` (a port's application protocol), ``skips``
 (what was left out).
 """
 
@@ -51,6 +55,7 @@ from ambit.controlplane.translate.serviceentries import (
 )
 from ambit.controlplane.translate.services import service_network, translate_service
 from ambit.controlplane.translate.skips import SkipMemory, Skipped
+from ambit.controlplane.translate.waypoints import Binding, WaypointIndex, bound_status, object_labels
 from ambit.controlplane.translate.workloadentries import translate_workload_entry
 from ambit.controlplane.translate.workloads import translate_pod
 from ambit.model.localconfig import LocalConfig
@@ -80,6 +85,10 @@ class Translation:
     skipped: tuple[Skipped, ...] = ()
     policy_status: tuple[PolicyStatus, ...] = ()
     """The ``ZtunnelAccepted`` condition of each AuthorizationPolicy that has one, by key."""
+    service_status: tuple[PolicyStatus, ...] = ()
+    """The ``istio.io/WaypointBound`` condition of each Service that has one, by key."""
+    service_entry_status: tuple[PolicyStatus, ...] = ()
+    """The ``istio.io/WaypointBound`` condition of each ServiceEntry that has one, by key."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +121,8 @@ def translate_all(
     authorization_policies: Iterable[Mapping[str, Any]] = (),
     peer_authentications: Iterable[Mapping[str, Any]] = (),
     nodes: Iterable[Mapping[str, Any]] = (),
+    gateways: Iterable[Mapping[str, Any]] = (),
+    gateway_classes: Iterable[Mapping[str, Any]] = (),
     cluster_id: str = "Kubernetes",
     trust_domain: str = "cluster.local",
     domain: str = "cluster.local",
@@ -159,16 +170,25 @@ def translate_all(
     peer = PeerAuthIndex.build(peer_authentications, root_namespace=root_namespace, skips=skips)
     policies.extend(peer.policies)
     keys = _PolicyKeys({ns: tuple(items) for ns, items in by_namespace.items()}, tuple(everywhere), peer)
-    network = service_network(namespaces)
+    namespace_list = list(namespaces)
+    network = service_network(namespace_list)
+    waypoints = WaypointIndex.build(gateways, gateway_classes, namespace_list, network=network)
     service_list = list(services)
-    translated: list[Service] = [
-        s for svc in service_list if (s := translate_service(svc, domain=domain, network=network, skips=skips))
-    ]
+    translated: list[Service] = []
+    service_status: list[PolicyStatus] = []
+    for svc in service_list:
+        service = translate_service(svc, domain=domain, network=network, skips=skips)
+        if service is not None:
+            translated.append(_with_binding(service, _service_binding(svc, waypoints, service_status)))
     taken = {s.key for s in translated}
     entries = parse_service_entries(service_entries, taken=taken, skips=skips)
     canonical = canonical_owners(entries, (s.hostname for s in translated))
+    entry_status: list[PolicyStatus] = []
     for entry in entries:
-        translated.extend(service_entry_services(entry, network=network, canonical=canonical))
+        binding = _service_binding(entry.obj, waypoints, entry_status)
+        translated.extend(
+            _with_binding(s, binding) for s in service_entry_services(entry, network=network, canonical=canonical)
+        )
     index = ServiceIndex.build(service_list, endpoint_slices, domain=domain, extra=selections(entries))
     workloads: list[Workload] = []
     localities = node_localities(nodes)
@@ -184,7 +204,8 @@ def translate_all(
         )
         if w is not None:
             labels = (pod.get("metadata") or {}).get("labels") or {}
-            workloads.append(replace(w, authorization_policies=keys.find(w.namespace, labels)))
+            waypoint = waypoints.find_for_workload(w.namespace, object_labels(pod), pod=True).address
+            workloads.append(replace(w, authorization_policies=keys.find(w.namespace, labels), waypoint=waypoint))
     for wle in workload_entries:
         w = translate_workload_entry(
             wle, index, cluster_id=cluster_id, trust_domain=trust_domain, network=network, skips=skips
@@ -192,7 +213,8 @@ def translate_all(
         if w is not None:
             meta, spec = wle.get("metadata") or {}, wle.get("spec") or {}
             labels = {**(meta.get("labels") or {}), **(spec.get("labels") or {})}
-            workloads.append(replace(w, authorization_policies=keys.find(w.namespace, labels)))
+            waypoint = waypoints.find_for_workload(w.namespace, object_labels(wle)).address
+            workloads.append(replace(w, authorization_policies=keys.find(w.namespace, labels), waypoint=waypoint))
     for entry in entries:
         workloads.extend(
             service_entry_workloads(
@@ -202,6 +224,7 @@ def translate_all(
                 network=network,
                 skips=skips,
                 policy_keys=keys.find,
+                waypoint_of=lambda namespace, labels: waypoints.find_for_workload(namespace, labels).address,
             )
         )
     return Translation(
@@ -212,7 +235,26 @@ def translate_all(
         ),
         skipped=tuple(sorted(set(skips))),
         policy_status=tuple(sorted(statuses, key=lambda s: s.key)),
+        service_status=tuple(sorted(service_status, key=lambda s: s.key)),
+        service_entry_status=tuple(sorted(entry_status, key=lambda s: s.key)),
     )
+
+
+def _service_binding(obj: Mapping[str, Any], waypoints: WaypointIndex, statuses: list[PolicyStatus]) -> Binding:
+    """The binding of a Service or ServiceEntry; its ``WaypointBound`` condition, if any, goes to ``statuses``."""
+    namespace = str((obj.get("metadata") or {}).get("namespace") or "")
+    labels = object_labels(obj)
+    binding = waypoints.find_for_service(namespace, labels)
+    status = bound_status(obj, binding, ingress_label=waypoints.ingress_label_present(namespace, labels))
+    if status is not None:
+        statuses.append(status)
+    return binding
+
+
+def _with_binding(service: Service, binding: Binding) -> Service:
+    if binding.waypoint is None:
+        return service
+    return replace(service, waypoint=binding.address, ingress_use_waypoint=binding.ingress_use_waypoint)
 
 
 def translate(
@@ -226,6 +268,8 @@ def translate(
     authorization_policies: Iterable[Mapping[str, Any]] = (),
     peer_authentications: Iterable[Mapping[str, Any]] = (),
     nodes: Iterable[Mapping[str, Any]] = (),
+    gateways: Iterable[Mapping[str, Any]] = (),
+    gateway_classes: Iterable[Mapping[str, Any]] = (),
     cluster_id: str = "Kubernetes",
     trust_domain: str = "cluster.local",
     domain: str = "cluster.local",
@@ -243,6 +287,8 @@ def translate(
         authorization_policies=authorization_policies,
         peer_authentications=peer_authentications,
         nodes=nodes,
+        gateways=gateways,
+        gateway_classes=gateway_classes,
         cluster_id=cluster_id,
         trust_domain=trust_domain,
         domain=domain,

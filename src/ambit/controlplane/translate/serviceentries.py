@@ -45,7 +45,16 @@ from ambit.controlplane.translate.protocols import protocol_app_protocol
 from ambit.controlplane.translate.services import port_number, service_key
 from ambit.controlplane.translate.skips import SERVICE_ENTRY, Skipped, skipped
 from ambit.controlplane.translate.workloadentries import endpoint_address, endpoint_workload, string_map
-from ambit.model.workload import AddressError, IPAddress, NetworkAddress, PortMapping, Service, Workload, parse_ip
+from ambit.model.workload import (
+    AddressError,
+    GatewayAddress,
+    IPAddress,
+    NetworkAddress,
+    PortMapping,
+    Service,
+    Workload,
+    parse_ip,
+)
 
 Obj = Mapping[str, Any]
 DNS_RESOLUTIONS = ("DNS", "DNS_ROUND_ROBIN")
@@ -229,9 +238,11 @@ def service_entry_workloads(
     network: str,
     skips: list[Skipped],
     policy_keys: Callable[[str, Mapping[str, Any]], tuple[str, ...]] | None = None,
+    waypoint_of: Callable[[str, Mapping[str, str]], GatewayAddress | None] | None = None,
 ) -> list[Workload]:
     """One Workload per usable inline endpoint (rule 5); ``policy_keys`` names the policies that select an
-    endpoint's labels in its namespace, as istiod lists them for every workload it builds."""
+    endpoint's labels in its namespace, as istiod lists them for every workload it builds, and ``waypoint_of``
+    the waypoint its labels bind it to."""
     out: list[Workload] = []
     seen: set[IPAddress] = set()
     ports = tuple(ServicePort(p.number, p.target or p.number, p.name, p.protocol) for p in entry.ports)
@@ -270,5 +281,7 @@ def service_entry_workloads(
         )
         if policy_keys is not None:
             workload = replace(workload, authorization_policies=policy_keys(entry.namespace, labels))
+        if waypoint_of is not None:
+            workload = replace(workload, waypoint=waypoint_of(entry.namespace, labels))
         out.append(workload)
     return out

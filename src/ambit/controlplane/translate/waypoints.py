@@ -1,0 +1,325 @@
+"""Waypoints and what binds to them (spec §1.4, istiod's ambient ``waypoints.go``): the ``waypoint`` field of
+Workloads and Services, and the ``istio.io/WaypointBound`` condition of Services and ServiceEntries (spec §10.3).
+
+Theory of operation: :meth:`WaypointIndex.build` reads the Gateways, GatewayClasses and Namespaces once per
+translation; then :meth:`WaypointIndex.find_for_service` and :meth:`WaypointIndex.find_for_workload` answer, for
+one object's namespace and labels, a :class:`Binding`: the waypoint to use, or none, and the problem to report.
+:func:`bound_status` turns a Service's or ServiceEntry's binding into the condition the control plane writes.
+Pure: no I/O; labels are read as strings whatever the input holds.
+
+Rules:
+
+1. A waypoint is a Gateway of class ``istio-waypoint``. Its traffic type is its ``istio.io/waypoint-for`` label,
+   else that label on the GatewayClass ``istio-waypoint``, else ``service``; values are ``service``,
+   ``workload``, ``all`` and ``none`` (any other value, like ``none``, takes no traffic).
+2. A waypoint is ready once ``status.addresses`` holds a usable address: the first of type ``Hostname`` gives the
+   hostname form ``{gateway namespace, hostname}``; else the first parsable one of type ``IPAddress`` (or no
+   type, the API's default) the address form on the cluster's network. HBONE port 15008 either way. A Gateway
+   whose addresses are all unusable is not ready (istiod would bind to it and send no address).
+3. Which namespaces may bind: the ``allowedRoutes.namespaces`` of the listener with protocol HBONE on port 15008
+   (``from``: ``Same``, the default and anything unknown; ``All``; ``Selector``, whose label selector is matched
+   against the binding namespace's labels; a missing or malformed selector matches nothing).
+4. The binding label ``istio.io/use-waypoint`` names a waypoint, in the object's namespace or in the one
+   ``istio.io/use-waypoint-namespace`` names. The value ``none`` opts out (of the namespace's default too). An
+   object without the label takes its Namespace's labels the same way (the namespace's own namespace label, else
+   the object's namespace). A named waypoint that is missing or not ready gives no waypoint and
+   ``WaypointIsNotReady``; one that does not admit the object's namespace (rule 3) ``AttachmentDenied``.
+5. Services: a Service labelled ``gateway.istio.io/managed`` ``istio.io-mesh-controller`` (a waypoint's own) or
+   ``istio.io-eastwest-controller`` never has a waypoint. A waypoint for neither ``service`` nor ``all`` gives none
+   and ``UnsupportedTrafficType``. ``ingress_use_waypoint`` follows ``istio.io/ingress-use-waypoint`` on the
+   object, else on its Namespace, read as Go's ``ParseBool``, and only for a bound service.
+6. Workloads (pods, WorkloadEntries, inline ServiceEntry endpoints, each by its own labels): a pod whose
+   ``gateway.networking.k8s.io/gateway-name`` label names a waypoint Gateway of its namespace is an instance of
+   it and never has a waypoint (istiod checks only ready waypoints; we also skip waypoints still coming up, so
+   that a waypoint never routes through another). A waypoint for neither ``workload`` nor ``all`` gives none; it
+   is ``UnsupportedTrafficType`` only when the object's own label named it (a namespace default meant for
+   services is not an error).
+7. The condition (:func:`bound_status`): bound → True, ``WaypointAccepted``, "Successfully attached to waypoint
+   ns/name" (plus istiod's ingress note); a problem → False with its reason and istiod's message; neither → no
+   condition (the writer removes an old one). Not modelled: ``CrossNamespaceWaypointForbidden`` (ServiceEntry
+   visibility, which Ambit does not have) and canary waypoints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ambit.controlplane.translate.policies import PolicyStatus
+from ambit.model.errors import IdentityError
+from ambit.model.identity import check_path_segment
+from ambit.model.labels import LabelSelector, selector_from_spec
+from ambit.model.workload import (
+    HBONE_MTLS_PORT,
+    AddressError,
+    GatewayAddress,
+    NamespacedHostname,
+    NetworkAddress,
+    parse_ip,
+)
+
+__all__ = [
+    "WAYPOINT_BOUND",
+    "WAYPOINT_CLASS",
+    "Binding",
+    "Waypoint",
+    "WaypointIndex",
+    "bound_status",
+    "object_labels",
+]
+
+Obj = Mapping[str, Any]
+
+WAYPOINT_CLASS = "istio-waypoint"
+WAYPOINT_BOUND = "istio.io/WaypointBound"
+USE_WAYPOINT = "istio.io/use-waypoint"
+USE_WAYPOINT_NAMESPACE = "istio.io/use-waypoint-namespace"
+WAYPOINT_FOR = "istio.io/waypoint-for"
+INGRESS_USE_WAYPOINT = "istio.io/ingress-use-waypoint"
+GATEWAY_NAME = "gateway.networking.k8s.io/gateway-name"
+GATEWAY_MANAGED = "gateway.istio.io/managed"
+NO_WAYPOINT_CONTROLLERS = ("istio.io-mesh-controller", "istio.io-eastwest-controller")
+SERVICE_TRAFFIC, WORKLOAD_TRAFFIC, ALL_TRAFFIC = "service", "workload", "all"
+_TRUE = ("1", "t", "T", "TRUE", "true", "True")
+"""What Go's ``strconv.ParseBool`` reads as true."""
+
+
+def object_labels(obj: Obj) -> dict[str, str]:
+    """An API object's ``metadata.labels`` as strings (anything else in the input is ignored)."""
+    meta = obj.get("metadata")
+    return _string_map(meta.get("labels") if isinstance(meta, Mapping) else None)
+
+
+def _string_map(value: Any) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        return {}
+    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def _valid_namespace(namespace: str) -> bool:
+    try:
+        check_path_segment("namespace", namespace)
+    except IdentityError:
+        return False
+    return True
+
+
+def _meta_text(obj: Obj, key: str) -> str:
+    meta = obj.get("metadata")
+    value = meta.get(key) if isinstance(meta, Mapping) else None
+    return value if isinstance(value, str) else ""
+
+
+@dataclass(frozen=True, slots=True)
+class Waypoint:
+    """A ready waypoint (rules 1-3)."""
+
+    namespace: str
+    name: str
+    address: GatewayAddress
+    traffic_type: str = SERVICE_TRAFFIC
+    allowed_from: str = "Same"
+    allowed_selector: LabelSelector | None = None
+    """For ``allowed_from == "Selector"``: the namespaces it admits; None admits none."""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def admits(self, namespace: str, namespace_labels: Mapping[str, str]) -> bool:
+        """Whether an object of ``namespace`` may bind to this waypoint (rule 3)."""
+        if self.allowed_from == "All":
+            return True
+        if self.allowed_from == "Selector":
+            return self.allowed_selector is not None and self.allowed_selector.matches(namespace_labels)
+        return namespace == self.namespace
+
+    def takes(self, traffic: str) -> bool:
+        return self.traffic_type in (traffic, ALL_TRAFFIC)
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    """The answer for one object: the waypoint it uses (or None) and, when it asked for one and cannot have it,
+    the reason and istiod's message."""
+
+    waypoint: Waypoint | None = None
+    reason: str = ""
+    message: str = ""
+    ingress_use_waypoint: bool = False
+
+    @property
+    def address(self) -> GatewayAddress | None:
+        return None if self.waypoint is None else self.waypoint.address
+
+
+def _not_ready(key: str) -> Binding:
+    return Binding(reason="WaypointIsNotReady", message=f'waypoint "{key}" is not ready')
+
+
+def _denied(key: str) -> Binding:
+    return Binding(
+        reason="AttachmentDenied",
+        message=f'we are not permitted to attach to waypoint "{key}" (missing allowedRoutes?)',
+    )
+
+
+def _unsupported(key: str, traffic: str) -> Binding:
+    return Binding(
+        reason="UnsupportedTrafficType",
+        message=f'attempting to bind to traffic type "{traffic}" which the waypoint "{key}" does not support',
+    )
+
+
+def _gateway_address(gateway: Obj, network: str) -> GatewayAddress | None:
+    status = gateway.get("status")
+    addresses = status.get("addresses") if isinstance(status, Mapping) else None
+    entries = [a for a in addresses if isinstance(a, Mapping)] if isinstance(addresses, list) else []
+    namespace = _meta_text(gateway, "namespace")
+    for entry in entries:
+        value = entry.get("value")
+        if entry.get("type") == "Hostname" and isinstance(value, str) and value and value.isprintable():
+            return GatewayAddress(NamespacedHostname(namespace, value), HBONE_MTLS_PORT)
+    for entry in entries:
+        value = entry.get("value")
+        if entry.get("type") in (None, "IPAddress") and isinstance(value, str):
+            try:
+                return GatewayAddress(NetworkAddress(network, parse_ip(value)), HBONE_MTLS_PORT)
+            except AddressError:
+                continue
+    return None
+
+
+def _allowed_routes(spec: Obj) -> tuple[str, LabelSelector | None]:
+    listeners = spec.get("listeners")
+    for listener in listeners if isinstance(listeners, list) else ():
+        if not isinstance(listener, Mapping) or listener.get("protocol") != "HBONE" or listener.get("port") != 15008:
+            continue
+        routes = listener.get("allowedRoutes")
+        namespaces = routes.get("namespaces") if isinstance(routes, Mapping) else None
+        if not isinstance(namespaces, Mapping):
+            break
+        origin = namespaces.get("from")
+        if origin == "All":
+            return "All", None
+        if origin == "Selector":
+            return "Selector", selector_from_spec(namespaces.get("selector"))
+        break
+    return "Same", None
+
+
+def _use_waypoint(labels: Mapping[str, str], default_namespace: str) -> str | None:
+    """``ns/name`` the labels bind to, ``""`` for an explicit ``none``, None when they say nothing (rule 4)."""
+    name = labels.get(USE_WAYPOINT)
+    if name is None:
+        return None
+    if name == "none":
+        return ""
+    return f"{labels.get(USE_WAYPOINT_NAMESPACE, default_namespace)}/{name}"
+
+
+@dataclass(frozen=True, slots=True)
+class WaypointIndex:
+    """The ready waypoints by ``ns/name``, every waypoint Gateway's key, and the namespaces' labels."""
+
+    ready: Mapping[str, Waypoint]
+    declared: frozenset[str]
+    namespace_labels: Mapping[str, Mapping[str, str]]
+
+    @classmethod
+    def build(
+        cls, gateways: Iterable[Obj], gateway_classes: Iterable[Obj], namespaces: Iterable[Obj], *, network: str
+    ) -> WaypointIndex:
+        class_for = next(
+            (object_labels(c).get(WAYPOINT_FOR) for c in gateway_classes if _meta_text(c, "name") == WAYPOINT_CLASS),
+            None,
+        )
+        ready: dict[str, Waypoint] = {}
+        declared: set[str] = set()
+        for gateway in gateways:
+            spec = gateway.get("spec")
+            name, namespace = _meta_text(gateway, "name"), _meta_text(gateway, "namespace")
+            if not isinstance(spec, Mapping) or spec.get("gatewayClassName") != WAYPOINT_CLASS or not name:
+                continue
+            if not _valid_namespace(namespace):
+                continue  # the API server would not have stored it; it could not name a waypoint on the wire
+            declared.add(f"{namespace}/{name}")
+            address = _gateway_address(gateway, network)
+            if address is None:
+                continue
+            allowed_from, selector = _allowed_routes(spec)
+            own_labels = object_labels(gateway)
+            traffic = own_labels.get(WAYPOINT_FOR, SERVICE_TRAFFIC if class_for is None else class_for)
+            ready[f"{namespace}/{name}"] = Waypoint(namespace, name, address, traffic, allowed_from, selector)
+        labels = {_meta_text(ns, "name"): object_labels(ns) for ns in namespaces}
+        return cls(ready, frozenset(declared), labels)
+
+    def _target(self, namespace: str, labels: Mapping[str, str]) -> tuple[Binding, bool]:
+        """The binding named by the object's labels, else its namespace's (rule 4); and whether the object's own
+        label named it."""
+        own = _use_waypoint(labels, namespace)
+        inherited = False
+        if own is None:
+            own = _use_waypoint(self.namespace_labels.get(namespace, {}), namespace)
+            inherited = True
+        if not own:
+            return Binding(), not inherited
+        waypoint = self.ready.get(own)
+        if waypoint is None:
+            return _not_ready(own), not inherited
+        if not waypoint.admits(namespace, self.namespace_labels.get(namespace, {})):
+            return _denied(own), not inherited
+        return Binding(waypoint), not inherited
+
+    def find_for_service(self, namespace: str, labels: Mapping[str, str]) -> Binding:
+        """A Service's or ServiceEntry's binding (rules 4 and 5)."""
+        if labels.get(GATEWAY_MANAGED) in NO_WAYPOINT_CONTROLLERS:
+            return Binding()
+        binding, _own = self._target(namespace, labels)
+        waypoint = binding.waypoint
+        if waypoint is None:
+            return binding
+        if not waypoint.takes(SERVICE_TRAFFIC):
+            return _unsupported(waypoint.key, SERVICE_TRAFFIC)
+        return Binding(waypoint, ingress_use_waypoint=self._ingress(namespace, labels))
+
+    def find_for_workload(self, namespace: str, labels: Mapping[str, str], *, pod: bool = False) -> Binding:
+        """A workload's binding (rules 4 and 6); ``pod`` for pods, which may be a waypoint's own."""
+        if pod and labels.get(GATEWAY_NAME) and f"{namespace}/{labels[GATEWAY_NAME]}" in self.declared:
+            return Binding()
+        binding, own = self._target(namespace, labels)
+        waypoint = binding.waypoint
+        if waypoint is None or waypoint.takes(WORKLOAD_TRAFFIC):
+            return binding
+        return _unsupported(waypoint.key, WORKLOAD_TRAFFIC) if own else Binding()
+
+    def _ingress(self, namespace: str, labels: Mapping[str, str]) -> bool:
+        value = labels.get(INGRESS_USE_WAYPOINT)
+        if value is None:
+            value = self.namespace_labels.get(namespace, {}).get(INGRESS_USE_WAYPOINT)
+        return value in _TRUE
+
+    def ingress_label_present(self, namespace: str, labels: Mapping[str, str]) -> bool:
+        return INGRESS_USE_WAYPOINT in labels or INGRESS_USE_WAYPOINT in self.namespace_labels.get(namespace, {})
+
+
+def bound_status(obj: Obj, binding: Binding, *, ingress_label: bool = False) -> PolicyStatus | None:
+    """The ``istio.io/WaypointBound`` condition for a Service or ServiceEntry, or None for none (rule 7)."""
+    meta = obj.get("metadata")
+    generation = meta.get("generation") if isinstance(meta, Mapping) else None
+    namespace, name = _meta_text(obj, "namespace"), _meta_text(obj, "name")
+    observed = generation if isinstance(generation, int) and not isinstance(generation, bool) else 0
+    if binding.waypoint is not None:
+        message = f"Successfully attached to waypoint {binding.waypoint.key}"
+        if binding.ingress_use_waypoint:
+            message += ". Ingress traffic will traverse the waypoint"
+        elif ingress_label:
+            message += (
+                ". Ingress traffic is not using the waypoint, set the istio.io/ingress-use-waypoint label to true"
+                " if desired."
+            )
+        return PolicyStatus(namespace, name, observed, True, "WaypointAccepted", message, WAYPOINT_BOUND)
+    if binding.reason:
+        return PolicyStatus(namespace, name, observed, False, binding.reason, binding.message, WAYPOINT_BOUND)
+    return None

@@ -1,0 +1,219 @@
+"""Waypoint binding through the real control plane: a namespace labelled ``istio.io/use-waypoint`` gives a pod's
+Workload and its Service the ``waypoint`` field over delta ADS, and the Service the ``istio.io/WaypointBound``
+condition; removing the label clears both.
+
+A real API server (subprocess, the CRDs installed), the real control plane (xDS on an ephemeral loopback port, no
+webhook) and the node proxy's own xDS client (:class:`ambit.xds.client.XdsClient`) with a real service-account
+token, so the waypoint field is checked as the node proxy decodes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import secrets
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.harness import ServerProcess
+from tests.integration.test_controlplane_policy import eventually, make_pod
+
+from ambit.controlplane.process import ControlPlane, ControlPlaneSettings
+from ambit.k8s import KubeAlreadyExistsError, KubeClient, kinds
+from ambit.model.state import WorkloadState
+from ambit.model.workload import GatewayAddress, NamespacedHostname, NetworkAddress
+from ambit.xds.client import Backoff, XdsClient
+
+Obj = dict[str, Any]
+BOUND = "istio.io/WaypointBound"
+
+
+@pytest.fixture
+async def kube(server_process: ServerProcess) -> AsyncIterator[KubeClient]:
+    async with KubeClient.from_kubeconfig(server_process.kubeconfig) as client:
+        yield client
+
+
+@pytest.fixture
+async def plane(kube: KubeClient, server_process: ServerProcess) -> AsyncIterator[ControlPlane]:
+    for kind, obj in (
+        (kinds.NAMESPACES, {"metadata": {"name": "istio-system"}}),
+        (kinds.SERVICE_ACCOUNTS, {"metadata": {"name": "ztunnel", "namespace": "istio-system"}}),
+    ):
+        with contextlib.suppress(KubeAlreadyExistsError):
+            await kube.create(kind, obj)
+    settings = ControlPlaneSettings(
+        kubeconfig=server_process.kubeconfig, host="127.0.0.1", port=0, webhook_port=None, debounce=0.05
+    )
+    control_plane = ControlPlane(settings, kube)
+    await control_plane.start()
+    try:
+        yield control_plane
+    finally:
+        await control_plane.aclose()
+
+
+@pytest.fixture
+async def state(kube: KubeClient, plane: ControlPlane, tmp_path: Path) -> AsyncIterator[WorkloadState]:
+    assert plane.root is not None and plane.server is not None
+    token = await kube.create_token("istio-system", "ztunnel", audiences=["istio-ca"])
+    (tmp_path / "token").write_text(token["status"]["token"])
+    (tmp_path / "root.pem").write_bytes(plane.root.root_pem)
+    workloads = WorkloadState()
+    client = XdsClient(
+        f"127.0.0.1:{plane.server.port}",
+        workloads,
+        lambda: None,
+        root_cert_file=tmp_path / "root.pem",
+        token_file=tmp_path / "token",
+        cluster_id="Kubernetes",
+        backoff=Backoff(initial=0.05, maximum=0.3),
+    )
+    await client.start()
+    try:
+        await eventually(lambda: client.synced)
+        yield workloads
+    finally:
+        await client.aclose()
+
+
+def bound_condition(obj: Obj) -> Obj | None:
+    return next((c for c in (obj.get("status") or {}).get("conditions") or () if c.get("type") == BOUND), None)
+
+
+async def test_a_namespace_waypoint_label_binds_pods_and_services_and_removing_it_unbinds(
+    kube: KubeClient, plane: ControlPlane, state: WorkloadState
+) -> None:
+    ns = f"wp-{secrets.token_hex(3)}"
+    pod_ip = f"198.18.{secrets.randbelow(200) + 20}.{secrets.randbelow(200) + 20}"
+    await kube.create(kinds.NAMESPACES, {"metadata": {"name": ns}})
+    gateway = {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "Gateway",
+        "metadata": {"name": "waypoint", "namespace": ns, "labels": {"istio.io/waypoint-for": "all"}},
+        "spec": {
+            "gatewayClassName": "istio-waypoint",
+            "listeners": [{"name": "mesh", "port": 15008, "protocol": "HBONE"}],
+        },
+    }
+    await kube.create(kinds.GATEWAYS, gateway, ns)
+    hostname = f"waypoint.{ns}.svc.cluster.local"
+    await kube.patch_status(
+        kinds.GATEWAYS, "waypoint", {"status": {"addresses": [{"type": "Hostname", "value": hostname}]}}, ns
+    )
+    await kube.create(
+        kinds.SERVICES,
+        {"metadata": {"name": "web", "namespace": ns}, "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}},
+        ns,
+    )
+    await make_pod(kube, ns, "web-1", pod_ip, {"app": "web"})
+    uid = f"Kubernetes//Pod/{ns}/web-1"
+    service_host = f"web.{ns}.svc.cluster.local"
+    await eventually(lambda: state.find_workload(uid) is not None and state.find_service_by_hostname(service_host))
+    workload, service = state.find_workload(uid), state.find_service_by_hostname(service_host)
+    assert workload is not None and workload.waypoint is None
+    assert service is not None and service.waypoint is None
+
+    # The namespace opts in: the pod (waypoint-for all) and the Service both point at the waypoint.
+    await kube.patch(kinds.NAMESPACES, ns, {"metadata": {"labels": {"istio.io/use-waypoint": "waypoint"}}})
+    expected = GatewayAddress(NamespacedHostname(ns, hostname), 15008)
+
+    def bound() -> bool:
+        w, s = state.find_workload(uid), state.find_service_by_hostname(service_host)
+        return w is not None and w.waypoint == expected and s is not None and s.waypoint == expected
+
+    await eventually(bound)
+    found = state.find_workload_by_address("", ipaddress.ip_address(pod_ip))
+    assert found is not None and found.waypoint == expected
+
+    async def condition() -> Obj | None:
+        obj = await kube.get(kinds.SERVICES, "web", ns)
+        return obj if bound_condition(obj) else None
+
+    svc = await eventually(condition)
+    written = bound_condition(svc)
+    assert written is not None
+    assert (written["status"], written["reason"], written["message"]) == (
+        "True",
+        "WaypointAccepted",
+        f"Successfully attached to waypoint {ns}/waypoint",
+    )
+    assert written["lastTransitionTime"]
+
+    # No status loop: another translation (a second pod) leaves the Service as it is.
+    version, pushes, writes = svc["metadata"]["resourceVersion"], plane.pushes, plane.service_status.writes
+    await make_pod(kube, ns, "web-2", f"{pod_ip.rsplit('.', 1)[0]}.250", {"app": "web"})
+    await eventually(lambda: plane.pushes > pushes and state.find_workload(f"Kubernetes//Pod/{ns}/web-2"))
+    assert (await kube.get(kinds.SERVICES, "web", ns))["metadata"]["resourceVersion"] == version
+    assert plane.service_status.writes == writes
+
+    # The label goes: the field is cleared on the wire and the condition is removed.
+    await kube.patch(kinds.NAMESPACES, ns, {"metadata": {"labels": {"istio.io/use-waypoint": None}}})
+
+    def unbound() -> bool:
+        w, s = state.find_workload(uid), state.find_service_by_hostname(service_host)
+        return w is not None and w.waypoint is None and s is not None and s.waypoint is None
+
+    await eventually(unbound)
+
+    async def condition_gone() -> bool:
+        return bound_condition(await kube.get(kinds.SERVICES, "web", ns)) is None
+
+    await eventually(condition_gone)
+
+
+async def test_a_label_naming_a_missing_waypoint_leaves_the_field_unset_until_the_waypoint_gets_an_address(
+    kube: KubeClient, plane: ControlPlane, state: WorkloadState
+) -> None:
+    ns = f"wp-{secrets.token_hex(3)}"
+    await kube.create(kinds.NAMESPACES, {"metadata": {"name": ns}})
+    await kube.create(
+        kinds.SERVICES,
+        {
+            "metadata": {"name": "web", "namespace": ns, "labels": {"istio.io/use-waypoint": "nowhere"}},
+            "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]},
+        },
+        ns,
+    )
+
+    async def condition() -> Obj | None:
+        return bound_condition(await kube.get(kinds.SERVICES, "web", ns))
+
+    written = await eventually(condition)
+    assert (written["status"], written["reason"], written["message"]) == (
+        "False",
+        "WaypointIsNotReady",
+        f'waypoint "{ns}/nowhere" is not ready',
+    )
+    service = await eventually(lambda: state.find_service_by_hostname(f"web.{ns}.svc.cluster.local"))
+    assert service.waypoint is None
+
+    # The Gateway appears, still without an address: not ready yet. Its status gets one: bound.
+    gateway = {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "Gateway",
+        "metadata": {"name": "nowhere", "namespace": ns},
+        "spec": {
+            "gatewayClassName": "istio-waypoint",
+            "listeners": [{"name": "mesh", "port": 15008, "protocol": "HBONE"}],
+        },
+    }
+    await kube.create(kinds.GATEWAYS, gateway, ns)
+    await kube.patch_status(
+        kinds.GATEWAYS, "nowhere", {"status": {"addresses": [{"type": "IPAddress", "value": "198.19.77.7"}]}}, ns
+    )
+
+    async def accepted() -> Obj | None:
+        found = bound_condition(await kube.get(kinds.SERVICES, "web", ns))
+        return found if found and found["status"] == "True" else None
+
+    assert (await eventually(accepted))["reason"] == "WaypointAccepted"
+    expected = GatewayAddress(NetworkAddress.parse("/198.19.77.7"), 15008)
+
+    def bound() -> bool:
+        found = state.find_service_by_hostname(f"web.{ns}.svc.cluster.local")
+        return found is not None and found.waypoint == expected
+
+    await eventually(bound)
