@@ -386,3 +386,22 @@ def test_a_privileged_container_gets_the_capabilities_the_runtime_holds() -> Non
     paths = BundlePaths("id", "", "/sa", "/lab", held_capabilities=held)
     caps = container_config(pod, container, ProcessSpec(("true",), {}), paths)["process"]["capabilities"]
     assert "CAP_SYS_RESOURCE" not in caps["bounding"] and "CAP_NET_ADMIN" in caps["bounding"]
+
+
+def test_root_is_a_read_only_0755_view_holding_only_the_revealed_mount_points(tmp_path: Path) -> None:
+    """runc gives a tmpfs the mode of what it covers (the machine's /root is 0700), so a non-root container could
+    not reach an interpreter revealed under /root; the bound view is 0755 and holds nothing else."""
+    import stat as stat_module
+
+    from ambit.lab.runtime.oci_apply import prepare_root_view
+    from ambit.lab.runtime.oci_spec import BundlePaths, ProcessSpec, container_config
+
+    view = tmp_path / "rootview"
+    paths = BundlePaths("id", "", "/sa", "/lab", revealed=("/root/.pyenv/versions/3.11.7",), root_view=str(view))
+    config = container_config({"metadata": {"name": "p"}, "spec": {}}, {"name": "c"}, ProcessSpec(("true",), {}), paths)
+    (root,) = [m for m in config["mounts"] if m["destination"] == "/root"]
+    assert root["source"] == str(view) and "ro" in root["options"]
+    prepare_root_view(view, config)
+    assert stat_module.S_IMODE(view.stat().st_mode) == 0o755
+    assert (view / ".pyenv" / "versions" / "3.11.7").is_dir()
+    assert sorted(p.name for p in view.iterdir()) == [".pyenv"]

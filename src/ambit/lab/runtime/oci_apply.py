@@ -36,8 +36,10 @@ import os
 import shutil
 import signal
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ambit.errors import AmbitError
 from ambit.lab.runtime.containers_apply import LaunchSpec
@@ -51,6 +53,27 @@ RUNC_PACKAGE = "runc"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 LIMITED_CONTROLLERS = ("memory", "cpu", "pids")
 RUNC_TIMEOUT = 30.0
+
+
+ROOT_VIEW = "rootview"
+"""In a bundle: the directory bound read-only over the container's ``/root`` (:class:`BundlePaths.root_view`)."""
+
+
+def prepare_root_view(view: Path, config: Mapping[str, Any]) -> None:
+    """Make ``view`` (0755) hold a mount point for each mount of ``config`` under ``/root``, so that runc, which cannot
+    create them in a read-only bind, finds them: a directory, or an empty file where the source is a file."""
+    view.mkdir(mode=0o755, exist_ok=True)
+    view.chmod(0o755)
+    for mount in config.get("mounts") or ():
+        destination = str(mount.get("destination", ""))
+        if not destination.startswith("/root/") or ".." in destination.split("/"):
+            continue
+        target = view / destination.removeprefix("/root/")
+        if os.path.isfile(str(mount.get("source", ""))):
+            target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+            target.touch(mode=0o644, exist_ok=True)
+        else:
+            target.mkdir(mode=0o755, parents=True, exist_ok=True)
 
 
 class RuncMissingError(AmbitError):
@@ -167,6 +190,7 @@ class RuncRuntime:
             pids_limit=s.pids_limit,
             unavailable=self.unavailable,
             held_capabilities=self.held_capabilities,
+            root_view=str(self.settings.bundles / cid / ROOT_VIEW),
         )
 
     def spawn(self, launch: LaunchSpec) -> ProcessHandle:
@@ -185,6 +209,7 @@ class RuncRuntime:
         self.settings.bundles.mkdir(parents=True, exist_ok=True, mode=0o700)
         bundle.mkdir(exist_ok=True, mode=0o700)
         (bundle / "rootfs").mkdir(exist_ok=True)
+        prepare_root_view(bundle / ROOT_VIEW, config)
         tmp = bundle / "config.json.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         with os.fdopen(fd, "w") as out:

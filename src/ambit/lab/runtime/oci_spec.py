@@ -12,7 +12,8 @@ Rule 2. Root: the bundle's empty ``rootfs`` directory with the host's ``/`` bind
         nothing: every container already has a read-only root. Then runc's usual ``/proc``, ``/dev``,
         ``/dev/pts``, ``/dev/shm`` (writable), ``/dev/mqueue`` and ``/sys`` (read-only; the runtime's own, bound,
         when the pod shares the runtime's network namespace, as a new sysfs needs its own), a private writable
-        ``/tmp`` and ``/run`` (tmpfs; ``/var/run`` is a link to ``/run``), and ``/root`` as an empty tmpfs.
+        ``/tmp`` and ``/run`` (tmpfs; ``/var/run`` is a link to ``/run``), and ``/root`` empty: a read-only 0755
+        directory of the bundle holding only mount points (``paths.root_view``), else a tmpfs.
 Rule 3. Masks: each of ``paths.masked`` (the lab's directory with the API server's data, every pod's token, the
         lab CA and node proxy credentials; the checkout's git metadata; ...) is covered by an empty read-only
         tmpfs (a directory) or ``/dev/null`` (a file). Masks under ``/tmp``, ``/run`` or ``/root`` are already
@@ -183,6 +184,10 @@ class BundlePaths:
     """Host directories rebuilt so that volumes' mount points can be made (rule 11)."""
     held_capabilities: frozenset[str] | None = None
     """The capabilities the runtime itself holds (None: all); a privileged container gets these (rule 7)."""
+    root_view: str = ""
+    """A host directory (0755, holding only the mount points of what is revealed under ``/root``) bound read-only
+    over ``/root``; empty: a tmpfs. runc gives a tmpfs the mode of the directory it covers, and the machine's
+    ``/root`` is 0700, so only the bound directory lets a non-root container reach an interpreter revealed there."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,7 +416,14 @@ def _mounts(pod: Mapping[str, Any], paths: BundlePaths, privileged: bool) -> lis
         sys_mount,
         _tmpfs("/tmp", "mode=1777"),
         _tmpfs("/run", "mode=755"),
-        _tmpfs("/root", "mode=755", size="1m"),
+        _tmpfs("/root", "mode=755", size="1m")
+        if not paths.root_view
+        else {
+            "destination": "/root",
+            "type": "bind",
+            "source": paths.root_view,
+            "options": ["rbind", "ro", "nosuid", "nodev"],
+        },
     ]
     for path in _effective_masks(paths.masked):
         if path in paths.masked_files:
@@ -458,6 +470,12 @@ def _mount_point_mounts(dirs: Sequence[MountPointDir]) -> list[dict[str, Any]]:
             path = f"{base}/{name}"
             mounts.append({"destination": path, "type": "bind", "source": path, "options": options})
     return mounts
+
+
+def _root_mount(root_view: str) -> dict[str, Any]:
+    if not root_view:
+        return _tmpfs("/root", "mode=755", size="1m")
+    return {"destination": "/root", "type": "bind", "source": root_view, "options": ["rbind", "ro", "nosuid", "nodev"]}
 
 
 def _tmpfs(path: str, mode: str, *, size: str = "65536k", readonly: bool = False) -> dict[str, Any]:
