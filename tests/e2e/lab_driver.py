@@ -33,6 +33,8 @@ LOCK_WAIT = float(os.environ.get("AMBIT_E2E_LOCK_WAIT", "1800"))
 """Seconds to queue behind other labs (someone else's e2e modules, minutes each); the test's timeout stops meanwhile
 (:func:`tests.harness.timeout_paused`)."""
 LAB_UP_TIMEOUT = 90.0
+LAB_INSTALL_TIMEOUT = 330.0
+"""``lab up --install`` also waits (up to 240 s) for the mesh's rollout."""
 LAB_DOWN_TIMEOUT = 60.0
 TEST_TIMEOUT = 420.0
 """pytest-timeout's limit for a test: it counts fixture set-up (a module's first test brings the lab up, within
@@ -189,13 +191,14 @@ class Lab:
         self.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
 
 
-def lab_up(directory: Path, *, mesh: bool = False) -> Topology:
-    """``ambit lab up --nodes 2`` (``--mesh`` or ``--no-mesh``) as a subprocess.
+def lab_up(directory: Path, *, mesh: bool = False, install: bool = False) -> Topology:
+    """``ambit lab up --nodes 2`` (``--mesh``, ``--install`` or ``--no-mesh``) as a subprocess.
 
     The caller holds the lock and runs :func:`lab_down`.
     """
-    extra = ["--mesh"] if mesh else ["--no-mesh"]
-    done = ambit("lab", "up", "--dir", str(directory), "--nodes", "2", *extra, timeout=LAB_UP_TIMEOUT, check=False)
+    extra = ["--install"] if install else ["--mesh"] if mesh else ["--no-mesh"]
+    seconds = LAB_INSTALL_TIMEOUT if install else LAB_UP_TIMEOUT
+    done = ambit("lab", "up", "--dir", str(directory), "--nodes", "2", *extra, timeout=seconds, check=False)
     topology = Topology.load(directory)
     if done.returncode != 0 or topology is None:
         raise AssertionError(f"ambit lab up failed ({done.returncode}): {done.stderr}{done.stdout}")
@@ -206,7 +209,8 @@ def lab_down(directory: Path, prefix: str | None, keep_logs: Path | None = None)
     """``ambit lab down`` (after keeping the lab's logs), then check that nothing of the lab is left."""
     if keep_logs is not None and directory.is_dir():
         keep_logs.mkdir(parents=True, exist_ok=True)
-        for log in [*(directory / "logs").glob("*.log"), *(directory / "nodes").glob("*/*.log")]:
+        logs = (directory / "logs").glob("*.log"), (directory / "nodes").glob("*/*.log")
+        for log in [*logs[0], *logs[1], *(directory / "pods").glob("*/*.log")]:
             with contextlib.suppress(OSError):
                 shutil.copy(log, keep_logs / f"{log.parent.name}-{log.name}")
     done = ambit("lab", "down", "--dir", str(directory), timeout=LAB_DOWN_TIMEOUT, check=False)
@@ -217,13 +221,13 @@ def lab_down(directory: Path, prefix: str | None, keep_logs: Path | None = None)
 
 
 @contextlib.contextmanager
-def running_lab(base: Path, *, mesh: bool = False) -> Iterator[Lab]:
+def running_lab(base: Path, *, mesh: bool = False, install: bool = False) -> Iterator[Lab]:
     """Hold the lock, bring a 2-node lab up in ``base/lab``, and always bring it down (logs kept in ``base``)."""
     directory = base / "lab"
     with root_lab_lock():
         prefix: str | None = None
         try:
-            topology = lab_up(directory, mesh=mesh)
+            topology = lab_up(directory, mesh=mesh, install=install)
             prefix = topology.prefix
             yield Lab(topology, base / "kubecache")
         finally:

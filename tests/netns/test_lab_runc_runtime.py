@@ -164,6 +164,12 @@ async def test_a_restarted_runtime_adopts_its_running_container_and_cleans_up_a_
     stays = await eventually(lambda: running(kube, "stays"))
     await eventually(lambda: running(kube, "goes"))
     before = stays["status"]["containerStatuses"][0]["containerID"]
+
+    async def runc_knows_both() -> bool:
+        # The pod is Running once `runc run` is started; runc writes its state a moment later (under load, later).
+        return len(list_containers(runc_settings.root)) == 2
+
+    await eventually(runc_knows_both)
     await first.aclose()  # as if killed: the containers keep running under runc
     assert len(list_containers(runc_settings.root)) == 2
     await kube.delete(kinds.PODS, "goes", NS, grace_period_seconds=0)

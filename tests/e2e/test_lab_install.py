@@ -1,0 +1,139 @@
+"""The mesh installed as on a cluster (issue 16): ``ambit lab up --install`` applies ``deploy/overlays/lab``, and the
+lab's own controllers and kubelets run the control plane Deployment and the node agent and node proxy DaemonSets
+(no host processes). Checked: every component available on every node with its ControllerRevision; ambient pods
+enrolled by the DaemonSet's CNI plugin and talking over HBONE with SPIFFE identities through the DaemonSet's node
+proxies; the control plane's webhook, installed by the manifests, reached through its Service; and a
+``kubectl rollout restart`` of the node proxies, node by node onto a new ControllerRevision, after which traffic
+flows again.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.e2e.lab_driver import Lab, http_echo_container, pod_manifest, running_lab, sleeper, wait_until
+
+SYSTEM = "istio-system"
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    with running_lab(tmp_path_factory.mktemp("e2e-install"), install=True) as up:
+        yield up
+
+
+def _available(lab: Lab) -> dict[str, str]:
+    out = {}
+    for ds in lab.items("daemonsets", "-n", SYSTEM):
+        status = ds.get("status") or {}
+        out[f"ds/{ds['metadata']['name']}"] = (
+            f"{status.get('numberAvailable', 0)}/{status.get('desiredNumberScheduled')}"
+        )
+    for deploy in lab.items("deployments", "-n", SYSTEM):
+        status = deploy.get("status") or {}
+        out[f"deploy/{deploy['metadata']['name']}"] = (
+            f"{status.get('availableReplicas', 0)}/{deploy['spec']['replicas']}"
+        )
+    return out
+
+
+def _request(lab: Lab, namespace: str, server_ip: str) -> dict[str, object]:
+    code = f"import urllib.request;print(urllib.request.urlopen('http://{server_ip}:8080/',timeout=5).read().decode())"
+    return dict(json.loads(lab.exec("client", namespace, "python3", "-c", code)))
+
+
+def _proxy_log(lab: Lab, node: str) -> str:
+    (proxy,) = [p for p in lab.pods(SYSTEM, "app=ztunnel") if p["spec"]["nodeName"] == node]
+    return (lab.directory / "pods" / proxy["metadata"]["uid"] / "istio-proxy.log").read_text(errors="replace")
+
+
+def test_the_mesh_runs_as_a_deployment_and_daemonsets_on_every_node(lab: Lab) -> None:
+    assert _available(lab) == {"ds/istio-cni-node": "2/2", "ds/ztunnel": "2/2", "deploy/istiod": "1/1"}
+    revisions = {r["metadata"]["ownerReferences"][0]["name"] for r in lab.items("controllerrevisions", "-n", SYSTEM)}
+    assert revisions == {"istio-cni-node", "ztunnel"}
+    nodes = {p["spec"]["nodeName"] for p in lab.pods(SYSTEM, "app=ztunnel")}
+    assert nodes == {"node-1", "node-2"}
+    # The installed webhook configuration now trusts the control plane, and fails closed.
+    (hook,) = lab.get("validatingwebhookconfiguration", "istio-validator-ambit")["webhooks"]
+    assert hook["clientConfig"].get("caBundle") and hook["failurePolicy"] == "Fail"
+
+
+def test_ambient_pods_are_enrolled_and_talk_over_hbone_through_the_daemonset_proxies(lab: Lab, namespace: str) -> None:
+    lab.kubectl("label", "namespace", namespace, "istio.io/dataplane-mode=ambient")
+    lab.apply(
+        pod_manifest("server", [http_echo_container()], node="node-2"),
+        pod_manifest("client", [sleeper()], node="node-1"),
+        namespace=namespace,
+    )
+    pods = lab.wait_pods_ready(namespace, "", 2, timeout=60)
+    enrolled = {
+        p["metadata"]["name"]: p["metadata"].get("annotations", {}).get("ambient.istio.io/redirection") for p in pods
+    }
+    assert enrolled == {"server": "enabled", "client": "enabled"}
+    server_ip = lab.pod("server", namespace)["status"]["podIP"]
+    assert _request(lab, namespace, server_ip)["pod"] == "server"
+    identity = f"spiffe://cluster.local/ns/{namespace}/sa/default"
+    wait_until(
+        "the node proxies' access log of the HBONE connection",
+        lambda: (
+            f"src.identity={identity}" in _proxy_log(lab, "node-1")
+            and 'direction="inbound"' in _proxy_log(lab, "node-2")
+        ),
+        timeout=10,
+    )
+
+
+def test_a_bad_policy_is_refused_by_the_installed_webhook_through_its_service(lab: Lab, namespace: str) -> None:
+    policy = {
+        "apiVersion": "security.istio.io/v1",
+        "kind": "AuthorizationPolicy",
+        "metadata": {"name": "bad", "namespace": namespace},
+        "spec": {"rules": [{"to": [{"operation": {"ports": ["not-a-port"]}}]}]},
+    }
+    done = lab.kubectl("apply", "-f", "-", input=json.dumps(policy), check=False)
+    assert done.returncode != 0
+    assert "denied the request" in done.stderr, done.stderr
+
+
+def test_a_rollout_restart_replaces_each_node_proxy_onto_a_new_revision_and_traffic_resumes(
+    lab: Lab, namespace: str
+) -> None:
+    before = {p["metadata"]["name"] for p in lab.pods(SYSTEM, "app=ztunnel")}
+    revisions = len(
+        [r for r in lab.items("controllerrevisions", "-n", SYSTEM) if r["metadata"]["name"].startswith("ztunnel-")]
+    )
+    lab.kubectl("rollout", "restart", "daemonset/ztunnel", "-n", SYSTEM)
+    lab.kubectl("rollout", "status", "daemonset/ztunnel", "-n", SYSTEM, "--timeout=180s", timeout=200)
+    after = {p["metadata"]["name"] for p in lab.pods(SYSTEM, "app=ztunnel")}
+    assert len(after) == 2 and not after & before
+    now = [r for r in lab.items("controllerrevisions", "-n", SYSTEM) if r["metadata"]["name"].startswith("ztunnel-")]
+    assert len(now) == revisions + 1
+    history = lab.kubectl("rollout", "history", "daemonset/ztunnel", "-n", SYSTEM).stdout
+    assert "2" in history.split()
+    lab.kubectl("label", "namespace", namespace, "istio.io/dataplane-mode=ambient")
+    lab.apply(
+        pod_manifest("server", [http_echo_container()], node="node-2"),
+        pod_manifest("client", [sleeper()], node="node-1"),
+        namespace=namespace,
+    )
+    lab.wait_pods_ready(namespace, "", 2, timeout=60)
+    server_ip = lab.pod("server", namespace)["status"]["podIP"]
+    reply = wait_until("a request through the new node proxies", lambda: _try(lab, namespace, server_ip), timeout=30)
+    assert reply["pod"] == "server"
+
+
+def _try(lab: Lab, namespace: str, server_ip: str) -> dict[str, object] | None:
+    try:
+        return _request(lab, namespace, server_ip)
+    except (subprocess.SubprocessError, AssertionError, ValueError):
+        return None
+
+
+def test_no_mesh_daemon_runs_as_a_host_process(lab: Lab) -> None:
+    procs = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout
+    assert f"--lab-dir {lab.directory}" not in procs
+    assert not (Path(lab.directory) / "logs" / "supervisor.log").exists()
