@@ -405,3 +405,19 @@ def test_root_is_a_read_only_0755_view_holding_only_the_revealed_mount_points(tm
     assert stat_module.S_IMODE(view.stat().st_mode) == 0o755
     assert (view / ".pyenv" / "versions" / "3.11.7").is_dir()
     assert sorted(p.name for p in view.iterdir()) == [".pyenv"]
+
+
+def test_a_volume_over_tmp_does_not_hide_an_interpreter_revealed_under_it() -> None:
+    """A CI checkout lives under /tmp; the istiod and ztunnel pods mount an emptyDir at /tmp."""
+    from ambit.lab.runtime.oci_spec import BundlePaths, ProcessSpec, VolumeMount, container_config
+
+    venv = "/tmp/ci.x/ambit/.venv"
+    paths = BundlePaths(
+        "id", "", "/sa", "/lab", revealed=(venv, "/root/py"), volume_mounts=(VolumeMount("/lab/pods/u/tmp", "/tmp"),)
+    )
+    config = container_config({"metadata": {"name": "p"}, "spec": {}}, {"name": "c"}, ProcessSpec(("true",), {}), paths)
+    order = [m["destination"] for m in config["mounts"]]
+    assert order.index(venv, order.index("/tmp", order.index("/tmp") + 1)) > order.index(
+        "/tmp", order.index("/tmp") + 1
+    )
+    assert order.count("/root/py") == 1

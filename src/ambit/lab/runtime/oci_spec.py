@@ -18,7 +18,8 @@ Rule 3. Masks: each of ``paths.masked`` (the lab's directory with the API server
         lab CA and node proxy credentials; the checkout's git metadata; ...) is covered by an empty read-only
         tmpfs (a directory) or ``/dev/null`` (a file). Masks under ``/tmp``, ``/run`` or ``/root`` are already
         hidden and are left out. ``paths.revealed`` (the interpreter's installation when it lives under
-        ``/root``) are bound back read-only after the masks.
+        ``/root``) are bound back read-only after the masks, and again after a volume mounted over them (an
+        emptyDir at ``/tmp`` over a checkout under ``/tmp``).
 Rule 4. Service account: unless the pod's ``automountServiceAccountToken`` is false, the pod's
         ``serviceaccount`` directory (``token``, ``ca.crt``, ``namespace``) is bound read-only at
         ``/var/run/secrets/kubernetes.io/serviceaccount``. It is a directory, not the files, so a refreshed token
@@ -447,7 +448,15 @@ def _mounts(pod: Mapping[str, Any], paths: BundlePaths, privileged: bool) -> lis
     for volume in sorted(paths.volume_mounts, key=lambda m: m.destination.count("/")):
         options = ["rbind", "ro" if volume.read_only else "rw", volume.propagation]
         mounts.append({"destination": volume.destination, "type": "bind", "source": volume.source, "options": options})
+    for path in paths.revealed:  # a volume over /tmp must not hide an interpreter or checkout that lives there
+        if any(_under(path, v.destination) for v in paths.volume_mounts):
+            mounts.append({"destination": path, "type": "bind", "source": path, "options": ["rbind", "rro"]})
     return mounts
+
+
+def _under(path: str, directory: str) -> bool:
+    base = directory.rstrip("/")
+    return path == base or path.startswith(base + "/")
 
 
 ROOT_MOUNTED = frozenset({"proc", "dev", "sys", "tmp", "run", "root"})
