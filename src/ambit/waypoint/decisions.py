@@ -1,0 +1,64 @@
+"""What the waypoint does with one request: the values the routing engine returns and the shell carries out.
+
+The shell parses a request head into a :class:`RequestHead` (names lower-case, values as received, in order) and
+asks a :data:`Router` what to do, given the destination's route table (None when no route is attached) and a
+random number in [0, 1) for weighted choices (the shell owns randomness, so the engine stays pure). The answer is:
+
+- :class:`Forward`: send ``request`` (already rewritten by the rule's filters) to one endpoint of ``backend``,
+  add ``response_headers`` changes to the answer, apply ``timeouts`` and ``retry``, and copy the request to each
+  of ``mirrors`` (answers dropped).
+- :class:`Respond`: answer locally (a redirect, 404 when no route matches, 500 for a missing backend).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ambit.model.routes import BackendService, HeaderModifier, RetryPolicy, RouteTable, Timeouts
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHead:
+    method: str
+    path: str
+    """The request target as received (path and query), e.g. ``/reviews/1?x=y``."""
+    authority: str
+    """HTTP/1.1 ``Host`` or HTTP/2 ``:authority``."""
+    headers: tuple[tuple[str, str], ...] = ()
+    """Every other header, names lower-case, in the order received (pseudo-headers excluded)."""
+    scheme: str = "http"
+
+    def header(self, name: str) -> str | None:
+        """The first value of header ``name`` (lower-case), or None."""
+        for key, value in self.headers:
+            if key == name:
+                return value
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Forward:
+    backend: BackendService
+    request: RequestHead
+    response_headers: HeaderModifier | None = None
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    mirrors: tuple[tuple[BackendService, RequestHead], ...] = ()
+    route: str = ""
+    """``kind/namespace/name`` of the route that matched; empty for the default route (telemetry, logs)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Respond:
+    status: int
+    headers: tuple[tuple[str, str], ...] = ()
+    body: bytes = b""
+    route: str = ""
+
+
+Decision = Forward | Respond
+
+Router = Callable[[RouteTable | None, BackendService, RequestHead, float], Decision]
+"""``router(table, destination, request, random)``: the destination is the Service port the request was sent to
+(the CONNECT authority, resolved); the default route forwards to it unchanged."""
