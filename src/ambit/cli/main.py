@@ -18,6 +18,7 @@ def main() -> None:
     import ambit.cli.install
     import ambit.cli.lab
     import ambit.cli.mesh
-    import ambit.cli.policy  # noqa: F401
+    import ambit.cli.policy
+    import ambit.cli.waypoint  # noqa: F401
 
     app()
