@@ -26,6 +26,7 @@ from ambit.errors import AmbitError
 from ambit.identity.istiod import IstiodCaClient
 from ambit.identity.localca import LocalCa
 from ambit.identity.manager import CaClient, CertificateManager
+from ambit.inpod.heap import HeapSettler
 from ambit.inpod.localstate import LocalConfigWatcher
 from ambit.inpod.settings import NodeProxySettings
 from ambit.inpod.workloads import PodListenerManager
@@ -74,6 +75,7 @@ class NodeProxy:
         self.certs = CertificateManager(self.ca)
         self.metrics = ProxyMetrics(build_version=__version__)
         self.readiness = Readiness()
+        self.heap = HeapSettler()
         self.readiness.add_pending(STATE_TASK)
         self.readiness.add_pending(PODS_TASK)
         self.context = ProxyContext(
@@ -141,8 +143,10 @@ class NodeProxy:
     def _state_changed(self) -> None:
         self.context.state_changed()
         self._track()
+        self.heap.changed()
 
     def _policies_changed(self) -> None:
+        self.heap.changed()
         closed = self.context.policies_changed()
         if closed:
             log.info("policy change: closed %d connection(s) no longer allowed", closed)
@@ -211,6 +215,7 @@ class NodeProxy:
                 self.context.pool.reap_idle()
 
     async def aclose(self) -> None:
+        self.heap.close()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
