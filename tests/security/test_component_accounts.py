@@ -95,3 +95,53 @@ async def test_the_control_plane_may_get_nodes_for_node_authorization_and_the_no
     assert (await admin.request("GET", "/api/v1/nodes", token=minted["istiod"])).status == 200
     assert_status(await admin.request("GET", "/api/v1/nodes", token=minted["ztunnel"]), 403, "Forbidden")
     assert_status(await admin.request("GET", "/api/v1/pods", token=minted["ztunnel"]), 403, "Forbidden")
+
+
+WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
+
+
+def _webhook(name: str) -> dict[str, object]:
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [
+            {
+                "name": "validate.attacker.example",
+                "clientConfig": {"url": "https://198.18.0.66:9443/validate"},
+                "rules": [{"apiGroups": ["*"], "apiVersions": ["*"], "operations": ["CREATE"], "resources": ["*"]}],
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+            }
+        ],
+    }
+
+
+async def test_a_stolen_control_plane_token_cannot_register_or_take_over_another_webhook(
+    tokens: tuple[ApiClient, dict[str, str]],
+) -> None:
+    """istiod may patch its own webhook configuration's caBundle, nothing else: with its token an attacker can neither
+    create a configuration that sends every object to a listener of theirs nor rewrite someone else's."""
+    admin, minted = tokens
+    istiod = minted["istiod"]
+    reply = await admin.request("POST", WEBHOOKS, _webhook("attacker"), token=istiod)
+    assert_status(reply, 403, "Forbidden")
+    created = await admin.post(WEBHOOKS, _webhook("someone-else"))
+    assert created.status == 201, created.body
+    patch = [{"op": "replace", "path": "/webhooks/0/clientConfig/url", "value": "https://198.18.0.66:1/x"}]
+    reply = await admin.request(
+        "PATCH", f"{WEBHOOKS}/someone-else", patch, token=istiod, content_type="application/json-patch+json"
+    )
+    assert_status(reply, 403, "Forbidden")
+    created = await admin.post(WEBHOOKS, _webhook("istio-validator-ambit"))
+    assert created.status == 201, created.body
+    reply = await admin.request(
+        "PATCH",
+        f"{WEBHOOKS}/istio-validator-ambit",
+        [{"op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": "Zm9v"}],
+        token=istiod,
+        content_type="application/json-patch+json",
+    )
+    assert reply.status == 200, reply.body
+    for name in ("someone-else", "istio-validator-ambit"):
+        await admin.request("DELETE", f"{WEBHOOKS}/{name}")

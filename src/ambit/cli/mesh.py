@@ -333,6 +333,14 @@ def controlplane(
             "--cacerts-dir", help="Istio's plug-in CA directory (the cacerts Secret), used if it holds a key."
         ),
     ] = None,
+    untaint_nodes: Annotated[
+        bool,
+        typer.Option(
+            "--untaint-nodes",
+            help="Remove the cni.istio.io/not-ready taint from nodes whose node agent is ready (istiod's "
+            "PILOT_ENABLE_NODE_UNTAINT_CONTROLLERS; needs patch on nodes).",
+        ),
+    ] = False,
 ) -> None:
     """Run the control plane: the workload API over delta xDS and the mesh CA, on one TLS gRPC port."""
     from ambit.controlplane.process import ControlPlaneSettings, run_control_plane
@@ -359,6 +367,7 @@ def controlplane(
         enable_dry_run=enable_dry_run,
         webhook_service=webhook_service,
         cacerts_dir=cacerts_dir,
+        untaint_nodes=untaint_nodes,
     )
     configure_logging()
     asyncio.run(run_control_plane(settings))

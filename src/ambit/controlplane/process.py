@@ -42,6 +42,7 @@ from ambit.controlplane.ca.server import GRPC_SERVER_OPTIONS, CaService, RootSig
 from ambit.controlplane.status import PolicyStatusWriter
 from ambit.controlplane.translate import DEFAULT_ROOT_NAMESPACE, PolicyStatus, SkipMemory, Skipped
 from ambit.controlplane.translate.waypoints import WAYPOINT_BOUND
+from ambit.controlplane.untaint import NodeUntainter
 from ambit.controlplane.view import ClusterView, ClusterViewSettings
 from ambit.controlplane.webhook import ValidationWebhookServer, WebhookServerSettings, register_webhook
 from ambit.controlplane.webhook.errors import RegistrationError
@@ -88,6 +89,10 @@ class ControlPlaneSettings:
     cacerts_dir: Path | None = None
     """Istio's plug-in CA directory (the ``cacerts`` Secret): used when it holds ``ca-cert.pem`` and ``ca-key.pem``
     and no ``plugin_cert`` is given; ``root-cert.pem`` is the root when the CA is an intermediate."""
+    untaint_nodes: bool = False
+    """Remove the ``cni.istio.io/not-ready`` taint from each node whose node agent (``k8s-app=istio-cni-node`` in
+    the root namespace) is ready (:mod:`ambit.controlplane.untaint`; istiod's
+    ``PILOT_ENABLE_NODE_UNTAINT_CONTROLLERS``). Needs ``patch`` on Nodes."""
     instance: str = ""
     """Who reports Events (their ``reportingInstance``), e.g. the pod name; default: the host name."""
     root_namespace: str = DEFAULT_ROOT_NAMESPACE
@@ -159,6 +164,7 @@ class ControlPlane:
         self._skip_memory = SkipMemory()
         self.publisher: RootCertPublisher | None = None
         self.webhook: ValidationWebhookServer | None = None
+        self.untainter: NodeUntainter | None = None
         self._webhook_dir: tempfile.TemporaryDirectory[str] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.pushes = 0
@@ -241,6 +247,9 @@ class ControlPlane:
         self.service_status.start()
         self.service_entry_status.start()
         await self.view.start()
+        if s.untaint_nodes:
+            self.untainter = NodeUntainter(self.client, namespace=s.root_namespace)
+            await self.untainter.start()
         await self.server.start()
         self.publisher = RootCertPublisher(self.client, self.root.root_pem)
         await self.publisher.start()
@@ -296,6 +305,8 @@ class ControlPlane:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.untainter is not None:
+            await self.untainter.aclose()
         for closer in (
             self.webhook.aclose() if self.webhook else None,
             self.server.aclose() if self.server else None,

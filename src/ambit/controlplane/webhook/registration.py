@@ -74,22 +74,26 @@ def webhook_configuration(url: str, ca_bundle: bytes, *, timeout_seconds: int = 
 async def register_webhook(
     client: KubeClient, url: str, ca_bundle: bytes, *, timeout_seconds: int = 10, attempts: int = 5
 ) -> dict[str, Any]:
-    """Create or update ``istio-validator-ambit``; returns the stored object. Raises :class:`RegistrationError`."""
+    """Update ``istio-validator-ambit``, or create it when there is none; returns the stored object. Raises
+    :class:`RegistrationError`.
+
+    Update first: an installer (or the lab's set-up) creates the configuration, and the control plane's RBAC then
+    needs only ``update`` on that one name, not ``create`` (which RBAC cannot restrict to a name)."""
     desired = webhook_configuration(url, ca_bundle, timeout_seconds=timeout_seconds)
     kind = VALIDATING_WEBHOOK_CONFIGURATIONS
     last: Exception | None = None
     for _ in range(attempts):
         try:
             try:
-                return await client.create(kind, desired)
+                current = await client.get(kind, CONFIGURATION_NAME)
             except KubeApiStatusError as exc:
-                if not exc.is_already_exists:
+                if not exc.is_not_found:
                     raise
-            current = await client.get(kind, CONFIGURATION_NAME)
+                return await client.create(kind, desired)
             update = dict(desired, metadata=dict(current.get("metadata", {}), **desired["metadata"]))
             return await client.replace(kind, update)
         except KubeApiStatusError as exc:
-            if not (exc.is_conflict or exc.is_not_found):
+            if not (exc.is_conflict or exc.is_not_found or exc.is_already_exists):
                 raise RegistrationError(f"cannot register webhook {CONFIGURATION_NAME}: {exc}") from exc
             last = exc
         except KubeClientError as exc:

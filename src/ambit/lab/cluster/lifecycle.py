@@ -87,7 +87,7 @@ def lab_up(
     if existing is not None:
         raise LabError(f"a lab is already up in {directory} (lab {existing.lab_id}); run `ambit lab down` first")
     try:
-        topology = Topology.new(settings.nodes, directory, mesh=settings.mesh)
+        topology = Topology.new(settings.nodes, directory, mesh=settings.mesh, installed=settings.install)
     except ValueError as exc:
         raise LabError(str(exc)) from None
     topology.save()
@@ -100,6 +100,7 @@ def lab_up(
         _prepare_namespaces(topology)
         if settings.mesh:
             _prepare_mesh(topology)
+            _register_webhook(topology)
         _start(
             _ambit("lab", "controllers", "--dir", str(directory)),
             directory / "logs" / "controllers.log",
@@ -161,6 +162,28 @@ def _prepare_namespaces(topology: Topology) -> None:
             await prepare_system_namespaces(client)
 
     asyncio.run(prepare())
+
+
+def _register_webhook(topology: Topology) -> None:
+    """Create the supervised control plane's webhook configuration as an installer would (the control plane may
+    only update it): its URL on the lab bridge, the lab's mesh root as the CA bundle."""
+    import asyncio
+
+    from ambit.controlplane.webhook.registration import register_webhook
+    from ambit.identity.localca import ROOT_NAME
+    from ambit.k8s import KubeClient
+    from ambit.lab.cluster.supervisor import WEBHOOK_PORT
+
+    root = (topology.mesh_ca_dir / f"{ROOT_NAME}.crt").read_bytes()
+
+    async def register() -> None:
+        async with KubeClient.from_kubeconfig(topology.kubeconfig) as client:
+            await register_webhook(client, f"https://{BRIDGE_ADDRESS}:{WEBHOOK_PORT}/validate", root)
+
+    try:
+        asyncio.run(register())
+    except AmbitError as exc:
+        raise LabError(f"registering the control plane's webhook failed: {exc}") from None
 
 
 def _prepare_mesh(topology: Topology) -> None:

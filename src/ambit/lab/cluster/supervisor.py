@@ -98,6 +98,7 @@ def daemon_backoff(settings: SupervisorSettings) -> RestartBackoff:
 
 
 CONTROL_PLANE_PORT = 15012
+WEBHOOK_PORT = 15017
 
 
 def control_plane_daemon(topology: Topology) -> Daemon:
@@ -112,6 +113,7 @@ def control_plane_daemon(topology: Topology) -> Daemon:
         "--lab-dir", str(topology.path),
         "--kubeconfig", str(kubeconfig_path(topology, CONTROL_PLANE_ACCOUNT)),
         "--listen", f"{BRIDGE_ADDRESS}:{CONTROL_PLANE_PORT}",
+        "--webhook-port", str(WEBHOOK_PORT),
         "--san", BRIDGE_ADDRESS,
         "--plugin-cert", str(ca / f"{ROOT_NAME}.crt"),
         "--plugin-key", str(ca / f"{ROOT_NAME}.key"),

@@ -136,13 +136,17 @@ class Topology:
     nodes: int
     directory: str
     mesh: bool = False
-    """The lab runs the mesh (``ambit lab up --mesh``): node agents, node proxies, the mesh config writer."""
+    """The lab runs the mesh as host processes (``ambit lab up --mesh``): node agents, node proxies, the mesh
+    config writer."""
+    installed: bool = False
+    """The lab installed the mesh from ``deploy/overlays/lab`` (``ambit lab up --install``): its components are
+    pods of DaemonSets and a Deployment, as on a cluster."""
 
     @classmethod
-    def new(cls, nodes: int, directory: Path, *, mesh: bool = False) -> Topology:
+    def new(cls, nodes: int, directory: Path, *, mesh: bool = False, installed: bool = False) -> Topology:
         if not 1 <= nodes <= MAX_NODES:
             raise ValueError(f"a lab has 1 to {MAX_NODES} nodes, not {nodes}")
-        return cls(secrets.token_hex(2), nodes, str(directory), mesh)
+        return cls(secrets.token_hex(2), nodes, str(directory), mesh, installed)
 
     # -- names ----------------------------------------------------------------------------------------------
     @property
@@ -243,6 +247,12 @@ class Topology:
         """The lab in ``directory``, or None when there is none (or its file is unreadable)."""
         try:
             data: Any = json.loads((directory / "lab.json").read_text())
-            return cls(str(data["lab_id"]), int(data["nodes"]), str(data["directory"]), bool(data.get("mesh", False)))
+            return cls(
+                str(data["lab_id"]),
+                int(data["nodes"]),
+                str(data["directory"]),
+                bool(data.get("mesh", False)),
+                bool(data.get("installed", False)),
+            )
         except (OSError, ValueError, KeyError, TypeError):
             return None
