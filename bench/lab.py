@@ -334,7 +334,7 @@ def run(pods: int, out: Path | None, *, echo: bool = True) -> Report:
                 Measurement(
                     "lab",
                     "ambit lab up --nodes 2 (until Nodes Ready)",
-                    _ambit("lab", "up", "--dir", str(directory), "--nodes", "2"),
+                    _ambit("lab", "up", "--dir", str(directory), "--nodes", "2", "--supervised"),
                     "s",
                 )
             )

@@ -27,10 +27,11 @@ in_pod() {  # in_pod NAMESPACE POD -- CMD...
   "$AMBIT" lab exec --dir "$DIR" -n "$ns" "$pod" -- "$@"
 }
 
-step "ambit lab up --nodes 2   (API server, controllers, a node runtime, node agent and node proxy per node)"
+step "ambit lab up --nodes 2   (API server, controllers, a node runtime per node; then the mesh installed from deploy/)"
 up=1
 "$AMBIT" lab up --dir "$DIR" --nodes 2
 kubectl get nodes -o wide
+kubectl get daemonsets,deployments,pods -n istio-system -o wide
 
 step "kubectl apply -f examples/bookinfo-lite.yaml -f examples/lab/apps.yaml"
 kubectl apply -f examples/bookinfo-lite.yaml -f examples/lab/apps.yaml
@@ -76,9 +77,15 @@ if [ -n "$far" ]; then
 fi
 in_pod apps client -- python3 -m ambit.lab.apps client --tcp 198.19.0.12:3306 --server-first --count 1
 
-step "node proxy telemetry: Istio's TCP metrics (node-1 :15020) and the access log"
-curl -s "http://198.18.0.11:15020/metrics" | grep '^istio_tcp_connections_opened_total' | head -n 3 | cut -c1-400 || true
-grep -h "connection complete" "$DIR"/nodes/*/nodeproxy.log | tail -n 3 || true
+ztunnel_logs() {  # the node proxies' logs: the ztunnel pods' containers
+  for pod in $(kubectl get pods -n istio-system -l app=ztunnel -o jsonpath='{.items[*].metadata.name}'); do
+    "$AMBIT" lab logs --dir "$DIR" -n istio-system "$pod" || true
+  done
+}
+ztunnel_1=$(kubectl get pods -n istio-system -l app=ztunnel --field-selector spec.nodeName=node-1 -o jsonpath='{.items[0].status.podIP}')
+step "node proxy telemetry: Istio's TCP metrics (node-1's ztunnel pod $ztunnel_1 :15020) and the access log"
+curl -s "http://$ztunnel_1:15020/metrics" | grep '^istio_tcp_connections_opened_total' | head -n 3 | cut -c1-400 || true
+ztunnel_logs | grep -h "connection complete" | tail -n 3 || true
 
 step "L4 policy: only the client's identity may call http-echo; nobody may call tcp-echo (DENY)"
 kubectl apply -f - <<'YAML'
@@ -103,7 +110,7 @@ echo "client → tcp-echo (expected: refused by the destination's node proxy):"
 in_pod apps client -- python3 -m ambit.lab.apps client --tcp 198.19.0.11:9000 --count 1 || true
 "$AMBIT" policy explain --from apps/client --to apps/tcp-echo --port 9000
 kubectl get authorizationpolicies -n apps -o custom-columns='NAME:.metadata.name,ZTUNNEL:.status.conditions[0].status,REASON:.status.conditions[0].reason,MESSAGE:.status.conditions[0].message'
-grep -h "explicitly denied" "$DIR"/nodes/*/nodeproxy.log | tail -n 1 | cut -c1-300 || true
+ztunnel_logs | grep -h "explicitly denied" | tail -n 1 | cut -c1-300 || true
 kubectl delete authorizationpolicies -n apps --all
 
 step "ambit lab status"

@@ -262,7 +262,7 @@ def bench_lab(base: Path) -> Iterator[BenchLab]:
     directory = base / "lab"
     with lab_lock():
         try:
-            ambit("lab", "up", "--dir", str(directory), "--nodes", "2", "--mesh", timeout=LAB_UP_TIMEOUT)
+            ambit("lab", "up", "--dir", str(directory), "--nodes", "2", "--supervised", timeout=LAB_UP_TIMEOUT)
             topology = Topology.load(directory)
             if topology is None:
                 raise BenchLabError("ambit lab up wrote no lab.json")

@@ -15,9 +15,11 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +28,7 @@ from typing import Any, TypeVar
 import pytest
 from tests import harness
 
-from ambit.lab.network.topology import Topology
+from ambit.lab.network.topology import NodeAddresses, Topology
 
 ROOT_LAB_LOCK = harness.ROOT_LAB_LOCK
 LOCK_WAIT = float(os.environ.get("AMBIT_E2E_LOCK_WAIT", "1800"))
@@ -41,6 +43,9 @@ TEST_TIMEOUT = 420.0
 ``LAB_UP_TIMEOUT``), but not the wait for the lock."""
 
 T = TypeVar("T")
+
+COMPONENT_APPS = {"nodeproxy": "app=ztunnel", "nodeagent": "k8s-app=istio-cni-node", "controlplane": "app=istiod"}
+"""The label selector of each mesh component's pods when the mesh is installed."""
 
 
 def root_lab_lock(wait: float = LOCK_WAIT) -> contextlib.AbstractContextManager[None]:
@@ -178,10 +183,222 @@ class Lab:
             found[node.name] = sorted(int(pid) for pid in out.split())
         return found
 
+    def component_logs(self, what: str) -> list[Path]:
+        """The log files of mesh component ``what`` (nodeproxy, nodeagent, controlplane) on every node: the
+        supervised processes' files, or the containers' logs of the installed component's pods."""
+        if not self.installed:
+            if what == "controlplane":
+                return [self.directory / "logs" / "controlplane.log"]
+            return [self.topology.node_dir(n.name) / f"{what}.log" for n in self.topology.all_nodes()]
+        uids = [p["metadata"]["uid"] for p in self.pods("istio-system", COMPONENT_APPS[what])]
+        return [log for uid in uids for log in (self.directory / "pods" / uid).glob("*.log")]
+
+    def component_log(self, what: str, node: str) -> str:
+        """The log of ``node``'s mesh component ``what`` (nodeproxy, nodeagent) as it is now: the supervised
+        process's file (every start appends), or the containers' logs of its current pod (a new pod starts a new
+        log)."""
+        if not self.installed:
+            path = self.topology.node_dir(node) / f"{what}.log"
+            return path.read_text(errors="replace") if path.is_file() else ""
+        pod = self.component_pod(COMPONENT_APPS[what], node)
+        if pod is None:
+            return ""
+        logs = sorted((self.directory / "pods" / pod["metadata"]["uid"]).glob("*.log"))
+        return "".join(log.read_text(errors="replace") for log in logs)
+
+    @contextlib.contextmanager
+    def component_stopped(self, what: str, node: str, timeout: float = 90.0) -> Iterator[None]:
+        """Keep ``node``'s mesh component ``what`` (nodeagent, nodeproxy) down while the block runs, then wait until
+        it is back (running; ready when installed). Supervised: the supervisor is stopped (SIGSTOP) and the process
+        killed. Installed: the DaemonSet is kept off the node by a node affinity (a rollout, as one would do on a
+        cluster), then the affinity is removed."""
+        if not self.installed:
+            supervisor = daemon_pid(self.directory, "supervise")
+            assert supervisor is not None, "the lab's supervisor is not running"
+            old = daemon_pid(self.directory, what, node)
+            os.kill(supervisor, signal.SIGSTOP)
+            try:
+                if old is not None:
+                    os.kill(old, signal.SIGKILL)
+                    wait_until(f"pid {old} gone", lambda: not _alive(old), 10)
+                yield
+            finally:
+                os.kill(supervisor, signal.SIGCONT)
+            wait_until(
+                f"{what} {node} started again", lambda: (daemon_pid(self.directory, what, node) or old) != old, timeout
+            )
+            return
+        app = COMPONENT_APPS[what]
+        daemonset = "ztunnel" if app == "app=ztunnel" else "istio-cni-node"
+        away = {
+            "spec": {
+                "template": {
+                    "spec": {
+                        "affinity": {
+                            "nodeAffinity": {
+                                "requiredDuringSchedulingIgnoredDuringExecution": {
+                                    "nodeSelectorTerms": [
+                                        {
+                                            "matchExpressions": [
+                                                {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": [node]}
+                                            ]
+                                        }
+                                    ]
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        self.kubectl("patch", "daemonset", daemonset, "-n", "istio-system", "--type=merge", "-p", json.dumps(away))
+        try:
+            wait_until(f"no {app} pod on {node}", lambda: not self.pods_of(app, node), timeout)
+            yield
+        finally:
+            back = [{"op": "remove", "path": "/spec/template/spec/affinity"}]
+            self.kubectl("patch", "daemonset", daemonset, "-n", "istio-system", "--type=json", "-p", json.dumps(back))
+        wait_until(f"a ready {app} pod on {node} again", lambda: self._ready_component(app, node), timeout)
+
+    def pods_of(self, app: str, node: str) -> list[dict[str, Any]]:
+        """Every istio-system pod ``app`` on ``node``, terminating ones too."""
+        return [p for p in self.pods("istio-system", app) if p["spec"].get("nodeName") == node]
+
     def log_tracebacks(self) -> list[str]:
-        """Log files of the lab's processes that show a Python traceback (a crash or an unhandled error)."""
+        """Log files of the lab's processes that show a Python traceback (a crash or an unhandled error): its own
+        daemons and, when the mesh is installed, the mesh's pods."""
         logs = [*(self.directory / "logs").glob("*.log"), *(self.directory / "nodes").glob("*/runtime.log")]
+        if self.installed:
+            logs += [log for what in COMPONENT_APPS for log in self.component_logs(what)]
         return [str(p) for p in logs if "Traceback (most recent call last)" in p.read_text(errors="replace")]
+
+    # -- the mesh's components, wherever they run -------------------------------------------------------------
+    # A lab runs the mesh either as host processes under its supervisor (``--mesh``) or installed from deploy/
+    # (``--install``: the node proxy is a ztunnel DaemonSet pod in its own network namespace, the node agent an
+    # istio-cni-node pod on the node's network, the control plane an istiod pod). Tests ask these methods, so
+    # that they run unchanged on both.
+
+    @property
+    def installed(self) -> bool:
+        return self.topology.installed
+
+    def node_addresses(self, node: str) -> NodeAddresses:
+        for found in self.topology.all_nodes():
+            if found.name == node:
+                return found
+        raise AssertionError(f"no node {node} in the lab")
+
+    def component_pod(self, app: str, node: str) -> dict[str, Any] | None:
+        """The live istio-system pod on ``node`` that label selector ``app`` picks, or None."""
+        for pod in self.pods("istio-system", app):
+            if pod["spec"].get("nodeName") == node and not pod["metadata"].get("deletionTimestamp"):
+                return pod
+        return None
+
+    def node_proxy_netns(self, node: str) -> str:
+        """The network namespace the node proxy of ``node`` runs in (its admin port is on its loopback)."""
+        if not self.installed:
+            return self.node_addresses(node).netns
+        pod = wait_until(f"the ztunnel pod on {node}", lambda: self.component_pod("app=ztunnel", node), 60)
+        return self.pod_netns(pod)
+
+    def node_proxy_admin(self, node: str, path: str, *, check: bool = True) -> str:
+        """GET ``path`` on the admin port (127.0.0.1:15000) of ``node``'s node proxy."""
+        argv = ["ip", "netns", "exec", self.node_proxy_netns(node), "curl", "-s", f"http://127.0.0.1:15000{path}"]
+        done = subprocess.run(
+            [*argv[:5], "-f", *argv[5:]] if check else argv, capture_output=True, text=True, timeout=15, check=check
+        )
+        return done.stdout
+
+    def node_proxy_address(self, node: str) -> str:
+        """The address of ``node``'s node proxy (its metrics on :15020, readiness on :15021)."""
+        if not self.installed:
+            return self.node_addresses(node).address
+        pod = wait_until(f"a ready ztunnel pod on {node}", lambda: self._ready_component("app=ztunnel", node), 60)
+        return str(pod["status"]["podIP"])
+
+    def node_proxy_metrics(self, node: str) -> str:
+        with urllib.request.urlopen(f"http://{self.node_proxy_address(node)}:15020/metrics", timeout=5) as response:
+            return str(response.read().decode())
+
+    def _ready_pods(self, selector: str) -> list[dict[str, Any]]:
+        return [p for p in self.pods("istio-system", selector) if is_ready(p)]
+
+    def _ready_component(self, app: str, node: str) -> dict[str, Any] | None:
+        pod = self.component_pod(app, node)
+        return pod if pod is not None and is_ready(pod) else None
+
+    def control_plane_address(self) -> str:
+        """Where the control plane's CA and xDS (15012) answer: the lab bridge for the supervised process, the
+        istiod pod's address when installed."""
+        if not self.installed:
+            return "198.18.0.1:15012"
+        pods = wait_until(
+            "a ready istiod pod", lambda: [p for p in self.pods("istio-system", "app=istiod") if is_ready(p)], 60
+        )
+        return f"{pods[0]['status']['podIP']}:15012"
+
+    def node_proxy_credentials(self, node: str) -> tuple[Path, Path]:
+        """The root certificate and the istio-ca token ``node``'s node proxy authenticates to the CA with."""
+        if not self.installed:
+            from ambit.lab.mesh.identity import root_file, token_file
+
+            return root_file(self.topology, node), token_file(self.topology, node)
+        pod = wait_until(f"a ready ztunnel pod on {node}", lambda: self._ready_component("app=ztunnel", node), 60)
+        volumes = self.directory / "pods" / pod["metadata"]["uid"] / "volumes"
+        root = wait_until(
+            "the root certificate volume", lambda: sorted(volumes.glob("*/istiod-ca-cert/root-cert.pem")), 10
+        )
+        token = wait_until("the token volume", lambda: sorted(volumes.glob("*/istio-token/istio-token")), 10)
+        return root[0], token[0]
+
+    def component_pid(self, what: str, node: str = "") -> int | None:
+        """The pid of the mesh component ``what`` (nodeproxy, nodeagent, controlplane) of ``node``: a supervised
+        host process, or the main process of the installed component's container (its ``ambit://<pid>`` id)."""
+        if not self.installed:
+            return daemon_pid(self.directory, what, node)
+        app = COMPONENT_APPS[what]
+        pods = [p for p in self.pods("istio-system", app) if not node or p["spec"].get("nodeName") == node]
+        for pod in pods:
+            for status in (pod.get("status") or {}).get("containerStatuses") or ():
+                if "running" in (status.get("state") or {}) and str(status.get("containerID", "")).startswith(
+                    "ambit://"
+                ):
+                    return int(str(status["containerID"]).removeprefix("ambit://"))
+        return None
+
+    def restart_component(self, what: str, node: str = "", timeout: float = 90.0) -> None:
+        """Stop ``what`` (nodeproxy, nodeagent, controlplane) abruptly and wait until it is back and ready: the
+        supervisor restarts a killed host process; an installed component's pod is deleted and its controller
+        (DaemonSet, Deployment) makes a new one."""
+        if not self.installed:
+            old = wait_until(f"{what} {node} running", lambda: daemon_pid(self.directory, what, node), 30)
+            os.kill(old, signal.SIGKILL)
+            wait_until(
+                f"{what} {node} restarted", lambda: (daemon_pid(self.directory, what, node) or old) != old, timeout
+            )
+            return
+        app = COMPONENT_APPS[what]
+        if app == "app=istiod":
+            old_pods = {p["metadata"]["uid"] for p in self.pods("istio-system", "app=istiod")}
+            self.kubectl("delete", "pod", "-n", "istio-system", "-l", "app=istiod", "--grace-period=0", "--wait=false")
+
+            def back() -> bool:
+                pods = [p for p in self.pods("istio-system", "app=istiod") if p["metadata"]["uid"] not in old_pods]
+                return bool(pods) and all(is_ready(p) for p in pods)
+
+            wait_until("a new istiod pod ready", back, timeout)
+            return
+        old_pod = wait_until(f"the {app} pod on {node}", lambda: self.component_pod(app, node), 30)
+        self.kubectl(
+            "delete", "pod", "-n", "istio-system", old_pod["metadata"]["name"], "--grace-period=0", "--wait=false"
+        )
+
+        def replaced() -> dict[str, Any] | None:
+            pod = self._ready_component(app, node)
+            return pod if pod is not None and pod["metadata"]["uid"] != old_pod["metadata"]["uid"] else None
+
+        wait_until(f"a new {app} pod ready on {node}", replaced, timeout)
 
     def namespace(self, name: str) -> None:
         self.kubectl("create", "namespace", name)
@@ -191,14 +408,16 @@ class Lab:
         self.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
 
 
-def lab_up(directory: Path, *, mesh: bool = False, install: bool = False) -> Topology:
-    """``ambit lab up --nodes 2`` (``--mesh``, ``--install`` or ``--no-mesh``) as a subprocess.
+def lab_up(directory: Path, *, mesh: bool = False, install: bool = False, supervised: bool = False) -> Topology:
+    """``ambit lab up --nodes 2`` as a subprocess: ``--no-mesh``; with ``mesh``, the mesh installed from deploy/
+    (``--install``, as on a cluster) unless ``supervised`` or ``AMBIT_E2E_INSTALL=0`` asks for the supervised host
+    processes (``--mesh``).
 
     The caller holds the lock and runs :func:`lab_down`.
     """
-    # AMBIT_E2E_INSTALL=1 runs every mesh lab installed from deploy/ (the way the lab is moving to).
-    install = install or (mesh and os.environ.get("AMBIT_E2E_INSTALL") == "1")
-    extra = ["--install"] if install else ["--mesh"] if mesh else ["--no-mesh"]
+    if mesh and not supervised and os.environ.get("AMBIT_E2E_INSTALL", "1") != "0":
+        install = True
+    extra = ["--install"] if install else ["--supervised"] if mesh else ["--no-mesh"]
     seconds = LAB_INSTALL_TIMEOUT if install else LAB_UP_TIMEOUT
     done = ambit("lab", "up", "--dir", str(directory), "--nodes", "2", *extra, timeout=seconds, check=False)
     topology = Topology.load(directory)
@@ -223,13 +442,13 @@ def lab_down(directory: Path, prefix: str | None, keep_logs: Path | None = None)
 
 
 @contextlib.contextmanager
-def running_lab(base: Path, *, mesh: bool = False, install: bool = False) -> Iterator[Lab]:
+def running_lab(base: Path, *, mesh: bool = False, install: bool = False, supervised: bool = False) -> Iterator[Lab]:
     """Hold the lock, bring a 2-node lab up in ``base/lab``, and always bring it down (logs kept in ``base``)."""
     directory = base / "lab"
     with root_lab_lock():
         prefix: str | None = None
         try:
-            topology = lab_up(directory, mesh=mesh, install=install)
+            topology = lab_up(directory, mesh=mesh, install=install, supervised=supervised)
             prefix = topology.prefix
             yield Lab(topology, base / "kubecache")
         finally:
@@ -305,6 +524,15 @@ def lab_processes(directory: Path) -> dict[int, list[str]]:
         if str(directory) in argv and "ambit.cli" in argv:
             found[int(entry.name)] = argv
     return found
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie is not running)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
 
 
 def daemon_pid(directory: Path, what: str, node: str = "") -> int | None:

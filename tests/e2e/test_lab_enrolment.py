@@ -9,18 +9,16 @@ happens: ``nft list ruleset`` and ``ss`` inside the pod's network namespace, the
 client's IP but opens its own connection to the app, so only a direct connection reaches the server from the
 same ``ip:port`` the client bound.
 
-The node agent and node proxy are restarted by killing them: the lab's supervisor (``ambit lab supervise``)
-starts them again. To keep the agent down, the supervisor is stopped with SIGSTOP first (and always continued).
+The node agent and node proxy are restarted abruptly (``Lab.restart_component``: a killed supervised process, or a
+deleted pod of an installed mesh) and kept down with ``Lab.component_stopped``, so the tests run on both kinds of
+lab.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -63,11 +61,10 @@ def wait_mesh_installed(lab: Lab) -> None:
     would not go through the plugin)."""
     for node in lab.topology.all_nodes():
         conf_dir = lab.topology.cni_conf_dir(node.name)
-        log = lab.topology.node_dir(node.name) / "nodeagent.log"
 
-        def installed(conf_dir: Path = conf_dir, log: Path = log) -> bool:
+        def installed(conf_dir: Path = conf_dir, node: str = node.name) -> bool:
             chained = any('"ambit-cni"' in p.read_text() for p in conf_dir.glob("*.conflist"))
-            return chained and log.is_file() and "node proxy connected" in log.read_text()
+            return chained and "node proxy connected" in lab.component_log("nodeagent", node)
 
         wait_until(f"the mesh installed on {node.name}", installed, timeout=30)
 
@@ -153,62 +150,6 @@ def wait_unenrolled(lab: Lab, pod: dict[str, Any], timeout: float = 20) -> None:
         return value is None and not tables and not (ports & PROXY_PORTS)
 
     wait_until(f"{pod['metadata']['name']} unenrolled (no annotation, rules or listeners)", unenrolled, timeout)
-
-
-# -- the lab's processes -------------------------------------------------------------------------------------------
-def lab_processes(directory: Path) -> dict[int, list[str]]:
-    found: dict[int, list[str]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if state != "Z" and str(directory) in argv and "ambit.cli" in argv:
-            found[int(entry.name)] = argv
-    return found
-
-
-def daemon_pid(lab: Lab, what: str, node: str | None = None) -> int | None:
-    for pid, argv in lab_processes(lab.directory).items():
-        if what in argv and (node is None or node in argv):
-            return pid
-    return None
-
-
-def restarted(lab: Lab, what: str, node: str, old: int) -> int:
-    def new_pid() -> int | None:
-        pid = daemon_pid(lab, what, node)
-        return pid if pid is not None and pid != old else None
-
-    return wait_until(f"{what} {node} started again", new_pid, timeout=40)
-
-
-@contextlib.contextmanager
-def supervisor_stopped(lab: Lab) -> Iterator[int]:
-    """SIGSTOP the lab's supervisor (nothing is restarted) and always SIGCONT it afterwards."""
-    pid = daemon_pid(lab, "supervise")
-    assert pid is not None, "the lab's supervisor is not running"
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        yield pid
-    finally:
-        os.kill(pid, signal.SIGCONT)
-
-
-def kill_and_wait(pid: int) -> None:
-    os.kill(pid, signal.SIGKILL)
-
-    def gone() -> bool:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            return True
-        return state == "Z"
-
-    wait_until(f"pid {pid} gone", gone, timeout=10)
 
 
 # -- calls ----------------------------------------------------------------------------------------------------------
@@ -373,14 +314,14 @@ def test_a_restarted_node_agent_leaves_the_rules_as_they_are_and_pods_stay_enrol
     lab.wait_pods_ready(ambient_ns, "", 2, timeout=40)
     pods = [wait_enrolled(lab, ambient_ns, name) for name in ("a", "b")]
     before = {p["metadata"]["name"]: in_netns(lab.pod_netns(p), "nft", "list", "ruleset") for p in pods}
-    log = lab.topology.node_dir(node.name) / "nodeagent.log"
-    starts = log.read_text().count("is running")
-    agent = daemon_pid(lab, "nodeagent", node.name)
-    assert agent is not None
-
-    kill_and_wait(agent)
-    restarted(lab, "nodeagent", node.name, agent)
-    wait_until("the new node agent running", lambda: log.read_text().count("is running") > starts, timeout=30)
+    # A supervised agent appends to one log; an installed one's new pod starts a new log.
+    starts = 0 if lab.installed else lab.component_log("nodeagent", node.name).count("is running")
+    lab.restart_component("nodeagent", node.name)
+    wait_until(
+        "the new node agent running",
+        lambda: lab.component_log("nodeagent", node.name).count("is running") > starts,
+        timeout=30,
+    )
     time.sleep(2)  # it re-applies the rules of the running pods as it lists them
 
     for pod in pods:
@@ -406,12 +347,13 @@ def test_a_restarted_node_proxy_gets_every_pod_back_from_the_snapshot(mesh_lab: 
     pods = [wait_enrolled(lab, ambient_ns, name) for name in ("a", "b", "c")]
     b_ip = str(pods[1]["status"]["podIP"])
     wait_until("c reaches b through the mesh", lambda: try_call(lab, "c", ambient_ns, b_ip), 30)
-    proxy = daemon_pid(lab, "nodeproxy", node.name)
+    proxy = lab.component_pid("nodeproxy", node.name)
     assert proxy is not None
     assert all(proxy in listener_pids(lab.pod_netns(p)).get(15001, set()) for p in pods)
 
-    kill_and_wait(proxy)
-    new = restarted(lab, "nodeproxy", node.name, proxy)
+    lab.restart_component("nodeproxy", node.name)
+    new = lab.component_pid("nodeproxy", node.name)
+    assert new is not None and new != proxy
 
     for pod in pods:
         netns = lab.pod_netns(pod)
@@ -431,10 +373,7 @@ def test_a_pod_created_while_the_node_agent_is_down_fails_its_add_and_is_enrolle
 ) -> None:
     lab = mesh_lab
     node = lab.topology.node(1)
-    agent = daemon_pid(lab, "nodeagent", node.name)
-    assert agent is not None
-    with supervisor_stopped(lab):
-        kill_and_wait(agent)
+    with lab.component_stopped("nodeagent", node.name):
         lab.apply(pod_manifest("late", [sleeper()], node=node.name), namespace=ambient_ns)
 
         def failed_add() -> list[dict[str, Any]]:
@@ -446,7 +385,6 @@ def test_a_pod_created_while_the_node_agent_is_down_fails_its_add_and_is_enrolle
         pod = lab.pod("late", ambient_ns)
         assert pod["status"].get("phase") == "Pending" and not is_ready(pod)
         assert annotation(pod) is None
-    restarted(lab, "nodeagent", node.name, agent)
     lab.wait_pods_ready(ambient_ns, "", 1, timeout=60)
     wait_enrolled(lab, ambient_ns, "late")
 

@@ -12,7 +12,6 @@ import re
 import signal
 import subprocess
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -55,11 +54,11 @@ class Mesh:
         return self.lab.exec(pod, namespace, "python3", "-c", script, *args, timeout=timeout)
 
     def node_ip(self, index: int) -> str:
-        return self.lab.topology.node(index).address
+        """The address of node ``index``'s node proxy (the node's, or its ztunnel pod's when installed)."""
+        return self.lab.node_proxy_address(self.lab.topology.node(index).name)
 
     def metrics(self, index: int) -> str:
-        with urllib.request.urlopen(f"http://{self.node_ip(index)}:15020/metrics", timeout=5) as response:
-            return str(response.read().decode())
+        return self.lab.node_proxy_metrics(self.lab.topology.node(index).name)
 
 
 HTTP_GET = """
@@ -264,15 +263,7 @@ def test_calls_to_the_proxy_own_ports_and_admin_are_refused(mesh: Mesh) -> None:
 
 
 def test_the_node_proxy_config_dump_shows_workloads_and_certificates(mesh: Mesh) -> None:
-    node = mesh.lab.topology.node(1)
-    done = subprocess.run(
-        ["ip", "netns", "exec", node.netns, "curl", "-sf", "http://127.0.0.1:15000/config_dump"],
-        capture_output=True,
-        text=True,
-        timeout=10,
-        check=True,
-    )
-    dump = json.loads(done.stdout)
+    dump = json.loads(mesh.lab.node_proxy_admin(mesh.lab.topology.node(1).name, "/config_dump"))
     names = {w["name"] for w in dump["workloads"]}
     assert {"srv-1", "srv-2", "cli-1"} <= names
     identities = {c["identity"] for c in dump["certificates"]}

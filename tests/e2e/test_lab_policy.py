@@ -294,7 +294,7 @@ def test_a_dry_run_deny_logs_without_refusing(mesh: Mesh) -> None:
     mesh.apply(policy("dry-deny", {"action": "DENY", "rules": [{}]}, **{"istio.io/dry-run": "true"}))
     cond = mesh.condition("dry-deny", NS)
     assert cond["status"] == "True"
-    logs = [mesh.lab.topology.node_dir(n.name) / "nodeproxy.log" for n in mesh.lab.topology.all_nodes()]
+    logs = mesh.lab.component_logs("nodeproxy")
 
     def logged() -> bool:
         mesh.probe("cli-a", [("srv-1", 9000), ("srv-2", 9000)])

@@ -35,7 +35,7 @@ def same_netns(pid: int, netns: str) -> bool:
 
 def test_a_killed_node_proxy_comes_back_and_lab_down_leaves_nothing(tmp_path: Path) -> None:
     directory = tmp_path / "lab"
-    with running_lab(tmp_path, mesh=True) as lab:
+    with running_lab(tmp_path, mesh=True, supervised=True) as lab:
         topology = lab.topology
         assert (topology.mesh_ca_dir / "root.crt").is_file() and (topology.mesh_ca_dir / "root.key").is_file()
         node = topology.node(1)

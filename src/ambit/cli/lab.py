@@ -34,24 +34,38 @@ def up(
     nodes: Annotated[int, typer.Option(help="How many nodes.")] = 2,
     directory: DirOption = DEFAULT_DIR,
     mesh: Annotated[
-        bool, typer.Option("--mesh/--no-mesh", help="Run the mesh (node agent and node proxy) on every node.")
-    ] = True,
-    install: Annotated[
         bool,
         typer.Option(
-            "--install",
-            help="Install the mesh from deploy/overlays/lab (DaemonSets and a Deployment, as on a cluster) instead "
-            "of running its daemons as host processes (experimental).",
+            "--mesh/--no-mesh",
+            help="Install the mesh (control plane, node agent and node proxy DaemonSets from deploy/overlays/lab, "
+            "as on a cluster) once the nodes are Ready.",
+        ),
+    ] = True,
+    supervised: Annotated[
+        bool,
+        typer.Option(
+            "--supervised",
+            help="Run the mesh as host processes under the lab's supervisor instead of installing it (the lab's "
+            "former way, kept for the benchmarks that tune the node proxy's flags).",
         ),
     ] = False,
+    install: Annotated[bool, typer.Option("--install", hidden=True, help="The default; kept for old scripts.")] = False,
 ) -> None:
     """Start a lab: API server, controllers, a node runtime per node, and the mesh (unless --no-mesh)."""
     from ambit.errors import AmbitError
     from ambit.lab.cluster.lifecycle import LabSettings, lab_up
 
     _require_root()
+    if supervised and install:
+        typer.echo("ambit lab up: --supervised and --install are two ways to run the mesh; pick one", err=True)
+        raise typer.Exit(2)
     try:
-        settings = LabSettings(directory=directory, nodes=nodes, mesh=mesh and not install, install=install)
+        settings = LabSettings(
+            directory=directory,
+            nodes=nodes,
+            mesh=mesh and supervised,
+            install=(mesh or install) and not supervised,
+        )
         topology = lab_up(settings, echo=typer.echo)
     except AmbitError as exc:
         typer.echo(f"ambit lab up: {exc}", err=True)
