@@ -7,6 +7,8 @@ import dataclasses
 import ipaddress
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from workload_builders import (
     VIP,
     VIP6,
@@ -45,6 +47,7 @@ WEB = pod("web-0", "198.18.17.5")
 WAYPOINT = waypoint_pod()  # 198.18.18.7, service account "waypoint"
 WAYPOINT_ID = SpiffeId("cluster.local", "apps", "waypoint")
 WEB_ID = SpiffeId("cluster.local", "apps", "web")
+WAYPOINT_IP = "198.18.18.7"
 MISSING = GatewayAddress(NamespacedHostname("apps", "gone.apps.svc.cluster.local"))
 
 
@@ -200,8 +203,6 @@ def test_a_pod_ip_without_any_waypoint_is_unchanged() -> None:
 
 # --- inbound rule 3: a captured waypoint (sandwich) receives for what it fronts --------------------------------
 
-WAYPOINT_IP = "198.18.18.7"
-
 
 def inbound(
     authority: str,
@@ -274,3 +275,41 @@ def test_a_connect_through_the_waypoint_is_still_authorized() -> None:
     plan = inbound("198.19.0.10:80", state, authorize=deny)
     assert isinstance(plan, Refuse) and plan.status == 401
     assert [(str(c.destination_ip), c.destination_port) for c in seen] == [(WAYPOINT_IP, 80)]
+
+
+# --- properties ------------------------------------------------------------------------------------------------
+
+GATEWAYS = st.sampled_from([None, WAYPOINT_BY_HOST, by_address(WAYPOINT_IP), by_address(str(WAYPOINT_VIP)), MISSING])
+
+
+@given(
+    service_waypoint=GATEWAYS,
+    workload_waypoint=GATEWAYS,
+    waypoint_health=st.sampled_from(list(HealthStatus)),
+    web_health=st.sampled_from(list(HealthStatus)),
+    to_vip=st.booleans(),
+    served=st.booleans(),
+    from_waypoint=st.booleans(),
+)
+def test_a_configured_waypoint_is_taken_or_the_connection_refused_never_bypassed(
+    service_waypoint: GatewayAddress | None,
+    workload_waypoint: GatewayAddress | None,
+    waypoint_health: HealthStatus,
+    web_health: HealthStatus,
+    to_vip: bool,
+    served: bool,
+    from_waypoint: bool,
+) -> None:
+    web = dataclasses.replace(WEB, waypoint=workload_waypoint, status=web_health)
+    waypoint = dataclasses.replace(WAYPOINT, status=waypoint_health)
+    state = mesh(CLIENT, web, waypoint, web=web_service(waypoint=service_waypoint))
+    source = waypoint if from_waypoint else CLIENT
+    plan = outbound(str(VIP) if to_vip else "198.18.17.5", 80, state, source=source, served=(web,) if served else ())
+    applies = service_waypoint if to_vip else workload_waypoint
+    if applies is not None and not from_waypoint:
+        assert isinstance(plan, Refuse) or (isinstance(plan, Tunnel) and plan.waypoint == applies), plan
+        if isinstance(plan, Tunnel):
+            assert plan.expected == frozenset({WAYPOINT_ID}) and plan.address[0] == WAYPOINT_IP
+            assert plan.authority == (f"{VIP}:80" if to_vip else "198.18.17.5:80")
+    else:
+        assert not (isinstance(plan, Tunnel) and plan.waypoint is not None), plan
