@@ -238,11 +238,12 @@ def _through_waypoint(
 def _from_waypoint(state: WorkloadState, gateway: GatewayAddress, source: Workload) -> bool:
     """Whether ``source`` is an instance of the waypoint ``gateway`` names: its identity, one of its addresses
     (ztunnel's ``check_from_waypoint``)."""
-    instances = state.find_waypoint_instances(gateway)
-    if not instances:
-        return False
-    identity, addresses = source.identity, set(source.addresses)
-    return any(w.identity == identity and not addresses.isdisjoint(w.addresses) for w in instances)
+    addresses = set(source.addresses)
+    # Addresses first: cheap, and they rule out every instance but the source itself.
+    return any(
+        not addresses.isdisjoint(w.addresses) and w.identity == source.identity
+        for w in state.find_waypoint_instances(gateway)
+    )
 
 
 # --- inbound ---------------------------------------------------------------------------------------------------
