@@ -7,11 +7,26 @@ import ipaddress
 from collections.abc import Sequence
 
 from ambit.model.state import WorkloadState
-from ambit.model.workload import IPAddress, NetworkAddress, PortMapping, Service, TunnelProtocol, Workload
+from ambit.model.workload import (
+    GatewayAddress,
+    IPAddress,
+    NamespacedHostname,
+    NetworkAddress,
+    PortMapping,
+    Service,
+    TunnelProtocol,
+    Workload,
+)
 
 WEB_KEY = "apps/web.apps.svc.cluster.local"
 VIP = ipaddress.ip_address("198.19.0.10")
 VIP6 = ipaddress.ip_address("fd00:19::10")
+WAYPOINT_HOST = "waypoint.apps.svc.cluster.local"
+WAYPOINT_KEY = f"apps/{WAYPOINT_HOST}"
+WAYPOINT_VIP = ipaddress.ip_address("198.19.0.20")
+WAYPOINT_VIP6 = ipaddress.ip_address("fd00:19::20")
+WAYPOINT_BY_HOST = GatewayAddress(NamespacedHostname("apps", WAYPOINT_HOST))
+"""The waypoint ``apps/waypoint`` named as istiod names it: by its Service's hostname."""
 
 
 def ip(text: str) -> IPAddress:
@@ -56,3 +71,30 @@ def state_with(*workloads: Workload, services: Sequence[Service] = ()) -> Worklo
     state = WorkloadState()
     state.replace_all(workloads, services or [web_service()])
     return state
+
+
+def by_address(text: str, port: int = 15008) -> GatewayAddress:
+    """A waypoint named by an address (a pod IP or a VIP), as ``GatewayAddress.address``."""
+    return GatewayAddress(NetworkAddress("", ip(text)), port)
+
+
+def waypoint_pod(name: str = "waypoint-0", *addresses: str, **overrides: object) -> Workload:
+    """An instance of waypoint ``apps/waypoint`` (service account ``waypoint``), on node1, not captured."""
+    fields: dict[str, object] = {
+        "services": {WAYPOINT_KEY: ()},
+        "service_account": "waypoint",
+        "tunnel_protocol": TunnelProtocol.NONE,
+    }
+    return pod(name, *(addresses or ("198.18.18.7",)), **{**fields, **overrides})  # type: ignore[arg-type]
+
+
+def waypoint_service(**overrides: object) -> Service:
+    """The waypoint's Service, as the gateway controller makes it: one port, 15008 (HBONE)."""
+    service = Service(
+        name="waypoint",
+        namespace="apps",
+        hostname=WAYPOINT_HOST,
+        vips=(NetworkAddress("", WAYPOINT_VIP), NetworkAddress("", WAYPOINT_VIP6)),
+        ports=(PortMapping(15008, 15008),),
+    )
+    return dataclasses.replace(service, **overrides)  # type: ignore[arg-type]

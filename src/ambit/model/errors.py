@@ -7,10 +7,12 @@
         ├── IdentityError            a string is not a well-formed SPIFFE id (ambit.model.identity)
         ├── AddressError             a string is not an IP or a "network/IP" address (ambit.model.workload)
         ├── LocalConfigError         a local config file is malformed; names the field (ambit.model.localconfig)
-        └── NoHealthyUpstreamError   a service is known but has no endpoint to dial (ambit.model.state)
+        ├── NoHealthyUpstreamError   a service is known but has no endpoint to dial (ambit.model.state)
+        └── UnknownWaypointError     a destination names a waypoint the state cannot resolve (ambit.model.state)
 
-The first three blame whoever wrote the input (a peer's certificate, a config file); the last is a fact about the
-mesh at the moment of the lookup, and maps to "no healthy upstream" on the wire.
+The first three blame whoever wrote the input (a peer's certificate, a config file); the last two are facts about
+the mesh at the moment of the lookup: "no healthy upstream", and a waypoint that is missing or has no instance to
+dial (the connection is refused rather than sent around the waypoint, as ztunnel does).
 """
 
 from __future__ import annotations
@@ -36,3 +38,7 @@ class LocalConfigError(ModelError):
 
 class NoHealthyUpstreamError(ModelError):
     """The destination is a known service with no (healthy) endpoint to dial."""
+
+
+class UnknownWaypointError(ModelError):
+    """A destination's waypoint is not in the state, or has no instance that can take HBONE on this network."""

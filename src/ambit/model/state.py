@@ -4,8 +4,9 @@ Theory of operation: :class:`WorkloadState` holds every known :class:`Workload` 
 ``namespace/hostname``) plus secondary indexes (address, VIP, hostname, node, service membership), so each
 ``find_*`` is a dictionary lookup. Updates diff the old and new value of one entry and touch only the index
 entries that changed. :meth:`WorkloadState.resolve` is spec §6.3 without waypoints and network gateways: it turns
-an original destination into a :class:`Destination` to dial. Load balancing is injected (``choose``), so this
-module stays pure and deterministic under test.
+an original destination into a :class:`Destination` to dial. :meth:`WorkloadState.resolve_waypoint` turns a
+waypoint's :class:`GatewayAddress` into the waypoint instance to dial (the plans decide when to use it). Load
+balancing is injected (``choose``), so this module stays pure and deterministic under test.
 
 Invariants and conflict rules:
 
@@ -18,6 +19,21 @@ Invariants and conflict rules:
 3. Two services may share a hostname (one per namespace): the one added first answers, as the oldest object wins
    hostname conflicts in Istio. Updating a service in place keeps its place.
 4. Endpoint lists come back sorted by uid, so ``choose`` sees the same sequence for the same state.
+
+Waypoints (spec §1.4, §4.1; ztunnel's ``fetch_waypoint``):
+
+5. A :class:`GatewayAddress` names a Service by ``namespace/hostname`` (exactly that key: no fallback to a service
+   of another namespace), or an address: the workload with that address, else the Service with that VIP, in the
+   address's own network (:meth:`WorkloadState.find_gateway`).
+6. A named workload is dialled at the address itself (by hostname: its address of the caller's family) on the
+   ``hbone_mtls_port``. A named Service is dialled at one of its endpoints picked by ``choose``; an endpoint is
+   eligible when it has an address, is healthy (unless the service allows all), is on the caller's network (there
+   is no east-west gateway to cross networks) and has a port for the HBONE port: the Service must declare it, and
+   the endpoint's own mapping, else the Service's non-zero target port, gives the number (a named port without a
+   mapping is no port, as in ztunnel). The endpoint's address is the one of the original destination's family.
+7. The expected identity is the chosen instance's, plus the waypoint Service's SAN overrides
+   (:attr:`Destination.expected_identities` of the returned destination).
+8. Anything else raises :class:`UnknownWaypointError`: a configured waypoint is never skipped silently.
 """
 
 from __future__ import annotations
@@ -27,20 +43,23 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ambit.model.errors import IdentityError, NoHealthyUpstreamError
+from ambit.model.errors import IdentityError, NoHealthyUpstreamError, UnknownWaypointError
 from ambit.model.identity import SpiffeId
 from ambit.model.localconfig import service_to_dict, workload_to_dict
 from ambit.model.workload import (
+    GatewayAddress,
     HealthPolicy,
     HealthStatus,
     IPAddress,
+    NamespacedHostname,
+    NetworkAddress,
     NetworkMode,
     Service,
     TunnelProtocol,
     Workload,
 )
 
-__all__ = ["Destination", "NoHealthyUpstreamError", "Transport", "WorkloadState"]
+__all__ = ["Destination", "NoHealthyUpstreamError", "Transport", "UnknownWaypointError", "WorkloadState"]
 
 
 class Transport(enum.Enum):
@@ -95,6 +114,24 @@ def _target_port(workload: Workload, service: Service, port: int) -> int:
         if mapping.service_port == port and mapping.target_port:
             return mapping.target_port
     return port
+
+
+def _waypoint_port(workload: Workload, service: Service, hbone_port: int) -> int | None:
+    """The port ``workload`` takes HBONE on as an instance of waypoint ``service`` (rule 6); None if it has none."""
+    declared = [mapping for mapping in service.ports if mapping.service_port == hbone_port]
+    if not declared:
+        return None
+    for mapping in workload.services.get(service.key, ()):
+        if mapping.service_port == hbone_port and mapping.target_port:
+            return mapping.target_port
+    return declared[0].target_port or None
+
+
+def _eligible(workload: Workload, service: Service) -> bool:
+    """Whether a service's endpoint may be picked: it has an address, and is healthy unless the service allows all."""
+    return bool(workload.addresses) and (
+        service.health_policy is HealthPolicy.ALLOW_ALL or workload.status is HealthStatus.HEALTHY
+    )
 
 
 def _address_like(workload: Workload, ip: IPAddress) -> IPAddress:
@@ -243,12 +280,7 @@ class WorkloadState:
         """
         service = self.find_service_by_vip(network, ip)
         if service is not None:
-            allow_all = service.health_policy is HealthPolicy.ALLOW_ALL
-            candidates = [
-                workload
-                for workload in self.find_endpoints(service)
-                if workload.addresses and (allow_all or workload.status is HealthStatus.HEALTHY)
-            ]
+            candidates = [workload for workload in self.find_endpoints(service) if _eligible(workload, service)]
             if not candidates:
                 raise NoHealthyUpstreamError(f"no healthy upstream for service {service.key} ({ip} port {port})")
             chosen = choose(candidates)
@@ -263,6 +295,66 @@ class WorkloadState:
         if workload is not None:
             return Destination(ip=ip, port=port, transport=_transport_of(workload), workload=workload, service=None)
         return Destination(ip=ip, port=port, transport=Transport.PASSTHROUGH, workload=None, service=None)
+
+    def find_gateway(self, gateway: GatewayAddress) -> Workload | Service | None:
+        """What a waypoint's address names (rule 5): a Service, a workload, or nothing known."""
+        destination = gateway.destination
+        if isinstance(destination, NamespacedHostname):
+            return self._services.get(f"{destination.namespace}/{destination.hostname}")
+        return self.find_workload_by_address(destination.network, destination.ip) or self.find_service_by_vip(
+            destination.network, destination.ip
+        )
+
+    def find_waypoint_instances(self, gateway: GatewayAddress) -> list[Workload]:
+        """The workloads that are the waypoint ``gateway`` names, whatever their health (empty when unknown)."""
+        found = self.find_gateway(gateway)
+        if found is None:
+            return []
+        if isinstance(found, Workload):
+            return [found]
+        return self.find_endpoints(found)
+
+    def resolve_waypoint(
+        self,
+        gateway: GatewayAddress,
+        network: str,
+        like: IPAddress,
+        choose: Callable[[Sequence[Workload]], Workload],
+    ) -> Destination:
+        """The waypoint instance a connection to ``like`` (the original destination IP) is sent to (rules 5-8).
+
+        The result's ``ip`` and ``port`` are the instance's HBONE listener, its ``workload`` the instance, its
+        ``service`` the waypoint's own Service (None when the address names a workload). Raises
+        :class:`UnknownWaypointError` when the waypoint is unknown or has no instance to dial.
+        """
+        found = self.find_gateway(gateway)
+        if found is None:
+            raise UnknownWaypointError(f"waypoint {gateway} not found")
+        if isinstance(found, Workload):
+            if not found.addresses:
+                raise UnknownWaypointError(f"waypoint {gateway} (workload {found.uid}) has no address")
+            if found.network != network:
+                raise UnknownWaypointError(f"waypoint {gateway} is on network {found.network!r}, not {network!r}")
+            destination = gateway.destination
+            ip = destination.ip if isinstance(destination, NetworkAddress) else _address_like(found, like)
+            return Destination(ip, gateway.hbone_mtls_port, Transport.HBONE, found, None)
+        service = found
+        hbone_port = gateway.hbone_mtls_port
+        ports: dict[str, int] = {}
+        candidates = []
+        for workload in self.find_endpoints(service):
+            port = _waypoint_port(workload, service, hbone_port)
+            if port is not None and workload.network == network and _eligible(workload, service):
+                ports[workload.uid] = port
+                candidates.append(workload)
+        if not candidates:
+            raise UnknownWaypointError(
+                f"waypoint {gateway} has no healthy instance with port {hbone_port} on network {network!r}"
+            )
+        chosen = choose(candidates)
+        if isinstance(gateway.destination, NetworkAddress):
+            like = gateway.destination.ip  # named by its VIP: that VIP's family, as ztunnel does
+        return Destination(_address_like(chosen, like), ports[chosen.uid], Transport.HBONE, chosen, service)
 
     def resolve_inbound_target(self, local: Workload, authority_host: str, port: int) -> int | None:
         """The port on ``local`` for a CONNECT to ``authority_host:port`` where the host is a service hostname.

@@ -8,8 +8,10 @@ of local pod P:
 2. :class:`~ambit.proxy.plans.Refuse`: reset, counted if the plan says so.
 3. :class:`~ambit.proxy.plans.Local`: the destination pod is served by this proxy; the inbound side takes the
    connection as it would after a CONNECT (same checks, no TLS: both identities are ours), and both sides count it.
-4. :class:`~ambit.proxy.plans.Tunnel`: a CONNECT stream on a pooled mutual-TLS connection to ``<pod IP>:15008``,
-   made from P's netns with P's certificate, the server verified against the destination's SPIFFE identity.
+4. :class:`~ambit.proxy.plans.Tunnel`: a CONNECT stream on a pooled mutual-TLS connection to ``<pod IP>:15008``
+   (or to a waypoint instance's HBONE listener, the CONNECT naming the original destination), made from P's netns
+   with P's certificate, the server verified against the identities the plan expects (the destination's, or the
+   waypoint's).
 5. :class:`~ambit.proxy.plans.Plain`: a TCP connection from P's netns (the source stays P's IP).
 6. Bytes are relayed with half-close both ways; metrics (reporter=source) and one access-log line per connection.
 """
@@ -24,7 +26,7 @@ import sys
 
 from ambit.errors import AmbitError
 from ambit.hbone.headers import connect_headers, hostport
-from ambit.model.state import Destination, Transport
+from ambit.model.state import Transport
 from ambit.model.workload import Workload
 from ambit.proxy.accounting import Accounting, BothSides
 from ambit.proxy.context import LocalPod, ProxyContext
@@ -32,7 +34,7 @@ from ambit.proxy.errors import ProxyConnectError, ProxyError, ResponseFlag
 from ambit.proxy.hbone_client import HboneClient
 from ambit.proxy.hbone_stream import HboneStream
 from ambit.proxy.inbound import LocalDelivery, deliver_locally, guard
-from ambit.proxy.plans import HBONE_PORT, Local, OutboundFacts, Refuse, Tunnel, plan_outbound
+from ambit.proxy.plans import HBONE_PORT, Local, OutboundFacts, Plain, Refuse, Tunnel, plan_outbound
 from ambit.proxy.pool import PoolKey
 from ambit.proxy.relay import Splice
 from ambit.proxy.sockets import connect, original_dst, reset
@@ -67,7 +69,7 @@ async def serve_outbound(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) 
         reset(sock)
         return None
     assert source is not None  # only a refusal comes without a source
-    accounting = _account(ctx, pod, source, peer_addr, plan.destination, dst_addr, plan.address[0])
+    accounting = _account(ctx, pod, source, peer_addr, plan, dst_addr)
     with ctx.register("outbound", peer_addr, dst_addr, pod) as registration:
         sides: Accounting | BothSides = accounting
         delivery: LocalDelivery | None = None
@@ -114,10 +116,12 @@ def _account(
     pod: LocalPod,
     source: Workload,
     peer_addr: str,
-    destination: Destination | None,
+    plan: Tunnel | Plain | Local | None,
     original_addr: str,
-    ip_text: str = "",
 ) -> Accounting:
+    """The source side's accounting: the destination as the plan reports it (through a waypoint: the waypoint
+    instance, for the original service), ``dst.addr`` the address dialled, ``dst.hbone_addr`` the CONNECT target."""
+    destination = plan.destination if plan else None
     target = destination.workload if destination else None
     mtls = destination is not None and destination.transport is Transport.HBONE
     service = destination.service if destination else None
@@ -129,12 +133,14 @@ def _account(
         service=service,
         mtls=mtls,
     )
-    if destination is not None and destination.transport is Transport.HBONE:
-        # Per destination, not per connection: interned, so connections to one destination share them.
-        dst_addr = sys.intern(hostport(ip_text, HBONE_PORT))
-        hbone_addr = sys.intern(hostport(ip_text, destination.port))
-    elif destination is not None:
-        dst_addr, hbone_addr = hostport(ip_text, destination.port), ""
+    # Per destination, not per connection: interned, so connections to one destination share them.
+    if isinstance(plan, Tunnel):
+        dst_addr, hbone_addr = sys.intern(hostport(*plan.address)), sys.intern(plan.authority)
+    elif isinstance(plan, Local):
+        dst_addr = sys.intern(hostport(plan.address[0], HBONE_PORT))
+        hbone_addr = sys.intern(hostport(*plan.address))
+    elif plan is not None:
+        dst_addr, hbone_addr = hostport(*plan.address), ""
     else:
         dst_addr, hbone_addr = original_addr, ""
     record = ConnectionRecord(

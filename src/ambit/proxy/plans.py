@@ -8,25 +8,47 @@ answer (400, 401, 503; an outbound or plaintext refusal resets the connection in
 it is counted with, and ``counted`` whether it is counted at all (refusals before the connection's two ends are
 known are only logged, as ztunnel does).
 
-Outbound (15001), :func:`plan_outbound`, in order:
+Outbound (15001), :func:`plan_outbound`, in order (ztunnel's ``build_request``):
 
 1. A destination on one of the proxy's own ports (:data:`ILLEGAL_PORTS`) at loopback or at the pod's own address
    is a self-call: refused, not counted.
 2. A source workload the state does not know: refused, not counted.
-3. A Service VIP: one endpoint is chosen by ``choose`` among the eligible ones; none → refused, ``NR``.
+3. A Service VIP whose Service has a waypoint: :class:`Tunnel` to one instance of the waypoint
+   (:meth:`WorkloadState.resolve_waypoint`: its pod IP and HBONE port) with ``:authority <VIP>:<port>`` (the
+   original destination), the server checked against the waypoint's identity. This comes before an endpoint is
+   chosen: the waypoint balances, so the service needs no healthy endpoint here. A waypoint that does not resolve
+   refuses the connection (503, ``NR``, counted, "waypoint ... not found"): it is never bypassed, as in ztunnel.
+   The one exception is a source that is itself an instance of that waypoint (same identity, one of its
+   addresses), which goes on to rule 4, so that a captured waypoint (sandwich mode) does not loop into itself;
+   ztunnel checks this only for rule 6, as its waypoints are normally not captured.
+4. A Service VIP otherwise: one endpoint is chosen by ``choose`` among the eligible ones; none → refused, ``NR``.
    A pod address is that workload; any other address is passthrough.
-4. An HBONE workload served by this same proxy: :class:`Local` (handed to the inbound side, no TLS).
-5. An HBONE workload elsewhere: :class:`Tunnel` to ``<pod IP>:15008`` with ``:authority <pod IP>:<target port>``,
+5. A pod address (not a VIP) whose workload has a waypoint, unless the source is an instance of that waypoint:
+   :class:`Tunnel` to the workload's waypoint with ``:authority <pod IP>:<port>``, whatever the pod's own transport
+   and node; an unresolvable waypoint is refused as in rule 3. Traffic to a VIP never takes its endpoint's
+   workload waypoint, and traffic to a pod IP never takes a waypoint its Service has (a service-only waypoint).
+6. An HBONE workload served by this same proxy: :class:`Local` (handed to the inbound side, no TLS).
+7. An HBONE workload elsewhere: :class:`Tunnel` to ``<pod IP>:15008`` with ``:authority <pod IP>:<target port>``,
    the server checked against the workload's identity (and the service's SAN overrides).
-6. Otherwise :class:`Plain` TCP: to ``<pod IP>:<target port>`` for a workload without HBONE, or to the original
+8. Otherwise :class:`Plain` TCP: to ``<pod IP>:<target port>`` for a workload without HBONE, or to the original
    destination for passthrough.
+
+A waypoint is always reached through HBONE, never by :class:`Local`, even when its pod is on this node (ztunnel has
+no same-node shortcut, and a waypoint terminates HBONE itself). The tunnel's ``destination`` is what the connection
+is reported as (ztunnel's metrics for waypoint traffic): the waypoint instance as the destination workload and
+principal, the original Service (if the destination was a VIP) as the destination service.
 
 Inbound (15008 HBONE, 15006 plaintext, and the same-node path), :func:`plan_inbound`, in order:
 
 1. HBONE: an ``:authority`` that is not ``host:port`` → 400.
 2. A local workload the state does not know → 503, ``NR``; one without an address (same-node path) → 503, ``NR``.
-3. HBONE: an IP authority must be the address the connection arrived at, else 400 ("ip mismatch"); a hostname must
-   be a Service this pod is an endpoint of, and its port is mapped to the pod's target port, else 400.
+3. HBONE: an IP authority must be the address the connection arrived at, else 400 ("ip mismatch"), unless the
+   Service or workload at that IP (workload first, in the local workload's network) names a waypoint that this
+   local workload is an instance of: then the pod is dialled on the authority's port. That case arises only when
+   a waypoint is itself captured by a node proxy (a "sandwich"): Istio's waypoints are not enrolled and terminate
+   HBONE on 15008 themselves. (ztunnel also waives the check for a workload with an ``application_tunnel``,
+   which our workload model does not carry.) A hostname must be a Service this pod is an endpoint of, and its
+   port is mapped to the pod's target port, else 400.
    A target port (after that mapping) that is one of the proxy's own ports (:data:`ILLEGAL_PORTS`) → 400,
    uncounted, as ztunnel does: tunnels must not nest into the proxy's own listeners (the same-node path too).
 4. The authorizer refuses → 401, ``DENY``, counted, with the engine's reason ("explicitly denied by: ns/name",
@@ -46,8 +68,8 @@ from dataclasses import dataclass, field
 from ambit.hbone.errors import AuthorityError
 from ambit.hbone.headers import hostport, parse_authority
 from ambit.model.identity import SpiffeId
-from ambit.model.state import Destination, NoHealthyUpstreamError, Transport, WorkloadState
-from ambit.model.workload import IPAddress, Workload
+from ambit.model.state import Destination, NoHealthyUpstreamError, Transport, UnknownWaypointError, WorkloadState
+from ambit.model.workload import GatewayAddress, IPAddress, Service, Workload
 from ambit.proxy.authorization import Authorizer
 from ambit.proxy.errors import ResponseFlag
 from ambit.rbac import Connection
@@ -76,11 +98,13 @@ class Tunnel:
 
     destination: Destination
     address: tuple[str, int]
-    """The peer's HBONE listener: ``(pod IP, 15008)``."""
+    """The peer's HBONE listener: ``(pod IP, 15008)``, or a waypoint instance's ``(pod IP, HBONE port)``."""
     authority: str
-    """``<pod IP>:<target port>``."""
+    """``<pod IP>:<target port>``; through a waypoint, the original destination ``<VIP or pod IP>:<port>``."""
     expected: frozenset[SpiffeId]
     """Identities the server's certificate may name."""
+    waypoint: GatewayAddress | None = None
+    """The waypoint the tunnel goes through (rules 3 and 5); None for a tunnel straight to the destination pod."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,18 +187,63 @@ def plan_outbound(
         return Refuse(503, ResponseFlag.NONE, "a call to the proxy's own port", counted=False)
     if source is None:
         return Refuse(503, ResponseFlag.NO_ROUTE, "unknown source workload", counted=False)
+    service = state.find_service_by_vip(node.network, facts.dst_ip)
+    if service is not None and service.waypoint is not None and not _from_waypoint(state, service.waypoint, source):
+        return _through_waypoint(facts, state, node, choose, service.waypoint, service)
     try:
         destination = state.resolve(node.network, facts.dst_ip, facts.dst_port, choose)
     except NoHealthyUpstreamError as exc:
         return Refuse(503, ResponseFlag.NO_ROUTE, str(exc))
-    ip_text = facts.dst_text if destination.ip == facts.dst_ip else str(destination.ip)
     workload = destination.workload
+    if (
+        destination.service is None
+        and workload is not None
+        and workload.waypoint is not None
+        and not _from_waypoint(state, workload.waypoint, source)
+    ):
+        return _through_waypoint(facts, state, node, choose, workload.waypoint, None)
+    ip_text = facts.dst_text if destination.ip == facts.dst_ip else str(destination.ip)
     if destination.transport is Transport.HBONE and workload is not None:
         if node.serves(workload):
             return Local(destination, workload, (ip_text, destination.port))
         authority = hostport(ip_text, destination.port)
         return Tunnel(destination, (ip_text, HBONE_PORT), authority, destination.expected_identities)
     return Plain(destination, (ip_text, destination.port))
+
+
+def _through_waypoint(
+    facts: OutboundFacts,
+    state: WorkloadState,
+    node: NodeView,
+    choose: Callable[[Sequence[Workload]], Workload],
+    gateway: GatewayAddress,
+    service: Service | None,
+) -> Tunnel | Refuse:
+    """The tunnel to ``gateway``'s waypoint for the original destination (rules 3 and 5), or its refusal."""
+    try:
+        waypoint = state.resolve_waypoint(gateway, node.network, facts.dst_ip, choose)
+    except UnknownWaypointError as exc:
+        return Refuse(503, ResponseFlag.NO_ROUTE, str(exc))
+    # Reported as the waypoint instance, for the original service (ztunnel's metrics for waypoint traffic).
+    reported = Destination(waypoint.ip, waypoint.port, Transport.HBONE, waypoint.workload, service)
+    return Tunnel(
+        reported,
+        (str(waypoint.ip), waypoint.port),
+        hostport(facts.dst_text, facts.dst_port),
+        waypoint.expected_identities,
+        waypoint=gateway,
+    )
+
+
+def _from_waypoint(state: WorkloadState, gateway: GatewayAddress, source: Workload) -> bool:
+    """Whether ``source`` is an instance of the waypoint ``gateway`` names: its identity, one of its addresses
+    (ztunnel's ``check_from_waypoint``)."""
+    addresses = set(source.addresses)
+    # Addresses first: cheap, and they rule out every instance but the source itself.
+    return any(
+        not addresses.isdisjoint(w.addresses) and w.identity == source.identity
+        for w in state.find_waypoint_instances(gateway)
+    )
 
 
 # --- inbound ---------------------------------------------------------------------------------------------------
@@ -268,6 +337,18 @@ def _inbound_port(state: WorkloadState, workload: Workload, local_ip: str, host:
         if mapped is None:
             return Refuse(400, ResponseFlag.NONE, f"unknown service {host!r} for this pod", counted=False)
         return mapped
-    if ip != ipaddress.ip_address(local_ip):
+    arrived = ipaddress.ip_address(local_ip)
+    if ip != arrived and not _is_waypoint_for(state, workload, arrived, ip):
         return Refuse(400, ResponseFlag.NONE, f"ip mismatch: CONNECT to {host} arrived at {local_ip}", counted=False)
     return port
+
+
+def _is_waypoint_for(state: WorkloadState, local: Workload, arrived: IPAddress, target: IPAddress) -> bool:
+    """Whether the Service or workload at ``target`` names a waypoint that ``local`` is an instance of (rule 3)."""
+    named = state.find_workload_by_address(local.network, target) or state.find_service_by_vip(local.network, target)
+    if named is None or named.waypoint is None:
+        return False
+    found = state.find_gateway(named.waypoint)
+    if isinstance(found, Workload):
+        return arrived in found.addresses
+    return found is not None and found.key in local.services

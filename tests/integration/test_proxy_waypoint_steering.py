@@ -1,0 +1,255 @@
+"""The node proxy sends a service's traffic through its waypoint (spec §6.3 step 3), with real sockets, TLS and HBONE
+on loopback.
+
+The rig is one node proxy serving pod ``apps/client-0`` (at ``127.0.0.31``): its outbound handler
+(:func:`ambit.proxy.outbound.serve_outbound`) gets each connection the pod opens, with the original destination the
+kernel's REDIRECT would have given (the rig stands in for it, as ``inbound_rig`` does). The workload state says
+service ``web`` (VIP ``198.19.0.10``) uses waypoint ``apps/waypoint``, whose one instance is a test HBONE server at
+``127.0.0.32`` holding the waypoint's certificate (from the same CA) and echoing what it gets. The waypoint
+Service maps its HBONE port 15008 to the port that server listens on, as a Service's ``targetPort`` would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+from unittest import mock
+
+import pytest
+from tests.integration.proxy_rig import recv_all, until
+from tests.unit.workload_builders import (
+    WAYPOINT_BY_HOST,
+    pod,
+    state_with,
+    waypoint_pod,
+    waypoint_service,
+    web_service,
+)
+
+from ambit.hbone.headers import parse_authority
+from ambit.identity.localca import LocalCa
+from ambit.identity.manager import CertificateManager
+from ambit.model.identity import SpiffeId
+from ambit.model.workload import GatewayAddress, NamespacedHostname, PortMapping, TunnelProtocol, Workload
+from ambit.proxy import outbound as outbound_module
+from ambit.proxy.context import LocalPod, ProxyContext
+from ambit.proxy.hbone_server import HboneServer, InboundRequest, TunnelResponder
+from ambit.proxy.outbound import serve_outbound
+from ambit.proxy.pool import ConnectionPool
+from ambit.proxy.settings import ProxySettings
+from ambit.proxy.sockets import HostSocketFactory
+from ambit.telemetry.accesslog import AccessLog
+from ambit.telemetry.metrics import ProxyMetrics
+from ambit.tls.workload import WorkloadCertificate
+from ambit.zds.protocol import WorkloadInfo
+
+pytestmark = pytest.mark.timeout(30)
+
+TD = "cluster.local"
+CLIENT_IP, WAYPOINT_IP, LEGACY_IP = "127.0.0.31", "127.0.0.32", "127.0.0.33"
+VIP = "198.19.0.10"
+CLIENT_ID = SpiffeId(TD, "apps", "client")
+WAYPOINT_ID = SpiffeId(TD, "apps", "waypoint")
+WEB_ID = SpiffeId(TD, "apps", "web")
+ACCESS_LOGGER = "tests.waypoint_steering.access"
+FACTORY = HostSocketFactory(mark=None)
+
+
+@dataclasses.dataclass
+class FakeWaypoint:
+    """An HBONE server standing in for the waypoint: it records each CONNECT and echoes the tunnel's bytes."""
+
+    cert: WorkloadCertificate
+    requests: list[InboundRequest] = dataclasses.field(default_factory=list)
+    handshakes: int = 0
+    serving: set[asyncio.Task[None]] = dataclasses.field(default_factory=set)
+
+    async def start(self) -> None:
+        self.listener = socket.create_server((WAYPOINT_IP, 0))
+        self.listener.setblocking(False)
+        self.port: int = self.listener.getsockname()[1]
+        self.accepting = asyncio.create_task(self._accept())
+
+    async def _accept(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            sock, _ = await loop.sock_accept(self.listener)
+            self.handshakes += 1
+            task = asyncio.create_task(HboneServer.serve(sock, self._cert, trust_domain=TD, handler=self._handle))
+            self.serving.add(task)
+            task.add_done_callback(self.serving.discard)
+
+    async def _cert(self) -> WorkloadCertificate:
+        return self.cert
+
+    async def _handle(self, request: InboundRequest, responder: TunnelResponder) -> None:
+        self.requests.append(request)
+        stream = responder.accept()
+        while chunk := await stream.read():
+            await stream.write(chunk)
+        stream.write_eof()
+
+    async def aclose(self) -> None:
+        for task in [self.accepting, *self.serving]:
+            task.cancel()
+        await asyncio.gather(self.accepting, *self.serving, return_exceptions=True)
+        self.listener.close()
+
+
+@dataclasses.dataclass
+class Rig:
+    ctx: ProxyContext
+    pod: LocalPod
+    waypoint: FakeWaypoint
+    ca: LocalCa
+
+    def set_state(self, *workloads: Workload, web_waypoint: GatewayAddress | None = WAYPOINT_BY_HOST) -> None:
+        """Client, waypoint instance and ``workloads``; ``web`` uses ``web_waypoint``."""
+        client = pod("client-0", CLIENT_IP, services={}, service_account="client")
+        instance = waypoint_pod("waypoint-0", WAYPOINT_IP)
+        services = [
+            web_service(waypoint=web_waypoint),
+            waypoint_service(ports=(PortMapping(15008, self.waypoint.port),)),
+        ]
+        self.ctx.state.replace_all([client, instance, *workloads], services)
+        self.ctx.state_changed()
+
+    async def call(self, dst: tuple[str, int], payload: bytes) -> bytes:
+        """What the pod gets back from a connection to ``dst`` carried by the node proxy (b"" if reset)."""
+        loop = asyncio.get_running_loop()
+        front = socket.create_server((CLIENT_IP, 0))
+        front.setblocking(False)
+        app = socket.socket()
+        app.setblocking(False)
+        app.bind((CLIENT_IP, 0))
+        try:
+            await loop.sock_connect(app, front.getsockname())
+            accepted, _ = await loop.sock_accept(front)
+            accepted.setblocking(False)
+            with mock.patch.object(outbound_module, "original_dst", lambda sock: dst):
+                await serve_outbound(self.ctx, self.pod, accepted)
+            try:
+                await loop.sock_sendall(app, payload)
+                app.shutdown(socket.SHUT_WR)
+                return await recv_all(app)
+            except ConnectionResetError:
+                return b""
+        finally:
+            app.close()
+            front.close()
+
+    def metric_lines(self, name: str) -> list[str]:
+        text = self.ctx.metrics.render().decode()
+        return [line for line in text.splitlines() if line.startswith(name + "{")]
+
+
+@contextlib.asynccontextmanager
+async def rig(tmp_path: Path, waypoint_identity: SpiffeId = WAYPOINT_ID) -> AsyncIterator[Rig]:
+    ca = LocalCa(tmp_path / "ca", trust_domain=TD)
+    waypoint = FakeWaypoint(await ca.fetch_certificate(waypoint_identity))
+    await waypoint.start()
+    ctx = ProxyContext(
+        settings=ProxySettings(node="node1", trust_domain=TD),
+        state=state_with(),
+        certs=CertificateManager(ca),
+        pool=ConnectionPool(),
+        metrics=ProxyMetrics(),
+        access_log=AccessLog(logger=logging.getLogger(ACCESS_LOGGER)),
+    )
+    local = LocalPod("uid-client", WorkloadInfo("client-0", "apps", "client"), FACTORY, TD)
+    ctx.add_pod(local)
+    the_rig = Rig(ctx, local, waypoint, ca)
+    the_rig.set_state()
+    try:
+        yield the_rig
+    finally:
+        await ctx.pool.aclose()
+        await ctx.certs.aclose()
+        await waypoint.aclose()
+
+
+async def test_a_connection_to_a_vip_with_a_waypoint_arrives_at_the_waypoint_as_a_connect_to_the_vip(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with rig(tmp_path) as r:
+        with caplog.at_level(logging.INFO, logger=ACCESS_LOGGER):
+            assert await r.call((VIP, 80), b"hello waypoint") == b"hello waypoint"
+            await until(lambda: not r.ctx.connections)
+        (request,) = r.waypoint.requests
+        assert request.authority == f"{VIP}:80"  # the original destination, for the waypoint to route
+        assert request.peer_identity == CLIENT_ID  # the waypoint saw the pod's own certificate
+        forwarded = dict(request.headers)["forwarded"]
+        assert forwarded.startswith(f'for="{CLIENT_IP}:') and forwarded.endswith(";host=web.apps.svc.cluster.local")
+        # Reported as ztunnel reports waypoint traffic: the waypoint as destination, for the original service.
+        (opened,) = r.metric_lines("istio_tcp_connections_opened_total")
+        assert 'destination_workload="waypoint-0"' in opened
+        assert f'destination_principal="{WAYPOINT_ID}"' in opened
+        assert 'destination_service="web.apps.svc.cluster.local"' in opened
+        assert 'connection_security_policy="mutual_tls"' in opened
+        lines = [rec.getMessage() for rec in caplog.records if rec.name == ACCESS_LOGGER]
+        assert any(f"{WAYPOINT_IP}:{r.waypoint.port}" in line and f"{VIP}:80" in line for line in lines), lines
+
+
+async def test_the_proxy_refuses_a_server_at_the_waypoints_address_without_the_waypoints_identity(
+    tmp_path: Path,
+) -> None:
+    # Whoever answers at the waypoint's address with another mesh identity (here: web's) gets no CONNECT.
+    async with rig(tmp_path, waypoint_identity=WEB_ID) as r:
+        assert await r.call((VIP, 80), b"secret") == b""
+        await until(lambda: not r.ctx.connections)
+        assert r.waypoint.handshakes >= 1 and r.waypoint.requests == []
+        (failed,) = r.metric_lines("istio_tcp_connections_failed_total")
+        assert 'destination_workload="waypoint-0"' in failed and 'response_flags="IDENTITY_ERROR"' in failed
+
+
+async def test_a_waypoint_that_does_not_resolve_refuses_the_connection_and_counts_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with rig(tmp_path) as r:
+        r.set_state(web_waypoint=GatewayAddress(NamespacedHostname("apps", "gone.apps.svc.cluster.local")))
+        with caplog.at_level(logging.INFO, logger=ACCESS_LOGGER):
+            assert await r.call((VIP, 80), b"secret") == b""
+        assert r.waypoint.handshakes == 0
+        (failed,) = r.metric_lines("istio_tcp_connections_failed_total")
+        assert 'response_flags="NR"' in failed
+        lines = [rec.getMessage() for rec in caplog.records if rec.name == ACCESS_LOGGER]
+        assert any("waypoint apps/gone.apps.svc.cluster.local:15008 not found" in line for line in lines), lines
+
+
+async def test_a_connection_to_a_pod_ip_without_a_waypoint_still_goes_straight_to_the_pod(tmp_path: Path) -> None:
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(await reader.read())
+        await writer.drain()
+        writer.close()
+
+    app = await asyncio.start_server(echo, LEGACY_IP, 0)
+    port = app.sockets[0].getsockname()[1]
+    try:
+        async with rig(tmp_path) as r:
+            # The pod is an endpoint of web, whose waypoint is for the service only: pod-IP traffic skips it.
+            legacy = pod("legacy-0", LEGACY_IP, tunnel_protocol=TunnelProtocol.NONE)
+            r.set_state(legacy)
+            assert await r.call((LEGACY_IP, port), b"direct") == b"direct"
+            assert r.waypoint.handshakes == 0 and r.waypoint.requests == []
+            # Through the VIP, the same pod is reached through the waypoint.
+            assert await r.call((VIP, 80), b"via") == b"via"
+            assert [req.authority for req in r.waypoint.requests] == [f"{VIP}:80"]
+    finally:
+        app.close()
+        await app.wait_closed()
+
+
+async def test_a_pod_ip_whose_workload_has_a_waypoint_arrives_at_the_waypoint_as_a_connect_to_the_pod(
+    tmp_path: Path,
+) -> None:
+    async with rig(tmp_path) as r:
+        fronted = pod("web-0", LEGACY_IP, waypoint=WAYPOINT_BY_HOST)
+        r.set_state(fronted, web_waypoint=None)
+        assert await r.call((LEGACY_IP, 8080), b"to the pod") == b"to the pod"
+        (request,) = r.waypoint.requests
+        assert request.authority == f"{LEGACY_IP}:8080" and parse_authority(request.authority)[1] == 8080
