@@ -98,6 +98,8 @@ class Translation:
     """Each ready waypoint's routes (:mod:`ambit.controlplane.translate.routes`), by waypoint key."""
     route_status: tuple[RouteStatus, ...] = ()
     """The parents we own of each HTTPRoute, GRPCRoute and TCPRoute that has any, by kind then key."""
+    waypoint_accounts: tuple[tuple[str, str], ...] = ()
+    """(waypoint key, service account) of each ready waypoint: who may read its config."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +269,7 @@ def translate_all(
         service_entry_status=tuple(sorted(entry_status, key=lambda s: s.key)),
         waypoint_configs=routes.configs,
         route_status=routes.status,
+        waypoint_accounts=routes.accounts,
     )
 
 

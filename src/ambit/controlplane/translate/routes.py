@@ -34,6 +34,9 @@ Rules:
    TCPRoute (then ``namespace/name``); its hostnames the union of the attached HTTP and gRPC routes'.
 6. Every ready waypoint gets a config, even with no Service bound (an empty one); tables are ordered by service
    key then port.
+7. A waypoint's service account (the only identity that may read its config) is the Gateway's
+   ``gateway.istio.io/service-account`` annotation, else the Gateway's name, as istiod's deployment controller
+   names it.
 """
 
 from __future__ import annotations
@@ -62,11 +65,13 @@ __all__ = [
     "RouteParentStatus",
     "RouteStatus",
     "RouteTranslation",
+    "service_account",
     "translate_routes",
 ]
 
 Obj = Mapping[str, Any]
 CONTROLLER_NAME = "istio.io/gateway-controller"
+SERVICE_ACCOUNT_ANNOTATION = "gateway.istio.io/service-account"
 MISSING_LABEL = (
     "istio.io/use-waypoint label missing from parent and parent namespace; in ambient mode, route will not be respected"
 )
@@ -112,6 +117,8 @@ class RouteStatus:
 class RouteTranslation:
     configs: tuple[WaypointConfig, ...] = ()
     status: tuple[RouteStatus, ...] = ()
+    accounts: tuple[tuple[str, str], ...] = ()
+    """(waypoint key, its service account) for every ready waypoint (rule 7)."""
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
@@ -304,6 +311,13 @@ def _listener_names(gateways: Iterable[Obj]) -> dict[str, frozenset[str]]:
     return out
 
 
+def service_account(gateway: Obj) -> str:
+    """The service account a waypoint Gateway's pods run as (rule 7)."""
+    meta = _meta(gateway)
+    annotation = _text(_mapping(meta.get("annotations")).get(SERVICE_ACCOUNT_ANNOTATION))
+    return annotation or _text(meta.get("name"))
+
+
 def translate_routes(
     *,
     http_routes: Iterable[Obj] = (),
@@ -318,6 +332,7 @@ def translate_routes(
 ) -> RouteTranslation:
     """Each ready waypoint's config and each route's status (rules 1-6). ``bound`` maps a service key to the key
     of the waypoint it is bound to."""
+    gateway_list = list(gateways)
     k8s = {(s.namespace, s.name): s for s in k8s_services}
     entries: dict[tuple[str, str], list[Service]] = {}
     by_hostname: dict[str, list[Service]] = {}
@@ -331,7 +346,7 @@ def translate_routes(
         {k: tuple(v) for k, v in by_hostname.items()},
         bound,
         waypoints,
-        _listener_names(gateways),
+        _listener_names(gateway_list),
         _grants(reference_grants),
     )
     destinations: dict[str, list[Service]] = {}
@@ -367,7 +382,14 @@ def translate_routes(
         WaypointConfig(key, _tables(sorted(destinations.get(key, ()), key=lambda s: s.key), attachments))
         for key in sorted(waypoints.ready)
     ]
-    return RouteTranslation(tuple(configs), tuple(sorted(statuses, key=lambda s: (s.kind, s.key))))
+    accounts = {
+        f"{_text(_meta(g).get('namespace'))}/{_text(_meta(g).get('name'))}": service_account(g) for g in gateway_list
+    }
+    return RouteTranslation(
+        tuple(configs),
+        tuple(sorted(statuses, key=lambda s: (s.kind, s.key))),
+        tuple((key, accounts[key]) for key in sorted(waypoints.ready) if key in accounts),
+    )
 
 
 def _tables(services: list[Service], attachments: _Attachments) -> tuple[RouteTable, ...]:
