@@ -176,3 +176,46 @@ def test_a_resource_named_for_another_waypoint_is_refused() -> None:
 def test_a_body_of_another_type_is_refused() -> None:
     with pytest.raises(XdsConversionError, match=r"expected type\.googleapis\.com/ambit\.waypoint\.v1\.WaypointConfig"):
         decode_waypoint_config("app/waypoint", any_pb2.Any(type_url="type.googleapis.com/x", value=b""))
+
+
+def test_a_caller_sees_only_the_waypoint_configs_its_check_allows() -> None:
+    from ambit.api import discovery_pb2 as dpb
+    from ambit.xds.server import Caller, CallerView
+    from ambit.xds.session import ServerSession
+    from ambit.xds.table import WaypointConfigTable
+
+    table = WaypointConfigTable()
+    configs = {key: waypoint_config_to_proto(WaypointConfig(key)) for key in ("app/waypoint", "other/waypoint")}
+    table.replace({key: ("v1", message) for key, message in configs.items()})
+    owner = "system:serviceaccount:app:waypoint"
+
+    def check(caller: Caller, name: str) -> bool:
+        return name == "app/waypoint" and caller.name == owner
+
+    own = CallerView(table, check, Caller(owner))
+    forged = CallerView(table, check, Caller("system:serviceaccount:app:intruder"))
+    assert set(own.current.by_name) == {"app/waypoint"}
+    assert forged.current.by_name == {}
+
+    # The forged caller opens wildcard, then subscribes by name: empty answers, the name reported as absent.
+    session = ServerSession()
+    opened = session.receive(dpb.DeltaDiscoveryRequest(type_url=WAYPOINT_CONFIG_TYPE_URL), forged.current)
+    assert [list(r.resources) for r in opened.responses] == [[]]
+    later = session.receive(
+        dpb.DeltaDiscoveryRequest(type_url=WAYPOINT_CONFIG_TYPE_URL, resource_names_subscribe=["app/waypoint"]),
+        forged.current,
+    )
+    (response,) = later.responses
+    assert list(response.resources) == [] and list(response.removed_resources) == ["app/waypoint"]
+
+    # A change is pushed to the owner only; the view is rebuilt when the table's set is replaced.
+    table.replace(
+        {"app/waypoint": ("v2", configs["app/waypoint"]), "other/waypoint": ("v1", configs["other/waypoint"])}
+    )
+    assert session.push(WAYPOINT_CONFIG_TYPE_URL, forged.current, {"app/waypoint"}).responses == ()
+    owner_session = ServerSession()
+    owner_session.receive(
+        dpb.DeltaDiscoveryRequest(type_url=WAYPOINT_CONFIG_TYPE_URL, resource_names_subscribe=["app/waypoint"]),
+        own.current,
+    )
+    assert owner_session.held(WAYPOINT_CONFIG_TYPE_URL) == {"app/waypoint": "v2"}

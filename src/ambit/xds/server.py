@@ -44,7 +44,7 @@ from ambit.xds.keepalive import DEFAULT_KEEPALIVE, KeepaliveSettings
 from ambit.xds.session import AUTHORIZATION_TYPE_URL, EMPTY, RequestKind, ResourceSet, ServerSession
 from ambit.xds.table import ResourceSource
 
-__all__ = ["SERVICE_NAME", "Authenticator", "Caller", "ReadCheck", "XdsServer", "XdsService"]
+__all__ = ["SERVICE_NAME", "Authenticator", "Caller", "CallerView", "ReadCheck", "XdsServer", "XdsService"]
 
 log = logging.getLogger("ambit.xds.server")
 
@@ -67,7 +67,7 @@ ReadCheck = Callable[[Caller, str], bool]
 """Whether a caller may read the resource of this name (a type served per caller)."""
 
 
-class _Visible:
+class CallerView:
     """One caller's view of a per-caller type: the source's resources the check allows, cached per source set."""
 
     __slots__ = ("_caller", "_check", "_seen", "_set", "_source")
@@ -158,7 +158,7 @@ class XdsService:
         self.clients[stream_id] = caller
         session = ServerSession(prefix=f"s{stream_id}")
         visible = {
-            t: _Visible(self._sources[t], check, caller) for t, check in self._readers.items() if t in self._sources
+            t: CallerView(self._sources[t], check, caller) for t, check in self._readers.items() if t in self._sources
         }
         lock = asyncio.Lock()
         pending: dict[str, set[str]] = {type_url: set() for type_url in self._sources}
@@ -191,12 +191,17 @@ class XdsService:
 
         return on_change
 
-    def _resources(self, type_url: str, visible: Mapping[str, _Visible]) -> ResourceSet:
-        source: ResourceSource | _Visible | None = visible.get(type_url) or self._sources.get(type_url)
+    def _resources(self, type_url: str, visible: Mapping[str, CallerView]) -> ResourceSet:
+        source: ResourceSource | CallerView | None = visible.get(type_url) or self._sources.get(type_url)
         return source.current if source is not None else EMPTY
 
     async def _read_loop(
-        self, session: ServerSession, context: Any, lock: asyncio.Lock, caller: Caller, visible: Mapping[str, _Visible]
+        self,
+        session: ServerSession,
+        context: Any,
+        lock: asyncio.Lock,
+        caller: Caller,
+        visible: Mapping[str, CallerView],
     ) -> None:
         while True:
             request = await context.read()
@@ -219,7 +224,7 @@ class XdsService:
         lock: asyncio.Lock,
         pending: dict[str, set[str]],
         wake: asyncio.Event,
-        visible: Mapping[str, _Visible],
+        visible: Mapping[str, CallerView],
     ) -> None:
         loop = asyncio.get_running_loop()
         while True:
