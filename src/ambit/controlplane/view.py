@@ -2,17 +2,16 @@
 
 Theory of operation: informers over Pods, Services, EndpointSlices, Namespaces, Nodes, ServiceEntries,
 WorkloadEntries, AuthorizationPolicies, PeerAuthentications, Gateways, GatewayClasses, HTTPRoutes, GRPCRoutes,
-TCPRoutes and ReferenceGrants fill their caches; every change only marks the view dirty. A Node update marks it only when the Node's locality labels changed (Nodes' status
-changes all the time and only their locality is translated); a Gateway update only when its spec, metadata or
-``status.addresses`` changed; an update of a kind whose status is not translated (policies, Services,
-ServiceEntries, GatewayClasses, routes, ReferenceGrants) only when its spec or metadata changed, so the control plane's own status writes
-cause no translation. One task
-waits for the mark, lets ``debounce`` seconds pass so that a burst of changes (a Deployment scaling up, a namespace
-being deleted) becomes one translation, clears the mark, translates the caches
-(:func:`ambit.controlplane.translate.translate_all`) and hands the result to ``on_config``, then what the
-translation had to leave out to ``on_skipped``, the policies' status to ``on_status`` and the Services' and
-ServiceEntries' waypoint status to ``on_waypoint_status`` and the whole translation (waypoint configurations,
-route status) to ``on_routes`` (when given).
+TCPRoutes and ReferenceGrants fill their caches; every change only marks the view dirty. A Node update marks it only
+when the Node's locality labels changed (Nodes' status changes all the time and only their locality is translated);
+a Gateway update only when its spec, metadata or ``status.addresses`` changed; an update of a kind whose status is
+not translated (policies, Services, ServiceEntries, GatewayClasses, routes, ReferenceGrants) only when its spec or
+metadata changed, so the control plane's own status writes cause no translation. One task waits for the mark, lets
+``debounce`` seconds pass so that a burst of changes (a Deployment scaling up, a namespace being deleted) becomes
+one translation, clears the mark, translates the caches (:func:`ambit.controlplane.translate.translate_all`) and
+hands the result to ``on_config``, then what the translation had to leave out to ``on_skipped``, the policies'
+status to ``on_status`` and the Services' and ServiceEntries' waypoint status to ``on_waypoint_status`` and the
+whole translation (waypoint configurations, route status) to ``on_routes`` (when given).
 
 ServiceEntries, WorkloadEntries, AuthorizationPolicies, PeerAuthentications and the Gateway API kinds are CRDs,
 which a real cluster may not have, and Nodes are cluster-scoped, which a narrowly scoped control plane may not be
