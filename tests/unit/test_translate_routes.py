@@ -146,12 +146,14 @@ def test_precedence_orders_exact_then_prefix_then_regex_and_ties_by_age_then_nam
     assert api[-2:] == ["HTTPRoute/app/old", "HTTPRoute/app/new-but-same"]
 
 
-def test_a_consumer_route_does_not_reroute_another_namespaces_service() -> None:
+def test_a_consumer_route_applies_only_from_the_waypoints_own_namespace() -> None:
     translation = translate_objects(load("consumer"))
     table = config(translation).find_table("app/reviews.app.svc.cluster.local", 9080)
     assert table is not None and table.http == ()
-    (status,) = translation.route_status
+    status = next(s for s in translation.route_status if s.key == "other/hijack")
     assert status.parents[0].conditions[0].status is False
+    shared = config(translation, "infra/shared").find_table("other/bound.other.svc.cluster.local", 80)
+    assert shared is not None and [r.route for r in shared.http] == ["HTTPRoute/infra/operator"]
 
 
 def test_a_route_from_a_namespace_the_waypoint_does_not_admit_attaches_nowhere() -> None:

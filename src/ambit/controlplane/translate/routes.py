@@ -15,11 +15,11 @@ Rules:
    ``Gateway`` of class ``istio-waypoint``. Other parents (another controller's Gateway, a Gateway that does not
    exist) are not ours: no status, no attachment.
 2. A Service or ServiceEntry parent (namespace defaults to the route's): missing → ``Accepted`` False
-   ``NoMatchingParent`` (istiod's message). One in another namespace than the route is a *consumer* route, which
-   GAMMA scopes to the route's namespace's clients; a waypoint serves every client, so it does not apply it
-   (``Accepted`` False ``NotAllowedByListeners``) rather than let one namespace reroute another's Service. Found
-   in the route's namespace → ``Accepted`` True; it attaches to the Service's ports (only ``port`` when the
-   parentRef names one) if the Service is bound to a waypoint. A Service without a waypoint is programmed
+   ``NoMatchingParent`` (istiod's message). Found → ``Accepted`` True; it attaches to the Service's ports (only
+   ``port`` when the parentRef names one) if the Service is bound to a waypoint. A waypoint applies only routes in
+   the Service's namespace or in the waypoint's own (istiod's ``getVirtualServiceForWaypoint``): any other
+   *consumer* route (GAMMA scopes those to the route's namespace's clients, and a waypoint serves every client)
+   is refused (``Accepted`` False ``NotAllowedByListeners``) rather than let one namespace reroute another's. A Service without a waypoint is programmed
    nowhere in ambient; the route is still ``Accepted`` and, as istiod writes it, the ``ResolvedWaypoints``
    condition says so.
 3. A waypoint Gateway parent: ``port`` other than 15008, or a ``sectionName`` that is not one of its listeners →
@@ -256,13 +256,15 @@ def _parent_status(
             return _refused("NoMatchingParent", f'parent {what}: "{name}" not found'), _waypoints_resolved(
                 "parent not found"
             )
-        if namespace != route.namespace:
-            message = (
-                f'a {route.kind} in namespace "{route.namespace}" attached to {kind} {namespace}/{name} is a consumer'
-                " route; waypoints apply only routes in the parent's own namespace"
-            )
-            return _refused("NotAllowedByListeners", message), _waypoints_resolved()
         bound = [s for s in services if s.key in inputs.bound]
+        if namespace != route.namespace:
+            bound = [s for s in bound if inputs.bound[s.key].partition("/")[0] == route.namespace]
+            if not bound:
+                message = (
+                    f'a {route.kind} in namespace "{route.namespace}" attached to {kind} {namespace}/{name} is a'
+                    " consumer route; a waypoint applies only routes in the Service's namespace or its own"
+                )
+                return _refused("NotAllowedByListeners", message), _waypoints_resolved()
         for service in bound:
             attachments.attach(service, port, route)
         return _accepted(), _waypoints_resolved() if bound else _waypoints_resolved(MISSING_LABEL)
