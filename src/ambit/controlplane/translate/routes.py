@@ -19,9 +19,9 @@ Rules:
    ``port`` when the parentRef names one) if the Service is bound to a waypoint. A waypoint applies only routes in
    the Service's namespace or in the waypoint's own (istiod's ``getVirtualServiceForWaypoint``): any other
    *consumer* route (GAMMA scopes those to the route's namespace's clients, and a waypoint serves every client)
-   is refused (``Accepted`` False ``NotAllowedByListeners``) rather than let one namespace reroute another's. A Service without a waypoint is programmed
-   nowhere in ambient; the route is still ``Accepted`` and, as istiod writes it, the ``ResolvedWaypoints``
-   condition says so.
+   is refused (``Accepted`` False ``NotAllowedByListeners``) rather than let one namespace reroute another's. A
+   Service without a waypoint is programmed nowhere in ambient; the route is still ``Accepted`` and, as istiod
+   writes it, the ``ResolvedWaypoints`` condition says so.
 3. A waypoint Gateway parent: ``port`` other than 15008, or a ``sectionName`` that is not one of its listeners →
    ``NoMatchingParent``; a route namespace its HBONE listener's ``allowedRoutes`` does not admit →
    ``NotAllowedByListeners``. Accepted, it attaches to every destination of the waypoint that is in the route's
