@@ -53,6 +53,7 @@ from ambit.controlplane.webhook.errors import RegistrationError
 from ambit.controlplane.webhook.registration import patch_ca_bundle
 from ambit.k8s import EventRecorder, EventRecorderSettings, KubeClient, kinds
 from ambit.model.localconfig import LocalConfig
+from ambit.model.routes import WaypointConfig
 from ambit.tls.certs import issue_server_cert
 from ambit.xds.routes import WAYPOINT_CONFIG_TYPE_URL, waypoint_config_to_proto
 from ambit.xds.server import Caller, Metadata, XdsServer
@@ -124,6 +125,8 @@ class ControlPlane:
         self.waypoint_configs = WaypointConfigTable()
         self._waypoint_readers: dict[str, str] = {}
         """Waypoint key → the one caller name (``system:serviceaccount:<ns>:<sa>``) that may read its config."""
+        self._waypoint_encoded: dict[str, tuple[WaypointConfig, str, Any]] = {}
+        """Waypoint key → (config, reader, (version, message)) last encoded: unchanged configs are not encoded again."""
         self._encoded: AuthorizationCache = {}
         self.authenticator = KubeAuthenticator(client, cluster_id=settings.cluster_id)
         self.pods = InformerPodIndex(client)
@@ -205,10 +208,16 @@ class ControlPlane:
                 continue
             reader = f"system:serviceaccount:{namespace}:{account}"
             readers[config.waypoint] = reader
+            previous = self._waypoint_encoded.get(config.waypoint)
+            if previous is not None and previous[1] == reader and previous[0] == config:
+                resources[config.waypoint] = previous[2]
+                continue
             message = waypoint_config_to_proto(config)
             # The reader is part of the version: a new service account re-evaluates every stream's view.
             body = message.SerializeToString(deterministic=True) + b"\0" + reader.encode()
             resources[config.waypoint] = (hashlib.sha256(body).hexdigest()[:16], message)
+            self._waypoint_encoded[config.waypoint] = (config, reader, resources[config.waypoint])
+        self._waypoint_encoded = {k: v for k, v in self._waypoint_encoded.items() if k in resources}
         self._waypoint_readers = readers
         self.waypoint_configs.replace(resources)
         for writer in self.route_status:
