@@ -275,3 +275,64 @@ async def test_route_status_is_not_rewritten_when_nothing_changed(kube: KubeClie
     assert await writer.write_once()  # plans every route against the newest translation: nothing to write
     assert (await kube.get(kinds.HTTP_ROUTES, "reviews", ns))["metadata"]["resourceVersion"] == version
     assert writer.writes == writes
+
+
+async def test_grpc_and_tcp_routes_reach_the_waypoint_and_get_status(kube: KubeClient, plane: ControlPlane) -> None:
+    ns = await mesh_namespace(kube)
+    name = f"{ns}/waypoint"
+    grpc_route = {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "GRPCRoute",
+        "metadata": {"name": "echo", "namespace": ns},
+        "spec": {
+            "parentRefs": [{"group": "", "kind": "Service", "name": "reviews"}],
+            "rules": [
+                {
+                    "matches": [{"method": {"service": "proto.Echo", "method": "Call"}}],
+                    "backendRefs": [{"name": "reviews-v2", "port": 9080}],
+                }
+            ],
+        },
+    }
+    tcp_route = {
+        "apiVersion": "gateway.networking.k8s.io/v1alpha2",
+        "kind": "TCPRoute",
+        "metadata": {"name": "split", "namespace": ns},
+        "spec": {
+            "parentRefs": [{"group": "", "kind": "Service", "name": "reviews-v1"}],
+            "rules": [
+                {
+                    "backendRefs": [
+                        {"name": "reviews-v1", "port": 9080, "weight": 90},
+                        {"name": "reviews-v2", "port": 9080, "weight": 10},
+                    ]
+                }
+            ],
+        },
+    }
+    await kube.create(kinds.GRPC_ROUTES, grpc_route, ns)
+    await kube.create(kinds.TCP_ROUTES, tcp_route, ns)
+    async with subscribe(kube, plane, ns, "waypoint", [name]) as waypoint:
+
+        def arrived() -> bool:
+            config = waypoint.config(name)
+            if config is None:
+                return False
+            grpc_table = config.find_table(f"{ns}/reviews.{ns}.svc.cluster.local", 9080)
+            tcp_table = config.find_table(f"{ns}/reviews-v1.{ns}.svc.cluster.local", 9080)
+            return (
+                grpc_table is not None
+                and [r.match.path for r in grpc_table.http] == [PathMatch(PathMatchType.EXACT, "/proto.Echo/Call")]
+                and tcp_table is not None
+                and [b.weight for b in tcp_table.tcp_backends] == [90, 10]
+            )
+
+        await eventually(arrived)
+
+    async def accepted(kind: kinds.ResourceKind, route_name: str) -> bool:
+        obj = await kube.get(kind, route_name, ns)
+        parents = (obj.get("status") or {}).get("parents") or []
+        return bool(parents) and parents[0]["conditions"][0]["reason"] == "Accepted"
+
+    await eventually(lambda: accepted(kinds.GRPC_ROUTES, "echo"))
+    await eventually(lambda: accepted(kinds.TCP_ROUTES, "split"))
