@@ -195,51 +195,89 @@ def test_regex_check_never_raises_and_accepted_patterns_compile(pattern: str) ->
         re.compile(pattern)
 
 
-@settings(max_examples=200, deadline=None)
-@given(
-    st.recursive(
-        st.none() | st.booleans() | st.integers() | st.text(max_size=8),
-        lambda inner: (
-            st.lists(inner, max_size=3)
-            | st.dictionaries(
-                st.sampled_from(
-                    [
-                        "path",
-                        "type",
-                        "value",
-                        "matches",
-                        "filters",
-                        "backendRefs",
-                        "name",
-                        "port",
-                        "weight",
-                        "headers",
-                        "method",
-                        "retry",
-                        "timeouts",
-                        "request",
-                        "attempts",
-                        "codes",
-                        "kind",
-                        "group",
-                        "namespace",
-                    ]
-                ),
-                inner,
-                max_size=4,
-            )
-        ),
-        max_leaves=20,
-    )
+KEYS = [
+    "path",
+    "type",
+    "value",
+    "matches",
+    "filters",
+    "backendRefs",
+    "name",
+    "port",
+    "weight",
+    "headers",
+    "method",
+    "retry",
+    "timeouts",
+    "request",
+    "backendRequest",
+    "attempts",
+    "codes",
+    "backoff",
+    "kind",
+    "group",
+    "namespace",
+    "queryParams",
+    "requestHeaderModifier",
+    "set",
+    "add",
+    "remove",
+    "requestRedirect",
+    "urlRewrite",
+    "requestMirror",
+    "backendRef",
+    "percent",
+    "fraction",
+    "statusCode",
+    "hostname",
+    "service",
+    "sectionName",
+]
+VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-5, 70000),
+    st.text(max_size=8),
+    st.sampled_from(
+        [
+            "Exact",
+            "PathPrefix",
+            "RegularExpression",
+            "Service",
+            "/",
+            "/a",
+            "(",
+            "RequestMirror",
+            "RequestHeaderModifier",
+            "URLRewrite",
+            "RequestRedirect",
+            "ReplaceFullPath",
+            "reviews",
+            "10s",
+        ]
+    ),
 )
-def test_arbitrary_rules_never_break_the_translation(rules: Any) -> None:
+ANY_JSON = st.recursive(
+    VALUES,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(KEYS), inner, max_size=4),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(["parentRefs", "hostnames", "rules"]), ANY_JSON, max_size=3), ANY_JSON)
+def test_arbitrary_routes_never_break_the_translation(spec: Any, rules: Any) -> None:
     objects = load("basic")
     route = next(o for o in objects if o["kind"] == "HTTPRoute")
     route["spec"]["rules"] = rules
-    grpc = {**route, "kind": "GRPCRoute", "metadata": {**route["metadata"], "name": "g"}}
-    tcp = {**route, "kind": "TCPRoute", "metadata": {**route["metadata"], "name": "t"}}
-    translation = translate_objects([*objects, grpc, tcp])
-    assert len(translation.route_status) == 3
+    others = [
+        {**route, "kind": kind, "metadata": {**route["metadata"], "name": name}, "spec": spec}
+        for kind, name in (("HTTPRoute", "h"), ("GRPCRoute", "g"), ("TCPRoute", "t"))
+    ]
+    grpc = {**route, "kind": "GRPCRoute", "metadata": {**route["metadata"], "name": "g2"}}
+    tcp = {**route, "kind": "TCPRoute", "metadata": {**route["metadata"], "name": "t2"}}
+    translation = translate_objects([*objects, *others, grpc, tcp])
+    assert {s.key for s in translation.route_status} >= {"app/reviews", "app/g2", "app/t2"}
 
 
 def test_a_rule_without_retry_gets_istios_default() -> None:

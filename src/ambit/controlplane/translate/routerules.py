@@ -203,7 +203,7 @@ def _list(value: Any) -> list[Any]:
 
 def _kind(value: Any, kinds: Mapping[str, Any], what: str) -> Any:
     text = "Exact" if value is None else value
-    if text not in kinds:
+    if not isinstance(text, str) or text not in kinds:
         raise _Invalid(INVALID_CONFIGURATION, f"unknown type: {text!r} is not a supported {what} type")
     return kinds[text]
 
@@ -244,7 +244,7 @@ def _values(items: Any, what: str, *, lower: bool) -> tuple[ValueMatch, ...]:
 
 def _http_match(match: Obj) -> RouteMatch:
     method = match.get("method")
-    if method is not None and method not in METHODS:
+    if method is not None and (not isinstance(method, str) or method not in METHODS):
         raise _Invalid(INVALID_CONFIGURATION, f"unknown method {method!r}")
     return RouteMatch(
         path=_path(match.get("path")),
@@ -384,7 +384,7 @@ def _filters(filters: Any, ctx: _Context, allowed: frozenset[str]) -> _RuleParts
     for item in _list(filters):
         kind = item.get("type")
         try:
-            if kind not in allowed:
+            if not isinstance(kind, str) or kind not in allowed:
                 raise _Invalid(INVALID_FILTER, f'unsupported filter type "{kind}"')
             if kind == "RequestHeaderModifier":
                 parts.request_headers = _header_modifier(item.get("requestHeaderModifier"))
@@ -482,7 +482,8 @@ def convert_route(kind: str, obj: Obj, lookup: BackendLookup) -> ConvertedRoute:
     namespace, name = _text(meta.get("namespace")), _text(meta.get("name"))
     spec = _mapping(obj.get("spec"))
     ctx = _Context(kind, namespace, lookup, [])
-    hostnames = tuple(h for h in spec.get("hostnames") or () if isinstance(h, str))
+    raw_hostnames = spec.get("hostnames")
+    hostnames = tuple(h for h in raw_hostnames if isinstance(h, str)) if isinstance(raw_hostnames, list) else ()
     created = _created(obj)
     route_key = f"{kind}/{namespace}/{name}"
     if kind == "TCPRoute":
