@@ -300,7 +300,7 @@ def _resolved_refs(route: ConvertedRoute) -> RouteCondition:
 
 
 def _parent_ref(ref: Obj) -> tuple[tuple[str, Any], ...]:
-    return tuple(sorted((k, ref[k]) for k in _PARENT_KEYS if k in ref))
+    return tuple(sorted((k, ref[k]) for k in _PARENT_KEYS if isinstance(ref.get(k), str | int)))
 
 
 def _listener_names(gateways: Iterable[Obj]) -> dict[str, frozenset[str]]:
