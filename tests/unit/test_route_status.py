@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from ambit.controlplane.status import plan_route_parents
 from ambit.controlplane.translate.routes import CONTROLLER_NAME, RouteCondition, RouteParentStatus, RouteStatus
 
@@ -82,3 +85,40 @@ def test_our_parents_that_are_no_longer_wanted_are_dropped_and_others_kept() -> 
     parents = plan_route_parents([OTHER], wanted((SERVICE_REF, True, "Route was valid")), "app", "T1")
     assert plan_route_parents(parents, None, "app", "T2") == [OTHER]
     assert plan_route_parents([OTHER], None, "app", "T2") is None
+
+
+def test_garbage_in_our_entries_is_replaced_not_a_crash() -> None:
+    garbage: list[Any] = [
+        {"controllerName": CONTROLLER_NAME, "parentRef": {"name": ["x"], "port": {}}, "conditions": [{"type": []}]},
+        {"controllerName": CONTROLLER_NAME, "parentRef": SERVICE_REF, "conditions": 5},
+        "not an entry",
+    ]
+    parents = plan_route_parents(garbage, wanted((SERVICE_REF, True, "Route was valid")), "app", "T1")
+    assert parents is not None
+    assert [p["parentRef"] for p in parents] == [SERVICE_REF]
+    assert plan_route_parents(parents, wanted((SERVICE_REF, True, "Route was valid")), "app", "T2") is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.text(max_size=6) | st.just(CONTROLLER_NAME),
+            lambda inner: (
+                st.lists(inner, max_size=3)
+                | st.dictionaries(
+                    st.sampled_from(["controllerName", "parentRef", "conditions", "type", "status", "name", "group"]),
+                    inner,
+                    max_size=4,
+                )
+            ),
+            max_leaves=15,
+        ),
+        max_size=4,
+    )
+)
+def test_any_current_status_plans_without_error_and_settles(current: list[Any]) -> None:
+    want = wanted((SERVICE_REF, True, "Route was valid"))
+    parents = plan_route_parents(current, want, "app", "T1")
+    settled = parents if parents is not None else current
+    assert plan_route_parents(settled, want, "app", "T2") is None

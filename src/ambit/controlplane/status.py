@@ -116,16 +116,24 @@ def _same_condition(old: Obj, new: Obj) -> bool:
     return all(old.get(k) == new[k] for k in ("type", "status", "reason", "message", "observedGeneration"))
 
 
+def _plain(value: Any) -> Any:
+    """A parentRef field as a dict key: what a status written by someone else holds may be anything."""
+    return value if value is None or isinstance(value, str | int) else repr(value)
+
+
 def _ref_key(ref: Any, namespace: str) -> tuple[Any, ...]:
     ref = ref if isinstance(ref, Mapping) else {}
     group = ref.get("group", "gateway.networking.k8s.io")
-    return (
-        group,
-        ref.get("kind") or "Gateway",
-        ref.get("namespace") or namespace,
-        ref.get("name"),
-        ref.get("sectionName"),
-        ref.get("port"),
+    return tuple(
+        _plain(v)
+        for v in (
+            group,
+            ref.get("kind") or "Gateway",
+            ref.get("namespace") or namespace,
+            ref.get("name"),
+            ref.get("sectionName"),
+            ref.get("port"),
+        )
     )
 
 
@@ -149,7 +157,12 @@ def plan_route_parents(
             changed = True
             continue
         placed.add(key)
-        olds = {c.get("type"): c for c in entry.get("conditions") or () if isinstance(c, Mapping)}
+        conditions_now = entry.get("conditions")
+        olds = {
+            c["type"]: c
+            for c in (conditions_now if isinstance(conditions_now, list) else ())
+            if isinstance(c, Mapping) and isinstance(c.get("type"), str)
+        }
         conditions = [_route_condition(c, generation, olds.get(c.type), now) for c in target.conditions]
         same = len(olds) == len(conditions) and all(
             c["type"] in olds and _same_condition(olds[c["type"]], c) for c in conditions
