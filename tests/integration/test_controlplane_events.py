@@ -158,6 +158,10 @@ async def test_the_cluster_view_goes_on_without_the_istio_kinds_when_their_crds_
                 "peerauthentications",
                 "gateways",
                 "gatewayclasses",
+                "httproutes",
+                "grpcroutes",
+                "tcproutes",
+                "referencegrants",
             }
             assert [w.name for w in configs[0].workloads] == ["web"]
         assert created["metadata"]["uid"]

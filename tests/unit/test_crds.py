@@ -28,7 +28,14 @@ IDS = [crd["metadata"]["name"] for _, crd in CRDS]
 def test_one_file_per_group_with_the_expected_kinds() -> None:
     kinds = {path.name: sorted(crd["spec"]["names"]["kind"] for crd in load(path)) for path in FILES}
     assert kinds == {
-        "gateway.networking.k8s.io.yaml": ["Gateway", "GatewayClass", "HTTPRoute"],
+        "gateway.networking.k8s.io.yaml": [
+            "GRPCRoute",
+            "Gateway",
+            "GatewayClass",
+            "HTTPRoute",
+            "ReferenceGrant",
+            "TCPRoute",
+        ],
         "networking.istio.io.yaml": ["ServiceEntry", "WorkloadEntry"],
         "security.istio.io.yaml": ["AuthorizationPolicy", "PeerAuthentication", "RequestAuthentication"],
     }
@@ -106,6 +113,9 @@ def test_short_names_are_unique_and_as_upstream() -> None:
         "GatewayClass": ["gc"],
         "Gateway": ["gtw"],
         "HTTPRoute": [],
+        "GRPCRoute": [],
+        "TCPRoute": [],
+        "ReferenceGrant": ["refgrant"],
     }
 
 
@@ -121,6 +131,22 @@ def test_served_versions_per_group() -> None:
         "security.istio.io": ["v1", "v1beta1"],
         "networking.istio.io": ["v1", "v1beta1", "v1alpha3"],
         "gateway.networking.k8s.io": ["v1", "v1beta1"],
+    }
+
+
+def test_gateway_api_kinds_serve_the_versions_clusters_serve() -> None:
+    versions = {
+        crd["spec"]["names"]["kind"]: [v["name"] for v in crd["spec"]["versions"]]
+        for _, crd in CRDS
+        if crd["spec"]["group"] == "gateway.networking.k8s.io"
+    }
+    assert versions == {
+        "GatewayClass": ["v1", "v1beta1"],
+        "Gateway": ["v1", "v1beta1"],
+        "HTTPRoute": ["v1", "v1beta1"],
+        "GRPCRoute": ["v1"],
+        "TCPRoute": ["v1", "v1alpha2"],
+        "ReferenceGrant": ["v1", "v1beta1"],
     }
 
 

@@ -7,12 +7,14 @@ Theory of operation: everything is built once from :class:`ControlPlaneSettings`
 2. one TLS gRPC server on ``:15012`` with a serving certificate issued by that root (names
    ``istiod.istio-system.svc`` and the configured SANs), carrying both the delta ADS service and
    ``IstioCertificateService``;
-3. the cluster view (informers, debounced translation) feeding the xDS resource tables (Addresses and
-   Authorizations), so pushes carry only changed and removed resources, and the ``ZtunnelAccepted`` status of each
-   AuthorizationPolicy and the ``istio.io/WaypointBound`` status of each Service and ServiceEntry, written only
-   when it changes (:mod:`ambit.controlplane.status`); each object (or part of
-   one) the translation had to leave out gets one Warning Event (reason ``TranslationSkipped``, the note naming the
-   field to fix), again only once the problem has gone away and come back, changed, or the object was recreated;
+3. the cluster view (informers, debounced translation) feeding the xDS resource tables (Addresses,
+   Authorizations, and each waypoint's WaypointConfig, readable only by that waypoint's service account), so
+   pushes carry only changed and removed resources, and the ``ZtunnelAccepted`` status of each
+   AuthorizationPolicy, the ``istio.io/WaypointBound`` status of each Service and ServiceEntry and the parents of
+   each HTTPRoute, GRPCRoute and TCPRoute, written only when it changes (:mod:`ambit.controlplane.status`); each
+   object (or part of one) the translation had to leave out gets one Warning Event (reason ``TranslationSkipped``,
+   the note naming the field to fix), again only once the problem has gone away and come back, changed, or the
+   object was recreated;
 4. the pod index behind node authorization, and the publisher of ``istio-ca-root-cert`` in every namespace;
 5. the validating webhook for the Istio and Gateway API kinds (``/validate`` on ``:15017``), registered with the
    API server as ``istio-validator-ambit`` with the mesh root as its CA bundle.
@@ -25,13 +27,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import signal
 import socket
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ambit.controlplane.addresses import AuthorizationCache, addresses, authorizations
 from ambit.controlplane.ca.authn import KubeAuthenticator
@@ -39,8 +44,8 @@ from ambit.controlplane.ca.errors import CaServerError
 from ambit.controlplane.ca.nodeauth import InformerPodIndex, NodeAuthorizer
 from ambit.controlplane.ca.root import RootCa, RootCertPublisher, load_or_create_root_secret, load_plugin_ca
 from ambit.controlplane.ca.server import GRPC_SERVER_OPTIONS, CaService, RootSigner
-from ambit.controlplane.status import PolicyStatusWriter
-from ambit.controlplane.translate import DEFAULT_ROOT_NAMESPACE, PolicyStatus, SkipMemory, Skipped
+from ambit.controlplane.status import PolicyStatusWriter, RouteStatusWriter
+from ambit.controlplane.translate import DEFAULT_ROOT_NAMESPACE, PolicyStatus, SkipMemory, Skipped, Translation
 from ambit.controlplane.translate.waypoints import WAYPOINT_BOUND
 from ambit.controlplane.untaint import NodeUntainter
 from ambit.controlplane.view import ClusterView, ClusterViewSettings
@@ -49,9 +54,11 @@ from ambit.controlplane.webhook.errors import RegistrationError
 from ambit.controlplane.webhook.registration import patch_ca_bundle
 from ambit.k8s import EventRecorder, EventRecorderSettings, KubeClient, kinds
 from ambit.model.localconfig import LocalConfig
+from ambit.model.routes import WaypointConfig
 from ambit.tls.certs import issue_server_cert
+from ambit.xds.routes import WAYPOINT_CONFIG_TYPE_URL, waypoint_config_to_proto
 from ambit.xds.server import Caller, Metadata, XdsServer
-from ambit.xds.table import AddressTable, AuthorizationTable
+from ambit.xds.table import AddressTable, AuthorizationTable, WaypointConfigTable
 
 log = logging.getLogger("ambit.controlplane")
 
@@ -120,6 +127,11 @@ class ControlPlane:
         self.client = client
         self.table = AddressTable()
         self.authorizations = AuthorizationTable()
+        self.waypoint_configs = WaypointConfigTable()
+        self._waypoint_readers: dict[str, str] = {}
+        """Waypoint key → the one caller name (``system:serviceaccount:<ns>:<sa>``) that may read its config."""
+        self._waypoint_encoded: dict[str, tuple[WaypointConfig, str, Any]] = {}
+        """Waypoint key → (config, reader, (version, message)) last encoded: unchanged configs are not encoded again."""
         self._encoded: AuthorizationCache = {}
         self.authenticator = KubeAuthenticator(client, cluster_id=settings.cluster_id)
         self.pods = InformerPodIndex(client)
@@ -139,6 +151,7 @@ class ControlPlane:
             on_skipped=self._skipped,
             on_status=self._status,
             on_waypoint_status=self._waypoint_status,
+            on_routes=self._routes_changed,
         )
         self.status = PolicyStatusWriter(client, lambda: self.view.items("authorizationpolicies"), clock=time.time)
         self.service_status = PolicyStatusWriter(
@@ -154,6 +167,10 @@ class ControlPlane:
             clock=time.time,
             kind=kinds.SERVICE_ENTRIES,
             condition_type=WAYPOINT_BOUND,
+        )
+        self.route_status = tuple(
+            RouteStatusWriter(client, self._cached(kind.plural), clock=time.time, kind=kind)
+            for kind in (kinds.HTTP_ROUTES, kinds.GRPC_ROUTES, kinds.TCP_ROUTES)
         )
         self.events = EventRecorder(
             client,
@@ -181,6 +198,41 @@ class ControlPlane:
                 len(config.policies),
                 len(changed_policies),
             )
+
+    def _cached(self, plural: str) -> Callable[[], list[dict[str, Any]]]:
+        return lambda: self.view.items(plural)
+
+    def _routes_changed(self, translation: Translation) -> None:
+        """Serve each waypoint its config (versioned with who may read it) and write the routes' status."""
+        accounts = dict(translation.waypoint_accounts)
+        readers: dict[str, str] = {}
+        resources = {}
+        for config in translation.waypoint_configs:
+            namespace = config.waypoint.partition("/")[0]
+            account = accounts.get(config.waypoint)
+            if account is None:
+                continue
+            reader = f"system:serviceaccount:{namespace}:{account}"
+            readers[config.waypoint] = reader
+            previous = self._waypoint_encoded.get(config.waypoint)
+            if previous is not None and previous[1] == reader and previous[0] == config:
+                resources[config.waypoint] = previous[2]
+                continue
+            message = waypoint_config_to_proto(config)
+            # The reader is part of the version: a new service account re-evaluates every stream's view.
+            body = message.SerializeToString(deterministic=True) + b"\0" + reader.encode()
+            resources[config.waypoint] = (hashlib.sha256(body).hexdigest()[:16], message)
+            self._waypoint_encoded[config.waypoint] = (config, reader, resources[config.waypoint])
+        self._waypoint_encoded = {k: v for k, v in self._waypoint_encoded.items() if k in resources}
+        self._waypoint_readers = readers
+        self.waypoint_configs.replace(resources)
+        for writer in self.route_status:
+            writer.submit(translation.route_status)
+
+    def _may_read_waypoint(self, caller: Caller, name: str) -> bool:
+        """Only the waypoint's own service account, in the waypoint's namespace, reads its config."""
+        reader = self._waypoint_readers.get(name)
+        return reader is not None and caller.name == reader
 
     def _status(self, statuses: tuple[PolicyStatus, ...]) -> None:
         self.status.submit(statuses)
@@ -238,6 +290,8 @@ class ControlPlane:
             debounce=s.debounce,
             grpc_options=GRPC_SERVER_OPTIONS,
             authorizations=self.authorizations,
+            sources={WAYPOINT_CONFIG_TYPE_URL: self.waypoint_configs},
+            readers={WAYPOINT_CONFIG_TYPE_URL: self._may_read_waypoint},
         )
         self.events.start()
         await self.pods.start()
@@ -246,6 +300,8 @@ class ControlPlane:
         self.status.start()
         self.service_status.start()
         self.service_entry_status.start()
+        for writer in self.route_status:
+            writer.start()
         await self.view.start()
         if s.untaint_nodes:
             self.untainter = NodeUntainter(self.client, namespace=s.root_namespace)
@@ -315,6 +371,7 @@ class ControlPlane:
             self.status.aclose(),
             self.service_status.aclose(),
             self.service_entry_status.aclose(),
+            *(writer.aclose() for writer in self.route_status),
             self.pods.aclose(),
             self.events.aclose(),
         ):

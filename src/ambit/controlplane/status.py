@@ -1,11 +1,13 @@
-"""Status conditions the control plane owns (spec §10.3), written as istiod writes them: ``ZtunnelAccepted`` on
-AuthorizationPolicies, ``istio.io/WaypointBound`` on Services and ServiceEntries.
+"""Status the control plane owns (spec §10.3), written as istiod writes it: ``ZtunnelAccepted`` on
+AuthorizationPolicies, ``istio.io/WaypointBound`` on Services and ServiceEntries, and the ``status.parents`` entries
+of ``controllerName: istio.io/gateway-controller`` on HTTPRoutes, GRPCRoutes and TCPRoutes.
 
 Theory of operation: the translation computes each object's wanted condition (:class:`PolicyStatus`, whose
-``type`` names it); :func:`plan_conditions` (pure) compares it with the conditions the object carries and returns
-the new list only when something must change; :class:`PolicyStatusWriter` (the asyncio shell, one per kind and
-condition type) keeps the latest wanted statuses, and one task patches the ``status`` subresource of each object
-whose plan says so.
+``type`` names it) or a route's wanted parents (:class:`RouteStatus`); :func:`plan_conditions` and
+:func:`plan_route_parents` (pure) compare it with what the object carries and return the new list only when
+something must change; a :class:`StatusWriter` (the asyncio shell: :class:`PolicyStatusWriter` per kind and
+condition type, :class:`RouteStatusWriter` per route kind) keeps the latest wanted statuses, and one task patches
+the ``status`` subresource of each object whose plan says so.
 
 Rules:
 
@@ -17,7 +19,11 @@ Rules:
 4. Other conditions (``WaypointAccepted``, written by whoever owns it) are kept as they are, in their place.
 5. An object that no longer gets the condition (a policy moved to ``targetRefs``, a Service whose
    ``istio.io/use-waypoint`` label went) loses it; one that never had it is not written.
-6. A patch carries the object's ``resourceVersion``: if someone else wrote in between, the API server refuses it
+6. Route parents (:func:`plan_route_parents`): entries of other controllers are kept as they are, in their place;
+   ours (same ``controllerName``) are matched by parentRef (namespace defaulting to the route's), their conditions
+   planned one by one as rules 1-3 say; ours no longer wanted are dropped, new ones appended. Nothing is written
+   when the result equals what the route carries.
+7. A patch carries the object's ``resourceVersion``: if someone else wrote in between, the API server refuses it
    (409) and the next translation, seeing the newer object, plans again. A failed write is retried after the next
    change or ``retry`` seconds; it never stops the writer.
 """
@@ -31,11 +37,19 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from ambit.controlplane.translate import PolicyStatus
+from ambit.controlplane.translate import PolicyStatus, RouteStatus
 from ambit.controlplane.translate.policies import ZTUNNEL_ACCEPTED
+from ambit.controlplane.translate.routes import CONTROLLER_NAME, RouteCondition
 from ambit.k8s import KubeClient, KubeClientError, KubeNotFoundError, kinds
 
-__all__ = ["PolicyStatusWriter", "plan_conditions", "rfc3339"]
+__all__ = [
+    "PolicyStatusWriter",
+    "RouteStatusWriter",
+    "StatusWriter",
+    "plan_conditions",
+    "plan_route_parents",
+    "rfc3339",
+]
 
 log = logging.getLogger("ambit.controlplane.status")
 
@@ -84,9 +98,92 @@ def plan_conditions(
     return conditions
 
 
-class PolicyStatusWriter:
-    """Writes the wanted statuses of :meth:`submit` to the objects ``objects()`` returns (the informer's cache):
-    objects of ``kind``, condition ``condition_type``."""
+def _route_condition(wanted: RouteCondition, generation: int, old: Obj | None, now: str) -> dict[str, Any]:
+    new = {
+        "type": wanted.type,
+        "status": "True" if wanted.status else "False",
+        "reason": wanted.reason,
+        "message": wanted.message,
+        "observedGeneration": generation,
+        "lastTransitionTime": now,
+    }
+    if old is not None and old.get("status") == new["status"] and old.get("lastTransitionTime"):
+        new["lastTransitionTime"] = old["lastTransitionTime"]
+    return new
+
+
+def _same_condition(old: Obj, new: Obj) -> bool:
+    return all(old.get(k) == new[k] for k in ("type", "status", "reason", "message", "observedGeneration"))
+
+
+def _plain(value: Any) -> Any:
+    """A parentRef field as a dict key: what a status written by someone else holds may be anything."""
+    return value if value is None or isinstance(value, str | int) else repr(value)
+
+
+def _ref_key(ref: Any, namespace: str) -> tuple[Any, ...]:
+    ref = ref if isinstance(ref, Mapping) else {}
+    group = ref.get("group", "gateway.networking.k8s.io")
+    return tuple(
+        _plain(v)
+        for v in (
+            group,
+            ref.get("kind") or "Gateway",
+            ref.get("namespace") or namespace,
+            ref.get("name"),
+            ref.get("sectionName"),
+            ref.get("port"),
+        )
+    )
+
+
+def plan_route_parents(
+    current: Sequence[Obj] | None, wanted: RouteStatus | None, namespace: str, now: str
+) -> list[dict[str, Any]] | None:
+    """A route's new ``status.parents``, or None when nothing must be written (rule 6)."""
+    parents = [dict(p) for p in current or () if isinstance(p, Mapping)]
+    want = {_ref_key(p.parent_ref_dict(), namespace): p for p in (wanted.parents if wanted is not None else ())}
+    generation = wanted.generation if wanted is not None else 0
+    out: list[dict[str, Any]] = []
+    placed: set[tuple[Any, ...]] = set()
+    changed = False
+    for entry in parents:
+        if entry.get("controllerName") != CONTROLLER_NAME:
+            out.append(entry)
+            continue
+        key = _ref_key(entry.get("parentRef"), namespace)
+        target = want.get(key)
+        if target is None or key in placed:
+            changed = True
+            continue
+        placed.add(key)
+        conditions_now = entry.get("conditions")
+        olds = {
+            c["type"]: c
+            for c in (conditions_now if isinstance(conditions_now, list) else ())
+            if isinstance(c, Mapping) and isinstance(c.get("type"), str)
+        }
+        conditions = [_route_condition(c, generation, olds.get(c.type), now) for c in target.conditions]
+        same = len(olds) == len(conditions) and all(
+            c["type"] in olds and _same_condition(olds[c["type"]], c) for c in conditions
+        )
+        if same and entry.get("parentRef") == target.parent_ref_dict():
+            out.append(entry)
+            continue
+        changed = True
+        out.append({"parentRef": target.parent_ref_dict(), "controllerName": CONTROLLER_NAME, "conditions": conditions})
+    for key, target in want.items():
+        if key in placed:
+            continue
+        changed = True
+        conditions = [_route_condition(c, generation, None, now) for c in target.conditions]
+        out.append({"parentRef": target.parent_ref_dict(), "controllerName": CONTROLLER_NAME, "conditions": conditions})
+    return out if changed else None
+
+
+class StatusWriter:
+    """Writes planned status to the objects ``objects()`` returns (the informer's cache), objects of ``kind``;
+    subclasses plan (:meth:`_plan`) what one object's ``status`` should get."""
 
     def __init__(
         self,
@@ -95,32 +192,31 @@ class PolicyStatusWriter:
         *,
         clock: Callable[[], float],
         retry: float = 2.0,
-        kind: kinds.ResourceKind = kinds.AUTHORIZATION_POLICIES,
-        condition_type: str = ZTUNNEL_ACCEPTED,
+        kind: kinds.ResourceKind,
+        name: str,
     ) -> None:
         self._client = client
         self._kind = kind
-        self._condition_type = condition_type
+        self._name = name
         self._objects = objects
         self._clock = clock
         self._retry = retry
-        self._wanted: dict[str, PolicyStatus] = {}
         self._dirty = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.writes = 0
         """Status patches that succeeded (for tests and metrics)."""
-        self._written: dict[str, tuple[str, str, list[dict[str, Any]]]] = {}
-        """Key → (resourceVersion before, after, conditions written): the informer may lag behind our own write."""
+        self._written: dict[str, tuple[str, str, dict[str, Any]]] = {}
+        """Key → (resourceVersion before, after, status written): the informer may lag behind our own write."""
 
-    def submit(self, statuses: Iterable[PolicyStatus]) -> None:
-        """Make ``statuses`` the wanted ones (the latest translation's) and wake the writer."""
-        self._wanted = {s.key: s for s in statuses}
+    def _plan(self, status: Mapping[str, Any], key: str, namespace: str, now: str) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+    def _wake(self) -> None:
         self._dirty.set()
 
     def start(self) -> None:
         if self._task is None:
-            name = f"{self._kind.kind} {self._condition_type} status writer"
-            self._task = asyncio.get_running_loop().create_task(self._run(), name=name)
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=self._name)
 
     async def _run(self) -> None:
         while True:
@@ -138,24 +234,24 @@ class PolicyStatusWriter:
         seen: set[str] = set()
         for obj in list(self._objects()):
             meta = obj.get("metadata") or {}
-            key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+            namespace = str(meta.get("namespace", ""))
+            key = f"{namespace}/{meta.get('name', '')}"
             seen.add(key)
             version = str(meta.get("resourceVersion") or "")
-            current = (obj.get("status") or {}).get("conditions")
+            status = obj.get("status")
+            current: Mapping[str, Any] = status if isinstance(status, Mapping) else {}
             written = self._written.get(key)
             if written is not None and version == written[0]:
                 current = written[2]  # the cache has not seen our own write yet
-            conditions = plan_conditions(
-                current if isinstance(current, list) else None, self._wanted.get(key), now, self._condition_type
-            )
-            if conditions is None:
+            patch = self._plan(current, key, namespace, now)
+            if patch is None:
                 continue
             try:
                 patched = await self._client.patch_status(
                     self._kind,
                     str(meta.get("name", "")),
-                    {"metadata": {"resourceVersion": version}, "status": {"conditions": conditions}},
-                    str(meta.get("namespace", "")),
+                    {"metadata": {"resourceVersion": version}, "status": patch},
+                    namespace,
                 )
             except KubeNotFoundError:
                 continue  # deleted meanwhile
@@ -165,7 +261,7 @@ class PolicyStatusWriter:
                 continue
             self.writes += 1
             after = str((patched.get("metadata") or {}).get("resourceVersion") or "")
-            self._written[key] = (version, after, conditions)
+            self._written[key] = (version, after, {**current, **patch})
         self._written = {k: v for k, v in self._written.items() if k in seen}
         return ok
 
@@ -175,3 +271,68 @@ class PolicyStatusWriter:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+class PolicyStatusWriter(StatusWriter):
+    """Writes the wanted conditions of :meth:`submit` (condition ``condition_type``) to objects of ``kind``."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        objects: Callable[[], Iterable[Obj]],
+        *,
+        clock: Callable[[], float],
+        retry: float = 2.0,
+        kind: kinds.ResourceKind = kinds.AUTHORIZATION_POLICIES,
+        condition_type: str = ZTUNNEL_ACCEPTED,
+    ) -> None:
+        super().__init__(
+            client,
+            objects,
+            clock=clock,
+            retry=retry,
+            kind=kind,
+            name=f"{kind.kind} {condition_type} status writer",
+        )
+        self._condition_type = condition_type
+        self._wanted: dict[str, PolicyStatus] = {}
+
+    def submit(self, statuses: Iterable[PolicyStatus]) -> None:
+        """Make ``statuses`` the wanted ones (the latest translation's) and wake the writer."""
+        self._wanted = {s.key: s for s in statuses}
+        self._wake()
+
+    def _plan(self, status: Mapping[str, Any], key: str, namespace: str, now: str) -> dict[str, Any] | None:
+        current = status.get("conditions")
+        conditions = plan_conditions(
+            current if isinstance(current, list) else None, self._wanted.get(key), now, self._condition_type
+        )
+        return None if conditions is None else {"conditions": conditions}
+
+
+class RouteStatusWriter(StatusWriter):
+    """Writes the wanted parents of :meth:`submit` to routes of ``kind`` (HTTPRoute, GRPCRoute or TCPRoute)."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        objects: Callable[[], Iterable[Obj]],
+        *,
+        clock: Callable[[], float],
+        kind: kinds.ResourceKind,
+        retry: float = 2.0,
+    ) -> None:
+        super().__init__(client, objects, clock=clock, retry=retry, kind=kind, name=f"{kind.kind} status writer")
+        self._wanted: dict[str, RouteStatus] = {}
+
+    def submit(self, statuses: Iterable[RouteStatus]) -> None:
+        """Make ``statuses`` (this writer's kind) the wanted ones and wake the writer."""
+        self._wanted = {s.key: s for s in statuses if s.kind == self._kind.kind}
+        self._wake()
+
+    def _plan(self, status: Mapping[str, Any], key: str, namespace: str, now: str) -> dict[str, Any] | None:
+        current = status.get("parents")
+        parents = plan_route_parents(
+            current if isinstance(current, list) else None, self._wanted.get(key), namespace, now
+        )
+        return None if parents is None else {"parents": parents}

@@ -1,19 +1,19 @@
 """The control plane's view of the cluster: informers over the objects the workload API is made from.
 
 Theory of operation: informers over Pods, Services, EndpointSlices, Namespaces, Nodes, ServiceEntries,
-WorkloadEntries, AuthorizationPolicies, PeerAuthentications, Gateways and GatewayClasses fill their caches; every
-change only marks the view dirty. A Node update marks it only when the Node's locality labels changed (Nodes' status
-changes all the time and only their locality is translated); a Gateway update only when its spec, metadata or
-``status.addresses`` changed; an update of a kind whose status is not translated (policies, Services,
-ServiceEntries, GatewayClasses) only when its spec or metadata changed, so the control plane's own status writes
-cause no translation. One task
-waits for the mark, lets ``debounce`` seconds pass so that a burst of changes (a Deployment scaling up, a namespace
-being deleted) becomes one translation, clears the mark, translates the caches
-(:func:`ambit.controlplane.translate.translate_all`) and hands the result to ``on_config``, then what the
-translation had to leave out to ``on_skipped``, the policies' status to ``on_status`` and the Services' and
-ServiceEntries' waypoint status to ``on_waypoint_status`` (when given).
+WorkloadEntries, AuthorizationPolicies, PeerAuthentications, Gateways, GatewayClasses, HTTPRoutes, GRPCRoutes,
+TCPRoutes and ReferenceGrants fill their caches; every change only marks the view dirty. A Node update marks it only
+when the Node's locality labels changed (Nodes' status changes all the time and only their locality is translated);
+a Gateway update only when its spec, metadata or ``status.addresses`` changed; an update of a kind whose status is
+not translated (policies, Services, ServiceEntries, GatewayClasses, routes, ReferenceGrants) only when its spec or
+metadata changed, so the control plane's own status writes cause no translation. One task waits for the mark, lets
+``debounce`` seconds pass so that a burst of changes (a Deployment scaling up, a namespace being deleted) becomes
+one translation, clears the mark, translates the caches (:func:`ambit.controlplane.translate.translate_all`) and
+hands the result to ``on_config``, then what the translation had to leave out to ``on_skipped``, the policies'
+status to ``on_status`` and the Services' and ServiceEntries' waypoint status to ``on_waypoint_status`` and the
+whole translation (waypoint configurations, route status) to ``on_routes`` (when given).
 
-ServiceEntries, WorkloadEntries, AuthorizationPolicies, PeerAuthentications, Gateways and GatewayClasses are CRDs,
+ServiceEntries, WorkloadEntries, AuthorizationPolicies, PeerAuthentications and the Gateway API kinds are CRDs,
 which a real cluster may not have, and Nodes are cluster-scoped, which a narrowly scoped control plane may not be
 allowed to read: before starting their informers the view lists each once, and a kind the API server does not serve
 (404) or does not let us list (403) is logged once and treated as empty from then on (installing the CRD or granting
@@ -69,6 +69,10 @@ OPTIONAL_KINDS = (
     kinds.PEER_AUTHENTICATIONS,
     kinds.GATEWAYS,
     kinds.GATEWAY_CLASSES,
+    kinds.HTTP_ROUTES,
+    kinds.GRPC_ROUTES,
+    kinds.TCP_ROUTES,
+    kinds.REFERENCE_GRANTS,
 )
 """Kinds served by CRDs (and Nodes, which need cluster-wide read): the view goes on without them when the cluster
 does not have them or does not let us list them."""
@@ -80,6 +84,10 @@ SPEC_ONLY_KINDS = (
     kinds.SERVICES,
     kinds.SERVICE_ENTRIES,
     kinds.GATEWAY_CLASSES,
+    kinds.HTTP_ROUTES,
+    kinds.GRPC_ROUTES,
+    kinds.TCP_ROUTES,
+    kinds.REFERENCE_GRANTS,
 )
 """Kinds whose translation reads only their spec and metadata: a status-only update changes nothing."""
 
@@ -134,6 +142,7 @@ class ClusterView:
         on_skipped: Callable[[tuple[Skipped, ...]], None] | None = None,
         on_status: Callable[[tuple[PolicyStatus, ...]], None] | None = None,
         on_waypoint_status: Callable[[tuple[PolicyStatus, ...], tuple[PolicyStatus, ...]], None] | None = None,
+        on_routes: Callable[[Translation], None] | None = None,
     ) -> None:
         self.settings = settings
         self.client = client
@@ -141,6 +150,7 @@ class ClusterView:
         self._on_skipped = on_skipped
         self._on_status = on_status
         self._on_waypoint_status = on_waypoint_status
+        self._on_routes = on_routes
         self._policy_memo: PolicyMemo = {}
         self.absent: set[str] = set()
         """Plural names of the optional kinds the cluster does not serve (or does not let us list)."""
@@ -206,6 +216,10 @@ class ClusterView:
             nodes=self.items("nodes"),
             gateways=self.items("gateways"),
             gateway_classes=self.items("gatewayclasses"),
+            http_routes=self.items("httproutes"),
+            grpc_routes=self.items("grpcroutes"),
+            tcp_routes=self.items("tcproutes"),
+            reference_grants=self.items("referencegrants"),
             cluster_id=s.cluster_id,
             trust_domain=s.trust_domain,
             domain=s.domain,
@@ -227,6 +241,8 @@ class ClusterView:
             self._on_status(translation.policy_status)
         if self._on_waypoint_status is not None:
             self._on_waypoint_status(translation.service_status, translation.service_entry_status)
+        if self._on_routes is not None:
+            self._on_routes(translation)
 
     async def _probe(self, kind: kinds.ResourceKind) -> None:
         """Mark ``kind`` absent if the API server does not serve it to us; anything else is the informer's."""

@@ -101,3 +101,6 @@ WORKLOAD_ENTRIES = ResourceKind("networking.istio.io", "v1", "workloadentries", 
 GATEWAY_CLASSES = ResourceKind("gateway.networking.k8s.io", "v1", "gatewayclasses", "GatewayClass", namespaced=False)
 GATEWAYS = ResourceKind("gateway.networking.k8s.io", "v1", "gateways", "Gateway")
 HTTP_ROUTES = ResourceKind("gateway.networking.k8s.io", "v1", "httproutes", "HTTPRoute")
+GRPC_ROUTES = ResourceKind("gateway.networking.k8s.io", "v1", "grpcroutes", "GRPCRoute")
+TCP_ROUTES = ResourceKind("gateway.networking.k8s.io", "v1alpha2", "tcproutes", "TCPRoute")
+REFERENCE_GRANTS = ResourceKind("gateway.networking.k8s.io", "v1beta1", "referencegrants", "ReferenceGrant")

@@ -12,11 +12,13 @@ Theory of operation:
   itself (every request to one endpoint of the addressed Service, chosen per request).
 - A :class:`RouteTable` holds HTTP rules already **flattened and ordered by Gateway API precedence** (the
   translator sorts; the engine takes the first entry whose match holds):
-  1. an Exact path match before a PathPrefix or RegularExpression one; longer prefixes first;
+  1. an Exact path match before a PathPrefix one before a RegularExpression one (Gateway API ranks Exact over
+     PathPrefix and leaves regular expressions to the implementation; istiod ranks them last), then the longer
+     path value first (for prefixes: the longest prefix wins);
   2. then a method match before none; 3. then more header matches first; 4. then more query-param matches first;
   5. ties: the older route first (creation timestamp), then ``namespace/name`` alphabetically, then rule order,
      then match order within the rule.
-  A rule with no ``matches`` stands for one match of ``PathPrefix /``.
+  A rule with no ``matches``, like a match with no ``path``, stands for ``PathPrefix /`` (the CRDs' defaults).
 - A request that no entry matches gets 404 (Gateway API: no route matched) once any HTTP route is attached to the
   destination; with none attached, the default route applies.
 - ``backends`` are weighted (weight 0 is never chosen; all zero, or none, answers 500, as does a backend whose

@@ -17,7 +17,11 @@ nonce is never ACKed before it was written. A stream's failure ends that stream 
 15 s and pings idle clients itself, as istiod does (:mod:`ambit.xds.keepalive`).
 
 A server built without an Authorization source serves that type as an empty set, so clients that open it still see
-themselves in sync.
+themselves in sync. More types can be served from ``sources`` (type URL → source); a type with a ``readers`` check
+is served per caller: each stream sees only the resources ``check(caller, name)`` allows (a filtered
+:class:`~ambit.xds.session.ResourceSet`, rebuilt when the source's set is replaced), so a subscription to a name the
+caller may not read is answered as for a resource that does not exist, and a change to it is never pushed to that
+caller. Waypoint configurations are served this way: only to the waypoint's own service account.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import contextlib
 import inspect
 import itertools
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +44,7 @@ from ambit.xds.keepalive import DEFAULT_KEEPALIVE, KeepaliveSettings
 from ambit.xds.session import AUTHORIZATION_TYPE_URL, EMPTY, RequestKind, ResourceSet, ServerSession
 from ambit.xds.table import ResourceSource
 
-__all__ = ["SERVICE_NAME", "Authenticator", "Caller", "XdsServer", "XdsService"]
+__all__ = ["SERVICE_NAME", "Authenticator", "Caller", "CallerView", "ReadCheck", "XdsServer", "XdsService"]
 
 log = logging.getLogger("ambit.xds.server")
 
@@ -59,6 +63,27 @@ class Caller:
 
 Metadata = Sequence[tuple[str, str | bytes]]
 Authenticator = Callable[[Metadata], "Caller | Awaitable[Caller | None] | None"]
+ReadCheck = Callable[[Caller, str], bool]
+"""Whether a caller may read the resource of this name (a type served per caller)."""
+
+
+class CallerView:
+    """One caller's view of a per-caller type: the source's resources the check allows, cached per source set."""
+
+    __slots__ = ("_caller", "_check", "_seen", "_set", "_source")
+
+    def __init__(self, source: ResourceSource, check: ReadCheck, caller: Caller) -> None:
+        self._source, self._check, self._caller = source, check, caller
+        self._seen: ResourceSet | None = None
+        self._set = EMPTY
+
+    @property
+    def current(self) -> ResourceSet:
+        current = self._source.current
+        if current is not self._seen:
+            self._seen = current
+            self._set = ResourceSet.build(r for r in current.by_name.values() if self._check(self._caller, r.name))
+        return self._set
 
 
 @dataclass(slots=True)
@@ -84,10 +109,14 @@ class XdsService:
         debounce: float = 0.1,
         max_debounce: float = 1.0,
         authorizations: ResourceSource | None = None,
+        sources: Mapping[str, ResourceSource] | None = None,
+        readers: Mapping[str, ReadCheck] | None = None,
     ) -> None:
         self._sources: dict[str, ResourceSource] = {ADDRESS_TYPE_URL: source}
         if authorizations is not None:
             self._sources[AUTHORIZATION_TYPE_URL] = authorizations
+        self._sources.update(sources or {})
+        self._readers = dict(readers or {})
         self._authenticate = authenticate
         self._debounce, self._max_debounce = debounce, max_debounce
         self._ids = itertools.count(1)
@@ -128,15 +157,20 @@ class XdsService:
         self.stats.streams += 1
         self.clients[stream_id] = caller
         session = ServerSession(prefix=f"s{stream_id}")
+        visible = {
+            t: CallerView(self._sources[t], check, caller) for t, check in self._readers.items() if t in self._sources
+        }
         lock = asyncio.Lock()
         pending: dict[str, set[str]] = {type_url: set() for type_url in self._sources}
         wake = asyncio.Event()
         listeners = {type_url: self._listener(pending[type_url], wake) for type_url in self._sources}
         for type_url, listener in listeners.items():
             self._sources[type_url].add_listener(listener)
-        pusher = asyncio.create_task(self._push_loop(session, context, lock, pending, wake), name=f"xds push {caller}")
+        pusher = asyncio.create_task(
+            self._push_loop(session, context, lock, pending, wake, visible), name=f"xds push {caller}"
+        )
         try:
-            await self._read_loop(session, context, lock, caller)
+            await self._read_loop(session, context, lock, caller, visible)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -157,17 +191,24 @@ class XdsService:
 
         return on_change
 
-    def _resources(self, type_url: str) -> ResourceSet:
-        source = self._sources.get(type_url)
+    def _resources(self, type_url: str, visible: Mapping[str, CallerView]) -> ResourceSet:
+        source: ResourceSource | CallerView | None = visible.get(type_url) or self._sources.get(type_url)
         return source.current if source is not None else EMPTY
 
-    async def _read_loop(self, session: ServerSession, context: Any, lock: asyncio.Lock, caller: Caller) -> None:
+    async def _read_loop(
+        self,
+        session: ServerSession,
+        context: Any,
+        lock: asyncio.Lock,
+        caller: Caller,
+        visible: Mapping[str, CallerView],
+    ) -> None:
         while True:
             request = await context.read()
             if request is grpc.aio.EOF:
                 return
             async with lock:
-                output = session.receive(request, self._resources(request.type_url))
+                output = session.receive(request, self._resources(request.type_url, visible))
                 for response in output.responses:
                     await context.write(response)
             if output.kind is RequestKind.ACK:
@@ -183,6 +224,7 @@ class XdsService:
         lock: asyncio.Lock,
         pending: dict[str, set[str]],
         wake: asyncio.Event,
+        visible: Mapping[str, CallerView],
     ) -> None:
         loop = asyncio.get_running_loop()
         while True:
@@ -204,7 +246,7 @@ class XdsService:
                 changed = frozenset(names)
                 names.clear()
                 async with lock:
-                    output = session.push(type_url, self._resources(type_url), changed)
+                    output = session.push(type_url, self._resources(type_url, visible), changed)
                     for response in output.responses:
                         await context.write(response)
                         self.stats.pushes += 1
@@ -226,10 +268,14 @@ class XdsServer:
         grpc_options: Sequence[tuple[str, Any]] = (),
         authorizations: ResourceSource | None = None,
         keepalive: KeepaliveSettings = DEFAULT_KEEPALIVE,
+        sources: Mapping[str, ResourceSource] | None = None,
+        readers: Mapping[str, ReadCheck] | None = None,
     ) -> None:
         """``grpc_options`` are the gRPC server's channel options (the CA sharing it passes its message size cap);
         they win over the ``keepalive`` options (:mod:`ambit.xds.keepalive`) where both name one."""
-        self.service = XdsService(source, authenticate, debounce=debounce, authorizations=authorizations)
+        self.service = XdsService(
+            source, authenticate, debounce=debounce, authorizations=authorizations, sources=sources, readers=readers
+        )
         self._credentials = grpc.ssl_server_credentials([(key_pem, cert_chain_pem)])
         self._address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         options: dict[str, Any] = dict(keepalive.server_options())

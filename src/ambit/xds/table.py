@@ -2,12 +2,12 @@
 
 Theory of operation: a :class:`ResourceTable` holds the control plane's output of one type as xDS resources (name →
 version, packed body, aliases): :class:`AddressTable` for Addresses, :class:`AuthorizationTable` for
-Authorizations. :meth:`ResourceTable.replace` takes a whole new map (what
-:func:`ambit.controlplane.addresses.addresses` or ``authorizations`` returns), keeps entries whose version did not
-change, and tells every listener the set of names that were added, changed or removed. Listeners are plain callables run
-synchronously on the caller's thread (the event loop): the xDS server's per-client handler only records the names
-and wakes itself, so a replace never waits on a slow client. Packing into ``Any`` happens here, once per resource
-version, not once per client.
+Authorizations, :class:`WaypointConfigTable` for waypoints' route tables. :meth:`ResourceTable.replace` takes a
+whole new map (what :func:`ambit.controlplane.addresses.addresses` or ``authorizations`` returns), keeps entries
+whose version did not change, and tells every listener the set of names that were added, changed or removed.
+Listeners are plain callables run synchronously on the caller's thread (the event loop): the xDS server's
+per-client handler only records the names and wakes itself, so a replace never waits on a slow client. Packing into
+``Any`` happens here, once per resource version, not once per client.
 
 Invariants: ``current`` is replaced, never mutated in place, so a handler holding an old :class:`ResourceSet` sees a
 consistent snapshot; listeners are told only about real changes (same version = no notification).
@@ -22,9 +22,17 @@ from google.protobuf import any_pb2
 
 from ambit.xds.authorization import pack_authorization
 from ambit.xds.convert import address_aliases, address_parents, pack_address
+from ambit.xds.routes import pack_waypoint_config
 from ambit.xds.session import EMPTY, ResourceSet, XdsResource
 
-__all__ = ["AddressTable", "AuthorizationTable", "ChangeListener", "ResourceSource", "ResourceTable"]
+__all__ = [
+    "AddressTable",
+    "AuthorizationTable",
+    "ChangeListener",
+    "ResourceSource",
+    "ResourceTable",
+    "WaypointConfigTable",
+]
 
 ChangeListener = Callable[[frozenset[str]], None]
 
@@ -119,3 +127,12 @@ class AuthorizationTable(ResourceTable):
 
     def _pack(self, message: Any) -> any_pb2.Any:
         return pack_authorization(message)
+
+
+class WaypointConfigTable(ResourceTable):
+    """The current ``ambit.waypoint.v1.WaypointConfig`` resources, named by waypoint key ``namespace/name``."""
+
+    __slots__ = ()
+
+    def _pack(self, message: Any) -> any_pb2.Any:
+        return pack_waypoint_config(message)

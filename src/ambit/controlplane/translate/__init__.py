@@ -2,32 +2,34 @@
 
 Theory of operation: :func:`translate_all` takes snapshots of the kinds istiod's ambient index reads for L4 (Pods,
 Services, EndpointSlices, Namespaces, ServiceEntries, WorkloadEntries, and Nodes for the pods' locality; spec §10.1)
-and for L4 policy (AuthorizationPolicies, PeerAuthentications; spec §7) and for waypoints (Gateways, GatewayClasses;
-spec §1.4) and returns a :class:`Translation`: one :class:`LocalConfig` (workloads, services, policies), the
-``ZtunnelAccepted`` status of each AuthorizationPolicy and the ``istio.io/WaypointBound`` status of Services and
-ServiceEntries (:class:`PolicyStatus`, for the control plane to write) and the list of what had to be left out
-(:class:`Skipped`, each naming the object and the field to fix). :func:`translate` is the same without the list.
-Nothing here keeps state between calls or does I/O: the caller (an informer-driven view, a test) decides when to
-translate again.
+and for L4 policy (AuthorizationPolicies, PeerAuthentications; spec §7) and for waypoints (Gateways, GatewayClasses,
+and the HTTPRoutes, GRPCRoutes, TCPRoutes and ReferenceGrants of their routing; spec §1.4) and returns a
+:class:`Translation`: one :class:`LocalConfig` (workloads, services, policies), the ``ZtunnelAccepted`` status of
+each AuthorizationPolicy and the ``istio.io/WaypointBound`` status of Services and ServiceEntries
+(:class:`PolicyStatus`, for the control plane to write), each ready waypoint's
+:class:`~ambit.model.routes.WaypointConfig` with the routes' status (:class:`RouteStatus`), and the list of what had
+to be left out (:class:`Skipped`, each naming the object and the field to fix). :func:`translate` is the same
+without the list. Nothing here keeps state between calls or does I/O: the caller (an informer-driven view, a test)
+decides when to translate again.
 
 Order of work: Kubernetes Services first, then ServiceEntries (their hosts may not take a Service's key), then one
 index of every selecting service, then the workloads (pods, WorkloadEntries, inline ServiceEntry endpoints) with
-their services maps and the policy keys they list (selector AuthorizationPolicies of their namespace and of the
-root namespace, then what PeerAuthentication resolves to for them). Waypoints are indexed once, before the
-services, and every Service, ServiceEntry host and workload gets the waypoint its labels (or its namespace's) bind
-it to.
+their services maps and the policy keys they list (selector AuthorizationPolicies of their namespace and of the root
+namespace, then what PeerAuthentication resolves to for them). Waypoints are indexed once, before the services, and
+every Service, ServiceEntry host and workload gets the waypoint its labels (or its namespace's) bind it to; the
+routes come last, over the bound services (:mod:`~ambit.controlplane.translate.routes`).
 
 The output is deterministic: workloads are ordered by uid, services by namespace then hostname, policies and
-statuses by key, each workload's policy keys sorted, skips sorted, and
-equal inputs give equal outputs, so a writer can compare renderings to skip rewriting an unchanged file.
+statuses by key, each workload's policy keys sorted, skips sorted, and equal inputs give equal outputs, so a writer
+can compare renderings to skip rewriting an unchanged file.
 
-Modules: ``workloads`` (a Pod becomes a Workload), ``services`` (a Service becomes a Service), ``serviceentries``
-(a ServiceEntry becomes Services and endpoint Workloads), ``workloadentries`` (a WorkloadEntry becomes a
-Workload), ``index`` (which services select which endpoints, on which ports), ``policies`` (an
-AuthorizationPolicy becomes a Policy and a status), ``peerauth`` (PeerAuthentications become DENY policies),
-``nodes`` (a Node's labels become its pods' locality), ``waypoints`` (Gateways become waypoints, labels bind to
-them), ``protocols`` (a port's application protocol), ``skips``
-(what was left out).
+Modules: ``workloads`` (a Pod becomes a Workload), ``services`` (a Service becomes a Service), ``serviceentries`` (a
+ServiceEntry becomes Services and endpoint Workloads), ``workloadentries`` (a WorkloadEntry becomes a Workload),
+``index`` (which services select which endpoints, on which ports), ``policies`` (an AuthorizationPolicy becomes a
+Policy and a status), ``peerauth`` (PeerAuthentications become DENY policies), ``nodes`` (a Node's labels become its
+pods' locality), ``waypoints`` (Gateways become waypoints, labels bind to them), ``routes`` and ``routerules``
+(Gateway API routes become waypoint route tables), ``protocols`` (a port's application protocol), ``skips`` (what
+was left out).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from ambit.controlplane.translate.policies import (
     PolicyTranslation,
     translate_authorization_policy,
 )
+from ambit.controlplane.translate.routes import RouteStatus, translate_routes
 from ambit.controlplane.translate.serviceentries import (
     canonical_owners,
     parse_service_entries,
@@ -60,6 +63,7 @@ from ambit.controlplane.translate.workloadentries import translate_workload_entr
 from ambit.controlplane.translate.workloads import translate_pod
 from ambit.model.localconfig import LocalConfig
 from ambit.model.policy import Policy
+from ambit.model.routes import WaypointConfig
 from ambit.model.workload import Service, Workload
 
 PolicyMemo = dict[tuple[str, str, str, bool], tuple[PolicyTranslation, tuple[Skipped, ...]]]
@@ -69,6 +73,7 @@ __all__ = [
     "DEFAULT_ROOT_NAMESPACE",
     "PolicyMemo",
     "PolicyStatus",
+    "RouteStatus",
     "SkipMemory",
     "Skipped",
     "Translation",
@@ -89,6 +94,12 @@ class Translation:
     """The ``istio.io/WaypointBound`` condition of each Service that has one, by key."""
     service_entry_status: tuple[PolicyStatus, ...] = ()
     """The ``istio.io/WaypointBound`` condition of each ServiceEntry that has one, by key."""
+    waypoint_configs: tuple[WaypointConfig, ...] = ()
+    """Each ready waypoint's routes (:mod:`ambit.controlplane.translate.routes`), by waypoint key."""
+    route_status: tuple[RouteStatus, ...] = ()
+    """The parents we own of each HTTPRoute, GRPCRoute and TCPRoute that has any, by kind then key."""
+    waypoint_accounts: tuple[tuple[str, str], ...] = ()
+    """(waypoint key, service account) of each ready waypoint: who may read its config."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +134,10 @@ def translate_all(
     nodes: Iterable[Mapping[str, Any]] = (),
     gateways: Iterable[Mapping[str, Any]] = (),
     gateway_classes: Iterable[Mapping[str, Any]] = (),
+    http_routes: Iterable[Mapping[str, Any]] = (),
+    grpc_routes: Iterable[Mapping[str, Any]] = (),
+    tcp_routes: Iterable[Mapping[str, Any]] = (),
+    reference_grants: Iterable[Mapping[str, Any]] = (),
     cluster_id: str = "Kubernetes",
     trust_domain: str = "cluster.local",
     domain: str = "cluster.local",
@@ -172,14 +187,17 @@ def translate_all(
     keys = _PolicyKeys({ns: tuple(items) for ns, items in by_namespace.items()}, tuple(everywhere), peer)
     namespace_list = list(namespaces)
     network = service_network(namespace_list)
-    waypoints = WaypointIndex.build(gateways, gateway_classes, namespace_list, network=network)
+    gateway_list = list(gateways)
+    waypoints = WaypointIndex.build(gateway_list, gateway_classes, namespace_list, network=network)
     service_list = list(services)
     translated: list[Service] = []
     service_status: list[PolicyStatus] = []
+    bound: dict[str, str] = {}
     for svc in service_list:
         service = translate_service(svc, domain=domain, network=network, skips=skips)
         if service is not None:
-            translated.append(_with_binding(service, _service_binding(svc, waypoints, service_status)))
+            translated.append(_with_binding(service, _service_binding(svc, waypoints, service_status), bound))
+    k8s_services = list(translated)
     taken = {s.key for s in translated}
     entries = parse_service_entries(service_entries, taken=taken, skips=skips)
     canonical = canonical_owners(entries, (s.hostname for s in translated))
@@ -187,8 +205,20 @@ def translate_all(
     for entry in entries:
         binding = _service_binding(entry.obj, waypoints, entry_status)
         translated.extend(
-            _with_binding(s, binding) for s in service_entry_services(entry, network=network, canonical=canonical)
+            _with_binding(s, binding, bound)
+            for s in service_entry_services(entry, network=network, canonical=canonical)
         )
+    routes = translate_routes(
+        http_routes=http_routes,
+        grpc_routes=grpc_routes,
+        tcp_routes=tcp_routes,
+        reference_grants=reference_grants,
+        k8s_services=k8s_services,
+        entry_services=translated[len(k8s_services) :],
+        bound=bound,
+        waypoints=waypoints,
+        gateways=gateway_list,
+    )
     index = ServiceIndex.build(service_list, endpoint_slices, domain=domain, extra=selections(entries))
     workloads: list[Workload] = []
     localities = node_localities(nodes)
@@ -237,6 +267,9 @@ def translate_all(
         policy_status=tuple(sorted(statuses, key=lambda s: s.key)),
         service_status=tuple(sorted(service_status, key=lambda s: s.key)),
         service_entry_status=tuple(sorted(entry_status, key=lambda s: s.key)),
+        waypoint_configs=routes.configs,
+        route_status=routes.status,
+        waypoint_accounts=routes.accounts,
     )
 
 
@@ -251,9 +284,11 @@ def _service_binding(obj: Mapping[str, Any], waypoints: WaypointIndex, statuses:
     return binding
 
 
-def _with_binding(service: Service, binding: Binding) -> Service:
+def _with_binding(service: Service, binding: Binding, bound: dict[str, str]) -> Service:
+    """``service`` with its waypoint; ``bound`` learns the waypoint's key by service key."""
     if binding.waypoint is None:
         return service
+    bound[service.key] = binding.waypoint.key
     return replace(service, waypoint=binding.address, ingress_use_waypoint=binding.ingress_use_waypoint)
 
 

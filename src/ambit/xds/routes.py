@@ -1,0 +1,408 @@
+"""Model route tables ↔ the ``ambit.waypoint.v1.WaypointConfig`` resource (``proto/waypoint.proto``).
+
+Theory of operation: :func:`waypoint_config_to_proto` encodes a :class:`~ambit.model.routes.WaypointConfig` field
+for field (the control plane's side). :func:`decode_waypoint_config` is where a waypoint judges what it was sent,
+as :mod:`ambit.xds.convert` does for addresses: the first problem raises :class:`XdsConversionError` naming the
+resource and the field (e.g. ``app/waypoint: tables[0].http[2].match.path.value: invalid regular expression``), so
+that the client NACKs that one resource and keeps the rest.
+
+Rules:
+
+1. The resource name is the body's ``waypoint`` (``namespace/name``); a resource whose name disagrees is refused.
+2. Ports (table, backend, redirect) are 1..65535; a redirect's status code is 301, 302, 303, 307 or 308; a mirror's
+   percent is 0..100; durations are non-negative.
+3. A path match has a known type and a value; an Exact or PathPrefix value starts with ``/``; a regular
+   expression (path, header, query param) compiles and is at most 1024 characters. A header name is a token;
+   header values carry no CR, LF or NUL (they are written into requests and responses as they are).
+4. Enum values this build does not know are refused (they would change what a rule matches).
+5. An absent ``retry`` is Istio's default policy; an absent ``timeouts`` or duration is no limit; an absent
+   ``backend`` of a weighted backend is an unresolved one (answers 500).
+6. Durations travel as ``google.protobuf.Duration``; seconds given in milliseconds come back exactly.
+7. Nothing but :class:`XdsConversionError` escapes decoding.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from google.protobuf import any_pb2, duration_pb2
+from google.protobuf.message import DecodeError
+
+from ambit.api import waypoint_pb2 as pb
+from ambit.model.routes import (
+    BackendService,
+    HeaderModifier,
+    PathMatch,
+    PathMatchType,
+    PathModifier,
+    PathModifierType,
+    RequestMirror,
+    RequestRedirect,
+    RetryPolicy,
+    RouteMatch,
+    RouteRule,
+    RouteTable,
+    Timeouts,
+    URLRewrite,
+    ValueMatch,
+    ValueMatchType,
+    WaypointConfig,
+    WeightedBackend,
+)
+from ambit.xds.convert import FieldReader
+from ambit.xds.errors import XdsConversionError
+
+__all__ = [
+    "WAYPOINT_CONFIG_TYPE_URL",
+    "decode_waypoint_config",
+    "pack_waypoint_config",
+    "waypoint_config_from_proto",
+    "waypoint_config_to_proto",
+]
+
+WAYPOINT_CONFIG_TYPE_URL = "type.googleapis.com/ambit.waypoint.v1.WaypointConfig"
+MAX_REGEX = 1024
+_REDIRECT_CODES = frozenset((301, 302, 303, 307, 308))
+_HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+\-.^_`|~]+$")
+
+_PATH_KINDS = {
+    PathMatchType.EXACT: pb.PATH_EXACT,
+    PathMatchType.PATH_PREFIX: pb.PATH_PREFIX,
+    PathMatchType.REGULAR_EXPRESSION: pb.PATH_REGULAR_EXPRESSION,
+}
+_PATH_KIND_NAMES = {v: k for k, v in _PATH_KINDS.items()}
+_VALUE_KINDS = {ValueMatchType.EXACT: pb.VALUE_EXACT, ValueMatchType.REGULAR_EXPRESSION: pb.VALUE_REGULAR_EXPRESSION}
+_VALUE_KIND_NAMES = {v: k for k, v in _VALUE_KINDS.items()}
+_MODIFIER_KINDS = {
+    PathModifierType.REPLACE_FULL_PATH: pb.REPLACE_FULL_PATH,
+    PathModifierType.REPLACE_PREFIX_MATCH: pb.REPLACE_PREFIX_MATCH,
+}
+_MODIFIER_KIND_NAMES = {v: k for k, v in _MODIFIER_KINDS.items()}
+
+
+# Encoding.
+
+
+def _duration(seconds: float) -> duration_pb2.Duration:
+    nanos = round(seconds * 1_000_000_000)
+    return duration_pb2.Duration(seconds=nanos // 1_000_000_000, nanos=nanos % 1_000_000_000)
+
+
+def _header_modifier(modifier: HeaderModifier) -> pb.HeaderModifier:
+    return pb.HeaderModifier(
+        set=[pb.HeaderValue(name=n, value=v) for n, v in modifier.set],
+        add=[pb.HeaderValue(name=n, value=v) for n, v in modifier.add],
+        remove=list(modifier.remove),
+    )
+
+
+def _backend(backend: BackendService) -> pb.BackendService:
+    return pb.BackendService(namespace=backend.namespace, hostname=backend.hostname, port=backend.port)
+
+
+def _weighted(item: WeightedBackend) -> pb.WeightedBackend:
+    out = pb.WeightedBackend(weight=item.weight)
+    if item.backend is not None:
+        out.backend.CopyFrom(_backend(item.backend))
+    if item.request_headers is not None:
+        out.request_headers.CopyFrom(_header_modifier(item.request_headers))
+    return out
+
+
+def _path_modifier(modifier: PathModifier) -> pb.PathModifier:
+    return pb.PathModifier(kind=_MODIFIER_KINDS[modifier.kind], value=modifier.value)
+
+
+def _match(match: RouteMatch) -> pb.RouteMatch:
+    out = pb.RouteMatch(
+        headers=[pb.ValueMatch(name=m.name, value=m.value, kind=_VALUE_KINDS[m.kind]) for m in match.headers],
+        query_params=[pb.ValueMatch(name=m.name, value=m.value, kind=_VALUE_KINDS[m.kind]) for m in match.query_params],
+    )
+    if match.path is not None:
+        out.path.CopyFrom(pb.PathMatch(kind=_PATH_KINDS[match.path.kind], value=match.path.value))
+    if match.method is not None:
+        out.method = match.method
+    return out
+
+
+def _redirect(redirect: RequestRedirect) -> pb.RequestRedirect:
+    out = pb.RequestRedirect(status_code=redirect.status_code)
+    if redirect.scheme is not None:
+        out.scheme = redirect.scheme
+    if redirect.hostname is not None:
+        out.hostname = redirect.hostname
+    if redirect.path is not None:
+        out.path.CopyFrom(_path_modifier(redirect.path))
+    if redirect.port is not None:
+        out.port = redirect.port
+    return out
+
+
+def _rule(rule: RouteRule) -> pb.RouteRule:
+    out = pb.RouteRule(
+        route=rule.route,
+        match=_match(rule.match),
+        backends=[_weighted(b) for b in rule.backends],
+        mirrors=[pb.RequestMirror(backend=_backend(m.backend), percent=m.percent) for m in rule.mirrors],
+        retry=pb.RetryPolicy(
+            attempts=rule.retry.attempts,
+            codes=list(rule.retry.codes),
+            backoff=_duration(rule.retry.backoff),
+            on_connect_failure=rule.retry.on_connect_failure,
+        ),
+        rule_name=rule.rule_name,
+    )
+    if rule.request_headers is not None:
+        out.request_headers.CopyFrom(_header_modifier(rule.request_headers))
+    if rule.response_headers is not None:
+        out.response_headers.CopyFrom(_header_modifier(rule.response_headers))
+    if rule.redirect is not None:
+        out.redirect.CopyFrom(_redirect(rule.redirect))
+    if rule.rewrite is not None:
+        rewrite = pb.URLRewrite()
+        if rule.rewrite.hostname is not None:
+            rewrite.hostname = rule.rewrite.hostname
+        if rule.rewrite.path is not None:
+            rewrite.path.CopyFrom(_path_modifier(rule.rewrite.path))
+        out.rewrite.CopyFrom(rewrite)
+    if rule.timeouts != Timeouts():
+        timeouts = pb.Timeouts()
+        if rule.timeouts.request is not None:
+            timeouts.request.CopyFrom(_duration(rule.timeouts.request))
+        if rule.timeouts.backend_request is not None:
+            timeouts.backend_request.CopyFrom(_duration(rule.timeouts.backend_request))
+        out.timeouts.CopyFrom(timeouts)
+    return out
+
+
+def waypoint_config_to_proto(config: WaypointConfig) -> pb.WaypointConfig:
+    """``config`` as the wire message."""
+    return pb.WaypointConfig(
+        waypoint=config.waypoint,
+        tables=[
+            pb.RouteTable(
+                service_key=t.service_key,
+                port=t.port,
+                http=[_rule(r) for r in t.http],
+                tcp_backends=[_weighted(b) for b in t.tcp_backends],
+                hostnames=list(t.hostnames),
+            )
+            for t in config.tables
+        ],
+    )
+
+
+def pack_waypoint_config(message: pb.WaypointConfig) -> any_pb2.Any:
+    """``message`` as a google.protobuf.Any with the WaypointConfig type URL (deterministic bytes)."""
+    return any_pb2.Any(type_url=WAYPOINT_CONFIG_TYPE_URL, value=message.SerializeToString(deterministic=True))
+
+
+# Decoding.
+
+
+class _Reader(FieldReader):
+    def port(self, field: str, value: int) -> int:
+        if not 1 <= value <= 65535:
+            raise self.fail(field, f"out of range 1..65535: {value}")
+        return value
+
+    def seconds(self, field: str, value: duration_pb2.Duration) -> float:
+        if value.seconds < 0 or value.nanos < 0 or value.nanos >= 1_000_000_000:
+            raise self.fail(field, "must be a non-negative duration")
+        return (value.seconds * 1_000_000_000 + value.nanos) / 1_000_000_000
+
+    def regex(self, field: str, pattern: str) -> str:
+        if len(pattern) > MAX_REGEX:
+            raise self.fail(field, f"regular expression longer than {MAX_REGEX} characters")
+        try:
+            re.compile(pattern)
+        except (re.error, RecursionError, OverflowError) as exc:
+            raise self.fail(field, f"invalid regular expression: {exc}") from None
+        return pattern
+
+    def header_name(self, field: str, name: str) -> str:
+        if not _HEADER_NAME.match(name):
+            raise self.fail(field, f"not a header name: {name!r}")
+        return name
+
+    def header_value(self, field: str, value: str) -> str:
+        if any(c in value for c in "\r\n\0"):
+            raise self.fail(field, "a header value may not hold CR, LF or NUL")
+        return value
+
+    def header_modifier(self, field: str, message: pb.HeaderModifier) -> HeaderModifier:
+        def pairs(name: str, items: Iterable[pb.HeaderValue]) -> tuple[tuple[str, str], ...]:
+            return tuple(
+                (
+                    self.header_name(f"{field}.{name}[{i}].name", h.name),
+                    self.header_value(f"{field}.{name}[{i}].value", h.value),
+                )
+                for i, h in enumerate(items)
+            )
+
+        return HeaderModifier(
+            set=pairs("set", message.set),
+            add=pairs("add", message.add),
+            remove=tuple(self.header_name(f"{field}.remove[{i}]", n) for i, n in enumerate(message.remove)),
+        )
+
+    def backend(self, field: str, message: pb.BackendService) -> BackendService:
+        namespace = self.text(f"{field}.namespace", message.namespace, required=True)
+        self.identity_part(f"{field}.namespace", namespace, "namespace")
+        hostname = self.text(f"{field}.hostname", message.hostname, required=True)
+        return BackendService(namespace, hostname, self.port(f"{field}.port", message.port))
+
+    def weighted(self, field: str, message: pb.WeightedBackend) -> WeightedBackend:
+        return WeightedBackend(
+            backend=self.backend(f"{field}.backend", message.backend) if message.HasField("backend") else None,
+            weight=message.weight,
+            request_headers=self.header_modifier(f"{field}.request_headers", message.request_headers)
+            if message.HasField("request_headers")
+            else None,
+        )
+
+    def value_match(self, field: str, message: pb.ValueMatch, *, header: bool) -> ValueMatch:
+        kind = _VALUE_KIND_NAMES.get(message.kind)
+        if kind is None:
+            raise self.fail(f"{field}.kind", f"unknown match type {message.kind}")
+        name = self.header_name(f"{field}.name", message.name) if header else message.name
+        if not name:
+            raise self.fail(f"{field}.name", "required")
+        value = (
+            self.regex(f"{field}.value", message.value) if kind is ValueMatchType.REGULAR_EXPRESSION else message.value
+        )
+        return ValueMatch(name, value, kind)
+
+    def match(self, field: str, message: pb.RouteMatch) -> RouteMatch:
+        path: PathMatch | None = None
+        if message.HasField("path"):
+            kind = _PATH_KIND_NAMES.get(message.path.kind)
+            if kind is None:
+                raise self.fail(f"{field}.path.kind", f"unknown path match type {message.path.kind}")
+            value = message.path.value
+            if kind is PathMatchType.REGULAR_EXPRESSION:
+                self.regex(f"{field}.path.value", value)
+            elif not value.startswith("/"):
+                raise self.fail(f"{field}.path.value", f"must start with /: {value!r}")
+            path = PathMatch(kind, value)
+        method = self.text(f"{field}.method", message.method, required=True) if message.HasField("method") else None
+        return RouteMatch(
+            path=path,
+            headers=tuple(
+                self.value_match(f"{field}.headers[{i}]", m, header=True) for i, m in enumerate(message.headers)
+            ),
+            query_params=tuple(
+                self.value_match(f"{field}.query_params[{i}]", m, header=False)
+                for i, m in enumerate(message.query_params)
+            ),
+            method=method,
+        )
+
+    def path_modifier(self, field: str, message: pb.PathModifier) -> PathModifier:
+        kind = _MODIFIER_KIND_NAMES.get(message.kind)
+        if kind is None:
+            raise self.fail(f"{field}.kind", f"unknown path modifier type {message.kind}")
+        return PathModifier(kind, self.text(f"{field}.value", message.value))
+
+    def redirect(self, field: str, message: pb.RequestRedirect) -> RequestRedirect:
+        if message.status_code not in _REDIRECT_CODES:
+            raise self.fail(f"{field}.status_code", f"not a redirect status: {message.status_code}")
+        return RequestRedirect(
+            scheme=self.text(f"{field}.scheme", message.scheme) if message.HasField("scheme") else None,
+            hostname=self.text(f"{field}.hostname", message.hostname) if message.HasField("hostname") else None,
+            path=self.path_modifier(f"{field}.path", message.path) if message.HasField("path") else None,
+            port=self.port(f"{field}.port", message.port) if message.HasField("port") else None,
+            status_code=message.status_code,
+        )
+
+    def rule(self, field: str, message: pb.RouteRule) -> RouteRule:
+        rewrite = None
+        if message.HasField("rewrite"):
+            rewrite = URLRewrite(
+                hostname=self.text(f"{field}.rewrite.hostname", message.rewrite.hostname)
+                if message.rewrite.HasField("hostname")
+                else None,
+                path=self.path_modifier(f"{field}.rewrite.path", message.rewrite.path)
+                if message.rewrite.HasField("path")
+                else None,
+            )
+        mirrors = []
+        for i, mirror in enumerate(message.mirrors):
+            if not 0.0 <= mirror.percent <= 100.0:
+                raise self.fail(f"{field}.mirrors[{i}].percent", f"out of range 0..100: {mirror.percent}")
+            mirrors.append(RequestMirror(self.backend(f"{field}.mirrors[{i}].backend", mirror.backend), mirror.percent))
+        retry = RetryPolicy()
+        if message.HasField("retry"):
+            r = message.retry
+            retry = RetryPolicy(
+                attempts=r.attempts,
+                codes=tuple(r.codes),
+                backoff=self.seconds(f"{field}.retry.backoff", r.backoff),
+                on_connect_failure=r.on_connect_failure,
+            )
+        t = message.timeouts
+        timeouts = Timeouts(
+            request=self.seconds(f"{field}.timeouts.request", t.request) if t.HasField("request") else None,
+            backend_request=self.seconds(f"{field}.timeouts.backend_request", t.backend_request)
+            if t.HasField("backend_request")
+            else None,
+        )
+        return RouteRule(
+            route=self.text(f"{field}.route", message.route),
+            match=self.match(f"{field}.match", message.match),
+            backends=tuple(self.weighted(f"{field}.backends[{i}]", b) for i, b in enumerate(message.backends)),
+            request_headers=self.header_modifier(f"{field}.request_headers", message.request_headers)
+            if message.HasField("request_headers")
+            else None,
+            response_headers=self.header_modifier(f"{field}.response_headers", message.response_headers)
+            if message.HasField("response_headers")
+            else None,
+            redirect=self.redirect(f"{field}.redirect", message.redirect) if message.HasField("redirect") else None,
+            rewrite=rewrite,
+            mirrors=tuple(mirrors),
+            timeouts=timeouts,
+            retry=retry,
+            rule_name=self.text(f"{field}.rule_name", message.rule_name),
+        )
+
+    def table(self, field: str, message: pb.RouteTable) -> RouteTable:
+        return RouteTable(
+            service_key=self.text(f"{field}.service_key", message.service_key),
+            port=self.port(f"{field}.port", message.port),
+            http=tuple(self.rule(f"{field}.http[{i}]", r) for i, r in enumerate(message.http)),
+            tcp_backends=tuple(
+                self.weighted(f"{field}.tcp_backends[{i}]", b) for i, b in enumerate(message.tcp_backends)
+            ),
+            hostnames=tuple(self.text(f"{field}.hostnames[{i}]", h) for i, h in enumerate(message.hostnames)),
+        )
+
+
+def waypoint_config_from_proto(message: pb.WaypointConfig, name: str) -> WaypointConfig:
+    """Judge and convert a WaypointConfig received as resource ``name`` (rules 1-7)."""
+    reader = _Reader(name)
+    if message.waypoint != name:
+        raise reader.fail("waypoint", f"the resource is named {name!r} but describes {message.waypoint!r}")
+    try:
+        return WaypointConfig(
+            waypoint=message.waypoint,
+            tables=tuple(reader.table(f"tables[{i}]", t) for i, t in enumerate(message.tables)),
+        )
+    except XdsConversionError:
+        raise
+    except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+        raise reader.fail("(message)", f"cannot be read: {exc}") from None
+
+
+def decode_waypoint_config(name: str, body: any_pb2.Any) -> WaypointConfig:
+    """Unpack and convert one xDS resource body of type :data:`WAYPOINT_CONFIG_TYPE_URL`."""
+    if body.type_url != WAYPOINT_CONFIG_TYPE_URL:
+        raise XdsConversionError(
+            name, "resource.type_url", f"expected {WAYPOINT_CONFIG_TYPE_URL}, got {body.type_url!r}"
+        )
+    message = pb.WaypointConfig()
+    try:
+        message.ParseFromString(body.value)
+    except (DecodeError, ValueError, RecursionError) as exc:
+        raise XdsConversionError(name, "resource.value", f"not a valid WaypointConfig message: {exc}") from None
+    return waypoint_config_from_proto(message, name)

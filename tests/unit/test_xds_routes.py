@@ -1,0 +1,221 @@
+"""The WaypointConfig codec (:mod:`ambit.xds.routes`): model → proto → model is the identity (hypothesis), and a
+peer's bad resource is refused with one clear error naming the field, never a traceback."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import pytest
+from google.protobuf import any_pb2
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ambit.api import waypoint_pb2 as pb
+from ambit.model.routes import (
+    BackendService,
+    HeaderModifier,
+    PathMatch,
+    PathMatchType,
+    PathModifier,
+    PathModifierType,
+    RequestMirror,
+    RequestRedirect,
+    RetryPolicy,
+    RouteMatch,
+    RouteRule,
+    RouteTable,
+    Timeouts,
+    URLRewrite,
+    ValueMatch,
+    ValueMatchType,
+    WaypointConfig,
+    WeightedBackend,
+)
+from ambit.xds.errors import XdsConversionError
+from ambit.xds.routes import (
+    WAYPOINT_CONFIG_TYPE_URL,
+    decode_waypoint_config,
+    pack_waypoint_config,
+    waypoint_config_to_proto,
+)
+
+TOKEN = st.text("abcdefghijklmnopqrstuvwxyz0123456789-_", min_size=1, max_size=12)
+PRINTABLE = st.text(st.characters(codec="utf-8", categories=["L", "N", "P", "S", "Zs"]), max_size=16)
+HEADER_VALUE = st.text(st.characters(codec="utf-8", exclude_characters="\r\n\x00"), max_size=16)
+SECONDS = st.integers(0, 10_000_000).map(lambda ms: ms / 1000)
+REGEXES = st.sampled_from(["/api/v[0-9]+", "^[a-f0-9]+$", ".*", "/[^/]+/Echo", "a|b"])
+PORT = st.integers(1, 65535)
+
+backends = st.builds(BackendService, TOKEN, TOKEN.map(lambda t: f"{t}.app.svc.cluster.local"), PORT)
+header_modifiers = st.builds(
+    HeaderModifier,
+    set=st.lists(st.tuples(TOKEN, HEADER_VALUE), max_size=2).map(tuple),
+    add=st.lists(st.tuples(TOKEN, HEADER_VALUE), max_size=2).map(tuple),
+    remove=st.lists(TOKEN, max_size=2).map(tuple),
+)
+path_matches = st.one_of(
+    st.builds(
+        PathMatch, st.sampled_from([PathMatchType.EXACT, PathMatchType.PATH_PREFIX]), TOKEN.map(lambda t: "/" + t)
+    ),
+    st.builds(PathMatch, st.just(PathMatchType.REGULAR_EXPRESSION), REGEXES),
+)
+value_matches = st.one_of(
+    st.builds(ValueMatch, TOKEN, HEADER_VALUE, st.just(ValueMatchType.EXACT)),
+    st.builds(ValueMatch, TOKEN, REGEXES, st.just(ValueMatchType.REGULAR_EXPRESSION)),
+)
+matches = st.builds(
+    RouteMatch,
+    path=st.none() | path_matches,
+    headers=st.lists(value_matches, max_size=2).map(tuple),
+    query_params=st.lists(value_matches, max_size=2).map(tuple),
+    method=st.none() | st.sampled_from(["GET", "POST", "DELETE"]),
+)
+path_modifiers = st.builds(PathModifier, st.sampled_from(list(PathModifierType)), TOKEN.map(lambda t: "/" + t))
+redirects = st.builds(
+    RequestRedirect,
+    scheme=st.none() | st.sampled_from(["http", "https"]),
+    hostname=st.none() | TOKEN,
+    path=st.none() | path_modifiers,
+    port=st.none() | PORT,
+    status_code=st.sampled_from([301, 302, 303, 307, 308]),
+)
+weighted = st.builds(WeightedBackend, st.none() | backends, st.integers(0, 1000), st.none() | header_modifiers)
+rules = st.builds(
+    RouteRule,
+    route=TOKEN.map(lambda t: f"HTTPRoute/app/{t}"),
+    match=matches,
+    backends=st.lists(weighted, max_size=3).map(tuple),
+    request_headers=st.none() | header_modifiers,
+    response_headers=st.none() | header_modifiers,
+    redirect=st.none() | redirects,
+    rewrite=st.none() | st.builds(URLRewrite, st.none() | TOKEN, st.none() | path_modifiers),
+    mirrors=st.lists(st.builds(RequestMirror, backends, st.floats(0.0, 100.0, allow_nan=False)), max_size=2).map(tuple),
+    timeouts=st.builds(Timeouts, st.none() | SECONDS, st.none() | SECONDS),
+    retry=st.builds(
+        RetryPolicy,
+        st.integers(0, 10),
+        st.lists(st.integers(100, 599), max_size=3).map(tuple),
+        SECONDS,
+        st.booleans(),
+    ),
+    rule_name=st.just("") | TOKEN,
+)
+tables = st.builds(
+    RouteTable,
+    service_key=TOKEN.map(lambda t: f"app/{t}.app.svc.cluster.local"),
+    port=PORT,
+    http=st.lists(rules, max_size=3).map(tuple),
+    tcp_backends=st.lists(weighted, max_size=2).map(tuple),
+    hostnames=st.lists(TOKEN, max_size=2).map(tuple),
+)
+configs = st.builds(WaypointConfig, st.just("app/waypoint"), st.lists(tables, max_size=3).map(tuple))
+
+
+@settings(max_examples=100, deadline=None)
+@given(configs)
+def test_model_to_proto_and_back_is_the_identity(config: WaypointConfig) -> None:
+    body = pack_waypoint_config(waypoint_config_to_proto(config))
+    assert body.type_url == WAYPOINT_CONFIG_TYPE_URL
+    assert decode_waypoint_config("app/waypoint", body) == config
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200))
+def test_arbitrary_bytes_decode_or_fail_with_a_conversion_error(raw: bytes) -> None:
+    with contextlib.suppress(XdsConversionError):
+        decode_waypoint_config("app/waypoint", any_pb2.Any(type_url=WAYPOINT_CONFIG_TYPE_URL, value=raw))
+
+
+def encoded(**rule: Any) -> any_pb2.Any:
+    message = pb.WaypointConfig(
+        waypoint="app/waypoint",
+        tables=[pb.RouteTable(service_key="app/r.app.svc.cluster.local", port=80, http=[pb.RouteRule(**rule)])],
+    )
+    return any_pb2.Any(type_url=WAYPOINT_CONFIG_TYPE_URL, value=message.SerializeToString())
+
+
+@pytest.mark.parametrize(
+    ("rule", "field"),
+    [
+        ({"match": pb.RouteMatch(path=pb.PathMatch(kind=pb.PATH_REGULAR_EXPRESSION, value="(["))}, "match.path.value"),
+        ({"match": pb.RouteMatch(path=pb.PathMatch(kind=pb.PATH_EXACT, value="x"))}, "match.path.value"),
+        ({"match": pb.RouteMatch(path=pb.PathMatch(value="/"))}, "match.path.kind"),
+        ({"match": pb.RouteMatch(headers=[pb.ValueMatch(name="bad name", value="v")])}, "match.headers[0].name"),
+        (
+            {"request_headers": pb.HeaderModifier(set=[pb.HeaderValue(name="x", value="a\r\nb: c")])},
+            "request_headers.set[0].value",
+        ),
+        ({"redirect": pb.RequestRedirect(status_code=200)}, "redirect.status_code"),
+        (
+            {"backends": [pb.WeightedBackend(backend=pb.BackendService(namespace="app", hostname="h"))]},
+            "backends[0].backend.port",
+        ),
+        (
+            {
+                "mirrors": [
+                    pb.RequestMirror(backend=pb.BackendService(namespace="a", hostname="h", port=1), percent=101)
+                ]
+            },
+            "mirrors[0].percent",
+        ),
+    ],
+)
+def test_bad_fields_are_refused_by_name(rule: dict[str, Any], field: str) -> None:
+    with pytest.raises(XdsConversionError) as caught:
+        decode_waypoint_config("app/waypoint", encoded(**rule))
+    assert caught.value.field == f"tables[0].http[0].{field}"
+
+
+def test_a_resource_named_for_another_waypoint_is_refused() -> None:
+    body = pack_waypoint_config(waypoint_config_to_proto(WaypointConfig("other/waypoint")))
+    with pytest.raises(XdsConversionError, match="describes 'other/waypoint'"):
+        decode_waypoint_config("app/waypoint", body)
+
+
+def test_a_body_of_another_type_is_refused() -> None:
+    with pytest.raises(XdsConversionError, match=r"expected type\.googleapis\.com/ambit\.waypoint\.v1\.WaypointConfig"):
+        decode_waypoint_config("app/waypoint", any_pb2.Any(type_url="type.googleapis.com/x", value=b""))
+
+
+def test_a_caller_sees_only_the_waypoint_configs_its_check_allows() -> None:
+    from ambit.api import discovery_pb2 as dpb
+    from ambit.xds.server import Caller, CallerView
+    from ambit.xds.session import ServerSession
+    from ambit.xds.table import WaypointConfigTable
+
+    table = WaypointConfigTable()
+    configs = {key: waypoint_config_to_proto(WaypointConfig(key)) for key in ("app/waypoint", "other/waypoint")}
+    table.replace({key: ("v1", message) for key, message in configs.items()})
+    owner = "system:serviceaccount:app:waypoint"
+
+    def check(caller: Caller, name: str) -> bool:
+        return name == "app/waypoint" and caller.name == owner
+
+    own = CallerView(table, check, Caller(owner))
+    forged = CallerView(table, check, Caller("system:serviceaccount:app:intruder"))
+    assert set(own.current.by_name) == {"app/waypoint"}
+    assert forged.current.by_name == {}
+
+    # The forged caller opens wildcard, then subscribes by name: empty answers, the name reported as absent.
+    session = ServerSession()
+    opened = session.receive(dpb.DeltaDiscoveryRequest(type_url=WAYPOINT_CONFIG_TYPE_URL), forged.current)
+    assert [list(r.resources) for r in opened.responses] == [[]]
+    later = session.receive(
+        dpb.DeltaDiscoveryRequest(type_url=WAYPOINT_CONFIG_TYPE_URL, resource_names_subscribe=["app/waypoint"]),
+        forged.current,
+    )
+    (response,) = later.responses
+    assert list(response.resources) == [] and list(response.removed_resources) == ["app/waypoint"]
+
+    # A change is pushed to the owner only; the view is rebuilt when the table's set is replaced.
+    table.replace(
+        {"app/waypoint": ("v2", configs["app/waypoint"]), "other/waypoint": ("v1", configs["other/waypoint"])}
+    )
+    assert session.push(WAYPOINT_CONFIG_TYPE_URL, forged.current, {"app/waypoint"}).responses == ()
+    owner_session = ServerSession()
+    owner_session.receive(
+        dpb.DeltaDiscoveryRequest(type_url=WAYPOINT_CONFIG_TYPE_URL, resource_names_subscribe=["app/waypoint"]),
+        own.current,
+    )
+    assert owner_session.held(WAYPOINT_CONFIG_TYPE_URL) == {"app/waypoint": "v2"}
