@@ -1,0 +1,137 @@
+"""What a route's filters do to a request: header changes, path and host rewrites, redirect locations.
+
+Pure functions over :class:`~ambit.waypoint.decisions.RequestHead` values; :mod:`ambit.waypoint.routing` decides
+which of them run and in which order.
+
+Rules:
+
+1. A header modifier removes first, then sets, then adds (Envoy's order, so ``remove: [x]`` with ``add: [x: 1]``
+   leaves ``x: 1``). Names compare case-insensitively and are written lower-case. ``set`` replaces every value of
+   the name with one value, at the position of the first one (appended when absent); ``add`` appends a value.
+   ``host`` is the request's authority, not a header: setting it changes ``authority``, removing it is ignored.
+2. An entry whose name is not an HTTP token, or whose value holds CR, LF or NUL, is dropped: route authors must not
+   be able to split a request (:func:`clean_modifier`, run once per table).
+3. A path modifier changes the path and keeps the query. ``ReplaceFullPath`` replaces the path. ``ReplacePrefixMatch``
+   replaces the matched prefix element-wise, trailing slashes of prefix and replacement ignored (Gateway API's
+   table: prefix ``/foo``, replacement ``/xyz``: ``/foo/bar`` → ``/xyz/bar``, ``/foo`` → ``/xyz``; replacement
+   ``/`` or empty: ``/foo/bar`` → ``/bar``, ``/foo`` → ``/``). With no prefix match (an Exact or RegularExpression
+   match, which Gateway API forbids with ReplacePrefixMatch) the path is left as it is.
+4. A redirect's ``Location`` is ``scheme://host[:port]path``: unset parts come from the request (host without its
+   port). The port is the redirect's own; else, when the redirect sets a scheme, that scheme's well-known port
+   (80 for http, 443 for https); else the listener port (the destination's Service port). Port 80 with http and 443
+   with https are left out.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ambit.model.routes import HeaderModifier, PathModifier, PathModifierType, RequestRedirect
+from ambit.waypoint.decisions import RequestHead
+
+__all__ = [
+    "apply_header_modifier",
+    "clean_modifier",
+    "redirect_location",
+    "replace_prefix",
+    "rewrite_path",
+    "split_authority",
+    "split_target",
+]
+
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_BAD_VALUE = re.compile(r"[\r\n\x00]")
+_WELL_KNOWN_PORTS = {"http": 80, "https": 443}
+
+
+def clean_modifier(modifier: HeaderModifier | None) -> HeaderModifier | None:
+    """``modifier`` with names lower-cased and unsafe entries dropped (rule 2); None when nothing is left."""
+    if modifier is None:
+        return None
+    set_ = tuple((n.lower(), v) for n, v in modifier.set if _TOKEN.fullmatch(n) and not _BAD_VALUE.search(v))
+    add = tuple((n.lower(), v) for n, v in modifier.add if _TOKEN.fullmatch(n) and not _BAD_VALUE.search(v))
+    remove = tuple(n.lower() for n in modifier.remove if _TOKEN.fullmatch(n))
+    if not (set_ or add or remove):
+        return None
+    return HeaderModifier(set=set_, add=add, remove=remove)
+
+
+def apply_header_modifier(request: RequestHead, modifier: HeaderModifier) -> RequestHead:
+    """``request`` with ``modifier`` applied (rule 1). ``modifier`` must have gone through :func:`clean_modifier`."""
+    authority = request.authority
+    headers = [(n, v) for n, v in request.headers if n not in modifier.remove]
+    for name, value in modifier.set:
+        if name == "host":
+            authority = value
+            continue
+        first = next((i for i, (n, _) in enumerate(headers) if n == name), None)
+        if first is None:
+            headers.append((name, value))
+        else:
+            headers = [(n, v) for i, (n, v) in enumerate(headers) if n != name or i == first]
+            headers[first] = (name, value)
+    for name, value in modifier.add:
+        if name == "host":
+            authority = value
+        else:
+            headers.append((name, value))
+    return RequestHead(request.method, request.path, authority, tuple(headers), request.scheme)
+
+
+def split_target(target: str) -> tuple[str, str]:
+    """A request target's path and its query (with the ``?``; empty when there is none)."""
+    path, mark, query = target.partition("?")
+    return path, mark + query
+
+
+def split_authority(authority: str) -> tuple[str, int | None]:
+    """An authority's host and port (None when absent or not a number); IPv6 literals keep their brackets."""
+    if authority.startswith("["):
+        end = authority.find("]")
+        if end < 0:
+            return authority, None
+        host, rest = authority[: end + 1], authority[end + 1 :]
+        port_text = rest[1:] if rest.startswith(":") else ""
+    else:
+        host, colon, port_text = authority.rpartition(":")
+        if not colon:
+            return authority, None
+    if port_text.isascii() and port_text.isdigit() and len(port_text) <= 5:
+        return host, int(port_text)
+    return (host if authority.startswith("[") else authority), None
+
+
+def replace_prefix(path: str, prefix: str, replacement: str) -> str:
+    """``path`` (which matched ``prefix`` element-wise) with that prefix replaced (rule 3)."""
+    rest = path[len(prefix.rstrip("/")) :]
+    return (replacement.rstrip("/") + rest) or "/"
+
+
+def rewrite_path(target: str, modifier: PathModifier, matched_prefix: str | None) -> str:
+    """The request target ``target`` after ``modifier`` (rule 3); the query is kept."""
+    path, query = split_target(target)
+    if modifier.kind is PathModifierType.REPLACE_FULL_PATH:
+        return (modifier.value or "/") + query
+    if matched_prefix is None:
+        return target
+    return replace_prefix(path, matched_prefix, modifier.value) + query
+
+
+def redirect_location(
+    request: RequestHead, redirect: RequestRedirect, listener_port: int, matched_prefix: str | None
+) -> str:
+    """The ``Location`` of ``redirect`` answering ``request`` (rule 4)."""
+    scheme = redirect.scheme or request.scheme
+    host = redirect.hostname or split_authority(request.authority)[0]
+    if redirect.port is not None:
+        port = redirect.port
+    elif redirect.scheme is not None and redirect.scheme in _WELL_KNOWN_PORTS:
+        port = _WELL_KNOWN_PORTS[redirect.scheme]
+    else:
+        port = listener_port
+    target = request.path if redirect.path is None else rewrite_path(request.path, redirect.path, matched_prefix)
+    if not target.startswith("/"):
+        target = "/" + target
+    if _WELL_KNOWN_PORTS.get(scheme) == port:
+        return f"{scheme}://{host}{target}"
+    return f"{scheme}://{host}:{port}{target}"

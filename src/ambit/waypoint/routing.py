@@ -1,0 +1,340 @@
+"""The waypoint's L7 routing engine: which rule of a destination's route table a request takes, and what follows.
+
+:func:`route` is a :data:`~ambit.waypoint.decisions.Router`: pure, no I/O, no clock; the shell passes the random
+number. Tables arrive already ordered by Gateway API precedence (:mod:`ambit.model.routes`); the engine takes the
+first entry that matches.
+
+Rules:
+
+1. No table, or a table without HTTP rules: the default route, Forward to the destination, request unchanged, with
+   the default retry policy. HTTP rules present and none matches: Respond 404.
+2. A match holds when every part holds. Method: exact (methods are case-sensitive). Path (the target before ``?``):
+   Exact is string equality; PathPrefix is element-wise (``/foo`` and ``/foo/`` match ``/foo``, ``/foo/bar``, not
+   ``/foobar``); RegularExpression is :func:`re.fullmatch`. No path part means PathPrefix ``/``.
+3. Header names compare case-insensitively; a header sent several times is matched as its values joined by ``", "``
+   (RFC 9110 §5.3, as Gateway API points to); ``host`` stands for the authority when no ``host`` header came.
+   Query parameters come from :func:`urllib.parse.parse_qsl` (blank values kept, names exact); a repeated parameter
+   is matched by its first value. In both, when a match lists one name twice only the first entry counts.
+4. Regular expressions (Python :mod:`re` syntax) are compiled once per table (:func:`compile_table`, cached by the
+   table's identity). One that does not compile makes its match never hold and is listed in
+   :attr:`CompiledTable.problems`; a request never raises.
+5. A rule with a redirect answers it (status and ``Location``, see :mod:`ambit.waypoint.filters`); nothing else of
+   the rule runs.
+6. Otherwise a backend is drawn by weight with ``random`` in [0, 1) over the cumulative weights (weight 0, or
+   negative, is never drawn). No backend with a weight, or a draw that lands on an unresolved backend, answers 500.
+7. Filters run in a fixed order: the rule's request header modifier, its URL rewrite (hostname replaces the
+   authority, the path is replaced fully or by prefix), then the drawn backend's own header modifier. The rule's
+   response header modifier travels in the :class:`Forward` for the shell to apply.
+8. Mirrors get the request as it is after step 7's first two filters (not the other backend's own modifier), with
+   ``-shadow`` appended to the authority's host as Envoy does. Mirror ``i`` fires when ``100 * r_i < percent``,
+   where ``r_i`` is derived from ``random`` deterministically: the fractional part of
+   ``random * 1_000_003 + 0.618... * (i + 1)``. Its low-order digits are independent enough of the high-order ones
+   that draw the backend for percent splits; a test checks the rates.
+9. ``random`` outside [0, 1) (or NaN) is read as 0.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from urllib.parse import parse_qsl
+
+from ambit.model.routes import (
+    BackendService,
+    HeaderModifier,
+    PathMatchType,
+    RouteMatch,
+    RouteRule,
+    RouteTable,
+    ValueMatch,
+    ValueMatchType,
+    WeightedBackend,
+)
+from ambit.waypoint.decisions import Decision, Forward, RequestHead, Respond
+from ambit.waypoint.filters import (
+    apply_header_modifier,
+    clean_modifier,
+    redirect_location,
+    rewrite_path,
+    split_authority,
+    split_target,
+)
+
+__all__ = ["CompiledTable", "compile_table", "route", "route_tcp", "with_request_id"]
+
+REQUEST_ID = "x-request-id"
+_CACHE_SIZE = 512
+"""Compiled tables kept; a waypoint's config holds one table per destination it serves."""
+_MIRROR_SCALE = 1_000_003.0
+_GOLDEN = 0.6180339887498949
+
+
+@dataclass(frozen=True, slots=True)
+class _ValueTest:
+    name: str
+    exact: str | None
+    pattern: re.Pattern[str] | None
+    """Both None: a regular expression that did not compile; the test never holds."""
+
+    def holds(self, value: str | None) -> bool:
+        if value is None:
+            return False
+        if self.exact is not None:
+            return value == self.exact
+        return self.pattern is not None and self.pattern.fullmatch(value) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class _MatchTest:
+    method: str | None
+    path_kind: PathMatchType
+    path_value: str
+    """Exact: the path; PathPrefix: the prefix without trailing slashes."""
+    path_pattern: re.Pattern[str] | None
+    headers: tuple[_ValueTest, ...]
+    query: tuple[_ValueTest, ...]
+    prefix: str | None
+    """The prefix ReplacePrefixMatch replaces; None for Exact and RegularExpression matches."""
+
+
+@dataclass(frozen=True, slots=True)
+class _CompiledRule:
+    rule: RouteRule
+    test: _MatchTest
+    request_headers: HeaderModifier | None
+    response_headers: HeaderModifier | None
+    backends: tuple[tuple[float, WeightedBackend, HeaderModifier | None], ...]
+    """(cumulative weight, backend, its cleaned header modifier), weight > 0 only."""
+    total: float
+
+
+class _Facts:
+    """What the rules read from one request, each worked out once and only when a rule asks."""
+
+    __slots__ = ("_headers", "_query", "path", "query_text", "request")
+
+    def __init__(self, request: RequestHead) -> None:
+        self.request = request
+        self.path, self.query_text = split_target(request.path)
+        self._headers: dict[str, str] | None = None
+        self._query: dict[str, str] | None = None
+
+    def header(self, name: str) -> str | None:
+        if self._headers is None:
+            joined: dict[str, str] = {}
+            for raw, value in self.request.headers:
+                key = raw.lower()
+                joined[key] = f"{joined[key]}, {value}" if key in joined else value
+            joined.setdefault("host", self.request.authority)
+            self._headers = joined
+        return self._headers.get(name)
+
+    def query(self, name: str) -> str | None:
+        if self._query is None:
+            first: dict[str, str] = {}
+            for key, value in parse_qsl(self.query_text[1:], keep_blank_values=True):
+                first.setdefault(key, value)
+            self._query = first
+        return self._query.get(name)
+
+
+def _compile_regex(text: str, problems: list[str], where: str) -> re.Pattern[str] | None:
+    try:
+        return re.compile(text)
+    except (re.error, OverflowError, RecursionError, ValueError) as exc:
+        problems.append(f"{where}: regular expression {text!r} does not compile: {exc}")
+        return None
+
+
+def _value_tests(
+    matches: tuple[ValueMatch, ...], fold_case: bool, problems: list[str], where: str
+) -> tuple[_ValueTest, ...]:
+    tests: list[_ValueTest] = []
+    seen: set[str] = set()
+    for match in matches:
+        name = match.name.lower() if fold_case else match.name
+        if name in seen:
+            continue
+        seen.add(name)
+        if match.kind is ValueMatchType.EXACT:
+            tests.append(_ValueTest(name, match.value, None))
+        else:
+            tests.append(_ValueTest(name, None, _compile_regex(match.value, problems, f"{where} {name}")))
+    return tuple(tests)
+
+
+def _match_test(match: RouteMatch, problems: list[str], where: str) -> _MatchTest:
+    path = match.path
+    kind = PathMatchType.PATH_PREFIX if path is None else path.kind
+    value = "/" if path is None else path.value
+    pattern = None
+    if kind is PathMatchType.REGULAR_EXPRESSION:
+        pattern = _compile_regex(value, problems, f"{where} path")
+    return _MatchTest(
+        method=match.method,
+        path_kind=kind,
+        path_value=value.rstrip("/") if kind is PathMatchType.PATH_PREFIX else value,
+        path_pattern=pattern,
+        headers=_value_tests(match.headers, True, problems, f"{where} header"),
+        query=_value_tests(match.query_params, False, problems, f"{where} query parameter"),
+        prefix=value if kind is PathMatchType.PATH_PREFIX else None,
+    )
+
+
+def _compile_rule(rule: RouteRule, problems: list[str]) -> _CompiledRule:
+    backends: list[tuple[float, WeightedBackend, HeaderModifier | None]] = []
+    total = 0.0
+    for backend in rule.backends:
+        if backend.weight > 0:
+            total += backend.weight
+            backends.append((total, backend, clean_modifier(backend.request_headers)))
+    return _CompiledRule(
+        rule=rule,
+        test=_match_test(rule.match, problems, rule.route or "route"),
+        request_headers=clean_modifier(rule.request_headers),
+        response_headers=clean_modifier(rule.response_headers),
+        backends=tuple(backends),
+        total=total,
+    )
+
+
+def _holds(test: _MatchTest, facts: _Facts) -> bool:
+    if test.method is not None and test.method != facts.request.method:
+        return False
+    path = facts.path
+    if test.path_kind is PathMatchType.PATH_PREFIX:
+        prefix = test.path_value
+        if prefix and path != prefix and not path.startswith(prefix + "/"):
+            return False
+    elif test.path_kind is PathMatchType.EXACT:
+        if path != test.path_value:
+            return False
+    elif test.path_pattern is None or test.path_pattern.fullmatch(path) is None:
+        return False
+    return all(h.holds(facts.header(h.name)) for h in test.headers) and all(
+        q.holds(facts.query(q.name)) for q in test.query
+    )
+
+
+def _unit(random: float) -> float:
+    return random if 0.0 <= random < 1.0 else 0.0
+
+
+def _mirror_draw(random: float, index: int) -> float:
+    return math.fmod(random * _MIRROR_SCALE + _GOLDEN * (index + 1), 1.0)
+
+
+def _shadow(authority: str) -> str:
+    host, port = split_authority(authority)
+    return f"{host}-shadow" if port is None else f"{host}-shadow:{port}"
+
+
+class CompiledTable:
+    """A :class:`RouteTable` made ready to route: regular expressions compiled, modifiers cleaned, weights summed."""
+
+    __slots__ = ("problems", "rules", "table")
+
+    def __init__(self, table: RouteTable) -> None:
+        problems: list[str] = []
+        self.table = table
+        self.rules = tuple(_compile_rule(rule, problems) for rule in table.http)
+        self.problems: tuple[str, ...] = tuple(problems)
+        """What in the table cannot work (regular expressions that do not compile), for logs and config dumps."""
+
+    def route(self, destination: BackendService, request: RequestHead, random: float) -> Decision:
+        """What to do with ``request`` sent to ``destination`` (the module's rules)."""
+        if not self.rules:
+            return Forward(destination, request)
+        facts = _Facts(request)
+        for compiled in self.rules:
+            if _holds(compiled.test, facts):
+                return _take(compiled, destination, request, _unit(random))
+        return Respond(404)
+
+
+def _take(compiled: _CompiledRule, destination: BackendService, request: RequestHead, random: float) -> Decision:
+    rule = compiled.rule
+    if rule.redirect is not None:
+        if not request.authority:
+            request = RequestHead(request.method, request.path, destination.hostname, request.headers, request.scheme)
+        location = redirect_location(request, rule.redirect, destination.port, compiled.test.prefix)
+        return Respond(rule.redirect.status_code, (("location", location),), route=rule.route)
+    draw = random * compiled.total
+    chosen = next((entry for entry in compiled.backends if draw < entry[0]), None)
+    if chosen is None or chosen[1].backend is None:
+        return Respond(500, route=rule.route)
+    if compiled.request_headers is not None:
+        request = apply_header_modifier(request, compiled.request_headers)
+    if rule.rewrite is not None:
+        path = request.path
+        if rule.rewrite.path is not None:
+            path = rewrite_path(path, rule.rewrite.path, compiled.test.prefix)
+        authority = rule.rewrite.hostname or request.authority
+        request = RequestHead(request.method, path, authority, request.headers, request.scheme)
+    mirrors = tuple(
+        (
+            mirror.backend,
+            RequestHead(request.method, request.path, _shadow(request.authority), request.headers, request.scheme),
+        )
+        for index, mirror in enumerate(rule.mirrors)
+        if 100.0 * _mirror_draw(random, index) < mirror.percent
+    )
+    if chosen[2] is not None:
+        request = apply_header_modifier(request, chosen[2])
+    return Forward(
+        chosen[1].backend,
+        request,
+        response_headers=compiled.response_headers,
+        timeouts=rule.timeouts,
+        retry=rule.retry,
+        mirrors=mirrors,
+        route=rule.route,
+    )
+
+
+_compiled: dict[int, tuple[RouteTable, CompiledTable]] = {}
+"""Compiled tables by ``id(table)``; the entry keeps its table alive, so an id is never reused while cached."""
+
+
+def compile_table(table: RouteTable) -> CompiledTable:
+    """The compiled form of ``table``, made once per table object (rule 4) and kept for the last few tables."""
+    entry = _compiled.get(id(table))
+    if entry is not None and entry[0] is table:
+        return entry[1]
+    compiled = CompiledTable(table)
+    if len(_compiled) >= _CACHE_SIZE:
+        del _compiled[next(iter(_compiled))]
+    _compiled[id(table)] = (table, compiled)
+    return compiled
+
+
+def route(table: RouteTable | None, destination: BackendService, request: RequestHead, random: float) -> Decision:
+    """The :data:`~ambit.waypoint.decisions.Router`: what to do with ``request`` sent to ``destination``."""
+    if table is None or not table.http:
+        return Forward(destination, request)
+    return compile_table(table).route(destination, request, random)
+
+
+def route_tcp(table: RouteTable | None, destination: BackendService, random: float) -> BackendService | None:
+    """Where a TCP stream to ``destination`` goes: a ``tcp_backends`` entry drawn by weight, or the destination
+    itself when no TCPRoute is attached; None (close the stream) when the draw lands on nothing or an unresolved
+    backend."""
+    if table is None or not table.tcp_backends:
+        return destination
+    weighted = [b for b in table.tcp_backends if b.weight > 0]
+    draw = _unit(random) * sum(b.weight for b in weighted)
+    for backend in weighted:
+        if draw < backend.weight:
+            return backend.backend
+        draw -= backend.weight
+    return None
+
+
+def with_request_id(request: RequestHead, generated: str) -> RequestHead:
+    """``request`` with ``x-request-id: generated`` added when it carries none (or an empty one); an existing id is
+    kept, so one id follows a request through every proxy."""
+    if request.header(REQUEST_ID):
+        return request
+    headers = (*((n, v) for n, v in request.headers if n != REQUEST_ID), (REQUEST_ID, generated))
+    return RequestHead(request.method, request.path, request.authority, headers, request.scheme)
