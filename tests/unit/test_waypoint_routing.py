@@ -370,16 +370,19 @@ def test_a_modifier_with_only_unsafe_entries_cleans_to_nothing() -> None:
     assert clean_modifier(HeaderModifier(add=(("x", "a\nb"),), remove=("a:b",))) is None
 
 
+PREFIX_XYZ = URLRewrite(path=PathModifier(PathModifierType.REPLACE_PREFIX_MATCH, "/xyz"))
+
+
 @pytest.mark.parametrize(
     ("rewrite", "match", "path", "expected_path", "expected_authority"),
     [
         (URLRewrite(hostname="backend.internal"), None, "/a?q=1", "/a?q=1", "backend.internal"),
         (URLRewrite(path=PathModifier(PathModifierType.REPLACE_FULL_PATH, "/x")), None, "/a/b?q", "/x?q", None),
         (URLRewrite(path=PathModifier(PathModifierType.REPLACE_FULL_PATH, "")), None, "/a", "/", None),
-        (URLRewrite(path=PathModifier(PathModifierType.REPLACE_PREFIX_MATCH, "/xyz")), prefix("/foo"), "/foo/bar", "/xyz/bar", None),
-        (URLRewrite(path=PathModifier(PathModifierType.REPLACE_PREFIX_MATCH, "/xyz")), prefix("/"), "/foo", "/xyz/foo", None),
-        (URLRewrite(path=PathModifier(PathModifierType.REPLACE_PREFIX_MATCH, "/xyz")), None, "/foo", "/xyz/foo", None),
-        (URLRewrite(path=PathModifier(PathModifierType.REPLACE_PREFIX_MATCH, "/xyz")), exact("/foo"), "/foo", "/foo", None),
+        (PREFIX_XYZ, prefix("/foo"), "/foo/bar", "/xyz/bar", None),
+        (PREFIX_XYZ, prefix("/"), "/foo", "/xyz/foo", None),
+        (PREFIX_XYZ, None, "/foo", "/xyz/foo", None),
+        (PREFIX_XYZ, exact("/foo"), "/foo", "/foo", None),
     ],
 )  # fmt: skip
 def test_url_rewrite(
@@ -406,9 +409,7 @@ def test_url_rewrite(
         ("/foo", "/foo", "/", "/"),
     ],
 )
-def test_replace_prefix_match_follows_gateway_apis_table(
-    matched: str, path: str, replacement: str, result: str
-) -> None:
+def test_replace_prefix_follows_gateway_apis_table(matched: str, path: str, replacement: str, result: str) -> None:
     assert replace_prefix(path, matched, replacement) == result
 
 
