@@ -10,7 +10,8 @@ Rules:
    the name with one value, at the position of the first one (appended when absent); ``add`` appends a value.
    ``host`` is the request's authority, not a header: setting it changes ``authority``, removing it is ignored.
 2. An entry whose name is not an HTTP token, or whose value holds CR, LF or NUL, is dropped: route authors must not
-   be able to split a request (:func:`clean_modifier`, run once per table).
+   be able to split a request (:func:`clean_modifier`, run once per table; :class:`HeaderEdit` is the request
+   side's modifier made ready to apply).
 3. A path modifier changes the path and keeps the query. ``ReplaceFullPath`` replaces the path. ``ReplacePrefixMatch``
    replaces the matched prefix element-wise, trailing slashes of prefix and replacement ignored (Gateway API's
    table: prefix ``/foo``, replacement ``/xyz``: ``/foo/bar`` → ``/xyz/bar``, ``/foo`` → ``/xyz``; replacement
@@ -25,11 +26,13 @@ Rules:
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from ambit.model.routes import HeaderModifier, PathModifier, PathModifierType, RequestRedirect
 from ambit.waypoint.decisions import RequestHead
 
 __all__ = [
+    "HeaderEdit",
     "apply_header_modifier",
     "clean_modifier",
     "redirect_location",
@@ -56,26 +59,55 @@ def clean_modifier(modifier: HeaderModifier | None) -> HeaderModifier | None:
     return HeaderModifier(set=set_, add=add, remove=remove)
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class HeaderEdit:
+    """A request header modifier made ready to apply, once per table (rules 1 and 2)."""
+
+    drop: frozenset[str]
+    replace: dict[str, str]
+    """``set`` entries but ``host``; a later entry for one name wins."""
+    append: tuple[tuple[str, str], ...]
+    """``add`` entries but ``host``."""
+    authority: str | None
+    """The last ``host`` value set or added, if any."""
+
+    @classmethod
+    def of(cls, modifier: HeaderModifier | None) -> HeaderEdit | None:
+        cleaned = clean_modifier(modifier)
+        if cleaned is None:
+            return None
+        hosts = [v for n, v in (*cleaned.set, *cleaned.add) if n == "host"]
+        return cls(
+            drop=frozenset(n for n in cleaned.remove if n != "host"),
+            replace={n: v for n, v in cleaned.set if n != "host"},
+            append=tuple((n, v) for n, v in cleaned.add if n != "host"),
+            authority=hosts[-1] if hosts else None,
+        )
+
+    def apply(self, request: RequestHead) -> RequestHead:
+        headers: list[tuple[str, str]] = []
+        placed: set[str] = set()
+        replace, drop = self.replace, self.drop
+        for name, value in request.headers:
+            if name in drop:
+                continue
+            new = replace.get(name)
+            if new is None:
+                headers.append((name, value))
+            elif name not in placed:
+                placed.add(name)
+                headers.append((name, new))
+        if len(placed) < len(replace):
+            headers.extend((n, v) for n, v in replace.items() if n not in placed)
+        headers.extend(self.append)
+        authority = request.authority if self.authority is None else self.authority
+        return RequestHead(request.method, request.path, authority, tuple(headers), request.scheme)
+
+
 def apply_header_modifier(request: RequestHead, modifier: HeaderModifier) -> RequestHead:
-    """``request`` with ``modifier`` applied (rule 1). ``modifier`` must have gone through :func:`clean_modifier`."""
-    authority = request.authority
-    headers = [(n, v) for n, v in request.headers if n not in modifier.remove]
-    for name, value in modifier.set:
-        if name == "host":
-            authority = value
-            continue
-        first = next((i for i, (n, _) in enumerate(headers) if n == name), None)
-        if first is None:
-            headers.append((name, value))
-        else:
-            headers = [(n, v) for i, (n, v) in enumerate(headers) if n != name or i == first]
-            headers[first] = (name, value)
-    for name, value in modifier.add:
-        if name == "host":
-            authority = value
-        else:
-            headers.append((name, value))
-    return RequestHead(request.method, request.path, authority, tuple(headers), request.scheme)
+    """``request`` with ``modifier`` applied (rules 1 and 2)."""
+    edit = HeaderEdit.of(modifier)
+    return request if edit is None else edit.apply(request)
 
 
 def split_target(target: str) -> tuple[str, str]:

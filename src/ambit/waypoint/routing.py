@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import parse_qsl
 
@@ -44,16 +45,18 @@ from ambit.model.routes import (
     BackendService,
     HeaderModifier,
     PathMatchType,
+    RetryPolicy,
     RouteMatch,
     RouteRule,
     RouteTable,
+    Timeouts,
     ValueMatch,
     ValueMatchType,
     WeightedBackend,
 )
 from ambit.waypoint.decisions import Decision, Forward, RequestHead, Respond
 from ambit.waypoint.filters import (
-    apply_header_modifier,
+    HeaderEdit,
     clean_modifier,
     redirect_location,
     rewrite_path,
@@ -68,6 +71,9 @@ _CACHE_SIZE = 512
 """Compiled tables kept; a waypoint's config holds one table per destination it serves."""
 _MIRROR_SCALE = 1_000_003.0
 _GOLDEN = 0.6180339887498949
+_NO_TIMEOUTS = Timeouts()
+_DEFAULT_RETRY = RetryPolicy()
+"""The default route's policies: Istio's defaults, shared (they are frozen)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,10 +94,8 @@ class _ValueTest:
 @dataclass(frozen=True, slots=True)
 class _MatchTest:
     method: str | None
-    path_kind: PathMatchType
-    path_value: str
-    """Exact: the path; PathPrefix: the prefix without trailing slashes."""
-    path_pattern: re.Pattern[str] | None
+    path: Callable[[str], bool] | None
+    """Whether a path holds; None: every path does (PathPrefix ``/``)."""
     headers: tuple[_ValueTest, ...]
     query: tuple[_ValueTest, ...]
     prefix: str | None
@@ -102,9 +106,9 @@ class _MatchTest:
 class _CompiledRule:
     rule: RouteRule
     test: _MatchTest
-    request_headers: HeaderModifier | None
+    request_headers: HeaderEdit | None
     response_headers: HeaderModifier | None
-    backends: tuple[tuple[float, WeightedBackend, HeaderModifier | None], ...]
+    backends: tuple[tuple[float, WeightedBackend, HeaderEdit | None], ...]
     """(cumulative weight, backend, its cleaned header modifier), weight > 0 only."""
     total: float
 
@@ -164,18 +168,31 @@ def _value_tests(
     return tuple(tests)
 
 
-def _match_test(match: RouteMatch, problems: list[str], where: str) -> _MatchTest:
-    path = match.path
-    kind = PathMatchType.PATH_PREFIX if path is None else path.kind
-    value = "/" if path is None else path.value
-    pattern = None
+def _never(path: str) -> bool:
+    return False
+
+
+def _path_test(kind: PathMatchType, value: str, problems: list[str], where: str) -> Callable[[str], bool] | None:
+    if kind is PathMatchType.EXACT:
+        return value.__eq__
     if kind is PathMatchType.REGULAR_EXPRESSION:
         pattern = _compile_regex(value, problems, f"{where} path")
+        if pattern is None:
+            return _never
+        return lambda path: pattern.fullmatch(path) is not None
+    prefix = value.rstrip("/")
+    if not prefix:
+        return None
+    below = prefix + "/"
+    return lambda path: path == prefix or path.startswith(below)
+
+
+def _match_test(match: RouteMatch, problems: list[str], where: str) -> _MatchTest:
+    kind = PathMatchType.PATH_PREFIX if match.path is None else match.path.kind
+    value = "/" if match.path is None else match.path.value
     return _MatchTest(
         method=match.method,
-        path_kind=kind,
-        path_value=value.rstrip("/") if kind is PathMatchType.PATH_PREFIX else value,
-        path_pattern=pattern,
+        path=_path_test(kind, value, problems, where),
         headers=_value_tests(match.headers, True, problems, f"{where} header"),
         query=_value_tests(match.query_params, False, problems, f"{where} query parameter"),
         prefix=value if kind is PathMatchType.PATH_PREFIX else None,
@@ -183,16 +200,16 @@ def _match_test(match: RouteMatch, problems: list[str], where: str) -> _MatchTes
 
 
 def _compile_rule(rule: RouteRule, problems: list[str]) -> _CompiledRule:
-    backends: list[tuple[float, WeightedBackend, HeaderModifier | None]] = []
+    backends: list[tuple[float, WeightedBackend, HeaderEdit | None]] = []
     total = 0.0
     for backend in rule.backends:
         if backend.weight > 0:
             total += backend.weight
-            backends.append((total, backend, clean_modifier(backend.request_headers)))
+            backends.append((total, backend, HeaderEdit.of(backend.request_headers)))
     return _CompiledRule(
         rule=rule,
         test=_match_test(rule.match, problems, rule.route or "route"),
-        request_headers=clean_modifier(rule.request_headers),
+        request_headers=HeaderEdit.of(rule.request_headers),
         response_headers=clean_modifier(rule.response_headers),
         backends=tuple(backends),
         total=total,
@@ -200,18 +217,6 @@ def _compile_rule(rule: RouteRule, problems: list[str]) -> _CompiledRule:
 
 
 def _holds(test: _MatchTest, facts: _Facts) -> bool:
-    if test.method is not None and test.method != facts.request.method:
-        return False
-    path = facts.path
-    if test.path_kind is PathMatchType.PATH_PREFIX:
-        prefix = test.path_value
-        if prefix and path != prefix and not path.startswith(prefix + "/"):
-            return False
-    elif test.path_kind is PathMatchType.EXACT:
-        if path != test.path_value:
-            return False
-    elif test.path_pattern is None or test.path_pattern.fullmatch(path) is None:
-        return False
     return all(h.holds(facts.header(h.name)) for h in test.headers) and all(
         q.holds(facts.query(q.name)) for q in test.query
     )
@@ -245,12 +250,27 @@ class CompiledTable:
     def route(self, destination: BackendService, request: RequestHead, random: float) -> Decision:
         """What to do with ``request`` sent to ``destination`` (the module's rules)."""
         if not self.rules:
-            return Forward(destination, request)
+            return Forward(destination, request, timeouts=_NO_TIMEOUTS, retry=_DEFAULT_RETRY)
         facts = _Facts(request)
+        method, path = request.method, facts.path
         for compiled in self.rules:
-            if _holds(compiled.test, facts):
+            test = compiled.test
+            if (
+                (test.method is None or test.method == method)
+                and (test.path is None or test.path(path))
+                and (not (test.headers or test.query) or _holds(test, facts))
+            ):
                 return _take(compiled, destination, request, _unit(random))
         return Respond(404)
+
+
+def _draw(
+    backends: tuple[tuple[float, WeightedBackend, HeaderEdit | None], ...], draw: float
+) -> tuple[float, WeightedBackend, HeaderEdit | None] | None:
+    for entry in backends:
+        if draw < entry[0]:
+            return entry
+    return None
 
 
 def _take(compiled: _CompiledRule, destination: BackendService, request: RequestHead, random: float) -> Decision:
@@ -260,30 +280,34 @@ def _take(compiled: _CompiledRule, destination: BackendService, request: Request
             request = RequestHead(request.method, request.path, destination.hostname, request.headers, request.scheme)
         location = redirect_location(request, rule.redirect, destination.port, compiled.test.prefix)
         return Respond(rule.redirect.status_code, (("location", location),), route=rule.route)
-    draw = random * compiled.total
-    chosen = next((entry for entry in compiled.backends if draw < entry[0]), None)
+    chosen = _draw(compiled.backends, random * compiled.total)
     if chosen is None or chosen[1].backend is None:
         return Respond(500, route=rule.route)
+    backend, backend_edit = chosen[1].backend, chosen[2]
     if compiled.request_headers is not None:
-        request = apply_header_modifier(request, compiled.request_headers)
+        request = compiled.request_headers.apply(request)
     if rule.rewrite is not None:
         path = request.path
         if rule.rewrite.path is not None:
             path = rewrite_path(path, rule.rewrite.path, compiled.test.prefix)
         authority = rule.rewrite.hostname or request.authority
         request = RequestHead(request.method, path, authority, request.headers, request.scheme)
-    mirrors = tuple(
-        (
-            mirror.backend,
-            RequestHead(request.method, request.path, _shadow(request.authority), request.headers, request.scheme),
+    mirrors = (
+        tuple(
+            (
+                mirror.backend,
+                RequestHead(request.method, request.path, _shadow(request.authority), request.headers, request.scheme),
+            )
+            for index, mirror in enumerate(rule.mirrors)
+            if 100.0 * _mirror_draw(random, index) < mirror.percent
         )
-        for index, mirror in enumerate(rule.mirrors)
-        if 100.0 * _mirror_draw(random, index) < mirror.percent
+        if rule.mirrors
+        else ()
     )
-    if chosen[2] is not None:
-        request = apply_header_modifier(request, chosen[2])
+    if backend_edit is not None:
+        request = backend_edit.apply(request)
     return Forward(
-        chosen[1].backend,
+        backend,
         request,
         response_headers=compiled.response_headers,
         timeouts=rule.timeouts,
@@ -312,7 +336,7 @@ def compile_table(table: RouteTable) -> CompiledTable:
 def route(table: RouteTable | None, destination: BackendService, request: RequestHead, random: float) -> Decision:
     """The :data:`~ambit.waypoint.decisions.Router`: what to do with ``request`` sent to ``destination``."""
     if table is None or not table.http:
-        return Forward(destination, request)
+        return Forward(destination, request, timeouts=_NO_TIMEOUTS, retry=_DEFAULT_RETRY)
     return compile_table(table).route(destination, request, random)
 
 
