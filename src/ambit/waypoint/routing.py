@@ -8,16 +8,12 @@ Rules:
 
 1. No table, or a table without HTTP rules: the default route, Forward to the destination, request unchanged, with
    the default retry policy. HTTP rules present and none matches: Respond 404.
-2. A match holds when every part holds. Method: exact (methods are case-sensitive). Path (the target before ``?``):
-   Exact is string equality; PathPrefix is element-wise (``/foo`` and ``/foo/`` match ``/foo``, ``/foo/bar``, not
-   ``/foobar``); RegularExpression is :func:`re.fullmatch`. No path part means PathPrefix ``/``.
-3. Header names compare case-insensitively; a header sent several times is matched as its values joined by ``", "``
-   (RFC 9110 §5.3, as Gateway API points to); ``host`` stands for the authority when no ``host`` header came.
-   Query parameters come from :func:`urllib.parse.parse_qsl` (blank values kept, names exact); a repeated parameter
-   is matched by its first value. In both, when a match lists one name twice only the first entry counts.
-4. Regular expressions (Python :mod:`re` syntax) are compiled once per table (:func:`compile_table`, cached by the
-   table's identity). One that does not compile makes its match never hold and is listed in
-   :attr:`CompiledTable.problems`; a request never raises.
+2. Whether a rule's match holds is :mod:`ambit.waypoint.matching`'s business: method, path (Exact, element-wise
+   PathPrefix, RegularExpression as a full match), headers (names case-insensitive) and query parameters.
+3. Tables are compiled once (:func:`compile_table`, cached by the table's identity): regular expressions, cleaned
+   header modifiers, cumulative weights. What cannot work (a regular expression that does not compile) is listed in
+   :attr:`CompiledTable.problems` and that match never holds; a request never raises.
+4. The first entry whose match holds takes the request: the translator has ordered them by Gateway API precedence.
 5. A rule with a redirect answers it (status and ``Location``, see :mod:`ambit.waypoint.filters`); nothing else of
    the rule runs.
 6. Otherwise a backend is drawn by weight with ``random`` in [0, 1) over the cumulative weights (weight 0, or
@@ -25,7 +21,7 @@ Rules:
 7. Filters run in a fixed order: the rule's request header modifier, its URL rewrite (hostname replaces the
    authority, the path is replaced fully or by prefix), then the drawn backend's own header modifier. The rule's
    response header modifier travels in the :class:`Forward` for the shell to apply.
-8. Mirrors get the request as it is after step 7's first two filters (not the other backend's own modifier), with
+8. Mirrors get the request as it is after rule 7's first two filters (not the other backend's own modifier), with
    ``-shadow`` appended to the authority's host as Envoy does. Mirror ``i`` fires when ``100 * r_i < percent``,
    where ``r_i`` is derived from ``random`` deterministically: the fractional part of
    ``random * 1_000_003 + 0.618... * (i + 1)``. Its low-order digits are independent enough of the high-order ones
@@ -36,22 +32,15 @@ Rules:
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Callable
 from dataclasses import dataclass
-from urllib.parse import parse_qsl
 
 from ambit.model.routes import (
     BackendService,
     HeaderModifier,
-    PathMatchType,
     RetryPolicy,
-    RouteMatch,
     RouteRule,
     RouteTable,
     Timeouts,
-    ValueMatch,
-    ValueMatchType,
     WeightedBackend,
 )
 from ambit.waypoint.decisions import Decision, Forward, RequestHead, Respond
@@ -61,8 +50,8 @@ from ambit.waypoint.filters import (
     redirect_location,
     rewrite_path,
     split_authority,
-    split_target,
 )
+from ambit.waypoint.matching import MatchTest, RequestFacts, compile_match
 
 __all__ = ["CompiledTable", "compile_table", "route", "route_tcp", "with_request_id"]
 
@@ -77,35 +66,9 @@ _DEFAULT_RETRY = RetryPolicy()
 
 
 @dataclass(frozen=True, slots=True)
-class _ValueTest:
-    name: str
-    exact: str | None
-    pattern: re.Pattern[str] | None
-    """Both None: a regular expression that did not compile; the test never holds."""
-
-    def holds(self, value: str | None) -> bool:
-        if value is None:
-            return False
-        if self.exact is not None:
-            return value == self.exact
-        return self.pattern is not None and self.pattern.fullmatch(value) is not None
-
-
-@dataclass(frozen=True, slots=True)
-class _MatchTest:
-    method: str | None
-    path: Callable[[str], bool] | None
-    """Whether a path holds; None: every path does (PathPrefix ``/``)."""
-    headers: tuple[_ValueTest, ...]
-    query: tuple[_ValueTest, ...]
-    prefix: str | None
-    """The prefix ReplacePrefixMatch replaces; None for Exact and RegularExpression matches."""
-
-
-@dataclass(frozen=True, slots=True)
 class _CompiledRule:
     rule: RouteRule
-    test: _MatchTest
+    test: MatchTest
     request_headers: HeaderEdit | None
     response_headers: HeaderModifier | None
     backends: tuple[tuple[float, WeightedBackend, HeaderEdit | None], ...]
@@ -113,113 +76,23 @@ class _CompiledRule:
     total: float
 
 
-class _Facts:
-    """What the rules read from one request, each worked out once and only when a rule asks."""
-
-    __slots__ = ("_headers", "_query", "path", "query_text", "request")
-
-    def __init__(self, request: RequestHead) -> None:
-        self.request = request
-        self.path, self.query_text = split_target(request.path)
-        self._headers: dict[str, str] | None = None
-        self._query: dict[str, str] | None = None
-
-    def header(self, name: str) -> str | None:
-        if self._headers is None:
-            joined: dict[str, str] = {}
-            for raw, value in self.request.headers:
-                key = raw.lower()
-                joined[key] = f"{joined[key]}, {value}" if key in joined else value
-            joined.setdefault("host", self.request.authority)
-            self._headers = joined
-        return self._headers.get(name)
-
-    def query(self, name: str) -> str | None:
-        if self._query is None:
-            first: dict[str, str] = {}
-            for key, value in parse_qsl(self.query_text[1:], keep_blank_values=True):
-                first.setdefault(key, value)
-            self._query = first
-        return self._query.get(name)
-
-
-def _compile_regex(text: str, problems: list[str], where: str) -> re.Pattern[str] | None:
-    try:
-        return re.compile(text)
-    except (re.error, OverflowError, RecursionError, ValueError) as exc:
-        problems.append(f"{where}: regular expression {text!r} does not compile: {exc}")
-        return None
-
-
-def _value_tests(
-    matches: tuple[ValueMatch, ...], fold_case: bool, problems: list[str], where: str
-) -> tuple[_ValueTest, ...]:
-    tests: list[_ValueTest] = []
-    seen: set[str] = set()
-    for match in matches:
-        name = match.name.lower() if fold_case else match.name
-        if name in seen:
-            continue
-        seen.add(name)
-        if match.kind is ValueMatchType.EXACT:
-            tests.append(_ValueTest(name, match.value, None))
-        else:
-            tests.append(_ValueTest(name, None, _compile_regex(match.value, problems, f"{where} {name}")))
-    return tuple(tests)
-
-
-def _never(path: str) -> bool:
-    return False
-
-
-def _path_test(kind: PathMatchType, value: str, problems: list[str], where: str) -> Callable[[str], bool] | None:
-    if kind is PathMatchType.EXACT:
-        return value.__eq__
-    if kind is PathMatchType.REGULAR_EXPRESSION:
-        pattern = _compile_regex(value, problems, f"{where} path")
-        if pattern is None:
-            return _never
-        return lambda path: pattern.fullmatch(path) is not None
-    prefix = value.rstrip("/")
-    if not prefix:
-        return None
-    below = prefix + "/"
-    return lambda path: path == prefix or path.startswith(below)
-
-
-def _match_test(match: RouteMatch, problems: list[str], where: str) -> _MatchTest:
-    kind = PathMatchType.PATH_PREFIX if match.path is None else match.path.kind
-    value = "/" if match.path is None else match.path.value
-    return _MatchTest(
-        method=match.method,
-        path=_path_test(kind, value, problems, where),
-        headers=_value_tests(match.headers, True, problems, f"{where} header"),
-        query=_value_tests(match.query_params, False, problems, f"{where} query parameter"),
-        prefix=value if kind is PathMatchType.PATH_PREFIX else None,
-    )
-
-
-def _compile_rule(rule: RouteRule, problems: list[str]) -> _CompiledRule:
+def _compile_rule(rule: RouteRule) -> tuple[_CompiledRule, tuple[str, ...]]:
     backends: list[tuple[float, WeightedBackend, HeaderEdit | None]] = []
     total = 0.0
     for backend in rule.backends:
         if backend.weight > 0:
             total += backend.weight
             backends.append((total, backend, HeaderEdit.of(backend.request_headers)))
-    return _CompiledRule(
+    test, problems = compile_match(rule.match, rule.route or "route")
+    compiled = _CompiledRule(
         rule=rule,
-        test=_match_test(rule.match, problems, rule.route or "route"),
+        test=test,
         request_headers=HeaderEdit.of(rule.request_headers),
         response_headers=clean_modifier(rule.response_headers),
         backends=tuple(backends),
         total=total,
     )
-
-
-def _holds(test: _MatchTest, facts: _Facts) -> bool:
-    return all(h.holds(facts.header(h.name)) for h in test.headers) and all(
-        q.holds(facts.query(q.name)) for q in test.query
-    )
+    return compiled, problems
 
 
 def _unit(random: float) -> float:
@@ -241,24 +114,24 @@ class CompiledTable:
     __slots__ = ("problems", "rules", "table")
 
     def __init__(self, table: RouteTable) -> None:
-        problems: list[str] = []
+        compiled = [_compile_rule(rule) for rule in table.http]
         self.table = table
-        self.rules = tuple(_compile_rule(rule, problems) for rule in table.http)
-        self.problems: tuple[str, ...] = tuple(problems)
+        self.rules = tuple(rule for rule, _ in compiled)
+        self.problems: tuple[str, ...] = tuple(problem for _, problems in compiled for problem in problems)
         """What in the table cannot work (regular expressions that do not compile), for logs and config dumps."""
 
     def route(self, destination: BackendService, request: RequestHead, random: float) -> Decision:
         """What to do with ``request`` sent to ``destination`` (the module's rules)."""
         if not self.rules:
             return Forward(destination, request, timeouts=_NO_TIMEOUTS, retry=_DEFAULT_RETRY)
-        facts = _Facts(request)
+        facts = RequestFacts(request)
         method, path = request.method, facts.path
         for compiled in self.rules:
             test = compiled.test
             if (
                 (test.method is None or test.method == method)
                 and (test.path is None or test.path(path))
-                and (not (test.headers or test.query) or _holds(test, facts))
+                and (not (test.headers or test.query) or test.holds_for(facts))
             ):
                 return _take(compiled, destination, request, _unit(random))
         return Respond(404)
