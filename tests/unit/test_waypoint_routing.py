@@ -29,6 +29,7 @@ from ambit.model.routes import (
 )
 from ambit.waypoint.decisions import Forward, RequestHead, Respond
 from ambit.waypoint.filters import apply_header_modifier, clean_modifier, replace_prefix, split_authority
+from ambit.waypoint.patterns import SUBJECT_LIMIT, pattern_problem
 from ambit.waypoint.routing import compile_table, route, route_tcp, with_request_id
 
 DEST = BackendService("app", "reviews.app.svc.cluster.local", 9080)
@@ -233,7 +234,58 @@ def test_a_regex_that_does_not_compile_never_matches_and_is_reported() -> None:
     t = table(bad, bad_header, rule("fallback"))
     assert routed(t, req("/(unclosed", headers=(("a", "*"),))) == "HTTPRoute/app/fallback"
     problems = compile_table(t).problems
-    assert len(problems) == 2 and "HTTPRoute/app/bad path" in problems[0]
+    assert len(problems) == 2 and problems[0].startswith("HTTPRoute/app/bad path: regular expression")
+
+
+@pytest.mark.parametrize(
+    ("pattern", "problem"),
+    [
+        (r"/v[0-9]+/.*", None),
+        (r".*\.(jpg|png)", None),
+        (r"(a|b)+", None),
+        (r"(?:ab)?c", None),
+        (r"(a+)+b", "a repeat inside a repeat"),
+        (r"(?:a{1,5})*", "a repeat inside a repeat"),
+        (r"(/[a-z]+)+", "a repeat inside a repeat"),
+        (r"(ab|a)+", "an alternation inside a repeat"),
+        (r"(a)\1", "a backreference"),
+        (r"(?=a)a", "a lookahead or lookbehind"),
+        (r"(?<!a)b", "a negative lookahead or lookbehind"),
+        (r"a++", "a possessive repeat"),
+        (r"(?>a)", "an atomic group"),
+        (r"(?P<x>a)(?(x)b|c)", "a conditional group"),
+        (r"(", "does not compile"),
+        (r"a{99999999999}", "does not compile"),
+        (r"[[a]", "ambiguous syntax"),
+    ],
+)
+def test_patterns_that_could_stall_the_waypoint_are_refused(pattern: str, problem: str | None) -> None:
+    found = pattern_problem(pattern)
+    assert (found is None) if problem is None else (found is not None and found.startswith(problem))
+
+
+def test_a_client_cannot_stall_the_waypoint_with_a_catastrophic_route_regex() -> None:
+    evil = table(
+        rule("evil", RouteMatch(path=regex(r"/(a+)+b"))),
+        rule("evil-h", RouteMatch(headers=(ValueMatch("x", r"(a|aa)+b", ValueMatchType.REGULAR_EXPRESSION),))),
+        rule("fallback"),
+    )
+    attack = req("/" + "a" * 64 + "!", headers=(("x", "a" * 64 + "!"),))
+    assert routed(evil, attack) == "HTTPRoute/app/fallback"
+    assert len(compile_table(evil).problems) == 2
+
+
+def test_a_subject_longer_than_the_limit_does_not_match_a_pattern() -> None:
+    t = table(
+        rule("path", RouteMatch(path=regex(r"/.*"))),
+        rule("header", RouteMatch(headers=(ValueMatch("x", r".*", ValueMatchType.REGULAR_EXPRESSION),))),
+        rule("fallback"),
+    )
+    assert routed(t, req("/" + "a" * (SUBJECT_LIMIT - 1))) == "HTTPRoute/app/path"
+    assert routed(t, req("/" + "a" * SUBJECT_LIMIT, headers=(("x", "b" * SUBJECT_LIMIT),))) == "HTTPRoute/app/header"
+    assert routed(t, req("/" + "a" * SUBJECT_LIMIT, headers=(("x", "b" * (SUBJECT_LIMIT + 1)),))) == (
+        "HTTPRoute/app/fallback"
+    )
 
 
 def test_tables_are_compiled_once_per_table_object() -> None:
@@ -568,3 +620,8 @@ def test_route_never_raises_on_arbitrary_requests_and_tables(
     assert isinstance(decision, Forward | Respond)
     if isinstance(decision, Respond):
         assert decision.status in {404, 500} or decision.headers[0][0] == "location"
+
+
+@given(st.text(max_size=40) | st.from_regex(r"[()|*+?{}\[\]\\a-c0-9,.^$]{0,24}", fullmatch=True))
+def test_pattern_problem_never_raises(pattern: str) -> None:
+    assert pattern_problem(pattern) is None or isinstance(pattern_problem(pattern), str)

@@ -10,8 +10,10 @@ Rules:
    ``host`` header came. Query parameters come from :func:`urllib.parse.parse_qsl` (percent-decoded, ``+`` read as
    a space, blank values kept, names exact); a repeated parameter is matched by its first value. In both, when a
    match lists one name twice only the first entry counts (Gateway API).
-3. Regular expressions use Python's :mod:`re` syntax and are compiled once, when the match is. One that does not
-   compile makes its part never hold and is reported in ``problems``; testing a request never raises.
+3. Regular expressions are compiled once, when the match is, by :mod:`ambit.waypoint.patterns`: one that does
+   not compile or could backtrack without bound is refused, makes its part never hold and is reported in
+   ``problems``; a path or header value longer than :data:`~ambit.waypoint.patterns.SUBJECT_LIMIT` does not match
+   a pattern. Testing a request never raises.
 4. :class:`RequestFacts` works each fact out once per request and only when a match asks for it.
 """
 
@@ -25,6 +27,7 @@ from urllib.parse import parse_qsl
 from ambit.model.routes import PathMatchType, RouteMatch, ValueMatch, ValueMatchType
 from ambit.waypoint.decisions import RequestHead
 from ambit.waypoint.filters import split_target
+from ambit.waypoint.patterns import SUBJECT_LIMIT, safe_pattern
 
 __all__ = ["MatchTest", "RequestFacts", "ValueTest", "compile_match"]
 
@@ -41,7 +44,7 @@ class ValueTest:
             return False
         if self.exact is not None:
             return value == self.exact
-        return self.pattern is not None and self.pattern.fullmatch(value) is not None
+        return self.pattern is not None and len(value) <= SUBJECT_LIMIT and self.pattern.fullmatch(value) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,11 +95,11 @@ class RequestFacts:
 
 
 def _compile_regex(text: str, problems: list[str], where: str) -> re.Pattern[str] | None:
-    try:
-        return re.compile(text)
-    except (re.error, OverflowError, RecursionError, ValueError) as exc:
-        problems.append(f"{where}: regular expression {text!r} does not compile: {exc}")
+    compiled = safe_pattern(text)
+    if isinstance(compiled, str):
+        problems.append(f"{where}: regular expression {text!r} refused: {compiled}")
         return None
+    return compiled
 
 
 def _value_tests(
@@ -127,7 +130,7 @@ def _path_test(kind: PathMatchType, value: str, problems: list[str], where: str)
         pattern = _compile_regex(value, problems, f"{where} path")
         if pattern is None:
             return _never
-        return lambda path: pattern.fullmatch(path) is not None
+        return lambda path: len(path) <= SUBJECT_LIMIT and pattern.fullmatch(path) is not None
     prefix = value.rstrip("/")
     if not prefix:
         return None

@@ -11,8 +11,9 @@ Rules:
 2. Whether a rule's match holds is :mod:`ambit.waypoint.matching`'s business: method, path (Exact, element-wise
    PathPrefix, RegularExpression as a full match), headers (names case-insensitive) and query parameters.
 3. Tables are compiled once (:func:`compile_table`, cached by the table's identity): regular expressions, cleaned
-   header modifiers, cumulative weights. What cannot work (a regular expression that does not compile) is listed in
-   :attr:`CompiledTable.problems` and that match never holds; a request never raises.
+   header modifiers, cumulative weights. What cannot work (a regular expression that does not compile, or that
+   :mod:`ambit.waypoint.patterns` refuses as unsafe) is listed in :attr:`CompiledTable.problems` and that match
+   never holds; a request never raises.
 4. The first entry whose match holds takes the request: the translator has ordered them by Gateway API precedence.
 5. A rule with a redirect answers it (status and ``Location``, see :mod:`ambit.waypoint.filters`); nothing else of
    the rule runs.
@@ -118,7 +119,7 @@ class CompiledTable:
         self.table = table
         self.rules = tuple(rule for rule, _ in compiled)
         self.problems: tuple[str, ...] = tuple(problem for _, problems in compiled for problem in problems)
-        """What in the table cannot work (regular expressions that do not compile), for logs and config dumps."""
+        """What in the table cannot work (refused regular expressions), for logs and config dumps."""
 
     def route(self, destination: BackendService, request: RequestHead, random: float) -> Decision:
         """What to do with ``request`` sent to ``destination`` (the module's rules)."""
