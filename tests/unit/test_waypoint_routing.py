@@ -413,6 +413,37 @@ def test_request_header_modifier(
     assert forward(route(t, DEST, req(headers=headers), 0.0)).request.headers == expected
 
 
+@pytest.mark.parametrize("name", ["Content-Length", "transfer-encoding", "connection", "upgrade", "te", "trailer"])
+def test_a_route_cannot_touch_framing_or_hop_by_hop_headers(name: str) -> None:
+    t = table(
+        rule("smuggle", request_headers=HeaderModifier(set=((name, "0"),), add=((name, "chunked"),), remove=(name,)))
+    )
+    headers = ((name.lower(), "5"), ("a", "1"))
+    assert forward(route(t, DEST, req(headers=headers), 0.0)).request.headers == headers
+    assert clean_modifier(HeaderModifier(set=((name, "0"),))) is None
+
+
+@pytest.mark.parametrize(
+    ("redirect", "rewrite"),
+    [
+        (RequestRedirect(hostname="evil\r\nset-cookie: x=1"), None),
+        (RequestRedirect(hostname="caf\u00e9.example"), None),
+        (None, URLRewrite(hostname="a b")),
+        (None, URLRewrite(hostname="a\nb")),
+    ],
+)
+def test_a_location_or_authority_that_is_not_visible_ascii_answers_500(
+    redirect: RequestRedirect | None, rewrite: URLRewrite | None
+) -> None:
+    r = rule("unsafe", redirect=redirect, rewrite=rewrite)
+    assert route(table(r), DEST, req(), 0.0) == Respond(500, route=r.route)
+
+
+def test_a_path_rewrite_keeps_an_empty_authority() -> None:
+    r = rule("p", rewrite=URLRewrite(path=PathModifier(PathModifierType.REPLACE_FULL_PATH, "/x")))
+    assert forward(route(table(r), DEST, req(authority=""), 0.0)).request == req("/x", authority="")
+
+
 def test_setting_host_changes_the_authority() -> None:
     modifier = clean_modifier(HeaderModifier(set=(("Host", "other:1"),), remove=("host",)))
     assert modifier is not None

@@ -9,9 +9,10 @@ Rules:
    leaves ``x: 1``). Names compare case-insensitively and are written lower-case. ``set`` replaces every value of
    the name with one value, at the position of the first one (appended when absent); ``add`` appends a value.
    ``host`` is the request's authority, not a header: setting it changes ``authority``, removing it is ignored.
-2. An entry whose name is not an HTTP token, or whose value holds CR, LF or NUL, is dropped: route authors must not
-   be able to split a request (:func:`clean_modifier`, run once per table; :class:`HeaderEdit` is the request
-   side's modifier made ready to apply).
+2. An entry whose name is not an HTTP token, whose value holds CR, LF or NUL, or whose name is one of the
+   message's framing and hop-by-hop headers (``content-length``, ``transfer-encoding``, ``connection``, ...: the
+   shell writes those) is dropped: route authors must not be able to split or desynchronise a message
+   (:func:`clean_modifier`, run once per table; :class:`HeaderEdit` is the request side's modifier made ready).
 3. A path modifier changes the path and keeps the query. ``ReplaceFullPath`` replaces the path. ``ReplacePrefixMatch``
    replaces the matched prefix element-wise, trailing slashes of prefix and replacement ignored (Gateway API's
    table: prefix ``/foo``, replacement ``/xyz``: ``/foo/bar`` → ``/xyz/bar``, ``/foo`` → ``/xyz``; replacement
@@ -20,7 +21,8 @@ Rules:
 4. A redirect's ``Location`` is ``scheme://host[:port]path``: unset parts come from the request (host without its
    port). The port is the redirect's own; else, when the redirect sets a scheme, that scheme's well-known port
    (80 for http, 443 for https); else the listener port (the destination's Service port). Port 80 with http and 443
-   with https are left out.
+   with https are left out. A location with anything but visible ASCII is not sent (:func:`is_visible_ascii`; the
+   router answers 500 instead).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ __all__ = [
     "HeaderEdit",
     "apply_header_modifier",
     "clean_modifier",
+    "is_visible_ascii",
     "redirect_location",
     "replace_prefix",
     "rewrite_path",
@@ -44,16 +47,39 @@ __all__ = [
 
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _BAD_VALUE = re.compile(r"[\r\n\x00]")
+_VISIBLE = re.compile(r"[\x21-\x7e]+")
+_FRAMING = frozenset(
+    {
+        "connection",
+        "content-length",
+        "http2-settings",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
 _WELL_KNOWN_PORTS = {"http": 80, "https": 443}
+
+
+def _allowed(name: str) -> bool:
+    return _TOKEN.fullmatch(name) is not None and name.lower() not in _FRAMING
+
+
+def is_visible_ascii(text: str) -> bool:
+    """Whether ``text`` is one or more visible ASCII characters (no space, no control, nothing else)."""
+    return _VISIBLE.fullmatch(text) is not None
 
 
 def clean_modifier(modifier: HeaderModifier | None) -> HeaderModifier | None:
     """``modifier`` with names lower-cased and unsafe entries dropped (rule 2); None when nothing is left."""
     if modifier is None:
         return None
-    set_ = tuple((n.lower(), v) for n, v in modifier.set if _TOKEN.fullmatch(n) and not _BAD_VALUE.search(v))
-    add = tuple((n.lower(), v) for n, v in modifier.add if _TOKEN.fullmatch(n) and not _BAD_VALUE.search(v))
-    remove = tuple(n.lower() for n in modifier.remove if _TOKEN.fullmatch(n))
+    set_ = tuple((n.lower(), v) for n, v in modifier.set if _allowed(n) and not _BAD_VALUE.search(v))
+    add = tuple((n.lower(), v) for n, v in modifier.add if _allowed(n) and not _BAD_VALUE.search(v))
+    remove = tuple(n.lower() for n in modifier.remove if _allowed(n))
     if not (set_ or add or remove):
         return None
     return HeaderModifier(set=set_, add=add, remove=remove)

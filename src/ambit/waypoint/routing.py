@@ -21,7 +21,8 @@ Rules:
    negative, is never drawn). No backend with a weight, or a draw that lands on an unresolved backend, answers 500.
 7. Filters run in a fixed order: the rule's request header modifier, its URL rewrite (hostname replaces the
    authority, the path is replaced fully or by prefix), then the drawn backend's own header modifier. The rule's
-   response header modifier travels in the :class:`Forward` for the shell to apply.
+   response header modifier travels in the :class:`Forward` for the shell to apply. A rewrite hostname or a redirect
+   location that is not visible ASCII answers 500 rather than reach the wire.
 8. Mirrors get the request as it is after rule 7's first two filters (not the other backend's own modifier), with
    ``-shadow`` appended to the authority's host as Envoy does. Mirror ``i`` fires when ``100 * r_i < percent``,
    where ``r_i`` is derived from ``random`` deterministically: the fractional part of
@@ -48,6 +49,7 @@ from ambit.waypoint.decisions import Decision, Forward, RequestHead, Respond
 from ambit.waypoint.filters import (
     HeaderEdit,
     clean_modifier,
+    is_visible_ascii,
     redirect_location,
     rewrite_path,
     split_authority,
@@ -153,6 +155,8 @@ def _take(compiled: _CompiledRule, destination: BackendService, request: Request
         if not request.authority:
             request = RequestHead(request.method, request.path, destination.hostname, request.headers, request.scheme)
         location = redirect_location(request, rule.redirect, destination.port, compiled.test.prefix)
+        if not is_visible_ascii(location):
+            return Respond(500, route=rule.route)
         return Respond(rule.redirect.status_code, (("location", location),), route=rule.route)
     chosen = _draw(compiled.backends, random * compiled.total)
     if chosen is None or chosen[1].backend is None:
@@ -164,7 +168,10 @@ def _take(compiled: _CompiledRule, destination: BackendService, request: Request
         path = request.path
         if rule.rewrite.path is not None:
             path = rewrite_path(path, rule.rewrite.path, compiled.test.prefix)
-        authority = rule.rewrite.hostname or request.authority
+        hostname = rule.rewrite.hostname
+        if hostname is not None and not is_visible_ascii(hostname):
+            return Respond(500, route=rule.route)
+        authority = hostname or request.authority
         request = RequestHead(request.method, path, authority, request.headers, request.scheme)
     mirrors = (
         tuple(
