@@ -225,6 +225,26 @@ def test_gateway_api_precedence_on_a_pre_ordered_table() -> None:
     assert routed(t, req("/apix")) == "HTTPRoute/app/catch-all"
 
 
+def test_ties_go_to_the_first_entry_as_the_translator_ordered_them() -> None:
+    same = RouteMatch(path=prefix("/api"), headers=(ValueMatch("a", "1"),))
+    t = table(rule("older", same, V1), rule("newer", same, V2))
+    decision = forward(route(t, DEST, req("/api/x", headers=(("a", "1"),)), 0.0))
+    assert decision.route == "HTTPRoute/app/older" and decision.backend == V1
+
+
+def test_a_grpc_method_match_as_the_translator_writes_it() -> None:
+    grpc = RouteRule(
+        route="GRPCRoute/app/echo",
+        match=RouteMatch(path=exact("/echo.v1.Echo/Say"), method="POST"),
+        backends=(WeightedBackend(V1),),
+    )
+    t = table(grpc, rule("rest"))
+    head = req("/echo.v1.Echo/Say", "POST", headers=(("content-type", "application/grpc"), ("te", "trailers")))
+    assert routed(t, head) == "GRPCRoute/app/echo"
+    assert routed(t, req("/echo.v1.Echo/Say", "GET")) == "HTTPRoute/app/rest"
+    assert routed(t, req("/echo.v1.Echo/SayMore", "POST")) == "HTTPRoute/app/rest"
+
+
 # Rule 4: regular expressions
 
 
