@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from ambit.model.routes import RetryPolicy, Timeouts
 from ambit.waypoint.retries import (
     CONNECT_FAILURE_BODY,
+    REFUSED_BODY,
     REPLAY_LIMIT,
     RESET_BODY,
     TIMEOUT_BODY,
@@ -32,6 +33,7 @@ from ambit.waypoint.retries import (
     RetryState,
     RetryStateError,
     StartAttempt,
+    StreamRefused,
     UpstreamReset,
     backoff_delay,
 )
@@ -156,6 +158,15 @@ def test_a_try_timeout_answers_504_unless_504_is_retriable() -> None:
     assert retrying.handle(AttemptStarted(2, 101.1)) == [ArmAttemptTimer(2, 102.1)]
 
 
+def test_a_refused_stream_retries_like_a_connect_failure_then_answers_503() -> None:
+    machine, _ = started(RetryPolicy(attempts=1))
+    assert machine.handle(StreamRefused(1, 100.0)) == [StartAttempt(2, 0.025)]
+    machine.handle(AttemptStarted(2, 100.1))
+    assert machine.handle(StreamRefused(2, 100.1)) == [RespondLocally(503, REFUSED_BODY, "UR")]
+    off, _ = started(RetryPolicy(on_connect_failure=False))
+    assert off.handle(StreamRefused(1, 100.0)) == [RespondLocally(503, REFUSED_BODY, "UR")]
+
+
 def test_a_reset_before_the_head_answers_503_and_is_not_retried() -> None:
     machine, _ = started()
     assert machine.handle(UpstreamReset(1)) == [RespondLocally(503, RESET_BODY, "UC")]
@@ -239,7 +250,7 @@ def test_events_of_a_replaced_try_and_after_the_end_are_ignored() -> None:
 
 @pytest.mark.parametrize(
     "event",
-    [ResponseHead(1, 200, 0.0), BodyStarted(), ResponseCompleted(), ConnectFailed(1, 0.0)],
+    [ResponseHead(1, 200, 0.0), BodyStarted(), ResponseCompleted(), ConnectFailed(1, 0.0), StreamRefused(1, 0.0)],
 )
 def test_an_event_the_state_does_not_take_is_the_shells_mistake(event: Event) -> None:
     machine = RetryMachine(DEFAULT, Timeouts(), 0.0)
@@ -256,7 +267,7 @@ def test_response_bytes_before_forwarding_are_the_shells_mistake() -> None:
 
 # Property: whatever the upstream does, a correct shell gets exactly one outcome and never more tries than allowed.
 
-_outcomes = st.sampled_from(["200", "503", "504", "connect", "timeout", "reset"])
+_outcomes = st.sampled_from(["200", "503", "504", "connect", "refused", "timeout", "reset"])
 
 
 @given(
@@ -301,6 +312,7 @@ def test_every_exchange_ends_in_one_outcome_within_the_retry_budget(
             "503": ResponseHead(attempt, 503, now),
             "504": ResponseHead(attempt, 504, now),
             "connect": ConnectFailed(attempt, now),
+            "refused": StreamRefused(attempt, now),
             "timeout": AttemptTimedOut(attempt, now),
             "reset": UpstreamReset(attempt),
         }[kind]

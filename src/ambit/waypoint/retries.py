@@ -15,8 +15,10 @@ Rules:
    and it bounds the try until its response is complete (Gateway API ``backendRequest``).
 3. A try fails in a retriable way when its response head has a status in ``retry.codes``, when it could not connect
    (:class:`ConnectFailed`, if ``retry.on_connect_failure``), or when its deadline passed (:class:`AttemptTimedOut`,
-   counted as a 504: retriable when 504 is one of the codes). A reset before the response head
-   (:class:`UpstreamReset`) is not retried (Istio's default retry conditions do not include ``reset``).
+   counted as a 504: retriable when 504 is one of the codes). A stream the upstream refused before doing anything
+   with it (:class:`StreamRefused`, HTTP/2 ``REFUSED_STREAM``) is retriable like a connection failure (Istio's
+   default ``refused-stream``, under the same ``on_connect_failure`` switch here). Any other reset before the
+   response head (:class:`UpstreamReset`) is not retried (Istio's default conditions do not include ``reset``).
 4. A retriable failure is retried while all hold: fewer than ``retry.attempts`` retries were made, the request body
    can still be replayed (rule 6), and the retry would start before the request deadline.
 5. Retry ``n`` (1-based) waits ``retry.backoff * 2**(n-1)`` seconds, at most ``10 * retry.backoff`` (Envoy's default
@@ -26,8 +28,9 @@ Rules:
    more and the shell drops the buffer (:class:`ReleaseBody`).
 7. When a failure is not retried: a response head is forwarded (:class:`ForwardResponse`, also for a retriable
    status on the last try, as Envoy does); a connection failure answers 503 (:data:`CONNECT_FAILURE_BODY`, flag
-   ``UF``); a reset before headers 503 (flag ``UC``); a passed try deadline 504 "upstream request timeout" (``UT``).
-   A try that is given up while its stream is open is cancelled (:class:`CancelAttempt`: reset it, drop its answer).
+   ``UF``); a refused stream 503 (flag ``UR``); a reset before headers 503 (flag ``UC``); a passed try deadline
+   504 "upstream request timeout" (``UT``). A try that is given up while its stream is open is cancelled
+   (:class:`CancelAttempt`: reset it, drop its answer).
 8. Once a response head is forwarded, nothing is retried: the client has the status. The request deadline or the
    try's deadline passing then, or the upstream resetting, aborts the client's stream (:class:`AbortResponse`).
    :class:`BodyStarted` (response bytes went to the client) and :class:`ResponseCompleted` are accepted there.
@@ -48,6 +51,7 @@ from ambit.model.routes import RetryPolicy, Timeouts
 __all__ = [
     "BACKOFF_CEILING",
     "CONNECT_FAILURE_BODY",
+    "REFUSED_BODY",
     "REPLAY_LIMIT",
     "RESET_BODY",
     "TIMEOUT_BODY",
@@ -72,6 +76,7 @@ __all__ = [
     "RetryState",
     "RetryStateError",
     "StartAttempt",
+    "StreamRefused",
     "UpstreamReset",
     "backoff_delay",
 ]
@@ -82,6 +87,7 @@ BACKOFF_CEILING = 10
 """The longest wait between tries, in multiples of the policy's backoff (rule 5)."""
 CONNECT_FAILURE_BODY = b"upstream connect error or disconnect/reset before headers. reset reason: connection failure"
 RESET_BODY = b"upstream connect error or disconnect/reset before headers. reset reason: connection termination"
+REFUSED_BODY = b"upstream connect error or disconnect/reset before headers. reset reason: remote refused stream reset"
 TIMEOUT_BODY = b"upstream request timeout"
 
 
@@ -118,6 +124,12 @@ class AttemptTimedOut:
 
 
 @dataclass(frozen=True, slots=True)
+class StreamRefused:
+    attempt: int
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
 class UpstreamReset:
     attempt: int
 
@@ -148,6 +160,7 @@ Event = (
     | ResponseHead
     | ConnectFailed
     | AttemptTimedOut
+    | StreamRefused
     | UpstreamReset
     | RequestTimedOut
     | RequestBodySent
@@ -234,6 +247,8 @@ class _Input(enum.Enum):
     CONNECT_FINAL = "connect failure"
     TRY_TIMEOUT_RETRY = "retriable try timeout"
     TRY_TIMEOUT_FINAL = "try timeout"
+    REFUSED_RETRY = "retriable refused stream"
+    REFUSED_FINAL = "refused stream"
     RESET = "upstream reset"
     REQUEST_TIMEOUT = "request timeout"
     BODY_SMALL = "request body replayable"
@@ -250,6 +265,7 @@ class _Act(enum.Enum):
     START_NEXT = enum.auto()
     FORWARD = enum.auto()
     RESPOND_CONNECT = enum.auto()
+    RESPOND_REFUSED = enum.auto()
     RESPOND_RESET = enum.auto()
     RESPOND_TIMEOUT = enum.auto()
     ABORT_RESET = enum.auto()
@@ -272,6 +288,8 @@ _TABLE: dict[tuple[RetryState, _Input], tuple[RetryState, tuple[_Act, ...]]] = {
     (_S.ATTEMPTING, _I.CONNECT_FINAL): (_S.DONE, (_A.RESPOND_CONNECT,)),
     (_S.ATTEMPTING, _I.TRY_TIMEOUT_RETRY): (_S.WAITING, (_A.CANCEL, _A.START_NEXT)),
     (_S.ATTEMPTING, _I.TRY_TIMEOUT_FINAL): (_S.DONE, (_A.CANCEL, _A.RESPOND_TIMEOUT)),
+    (_S.ATTEMPTING, _I.REFUSED_RETRY): (_S.WAITING, (_A.START_NEXT,)),
+    (_S.ATTEMPTING, _I.REFUSED_FINAL): (_S.DONE, (_A.RESPOND_REFUSED,)),
     (_S.ATTEMPTING, _I.RESET): (_S.DONE, (_A.RESPOND_RESET,)),
     (_S.ATTEMPTING, _I.REQUEST_TIMEOUT): (_S.DONE, (_A.CANCEL, _A.RESPOND_TIMEOUT)),
     (_S.ATTEMPTING, _I.BODY_SMALL): (_S.ATTEMPTING, ()),
@@ -318,7 +336,9 @@ class RetryMachine:
         if self.state is RetryState.DONE:
             return []
         if (
-            isinstance(event, AttemptStarted | ResponseHead | ConnectFailed | AttemptTimedOut | UpstreamReset)
+            isinstance(
+                event, AttemptStarted | ResponseHead | ConnectFailed | AttemptTimedOut | StreamRefused | UpstreamReset
+            )
             and event.attempt != self.attempt
         ):
             return []
@@ -338,6 +358,9 @@ class RetryMachine:
             case AttemptTimedOut(now=now):
                 retry = attempting and 504 in self.retry.codes and self._may_retry(now)
                 return _Input.TRY_TIMEOUT_RETRY if retry else _Input.TRY_TIMEOUT_FINAL
+            case StreamRefused(now=now):
+                retry = attempting and self.retry.on_connect_failure and self._may_retry(now)
+                return _Input.REFUSED_RETRY if retry else _Input.REFUSED_FINAL
             case UpstreamReset():
                 return _Input.RESET
             case RequestTimedOut():
@@ -385,6 +408,8 @@ class RetryMachine:
                 return ForwardResponse(self.attempt)
             case _Act.RESPOND_CONNECT:
                 return RespondLocally(503, CONNECT_FAILURE_BODY, "UF")
+            case _Act.RESPOND_REFUSED:
+                return RespondLocally(503, REFUSED_BODY, "UR")
             case _Act.RESPOND_RESET:
                 return RespondLocally(503, RESET_BODY, "UC")
             case _Act.RESPOND_TIMEOUT:
