@@ -379,6 +379,14 @@ def test_weights_90_10_hold_within_one_percent_over_10000_draws() -> None:
     assert abs(seeded / 10_000 - 0.10) <= 0.01
 
 
+def test_a_draw_just_below_one_still_lands_on_the_last_backend() -> None:
+    below_one = 1.0 - 2.0**-53
+    t = table(rule("big", backends=(WeightedBackend(V1, 1), WeightedBackend(V2, 1_000_000_007))))
+    assert forward(route(t, DEST, req(), below_one)).backend == V2
+    tcp = RouteTable("", 1, tcp_backends=(WeightedBackend(V1, 1), WeightedBackend(V2, 1_000_000_007)))
+    assert route_tcp(tcp, DEST, below_one) == V2
+
+
 def test_weight_zero_is_never_chosen() -> None:
     t = table(rule("z", backends=(WeightedBackend(V1, 0), WeightedBackend(V2, 1))))
     assert {forward(route(t, DEST, req(), r / 100)).backend for r in range(100)} == {V2}

@@ -146,7 +146,7 @@ def _draw(
     for entry in backends:
         if draw < entry[0]:
             return entry
-    return None
+    return backends[-1] if backends else None  # a draw at the very top of the range
 
 
 def _take(compiled: _CompiledRule, destination: BackendService, request: RequestHead, random: float) -> Decision:
@@ -203,7 +203,7 @@ _compiled: dict[int, tuple[RouteTable, CompiledTable]] = {}
 
 
 def compile_table(table: RouteTable) -> CompiledTable:
-    """The compiled form of ``table``, made once per table object (rule 4) and kept for the last few tables."""
+    """The compiled form of ``table``, made once per table object (rule 3) and kept for the last few tables."""
     entry = _compiled.get(id(table))
     if entry is not None and entry[0] is table:
         return entry[1]
@@ -233,7 +233,7 @@ def route_tcp(table: RouteTable | None, destination: BackendService, random: flo
         if draw < backend.weight:
             return backend.backend
         draw -= backend.weight
-    return None
+    return weighted[-1].backend if weighted else None
 
 
 def with_request_id(request: RequestHead, generated: str) -> RequestHead:
