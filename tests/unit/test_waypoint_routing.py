@@ -28,7 +28,13 @@ from ambit.model.routes import (
     WeightedBackend,
 )
 from ambit.waypoint.decisions import Forward, RequestHead, Respond
-from ambit.waypoint.filters import apply_header_modifier, clean_modifier, replace_prefix, split_authority
+from ambit.waypoint.filters import (
+    apply_header_modifier,
+    clean_modifier,
+    normalize_path,
+    replace_prefix,
+    split_authority,
+)
 from ambit.waypoint.patterns import SUBJECT_LIMIT, pattern_problem
 from ambit.waypoint.routing import compile_table, route, route_tcp, with_request_id
 
@@ -623,6 +629,46 @@ def test_x_request_id_is_added_when_missing_and_kept_when_present() -> None:
 )
 def test_split_authority(authority: str, expected: tuple[str, int | None]) -> None:
     assert split_authority(authority) == expected
+
+
+@pytest.mark.parametrize(
+    ("target", "normalized"),
+    [
+        ("/a/b/../c", "/a/c"),
+        ("/a/./b", "/a/b"),
+        ("/../a", "/a"),
+        ("/a/b/..", "/a/"),
+        ("/a/b/.", "/a/b/"),
+        ("/public/%2e%2E/admin", "/admin"),
+        ("/public/%2e./admin?x=1", "/admin?x=1"),
+        ("/a/.b/..c", "/a/.b/..c"),
+        ("/a//b/../c", "/a//c"),
+        ("/a%2fb/../c", "/c"),
+        ("/..", "/"),
+        ("/a/b/../../..", "/"),
+        ("/a?x=/../", "/a?x=/../"),
+        ("*", "*"),
+        ("/plain/path", "/plain/path"),
+    ],
+)
+def test_normalize_path_removes_dot_segments_as_istios_default_does(target: str, normalized: str) -> None:
+    assert normalize_path(target) == normalized
+
+
+def test_a_dot_dot_path_cannot_slip_past_a_prefix_route_once_normalized() -> None:
+    t = table(rule("public", RouteMatch(path=prefix("/public")), V1), rule("rest", backend=V2))
+    sneaky = req(normalize_path("/public/%2e%2e/admin"))
+    assert forward(route(t, DEST, sneaky, 0.0)).backend == V2
+
+
+@given(st.text(alphabet="/.%2eEab?", max_size=30))
+def test_normalize_path_is_idempotent_and_leaves_no_dot_segment(target: str) -> None:
+    once = normalize_path(target)
+    assert normalize_path(once) == once
+    path = once.partition("?")[0]
+    if path.startswith("/"):
+        dots = {".", "%2e", "%2E"}
+        assert not (dots | {a + b for a in dots for b in dots}) & set(path.split("/"))
 
 
 # Property tests: route() never raises.

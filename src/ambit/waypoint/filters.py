@@ -23,6 +23,10 @@ Rules:
    (80 for http, 443 for https); else the listener port (the destination's Service port). Port 80 with http and 443
    with https are left out. A location with anything but visible ASCII is not sent (:func:`is_visible_ascii`; the
    router answers 500 instead).
+5. :func:`normalize_path` is Istio's default path normalization (``BASE``: Envoy's ``normalize_path``) in its
+   RFC 3986 part: dot segments are removed (§5.2.4), ``%2e`` counting as a dot, never climbing above the root;
+   slashes are not merged and escaped slashes are left alone. The shell applies it to every request before
+   authorization and routing, so both see the path the backend will resolve.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ __all__ = [
     "apply_header_modifier",
     "clean_modifier",
     "is_visible_ascii",
+    "normalize_path",
     "redirect_location",
     "replace_prefix",
     "rewrite_path",
@@ -134,6 +139,30 @@ def apply_header_modifier(request: RequestHead, modifier: HeaderModifier) -> Req
     """``request`` with ``modifier`` applied (rules 1 and 2)."""
     edit = HeaderEdit.of(modifier)
     return request if edit is None else edit.apply(request)
+
+
+_DOT = frozenset({".", "%2e", "%2E"})
+_DOT_DOT = frozenset(a + b for a in _DOT for b in _DOT)
+
+
+def normalize_path(target: str) -> str:
+    """``target`` with the dot segments of its path removed (rule 5); the query is kept as it is."""
+    path, query = split_target(target)
+    if not path.startswith("/") or ("." not in path and "%" not in path):
+        return target
+    segments = path[1:].split("/")
+    kept: list[str] = []
+    for segment in segments:
+        if segment in _DOT:
+            continue
+        if segment in _DOT_DOT:
+            if kept:
+                kept.pop()
+            continue
+        kept.append(segment)
+    trailing = segments[-1] in _DOT or segments[-1] in _DOT_DOT
+    normalized = "/" + "/".join(kept) + ("/" if trailing and kept else "")
+    return normalized + query
 
 
 def split_target(target: str) -> tuple[str, str]:
