@@ -1,0 +1,153 @@
+"""Whether a request holds a Gateway API ``HTTPRouteMatch``: the match compiled once, tested per request.
+
+Rules:
+
+1. Every present part must hold. Method: exact (methods are case-sensitive). Path (the target before ``?``):
+   Exact is string equality; PathPrefix is element-wise (``/foo`` and ``/foo/`` match ``/foo``, ``/foo/bar``, not
+   ``/foobar``); RegularExpression is :func:`re.fullmatch`. No path part means PathPrefix ``/``.
+2. Header names compare case-insensitively; a header sent several times is matched as its values joined by ``,``
+   (RFC 9110 §5.3 as Gateway API points to, and as Envoy joins them); ``host`` stands for the authority when no
+   ``host`` header came. Query parameters come from :func:`urllib.parse.parse_qsl` (percent-decoded, ``+`` read as
+   a space, blank values kept, names exact); a repeated parameter is matched by its first value. In both, when a
+   match lists one name twice only the first entry counts (Gateway API).
+3. Regular expressions are compiled once, when the match is, by :mod:`ambit.waypoint.patterns`: one that does
+   not compile or could backtrack without bound is refused, makes its part never hold and is reported in
+   ``problems``; a path or header value longer than :data:`~ambit.waypoint.patterns.SUBJECT_LIMIT` does not match
+   a pattern. Testing a request never raises.
+4. :class:`RequestFacts` works each fact out once per request and only when a match asks for it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import parse_qsl
+
+from ambit.model.routes import PathMatchType, RouteMatch, ValueMatch, ValueMatchType
+from ambit.waypoint.decisions import RequestHead
+from ambit.waypoint.filters import split_target
+from ambit.waypoint.patterns import SUBJECT_LIMIT, safe_pattern
+
+__all__ = ["MatchTest", "RequestFacts", "ValueTest", "compile_match"]
+
+
+@dataclass(frozen=True, slots=True)
+class ValueTest:
+    name: str
+    exact: str | None
+    pattern: re.Pattern[str] | None
+    """Both None: a regular expression that did not compile; the test never holds."""
+
+    def holds(self, value: str | None) -> bool:
+        if value is None:
+            return False
+        if self.exact is not None:
+            return value == self.exact
+        return self.pattern is not None and len(value) <= SUBJECT_LIMIT and self.pattern.fullmatch(value) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class MatchTest:
+    method: str | None
+    path: Callable[[str], bool] | None
+    """Whether a path holds; None: every path does (PathPrefix ``/``)."""
+    headers: tuple[ValueTest, ...]
+    query: tuple[ValueTest, ...]
+    prefix: str | None
+    """The prefix ReplacePrefixMatch replaces; None for Exact and RegularExpression matches."""
+
+    def holds_for(self, facts: RequestFacts) -> bool:
+        """Whether the header and query parts hold (the caller tests method and path first, inline)."""
+        return all(h.holds(facts.header(h.name)) for h in self.headers) and all(
+            q.holds(facts.query(q.name)) for q in self.query
+        )
+
+
+class RequestFacts:
+    """What the rules read from one request, each worked out once and only when a rule asks."""
+
+    __slots__ = ("_headers", "_query", "path", "query_text", "request")
+
+    def __init__(self, request: RequestHead) -> None:
+        self.request = request
+        self.path, self.query_text = split_target(request.path)
+        self._headers: dict[str, str] | None = None
+        self._query: dict[str, str] | None = None
+
+    def header(self, name: str) -> str | None:
+        if self._headers is None:
+            joined: dict[str, str] = {}
+            for raw, value in self.request.headers:
+                key = raw.lower()
+                joined[key] = f"{joined[key]},{value}" if key in joined else value
+            joined.setdefault("host", self.request.authority)
+            self._headers = joined
+        return self._headers.get(name)
+
+    def query(self, name: str) -> str | None:
+        if self._query is None:
+            first: dict[str, str] = {}
+            for key, value in parse_qsl(self.query_text[1:], keep_blank_values=True):
+                first.setdefault(key, value)
+            self._query = first
+        return self._query.get(name)
+
+
+def _compile_regex(text: str, problems: list[str], where: str) -> re.Pattern[str] | None:
+    compiled = safe_pattern(text)
+    if isinstance(compiled, str):
+        problems.append(f"{where}: regular expression {text!r} refused: {compiled}")
+        return None
+    return compiled
+
+
+def _value_tests(
+    matches: tuple[ValueMatch, ...], fold_case: bool, problems: list[str], where: str
+) -> tuple[ValueTest, ...]:
+    tests: list[ValueTest] = []
+    seen: set[str] = set()
+    for match in matches:
+        name = match.name.lower() if fold_case else match.name
+        if name in seen:
+            continue
+        seen.add(name)
+        if match.kind is ValueMatchType.EXACT:
+            tests.append(ValueTest(name, match.value, None))
+        else:
+            tests.append(ValueTest(name, None, _compile_regex(match.value, problems, f"{where} {name}")))
+    return tuple(tests)
+
+
+def _never(path: str) -> bool:
+    return False
+
+
+def _path_test(kind: PathMatchType, value: str, problems: list[str], where: str) -> Callable[[str], bool] | None:
+    if kind is PathMatchType.EXACT:
+        return value.__eq__
+    if kind is PathMatchType.REGULAR_EXPRESSION:
+        pattern = _compile_regex(value, problems, f"{where} path")
+        if pattern is None:
+            return _never
+        return lambda path: len(path) <= SUBJECT_LIMIT and pattern.fullmatch(path) is not None
+    prefix = value.rstrip("/")
+    if not prefix:
+        return None
+    below = prefix + "/"
+    return lambda path: path == prefix or path.startswith(below)
+
+
+def compile_match(match: RouteMatch, where: str) -> tuple[MatchTest, tuple[str, ...]]:
+    """``match`` ready to test, and what in it cannot work (rule 3), each problem prefixed with ``where``."""
+    problems: list[str] = []
+    kind = PathMatchType.PATH_PREFIX if match.path is None else match.path.kind
+    value = "/" if match.path is None else match.path.value
+    test = MatchTest(
+        method=match.method,
+        path=_path_test(kind, value, problems, where),
+        headers=_value_tests(match.headers, True, problems, f"{where} header"),
+        query=_value_tests(match.query_params, False, problems, f"{where} query parameter"),
+        prefix=value if kind is PathMatchType.PATH_PREFIX else None,
+    )
+    return test, tuple(problems)

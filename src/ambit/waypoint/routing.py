@@ -1,0 +1,245 @@
+"""The waypoint's L7 routing engine: which rule of a destination's route table a request takes, and what follows.
+
+:func:`route` is a :data:`~ambit.waypoint.decisions.Router`: pure, no I/O, no clock; the shell passes the random
+number. Tables arrive already ordered by Gateway API precedence (:mod:`ambit.model.routes`); the engine takes the
+first entry that matches.
+
+Rules:
+
+1. No table, or a table without HTTP rules: the default route, Forward to the destination, request unchanged, with
+   the default retry policy. HTTP rules present and none matches: Respond 404.
+2. Whether a rule's match holds is :mod:`ambit.waypoint.matching`'s business: method, path (Exact, element-wise
+   PathPrefix, RegularExpression as a full match), headers (names case-insensitive) and query parameters.
+3. Tables are compiled once (:func:`compile_table`, cached by the table's identity): regular expressions, cleaned
+   header modifiers, cumulative weights. What cannot work (a regular expression that does not compile, or that
+   :mod:`ambit.waypoint.patterns` refuses as unsafe) is listed in :attr:`CompiledTable.problems` and that match
+   never holds; a request never raises.
+4. The first entry whose match holds takes the request: the translator has ordered them by Gateway API precedence.
+5. A rule with a redirect answers it (status and ``Location``, see :mod:`ambit.waypoint.filters`); nothing else of
+   the rule runs.
+6. Otherwise a backend is drawn by weight with ``random`` in [0, 1) over the cumulative weights (weight 0, or
+   negative, is never drawn). No backend with a weight, or a draw that lands on an unresolved backend, answers 500.
+7. Filters run in a fixed order: the rule's request header modifier, its URL rewrite (hostname replaces the
+   authority, the path is replaced fully or by prefix), then the drawn backend's own header modifier. The rule's
+   response header modifier travels in the :class:`Forward` for the shell to apply. A rewrite hostname or a redirect
+   location that is not visible ASCII answers 500 rather than reach the wire.
+8. Mirrors get the request as it is after rule 7's first two filters (not the other backend's own modifier), with
+   ``-shadow`` appended to the authority's host as Envoy does. Mirror ``i`` fires when ``100 * r_i < percent``,
+   where ``r_i`` is derived from ``random`` deterministically: the fractional part of
+   ``random * 1_000_003 + 0.618... * (i + 1)``. Its low-order digits are independent enough of the high-order ones
+   that draw the backend for percent splits; a test checks the rates.
+9. ``random`` outside [0, 1) (or NaN) is read as 0.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ambit.model.routes import (
+    BackendService,
+    HeaderModifier,
+    RetryPolicy,
+    RouteRule,
+    RouteTable,
+    Timeouts,
+    WeightedBackend,
+)
+from ambit.waypoint.decisions import Decision, Forward, RequestHead, Respond
+from ambit.waypoint.filters import (
+    HeaderEdit,
+    clean_modifier,
+    is_visible_ascii,
+    redirect_location,
+    rewrite_path,
+    split_authority,
+)
+from ambit.waypoint.matching import MatchTest, RequestFacts, compile_match
+
+__all__ = ["CompiledTable", "compile_table", "route", "route_tcp", "with_request_id"]
+
+REQUEST_ID = "x-request-id"
+_CACHE_SIZE = 512
+"""Compiled tables kept; a waypoint's config holds one table per destination it serves."""
+_MIRROR_SCALE = 1_000_003.0
+_GOLDEN = 0.6180339887498949
+_NO_TIMEOUTS = Timeouts()
+_DEFAULT_RETRY = RetryPolicy()
+"""The default route's policies: Istio's defaults, shared (they are frozen)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _CompiledRule:
+    rule: RouteRule
+    test: MatchTest
+    request_headers: HeaderEdit | None
+    response_headers: HeaderModifier | None
+    backends: tuple[tuple[float, WeightedBackend, HeaderEdit | None], ...]
+    """(cumulative weight, backend, its cleaned header modifier), weight > 0 only."""
+    total: float
+
+
+def _compile_rule(rule: RouteRule) -> tuple[_CompiledRule, tuple[str, ...]]:
+    backends: list[tuple[float, WeightedBackend, HeaderEdit | None]] = []
+    total = 0.0
+    for backend in rule.backends:
+        if backend.weight > 0:
+            total += backend.weight
+            backends.append((total, backend, HeaderEdit.of(backend.request_headers)))
+    test, problems = compile_match(rule.match, rule.route or "route")
+    compiled = _CompiledRule(
+        rule=rule,
+        test=test,
+        request_headers=HeaderEdit.of(rule.request_headers),
+        response_headers=clean_modifier(rule.response_headers),
+        backends=tuple(backends),
+        total=total,
+    )
+    return compiled, problems
+
+
+def _unit(random: float) -> float:
+    return random if 0.0 <= random < 1.0 else 0.0
+
+
+def _mirror_draw(random: float, index: int) -> float:
+    return math.fmod(random * _MIRROR_SCALE + _GOLDEN * (index + 1), 1.0)
+
+
+def _shadow(authority: str) -> str:
+    host, port = split_authority(authority)
+    return f"{host}-shadow" if port is None else f"{host}-shadow:{port}"
+
+
+class CompiledTable:
+    """A :class:`RouteTable` made ready to route: regular expressions compiled, modifiers cleaned, weights summed."""
+
+    __slots__ = ("problems", "rules", "table")
+
+    def __init__(self, table: RouteTable) -> None:
+        compiled = [_compile_rule(rule) for rule in table.http]
+        self.table = table
+        self.rules = tuple(rule for rule, _ in compiled)
+        self.problems: tuple[str, ...] = tuple(problem for _, problems in compiled for problem in problems)
+        """What in the table cannot work (refused regular expressions), for logs and config dumps."""
+
+    def route(self, destination: BackendService, request: RequestHead, random: float) -> Decision:
+        """What to do with ``request`` sent to ``destination`` (the module's rules)."""
+        if not self.rules:
+            return Forward(destination, request, timeouts=_NO_TIMEOUTS, retry=_DEFAULT_RETRY)
+        facts = RequestFacts(request)
+        method, path = request.method, facts.path
+        for compiled in self.rules:
+            test = compiled.test
+            if (
+                (test.method is None or test.method == method)
+                and (test.path is None or test.path(path))
+                and (not (test.headers or test.query) or test.holds_for(facts))
+            ):
+                return _take(compiled, destination, request, _unit(random))
+        return Respond(404)
+
+
+def _draw(
+    backends: tuple[tuple[float, WeightedBackend, HeaderEdit | None], ...], draw: float
+) -> tuple[float, WeightedBackend, HeaderEdit | None] | None:
+    for entry in backends:
+        if draw < entry[0]:
+            return entry
+    return backends[-1] if backends else None  # a draw at the very top of the range
+
+
+def _take(compiled: _CompiledRule, destination: BackendService, request: RequestHead, random: float) -> Decision:
+    rule = compiled.rule
+    if rule.redirect is not None:
+        if not request.authority:
+            request = RequestHead(request.method, request.path, destination.hostname, request.headers, request.scheme)
+        location = redirect_location(request, rule.redirect, destination.port, compiled.test.prefix)
+        if not is_visible_ascii(location):
+            return Respond(500, route=rule.route)
+        return Respond(rule.redirect.status_code, (("location", location),), route=rule.route)
+    chosen = _draw(compiled.backends, random * compiled.total)
+    if chosen is None or chosen[1].backend is None:
+        return Respond(500, route=rule.route)
+    backend, backend_edit = chosen[1].backend, chosen[2]
+    if compiled.request_headers is not None:
+        request = compiled.request_headers.apply(request)
+    if rule.rewrite is not None:
+        path = request.path
+        if rule.rewrite.path is not None:
+            path = rewrite_path(path, rule.rewrite.path, compiled.test.prefix)
+        hostname = rule.rewrite.hostname
+        if hostname is not None and not is_visible_ascii(hostname):
+            return Respond(500, route=rule.route)
+        authority = hostname or request.authority
+        request = RequestHead(request.method, path, authority, request.headers, request.scheme)
+    mirrors = (
+        tuple(
+            (
+                mirror.backend,
+                RequestHead(request.method, request.path, _shadow(request.authority), request.headers, request.scheme),
+            )
+            for index, mirror in enumerate(rule.mirrors)
+            if 100.0 * _mirror_draw(random, index) < mirror.percent
+        )
+        if rule.mirrors
+        else ()
+    )
+    if backend_edit is not None:
+        request = backend_edit.apply(request)
+    return Forward(
+        backend,
+        request,
+        response_headers=compiled.response_headers,
+        timeouts=rule.timeouts,
+        retry=rule.retry,
+        mirrors=mirrors,
+        route=rule.route,
+    )
+
+
+_compiled: dict[int, tuple[RouteTable, CompiledTable]] = {}
+"""Compiled tables by ``id(table)``; the entry keeps its table alive, so an id is never reused while cached."""
+
+
+def compile_table(table: RouteTable) -> CompiledTable:
+    """The compiled form of ``table``, made once per table object (rule 3) and kept for the last few tables."""
+    entry = _compiled.get(id(table))
+    if entry is not None and entry[0] is table:
+        return entry[1]
+    compiled = CompiledTable(table)
+    if len(_compiled) >= _CACHE_SIZE:
+        del _compiled[next(iter(_compiled))]
+    _compiled[id(table)] = (table, compiled)
+    return compiled
+
+
+def route(table: RouteTable | None, destination: BackendService, request: RequestHead, random: float) -> Decision:
+    """The :data:`~ambit.waypoint.decisions.Router`: what to do with ``request`` sent to ``destination``."""
+    if table is None or not table.http:
+        return Forward(destination, request, timeouts=_NO_TIMEOUTS, retry=_DEFAULT_RETRY)
+    return compile_table(table).route(destination, request, random)
+
+
+def route_tcp(table: RouteTable | None, destination: BackendService, random: float) -> BackendService | None:
+    """Where a TCP stream to ``destination`` goes: a ``tcp_backends`` entry drawn by weight, or the destination
+    itself when no TCPRoute is attached; None (close the stream) when the draw lands on nothing or an unresolved
+    backend."""
+    if table is None or not table.tcp_backends:
+        return destination
+    weighted = [b for b in table.tcp_backends if b.weight > 0]
+    draw = _unit(random) * sum(b.weight for b in weighted)
+    for backend in weighted:
+        if draw < backend.weight:
+            return backend.backend
+        draw -= backend.weight
+    return weighted[-1].backend if weighted else None
+
+
+def with_request_id(request: RequestHead, generated: str) -> RequestHead:
+    """``request`` with ``x-request-id: generated`` added when it carries none (or an empty one); an existing id is
+    kept, so one id follows a request through every proxy."""
+    if request.header(REQUEST_ID):
+        return request
+    headers = (*((n, v) for n, v in request.headers if n != REQUEST_ID), (REQUEST_ID, generated))
+    return RequestHead(request.method, request.path, request.authority, headers, request.scheme)

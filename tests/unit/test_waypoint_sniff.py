@@ -1,0 +1,135 @@
+"""Protocol detection of tunnelled streams at the waypoint (ambit.waypoint.sniff)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ambit.model.workload import AppProtocol
+from ambit.waypoint.sniff import H2_PREFACE, SNIFF_LIMIT, Protocol, declared_protocol, protocol_for, sniff
+
+TLS_CLIENT_HELLO = bytes.fromhex("160301020001000200030300")
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (H2_PREFACE, Protocol.HTTP2),
+        (H2_PREFACE + b"\x00\x00\x12\x04\x00", Protocol.HTTP2),
+        (b"GET / HTTP/1.1\r\nHost: a\r\n\r\n", Protocol.HTTP1),
+        (b"GET / HTTP/1.1\r\n", Protocol.HTTP1),
+        (b"GET / HTTP/1.0\n", Protocol.HTTP1),
+        (b"POST /api/v1?x=y HTTP/1.1\r\n", Protocol.HTTP1),
+        (b"OPTIONS * HTTP/1.1\r\n", Protocol.HTTP1),
+        (b"CONNECT example.com:443 HTTP/1.1\r\n", Protocol.HTTP1),
+        (b"GET http://a/b HTTP/1.1\r\n", Protocol.HTTP1),
+        (b"M-SEARCH * HTTP/1.1\r\n", Protocol.HTTP1),
+        (b"PRI * HTTP/1.1\r\n", Protocol.HTTP1),
+        (b"PRI * HTTP/2.0\r\n\r\nXX", Protocol.TCP),
+        (TLS_CLIENT_HELLO, Protocol.TCP),
+        (b"\x16", Protocol.TCP),
+        (b"SSH-2.0-OpenSSH_9.6\r\n", Protocol.TCP),
+        (b"GET  / HTTP/1.1\r\n", Protocol.TCP),
+        (b" GET / HTTP/1.1\r\n", Protocol.TCP),
+        (b"\r\nGET / HTTP/1.1\r\n", Protocol.TCP),
+        (b"GET / HTTP/2.0\r\n", Protocol.TCP),
+        (b"GET / HTTP/1.x\r\n", Protocol.TCP),
+        (b"GET / HTTP/1.1\rX", Protocol.TCP),
+        (b"GET / HTTP/1.1 \r\n", Protocol.TCP),
+        (b"GET /\x00 HTTP/1.1\r\n", Protocol.TCP),
+        (b"G\xc3T / HTTP/1.1\r\n", Protocol.TCP),
+        (b"*1\r\n$4\r\nPING\r\n", Protocol.TCP),
+    ],
+)
+def test_sniff_decides(data: bytes, expected: Protocol) -> None:
+    assert sniff(data) is expected
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"P",
+        b"PRI * HTTP/2",
+        H2_PREFACE[:-1],
+        b"GET",
+        b"GET ",
+        b"GET /a",
+        b"GET / ",
+        b"GET / HTTP/1.",
+        b"GET / HTTP/1.1",
+        b"GET / HTTP/1.1\r",
+    ],
+)
+def test_sniff_asks_for_more_while_the_bytes_could_still_be_either(data: bytes) -> None:
+    assert sniff(data) is None
+    assert sniff(data, final=True) is Protocol.TCP
+
+
+def test_every_prefix_of_a_request_line_or_the_preface_waits_and_the_whole_decides() -> None:
+    for whole, protocol in [(b"DELETE /items/7 HTTP/1.1\r\n", Protocol.HTTP1), (H2_PREFACE, Protocol.HTTP2)]:
+        assert [sniff(whole[:n]) for n in range(len(whole))] == [None] * len(whole)
+        assert sniff(whole) is protocol
+
+
+def test_an_undecided_stream_turns_tcp_at_the_limit() -> None:
+    long_target = b"GET /" + b"a" * SNIFF_LIMIT
+    assert sniff(long_target[: SNIFF_LIMIT - 1]) is None
+    assert sniff(long_target[:SNIFF_LIMIT]) is Protocol.TCP
+    assert sniff(long_target + b" HTTP/1.1\r\n") is Protocol.TCP
+    assert sniff(b"GET /abc", limit=8) is Protocol.TCP
+
+
+@pytest.mark.parametrize(
+    ("name", "app_protocol", "port", "expected"),
+    [
+        ("http", None, 80, Protocol.HTTP1),
+        ("http-web", None, 8080, Protocol.HTTP1),
+        ("HTTP2", None, 80, Protocol.HTTP2),
+        ("grpc-api", None, 9000, Protocol.HTTP2),
+        ("tcp-db", None, 5432, Protocol.TCP),
+        ("https", None, 443, Protocol.TCP),
+        ("tls", None, 443, Protocol.TCP),
+        ("web", None, 8080, None),
+        ("", None, 8080, None),
+        ("mysql", None, 3306, None),
+        ("", None, 3306, Protocol.TCP),
+        ("grpc-web", None, 8080, None),
+        ("tcp", "http", 80, Protocol.HTTP1),
+        ("web", "kubernetes.io/h2c", 80, Protocol.HTTP2),
+        ("web", "kubernetes.io/ws", 80, Protocol.HTTP1),
+        ("web", "kubernetes.io/wss", 443, Protocol.TCP),
+        ("http", "grpc", 80, Protocol.HTTP2),
+    ],
+)
+def test_protocol_for_reads_the_port_as_istiod_does(
+    name: str, app_protocol: str | None, port: int, expected: Protocol | None
+) -> None:
+    assert protocol_for(name, app_protocol, port) is expected
+
+
+def test_declared_protocol_maps_the_workload_states_app_protocol() -> None:
+    assert {a: declared_protocol(a) for a in AppProtocol} == {
+        AppProtocol.UNKNOWN: None,
+        AppProtocol.HTTP11: Protocol.HTTP1,
+        AppProtocol.HTTP2: Protocol.HTTP2,
+        AppProtocol.GRPC: Protocol.HTTP2,
+        AppProtocol.TCP: Protocol.TCP,
+        AppProtocol.TLS: Protocol.TCP,
+    }
+
+
+@given(st.binary(max_size=300), st.booleans(), st.integers(1, 400))
+def test_sniff_never_raises_and_final_always_decides(data: bytes, final: bool, limit: int) -> None:
+    decided = sniff(data, final=final, limit=limit)
+    assert decided is None or isinstance(decided, Protocol)
+    assert sniff(data, final=True, limit=limit) is not None
+
+
+@given(st.binary(max_size=64))
+def test_sniff_is_consistent_as_bytes_arrive(tail: bytes) -> None:
+    for whole in (b"GET /x HTTP/1.1\r\n" + tail, H2_PREFACE + tail, tail):
+        decisions = [sniff(whole[:n]) for n in range(len(whole) + 1)]
+        settled = [d for d in decisions if d is not None]
+        assert all(d is settled[0] for d in settled)
