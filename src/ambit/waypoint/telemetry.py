@@ -53,7 +53,7 @@ class _Histogram:
     def buckets(self) -> list[tuple[str, float]]:
         out: list[tuple[str, float]] = []
         running = 0
-        for bound, count in zip((*self.bounds, float("inf")), self.counts or [0] * (len(self.bounds) + 1)):
+        for bound, count in zip((*self.bounds, float("inf")), self.counts or [0] * (len(self.bounds) + 1), strict=True):
             running += count
             out.append(("+Inf" if bound == float("inf") else _number(bound), running))
         return out

@@ -1,0 +1,138 @@
+"""TCP through the waypoint: one endpoint per connection, bytes relayed both ways (and after an HTTP upgrade).
+
+Theory of operation: :func:`relay` copies two pull-mode byte streams into each other, one task per direction:
+EOF is passed on as a half-close, a failure on either side aborts both, and the relay ends when both directions
+are done. A direction waiting longer than ``idle_timeout`` for bytes gives up only if the other direction was
+quiet that long too (a connection is idle when nothing moves either way). The tunnels here were read in pull mode
+(sniffing, HTTP), so the node proxy's callback splice (which needs push mode from the start) does not apply.
+
+:func:`serve_tcp` is a TCP tunnel: pick one endpoint of the addressed Service (or the addressed workload), open a
+stream to it, relay, and account for it as the node proxy does (``istio_tcp_*`` with reporter="waypoint", one
+access-log line).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from ambit.hbone.headers import hostport
+from ambit.proxy.accounting import Accounting
+from ambit.proxy.errors import ResponseFlag
+from ambit.proxy.streams import ByteStream
+from ambit.telemetry.accesslog import ConnectionRecord
+from ambit.waypoint.context import Tunnel, WaypointContext
+from ambit.waypoint.destinations import Endpoint, ServiceTarget, pick_endpoint
+from ambit.waypoint.upstream import UpstreamConnectError
+
+log = logging.getLogger("ambit.waypoint.tcp")
+
+
+class _Activity:
+    __slots__ = ("last",)
+
+    def __init__(self, now: float) -> None:
+        self.last = now
+
+
+async def _pump(
+    src: ByteStream, dst: ByteStream, activity: _Activity, idle_timeout: float, counter: list[int], index: int
+) -> None:
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            data = await asyncio.wait_for(src.read(), idle_timeout)
+        except TimeoutError:
+            if loop.time() - activity.last >= idle_timeout:
+                raise
+            continue
+        if not data:
+            dst.write_eof()
+            return
+        activity.last = loop.time()
+        counter[index] += len(data)
+        await dst.write(data)
+
+
+async def relay(downstream: ByteStream, upstream: ByteStream, idle_timeout: float) -> tuple[int, int, str]:
+    """Copy both ways until both are done; returns (bytes up, bytes down, error or "")."""
+    counter = [0, 0]
+    activity = _Activity(asyncio.get_running_loop().time())
+    up = asyncio.ensure_future(_pump(downstream, upstream, activity, idle_timeout, counter, 0))
+    down = asyncio.ensure_future(_pump(upstream, downstream, activity, idle_timeout, counter, 1))
+    error = ""
+    try:
+        for task in asyncio.as_completed((up, down)):
+            try:
+                await task
+            except TimeoutError:
+                error = "idle timeout"
+                break
+            except Exception as exc:
+                error = str(exc) or type(exc).__name__
+                break
+    finally:
+        if error or not (up.done() and down.done()):
+            downstream.abort()
+            upstream.abort()
+        for task in (up, down):
+            task.cancel()
+        for task in (up, down):
+            with contextlib.suppress(BaseException):
+                await task
+    return counter[0], counter[1], error
+
+
+def endpoint_for(ctx: WaypointContext, tunnel: Tunnel) -> Endpoint | None:
+    """The endpoint of one connection (or request): an endpoint of the addressed Service, or the workload."""
+    target = tunnel.target
+    if isinstance(target, ServiceTarget):
+        return pick_endpoint(ctx.state, target.service, target.port, ctx.choose)
+    return Endpoint(target.workload, target.ip, target.port, None)
+
+
+async def serve_tcp(ctx: WaypointContext, tunnel: Tunnel, downstream: ByteStream, prefix: bytes) -> None:
+    """Relay one TCP tunnel to one endpoint (``prefix``: bytes already read from the client while sniffing)."""
+    endpoint = endpoint_for(ctx, tunnel)
+    service = tunnel.target.service if isinstance(tunnel.target, ServiceTarget) else None
+    labels = tunnel.labels(endpoint.workload if endpoint else None, service, protocol="tcp")
+    record = ConnectionRecord(
+        direction="inbound",
+        src_addr=tunnel.peer_addr,
+        dst_addr=hostport(endpoint.ip, endpoint.port) if endpoint else "",
+        dst_hbone_addr=tunnel.authority,
+        src_workload=tunnel.source.name if tunnel.source else "",
+        src_namespace=tunnel.source.namespace if tunnel.source else "",
+        src_identity=str(tunnel.peer_identity),
+        dst_service=service.hostname if service else "",
+        dst_workload=endpoint.workload.name if endpoint else "",
+        dst_namespace=endpoint.workload.namespace if endpoint else "",
+        dst_identity=str(endpoint.workload.identity) if endpoint else "",
+    )
+    accounting = Accounting(ctx.metrics, ctx.access_log, labels, record, ctx.clock)
+    if endpoint is None:
+        accounting.failed("no healthy upstream", ResponseFlag.NO_ROUTE)
+        downstream.abort()
+        return
+    try:
+        upstream = await ctx.upstreams.open_stream(endpoint, tunnel.peer_addr)
+    except UpstreamConnectError as exc:
+        accounting.failed(str(exc), ResponseFlag.CONNECT)
+        downstream.abort()
+        return
+    accounting.opened()
+    try:
+        if prefix:
+            await upstream.write(prefix)
+            accounting.up(len(prefix))
+        up, down, error = await relay(downstream, upstream, ctx.limits.idle_timeout)
+        accounting.up(up)
+        accounting.down(down)
+    except Exception as exc:
+        error = str(exc) or type(exc).__name__
+        downstream.abort()
+        upstream.abort()
+    accounting.finish(error)
+    with contextlib.suppress(Exception):
+        await upstream.aclose()
