@@ -176,10 +176,18 @@ class ServerSide:
         return b""
 
     def send_response(self, status: int, headers: Iterable[tuple[str, str]], reason: str = "") -> bytes:
-        return self._send(h11.Response(status_code=status, headers=list(headers), reason=reason.encode("latin-1")))
+        try:
+            event = h11.Response(status_code=status, headers=list(headers), reason=reason.encode("latin-1", "replace"))
+        except h11.LocalProtocolError as exc:
+            raise HttpProtocolError(f"cannot send this response: {exc}", 502, upstream=True) from None
+        return self._send(event)
 
     def send_interim(self, status: int, headers: Iterable[tuple[str, str]]) -> bytes:
-        return self._send(h11.InformationalResponse(status_code=status, headers=list(headers)))
+        try:
+            event = h11.InformationalResponse(status_code=status, headers=list(headers))
+        except h11.LocalProtocolError as exc:
+            raise HttpProtocolError(f"cannot send this response: {exc}", 502, upstream=True) from None
+        return self._send(event)
 
     def send_body(self, data: bytes) -> bytes:
         return self._send(h11.Data(data=data)) if data else b""
@@ -234,7 +242,11 @@ class ClientSide:
     def send_request(self, head: RequestHead, *, upgrade: bool = False) -> bytes:
         """The request line and headers for ``head`` (its ``authority`` becomes ``Host``), hop-by-hop removed."""
         headers = [("host", head.authority), *forwardable(head.headers, upgrade=upgrade)]
-        return self._send(h11.Request(method=head.method, target=head.path, headers=headers))
+        try:
+            request = h11.Request(method=head.method, target=head.path, headers=headers)
+        except h11.LocalProtocolError as exc:  # a rewritten request with a value HTTP/1.1 cannot carry
+            raise HttpProtocolError(f"request cannot be forwarded: {exc}") from None
+        return self._send(request)
 
     def send_body(self, data: bytes) -> bytes:
         return self._send(h11.Data(data=data)) if data else b""
