@@ -167,12 +167,14 @@ def test_request_metrics_are_reported_by_the_waypoint(state: WorkloadState) -> N
     [line] = [line for line in text.splitlines() if line.startswith("istio_requests_total{")]
     assert 'reporter="waypoint"' in line and 'response_code="200"' in line and line.endswith(" 1.0")
     assert "istio_request_duration_milliseconds_bucket" in text
-    assert 'istio_response_bytes_bucket{' in text
+    assert "istio_response_bytes_bucket{" in text
     assert 'component="ambit-waypoint"' in text
 
 
 def test_a_request_log_line_stays_one_line_whatever_the_path() -> None:
-    line = format_request_log(RequestRecord(src_addr="1.2.3.4:5", method="GET", path="/a b\n\u2028x", response_code=200))
+    line = format_request_log(
+        RequestRecord(src_addr="1.2.3.4:5", method="GET", path="/a b\n\u2028x", response_code=200)
+    )
     assert "\n" not in line and "\u2028" not in line
     assert line.startswith("request complete ")
     failed = format_request_log(RequestRecord(src_addr="1.2.3.4:5", response_code=503, response_flags="UH"))

@@ -68,7 +68,7 @@ def test_two_requests_share_one_keep_alive_connection() -> None:
 
 
 def test_connection_close_ends_keep_alive() -> None:
-    client, server = ClientSide(), ServerSide()
+    server = ServerSide()
     head = RequestHead("GET", "/", "svc", (("connection", "close"),))
     server.receive_data(b"GET / HTTP/1.1\r\nhost: svc\r\nconnection: close\r\n\r\n")
     drain(server)
@@ -190,7 +190,10 @@ def test_any_bytes_give_events_or_a_clean_protocol_error(data: bytes, cut: int) 
     st.sampled_from(["GET", "POST", "PUT", "DELETE"]),
     st.text(alphabet="abcdefghij/-_.~", min_size=1, max_size=40).map(lambda p: "/" + p),
     st.lists(
-        st.tuples(st.from_regex(r"x-[a-z]{1,8}", fullmatch=True), st.from_regex(r"[a-zA-Z0-9]([a-zA-Z0-9 ]{0,18}[a-zA-Z0-9])?", fullmatch=True)),
+        st.tuples(
+            st.from_regex(r"x-[a-z]{1,8}", fullmatch=True),
+            st.from_regex(r"[a-zA-Z0-9]([a-zA-Z0-9 ]{0,18}[a-zA-Z0-9])?", fullmatch=True),
+        ),
         max_size=5,
     ),
     st.binary(max_size=300),

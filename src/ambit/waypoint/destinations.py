@@ -116,9 +116,7 @@ def plan_tunnel(authority: str, state: WorkloadState, me: WaypointSelf) -> Targe
         ip = None
     if ip is not None and port in me.own_ports and (ip in me.addresses or ip.is_loopback or ip.is_unspecified):
         return Refusal(400, f"{authority} is one of the waypoint's own ports")  # rule 2
-    service = (
-        state.find_service_by_vip(me.network, ip) if ip is not None else state.find_service_by_hostname(host)
-    )
+    service = state.find_service_by_vip(me.network, ip) if ip is not None else state.find_service_by_hostname(host)
     if service is not None:
         if not me.is_me(service.waypoint, state):
             return Refusal(400, f"service {service.key} does not use this waypoint")  # rule 5
@@ -187,9 +185,7 @@ def pick_endpoint(
     candidates = [
         workload
         for workload in state.find_endpoints(service)
-        if workload.addresses
-        and workload.uid not in exclude
-        and (allow_all or workload.status is HealthStatus.HEALTHY)
+        if workload.addresses and workload.uid not in exclude and (allow_all or workload.status is HealthStatus.HEALTHY)
     ]
     if not candidates:
         return None

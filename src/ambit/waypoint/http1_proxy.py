@@ -61,6 +61,8 @@ from ambit.waypoint.upstream import UpstreamConnectError, UpstreamHttp
 
 log = logging.getLogger("ambit.waypoint.http1")
 
+LINGER_SECONDS = 2.0
+"""How long a closing tunnel waits for the client's EOF after our last answer."""
 DRAIN_LIMIT = 1024 * 1024
 """Request body bytes read and dropped before a local answer; a longer body closes the connection instead."""
 
@@ -140,6 +142,24 @@ async def serve_http1(ctx: WaypointContext, tunnel: Tunnel, stream: ByteStream, 
     down = _Downstream(ctx, stream, ServerSide(ctx.limits.max_head_bytes, authority=tunnel.authority))
     if prefix:
         down.server.receive_data(prefix)
+    try:
+        await _serve(ctx, tunnel, down)
+    finally:
+        await _linger(stream)
+
+
+async def _linger(stream: ByteStream) -> None:
+    """Half-close, then read and drop what the client still sends (bounded in time and bytes) until its EOF, so
+    our last answer is not lost to a reset that overtakes it (a lingering close, as HTTP servers do)."""
+    with contextlib.suppress(AmbitError, OSError, TimeoutError):
+        stream.write_eof()
+        dropped = 0
+        async with asyncio.timeout(LINGER_SECONDS):
+            while dropped <= DRAIN_LIMIT and (chunk := await stream.read()):
+                dropped += len(chunk)
+
+
+async def _serve(ctx: WaypointContext, tunnel: Tunnel, down: _Downstream) -> None:
     served = 0
     limit = ctx.limits.max_requests_per_connection
     while True:
@@ -215,9 +235,7 @@ async def _handle(
         plan = _Plan(decision.request, decision.response_headers, decision.timeouts.request)
         service = find_backend_service(ctx.state, decision.backend)
         outcome.service = service
-        endpoint = (
-            pick_endpoint(ctx.state, service, decision.backend.port, ctx.choose) if service is not None else None
-        )
+        endpoint = pick_endpoint(ctx.state, service, decision.backend.port, ctx.choose) if service is not None else None
     else:  # workload-addressed: to that workload, as addressed
         endpoint = Endpoint(target.workload, target.ip, target.port, None)
     if endpoint is None:

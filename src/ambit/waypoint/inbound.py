@@ -191,4 +191,3 @@ def _refuse(
         )
     )
     responder.reject(refusal.status)
-
