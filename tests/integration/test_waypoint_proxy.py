@@ -16,6 +16,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from tests.integration.waypoint_rig import (
+    CLIENT_ID,
     DEAD_VIP,
     ECHO_VIP,
     PLAIN_VIP,
@@ -26,9 +27,10 @@ from tests.integration.waypoint_rig import (
     read_until_eof,
 )
 
+from ambit.identity.localca import LocalCa
 from ambit.model.routes import BackendService, RouteTable, Timeouts
 from ambit.model.workload import Workload
-from ambit.proxy.hbone_client import TunnelRefusedError
+from ambit.proxy.hbone_client import HboneConnectError, TunnelRefusedError
 from ambit.waypoint.decisions import Decision, Forward, RequestHead, Respond
 from ambit.waypoint.settings import WaypointLimits
 
@@ -82,6 +84,35 @@ async def test_requests_on_one_keep_alive_tunnel_are_balanced_per_request_and_ge
     assert all(a.endswith(":8080") for e in rig.endpoints for a in e.authorities)
     await stream.aclose()
     await client.aclose()
+
+
+async def test_a_workload_addressed_tunnel_goes_to_that_workload_only(rig: Rig) -> None:
+    client, stream = await rig.tunnel("127.0.0.3:8080")  # echo-2 uses the waypoint for its own address
+    http = HttpOverTunnel(stream)
+    seen = {echo_of((await http.request("GET", "/echo"))[2])["endpoint"] for _ in range(4)}
+    assert seen == {"echo-2"}
+    await client.aclose()
+
+
+async def test_pipelined_requests_are_answered_in_order(rig: Rig) -> None:
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    one = b"GET /echo HTTP/1.1\r\nhost: echo\r\nx-request-id: first\r\n\r\n"
+    two = b"GET /echo HTTP/1.1\r\nhost: echo\r\nx-request-id: second\r\nconnection: close\r\n\r\n"
+    await stream.write(one + two)
+    answer = await read_until_eof(stream)
+    assert answer.count(b"HTTP/1.1 200 ") == 2
+    assert answer.index(b'"first"') < answer.index(b'"second"')
+    await client.aclose()
+
+
+async def test_a_client_of_another_ca_is_dropped_at_the_handshake(rig: Rig, tmp_path: Path) -> None:
+    stranger_ca = LocalCa(tmp_path / "other-ca", trust_domain="cluster.local")
+    rig.client_cert = await stranger_ca.fetch_certificate(CLIENT_ID)
+    with pytest.raises(HboneConnectError):
+        await rig.client()
+    async with asyncio.timeout(10):
+        while rig.waypoint.refusals.handshake_failures == 0:  # noqa: ASYNC110 - the server's side, after ours
+            await asyncio.sleep(0.01)
 
 
 async def test_request_bodies_cross_both_ways(rig: Rig) -> None:
@@ -150,6 +181,9 @@ async def test_malformed_http_gets_400_and_the_tunnel_closes(rig: Rig) -> None:
     assert answer.startswith(b"HTTP/1.1 400 ")
     assert b"connection: close" in answer
     await client.aclose()
+    _, text = await get(f"http://127.0.0.1:{rig.settings.stats_port}/metrics")
+    counted = [line for line in text.splitlines() if line.startswith("istio_requests_total{")]
+    assert any('response_code="400"' in line and 'response_flags="DPE"' in line for line in counted)
 
 
 async def test_a_huge_head_gets_431_and_close_without_reaching_an_endpoint(rig: Rig) -> None:

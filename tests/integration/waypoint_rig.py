@@ -106,7 +106,7 @@ def mesh_config() -> LocalConfig:
         workloads=(
             _workload("client", CLIENT_IP),
             _workload("echo-1", "127.0.0.2", "echo", "tcp"),
-            _workload("echo-2", "127.0.0.3", "echo"),
+            _workload("echo-2", "127.0.0.3", "echo", waypoint=WAYPOINT_ADDR),  # also pod-IP traffic via the waypoint
             _workload("dead-1", "127.0.0.5", "dead"),
         ),
         services=(

@@ -163,14 +163,17 @@ async def _serve(ctx: WaypointContext, tunnel: Tunnel, down: _Downstream) -> Non
     served = 0
     limit = ctx.limits.max_requests_per_connection
     while True:
+        began = ctx.clock()
         try:
             event = await down.next_event(head=True)
         except _HeadTimeoutError as exc:
             if exc.partial:
                 await _answer_and_close(down, 408, "request head not received in time")
+                _account_refused(ctx, tunnel, 408, "request head not received in time", ctx.clock() - began)
             return
         except HttpProtocolError as exc:
             await _answer_and_close(down, exc.status, exc.reason)
+            _account_refused(ctx, tunnel, exc.status, exc.reason, ctx.clock() - began)
             return
         except (AmbitError, OSError):
             return
@@ -481,6 +484,12 @@ def _modified(headers: list[tuple[str, str]], modifier: HeaderModifier | None) -
     drop = set(modifier.remove) | {name for name, _ in modifier.set}
     out = [(n, v) for n, v in headers if n not in drop]
     return out + list(modifier.set) + list(modifier.add)
+
+
+def _account_refused(ctx: WaypointContext, tunnel: Tunnel, status: int, reason: str, duration: float) -> None:
+    """A request the waypoint could not parse: counted with Envoy's ``DPE`` flag (downstream protocol error)."""
+    outcome = _Outcome("", status=status, flags="DPE", error=reason)
+    _account(ctx, tunnel, RequestHead("-", "-", tunnel.authority), outcome, duration, grpc=False)
 
 
 def _account(

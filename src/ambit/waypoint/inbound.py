@@ -35,7 +35,7 @@ from ambit.hbone.headers import hostport
 from ambit.model.workload import AppProtocol
 from ambit.proxy.hbone_server import HboneServer, InboundRequest, TunnelResponder
 from ambit.proxy.streams import ByteStream
-from ambit.telemetry.metrics import Reporter, TrafficLabels
+from ambit.telemetry.metrics import Reporter, SecurityPolicy, TrafficLabels
 from ambit.tls.workload import WorkloadCertificate
 from ambit.waypoint.context import Tunnel, WaypointContext
 from ambit.waypoint.destinations import Refusal, plan_tunnel
@@ -188,6 +188,7 @@ def _refuse(
             Reporter.WAYPOINT,
             source_principal=str(request.peer_identity),
             response_flags="NR",
+            connection_security_policy=SecurityPolicy.MUTUAL_TLS,
         )
     )
     responder.reject(refusal.status)
