@@ -102,7 +102,8 @@ class _Downstream:
             try:
                 if timeout <= 0:
                     raise TimeoutError
-                data = await asyncio.wait_for(self.stream.read(), timeout)
+                async with asyncio.timeout(timeout):
+                    data = await self.stream.read()
             except TimeoutError:
                 if head:
                     raise _HeadTimeoutError(started) from None
@@ -116,7 +117,10 @@ class _Downstream:
     async def write(self, data: bytes) -> None:
         if data:
             try:
-                await self.stream.write(data)
+                async with asyncio.timeout(self._ctx.limits.idle_timeout):
+                    await self.stream.write(data)
+            except TimeoutError:  # a client that stops reading does not hold the tunnel forever
+                raise _DownstreamGoneError("client stopped reading") from None
             except (AmbitError, OSError) as exc:
                 raise _DownstreamGoneError(str(exc)) from None
 
@@ -361,11 +365,11 @@ async def _send_request(
         attempt += 1
         up = upstreams.take_idle(endpoint) or await upstreams.open_http(endpoint, tunnel.peer_addr)
         try:
-            await up.stream.write(up.http.send_request(request, upgrade=started.upgrade))
+            await _send_up(ctx, up, up.http.send_request(request, upgrade=started.upgrade))
             if started.has_body:
-                await _send_body(down, up, outcome)
+                await _send_body(ctx, down, up, outcome)
             else:
-                await up.stream.write(up.http.end_request())
+                await _send_up(ctx, up, up.http.end_request())
             return up, await _response_head(ctx, up)
         except (AmbitError, OSError, _UpstreamFailedError) as exc:
             up.stream.abort()
@@ -379,7 +383,7 @@ async def _send_request(
             raise
 
 
-async def _send_body(down: _Downstream, up: UpstreamHttp, outcome: _Outcome) -> None:
+async def _send_body(ctx: WaypointContext, down: _Downstream, up: UpstreamHttp, outcome: _Outcome) -> None:
     waiting = down.server.continue_if_waited()
     if waiting:
         await down.write(waiting)
@@ -387,17 +391,26 @@ async def _send_body(down: _Downstream, up: UpstreamHttp, outcome: _Outcome) -> 
         event = await down.next_event()
         if isinstance(event, BodyData):
             outcome.bytes_in += len(event.data)
-            await up.stream.write(up.http.send_body(event.data))
+            await _send_up(ctx, up, up.http.send_body(event.data))
         elif isinstance(event, MessageEnded):
-            await up.stream.write(up.http.end_request(event.trailers))
+            await _send_up(ctx, up, up.http.end_request(event.trailers))
             return
         else:
             raise HttpProtocolError("request body ended early")
 
 
+async def _send_up(ctx: WaypointContext, up: UpstreamHttp, data: bytes) -> None:
+    """Write to the endpoint; one that stops reading for ``idle_timeout`` fails (TimeoutError, an OSError)."""
+    if data:
+        async with asyncio.timeout(ctx.limits.idle_timeout):
+            await up.stream.write(data)
+
+
 async def _upstream_event(ctx: WaypointContext, up: UpstreamHttp) -> Event:
     while (event := up.http.next_event()) is Signal.NEED_DATA:
-        up.http.receive_data(await asyncio.wait_for(up.stream.read(), ctx.limits.idle_timeout))
+        async with asyncio.timeout(ctx.limits.idle_timeout):
+            data = await up.stream.read()
+        up.http.receive_data(data)
     return event
 
 

@@ -42,7 +42,8 @@ async def _pump(
     loop = asyncio.get_running_loop()
     while True:
         try:
-            data = await asyncio.wait_for(src.read(), idle_timeout)
+            async with asyncio.timeout(idle_timeout):
+                data = await src.read()
         except TimeoutError:
             if loop.time() - activity.last >= idle_timeout:
                 raise
