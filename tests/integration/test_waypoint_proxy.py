@@ -20,6 +20,8 @@ from tests.integration.waypoint_rig import (
     DEAD_VIP,
     ECHO_VIP,
     PLAIN_VIP,
+    RAW_DEAD_VIP,
+    RAW_VIP,
     TCP_VIP,
     HttpOverTunnel,
     Rig,
@@ -227,6 +229,18 @@ async def test_junk_on_a_port_of_unknown_protocol_is_relayed_as_tcp(rig: Rig) ->
     answer = await read_until_eof(stream)
     assert answer.startswith(b"HTTP/1.") and b" 400 " in answer.split(b"\r\n", 1)[0]
     assert [e.tunnels for e in rig.endpoints] == [1, 0]  # the endpoint answered, not the waypoint
+    await client.aclose()
+
+
+async def test_a_port_declared_tcp_is_answered_200_only_once_its_endpoint_is_reached(rig: Rig) -> None:
+    client = await rig.client()
+    with pytest.raises(TunnelRefusedError) as caught:
+        await client.open_tunnel(f"{RAW_DEAD_VIP}:80", [])
+    assert caught.value.status == 503
+    stream = await client.open_tunnel(f"{RAW_VIP}:80", [])
+    await stream.write(b"GET /echo?raw=tcp HTTP/1.0\r\n\r\n")  # bytes, relayed as they are
+    answer = await read_until_eof(stream)
+    assert answer.startswith(b"HTTP/1.") and answer.endswith(b"tcp")
     await client.aclose()
 
 

@@ -10,10 +10,11 @@ SPIFFE id of our trust domain, ALPN h2. Each CONNECT then:
 2. is judged by :func:`~ambit.waypoint.destinations.plan_tunnel`; a refusal answers its status (400), is logged
    with its reason and counted (``istio_tcp_connections_failed_total{reporter="waypoint",response_flags="NR"}``
    and the ``refused`` tally of ``/config_dump``);
-3. is accepted (200) and its protocol decided by the Service port's ``appProtocol``: HTTP/1.1 goes to
-   :func:`~ambit.waypoint.http1_proxy.serve_http1`, TCP to :func:`~ambit.waypoint.tcp.serve_tcp`; a port of
-   unknown protocol is sniffed (:func:`sniff`). HTTP/2 and gRPC are relayed as TCP for now (one endpoint per
-   connection): TODO, serve them per request on the HTTP/2 engine.
+3. goes by the Service port's ``appProtocol``: a TCP port reaches its endpoint first and answers 200 only then
+   (503 when it cannot, as ztunnel does; :func:`~ambit.waypoint.tcp.serve_tcp`); an HTTP/1.1 port is accepted
+   and served per request (:func:`~ambit.waypoint.http1_proxy.serve_http1`); a port of unknown protocol is
+   accepted and sniffed (:func:`sniff`), then served as one or the other. HTTP/2 and gRPC ports are relayed as
+   TCP for now (one endpoint per connection): TODO, serve them per request on the HTTP/2 engine.
 
 The tunnel is the handler's until it returns; HboneServer then closes it.
 """
@@ -153,10 +154,14 @@ async def _serve_tunnel(
     except ValueError:
         source = None
     tunnel = Tunnel(plan, request.authority, request.peer_identity, peer_addr, source)
-    stream = responder.accept()  # rule 3
     ctx.tunnels += 1
+    stream = None
     try:
         protocol = plan.protocol
+        if protocol not in (AppProtocol.UNKNOWN, AppProtocol.HTTP11):  # rule 3: declared TCP (or HTTP/2 for now)
+            await serve_tcp(ctx, tunnel, responder)
+            return
+        stream = responder.accept()
         prefix = b""
         if protocol is AppProtocol.UNKNOWN:
             prefix, protocol = await sniff(stream, ctx.limits.sniff_timeout)
@@ -166,7 +171,10 @@ async def _serve_tunnel(
             await serve_tcp(ctx, tunnel, stream, prefix)
     except (AmbitError, OSError) as exc:
         log.info("tunnel %s from %s ended: %s", request.authority, peer_addr, exc)
-        stream.abort()
+        if stream is not None:
+            stream.abort()
+        elif responder.status is None:
+            responder.reject(503)
     finally:
         ctx.tunnels -= 1
 

@@ -20,6 +20,7 @@ import logging
 from ambit.hbone.headers import hostport
 from ambit.proxy.accounting import Accounting
 from ambit.proxy.errors import ResponseFlag
+from ambit.proxy.hbone_server import TunnelResponder
 from ambit.proxy.streams import ByteStream
 from ambit.telemetry.accesslog import ConnectionRecord
 from ambit.waypoint.context import Tunnel, WaypointContext
@@ -85,6 +86,13 @@ async def relay(downstream: ByteStream, upstream: ByteStream, idle_timeout: floa
     return counter[0], counter[1], error
 
 
+def _fail(downstream: ByteStream | TunnelResponder) -> None:
+    if isinstance(downstream, TunnelResponder):
+        downstream.reject(503)
+    else:
+        downstream.abort()
+
+
 def endpoint_for(ctx: WaypointContext, tunnel: Tunnel) -> Endpoint | None:
     """The endpoint of one connection (or request): an endpoint of the addressed Service, or the workload."""
     target = tunnel.target
@@ -93,8 +101,12 @@ def endpoint_for(ctx: WaypointContext, tunnel: Tunnel) -> Endpoint | None:
     return Endpoint(target.workload, target.ip, target.port, None)
 
 
-async def serve_tcp(ctx: WaypointContext, tunnel: Tunnel, downstream: ByteStream, prefix: bytes) -> None:
-    """Relay one TCP tunnel to one endpoint (``prefix``: bytes already read from the client while sniffing)."""
+async def serve_tcp(
+    ctx: WaypointContext, tunnel: Tunnel, downstream: ByteStream | TunnelResponder, prefix: bytes = b""
+) -> None:
+    """Relay one TCP tunnel to one endpoint. ``downstream`` is the accepted tunnel (after sniffing; ``prefix``
+    holds the bytes read meanwhile), or the CONNECT's responder for a port declared TCP: the endpoint is then
+    reached first and the CONNECT answered 200 only once it is, 503 if it cannot be (as ztunnel answers)."""
     endpoint = endpoint_for(ctx, tunnel)
     service = tunnel.target.service if isinstance(tunnel.target, ServiceTarget) else None
     labels = tunnel.labels(endpoint.workload if endpoint else None, service, protocol="tcp")
@@ -114,14 +126,16 @@ async def serve_tcp(ctx: WaypointContext, tunnel: Tunnel, downstream: ByteStream
     accounting = Accounting(ctx.metrics, ctx.access_log, labels, record, ctx.clock)
     if endpoint is None:
         accounting.failed("no healthy upstream", ResponseFlag.NO_ROUTE)
-        downstream.abort()
+        _fail(downstream)
         return
     try:
         upstream = await ctx.upstreams.open_stream(endpoint, tunnel.peer_addr)
     except UpstreamConnectError as exc:
         accounting.failed(str(exc), ResponseFlag.CONNECT)
-        downstream.abort()
+        _fail(downstream)
         return
+    if isinstance(downstream, TunnelResponder):
+        downstream = downstream.accept()
     accounting.opened()
     try:
         if prefix:
