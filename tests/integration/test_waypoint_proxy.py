@@ -30,7 +30,7 @@ from tests.integration.waypoint_rig import (
 )
 
 from ambit.identity.localca import LocalCa
-from ambit.model.routes import BackendService, RouteTable, Timeouts
+from ambit.model.routes import BackendService, RouteTable, Timeouts, WaypointConfig, WeightedBackend
 from ambit.model.workload import Workload
 from ambit.proxy.hbone_client import HboneConnectError, TunnelRefusedError
 from ambit.waypoint.decisions import Decision, Forward, RequestHead, Respond
@@ -292,6 +292,35 @@ async def test_a_request_timeout_answers_504_and_a_local_answer_is_written(rig: 
     assert (status, headers["x-why"], body) == (418, "local", b"short and stout")
     status, _, body = await http.request("GET", "/slow")
     assert status == 504 and body == b"upstream request timeout"
+    await client.aclose()
+
+
+async def test_a_backend_request_timeout_answers_504_too(rig: Rig) -> None:
+    def router(table: RouteTable | None, destination: BackendService, request: RequestHead, r: float) -> Decision:
+        return Forward(destination, request, timeouts=Timeouts(backend_request=0.3))
+
+    rig.waypoint.context.router = router
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    http = HttpOverTunnel(stream)
+    assert (await http.request("GET", "/echo"))[0] == 200
+    status, _, body = await http.request("GET", "/slow")
+    assert status == 504 and body == b"upstream request timeout"
+    await client.aclose()
+
+
+async def test_a_tcp_route_sends_connections_to_its_weighted_backends(rig: Rig) -> None:
+    echo = BackendService("app", "echo.app.svc.cluster.local", 80)
+    dead = BackendService("app", "rawdead.app.svc.cluster.local", 80)
+    table = RouteTable(
+        "app/raw.app.svc.cluster.local", 80, tcp_backends=(WeightedBackend(echo, 1), WeightedBackend(dead, 0))
+    )
+    rig.waypoint.context.routes.replace(WaypointConfig("app/waypoint", (table,)))
+    client = await rig.client()
+    for _ in range(2):
+        stream = await client.open_tunnel(f"{RAW_VIP}:80", [])
+        await stream.write(b"GET /echo HTTP/1.0\r\n\r\n")
+        assert b'"endpoint"' in await read_until_eof(stream)
+    assert [e.tunnels for e in rig.endpoints] == [1, 1]  # both endpoints of echo, none of rawdead (weight 0)
     await client.aclose()
 
 

@@ -6,6 +6,7 @@ import ipaddress
 
 import pytest
 
+from ambit.model.routes import BackendService, WeightedBackend
 from ambit.model.state import WorkloadState
 from ambit.model.workload import (
     AppProtocol,
@@ -23,6 +24,7 @@ from ambit.waypoint.destinations import (
     ServiceTarget,
     WaypointSelf,
     WorkloadTarget,
+    choose_weighted,
     pick_endpoint,
     plan_tunnel,
 )
@@ -146,6 +148,17 @@ def test_endpoints_are_healthy_ones_with_their_target_port(state: WorkloadState)
     assert endpoint.expected_identities == {endpoint.workload.identity}
     none_left = pick_endpoint(state, service, 80, lambda c: c[0], exclude=frozenset(w.uid for w in seen))
     assert none_left is None
+
+
+def test_weighted_choice_follows_the_weights_and_never_picks_weight_zero() -> None:
+    a, b, z = (
+        WeightedBackend(BackendService("app", f"{n}.app.svc.cluster.local", 80), w)
+        for n, w in (("a", 9), ("b", 1), ("z", 0))
+    )
+    picks = [choose_weighted((a, z, b), i / 100) for i in range(100)]
+    assert picks.count(a) == 90 and picks.count(b) == 10 and z not in picks
+    assert choose_weighted((z,), 0.5) is None
+    assert choose_weighted((), 0.5) is None
 
 
 def test_request_metrics_are_reported_by_the_waypoint(state: WorkloadState) -> None:

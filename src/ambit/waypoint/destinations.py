@@ -32,7 +32,7 @@ from ambit.hbone.errors import AuthorityError
 from ambit.hbone.headers import parse_authority
 from ambit.model.errors import IdentityError
 from ambit.model.identity import SpiffeId
-from ambit.model.routes import BackendService
+from ambit.model.routes import BackendService, WeightedBackend
 from ambit.model.state import WorkloadState
 from ambit.model.workload import (
     AppProtocol,
@@ -152,6 +152,22 @@ class Endpoint:
                 except IdentityError:
                     continue
         return frozenset(identities)
+
+
+def choose_weighted(backends: Sequence[WeightedBackend], random: float) -> WeightedBackend | None:
+    """One of ``backends`` in proportion to its weight (weight 0 is never chosen), ``random`` in [0, 1); None
+    when every weight is 0 (Gateway API: such a route answers 500, for TCP the connection is refused)."""
+    total = sum(max(b.weight, 0) for b in backends)
+    if total <= 0:
+        return None
+    point = random * total
+    for backend in backends:
+        if backend.weight <= 0:
+            continue
+        point -= backend.weight
+        if point < 0:
+            return backend
+    return next(b for b in reversed(backends) if b.weight > 0)
 
 
 def find_backend_service(state: WorkloadState, backend: BackendService) -> Service | None:

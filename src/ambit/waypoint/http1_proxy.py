@@ -14,15 +14,16 @@ by ``max_head_bytes``) plus one read, never a queue of pipelined requests. For e
    response header changes. A request without a body that fails on a reused connection before any answer is
    retried once on a fresh one (the keep-alive race).
 4. Failures answer as Envoy does: no endpoint → 503 ``no healthy upstream`` (flag UH); endpoint unreachable →
-   503 (UF); endpoint reset before answering → 503 (UC); ``timeouts.request`` passed before the response head →
-   504 ``upstream request timeout`` (UT). After the response has started, a failure can only reset the tunnel.
+   503 (UF); endpoint reset before answering → 503 (UC); ``timeouts.request`` (or ``timeouts.backend_request``
+   for one try) passed before the response head → 504 ``upstream request timeout`` (UT). After the response has
+   started, a failure can only reset the tunnel.
 5. A malformed request gets a 400 (an oversized head 431, a head not finished within ``head_timeout`` 408) and the
    tunnel is closed; never a traceback. Any bug in this module ends the tunnel with a 500 and a log line.
 6. An upgrade answered 101 switches both connections to a raw relay (:func:`ambit.waypoint.tcp.relay`).
 7. Each request is counted (``istio_requests_total`` and the histograms, reporter="waypoint") and logged once.
 
-TODO: retries per ``Forward.retry`` come with the engine's retry state machine; ``timeouts.backend_request`` is
-not applied yet, and ``timeouts.request`` bounds the exchange up to the response head, not the response body.
+TODO: retries per ``Forward.retry`` come with the engine's retry state machine. ``timeouts.request`` and
+``timeouts.backend_request`` (each try) bound the exchange up to the response head, not the response body.
 """
 
 from __future__ import annotations
@@ -239,7 +240,8 @@ async def _handle(
             keep = await _drain(down, started)
             await _respond(down, decision.status, decision.headers, decision.body, outcome)
             return keep
-        plan = _Plan(decision.request, decision.response_headers, decision.timeouts.request)
+        timeouts = decision.timeouts
+        plan = _Plan(decision.request, decision.response_headers, timeouts.request, timeouts.backend_request)
         service = find_backend_service(ctx.state, decision.backend)
         outcome.service = service
         endpoint = pick_endpoint(ctx.state, service, decision.backend.port, ctx.choose) if service is not None else None
@@ -260,6 +262,7 @@ class _Plan:
     request: RequestHead
     response_headers: HeaderModifier | None = None
     timeout: float | None = None
+    try_timeout: float | None = None
 
 
 async def _drain(down: _Downstream, started: RequestStarted) -> bool:
@@ -312,7 +315,7 @@ async def _forward(
     """Rules 3, 4 and 6 for one request to ``endpoint``."""
     try:
         async with asyncio.timeout(plan.timeout):
-            up, first = await _send_request(ctx, tunnel, down, started, plan.request, endpoint, outcome)
+            up, first = await _send_request(ctx, tunnel, down, started, plan, endpoint, outcome)
     except TimeoutError:
         keep = False  # the request body may be half read
         await _respond(down, 504, (), b"upstream request timeout", outcome, flags="UT")
@@ -350,11 +353,14 @@ async def _send_request(
     tunnel: Tunnel,
     down: _Downstream,
     started: RequestStarted,
-    request: RequestHead,
+    plan: _Plan,
     endpoint: Endpoint,
     outcome: _Outcome,
 ) -> tuple[UpstreamHttp, ResponseStarted | InterimResponse]:
-    """Send the request (head, body) and wait for the response head; rule 3's retry on a stale connection."""
+    """Send the request (head, body) and wait for the response head; rule 3's retry on a stale connection.
+
+    Each try is bounded by ``plan.try_timeout`` (``timeouts.backend_request``): its expiry raises TimeoutError,
+    which the caller answers 504 like the request timeout."""
     upstreams = ctx.upstreams
     if not started.has_body:
         event = await down.next_event()  # h11 ends a bodiless request at once
@@ -364,23 +370,26 @@ async def _send_request(
     while True:
         attempt += 1
         up = upstreams.take_idle(endpoint) or await upstreams.open_http(endpoint, tunnel.peer_addr)
+        per_try = asyncio.timeout(plan.try_timeout)
         try:
-            await _send_up(ctx, up, up.http.send_request(request, upgrade=started.upgrade))
-            if started.has_body:
-                await _send_body(ctx, down, up, outcome)
-            else:
-                await _send_up(ctx, up, up.http.end_request())
-            return up, await _response_head(ctx, up)
-        except (AmbitError, OSError, _UpstreamFailedError) as exc:
-            up.stream.abort()
+            async with per_try:
+                await _send_up(ctx, up, up.http.send_request(plan.request, upgrade=started.upgrade))
+                if started.has_body:
+                    await _send_body(ctx, down, up, outcome)
+                else:
+                    await _send_up(ctx, up, up.http.end_request())
+                return up, await _response_head(ctx, up)
+        except BaseException as exc:
+            up.stream.abort()  # whatever happened, this connection is in an unknown state
+            if isinstance(exc, TimeoutError) and per_try.expired():
+                raise  # the backend request timeout
+            if not isinstance(exc, (AmbitError, OSError, _UpstreamFailedError)):
+                raise  # cancelled (the request timeout), or a bug
             if isinstance(exc, HttpProtocolError) and not exc.upstream:
                 raise
             if up.reused and not started.has_body and attempt == 1:
                 continue
             raise _UpstreamFailedError(str(exc) or type(exc).__name__) from None
-        except BaseException:  # cancelled (the request timeout): the connection is in an unknown state
-            up.stream.abort()
-            raise
 
 
 async def _send_body(ctx: WaypointContext, down: _Downstream, up: UpstreamHttp, outcome: _Outcome) -> None:

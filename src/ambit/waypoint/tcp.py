@@ -24,7 +24,13 @@ from ambit.proxy.hbone_server import TunnelResponder
 from ambit.proxy.streams import ByteStream
 from ambit.telemetry.accesslog import ConnectionRecord
 from ambit.waypoint.context import Tunnel, WaypointContext
-from ambit.waypoint.destinations import Endpoint, ServiceTarget, pick_endpoint
+from ambit.waypoint.destinations import (
+    Endpoint,
+    ServiceTarget,
+    choose_weighted,
+    find_backend_service,
+    pick_endpoint,
+)
 from ambit.waypoint.upstream import UpstreamConnectError
 
 log = logging.getLogger("ambit.waypoint.tcp")
@@ -94,11 +100,20 @@ def _fail(downstream: ByteStream | TunnelResponder) -> None:
 
 
 def endpoint_for(ctx: WaypointContext, tunnel: Tunnel) -> Endpoint | None:
-    """The endpoint of one connection (or request): an endpoint of the addressed Service, or the workload."""
+    """The endpoint of one TCP connection: for a Service, by its attached TCPRoute's weighted backends when it has
+    one (a backend that did not resolve, or all weights 0, is no endpoint), else an endpoint of the Service
+    itself; for a workload, that workload."""
     target = tunnel.target
-    if isinstance(target, ServiceTarget):
+    if not isinstance(target, ServiceTarget):
+        return Endpoint(target.workload, target.ip, target.port, None)
+    table = ctx.routes.find_table(target.service.key, target.port)
+    if table is None or not table.tcp_backends:
         return pick_endpoint(ctx.state, target.service, target.port, ctx.choose)
-    return Endpoint(target.workload, target.ip, target.port, None)
+    chosen = choose_weighted(table.tcp_backends, ctx.random())
+    if chosen is None or chosen.backend is None:
+        return None
+    service = find_backend_service(ctx.state, chosen.backend)
+    return pick_endpoint(ctx.state, service, chosen.backend.port, ctx.choose) if service is not None else None
 
 
 async def serve_tcp(
@@ -108,7 +123,9 @@ async def serve_tcp(
     holds the bytes read meanwhile), or the CONNECT's responder for a port declared TCP: the endpoint is then
     reached first and the CONNECT answered 200 only once it is, 503 if it cannot be (as ztunnel answers)."""
     endpoint = endpoint_for(ctx, tunnel)
-    service = tunnel.target.service if isinstance(tunnel.target, ServiceTarget) else None
+    service = endpoint.service if endpoint is not None else None
+    if service is None and isinstance(tunnel.target, ServiceTarget):
+        service = tunnel.target.service
     labels = tunnel.labels(endpoint.workload if endpoint else None, service, protocol="tcp")
     record = ConnectionRecord(
         direction="inbound",
