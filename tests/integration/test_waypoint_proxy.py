@@ -283,6 +283,8 @@ async def test_a_request_timeout_answers_504_and_a_local_answer_is_written(rig: 
     def router(table: RouteTable | None, destination: BackendService, request: RequestHead, r: float) -> Decision:
         if request.path == "/teapot":
             return Respond(418, (("x-why", "local"),), b"short and stout", route="HTTPRoute/app/teapot")
+        if request.path == "/gone":
+            return Forward(BackendService("app", "gone.app.svc.cluster.local", 80), request)
         return Forward(destination, request, timeouts=Timeouts(request=0.3))
 
     rig.waypoint.context.router = router
@@ -290,6 +292,7 @@ async def test_a_request_timeout_answers_504_and_a_local_answer_is_written(rig: 
     http = HttpOverTunnel(stream)
     status, headers, body = await http.request("GET", "/teapot")
     assert (status, headers["x-why"], body) == (418, "local", b"short and stout")
+    assert (await http.request("GET", "/gone"))[0] == 500  # a route to a missing backend
     status, _, body = await http.request("GET", "/slow")
     assert status == 504 and body == b"upstream request timeout"
     await client.aclose()

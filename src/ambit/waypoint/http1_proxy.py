@@ -13,7 +13,8 @@ by ``max_head_bytes``) plus one read, never a queue of pipelined requests. For e
    (:mod:`ambit.waypoint.upstream`); its body is streamed, then the response is streamed back, with the route's
    response header changes. A request without a body that fails on a reused connection before any answer is
    retried once on a fresh one (the keep-alive race).
-4. Failures answer as Envoy does: no endpoint → 503 ``no healthy upstream`` (flag UH); endpoint unreachable →
+4. Failures answer as Envoy does: a backend Service the state does not know → 500 (flag NC: "a route to a
+   missing backend answers 500"); no endpoint → 503 ``no healthy upstream`` (flag UH); endpoint unreachable →
    503 (UF); endpoint reset before answering → 503 (UC); ``timeouts.request`` (or ``timeouts.backend_request``
    for one try) passed before the response head → 504 ``upstream request timeout`` (UT). After the response has
    started, a failure can only reset the tunnel.
@@ -249,7 +250,10 @@ async def _handle(
         endpoint = Endpoint(target.workload, target.ip, target.port, None)
     if endpoint is None:
         keep = await _drain(down, started)
-        await _respond(down, 503, (), b"no healthy upstream", outcome, flags="UH")
+        if isinstance(target, ServiceTarget) and outcome.service is None:  # the route names an unknown Service
+            await _respond(down, 500, (), b"no such backend", outcome, flags="NC")
+        else:
+            await _respond(down, 503, (), b"no healthy upstream", outcome, flags="UH")
         return keep
     outcome.endpoint = endpoint
     return await _forward(ctx, tunnel, down, started, plan, endpoint, outcome)
