@@ -298,6 +298,22 @@ async def test_a_request_timeout_answers_504_and_a_local_answer_is_written(rig: 
     await client.aclose()
 
 
+async def test_a_mirrored_request_reaches_the_mirror_backend_and_the_client_sees_one_answer(rig: Rig) -> None:
+    def router(table: RouteTable | None, destination: BackendService, request: RequestHead, r: float) -> Decision:
+        return Forward(destination, request, mirrors=((destination, request),))
+
+    rig.waypoint.context.router = router
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    status, _, body = await HttpOverTunnel(stream).request("GET", "/echo")
+    assert status == 200 and echo_of(body)["host"] == "echo.app.svc.cluster.local"
+    async with asyncio.timeout(10):
+        while not any(h.endswith("-shadow") for e in rig.endpoints for h in e.hosts):  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+    shadows = [h for e in rig.endpoints for h in e.hosts if h.endswith("-shadow")]
+    assert shadows == ["echo.app.svc.cluster.local-shadow"]
+    await client.aclose()
+
+
 async def test_a_backend_request_timeout_answers_504_too(rig: Rig) -> None:
     def router(table: RouteTable | None, destination: BackendService, request: RequestHead, r: float) -> Decision:
         return Forward(destination, request, timeouts=Timeouts(backend_request=0.3))

@@ -132,6 +132,8 @@ class Endpoint:
     cert: WorkloadCertificate
     tunnels: int = 0
     authorities: list[str] = field(default_factory=list)
+    hosts: list[str] = field(default_factory=list)
+    """The Host of every request served."""
 
     async def start(self) -> None:
         app = web.Application()
@@ -152,6 +154,7 @@ class Endpoint:
 
     async def _echo(self, request: web.Request) -> web.Response:
         body = await request.read()
+        self.hosts.append(request.headers.get("host", ""))
         if request.query.get("raw") == "tcp":
             return web.Response(text="tcp")
         answer = {

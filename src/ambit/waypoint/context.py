@@ -8,6 +8,7 @@ random numbers). :class:`Tunnel` is one accepted CONNECT: its target (what the c
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import random as _random
 import time
@@ -45,6 +46,8 @@ class WaypointContext:
     choose: Callable[[Sequence[Workload]], Workload] = _random.choice
     tunnels: int = 0
     """Tunnels being served now (bounded by ``limits.max_tunnels``)."""
+    background: set[asyncio.Task[None]] = field(default_factory=set)
+    """Tasks that outlive the request that started them (mirrored copies); cancelled when the waypoint stops."""
 
 
 @dataclass(frozen=True, slots=True)

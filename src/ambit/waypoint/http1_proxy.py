@@ -57,6 +57,7 @@ from ambit.waypoint.http1 import (
     forwardable,
     simple_response,
 )
+from ambit.waypoint.mirror import start_mirrors
 from ambit.waypoint.tcp import relay
 from ambit.waypoint.telemetry import RequestRecord
 from ambit.waypoint.upstream import UpstreamConnectError, UpstreamHttp
@@ -241,6 +242,7 @@ async def _handle(
             keep = await _drain(down, started)
             await _respond(down, decision.status, decision.headers, decision.body, outcome)
             return keep
+        start_mirrors(ctx, tunnel, decision.mirrors, started.has_body)
         timeouts = decision.timeouts
         plan = _Plan(decision.request, decision.response_headers, timeouts.request, timeouts.backend_request)
         service = find_backend_service(ctx.state, decision.backend)

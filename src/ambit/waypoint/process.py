@@ -297,9 +297,10 @@ class Waypoint:
                 await task
         if self._listener is not None:
             self._listener.close()
-        for task in list(self._connections):
+        background = [*self._connections, *self.context.background]
+        for task in background:
             task.cancel()
-        await asyncio.gather(*self._connections, return_exceptions=True)
+        await asyncio.gather(*background, return_exceptions=True)
         if self.xds is not None:
             await self.xds.aclose()
         await self.context.upstreams.aclose()
