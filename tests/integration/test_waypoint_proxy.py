@@ -349,3 +349,23 @@ async def test_readiness_and_config_dump(rig: Rig) -> None:
     assert status == 200
     assert '"app/echo.app.svc.cluster.local"' in text
     assert "spiffe://cluster.local/ns/app/sa/waypoint" in text
+
+
+async def test_tunnels_beyond_the_limit_are_refused_503(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, WaypointLimits(max_tunnels=1))
+    try:
+        await rig.start()
+        client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+        assert (await HttpOverTunnel(stream).request("GET", "/echo"))[0] == 200  # the one tunnel, kept open
+        with pytest.raises(TunnelRefusedError) as caught:
+            await client.open_tunnel(f"{ECHO_VIP}:80", [])
+        assert caught.value.status == 503
+        await stream.aclose()
+        async with asyncio.timeout(10):
+            while rig.waypoint.context.tunnels:  # noqa: ASYNC110 - the waypoint's side of the close
+                await asyncio.sleep(0.01)
+        second = await client.open_tunnel(f"{ECHO_VIP}:80", [])  # a slot is free again
+        assert (await HttpOverTunnel(second).request("GET", "/echo"))[0] == 200
+        await client.aclose()
+    finally:
+        await rig.aclose()

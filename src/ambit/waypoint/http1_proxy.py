@@ -215,8 +215,8 @@ async def _exchange(ctx: WaypointContext, tunnel: Tunnel, down: _Downstream, sta
         if not down.server.response_started:
             await _answer_and_close(down, exc.status, exc.reason)
         keep = False
-    except _DownstreamGoneError as exc:
-        outcome.error, outcome.flags = f"downstream: {exc}", "DC"
+    except (_DownstreamGoneError, AmbitError, OSError) as exc:  # the client's tunnel broke (reset, idle timeout)
+        outcome.error, outcome.flags = f"downstream: {exc or type(exc).__name__}", "DC"
         keep = False
     except Exception as exc:  # rule 5: a bug here ends this tunnel, not the process
         log.exception("waypoint: request %s %s failed", head.method, head.path)
