@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import hashlib
 import itertools
 import os
@@ -26,6 +27,7 @@ from tests.integration.waypoint_rig import (
     HttpOverTunnel,
     Rig,
     echo_of,
+    free_port,
     read_until_eof,
 )
 
@@ -34,6 +36,7 @@ from ambit.model.routes import BackendService, RouteTable, Timeouts, WaypointCon
 from ambit.model.workload import Workload
 from ambit.proxy.hbone_client import HboneConnectError, TunnelRefusedError
 from ambit.waypoint.decisions import Decision, Forward, RequestHead, Respond
+from ambit.waypoint.process import Waypoint
 from ambit.waypoint.settings import WaypointLimits
 
 LIMITS = WaypointLimits(max_head_bytes=8 * 1024, head_timeout=0.5, sniff_timeout=0.5, startup_wait=5.0)
@@ -366,6 +369,31 @@ async def test_tunnels_beyond_the_limit_are_refused_503(tmp_path: Path) -> None:
                 await asyncio.sleep(0.01)
         second = await client.open_tunnel(f"{ECHO_VIP}:80", [])  # a slot is free again
         assert (await HttpOverTunnel(second).request("GET", "/echo"))[0] == 200
+        await client.aclose()
+    finally:
+        await rig.aclose()
+
+
+async def test_before_its_first_xds_sync_the_waypoint_is_not_ready_and_tunnels_wait_then_get_503(
+    tmp_path: Path,
+) -> None:
+    rig = Rig(tmp_path, WaypointLimits(startup_wait=0.5))
+    # A control plane that never answers: the state never syncs (the local CA still signs the certificate).
+    rig.settings = dataclasses.replace(
+        rig.settings, config_file=None, xds_address=f"127.0.0.1:{free_port()}", root_cert_file=tmp_path / "ca/root.crt"
+    )
+    rig.waypoint = Waypoint(rig.settings)
+    try:
+        await rig.start()
+        status, text = await get(f"http://127.0.0.1:{rig.settings.readiness_port}/healthz/ready")
+        assert status == 500 and "state manager" in text
+        client = await rig.client()  # the listener accepts at once
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        with pytest.raises(TunnelRefusedError) as caught:
+            await client.open_tunnel(f"{ECHO_VIP}:80", [])
+        assert caught.value.status == 503
+        assert loop.time() - began >= 0.4  # it waited for the state, boundedly
         await client.aclose()
     finally:
         await rig.aclose()
