@@ -12,6 +12,7 @@ Every error Ambit raises on purpose derives from :class:`AmbitError`, with a sub
     ├── CaError                  (ambit.identity.caclient) fetching a workload certificate failed
     ├── HboneError               (ambit.hbone.errors) HboneProtocolError (peer), AuthorityError
     ├── ProxyError               (ambit.proxy.errors) ProxyConnectError, StreamClosedError, HboneConnectError, ...
+    ├── WaypointError            (ambit.waypoint.errors) HttpProtocolError (peer), WaypointSettingsError
     ├── TelemetryError           (ambit.telemetry) an endpoint could not start; BadLogLevelError
     ├── XdsError                 (ambit.xds.errors) XdsConversionError, XdsProtocolError, XdsConfigFileError
     ├── CaServerError            (ambit.controlplane.ca.errors) AuthenticationError, AuthorizationError, CsrError

@@ -19,6 +19,7 @@ def main() -> None:
     import ambit.cli.lab
     import ambit.cli.mesh
     import ambit.cli.policy
-    import ambit.cli.waypoint  # noqa: F401
+    import ambit.cli.waypoint
+    import ambit.cli.waypoint_proxy  # noqa: F401
 
     app()

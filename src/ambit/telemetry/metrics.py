@@ -43,6 +43,7 @@ BUILD_COMPONENT = "ambit-nodeproxy"
 class Reporter(enum.Enum):
     SOURCE = "source"
     DESTINATION = "destination"
+    WAYPOINT = "waypoint"
 
 
 class SecurityPolicy(enum.Enum):

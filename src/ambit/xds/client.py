@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -69,6 +69,16 @@ class Backoff:
         return min(self.maximum, self.initial * 2.0 ** min(attempt, 30)) * (0.5 + jitter / 2)
 
 
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    """One more type to follow, by resource name: each update's upserts and removals go to ``on_update``."""
+
+    type_url: str
+    names: tuple[str, ...]
+    decoder: Decoder
+    on_update: Callable[[ClientUpdate], None]
+
+
 class XdsClient:
     """Streams the workload API from the control plane into a :class:`WorkloadState`."""
 
@@ -89,8 +99,10 @@ class XdsClient:
         on_policy_change: Callable[[], None] | None = None,
         rng: Callable[[], float] = random.random,
         keepalive: KeepaliveSettings = DEFAULT_KEEPALIVE,
+        subscriptions: Sequence[Subscription] = (),
     ) -> None:
         self.target = target
+        self._subscriptions = {sub.type_url: sub for sub in subscriptions}
         self._keepalive = keepalive
         self._state, self._on_change = state, on_change
         self._policies, self._on_policy_change = policies, on_policy_change
@@ -100,7 +112,9 @@ class XdsClient:
         decoders: dict[str, Decoder] = {ADDRESS_TYPE_URL: decode_address}
         if authorization:
             decoders[AUTHORIZATION_TYPE_URL] = decode_authorization
-        self.session = ClientSession(decoders, node=dpb.Node(id=node_id, cluster=cluster_id))
+        decoders.update({sub.type_url: sub.decoder for sub in subscriptions})
+        named = {sub.type_url: sub.names for sub in subscriptions}
+        self.session = ClientSession(decoders, node=dpb.Node(id=node_id, cluster=cluster_id), named=named)
         self.connected = False
         self.connects = 0
         self.nacks = 0
@@ -192,6 +206,9 @@ class XdsClient:
         if update.nacked:
             self.nacks += 1
             log.warning("xds %s: NACK %s: %s", self.target, update.reply.response_nonce, "; ".join(update.errors))
+        if (subscription := self._subscriptions.get(update.type_url)) is not None:
+            subscription.on_update(update)
+            return
         if update.type_url == AUTHORIZATION_TYPE_URL:
             self._apply_policies(update)
         if update.type_url != ADDRESS_TYPE_URL:

@@ -55,12 +55,19 @@ class ClientUpdate:
 class ClientSession:
     """What one client holds, across reconnects. Pure and synchronous."""
 
-    __slots__ = ("_decoders", "_first_seen", "_held", "_node", "_on_demand", "synced")
+    __slots__ = ("_decoders", "_first_seen", "_held", "_named", "_node", "_on_demand", "synced")
 
     def __init__(
-        self, decoders: Mapping[str, Decoder], *, node: dpb.Node | None = None, on_demand: bool = False
+        self,
+        decoders: Mapping[str, Decoder],
+        *,
+        node: dpb.Node | None = None,
+        on_demand: bool = False,
+        named: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         self._decoders = dict(decoders)
+        self._named = {type_url: tuple(names) for type_url, names in (named or {}).items()}
+        """Types subscribed by resource name instead of by wildcard (a waypoint's own configuration)."""
         self._node = node if node is not None else dpb.Node()
         self._on_demand = on_demand
         self._held: dict[str, dict[str, str]] = {type_url: {} for type_url in self._decoders}
@@ -76,7 +83,9 @@ class ClientSession:
         requests = []
         for type_url, held in self._held.items():
             request = dpb.DeltaDiscoveryRequest(node=self._node, type_url=type_url, initial_resource_versions=held)
-            if self._on_demand:
+            if type_url in self._named:
+                request.resource_names_subscribe.extend(self._named[type_url])
+            elif self._on_demand:
                 request.resource_names_subscribe.append(WILDCARD)
                 request.resource_names_unsubscribe.append(WILDCARD)
             requests.append(request)

@@ -1,0 +1,59 @@
+"""The waypoint's route configuration as the shell reads it, and the router it uses until the engine is wired.
+
+Theory of operation: :class:`RouteConfig` holds one :class:`~ambit.model.routes.WaypointConfig` and swaps it
+whole (:meth:`RouteConfig.replace`), so a request sees either the old tables or the new ones, never a mix; the
+shell asks :meth:`RouteConfig.find_table` per request, so a new configuration applies from the next request on.
+Until the control plane sends a ``WaypointConfig`` the tables are empty: Istio's default, every Service routes to
+itself.
+
+:func:`forward_unchanged` is a :data:`~ambit.waypoint.decisions.Router` for that default alone (every request
+forwarded to the addressed Service as received), for tests; the waypoint runs :func:`ambit.waypoint.routing.route`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ambit.model.routes import BackendService, RouteTable, WaypointConfig
+from ambit.waypoint.decisions import Decision, Forward, RequestHead
+
+
+class RouteConfig:
+    """The current :class:`WaypointConfig`, replaced atomically."""
+
+    __slots__ = ("_config",)
+
+    def __init__(self, config: WaypointConfig | None = None) -> None:
+        self._config = config if config is not None else WaypointConfig(waypoint="")
+
+    @property
+    def current(self) -> WaypointConfig:
+        return self._config
+
+    def replace(self, config: WaypointConfig) -> None:
+        self._config = config
+
+    def find_table(self, service_key: str, port: int) -> RouteTable | None:
+        return self._config.find_table(service_key, port)
+
+    def to_dump(self) -> dict[str, Any]:
+        return {
+            "waypoint": self._config.waypoint,
+            "tables": [
+                {
+                    "service": table.service_key,
+                    "port": table.port,
+                    "hostnames": list(table.hostnames),
+                    "http": [rule.route for rule in table.http],
+                    "tcpBackends": len(table.tcp_backends),
+                }
+                for table in self._config.tables
+            ],
+        }
+
+
+def forward_unchanged(
+    table: RouteTable | None, destination: BackendService, request: RequestHead, random: float
+) -> Decision:
+    """The default route: the request goes to the Service it was sent to, unchanged."""
+    return Forward(destination, request)

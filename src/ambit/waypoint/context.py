@@ -1,0 +1,77 @@
+"""What every tunnel handler of the waypoint shares, and what one tunnel knows about itself.
+
+:class:`WaypointContext` is built once per process (:mod:`ambit.waypoint.process`) and passed to the handlers:
+the workload state, the route configuration and router, the upstream side, telemetry, limits and the seams (clock,
+random numbers). :class:`Tunnel` is one accepted CONNECT: its target (what the client addressed), who sent it
+(identity from the client certificate, source workload looked up by the peer's address) and where from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random as _random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from ambit.model.identity import SpiffeId
+from ambit.model.state import WorkloadState
+from ambit.model.workload import Service, Workload
+from ambit.proxy.accounting import traffic_labels
+from ambit.telemetry.accesslog import AccessLog
+from ambit.telemetry.metrics import Reporter, TrafficLabels
+from ambit.waypoint.config import RouteConfig
+from ambit.waypoint.decisions import Router
+from ambit.waypoint.destinations import Target, WaypointSelf
+from ambit.waypoint.routing import route
+from ambit.waypoint.settings import WaypointLimits
+from ambit.waypoint.telemetry import RequestLog, WaypointMetrics
+from ambit.waypoint.upstream import Upstreams
+
+
+@dataclass(slots=True)
+class WaypointContext:
+    state: WorkloadState
+    me: WaypointSelf
+    upstreams: Upstreams
+    metrics: WaypointMetrics
+    request_log: RequestLog
+    access_log: AccessLog
+    limits: WaypointLimits = field(default_factory=WaypointLimits)
+    routes: RouteConfig = field(default_factory=RouteConfig)
+    router: Router = route
+    """The routing engine (:func:`ambit.waypoint.routing.route`); tests put stand-ins here."""
+    clock: Callable[[], float] = time.monotonic
+    random: Callable[[], float] = _random.random
+    choose: Callable[[Sequence[Workload]], Workload] = _random.choice
+    tunnels: int = 0
+    """Tunnels being served now (bounded by ``limits.max_tunnels``)."""
+    background: set[asyncio.Task[None]] = field(default_factory=set)
+    """Tasks that outlive the request that started them (mirrored copies); cancelled when the waypoint stops."""
+
+
+@dataclass(frozen=True, slots=True)
+class Tunnel:
+    target: Target
+    authority: str
+    peer_identity: SpiffeId
+    peer_addr: str
+    """``ip:port`` of the HBONE connection's client."""
+    source: Workload | None
+
+    def labels(
+        self, destination: Workload | None, service: Service | None, *, flags: str = "-", protocol: str = "http"
+    ) -> TrafficLabels:
+        """Istio's labels for one request (or TCP connection) of this tunnel, reporter="waypoint"."""
+        labels = traffic_labels(
+            Reporter.WAYPOINT,
+            source=self.source,
+            source_identity=self.peer_identity,
+            destination=destination,
+            destination_identity=destination.identity if destination is not None else None,
+            service=service,
+            mtls=True,
+            flags=flags,
+        )
+        return dataclasses.replace(labels, request_protocol=protocol)

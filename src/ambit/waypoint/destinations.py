@@ -1,0 +1,209 @@
+"""What a CONNECT to the waypoint may reach, and which endpoint serves each request: pure decisions on the state.
+
+Theory of operation: a client's node proxy sends a connection to the waypoint over HBONE with the original target
+in the CONNECT ``:authority`` (spec §6.1, §6.3). :func:`plan_tunnel` judges that authority against the workload
+state and :class:`WaypointSelf` (who this waypoint is); :func:`pick_endpoint` chooses, per request (or per TCP
+connection), one endpoint of a Service, as the node proxy's ``WorkloadState.resolve`` does for a VIP. Nothing here
+does I/O; randomness comes in as ``choose``.
+
+Rules of :func:`plan_tunnel` (Istio's waypoint accepts traffic only for what uses it, spec §1.4):
+
+1. A malformed authority is refused, 400.
+2. A port of the waypoint's own (admin, stats, readiness, HBONE: ``own_ports``) at one of its own addresses or at
+   loopback is refused, 400: admin and metrics are never reachable through a tunnel.
+3. ``VIP:port`` (or ``hostname:port``) of a Service whose ``waypoint`` is this waypoint, on a port the Service
+   declares, is a :class:`ServiceTarget`. The same Service with an undeclared port is refused, 400.
+4. ``podIP:port`` of a Workload whose ``waypoint`` is this waypoint is a :class:`WorkloadTarget` (the address of
+   a workload whose Service uses the waypoint does not count: TestDirect's "workload-addressed via a service
+   waypoint → error").
+5. Anything else (unknown address, a Service or Workload using another waypoint or none) is refused, 400.
+
+"This waypoint" (:meth:`WaypointSelf.is_me`): a ``GatewayAddress`` naming its Service hostname
+(``<gateway>.<namespace>.svc.<domain>``) in its namespace, or one of its own addresses or its Service's VIPs.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ambit.hbone.errors import AuthorityError
+from ambit.hbone.headers import parse_authority
+from ambit.model.errors import IdentityError
+from ambit.model.identity import SpiffeId
+from ambit.model.routes import BackendService, WeightedBackend
+from ambit.model.state import WorkloadState
+from ambit.model.workload import (
+    AppProtocol,
+    GatewayAddress,
+    HealthPolicy,
+    HealthStatus,
+    IPAddress,
+    NamespacedHostname,
+    Service,
+    Workload,
+)
+
+OWN_PORTS = frozenset({15000, 15008, 15020, 15021})
+"""The waypoint's own ports: admin, HBONE, stats, readiness."""
+
+
+@dataclass(frozen=True, slots=True)
+class WaypointSelf:
+    namespace: str
+    gateway_name: str
+    addresses: frozenset[IPAddress] = frozenset()
+    network: str = ""
+    domain: str = "cluster.local"
+    own_ports: frozenset[int] = OWN_PORTS
+
+    @property
+    def hostname(self) -> str:
+        """The waypoint's Service hostname, as a ``GatewayAddress`` names it."""
+        return f"{self.gateway_name}.{self.namespace}.svc.{self.domain}"
+
+    def is_me(self, waypoint: GatewayAddress | None, state: WorkloadState) -> bool:
+        if waypoint is None:
+            return False
+        destination = waypoint.destination
+        if isinstance(destination, NamespacedHostname):
+            return destination.namespace == self.namespace and destination.hostname == self.hostname
+        if destination.ip in self.addresses:
+            return True
+        service = state.find_service_by_hostname(self.hostname)
+        return service is not None and any(vip.ip == destination.ip for vip in service.vips)
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceTarget:
+    service: Service
+    port: int
+    """The Service port the client addressed."""
+    protocol: AppProtocol
+
+    @property
+    def backend(self) -> BackendService:
+        return BackendService(self.service.namespace, self.service.hostname, self.port)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadTarget:
+    workload: Workload
+    ip: IPAddress
+    port: int
+    protocol: AppProtocol = AppProtocol.UNKNOWN
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    status: int
+    reason: str
+
+
+Target = ServiceTarget | WorkloadTarget
+
+
+def plan_tunnel(authority: str, state: WorkloadState, me: WaypointSelf) -> Target | Refusal:
+    """Judge one CONNECT authority (see the module rules)."""
+    try:
+        host, port = parse_authority(authority)
+    except AuthorityError as exc:
+        return Refusal(400, f"bad authority: {exc}")  # rule 1
+    try:
+        ip: IPAddress | None = ipaddress.ip_address(host)
+    except ValueError:
+        ip = None
+    if ip is not None and port in me.own_ports and (ip in me.addresses or ip.is_loopback or ip.is_unspecified):
+        return Refusal(400, f"{authority} is one of the waypoint's own ports")  # rule 2
+    service = state.find_service_by_vip(me.network, ip) if ip is not None else state.find_service_by_hostname(host)
+    if service is not None:
+        if not me.is_me(service.waypoint, state):
+            return Refusal(400, f"service {service.key} does not use this waypoint")  # rule 5
+        mapping = next((m for m in service.ports if m.service_port == port), None)
+        if mapping is None:
+            return Refusal(400, f"service {service.key} has no port {port}")  # rule 3
+        return ServiceTarget(service, port, mapping.app_protocol)
+    workload = state.find_workload_by_address(me.network, ip) if ip is not None else None
+    if workload is not None and ip is not None:
+        if not me.is_me(workload.waypoint, state):
+            return Refusal(400, f"workload {workload.uid} does not use this waypoint")  # rule 5
+        return WorkloadTarget(workload, ip, port)  # rule 4
+    return Refusal(400, f"unknown destination {authority}")  # rule 5
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """Where one request (or TCP connection) goes: a workload's address and target port."""
+
+    workload: Workload
+    ip: IPAddress
+    port: int
+    service: Service | None
+
+    @property
+    def expected_identities(self) -> frozenset[SpiffeId]:
+        """The workload's identity plus the Service's SPIFFE SAN overrides (as the node proxy checks them)."""
+        identities = {self.workload.identity}
+        if self.service is not None:
+            for san in self.service.subject_alt_names:
+                try:
+                    identities.add(SpiffeId.parse(san))
+                except IdentityError:
+                    continue
+        return frozenset(identities)
+
+
+def choose_weighted(backends: Sequence[WeightedBackend], random: float) -> WeightedBackend | None:
+    """One of ``backends`` in proportion to its weight (weight 0 is never chosen), ``random`` in [0, 1); None
+    when every weight is 0 (Gateway API: such a route answers 500, for TCP the connection is refused)."""
+    total = sum(max(b.weight, 0) for b in backends)
+    if total <= 0:
+        return None
+    point = random * total
+    for backend in backends:
+        if backend.weight <= 0:
+            continue
+        point -= backend.weight
+        if point < 0:
+            return backend
+    return next(b for b in reversed(backends) if b.weight > 0)
+
+
+def find_backend_service(state: WorkloadState, backend: BackendService) -> Service | None:
+    service = state.find_service_by_hostname(backend.hostname)
+    if service is None or service.namespace != backend.namespace:
+        return None
+    return service
+
+
+def _target_port(workload: Workload, service: Service, port: int) -> int:
+    for mapping in workload.services.get(service.key, ()):
+        if mapping.service_port == port and mapping.target_port:
+            return mapping.target_port
+    for mapping in service.ports:
+        if mapping.service_port == port and mapping.target_port:
+            return mapping.target_port
+    return port
+
+
+def pick_endpoint(
+    state: WorkloadState,
+    service: Service,
+    port: int,
+    choose: Callable[[Sequence[Workload]], Workload],
+    *,
+    exclude: frozenset[str] = frozenset(),
+) -> Endpoint | None:
+    """One endpoint of ``service`` for service port ``port``: healthy (unless the Service allows all), with an
+    address, not in ``exclude`` (uids already tried), chosen by ``choose``; None when there is none."""
+    allow_all = service.health_policy is HealthPolicy.ALLOW_ALL
+    candidates = [
+        workload
+        for workload in state.find_endpoints(service)
+        if workload.addresses and workload.uid not in exclude and (allow_all or workload.status is HealthStatus.HEALTHY)
+    ]
+    if not candidates:
+        return None
+    chosen = choose(candidates)
+    return Endpoint(chosen, chosen.addresses[0], _target_port(chosen, service, port), service)

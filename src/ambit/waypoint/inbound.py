@@ -1,0 +1,190 @@
+"""HBONE into the waypoint (spec §6.5 as a waypoint does it): mutual TLS on 15008, one handler per CONNECT.
+
+Theory of operation: :func:`serve_connection` runs one accepted TCP connection through
+:class:`~ambit.proxy.hbone_server.HboneServer`: TLS 1.3 with the waypoint's own certificate (fetched lazily: the
+listener accepts before the certificate is there), a client certificate that chains to the mesh root with a
+SPIFFE id of our trust domain, ALPN h2. Each CONNECT then:
+
+1. is refused 503 when ``max_tunnels`` are being served already, or when the waypoint has not got its
+   certificate and first workload state within ``startup_wait`` (lazy start);
+2. is judged by :func:`~ambit.waypoint.destinations.plan_tunnel`; a refusal answers its status (400), is logged
+   with its reason and counted (``istio_tcp_connections_failed_total{reporter="waypoint",response_flags="NR"}``
+   and the ``refused`` tally of ``/config_dump``);
+3. goes by the Service port's ``appProtocol``: a TCP port reaches its endpoint first and answers 200 only then
+   (503 when it cannot, as ztunnel does; :func:`~ambit.waypoint.tcp.serve_tcp`); an HTTP/1.1 port is accepted
+   and served per request (:func:`~ambit.waypoint.http1_proxy.serve_http1`); a port of unknown protocol is
+   accepted and sniffed (:func:`sniff`), then served as one or the other. HTTP/2 and gRPC ports are relayed as
+   TCP for now (one endpoint per connection): TODO, serve them per request on the HTTP/2 engine.
+
+The tunnel is the handler's until it returns; HboneServer then closes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import ipaddress
+import logging
+import socket
+import ssl
+from collections.abc import Awaitable, Callable
+
+from ambit.errors import AmbitError
+from ambit.hbone.connection import HboneSettings
+from ambit.hbone.headers import hostport
+from ambit.model.workload import AppProtocol
+from ambit.proxy.hbone_server import HboneServer, InboundRequest, TunnelResponder
+from ambit.proxy.streams import ByteStream
+from ambit.telemetry.metrics import Reporter, SecurityPolicy, TrafficLabels
+from ambit.tls.workload import WorkloadCertificate
+from ambit.waypoint.context import Tunnel, WaypointContext
+from ambit.waypoint.destinations import Refusal, plan_tunnel
+from ambit.waypoint.http1_proxy import serve_http1
+from ambit.waypoint.sniff import Protocol, sniff
+from ambit.waypoint.tcp import serve_tcp
+
+log = logging.getLogger("ambit.waypoint.inbound")
+
+
+async def read_protocol(stream: ByteStream, timeout: float) -> tuple[bytes, AppProtocol]:  # noqa: ASYNC109
+    """Read the client's first bytes (for at most ``timeout`` seconds) until :func:`ambit.waypoint.sniff.sniff`
+    decides; a client that sends nothing in time (a server-first protocol) is TCP. Returns the bytes read, which
+    the caller passes on, and the protocol as the workload state names it."""
+    data = b""
+    verdict: Protocol | None = None
+    try:
+        async with asyncio.timeout(timeout):
+            while (verdict := sniff(data)) is None:
+                chunk = await stream.read()
+                if not chunk:
+                    break
+                data += chunk
+    except TimeoutError:
+        pass
+    if verdict is None:
+        verdict = sniff(data, final=True) or Protocol.TCP
+    return data, _AS_APP_PROTOCOL[verdict]
+
+
+_AS_APP_PROTOCOL = {
+    Protocol.HTTP1: AppProtocol.HTTP11,
+    Protocol.HTTP2: AppProtocol.HTTP2,
+    Protocol.TCP: AppProtocol.TCP,
+}
+
+
+class Startup:
+    """Lazy start: tunnels wait (bounded) until the certificate and the first workload state are in."""
+
+    def __init__(self) -> None:
+        self.ready = asyncio.Event()
+
+    async def wait(self, timeout: float) -> bool:  # noqa: ASYNC109 - the lazy-start bound
+        if self.ready.is_set():
+            return True
+        try:
+            async with asyncio.timeout(timeout):
+                await self.ready.wait()
+        except TimeoutError:
+            return False
+        return True
+
+
+class Refusals:
+    """Refused tunnels by reason class, for ``/config_dump``."""
+
+    def __init__(self) -> None:
+        self.by_status: collections.Counter[int] = collections.Counter()
+        self.handshake_failures = 0
+
+
+async def serve_connection(
+    ctx: WaypointContext,
+    startup: Startup,
+    refusals: Refusals,
+    sock: socket.socket,
+    certificate: Callable[[], Awaitable[WorkloadCertificate]],
+    trust_domain: str,
+) -> None:
+    """Serve one accepted connection on the HBONE port; never raises for peer trouble."""
+    settings = HboneSettings(max_concurrent_streams=ctx.limits.max_tunnels_per_connection)
+
+    def failed(reason: str) -> None:
+        refusals.handshake_failures += 1
+
+    async def handle(request: InboundRequest, responder: TunnelResponder) -> None:
+        await _serve_tunnel(ctx, startup, refusals, request, responder)
+
+    try:
+        await HboneServer.serve(
+            sock, certificate, trust_domain=trust_domain, handler=handle, settings=settings, on_failure=failed
+        )
+    except (AmbitError, OSError, ssl.SSLError) as exc:
+        log.info("HBONE connection failed: %s", exc)
+
+
+async def _serve_tunnel(
+    ctx: WaypointContext, startup: Startup, refusals: Refusals, request: InboundRequest, responder: TunnelResponder
+) -> None:
+    peer_addr = hostport(*request.peer_addr)
+    if ctx.tunnels >= ctx.limits.max_tunnels:  # rule 1
+        _refuse(ctx, refusals, request, responder, Refusal(503, "too many tunnels"))
+        return
+    if not await startup.wait(ctx.limits.startup_wait):
+        _refuse(ctx, refusals, request, responder, Refusal(503, "waypoint not ready (certificate or xDS)"))
+        return
+    plan = plan_tunnel(request.authority, ctx.state, ctx.me)  # rule 2
+    if isinstance(plan, Refusal):
+        _refuse(ctx, refusals, request, responder, plan)
+        return
+    try:
+        source = ctx.state.find_workload_by_address(ctx.me.network, ipaddress.ip_address(request.peer_addr[0]))
+    except ValueError:
+        source = None
+    tunnel = Tunnel(plan, request.authority, request.peer_identity, peer_addr, source)
+    ctx.tunnels += 1
+    stream = None
+    try:
+        protocol = plan.protocol
+        if protocol not in (AppProtocol.UNKNOWN, AppProtocol.HTTP11):  # rule 3: declared TCP (or HTTP/2 for now)
+            await serve_tcp(ctx, tunnel, responder)
+            return
+        stream = responder.accept()
+        prefix = b""
+        if protocol is AppProtocol.UNKNOWN:
+            prefix, protocol = await read_protocol(stream, ctx.limits.sniff_timeout)
+        if protocol is AppProtocol.HTTP11:
+            await serve_http1(ctx, tunnel, stream, prefix)
+        else:
+            await serve_tcp(ctx, tunnel, stream, prefix)
+    except (AmbitError, OSError) as exc:
+        log.info("tunnel %s from %s ended: %s", request.authority, peer_addr, exc)
+        if stream is not None:
+            stream.abort()
+        elif responder.status is None:
+            responder.reject(503)
+    finally:
+        ctx.tunnels -= 1
+
+
+def _refuse(
+    ctx: WaypointContext, refusals: Refusals, request: InboundRequest, responder: TunnelResponder, refusal: Refusal
+) -> None:
+    refusals.by_status[refusal.status] += 1
+    log.warning(
+        "refused CONNECT %r from %s (%s): %d %s",
+        request.authority[:300],
+        hostport(*request.peer_addr),
+        request.peer_identity,
+        refusal.status,
+        refusal.reason,
+    )
+    ctx.metrics.connection_failed(
+        TrafficLabels(
+            Reporter.WAYPOINT,
+            source_principal=str(request.peer_identity),
+            response_flags="NR",
+            connection_security_policy=SecurityPolicy.MUTUAL_TLS,
+        )
+    )
+    responder.reject(refusal.status)

@@ -1,0 +1,349 @@
+"""The waypoint as a process (``ambit waypoint proxy``): identity, workload state, HBONE listener, telemetry.
+
+Theory of operation: the pieces are built once from :class:`~ambit.waypoint.settings.WaypointSettings` and wired
+here, and nowhere else:
+
+- its own certificate for ``spiffe://<td>/ns/<namespace>/sa/<service account>`` from the control plane's CA with
+  its own token (no impersonation: the CA signs the caller's identity), or from a local CA; the
+  :class:`~ambit.identity.manager.CertificateManager` tracks that one identity and refreshes it at half life;
+- the workload state of the whole mesh from the control plane over delta ADS (the node proxy's
+  :class:`~ambit.xds.client.XdsClient`), or from a local config file read once at start;
+- the HBONE listener on ``<INSTANCE_IP or 0.0.0.0>:15008`` (:mod:`ambit.waypoint.inbound`), accepting at once;
+  tunnels wait (bounded) until the certificate and the first state are in (lazy start);
+- admin (127.0.0.1:15000, ``/config_dump``), stats (15020, ``/metrics``) and readiness (15021,
+  ``/healthz/ready``: ready once certificate and state are in), the node proxy's
+  :class:`~ambit.telemetry.endpoints.ProxyEndpoints`.
+
+The process runs until SIGTERM, SIGINT or ``POST /quitquitquit`` (with the admin token, written to
+``admin_token_file`` when given), then closes the listener, tunnels, pooled connections and endpoints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import signal
+import socket
+from pathlib import Path
+from typing import Any
+
+from ambit.identity.istiod import IstiodCaClient
+from ambit.identity.localca import LocalCa
+from ambit.identity.manager import CaClient, CertificateManager
+from ambit.model.localconfig import parse_local_config
+from ambit.model.routes import WaypointConfig
+from ambit.model.state import WorkloadState
+from ambit.model.workload import IPAddress
+from ambit.proxy.pool import ConnectionPool
+from ambit.proxy.sockets import HostSocketFactory
+from ambit.telemetry.accesslog import AccessLog
+from ambit.telemetry.endpoints import ProxyEndpoints, new_admin_token, write_admin_token
+from ambit.telemetry.readiness import Readiness
+from ambit.tls.workload import WorkloadCertificate
+from ambit.waypoint.context import WaypointContext
+from ambit.waypoint.destinations import OWN_PORTS, WaypointSelf
+from ambit.waypoint.errors import WaypointSettingsError
+from ambit.waypoint.inbound import Refusals, Startup, serve_connection
+from ambit.waypoint.settings import WaypointSettings
+from ambit.waypoint.telemetry import RequestLog, WaypointMetrics
+from ambit.waypoint.upstream import Upstreams
+from ambit.xds.client import Subscription, XdsClient
+from ambit.xds.client_session import ClientUpdate
+from ambit.xds.routes import WAYPOINT_CONFIG_TYPE_URL, decode_waypoint_config
+
+log = logging.getLogger("ambit.waypoint.process")
+
+CERT_TASK = "certificate"
+STATE_TASK = "state manager"
+HOUSEKEEPING_INTERVAL = 0.2
+REAP_INTERVAL = 30.0
+UPSTREAM_IDLE_SECONDS = 60.0
+
+
+def _required(path: Path | None, what: str) -> Path:
+    if path is None:
+        raise WaypointSettingsError(f"the waypoint needs {what} to talk to the control plane")
+    return path
+
+
+class Waypoint:
+    """Everything one waypoint runs; ``start`` then ``aclose``."""
+
+    def __init__(self, settings: WaypointSettings, *, admin_token_file: Path | None = None) -> None:
+        from ambit import __version__
+
+        self.settings = settings
+        self.identity = settings.identity
+        self.stopped = asyncio.Event()
+        self.state = WorkloadState()
+        self.ca = self._ca_client(settings)
+        self.certs = CertificateManager(self.ca)
+        self.metrics = WaypointMetrics(build_version=__version__)
+        self.readiness = Readiness()
+        self.readiness.add_pending(CERT_TASK)
+        self.readiness.add_pending(STATE_TASK)
+        self.startup = Startup()
+        self.refusals = Refusals()
+        addresses: frozenset[IPAddress] = frozenset()
+        if settings.instance_ip:
+            addresses = frozenset({ipaddress.ip_address(settings.instance_ip)})
+        own_ports = OWN_PORTS | {
+            settings.hbone_port,
+            settings.admin_port,
+            settings.stats_port,
+            settings.readiness_port,
+        }
+        limits = settings.limits
+        self.context = WaypointContext(
+            state=self.state,
+            me=WaypointSelf(
+                settings.namespace,
+                settings.gateway_name,
+                addresses,
+                settings.network,
+                settings.domain,
+                frozenset(own_ports),
+            ),
+            upstreams=Upstreams(
+                pool=ConnectionPool(),
+                certs=self.certs,
+                identity=self.identity,
+                source_ip=settings.instance_ip or "0.0.0.0",
+                trust_domain=settings.trust_domain,
+                sockets=HostSocketFactory(mark=None),
+                hbone_port=settings.upstream_hbone_port,
+                connect_timeout=limits.connect_timeout,
+                max_idle=limits.upstream_idle_per_endpoint,
+                max_head_bytes=limits.max_head_bytes,
+            ),
+            metrics=self.metrics,
+            request_log=RequestLog(as_json=settings.log_json),
+            access_log=AccessLog(json=settings.log_json),
+            limits=limits,
+        )
+        self.xds = (
+            XdsClient(
+                settings.xds_address,
+                self.state,
+                self._state_changed,
+                root_cert_file=_required(settings.root_cert_file, "a root certificate file"),
+                token_file=settings.token_file,
+                cluster_id=settings.cluster_id,
+                node_id=f"waypoint~{settings.instance_ip or ''}~{settings.pod_name}.{settings.namespace}"
+                f"~{settings.namespace}.svc.{settings.domain}",
+                server_name=settings.xds_server_name,
+                authorization=False,
+                subscriptions=(
+                    Subscription(
+                        WAYPOINT_CONFIG_TYPE_URL,
+                        (self.config_name,),
+                        decode_waypoint_config,
+                        self._routes_changed,
+                    ),
+                ),
+            )
+            if settings.xds_address
+            else None
+        )
+        self.admin_token = new_admin_token()
+        self.admin_token_file = admin_token_file
+        self.endpoints = ProxyEndpoints(
+            admin_token=self.admin_token,
+            metrics=self.metrics,
+            readiness=self.readiness,
+            config_dump=self.config_dump,
+            quit=self.stopped.set,
+            admin_address=("127.0.0.1", settings.admin_port),
+            stats_address=("0.0.0.0", settings.stats_port),
+            readiness_address=("0.0.0.0", settings.readiness_port),
+        )
+        self._listener: socket.socket | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._state_loaded = False
+
+    @staticmethod
+    def _ca_client(settings: WaypointSettings) -> CaClient:
+        if settings.ca_address:
+            return IstiodCaClient(
+                settings.ca_address,
+                _required(settings.root_cert_file, "a root certificate file"),
+                _required(settings.token_file, "a token file"),
+                cluster_id=settings.cluster_id,
+                server_name=settings.xds_server_name,
+                impersonate=False,
+            )
+        if settings.local_ca_dir is not None:
+            return LocalCa(settings.local_ca_dir, trust_domain=settings.trust_domain)
+        raise WaypointSettingsError("the waypoint needs a CA: the control plane's (--ca-address) or a local one")
+
+    def _state_changed(self) -> None:
+        """Nothing to recompute: every tunnel and request reads the state when it needs it."""
+
+    @property
+    def config_name(self) -> str:
+        """The name of this waypoint's WaypointConfig resource: its Gateway's ``namespace/name``."""
+        return f"{self.settings.namespace}/{self.settings.gateway_name}"
+
+    def _routes_changed(self, update: ClientUpdate) -> None:
+        """The control plane sent (or removed) this waypoint's routes: from the next request on, they apply."""
+        for name, value in update.upserts:
+            if name == self.config_name and isinstance(value, WaypointConfig):
+                self.context.routes.replace(value)
+                log.info("routes: %d table(s) for %s", len(value.tables), name)
+        if self.config_name in update.removals:
+            self.context.routes.replace(WaypointConfig(waypoint=self.config_name))
+            log.info("routes: none for %s (default routes)", self.config_name)
+
+    @property
+    def hbone_address(self) -> tuple[str, int]:
+        """Where the HBONE listener is bound (its real port once started)."""
+        if self._listener is None:
+            return (self.settings.listen_host, self.settings.hbone_port)
+        host, port = self._listener.getsockname()[:2]
+        return (str(host), int(port))
+
+    async def _certificate(self) -> WorkloadCertificate:
+        return await self.certs.fetch(self.identity)
+
+    def config_dump(self) -> dict[str, Any]:
+        me = self.context.me
+        state = self.state
+        return {
+            "config": {
+                "gateway": f"{self.settings.namespace}/{self.settings.gateway_name}",
+                "hostname": me.hostname,
+                "identity": str(self.identity),
+                "addresses": sorted(str(ip) for ip in me.addresses),
+                "trustDomain": self.settings.trust_domain,
+                "xdsAddress": self.settings.xds_address or "",
+                "caAddress": self.settings.ca_address or "",
+                "configFile": str(self.settings.config_file or ""),
+                "xdsSynced": bool(self.xds and self.xds.synced),
+            },
+            "serving": {
+                "services": [s.key for s in state.services() if me.is_me(s.waypoint, state)],
+                "workloads": [w.uid for w in state.workloads() if me.is_me(w.waypoint, state)],
+            },
+            "routes": self.context.routes.to_dump(),
+            **state.to_dump(),
+            "certificates": self.certs.snapshot(),
+            "pool": self.context.upstreams.pool.stats(),
+            "upstreamIdleHttp": self.context.upstreams.idle_count(),
+            "tunnels": self.context.tunnels,
+            "refused": {str(status): n for status, n in sorted(self.refusals.by_status.items())},
+            "handshakeFailures": self.refusals.handshake_failures,
+        }
+
+    async def start(self) -> None:
+        if self.admin_token_file is not None:
+            write_admin_token(self.admin_token_file, self.admin_token)
+        await self.endpoints.start()
+        self._listener = self._listen()
+        self.certs.track({self.identity})
+        if self.xds is not None:
+            await self.xds.start()
+        elif self.settings.config_file is not None:
+            config = parse_local_config(self.settings.config_file.read_text(encoding="utf-8"))
+            self.state.replace_all(config.workloads, config.services)
+            self._state_loaded = True
+        else:
+            self._state_loaded = True  # no source of state: an empty mesh
+        self._tasks.append(asyncio.create_task(self._accept(self._listener), name="waypoint hbone accept"))
+        self._tasks.append(asyncio.create_task(self._housekeeping(), name="waypoint housekeeping"))
+        log.info("waypoint %s is running (HBONE %s:%d)", self.identity, *self.hbone_address)
+
+    def _listen(self) -> socket.socket:
+        host = self.settings.listen_host
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, self.settings.hbone_port))
+            sock.listen(1024)
+            sock.setblocking(False)
+        except OSError as exc:
+            sock.close()
+            raise WaypointSettingsError(
+                f"cannot listen for HBONE on {host}:{self.settings.hbone_port}: {exc.strerror}"
+            ) from None
+        return sock
+
+    async def _accept(self, listener: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        limit = self.settings.limits.max_connections
+        while True:
+            try:
+                sock, _ = await loop.sock_accept(listener)
+            except OSError as exc:  # EMFILE and friends: back off, keep the listener
+                log.warning("HBONE accept failed: %s", exc)
+                await asyncio.sleep(0.1)
+                continue
+            if len(self._connections) >= limit:
+                sock.close()
+                self.refusals.by_status[0] += 1
+                continue
+            task = loop.create_task(
+                serve_connection(
+                    self.context,
+                    self.startup,
+                    self.refusals,
+                    sock,
+                    self._certificate,
+                    self.settings.trust_domain,
+                ),
+                name="waypoint hbone connection",
+            )
+            self._connections.add(task)
+            task.add_done_callback(self._connections.discard)
+
+    async def _housekeeping(self) -> None:
+        since_reap = 0.0
+        while True:
+            if self.certs.find(self.identity) is not None:
+                self.readiness.done(CERT_TASK)
+            if self._state_loaded or (self.xds is not None and self.xds.synced):
+                self.readiness.done(STATE_TASK)
+            if self.readiness.ready:
+                self.startup.ready.set()
+            await asyncio.sleep(HOUSEKEEPING_INTERVAL)
+            since_reap += HOUSEKEEPING_INTERVAL
+            if since_reap >= REAP_INTERVAL:
+                since_reap = 0.0
+                self.context.upstreams.pool.reap_idle()
+                self.context.upstreams.reap_idle(self.context.clock(), UPSTREAM_IDLE_SECONDS)
+
+    async def aclose(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._listener is not None:
+            self._listener.close()
+        background = [*self._connections, *self.context.background]
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
+        if self.xds is not None:
+            await self.xds.aclose()
+        await self.context.upstreams.aclose()
+        await self.certs.aclose()
+        if isinstance(self.ca, IstiodCaClient):
+            await self.ca.aclose()
+        await self.endpoints.aclose()
+
+
+async def run_waypoint(settings: WaypointSettings, *, admin_token_file: Path | None = None) -> None:
+    """Run until SIGTERM, SIGINT or ``/quitquitquit``."""
+    waypoint = Waypoint(settings, admin_token_file=admin_token_file)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, waypoint.stopped.set)
+    await waypoint.start()
+    try:
+        await waypoint.stopped.wait()
+    finally:
+        await waypoint.aclose()

@@ -1,0 +1,82 @@
+"""What a waypoint process is told at start-up, parsed once into frozen values (``ambit waypoint proxy``).
+
+:class:`WaypointSettings` says who the waypoint is (its Gateway's name and namespace, service account, pod IP),
+where its configuration comes from (the control plane's xDS and CA, or a local file and a local CA for tests and
+labs), where it listens, and :class:`WaypointLimits`: the bounds that keep a hostile peer's cost bounded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ambit.model.identity import DEFAULT_TRUST_DOMAIN, SpiffeId
+
+
+@dataclass(frozen=True, slots=True)
+class WaypointLimits:
+    max_head_bytes: int = 64 * 1024
+    """Largest request (or response) line plus headers; a larger request head is answered 431 and closed."""
+    head_timeout: float = 10.0
+    """Seconds a client has to send a complete request head once it started one (slowloris), else 408."""
+    idle_timeout: float = 300.0
+    """Seconds a keep-alive connection (or a relayed TCP connection) may sit with nothing to do."""
+    sniff_timeout: float = 5.0
+    """Seconds to wait for a client's first bytes on a port of unknown protocol before treating it as TCP."""
+    max_connections: int = 4096
+    """HBONE connections served at once; more are accepted and closed at once."""
+    max_tunnels_per_connection: int = 100
+    """CONNECT streams in flight on one HBONE connection (the HTTP/2 engine refuses the rest)."""
+    max_tunnels: int = 16384
+    """CONNECT streams served at once over all connections; more are answered 503."""
+    startup_wait: float = 10.0
+    """How long a tunnel that arrived before the certificate and the first xDS sync waits for them."""
+    connect_timeout: float = 10.0
+    """Seconds to open an upstream tunnel (TCP, TLS, CONNECT)."""
+    upstream_idle_per_endpoint: int = 16
+    """Idle upstream HTTP/1.1 connections kept per endpoint for reuse."""
+    max_requests_per_connection: int = 0
+    """Requests served on one downstream connection before it is closed (0: no limit)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WaypointSettings:
+    namespace: str
+    """The waypoint's namespace (``POD_NAMESPACE``)."""
+    gateway_name: str
+    """Its Gateway's name (``GATEWAY_NAME``): its Service is ``<gateway_name>.<namespace>.svc.<domain>``."""
+    service_account: str
+    """``SERVICE_ACCOUNT``: the identity is ``spiffe://<trust domain>/ns/<namespace>/sa/<service_account>``."""
+    pod_name: str = ""
+    instance_ip: str | None = None
+    """``INSTANCE_IP``: where HBONE is served and the waypoint's own address; None serves on 0.0.0.0."""
+    node_name: str = ""
+    trust_domain: str = DEFAULT_TRUST_DOMAIN
+    cluster_id: str = "Kubernetes"
+    domain: str = "cluster.local"
+    network: str = ""
+    xds_address: str | None = None
+    ca_address: str | None = None
+    root_cert_file: Path | None = None
+    token_file: Path | None = None
+    xds_server_name: str = "istiod.istio-system.svc"
+    config_file: Path | None = None
+    """Workloads and services from this local YAML file instead of xDS (read once at start)."""
+    local_ca_dir: Path | None = None
+    """Certificates from the local CA in this directory instead of the control plane's CA."""
+    hbone_port: int = 15008
+    admin_port: int = 15000
+    stats_port: int = 15020
+    readiness_port: int = 15021
+    upstream_hbone_port: int = 15008
+    """The port endpoints take HBONE on (15008; tests put their node proxies elsewhere)."""
+    log_json: bool = False
+    limits: WaypointLimits = field(default_factory=WaypointLimits)
+
+    @property
+    def identity(self) -> SpiffeId:
+        return SpiffeId(self.trust_domain, self.namespace, self.service_account or "default")
+
+    @property
+    def listen_host(self) -> str:
+        return self.instance_ip or "0.0.0.0"

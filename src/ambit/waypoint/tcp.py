@@ -1,0 +1,170 @@
+"""TCP through the waypoint: one endpoint per connection, bytes relayed both ways (and after an HTTP upgrade).
+
+Theory of operation: :func:`relay` copies two pull-mode byte streams into each other, one task per direction:
+EOF is passed on as a half-close, a failure on either side aborts both, and the relay ends when both directions
+are done. A direction waiting longer than ``idle_timeout`` for bytes gives up only if the other direction was
+quiet that long too (a connection is idle when nothing moves either way). The tunnels here were read in pull mode
+(sniffing, HTTP), so the node proxy's callback splice (which needs push mode from the start) does not apply.
+
+:func:`serve_tcp` is a TCP tunnel: pick one endpoint of the addressed Service (or the addressed workload), open a
+stream to it, relay, and account for it as the node proxy does (``istio_tcp_*`` with reporter="waypoint", one
+access-log line).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from ambit.hbone.headers import hostport
+from ambit.proxy.accounting import Accounting
+from ambit.proxy.errors import ResponseFlag
+from ambit.proxy.hbone_server import TunnelResponder
+from ambit.proxy.streams import ByteStream
+from ambit.telemetry.accesslog import ConnectionRecord
+from ambit.waypoint.context import Tunnel, WaypointContext
+from ambit.waypoint.destinations import (
+    Endpoint,
+    ServiceTarget,
+    choose_weighted,
+    find_backend_service,
+    pick_endpoint,
+)
+from ambit.waypoint.upstream import UpstreamConnectError
+
+log = logging.getLogger("ambit.waypoint.tcp")
+
+
+class _Activity:
+    __slots__ = ("last",)
+
+    def __init__(self, now: float) -> None:
+        self.last = now
+
+
+async def _pump(
+    src: ByteStream, dst: ByteStream, activity: _Activity, idle_timeout: float, counter: list[int], index: int
+) -> None:
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            async with asyncio.timeout(idle_timeout):
+                data = await src.read()
+        except TimeoutError:
+            if loop.time() - activity.last >= idle_timeout:
+                raise
+            continue
+        if not data:
+            dst.write_eof()
+            return
+        activity.last = loop.time()
+        counter[index] += len(data)
+        await dst.write(data)
+
+
+async def relay(downstream: ByteStream, upstream: ByteStream, idle_timeout: float) -> tuple[int, int, str]:
+    """Copy both ways until both are done; returns (bytes up, bytes down, error or "")."""
+    counter = [0, 0]
+    activity = _Activity(asyncio.get_running_loop().time())
+    up = asyncio.ensure_future(_pump(downstream, upstream, activity, idle_timeout, counter, 0))
+    down = asyncio.ensure_future(_pump(upstream, downstream, activity, idle_timeout, counter, 1))
+    error = ""
+    try:
+        for task in asyncio.as_completed((up, down)):
+            try:
+                await task
+            except TimeoutError:
+                error = "idle timeout"
+                break
+            except Exception as exc:
+                error = str(exc) or type(exc).__name__
+                break
+    finally:
+        if error or not (up.done() and down.done()):
+            downstream.abort()
+            upstream.abort()
+        for task in (up, down):
+            task.cancel()
+        for task in (up, down):
+            with contextlib.suppress(BaseException):
+                await task
+    return counter[0], counter[1], error
+
+
+def _fail(downstream: ByteStream | TunnelResponder) -> None:
+    if isinstance(downstream, TunnelResponder):
+        downstream.reject(503)
+    else:
+        downstream.abort()
+
+
+def endpoint_for(ctx: WaypointContext, tunnel: Tunnel) -> Endpoint | None:
+    """The endpoint of one TCP connection: for a Service, by its attached TCPRoute's weighted backends when it has
+    one (a backend that did not resolve, or all weights 0, is no endpoint), else an endpoint of the Service
+    itself; for a workload, that workload."""
+    target = tunnel.target
+    if not isinstance(target, ServiceTarget):
+        return Endpoint(target.workload, target.ip, target.port, None)
+    table = ctx.routes.find_table(target.service.key, target.port)
+    if table is None or not table.tcp_backends:
+        return pick_endpoint(ctx.state, target.service, target.port, ctx.choose)
+    chosen = choose_weighted(table.tcp_backends, ctx.random())
+    if chosen is None or chosen.backend is None:
+        return None
+    service = find_backend_service(ctx.state, chosen.backend)
+    return pick_endpoint(ctx.state, service, chosen.backend.port, ctx.choose) if service is not None else None
+
+
+async def serve_tcp(
+    ctx: WaypointContext, tunnel: Tunnel, downstream: ByteStream | TunnelResponder, prefix: bytes = b""
+) -> None:
+    """Relay one TCP tunnel to one endpoint. ``downstream`` is the accepted tunnel (after sniffing; ``prefix``
+    holds the bytes read meanwhile), or the CONNECT's responder for a port declared TCP: the endpoint is then
+    reached first and the CONNECT answered 200 only once it is, 503 if it cannot be (as ztunnel answers)."""
+    endpoint = endpoint_for(ctx, tunnel)
+    service = endpoint.service if endpoint is not None else None
+    if service is None and isinstance(tunnel.target, ServiceTarget):
+        service = tunnel.target.service
+    labels = tunnel.labels(endpoint.workload if endpoint else None, service, protocol="tcp")
+    record = ConnectionRecord(
+        direction="inbound",
+        src_addr=tunnel.peer_addr,
+        dst_addr=hostport(endpoint.ip, endpoint.port) if endpoint else "",
+        dst_hbone_addr=tunnel.authority,
+        src_workload=tunnel.source.name if tunnel.source else "",
+        src_namespace=tunnel.source.namespace if tunnel.source else "",
+        src_identity=str(tunnel.peer_identity),
+        dst_service=service.hostname if service else "",
+        dst_workload=endpoint.workload.name if endpoint else "",
+        dst_namespace=endpoint.workload.namespace if endpoint else "",
+        dst_identity=str(endpoint.workload.identity) if endpoint else "",
+    )
+    accounting = Accounting(ctx.metrics, ctx.access_log, labels, record, ctx.clock)
+    if endpoint is None:
+        accounting.failed("no healthy upstream", ResponseFlag.NO_ROUTE)
+        _fail(downstream)
+        return
+    try:
+        upstream = await ctx.upstreams.open_stream(endpoint, tunnel.peer_addr)
+    except UpstreamConnectError as exc:
+        accounting.failed(str(exc), ResponseFlag.CONNECT)
+        _fail(downstream)
+        return
+    if isinstance(downstream, TunnelResponder):
+        downstream = downstream.accept()
+    accounting.opened()
+    try:
+        if prefix:
+            await upstream.write(prefix)
+            accounting.up(len(prefix))
+        up, down, error = await relay(downstream, upstream, ctx.limits.idle_timeout)
+        accounting.up(up)
+        accounting.down(down)
+    except Exception as exc:
+        error = str(exc) or type(exc).__name__
+        downstream.abort()
+        upstream.abort()
+    accounting.finish(error)
+    with contextlib.suppress(Exception):
+        await upstream.aclose()

@@ -1,0 +1,214 @@
+"""The waypoint's request telemetry (spec §8, reporter="waypoint"): Istio's HTTP metrics and a line per request.
+
+Theory of operation: :class:`WaypointMetrics` is the node proxy's :class:`~ambit.telemetry.metrics.ProxyMetrics`
+(so TCP traffic the waypoint relays is counted as ``istio_tcp_*`` the usual way, and the stats endpoint serves it
+unchanged) plus Istio's request families:
+
+- ``istio_requests_total`` (counter),
+- ``istio_request_duration_milliseconds``, ``istio_request_bytes``, ``istio_response_bytes`` (histograms),
+
+labelled with the connection's :class:`~ambit.telemetry.metrics.TrafficLabels` (``reporter="waypoint"``,
+``request_protocol`` http or grpc, Envoy's ``response_flags``) plus ``response_code`` and
+``grpc_response_status`` (empty, so ``unknown``, unless the request is gRPC). One :meth:`WaypointMetrics.request`
+call per finished request records all four under the metrics lock.
+
+:class:`RequestRecord` is one request's access-log line, ``request complete`` (INFO) or, with response flags,
+``request failed`` (WARNING), logfmt-style like the node proxy's connection lines, on the ``access`` logger.
+
+Rules: every family is exposed (HELP and TYPE) before its first sample; values only grow; label values that are
+empty render as ``unknown``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+
+from ambit.telemetry.metrics import LABEL_NAMES, UNKNOWN, LabelValues, ProxyMetrics, TrafficLabels
+
+BUILD_COMPONENT = "ambit-waypoint"
+REQUEST_LABELS = (*LABEL_NAMES, "response_code", "grpc_response_status")
+DURATION_BUCKETS_MS = (0.5, 1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000, 600000)
+"""Istio's default buckets for ``istio_request_duration_milliseconds``."""
+BYTES_BUCKETS = (1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000)
+
+
+@dataclass(slots=True)
+class _Histogram:
+    bounds: tuple[float, ...]
+    counts: list[int] = field(default_factory=list)
+    total: float = 0.0
+
+    def observe(self, value: float) -> None:
+        if not self.counts:
+            self.counts = [0] * (len(self.bounds) + 1)
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+    def buckets(self) -> list[tuple[str, float]]:
+        out: list[tuple[str, float]] = []
+        running = 0
+        for bound, count in zip((*self.bounds, float("inf")), self.counts or [0] * (len(self.bounds) + 1), strict=True):
+            running += count
+            out.append(("+Inf" if bound == float("inf") else _number(bound), running))
+        return out
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+class WaypointMetrics(ProxyMetrics):
+    """:class:`ProxyMetrics` plus Istio's request metrics (see the module docstring)."""
+
+    def __init__(self, *, build_version: str = "") -> None:
+        self._requests: dict[LabelValues, int] = {}
+        self._durations: dict[LabelValues, _Histogram] = {}
+        self._request_sizes: dict[LabelValues, _Histogram] = {}
+        self._response_sizes: dict[LabelValues, _Histogram] = {}
+        super().__init__(build_version=build_version)
+
+    def request(
+        self,
+        labels: TrafficLabels,
+        *,
+        response_code: int,
+        grpc_status: str = "",
+        duration_ms: float,
+        request_bytes: int,
+        response_bytes: int,
+    ) -> None:
+        """Count one finished request with its duration and body sizes."""
+        key = (*self._key(labels), str(response_code) if response_code else UNKNOWN, grpc_status or UNKNOWN)
+        with self._lock:
+            self._requests[key] = self._requests.get(key, 0) + 1
+            self._durations.setdefault(key, _Histogram(DURATION_BUCKETS_MS)).observe(duration_ms)
+            self._request_sizes.setdefault(key, _Histogram(BYTES_BUCKETS)).observe(request_bytes)
+            self._response_sizes.setdefault(key, _Histogram(BYTES_BUCKETS)).observe(response_bytes)
+
+    def _families(self) -> Iterator[Metric]:
+        for family in super()._families():
+            if family.name == "istio_build":
+                build = GaugeMetricFamily("istio_build", "Istio component build info", labels=["component", "tag"])
+                build.add_metric([BUILD_COMPONENT, self._build_version], 1)
+                yield build
+            else:
+                yield family
+        with self._lock:
+            requests = dict(self._requests)
+            histograms = [
+                (name, doc, {key: (h.buckets(), h.total) for key, h in values.items()})
+                for name, doc, values in (
+                    ("istio_request_duration_milliseconds", "Request duration in milliseconds", self._durations),
+                    ("istio_request_bytes", "Request body size in bytes", self._request_sizes),
+                    ("istio_response_bytes", "Response body size in bytes", self._response_sizes),
+                )
+            ]
+        counter = CounterMetricFamily("istio_requests", "The total number of requests", labels=REQUEST_LABELS)
+        for key, value in requests.items():
+            counter.add_metric(key, value)
+        yield counter
+        for name, doc, samples in histograms:
+            family = HistogramMetricFamily(name, doc, labels=REQUEST_LABELS)
+            for key, (buckets, total) in samples.items():
+                family.add_metric(list(key), buckets, total)
+            yield family
+
+
+REQUEST_COMPLETE = "request complete"
+REQUEST_FAILED = "request failed"
+_PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.:/_-[]@,+*~%")
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One request through the waypoint, for the access log."""
+
+    src_addr: str
+    src_workload: str = ""
+    src_namespace: str = ""
+    src_identity: str = ""
+    dst_addr: str = ""
+    """The endpoint the request went to (``ip:port``), empty when none was reached."""
+    dst_hbone_addr: str = ""
+    """The tunnel's CONNECT authority (what the client addressed)."""
+    dst_service: str = ""
+    dst_workload: str = ""
+    dst_namespace: str = ""
+    dst_identity: str = ""
+    method: str = ""
+    path: str = ""
+    protocol: str = "HTTP/1.1"
+    response_code: int = 0
+    response_flags: str = "-"
+    request_id: str = ""
+    route: str = ""
+    bytes_sent: int = 0
+    bytes_recv: int = 0
+    duration_seconds: float = 0.0
+    error: str = ""
+
+    def fields(self) -> list[tuple[str, str | int]]:
+        out: list[tuple[str, str | int]] = [
+            ("src.addr", self.src_addr),
+            ("src.workload", self.src_workload),
+            ("src.namespace", self.src_namespace),
+            ("src.identity", self.src_identity),
+            ("dst.addr", self.dst_addr),
+            ("dst.hbone_addr", self.dst_hbone_addr),
+            ("dst.service", self.dst_service),
+            ("dst.workload", self.dst_workload),
+            ("dst.namespace", self.dst_namespace),
+            ("dst.identity", self.dst_identity),
+            ("method", self.method),
+            ("path", self.path),
+            ("protocol", self.protocol),
+            ("route", self.route),
+            ("request_id", self.request_id),
+        ]
+        out = [(key, value) for key, value in out if value != ""]
+        out += [
+            ("response_code", self.response_code),
+            ("response_flags", self.response_flags),
+            ("bytes_sent", self.bytes_sent),
+            ("bytes_recv", self.bytes_recv),
+            ("duration", f"{round(max(self.duration_seconds, 0.0) * 1000)}ms"),
+        ]
+        if self.error:
+            out.append(("error", self.error))
+        return out
+
+
+def _value(value: str | int) -> str:
+    if isinstance(value, int):
+        return str(value)
+    if value and _PLAIN.issuperset(value):
+        return value
+    text = json.dumps(value, ensure_ascii=False)
+    return text if text.isprintable() else json.dumps(value)  # one line, whatever the client sent
+
+
+def format_request_log(record: RequestRecord, *, as_json: bool = False) -> str:
+    message = REQUEST_FAILED if record.response_flags != "-" or record.error else REQUEST_COMPLETE
+    if as_json:
+        return json.dumps({"message": message, **dict(record.fields())})
+    return " ".join([message, *(f"{key}={_value(value)}" for key, value in record.fields())])
+
+
+class RequestLog:
+    """Writes :class:`RequestRecord` lines to the ``access`` logger."""
+
+    def __init__(self, *, as_json: bool = False, logger: logging.Logger | None = None) -> None:
+        self._json = as_json
+        self._logger = logger if logger is not None else logging.getLogger("access")
+
+    def write(self, record: RequestRecord) -> None:
+        failed = record.response_flags != "-" or bool(record.error)
+        level = logging.WARNING if failed else logging.INFO
+        if self._logger.isEnabledFor(level):
+            self._logger.log(level, "%s", format_request_log(record, as_json=self._json))

@@ -1,0 +1,178 @@
+"""The waypoint's upstream side: byte streams to endpoints, and HTTP/1.1 connections kept for reuse.
+
+Theory of operation: :meth:`Upstreams.open_stream` reaches one :class:`~ambit.waypoint.destinations.Endpoint`:
+
+- an endpoint that speaks HBONE gets a CONNECT tunnel on a pooled mutual-TLS connection to ``<pod IP>:15008``
+  (:class:`~ambit.proxy.pool.ConnectionPool`, :class:`~ambit.proxy.hbone_client.HboneClient`) with the waypoint's
+  own certificate, the server verified against the endpoint workload's identity (and its Service's SANs), and
+  ``:authority = <pod IP>:<target port>`` (spec §6.1, §6.3 step 7);
+- an endpoint without HBONE gets plain TCP to ``<pod IP>:<target port>``.
+
+HTTP/1.1 connections (:class:`UpstreamHttp`: a stream and its :class:`~ambit.waypoint.http1.ClientSide`) are kept
+after a clean exchange, per endpoint, up to ``max_idle`` each, and handed out again (:meth:`Upstreams.take_idle`),
+so keep-alive works upstream as well. The bookkeeping is synchronous; a kept connection whose stream ended while
+idle is dropped when next looked at. A reused connection may still turn out dead on first use (the endpoint closed
+it meanwhile, the usual keep-alive race): the shell retries such a request once on a fresh connection when it has
+no body.
+
+Errors: :class:`UpstreamConnectError` (the endpoint could not be reached: Envoy's ``UF`` flag).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+from dataclasses import dataclass, field
+
+from ambit.errors import AmbitError
+from ambit.hbone.headers import connect_headers, hostport
+from ambit.identity.manager import CertificateManager
+from ambit.model.identity import SpiffeId
+from ambit.model.workload import TunnelProtocol
+from ambit.proxy.hbone_client import HboneClient
+from ambit.proxy.hbone_stream import HboneStream
+from ambit.proxy.pool import ConnectionPool, PoolKey
+from ambit.proxy.sockets import SocketFactory, connect
+from ambit.proxy.streams import ByteStream, SocketStream
+from ambit.waypoint.destinations import Endpoint
+from ambit.waypoint.errors import WaypointError
+from ambit.waypoint.http1 import ClientSide
+
+
+class UpstreamConnectError(WaypointError):
+    """An endpoint could not be reached (TCP, TLS, or the tunnel was refused)."""
+
+
+EndpointKey = tuple[str, str, int]
+"""(workload uid, IP, target port)."""
+
+
+@dataclass(slots=True, eq=False)
+class UpstreamHttp:
+    """One upstream HTTP/1.1 connection: its stream and its h11 client side."""
+
+    key: EndpointKey
+    stream: ByteStream
+    http: ClientSide
+    reused: bool = False
+    requests: int = field(default=0)
+    idle_since: float = 0.0
+
+    @property
+    def alive(self) -> bool:
+        return not (isinstance(self.stream, HboneStream) and self.stream.done)
+
+
+class Upstreams:
+    """Opens streams to endpoints and keeps idle HTTP/1.1 connections; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        pool: ConnectionPool,
+        certs: CertificateManager,
+        identity: SpiffeId,
+        source_ip: str,
+        trust_domain: str,
+        sockets: SocketFactory,
+        hbone_port: int = 15008,
+        connect_timeout: float = 10.0,
+        max_idle: int = 16,
+        max_head_bytes: int = 64 * 1024,
+    ) -> None:
+        self.pool = pool
+        self._certs = certs
+        self._identity = identity
+        self._source_ip = source_ip
+        self._trust_domain = trust_domain
+        self._sockets = sockets
+        self._hbone_port = hbone_port
+        self._connect_timeout = connect_timeout
+        self._max_idle = max_idle
+        self._max_head_bytes = max_head_bytes
+        self._idle: dict[EndpointKey, collections.deque[UpstreamHttp]] = {}
+
+    async def open_stream(self, endpoint: Endpoint, forwarded_for: str) -> ByteStream:
+        """A byte stream to ``endpoint``; :class:`UpstreamConnectError` when it cannot be reached."""
+        address = (str(endpoint.ip), endpoint.port)
+        try:
+            async with asyncio.timeout(self._connect_timeout):
+                if endpoint.workload.tunnel_protocol is not TunnelProtocol.HBONE:
+                    return SocketStream(await connect(self._sockets, address, timeout=self._connect_timeout))
+                return await self._open_tunnel(endpoint, forwarded_for)
+        except TimeoutError:
+            raise UpstreamConnectError(f"{hostport(*address)}: connect timed out") from None
+        except (AmbitError, OSError) as exc:
+            raise UpstreamConnectError(f"{hostport(*address)}: {exc}") from None
+
+    async def _open_tunnel(self, endpoint: Endpoint, forwarded_for: str) -> HboneStream:
+        cert = await self._certs.fetch(self._identity)
+        expected = endpoint.expected_identities
+        hbone_addr = (str(endpoint.ip), self._hbone_port)
+        service = endpoint.service
+
+        async def dial() -> HboneClient:
+            sock = await connect(self._sockets, hbone_addr, timeout=self._connect_timeout)
+            return await HboneClient.connect(
+                sock, cert, expected, trust_domain=self._trust_domain, timeout=self._connect_timeout
+            )
+
+        headers = connect_headers(forwarded_for=forwarded_for, host=service.hostname if service else None)
+        key = PoolKey(self._identity, expected, self._source_ip, hbone_addr)
+        return await self.pool.open_tunnel(key, hostport(endpoint.ip, endpoint.port), headers, dial)
+
+    async def open_http(self, endpoint: Endpoint, forwarded_for: str) -> UpstreamHttp:
+        stream = await self.open_stream(endpoint, forwarded_for)
+        return UpstreamHttp(endpoint_key(endpoint), stream, ClientSide(self._max_head_bytes))
+
+    def take_idle(self, endpoint: Endpoint) -> UpstreamHttp | None:
+        """A kept connection to ``endpoint`` that still looks alive, or None."""
+        idle = self._idle.get(endpoint_key(endpoint))
+        while idle:
+            conn = idle.pop()
+            if conn.alive:
+                conn.reused = True
+                return conn
+            conn.stream.abort()
+        return None
+
+    def put_idle(self, conn: UpstreamHttp, now: float) -> None:
+        """Keep ``conn`` for the next request to its endpoint (the exchange on it ended cleanly)."""
+        idle = self._idle.setdefault(conn.key, collections.deque())
+        if len(idle) >= self._max_idle or not conn.alive:
+            conn.stream.abort()
+            return
+        conn.idle_since = now
+        idle.append(conn)
+
+    def reap_idle(self, now: float, max_idle_seconds: float) -> int:
+        """Close kept connections idle for ``max_idle_seconds`` or more (and dead ones); return how many."""
+        reaped = 0
+        for key, idle in list(self._idle.items()):
+            keep = collections.deque(c for c in idle if c.alive and now - c.idle_since < max_idle_seconds)
+            kept = {id(c) for c in keep}
+            for conn in idle:
+                if id(conn) not in kept:
+                    conn.stream.abort()
+                    reaped += 1
+            if keep:
+                self._idle[key] = keep
+            else:
+                del self._idle[key]
+        return reaped
+
+    def idle_count(self) -> int:
+        return sum(len(idle) for idle in self._idle.values())
+
+    async def aclose(self) -> None:
+        idle, self._idle = self._idle, {}
+        for conns in idle.values():
+            for conn in conns:
+                with contextlib.suppress(Exception):
+                    conn.stream.abort()
+        await self.pool.aclose()
+
+
+def endpoint_key(endpoint: Endpoint) -> EndpointKey:
+    return (endpoint.workload.uid, str(endpoint.ip), endpoint.port)

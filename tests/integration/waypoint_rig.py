@@ -1,0 +1,316 @@
+"""A waypoint on loopback with real sockets: the waypoint process in-process (local CA, a local config file),
+two endpoints (each an HBONE server in front of an HTTP echo server, as a node proxy would be) and a client that
+speaks HBONE to the waypoint with a mesh identity.
+
+Addresses: the waypoint is 127.0.0.1, the endpoints 127.0.0.2 and 127.0.0.3 (same HBONE port), a dead endpoint
+127.0.0.5, the client 127.0.0.4; Service VIPs are lab addresses (198.18.x, never dialled: the waypoint resolves
+them from its state).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import json
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import h11
+from aiohttp import web
+
+from ambit.hbone.headers import parse_authority
+from ambit.identity.localca import LocalCa
+from ambit.model.identity import SpiffeId
+from ambit.model.localconfig import LocalConfig, render_local_config
+from ambit.model.workload import (
+    AppProtocol,
+    GatewayAddress,
+    NamespacedHostname,
+    NetworkAddress,
+    PortMapping,
+    Service,
+    TunnelProtocol,
+    Workload,
+)
+from ambit.proxy.hbone_client import HboneClient
+from ambit.proxy.hbone_server import HboneServer, InboundRequest, TunnelResponder
+from ambit.proxy.hbone_stream import HboneStream
+from ambit.proxy.sockets import HostSocketFactory, connect
+from ambit.proxy.streams import SocketStream
+from ambit.tls.workload import WorkloadCertificate
+from ambit.waypoint.process import Waypoint
+from ambit.waypoint.settings import WaypointLimits, WaypointSettings
+from ambit.waypoint.tcp import relay
+
+TD = "cluster.local"
+CLIENT_IP = "127.0.0.4"
+CLIENT_ID = SpiffeId(TD, "app", "client")
+WAYPOINT_ID = SpiffeId(TD, "app", "waypoint")
+ECHO_VIP = "198.18.1.1"
+DEAD_VIP = "198.18.1.5"
+TCP_VIP = "198.18.1.6"
+PLAIN_VIP = "198.18.1.2"
+RAW_VIP = "198.18.1.7"
+RAW_DEAD_VIP = "198.18.1.8"
+WAYPOINT_ADDR = GatewayAddress(NamespacedHostname("app", "waypoint.app.svc.cluster.local"))
+FACTORY = HostSocketFactory(mark=None)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def shared_free_port(hosts: tuple[str, ...]) -> int:
+    """A port free on every one of ``hosts`` (the endpoints share one HBONE port, as pods all use 15008)."""
+    for _ in range(50):
+        port = free_port(hosts[0])
+        try:
+            for host in hosts[1:]:
+                with socket.socket() as sock:
+                    sock.bind((host, port))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no port free on all hosts")
+
+
+def _workload(name: str, ip: str, *services: str, waypoint: GatewayAddress | None = None) -> Workload:
+    return Workload(
+        uid=f"Kubernetes//Pod/app/{name}",
+        name=name,
+        namespace="app",
+        addresses=(ipaddress.ip_address(ip),),
+        tunnel_protocol=TunnelProtocol.HBONE,
+        service_account=name,
+        canonical_name=name.rsplit("-", 1)[0],
+        services={f"app/{service}.app.svc.cluster.local": (PortMapping(80, 8080),) for service in services},
+        waypoint=waypoint,
+    )
+
+
+def _service(name: str, vip: str, *, protocol: AppProtocol, waypoint: GatewayAddress | None) -> Service:
+    return Service(
+        name=name,
+        namespace="app",
+        hostname=f"{name}.app.svc.cluster.local",
+        vips=(NetworkAddress("", ipaddress.ip_address(vip)),),
+        ports=(PortMapping(80, 8080, protocol),),
+        waypoint=waypoint,
+    )
+
+
+def mesh_config() -> LocalConfig:
+    return LocalConfig(
+        workloads=(
+            _workload("client", CLIENT_IP),
+            _workload("echo-1", "127.0.0.2", "echo", "tcp", "raw"),
+            _workload("echo-2", "127.0.0.3", "echo", waypoint=WAYPOINT_ADDR),  # also pod-IP traffic via the waypoint
+            _workload("dead-1", "127.0.0.5", "dead", "rawdead"),
+        ),
+        services=(
+            _service("echo", ECHO_VIP, protocol=AppProtocol.HTTP11, waypoint=WAYPOINT_ADDR),
+            _service("tcp", TCP_VIP, protocol=AppProtocol.UNKNOWN, waypoint=WAYPOINT_ADDR),
+            _service("dead", DEAD_VIP, protocol=AppProtocol.HTTP11, waypoint=WAYPOINT_ADDR),
+            _service("raw", RAW_VIP, protocol=AppProtocol.TCP, waypoint=WAYPOINT_ADDR),
+            _service("rawdead", RAW_DEAD_VIP, protocol=AppProtocol.TCP, waypoint=WAYPOINT_ADDR),
+            _service("plain", PLAIN_VIP, protocol=AppProtocol.HTTP11, waypoint=None),
+        ),
+    )
+
+
+@dataclass
+class Endpoint:
+    """One endpoint: an HTTP echo server behind an HBONE server (the node proxy's inbound, in miniature)."""
+
+    name: str
+    ip: str
+    hbone_port: int
+    cert: WorkloadCertificate
+    tunnels: int = 0
+    authorities: list[str] = field(default_factory=list)
+    hosts: list[str] = field(default_factory=list)
+    """The Host of every request served."""
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/echo", self._echo)
+        app.router.add_get("/slow", self._slow)
+        app.router.add_get("/ws", self._websocket)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
+        await self._runner.setup()
+        self.http_port = free_port()
+        await web.TCPSite(self._runner, "127.0.0.1", self.http_port).start()
+        self._listener = socket.socket()
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind((self.ip, self.hbone_port))
+        self._listener.listen(64)
+        self._listener.setblocking(False)
+        self._serving: set[asyncio.Task[None]] = set()
+        self._accepting = asyncio.create_task(self._accept())
+
+    async def _echo(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        self.hosts.append(request.headers.get("host", ""))
+        if request.query.get("raw") == "tcp":
+            return web.Response(text="tcp")
+        answer = {
+            "endpoint": self.name,
+            "request_id": request.headers.get("x-request-id", ""),
+            "method": request.method,
+            "host": request.headers.get("host", ""),
+            "body": len(body),
+        }
+        return web.json_response(answer)
+
+    async def _websocket(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        async for message in ws:
+            await ws.send_str(message.data)
+        return ws
+
+    async def _slow(self, request: web.Request) -> web.Response:
+        await asyncio.sleep(5)
+        return web.Response(text="late")
+
+    async def _accept(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            sock, _ = await loop.sock_accept(self._listener)
+            task = asyncio.create_task(HboneServer.serve(sock, self._cert, trust_domain=TD, handler=self._handle))
+            self._serving.add(task)
+            task.add_done_callback(self._serving.discard)
+
+    async def _cert(self) -> WorkloadCertificate:
+        return self.cert
+
+    async def _handle(self, request: InboundRequest, responder: TunnelResponder) -> None:
+        assert request.peer_identity == WAYPOINT_ID
+        self.tunnels += 1
+        self.authorities.append(request.authority)
+        host, port = parse_authority(request.authority)
+        if host != self.ip or port != 8080:
+            responder.reject(400)
+            return
+        upstream = SocketStream(await connect(FACTORY, ("127.0.0.1", self.http_port)))
+        await relay(responder.accept(), upstream, 30.0)
+        with contextlib.suppress(Exception):
+            await upstream.aclose()
+
+    async def aclose(self) -> None:
+        self._accepting.cancel()
+        await asyncio.gather(self._accepting, return_exceptions=True)
+        self._listener.close()
+        for task in list(self._serving):
+            task.cancel()
+        await asyncio.gather(*self._serving, return_exceptions=True)
+        await self._runner.cleanup()
+
+
+class Rig:
+    def __init__(self, tmp: Path, limits: WaypointLimits) -> None:
+        self.tmp = tmp
+        self.ca = LocalCa(tmp / "ca", trust_domain=TD)
+        config = tmp / "mesh.yaml"
+        config.write_text(render_local_config(mesh_config()), encoding="utf-8")
+        self.hbone_port = shared_free_port(("127.0.0.2", "127.0.0.3"))
+        self.settings = WaypointSettings(
+            namespace="app",
+            gateway_name="waypoint",
+            service_account="waypoint",
+            pod_name="waypoint-0",
+            instance_ip="127.0.0.1",
+            config_file=config,
+            local_ca_dir=tmp / "ca",
+            hbone_port=free_port(),
+            admin_port=free_port(),
+            stats_port=free_port(),
+            readiness_port=free_port(),
+            upstream_hbone_port=self.hbone_port,
+            limits=limits,
+        )
+        self.waypoint = Waypoint(self.settings)
+        self.endpoints: list[Endpoint] = []
+
+    async def start(self) -> None:
+        for name, ip in (("echo-1", "127.0.0.2"), ("echo-2", "127.0.0.3")):
+            cert = await self.ca.fetch_certificate(SpiffeId(TD, "app", name))
+            endpoint = Endpoint(name, ip, self.hbone_port, cert)
+            await endpoint.start()
+            self.endpoints.append(endpoint)
+        self.client_cert = await self.ca.fetch_certificate(CLIENT_ID)
+        await self.waypoint.start()
+
+    async def aclose(self) -> None:
+        await self.waypoint.aclose()
+        for endpoint in self.endpoints:
+            await endpoint.aclose()
+
+    async def client(self, identity: SpiffeId = WAYPOINT_ID) -> HboneClient:
+        """An HBONE connection from the client's address to the waypoint, verifying its identity."""
+        loop = asyncio.get_running_loop()
+        sock = socket.socket()
+        sock.setblocking(False)
+        sock.bind((CLIENT_IP, 0))
+        await loop.sock_connect(sock, ("127.0.0.1", self.settings.hbone_port))
+        return await HboneClient.connect(sock, self.client_cert, frozenset({identity}), trust_domain=TD)
+
+    async def tunnel(self, authority: str) -> tuple[HboneClient, HboneStream]:
+        client = await self.client()
+        return client, await client.open_tunnel(authority, [("forwarded", f'for="{CLIENT_IP}:1"')])
+
+
+class HttpOverTunnel:
+    """An HTTP/1.1 client (h11) on one tunnel."""
+
+    def __init__(self, stream: HboneStream) -> None:
+        self.stream = stream
+        self.h11 = h11.Connection(h11.CLIENT)
+
+    async def request(
+        self, method: str, path: str, body: bytes = b"", headers: list[tuple[str, str]] | None = None
+    ) -> tuple[int, dict[str, str], bytes]:
+        fields = [("host", "echo.app.svc.cluster.local"), *(headers or [])]
+        if body:
+            fields.append(("content-length", str(len(body))))
+        data = self.h11.send(h11.Request(method=method, target=path, headers=fields)) or b""
+        if body:
+            data += self.h11.send(h11.Data(data=body)) or b""
+        data += self.h11.send(h11.EndOfMessage()) or b""
+        await self.stream.write(data)
+        status, answer_headers, parts = 0, {}, []
+        async with asyncio.timeout(10):
+            while True:
+                event = self.h11.next_event()
+                if event is h11.NEED_DATA:
+                    self.h11.receive_data(await self.stream.read())
+                elif isinstance(event, h11.Response):
+                    status = event.status_code
+                    answer_headers = {k.decode(): v.decode() for k, v in event.headers}
+                elif isinstance(event, h11.Data):
+                    parts.append(bytes(event.data))
+                elif isinstance(event, h11.EndOfMessage):
+                    break
+                else:
+                    raise AssertionError(f"unexpected {event!r}")
+        if self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE:
+            self.h11.start_next_cycle()
+        return status, answer_headers, b"".join(parts)
+
+
+async def read_until_eof(stream: HboneStream) -> bytes:
+    parts = []
+    async with asyncio.timeout(10):
+        while chunk := await stream.read():
+            parts.append(chunk)
+    return b"".join(parts)
+
+
+def echo_of(body: bytes) -> dict[str, object]:
+    value = json.loads(body)
+    assert isinstance(value, dict)
+    return value

@@ -1,0 +1,213 @@
+"""The waypoint's HTTP/1.1 adapter as a pair: its client side talking to its server side in memory."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ambit.waypoint.decisions import RequestHead
+from ambit.waypoint.errors import HttpProtocolError
+from ambit.waypoint.http1 import (
+    BodyData,
+    ClientSide,
+    Event,
+    InterimResponse,
+    MessageEnded,
+    RequestStarted,
+    ResponseStarted,
+    ServerSide,
+    Signal,
+    forwardable,
+    simple_response,
+)
+
+
+def drain(side: ServerSide | ClientSide) -> list[Event]:
+    events: list[Event] = []
+    while (event := side.next_event()) not in (Signal.NEED_DATA, Signal.PAUSED):
+        events.append(event)
+        if event is Signal.CLOSED:
+            break
+    return events
+
+
+def test_a_chunked_request_and_its_response_cross_the_pair() -> None:
+    client, server = ClientSide(), ServerSide()
+    head = RequestHead("POST", "/upload?x=1", "svc:80", (("transfer-encoding", "chunked"), ("x-a", "1")))
+    sent = client.send_request(head) + client.send_body(b"hello ") + client.send_body(b"world")
+    server.receive_data(sent + client.end_request())
+    events = drain(server)
+    started = events[0]
+    assert isinstance(started, RequestStarted)
+    assert started.head.method == "POST"
+    assert started.head.path == "/upload?x=1"
+    assert started.head.authority == "svc:80"
+    assert started.head.header("x-a") == "1"
+    assert started.has_body
+    assert b"".join(e.data for e in events if isinstance(e, BodyData)) == b"hello world"
+    assert isinstance(events[-1], MessageEnded)
+    answered = server.send_response(201, [("content-length", "2")]) + server.send_body(b"ok")
+    client.receive_data(answered + server.end_response())  # (an empty receive_data would be EOF)
+    answer = drain(client)
+    assert isinstance(answer[0], ResponseStarted) and answer[0].status == 201
+    assert answer[1] == BodyData(b"ok")
+    assert server.next_cycle() and client.next_cycle()
+
+
+def test_two_requests_share_one_keep_alive_connection() -> None:
+    client, server = ClientSide(), ServerSide()
+    for path in ("/one", "/two"):
+        server.receive_data(client.send_request(RequestHead("GET", path, "svc")) + client.end_request())
+        events = drain(server)
+        assert isinstance(events[0], RequestStarted) and events[0].head.path == path
+        assert not events[0].has_body
+        client.receive_data(server.send_response(200, [("content-length", "0")]) + server.end_response())
+        assert isinstance(drain(client)[0], ResponseStarted)
+        assert server.next_cycle() and client.next_cycle()
+
+
+def test_connection_close_ends_keep_alive() -> None:
+    server = ServerSide()
+    head = RequestHead("GET", "/", "svc", (("connection", "close"),))
+    server.receive_data(b"GET / HTTP/1.1\r\nhost: svc\r\nconnection: close\r\n\r\n")
+    drain(server)
+    server.send_response(200, [("content-length", "0")])
+    server.end_response()
+    assert not server.next_cycle()
+    assert "connection" not in dict(forwardable(head.headers))
+
+
+def test_hop_by_hop_headers_and_those_connection_names_are_not_forwarded() -> None:
+    headers = (("connection", "keep-alive, x-secret"), ("x-secret", "1"), ("keep-alive", "5"), ("te", "x"), ("a", "b"))
+    assert forwardable(headers) == [("a", "b")]
+    upgrade = (("connection", "upgrade"), ("upgrade", "websocket"), ("a", "b"))
+    assert forwardable(upgrade, upgrade=True) == [("a", "b"), ("connection", "upgrade"), ("upgrade", "websocket")]
+
+
+def test_a_head_over_the_bound_is_431() -> None:
+    server = ServerSide(max_head_bytes=1024)
+    server.receive_data(b"GET / HTTP/1.1\r\nhost: a\r\nx-big: " + b"a" * 4096)
+    with pytest.raises(HttpProtocolError) as caught:
+        server.next_event()
+    assert caught.value.status == 431
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"GARBAGE\r\n\r\n",
+        b"GET / HTTP/1.1\r\n\r\n",  # no Host
+        b"GET / HTTP/1.1\r\nhost: a\r\ncontent-length: x\r\n\r\n",
+        b"GET / HTTP/1.1\r\nhost: a\r\nbad header\r\n\r\n",
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n",  # a TLS ClientHello
+    ],
+)
+def test_malformed_requests_are_400(raw: bytes) -> None:
+    server = ServerSide()
+    server.receive_data(raw)
+    with pytest.raises(HttpProtocolError) as caught:
+        drain(server)
+    assert caught.value.status == 400
+
+
+def test_connect_inside_a_tunnel_is_refused() -> None:
+    server = ServerSide()
+    server.receive_data(b"CONNECT 10.0.0.1:443 HTTP/1.1\r\nhost: 10.0.0.1:443\r\n\r\n")
+    with pytest.raises(HttpProtocolError):
+        drain(server)
+
+
+def test_http10_without_host_takes_the_tunnel_authority() -> None:
+    server = ServerSide(authority="10.0.0.9:80")
+    server.receive_data(b"GET / HTTP/1.0\r\n\r\n")
+    started = drain(server)[0]
+    assert isinstance(started, RequestStarted)
+    assert started.head.authority == "10.0.0.9:80" and started.version == "1.0"
+
+
+def test_expect_100_continue_is_answered_by_the_waypoint() -> None:
+    server = ServerSide()
+    server.receive_data(b"POST / HTTP/1.1\r\nhost: a\r\ncontent-length: 3\r\nexpect: 100-continue\r\n\r\n")
+    started = drain(server)[0]
+    assert isinstance(started, RequestStarted)
+    assert server.continue_if_waited().startswith(b"HTTP/1.1 100 ")
+    assert "expect" not in dict(forwardable(started.head.headers))
+
+
+def test_an_upgrade_switches_both_sides_and_hands_over_the_bytes_behind_the_heads() -> None:
+    client, server = ClientSide(), ServerSide()
+    head = RequestHead("GET", "/ws", "svc", (("connection", "Upgrade"), ("upgrade", "websocket")))
+    server.receive_data(client.send_request(head, upgrade=True) + client.end_request() + b"\x81\x01a")
+    started = drain(server)[0]
+    assert isinstance(started, RequestStarted) and started.upgrade
+    answer = server.send_interim(101, [("connection", "upgrade"), ("upgrade", "websocket")])
+    assert server.switched() == b"\x81\x01a"
+    client.receive_data(answer + b"\x81\x01b")
+    event = client.next_event()
+    assert isinstance(event, InterimResponse) and event.status == 101
+    assert client.switched() == b"\x81\x01b"
+
+
+def test_a_broken_upstream_response_is_an_upstream_error() -> None:
+    client = ClientSide()
+    client.send_request(RequestHead("GET", "/", "svc"))
+    client.end_request()
+    client.receive_data(b"NOT HTTP\r\n\r\n")
+    with pytest.raises(HttpProtocolError) as caught:
+        drain(client)
+    assert caught.value.upstream
+
+
+def test_the_local_error_answer_is_complete_and_closes() -> None:
+    raw = simple_response(400, "Bad Request", "bad\n")
+    client = ClientSide()
+    client.send_request(RequestHead("GET", "/", "svc"))
+    client.end_request()
+    client.receive_data(raw)
+    events = drain(client)
+    assert isinstance(events[0], ResponseStarted) and events[0].status == 400
+    assert ("connection", "close") in events[0].headers
+    assert BodyData(b"bad\n") in events
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=2048), st.integers(min_value=1, max_value=64))
+def test_any_bytes_give_events_or_a_clean_protocol_error(data: bytes, cut: int) -> None:
+    server = ServerSide(max_head_bytes=1024)
+    try:
+        for start in range(0, len(data), cut):
+            server.receive_data(data[start : start + cut])
+            drain(server)
+        server.receive_data(b"")
+        drain(server)
+    except HttpProtocolError as exc:
+        assert exc.status in (400, 431)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from(["GET", "POST", "PUT", "DELETE"]),
+    st.text(alphabet="abcdefghij/-_.~", min_size=1, max_size=40).map(lambda p: "/" + p),
+    st.lists(
+        st.tuples(
+            st.from_regex(r"x-[a-z]{1,8}", fullmatch=True),
+            st.from_regex(r"[a-zA-Z0-9]([a-zA-Z0-9 ]{0,18}[a-zA-Z0-9])?", fullmatch=True),
+        ),
+        max_size=5,
+    ),
+    st.binary(max_size=300),
+)
+def test_requests_survive_the_pair_unchanged(
+    method: str, path: str, headers: list[tuple[str, str]], body: bytes
+) -> None:
+    client, server = ClientSide(), ServerSide()
+    framing = (("content-length", str(len(body))),)
+    head = RequestHead(method, path, "svc", (*framing, *headers))
+    server.receive_data(client.send_request(head) + client.send_body(body) + client.end_request())
+    events = drain(server)
+    started = events[0]
+    assert isinstance(started, RequestStarted)
+    assert (started.head.method, started.head.path) == (method, path)
+    assert list(started.head.headers[1:]) == headers
+    assert b"".join(e.data for e in events if isinstance(e, BodyData)) == body
