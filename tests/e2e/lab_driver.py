@@ -38,9 +38,9 @@ LAB_UP_TIMEOUT = 90.0
 LAB_INSTALL_TIMEOUT = 330.0
 """``lab up --install`` also waits (up to 240 s) for the mesh's rollout."""
 LAB_DOWN_TIMEOUT = 60.0
-TEST_TIMEOUT = 420.0
-"""pytest-timeout's limit for a test: it counts fixture set-up (a module's first test brings the lab up, within
-``LAB_UP_TIMEOUT``), but not the wait for the lock."""
+TEST_TIMEOUT = 660.0
+"""pytest-timeout's limit for a test: it counts fixture set-up (a module's first test brings the lab up and installs
+the mesh, within ``LAB_INSTALL_TIMEOUT``), but not the wait for the lock."""
 
 T = TypeVar("T")
 
@@ -354,7 +354,8 @@ class Lab:
 
     def component_pid(self, what: str, node: str = "") -> int | None:
         """The pid of the mesh component ``what`` (nodeproxy, nodeagent, controlplane) of ``node``: a supervised
-        host process, or the main process of the installed component's container (its ``ambit://<pid>`` id)."""
+        host process, or the main process of the installed component's container (the child of the ``runc run``
+        whose pid the container's ``ambit://<pid>`` id names)."""
         if not self.installed:
             return daemon_pid(self.directory, what, node)
         app = COMPONENT_APPS[what]
@@ -364,7 +365,7 @@ class Lab:
                 if "running" in (status.get("state") or {}) and str(status.get("containerID", "")).startswith(
                     "ambit://"
                 ):
-                    return int(str(status["containerID"]).removeprefix("ambit://"))
+                    return _child_of(int(str(status["containerID"]).removeprefix("ambit://")))
         return None
 
     def restart_component(self, what: str, node: str = "", timeout: float = 90.0) -> None:
@@ -524,6 +525,20 @@ def lab_processes(directory: Path) -> dict[int, list[str]]:
         if str(directory) in argv and "ambit.cli" in argv:
             found[int(entry.name)] = argv
     return found
+
+
+def _child_of(parent: int) -> int | None:
+    """The (first) live child process of ``parent``: a container's init under its ``runc run``."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 1 and fields[1] == str(parent) and fields[0] != "Z":
+            return int(entry.name)
+    return None
 
 
 def _alive(pid: int) -> bool:

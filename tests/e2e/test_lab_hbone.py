@@ -131,11 +131,13 @@ def test_cross_node_call_by_pod_ip_is_mutual_tls_on_the_wire_and_keeps_the_clien
     capture = subprocess.Popen(
         ["tcpdump", "-i", mesh.lab.topology.bridge, "-nn", "-A", "-l", "-U", "tcp and net 198.18.0.0/15"],
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
         text=True,
     )
     try:
-        time.sleep(1.0)  # tcpdump attaches
+        # tcpdump says "listening on <link>" on stderr once it has attached: no sleep that assumes a speed.
+        assert capture.stderr is not None
+        wait_until("tcpdump attached", lambda: "listening on" in capture.stderr.readline(), timeout=30)
         answer = _get(mesh, "cli-1", AMBIENT, f"http://{mesh.ips['srv-2']}:8080/secret")
         time.sleep(0.5)
     finally:

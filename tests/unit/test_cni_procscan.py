@@ -71,3 +71,19 @@ def test_the_scan_finds_the_pods_process_and_never_the_hosts_namespace(tmp_path:
     assert find_pod_netns(proc, UID) == str(proc / "50" / "ns" / "net")
     assert find_pod_netns(proc, "1e3c2a5e-8b1d-4c7e-9a6f-2d4b8e1c3a5f") is None
     assert find_pod_netns(tmp_path / "missing", UID) is None
+
+
+def test_with_pid_1_hidden_the_agents_own_namespace_is_still_never_the_answer(tmp_path: Path) -> None:
+    """A sandboxed machine may refuse access to pid 1's namespace (this CI machine does): the agent's own (it runs
+    on the node's network) still rules the node out, and the pod is found."""
+    proc = tmp_path / "proc"
+    node_ns = tmp_path / "node-net"
+    pod_ns = tmp_path / "pod-net"
+    node_ns.write_text("")
+    pod_ns.write_text("")
+    for pid, netns in ((40, node_ns), (50, pod_ns)):
+        (proc / str(pid) / "ns").mkdir(parents=True)
+        (proc / str(pid) / "cgroup").write_text(f"0::/ambit-ab12/{UID.replace('-', '')}-main\n")
+        os.link(netns, proc / str(pid) / "ns" / "net")
+    assert find_pod_netns(proc, UID, own_netns=node_ns) == str(proc / "50" / "ns" / "net")
+    assert find_pod_netns(proc, UID, own_netns=tmp_path / "unreadable") is None, "no node namespace known: none"

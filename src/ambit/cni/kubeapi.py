@@ -126,6 +126,13 @@ def fetch_object(creds: KubeCredentials, path: str, *, sleep: Callable[[float], 
                     raise KubeLookupError(f"GET {path}: the API server sent a {type(obj).__name__}, not an object")
                 return obj
             last = f"HTTP {response.status}: {_status_message(body)}"
+            if response.status == 401:
+                # The plugin's kubeconfig holds the node agent's token, which the node agent keeps fresh and which
+                # dies with its pod (a bound token): a 401 almost always means the node agent is not running.
+                last += (
+                    "; the plugin's credentials come from the node agent (istio-cni-node), which keeps them "
+                    "current: is the node agent running on this node?"
+                )
             if response.status != 429 and response.status < 500:
                 break
         finally:

@@ -5,8 +5,9 @@ Rules:
 1. A process belongs to pod ``uid`` when a line of its ``/proc/<pid>/cgroup`` names the uid: as kube's cgroupfs
    driver writes it (``pod<uid>``), as the systemd driver does (dashes as underscores), or as the lab's runtime
    does (``<uid without dashes>-<container>``). Matching is on the whole uid, never a prefix.
-2. The namespace is that process's ``/proc/<pid>/ns/net``. A process in the host's own namespace (that of pid 1)
-   is never an answer: rules for a pod must never be applied to the node.
+2. The namespace is that process's ``/proc/<pid>/ns/net``. A process in the node's own namespace (that of pid 1,
+   or the agent's own, which runs on the host network) is never an answer: rules for a pod must never be applied
+   to the node. Pid 1's may be unreadable (a sandboxed machine); with neither known, nothing is an answer.
 3. Processes come and go during the scan; one that vanishes is skipped. The first match, by ascending pid, wins.
 """
 
@@ -43,11 +44,10 @@ def _whole(part: str, index: int, length: int) -> bool:
     return before_ok and (end == len(part) or part[end] not in _HEX)
 
 
-def find_pod_netns(proc: Path, uid: str) -> str | None:
+def find_pod_netns(proc: Path, uid: str, own_netns: Path = Path("/proc/self/ns/net")) -> str | None:
     """Rules 2 and 3: the netns path of a process of pod ``uid`` under ``proc`` (the host's /proc), or None."""
-    try:
-        host = os.stat(proc / "1" / "ns" / "net")
-    except OSError:
+    excluded = _node_namespaces(proc, own_netns)
+    if not excluded:
         return None
     try:
         pids = sorted(int(name) for name in os.listdir(proc) if name.isdigit())
@@ -63,6 +63,19 @@ def find_pod_netns(proc: Path, uid: str) -> str | None:
             found = os.stat(ns)
         except OSError:
             continue
-        if (found.st_dev, found.st_ino) != (host.st_dev, host.st_ino):
+        if (found.st_dev, found.st_ino) not in excluded:
             return str(ns)
     return None
+
+
+def _node_namespaces(proc: Path, own: Path) -> set[tuple[int, int]]:
+    """The namespaces that are the node's, never a pod's (rule 2): pid 1's and the agent's own (it runs on the
+    host network). Either may be unreadable (a sandbox may hide pid 1's); at least one must be known."""
+    found: set[tuple[int, int]] = set()
+    for path in (proc / "1" / "ns" / "net", own):
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        found.add((st.st_dev, st.st_ino))
+    return found
