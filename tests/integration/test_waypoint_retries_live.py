@@ -1,0 +1,211 @@
+"""The waypoint's retries and timeouts on loopback with real sockets (:mod:`ambit.waypoint.forwarding`): a retry
+hides a failing endpoint, bodies are replayed (or not), timeouts answer 504 UT, nothing is retried once the
+response started, and the metrics count client requests, not tries."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import re
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+
+import pytest
+from tests.integration.waypoint_rig import ECHO_VIP, HttpOverTunnel, Rig, echo_of, http_get, started_rig
+
+from ambit.errors import AmbitError
+from ambit.model.routes import BackendService, RetryPolicy, RouteTable, Timeouts
+from ambit.model.workload import Workload
+from ambit.waypoint.decisions import Decision, Forward, RequestHead, Router
+from ambit.waypoint.settings import WaypointLimits
+
+LIMITS = WaypointLimits(max_head_bytes=8 * 1024, head_timeout=0.5, sniff_timeout=0.5, startup_wait=5.0)
+
+
+@pytest.fixture
+async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
+    async with started_rig(tmp_path, LIMITS) as rig:
+        yield rig
+
+
+def routing(retry: RetryPolicy = RetryPolicy(), timeouts: Timeouts = Timeouts()) -> Router:  # noqa: B008
+    """A router that forwards every request to the Service addressed, with ``retry`` and ``timeouts``."""
+
+    def router(table: RouteTable | None, destination: BackendService, request: RequestHead, r: float) -> Decision:
+        return Forward(destination, request, retry=retry, timeouts=timeouts, route="HTTPRoute/app/retries")
+
+    return router
+
+
+def echo_1_first(candidates: Sequence[Workload]) -> Workload:
+    """Always echo-1 while it is a candidate: a retry that reached echo-2 was steered there by the waypoint."""
+    return min(candidates, key=lambda workload: workload.name)
+
+
+def tries(rig: Rig, request: str) -> dict[str, int]:
+    return {endpoint.name: endpoint.seen.count(request) for endpoint in rig.endpoints}
+
+
+async def request_samples(rig: Rig) -> list[str]:
+    status, text = await http_get(f"http://127.0.0.1:{rig.settings.stats_port}/metrics")
+    assert status == 200
+    return [line for line in text.splitlines() if line.startswith("istio_requests_total{")]
+
+
+def total(samples: list[str]) -> float:
+    return sum(float(line.rsplit(" ", 1)[1]) for line in samples)
+
+
+def access_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "access"]
+
+
+async def test_a_retry_on_503_goes_to_the_other_endpoint_and_hides_the_failing_one(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="access")
+    rig.endpoints[0].fail_status = 503  # echo-1 always answers 503
+    rig.waypoint.context.choose = echo_1_first
+    rig.waypoint.context.router = routing(RetryPolicy(attempts=2, codes=(503,), backoff=0.01))
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    http = HttpOverTunnel(stream)
+    for _ in range(5):
+        status, _, body = await http.request("GET", "/echo")
+        assert status == 200 and echo_of(body)["endpoint"] == "echo-2"
+    await client.aclose()
+    # one try at the failing endpoint per request (Envoy's previous-hosts predicate), then the other one
+    assert tries(rig, "GET /echo") == {"echo-1": 5, "echo-2": 5}
+    # one istio_requests_total per client request, with the final code: the 503s are not counted
+    samples = await request_samples(rig)
+    assert total(samples) == 5.0
+    assert all('response_code="200"' in line and 'response_flags="-"' in line for line in samples)
+    assert all('destination_workload="echo-2"' in line for line in samples)
+    lines = access_lines(caplog)
+    assert len(lines) == 5 and all(" attempts=2 " in line and "response_code=200" in line for line in lines)
+
+
+async def test_a_backend_that_never_answers_gets_504_at_the_request_timeout_with_flag_ut(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="access")
+    rig.waypoint.context.router = routing(timeouts=Timeouts(request=1.0))
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    status, headers, body = await HttpOverTunnel(stream).request("GET", "/slow")
+    elapsed = loop.time() - began
+    assert (status, body) == (504, b"upstream request timeout")
+    assert 0.9 <= elapsed < 2.0, elapsed
+    assert headers["x-request-id"]
+    await client.aclose()
+    samples = await request_samples(rig)
+    assert len(samples) == 1 and 'response_code="504"' in samples[0] and 'response_flags="UT"' in samples[0]
+    [line] = access_lines(caplog)
+    assert line.startswith("request failed ") and "response_flags=UT" in line and " attempts=1 " in line
+
+
+async def test_a_backend_request_timeout_is_retried_when_504_is_a_retry_code(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="access")
+    rig.waypoint.context.router = routing(
+        RetryPolicy(attempts=1, codes=(504,), backoff=0.01), Timeouts(backend_request=0.3)
+    )
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    status, _, body = await HttpOverTunnel(stream).request("GET", "/slow")
+    elapsed = loop.time() - began
+    assert (status, body) == (504, b"upstream request timeout")
+    assert 0.55 <= elapsed < 2.0, elapsed  # two tries of 0.3 s each
+    await client.aclose()
+    async with asyncio.timeout(10):
+        while sum(tries(rig, "GET /slow").values()) < 2:  # noqa: ASYNC110 - the endpoints' side
+            await asyncio.sleep(0.01)
+    assert tries(rig, "GET /slow") == {"echo-1": 1, "echo-2": 1}  # the retry went to the other endpoint
+    [line] = access_lines(caplog)
+    assert "response_flags=UT" in line and " attempts=2 " in line
+
+
+async def test_a_10_kib_post_body_is_replayed_intact_on_retry(rig: Rig) -> None:
+    rig.endpoints[0].fail_status = 503
+    rig.waypoint.context.choose = echo_1_first
+    rig.waypoint.context.router = routing(RetryPolicy(attempts=1, codes=(503,), backoff=0.01))
+    payload = os.urandom(10 * 1024)
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    http = HttpOverTunnel(stream)
+    status, _, body = await http.request("POST", "/echo", body=payload)
+    answer = echo_of(body)
+    assert status == 200 and answer["endpoint"] == "echo-2"
+    assert answer["body"] == len(payload) and answer["sha256"] == hashlib.sha256(payload).hexdigest()
+    assert tries(rig, "POST /echo") == {"echo-1": 1, "echo-2": 1}
+    # the tunnel carries the next request as usual
+    assert (await http.request("GET", "/echo"))[0] == 200
+    await client.aclose()
+
+
+async def test_a_100_kib_body_streams_and_is_not_retried(rig: Rig, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", logger="access")
+    rig.endpoints[0].fail_status = 503
+    rig.waypoint.context.choose = echo_1_first
+    rig.waypoint.context.router = routing(RetryPolicy(attempts=2, codes=(503,), backoff=0.01))
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    status, _, body = await HttpOverTunnel(stream).request("POST", "/echo", body=b"x" * 100 * 1024)
+    assert (status, body) == (503, b"echo-1 fails")  # the last answer is forwarded as it came
+    assert tries(rig, "POST /echo") == {"echo-1": 1, "echo-2": 0}
+    await client.aclose()
+    [line] = access_lines(caplog)
+    assert " attempts=1 " in line and "bytes_sent=102400" in line
+
+
+async def test_nothing_is_retried_once_response_bytes_went_out(rig: Rig, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", logger="access")
+    rig.waypoint.context.router = routing(
+        RetryPolicy(attempts=2, codes=(503, 504), backoff=0.01), Timeouts(backend_request=0.5)
+    )
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    await stream.write(b"GET /drip HTTP/1.1\r\nhost: echo.app.svc.cluster.local\r\n\r\n")
+    received = b""
+    with pytest.raises(AmbitError):  # the waypoint resets the client's stream: the response cannot complete
+        async with asyncio.timeout(10):
+            while chunk := await stream.read():
+                received += chunk
+    assert received.startswith(b"HTTP/1.1 200 ") and received.endswith(b"first half")
+    assert tries(rig, "GET /drip") == {"echo-1": 1, "echo-2": 0}
+    await client.aclose()
+    samples = await request_samples(rig)
+    assert len(samples) == 1 and 'response_code="200"' in samples[0] and 'response_flags="UT"' in samples[0]
+    [line] = access_lines(caplog)
+    assert " attempts=1 " in line
+
+
+async def test_retry_headers_from_a_client_do_not_buy_more_tries(rig: Rig) -> None:
+    for endpoint in rig.endpoints:
+        endpoint.fail_status = 503
+    rig.waypoint.context.router = routing(RetryPolicy(attempts=1, codes=(503,), backoff=0.01))
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    hostile = [
+        ("x-envoy-max-retries", "50"),
+        ("x-envoy-retry-on", "5xx,reset"),
+        ("x-envoy-upstream-rq-timeout-ms", "1"),
+    ]
+    status, _, _ = await HttpOverTunnel(stream).request("GET", "/echo", headers=hostile)
+    assert status == 503
+    assert sum(tries(rig, "GET /echo").values()) == 2  # the route's one retry, no more
+    await client.aclose()
+
+
+async def test_retries_stop_at_the_request_deadline(rig: Rig) -> None:
+    for endpoint in rig.endpoints:
+        endpoint.fail_status = 503
+    # 0.4 s, 0.8 s, ... between tries: the second retry would start after the 1 s request deadline
+    rig.waypoint.context.router = routing(RetryPolicy(attempts=10, codes=(503,), backoff=0.4), Timeouts(request=1.0))
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    status, _, body = await HttpOverTunnel(stream).request("GET", "/echo")
+    assert loop.time() - began < 1.0
+    assert status == 503 and re.match(rb"echo-\d fails", body)
+    assert sum(tries(rig, "GET /echo").values()) == 2
+    await client.aclose()
