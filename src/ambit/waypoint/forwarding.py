@@ -30,7 +30,9 @@ Rules:
    on; the machine then retries nothing more.
 6. ``ForwardResponse`` lets the try stream its response to the client with the route's response header changes,
    reporting ``BodyStarted``, then ``ResponseCompleted`` (or ``UpstreamReset`` when the endpoint fails in the
-   middle). A 101 answer completes the exchange and becomes a raw relay, bounded by the idle timeout only.
+   middle). A 101 answer completes the exchange and becomes a raw relay, bounded by the idle timeout only. A
+   retriable status forwarded because the retries ran out carries Envoy's flag ``URX`` (upstream retry limit
+   exceeded) in the metrics and the log.
 7. ``CancelAttempt`` cancels the try's task, which aborts its upstream connection; ``RespondLocally`` stops any
    try and writes Envoy's answer with its response flag; ``AbortResponse`` resets the client's stream (a status
    was already sent, so nothing else can tell the client the response is incomplete).
@@ -264,6 +266,9 @@ class _Exchange:
             self._post(retries.ResponseHead(attempt, head.status, clock()))
             await verdict  # ForwardResponse; a retry cancels this task instead
             self.detail = ""
+            retry = self.plan.retry
+            if attempt > retry.attempts > 0 and head.status in retry.codes:
+                self.outcome.flags = "URX"  # rule 6: the retries ran out
             if isinstance(head, InterimResponse):
                 self._post(retries.ResponseCompleted())
                 await self._switch(up, head)
