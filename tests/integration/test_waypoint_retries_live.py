@@ -12,7 +12,15 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
-from tests.integration.waypoint_rig import ECHO_VIP, HttpOverTunnel, Rig, echo_of, http_get, started_rig
+from tests.integration.waypoint_rig import (
+    ECHO_VIP,
+    MIXED_VIP,
+    HttpOverTunnel,
+    Rig,
+    echo_of,
+    http_get,
+    started_rig,
+)
 
 from ambit.errors import AmbitError
 from ambit.model.routes import BackendService, RetryPolicy, RouteTable, Timeouts
@@ -38,8 +46,9 @@ def routing(retry: RetryPolicy = RetryPolicy(), timeouts: Timeouts = Timeouts())
     return router
 
 
-def echo_1_first(candidates: Sequence[Workload]) -> Workload:
-    """Always echo-1 while it is a candidate: a retry that reached echo-2 was steered there by the waypoint."""
+def first_by_name(candidates: Sequence[Workload]) -> Workload:
+    """The first candidate by name (dead-1, then echo-1, then echo-2): a retry that reached another endpoint was
+    steered there by the waypoint, not by the balancing."""
     return min(candidates, key=lambda workload: workload.name)
 
 
@@ -66,7 +75,7 @@ async def test_a_retry_on_503_goes_to_the_other_endpoint_and_hides_the_failing_o
 ) -> None:
     caplog.set_level("INFO", logger="access")
     rig.endpoints[0].fail_status = 503  # echo-1 always answers 503
-    rig.waypoint.context.choose = echo_1_first
+    rig.waypoint.context.choose = first_by_name
     rig.waypoint.context.router = routing(RetryPolicy(attempts=2, codes=(503,), backoff=0.01))
     client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
     http = HttpOverTunnel(stream)
@@ -130,7 +139,7 @@ async def test_a_backend_request_timeout_is_retried_when_504_is_a_retry_code(
 
 async def test_a_10_kib_post_body_is_replayed_intact_on_retry(rig: Rig) -> None:
     rig.endpoints[0].fail_status = 503
-    rig.waypoint.context.choose = echo_1_first
+    rig.waypoint.context.choose = first_by_name
     rig.waypoint.context.router = routing(RetryPolicy(attempts=1, codes=(503,), backoff=0.01))
     payload = os.urandom(10 * 1024)
     client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
@@ -148,7 +157,7 @@ async def test_a_10_kib_post_body_is_replayed_intact_on_retry(rig: Rig) -> None:
 async def test_a_100_kib_body_streams_and_is_not_retried(rig: Rig, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level("INFO", logger="access")
     rig.endpoints[0].fail_status = 503
-    rig.waypoint.context.choose = echo_1_first
+    rig.waypoint.context.choose = first_by_name
     rig.waypoint.context.router = routing(RetryPolicy(attempts=2, codes=(503,), backoff=0.01))
     client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
     status, _, body = await HttpOverTunnel(stream).request("POST", "/echo", body=b"x" * 100 * 1024)
@@ -159,11 +168,12 @@ async def test_a_100_kib_body_streams_and_is_not_retried(rig: Rig, caplog: pytes
     assert " attempts=1 " in line and "bytes_sent=102400" in line
 
 
-async def test_nothing_is_retried_once_response_bytes_went_out(rig: Rig, caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize("timeouts", [Timeouts(backend_request=1.0), Timeouts(request=1.0)], ids=["try", "request"])
+async def test_nothing_is_retried_once_response_bytes_went_out(
+    rig: Rig, caplog: pytest.LogCaptureFixture, timeouts: Timeouts
+) -> None:
     caplog.set_level("INFO", logger="access")
-    rig.waypoint.context.router = routing(
-        RetryPolicy(attempts=2, codes=(503, 504), backoff=0.01), Timeouts(backend_request=1.0)
-    )
+    rig.waypoint.context.router = routing(RetryPolicy(attempts=2, codes=(503, 504), backoff=0.01), timeouts)
     client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
     await stream.write(b"GET /drip HTTP/1.1\r\nhost: echo.app.svc.cluster.local\r\n\r\n")
     received = b""
@@ -178,6 +188,33 @@ async def test_nothing_is_retried_once_response_bytes_went_out(rig: Rig, caplog:
     assert len(samples) == 1 and 'response_code="200"' in samples[0] and 'response_flags="UT"' in samples[0]
     [line] = access_lines(caplog)
     assert " attempts=1 " in line
+
+
+async def test_a_connect_failure_is_retried_on_another_endpoint(rig: Rig, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", logger="access")
+    rig.waypoint.context.choose = first_by_name
+    rig.waypoint.context.router = routing(RetryPolicy(attempts=2, codes=(503,), backoff=0.01))
+    client, stream = await rig.tunnel(f"{MIXED_VIP}:80")
+    http = HttpOverTunnel(stream)
+    for _ in range(3):
+        status, _, body = await http.request("POST", "/echo", body=b"payload")
+        assert status == 200 and echo_of(body)["endpoint"] == "echo-1" and echo_of(body)["body"] == 7
+    await client.aclose()
+    lines = access_lines(caplog)
+    assert len(lines) == 3 and all(" attempts=2 " in line and "dst.workload=echo-1" in line for line in lines)
+
+
+async def test_without_retry_on_connect_failure_an_unreachable_endpoint_answers_503_uf(rig: Rig) -> None:
+    rig.waypoint.context.choose = first_by_name
+    rig.waypoint.context.router = routing(RetryPolicy(attempts=2, codes=(503,), on_connect_failure=False))
+    client, stream = await rig.tunnel(f"{MIXED_VIP}:80")
+    status, _, body = await HttpOverTunnel(stream).request("GET", "/echo")
+    assert status == 503
+    assert body == b"upstream connect error or disconnect/reset before headers. reset reason: connection failure"
+    await client.aclose()
+    [sample] = await request_samples(rig)
+    assert 'response_flags="UF"' in sample and 'destination_workload="dead-1"' in sample
+    assert sum(e.tunnels for e in rig.endpoints) == 0
 
 
 async def test_retry_headers_from_a_client_do_not_buy_more_tries(rig: Rig) -> None:

@@ -59,6 +59,7 @@ TCP_VIP = "198.18.1.6"
 PLAIN_VIP = "198.18.1.2"
 RAW_VIP = "198.18.1.7"
 RAW_DEAD_VIP = "198.18.1.8"
+MIXED_VIP = "198.18.1.9"
 WAYPOINT_ADDR = GatewayAddress(NamespacedHostname("app", "waypoint.app.svc.cluster.local"))
 FACTORY = HostSocketFactory(mark=None)
 
@@ -112,9 +113,9 @@ def mesh_config() -> LocalConfig:
     return LocalConfig(
         workloads=(
             _workload("client", CLIENT_IP),
-            _workload("echo-1", "127.0.0.2", "echo", "tcp", "raw"),
+            _workload("echo-1", "127.0.0.2", "echo", "tcp", "raw", "mixed"),
             _workload("echo-2", "127.0.0.3", "echo", waypoint=WAYPOINT_ADDR),  # also pod-IP traffic via the waypoint
-            _workload("dead-1", "127.0.0.5", "dead", "rawdead"),
+            _workload("dead-1", "127.0.0.5", "dead", "rawdead", "mixed"),
         ),
         services=(
             _service("echo", ECHO_VIP, protocol=AppProtocol.HTTP11, waypoint=WAYPOINT_ADDR),
@@ -122,6 +123,7 @@ def mesh_config() -> LocalConfig:
             _service("dead", DEAD_VIP, protocol=AppProtocol.HTTP11, waypoint=WAYPOINT_ADDR),
             _service("raw", RAW_VIP, protocol=AppProtocol.TCP, waypoint=WAYPOINT_ADDR),
             _service("rawdead", RAW_DEAD_VIP, protocol=AppProtocol.TCP, waypoint=WAYPOINT_ADDR),
+            _service("mixed", MIXED_VIP, protocol=AppProtocol.HTTP11, waypoint=WAYPOINT_ADDR),  # echo-1 and dead-1
             _service("plain", PLAIN_VIP, protocol=AppProtocol.HTTP11, waypoint=None),
         ),
     )
