@@ -180,10 +180,11 @@ class _Exchange:
             for timer in (self.request_timer, self.try_timer):
                 if timer is not None:
                     timer.cancel()
-            if self.completed and self.task is not None:
-                await asyncio.wait([self.task])  # it ends on its own (a 101 relays first: rule 6)
-            else:
-                await self._stop_try()
+            try:
+                if self.completed and self.task is not None:
+                    await asyncio.wait([self.task])  # it ends on its own (a 101 relays first: rule 6)
+            finally:
+                await self._stop_try()  # nothing left to stop, unless the exchange failed or was cancelled
         return not self.aborted and self.outcome.status != 101
 
     def _post(self, item: retries.Event | _Failed) -> None:
