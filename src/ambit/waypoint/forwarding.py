@@ -96,8 +96,9 @@ class _Failed:
 
 
 @dataclass(slots=True)
-class _RequestBody:
-    """The client's request body as read so far, kept for replay while it fits (rule 5)."""
+class ReplayBuffer:
+    """The client's request body as read so far, kept for replay while it fits (rule 5): it never holds more
+    than :data:`~ambit.waypoint.retries.REPLAY_LIMIT` bytes."""
 
     chunks: list[bytes] = field(default_factory=list)
     total: int = 0
@@ -127,7 +128,7 @@ async def forward(
     outcome: Outcome,
 ) -> bool:
     """Forward one request to ``endpoint`` (then to others as retries say); see the module rules."""
-    body = _RequestBody()
+    body = ReplayBuffer()
     if not started.has_body:
         event = await down.next_event()  # h11 ends a bodiless request at once
         if not isinstance(event, MessageEnded):
@@ -146,7 +147,7 @@ class _Exchange:
         plan: Plan,
         endpoint: Endpoint,
         outcome: Outcome,
-        body: _RequestBody,
+        body: ReplayBuffer,
     ) -> None:
         self.ctx, self.tunnel, self.down, self.started = ctx, tunnel, down, started
         self.plan, self.first, self.outcome, self.body = plan, endpoint, outcome, body
