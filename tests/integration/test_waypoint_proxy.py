@@ -78,6 +78,19 @@ async def test_requests_on_one_keep_alive_tunnel_are_balanced_per_request_and_ge
     await client.aclose()
 
 
+async def test_small_requests_on_a_keep_alive_tunnel_are_not_held_by_nagle(rig: Rig) -> None:
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    http = HttpOverTunnel(stream)
+    assert (await http.request("GET", "/echo"))[0] == 200  # connections up
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    for _ in range(50):
+        assert (await http.request("GET", "/echo"))[0] == 200
+    # a Nagle / delayed-ACK stall costs ~40 ms a request (2 s for 50); without it a request takes a few ms
+    assert loop.time() - began < 1.5
+    await client.aclose()
+
+
 async def test_a_workload_addressed_tunnel_goes_to_that_workload_only(rig: Rig) -> None:
     client, stream = await rig.tunnel("127.0.0.3:8080")  # echo-2 uses the waypoint for its own address
     http = HttpOverTunnel(stream)
