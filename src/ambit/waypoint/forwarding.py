@@ -9,7 +9,9 @@ Rules:
 
 1. The driver takes one event at a time from the queue, gives it to the machine and carries out the commands it
    returns, in order, until the machine is done. A failure of the client (its body broke HTTP/1.1, it went away)
-   or a bug in a try is posted too; it stops the try and the timers and is raised to the request loop.
+   or a bug in a try is posted too; it stops the try and the timers and is raised to the request loop. The
+   client's end is not watched while no try reads or writes it: a client that leaves during a backoff or while
+   the endpoint thinks is noticed at the next write (the tries stay bounded by the policy and the timeouts).
 2. Timers are loop callbacks armed against the context's clock seam (``deadline - ctx.clock()``): the request
    timer (``timeouts.request``: the whole exchange, retries and the response body included) posts
    :class:`~ambit.waypoint.retries.RequestTimedOut`; the try timer (``timeouts.backend_request``) posts
@@ -18,10 +20,10 @@ Rules:
 3. A try waits its backoff, reports that it started, picks its endpoint, takes a kept connection to it or opens
    one (failure: ``ConnectFailed``), sends the request head and the body, and waits for the response head
    (``ResponseHead``; any failure before it: ``UpstreamReset``). The first try goes to the endpoint the request
-   loop picked; a retry picks anew among the Service's endpoints that were not tried yet, and only when there is
-   none left among those already tried. This is Envoy's ``previous_hosts`` retry predicate, which Istio turns on
-   for every route by default: a retry hides a failing endpoint instead of hitting it again. A workload-addressed
-   request has one endpoint and retries there.
+   loop picked; a retry picks anew among the Service's healthy endpoints this request has not tried yet, and
+   among all of them again once every one was tried. This is Envoy's ``previous_hosts`` retry predicate, which
+   Istio turns on for every route by default: a retry hides a failing endpoint instead of hitting it again. A
+   workload-addressed request has one endpoint and retries there.
 4. A kept connection that turns out dead before any answer (the endpoint closed it while idle: the keep-alive
    race) is replaced once by a fresh one within the same try, when the body can still be replayed.
 5. The request body is buffered as it is read from the client, up to
