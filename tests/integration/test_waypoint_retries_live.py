@@ -19,6 +19,7 @@ from tests.integration.waypoint_rig import (
     Rig,
     echo_of,
     http_get,
+    read_until_eof,
     started_rig,
 )
 
@@ -151,6 +152,24 @@ async def test_a_10_kib_post_body_is_replayed_intact_on_retry(rig: Rig) -> None:
     assert tries(rig, "POST /echo") == {"echo-1": 1, "echo-2": 1}
     # the tunnel carries the next request as usual
     assert (await http.request("GET", "/echo"))[0] == 200
+    await client.aclose()
+
+
+async def test_a_chunked_body_in_many_pieces_is_replayed_intact_on_retry(rig: Rig) -> None:
+    rig.endpoints[0].fail_status = 503
+    rig.waypoint.context.choose = first_by_name
+    rig.waypoint.context.router = routing(RetryPolicy(attempts=1, codes=(503,), backoff=0.01))
+    pieces = [os.urandom(n) for n in (1, 700, 4096, 3, 20_000)]
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    await stream.write(b"POST /echo HTTP/1.1\r\nhost: echo\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n")
+    for piece in pieces:
+        await stream.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+    await stream.write(b"0\r\n\r\n")
+    answer = await read_until_eof(stream)
+    assert answer.startswith(b"HTTP/1.1 200 ")
+    echoed = echo_of(answer.partition(b"\r\n\r\n")[2])
+    payload = b"".join(pieces)
+    assert echoed["endpoint"] == "echo-2" and echoed["sha256"] == hashlib.sha256(payload).hexdigest()
     await client.aclose()
 
 
