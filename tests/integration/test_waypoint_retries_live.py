@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from tests.integration.waypoint_rig import (
+    DEAD_VIP,
     ECHO_VIP,
     MIXED_VIP,
     HttpOverTunnel,
@@ -221,6 +222,21 @@ async def test_a_connect_failure_is_retried_on_another_endpoint(rig: Rig, caplog
     await client.aclose()
     lines = access_lines(caplog)
     assert len(lines) == 3 and all(" attempts=2 " in line and "dst.workload=echo-1" in line for line in lines)
+
+
+async def test_connect_failures_on_every_try_answer_503_with_flags_uf_urx(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="access")
+    rig.waypoint.context.router = routing(RetryPolicy(attempts=2, codes=(503,), backoff=0.01))
+    client, stream = await rig.tunnel(f"{DEAD_VIP}:80")  # its one endpoint listens nowhere
+    status, _, body = await HttpOverTunnel(stream).request("GET", "/echo")
+    assert status == 503 and body.endswith(b"reset reason: connection failure")
+    await client.aclose()
+    [sample] = await request_samples(rig)
+    assert 'response_code="503"' in sample and 'response_flags="UF,URX"' in sample
+    [line] = access_lines(caplog)
+    assert "response_flags=UF,URX" in line and " attempts=3 " in line
 
 
 async def test_without_retry_on_connect_failure_an_unreachable_endpoint_answers_503_uf(rig: Rig) -> None:

@@ -36,8 +36,9 @@ Rules:
    retriable status forwarded because the retries ran out carries Envoy's flag ``URX`` (upstream retry limit
    exceeded) in the metrics and the log.
 7. ``CancelAttempt`` cancels the try's task, which aborts its upstream connection; ``RespondLocally`` stops any
-   try and writes Envoy's answer with its response flag; ``AbortResponse`` resets the client's stream (a status
-   was already sent, so nothing else can tell the client the response is incomplete).
+   try and writes Envoy's answer with its response flag (plus ``URX`` for a connection failure or refused stream
+   that was retried until the retries ran out: ``UF,URX``, as Envoy logs it); ``AbortResponse`` resets the
+   client's stream (a status was already sent, so nothing else can tell the client the response is incomplete).
 8. :func:`forward` returns True when the tunnel may carry another request: the exchange was not aborted (the
    request loop then checks with h11 that the whole request was read).
 """
@@ -214,6 +215,8 @@ class _Exchange:
                     self.verdict.set_result(None)
             case retries.RespondLocally(status=status, body=text, flag=flag):
                 await self._stop_try()
+                if flag in ("UF", "UR") and self.plan.retry.on_connect_failure and self._retries_ran_out():
+                    flag = f"{flag},URX"  # rule 7
                 await respond(self.down, status, (), text, self.outcome, flags=flag)
                 if self.detail:
                     self.outcome.error = f"{text.decode()}: {self.detail}"
@@ -226,6 +229,11 @@ class _Exchange:
                 self.body.release()
             case _:
                 raise AssertionError(f"unknown retry command {command!r}")
+
+    def _retries_ran_out(self) -> bool:
+        """Every retry the policy allows was made (Envoy's ``URX``, upstream retry limit exceeded)."""
+        allowed = self.plan.retry.attempts
+        return allowed > 0 and self.outcome.attempts > allowed
 
     async def _stop_try(self) -> None:
         task, self.task, self.verdict = self.task, None, None
@@ -270,9 +278,8 @@ class _Exchange:
             self._post(retries.ResponseHead(attempt, head.status, clock()))
             await verdict  # ForwardResponse; a retry cancels this task instead
             self.detail = ""
-            retry = self.plan.retry
-            if attempt > retry.attempts > 0 and head.status in retry.codes:
-                self.outcome.flags = "URX"  # rule 6: the retries ran out
+            if head.status in self.plan.retry.codes and self._retries_ran_out():
+                self.outcome.flags = "URX"  # rule 6
             if isinstance(head, InterimResponse):
                 self._post(retries.ResponseCompleted())
                 await self._switch(up, head)
