@@ -7,14 +7,12 @@ import asyncio
 import base64
 import dataclasses
 import hashlib
-import itertools
 import os
 import re
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from pathlib import Path
 
-import aiohttp
 import pytest
 from tests.integration.waypoint_rig import (
     CLIENT_ID,
@@ -28,12 +26,13 @@ from tests.integration.waypoint_rig import (
     Rig,
     echo_of,
     free_port,
+    http_get,
     read_until_eof,
+    started_rig,
 )
 
 from ambit.identity.localca import LocalCa
 from ambit.model.routes import BackendService, RouteTable, Timeouts, WaypointConfig, WeightedBackend
-from ambit.model.workload import Workload
 from ambit.proxy.hbone_client import HboneConnectError, TunnelRefusedError
 from ambit.waypoint.decisions import Decision, Forward, RequestHead, Respond
 from ambit.waypoint.process import Waypoint
@@ -44,23 +43,11 @@ LIMITS = WaypointLimits(max_head_bytes=8 * 1024, head_timeout=0.5, sniff_timeout
 
 @pytest.fixture
 async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
-    rig = Rig(tmp_path, LIMITS)
-    try:
-        await rig.start()
-        counter = itertools.count()
-
-        def round_robin(candidates: Sequence[Workload]) -> Workload:
-            return candidates[next(counter) % len(candidates)]
-
-        rig.waypoint.context.choose = round_robin  # deterministic per-request balancing
+    async with started_rig(tmp_path, LIMITS) as rig:
         yield rig
-    finally:
-        await rig.aclose()
 
 
-async def get(url: str) -> tuple[int, str]:
-    async with aiohttp.ClientSession() as session, session.get(url) as response:
-        return response.status, await response.text()
+get = http_get
 
 
 async def until_ready(rig: Rig) -> None:
@@ -88,6 +75,19 @@ async def test_requests_on_one_keep_alive_tunnel_are_balanced_per_request_and_ge
     assert sorted(e.tunnels for e in rig.endpoints) == [1, 1]
     assert all(a.endswith(":8080") for e in rig.endpoints for a in e.authorities)
     await stream.aclose()
+    await client.aclose()
+
+
+async def test_small_requests_on_a_keep_alive_tunnel_are_not_held_by_nagle(rig: Rig) -> None:
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    http = HttpOverTunnel(stream)
+    assert (await http.request("GET", "/echo"))[0] == 200  # connections up
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    for _ in range(50):
+        assert (await http.request("GET", "/echo"))[0] == 200
+    # a Nagle / delayed-ACK stall costs ~40 ms a request (2 s for 50); without it a request takes a few ms
+    assert loop.time() - began < 1.5
     await client.aclose()
 
 

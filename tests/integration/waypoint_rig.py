@@ -11,14 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import ipaddress
+import itertools
 import json
 import socket
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import aiohttp
 import h11
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from ambit.hbone.headers import parse_authority
 from ambit.identity.localca import LocalCa
@@ -54,6 +59,7 @@ TCP_VIP = "198.18.1.6"
 PLAIN_VIP = "198.18.1.2"
 RAW_VIP = "198.18.1.7"
 RAW_DEAD_VIP = "198.18.1.8"
+MIXED_VIP = "198.18.1.9"
 WAYPOINT_ADDR = GatewayAddress(NamespacedHostname("app", "waypoint.app.svc.cluster.local"))
 FACTORY = HostSocketFactory(mark=None)
 
@@ -107,9 +113,9 @@ def mesh_config() -> LocalConfig:
     return LocalConfig(
         workloads=(
             _workload("client", CLIENT_IP),
-            _workload("echo-1", "127.0.0.2", "echo", "tcp", "raw"),
+            _workload("echo-1", "127.0.0.2", "echo", "tcp", "raw", "mixed"),
             _workload("echo-2", "127.0.0.3", "echo", waypoint=WAYPOINT_ADDR),  # also pod-IP traffic via the waypoint
-            _workload("dead-1", "127.0.0.5", "dead", "rawdead"),
+            _workload("dead-1", "127.0.0.5", "dead", "rawdead", "mixed"),
         ),
         services=(
             _service("echo", ECHO_VIP, protocol=AppProtocol.HTTP11, waypoint=WAYPOINT_ADDR),
@@ -117,6 +123,7 @@ def mesh_config() -> LocalConfig:
             _service("dead", DEAD_VIP, protocol=AppProtocol.HTTP11, waypoint=WAYPOINT_ADDR),
             _service("raw", RAW_VIP, protocol=AppProtocol.TCP, waypoint=WAYPOINT_ADDR),
             _service("rawdead", RAW_DEAD_VIP, protocol=AppProtocol.TCP, waypoint=WAYPOINT_ADDR),
+            _service("mixed", MIXED_VIP, protocol=AppProtocol.HTTP11, waypoint=WAYPOINT_ADDR),  # echo-1 and dead-1
             _service("plain", PLAIN_VIP, protocol=AppProtocol.HTTP11, waypoint=None),
         ),
     )
@@ -134,11 +141,16 @@ class Endpoint:
     authorities: list[str] = field(default_factory=list)
     hosts: list[str] = field(default_factory=list)
     """The Host of every request served."""
+    seen: list[str] = field(default_factory=list)
+    """``METHOD /path`` of every request that reached the HTTP server, in order."""
+    fail_status: int | None = None
+    """When set, ``/echo`` answers this status (after reading the body) instead of echoing."""
 
     async def start(self) -> None:
-        app = web.Application()
+        app = web.Application(middlewares=[self._record])
         app.router.add_route("*", "/echo", self._echo)
         app.router.add_get("/slow", self._slow)
+        app.router.add_get("/drip", self._drip)
         app.router.add_get("/ws", self._websocket)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
         await self._runner.setup()
@@ -152,9 +164,16 @@ class Endpoint:
         self._serving: set[asyncio.Task[None]] = set()
         self._accepting = asyncio.create_task(self._accept())
 
+    @web.middleware
+    async def _record(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        self.seen.append(f"{request.method} {request.path}")
+        return await handler(request)
+
     async def _echo(self, request: web.Request) -> web.Response:
         body = await request.read()
         self.hosts.append(request.headers.get("host", ""))
+        if self.fail_status is not None:
+            return web.Response(status=self.fail_status, text=f"{self.name} fails")
         if request.query.get("raw") == "tcp":
             return web.Response(text="tcp")
         answer = {
@@ -163,6 +182,7 @@ class Endpoint:
             "method": request.method,
             "host": request.headers.get("host", ""),
             "body": len(body),
+            "sha256": hashlib.sha256(body).hexdigest(),
         }
         return web.json_response(answer)
 
@@ -176,6 +196,15 @@ class Endpoint:
     async def _slow(self, request: web.Request) -> web.Response:
         await asyncio.sleep(5)
         return web.Response(text="late")
+
+    async def _drip(self, request: web.Request) -> web.StreamResponse:
+        """A 200 whose body starts at once and then stalls (the rest would come after 5 s)."""
+        response = web.StreamResponse(headers={"content-length": "20"})
+        await response.prepare(request)
+        await response.write(b"first half")
+        await asyncio.sleep(5)
+        await response.write(b"other half")
+        return response
 
     async def _accept(self) -> None:
         loop = asyncio.get_running_loop()
@@ -262,6 +291,28 @@ class Rig:
     async def tunnel(self, authority: str) -> tuple[HboneClient, HboneStream]:
         client = await self.client()
         return client, await client.open_tunnel(authority, [("forwarded", f'for="{CLIENT_IP}:1"')])
+
+
+@contextlib.asynccontextmanager
+async def started_rig(tmp: Path, limits: WaypointLimits) -> AsyncIterator[Rig]:
+    """A started :class:`Rig` whose waypoint balances round-robin (deterministic per-request balancing)."""
+    rig = Rig(tmp, limits)
+    try:
+        await rig.start()
+        counter = itertools.count()
+
+        def round_robin(candidates: Sequence[Workload]) -> Workload:
+            return candidates[next(counter) % len(candidates)]
+
+        rig.waypoint.context.choose = round_robin
+        yield rig
+    finally:
+        await rig.aclose()
+
+
+async def http_get(url: str) -> tuple[int, str]:
+    async with aiohttp.ClientSession() as session, session.get(url) as response:
+        return response.status, await response.text()
 
 
 class HttpOverTunnel:

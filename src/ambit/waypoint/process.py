@@ -281,6 +281,9 @@ class Waypoint:
                 log.warning("HBONE accept failed: %s", exc)
                 await asyncio.sleep(0.1)
                 continue
+            # As every proxy socket: without it Nagle holds a response's last small TLS record until the client's
+            # delayed ACK (~40 ms per request on a keep-alive tunnel).
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if len(self._connections) >= limit:
                 sock.close()
                 self.refusals.by_status[0] += 1

@@ -13,7 +13,8 @@ labelled with the connection's :class:`~ambit.telemetry.metrics.TrafficLabels` (
 call per finished request records all four under the metrics lock.
 
 :class:`RequestRecord` is one request's access-log line, ``request complete`` (INFO) or, with response flags,
-``request failed`` (WARNING), logfmt-style like the node proxy's connection lines, on the ``access`` logger.
+``request failed`` (WARNING), logfmt-style like the node proxy's connection lines, on the ``access`` logger; it
+notes how many tries the request took upstream (``attempts``).
 
 Rules: every family is exposed (HELP and TYPE) before its first sample; values only grow; label values that are
 empty render as ``unknown``.
@@ -152,6 +153,8 @@ class RequestRecord:
     bytes_recv: int = 0
     duration_seconds: float = 0.0
     error: str = ""
+    attempts: int = 0
+    """Tries sent upstream (Envoy's ``UPSTREAM_REQUEST_ATTEMPT_COUNT``); 0 when none was (a local answer)."""
 
     def fields(self) -> list[tuple[str, str | int]]:
         out: list[tuple[str, str | int]] = [
@@ -175,6 +178,7 @@ class RequestRecord:
         out += [
             ("response_code", self.response_code),
             ("response_flags", self.response_flags),
+            ("attempts", self.attempts),
             ("bytes_sent", self.bytes_sent),
             ("bytes_recv", self.bytes_recv),
             ("duration", f"{round(max(self.duration_seconds, 0.0) * 1000)}ms"),

@@ -12,8 +12,8 @@ HTTP/1.1 connections (:class:`UpstreamHttp`: a stream and its :class:`~ambit.way
 after a clean exchange, per endpoint, up to ``max_idle`` each, and handed out again (:meth:`Upstreams.take_idle`),
 so keep-alive works upstream as well. The bookkeeping is synchronous; a kept connection whose stream ended while
 idle is dropped when next looked at. A reused connection may still turn out dead on first use (the endpoint closed
-it meanwhile, the usual keep-alive race): the shell retries such a request once on a fresh connection when it has
-no body.
+it meanwhile, the usual keep-alive race): the shell (:mod:`ambit.waypoint.forwarding`) then sends the request
+again on a fresh connection, once, when it can still replay the body.
 
 Errors: :class:`UpstreamConnectError` (the endpoint could not be reached: Envoy's ``UF`` flag).
 """

@@ -1,0 +1,121 @@
+"""The client's end of an HTTP/1.1 tunnel through the waypoint, and what one request's telemetry records.
+
+Theory of operation: :class:`Downstream` holds a tunnel's byte stream and its h11 server side, and reads the
+client's bytes only when h11 needs them, so a client can make the waypoint hold one request head (bounded by
+``max_head_bytes``) plus one read, never a queue of pipelined requests. Reads are bounded in time (``idle_timeout``
+per read, ``head_timeout`` for the rest of a head once it began); a write that the client does not take within
+``idle_timeout`` fails with :class:`DownstreamGoneError`. Both the request loop
+(:mod:`ambit.waypoint.http1_proxy`) and the tries of a forwarded request (:mod:`ambit.waypoint.forwarding`) use
+it, one at a time: a read cancelled by a timer loses nothing (the byte stream keeps what it did not hand out, and
+a chunk handed out is fed to h11 before the next await).
+
+:class:`Outcome` is what one request's metrics line and access-log line say, filled in as the exchange goes;
+:func:`respond` writes a complete local answer (a routing decision, or an Envoy-like error body).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from ambit.errors import AmbitError
+from ambit.model.workload import Service
+from ambit.proxy.streams import ByteStream
+from ambit.waypoint.context import WaypointContext
+from ambit.waypoint.destinations import Endpoint
+from ambit.waypoint.http1 import Event, ServerSide, Signal
+
+
+class HeadTimeoutError(Exception):
+    """No complete request head in time; ``partial`` when the client had started one (408) rather than idled."""
+
+    def __init__(self, partial: bool) -> None:
+        self.partial = partial
+
+
+class DownstreamGoneError(Exception):
+    """The client went away or stopped reading (flag DC)."""
+
+
+class Downstream:
+    """The client's end: its tunnel and the h11 server side, read only when h11 needs bytes."""
+
+    __slots__ = ("_ctx", "server", "stream")
+
+    def __init__(self, ctx: WaypointContext, stream: ByteStream, server: ServerSide) -> None:
+        self._ctx, self.stream, self.server = ctx, stream, server
+
+    async def next_event(self, *, head: bool = False) -> Event:
+        """The next event; waiting for a head, the first byte may take ``idle_timeout`` and the rest of the head
+        ``head_timeout`` (slowloris), else each read may take ``idle_timeout``."""
+        limits = self._ctx.limits
+        loop = asyncio.get_running_loop()
+        deadline: float | None = None
+        started = False
+        while (event := self.server.next_event()) is Signal.NEED_DATA:
+            timeout = limits.idle_timeout if deadline is None else deadline - loop.time()
+            try:
+                if timeout <= 0:
+                    raise TimeoutError
+                async with asyncio.timeout(timeout):
+                    data = await self.stream.read()
+            except TimeoutError:
+                if head:
+                    raise HeadTimeoutError(started) from None
+                raise
+            if head and deadline is None:
+                deadline = loop.time() + limits.head_timeout
+            started = started or bool(data)
+            self.server.receive_data(data)
+        return event
+
+    async def write(self, data: bytes) -> None:
+        if data:
+            try:
+                async with asyncio.timeout(self._ctx.limits.idle_timeout):
+                    await self.stream.write(data)
+            except TimeoutError:  # a client that stops reading does not hold the tunnel forever
+                raise DownstreamGoneError("client stopped reading") from None
+            except (AmbitError, OSError) as exc:
+                raise DownstreamGoneError(str(exc)) from None
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What one request's metrics and log line say, filled in as the exchange goes."""
+
+    request_id: str
+    status: int = 0
+    flags: str = "-"
+    route: str = ""
+    endpoint: Endpoint | None = None
+    service: Service | None = None
+    bytes_in: int = 0
+    bytes_out: int = 0
+    grpc_status: str = ""
+    error: str = ""
+    attempts: int = 0
+    """Tries sent upstream (1 + retries); 0 when the request was answered without reaching upstream."""
+
+
+async def respond(
+    down: Downstream,
+    status: int,
+    headers: tuple[tuple[str, str], ...],
+    body: bytes,
+    outcome: Outcome,
+    *,
+    flags: str = "-",
+) -> None:
+    """A complete local answer; with ``flags``, the body is also the log line's error."""
+    outcome.status, outcome.flags = status, flags
+    if flags != "-":
+        outcome.error = body.decode("utf-8", "replace")
+    server = down.server
+    fields = [(n, v) for n, v in headers if n not in ("content-length", "transfer-encoding")]
+    if body and not any(n == "content-type" for n, _ in fields):
+        fields.append(("content-type", "text/plain"))
+    fields += [("content-length", str(len(body))), ("x-request-id", outcome.request_id)]
+    data = server.send_response(status, fields) + server.send_body(body) + server.end_response()
+    outcome.bytes_out += len(body)
+    await down.write(data)

@@ -1,0 +1,444 @@
+"""One forwarded HTTP/1.1 request: its tries under the route's retry policy and timeouts.
+
+Theory of operation: :func:`forward` drives a :class:`~ambit.waypoint.retries.RetryMachine` (the pure decisions:
+when to retry, how long to wait, what to answer) and carries out its commands. Each try runs as one task; the
+tries and the timers only post events to one queue, and the driver alone feeds the machine and acts, so the
+machine sees every fact once and in the order it happened.
+
+Rules:
+
+1. The driver takes one event at a time from the queue, gives it to the machine and carries out the commands it
+   returns, in order, until the machine is done. A failure of the client (its body broke HTTP/1.1, it went away)
+   or a bug in a try is posted too; it stops the try and the timers and is raised to the request loop. The
+   client's end is not watched while no try reads or writes it: a client that leaves during a backoff or while
+   the endpoint thinks is noticed at the next write (the tries stay bounded by the policy and the timeouts).
+2. Timers are loop callbacks armed against the context's clock seam (``deadline - ctx.clock()``): the request
+   timer (``timeouts.request``: the whole exchange, retries and the response body included) posts
+   :class:`~ambit.waypoint.retries.RequestTimedOut`; the try timer (``timeouts.backend_request``) posts
+   :class:`~ambit.waypoint.retries.AttemptTimedOut`. A try's timer is cancelled when the try is stopped, every
+   timer when the exchange ends.
+3. A try waits its backoff, reports that it started, picks its endpoint, takes a kept connection to it or opens
+   one (failure: ``ConnectFailed``), sends the request head and the body, and waits for the response head
+   (``ResponseHead``; any failure before it: ``UpstreamReset``). The first try goes to the endpoint the request
+   loop picked; a retry picks anew among the Service's healthy endpoints this request has not tried yet, and
+   among all of them again once every one was tried. This is Envoy's ``previous_hosts`` retry predicate, which
+   Istio turns on for every route by default: a retry hides a failing endpoint instead of hitting it again. A
+   workload-addressed request has one endpoint and retries there.
+4. A kept connection that turns out dead before any answer (the endpoint closed it while idle: the keep-alive
+   race) is replaced once by a fresh one within the same try, when the body can still be replayed.
+5. The request body is buffered as it is read from the client, up to
+   :data:`~ambit.waypoint.retries.REPLAY_LIMIT` (64 KiB), and each chunk is reported (``RequestBodySent``): a
+   retry replays the buffer, then reads on. Past the bound the buffer is dropped at once and the body streams
+   on; the machine then retries nothing more.
+6. ``ForwardResponse`` lets the try stream its response to the client with the route's response header changes,
+   reporting ``BodyStarted``, then ``ResponseCompleted`` (or ``UpstreamReset`` when the endpoint fails in the
+   middle). A 101 answer completes the exchange and becomes a raw relay, bounded by the idle timeout only. A
+   retriable status forwarded because the retries ran out carries Envoy's flag ``URX`` (upstream retry limit
+   exceeded) in the metrics and the log.
+7. ``CancelAttempt`` cancels the try's task, which aborts its upstream connection; ``RespondLocally`` stops any
+   try and writes Envoy's answer with its response flag (plus ``URX`` for a connection failure or refused stream
+   that was retried until the retries ran out: ``UF,URX``, as Envoy logs it); ``AbortResponse`` resets the
+   client's stream (a status was already sent, so nothing else can tell the client the response is incomplete).
+8. :func:`forward` returns True when the tunnel may carry another request: the exchange was not aborted (the
+   request loop then checks with h11 that the whole request was read).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ambit.errors import AmbitError
+from ambit.model.routes import HeaderModifier, RetryPolicy, Timeouts
+from ambit.model.workload import Service
+from ambit.waypoint import retries
+from ambit.waypoint.context import Tunnel, WaypointContext
+from ambit.waypoint.decisions import RequestHead
+from ambit.waypoint.destinations import Endpoint, pick_endpoint
+from ambit.waypoint.downstream import Downstream, DownstreamGoneError, Outcome, respond
+from ambit.waypoint.errors import HttpProtocolError
+from ambit.waypoint.http1 import (
+    BodyData,
+    Event,
+    Headers,
+    InterimResponse,
+    MessageEnded,
+    RequestStarted,
+    ResponseStarted,
+    Signal,
+    forwardable,
+)
+from ambit.waypoint.tcp import relay
+from ambit.waypoint.upstream import UpstreamConnectError, UpstreamHttp
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What goes upstream: the (rewritten) request, the response header changes, timeouts and retry policy, and
+    the Service whose endpoints a retry may pick from (None: the one endpoint the request was addressed to)."""
+
+    request: RequestHead
+    response_headers: HeaderModifier | None = None
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    service: Service | None = None
+    port: int = 0
+
+
+class _UpstreamFailedError(Exception):
+    """The endpoint went away or broke HTTP/1.1."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Failed:
+    """A try met an error that ends the exchange (rule 1)."""
+
+    error: BaseException
+
+
+@dataclass(slots=True)
+class ReplayBuffer:
+    """The client's request body as read so far, kept for replay while it fits (rule 5): it never holds more
+    than :data:`~ambit.waypoint.retries.REPLAY_LIMIT` bytes."""
+
+    chunks: list[bytes] = field(default_factory=list)
+    total: int = 0
+    ended: bool = False
+    trailers: Headers = ()
+    replayable: bool = True
+
+    def add(self, data: bytes) -> None:
+        self.total += len(data)
+        if self.total > retries.REPLAY_LIMIT:
+            self.release()
+        elif self.replayable:
+            self.chunks.append(data)
+
+    def release(self) -> None:
+        self.replayable = False
+        self.chunks.clear()
+
+
+async def forward(
+    ctx: WaypointContext,
+    tunnel: Tunnel,
+    down: Downstream,
+    started: RequestStarted,
+    plan: Plan,
+    endpoint: Endpoint,
+    outcome: Outcome,
+) -> bool:
+    """Forward one request to ``endpoint`` (then to others as retries say); see the module rules."""
+    body = ReplayBuffer()
+    if not started.has_body:
+        event = await down.next_event()  # h11 ends a bodiless request at once
+        if not isinstance(event, MessageEnded):
+            raise HttpProtocolError("request without a body did not end")
+        body.ended = True
+    return await _Exchange(ctx, tunnel, down, started, plan, endpoint, outcome, body).run()
+
+
+class _Exchange:
+    def __init__(
+        self,
+        ctx: WaypointContext,
+        tunnel: Tunnel,
+        down: Downstream,
+        started: RequestStarted,
+        plan: Plan,
+        endpoint: Endpoint,
+        outcome: Outcome,
+        body: ReplayBuffer,
+    ) -> None:
+        self.ctx, self.tunnel, self.down, self.started = ctx, tunnel, down, started
+        self.plan, self.first, self.outcome, self.body = plan, endpoint, outcome, body
+        self.machine = retries.RetryMachine(plan.retry, plan.timeouts, ctx.clock())
+        self.queue: asyncio.Queue[retries.Event | _Failed] = asyncio.Queue()
+        self.task: asyncio.Task[None] | None = None
+        self.verdict: asyncio.Future[None] | None = None
+        self.request_timer: asyncio.TimerHandle | None = None
+        self.try_timer: asyncio.TimerHandle | None = None
+        self.tried: set[str] = set()
+        self.detail = ""
+        """Why the last try failed (the access log's error)."""
+        self.completed = False
+        self.aborted = False
+
+    async def run(self) -> bool:
+        commands = self.machine.begin()
+        try:
+            while True:
+                for command in commands:
+                    await self._carry_out(command)
+                if self.machine.done:
+                    break
+                item = await self.queue.get()
+                if isinstance(item, _Failed):
+                    raise item.error
+                if isinstance(item, retries.ResponseCompleted):
+                    self.completed = True
+                commands = self.machine.handle(item)
+        finally:
+            for timer in (self.request_timer, self.try_timer):
+                if timer is not None:
+                    timer.cancel()
+            try:
+                if self.completed and self.task is not None:
+                    await asyncio.wait([self.task])  # it ends on its own (a 101 relays first: rule 6)
+            finally:
+                await self._stop_try()  # nothing left to stop, unless the exchange failed or was cancelled
+        return not self.aborted and self.outcome.status != 101
+
+    def _post(self, item: retries.Event | _Failed) -> None:
+        self.queue.put_nowait(item)
+
+    def _arm(self, deadline: float, event: Callable[[float], retries.Event]) -> asyncio.TimerHandle:
+        """Rule 2: post ``event(now)`` at ``deadline`` on the context's clock."""
+        clock = self.ctx.clock
+        return asyncio.get_running_loop().call_later(max(deadline - clock(), 0.0), lambda: self._post(event(clock())))
+
+    async def _carry_out(self, command: retries.Command) -> None:
+        match command:
+            case retries.ArmRequestTimer(deadline=deadline):
+                self.request_timer = self._arm(deadline, lambda now: retries.RequestTimedOut())
+            case retries.StartAttempt(attempt=attempt, delay=delay):
+                await self._stop_try()
+                self.task = asyncio.get_running_loop().create_task(self._try(attempt, delay))
+            case retries.ArmAttemptTimer(attempt=attempt, deadline=deadline):
+                self.try_timer = self._arm(deadline, lambda now: retries.AttemptTimedOut(attempt, now))
+            case retries.CancelAttempt():
+                await self._stop_try()
+            case retries.ForwardResponse():
+                if self.verdict is not None and not self.verdict.done():
+                    self.verdict.set_result(None)
+            case retries.RespondLocally(status=status, body=text, flag=flag):
+                await self._stop_try()
+                if flag in ("UF", "UR") and self.plan.retry.on_connect_failure and self._retries_ran_out():
+                    flag = f"{flag},URX"  # rule 7
+                await respond(self.down, status, (), text, self.outcome, flags=flag)
+                if self.detail:
+                    self.outcome.error = f"{text.decode()}: {self.detail}"
+            case retries.AbortResponse(flag=flag):
+                await self._stop_try()
+                self.outcome.flags, self.aborted = flag, True
+                self.outcome.error = self.detail or ("upstream request timeout" if flag == "UT" else "upstream reset")
+                self.down.stream.abort()
+            case retries.ReleaseBody():
+                self.body.release()
+            case _:
+                raise AssertionError(f"unknown retry command {command!r}")
+
+    def _retries_ran_out(self) -> bool:
+        """Every retry the policy allows was made (Envoy's ``URX``, upstream retry limit exceeded)."""
+        allowed = self.plan.retry.attempts
+        return allowed > 0 and self.outcome.attempts > allowed
+
+    async def _stop_try(self) -> None:
+        task, self.task, self.verdict = self.task, None, None
+        if self.try_timer is not None:
+            self.try_timer.cancel()
+            self.try_timer = None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait([task])
+
+    def _endpoint(self, attempt: int) -> Endpoint:
+        """Rule 3: the first try's endpoint, or one not tried yet when the Service has one."""
+        endpoint = self.first if attempt == 1 else self.outcome.endpoint or self.first
+        service = self.plan.service
+        if attempt > 1 and service is not None:
+            state, choose = self.ctx.state, self.ctx.choose
+            fresh = pick_endpoint(state, service, self.plan.port, choose, exclude=frozenset(self.tried))
+            endpoint = fresh or pick_endpoint(state, service, self.plan.port, choose) or endpoint
+        self.tried.add(endpoint.workload.uid)
+        return endpoint
+
+    async def _try(self, attempt: int, delay: float) -> None:
+        clock = self.ctx.clock
+        up: UpstreamHttp | None = None
+        try:
+            if delay > 0:
+                await asyncio.sleep(delay)
+            self._post(retries.AttemptStarted(attempt, clock()))
+            endpoint = self._endpoint(attempt)
+            self.outcome.endpoint, self.outcome.attempts = endpoint, attempt
+            try:
+                up, head = await self._send(endpoint)
+            except UpstreamConnectError as exc:
+                self.detail = str(exc)
+                self._post(retries.ConnectFailed(attempt, clock()))
+                return
+            except _UpstreamFailedError as exc:
+                self.detail = str(exc)
+                self._post(retries.UpstreamReset(attempt))
+                return
+            self.verdict = verdict = asyncio.get_running_loop().create_future()
+            self._post(retries.ResponseHead(attempt, head.status, clock()))
+            await verdict  # ForwardResponse; a retry cancels this task instead
+            self.detail = ""
+            if head.status in self.plan.retry.codes and self._retries_ran_out():
+                self.outcome.flags = "URX"  # rule 6
+            if isinstance(head, InterimResponse):
+                self._post(retries.ResponseCompleted())
+                await self._switch(up, head)
+                up = None  # the relay closed it
+            elif await self._stream(attempt, up, head) and up.http.next_cycle():
+                self.ctx.upstreams.put_idle(up, clock())
+                up = None
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # the client failed, or a bug: the exchange ends (rule 1)
+            self._post(_Failed(exc))
+        finally:
+            if up is not None:
+                up.stream.abort()
+
+    async def _send(self, endpoint: Endpoint) -> tuple[UpstreamHttp, ResponseStarted | InterimResponse]:
+        """Rule 3 and rule 4: send the request on a kept connection or a new one; wait for the response head."""
+        upstreams, fresh = self.ctx.upstreams, False
+        while True:
+            up = (None if fresh else upstreams.take_idle(endpoint)) or await upstreams.open_http(
+                endpoint, self.tunnel.peer_addr
+            )
+            try:
+                await _send_up(self.ctx, up, up.http.send_request(self.plan.request, upgrade=self.started.upgrade))
+                await self._send_body(up)
+                return up, await _response_head(self.ctx, up)
+            except HttpProtocolError as exc:
+                up.stream.abort()
+                if not exc.upstream:
+                    raise  # the client's request cannot be forwarded
+                raise _UpstreamFailedError(str(exc)) from None
+            except (AmbitError, OSError, _UpstreamFailedError) as exc:
+                up.stream.abort()
+                if up.reused and not fresh and self.body.replayable:
+                    fresh = True
+                    continue
+                raise _UpstreamFailedError(str(exc) or type(exc).__name__) from None
+            except BaseException:
+                up.stream.abort()
+                raise
+
+    async def _send_body(self, up: UpstreamHttp) -> None:
+        """Rule 5: the buffered body, then the rest as the client sends it."""
+        body = self.body
+        if not body.ended or body.chunks:
+            if not body.replayable and body.total:
+                raise AssertionError("a request body that was not kept cannot be sent again")
+            for chunk in body.chunks:
+                await _send_up(self.ctx, up, up.http.send_body(chunk))
+            waiting = self.down.server.continue_if_waited()
+            if waiting:
+                await self.down.write(waiting)
+        while not body.ended:
+            event = await self._client_event()
+            if isinstance(event, BodyData):
+                body.add(event.data)
+                self.outcome.bytes_in += len(event.data)
+                self._post(retries.RequestBodySent(body.total))
+                await _send_up(self.ctx, up, up.http.send_body(event.data))
+            elif isinstance(event, MessageEnded):
+                body.ended, body.trailers = True, event.trailers
+            else:
+                raise HttpProtocolError("request body ended early")
+        await _send_up(self.ctx, up, up.http.end_request(body.trailers))
+
+    async def _client_event(self) -> Event:
+        try:
+            return await self.down.next_event()
+        except HttpProtocolError:
+            raise
+        except (AmbitError, OSError) as exc:  # the client's tunnel broke or idled: not the endpoint's fault
+            raise DownstreamGoneError(f"reading the request body: {exc or type(exc).__name__}") from None
+
+    async def _stream(self, attempt: int, up: UpstreamHttp, response: ResponseStarted) -> bool:
+        """Rule 6: the response to the client; True when it ended cleanly."""
+        outcome, server = self.outcome, self.down.server
+        headers = _modified(forwardable(response.headers), self.plan.response_headers)
+        outcome.status = response.status
+        outcome.grpc_status = next((v for n, v in response.headers if n == "grpc-status"), "")
+        await self.down.write(server.send_response(response.status, headers, response.reason))
+        body_started = False
+        while True:
+            try:
+                event = await _upstream_event(self.ctx, up)
+            except (AmbitError, OSError) as exc:
+                self.detail = f"upstream: {exc or type(exc).__name__}"
+                self._post(retries.UpstreamReset(attempt))
+                return False
+            if isinstance(event, BodyData):
+                if not body_started:
+                    body_started = True
+                    self._post(retries.BodyStarted())
+                outcome.bytes_out += len(event.data)
+                await self.down.write(server.send_body(event.data))
+            elif isinstance(event, MessageEnded):
+                outcome.grpc_status = next((v for n, v in event.trailers if n == "grpc-status"), outcome.grpc_status)
+                await self.down.write(server.end_response(event.trailers))
+                self._post(retries.ResponseCompleted())
+                return True
+            else:
+                self.detail = "upstream: closed the connection in the middle of the response"
+                self._post(retries.UpstreamReset(attempt))
+                return False
+
+    async def _switch(self, up: UpstreamHttp, answer: InterimResponse) -> None:
+        """Rule 6: after a 101, both connections carry raw bytes."""
+        down, outcome = self.down, self.outcome
+        outcome.status = 101
+        await down.write(down.server.send_interim(101, forwardable(answer.headers, upgrade=True)))
+        from_client, from_server = down.server.switched(), up.http.switched()
+        try:
+            if from_client:
+                await up.stream.write(from_client)
+            if from_server:
+                await down.stream.write(from_server)
+        except (AmbitError, OSError) as exc:
+            up.stream.abort()
+            down.stream.abort()
+            outcome.error = str(exc)
+            return
+        sent, received, error = await relay(down.stream, up.stream, self.ctx.limits.idle_timeout)
+        outcome.bytes_in += sent + len(from_client)
+        outcome.bytes_out += received + len(from_server)
+        outcome.error = error
+        with contextlib.suppress(Exception):
+            await up.stream.aclose()
+
+
+async def _send_up(ctx: WaypointContext, up: UpstreamHttp, data: bytes) -> None:
+    """Write to the endpoint; one that stops reading for ``idle_timeout`` fails (TimeoutError, an OSError)."""
+    if data:
+        async with asyncio.timeout(ctx.limits.idle_timeout):
+            await up.stream.write(data)
+
+
+async def _upstream_event(ctx: WaypointContext, up: UpstreamHttp) -> Event:
+    while (event := up.http.next_event()) is Signal.NEED_DATA:
+        async with asyncio.timeout(ctx.limits.idle_timeout):
+            data = await up.stream.read()
+        up.http.receive_data(data)
+    return event
+
+
+async def _response_head(ctx: WaypointContext, up: UpstreamHttp) -> ResponseStarted | InterimResponse:
+    while True:
+        event = await _upstream_event(ctx, up)
+        if isinstance(event, ResponseStarted):
+            return event
+        if isinstance(event, InterimResponse):
+            if event.status == 101:
+                return event
+            continue  # other 1xx (103 Early Hints) are not passed on
+        raise _UpstreamFailedError("upstream closed the connection before answering")
+
+
+def _modified(headers: list[tuple[str, str]], modifier: HeaderModifier | None) -> list[tuple[str, str]]:
+    """Gateway API header changes: ``set`` replaces, ``add`` appends, ``remove`` drops (names lower-case)."""
+    if modifier is None:
+        return headers
+    drop = set(modifier.remove) | {name for name, _ in modifier.set}
+    out = [(n, v) for n, v in headers if n not in drop]
+    return out + list(modifier.set) + list(modifier.add)
