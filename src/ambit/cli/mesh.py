@@ -345,7 +345,8 @@ def controlplane(
         typer.Option(
             "--waypoint-xds-address",
             metavar="HOST:PORT",
-            help="Where waypoint pods reach xDS and the CA [default: istiod.<$POD_NAMESPACE or istio-system>.svc:15012].",
+            help="Where waypoint pods reach xDS and the CA "
+            "[default: istiod.<$POD_NAMESPACE or istio-system>.svc:15012].",
         ),
     ] = None,
     waypoint_image: Annotated[str, typer.Option("--waypoint-image", help="The waypoint pods' image.")] = "ambit",
