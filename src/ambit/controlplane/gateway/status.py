@@ -41,6 +41,8 @@ __all__ = ["Deployed", "attached_routes", "class_status", "gateway_status", "pla
 Obj = Mapping[str, Any]
 
 HBONE_PORT = 15008
+MESSAGE_MAX = 1024
+"""Problems (an API server's refusal may be long) are cut to this many characters in a condition's message."""
 WAYPOINT_LISTENER_MESSAGE = 'Expected a single listener on port 15008 with protocol "HBONE"'
 ROUTE_KINDS = (
     {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute"},
@@ -105,7 +107,7 @@ def gateway_status(
     else:
         accepted = _condition("Accepted", True, "Accepted", "Resource accepted", generation)
     if found.problem is not None:
-        programmed = _condition("Programmed", False, "Invalid", found.problem, generation)
+        programmed = _condition("Programmed", False, "Invalid", found.problem[:MESSAGE_MAX], generation)
     elif not found.service_exists:
         message = f'Failed to assign to any requested addresses: hostname "{host}" not found'
         programmed = _condition("Programmed", False, "AddressNotUsable", message, generation)
