@@ -29,6 +29,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ambit.cli.main import app
+from ambit.errors import AmbitError
 
 waypoint_app = typer.Typer(help="Waypoints: deploy and inspect them, or run one (proxy).", no_args_is_help=True)
 app.add_typer(waypoint_app, name="waypoint")
@@ -55,7 +56,7 @@ TimeoutOption = Annotated[
 ]
 
 
-class WaypointCommandError(Exception):
+class WaypointCommandError(AmbitError):
     """A user-facing failure of a waypoint command: printed as one line, exit status 1."""
 
 

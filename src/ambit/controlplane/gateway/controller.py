@@ -51,6 +51,7 @@ from ambit.controlplane.gateway.status import (
 )
 from ambit.controlplane.status import rfc3339
 from ambit.controlplane.translate.waypoints import WAYPOINT_CLASS
+from ambit.errors import AmbitError
 from ambit.k8s import (
     Informer,
     InformerSettings,
@@ -64,7 +65,7 @@ from ambit.k8s import (
     kinds,
 )
 
-__all__ = ["GatewayController", "GatewayControllerSettings"]
+__all__ = ["GatewayController", "GatewayControllerError", "GatewayControllerSettings"]
 
 log = logging.getLogger("ambit.controlplane.gateway")
 
@@ -86,7 +87,13 @@ class GatewayControllerSettings:
     """Seconds before a pass with a failed write runs again (when nothing else changes)."""
     create_class: bool = True
     """Create the GatewayClass ``istio-waypoint`` at start when it is missing."""
+    sync_timeout: float = 60.0
+    """Seconds to wait for the informers' first lists before giving up."""
     informer: InformerSettings | None = None
+
+
+class GatewayControllerError(AmbitError):
+    """The gateway deployment controller could not start (the API server did not answer in time)."""
 
 
 class _Retry(enum.Enum):
@@ -167,9 +174,9 @@ class GatewayController:
         try:
             await self.client.list(kind, limit=1)
         except KubeNotFoundError:
-            log.warning("%s are not served (is the CRD installed?); waypoints are not deployed", kind)
+            log.warning("%s are not served (is the CRD installed?)", kind)
         except KubeForbiddenError:
-            log.warning("not allowed to list %s; waypoints are not deployed", kind)
+            log.warning("not allowed to list %s", kind)
         except KubeClientError:
             return
         else:
@@ -192,18 +199,32 @@ class GatewayController:
         log.info("created the GatewayClass %s", WAYPOINT_CLASS)
 
     async def start(self) -> None:
+        """Probe the kinds, create the GatewayClass, sync the informers, then reconcile on every change. Without
+        Gateways, or without read access to one of the owned kinds, the controller stays idle."""
         if self._task is not None:
             return
-        for kind in OPTIONAL_KINDS:
-            await self._probe(kind)
-        if self.settings.create_class and kinds.GATEWAY_CLASSES.plural not in self.absent:
-            await self.ensure_class()
-        active = [i for plural, i in self._informers.items() if plural not in self.absent]
         try:
-            for informer in active:
-                informer.start()
-            for informer in active:
-                await informer.wait_synced()
+            async with asyncio.timeout(self.settings.sync_timeout):
+                for kind in (*OPTIONAL_KINDS, *OWNED_KINDS):
+                    await self._probe(kind)
+                needed = (kinds.GATEWAYS, *OWNED_KINDS)
+                if any(kind.plural in self.absent for kind in needed):
+                    log.warning(
+                        "the gateway deployment controller is idle: it cannot read %s", ", ".join(map(str, needed))
+                    )
+                    return
+                if self.settings.create_class and kinds.GATEWAY_CLASSES.plural not in self.absent:
+                    await self.ensure_class()
+                active = [i for plural, i in self._informers.items() if plural not in self.absent]
+                for informer in active:
+                    informer.start()
+                for informer in active:
+                    await informer.wait_synced()
+        except TimeoutError:
+            await self.aclose()
+            raise GatewayControllerError(
+                f"the gateway controller's caches did not sync within {self.settings.sync_timeout:g} s"
+            ) from None
         except BaseException:
             await self.aclose()
             raise
