@@ -108,6 +108,16 @@ def _key(kind: kinds.ResourceKind, obj: Mapping[str, Any]) -> Key:
     return (kind.plural, str(meta.get("namespace") or ""), str(meta.get("name") or ""))
 
 
+def _field(obj: Mapping[str, Any], *keys: str) -> Any:
+    """``obj[k1][k2]...``, or None where a level is missing or not a map (objects come from users)."""
+    value: Any = obj
+    for key in keys:
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(key)
+    return value
+
+
 def _version(obj: Mapping[str, Any] | None) -> str:
     return str(((obj or {}).get("metadata") or {}).get("resourceVersion") or "")
 
@@ -139,7 +149,7 @@ class GatewayController:
             )
         self.absent: set[str] = set()
         self._fresh: dict[Key, tuple[str, Obj]] = {}
-        """Key → (version the write was decided on, object the write returned): rule 4 of the docstring."""
+        """Key → (the cache's version when we wrote, what the write returned): see the invariants above."""
         self._task: asyncio.Task[None] | None = None
         self.passes = 0
         self.writes = 0
@@ -165,8 +175,11 @@ class GatewayController:
             del self._fresh[key]
         return cached
 
-    def _remember(self, kind: kinds.ResourceKind, before: Obj | None, after: Obj) -> None:
-        self._fresh[_key(kind, after)] = (_version(before), after)
+    def _remember(self, kind: kinds.ResourceKind, after: Obj) -> None:
+        """Let ``after`` (what a write returned) stand in until the cache moves past the version it has now."""
+        plural, namespace, name = key = _key(kind, after)
+        cached = None if plural in self.absent else self._informers[plural].find(name, namespace or None)
+        self._fresh[key] = (_version(cached), after)
         self.writes += 1
 
     # -- lifecycle ------------------------------------------------------------------------------------------
@@ -262,25 +275,31 @@ class GatewayController:
         ok = True
         now = rfc3339(self._clock())
         for gateway_class in self._items(kinds.GATEWAY_CLASSES):
-            if (gateway_class.get("spec") or {}).get("controllerName") == MESH_CONTROLLER:
+            if _field(gateway_class, "spec", "controllerName") == MESH_CONTROLLER:
                 ok &= await self._write_status(kinds.GATEWAY_CLASSES, gateway_class, class_status(gateway_class), now)
         routes = self._items(kinds.HTTP_ROUTES)
         for gateway in self._items(kinds.GATEWAYS):
-            meta = gateway.get("metadata") or {}
-            if (gateway.get("spec") or {}).get("gatewayClassName") != WAYPOINT_CLASS or meta.get("deletionTimestamp"):
+            if _field(gateway, "spec", "gatewayClassName") != WAYPOINT_CLASS:
                 continue
-            found = await self._deploy(gateway)
-            if found is None:
+            if _field(gateway, "metadata", "deletionTimestamp"):
+                continue
+            try:
+                ok &= await self._reconcile_gateway(gateway, routes, now)
+            except KubeClientError:
+                raise  # the API server is unreachable: the whole pass is retried
+            except Exception:  # a bug must not stop the other Gateways, nor the controller
+                log.exception("reconciling Gateway %s/%s failed", *_key(kinds.GATEWAYS, gateway)[1:])
                 ok = False
-                continue
-            wanted = gateway_status(
-                gateway,
-                found,
-                domain=self.settings.template.domain,
-                attached=attached_routes(gateway, routes),
-            )
-            ok &= await self._write_status(kinds.GATEWAYS, gateway, wanted, now)
         return ok
+
+    async def _reconcile_gateway(self, gateway: Obj, routes: list[Obj], now: str) -> bool:
+        found = await self._deploy(gateway)
+        if found is None:
+            return False
+        wanted = gateway_status(
+            gateway, found, domain=self.settings.template.domain, attached=attached_routes(gateway, routes)
+        )
+        return await self._write_status(kinds.GATEWAYS, gateway, wanted, now)
 
     async def _deploy(self, gateway: Obj) -> Deployed | None:
         """Apply one Gateway's objects; what was found, or None when a write lost a race (to be retried)."""
@@ -313,12 +332,12 @@ class GatewayController:
                     return plan.message
                 if isinstance(plan, Create):
                     created = await self.client.create(kind, plan.obj, namespace)
-                    self._remember(kind, None, created)
+                    self._remember(kind, created)
                     log.info("created %s %s/%s", kind.kind, namespace, name)
                     return None
                 assert isinstance(plan, Patch)
                 patched = await self.client.patch(kind, name, plan.patch, namespace)
-                self._remember(kind, have, patched)
+                self._remember(kind, patched)
                 log.info("updated %s %s/%s", kind.kind, namespace, name)
                 return None
             except KubeAlreadyExistsError:
@@ -350,5 +369,5 @@ class GatewayController:
         except KubeClientError as exc:
             log.warning("cannot write the status of %s %s/%s: %s", kind.kind, namespace, name, exc)
             return False
-        self._remember(kind, current, patched)
+        self._remember(kind, patched)
         return True
