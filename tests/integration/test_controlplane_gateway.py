@@ -157,9 +157,7 @@ async def test_the_gateway_is_programmed_once_its_deployment_has_a_ready_replica
     assert await quiet()
 
 
-async def test_deleting_the_gateway_deletes_its_objects(
-    kube: KubeClient, plane: ControlPlane, namespace: str
-) -> None:
+async def test_deleting_the_gateway_deletes_its_objects(kube: KubeClient, plane: ControlPlane, namespace: str) -> None:
     await kube.create(kinds.GATEWAYS, waypoint("doomed", namespace))
     for kind in OWNED:
         await eventually(lambda kind=kind: get(kube, kind, "doomed", namespace))
@@ -204,8 +202,9 @@ async def test_an_existing_deployment_of_that_name_is_not_taken_over(
     before = await kube.create(kinds.DEPLOYMENTS, theirs)
     await kube.create(kinds.GATEWAYS, waypoint("taken", namespace))
     gateway = await eventually(lambda: programmed(kube, "taken", namespace, "False", "Invalid"))
-    assert "Deployment 'taken' already exists and is not managed by the mesh controller" in (
-        condition(gateway, "Programmed")["message"]
+    assert (
+        "Deployment 'taken' already exists and is not managed by the mesh controller"
+        in (condition(gateway, "Programmed")["message"])
     )
     after = await kube.get(kinds.DEPLOYMENTS, "taken", namespace)
     assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
