@@ -59,8 +59,17 @@ def test_apply_deploys_a_waypoint_pod_that_reaches_the_control_plane_and_delete_
     # In the pod's network namespace (the sandbox stays while the container restarts): the address the
     # Deployment names reaches the control plane.
     argv = ["ip", "netns", "exec", lab.pod_netns(pod), sys.executable, "-c", CONNECT, address]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=20, check=False)
-    assert done.stdout.strip() == "connected", done.stderr
+    tries: list[subprocess.CompletedProcess[str]] = []
+
+    def connected() -> bool:
+        tries.append(subprocess.run(argv, capture_output=True, text=True, timeout=20, check=False))
+        return tries[-1].stdout.strip() == "connected"
+
+    try:
+        wait_until("the waypoint pod's network reaches the control plane", connected, timeout=30, interval=1.0)
+    except pytest.fail.Exception:
+        last = tries[-1]
+        raise AssertionError(f"{argv}: exit {last.returncode}, out {last.stdout!r}, err {last.stderr!r}") from None
 
     if importlib.util.find_spec("ambit.cli.waypoint_proxy") is not None:
 
