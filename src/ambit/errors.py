@@ -17,6 +17,8 @@ Every error Ambit raises on purpose derives from :class:`AmbitError`, with a sub
     ├── XdsError                 (ambit.xds.errors) XdsConversionError, XdsProtocolError, XdsConfigFileError
     ├── CaServerError            (ambit.controlplane.ca.errors) AuthenticationError, AuthorizationError, CsrError
     ├── WebhookError             (ambit.controlplane.webhook.errors) MalformedReviewError, RegistrationError, ...
+    ├── GatewayControllerError   (ambit.controlplane.gateway.controller) the waypoint deployer could not start
+    ├── WaypointCommandError     (ambit.cli.waypoint) bad input to ``ambit waypoint apply|list|status|delete``
     ├── CniError, RedirectError, ZdsError   (ambit.cni, ambit.redirect, ambit.zds) enrolment
     ├── EventLoopError           (ambit.inpod.eventloop) an unknown or missing event loop
     ├── CommandError             (ambit.commands) a command exited non-zero or could not be started

@@ -341,6 +341,34 @@ def controlplane(
             "PILOT_ENABLE_NODE_UNTAINT_CONTROLLERS; needs patch on nodes).",
         ),
     ] = False,
+    deploy_waypoints: Annotated[
+        bool,
+        typer.Option(
+            "--deploy-waypoints/--no-deploy-waypoints",
+            help="Deploy a Deployment, Service and ServiceAccount for each Gateway of class istio-waypoint.",
+        ),
+    ] = True,
+    waypoint_xds_address: Annotated[
+        str | None,
+        typer.Option(
+            "--waypoint-xds-address",
+            envvar="WAYPOINT_XDS_ADDRESS",
+            metavar="HOST:PORT",
+            help="Where waypoint pods reach xDS and the CA "
+            "[default: istiod.<$POD_NAMESPACE or istio-system>.svc:15012].",
+        ),
+    ] = None,
+    waypoint_image: Annotated[
+        str, typer.Option("--waypoint-image", envvar="WAYPOINT_IMAGE", help="The waypoint pods' image.")
+    ] = "ambit",
+    waypoint_image_pull_policy: Annotated[
+        str | None,
+        typer.Option(
+            "--waypoint-image-pull-policy",
+            envvar="WAYPOINT_IMAGE_PULL_POLICY",
+            help="Always, IfNotPresent or Never [default (or empty): the cluster's].",
+        ),
+    ] = None,
 ) -> None:
     """Run the control plane: the workload API over delta xDS and the mesh CA, on one TLS gRPC port."""
     from ambit.controlplane.process import ControlPlaneSettings, run_control_plane
@@ -352,6 +380,19 @@ def controlplane(
         raise typer.BadParameter("--plugin-cert and --plugin-key go together")
     if webhook_service is not None and not re.fullmatch(r"[a-z0-9-]{1,63}/[a-z0-9-]{1,63}", webhook_service):
         raise typer.BadParameter(f"expected NAMESPACE/NAME, got {webhook_service!r}", param_hint="--webhook-service")
+    waypoint_image_pull_policy = waypoint_image_pull_policy or None
+    if waypoint_image_pull_policy not in (None, "Always", "IfNotPresent", "Never"):
+        raise typer.BadParameter(
+            f"expected Always, IfNotPresent or Never, got {waypoint_image_pull_policy!r}",
+            param_hint="--waypoint-image-pull-policy",
+        )
+    if not waypoint_xds_address:
+        waypoint_xds_address = f"istiod.{os.environ.get('POD_NAMESPACE') or 'istio-system'}.svc:15012"
+    xds_host, xds_sep, xds_port = waypoint_xds_address.rpartition(":")
+    if not xds_sep or not xds_host or not xds_port.isdigit() or not 0 < int(xds_port) <= 65535:
+        raise typer.BadParameter(
+            f"expected HOST:PORT, got {waypoint_xds_address!r}", param_hint="--waypoint-xds-address"
+        )
     settings = ControlPlaneSettings(
         kubeconfig=kubeconfig,
         host=host.strip("[]") or "0.0.0.0",
@@ -368,6 +409,10 @@ def controlplane(
         webhook_service=webhook_service,
         cacerts_dir=cacerts_dir,
         untaint_nodes=untaint_nodes,
+        deploy_waypoints=deploy_waypoints,
+        waypoint_xds_address=waypoint_xds_address,
+        waypoint_image=waypoint_image,
+        waypoint_image_pull_policy=waypoint_image_pull_policy,
     )
     configure_logging()
     asyncio.run(run_control_plane(settings))

@@ -17,7 +17,9 @@ Theory of operation: everything is built once from :class:`ControlPlaneSettings`
    object was recreated;
 4. the pod index behind node authorization, and the publisher of ``istio-ca-root-cert`` in every namespace;
 5. the validating webhook for the Istio and Gateway API kinds (``/validate`` on ``:15017``), registered with the
-   API server as ``istio-validator-ambit`` with the mesh root as its CA bundle.
+   API server as ``istio-validator-ambit`` with the mesh root as its CA bundle;
+6. the gateway deployment controller (:mod:`ambit.controlplane.gateway`): the GatewayClass ``istio-waypoint``,
+   and for each waypoint Gateway its ServiceAccount, Deployment and Service, and its status.
 
 Every xDS stream and CA call authenticates its caller with a TokenReview of its bearer token (audience
 ``istio-ca``) against the API server in use, embedded or real. The process runs until SIGTERM or SIGINT.
@@ -44,6 +46,7 @@ from ambit.controlplane.ca.errors import CaServerError
 from ambit.controlplane.ca.nodeauth import InformerPodIndex, NodeAuthorizer
 from ambit.controlplane.ca.root import RootCa, RootCertPublisher, load_or_create_root_secret, load_plugin_ca
 from ambit.controlplane.ca.server import GRPC_SERVER_OPTIONS, CaService, RootSigner
+from ambit.controlplane.gateway import GatewayController, GatewayControllerSettings, WaypointTemplateSettings
 from ambit.controlplane.status import PolicyStatusWriter, RouteStatusWriter
 from ambit.controlplane.translate import DEFAULT_ROOT_NAMESPACE, PolicyStatus, SkipMemory, Skipped, Translation
 from ambit.controlplane.translate.waypoints import WAYPOINT_BOUND
@@ -107,6 +110,14 @@ class ControlPlaneSettings:
     enable_dry_run: bool = False
     """Send ``istio.io/dry-run`` AuthorizationPolicies with ``dry_run`` set (istiod's
     ``AMBIENT_ENABLE_DRY_RUN_AUTHORIZATION_POLICY``, off by default); when off they are not sent."""
+    deploy_waypoints: bool = True
+    """Run the gateway deployment controller: waypoint Gateways get their Deployment, Service and ServiceAccount."""
+    waypoint_xds_address: str = "istiod.istio-system.svc:15012"
+    """HOST:PORT the waypoint pods dial for xDS and the CA (an address their network reaches and the serving
+    certificate names)."""
+    waypoint_image: str = "ambit"
+    waypoint_image_pull_policy: str | None = None
+    """``Never`` in the lab (containers run commands there, not images); None: the cluster's default."""
 
 
 def _is_ip(text: str) -> bool:
@@ -179,6 +190,19 @@ class ControlPlane:
             ),
         )
         self._skip_memory = SkipMemory()
+        self.gateways: GatewayController | None = None
+        if settings.deploy_waypoints:
+            template = WaypointTemplateSettings(
+                xds_address=settings.waypoint_xds_address,
+                image=settings.waypoint_image,
+                image_pull_policy=settings.waypoint_image_pull_policy,
+                cluster_id=settings.cluster_id,
+                trust_domain=settings.trust_domain,
+                domain=settings.domain,
+            )
+            self.gateways = GatewayController(
+                client, GatewayControllerSettings(template=template, debounce=settings.debounce), clock=time.time
+            )
         self.publisher: RootCertPublisher | None = None
         self.webhook: ValidationWebhookServer | None = None
         self.untainter: NodeUntainter | None = None
@@ -306,6 +330,8 @@ class ControlPlane:
         if s.untaint_nodes:
             self.untainter = NodeUntainter(self.client, namespace=s.root_namespace)
             await self.untainter.start()
+        if self.gateways is not None:
+            await self.gateways.start()
         await self.server.start()
         self.publisher = RootCertPublisher(self.client, self.root.root_pem)
         await self.publisher.start()
@@ -368,6 +394,7 @@ class ControlPlane:
             self.server.aclose() if self.server else None,
             self.publisher.aclose() if self.publisher else None,
             self.view.aclose(),
+            self.gateways.aclose() if self.gateways else None,
             self.status.aclose(),
             self.service_status.aclose(),
             self.service_entry_status.aclose(),

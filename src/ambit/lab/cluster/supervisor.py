@@ -118,6 +118,10 @@ def control_plane_daemon(topology: Topology) -> Daemon:
         "--plugin-cert", str(ca / f"{ROOT_NAME}.crt"),
         "--plugin-key", str(ca / f"{ROOT_NAME}.key"),
         "--enable-dry-run",
+        # Waypoint pods reach the control plane where every lab pod reaches the API server: the bridge address
+        # (the serving certificate names it); the lab runs commands, not images.
+        "--waypoint-xds-address", f"{BRIDGE_ADDRESS}:{CONTROL_PLANE_PORT}",
+        "--waypoint-image-pull-policy", "Never",
     )  # fmt: skip
     return Daemon("controlplane", argv, topology.path / "logs" / "controlplane.log")
 

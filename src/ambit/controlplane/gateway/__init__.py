@@ -1,0 +1,13 @@
+"""The gateway deployment controller: waypoint Gateways (class ``istio-waypoint``) become a ServiceAccount, a
+Deployment running ``ambit waypoint proxy`` and a Service, with the Gateway's status, as istiod deploys them.
+
+Modules: ``render`` (a Gateway's objects, pure), ``apply`` (create or patch, decided without I/O), ``status``
+(the Gateway's and GatewayClass's status, pure), ``controller`` (the asyncio shell: informers, writes).
+"""
+
+from __future__ import annotations
+
+from ambit.controlplane.gateway.controller import GatewayController, GatewayControllerSettings
+from ambit.controlplane.gateway.render import WaypointTemplateSettings
+
+__all__ = ["GatewayController", "GatewayControllerSettings", "WaypointTemplateSettings"]

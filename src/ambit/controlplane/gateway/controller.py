@@ -1,0 +1,373 @@
+"""The gateway deployment controller (istiod's role, spec §1.1): every Gateway of class ``istio-waypoint`` gets a
+ServiceAccount, Deployment and Service, and a status saying whether its waypoint is ready.
+
+Theory of operation: informers over Gateways, GatewayClasses, HTTPRoutes (for ``attachedRoutes``) and the
+Deployments, Services and ServiceAccounts labelled ``gateway.istio.io/managed: istio.io-mesh-controller``; any
+change marks the controller dirty, and one task, ``debounce`` seconds later, reconciles every waypoint Gateway:
+render its objects (:mod:`.render`), plan each write against the cache (:mod:`.apply`), carry the plan out, then
+plan and write the Gateway's status (:mod:`.status`), and the ``Accepted`` status of the GatewayClasses whose
+``controllerName`` is ``istio.io/mesh-controller``. At start it creates the GatewayClass ``istio-waypoint`` when
+it is missing, as istiod does.
+
+Invariants:
+
+- Deleting a Gateway deletes its objects through their owner references (the API server's garbage collector, in
+  a cluster and in the embedded API server alike); the controller deletes nothing.
+- A Gateway being deleted (``deletionTimestamp``) is not reconciled.
+- One Gateway's failure (an API server refusal, a conflict) is reported in its status and logged, and never stops
+  the others; a pass with a failed write is retried after ``retry`` seconds or the next change.
+- The informers may lag behind the controller's own writes: the object a write returned stands in for the cached
+  one until the cache moves past the version the write was decided on, so that the controller neither writes
+  twice nor loses its status to a 409 loop.
+- Optional kinds (the Gateway API CRDs, HTTPRoutes) that the API server does not serve or does not let us list
+  leave the controller idle, with one warning, as the cluster view does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ambit.controlplane.gateway.apply import Create, Leave, Patch, Refuse, plan_apply
+from ambit.controlplane.gateway.render import (
+    CONTROLLER_LABEL,
+    MANAGED_LABEL,
+    MESH_CONTROLLER,
+    Unrenderable,
+    WaypointTemplateSettings,
+    render_waypoint,
+)
+from ambit.controlplane.gateway.status import (
+    Deployed,
+    attached_routes,
+    class_status,
+    gateway_status,
+    plan_status,
+)
+from ambit.controlplane.status import rfc3339
+from ambit.controlplane.translate.waypoints import WAYPOINT_CLASS
+from ambit.errors import AmbitError
+from ambit.k8s import (
+    Informer,
+    InformerSettings,
+    KubeAlreadyExistsError,
+    KubeApiStatusError,
+    KubeClient,
+    KubeClientError,
+    KubeConflictError,
+    KubeForbiddenError,
+    KubeNotFoundError,
+    kinds,
+)
+
+__all__ = ["GatewayController", "GatewayControllerError", "GatewayControllerSettings"]
+
+log = logging.getLogger("ambit.controlplane.gateway")
+
+Obj = dict[str, Any]
+Key = tuple[str, str, str]
+"""(plural, namespace, name)."""
+
+WAYPOINT_CLASS_DESCRIPTION = "The default Istio waypoint GatewayClass"
+OWNED_KINDS = (kinds.SERVICE_ACCOUNTS, kinds.DEPLOYMENTS, kinds.SERVICES)
+OPTIONAL_KINDS = (kinds.GATEWAYS, kinds.GATEWAY_CLASSES, kinds.HTTP_ROUTES)
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayControllerSettings:
+    template: WaypointTemplateSettings = field(default_factory=WaypointTemplateSettings)
+    debounce: float = 0.1
+    """Seconds to let changes gather before reconciling."""
+    retry: float = 2.0
+    """Seconds before a pass with a failed write runs again (when nothing else changes)."""
+    create_class: bool = True
+    """Create the GatewayClass ``istio-waypoint`` at start when it is missing."""
+    sync_timeout: float = 60.0
+    """Seconds to wait for the informers' first lists before giving up."""
+    informer: InformerSettings | None = None
+
+
+class GatewayControllerError(AmbitError):
+    """The gateway deployment controller could not start (the API server did not answer in time)."""
+
+
+class _Retry(enum.Enum):
+    RETRY = "retry"
+
+
+_RETRY = _Retry.RETRY
+
+
+def _key(kind: kinds.ResourceKind, obj: Mapping[str, Any]) -> Key:
+    meta = obj.get("metadata") or {}
+    return (kind.plural, str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+
+def _field(obj: Mapping[str, Any], *keys: str) -> Any:
+    """``obj[k1][k2]...``, or None where a level is missing or not a map (objects come from users)."""
+    value: Any = obj
+    for key in keys:
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(key)
+    return value
+
+
+def _version(obj: Mapping[str, Any] | None) -> str:
+    return str(((obj or {}).get("metadata") or {}).get("resourceVersion") or "")
+
+
+def _ready(deployment: Mapping[str, Any] | None) -> bool:
+    ready = ((deployment or {}).get("status") or {}).get("readyReplicas")
+    return isinstance(ready, int) and not isinstance(ready, bool) and ready >= 1
+
+
+class GatewayController:
+    """Deploys waypoints for Gateways; ``start`` then ``aclose``."""
+
+    def __init__(self, client: KubeClient, settings: GatewayControllerSettings, *, clock: Callable[[], float]) -> None:
+        self.client = client
+        self.settings = settings
+        self._clock = clock
+        self._dirty = asyncio.Event()
+        self._informers: dict[str, Informer] = {}
+        for kind in (*OPTIONAL_KINDS, *OWNED_KINDS):
+            selector = {MANAGED_LABEL: CONTROLLER_LABEL} if kind in OWNED_KINDS else None
+            self._informers[kind.plural] = Informer(
+                client,
+                kind,
+                label_selector=selector,
+                on_add=self._changed,
+                on_update=self._updated,
+                on_delete=self._changed,
+                settings=settings.informer,
+            )
+        self.absent: set[str] = set()
+        self._fresh: dict[Key, tuple[str, Obj]] = {}
+        """Key → (the cache's version when we wrote, what the write returned): see the invariants above."""
+        self._task: asyncio.Task[None] | None = None
+        self.passes = 0
+        self.writes = 0
+
+    def _changed(self, obj: Obj) -> None:
+        self._dirty.set()
+
+    def _updated(self, old: Obj, new: Obj) -> None:
+        self._dirty.set()
+
+    # -- cache ----------------------------------------------------------------------------------------------
+    def _items(self, kind: kinds.ResourceKind) -> list[Obj]:
+        return [] if kind.plural in self.absent else self._informers[kind.plural].items()
+
+    def find(self, kind: kinds.ResourceKind, namespace: str, name: str) -> Obj | None:
+        """The object as last seen: the cache's, or what our own write returned if the cache lags behind it."""
+        cached = None if kind.plural in self.absent else self._informers[kind.plural].find(name, namespace or None)
+        key = (kind.plural, namespace, name)
+        fresh = self._fresh.get(key)
+        if fresh is not None:
+            if _version(cached) == fresh[0]:
+                return fresh[1]
+            del self._fresh[key]
+        return cached
+
+    def _remember(self, kind: kinds.ResourceKind, after: Obj) -> None:
+        """Let ``after`` (what a write returned) stand in until the cache moves past the version it has now."""
+        plural, namespace, name = key = _key(kind, after)
+        cached = None if plural in self.absent else self._informers[plural].find(name, namespace or None)
+        self._fresh[key] = (_version(cached), after)
+        self.writes += 1
+
+    # -- lifecycle ------------------------------------------------------------------------------------------
+    async def _probe(self, kind: kinds.ResourceKind) -> None:
+        try:
+            await self.client.list(kind, limit=1)
+        except KubeNotFoundError:
+            log.warning("%s are not served (is the CRD installed?)", kind)
+        except KubeForbiddenError:
+            log.warning("not allowed to list %s", kind)
+        except KubeClientError:
+            return
+        else:
+            return
+        self.absent.add(kind.plural)
+
+    async def ensure_class(self) -> None:
+        """Create the GatewayClass ``istio-waypoint`` unless it exists (istiod's class controller)."""
+        gateway_class = {
+            "metadata": {"name": WAYPOINT_CLASS},
+            "spec": {"controllerName": MESH_CONTROLLER, "description": WAYPOINT_CLASS_DESCRIPTION},
+        }
+        try:
+            await self.client.create(kinds.GATEWAY_CLASSES, gateway_class)
+        except KubeAlreadyExistsError:
+            return
+        except KubeClientError as exc:
+            log.warning("cannot create the GatewayClass %s: %s", WAYPOINT_CLASS, exc)
+            return
+        log.info("created the GatewayClass %s", WAYPOINT_CLASS)
+
+    async def start(self) -> None:
+        """Probe the kinds, create the GatewayClass, sync the informers, then reconcile on every change. Without
+        Gateways, or without read access to one of the owned kinds, the controller stays idle."""
+        if self._task is not None:
+            return
+        try:
+            async with asyncio.timeout(self.settings.sync_timeout):
+                for kind in (*OPTIONAL_KINDS, *OWNED_KINDS):
+                    await self._probe(kind)
+                needed = (kinds.GATEWAYS, *OWNED_KINDS)
+                if any(kind.plural in self.absent for kind in needed):
+                    log.warning(
+                        "the gateway deployment controller is idle: it cannot read %s", ", ".join(map(str, needed))
+                    )
+                    return
+                if self.settings.create_class and kinds.GATEWAY_CLASSES.plural not in self.absent:
+                    await self.ensure_class()
+                active = [i for plural, i in self._informers.items() if plural not in self.absent]
+                for informer in active:
+                    informer.start()
+                for informer in active:
+                    await informer.wait_synced()
+        except TimeoutError:
+            await self.aclose()
+            raise GatewayControllerError(
+                f"the gateway controller's caches did not sync within {self.settings.sync_timeout:g} s"
+            ) from None
+        except BaseException:
+            await self.aclose()
+            raise
+        self._dirty.set()
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="gateway deployment controller")
+
+    async def _run(self) -> None:
+        while True:
+            await self._dirty.wait()
+            await asyncio.sleep(self.settings.debounce)
+            self._dirty.clear()
+            try:
+                ok = await self.reconcile_once()
+            except KubeClientError as exc:  # a bug would be; the API server's refusals are handled per Gateway
+                log.warning("gateway controller pass failed: %s", exc)
+                ok = False
+            if not ok:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._dirty.wait(), self.settings.retry)
+                self._dirty.set()
+
+    async def aclose(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for informer in self._informers.values():
+            await informer.aclose()
+
+    # -- reconcile ------------------------------------------------------------------------------------------
+    async def reconcile_once(self) -> bool:
+        """One pass over every waypoint Gateway and mesh GatewayClass; False when some write failed."""
+        self.passes += 1
+        ok = True
+        now = rfc3339(self._clock())
+        for gateway_class in self._items(kinds.GATEWAY_CLASSES):
+            if _field(gateway_class, "spec", "controllerName") == MESH_CONTROLLER:
+                ok &= await self._write_status(kinds.GATEWAY_CLASSES, gateway_class, class_status(gateway_class), now)
+        routes = self._items(kinds.HTTP_ROUTES)
+        for gateway in self._items(kinds.GATEWAYS):
+            if _field(gateway, "spec", "gatewayClassName") != WAYPOINT_CLASS:
+                continue
+            if _field(gateway, "metadata", "deletionTimestamp"):
+                continue
+            try:
+                ok &= await self._reconcile_gateway(gateway, routes, now)
+            except KubeClientError:
+                raise  # the API server is unreachable: the whole pass is retried
+            except Exception:  # a bug must not stop the other Gateways, nor the controller
+                log.exception("reconciling Gateway %s/%s failed", *_key(kinds.GATEWAYS, gateway)[1:])
+                ok = False
+        return ok
+
+    async def _reconcile_gateway(self, gateway: Obj, routes: list[Obj], now: str) -> bool:
+        found = await self._deploy(gateway)
+        if found is None:
+            return False
+        wanted = gateway_status(
+            gateway, found, domain=self.settings.template.domain, attached=attached_routes(gateway, routes)
+        )
+        return await self._write_status(kinds.GATEWAYS, gateway, wanted, now)
+
+    async def _deploy(self, gateway: Obj) -> Deployed | None:
+        """Apply one Gateway's objects; what was found, or None when a write lost a race (to be retried)."""
+        rendered = render_waypoint(gateway, self.settings.template)
+        if isinstance(rendered, Unrenderable):
+            return Deployed(problem=rendered.message)
+        namespace = str(gateway["metadata"]["namespace"])
+        for kind, want in zip(OWNED_KINDS, rendered.objects(), strict=True):
+            problem = await self._apply(kind, namespace, want)
+            if problem is _RETRY:
+                return None
+            if isinstance(problem, str):
+                return Deployed(problem=problem)
+        name = str(gateway["metadata"]["name"])
+        service = self.find(kinds.SERVICES, namespace, name)
+        deployment = self.find(kinds.DEPLOYMENTS, namespace, name)
+        return Deployed(service_exists=service is not None, ready=_ready(deployment))
+
+    async def _apply(self, kind: kinds.ResourceKind, namespace: str, want: Obj) -> str | _Retry | None:
+        """Create or patch one object; None on success, :data:`_RETRY` after a lost race, else the problem for
+        the Gateway's status."""
+        name = str(want["metadata"]["name"])
+        have = self.find(kind, namespace, name)
+        for _ in range(2):
+            plan = plan_apply(want, have)
+            try:
+                if isinstance(plan, Leave):
+                    return None
+                if isinstance(plan, Refuse):
+                    return plan.message
+                if isinstance(plan, Create):
+                    created = await self.client.create(kind, plan.obj, namespace)
+                    self._remember(kind, created)
+                    log.info("created %s %s/%s", kind.kind, namespace, name)
+                    return None
+                assert isinstance(plan, Patch)
+                patched = await self.client.patch(kind, name, plan.patch, namespace)
+                self._remember(kind, patched)
+                log.info("updated %s %s/%s", kind.kind, namespace, name)
+                return None
+            except KubeAlreadyExistsError:
+                # Not in our cache: someone else's object (no label), or ours not yet seen. Look, and plan again.
+                try:
+                    have = await self.client.get(kind, name, namespace)
+                except KubeClientError as exc:
+                    return f"cannot read {kind.kind} {name!r}: {exc}"
+            except KubeConflictError:
+                return _RETRY
+            except KubeApiStatusError as exc:
+                log.warning("cannot write %s %s/%s: %s", kind.kind, namespace, name, exc)
+                return f"the API server refused the {kind.kind} {name!r}: {exc}"
+        return _RETRY
+
+    async def _write_status(self, kind: kinds.ResourceKind, obj: Obj, wanted: Mapping[str, Any], now: str) -> bool:
+        meta = obj.get("metadata") or {}
+        namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+        current = self.find(kind, namespace, name) or obj
+        patch = plan_status(current, wanted, now)
+        if patch is None:
+            return True
+        try:
+            patched = await self.client.patch_status(kind, name, patch, namespace or None)
+        except KubeNotFoundError:
+            return True
+        except KubeConflictError:
+            return False  # the cache will bring the newer object; plan again then
+        except KubeClientError as exc:
+            log.warning("cannot write the status of %s %s/%s: %s", kind.kind, namespace, name, exc)
+            return False
+        self._remember(kind, patched)
+        return True

@@ -1,0 +1,335 @@
+"""What a waypoint Gateway deploys: its ServiceAccount, Deployment and Service, as istiod's waypoint template
+renders them (spec §1.1, §1.4), with Ambit's waypoint command in the pod.
+
+Theory of operation: :func:`render_waypoint` takes one Gateway (the API dict) and the
+:class:`WaypointTemplateSettings` and returns either a :class:`Rendered` (the three objects, as plain dicts ready
+to send) or an :class:`Unrenderable` naming what is wrong with the Gateway. Pure: no I/O, no clock; equal inputs
+give equal outputs.
+
+Rules:
+
+1. Only Gateways of class ``istio-waypoint`` are rendered (the caller filters; the class is not checked here).
+2. The three objects are named after the Gateway and live in its namespace. The name must be a DNS-1035 label
+   (at most 63 characters, a lower-case letter first), because it names a Service and is the value of the
+   ``gateway.networking.k8s.io/gateway-name`` label; any other name is :class:`Unrenderable`. So is a Gateway
+   without a uid (nothing could own the objects).
+3. Every object carries an owner reference to the Gateway (``controller: true``), so that deleting the Gateway
+   deletes them (the API server's garbage collector), and the labels ``gateway.networking.k8s.io/gateway-name``,
+   ``gateway.networking.k8s.io/gateway-class-name`` and ``gateway.istio.io/managed: istio.io-mesh-controller``
+   (the mark that lets the controller update an object that already exists, :mod:`.apply`).
+4. Infrastructure labels and annotations are those of ``spec.infrastructure`` when it has them, else the
+   Gateway's own (istiod copies them); keys under ``gateway.networking.k8s.io/`` and istiod's own control
+   annotations are dropped, non-string values are ignored. The fixed labels of rule 3 win over copied ones. On the
+   pod, ``istio.io/dataplane-mode: none`` and ``sidecar.istio.io/inject: "false"`` win too (istiod lets a copied
+   label override them; a waypoint captured by the node proxy would steer its own traffic back into itself).
+5. The Service has port ``status-port`` 15021 (appProtocol ``tcp``) and one port per distinct listener port
+   (the standard waypoint: ``mesh`` 15008, appProtocol ``hbone``); a listener whose port is not an integer in
+   1-65535 adds none. Its selector, like the Deployment's, is the gateway-name label.
+6. The Deployment never sets ``replicas`` (the API server defaults 1; whatever a user or autoscaler sets later
+   stays). Its pod runs container ``istio-proxy``: ``ambit waypoint proxy`` with the control plane's address, the
+   projected token (audience ``istio-ca``) and the ``istio-ca-root-cert`` ConfigMap mounted as the node proxy
+   mounts them, no API credentials (``automountServiceAccountToken: false``), readiness on ``:15021
+   /healthz/ready``, and the restricted pod security profile (non-root 1337, no capabilities, read-only root).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "CONTROLLER_LABEL",
+    "GATEWAY_CLASS_LABEL",
+    "GATEWAY_NAME_LABEL",
+    "MANAGED_LABEL",
+    "MESH_CONTROLLER",
+    "Rendered",
+    "Unrenderable",
+    "WaypointTemplateSettings",
+    "render_waypoint",
+    "service_hostname",
+]
+
+Obj = Mapping[str, Any]
+
+MESH_CONTROLLER = "istio.io/mesh-controller"
+"""The ``controllerName`` of the waypoint GatewayClass."""
+MANAGED_LABEL = "gateway.istio.io/managed"
+CONTROLLER_LABEL = MESH_CONTROLLER.replace("/", "-")
+"""The value of :data:`MANAGED_LABEL` on what this controller deploys (``istio.io-mesh-controller``)."""
+GATEWAY_NAME_LABEL = "gateway.networking.k8s.io/gateway-name"
+GATEWAY_CLASS_LABEL = "gateway.networking.k8s.io/gateway-class-name"
+GATEWAY_API_VERSION = "gateway.networking.k8s.io/v1"
+STATUS_PORT = 15021
+METRICS_PORT = 15020
+PROXY_UID = 1337
+ROOT_CERT_PATH = "/var/run/secrets/istio/root-cert.pem"
+TOKEN_PATH = "/var/run/secrets/tokens/istio-token"
+
+_DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
+_PORT_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_DROPPED_ANNOTATIONS = frozenset(
+    {
+        "kubectl.kubernetes.io/last-applied-configuration",
+        "gateway.istio.io/name-override",
+        "gateway.istio.io/service-account",
+        "gateway.istio.io/controller-version",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class WaypointTemplateSettings:
+    """What the control plane puts into every waypoint Deployment."""
+
+    xds_address: str = "istiod.istio-system.svc:15012"
+    """HOST:PORT the waypoint pods dial for xDS and the CA (the control plane's ``--waypoint-xds-address``)."""
+    image: str = "ambit"
+    image_pull_policy: str | None = None
+    """``Never`` in the lab (its containers run commands, not images); None leaves the cluster's default."""
+    cluster_id: str = "Kubernetes"
+    trust_domain: str = "cluster.local"
+    domain: str = "cluster.local"
+    """The cluster's DNS domain: the waypoint Service's hostname is ``<name>.<namespace>.svc.<domain>``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """The objects one waypoint Gateway deploys, in the order they are applied."""
+
+    service_account: dict[str, Any]
+    deployment: dict[str, Any]
+    service: dict[str, Any]
+
+    def objects(self) -> tuple[dict[str, Any], ...]:
+        return (self.service_account, self.deployment, self.service)
+
+
+@dataclass(frozen=True, slots=True)
+class Unrenderable:
+    """The Gateway cannot be deployed; ``message`` says why, for its status."""
+
+    message: str
+
+
+def service_hostname(name: str, namespace: str, domain: str) -> str:
+    return f"{name}.{namespace}.svc.{domain}"
+
+
+def _strings(value: Any) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        return {}
+    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def _infrastructure(gateway: Obj, field: str) -> dict[str, str]:
+    """Rule 4: the labels or annotations copied from the Gateway."""
+    meta = gateway.get("metadata") or {}
+    spec = gateway.get("spec") or {}
+    infra = spec.get("infrastructure") if isinstance(spec, Mapping) else None
+    source = infra.get(field) if isinstance(infra, Mapping) and isinstance(infra.get(field), Mapping) else None
+    copied = _strings(source if source is not None else meta.get(field))
+    copied = {k: v for k, v in copied.items() if not k.startswith("gateway.networking.k8s.io/")}
+    if field == "annotations":
+        copied = {k: v for k, v in copied.items() if k not in _DROPPED_ANNOTATIONS}
+    return copied
+
+
+def _listener_ports(gateway: Obj) -> list[dict[str, Any]]:
+    """Rule 5: the Service's ports."""
+    ports: list[dict[str, Any]] = [
+        {"name": "status-port", "port": STATUS_PORT, "protocol": "TCP", "appProtocol": "tcp"}
+    ]
+    used_names, used_ports = {"status-port"}, {STATUS_PORT}
+    spec = gateway.get("spec") or {}
+    listeners = spec.get("listeners") if isinstance(spec, Mapping) else None
+    for listener in listeners if isinstance(listeners, list) else ():
+        if not isinstance(listener, Mapping):
+            continue
+        port, protocol = listener.get("port"), listener.get("protocol")
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535 or port in used_ports:
+            continue
+        protocol = protocol.lower() if isinstance(protocol, str) and protocol.isascii() else "tcp"
+        name = listener.get("name")
+        if not isinstance(name, str) or not _PORT_NAME.fullmatch(name) or name in used_names:
+            name = f"port-{port}"
+        used_names.add(name)
+        used_ports.add(port)
+        ports.append({"name": name, "port": port, "protocol": "TCP", "appProtocol": protocol or "tcp"})
+    return ports
+
+
+def _field(name: str, path: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def _container(name: str, namespace: str, settings: WaypointTemplateSettings) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": "istio-proxy",
+        "image": settings.image,
+        "command": ["ambit"],
+        "args": [
+            "waypoint",
+            "proxy",
+            "--xds-address=$(XDS_ADDRESS)",
+            "--ca-address=$(CA_ADDRESS)",
+            f"--root-cert={ROOT_CERT_PATH}",
+            f"--token={TOKEN_PATH}",
+            "--cluster-id=$(CLUSTER_ID)",
+        ],
+        "env": [
+            {"name": "XDS_ADDRESS", "value": settings.xds_address},
+            {"name": "CA_ADDRESS", "value": settings.xds_address},
+            {"name": "CLUSTER_ID", "value": settings.cluster_id},
+            {"name": "TRUST_DOMAIN", "value": settings.trust_domain},
+            {"name": "GATEWAY_NAME", "value": name},
+            _field("POD_NAME", "metadata.name"),
+            _field("POD_NAMESPACE", "metadata.namespace"),
+            _field("INSTANCE_IP", "status.podIP"),
+            _field("SERVICE_ACCOUNT", "spec.serviceAccountName"),
+            _field("NODE_NAME", "spec.nodeName"),
+            _field("HOST_IP", "status.hostIP"),
+            {"name": "ISTIO_META_CLUSTER_ID", "value": settings.cluster_id},
+            {"name": "ISTIO_META_WORKLOAD_NAME", "value": name},
+            {
+                "name": "ISTIO_META_OWNER",
+                "value": f"kubernetes://apis/apps/v1/namespaces/{namespace}/deployments/{name}",
+            },
+            {"name": "ISTIO_META_MESH_ID", "value": settings.trust_domain},
+        ],
+        "ports": [
+            {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
+            {"name": "status-port", "containerPort": STATUS_PORT, "protocol": "TCP"},
+        ],
+        "startupProbe": {
+            "httpGet": {"path": "/healthz/ready", "port": STATUS_PORT, "scheme": "HTTP"},
+            "initialDelaySeconds": 1,
+            "periodSeconds": 1,
+            "failureThreshold": 30,
+            "timeoutSeconds": 1,
+        },
+        "readinessProbe": {
+            "httpGet": {"path": "/healthz/ready", "port": STATUS_PORT, "scheme": "HTTP"},
+            "periodSeconds": 15,
+            "failureThreshold": 4,
+            "timeoutSeconds": 1,
+        },
+        "securityContext": {
+            "privileged": False,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "runAsUser": PROXY_UID,
+            "runAsGroup": PROXY_UID,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "volumeMounts": [
+            {"name": "istio-token", "mountPath": "/var/run/secrets/tokens"},
+            {"name": "istiod-ca-cert", "mountPath": "/var/run/secrets/istio"},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+    }
+    if settings.image_pull_policy is not None:
+        container["imagePullPolicy"] = settings.image_pull_policy
+    return container
+
+
+def render_waypoint(gateway: Obj, settings: WaypointTemplateSettings) -> Rendered | Unrenderable:
+    """The ServiceAccount, Deployment and Service of one waypoint Gateway (rules 2-6)."""
+    meta = gateway.get("metadata") or {}
+    name, namespace, uid = meta.get("name"), meta.get("namespace"), meta.get("uid")
+    if not isinstance(name, str) or not _DNS1035_LABEL.fullmatch(name):
+        shown = name[:80] if isinstance(name, str) else repr(name)
+        return Unrenderable(
+            f"the name {shown!r} cannot name the waypoint's Service: a waypoint's name must be a DNS-1035 label "
+            "(at most 63 characters: lower-case letters, digits and '-', starting with a letter)"
+        )
+    if not isinstance(namespace, str) or not namespace or not isinstance(uid, str) or not uid:
+        return Unrenderable("the Gateway has no namespace or uid")
+    class_name = str((gateway.get("spec") or {}).get("gatewayClassName") or "")
+    owner = {
+        "apiVersion": GATEWAY_API_VERSION,
+        "kind": "Gateway",
+        "name": name,
+        "uid": uid,
+        "controller": True,
+    }
+    fixed = {GATEWAY_NAME_LABEL: name, GATEWAY_CLASS_LABEL: class_name, MANAGED_LABEL: CONTROLLER_LABEL}
+    labels = {**_infrastructure(gateway, "labels"), **fixed}
+    annotations = _infrastructure(gateway, "annotations")
+
+    def metadata(extra_annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels)}
+        merged = {**(extra_annotations or {}), **annotations}
+        if merged:  # an empty map is not stored: rendering one would look like a difference on every pass
+            out["annotations"] = merged
+        out["ownerReferences"] = [dict(owner)]
+        return out
+
+    selector = {GATEWAY_NAME_LABEL: name}
+    pod_labels = {
+        **_infrastructure(gateway, "labels"),
+        "service.istio.io/canonical-name": name,
+        "service.istio.io/canonical-revision": "latest",
+        **fixed,
+        "istio.io/dataplane-mode": "none",
+        "sidecar.istio.io/inject": "false",
+    }
+    pod_annotations = {
+        **annotations,
+        "istio.io/rev": "default",
+        "prometheus.io/path": "/stats/prometheus",
+        "prometheus.io/port": str(METRICS_PORT),
+        "prometheus.io/scrape": "true",
+    }
+    service_account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": metadata()}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata(),
+        "spec": {
+            "selector": {"matchLabels": dict(selector)},
+            "template": {
+                "metadata": {"labels": pod_labels, "annotations": pod_annotations},
+                "spec": {
+                    "serviceAccountName": name,
+                    "automountServiceAccountToken": False,
+                    "terminationGracePeriodSeconds": 30,
+                    "containers": [_container(name, namespace, settings)],
+                    "volumes": [
+                        {
+                            "name": "istio-token",
+                            "projected": {
+                                "sources": [
+                                    {
+                                        "serviceAccountToken": {
+                                            "audience": "istio-ca",
+                                            "expirationSeconds": 43200,
+                                            "path": "istio-token",
+                                        }
+                                    }
+                                ]
+                            },
+                        },
+                        {"name": "istiod-ca-cert", "configMap": {"name": "istio-ca-root-cert"}},
+                        {"name": "tmp", "emptyDir": {}},
+                    ],
+                },
+            },
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata({"networking.istio.io/traffic-distribution": "PreferClose"}),
+        "spec": {
+            "type": "ClusterIP",
+            "ipFamilyPolicy": "PreferDualStack",
+            "ports": _listener_ports(gateway),
+            "selector": dict(selector),
+        },
+    }
+    return Rendered(service_account, deployment, service)

@@ -1,0 +1,94 @@
+"""Waypoint deployment on the lab (issue 17): ``ambit waypoint apply`` makes a Gateway, the control plane (the lab's
+installed istiod) deploys it, the lab's controllers and kubelet run the waypoint pod, whose network reaches the
+control plane at the address the Deployment names; deleting the Gateway removes everything.
+
+The pod becomes ready (it runs ``ambit waypoint proxy``) and the Gateway Programmed, with its hostname address.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from tests.e2e.lab_driver import TEST_TIMEOUT, Lab, ambit, condition, running_lab, wait_until
+
+pytestmark = [pytest.mark.root, pytest.mark.kubectl, pytest.mark.timeout(TEST_TIMEOUT)]
+
+NS = "wp-deploy"
+SELECTOR = "gateway.networking.k8s.io/gateway-name=waypoint"
+CONNECT = """
+import socket, sys
+host, port = sys.argv[1].rsplit(":", 1)
+with socket.create_connection((host, int(port)), timeout=3):
+    print("connected")
+"""
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    with running_lab(tmp_path_factory.mktemp("e2e-wpdeploy"), mesh=True) as up:
+        up.namespace(NS)
+        yield up
+        assert up.log_tracebacks() == []
+
+
+def env_of(pod: dict[str, Any]) -> dict[str, str]:
+    (container,) = pod["spec"]["containers"]
+    return {e["name"]: e.get("value", "") for e in container["env"]}
+
+
+def test_apply_deploys_a_waypoint_pod_that_reaches_the_control_plane_and_delete_removes_it(lab: Lab) -> None:
+    kubeconfig = str(lab.topology.kubeconfig)
+    done = ambit("waypoint", "apply", "-n", NS, "--kubeconfig", kubeconfig)
+    assert done.stdout.strip() == f"✅ waypoint {NS}/waypoint applied"
+
+    def running_pod() -> dict[str, Any] | None:
+        pods = [p for p in lab.pods(NS, SELECTOR) if (p.get("status") or {}).get("podIP")]
+        return pods[0] if pods else None
+
+    pod = wait_until("the waypoint pod has an address", running_pod, timeout=90)
+    assert pod["spec"]["serviceAccountName"] == "waypoint"
+    assert pod["metadata"]["labels"]["istio.io/dataplane-mode"] == "none"
+    address = env_of(pod)["XDS_ADDRESS"]
+    # Installed, istiod's fixed cluster IP (deploy/overlays/lab); supervised, the control plane on the lab bridge.
+    assert address == ("198.19.255.12:15012" if lab.installed else "198.18.0.1:15012")
+    # In the pod's network namespace (the sandbox stays while the container restarts): the address the
+    # Deployment names reaches the control plane.
+    argv = ["ip", "netns", "exec", lab.pod_netns(pod), sys.executable, "-c", CONNECT, address]
+    tries: list[subprocess.CompletedProcess[str]] = []
+
+    def connected() -> bool:
+        tries.append(subprocess.run(argv, capture_output=True, text=True, timeout=20, check=False))
+        return tries[-1].stdout.strip() == "connected"
+
+    try:
+        wait_until("the waypoint pod's network reaches the control plane", connected, timeout=30, interval=1.0)
+    except pytest.fail.Exception:
+        last = tries[-1]
+        raise AssertionError(f"{argv}: exit {last.returncode}, out {last.stdout!r}, err {last.stderr!r}") from None
+
+    if importlib.util.find_spec("ambit.cli.waypoint_proxy") is not None:
+
+        def programmed() -> dict[str, Any] | None:
+            gateway: dict[str, Any] = lab.get("gateway", "waypoint", "-n", NS)
+            return gateway if condition(gateway, "Programmed").get("status") == "True" else None
+
+        gateway = wait_until("the Gateway is Programmed", programmed, timeout=120)
+        host = f"waypoint.{NS}.svc.cluster.local"
+        assert gateway["status"]["addresses"] == [{"type": "Hostname", "value": host}]
+        listed = ambit("waypoint", "list", "-n", NS, "--kubeconfig", kubeconfig).stdout.splitlines()
+        assert listed[1].split() == ["waypoint", "default", "service", "True"]
+
+    done = ambit("waypoint", "delete", "waypoint", "-n", NS, "--kubeconfig", kubeconfig)
+    assert done.stdout.strip() == f"waypoint {NS}/waypoint deleted"
+    for kind in ("deployments", "services", "serviceaccounts"):
+        wait_until(
+            f"the waypoint's {kind} are gone",
+            lambda kind=kind: not [o for o in lab.items(kind, "-n", NS) if o["metadata"]["name"] == "waypoint"],
+            timeout=30,
+        )
+    wait_until("the waypoint pod is gone", lambda: not lab.pods(NS, SELECTOR), timeout=60)

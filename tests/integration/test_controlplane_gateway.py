@@ -1,0 +1,234 @@
+"""Waypoint deployment through the real control plane: a Gateway of class ``istio-waypoint`` gets its
+ServiceAccount, Deployment and Service, owned by it; its status says Programmed once the Deployment has a ready
+replica; deleting it deletes them; objects it does not own and hostile Gateways get a clear status.
+
+A real API server (subprocess, the CRDs installed; no lab controllers, so the Deployment's status is written by
+the test as the Deployment controller would) and the real control plane (no webhook).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+from tests.harness import ServerProcess
+
+from ambit.controlplane.process import ControlPlane, ControlPlaneSettings
+from ambit.k8s import KubeAlreadyExistsError, KubeClient, KubeNotFoundError, kinds
+
+Obj = dict[str, Any]
+OWNED = (kinds.SERVICE_ACCOUNTS, kinds.DEPLOYMENTS, kinds.SERVICES)
+
+
+async def eventually(predicate: Callable[[], Awaitable[Any]], within: float = 15.0) -> Any:
+    async with asyncio.timeout(within):
+        while True:
+            value = await predicate()
+            if value:
+                return value
+            await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+async def kube(server_process: ServerProcess) -> AsyncIterator[KubeClient]:
+    async with KubeClient.from_kubeconfig(server_process.kubeconfig) as client:
+        yield client
+
+
+@pytest.fixture
+async def plane(kube: KubeClient, server_process: ServerProcess) -> AsyncIterator[ControlPlane]:
+    with contextlib.suppress(KubeAlreadyExistsError):
+        await kube.create(kinds.NAMESPACES, {"metadata": {"name": "istio-system"}})
+    settings = ControlPlaneSettings(
+        kubeconfig=server_process.kubeconfig,
+        host="127.0.0.1",
+        port=0,
+        webhook_port=None,
+        debounce=0.05,
+        waypoint_xds_address="198.18.0.1:15012",
+        waypoint_image_pull_policy="Never",
+    )
+    control_plane = ControlPlane(settings, kube)
+    await control_plane.start()
+    try:
+        yield control_plane
+    finally:
+        await control_plane.aclose()
+
+
+@pytest.fixture
+async def namespace(kube: KubeClient) -> AsyncIterator[str]:
+    name = f"wp-{secrets.token_hex(3)}"
+    await kube.create(kinds.NAMESPACES, {"metadata": {"name": name}})
+    try:
+        yield name
+    finally:
+        with contextlib.suppress(KubeNotFoundError):
+            await kube.delete(kinds.NAMESPACES, name)
+
+
+def waypoint(name: str, namespace: str, **labels: str) -> Obj:
+    return {
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "gatewayClassName": "istio-waypoint",
+            "listeners": [{"name": "mesh", "port": 15008, "protocol": "HBONE"}],
+        },
+    }
+
+
+async def get(kube: KubeClient, kind: kinds.ResourceKind, name: str, namespace: str | None) -> Obj | None:
+    try:
+        return await kube.get(kind, name, namespace)
+    except KubeNotFoundError:
+        return None
+
+
+def condition(obj: Obj | None, type_: str) -> Obj:
+    for c in ((obj or {}).get("status") or {}).get("conditions") or ():
+        if c.get("type") == type_:
+            return dict(c)
+    return {}
+
+
+async def programmed(kube: KubeClient, name: str, namespace: str, status: str, reason: str) -> Obj | None:
+    gateway = await get(kube, kinds.GATEWAYS, name, namespace)
+    found = condition(gateway, "Programmed")
+    return gateway if (found.get("status"), found.get("reason")) == (status, reason) else None
+
+
+async def test_a_waypoint_gateway_gets_its_objects_owned_by_it_and_a_status(
+    kube: KubeClient, plane: ControlPlane, namespace: str
+) -> None:
+    gateway = await kube.create(kinds.GATEWAYS, waypoint("waypoint", namespace, **{"istio.io/waypoint-for": "all"}))
+    uid = gateway["metadata"]["uid"]
+    for kind in OWNED:
+        obj = await eventually(lambda kind=kind: get(kube, kind, "waypoint", namespace))
+        (owner,) = obj["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == ("Gateway", "waypoint", uid, True)
+        labels = obj["metadata"]["labels"]
+        assert labels["gateway.istio.io/managed"] == "istio.io-mesh-controller"
+        assert labels["gateway.networking.k8s.io/gateway-name"] == "waypoint"
+    service = await kube.get(kinds.SERVICES, "waypoint", namespace)
+    assert {(p["name"], p["port"]) for p in service["spec"]["ports"]} == {("status-port", 15021), ("mesh", 15008)}
+    gateway = await eventually(lambda: programmed(kube, "waypoint", namespace, "False", "AddressNotAssigned"))
+    assert condition(gateway, "Accepted")["status"] == "True"
+    assert gateway["metadata"]["labels"]["istio.io/waypoint-for"] == "all"
+    assert "addresses" not in gateway["status"]
+    gateway_class = await eventually(
+        lambda: get(kube, kinds.GATEWAY_CLASSES, "istio-waypoint", None),
+    )
+    assert gateway_class["spec"]["controllerName"] == "istio.io/mesh-controller"
+    accepted = await eventually(
+        lambda: _class_accepted(kube),
+    )
+    assert accepted["message"] == "Handled by Istio controller"
+
+
+async def _class_accepted(kube: KubeClient) -> Obj:
+    return condition(await get(kube, kinds.GATEWAY_CLASSES, "istio-waypoint", None), "Accepted")
+
+
+async def test_the_gateway_is_programmed_once_its_deployment_has_a_ready_replica_and_then_writes_stop(
+    kube: KubeClient, plane: ControlPlane, namespace: str
+) -> None:
+    await kube.create(kinds.GATEWAYS, waypoint("waypoint", namespace))
+    await eventually(lambda: get(kube, kinds.DEPLOYMENTS, "waypoint", namespace))
+    await kube.patch_status(kinds.DEPLOYMENTS, "waypoint", {"status": {"replicas": 1, "readyReplicas": 1}}, namespace)
+    gateway = await eventually(lambda: programmed(kube, "waypoint", namespace, "True", "Programmed"))
+    host = f"waypoint.{namespace}.svc.cluster.local"
+    assert gateway["status"]["addresses"] == [{"type": "Hostname", "value": host}]
+    assert condition(gateway, "Programmed")["message"] == f"Resource programmed, assigned to service(s) {host}:15008"
+    (listener,) = gateway["status"]["listeners"]
+    assert listener["name"] == "mesh" and listener["attachedRoutes"] == 0
+    assert plane.gateways is not None
+    controller = plane.gateways
+
+    async def quiet() -> bool:  # once the caches have caught up, a pass writes nothing
+        before = controller.writes
+        await controller.reconcile_once()
+        return controller.writes == before
+
+    await eventually(quiet)
+    assert await quiet()
+
+
+async def test_deleting_the_gateway_deletes_its_objects(kube: KubeClient, plane: ControlPlane, namespace: str) -> None:
+    await kube.create(kinds.GATEWAYS, waypoint("doomed", namespace))
+    for kind in OWNED:
+        await eventually(lambda kind=kind: get(kube, kind, "doomed", namespace))
+    await kube.delete(kinds.GATEWAYS, "doomed", namespace)
+    for kind in OWNED:
+
+        async def gone(kind: kinds.ResourceKind = kind) -> bool:
+            return await get(kube, kind, "doomed", namespace) is None
+
+        await eventually(gone)
+
+
+async def test_a_user_s_replica_count_survives_a_template_update(
+    kube: KubeClient, plane: ControlPlane, namespace: str
+) -> None:
+    await kube.create(kinds.GATEWAYS, waypoint("scaled", namespace))
+    await eventually(lambda: get(kube, kinds.DEPLOYMENTS, "scaled", namespace))
+    await kube.patch(kinds.DEPLOYMENTS, "scaled", {"spec": {"replicas": 3}}, namespace)
+    await kube.patch(kinds.GATEWAYS, "scaled", {"metadata": {"labels": {"team": "payments"}}}, namespace)
+
+    async def relabelled() -> Obj | None:
+        deployment = await get(kube, kinds.DEPLOYMENTS, "scaled", namespace)
+        return deployment if deployment and deployment["metadata"]["labels"].get("team") == "payments" else None
+
+    deployment = await eventually(relabelled)
+    assert deployment["spec"]["replicas"] == 3
+
+
+async def test_an_existing_deployment_of_that_name_is_not_taken_over(
+    kube: KubeClient, plane: ControlPlane, namespace: str
+) -> None:
+    theirs = {
+        "metadata": {"name": "taken", "namespace": namespace, "labels": {"app": "theirs"}},
+        "spec": {
+            "selector": {"matchLabels": {"app": "theirs"}},
+            "template": {
+                "metadata": {"labels": {"app": "theirs"}},
+                "spec": {"containers": [{"name": "main", "image": "theirs", "command": ["sleep", "1000"]}]},
+            },
+        },
+    }
+    before = await kube.create(kinds.DEPLOYMENTS, theirs)
+    await kube.create(kinds.GATEWAYS, waypoint("taken", namespace))
+    gateway = await eventually(lambda: programmed(kube, "taken", namespace, "False", "Invalid"))
+    assert (
+        "Deployment 'taken' already exists and is not managed by the mesh controller"
+        in (condition(gateway, "Programmed")["message"])
+    )
+    after = await kube.get(kinds.DEPLOYMENTS, "taken", namespace)
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert after["spec"]["template"]["spec"]["containers"][0]["image"] == "theirs"
+
+
+async def test_hostile_gateways_get_a_clear_status_and_do_not_stop_the_others(
+    kube: KubeClient, plane: ControlPlane, namespace: str
+) -> None:
+    dotted = waypoint("a.b", namespace)
+    bad_labels = waypoint("badlabels", namespace)
+    bad_labels["spec"]["infrastructure"] = {"labels": {"bad key!": "x" * 100}}
+    nonsense = waypoint("nonsense", namespace)
+    nonsense["spec"]["listeners"] = [{"name": "mesh", "port": "15008", "protocol": 7}]
+    for gateway in (dotted, bad_labels, nonsense):
+        await kube.create(kinds.GATEWAYS, gateway)
+    await kube.create(kinds.GATEWAYS, waypoint("fine", namespace))
+    gateway = await eventually(lambda: programmed(kube, "a.b", namespace, "False", "Invalid"))
+    assert "DNS-1035 label" in condition(gateway, "Programmed")["message"]
+    gateway = await eventually(lambda: programmed(kube, "badlabels", namespace, "False", "Invalid"))
+    message = condition(gateway, "Programmed")["message"]
+    assert message.startswith("the API server refused the ServiceAccount 'badlabels'"), message
+    assert "\n" not in message and "Traceback" not in message
+    gateway = await eventually(lambda: programmed(kube, "nonsense", namespace, "False", "AddressNotAssigned"))
+    assert condition(gateway, "Accepted")["reason"] == "ListenersNotValid"
+    await eventually(lambda: programmed(kube, "fine", namespace, "False", "AddressNotAssigned"))
+    assert await get(kube, kinds.DEPLOYMENTS, "fine", namespace) is not None
