@@ -44,8 +44,14 @@ async def plane(kube: KubeClient, server_process: ServerProcess) -> AsyncIterato
     ):
         with contextlib.suppress(KubeAlreadyExistsError):
             await kube.create(kind, obj)
+    # The Gateways' addresses are written by the test, as a deployed waypoint's would be: no deployment controller.
     settings = ControlPlaneSettings(
-        kubeconfig=server_process.kubeconfig, host="127.0.0.1", port=0, webhook_port=None, debounce=0.05
+        kubeconfig=server_process.kubeconfig,
+        host="127.0.0.1",
+        port=0,
+        webhook_port=None,
+        debounce=0.05,
+        deploy_waypoints=False,
     )
     control_plane = ControlPlane(settings, kube)
     await control_plane.start()

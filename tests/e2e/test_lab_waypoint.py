@@ -1,0 +1,214 @@
+"""Waypoints end to end on the lab (issue 17, "Done when"): a namespace enrolled in a waypoint with ``ambit waypoint
+apply --enroll-namespace`` has its Service traffic carried at L7 by the waypoint pod the control plane deployed:
+requests carry ``x-request-id``, the waypoint's metrics count them with ``reporter="waypoint"``, an HTTPRoute
+splits traffic by header and by weight, and removing the label brings the traffic back to L4.
+
+One lab for the module, the mesh installed from deploy/. Namespace ``wp-app`` is ambient: Deployments ``echo-v1``
+(two replicas) and ``echo-v2`` (one), Service ``echo`` over both and Services ``echo-v1``/``echo-v2`` over each,
+and a client pod.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from tests.e2e.lab_driver import (
+    TEST_TIMEOUT,
+    Lab,
+    ambit,
+    condition,
+    http_echo_container,
+    pod_manifest,
+    running_lab,
+    sleeper,
+    wait_until,
+)
+
+pytestmark = [pytest.mark.root, pytest.mark.kubectl, pytest.mark.timeout(TEST_TIMEOUT)]
+
+NS = "wp-app"
+WAYPOINT = "gateway.networking.k8s.io/gateway-name=waypoint"
+
+CALLS = """
+import json, sys, urllib.request
+url, count, header = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+out = []
+for _ in range(count):
+    request = urllib.request.Request(url)
+    if header:
+        name, _, value = header.partition(":")
+        request.add_header(name, value)
+    try:
+        with urllib.request.urlopen(request, timeout=5) as r:
+            answer = json.loads(r.read())
+            headers = {k.lower(): v for k, v in answer["headers"].items()}
+            rid = headers.get("x-request-id", "")
+            out.append({"status": r.status, "pod": answer.get("pod", ""), "request_id": rid})
+    except Exception as exc:
+        out.append({"status": getattr(exc, "code", 0), "error": type(exc).__name__})
+print(json.dumps(out))
+"""
+
+
+def deployment(name: str, version: str, replicas: int) -> dict[str, Any]:
+    labels = {"app": "echo", "version": version}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"terminationGracePeriodSeconds": 2, "containers": [http_echo_container(8080)]},
+            },
+        },
+    }
+
+
+def service(name: str, selector: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name},
+        "spec": {"selector": selector, "ports": [{"name": "http", "port": 80, "targetPort": 8080}]},
+    }
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    with running_lab(tmp_path_factory.mktemp("e2e-waypoint"), mesh=True) as up:
+        up.namespace(NS)
+        up.kubectl("label", "namespace", NS, "istio.io/dataplane-mode=ambient")
+        up.apply(
+            deployment("echo-v1", "v1", 2),
+            deployment("echo-v2", "v2", 1),
+            service("echo", {"app": "echo"}),
+            service("echo-v1", {"app": "echo", "version": "v1"}),
+            service("echo-v2", {"app": "echo", "version": "v2"}),
+            pod_manifest("client", [sleeper()], labels={"app": "client"}),
+            namespace=NS,
+        )
+        up.wait_pods_ready(NS, "", 4, timeout=120)
+        done = ambit(
+            "waypoint", "apply", "-n", NS, "--enroll-namespace", "--wait", "--kubeconfig", str(up.topology.kubeconfig),
+            timeout=240,
+        )  # fmt: skip
+        assert "applied" in done.stdout, done.stdout
+        yield up
+        assert up.log_tracebacks() == []
+
+
+def calls(lab: Lab, url: str, count: int = 1, header: str = "") -> list[dict[str, Any]]:
+    out = lab.exec("client", NS, "python3", "-c", CALLS, url, str(count), header, timeout=120)
+    answers: list[dict[str, Any]] = json.loads(out)
+    return answers
+
+
+def vip(lab: Lab, name: str) -> str:
+    return str(lab.get("service", name, "-n", NS)["spec"]["clusterIP"])
+
+
+def waypoint_requests(lab: Lab) -> int:
+    """``istio_requests_total`` with reporter="waypoint", summed, from the waypoint pod's :15020."""
+    pods = [p for p in lab.pods(NS, WAYPOINT) if (p.get("status") or {}).get("podIP")]
+    total = 0
+    for pod in pods:
+        with urllib.request.urlopen(f"http://{pod['status']['podIP']}:15020/metrics", timeout=5) as response:
+            for line in response.read().decode().splitlines():
+                if line.startswith("istio_requests_total{") and 'reporter="waypoint"' in line:
+                    total += int(float(line.rsplit(" ", 1)[1]))
+    return total
+
+
+def test_service_traffic_goes_through_the_waypoint_at_l7(lab: Lab) -> None:
+    gateway = lab.get("gateway", "waypoint", "-n", NS)
+    assert condition(gateway, "Programmed").get("status") == "True", gateway.get("status")
+    url = f"http://{vip(lab, 'echo')}/"
+
+    def through_waypoint() -> list[dict[str, Any]] | None:
+        answers = calls(lab, url, 3)
+        return answers if all(a.get("request_id") for a in answers) else None
+
+    answers = wait_until("requests to the Service carry x-request-id", through_waypoint, timeout=60, interval=1.0)
+    assert all(a["status"] == 200 for a in answers), answers
+    before = waypoint_requests(lab)
+    calls(lab, url, 5)
+    assert waypoint_requests(lab) >= before + 5
+    bound = condition(lab.get("service", "echo", "-n", NS), "istio.io/WaypointBound")
+    assert bound.get("status") == "True", bound
+
+
+def test_requests_on_one_service_are_spread_over_its_endpoints(lab: Lab) -> None:
+    answers = calls(lab, f"http://{vip(lab, 'echo-v1')}/", 20)
+    pods = Counter(a["pod"] for a in answers)
+    assert len(pods) == 2 and all(a["status"] == 200 for a in answers), pods
+
+
+HEADER_ROUTE = {
+    "apiVersion": "gateway.networking.k8s.io/v1",
+    "kind": "HTTPRoute",
+    "metadata": {"name": "echo-by-header"},
+    "spec": {
+        "parentRefs": [{"group": "", "kind": "Service", "name": "echo", "port": 80}],
+        "rules": [
+            {
+                "matches": [{"headers": [{"name": "x-version", "value": "v2"}]}],
+                "backendRefs": [{"name": "echo-v2", "port": 80}],
+            },
+            {"backendRefs": [{"name": "echo-v1", "port": 80}]},
+        ],
+    },
+}
+
+
+def test_an_httproute_header_match_splits_traffic_between_two_deployments(lab: Lab) -> None:
+    lab.apply(HEADER_ROUTE, namespace=NS)
+    url = f"http://{vip(lab, 'echo')}/"
+    v2 = {p["metadata"]["name"] for p in lab.pods(NS, "version=v2")}
+    v1 = {p["metadata"]["name"] for p in lab.pods(NS, "version=v1")}
+
+    def routed() -> bool:
+        with_header = calls(lab, url, 4, "x-version:v2")
+        without = calls(lab, url, 4)
+        return {a["pod"] for a in with_header} <= v2 and {a["pod"] for a in without} <= v1
+
+    wait_until("the header route applies", routed, timeout=60, interval=1.0)
+    route = lab.get("httproute", "echo-by-header", "-n", NS)
+    parents = route["status"]["parents"]
+    assert condition(parents[0], "Accepted").get("status") == "True", parents
+    lab.kubectl("delete", "httproute", "echo-by-header", "-n", NS)
+
+
+def test_weights_90_10_hold_within_a_few_percent(lab: Lab) -> None:
+    weighted = json.loads(json.dumps(HEADER_ROUTE))
+    weighted["metadata"]["name"] = "echo-weighted"
+    weighted["spec"]["rules"] = [
+        {"backendRefs": [{"name": "echo-v1", "port": 80, "weight": 90}, {"name": "echo-v2", "port": 80, "weight": 10}]}
+    ]
+    lab.apply(weighted, namespace=NS)
+    url = f"http://{vip(lab, 'echo')}/"
+    v2 = {p["metadata"]["name"] for p in lab.pods(NS, "version=v2")}
+    wait_until("the weighted route applies", lambda: any(a["pod"] in v2 for a in calls(lab, url, 20)), 60, 1.0)
+    answers = calls(lab, url, 400)
+    share = sum(a["pod"] in v2 for a in answers) / len(answers)
+    assert 0.05 <= share <= 0.15, share
+    lab.kubectl("delete", "httproute", "echo-weighted", "-n", NS)
+
+
+def test_removing_the_label_brings_traffic_back_to_l4(lab: Lab) -> None:
+    url = f"http://{vip(lab, 'echo')}/"
+    lab.kubectl("label", "namespace", NS, "istio.io/use-waypoint-")
+
+    def direct() -> bool:
+        answers = calls(lab, url, 3)
+        return all(a.get("status") == 200 and not a.get("request_id") for a in answers)
+
+    wait_until("requests no longer carry x-request-id", direct, timeout=60, interval=1.0)
+    lab.kubectl("label", "namespace", NS, "istio.io/use-waypoint=waypoint")
