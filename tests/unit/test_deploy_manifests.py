@@ -166,12 +166,13 @@ def test_the_precreated_webhook_has_the_control_planes_rules_and_fails_open_unti
     assert service["port"] in {p["port"] for p in svc["spec"]["ports"]}
 
 
-def test_lab_overlay_changes_only_the_pull_policy_and_the_control_plane_address() -> None:
+def test_lab_overlay_changes_only_the_pull_policy_the_control_plane_address_and_dry_run() -> None:
     for kind, name in (("Deployment", "istiod"), ("DaemonSet", "istio-cni-node"), ("DaemonSet", "ztunnel")):
         base, lab = _pod(kind, name), _pod(kind, name, "overlays/lab")
         (b,), (c,) = base["containers"], lab["containers"]
         assert c["imagePullPolicy"] == "Never" and c["command"] == b["command"] == ["ambit"]
-        assert c["args"] == b["args"] and c["volumeMounts"] == b["volumeMounts"]
+        added = ["--enable-dry-run"] if name == "istiod" else []  # the lab's control plane sends dry-run policies
+        assert c["args"] == b["args"] + added and c["volumeMounts"] == b["volumeMounts"]
         changed = {e["name"] for e in c["env"]} ^ {e["name"] for e in b["env"]}
         assert not changed, f"{name}: the overlay adds or drops variables {changed}"
     (proxy,) = _pod("DaemonSet", "ztunnel", "overlays/lab")["containers"]
