@@ -102,8 +102,11 @@ def test_an_added_node_waits_for_its_node_agent_before_ambient_pods_run_there(la
 
     client = lab.wait_pods_ready(namespace, "app=client", 1, timeout=90)[0]
     assert client["spec"]["nodeName"] == "node-3"
-    # Scheduled only once the node agent there was Ready (RFC 3339 seconds compare as text).
-    assert condition(client, "PodScheduled")["lastTransitionTime"] >= condition(agent, "Ready")["lastTransitionTime"]
+    # Bound only once the node agent there was Ready: the scheduler's Scheduled event against the agent's Ready
+    # condition (RFC 3339 times, compared to the second as text).
+    (bound,) = [e for e in lab.events(namespace, "client") if e.get("reason") == "Scheduled"]
+    bound_at = str(bound.get("eventTime") or bound.get("firstTimestamp"))[:19]
+    assert bound_at >= condition(agent, "Ready")["lastTransitionTime"][:19], (bound, agent["status"])
     assert client["metadata"]["annotations"]["ambient.istio.io/redirection"] == "enabled"
 
     server_ip = lab.pod("server", namespace)["status"]["podIP"]
