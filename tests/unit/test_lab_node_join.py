@@ -12,10 +12,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ambit.commands import Call, CommandResult, RecordingRunner
-from ambit.lab.cluster.join import default_taints
+from ambit.lab.cluster.join import add_node, default_taints
+from ambit.lab.cluster.lifecycle import LabError
 from ambit.lab.cluster.record import Record
 from ambit.lab.network.bridge import LabNetworkError, Route, add_node_network, join_routes, node_routes
-from ambit.lab.network.topology import SERVICE_CIDR, Topology
+from ambit.lab.network.topology import MAX_NODES, SERVICE_CIDR, Topology
 from ambit.lab.runtime.kubelet import NodeRuntimeSettings
 from ambit.lab.runtime.node_status import node_manifest
 from ambit.lab.runtime.node_taints import (
@@ -197,3 +198,58 @@ def test_a_node_whose_namespace_or_range_is_taken_is_not_added(tmp_path: Path) -
     ):
         add_node_network(topology, topology.node(3), Record(topology.record_file), runner)
     assert not any(" add " in c for c in runner.commands)
+
+
+# -- the add's refusals and its undo ------------------------------------------------------------------------------
+
+
+def test_a_failed_add_removes_what_it_made_and_restores_the_topology(tmp_path: Path) -> None:
+    topology = Topology.new(2, tmp_path / "lab", installed=True)
+    topology.save()
+    p = topology.prefix
+
+    def respond(call: Call) -> CommandResult | None:
+        if call.argv[:3] == ("ip", "link", "add"):
+            return CommandResult(call.argv, 2, b"", b"RTNETLINK answers: Operation not permitted")
+        return None
+
+    runner = RecordingRunner(respond=respond)
+    with pytest.raises(LabError, match=r"adding node-3 failed: .*Operation not permitted"):
+        add_node(topology.path, runner=runner)
+    assert Topology.load(topology.path) == topology
+    assert f"ip netns delete {p}-node-3" in runner.commands
+    assert f"ip link delete {p}-n3" in runner.commands
+    assert f"ip route delete 198.18.3.0/24 via 198.18.0.13 dev {p}-br" in runner.commands
+    assert f"ip -n {p}-node-1 route delete 198.18.3.0/24 via 198.18.0.13 dev eth0" in runner.commands
+    assert not topology.node_dir("node-3").exists()
+
+
+def test_a_lab_with_the_supervised_mesh_or_at_its_size_limit_gets_no_node(tmp_path: Path) -> None:
+    supervised = Topology.new(2, tmp_path / "a", mesh=True)
+    supervised.save()
+    runner = RecordingRunner()
+    with pytest.raises(LabError, match="--supervised"):
+        add_node(supervised.path, runner=runner)
+    full = dataclasses.replace(Topology.new(2, tmp_path / "b"), nodes=MAX_NODES)
+    full.save()
+    with pytest.raises(LabError, match=f"the lab has {MAX_NODES} nodes, the most"):
+        add_node(full.path, runner=runner)
+    with pytest.raises(LabError, match="no lab in"):
+        add_node(tmp_path / "none", runner=runner)
+    assert runner.calls == []
+
+
+def test_a_refused_add_leaves_the_route_that_was_in_the_way_alone(tmp_path: Path) -> None:
+    topology = Topology.new(2, tmp_path / "lab")
+    topology.save()
+
+    def respond(call: Call) -> CommandResult | None:
+        if call.argv[:3] == ("ip", "-j", "-4"):
+            return CommandResult(call.argv, 0, json.dumps([{"dst": "198.18.3.0/24", "dev": "other0"}]).encode())
+        return None
+
+    runner = RecordingRunner(respond=respond)
+    with pytest.raises(LabError, match=r"198\.18\.3\.0/24 is routed via other0"):
+        add_node(topology.path, runner=runner)
+    deletes = [c for c in runner.commands if " delete " in c]
+    assert deletes and all("other0" not in c and " dev " in c for c in deletes if " route " in c)

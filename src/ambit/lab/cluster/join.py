@@ -107,8 +107,7 @@ def _undo(old: Topology, grown: Topology, node: NodeAddresses, runner: CommandRu
             os.waitpid(runtime_pid, 0)
     for route in join_routes(grown, node):
         if route.namespace != node.netns:  # the node's own go with its namespace
-            runner.run(["ip", *(["-n", route.namespace] if route.namespace else []), "route", "delete", route.dst],
-                       check=False)  # fmt: skip
+            runner.run(route.argv("delete"), check=False)
     runner.run(["ip", "link", "delete", node.root_link], check=False)
     runner.run(["ip", "netns", "delete", node.netns], check=False)
     shutil.rmtree(grown.node_dir(node.name), ignore_errors=True)

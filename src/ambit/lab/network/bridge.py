@@ -64,10 +64,11 @@ class Route:
     via: str
     dev: str
 
-    def argv(self) -> list[str]:
+    def argv(self, action: str = "add") -> list[str]:
+        """``ip route add`` (or ``delete``: only this very route, never another one to the same range)."""
         where = ["-n", self.namespace] if self.namespace else []
         via = ["via", self.via] if self.via else []
-        return ["ip", *where, "route", "add", self.dst, *via, "dev", self.dev]
+        return ["ip", *where, "route", action, self.dst, *via, "dev", self.dev]
 
 
 def node_routes(topology: Topology, node: NodeAddresses) -> list[Route]:
