@@ -27,6 +27,8 @@ import dataclasses
 import fcntl
 import os
 import shutil
+import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -97,14 +99,11 @@ def add_node(
 
 
 def _undo(old: Topology, grown: Topology, node: NodeAddresses, runner: CommandRunner, runtime_pid: int | None) -> None:
-    """Remove what :func:`add_node` made for ``node`` (best effort; ``lab down`` sweeps whatever stays)."""
-    import signal
-
+    """Remove what :func:`add_node` made for ``node``: its runtime, Node object, routes, link, namespace and files
+    (best effort; containers a runtime started before it was stopped stay for ``ambit lab down``)."""
     if runtime_pid is not None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(runtime_pid, signal.SIGTERM)
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(runtime_pid, 0)
+        _stop(runtime_pid)
+        _delete_node_object(old, node.name)
     for route in join_routes(grown, node):
         if route.namespace != node.netns:  # the node's own go with its namespace
             runner.run(route.argv("delete"), check=False)
@@ -113,3 +112,36 @@ def _undo(old: Topology, grown: Topology, node: NodeAddresses, runner: CommandRu
     shutil.rmtree(grown.node_dir(node.name), ignore_errors=True)
     forget_node(grown, node.name)
     old.save()
+
+
+def _stop(pid: int, grace: float = 8.0) -> None:
+    """SIGTERM, then SIGKILL after ``grace`` seconds; reaps the child."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if done:
+            return
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+
+
+def _delete_node_object(topology: Topology, name: str) -> None:
+    """The Node the stopped runtime may have registered (else the DaemonSets would keep a pod for it)."""
+    import asyncio
+
+    from ambit.k8s import KubeClient, KubeClientError, kinds
+
+    async def delete() -> None:
+        async with KubeClient.from_kubeconfig(topology.kubeconfig) as client:
+            await client.delete(kinds.NODES, name)
+
+    with contextlib.suppress(KubeClientError, OSError):
+        asyncio.run(delete())
