@@ -27,6 +27,7 @@ from ambit.k8s.errors import KubeClientError
 from ambit.lab.network.plugins import CniInvocationError
 from ambit.lab.runtime.containers_apply import ProcessRuntime
 from ambit.lab.runtime.kubelet import NodeRuntime, NodeRuntimeSettings
+from ambit.lab.runtime.node_taints import parse_taint
 from ambit.lab.runtime.probes import ProbeResult, ProbeSpec, ProbeTarget, probe_once
 from ambit.lab.runtime.processes import process_start_ticks
 
@@ -256,6 +257,27 @@ async def test_the_node_registers_and_keeps_its_heartbeat_and_lease(kube: KubeCl
         return bool(again["spec"]["renewTime"] != lease["spec"]["renewTime"])
 
     await eventually(renewed, within=3)
+
+
+async def test_the_node_registers_with_its_taints_once_and_never_adds_them_back(
+    kube: KubeClient, settings: NodeRuntimeSettings, sandboxes: FakeSandboxes, record: FakeRecord
+) -> None:
+    tainted = dataclasses.replace(
+        settings, register_with_taints=(parse_taint("cni.istio.io/not-ready=true:NoSchedule"),)
+    )
+    runtime = NodeRuntime(kube, tainted, sandboxes, record, containers=ProcessRuntime())
+    await runtime.start()
+    await runtime.aclose()
+    node = await kube.get(kinds.NODES, "node-1")
+    assert node["spec"]["taints"] == [{"key": "cni.istio.io/not-ready", "value": "true", "effect": "NoSchedule"}]
+    # The taint is removed (the control plane's untaint controller); a restarted runtime leaves it removed.
+    await kube.patch(kinds.NODES, "node-1", [{"op": "remove", "path": "/spec/taints"}], patch_type="json")
+    runtime = NodeRuntime(kube, tainted, sandboxes, record, containers=ProcessRuntime())
+    await runtime.start()
+    await runtime.aclose()
+    node = await kube.get(kinds.NODES, "node-1")
+    assert not node["spec"].get("taints")
+    assert node["spec"]["podCIDR"] == "198.18.1.0/24"
 
 
 # -- running, ready, logs, token, env ---------------------------------------------------------------------------

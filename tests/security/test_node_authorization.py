@@ -150,3 +150,46 @@ async def test_a_node_may_not_touch_rbac_webhooks_or_namespaces(cluster: Cluster
     reply = await node.post("/apis/authorization.k8s.io/v1/selfsubjectrulesreviews", review)
     assert reply.status == 201
     assert reply.body["status"]["incomplete"] is True
+
+
+async def test_a_node_registers_with_taints_but_never_lifts_or_changes_them(cluster: Cluster) -> None:
+    node, admin = cluster.node1, cluster.admin
+    taint = {"key": "cni.istio.io/not-ready", "value": "true", "effect": "NoSchedule"}
+    assert (await admin.delete("/api/v1/nodes/node-1")).status == 200
+    # kubelet --register-with-taints: the Node is created with them.
+    created = await node.post("/api/v1/nodes", {"metadata": {"name": "node-1"}, "spec": {"taints": [taint]}})
+    assert created.status == 201, created.body
+    # A stolen kubelet token cannot lift the taint that keeps ambient pods away until the node agent is ready.
+    for lift in (
+        node.patch("/api/v1/nodes/node-1", {"spec": {"taints": None}}),
+        node.patch("/api/v1/nodes/node-1", {"spec": {"taints": []}}),
+        node.patch(
+            "/api/v1/nodes/node-1",
+            [{"op": "remove", "path": "/spec/taints"}],
+            content_type="application/json-patch+json",
+        ),
+        node.patch("/api/v1/nodes/node-1", {"spec": {"taints": [{**taint, "effect": "PreferNoSchedule"}]}}),
+        node.patch("/api/v1/nodes/node-1", {"spec": {"taints": [taint, {"key": "x", "effect": "NoExecute"}]}}),
+    ):
+        status = assert_status(await lift, 403, "Forbidden")
+        assert "is not allowed to modify taints" in status["message"]
+    # What the kubelet does afterwards still passes: its labels and podCIDR, its status.
+    again = await node.patch(
+        "/api/v1/nodes/node-1", {"metadata": {"labels": {"a": "b"}}, "spec": {"podCIDR": "198.18.1.0/24"}}
+    )
+    assert again.status == 200, again.body
+    ok = await node.patch(
+        "/api/v1/nodes/node-1/status", {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    )
+    assert ok.status == 200, ok.body
+    refused = await node.patch(
+        "/api/v1/nodes/node-1",
+        {"metadata": {"ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "node-2", "uid": "u"}]}},
+    )
+    assert "is not allowed to modify ownerReferences" in assert_status(refused, 403, "Forbidden")["message"]
+    # Nor through its status: the status subresource leaves the spec as it was (or refuses).
+    await node.patch("/api/v1/nodes/node-1/status", {"spec": {"taints": None}})
+    assert (await admin.get("/api/v1/nodes/node-1")).body["spec"]["taints"] == [taint]
+    # The control plane (here the admin) removes it.
+    lifted = await admin.patch("/api/v1/nodes/node-1", {"spec": {"taints": None}})
+    assert lifted.status == 200 and not lifted.body["spec"].get("taints"), lifted.body

@@ -15,7 +15,10 @@ Rules of the authorizer (:meth:`NodeAuthorizer.allows`):
 
 Rules of the restriction (:func:`restrict`), on writes by a node, after the authorizer allowed them:
 
-4. Nodes: a node creates, updates or patches only its own Node object (and its status).
+4. Nodes: a node creates, updates or patches only its own Node object (and its status). It may create its Node
+   with taints (kubelet's ``--register-with-taints``) but never changes them afterwards, nor the Node's owner
+   references: a node that could lift its own taints could steer to itself the pods they keep away (Istio's
+   ``cni.istio.io/not-ready`` would let ambient pods start before the node agent is ready).
 5. Pods: a node creates none (no mirror pods here), deletes and updates the status of only pods bound to itself,
    and never updates a pod's spec or metadata.
 6. Leases in ``kube-node-lease``: only the one named after the node.
@@ -171,6 +174,11 @@ def restrict(
         target = name or str(((obj or {}).get("metadata") or {}).get("name", ""))
         if target != node:
             raise _forbidden(node, f"is not allowed to modify node {target!r}")
+        if operation == "UPDATE" and obj is not None and old is not None:
+            if _spec_field(obj, "taints") != _spec_field(old, "taints"):
+                raise _forbidden(node, "is not allowed to modify taints")
+            if _meta_field(obj, "ownerReferences") != _meta_field(old, "ownerReferences"):
+                raise _forbidden(node, "is not allowed to modify ownerReferences")
     elif resource == "pods":
         if subresource == "" and operation == "CREATE":
             raise _forbidden(node, "can only create mirror pods, and this server has none")
@@ -182,6 +190,16 @@ def restrict(
         target = name or str(((obj or {}).get("metadata") or {}).get("name", ""))
         if target != node:
             raise _forbidden(node, f"can only modify its own lease, not {target!r}")
+
+
+def _spec_field(obj: Mapping[str, Any], key: str) -> Any:
+    spec = obj.get("spec")
+    return (spec.get(key) if isinstance(spec, Mapping) else None) or None  # absent and empty are the same
+
+
+def _meta_field(obj: Mapping[str, Any], key: str) -> Any:
+    meta = obj.get("metadata")
+    return (meta.get(key) if isinstance(meta, Mapping) else None) or None
 
 
 def restrict_token_request(node: str, bound_pod: Mapping[str, Any] | None) -> None:

@@ -224,18 +224,76 @@ def logs(
         typer.echo(f"ambit lab logs: no output from {pod}/{name} yet", err=True)
 
 
-@lab.command(hidden=True)
+node_app = typer.Typer(help="The lab's nodes: add one to a running lab.")
+lab.add_typer(node_app, name="node")
+
+
+@node_app.callback(invoke_without_command=True)
 def node(
-    name: Annotated[str, typer.Option(help="The node's name.")],
+    ctx: typer.Context,
+    name: Annotated[
+        str | None, typer.Option(help="Run this node's runtime (as `ambit lab up` does).", hidden=True)
+    ] = None,
+    register_with_taints: Annotated[
+        str, typer.Option(help="Taints the runtime registers its Node with: key=value:Effect,...", hidden=True)
+    ] = "",
     directory: DirOption = DEFAULT_DIR,
 ) -> None:
-    """Run one node's runtime (started by `ambit lab up` inside the node's namespace)."""
+    """The lab's nodes (`ambit lab node add`); with --name, run one node's runtime (started by `ambit lab up`
+    inside the node's namespace)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if name is None:
+        typer.echo(ctx.get_help())
+        raise typer.Exit(2)
     from ambit.lab.cluster.node import run_node
+    from ambit.lab.runtime.node_taints import TaintSpecError, parse_taints
 
     topology = _topology(directory)
     if topology.node_named(name) is None:
         raise typer.BadParameter(f"no node {name!r} in this lab")
-    asyncio.run(run_node(topology, name))
+    try:
+        taints = parse_taints([register_with_taints]) if register_with_taints else ()
+    except TaintSpecError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--register-with-taints") from None
+    asyncio.run(run_node(topology, name, taints))
+
+
+@node_app.command("add")
+def node_add(
+    taint: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--taint",
+            help="A taint the new node registers with, key=value:Effect (repeatable). Default: "
+            "cni.istio.io/not-ready=true:NoSchedule when the mesh is installed (removed once the node agent is "
+            "ready there), none otherwise.",
+        ),
+    ] = None,
+    no_taint: Annotated[bool, typer.Option("--no-taint", help="Register the new node without any taint.")] = False,
+    directory: DirOption = DEFAULT_DIR,
+) -> None:
+    """Add a node to a running lab: its network, its kubelet identity and runtime; waits until it is Ready."""
+    from ambit.errors import AmbitError
+    from ambit.lab.cluster.join import add_node
+    from ambit.lab.runtime.node_taints import TaintSpecError, parse_taints
+
+    _require_root()
+    if taint and no_taint:
+        typer.echo("ambit lab node add: --taint and --no-taint contradict each other; pick one", err=True)
+        raise typer.Exit(2)
+    try:
+        taints = () if no_taint else parse_taints(taint) if taint else None
+    except TaintSpecError as exc:
+        typer.echo(f"ambit lab node add: {exc}", err=True)
+        raise typer.Exit(2) from None
+    _topology(directory)
+    try:
+        node = add_node(directory, taints)
+    except AmbitError as exc:
+        typer.echo(f"ambit lab node add: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"{node.name} joined: address {node.address}, pods {node.pod_cidr}")
 
 
 @lab.command(hidden=True)

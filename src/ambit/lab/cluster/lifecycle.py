@@ -31,7 +31,8 @@ from ambit.errors import AmbitError
 from ambit.lab.cluster.identities import token_file, write_kubeconfigs, write_token_file
 from ambit.lab.cluster.record import Record, sweep
 from ambit.lab.network.bridge import create_network
-from ambit.lab.network.topology import API_PORT, BRIDGE_ADDRESS, SERVICE_CIDR, Topology
+from ambit.lab.network.topology import API_PORT, BRIDGE_ADDRESS, SERVICE_CIDR, NodeAddresses, Topology
+from ambit.lab.runtime.node_taints import NodeTaint, render_taints
 from ambit.lab.runtime.oci_apply import RuncMissingError, find_runc
 
 
@@ -53,11 +54,11 @@ class LabSettings:
     """Install the mesh from ``deploy/overlays/lab`` once the nodes are Ready (:mod:`ambit.lab.mesh.install`)."""
 
 
-def _ambit(*args: str) -> list[str]:
+def ambit_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "ambit.cli", *args]
 
 
-def _start(
+def start_process(
     argv: list[str], log: Path, record: Record, what: str, *, pipe_stdout: bool = False
 ) -> subprocess.Popen[bytes]:
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -101,36 +102,41 @@ def lab_up(
         if settings.mesh:
             _prepare_mesh(topology)
             _register_webhook(topology)
-        _start(
-            _ambit("lab", "controllers", "--dir", str(directory)),
+        start_process(
+            ambit_argv("lab", "controllers", "--dir", str(directory)),
             directory / "logs" / "controllers.log",
             record,
             "controllers",
         )
         for node in topology.all_nodes():
-            # nsenter, not `ip netns exec`: the runtime must stay in the root mount namespace, so that the pod
-            # namespaces it creates (bind mounts under /run/netns) are visible to everyone.
-            argv = [
-                "nsenter",
-                f"--net=/run/netns/{node.netns}",
-                "--",
-                *_ambit("lab", "node", "--dir", str(directory), "--name", node.name),
-            ]
-            _start(argv, topology.node_dir(node.name) / "runtime.log", record, f"node runtime {node.name}")
+            start_node_runtime(topology, node, record)
         if settings.mesh:
-            _start(
-                _ambit("lab", "supervise", "--dir", str(directory)),
+            start_process(
+                ambit_argv("lab", "supervise", "--dir", str(directory)),
                 directory / "logs" / "supervisor.log",
                 record,
                 "supervisor",
             )
-        _wait_for_nodes(topology, settings.ready_timeout)
+        wait_for_nodes(topology, settings.ready_timeout)
         if settings.install:
             _install_mesh(topology, echo or (lambda line: None))
     except BaseException:
         lab_down(directory, runner)
         raise
     return topology
+
+
+def start_node_runtime(
+    topology: Topology, node: NodeAddresses, record: Record, taints: tuple[NodeTaint, ...] = ()
+) -> subprocess.Popen[bytes]:
+    """``node``'s runtime (the kubelet's role), inside its namespace; it registers its Node with ``taints``."""
+    # nsenter, not `ip netns exec`: the runtime must stay in the root mount namespace, so that the pod namespaces
+    # it creates (bind mounts under /run/netns) are visible to everyone.
+    # The taints first: the command line ends with the node's name, as tests and operators look for it.
+    taint_args = ["--register-with-taints", render_taints(taints)] if taints else []
+    args = ["lab", "node", *taint_args, "--dir", str(topology.path), "--name", node.name]
+    argv = ["nsenter", f"--net=/run/netns/{node.netns}", "--", *ambit_argv(*args)]
+    return start_process(argv, topology.node_dir(node.name) / "runtime.log", record, f"node runtime {node.name}")
 
 
 def _install_mesh(topology: Topology, echo: Callable[[str], None]) -> None:
@@ -200,7 +206,7 @@ def _prepare_mesh(topology: Topology) -> None:
 
 
 def _start_apiserver(topology: Topology, record: Record, timeout: float) -> None:
-    argv = _ambit(
+    argv = ambit_argv(
         "apiserver",
         "--data-dir",
         str(topology.path / "apiserver"),
@@ -213,7 +219,7 @@ def _start_apiserver(topology: Topology, record: Record, timeout: float) -> None
         "--token-auth-file",
         str(token_file(topology)),
     )
-    proc = _start(argv, topology.path / "logs" / "apiserver.log", record, "apiserver", pipe_stdout=True)
+    proc = start_process(argv, topology.path / "logs" / "apiserver.log", record, "apiserver", pipe_stdout=True)
     assert proc.stdout is not None
     deadline = time.monotonic() + timeout
     import select
@@ -233,7 +239,8 @@ def _start_apiserver(topology: Topology, record: Record, timeout: float) -> None
         raise LabError(f"the API server did not start: {log}")
 
 
-def _wait_for_nodes(topology: Topology, timeout: float) -> None:
+def wait_for_nodes(topology: Topology, timeout: float, names: set[str] | None = None) -> None:
+    """Until the Nodes ``names`` (default: all of the lab's) are Ready; :class:`LabError` after ``timeout``."""
     import asyncio
 
     from ambit.k8s import KubeClient, KubeClientError, kinds
@@ -250,7 +257,7 @@ def _wait_for_nodes(topology: Topology, timeout: float) -> None:
             )
         }
 
-    wanted = {n.name for n in topology.all_nodes()}
+    wanted = names if names is not None else {n.name for n in topology.all_nodes()}
     deadline = time.monotonic() + timeout
     have: set[str] = set()
     while time.monotonic() < deadline:

@@ -21,6 +21,7 @@ from ambit.lab.cluster.record import Record
 from ambit.lab.network.services_apply import ServiceProxy
 from ambit.lab.network.topology import SERVICE_CIDR, Topology
 from ambit.lab.runtime.kubelet import NodeRuntime, NodeRuntimeSettings
+from ambit.lab.runtime.node_taints import NodeTaint
 from ambit.lab.runtime.oci_apply import RuncRuntime, RuncSettings
 from ambit.lab.runtime.oci_spec import PRIVATE_DIRS
 from ambit.lab.runtime.sandbox import PodSandboxes
@@ -96,15 +97,18 @@ def _logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-async def run_node(topology: Topology, node_name: str) -> None:
-    """A node: the pod runtime and the Service rules, run inside the node's network namespace."""
+async def run_node(topology: Topology, node_name: str, taints: tuple[NodeTaint, ...] = ()) -> None:
+    """A node: the pod runtime and the Service rules, run inside the node's network namespace; a Node it creates
+    carries ``taints``."""
     _logging()
     node = topology.node_named(node_name)
     if node is None:
         raise ValueError(f"no node {node_name!r} in lab {topology.lab_id}")
     runner = SubprocessRunner()
     record = Record(topology.record_file)
-    settings = NodeRuntimeSettings.for_lab(topology, node_name, container_path=container_path())
+    settings = NodeRuntimeSettings.for_lab(
+        topology, node_name, container_path=container_path(), register_with_taints=taints
+    )
     # The kubelet's part as the node itself, the Service rules as the service proxy (kubeadm's identities).
     async with (
         KubeClient.from_kubeconfig(kubeconfig_for(topology, f"node-{node_name}")) as client,

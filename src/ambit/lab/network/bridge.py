@@ -12,6 +12,10 @@ a node has no default route, so nothing leaves the lab. Forwarding is turned on 
 reverse-path filtering off there (the node forwards between ``cni0`` and ``eth0``, traffic the kernel's loose or
 strict check must not drop). The root namespace forwards nothing: node-to-node traffic crosses the lab bridge at L2.
 
+A node added to a running lab (:func:`add_node_network`) gets the same: its namespace and veth on the bridge, its
+own routes, a route to its pod range in the root namespace and in every other node (:func:`join_routes`, pure), and
+its CNI files.
+
 Every link, namespace, route and directory is noted in the lab's record before it is created, and
 :func:`destroy_network` is the record's sweep, so a half-built network is removed the same way as a whole one.
 
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +54,43 @@ class LabNetworkError(AmbitError):
     """The lab's network cannot be created (its addresses are in use by another lab)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One route to add: in ``namespace`` (None: the root namespace), to ``dst`` via ``via`` ("" for a route
+    straight out of ``dev``)."""
+
+    namespace: str | None
+    dst: str
+    via: str
+    dev: str
+
+    def argv(self, action: str = "add") -> list[str]:
+        """``ip route add`` (or ``delete``: only this very route, never another one to the same range)."""
+        where = ["-n", self.namespace] if self.namespace else []
+        via = ["via", self.via] if self.via else []
+        return ["ip", *where, "route", action, self.dst, *via, "dev", self.dev]
+
+
+def node_routes(topology: Topology, node: NodeAddresses) -> list[Route]:
+    """The routes that are ``node``'s own: in it, to every other node's pod range and to the Service range; in the
+    root namespace, to its pod range."""
+    others = [other for other in topology.all_nodes() if other.index != node.index]
+    return [
+        *(Route(node.netns, other.pod_cidr, other.address, "eth0") for other in others),
+        Route(None, node.pod_cidr, node.address, topology.bridge),
+        # The node's own connections to Service VIPs are routed before its output hook DNATs them: they need a
+        # route. The Service rules reject every VIP they do not serve, so nothing leaves through it.
+        Route(node.netns, SERVICE_CIDR, "", "eth0"),
+    ]
+
+
+def join_routes(topology: Topology, node: NodeAddresses) -> list[Route]:
+    """The routes that join ``node`` to a lab whose other nodes are up: its own, and in every other node a route to
+    its pod range."""
+    others = [other for other in topology.all_nodes() if other.index != node.index]
+    return [*node_routes(topology, node), *(Route(o.netns, node.pod_cidr, node.address, "eth0") for o in others)]
+
+
 def create_network(topology: Topology, record: Record, runner: CommandRunner) -> None:
     """Build the whole network of ``topology`` (bridge, nodes, routes, CNI files); raises on the first failure."""
     _refuse_if_taken(topology, runner)
@@ -57,16 +99,20 @@ def create_network(topology: Topology, record: Record, runner: CommandRunner) ->
     for node in nodes:
         _create_node(topology, node, record, runner)
     for node in nodes:
-        for other in nodes:
-            if other is not node:
-                _add_route(record, runner, node.netns, other.pod_cidr, other.address, "eth0")
-        _add_route(record, runner, None, node.pod_cidr, node.address, topology.bridge)
-        # The node's own connections to Service VIPs are routed before its output hook DNATs them: they need a
-        # route. The Service rules reject every VIP they do not serve, so nothing leaves through it.
-        record.note("route", namespace=node.netns, dst=SERVICE_CIDR, via="")
-        runner.run(["ip", "-n", node.netns, "route", "add", SERVICE_CIDR, "dev", "eth0"])
+        for route in node_routes(topology, node):
+            _add_route(record, runner, route)
     for node in nodes:
         write_node_cni_files(topology, node, record)
+
+
+def add_node_network(topology: Topology, node: NodeAddresses, record: Record, runner: CommandRunner) -> None:
+    """Join ``node`` (already in ``topology``) to the running lab's network: namespace, veth on the bridge, the
+    routes of :func:`join_routes`, CNI files. Refuses when its namespace, link or pod range is already in use."""
+    _refuse_node_if_taken(topology, node, runner)
+    _create_node(topology, node, record, runner)
+    for route in join_routes(topology, node):
+        _add_route(record, runner, route)
+    write_node_cni_files(topology, node, record)
 
 
 def destroy_network(topology: Topology, record: Record, runner: CommandRunner) -> list[str]:
@@ -98,6 +144,20 @@ def _refuse_if_taken(topology: Topology, runner: CommandRunner) -> None:
             f"lab {topology.lab_id}: the lab's addresses are in use ({'; '.join(taken)}); "
             "is another lab up? (`ambit lab down` removes it)"
         )
+
+
+def _refuse_node_if_taken(topology: Topology, node: NodeAddresses, runner: CommandRunner) -> None:
+    taken: list[str] = []
+    namespaces = runner.run(["ip", "netns", "list"], check=False).text.split()
+    if node.netns in namespaces:
+        taken.append(f"namespace {node.netns} exists")
+    if any(link.get("ifname") == node.root_link for link in _json(runner.run(["ip", "-j", "link", "show"]).stdout)):
+        taken.append(f"link {node.root_link} exists")
+    for route in _json(runner.run(["ip", "-j", "-4", "route", "show"]).stdout):
+        if route.get("dst") == node.pod_cidr:
+            taken.append(f"{node.pod_cidr} is routed via {route.get('dev')}")
+    if taken:
+        raise LabNetworkError(f"lab {topology.lab_id}: cannot add {node.name}: {'; '.join(taken)}")
 
 
 def _create_bridge(topology: Topology, record: Record, runner: CommandRunner) -> None:
@@ -132,10 +192,9 @@ def _create_node(topology: Topology, node: NodeAddresses, record: Record, runner
     runner.run(["ip", "-n", node.netns, "link", "set", "eth0", "up"])
 
 
-def _add_route(record: Record, runner: CommandRunner, netns: str | None, dst: str, via: str, dev: str) -> None:
-    record.note("route", namespace=netns, dst=dst, via=via)
-    where = ["-n", netns] if netns else []
-    runner.run(["ip", *where, "route", "add", dst, "via", via, "dev", dev])
+def _add_route(record: Record, runner: CommandRunner, route: Route) -> None:
+    record.note("route", namespace=route.namespace, dst=route.dst, via=route.via)
+    runner.run(route.argv())
 
 
 # -- CNI files ------------------------------------------------------------------------------------------------

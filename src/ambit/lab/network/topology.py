@@ -239,8 +239,11 @@ class Topology:
 
     # -- persistence ----------------------------------------------------------------------------------------
     def save(self) -> None:
+        """Write ``lab.json`` atomically (the lab's processes read it at any time)."""
         self.path.mkdir(parents=True, exist_ok=True)
-        (self.path / "lab.json").write_text(json.dumps(asdict(self), indent=2) + "\n")
+        tmp = self.path / ".lab.json.tmp"
+        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
+        tmp.replace(self.path / "lab.json")
 
     @classmethod
     def load(cls, directory: Path) -> Topology | None:

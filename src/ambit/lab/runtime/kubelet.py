@@ -35,6 +35,7 @@ from ambit.lab.network.topology import API_PORT, BRIDGE_ADDRESS, HostPathLayout,
 from ambit.lab.runtime.containers import parse_rfc3339
 from ambit.lab.runtime.containers_apply import ContainerRuntime, EventType
 from ambit.lab.runtime.node_status import HostInfo, node_manifest, node_status
+from ambit.lab.runtime.node_taints import NodeTaint
 from ambit.lab.runtime.pod_record import STATE_FILE, PodRecord
 from ambit.lab.runtime.pod_status import sandbox_error_message
 from ambit.lab.runtime.pod_worker import PodWorker, forget_pod_files
@@ -86,6 +87,8 @@ class NodeRuntimeSettings:
     api_port: int = API_PORT
     labels: Mapping[str, str] = field(default_factory=dict)
     """Node labels besides ``kubernetes.io/hostname`` and ``kubernetes.io/os``."""
+    register_with_taints: tuple[NodeTaint, ...] = ()
+    """Taints the Node is created with (kubelet's ``--register-with-taints``); never re-added to an existing Node."""
     container_path: str = DEFAULT_PATH
     """``PATH`` of containers (no image brings one)."""
     heartbeat_interval: float = 10.0
@@ -299,7 +302,9 @@ class NodeRuntime:
         try:
             node = await self.client.create(kinds.NODES, body)
         except KubeAlreadyExistsError:
-            patch = {"metadata": {"labels": body["metadata"]["labels"]}, "spec": body["spec"]}
+            # The taints were for the Node's first moment: whoever removed them since meant it.
+            spec = {k: v for k, v in body["spec"].items() if k != "taints"}
+            patch = {"metadata": {"labels": body["metadata"]["labels"]}, "spec": spec}
             node = await self.client.patch(kinds.NODES, s.node_name, patch)
         self._node_uid = str(node["metadata"].get("uid") or "")
         self._ready_since = self.clock()

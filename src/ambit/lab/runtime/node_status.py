@@ -1,9 +1,10 @@
 """The Node object a node runtime registers and the status its heartbeats report, computed without I/O.
 
 Theory of operation. :func:`node_manifest` is the Node as created (labels with ``kubernetes.io/hostname`` and
-``kubernetes.io/os``, ``podCIDR``); :func:`node_status` is what each heartbeat patches: the addresses, the
-pressure conditions (always false) and ``Ready`` (true since ``ready_since``, heartbeat ``now``), capacity, and
-``nodeInfo`` from the machine (:class:`HostInfo`, read once). The heartbeat loop and the node's Lease are
+``kubernetes.io/os``, ``podCIDR``, the taints to register with, :mod:`ambit.lab.runtime.node_taints`);
+:func:`node_status` is what each heartbeat patches: the addresses, the pressure conditions (always false) and
+``Ready`` (true since ``ready_since``, heartbeat ``now``), capacity, and ``nodeInfo`` from the machine
+(:class:`HostInfo`, read once). The heartbeat loop and the node's Lease are
 :class:`ambit.lab.runtime.kubelet.NodeRuntime`'s.
 """
 
@@ -65,11 +66,14 @@ class HostInfo:
 
 def node_manifest(settings: NodeRuntimeSettings) -> dict[str, Any]:
     labels = {**settings.labels, "kubernetes.io/hostname": settings.node_name, "kubernetes.io/os": "linux"}
+    spec: dict[str, Any] = {"podCIDR": settings.pod_cidr, "podCIDRs": [settings.pod_cidr]}
+    if settings.register_with_taints:
+        spec["taints"] = [t.to_api() for t in settings.register_with_taints]
     return {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": settings.node_name, "labels": labels},
-        "spec": {"podCIDR": settings.pod_cidr, "podCIDRs": [settings.pod_cidr]},
+        "spec": spec,
     }
 
 
