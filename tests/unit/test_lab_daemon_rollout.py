@@ -287,8 +287,10 @@ def test_a_rolling_update_never_exceeds_its_budget_and_finishes(
     pods = {f"p{next(names)}": pod("", f"n{i}", "old") for i in range(node_count)}
     for name, p in pods.items():
         p["metadata"]["name"] = name
-    flips = iter(readiness * 20)
-    for _ in range(200):
+    # Readiness follows the drawn pattern for a while, then every pod becomes ready: the bound on the loop must
+    # leave room for the rollout to end after the last "not ready" (40 x 3 flips, then at most 2 steps per node).
+    flips = iter(readiness * 3)
+    for _ in range(400):
         by_node = dr.by_node(pods.values())
         plan = dr.manage(d, nodes, by_node, "new", 0.0)
         step = dr.rolling_update(d, nodes, by_node, "new", 0.0)
