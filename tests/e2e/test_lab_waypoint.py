@@ -170,20 +170,24 @@ HEADER_ROUTE = {
 
 def test_an_httproute_header_match_splits_traffic_between_two_deployments(lab: Lab) -> None:
     lab.apply(HEADER_ROUTE, namespace=NS)
-    url = f"http://{vip(lab, 'echo')}/"
-    v2 = {p["metadata"]["name"] for p in lab.pods(NS, "version=v2")}
-    v1 = {p["metadata"]["name"] for p in lab.pods(NS, "version=v1")}
+    try:
+        url = f"http://{vip(lab, 'echo')}/"
+        v2 = {p["metadata"]["name"] for p in lab.pods(NS, "version=v2")}
+        v1 = {p["metadata"]["name"] for p in lab.pods(NS, "version=v1")}
 
-    def routed() -> bool:
-        with_header = calls(lab, url, 4, "x-version:v2")
-        without = calls(lab, url, 4)
-        return {a["pod"] for a in with_header} <= v2 and {a["pod"] for a in without} <= v1
+        def routed() -> bool:
+            with_header = calls(lab, url, 4, "x-version:v2")
+            without = calls(lab, url, 4)
+            return {a.get("pod") for a in with_header} <= v2 and {a.get("pod") for a in without} <= v1
 
-    wait_until("the header route applies", routed, timeout=60, interval=1.0)
-    route = lab.get("httproute", "echo-by-header", "-n", NS)
-    parents = route["status"]["parents"]
-    assert condition(parents[0], "Accepted").get("status") == "True", parents
-    lab.kubectl("delete", "httproute", "echo-by-header", "-n", NS)
+        wait_until("the header route applies", routed, timeout=60, interval=1.0)
+        route = lab.get("httproute", "echo-by-header", "-n", NS)
+        (parent,) = route["status"]["parents"]
+        accepted = [c for c in parent["conditions"] if c["type"] == "Accepted"]
+        assert accepted and accepted[0]["status"] == "True", parent
+        assert parent["controllerName"] == "istio.io/gateway-controller"
+    finally:
+        lab.kubectl("delete", "httproute", "echo-by-header", "-n", NS, "--ignore-not-found")
 
 
 def test_weights_90_10_hold_within_a_few_percent(lab: Lab) -> None:
@@ -193,13 +197,15 @@ def test_weights_90_10_hold_within_a_few_percent(lab: Lab) -> None:
         {"backendRefs": [{"name": "echo-v1", "port": 80, "weight": 90}, {"name": "echo-v2", "port": 80, "weight": 10}]}
     ]
     lab.apply(weighted, namespace=NS)
-    url = f"http://{vip(lab, 'echo')}/"
-    v2 = {p["metadata"]["name"] for p in lab.pods(NS, "version=v2")}
-    wait_until("the weighted route applies", lambda: any(a["pod"] in v2 for a in calls(lab, url, 20)), 60, 1.0)
-    answers = calls(lab, url, 400)
-    share = sum(a["pod"] in v2 for a in answers) / len(answers)
-    assert 0.05 <= share <= 0.15, share
-    lab.kubectl("delete", "httproute", "echo-weighted", "-n", NS)
+    try:
+        url = f"http://{vip(lab, 'echo')}/"
+        v2 = {p["metadata"]["name"] for p in lab.pods(NS, "version=v2")}
+        wait_until("the weighted route applies", lambda: any(a.get("pod") in v2 for a in calls(lab, url, 20)), 60, 1)
+        answers = calls(lab, url, 400)
+        share = sum(a.get("pod") in v2 for a in answers) / len(answers)
+        assert 0.05 <= share <= 0.15, share
+    finally:
+        lab.kubectl("delete", "httproute", "echo-weighted", "-n", NS, "--ignore-not-found")
 
 
 def test_removing_the_label_brings_traffic_back_to_l4(lab: Lab) -> None:
