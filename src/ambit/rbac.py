@@ -37,9 +37,20 @@ from dataclasses import dataclass, field
 
 from ambit.model.identity import SpiffeId
 from ambit.model.policy import Action, Cidr, Match, Policy, Scope, ServiceAccountMatch, StringMatch
+from ambit.model.requestauth import RequestIdentity
 from ambit.model.workload import IPAddress, Workload
 
-__all__ = ["Applicable", "Connection", "Decision", "PolicyIndex", "PolicyTrace", "decide", "evaluate", "policy_matches"]
+__all__ = [
+    "Applicable",
+    "Connection",
+    "Decision",
+    "PolicyIndex",
+    "PolicyTrace",
+    "Request",
+    "decide",
+    "evaluate",
+    "policy_matches",
+]
 
 NOT_ALLOWED = "allow policies exist, but none allowed"
 
@@ -72,6 +83,29 @@ class Connection:
         i = self.source_identity
         principal = None if i is None else f"{i.trust_domain}/ns/{i.namespace}/sa/{i.service_account}"
         object.__setattr__(self, "principal", principal)
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """The L7 attributes of one HTTP request, for the waypoint and gateway (L7 fields of :class:`Match`).
+
+    The L4 attributes stay on the :class:`Connection` the request arrived on. Without a :class:`Request` (the node
+    proxy, or TCP through a waypoint) a match with L7 fields is judged as istiod does for a TCP filter chain:
+    in an ALLOW such a rule never matches; in a DENY the L7 fields are ignored and the rest of it applies.
+    """
+
+    method: str
+    host: str
+    """The authority (``Host`` or ``:authority``) as received."""
+    path: str
+    """Normalized, without the query."""
+    headers: tuple[tuple[str, str], ...] = ()
+    """Names lower-case, in the order received."""
+    identity: RequestIdentity | None = None
+    """The validated JWT's attributes; None when the request carried no token."""
+    remote_ip: IPAddress | None = None
+    """The original client when ``X-Forwarded-For`` names one; None: the connection's source."""
+    sni: str | None = None
 
 
 def _strings(positive: Sequence[StringMatch], negative: Sequence[StringMatch], value: str | None) -> bool:

@@ -1,4 +1,5 @@
-"""L4 authorization policy as the node proxy receives it (spec §4.3 ``istio.security.Authorization``).
+"""Authorization policy: L4 as the node proxy receives it (spec §4.3 ``istio.security.Authorization``), and the L7
+attributes only a waypoint or gateway can enforce (spec §7.1, §7.5).
 
 Theory of operation: a :class:`Policy` is the model form of one ``Authorization`` resource; the control plane makes
 them from AuthorizationPolicy and PeerAuthentication objects (spec §7.2, §7.4) and the node proxy evaluates them
@@ -10,6 +11,10 @@ Invariants:
 - Every collection is a tuple, so policies are hashable and compare by value.
 - A policy's key is ``namespace/name``, the string workloads list in ``authorization_policies``.
 - :class:`Cidr` is always a network (host bits zero), /32 or /128 for a single address.
+- The L7 fields of :class:`Match` (below its L4 ones) are never sent to a node proxy: the control plane drops them
+  for the node proxy as istiod does (spec §7.2) and the ztunnel codec refuses a match that has one. Only the
+  waypoint's configuration carries them. :attr:`Match.is_l7` says whether a match has any.
+- :class:`Action.AUDIT` exists only at L7 (it never changes a decision; the waypoint logs it).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ __all__ = [
     "Action",
     "Cidr",
     "Clause",
+    "KeyedMatch",
     "Match",
     "Policy",
     "Rule",
@@ -43,11 +49,19 @@ class Scope(enum.Enum):
     """Every workload of the policy's namespace."""
     WORKLOAD_SELECTOR = 2
     """The workloads that list the policy's key in ``authorization_policies``."""
+    WAYPOINT = 3
+    """Waypoint or gateway only: every request it handles (``targetRefs`` to its Gateway, or to the GatewayClass
+    from the root namespace; spec §7.5)."""
+    SERVICE = 4
+    """Waypoint or gateway only: requests to the Services in :attr:`Policy.services` (``targetRefs`` to a Service or
+    a ServiceEntry)."""
 
 
 class Action(enum.Enum):
     ALLOW = 0
     DENY = 1
+    AUDIT = 2
+    """Waypoint only: marks matching requests for the access log, never changes the decision (spec §7.1)."""
 
 
 class StringMatchKind(enum.Enum):
@@ -120,6 +134,20 @@ class ServiceAccountMatch:
 
 
 @dataclass(frozen=True, slots=True)
+class KeyedMatch:
+    """A ``when`` condition on a keyed attribute: ``request.headers[name]`` or ``request.auth.claims[a][b]``.
+
+    Holds when the attribute is present and some ``values`` entry matches it (if any are given) and no
+    ``not_values`` entry does. A claim that is a list holds if any of its string elements would.
+    """
+
+    key: tuple[str, ...]
+    """A header name (one element, lower-case) or a claim path (one element per level, e.g. ``("groups",)``)."""
+    values: tuple[StringMatch, ...] = ()
+    not_values: tuple[StringMatch, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Match:
     """One alternative of a clause: every populated field must match (spec §4.3)."""
 
@@ -135,15 +163,66 @@ class Match:
     not_destination_ips: tuple[Cidr, ...] = ()
     destination_ports: tuple[int, ...] = ()
     not_destination_ports: tuple[int, ...] = ()
+    # L7: the waypoint and the gateway only (module invariants).
+    hosts: tuple[StringMatch, ...] = ()
+    """Against the request's authority, case-insensitively (the matches hold lower-case values)."""
+    not_hosts: tuple[StringMatch, ...] = ()
+    methods: tuple[str, ...] = ()
+    """Exact, case-sensitive (HTTP methods are)."""
+    not_methods: tuple[str, ...] = ()
+    paths: tuple[StringMatch, ...] = ()
+    """Against the normalized path without query (spec §7.1)."""
+    not_paths: tuple[StringMatch, ...] = ()
+    request_principals: tuple[StringMatch, ...] = ()
+    """Against ``<iss>/<sub>`` of a validated JWT (``request.auth.principal`` too); none without a token."""
+    not_request_principals: tuple[StringMatch, ...] = ()
+    remote_ips: tuple[Cidr, ...] = ()
+    """Against the original client (the first ``X-Forwarded-For`` entry, else the peer address)."""
+    not_remote_ips: tuple[Cidr, ...] = ()
+    request_headers: tuple[KeyedMatch, ...] = ()
+    request_claims: tuple[KeyedMatch, ...] = ()
+    audiences: tuple[StringMatch, ...] = ()
+    """``request.auth.audiences``: against each audience of the validated JWT."""
+    not_audiences: tuple[StringMatch, ...] = ()
+    presenters: tuple[StringMatch, ...] = ()
+    """``request.auth.presenter``: the JWT's ``azp``."""
+    not_presenters: tuple[StringMatch, ...] = ()
+    sni: tuple[StringMatch, ...] = ()
+    """``connection.sni``: the server name the downstream TLS handshake asked for."""
+    not_sni: tuple[StringMatch, ...] = ()
 
     is_empty: bool = field(init=False, compare=False, repr=False)
     """No field populated: such a match never matches (ztunnel skips it)."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "is_empty", self._no_field())
+        object.__setattr__(self, "is_empty", not (self._has_l4() or self.is_l7))
 
-    def _no_field(self) -> bool:
-        return not (
+    @property
+    def is_l7(self) -> bool:
+        """Some L7 field is populated: only a waypoint or gateway can evaluate this match."""
+        return bool(
+            self.hosts
+            or self.not_hosts
+            or self.methods
+            or self.not_methods
+            or self.paths
+            or self.not_paths
+            or self.request_principals
+            or self.not_request_principals
+            or self.remote_ips
+            or self.not_remote_ips
+            or self.request_headers
+            or self.request_claims
+            or self.audiences
+            or self.not_audiences
+            or self.presenters
+            or self.not_presenters
+            or self.sni
+            or self.not_sni
+        )
+
+    def _has_l4(self) -> bool:
+        return bool(
             self.namespaces
             or self.not_namespaces
             or self.service_accounts
@@ -184,6 +263,9 @@ class Policy:
     rules: tuple[Rule, ...] = ()
     """ORed; a policy with no rule never matches."""
     dry_run: bool = False
+    services: tuple[str, ...] = ()
+    """Scope SERVICE: the keys (``namespace/hostname``, as :attr:`~ambit.model.routes.RouteTable.service_key`) of
+    the Services and ServiceEntries the policy targets."""
 
     @property
     def key(self) -> str:
