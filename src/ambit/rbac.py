@@ -21,7 +21,8 @@ Rules of the decision (spec §7.3):
 
 7. The policies of a destination are the NAMESPACE-scoped policies of its namespace, every GLOBAL policy and the
    keys its workload lists; a listed key that is not known is skipped and reported.
-8. Any enforced (not dry-run) DENY that matches → denied, "explicitly denied by: ns/name" (the first by key).
+8. AUDIT policies (waypoint only) never change a decision.
+   Any enforced (not dry-run) DENY that matches → denied, "explicitly denied by: ns/name" (the first by key).
 9. Otherwise, no enforced ALLOW → allowed; an enforced ALLOW that matches → allowed; else denied, "allow
    policies exist, but none allowed".
 10. Dry-run policies never change the decision. They are evaluated as a set of their own (DENY first, then
@@ -228,7 +229,7 @@ def _verdict(traces: Iterable[PolicyTrace]) -> tuple[bool, str, str | None]:
         if t.action is Action.DENY:
             if t.rule is not None:
                 return False, explicitly_denied(t.key), t.key
-        else:
+        elif t.action is Action.ALLOW:
             allows = True
             allowed = allowed or t.rule is not None
     if allows and not allowed:

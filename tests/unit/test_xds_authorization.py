@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 from ambit.api import authorization_pb2 as pb
 from ambit.api import workload_pb2
 from ambit.model.policy import (
+    L4_ACTIONS,
+    L4_SCOPES,
     Action,
     Clause,
     Match,
@@ -230,8 +232,8 @@ policies = st.builds(
     Policy,
     name=_text,
     namespace=_text,
-    scope=st.sampled_from(Scope),
-    action=st.sampled_from(Action),
+    scope=st.sampled_from(L4_SCOPES),
+    action=st.sampled_from(L4_ACTIONS),
     rules=st.lists(
         st.builds(Rule, st.lists(st.builds(Clause, st.lists(_matches, max_size=2).map(tuple)), max_size=2).map(tuple)),
         max_size=2,
@@ -270,3 +272,26 @@ def test_a_bad_policy_in_a_response_is_nacked_while_the_other_policies_apply() -
     assert update.nacked and "shop/bad: scope: unsupported value 9" in update.reply.error_detail.message
     index = PolicyIndex(value for _, value in update.upserts if isinstance(value, Policy))
     assert index.all() == [EVERY_FIELD]
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        Policy("p", "a", Scope.WAYPOINT, Action.ALLOW),
+        Policy("p", "a", Scope.SERVICE, Action.DENY, services=("a/web.a.svc.cluster.local",)),
+        Policy("p", "a", Scope.NAMESPACE, Action.AUDIT),
+        Policy("p", "a", Scope.NAMESPACE, Action.ALLOW, (Rule((Clause((Match(methods=("GET",)),)),)),)),
+    ],
+    ids=["waypoint scope", "service scope", "audit", "l7 match"],
+)
+def test_a_waypoint_only_policy_is_never_encoded_for_a_node_proxy(policy: Policy) -> None:
+    with pytest.raises(XdsConversionError, match="node proxy cannot enforce"):
+        authorization_of(policy)
+
+
+@pytest.mark.parametrize(("field", "value"), [("scope", 3), ("scope", 4), ("action", 2)])
+def test_values_the_ztunnel_proto_lacks_are_refused_on_decoding(field: str, value: int) -> None:
+    message = authorization_of(Policy("p", "a", Scope.NAMESPACE, Action.ALLOW))
+    setattr(message, field, value)
+    with pytest.raises(XdsConversionError, match=f"{field}: unsupported value {value}"):
+        policy_of(message)

@@ -45,6 +45,8 @@ from ambit.model.identity import (
     check_trust_domain,
 )
 from ambit.model.policy import (
+    L4_ACTIONS,
+    L4_SCOPES,
     Action,
     Cidr,
     Clause,
@@ -482,8 +484,8 @@ def _policy(value: object, path: str) -> Policy:
     return Policy(
         name=_field(item, "name", path, _name),
         namespace=_field(item, "namespace", path, _name),
-        scope=_field(item, "scope", path, _choice({s.name: s for s in Scope}), Scope.GLOBAL),
-        action=_field(item, "action", path, _choice({a.name: a for a in Action}), Action.ALLOW),
+        scope=_field(item, "scope", path, _choice({s.name: s for s in L4_SCOPES}), Scope.GLOBAL),
+        action=_field(item, "action", path, _choice({a.name: a for a in L4_ACTIONS}), Action.ALLOW),
         rules=_each(item, "rules", path, _rule),
         dry_run=_field(item, "dryRun", path, _bool, False),
     )

@@ -24,6 +24,8 @@ import ipaddress
 from dataclasses import dataclass, field
 
 __all__ = [
+    "L4_ACTIONS",
+    "L4_SCOPES",
     "Action",
     "Cidr",
     "Clause",
@@ -70,6 +72,12 @@ class StringMatchKind(enum.Enum):
     SUFFIX = "suffix"
     PRESENCE = "presence"
     """Any non-empty value (the ``*`` form)."""
+
+
+L4_SCOPES = (Scope.GLOBAL, Scope.NAMESPACE, Scope.WORKLOAD_SELECTOR)
+"""The scopes a node proxy knows (the ztunnel proto's); WAYPOINT and SERVICE never travel to it."""
+L4_ACTIONS = (Action.ALLOW, Action.DENY)
+"""The actions a node proxy knows; AUDIT is a waypoint's."""
 
 
 @dataclass(frozen=True, slots=True)

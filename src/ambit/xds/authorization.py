@@ -26,6 +26,8 @@ from google.protobuf.message import DecodeError
 
 from ambit.api import authorization_pb2 as pb
 from ambit.model.policy import (
+    L4_ACTIONS,
+    L4_SCOPES,
     Action,
     Cidr,
     Clause,
@@ -44,6 +46,7 @@ from ambit.xds.session import AUTHORIZATION_TYPE_URL
 __all__ = ["AUTHORIZATION_TYPE_URL", "authorization_of", "decode_authorization", "pack_authorization", "policy_of"]
 
 T = TypeVar("T")
+E = TypeVar("E", Scope, Action)
 
 _STRING_FIELDS = ("namespaces", "not_namespaces", "principals", "not_principals")
 _ACCOUNT_FIELDS = ("service_accounts", "not_service_accounts")
@@ -85,6 +88,13 @@ def _match(match: Match) -> pb.Match:
 
 
 def authorization_of(policy: Policy) -> pb.Authorization:
+    """The ztunnel form of an L4 policy; a waypoint's (AUDIT, WAYPOINT/SERVICE scope, L7 fields) is refused."""
+    if policy.scope not in L4_SCOPES:
+        raise XdsConversionError(policy.key, "scope", f"a node proxy cannot enforce scope {policy.scope.name}")
+    if policy.action not in L4_ACTIONS:
+        raise XdsConversionError(policy.key, "action", f"a node proxy cannot enforce action {policy.action.name}")
+    if any(m.is_l7 for rule in policy.rules for clause in rule.clauses for m in clause.matches):
+        raise XdsConversionError(policy.key, "rules", "a node proxy cannot enforce L7 attributes")
     return pb.Authorization(
         name=policy.name,
         namespace=policy.namespace,
@@ -114,6 +124,13 @@ class _Reader(FieldReader):
             return kind(value)  # type: ignore[call-arg]
         except ValueError:
             raise self.fail(field, f"unsupported value {value}") from None
+
+    def enum_among(self, field: str, value: int, allowed: tuple[E, ...]) -> E:
+        """``value`` as one of ``allowed`` (the values this proto defines), else a conversion error."""
+        for member in allowed:
+            if member.value == value:
+                return member
+        raise self.fail(field, f"unsupported value {value}")
 
     def string_match(self, field: str, message: pb.StringMatch) -> StringMatch:
         kind = message.WhichOneof("match_type")
@@ -170,8 +187,8 @@ def policy_of(message: pb.Authorization, name: str = "") -> Policy:
     policy = Policy(
         name=read.text("name", message.name, required=True),
         namespace=read.text("namespace", message.namespace),
-        scope=read.enum_of("scope", message.scope, Scope),
-        action=read.enum_of("action", message.action, Action),
+        scope=read.enum_among("scope", message.scope, L4_SCOPES),
+        action=read.enum_among("action", message.action, L4_ACTIONS),
         rules=tuple(
             Rule(
                 tuple(
