@@ -113,13 +113,26 @@ def free_port() -> int:
     connection's automatic source port, a port below the range only by someone binding it explicitly.
     """
     low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    first, last = _worker_share(10_000, max(low, 10_001))
     rng = random.Random()
     for _ in range(200):
-        port = rng.randrange(10_000, max(low, 10_001))
+        port = rng.randrange(first, last)
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
             return port
-    raise RuntimeError(f"no free loopback port found in 10000-{low - 1}")
+    raise RuntimeError(f"no free loopback port found in {first}-{last - 1}")
+
+
+def _worker_share(first: int, last: int) -> tuple[int, int]:
+    """This process's slice of ``[first, last)``: under pytest-xdist each worker picks from its own slice, so two
+    workers never hand out the same port at the same time; otherwise the whole range."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if not worker.startswith("gw") or not worker[2:].isdigit() or count <= 1:
+        return first, last
+    size = (last - first) // count
+    index = int(worker[2:]) % count
+    return first + index * size, first + (index + 1) * size

@@ -1,5 +1,10 @@
 """Shared fixtures: an embedded API server (in-process or as a real subprocess) and a kubectl runner.
 
+The suite runs on several pytest-xdist workers (``make test``: ``-n`` with ``--dist loadgroup``). Tests that use
+the machine's one lab network, create network namespaces or need root (``SERIAL_DIRECTORIES``,
+``SERIAL_MODULES``, the ``root`` marker) are put in one group, so one worker runs them one after the other, as
+they would run alone; every other test is spread over the workers. Without xdist the grouping mark does nothing.
+
 Garbage is pinned to the test that made it: in the suites that run real servers and sockets (``GC_PINNED``), a
 full collection runs at each test's teardown, after its event loop is closed, so an unclosed transport or socket
 fails that test (filterwarnings=error turns the ResourceWarning into an error there) instead of whichever test
@@ -36,6 +41,35 @@ settings.load_profile("ambit")
 
 GC_PINNED = frozenset({"integration", "security"})
 """The test directories whose tests each end with a full garbage collection."""
+
+
+SERIAL_GROUP = "machine"
+SERIAL_DIRECTORIES = frozenset({"e2e", "netns"})
+"""Every test here brings up a lab or creates namespaces, links and nftables tables on the machine."""
+SERIAL_MODULES = frozenset(
+    {
+        "tests/integration/test_harness_lab_lock.py",  # takes the machine-wide lab lock itself
+        "tests/integration/test_cni_agent.py",  # real network namespaces for the node agent
+        "tests/integration/test_zds_socket.py",  # netns file descriptors passed over ZDS
+        "tests/security/test_file_modes.py",  # root: files as the installed mesh writes them
+        "tests/security/test_identity_forgery.py",  # root: a lab-like node's sockets
+    }
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Put the tests that use the machine itself in one xdist group (module docstring)."""
+    for item in items:
+        path: Path = item.path
+        if not path.is_relative_to(REPO / "tests"):
+            continue
+        relative = path.relative_to(REPO)
+        if (
+            relative.parts[1] in SERIAL_DIRECTORIES
+            or relative.as_posix() in SERIAL_MODULES
+            or item.get_closest_marker("root") is not None
+        ):
+            item.add_marker(pytest.mark.xdist_group(SERIAL_GROUP))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
