@@ -45,7 +45,8 @@ The decision:
 9. The request is authenticated when ``allow_missing`` or any provider passes; otherwise it is rejected with 401
    and the reason of the first failing token, preferring a reason other than an unknown issuer.
 10. The identity is that of the first verified token; None without a token. ``scope`` and ``permission`` claims
-    given as space-delimited strings are split into lists, as Istio normalizes them for ``request.auth.claims``.
+    (and the rule's ``spaceDelimitedClaims``) given as space-delimited strings are split into lists, as Istio
+    normalizes them for ``request.auth.claims``.
 11. Header changes: every header a rule writes (``outputPayloadToHeader``, ``outputClaimToHeaders``) is first removed
     from the request, so a client cannot forge them; then, for each verified token, its rule's payload header gets
     the token's payload segment (base64url) and its claim headers get the claim's value (strings, numbers,
@@ -542,9 +543,9 @@ def _header_text(value: object) -> str | None:
     return text if _HEADER_VALUE.fullmatch(text) else None
 
 
-def _identity(claims: dict[str, Any]) -> RequestIdentity:
+def _identity(claims: dict[str, Any], rule: JwtRule) -> RequestIdentity:
     normalized = dict(claims)
-    for name in _SPACE_DELIMITED:
+    for name in (*_SPACE_DELIMITED, *rule.space_delimited_claims):
         if isinstance(normalized.get(name), str):
             normalized[name] = normalized[name].split()
     return RequestIdentity(
@@ -636,7 +637,9 @@ def authenticate(
         kind, name, _ = tokens[t][0]
         if kind == "header" and not rule.forward_original_token and name not in removes:
             removes.append(name)
-    first = parsed[accepted[0][0]]
+    first_token, first_rule = accepted[0]
+    first = parsed[first_token]
     assert not isinstance(first, str)
     changes = HeaderModifier(set=tuple(sets.items()), remove=tuple(n for n in removes if n not in sets))
-    return Authenticated(_identity(first.claims), changes if (changes.set or changes.remove) else None)
+    identity = _identity(first.claims, rules[first_rule])
+    return Authenticated(identity, changes if (changes.set or changes.remove) else None)

@@ -59,6 +59,9 @@ class JwtRule:
     forward_original_token: bool = False
     timeout_seconds: float = 5.0
     """How long fetching ``jwks_uri`` may take."""
+    space_delimited_claims: tuple[str, ...] = ()
+    """Claims besides ``scope`` and ``permission`` whose space-delimited string values ``request.auth.claims``
+    reads as lists."""
 
 
 @dataclass(frozen=True, slots=True)
