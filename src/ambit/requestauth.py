@@ -76,6 +76,7 @@ from jwt.api_jwk import PyJWK
 from ambit.model.requestauth import (
     DEFAULT_HEADER,
     DEFAULT_PARAM,
+    MAX_JWKS_BYTES,
     JwtRule,
     RequestAuthentication,
     RequestIdentity,
@@ -101,8 +102,6 @@ __all__ = [
 MAX_TOKEN_BYTES = 16 * 1024
 """A longer token is refused before any parsing. Envoy bounds tokens only by its 60 KiB header limit; 16 KiB holds
 the largest tokens identity providers issue (Entra ID caps group claims at about 8 KiB of token)."""
-MAX_JWKS_BYTES = 256 * 1024
-"""A longer key set (inline or fetched) is refused; public key sets are a few KiB."""
 MAX_JWKS_KEYS = 100
 MAX_CLAIM_DEPTH = 32
 """Nesting of objects and arrays in a token payload."""

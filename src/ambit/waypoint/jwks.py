@@ -31,14 +31,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import urllib.parse
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import aiohttp
 
-from ambit.model.requestauth import RequestAuthentication
-from ambit.requestauth import MAX_JWKS_BYTES, JsonWebKeySet, JwksRejected, KeySets, parse_jwks
+from ambit.model.requestauth import MAX_JWKS_BYTES, RequestAuthentication, jwks_uri_problem
+from ambit.requestauth import JsonWebKeySet, JwksRejected, KeySets, parse_jwks
 from ambit.waypoint.errors import WaypointError
 
 __all__ = ["JwksFetchError", "JwksManager", "JwksSettings", "fetch_jwks"]
@@ -65,12 +64,9 @@ class JwksSettings:
 
 def check_uri(uri: str) -> None:
     """Rule 1 for the URI alone; raises :class:`JwksFetchError`."""
-    try:
-        parts = urllib.parse.urlsplit(uri)
-    except ValueError as exc:
-        raise JwksFetchError(f"{uri!r} is not a URL: {exc}") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise JwksFetchError(f"{uri!r} is not an http or https URL with a host")
+    problem = jwks_uri_problem(uri)
+    if problem is not None:
+        raise JwksFetchError(problem)
 
 
 async def fetch_jwks(

@@ -29,13 +29,12 @@ Rules:
 from __future__ import annotations
 
 import re
-import urllib.parse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ambit.controlplane.translate.skips import ObjectKind, Skipped, skipped
-from ambit.model.requestauth import ClaimToHeader, JwtHeader, JwtRule, RequestAuthentication
+from ambit.model.requestauth import ClaimToHeader, JwtHeader, JwtRule, RequestAuthentication, jwks_uri_problem
 from ambit.requestauth import JwksRejected, parse_jwks
 
 __all__ = [
@@ -137,14 +136,9 @@ def _rule(rule: Any, field: str) -> JwtRule:
     if jwks and uri:
         raise _Invalid(f"{field}.jwksUri", "only one of jwks or jwksUri may be set")
     if uri:
-        try:
-            parts = urllib.parse.urlsplit(uri)
-            ok = parts.scheme in ("http", "https") and bool(parts.hostname)
-            _ = parts.port
-        except ValueError:
-            ok = False
-        if not ok:
-            raise _Invalid(f"{field}.jwksUri", f"{uri!r} is not an http or https URL with a host")
+        problem = jwks_uri_problem(uri)
+        if problem is not None:
+            raise _Invalid(f"{field}.jwksUri", problem)
     elif jwks:
         parsed = parse_jwks(jwks)
         if isinstance(parsed, JwksRejected):
