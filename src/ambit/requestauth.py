@@ -71,6 +71,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jwt
+from jwt.algorithms import Algorithm, get_default_algorithms
 from jwt.api_jwk import PyJWK
 
 from ambit.model.requestauth import (
@@ -146,7 +147,6 @@ ALGORITHMS = frozenset(
         "EdDSA",
     )
 )
-_EC_CURVES = {"ES256": "P-256", "ES384": "P-384", "ES512": "P-521"}
 _JWT_CHARS = re.compile(r"[A-Za-z0-9_.\-]+")
 _B64URL = re.compile(r"[A-Za-z0-9_-]*")
 _HEADER_VALUE = re.compile(r"[\t\x20-\x7e\x80-\U0010ffff]*")
@@ -160,25 +160,14 @@ _WWW_AUTHENTICATE = ("www-authenticate", 'Bearer error="invalid_token"')
 @dataclass(frozen=True, slots=True)
 class JsonWebKey:
     kty: str
-    key: Any = field(compare=False)
-    """What PyJWT verifies with: a cryptography public key, or the bytes of an ``oct`` key."""
+    verifiers: Mapping[str, tuple[Algorithm, Any]] = field(compare=False)
+    """By algorithm name: PyJWT's algorithm and this key prepared for it, for each algorithm the key may verify
+    (rule 7: its type and curve, its own ``alg`` if it names one, and PyJWT's minimum key length)."""
     kid: str = ""
-    alg: str = ""
-    crv: str = ""
 
     def fits(self, alg: str, kid: str) -> bool:
         """Whether this key may verify a token signed with ``alg`` and naming ``kid`` (rule 7)."""
-        if kid and self.kid and kid != self.kid:
-            return False
-        if self.alg and self.alg != alg:
-            return False
-        if alg[:2] in ("RS", "PS"):
-            return self.kty == "RSA"
-        if alg[:2] == "ES":
-            return self.kty == "EC" and self.crv == _EC_CURVES.get(alg)
-        if alg[:2] == "HS":
-            return self.kty == "oct"
-        return self.kty == "OKP" and self.crv == "Ed25519"
+        return alg in self.verifiers and not (kid and self.kid and kid != self.kid)
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,27 +209,43 @@ def parse_jwks(text: str | bytes) -> JsonWebKeySet | JwksRejected:
     return JsonWebKeySet(tuple(keys), skipped)
 
 
+_KEY_ALGORITHMS = {
+    ("RSA", ""): ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512"),
+    ("EC", "P-256"): ("ES256",),
+    ("EC", "P-384"): ("ES384",),
+    ("EC", "P-521"): ("ES512",),
+    ("oct", ""): ("HS256", "HS384", "HS512"),
+    ("OKP", "Ed25519"): ("EdDSA",),
+}
+_PYJWT_ALGORITHMS = get_default_algorithms()
+
+
 def _key(entry: object) -> JsonWebKey | None:
     if not isinstance(entry, dict):
         return None
     kty, kid, alg, crv, use = (entry.get(k, "") for k in ("kty", "kid", "alg", "crv", "use"))
-    if not all(isinstance(v, str) for v in (kty, kid, alg, crv, use)):
+    if not all(isinstance(v, str) for v in (kty, kid, alg, crv, use)) or (use and use != "sig"):
         return None
-    if kty not in ("RSA", "EC", "oct", "OKP") or (use and use != "sig"):
+    names = _KEY_ALGORITHMS.get((kty, crv if kty in ("EC", "OKP") else ""), ())
+    if alg:
+        names = tuple(n for n in names if n == alg)
+    if not names:
         return None
-    if alg and alg not in ALGORITHMS:
-        return None
-    if kty == "EC" and crv not in _EC_CURVES.values():
-        return None
-    if kty == "OKP" and crv != "Ed25519":
-        return None
-    # PyJWK builds the key; which algorithm it assumes does not matter, rule 7 picks the one to verify with.
-    probe = {"RSA": "RS256", "EC": "ES256", "oct": "HS256", "OKP": "EdDSA"}[kty]
     try:
-        key = PyJWK({k: v for k, v in entry.items() if k != "alg"}, algorithm=probe).key
+        # PyJWK builds the key from the JWK; rule 7 then decides which algorithms may use it.
+        key = PyJWK({k: v for k, v in entry.items() if k != "alg"}, algorithm=names[0]).key
     except (jwt.PyJWTError, ValueError, TypeError, KeyError, OverflowError, binascii.Error):
         return None
-    return JsonWebKey(kty=kty, key=key, kid=kid, alg=alg, crv=crv)
+    verifiers: dict[str, tuple[Algorithm, Any]] = {}
+    for name in names:
+        algorithm = _PYJWT_ALGORITHMS[name]
+        try:
+            prepared = algorithm.prepare_key(key)
+        except (jwt.PyJWTError, ValueError, TypeError):
+            continue
+        if algorithm.check_key_length(prepared) is None:
+            verifiers[name] = (algorithm, prepared)
+    return JsonWebKey(kty=kty, verifiers=verifiers, kid=kid) if verifiers else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,6 +324,8 @@ class _Parsed:
     kid: str
     claims: dict[str, Any]
     payload_segment: str
+    signing_input: bytes
+    signature: bytes
 
 
 def _b64decode(segment: str) -> bytes | None:
@@ -390,9 +397,10 @@ def _parse(token: str) -> _Parsed | str:
     for name in ("exp", "nbf", "iat"):
         if name in claims and not _number(claims[name]):
             return BAD_PAYLOAD
-    if _b64decode(parts[2]) is None:
+    signature = _b64decode(parts[2])
+    if signature is None:
         return BAD_SIGNATURE_ENCODING
-    return _Parsed(alg, kid, claims, parts[1])
+    return _Parsed(alg, kid, claims, parts[1], f"{parts[0]}.{parts[1]}".encode(), signature)
 
 
 def _audiences(claims: Mapping[str, Any]) -> tuple[str, ...]:
@@ -408,10 +416,7 @@ def _bare_audience(audience: str) -> str:
     return audience[:-1] if audience.endswith("/") else audience
 
 
-_JWS = jwt.PyJWS(options={"enforce_minimum_key_length": True})
-
-
-def _verify(token: str, parsed: _Parsed, rule: JwtRule, keys: KeySets, now: float) -> str | None:
+def _verify(parsed: _Parsed, rule: JwtRule, keys: KeySets, now: float) -> str | None:
     """Rules 5-7 for a token whose issuer is the rule's: None when it verifies, else the reason."""
     claims = parsed.claims
     nbf, exp = claims.get("nbf"), claims.get("exp")
@@ -430,11 +435,12 @@ def _verify(token: str, parsed: _Parsed, rule: JwtRule, keys: KeySets, now: floa
     if not candidates:
         return NO_MATCHING_KEY
     for key in candidates:
+        algorithm, prepared = key.verifiers[parsed.alg]
         try:
-            _JWS.decode_complete(token, key.key, algorithms=[parsed.alg])
+            if algorithm.verify(parsed.signing_input, prepared, parsed.signature):
+                return None
         except (jwt.PyJWTError, ValueError, TypeError, OverflowError):
             continue
-        return None
     return VERIFICATION_FAILS
 
 
@@ -597,7 +603,7 @@ def authenticate(
             elif p.claims.get("iss") != rule.issuer or tokens[t][0] not in rule_locations[r]:
                 verdicts[t, r] = UNKNOWN_ISSUER
             else:
-                verdicts[t, r] = _verify(tokens[t][1], p, rule, keys, now)
+                verdicts[t, r] = _verify(p, rule, keys, now)
         return verdicts[t, r]
 
     # allow_missing: every token verifies for some rule that lists its location (rule 8).

@@ -11,8 +11,10 @@ from typing import Any
 
 import jwt
 import pytest
+from cryptography.hazmat.primitives.asymmetric import rsa
 from hypothesis import given
 from hypothesis import strategies as st
+from jwt.algorithms import RSAAlgorithm
 from tests.unit.jwt_keys import Signer, claims, ec_signer, ed25519_signer, rsa_signer
 
 from ambit.model.requestauth import ClaimToHeader, JwtHeader, JwtRule, RequestAuthentication
@@ -21,6 +23,7 @@ from ambit.requestauth import (
     BAD_FORMAT,
     EXPIRED,
     JWKS_FETCH_FAILED,
+    JWKS_NO_VALID_KEYS,
     MAX_TOKEN_BYTES,
     NO_MATCHING_KEY,
     NOT_YET_VALID,
@@ -143,14 +146,15 @@ def test_hmac_tokens_verify_only_against_an_oct_key_the_issuer_published() -> No
     assert run((policy(rule),), bearer(forged)) == Rejected(VERIFICATION_FAILS)
 
 
-def test_a_short_hmac_key_verifies_nothing() -> None:
+def test_a_short_hmac_key_is_not_a_usable_key() -> None:
     secret = b"short"
     jwks = json.dumps({"keys": [{"kty": "oct", "k": base64.urlsafe_b64encode(secret).rstrip(b"=").decode()}]})
     header = base64.urlsafe_b64encode(b'{"alg":"HS256"}').rstrip(b"=").decode()
     payload = base64.urlsafe_b64encode(json.dumps(claims(ISS)).encode()).rstrip(b"=").decode()
     mac = hmac.new(secret, f"{header}.{payload}".encode(), hashlib.sha256).digest()
     token = f"{header}.{payload}.{base64.urlsafe_b64encode(mac).rstrip(b'=').decode()}"
-    assert run((policy(JwtRule(ISS, jwks=jwks)),), bearer(token)) == Rejected(VERIFICATION_FAILS)
+    assert parse_jwks(jwks) == JwksRejected(JWKS_NO_VALID_KEYS)
+    assert run((policy(JwtRule(ISS, jwks=jwks)),), bearer(token)) == Rejected(JWKS_NO_VALID_KEYS)
 
 
 @pytest.mark.parametrize(
@@ -375,3 +379,22 @@ def test_arbitrary_payloads_never_raise(payload: dict[str, Any]) -> None:
 @given(st.binary(max_size=400) | _TEXT)
 def test_arbitrary_key_sets_never_raise(text: bytes | str) -> None:
     parse_jwks(text)
+
+
+def test_a_short_rsa_key_is_not_a_usable_key() -> None:
+    weak = rsa.generate_private_key(public_exponent=65537, key_size=1024)
+    jwk = dict(RSAAlgorithm.to_jwk(weak.public_key(), as_dict=True))
+    assert parse_jwks(json.dumps({"keys": [jwk]})) == JwksRejected(JWKS_NO_VALID_KEYS)
+
+
+def test_a_key_naming_its_alg_verifies_only_that_alg() -> None:
+    rule = JwtRule(ISS, jwks=RSA.jwks(alg="RS256"))
+    assert isinstance(run((policy(rule),), bearer(RSA.sign(claims(ISS)))), Authenticated)
+    assert run((policy(rule),), bearer(RSA.sign(claims(ISS), alg="PS256"))) == Rejected(NO_MATCHING_KEY)
+
+
+def test_an_ec_key_verifies_only_tokens_of_its_curve() -> None:
+    rule = JwtRule(ISS, jwks=EC.jwks())
+    _, payload, signature = EC.sign(claims(ISS)).split(".")
+    header = base64.urlsafe_b64encode(b'{"alg":"ES384"}').rstrip(b"=").decode()
+    assert run((policy(rule),), bearer(f"{header}.{payload}.{signature}")) == Rejected(NO_MATCHING_KEY)
