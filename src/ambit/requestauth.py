@@ -50,8 +50,8 @@ The decision:
 11. Header changes: every header a rule writes (``outputPayloadToHeader``, ``outputClaimToHeaders``) is first removed
     from the request, so a client cannot forge them; then, for each verified token, its rule's payload header gets
     the token's payload segment (base64url) and its claim headers get the claim's value (strings, numbers,
-    booleans, lists of those joined by ``,``; nested claims by ``.``; a value that cannot be a header value is
-    left out). A verified token read from a header is removed unless its rule says ``forwardOriginalToken``
+    booleans, lists of those joined by ``,``; nested claims by ``.``; a value with a control or non-ASCII
+    character is left out). A verified token read from a header is removed unless its rule says ``forwardOriginalToken``
     (Envoy does not remove tokens from parameters or cookies).
 12. A CORS preflight (``OPTIONS`` with ``Origin`` and ``Access-Control-Request-Method``) is not authenticated
     (Istio's ``bypass_cors_preflight``); rule 11's removals still apply.
@@ -149,7 +149,8 @@ ALGORITHMS = frozenset(
 )
 _JWT_CHARS = re.compile(r"[A-Za-z0-9_.\-]+")
 _B64URL = re.compile(r"[A-Za-z0-9_-]*")
-_HEADER_VALUE = re.compile(r"[\t\x20-\x7e\x80-\U0010ffff]*")
+_HEADER_VALUE = re.compile(r"[\t\x20-\x7e]*")
+"""What a claim may hold to be written into a header: HTTP/1.1 carries ASCII (h11 refuses anything else)."""
 _SPACE_DELIMITED = ("scope", "permission")
 _WWW_AUTHENTICATE = ("www-authenticate", 'Bearer error="invalid_token"')
 
