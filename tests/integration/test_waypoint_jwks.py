@@ -13,8 +13,9 @@ from aiohttp import web
 from tests.harness import free_port
 from tests.unit.jwt_keys import claims, rsa_signer
 
-from ambit.model.requestauth import JwtRule, RequestAuthentication
-from ambit.requestauth import JWKS_FETCH_FAILED, MAX_JWKS_BYTES, Authenticated, Rejected, authenticate
+from ambit.model.requestauth import MAX_JWKS_BYTES, JwtRule, RequestAuthentication
+from ambit.requestauth import Authenticated, Rejected, authenticate
+from ambit.requestauth.reasons import JWKS_FETCH_FAILED
 from ambit.waypoint.jwks import JwksFetchError, JwksManager, JwksSettings, fetch_jwks
 
 ISS = "https://issuer.example"

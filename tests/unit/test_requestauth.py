@@ -19,17 +19,7 @@ from tests.unit.jwt_keys import Signer, claims, ec_signer, ed25519_signer, rsa_s
 
 from ambit.model.requestauth import ClaimToHeader, JwtHeader, JwtRule, RequestAuthentication
 from ambit.requestauth import (
-    AUDIENCE_NOT_ALLOWED,
-    BAD_FORMAT,
-    EXPIRED,
-    JWKS_FETCH_FAILED,
-    JWKS_NO_VALID_KEYS,
     MAX_TOKEN_BYTES,
-    NO_MATCHING_KEY,
-    NOT_YET_VALID,
-    UNKNOWN_ISSUER,
-    UNSUPPORTED_ALG,
-    VERIFICATION_FAILS,
     Authenticated,
     JwksRejected,
     KeySets,
@@ -37,6 +27,18 @@ from ambit.requestauth import (
     applicable,
     authenticate,
     parse_jwks,
+)
+from ambit.requestauth.reasons import (
+    AUDIENCE_NOT_ALLOWED,
+    BAD_FORMAT,
+    EXPIRED,
+    JWKS_FETCH_FAILED,
+    JWKS_NO_VALID_KEYS,
+    NO_MATCHING_KEY,
+    NOT_YET_VALID,
+    UNKNOWN_ISSUER,
+    UNSUPPORTED_ALG,
+    VERIFICATION_FAILS,
 )
 
 NOW = 1_000_000.0
