@@ -252,3 +252,16 @@ def test_translate_all_puts_attached_policies_into_waypoint_configs() -> None:
     assert [(s.name, s.field) for s in translation.skipped if s.kind == "RequestAuthentication"] == [
         ("invalid", "spec.jwtRules[0].issuer")
     ]
+
+
+def test_an_ingress_gateway_gets_the_policies_of_its_gateway_and_its_class() -> None:
+    rules = (JwtRule("i", jwks=JWKS),)
+    own = RequestAuthTranslation(RequestAuthentication("own", "edge", rules), (Target("Gateway", "edge", "ingress"),))
+    every = RequestAuthTranslation(RequestAuthentication("all", ROOT, rules), (Target("GatewayClass", "", "istio"),))
+    waypoints = RequestAuthTranslation(
+        RequestAuthentication("wp", ROOT, rules), (Target("GatewayClass", "", "istio-waypoint"),)
+    )
+    result = bind_to_waypoints(
+        [own, every, waypoints], waypoints=["edge/ingress"], service_keys={}, bound={}, gateway_class="istio"
+    )
+    assert [p.key for p in result["edge/ingress"]] == ["edge/own", f"{ROOT}/all"]

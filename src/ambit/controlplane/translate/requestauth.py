@@ -271,10 +271,12 @@ def bind_to_waypoints(
     waypoints: Iterable[str],
     service_keys: Mapping[tuple[str, str, str], tuple[str, ...]],
     bound: Mapping[str, str],
+    gateway_class: str = WAYPOINT_CLASS,
 ) -> dict[str, tuple[RequestAuthentication, ...]]:
     """Each waypoint's policies (rule 5). ``waypoints``: the ready waypoints' keys (all of class
-    :data:`WAYPOINT_CLASS`); ``service_keys``: (kind, namespace, name) of a Service or ServiceEntry → its service
-    keys; ``bound``: service key → the key of the waypoint it is bound to."""
+    ``gateway_class``); ``service_keys``: (kind, namespace, name) of a Service or ServiceEntry → its service keys;
+    ``bound``: service key → the key of the waypoint it is bound to. An ingress gateway's policies are the same
+    call with its Gateways' keys, their class (``istio``) and nothing bound."""
     ready = set(waypoints)
     whole: dict[str, dict[str, RequestAuthentication]] = {w: {} for w in ready}
     partial: dict[str, dict[str, tuple[RequestAuthentication, set[str]]]] = {w: {} for w in ready}
@@ -288,7 +290,7 @@ def bind_to_waypoints(
                 if key in ready:
                     whole[key][policy.key] = policy
             elif target.kind == "GatewayClass":
-                if target.name == WAYPOINT_CLASS:
+                if target.name == gateway_class:
                     for key in ready:
                         whole[key][policy.key] = policy
             else:
