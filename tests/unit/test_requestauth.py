@@ -19,6 +19,7 @@ from tests.unit.jwt_keys import Signer, claims, ec_signer, ed25519_signer, rsa_s
 
 from ambit.model.requestauth import ClaimToHeader, JwtHeader, JwtRule, RequestAuthentication
 from ambit.requestauth import (
+    MAX_JWKS_KEYS,
     MAX_TOKEN_BYTES,
     Authenticated,
     JwksRejected,
@@ -400,3 +401,10 @@ def test_an_ec_key_verifies_only_tokens_of_its_curve() -> None:
     _, payload, signature = EC.sign(claims(ISS)).split(".")
     header = base64.urlsafe_b64encode(b'{"alg":"ES384"}').rstrip(b"=").decode()
     assert run((policy(rule),), bearer(f"{header}.{payload}.{signature}")) == Rejected(NO_MATCHING_KEY)
+
+
+def test_a_key_set_is_read_only_up_to_its_key_limit() -> None:
+    junk = [{"kty": "oct"}] * MAX_JWKS_KEYS
+    assert parse_jwks(json.dumps({"keys": [*junk, RSA.jwk]})) == JwksRejected(JWKS_NO_VALID_KEYS)
+    parsed = parse_jwks(json.dumps({"keys": [RSA.jwk, *junk, *junk]}))
+    assert not isinstance(parsed, JwksRejected) and len(parsed.keys) == 1 and parsed.skipped == 2 * MAX_JWKS_KEYS
