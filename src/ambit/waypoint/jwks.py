@@ -191,11 +191,11 @@ class JwksManager:
                 keys = await fetch_jwks(
                     self._client(), source.uri, limit_seconds=source.timeout, max_bytes=self.settings.max_bytes
                 )
-            except JwksFetchError as exc:
-                source.error = str(exc)
+            except Exception as exc:  # a JwksFetchError, or a bug: either way this URI keeps being retried
+                source.error = str(exc) if isinstance(exc, JwksFetchError) else f"{source.uri}: {exc!r}"
                 delay = self.settings.retry_seconds
                 kept = "keeping the last good set" if source.keys else "no keys: its tokens are refused"
-                log.warning("jwks fetch failed (%s); %s", exc, kept)
+                log.warning("jwks fetch failed (%s); %s", source.error, kept)
             else:
                 source.keys, source.error = keys, ""
                 delay = self.settings.refresh_seconds
