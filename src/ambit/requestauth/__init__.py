@@ -35,7 +35,7 @@ Verifying one token for one rule (Envoy's order, cheap checks before signatures)
    none), a key with an ``alg`` only for that ``alg``, and only a key of the algorithm's type (RSA for RS*/PS*,
    EC of the matching curve for ES*, ``oct`` for HS*, OKP Ed25519 for EdDSA): an HMAC token verifies only against
    an ``oct`` key the issuer published, never against an RSA or EC public key. Keys shorter than PyJWT's minimum
-   (RSA 2048 bits, HMAC the digest size) verify nothing.
+   (RSA 2048 bits, HMAC the digest size) are left out of the key set.
 
 The decision:
 
