@@ -408,3 +408,61 @@ def test_a_key_set_is_read_only_up_to_its_key_limit() -> None:
     assert parse_jwks(json.dumps({"keys": [*junk, RSA.jwk]})) == JwksRejected(JWKS_NO_VALID_KEYS)
     parsed = parse_jwks(json.dumps({"keys": [RSA.jwk, *junk, *junk]}))
     assert not isinstance(parsed, JwksRejected) and len(parsed.keys) == 1 and parsed.skipped == 2 * MAX_JWKS_KEYS
+
+
+# Istio's requirement, written as Envoy's verifier tree, is the reference the decision is checked against.
+
+SIGNERS = {ISS: RSA, OTHER: EC}
+TOKENS = {
+    "good-iss": RSA.sign(claims(ISS, now=NOW)),
+    "good-other": EC.sign(claims(OTHER, subject="bob", now=NOW)),
+    "expired-iss": RSA.sign({**claims(ISS, now=NOW), "exp": int(NOW) - 3600}),
+    "forged-iss": rsa_signer(kid=RSA.jwk["kid"]).sign(claims(ISS, now=NOW)),
+    "garbage": "a.b.c",
+}
+LOCATIONS = {"x-a": JwtHeader("x-a"), "x-b": JwtHeader("x-b"), "default": None}
+
+
+def _rule_of(issuer: str, where: str) -> JwtRule:
+    headers = () if LOCATIONS[where] is None else (LOCATIONS[where],)
+    return JwtRule(issuer, jwks=SIGNERS[issuer].jwks(), from_headers=headers)  # type: ignore[arg-type]
+
+
+def _reference(rules: list[tuple[str, str]], sent: dict[str, str]) -> bool:
+    """Envoy's tree: any(P1..Pn, all(any(Pi, allow_missing)...)), tokens read per location."""
+
+    def location_of(where: str) -> str:
+        return "authorization" if where == "default" else where
+
+    def valid(token: str, issuer: str) -> bool:
+        return token == f"good-{'iss' if issuer == ISS else 'other'}"
+
+    def provider(i: int) -> bool:
+        issuer, where = rules[i]
+        mine = [t for loc, t in sent.items() if loc == location_of(where)]
+        return bool(mine) and all(valid(t, issuer) for t in mine)
+
+    read = {location_of(where) for _, where in rules}
+
+    def allow_missing() -> bool:
+        return all(
+            any(location_of(where) == loc and valid(t, issuer) for issuer, where in rules)
+            for loc, t in sent.items()
+            if loc in read
+        )
+
+    requirement = all(provider(i) or allow_missing() for i in range(len(rules)))
+    return any(provider(i) for i in range(len(rules))) or requirement
+
+
+@given(
+    st.lists(st.tuples(st.sampled_from([ISS, OTHER]), st.sampled_from(sorted(LOCATIONS))), min_size=1, max_size=3),
+    st.dictionaries(st.sampled_from(["x-a", "x-b", "authorization"]), st.sampled_from(sorted(TOKENS)), max_size=3),
+)
+def test_the_decision_is_istios_requirement(rules: list[tuple[str, str]], sent: dict[str, str]) -> None:
+    policies = (policy(*(_rule_of(issuer, where) for issuer, where in rules)),)
+    headers = tuple((name, f"Bearer {TOKENS[t]}" if name == "authorization" else TOKENS[t]) for name, t in sent.items())
+    outcome = run(policies, headers)
+    assert isinstance(outcome, Authenticated) == _reference(rules, sent)
+    if isinstance(outcome, Authenticated) and outcome.identity is not None:
+        assert (outcome.identity.issuer, outcome.identity.subject) in ((ISS, "alice"), (OTHER, "bob"))
