@@ -424,8 +424,8 @@ LOCATIONS = {"x-a": JwtHeader("x-a"), "x-b": JwtHeader("x-b"), "default": None}
 
 
 def _rule_of(issuer: str, where: str) -> JwtRule:
-    headers = () if LOCATIONS[where] is None else (LOCATIONS[where],)
-    return JwtRule(issuer, jwks=SIGNERS[issuer].jwks(), from_headers=headers)  # type: ignore[arg-type]
+    header = LOCATIONS[where]
+    return JwtRule(issuer, jwks=SIGNERS[issuer].jwks(), from_headers=() if header is None else (header,))
 
 
 def _reference(rules: list[tuple[str, str]], sent: dict[str, str]) -> bool:
