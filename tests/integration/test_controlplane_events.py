@@ -156,6 +156,7 @@ async def test_the_cluster_view_goes_on_without_the_istio_kinds_when_their_crds_
                 "workloadentries",
                 "authorizationpolicies",
                 "peerauthentications",
+                "requestauthentications",
                 "gateways",
                 "gatewayclasses",
                 "httproutes",

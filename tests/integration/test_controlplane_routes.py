@@ -342,3 +342,49 @@ async def test_grpc_and_tcp_routes_reach_the_waypoint_and_get_status(kube: KubeC
 
     await eventually(lambda: accepted(kinds.GRPC_ROUTES, "echo"))
     await eventually(lambda: accepted(kinds.TCP_ROUTES, "split"))
+
+
+async def test_request_authentications_attached_by_target_refs_reach_the_waypoint(
+    kube: KubeClient, plane: ControlPlane
+) -> None:
+    ns = await mesh_namespace(kube)
+    name = f"{ns}/waypoint"
+    jwks = '{"keys": [{"kty": "EC", "crv": "P-256", "kid": "k1", "x": "%s", "y": "%s"}]}'
+    # A public P-256 point (the generator): the key is only carried here, never used to verify.
+    jwks %= ("axfR8uEsQkf4vOblY6RA8ncDfYEt6zOg9KE5RdiYwpY", "T-NC4v4af5uO5-tKfA-eFivOM1drMV7Oy7ZAaDe_UfU")
+
+    def authn(name: str, refs: list[Obj] | None, selector: bool = False) -> Obj:
+        spec: Obj = {"jwtRules": [{"issuer": "https://issuer.example", "jwks": jwks}]}
+        if refs is not None:
+            spec["targetRefs"] = refs
+        if selector:
+            spec["selector"] = {"matchLabels": {"app": "reviews"}}
+        return {
+            "apiVersion": "security.istio.io/v1",
+            "kind": "RequestAuthentication",
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+
+    gateway_ref = {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "waypoint"}
+    await kube.create(kinds.REQUEST_AUTHENTICATIONS, authn("on-waypoint", [gateway_ref]), ns)
+    await kube.create(
+        kinds.REQUEST_AUTHENTICATIONS, authn("on-service", [{"group": "", "kind": "Service", "name": "reviews"}]), ns
+    )
+    await kube.create(kinds.REQUEST_AUTHENTICATIONS, authn("on-pods", None, selector=True), ns)
+    async with subscribe(kube, plane, ns, "waypoint", [name]) as waypoint:
+
+        def keys() -> list[tuple[str, tuple[str, ...]]]:
+            config = waypoint.config(name)
+            return [] if config is None else [(p.name, p.services) for p in config.request_authentications]
+
+        await eventually(
+            lambda: keys() == [("on-service", (f"{ns}/reviews.{ns}.svc.cluster.local",)), ("on-waypoint", ())]
+        )
+        config = waypoint.config(name)
+        assert config is not None
+        assert config.request_authentications[0].rules[0].issuer == "https://issuer.example"
+
+        # Removing one is pushed; the selector one never arrives.
+        await kube.delete(kinds.REQUEST_AUTHENTICATIONS, "on-service", ns)
+        await eventually(lambda: keys() == [("on-waypoint", ())])

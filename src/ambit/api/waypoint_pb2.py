@@ -23,51 +23,52 @@ _sym_db = _symbol_database.Default()
 
 
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
+from ambit.api import requestauth_pb2 as ambit_dot_api_dot_requestauth__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x61mbit/api/waypoint.proto\x12\x11\x61mbit.waypoint.v1\x1a\x1egoogle/protobuf/duration.proto\"Q\n\x0eWaypointConfig\x12\x10\n\x08waypoint\x18\x01 \x01(\t\x12-\n\x06tables\x18\x02 \x03(\x0b\x32\x1d.ambit.waypoint.v1.RouteTable\"\xa8\x01\n\nRouteTable\x12\x13\n\x0bservice_key\x18\x01 \x01(\t\x12\x0c\n\x04port\x18\x02 \x01(\r\x12*\n\x04http\x18\x03 \x03(\x0b\x32\x1c.ambit.waypoint.v1.RouteRule\x12\x38\n\x0ctcp_backends\x18\x04 \x03(\x0b\x32\".ambit.waypoint.v1.WeightedBackend\x12\x11\n\thostnames\x18\x05 \x03(\t\"\x81\x04\n\tRouteRule\x12\r\n\x05route\x18\x01 \x01(\t\x12,\n\x05match\x18\x02 \x01(\x0b\x32\x1d.ambit.waypoint.v1.RouteMatch\x12\x34\n\x08\x62\x61\x63kends\x18\x03 \x03(\x0b\x32\".ambit.waypoint.v1.WeightedBackend\x12:\n\x0frequest_headers\x18\x04 \x01(\x0b\x32!.ambit.waypoint.v1.HeaderModifier\x12;\n\x10response_headers\x18\x05 \x01(\x0b\x32!.ambit.waypoint.v1.HeaderModifier\x12\x34\n\x08redirect\x18\x06 \x01(\x0b\x32\".ambit.waypoint.v1.RequestRedirect\x12.\n\x07rewrite\x18\x07 \x01(\x0b\x32\x1d.ambit.waypoint.v1.URLRewrite\x12\x31\n\x07mirrors\x18\x08 \x03(\x0b\x32 .ambit.waypoint.v1.RequestMirror\x12-\n\x08timeouts\x18\t \x01(\x0b\x32\x1b.ambit.waypoint.v1.Timeouts\x12-\n\x05retry\x18\n \x01(\x0b\x32\x1e.ambit.waypoint.v1.RetryPolicy\x12\x11\n\trule_name\x18\x0b \x01(\t\"J\n\tPathMatch\x12.\n\x04kind\x18\x01 \x01(\x0e\x32 .ambit.waypoint.v1.PathMatchType\x12\r\n\x05value\x18\x02 \x01(\t\"Z\n\nValueMatch\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\x12/\n\x04kind\x18\x03 \x01(\x0e\x32!.ambit.waypoint.v1.ValueMatchType\"\xbd\x01\n\nRouteMatch\x12*\n\x04path\x18\x01 \x01(\x0b\x32\x1c.ambit.waypoint.v1.PathMatch\x12.\n\x07headers\x18\x02 \x03(\x0b\x32\x1d.ambit.waypoint.v1.ValueMatch\x12\x33\n\x0cquery_params\x18\x03 \x03(\x0b\x32\x1d.ambit.waypoint.v1.ValueMatch\x12\x13\n\x06method\x18\x04 \x01(\tH\x00\x88\x01\x01\x42\t\n\x07_method\"*\n\x0bHeaderValue\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"z\n\x0eHeaderModifier\x12+\n\x03set\x18\x01 \x03(\x0b\x32\x1e.ambit.waypoint.v1.HeaderValue\x12+\n\x03\x61\x64\x64\x18\x02 \x03(\x0b\x32\x1e.ambit.waypoint.v1.HeaderValue\x12\x0e\n\x06remove\x18\x03 \x03(\t\"P\n\x0cPathModifier\x12\x31\n\x04kind\x18\x01 \x01(\x0e\x32#.ambit.waypoint.v1.PathModifierType\x12\r\n\x05value\x18\x02 \x01(\t\"\xb5\x01\n\x0fRequestRedirect\x12\x13\n\x06scheme\x18\x01 \x01(\tH\x00\x88\x01\x01\x12\x15\n\x08hostname\x18\x02 \x01(\tH\x01\x88\x01\x01\x12-\n\x04path\x18\x03 \x01(\x0b\x32\x1f.ambit.waypoint.v1.PathModifier\x12\x11\n\x04port\x18\x04 \x01(\rH\x02\x88\x01\x01\x12\x13\n\x0bstatus_code\x18\x05 \x01(\rB\t\n\x07_schemeB\x0b\n\t_hostnameB\x07\n\x05_port\"_\n\nURLRewrite\x12\x15\n\x08hostname\x18\x01 \x01(\tH\x00\x88\x01\x01\x12-\n\x04path\x18\x02 \x01(\x0b\x32\x1f.ambit.waypoint.v1.PathModifierB\x0b\n\t_hostname\"C\n\x0e\x42\x61\x63kendService\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x10\n\x08hostname\x18\x02 \x01(\t\x12\x0c\n\x04port\x18\x03 \x01(\r\"T\n\rRequestMirror\x12\x32\n\x07\x62\x61\x63kend\x18\x01 \x01(\x0b\x32!.ambit.waypoint.v1.BackendService\x12\x0f\n\x07percent\x18\x02 \x01(\x01\"\x91\x01\n\x0fWeightedBackend\x12\x32\n\x07\x62\x61\x63kend\x18\x01 \x01(\x0b\x32!.ambit.waypoint.v1.BackendService\x12\x0e\n\x06weight\x18\x02 \x01(\r\x12:\n\x0frequest_headers\x18\x03 \x01(\x0b\x32!.ambit.waypoint.v1.HeaderModifier\"v\n\x0bRetryPolicy\x12\x10\n\x08\x61ttempts\x18\x01 \x01(\r\x12\r\n\x05\x63odes\x18\x02 \x03(\r\x12*\n\x07\x62\x61\x63koff\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x1a\n\x12on_connect_failure\x18\x04 \x01(\x08\"j\n\x08Timeouts\x12*\n\x07request\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x32\n\x0f\x62\x61\x63kend_request\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration*n\n\rPathMatchType\x12\x1f\n\x1bPATH_MATCH_TYPE_UNSPECIFIED\x10\x00\x12\x0e\n\nPATH_EXACT\x10\x01\x12\x0f\n\x0bPATH_PREFIX\x10\x02\x12\x1b\n\x17PATH_REGULAR_EXPRESSION\x10\x03*?\n\x0eValueMatchType\x12\x0f\n\x0bVALUE_EXACT\x10\x00\x12\x1c\n\x18VALUE_REGULAR_EXPRESSION\x10\x01*g\n\x10PathModifierType\x12\"\n\x1ePATH_MODIFIER_TYPE_UNSPECIFIED\x10\x00\x12\x15\n\x11REPLACE_FULL_PATH\x10\x01\x12\x18\n\x14REPLACE_PREFIX_MATCH\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x61mbit/api/waypoint.proto\x12\x11\x61mbit.waypoint.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1b\x61mbit/api/requestauth.proto\"\x9c\x01\n\x0eWaypointConfig\x12\x10\n\x08waypoint\x18\x01 \x01(\t\x12-\n\x06tables\x18\x02 \x03(\x0b\x32\x1d.ambit.waypoint.v1.RouteTable\x12I\n\x17request_authentications\x18\x04 \x03(\x0b\x32(.ambit.waypoint.v1.RequestAuthentication\"\xa8\x01\n\nRouteTable\x12\x13\n\x0bservice_key\x18\x01 \x01(\t\x12\x0c\n\x04port\x18\x02 \x01(\r\x12*\n\x04http\x18\x03 \x03(\x0b\x32\x1c.ambit.waypoint.v1.RouteRule\x12\x38\n\x0ctcp_backends\x18\x04 \x03(\x0b\x32\".ambit.waypoint.v1.WeightedBackend\x12\x11\n\thostnames\x18\x05 \x03(\t\"\x81\x04\n\tRouteRule\x12\r\n\x05route\x18\x01 \x01(\t\x12,\n\x05match\x18\x02 \x01(\x0b\x32\x1d.ambit.waypoint.v1.RouteMatch\x12\x34\n\x08\x62\x61\x63kends\x18\x03 \x03(\x0b\x32\".ambit.waypoint.v1.WeightedBackend\x12:\n\x0frequest_headers\x18\x04 \x01(\x0b\x32!.ambit.waypoint.v1.HeaderModifier\x12;\n\x10response_headers\x18\x05 \x01(\x0b\x32!.ambit.waypoint.v1.HeaderModifier\x12\x34\n\x08redirect\x18\x06 \x01(\x0b\x32\".ambit.waypoint.v1.RequestRedirect\x12.\n\x07rewrite\x18\x07 \x01(\x0b\x32\x1d.ambit.waypoint.v1.URLRewrite\x12\x31\n\x07mirrors\x18\x08 \x03(\x0b\x32 .ambit.waypoint.v1.RequestMirror\x12-\n\x08timeouts\x18\t \x01(\x0b\x32\x1b.ambit.waypoint.v1.Timeouts\x12-\n\x05retry\x18\n \x01(\x0b\x32\x1e.ambit.waypoint.v1.RetryPolicy\x12\x11\n\trule_name\x18\x0b \x01(\t\"J\n\tPathMatch\x12.\n\x04kind\x18\x01 \x01(\x0e\x32 .ambit.waypoint.v1.PathMatchType\x12\r\n\x05value\x18\x02 \x01(\t\"Z\n\nValueMatch\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\x12/\n\x04kind\x18\x03 \x01(\x0e\x32!.ambit.waypoint.v1.ValueMatchType\"\xbd\x01\n\nRouteMatch\x12*\n\x04path\x18\x01 \x01(\x0b\x32\x1c.ambit.waypoint.v1.PathMatch\x12.\n\x07headers\x18\x02 \x03(\x0b\x32\x1d.ambit.waypoint.v1.ValueMatch\x12\x33\n\x0cquery_params\x18\x03 \x03(\x0b\x32\x1d.ambit.waypoint.v1.ValueMatch\x12\x13\n\x06method\x18\x04 \x01(\tH\x00\x88\x01\x01\x42\t\n\x07_method\"*\n\x0bHeaderValue\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"z\n\x0eHeaderModifier\x12+\n\x03set\x18\x01 \x03(\x0b\x32\x1e.ambit.waypoint.v1.HeaderValue\x12+\n\x03\x61\x64\x64\x18\x02 \x03(\x0b\x32\x1e.ambit.waypoint.v1.HeaderValue\x12\x0e\n\x06remove\x18\x03 \x03(\t\"P\n\x0cPathModifier\x12\x31\n\x04kind\x18\x01 \x01(\x0e\x32#.ambit.waypoint.v1.PathModifierType\x12\r\n\x05value\x18\x02 \x01(\t\"\xb5\x01\n\x0fRequestRedirect\x12\x13\n\x06scheme\x18\x01 \x01(\tH\x00\x88\x01\x01\x12\x15\n\x08hostname\x18\x02 \x01(\tH\x01\x88\x01\x01\x12-\n\x04path\x18\x03 \x01(\x0b\x32\x1f.ambit.waypoint.v1.PathModifier\x12\x11\n\x04port\x18\x04 \x01(\rH\x02\x88\x01\x01\x12\x13\n\x0bstatus_code\x18\x05 \x01(\rB\t\n\x07_schemeB\x0b\n\t_hostnameB\x07\n\x05_port\"_\n\nURLRewrite\x12\x15\n\x08hostname\x18\x01 \x01(\tH\x00\x88\x01\x01\x12-\n\x04path\x18\x02 \x01(\x0b\x32\x1f.ambit.waypoint.v1.PathModifierB\x0b\n\t_hostname\"C\n\x0e\x42\x61\x63kendService\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x10\n\x08hostname\x18\x02 \x01(\t\x12\x0c\n\x04port\x18\x03 \x01(\r\"T\n\rRequestMirror\x12\x32\n\x07\x62\x61\x63kend\x18\x01 \x01(\x0b\x32!.ambit.waypoint.v1.BackendService\x12\x0f\n\x07percent\x18\x02 \x01(\x01\"\x91\x01\n\x0fWeightedBackend\x12\x32\n\x07\x62\x61\x63kend\x18\x01 \x01(\x0b\x32!.ambit.waypoint.v1.BackendService\x12\x0e\n\x06weight\x18\x02 \x01(\r\x12:\n\x0frequest_headers\x18\x03 \x01(\x0b\x32!.ambit.waypoint.v1.HeaderModifier\"v\n\x0bRetryPolicy\x12\x10\n\x08\x61ttempts\x18\x01 \x01(\r\x12\r\n\x05\x63odes\x18\x02 \x03(\r\x12*\n\x07\x62\x61\x63koff\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x1a\n\x12on_connect_failure\x18\x04 \x01(\x08\"j\n\x08Timeouts\x12*\n\x07request\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x32\n\x0f\x62\x61\x63kend_request\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration*n\n\rPathMatchType\x12\x1f\n\x1bPATH_MATCH_TYPE_UNSPECIFIED\x10\x00\x12\x0e\n\nPATH_EXACT\x10\x01\x12\x0f\n\x0bPATH_PREFIX\x10\x02\x12\x1b\n\x17PATH_REGULAR_EXPRESSION\x10\x03*?\n\x0eValueMatchType\x12\x0f\n\x0bVALUE_EXACT\x10\x00\x12\x1c\n\x18VALUE_REGULAR_EXPRESSION\x10\x01*g\n\x10PathModifierType\x12\"\n\x1ePATH_MODIFIER_TYPE_UNSPECIFIED\x10\x00\x12\x15\n\x11REPLACE_FULL_PATH\x10\x01\x12\x18\n\x14REPLACE_PREFIX_MATCH\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'ambit.api.waypoint_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_PATHMATCHTYPE']._serialized_start=2271
-  _globals['_PATHMATCHTYPE']._serialized_end=2381
-  _globals['_VALUEMATCHTYPE']._serialized_start=2383
-  _globals['_VALUEMATCHTYPE']._serialized_end=2446
-  _globals['_PATHMODIFIERTYPE']._serialized_start=2448
-  _globals['_PATHMODIFIERTYPE']._serialized_end=2551
-  _globals['_WAYPOINTCONFIG']._serialized_start=79
-  _globals['_WAYPOINTCONFIG']._serialized_end=160
-  _globals['_ROUTETABLE']._serialized_start=163
-  _globals['_ROUTETABLE']._serialized_end=331
-  _globals['_ROUTERULE']._serialized_start=334
-  _globals['_ROUTERULE']._serialized_end=847
-  _globals['_PATHMATCH']._serialized_start=849
-  _globals['_PATHMATCH']._serialized_end=923
-  _globals['_VALUEMATCH']._serialized_start=925
-  _globals['_VALUEMATCH']._serialized_end=1015
-  _globals['_ROUTEMATCH']._serialized_start=1018
-  _globals['_ROUTEMATCH']._serialized_end=1207
-  _globals['_HEADERVALUE']._serialized_start=1209
-  _globals['_HEADERVALUE']._serialized_end=1251
-  _globals['_HEADERMODIFIER']._serialized_start=1253
-  _globals['_HEADERMODIFIER']._serialized_end=1375
-  _globals['_PATHMODIFIER']._serialized_start=1377
-  _globals['_PATHMODIFIER']._serialized_end=1457
-  _globals['_REQUESTREDIRECT']._serialized_start=1460
-  _globals['_REQUESTREDIRECT']._serialized_end=1641
-  _globals['_URLREWRITE']._serialized_start=1643
-  _globals['_URLREWRITE']._serialized_end=1738
-  _globals['_BACKENDSERVICE']._serialized_start=1740
-  _globals['_BACKENDSERVICE']._serialized_end=1807
-  _globals['_REQUESTMIRROR']._serialized_start=1809
-  _globals['_REQUESTMIRROR']._serialized_end=1893
-  _globals['_WEIGHTEDBACKEND']._serialized_start=1896
-  _globals['_WEIGHTEDBACKEND']._serialized_end=2041
-  _globals['_RETRYPOLICY']._serialized_start=2043
-  _globals['_RETRYPOLICY']._serialized_end=2161
-  _globals['_TIMEOUTS']._serialized_start=2163
-  _globals['_TIMEOUTS']._serialized_end=2269
+  _globals['_PATHMATCHTYPE']._serialized_start=2376
+  _globals['_PATHMATCHTYPE']._serialized_end=2486
+  _globals['_VALUEMATCHTYPE']._serialized_start=2488
+  _globals['_VALUEMATCHTYPE']._serialized_end=2551
+  _globals['_PATHMODIFIERTYPE']._serialized_start=2553
+  _globals['_PATHMODIFIERTYPE']._serialized_end=2656
+  _globals['_WAYPOINTCONFIG']._serialized_start=109
+  _globals['_WAYPOINTCONFIG']._serialized_end=265
+  _globals['_ROUTETABLE']._serialized_start=268
+  _globals['_ROUTETABLE']._serialized_end=436
+  _globals['_ROUTERULE']._serialized_start=439
+  _globals['_ROUTERULE']._serialized_end=952
+  _globals['_PATHMATCH']._serialized_start=954
+  _globals['_PATHMATCH']._serialized_end=1028
+  _globals['_VALUEMATCH']._serialized_start=1030
+  _globals['_VALUEMATCH']._serialized_end=1120
+  _globals['_ROUTEMATCH']._serialized_start=1123
+  _globals['_ROUTEMATCH']._serialized_end=1312
+  _globals['_HEADERVALUE']._serialized_start=1314
+  _globals['_HEADERVALUE']._serialized_end=1356
+  _globals['_HEADERMODIFIER']._serialized_start=1358
+  _globals['_HEADERMODIFIER']._serialized_end=1480
+  _globals['_PATHMODIFIER']._serialized_start=1482
+  _globals['_PATHMODIFIER']._serialized_end=1562
+  _globals['_REQUESTREDIRECT']._serialized_start=1565
+  _globals['_REQUESTREDIRECT']._serialized_end=1746
+  _globals['_URLREWRITE']._serialized_start=1748
+  _globals['_URLREWRITE']._serialized_end=1843
+  _globals['_BACKENDSERVICE']._serialized_start=1845
+  _globals['_BACKENDSERVICE']._serialized_end=1912
+  _globals['_REQUESTMIRROR']._serialized_start=1914
+  _globals['_REQUESTMIRROR']._serialized_end=1998
+  _globals['_WEIGHTEDBACKEND']._serialized_start=2001
+  _globals['_WEIGHTEDBACKEND']._serialized_end=2146
+  _globals['_RETRYPOLICY']._serialized_start=2148
+  _globals['_RETRYPOLICY']._serialized_end=2266
+  _globals['_TIMEOUTS']._serialized_start=2268
+  _globals['_TIMEOUTS']._serialized_end=2374
 # @@protoc_insertion_point(module_scope)

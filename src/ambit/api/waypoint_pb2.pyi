@@ -1,6 +1,7 @@
 import datetime
 
 from google.protobuf import duration_pb2 as _duration_pb2
+from ambit.api import requestauth_pb2 as _requestauth_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -38,12 +39,14 @@ REPLACE_FULL_PATH: PathModifierType
 REPLACE_PREFIX_MATCH: PathModifierType
 
 class WaypointConfig(_message.Message):
-    __slots__ = ("waypoint", "tables")
+    __slots__ = ("waypoint", "tables", "request_authentications")
     WAYPOINT_FIELD_NUMBER: _ClassVar[int]
     TABLES_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_AUTHENTICATIONS_FIELD_NUMBER: _ClassVar[int]
     waypoint: str
     tables: _containers.RepeatedCompositeFieldContainer[RouteTable]
-    def __init__(self, waypoint: _Optional[str] = ..., tables: _Optional[_Iterable[_Union[RouteTable, _Mapping]]] = ...) -> None: ...
+    request_authentications: _containers.RepeatedCompositeFieldContainer[_requestauth_pb2.RequestAuthentication]
+    def __init__(self, waypoint: _Optional[str] = ..., tables: _Optional[_Iterable[_Union[RouteTable, _Mapping]]] = ..., request_authentications: _Optional[_Iterable[_Union[_requestauth_pb2.RequestAuthentication, _Mapping]]] = ...) -> None: ...
 
 class RouteTable(_message.Message):
     __slots__ = ("service_key", "port", "http", "tcp_backends", "hostnames")

@@ -67,6 +67,7 @@ OPTIONAL_KINDS = (
     kinds.WORKLOAD_ENTRIES,
     kinds.AUTHORIZATION_POLICIES,
     kinds.PEER_AUTHENTICATIONS,
+    kinds.REQUEST_AUTHENTICATIONS,
     kinds.GATEWAYS,
     kinds.GATEWAY_CLASSES,
     kinds.HTTP_ROUTES,
@@ -81,6 +82,7 @@ does not have them or does not let us list them."""
 SPEC_ONLY_KINDS = (
     kinds.AUTHORIZATION_POLICIES,
     kinds.PEER_AUTHENTICATIONS,
+    kinds.REQUEST_AUTHENTICATIONS,
     kinds.SERVICES,
     kinds.SERVICE_ENTRIES,
     kinds.GATEWAY_CLASSES,
@@ -220,6 +222,7 @@ class ClusterView:
             grpc_routes=self.items("grpcroutes"),
             tcp_routes=self.items("tcproutes"),
             reference_grants=self.items("referencegrants"),
+            request_authentications=self.items("requestauthentications"),
             cluster_id=s.cluster_id,
             trust_domain=s.trust_domain,
             domain=s.domain,

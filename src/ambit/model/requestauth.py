@@ -17,11 +17,35 @@ Rules (Istio's semantics):
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ClaimToHeader", "JwtHeader", "JwtRule", "RequestAuthentication", "RequestIdentity"]
+__all__ = [
+    "MAX_JWKS_BYTES",
+    "ClaimToHeader",
+    "JwtHeader",
+    "JwtRule",
+    "RequestAuthentication",
+    "RequestIdentity",
+    "jwks_uri_problem",
+]
+
+MAX_JWKS_BYTES = 256 * 1024
+"""The longest key set, inline or fetched; public key sets are a few KiB."""
+
+
+def jwks_uri_problem(uri: str) -> str | None:
+    """Why ``uri`` cannot be a ``jwksUri`` (only http and https URLs with a host and a valid port), or None."""
+    try:
+        parts = urllib.parse.urlsplit(uri)
+        _ = parts.port
+    except ValueError:
+        return f"{uri!r} is not an http or https URL with a host"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"{uri!r} is not an http or https URL with a host"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +83,9 @@ class JwtRule:
     forward_original_token: bool = False
     timeout_seconds: float = 5.0
     """How long fetching ``jwks_uri`` may take."""
+    space_delimited_claims: tuple[str, ...] = ()
+    """Claims besides ``scope`` and ``permission`` whose space-delimited string values ``request.auth.claims``
+    reads as lists."""
 
 
 @dataclass(frozen=True, slots=True)

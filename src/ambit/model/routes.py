@@ -35,6 +35,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from ambit.model.requestauth import RequestAuthentication
+
 
 class PathMatchType(enum.Enum):
     """Gateway API ``HTTPPathMatch.type``."""
@@ -216,6 +218,8 @@ class WaypointConfig:
     waypoint: str
     """``namespace/name`` of its Gateway."""
     tables: tuple[RouteTable, ...] = ()
+    request_authentications: tuple[RequestAuthentication, ...] = ()
+    """The RequestAuthentications attached to it by ``targetRefs``, by key (:mod:`ambit.requestauth` enforces them)."""
 
     def find_table(self, service_key: str, port: int) -> RouteTable | None:
         for table in self.tables:

@@ -19,6 +19,7 @@ Rules:
    ``backend`` of a weighted backend is an unresolved one (answers 500).
 6. Durations travel as ``google.protobuf.Duration``; seconds given in milliseconds come back exactly.
 7. Nothing but :class:`XdsConversionError` escapes decoding.
+8. ``request_authentications`` (field 4) are judged by :mod:`ambit.xds.requestauth`.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from ambit.model.routes import (
 )
 from ambit.xds.convert import FieldReader
 from ambit.xds.errors import XdsConversionError
+from ambit.xds.requestauth import RequestAuthReader, request_authentication_to_proto
 
 __all__ = [
     "WAYPOINT_CONFIG_TYPE_URL",
@@ -190,6 +192,7 @@ def waypoint_config_to_proto(config: WaypointConfig) -> pb.WaypointConfig:
             )
             for t in config.tables
         ],
+        request_authentications=[request_authentication_to_proto(p) for p in config.request_authentications],
     )
 
 
@@ -383,10 +386,15 @@ def waypoint_config_from_proto(message: pb.WaypointConfig, name: str) -> Waypoin
     reader = _Reader(name)
     if message.waypoint != name:
         raise reader.fail("waypoint", f"the resource is named {name!r} but describes {message.waypoint!r}")
+    authn = RequestAuthReader(name)
     try:
         return WaypointConfig(
             waypoint=message.waypoint,
             tables=tuple(reader.table(f"tables[{i}]", t) for i, t in enumerate(message.tables)),
+            request_authentications=tuple(
+                authn.request_authentication(f"request_authentications[{i}]", p)
+                for i, p in enumerate(message.request_authentications)
+            ),
         )
     except XdsConversionError:
         raise

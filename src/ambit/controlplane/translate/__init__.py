@@ -3,7 +3,8 @@
 Theory of operation: :func:`translate_all` takes snapshots of the kinds istiod's ambient index reads for L4 (Pods,
 Services, EndpointSlices, Namespaces, ServiceEntries, WorkloadEntries, and Nodes for the pods' locality; spec §10.1)
 and for L4 policy (AuthorizationPolicies, PeerAuthentications; spec §7) and for waypoints (Gateways, GatewayClasses,
-and the HTTPRoutes, GRPCRoutes, TCPRoutes and ReferenceGrants of their routing; spec §1.4) and returns a
+the HTTPRoutes, GRPCRoutes, TCPRoutes and ReferenceGrants of their routing, spec §1.4, and the RequestAuthentications
+attached to them, spec §7.5) and returns a
 :class:`Translation`: one :class:`LocalConfig` (workloads, services, policies), the ``ZtunnelAccepted`` status of
 each AuthorizationPolicy and the ``istio.io/WaypointBound`` status of Services and ServiceEntries
 (:class:`PolicyStatus`, for the control plane to write), each ready waypoint's
@@ -28,7 +29,8 @@ ServiceEntry becomes Services and endpoint Workloads), ``workloadentries`` (a Wo
 ``index`` (which services select which endpoints, on which ports), ``policies`` (an AuthorizationPolicy becomes a
 Policy and a status), ``peerauth`` (PeerAuthentications become DENY policies), ``nodes`` (a Node's labels become its
 pods' locality), ``waypoints`` (Gateways become waypoints, labels bind to them), ``routes`` and ``routerules``
-(Gateway API routes become waypoint route tables), ``protocols`` (a port's application protocol), ``skips`` (what
+(Gateway API routes become waypoint route tables), ``requestauth`` (RequestAuthentications attached by
+``targetRefs`` join their waypoints' configs), ``protocols`` (a port's application protocol), ``skips`` (what
 was left out).
 """
 
@@ -48,6 +50,7 @@ from ambit.controlplane.translate.policies import (
     PolicyTranslation,
     translate_authorization_policy,
 )
+from ambit.controlplane.translate.requestauth import bind_to_waypoints, translate_request_authentication
 from ambit.controlplane.translate.routes import RouteStatus, translate_routes
 from ambit.controlplane.translate.serviceentries import (
     canonical_owners,
@@ -138,6 +141,7 @@ def translate_all(
     grpc_routes: Iterable[Mapping[str, Any]] = (),
     tcp_routes: Iterable[Mapping[str, Any]] = (),
     reference_grants: Iterable[Mapping[str, Any]] = (),
+    request_authentications: Iterable[Mapping[str, Any]] = (),
     cluster_id: str = "Kubernetes",
     trust_domain: str = "cluster.local",
     domain: str = "cluster.local",
@@ -219,6 +223,14 @@ def translate_all(
         waypoints=waypoints,
         gateways=gateway_list,
     )
+    authn = _request_authentications(
+        request_authentications,
+        {"Service": k8s_services, "ServiceEntry": translated[len(k8s_services) :]},
+        bound,
+        routes.configs,
+        root_namespace=root_namespace,
+        skips=skips,
+    )
     index = ServiceIndex.build(service_list, endpoint_slices, domain=domain, extra=selections(entries))
     workloads: list[Workload] = []
     localities = node_localities(nodes)
@@ -267,10 +279,39 @@ def translate_all(
         policy_status=tuple(sorted(statuses, key=lambda s: s.key)),
         service_status=tuple(sorted(service_status, key=lambda s: s.key)),
         service_entry_status=tuple(sorted(entry_status, key=lambda s: s.key)),
-        waypoint_configs=routes.configs,
+        waypoint_configs=authn,
         route_status=routes.status,
         waypoint_accounts=routes.accounts,
     )
+
+
+def _request_authentications(
+    objects: Iterable[Mapping[str, Any]],
+    services: Mapping[str, Iterable[Service]],
+    bound: Mapping[str, str],
+    configs: tuple[WaypointConfig, ...],
+    *,
+    root_namespace: str,
+    skips: list[Skipped],
+) -> tuple[WaypointConfig, ...]:
+    """``configs`` with the RequestAuthentications attached to each waypoint by ``targetRefs``; ``services`` are
+    the translated services by the kind of object they came from."""
+    translations = [
+        translate_request_authentication(obj, root_namespace=root_namespace, skips=skips) for obj in objects
+    ]
+    if not translations:
+        return configs
+    service_keys: dict[tuple[str, str, str], list[str]] = {}
+    for kind, of_kind in services.items():
+        for service in of_kind:
+            service_keys.setdefault((kind, service.namespace, service.name), []).append(service.key)
+    attached = bind_to_waypoints(
+        translations,
+        waypoints=[c.waypoint for c in configs],
+        service_keys={k: tuple(v) for k, v in service_keys.items()},
+        bound=bound,
+    )
+    return tuple(replace(c, request_authentications=attached.get(c.waypoint, ())) for c in configs)
 
 
 def _service_binding(obj: Mapping[str, Any], waypoints: WaypointIndex, statuses: list[PolicyStatus]) -> Binding:
