@@ -7,7 +7,9 @@ Rules:
    is left out: it has no endpoints of its own and needs a waypoint, which Ambit does not attach. A host whose
    key a Kubernetes Service or an earlier entry (by namespace, then name) already has is left out, so that every
    resource name has one owner.
-2. VIPs are ``spec.addresses`` on the cluster's network; a CIDR is accepted only as one address (/32, /128).
+2. VIPs are ``spec.addresses`` on the cluster's network; a CIDR is accepted only as one address (/32, /128). An
+   entry without any takes, per host, the addresses the control plane allocated to it and keeps in its
+   ``status.addresses`` (:mod:`~ambit.controlplane.translate.autoallocate`), as istiod does.
 3. Ports are ``spec.ports``: ``number`` to ``targetPort``, 0 when unset (each endpoint says its own number); the
    port's ``protocol`` gives its ``app_protocol`` (:mod:`ambit.controlplane.translate.protocols`).
    A repeated or invalid number is left out.
@@ -34,6 +36,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ambit.controlplane.translate.autoallocate import auto_vips
 from ambit.controlplane.translate.index import (
     Selection,
     ServicePort,
@@ -74,6 +77,8 @@ class ServiceEntrySpec:
     endpoints: tuple[tuple[int, Obj], ...] = ()
     """(index in ``spec.endpoints``, endpoint) of the endpoints to translate."""
     subject_alt_names: tuple[str, ...] = field(default=())
+    auto_vips: Mapping[str, tuple[IPAddress, ...]] = field(default_factory=dict)
+    """Host → the addresses allocated to it (rule 2), used when ``vips`` is empty."""
 
 
 def parse_service_entries(entries: Iterable[Obj], *, taken: set[str], skips: list[Skipped]) -> list[ServiceEntrySpec]:
@@ -140,6 +145,7 @@ def _parse(obj: Obj, taken: set[str], skips: list[Skipped]) -> ServiceEntrySpec 
         selector=selector,
         endpoints=endpoints,
         subject_alt_names=tuple(str(s) for s in spec.get("subjectAltNames") or ()),
+        auto_vips=auto_vips(obj),
     )
 
 
@@ -221,7 +227,7 @@ def service_entry_services(
             name=entry.name,
             namespace=entry.namespace,
             hostname=host,
-            vips=tuple(NetworkAddress(network, ip) for ip in entry.vips),
+            vips=tuple(NetworkAddress(network, ip) for ip in entry.vips or entry.auto_vips.get(host, ())),
             ports=ports,
             subject_alt_names=entry.subject_alt_names,
             canonical=canonical is not None and canonical.get(host) == (entry.namespace, entry.name),
