@@ -213,6 +213,18 @@ def nodeproxy(
             help="Tunnels per pooled HBONE connection (else $POOL_MAX_STREAMS_PER_CONNECTION, else 100).",
         ),
     ] = None,
+    dns_upstream: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--dns-upstream",
+            metavar="IP",
+            help="Forward the pods' unanswered DNS queries to this resolver (repeatable) "
+            "[default: each pod's own resolv.conf nameservers].",
+        ),
+    ] = None,
+    dns_proxy: Annotated[
+        bool, typer.Option("--dns-proxy/--no-dns-proxy", help="Answer DNS on 15053 in each pod.")
+    ] = True,
     pool_idle_timeout: Annotated[
         str | None,
         typer.Option(
@@ -278,6 +290,8 @@ def nodeproxy(
         pool_idle_timeout=idle_timeout,
         event_loop=event_loop,
         admin_token_file=admin_token_file,
+        dns_proxy=dns_proxy,
+        dns_nameservers=tuple(_dns_upstreams(dns_upstream or [])),
     )
     configure_logging()
     tune_allocator()
@@ -416,3 +430,16 @@ def controlplane(
     )
     configure_logging()
     asyncio.run(run_control_plane(settings))
+
+
+def _dns_upstreams(values: list[str]) -> list[str]:
+    """``--dns-upstream`` values, each a numeric IP address."""
+    import ipaddress
+
+    out = []
+    for value in values:
+        try:
+            out.append(str(ipaddress.ip_address(value)))
+        except ValueError:
+            raise typer.BadParameter(f"{value!r} is not an IP address", param_hint="--dns-upstream") from None
+    return out
