@@ -148,3 +148,14 @@ def test_any_status_is_read_without_raising_and_planned_into_the_ranges(status: 
     for item in plan or ():
         ip = ipaddress.ip_address(item["value"])
         assert ip in ipaddress.ip_network("240.240.0.0/16") or ip in ipaddress.ip_network("2001:2::/48")
+
+
+def test_a_wildcard_host_is_a_service_only_with_addresses_and_endpoints() -> None:
+    wild = entry("wild", "*.wild.example", addresses=["198.19.12.1"], endpoints=[{"address": "198.18.204.3"}])
+    [service] = translate([], [], [], [], service_entries=[wild]).services
+    assert service.hostname == "*.wild.example"
+    assert [str(v.ip) for v in service.vips] == ["198.19.12.1"]
+    for spec in ({"addresses": ["198.19.12.1"]}, {"endpoints": [{"address": "198.18.204.3"}]}):
+        assert translate([], [], [], [], service_entries=[entry("wild", "*.wild.example", **spec)]).services == ()
+    _, [plan] = allocate(entry("wild", "*.wild.example", endpoints=[{"address": "198.18.204.3"}]))
+    assert plan is None  # a wildcard host never gets an allocated address

@@ -4,7 +4,9 @@ Rules:
 
 1. Each host of ``spec.hosts`` is a Service named after the entry, in its namespace, with that hostname (its
    resource name ``<namespace>/<host>``). An entry without hosts is left out. A wildcard host (``*.example.com``)
-   is left out: it has no endpoints of its own and needs a waypoint, which Ambit does not attach. A host whose
+   is left out unless the entry has ``spec.addresses`` and endpoints (inline or selected): then its Service has
+   those VIPs and endpoints, and the DNS proxy answers every name under it with the VIPs (spec §9); otherwise it
+   would need a waypoint, which Ambit does not attach. A host whose
    key a Kubernetes Service or an earlier entry (by namespace, then name) already has is left out, so that every
    resource name has one owner.
 2. VIPs are ``spec.addresses`` on the cluster's network; a CIDR is accepted only as one address (/32, /128). An
@@ -106,13 +108,17 @@ def _parse(obj: Obj, taken: set[str], skips: list[Skipped]) -> ServiceEntrySpec 
         skips.append(skipped(SERVICE_ENTRY, obj, "spec.hosts", "required: at least one host; the entry is left out"))
         return None
     hosts: list[str] = []
+    selected = isinstance((spec.get("workloadSelector") or {}).get("labels"), Mapping)
     for i, host in enumerate(raw_hosts):
         where = f"spec.hosts[{i}]"
         text = str(host or "")
         if not text or any(c.isspace() or c == "/" for c in text):
             skips.append(skipped(SERVICE_ENTRY, obj, where, f"{text!r} is not a host name; the host is left out"))
-        elif text.startswith("*"):
-            reason = "wildcard hosts need a waypoint, which Ambit does not attach; the host is left out"
+        elif text.startswith("*") and not (spec.get("addresses") and (spec.get("endpoints") or selected)):
+            reason = (
+                "wildcard hosts without addresses and endpoints need a waypoint, which Ambit does not attach; "
+                "the host is left out"
+            )
             skips.append(skipped(SERVICE_ENTRY, obj, where, reason))
         elif service_key(namespace, text) in taken:
             reason = f"another Service or ServiceEntry of namespace {namespace} has host {text}; the host is left out"
