@@ -111,8 +111,8 @@ class DnsServer:
         if isinstance(parsed, Malformed):
             self._metrics.dns_dropped(parsed.reason)
             return None, None
-        if isinstance(parsed, Answered):
-            self._metrics.dns_dropped("refused")
+        if isinstance(parsed, Answered):  # FORMERR or NOTIMP: answered, never decided or forwarded
+            self._metrics.dns_dropped(parsed.result)
             return None, parsed
         client = self._client()
         labels = self._labels(parsed, protocol, client)
