@@ -14,7 +14,9 @@ Rules:
    (:func:`~ambit.dns.resolvconf.parse_resolv_conf` never raises) and the proxy only ever sends to its nameservers
    from inside the pod's netns, which the pod could do itself.
 3. Else (no process of the pod found, no readable file) the proxy's own resolv.conf, as ztunnel forwards to its
-   own (read once at start, see :class:`~ambit.inpod.settings.NodeProxySettings`).
+   own (read once at start, see :class:`~ambit.inpod.settings.NodeProxySettings`). A proxy in a pod without the
+   host's PID namespace (the ``ztunnel`` DaemonSet) sees no pod's process, so it always forwards to its own
+   resolvers, exactly as ztunnel does.
 """
 
 from __future__ import annotations
