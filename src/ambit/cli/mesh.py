@@ -259,6 +259,7 @@ def nodeproxy(
         max_streams, idle_timeout = parse_pool_limits(pool_max_streams, pool_idle_timeout, os.environ)
     except NodeProxySettingsError as exc:
         raise typer.BadParameter(str(exc)) from None
+    dns_nameservers = tuple(_dns_upstreams(dns_upstream or []))
     if (xds_address or ca_address) and (root_cert is None or token is None):
         raise typer.BadParameter("--xds-address and --ca-address need --root-cert and --token")
     default_config: Path | None
@@ -291,7 +292,7 @@ def nodeproxy(
         event_loop=event_loop,
         admin_token_file=admin_token_file,
         dns_proxy=dns_proxy,
-        dns_nameservers=tuple(_dns_upstreams(dns_upstream or [])),
+        dns_nameservers=dns_nameservers,
     )
     configure_logging()
     tune_allocator()
