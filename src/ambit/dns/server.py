@@ -175,7 +175,11 @@ class DnsServer:
     async def _forward_datagram(
         self, transport: asyncio.DatagramTransport, query: dns.message.Message, peer: tuple[str, int]
     ) -> None:
-        response = await self._forward(query, "udp")
+        try:
+            response = await self._forward(query, "udp")
+        except Exception:  # a bug: logged here, since nobody awaits this task
+            log.exception("forwarding a DNS query failed")
+            response = error_response(query, dns.rcode.SERVFAIL)
         if not transport.is_closing():
             self._send_datagram(transport, response, query, peer)
 
