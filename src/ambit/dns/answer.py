@@ -39,9 +39,13 @@ import dns.message
 import dns.name
 import dns.opcode
 import dns.rcode
+import dns.rdata
 import dns.rdataclass
 import dns.rdatatype
 import dns.rrset
+from dns.rdtypes.ANY.CNAME import CNAME
+from dns.rdtypes.IN.A import A
+from dns.rdtypes.IN.AAAA import AAAA
 
 from ambit.dns.names import Labels, aliases, join, split, wildcards
 from ambit.model.workload import HealthPolicy, HealthStatus, IPAddress, IPFamilies, Service, Workload
@@ -158,10 +162,18 @@ def decide(
     owner = question.name
     if match.stripped is not None and match.name[0] != "*":
         target = dns.name.Name((*question.name.labels[: len(match.stripped)], b""))
-        response.answer.append(dns.rrset.from_text(owner, TTL, "IN", "CNAME", target.to_text()))
+        cname = CNAME(dns.rdataclass.IN, dns.rdatatype.CNAME, target)  # type: ignore[no-untyped-call]
+        response.answer.append(dns.rrset.from_rdata(owner, TTL, cname))
         owner = target
-    rtype = "A" if family == 4 else "AAAA"
-    response.answer.append(dns.rrset.from_text_list(owner, TTL, "IN", rtype, [str(a) for a in addresses]))
+    # Rdata objects made directly: parsing their text form costs more than the rest of the answer.
+    # (dnspython's rdata constructors are not annotated.)
+    records: list[dns.rdata.Rdata] = [
+        A(dns.rdataclass.IN, dns.rdatatype.A, str(a))  # type: ignore[no-untyped-call]
+        if family == 4
+        else AAAA(dns.rdataclass.IN, dns.rdatatype.AAAA, str(a))  # type: ignore[no-untyped-call]
+        for a in addresses
+    ]
+    response.answer.append(dns.rrset.from_rdata_list(owner, TTL, records))
     return Answered(response, "success", len(addresses))
 
 
