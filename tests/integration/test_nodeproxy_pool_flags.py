@@ -22,6 +22,7 @@ def nodeproxy(tmp_path: Path, *flags: str, env: dict[str, str] | None = None) ->
         (("--pool-max-streams", "0"), {}, "--pool-max-streams: expected at least 1"),
         (("--pool-idle-timeout=-1",), {}, "--pool-idle-timeout: expected 0 seconds or more"),
         ((), {"POOL_MAX_STREAMS_PER_CONNECTION": "lots"}, "$POOL_MAX_STREAMS_PER_CONNECTION: expected a whole number"),
+        (("--dns-upstream", "resolver.example"), {}, "'resolver.example' is not an IP address"),
     ],
 )
 def test_a_pool_limit_out_of_range_is_a_usage_error(

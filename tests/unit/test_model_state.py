@@ -172,8 +172,11 @@ def test_a_shared_hostname_answers_with_the_oldest_service_even_after_it_is_upda
     updated = web_service(ports=())
     state.upsert_service(updated)
     assert state.find_service_by_hostname("web.apps.svc.cluster.local") is updated
+    assert state.find_services_by_hostname("web.apps.svc.cluster.local") == [updated, second]
     state.remove_service(WEB_KEY)
     assert state.find_service_by_hostname("web.apps.svc.cluster.local") is second
+    assert state.find_services_by_hostname("web.apps.svc.cluster.local") == [second]
+    assert state.find_services_by_hostname("nothing.example") == []
 
 
 def test_replace_all_forgets_what_was_there_before() -> None:

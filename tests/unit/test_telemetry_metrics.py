@@ -11,6 +11,7 @@ from prometheus_client.samples import Sample
 
 from ambit.telemetry.metrics import (
     LABEL_NAMES,
+    DnsLabels,
     ProxyMetrics,
     Reporter,
     SecurityPolicy,
@@ -46,7 +47,13 @@ UNSTABLE = {
     "istio_pending_proxy_count_total",
     "istio_proxies_started_total",
     "istio_proxies_stopped_total",
+    "istio_dns_requests_total",
+    "istio_dns_upstream_requests_total",
+    "istio_dns_upstream_failures_total",
+    "istio_dns_upstream_request_duration_seconds",
 }
+OWN = {"ambit_dns_dropped_total"}
+"""Ours, not Istio's (ztunnel has no such counter): prefixed ``ambit_``, never ``istio_``."""
 
 
 def samples(metrics: ProxyMetrics) -> list[Sample]:
@@ -164,18 +171,25 @@ def test_exposed_names_are_exactly_istio_names_without_created_series_or_double_
     metrics = ProxyMetrics()
     metrics.connection_opened(OUTBOUND).close()
     metrics.connection_failed(INBOUND)
+    dns_labels = DnsLabels("a", "udp")
+    metrics.dns_request(dns_labels)
+    metrics.dns_forwarded(dns_labels, 0.003, failed=True)
+    metrics.dns_dropped("short")
     text = metrics.render().decode()
     declared = set(re.findall(r"^# TYPE (\S+) ", text, re.MULTILINE))
-    assert declared == STABLE | UNSTABLE
+    assert declared == STABLE | UNSTABLE | OWN
+    histogram = "istio_dns_upstream_request_duration_seconds"
     sample_names = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if not line.startswith("#")}
-    assert sample_names <= STABLE | UNSTABLE
+    sample_names = {n.removesuffix("_bucket").removesuffix("_sum").removesuffix("_count") for n in sample_names}
+    assert sample_names <= STABLE | UNSTABLE | OWN
+    assert f'{histogram}_bucket{{le="0.01",request_protocol="udp"' in text
     assert "_created" not in text
     assert "_total_total" not in text
 
 
 def test_every_family_is_listed_before_its_first_sample() -> None:
     text = ProxyMetrics().render().decode()
-    assert set(re.findall(r"^# HELP (\S+) ", text, re.MULTILINE)) == STABLE | UNSTABLE
+    assert set(re.findall(r"^# HELP (\S+) ", text, re.MULTILINE)) == STABLE | UNSTABLE | OWN
 
 
 def test_unstable_metrics_and_only_those_say_unstable_in_their_help() -> None:

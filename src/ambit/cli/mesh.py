@@ -213,6 +213,18 @@ def nodeproxy(
             help="Tunnels per pooled HBONE connection (else $POOL_MAX_STREAMS_PER_CONNECTION, else 100).",
         ),
     ] = None,
+    dns_upstream: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--dns-upstream",
+            metavar="IP",
+            help="Forward the pods' unanswered DNS queries to this resolver (repeatable) "
+            "[default: each pod's own resolv.conf nameservers].",
+        ),
+    ] = None,
+    dns_proxy: Annotated[
+        bool, typer.Option("--dns-proxy/--no-dns-proxy", help="Answer DNS on 15053 in each pod.")
+    ] = True,
     pool_idle_timeout: Annotated[
         str | None,
         typer.Option(
@@ -247,6 +259,7 @@ def nodeproxy(
         max_streams, idle_timeout = parse_pool_limits(pool_max_streams, pool_idle_timeout, os.environ)
     except NodeProxySettingsError as exc:
         raise typer.BadParameter(str(exc)) from None
+    dns_nameservers = tuple(_dns_upstreams(dns_upstream or []))
     if (xds_address or ca_address) and (root_cert is None or token is None):
         raise typer.BadParameter("--xds-address and --ca-address need --root-cert and --token")
     default_config: Path | None
@@ -278,6 +291,8 @@ def nodeproxy(
         pool_idle_timeout=idle_timeout,
         event_loop=event_loop,
         admin_token_file=admin_token_file,
+        dns_proxy=dns_proxy,
+        dns_nameservers=dns_nameservers,
     )
     configure_logging()
     tune_allocator()
@@ -416,3 +431,16 @@ def controlplane(
     )
     configure_logging()
     asyncio.run(run_control_plane(settings))
+
+
+def _dns_upstreams(values: list[str]) -> list[str]:
+    """``--dns-upstream`` values, each a numeric IP address."""
+    import ipaddress
+
+    out = []
+    for value in values:
+        try:
+            out.append(str(ipaddress.ip_address(value)))
+        except ValueError:
+            raise typer.BadParameter(f"{value!r} is not an IP address", param_hint="--dns-upstream") from None
+    return out

@@ -11,7 +11,9 @@ Theory of operation: everything is built once from :class:`ControlPlaneSettings`
    Authorizations, and each waypoint's WaypointConfig, readable only by that waypoint's service account), so
    pushes carry only changed and removed resources, and the ``ZtunnelAccepted`` status of each
    AuthorizationPolicy, the ``istio.io/WaypointBound`` status of each Service and ServiceEntry and the parents of
-   each HTTPRoute, GRPCRoute and TCPRoute, written only when it changes (:mod:`ambit.controlplane.status`); each
+   each HTTPRoute, GRPCRoute and TCPRoute, and the auto-allocated addresses of ServiceEntries without any (their
+   ``status.addresses``, which the translation reads back as VIPs), written only when it changes
+   (:mod:`ambit.controlplane.status`); each
    object (or part of one) the translation had to leave out gets one Warning Event (reason ``TranslationSkipped``,
    the note naming the field to fix), again only once the problem has gone away and come back, changed, or the
    object was recreated;
@@ -47,7 +49,7 @@ from ambit.controlplane.ca.nodeauth import InformerPodIndex, NodeAuthorizer
 from ambit.controlplane.ca.root import RootCa, RootCertPublisher, load_or_create_root_secret, load_plugin_ca
 from ambit.controlplane.ca.server import GRPC_SERVER_OPTIONS, CaService, RootSigner
 from ambit.controlplane.gateway import GatewayController, GatewayControllerSettings, WaypointTemplateSettings
-from ambit.controlplane.status import PolicyStatusWriter, RouteStatusWriter
+from ambit.controlplane.status import AddressStatusWriter, PolicyStatusWriter, RouteStatusWriter
 from ambit.controlplane.translate import DEFAULT_ROOT_NAMESPACE, PolicyStatus, SkipMemory, Skipped, Translation
 from ambit.controlplane.translate.waypoints import WAYPOINT_BOUND
 from ambit.controlplane.untaint import NodeUntainter
@@ -179,6 +181,7 @@ class ControlPlane:
             kind=kinds.SERVICE_ENTRIES,
             condition_type=WAYPOINT_BOUND,
         )
+        self.entry_addresses = AddressStatusWriter(client, lambda: self.view.items("serviceentries"), clock=time.time)
         self.route_status = tuple(
             RouteStatusWriter(client, self._cached(kind.plural), clock=time.time, kind=kind)
             for kind in (kinds.HTTP_ROUTES, kinds.GRPC_ROUTES, kinds.TCP_ROUTES)
@@ -264,6 +267,7 @@ class ControlPlane:
     def _waypoint_status(self, services: tuple[PolicyStatus, ...], entries: tuple[PolicyStatus, ...]) -> None:
         self.service_status.submit(services)
         self.service_entry_status.submit(entries)
+        self.entry_addresses.wake()
 
     def _skipped(self, skipped: tuple[Skipped, ...]) -> None:
         """One Warning Event per problem that the previous translation did not have."""
@@ -324,6 +328,7 @@ class ControlPlane:
         self.status.start()
         self.service_status.start()
         self.service_entry_status.start()
+        self.entry_addresses.start()
         for writer in self.route_status:
             writer.start()
         await self.view.start()
@@ -398,6 +403,7 @@ class ControlPlane:
             self.status.aclose(),
             self.service_status.aclose(),
             self.service_entry_status.aclose(),
+            self.entry_addresses.aclose(),
             *(writer.aclose() for writer in self.route_status),
             self.pods.aclose(),
             self.events.aclose(),

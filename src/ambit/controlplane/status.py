@@ -1,6 +1,7 @@
 """Status the control plane owns (spec §10.3), written as istiod writes it: ``ZtunnelAccepted`` on
 AuthorizationPolicies, ``istio.io/WaypointBound`` on Services and ServiceEntries, and the ``status.parents`` entries
-of ``controllerName: istio.io/gateway-controller`` on HTTPRoutes, GRPCRoutes and TCPRoutes.
+of ``controllerName: istio.io/gateway-controller`` on HTTPRoutes, GRPCRoutes and TCPRoutes, and the auto-allocated
+``status.addresses`` of ServiceEntries (:class:`AddressStatusWriter`).
 
 Theory of operation: the translation computes each object's wanted condition (:class:`PolicyStatus`, whose
 ``type`` names it) or a route's wanted parents (:class:`RouteStatus`); :func:`plan_conditions` and
@@ -38,11 +39,19 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ambit.controlplane.translate import PolicyStatus, RouteStatus
+from ambit.controlplane.translate.autoallocate import (
+    AddressAllocator,
+    entry_key,
+    hosts_of,
+    plan_addresses,
+    qualifies,
+)
 from ambit.controlplane.translate.policies import ZTUNNEL_ACCEPTED
 from ambit.controlplane.translate.routes import CONTROLLER_NAME, RouteCondition
 from ambit.k8s import KubeClient, KubeClientError, KubeNotFoundError, kinds
 
 __all__ = [
+    "AddressStatusWriter",
     "PolicyStatusWriter",
     "RouteStatusWriter",
     "StatusWriter",
@@ -336,3 +345,53 @@ class RouteStatusWriter(StatusWriter):
             current if isinstance(current, list) else None, self._wanted.get(key), namespace, now
         )
         return None if parents is None else {"parents": parents}
+
+
+class AddressStatusWriter(StatusWriter):
+    """Writes each ServiceEntry's allocated addresses to its ``status.addresses``
+    (:mod:`ambit.controlplane.translate.autoallocate`); :meth:`wake` after every translation.
+
+    Before each pass the allocator is warmed with every entry as the cache (or our own newer write) shows it, so
+    an address an entry's status holds is never given to another.
+    """
+
+    def __init__(
+        self,
+        client: KubeClient,
+        objects: Callable[[], Iterable[Obj]],
+        *,
+        clock: Callable[[], float],
+        retry: float = 2.0,
+    ) -> None:
+        super().__init__(
+            client, objects, clock=clock, retry=retry, kind=kinds.SERVICE_ENTRIES, name="ServiceEntry address writer"
+        )
+        self._allocator = AddressAllocator()
+        self._entries: dict[str, Obj] = {}
+
+    def wake(self) -> None:
+        self._wake()
+
+    async def write_once(self) -> bool:
+        entries: dict[str, Obj] = {}
+        for cached in list(self._objects()):
+            key = entry_key(cached)
+            written = self._written.get(key)
+            version = str((cached.get("metadata") or {}).get("resourceVersion") or "")
+            if written is not None and version == written[0]:
+                cached = {**cached, "status": written[2]}  # noqa: PLW2901 (the cache has not seen our write yet)
+            entries[key] = cached
+        self._allocator.warm(entries.values())
+        self._entries = entries
+        return await super().write_once()
+
+    def _plan(self, status: Mapping[str, Any], key: str, namespace: str, now: str) -> dict[str, Any] | None:
+        obj = self._entries.get(key)
+        if obj is None:
+            return None
+        addresses = plan_addresses({**obj, "status": status}, self._allocator)
+        if addresses is None:
+            return None
+        if qualifies(obj) and len(addresses) < 2 * len(hosts_of(obj)):
+            log.warning("ServiceEntry %s: the auto-allocation ranges are full; some hosts have no address", key)
+        return {"addresses": addresses or None}

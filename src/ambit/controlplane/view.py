@@ -4,8 +4,9 @@ Theory of operation: informers over Pods, Services, EndpointSlices, Namespaces, 
 WorkloadEntries, AuthorizationPolicies, PeerAuthentications, Gateways, GatewayClasses, HTTPRoutes, GRPCRoutes,
 TCPRoutes and ReferenceGrants fill their caches; every change only marks the view dirty. A Node update marks it only
 when the Node's locality labels changed (Nodes' status changes all the time and only their locality is translated);
-a Gateway update only when its spec, metadata or ``status.addresses`` changed; an update of a kind whose status is
-not translated (policies, Services, ServiceEntries, GatewayClasses, routes, ReferenceGrants) only when its spec or
+a Gateway or ServiceEntry update only when its spec, metadata or ``status.addresses`` changed (a ServiceEntry's
+auto-allocated addresses are kept there); an update of a kind whose status is
+not translated (policies, Services, GatewayClasses, routes, ReferenceGrants) only when its spec or
 metadata changed, so the control plane's own status writes cause no translation. One task waits for the mark, lets
 ``debounce`` seconds pass so that a burst of changes (a Deployment scaling up, a namespace being deleted) becomes
 one translation, clears the mark, translates the caches (:func:`ambit.controlplane.translate.translate_all`) and
@@ -84,7 +85,6 @@ SPEC_ONLY_KINDS = (
     kinds.PEER_AUTHENTICATIONS,
     kinds.REQUEST_AUTHENTICATIONS,
     kinds.SERVICES,
-    kinds.SERVICE_ENTRIES,
     kinds.GATEWAY_CLASSES,
     kinds.HTTP_ROUTES,
     kinds.GRPC_ROUTES,
@@ -179,7 +179,7 @@ class ClusterView:
     def _update_handler(self, kind: kinds.ResourceKind) -> Callable[[dict[str, Any], dict[str, Any]], None]:
         if kind is kinds.NODES:
             return self._node_updated
-        if kind is kinds.GATEWAYS:
+        if kind in (kinds.GATEWAYS, kinds.SERVICE_ENTRIES):
             return self._gateway_updated
         if kind in SPEC_ONLY_KINDS:
             return self._policy_updated

@@ -2,12 +2,12 @@
 
 Theory of operation: the proxy's pieces are built once from :class:`NodeProxySettings` and wired here, and nowhere
 else: the workload state (from the control plane over delta xDS, or a local config file), the certificate manager
-(the control plane's CA with impersonation, or a local CA), the
-HBONE connection pool, metrics and access log, the admin/metrics/readiness endpoints in the proxy's own netns,
-and the ZDS client whose pods get listeners served by :mod:`ambit.proxy`. The proxy runs until SIGTERM, SIGINT or
-``POST /quitquitquit``; then it closes listeners, connections and endpoints. The admin POSTs need the token the
-proxy makes at start-up and writes to :attr:`NodeProxy.admin_token_file` (0600): host-network pods reach the admin
-port too, and must not stop or reconfigure the proxy.
+(the control plane's CA with impersonation, or a local CA), the HBONE connection pool, metrics and access log, the
+admin/metrics/readiness endpoints in the proxy's own netns, and the ZDS client whose pods get listeners served by
+:mod:`ambit.proxy` (and a DNS proxy, :mod:`ambit.dns`). The proxy runs until SIGTERM, SIGINT or ``POST
+/quitquitquit``; then it closes listeners, connections and endpoints. The admin POSTs need the token the proxy makes
+at start-up and writes to :attr:`NodeProxy.admin_token_file` (0600): host-network pods reach the admin port too, and
+must not stop or reconfigure the proxy.
 
 Readiness (``/healthz/ready`` on 15021) waits for two tasks: ``state manager`` (the configuration was read) and
 ``workload proxy manager`` (ZDS snapshot received, no pod pending).
@@ -22,14 +22,18 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from ambit.dns.forwarder import Upstream
+from ambit.dns.resolvconf import ResolvConf
+from ambit.dns.server import DnsServerSettings
 from ambit.errors import AmbitError
 from ambit.identity.istiod import IstiodCaClient
 from ambit.identity.localca import LocalCa
 from ambit.identity.manager import CaClient, CertificateManager
 from ambit.inpod.heap import HeapSettler
 from ambit.inpod.localstate import LocalConfigWatcher
+from ambit.inpod.resolvers import read_resolv_conf, upstream_of
 from ambit.inpod.settings import NodeProxySettings
-from ambit.inpod.workloads import PodListenerManager
+from ambit.inpod.workloads import DnsProxySettings, PodListenerManager
 from ambit.model.localconfig import policy_to_dict
 from ambit.model.policy import Policy
 from ambit.model.state import WorkloadState
@@ -62,6 +66,18 @@ def _required(path: Path | None, what: str) -> Path:
     return path
 
 
+def dns_settings(settings: NodeProxySettings) -> DnsProxySettings | None:
+    """Each pod's DNS proxy, or None when it is off: explicit upstreams, else the pod's own resolv.conf with the
+    proxy's own as the fallback (read once, here)."""
+    if not settings.dns_proxy:
+        return None
+    server = DnsServerSettings(domain=settings.cluster_domain)
+    if settings.dns_nameservers:
+        return DnsProxySettings(server, Upstream(settings.dns_nameservers), explicit=True)
+    own = read_resolv_conf(settings.resolv_conf) or ResolvConf()
+    return DnsProxySettings(server, upstream_of(own))
+
+
 class NodeProxy:
     """Everything one node proxy runs; ``start`` then ``aclose``."""
 
@@ -86,7 +102,7 @@ class NodeProxy:
             metrics=self.metrics,
             access_log=AccessLog(json=settings.log_json),
         )
-        self.pods = PodListenerManager(self.context)
+        self.pods = PodListenerManager(self.context, dns_settings(settings))
         self.pods.on_change = self._pods_changed
         self.zds = ZdsClient(settings.zds_socket, self.pods)
         self.watcher = (

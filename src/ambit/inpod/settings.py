@@ -112,6 +112,15 @@ class NodeProxySettings:
     """Concurrent tunnels on one pooled outbound HBONE connection before the pool dials another."""
     pool_idle_timeout: float = DEFAULT_POOL_IDLE_TIMEOUT
     """Seconds a pooled connection without streams is kept; 0 closes it when its last stream ends."""
+    dns_proxy: bool = True
+    """Serve DNS on 15053 in each pod (ztunnel's ``DNS_CAPTURE`` proxy metadata; the node agent's DNS capture
+    decides whether the pod's queries reach it)."""
+    dns_nameservers: tuple[str, ...] = ()
+    """Forward every pod's unanswered queries to these; empty: to each pod's own resolv.conf nameservers, else to
+    those of ``resolv_conf``."""
+    resolv_conf: Path = Path("/etc/resolv.conf")
+    """The proxy's own resolv.conf: the forwarding fallback."""
+    cluster_domain: str = "cluster.local"
     event_loop: str = "uvloop"
     """The event loop the proxy runs on: ``uvloop`` or ``asyncio`` (see :mod:`ambit.inpod.eventloop`). uvloop is
     the default since the connection-churn soak test (``tests/integration/test_uvloop_churn.py``) passes under it."""

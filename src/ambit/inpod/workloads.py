@@ -33,7 +33,11 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+from ambit.dns.answer import DnsClient
+from ambit.dns.forwarder import Forwarder, Upstream
+from ambit.dns.server import DnsDatagramProtocol, DnsServer, DnsServerSettings
 from ambit.inpod.listeners import Port, open_pod_listeners
+from ambit.inpod.resolvers import PodResolvers
 from ambit.proxy.context import LocalPod, ProxyContext
 from ambit.proxy.inbound import serve_hbone, serve_plaintext
 from ambit.proxy.outbound import serve_outbound
@@ -68,6 +72,17 @@ def _connection_done(pod: PodProxy, conn: socket.socket, task: asyncio.Task[Spli
         conn.close()
 
 
+@dataclass(frozen=True, slots=True)
+class DnsProxySettings:
+    """The DNS proxy every pod gets (:mod:`ambit.dns.server`) and where its unanswered queries go."""
+
+    server: DnsServerSettings = field(default_factory=DnsServerSettings)
+    fallback: Upstream = field(default_factory=lambda: Upstream(("127.0.0.1",)))
+    """The resolvers to forward to when the pod's own resolv.conf cannot be read (:mod:`ambit.inpod.resolvers`)."""
+    explicit: bool = False
+    """``fallback`` was configured explicitly: use it for every pod, never the pod's resolv.conf."""
+
+
 @dataclass(slots=True)
 class PodProxy:
     """One pod's listeners, their accept loops and live connections."""
@@ -81,6 +96,7 @@ class PodProxy:
     connections: set[asyncio.Task[Splice | None] | Splice] = field(default_factory=set)
     """Handlers still setting a connection up (tasks), and the splices they handed connections to."""
     sockets: NetnsSocketFactory | None = None
+    dns: DnsServer | None = None
     datagram_transports: list[asyncio.DatagramTransport] = field(default_factory=list)
     datagram_closed: list[asyncio.Future[None]] = field(default_factory=list)
     last_original_dst: dict[Port, tuple[str, int] | None] = field(default_factory=dict)
@@ -107,12 +123,15 @@ class PodProxy:
         for each in list(self.connections):  # a handler that had just finished may have handed one over since
             each.cancel()
         await asyncio.gather(*self.datagram_closed)
+        if self.dns is not None:
+            await self.dns.aclose()
         if self.sockets is not None:
             await self.sockets.aclose()
 
 
 class _DropDatagrams(asyncio.DatagramProtocol):
-    """DNS is not served yet; ``closed`` is done once the socket really is closed (that happens a tick later)."""
+    """Without a DNS proxy (none configured, or no proxy context): datagrams are dropped; ``closed`` is done once
+    the socket really is closed (that happens a tick later)."""
 
     def __init__(self) -> None:
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -181,8 +200,9 @@ class _Acceptor:
 class PodListenerManager:
     """Per pod uid, the pod's listeners; implements the ZDS client's ``PodHandler``."""
 
-    def __init__(self, context: ProxyContext | None = None) -> None:
+    def __init__(self, context: ProxyContext | None = None, dns: DnsProxySettings | None = None) -> None:
         self._context = context
+        self._dns = dns
         self._pods: dict[str, PodProxy] = {}
         self.on_change: Callable[[], None] = lambda: None
         """Called after a pod was added or removed (the daemon re-tracks certificates and counts)."""
@@ -216,10 +236,16 @@ class PodListenerManager:
                 await pod.sockets.start()
                 local = LocalPod(uid, info, pod.sockets, self._context.settings.trust_domain)
                 handlers = self._handlers(self._context, local)
+                if self._dns is not None:
+                    pod.dns = self._dns_server(self._context, local, pod.sockets, netns, self._dns)
+                    handlers[Port.DNS] = pod.dns.serve_tcp
             for listener in listeners:
                 port = listener.spec.port
                 if listener.spec.kind == socket.SOCK_DGRAM:
-                    transport, protocol = await loop.create_datagram_endpoint(_DropDatagrams, sock=listener.sock)
+                    factory: Callable[[], _DropDatagrams | DnsDatagramProtocol] = (
+                        _DropDatagrams if pod.dns is None else pod.dns.datagram_protocol
+                    )
+                    transport, protocol = await loop.create_datagram_endpoint(factory, sock=listener.sock)
                     pod.datagram_transports.append(transport)
                     pod.datagram_closed.append(protocol.closed)
                     continue
@@ -249,6 +275,30 @@ class PodListenerManager:
             Port.INBOUND_PLAINTEXT: lambda sock: serve_plaintext(context, local, sock),
             Port.INBOUND_HBONE: lambda sock: serve_hbone(context, local, sock),
         }
+
+    @staticmethod
+    def _dns_server(
+        context: ProxyContext,
+        local: LocalPod,
+        sockets: NetnsSocketFactory,
+        netns: tuple[int, int],
+        settings: DnsProxySettings,
+    ) -> DnsServer:
+        """The pod's DNS proxy: the pod is the client, its netns makes the upstream sockets."""
+        info = local.info
+
+        def client() -> DnsClient:
+            workload = context.find_local_workload(local)
+            if workload is None:
+                return DnsClient(info.namespace, context.settings.network, info.name)
+            return DnsClient(
+                info.namespace, workload.network, info.name, workload.canonical_name, workload.canonical_revision
+            )
+
+        resolvers = PodResolvers(netns, settings.fallback, explicit=settings.explicit)
+        return DnsServer(
+            context.state, client, Forwarder(sockets), resolvers.upstream, context.metrics, settings.server
+        )
 
     @staticmethod
     def _capture_handler(pod: PodProxy, port: Port) -> Handler:

@@ -249,6 +249,10 @@ class WorkloadState:
         keys = self._by_hostname.get(hostname)
         return self._services[next(iter(keys))] if keys else None
 
+    def find_services_by_hostname(self, hostname: str) -> list[Service]:
+        """Every service with this hostname (one per namespace at most), oldest first (rule 3)."""
+        return [self._services[key] for key in self._by_hostname.get(hostname, ())]
+
     def find_endpoints(self, service: Service) -> list[Workload]:
         """Workloads that list ``service.key`` in their services, sorted by uid."""
         return [self._workloads[uid] for uid in sorted(self._by_service.get(service.key, ()))]

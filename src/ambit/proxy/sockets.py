@@ -9,12 +9,13 @@ empty it asks the thread for one and waits. The pool is topped up once it is dow
 at a time), not after every socket taken, so the thread (and the GIL hand-over) is not woken per connection.
 :class:`HostSocketFactory` makes the same sockets in the caller's own netns (node-netns uses, tests).
 
-Every socket is non-blocking, close-on-exec, ``TCP_NODELAY``, keepalive on (ztunnel's 180 s idle / 180 s interval
-/ 9 probes) and carries ``SO_MARK`` 0x539: the pod's rules never redirect marked traffic, and mark its
-connections so that replies route back to the proxy. ``transparent=True`` adds ``IP_TRANSPARENT``, which lets
-:func:`connect` bind a source address the netns does not own: inbound delivery connects to the local pod *from the
-remote client's IP*. :func:`connect` dials a numeric address itself (no name lookup) and, since a connection to a
-local pod is usually set up before ``connect()`` returns, checks that first and only then waits on the loop.
+Every socket is non-blocking, close-on-exec, ``TCP_NODELAY``, keepalive on (ztunnel's 180 s idle / 180 s interval /
+9 probes) and carries ``SO_MARK`` 0x539: the pod's rules never redirect marked traffic, and mark its connections so
+that replies route back to the proxy. ``transparent=True`` adds ``IP_TRANSPARENT``, which lets :func:`connect` bind
+a source address the netns does not own: inbound delivery connects to the local pod *from the remote client's IP*.
+``udp_socket`` makes a marked UDP socket the same way (the DNS proxy asks the pod's resolvers from inside the pod).
+:func:`connect` dials a numeric address itself (no name lookup) and, since a connection to a local pod is usually
+set up before ``connect()`` returns, checks that first and only then waits on the loop.
 
 Invariants: the factory thread only ever runs in the pod's netns; a socket handed to the caller is the caller's to
 close; after :meth:`NetnsSocketFactory.aclose` the thread is gone and every spare and the dup'd netns fd closed.
@@ -70,6 +71,18 @@ class SocketFactory(Protocol):
     ) -> socket.socket: ...
 
 
+def _new_udp_socket(family: socket.AddressFamily, mark: int | None) -> socket.socket:
+    """A marked, unbound UDP socket in the calling thread's netns (the DNS proxy's upstream queries)."""
+    sock = socket.socket(family, socket.SOCK_DGRAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC)
+    try:
+        if mark is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_MARK, mark)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 def _new_tcp_socket(family: socket.AddressFamily, mark: int | None) -> socket.socket:
     """A configured, unconnected TCP socket in the calling thread's netns."""
     sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC)
@@ -119,6 +132,12 @@ class HostSocketFactory:
             raise SocketFactoryError(f"cannot create a socket: {exc.strerror}") from exc
         return _configured(sock, transparent)
 
+    async def udp_socket(self, *, family: socket.AddressFamily = socket.AF_INET) -> socket.socket:
+        try:
+            return _new_udp_socket(family, self._mark)
+        except OSError as exc:
+            raise SocketFactoryError(f"cannot create a socket: {exc.strerror}") from exc
+
 
 def _setns(fd: int) -> None:
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
@@ -137,6 +156,7 @@ class _SocketRequest:
 
     future: asyncio.Future[socket.socket]
     family: socket.AddressFamily
+    kind: socket.SocketKind = socket.SOCK_STREAM
 
 
 class NetnsSocketFactory:
@@ -202,6 +222,14 @@ class NetnsSocketFactory:
             sock = await future
         assert sock is not None
         return _configured(sock, transparent)
+
+    async def udp_socket(self, *, family: socket.AddressFamily = socket.AF_INET) -> socket.socket:
+        """A marked UDP socket in the pod's netns (no pool: made by the thread on request)."""
+        if self._closed or self._loop is None:
+            raise SocketFactoryError(f"socket factory {self.name}: not running")
+        future: asyncio.Future[socket.socket] = self._loop.create_future()
+        self._jobs.put(_SocketRequest(future, family, socket.SOCK_DGRAM))
+        return await future
 
     async def aclose(self) -> None:
         """Stop the thread, close the spares and the netns fd; idempotent."""
@@ -274,7 +302,10 @@ class NetnsSocketFactory:
             return
         assert isinstance(job, _SocketRequest)
         try:
-            sock = _new_tcp_socket(job.family, self._mark)
+            if job.kind == socket.SOCK_DGRAM:
+                sock = _new_udp_socket(job.family, self._mark)
+            else:
+                sock = _new_tcp_socket(job.family, self._mark)
         except OSError as exc:
             failure = SocketFactoryError(f"socket factory {self.name}: cannot create a socket: {exc.strerror}")
             self._post(self._answer, job.future, None, failure)

@@ -1,4 +1,4 @@
-"""Istio's standard TCP metrics for the node proxy, in a private Prometheus registry.
+"""Istio's standard TCP metrics and ztunnel's DNS metrics for the node proxy, in a private Prometheus registry.
 
 Theory of operation
 -------------------
@@ -19,6 +19,11 @@ objects): the exposed names are exactly Istio's (``istio_tcp_received_bytes_tota
 are no ``_created`` series. Families are exposed (HELP and TYPE) even before their first sample, so a scrape
 always lists every name. Unstable metrics say "(unstable)" in their HELP text, as ztunnel's do.
 
+The DNS proxy counts each request (``istio_dns_requests_total``), each forwarded one and its failures and time
+(``istio_dns_upstream_requests_total``, ``..._failures_total``, ``istio_dns_upstream_request_duration_seconds``),
+labelled as ztunnel labels them (:class:`DnsLabels`), and what it dropped unanswered
+(``ambit_dns_dropped_total{reason}``, ours: ztunnel has none).
+
 Invariants: every family total only grows, except the two proxy-count gauges; a label value that is empty renders
 as ``unknown``; there is no global registry, so any number of :class:`ProxyMetrics` coexist (one per test).
 """
@@ -33,7 +38,7 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 UNKNOWN = "unknown"
@@ -91,6 +96,39 @@ class TrafficLabels:
 
 
 LABEL_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(TrafficLabels))
+
+
+@dataclass(frozen=True, slots=True)
+class DnsLabels:
+    """The labels of ztunnel's DNS metrics (zt:src/dns/metrics.rs ``DnsLabels``), in label order."""
+
+    request_query_type: str = ""
+    """The query's type in lower case (``a``, ``aaaa``, ``srv``)."""
+    request_protocol: str = "udp"
+    source_canonical_service: str = ""
+    source_canonical_revision: str = ""
+
+    def values(self) -> tuple[str, ...]:
+        return tuple(getattr(self, name) or UNKNOWN for name in DNS_LABEL_NAMES)
+
+
+DNS_LABEL_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(DnsLabels))
+DNS_DURATION_BUCKETS = (0.0005, 0.001, 0.01, 0.1, 1.0, 5.0)
+"""ztunnel's buckets for ``istio_dns_upstream_request_duration_seconds``."""
+
+
+@dataclass(slots=True)
+class _Histogram:
+    counts: list[int]
+    total: float = 0.0
+
+    def observe(self, value: float) -> None:
+        for i, bound in enumerate(DNS_DURATION_BUCKETS):
+            if value <= bound:
+                self.counts[i] += 1
+        self.counts[-1] += 1
+        self.total += value
+
 
 LabelValues = tuple[str, ...]
 
@@ -162,6 +200,17 @@ class ProxyMetrics:
         self._failed = _Family(
             "istio_tcp_connections_failed", "The total number of TCP connections that failed to establish (unstable)"
         )
+        self._dns_requests = _Family("istio_dns_requests", "Total number of DNS requests (unstable)")
+        self._dns_upstream = _Family(
+            "istio_dns_upstream_requests", "Total number of DNS requests forwarded to upstream (unstable)"
+        )
+        self._dns_failures = _Family(
+            "istio_dns_upstream_failures", "Total number of DNS requests that failed to forward upstream (unstable)"
+        )
+        self._dns_duration: dict[LabelValues, _Histogram] = {}
+        self._dns_dropped = _Family(
+            "ambit_dns_dropped", "DNS messages the DNS proxy dropped or refused without asking upstream, by reason"
+        )
         self._active_proxies = 0
         self._pending_proxies = 0
         self._proxies_started = 0
@@ -205,6 +254,29 @@ class ProxyMetrics:
             shared = self._shared.setdefault(labels, (labels, labels.values()))
             self._shared_by_id[id(shared[0])] = shared
         return shared
+
+    def dns_request(self, labels: DnsLabels) -> None:
+        """Count a DNS request the proxy took (``istio_dns_requests_total``)."""
+        key = labels.values()
+        with self._lock:
+            self._dns_requests.bump(key)
+
+    def dns_forwarded(self, labels: DnsLabels, seconds: float, *, failed: bool) -> None:
+        """Count a request forwarded upstream, how long it took, and whether it failed."""
+        key = labels.values()
+        with self._lock:
+            self._dns_upstream.bump(key)
+            if failed:
+                self._dns_failures.bump(key)
+            histogram = self._dns_duration.get(key)
+            if histogram is None:
+                histogram = self._dns_duration[key] = _Histogram([0] * (len(DNS_DURATION_BUCKETS) + 1))
+            histogram.observe(seconds)
+
+    def dns_dropped(self, reason: str) -> None:
+        """Count a DNS message dropped or refused locally (garbage, overload), by ``reason``."""
+        with self._lock:
+            self._dns_dropped.bump((reason,))
 
     def set_proxy_counts(self, *, active: int, pending: int) -> None:
         """Set the in-pod proxy gauges (workloads with a running proxy, and those waiting for one)."""
@@ -255,6 +327,11 @@ class ProxyMetrics:
             failed = dict(self._failed.values)
             active, pending = self._active_proxies, self._pending_proxies
             started, stopped = self._proxies_started, self._proxies_stopped
+            dns_counters = [
+                (f.name, f.help, dict(f.values)) for f in (self._dns_requests, self._dns_upstream, self._dns_failures)
+            ]
+            durations = {key: (list(h.counts), h.total) for key, h in self._dns_duration.items()}
+            dropped = dict(self._dns_dropped.values)
         for name, doc, values in traffic:
             yield _counter(name, doc, values.items())
         build = GaugeMetricFamily("istio_build", "Istio component build info", labels=["component", "tag"])
@@ -269,6 +346,24 @@ class ProxyMetrics:
         )
         yield CounterMetricFamily("istio_proxies_started", "The total number of proxies started (unstable)", started)
         yield CounterMetricFamily("istio_proxies_stopped", "The total number of proxies stopped (unstable)", stopped)
+        for name, doc, dns_values in dns_counters:
+            family = CounterMetricFamily(name, doc, labels=DNS_LABEL_NAMES)
+            for key, value in dns_values.items():
+                family.add_metric(key, value)
+            yield family
+        histogram = HistogramMetricFamily(
+            "istio_dns_upstream_request_duration_seconds",
+            "Total time in seconds Istio takes to get DNS response from upstream (unstable)",
+            labels=DNS_LABEL_NAMES,
+        )
+        for key, (counts, total) in durations.items():
+            bounds = [*(repr(b) for b in DNS_DURATION_BUCKETS), "+Inf"]
+            histogram.add_metric(key, list(zip(bounds, counts, strict=True)), total)
+        yield histogram
+        drops = CounterMetricFamily(self._dns_dropped.name, self._dns_dropped.help, labels=["reason"])
+        for key, value in dropped.items():
+            drops.add_metric(key, value)
+        yield drops
 
 
 def _counter(name: str, doc: str, samples: Iterable[tuple[LabelValues, int]]) -> CounterMetricFamily:

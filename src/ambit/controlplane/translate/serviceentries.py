@@ -4,10 +4,14 @@ Rules:
 
 1. Each host of ``spec.hosts`` is a Service named after the entry, in its namespace, with that hostname (its
    resource name ``<namespace>/<host>``). An entry without hosts is left out. A wildcard host (``*.example.com``)
-   is left out: it has no endpoints of its own and needs a waypoint, which Ambit does not attach. A host whose
+   is left out unless the entry has ``spec.addresses`` and endpoints (inline or selected): then its Service has
+   those VIPs and endpoints, and the DNS proxy answers every name under it with the VIPs (spec §9); otherwise it
+   would need a waypoint, which Ambit does not attach. A host whose
    key a Kubernetes Service or an earlier entry (by namespace, then name) already has is left out, so that every
    resource name has one owner.
-2. VIPs are ``spec.addresses`` on the cluster's network; a CIDR is accepted only as one address (/32, /128).
+2. VIPs are ``spec.addresses`` on the cluster's network; a CIDR is accepted only as one address (/32, /128). An
+   entry without any takes, per host, the addresses the control plane allocated to it and keeps in its
+   ``status.addresses`` (:mod:`~ambit.controlplane.translate.autoallocate`), as istiod does.
 3. Ports are ``spec.ports``: ``number`` to ``targetPort``, 0 when unset (each endpoint says its own number); the
    port's ``protocol`` gives its ``app_protocol`` (:mod:`ambit.controlplane.translate.protocols`).
    A repeated or invalid number is left out.
@@ -34,6 +38,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ambit.controlplane.translate.autoallocate import auto_vips
 from ambit.controlplane.translate.index import (
     Selection,
     ServicePort,
@@ -74,6 +79,8 @@ class ServiceEntrySpec:
     endpoints: tuple[tuple[int, Obj], ...] = ()
     """(index in ``spec.endpoints``, endpoint) of the endpoints to translate."""
     subject_alt_names: tuple[str, ...] = field(default=())
+    auto_vips: Mapping[str, tuple[IPAddress, ...]] = field(default_factory=dict)
+    """Host → the addresses allocated to it (rule 2), used when ``vips`` is empty."""
 
 
 def parse_service_entries(entries: Iterable[Obj], *, taken: set[str], skips: list[Skipped]) -> list[ServiceEntrySpec]:
@@ -101,13 +108,17 @@ def _parse(obj: Obj, taken: set[str], skips: list[Skipped]) -> ServiceEntrySpec 
         skips.append(skipped(SERVICE_ENTRY, obj, "spec.hosts", "required: at least one host; the entry is left out"))
         return None
     hosts: list[str] = []
+    selected = isinstance((spec.get("workloadSelector") or {}).get("labels"), Mapping)
     for i, host in enumerate(raw_hosts):
         where = f"spec.hosts[{i}]"
         text = str(host or "")
         if not text or any(c.isspace() or c == "/" for c in text):
             skips.append(skipped(SERVICE_ENTRY, obj, where, f"{text!r} is not a host name; the host is left out"))
-        elif text.startswith("*"):
-            reason = "wildcard hosts need a waypoint, which Ambit does not attach; the host is left out"
+        elif text.startswith("*") and not (spec.get("addresses") and (spec.get("endpoints") or selected)):
+            reason = (
+                "wildcard hosts without addresses and endpoints need a waypoint, which Ambit does not attach; "
+                "the host is left out"
+            )
             skips.append(skipped(SERVICE_ENTRY, obj, where, reason))
         elif service_key(namespace, text) in taken:
             reason = f"another Service or ServiceEntry of namespace {namespace} has host {text}; the host is left out"
@@ -140,6 +151,7 @@ def _parse(obj: Obj, taken: set[str], skips: list[Skipped]) -> ServiceEntrySpec 
         selector=selector,
         endpoints=endpoints,
         subject_alt_names=tuple(str(s) for s in spec.get("subjectAltNames") or ()),
+        auto_vips=auto_vips(obj),
     )
 
 
@@ -221,7 +233,7 @@ def service_entry_services(
             name=entry.name,
             namespace=entry.namespace,
             hostname=host,
-            vips=tuple(NetworkAddress(network, ip) for ip in entry.vips),
+            vips=tuple(NetworkAddress(network, ip) for ip in entry.vips or entry.auto_vips.get(host, ())),
             ports=ports,
             subject_alt_names=entry.subject_alt_names,
             canonical=canonical is not None and canonical.get(host) == (entry.namespace, entry.name),

@@ -1,0 +1,301 @@
+"""One pod's DNS proxy on 15053: UDP datagrams and TCP streams in, answers out (spec §9; the asyncio shell).
+
+Theory of operation: :class:`DnsServer` serves one pod. Each message goes through :func:`~ambit.dns.answer.
+parse_query` and :func:`~ambit.dns.answer.decide` (pure) with the pod as the client; an answer from the mesh is
+sent at once, from the datagram callback itself (no task), and only a query to forward becomes a task that asks
+the pod's resolvers (:class:`~ambit.dns.forwarder.Forwarder`) and sends what they said.
+
+Bounds, so a flood or garbage from a pod costs that pod's answers and nothing else:
+
+1. At most ``max_forwards`` forwarded queries of the pod are in flight; one more is answered SERVFAIL at once
+   (counted ``overload``).
+2. What does not parse, or is a response, is dropped and counted (``ambit_dns_dropped_total{reason}``); it is
+   never answered, so garbage cannot be reflected.
+3. A UDP answer is cut to the client's size (512 bytes, or its EDNS payload size) with TC set, so the client asks
+   again over TCP. Replies are dropped (``send buffer``) while the socket's send buffer holds more than
+   ``max_send_buffer`` bytes.
+4. At most ``max_tcp_connections`` TCP connections of the pod are served at once (more are closed at once); each
+   reads its messages one after the other and is closed after ``tcp_idle`` seconds without a full message.
+5. Every request the proxy takes counts in ``istio_dns_requests_total``; each forwarded one in
+   ``istio_dns_upstream_requests_total`` and its time in ``istio_dns_upstream_request_duration_seconds``; a failed
+   forward in ``istio_dns_upstream_failures_total`` and is answered SERVFAIL. Each request is one debug line on
+   the ``dns`` logger (ztunnel's DNS access log: ``src.workload``, ``src.namespace``, ``query``, ``domain``,
+   ``result``, ``endpoints``).
+
+The client is the pod this server belongs to, known from the node agent (its namespace); its network and
+canonical labels come from its workload once the workload state knows it. Nothing here raises out of a callback:
+one bad message never takes the listener down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import socket
+import struct
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, cast
+
+import dns.message
+import dns.rcode
+import dns.rdatatype
+
+from ambit.dns.answer import (
+    DEFAULT_DOMAIN,
+    Answered,
+    DnsClient,
+    Forward,
+    Malformed,
+    ServiceView,
+    decide,
+    error_response,
+    parse_query,
+)
+from ambit.dns.errors import UpstreamError
+from ambit.dns.forwarder import Forwarder, Upstream, read_exactly
+from ambit.telemetry.metrics import DnsLabels, ProxyMetrics
+
+log = logging.getLogger("ambit.dns")
+access = logging.getLogger("dns")
+
+UDP_DEFAULT_PAYLOAD = 512
+
+
+@dataclass(frozen=True, slots=True)
+class DnsServerSettings:
+    domain: str = DEFAULT_DOMAIN
+    """The cluster's DNS domain."""
+    ipv6: bool = True
+    """Answer AAAA queries (off: an empty answer, as ztunnel with IPv6 disabled)."""
+    max_forwards: int = 64
+    """Forwarded queries of one pod in flight at most (rule 1)."""
+    max_tcp_connections: int = 32
+    """TCP connections of one pod served at once at most (rule 4)."""
+    tcp_idle: float = 5.0
+    """Seconds a TCP connection may wait for its next full message."""
+    max_send_buffer: int = 256 * 1024
+    """Bytes of UDP replies queued at most before replies are dropped (rule 3)."""
+
+
+class DnsServer:
+    """One pod's DNS proxy; feed it with :meth:`datagram_protocol` and :meth:`serve_tcp`, stop with :meth:`aclose`."""
+
+    def __init__(
+        self,
+        view: ServiceView,
+        client: Callable[[], DnsClient],
+        forwarder: Forwarder,
+        upstream: Callable[[], Awaitable[Upstream]],
+        metrics: ProxyMetrics,
+        settings: DnsServerSettings | None = None,
+    ) -> None:
+        self._view = view
+        self._client = client
+        self._forwarder = forwarder
+        self._upstream = upstream
+        self._metrics = metrics
+        self.settings = settings or DnsServerSettings()
+        self._forwards: set[asyncio.Task[Any]] = set()
+        self._tcp_connections = 0
+        self._shuffle = random.Random().shuffle
+
+    # -- the decision, shared by UDP and TCP ----------------------------------------------------------------------
+
+    def _begin(self, wire: bytes, protocol: str) -> tuple[dns.message.Message | None, Answered | Forward | None]:
+        """Parse and decide: (query, what to do), or (None, None) to drop the message."""
+        parsed = parse_query(wire)
+        if isinstance(parsed, Malformed):
+            self._metrics.dns_dropped(parsed.reason)
+            return None, None
+        if isinstance(parsed, Answered):  # FORMERR or NOTIMP: answered, never decided or forwarded
+            self._metrics.dns_dropped(parsed.result)
+            return None, parsed
+        client = self._client()
+        labels = self._labels(parsed, protocol, client)
+        decision = decide(
+            self._view, client, parsed, domain=self.settings.domain, ipv6=self.settings.ipv6, shuffle=self._shuffle
+        )
+        if isinstance(decision, Answered):
+            self._metrics.dns_request(labels)
+            _access_log(client, parsed, decision.result, decision.endpoints)
+        return parsed, decision
+
+    @staticmethod
+    def _labels(query: dns.message.Message, protocol: str, client: DnsClient) -> DnsLabels:
+        rdtype = dns.rdatatype.to_text(query.question[0].rdtype).lower()
+        return DnsLabels(rdtype, protocol, client.canonical_name, client.canonical_revision)
+
+    async def _forward(self, query: dns.message.Message, protocol: str) -> dns.message.Message:
+        """Ask upstream (rule 5); SERVFAIL when that fails."""
+        client = self._client()
+        labels = self._labels(query, protocol, client)
+        self._metrics.dns_request(labels)
+        started = time.monotonic()
+        try:
+            response = await self._forwarder.forward(query, await self._upstream())
+        except UpstreamError as exc:
+            self._metrics.dns_forwarded(labels, time.monotonic() - started, failed=True)
+            _access_log(client, query, f"forwarding failed ({exc.reason})", 0)
+            return error_response(query, dns.rcode.SERVFAIL)
+        self._metrics.dns_forwarded(labels, time.monotonic() - started, failed=False)
+        _access_log(client, query, "forwarded", sum(len(rrset) for rrset in response.answer))
+        return response
+
+    def _overloaded(self, query: dns.message.Message) -> dns.message.Message | None:
+        if len(self._forwards) < self.settings.max_forwards:
+            return None
+        self._metrics.dns_dropped("overload")
+        return error_response(query, dns.rcode.SERVFAIL)
+
+    # -- UDP -------------------------------------------------------------------------------------------------------
+
+    def datagram_protocol(self) -> DnsDatagramProtocol:
+        return DnsDatagramProtocol(self)
+
+    def _datagram(self, transport: asyncio.DatagramTransport, wire: bytes, peer: tuple[str, int]) -> None:
+        query, decision = self._begin(wire, "udp")
+        if decision is None:
+            return
+        if isinstance(decision, Answered):
+            self._send_datagram(transport, decision.response, query, peer)
+            return
+        assert query is not None
+        busy = self._overloaded(query)
+        if busy is not None:
+            self._send_datagram(transport, busy, query, peer)
+            return
+        task = asyncio.get_running_loop().create_task(self._forward_datagram(transport, query, peer))
+        self._forwards.add(task)
+        task.add_done_callback(self._forwards.discard)
+
+    async def _forward_datagram(
+        self, transport: asyncio.DatagramTransport, query: dns.message.Message, peer: tuple[str, int]
+    ) -> None:
+        try:
+            response = await self._forward(query, "udp")
+        except Exception:  # a bug: logged here, since nobody awaits this task
+            log.exception("forwarding a DNS query failed")
+            response = error_response(query, dns.rcode.SERVFAIL)
+        if not transport.is_closing():
+            self._send_datagram(transport, response, query, peer)
+
+    def _send_datagram(
+        self,
+        transport: asyncio.DatagramTransport,
+        response: dns.message.Message,
+        query: dns.message.Message | None,
+        peer: tuple[str, int],
+    ) -> None:
+        # Both asyncio's and uvloop's datagram transports have it; typeshed leaves it out.
+        if transport.get_write_buffer_size() > self.settings.max_send_buffer:  # type: ignore[attr-defined]
+            self._metrics.dns_dropped("send buffer")
+            return
+        limit = UDP_DEFAULT_PAYLOAD
+        if query is not None and query.edns >= 0:
+            limit = max(UDP_DEFAULT_PAYLOAD, min(query.payload, 65535))
+        try:
+            wire = response.to_wire(max_size=limit, prefer_truncation=True)
+        except Exception:  # a message dnspython cannot render: a bug, never the peer's to see
+            log.exception("cannot render a DNS answer")
+            return
+        transport.sendto(wire, peer)
+
+    # -- TCP -------------------------------------------------------------------------------------------------------
+
+    async def serve_tcp(self, sock: socket.socket) -> None:
+        """Serve one accepted TCP connection until it closes, idles or misbehaves (rule 4); closes ``sock``."""
+        if self._tcp_connections >= self.settings.max_tcp_connections:
+            self._metrics.dns_dropped("tcp overload")
+            sock.close()
+            return
+        self._tcp_connections += 1
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout(self.settings.tcp_idle):
+                        (length,) = struct.unpack("!H", await read_exactly(loop, sock, 2))
+                        wire = await read_exactly(loop, sock, length)
+                except (TimeoutError, EOFError, OSError):
+                    return
+                response = await self._answer_stream(wire)
+                if response is None:
+                    return  # garbage on a stream: the framing cannot be trusted any more
+                await loop.sock_sendall(sock, response.to_wire(prepend_length=True))
+        except OSError:
+            return
+        finally:
+            self._tcp_connections -= 1
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    async def _answer_stream(self, wire: bytes) -> dns.message.Message | None:
+        query, decision = self._begin(wire, "tcp")
+        if decision is None:
+            return None
+        if isinstance(decision, Answered):
+            return decision.response
+        assert query is not None
+        busy = self._overloaded(query)
+        if busy is not None:
+            return busy
+        task = asyncio.get_running_loop().create_task(self._forward(query, "tcp"))
+        self._forwards.add(task)
+        task.add_done_callback(self._forwards.discard)
+        return await task
+
+    async def aclose(self) -> None:
+        """Cancel the forwards in flight."""
+        for task in list(self._forwards):
+            task.cancel()
+        await asyncio.gather(*self._forwards, return_exceptions=True)
+
+
+class DnsDatagramProtocol(asyncio.DatagramProtocol):
+    """The UDP listener's protocol; ``closed`` is done once the socket really is closed."""
+
+    def __init__(self, server: DnsServer) -> None:
+        self._server = server
+        self._transport: asyncio.DatagramTransport | None = None
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.DatagramTransport, transport)  # asyncio's is not a subclass of it
+
+    def datagram_received(self, data: bytes, addr: tuple[str | object, int]) -> None:
+        if self._transport is None:
+            return
+        try:
+            self._server._datagram(self._transport, data, addr)  # type: ignore[arg-type]
+        except Exception:  # one bad message never takes the listener down
+            log.exception("DNS datagram from %s failed", addr)
+
+    def error_received(self, exc: Exception) -> None:
+        log.debug("DNS listener: %s", exc)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+
+def _access_log(client: DnsClient, query: dns.message.Message, result: str, endpoints: int) -> None:
+    if not access.isEnabledFor(logging.DEBUG):
+        return
+    question = query.question[0]
+    access.debug(
+        "src.workload=%s src.namespace=%s query=%s domain=%s result=%s endpoints=%d",
+        client.name or "unknown",
+        client.namespace or "unknown",
+        dns.rdatatype.to_text(question.rdtype),
+        question.name.to_text(),
+        _quoted(result),
+        endpoints,
+    )
+
+
+def _quoted(text: str) -> str:
+    return f'"{text}"' if " " in text else text
