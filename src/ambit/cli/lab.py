@@ -50,6 +50,13 @@ def up(
         ),
     ] = False,
     install: Annotated[bool, typer.Option("--install", hidden=True, help="The default; kept for old scripts.")] = False,
+    dns: Annotated[
+        bool,
+        typer.Option(
+            "--dns/--no-dns",
+            help="Install cluster DNS (kube-dns at 198.19.0.10, from deploy/lab-dns) once the nodes are Ready.",
+        ),
+    ] = True,
 ) -> None:
     """Start a lab: API server, controllers, a node runtime per node, and the mesh (unless --no-mesh)."""
     from ambit.errors import AmbitError
@@ -65,6 +72,7 @@ def up(
             nodes=nodes,
             mesh=mesh and supervised,
             install=(mesh or install) and not supervised,
+            dns=dns,
         )
         topology = lab_up(settings, echo=typer.echo)
     except AmbitError as exc:
