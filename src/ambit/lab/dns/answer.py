@@ -32,6 +32,7 @@ Rules (``<d>`` is the cluster domain, ``cluster.local``):
 from __future__ import annotations
 
 import enum
+import functools
 import ipaddress
 import struct
 from collections.abc import Iterable
@@ -113,6 +114,15 @@ def resolve(records: ClusterRecords, query: dns.message.Message) -> dns.message.
     return response
 
 
+_IN_ADDR = dns.name.from_text("in-addr.arpa")
+_IP6 = dns.name.from_text("ip6.arpa")
+
+
+@functools.lru_cache(maxsize=8)
+def _zone_name(domain: str) -> dns.name.Name:
+    return dns.name.from_text(domain)
+
+
 def _labels(name: dns.name.Name) -> list[str]:
     return [label.decode("latin-1").lower() for label in name.labels if label]
 
@@ -141,16 +151,14 @@ class _Resolver:
         self.response = response
         self.qname = qname
         self.qtype = qtype
-        self.domain = dns.name.from_text(records.domain)
+        self.domain = _zone_name(records.domain)
 
     def run(self) -> None:
         labels = _labels(self.qname)
         if self.qname.is_subdomain(self.domain):
             self.response.flags |= dns.flags.AA
             self._cluster(labels[: len(labels) - len(self.domain.labels) + 1])
-        elif self.qname.is_subdomain(dns.name.from_text("in-addr.arpa")) or self.qname.is_subdomain(
-            dns.name.from_text("ip6.arpa")
-        ):
+        elif self.qname.is_subdomain(_IN_ADDR) or self.qname.is_subdomain(_IP6):
             self._reverse()
         elif ".".join(labels) in self.records.zone:
             self.response.flags |= dns.flags.AA
