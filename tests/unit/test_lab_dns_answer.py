@@ -14,6 +14,7 @@ import dns.reversename
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from json_strategies import json_objects, json_values
 
 from ambit.lab.dns.answer import Transport, respond
 from ambit.lab.dns.records import ClusterRecords, build_records, parse_zone
@@ -235,3 +236,12 @@ def test_any_well_formed_query_gets_an_answer_that_parses(labels: list[str], rdt
     wire[2:4] = (flip & 0x7FFF).to_bytes(2, "big")
     reply = respond(RECORDS, bytes(wire), Transport.UDP)
     assert reply is not None and dns.message.from_wire(reply).id == query.id
+
+
+@given(st.lists(json_objects(), max_size=4), st.lists(json_objects(), max_size=4), json_values(max_leaves=10))
+def test_any_api_objects_build_records_without_raising(services: list[Any], slices: list[Any], zone: Any) -> None:
+    records = build_records(services, slices, zone if isinstance(zone, dict) else None)
+    for (namespace, name), service in records.services.items():
+        query = dns.message.make_query(f"{name}.{namespace}.svc.cluster.local", "A").to_wire()
+        assert respond(records, query, Transport.UDP) is not None
+        assert service.namespace == namespace
