@@ -213,3 +213,45 @@ async def _gone(kube: KubeClient, name: str) -> bool:
     except KubeNotFoundError:
         return True
     return False
+
+
+async def test_each_pod_sees_its_own_resolv_conf_and_the_machine_s_file_is_untouched(
+    kube: KubeClient, node_settings: NodeRuntimeSettings, runc_settings: RuncSettings, tmp_path: Path
+) -> None:
+    machine = Path("/etc/resolv.conf")
+    machine_before = await asyncio.to_thread(machine.read_bytes)
+    node_file = tmp_path / "node-resolv.conf"
+    node_file.write_text("nameserver 192.0.2.53\nsearch node.example\n")
+    settings = dataclasses.replace(node_settings, node_resolv_conf=node_file)
+    show = ["sh", "-c", "cat /etc/resolv.conf; echo x 2>/dev/null > /etc/resolv.conf || echo read-only; sleep 30"]
+    config = {"nameservers": ["198.18.1.53"], "searches": ["lab.example"], "options": [{"name": "ndots", "value": "2"}]}
+    runtime = make_runtime(kube, settings, runc_settings)
+    await runtime.start()
+    try:
+        cluster = await kube.create(kinds.PODS, pod_manifest("cluster-first", show))
+        custom = await kube.create(kinds.PODS, pod_manifest("custom", show, dnsPolicy="None", dnsConfig=config))
+        default = await kube.create(kinds.PODS, pod_manifest("default", show, dnsPolicy="Default"))
+        logs = [settings.pods_dir / p["metadata"]["uid"] / "main.log" for p in (cluster, custom, default)]
+        for log in logs:
+            await eventually(lambda log=log: _has(log, "read-only"))
+        texts = [log.read_text() for log in logs]
+        assert texts[0].startswith(
+            "search default.svc.cluster.local svc.cluster.local cluster.local node.example\n"
+            "nameserver 198.19.0.10\n"
+            "options ndots:5\n"
+        )
+        assert texts[1].startswith("search lab.example\nnameserver 198.18.1.53\noptions ndots:2\n")
+        assert texts[2].startswith("search node.example\nnameserver 192.0.2.53\n")
+        assert await asyncio.to_thread(machine.read_bytes) == machine_before
+
+        bad = {"nameservers": ["dns.example"]}
+        await kube.create(kinds.PODS, pod_manifest("bad-dns", show, dnsPolicy="None", dnsConfig=bad))
+
+        async def failed() -> list[str]:
+            items, _ = await kube.list(kinds.EVENTS, NS)
+            return [str(e.get("note")) for e in items if e.get("reason") == "Failed"]
+
+        notes = await eventually(failed)
+        assert any("spec.dnsConfig.nameservers[0]" in note for note in notes), notes
+    finally:
+        await runtime.aclose(stop_pods=True)

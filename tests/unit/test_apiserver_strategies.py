@@ -10,6 +10,7 @@ import pytest
 
 from ambit.apiserver.errors import ApiError
 from ambit.apiserver.registry import CRD_KEY, Registry, ResourceType
+from ambit.apiserver.service_ips import ServiceIpAllocator
 from ambit.apiserver.store import Store
 from ambit.apiserver.strategies import (
     CrdStrategy,
@@ -181,3 +182,21 @@ def test_an_established_crd_is_served_once_committed_and_its_type_goes_when_it_i
     assert registry.find("example.com", "widgets") is not None
     table[crds].after_remove(crd)
     assert registry.find("example.com", "widgets") is None
+
+
+def test_the_tenth_address_of_the_range_is_kept_for_cluster_dns(tmp_path: Path) -> None:
+    store = Store(tmp_path / "ips.db")
+    try:
+        allocator = ServiceIpAllocator(store, "198.19.0.0/16")
+        handed: list[str] = []
+        for i in range(12):
+            svc: dict[str, Any] = {"metadata": {"name": f"s{i}"}, "spec": {"ports": [{"port": 80}]}}
+            allocator.allocate(svc)
+            handed.append(svc["spec"]["clusterIP"])
+            store.put("ADDED", ("", "services"), "default", f"s{i}", svc)
+        assert "198.19.0.10" not in handed and handed[-1] == "198.19.0.13"
+        dns: dict[str, Any] = {"metadata": {"name": "kube-dns"}, "spec": {"clusterIP": "198.19.0.10"}}
+        allocator.allocate(dns)
+        assert dns["spec"]["clusterIPs"] == ["198.19.0.10"]
+    finally:
+        store.close()

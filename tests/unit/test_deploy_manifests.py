@@ -53,7 +53,7 @@ def _id(doc: dict[str, Any]) -> str:
 
 
 # -- Kubernetes' own schemas --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+@pytest.mark.parametrize("kustomization", [*KUSTOMIZATIONS, "lab-dns"])
 def test_every_object_validates_against_the_kubernetes_1_32_schemas(kustomization: str) -> None:
     failures = []
     for doc in rendered(kustomization):

@@ -3,7 +3,8 @@
 Theory of operation: the allocations are the ``spec.clusterIP`` of the stored Services, read at each create, so
 there is no second record to keep in step with the store. An ExternalName Service gets no address, a headless one
 (``clusterIP: None``) keeps ``None``; a requested address must be in the service range and free. Addresses ending
-in ``.0`` are never handed out.
+in ``.0`` are never handed out, nor is the tenth address of the range (``198.19.0.10`` in the lab): by kubeadm's
+convention it is cluster DNS's, taken only by a Service that asks for it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ class ServiceIpAllocator:
     def __init__(self, store: Store, service_cidr: str) -> None:
         self.store = store
         self.network = ipaddress.ip_network(service_cidr)
+        self.reserved = str(self.network.network_address + 10) if self.network.num_addresses > 16 else ""
 
     def allocate(self, obj: JsonObject) -> None:
         """Set ``spec.clusterIP``/``clusterIPs`` of a Service being created, or raise ``invalid``."""
@@ -51,7 +53,7 @@ class ServiceIpAllocator:
             return
         for host in self.network.hosts():
             text = str(host)
-            if text not in used and not text.endswith(".0"):
+            if text not in used and not text.endswith(".0") and text != self.reserved:
                 spec["clusterIP"] = text
                 spec["clusterIPs"] = [text]
                 return

@@ -50,6 +50,13 @@ def up(
         ),
     ] = False,
     install: Annotated[bool, typer.Option("--install", hidden=True, help="The default; kept for old scripts.")] = False,
+    dns: Annotated[
+        bool,
+        typer.Option(
+            "--dns/--no-dns",
+            help="Install cluster DNS (kube-dns at 198.19.0.10, from deploy/lab-dns) once the nodes are Ready.",
+        ),
+    ] = True,
 ) -> None:
     """Start a lab: API server, controllers, a node runtime per node, and the mesh (unless --no-mesh)."""
     from ambit.errors import AmbitError
@@ -65,6 +72,7 @@ def up(
             nodes=nodes,
             mesh=mesh and supervised,
             install=(mesh or install) and not supervised,
+            dns=dns,
         )
         topology = lab_up(settings, echo=typer.echo)
     except AmbitError as exc:
@@ -310,6 +318,41 @@ def supervise(directory: DirOption = DEFAULT_DIR) -> None:
     from ambit.lab.cluster.supervisor import run_supervisor
 
     asyncio.run(run_supervisor(_topology(directory)))
+
+
+@lab.command()
+def dns(
+    host: Annotated[str, typer.Option("--host", help="The address to listen on (UDP and TCP).")] = "0.0.0.0",
+    port: Annotated[int, typer.Option("--port", help="The port, UDP and TCP.")] = 53,
+    domain: Annotated[str, typer.Option("--domain", help="The cluster domain.")] = "cluster.local",
+    kubeconfig: Annotated[
+        Path | None, typer.Option("--kubeconfig", help="The API server [default: $KUBECONFIG, else in-cluster].")
+    ] = None,
+) -> None:
+    """Serve cluster DNS (kube-dns's role) from the API's Services and EndpointSlices: the lab's kube-dns pod."""
+    from ambit.cli.mesh import configure_logging
+    from ambit.k8s import KubeClient, KubeClientError
+    from ambit.lab.dns.server import ClusterDnsSettings, run_cluster_dns
+
+    configure_logging()
+    settings = ClusterDnsSettings(host=host, port=port, domain=domain.strip(".").lower())
+
+    async def main() -> None:
+        import signal
+
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        client = KubeClient.from_kubeconfig(kubeconfig) if kubeconfig else KubeClient.from_env()
+        async with client:
+            await run_cluster_dns(client, settings, stop)
+
+    try:
+        asyncio.run(main())
+    except (KubeClientError, OSError) as exc:
+        typer.echo(f"ambit lab dns: {exc}", err=True)
+        raise typer.Exit(1) from None
 
 
 def _require_root() -> None:

@@ -6,11 +6,12 @@ bridge address → istio-system and kube-system labelled Pod Security ``privileg
 accounts) → (with the mesh: the mesh CA in ``mesh/ca`` and an empty ``mesh/workloads.yaml``) →
 controllers (with the mesh they also keep ``mesh/workloads.yaml`` current) → one node runtime per node, inside the
 node's namespace → (with the mesh: ``ambit lab supervise``, which starts each node's agent and proxy and restarts
-them when they die, see :mod:`ambit.lab.cluster.supervisor`) → wait until every Node is Ready. Each process is started
-in its own session (it outlives ``ambit lab up``) and recorded with its start time. ``down`` is the lab record's sweep
-plus a scan for lab processes by command line (a process started just before a crash, not yet recorded, is found
-that way), then the lab directory. The supervisor is stopped first, so that it does not restart what ``down``
-stops. Both are safe to run again.
+them when they die, see :mod:`ambit.lab.cluster.supervisor`) → wait until every Node is Ready → cluster DNS
+(``deploy/lab-dns``, :mod:`ambit.lab.dns.install`), available before ``up`` returns → (``--install``: the mesh).
+Each process is started in its own session (it outlives ``ambit lab up``) and recorded with its start time.
+``down`` is the lab record's sweep plus a scan for lab processes by command line (a process started just before a
+crash, not yet recorded, is found that way), then the lab directory. The supervisor is stopped first, so that it
+does not restart what ``down`` stops. Both are safe to run again.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ class LabSettings:
     """Also run the mesh's node agent and node proxy on every node (``ambit lab up --mesh``)."""
     install: bool = False
     """Install the mesh from ``deploy/overlays/lab`` once the nodes are Ready (:mod:`ambit.lab.mesh.install`)."""
+    dns: bool = True
+    """Install cluster DNS (``deploy/lab-dns``) once the nodes are Ready, before the mesh."""
 
 
 def ambit_argv(*args: str) -> list[str]:
@@ -118,6 +121,8 @@ def lab_up(
                 "supervisor",
             )
         wait_for_nodes(topology, settings.ready_timeout)
+        if settings.dns:
+            _install_dns(topology, echo or (lambda line: None))
         if settings.install:
             _install_mesh(topology, echo or (lambda line: None))
     except BaseException:
@@ -154,6 +159,23 @@ def _install_mesh(topology: Topology, echo: Callable[[str], None]) -> None:
         asyncio.run(install())
     except (AmbitError, KubeClientError) as exc:
         raise LabError(f"installing the mesh failed: {exc}") from None
+
+
+def _install_dns(topology: Topology, echo: Callable[[str], None]) -> None:
+    import asyncio
+
+    from ambit.k8s import KubeClient, KubeClientError
+    from ambit.lab.dns.install import install_cluster_dns
+
+    async def install() -> None:
+        async with KubeClient.from_kubeconfig(topology.kubeconfig) as client:
+            await install_cluster_dns(client, echo)
+
+    echo("installing cluster DNS from deploy/lab-dns")
+    try:
+        asyncio.run(install())
+    except (AmbitError, KubeClientError) as exc:
+        raise LabError(f"installing cluster DNS failed: {exc}") from None
 
 
 def _prepare_namespaces(topology: Topology) -> None:

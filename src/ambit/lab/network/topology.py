@@ -5,7 +5,8 @@ Addresses (all from 198.18.0.0/15, never the machine's own ranges):
 - lab bridge in the root namespace: ``198.18.0.1/24``; the API server listens there.
 - node ``i`` (1-based, named ``node-<i>``): ``198.18.0.<10+i>/24`` on ``eth0`` inside its namespace.
 - pods of node ``i``: ``198.18.<i>.0/24``, gateway ``198.18.<i>.1`` on the node's ``cni0`` bridge.
-- Services: cluster IPs from ``198.19.0.0/16``.
+- Services: cluster IPs from ``198.19.0.0/16``; ``198.19.0.10`` is cluster DNS's (the ``kube-dns`` Service, as
+  kubeadm takes the tenth address), which the API server never hands out on its own.
 
 Routing: every node has a route to every other node's pod range via that node's address, and the root namespace
 has the same routes (so the API server can answer pods). No namespace gets a default route towards the lab bridge,
@@ -51,6 +52,9 @@ DEFAULT_DIR = Path("/var/lib/ambit/lab")
 BRIDGE_ADDRESS = "198.18.0.1"
 NODE_NETWORK = "198.18.0.0/24"
 SERVICE_CIDR = "198.19.0.0/16"
+CLUSTER_DNS_ADDRESS = "198.19.0.10"
+"""The ``kube-system/kube-dns`` Service's cluster IP: every pod's ``nameserver`` (``deploy/lab-dns``)."""
+CLUSTER_DOMAIN = "cluster.local"
 API_PORT = 6443
 CNI_PLUGIN_DIR = Path("/usr/lib/cni")
 MAX_NODES = 200

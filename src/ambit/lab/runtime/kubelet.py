@@ -31,7 +31,14 @@ from typing import Any, Protocol
 from ambit.k8s import EventRecorder, EventRecorderSettings, Informer, InformerSettings, KubeClient, kinds
 from ambit.k8s.errors import KubeAlreadyExistsError, KubeClientError, KubeNotFoundError
 from ambit.k8s.events import micro_time
-from ambit.lab.network.topology import API_PORT, BRIDGE_ADDRESS, HostPathLayout, Topology
+from ambit.lab.network.topology import (
+    API_PORT,
+    BRIDGE_ADDRESS,
+    CLUSTER_DNS_ADDRESS,
+    CLUSTER_DOMAIN,
+    HostPathLayout,
+    Topology,
+)
 from ambit.lab.runtime.containers import parse_rfc3339
 from ambit.lab.runtime.containers_apply import ContainerRuntime, EventType
 from ambit.lab.runtime.node_status import HostInfo, node_manifest, node_status
@@ -112,6 +119,11 @@ class NodeRuntimeSettings:
     minimum_grace_seconds: float = 2.0
     """The kubelet's floor on termination grace periods (a force deletion still gets this long)."""
     informer: InformerSettings = field(default_factory=InformerSettings)
+    cluster_dns: tuple[str, ...] = (CLUSTER_DNS_ADDRESS,)
+    """The kubelet's ``clusterDNS``: the nameservers of ``ClusterFirst`` pods (:mod:`ambit.lab.runtime.pod_dns`)."""
+    cluster_domain: str = CLUSTER_DOMAIN
+    node_resolv_conf: Path = Path("/etc/resolv.conf")
+    """The node's resolver configuration (the kubelet's ``--resolv-conf``): ``Default`` pods get it, read-only."""
 
     @classmethod
     def for_lab(cls, topology: Topology, node_name: str, **overrides: Any) -> NodeRuntimeSettings:
@@ -135,6 +147,7 @@ _ACTIONS = {
     "FailedCreatePodSandBox": "CreatePodSandbox",
     "FailedKillPod": "KillPodSandbox",
     "FailedMount": "MountVolume",
+    "DNSConfigForming": "CreatePodSandbox",
     "SuccessfulMountVolume": "MountVolume",
 }
 

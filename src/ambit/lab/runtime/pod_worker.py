@@ -22,6 +22,10 @@ Rule 2b. VOLUMES: the pod's volumes (:mod:`ambit.lab.runtime.volumes_apply`) are
         unsupported type) is reported once and the pod stays. While the pod runs, its volumes are refreshed every
         ``volume_resync_seconds`` (or sooner when a token is due). Each container binds the volumes its
         ``volumeMounts`` name.
+Rule 2c. DNS: before each container starts in its own mount namespace, the pod's resolv.conf is formed
+        (:mod:`ambit.lab.runtime.pod_dns`), written to ``<pods_dir>/<uid>/resolv.conf`` and bound read-only at
+        ``/etc/resolv.conf``. A ``dnsPolicy``/``dnsConfig`` that cannot be used keeps the container from starting
+        with a Warning ``Failed`` Event naming the field; omitted excess is a Warning ``DNSConfigForming``.
 Rule 3. RUNNING: one supervisor per container starts, restarts and probes it (its own rules are in
         :mod:`ambit.lab.runtime.containers_apply`). When every container has exited for good the pod is Succeeded or
         Failed and its sandbox is destroyed; the worker then only waits for the pod's deletion.
@@ -75,10 +79,12 @@ from ambit.lab.runtime.oci_spec import (
     SERVICE_ACCOUNT_DIR,
     ProcessSpec,
     SecurityContextError,
+    VolumeMount,
     container_config,
     container_id,
     security_view,
 )
+from ambit.lab.runtime.pod_dns import ClusterDns, DnsConfigError, PodDns, parse_resolv_conf, pod_dns
 from ambit.lab.runtime.pod_env import config_refs, container_env, expand, fetch_configs
 from ambit.lab.runtime.pod_record import STATE_FILE, PodRecord, SavedSandbox
 from ambit.lab.runtime.pod_status import MANAGED_STATUS, PodView, pod_status, sandbox_error_message, status_patch
@@ -94,6 +100,7 @@ if TYPE_CHECKING:
     from ambit.lab.runtime.kubelet import NodeRuntimeSettings, SandboxManager
     from ambit.lab.runtime.node_status import HostInfo
 
+RESOLV_CONF = "/etc/resolv.conf"
 log = logging.getLogger("ambit.lab.runtime.kubelet")
 
 
@@ -651,14 +658,33 @@ class PodWorker:
             )
             paths = containers.bundle_paths(cid, netns_path, self.service_account_dir)
             mounts = resolve_mounts(plans)
+            if all(m.destination != RESOLV_CONF for m in mounts):  # a volume there is the pod's own choice
+                mounts = (*mounts, self._write_resolv_conf())
             rebuilt = mount_point_dirs([m.destination for m in mounts])
             paths = dataclasses.replace(paths, volume_mounts=mounts, mount_point_dirs=rebuilt)
             config = container_config(self.pod, container, ProcessSpec((*command_line, *args), env, working_dir), paths)
-        except (SecurityContextError, VolumeError) as exc:
+        except (SecurityContextError, VolumeError, DnsConfigError) as exc:
             retry = isinstance(exc, VolumeError) and exc.retry
             raise ContainerConfigError(str(exc), retry=retry) from None
         target = ProbeTarget(self.pod_ips[0] if self.pod_ips else "", "", env, containers.exec_prefix(cid))
         return LaunchSpec((*command_line, *args), env, log_path, target, self._grace(), cid, config)
+
+    def _write_resolv_conf(self) -> VolumeMount:
+        """Rule 2c: the pod's resolv.conf, written atomically, as a read-only mount of ``/etc/resolv.conf``."""
+        s = self.runtime.settings
+        try:
+            node = parse_resolv_conf(s.node_resolv_conf.read_text(errors="replace"))
+        except OSError:
+            node = parse_resolv_conf("")
+        formed: PodDns = pod_dns(self.pod, ClusterDns(s.cluster_dns, s.cluster_domain), node)
+        for warning in formed.warnings:
+            self.event("Warning", "DNSConfigForming", warning)
+        path = self.directory / "resolv.conf"
+        tmp = self.directory / ".resolv.conf.tmp"
+        tmp.write_text(formed.resolv.render())
+        tmp.chmod(0o644)
+        tmp.replace(path)
+        return VolumeMount(str(path), RESOLV_CONF, read_only=True)
 
     def _base_env(self) -> dict[str, str]:
         s = self.runtime.settings
