@@ -57,7 +57,7 @@ from ambit.waypoint import retries
 from ambit.waypoint.context import Tunnel, WaypointContext
 from ambit.waypoint.decisions import RequestHead
 from ambit.waypoint.destinations import Endpoint, pick_endpoint
-from ambit.waypoint.downstream import Downstream, DownstreamGoneError, Outcome, respond
+from ambit.waypoint.downstream import Downstream, DownstreamGoneError, Outcome, RequestSide, respond
 from ambit.waypoint.errors import HttpProtocolError
 from ambit.waypoint.http1 import (
     BodyData,
@@ -67,11 +67,11 @@ from ambit.waypoint.http1 import (
     MessageEnded,
     RequestStarted,
     ResponseStarted,
-    Signal,
     forwardable,
 )
+from ambit.waypoint.http1_upstream import Http1Upstream, http1_connector
 from ambit.waypoint.tcp import relay
-from ambit.waypoint.upstream import UpstreamConnectError, UpstreamHttp
+from ambit.waypoint.upstream import Connector, UpstreamConnectError, UpstreamExchange
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,20 +124,23 @@ class ReplayBuffer:
 async def forward(
     ctx: WaypointContext,
     tunnel: Tunnel,
-    down: Downstream,
+    down: RequestSide,
     started: RequestStarted,
     plan: Plan,
     endpoint: Endpoint,
     outcome: Outcome,
+    connector: Connector | None = None,
 ) -> bool:
-    """Forward one request to ``endpoint`` (then to others as retries say); see the module rules."""
+    """Forward one request to ``endpoint`` (then to others as retries say); see the module rules. ``connector``
+    gives the upstream end of a try (default: HTTP/1.1, kept connections reused)."""
     body = ReplayBuffer()
     if not started.has_body:
         event = await down.next_event()  # h11 ends a bodiless request at once
         if not isinstance(event, MessageEnded):
             raise HttpProtocolError("request without a body did not end")
         body.ended = True
-    return await _Exchange(ctx, tunnel, down, started, plan, endpoint, outcome, body).run()
+    connect = connector or http1_connector(ctx, tunnel)
+    return await _Exchange(ctx, tunnel, down, started, plan, endpoint, outcome, body, connect).run()
 
 
 class _Exchange:
@@ -145,14 +148,16 @@ class _Exchange:
         self,
         ctx: WaypointContext,
         tunnel: Tunnel,
-        down: Downstream,
+        down: RequestSide,
         started: RequestStarted,
         plan: Plan,
         endpoint: Endpoint,
         outcome: Outcome,
         body: ReplayBuffer,
+        connector: Connector,
     ) -> None:
         self.ctx, self.tunnel, self.down, self.started = ctx, tunnel, down, started
+        self.connector = connector
         self.plan, self.first, self.outcome, self.body = plan, endpoint, outcome, body
         self.machine = retries.RetryMachine(plan.retry, plan.timeouts, ctx.clock())
         self.queue: asyncio.Queue[retries.Event | _Failed] = asyncio.Queue()
@@ -224,7 +229,7 @@ class _Exchange:
                 await self._stop_try()
                 self.outcome.flags, self.aborted = flag, True
                 self.outcome.error = self.detail or ("upstream request timeout" if flag == "UT" else "upstream reset")
-                self.down.stream.abort()
+                self.down.abort()
             case retries.ReleaseBody():
                 self.body.release()
             case _:
@@ -257,7 +262,7 @@ class _Exchange:
 
     async def _try(self, attempt: int, delay: float) -> None:
         clock = self.ctx.clock
-        up: UpstreamHttp | None = None
+        up: UpstreamExchange | None = None
         try:
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -284,8 +289,8 @@ class _Exchange:
                 self._post(retries.ResponseCompleted())
                 await self._switch(up, head)
                 up = None  # the relay closed it
-            elif await self._stream(attempt, up, head) and up.http.next_cycle():
-                self.ctx.upstreams.put_idle(up, clock())
+            elif await self._stream(attempt, up, head):
+                up.finish(clock())
                 up = None
         except asyncio.CancelledError:
             raise
@@ -293,57 +298,53 @@ class _Exchange:
             self._post(_Failed(exc))
         finally:
             if up is not None:
-                up.stream.abort()
+                up.abort()
 
-    async def _send(self, endpoint: Endpoint) -> tuple[UpstreamHttp, ResponseStarted | InterimResponse]:
+    async def _send(self, endpoint: Endpoint) -> tuple[UpstreamExchange, ResponseStarted | InterimResponse]:
         """Rule 3 and rule 4: send the request on a kept connection or a new one; wait for the response head."""
-        upstreams, fresh = self.ctx.upstreams, False
+        fresh = False
         while True:
-            up = (None if fresh else upstreams.take_idle(endpoint)) or await upstreams.open_http(
-                endpoint, self.tunnel.peer_addr
-            )
+            up = await self.connector(endpoint, fresh)
             try:
-                await _send_up(self.ctx, up, up.http.send_request(self.plan.request, upgrade=self.started.upgrade))
+                await up.send_request(self.plan.request, upgrade=self.started.upgrade)
                 await self._send_body(up)
-                return up, await _response_head(self.ctx, up)
+                return up, await _response_head(up)
             except HttpProtocolError as exc:
-                up.stream.abort()
+                up.abort()
                 if not exc.upstream:
                     raise  # the client's request cannot be forwarded
                 raise _UpstreamFailedError(str(exc)) from None
             except (AmbitError, OSError, _UpstreamFailedError) as exc:
-                up.stream.abort()
+                up.abort()
                 if up.reused and not fresh and self.body.replayable:
                     fresh = True
                     continue
                 raise _UpstreamFailedError(str(exc) or type(exc).__name__) from None
             except BaseException:
-                up.stream.abort()
+                up.abort()
                 raise
 
-    async def _send_body(self, up: UpstreamHttp) -> None:
+    async def _send_body(self, up: UpstreamExchange) -> None:
         """Rule 5: the buffered body, then the rest as the client sends it."""
         body = self.body
         if not body.ended or body.chunks:
             if not body.replayable and body.total:
                 raise AssertionError("a request body that was not kept cannot be sent again")
             for chunk in body.chunks:
-                await _send_up(self.ctx, up, up.http.send_body(chunk))
-            waiting = self.down.server.continue_if_waited()
-            if waiting:
-                await self.down.write(waiting)
+                await up.send_body(chunk)
+            await self.down.continue_if_waited()
         while not body.ended:
             event = await self._client_event()
             if isinstance(event, BodyData):
                 body.add(event.data)
                 self.outcome.bytes_in += len(event.data)
                 self._post(retries.RequestBodySent(body.total))
-                await _send_up(self.ctx, up, up.http.send_body(event.data))
+                await up.send_body(event.data)
             elif isinstance(event, MessageEnded):
                 body.ended, body.trailers = True, event.trailers
             else:
                 raise HttpProtocolError("request body ended early")
-        await _send_up(self.ctx, up, up.http.end_request(body.trailers))
+        await up.end_request(body.trailers)
 
     async def _client_event(self) -> Event:
         try:
@@ -353,17 +354,17 @@ class _Exchange:
         except (AmbitError, OSError) as exc:  # the client's tunnel broke or idled: not the endpoint's fault
             raise DownstreamGoneError(f"reading the request body: {exc or type(exc).__name__}") from None
 
-    async def _stream(self, attempt: int, up: UpstreamHttp, response: ResponseStarted) -> bool:
+    async def _stream(self, attempt: int, up: UpstreamExchange, response: ResponseStarted) -> bool:
         """Rule 6: the response to the client; True when it ended cleanly."""
-        outcome, server = self.outcome, self.down.server
+        outcome, down = self.outcome, self.down
         headers = _modified(forwardable(response.headers), self.plan.response_headers)
         outcome.status = response.status
         outcome.grpc_status = next((v for n, v in response.headers if n == "grpc-status"), "")
-        await self.down.write(server.send_response(response.status, headers, response.reason))
+        await down.start_response(response.status, headers, response.reason)
         body_started = False
         while True:
             try:
-                event = await _upstream_event(self.ctx, up)
+                event = await up.next_event()
             except (AmbitError, OSError) as exc:
                 self.detail = f"upstream: {exc or type(exc).__name__}"
                 self._post(retries.UpstreamReset(attempt))
@@ -373,10 +374,10 @@ class _Exchange:
                     body_started = True
                     self._post(retries.BodyStarted())
                 outcome.bytes_out += len(event.data)
-                await self.down.write(server.send_body(event.data))
+                await down.send_body(event.data)
             elif isinstance(event, MessageEnded):
                 outcome.grpc_status = next((v for n, v in event.trailers if n == "grpc-status"), outcome.grpc_status)
-                await self.down.write(server.end_response(event.trailers))
+                await down.end_response(event.trailers)
                 self._post(retries.ResponseCompleted())
                 return True
             else:
@@ -384,9 +385,12 @@ class _Exchange:
                 self._post(retries.UpstreamReset(attempt))
                 return False
 
-    async def _switch(self, up: UpstreamHttp, answer: InterimResponse) -> None:
-        """Rule 6: after a 101, both connections carry raw bytes."""
+    async def _switch(self, exchange: UpstreamExchange, answer: InterimResponse) -> None:
+        """Rule 6: after a 101, both connections carry raw bytes (HTTP/1.1 on both sides only)."""
         down, outcome = self.down, self.outcome
+        if not isinstance(down, Downstream) or not isinstance(exchange, Http1Upstream):
+            raise HttpProtocolError("an upgrade needs HTTP/1.1 on both sides", 502, upstream=True)
+        up = exchange.conn
         outcome.status = 101
         await down.write(down.server.send_interim(101, forwardable(answer.headers, upgrade=True)))
         from_client, from_server = down.server.switched(), up.http.switched()
@@ -408,24 +412,9 @@ class _Exchange:
             await up.stream.aclose()
 
 
-async def _send_up(ctx: WaypointContext, up: UpstreamHttp, data: bytes) -> None:
-    """Write to the endpoint; one that stops reading for ``idle_timeout`` fails (TimeoutError, an OSError)."""
-    if data:
-        async with asyncio.timeout(ctx.limits.idle_timeout):
-            await up.stream.write(data)
-
-
-async def _upstream_event(ctx: WaypointContext, up: UpstreamHttp) -> Event:
-    while (event := up.http.next_event()) is Signal.NEED_DATA:
-        async with asyncio.timeout(ctx.limits.idle_timeout):
-            data = await up.stream.read()
-        up.http.receive_data(data)
-    return event
-
-
-async def _response_head(ctx: WaypointContext, up: UpstreamHttp) -> ResponseStarted | InterimResponse:
+async def _response_head(up: UpstreamExchange) -> ResponseStarted | InterimResponse:
     while True:
-        event = await _upstream_event(ctx, up)
+        event = await up.next_event()
         if isinstance(event, ResponseStarted):
             return event
         if isinstance(event, InterimResponse):
