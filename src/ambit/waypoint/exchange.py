@@ -94,7 +94,13 @@ async def _drain(down: RequestSide, started: RequestStarted) -> bool:
 
 
 def account(
-    ctx: WaypointContext, tunnel: Tunnel, head: RequestHead, outcome: Outcome, duration: float, grpc: bool
+    ctx: WaypointContext,
+    tunnel: Tunnel,
+    head: RequestHead,
+    outcome: Outcome,
+    duration: float,
+    grpc: bool,
+    protocol: str = "HTTP/1.1",
 ) -> None:
     endpoint = outcome.endpoint
     destination: Workload | None = endpoint.workload if endpoint is not None else None
@@ -134,5 +140,6 @@ def account(
             duration_seconds=duration,
             error=outcome.error,
             attempts=outcome.attempts,
+            protocol=protocol,
         )
     )

@@ -41,6 +41,9 @@ Rules:
    client's stream (a status was already sent, so nothing else can tell the client the response is incomplete).
 8. :func:`forward` returns True when the tunnel may carry another request: the exchange was not aborted (the
    request loop then checks with h11 that the whole request was read).
+9. On a duplex upstream (HTTP/2, where gRPC streams both ways at once) the request body is sent by a task of its
+   own from the request head on, while the try waits for the response head and streams the response; the task
+   ends with the try (a response that ended before the client's body did stops it).
 """
 
 from __future__ import annotations
@@ -166,6 +169,8 @@ class _Exchange:
         self.request_timer: asyncio.TimerHandle | None = None
         self.try_timer: asyncio.TimerHandle | None = None
         self.tried: set[str] = set()
+        self.body_task: asyncio.Task[None] | None = None
+        """A duplex try's request body, sent while the response comes (rule 9)."""
         self.detail = ""
         """Why the last try failed (the access log's error)."""
         self.completed = False
@@ -297,6 +302,7 @@ class _Exchange:
         except BaseException as exc:  # the client failed, or a bug: the exchange ends (rule 1)
             self._post(_Failed(exc))
         finally:
+            await self._stop_body()
             if up is not None:
                 up.abort()
 
@@ -307,8 +313,10 @@ class _Exchange:
             up = await self.connector(endpoint, fresh)
             try:
                 await up.send_request(self.plan.request, upgrade=self.started.upgrade)
-                await self._send_body(up)
-                return up, await _response_head(up)
+                if not up.duplex:
+                    await self._send_body(up)
+                    return up, await _response_head(up)
+                return up, await self._duplex_head(up)
             except HttpProtocolError as exc:
                 up.abort()
                 if not exc.upstream:
@@ -323,6 +331,28 @@ class _Exchange:
             except BaseException:
                 up.abort()
                 raise
+
+    async def _duplex_head(self, up: UpstreamExchange) -> ResponseStarted | InterimResponse:
+        """Rule 9: the body goes up in a task of its own while the response head is awaited."""
+        self.body_task = body = asyncio.get_running_loop().create_task(self._send_body(up))
+        head = asyncio.get_running_loop().create_task(_response_head(up))
+        try:
+            await asyncio.wait({body, head}, return_when=asyncio.FIRST_COMPLETED)
+            if not head.done():
+                body.result()  # raises the client's error or the upstream's, if that is why it ended
+            return await head
+        finally:
+            if not head.done():
+                head.cancel()
+                await asyncio.wait([head])
+
+    async def _stop_body(self) -> None:
+        task, self.body_task = self.body_task, None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait([task])
+        elif task is not None and not task.cancelled():
+            task.exception()  # retrieved: a body that failed after the response began is the response's business
 
     async def _send_body(self, up: UpstreamExchange) -> None:
         """Rule 5: the buffered body, then the rest as the client sends it."""

@@ -29,6 +29,10 @@ class Http1Upstream:
         self.ctx, self.conn = ctx, conn
 
     @property
+    def duplex(self) -> bool:
+        return False
+
+    @property
     def reused(self) -> bool:
         return self.conn.reused
 
