@@ -20,6 +20,7 @@ import h2.events
 import h2.exceptions
 import pytest
 from tests.integration.waypoint_rig import (
+    GRPC_MIXED_VIP,
     GRPC_PORT,
     GRPC_TWO_VIP,
     GRPC_VIP,
@@ -32,9 +33,12 @@ from tests.integration.waypoint_rig import (
 from ambit.hbone import wire
 from ambit.model.routes import (
     BackendService,
+    PathMatch,
+    PathMatchType,
     RouteMatch,
     RouteRule,
     RouteTable,
+    Timeouts,
     ValueMatch,
     WaypointConfig,
     WeightedBackend,
@@ -42,6 +46,7 @@ from ambit.model.routes import (
 from ambit.proxy.hbone_client import HboneClient
 from ambit.proxy.hbone_stream import HboneStream
 from ambit.proxy.streams import SocketStream
+from ambit.waypoint.decisions import Decision, Forward, RequestHead
 from ambit.waypoint.settings import WaypointLimits
 from ambit.waypoint.tcp import relay
 
@@ -285,7 +290,7 @@ async def test_a_client_reset_cancels_the_call_upstream_and_the_connection_goes_
     await client.aclose()
 
 
-async def test_an_endpoint_reset_mid_call_resets_the_client_stream(rig: Rig) -> None:
+async def test_an_endpoint_that_goes_away_mid_call_answers_unavailable_and_the_connection_survives(rig: Rig) -> None:
     client, stream = await rig.tunnel(f"{GRPC_VIP}:{GRPC_PORT}")
     h2c = H2OverTunnel(stream)
     sid = await h2c.start_call("Hang", b"")
@@ -295,9 +300,8 @@ async def test_an_endpoint_reset_mid_call_resets_the_client_stream(rig: Rig) -> 
     for endpoint in rig.endpoints:  # the endpoint's server goes away: its connection and streams die
         await endpoint.grpc_server.stop(0)
     await h2c.until(lambda: h2c.finished(sid))
-    headers, _, trailers = h2c.answer(sid)
-    reset = [e for e in h2c.events[sid] if isinstance(e, h2.events.StreamReset)]
-    assert reset or headers.get(":status") in ("502", "503") or trailers.get("grpc-status") not in (None, "0")
+    headers, _, _ = h2c.answer(sid)
+    assert (headers[":status"], headers["grpc-status"]) == ("200", "14")  # 503 UC, as gRPC says it: UNAVAILABLE
     assert h2c.terminated is None  # the client's connection survives
     await client.aclose()
 
@@ -365,4 +369,59 @@ async def test_a_malformed_request_head_resets_only_its_stream(rig: Rig) -> None
     await h2c.until(lambda: h2c.finished(sid))
     assert [e.error_code for e in h2c.events[sid] if isinstance(e, h2.events.StreamReset)] == [wire.PROTOCOL_ERROR]
     assert (await h2c.call("Say", b"fine")).endswith(b"fine")
+    await client.aclose()
+
+
+async def test_a_retry_on_connect_failure_hides_a_dead_endpoint_from_grpc_calls(rig: Rig) -> None:
+    async with grpc_channel(rig, GRPC_MIXED_VIP) as channel:
+        answers = [await unary(channel, "Say")(f"r{i}".encode(), timeout=10) for i in range(6)]
+    assert all(a.startswith(b"echo-1:") for a in answers)  # every other first try went to dead-1 and was retried
+    lines = await metric_lines(rig, "istio_requests_total")
+    assert any('grpc_response_status="0"' in line and "grpc-mixed" in line for line in lines)
+
+
+async def test_a_backend_timeout_answers_a_grpc_client_unavailable_in_grpc_form(rig: Rig) -> None:
+    def router(table: RouteTable | None, destination: BackendService, request: RequestHead, r: float) -> Decision:
+        return Forward(destination, request, timeouts=Timeouts(backend_request=0.3))
+
+    rig.waypoint.context.router = router
+    async with grpc_channel(rig) as channel:
+        assert (await unary(channel, "Say")(b"quick", timeout=10)).endswith(b"quick")
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await unary(channel, "Hang")(b"", timeout=10)
+    assert caught.value.code() is grpc.StatusCode.UNAVAILABLE
+    assert caught.value.details() == "upstream request timeout"
+    lines = await metric_lines(rig, "istio_requests_total")
+    assert any('response_code="504"' in line and 'grpc_response_status="14"' in line for line in lines)
+
+
+async def test_a_grpc_method_without_a_route_answers_unimplemented(rig: Rig) -> None:
+    only_say = RouteRule(
+        "GRPCRoute/app/say",
+        RouteMatch(path=PathMatch(PathMatchType.EXACT, "/echo.Echo/Say"), method="POST"),
+        backends=(WeightedBackend(GRPC, 1),),
+    )
+    rig.waypoint.context.routes.replace(
+        WaypointConfig("app/waypoint", (RouteTable(GRPC.service_key, GRPC_PORT, http=(only_say,)),))
+    )
+    async with grpc_channel(rig) as channel:
+        assert (await unary(channel, "Say")(b"routed", timeout=10)).endswith(b"routed")
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await unary(channel, "Hang")(b"", timeout=10)
+    assert caught.value.code() is grpc.StatusCode.UNIMPLEMENTED
+
+
+async def test_an_endpoint_that_goes_away_after_its_answer_began_resets_the_client_stream(rig: Rig) -> None:
+    client, stream = await rig.tunnel(f"{GRPC_VIP}:{GRPC_PORT}")
+    h2c = H2OverTunnel(stream)
+    sid = h2c.h2.get_next_available_stream_id()
+    h2c.h2.send_headers(sid, h2c.grpc_headers("Chat"))
+    h2c.h2.send_data(sid, grpc_frame(b"one"))  # the call stays open: more could follow
+    await h2c.flush()
+    await h2c.until(lambda: any(isinstance(e, h2.events.DataReceived) for e in h2c.events[sid]))
+    for endpoint in rig.endpoints:
+        await endpoint.grpc_server.stop(0)
+    await h2c.until(lambda: h2c.finished(sid))
+    assert [e.error_code for e in h2c.events[sid] if isinstance(e, h2.events.StreamReset)] == [wire.INTERNAL_ERROR]
+    assert h2c.terminated is None
     await client.aclose()

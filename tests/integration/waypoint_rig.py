@@ -64,6 +64,7 @@ RAW_DEAD_VIP = "198.18.1.8"
 MIXED_VIP = "198.18.1.9"
 GRPC_VIP = "198.18.1.10"
 GRPC_TWO_VIP = "198.18.1.11"
+GRPC_MIXED_VIP = "198.18.1.12"
 GRPC_PORT = 50051
 GRPC_TARGET_PORT = 9090
 WAYPOINT_ADDR = GatewayAddress(NamespacedHostname("app", "waypoint.app.svc.cluster.local"))
@@ -125,11 +126,11 @@ def mesh_config() -> LocalConfig:
     return LocalConfig(
         workloads=(
             _workload("client", CLIENT_IP),
-            _workload("echo-1", "127.0.0.2", "echo", "tcp", "raw", "mixed", "grpc"),
+            _workload("echo-1", "127.0.0.2", "echo", "tcp", "raw", "mixed", "grpc", "grpc-mixed"),
             _workload(
                 "echo-2", "127.0.0.3", "echo", "grpc", "grpc-two", waypoint=WAYPOINT_ADDR
             ),  # also pod-IP traffic via the waypoint
-            _workload("dead-1", "127.0.0.5", "dead", "rawdead", "mixed"),
+            _workload("dead-1", "127.0.0.5", "dead", "rawdead", "mixed", "grpc-mixed"),
         ),
         services=(
             _service("echo", ECHO_VIP, protocol=AppProtocol.HTTP11, waypoint=WAYPOINT_ADDR),
@@ -142,6 +143,8 @@ def mesh_config() -> LocalConfig:
             # gRPC on both endpoints (declared GRPC), and on echo-2 only (undeclared: sniffed as HTTP/2)
             _service("grpc", GRPC_VIP, protocol=AppProtocol.GRPC, waypoint=WAYPOINT_ADDR, port=_GRPC_PORTS),
             _service("grpc-two", GRPC_TWO_VIP, protocol=AppProtocol.UNKNOWN, waypoint=WAYPOINT_ADDR, port=_GRPC_PORTS),
+            # gRPC on echo-1 and on dead-1, which nothing answers for
+            _service("grpc-mixed", GRPC_MIXED_VIP, protocol=AppProtocol.GRPC, waypoint=WAYPOINT_ADDR, port=_GRPC_PORTS),
         ),
     )
 

@@ -69,7 +69,10 @@ class StreamClosedError(WaypointError):
 
 @dataclass(slots=True)
 class _Piece:
-    data: bytes
+    """Body bytes not yet taken; pieces that arrive while one waits are appended to it (rule 2: a peer's tiny
+    DATA frames cost one buffer, not an object each)."""
+
+    data: bytearray
     flow: int
 
 
@@ -106,6 +109,14 @@ class StreamChannel:
         self._items.append(item)
         self._wakeup.set()
 
+    def _add_data(self, data: bytes | memoryview, flow: int) -> None:
+        last = self._items[-1] if self._items else None
+        if isinstance(last, _Piece):
+            last.data += data
+            last.flow += flow
+        else:
+            self._push(_Piece(bytearray(data), flow))
+
     def _fail(self, error: StreamClosedError) -> None:
         if self._error is None and not self.ended:
             self._error = error
@@ -124,7 +135,7 @@ class StreamChannel:
         if isinstance(item, _Piece):
             self._session.conn.consumed(self.stream_id, item.flow)
             self._session.flush_soon()
-            return BodyData(item.data)
+            return BodyData(bytes(item.data))
         return item
 
     @property
@@ -240,7 +251,7 @@ class Http2Session:
                 if channel is None:
                     self.conn.consumed(event.stream_id, event.flow_length)
                 else:
-                    channel._push(_Piece(bytes(event.data), event.flow_length))
+                    channel._add_data(event.data, event.flow_length)
             elif isinstance(event, RequestReceived):
                 if on_request is None:
                     self.conn.reset_stream(event.stream_id, wire.REFUSED_STREAM)

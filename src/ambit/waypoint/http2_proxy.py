@@ -24,6 +24,11 @@ Rules:
 6. A response head is sent at the next turn of the event loop, unless the end of the response is already there:
    then head and end go as one HEADERS frame with END_STREAM, so a gRPC "trailers-only" answer (an error status
    in the head) reaches the client in the form gRPC requires.
+7. A local answer to a gRPC request (404 no route, 500 missing backend, 503 no endpoint or upstream failure, 504
+   timeout, ...) is a gRPC "trailers-only" answer, as Envoy sends one: ``:status`` 200 with ``grpc-status`` mapped
+   from the HTTP status as gRPC maps them (404 UNIMPLEMENTED, 429/502/503/504 UNAVAILABLE, 401
+   UNAUTHENTICATED, 403 PERMISSION_DENIED, 400 INTERNAL, else UNKNOWN) and the text as ``grpc-message``; the
+   request is still counted with the HTTP status the waypoint chose, and that ``grpc_response_status``.
 """
 
 from __future__ import annotations
@@ -51,6 +56,19 @@ from ambit.waypoint.http2 import Http2Session, StreamChannel, StreamClosedError
 from ambit.waypoint.http2_upstream import http2_connector
 
 log = logging.getLogger("ambit.waypoint.http2")
+
+_GRPC_STATUS_OF_HTTP = {400: 13, 401: 16, 403: 7, 404: 12, 429: 14, 502: 14, 503: 14, 504: 14}
+
+
+def _percent_encoded(text: str) -> str:
+    """gRPC's ``grpc-message`` encoding: printable ASCII but ``%`` as is, every other UTF-8 octet as ``%XX``."""
+    return "".join(chr(b) if 0x20 <= b <= 0x7E and b != 0x25 else f"%{b:02X}" for b in text.encode("utf-8", "replace"))
+
+
+def grpc_status_of(http_status: int) -> int:
+    """gRPC's status for an HTTP status (gRPC's HTTP to gRPC status mapping; 2 UNKNOWN otherwise)."""
+    return _GRPC_STATUS_OF_HTTP.get(http_status, 2)
+
 
 STREAM_WINDOW = 256 * 1024
 CONNECTION_WINDOW = 1024 * 1024
@@ -86,12 +104,15 @@ class _ProtocolPrefix:
 class Http2RequestSide:
     """The client's end of one request: a stream of the downstream session."""
 
-    __slots__ = ("_head", "_started", "channel", "session")
+    __slots__ = ("_head", "_started", "channel", "grpc", "local_grpc_status", "session")
 
-    def __init__(self, session: Http2Session, channel: StreamChannel) -> None:
+    def __init__(self, session: Http2Session, channel: StreamChannel, *, grpc: bool = False) -> None:
         self.session, self.channel = session, channel
         self._started = False
         self._head: tuple[int, list[tuple[str, str]]] | None = None
+        self.grpc = grpc
+        self.local_grpc_status = ""
+        """The ``grpc-status`` of a local answer to a gRPC request (rule 7)."""
 
     @property
     def stream_id(self) -> int:
@@ -157,6 +178,15 @@ class Http2RequestSide:
         await self.session.flush()
 
     async def answer(self, status: int, headers: Iterable[tuple[str, str]], body: bytes) -> None:
+        if self.grpc:  # rule 7
+            self.local_grpc_status = str(grpc_status_of(status))
+            message = body.decode("utf-8", "replace").strip()
+            fields = [(n, v) for n, v in headers if n not in ("content-type", "content-length")]
+            fields += [("content-type", "application/grpc"), ("grpc-status", self.local_grpc_status)]
+            fields.append(("grpc-message", _percent_encoded(message)))
+            self._respond(200, fields, end_stream=True)
+            await self.session.flush()
+            return
         self._respond(status, headers, end_stream=not body)
         if body:
             await self.send_body(body)
@@ -218,7 +248,7 @@ async def _serve_stream(
     head = RequestHead(request.method, request.path, request.authority, headers, request.scheme)
     outcome = Outcome(request_id)
     grpc = (head.header("content-type") or "").startswith("application/grpc")
-    side = Http2RequestSide(session, channel)
+    side = Http2RequestSide(session, channel, grpc=grpc)
     try:
         started = RequestStarted(head, "2", upgrade=False, has_body=not channel.ended_without_body)
         await serve_request(ctx, tunnel, side, started, outcome, http2_connector(ctx, tunnel), mirrors=False)
@@ -245,6 +275,8 @@ async def _serve_stream(
         else:
             side.abort()
     finally:
+        if side.local_grpc_status and not outcome.grpc_status:
+            outcome.grpc_status = side.local_grpc_status
         if channel.stream_id in session.channels and not channel.ended:
             session.reset(channel.stream_id, wire.NO_ERROR)  # rule 4: the answer is complete, stop sending
         session.close_channel(channel.stream_id)
