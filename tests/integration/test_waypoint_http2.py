@@ -191,6 +191,13 @@ class H2OverTunnel:
         return body[5:]
 
 
+async def until_no_upstream_streams(rig: Rig) -> None:
+    """Every upstream stream of finished requests leaves its connection's table (no slot leaks)."""
+    async with asyncio.timeout(10):
+        while rig.waypoint.context.http2.open_streams():  # noqa: ASYNC110 - the waypoint's own bookkeeping
+            await asyncio.sleep(0.01)
+
+
 async def metric_lines(rig: Rig, name: str) -> list[str]:
     _, text = await http_get(f"http://127.0.0.1:{rig.settings.stats_port}/stats/prometheus")
     return [line for line in text.splitlines() if line.startswith(name)]
@@ -226,6 +233,7 @@ async def test_a_bidirectional_grpc_stream_is_relayed_message_by_message(rig: Ri
         await call.done_writing()
         assert await call.code() is grpc.StatusCode.OK
     assert [g.split(b":", 1)[1] for g in got] == [f"m{i}".encode() for i in range(50)]
+    await until_no_upstream_streams(rig)
 
 
 async def test_a_large_grpc_answer_crosses_the_flow_control_windows(rig: Rig) -> None:
@@ -245,6 +253,7 @@ async def test_requests_on_one_http2_connection_are_spread_over_the_endpoints_an
     assert names == {b"echo-1": 5, b"echo-2": 5}
     assert all(h2c.answer(sid)[0].get("x-request-id") is None for sid in sids)  # added upstream, not echoed
     assert [e.tunnels for e in rig.endpoints] == [1, 1]  # one upstream HTTP/2 connection per endpoint, shared
+    await until_no_upstream_streams(rig)
     await client.aclose()
 
 

@@ -183,3 +183,37 @@ def test_any_decoded_header_list_is_a_request_or_a_clean_rejection(fields: list[
     server._on_headers(1, fields, True, events)  # the reading of a decoded block, as HPACK hands it over
     assert len(events) >= 1
     assert isinstance(events[0], RequestReceived | RequestRejected)
+
+
+def test_a_trailers_only_answer_is_one_header_block_both_ways() -> None:
+    server = Pair(Http2ServerConnection(), client_peer=True)
+    server.peer.send_headers(1, GRPC_REQUEST, end_stream=True)
+    server.pump()
+    server.ours.respond(1, 200, [("content-type", "application/grpc"), ("grpc-status", "14")], end_stream=True)
+    server.pump()
+    assert not server.peers(h2.events.DataReceived) and server.peers(h2.events.StreamEnded)
+    assert ("grpc-status", "14") in server.peers(h2.events.ResponseReceived)[0].headers
+    assert server.ours.active_streams == 0
+
+    client = Pair(Http2ClientConnection(), client_peer=False)
+    sid = client.ours.send_request("POST", "http", "a", "/echo.Echo/Say", end_stream=True)
+    client.pump()
+    assert client.ours.is_open(sid)
+    client.peer.send_headers(sid, [(":status", "200"), ("grpc-status", "5")], end_stream=True)
+    client.pump()
+    assert [type(e) for e in client.our_events if not isinstance(e, DataReceived)][-2:] == [
+        ResponseReceived,
+        StreamEnded,
+    ]
+    assert not client.our(TrailersReceived)
+    assert not client.ours.is_open(sid)
+
+
+def test_trailers_with_a_pseudo_header_or_without_end_stream_reset_the_stream() -> None:
+    pair = Pair(Http2ServerConnection(), client_peer=True)
+    pair.peer.send_headers(1, GRPC_REQUEST)
+    pair.pump()
+    events: list[Event] = []
+    pair.ours._on_headers(1, [(b":path", b"/x")], True, events)
+    assert [type(e) for e in events] == [StreamReset]
+    assert not pair.ours.is_open(1)

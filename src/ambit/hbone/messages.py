@@ -71,6 +71,10 @@ class _Messages(HboneConnection):
                     self._send_trailers_now(event.stream_id, self._held_trailers.pop(event.stream_id))
         return events
 
+    def is_open(self, stream_id: int) -> bool:
+        """The stream is still in the table: one of its halves is open (and it was not reset)."""
+        return stream_id in self._streams
+
     def send_trailers(self, stream_id: int, headers: Sequence[tuple[str, str]]) -> None:
         """End our half of the stream with trailer fields (rule 5); without fields, END_STREAM on empty DATA."""
         stream = self._streams.get(stream_id)

@@ -345,6 +345,10 @@ class Http2Pool:
     def count(self) -> int:
         return sum(len(s) for s in self._sessions.values())
 
+    def open_streams(self) -> int:
+        """Streams open on the kept sessions (each one a request in flight, or a leak)."""
+        return sum(s.conn.active_streams for group in self._sessions.values() for s in group if s.alive)
+
     async def aclose(self) -> None:
         sessions, self._sessions = self._sessions, {}
         for group in sessions.values():

@@ -99,9 +99,14 @@ class Http2Upstream:
             self._channel = None
 
     def finish(self, now: float) -> None:
+        """The response is complete; a request body still being sent (a duplex call the endpoint ended first) is
+        cut off with RST_STREAM(CANCEL), so the stream leaves the table and frees its slot."""
         if self._channel is not None:
-            self.session.close_channel(self._channel.stream_id)
-            self._channel = None
+            stream_id, self._channel = self._channel.stream_id, None
+            if self.session.conn.is_open(stream_id):
+                self.session.reset(stream_id)
+            else:
+                self.session.close_channel(stream_id)
 
 
 def http2_connector(ctx: WaypointContext, tunnel: Tunnel) -> Connector:

@@ -233,6 +233,7 @@ class Waypoint:
             "pool": self.context.upstreams.pool.stats(),
             "upstreamIdleHttp": self.context.upstreams.idle_count(),
             "upstreamHttp2": self.context.http2.count(),
+            "upstreamHttp2Streams": self.context.http2.open_streams(),
             "tunnels": self.context.tunnels,
             "refused": {str(status): n for status, n in sorted(self.refusals.by_status.items())},
             "handshakeFailures": self.refusals.handshake_failures,
