@@ -217,3 +217,14 @@ def test_trailers_with_a_pseudo_header_or_without_end_stream_reset_the_stream() 
     pair.ours._on_headers(1, [(b":path", b"/x")], True, events)
     assert [type(e) for e in events] == [StreamReset]
     assert not pair.ours.is_open(1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=400))
+def test_any_bytes_after_the_preface_never_raise_out_of_the_request_server(junk: bytes) -> None:
+    client = Http2ClientConnection()
+    server = Http2ServerConnection()
+    start = client.data_to_send()  # preface and SETTINGS
+    events = server.receive_data(start + junk)
+    assert all(not isinstance(e, DataReceived) or e.stream_id % 2 == 1 for e in events)
+    server.data_to_send()
