@@ -378,6 +378,8 @@ async def test_a_malformed_request_head_resets_only_its_stream(rig: Rig) -> None
     await h2c.until(lambda: h2c.finished(sid))
     assert [e.error_code for e in h2c.events[sid] if isinstance(e, h2.events.StreamReset)] == [wire.PROTOCOL_ERROR]
     assert (await h2c.call("Say", b"fine")).endswith(b"fine")
+    lines = await metric_lines(rig, "istio_requests_total")
+    assert any('response_code="400"' in line and 'response_flags="DPE"' in line for line in lines), lines
     await client.aclose()
 
 

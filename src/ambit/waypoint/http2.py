@@ -39,6 +39,7 @@ from ambit.hbone.events import (
     ConnectionTerminated,
     DataReceived,
     RequestReceived,
+    RequestRejected,
     ResponseReceived,
     StreamEnded,
     StreamReset,
@@ -214,8 +215,13 @@ class Http2Session:
 
     # --- reading (rules 2 and 4) ---------------------------------------------------------------------------
 
-    async def run(self, on_request: Callable[[RequestReceived], None] | None = None) -> None:
-        """Read until the peer or the engine ends the connection; ``on_request`` gets each new request (server)."""
+    async def run(
+        self,
+        on_request: Callable[[RequestReceived], None] | None = None,
+        on_rejected: Callable[[RequestRejected], None] | None = None,
+    ) -> None:
+        """Read until the peer or the engine ends the connection; ``on_request`` gets each new request and
+        ``on_rejected`` each malformed one, which the engine already reset (server)."""
         try:
             await self.flush()  # our preface and SETTINGS
             while not self.closed:
@@ -228,7 +234,7 @@ class Http2Session:
                 if not data:
                     self._end("the peer closed the connection")
                     break
-                self.receive(data, on_request)
+                self.receive(data, on_request, on_rejected)
                 await self.flush()
         except (AmbitError, OSError) as exc:
             self.broken = True
@@ -244,7 +250,12 @@ class Http2Session:
                 with contextlib.suppress(AmbitError, OSError):
                     self.stream.write_eof()
 
-    def receive(self, data: bytes, on_request: Callable[[RequestReceived], None] | None = None) -> None:
+    def receive(
+        self,
+        data: bytes,
+        on_request: Callable[[RequestReceived], None] | None = None,
+        on_rejected: Callable[[RequestRejected], None] | None = None,
+    ) -> None:
         for event in self.conn.receive_data(data):
             if isinstance(event, DataReceived):
                 channel = self.channels.get(event.stream_id)
@@ -257,6 +268,9 @@ class Http2Session:
                     self.conn.reset_stream(event.stream_id, wire.REFUSED_STREAM)
                 else:
                     on_request(event)
+            elif isinstance(event, RequestRejected):
+                if on_rejected is not None:
+                    on_rejected(event)
             elif isinstance(event, ResponseReceived):
                 channel = self.channels.get(event.stream_id)
                 if channel is not None:

@@ -29,6 +29,8 @@ Rules:
    from the HTTP status as gRPC maps them (404 UNIMPLEMENTED, 429/502/503/504 UNAVAILABLE, 401
    UNAUTHENTICATED, 403 PERMISSION_DENIED, 400 INTERNAL, else UNKNOWN) and the text as ``grpc-message``; the
    request is still counted with the HTTP status the waypoint chose, and that ``grpc_response_status``.
+8. A malformed request head (reset by the engine with PROTOCOL_ERROR) is counted and logged as HTTP/1.1's are:
+   response code 400, flag ``DPE`` (downstream protocol error).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from ambit.errors import AmbitError
 from ambit.hbone import wire
 from ambit.hbone.connection import HboneSettings
 from ambit.hbone.errors import HboneError
-from ambit.hbone.events import RequestReceived
+from ambit.hbone.events import RequestReceived, RequestRejected
 from ambit.hbone.messages import Http2ServerConnection
 from ambit.proxy.streams import ByteStream
 from ambit.waypoint.context import Tunnel, WaypointContext
@@ -227,8 +229,13 @@ async def serve_http2(ctx: WaypointContext, tunnel: Tunnel, stream: ByteStream, 
         channel.on_peer_reset = task.cancel  # rule 3
         task.add_done_callback(lambda _: tasks.pop(request.stream_id, None))
 
+    def on_rejected(rejected: RequestRejected) -> None:  # rule 8
+        log.info("HTTP/2 stream %d from %s reset: %s", rejected.stream_id, tunnel.peer_addr, rejected.reason)
+        outcome = Outcome("", status=400, flags="DPE", error=rejected.reason)
+        account(ctx, tunnel, RequestHead("-", "-", tunnel.authority), outcome, 0.0, False, protocol="HTTP/2")
+
     try:
-        await session.run(on_request)
+        await session.run(on_request, on_rejected)
     finally:
         for task in list(tasks.values()):
             task.cancel()  # rule 3
