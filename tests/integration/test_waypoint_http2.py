@@ -236,10 +236,13 @@ async def test_a_bidirectional_grpc_stream_is_relayed_message_by_message(rig: Ri
     await until_no_upstream_streams(rig)
 
 
-async def test_a_large_grpc_answer_crosses_the_flow_control_windows(rig: Rig) -> None:
+async def test_large_grpc_messages_cross_the_flow_control_windows_both_ways(rig: Rig) -> None:
     async with grpc_channel(rig) as channel:
         answer = await unary(channel, "Say")(b"big", timeout=20)
+        upload = bytes(range(256)) * 8 * 1024  # 2 MiB: eight times the waypoint's stream window
+        echoed = await unary(channel, "Say")(upload, timeout=20)
     assert answer == b"b" * (1024 * 1024)
+    assert echoed.endswith(upload)
 
 
 async def test_requests_on_one_http2_connection_are_spread_over_the_endpoints_and_upstream_is_multiplexed(

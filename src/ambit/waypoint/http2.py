@@ -165,6 +165,7 @@ class Http2Session:
         """Streams opened on this session so far (an upstream session is ``reused`` after its first)."""
         self._lock = asyncio.Lock()
         self._flusher: asyncio.Task[None] | None = None
+        self._dirty = False
 
     def open_channel(self, stream_id: int) -> StreamChannel:
         channel = self.channels[stream_id] = StreamChannel(self, stream_id)
@@ -188,9 +189,16 @@ class Http2Session:
                     self._end(f"write failed: {exc or type(exc).__name__}")
 
     def flush_soon(self) -> None:
-        """Flush from a task of its own (for callers that cannot wait: resets, window updates)."""
+        """Flush from a task of its own (for callers that cannot wait: resets, window updates). A flush already
+        under way that took its bytes before these were made goes round once more, so none is left behind."""
+        self._dirty = True
         if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.get_running_loop().create_task(self.flush(), name=f"{self.name} flush")
+            self._flusher = asyncio.get_running_loop().create_task(self._flush_loop(), name=f"{self.name} flush")
+
+    async def _flush_loop(self) -> None:
+        while self._dirty:
+            self._dirty = False
+            await self.flush()
 
     async def send_data(self, stream_id: int, data: bytes) -> None:
         channel = self.channels.get(stream_id)
