@@ -119,7 +119,8 @@ class StreamChannel:
             self._push(_Piece(bytearray(data), flow))
 
     def _fail(self, error: StreamClosedError) -> None:
-        if self._error is None and not self.ended:
+        """The stream is gone: what already arrived can still be read, then ``error`` is raised; sends fail."""
+        if self._error is None:
             self._error = error
         self._wakeup.set()
         self.writable.set()
