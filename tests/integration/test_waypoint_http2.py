@@ -439,3 +439,24 @@ async def test_an_endpoint_that_goes_away_after_its_answer_began_resets_the_clie
     assert [e.error_code for e in h2c.events[sid] if isinstance(e, h2.events.StreamReset)] == [wire.INTERNAL_ERROR]
     assert h2c.terminated is None
     await client.aclose()
+
+
+async def test_a_grpc_unavailable_answer_is_retried_on_another_endpoint_by_default(rig: Rig) -> None:
+    rig.endpoints[0].grpc_unavailable = True  # echo-1 answers UNAVAILABLE (trailers-only), echo-2 works
+    async with grpc_channel(rig) as channel:
+        answers = [await unary(channel, "Say")(f"u{i}".encode(), timeout=10) for i in range(4)]
+    assert all(a.startswith(b"echo-2:") for a in answers)
+    assert rig.endpoints[0].grpc_calls.count("Say") >= 1  # tried there, and retried
+
+
+async def test_a_grpc_unavailable_answer_is_passed_on_once_the_retries_run_out(rig: Rig) -> None:
+    for endpoint in rig.endpoints:
+        endpoint.grpc_unavailable = True
+    async with grpc_channel(rig) as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await unary(channel, "Say")(b"x", timeout=10)
+    assert caught.value.code() is grpc.StatusCode.UNAVAILABLE
+    assert caught.value.details().endswith("is unavailable")  # the endpoint's own answer, not a local one
+    assert sum(e.grpc_calls.count("Say") for e in rig.endpoints) == 3  # the try and Istio's 2 retries
+    lines = await metric_lines(rig, "istio_requests_total")
+    assert any('grpc_response_status="14"' in line and 'response_flags="URX"' in line for line in lines), lines

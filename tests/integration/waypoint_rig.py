@@ -169,6 +169,8 @@ class Endpoint:
     """The method of every gRPC call that reached the gRPC server."""
     grpc_cancelled: int = 0
     """gRPC calls that ended cancelled (the caller went away)."""
+    grpc_unavailable: bool = False
+    """When set, ``Say`` answers UNAVAILABLE."""
 
     async def start(self) -> None:
         app = web.Application(middlewares=[self._record])
@@ -278,6 +280,8 @@ def grpc_echo_handler(endpoint: Endpoint) -> grpc.GenericRpcHandler:
     async def say(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
         endpoint.grpc_calls.append("Say")
         version = dict(context.invocation_metadata() or ()).get("x-version", "")
+        if endpoint.grpc_unavailable:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"{endpoint.name} is unavailable")
         if request == b"fail":
             context.set_trailing_metadata((("x-why", "asked-to"),))
             await context.abort(grpc.StatusCode.NOT_FOUND, "no such thing")

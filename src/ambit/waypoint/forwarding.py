@@ -44,6 +44,9 @@ Rules:
 9. On a duplex upstream (HTTP/2, where gRPC streams both ways at once) the request body is sent by a task of its
    own from the request head on, while the try waits for the response head and streams the response; the task
    ends with the try (a response that ended before the client's body did stops it).
+10. A gRPC answer whose head says ``grpc-status`` CANCELLED (1) or UNAVAILABLE (14) is judged by the retry
+    policy as a 503 (Istio's default retry conditions ``cancelled`` and ``unavailable`` sit next to 503): a
+    policy that retries 503 retries it on another endpoint; forwarded, it stays the endpoint's gRPC answer.
 """
 
 from __future__ import annotations
@@ -285,10 +288,11 @@ class _Exchange:
                 self._post(retries.UpstreamReset(attempt))
                 return
             self.verdict = verdict = asyncio.get_running_loop().create_future()
-            self._post(retries.ResponseHead(attempt, head.status, clock()))
+            status = _retry_status(head)
+            self._post(retries.ResponseHead(attempt, status, clock()))
             await verdict  # ForwardResponse; a retry cancels this task instead
             self.detail = ""
-            if head.status in self.plan.retry.codes and self._retries_ran_out():
+            if status in self.plan.retry.codes and self._retries_ran_out():
                 self.outcome.flags = "URX"  # rule 6
             if isinstance(head, InterimResponse):
                 self._post(retries.ResponseCompleted())
@@ -440,6 +444,20 @@ class _Exchange:
         outcome.error = error
         with contextlib.suppress(Exception):
             await up.stream.aclose()
+
+
+_GRPC_RETRIABLE = frozenset({"1", "14"})
+"""``grpc-status`` CANCELLED and UNAVAILABLE: Istio's default retry conditions ``cancelled`` and ``unavailable``."""
+
+
+def _retry_status(head: ResponseStarted | InterimResponse) -> int:
+    """Rule 10: the status the retry policy judges; a gRPC answer of CANCELLED or UNAVAILABLE in its head (the
+    "trailers-only" form an error takes) counts as 503."""
+    if isinstance(head, ResponseStarted) and head.status == 200:
+        grpc_status = next((v for n, v in head.headers if n == "grpc-status"), None)
+        if grpc_status is not None and grpc_status.strip() in _GRPC_RETRIABLE:
+            return 503
+    return head.status
 
 
 async def _response_head(up: UpstreamExchange) -> ResponseStarted | InterimResponse:
