@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import random
 import socket
 import struct
 from collections.abc import AsyncIterator
@@ -272,6 +273,7 @@ async def test_an_http2_header_match_picks_the_backend_and_weights_hold_90_10(ri
     table = RouteTable(GRPC.service_key, GRPC_PORT, http=(canary, split))
     rig.waypoint.context.routes.replace(WaypointConfig("app/waypoint", (table,)))
     rig.waypoint.context.choose = lambda candidates: candidates[0]  # echo-1 for "grpc": echo-2 only via grpc-two
+    rig.waypoint.context.random = random.Random(1717).random  # seeded: the split is real, the test not flaky
     client, stream = await rig.tunnel(f"{GRPC_VIP}:{GRPC_PORT}")
     h2c = H2OverTunnel(stream)
     for _ in range(5):
@@ -282,7 +284,7 @@ async def test_an_http2_header_match_picks_the_backend_and_weights_hold_90_10(ri
         await h2c.until(lambda sids=sids: all(h2c.finished(sid) for sid in sids))  # type: ignore[misc]
         counts.update(h2c.answer(sid)[1][5:].split(b":")[0] for sid in sids)
     assert counts[b"echo-1"] + counts[b"echo-2"] == 500
-    assert 0.06 <= counts[b"echo-2"] / 500 <= 0.14, counts
+    assert 0.07 <= counts[b"echo-2"] / 500 <= 0.13, counts
     await client.aclose()
 
 
