@@ -5,7 +5,7 @@ splits traffic by header and by weight, and removing the label brings the traffi
 
 One lab for the module, the mesh installed from deploy/. Namespace ``wp-app`` is ambient: Deployments ``echo-v1``
 (two replicas) and ``echo-v2`` (one), Service ``echo`` over both and Services ``echo-v1``/``echo-v2`` over each,
-and a client pod.
+a gRPC Deployment ``grpc-echo`` (two replicas) with its Service (port ``grpc``), and a client pod.
 """
 
 from __future__ import annotations
@@ -55,8 +55,26 @@ print(json.dumps(out))
 """
 
 
-def deployment(name: str, version: str, replicas: int) -> dict[str, Any]:
-    labels = {"app": "echo", "version": version}
+GRPC_CALLS = """
+import json, sys, asyncio
+import grpc, grpc.aio
+target, count = sys.argv[1], int(sys.argv[2])
+async def main():
+    async with grpc.aio.insecure_channel(target) as channel:  # one channel: one HTTP/2 connection
+        say = channel.unary_unary("/echo.Echo/Say")
+        pods = [(await say(b"hi", timeout=5)).decode().split(":")[0] for _ in range(count)]
+        try:
+            await say(b"fail", timeout=5)
+            failed = {}
+        except grpc.aio.AioRpcError as exc:
+            failed = {"code": exc.code().name, "details": exc.details(), "trailers": dict(exc.trailing_metadata())}
+    print(json.dumps({"pods": pods, "failed": failed}))
+asyncio.run(main())
+"""
+
+
+def deployment(name: str, version: str, replicas: int, container: dict[str, Any] | None = None) -> dict[str, Any]:
+    labels = {"app": "echo", "version": version} if container is None else {"app": name}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -66,19 +84,28 @@ def deployment(name: str, version: str, replicas: int) -> dict[str, Any]:
             "selector": {"matchLabels": labels},
             "template": {
                 "metadata": {"labels": labels},
-                "spec": {"terminationGracePeriodSeconds": 2, "containers": [http_echo_container(8080)]},
+                "spec": {"terminationGracePeriodSeconds": 2, "containers": [container or http_echo_container(8080)]},
             },
         },
     }
 
 
-def service(name: str, selector: dict[str, str]) -> dict[str, Any]:
+def service(name: str, selector: dict[str, str], port: tuple[str, int, int] = ("http", 80, 8080)) -> dict[str, Any]:
+    port_name, number, target = port
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": name},
-        "spec": {"selector": selector, "ports": [{"name": "http", "port": 80, "targetPort": 8080}]},
+        "spec": {"selector": selector, "ports": [{"name": port_name, "port": number, "targetPort": target}]},
     }
+
+
+GRPC_ECHO = {
+    "name": "grpc",
+    "image": "none",
+    "command": ["python3", "-m", "ambit.lab.apps", "grpc-echo", "--port", "50051"],
+    "readinessProbe": {"tcpSocket": {"port": 50051}, "periodSeconds": 1},
+}
 
 
 @pytest.fixture(scope="module")
@@ -92,10 +119,12 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
             service("echo", {"app": "echo"}),
             service("echo-v1", {"app": "echo", "version": "v1"}),
             service("echo-v2", {"app": "echo", "version": "v2"}),
+            deployment("grpc-echo", "", 2, GRPC_ECHO),
+            service("grpc-echo", {"app": "grpc-echo"}, ("grpc", 50051, 50051)),
             pod_manifest("client", [sleeper()], labels={"app": "client"}),
             namespace=NS,
         )
-        up.wait_pods_ready(NS, "", 4, timeout=120)
+        up.wait_pods_ready(NS, "", 6, timeout=120)
         done = ambit(
             "waypoint", "apply", "-n", NS, "--enroll-namespace", "--wait", "--kubeconfig", str(up.topology.kubeconfig),
             timeout=240,
@@ -206,6 +235,18 @@ def test_weights_90_10_hold_within_a_few_percent(lab: Lab) -> None:
         assert 0.05 <= share <= 0.15, share
     finally:
         lab.kubectl("delete", "httproute", "echo-weighted", "-n", NS, "--ignore-not-found")
+
+
+def test_grpc_through_the_waypoint_keeps_trailers_and_spreads_one_connection_over_the_endpoints(lab: Lab) -> None:
+    target = f"{vip(lab, 'grpc-echo')}:50051"
+    pods = {p["metadata"]["name"] for p in lab.pods(NS, "app=grpc-echo")}
+    before = waypoint_requests(lab)
+    out = json.loads(lab.exec("client", NS, "python3", "-c", GRPC_CALLS, target, "20", timeout=120))
+    assert set(out["pods"]) == pods, out  # one HTTP/2 connection, every request balanced on its own
+    failed = out["failed"]
+    assert failed["code"] == "NOT_FOUND" and failed["details"].endswith("was asked to fail"), failed
+    assert failed["trailers"].get("x-pod") in pods, failed  # trailers intact through the waypoint
+    assert waypoint_requests(lab) >= before + 21
 
 
 def test_removing_the_label_brings_traffic_back_to_l4(lab: Lab) -> None:

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
+import grpc
+import grpc.aio
 import h11
 from aiohttp import web
 from aiohttp.typedefs import Handler
@@ -60,8 +62,14 @@ PLAIN_VIP = "198.18.1.2"
 RAW_VIP = "198.18.1.7"
 RAW_DEAD_VIP = "198.18.1.8"
 MIXED_VIP = "198.18.1.9"
+GRPC_VIP = "198.18.1.10"
+GRPC_TWO_VIP = "198.18.1.11"
+GRPC_MIXED_VIP = "198.18.1.12"
+GRPC_PORT = 50051
+GRPC_TARGET_PORT = 9090
 WAYPOINT_ADDR = GatewayAddress(NamespacedHostname("app", "waypoint.app.svc.cluster.local"))
 FACTORY = HostSocketFactory(mark=None)
+_GRPC_PORTS = (GRPC_PORT, GRPC_TARGET_PORT)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -85,6 +93,9 @@ def shared_free_port(hosts: tuple[str, ...]) -> int:
 
 
 def _workload(name: str, ip: str, *services: str, waypoint: GatewayAddress | None = None) -> Workload:
+    def ports(service: str) -> tuple[PortMapping, ...]:
+        return (PortMapping(GRPC_PORT, GRPC_TARGET_PORT),) if service.startswith("grpc") else (PortMapping(80, 8080),)
+
     return Workload(
         uid=f"Kubernetes//Pod/app/{name}",
         name=name,
@@ -93,18 +104,20 @@ def _workload(name: str, ip: str, *services: str, waypoint: GatewayAddress | Non
         tunnel_protocol=TunnelProtocol.HBONE,
         service_account=name,
         canonical_name=name.rsplit("-", 1)[0],
-        services={f"app/{service}.app.svc.cluster.local": (PortMapping(80, 8080),) for service in services},
+        services={f"app/{service}.app.svc.cluster.local": ports(service) for service in services},
         waypoint=waypoint,
     )
 
 
-def _service(name: str, vip: str, *, protocol: AppProtocol, waypoint: GatewayAddress | None) -> Service:
+def _service(
+    name: str, vip: str, *, protocol: AppProtocol, waypoint: GatewayAddress | None, port: tuple[int, int] = (80, 8080)
+) -> Service:
     return Service(
         name=name,
         namespace="app",
         hostname=f"{name}.app.svc.cluster.local",
         vips=(NetworkAddress("", ipaddress.ip_address(vip)),),
-        ports=(PortMapping(80, 8080, protocol),),
+        ports=(PortMapping(*port, protocol),),
         waypoint=waypoint,
     )
 
@@ -113,9 +126,11 @@ def mesh_config() -> LocalConfig:
     return LocalConfig(
         workloads=(
             _workload("client", CLIENT_IP),
-            _workload("echo-1", "127.0.0.2", "echo", "tcp", "raw", "mixed"),
-            _workload("echo-2", "127.0.0.3", "echo", waypoint=WAYPOINT_ADDR),  # also pod-IP traffic via the waypoint
-            _workload("dead-1", "127.0.0.5", "dead", "rawdead", "mixed"),
+            _workload("echo-1", "127.0.0.2", "echo", "tcp", "raw", "mixed", "grpc", "grpc-mixed"),
+            _workload(
+                "echo-2", "127.0.0.3", "echo", "grpc", "grpc-two", waypoint=WAYPOINT_ADDR
+            ),  # also pod-IP traffic via the waypoint
+            _workload("dead-1", "127.0.0.5", "dead", "rawdead", "mixed", "grpc-mixed"),
         ),
         services=(
             _service("echo", ECHO_VIP, protocol=AppProtocol.HTTP11, waypoint=WAYPOINT_ADDR),
@@ -125,6 +140,11 @@ def mesh_config() -> LocalConfig:
             _service("rawdead", RAW_DEAD_VIP, protocol=AppProtocol.TCP, waypoint=WAYPOINT_ADDR),
             _service("mixed", MIXED_VIP, protocol=AppProtocol.HTTP11, waypoint=WAYPOINT_ADDR),  # echo-1 and dead-1
             _service("plain", PLAIN_VIP, protocol=AppProtocol.HTTP11, waypoint=None),
+            # gRPC on both endpoints (declared GRPC), and on echo-2 only (undeclared: sniffed as HTTP/2)
+            _service("grpc", GRPC_VIP, protocol=AppProtocol.GRPC, waypoint=WAYPOINT_ADDR, port=_GRPC_PORTS),
+            _service("grpc-two", GRPC_TWO_VIP, protocol=AppProtocol.UNKNOWN, waypoint=WAYPOINT_ADDR, port=_GRPC_PORTS),
+            # gRPC on echo-1 and on dead-1, which nothing answers for
+            _service("grpc-mixed", GRPC_MIXED_VIP, protocol=AppProtocol.GRPC, waypoint=WAYPOINT_ADDR, port=_GRPC_PORTS),
         ),
     )
 
@@ -145,6 +165,12 @@ class Endpoint:
     """``METHOD /path`` of every request that reached the HTTP server, in order."""
     fail_status: int | None = None
     """When set, ``/echo`` answers this status (after reading the body) instead of echoing."""
+    grpc_calls: list[str] = field(default_factory=list)
+    """The method of every gRPC call that reached the gRPC server."""
+    grpc_cancelled: int = 0
+    """gRPC calls that ended cancelled (the caller went away)."""
+    grpc_unavailable: bool = False
+    """When set, ``Say`` answers UNAVAILABLE."""
 
     async def start(self) -> None:
         app = web.Application(middlewares=[self._record])
@@ -156,6 +182,10 @@ class Endpoint:
         await self._runner.setup()
         self.http_port = free_port()
         await web.TCPSite(self._runner, "127.0.0.1", self.http_port).start()
+        self.grpc_server = grpc.aio.server()
+        self.grpc_server.add_generic_rpc_handlers((grpc_echo_handler(self),))
+        self.grpc_port = self.grpc_server.add_insecure_port("127.0.0.1:0")
+        await self.grpc_server.start()
         self._listener = socket.socket()
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._listener.bind((self.ip, self.hbone_port))
@@ -222,10 +252,11 @@ class Endpoint:
         self.tunnels += 1
         self.authorities.append(request.authority)
         host, port = parse_authority(request.authority)
-        if host != self.ip or port != 8080:
+        if host != self.ip or port not in (8080, GRPC_TARGET_PORT):
             responder.reject(400)
             return
-        upstream = SocketStream(await connect(FACTORY, ("127.0.0.1", self.http_port)))
+        local_port = self.http_port if port == 8080 else self.grpc_port
+        upstream = SocketStream(await connect(FACTORY, ("127.0.0.1", local_port)))
         await relay(responder.accept(), upstream, 30.0)
         with contextlib.suppress(Exception):
             await upstream.aclose()
@@ -238,6 +269,50 @@ class Endpoint:
             task.cancel()
         await asyncio.gather(*self._serving, return_exceptions=True)
         await self._runner.cleanup()
+        await self.grpc_server.stop(0)
+
+
+def grpc_echo_handler(endpoint: Endpoint) -> grpc.GenericRpcHandler:
+    """``echo.Echo`` on raw bytes (no protobuf): ``Say`` answers ``<endpoint>:<request>`` (``fail`` answers
+    NOT_FOUND with a message and trailing metadata, ``big`` a 1 MiB answer); ``Chat`` echoes every message of a
+    bidirectional stream; ``Hang`` waits until the call is cancelled."""
+
+    async def say(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+        endpoint.grpc_calls.append("Say")
+        version = dict(context.invocation_metadata() or ()).get("x-version", "")
+        if endpoint.grpc_unavailable:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"{endpoint.name} is unavailable")
+        if request == b"fail":
+            context.set_trailing_metadata((("x-why", "asked-to"),))
+            await context.abort(grpc.StatusCode.NOT_FOUND, "no such thing")
+        if request == b"big":
+            return b"b" * (1024 * 1024)
+        return f"{endpoint.name}:{version}:".encode() + request
+
+    async def chat(
+        requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[bytes, bytes]
+    ) -> AsyncIterator[bytes]:
+        endpoint.grpc_calls.append("Chat")
+        async for message in requests:
+            yield f"{endpoint.name}:".encode() + message
+
+    async def hang(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+        endpoint.grpc_calls.append("Hang")
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            endpoint.grpc_cancelled += 1
+            raise
+        return b"late"
+
+    return grpc.method_handlers_generic_handler(
+        "echo.Echo",
+        {
+            "Say": grpc.unary_unary_rpc_method_handler(say),
+            "Chat": grpc.stream_stream_rpc_method_handler(chat),
+            "Hang": grpc.unary_unary_rpc_method_handler(hang),
+        },
+    )
 
 
 class Rig:

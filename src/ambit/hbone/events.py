@@ -54,6 +54,44 @@ class TunnelRefused:
 
 
 @dataclass(frozen=True, slots=True)
+class RequestReceived:
+    """Server of HTTP/2 requests (:mod:`ambit.hbone.messages`): a valid request head arrived; answer with
+    ``respond``. ``StreamEnded`` follows at once for a request without a body."""
+
+    stream_id: int
+    method: str
+    scheme: str
+    authority: str
+    path: str
+    headers: Headers
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRejected:
+    """Server of HTTP/2 requests: a malformed request head; the core reset the stream (PROTOCOL_ERROR)."""
+
+    stream_id: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseReceived:
+    """Client of HTTP/2 requests: the final response head arrived (1xx heads are dropped)."""
+
+    stream_id: int
+    status: int
+    headers: Headers
+
+
+@dataclass(frozen=True, slots=True)
+class TrailersReceived:
+    """Either side of HTTP/2 requests: the trailer fields that end a message; ``StreamEnded`` follows."""
+
+    stream_id: int
+    headers: Headers
+
+
+@dataclass(frozen=True, slots=True)
 class DataReceived:
     """Bytes for a stream. The caller must later call ``consumed(stream_id, flow_length)`` to reopen windows.
 
@@ -102,6 +140,10 @@ Event = (
     | TunnelRejected
     | TunnelEstablished
     | TunnelRefused
+    | RequestReceived
+    | RequestRejected
+    | ResponseReceived
+    | TrailersReceived
     | DataReceived
     | StreamEnded
     | StreamReset

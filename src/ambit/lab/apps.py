@@ -4,6 +4,9 @@
 
 - ``http-echo --port P``: answers every HTTP request with who it is and who called (method, path, the client's
   address as the server saw it, headers), so a caller can see where its request landed and with what source.
+- ``grpc-echo --port P``: a gRPC server (grpcio, raw bytes, no protobuf) with ``/echo.Echo/Say``: answers
+  ``<pod>:<request>``, and for the request ``fail`` the status NOT_FOUND with trailing metadata ``x-pod: <pod>``
+  (so a caller can see trailers cross the mesh).
 - ``tcp-echo --port P``: echoes bytes back on every connection.
 - ``server-first --port P``: speaks first on each connection (a banner, as SMTP or MySQL servers do), then echoes;
   proxies that wait for the client's first bytes before connecting break it.
@@ -64,6 +67,27 @@ async def _http_echo(port: int) -> None:
         await server.serve_forever()
 
 
+async def _grpc_echo(port: int) -> None:
+    import grpc  # type: ignore[import-untyped] # only this app needs it
+    import grpc.aio  # type: ignore[import-untyped]
+
+    pod = IDENTITY["pod"]
+
+    async def say(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+        if request == b"fail":
+            context.set_trailing_metadata((("x-pod", pod),))
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"{pod} was asked to fail")
+        return pod.encode() + b":" + request
+
+    server = grpc.aio.server()
+    handler = grpc.method_handlers_generic_handler("echo.Echo", {"Say": grpc.unary_unary_rpc_method_handler(say)})
+    server.add_generic_rpc_handlers((handler,))
+    server.add_insecure_port(f"0.0.0.0:{port}")
+    await server.start()
+    print(f"grpc-echo {pod} listening on :{port}", flush=True)
+    await server.wait_for_termination()
+
+
 async def _tcp_echo(port: int, banner: bool) -> None:
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -119,7 +143,7 @@ def _client(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m ambit.lab.apps", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="app", required=True)
-    for name in ("http-echo", "tcp-echo", "server-first"):
+    for name in ("http-echo", "grpc-echo", "tcp-echo", "server-first"):
         p = sub.add_parser(name)
         p.add_argument("--port", type=int, default=8080)
     c = sub.add_parser("client")
@@ -134,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.app == "http-echo":
             asyncio.run(_http_echo(args.port))
+        elif args.app == "grpc-echo":
+            asyncio.run(_grpc_echo(args.port))
         elif args.app in ("tcp-echo", "server-first"):
             asyncio.run(_tcp_echo(args.port, banner=args.app == "server-first"))
         else:

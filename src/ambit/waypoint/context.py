@@ -24,6 +24,7 @@ from ambit.telemetry.metrics import Reporter, TrafficLabels
 from ambit.waypoint.config import RouteConfig
 from ambit.waypoint.decisions import Router
 from ambit.waypoint.destinations import Target, WaypointSelf
+from ambit.waypoint.http2 import Http2Pool
 from ambit.waypoint.routing import route
 from ambit.waypoint.settings import WaypointLimits
 from ambit.waypoint.telemetry import RequestLog, WaypointMetrics
@@ -47,6 +48,8 @@ class WaypointContext:
     choose: Callable[[Sequence[Workload]], Workload] = _random.choice
     tunnels: int = 0
     """Tunnels being served now (bounded by ``limits.max_tunnels``)."""
+    http2: Http2Pool = field(default_factory=Http2Pool)
+    """Upstream HTTP/2 sessions per endpoint, shared by requests (:mod:`ambit.waypoint.http2_upstream`)."""
     background: set[asyncio.Task[None]] = field(default_factory=set)
     """Tasks that outlive the request that started them (mirrored copies); cancelled when the waypoint stops."""
 

@@ -1,6 +1,13 @@
-"""The client's end of an HTTP/1.1 tunnel through the waypoint, and what one request's telemetry records.
+"""The client's end of a request through the waypoint, and what one request's telemetry records.
 
-Theory of operation: :class:`Downstream` holds a tunnel's byte stream and its h11 server side, and reads the
+Theory of operation: :class:`RequestSide` is what the per-request path (:mod:`ambit.waypoint.exchange`,
+:mod:`ambit.waypoint.forwarding`) needs of the client's end of one request, whatever the HTTP version: the
+request body as events (:class:`~ambit.waypoint.http1.BodyData`, then
+:class:`~ambit.waypoint.http1.MessageEnded` with the trailers), and the response as a head, body pieces and an
+end with trailers, or an abort. :class:`Downstream` is the HTTP/1.1 one; :mod:`ambit.waypoint.http2_proxy` has one
+per HTTP/2 stream.
+
+:class:`Downstream` holds a tunnel's byte stream and its h11 server side, and reads the
 client's bytes only when h11 needs them, so a client can make the waypoint hold one request head (bounded by
 ``max_head_bytes``) plus one read, never a queue of pipelined requests. Reads are bounded in time (``idle_timeout``
 per read, ``head_timeout`` for the rest of a head once it began); a write that the client does not take within
@@ -16,7 +23,9 @@ a chunk handed out is fed to h11 before the next await).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 from ambit.errors import AmbitError
 from ambit.model.workload import Service
@@ -37,8 +46,37 @@ class DownstreamGoneError(Exception):
     """The client went away or stopped reading (flag DC)."""
 
 
+class RequestSide(Protocol):
+    """The client's end of one request, as the per-request path sees it (any HTTP version)."""
+
+    async def next_event(self, *, head: bool = False) -> Event:
+        """The next request event: body pieces, then ``MessageEnded`` (anything else: the body broke off)."""
+        ...
+
+    async def continue_if_waited(self) -> None:
+        """Tell a client that waits for ``100 Continue`` to send its body."""
+        ...
+
+    async def start_response(self, status: int, headers: Iterable[tuple[str, str]], reason: str = "") -> None: ...
+
+    async def send_body(self, data: bytes) -> None: ...
+
+    async def end_response(self, trailers: Iterable[tuple[str, str]] = ()) -> None: ...
+
+    async def answer(self, status: int, headers: Iterable[tuple[str, str]], body: bytes) -> None:
+        """A complete response at once (a local answer)."""
+        ...
+
+    def abort(self) -> None:
+        """End the request abnormally: the client learns the response is incomplete (reset)."""
+        ...
+
+    @property
+    def response_started(self) -> bool: ...
+
+
 class Downstream:
-    """The client's end: its tunnel and the h11 server side, read only when h11 needs bytes."""
+    """The client's end over HTTP/1.1: its tunnel and the h11 server side, read only when h11 needs bytes."""
 
     __slots__ = ("_ctx", "server", "stream")
 
@@ -79,6 +117,31 @@ class Downstream:
             except (AmbitError, OSError) as exc:
                 raise DownstreamGoneError(str(exc)) from None
 
+    # --- RequestSide ---------------------------------------------------------------------------------------
+
+    async def continue_if_waited(self) -> None:
+        await self.write(self.server.continue_if_waited())
+
+    async def start_response(self, status: int, headers: Iterable[tuple[str, str]], reason: str = "") -> None:
+        await self.write(self.server.send_response(status, headers, reason))
+
+    async def send_body(self, data: bytes) -> None:
+        await self.write(self.server.send_body(data))
+
+    async def end_response(self, trailers: Iterable[tuple[str, str]] = ()) -> None:
+        await self.write(self.server.end_response(trailers))
+
+    async def answer(self, status: int, headers: Iterable[tuple[str, str]], body: bytes) -> None:
+        server = self.server
+        await self.write(server.send_response(status, headers) + server.send_body(body) + server.end_response())
+
+    def abort(self) -> None:
+        self.stream.abort()
+
+    @property
+    def response_started(self) -> bool:
+        return self.server.response_started
+
 
 @dataclass(slots=True)
 class Outcome:
@@ -99,7 +162,7 @@ class Outcome:
 
 
 async def respond(
-    down: Downstream,
+    down: RequestSide,
     status: int,
     headers: tuple[tuple[str, str], ...],
     body: bytes,
@@ -111,11 +174,9 @@ async def respond(
     outcome.status, outcome.flags = status, flags
     if flags != "-":
         outcome.error = body.decode("utf-8", "replace")
-    server = down.server
     fields = [(n, v) for n, v in headers if n not in ("content-length", "transfer-encoding")]
     if body and not any(n == "content-type" for n, _ in fields):
         fields.append(("content-type", "text/plain"))
     fields += [("content-length", str(len(body))), ("x-request-id", outcome.request_id)]
-    data = server.send_response(status, fields) + server.send_body(body) + server.end_response()
     outcome.bytes_out += len(body)
-    await down.write(data)
+    await down.answer(status, fields, body)

@@ -41,6 +41,12 @@ Rules:
    client's stream (a status was already sent, so nothing else can tell the client the response is incomplete).
 8. :func:`forward` returns True when the tunnel may carry another request: the exchange was not aborted (the
    request loop then checks with h11 that the whole request was read).
+9. On a duplex upstream (HTTP/2, where gRPC streams both ways at once) the request body is sent by a task of its
+   own from the request head on, while the try waits for the response head and streams the response; the task
+   ends with the try (a response that ended before the client's body did stops it).
+10. A gRPC answer whose head says ``grpc-status`` CANCELLED (1) or UNAVAILABLE (14) is judged by the retry
+    policy as a 503 (Istio's default retry conditions ``cancelled`` and ``unavailable`` sit next to 503): a
+    policy that retries 503 retries it on another endpoint; forwarded, it stays the endpoint's gRPC answer.
 """
 
 from __future__ import annotations
@@ -57,7 +63,7 @@ from ambit.waypoint import retries
 from ambit.waypoint.context import Tunnel, WaypointContext
 from ambit.waypoint.decisions import RequestHead
 from ambit.waypoint.destinations import Endpoint, pick_endpoint
-from ambit.waypoint.downstream import Downstream, DownstreamGoneError, Outcome, respond
+from ambit.waypoint.downstream import Downstream, DownstreamGoneError, Outcome, RequestSide, respond
 from ambit.waypoint.errors import HttpProtocolError
 from ambit.waypoint.http1 import (
     BodyData,
@@ -67,11 +73,11 @@ from ambit.waypoint.http1 import (
     MessageEnded,
     RequestStarted,
     ResponseStarted,
-    Signal,
     forwardable,
 )
+from ambit.waypoint.http1_upstream import Http1Upstream, http1_connector
 from ambit.waypoint.tcp import relay
-from ambit.waypoint.upstream import UpstreamConnectError, UpstreamHttp
+from ambit.waypoint.upstream import Connector, UpstreamConnectError, UpstreamExchange
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,20 +130,23 @@ class ReplayBuffer:
 async def forward(
     ctx: WaypointContext,
     tunnel: Tunnel,
-    down: Downstream,
+    down: RequestSide,
     started: RequestStarted,
     plan: Plan,
     endpoint: Endpoint,
     outcome: Outcome,
+    connector: Connector | None = None,
 ) -> bool:
-    """Forward one request to ``endpoint`` (then to others as retries say); see the module rules."""
+    """Forward one request to ``endpoint`` (then to others as retries say); see the module rules. ``connector``
+    gives the upstream end of a try (default: HTTP/1.1, kept connections reused)."""
     body = ReplayBuffer()
     if not started.has_body:
         event = await down.next_event()  # h11 ends a bodiless request at once
         if not isinstance(event, MessageEnded):
             raise HttpProtocolError("request without a body did not end")
         body.ended = True
-    return await _Exchange(ctx, tunnel, down, started, plan, endpoint, outcome, body).run()
+    connect = connector or http1_connector(ctx, tunnel)
+    return await _Exchange(ctx, tunnel, down, started, plan, endpoint, outcome, body, connect).run()
 
 
 class _Exchange:
@@ -145,14 +154,16 @@ class _Exchange:
         self,
         ctx: WaypointContext,
         tunnel: Tunnel,
-        down: Downstream,
+        down: RequestSide,
         started: RequestStarted,
         plan: Plan,
         endpoint: Endpoint,
         outcome: Outcome,
         body: ReplayBuffer,
+        connector: Connector,
     ) -> None:
         self.ctx, self.tunnel, self.down, self.started = ctx, tunnel, down, started
+        self.connector = connector
         self.plan, self.first, self.outcome, self.body = plan, endpoint, outcome, body
         self.machine = retries.RetryMachine(plan.retry, plan.timeouts, ctx.clock())
         self.queue: asyncio.Queue[retries.Event | _Failed] = asyncio.Queue()
@@ -161,6 +172,8 @@ class _Exchange:
         self.request_timer: asyncio.TimerHandle | None = None
         self.try_timer: asyncio.TimerHandle | None = None
         self.tried: set[str] = set()
+        self.body_task: asyncio.Task[None] | None = None
+        """A duplex try's request body, sent while the response comes (rule 9)."""
         self.detail = ""
         """Why the last try failed (the access log's error)."""
         self.completed = False
@@ -224,7 +237,7 @@ class _Exchange:
                 await self._stop_try()
                 self.outcome.flags, self.aborted = flag, True
                 self.outcome.error = self.detail or ("upstream request timeout" if flag == "UT" else "upstream reset")
-                self.down.stream.abort()
+                self.down.abort()
             case retries.ReleaseBody():
                 self.body.release()
             case _:
@@ -257,7 +270,7 @@ class _Exchange:
 
     async def _try(self, attempt: int, delay: float) -> None:
         clock = self.ctx.clock
-        up: UpstreamHttp | None = None
+        up: UpstreamExchange | None = None
         try:
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -275,75 +288,97 @@ class _Exchange:
                 self._post(retries.UpstreamReset(attempt))
                 return
             self.verdict = verdict = asyncio.get_running_loop().create_future()
-            self._post(retries.ResponseHead(attempt, head.status, clock()))
+            status = _retry_status(head)
+            self._post(retries.ResponseHead(attempt, status, clock()))
             await verdict  # ForwardResponse; a retry cancels this task instead
             self.detail = ""
-            if head.status in self.plan.retry.codes and self._retries_ran_out():
+            if status in self.plan.retry.codes and self._retries_ran_out():
                 self.outcome.flags = "URX"  # rule 6
             if isinstance(head, InterimResponse):
                 self._post(retries.ResponseCompleted())
                 await self._switch(up, head)
                 up = None  # the relay closed it
-            elif await self._stream(attempt, up, head) and up.http.next_cycle():
-                self.ctx.upstreams.put_idle(up, clock())
+            elif await self._stream(attempt, up, head):
+                up.finish(clock())
                 up = None
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # the client failed, or a bug: the exchange ends (rule 1)
             self._post(_Failed(exc))
         finally:
+            await self._stop_body()
             if up is not None:
-                up.stream.abort()
+                up.abort()
 
-    async def _send(self, endpoint: Endpoint) -> tuple[UpstreamHttp, ResponseStarted | InterimResponse]:
+    async def _send(self, endpoint: Endpoint) -> tuple[UpstreamExchange, ResponseStarted | InterimResponse]:
         """Rule 3 and rule 4: send the request on a kept connection or a new one; wait for the response head."""
-        upstreams, fresh = self.ctx.upstreams, False
+        fresh = False
         while True:
-            up = (None if fresh else upstreams.take_idle(endpoint)) or await upstreams.open_http(
-                endpoint, self.tunnel.peer_addr
-            )
+            up = await self.connector(endpoint, fresh)
             try:
-                await _send_up(self.ctx, up, up.http.send_request(self.plan.request, upgrade=self.started.upgrade))
-                await self._send_body(up)
-                return up, await _response_head(self.ctx, up)
+                await up.send_request(self.plan.request, upgrade=self.started.upgrade)
+                if not up.duplex:
+                    await self._send_body(up)
+                    return up, await _response_head(up)
+                return up, await self._duplex_head(up)
             except HttpProtocolError as exc:
-                up.stream.abort()
+                up.abort()
                 if not exc.upstream:
                     raise  # the client's request cannot be forwarded
                 raise _UpstreamFailedError(str(exc)) from None
             except (AmbitError, OSError, _UpstreamFailedError) as exc:
-                up.stream.abort()
+                up.abort()
                 if up.reused and not fresh and self.body.replayable:
                     fresh = True
                     continue
                 raise _UpstreamFailedError(str(exc) or type(exc).__name__) from None
             except BaseException:
-                up.stream.abort()
+                up.abort()
                 raise
 
-    async def _send_body(self, up: UpstreamHttp) -> None:
+    async def _duplex_head(self, up: UpstreamExchange) -> ResponseStarted | InterimResponse:
+        """Rule 9: the body goes up in a task of its own while the response head is awaited."""
+        self.body_task = body = asyncio.get_running_loop().create_task(self._send_body(up))
+        head = asyncio.get_running_loop().create_task(_response_head(up))
+        try:
+            await asyncio.wait({body, head}, return_when=asyncio.FIRST_COMPLETED)
+            if not head.done():
+                body.result()  # raises the client's error or the upstream's, if that is why it ended
+            return await head
+        finally:
+            if not head.done():
+                head.cancel()
+                await asyncio.wait([head])
+
+    async def _stop_body(self) -> None:
+        task, self.body_task = self.body_task, None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait([task])
+        elif task is not None and not task.cancelled():
+            task.exception()  # retrieved: a body that failed after the response began is the response's business
+
+    async def _send_body(self, up: UpstreamExchange) -> None:
         """Rule 5: the buffered body, then the rest as the client sends it."""
         body = self.body
         if not body.ended or body.chunks:
             if not body.replayable and body.total:
                 raise AssertionError("a request body that was not kept cannot be sent again")
             for chunk in body.chunks:
-                await _send_up(self.ctx, up, up.http.send_body(chunk))
-            waiting = self.down.server.continue_if_waited()
-            if waiting:
-                await self.down.write(waiting)
+                await up.send_body(chunk)
+            await self.down.continue_if_waited()
         while not body.ended:
             event = await self._client_event()
             if isinstance(event, BodyData):
                 body.add(event.data)
                 self.outcome.bytes_in += len(event.data)
                 self._post(retries.RequestBodySent(body.total))
-                await _send_up(self.ctx, up, up.http.send_body(event.data))
+                await up.send_body(event.data)
             elif isinstance(event, MessageEnded):
                 body.ended, body.trailers = True, event.trailers
             else:
                 raise HttpProtocolError("request body ended early")
-        await _send_up(self.ctx, up, up.http.end_request(body.trailers))
+        await up.end_request(body.trailers)
 
     async def _client_event(self) -> Event:
         try:
@@ -353,17 +388,17 @@ class _Exchange:
         except (AmbitError, OSError) as exc:  # the client's tunnel broke or idled: not the endpoint's fault
             raise DownstreamGoneError(f"reading the request body: {exc or type(exc).__name__}") from None
 
-    async def _stream(self, attempt: int, up: UpstreamHttp, response: ResponseStarted) -> bool:
+    async def _stream(self, attempt: int, up: UpstreamExchange, response: ResponseStarted) -> bool:
         """Rule 6: the response to the client; True when it ended cleanly."""
-        outcome, server = self.outcome, self.down.server
+        outcome, down = self.outcome, self.down
         headers = _modified(forwardable(response.headers), self.plan.response_headers)
         outcome.status = response.status
         outcome.grpc_status = next((v for n, v in response.headers if n == "grpc-status"), "")
-        await self.down.write(server.send_response(response.status, headers, response.reason))
+        await down.start_response(response.status, headers, response.reason)
         body_started = False
         while True:
             try:
-                event = await _upstream_event(self.ctx, up)
+                event = await up.next_event()
             except (AmbitError, OSError) as exc:
                 self.detail = f"upstream: {exc or type(exc).__name__}"
                 self._post(retries.UpstreamReset(attempt))
@@ -373,10 +408,10 @@ class _Exchange:
                     body_started = True
                     self._post(retries.BodyStarted())
                 outcome.bytes_out += len(event.data)
-                await self.down.write(server.send_body(event.data))
+                await down.send_body(event.data)
             elif isinstance(event, MessageEnded):
                 outcome.grpc_status = next((v for n, v in event.trailers if n == "grpc-status"), outcome.grpc_status)
-                await self.down.write(server.end_response(event.trailers))
+                await down.end_response(event.trailers)
                 self._post(retries.ResponseCompleted())
                 return True
             else:
@@ -384,9 +419,12 @@ class _Exchange:
                 self._post(retries.UpstreamReset(attempt))
                 return False
 
-    async def _switch(self, up: UpstreamHttp, answer: InterimResponse) -> None:
-        """Rule 6: after a 101, both connections carry raw bytes."""
+    async def _switch(self, exchange: UpstreamExchange, answer: InterimResponse) -> None:
+        """Rule 6: after a 101, both connections carry raw bytes (HTTP/1.1 on both sides only)."""
         down, outcome = self.down, self.outcome
+        if not isinstance(down, Downstream) or not isinstance(exchange, Http1Upstream):
+            raise HttpProtocolError("an upgrade needs HTTP/1.1 on both sides", 502, upstream=True)
+        up = exchange.conn
         outcome.status = 101
         await down.write(down.server.send_interim(101, forwardable(answer.headers, upgrade=True)))
         from_client, from_server = down.server.switched(), up.http.switched()
@@ -408,24 +446,23 @@ class _Exchange:
             await up.stream.aclose()
 
 
-async def _send_up(ctx: WaypointContext, up: UpstreamHttp, data: bytes) -> None:
-    """Write to the endpoint; one that stops reading for ``idle_timeout`` fails (TimeoutError, an OSError)."""
-    if data:
-        async with asyncio.timeout(ctx.limits.idle_timeout):
-            await up.stream.write(data)
+_GRPC_RETRIABLE = frozenset({"1", "14"})
+"""``grpc-status`` CANCELLED and UNAVAILABLE: Istio's default retry conditions ``cancelled`` and ``unavailable``."""
 
 
-async def _upstream_event(ctx: WaypointContext, up: UpstreamHttp) -> Event:
-    while (event := up.http.next_event()) is Signal.NEED_DATA:
-        async with asyncio.timeout(ctx.limits.idle_timeout):
-            data = await up.stream.read()
-        up.http.receive_data(data)
-    return event
+def _retry_status(head: ResponseStarted | InterimResponse) -> int:
+    """Rule 10: the status the retry policy judges; a gRPC answer of CANCELLED or UNAVAILABLE in its head (the
+    "trailers-only" form an error takes) counts as 503."""
+    if isinstance(head, ResponseStarted) and head.status == 200:
+        grpc_status = next((v for n, v in head.headers if n == "grpc-status"), None)
+        if grpc_status is not None and grpc_status.strip() in _GRPC_RETRIABLE:
+            return 503
+    return head.status
 
 
-async def _response_head(ctx: WaypointContext, up: UpstreamHttp) -> ResponseStarted | InterimResponse:
+async def _response_head(up: UpstreamExchange) -> ResponseStarted | InterimResponse:
     while True:
-        event = await _upstream_event(ctx, up)
+        event = await up.next_event()
         if isinstance(event, ResponseStarted):
             return event
         if isinstance(event, InterimResponse):

@@ -6,7 +6,8 @@ one request head (bounded by ``max_head_bytes``) plus one read, never a queue of
 request:
 
 1. ``x-request-id`` is added when missing.
-2. The :data:`~ambit.waypoint.decisions.Router` decides, with the destination's route table (a Service target;
+2. (In :func:`ambit.waypoint.exchange.serve_request`, shared with HTTP/2.) The
+   :data:`~ambit.waypoint.decisions.Router` decides, with the destination's route table (a Service target;
    a workload target is forwarded to that workload as addressed): :class:`~ambit.waypoint.decisions.Respond`
    is answered locally; :class:`~ambit.waypoint.decisions.Forward` goes to one endpoint of the backend Service,
    chosen for this request (so one keep-alive connection spreads over all endpoints).
@@ -31,18 +32,13 @@ import logging
 import uuid
 
 from ambit.errors import AmbitError
-from ambit.hbone.headers import hostport
-from ambit.model.workload import Workload
 from ambit.proxy.streams import ByteStream
 from ambit.waypoint.context import Tunnel, WaypointContext
-from ambit.waypoint.decisions import RequestHead, Respond
-from ambit.waypoint.destinations import Endpoint, ServiceTarget, find_backend_service, pick_endpoint
-from ambit.waypoint.downstream import Downstream, DownstreamGoneError, HeadTimeoutError, Outcome, respond
+from ambit.waypoint.decisions import RequestHead
+from ambit.waypoint.downstream import Downstream, DownstreamGoneError, HeadTimeoutError, Outcome
 from ambit.waypoint.errors import HttpProtocolError
-from ambit.waypoint.forwarding import Plan, forward
-from ambit.waypoint.http1 import BodyData, MessageEnded, RequestStarted, ServerSide, Signal, simple_response
-from ambit.waypoint.mirror import start_mirrors
-from ambit.waypoint.telemetry import RequestRecord
+from ambit.waypoint.exchange import account, serve_request
+from ambit.waypoint.http1 import RequestStarted, ServerSide, simple_response
 
 log = logging.getLogger("ambit.waypoint.http1")
 
@@ -135,103 +131,17 @@ async def _exchange(ctx: WaypointContext, tunnel: Tunnel, down: Downstream, star
             with contextlib.suppress(Exception):
                 await down.stream.write(simple_response(500, "Internal Server Error", "internal error\n"))
         keep = False
-    _account(ctx, tunnel, head, outcome, ctx.clock() - began, grpc)
+    account(ctx, tunnel, head, outcome, ctx.clock() - began, grpc)
     return keep
 
 
 async def _handle(
     ctx: WaypointContext, tunnel: Tunnel, down: Downstream, started: RequestStarted, outcome: Outcome
 ) -> bool:
-    target = tunnel.target
-    plan = Plan(started.head)
-    if isinstance(target, ServiceTarget):
-        table = ctx.routes.find_table(target.service.key, target.port)
-        decision = ctx.router(table, target.backend, started.head, ctx.random())
-        outcome.route = decision.route
-        if isinstance(decision, Respond):
-            keep = await _drain(down, started)
-            await respond(down, decision.status, decision.headers, decision.body, outcome)
-            return keep
-        start_mirrors(ctx, tunnel, decision.mirrors, started.has_body)
-        service = find_backend_service(ctx.state, decision.backend)
-        outcome.service = service
-        port = decision.backend.port
-        plan = Plan(decision.request, decision.response_headers, decision.timeouts, decision.retry, service, port)
-        endpoint = pick_endpoint(ctx.state, service, port, ctx.choose) if service is not None else None
-    else:  # workload-addressed: to that workload, as addressed
-        endpoint = Endpoint(target.workload, target.ip, target.port, None)
-    if endpoint is None:
-        keep = await _drain(down, started)
-        if isinstance(target, ServiceTarget) and outcome.service is None:  # the route names an unknown Service
-            await respond(down, 500, (), b"no such backend", outcome, flags="NC")
-        else:
-            await respond(down, 503, (), b"no healthy upstream", outcome, flags="UH")
-        return keep
-    outcome.endpoint = endpoint
-    return await forward(ctx, tunnel, down, started, plan, endpoint, outcome)
-
-
-async def _drain(down: Downstream, started: RequestStarted) -> bool:
-    """Read and drop the request body before a local answer; False when it is too long to keep the tunnel."""
-    dropped = 0
-    while True:
-        event = await down.next_event()
-        if isinstance(event, MessageEnded):
-            return True
-        if isinstance(event, BodyData):
-            dropped += len(event.data)
-            if dropped > DRAIN_LIMIT:
-                return False
-        elif event is not Signal.PAUSED:
-            return False
+    return await serve_request(ctx, tunnel, down, started, outcome)
 
 
 def _account_refused(ctx: WaypointContext, tunnel: Tunnel, status: int, reason: str, duration: float) -> None:
     """A request the waypoint could not parse: counted with Envoy's ``DPE`` flag (downstream protocol error)."""
     outcome = Outcome("", status=status, flags="DPE", error=reason)
-    _account(ctx, tunnel, RequestHead("-", "-", tunnel.authority), outcome, duration, grpc=False)
-
-
-def _account(
-    ctx: WaypointContext, tunnel: Tunnel, head: RequestHead, outcome: Outcome, duration: float, grpc: bool
-) -> None:
-    endpoint = outcome.endpoint
-    destination: Workload | None = endpoint.workload if endpoint is not None else None
-    service = outcome.service or (endpoint.service if endpoint is not None else None)
-    if service is None and isinstance(tunnel.target, ServiceTarget) and endpoint is None:
-        service = tunnel.target.service
-    labels = tunnel.labels(destination, service, flags=outcome.flags, protocol="grpc" if grpc else "http")
-    ctx.metrics.request(
-        labels,
-        response_code=outcome.status,
-        grpc_status=outcome.grpc_status if grpc else "",
-        duration_ms=duration * 1000,
-        request_bytes=outcome.bytes_in,
-        response_bytes=outcome.bytes_out,
-    )
-    source = tunnel.source
-    ctx.request_log.write(
-        RequestRecord(
-            src_addr=tunnel.peer_addr,
-            src_workload=source.name if source else "",
-            src_namespace=source.namespace if source else "",
-            src_identity=labels.source_principal,
-            dst_addr=hostport(endpoint.ip, endpoint.port) if endpoint else "",
-            dst_hbone_addr=tunnel.authority,
-            dst_service=service.hostname if service else "",
-            dst_workload=destination.name if destination else "",
-            dst_namespace=destination.namespace if destination else "",
-            dst_identity=labels.destination_principal,
-            method=head.method,
-            path=head.path,
-            response_code=outcome.status,
-            response_flags=outcome.flags,
-            request_id=outcome.request_id,
-            route=outcome.route,
-            bytes_sent=outcome.bytes_in,
-            bytes_recv=outcome.bytes_out,
-            duration_seconds=duration,
-            error=outcome.error,
-            attempts=outcome.attempts,
-        )
-    )
+    account(ctx, tunnel, RequestHead("-", "-", tunnel.authority), outcome, duration, grpc=False)

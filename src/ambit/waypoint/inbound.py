@@ -13,8 +13,9 @@ SPIFFE id of our trust domain, ALPN h2. Each CONNECT then:
 3. goes by the Service port's ``appProtocol``: a TCP port reaches its endpoint first and answers 200 only then
    (503 when it cannot, as ztunnel does; :func:`~ambit.waypoint.tcp.serve_tcp`); an HTTP/1.1 port is accepted
    and served per request (:func:`~ambit.waypoint.http1_proxy.serve_http1`); a port of unknown protocol is
-   accepted and sniffed (:func:`sniff`), then served as one or the other. HTTP/2 and gRPC ports are relayed as
-   TCP for now (one endpoint per connection): TODO, serve them per request on the HTTP/2 engine.
+   accepted and sniffed (:func:`sniff`), then served as one or the other; an HTTP/2 or gRPC port (or HTTP/2 with
+   prior knowledge sniffed on a port of unknown protocol) is served per request on our HTTP/2 engine
+   (:func:`~ambit.waypoint.http2_proxy.serve_http2`).
 
 The tunnel is the handler's until it returns; HboneServer then closes it.
 """
@@ -40,6 +41,7 @@ from ambit.tls.workload import WorkloadCertificate
 from ambit.waypoint.context import Tunnel, WaypointContext
 from ambit.waypoint.destinations import Refusal, plan_tunnel
 from ambit.waypoint.http1_proxy import serve_http1
+from ambit.waypoint.http2_proxy import serve_http2
 from ambit.waypoint.sniff import Protocol, sniff
 from ambit.waypoint.tcp import serve_tcp
 
@@ -65,6 +67,8 @@ async def read_protocol(stream: ByteStream, timeout: float) -> tuple[bytes, AppP
         verdict = sniff(data, final=True) or Protocol.TCP
     return data, _AS_APP_PROTOCOL[verdict]
 
+
+_PER_REQUEST = frozenset({AppProtocol.UNKNOWN, AppProtocol.HTTP11, AppProtocol.HTTP2, AppProtocol.GRPC})
 
 _AS_APP_PROTOCOL = {
     Protocol.HTTP1: AppProtocol.HTTP11,
@@ -146,7 +150,7 @@ async def _serve_tunnel(
     stream = None
     try:
         protocol = plan.protocol
-        if protocol not in (AppProtocol.UNKNOWN, AppProtocol.HTTP11):  # rule 3: declared TCP (or HTTP/2 for now)
+        if protocol not in _PER_REQUEST:  # rule 3: declared TCP (or TLS)
             await serve_tcp(ctx, tunnel, responder)
             return
         stream = responder.accept()
@@ -155,6 +159,8 @@ async def _serve_tunnel(
             prefix, protocol = await read_protocol(stream, ctx.limits.sniff_timeout)
         if protocol is AppProtocol.HTTP11:
             await serve_http1(ctx, tunnel, stream, prefix)
+        elif protocol in (AppProtocol.HTTP2, AppProtocol.GRPC):
+            await serve_http2(ctx, tunnel, stream, prefix)
         else:
             await serve_tcp(ctx, tunnel, stream, prefix)
     except (AmbitError, OSError) as exc:

@@ -232,6 +232,8 @@ class Waypoint:
             "certificates": self.certs.snapshot(),
             "pool": self.context.upstreams.pool.stats(),
             "upstreamIdleHttp": self.context.upstreams.idle_count(),
+            "upstreamHttp2": self.context.http2.count(),
+            "upstreamHttp2Streams": self.context.http2.open_streams(),
             "tunnels": self.context.tunnels,
             "refused": {str(status): n for status, n in sorted(self.refusals.by_status.items())},
             "handshakeFailures": self.refusals.handshake_failures,
@@ -332,6 +334,7 @@ class Waypoint:
         await asyncio.gather(*background, return_exceptions=True)
         if self.xds is not None:
             await self.xds.aclose()
+        await self.context.http2.aclose()
         await self.context.upstreams.aclose()
         await self.certs.aclose()
         if isinstance(self.ca, IstiodCaClient):

@@ -35,6 +35,8 @@ class WaypointLimits:
     """Seconds to open an upstream tunnel (TCP, TLS, CONNECT)."""
     upstream_idle_per_endpoint: int = 16
     """Idle upstream HTTP/1.1 connections kept per endpoint for reuse."""
+    max_streams_per_connection: int = 100
+    """HTTP/2 requests in flight on one downstream HTTP/2 connection (SETTINGS_MAX_CONCURRENT_STREAMS)."""
     max_requests_per_connection: int = 0
     """Requests served on one downstream connection before it is closed (0: no limit)."""
 

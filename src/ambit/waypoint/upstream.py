@@ -15,6 +15,11 @@ idle is dropped when next looked at. A reused connection may still turn out dead
 it meanwhile, the usual keep-alive race): the shell (:mod:`ambit.waypoint.forwarding`) then sends the request
 again on a fresh connection, once, when it can still replay the body.
 
+What a forwarded request needs of its upstream end, whatever the HTTP version, is an :class:`UpstreamExchange`
+(one request and its response on a connection or a stream); a :data:`Connector` gives one for an endpoint:
+:mod:`ambit.waypoint.http1_upstream` on kept HTTP/1.1 connections, :mod:`ambit.waypoint.http2_upstream` on
+multiplexed HTTP/2 connections.
+
 Errors: :class:`UpstreamConnectError` (the endpoint could not be reached: Envoy's ``UF`` flag).
 """
 
@@ -23,7 +28,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from ambit.errors import AmbitError
 from ambit.hbone.headers import connect_headers, hostport
@@ -35,9 +42,10 @@ from ambit.proxy.hbone_stream import HboneStream
 from ambit.proxy.pool import ConnectionPool, PoolKey
 from ambit.proxy.sockets import SocketFactory, connect
 from ambit.proxy.streams import ByteStream, SocketStream
+from ambit.waypoint.decisions import RequestHead
 from ambit.waypoint.destinations import Endpoint
 from ambit.waypoint.errors import WaypointError
-from ambit.waypoint.http1 import ClientSide
+from ambit.waypoint.http1 import ClientSide, Event
 
 
 class UpstreamConnectError(WaypointError):
@@ -46,6 +54,44 @@ class UpstreamConnectError(WaypointError):
 
 EndpointKey = tuple[str, str, int]
 """(workload uid, IP, target port)."""
+
+
+class UpstreamExchange(Protocol):
+    """The upstream end of one try of a forwarded request."""
+
+    @property
+    def reused(self) -> bool:
+        """It runs on a connection that served earlier requests (which may have died while idle)."""
+        ...
+
+    @property
+    def duplex(self) -> bool:
+        """The response may come while the request body is still being sent (HTTP/2)."""
+        ...
+
+    async def send_request(self, head: RequestHead, *, upgrade: bool = False) -> None: ...
+
+    async def send_body(self, data: bytes) -> None: ...
+
+    async def end_request(self, trailers: Iterable[tuple[str, str]] = ()) -> None: ...
+
+    async def next_event(self) -> Event:
+        """The next response event: ``ResponseStarted`` (or ``InterimResponse``), ``BodyData``, ``MessageEnded``;
+        ``Signal.CLOSED`` or an error when the endpoint went away."""
+        ...
+
+    def abort(self) -> None:
+        """Give up on the exchange (its connection, or its stream, is reset)."""
+        ...
+
+    def finish(self, now: float) -> None:
+        """The exchange ended cleanly: keep what can serve another request."""
+        ...
+
+
+Connector = Callable[[Endpoint, bool], Awaitable[UpstreamExchange]]
+"""``connector(endpoint, fresh)``: the upstream end of a try to ``endpoint``; with ``fresh``, on a new connection
+(never one kept from earlier requests)."""
 
 
 @dataclass(slots=True, eq=False)

@@ -1,0 +1,145 @@
+"""One request through the waypoint, whatever its HTTP version: route it, answer it or forward it, measure it.
+
+Theory of operation: the HTTP/1.1 shell (:mod:`ambit.waypoint.http1_proxy`) and the HTTP/2 shell
+(:mod:`ambit.waypoint.http2_proxy`) parse a request head, give it an ``x-request-id`` and hand it here with the
+client's end of the request (a :class:`~ambit.waypoint.downstream.RequestSide`: the body source and where the
+answer goes) and the :data:`~ambit.waypoint.upstream.Connector` of their version. :func:`serve_request`:
+
+1. asks the :data:`~ambit.waypoint.decisions.Router`, with the destination's route table (a Service target; a
+   workload target is forwarded to that workload as addressed): :class:`~ambit.waypoint.decisions.Respond` is
+   answered locally (the request body read and dropped first); :class:`~ambit.waypoint.decisions.Forward` goes
+   to one endpoint of the backend Service, chosen for this request (so one connection spreads over all
+   endpoints);
+2. forwards with :func:`ambit.waypoint.forwarding.forward` (the route's retries and timeouts);
+3. answers 500 (flag NC) for a backend Service the state does not know ("a route to a missing backend answers
+   500") and 503 ``no healthy upstream`` (flag UH) when the backend has no endpoint.
+
+:func:`account` counts one finished request once (``istio_requests_total`` and the histograms,
+reporter="waypoint", ``request_protocol`` grpc or http) and writes its access-log line.
+"""
+
+from __future__ import annotations
+
+from ambit.hbone.headers import hostport
+from ambit.model.workload import Workload
+from ambit.waypoint.context import Tunnel, WaypointContext
+from ambit.waypoint.decisions import RequestHead, Respond
+from ambit.waypoint.destinations import Endpoint, ServiceTarget, find_backend_service, pick_endpoint
+from ambit.waypoint.downstream import Outcome, RequestSide, respond
+from ambit.waypoint.forwarding import Plan, forward
+from ambit.waypoint.http1 import BodyData, MessageEnded, RequestStarted, Signal
+from ambit.waypoint.mirror import start_mirrors
+from ambit.waypoint.telemetry import RequestRecord
+from ambit.waypoint.upstream import Connector
+
+DRAIN_LIMIT = 1024 * 1024
+"""Request body bytes read and dropped before a local answer; a longer body closes the connection instead."""
+
+
+async def serve_request(
+    ctx: WaypointContext,
+    tunnel: Tunnel,
+    down: RequestSide,
+    started: RequestStarted,
+    outcome: Outcome,
+    connector: Connector | None = None,
+    *,
+    mirrors: bool = True,
+) -> bool:
+    """One request (rules 1-3); True when the connection may carry another. ``mirrors``: copy the request to
+    the route's mirror backends (HTTP/1.1 copies only)."""
+    target = tunnel.target
+    plan = Plan(started.head)
+    if isinstance(target, ServiceTarget):
+        table = ctx.routes.find_table(target.service.key, target.port)
+        decision = ctx.router(table, target.backend, started.head, ctx.random())
+        outcome.route = decision.route
+        if isinstance(decision, Respond):
+            keep = await _drain(down, started)
+            await respond(down, decision.status, decision.headers, decision.body, outcome)
+            return keep
+        if mirrors:
+            start_mirrors(ctx, tunnel, decision.mirrors, started.has_body)
+        service = find_backend_service(ctx.state, decision.backend)
+        outcome.service = service
+        port = decision.backend.port
+        plan = Plan(decision.request, decision.response_headers, decision.timeouts, decision.retry, service, port)
+        endpoint = pick_endpoint(ctx.state, service, port, ctx.choose) if service is not None else None
+    else:  # workload-addressed: to that workload, as addressed
+        endpoint = Endpoint(target.workload, target.ip, target.port, None)
+    if endpoint is None:
+        keep = await _drain(down, started)
+        if isinstance(target, ServiceTarget) and outcome.service is None:  # the route names an unknown Service
+            await respond(down, 500, (), b"no such backend", outcome, flags="NC")
+        else:
+            await respond(down, 503, (), b"no healthy upstream", outcome, flags="UH")
+        return keep
+    outcome.endpoint = endpoint
+    return await forward(ctx, tunnel, down, started, plan, endpoint, outcome, connector)
+
+
+async def _drain(down: RequestSide, started: RequestStarted) -> bool:
+    """Read and drop the request body before a local answer; False when it is too long to keep the tunnel."""
+    dropped = 0
+    while True:
+        event = await down.next_event()
+        if isinstance(event, MessageEnded):
+            return True
+        if isinstance(event, BodyData):
+            dropped += len(event.data)
+            if dropped > DRAIN_LIMIT:
+                return False
+        elif event is not Signal.PAUSED:
+            return False
+
+
+def account(
+    ctx: WaypointContext,
+    tunnel: Tunnel,
+    head: RequestHead,
+    outcome: Outcome,
+    duration: float,
+    grpc: bool,
+    protocol: str = "HTTP/1.1",
+) -> None:
+    endpoint = outcome.endpoint
+    destination: Workload | None = endpoint.workload if endpoint is not None else None
+    service = outcome.service or (endpoint.service if endpoint is not None else None)
+    if service is None and isinstance(tunnel.target, ServiceTarget) and endpoint is None:
+        service = tunnel.target.service
+    labels = tunnel.labels(destination, service, flags=outcome.flags, protocol="grpc" if grpc else "http")
+    ctx.metrics.request(
+        labels,
+        response_code=outcome.status,
+        grpc_status=outcome.grpc_status if grpc else "",
+        duration_ms=duration * 1000,
+        request_bytes=outcome.bytes_in,
+        response_bytes=outcome.bytes_out,
+    )
+    source = tunnel.source
+    ctx.request_log.write(
+        RequestRecord(
+            src_addr=tunnel.peer_addr,
+            src_workload=source.name if source else "",
+            src_namespace=source.namespace if source else "",
+            src_identity=labels.source_principal,
+            dst_addr=hostport(endpoint.ip, endpoint.port) if endpoint else "",
+            dst_hbone_addr=tunnel.authority,
+            dst_service=service.hostname if service else "",
+            dst_workload=destination.name if destination else "",
+            dst_namespace=destination.namespace if destination else "",
+            dst_identity=labels.destination_principal,
+            method=head.method,
+            path=head.path,
+            response_code=outcome.status,
+            response_flags=outcome.flags,
+            request_id=outcome.request_id,
+            route=outcome.route,
+            bytes_sent=outcome.bytes_in,
+            bytes_recv=outcome.bytes_out,
+            duration_seconds=duration,
+            error=outcome.error,
+            attempts=outcome.attempts,
+            protocol=protocol,
+        )
+    )

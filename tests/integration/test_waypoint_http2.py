@@ -1,0 +1,464 @@
+"""HTTP/2 and gRPC through the waypoint on loopback: real gRPC servers (grpcio's aio server) behind the endpoints,
+a real gRPC client (grpcio, through a local TCP bridge into an HBONE tunnel) and h2 as the independent HTTP/2
+client for what a gRPC client would not do (resets, floods). See :mod:`tests.integration.waypoint_rig`."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import random
+import socket
+import struct
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import grpc.aio
+import h2.config
+import h2.connection
+import h2.events
+import h2.exceptions
+import pytest
+from tests.integration.waypoint_rig import (
+    GRPC_MIXED_VIP,
+    GRPC_PORT,
+    GRPC_TWO_VIP,
+    GRPC_VIP,
+    Rig,
+    free_port,
+    http_get,
+    started_rig,
+)
+
+from ambit.hbone import wire
+from ambit.model.routes import (
+    BackendService,
+    PathMatch,
+    PathMatchType,
+    RouteMatch,
+    RouteRule,
+    RouteTable,
+    Timeouts,
+    ValueMatch,
+    WaypointConfig,
+    WeightedBackend,
+)
+from ambit.proxy.hbone_client import HboneClient
+from ambit.proxy.hbone_stream import HboneStream
+from ambit.proxy.streams import SocketStream
+from ambit.waypoint.decisions import Decision, Forward, RequestHead
+from ambit.waypoint.settings import WaypointLimits
+from ambit.waypoint.tcp import relay
+
+LIMITS = WaypointLimits(sniff_timeout=0.5, startup_wait=5.0, max_streams_per_connection=20)
+GRPC = BackendService("app", "grpc.app.svc.cluster.local", GRPC_PORT)
+GRPC_TWO = BackendService("app", "grpc-two.app.svc.cluster.local", GRPC_PORT)
+
+
+@pytest.fixture
+async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
+    async with started_rig(tmp_path, LIMITS) as rig:
+        yield rig
+
+
+@contextlib.asynccontextmanager
+async def grpc_channel(rig: Rig, vip: str = GRPC_VIP) -> AsyncIterator[grpc.aio.Channel]:
+    """A grpcio channel whose TCP connections each become an HBONE tunnel to ``vip`` through the waypoint."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", free_port()))
+    listener.listen(8)
+    listener.setblocking(False)
+    clients: list[HboneClient] = []
+    relays: set[asyncio.Task[object]] = set()
+
+    async def bridge(sock: socket.socket) -> None:
+        client, tunnel = await rig.tunnel(f"{vip}:{GRPC_PORT}")
+        clients.append(client)
+        await relay(SocketStream(sock), tunnel, 30.0)
+
+    async def accept() -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            sock, _ = await loop.sock_accept(listener)
+            task: asyncio.Task[object] = asyncio.create_task(bridge(sock))
+            relays.add(task)
+            task.add_done_callback(relays.discard)
+
+    accepting = asyncio.create_task(accept())
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{listener.getsockname()[1]}")
+    try:
+        yield channel
+    finally:
+        await channel.close()
+        accepting.cancel()
+        for task in [accepting, *relays]:
+            task.cancel()
+        await asyncio.gather(accepting, *relays, return_exceptions=True)
+        listener.close()
+        for client in clients:
+            await client.aclose()
+
+
+def _identity(data: bytes) -> bytes:
+    return data
+
+
+def unary(channel: grpc.aio.Channel, method: str) -> grpc.aio.UnaryUnaryMultiCallable[bytes, bytes]:
+    return channel.unary_unary(f"/echo.Echo/{method}", request_serializer=_identity, response_deserializer=_identity)
+
+
+def grpc_frame(payload: bytes) -> bytes:
+    return b"\0" + struct.pack(">I", len(payload)) + payload
+
+
+class H2OverTunnel:
+    """h2 as a client on one HBONE tunnel to the waypoint: requests on many streams of one connection."""
+
+    def __init__(self, stream: HboneStream) -> None:
+        self.stream = stream
+        self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+        self.h2.initiate_connection()
+        self.events: dict[int, list[h2.events.Event]] = collections.defaultdict(list)
+        self.terminated: h2.events.ConnectionTerminated | None = None
+        self.eof = False
+
+    async def flush(self) -> None:
+        data = self.h2.data_to_send()
+        if data:
+            await self.stream.write(data)
+
+    def grpc_headers(self, method: str, extra: tuple[tuple[str, str], ...] = ()) -> list[tuple[str, str]]:
+        return [
+            (":method", "POST"),
+            (":scheme", "http"),
+            (":authority", f"grpc.app.svc.cluster.local:{GRPC_PORT}"),
+            (":path", f"/echo.Echo/{method}"),
+            ("content-type", "application/grpc"),
+            ("te", "trailers"),
+            *extra,
+        ]
+
+    async def start_call(self, method: str, message: bytes | None, extra: tuple[tuple[str, str], ...] = ()) -> int:
+        sid = self.h2.get_next_available_stream_id()
+        self.h2.send_headers(sid, self.grpc_headers(method, extra))
+        if message is not None:
+            self.h2.send_data(sid, grpc_frame(message), end_stream=True)
+        await self.flush()
+        return sid
+
+    async def pump_once(self) -> None:
+        data = await self.stream.read()
+        if not data:
+            self.eof = True
+            return
+        for event in self.h2.receive_data(data):
+            if isinstance(event, h2.events.ConnectionTerminated):
+                self.terminated = event
+            sid = getattr(event, "stream_id", None)
+            if sid:
+                self.events[sid].append(event)
+            if isinstance(event, h2.events.DataReceived) and event.flow_controlled_length:
+                self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+        await self.flush()
+
+    async def until(self, done: object) -> None:
+        async with asyncio.timeout(15):
+            while not done() and not self.eof:  # type: ignore[operator]
+                await self.pump_once()
+
+    def finished(self, sid: int) -> bool:
+        return any(isinstance(e, h2.events.StreamEnded | h2.events.StreamReset) for e in self.events[sid])
+
+    def answer(self, sid: int) -> tuple[dict[str, str], bytes, dict[str, str]]:
+        headers: dict[str, str] = {}
+        trailers: dict[str, str] = {}
+        body = b""
+        for event in self.events[sid]:
+            if isinstance(event, h2.events.ResponseReceived):
+                headers = dict(event.headers)  # type: ignore[arg-type]
+            elif isinstance(event, h2.events.DataReceived):
+                body += event.data
+            elif isinstance(event, h2.events.TrailersReceived):
+                trailers = dict(event.headers)  # type: ignore[arg-type]
+        return headers, body, trailers
+
+    async def call(self, method: str, message: bytes, extra: tuple[tuple[str, str], ...] = ()) -> bytes:
+        sid = await self.start_call(method, message, extra)
+        await self.until(lambda: self.finished(sid))
+        headers, body, trailers = self.answer(sid)
+        assert headers.get(":status") == "200", (headers, body)
+        assert trailers.get("grpc-status") == "0", trailers
+        return body[5:]
+
+
+async def until_no_upstream_streams(rig: Rig) -> None:
+    """Every upstream stream of finished requests leaves its connection's table (no slot leaks)."""
+    async with asyncio.timeout(10):
+        while rig.waypoint.context.http2.open_streams():  # noqa: ASYNC110 - the waypoint's own bookkeeping
+            await asyncio.sleep(0.01)
+
+
+async def metric_lines(rig: Rig, name: str) -> list[str]:
+    _, text = await http_get(f"http://127.0.0.1:{rig.settings.stats_port}/stats/prometheus")
+    return [line for line in text.splitlines() if line.startswith(name)]
+
+
+async def test_unary_grpc_through_the_waypoint_is_answered_and_counted_as_grpc(rig: Rig) -> None:
+    async with grpc_channel(rig) as channel:
+        answers = [await unary(channel, "Say")(f"hello {i}".encode(), timeout=10) for i in range(4)]
+    assert sorted(a.split(b":")[0] for a in answers) == [b"echo-1", b"echo-1", b"echo-2", b"echo-2"]
+    lines = await metric_lines(rig, "istio_requests_total")
+    grpc_lines = [line for line in lines if 'request_protocol="grpc"' in line and 'grpc_response_status="0"' in line]
+    assert grpc_lines and sum(float(line.rsplit(" ", 1)[1]) for line in grpc_lines) == 4
+
+
+async def test_a_grpc_error_status_and_trailing_metadata_reach_the_client_intact(rig: Rig) -> None:
+    async with grpc_channel(rig) as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await unary(channel, "Say")(b"fail", timeout=10)
+    assert caught.value.code() is grpc.StatusCode.NOT_FOUND
+    assert caught.value.details() == "no such thing"
+    assert ("x-why", "asked-to") in tuple(caught.value.trailing_metadata() or ())
+    lines = await metric_lines(rig, "istio_requests_total")
+    assert any('grpc_response_status="5"' in line and 'request_protocol="grpc"' in line for line in lines)
+
+
+async def test_a_bidirectional_grpc_stream_is_relayed_message_by_message(rig: Rig) -> None:
+    async with grpc_channel(rig) as channel:
+        call = channel.stream_stream("/echo.Echo/Chat", request_serializer=_identity, response_deserializer=_identity)()
+        got = []
+        for i in range(50):
+            await call.write(f"m{i}".encode())
+            got.append(await asyncio.wait_for(call.read(), 10))  # each answer before the next message: streamed
+        await call.done_writing()
+        assert await call.code() is grpc.StatusCode.OK
+    assert [g.split(b":", 1)[1] for g in got] == [f"m{i}".encode() for i in range(50)]
+    await until_no_upstream_streams(rig)
+
+
+async def test_large_grpc_messages_cross_the_flow_control_windows_both_ways(rig: Rig) -> None:
+    async with grpc_channel(rig) as channel:
+        answer = await unary(channel, "Say")(b"big", timeout=20)
+        upload = bytes(range(256)) * 8 * 1024  # 2 MiB: eight times the waypoint's stream window
+        echoed = await unary(channel, "Say")(upload, timeout=20)
+    assert answer == b"b" * (1024 * 1024)
+    assert echoed.endswith(upload)
+
+
+async def test_requests_on_one_http2_connection_are_spread_over_the_endpoints_and_upstream_is_multiplexed(
+    rig: Rig,
+) -> None:
+    client, stream = await rig.tunnel(f"{GRPC_VIP}:{GRPC_PORT}")
+    h2c = H2OverTunnel(stream)
+    sids = [await h2c.start_call("Say", f"n{i}".encode()) for i in range(10)]  # ten at once on one connection
+    await h2c.until(lambda: all(h2c.finished(sid) for sid in sids))
+    names = collections.Counter(h2c.answer(sid)[1][5:].split(b":")[0] for sid in sids)
+    assert names == {b"echo-1": 5, b"echo-2": 5}
+    assert all(h2c.answer(sid)[0].get("x-request-id") is None for sid in sids)  # added upstream, not echoed
+    assert [e.tunnels for e in rig.endpoints] == [1, 1]  # one upstream HTTP/2 connection per endpoint, shared
+    await until_no_upstream_streams(rig)
+    await client.aclose()
+
+
+async def test_an_http2_header_match_picks_the_backend_and_weights_hold_90_10(rig: Rig) -> None:
+    split = RouteRule(
+        "HTTPRoute/app/split", RouteMatch(), backends=(WeightedBackend(GRPC, 90), WeightedBackend(GRPC_TWO, 10))
+    )
+    canary = RouteRule(
+        "HTTPRoute/app/canary",
+        RouteMatch(headers=(ValueMatch("x-version", "v2"),)),
+        backends=(WeightedBackend(GRPC_TWO, 1),),
+    )
+    table = RouteTable(GRPC.service_key, GRPC_PORT, http=(canary, split))
+    rig.waypoint.context.routes.replace(WaypointConfig("app/waypoint", (table,)))
+    rig.waypoint.context.choose = lambda candidates: candidates[0]  # echo-1 for "grpc": echo-2 only via grpc-two
+    rig.waypoint.context.random = random.Random(1717).random  # seeded: the split is real, the test not flaky
+    client, stream = await rig.tunnel(f"{GRPC_VIP}:{GRPC_PORT}")
+    h2c = H2OverTunnel(stream)
+    for _ in range(5):
+        assert (await h2c.call("Say", b"x", (("x-version", "v2"),))).startswith(b"echo-2:v2:")
+    counts: collections.Counter[bytes] = collections.Counter()
+    for _ in range(25):  # 500 requests, 20 at a time on the one connection
+        sids = [await h2c.start_call("Say", b"y") for _i in range(20)]
+        await h2c.until(lambda sids=sids: all(h2c.finished(sid) for sid in sids))  # type: ignore[misc]
+        counts.update(h2c.answer(sid)[1][5:].split(b":")[0] for sid in sids)
+    assert counts[b"echo-1"] + counts[b"echo-2"] == 500
+    assert 0.07 <= counts[b"echo-2"] / 500 <= 0.13, counts
+    await client.aclose()
+
+
+async def test_a_client_reset_cancels_the_call_upstream_and_the_connection_goes_on(rig: Rig) -> None:
+    client, stream = await rig.tunnel(f"{GRPC_VIP}:{GRPC_PORT}")
+    h2c = H2OverTunnel(stream)
+    sid = await h2c.start_call("Hang", b"")
+    async with asyncio.timeout(10):
+        while sum(e.grpc_calls.count("Hang") for e in rig.endpoints) == 0:  # noqa: ASYNC110 - another task's progress
+            await asyncio.sleep(0.01)
+    h2c.h2.reset_stream(sid)
+    await h2c.flush()
+    async with asyncio.timeout(10):
+        while sum(e.grpc_cancelled for e in rig.endpoints) == 0:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+    assert (await h2c.call("Say", b"after")).endswith(b"after")
+    await client.aclose()
+
+
+async def test_an_endpoint_that_goes_away_mid_call_answers_unavailable_and_the_connection_survives(rig: Rig) -> None:
+    client, stream = await rig.tunnel(f"{GRPC_VIP}:{GRPC_PORT}")
+    h2c = H2OverTunnel(stream)
+    sid = await h2c.start_call("Hang", b"")
+    async with asyncio.timeout(10):
+        while sum(e.grpc_calls.count("Hang") for e in rig.endpoints) == 0:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+    for endpoint in rig.endpoints:  # the endpoint's server goes away: its connection and streams die
+        await endpoint.grpc_server.stop(0)
+    await h2c.until(lambda: h2c.finished(sid))
+    headers, _, _ = h2c.answer(sid)
+    assert (headers[":status"], headers["grpc-status"]) == ("200", "14")  # 503 UC, as gRPC says it: UNAVAILABLE
+    assert h2c.terminated is None  # the client's connection survives
+    await client.aclose()
+
+
+async def test_an_undeclared_port_is_sniffed_as_http2_and_served_per_request(rig: Rig) -> None:
+    client, stream = await rig.tunnel(f"{GRPC_TWO_VIP}:{GRPC_PORT}")
+    h2c = H2OverTunnel(stream)
+    assert (await h2c.call("Say", b"sniffed")).startswith(b"echo-2:")
+    await client.aclose()
+
+
+async def test_a_headers_only_stream_flood_is_bounded_by_the_stream_limit(rig: Rig) -> None:
+    client, stream = await rig.tunnel(f"{GRPC_VIP}:{GRPC_PORT}")
+    h2c = H2OverTunnel(stream)
+    h2c.h2.remote_settings.max_concurrent_streams = 10_000  # ignore the waypoint's limit, as an attacker would
+    h2c.h2.remote_settings.acknowledge()
+    for _ in range(300):  # heads that never end: each would hold a request open
+        sid = h2c.h2.get_next_available_stream_id()
+        h2c.h2.send_headers(sid, h2c.grpc_headers("Say"))
+    await h2c.flush()
+    await h2c.until(lambda: h2c.terminated is not None or len(_refused(h2c)) >= 280 - LIMITS.max_streams_per_connection)
+    assert h2c.terminated is not None or len(_refused(h2c)) >= 280
+    context = rig.waypoint.context
+    assert context.tunnels <= 1
+    await client.aclose()
+    # the waypoint still serves others
+    client, stream = await rig.tunnel(f"{GRPC_VIP}:{GRPC_PORT}")
+    assert (await H2OverTunnel(stream).call("Say", b"still")).endswith(b"still")
+    await client.aclose()
+
+
+def _refused(h2c: H2OverTunnel) -> list[h2.events.StreamReset]:
+    return [
+        e
+        for events in h2c.events.values()
+        for e in events
+        if isinstance(e, h2.events.StreamReset) and e.error_code == wire.REFUSED_STREAM
+    ]
+
+
+async def test_a_rapid_reset_flood_ends_the_connection_with_enhance_your_calm(rig: Rig) -> None:
+    client, stream = await rig.tunnel(f"{GRPC_VIP}:{GRPC_PORT}")
+    h2c = H2OverTunnel(stream)
+    for _ in range(400):
+        sid = h2c.h2.get_next_available_stream_id()
+        try:
+            h2c.h2.send_headers(sid, h2c.grpc_headers("Hang"))
+            h2c.h2.reset_stream(sid)
+        except h2.exceptions.ProtocolError:
+            break
+    with contextlib.suppress(Exception):
+        await h2c.flush()
+    await h2c.until(lambda: h2c.terminated is not None)
+    assert h2c.terminated is not None and h2c.terminated.error_code == wire.ENHANCE_YOUR_CALM
+    await client.aclose()
+
+
+async def test_a_malformed_request_head_resets_only_its_stream(rig: Rig) -> None:
+    client, stream = await rig.tunnel(f"{GRPC_VIP}:{GRPC_PORT}")
+    h2c = H2OverTunnel(stream)
+    h2c.h2.config.validate_outbound_headers = False
+    sid = h2c.h2.get_next_available_stream_id()
+    h2c.h2.send_headers(sid, [(":method", "GET"), (":path", "/")], end_stream=True)  # no :scheme
+    await h2c.flush()
+    await h2c.until(lambda: h2c.finished(sid))
+    assert [e.error_code for e in h2c.events[sid] if isinstance(e, h2.events.StreamReset)] == [wire.PROTOCOL_ERROR]
+    assert (await h2c.call("Say", b"fine")).endswith(b"fine")
+    lines = await metric_lines(rig, "istio_requests_total")
+    assert any('response_code="400"' in line and 'response_flags="DPE"' in line for line in lines), lines
+    await client.aclose()
+
+
+async def test_a_retry_on_connect_failure_hides_a_dead_endpoint_from_grpc_calls(rig: Rig) -> None:
+    async with grpc_channel(rig, GRPC_MIXED_VIP) as channel:
+        answers = [await unary(channel, "Say")(f"r{i}".encode(), timeout=10) for i in range(6)]
+    assert all(a.startswith(b"echo-1:") for a in answers)  # every other first try went to dead-1 and was retried
+    lines = await metric_lines(rig, "istio_requests_total")
+    assert any('grpc_response_status="0"' in line and "grpc-mixed" in line for line in lines)
+
+
+async def test_a_backend_timeout_answers_a_grpc_client_unavailable_in_grpc_form(rig: Rig) -> None:
+    def router(table: RouteTable | None, destination: BackendService, request: RequestHead, r: float) -> Decision:
+        return Forward(destination, request, timeouts=Timeouts(backend_request=0.3))
+
+    rig.waypoint.context.router = router
+    async with grpc_channel(rig) as channel:
+        assert (await unary(channel, "Say")(b"quick", timeout=10)).endswith(b"quick")
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await unary(channel, "Hang")(b"", timeout=10)
+    assert caught.value.code() is grpc.StatusCode.UNAVAILABLE
+    assert caught.value.details() == "upstream request timeout"
+    lines = await metric_lines(rig, "istio_requests_total")
+    assert any('response_code="504"' in line and 'grpc_response_status="14"' in line for line in lines)
+
+
+async def test_a_grpc_method_without_a_route_answers_unimplemented(rig: Rig) -> None:
+    only_say = RouteRule(
+        "GRPCRoute/app/say",
+        RouteMatch(path=PathMatch(PathMatchType.EXACT, "/echo.Echo/Say"), method="POST"),
+        backends=(WeightedBackend(GRPC, 1),),
+    )
+    rig.waypoint.context.routes.replace(
+        WaypointConfig("app/waypoint", (RouteTable(GRPC.service_key, GRPC_PORT, http=(only_say,)),))
+    )
+    async with grpc_channel(rig) as channel:
+        assert (await unary(channel, "Say")(b"routed", timeout=10)).endswith(b"routed")
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await unary(channel, "Hang")(b"", timeout=10)
+    assert caught.value.code() is grpc.StatusCode.UNIMPLEMENTED
+
+
+async def test_an_endpoint_that_goes_away_after_its_answer_began_resets_the_client_stream(rig: Rig) -> None:
+    client, stream = await rig.tunnel(f"{GRPC_VIP}:{GRPC_PORT}")
+    h2c = H2OverTunnel(stream)
+    sid = h2c.h2.get_next_available_stream_id()
+    h2c.h2.send_headers(sid, h2c.grpc_headers("Chat"))
+    h2c.h2.send_data(sid, grpc_frame(b"one"))  # the call stays open: more could follow
+    await h2c.flush()
+    await h2c.until(lambda: any(isinstance(e, h2.events.DataReceived) for e in h2c.events[sid]))
+    for endpoint in rig.endpoints:
+        await endpoint.grpc_server.stop(0)
+    await h2c.until(lambda: h2c.finished(sid))
+    assert [e.error_code for e in h2c.events[sid] if isinstance(e, h2.events.StreamReset)] == [wire.INTERNAL_ERROR]
+    assert h2c.terminated is None
+    await client.aclose()
+
+
+async def test_a_grpc_unavailable_answer_is_retried_on_another_endpoint_by_default(rig: Rig) -> None:
+    rig.endpoints[0].grpc_unavailable = True  # echo-1 answers UNAVAILABLE (trailers-only), echo-2 works
+    async with grpc_channel(rig) as channel:
+        answers = [await unary(channel, "Say")(f"u{i}".encode(), timeout=10) for i in range(4)]
+    assert all(a.startswith(b"echo-2:") for a in answers)
+    assert rig.endpoints[0].grpc_calls.count("Say") >= 1  # tried there, and retried
+
+
+async def test_a_grpc_unavailable_answer_is_passed_on_once_the_retries_run_out(rig: Rig) -> None:
+    for endpoint in rig.endpoints:
+        endpoint.grpc_unavailable = True
+    async with grpc_channel(rig) as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await unary(channel, "Say")(b"x", timeout=10)
+    assert caught.value.code() is grpc.StatusCode.UNAVAILABLE
+    assert caught.value.details().endswith("is unavailable")  # the endpoint's own answer, not a local one
+    assert sum(e.grpc_calls.count("Say") for e in rig.endpoints) == 3  # the try and Istio's 2 retries
+    lines = await metric_lines(rig, "istio_requests_total")
+    assert any('grpc_response_status="14"' in line and 'response_flags="URX"' in line for line in lines), lines
