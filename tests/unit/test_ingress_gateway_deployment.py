@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 from ambit.controlplane.gateway.apply import Refuse, plan_apply
 from ambit.controlplane.gateway.ingress_status import ingress_status, load_balancer_addresses
-from ambit.controlplane.gateway.listeners import judge_listeners
 from ambit.controlplane.gateway.render import Rendered, Unrenderable, WaypointTemplateSettings, render_waypoint
 from ambit.controlplane.gateway.status import Deployed
+from ambit.controlplane.translate.listeners import judge_listeners
 from ambit.tls.certs import issue_server_cert, new_ca
 from ambit.tls.credentials import CredentialProblem, TlsCredential, read_tls_secret, server_name_matches
 

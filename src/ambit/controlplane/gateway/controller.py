@@ -37,7 +37,6 @@ from typing import Any
 
 from ambit.controlplane.gateway.apply import Create, Leave, Patch, Refuse, plan_apply
 from ambit.controlplane.gateway.ingress_status import ingress_status, load_balancer_addresses
-from ambit.controlplane.gateway.listeners import judge_listeners
 from ambit.controlplane.gateway.render import (
     CONTROLLER_LABEL,
     GATEWAY_CONTROLLER,
@@ -60,6 +59,7 @@ from ambit.controlplane.gateway.status import (
     plan_status,
 )
 from ambit.controlplane.status import rfc3339
+from ambit.controlplane.translate.listeners import judge_listeners
 from ambit.controlplane.translate.waypoints import WAYPOINT_CLASS
 from ambit.errors import AmbitError
 from ambit.k8s import (

@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ambit.controlplane.gateway.listeners import JudgedListener
 from ambit.controlplane.gateway.status import MESSAGE_MAX, Deployed, condition
+from ambit.controlplane.translate.listeners import JudgedListener
 
 __all__ = ["INGRESS_ROUTE_KINDS", "ingress_status", "load_balancer_addresses"]
 

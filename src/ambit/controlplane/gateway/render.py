@@ -44,6 +44,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ambit.controlplane.translate.listeners import INGRESS_CLASS, deployed_name, is_ingress
+
 __all__ = [
     "CONTROLLER_LABEL",
     "GATEWAY_CLASS_LABEL",
@@ -69,8 +71,6 @@ MESH_CONTROLLER = "istio.io/mesh-controller"
 MANAGED_LABEL = "gateway.istio.io/managed"
 CONTROLLER_LABEL = MESH_CONTROLLER.replace("/", "-")
 """The value of :data:`MANAGED_LABEL` on what this controller deploys for waypoints (``istio.io-mesh-controller``)."""
-INGRESS_CLASS = "istio"
-"""The GatewayClass of ingress gateways."""
 GATEWAY_CONTROLLER = "istio.io/gateway-controller"
 """The ``controllerName`` of the ingress GatewayClass."""
 GATEWAY_CONTROLLER_LABEL = GATEWAY_CONTROLLER.replace("/", "-")
@@ -133,19 +133,6 @@ class Unrenderable:
 
 def service_hostname(name: str, namespace: str, domain: str) -> str:
     return f"{name}.{namespace}.svc.{domain}"
-
-
-def is_ingress(gateway: Obj) -> bool:
-    spec = gateway.get("spec")
-    return isinstance(spec, Mapping) and spec.get("gatewayClassName") == INGRESS_CLASS
-
-
-def deployed_name(gateway: Obj) -> str:
-    """The name of what ``gateway`` deploys (rule 2); not validated."""
-    meta = gateway.get("metadata") or {}
-    name = meta.get("name") if isinstance(meta, Mapping) else None
-    name = name if isinstance(name, str) else ""
-    return f"{name}-{INGRESS_CLASS}" if is_ingress(gateway) else name
 
 
 def _strings(value: Any) -> dict[str, str]:

@@ -2,9 +2,10 @@
 
 Theory of operation: :func:`judge_listeners` reads ``spec.listeners`` of a Gateway of class ``istio`` and, with a
 lookup of Secrets, returns one :class:`JudgedListener` per listener with a string name. The gateway's status
-(:mod:`.ingress_status`) reports the judgements; the translation of the gateway's configuration serves only the
-listeners that are ``ready``, with the credentials found here. Both read the same judgement, so a listener is
-served exactly when its status says Programmed.
+(:mod:`ambit.controlplane.gateway.ingress_status`) reports the judgements; the translation of the gateway's
+configuration (:mod:`ambit.controlplane.translate.ingress`) serves only the listeners that are ``ready``, with the
+credentials found here. Both read the same judgement, so a listener is served exactly when its status says
+Programmed.
 
 Rules:
 
@@ -30,7 +31,10 @@ from typing import Any
 
 from ambit.tls.credentials import CredentialProblem, TlsCredential, read_tls_secret
 
-__all__ = ["JudgedListener", "SecretLookup", "judge_listeners"]
+__all__ = ["INGRESS_CLASS", "JudgedListener", "SecretLookup", "deployed_name", "is_ingress", "judge_listeners"]
+
+INGRESS_CLASS = "istio"
+"""The GatewayClass of ingress gateways."""
 
 SecretLookup = Callable[[str, str], Mapping[str, Any] | None]
 """``(namespace, name)`` → the Secret, or None."""
@@ -56,6 +60,19 @@ class JudgedListener:
 
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
+
+
+def is_ingress(gateway: Mapping[str, Any]) -> bool:
+    spec = gateway.get("spec")
+    return isinstance(spec, Mapping) and spec.get("gatewayClassName") == INGRESS_CLASS
+
+
+def deployed_name(gateway: Mapping[str, Any]) -> str:
+    """The name of what ``gateway`` deploys: ``<name>-istio`` for an ingress gateway (istiod's ``<name>-<class>``),
+    the Gateway's own name for a waypoint; not validated."""
+    meta = gateway.get("metadata")
+    name = _text(meta.get("name")) if isinstance(meta, Mapping) else ""
+    return f"{name}-{INGRESS_CLASS}" if is_ingress(gateway) else name
 
 
 def _certificates(
