@@ -28,7 +28,14 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import NameOID
 
-__all__ = ["TLS_SECRET_TYPE", "CredentialProblem", "TlsCredential", "read_tls_secret", "server_name_matches"]
+__all__ = [
+    "TLS_SECRET_TYPE",
+    "CredentialProblem",
+    "TlsCredential",
+    "read_pem_pair",
+    "read_tls_secret",
+    "server_name_matches",
+]
 
 TLS_SECRET_TYPE = "kubernetes.io/tls"
 _PUBLIC = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
@@ -82,6 +89,11 @@ def read_tls_secret(secret: Mapping[str, Any]) -> TlsCredential | CredentialProb
         return cert_pem
     if isinstance(key_pem, CredentialProblem):
         return key_pem
+    return read_pem_pair(cert_pem, key_pem)
+
+
+def read_pem_pair(cert_pem: bytes, key_pem: bytes) -> TlsCredential | CredentialProblem:
+    """Rules 2-4 for a PEM chain and key (as a Secret's ``tls.crt`` and ``tls.key`` hold them)."""
     try:
         chain = x509.load_pem_x509_certificates(cert_pem)
     except ValueError:

@@ -55,23 +55,29 @@ class WaypointContext:
 class Tunnel:
     target: Target
     authority: str
-    peer_identity: SpiffeId
+    peer_identity: SpiffeId | None
+    """The client's verified identity; None for a client outside the mesh (an ingress gateway's)."""
     peer_addr: str
     """``ip:port`` of the HBONE connection's client."""
     source: Workload | None
+    reporter: Reporter = Reporter.WAYPOINT
+    """Whose metrics these are: the waypoint's, or an ingress gateway's (``source``, as Istio's gateways report)."""
+    mtls: bool = True
+    """The client came over mutual TLS (HBONE); an ingress gateway's downstream does not."""
 
     def labels(
         self, destination: Workload | None, service: Service | None, *, flags: str = "-", protocol: str = "http"
     ) -> TrafficLabels:
-        """Istio's labels for one request (or TCP connection) of this tunnel, reporter="waypoint"."""
+        """Istio's labels for one request (or TCP connection) of this tunnel, reporter="waypoint" (or the
+        gateway's)."""
         labels = traffic_labels(
-            Reporter.WAYPOINT,
+            self.reporter,
             source=self.source,
             source_identity=self.peer_identity,
             destination=destination,
             destination_identity=destination.identity if destination is not None else None,
             service=service,
-            mtls=True,
+            mtls=self.mtls,
             flags=flags,
         )
         return dataclasses.replace(labels, request_protocol=protocol)
