@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 from cryptography import x509
-from tests.integration.waypoint_rig import free_port
+from tests.integration.waypoint_rig import free_port, shared_free_port
 
 from ambit.hbone.headers import parse_authority
 from ambit.identity.localca import LocalCa
@@ -30,7 +30,16 @@ from ambit.model.identity import SpiffeId
 from ambit.model.ingress import GatewayConfig, IngressCertificate, IngressListener, ListenerProtocol, VirtualHost
 from ambit.model.localconfig import LocalConfig, render_local_config
 from ambit.model.routes import BackendService, PathMatch, PathMatchType, RouteMatch, RouteRule, WeightedBackend
-from ambit.model.workload import AppProtocol, NetworkAddress, PortMapping, Service, TunnelProtocol, Workload
+from ambit.model.workload import (
+    AppProtocol,
+    GatewayAddress,
+    NamespacedHostname,
+    NetworkAddress,
+    PortMapping,
+    Service,
+    TunnelProtocol,
+    Workload,
+)
 from ambit.proxy.hbone_server import HboneServer, InboundRequest, TunnelResponder
 from ambit.proxy.sockets import HostSocketFactory, connect
 from ambit.proxy.streams import SocketStream
@@ -42,6 +51,8 @@ from ambit.waypoint.tcp import relay
 TD = "cluster.local"
 GATEWAY_ID = SpiffeId(TD, "edge", "edge-istio")
 ECHO = BackendService("app", "echo.app.svc.cluster.local", 80)
+VIA = BackendService("app", "via.app.svc.cluster.local", 80)
+WAYPOINT = GatewayAddress(NamespacedHostname("app", "waypoint.app.svc.cluster.local"))
 FACTORY = HostSocketFactory(mark=None)
 EDGE_CA = new_ca("edge test CA", now=time.time())
 
@@ -54,13 +65,25 @@ def mesh() -> LocalConfig:
     return LocalConfig(
         workloads=(
             Workload(
+                uid="Kubernetes//Pod/app/waypoint-1",
+                name="waypoint-1",
+                namespace="app",
+                addresses=(ipaddress.ip_address("127.0.0.3"),),
+                tunnel_protocol=TunnelProtocol.HBONE,
+                service_account="waypoint",
+                services={"app/waypoint.app.svc.cluster.local": (PortMapping(15008, 15008),)},
+            ),
+            Workload(
                 uid="Kubernetes//Pod/app/echo-1",
                 name="echo-1",
                 namespace="app",
                 addresses=(ipaddress.ip_address("127.0.0.2"),),
                 tunnel_protocol=TunnelProtocol.HBONE,
                 service_account="echo",
-                services={"app/echo.app.svc.cluster.local": (PortMapping(80, 8080),)},
+                services={
+                    "app/echo.app.svc.cluster.local": (PortMapping(80, 8080),),
+                    "app/via.app.svc.cluster.local": (PortMapping(80, 8080),),
+                },
             ),
         ),
         services=(
@@ -71,20 +94,40 @@ def mesh() -> LocalConfig:
                 vips=(NetworkAddress("", ipaddress.ip_address("198.18.1.1")),),
                 ports=(PortMapping(80, 8080, AppProtocol.HTTP11),),
             ),
+            Service(
+                name="via",
+                namespace="app",
+                hostname="via.app.svc.cluster.local",
+                vips=(NetworkAddress("", ipaddress.ip_address("198.18.1.3")),),
+                ports=(PortMapping(80, 8080, AppProtocol.HTTP11),),
+                waypoint=WAYPOINT,
+                ingress_use_waypoint=True,
+            ),
+            Service(
+                name="waypoint",
+                namespace="app",
+                hostname="waypoint.app.svc.cluster.local",
+                vips=(NetworkAddress("", ipaddress.ip_address("198.18.1.4")),),
+                ports=(PortMapping(15008, 15008, AppProtocol.UNKNOWN),),
+            ),
         ),
     )
 
 
-def rule(prefix: str) -> RouteRule:
+def rule(prefix: str, backend: BackendService = ECHO) -> RouteRule:
     return RouteRule(
         route=f"HTTPRoute/edge/{prefix.strip('/') or 'root'}",
         match=RouteMatch(path=PathMatch(PathMatchType.PATH_PREFIX, prefix)),
-        backends=(WeightedBackend(ECHO),),
+        backends=(WeightedBackend(backend),),
     )
 
 
 def config(http_port: int, https_port: int, a: KeyPair, b: KeyPair) -> GatewayConfig:
-    hosts = (VirtualHost("a.example", (rule("/"),)), VirtualHost("*", (rule("/any"),)))
+    hosts = (
+        VirtualHost("a.example", (rule("/"),)),
+        VirtualHost("via.example", (rule("/", VIA),)),
+        VirtualHost("*", (rule("/any"),)),
+    )
     return GatewayConfig(
         "edge/edge",
         (
@@ -112,12 +155,16 @@ def config(http_port: int, https_port: int, a: KeyPair, b: KeyPair) -> GatewayCo
 class EchoEndpoint:
     """An HBONE server (what a node proxy's inbound does) in front of an HTTP server answering who asked."""
 
-    def __init__(self, hbone_port: int) -> None:
+    def __init__(self, ip: str, hbone_port: int, account: str = "echo") -> None:
+        self.ip = ip
+        self.account = account
         self.hbone_port = hbone_port
         self.peers: list[SpiffeId] = []
+        self.authorities: list[str] = []
+        self.waypoint: EchoEndpoint | None = None
 
     async def start(self, ca: LocalCa) -> None:
-        self.cert = await ca.fetch_certificate(SpiffeId(TD, "app", "echo"))
+        self.cert = await ca.fetch_certificate(SpiffeId(TD, "app", self.account))
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self._echo)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
@@ -126,7 +173,7 @@ class EchoEndpoint:
         await web.TCPSite(self._runner, "127.0.0.1", self.http_port).start()
         self._listener = socket.socket()
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._listener.bind(("127.0.0.2", self.hbone_port))
+        self._listener.bind((self.ip, self.hbone_port))
         self._listener.listen(16)
         self._listener.setblocking(False)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -150,8 +197,9 @@ class EchoEndpoint:
 
     async def _handle(self, request: InboundRequest, responder: TunnelResponder) -> None:
         self.peers.append(request.peer_identity)
+        self.authorities.append(request.authority)
         host, port = parse_authority(request.authority)
-        if (host, port) != ("127.0.0.2", 8080):
+        if self.account == "echo" and (host, port) != ("127.0.0.2", 8080):
             responder.reject(400)
             return
         upstream = SocketStream(await connect(FACTORY, ("127.0.0.1", self.http_port)))
@@ -174,8 +222,12 @@ async def gateway(tmp_path: Path) -> AsyncIterator[tuple[IngressGateway, EchoEnd
     ca = LocalCa(tmp_path / "ca", trust_domain=TD)
     state = tmp_path / "mesh.yaml"
     state.write_text(render_local_config(mesh()), encoding="utf-8")
-    endpoint = EchoEndpoint(free_port("127.0.0.2"))
+    hbone_port = shared_free_port(("127.0.0.2", "127.0.0.3"))
+    endpoint = EchoEndpoint("127.0.0.2", hbone_port)
     await endpoint.start(ca)
+    waypoint = EchoEndpoint("127.0.0.3", hbone_port, "waypoint")  # stands in for the waypoint: it answers too
+    await waypoint.start(ca)
+    endpoint.waypoint = waypoint
     settings = WaypointSettings(
         namespace="edge",
         gateway_name="edge",
@@ -198,6 +250,7 @@ async def gateway(tmp_path: Path) -> AsyncIterator[tuple[IngressGateway, EchoEnd
     finally:
         await proc.aclose()
         await endpoint.aclose()
+        await waypoint.aclose()
 
 
 def port_of(proc: IngressGateway, name: str) -> int:
@@ -286,3 +339,17 @@ def serialization_der() -> object:
     from cryptography.hazmat.primitives.serialization import Encoding
 
     return Encoding.DER
+
+
+async def test_a_service_marked_ingress_use_waypoint_is_reached_through_its_waypoint(
+    gateway: tuple[IngressGateway, EchoEndpoint, dict[str, KeyPair]],
+) -> None:
+    proc, endpoint, _ = gateway
+    await ready(proc)
+    status, body, _ = await get(port_of(proc, "http"), "via.example", "/through")
+    assert status == 200 and body["path"] == "/through"
+    waypoint = endpoint.waypoint
+    assert waypoint is not None
+    assert waypoint.authorities == ["198.18.1.3:80"]  # the Service's VIP and port, as a node proxy sends it
+    assert waypoint.peers == [GATEWAY_ID]
+    assert endpoint.authorities == []  # never straight to the endpoint

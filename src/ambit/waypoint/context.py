@@ -23,7 +23,7 @@ from ambit.telemetry.accesslog import AccessLog
 from ambit.telemetry.metrics import Reporter, TrafficLabels
 from ambit.waypoint.config import RouteConfig
 from ambit.waypoint.decisions import Router
-from ambit.waypoint.destinations import Target, WaypointSelf
+from ambit.waypoint.destinations import EndpointPicker, Target, WaypointSelf, pick_endpoint
 from ambit.waypoint.routing import route
 from ambit.waypoint.settings import WaypointLimits
 from ambit.waypoint.telemetry import RequestLog, WaypointMetrics
@@ -45,6 +45,9 @@ class WaypointContext:
     clock: Callable[[], float] = time.monotonic
     random: Callable[[], float] = _random.random
     choose: Callable[[Sequence[Workload]], Workload] = _random.choice
+    pick: EndpointPicker = pick_endpoint
+    """How a request's endpoint is chosen: :func:`~ambit.waypoint.destinations.pick_endpoint`; an ingress gateway
+    sends Services marked ``istio.io/ingress-use-waypoint`` through their waypoint."""
     tunnels: int = 0
     """Tunnels being served now (bounded by ``limits.max_tunnels``)."""
     background: set[asyncio.Task[None]] = field(default_factory=set)

@@ -48,7 +48,7 @@ from ambit.tls.contexts import edge_server_context
 from ambit.tls.credentials import TlsCredential, read_pem_pair
 from ambit.waypoint.context import Tunnel
 from ambit.waypoint.decisions import Decision, RequestHead
-from ambit.waypoint.destinations import ServiceTarget
+from ambit.waypoint.destinations import ServiceTarget, pick_ingress_endpoint
 from ambit.waypoint.http1_proxy import serve_http1
 from ambit.waypoint.ingress_routing import IngressRouter
 from ambit.waypoint.process import Waypoint
@@ -151,6 +151,7 @@ class IngressGateway(Waypoint):
         super().__init__(settings, admin_token_file=admin_token_file)
         self.router = IngressRouter(GatewayConfig(self.config_name))
         self.context.router = self._decide
+        self.context.pick = pick_ingress_endpoint
         self.readiness.add_pending(CONFIG_TASK)
         self._ports: dict[int, tuple[socket.socket, asyncio.Task[None]]] = {}
         self._tls: dict[int, _PortTls] = {}

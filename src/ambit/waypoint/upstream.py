@@ -109,7 +109,7 @@ class Upstreams:
     async def _open_tunnel(self, endpoint: Endpoint, forwarded_for: str) -> HboneStream:
         cert = await self._certs.fetch(self._identity)
         expected = endpoint.expected_identities
-        hbone_addr = (str(endpoint.ip), self._hbone_port)
+        hbone_addr = (str(endpoint.via or endpoint.ip), self._hbone_port)
         service = endpoint.service
 
         async def dial() -> HboneClient:
