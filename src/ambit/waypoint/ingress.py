@@ -34,6 +34,7 @@ import contextlib
 import logging
 import socket
 import ssl
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -112,8 +113,9 @@ class _PortTls:
                 loaded.append((credential, context))
             if loaded:
                 self.by_listener[listener.name] = loaded
-        self.picked: dict[int, str] = {}
-        """id(SSLObject) → the listener its SNI picked, until the connection's handler takes it."""
+        self.picked: weakref.WeakKeyDictionary[ssl.SSLObject, str] = weakref.WeakKeyDictionary()
+        """The listener each handshake's SNI picked; an entry goes with its TLS session, so handshakes that fail
+        after the SNI callback leave nothing behind."""
         first = next(iter(self.by_listener.values()), None)
         self.default = first[0][1] if first else None
         if self.default is not None:
@@ -126,7 +128,7 @@ class _PortTls:
         choices = self.by_listener[listener.name]
         context = next((c for cred, c in choices if server_name and cred.covers(server_name)), choices[0][1])
         tls.context = context
-        self.picked[id(tls)] = listener.name
+        self.picked[tls] = listener.name
         return None
 
 
@@ -280,7 +282,7 @@ class IngressGateway(Waypoint):
                 sock.close()
                 return
             tls_object = writer.get_extra_info("ssl_object")
-            listener_name = tls.picked.pop(id(tls_object), "")
+            listener_name = tls.picked.pop(tls_object, "") if isinstance(tls_object, ssl.SSLObject) else ""
             stream = _TransportStream(reader, writer)
         else:
             stream = SocketStream(sock)
