@@ -299,6 +299,12 @@ async def test_http_is_routed_by_host_to_the_mesh_service_with_the_gateway_s_ide
     assert status == 200 and body["path"] == "/any/thing"
     status, _, _ = await get(port_of(proc, "http"), "other.example", "/hello")
     assert status == 404  # the "*" host has no rule for /hello
+    metrics = proc.metrics.render().decode()
+    counted = [line for line in metrics.splitlines() if line.startswith("istio_requests_total{")]
+    assert counted and all('reporter="source"' in line for line in counted)
+    assert any(
+        'response_code="200"' in line and 'destination_service="echo.app.svc.cluster.local"' in line for line in counted
+    )
 
 
 async def test_https_sni_picks_the_certificate_and_the_listener(
