@@ -236,6 +236,8 @@ class IngressGateway(Waypoint):
             self._state_loaded = True
         else:
             self._state_loaded = True
+        if self.xds is None:
+            self.readiness.done(CONFIG_TASK)  # no control plane: listeners come only through apply()
         self._started = True
         self._sync_ports()
         self._tasks.append(asyncio.create_task(self._housekeeping(), name="gateway housekeeping"))
