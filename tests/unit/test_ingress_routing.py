@@ -129,12 +129,30 @@ def test_an_unready_listener_is_not_served_and_takes_no_route() -> None:
     assert out.status[0].parents[0].conditions[0].reason == "NotAllowedByListeners"
 
 
-def test_a_backend_in_another_namespace_is_not_permitted() -> None:
-    foreign = route("echo")
-    foreign["spec"]["rules"][0]["backendRefs"][0]["namespace"] = "other"
+def test_a_backend_in_another_namespace_needs_a_reference_grant() -> None:
+    foreign = route("echo", namespace="web")
+    foreign["spec"]["rules"][0]["backendRefs"][0]["namespace"] = "app"
     out = translate(gateway(HTTP), foreign)
     resolved = out.status[0].parents[0].conditions[1]
     assert (resolved.status, resolved.reason) == (False, "RefNotPermitted")
+    grant = {
+        "metadata": {"namespace": "app", "name": "web-to-echo"},
+        "spec": {
+            "from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": "web"}],
+            "to": [{"group": "", "kind": "Service", "name": "echo"}],
+        },
+    }
+    out = translate_ingress(
+        gateways=[gateway(HTTP)],
+        http_routes=[foreign],
+        k8s_services=[ECHO],
+        find_secret=lambda ns, name: None,
+        namespace_labels={},
+        reference_grants=[grant],
+    )
+    assert out.status[0].parents[0].conditions[1].status is True
+    backend = out.configs[0].listeners[0].virtual_hosts[0].http[0].backends[0].backend
+    assert backend == BackendService("app", "echo.app.svc.cluster.local", 80)
 
 
 def test_parents_that_are_not_ingress_gateways_are_left_alone() -> None:

@@ -215,7 +215,7 @@ def translate_all(
             _with_binding(s, binding, bound)
             for s in service_entry_services(entry, network=network, canonical=canonical)
         )
-    http_routes = list(http_routes)
+    http_routes, reference_grants = list(http_routes), list(reference_grants)
     routes = translate_routes(
         http_routes=http_routes,
         grpc_routes=grpc_routes,
@@ -236,6 +236,7 @@ def translate_all(
         http_routes=http_routes,
         k8s_services=k8s_services,
         find_secret=lambda namespace, name: secret_table.get((namespace, name)),
+        reference_grants=reference_grants,
         namespace_labels={str((n.get("metadata") or {}).get("name")): object_labels(n) for n in namespace_list},
     )
     index = ServiceIndex.build(service_list, endpoint_slices, domain=domain, extra=selections(entries))

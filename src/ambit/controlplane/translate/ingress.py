@@ -23,8 +23,9 @@ Rules:
    ``NoMatchingParent`` (no listener of that sectionName/port), ``NotAllowedByListeners`` (namespaces not
    admitted, or no such listener is served), or ``NoMatchingListenerHostname``. ``ResolvedRefs`` as for waypoint
    routes: True unless the conversion found problems.
-5. Backends: a core ``Service`` in the route's namespace that exists. A Service in another namespace needs a
-   ReferenceGrant, which this translation does not read yet: ``RefNotPermitted`` (the share answers 500).
+5. Backends: a core ``Service`` that exists, in the route's namespace or in one whose ReferenceGrant lets
+   HTTPRoutes of the route's namespace refer to it (``to`` kind ``Service``, the name when given); otherwise
+   ``RefNotPermitted`` (the share answers 500).
 6. A virtual host holds the entries of every route attached there, sorted by Gateway API precedence; virtual
    hosts are ordered most specific first (exact names, then longer wildcards, then ``*``).
 7. The gateway's service account (the only identity that may read its config, certificates included) is the
@@ -142,13 +143,42 @@ def served_hostnames(listener_host: str, route_hosts: tuple[str, ...]) -> tuple[
     return tuple(dict.fromkeys(h for h in served if h is not None))
 
 
-def _lookup_for(route_ns: str, services: Mapping[tuple[str, str], Service]) -> Callable[..., BackendService | str]:
+def _granted(grants: Iterable[Obj], route_ns: str, target_ns: str, name: str) -> bool:
+    """Rule 5: a ReferenceGrant in ``target_ns`` lets HTTPRoutes of ``route_ns`` refer to Service ``name``."""
+    for grant in grants:
+        if _text(_mapping(grant.get("metadata")).get("namespace")) != target_ns:
+            continue
+        spec = _mapping(grant.get("spec"))
+        froms, tos = spec.get("from"), spec.get("to")
+        if not any(
+            isinstance(f, Mapping)
+            and f.get("group") == GATEWAY_GROUP
+            and f.get("kind") == "HTTPRoute"
+            and f.get("namespace") == route_ns
+            for f in (froms if isinstance(froms, list) else ())
+        ):
+            continue
+        if any(
+            isinstance(t, Mapping)
+            and t.get("group") in ("", "core")
+            and t.get("kind") == "Service"
+            and _text(t.get("name")) in ("", name)
+            for t in (tos if isinstance(tos, list) else ())
+        ):
+            return True
+    return False
+
+
+def _lookup_for(
+    route_ns: str, services: Mapping[tuple[str, str], Service], grants: list[Obj]
+) -> Callable[..., BackendService | str]:
     def lookup(group: str, kind: str, name: str, namespace: str, route_kind: str) -> BackendService | str:
         if group not in ("", "core") or kind != "Service":
             return INVALID_KIND
-        if (namespace or route_ns) != route_ns:
+        target = namespace or route_ns
+        if target != route_ns and not _granted(grants, route_ns, target, name):
             return REF_NOT_PERMITTED
-        service = services.get((route_ns, name))
+        service = services.get((target, name))
         if service is None:
             return BACKEND_NOT_FOUND
         return BackendService(service.namespace, service.hostname, 0)
@@ -181,8 +211,10 @@ def translate_ingress(
     k8s_services: Iterable[Service],
     find_secret: SecretLookup,
     namespace_labels: Mapping[str, Mapping[str, str]],
+    reference_grants: Iterable[Obj] = (),
 ) -> IngressTranslation:
     """Rules 1-7."""
+    grants = list(reference_grants)
     found: dict[str, _Gateway] = {}
     for gateway in gateways:
         spec = _mapping(gateway.get("spec"))
@@ -217,7 +249,7 @@ def translate_ingress(
             if wire in parents:
                 continue
             if route is None:
-                route = convert_route("HTTPRoute", obj, _lookup_for(route_ns, services))
+                route = convert_route("HTTPRoute", obj, _lookup_for(route_ns, services, grants))
             accepted = _attach(target, ref, route, route_ns, namespace_labels)
             parents[wire] = RouteParentStatus(wire, (accepted, _resolved_refs(route)))
         if parents:
