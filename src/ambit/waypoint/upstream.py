@@ -98,7 +98,8 @@ class Upstreams:
         address = (str(endpoint.ip), endpoint.port)
         try:
             async with asyncio.timeout(self._connect_timeout):
-                if endpoint.workload.tunnel_protocol is not TunnelProtocol.HBONE:
+                # A waypoint hop is HBONE whatever the waypoint pod's own enrolment (its pods are not captured).
+                if endpoint.via is None and endpoint.workload.tunnel_protocol is not TunnelProtocol.HBONE:
                     return SocketStream(await connect(self._sockets, address, timeout=self._connect_timeout))
                 return await self._open_tunnel(endpoint, forwarded_for)
         except TimeoutError:
