@@ -232,3 +232,82 @@ async def test_hostile_gateways_get_a_clear_status_and_do_not_stop_the_others(
     assert condition(gateway, "Accepted")["reason"] == "ListenersNotValid"
     await eventually(lambda: programmed(kube, "fine", namespace, "False", "AddressNotAssigned"))
     assert await get(kube, kinds.DEPLOYMENTS, "fine", namespace) is not None
+
+
+# -- ingress gateways (class istio) ---------------------------------------------------------------------------
+def ingress(name: str, namespace: str, *listeners: Obj) -> Obj:
+    return {
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"gatewayClassName": "istio", "listeners": list(listeners)},
+    }
+
+
+def tls_secret(name: str, namespace: str) -> Obj:
+    import base64
+    import time
+
+    from ambit.tls.certs import issue_server_cert, new_ca
+
+    now = time.time()
+    pair = issue_server_cert(
+        new_ca("ingress test CA", now=now), common_name="a.example", dns_names=["a.example"], ip_addresses=[], now=now
+    )
+    return {
+        "metadata": {"name": name, "namespace": namespace},
+        "type": "kubernetes.io/tls",
+        "data": {
+            "tls.crt": base64.b64encode(pair.cert_pem).decode(),
+            "tls.key": base64.b64encode(pair.key_pem).decode(),
+        },
+    }
+
+
+def listener_condition(gateway: Obj | None, listener: str, type_: str) -> Obj:
+    for item in ((gateway or {}).get("status") or {}).get("listeners") or ():
+        if item.get("name") == listener:
+            return next((dict(c) for c in item.get("conditions") or () if c.get("type") == type_), {})
+    return {}
+
+
+async def test_the_istio_gateway_class_is_installed_and_accepted(kube: KubeClient, plane: ControlPlane) -> None:
+    async def accepted() -> Obj:
+        found = condition(await get(kube, kinds.GATEWAY_CLASSES, "istio", None), "Accepted")
+        return found if found.get("status") == "True" else {}
+
+    await eventually(accepted)
+    gateway_class = await kube.get(kinds.GATEWAY_CLASSES, "istio")
+    assert gateway_class["spec"]["controllerName"] == "istio.io/gateway-controller"
+
+
+async def test_an_ingress_gateway_gets_a_load_balancer_and_is_programmed_with_its_address(
+    kube: KubeClient, plane: ControlPlane, namespace: str
+) -> None:
+    http = {"name": "http", "port": 8080, "protocol": "HTTP"}
+    https = {
+        "name": "https",
+        "port": 8443,
+        "protocol": "HTTPS",
+        "tls": {"certificateRefs": [{"name": "edge-cert"}]},
+    }
+    await kube.create(kinds.GATEWAYS, ingress("edge", namespace, http, https))
+    for kind in OWNED:
+        obj = await eventually(lambda kind=kind: get(kube, kind, "edge-istio", namespace))
+        assert obj["metadata"]["labels"]["gateway.istio.io/managed"] == "istio.io-gateway-controller"
+    service = await kube.get(kinds.SERVICES, "edge-istio", namespace)
+    assert service["spec"]["type"] == "LoadBalancer"
+    assert {p["port"] for p in service["spec"]["ports"]} == {15021, 8080, 8443}
+    gateway = await eventually(lambda: programmed(kube, "edge", namespace, "False", "AddressNotAssigned"))
+    assert listener_condition(gateway, "https", "ResolvedRefs").get("reason") == "InvalidCertificateRef"
+    assert listener_condition(gateway, "http", "Programmed")["status"] == "True"
+
+    await kube.create(kinds.SECRETS, tls_secret("edge-cert", namespace), namespace)
+
+    async def resolved() -> Obj | None:
+        found = await get(kube, kinds.GATEWAYS, "edge", namespace)
+        return found if listener_condition(found, "https", "ResolvedRefs").get("status") == "True" else None
+
+    await eventually(resolved)
+    lb = {"status": {"loadBalancer": {"ingress": [{"ip": "198.18.254.3"}]}}}
+    await kube.patch_status(kinds.SERVICES, "edge-istio", lb, namespace)
+    gateway = await eventually(lambda: programmed(kube, "edge", namespace, "True", "Programmed"))
+    assert gateway["status"]["addresses"] == [{"type": "IPAddress", "value": "198.18.254.3"}]

@@ -301,6 +301,7 @@ def test_every_thing_the_network_creates_is_in_the_record_before_it_exists(tmp_p
         f"route {p}-node-2 198.18.1.0/24",
         "route root 198.18.2.0/24",
         f"route {p}-node-2 198.19.0.0/16",
+        "route root 198.18.0.224/28",
     ]
     assert [e["path"] for e in record.entries() if e.kind == "dir"] == [
         str(topology.node_dir("node-1")),

@@ -168,8 +168,26 @@ CASES: dict[str, tuple[list[Any], list[Any]]] = {
     ),
     "empty": ([], []),
     "service_range": ([service("web", "198.19.0.10", port(80))], []),
+    "load_balancer": (
+        [
+            service("edge", "198.19.0.40", port(8080, "http"), port(8443, "https"), kind="LoadBalancer")
+            | {"status": {"loadBalancer": {"ingress": [{"ip": "198.18.0.225"}]}}}
+        ],
+        [
+            endpoint_slice(
+                "edge-a",
+                "edge",
+                [{"name": "http", "port": 8080}, {"name": "https", "port": 8443}],
+                [endpoint("198.18.2.9")],
+            )
+        ],
+    ),
 }
-OPTIONS: dict[str, dict[str, str]] = {"service_range": {"service_cidr": "198.19.0.0/16"}}
+LB_CIDR = "198.18.0.224/28"
+OPTIONS: dict[str, dict[str, str]] = {
+    "service_range": {"service_cidr": "198.19.0.0/16"},
+    "load_balancer": {"load_balancer_cidr": LB_CIDR},
+}
 
 
 def render_case(name: str) -> RenderedRules:
@@ -234,6 +252,31 @@ def test_hairpin_snat_is_limited_to_the_nodes_pod_range() -> None:
     rendered = render_service_rules([], [], node_pod_cidr="198.18.7.0/24", node_gateway="198.18.7.1")
     assert "ct status dnat ip saddr 198.18.7.0/24 ip daddr 198.18.7.0/24 snat to 198.18.7.1" in rendered.script
     assert "masquerade" not in rendered.script
+
+
+def test_a_load_balancer_address_is_proxied_like_the_cluster_ip_and_external_traffic_is_masqueraded() -> None:
+    script = render_case("load_balancer").script
+    assert "198.18.0.225 . tcp . 8080 : goto service-default/edge/tcp/8080" in script
+    assert "198.19.0.40 . tcp . 8080 : goto service-default/edge/tcp/8080" in script
+    assert "ct status dnat ct original ip daddr @load-balancer-ips masquerade" in script
+    assert "ip daddr @load-balancer-ips reject" in script
+
+
+def test_a_load_balancer_address_outside_the_lab_range_is_left_out_with_a_reason() -> None:
+    hijack = service("evil", "198.19.0.41", port(6443), kind="LoadBalancer") | {
+        "status": {"loadBalancer": {"ingress": [{"ip": "198.18.0.1"}, {"ip": "not-an-ip"}]}}
+    }
+    rendered = render([hijack], [], load_balancer_cidr=LB_CIDR)
+    assert "198.18.0.1 ." not in rendered.script
+    assert any("198.18.0.1 is outside 198.18.0.224/28" in reason for reason in rendered.skipped)
+    assert any("not-an-ip" in reason for reason in rendered.skipped)
+
+
+def test_a_cluster_ip_service_s_status_addresses_are_never_proxied() -> None:
+    plain = service("plain", "198.19.0.42", port(80)) | {
+        "status": {"loadBalancer": {"ingress": [{"ip": "198.18.0.226"}]}}
+    }
+    assert "198.18.0.226" not in render([plain], [], load_balancer_cidr=LB_CIDR).script
 
 
 def test_the_service_range_catches_addresses_no_service_has_only_when_given() -> None:

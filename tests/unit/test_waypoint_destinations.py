@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 
 import pytest
@@ -26,6 +27,7 @@ from ambit.waypoint.destinations import (
     WorkloadTarget,
     choose_weighted,
     pick_endpoint,
+    pick_ingress_endpoint,
     plan_tunnel,
 )
 from ambit.waypoint.telemetry import RequestRecord, WaypointMetrics, format_request_log
@@ -148,6 +150,24 @@ def test_endpoints_are_healthy_ones_with_their_target_port(state: WorkloadState)
     assert endpoint.expected_identities == {endpoint.workload.identity}
     none_left = pick_endpoint(state, service, 80, lambda c: c[0], exclude=frozenset(w.uid for w in seen))
     assert none_left is None
+
+
+def test_an_ingress_gateway_reaches_an_ingress_use_waypoint_service_through_its_waypoint(state: WorkloadState) -> None:
+    state.upsert_workload(
+        workload(
+            "waypoint-1", "198.18.0.40", services={"app/waypoint.app.svc.cluster.local": (PortMapping(15008, 15008),)}
+        )
+    )
+    echo = state.find_service_by_hostname("echo.app.svc.cluster.local")
+    assert echo is not None
+    direct = pick_ingress_endpoint(state, echo, 80, lambda c: c[0])  # bound to a waypoint, but not for ingress
+    assert direct is not None and direct.via is None and direct.workload.name == "echo-1"
+    marked = dataclasses.replace(echo, ingress_use_waypoint=True)
+    hop = pick_ingress_endpoint(state, marked, 80, lambda c: c[0])
+    assert hop is not None and hop.workload.name == "waypoint-1"
+    assert (str(hop.ip), hop.port, str(hop.via)) == ("198.18.1.1", 80, "198.18.0.40")  # VIP:port via the waypoint
+    gone = dataclasses.replace(marked, waypoint=OTHER)  # a waypoint that does not exist: never bypassed
+    assert pick_ingress_endpoint(state, gone, 80, lambda c: c[0]) is None
 
 
 def test_weighted_choice_follows_the_weights_and_never_picks_weight_zero() -> None:

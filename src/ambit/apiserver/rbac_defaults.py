@@ -172,6 +172,8 @@ _CONTROLLER_MANAGER = [
     _rule(READ, ["scheduling.k8s.io"], ["priorityclasses"]),
     _rule(["create", "delete", "patch", "update"], [""], ["pods", "endpoints"]),
     _rule(["patch", "update"], [""], ["pods/status"]),
+    # The lab's load balancer writes LoadBalancer Services' addresses (kube's service controller does).
+    _rule(["patch", "update"], [""], ["services/status"]),
     _rule(["create"], [""], ["pods/binding", "pods/eviction"]),
     _rule(["create", "delete", "patch", "update"], ["apps"], ["replicasets", "controllerrevisions"]),
     _rule(["patch", "update"], ["apps"], ["deployments", "daemonsets"]),

@@ -15,7 +15,11 @@ from rich.table import Table
 from ambit.cli.main import app
 from ambit.lab.network.topology import DEFAULT_DIR, Topology
 
-lab = typer.Typer(help="A cluster on this machine: nodes and pods as network namespaces.", no_args_is_help=True)
+lab = typer.Typer(
+    help="A cluster on this machine: nodes and pods as network namespaces. Services of type LoadBalancer get an "
+    "address of 198.18.0.224/28 (status.loadBalancer.ingress), reachable from this machine (curl http://<ip>:<port>).",
+    no_args_is_help=True,
+)
 app.add_typer(lab, name="lab")
 
 DirOption = Annotated[Path, typer.Option("--dir", help="The lab's directory.")]

@@ -14,6 +14,7 @@ app = typer.Typer(
 def main() -> None:
     import ambit.cli.apiserver
     import ambit.cli.bench
+    import ambit.cli.gateway
     import ambit.cli.get
     import ambit.cli.install
     import ambit.cli.lab

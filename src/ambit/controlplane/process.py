@@ -8,7 +8,8 @@ Theory of operation: everything is built once from :class:`ControlPlaneSettings`
    ``istiod.istio-system.svc`` and the configured SANs), carrying both the delta ADS service and
    ``IstioCertificateService``;
 3. the cluster view (informers, debounced translation) feeding the xDS resource tables (Addresses,
-   Authorizations, and each waypoint's WaypointConfig, readable only by that waypoint's service account), so
+   Authorizations, each waypoint's WaypointConfig, readable only by that waypoint's service account, and each
+   ingress gateway's GatewayConfig, with its listeners' certificates, readable only by that gateway's), so
    pushes carry only changed and removed resources, and the ``ZtunnelAccepted`` status of each
    AuthorizationPolicy, the ``istio.io/WaypointBound`` status of each Service and ServiceEntry and the parents of
    each HTTPRoute, GRPCRoute and TCPRoute, and the auto-allocated addresses of ServiceEntries without any (their
@@ -61,9 +62,10 @@ from ambit.k8s import EventRecorder, EventRecorderSettings, KubeClient, kinds
 from ambit.model.localconfig import LocalConfig
 from ambit.model.routes import WaypointConfig
 from ambit.tls.certs import issue_server_cert
+from ambit.xds.gateway import GATEWAY_CONFIG_TYPE_URL, gateway_config_to_proto
 from ambit.xds.routes import WAYPOINT_CONFIG_TYPE_URL, waypoint_config_to_proto
 from ambit.xds.server import Caller, Metadata, XdsServer
-from ambit.xds.table import AddressTable, AuthorizationTable, WaypointConfigTable
+from ambit.xds.table import AddressTable, AuthorizationTable, GatewayConfigTable, WaypointConfigTable
 
 log = logging.getLogger("ambit.controlplane")
 
@@ -145,6 +147,10 @@ class ControlPlane:
         """Waypoint key → the one caller name (``system:serviceaccount:<ns>:<sa>``) that may read its config."""
         self._waypoint_encoded: dict[str, tuple[WaypointConfig, str, Any]] = {}
         """Waypoint key → (config, reader, (version, message)) last encoded: unchanged configs are not encoded again."""
+        self.gateway_configs = GatewayConfigTable()
+        self._gateway_readers: dict[str, str] = {}
+        """Ingress Gateway key → the one caller name that may read its config (it holds private keys)."""
+        self._gateway_encoded: dict[str, tuple[Any, str, Any]] = {}
         self._encoded: AuthorizationCache = {}
         self.authenticator = KubeAuthenticator(client, cluster_id=settings.cluster_id)
         self.pods = InformerPodIndex(client)
@@ -253,8 +259,37 @@ class ControlPlane:
         self._waypoint_encoded = {k: v for k, v in self._waypoint_encoded.items() if k in resources}
         self._waypoint_readers = readers
         self.waypoint_configs.replace(resources)
+        self._gateways_changed(translation)
         for writer in self.route_status:
             writer.submit(translation.route_status)
+
+    def _gateways_changed(self, translation: Translation) -> None:
+        """Serve each ingress gateway its config, versioned with who may read it (as waypoints' configs)."""
+        accounts = dict(translation.gateway_accounts)
+        readers: dict[str, str] = {}
+        resources: dict[str, tuple[str, Any]] = {}
+        for config in translation.gateway_configs:
+            account = accounts.get(config.gateway)
+            if account is None:
+                continue
+            reader = f"system:serviceaccount:{config.gateway.partition('/')[0]}:{account}"
+            readers[config.gateway] = reader
+            previous = self._gateway_encoded.get(config.gateway)
+            if previous is not None and previous[1] == reader and previous[0] == config:
+                resources[config.gateway] = previous[2]
+                continue
+            message = gateway_config_to_proto(config)
+            body = message.SerializeToString(deterministic=True) + b"\0" + reader.encode()
+            resources[config.gateway] = (hashlib.sha256(body).hexdigest()[:16], message)
+            self._gateway_encoded[config.gateway] = (config, reader, resources[config.gateway])
+        self._gateway_encoded = {k: v for k, v in self._gateway_encoded.items() if k in resources}
+        self._gateway_readers = readers
+        self.gateway_configs.replace(resources)
+
+    def _may_read_gateway(self, caller: Caller, name: str) -> bool:
+        """Only the gateway's own service account, in the Gateway's namespace, reads its config and keys."""
+        reader = self._gateway_readers.get(name)
+        return reader is not None and caller.name == reader
 
     def _may_read_waypoint(self, caller: Caller, name: str) -> bool:
         """Only the waypoint's own service account, in the waypoint's namespace, reads its config."""
@@ -318,8 +353,11 @@ class ControlPlane:
             debounce=s.debounce,
             grpc_options=GRPC_SERVER_OPTIONS,
             authorizations=self.authorizations,
-            sources={WAYPOINT_CONFIG_TYPE_URL: self.waypoint_configs},
-            readers={WAYPOINT_CONFIG_TYPE_URL: self._may_read_waypoint},
+            sources={WAYPOINT_CONFIG_TYPE_URL: self.waypoint_configs, GATEWAY_CONFIG_TYPE_URL: self.gateway_configs},
+            readers={
+                WAYPOINT_CONFIG_TYPE_URL: self._may_read_waypoint,
+                GATEWAY_CONFIG_TYPE_URL: self._may_read_gateway,
+            },
         )
         self.events.start()
         await self.pods.start()

@@ -62,6 +62,7 @@ from ambit.model.localconfig import LocalConfig
 log = logging.getLogger("ambit.controlplane.view")
 
 REQUIRED_KINDS = (kinds.PODS, kinds.SERVICES, kinds.ENDPOINT_SLICES, kinds.NAMESPACES)
+TLS_SECRETS = "type=kubernetes.io/tls"
 OPTIONAL_KINDS = (
     kinds.NODES,
     kinds.SERVICE_ENTRIES,
@@ -75,6 +76,7 @@ OPTIONAL_KINDS = (
     kinds.GRPC_ROUTES,
     kinds.TCP_ROUTES,
     kinds.REFERENCE_GRANTS,
+    kinds.SECRETS,
 )
 """Kinds served by CRDs (and Nodes, which need cluster-wide read): the view goes on without them when the cluster
 does not have them or does not let us list them."""
@@ -165,6 +167,8 @@ class ClusterView:
                 on_update=self._update_handler(kind),
                 on_delete=self._changed,
                 settings=settings.informer,
+                # Only the certificates ingress listeners may name: never every Secret of the cluster.
+                field_selector=TLS_SECRETS if kind is kinds.SECRETS else None,
             )
             for kind in (*REQUIRED_KINDS, *OPTIONAL_KINDS)
         }
@@ -223,6 +227,7 @@ class ClusterView:
             tcp_routes=self.items("tcproutes"),
             reference_grants=self.items("referencegrants"),
             request_authentications=self.items("requestauthentications"),
+            secrets=self.items("secrets"),
             cluster_id=s.cluster_id,
             trust_domain=s.trust_domain,
             domain=s.domain,

@@ -23,7 +23,7 @@ from ambit.telemetry.accesslog import AccessLog
 from ambit.telemetry.metrics import Reporter, TrafficLabels
 from ambit.waypoint.config import RouteConfig
 from ambit.waypoint.decisions import Router
-from ambit.waypoint.destinations import Target, WaypointSelf
+from ambit.waypoint.destinations import EndpointPicker, Target, WaypointSelf, pick_endpoint
 from ambit.waypoint.http2 import Http2Pool
 from ambit.waypoint.routing import route
 from ambit.waypoint.settings import WaypointLimits
@@ -46,6 +46,9 @@ class WaypointContext:
     clock: Callable[[], float] = time.monotonic
     random: Callable[[], float] = _random.random
     choose: Callable[[Sequence[Workload]], Workload] = _random.choice
+    pick: EndpointPicker = pick_endpoint
+    """How a request's endpoint is chosen: :func:`~ambit.waypoint.destinations.pick_endpoint`; an ingress gateway
+    sends Services marked ``istio.io/ingress-use-waypoint`` through their waypoint."""
     tunnels: int = 0
     """Tunnels being served now (bounded by ``limits.max_tunnels``)."""
     http2: Http2Pool = field(default_factory=Http2Pool)
@@ -58,23 +61,29 @@ class WaypointContext:
 class Tunnel:
     target: Target
     authority: str
-    peer_identity: SpiffeId
+    peer_identity: SpiffeId | None
+    """The client's verified identity; None for a client outside the mesh (an ingress gateway's)."""
     peer_addr: str
     """``ip:port`` of the HBONE connection's client."""
     source: Workload | None
+    reporter: Reporter = Reporter.WAYPOINT
+    """Whose metrics these are: the waypoint's, or an ingress gateway's (``source``, as Istio's gateways report)."""
+    mtls: bool = True
+    """The client came over mutual TLS (HBONE); an ingress gateway's downstream does not."""
 
     def labels(
         self, destination: Workload | None, service: Service | None, *, flags: str = "-", protocol: str = "http"
     ) -> TrafficLabels:
-        """Istio's labels for one request (or TCP connection) of this tunnel, reporter="waypoint"."""
+        """Istio's labels for one request (or TCP connection) of this tunnel, reporter="waypoint" (or the
+        gateway's)."""
         labels = traffic_labels(
-            Reporter.WAYPOINT,
+            self.reporter,
             source=self.source,
             source_identity=self.peer_identity,
             destination=destination,
             destination_identity=destination.identity if destination is not None else None,
             service=service,
-            mtls=True,
+            mtls=self.mtls,
             flags=flags,
         )
         return dataclasses.replace(labels, request_protocol=protocol)

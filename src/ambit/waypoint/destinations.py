@@ -140,6 +140,9 @@ class Endpoint:
     ip: IPAddress
     port: int
     service: Service | None
+    via: IPAddress | None = None
+    """Where the HBONE tunnel goes when not to ``ip``: the waypoint of the Service, which ``ip:port`` (the
+    Service's VIP and port, the CONNECT authority) is addressed through (``istio.io/ingress-use-waypoint``)."""
 
     @property
     def expected_identities(self) -> frozenset[SpiffeId]:
@@ -185,6 +188,39 @@ def _target_port(workload: Workload, service: Service, port: int) -> int:
         if mapping.service_port == port and mapping.target_port:
             return mapping.target_port
     return port
+
+
+EndpointPicker = Callable[..., "Endpoint | None"]
+"""``pick(state, service, port, choose, *, exclude=...)``: :func:`pick_endpoint`, or an ingress gateway's
+:func:`pick_ingress_endpoint`."""
+
+
+def pick_ingress_endpoint(
+    state: WorkloadState,
+    service: Service,
+    port: int,
+    choose: Callable[[Sequence[Workload]], Workload],
+    *,
+    exclude: frozenset[str] = frozenset(),
+) -> Endpoint | None:
+    """An ingress gateway's choice (spec §1.5): a Service labelled ``istio.io/ingress-use-waypoint`` with a waypoint
+    is reached through one of the waypoint's endpoints, the tunnel addressed to the Service's VIP and port (as a
+    node proxy sends to a waypoint, spec §6.3). Without a VIP, or with the waypoint unknown or without endpoints:
+    None (the request answers 503; the waypoint is never bypassed). Any other Service: :func:`pick_endpoint`."""
+    if not service.ingress_use_waypoint or service.waypoint is None:
+        return pick_endpoint(state, service, port, choose, exclude=exclude)
+    destination = service.waypoint.destination
+    if isinstance(destination, NamespacedHostname):
+        waypoint_service = state.find_service_by_hostname(destination.hostname)
+    else:
+        waypoint_service = state.find_service_by_vip(destination.network, destination.ip)
+    vip = next((v.ip for v in service.vips), None)
+    if waypoint_service is None or vip is None:
+        return None
+    hop = pick_endpoint(state, waypoint_service, service.waypoint.hbone_mtls_port, choose, exclude=exclude)
+    if hop is None:
+        return None
+    return Endpoint(hop.workload, vip, port, service, via=hop.ip)
 
 
 def pick_endpoint(

@@ -24,7 +24,7 @@ from ambit.hbone.headers import hostport
 from ambit.model.workload import Workload
 from ambit.waypoint.context import Tunnel, WaypointContext
 from ambit.waypoint.decisions import RequestHead, Respond
-from ambit.waypoint.destinations import Endpoint, ServiceTarget, find_backend_service, pick_endpoint
+from ambit.waypoint.destinations import Endpoint, ServiceTarget, find_backend_service
 from ambit.waypoint.downstream import Outcome, RequestSide, respond
 from ambit.waypoint.forwarding import Plan, forward
 from ambit.waypoint.http1 import BodyData, MessageEnded, RequestStarted, Signal
@@ -64,7 +64,7 @@ async def serve_request(
         outcome.service = service
         port = decision.backend.port
         plan = Plan(decision.request, decision.response_headers, decision.timeouts, decision.retry, service, port)
-        endpoint = pick_endpoint(ctx.state, service, port, ctx.choose) if service is not None else None
+        endpoint = ctx.pick(ctx.state, service, port, ctx.choose) if service is not None else None
     else:  # workload-addressed: to that workload, as addressed
         endpoint = Endpoint(target.workload, target.ip, target.port, None)
     if endpoint is None:

@@ -62,7 +62,7 @@ from ambit.model.workload import Service
 from ambit.waypoint import retries
 from ambit.waypoint.context import Tunnel, WaypointContext
 from ambit.waypoint.decisions import RequestHead
-from ambit.waypoint.destinations import Endpoint, pick_endpoint
+from ambit.waypoint.destinations import Endpoint
 from ambit.waypoint.downstream import Downstream, DownstreamGoneError, Outcome, RequestSide, respond
 from ambit.waypoint.errors import HttpProtocolError
 from ambit.waypoint.http1 import (
@@ -263,8 +263,9 @@ class _Exchange:
         service = self.plan.service
         if attempt > 1 and service is not None:
             state, choose = self.ctx.state, self.ctx.choose
-            fresh = pick_endpoint(state, service, self.plan.port, choose, exclude=frozenset(self.tried))
-            endpoint = fresh or pick_endpoint(state, service, self.plan.port, choose) or endpoint
+            pick = self.ctx.pick
+            fresh = pick(state, service, self.plan.port, choose, exclude=frozenset(self.tried))
+            endpoint = fresh or pick(state, service, self.plan.port, choose) or endpoint
         self.tried.add(endpoint.workload.uid)
         return endpoint
 

@@ -135,14 +135,7 @@ class Waypoint:
                 f"~{settings.namespace}.svc.{settings.domain}",
                 server_name=settings.xds_server_name,
                 authorization=False,
-                subscriptions=(
-                    Subscription(
-                        WAYPOINT_CONFIG_TYPE_URL,
-                        (self.config_name,),
-                        decode_waypoint_config,
-                        self._routes_changed,
-                    ),
-                ),
+                subscriptions=self._subscriptions(),
             )
             if settings.xds_address
             else None
@@ -178,6 +171,12 @@ class Waypoint:
         if settings.local_ca_dir is not None:
             return LocalCa(settings.local_ca_dir, trust_domain=settings.trust_domain)
         raise WaypointSettingsError("the waypoint needs a CA: the control plane's (--ca-address) or a local one")
+
+    def _subscriptions(self) -> tuple[Subscription, ...]:
+        """What this proxy asks the control plane for besides the workload state: its WaypointConfig."""
+        return (
+            Subscription(WAYPOINT_CONFIG_TYPE_URL, (self.config_name,), decode_waypoint_config, self._routes_changed),
+        )
 
     def _state_changed(self) -> None:
         """Nothing to recompute: every tunnel and request reads the state when it needs it."""

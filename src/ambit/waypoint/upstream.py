@@ -144,7 +144,8 @@ class Upstreams:
         address = (str(endpoint.ip), endpoint.port)
         try:
             async with asyncio.timeout(self._connect_timeout):
-                if endpoint.workload.tunnel_protocol is not TunnelProtocol.HBONE:
+                # A waypoint hop is HBONE whatever the waypoint pod's own enrolment (its pods are not captured).
+                if endpoint.via is None and endpoint.workload.tunnel_protocol is not TunnelProtocol.HBONE:
                     return SocketStream(await connect(self._sockets, address, timeout=self._connect_timeout))
                 return await self._open_tunnel(endpoint, forwarded_for)
         except TimeoutError:
@@ -155,7 +156,7 @@ class Upstreams:
     async def _open_tunnel(self, endpoint: Endpoint, forwarded_for: str) -> HboneStream:
         cert = await self._certs.fetch(self._identity)
         expected = endpoint.expected_identities
-        hbone_addr = (str(endpoint.ip), self._hbone_port)
+        hbone_addr = (str(endpoint.via or endpoint.ip), self._hbone_port)
         service = endpoint.service
 
         async def dial() -> HboneClient:

@@ -22,6 +22,7 @@ from google.protobuf import any_pb2
 
 from ambit.xds.authorization import pack_authorization
 from ambit.xds.convert import address_aliases, address_parents, pack_address
+from ambit.xds.gateway import pack_gateway_config
 from ambit.xds.routes import pack_waypoint_config
 from ambit.xds.session import EMPTY, ResourceSet, XdsResource
 
@@ -29,6 +30,7 @@ __all__ = [
     "AddressTable",
     "AuthorizationTable",
     "ChangeListener",
+    "GatewayConfigTable",
     "ResourceSource",
     "ResourceTable",
     "WaypointConfigTable",
@@ -136,3 +138,12 @@ class WaypointConfigTable(ResourceTable):
 
     def _pack(self, message: Any) -> any_pb2.Any:
         return pack_waypoint_config(message)
+
+
+class GatewayConfigTable(ResourceTable):
+    """The current ``ambit.gateway.v1.GatewayConfig`` resources, named by Gateway key ``namespace/name``."""
+
+    __slots__ = ()
+
+    def _pack(self, message: Any) -> any_pb2.Any:
+        return pack_gateway_config(message)

@@ -9,9 +9,10 @@ label someone added) is left as it is.
 Rules:
 
 1. No object yet: :class:`Create` it.
-2. An object of that name without the label ``gateway.istio.io/managed: istio.io-mesh-controller`` belongs to
-   someone else: :class:`Refuse`, never overwrite it (istiod's ``canManage``). A Gateway must not be a way to take
-   over a Deployment or ServiceAccount that happens to have its name.
+2. An object of that name without the label ``gateway.istio.io/managed`` carrying the value the rendered object
+   carries (``istio.io-mesh-controller`` for a waypoint's, ``istio.io-gateway-controller`` for an ingress
+   gateway's) belongs to someone else: :class:`Refuse`, never overwrite it (istiod's ``canManage``). A Gateway
+   must not be a way to take over a Deployment or ServiceAccount that happens to have its name.
 3. An object that already holds everything rendered (maps compared key by key, lists element by element with
    the same length, so that values the API server adds by default do not count as differences): :class:`Leave`
    it; nothing is written, so the controller's own writes cannot make it loop.
@@ -75,12 +76,13 @@ def plan_apply(want: Obj, have: Obj | None) -> ApplyPlan:
         return Create(dict(want))
     meta = have.get("metadata") or {}
     labels = meta.get("labels") or {}
-    if not isinstance(labels, Mapping) or labels.get(MANAGED_LABEL) != CONTROLLER_LABEL:
+    managed = ((want.get("metadata") or {}).get("labels") or {}).get(MANAGED_LABEL, CONTROLLER_LABEL)
+    if not isinstance(labels, Mapping) or labels.get(MANAGED_LABEL) != managed:
         kind = want.get("kind", "object")
         name = (want.get("metadata") or {}).get("name", "")
         return Refuse(
             f"{kind} {name!r} already exists and is not managed by the mesh controller "
-            f"(it lacks the label {MANAGED_LABEL}={CONTROLLER_LABEL}); rename the waypoint or remove the {kind}"
+            f"(it lacks the label {MANAGED_LABEL}={managed}); rename the Gateway or remove the {kind}"
         )
     wanted_meta = want.get("metadata") or {}
     relevant = {k: want[k] for k in want if k not in ("apiVersion", "kind", "metadata")}

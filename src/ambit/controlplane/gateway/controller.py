@@ -1,13 +1,15 @@
-"""The gateway deployment controller (istiod's role, spec §1.1): every Gateway of class ``istio-waypoint`` gets a
-ServiceAccount, Deployment and Service, and a status saying whether its waypoint is ready.
+"""The gateway deployment controller (istiod's role, spec §1.1, §1.5): every Gateway of class ``istio-waypoint``
+(a waypoint) or ``istio`` (an ingress gateway) gets a ServiceAccount, Deployment and Service, and a status saying
+whether it is ready.
 
-Theory of operation: informers over Gateways, GatewayClasses, HTTPRoutes (for ``attachedRoutes``) and the
-Deployments, Services and ServiceAccounts labelled ``gateway.istio.io/managed: istio.io-mesh-controller``; any
+Theory of operation: informers over Gateways, GatewayClasses, HTTPRoutes (for ``attachedRoutes``), Secrets of type
+``kubernetes.io/tls`` (an ingress listener's certificates) and the Deployments, Services and ServiceAccounts
+labelled ``gateway.istio.io/managed`` with one of this controller's values; any
 change marks the controller dirty, and one task, ``debounce`` seconds later, reconciles every waypoint Gateway:
 render its objects (:mod:`.render`), plan each write against the cache (:mod:`.apply`), carry the plan out, then
-plan and write the Gateway's status (:mod:`.status`), and the ``Accepted`` status of the GatewayClasses whose
-``controllerName`` is ``istio.io/mesh-controller``. At start it creates the GatewayClass ``istio-waypoint`` when
-it is missing, as istiod does.
+plan and write the Gateway's status (:mod:`.status`, :mod:`.ingress_status`), and the ``Accepted`` status of the
+GatewayClasses whose ``controllerName`` is ``istio.io/mesh-controller`` or ``istio.io/gateway-controller``. At
+start it creates the GatewayClasses ``istio-waypoint`` and ``istio`` when they are missing, as istiod does.
 
 Invariants:
 
@@ -34,13 +36,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ambit.controlplane.gateway.apply import Create, Leave, Patch, Refuse, plan_apply
+from ambit.controlplane.gateway.ingress_status import ingress_status, load_balancer_addresses
 from ambit.controlplane.gateway.render import (
     CONTROLLER_LABEL,
+    GATEWAY_CONTROLLER,
+    GATEWAY_CONTROLLER_LABEL,
+    INGRESS_CLASS,
     MANAGED_LABEL,
     MESH_CONTROLLER,
     Unrenderable,
     WaypointTemplateSettings,
+    deployed_name,
+    is_ingress,
     render_waypoint,
+    service_hostname,
 )
 from ambit.controlplane.gateway.status import (
     Deployed,
@@ -50,6 +59,7 @@ from ambit.controlplane.gateway.status import (
     plan_status,
 )
 from ambit.controlplane.status import rfc3339
+from ambit.controlplane.translate.listeners import judge_listeners
 from ambit.controlplane.translate.waypoints import WAYPOINT_CLASS
 from ambit.errors import AmbitError
 from ambit.k8s import (
@@ -74,8 +84,15 @@ Key = tuple[str, str, str]
 """(plural, namespace, name)."""
 
 WAYPOINT_CLASS_DESCRIPTION = "The default Istio waypoint GatewayClass"
+INGRESS_CLASS_DESCRIPTION = "The default Istio GatewayClass"
+CLASSES = (
+    (WAYPOINT_CLASS, MESH_CONTROLLER, WAYPOINT_CLASS_DESCRIPTION),
+    (INGRESS_CLASS, GATEWAY_CONTROLLER, INGRESS_CLASS_DESCRIPTION),
+)
 OWNED_KINDS = (kinds.SERVICE_ACCOUNTS, kinds.DEPLOYMENTS, kinds.SERVICES)
-OPTIONAL_KINDS = (kinds.GATEWAYS, kinds.GATEWAY_CLASSES, kinds.HTTP_ROUTES)
+OPTIONAL_KINDS = (kinds.GATEWAYS, kinds.GATEWAY_CLASSES, kinds.HTTP_ROUTES, kinds.SECRETS)
+OWNED_SELECTOR = f"{MANAGED_LABEL} in ({CONTROLLER_LABEL},{GATEWAY_CONTROLLER_LABEL})"
+TLS_SECRETS = "type=kubernetes.io/tls"
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +103,7 @@ class GatewayControllerSettings:
     retry: float = 2.0
     """Seconds before a pass with a failed write runs again (when nothing else changes)."""
     create_class: bool = True
-    """Create the GatewayClass ``istio-waypoint`` at start when it is missing."""
+    """Create the GatewayClasses ``istio-waypoint`` and ``istio`` at start when they are missing."""
     sync_timeout: float = 60.0
     """Seconds to wait for the informers' first lists before giving up."""
     informer: InformerSettings | None = None
@@ -137,11 +154,12 @@ class GatewayController:
         self._dirty = asyncio.Event()
         self._informers: dict[str, Informer] = {}
         for kind in (*OPTIONAL_KINDS, *OWNED_KINDS):
-            selector = {MANAGED_LABEL: CONTROLLER_LABEL} if kind in OWNED_KINDS else None
+            selector = OWNED_SELECTOR if kind in OWNED_KINDS else None
             self._informers[kind.plural] = Informer(
                 client,
                 kind,
                 label_selector=selector,
+                field_selector=TLS_SECRETS if kind is kinds.SECRETS else None,
                 on_add=self._changed,
                 on_update=self._updated,
                 on_delete=self._changed,
@@ -197,19 +215,21 @@ class GatewayController:
         self.absent.add(kind.plural)
 
     async def ensure_class(self) -> None:
-        """Create the GatewayClass ``istio-waypoint`` unless it exists (istiod's class controller)."""
-        gateway_class = {
-            "metadata": {"name": WAYPOINT_CLASS},
-            "spec": {"controllerName": MESH_CONTROLLER, "description": WAYPOINT_CLASS_DESCRIPTION},
-        }
-        try:
-            await self.client.create(kinds.GATEWAY_CLASSES, gateway_class)
-        except KubeAlreadyExistsError:
-            return
-        except KubeClientError as exc:
-            log.warning("cannot create the GatewayClass %s: %s", WAYPOINT_CLASS, exc)
-            return
-        log.info("created the GatewayClass %s", WAYPOINT_CLASS)
+        """Create the GatewayClasses ``istio-waypoint`` and ``istio`` unless they exist (istiod's class
+        controller)."""
+        for name, controller, description in CLASSES:
+            gateway_class = {
+                "metadata": {"name": name},
+                "spec": {"controllerName": controller, "description": description},
+            }
+            try:
+                await self.client.create(kinds.GATEWAY_CLASSES, gateway_class)
+            except KubeAlreadyExistsError:
+                continue
+            except KubeClientError as exc:
+                log.warning("cannot create the GatewayClass %s: %s", name, exc)
+                continue
+            log.info("created the GatewayClass %s", name)
 
     async def start(self) -> None:
         """Probe the kinds, create the GatewayClass, sync the informers, then reconcile on every change. Without
@@ -275,11 +295,11 @@ class GatewayController:
         ok = True
         now = rfc3339(self._clock())
         for gateway_class in self._items(kinds.GATEWAY_CLASSES):
-            if _field(gateway_class, "spec", "controllerName") == MESH_CONTROLLER:
+            if _field(gateway_class, "spec", "controllerName") in (MESH_CONTROLLER, GATEWAY_CONTROLLER):
                 ok &= await self._write_status(kinds.GATEWAY_CLASSES, gateway_class, class_status(gateway_class), now)
         routes = self._items(kinds.HTTP_ROUTES)
         for gateway in self._items(kinds.GATEWAYS):
-            if _field(gateway, "spec", "gatewayClassName") != WAYPOINT_CLASS:
+            if _field(gateway, "spec", "gatewayClassName") not in (WAYPOINT_CLASS, INGRESS_CLASS):
                 continue
             if _field(gateway, "metadata", "deletionTimestamp"):
                 continue
@@ -296,10 +316,25 @@ class GatewayController:
         found = await self._deploy(gateway)
         if found is None:
             return False
-        wanted = gateway_status(
-            gateway, found, domain=self.settings.template.domain, attached=attached_routes(gateway, routes)
-        )
+        attached = attached_routes(gateway, routes)
+        if is_ingress(gateway):
+            namespace = str(gateway["metadata"]["namespace"])
+            name = deployed_name(gateway)
+            wanted = ingress_status(
+                gateway,
+                found,
+                judge_listeners(gateway, self.find_secret),
+                host=service_hostname(name, namespace, self.settings.template.domain),
+                addresses=load_balancer_addresses(self.find(kinds.SERVICES, namespace, name)),
+                attached=attached,
+            )
+        else:
+            wanted = gateway_status(gateway, found, domain=self.settings.template.domain, attached=attached)
         return await self._write_status(kinds.GATEWAYS, gateway, wanted, now)
+
+    def find_secret(self, namespace: str, name: str) -> Obj | None:
+        """A ``kubernetes.io/tls`` Secret as last seen (None when Secrets cannot be read)."""
+        return self.find(kinds.SECRETS, namespace, name)
 
     async def _deploy(self, gateway: Obj) -> Deployed | None:
         """Apply one Gateway's objects; what was found, or None when a write lost a race (to be retried)."""
@@ -313,7 +348,7 @@ class GatewayController:
                 return None
             if isinstance(problem, str):
                 return Deployed(problem=problem)
-        name = str(gateway["metadata"]["name"])
+        name = deployed_name(gateway)
         service = self.find(kinds.SERVICES, namespace, name)
         deployment = self.find(kinds.DEPLOYMENTS, namespace, name)
         return Deployed(service_exists=service is not None, ready=_ready(deployment))

@@ -1,5 +1,5 @@
-"""What a waypoint Gateway deploys: its ServiceAccount, Deployment and Service, as istiod's waypoint template
-renders them (spec §1.1, §1.4), with Ambit's waypoint command in the pod.
+"""What a Gateway deploys: its ServiceAccount, Deployment and Service, as istiod's waypoint and gateway templates
+render them (spec §1.1, §1.4, §1.5), with Ambit's waypoint or gateway command in the pod.
 
 Theory of operation: :func:`render_waypoint` takes one Gateway (the API dict) and the
 :class:`WaypointTemplateSettings` and returns either a :class:`Rendered` (the three objects, as plain dicts ready
@@ -8,15 +8,18 @@ give equal outputs.
 
 Rules:
 
-1. Only Gateways of class ``istio-waypoint`` are rendered (the caller filters; the class is not checked here).
-2. The three objects are named after the Gateway and live in its namespace. The name must be a DNS-1035 label
-   (at most 63 characters, a lower-case letter first), because it names a Service and is the value of the
-   ``gateway.networking.k8s.io/gateway-name`` label; any other name is :class:`Unrenderable`. So is a Gateway
-   without a uid (nothing could own the objects).
+1. Gateways of class ``istio-waypoint`` (a waypoint) and ``istio`` (an ingress gateway) are rendered; the caller
+   filters, and any other class renders as a waypoint.
+2. The three objects live in the Gateway's namespace, named after it: a waypoint's objects carry the Gateway's
+   name, an ingress gateway's ``<name>-istio`` (istiod's ``<name>-<class>``). That name must be a DNS-1035 label
+   (at most 63 characters, a lower-case letter first), because it names a Service; any other name is
+   :class:`Unrenderable`. So is a Gateway without a uid (nothing could own the objects).
 3. Every object carries an owner reference to the Gateway (``controller: true``), so that deleting the Gateway
    deletes them (the API server's garbage collector), and the labels ``gateway.networking.k8s.io/gateway-name``,
-   ``gateway.networking.k8s.io/gateway-class-name`` and ``gateway.istio.io/managed: istio.io-mesh-controller``
-   (the mark that lets the controller update an object that already exists, :mod:`.apply`).
+   ``gateway.networking.k8s.io/gateway-class-name`` and ``gateway.istio.io/managed`` (``istio.io-mesh-controller``
+   for a waypoint, ``istio.io-gateway-controller`` for an ingress gateway: the mark that lets the controller
+   update an object that already exists, :mod:`.apply`). An ingress gateway's pods also carry
+   ``istio.io/gateway-name`` (Istio's older selector label).
 4. Infrastructure labels and annotations are those of ``spec.infrastructure`` when it has them, else the
    Gateway's own (istiod copies them); keys under ``gateway.networking.k8s.io/`` and istiod's own control
    annotations are dropped, non-string values are ignored. The fixed labels of rule 3 win over copied ones. On the
@@ -24,9 +27,11 @@ Rules:
    label override them; a waypoint captured by the node proxy would steer its own traffic back into itself).
 5. The Service has port ``status-port`` 15021 (appProtocol ``tcp``) and one port per distinct listener port
    (the standard waypoint: ``mesh`` 15008, appProtocol ``hbone``); a listener whose port is not an integer in
-   1-65535 adds none. Its selector, like the Deployment's, is the gateway-name label.
+   1-65535 adds none. Its selector, like the Deployment's, is the gateway-name label. A waypoint's Service is a
+   ``ClusterIP``; an ingress gateway's a ``LoadBalancer`` (reached from outside the cluster).
 6. The Deployment never sets ``replicas`` (the API server defaults 1; whatever a user or autoscaler sets later
-   stays). Its pod runs container ``istio-proxy``: ``ambit waypoint proxy`` with the control plane's address, the
+   stays). Its pod runs container ``istio-proxy``: ``ambit waypoint proxy`` (``ambit gateway`` for an ingress
+   gateway, told its Gateway's name in ``GATEWAY_NAME``) with the control plane's address, the
    projected token (audience ``istio-ca``) and the ``istio-ca-root-cert`` ConfigMap mounted as the node proxy
    mounts them, no API credentials (``automountServiceAccountToken: false``), readiness on ``:15021
    /healthz/ready``, and the restricted pod security profile (non-root 1337, no capabilities, read-only root).
@@ -39,15 +44,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ambit.controlplane.translate.listeners import INGRESS_CLASS, deployed_name, is_ingress
+
 __all__ = [
     "CONTROLLER_LABEL",
     "GATEWAY_CLASS_LABEL",
+    "GATEWAY_CONTROLLER",
+    "GATEWAY_CONTROLLER_LABEL",
     "GATEWAY_NAME_LABEL",
+    "INGRESS_CLASS",
     "MANAGED_LABEL",
     "MESH_CONTROLLER",
     "Rendered",
     "Unrenderable",
     "WaypointTemplateSettings",
+    "deployed_name",
+    "is_ingress",
     "render_waypoint",
     "service_hostname",
 ]
@@ -58,7 +70,12 @@ MESH_CONTROLLER = "istio.io/mesh-controller"
 """The ``controllerName`` of the waypoint GatewayClass."""
 MANAGED_LABEL = "gateway.istio.io/managed"
 CONTROLLER_LABEL = MESH_CONTROLLER.replace("/", "-")
-"""The value of :data:`MANAGED_LABEL` on what this controller deploys (``istio.io-mesh-controller``)."""
+"""The value of :data:`MANAGED_LABEL` on what this controller deploys for waypoints (``istio.io-mesh-controller``)."""
+GATEWAY_CONTROLLER = "istio.io/gateway-controller"
+"""The ``controllerName`` of the ingress GatewayClass."""
+GATEWAY_CONTROLLER_LABEL = GATEWAY_CONTROLLER.replace("/", "-")
+"""The value of :data:`MANAGED_LABEL` on what this controller deploys for ingress gateways."""
+ISTIO_GATEWAY_NAME_LABEL = "istio.io/gateway-name"
 GATEWAY_NAME_LABEL = "gateway.networking.k8s.io/gateway-name"
 GATEWAY_CLASS_LABEL = "gateway.networking.k8s.io/gateway-class-name"
 GATEWAY_API_VERSION = "gateway.networking.k8s.io/v1"
@@ -165,14 +182,15 @@ def _field(name: str, path: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
-def _container(name: str, namespace: str, settings: WaypointTemplateSettings) -> dict[str, Any]:
+def _container(
+    name: str, gateway_name: str, namespace: str, settings: WaypointTemplateSettings, ingress: bool
+) -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": "istio-proxy",
         "image": settings.image,
         "command": ["ambit"],
         "args": [
-            "waypoint",
-            "proxy",
+            *(["gateway"] if ingress else ["waypoint", "proxy"]),
             "--xds-address=$(XDS_ADDRESS)",
             "--ca-address=$(CA_ADDRESS)",
             f"--root-cert={ROOT_CERT_PATH}",
@@ -184,7 +202,7 @@ def _container(name: str, namespace: str, settings: WaypointTemplateSettings) ->
             {"name": "CA_ADDRESS", "value": settings.xds_address},
             {"name": "CLUSTER_ID", "value": settings.cluster_id},
             {"name": "TRUST_DOMAIN", "value": settings.trust_domain},
-            {"name": "GATEWAY_NAME", "value": name},
+            {"name": "GATEWAY_NAME", "value": gateway_name},
             _field("POD_NAME", "metadata.name"),
             _field("POD_NAMESPACE", "metadata.namespace"),
             _field("INSTANCE_IP", "status.podIP"),
@@ -238,14 +256,16 @@ def _container(name: str, namespace: str, settings: WaypointTemplateSettings) ->
 
 
 def render_waypoint(gateway: Obj, settings: WaypointTemplateSettings) -> Rendered | Unrenderable:
-    """The ServiceAccount, Deployment and Service of one waypoint Gateway (rules 2-6)."""
+    """The ServiceAccount, Deployment and Service of one waypoint or ingress Gateway (rules 1-6)."""
     meta = gateway.get("metadata") or {}
-    name, namespace, uid = meta.get("name"), meta.get("namespace"), meta.get("uid")
-    if not isinstance(name, str) or not _DNS1035_LABEL.fullmatch(name):
+    gateway_name, namespace, uid = meta.get("name"), meta.get("namespace"), meta.get("uid")
+    ingress = is_ingress(gateway)
+    name = deployed_name(gateway) if isinstance(gateway_name, str) else gateway_name
+    if not isinstance(name, str) or not isinstance(gateway_name, str) or not _DNS1035_LABEL.fullmatch(name):
         shown = name[:80] if isinstance(name, str) else repr(name)
         return Unrenderable(
-            f"the name {shown!r} cannot name the waypoint's Service: a waypoint's name must be a DNS-1035 label "
-            "(at most 63 characters: lower-case letters, digits and '-', starting with a letter)"
+            f"the name {shown!r} cannot name the {'gateway' if ingress else 'waypoint'}'s Service: it must be a "
+            "DNS-1035 label (at most 63 characters: lower-case letters, digits and '-', starting with a letter)"
         )
     if not isinstance(namespace, str) or not namespace or not isinstance(uid, str) or not uid:
         return Unrenderable("the Gateway has no namespace or uid")
@@ -253,11 +273,12 @@ def render_waypoint(gateway: Obj, settings: WaypointTemplateSettings) -> Rendere
     owner = {
         "apiVersion": GATEWAY_API_VERSION,
         "kind": "Gateway",
-        "name": name,
+        "name": gateway_name,
         "uid": uid,
         "controller": True,
     }
-    fixed = {GATEWAY_NAME_LABEL: name, GATEWAY_CLASS_LABEL: class_name, MANAGED_LABEL: CONTROLLER_LABEL}
+    managed = GATEWAY_CONTROLLER_LABEL if ingress else CONTROLLER_LABEL
+    fixed = {GATEWAY_NAME_LABEL: gateway_name, GATEWAY_CLASS_LABEL: class_name, MANAGED_LABEL: managed}
     labels = {**_infrastructure(gateway, "labels"), **fixed}
     annotations = _infrastructure(gateway, "annotations")
 
@@ -269,12 +290,13 @@ def render_waypoint(gateway: Obj, settings: WaypointTemplateSettings) -> Rendere
         out["ownerReferences"] = [dict(owner)]
         return out
 
-    selector = {GATEWAY_NAME_LABEL: name}
+    selector = {GATEWAY_NAME_LABEL: gateway_name}
     pod_labels = {
         **_infrastructure(gateway, "labels"),
         "service.istio.io/canonical-name": name,
         "service.istio.io/canonical-revision": "latest",
         **fixed,
+        **({ISTIO_GATEWAY_NAME_LABEL: gateway_name} if ingress else {}),
         "istio.io/dataplane-mode": "none",
         "sidecar.istio.io/inject": "false",
     }
@@ -298,7 +320,7 @@ def render_waypoint(gateway: Obj, settings: WaypointTemplateSettings) -> Rendere
                     "serviceAccountName": name,
                     "automountServiceAccountToken": False,
                     "terminationGracePeriodSeconds": 30,
-                    "containers": [_container(name, namespace, settings)],
+                    "containers": [_container(name, gateway_name, namespace, settings, ingress)],
                     "volumes": [
                         {
                             "name": "istio-token",
@@ -326,7 +348,7 @@ def render_waypoint(gateway: Obj, settings: WaypointTemplateSettings) -> Rendere
         "kind": "Service",
         "metadata": metadata({"networking.istio.io/traffic-distribution": "PreferClose"}),
         "spec": {
-            "type": "ClusterIP",
+            "type": "LoadBalancer" if ingress else "ClusterIP",
             "ipFamilyPolicy": "PreferDualStack",
             "ports": _listener_ports(gateway),
             "selector": dict(selector),

@@ -36,7 +36,16 @@ from typing import Any
 
 from ambit.controlplane.gateway.render import service_hostname
 
-__all__ = ["Deployed", "attached_routes", "class_status", "gateway_status", "plan_status"]
+__all__ = [
+    "Deployed",
+    "attached_routes",
+    "class_status",
+    "condition",
+    "dig",
+    "gateway_status",
+    "listeners_of",
+    "plan_status",
+]
 
 Obj = Mapping[str, Any]
 
@@ -60,7 +69,7 @@ class Deployed:
     problem: str | None = None
 
 
-def _condition(type_: str, ok: bool, reason: str, message: str, generation: Any) -> dict[str, Any]:
+def condition(type_: str, ok: bool, reason: str, message: str, generation: Any) -> dict[str, Any]:
     return {
         "type": type_,
         "status": "True" if ok else "False",
@@ -70,7 +79,7 @@ def _condition(type_: str, ok: bool, reason: str, message: str, generation: Any)
     }
 
 
-def _dig(obj: Any, *keys: str) -> Any:
+def dig(obj: Any, *keys: str) -> Any:
     """``obj[k1][k2]...``, or None where a level is missing or not a map."""
     for key in keys:
         if not isinstance(obj, Mapping):
@@ -79,8 +88,8 @@ def _dig(obj: Any, *keys: str) -> Any:
     return obj
 
 
-def _listeners(gateway: Obj) -> list[Mapping[str, Any]]:
-    listeners = _dig(gateway, "spec", "listeners")
+def listeners_of(gateway: Obj) -> list[Mapping[str, Any]]:
+    listeners = dig(gateway, "spec", "listeners")
     return [item for item in listeners if isinstance(item, Mapping)] if isinstance(listeners, list) else []
 
 
@@ -95,29 +104,29 @@ def gateway_status(
     meta = gateway.get("metadata") or {}
     generation = meta.get("generation")
     host = service_hostname(str(meta.get("name", "")), str(meta.get("namespace", "")), domain)
-    listeners = _listeners(gateway)
+    listeners = listeners_of(gateway)
     valid = sum(1 for item in listeners if _is_waypoint_listener(item))
     if listeners and valid == 0:
-        accepted = _condition(
+        accepted = condition(
             "Accepted", False, "ListenersNotValid", "None of the Gateway's listeners are valid", generation
         )
     elif valid < len(listeners):
         message = "One or more of the Gateway's listeners are invalid"
-        accepted = _condition("Accepted", True, "ListenersNotValid", message, generation)
+        accepted = condition("Accepted", True, "ListenersNotValid", message, generation)
     else:
-        accepted = _condition("Accepted", True, "Accepted", "Resource accepted", generation)
+        accepted = condition("Accepted", True, "Accepted", "Resource accepted", generation)
     if found.problem is not None:
-        programmed = _condition("Programmed", False, "Invalid", found.problem[:MESSAGE_MAX], generation)
+        programmed = condition("Programmed", False, "Invalid", found.problem[:MESSAGE_MAX], generation)
     elif not found.service_exists:
         message = f'Failed to assign to any requested addresses: hostname "{host}" not found'
-        programmed = _condition("Programmed", False, "AddressNotUsable", message, generation)
+        programmed = condition("Programmed", False, "AddressNotUsable", message, generation)
     elif not found.ready:
         message = f'Failed to assign to any requested addresses: no instances found for hostname "{host}"'
-        programmed = _condition("Programmed", False, "AddressNotAssigned", message, generation)
+        programmed = condition("Programmed", False, "AddressNotAssigned", message, generation)
     else:
         message = f"Resource programmed, assigned to service(s) {host}:{HBONE_PORT}"
-        programmed = _condition("Programmed", True, "Programmed", message, generation)
-    resolved = _condition("ResolvedRefs", True, "ResolvedRefs", "All references resolved", generation)
+        programmed = condition("Programmed", True, "Programmed", message, generation)
+    resolved = condition("ResolvedRefs", True, "ResolvedRefs", "All references resolved", generation)
     status: dict[str, Any] = {"conditions": [accepted, programmed, resolved]}
     address = {"type": "Hostname", "value": host}
     current = (gateway.get("status") or {}).get("addresses") if isinstance(gateway.get("status"), Mapping) else None
@@ -134,9 +143,9 @@ def gateway_status(
 def _listener_status(listener: Obj, generation: Any, attached: int) -> dict[str, Any]:
     ok = _is_waypoint_listener(listener)
     accepted = (
-        _condition("Accepted", True, "Accepted", "No errors found", generation)
+        condition("Accepted", True, "Accepted", "No errors found", generation)
         if ok
-        else _condition("Accepted", False, "UnsupportedProtocol", WAYPOINT_LISTENER_MESSAGE, generation)
+        else condition("Accepted", False, "UnsupportedProtocol", WAYPOINT_LISTENER_MESSAGE, generation)
     )
     return {
         "name": listener["name"],
@@ -144,9 +153,9 @@ def _listener_status(listener: Obj, generation: Any, attached: int) -> dict[str,
         "supportedKinds": [] if ok else [dict(k) for k in ROUTE_KINDS],
         "conditions": [
             accepted,
-            _condition("Conflicted", False, "NoConflicts", "No errors found", generation),
-            _condition("Programmed", True, "Programmed", "No errors found", generation),
-            _condition("ResolvedRefs", True, "ResolvedRefs", "No errors found", generation),
+            condition("Conflicted", False, "NoConflicts", "No errors found", generation),
+            condition("Programmed", True, "Programmed", "No errors found", generation),
+            condition("ResolvedRefs", True, "ResolvedRefs", "No errors found", generation),
         ],
     }
 
@@ -154,7 +163,7 @@ def _listener_status(listener: Obj, generation: Any, attached: int) -> dict[str,
 def class_status(gateway_class: Obj) -> dict[str, Any]:
     """Rule 6."""
     generation = (gateway_class.get("metadata") or {}).get("generation")
-    return {"conditions": [_condition("Accepted", True, "Accepted", "Handled by Istio controller", generation)]}
+    return {"conditions": [condition("Accepted", True, "Accepted", "Handled by Istio controller", generation)]}
 
 
 _COMPARED = ("type", "status", "reason", "message", "observedGeneration")
@@ -221,17 +230,17 @@ def attached_routes(gateway: Obj, routes: Sequence[Obj]) -> dict[str, int]:
     meta = gateway.get("metadata") or {}
     name, namespace = meta.get("name"), meta.get("namespace")
     counts: dict[str, int] = {}
-    for listener in _listeners(gateway):
+    for listener in listeners_of(gateway):
         lname = listener.get("name")
         if not isinstance(lname, str):
             continue
-        allowed = _dig(listener, "allowedRoutes", "namespaces", "from") or "Same"
+        allowed = dig(listener, "allowedRoutes", "namespaces", "from") or "Same"
         counts[lname] = 0
         for route in routes:
-            rns = _dig(route, "metadata", "namespace")
+            rns = dig(route, "metadata", "namespace")
             if rns != namespace and allowed != "All":
                 continue
-            refs = _dig(route, "spec", "parentRefs")
+            refs = dig(route, "spec", "parentRefs")
             for ref in refs if isinstance(refs, list) else ():
                 if (
                     isinstance(ref, Mapping)

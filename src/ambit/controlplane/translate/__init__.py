@@ -41,6 +41,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ambit.controlplane.translate.index import ServiceIndex
+from ambit.controlplane.translate.ingress import merge_route_status, translate_ingress
 from ambit.controlplane.translate.nodes import node_localities
 from ambit.controlplane.translate.peerauth import PeerAuthIndex
 from ambit.controlplane.translate.policies import (
@@ -64,6 +65,7 @@ from ambit.controlplane.translate.skips import SkipMemory, Skipped
 from ambit.controlplane.translate.waypoints import Binding, WaypointIndex, bound_status, object_labels
 from ambit.controlplane.translate.workloadentries import translate_workload_entry
 from ambit.controlplane.translate.workloads import translate_pod
+from ambit.model.ingress import GatewayConfig
 from ambit.model.localconfig import LocalConfig
 from ambit.model.policy import Policy
 from ambit.model.routes import WaypointConfig
@@ -103,6 +105,10 @@ class Translation:
     """The parents we own of each HTTPRoute, GRPCRoute and TCPRoute that has any, by kind then key."""
     waypoint_accounts: tuple[tuple[str, str], ...] = ()
     """(waypoint key, service account) of each ready waypoint: who may read its config."""
+    gateway_configs: tuple[GatewayConfig, ...] = ()
+    """Each ingress Gateway's served listeners (:mod:`ambit.controlplane.translate.ingress`), by Gateway key."""
+    gateway_accounts: tuple[tuple[str, str], ...] = ()
+    """(Gateway key, service account) of each ingress Gateway: who may read its config (certificates included)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +148,7 @@ def translate_all(
     tcp_routes: Iterable[Mapping[str, Any]] = (),
     reference_grants: Iterable[Mapping[str, Any]] = (),
     request_authentications: Iterable[Mapping[str, Any]] = (),
+    secrets: Iterable[Mapping[str, Any]] = (),
     cluster_id: str = "Kubernetes",
     trust_domain: str = "cluster.local",
     domain: str = "cluster.local",
@@ -212,6 +219,7 @@ def translate_all(
             _with_binding(s, binding, bound)
             for s in service_entry_services(entry, network=network, canonical=canonical)
         )
+    http_routes, reference_grants = list(http_routes), list(reference_grants)
     routes = translate_routes(
         http_routes=http_routes,
         grpc_routes=grpc_routes,
@@ -230,6 +238,18 @@ def translate_all(
         routes.configs,
         root_namespace=root_namespace,
         skips=skips,
+    )
+    secret_table = {
+        (str((s.get("metadata") or {}).get("namespace")), str((s.get("metadata") or {}).get("name"))): s
+        for s in secrets
+    }
+    ingress = translate_ingress(
+        gateways=gateway_list,
+        http_routes=http_routes,
+        k8s_services=k8s_services,
+        find_secret=lambda namespace, name: secret_table.get((namespace, name)),
+        reference_grants=reference_grants,
+        namespace_labels={str((n.get("metadata") or {}).get("name")): object_labels(n) for n in namespace_list},
     )
     index = ServiceIndex.build(service_list, endpoint_slices, domain=domain, extra=selections(entries))
     workloads: list[Workload] = []
@@ -280,8 +300,10 @@ def translate_all(
         service_status=tuple(sorted(service_status, key=lambda s: s.key)),
         service_entry_status=tuple(sorted(entry_status, key=lambda s: s.key)),
         waypoint_configs=authn,
-        route_status=routes.status,
+        route_status=merge_route_status(routes.status, ingress.status),
         waypoint_accounts=routes.accounts,
+        gateway_configs=ingress.configs,
+        gateway_accounts=ingress.accounts,
     )
 
 

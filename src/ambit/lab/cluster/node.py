@@ -19,7 +19,7 @@ from ambit.k8s import KubeClient
 from ambit.lab.cluster.identities import kubeconfig_for
 from ambit.lab.cluster.record import Record
 from ambit.lab.network.services_apply import ServiceProxy
-from ambit.lab.network.topology import SERVICE_CIDR, Topology
+from ambit.lab.network.topology import LOAD_BALANCER_CIDR, SERVICE_CIDR, Topology
 from ambit.lab.runtime.kubelet import NodeRuntime, NodeRuntimeSettings
 from ambit.lab.runtime.node_taints import NodeTaint
 from ambit.lab.runtime.oci_apply import RuncRuntime, RuncSettings
@@ -123,6 +123,7 @@ async def run_node(topology: Topology, node_name: str, taints: tuple[NodeTaint, 
             node_pod_cidr=node.pod_cidr,
             node_gateway=node.pod_gateway,
             service_cidr=SERVICE_CIDR,
+            load_balancer_cidr=LOAD_BALANCER_CIDR,
             runner=runner,
         )
         await runtime.start()
@@ -145,7 +146,7 @@ async def run_controllers_for(topology: Topology) -> None:
     _logging()
     async with (
         KubeClient.from_kubeconfig(kubeconfig_for(topology, "controllers")) as client,
-        ControllerManager(client, ControllerSettings()),
+        ControllerManager(client, ControllerSettings(load_balancer_cidr=LOAD_BALANCER_CIDR)),
         contextlib.AsyncExitStack() as stack,
     ):
         if topology.mesh:

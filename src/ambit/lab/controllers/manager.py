@@ -19,6 +19,7 @@ from ambit.lab.controllers.daemonset import DaemonSetController
 from ambit.lab.controllers.deployment import DeploymentController
 from ambit.lab.controllers.endpointslice import EndpointSliceController
 from ambit.lab.controllers.legacy_endpoints import EndpointsController
+from ambit.lab.controllers.loadbalancer import LoadBalancerController
 from ambit.lab.controllers.reconcile import ControllerError, ReconcileLoop, Reconciler
 from ambit.lab.controllers.replicaset import ReplicaSetController
 from ambit.lab.controllers.scheduler import Scheduler
@@ -65,6 +66,10 @@ class ControllerManager:
         if s.endpoints:
             self._add(EndpointSliceController(client, self.informers, self._recorder(EndpointSliceController.name), s))
             self._add(EndpointsController(client, self.informers, self._recorder(EndpointsController.name), s))
+        if s.load_balancer_cidr is not None:
+            recorder = self._recorder(LoadBalancerController.name)
+            # One worker: addresses are planned for all Services at once, never by two reconciles apart.
+            self._add(LoadBalancerController(client, self.informers, recorder, s, cidr=s.load_balancer_cidr), workers=1)
         self._started = False
 
     def _recorder(self, controller: str) -> EventRecorder:

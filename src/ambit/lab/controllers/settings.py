@@ -22,6 +22,9 @@ class ControllerSettings:
     """Run the NoExecute taint manager (evicts pods that do not tolerate their node's NoExecute taints)."""
     endpoints: bool = True
     """Run the EndpointSlice and (legacy) Endpoints controllers."""
+    load_balancer_cidr: str | None = None
+    """Give LoadBalancer Services addresses from this range (:mod:`ambit.lab.controllers.loadbalancer`); None:
+    no load balancer, their status stays pending."""
     workers: int = 2
     """Reconcile workers per controller (the scheduler always has one, so that its placements see each other)."""
     retry_initial: float = 0.05

@@ -38,6 +38,7 @@ from ambit.lab.cluster.record import Record, sweep
 from ambit.lab.network.topology import (
     BRIDGE_ADDRESS,
     CNI_PLUGIN_DIR,
+    LOAD_BALANCER_CIDR,
     NODE_NETWORK,
     SERVICE_CIDR,
     NodeAddresses,
@@ -84,6 +85,13 @@ def node_routes(topology: Topology, node: NodeAddresses) -> list[Route]:
     ]
 
 
+def load_balancer_route(topology: Topology) -> Route:
+    """The root namespace's route to the load-balancer range: via the first node (MetalLB's layer-2 mode would
+    answer ARP from one node; a route does the same without an agent). Every node's Service rules DNAT those
+    addresses, so the first one serves them all."""
+    return Route(None, LOAD_BALANCER_CIDR, topology.all_nodes()[0].address, topology.bridge)
+
+
 def join_routes(topology: Topology, node: NodeAddresses) -> list[Route]:
     """The routes that join ``node`` to a lab whose other nodes are up: its own, and in every other node a route to
     its pod range."""
@@ -101,6 +109,8 @@ def create_network(topology: Topology, record: Record, runner: CommandRunner) ->
     for node in nodes:
         for route in node_routes(topology, node):
             _add_route(record, runner, route)
+    if nodes:
+        _add_route(record, runner, load_balancer_route(topology))
     for node in nodes:
         write_node_cni_files(topology, node, record)
 

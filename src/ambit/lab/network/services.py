@@ -26,7 +26,16 @@ What the table does, in packet order:
    does.)
 3. ``nat-postrouting``: a connection DNATed from this node's pod range to this node's pod range is SNATed to the
    node's ``cni0`` address. Its reply would otherwise go from pod to pod across the bridge and, without
-   br_netfilter, never be un-DNATed. Nothing else is NATed: the lab never masquerades towards an uplink.
+   br_netfilter, never be un-DNATed. A connection DNATed from a load-balancer address is masqueraded (to the
+   node's address towards the endpoint), as kube-proxy does for external traffic: the endpoint may be on another
+   node, whose reply would otherwise go straight to the client with the pod's address. Nothing else is NATed:
+   the lab never masquerades towards an uplink.
+
+LoadBalancer Services: the addresses in ``status.loadBalancer.ingress[].ip`` (assigned by the lab's load-balancer
+controller, :mod:`ambit.lab.controllers.loadbalancer`) are proxied like the cluster IP, port for port, when they lie
+in the node's ``load_balancer_cidr``; any other address is left out with a reason (whoever may write a Service's
+status must not be able to capture traffic to an arbitrary address, such as the API server's). Other ports of a
+load-balancer address are rejected like those of a cluster IP.
 
 Invariants: only validated tokens reach the script (DNS-label names, IPv4 addresses, port numbers), so no object
 can inject nft syntax, and chain names (``service-<ns>/<name>/<proto>/<port>``,
@@ -98,6 +107,7 @@ class _Service:
     name: str
     cluster_ip: ipaddress.IPv4Address
     ports: tuple[_ServicePort, ...]
+    load_balancer_ips: tuple[ipaddress.IPv4Address, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +115,7 @@ class _Node:
     pod_cidr: ipaddress.IPv4Network
     gateway: ipaddress.IPv4Address
     service_cidr: ipaddress.IPv4Network | None
+    load_balancer_cidr: ipaddress.IPv4Network | None = None
 
 
 def render_service_rules(
@@ -114,24 +125,27 @@ def render_service_rules(
     node_pod_cidr: str,
     node_gateway: str,
     service_cidr: str | None = None,
+    load_balancer_cidr: str | None = None,
 ) -> RenderedRules:
     """Render the node's table from the cluster's Services and EndpointSlices.
 
     ``node_pod_cidr`` and ``node_gateway`` are the node's pod range and its ``cni0`` address. With
     ``service_cidr``, new connections to any other address of the Service range are rejected too (ICMP
-    port-unreachable), so that nothing addressed to the range leaves the node whatever its routes. These are the
-    node's own settings, not input: a bad one is a ``ValueError``.
+    port-unreachable), so that nothing addressed to the range leaves the node whatever its routes. With
+    ``load_balancer_cidr``, LoadBalancer Services' addresses in that range are proxied too. These are the node's
+    own settings, not input: a bad one is a ``ValueError``.
     """
     node = _Node(
         ipaddress.IPv4Network(node_pod_cidr),
         ipaddress.IPv4Address(node_gateway),
         ipaddress.IPv4Network(service_cidr) if service_cidr is not None else None,
+        ipaddress.IPv4Network(load_balancer_cidr) if load_balancer_cidr is not None else None,
     )
     skipped: list[str] = []
     parsed: list[_Service] = []
     for obj in services:
         try:
-            svc = _read_service(obj, skipped)
+            svc = _read_service(obj, skipped, node.load_balancer_cidr)
         except _Malformed as exc:
             skipped.append(f"Service {_describe(obj)}: {exc}")
             continue
@@ -159,6 +173,7 @@ def _render(
     node: _Node,
 ) -> RenderedRules:
     cluster_ips: set[ipaddress.IPv4Address] = set()
+    lb_ips: set[ipaddress.IPv4Address] = set()
     service_map: dict[tuple[int, str, int], str] = {}
     reject_map: dict[tuple[int, str, int], str] = {}
     owners: dict[tuple[int, str, int], str] = {}
@@ -173,19 +188,25 @@ def _render(
         seen.add(who)
         rendered_ports = 0
         for port in sorted(svc.ports, key=lambda p: (p.protocol, p.port)):
-            key = (int(svc.cluster_ip), port.protocol, port.port)
-            owner = owners.setdefault(key, who)
-            if owner != who:
-                skipped.append(f"Service {who}: {svc.cluster_ip} {port.protocol} {port.port} is taken by {owner}")
-                continue
+            keys = []
+            for address in (svc.cluster_ip, *svc.load_balancer_ips):
+                key = (int(address), port.protocol, port.port)
+                owner = owners.setdefault(key, who)
+                if owner != who:
+                    skipped.append(f"Service {who}: {address} {port.protocol} {port.port} is taken by {owner}")
+                    continue
+                keys.append(key)
+            if not keys or keys[0][0] != int(svc.cluster_ip):
+                continue  # the cluster IP's port is another Service's: none of this port is proxied
             rendered_ports += 1
+            lb_ips.update(ipaddress.IPv4Address(k[0]) for k in keys[1:])
             endpoints = sorted(backends.get((svc.namespace, svc.name, port.name, port.protocol), ()))
             if not endpoints:
-                reject_map[key] = f"goto reject-{port.protocol}"
+                reject_map.update((key, f"goto reject-{port.protocol}") for key in keys)
                 continue
             base = f"{svc.namespace}/{svc.name}/{port.protocol}/{port.port}"
             targets = [f"endpoint-{base}__{ep.ip}/{ep.port}" for ep in endpoints]
-            service_map[key] = f"goto service-{base}"
+            service_map.update((key, f"goto service-{base}") for key in keys)
             chains.append((f"service-{base}", _spread(targets)))
             for target, ep in zip(targets, endpoints, strict=True):
                 chains.append((target, f"meta l4proto {port.protocol} dnat to {ep.ip}:{ep.port}"))
@@ -193,7 +214,7 @@ def _render(
         if rendered_ports:
             cluster_ips.add(svc.cluster_ip)
             rendered_services += 1
-    script = _script(sorted(cluster_ips), service_map, reject_map, chains, node)
+    script = _script(sorted(cluster_ips), sorted(lb_ips), service_map, reject_map, chains, node)
     return RenderedRules(script, skipped, rendered_services, endpoint_count)
 
 
@@ -206,6 +227,7 @@ def _spread(targets: list[str]) -> str:
 
 def _script(
     cluster_ips: list[ipaddress.IPv4Address],
+    lb_ips: list[ipaddress.IPv4Address],
     service_map: dict[tuple[int, str, int], str],
     reject_map: dict[tuple[int, str, int], str],
     chains: list[tuple[str, str]],
@@ -219,6 +241,8 @@ def _script(
         f"table {FAMILY} {TABLE} {{",
     ]
     lines += _collection("set cluster-ips", "ipv4_addr", [str(ip) for ip in cluster_ips])
+    if node.load_balancer_cidr is not None:
+        lines += _collection("set load-balancer-ips", "ipv4_addr", [str(ip) for ip in lb_ips])
     verdict_type = "ipv4_addr . inet_proto . inet_service : verdict"
     lines += _collection("map service-ips", verdict_type, _elements(service_map))
     lines += _collection("map no-endpoint-services", verdict_type, _elements(reject_map))
@@ -226,11 +250,16 @@ def _script(
     lines += _chain("nat-prerouting", "type nat hook prerouting priority dstnat; policy accept;", [lookup])
     lines += _chain("nat-output", "type nat hook output priority -100; policy accept;", [lookup])
     hairpin = f"ct status dnat ip saddr {node.pod_cidr} ip daddr {node.pod_cidr} snat to {node.gateway}"
-    lines += _chain("nat-postrouting", "type nat hook postrouting priority srcnat; policy accept;", [hairpin])
+    postrouting = [hairpin]
+    if node.load_balancer_cidr is not None:
+        postrouting.append("ct status dnat ct original ip daddr @load-balancer-ips masquerade")
+    lines += _chain("nat-postrouting", "type nat hook postrouting priority srcnat; policy accept;", postrouting)
     check = ["ct state new jump services-check"]
     lines += _chain("filter-prerouting", "type filter hook prerouting priority dstnat + 10; policy accept;", check)
     lines += _chain("filter-output", "type filter hook output priority filter; policy accept;", check)
     checks = ["ip daddr . meta l4proto . th dport vmap @no-endpoint-services", "ip daddr @cluster-ips reject"]
+    if node.load_balancer_cidr is not None:
+        checks.append("ip daddr @load-balancer-ips reject")
     if node.service_cidr is not None:
         checks.append(f"ip daddr {node.service_cidr} reject")
     lines += _chain("services-check", None, checks)
@@ -264,7 +293,7 @@ def _chain(name: str, base: str | None, rules: list[str]) -> list[str]:
 # -- reading objects ---------------------------------------------------------------------------------------------
 
 
-def _read_service(obj: object, skipped: list[str]) -> _Service | None:
+def _read_service(obj: object, skipped: list[str], lb_cidr: ipaddress.IPv4Network | None) -> _Service | None:
     """The Service to proxy; None for a valid Service with nothing to proxy (headless, ExternalName)."""
     meta = _mapping(obj, "metadata")
     namespace, name = _label(meta, "namespace"), _label(meta, "name")
@@ -292,7 +321,35 @@ def _read_service(obj: object, skipped: list[str]) -> _Service | None:
             continue
         if ports.setdefault((port.protocol, port.port), port) is not port:
             skipped.append(f"Service {namespace}/{name}: spec.ports[{i}]: {port.protocol} {port.port} is listed twice")
-    return _Service(namespace, name, ip, tuple(ports.values()))
+    lb_ips = _load_balancer_ips(obj, kind, lb_cidr, f"Service {namespace}/{name}", skipped)
+    return _Service(namespace, name, ip, tuple(ports.values()), lb_ips)
+
+
+def _load_balancer_ips(
+    obj: object, kind: str, lb_cidr: ipaddress.IPv4Network | None, who: str, skipped: list[str]
+) -> tuple[ipaddress.IPv4Address, ...]:
+    """The addresses of ``status.loadBalancer.ingress`` to proxy: a LoadBalancer Service's, in ``lb_cidr``."""
+    if kind != "LoadBalancer" or lb_cidr is None or not isinstance(obj, dict):
+        return ()
+    status = obj.get("status")
+    lb = status.get("loadBalancer") if isinstance(status, dict) else None
+    ingress = lb.get("ingress") if isinstance(lb, dict) else None
+    out: list[ipaddress.IPv4Address] = []
+    for i, item in enumerate(ingress if isinstance(ingress, list) else ()):
+        raw = item.get("ip") if isinstance(item, dict) else None
+        if not isinstance(raw, str):
+            continue
+        try:
+            address = _ipv4(raw, f"status.loadBalancer.ingress[{i}].ip")
+        except _Malformed as exc:
+            skipped.append(f"{who}: {exc}")
+            continue
+        if address not in lb_cidr:
+            skipped.append(f"{who}: status.loadBalancer.ingress[{i}].ip {address} is outside {lb_cidr}")
+            continue
+        if address not in out:
+            out.append(address)
+    return tuple(out)
 
 
 def _read_service_port(raw: object) -> _ServicePort:

@@ -113,16 +113,25 @@ class ServiceProxy:
         node_pod_cidr: str,
         node_gateway: str,
         service_cidr: str | None = None,
+        load_balancer_cidr: str | None = None,
         runner: CommandRunner | None = None,
         settings: ServiceProxySettings | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         # a bad node setting is a ValueError now, not in the task later
-        render_service_rules([], [], node_pod_cidr=node_pod_cidr, node_gateway=node_gateway, service_cidr=service_cidr)
+        render_service_rules(
+            [],
+            [],
+            node_pod_cidr=node_pod_cidr,
+            node_gateway=node_gateway,
+            service_cidr=service_cidr,
+            load_balancer_cidr=load_balancer_cidr,
+        )
         self.netns = netns
         self.node_pod_cidr = node_pod_cidr
         self.node_gateway = node_gateway
         self.service_cidr = service_cidr
+        self.load_balancer_cidr = load_balancer_cidr
         self.settings = settings or ServiceProxySettings()
         self.stats = ServiceProxyStats()
         self.rendered: RenderedRules | None = None
@@ -200,6 +209,7 @@ class ServiceProxy:
             node_pod_cidr=self.node_pod_cidr,
             node_gateway=self.node_gateway,
             service_cidr=self.service_cidr,
+            load_balancer_cidr=self.load_balancer_cidr,
         )
         self.stats.renders += 1
         self.rendered = rendered

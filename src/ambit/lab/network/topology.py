@@ -7,6 +7,8 @@ Addresses (all from 198.18.0.0/15, never the machine's own ranges):
 - pods of node ``i``: ``198.18.<i>.0/24``, gateway ``198.18.<i>.1`` on the node's ``cni0`` bridge.
 - Services: cluster IPs from ``198.19.0.0/16``; ``198.19.0.10`` is cluster DNS's (the ``kube-dns`` Service, as
   kubeadm takes the tenth address), which the API server never hands out on its own.
+- LoadBalancer Services: ``198.18.0.224/28`` on the lab bridge's subnet (above every node address), assigned by
+  the lab's load balancer and routed from the root namespace to the first node, whose Service rules DNAT them.
 
 Routing: every node has a route to every other node's pod range via that node's address, and the root namespace
 has the same routes (so the API server can answer pods). No namespace gets a default route towards the lab bridge,
@@ -55,6 +57,7 @@ SERVICE_CIDR = "198.19.0.0/16"
 CLUSTER_DNS_ADDRESS = "198.19.0.10"
 """The ``kube-system/kube-dns`` Service's cluster IP: every pod's ``nameserver`` (``deploy/lab-dns``)."""
 CLUSTER_DOMAIN = "cluster.local"
+LOAD_BALANCER_CIDR = "198.18.0.224/28"
 API_PORT = 6443
 CNI_PLUGIN_DIR = Path("/usr/lib/cni")
 MAX_NODES = 200

@@ -1,0 +1,115 @@
+"""``ambit gateway``: the process an ingress gateway Deployment's pods run (Istio's ``pilot-agent proxy router``
+for a Gateway of class ``istio``).
+
+Who the gateway is comes from the pod's environment, as Istio's gateway pods get it (POD_NAME, POD_NAMESPACE,
+INSTANCE_IP, SERVICE_ACCOUNT, NODE_NAME, GATEWAY_NAME: the Gateway's own name); its listeners, routes and
+certificates from the control plane (--xds-address, --ca-address with --root-cert and --token), or, for tests,
+workloads from a local file and a local CA (the listeners then come only from the API of :mod:`ambit.waypoint.ingress`).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ambit.cli.main import app
+
+
+@app.command("gateway")
+def gateway(
+    namespace: Annotated[str, typer.Option("--namespace", envvar="POD_NAMESPACE", help="The Gateway's namespace.")],
+    gateway_name: Annotated[str, typer.Option("--gateway-name", envvar="GATEWAY_NAME", help="The Gateway's name.")],
+    service_account: Annotated[
+        str, typer.Option("--service-account", envvar="SERVICE_ACCOUNT", help="The pod's service account.")
+    ] = "default",
+    pod_name: Annotated[str, typer.Option("--pod-name", envvar="POD_NAME", help="The pod's name.")] = "",
+    instance_ip: Annotated[
+        str | None, typer.Option("--instance-ip", envvar="INSTANCE_IP", help="The pod's IP (listeners bind there).")
+    ] = None,
+    node_name: Annotated[str, typer.Option("--node-name", envvar="NODE_NAME", help="The node's name.")] = "",
+    xds_address: Annotated[
+        str | None, typer.Option("--xds-address", help="Control plane HOST:PORT for the workload API (delta xDS).")
+    ] = None,
+    ca_address: Annotated[
+        str | None, typer.Option("--ca-address", help="Control plane HOST:PORT for the gateway's certificate.")
+    ] = None,
+    root_cert: Annotated[
+        Path | None, typer.Option("--root-cert", help="The mesh root (PEM) the control plane is verified with.")
+    ] = None,
+    token: Annotated[
+        Path | None, typer.Option("--token", help="Service-account token (audience istio-ca), re-read on use.")
+    ] = None,
+    server_name: Annotated[
+        str, typer.Option("--xds-server-name", help="The name the control plane's certificate is checked against.")
+    ] = "istiod.istio-system.svc",
+    cluster_id: Annotated[str, typer.Option("--cluster-id", help="This cluster's id.")] = "Kubernetes",
+    trust_domain: Annotated[str, typer.Option("--trust-domain", help="The mesh's trust domain.")] = "cluster.local",
+    config: Annotated[
+        Path | None, typer.Option("--config", help="Workloads and services from this YAML file instead of xDS.")
+    ] = None,
+    local_ca: Annotated[
+        Path | None, typer.Option("--local-ca", help="Sign the gateway's certificate with the CA in this directory.")
+    ] = None,
+    admin_port: Annotated[int, typer.Option("--admin-port", help="Admin port (127.0.0.1).")] = 15000,
+    stats_port: Annotated[int, typer.Option("--stats-port", help="Prometheus metrics port.")] = 15020,
+    readiness_port: Annotated[int, typer.Option("--readiness-port", help="Readiness port.")] = 15021,
+    admin_token_file: Annotated[
+        Path | None, typer.Option("--admin-token-file", help="Write the admin POSTs' token here (mode 0600).")
+    ] = None,
+    log_json: Annotated[bool, typer.Option("--log-json", help="Access log lines as JSON.")] = False,
+) -> None:
+    """Run an ingress gateway: its Gateway's HTTP and HTTPS listeners, routed by HTTPRoutes to mesh Services over
+    HBONE; metrics on 15020, readiness on 15021."""
+    from ambit.cli.mesh import configure_logging
+    from ambit.errors import AmbitError
+    from ambit.inpod import eventloop
+    from ambit.model.identity import IdentityError, SpiffeId, check_trust_domain
+    from ambit.waypoint.ingress import run_gateway
+    from ambit.waypoint.settings import WaypointSettings
+
+    try:
+        check_trust_domain(trust_domain)
+        SpiffeId(trust_domain, namespace, service_account or "default")
+    except IdentityError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if instance_ip:
+        try:
+            ipaddress.ip_address(instance_ip)
+        except ValueError:
+            raise typer.BadParameter(f"not an IP address: {instance_ip!r}", param_hint="--instance-ip") from None
+    if (xds_address or ca_address) and (root_cert is None or token is None):
+        raise typer.BadParameter("--xds-address and --ca-address need --root-cert and --token")
+    if not (ca_address or local_ca):
+        raise typer.BadParameter("give --ca-address (with --root-cert and --token) or --local-ca")
+    if not gateway_name:
+        raise typer.BadParameter("the gateway needs its Gateway name (--gateway-name or GATEWAY_NAME)")
+    settings = WaypointSettings(
+        namespace=namespace,
+        gateway_name=gateway_name,
+        service_account=service_account,
+        pod_name=pod_name,
+        instance_ip=instance_ip or None,
+        node_name=node_name,
+        trust_domain=trust_domain,
+        cluster_id=cluster_id,
+        xds_address=xds_address,
+        ca_address=ca_address,
+        root_cert_file=root_cert,
+        token_file=token,
+        xds_server_name=server_name,
+        config_file=None if xds_address else config,
+        local_ca_dir=None if ca_address else local_ca,
+        admin_port=admin_port,
+        stats_port=stats_port,
+        readiness_port=readiness_port,
+        log_json=log_json,
+    )
+    configure_logging()
+    try:
+        eventloop.run(lambda: run_gateway(settings, admin_token_file=admin_token_file), "asyncio")
+    except (AmbitError, OSError) as exc:
+        typer.echo(f"ambit gateway: {exc}", err=True)
+        raise typer.Exit(1) from None

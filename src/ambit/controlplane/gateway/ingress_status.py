@@ -1,0 +1,113 @@
+"""The status of an ingress Gateway (class ``istio``), as istiod writes it (spec §1.5, §10.3), decided without I/O.
+
+Theory of operation: the controller tells :func:`ingress_status` what it found (a
+:class:`~ambit.controlplane.gateway.status.Deployed` with the Service's load-balancer addresses) and the judged
+listeners (:mod:`.listeners`); the result goes through the same
+:func:`~ambit.controlplane.gateway.status.plan_status` as a waypoint's.
+
+Rules:
+
+1. ``Accepted``: True/``Accepted`` when every listener is accepted, True/``ListenersNotValid`` when some are not,
+   False/``ListenersNotValid`` when none is.
+2. ``Programmed``: a problem is False/``Invalid``; no Service yet False/``AddressNotUsable``; a Service whose
+   ``status.loadBalancer.ingress`` is still empty False/``AddressNotAssigned`` ("address pending"); otherwise
+   True/``Programmed`` naming the Service and its ports. Readiness of the pods does not count (istiod reports the
+   Service's address, as a cloud load balancer would).
+3. ``status.addresses``: each load-balancer ingress, ``IPAddress`` for an ``ip``, ``Hostname`` for a
+   ``hostname``; none while there is a problem.
+4. One listener status per judged listener: ``attachedRoutes`` as counted by the caller, ``supportedKinds``
+   HTTPRoute, and conditions ``Accepted``, ``Conflicted``, ``ResolvedRefs`` from the judgement and ``Programmed``
+   True exactly when the listener is ready (else False/``Invalid``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ambit.controlplane.gateway.status import MESSAGE_MAX, Deployed, condition
+from ambit.controlplane.translate.listeners import JudgedListener
+
+__all__ = ["INGRESS_ROUTE_KINDS", "ingress_status", "load_balancer_addresses"]
+
+INGRESS_ROUTE_KINDS = ({"group": "gateway.networking.k8s.io", "kind": "HTTPRoute"},)
+
+
+def load_balancer_addresses(service: Mapping[str, Any] | None) -> tuple[dict[str, str], ...]:
+    """Rule 3: the Gateway addresses a Service's ``status.loadBalancer.ingress`` gives."""
+    status = (service or {}).get("status")
+    lb = status.get("loadBalancer") if isinstance(status, Mapping) else None
+    ingress = lb.get("ingress") if isinstance(lb, Mapping) else None
+    out: list[dict[str, str]] = []
+    for item in ingress if isinstance(ingress, list) else ():
+        if not isinstance(item, Mapping):
+            continue
+        if isinstance(item.get("ip"), str) and item["ip"]:
+            out.append({"type": "IPAddress", "value": item["ip"]})
+        elif isinstance(item.get("hostname"), str) and item["hostname"]:
+            out.append({"type": "Hostname", "value": item["hostname"]})
+    return tuple(out)
+
+
+def ingress_status(
+    gateway: Mapping[str, Any],
+    found: Deployed,
+    listeners: Sequence[JudgedListener],
+    *,
+    host: str,
+    addresses: Sequence[Mapping[str, str]],
+    attached: Mapping[str, int] | None = None,
+) -> dict[str, Any]:
+    """The wanted ``status`` (rules 1-4); ``host`` is the Service's hostname."""
+    generation = (gateway.get("metadata") or {}).get("generation")
+    valid = sum(1 for item in listeners if item.accepted[0])
+    if listeners and valid == 0:
+        accepted = condition(
+            "Accepted", False, "ListenersNotValid", "None of the Gateway's listeners are valid", generation
+        )
+    elif valid < len(listeners):
+        message = "One or more of the Gateway's listeners are invalid"
+        accepted = condition("Accepted", True, "ListenersNotValid", message, generation)
+    else:
+        accepted = condition("Accepted", True, "Accepted", "Resource accepted", generation)
+    ports = ",".join(str(p) for p in dict.fromkeys(item.port for item in listeners if item.port))
+    if found.problem is not None:
+        programmed = condition("Programmed", False, "Invalid", found.problem[:MESSAGE_MAX], generation)
+    elif not found.service_exists:
+        message = f'Failed to assign to any requested addresses: hostname "{host}" not found'
+        programmed = condition("Programmed", False, "AddressNotUsable", message, generation)
+    elif not addresses:
+        message = (
+            f"Assigned to service(s) {host}:{ports}, but failed to assign to all requested addresses: "
+            f'address pending for hostname "{host}"'
+        )
+        programmed = condition("Programmed", False, "AddressNotAssigned", message, generation)
+    else:
+        programmed = condition(
+            "Programmed", True, "Programmed", f"Resource programmed, assigned to service(s) {host}:{ports}", generation
+        )
+    status: dict[str, Any] = {"conditions": [accepted, programmed]}
+    status["addresses"] = [dict(a) for a in addresses] if found.problem is None and addresses else None
+    status["listeners"] = [_listener(item, generation, (attached or {}).get(item.name, 0)) for item in listeners]
+    return status
+
+
+def _listener(item: JudgedListener, generation: Any, attached: int) -> dict[str, Any]:
+    ok = item.ready
+    return {
+        "name": item.name,
+        "attachedRoutes": attached,
+        "supportedKinds": [dict(k) for k in INGRESS_ROUTE_KINDS] if item.accepted[0] else [],
+        "conditions": [
+            condition("Accepted", *item.accepted, generation),
+            condition("Conflicted", *item.conflicted, generation),
+            condition(
+                "Programmed",
+                ok,
+                "Programmed" if ok else "Invalid",
+                "No errors found" if ok else "The listener is not served",
+                generation,
+            ),
+            condition("ResolvedRefs", *item.resolved, generation),
+        ],
+    }

@@ -1,0 +1,342 @@
+"""Ingress Gateways (class ``istio``) and their HTTPRoutes → each gateway's
+:class:`~ambit.model.ingress.GatewayConfig`, who may read it, and the routes' parent status (spec §1.5, §10.3).
+
+Theory of operation: :func:`translate_ingress` judges each ingress Gateway's listeners with the same judgement
+its status is written from (:func:`ambit.controlplane.translate.listeners.judge_listeners`), so a listener is served
+exactly when it is Programmed. Each HTTPRoute is converted once (:func:`~ambit.controlplane.translate.routerules.
+convert_route`), and each of its ``parentRefs`` that names an ingress Gateway attaches it to that Gateway's
+listeners. Pure: no I/O, deterministic output.
+
+Rules:
+
+1. A parentRef is ours when its group and kind are Gateway API's ``Gateway`` (the defaults) and it names an
+   ingress Gateway (namespace defaults to the route's). Other parents are left to others (waypoints:
+   :mod:`ambit.controlplane.translate.routes`).
+2. A listener takes the route when the parentRef's ``sectionName`` and ``port``, when given, are the listener's,
+   the listener is ready, and its ``allowedRoutes.namespaces`` admits the route's namespace (``Same``, the
+   default; ``All``; ``Selector`` on the namespace's labels).
+3. Hostnames: a route without ``hostnames`` serves the listener's hostname (``*`` for none). Otherwise each of its
+   hostnames that the listener's hostname covers is served as written, and where a route's wildcard covers the
+   listener's hostname, the listener's hostname is served. A route none of whose hostnames meets the listener's is
+   not attached there.
+4. The parent's ``Accepted``: True when at least one listener took the route; else False with
+   ``NoMatchingParent`` (no listener of that sectionName/port), ``NotAllowedByListeners`` (namespaces not
+   admitted, or no such listener is served), or ``NoMatchingListenerHostname``. ``ResolvedRefs`` as for waypoint
+   routes: True unless the conversion found problems.
+5. Backends: a core ``Service`` that exists, in the route's namespace or in one whose ReferenceGrant lets
+   HTTPRoutes of the route's namespace refer to it (``to`` kind ``Service``, the name when given); otherwise
+   ``RefNotPermitted`` (the share answers 500).
+6. A virtual host holds the entries of every route attached there, sorted by Gateway API precedence; virtual
+   hosts are ordered most specific first (exact names, then longer wildcards, then ``*``).
+7. The gateway's service account (the only identity that may read its config, certificates included) is the
+   Gateway's ``gateway.istio.io/service-account`` annotation, else ``<name>-istio``, as the deployment controller
+   names it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ambit.controlplane.translate.listeners import (
+    INGRESS_CLASS,
+    JudgedListener,
+    SecretLookup,
+    deployed_name,
+    judge_listeners,
+)
+from ambit.controlplane.translate.routerules import (
+    BACKEND_NOT_FOUND,
+    GATEWAY_GROUP,
+    INVALID_KIND,
+    REF_NOT_PERMITTED,
+    ConvertedRoute,
+    RouteEntry,
+    convert_route,
+)
+from ambit.controlplane.translate.routes import (
+    SERVICE_ACCOUNT_ANNOTATION,
+    RouteCondition,
+    RouteParentStatus,
+    RouteStatus,
+)
+from ambit.model.ingress import (
+    GatewayConfig,
+    IngressCertificate,
+    IngressListener,
+    ListenerProtocol,
+    VirtualHost,
+    host_matches,
+)
+from ambit.model.labels import selector_from_spec
+from ambit.model.routes import BackendService
+from ambit.model.workload import Service
+
+__all__ = ["IngressTranslation", "merge_route_status", "translate_ingress"]
+
+Obj = Mapping[str, Any]
+_PARENT_KEYS = ("group", "kind", "namespace", "name", "sectionName", "port")
+
+
+@dataclass(frozen=True, slots=True)
+class IngressTranslation:
+    configs: tuple[GatewayConfig, ...] = ()
+    accounts: tuple[tuple[str, str], ...] = ()
+    """(Gateway key, service account) of each ingress Gateway (rule 7)."""
+    status: tuple[RouteStatus, ...] = ()
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _key(obj: Obj) -> str:
+    meta = _mapping(obj.get("metadata"))
+    return f"{_text(meta.get('namespace'))}/{_text(meta.get('name'))}"
+
+
+def _account(gateway: Obj) -> str:
+    annotations = _mapping(_mapping(gateway.get("metadata")).get("annotations"))
+    return _text(annotations.get(SERVICE_ACCOUNT_ANNOTATION)) or deployed_name(gateway)
+
+
+def _admits(listener: Obj, gateway_ns: str, route_ns: str, namespace_labels: Mapping[str, Mapping[str, str]]) -> bool:
+    namespaces = _mapping(_mapping(listener.get("allowedRoutes")).get("namespaces"))
+    allowed = _text(namespaces.get("from")) or "Same"
+    if allowed == "All":
+        return True
+    if allowed == "Selector":
+        try:
+            selector = selector_from_spec(namespaces.get("selector"))
+        except (ValueError, TypeError):
+            return False
+        return selector is not None and selector.matches(namespace_labels.get(route_ns, {}))
+    return route_ns == gateway_ns
+
+
+def _intersect(listener_host: str, route_host: str) -> str | None:
+    """The narrower of a listener's and a route's hostname when one covers the other, else None."""
+    if not listener_host or listener_host == route_host:
+        return route_host
+    listener_wild, route_wild = listener_host.startswith("*."), route_host.startswith("*.")
+    if listener_wild and route_wild:
+        if route_host.endswith(listener_host[1:]):
+            return route_host
+        return listener_host if listener_host.endswith(route_host[1:]) else None
+    if listener_wild:
+        return route_host if host_matches(listener_host, route_host) else None
+    if route_wild:
+        return listener_host if host_matches(route_host, listener_host) else None
+    return None
+
+
+def served_hostnames(listener_host: str, route_hosts: tuple[str, ...]) -> tuple[str, ...]:
+    """Rule 3: the hostnames a route serves on a listener (empty: it does not attach)."""
+    if not route_hosts:
+        return (listener_host or "*",)
+    served = (_intersect(listener_host, host.lower()) for host in route_hosts)
+    return tuple(dict.fromkeys(h for h in served if h is not None))
+
+
+def _granted(grants: Iterable[Obj], route_ns: str, target_ns: str, name: str) -> bool:
+    """Rule 5: a ReferenceGrant in ``target_ns`` lets HTTPRoutes of ``route_ns`` refer to Service ``name``."""
+    for grant in grants:
+        if _text(_mapping(grant.get("metadata")).get("namespace")) != target_ns:
+            continue
+        spec = _mapping(grant.get("spec"))
+        froms, tos = spec.get("from"), spec.get("to")
+        if not any(
+            isinstance(f, Mapping)
+            and f.get("group") == GATEWAY_GROUP
+            and f.get("kind") == "HTTPRoute"
+            and f.get("namespace") == route_ns
+            for f in (froms if isinstance(froms, list) else ())
+        ):
+            continue
+        if any(
+            isinstance(t, Mapping)
+            and t.get("group") in ("", "core")
+            and t.get("kind") == "Service"
+            and _text(t.get("name")) in ("", name)
+            for t in (tos if isinstance(tos, list) else ())
+        ):
+            return True
+    return False
+
+
+def _lookup_for(
+    route_ns: str, services: Mapping[tuple[str, str], Service], grants: list[Obj]
+) -> Callable[..., BackendService | str]:
+    def lookup(group: str, kind: str, name: str, namespace: str, route_kind: str) -> BackendService | str:
+        if group not in ("", "core") or kind != "Service":
+            return INVALID_KIND
+        target = namespace or route_ns
+        if target != route_ns and not _granted(grants, route_ns, target, name):
+            return REF_NOT_PERMITTED
+        service = services.get((target, name))
+        if service is None:
+            return BACKEND_NOT_FOUND
+        return BackendService(service.namespace, service.hostname, 0)
+
+    return lookup
+
+
+def _resolved_refs(route: ConvertedRoute) -> RouteCondition:
+    if not route.problems:
+        return RouteCondition("ResolvedRefs", True, "ResolvedRefs", "All references resolved")
+    message = "; ".join(dict.fromkeys(p.message for p in route.problems))
+    return RouteCondition("ResolvedRefs", False, route.problems[0].reason, message)
+
+
+@dataclass(slots=True)
+class _Gateway:
+    obj: Obj
+    namespace: str
+    judged: tuple[JudgedListener, ...]
+    raw: dict[str, Obj]
+    """Listener name → its spec."""
+    hosts: dict[tuple[str, str], list[RouteEntry]]
+    """(listener name, hostname) → attached entries."""
+
+
+def translate_ingress(
+    *,
+    gateways: Iterable[Obj],
+    http_routes: Iterable[Obj],
+    k8s_services: Iterable[Service],
+    find_secret: SecretLookup,
+    namespace_labels: Mapping[str, Mapping[str, str]],
+    reference_grants: Iterable[Obj] = (),
+) -> IngressTranslation:
+    """Rules 1-7."""
+    grants = list(reference_grants)
+    found: dict[str, _Gateway] = {}
+    for gateway in gateways:
+        spec = _mapping(gateway.get("spec"))
+        meta = _mapping(gateway.get("metadata"))
+        if spec.get("gatewayClassName") != INGRESS_CLASS or meta.get("deletionTimestamp"):
+            continue
+        listeners = spec.get("listeners")
+        raw = {
+            _text(item.get("name")): item
+            for item in (listeners if isinstance(listeners, list) else ())
+            if isinstance(item, Mapping)
+        }
+        judged = judge_listeners(gateway, find_secret)
+        found[_key(gateway)] = _Gateway(gateway, _text(meta.get("namespace")), judged, raw, {})
+    services = {(s.namespace, s.name): s for s in k8s_services}
+    statuses: list[RouteStatus] = []
+    for obj in http_routes:
+        meta = _mapping(obj.get("metadata"))
+        route_ns = _text(meta.get("namespace"))
+        parents: dict[tuple[tuple[str, Any], ...], RouteParentStatus] = {}
+        route: ConvertedRoute | None = None
+        refs = _mapping(obj.get("spec")).get("parentRefs")
+        for ref in refs if isinstance(refs, list) else ():
+            if not isinstance(ref, Mapping):
+                continue
+            group = _text(ref.get("group")) if "group" in ref else GATEWAY_GROUP
+            kind = _text(ref.get("kind")) or "Gateway"
+            target = found.get(f"{_text(ref.get('namespace')) or route_ns}/{_text(ref.get('name'))}")
+            if group != GATEWAY_GROUP or kind != "Gateway" or target is None:
+                continue
+            wire = tuple(sorted((k, ref[k]) for k in _PARENT_KEYS if isinstance(ref.get(k), str | int)))
+            if wire in parents:
+                continue
+            if route is None:
+                route = convert_route("HTTPRoute", obj, _lookup_for(route_ns, services, grants))
+            accepted = _attach(target, ref, route, route_ns, namespace_labels)
+            parents[wire] = RouteParentStatus(wire, (accepted, _resolved_refs(route)))
+        if parents:
+            generation = meta.get("generation")
+            observed = generation if isinstance(generation, int) and not isinstance(generation, bool) else 0
+            statuses.append(
+                RouteStatus("HTTPRoute", route_ns, _text(meta.get("name")), observed, tuple(parents.values()))
+            )
+    configs = tuple(_config(key, gw) for key, gw in sorted(found.items()))
+    accounts = tuple((key, _account(gw.obj)) for key, gw in sorted(found.items()))
+    return IngressTranslation(configs, accounts, tuple(sorted(statuses, key=lambda s: s.key)))
+
+
+def _attach(
+    gateway: _Gateway,
+    ref: Obj,
+    route: ConvertedRoute,
+    route_ns: str,
+    namespace_labels: Mapping[str, Mapping[str, str]],
+) -> RouteCondition:
+    section = _text(ref.get("sectionName"))
+    port = ref.get("port") if isinstance(ref.get("port"), int) else None
+    candidates = [j for j in gateway.judged if (not section or j.name == section) and (port is None or j.port == port)]
+    if not candidates:
+        what = f'sectionName "{section}"' if section else f"port {port}"
+        return RouteCondition("Accepted", False, "NoMatchingParent", f"{what} not found")
+    admitted = [
+        j
+        for j in candidates
+        if j.ready and _admits(gateway.raw.get(j.name, {}), gateway.namespace, route_ns, namespace_labels)
+    ]
+    if not admitted:
+        message = f'HTTPRoute in namespace "{route_ns}" is not allowed by the listeners of {_key(gateway.obj)}'
+        return RouteCondition("Accepted", False, "NotAllowedByListeners", message)
+    attached = False
+    for listener in admitted:
+        for host in served_hostnames(listener.hostname, tuple(route.hostnames)):
+            gateway.hosts.setdefault((listener.name, host), []).extend(route.http)
+            attached = True
+    if not attached:
+        message = "no hostname of the route matches a listener's hostname"
+        return RouteCondition("Accepted", False, "NoMatchingListenerHostname", message)
+    return RouteCondition("Accepted", True, "Accepted", "Route was valid")
+
+
+def _specificity(hostname: str) -> tuple[int, str]:
+    if hostname == "*":
+        return (2, "")
+    if hostname.startswith("*."):
+        return (1, f"{-len(hostname):08d}{hostname}")
+    return (0, hostname)
+
+
+def _config(key: str, gateway: _Gateway) -> GatewayConfig:
+    listeners = []
+    for judged in gateway.judged:
+        if not judged.ready:
+            continue
+        hosts = sorted((h for (name, h) in gateway.hosts if name == judged.name), key=_specificity)
+        virtual_hosts = tuple(
+            VirtualHost(host, tuple(e.rule for e in sorted(gateway.hosts[(judged.name, host)], key=lambda e: e.key)))
+            for host in hosts
+        )
+        listeners.append(
+            IngressListener(
+                judged.name,
+                judged.port,
+                ListenerProtocol(judged.protocol),
+                judged.hostname,
+                tuple(IngressCertificate(c.cert_pem, c.key_pem) for c in judged.credentials),
+                virtual_hosts,
+            )
+        )
+    return GatewayConfig(key, tuple(listeners))
+
+
+def merge_route_status(*groups: Iterable[RouteStatus]) -> tuple[RouteStatus, ...]:
+    """One RouteStatus per route, the parents of every group together (waypoint parents and ingress parents)."""
+    merged: dict[tuple[str, str], RouteStatus] = {}
+    for group in groups:
+        for status in group:
+            key = (status.kind, status.key)
+            have = merged.get(key)
+            if have is None:
+                merged[key] = status
+            else:
+                merged[key] = RouteStatus(
+                    status.kind, status.namespace, status.name, status.generation, have.parents + status.parents
+                )
+    return tuple(merged[k] for k in sorted(merged))

@@ -1,0 +1,77 @@
+"""What an ingress gateway knows: its served listeners, their certificates and their virtual hosts of routes.
+
+The control plane judges a Gateway of class ``istio`` (spec §1.5) and the HTTPRoutes attached to it, and serves
+one :class:`GatewayConfig` to the gateway's pods over delta ADS (``proto/gateway.proto``); the gateway never reads
+the Kubernetes API. Rules use the waypoint's :class:`~ambit.model.routes.RouteRule`, so the gateway routes with the
+waypoint's engine.
+
+Theory of operation:
+
+- Only listeners the Gateway's status calls Programmed are here (HTTP, and HTTPS terminating TLS with at least one
+  valid certificate). Listeners may share a port: for HTTPS the TLS server name (SNI) picks the listener (its
+  hostname, most specific first; one without hostname takes the rest), and with it the certificate; for HTTP the
+  ``Host`` header picks it the same way.
+- Within a listener, the request's host picks one :class:`VirtualHost`: an exact hostname first, then the longest
+  ``*.`` wildcard that covers it, then ``*``. Its rules, ordered by Gateway API precedence, are matched as a
+  waypoint matches its table; no virtual host, or no rule that matches, answers 404.
+- Within a listener, the first certificate whose names cover the server name is served, else the first.
+- Backends are mesh Services (``BackendService``), reached over HBONE with the gateway's own identity.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from ambit.model.routes import RouteRule
+
+__all__ = ["GatewayConfig", "IngressCertificate", "IngressListener", "ListenerProtocol", "VirtualHost", "host_matches"]
+
+
+class ListenerProtocol(enum.Enum):
+    HTTP = "HTTP"
+    HTTPS = "HTTPS"
+
+
+@dataclass(frozen=True, slots=True)
+class IngressCertificate:
+    cert_pem: bytes
+    key_pem: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class VirtualHost:
+    hostname: str
+    """A hostname, a ``*.suffix`` wildcard, or ``*``."""
+    http: tuple[RouteRule, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class IngressListener:
+    name: str
+    port: int
+    protocol: ListenerProtocol
+    hostname: str = ""
+    certificates: tuple[IngressCertificate, ...] = ()
+    virtual_hosts: tuple[VirtualHost, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    gateway: str
+    """``namespace/name`` of the Gateway."""
+    listeners: tuple[IngressListener, ...] = ()
+
+    def ports(self) -> frozenset[int]:
+        return frozenset(listener.port for listener in self.listeners)
+
+
+def host_matches(pattern: str, host: str) -> int:
+    """How specifically ``pattern`` covers ``host`` (lower-case, no port): 0 not at all, else larger is more
+    specific (exact beats any wildcard, a longer wildcard beats a shorter one, ``*`` and ``""`` cover all)."""
+    if pattern in ("", "*"):
+        return 1
+    if pattern.startswith("*."):
+        suffix = pattern[1:]
+        return 2 + len(suffix) if host.endswith(suffix) and len(host) > len(suffix) else 0
+    return 100_000 if pattern == host else 0

@@ -1,0 +1,360 @@
+"""The ingress gateway as a process (``ambit gateway``): a Gateway of class ``istio`` served with the waypoint's L7
+engine, from outside the mesh to mesh Services over HBONE with the gateway's own identity.
+
+Theory of operation: :class:`IngressGateway` is a :class:`~ambit.waypoint.process.Waypoint` (the same certificate
+manager for its SPIFFE identity ``spiffe://<td>/ns/<ns>/sa/<name>-istio``, workload state over xDS, upstream
+HBONE pool, telemetry and admin endpoints) that, instead of an HBONE listener, serves the listeners of its
+:class:`~ambit.model.ingress.GatewayConfig`:
+
+- Each port of the config is bound on the pod's address when a config names it and closed when none does.
+  Connections on an HTTPS port are TLS-terminated: the client's server name (SNI) picks the listener
+  (:class:`~ambit.waypoint.ingress_routing.IngressRouter`) and, among that listener's certificates, the first
+  whose names cover it. Each connection then carries HTTP/1.1 through the waypoint's request path
+  (:func:`~ambit.waypoint.http1_proxy.serve_http1`): every request routed by the picked listener's virtual hosts,
+  balanced per request, sent over HBONE (mutual TLS with the gateway's certificate, so the server sees the
+  gateway's identity as the peer), measured with ``reporter="source"`` and logged.
+- A new config (a route change, a rotated certificate) replaces the router and the TLS contexts at once: the next
+  request and the next handshake use it, no restart, and connections already open keep what they negotiated.
+  A certificate that does not load leaves its listener without that certificate (logged); the rest is served.
+- Readiness (``:15021/healthz/ready``) waits for the certificate, the workload state and the first config.
+
+Why the configuration, keys included, comes over xDS rather than from the API: the gateway, like a waypoint, holds
+no cluster credentials (its pods do not mount an API token), so a compromised gateway reads nothing of the cluster;
+the control plane, which already watches the Gateways and routes, resolves ``certificateRefs`` with the same
+judgement it writes the listener status from, and serves each gateway's config, private keys included, only to a
+caller authenticated as that gateway's service account (``<name>-istio`` in its namespace): another workload's
+token cannot read it, whatever resource name it asks for. Reading Secrets with the gateway's own token would
+instead need a Role per gateway namespace, created by the control plane, and a client in every gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import ssl
+import weakref
+from pathlib import Path
+from typing import Any
+
+from ambit.model.ingress import GatewayConfig, IngressListener, ListenerProtocol
+from ambit.model.localconfig import parse_local_config
+from ambit.model.routes import BackendService, RouteTable
+from ambit.model.workload import AppProtocol, Service
+from ambit.proxy.streams import ByteStream, SocketStream
+from ambit.telemetry.metrics import Reporter
+from ambit.tls.certs import CertificateError
+from ambit.tls.contexts import edge_server_context
+from ambit.tls.credentials import TlsCredential, read_pem_pair
+from ambit.waypoint.context import Tunnel
+from ambit.waypoint.decisions import Decision, RequestHead
+from ambit.waypoint.destinations import ServiceTarget, pick_ingress_endpoint
+from ambit.waypoint.http1_proxy import serve_http1
+from ambit.waypoint.ingress_routing import IngressRouter
+from ambit.waypoint.process import Waypoint
+from ambit.waypoint.settings import WaypointSettings
+from ambit.xds.client import Subscription
+from ambit.xds.client_session import ClientUpdate
+from ambit.xds.gateway import GATEWAY_CONFIG_TYPE_URL, decode_gateway_config
+
+__all__ = ["IngressGateway", "run_gateway"]
+
+log = logging.getLogger("ambit.waypoint.ingress")
+
+CONFIG_TASK = "gateway config"
+HANDSHAKE_TIMEOUT = 10.0
+
+
+class _TransportStream:
+    """A :class:`~ambit.proxy.streams.ByteStream` over an asyncio stream pair (the TLS-terminated downstream)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._reader = reader
+        self._writer = writer
+
+    async def read(self) -> bytes:
+        return await self._reader.read(256 * 1024)
+
+    async def write(self, data: bytes | memoryview) -> None:
+        self._writer.write(bytes(data))
+        await self._writer.drain()
+
+    def write_eof(self) -> None:
+        if self._writer.can_write_eof():
+            self._writer.write_eof()
+
+    def abort(self) -> None:
+        self._writer.transport.abort()
+
+    async def aclose(self) -> None:
+        self._writer.close()
+        with contextlib.suppress(Exception):
+            await self._writer.wait_closed()
+
+
+class _PortTls:
+    """The TLS side of one HTTPS port: a context per certificate, and which listener each handshake picked."""
+
+    def __init__(self, port: int, router: IngressRouter) -> None:
+        self.port = port
+        self.router = router
+        self.by_listener: dict[str, list[tuple[TlsCredential, ssl.SSLContext]]] = {}
+        for listener in router.listeners_on(port):
+            loaded = []
+            for i, cert in enumerate(listener.certificates):
+                try:
+                    context = edge_server_context(cert.cert_pem, cert.key_pem)
+                except CertificateError as exc:
+                    log.warning("listener %s: certificate %d not served: %s", listener.name, i, exc)
+                    continue
+                judged = read_pem_pair(cert.cert_pem, cert.key_pem)
+                credential = judged if isinstance(judged, TlsCredential) else TlsCredential(cert.cert_pem, cert.key_pem)
+                loaded.append((credential, context))
+            if loaded:
+                self.by_listener[listener.name] = loaded
+        self.picked: weakref.WeakKeyDictionary[ssl.SSLObject, str] = weakref.WeakKeyDictionary()
+        """The listener each handshake's SNI picked; an entry goes with its TLS session, so handshakes that fail
+        after the SNI callback leave nothing behind."""
+        first = next(iter(self.by_listener.values()), None)
+        self.default = first[0][1] if first else None
+        if self.default is not None:
+            self.default.sni_callback = self._sni
+
+    def _sni(self, tls: ssl.SSLObject, server_name: str | None, _: ssl.SSLContext) -> int | None:
+        listener = self.router.pick_listener(self.port, server_name or "")
+        if listener is None or listener.name not in self.by_listener:
+            return ssl.ALERT_DESCRIPTION_UNRECOGNIZED_NAME if server_name else None
+        choices = self.by_listener[listener.name]
+        context = next((c for cred, c in choices if server_name and cred.covers(server_name)), choices[0][1])
+        tls.context = context
+        self.picked[tls] = listener.name
+        return None
+
+
+async def _accept_tls(
+    sock: socket.socket, context: ssl.SSLContext
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Terminate TLS on an accepted socket (bounded by :data:`HANDSHAKE_TIMEOUT`)."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=256 * 1024)
+    protocol = asyncio.StreamReaderProtocol(reader)
+    async with asyncio.timeout(HANDSHAKE_TIMEOUT + 1):
+        transport, _ = await loop.connect_accepted_socket(
+            lambda: protocol, sock, ssl=context, ssl_handshake_timeout=HANDSHAKE_TIMEOUT
+        )
+    return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
+
+
+class IngressGateway(Waypoint):
+    """Everything one ingress gateway runs; ``start`` then ``aclose``."""
+
+    def __init__(self, settings: WaypointSettings, *, admin_token_file: Path | None = None) -> None:
+        super().__init__(settings, admin_token_file=admin_token_file)
+        self.router = IngressRouter(GatewayConfig(self.config_name))
+        self.context.router = self._decide
+        self.context.pick = pick_ingress_endpoint
+        self.readiness.add_pending(CONFIG_TASK)
+        self._ports: dict[int, tuple[socket.socket, asyncio.Task[None]]] = {}
+        self._tls: dict[int, _PortTls] = {}
+        self._started = False
+        self.config_updates = 0
+
+    def _subscriptions(self) -> tuple[Subscription, ...]:
+        return (
+            Subscription(GATEWAY_CONFIG_TYPE_URL, (self.config_name,), decode_gateway_config, self._config_changed),
+        )
+
+    def _decide(
+        self, table: RouteTable | None, destination: BackendService, request: RequestHead, random: float
+    ) -> Decision:
+        return self.router.decide(table, destination, request, random)
+
+    def _config_changed(self, update: ClientUpdate) -> None:
+        for name, value in update.upserts:
+            if name == self.config_name and isinstance(value, GatewayConfig):
+                self.apply(value)
+        if self.config_name in update.removals:
+            self.apply(GatewayConfig(self.config_name))
+
+    def apply(self, config: GatewayConfig) -> None:
+        """Serve ``config`` from the next request and handshake on (see the module docstring)."""
+        router = IngressRouter(config)
+        tls = {
+            port: _PortTls(port, router) for port, proto in router.ports().items() if proto is ListenerProtocol.HTTPS
+        }
+        self.router, self._tls = router, tls
+        self.config_updates += 1
+        self.readiness.done(CONFIG_TASK)
+        log.info("gateway config: %d listener(s) on port(s) %s", len(config.listeners), sorted(router.ports()))
+        if self._started:
+            self._sync_ports()
+
+    def _sync_ports(self) -> None:
+        wanted = set(self.router.ports())
+        for port in sorted(set(self._ports) - wanted):
+            sock, task = self._ports.pop(port)
+            task.cancel()
+            sock.close()
+        for port in sorted(wanted - set(self._ports)):
+            try:
+                sock = self._bind(port)
+            except OSError as exc:
+                log.warning("cannot listen on port %d: %s", port, exc.strerror or exc)
+                continue
+            task = asyncio.get_running_loop().create_task(self._accept_port(sock, port), name=f"gateway accept :{port}")
+            self._ports[port] = (sock, task)
+
+    def _bind(self, port: int) -> socket.socket:
+        host = self.settings.listen_host
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            sock.listen(1024)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        return sock
+
+    def listening_ports(self) -> list[int]:
+        return sorted(self._ports)
+
+    async def start(self) -> None:
+        from ambit.telemetry.endpoints import write_admin_token
+
+        if self.admin_token_file is not None:
+            write_admin_token(self.admin_token_file, self.admin_token)
+        await self.endpoints.start()
+        self.certs.track({self.identity})
+        if self.xds is not None:
+            await self.xds.start()
+        elif self.settings.config_file is not None:
+            config = parse_local_config(self.settings.config_file.read_text(encoding="utf-8"))
+            self.state.replace_all(config.workloads, config.services)
+            self._state_loaded = True
+        else:
+            self._state_loaded = True
+        if self.xds is None:
+            self.readiness.done(CONFIG_TASK)  # no control plane: listeners come only through apply()
+        self._started = True
+        self._sync_ports()
+        self._tasks.append(asyncio.create_task(self._housekeeping(), name="gateway housekeeping"))
+        log.info("gateway %s is running", self.identity)
+
+    async def _accept_port(self, listener: socket.socket, port: int) -> None:
+        loop = asyncio.get_running_loop()
+        limit = self.settings.limits.max_connections
+        while True:
+            try:
+                sock, _ = await loop.sock_accept(listener)
+            except OSError as exc:
+                log.warning("accept on port %d failed: %s", port, exc)
+                await asyncio.sleep(0.1)
+                continue
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if len(self._connections) >= limit:
+                sock.close()
+                continue
+            task = loop.create_task(self._serve(sock, port), name=f"gateway connection :{port}")
+            self._connections.add(task)
+            task.add_done_callback(self._connections.discard)
+
+    async def _serve(self, sock: socket.socket, port: int) -> None:
+        try:
+            peer = sock.getpeername()
+            local = sock.getsockname()
+        except OSError:
+            sock.close()
+            return
+        with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
+            await asyncio.wait_for(self.startup.ready.wait(), self.settings.limits.startup_wait)
+        stream: ByteStream
+        listener_name = ""
+        tls = self._tls.get(port)
+        if tls is not None:
+            if tls.default is None:
+                sock.close()
+                return
+            try:
+                reader, writer = await _accept_tls(sock, tls.default)
+            except (OSError, ssl.SSLError, TimeoutError) as exc:
+                log.info("TLS handshake from %s:%d on :%d failed: %s", peer[0], peer[1], port, exc)
+                sock.close()
+                return
+            tls_object = writer.get_extra_info("ssl_object")
+            listener_name = tls.picked.pop(tls_object, "") if isinstance(tls_object, ssl.SSLObject) else ""
+            stream = _TransportStream(reader, writer)
+        else:
+            stream = SocketStream(sock)
+        target = ServiceTarget(self._listener_service(listener_name, port), port, AppProtocol.HTTP11)
+        tunnel = Tunnel(
+            target,
+            f"{local[0]}:{local[1]}",
+            None,
+            f"{peer[0]}:{peer[1]}",
+            None,
+            reporter=Reporter.SOURCE,
+            mtls=False,
+        )
+        try:
+            await serve_http1(self.context, tunnel, stream, b"")
+        finally:
+            with contextlib.suppress(Exception):
+                await stream.aclose()
+
+    def _listener_service(self, listener_name: str, port: int) -> Service:
+        """What the request path sees as the addressed Service: the gateway's listener (the router reads the
+        listener from its hostname; metrics of a request no route took name it)."""
+        return Service(
+            name=self.settings.gateway_name,
+            namespace=self.settings.namespace,
+            hostname=listener_name,
+        )
+
+    def config_dump(self) -> dict[str, Any]:
+        dump = super().config_dump()
+        config = self.router.config
+        dump["gateway"] = {
+            "listeners": [_listener_dump(item) for item in config.listeners],
+            "listening": self.listening_ports(),
+            "updates": self.config_updates,
+        }
+        return dump
+
+    async def aclose(self) -> None:
+        for sock, task in self._ports.values():
+            task.cancel()
+            sock.close()
+        for _, task in self._ports.values():
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._ports.clear()
+        await super().aclose()
+
+
+def _listener_dump(listener: IngressListener) -> dict[str, Any]:
+    return {
+        "name": listener.name,
+        "port": listener.port,
+        "protocol": listener.protocol.value,
+        "hostname": listener.hostname,
+        "certificates": len(listener.certificates),
+        "virtualHosts": [{"hostname": v.hostname, "routes": [r.route for r in v.http]} for v in listener.virtual_hosts],
+    }
+
+
+async def run_gateway(settings: WaypointSettings, *, admin_token_file: Path | None = None) -> None:
+    """Run until SIGTERM, SIGINT or ``/quitquitquit``."""
+    import signal
+
+    gateway = IngressGateway(settings, admin_token_file=admin_token_file)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, gateway.stopped.set)
+    await gateway.start()
+    try:
+        await gateway.stopped.wait()
+    finally:
+        await gateway.aclose()

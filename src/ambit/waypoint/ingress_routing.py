@@ -1,0 +1,113 @@
+"""The ingress gateway's routing: which listener a connection or request belongs to, which virtual host serves a
+request, and then the waypoint's own engine (:func:`ambit.waypoint.routing.route`) on that host's rules. Pure.
+
+Theory of operation: :class:`IngressRouter` is built once per :class:`~ambit.model.ingress.GatewayConfig` (the
+shell swaps it whole when a new one arrives, so a request sees one configuration) and precomputes, per port, the
+listeners there and, per virtual host, a :class:`~ambit.model.routes.RouteTable` whose identity the engine's
+compile cache keys on.
+
+Rules:
+
+1. A listener is picked among those on the connection's port by a name (the TLS server name for HTTPS, the
+   request's host for HTTP): the listener whose hostname covers it most specifically
+   (:func:`~ambit.model.ingress.host_matches`); with no name (or none covering it), a listener without hostname;
+   else none. For HTTPS the pick is made once, at the handshake, and holds for the connection.
+2. Within the listener, the request's host (``Host``/``:authority`` without port, lower-case) picks the virtual
+   host that covers it most specifically. No listener, no virtual host, or a virtual host without rules answers
+   404 (``route_not_found``); the default route of a waypoint (to the addressed Service itself) never applies at
+   an ingress: the addressed "Service" is the gateway.
+3. Otherwise the waypoint engine decides with that host's table: its first matching rule, filters, weighted
+   backends, redirects; a request no rule matches is 404.
+4. :meth:`IngressRouter.decide` is a :data:`~ambit.waypoint.decisions.Router`: the destination it is given names
+   the connection's port and, in its hostname, the listener picked at the handshake (empty for HTTP).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ambit.model.ingress import GatewayConfig, IngressListener, ListenerProtocol, host_matches
+from ambit.model.routes import BackendService, RouteTable
+from ambit.waypoint.decisions import Decision, RequestHead, Respond
+from ambit.waypoint.routing import route
+
+__all__ = ["IngressRouter", "request_host"]
+
+NOT_FOUND = Respond(404, (("content-type", "text/plain"),), b"route_not_found\n")
+
+
+def request_host(authority: str) -> str:
+    """The host of a ``Host`` header or ``:authority``, without port, lower-case."""
+    text = authority.strip().lower()
+    if text.startswith("["):
+        return text[1 : text.find("]")] if "]" in text else ""
+    host, colon, port = text.rpartition(":")
+    return (host if colon and port.isdigit() else text).rstrip(".")
+
+
+def _pick(listeners: tuple[IngressListener, ...], name: str) -> IngressListener | None:
+    best: tuple[int, IngressListener] | None = None
+    for listener in listeners:
+        score = host_matches(listener.hostname, name)
+        if score and (best is None or score > best[0]):
+            best = (score, listener)
+    return best[1] if best is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class _Host:
+    hostname: str
+    table: RouteTable
+
+
+class IngressRouter:
+    """The routing of one :class:`GatewayConfig` (rules 1-4)."""
+
+    __slots__ = ("_hosts", "_ports", "config")
+
+    def __init__(self, config: GatewayConfig) -> None:
+        self.config = config
+        ports: dict[int, list[IngressListener]] = {}
+        hosts: dict[str, tuple[_Host, ...]] = {}
+        for listener in config.listeners:
+            ports.setdefault(listener.port, []).append(listener)
+            hosts[listener.name] = tuple(
+                _Host(v.hostname, RouteTable(service_key="", port=listener.port, http=v.http, hostnames=(v.hostname,)))
+                for v in listener.virtual_hosts
+            )
+        self._ports = {port: tuple(items) for port, items in ports.items()}
+        self._hosts = hosts
+
+    def ports(self) -> dict[int, ListenerProtocol]:
+        """Each port served, with its protocol (listeners on one port agree, the control plane sees to it)."""
+        return {port: items[0].protocol for port, items in self._ports.items()}
+
+    def listeners_on(self, port: int) -> tuple[IngressListener, ...]:
+        return self._ports.get(port, ())
+
+    def pick_listener(self, port: int, name: str) -> IngressListener | None:
+        """Rule 1."""
+        return _pick(self._ports.get(port, ()), name.lower().rstrip("."))
+
+    def decide(
+        self, table: RouteTable | None, destination: BackendService, request: RequestHead, random: float
+    ) -> Decision:
+        """Rules 2-4 for one request on the connection ``destination`` describes."""
+        host = request_host(request.authority)
+        listener = None
+        if destination.hostname:
+            listener = next(
+                (item for item in self.listeners_on(destination.port) if item.name == destination.hostname), None
+            )
+        if listener is None:
+            listener = self.pick_listener(destination.port, host)
+        if listener is None:
+            return NOT_FOUND
+        best: tuple[int, _Host] | None = None
+        for candidate in self._hosts.get(listener.name, ()):
+            score = host_matches(candidate.hostname, host)
+            if score and (best is None or score > best[0]):
+                best = (score, candidate)
+        if best is None or not best[1].table.http:
+            return NOT_FOUND
+        return route(best[1].table, destination, request, random)

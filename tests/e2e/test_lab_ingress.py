@@ -1,0 +1,272 @@
+"""The ingress gateway end to end on the lab (issue 18, "Done when", ingress part): a Gateway of class ``istio``
+deployed by the control plane gets a LoadBalancer address from the lab, and ``curl`` on the host reaches a mesh
+Service through it over HTTP and HTTPS (SNI choosing between two certificates); a rotated certificate is served
+without a restart; the backend's node proxy sees the gateway's SPIFFE identity as the peer; a Service labelled
+``istio.io/ingress-use-waypoint`` is reached through its waypoint.
+
+One lab for the module, the mesh installed from deploy/. Namespace ``in-app`` is ambient (Deployment and Service
+``echo``); namespace ``in-edge`` holds the Gateway ``edge`` (listeners http 8080, https 8443 for a.example and
+b.example, routes from all namespaces) and its two TLS Secrets; the HTTPRoute lives in ``in-app``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.e2e.lab_driver import (
+    TEST_TIMEOUT,
+    Lab,
+    ambit,
+    condition,
+    http_echo_container,
+    running_lab,
+    wait_until,
+)
+
+from ambit.tls.certs import KeyPair, issue_server_cert, new_ca
+
+pytestmark = [pytest.mark.root, pytest.mark.kubectl, pytest.mark.timeout(TEST_TIMEOUT)]
+
+APP, EDGE = "in-app", "in-edge"
+GATEWAY_ID = f"spiffe://cluster.local/ns/{EDGE}/sa/edge-istio"
+
+
+def tls_secret(name: str, pair: KeyPair) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name},
+        "type": "kubernetes.io/tls",
+        "data": {
+            "tls.crt": base64.b64encode(pair.cert_pem).decode(),
+            "tls.key": base64.b64encode(pair.key_pem).decode(),
+        },
+    }
+
+
+def https_listener(name: str, host: str, secret: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "port": 8443,
+        "protocol": "HTTPS",
+        "hostname": host,
+        "tls": {"mode": "Terminate", "certificateRefs": [{"name": secret}]},
+        "allowedRoutes": {"namespaces": {"from": "All"}},
+    }
+
+
+GATEWAY = {
+    "apiVersion": "gateway.networking.k8s.io/v1",
+    "kind": "Gateway",
+    "metadata": {"name": "edge"},
+    "spec": {
+        "gatewayClassName": "istio",
+        "listeners": [
+            {"name": "http", "port": 8080, "protocol": "HTTP", "allowedRoutes": {"namespaces": {"from": "All"}}},
+            https_listener("https-a", "a.example", "cert-a"),
+            https_listener("https-b", "b.example", "cert-b"),
+        ],
+    },
+}
+ROUTE = {
+    "apiVersion": "gateway.networking.k8s.io/v1",
+    "kind": "HTTPRoute",
+    "metadata": {"name": "echo"},
+    "spec": {
+        "parentRefs": [{"name": "edge", "namespace": EDGE}],
+        "hostnames": ["a.example", "b.example"],
+        "rules": [{"backendRefs": [{"name": "echo", "port": 80}]}],
+    },
+}
+
+
+class Certificates:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.ca = new_ca("e2e ingress CA", now=time.time())
+        self.ca_file = directory / "ca.pem"
+        self.ca_file.write_bytes(self.ca.cert_pem)
+
+    def issue(self, host: str, ca: KeyPair | None = None) -> KeyPair:
+        return issue_server_cert(ca or self.ca, common_name=host, dns_names=[host], ip_addresses=[], now=time.time())
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
+    return Certificates(tmp_path_factory.mktemp("e2e-ingress-certs"))
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory, certs: Certificates) -> Iterator[Lab]:
+    with running_lab(tmp_path_factory.mktemp("e2e-ingress"), mesh=True) as up:
+        up.namespace(APP)
+        up.namespace(EDGE)
+        up.kubectl("label", "namespace", APP, "istio.io/dataplane-mode=ambient")
+        echo = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "echo"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": "echo"}},
+                "template": {
+                    "metadata": {"labels": {"app": "echo"}},
+                    "spec": {"terminationGracePeriodSeconds": 2, "containers": [http_echo_container(8080)]},
+                },
+            },
+        }
+        service = {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "echo"},
+            "spec": {"selector": {"app": "echo"}, "ports": [{"name": "http", "port": 80, "targetPort": 8080}]},
+        }
+        up.apply(echo, service, ROUTE, namespace=APP)
+        up.apply(
+            tls_secret("cert-a", certs.issue("a.example")),
+            tls_secret("cert-b", certs.issue("b.example")),
+            GATEWAY,
+            namespace=EDGE,
+        )
+        up.wait_pods_ready(APP, "app=echo", 1, timeout=120)
+        yield up
+        assert up.log_tracebacks() == []
+
+
+def address(lab: Lab) -> str:
+    def programmed() -> str | None:
+        gateway = lab.get("gateway", "edge", "-n", EDGE)
+        if condition(gateway, "Programmed").get("status") != "True":
+            return None
+        addresses = (gateway.get("status") or {}).get("addresses") or []
+        return str(addresses[0]["value"]) if addresses else None
+
+    return wait_until("the Gateway is Programmed with its load-balancer address", programmed, timeout=240, interval=1)
+
+
+def curl(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["curl", "-sS", "--max-time", "5", *args], capture_output=True, text=True, timeout=15, check=False
+    )
+
+
+def through_gateway(*args: str) -> dict[str, Any] | None:
+    done = curl(*args)
+    if done.returncode != 0:
+        return None
+    try:
+        answer: dict[str, Any] = json.loads(done.stdout)
+    except ValueError:
+        return None
+    return answer
+
+
+def gateway_peer_connections(lab: Lab) -> int:
+    """Connections the node proxies accepted from the gateway's identity (reporter="destination")."""
+    total = 0
+    for node in ("node-1", "node-2"):
+        for line in lab.node_proxy_metrics(node).splitlines():
+            if (
+                line.startswith("istio_tcp_connections_opened_total{")
+                and 'reporter="destination"' in line
+                and f'source_principal="{GATEWAY_ID}"' in line
+            ):
+                total += int(float(line.rsplit(" ", 1)[1]))
+    return total
+
+
+def test_http_from_the_host_reaches_the_mesh_service_with_the_gateway_s_identity(lab: Lab) -> None:
+    ip = address(lab)
+    answer = wait_until(
+        "curl on the host reaches echo through the gateway",
+        lambda: through_gateway("-H", "Host: a.example", f"http://{ip}:8080/hello"),
+        timeout=120,
+        interval=1,
+    )
+    assert answer["path"] == "/hello" and answer["pod"].startswith("echo-")
+    assert wait_until("the backend's node proxy saw the gateway", lambda: gateway_peer_connections(lab), 30) >= 1
+    missing = curl("-o", "/dev/null", "-w", "%{http_code}", "-H", "Host: nobody.example", f"http://{ip}:8080/")
+    assert missing.stdout == "404"
+    gateway = lab.get("gateway", "edge", "-n", EDGE)
+    listeners = {item["name"]: item for item in gateway["status"]["listeners"]}
+    assert listeners["http"]["attachedRoutes"] == 1
+
+
+def test_https_sni_picks_between_two_certificates(lab: Lab, certs: Certificates) -> None:
+    ip = address(lab)
+    for host in ("a.example", "b.example"):
+        args = ("--cacert", str(certs.ca_file), "--resolve", f"{host}:8443:{ip}", f"https://{host}:8443/tls")
+        answer = wait_until(
+            f"https://{host} is served", lambda args=args: through_gateway(*args), timeout=60, interval=1
+        )
+        assert answer["path"] == "/tls"
+
+
+def test_a_rotated_certificate_is_served_without_a_restart(lab: Lab, certs: Certificates) -> None:
+    ip = address(lab)
+    pods_before = {
+        p["metadata"]["uid"]: p["status"]["containerStatuses"][0].get("restartCount", 0)
+        for p in lab.pods(EDGE, "gateway.networking.k8s.io/gateway-name=edge")
+    }
+    other_ca = new_ca("e2e rotated CA", now=time.time())
+    other_file = certs.directory / "rotated-ca.pem"
+    other_file.write_bytes(other_ca.cert_pem)
+    lab.apply(tls_secret("cert-a", certs.issue("a.example", other_ca)), namespace=EDGE)
+    args = ("--resolve", f"a.example:8443:{ip}", "https://a.example:8443/rotated")
+    answer = wait_until(
+        "the rotated certificate is served",
+        lambda: through_gateway("--cacert", str(other_file), *args),
+        timeout=60,
+        interval=1,
+    )
+    assert answer["path"] == "/rotated"
+    assert curl("--cacert", str(certs.ca_file), *args).returncode != 0  # the old certificate is gone
+    pods_after = {
+        p["metadata"]["uid"]: p["status"]["containerStatuses"][0].get("restartCount", 0)
+        for p in lab.pods(EDGE, "gateway.networking.k8s.io/gateway-name=edge")
+    }
+    assert pods_after == pods_before  # same pods, no restarts
+
+
+def waypoint_requests(lab: Lab) -> int:
+    total = 0
+    for pod in lab.pods(APP, "gateway.networking.k8s.io/gateway-name=waypoint"):
+        ip = (pod.get("status") or {}).get("podIP")
+        if not ip:
+            continue
+        with urllib.request.urlopen(f"http://{ip}:15020/metrics", timeout=5) as response:
+            for line in response.read().decode().splitlines():
+                if line.startswith("istio_requests_total{") and 'reporter="waypoint"' in line:
+                    total += int(float(line.rsplit(" ", 1)[1]))
+    return total
+
+
+def test_ingress_use_waypoint_sends_the_gateway_s_traffic_through_the_waypoint(lab: Lab) -> None:
+    ip = address(lab)
+    done = ambit(
+        "waypoint", "apply", "-n", APP, "--enroll-namespace", "--wait", "--kubeconfig", str(lab.topology.kubeconfig),
+        timeout=240,
+    )  # fmt: skip
+    assert "applied" in done.stdout, done.stdout
+    url = f"http://{ip}:8080/"
+    wait_until("the gateway still reaches echo", lambda: through_gateway("-H", "Host: a.example", url), 60, 1)
+    before = waypoint_requests(lab)
+    for _ in range(3):
+        assert through_gateway("-H", "Host: a.example", url) is not None
+    assert waypoint_requests(lab) == before  # without the label the gateway goes straight to the endpoints
+    lab.kubectl("label", "service", "echo", "-n", APP, "istio.io/ingress-use-waypoint=true")
+
+    def via_waypoint() -> bool:
+        start = waypoint_requests(lab)
+        answer = through_gateway("-H", "Host: a.example", url)
+        return answer is not None and waypoint_requests(lab) > start
+
+    wait_until("requests from the gateway go through the waypoint", via_waypoint, timeout=60, interval=1)

@@ -1,0 +1,361 @@
+"""The ingress gateway process on loopback with real sockets: its listeners from a GatewayConfig (applied as the
+xDS client would), plain HTTP and HTTPS with SNI choosing between two certificates, a rotated certificate served
+without a restart, and requests routed by virtual host to a mesh Service over HBONE, where the endpoint sees the
+gateway's own identity as the peer.
+
+Addresses: the gateway listens on 127.0.0.1; the endpoint (an HBONE server in front of an HTTP echo server, as a
+node proxy would be) is 127.0.0.2; the Service VIP is a lab address the gateway resolves from its state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import json
+import socket
+import ssl
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from cryptography import x509
+from tests.integration.waypoint_rig import free_port, shared_free_port
+
+from ambit.hbone.headers import parse_authority
+from ambit.identity.localca import LocalCa
+from ambit.model.identity import SpiffeId
+from ambit.model.ingress import GatewayConfig, IngressCertificate, IngressListener, ListenerProtocol, VirtualHost
+from ambit.model.localconfig import LocalConfig, render_local_config
+from ambit.model.routes import BackendService, PathMatch, PathMatchType, RouteMatch, RouteRule, WeightedBackend
+from ambit.model.workload import (
+    AppProtocol,
+    GatewayAddress,
+    NamespacedHostname,
+    NetworkAddress,
+    PortMapping,
+    Service,
+    TunnelProtocol,
+    Workload,
+)
+from ambit.proxy.hbone_server import HboneServer, InboundRequest, TunnelResponder
+from ambit.proxy.sockets import HostSocketFactory, connect
+from ambit.proxy.streams import SocketStream
+from ambit.tls.certs import KeyPair, issue_server_cert, new_ca
+from ambit.waypoint.ingress import IngressGateway
+from ambit.waypoint.settings import WaypointSettings
+from ambit.waypoint.tcp import relay
+
+TD = "cluster.local"
+GATEWAY_ID = SpiffeId(TD, "edge", "edge-istio")
+ECHO = BackendService("app", "echo.app.svc.cluster.local", 80)
+VIA = BackendService("app", "via.app.svc.cluster.local", 80)
+WAYPOINT = GatewayAddress(NamespacedHostname("app", "waypoint.app.svc.cluster.local"))
+FACTORY = HostSocketFactory(mark=None)
+EDGE_CA = new_ca("edge test CA", now=time.time())
+
+
+def server_cert(*names: str) -> KeyPair:
+    return issue_server_cert(EDGE_CA, common_name=names[0], dns_names=list(names), ip_addresses=[], now=time.time())
+
+
+def mesh() -> LocalConfig:
+    return LocalConfig(
+        workloads=(
+            Workload(
+                uid="Kubernetes//Pod/app/waypoint-1",
+                name="waypoint-1",
+                namespace="app",
+                addresses=(ipaddress.ip_address("127.0.0.3"),),
+                tunnel_protocol=TunnelProtocol.NONE,  # waypoint pods are not captured: HBONE all the same
+                service_account="waypoint",
+                services={"app/waypoint.app.svc.cluster.local": (PortMapping(15008, 15008),)},
+            ),
+            Workload(
+                uid="Kubernetes//Pod/app/echo-1",
+                name="echo-1",
+                namespace="app",
+                addresses=(ipaddress.ip_address("127.0.0.2"),),
+                tunnel_protocol=TunnelProtocol.HBONE,
+                service_account="echo",
+                services={
+                    "app/echo.app.svc.cluster.local": (PortMapping(80, 8080),),
+                    "app/via.app.svc.cluster.local": (PortMapping(80, 8080),),
+                },
+            ),
+        ),
+        services=(
+            Service(
+                name="echo",
+                namespace="app",
+                hostname="echo.app.svc.cluster.local",
+                vips=(NetworkAddress("", ipaddress.ip_address("198.18.1.1")),),
+                ports=(PortMapping(80, 8080, AppProtocol.HTTP11),),
+            ),
+            Service(
+                name="via",
+                namespace="app",
+                hostname="via.app.svc.cluster.local",
+                vips=(NetworkAddress("", ipaddress.ip_address("198.18.1.3")),),
+                ports=(PortMapping(80, 8080, AppProtocol.HTTP11),),
+                waypoint=WAYPOINT,
+                ingress_use_waypoint=True,
+            ),
+            Service(
+                name="waypoint",
+                namespace="app",
+                hostname="waypoint.app.svc.cluster.local",
+                vips=(NetworkAddress("", ipaddress.ip_address("198.18.1.4")),),
+                ports=(PortMapping(15008, 15008, AppProtocol.UNKNOWN),),
+            ),
+        ),
+    )
+
+
+def rule(prefix: str, backend: BackendService = ECHO) -> RouteRule:
+    return RouteRule(
+        route=f"HTTPRoute/edge/{prefix.strip('/') or 'root'}",
+        match=RouteMatch(path=PathMatch(PathMatchType.PATH_PREFIX, prefix)),
+        backends=(WeightedBackend(backend),),
+    )
+
+
+def config(http_port: int, https_port: int, a: KeyPair, b: KeyPair) -> GatewayConfig:
+    hosts = (
+        VirtualHost("a.example", (rule("/"),)),
+        VirtualHost("via.example", (rule("/", VIA),)),
+        VirtualHost("*", (rule("/any"),)),
+    )
+    return GatewayConfig(
+        "edge/edge",
+        (
+            IngressListener("http", http_port, ListenerProtocol.HTTP, "", (), hosts),
+            IngressListener(
+                "https-a",
+                https_port,
+                ListenerProtocol.HTTPS,
+                "a.example",
+                (IngressCertificate(a.cert_pem, a.key_pem),),
+                (VirtualHost("a.example", (rule("/"),)),),
+            ),
+            IngressListener(
+                "https-b",
+                https_port,
+                ListenerProtocol.HTTPS,
+                "b.example",
+                (IngressCertificate(b.cert_pem, b.key_pem),),
+                (VirtualHost("b.example", (rule("/b"),)),),
+            ),
+        ),
+    )
+
+
+class EchoEndpoint:
+    """An HBONE server (what a node proxy's inbound does) in front of an HTTP server answering who asked."""
+
+    def __init__(self, ip: str, hbone_port: int, account: str = "echo") -> None:
+        self.ip = ip
+        self.account = account
+        self.hbone_port = hbone_port
+        self.peers: list[SpiffeId] = []
+        self.authorities: list[str] = []
+        self.waypoint: EchoEndpoint | None = None
+
+    async def start(self, ca: LocalCa) -> None:
+        self.cert = await ca.fetch_certificate(SpiffeId(TD, "app", self.account))
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._echo)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
+        await self._runner.setup()
+        self.http_port = free_port()
+        await web.TCPSite(self._runner, "127.0.0.1", self.http_port).start()
+        self._listener = socket.socket()
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind((self.ip, self.hbone_port))
+        self._listener.listen(16)
+        self._listener.setblocking(False)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._accepting = asyncio.create_task(self._accept())
+
+    async def _echo(self, request: web.Request) -> web.Response:
+        return web.json_response({"path": request.path, "host": request.headers.get("host", "")})
+
+    async def _accept(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            sock, _ = await loop.sock_accept(self._listener)
+            task = asyncio.create_task(
+                HboneServer.serve(sock, self._certificate, trust_domain=TD, handler=self._handle)
+            )
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _certificate(self) -> object:
+        return self.cert
+
+    async def _handle(self, request: InboundRequest, responder: TunnelResponder) -> None:
+        self.peers.append(request.peer_identity)
+        self.authorities.append(request.authority)
+        host, port = parse_authority(request.authority)
+        if self.account == "echo" and (host, port) != ("127.0.0.2", 8080):
+            responder.reject(400)
+            return
+        upstream = SocketStream(await connect(FACTORY, ("127.0.0.1", self.http_port)))
+        await relay(responder.accept(), upstream, 30.0)
+        with contextlib.suppress(Exception):
+            await upstream.aclose()
+
+    async def aclose(self) -> None:
+        self._accepting.cancel()
+        await asyncio.gather(self._accepting, return_exceptions=True)
+        self._listener.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._runner.cleanup()
+
+
+@pytest.fixture
+async def gateway(tmp_path: Path) -> AsyncIterator[tuple[IngressGateway, EchoEndpoint, dict[str, KeyPair]]]:
+    ca = LocalCa(tmp_path / "ca", trust_domain=TD)
+    state = tmp_path / "mesh.yaml"
+    state.write_text(render_local_config(mesh()), encoding="utf-8")
+    hbone_port = shared_free_port(("127.0.0.2", "127.0.0.3"))
+    endpoint = EchoEndpoint("127.0.0.2", hbone_port)
+    await endpoint.start(ca)
+    waypoint = EchoEndpoint("127.0.0.3", hbone_port, "waypoint")  # stands in for the waypoint: it answers too
+    await waypoint.start(ca)
+    endpoint.waypoint = waypoint
+    settings = WaypointSettings(
+        namespace="edge",
+        gateway_name="edge",
+        service_account="edge-istio",
+        pod_name="edge-istio-0",
+        instance_ip="127.0.0.1",
+        config_file=state,
+        local_ca_dir=tmp_path / "ca",
+        admin_port=free_port(),
+        stats_port=free_port(),
+        readiness_port=free_port(),
+        upstream_hbone_port=endpoint.hbone_port,
+    )
+    proc = IngressGateway(settings)
+    certs = {"a": server_cert("a.example"), "b": server_cert("b.example")}
+    proc.apply(config(free_port(), free_port(), certs["a"], certs["b"]))
+    await proc.start()
+    try:
+        yield proc, endpoint, certs
+    finally:
+        await proc.aclose()
+        await endpoint.aclose()
+        await waypoint.aclose()
+
+
+def port_of(proc: IngressGateway, name: str) -> int:
+    return next(item.port for item in proc.router.config.listeners if item.name == name)
+
+
+async def get(port: int, host: str, path: str, *, tls_name: str | None = None) -> tuple[int, dict[str, object], bytes]:
+    """One HTTP/1.1 request to 127.0.0.1:port; with ``tls_name`` over TLS with that SNI, verifying the edge CA.
+    Returns status, the JSON body (or {}) and the DER of the server's certificate (b"" for plain HTTP)."""
+    context = None
+    if tls_name is not None:
+        context = ssl.create_default_context(cadata=EDGE_CA.cert_pem.decode())
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", port, ssl=context, server_hostname=tls_name if context else None
+    )
+    der = b""
+    if context is not None:
+        der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True) or b""
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+    await writer.drain()
+    data = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    status = int(head.split()[1])
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        parsed = {}
+    return status, parsed if isinstance(parsed, dict) else {}, der
+
+
+async def ready(proc: IngressGateway) -> None:
+    async with asyncio.timeout(15):
+        await proc.startup.ready.wait()
+
+
+async def test_http_is_routed_by_host_to_the_mesh_service_with_the_gateway_s_identity(
+    gateway: tuple[IngressGateway, EchoEndpoint, dict[str, KeyPair]],
+) -> None:
+    proc, endpoint, _ = gateway
+    await ready(proc)
+    status, body, _ = await get(port_of(proc, "http"), "a.example", "/hello")
+    assert status == 200 and body["path"] == "/hello"
+    assert endpoint.peers == [GATEWAY_ID]  # the server sees the gateway as its peer
+    status, body, _ = await get(port_of(proc, "http"), "other.example:8080", "/any/thing")
+    assert status == 200 and body["path"] == "/any/thing"
+    status, _, _ = await get(port_of(proc, "http"), "other.example", "/hello")
+    assert status == 404  # the "*" host has no rule for /hello
+    metrics = proc.metrics.render().decode()
+    counted = [line for line in metrics.splitlines() if line.startswith("istio_requests_total{")]
+    assert counted and all('reporter="source"' in line for line in counted)
+    assert any(
+        'response_code="200"' in line and 'destination_service="echo.app.svc.cluster.local"' in line for line in counted
+    )
+
+
+async def test_https_sni_picks_the_certificate_and_the_listener(
+    gateway: tuple[IngressGateway, EchoEndpoint, dict[str, KeyPair]],
+) -> None:
+    proc, _, certs = gateway
+    await ready(proc)
+    port = port_of(proc, "https-a")
+    status, body, der = await get(port, "a.example", "/x", tls_name="a.example")
+    assert status == 200 and body["path"] == "/x"
+    assert der == certs["a"].certificate.public_bytes(serialization_der())
+    status, body, der = await get(port, "b.example", "/b/y", tls_name="b.example")
+    assert status == 200 and body["path"] == "/b/y"
+    assert der == certs["b"].certificate.public_bytes(serialization_der())
+    status, _, _ = await get(port, "b.example", "/x", tls_name="b.example")
+    assert status == 404  # listener b routes only /b
+    with pytest.raises((ssl.SSLError, ConnectionResetError)):  # no listener for that name: no handshake
+        await get(port, "c.example", "/", tls_name="c.example")
+
+
+async def test_a_rotated_certificate_is_served_without_a_restart(
+    gateway: tuple[IngressGateway, EchoEndpoint, dict[str, KeyPair]],
+) -> None:
+    proc, _, certs = gateway
+    await ready(proc)
+    port, http_port = port_of(proc, "https-a"), port_of(proc, "http")
+    _, _, before = await get(port, "a.example", "/", tls_name="a.example")
+    rotated = server_cert("a.example")
+    proc.apply(config(http_port, port, rotated, certs["b"]))
+    status, _, after = await get(port, "a.example", "/", tls_name="a.example")
+    assert status == 200
+    assert before != after
+    assert x509.load_der_x509_certificate(after).serial_number == rotated.certificate.serial_number
+    assert proc.listening_ports() == sorted({port, http_port})
+
+
+def serialization_der() -> object:
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    return Encoding.DER
+
+
+async def test_a_service_marked_ingress_use_waypoint_is_reached_through_its_waypoint(
+    gateway: tuple[IngressGateway, EchoEndpoint, dict[str, KeyPair]],
+) -> None:
+    proc, endpoint, _ = gateway
+    await ready(proc)
+    status, body, _ = await get(port_of(proc, "http"), "via.example", "/through")
+    assert status == 200 and body["path"] == "/through"
+    waypoint = endpoint.waypoint
+    assert waypoint is not None
+    assert waypoint.authorities == ["198.18.1.3:80"]  # the Service's VIP and port, as a node proxy sends it
+    assert waypoint.peers == [GATEWAY_ID]
+    assert endpoint.authorities == []  # never straight to the endpoint
