@@ -105,8 +105,8 @@ class ServerProcess:
         raise RuntimeError(f"no VmRSS in /proc/{self.pid}/status")
 
 
-def free_port() -> int:
-    """A loopback TCP port that is free now and that the kernel will not hand out meanwhile.
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on ``host`` (loopback by default) that is free now and that the kernel will not hand out meanwhile.
 
     The port is released before the caller binds it, so it is chosen below the ephemeral range
     (``net.ipv4.ip_local_port_range``): a port from ``bind(0)`` could be taken in between by any outgoing
@@ -119,7 +119,7 @@ def free_port() -> int:
         port = rng.randrange(first, last)
         with socket.socket() as s:
             try:
-                s.bind(("127.0.0.1", port))
+                s.bind((host, port))
             except OSError:
                 continue
             return port

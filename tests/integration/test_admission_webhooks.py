@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from bench.server_process import free_port as harness_free_port
 
 from ambit.apiserver.admission import (
     AdmissionAttributes,
@@ -170,10 +171,8 @@ def config(name: str, *webhooks: dict[str, Any]) -> dict[str, Any]:
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """Below the ephemeral range, so no outgoing connection takes it before the test binds it."""
+    return harness_free_port()
 
 
 async def test_allowing_webhook_receives_the_review_and_its_warnings_come_back(

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 from apiserver_client import ApiClient, JsonObject, assert_status, configmap, pod
+from bench.server_process import free_port as harness_free_port
 
 from ambit.apiserver.server import ApiServer
 from ambit.tls.certs import issue_server_cert, new_ca
@@ -70,10 +71,8 @@ def mutate(review: JsonObject) -> JsonObject:
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """Below the ephemeral range, so no outgoing connection takes it before the test binds it."""
+    return harness_free_port()
 
 
 @pytest.fixture

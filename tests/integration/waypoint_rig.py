@@ -26,6 +26,7 @@ import grpc.aio
 import h11
 from aiohttp import web
 from aiohttp.typedefs import Handler
+from bench.server_process import free_port as harness_free_port
 
 from ambit.hbone.headers import parse_authority
 from ambit.identity.localca import LocalCa
@@ -73,9 +74,9 @@ _GRPC_PORTS = (GRPC_PORT, GRPC_TARGET_PORT)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    """A port free on ``host``, below the ephemeral range (:func:`bench.server_process.free_port`): a port from
+    ``bind(0)`` could be any outgoing connection's source port by the time the rig binds it."""
+    return harness_free_port(host)
 
 
 def shared_free_port(hosts: tuple[str, ...]) -> int:
