@@ -119,6 +119,9 @@ def _policy_message(**match: object) -> pb.Authorization:
         (pb.Authorization(namespace="ns"), r"ns/: name: required"),
         (pb.Authorization(name="p", namespace="ns", scope=7), r"ns/p: scope: unsupported value 7"),
         (pb.Authorization(name="p", namespace="ns", action=5), r"ns/p: action: unsupported value 5"),
+        (pb.Authorization(name="p", namespace="ns", action=2), r"ns/p: action: unsupported value 2"),
+        (pb.Authorization(name="p", namespace="ns", scope=3), r"ns/p: scope: unsupported value 3"),
+        (pb.Authorization(name="p", namespace="ns", scope=4), r"ns/p: scope: unsupported value 4"),
         (
             _policy_message(source_ips=[pb.Address(address=b"\x01\x02\x03", length=8)]),
             r"rules\[0\]\.clauses\[0\]\.matches\[0\]\.source_ips\[0\]\.address: expected 4 or 16 bytes, got 3",
@@ -230,8 +233,8 @@ policies = st.builds(
     Policy,
     name=_text,
     namespace=_text,
-    scope=st.sampled_from(Scope),
-    action=st.sampled_from(Action),
+    scope=st.sampled_from([Scope.GLOBAL, Scope.NAMESPACE, Scope.WORKLOAD_SELECTOR]),
+    action=st.sampled_from([Action.ALLOW, Action.DENY]),
     rules=st.lists(
         st.builds(Rule, st.lists(st.builds(Clause, st.lists(_matches, max_size=2).map(tuple)), max_size=2).map(tuple)),
         max_size=2,
@@ -270,3 +273,40 @@ def test_a_bad_policy_in_a_response_is_nacked_while_the_other_policies_apply() -
     assert update.nacked and "shop/bad: scope: unsupported value 9" in update.reply.error_detail.message
     index = PolicyIndex(value for _, value in update.upserts if isinstance(value, Policy))
     assert index.all() == [EVERY_FIELD]
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [
+        (Policy("p", "ns", Scope.NAMESPACE, Action.AUDIT), r"ns/p: action: AUDIT is not sent to the node proxy"),
+        (Policy("p", "ns", Scope.WAYPOINT, Action.ALLOW), r"ns/p: scope: WAYPOINT is not sent"),
+        (Policy("p", "ns", Scope.SERVICE, Action.DENY, services=("ns/a.ns.svc.cluster.local",)), r"scope: SERVICE"),
+        (
+            Policy("p", "ns", Scope.NAMESPACE, Action.DENY, services=("ns/a.ns.svc.cluster.local",)),
+            r"ns/p: services: service-attached policies are not sent",
+        ),
+        (
+            Policy(
+                "p",
+                "ns",
+                Scope.NAMESPACE,
+                Action.DENY,
+                (Rule((Clause((Match(destination_ports=(80,)), Match(methods=("POST",)))),)),),
+            ),
+            r"ns/p: rules\[0\]\.clauses\[0\]\.matches\[1\]: L7 fields are not sent to the node proxy",
+        ),
+        (
+            Policy(
+                "p",
+                "ns",
+                Scope.GLOBAL,
+                Action.ALLOW,
+                (Rule((Clause((Match(request_principals=(StringMatch.presence(),)),)),)),),
+            ),
+            r"matches\[0\]: L7 fields",
+        ),
+    ],
+)
+def test_policies_outside_the_node_proxy_subset_are_not_encoded(policy: Policy, expected: str) -> None:
+    with pytest.raises(XdsConversionError, match=expected):
+        authorization_of(policy)

@@ -14,6 +14,11 @@ Rules:
 4. ``extensions`` (on the policy or a match) are not understood: a match with an extension is refused, since
    skipping it would change what the policy matches.
 5. Nothing but :class:`XdsConversionError` escapes decoding.
+6. Only the node proxy's subset crosses this wire (spec §4.3): the actions ALLOW and DENY, the scopes GLOBAL,
+   NAMESPACE and WORKLOAD_SELECTOR, L4 match fields. Encoding a policy with AUDIT, a waypoint scope, ``services``
+   or an L7 match raises :class:`XdsConversionError` (a control plane bug, never silently dropped fields); decoding
+   refuses action 2 and scopes 3 and 4, which the proto does not define, so a hostile or buggy control plane
+   cannot hand the node proxy a policy it would judge by the waypoint's rules.
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ _STRING_FIELDS = ("namespaces", "not_namespaces", "principals", "not_principals"
 _ACCOUNT_FIELDS = ("service_accounts", "not_service_accounts")
 _IP_FIELDS = ("source_ips", "not_source_ips", "destination_ips", "not_destination_ips")
 _PORT_FIELDS = ("destination_ports", "not_destination_ports")
+_NODE_ACTIONS = frozenset({Action.ALLOW, Action.DENY})
+_NODE_SCOPES = frozenset({Scope.GLOBAL, Scope.NAMESPACE, Scope.WORKLOAD_SELECTOR})
 
 
 # Encoding.
@@ -84,7 +91,28 @@ def _match(match: Match) -> pb.Match:
     return out
 
 
+def _check_node_subset(policy: Policy) -> None:
+    """Rule 6 for encoding."""
+    if policy.action not in _NODE_ACTIONS:
+        raise XdsConversionError(policy.key, "action", f"{policy.action.name} is not sent to the node proxy")
+    if policy.scope not in _NODE_SCOPES:
+        raise XdsConversionError(policy.key, "scope", f"{policy.scope.name} is not sent to the node proxy")
+    if policy.services:
+        raise XdsConversionError(policy.key, "services", "service-attached policies are not sent to the node proxy")
+    for r, rule in enumerate(policy.rules):
+        for c, clause in enumerate(rule.clauses):
+            for m, match in enumerate(clause.matches):
+                if match.is_l7:
+                    raise XdsConversionError(
+                        policy.key,
+                        f"rules[{r}].clauses[{c}].matches[{m}]",
+                        "L7 fields are not sent to the node proxy",
+                    )
+
+
 def authorization_of(policy: Policy) -> pb.Authorization:
+    """The node proxy's resource for ``policy``; raises :class:`XdsConversionError` outside its subset (rule 6)."""
+    _check_node_subset(policy)
     return pb.Authorization(
         name=policy.name,
         namespace=policy.namespace,
@@ -109,11 +137,14 @@ def pack_authorization(message: pb.Authorization) -> any_pb2.Any:
 class _Reader(FieldReader):
     """:class:`~ambit.xds.convert.FieldReader` with the checks of policy fields."""
 
-    def enum_of(self, field: str, value: int, kind: type[T]) -> T:
+    def enum_of(self, field: str, value: int, kind: type[T], allowed: frozenset[T]) -> T:
         try:
-            return kind(value)  # type: ignore[call-arg]
+            member = kind(value)  # type: ignore[call-arg]
         except ValueError:
             raise self.fail(field, f"unsupported value {value}") from None
+        if member not in allowed:
+            raise self.fail(field, f"unsupported value {value}")
+        return member
 
     def string_match(self, field: str, message: pb.StringMatch) -> StringMatch:
         kind = message.WhichOneof("match_type")
@@ -170,8 +201,8 @@ def policy_of(message: pb.Authorization, name: str = "") -> Policy:
     policy = Policy(
         name=read.text("name", message.name, required=True),
         namespace=read.text("namespace", message.namespace),
-        scope=read.enum_of("scope", message.scope, Scope),
-        action=read.enum_of("action", message.action, Action),
+        scope=read.enum_of("scope", message.scope, Scope, _NODE_SCOPES),
+        action=read.enum_of("action", message.action, Action, _NODE_ACTIONS),
         rules=tuple(
             Rule(
                 tuple(
