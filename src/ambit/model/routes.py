@@ -35,6 +35,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from ambit.model.policy import Policy
+
 
 class PathMatchType(enum.Enum):
     """Gateway API ``HTTPPathMatch.type``."""
@@ -216,6 +218,8 @@ class WaypointConfig:
     waypoint: str
     """``namespace/name`` of its Gateway."""
     tables: tuple[RouteTable, ...] = ()
+    policies: tuple[Policy, ...] = ()
+    """The AuthorizationPolicies bound to it (scope WAYPOINT or SERVICE; spec §7.5), by namespace, name, scope."""
 
     def find_table(self, service_key: str, port: int) -> RouteTable | None:
         for table in self.tables:

@@ -46,7 +46,16 @@ from ambit.xds.convert import FieldReader
 from ambit.xds.errors import XdsConversionError
 from ambit.xds.session import AUTHORIZATION_TYPE_URL
 
-__all__ = ["AUTHORIZATION_TYPE_URL", "authorization_of", "decode_authorization", "pack_authorization", "policy_of"]
+__all__ = [
+    "AUTHORIZATION_TYPE_URL",
+    "PolicyReader",
+    "address_to_proto",
+    "authorization_of",
+    "decode_authorization",
+    "pack_authorization",
+    "policy_of",
+    "string_match_to_proto",
+]
 
 T = TypeVar("T")
 
@@ -61,7 +70,7 @@ _NODE_SCOPES = frozenset({Scope.GLOBAL, Scope.NAMESPACE, Scope.WORKLOAD_SELECTOR
 # Encoding.
 
 
-def _string_match(match: StringMatch) -> pb.StringMatch:
+def string_match_to_proto(match: StringMatch) -> pb.StringMatch:
     if match.kind is StringMatchKind.EXACT:
         return pb.StringMatch(exact=match.value)
     if match.kind is StringMatchKind.PREFIX:
@@ -71,21 +80,21 @@ def _string_match(match: StringMatch) -> pb.StringMatch:
     return pb.StringMatch(presence=empty_pb2.Empty())
 
 
-def _address(cidr: Cidr) -> pb.Address:
+def address_to_proto(cidr: Cidr) -> pb.Address:
     return pb.Address(address=cidr.network_address.packed, length=cidr.prefixlen)
 
 
 def _match(match: Match) -> pb.Match:
     out = pb.Match()
     for name in _STRING_FIELDS:
-        getattr(out, name).extend(_string_match(m) for m in getattr(match, name))
+        getattr(out, name).extend(string_match_to_proto(m) for m in getattr(match, name))
     for name in _ACCOUNT_FIELDS:
         getattr(out, name).extend(
             pb.ServiceAccountMatch(namespace=m.namespace, serviceAccount=m.service_account)
             for m in getattr(match, name)
         )
     for name in _IP_FIELDS:
-        getattr(out, name).extend(_address(c) for c in getattr(match, name))
+        getattr(out, name).extend(address_to_proto(c) for c in getattr(match, name))
     for name in _PORT_FIELDS:
         getattr(out, name).extend(getattr(match, name))
     return out
@@ -134,8 +143,8 @@ def pack_authorization(message: pb.Authorization) -> any_pb2.Any:
 # Decoding.
 
 
-class _Reader(FieldReader):
-    """:class:`~ambit.xds.convert.FieldReader` with the checks of policy fields."""
+class PolicyReader(FieldReader):
+    """:class:`~ambit.xds.convert.FieldReader` with the checks of policy fields (also the waypoint policies')."""
 
     def enum_of(self, field: str, value: int, kind: type[T], allowed: frozenset[T]) -> T:
         try:
@@ -169,7 +178,7 @@ class _Reader(FieldReader):
         return value
 
 
-def _read_match(read: _Reader, field: str, message: pb.Match) -> Match:
+def _read_match(read: PolicyReader, field: str, message: pb.Match) -> Match:
     if len(message.extensions):
         raise read.fail(f"{field}.extensions", "match extensions are not supported")
     values: dict[str, tuple[object, ...]] = {}
@@ -195,7 +204,7 @@ def _read_match(read: _Reader, field: str, message: pb.Match) -> Match:
 
 def policy_of(message: pb.Authorization, name: str = "") -> Policy:
     """The model value of an Authorization; ``name`` (the xDS resource name), when given, must match its body."""
-    read = _Reader(name or f"{message.namespace}/{message.name}")
+    read = PolicyReader(name or f"{message.namespace}/{message.name}")
     if len(message.extensions):
         raise read.fail("extensions", "policy extensions are not supported")
     policy = Policy(
