@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import ipaddress
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ambit.controlplane.translate import translate_all
 from ambit.controlplane.translate.skips import Skipped
 from ambit.controlplane.translate.waypoint_policies import (
     MESH_CONTROLLER,
@@ -351,3 +354,58 @@ def test_any_spec_gives_a_translation_or_a_skip_never_an_exception(spec: dict[st
         assert result.status is None and result.waypoint_policy is None and result.service_policy is None
     elif result.status is not None:
         assert result.status.reason in ("Accepted", "Invalid", "PartiallyInvalid", "TargetNotFound")
+
+
+# --- delivery through translate_all ------------------------------------------------------------------------------
+
+GOLDEN_BASIC = Path(__file__).parent / "golden" / "routes" / "basic-in.yaml"
+
+
+def _objects() -> dict[str, list[dict[str, Any]]]:
+    kinds = {
+        "Namespace": "namespaces",
+        "GatewayClass": "gateway_classes",
+        "Gateway": "gateways",
+        "Service": "services",
+        "HTTPRoute": "http_routes",
+    }
+    out: dict[str, list[dict[str, Any]]] = {k: [] for k in (*kinds.values(), "authorization_policies")}
+    for doc in yaml.safe_load_all(GOLDEN_BASIC.read_text()):
+        if doc:
+            out[kinds[doc["kind"]]].append(doc)
+    out["authorization_policies"] = [
+        {"metadata": {"name": "gw", "namespace": "app"}, "spec": {"targetRefs": [GATEWAY], "action": "DENY"}},
+        {
+            "metadata": {"name": "svc", "namespace": "app", "generation": 2},
+            "spec": {"targetRefs": [svc("reviews"), svc("nope")], "rules": [{}]},
+        },
+        {"metadata": {"name": "mesh", "namespace": "istio-system"}, "spec": {"targetRefs": [CLASS]}},
+        {"metadata": {"name": "unbound", "namespace": "other"}, "spec": {"targetRefs": [svc("details")]}},
+        {"metadata": {"name": "l4", "namespace": "app"}, "spec": {"rules": [{}]}},
+    ]
+    return out
+
+
+def test_each_waypoint_gets_exactly_the_policies_bound_to_it() -> None:
+    translation = translate_all(pods=[], endpoint_slices=[], **_objects())  # type: ignore[arg-type]
+    (config,) = translation.waypoint_configs
+    assert config.waypoint == "app/waypoint"
+    assert [(p.key, p.scope, p.services) for p in config.policies] == [
+        ("app/gw", Scope.WAYPOINT, ()),
+        ("app/svc", Scope.SERVICE, ("app/reviews.app.svc.cluster.local",)),
+        ("istio-system/mesh", Scope.WAYPOINT, ()),
+    ]
+    assert [p.key for p in translation.config.policies] == ["app/l4"]  # the node proxy never sees them
+    statuses = {s.key: (s.type, s.accepted, s.reason, s.message) for s in translation.waypoint_policy_status}
+    assert statuses == {
+        "app/gw": (WAYPOINT_ACCEPTED, True, "Accepted", "bound to app/waypoint"),
+        "app/svc": (WAYPOINT_ACCEPTED, True, "PartiallyInvalid", "Invalid targetRefs: Service.core:app/nope"),
+        "istio-system/mesh": (WAYPOINT_ACCEPTED, True, "Accepted", "bound to istio-waypoint"),
+        "other/unbound": (
+            WAYPOINT_ACCEPTED,
+            False,
+            "AncestorNotBound",
+            "Service other/details is not bound to a waypoint",
+        ),
+    }
+    assert {s.key for s in translation.policy_status} == {"app/l4"}  # no ZtunnelAccepted for targetRefs

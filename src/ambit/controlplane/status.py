@@ -1,4 +1,4 @@
-"""Status the control plane owns (spec §10.3), written as istiod writes it: ``ZtunnelAccepted`` on
+"""Status the control plane owns (spec §10.3), written as istiod writes it: ``ZtunnelAccepted`` and ``WaypointAccepted`` on
 AuthorizationPolicies, ``istio.io/WaypointBound`` on Services and ServiceEntries, and the ``status.parents`` entries
 of ``controllerName: istio.io/gateway-controller`` on HTTPRoutes, GRPCRoutes and TCPRoutes.
 
