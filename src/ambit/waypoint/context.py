@@ -21,6 +21,7 @@ from ambit.model.workload import Service, Workload
 from ambit.proxy.accounting import traffic_labels
 from ambit.telemetry.accesslog import AccessLog
 from ambit.telemetry.metrics import Reporter, TrafficLabels
+from ambit.waypoint.authorization import WaypointAuthorizer
 from ambit.waypoint.config import RouteConfig
 from ambit.waypoint.decisions import Router
 from ambit.waypoint.destinations import Target, WaypointSelf
@@ -42,6 +43,8 @@ class WaypointContext:
     routes: RouteConfig = field(default_factory=RouteConfig)
     router: Router = route
     """The routing engine (:func:`ambit.waypoint.routing.route`); tests put stand-ins here."""
+    authorizer: WaypointAuthorizer = field(default_factory=WaypointAuthorizer)
+    """The policies of ``routes`` per destination (:mod:`ambit.waypoint.authorization`)."""
     clock: Callable[[], float] = time.monotonic
     random: Callable[[], float] = _random.random
     choose: Callable[[Sequence[Workload]], Workload] = _random.choice

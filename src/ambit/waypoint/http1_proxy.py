@@ -18,7 +18,9 @@ request:
 5. A malformed request gets a 400 (an oversized head 431, a head not finished within ``head_timeout`` 408) and the
    tunnel is closed; never a traceback. Any bug here or in the forwarding ends the tunnel with a 500 and a log
    line.
-6. Each client request is counted once (``istio_requests_total`` and the histograms, reporter="waypoint"), however
+6. Authorization comes first (:func:`ambit.waypoint.authorization.check_request`): a denied request is answered
+   403 ``RBAC: access denied`` with flag ``RBAC``, the matched policy in the log line's error.
+7. Each client request is counted once (``istio_requests_total`` and the histograms, reporter="waypoint"), however
    many tries it took, with its final response code and flags, and logged once with its number of tries.
 """
 
@@ -34,6 +36,7 @@ from ambit.errors import AmbitError
 from ambit.hbone.headers import hostport
 from ambit.model.workload import Workload
 from ambit.proxy.streams import ByteStream
+from ambit.waypoint.authorization import DENIED_BODY, RBAC_FLAG, check_request, denial_detail
 from ambit.waypoint.context import Tunnel, WaypointContext
 from ambit.waypoint.decisions import RequestHead, Respond
 from ambit.waypoint.destinations import Endpoint, ServiceTarget, find_backend_service, pick_endpoint
@@ -144,6 +147,14 @@ async def _handle(
 ) -> bool:
     target = tunnel.target
     plan = Plan(started.head)
+    authz = check_request(ctx, tunnel, started.head)  # before routing (authorization rule 1)
+    if not authz.allowed:
+        keep = await _drain(down, started)
+        await respond(down, 403, (), DENIED_BODY, outcome, flags=RBAC_FLAG)
+        outcome.error = denial_detail(authz)
+        return keep
+    if authz.audited:
+        log.info("audit: %s %s matched %s", started.head.method, started.head.path[:200], ", ".join(authz.audited))
     if isinstance(target, ServiceTarget):
         table = ctx.routes.find_table(target.service.key, target.port)
         decision = ctx.router(table, target.backend, started.head, ctx.random())
