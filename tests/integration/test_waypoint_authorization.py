@@ -13,6 +13,7 @@ from tests.integration.waypoint_rig import (
     TD,
     HttpOverTunnel,
     Rig,
+    http_get,
     read_until_eof,
     started_rig,
 )
@@ -104,6 +105,8 @@ async def test_a_service_policy_applies_to_its_service_only(rig: Rig) -> None:
         ),
     )
     assert (await status_of(rig, "GET", "/echo"))[0] == 403
+    status, text = await http_get(f"http://127.0.0.1:{rig.settings.admin_port}/config_dump")
+    assert status == 200 and '"app/deny-echo"' in text and '"SERVICE"' in text
 
 
 async def test_denials_are_logged_with_the_rbac_flag_and_the_policy(rig: Rig, caplog: pytest.LogCaptureFixture) -> None:
