@@ -3,11 +3,13 @@ connection for TCP, with the policies a WaypointConfig carries (see :mod:`tests.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from tests.integration.waypoint_rig import (
+    CLIENT_IP,
     ECHO_VIP,
     RAW_VIP,
     TD,
@@ -138,3 +140,10 @@ async def test_tcp_through_the_waypoint_is_checked_once_per_connection(rig: Rig)
     await stream.write(b"GET /echo HTTP/1.0\r\n\r\n")
     assert b'"endpoint"' in await read_until_eof(stream)
     await client.aclose()
+
+
+async def test_a_client_cannot_choose_its_remote_ip_with_x_forwarded_for(rig: Rig) -> None:
+    configure(rig, policy("deny-client", Action.DENY, Match(remote_ips=(ipaddress.ip_network(f"{CLIENT_IP}/32"),))))
+    assert (await status_of(rig, "GET", "/echo"))[0] == 403
+    spoofed = [("x-forwarded-for", "203.0.113.9"), ("forwarded", "for=203.0.113.9")]
+    assert (await status_of(rig, "GET", "/echo", spoofed))[0] == 403
