@@ -503,8 +503,8 @@ _policies = st.builds(
     Policy,
     name=_names,
     namespace=_names,
-    scope=st.sampled_from(Scope),
-    action=st.sampled_from(Action),
+    scope=st.sampled_from([Scope.GLOBAL, Scope.NAMESPACE, Scope.WORKLOAD_SELECTOR]),
+    action=st.sampled_from([Action.ALLOW, Action.DENY]),
     rules=_few(_rules),
     dry_run=st.booleans(),
 )
