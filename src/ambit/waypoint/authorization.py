@@ -113,6 +113,8 @@ def normalize_path(target: str) -> str:
         except ValueError:
             return target.partition("?")[0]
     path = target.partition("?")[0].partition("#")[0]
+    if "%" not in path and "/." not in path and path.startswith("/"):
+        return path  # nothing to decode, no dot segment: the common case, no work
     return _remove_dot_segments(_ESCAPE.sub(_decode_unreserved, path))
 
 
