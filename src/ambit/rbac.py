@@ -1,9 +1,11 @@
-"""L4 authorization: which policies apply to a connection, and whether it may go on (spec §4.3, §7.3).
+"""Authorization: which policies apply to a connection or request, and whether it may go on (spec §4.3, §7.1, §7.3).
 
 Theory of operation: the node proxy describes each inbound connection as a :class:`Connection` and asks
 :meth:`PolicyIndex.check` for a :class:`Decision`. The index finds the policies of the destination by lookup (its
 namespace, the global set, the keys its workload lists), never by scanning every policy. The same engine answers
-``ambit policy explain``, so :class:`Decision` also carries a trace of every policy it looked at.
+``ambit policy explain``, so :class:`Decision` also carries a trace of every policy it looked at. A waypoint or
+gateway uses the same functions with a :class:`Request` as well (the L7 fields of a match, rules 11 to 15): there is
+one engine, L7 extends it.
 
 Rules of one policy (spec §4.3):
 
@@ -21,23 +23,44 @@ Rules of the decision (spec §7.3):
 
 7. The policies of a destination are the NAMESPACE-scoped policies of its namespace, every GLOBAL policy and the
    keys its workload lists; a listed key that is not known is skipped and reported.
-8. AUDIT policies (waypoint only) never change a decision.
-   Any enforced (not dry-run) DENY that matches → denied, "explicitly denied by: ns/name" (the first by key).
+8. Any enforced (not dry-run) DENY that matches → denied, "explicitly denied by: ns/name" (the first by key).
 9. Otherwise, no enforced ALLOW → allowed; an enforced ALLOW that matches → allowed; else denied, "allow
    policies exist, but none allowed".
 10. Dry-run policies never change the decision. They are evaluated as a set of their own (DENY first, then
     ALLOW, as above) and what they would have done is reported in :attr:`Decision.dry_run`.
+
+Rules of L7 (a waypoint or gateway, spec §7.1; Istio's RBAC semantics):
+
+11. With a :class:`Request`, the L7 fields of a match are further fields of rule 4: hosts against the authority,
+    lower-cased (the match values are lower-case; as Istio, ``example.com`` does not match ``example.com:8080``:
+    a policy names ``example.com:*`` for that); methods exactly; paths against the normalized path without query;
+    request principals against ``<iss>/<sub>`` of the validated token; remote IPs against the original client
+    (else the connection's source); audiences and presenter against the token's ``aud`` and ``azp``; SNI against
+    the downstream server name. A value that is absent (no token, no SNI) matches nothing, so a positive list
+    fails and a negative list holds, as rule 5.
+12. Keyed conditions (:class:`~ambit.model.policy.KeyedMatch`): a header by its lower-case name (values received
+    more than once are joined by ``,``); a claim by its path through nested objects, a list claim holding if any of
+    its strings would; non-string claims match nothing. ``values`` need the attribute present; ``not_values``
+    hold when it is absent.
+13. Without a :class:`Request` (the node proxy, or TCP through a waypoint), as istiod builds a TCP filter: an
+    ALLOW rule with any L7 field never matches; in a DENY or AUDIT the L7 fields are ignored and the rest of the
+    match applies (a match of L7 fields only then holds). So a DENY without a request denies at least what it
+    denies for any request.
+14. AUDIT policies never change the decision; the enforced ones that match are listed in
+    :attr:`Decision.audited` for the access log.
+15. Dry-run AUDIT policies are ignored.
 """
 
 from __future__ import annotations
 
 import functools
 import ipaddress
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ambit.model.identity import SpiffeId
-from ambit.model.policy import Action, Cidr, Match, Policy, Scope, ServiceAccountMatch, StringMatch
+from ambit.model.policy import Action, Cidr, KeyedMatch, Match, Policy, Scope, ServiceAccountMatch, StringMatch
 from ambit.model.requestauth import RequestIdentity
 from ambit.model.workload import IPAddress, Workload
 
@@ -50,6 +73,8 @@ __all__ = [
     "Request",
     "decide",
     "evaluate",
+    "match_holds",
+    "matching_rule",
     "policy_matches",
 ]
 
@@ -108,6 +133,11 @@ class Request:
     """The original client when ``X-Forwarded-For`` names one; None: the connection's source."""
     sni: str | None = None
 
+    def header(self, name: str) -> str | None:
+        """The value of header ``name`` (lower-case), its values joined by ``,`` when repeated; None if absent."""
+        values = [v for n, v in self.headers if n == name]
+        return ",".join(values) if values else None
+
 
 def _strings(positive: Sequence[StringMatch], negative: Sequence[StringMatch], value: str | None) -> bool:
     """Rule 4 for a string field; without a value (no identity) no string matches."""
@@ -152,8 +182,76 @@ def _ips(positive: Sequence[Cidr], negative: Sequence[Cidr], ip: IPAddress) -> b
     return not (negative and any(hit(c) for c in negative))
 
 
-def match_holds(match: Match, conn: Connection) -> bool:
-    """Rule 4 for one non-empty match."""
+def _many(positive: Sequence[StringMatch], negative: Sequence[StringMatch], values: Sequence[str]) -> bool:
+    """Rule 4 for a field with several values (audiences, a list claim): some value matches, none is excluded."""
+    if positive and not any(m.matches(v) for v in values for m in positive):
+        return False
+    return not (negative and any(m.matches(v) for v in values for m in negative))
+
+
+def _claim(claims: Mapping[str, Any], path: Sequence[str]) -> tuple[str, ...] | None:
+    """The string values of the claim at ``path`` (rule 12); None when absent or not a string or list of them."""
+    value: Any = claims
+    for step in path:
+        if not isinstance(value, Mapping) or step not in value:
+            return None
+        value = value[step]
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list):
+        return tuple(v for v in value if isinstance(v, str))
+    return None
+
+
+def _keyed(match: KeyedMatch, values: Sequence[str] | None) -> bool:
+    if values is None:
+        return not match.values
+    return _many(match.values, match.not_values, values)
+
+
+def _l7_holds(match: Match, conn: Connection, request: Request) -> bool:
+    """Rules 11 and 12 for the L7 fields of one match."""
+    if (match.hosts or match.not_hosts) and not _strings(match.hosts, match.not_hosts, request.host.lower()):
+        return False
+    if match.methods and request.method not in match.methods:
+        return False
+    if match.not_methods and request.method in match.not_methods:
+        return False
+    if (match.paths or match.not_paths) and not _strings(match.paths, match.not_paths, request.path):
+        return False
+    identity = request.identity
+    if (match.request_principals or match.not_request_principals) and not _strings(
+        match.request_principals, match.not_request_principals, identity.principal if identity else None
+    ):
+        return False
+    if (match.remote_ips or match.not_remote_ips) and not _ips(
+        match.remote_ips, match.not_remote_ips, _plain_ip(request.remote_ip or conn.source_ip)
+    ):
+        return False
+    if (match.audiences or match.not_audiences) and not _many(
+        match.audiences, match.not_audiences, identity.audiences if identity else ()
+    ):
+        return False
+    if (match.presenters or match.not_presenters) and not _strings(
+        match.presenters, match.not_presenters, (identity.presenter or None) if identity else None
+    ):
+        return False
+    if (match.sni or match.not_sni) and not _strings(match.sni, match.not_sni, request.sni or None):
+        return False
+    for keyed in match.request_headers:
+        value = request.header(keyed.key[0]) if keyed.key else None
+        if not _keyed(keyed, None if value is None else (value,)):
+            return False
+    for keyed in match.request_claims:
+        if not _keyed(keyed, _claim(identity.claims, keyed.key) if identity else None):
+            return False
+    return True
+
+
+def match_holds(match: Match, conn: Connection, request: Request | None = None) -> bool:
+    """Rule 4 for one non-empty match, with its L7 fields when there is a request (rules 11 to 13)."""
+    if request is not None and match.is_l7 and not _l7_holds(match, conn, request):
+        return False
     identity = conn.source_identity
     if (match.principals or match.not_principals) and not _strings(
         match.principals, match.not_principals, conn.principal
@@ -179,12 +277,15 @@ def match_holds(match: Match, conn: Connection) -> bool:
     return not (match.not_destination_ports and port in match.not_destination_ports)
 
 
-def matching_rule(policy: Policy, conn: Connection) -> int | None:
-    """The index of the first rule of ``policy`` that matches ``conn`` (rules 1 to 3), or None."""
+def matching_rule(policy: Policy, conn: Connection, request: Request | None = None) -> int | None:
+    """The index of the first rule of ``policy`` that matches ``conn`` (and ``request``; rules 1 to 3, 13), or None."""
+    tcp_allow = request is None and policy.action is Action.ALLOW
     for index, rule in enumerate(policy.rules):
+        if tcp_allow and rule.is_l7:
+            continue  # rule 13
         for clause in rule.clauses:
             for match in clause.matches:
-                if not match.is_empty and match_holds(match, conn):
+                if not match.is_empty and match_holds(match, conn, request):
                     break
             else:
                 break  # no match of this clause holds: the rule fails
@@ -193,8 +294,8 @@ def matching_rule(policy: Policy, conn: Connection) -> int | None:
     return None
 
 
-def policy_matches(policy: Policy, conn: Connection) -> bool:
-    return matching_rule(policy, conn) is not None
+def policy_matches(policy: Policy, conn: Connection, request: Request | None = None) -> bool:
+    return matching_rule(policy, conn, request) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +320,8 @@ class Decision:
     missing: tuple[str, ...] = ()
     """Keys the workload lists that the index does not know (rule 7)."""
     trace: tuple[PolicyTrace, ...] = field(default=(), compare=False)
+    audited: tuple[str, ...] = ()
+    """Keys of the enforced AUDIT policies that matched (rule 14)."""
 
 
 def _verdict(traces: Iterable[PolicyTrace]) -> tuple[bool, str, str | None]:
@@ -237,14 +340,17 @@ def _verdict(traces: Iterable[PolicyTrace]) -> tuple[bool, str, str | None]:
     return True, "", None
 
 
-def evaluate(policies: Iterable[Policy], conn: Connection, missing: tuple[str, ...] = ()) -> Decision:
-    """The decision for ``conn`` under ``policies`` (rules 8 to 10); policies are taken in key order."""
+def evaluate(
+    policies: Iterable[Policy], conn: Connection, missing: tuple[str, ...] = (), request: Request | None = None
+) -> Decision:
+    """The decision for ``conn`` (and ``request``) under ``policies`` (rules 8 to 15), policies in key order."""
     traces = tuple(
-        PolicyTrace(p.key, p.action, p.dry_run, matching_rule(p, conn)) for p in sorted(policies, key=_order)
+        PolicyTrace(p.key, p.action, p.dry_run, matching_rule(p, conn, request)) for p in sorted(policies, key=_order)
     )
     allowed, reason, denied_by = _verdict(t for t in traces if not t.dry_run)
     dry_allowed, dry_reason, _ = _verdict(t for t in traces if t.dry_run)
-    return Decision(allowed, reason, denied_by, "" if dry_allowed else dry_reason, missing, traces)
+    audited = tuple(t.key for t in traces if t.action is Action.AUDIT and not t.dry_run and t.rule is not None)
+    return Decision(allowed, reason, denied_by, "" if dry_allowed else dry_reason, missing, traces, audited)
 
 
 def _order(policy: Policy) -> tuple[str, str]:
@@ -265,6 +371,8 @@ class Applicable:
     missing: tuple[str, ...]
     allowed: Decision
     """The decision when nothing denies (shared: no allocation per connection)."""
+    audit: tuple[Policy, ...] = ()
+    """Enforced AUDIT policies (rule 14)."""
 
     @classmethod
     def of(cls, policies: Iterable[Policy], missing: tuple[str, ...]) -> Applicable:
@@ -272,25 +380,29 @@ class Applicable:
         return cls(
             tuple(p for p in ordered if not p.dry_run and p.action is Action.DENY),
             tuple(p for p in ordered if not p.dry_run and p.action is Action.ALLOW),
-            tuple(p for p in ordered if p.dry_run),
+            tuple(p for p in ordered if p.dry_run and p.action is not Action.AUDIT),
             missing,
             Decision(True, missing=missing),
+            tuple(p for p in ordered if not p.dry_run and p.action is Action.AUDIT),
         )
 
 
-def decide(applicable: Applicable, conn: Connection) -> Decision:
-    """Rules 8 to 10 as :func:`evaluate`, stopping at the first policy that settles the decision."""
+def decide(applicable: Applicable, conn: Connection, request: Request | None = None) -> Decision:
+    """Rules 8 to 15 as :func:`evaluate`, stopping at the first policy that settles the decision."""
     dry = ""
     if applicable.dry_run:
-        traces = (PolicyTrace(p.key, p.action, True, matching_rule(p, conn)) for p in applicable.dry_run)
+        traces = (PolicyTrace(p.key, p.action, True, matching_rule(p, conn, request)) for p in applicable.dry_run)
         dry_allowed, dry_reason, _ = _verdict(traces)
         dry = "" if dry_allowed else dry_reason
+    audited = tuple(p.key for p in applicable.audit if matching_rule(p, conn, request) is not None)
     for policy in applicable.deny:
-        if matching_rule(policy, conn) is not None:
-            return Decision(False, explicitly_denied(policy.key), policy.key, dry, applicable.missing)
-    if applicable.allow and not any(matching_rule(p, conn) is not None for p in applicable.allow):
-        return Decision(False, NOT_ALLOWED, None, dry, applicable.missing)
-    return applicable.allowed if not dry else Decision(True, "", None, dry, applicable.missing)
+        if matching_rule(policy, conn, request) is not None:
+            return Decision(False, explicitly_denied(policy.key), policy.key, dry, applicable.missing, audited=audited)
+    if applicable.allow and not any(matching_rule(p, conn, request) is not None for p in applicable.allow):
+        return Decision(False, NOT_ALLOWED, None, dry, applicable.missing, audited=audited)
+    if not dry and not audited:
+        return applicable.allowed
+    return Decision(True, "", None, dry, applicable.missing, audited=audited)
 
 
 class PolicyIndex:

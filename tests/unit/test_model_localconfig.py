@@ -13,8 +13,6 @@ from hypothesis import strategies as st
 from ambit.errors import AmbitError
 from ambit.model.localconfig import LocalConfig, LocalConfigError, parse_local_config, render_local_config
 from ambit.model.policy import (
-    L4_ACTIONS,
-    L4_SCOPES,
     Action,
     Clause,
     Match,
@@ -505,8 +503,8 @@ _policies = st.builds(
     Policy,
     name=_names,
     namespace=_names,
-    scope=st.sampled_from(L4_SCOPES),
-    action=st.sampled_from(L4_ACTIONS),
+    scope=st.sampled_from([Scope.GLOBAL, Scope.NAMESPACE, Scope.WORKLOAD_SELECTOR]),
+    action=st.sampled_from([Action.ALLOW, Action.DENY]),
     rules=_few(_rules),
     dry_run=st.booleans(),
 )

@@ -1,6 +1,7 @@
 import datetime
 
 from google.protobuf import duration_pb2 as _duration_pb2
+from ambit.api import authorization_pb2 as _authorization_pb2
 from ambit.api import requestauth_pb2 as _requestauth_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
@@ -10,6 +11,19 @@ from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class PolicyScope(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    POLICY_SCOPE_UNSPECIFIED: _ClassVar[PolicyScope]
+    POLICY_SCOPE_WAYPOINT: _ClassVar[PolicyScope]
+    POLICY_SCOPE_SERVICE: _ClassVar[PolicyScope]
+
+class PolicyAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    POLICY_ACTION_UNSPECIFIED: _ClassVar[PolicyAction]
+    POLICY_ACTION_ALLOW: _ClassVar[PolicyAction]
+    POLICY_ACTION_DENY: _ClassVar[PolicyAction]
+    POLICY_ACTION_AUDIT: _ClassVar[PolicyAction]
 
 class PathMatchType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -28,6 +42,13 @@ class PathModifierType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PATH_MODIFIER_TYPE_UNSPECIFIED: _ClassVar[PathModifierType]
     REPLACE_FULL_PATH: _ClassVar[PathModifierType]
     REPLACE_PREFIX_MATCH: _ClassVar[PathModifierType]
+POLICY_SCOPE_UNSPECIFIED: PolicyScope
+POLICY_SCOPE_WAYPOINT: PolicyScope
+POLICY_SCOPE_SERVICE: PolicyScope
+POLICY_ACTION_UNSPECIFIED: PolicyAction
+POLICY_ACTION_ALLOW: PolicyAction
+POLICY_ACTION_DENY: PolicyAction
+POLICY_ACTION_AUDIT: PolicyAction
 PATH_MATCH_TYPE_UNSPECIFIED: PathMatchType
 PATH_EXACT: PathMatchType
 PATH_PREFIX: PathMatchType
@@ -39,14 +60,120 @@ REPLACE_FULL_PATH: PathModifierType
 REPLACE_PREFIX_MATCH: PathModifierType
 
 class WaypointConfig(_message.Message):
-    __slots__ = ("waypoint", "tables", "request_authentications")
+    __slots__ = ("waypoint", "tables", "policies", "request_authentications")
     WAYPOINT_FIELD_NUMBER: _ClassVar[int]
     TABLES_FIELD_NUMBER: _ClassVar[int]
+    POLICIES_FIELD_NUMBER: _ClassVar[int]
     REQUEST_AUTHENTICATIONS_FIELD_NUMBER: _ClassVar[int]
     waypoint: str
     tables: _containers.RepeatedCompositeFieldContainer[RouteTable]
+    policies: _containers.RepeatedCompositeFieldContainer[WaypointPolicy]
     request_authentications: _containers.RepeatedCompositeFieldContainer[_requestauth_pb2.RequestAuthentication]
-    def __init__(self, waypoint: _Optional[str] = ..., tables: _Optional[_Iterable[_Union[RouteTable, _Mapping]]] = ..., request_authentications: _Optional[_Iterable[_Union[_requestauth_pb2.RequestAuthentication, _Mapping]]] = ...) -> None: ...
+    def __init__(self, waypoint: _Optional[str] = ..., tables: _Optional[_Iterable[_Union[RouteTable, _Mapping]]] = ..., policies: _Optional[_Iterable[_Union[WaypointPolicy, _Mapping]]] = ..., request_authentications: _Optional[_Iterable[_Union[_requestauth_pb2.RequestAuthentication, _Mapping]]] = ...) -> None: ...
+
+class WaypointPolicy(_message.Message):
+    __slots__ = ("name", "namespace", "scope", "action", "rules", "dry_run", "services")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    RULES_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    SERVICES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    namespace: str
+    scope: PolicyScope
+    action: PolicyAction
+    rules: _containers.RepeatedCompositeFieldContainer[PolicyRule]
+    dry_run: bool
+    services: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., namespace: _Optional[str] = ..., scope: _Optional[_Union[PolicyScope, str]] = ..., action: _Optional[_Union[PolicyAction, str]] = ..., rules: _Optional[_Iterable[_Union[PolicyRule, _Mapping]]] = ..., dry_run: _Optional[bool] = ..., services: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class PolicyRule(_message.Message):
+    __slots__ = ("clauses",)
+    CLAUSES_FIELD_NUMBER: _ClassVar[int]
+    clauses: _containers.RepeatedCompositeFieldContainer[PolicyClause]
+    def __init__(self, clauses: _Optional[_Iterable[_Union[PolicyClause, _Mapping]]] = ...) -> None: ...
+
+class PolicyClause(_message.Message):
+    __slots__ = ("matches",)
+    MATCHES_FIELD_NUMBER: _ClassVar[int]
+    matches: _containers.RepeatedCompositeFieldContainer[PolicyMatch]
+    def __init__(self, matches: _Optional[_Iterable[_Union[PolicyMatch, _Mapping]]] = ...) -> None: ...
+
+class KeyedMatch(_message.Message):
+    __slots__ = ("key", "values", "not_values")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    NOT_VALUES_FIELD_NUMBER: _ClassVar[int]
+    key: _containers.RepeatedScalarFieldContainer[str]
+    values: _containers.RepeatedCompositeFieldContainer[_authorization_pb2.StringMatch]
+    not_values: _containers.RepeatedCompositeFieldContainer[_authorization_pb2.StringMatch]
+    def __init__(self, key: _Optional[_Iterable[str]] = ..., values: _Optional[_Iterable[_Union[_authorization_pb2.StringMatch, _Mapping]]] = ..., not_values: _Optional[_Iterable[_Union[_authorization_pb2.StringMatch, _Mapping]]] = ...) -> None: ...
+
+class PolicyMatch(_message.Message):
+    __slots__ = ("namespaces", "not_namespaces", "service_accounts", "not_service_accounts", "principals", "not_principals", "source_ips", "not_source_ips", "destination_ips", "not_destination_ips", "destination_ports", "not_destination_ports", "hosts", "not_hosts", "methods", "not_methods", "paths", "not_paths", "request_principals", "not_request_principals", "remote_ips", "not_remote_ips", "request_headers", "request_claims", "audiences", "not_audiences", "presenters", "not_presenters", "sni", "not_sni")
+    NAMESPACES_FIELD_NUMBER: _ClassVar[int]
+    NOT_NAMESPACES_FIELD_NUMBER: _ClassVar[int]
+    SERVICE_ACCOUNTS_FIELD_NUMBER: _ClassVar[int]
+    NOT_SERVICE_ACCOUNTS_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPALS_FIELD_NUMBER: _ClassVar[int]
+    NOT_PRINCIPALS_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_IPS_FIELD_NUMBER: _ClassVar[int]
+    NOT_SOURCE_IPS_FIELD_NUMBER: _ClassVar[int]
+    DESTINATION_IPS_FIELD_NUMBER: _ClassVar[int]
+    NOT_DESTINATION_IPS_FIELD_NUMBER: _ClassVar[int]
+    DESTINATION_PORTS_FIELD_NUMBER: _ClassVar[int]
+    NOT_DESTINATION_PORTS_FIELD_NUMBER: _ClassVar[int]
+    HOSTS_FIELD_NUMBER: _ClassVar[int]
+    NOT_HOSTS_FIELD_NUMBER: _ClassVar[int]
+    METHODS_FIELD_NUMBER: _ClassVar[int]
+    NOT_METHODS_FIELD_NUMBER: _ClassVar[int]
+    PATHS_FIELD_NUMBER: _ClassVar[int]
+    NOT_PATHS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_PRINCIPALS_FIELD_NUMBER: _ClassVar[int]
+    NOT_REQUEST_PRINCIPALS_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_IPS_FIELD_NUMBER: _ClassVar[int]
+    NOT_REMOTE_IPS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_HEADERS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_CLAIMS_FIELD_NUMBER: _ClassVar[int]
+    AUDIENCES_FIELD_NUMBER: _ClassVar[int]
+    NOT_AUDIENCES_FIELD_NUMBER: _ClassVar[int]
+    PRESENTERS_FIELD_NUMBER: _ClassVar[int]
+    NOT_PRESENTERS_FIELD_NUMBER: _ClassVar[int]
+    SNI_FIELD_NUMBER: _ClassVar[int]
+    NOT_SNI_FIELD_NUMBER: _ClassVar[int]
+    namespaces: _containers.RepeatedCompositeFieldContainer[_authorization_pb2.StringMatch]
+    not_namespaces: _containers.RepeatedCompositeFieldContainer[_authorization_pb2.StringMatch]
+    service_accounts: _containers.RepeatedCompositeFieldContainer[_authorization_pb2.ServiceAccountMatch]
+    not_service_accounts: _containers.RepeatedCompositeFieldContainer[_authorization_pb2.ServiceAccountMatch]
+    principals: _containers.RepeatedCompositeFieldContainer[_authorization_pb2.StringMatch]
+    not_principals: _containers.RepeatedCompositeFieldContainer[_authorization_pb2.StringMatch]
+    source_ips: _containers.RepeatedCompositeFieldContainer[_authorization_pb2.Address]
+    not_source_ips: _containers.RepeatedCompositeFieldContainer[_authorization_pb2.Address]
+    destination_ips: _containers.RepeatedCompositeFieldContainer[_authorization_pb2.Address]
+    not_destination_ips: _containers.RepeatedCompositeFieldContainer[_authorization_pb2.Address]
+    destination_ports: _containers.RepeatedScalarFieldContainer[int]
+    not_destination_ports: _containers.RepeatedScalarFieldContainer[int]
+    hosts: _containers.RepeatedCompositeFieldContainer[_authorization_pb2.StringMatch]
+    not_hosts: _containers.RepeatedCompositeFieldContainer[_authorization_pb2.StringMatch]
+    methods: _containers.RepeatedScalarFieldContainer[str]
+    not_methods: _containers.RepeatedScalarFieldContainer[str]
+    paths: _containers.RepeatedCompositeFieldContainer[_authorization_pb2.StringMatch]
+    not_paths: _containers.RepeatedCompositeFieldContainer[_authorization_pb2.StringMatch]
+    request_principals: _containers.RepeatedCompositeFieldContainer[_authorization_pb2.StringMatch]
+    not_request_principals: _containers.RepeatedCompositeFieldContainer[_authorization_pb2.StringMatch]
+    remote_ips: _containers.RepeatedCompositeFieldContainer[_authorization_pb2.Address]
+    not_remote_ips: _containers.RepeatedCompositeFieldContainer[_authorization_pb2.Address]
+    request_headers: _containers.RepeatedCompositeFieldContainer[KeyedMatch]
+    request_claims: _containers.RepeatedCompositeFieldContainer[KeyedMatch]
+    audiences: _containers.RepeatedCompositeFieldContainer[_authorization_pb2.StringMatch]
+    not_audiences: _containers.RepeatedCompositeFieldContainer[_authorization_pb2.StringMatch]
+    presenters: _containers.RepeatedCompositeFieldContainer[_authorization_pb2.StringMatch]
+    not_presenters: _containers.RepeatedCompositeFieldContainer[_authorization_pb2.StringMatch]
+    sni: _containers.RepeatedCompositeFieldContainer[_authorization_pb2.StringMatch]
+    not_sni: _containers.RepeatedCompositeFieldContainer[_authorization_pb2.StringMatch]
+    def __init__(self, namespaces: _Optional[_Iterable[_Union[_authorization_pb2.StringMatch, _Mapping]]] = ..., not_namespaces: _Optional[_Iterable[_Union[_authorization_pb2.StringMatch, _Mapping]]] = ..., service_accounts: _Optional[_Iterable[_Union[_authorization_pb2.ServiceAccountMatch, _Mapping]]] = ..., not_service_accounts: _Optional[_Iterable[_Union[_authorization_pb2.ServiceAccountMatch, _Mapping]]] = ..., principals: _Optional[_Iterable[_Union[_authorization_pb2.StringMatch, _Mapping]]] = ..., not_principals: _Optional[_Iterable[_Union[_authorization_pb2.StringMatch, _Mapping]]] = ..., source_ips: _Optional[_Iterable[_Union[_authorization_pb2.Address, _Mapping]]] = ..., not_source_ips: _Optional[_Iterable[_Union[_authorization_pb2.Address, _Mapping]]] = ..., destination_ips: _Optional[_Iterable[_Union[_authorization_pb2.Address, _Mapping]]] = ..., not_destination_ips: _Optional[_Iterable[_Union[_authorization_pb2.Address, _Mapping]]] = ..., destination_ports: _Optional[_Iterable[int]] = ..., not_destination_ports: _Optional[_Iterable[int]] = ..., hosts: _Optional[_Iterable[_Union[_authorization_pb2.StringMatch, _Mapping]]] = ..., not_hosts: _Optional[_Iterable[_Union[_authorization_pb2.StringMatch, _Mapping]]] = ..., methods: _Optional[_Iterable[str]] = ..., not_methods: _Optional[_Iterable[str]] = ..., paths: _Optional[_Iterable[_Union[_authorization_pb2.StringMatch, _Mapping]]] = ..., not_paths: _Optional[_Iterable[_Union[_authorization_pb2.StringMatch, _Mapping]]] = ..., request_principals: _Optional[_Iterable[_Union[_authorization_pb2.StringMatch, _Mapping]]] = ..., not_request_principals: _Optional[_Iterable[_Union[_authorization_pb2.StringMatch, _Mapping]]] = ..., remote_ips: _Optional[_Iterable[_Union[_authorization_pb2.Address, _Mapping]]] = ..., not_remote_ips: _Optional[_Iterable[_Union[_authorization_pb2.Address, _Mapping]]] = ..., request_headers: _Optional[_Iterable[_Union[KeyedMatch, _Mapping]]] = ..., request_claims: _Optional[_Iterable[_Union[KeyedMatch, _Mapping]]] = ..., audiences: _Optional[_Iterable[_Union[_authorization_pb2.StringMatch, _Mapping]]] = ..., not_audiences: _Optional[_Iterable[_Union[_authorization_pb2.StringMatch, _Mapping]]] = ..., presenters: _Optional[_Iterable[_Union[_authorization_pb2.StringMatch, _Mapping]]] = ..., not_presenters: _Optional[_Iterable[_Union[_authorization_pb2.StringMatch, _Mapping]]] = ..., sni: _Optional[_Iterable[_Union[_authorization_pb2.StringMatch, _Mapping]]] = ..., not_sni: _Optional[_Iterable[_Union[_authorization_pb2.StringMatch, _Mapping]]] = ...) -> None: ...
 
 class RouteTable(_message.Message):
     __slots__ = ("service_key", "port", "http", "tcp_backends", "hostnames")

@@ -52,6 +52,7 @@ from ambit.controlplane.ca.server import GRPC_SERVER_OPTIONS, CaService, RootSig
 from ambit.controlplane.gateway import GatewayController, GatewayControllerSettings, WaypointTemplateSettings
 from ambit.controlplane.status import AddressStatusWriter, PolicyStatusWriter, RouteStatusWriter
 from ambit.controlplane.translate import DEFAULT_ROOT_NAMESPACE, PolicyStatus, SkipMemory, Skipped, Translation
+from ambit.controlplane.translate.waypoint_policies import WAYPOINT_ACCEPTED
 from ambit.controlplane.translate.waypoints import WAYPOINT_BOUND
 from ambit.controlplane.untaint import NodeUntainter
 from ambit.controlplane.view import ClusterView, ClusterViewSettings
@@ -173,6 +174,12 @@ class ControlPlane:
             on_routes=self._routes_changed,
         )
         self.status = PolicyStatusWriter(client, lambda: self.view.items("authorizationpolicies"), clock=time.time)
+        self.waypoint_policy_status = PolicyStatusWriter(
+            client,
+            lambda: self.view.items("authorizationpolicies"),
+            clock=time.time,
+            condition_type=WAYPOINT_ACCEPTED,
+        )
         self.service_status = PolicyStatusWriter(
             client,
             lambda: self.view.items("services"),
@@ -262,6 +269,7 @@ class ControlPlane:
         self._gateways_changed(translation)
         for writer in self.route_status:
             writer.submit(translation.route_status)
+        self.waypoint_policy_status.submit(translation.waypoint_policy_status)
 
     def _gateways_changed(self, translation: Translation) -> None:
         """Serve each ingress gateway its config, versioned with who may read it (as waypoints' configs)."""
@@ -364,6 +372,7 @@ class ControlPlane:
         authorizer = NodeAuthorizer(self.pods, trust_domain=s.trust_domain)
         CaService(self.authenticator, authorizer, RootSigner(self.root)).add_to_server(self.server.grpc_server)
         self.status.start()
+        self.waypoint_policy_status.start()
         self.service_status.start()
         self.service_entry_status.start()
         self.entry_addresses.start()
@@ -439,6 +448,7 @@ class ControlPlane:
             self.view.aclose(),
             self.gateways.aclose() if self.gateways else None,
             self.status.aclose(),
+            self.waypoint_policy_status.aclose(),
             self.service_status.aclose(),
             self.service_entry_status.aclose(),
             self.entry_addresses.aclose(),

@@ -1,7 +1,7 @@
-"""Status the control plane owns (spec §10.3), written as istiod writes it: ``ZtunnelAccepted`` on
-AuthorizationPolicies, ``istio.io/WaypointBound`` on Services and ServiceEntries, and the ``status.parents`` entries
-of ``controllerName: istio.io/gateway-controller`` on HTTPRoutes, GRPCRoutes and TCPRoutes, and the auto-allocated
-``status.addresses`` of ServiceEntries (:class:`AddressStatusWriter`).
+"""Status the control plane owns (spec §10.3), written as istiod writes it: ``ZtunnelAccepted`` and
+``WaypointAccepted`` on AuthorizationPolicies, ``istio.io/WaypointBound`` on Services and ServiceEntries, the
+``status.parents`` entries of ``controllerName: istio.io/gateway-controller`` on HTTPRoutes, GRPCRoutes and
+TCPRoutes, and the auto-allocated ``status.addresses`` of ServiceEntries (:class:`AddressStatusWriter`).
 
 Theory of operation: the translation computes each object's wanted condition (:class:`PolicyStatus`, whose
 ``type`` names it) or a route's wanted parents (:class:`RouteStatus`); :func:`plan_conditions` and

@@ -45,8 +45,6 @@ from ambit.model.identity import (
     check_trust_domain,
 )
 from ambit.model.policy import (
-    L4_ACTIONS,
-    L4_SCOPES,
     Action,
     Cidr,
     Clause,
@@ -479,13 +477,18 @@ def _bool(value: object, path: str) -> bool:
     return value
 
 
+_NODE_SCOPES = (Scope.GLOBAL, Scope.NAMESPACE, Scope.WORKLOAD_SELECTOR)
+_NODE_ACTIONS = (Action.ALLOW, Action.DENY)
+"""What a node proxy's policy can be: AUDIT and the waypoint scopes exist only at L7 (ambit.model.policy)."""
+
+
 def _policy(value: object, path: str) -> Policy:
     item = _mapping(value, path, _POLICY_KEYS)
     return Policy(
         name=_field(item, "name", path, _name),
         namespace=_field(item, "namespace", path, _name),
-        scope=_field(item, "scope", path, _choice({s.name: s for s in L4_SCOPES}), Scope.GLOBAL),
-        action=_field(item, "action", path, _choice({a.name: a for a in L4_ACTIONS}), Action.ALLOW),
+        scope=_field(item, "scope", path, _choice({s.name: s for s in _NODE_SCOPES}), Scope.GLOBAL),
+        action=_field(item, "action", path, _choice({a.name: a for a in _NODE_ACTIONS}), Action.ALLOW),
         rules=_each(item, "rules", path, _rule),
         dry_run=_field(item, "dryRun", path, _bool, False),
     )

@@ -24,8 +24,6 @@ import ipaddress
 from dataclasses import dataclass, field
 
 __all__ = [
-    "L4_ACTIONS",
-    "L4_SCOPES",
     "Action",
     "Cidr",
     "Clause",
@@ -72,12 +70,6 @@ class StringMatchKind(enum.Enum):
     SUFFIX = "suffix"
     PRESENCE = "presence"
     """Any non-empty value (the ``*`` form)."""
-
-
-L4_SCOPES = (Scope.GLOBAL, Scope.NAMESPACE, Scope.WORKLOAD_SELECTOR)
-"""The scopes a node proxy knows (the ztunnel proto's); WAYPOINT and SERVICE never travel to it."""
-L4_ACTIONS = (Action.ALLOW, Action.DENY)
-"""The actions a node proxy knows; AUDIT is a waypoint's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,8 +137,11 @@ class ServiceAccountMatch:
 class KeyedMatch:
     """A ``when`` condition on a keyed attribute: ``request.headers[name]`` or ``request.auth.claims[a][b]``.
 
-    Holds when the attribute is present and some ``values`` entry matches it (if any are given) and no
-    ``not_values`` entry does. A claim that is a list holds if any of its string elements would.
+    Holds when, if ``values`` are given, the attribute is present and some entry matches it, and no ``not_values``
+    entry matches it (an absent attribute matches none: a ``not_values``-only condition holds without it, as
+    Envoy's negated header and metadata matchers do). A claim that is a list holds if any of its string elements
+    would; a claim that is not a string (number, object) matches nothing. A header received more than once is
+    matched as its values joined by ``,``.
     """
 
     key: tuple[str, ...]
@@ -258,6 +253,12 @@ class Rule:
     """Clauses that are ANDed; a rule with no clause matches every connection."""
 
     clauses: tuple[Clause, ...] = ()
+
+    is_l7: bool = field(init=False, compare=False, repr=False)
+    """Some match of the rule has an L7 field (an ALLOW rule that then never matches without a request)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "is_l7", any(m.is_l7 for c in self.clauses for m in c.matches))
 
 
 @dataclass(frozen=True, slots=True)

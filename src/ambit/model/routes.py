@@ -35,6 +35,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from ambit.model.policy import Policy
 from ambit.model.requestauth import RequestAuthentication
 
 
@@ -218,6 +219,8 @@ class WaypointConfig:
     waypoint: str
     """``namespace/name`` of its Gateway."""
     tables: tuple[RouteTable, ...] = ()
+    policies: tuple[Policy, ...] = ()
+    """The AuthorizationPolicies bound to it (scope WAYPOINT or SERVICE; spec §7.5), by namespace, name, scope."""
     request_authentications: tuple[RequestAuthentication, ...] = ()
     """The RequestAuthentications attached to it by ``targetRefs``, by key (:mod:`ambit.requestauth` enforces them)."""
 

@@ -49,6 +49,17 @@ class RouteConfig:
                 }
                 for table in self._config.tables
             ],
+            "policies": [
+                {
+                    "policy": policy.key,
+                    "scope": policy.scope.name,
+                    "action": policy.action.name,
+                    "rules": len(policy.rules),
+                    "dryRun": policy.dry_run,
+                    "services": list(policy.services),
+                }
+                for policy in self._config.policies
+            ],
         }
 
 

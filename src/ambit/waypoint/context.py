@@ -21,10 +21,12 @@ from ambit.model.workload import Service, Workload
 from ambit.proxy.accounting import traffic_labels
 from ambit.telemetry.accesslog import AccessLog
 from ambit.telemetry.metrics import Reporter, TrafficLabels
+from ambit.waypoint.authorization import WaypointAuthorizer
 from ambit.waypoint.config import RouteConfig
 from ambit.waypoint.decisions import Router
 from ambit.waypoint.destinations import EndpointPicker, Target, WaypointSelf, pick_endpoint
 from ambit.waypoint.http2 import Http2Pool
+from ambit.waypoint.jwks import JwksManager
 from ambit.waypoint.routing import route
 from ambit.waypoint.settings import WaypointLimits
 from ambit.waypoint.telemetry import RequestLog, WaypointMetrics
@@ -43,6 +45,12 @@ class WaypointContext:
     routes: RouteConfig = field(default_factory=RouteConfig)
     router: Router = route
     """The routing engine (:func:`ambit.waypoint.routing.route`); tests put stand-ins here."""
+    authorizer: WaypointAuthorizer = field(default_factory=WaypointAuthorizer)
+    jwks: JwksManager = field(default_factory=JwksManager)
+    """The key sets of the RequestAuthentications' ``jwksUri`` (fetched by the waypoint: :mod:`ambit.waypoint.jwks`)."""
+    wall_clock: Callable[[], float] = time.time
+    """Token times (``exp``, ``nbf``) are wall-clock seconds; ``clock`` is monotonic."""
+    """The policies of ``routes`` per destination (:mod:`ambit.waypoint.authorization`)."""
     clock: Callable[[], float] = time.monotonic
     random: Callable[[], float] = _random.random
     choose: Callable[[Sequence[Workload]], Workload] = _random.choice

@@ -5,6 +5,11 @@ Theory of operation: the HTTP/1.1 shell (:mod:`ambit.waypoint.http1_proxy`) and 
 client's end of the request (a :class:`~ambit.waypoint.downstream.RequestSide`: the body source and where the
 answer goes) and the :data:`~ambit.waypoint.upstream.Connector` of their version. :func:`serve_request`:
 
+0. authenticates the request (RequestAuthentication, :func:`ambit.waypoint.authn.plan_authentication`): a token
+   that no rule accepts is answered 401 with Envoy's reason, before anything else; then authorizes it
+   (:func:`ambit.waypoint.authorization.check_request`, with the token's identity): a denied request is answered
+   403 ``RBAC: access denied`` with flag ``RBAC`` and the matched policy in the log line's error. The rest sees
+   the request as authentication left it (the token removed unless ``forwardOriginalToken``, output headers set);
 1. asks the :data:`~ambit.waypoint.decisions.Router`, with the destination's route table (a Service target; a
    workload target is forwarded to that workload as addressed): :class:`~ambit.waypoint.decisions.Respond` is
    answered locally (the request body read and dropped first); :class:`~ambit.waypoint.decisions.Forward` goes
@@ -20,8 +25,12 @@ reporter="waypoint", ``request_protocol`` grpc or http) and writes its access-lo
 
 from __future__ import annotations
 
+import logging
+
 from ambit.hbone.headers import hostport
 from ambit.model.workload import Workload
+from ambit.waypoint.authn import Unauthenticated, plan_authentication
+from ambit.waypoint.authorization import DENIED_BODY, RBAC_FLAG, check_request, denial_detail, service_key_of
 from ambit.waypoint.context import Tunnel, WaypointContext
 from ambit.waypoint.decisions import RequestHead, Respond
 from ambit.waypoint.destinations import Endpoint, ServiceTarget, find_backend_service
@@ -31,6 +40,8 @@ from ambit.waypoint.http1 import BodyData, MessageEnded, RequestStarted, Signal
 from ambit.waypoint.mirror import start_mirrors
 from ambit.waypoint.telemetry import RequestRecord
 from ambit.waypoint.upstream import Connector
+
+log = logging.getLogger("ambit.waypoint.exchange")
 
 DRAIN_LIMIT = 1024 * 1024
 """Request body bytes read and dropped before a local answer; a longer body closes the connection instead."""
@@ -49,10 +60,31 @@ async def serve_request(
     """One request (rules 1-3); True when the connection may carry another. ``mirrors``: copy the request to
     the route's mirror backends (HTTP/1.1 copies only)."""
     target = tunnel.target
-    plan = Plan(started.head)
+    config = ctx.routes.current
+    key = service_key_of(tunnel)
+    head = started.head
+    if config.request_authentications:
+        step = plan_authentication(head, config, key, await ctx.jwks.fetch_key_sets(), ctx.wall_clock())
+        if isinstance(step, Unauthenticated):
+            keep = await _drain(down, started)
+            await respond(down, step.response.status, step.response.headers, step.response.body, outcome)
+            outcome.error = step.details
+            return keep
+        head, identity = step.request, step.identity
+    else:
+        identity = None
+    authz = check_request(ctx, tunnel, head, identity)
+    if not authz.allowed:
+        keep = await _drain(down, started)
+        await respond(down, 403, (), DENIED_BODY, outcome, flags=RBAC_FLAG)
+        outcome.error = denial_detail(authz)
+        return keep
+    if authz.audited:
+        log.info("audit: %s %s matched %s", head.method, head.path[:200], ", ".join(authz.audited))
+    plan = Plan(head)
     if isinstance(target, ServiceTarget):
         table = ctx.routes.find_table(target.service.key, target.port)
-        decision = ctx.router(table, target.backend, started.head, ctx.random())
+        decision = ctx.router(table, target.backend, head, ctx.random())
         outcome.route = decision.route
         if isinstance(decision, Respond):
             keep = await _drain(down, started)

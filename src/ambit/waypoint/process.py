@@ -191,10 +191,20 @@ class Waypoint:
         for name, value in update.upserts:
             if name == self.config_name and isinstance(value, WaypointConfig):
                 self.context.routes.replace(value)
+                self.context.jwks.update(value.request_authentications)
                 log.info("routes: %d table(s) for %s", len(value.tables), name)
         if self.config_name in update.removals:
-            self.context.routes.replace(WaypointConfig(waypoint=self.config_name))
-            log.info("routes: none for %s (default routes)", self.config_name)
+            # The routes go back to the defaults, but the last policies stay: a control plane that stops serving
+            # this resource must not turn every authorization policy off (fail closed, not open).
+            last = self.context.routes.current
+            self.context.routes.replace(
+                WaypointConfig(
+                    waypoint=self.config_name,
+                    policies=last.policies,
+                    request_authentications=last.request_authentications,
+                )
+            )
+            log.info("routes: none for %s (default routes; the last policies are kept)", self.config_name)
 
     @property
     def hbone_address(self) -> tuple[str, int]:
@@ -334,6 +344,7 @@ class Waypoint:
         if self.xds is not None:
             await self.xds.aclose()
         await self.context.http2.aclose()
+        await self.context.jwks.aclose()
         await self.context.upstreams.aclose()
         await self.certs.aclose()
         if isinstance(self.ca, IstiodCaClient):

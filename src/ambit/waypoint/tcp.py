@@ -8,7 +8,9 @@ quiet that long too (a connection is idle when nothing moves either way). The tu
 
 :func:`serve_tcp` is a TCP tunnel: pick one endpoint of the addressed Service (or the addressed workload), open a
 stream to it, relay, and account for it as the node proxy does (``istio_tcp_*`` with reporter="waypoint", one
-access-log line).
+access-log line). The policies bound to the waypoint are checked once, before an endpoint is reached
+(:func:`ambit.waypoint.authorization.check_connection`): a denied tunnel is refused 401 (or closed) with flag
+``DENY``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from ambit.proxy.errors import ResponseFlag
 from ambit.proxy.hbone_server import TunnelResponder
 from ambit.proxy.streams import ByteStream
 from ambit.telemetry.accesslog import ConnectionRecord
+from ambit.waypoint.authorization import check_connection, denial_detail
 from ambit.waypoint.context import Tunnel, WaypointContext
 from ambit.waypoint.destinations import (
     Endpoint,
@@ -99,6 +102,14 @@ def _fail(downstream: ByteStream | TunnelResponder) -> None:
         downstream.abort()
 
 
+def _deny(downstream: ByteStream | TunnelResponder) -> None:
+    """A denied TCP tunnel: 401 to a CONNECT not yet answered (as ztunnel answers), else closed."""
+    if isinstance(downstream, TunnelResponder):
+        downstream.reject(401)
+    else:
+        downstream.abort()
+
+
 def endpoint_for(ctx: WaypointContext, tunnel: Tunnel) -> Endpoint | None:
     """The endpoint of one TCP connection: for a Service, by its attached TCPRoute's weighted backends when it has
     one (a backend that did not resolve, or all weights 0, is no endpoint), else an endpoint of the Service
@@ -141,6 +152,11 @@ async def serve_tcp(
         dst_identity=str(endpoint.workload.identity) if endpoint else "",
     )
     accounting = Accounting(ctx.metrics, ctx.access_log, labels, record, ctx.clock)
+    decision = check_connection(ctx, tunnel)
+    if not decision.allowed:
+        accounting.failed(denial_detail(decision), ResponseFlag.DENY)
+        _deny(downstream)
+        return
     if endpoint is None:
         accounting.failed("no healthy upstream", ResponseFlag.NO_ROUTE)
         _fail(downstream)

@@ -14,6 +14,11 @@ Rules:
 4. ``extensions`` (on the policy or a match) are not understood: a match with an extension is refused, since
    skipping it would change what the policy matches.
 5. Nothing but :class:`XdsConversionError` escapes decoding.
+6. Only the node proxy's subset crosses this wire (spec §4.3): the actions ALLOW and DENY, the scopes GLOBAL,
+   NAMESPACE and WORKLOAD_SELECTOR, L4 match fields. Encoding a policy with AUDIT, a waypoint scope, ``services``
+   or an L7 match raises :class:`XdsConversionError` (a control plane bug, never silently dropped fields); decoding
+   refuses action 2 and scopes 3 and 4, which the proto does not define, so a hostile or buggy control plane
+   cannot hand the node proxy a policy it would judge by the waypoint's rules.
 """
 
 from __future__ import annotations
@@ -26,8 +31,6 @@ from google.protobuf.message import DecodeError
 
 from ambit.api import authorization_pb2 as pb
 from ambit.model.policy import (
-    L4_ACTIONS,
-    L4_SCOPES,
     Action,
     Cidr,
     Clause,
@@ -43,21 +46,31 @@ from ambit.xds.convert import FieldReader
 from ambit.xds.errors import XdsConversionError
 from ambit.xds.session import AUTHORIZATION_TYPE_URL
 
-__all__ = ["AUTHORIZATION_TYPE_URL", "authorization_of", "decode_authorization", "pack_authorization", "policy_of"]
+__all__ = [
+    "AUTHORIZATION_TYPE_URL",
+    "PolicyReader",
+    "address_to_proto",
+    "authorization_of",
+    "decode_authorization",
+    "pack_authorization",
+    "policy_of",
+    "string_match_to_proto",
+]
 
 T = TypeVar("T")
-E = TypeVar("E", Scope, Action)
 
 _STRING_FIELDS = ("namespaces", "not_namespaces", "principals", "not_principals")
 _ACCOUNT_FIELDS = ("service_accounts", "not_service_accounts")
 _IP_FIELDS = ("source_ips", "not_source_ips", "destination_ips", "not_destination_ips")
 _PORT_FIELDS = ("destination_ports", "not_destination_ports")
+_NODE_ACTIONS = frozenset({Action.ALLOW, Action.DENY})
+_NODE_SCOPES = frozenset({Scope.GLOBAL, Scope.NAMESPACE, Scope.WORKLOAD_SELECTOR})
 
 
 # Encoding.
 
 
-def _string_match(match: StringMatch) -> pb.StringMatch:
+def string_match_to_proto(match: StringMatch) -> pb.StringMatch:
     if match.kind is StringMatchKind.EXACT:
         return pb.StringMatch(exact=match.value)
     if match.kind is StringMatchKind.PREFIX:
@@ -67,34 +80,48 @@ def _string_match(match: StringMatch) -> pb.StringMatch:
     return pb.StringMatch(presence=empty_pb2.Empty())
 
 
-def _address(cidr: Cidr) -> pb.Address:
+def address_to_proto(cidr: Cidr) -> pb.Address:
     return pb.Address(address=cidr.network_address.packed, length=cidr.prefixlen)
 
 
 def _match(match: Match) -> pb.Match:
     out = pb.Match()
     for name in _STRING_FIELDS:
-        getattr(out, name).extend(_string_match(m) for m in getattr(match, name))
+        getattr(out, name).extend(string_match_to_proto(m) for m in getattr(match, name))
     for name in _ACCOUNT_FIELDS:
         getattr(out, name).extend(
             pb.ServiceAccountMatch(namespace=m.namespace, serviceAccount=m.service_account)
             for m in getattr(match, name)
         )
     for name in _IP_FIELDS:
-        getattr(out, name).extend(_address(c) for c in getattr(match, name))
+        getattr(out, name).extend(address_to_proto(c) for c in getattr(match, name))
     for name in _PORT_FIELDS:
         getattr(out, name).extend(getattr(match, name))
     return out
 
 
+def _check_node_subset(policy: Policy) -> None:
+    """Rule 6 for encoding."""
+    if policy.action not in _NODE_ACTIONS:
+        raise XdsConversionError(policy.key, "action", f"{policy.action.name} is not sent to the node proxy")
+    if policy.scope not in _NODE_SCOPES:
+        raise XdsConversionError(policy.key, "scope", f"{policy.scope.name} is not sent to the node proxy")
+    if policy.services:
+        raise XdsConversionError(policy.key, "services", "service-attached policies are not sent to the node proxy")
+    for r, rule in enumerate(policy.rules):
+        for c, clause in enumerate(rule.clauses):
+            for m, match in enumerate(clause.matches):
+                if match.is_l7:
+                    raise XdsConversionError(
+                        policy.key,
+                        f"rules[{r}].clauses[{c}].matches[{m}]",
+                        "L7 fields are not sent to the node proxy",
+                    )
+
+
 def authorization_of(policy: Policy) -> pb.Authorization:
-    """The ztunnel form of an L4 policy; a waypoint's (AUDIT, WAYPOINT/SERVICE scope, L7 fields) is refused."""
-    if policy.scope not in L4_SCOPES:
-        raise XdsConversionError(policy.key, "scope", f"a node proxy cannot enforce scope {policy.scope.name}")
-    if policy.action not in L4_ACTIONS:
-        raise XdsConversionError(policy.key, "action", f"a node proxy cannot enforce action {policy.action.name}")
-    if any(m.is_l7 for rule in policy.rules for clause in rule.clauses for m in clause.matches):
-        raise XdsConversionError(policy.key, "rules", "a node proxy cannot enforce L7 attributes")
+    """The node proxy's resource for ``policy``; raises :class:`XdsConversionError` outside its subset (rule 6)."""
+    _check_node_subset(policy)
     return pb.Authorization(
         name=policy.name,
         namespace=policy.namespace,
@@ -116,21 +143,17 @@ def pack_authorization(message: pb.Authorization) -> any_pb2.Any:
 # Decoding.
 
 
-class _Reader(FieldReader):
-    """:class:`~ambit.xds.convert.FieldReader` with the checks of policy fields."""
+class PolicyReader(FieldReader):
+    """:class:`~ambit.xds.convert.FieldReader` with the checks of policy fields (also the waypoint policies')."""
 
-    def enum_of(self, field: str, value: int, kind: type[T]) -> T:
+    def enum_of(self, field: str, value: int, kind: type[T], allowed: frozenset[T]) -> T:
         try:
-            return kind(value)  # type: ignore[call-arg]
+            member = kind(value)  # type: ignore[call-arg]
         except ValueError:
             raise self.fail(field, f"unsupported value {value}") from None
-
-    def enum_among(self, field: str, value: int, allowed: tuple[E, ...]) -> E:
-        """``value`` as one of ``allowed`` (the values this proto defines), else a conversion error."""
-        for member in allowed:
-            if member.value == value:
-                return member
-        raise self.fail(field, f"unsupported value {value}")
+        if member not in allowed:
+            raise self.fail(field, f"unsupported value {value}")
+        return member
 
     def string_match(self, field: str, message: pb.StringMatch) -> StringMatch:
         kind = message.WhichOneof("match_type")
@@ -155,7 +178,7 @@ class _Reader(FieldReader):
         return value
 
 
-def _read_match(read: _Reader, field: str, message: pb.Match) -> Match:
+def _read_match(read: PolicyReader, field: str, message: pb.Match) -> Match:
     if len(message.extensions):
         raise read.fail(f"{field}.extensions", "match extensions are not supported")
     values: dict[str, tuple[object, ...]] = {}
@@ -181,14 +204,14 @@ def _read_match(read: _Reader, field: str, message: pb.Match) -> Match:
 
 def policy_of(message: pb.Authorization, name: str = "") -> Policy:
     """The model value of an Authorization; ``name`` (the xDS resource name), when given, must match its body."""
-    read = _Reader(name or f"{message.namespace}/{message.name}")
+    read = PolicyReader(name or f"{message.namespace}/{message.name}")
     if len(message.extensions):
         raise read.fail("extensions", "policy extensions are not supported")
     policy = Policy(
         name=read.text("name", message.name, required=True),
         namespace=read.text("namespace", message.namespace),
-        scope=read.enum_among("scope", message.scope, L4_SCOPES),
-        action=read.enum_among("action", message.action, L4_ACTIONS),
+        scope=read.enum_of("scope", message.scope, Scope, _NODE_SCOPES),
+        action=read.enum_of("action", message.action, Action, _NODE_ACTIONS),
         rules=tuple(
             Rule(
                 tuple(

@@ -19,7 +19,8 @@ Rules:
    ``backend`` of a weighted backend is an unresolved one (answers 500).
 6. Durations travel as ``google.protobuf.Duration``; seconds given in milliseconds come back exactly.
 7. Nothing but :class:`XdsConversionError` escapes decoding.
-8. ``request_authentications`` (field 4) are judged by :mod:`ambit.xds.requestauth`.
+8. ``policies`` (the AuthorizationPolicies bound to the waypoint) are judged by :mod:`ambit.xds.waypoint_policies`.
+9. ``request_authentications`` (field 4) are judged by :mod:`ambit.xds.requestauth`.
 """
 
 from __future__ import annotations
@@ -51,9 +52,11 @@ from ambit.model.routes import (
     WaypointConfig,
     WeightedBackend,
 )
+from ambit.xds.authorization import PolicyReader
 from ambit.xds.convert import FieldReader
 from ambit.xds.errors import XdsConversionError
 from ambit.xds.requestauth import RequestAuthReader, request_authentication_to_proto
+from ambit.xds.waypoint_policies import waypoint_policy_from_proto, waypoint_policy_to_proto
 
 __all__ = [
     "WAYPOINT_CONFIG_TYPE_URL",
@@ -192,6 +195,7 @@ def waypoint_config_to_proto(config: WaypointConfig) -> pb.WaypointConfig:
             )
             for t in config.tables
         ],
+        policies=[waypoint_policy_to_proto(p) for p in config.policies],
         request_authentications=[request_authentication_to_proto(p) for p in config.request_authentications],
     )
 
@@ -391,6 +395,10 @@ def waypoint_config_from_proto(message: pb.WaypointConfig, name: str) -> Waypoin
         return WaypointConfig(
             waypoint=message.waypoint,
             tables=tuple(reader.table(f"tables[{i}]", t) for i, t in enumerate(message.tables)),
+            policies=tuple(
+                waypoint_policy_from_proto(PolicyReader(name), f"policies[{i}]", p)
+                for i, p in enumerate(message.policies)
+            ),
             request_authentications=tuple(
                 authn.request_authentication(f"request_authentications[{i}]", p)
                 for i, p in enumerate(message.request_authentications)

@@ -18,7 +18,9 @@ index of every selecting service, then the workloads (pods, WorkloadEntries, inl
 their services maps and the policy keys they list (selector AuthorizationPolicies of their namespace and of the root
 namespace, then what PeerAuthentication resolves to for them). Waypoints are indexed once, before the services, and
 every Service, ServiceEntry host and workload gets the waypoint its labels (or its namespace's) bind it to; the
-routes come last, over the bound services (:mod:`~ambit.controlplane.translate.routes`).
+routes come last, over the bound services (:mod:`~ambit.controlplane.translate.routes`), and each waypoint's
+config then gets the targetRefs AuthorizationPolicies bound to it, with their ``WaypointAccepted`` status
+(:mod:`~ambit.controlplane.translate.waypoint_policies`).
 
 The output is deterministic: workloads are ordered by uid, services by namespace then hostname, policies and
 statuses by key, each workload's policy keys sorted, skips sorted, and equal inputs give equal outputs, so a writer
@@ -62,6 +64,13 @@ from ambit.controlplane.translate.serviceentries import (
 )
 from ambit.controlplane.translate.services import service_network, translate_service
 from ambit.controlplane.translate.skips import SkipMemory, Skipped
+from ambit.controlplane.translate.waypoint_policies import (
+    ServiceTarget,
+    TargetIndex,
+    WaypointPolicyTranslation,
+    policies_for,
+    translate_waypoint_policy,
+)
 from ambit.controlplane.translate.waypoints import Binding, WaypointIndex, bound_status, object_labels
 from ambit.controlplane.translate.workloadentries import translate_workload_entry
 from ambit.controlplane.translate.workloads import translate_pod
@@ -109,6 +118,8 @@ class Translation:
     """Each ingress Gateway's served listeners (:mod:`ambit.controlplane.translate.ingress`), by Gateway key."""
     gateway_accounts: tuple[tuple[str, str], ...] = ()
     """(Gateway key, service account) of each ingress Gateway: who may read its config (certificates included)."""
+    waypoint_policy_status: tuple[PolicyStatus, ...] = ()
+    """The ``WaypointAccepted`` condition of each targetRefs AuthorizationPolicy, by key."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +178,8 @@ def translate_all(
     by_namespace: dict[str, list[PolicySelection]] = {}
     everywhere: list[PolicySelection] = []
     fresh_memo: PolicyMemo = {}
-    for obj in authorization_policies:
+    policy_objects = list(authorization_policies)
+    for obj in policy_objects:
         meta = obj.get("metadata") or {}
         memo_key = (str(meta.get("uid") or ""), str(meta.get("resourceVersion") or ""), root_namespace, enable_dry_run)
         remembered = policy_memo.get(memo_key) if policy_memo is not None and all(memo_key[:2]) else None
@@ -199,26 +211,43 @@ def translate_all(
     namespace_list = list(namespaces)
     network = service_network(namespace_list)
     gateway_list = list(gateways)
-    waypoints = WaypointIndex.build(gateway_list, gateway_classes, namespace_list, network=network)
+    class_list = list(gateway_classes)
+    waypoints = WaypointIndex.build(gateway_list, class_list, namespace_list, network=network)
     service_list = list(services)
     translated: list[Service] = []
     service_status: list[PolicyStatus] = []
     bound: dict[str, str] = {}
+    service_targets: dict[str, ServiceTarget] = {}
     for svc in service_list:
         service = translate_service(svc, domain=domain, network=network, skips=skips)
         if service is not None:
             translated.append(_with_binding(service, _service_binding(svc, waypoints, service_status), bound))
+            service_targets[_object_key(svc)] = ServiceTarget((service.key,), bound.get(service.key))
     k8s_services = list(translated)
     taken = {s.key for s in translated}
     entries = parse_service_entries(service_entries, taken=taken, skips=skips)
     canonical = canonical_owners(entries, (s.hostname for s in translated))
     entry_status: list[PolicyStatus] = []
+    entry_targets: dict[str, ServiceTarget] = {}
     for entry in entries:
         binding = _service_binding(entry.obj, waypoints, entry_status)
-        translated.extend(
+        entry_services = [
             _with_binding(s, binding, bound)
             for s in service_entry_services(entry, network=network, canonical=canonical)
+        ]
+        translated.extend(entry_services)
+        entry_targets[_object_key(entry.obj)] = ServiceTarget(
+            tuple(s.key for s in entry_services), binding.waypoint.key if binding.waypoint is not None else None
         )
+    targets = TargetIndex(
+        waypoints=waypoints.declared,
+        gateway_classes={_object_key(c).partition("/")[2]: _controller(c) for c in class_list},
+        services=service_targets,
+        service_entries=entry_targets,
+    )
+    waypoint_policies: list[WaypointPolicyTranslation] = [
+        translate_waypoint_policy(obj, targets, root_namespace=root_namespace, skips=skips) for obj in policy_objects
+    ]
     http_routes, reference_grants = list(http_routes), list(reference_grants)
     routes = translate_routes(
         http_routes=http_routes,
@@ -299,11 +328,14 @@ def translate_all(
         policy_status=tuple(sorted(statuses, key=lambda s: s.key)),
         service_status=tuple(sorted(service_status, key=lambda s: s.key)),
         service_entry_status=tuple(sorted(entry_status, key=lambda s: s.key)),
-        waypoint_configs=authn,
+        waypoint_configs=tuple(replace(c, policies=policies_for(waypoint_policies, c.waypoint)) for c in authn),
         route_status=merge_route_status(routes.status, ingress.status),
         waypoint_accounts=routes.accounts,
         gateway_configs=ingress.configs,
         gateway_accounts=ingress.accounts,
+        waypoint_policy_status=tuple(
+            sorted((t.status for t in waypoint_policies if t.status is not None), key=lambda s: s.key)
+        ),
     )
 
 
@@ -334,6 +366,17 @@ def _request_authentications(
         bound=bound,
     )
     return tuple(replace(c, request_authentications=attached.get(c.waypoint, ())) for c in configs)
+
+
+def _object_key(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
+
+
+def _controller(gateway_class: Mapping[str, Any]) -> str:
+    spec = gateway_class.get("spec")
+    name = spec.get("controllerName") if isinstance(spec, Mapping) else None
+    return name if isinstance(name, str) else ""
 
 
 def _service_binding(obj: Mapping[str, Any], waypoints: WaypointIndex, statuses: list[PolicyStatus]) -> Binding:
