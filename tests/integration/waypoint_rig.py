@@ -212,6 +212,8 @@ class Endpoint:
             "request_id": request.headers.get("x-request-id", ""),
             "method": request.method,
             "host": request.headers.get("host", ""),
+            "authorization": request.headers.get("authorization", ""),
+            "jwt_payload": request.headers.get("x-jwt-payload", ""),
             "body": len(body),
             "sha256": hashlib.sha256(body).hexdigest(),
         }
