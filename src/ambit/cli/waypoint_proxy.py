@@ -7,7 +7,6 @@ INSTANCE_IP, SERVICE_ACCOUNT, NODE_NAME, GATEWAY_NAME); configuration from the c
 
 from __future__ import annotations
 
-import ipaddress
 from pathlib import Path
 from typing import Annotated
 
@@ -63,54 +62,30 @@ def proxy(
     log_json: Annotated[bool, typer.Option("--log-json", help="Access log lines as JSON.")] = False,
 ) -> None:
     """Run a waypoint: HBONE in on 15008, HTTP routed per request, metrics on 15020, readiness on 15021."""
-    from ambit.cli.mesh import configure_logging
-    from ambit.errors import AmbitError
-    from ambit.inpod import eventloop
-    from ambit.model.identity import IdentityError, SpiffeId, check_trust_domain
+    from ambit.cli.l7_proxy import l7_settings, run_l7
     from ambit.waypoint.process import run_waypoint
-    from ambit.waypoint.settings import WaypointSettings
 
-    try:
-        check_trust_domain(trust_domain)
-        SpiffeId(trust_domain, namespace, service_account or "default")
-    except IdentityError as exc:
-        raise typer.BadParameter(str(exc)) from None
-    if instance_ip:
-        try:
-            ipaddress.ip_address(instance_ip)
-        except ValueError:
-            raise typer.BadParameter(f"not an IP address: {instance_ip!r}", param_hint="--instance-ip") from None
-    if (xds_address or ca_address) and (root_cert is None or token is None):
-        raise typer.BadParameter("--xds-address and --ca-address need --root-cert and --token")
-    if not (ca_address or local_ca):
-        raise typer.BadParameter("give --ca-address (with --root-cert and --token) or --local-ca")
-    if not gateway_name:
-        raise typer.BadParameter("the waypoint needs its Gateway name (--gateway-name or GATEWAY_NAME)")
-    settings = WaypointSettings(
+    settings = l7_settings(
+        "waypoint",
         namespace=namespace,
         gateway_name=gateway_name,
         service_account=service_account,
         pod_name=pod_name,
-        instance_ip=instance_ip or None,
+        instance_ip=instance_ip,
         node_name=node_name,
-        trust_domain=trust_domain,
-        cluster_id=cluster_id,
         xds_address=xds_address,
         ca_address=ca_address,
-        root_cert_file=root_cert,
-        token_file=token,
-        xds_server_name=server_name,
-        config_file=None if xds_address else config,
-        local_ca_dir=None if ca_address else local_ca,
-        hbone_port=hbone_port,
+        root_cert=root_cert,
+        token=token,
+        server_name=server_name,
+        cluster_id=cluster_id,
+        trust_domain=trust_domain,
+        config=config,
+        local_ca=local_ca,
         admin_port=admin_port,
         stats_port=stats_port,
         readiness_port=readiness_port,
         log_json=log_json,
+        hbone_port=hbone_port,
     )
-    configure_logging()
-    try:
-        eventloop.run(lambda: run_waypoint(settings, admin_token_file=admin_token_file), "uvloop")
-    except (AmbitError, OSError) as exc:
-        typer.echo(f"ambit waypoint proxy: {exc}", err=True)
-        raise typer.Exit(1) from None
+    run_l7("ambit waypoint proxy", lambda: run_waypoint(settings, admin_token_file=admin_token_file), "uvloop")
