@@ -12,6 +12,7 @@ removes the policies it applied.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,6 +28,7 @@ from tests.e2e.lab_driver import (
     sleeper,
     wait_until,
 )
+from tests.unit.jwt_keys import claims, rsa_signer
 
 pytestmark = [pytest.mark.root, pytest.mark.kubectl, pytest.mark.timeout(TEST_TIMEOUT)]
 
@@ -313,3 +315,86 @@ def test_a_gateway_class_policy_in_the_root_namespace_applies_to_every_waypoint(
     )
     refused = waypoint_accepted(lab, NS, "class-outside-root")
     assert (refused["status"], refused["reason"]) == ("False", "Invalid"), refused
+
+
+ISSUER = "https://issuer.example"
+
+
+def request_authentication(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "security.istio.io/v1",
+        "kind": "RequestAuthentication",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": spec,
+    }
+
+
+@pytest.fixture
+def authns(lab: Lab) -> Iterator[list[str]]:
+    """Names of the RequestAuthentications a test applies in NS; all removed after it."""
+    applied: list[str] = []
+    yield applied
+    for name in applied:
+        lab.kubectl("delete", "requestauthentication", name, "-n", NS, "--ignore-not-found")
+
+
+def test_jwt_at_the_waypoint(lab: Lab, policies: list[tuple[str, str]], authns: list[str]) -> None:
+    """TestL7JWT: a RequestAuthentication attached to the waypoint validates tokens; a policy that needs a request
+    principal forbids a request without one; a bad token is 401 whatever the policies; one attached by selector is
+    not the waypoint's and is ignored there."""
+    other = f"http://{vip(lab, 'other')}"
+    signer, stranger = rsa_signer(), rsa_signer()
+    now = time.time()
+    valid = signer.sign(claims(ISSUER, now=now))
+    expired = signer.sign(claims(ISSUER, now=now - 7200))
+    untrusted = stranger.sign(claims("https://elsewhere.example", now=now))
+    authns.append("jwt")
+    lab.apply(
+        request_authentication(
+            "jwt", {"targetRefs": [gateway_ref()], "jwtRules": [{"issuer": ISSUER, "jwks": signer.jwks()}]}
+        ),
+        namespace=NS,
+    )
+    apply(
+        lab,
+        policies,
+        policy("need-jwt", NS, [service_ref("other")], [{"from": [{"source": {"requestPrincipals": ["*"]}}]}]),
+    )
+
+    def bearer(token: str) -> dict[str, str]:
+        return {"authorization": f"Bearer {token}"}
+
+    expect(
+        lab,
+        [
+            ("cli-a", {"url": f"{other}/x"}, 403),  # no token where a principal is required
+            ("cli-a", {"url": f"{other}/x", "headers": bearer(valid)}, 200),  # valid issuer
+        ],
+        "the waypoint asks for a token and accepts a valid one",
+    )
+    got = calls(
+        lab,
+        "cli-a",
+        [{"url": f"{other}/x", "headers": bearer(untrusted)}, {"url": f"{other}/x", "headers": bearer(expired)}],
+    )
+    assert got == [(401, "Jwt issuer is not configured"), (401, "Jwt is expired")], got
+
+    # Only a selector-attached RequestAuthentication for the stranger's issuer: the waypoint ignores it, so the
+    # stranger's token authenticates nothing there (403 from the policy, not 200; and no 401 since no rule applies).
+    lab.kubectl("delete", "requestauthentication", "jwt", "-n", NS)
+    authns.append("by-selector")
+    lab.apply(
+        request_authentication(
+            "by-selector",
+            {
+                "selector": {"matchLabels": {"app": "echo"}},
+                "jwtRules": [{"issuer": "https://elsewhere.example", "jwks": stranger.jwks()}],
+            },
+        ),
+        namespace=NS,
+    )
+    expect(
+        lab,
+        [("cli-a", {"url": f"{other}/x", "headers": bearer(untrusted)}, 403)],
+        "a selector RequestAuthentication is ignored at the waypoint",
+    )
