@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml uv.lock
 	@touch $(STAMP)
 
 test: install
-	$(VENV)/bin/pytest -q -n 3 --dist loadgroup tests  # one worker runs the machine-wide tests in order (tests/conftest.py)
+	bash scripts/run_suite.sh  # two shares at once: the machine-wide tests in order, the rest on xdist workers
 
 lint: install
 	$(VENV)/bin/ruff check src tests bench

@@ -1,9 +1,9 @@
 """Shared fixtures: an embedded API server (in-process or as a real subprocess) and a kubectl runner.
 
-The suite runs on several pytest-xdist workers (``make test``: ``-n`` with ``--dist loadgroup``). Tests that use
-the machine's one lab network, create network namespaces or need root (``SERIAL_DIRECTORIES``,
-``SERIAL_MODULES``, the ``root`` marker) are put in one group, so one worker runs them one after the other, as
-they would run alone; every other test is spread over the workers. Without xdist the grouping mark does nothing.
+``make test`` runs the suite as two shares at once (``scripts/run_suite.sh``): the tests that use the machine itself
+(a lab network, network namespaces, root: ``SERIAL_DIRECTORIES``, ``SERIAL_MODULES``, the ``root`` marker) one
+after the other in one process, as they would run alone, and every other test on pytest-xdist workers. The
+environment variable ``AMBIT_TEST_SHARE`` (``machine`` or ``rest``) picks a share; without it every test runs.
 
 Garbage is pinned to the test that made it: in the suites that run real servers and sockets (``GC_PINNED``), a
 full collection runs at each test's teardown, after its event loop is closed, so an unclosed transport or socket
@@ -43,7 +43,6 @@ GC_PINNED = frozenset({"integration", "security"})
 """The test directories whose tests each end with a full garbage collection."""
 
 
-SERIAL_GROUP = "machine"
 SERIAL_DIRECTORIES = frozenset({"e2e", "netns"})
 """Every test here brings up a lab or creates namespaces, links and nftables tables on the machine."""
 SERIAL_MODULES = frozenset(
@@ -57,19 +56,33 @@ SERIAL_MODULES = frozenset(
 )
 
 
+SHARES = ("machine", "rest")
+
+
+def uses_the_machine(item: pytest.Item) -> bool:
+    path: Path = item.path
+    if not path.is_relative_to(REPO / "tests"):
+        return False
+    relative = path.relative_to(REPO)
+    return (
+        relative.parts[1] in SERIAL_DIRECTORIES
+        or relative.as_posix() in SERIAL_MODULES
+        or item.get_closest_marker("root") is not None
+    )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Put the tests that use the machine itself in one xdist group (module docstring)."""
-    for item in items:
-        path: Path = item.path
-        if not path.is_relative_to(REPO / "tests"):
-            continue
-        relative = path.relative_to(REPO)
-        if (
-            relative.parts[1] in SERIAL_DIRECTORIES
-            or relative.as_posix() in SERIAL_MODULES
-            or item.get_closest_marker("root") is not None
-        ):
-            item.add_marker(pytest.mark.xdist_group(SERIAL_GROUP))
+    """Keep only the share ``AMBIT_TEST_SHARE`` names (module docstring)."""
+    share = os.environ.get("AMBIT_TEST_SHARE", "")
+    if not share:
+        return
+    if share not in SHARES:
+        raise pytest.UsageError(f"AMBIT_TEST_SHARE must be one of {', '.join(SHARES)}, not {share!r}")
+    keep = [item for item in items if uses_the_machine(item) == (share == "machine")]
+    dropped = [item for item in items if uses_the_machine(item) != (share == "machine")]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+    items[:] = keep
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

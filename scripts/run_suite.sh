@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The whole suite as `make test` runs it: two shares at once (tests/conftest.py, AMBIT_TEST_SHARE).
+#   machine: the tests that use the machine itself (labs, network namespaces, root), one after the other;
+#   rest:    every other test, spread over pytest-xdist workers.
+# Each share's lines are prefixed with its name; the exit status is non-zero when either share fails.
+# Usage: scripts/run_suite.sh [extra pytest arguments, given to both shares]
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+pytest="${PYTEST:-$root/.venv/bin/pytest}"
+workers="${AMBIT_TEST_WORKERS:-2}"
+base="$(mktemp -d /tmp/ambit-suite.XXXXXX)"
+trap 'rm -rf "$base"' EXIT
+
+(AMBIT_TEST_SHARE=machine "$pytest" -q --basetemp="$base/machine" tests "$@" 2>&1 | sed -u 's/^/[machine] /') &
+machine=$!
+(AMBIT_TEST_SHARE=rest "$pytest" -q -n "$workers" --basetemp="$base/rest" tests "$@" 2>&1 | sed -u 's/^/[rest] /') &
+rest=$!
+wait "$machine"; machine_status=$?
+wait "$rest"; rest_status=$?
+echo "suite: machine share exit ${machine_status}, rest share exit ${rest_status}"
+[ "$machine_status" -eq 0 ] && [ "$rest_status" -eq 0 ]
