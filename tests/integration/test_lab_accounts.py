@@ -63,8 +63,9 @@ async def test_each_component_gets_its_own_rotating_token_with_only_its_role(
         async with KubeClient.from_kubeconfig(kubeconfig_path(topology, "istiod")) as istiod:
             await istiod.list(kinds.PODS)
             await istiod.list(kinds.NODES)  # node authorization reads nodes
+            await istiod.list(kinds.SECRETS, namespace="istio-system")  # read only, for gateway certificates
             with pytest.raises(KubeApiStatusError) as refused:
-                await istiod.list(kinds.SECRETS, namespace="istio-system")
+                await istiod.create(kinds.SECRETS, {"metadata": {"name": "planted"}}, namespace="istio-system")
             assert refused.value.is_forbidden
             assert 'User "system:serviceaccount:istio-system:istiod"' in refused.value.message
         async with KubeClient.from_kubeconfig(kubeconfig_path(topology, "istio-cni")) as cni:
