@@ -127,8 +127,16 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def _worker_share(first: int, last: int) -> tuple[int, int]:
-    """This process's slice of ``[first, last)``: under pytest-xdist each worker picks from its own slice, so two
-    workers never hand out the same port at the same time; otherwise the whole range."""
+    """This process's slice of ``[first, last)``, so that test processes running at once never hand out the same
+    port: ``make test``'s machine share (``AMBIT_TEST_SHARE=machine``, its subprocesses inherit it) takes the first
+    quarter, the rest share the other three, split again between its pytest-xdist workers; otherwise the whole
+    range."""
+    share = os.environ.get("AMBIT_TEST_SHARE", "")
+    quarter = first + (last - first) // 4
+    if share == "machine":
+        return first, quarter
+    if share == "rest":
+        first = quarter
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
     if not worker.startswith("gw") or not worker[2:].isdigit() or count <= 1:
