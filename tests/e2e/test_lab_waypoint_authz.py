@@ -112,8 +112,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
             namespace=NS,
         )
         up.apply(deployment("echo"), service("echo"), namespace=NS2)
-        up.wait_pods_ready(NS, "", 3, timeout=120)
-        up.wait_pods_ready(NS2, "", 1, timeout=120)
+        up.wait_pods_ready(NS, "", 3, timeout=300)  # a bound on correctness: a loaded machine starts pods slowly
+        up.wait_pods_ready(NS2, "", 1, timeout=300)
         enroll(up, NS)
         enroll(up, NS2)
         yield up

@@ -182,8 +182,7 @@ async def test_a_restarted_runtime_adopts_its_running_container_and_cleans_up_a_
             return list_containers(runc_settings.root) == [container_id(stays["metadata"]["uid"], "main")]
 
         await eventually(only_stays_left)
-        pod = await running(kube, "stays")
-        assert pod is not None
+        pod = await eventually(lambda: running(kube, "stays"))  # the new runtime reports it once it has adopted it
         status = pod["status"]["containerStatuses"][0]
         assert (status["containerID"], status["restartCount"]) == (before, 0)  # adopted, not started again
         pid = int(before.removeprefix("ambit://"))
