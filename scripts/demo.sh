@@ -40,10 +40,14 @@ wait_ready apps app=tcp-echo 1
 wait_ready apps app=server-first 1
 wait_ready apps app=client 1
 
+http_vip=$(kubectl get service http-echo -n apps -o jsonpath='{.spec.clusterIP}')
+tcp_vip=$(kubectl get service tcp-echo -n apps -o jsonpath='{.spec.clusterIP}')
+banner_vip=$(kubectl get service server-first -n apps -o jsonpath='{.spec.clusterIP}')
+
 step "kubectl get pods,services,endpointslices -n apps -o wide"
 kubectl get pods,services,endpointslices -n apps -o wide
 
-step "client pod → http-echo Service VIP 198.19.0.10 (nftables DNAT in the node, kube-proxy's job)"
+step "client pod → http://http-echo/ (cluster DNS) → Service VIP $http_vip (nftables DNAT in the node, kube-proxy's job)"
 sleep 2
 "$AMBIT" lab logs --dir "$DIR" -n apps client > "$DIR/client.log" || true
 tail -n 4 "$DIR/client.log"
@@ -56,9 +60,9 @@ if [ -n "$far" ]; then
   in_pod apps client -- python3 -m ambit.lab.apps client --url "http://$far:8080/" --count 2 --interval 0.2
 fi
 
-step "client → tcp-echo VIP 198.19.0.11:9000 and server-first VIP 198.19.0.12:3306"
-in_pod apps client -- python3 -m ambit.lab.apps client --tcp 198.19.0.11:9000 --count 1
-in_pod apps client -- python3 -m ambit.lab.apps client --tcp 198.19.0.12:3306 --server-first --count 1
+step "client → tcp-echo VIP $tcp_vip:9000 and server-first VIP $banner_vip:3306"
+in_pod apps client -- python3 -m ambit.lab.apps client --tcp "$tcp_vip:9000" --count 1
+in_pod apps client -- python3 -m ambit.lab.apps client --tcp "$banner_vip:3306" --server-first --count 1
 
 step "kubectl label namespace apps istio.io/dataplane-mode=ambient   (running pods join the mesh, no restart)"
 kubectl label namespace apps istio.io/dataplane-mode=ambient
@@ -71,11 +75,11 @@ kubectl get pods -n apps -o custom-columns='NAME:.metadata.name,NODE:.spec.nodeN
 sleep 2
 
 step "client → http-echo VIP and pod IP, now through the node proxies: HBONE (mutual TLS, SPIFFE ids) between nodes"
-in_pod apps client -- python3 -m ambit.lab.apps client --url "http://198.19.0.10:80/" --count 2 --interval 0.2
+in_pod apps client -- python3 -m ambit.lab.apps client --url "http://$http_vip:80/" --count 2 --interval 0.2
 if [ -n "$far" ]; then
   in_pod apps client -- python3 -m ambit.lab.apps client --url "http://$far:8080/" --count 1
 fi
-in_pod apps client -- python3 -m ambit.lab.apps client --tcp 198.19.0.12:3306 --server-first --count 1
+in_pod apps client -- python3 -m ambit.lab.apps client --tcp "$banner_vip:3306" --server-first --count 1
 
 ztunnel_logs() {  # the node proxies' logs: the ztunnel pods' containers
   for pod in $(kubectl get pods -n istio-system -l app=ztunnel -o jsonpath='{.items[*].metadata.name}'); do
@@ -105,9 +109,9 @@ spec:
   rules: [{}]
 YAML
 sleep 2
-in_pod apps client -- python3 -m ambit.lab.apps client --url "http://198.19.0.10:80/" --count 1
+in_pod apps client -- python3 -m ambit.lab.apps client --url "http://$http_vip:80/" --count 1
 echo "client → tcp-echo (expected: refused by the destination's node proxy):"
-in_pod apps client -- python3 -m ambit.lab.apps client --tcp 198.19.0.11:9000 --count 1 || true
+in_pod apps client -- python3 -m ambit.lab.apps client --tcp "$tcp_vip:9000" --count 1 || true
 "$AMBIT" policy explain --from apps/client --to apps/tcp-echo --port 9000
 kubectl get authorizationpolicies -n apps -o custom-columns='NAME:.metadata.name,ZTUNNEL:.status.conditions[0].status,REASON:.status.conditions[0].reason,MESSAGE:.status.conditions[0].message'
 ztunnel_logs | grep -h "explicitly denied" | tail -n 1 | cut -c1-300 || true
