@@ -8,6 +8,7 @@ log file so a chatty server can never block on a full pipe. CPU time and residen
 from __future__ import annotations
 
 import asyncio
+import collections
 import os
 import random
 import re
@@ -117,13 +118,30 @@ def free_port(host: str = "127.0.0.1") -> int:
     rng = random.Random()
     for _ in range(200):
         port = rng.randrange(first, last)
+        if port in _HANDED_OUT:
+            continue  # given to an earlier caller that may not have bound it yet
         with socket.socket() as s:
             try:
                 s.bind((host, port))
             except OSError:
                 continue
+            _remember(port)
             return port
     raise RuntimeError(f"no free loopback port found in {first}-{last - 1}")
+
+
+_HANDED_OUT: set[int] = set()
+_HANDED_OUT_ORDER: collections.deque[int] = collections.deque()
+_REMEMBERED = 2048
+"""Ports this process handed out lately: a caller that asks for several ports before binding any (a server's
+admin, stats and readiness ports) never gets one twice."""
+
+
+def _remember(port: int) -> None:
+    _HANDED_OUT.add(port)
+    _HANDED_OUT_ORDER.append(port)
+    if len(_HANDED_OUT_ORDER) > _REMEMBERED:
+        _HANDED_OUT.discard(_HANDED_OUT_ORDER.popleft())
 
 
 def _worker_share(first: int, last: int) -> tuple[int, int]:
