@@ -36,6 +36,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ambit.controlplane.translate import shapes
 from ambit.controlplane.translate.skips import ObjectKind, Skipped, skipped
 from ambit.model.labels import map_matches
 from ambit.model.policy import Action, Clause, Match, Policy, Rule, Scope, StringMatch
@@ -86,41 +87,35 @@ class PeerAuth:
         return (self.created, self.name)
 
 
-class _ShapeError(Exception):
-    def __init__(self, field: str, reason: str) -> None:
-        super().__init__(f"{field}: {reason}")
-        self.field, self.reason = field, reason
-
-
 def _mode(value: object, path: str) -> Mode:
     if value is None:
         return Mode.UNSET
     if not isinstance(value, dict):
-        raise _ShapeError(path, "expected a mapping")
+        raise shapes.ShapeError(path, "expected a mapping")
     mode = value.get("mode") or "UNSET"
     if not isinstance(mode, str) or mode not in Mode.__members__:
-        raise _ShapeError(f"{path}.mode", f"expected UNSET, DISABLE, PERMISSIVE or STRICT, got {mode!r}")
+        raise shapes.ShapeError(f"{path}.mode", f"expected UNSET, DISABLE, PERMISSIVE or STRICT, got {mode!r}")
     return Mode[mode]
 
 
 def _parse(obj: Obj) -> PeerAuth:
     meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
     if not isinstance(meta, dict) or not isinstance(spec, dict):
-        raise _ShapeError("spec", "expected a mapping")
+        raise shapes.ShapeError("spec", "expected a mapping")
     selector = spec.get("selector")
     labels = selector.get("matchLabels") if isinstance(selector, dict) else None
     if (selector is not None and not isinstance(selector, dict)) or (
         labels is not None and not isinstance(labels, dict)
     ):
-        raise _ShapeError("spec.selector", "expected a mapping")
+        raise shapes.ShapeError("spec.selector", "expected a mapping")
     port_modes = {}
     raw_ports = spec.get("portLevelMtls") or {}
     if not isinstance(raw_ports, dict):
-        raise _ShapeError("spec.portLevelMtls", "expected a mapping")
+        raise shapes.ShapeError("spec.portLevelMtls", "expected a mapping")
     for key, value in raw_ports.items():
         text = str(key)
         if not (text.isascii() and text.isdigit() and 1 <= int(text) <= 65535):
-            raise _ShapeError(f"spec.portLevelMtls[{key!r}]", "expected a port number 1..65535")
+            raise shapes.ShapeError(f"spec.portLevelMtls[{key!r}]", "expected a port number 1..65535")
         port_modes[int(text)] = _mode(value, f"spec.portLevelMtls[{key}]")
     return PeerAuth(
         name=str(meta.get("name") or ""),
@@ -183,7 +178,7 @@ class PeerAuthIndex:
         for obj in objects:
             try:
                 pa = _parse(obj)
-            except _ShapeError as exc:
+            except shapes.ShapeError as exc:
                 if skips is not None:
                     skips.append(skipped(PEER_AUTHENTICATION, obj, exc.field, f"{exc.reason}; the policy is ignored"))
                 continue

@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from ambit.controlplane.translate import shapes
 from ambit.controlplane.translate.skips import ObjectKind, Skipped, skipped
 from ambit.model.labels import LabelSelector, selector_from_map
 from ambit.model.policy import Action, Cidr, Clause, Match, Policy, Rule, Scope, ServiceAccountMatch, StringMatch
@@ -128,37 +129,6 @@ class PolicyTranslation:
     selection: PolicySelection | None = None
 
 
-class _ShapeError(Exception):
-    def __init__(self, field: str, reason: str) -> None:
-        super().__init__(f"{field}: {reason}")
-        self.field, self.reason = field, reason
-
-
-def _list(value: object, path: str) -> list[Any]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise _ShapeError(path, f"expected a list, got {type(value).__name__}")
-    return value
-
-
-def _mapping(value: object, path: str) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise _ShapeError(path, f"expected a mapping, got {type(value).__name__}")
-    return value
-
-
-def _strings(value: object, path: str) -> list[str]:
-    out = []
-    for index, item in enumerate(_list(value, path)):
-        if not isinstance(item, str):
-            raise _ShapeError(f"{path}[{index}]", f"expected a string, got {type(item).__name__}")
-        out.append(item)
-    return out
-
-
 def parse_go_bool(text: str) -> bool:
     """Go's ``strconv.ParseBool``, with an unparsable value read as false (istiod logs it and goes on)."""
     return text in _GO_TRUE
@@ -205,30 +175,30 @@ _WHEN_FIELDS: Mapping[str, tuple[str, str, Callable[[Iterable[str]], tuple[Any, 
 
 def _rule(raw: object, path: str, namespace: str) -> tuple[Rule, list[str]]:
     """One rule (rule 5) and the HTTP attributes found in it (rule 7)."""
-    rule = _mapping(raw, path)
+    rule = shapes.mapping(raw, path)
     http: list[str] = []
     clauses: list[Clause] = []
     to_matches = []
-    for i, to in enumerate(_list(rule.get("to"), f"{path}.to")):
+    for i, to in enumerate(shapes.list_of(rule.get("to"), f"{path}.to")):
         op_path = f"{path}.to[{i}].operation"
-        op = _mapping(_mapping(to, f"{path}.to[{i}]").get("operation"), op_path)
-        http.extend(f for f in _HTTP_OPERATION_FIELDS if _strings(op.get(f), f"{op_path}.{f}"))
+        op = shapes.mapping(shapes.mapping(to, f"{path}.to[{i}]").get("operation"), op_path)
+        http.extend(f for f in _HTTP_OPERATION_FIELDS if shapes.strings(op.get(f), f"{op_path}.{f}"))
         to_matches.append(
             Match(
-                destination_ports=ports(_strings(op.get("ports"), f"{op_path}.ports")),
-                not_destination_ports=ports(_strings(op.get("notPorts"), f"{op_path}.notPorts")),
+                destination_ports=ports(shapes.strings(op.get("ports"), f"{op_path}.ports")),
+                not_destination_ports=ports(shapes.strings(op.get("notPorts"), f"{op_path}.notPorts")),
             )
         )
     if to_matches:
         clauses.append(Clause(tuple(to_matches)))
     from_matches = []
-    for i, source_item in enumerate(_list(rule.get("from"), f"{path}.from")):
+    for i, source_item in enumerate(shapes.list_of(rule.get("from"), f"{path}.from")):
         src_path = f"{path}.from[{i}].source"
-        src = _mapping(_mapping(source_item, f"{path}.from[{i}]").get("source"), src_path)
-        http.extend(f for f in _HTTP_SOURCE_FIELDS if _strings(src.get(f), f"{src_path}.{f}"))
+        src = shapes.mapping(shapes.mapping(source_item, f"{path}.from[{i}]").get("source"), src_path)
+        http.extend(f for f in _HTTP_SOURCE_FIELDS if shapes.strings(src.get(f), f"{src_path}.{f}"))
 
         def values(field: str, src: Mapping[str, Any] = src, src_path: str = src_path) -> list[str]:
-            return _strings(src.get(field), f"{src_path}.{field}")
+            return shapes.strings(src.get(field), f"{src_path}.{field}")
 
         from_matches.append(
             Match(
@@ -244,15 +214,15 @@ def _rule(raw: object, path: str, namespace: str) -> tuple[Rule, list[str]]:
         )
     if from_matches:
         clauses.append(Clause(tuple(from_matches)))
-    for i, raw_when in enumerate(_list(rule.get("when"), f"{path}.when")):
+    for i, raw_when in enumerate(shapes.list_of(rule.get("when"), f"{path}.when")):
         when_path = f"{path}.when[{i}]"
-        when = _mapping(raw_when, when_path)
+        when = shapes.mapping(raw_when, when_path)
         key = when.get("key")
         if not isinstance(key, str):
-            raise _ShapeError(f"{when_path}.key", "expected a string")
+            raise shapes.ShapeError(f"{when_path}.key", "expected a string")
         values_, not_values = (
-            _strings(when.get("values"), f"{when_path}.values"),
-            _strings(when.get("notValues"), f"{when_path}.notValues"),
+            shapes.strings(when.get("values"), f"{when_path}.values"),
+            shapes.strings(when.get("notValues"), f"{when_path}.notValues"),
         )
         fields = _WHEN_FIELDS.get(key)
         if fields is None:
@@ -297,19 +267,19 @@ def translate_authorization_policy(
     """The policy, status and selection of one AuthorizationPolicy (rules 1-9); problems of shape go to ``skips``."""
     try:
         return _translate(obj, root_namespace, enable_dry_run)
-    except _ShapeError as exc:
+    except shapes.ShapeError as exc:
         if skips is not None:
             skips.append(skipped(AUTHORIZATION_POLICY, obj, exc.field, f"{exc.reason}; the policy is not sent"))
         return PolicyTranslation()
 
 
 def _translate(obj: Obj, root_namespace: str, enable_dry_run: bool) -> PolicyTranslation:
-    meta = _mapping(obj.get("metadata"), "metadata")
-    spec = _mapping(obj.get("spec"), "spec")
+    meta = shapes.mapping(obj.get("metadata"), "metadata")
+    spec = shapes.mapping(obj.get("spec"), "spec")
     name, namespace = str(meta.get("name") or ""), str(meta.get("namespace") or "")
     if not name or not namespace:
-        raise _ShapeError("metadata", "name and namespace are required")
-    annotations = _mapping(meta.get("annotations"), "metadata.annotations")
+        raise shapes.ShapeError("metadata", "name and namespace are required")
+    annotations = shapes.mapping(meta.get("annotations"), "metadata.annotations")
     dry_run = parse_go_bool(str(annotations.get(DRY_RUN_ANNOTATION) or ""))
     if dry_run and not enable_dry_run:
         message = (
@@ -317,24 +287,26 @@ def _translate(obj: Obj, root_namespace: str, enable_dry_run: bool) -> PolicyTra
             "but support for ambient dry-run authorizationPolicies isn't enabled"
         )
         return PolicyTranslation(status=_status(meta, False, "UnsupportedValue", message))
-    if spec.get("targetRef") or _list(spec.get("targetRefs"), "spec.targetRefs"):
+    if spec.get("targetRef") or shapes.list_of(spec.get("targetRefs"), "spec.targetRefs"):
         return PolicyTranslation()
     action_name = spec.get("action") or "ALLOW"
     if action_name not in ("ALLOW", "DENY", "AUDIT", "CUSTOM"):
-        raise _ShapeError("spec.action", f"expected ALLOW, DENY, AUDIT or CUSTOM, got {action_name!r}")
+        raise shapes.ShapeError("spec.action", f"expected ALLOW, DENY, AUDIT or CUSTOM, got {action_name!r}")
     if action_name in ("AUDIT", "CUSTOM"):
         message = f"ztunnel does not support the {action_name} action"
         return PolicyTranslation(status=_status(meta, False, "UnsupportedValue", message))
     action = Action[action_name]
     selector = spec.get("selector")
-    match_labels = _mapping(_mapping(selector, "spec.selector").get("matchLabels"), "spec.selector.matchLabels")
+    match_labels = shapes.mapping(
+        shapes.mapping(selector, "spec.selector").get("matchLabels"), "spec.selector.matchLabels"
+    )
     if selector is not None:
         scope = Scope.WORKLOAD_SELECTOR
     else:
         scope = Scope.GLOBAL if namespace == root_namespace else Scope.NAMESPACE
     rules: list[Rule] = []
     http: set[str] = set()
-    for index, raw in enumerate(_list(spec.get("rules"), "spec.rules")):
+    for index, raw in enumerate(shapes.list_of(spec.get("rules"), "spec.rules")):
         rule, found = _rule(raw, f"spec.rules[{index}]", namespace)
         http.update(found)
         if found and action is Action.ALLOW:

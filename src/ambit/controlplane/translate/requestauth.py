@@ -33,6 +33,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ambit.controlplane.translate import shapes
 from ambit.controlplane.translate.skips import ObjectKind, Skipped, skipped
 from ambit.model.requestauth import ClaimToHeader, JwtHeader, JwtRule, RequestAuthentication, jwks_uri_problem
 from ambit.requestauth import JwksRejected, parse_jwks
@@ -73,41 +74,10 @@ class RequestAuthTranslation:
     targets: tuple[Target, ...] = ()
 
 
-class _Invalid(Exception):
-    def __init__(self, field: str, reason: str) -> None:
-        super().__init__(reason)
-        self.field = field
-        self.reason = reason
-
-
-def _text(value: Any, field: str, *, required: bool = False) -> str:
-    if value is None:
-        value = ""
-    if not isinstance(value, str):
-        raise _Invalid(field, f"expected a string, got {type(value).__name__}")
-    if required and not value:
-        raise _Invalid(field, "required")
-    return value
-
-
-def _list(value: Any, field: str) -> list[Any]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise _Invalid(field, f"expected a list, got {type(value).__name__}")
-    return value
-
-
-def _mapping(value: Any, field: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise _Invalid(field, f"expected an object, got {type(value).__name__}")
-    return value
-
-
 def _header(value: Any, field: str) -> str:
-    name = _text(value, field, required=True)
+    name = shapes.text(value, field, required=True)
     if not _HEADER_NAME.fullmatch(name):
-        raise _Invalid(field, f"{name!r} is not a valid HTTP header name")
+        raise shapes.ShapeError(field, f"{name!r} is not a valid HTTP header name")
     return name.lower()
 
 
@@ -125,67 +95,69 @@ def parse_duration(text: str) -> float | None:
 
 
 def _rule(rule: Any, field: str) -> JwtRule:
-    rule = _mapping(rule, field)
-    issuer = _text(rule.get("issuer"), f"{field}.issuer", required=True)
+    rule = shapes.mapping(rule, field, required=True)
+    issuer = shapes.text(rule.get("issuer"), f"{field}.issuer", required=True)
     audiences = tuple(
-        _text(a, f"{field}.audiences[{i}]", required=True)
-        for i, a in enumerate(_list(rule.get("audiences"), f"{field}.audiences"))
+        shapes.text(a, f"{field}.audiences[{i}]", required=True)
+        for i, a in enumerate(shapes.list_of(rule.get("audiences"), f"{field}.audiences"))
     )
-    jwks = _text(rule.get("jwks"), f"{field}.jwks")
-    uri = _text(rule.get("jwksUri"), f"{field}.jwksUri")
+    jwks = shapes.text(rule.get("jwks"), f"{field}.jwks")
+    uri = shapes.text(rule.get("jwksUri"), f"{field}.jwksUri")
     if jwks and uri:
-        raise _Invalid(f"{field}.jwksUri", "only one of jwks or jwksUri may be set")
+        raise shapes.ShapeError(f"{field}.jwksUri", "only one of jwks or jwksUri may be set")
     if uri:
         problem = jwks_uri_problem(uri)
         if problem is not None:
-            raise _Invalid(f"{field}.jwksUri", problem)
+            raise shapes.ShapeError(f"{field}.jwksUri", problem)
     elif jwks:
         parsed = parse_jwks(jwks)
         if isinstance(parsed, JwksRejected):
-            raise _Invalid(f"{field}.jwks", f"jwks parse error: {parsed.reason}")
+            raise shapes.ShapeError(f"{field}.jwks", f"jwks parse error: {parsed.reason}")
     else:
-        raise _Invalid(
+        raise shapes.ShapeError(
             f"{field}.jwksUri", "neither jwks nor jwksUri is set, and OpenID discovery from the issuer is not supported"
         )
     headers = []
-    for i, item in enumerate(_list(rule.get("fromHeaders"), f"{field}.fromHeaders")):
+    for i, item in enumerate(shapes.list_of(rule.get("fromHeaders"), f"{field}.fromHeaders")):
         where = f"{field}.fromHeaders[{i}]"
-        location = _mapping(item, where)
+        location = shapes.mapping(item, where, required=True)
         headers.append(
-            JwtHeader(_header(location.get("name"), f"{where}.name"), _text(location.get("prefix"), f"{where}.prefix"))
+            JwtHeader(
+                _header(location.get("name"), f"{where}.name"), shapes.text(location.get("prefix"), f"{where}.prefix")
+            )
         )
     params = tuple(
-        _text(p, f"{field}.fromParams[{i}]", required=True)
-        for i, p in enumerate(_list(rule.get("fromParams"), f"{field}.fromParams"))
+        shapes.text(p, f"{field}.fromParams[{i}]", required=True)
+        for i, p in enumerate(shapes.list_of(rule.get("fromParams"), f"{field}.fromParams"))
     )
     cookies = tuple(
-        _text(c, f"{field}.fromCookies[{i}]", required=True)
-        for i, c in enumerate(_list(rule.get("fromCookies"), f"{field}.fromCookies"))
+        shapes.text(c, f"{field}.fromCookies[{i}]", required=True)
+        for i, c in enumerate(shapes.list_of(rule.get("fromCookies"), f"{field}.fromCookies"))
     )
     payload_header = rule.get("outputPayloadToHeader")
     claims = []
-    for i, entry in enumerate(_list(rule.get("outputClaimToHeaders"), f"{field}.outputClaimToHeaders")):
+    for i, entry in enumerate(shapes.list_of(rule.get("outputClaimToHeaders"), f"{field}.outputClaimToHeaders")):
         where = f"{field}.outputClaimToHeaders[{i}]"
-        item = _mapping(entry, where)
+        item = shapes.mapping(entry, where, required=True)
         claims.append(
             ClaimToHeader(
                 _header(item.get("header"), f"{where}.header"),
-                _text(item.get("claim"), f"{where}.claim", required=True),
+                shapes.text(item.get("claim"), f"{where}.claim", required=True),
             )
         )
     forward = rule.get("forwardOriginalToken", False)
     if not isinstance(forward, bool):
-        raise _Invalid(f"{field}.forwardOriginalToken", f"expected a boolean, got {type(forward).__name__}")
+        raise shapes.ShapeError(f"{field}.forwardOriginalToken", f"expected a boolean, got {type(forward).__name__}")
     timeout = 5.0
     if rule.get("timeout") is not None:
-        text = _text(rule.get("timeout"), f"{field}.timeout")
+        text = shapes.text(rule.get("timeout"), f"{field}.timeout")
         seconds = parse_duration(text)
         if seconds is None or seconds <= 0:
-            raise _Invalid(f"{field}.timeout", f"{text!r} is not a positive duration like 5s")
+            raise shapes.ShapeError(f"{field}.timeout", f"{text!r} is not a positive duration like 5s")
         timeout = seconds
     delimited = tuple(
-        _text(c, f"{field}.spaceDelimitedClaims[{i}]", required=True)
-        for i, c in enumerate(_list(rule.get("spaceDelimitedClaims"), f"{field}.spaceDelimitedClaims"))
+        shapes.text(c, f"{field}.spaceDelimitedClaims[{i}]", required=True)
+        for i, c in enumerate(shapes.list_of(rule.get("spaceDelimitedClaims"), f"{field}.spaceDelimitedClaims"))
     )
     return JwtRule(
         issuer=issuer,
@@ -212,18 +184,20 @@ _TARGET_KINDS = {
 
 
 def _target(ref: Any, field: str, namespace: str, root_namespace: str) -> Target:
-    ref = _mapping(ref, field)
-    group = _text(ref.get("group"), f"{field}.group")
-    kind = _text(ref.get("kind"), f"{field}.kind", required=True)
-    name = _text(ref.get("name"), f"{field}.name", required=True)
-    ref_namespace = _text(ref.get("namespace"), f"{field}.namespace")
+    ref = shapes.mapping(ref, field, required=True)
+    group = shapes.text(ref.get("group"), f"{field}.group")
+    kind = shapes.text(ref.get("kind"), f"{field}.kind", required=True)
+    name = shapes.text(ref.get("name"), f"{field}.name", required=True)
+    ref_namespace = shapes.text(ref.get("namespace"), f"{field}.namespace")
     if (group, kind) not in _TARGET_KINDS:
-        raise _Invalid(f"{field}.kind", f"unsupported target {kind!r} in group {group!r}")
+        raise shapes.ShapeError(f"{field}.kind", f"unsupported target {kind!r} in group {group!r}")
     if ref_namespace and ref_namespace != namespace:
-        raise _Invalid(f"{field}.namespace", "cross-namespace references are not supported: must be empty or the same")
+        raise shapes.ShapeError(
+            f"{field}.namespace", "cross-namespace references are not supported: must be empty or the same"
+        )
     if kind == "GatewayClass":
         if namespace != root_namespace:
-            raise _Invalid(
+            raise shapes.ShapeError(
                 f"{field}.kind", f"a GatewayClass can be targeted only from the root namespace {root_namespace!r}"
             )
         return Target(kind, "", name)
@@ -235,21 +209,21 @@ def translate_request_authentication(obj: Obj, *, root_namespace: str, skips: li
     meta = obj.get("metadata") or {}
     namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
     try:
-        spec = _mapping(obj.get("spec") or {}, "spec")
-        single, many = spec.get("targetRef"), _list(spec.get("targetRefs"), "spec.targetRefs")
+        spec = shapes.mapping(obj.get("spec") or {}, "spec", required=True)
+        single, many = spec.get("targetRef"), shapes.list_of(spec.get("targetRefs"), "spec.targetRefs")
         if single is not None and many:
-            raise _Invalid("spec.targetRef", "only one of targetRef or targetRefs can be set")
+            raise shapes.ShapeError("spec.targetRef", "only one of targetRef or targetRefs can be set")
         refs = (
             [("spec.targetRef", single)]
             if single is not None
             else [(f"spec.targetRefs[{i}]", r) for i, r in enumerate(many)]
         )
         if spec.get("selector") is not None and refs:
-            raise _Invalid("spec.selector", "only one of selector or targetRefs can be set")
+            raise shapes.ShapeError("spec.selector", "only one of selector or targetRefs can be set")
         rules = tuple(
-            _rule(r, f"spec.jwtRules[{i}]") for i, r in enumerate(_list(spec.get("jwtRules"), "spec.jwtRules"))
+            _rule(r, f"spec.jwtRules[{i}]") for i, r in enumerate(shapes.list_of(spec.get("jwtRules"), "spec.jwtRules"))
         )
-    except _Invalid as exc:
+    except shapes.ShapeError as exc:
         skips.append(skipped(REQUEST_AUTHENTICATION, obj, exc.field, exc.reason))
         return RequestAuthTranslation(None)
     if not refs:
@@ -258,7 +232,7 @@ def translate_request_authentication(obj: Obj, *, root_namespace: str, skips: li
     for field, ref in refs:
         try:
             targets.add(_target(ref, field, namespace, root_namespace))
-        except _Invalid as exc:
+        except shapes.ShapeError as exc:
             skips.append(skipped(REQUEST_AUTHENTICATION, obj, exc.field, exc.reason))
     if not targets:
         return RequestAuthTranslation(None)

@@ -55,6 +55,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ambit.controlplane.translate import shapes
 from ambit.controlplane.translate.policies import (
     AUTHORIZATION_POLICY,
     DEFAULT_ROOT_NAMESPACE,
@@ -138,45 +139,6 @@ class WaypointPolicyTranslation:
             if services:
                 out.append(replace(self.service_policy, services=services))
         return tuple(out)
-
-
-class _ShapeError(Exception):
-    def __init__(self, field: str, reason: str) -> None:
-        super().__init__(f"{field}: {reason}")
-        self.field, self.reason = field, reason
-
-
-def _list(value: object, path: str) -> list[Any]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise _ShapeError(path, f"expected a list, got {type(value).__name__}")
-    return value
-
-
-def _mapping(value: object, path: str) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise _ShapeError(path, f"expected a mapping, got {type(value).__name__}")
-    return value
-
-
-def _strings(value: object, path: str) -> list[str]:
-    out = []
-    for index, item in enumerate(_list(value, path)):
-        if not isinstance(item, str):
-            raise _ShapeError(f"{path}[{index}]", f"expected a string, got {type(item).__name__}")
-        out.append(item)
-    return out
-
-
-def _text(value: object, path: str) -> str:
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise _ShapeError(path, f"expected a string, got {type(value).__name__}")
-    return value
 
 
 class _Values:
@@ -271,16 +233,16 @@ def _when_match(key: str, values: list[str], not_values: list[str], path: str, r
 
 def _rule(raw: object, path: str, namespace: str, problems: list[str]) -> tuple[Rule, bool]:
     """One rule (rule 5) and whether it had a problem (rule 7); a problem's condition is left out."""
-    rule = _mapping(raw, path)
+    rule = shapes.mapping(raw, path)
     read = _Values(problems)
     clauses: list[Clause] = []
     to_matches = []
-    for i, to in enumerate(_list(rule.get("to"), f"{path}.to")):
+    for i, to in enumerate(shapes.list_of(rule.get("to"), f"{path}.to")):
         at = f"{path}.to[{i}].operation"
-        op = _mapping(_mapping(to, f"{path}.to[{i}]").get("operation"), at)
+        op = shapes.mapping(shapes.mapping(to, f"{path}.to[{i}]").get("operation"), at)
 
         def ops(name: str, op: Mapping[str, Any] = op, at: str = at) -> list[str]:
-            return _strings(op.get(name), f"{at}.{name}")
+            return shapes.strings(op.get(name), f"{at}.{name}")
 
         to_matches.append(
             Match(
@@ -297,12 +259,12 @@ def _rule(raw: object, path: str, namespace: str, problems: list[str]) -> tuple[
     if to_matches:
         clauses.append(Clause(tuple(to_matches)))
     from_matches = []
-    for i, item in enumerate(_list(rule.get("from"), f"{path}.from")):
+    for i, item in enumerate(shapes.list_of(rule.get("from"), f"{path}.from")):
         at = f"{path}.from[{i}].source"
-        src = _mapping(_mapping(item, f"{path}.from[{i}]").get("source"), at)
+        src = shapes.mapping(shapes.mapping(item, f"{path}.from[{i}]").get("source"), at)
 
         def srcs(name: str, src: Mapping[str, Any] = src, at: str = at) -> list[str]:
-            return _strings(src.get(name), f"{at}.{name}")
+            return shapes.strings(src.get(name), f"{at}.{name}")
 
         from_matches.append(
             Match(
@@ -322,16 +284,16 @@ def _rule(raw: object, path: str, namespace: str, problems: list[str]) -> tuple[
         )
     if from_matches:
         clauses.append(Clause(tuple(from_matches)))
-    for i, raw_when in enumerate(_list(rule.get("when"), f"{path}.when")):
+    for i, raw_when in enumerate(shapes.list_of(rule.get("when"), f"{path}.when")):
         at = f"{path}.when[{i}]"
-        when = _mapping(raw_when, at)
+        when = shapes.mapping(raw_when, at)
         key = when.get("key")
         if not isinstance(key, str):
-            raise _ShapeError(f"{at}.key", "expected a string")
+            raise shapes.ShapeError(f"{at}.key", "expected a string")
         match = _when_match(
             key,
-            _strings(when.get("values"), f"{at}.values"),
-            _strings(when.get("notValues"), f"{at}.notValues"),
+            shapes.strings(when.get("values"), f"{at}.values"),
+            shapes.strings(when.get("notValues"), f"{at}.notValues"),
             at,
             read,
         )
@@ -351,20 +313,20 @@ class _Bound:
 
 
 def _target_key(target: Mapping[str, Any], at: str, namespace: str) -> tuple[str, str, str, str]:
-    group = _text(target.get("group"), f"{at}.group")
-    kind = _text(target.get("kind"), f"{at}.kind")
-    name = _text(target.get("name"), f"{at}.name")
-    target_ns = _text(target.get("namespace"), f"{at}.namespace") or namespace
+    group = shapes.text(target.get("group"), f"{at}.group")
+    kind = shapes.text(target.get("kind"), f"{at}.kind")
+    name = shapes.text(target.get("name"), f"{at}.name")
+    target_ns = shapes.text(target.get("namespace"), f"{at}.namespace") or namespace
     return group, kind, name, target_ns
 
 
 def _translate(obj: Obj, index: TargetIndex, root_namespace: str) -> WaypointPolicyTranslation:
-    meta = _mapping(obj.get("metadata"), "metadata")
-    spec = _mapping(obj.get("spec"), "spec")
+    meta = shapes.mapping(obj.get("metadata"), "metadata")
+    spec = shapes.mapping(obj.get("spec"), "spec")
     name, namespace = str(meta.get("name") or ""), str(meta.get("namespace") or "")
     if not name or not namespace:
-        raise _ShapeError("metadata", "name and namespace are required")
-    refs = list(_list(spec.get("targetRefs"), "spec.targetRefs"))
+        raise shapes.ShapeError("metadata", "name and namespace are required")
+    refs = list(shapes.list_of(spec.get("targetRefs"), "spec.targetRefs"))
     single = spec.get("targetRef")
     if single:
         refs.insert(0, single)
@@ -372,13 +334,13 @@ def _translate(obj: Obj, index: TargetIndex, root_namespace: str) -> WaypointPol
         return WaypointPolicyTranslation()
     action_name = spec.get("action") or "ALLOW"
     if action_name not in ("ALLOW", "DENY", "AUDIT", "CUSTOM"):
-        raise _ShapeError("spec.action", f"expected ALLOW, DENY, AUDIT or CUSTOM, got {action_name!r}")
+        raise shapes.ShapeError("spec.action", f"expected ALLOW, DENY, AUDIT or CUSTOM, got {action_name!r}")
     action = Action.DENY if action_name == "CUSTOM" else Action[action_name]
-    annotations = _mapping(meta.get("annotations"), "metadata.annotations")
+    annotations = shapes.mapping(meta.get("annotations"), "metadata.annotations")
     dry_run = parse_go_bool(str(annotations.get(DRY_RUN_ANNOTATION) or ""))
     problems: list[str] = []
     rules: list[Rule] = []
-    for i, raw in enumerate(_list(spec.get("rules"), "spec.rules")):
+    for i, raw in enumerate(shapes.list_of(spec.get("rules"), "spec.rules")):
         rule, bad = _rule(raw, f"spec.rules[{i}]", namespace, problems)
         if bad and action is Action.ALLOW:
             continue  # rule 7: narrower
@@ -390,7 +352,7 @@ def _translate(obj: Obj, index: TargetIndex, root_namespace: str) -> WaypointPol
     service_waypoints: dict[str, str] = {}
     for i, raw_ref in enumerate(refs):
         at = "spec.targetRef" if single and i == 0 else f"spec.targetRefs[{i - (1 if single else 0)}]"
-        group, kind, target, target_ns = _target_key(_mapping(raw_ref, at), at, namespace)
+        group, kind, target, target_ns = _target_key(shapes.mapping(raw_ref, at), at, namespace)
         key = f"{target_ns}/{target}"
         ancestor = f"{kind}.{group or 'core'}:{key}"
         if target_ns != namespace and kind != "GatewayClass":
@@ -491,7 +453,7 @@ def translate_waypoint_policy(
     targetRefs gives nothing, problems of shape go to ``skips``."""
     try:
         return _translate(obj, index, root_namespace)
-    except _ShapeError as exc:
+    except shapes.ShapeError as exc:
         if skips is not None:
             skips.append(skipped(AUTHORIZATION_POLICY, obj, exc.field, f"{exc.reason}; the policy is not sent"))
         return WaypointPolicyTranslation()
