@@ -85,6 +85,14 @@ def is_ready(pod: Mapping[str, Any]) -> bool:
     return condition(pod, "Ready").get("status") == "True"
 
 
+def container_state(status: Mapping[str, Any]) -> str:
+    """``name=state(reason)`` of one entry of a pod's ``containerStatuses``."""
+    state = status.get("state") or {}
+    kind = next(iter(state), "?")
+    reason = (state.get(kind) or {}).get("reason")
+    return f"{status.get('name')}={kind}" + (f"({reason})" if reason else "")
+
+
 def netns_names() -> set[str]:
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
     return {line.split()[0] for line in out.splitlines() if line.strip()}
@@ -153,11 +161,34 @@ class Lab:
         ]
 
     def wait_pods_ready(self, namespace: str, selector: str, count: int, timeout: float = 30.0) -> list[dict[str, Any]]:
-        def ready() -> list[dict[str, Any]]:
-            pods = [p for p in self.pods(namespace, selector) if not p["metadata"].get("deletionTimestamp")]
-            return pods if len(pods) == count and all(is_ready(p) for p in pods) else []
+        seen: list[dict[str, Any]] = []
 
-        return wait_until(f"{count} pods {selector!r} Ready in {namespace}", ready, timeout)
+        def ready() -> list[dict[str, Any]]:
+            seen[:] = [p for p in self.pods(namespace, selector) if not p["metadata"].get("deletionTimestamp")]
+            return list(seen) if len(seen) == count and all(is_ready(p) for p in seen) else []
+
+        try:
+            return wait_until(f"{count} pods {selector!r} Ready in {namespace}", ready, timeout)
+        except pytest.fail.Exception as failed:
+            raise AssertionError(f"{failed}\n{self.describe_pods(seen, namespace)}") from None
+
+    def describe_pods(self, pods: list[dict[str, Any]], namespace: str) -> str:
+        """What a failed wait saw: each pod's node, phase, conditions, containers' states and recent Events."""
+        lines = [f"{len(pods)} pods in {namespace}:"]
+        for pod in pods:
+            name = pod["metadata"]["name"]
+            status = pod.get("status") or {}
+            conds = {c.get("type"): c.get("status") for c in status.get("conditions") or ()}
+            states = [container_state(c) for c in status.get("containerStatuses") or ()]
+            node = (pod.get("spec") or {}).get("nodeName")
+            lines.append(
+                f"  {name} node={node} phase={status.get('phase')} ip={status.get('podIP')}"
+                f" conditions={conds} containers={states}"
+            )
+            with contextlib.suppress(Exception):
+                for event in self.events(namespace, name)[-5:]:
+                    lines.append(f"    event {event.get('type')} {event.get('reason')}: {event.get('message')}")
+        return "\n".join(lines)
 
     def exec(self, pod: str, namespace: str, *argv: str, timeout: float = 30.0) -> str:
         """Run ``argv`` in the pod's network namespace (``ambit lab exec``); its stdout."""
