@@ -9,7 +9,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 pytest="${PYTEST:-$root/.venv/bin/pytest}"
 workers="${AMBIT_TEST_WORKERS:-2}"
-base="$(mktemp -d /tmp/ambit-suite.XXXXXX)"
+base="$(mktemp -d /tmp/as.XXXXXX)"  # short: lab unix sockets live under it (108-byte AF_UNIX limit)
 trap 'rm -rf "$base"' EXIT
 
 (AMBIT_TEST_SHARE=machine "$pytest" -q --basetemp="$base/machine" tests "$@" 2>&1 | sed -u 's/^/[machine] /') &

@@ -97,7 +97,7 @@ def enroll(lab: Lab, namespace: str) -> None:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    with running_lab(tmp_path_factory.mktemp("e2e-waypoint-authz"), mesh=True) as up:
+    with running_lab(tmp_path_factory.mktemp("e2e-wpz"), mesh=True) as up:
         for ns in (NS, NS2):
             up.namespace(ns)
             up.kubectl("label", "namespace", ns, "istio.io/dataplane-mode=ambient")
