@@ -14,6 +14,7 @@ endpoint serialises it. The state, in the node proxy's local-config form:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
@@ -26,7 +27,6 @@ from ambit.inpod.settings import NodeProxySettings
 from ambit.proxy.context import LocalPod
 from ambit.proxy.sockets import HostSocketFactory
 from ambit.zds.protocol import WorkloadInfo
-from tests.harness import wait_for
 
 LOCAL_CONFIG = """\
 workloads:
@@ -108,7 +108,6 @@ async def running_node_proxy(tmp_path: Path) -> AsyncIterator[NodeProxy]:
     try:
         pod = LocalPod(POD_UID, WorkloadInfo("client", "apps", "client"), HostSocketFactory(mark=None), "cluster.local")
         proxy.context.add_pod(pod)
-        proxy._track()  # the ZDS client calls this when a pod arrives
         await wait_for_certificates(proxy, 2)
         with (
             proxy.context.register("inbound", "198.18.17.7:40112", "198.18.16.5:15008", pod),
@@ -121,8 +120,6 @@ async def running_node_proxy(tmp_path: Path) -> AsyncIterator[NodeProxy]:
 
 async def wait_for_certificates(proxy: NodeProxy, count: int) -> None:
     """Until ``count`` certificates are Available (the local CA signs in a worker thread)."""
-    import asyncio
-
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         states = [entry["state"] for entry in proxy.certs.snapshot()]
@@ -138,4 +135,4 @@ def record_dump(proxy: NodeProxy) -> dict[str, Any]:
     return dump
 
 
-__all__ = ["LOCAL_CONFIG", "POD_UID", "record_dump", "running_node_proxy", "wait_for", "wait_for_certificates"]
+__all__ = ["LOCAL_CONFIG", "POD_UID", "record_dump", "running_node_proxy", "wait_for_certificates"]
