@@ -31,6 +31,8 @@ from typer.testing import CliRunner
 
 import ambit.cli.proxy_config  # registers the command on the app
 from ambit.cli.main import app
+from ambit.cli.proxy_config import child_argv
+from ambit.observe.proxyconfig import Filters, Section
 
 GOLDEN = Path(__file__).parent.parent / "unit" / "golden" / "proxyconfig" / "dump.json"
 _VOLATILE = {"pem", "serialNumber", "validFrom", "expirationTime", "ageSeconds", "configFile", "id", "key"}
@@ -270,3 +272,35 @@ def test_a_bad_filter_is_refused_before_any_fetch() -> None:
     assert code == 2 and "inbound or outbound" in err
     code, _out, err = _run("workloads", "--admin-url", "http://127.0.0.1:1", "-o", "xml")
     assert code == 2 and "table, json, yaml" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "sections", "filters", "output"),
+    [
+        (
+            ("workloads", "-n", "apps", "--address", "198.18.16.9"),
+            [Section.WORKLOADS],
+            Filters(namespace="apps", address="198.18.16.9"),
+            "table",
+        ),
+        (
+            ("connections", "--direction", "outbound", "--raw", "-o", "yaml"),
+            [Section.CONNECTIONS],
+            Filters(direction="outbound", raw=True),
+            "yaml",
+        ),
+        (("all", "-o", "json"), list(Section), Filters(), "json"),
+    ],
+)
+def test_the_lab_child_is_asked_for_the_same_view(
+    hostile: Callable[[Handler], str], args: tuple[str, ...], sections: list[Section], filters: Filters, output: str
+) -> None:
+    """In the lab the command runs again inside the node proxy's netns with child_argv: it must print the same."""
+    body = GOLDEN.read_bytes()
+    url = hostile(lambda h: _send(h, 200, body))
+    direct = CliRunner().invoke(app, ["proxy-config", *args, "--admin-url", url])
+    argv = child_argv(sections, filters, output, 10.0, url)
+    assert argv[:2] == ["proxy-config", args[0]]
+    via_child = CliRunner().invoke(app, argv)
+    assert direct.exit_code == 0 and direct.stdout.strip()
+    assert (via_child.exit_code, via_child.stdout) == (0, direct.stdout)

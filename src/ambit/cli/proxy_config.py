@@ -9,6 +9,8 @@ Two ways to reach the admin port (127.0.0.1:15000 inside the node proxy's own ne
 - the lab (default): the node proxy of ``--node`` (default the lab's first node) is found in the lab's directory;
   this command runs itself again in a child inside that proxy's network namespace (``ip netns exec``, as ``ambit
   lab exec --node`` does) with ``--admin-url http://127.0.0.1:15000``, so the child fetches with the same bounds.
+  The child is root: Python runs isolated (``-I``: no current directory or PYTHON* variables on its import path)
+  from ``/``, so a directory the user happens to be in cannot plant code in it.
 
 Fetching is bounded (``--timeout``, 64 MiB); the tables come from the pure :mod:`ambit.observe.proxyconfig`.
 """
@@ -171,7 +173,8 @@ def _show(
     if output not in _OUTPUTS:
         raise typer.BadParameter(f"expected one of {', '.join(_OUTPUTS)}", param_hint="--output")
     if admin_url is None:
-        raise typer.Exit(_in_lab(node, lab_dir, timeout))
+        argv = child_argv(sections, filters, output, timeout, f"http://127.0.0.1:{ADMIN_PORT}")
+        raise typer.Exit(_in_lab(node, lab_dir, timeout, argv))
     if node is not None:
         raise typer.BadParameter("give --node (a lab node) or --admin-url, not both", param_hint="--node")
     try:
@@ -187,7 +190,7 @@ def _show(
     sys.stdout.write(text)
 
 
-def _in_lab(node: str | None, lab_dir: Path, timeout: float) -> int:
+def _in_lab(node: str | None, lab_dir: Path, timeout: float, argv: list[str]) -> int:
     """Run this command again inside the node proxy's network namespace, asking 127.0.0.1:15000; its exit code."""
     topology = Topology.load(lab_dir.resolve())
     if topology is None:
@@ -204,11 +207,11 @@ def _in_lab(node: str | None, lab_dir: Path, timeout: float) -> int:
     netns = _node_proxy_netns(topology, name)
     if not Path("/run/netns", netns).exists():
         raise _fail(f"the node proxy of {name} has no network namespace {netns} (is it running?)")
-    argv = _child_argv(sys.argv[1:], f"http://127.0.0.1:{ADMIN_PORT}")
     try:
         done = subprocess.run(
-            ["ip", "netns", "exec", netns, sys.executable, "-m", "ambit.cli", *argv],
+            ["ip", "netns", "exec", netns, sys.executable, "-I", "-m", "ambit.cli", *argv],
             check=False,
+            cwd="/",
             timeout=timeout + _CHILD_START,
         )
     except subprocess.TimeoutExpired:
@@ -218,20 +221,17 @@ def _in_lab(node: str | None, lab_dir: Path, timeout: float) -> int:
     return done.returncode
 
 
-def _child_argv(argv: list[str], admin_url: str) -> list[str]:
-    """This command's own arguments without ``--node``/``--lab-dir`` (the child does not need them), plus the URL."""
-    out: list[str] = []
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-            continue
-        option, eq, _value = arg.partition("=")
-        if option in ("--node", "--lab-dir"):
-            skip = not eq
-            continue
-        out.append(arg)
-    return [*out, "--admin-url", admin_url]
+def child_argv(sections: list[Section], filters: Filters, output: str, timeout: float, admin_url: str) -> list[str]:
+    """The arguments of this same command for the child in the lab, asking ``admin_url`` instead of a lab node."""
+    argv = ["proxy-config", sections[0].value if len(sections) == 1 else "all"]
+    for flag, value in (("--namespace", filters.namespace), ("--address", filters.address)):
+        if value:
+            argv += [flag, value]
+    if filters.direction:
+        argv += ["--direction", filters.direction]
+    if filters.raw:
+        argv.append("--raw")
+    return [*argv, "--output", output, "--timeout", repr(timeout), "--admin-url", admin_url]
 
 
 def _node_proxy_netns(topology: Topology, node: str) -> str:
