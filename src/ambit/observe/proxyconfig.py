@@ -174,7 +174,8 @@ class _Index:
     service_by_host: dict[tuple[str, str], str]
     service_by_vip: dict[str, str]
     hostname_by_ip: dict[str, str]
-    workload_by_ip: dict[str, str]
+    workload_by_ip: dict[str, tuple[str, str]]
+    """IP → (name, namespace)."""
 
 
 def _index(dump: Mapping[str, Any]) -> _Index:
@@ -189,12 +190,12 @@ def _index(dump: Mapping[str, Any]) -> _Index:
         for vip in _strings(svc, "vips", path):
             by_vip.setdefault(vip, name)
             hostname_by_ip.setdefault(vip.rpartition("/")[2], hostname)
-    by_ip: dict[str, str] = {}
+    by_ip: dict[str, tuple[str, str]] = {}
     for i, wl in enumerate(_entries(dump, "workloads")):
         path = f"workloads[{i}]"
-        label = f"{_string(wl, 'name', path)}.{_string(wl, 'namespace', path)}"
+        known = (_string(wl, "name", path), _string(wl, "namespace", path))
         for ip in _strings(wl, "workloadIps", path):
-            by_ip.setdefault(ip, label)
+            by_ip.setdefault(ip, known)
     return _Index(by_host, by_vip, hostname_by_ip, by_ip)
 
 
@@ -205,7 +206,8 @@ def _waypoint_name(entry: Mapping[str, Any], path: str, index: _Index) -> str:
     if "address" in waypoint:
         address = _string(waypoint, "address", f"{path}.waypoint")
         ip = address.rpartition("/")[2]
-        return index.service_by_vip.get(address) or index.workload_by_ip.get(ip, "").partition(".")[0] or address
+        workload = index.workload_by_ip.get(ip)
+        return index.service_by_vip.get(address) or (workload[0] if workload else address)
     hostname = _string(waypoint, "hostname", f"{path}.waypoint")
     namespace = _string(waypoint, "namespace", f"{path}.waypoint")
     return index.service_by_host.get((namespace, hostname), hostname)
@@ -338,10 +340,11 @@ def _connection_rows(dump: Mapping[str, Any], filters: Filters) -> list[_Row]:
         if split is None:
             return address
         host, port = split
-        known = index.hostname_by_ip.get(host) or index.workload_by_ip.get(host)
-        if known is None:
-            return address
-        return f"{known}:{port}"
+        if (hostname := index.hostname_by_ip.get(host)) is not None:
+            return f"{hostname}:{port}"
+        if (workload := index.workload_by_ip.get(host)) is not None:
+            return f"{workload[0]}.{workload[1]}:{port}"
+        return address
 
     keyed: list[tuple[tuple[str, str, float], _Row]] = []
     for i, conn in enumerate(_entries(dump, "connections")):
