@@ -74,6 +74,14 @@ def test_a_waypoint_the_dump_cannot_name_is_shown_as_the_dump_says_it() -> None:
     assert rows["legacy"] == "/198.19.0.30"
 
 
+def test_a_waypoint_named_by_a_workloads_address_shows_that_workloads_whole_name() -> None:
+    source = dump()
+    source["workloads"][3]["name"] = "waypoint.v2-0"  # pod names may have dots
+    source["workloads"][1]["waypoint"] = {"address": "/198.18.17.3", "hboneMtlsPort": 15008}
+    rows = {row[1]: row[4] for row in table(Section.WORKLOADS, source=source).rows}
+    assert rows["legacy"] == "waypoint.v2-0"
+
+
 def test_services_count_healthy_and_all_endpoints() -> None:
     shown = table(Section.SERVICES)
     assert shown.columns == ("NAMESPACE", "SERVICE NAME", "SERVICE VIP", "WAYPOINT", "ENDPOINTS")
