@@ -14,6 +14,7 @@ Every error Ambit raises on purpose derives from :class:`AmbitError`, with a sub
     ├── ProxyError               (ambit.proxy.errors) ProxyConnectError, StreamClosedError, HboneConnectError, ...
     ├── WaypointError            (ambit.waypoint.errors) HttpProtocolError (peer), WaypointSettingsError
     ├── TelemetryError           (ambit.telemetry) an endpoint could not start; BadLogLevelError
+    ├── ProxyConfigError         (ambit.observe) ConfigDumpError (the proxy's dump), AdminFetchError
     ├── XdsError                 (ambit.xds.errors) XdsConversionError, XdsProtocolError, XdsConfigFileError
     ├── CaServerError            (ambit.controlplane.ca.errors) AuthenticationError, AuthorizationError, CsrError
     ├── WebhookError             (ambit.controlplane.webhook.errors) MalformedReviewError, RegistrationError, ...

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import re
 import subprocess
 import time
@@ -12,12 +14,15 @@ import pytest
 from tests.e2e.lab_driver import (
     TEST_TIMEOUT,
     Lab,
+    ambit,
     deployment_manifest,
     http_echo_container,
     is_ready,
     running_lab,
     wait_until,
 )
+
+from ambit.k8s import KubeClient, kinds
 
 pytestmark = [pytest.mark.root, pytest.mark.kubectl, pytest.mark.timeout(TEST_TIMEOUT)]
 
@@ -139,3 +144,57 @@ def test_an_enrolled_pod_with_an_http_readiness_probe_stays_ready(mesh_lab: Lab)
         return pod_ip not in _probe_set(_in_netns(node.netns, "nft", "list", "ruleset"))
 
     wait_until(f"{pod_ip} out of the probe set after the pod is gone", gone_from_probe_set, timeout=20)
+
+
+def test_proxy_config_shows_a_new_pod_within_a_second(mesh_lab: Lab) -> None:
+    """``ambit proxy-config workloads --node N`` in the lab (issue 20): the node proxy's admin port is reached in its
+    own network namespace by the CLI, and a new ambient pod is in its dump within a second of getting its IP."""
+    lab = mesh_lab
+    namespace = "e2e-mesh-proxyconfig"
+
+    async def first_ip() -> tuple[str, str, float]:
+        async with KubeClient.from_kubeconfig(lab.topology.kubeconfig) as client:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                items, _ = await client.list(kinds.PODS, namespace, label_selector="app=echo")
+                for pod in items:
+                    if ip := (pod.get("status") or {}).get("podIP"):
+                        return str(ip), str(pod["spec"]["nodeName"]), time.monotonic()
+                await asyncio.sleep(0.02)
+        raise AssertionError("the echo pod got no IP within 120 s")
+
+    try:
+        lab.namespace(namespace)
+        lab.kubectl("label", "namespace", namespace, "istio.io/dataplane-mode=ambient")
+        node = lab.topology.node(1).name
+        netns = lab.node_proxy_netns(node)
+        lab.apply(deployment_manifest("echo", 1, http_echo_container(8080)), namespace=namespace)
+        ip, pod_node, seen = asyncio.run(first_ip())
+
+        def in_dump() -> bool:
+            body = _in_netns(netns, "curl", "-sf", "--max-time", "2", "http://127.0.0.1:15000/config_dump")
+            return any(ip in w.get("workloadIps", []) for w in json.loads(body)["workloads"])
+
+        wait_until(f"{ip} in the config_dump of {node}'s node proxy", in_dump, timeout=30, interval=0.02)
+        latency = time.monotonic() - seen
+        print(f"proxy-config: pod {ip} in the node proxy's dump {latency * 1000:.0f} ms after its IP was seen")
+        assert latency < 1.0, f"the pod took {latency:.2f} s to reach the node proxy"
+
+        args = ("proxy-config", "workloads", "--lab-dir", str(lab.topology.path), "--node", node)
+        done = ambit(*args, "--address", ip, timeout=60)
+        lines = done.stdout.splitlines()
+        assert lines[0].split() == ["NAMESPACE", "POD", "NAME", "ADDRESS", "NODE", "WAYPOINT", "PROTOCOL"], done.stdout
+        assert len(lines) == 2 and lines[1].split()[0] == namespace and lines[1].split()[2] == ip, done.stdout
+        assert lines[1].split()[5] == "HBONE", done.stdout
+        shown = json.loads(ambit(*args, "-n", namespace, "-o", "json", timeout=60).stdout)
+        assert [w["workloadIps"] for w in shown] == [[ip]]
+
+        def certificate_available() -> bool:  # the pod's own node proxy holds a certificate for its identity
+            args = ("proxy-config", "certificates", "--lab-dir", str(lab.topology.path), "--node", pod_node)
+            rows = [line.split() for line in ambit(*args, timeout=60).stdout.splitlines()[1:]]
+            identity = f"spiffe://cluster.local/ns/{namespace}/sa/default"
+            return any(row[:3] == [identity, "Leaf", "Available"] and row[3] == "true" for row in rows)
+
+        wait_until("the pod's certificate in proxy-config certificates", certificate_available, timeout=60)
+    finally:
+        lab.delete_namespace(namespace)

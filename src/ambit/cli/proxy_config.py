@@ -1,0 +1,262 @@
+"""``ambit proxy-config``: what one node proxy knows, read from its admin ``/config_dump`` (as ``istioctl
+ztunnel-config``).
+
+Two ways to reach the admin port (127.0.0.1:15000 inside the node proxy's own network namespace):
+
+- ``--admin-url URL``: any admin port this machine can reach. On a cluster, forward it first, as istioctl does
+  internally: ``kubectl -n istio-system port-forward pod/<ztunnel pod> 15000`` then ``--admin-url
+  http://127.0.0.1:15000``.
+- the lab (default): the node proxy of ``--node`` (default the lab's first node) is found in the lab's directory;
+  this command runs itself again in a child inside that proxy's network namespace (``ip netns exec``, as ``ambit
+  lab exec --node`` does) with ``--admin-url http://127.0.0.1:15000``, so the child fetches with the same bounds.
+  The child is root: Python runs isolated (``-I``: no current directory or PYTHON* variables on its import path)
+  from ``/``, so a directory the user happens to be in cannot plant code in it.
+
+Fetching is bounded (``--timeout``, 64 MiB); the tables come from the pure :mod:`ambit.observe.proxyconfig`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ambit.cli.main import app
+from ambit.lab.network.topology import DEFAULT_DIR, Topology
+from ambit.observe.admin_client import ADMIN_PORT, DEFAULT_TIMEOUT, fetch_config_dump
+from ambit.observe.proxyconfig import (
+    Filters,
+    ProxyConfigError,
+    Section,
+    build_table,
+    is_ip,
+    read_config_dump,
+    render_structured,
+    render_text,
+    select_entries,
+)
+
+proxy_config = typer.Typer(
+    help="What a node proxy knows (workloads, services, policies, certificates, connections), from its admin "
+    "port's /config_dump, as `istioctl ztunnel-config` shows it. In the lab, name the node (--node); elsewhere give "
+    "--admin-url (on a cluster: `kubectl -n istio-system port-forward pod/<ztunnel pod> 15000`, then --admin-url "
+    "http://127.0.0.1:15000).",
+    no_args_is_help=True,
+)
+app.add_typer(proxy_config, name="proxy-config")
+
+NodeOption = Annotated[
+    str | None, typer.Option("--node", help="The lab node whose node proxy to ask (default: the lab's first node).")
+]
+AdminUrlOption = Annotated[
+    str | None,
+    typer.Option(
+        "--admin-url",
+        help="A reachable admin port, e.g. http://127.0.0.1:15000 after `kubectl -n istio-system port-forward "
+        "pod/<ztunnel pod> 15000` on a cluster. Without it, the lab's node proxy of --node is asked.",
+    ),
+]
+OutputOption = Annotated[str, typer.Option("--output", "-o", help="table, json or yaml.")]
+NamespaceOption = Annotated[str, typer.Option("--namespace", "-n", help="Only this namespace.")]
+DirOption = Annotated[Path, typer.Option("--lab-dir", help="The lab's directory.")]
+TimeoutOption = Annotated[float, typer.Option("--timeout", help="Seconds for the whole fetch.", min=0.1, max=600)]
+
+_OUTPUTS = ("table", "json", "yaml")
+_CHILD_START = 30.0
+"""Seconds a child in the lab gets beyond --timeout to start Python."""
+
+
+@proxy_config.command()
+def workloads(
+    namespace: NamespaceOption = "",
+    address: Annotated[str, typer.Option("--address", help="Only the workload with this IP.")] = "",
+    node: NodeOption = None,
+    admin_url: AdminUrlOption = None,
+    output: OutputOption = "table",
+    lab_dir: DirOption = DEFAULT_DIR,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT,
+) -> None:
+    """Workloads the node proxy knows: NAMESPACE, POD NAME, ADDRESS, NODE, WAYPOINT, PROTOCOL."""
+    if address and not is_ip(address):
+        raise typer.BadParameter(f"{address!r} is not an IP address", param_hint="--address")
+    _show([Section.WORKLOADS], Filters(namespace=namespace, address=address), node, admin_url, output, lab_dir, timeout)
+
+
+@proxy_config.command()
+def services(
+    namespace: NamespaceOption = "",
+    node: NodeOption = None,
+    admin_url: AdminUrlOption = None,
+    output: OutputOption = "table",
+    lab_dir: DirOption = DEFAULT_DIR,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT,
+) -> None:
+    """Services: NAMESPACE, SERVICE NAME, SERVICE VIP, WAYPOINT, ENDPOINTS (healthy/all)."""
+    _show([Section.SERVICES], Filters(namespace=namespace), node, admin_url, output, lab_dir, timeout)
+
+
+@proxy_config.command()
+def policies(
+    namespace: NamespaceOption = "",
+    node: NodeOption = None,
+    admin_url: AdminUrlOption = None,
+    output: OutputOption = "table",
+    lab_dir: DirOption = DEFAULT_DIR,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT,
+) -> None:
+    """L4 authorization policies: NAMESPACE, POLICY NAME, ACTION, SCOPE."""
+    _show([Section.POLICIES], Filters(namespace=namespace), node, admin_url, output, lab_dir, timeout)
+
+
+@proxy_config.command()
+def certificates(
+    node: NodeOption = None,
+    admin_url: AdminUrlOption = None,
+    output: OutputOption = "table",
+    lab_dir: DirOption = DEFAULT_DIR,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT,
+) -> None:
+    """Workload certificates: CERTIFICATE NAME, TYPE, STATUS, VALID CERT, SERIAL NUMBER, NOT AFTER, NOT BEFORE."""
+    _show([Section.CERTIFICATES], Filters(), node, admin_url, output, lab_dir, timeout)
+
+
+@proxy_config.command()
+def connections(
+    namespace: NamespaceOption = "",
+    direction: Annotated[str, typer.Option("--direction", help="inbound or outbound (default: both).")] = "",
+    raw: Annotated[bool, typer.Option("--raw", help="Addresses as they are, not names.")] = False,
+    node: NodeOption = None,
+    admin_url: AdminUrlOption = None,
+    output: OutputOption = "table",
+    lab_dir: DirOption = DEFAULT_DIR,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT,
+) -> None:
+    """Open connections of the node's pods: WORKLOAD, DIRECTION, LOCAL, REMOTE, AGE."""
+    if direction not in ("", "inbound", "outbound"):
+        raise typer.BadParameter("expected inbound or outbound", param_hint="--direction")
+    filters = Filters(namespace=namespace, direction=direction, raw=raw)
+    _show([Section.CONNECTIONS], filters, node, admin_url, output, lab_dir, timeout)
+
+
+@proxy_config.command("all")
+def all_(
+    node: NodeOption = None,
+    admin_url: AdminUrlOption = None,
+    output: OutputOption = "table",
+    lab_dir: DirOption = DEFAULT_DIR,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT,
+) -> None:
+    """Every table (workloads, services, policies, certificates, connections); -o json|yaml prints the whole dump."""
+    _show(list(Section), Filters(), node, admin_url, output, lab_dir, timeout)
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    typer.echo(f"ambit proxy-config: {message}", err=True)
+    return typer.Exit(code)
+
+
+def _show(
+    sections: list[Section],
+    filters: Filters,
+    node: str | None,
+    admin_url: str | None,
+    output: str,
+    lab_dir: Path,
+    timeout: float,
+) -> None:
+    if output not in _OUTPUTS:
+        raise typer.BadParameter(f"expected one of {', '.join(_OUTPUTS)}", param_hint="--output")
+    if admin_url is None:
+        argv = child_argv(sections, filters, output, timeout, f"http://127.0.0.1:{ADMIN_PORT}")
+        raise typer.Exit(_in_lab(node, lab_dir, timeout, argv))
+    if node is not None:
+        raise typer.BadParameter("give --node (a lab node) or --admin-url, not both", param_hint="--node")
+    try:
+        dump = read_config_dump(asyncio.run(fetch_config_dump(admin_url, within=timeout)))
+        if output != "table":
+            chosen: Any = dump if len(sections) > 1 else select_entries(dump, sections[0], filters)
+            text = render_structured(chosen, output)
+        else:
+            now = time.time()
+            text = render_text([build_table(dump, s, filters, now=now) for s in sections], titles=len(sections) > 1)
+    except ProxyConfigError as exc:
+        raise _fail(str(exc)) from None
+    sys.stdout.write(text)
+
+
+def _in_lab(node: str | None, lab_dir: Path, timeout: float, argv: list[str]) -> int:
+    """Run this command again inside the node proxy's network namespace, asking 127.0.0.1:15000; its exit code."""
+    topology = Topology.load(lab_dir.resolve())
+    if topology is None:
+        raise _fail(
+            f"no lab in {lab_dir}: give --lab-dir, or --admin-url for any reachable admin port (on a cluster: "
+            "`kubectl -n istio-system port-forward pod/<ztunnel pod> 15000`, then --admin-url http://127.0.0.1:15000)"
+        )
+    name = node or topology.node(1).name
+    if topology.node_named(name) is None:
+        known = ", ".join(n.name for n in topology.all_nodes())
+        raise typer.BadParameter(f"no node {name!r} in this lab (it has {known})", param_hint="--node")
+    if os.geteuid() != 0:
+        raise _fail("entering a lab node proxy's network namespace needs root (or use --admin-url)")
+    netns = _node_proxy_netns(topology, name)
+    if not Path("/run/netns", netns).exists():
+        raise _fail(f"the node proxy of {name} has no network namespace {netns} (is it running?)")
+    try:
+        done = subprocess.run(
+            ["ip", "netns", "exec", netns, sys.executable, "-I", "-m", "ambit.cli", *argv],
+            check=False,
+            cwd="/",
+            timeout=timeout + _CHILD_START,
+        )
+    except subprocess.TimeoutExpired:
+        raise _fail(f"the fetch inside {netns} did not finish within {timeout + _CHILD_START:g} s") from None
+    except OSError as exc:
+        raise _fail(f"cannot run ip netns exec: {exc.strerror or exc}") from None
+    return done.returncode
+
+
+def child_argv(sections: list[Section], filters: Filters, output: str, timeout: float, admin_url: str) -> list[str]:
+    """The arguments of this same command for the child in the lab, asking ``admin_url`` instead of a lab node."""
+    argv = ["proxy-config", sections[0].value if len(sections) == 1 else "all"]
+    for flag, value in (("--namespace", filters.namespace), ("--address", filters.address)):
+        if value:
+            argv += [flag, value]
+    if filters.direction:
+        argv += ["--direction", filters.direction]
+    if filters.raw:
+        argv.append("--raw")
+    return [*argv, "--output", output, "--timeout", repr(timeout), "--admin-url", admin_url]
+
+
+def _node_proxy_netns(topology: Topology, node: str) -> str:
+    """The node's own namespace when the lab runs the mesh as host processes; else its ztunnel pod's."""
+    if not topology.installed:
+        found = topology.node_named(node)
+        assert found is not None
+        return found.netns
+    from ambit.k8s import KubeClient, KubeClientError, kinds
+
+    async def pods() -> list[dict[str, Any]]:
+        async with KubeClient.from_kubeconfig(topology.kubeconfig) as client:
+            items, _ = await client.list(kinds.PODS, "istio-system", label_selector="app=ztunnel")
+            return items
+
+    try:
+        items = asyncio.run(pods())
+    except KubeClientError as exc:
+        raise _fail(f"cannot list the node proxies: {exc}") from None
+    live = [
+        pod
+        for pod in items
+        if (pod.get("spec") or {}).get("nodeName") == node and not (pod.get("metadata") or {}).get("deletionTimestamp")
+    ]
+    if not live:
+        raise _fail(f"no node proxy (ztunnel pod) on {node}")
+    live.sort(key=lambda pod: (pod.get("status") or {}).get("phase") != "Running")
+    return topology.pod_netns(str(live[0]["metadata"]["uid"]))
