@@ -364,6 +364,7 @@ class XdsServer:
         readers: Mapping[str, ReadCheck] | None = None,
         debug_access: DebugAccess | None = None,
         control_plane: str = "",
+        stale_after: float = DEFAULT_STALE_AFTER,
     ) -> None:
         """``grpc_options`` are the gRPC server's channel options (the CA sharing it passes its message size cap);
         they win over the ``keepalive`` options (:mod:`ambit.xds.keepalive`) where both name one."""
@@ -376,6 +377,7 @@ class XdsServer:
             readers=readers,
             debug_access=debug_access,
             control_plane=control_plane,
+            stale_after=stale_after,
         )
         self._credentials = grpc.ssl_server_credentials([(key_pem, cert_chain_pem)])
         self._address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
