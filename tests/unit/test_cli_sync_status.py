@@ -106,7 +106,9 @@ client_like = st.fixed_dictionaries(
         "stream": json_values,
         "node": json_values,
         "identity": json_values,
-        "types": st.dictionaries(st.text(max_size=8), st.dictionaries(st.sampled_from(["status", "sentAt"]), json_values)),
+        "types": st.dictionaries(
+            st.text(max_size=8), st.dictionaries(st.sampled_from(["status", "sentAt"]), json_values)
+        ),
         "lastPushAt": json_values,
     },
 )

@@ -210,12 +210,14 @@ class XdsService:
             self.stats.stream_errors += 1
             log.info("xds stream %d (%s) ended: %s", stream_id, caller.name, exc)
         finally:
+            # Forget the stream before the only await here: gRPC cancels this handler when the client goes away,
+            # and a cancellation landing in the await below would skip whatever came after it.
             for type_url, listener in listeners.items():
                 self._sources[type_url].remove_listener(listener)
-            pusher.cancel()
-            await asyncio.gather(pusher, return_exceptions=True)
             del self.clients[stream_id]
             self.sync.close(stream_id)
+            pusher.cancel()
+            await asyncio.gather(pusher, return_exceptions=True)
 
     @staticmethod
     def _listener(pending: set[str], wake: asyncio.Event) -> Callable[[frozenset[str]], None]:
