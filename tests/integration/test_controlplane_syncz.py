@@ -144,3 +144,25 @@ async def test_proxy_status_says_in_one_line_why_it_cannot_read(
     assert code == 1 and "may not read the sync status" in err and "Traceback" not in err
     code, _, err = await _run_cli("--kubeconfig", kubeconfig, "--xds-address", address, "-o", "yaml")
     assert code == 2 and "table or json" in err
+
+
+async def test_without_an_address_proxy_status_finds_the_running_control_plane_pods(
+    kube: KubeClient, plane: ControlPlane, server_process: ServerProcess
+) -> None:
+    assert plane.server is not None
+    pod = {
+        "metadata": {"name": "istiod-5f7d8-abcde", "labels": {"app": "istiod"}},
+        "spec": {"containers": [{"name": "discovery", "image": "ambit"}]},
+    }
+    await kube.create(kinds.PODS, pod, "istio-system")
+    try:
+        kubeconfig = str(server_process.kubeconfig)
+        code, _, err = await _run_cli("--kubeconfig", kubeconfig, "--xds-port", str(plane.server.port))
+        assert code == 1 and "no running control plane pod (app=istiod) in istio-system" in err
+        status = {"phase": "Running", "podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}]}
+        await kube.patch_status(kinds.PODS, "istiod-5f7d8-abcde", {"status": status}, "istio-system")
+        code, out, err = await _run_cli("--kubeconfig", kubeconfig, "--xds-port", str(plane.server.port), "-o", "json")
+        assert code == 0, err
+        assert [d["controlPlane"] for d in json.loads(out)] == ["istiod-syncz-test"]
+    finally:
+        await kube.delete(kinds.PODS, "istiod-5f7d8-abcde", "istio-system")

@@ -42,6 +42,7 @@ async def _collect(
     namespace: str,
     server_name: str,
     cluster_id: str,
+    xds_port: int,
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """The documents of every control plane that answered, and one line per one that did not."""
     from ambit.xds.sync_client import SyncReadError, fetch_sync_document
@@ -50,7 +51,9 @@ async def _collect(
     root = _read(root_cert, "root certificate") if root_cert else b""
     targets = [(a, a) for a in addresses]
     if not (token and root and targets):
-        token, root, targets = await _from_cluster(kubeconfig, token, root, targets, service_account, namespace)
+        token, root, targets = await _from_cluster(
+            kubeconfig, token, root, targets, service_account, namespace, xds_port
+        )
     documents, failures = [], []
     for label, address in targets:
         try:
@@ -72,6 +75,7 @@ async def _from_cluster(
     targets: list[tuple[str, str]],
     service_account: str,
     namespace: str,
+    xds_port: int,
 ) -> tuple[str, bytes, list[tuple[str, str]]]:
     from ambit.k8s import KubeClient, KubeClientError, kinds
 
@@ -99,12 +103,16 @@ async def _from_cluster(
                 for pod in pods:
                     status, meta = pod.get("status") or {}, pod.get("metadata") or {}
                     if status.get("phase") == "Running" and status.get("podIP"):
-                        targets.append((str(meta.get("name", "")), f"{status['podIP']}:{XDS_PORT}"))
+                        targets.append((str(meta.get("name", "")), _host_port(str(status["podIP"]), xds_port)))
                 if not targets:
                     raise _Failed(f"no running control plane pod (app=istiod) in {namespace}; give --xds-address")
         except KubeClientError as exc:
             raise _Failed(str(exc)) from None
     return token, root, targets
+
+
+def _host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _read(path: Path, what: str) -> bytes:
@@ -131,6 +139,7 @@ def proxy_status(
         "istiod.istio-system.svc"
     ),
     cluster_id: Annotated[str, typer.Option(help="The cluster id to present.")] = "Kubernetes",
+    xds_port: Annotated[int, typer.Option(help="The control plane pods' xDS port (without --xds-address).")] = XDS_PORT,
 ) -> None:
     """Every proxy connected to the control plane: SYNCED, NOT SENT, PENDING, STALE or ERROR per type."""
     if output not in ("table", "json"):
@@ -146,6 +155,7 @@ def proxy_status(
                 namespace=istio_namespace,
                 server_name=server_name,
                 cluster_id=cluster_id,
+                xds_port=xds_port,
             )
         )
         proxies = [p for document in documents for p in parse_document(document)]
