@@ -337,3 +337,17 @@ def _clients_settled(service: Any, count: int) -> Callable[[], Any]:
         return len(service.clients) <= count
 
     return check
+
+
+async def test_a_client_naming_made_up_types_gets_no_entries_for_them(mesh: Mesh) -> None:
+    stream = RawStream(mesh, mesh.tokens["istio-system/ztunnel"])
+    try:
+        await stream.send(dpb.DeltaDiscoveryRequest(type_url=ADDRESS_TYPE_URL, node=dpb.Node(id="node-x" * 1000)))
+        await stream.read()
+        for index in range(100):
+            await stream.send(dpb.DeltaDiscoveryRequest(type_url=f"type.googleapis.com/made.Up{index}"))
+            await stream.read()
+        (client,) = (await mesh.syncz())["clients"]
+        assert list(client["types"]) == [ADDRESS_TYPE_URL] and len(client["node"]) == 256
+    finally:
+        await stream.aclose()

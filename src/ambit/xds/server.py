@@ -254,18 +254,23 @@ class XdsService:
             record = self.sync.open(stream_id, caller.name, caller.cluster_id, connected_at)
             if request.HasField("node"):
                 record.describe(request.node.id, _node_version(request.node))
+            served = request.type_url in self._sources  # only served types get an entry: the record stays small
             async with lock:
                 output = session.receive(request, self._resources(request.type_url, visible))
                 for response in output.responses:
                     await context.write(response)
-                    _record_sent(record, response, self._clock())
-            record.opened(request.type_url)
+                    if served:
+                        _record_sent(record, response, self._clock())
+            if served:
+                record.opened(request.type_url)
             if output.kind is RequestKind.ACK:
                 self.stats.acks += 1
-                record.answered(request.type_url, request.response_nonce, self._clock())
+                if served:
+                    record.answered(request.type_url, request.response_nonce, self._clock())
             elif output.kind is RequestKind.NACK:
                 self.stats.nacks += 1
-                record.answered(request.type_url, request.response_nonce, self._clock(), output.error or "NACK")
+                if served:
+                    record.answered(request.type_url, request.response_nonce, self._clock(), output.error or "NACK")
                 log.warning("xds: %s NACKed %s: %s", caller.name, request.response_nonce, output.error)
 
     async def _may_debug(self, caller: Caller) -> bool:

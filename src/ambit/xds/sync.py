@@ -11,7 +11,8 @@ Rules:
 
 1. A stream gets a record when it opens its first resource type (a debug-only stream never does) and loses it
    when the stream ends: the registry holds exactly one record per connected proxy stream, and each record holds
-   one small entry per type the client opened (the server serves a fixed, small set of types).
+   one small entry per type the client opened among those the server serves (the shell records no other type, so
+   a client naming made-up types cannot grow its record).
 2. What a client says about itself is bounded: its node id and version are cut to :data:`MAX_TEXT` characters and
    a NACK's message to :data:`MAX_ERROR` characters, so a record's size does not depend on the peer.
 3. A type's status (:class:`SyncStatus`):
