@@ -21,6 +21,7 @@ def main() -> None:
     import ambit.cli.mesh
     import ambit.cli.policy
     import ambit.cli.proxy_config
+    import ambit.cli.proxy_status
     import ambit.cli.waypoint
     import ambit.cli.waypoint_proxy  # noqa: F401
 

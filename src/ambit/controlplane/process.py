@@ -25,7 +25,9 @@ Theory of operation: everything is built once from :class:`ControlPlaneSettings`
    and for each waypoint Gateway its ServiceAccount, Deployment and Service, and its status.
 
 Every xDS stream and CA call authenticates its caller with a TokenReview of its bearer token (audience
-``istio-ca``) against the API server in use, embedded or real. The process runs until SIGTERM or SIGINT.
+``istio-ca``) against the API server in use, embedded or real. The same port serves the sync status of every
+connected proxy (``istio.io/debug/syncz``) to administrators only (:mod:`ambit.controlplane.debug_access`). The
+process runs until SIGTERM or SIGINT.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from ambit.controlplane.ca.errors import CaServerError
 from ambit.controlplane.ca.nodeauth import InformerPodIndex, NodeAuthorizer
 from ambit.controlplane.ca.root import RootCa, RootCertPublisher, load_or_create_root_secret, load_plugin_ca
 from ambit.controlplane.ca.server import GRPC_SERVER_OPTIONS, CaService, RootSigner
+from ambit.controlplane.debug_access import DEBUG_ACCOUNTS, DebugAccessChecker
 from ambit.controlplane.gateway import GatewayController, GatewayControllerSettings, WaypointTemplateSettings
 from ambit.controlplane.status import AddressStatusWriter, PolicyStatusWriter, RouteStatusWriter
 from ambit.controlplane.translate import DEFAULT_ROOT_NAMESPACE, PolicyStatus, SkipMemory, Skipped, Translation
@@ -123,6 +126,9 @@ class ControlPlaneSettings:
     waypoint_image: str = "ambit"
     waypoint_image_pull_policy: str | None = None
     """``Never`` in the lab (containers run commands there, not images); None: the cluster's default."""
+    debug_accounts: frozenset[str] = DEBUG_ACCOUNTS
+    """``namespace/service account`` pairs that may read the sync status without an RBAC rule
+    (:mod:`ambit.controlplane.debug_access`); any other caller needs ``get`` on ``/debug/syncz``."""
 
 
 def _is_ip(text: str) -> bool:
@@ -366,6 +372,8 @@ class ControlPlane:
                 WAYPOINT_CONFIG_TYPE_URL: self._may_read_waypoint,
                 GATEWAY_CONFIG_TYPE_URL: self._may_read_gateway,
             },
+            debug_access=DebugAccessChecker(self.client, accounts=s.debug_accounts),
+            control_plane=s.instance or socket.gethostname(),
         )
         self.events.start()
         await self.pods.start()

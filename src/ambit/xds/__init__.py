@@ -11,6 +11,9 @@ Modules:
 - ``table``: :class:`~ambit.xds.table.AddressTable` and :class:`~ambit.xds.table.AuthorizationTable`, the
   server's current resources of each type with change notifications.
 - ``server``: the ``AggregatedDiscoveryService/DeltaAggregatedResources`` servicer and a TLS grpc.aio server.
+- ``sync``: the server's per-stream record of what each client was last sent and last answered per type, and the
+  sync status document (istiod's ``/debug/syncz``) served as the debug type ``istio.io/debug/syncz``.
+- ``sync_client``: reading one control plane's sync status (``ambit proxy-status``).
 - ``client``: the node proxy's grpc.aio client (TLS, bearer token, reconnect with back-off keeping its state).
 - ``keepalive``: HTTP/2 keepalive of the control-plane connection (istiod's 15 s ping tolerance, 30 s pings with a
   10 s timeout), shared by the xDS server and client and the CA's server and client.

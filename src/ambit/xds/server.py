@@ -22,6 +22,14 @@ is served per caller: each stream sees only the resources ``check(caller, name)`
 :class:`~ambit.xds.session.ResourceSet`, rebuilt when the source's set is replaced), so a subscription to a name the
 caller may not read is answered as for a resource that does not exist, and a change to it is never pushed to that
 caller. Waypoint configurations are served this way: only to the waypoint's own service account.
+
+Sync status (:mod:`ambit.xds.sync`): each stream that opens a resource type has a record in :attr:`XdsService.sync`
+of what it was last sent and last answered per type, updated where responses are written and ACKs read, and
+dropped when the stream ends. A request of the debug type ``istio.io/debug/syncz`` is not a subscription: the
+server asks the injected ``debug_access`` whether this caller may read the status (once per stream; no
+``debug_access`` means nobody may), answers with one resource ``syncz`` holding the JSON document (a
+``google.protobuf.StringValue``), and ends a stream it refuses with ``PERMISSION_DENIED``. A debug-only stream
+holds no record; it is answered one request at a time, each write awaited before the next request is read.
 """
 
 from __future__ import annotations
@@ -30,21 +38,34 @@ import asyncio
 import contextlib
 import inspect
 import itertools
+import json
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import grpc  # type: ignore[import-untyped]
+from google.protobuf import any_pb2, wrappers_pb2
 
 from ambit.api import discovery_pb2 as dpb
 from ambit.xds.convert import ADDRESS_TYPE_URL
 from ambit.xds.errors import XdsError
 from ambit.xds.keepalive import DEFAULT_KEEPALIVE, KeepaliveSettings
 from ambit.xds.session import AUTHORIZATION_TYPE_URL, EMPTY, RequestKind, ResourceSet, ServerSession
+from ambit.xds.sync import DEFAULT_STALE_AFTER, SYNCZ_TYPE_URL, ClientSync, SyncRegistry
 from ambit.xds.table import ResourceSource
 
-__all__ = ["SERVICE_NAME", "Authenticator", "Caller", "CallerView", "ReadCheck", "XdsServer", "XdsService"]
+__all__ = [
+    "SERVICE_NAME",
+    "Authenticator",
+    "Caller",
+    "CallerView",
+    "DebugAccess",
+    "ReadCheck",
+    "XdsServer",
+    "XdsService",
+]
 
 log = logging.getLogger("ambit.xds.server")
 
@@ -65,6 +86,8 @@ Metadata = Sequence[tuple[str, str | bytes]]
 Authenticator = Callable[[Metadata], "Caller | Awaitable[Caller | None] | None"]
 ReadCheck = Callable[[Caller, str], bool]
 """Whether a caller may read the resource of this name (a type served per caller)."""
+DebugAccess = Callable[[Caller], Awaitable[bool]]
+"""Whether a caller may read the control plane's debug types (the sync status)."""
 
 
 class CallerView:
@@ -96,6 +119,8 @@ class XdsStats:
     nacks: int = 0
     pushes: int = 0
     stream_errors: int = 0
+    debug_answers: int = 0
+    debug_refused: int = 0
 
 
 class XdsService:
@@ -111,6 +136,10 @@ class XdsService:
         authorizations: ResourceSource | None = None,
         sources: Mapping[str, ResourceSource] | None = None,
         readers: Mapping[str, ReadCheck] | None = None,
+        debug_access: DebugAccess | None = None,
+        control_plane: str = "",
+        stale_after: float = DEFAULT_STALE_AFTER,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._sources: dict[str, ResourceSource] = {ADDRESS_TYPE_URL: source}
         if authorizations is not None:
@@ -123,6 +152,9 @@ class XdsService:
         self.stats = XdsStats()
         self.clients: dict[int, Caller] = {}
         """Connected, authenticated streams by stream id."""
+        self.sync = SyncRegistry()
+        self._debug_access, self._control_plane, self._stale_after = debug_access, control_plane, stale_after
+        self._clock = clock
 
     def add_to(self, server: Any) -> None:
         handler = grpc.stream_stream_rpc_method_handler(
@@ -154,6 +186,7 @@ class XdsService:
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, "xds: a valid bearer token is required")
             return
         stream_id = next(self._ids)
+        connected_at = self._clock()
         self.stats.streams += 1
         self.clients[stream_id] = caller
         session = ServerSession(prefix=f"s{stream_id}")
@@ -167,21 +200,24 @@ class XdsService:
         for type_url, listener in listeners.items():
             self._sources[type_url].add_listener(listener)
         pusher = asyncio.create_task(
-            self._push_loop(session, context, lock, pending, wake, visible), name=f"xds push {caller}"
+            self._push_loop(session, context, lock, pending, wake, visible, stream_id), name=f"xds push {caller}"
         )
         try:
-            await self._read_loop(session, context, lock, caller, visible)
-        except asyncio.CancelledError:
+            await self._read_loop(session, context, lock, caller, visible, stream_id, connected_at)
+        except (asyncio.CancelledError, grpc.aio.AbortError):
             raise
         except Exception as exc:
             self.stats.stream_errors += 1
             log.info("xds stream %d (%s) ended: %s", stream_id, caller.name, exc)
         finally:
+            # Forget the stream before the only await here: gRPC cancels this handler when the client goes away,
+            # and a cancellation landing in the await below would skip whatever came after it.
             for type_url, listener in listeners.items():
                 self._sources[type_url].remove_listener(listener)
+            del self.clients[stream_id]
+            self.sync.close(stream_id)
             pusher.cancel()
             await asyncio.gather(pusher, return_exceptions=True)
-            del self.clients[stream_id]
 
     @staticmethod
     def _listener(pending: set[str], wake: asyncio.Event) -> Callable[[frozenset[str]], None]:
@@ -202,20 +238,67 @@ class XdsService:
         lock: asyncio.Lock,
         caller: Caller,
         visible: Mapping[str, CallerView],
+        stream_id: int,
+        connected_at: float,
     ) -> None:
+        debug_allowed: bool | None = None
         while True:
             request = await context.read()
             if request is grpc.aio.EOF:
                 return
+            if request.type_url == SYNCZ_TYPE_URL:
+                if debug_allowed is None:
+                    debug_allowed = await self._may_debug(caller)
+                await self._answer_syncz(request, context, caller, debug_allowed)
+                continue
+            record = self.sync.open(stream_id, caller.name, caller.cluster_id, connected_at)
+            if request.HasField("node"):
+                record.describe(request.node.id, _node_version(request.node))
+            served = request.type_url in self._sources  # only served types get an entry: the record stays small
             async with lock:
                 output = session.receive(request, self._resources(request.type_url, visible))
                 for response in output.responses:
                     await context.write(response)
+                    if served:
+                        _record_sent(record, response, self._clock())
+            if served:
+                record.opened(request.type_url)
             if output.kind is RequestKind.ACK:
                 self.stats.acks += 1
+                if served:
+                    record.answered(request.type_url, request.response_nonce, self._clock())
             elif output.kind is RequestKind.NACK:
                 self.stats.nacks += 1
+                if served:
+                    record.answered(request.type_url, request.response_nonce, self._clock(), output.error or "NACK")
                 log.warning("xds: %s NACKed %s: %s", caller.name, request.response_nonce, output.error)
+
+    async def _may_debug(self, caller: Caller) -> bool:
+        if self._debug_access is None:
+            return False
+        try:
+            return await self._debug_access(caller)
+        except Exception:  # a failed check refuses; the peer learns nothing more
+            log.exception("xds: debug access check failed for %s", caller.name)
+            return False
+
+    async def _answer_syncz(
+        self, request: dpb.DeltaDiscoveryRequest, context: Any, caller: Caller, allowed: bool
+    ) -> None:
+        """One debug request: the sync document, or the end of the stream for a caller who may not read it."""
+        if not allowed:
+            self.stats.debug_refused += 1
+            log.info("xds: refused the sync status to %s", caller.name)
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, "xds: this caller may not read the sync status")
+        if request.response_nonce:  # an ACK of a debug answer: nothing to do
+            return
+        self.stats.debug_answers += 1
+        document = self.sync.document(self._clock(), control_plane=self._control_plane, stale_after=self._stale_after)
+        body = any_pb2.Any()
+        body.Pack(wrappers_pb2.StringValue(value=json.dumps(document, separators=(",", ":"))))
+        nonce = f"debug-{self.stats.debug_answers}"
+        resource = dpb.Resource(name="syncz", version=nonce, resource=body)
+        await context.write(dpb.DeltaDiscoveryResponse(type_url=SYNCZ_TYPE_URL, nonce=nonce, resources=[resource]))
 
     async def _push_loop(
         self,
@@ -225,6 +308,7 @@ class XdsService:
         pending: dict[str, set[str]],
         wake: asyncio.Event,
         visible: Mapping[str, CallerView],
+        stream_id: int,
     ) -> None:
         loop = asyncio.get_running_loop()
         while True:
@@ -247,9 +331,24 @@ class XdsService:
                 names.clear()
                 async with lock:
                     output = session.push(type_url, self._resources(type_url, visible), changed)
+                    record = self.sync.find(stream_id)
                     for response in output.responses:
                         await context.write(response)
                         self.stats.pushes += 1
+                        if record is not None:
+                            _record_sent(record, response, self._clock())
+
+
+def _record_sent(record: ClientSync, response: dpb.DeltaDiscoveryResponse, now: float) -> None:
+    record.sent(response.type_url, response.nonce, len(response.resources) + len(response.removed_resources), now)
+
+
+def _node_version(node: dpb.Node) -> str:
+    """The proxy's version as Istio proxies state it (``ISTIO_VERSION`` metadata), else its build version."""
+    field = node.metadata.fields.get("ISTIO_VERSION") if node.HasField("metadata") else None
+    if field is not None and field.WhichOneof("kind") == "string_value":
+        return str(field.string_value)
+    return str(node.build_version)
 
 
 class XdsServer:
@@ -270,11 +369,22 @@ class XdsServer:
         keepalive: KeepaliveSettings = DEFAULT_KEEPALIVE,
         sources: Mapping[str, ResourceSource] | None = None,
         readers: Mapping[str, ReadCheck] | None = None,
+        debug_access: DebugAccess | None = None,
+        control_plane: str = "",
+        stale_after: float = DEFAULT_STALE_AFTER,
     ) -> None:
         """``grpc_options`` are the gRPC server's channel options (the CA sharing it passes its message size cap);
         they win over the ``keepalive`` options (:mod:`ambit.xds.keepalive`) where both name one."""
         self.service = XdsService(
-            source, authenticate, debounce=debounce, authorizations=authorizations, sources=sources, readers=readers
+            source,
+            authenticate,
+            debounce=debounce,
+            authorizations=authorizations,
+            sources=sources,
+            readers=readers,
+            debug_access=debug_access,
+            control_plane=control_plane,
+            stale_after=stale_after,
         )
         self._credentials = grpc.ssl_server_credentials([(key_pem, cert_chain_pem)])
         self._address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
