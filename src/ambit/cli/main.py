@@ -1,6 +1,16 @@
-"""Entry point of the ``ambit`` command: one typer app with a sub-command per component."""
+"""Entry point of the ``ambit`` command: one typer app with a sub-command per component.
+
+Each sub-command lives in its own module, and ``main`` imports only the module of the command being run: the
+modules pull in what their commands need (the gRPC extension, HTTP clients, rich), and a node proxy, a CNI call or
+``ambit lab exec`` should not pay two seconds of imports for commands it does not run. ``--help`` and anything
+unknown import them all, so help lists every command and typer reports unknown ones as usual.
+"""
 
 from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Sequence
 
 import typer
 
@@ -11,18 +21,42 @@ app = typer.Typer(
 )
 
 
-def main() -> None:
-    import ambit.cli.apiserver
-    import ambit.cli.bench
-    import ambit.cli.gateway
-    import ambit.cli.get
-    import ambit.cli.install
-    import ambit.cli.lab
-    import ambit.cli.mesh
-    import ambit.cli.policy
-    import ambit.cli.proxy_config
-    import ambit.cli.proxy_status
-    import ambit.cli.waypoint
-    import ambit.cli.waypoint_proxy  # noqa: F401
+@app.callback()
+def _root() -> None:
+    """Ambit: an ambient-mode service mesh, wire-compatible with Istio ambient."""
+    # A callback keeps the app a group of commands when only one module is imported (typer would otherwise make a
+    # lone command the whole program).
 
+
+COMMAND_MODULES: dict[str, tuple[str, ...]] = {
+    "apiserver": ("ambit.cli.apiserver",),
+    "bench": ("ambit.cli.bench",),
+    "controlplane": ("ambit.cli.mesh",),
+    "gateway": ("ambit.cli.gateway",),
+    "get": ("ambit.cli.get",),
+    "install": ("ambit.cli.install",),
+    "lab": ("ambit.cli.lab",),
+    "nodeagent": ("ambit.cli.mesh",),
+    "nodeproxy": ("ambit.cli.mesh",),
+    "policy": ("ambit.cli.policy",),
+    "proxy-config": ("ambit.cli.proxy_config",),
+    "proxy-status": ("ambit.cli.proxy_status",),
+    "uninstall": ("ambit.cli.install",),
+    "version": ("ambit.cli.install",),
+    "waypoint": ("ambit.cli.waypoint", "ambit.cli.waypoint_proxy"),
+}
+"""The top-level command names and the modules that register them (tests/unit/test_cli_main.py keeps it true)."""
+
+
+def modules_for(argv: Sequence[str]) -> tuple[str, ...]:
+    """The modules to import to run ``argv`` (the arguments after the program name): the named command's, or all."""
+    command = next((arg for arg in argv if not arg.startswith("-")), None)
+    if command in COMMAND_MODULES:
+        return COMMAND_MODULES[command]
+    return tuple(dict.fromkeys(module for modules in COMMAND_MODULES.values() for module in modules))
+
+
+def main() -> None:
+    for module in modules_for(sys.argv[1:]):
+        importlib.import_module(module)
     app()

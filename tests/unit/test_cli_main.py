@@ -1,0 +1,73 @@
+"""The ``ambit`` entry point imports only the module of the command it runs, and its table of commands is complete."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+from ambit.cli import main as cli_main
+
+HEAVY = ("grpc", "aiohttp", "cryptography.x509")
+
+
+def registered() -> dict[str, str]:
+    """Every top-level command or group registered on the app so far, with the module that registered it."""
+    out: dict[str, str] = {}
+    for command in cli_main.app.registered_commands:
+        assert command.callback is not None
+        name = command.name or command.callback.__name__.replace("_", "-")
+        out[name] = command.callback.__module__
+    for group in cli_main.app.registered_groups:
+        assert group.name is not None and group.typer_instance is not None
+        out[group.name] = group.typer_instance.registered_commands[0].callback.__module__  # type: ignore[union-attr]
+    return out
+
+
+def test_the_table_names_every_command_and_the_module_that_registers_it() -> None:
+    for module in cli_main.modules_for([]):
+        importlib.import_module(module)
+    found = registered()
+    assert set(found) == set(cli_main.COMMAND_MODULES)
+    for name, module in found.items():
+        assert module in cli_main.COMMAND_MODULES[name], name
+
+
+@pytest.mark.parametrize(
+    ("argv", "modules"),
+    [
+        (["lab", "exec", "pod", "--", "true"], ("ambit.cli.lab",)),
+        (["nodeproxy", "--help"], ("ambit.cli.mesh",)),
+        (["waypoint", "proxy"], ("ambit.cli.waypoint", "ambit.cli.waypoint_proxy")),
+    ],
+)
+def test_a_named_command_imports_only_its_modules(argv: list[str], modules: tuple[str, ...]) -> None:
+    assert cli_main.modules_for(argv) == modules
+
+
+@pytest.mark.parametrize("argv", [[], ["--help"], ["no-such-command"], ["-x"]])
+def test_help_and_unknown_commands_import_everything(argv: list[str]) -> None:
+    assert set(cli_main.modules_for(argv)) == {m for ms in cli_main.COMMAND_MODULES.values() for m in ms}
+
+
+def test_lab_exec_does_not_load_the_grpc_or_http_stacks() -> None:
+    probe = (
+        "import sys\n"
+        "from ambit.cli import main\n"
+        "sys.argv = ['ambit', 'lab', 'exec', '--help']\n"
+        "try:\n    main.main()\nexcept SystemExit:\n    pass\n"
+        f"print('loaded:', *(m for m in {HEAVY!r} if m in sys.modules), file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    assert "--container" in done.stdout  # the help of the command was shown
+    assert done.stderr.strip().splitlines()[-1] == "loaded:", done.stderr
+
+
+def test_an_unknown_command_is_reported_as_typer_does() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "ambit.cli", "no-such-command"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 2
+    assert "No such command" in done.stderr
