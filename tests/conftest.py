@@ -71,14 +71,21 @@ def uses_the_machine(item: pytest.Item) -> bool:
     )
 
 
+def shares_the_mesh_lab(item: pytest.Item) -> bool:
+    """Whether the item's module runs on the shared mesh lab (tests/e2e/lab_driver.py, ``shared_mesh_lab``)."""
+    return bool(getattr(getattr(item, "module", None), "SHARES_THE_MESH_LAB", False))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Keep only the share ``AMBIT_TEST_SHARE`` names (module docstring)."""
     share = os.environ.get("AMBIT_TEST_SHARE", "")
     if not share:
+        items.sort(key=lambda item: not shares_the_mesh_lab(item))  # stable: the modules on the shared lab first
         return
     if share not in SHARES:
         raise pytest.UsageError(f"AMBIT_TEST_SHARE must be one of {', '.join(SHARES)}, not {share!r}")
     keep = [item for item in items if uses_the_machine(item) == (share == "machine")]
+    keep.sort(key=lambda item: not shares_the_mesh_lab(item))  # stable: the modules on the shared lab run first
     dropped = [item for item in items if uses_the_machine(item) != (share == "machine")]
     if dropped:
         config.hook.pytest_deselected(items=dropped)

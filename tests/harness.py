@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -127,6 +127,11 @@ ROOT_LAB_LOCK = Path("/run/lock/ambit-lab-root.lock")
 """Only one lab network can be up on a machine (they share 198.18.0.1 and the pod routes): tests that bring one up
 hold this lock, and wait for each other rather than fail."""
 
+BEFORE_LAB_LOCK: list[Callable[[], None]] = []
+"""Called before :func:`root_lab_lock` takes the lock: a lab this process keeps up across test modules
+(``tests/e2e/lab_driver.py``, ``shared_mesh_lab``) is brought down first, since ``flock`` would make this process
+wait for itself."""
+
 running_test: list[Any] = []
 """The pytest item being run (kept by tests/conftest.py), whose timeout :func:`timeout_paused` stops."""
 
@@ -162,6 +167,8 @@ def root_lab_lock(wait: float) -> Iterator[None]:
     """
     import pytest
 
+    for before in list(BEFORE_LAB_LOCK):
+        before()
     ROOT_LAB_LOCK.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(ROOT_LAB_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:

@@ -11,7 +11,7 @@ import shutil
 from collections.abc import Iterator
 
 import pytest
-from tests.e2e.lab_driver import Lab, running_lab
+from tests.e2e.lab_driver import Lab, release_shared_lab, running_lab
 
 
 def _needs(what: str, ok: bool) -> None:
@@ -25,6 +25,13 @@ def _needs(what: str, ok: bool) -> None:
 def _needs_root_and_kubectl() -> None:
     _needs("root (network namespaces)", os.geteuid() == 0)
     _needs("kubectl", shutil.which("kubectl") is not None)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _shared_lab_down() -> Iterator[None]:
+    """The shared mesh lab (lab_driver.shared_mesh_lab), if a module brought it up, goes down with the session."""
+    yield
+    release_shared_lab()
 
 
 @pytest.fixture(scope="module")

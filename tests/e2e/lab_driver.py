@@ -432,6 +432,25 @@ class Lab:
 
         wait_until(f"a new {app} pod ready on {node}", replaced, timeout)
 
+    def root_policies(self) -> list[str]:
+        """``kind.group/name`` of every object of :data:`ROOT_POLICY_KINDS` in the root namespace."""
+        found = self.items(",".join(ROOT_POLICY_KINDS), "-n", "istio-system")
+        return [f"{o['kind'].lower()}.{o['apiVersion'].split('/')[0]}/{o['metadata']['name']}" for o in found]
+
+    def wait_mesh_ready(self, timeout: float = 120.0) -> None:
+        """Wait until the control plane and every node's node proxy and node agent have a ready pod."""
+        if not self.installed:
+            return  # supervised: the lab's supervisor keeps the components up
+        nodes = [n.name for n in self.topology.all_nodes()]
+
+        def ready() -> bool:
+            if not self._ready_pods(COMPONENT_APPS["controlplane"]):
+                return False
+            apps = (COMPONENT_APPS["nodeproxy"], COMPONENT_APPS["nodeagent"])
+            return all(self._ready_component(app, node) is not None for app in apps for node in nodes)
+
+        wait_until("the mesh ready on every node", ready, timeout, interval=0.5)
+
     def namespace(self, name: str) -> None:
         self.kubectl("create", "namespace", name)
 
@@ -487,6 +506,62 @@ def running_lab(base: Path, *, mesh: bool = False, install: bool = False, superv
             if prefix is None and (found := Topology.load(directory)) is not None:
                 prefix = found.prefix
             lab_down(directory, prefix, keep_logs=base / "lab-logs")
+
+
+ROOT_POLICY_KINDS = (
+    "authorizationpolicies.security.istio.io",
+    "peerauthentications.security.istio.io",
+    "requestauthentications.security.istio.io",
+)
+"""Kinds whose objects in the root namespace apply mesh-wide: a module on the shared lab must leave none behind."""
+NAMESPACE_GONE_TIMEOUT = 90.0
+
+_shared: dict[str, Any] = {}
+"""The mesh lab this process keeps up across test modules: its ``lab`` and the ``stack`` that brings it down."""
+
+
+def shared_mesh_lab(tmp_path_factory: pytest.TempPathFactory) -> Lab:
+    """A 2-node lab with the mesh installed, brought up once and kept for every module that shares it (module
+    attribute ``SHARES_THE_MESH_LAB = True``; tests/conftest.py runs those modules first). It is brought down when
+    this process next takes the lab lock (another module's own lab, tests/netns) or at the end of the session."""
+    lab = _shared.get("lab")
+    if lab is None:
+        stack = contextlib.ExitStack()
+        lab = stack.enter_context(running_lab(tmp_path_factory.mktemp("e2e-sh"), mesh=True))
+        _shared.update(lab=lab, stack=stack)
+    assert isinstance(lab, Lab)
+    return lab
+
+
+def release_shared_lab() -> None:
+    """Bring the shared lab down if it is up (idempotent)."""
+    stack = _shared.pop("stack", None)
+    _shared.pop("lab", None)
+    if stack is not None:
+        stack.close()
+
+
+harness.BEFORE_LAB_LOCK.append(release_shared_lab)
+
+
+@contextlib.contextmanager
+def module_on_shared_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    """The shared mesh lab for one module, healthy when the module starts and handed back as it was found: the
+    namespaces the module made are deleted (and waited for) and its root-namespace policies removed."""
+    lab = shared_mesh_lab(tmp_path_factory)
+    lab.wait_mesh_ready()
+    namespaces = {n["metadata"]["name"] for n in lab.items("namespaces")}
+    policies = set(lab.root_policies())
+    try:
+        yield lab
+    finally:
+        made = {n["metadata"]["name"] for n in lab.items("namespaces")} - namespaces
+        for name in sorted(made):
+            lab.delete_namespace(name)
+        for ref in sorted(set(lab.root_policies()) - policies):
+            lab.kubectl("delete", ref, "-n", "istio-system", "--ignore-not-found", check=False)
+        remaining = lambda: not ({n["metadata"]["name"] for n in lab.items("namespaces")} & made)  # noqa: E731
+        wait_until(f"namespaces {sorted(made)} deleted", remaining, NAMESPACE_GONE_TIMEOUT, interval=0.5)
 
 
 def http_echo_container(port: int = 8080, *, ready_port: int | None = None, delay: float = 0) -> dict[str, Any]:

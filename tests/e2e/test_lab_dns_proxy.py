@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from tests.e2e.lab_driver import TEST_TIMEOUT, Lab, pod_manifest, running_lab, sleeper, wait_until
+from tests.e2e.lab_driver import TEST_TIMEOUT, Lab, module_on_shared_lab, pod_manifest, sleeper, wait_until
 
 pytestmark = [pytest.mark.root, pytest.mark.kubectl, pytest.mark.timeout(TEST_TIMEOUT)]
+SHARES_THE_MESH_LAB = True  # tests/e2e/lab_driver.py shared_mesh_lab: one lab for the modules that share it
 
 NS = "dnsp"
 EXPLICIT_VIP = "198.19.250.10"
@@ -75,7 +76,7 @@ class DnsLab:
 
 @pytest.fixture(scope="module")
 def dns_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DnsLab]:
-    with running_lab(tmp_path_factory.mktemp("e2e-dns"), mesh=True) as lab:
+    with module_on_shared_lab(tmp_path_factory) as lab:
         n1, n2 = (node.name for node in lab.topology.all_nodes())
         lab.namespace(NS)
         lab.kubectl("label", "namespace", NS, "istio.io/dataplane-mode=ambient")

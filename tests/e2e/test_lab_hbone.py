@@ -20,14 +20,15 @@ import pytest
 from tests.e2e.lab_driver import (
     TEST_TIMEOUT,
     Lab,
+    module_on_shared_lab,
     pod_manifest,
-    running_lab,
     service_manifest,
     sleeper,
     wait_until,
 )
 
 pytestmark = [pytest.mark.root, pytest.mark.kubectl, pytest.mark.timeout(TEST_TIMEOUT)]
+SHARES_THE_MESH_LAB = True  # tests/e2e/lab_driver.py shared_mesh_lab: one lab for the modules that share it
 
 AMBIENT, PLAIN = "hb-amb", "hb-plain"
 MARKER = "ambit-plaintext-marker-7f3c"
@@ -71,7 +72,7 @@ with urllib.request.urlopen(req, timeout=5) as r:
 
 @pytest.fixture(scope="module")
 def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
-    with running_lab(tmp_path_factory.mktemp("e2e-hbone"), mesh=True) as lab:
+    with module_on_shared_lab(tmp_path_factory) as lab:
         n1, n2 = (node.name for node in lab.topology.all_nodes())
         lab.namespace(AMBIENT)
         lab.kubectl("label", "namespace", AMBIENT, "istio.io/dataplane-mode=ambient")

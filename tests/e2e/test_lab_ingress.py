@@ -27,13 +27,14 @@ from tests.e2e.lab_driver import (
     ambit,
     condition,
     http_echo_container,
-    running_lab,
+    module_on_shared_lab,
     wait_until,
 )
 
 from ambit.tls.certs import KeyPair, issue_server_cert, new_ca
 
 pytestmark = [pytest.mark.root, pytest.mark.kubectl, pytest.mark.timeout(TEST_TIMEOUT)]
+SHARES_THE_MESH_LAB = True  # tests/e2e/lab_driver.py shared_mesh_lab: one lab for the modules that share it
 
 APP, EDGE = "in-app", "in-edge"
 GATEWAY_ID = f"spiffe://cluster.local/ns/{EDGE}/sa/edge-istio"
@@ -106,7 +107,7 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory, certs: Certificates) -> Iterator[Lab]:
-    with running_lab(tmp_path_factory.mktemp("e2e-ingress"), mesh=True) as up:
+    with module_on_shared_lab(tmp_path_factory) as up:
         up.namespace(APP)
         up.namespace(EDGE)
         up.kubectl("label", "namespace", APP, "istio.io/dataplane-mode=ambient")

@@ -18,13 +18,14 @@ from tests.e2e.lab_driver import (
     deployment_manifest,
     http_echo_container,
     is_ready,
-    running_lab,
+    module_on_shared_lab,
     wait_until,
 )
 
 from ambit.k8s import KubeClient, kinds
 
 pytestmark = [pytest.mark.root, pytest.mark.kubectl, pytest.mark.timeout(TEST_TIMEOUT)]
+SHARES_THE_MESH_LAB = True  # tests/e2e/lab_driver.py shared_mesh_lab: one lab for the modules that share it
 
 REDIRECTION = "ambient.istio.io/redirection"
 PROBE_SNAT = "169.254.7.127"
@@ -33,7 +34,7 @@ PROBE_SNAT = "169.254.7.127"
 @pytest.fixture(scope="module")
 def mesh_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     """A 2-node lab with the mesh's node agent and node proxy on every node."""
-    with running_lab(tmp_path_factory.mktemp("e2e-mesh"), mesh=True) as up:
+    with module_on_shared_lab(tmp_path_factory) as up:
         yield up
 
 

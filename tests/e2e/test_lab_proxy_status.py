@@ -13,9 +13,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from tests.e2e.lab_driver import TEST_TIMEOUT, Lab, ambit, running_lab, service_manifest, wait_until
+from tests.e2e.lab_driver import TEST_TIMEOUT, Lab, ambit, module_on_shared_lab, service_manifest, wait_until
 
 pytestmark = [pytest.mark.root, pytest.mark.kubectl, pytest.mark.timeout(TEST_TIMEOUT)]
+SHARES_THE_MESH_LAB = True  # tests/e2e/lab_driver.py shared_mesh_lab: one lab for the modules that share it
 
 ADDRESS = "type.googleapis.com/istio.workload.Address"
 AUTHORIZATION = "type.googleapis.com/istio.security.Authorization"
@@ -23,7 +24,7 @@ AUTHORIZATION = "type.googleapis.com/istio.security.Authorization"
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    with running_lab(tmp_path_factory.mktemp("e2e-pstat"), mesh=True) as up:
+    with module_on_shared_lab(tmp_path_factory) as up:
         yield up
         assert up.log_tracebacks() == []
 

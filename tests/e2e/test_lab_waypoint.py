@@ -23,13 +23,14 @@ from tests.e2e.lab_driver import (
     ambit,
     condition,
     http_echo_container,
+    module_on_shared_lab,
     pod_manifest,
-    running_lab,
     sleeper,
     wait_until,
 )
 
 pytestmark = [pytest.mark.root, pytest.mark.kubectl, pytest.mark.timeout(TEST_TIMEOUT)]
+SHARES_THE_MESH_LAB = True  # tests/e2e/lab_driver.py shared_mesh_lab: one lab for the modules that share it
 
 NS = "wp-app"
 WAYPOINT = "gateway.networking.k8s.io/gateway-name=waypoint"
@@ -110,7 +111,7 @@ GRPC_ECHO = {
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    with running_lab(tmp_path_factory.mktemp("e2e-waypoint"), mesh=True) as up:
+    with module_on_shared_lab(tmp_path_factory) as up:
         up.namespace(NS)
         up.kubectl("label", "namespace", NS, "istio.io/dataplane-mode=ambient")
         up.apply(

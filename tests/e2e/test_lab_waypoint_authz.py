@@ -23,14 +23,15 @@ from tests.e2e.lab_driver import (
     ambit,
     condition,
     http_echo_container,
+    module_on_shared_lab,
     pod_manifest,
-    running_lab,
     sleeper,
     wait_until,
 )
 from tests.unit.jwt_keys import claims, rsa_signer
 
 pytestmark = [pytest.mark.root, pytest.mark.kubectl, pytest.mark.timeout(TEST_TIMEOUT)]
+SHARES_THE_MESH_LAB = True  # tests/e2e/lab_driver.py shared_mesh_lab: one lab for the modules that share it
 
 NS = "wpz-app"
 NS2 = "wpz-two"
@@ -97,7 +98,7 @@ def enroll(lab: Lab, namespace: str) -> None:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    with running_lab(tmp_path_factory.mktemp("e2e-wpz"), mesh=True) as up:
+    with module_on_shared_lab(tmp_path_factory) as up:
         for ns in (NS, NS2):
             up.namespace(ns)
             up.kubectl("label", "namespace", ns, "istio.io/dataplane-mode=ambient")

@@ -14,9 +14,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from tests.e2e.lab_driver import TEST_TIMEOUT, Lab, ambit, condition, running_lab, wait_until
+from tests.e2e.lab_driver import TEST_TIMEOUT, Lab, ambit, condition, module_on_shared_lab, wait_until
 
 pytestmark = [pytest.mark.root, pytest.mark.kubectl, pytest.mark.timeout(TEST_TIMEOUT)]
+SHARES_THE_MESH_LAB = True  # tests/e2e/lab_driver.py shared_mesh_lab: one lab for the modules that share it
 
 NS = "wp-deploy"
 SELECTOR = "gateway.networking.k8s.io/gateway-name=waypoint"
@@ -30,7 +31,7 @@ with socket.create_connection((host, int(port)), timeout=3):
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    with running_lab(tmp_path_factory.mktemp("e2e-wpdeploy"), mesh=True) as up:
+    with module_on_shared_lab(tmp_path_factory) as up:
         up.namespace(NS)
         yield up
         assert up.log_tracebacks() == []

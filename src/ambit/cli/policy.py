@@ -11,13 +11,16 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from ambit.cli.main import app
+
+if TYPE_CHECKING:
+    from ambit.model.localconfig import LocalConfig
 
 policy_app = typer.Typer(help="L4 authorization policy: explain what the node proxies decide.", no_args_is_help=True)
 app.add_typer(policy_app, name="policy")
@@ -41,6 +44,36 @@ async def _fetch(kubeconfig: Path | None) -> dict[str, list[dict[str, Any]]]:
     return objects
 
 
+def load_config(
+    kubeconfig: Path | None,
+    *,
+    root_namespace: str = "istio-system",
+    trust_domain: str = "cluster.local",
+    domain: str = "cluster.local",
+    enable_dry_run: bool = True,
+) -> LocalConfig:
+    """What the control plane would send the node proxies now, translated from the cluster's objects (raises
+    ``KubeClientError`` when the API server cannot be read)."""
+    from ambit.controlplane.translate import translate_all
+
+    objects = asyncio.run(_fetch(kubeconfig))
+    translation = translate_all(
+        objects["pods"],
+        objects["services"],
+        objects["endpointslices"],
+        objects["namespaces"],
+        service_entries=objects["serviceentries"],
+        workload_entries=objects["workloadentries"],
+        authorization_policies=objects["authorizationpolicies"],
+        peer_authentications=objects["peerauthentications"],
+        trust_domain=trust_domain,
+        domain=domain,
+        root_namespace=root_namespace,
+        enable_dry_run=enable_dry_run,
+    )
+    return translation.config
+
+
 @policy_app.command("explain")
 def explain_command(
     source: Annotated[str, typer.Option("--from", help="The client pod: NAMESPACE/POD.")],
@@ -58,32 +91,23 @@ def explain_command(
 ) -> None:
     """Explain the verdict of the destination's node proxy for a connection, policy by policy."""
     from ambit.controlplane.explain import ExplainError, explain
-    from ambit.controlplane.translate import translate_all
     from ambit.k8s import KubeClientError
 
     if output not in ("table", "json"):
         raise typer.BadParameter("expected table or json", param_hint="--output")
     try:
-        objects = asyncio.run(_fetch(kubeconfig))
+        config = load_config(
+            kubeconfig,
+            root_namespace=root_namespace,
+            trust_domain=trust_domain,
+            domain=domain,
+            enable_dry_run=enable_dry_run,
+        )
     except KubeClientError as exc:
         typer.echo(f"ambit policy explain: {exc}", err=True)
         raise typer.Exit(1) from None
-    translation = translate_all(
-        objects["pods"],
-        objects["services"],
-        objects["endpointslices"],
-        objects["namespaces"],
-        service_entries=objects["serviceentries"],
-        workload_entries=objects["workloadentries"],
-        authorization_policies=objects["authorizationpolicies"],
-        peer_authentications=objects["peerauthentications"],
-        trust_domain=trust_domain,
-        domain=domain,
-        root_namespace=root_namespace,
-        enable_dry_run=enable_dry_run,
-    )
     try:
-        result = explain(translation.config, source, destination, port, domain=domain)
+        result = explain(config, source, destination, port, domain=domain)
     except ExplainError as exc:
         typer.echo(f"ambit policy explain: {exc}", err=True)
         raise typer.Exit(2) from None
