@@ -18,6 +18,7 @@ from typing import Any
 import grpc  # type: ignore[import-untyped]
 import pytest
 
+import ambit
 from ambit.api import discovery_pb2 as dpb
 from ambit.apiserver.server import ApiServer
 from ambit.cli.sync_status import parse_document, status_table
@@ -194,6 +195,8 @@ async def test_a_node_proxy_shows_synced_and_a_client_that_stops_acking_turns_st
         assert by_name["node-a"]["ADDRESSES"].startswith("SYNCED (")
         assert by_name["node-stuck"]["ADDRESSES"].startswith("STALE (")
         assert by_name["node-a"]["ISTIOD"] == "istiod-test" and by_name["node-a"]["CLUSTER"] == "Kubernetes"
+        assert by_name["node-a"]["VERSION"] == ambit.__version__  # the node's ISTIO_VERSION metadata
+        assert by_name["node-stuck"]["VERSION"] == "-"  # a client that states no version
         print(f"\nnode-stuck turned STALE {stale_after:.2f} s after the push (stale_after {STALE_AFTER} s)")
         assert stale_after >= STALE_AFTER
     finally:

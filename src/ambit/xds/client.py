@@ -30,7 +30,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import grpc  # type: ignore[import-untyped]
+from google.protobuf import struct_pb2
 
+from ambit import __version__
 from ambit.api import discovery_pb2 as dpb
 from ambit.model.policy import Policy
 from ambit.model.state import WorkloadState
@@ -79,6 +81,14 @@ class Subscription:
     on_update: Callable[[ClientUpdate], None]
 
 
+def client_node(node_id: str, cluster_id: str) -> dpb.Node:
+    """The ``Node`` a proxy of ours states on its stream: its id and cluster, and its version as Istio proxies give it
+    (``ISTIO_VERSION`` metadata, shown by ``ambit proxy-status``) and as Envoy does (``build_version``)."""
+    metadata = struct_pb2.Struct()
+    metadata.update({"ISTIO_VERSION": __version__})
+    return dpb.Node(id=node_id, cluster=cluster_id, metadata=metadata, build_version=f"ambit/{__version__}")
+
+
 class XdsClient:
     """Streams the workload API from the control plane into a :class:`WorkloadState`."""
 
@@ -114,7 +124,7 @@ class XdsClient:
             decoders[AUTHORIZATION_TYPE_URL] = decode_authorization
         decoders.update({sub.type_url: sub.decoder for sub in subscriptions})
         named = {sub.type_url: sub.names for sub in subscriptions}
-        self.session = ClientSession(decoders, node=dpb.Node(id=node_id, cluster=cluster_id), named=named)
+        self.session = ClientSession(decoders, node=client_node(node_id, cluster_id), named=named)
         self.connected = False
         self.connects = 0
         self.nacks = 0
