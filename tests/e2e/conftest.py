@@ -11,7 +11,7 @@ import shutil
 from collections.abc import Iterator
 
 import pytest
-from tests.e2e.lab_driver import Lab, release_shared_lab, running_lab
+from tests.e2e.lab_driver import Lab, module_on_shared_lab, release_shared_lab, running_lab
 
 
 def _needs(what: str, ok: bool) -> None:
@@ -35,8 +35,13 @@ def _shared_lab_down() -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    """A 2-node lab for the test module (tests use namespaces of their own in it)."""
+def lab(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Lab]:
+    """A 2-node lab for the test module (tests use namespaces of their own in it): the shared mesh lab when the
+    module says it can run there (``SHARES_THE_MESH_LAB``), else a lab of its own without the mesh."""
+    if getattr(request.module, "SHARES_THE_MESH_LAB", False):
+        with module_on_shared_lab(tmp_path_factory) as shared:
+            yield shared
+        return
     with running_lab(tmp_path_factory.mktemp("e2e")) as up:
         yield up
 

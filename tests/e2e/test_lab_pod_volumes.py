@@ -15,6 +15,7 @@ import pytest
 from tests.e2e.lab_driver import TEST_TIMEOUT, Lab, is_ready, pod_manifest, sleeper, wait_until
 
 pytestmark = [pytest.mark.root, pytest.mark.kubectl, pytest.mark.timeout(TEST_TIMEOUT)]
+SHARES_THE_MESH_LAB = True  # tests/e2e/conftest.py lab: the shared mesh lab (these namespaces are not in the mesh)
 
 
 # Prints one JSON object: each path's text, listing, or errno name.

@@ -26,6 +26,7 @@ from tests.e2e.lab_driver import (
 from ambit.lab.runtime.oci_spec import SERVICE_ACCOUNT_DIR, container_id
 
 pytestmark = [pytest.mark.root, pytest.mark.kubectl, pytest.mark.timeout(TEST_TIMEOUT)]
+SHARES_THE_MESH_LAB = True  # tests/e2e/conftest.py lab: the shared mesh lab (these namespaces are not in the mesh)
 
 PY = sys.executable
 

@@ -27,6 +27,7 @@ from tests.e2e.lab_driver import (
 )
 
 pytestmark = [pytest.mark.root, pytest.mark.kubectl, pytest.mark.timeout(TEST_TIMEOUT)]
+SHARES_THE_MESH_LAB = True  # tests/e2e/conftest.py lab: the shared mesh lab (these namespaces are not in the mesh)
 
 APPS = [sys.executable, "-m", "ambit.lab.apps"]
 # One line of ``ambit.lab.apps client --url``: which pod answered, on which node, and the caller's address it saw.
