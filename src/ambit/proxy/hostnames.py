@@ -215,7 +215,11 @@ def upstream_lookup(nameservers: Sequence[str], *, port: int = 53, timeout: floa
         for server in nameservers:
             query = dns.message.make_query(name, rdtype)
             try:
-                response, _tcp = await dns.asyncquery.udp_with_fallback(query, server, timeout=timeout, port=port)
+                # Datagrams that are not the answer (garbage, another id, another source) are ignored, as the
+                # DNS proxy's forwarder does: a spoofed packet cannot fail the lookup, only the timeout can.
+                response, _tcp = await dns.asyncquery.udp_with_fallback(
+                    query, server, timeout=timeout, port=port, ignore_unexpected=True, ignore_errors=True
+                )
             except dns.exception.Timeout:
                 last = HostnameLookupError(f"{server} did not answer for {name}", "timeout")
                 continue
