@@ -21,6 +21,7 @@ from ambit.proxy.hostnames import (
     cache_key,
     upstream_lookup,
 )
+from ambit.telemetry.metrics import ProxyMetrics
 
 pytestmark = pytest.mark.timeout(60)
 V4 = ipaddress.ip_address("240.240.0.1")
@@ -49,6 +50,18 @@ async def test_one_miss_then_one_cache_hit() -> None:
         assert upstream.asked[("api.example.com", "A")] == 1
         assert await hosts.fetch_address("api.example.com", V6) == ipaddress.ip_address("2001:db8::1")
         assert upstream.asked[("api.example.com", "AAAA")] == 1
+
+
+async def test_the_metrics_count_one_on_demand_miss_and_one_hit() -> None:
+    metrics = ProxyMetrics()
+    async with scripted_dns({"api.example.com": ["198.18.50.1"]}) as upstream:
+        lookup = upstream_lookup((HOST,), port=upstream.port, timeout=1.0)
+        hosts = HostnameResolver(lookup, clock=Clock(), observe=lambda miss: metrics.on_demand_dns(miss=miss))
+        for _ in range(2):
+            await hosts.fetch_address("api.example.com", V4)
+    text = metrics.render().decode()
+    assert "istio_on_demand_dns_total 2.0" in text
+    assert "istio_on_demand_dns_cache_misses_total 1.0" in text
 
 
 async def test_an_answer_is_kept_for_its_ttl_then_asked_again() -> None:

@@ -80,11 +80,13 @@ def dns_settings(settings: NodeProxySettings) -> DnsProxySettings | None:
     return DnsProxySettings(server, upstream_of(own))
 
 
-def hostname_resolver(settings: NodeProxySettings, clock: Callable[[], float]) -> HostnameResolver:
+def hostname_resolver(
+    settings: NodeProxySettings, clock: Callable[[], float], observe: Callable[[bool], None] | None = None
+) -> HostnameResolver:
     """Resolves hostname endpoints from the node proxy's own resolvers (explicit upstreams, else its resolv.conf,
     read once here), as ztunnel resolves them with its own."""
     nameservers = settings.dns_nameservers or (read_resolv_conf(settings.resolv_conf) or ResolvConf()).nameservers
-    return HostnameResolver(upstream_lookup(nameservers), clock=clock)
+    return HostnameResolver(upstream_lookup(nameservers), clock=clock, observe=observe)
 
 
 class NodeProxy:
@@ -111,7 +113,9 @@ class NodeProxy:
             metrics=self.metrics,
             access_log=AccessLog(json=settings.log_json),
         )
-        self.context.hostnames = hostname_resolver(settings, self.context.clock)
+        self.context.hostnames = hostname_resolver(
+            settings, self.context.clock, lambda miss: self.metrics.on_demand_dns(miss=miss)
+        )
         self.pods = PodListenerManager(self.context, dns_settings(settings))
         self.pods.on_change = self._pods_changed
         self.zds = ZdsClient(settings.zds_socket, self.pods)

@@ -127,12 +127,14 @@ class HostnameResolver:
         max_entries: int = 1024,
         max_pending: int = 64,
         choose: Callable[[Sequence[IPAddress]], IPAddress] = random.choice,
+        observe: Callable[[bool], None] | None = None,
     ) -> None:
         self._lookup = lookup
         self._clock = clock
         self.timeout = timeout
         self.max_pending = max_pending
         self._choose = choose
+        self._observe = observe  # told of every fetch and whether it missed the cache (the metrics)
         self.cache = HostnameCache(max_entries)
         self._pending: dict[tuple[str, int], asyncio.Future[_Entry]] = {}
         self.requests = 0
@@ -143,6 +145,8 @@ class HostnameResolver:
         self.requests += 1
         key = cache_key(name, like.version)
         entry = self.cache.find(key, self._clock())
+        if self._observe is not None:
+            self._observe(entry is None)
         if entry is None:
             self.misses += 1
             entry = await self._fetch(key)
