@@ -8,7 +8,15 @@ import asyncio
 import ipaddress
 import time
 
+import dns.message
+import dns.name
+import dns.rdata
+import dns.rdataclass
+import dns.rdatatype
+import dns.rrset
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from tests.integration.dns_upstream import HOST, scripted_dns
 
 from ambit.proxy.hostnames import (
@@ -18,6 +26,7 @@ from ambit.proxy.hostnames import (
     HostnameLookupError,
     HostnameResolver,
     Resolved,
+    answer_addresses,
     cache_key,
     upstream_lookup,
 )
@@ -164,3 +173,35 @@ def test_ttls_are_clamped() -> None:
     zero = cache.store(("a", 4), Resolved((V4,), 0), 0.0)
     forever = cache.store(("b", 4), Resolved((V4,), 10**9), 0.0)
     assert zero.expires == MIN_TTL and forever.expires == 300.0
+
+
+def _response(name: str, *records: tuple[str, str, str]) -> dns.message.Message:
+    response = dns.message.make_response(dns.message.make_query(name, "A"))
+    for owner, rdtype, value in records:
+        response.answer.append(dns.rrset.from_text(owner, 30, "IN", rdtype, value))
+    return response
+
+
+def test_records_for_other_names_are_not_taken() -> None:
+    forged = _response("api.example.com", ("evil.example.com.", "A", "198.18.66.6"))
+    assert answer_addresses(forged, "api.example.com", 4).addresses == ()
+
+
+def test_a_cname_loop_ends_without_an_address() -> None:
+    loop = _response("a.example.com", ("a.example.com.", "CNAME", "b.example.com."), ("b.example.com.", "CNAME", "a."))
+    loop.answer.append(dns.rrset.from_text("a.", 30, "IN", "CNAME", "a.example.com."))
+    assert answer_addresses(loop, "a.example.com", 4).addresses == ()
+
+
+@given(st.lists(st.tuples(st.sampled_from(["a.example.com.", "b.example.com.", "c."]),
+                          st.sampled_from(["A", "AAAA", "CNAME", "TXT"]), st.integers(0, 3)), max_size=12))  # fmt: skip
+def test_any_answer_section_gives_addresses_of_the_family_or_none(records: list[tuple[str, str, int]]) -> None:
+    values = {"A": "198.18.0.{}", "AAAA": "2001:db8::{}", "CNAME": "{}.example.com.", "TXT": '"t{}"'}
+    response = dns.message.make_response(dns.message.make_query("a.example.com", "A"))
+    for owner, rdtype, n in records:
+        value = values[rdtype].format(n) if rdtype != "CNAME" else ["a.example.com.", "b.example.com.", "c.", "c."][n]
+        response.find_rrset(response.answer, dns.name.from_text(owner), dns.rdataclass.IN,
+                            dns.rdatatype.from_text(rdtype), create=True).add(
+            dns.rdata.from_text("IN", rdtype, value), 30)  # fmt: skip
+    resolved = answer_addresses(response, "a.example.com", 4)
+    assert all(a.version == 4 for a in resolved.addresses) and len(resolved.addresses) <= MAX_ADDRESSES
