@@ -94,6 +94,14 @@ async def test_concurrent_misses_share_one_lookup() -> None:
         assert upstream.asked[("api.example.com", "A")] == 1
 
 
+async def test_a_name_with_only_the_other_family_gives_one_of_those() -> None:
+    async with scripted_dns({"v6only.example.com": ["2001:db8::6"]}) as upstream:
+        hosts = resolver(upstream.port, Clock())
+        assert await hosts.fetch_address("v6only.example.com", V4) == ipaddress.ip_address("2001:db8::6")
+        assert await hosts.fetch_address("v6only.example.com", V4) == ipaddress.ip_address("2001:db8::6")
+        assert upstream.asked[("v6only.example.com", "A")] == 1 and upstream.asked[("v6only.example.com", "AAAA")] == 1
+
+
 async def test_a_cname_chain_in_the_answer_is_followed() -> None:
     async with scripted_dns({"www.example.com": "cname:edge.example.net", "edge.example.net": ["198.18.50.9"]}) as up:
         assert await resolver(up.port, Clock()).fetch_address("www.example.com", V4) == ipaddress.ip_address(
@@ -115,7 +123,7 @@ async def test_a_huge_answer_comes_over_tcp_and_is_bounded() -> None:
     ("script", "reason"),
     [
         ({}, "rcode"),  # NXDOMAIN
-        ({"api.example.com": ["2001:db8::1"]}, "no address"),  # a name without an address of the family
+        ({"api.example.com": []}, "no address"),  # a name without an address of either family
         ({"api.example.com": "garbage"}, "timeout"),  # nonsense is ignored; nothing else comes
         ({"api.example.com": "silent"}, "timeout"),
     ],

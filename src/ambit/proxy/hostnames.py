@@ -18,8 +18,11 @@ Rules:
    misses fail at once ("too many lookups"): a pod cannot make the proxy hold unbounded work.
 4. Every lookup is bounded by ``timeout`` seconds. Whatever fails (timeout, NXDOMAIN, no address of that family,
    a broken answer) raises :class:`HostnameLookupError` with a short ``reason``; nothing else escapes.
-5. ``requests`` counts every fetch and ``misses`` those the cache could not answer (ztunnel's
-   ``istio_on_demand_dns_total`` and its cache misses).
+5. ``requests`` counts every fetch and ``misses`` the lookups the cache could not answer (ztunnel's
+   ``istio_on_demand_dns_total`` and its cache misses; ``observe`` hears of the first family's lookup only).
+6. The address is of the original destination's IP version when the name has one; a name that exists but has
+   only the other version's addresses gives one of those (as ztunnel prefers the family, then falls back). An
+   error (NXDOMAIN, timeout) is not asked again for the other version.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ MAX_TTL = 300.0
 NEGATIVE_TTL = 5.0
 MAX_ADDRESSES = 64
 MAX_CNAME_HOPS = 8
+NO_ADDRESS = "no address"
 
 
 class HostnameLookupError(ProxyError):
@@ -141,18 +145,25 @@ class HostnameResolver:
         self.misses = 0
 
     async def fetch_address(self, name: str, like: IPAddress) -> IPAddress:
-        """One address of ``name`` of ``like``'s IP version; raises :class:`HostnameLookupError`."""
+        """One address of ``name``, of ``like``'s IP version when it has one, else of the other (rule 6); raises
+        :class:`HostnameLookupError`."""
         self.requests += 1
-        key = cache_key(name, like.version)
-        entry = self.cache.find(key, self._clock())
+        entry, missed = await self._entry(cache_key(name, like.version))
         if self._observe is not None:
-            self._observe(entry is None)
-        if entry is None:
-            self.misses += 1
-            entry = await self._fetch(key)
+            self._observe(missed)
+        if not entry.addresses and entry.failure == NO_ADDRESS:
+            entry, _ = await self._entry(cache_key(name, 10 - like.version))
         if not entry.addresses:
             raise HostnameLookupError(f"cannot resolve {name}: {entry.failure}", entry.failure)
         return self._choose(entry.addresses)
+
+    async def _entry(self, key: tuple[str, int]) -> tuple[_Entry, bool]:
+        """The cached entry for ``key``, else a fresh one; and whether the cache missed."""
+        entry = self.cache.find(key, self._clock())
+        if entry is not None:
+            return entry, False
+        self.misses += 1
+        return await self._fetch(key), True
 
     async def _fetch(self, key: tuple[str, int]) -> _Entry:
         pending = self._pending.get(key)
@@ -182,7 +193,7 @@ class HostnameResolver:
             return self.cache.store_failure(key, exc.reason, self._clock())
         usable = tuple(a for a in resolved.addresses if a.version == version)
         if not usable:
-            return self.cache.store_failure(key, "no address", self._clock())
+            return self.cache.store_failure(key, NO_ADDRESS, self._clock())
         return self.cache.store(key, Resolved(usable, resolved.ttl), self._clock())
 
 
