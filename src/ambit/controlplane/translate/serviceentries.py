@@ -260,7 +260,8 @@ def service_entry_workloads(
     policy_keys: Callable[[str, Mapping[str, Any]], tuple[str, ...]] | None = None,
     waypoint_of: Callable[[str, Mapping[str, str]], GatewayAddress | None] | None = None,
 ) -> list[Workload]:
-    """One Workload per usable inline endpoint (rule 5); ``policy_keys`` names the policies that select an
+    """One Workload per usable inline endpoint (rule 5), or per host of a DNS entry without any (rule 6);
+    ``policy_keys`` names the policies that select an
     endpoint's labels in its namespace, as istiod lists them for every workload it builds, and ``waypoint_of``
     the waypoint its labels bind it to."""
     out: list[Workload] = []
@@ -272,7 +273,7 @@ def service_entry_workloads(
         where = f"spec.endpoints[{index}]"
         raw = str(endpoint.get("address") or "")
         hostname = raw if dns and _is_hostname(raw) else ""
-        if dns and not hostname and raw and not _is_ip(raw):
+        if dns and not hostname and raw and not _is_ip(raw) and not raw.startswith("unix://"):
             reason = f"{raw!r} is neither an IP address nor a host name; the endpoint is left out"
             skips.append(skipped(SERVICE_ENTRY, entry.obj, f"{where}.address", reason))
             continue
