@@ -22,6 +22,7 @@ import grpc
 import pytest
 from google.protobuf import any_pb2
 from tests.harness import ServerProcess
+from tests.unit.jwt_keys import rsa_signer
 
 from ambit.api import discovery_pb2 as dpb
 from ambit.controlplane.process import ControlPlane, ControlPlaneSettings
@@ -231,3 +232,45 @@ async def test_the_gateway_gets_its_listeners_routes_and_keys_and_no_one_else_do
         )
 
     await eventually(accepted)
+
+
+async def test_policies_selecting_or_targeting_the_gateway_reach_its_config(
+    kube: KubeClient, plane: ControlPlane
+) -> None:
+    ns = f"in-{secrets.token_hex(3)}"
+    await kube.create(kinds.NAMESPACES, {"metadata": {"name": ns}})
+    gateway = {
+        "metadata": {"name": "edge"},
+        "spec": {"gatewayClassName": "istio", "listeners": [{"name": "http", "port": 8080, "protocol": "HTTP"}]},
+    }
+    await kube.create(kinds.GATEWAYS, gateway, ns)
+    jwks = rsa_signer().jwks()
+    authn = {
+        "metadata": {"name": "jwt"},
+        "spec": {
+            "targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "edge"}],
+            "jwtRules": [{"issuer": "https://issuer.example", "jwks": jwks}],
+        },
+    }
+    authz = {
+        "metadata": {"name": "need-jwt"},
+        "spec": {
+            "selector": {"matchLabels": {"gateway.networking.k8s.io/gateway-name": "edge"}},
+            "rules": [{"from": [{"source": {"requestPrincipals": ["https://issuer.example/*"]}}]}],
+        },
+    }
+    await kube.create(kinds.REQUEST_AUTHENTICATIONS, authn, ns)
+    await kube.create(kinds.AUTHORIZATION_POLICIES, authz, ns)
+    name = f"{ns}/edge"
+    async with subscribe(kube, plane, ns, "edge-istio", [name]) as owner:
+
+        def served() -> GatewayConfig | None:
+            config = owner.config(name)
+            return config if config is not None and config.policies and config.request_authentications else None
+
+        config = await eventually(served)
+        assert [p.key for p in config.policies] == [f"{ns}/need-jwt"]
+        assert [p.key for p in config.request_authentications] == [f"{ns}/jwt"]
+
+        await kube.delete(kinds.AUTHORIZATION_POLICIES, "need-jwt", ns)
+        await eventually(lambda: (c := owner.config(name)) is not None and not c.policies)
