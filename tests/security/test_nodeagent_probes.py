@@ -11,11 +11,13 @@ loopback addresses (127.0.0.2, 127.0.0.3, ...), as a pod does from its own addre
 - an idle flood from many addresses: the server's descriptors stay under ``max_connections`` plus its own few;
 - slowloris heads, one header line at a time: closed at the deadline, unanswered;
 - oversized request lines and headers: 431, closed; garbage bytes: 400, closed;
-- the server's resident memory grows by less than ``RSS_BOUND`` across all of it.
+- the server's resident memory grows by less than ``RSS_BOUND`` across all of it;
+- and each connection ended early is counted by its reason.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import socket
@@ -26,6 +28,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from ambit.cni.health import HealthEndpoints, HealthSettings
 
 DEADLINE = 1.5
 """The server's per-connection deadline in these tests (the agent's default is 5 s)."""
@@ -220,3 +224,22 @@ def test_memory_stays_bounded_across_repeated_floods(server: ProbeServer) -> Non
     assert server.rss() - before < RSS_BOUND
     status, took = server.probe()
     assert status == b"HTTP/1.1 200 " and took < ANSWER_BOUND
+
+
+async def test_connections_ended_early_are_counted_by_reason() -> None:
+    endpoints = HealthEndpoints(("127.0.0.1", 0), HealthSettings(max_per_peer=1, deadline=0.3))
+    await endpoints.start()
+    try:
+        port = endpoints.bound_port()
+        _, held = await asyncio.open_connection("127.0.0.1", port)  # silent: ends at the deadline
+        _, refused = await asyncio.open_connection("127.0.0.1", port)  # over the per-peer cap
+        await asyncio.sleep(0.5)
+        reader, garbage = await asyncio.open_connection("127.0.0.1", port)
+        garbage.write(b"\x00\x01\x02 nonsense\r\n\r\n")
+        assert (await reader.read()).startswith(b"HTTP/1.1 400 ")
+        for writer in (held, refused, garbage):
+            writer.close()
+        assert endpoints.counts == {"deadline": 1, "refused": 1, "malformed": 1}
+        assert endpoints.open_connections == 0
+    finally:
+        await endpoints.aclose()

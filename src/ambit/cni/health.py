@@ -76,8 +76,8 @@ class HealthEndpoints:
         self.address = address
         self.settings = settings or HealthSettings()
         self.ready = False
-        self.refused = 0
-        """Connections closed unanswered because a bound of rule 5 was reached."""
+        self.counts: Counter[str] = Counter()
+        """Connections ended early, by reason: ``refused`` (rule 5), ``deadline`` (rule 3), ``malformed`` (rule 4)."""
         self._server: asyncio.Server | None = None
         self._open = 0
         self._per_peer: Counter[str] = Counter()
@@ -114,7 +114,7 @@ class HealthEndpoints:
         peer = writer.get_extra_info("peername")
         host = str(peer[0]) if peer else ""
         if self._open >= self.settings.max_connections or self._per_peer[host] >= self.settings.max_per_peer:
-            self.refused += 1
+            self._count("refused", host)
             writer.transport.abort()
             return
         self._open += 1
@@ -125,7 +125,9 @@ class HealthEndpoints:
         try:
             async with asyncio.timeout(self.settings.deadline):
                 await self._serve(reader, writer)
-        except (TimeoutError, ConnectionError):
+        except TimeoutError:
+            self._count("deadline", host)
+        except ConnectionError:
             pass
         except Exception:  # one connection's failure never takes the endpoint down
             log.exception("probe connection from %s failed", host)
@@ -138,12 +140,17 @@ class HealthEndpoints:
             if task is not None:
                 self._tasks.discard(task)
 
+    def _count(self, reason: str, peer: str) -> None:
+        self.counts[reason] += 1
+        log.debug("probe connection from %s ended: %s", peer, reason)
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self.settings.max_head_bytes)
         while True:
             try:
                 event = conn.next_event()
             except h11.RemoteProtocolError as exc:
+                self._count("malformed", str(writer.get_extra_info("peername")))
                 writer.write(_error_answer(exc.error_status_hint))
                 await writer.drain()
                 return
