@@ -46,6 +46,7 @@ Rules:
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -157,7 +158,13 @@ def regex_problem(pattern: str) -> str | None:
     if _NOT_RE2.search(pattern):
         return f"regular expression {pattern!r} uses look-around or a back-reference, which RE2 does not support"
     try:
-        re.compile(pattern)
+        with warnings.catch_warnings():
+            # Python warns (FutureWarning) where a set's meaning will change, e.g. ``[[`` or ``[[:alpha:]]``, which
+            # RE2 reads as a POSIX class: refused rather than matched differently from Envoy.
+            warnings.simplefilter("error", FutureWarning)
+            re.compile(pattern)
+    except FutureWarning as exc:
+        return f"regular expression {pattern!r} is ambiguous ({exc}); escape the bracket"
     except (re.error, RecursionError, OverflowError) as exc:
         return f"invalid regular expression {pattern!r}: {exc}"
     return None
