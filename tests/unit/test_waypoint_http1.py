@@ -118,6 +118,24 @@ def test_connect_inside_a_tunnel_is_refused() -> None:
         drain(server)
 
 
+@pytest.mark.parametrize(
+    "raw", [b"PRI * HTTP/2.0\r\n\r\nXX", b"GET / HTTP/2.0\r\nhost: a\r\n\r\n", b"GET / HTTP/0.9\r\n\r\n"]
+)
+def test_a_request_of_another_major_version_is_505(raw: bytes) -> None:
+    server = ServerSide(authority="a:80")
+    server.receive_data(raw)
+    with pytest.raises(HttpProtocolError) as caught:
+        drain(server)
+    assert caught.value.status == 505
+
+
+def test_a_head_begun_before_it_is_parsed_is_seen() -> None:
+    server = ServerSide()
+    assert not server.head_begun
+    server.receive_data(b"GET / HT")
+    assert server.head_begun
+
+
 def test_http10_without_host_takes_the_tunnel_authority() -> None:
     server = ServerSide(authority="10.0.0.9:80")
     server.receive_data(b"GET / HTTP/1.0\r\n\r\n")
@@ -182,7 +200,7 @@ def test_any_bytes_give_events_or_a_clean_protocol_error(data: bytes, cut: int) 
         server.receive_data(b"")
         drain(server)
     except HttpProtocolError as exc:
-        assert exc.status in (400, 431)
+        assert exc.status in (400, 431, 505)
 
 
 @settings(max_examples=200, deadline=None)

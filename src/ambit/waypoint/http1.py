@@ -19,7 +19,8 @@ Rules:
    (:meth:`ServerSide.continue_if_waited`) and not forwarded. Framing headers (``content-length``,
    ``transfer-encoding``) are forwarded as received: h11 checks that the body agrees with them.
 3. ``CONNECT`` requests inside a tunnel are refused (400): a waypoint routes HTTP requests, it is no proxy for
-   further tunnels.
+   further tunnels. A request of another major version than 1 (a broken HTTP/2 preface, ``HTTP/2.0`` in a
+   request line) is refused 505: h11 parses any ``digit.digit``, but only HTTP/1.x is spoken here.
 4. After a message exchange, :meth:`ServerSide.next_cycle` / :meth:`ClientSide.next_cycle` say whether the
    connection may carry another one (keep-alive), and reset h11 for it.
 5. An upgrade (``Upgrade`` request answered 101) ends HTTP on both connections: :meth:`ServerSide.switched` and
@@ -123,6 +124,11 @@ class ServerSide:
         self._authority = authority
         """Used as the request's authority when it has no Host (HTTP/1.0): the tunnel's CONNECT authority."""
 
+    @property
+    def head_begun(self) -> bool:
+        """Bytes of a request head wait unparsed (a sniffed prefix, a pipelined request)."""
+        return bool(self._h11.trailing_data[0])
+
     def receive_data(self, data: bytes) -> None:
         try:
             self._h11.receive_data(data)
@@ -154,6 +160,9 @@ class ServerSide:
         method = event.method.decode("ascii", "replace")
         if method == "CONNECT":  # rule 3
             raise HttpProtocolError("CONNECT is not supported inside a tunnel")
+        if not event.http_version.startswith(b"1."):
+            version = event.http_version.decode("ascii", "replace")
+            raise HttpProtocolError(f"HTTP/{version} is not HTTP/1.x", 505)
         headers = _text_headers(event.headers)
         host = next((v for n, v in headers if n == "host"), "") or self._authority
         connection = ",".join(v for n, v in headers if n == "connection").lower()
