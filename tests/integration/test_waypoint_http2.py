@@ -8,6 +8,7 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import hashlib
 import random
 import socket
 import struct
@@ -499,6 +500,50 @@ async def test_http2_prior_knowledge_on_an_http11_port_is_balanced_per_request_a
     await client.aclose()
     lines = await metric_lines(rig, "istio_requests_total")
     assert any('response_code="200"' in line and "echo.app" in line for line in lines), lines
+
+
+async def test_an_http2_request_body_without_length_reaches_an_http11_endpoint_whole(rig: Rig) -> None:
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    h2c = H2OverTunnel(stream)
+    body = bytes(range(256)) * 1024  # 256 KiB, past the HTTP/2 windows; no content-length: chunked upstream
+    sid = h2c.h2.get_next_available_stream_id()
+    fields = [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":authority", "echo.app.svc.cluster.local"),
+        (":path", "/echo"),
+    ]
+    h2c.h2.send_headers(sid, fields)
+    await h2c.flush()
+    sent = 0
+    async with asyncio.timeout(15):
+        while sent < len(body):
+            window = min(h2c.h2.local_flow_control_window(sid), h2c.h2.max_outbound_frame_size, len(body) - sent)
+            if window <= 0:
+                await h2c.pump_once()
+                continue
+            h2c.h2.send_data(sid, body[sent : sent + window])
+            sent += window
+            await h2c.flush()
+    h2c.h2.end_stream(sid)
+    await h2c.flush()
+    await h2c.until(lambda: h2c.finished(sid))
+    headers, answer, _ = h2c.answer(sid)
+    assert headers.get(":status") == "200"
+    assert echo_of(answer)["sha256"] == hashlib.sha256(body).hexdigest()
+    await client.aclose()
+
+
+async def test_a_chunked_http11_answer_reaches_the_http2_client_without_its_framing(rig: Rig) -> None:
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    h2c = H2OverTunnel(stream)
+    sid = _echo_request(h2c, "/chunked")
+    await h2c.flush()
+    await h2c.until(lambda: h2c.finished(sid))
+    headers, body, _ = h2c.answer(sid)
+    assert headers.get(":status") == "200" and "transfer-encoding" not in headers
+    assert body == b"one,two"
+    await client.aclose()
 
 
 async def test_a_preface_that_arrives_a_few_bytes_at_a_time_is_still_http2(rig: Rig) -> None:

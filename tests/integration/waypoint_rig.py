@@ -182,6 +182,7 @@ class Endpoint:
         app.router.add_route("*", "/echo", self._echo)
         app.router.add_get("/slow", self._slow)
         app.router.add_get("/drip", self._drip)
+        app.router.add_get("/chunked", self._chunked)
         app.router.add_get("/ws", self._websocket)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
         await self._runner.setup()
@@ -241,6 +242,16 @@ class Endpoint:
         await response.write(b"first half")
         await asyncio.sleep(5)
         await response.write(b"other half")
+        return response
+
+    async def _chunked(self, request: web.Request) -> web.StreamResponse:
+        """A 200 framed chunked (no content-length), in two chunks."""
+        response = web.StreamResponse()
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        await response.write(b"one,")
+        await response.write(b"two")
+        await response.write_eof()
         return response
 
     async def _accept(self) -> None:

@@ -17,7 +17,8 @@ Rules:
    and any header ``connection`` names) are never forwarded, except the ``connection: upgrade`` / ``upgrade``
    pair of an upgrade request and its 101 answer. ``expect: 100-continue`` is answered by the waypoint itself
    (:meth:`ServerSide.continue_if_waited`) and not forwarded. Framing headers (``content-length``,
-   ``transfer-encoding``) are forwarded as received: h11 checks that the body agrees with them.
+   ``transfer-encoding``) are forwarded as received: h11 checks that the body agrees with them; a request with a
+   body but neither (one that came in HTTP/2) goes upstream chunked.
 3. ``CONNECT`` requests inside a tunnel are refused (400): a waypoint routes HTTP requests, it is no proxy for
    further tunnels. A request of another major version than 1 (a broken HTTP/2 preface, ``HTTP/2.0`` in a
    request line) is refused 505: h11 parses any ``digit.digit``, but only HTTP/1.x is spoken here.
@@ -39,6 +40,7 @@ from ambit.waypoint.decisions import RequestHead
 from ambit.waypoint.errors import HttpProtocolError
 
 MAX_HEAD_BYTES = 64 * 1024
+_FRAMING = frozenset(("content-length", "transfer-encoding"))
 """Default bound on one request or response head (Envoy's default ``max_request_headers_kb`` is 60)."""
 
 _HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "te", "trailer", "upgrade", "expect"})
@@ -248,9 +250,13 @@ class ClientSide:
     def __init__(self, max_head_bytes: int = MAX_HEAD_BYTES) -> None:
         self._h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=max_head_bytes)
 
-    def send_request(self, head: RequestHead, *, upgrade: bool = False) -> bytes:
-        """The request line and headers for ``head`` (its ``authority`` becomes ``Host``), hop-by-hop removed."""
+    def send_request(self, head: RequestHead, *, upgrade: bool = False, body: bool = False) -> bytes:
+        """The request line and headers for ``head`` (its ``authority`` becomes ``Host``), hop-by-hop removed.
+        ``body``: a body follows; when ``head`` frames none (an HTTP/2 request without ``content-length``) it is
+        sent chunked (rule 2)."""
         headers = [("host", head.authority), *forwardable(head.headers, upgrade=upgrade)]
+        if body and not any(n in _FRAMING for n, _ in headers):
+            headers.append(("transfer-encoding", "chunked"))
         try:
             request = h11.Request(method=head.method, target=head.path, headers=headers)
         except h11.LocalProtocolError as exc:  # a rewritten request with a value HTTP/1.1 cannot carry

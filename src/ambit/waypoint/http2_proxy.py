@@ -155,7 +155,8 @@ class Http2RequestSide:
         if self.channel.failed or not self.session.alive:
             raise DownstreamGoneError("the client reset the stream")
         try:
-            conn.respond(self.stream_id, status, list(headers), end_stream=end_stream)
+            fields = [(n, v) for n, v in headers if n != "transfer-encoding"]  # HTTP/1.1 framing: not HTTP/2's
+            conn.respond(self.stream_id, status, fields, end_stream=end_stream)
         except HboneError as exc:
             raise HttpProtocolError(f"cannot send this response: {exc}", 502, upstream=True) from None
         self._started = True
