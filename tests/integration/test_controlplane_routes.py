@@ -262,6 +262,49 @@ async def test_grpc_and_tcp_routes_reach_the_waypoint_and_get_status(kube: KubeC
     await eventually(lambda: accepted(kinds.TCP_ROUTES, "split"))
 
 
+async def test_a_tls_route_wins_over_a_tcp_route_at_the_waypoint_and_gets_status(
+    kube: KubeClient, plane: ControlPlane
+) -> None:
+    ns = await mesh_namespace(kube)
+    name = f"{ns}/waypoint"
+    parent = [{"group": "", "kind": "Service", "name": "reviews"}]
+    tcp_route = {
+        "apiVersion": "gateway.networking.k8s.io/v1alpha2",
+        "kind": "TCPRoute",
+        "metadata": {"name": "older", "namespace": ns},
+        "spec": {"parentRefs": parent, "rules": [{"backendRefs": [{"name": "reviews-v2", "port": 9080}]}]},
+    }
+    backends = [
+        {"name": "reviews", "port": 9080, "weight": 3},
+        {"name": "reviews-v1", "port": 9080, "weight": 1},
+        {"name": "reviews-v2", "port": 9080, "weight": 1},
+    ]
+    tls_route = {
+        "apiVersion": "gateway.networking.k8s.io/v1alpha2",
+        "kind": "TLSRoute",
+        "metadata": {"name": "split", "namespace": ns},
+        "spec": {"parentRefs": parent, "rules": [{"backendRefs": backends}]},
+    }
+    await kube.create(kinds.TCP_ROUTES, tcp_route, ns)
+    await kube.create(kinds.TLS_ROUTES, tls_route, ns)
+    async with subscribe(kube, plane, ns, "waypoint", [name]) as waypoint:
+
+        def arrived() -> bool:
+            config = waypoint.config(name)
+            table = config.find_table(f"{ns}/reviews.{ns}.svc.cluster.local", 9080) if config else None
+            return table is not None and [b.weight for b in table.tcp_backends] == [3, 1, 1]
+
+        await eventually(arrived)
+
+    async def accepted(kind: kinds.ResourceKind, route_name: str) -> bool:
+        obj = await kube.get(kind, route_name, ns)
+        parents = (obj.get("status") or {}).get("parents") or []
+        return bool(parents) and parents[0]["conditions"][0]["reason"] == "Accepted"
+
+    await eventually(lambda: accepted(kinds.TLS_ROUTES, "split"))
+    await eventually(lambda: accepted(kinds.TCP_ROUTES, "older"))
+
+
 async def test_request_authentications_attached_by_target_refs_reach_the_waypoint(
     kube: KubeClient, plane: ControlPlane
 ) -> None:

@@ -106,4 +106,5 @@ GATEWAYS = ResourceKind("gateway.networking.k8s.io", "v1", "gateways", "Gateway"
 HTTP_ROUTES = ResourceKind("gateway.networking.k8s.io", "v1", "httproutes", "HTTPRoute")
 GRPC_ROUTES = ResourceKind("gateway.networking.k8s.io", "v1", "grpcroutes", "GRPCRoute")
 TCP_ROUTES = ResourceKind("gateway.networking.k8s.io", "v1alpha2", "tcproutes", "TCPRoute")
+TLS_ROUTES = ResourceKind("gateway.networking.k8s.io", "v1alpha2", "tlsroutes", "TLSRoute")
 REFERENCE_GRANTS = ResourceKind("gateway.networking.k8s.io", "v1beta1", "referencegrants", "ReferenceGrant")

@@ -3,8 +3,8 @@
 Theory of operation: :func:`translate_all` takes snapshots of the kinds istiod's ambient index reads for L4 (Pods,
 Services, EndpointSlices, Namespaces, ServiceEntries, WorkloadEntries, and Nodes for the pods' locality; spec §10.1)
 and for L4 policy (AuthorizationPolicies, PeerAuthentications; spec §7) and for waypoints (Gateways, GatewayClasses,
-the HTTPRoutes, GRPCRoutes, TCPRoutes and ReferenceGrants of their routing, spec §1.4, and the RequestAuthentications
-attached to them, spec §7.5) and returns a
+the HTTPRoutes, GRPCRoutes, TCPRoutes, TLSRoutes and ReferenceGrants of their routing, spec §1.4, and the
+RequestAuthentications attached to them, spec §7.5) and returns a
 :class:`Translation`: one :class:`LocalConfig` (workloads, services, policies), the ``ZtunnelAccepted`` status of
 each AuthorizationPolicy and the ``istio.io/WaypointBound`` status of Services and ServiceEntries
 (:class:`PolicyStatus`, for the control plane to write), each ready waypoint's
@@ -122,7 +122,7 @@ class Translation:
     waypoint_configs: tuple[WaypointConfig, ...] = ()
     """Each ready waypoint's routes (:mod:`ambit.controlplane.translate.routes`), by waypoint key."""
     route_status: tuple[RouteStatus, ...] = ()
-    """The parents we own of each HTTPRoute, GRPCRoute and TCPRoute that has any, by kind then key."""
+    """The parents we own of each HTTPRoute, GRPCRoute, TCPRoute and TLSRoute that has any, by kind then key."""
     waypoint_accounts: tuple[tuple[str, str], ...] = ()
     """(waypoint key, service account) of each ready waypoint: who may read its config."""
     gateway_configs: tuple[GatewayConfig, ...] = ()
@@ -169,6 +169,7 @@ def translate_all(
     http_routes: Iterable[Mapping[str, Any]] = (),
     grpc_routes: Iterable[Mapping[str, Any]] = (),
     tcp_routes: Iterable[Mapping[str, Any]] = (),
+    tls_routes: Iterable[Mapping[str, Any]] = (),
     reference_grants: Iterable[Mapping[str, Any]] = (),
     request_authentications: Iterable[Mapping[str, Any]] = (),
     secrets: Iterable[Mapping[str, Any]] = (),
@@ -267,6 +268,7 @@ def translate_all(
         http_routes=http_routes,
         grpc_routes=grpc_routes,
         tcp_routes=tcp_routes,
+        tls_routes=tls_routes,
         reference_grants=reference_grants,
         k8s_services=k8s_services,
         entry_services=translated[len(k8s_services) :],
