@@ -145,6 +145,78 @@ async def test_other_groups_are_validated_too(apiserver: ServerProcess, webhook:
     assert "spec.rules[0].backendRefs[0].port: required for a Service backend" in out
 
 
+UPSTREAM_DESTINATION_RULE = """
+apiVersion: networking.istio.io/{version}
+kind: DestinationRule
+metadata:
+  name: {name}
+  namespace: default
+spec:
+  host: "*.svc.cluster.local"
+  trafficPolicy:
+    connectionPool:
+      http:
+        maxRequestsPerConnection: 1
+"""
+
+
+async def test_destination_rules_and_virtual_services_are_accepted_validated_and_stored(
+    apiserver: ServerProcess, webhook: ValidationWebhookServer
+) -> None:
+    """The DestinationRule five upstream ambient tests apply first (in each served version), a VirtualService, and
+    the webhook's refusals of broken ones."""
+    for version in ("v1", "v1beta1", "v1alpha3"):
+        text = UPSTREAM_DESTINATION_RULE.format(version=version, name=f"one-request-{version}")
+        out = await asyncio.to_thread(apiserver.kubectl, "apply", "-f", "-", input=text, check=False)
+        assert out.strip() == f"destinationrule.networking.istio.io/one-request-{version} created", out
+    stored = json.loads(await kubectl(apiserver, "get", "dr", "one-request-v1beta1", "-n", "default", "-o", "json"))
+    assert stored["apiVersion"] == "networking.istio.io/v1"
+    assert stored["spec"] == {
+        "host": "*.svc.cluster.local",
+        "trafficPolicy": {"connectionPool": {"http": {"maxRequestsPerConnection": 1}}},
+    }
+    table = (await kubectl(apiserver, "get", "destinationrules", "-n", "default")).splitlines()
+    assert table[0].split() == ["NAME", "HOST", "AGE"]
+    assert table[1].split()[:2] == ["one-request-v1", "*.svc.cluster.local"]
+
+    service = {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "VirtualService",
+        "metadata": {"name": "reviews", "namespace": "default"},
+        "spec": {
+            "hosts": ["reviews"],
+            "http": [{"route": [{"destination": {"host": "reviews", "subset": "v1"}, "weight": 100}]}],
+        },
+    }
+    out = await kubectl(apiserver, "apply", "-f", "-", manifest=service)
+    assert out.strip() == "virtualservice.networking.istio.io/reviews created", out
+    assert (await kubectl(apiserver, "get", "vs", "-n", "default")).splitlines()[0].split() == [
+        "NAME",
+        "GATEWAYS",
+        "HOSTS",
+        "AGE",
+    ]
+
+    hostless = {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "DestinationRule",
+        "metadata": {"name": "hostless", "namespace": "default"},
+        "spec": {"trafficPolicy": {"loadBalancer": {"simple": "FASTEST"}}},
+    }
+    out = await kubectl(apiserver, "apply", "-f", "-", manifest=hostless)
+    assert "denied the request" in out and "spec.host" in out, out
+    assert "NotFound" in await kubectl(apiserver, "get", "dr", "hostless", "-n", "default")
+    nowhere = {
+        **service,
+        "metadata": {"name": "nowhere", "namespace": "default"},
+        "spec": {"hosts": ["reviews"], "http": [{}]},
+    }
+    out = await kubectl(apiserver, "apply", "-f", "-", manifest=nowhere)
+    assert "denied the request" in out, out
+    for kind, name in [("dr", f"one-request-{v}") for v in ("v1", "v1beta1", "v1alpha3")] + [("vs", "reviews")]:
+        await kubectl(apiserver, "delete", kind, name, "-n", "default")
+
+
 async def test_malformed_review_posted_directly_gets_400_with_a_clear_body(
     pki: Pki, webhook: ValidationWebhookServer
 ) -> None:
