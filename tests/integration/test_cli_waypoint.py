@@ -287,6 +287,8 @@ async def test_group_flags_and_istioctl_bool_spellings(kube: KubeClient, namespa
     status = await cli("-n", namespace, "--name", "own", "status", "--wait=false")
     assert status.exit_code == 0, status.output
     assert [line.split()[0] for line in status.output.splitlines()] == ["NAME", "own"]
+    every = await cli("-n", namespace, "--name", "own", "status", "--name", "", "--no-wait")
+    assert [line.split()[0] for line in every.output.splitlines()] == ["NAME", "grouped", "own"]
     listed = await cli("-n", namespace, "list", "-A=false")
     assert [line.split()[0] for line in listed.output.splitlines()] == ["NAME", "grouped", "own"]
     refused = await cli("-n", namespace, "apply", "--wait=soon")

@@ -396,7 +396,7 @@ def status_command(
     """Show each waypoint's Programmed condition, waiting for it to be ready (--no-wait: as it is now)."""
     group = _group_flags(ctx)
     namespace = namespace or group.namespace
-    name = name if name is not None else group.name
+    name = (name if name is not None else group.name) or None  # an empty name means every waypoint
 
     async def work() -> None:
         async with _client(kubeconfig) as client:
