@@ -36,7 +36,7 @@ def test_one_file_per_group_with_the_expected_kinds() -> None:
             "ReferenceGrant",
             "TCPRoute",
         ],
-        "networking.istio.io.yaml": ["ServiceEntry", "WorkloadEntry"],
+        "networking.istio.io.yaml": ["DestinationRule", "ServiceEntry", "VirtualService", "WorkloadEntry"],
         "security.istio.io.yaml": ["AuthorizationPolicy", "PeerAuthentication", "RequestAuthentication"],
     }
 
@@ -110,6 +110,8 @@ def test_short_names_are_unique_and_as_upstream() -> None:
         "RequestAuthentication": ["ra"],
         "ServiceEntry": ["se"],
         "WorkloadEntry": ["we"],
+        "DestinationRule": ["dr"],
+        "VirtualService": ["vs"],
         "GatewayClass": ["gc"],
         "Gateway": ["gtw"],
         "HTTPRoute": [],
@@ -194,3 +196,28 @@ def test_gateway_prints_class_address_programmed() -> None:
         printer_columns=columns_of("Gateway"),
     )
     assert result["rows"][0]["cells"][:4] == ["waypoint", "istio-waypoint", "10.96.0.20", "True"]
+
+
+def test_destination_rule_and_virtual_service_print_istio_s_columns() -> None:
+    rule = {"metadata": {"name": "one-request"}, "spec": {"host": "*.svc.cluster.local"}}
+    result = to_table(
+        "DestinationRule",
+        "networking.istio.io",
+        [rule],
+        now=0.0,
+        list_metadata={},
+        printer_columns=columns_of("DestinationRule"),
+    )
+    assert [c["name"] for c in result["columnDefinitions"]] == ["Name", "Host", "Age"]
+    assert result["rows"][0]["cells"][:2] == ["one-request", "*.svc.cluster.local"]
+    service = {"metadata": {"name": "reviews"}, "spec": {"hosts": ["reviews"], "gateways": ["mesh"]}}
+    result = to_table(
+        "VirtualService",
+        "networking.istio.io",
+        [service],
+        now=0.0,
+        list_metadata={},
+        printer_columns=columns_of("VirtualService"),
+    )
+    assert [c["name"] for c in result["columnDefinitions"]] == ["Name", "Gateways", "Hosts", "Age"]
+    assert result["rows"][0]["cells"][:3] == ["reviews", '["mesh"]', '["reviews"]']
