@@ -217,6 +217,45 @@ async def test_destination_rules_and_virtual_services_are_accepted_validated_and
         await kubectl(apiserver, "delete", kind, name, "-n", "default")
 
 
+async def test_istio_s_own_gateway_is_validated_and_stored_and_gateways_still_means_gateway_api_s(
+    apiserver: ServerProcess, webhook: ValidationWebhookServer
+) -> None:
+    istio_gateway = {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "Gateway",
+        "metadata": {"name": "edge", "namespace": "default"},
+        "spec": {
+            "selector": {"istio": "ingressgateway"},
+            "servers": [{"port": {"number": 80, "name": "http", "protocol": "HTTP"}, "hosts": ["*"]}],
+        },
+    }
+    out = await kubectl(apiserver, "apply", "-f", "-", manifest=istio_gateway)
+    assert out.strip() == "gateway.networking.istio.io/edge created", out
+    waypoint = {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "Gateway",
+        "metadata": {"name": "waypoint", "namespace": "default"},
+        "spec": {
+            "gatewayClassName": "istio-waypoint",
+            "listeners": [{"name": "mesh", "port": 15008, "protocol": "HBONE"}],
+        },
+    }
+    out = await kubectl(apiserver, "apply", "-f", "-", manifest=waypoint)
+    assert out.strip() == "gateway.gateway.networking.k8s.io/waypoint created", out
+    listed = json.loads(await kubectl(apiserver, "get", "gateways", "-n", "default", "-o", "json"))
+    assert [(g["apiVersion"], g["metadata"]["name"]) for g in listed["items"]] == [
+        ("gateway.networking.k8s.io/v1", "waypoint")
+    ]
+    istio = json.loads(await kubectl(apiserver, "get", "gw", "-n", "default", "-o", "json"))
+    assert [(g["apiVersion"], g["metadata"]["name"]) for g in istio["items"]] == [("networking.istio.io/v1", "edge")]
+    not_a_map = {**istio_gateway, "metadata": {"name": "bad", "namespace": "default"}, "spec": {"servers": "all"}}
+    out = await kubectl(apiserver, "apply", "-f", "-", manifest=not_a_map)
+    assert "denied the request" in out and "spec.servers" in out, out
+    assert "NotFound" in await kubectl(apiserver, "get", "gw", "bad", "-n", "default")
+    await kubectl(apiserver, "delete", "gw", "edge", "-n", "default")
+    await kubectl(apiserver, "delete", "gateways.gateway.networking.k8s.io", "waypoint", "-n", "default")
+
+
 async def test_malformed_review_posted_directly_gets_400_with_a_clear_body(
     pki: Pki, webhook: ValidationWebhookServer
 ) -> None:

@@ -36,7 +36,7 @@ def test_one_file_per_group_with_the_expected_kinds() -> None:
             "ReferenceGrant",
             "TCPRoute",
         ],
-        "networking.istio.io.yaml": ["DestinationRule", "ServiceEntry", "VirtualService", "WorkloadEntry"],
+        "networking.istio.io.yaml": ["DestinationRule", "Gateway", "ServiceEntry", "VirtualService", "WorkloadEntry"],
         "security.istio.io.yaml": ["AuthorizationPolicy", "PeerAuthentication", "RequestAuthentication"],
     }
 
@@ -103,7 +103,13 @@ def test_versions_share_schema_and_columns(path: Path, crd: dict[str, Any]) -> N
 
 
 def test_short_names_are_unique_and_as_upstream() -> None:
+    shorts = {crd["metadata"]["name"]: crd["spec"]["names"].get("shortNames", []) for _, crd in CRDS}
+    assert len({s for names in shorts.values() for s in names}) == sum(map(len, shorts.values()))
     shorts = {crd["spec"]["names"]["kind"]: crd["spec"]["names"].get("shortNames", []) for _, crd in CRDS}
+    shorts.pop("Gateway")  # two kinds of that name, checked here
+    by_name = {crd["metadata"]["name"]: crd["spec"]["names"].get("shortNames") for _, crd in CRDS}
+    assert by_name["gateways.gateway.networking.k8s.io"] == ["gtw"]
+    assert by_name["gateways.networking.istio.io"] == ["gw"]
     assert shorts == {
         "AuthorizationPolicy": ["ap"],
         "PeerAuthentication": ["pa"],
@@ -113,7 +119,6 @@ def test_short_names_are_unique_and_as_upstream() -> None:
         "DestinationRule": ["dr"],
         "VirtualService": ["vs"],
         "GatewayClass": ["gc"],
-        "Gateway": ["gtw"],
         "HTTPRoute": [],
         "GRPCRoute": [],
         "TCPRoute": [],
@@ -152,8 +157,10 @@ def test_gateway_api_kinds_serve_the_versions_clusters_serve() -> None:
     }
 
 
-def columns_of(kind: str) -> list[dict[str, Any]]:
-    crd = next(crd for _, crd in CRDS if crd["spec"]["names"]["kind"] == kind)
+def columns_of(kind: str, group: str = "") -> list[dict[str, Any]]:
+    crd = next(
+        crd for _, crd in CRDS if crd["spec"]["names"]["kind"] == kind and (not group or crd["spec"]["group"] == group)
+    )
     columns: list[dict[str, Any]] = crd["spec"]["versions"][0]["additionalPrinterColumns"]
     for column in columns:
         parse(column["jsonPath"])
@@ -193,7 +200,7 @@ def test_gateway_prints_class_address_programmed() -> None:
         [gateway],
         now=0.0,
         list_metadata={},
-        printer_columns=columns_of("Gateway"),
+        printer_columns=columns_of("Gateway", "gateway.networking.k8s.io"),
     )
     assert result["rows"][0]["cells"][:4] == ["waypoint", "istio-waypoint", "10.96.0.20", "True"]
 
