@@ -710,6 +710,15 @@ def test_istio_s_own_gateway_is_validated_by_its_group(spec: Any, path: str, mes
         assert any(e.path == path and message in e.message for e in found), found
 
 
+@settings(max_examples=300, deadline=None)
+@given(value=json_values())
+def test_istio_s_gateway_validator_yields_only_field_errors_for_any_json(value: Any) -> None:
+    servers = {"servers": [value, {"port": value, "hosts": value, "tls": value}], "selector": value}
+    for candidate in (value, {"metadata": value, "spec": value}, {"spec": servers}):
+        found = validate("Gateway", candidate, group="networking.istio.io")
+        assert all(isinstance(e, FieldError) and e.path for e in found)
+
+
 def test_a_gateway_of_no_named_group_is_gateway_api_s() -> None:
     istio_spec = {"selector": {"istio": "ingressgateway"}, "servers": [ISTIO_GATEWAY_SERVER]}
     assert validate("Gateway", obj("Gateway", istio_spec), group="networking.istio.io") == []
