@@ -2,123 +2,41 @@
 waypoint as a WaypointConfig over delta ADS, a change to the route is pushed, the route gets its Gateway API
 status, and no other identity can read the config.
 
-A real API server (subprocess, the CRDs installed), the real control plane (xDS on an ephemeral loopback port, no
-webhook), and raw gRPC delta clients written here, each authenticated with a real service-account token.
+A real API server (subprocess, the CRDs installed), the real control plane, and raw gRPC delta clients, each
+authenticated with a real service-account token (tests/integration/controlplane_rig.py).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import secrets
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
-import grpc  # type: ignore[import-untyped]
 import pytest
-from google.protobuf import any_pb2
-from tests.harness import ServerProcess
-from tests.integration.test_controlplane_policy import eventually
+from tests.integration.controlplane_rig import Subscription, eventually
+from tests.integration.controlplane_rig import subscribe as rig_subscribe
 
-from ambit.api import discovery_pb2 as dpb
-from ambit.controlplane.process import ControlPlane, ControlPlaneSettings
-from ambit.k8s import KubeAlreadyExistsError, KubeClient, kinds
+from ambit.controlplane.process import ControlPlane
+from ambit.k8s import KubeClient, kinds
 from ambit.model.routes import PathMatch, PathMatchType, WaypointConfig
 from ambit.xds.convert import ADDRESS_TYPE_URL
 from ambit.xds.routes import WAYPOINT_CONFIG_TYPE_URL, decode_waypoint_config
 
 Obj = dict[str, Any]
-SERVER_NAME = "istiod.istio-system.svc"
-
-
-@dataclass
-class Subscriber:
-    """One delta ADS stream subscribed to WaypointConfig resources: what it was sent and told removed."""
-
-    held: dict[str, any_pb2.Any] = field(default_factory=dict)
-    sent: list[str] = field(default_factory=list)
-    removed: list[str] = field(default_factory=list)
-    responses: int = 0
-    addresses: int = 0
-
-    def config(self, name: str) -> WaypointConfig | None:
-        body = self.held.get(name)
-        return None if body is None else decode_waypoint_config(name, body)
 
 
 @pytest.fixture
-async def kube(server_process: ServerProcess) -> AsyncIterator[KubeClient]:
-    async with KubeClient.from_kubeconfig(server_process.kubeconfig) as client:
-        yield client
-
-
-@pytest.fixture
-async def plane(kube: KubeClient, server_process: ServerProcess) -> AsyncIterator[ControlPlane]:
-    for kind, obj in (
-        (kinds.NAMESPACES, {"metadata": {"name": "istio-system"}}),
-        (kinds.SERVICE_ACCOUNTS, {"metadata": {"name": "ztunnel", "namespace": "istio-system"}}),
-    ):
-        with contextlib.suppress(KubeAlreadyExistsError):
-            await kube.create(kind, obj)
+def plane_options() -> dict[str, Any]:
     # The Gateways' addresses are written by the test, as a deployed waypoint's would be: no deployment controller.
-    settings = ControlPlaneSettings(
-        kubeconfig=server_process.kubeconfig,
-        host="127.0.0.1",
-        port=0,
-        webhook_port=None,
-        debounce=0.05,
-        deploy_waypoints=False,
-    )
-    control_plane = ControlPlane(settings, kube)
-    await control_plane.start()
-    try:
-        yield control_plane
-    finally:
-        await control_plane.aclose()
+    return {"deploy_waypoints": False}
 
 
-@contextlib.asynccontextmanager
-async def subscribe(
+def subscribe(
     kube: KubeClient, plane: ControlPlane, namespace: str, account: str, names: list[str]
-) -> AsyncIterator[Subscriber]:
+) -> contextlib.AbstractAsyncContextManager[Subscription[WaypointConfig]]:
     """A stream as ``namespace/account`` that opens Addresses (wildcard) and WaypointConfig (``names``)."""
-    assert plane.root is not None and plane.server is not None
-    token = (await kube.create_token(namespace, account, ["istio-ca"]))["status"]["token"]
-    credentials = grpc.ssl_channel_credentials(root_certificates=plane.root.root_pem)
-    options = [("grpc.ssl_target_name_override", SERVER_NAME)]
-    client = Subscriber()
-    async with grpc.aio.secure_channel(f"127.0.0.1:{plane.server.port}", credentials, options) as channel:
-        call = channel.stream_stream(
-            "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources",
-            request_serializer=dpb.DeltaDiscoveryRequest.SerializeToString,
-            response_deserializer=dpb.DeltaDiscoveryResponse.FromString,
-        )(metadata=(("authorization", f"Bearer {token}"), ("clusterid", "Kubernetes")))
-        await call.write(dpb.DeltaDiscoveryRequest(type_url=ADDRESS_TYPE_URL))
-        await call.write(dpb.DeltaDiscoveryRequest(type_url=WAYPOINT_CONFIG_TYPE_URL, resource_names_subscribe=names))
-
-        async def read() -> None:
-            while (response := await call.read()) is not grpc.aio.EOF:
-                if response.type_url == WAYPOINT_CONFIG_TYPE_URL:
-                    for resource in response.resources:
-                        client.held[resource.name] = resource.resource
-                        client.sent.append(resource.name)
-                    for name in response.removed_resources:
-                        client.held.pop(name, None)
-                        client.removed.append(name)
-                    client.responses += 1
-                else:
-                    client.addresses += 1
-                await call.write(dpb.DeltaDiscoveryRequest(type_url=response.type_url, response_nonce=response.nonce))
-
-        reader = asyncio.create_task(read())
-        try:
-            await eventually(lambda: client.responses >= 1 and client.addresses >= 1)
-            yield client
-        finally:
-            call.cancel()
-            reader.cancel()
-            await asyncio.gather(reader, return_exceptions=True)
+    waypoint_configs = Subscription(WAYPOINT_CONFIG_TYPE_URL, decode_waypoint_config)
+    return rig_subscribe(kube, plane, (namespace, account), waypoint_configs, names, also=[ADDRESS_TYPE_URL])
 
 
 async def mesh_namespace(kube: KubeClient) -> str:
@@ -342,6 +260,49 @@ async def test_grpc_and_tcp_routes_reach_the_waypoint_and_get_status(kube: KubeC
 
     await eventually(lambda: accepted(kinds.GRPC_ROUTES, "echo"))
     await eventually(lambda: accepted(kinds.TCP_ROUTES, "split"))
+
+
+async def test_a_tls_route_wins_over_a_tcp_route_at_the_waypoint_and_gets_status(
+    kube: KubeClient, plane: ControlPlane
+) -> None:
+    ns = await mesh_namespace(kube)
+    name = f"{ns}/waypoint"
+    parent = [{"group": "", "kind": "Service", "name": "reviews"}]
+    tcp_route = {
+        "apiVersion": "gateway.networking.k8s.io/v1alpha2",
+        "kind": "TCPRoute",
+        "metadata": {"name": "older", "namespace": ns},
+        "spec": {"parentRefs": parent, "rules": [{"backendRefs": [{"name": "reviews-v2", "port": 9080}]}]},
+    }
+    backends = [
+        {"name": "reviews", "port": 9080, "weight": 3},
+        {"name": "reviews-v1", "port": 9080, "weight": 1},
+        {"name": "reviews-v2", "port": 9080, "weight": 1},
+    ]
+    tls_route = {
+        "apiVersion": "gateway.networking.k8s.io/v1alpha2",
+        "kind": "TLSRoute",
+        "metadata": {"name": "split", "namespace": ns},
+        "spec": {"parentRefs": parent, "rules": [{"backendRefs": backends}]},
+    }
+    await kube.create(kinds.TCP_ROUTES, tcp_route, ns)
+    await kube.create(kinds.TLS_ROUTES, tls_route, ns)
+    async with subscribe(kube, plane, ns, "waypoint", [name]) as waypoint:
+
+        def arrived() -> bool:
+            config = waypoint.config(name)
+            table = config.find_table(f"{ns}/reviews.{ns}.svc.cluster.local", 9080) if config else None
+            return table is not None and [b.weight for b in table.tcp_backends] == [3, 1, 1]
+
+        await eventually(arrived)
+
+    async def accepted(kind: kinds.ResourceKind, route_name: str) -> bool:
+        obj = await kube.get(kind, route_name, ns)
+        parents = (obj.get("status") or {}).get("parents") or []
+        return bool(parents) and parents[0]["conditions"][0]["reason"] == "Accepted"
+
+    await eventually(lambda: accepted(kinds.TLS_ROUTES, "split"))
+    await eventually(lambda: accepted(kinds.TCP_ROUTES, "older"))
 
 
 async def test_request_authentications_attached_by_target_refs_reach_the_waypoint(

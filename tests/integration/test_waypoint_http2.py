@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
+import hashlib
 import random
 import socket
 import struct
@@ -21,11 +23,13 @@ import h2.events
 import h2.exceptions
 import pytest
 from tests.integration.waypoint_rig import (
+    ECHO_VIP,
     GRPC_MIXED_VIP,
     GRPC_PORT,
     GRPC_TWO_VIP,
     GRPC_VIP,
     Rig,
+    echo_of,
     free_port,
     http_get,
     started_rig,
@@ -49,6 +53,7 @@ from ambit.proxy.hbone_stream import HboneStream
 from ambit.proxy.streams import SocketStream
 from ambit.waypoint.decisions import Decision, Forward, RequestHead
 from ambit.waypoint.settings import WaypointLimits
+from ambit.waypoint.sniff import H2_PREFACE
 from ambit.waypoint.tcp import relay
 
 LIMITS = WaypointLimits(sniff_timeout=0.5, startup_wait=5.0, max_streams_per_connection=20)
@@ -462,3 +467,145 @@ async def test_a_grpc_unavailable_answer_is_passed_on_once_the_retries_run_out(r
     assert sum(e.grpc_calls.count("Say") for e in rig.endpoints) == 3  # the try and Istio's 2 retries
     lines = await metric_lines(rig, "istio_requests_total")
     assert any('grpc_response_status="14"' in line and 'response_flags="URX"' in line for line in lines), lines
+
+
+# HTTP/2 with prior knowledge on a port declared HTTP/1.1 (Istio's TestServerSideLB): served per request on the
+# HTTP/2 engine, spoken HTTP/1.1 to the endpoints (the echo servers speak nothing else).
+
+H2C_LIMITS = dataclasses.replace(LIMITS, head_timeout=1.0, idle_timeout=2.0)
+
+
+def _echo_request(h2c: H2OverTunnel, path: str = "/echo") -> int:
+    sid = h2c.h2.get_next_available_stream_id()
+    authority = "echo.app.svc.cluster.local"
+    fields = [(":method", "GET"), (":scheme", "http"), (":authority", authority), (":path", path)]
+    h2c.h2.send_headers(sid, fields, end_stream=True)
+    return sid
+
+
+async def test_http2_prior_knowledge_on_an_http11_port_is_balanced_per_request_and_spoken_http11_upstream(
+    rig: Rig,
+) -> None:
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    h2c = H2OverTunnel(stream)
+    sids = [_echo_request(h2c) for _ in range(10)]  # ten at once on one connection, as TestServerSideLB sends
+    await h2c.flush()
+    await h2c.until(lambda: all(h2c.finished(sid) for sid in sids))
+    answers = [h2c.answer(sid) for sid in sids]
+    assert [headers.get(":status") for headers, _, _ in answers] == ["200"] * 10
+    names = collections.Counter(echo_of(body)["endpoint"] for _, body, _ in answers)
+    assert names == {"echo-1": 5, "echo-2": 5}  # balanced per request, not per connection
+    assert {host for e in rig.endpoints for host in e.hosts} == {"echo.app.svc.cluster.local"}
+    assert h2c.terminated is None
+    await client.aclose()
+    lines = await metric_lines(rig, "istio_requests_total")
+    assert any('response_code="200"' in line and "echo.app" in line for line in lines), lines
+
+
+async def test_an_http2_request_body_without_length_reaches_an_http11_endpoint_whole(rig: Rig) -> None:
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    h2c = H2OverTunnel(stream)
+    body = bytes(range(256)) * 1024  # 256 KiB, past the HTTP/2 windows; no content-length: chunked upstream
+    sid = h2c.h2.get_next_available_stream_id()
+    fields = [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":authority", "echo.app.svc.cluster.local"),
+        (":path", "/echo"),
+    ]
+    h2c.h2.send_headers(sid, fields)
+    await h2c.flush()
+    sent = 0
+    async with asyncio.timeout(15):
+        while sent < len(body):
+            window = min(h2c.h2.local_flow_control_window(sid), h2c.h2.max_outbound_frame_size, len(body) - sent)
+            if window <= 0:
+                await h2c.pump_once()
+                continue
+            h2c.h2.send_data(sid, body[sent : sent + window])
+            sent += window
+            await h2c.flush()
+    h2c.h2.end_stream(sid)
+    await h2c.flush()
+    await h2c.until(lambda: h2c.finished(sid))
+    headers, answer, _ = h2c.answer(sid)
+    assert headers.get(":status") == "200"
+    assert echo_of(answer)["sha256"] == hashlib.sha256(body).hexdigest()
+    await client.aclose()
+
+
+async def test_a_chunked_http11_answer_reaches_the_http2_client_without_its_framing(rig: Rig) -> None:
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    h2c = H2OverTunnel(stream)
+    sid = _echo_request(h2c, "/chunked")
+    await h2c.flush()
+    await h2c.until(lambda: h2c.finished(sid))
+    headers, body, _ = h2c.answer(sid)
+    assert headers.get(":status") == "200" and "transfer-encoding" not in headers
+    assert body == b"one,two"
+    await client.aclose()
+
+
+async def test_a_preface_that_arrives_a_few_bytes_at_a_time_is_still_http2(rig: Rig) -> None:
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    h2c = H2OverTunnel(stream)
+    data = h2c.h2.data_to_send()
+    for i in range(0, 30, 3):
+        await stream.write(data[i : i + 3])
+        await asyncio.sleep(0.01)
+    await stream.write(data[30:])
+    sid = _echo_request(h2c)
+    await h2c.flush()
+    await h2c.until(lambda: h2c.finished(sid))
+    assert h2c.answer(sid)[0].get(":status") == "200"
+    await client.aclose()
+
+
+async def _answer_and_end(stream: HboneStream) -> bytes:
+    parts = []
+    async with asyncio.timeout(5):
+        while chunk := await stream.read():
+            parts.append(chunk)
+    return b"".join(parts)
+
+
+async def test_a_partial_preface_then_silence_is_answered_and_closed_in_bounded_time(tmp_path: Path) -> None:
+    async with started_rig(tmp_path, H2C_LIMITS) as rig:
+        client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+        began = asyncio.get_running_loop().time()
+        await stream.write(H2_PREFACE[:10])
+        answer = await _answer_and_end(stream)  # the sniff timer, then HTTP/1.1's head timer
+        elapsed = asyncio.get_running_loop().time() - began
+        assert answer.startswith((b"HTTP/1.1 408", b"HTTP/1.1 400")), answer
+        assert elapsed < H2C_LIMITS.sniff_timeout + H2C_LIMITS.head_timeout + 2
+        assert [e.tunnels for e in rig.endpoints] == [0, 0]
+        await client.aclose()
+        async with asyncio.timeout(5):
+            while rig.waypoint.context.tunnels:  # noqa: ASYNC110 - the waypoint's own bookkeeping
+                await asyncio.sleep(0.01)
+
+
+async def test_a_client_that_sends_nothing_is_closed_in_bounded_time(tmp_path: Path) -> None:
+    async with started_rig(tmp_path, H2C_LIMITS) as rig:
+        client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+        began = asyncio.get_running_loop().time()
+        assert await _answer_and_end(stream) == b""  # the sniff timer, then the idle timer
+        assert asyncio.get_running_loop().time() - began < H2C_LIMITS.sniff_timeout + H2C_LIMITS.idle_timeout + 1
+        await client.aclose()
+
+
+@pytest.mark.parametrize(
+    ("garbage", "status"),
+    [
+        (bytes.fromhex("160301020001000200030300") + bytes(200), b"400"),  # a TLS ClientHello
+        (H2_PREFACE[:-2] + b"XX\x00\x01", b"505"),  # a broken preface: no HTTP/2, and HTTP/2.0 is not HTTP/1.x
+        (b"\x00" * 4096, b"400"),
+    ],
+)
+async def test_garbage_on_an_http11_port_is_refused_and_never_relayed(rig: Rig, garbage: bytes, status: bytes) -> None:
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    await stream.write(garbage)
+    answer = await _answer_and_end(stream)
+    assert answer.startswith(b"HTTP/1.1 " + status), answer
+    assert [e.tunnels for e in rig.endpoints] == [0, 0]
+    await client.aclose()

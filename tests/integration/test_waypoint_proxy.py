@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import dataclasses
 import hashlib
 import os
 import re
+import ssl
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -22,6 +24,7 @@ from tests.integration.waypoint_rig import (
     RAW_DEAD_VIP,
     RAW_VIP,
     TCP_VIP,
+    TLS_VIP,
     HttpOverTunnel,
     Rig,
     echo_of,
@@ -343,6 +346,47 @@ async def test_a_tcp_route_sends_connections_to_its_weighted_backends(rig: Rig) 
         await stream.write(b"GET /echo HTTP/1.0\r\n\r\n")
         assert b'"endpoint"' in await read_until_eof(stream)
     assert [e.tunnels for e in rig.endpoints] == [1, 1]  # both endpoints of echo, none of rawdead (weight 0)
+    await client.aclose()
+
+
+def client_hello(server_name: str) -> bytes:
+    """The first flight of a real TLS client naming ``server_name`` (SNI)."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ssl.create_default_context().wrap_bio(incoming, outgoing, server_hostname=server_name)
+    with contextlib.suppress(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return outgoing.read()
+
+
+@pytest.mark.parametrize("vip", [RAW_VIP, TLS_VIP], ids=["tcp-port", "tls-port"])
+async def test_a_tls_route_splits_connections_3_1_1_by_weight_and_reads_no_sni(rig: Rig, vip: str) -> None:
+    """Istio's TestTLSRoute: 40 connections to a port whose Service has a TLSRoute (weights 3:1:1) split 24:8:8. The
+    waypoint reads no SNI: a ClientHello naming another host goes by the route all the same."""
+    service = "raw" if vip == RAW_VIP else "tls"
+    backends = (
+        WeightedBackend(BackendService("app", "raw.app.svc.cluster.local", 80), 3),  # echo-1
+        WeightedBackend(BackendService("app", "raw-two.app.svc.cluster.local", 80), 1),  # echo-2
+        WeightedBackend(BackendService("app", "rawdead.app.svc.cluster.local", 80), 1),  # nothing answers: 503
+    )
+    table = RouteTable(f"app/{service}.app.svc.cluster.local", 80, tcp_backends=backends)
+    rig.waypoint.context.routes.replace(WaypointConfig("app/waypoint", (table,)))
+    draws = iter([(i + 0.5) / 40 for i in range(40)])  # evenly spread: the split is exact, the test not flaky
+    rig.waypoint.context.random = lambda: next(draws)
+    opening = b"GET /echo HTTP/1.0\r\n\r\n" if vip == RAW_VIP else client_hello("elsewhere.example.com")
+    client = await rig.client()
+    refused = 0
+    for _ in range(40):
+        try:
+            stream = await client.open_tunnel(f"{vip}:80", [])
+        except TunnelRefusedError as exc:
+            assert exc.status == 503
+            refused += 1
+            continue
+        await stream.write(opening)
+        answer = await read_until_eof(stream)
+        assert answer.startswith(b"HTTP/1.")  # the echo server's answer (400 to a ClientHello), relayed
+    assert [e.tunnels for e in rig.endpoints] == [24, 8]
+    assert refused == 8
     await client.aclose()
 
 

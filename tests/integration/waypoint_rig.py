@@ -66,6 +66,8 @@ MIXED_VIP = "198.18.1.9"
 GRPC_VIP = "198.18.1.10"
 GRPC_TWO_VIP = "198.18.1.11"
 GRPC_MIXED_VIP = "198.18.1.12"
+TLS_VIP = "198.18.1.13"
+RAW_TWO_VIP = "198.18.1.14"
 GRPC_PORT = 50051
 GRPC_TARGET_PORT = 9090
 WAYPOINT_ADDR = GatewayAddress(NamespacedHostname("app", "waypoint.app.svc.cluster.local"))
@@ -127,9 +129,9 @@ def mesh_config() -> LocalConfig:
     return LocalConfig(
         workloads=(
             _workload("client", CLIENT_IP),
-            _workload("echo-1", "127.0.0.2", "echo", "tcp", "raw", "mixed", "grpc", "grpc-mixed"),
+            _workload("echo-1", "127.0.0.2", "echo", "tcp", "raw", "mixed", "grpc", "grpc-mixed", "tls"),
             _workload(
-                "echo-2", "127.0.0.3", "echo", "grpc", "grpc-two", waypoint=WAYPOINT_ADDR
+                "echo-2", "127.0.0.3", "echo", "grpc", "grpc-two", "raw-two", waypoint=WAYPOINT_ADDR
             ),  # also pod-IP traffic via the waypoint
             _workload("dead-1", "127.0.0.5", "dead", "rawdead", "mixed", "grpc-mixed"),
         ),
@@ -139,6 +141,8 @@ def mesh_config() -> LocalConfig:
             _service("dead", DEAD_VIP, protocol=AppProtocol.HTTP11, waypoint=WAYPOINT_ADDR),
             _service("raw", RAW_VIP, protocol=AppProtocol.TCP, waypoint=WAYPOINT_ADDR),
             _service("rawdead", RAW_DEAD_VIP, protocol=AppProtocol.TCP, waypoint=WAYPOINT_ADDR),
+            _service("raw-two", RAW_TWO_VIP, protocol=AppProtocol.TCP, waypoint=WAYPOINT_ADDR),  # echo-2 only
+            _service("tls", TLS_VIP, protocol=AppProtocol.TLS, waypoint=WAYPOINT_ADDR),
             _service("mixed", MIXED_VIP, protocol=AppProtocol.HTTP11, waypoint=WAYPOINT_ADDR),  # echo-1 and dead-1
             _service("plain", PLAIN_VIP, protocol=AppProtocol.HTTP11, waypoint=None),
             # gRPC on both endpoints (declared GRPC), and on echo-2 only (undeclared: sniffed as HTTP/2)
@@ -178,6 +182,7 @@ class Endpoint:
         app.router.add_route("*", "/echo", self._echo)
         app.router.add_get("/slow", self._slow)
         app.router.add_get("/drip", self._drip)
+        app.router.add_get("/chunked", self._chunked)
         app.router.add_get("/ws", self._websocket)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
         await self._runner.setup()
@@ -214,6 +219,7 @@ class Endpoint:
             "host": request.headers.get("host", ""),
             "authorization": request.headers.get("authorization", ""),
             "jwt_payload": request.headers.get("x-jwt-payload", ""),
+            "xfcc": request.headers.getall("x-forwarded-client-cert", []),
             "body": len(body),
             "sha256": hashlib.sha256(body).hexdigest(),
         }
@@ -237,6 +243,16 @@ class Endpoint:
         await response.write(b"first half")
         await asyncio.sleep(5)
         await response.write(b"other half")
+        return response
+
+    async def _chunked(self, request: web.Request) -> web.StreamResponse:
+        """A 200 framed chunked (no content-length), in two chunks."""
+        response = web.StreamResponse()
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        await response.write(b"one,")
+        await response.write(b"two")
+        await response.write_eof()
         return response
 
     async def _accept(self) -> None:

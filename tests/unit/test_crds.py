@@ -35,6 +35,7 @@ def test_one_file_per_group_with_the_expected_kinds() -> None:
             "HTTPRoute",
             "ReferenceGrant",
             "TCPRoute",
+            "TLSRoute",
         ],
         "networking.istio.io.yaml": ["DestinationRule", "Gateway", "ServiceEntry", "VirtualService", "WorkloadEntry"],
         "security.istio.io.yaml": ["AuthorizationPolicy", "PeerAuthentication", "RequestAuthentication"],
@@ -122,6 +123,7 @@ def test_short_names_are_unique_and_as_upstream() -> None:
         "HTTPRoute": [],
         "GRPCRoute": [],
         "TCPRoute": [],
+        "TLSRoute": [],
         "ReferenceGrant": ["refgrant"],
     }
 
@@ -153,6 +155,7 @@ def test_gateway_api_kinds_serve_the_versions_clusters_serve() -> None:
         "HTTPRoute": ["v1", "v1beta1"],
         "GRPCRoute": ["v1"],
         "TCPRoute": ["v1", "v1alpha2"],
+        "TLSRoute": ["v1", "v1alpha3", "v1alpha2"],
         "ReferenceGrant": ["v1", "v1beta1"],
     }
 

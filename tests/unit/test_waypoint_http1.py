@@ -118,6 +118,37 @@ def test_connect_inside_a_tunnel_is_refused() -> None:
         drain(server)
 
 
+@pytest.mark.parametrize(
+    "raw", [b"PRI * HTTP/2.0\r\n\r\nXX", b"GET / HTTP/2.0\r\nhost: a\r\n\r\n", b"GET / HTTP/0.9\r\n\r\n"]
+)
+def test_a_request_of_another_major_version_is_505(raw: bytes) -> None:
+    server = ServerSide(authority="a:80")
+    server.receive_data(raw)
+    with pytest.raises(HttpProtocolError) as caught:
+        drain(server)
+    assert caught.value.status == 505
+
+
+def test_a_head_begun_before_it_is_parsed_is_seen() -> None:
+    server = ServerSide()
+    assert not server.head_begun
+    server.receive_data(b"GET / HT")
+    assert server.head_begun
+
+
+def test_a_request_body_without_framing_goes_upstream_chunked_and_framed_ones_as_they_are() -> None:
+    head = RequestHead("POST", "/x", "a:80")
+    unframed = ClientSide()
+    data = unframed.send_request(head, body=True) + unframed.send_body(b"abc") + unframed.end_request()
+    assert b"\r\ntransfer-encoding: chunked\r\n" in data and data.endswith(b"\r\n3\r\nabc\r\n0\r\n\r\n")
+    framed = ClientSide()
+    sized = RequestHead("POST", "/x", "a:80", (("content-length", "3"),))
+    data = framed.send_request(sized, body=True) + framed.send_body(b"abc") + framed.end_request()
+    assert b"transfer-encoding" not in data and data.endswith(b"\r\n\r\nabc")
+    bodiless = ClientSide().send_request(RequestHead("GET", "/", "a:80"))
+    assert b"transfer-encoding" not in bodiless and b"content-length" not in bodiless
+
+
 def test_http10_without_host_takes_the_tunnel_authority() -> None:
     server = ServerSide(authority="10.0.0.9:80")
     server.receive_data(b"GET / HTTP/1.0\r\n\r\n")
@@ -182,7 +213,7 @@ def test_any_bytes_give_events_or_a_clean_protocol_error(data: bytes, cut: int) 
         server.receive_data(b"")
         drain(server)
     except HttpProtocolError as exc:
-        assert exc.status in (400, 431)
+        assert exc.status in (400, 431, 505)
 
 
 @settings(max_examples=200, deadline=None)

@@ -7,7 +7,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ambit.model.workload import AppProtocol
-from ambit.waypoint.sniff import H2_PREFACE, SNIFF_LIMIT, Protocol, declared_protocol, protocol_for, sniff
+from ambit.waypoint.sniff import (
+    H2_PREFACE,
+    SNIFF_LIMIT,
+    Protocol,
+    declared_protocol,
+    h2_prior_knowledge,
+    protocol_for,
+    sniff,
+)
 
 TLS_CLIENT_HELLO = bytes.fromhex("160301020001000200030300")
 
@@ -133,3 +141,35 @@ def test_sniff_is_consistent_as_bytes_arrive(tail: bytes) -> None:
         decisions = [sniff(whole[:n]) for n in range(len(whole) + 1)]
         settled = [d for d in decisions if d is not None]
         assert all(d is settled[0] for d in settled)
+
+
+@pytest.mark.parametrize(
+    ("data", "final", "expected"),
+    [
+        (H2_PREFACE, False, True),
+        (H2_PREFACE + b"\x00\x00\x12\x04\x00", False, True),
+        (b"", False, None),
+        (b"PRI * HTTP/2.0\r\n", False, None),
+        (H2_PREFACE[:-1], False, None),
+        (H2_PREFACE[:-1], True, False),
+        (b"", True, False),
+        (b"GET / HTTP/1.1\r\n", False, False),
+        (b"POST", False, False),
+        (b"PRI * HTTP/1.1\r\n", False, False),
+        (H2_PREFACE[:-2] + b"XX", False, False),
+        (bytes.fromhex("160301"), False, False),
+    ],
+)
+def test_h2_prior_knowledge_decides_on_the_preface_alone(data: bytes, final: bool, expected: bool | None) -> None:
+    assert h2_prior_knowledge(data, final=final) is expected
+
+
+@given(st.binary(max_size=64))
+def test_h2_prior_knowledge_never_raises_waits_only_on_a_preface_prefix_and_settles_once(tail: bytes) -> None:
+    for whole in (H2_PREFACE + tail, tail, H2_PREFACE[: len(tail) % 24] + tail):
+        decisions = [h2_prior_knowledge(whole[:n]) for n in range(len(whole) + 1)]
+        waited = [n for n, d in enumerate(decisions) if d is None]
+        assert all(H2_PREFACE.startswith(whole[:n]) and n < len(H2_PREFACE) for n in waited)
+        settled = [d for d in decisions if d is not None]
+        assert all(d is settled[0] for d in settled)
+        assert h2_prior_knowledge(whole, final=True) is (whole[:24] == H2_PREFACE)

@@ -12,8 +12,8 @@ Theory of operation: everything is built once from :class:`ControlPlaneSettings`
    ingress gateway's GatewayConfig, with its listeners' certificates, readable only by that gateway's), so
    pushes carry only changed and removed resources, and the ``ZtunnelAccepted`` status of each
    AuthorizationPolicy, the ``istio.io/WaypointBound`` status of each Service and ServiceEntry and the parents of
-   each HTTPRoute, GRPCRoute and TCPRoute, and the auto-allocated addresses of ServiceEntries without any (their
-   ``status.addresses``, which the translation reads back as VIPs), written only when it changes
+   each HTTPRoute, GRPCRoute, TCPRoute and TLSRoute, and the auto-allocated addresses of ServiceEntries without
+   any (their ``status.addresses``, which the translation reads back as VIPs), written only when it changes
    (:mod:`ambit.controlplane.status`); each
    object (or part of one) the translation had to leave out gets one Warning Event (reason ``TranslationSkipped``,
    the note naming the field to fix), again only once the problem has gone away and come back, changed, or the
@@ -206,7 +206,7 @@ class ControlPlane:
         self.entry_addresses = AddressStatusWriter(client, lambda: self.view.items("serviceentries"), clock=time.time)
         self.route_status = tuple(
             RouteStatusWriter(client, self._cached(kind.plural), clock=time.time, kind=kind)
-            for kind in (kinds.HTTP_ROUTES, kinds.GRPC_ROUTES, kinds.TCP_ROUTES)
+            for kind in (kinds.HTTP_ROUTES, kinds.GRPC_ROUTES, kinds.TCP_ROUTES, kinds.TLS_ROUTES)
         )
         self.events = EventRecorder(
             client,

@@ -320,7 +320,8 @@ class PolicyStatusWriter(StatusWriter):
 
 
 class RouteStatusWriter(StatusWriter):
-    """Writes the wanted parents of :meth:`submit` to routes of ``kind`` (HTTPRoute, GRPCRoute or TCPRoute)."""
+    """Writes the wanted parents of :meth:`submit` to routes of ``kind`` (HTTPRoute, GRPCRoute, TCPRoute or
+    TLSRoute)."""
 
     def __init__(
         self,

@@ -1,11 +1,11 @@
 """The control plane's view of the cluster: informers over the objects the workload API is made from.
 
-Theory of operation: informers over Pods, Services, EndpointSlices, Namespaces, Nodes, ServiceEntries,
-WorkloadEntries, AuthorizationPolicies, PeerAuthentications, Gateways, GatewayClasses, HTTPRoutes, GRPCRoutes,
-TCPRoutes and ReferenceGrants fill their caches; every change only marks the view dirty. A Node update marks it only
-when the Node's locality labels changed (Nodes' status changes all the time and only their locality is translated);
-a Gateway or ServiceEntry update only when its spec, metadata or ``status.addresses`` changed (a ServiceEntry's
-auto-allocated addresses are kept there); an update of a kind whose status is
+Theory of operation: informers over Pods, Services, EndpointSlices, Namespaces, Nodes, ServiceEntries, WorkloadEntries,
+AuthorizationPolicies, PeerAuthentications, Gateways, GatewayClasses, HTTPRoutes, GRPCRoutes, TCPRoutes, TLSRoutes and
+ReferenceGrants fill their caches; every change only marks the view dirty. A Node update marks it only when the Node's
+locality labels changed (Nodes' status changes all the time and only their locality is translated); a Gateway or
+ServiceEntry update only when its spec, metadata or ``status.addresses`` changed (a ServiceEntry's auto-allocated
+addresses are kept there); an update of a kind whose status is
 not translated (policies, Services, GatewayClasses, routes, ReferenceGrants) only when its spec or
 metadata changed, so the control plane's own status writes cause no translation. One task waits for the mark, lets
 ``debounce`` seconds pass so that a burst of changes (a Deployment scaling up, a namespace being deleted) becomes
@@ -75,6 +75,7 @@ OPTIONAL_KINDS = (
     kinds.HTTP_ROUTES,
     kinds.GRPC_ROUTES,
     kinds.TCP_ROUTES,
+    kinds.TLS_ROUTES,
     kinds.REFERENCE_GRANTS,
     kinds.SECRETS,
 )
@@ -91,6 +92,7 @@ SPEC_ONLY_KINDS = (
     kinds.HTTP_ROUTES,
     kinds.GRPC_ROUTES,
     kinds.TCP_ROUTES,
+    kinds.TLS_ROUTES,
     kinds.REFERENCE_GRANTS,
 )
 """Kinds whose translation reads only their spec and metadata: a status-only update changes nothing."""
@@ -225,6 +227,7 @@ class ClusterView:
             http_routes=self.items("httproutes"),
             grpc_routes=self.items("grpcroutes"),
             tcp_routes=self.items("tcproutes"),
+            tls_routes=self.items("tlsroutes"),
             reference_grants=self.items("referencegrants"),
             request_authentications=self.items("requestauthentications"),
             secrets=self.items("secrets"),

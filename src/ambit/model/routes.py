@@ -1,7 +1,7 @@
 """What a waypoint knows about routing: Gateway API routes, translated, in the form the L7 engine runs them.
 
-The control plane translates ``HTTPRoute``, ``GRPCRoute`` and ``TCPRoute`` objects (Gateway API v1; spec §1.4,
-§7.5, §10.3) into these values and serves them to waypoints over delta ADS; the waypoint never reads the
+The control plane translates ``HTTPRoute``, ``GRPCRoute``, ``TCPRoute`` and ``TLSRoute`` objects (Gateway API;
+spec §1.4, §7.5, §10.3) into these values and serves them to waypoints over delta ADS; the waypoint never reads the
 Kubernetes API. The L7 engine (``ambit.waypoint``) reads only these values and the workload state.
 
 Theory of operation:
@@ -24,8 +24,9 @@ Theory of operation:
 - ``backends`` are weighted (weight 0 is never chosen; all zero, or none, answers 500, as does a backend whose
   Service the waypoint does not know: "a route to a missing backend answers 500"). The engine picks a backend per
   request by weight, then an endpoint of that backend's Service.
-- TCP traffic (anything not sniffed as HTTP) uses ``tcp_backends`` from a ``TCPRoute`` when one is attached, else
-  the default route.
+- TCP traffic (a port declared TCP or TLS, or anything not sniffed as HTTP) uses ``tcp_backends`` from a
+  ``TLSRoute`` (which wins) or ``TCPRoute`` when one is attached, else the default route. The waypoint reads no
+  SNI: the translator keeps only the TLSRoutes whose hostnames could only mean the destination's host.
 
 Every value is frozen and hashable, so tables can be compared to detect a change and shared between requests.
 """
@@ -207,7 +208,7 @@ class RouteTable:
     http: tuple[RouteRule, ...] = ()
     """Ordered by precedence (see the module docstring); empty means the default route."""
     tcp_backends: tuple[WeightedBackend, ...] = ()
-    """From an attached TCPRoute; empty means the default route."""
+    """From an attached TLSRoute, else TCPRoute; empty means the default route."""
     hostnames: tuple[str, ...] = ()
     """The attached HTTPRoutes' hostnames, for config dumps; the waypoint matches by destination, not Host."""
 
@@ -223,6 +224,9 @@ class WaypointConfig:
     """The AuthorizationPolicies bound to it (scope WAYPOINT or SERVICE; spec §7.5), by namespace, name, scope."""
     request_authentications: tuple[RequestAuthentication, ...] = ()
     """The RequestAuthentications attached to it by ``targetRefs``, by key (:mod:`ambit.requestauth` enforces them)."""
+    xfcc_client_identity: bool = False
+    """Its Gateway (or GatewayClass) says ``ambient.istio.io/xfcc-include-client-identity: "true"``: forwarded
+    requests carry the source identity in ``x-forwarded-client-cert`` (:mod:`ambit.waypoint.client_cert`)."""
 
     def find_table(self, service_key: str, port: int) -> RouteTable | None:
         for table in self.tables:

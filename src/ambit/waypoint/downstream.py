@@ -88,8 +88,8 @@ class Downstream:
         ``head_timeout`` (slowloris), else each read may take ``idle_timeout``."""
         limits = self._ctx.limits
         loop = asyncio.get_running_loop()
-        deadline: float | None = None
-        started = False
+        started = head and self.server.head_begun  # a head begun before this call has no idle wait
+        deadline = loop.time() + limits.head_timeout if started else None
         while (event := self.server.next_event()) is Signal.NEED_DATA:
             timeout = limits.idle_timeout if deadline is None else deadline - loop.time()
             try:

@@ -317,7 +317,7 @@ class _Exchange:
         while True:
             up = await self.connector(endpoint, fresh)
             try:
-                await up.send_request(self.plan.request, upgrade=self.started.upgrade)
+                await up.send_request(self.plan.request, upgrade=self.started.upgrade, body=self.started.has_body)
                 if not up.duplex:
                     await self._send_body(up)
                     return up, await _response_head(up)

@@ -17,9 +17,11 @@ Rules:
    and any header ``connection`` names) are never forwarded, except the ``connection: upgrade`` / ``upgrade``
    pair of an upgrade request and its 101 answer. ``expect: 100-continue`` is answered by the waypoint itself
    (:meth:`ServerSide.continue_if_waited`) and not forwarded. Framing headers (``content-length``,
-   ``transfer-encoding``) are forwarded as received: h11 checks that the body agrees with them.
+   ``transfer-encoding``) are forwarded as received: h11 checks that the body agrees with them; a request with a
+   body but neither (one that came in HTTP/2) goes upstream chunked.
 3. ``CONNECT`` requests inside a tunnel are refused (400): a waypoint routes HTTP requests, it is no proxy for
-   further tunnels.
+   further tunnels. A request of another major version than 1 (a broken HTTP/2 preface, ``HTTP/2.0`` in a
+   request line) is refused 505: h11 parses any ``digit.digit``, but only HTTP/1.x is spoken here.
 4. After a message exchange, :meth:`ServerSide.next_cycle` / :meth:`ClientSide.next_cycle` say whether the
    connection may carry another one (keep-alive), and reset h11 for it.
 5. An upgrade (``Upgrade`` request answered 101) ends HTTP on both connections: :meth:`ServerSide.switched` and
@@ -38,6 +40,7 @@ from ambit.waypoint.decisions import RequestHead
 from ambit.waypoint.errors import HttpProtocolError
 
 MAX_HEAD_BYTES = 64 * 1024
+_FRAMING = frozenset(("content-length", "transfer-encoding"))
 """Default bound on one request or response head (Envoy's default ``max_request_headers_kb`` is 60)."""
 
 _HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "te", "trailer", "upgrade", "expect"})
@@ -123,6 +126,11 @@ class ServerSide:
         self._authority = authority
         """Used as the request's authority when it has no Host (HTTP/1.0): the tunnel's CONNECT authority."""
 
+    @property
+    def head_begun(self) -> bool:
+        """Bytes of a request head wait unparsed (a sniffed prefix, a pipelined request)."""
+        return bool(self._h11.trailing_data[0])
+
     def receive_data(self, data: bytes) -> None:
         try:
             self._h11.receive_data(data)
@@ -154,6 +162,9 @@ class ServerSide:
         method = event.method.decode("ascii", "replace")
         if method == "CONNECT":  # rule 3
             raise HttpProtocolError("CONNECT is not supported inside a tunnel")
+        if not event.http_version.startswith(b"1."):
+            version = event.http_version.decode("ascii", "replace")
+            raise HttpProtocolError(f"HTTP/{version} is not HTTP/1.x", 505)
         headers = _text_headers(event.headers)
         host = next((v for n, v in headers if n == "host"), "") or self._authority
         connection = ",".join(v for n, v in headers if n == "connection").lower()
@@ -239,9 +250,13 @@ class ClientSide:
     def __init__(self, max_head_bytes: int = MAX_HEAD_BYTES) -> None:
         self._h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=max_head_bytes)
 
-    def send_request(self, head: RequestHead, *, upgrade: bool = False) -> bytes:
-        """The request line and headers for ``head`` (its ``authority`` becomes ``Host``), hop-by-hop removed."""
+    def send_request(self, head: RequestHead, *, upgrade: bool = False, body: bool = False) -> bytes:
+        """The request line and headers for ``head`` (its ``authority`` becomes ``Host``), hop-by-hop removed.
+        ``body``: a body follows; when ``head`` frames none (an HTTP/2 request without ``content-length``) it is
+        sent chunked (rule 2)."""
         headers = [("host", head.authority), *forwardable(head.headers, upgrade=upgrade)]
+        if body and not any(n in _FRAMING for n, _ in headers):
+            headers.append(("transfer-encoding", "chunked"))
         try:
             request = h11.Request(method=head.method, target=head.path, headers=headers)
         except h11.LocalProtocolError as exc:  # a rewritten request with a value HTTP/1.1 cannot carry

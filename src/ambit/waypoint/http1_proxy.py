@@ -49,7 +49,12 @@ LINGER_SECONDS = 2.0
 DRAIN_LIMIT = 1024 * 1024
 """Request body bytes read and dropped before a local answer; a longer body closes the connection instead."""
 
-_REASONS = {400: "Bad Request", 408: "Request Timeout", 431: "Request Header Fields Too Large"}
+_REASONS = {
+    400: "Bad Request",
+    408: "Request Timeout",
+    431: "Request Header Fields Too Large",
+    505: "HTTP Version Not Supported",
+}
 
 
 async def serve_http1(ctx: WaypointContext, tunnel: Tunnel, stream: ByteStream, prefix: bytes) -> None:

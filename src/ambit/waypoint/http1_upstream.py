@@ -41,8 +41,8 @@ class Http1Upstream:
             async with asyncio.timeout(self.ctx.limits.idle_timeout):
                 await self.conn.stream.write(data)
 
-    async def send_request(self, head: RequestHead, *, upgrade: bool = False) -> None:
-        await self._write(self.conn.http.send_request(head, upgrade=upgrade))
+    async def send_request(self, head: RequestHead, *, upgrade: bool = False, body: bool = False) -> None:
+        await self._write(self.conn.http.send_request(head, upgrade=upgrade, body=body))
 
     async def send_body(self, data: bytes) -> None:
         await self._write(self.conn.http.send_body(data))

@@ -5,7 +5,8 @@ a node proxy hands gRPC to a waypoint). An :class:`~ambit.waypoint.http2.Http2Se
 reads the tunnel; each request head starts a task that runs the same per-request path as HTTP/1.1
 (:func:`ambit.waypoint.exchange.serve_request`: routing, local answers, forwarding with retries and timeouts) with
 an :class:`Http2RequestSide` as the client's end and the HTTP/2 connector upstream
-(:mod:`ambit.waypoint.http2_upstream`: the endpoint is spoken to in HTTP/2, on a connection shared by requests).
+(:mod:`ambit.waypoint.http2_upstream`: the endpoint is spoken to in HTTP/2, on a connection shared by requests;
+on a port declared HTTP/1.1 the HTTP/1.1 connector instead, one kept connection per request in flight).
 
 Rules:
 
@@ -39,7 +40,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from ambit.errors import AmbitError
 from ambit.hbone import wire
@@ -56,6 +57,7 @@ from ambit.waypoint.exchange import account, serve_request
 from ambit.waypoint.http1 import Event, RequestStarted
 from ambit.waypoint.http2 import Http2Session, StreamChannel, StreamClosedError
 from ambit.waypoint.http2_upstream import http2_connector
+from ambit.waypoint.upstream import Connector
 
 log = logging.getLogger("ambit.waypoint.http2")
 
@@ -153,7 +155,8 @@ class Http2RequestSide:
         if self.channel.failed or not self.session.alive:
             raise DownstreamGoneError("the client reset the stream")
         try:
-            conn.respond(self.stream_id, status, list(headers), end_stream=end_stream)
+            fields = [(n, v) for n, v in headers if n != "transfer-encoding"]  # HTTP/1.1 framing: not HTTP/2's
+            conn.respond(self.stream_id, status, fields, end_stream=end_stream)
         except HboneError as exc:
             raise HttpProtocolError(f"cannot send this response: {exc}", 502, upstream=True) from None
         self._started = True
@@ -203,8 +206,15 @@ class Http2RequestSide:
         return self._started
 
 
-async def serve_http2(ctx: WaypointContext, tunnel: Tunnel, stream: ByteStream, prefix: bytes) -> None:
-    """Serve the HTTP/2 streams of one tunnel until the client is done or the connection must end."""
+async def serve_http2(
+    ctx: WaypointContext,
+    tunnel: Tunnel,
+    stream: ByteStream,
+    prefix: bytes,
+    upstream: Callable[[WaypointContext, Tunnel], Connector] = http2_connector,
+) -> None:
+    """Serve the HTTP/2 streams of one tunnel until the client is done or the connection must end. ``upstream``
+    gives the connector requests are forwarded with: HTTP/2 unless the port is declared HTTP/1.1."""
     limit = ctx.limits.max_streams_per_connection
     settings = HboneSettings(
         stream_window=STREAM_WINDOW, connection_window=CONNECTION_WINDOW, max_concurrent_streams=limit
@@ -216,6 +226,7 @@ async def serve_http2(ctx: WaypointContext, tunnel: Tunnel, stream: ByteStream, 
         name=f"waypoint h2 {tunnel.peer_addr}->{tunnel.authority}",
     )
     tasks: dict[int, asyncio.Task[None]] = {}
+    connector = upstream(ctx, tunnel)
 
     def on_request(request: RequestReceived) -> None:
         if len(tasks) >= 2 * limit:  # streams the engine forgot whose tasks still finish: bounded all the same
@@ -223,7 +234,8 @@ async def serve_http2(ctx: WaypointContext, tunnel: Tunnel, stream: ByteStream, 
             return
         channel = session.open_channel(request.stream_id)
         task = asyncio.get_running_loop().create_task(
-            _serve_stream(ctx, tunnel, session, channel, request), name=f"{session.name} stream {request.stream_id}"
+            _serve_stream(ctx, tunnel, session, channel, request, connector),
+            name=f"{session.name} stream {request.stream_id}",
         )
         tasks[request.stream_id] = task
         channel.on_peer_reset = task.cancel  # rule 3
@@ -244,7 +256,12 @@ async def serve_http2(ctx: WaypointContext, tunnel: Tunnel, stream: ByteStream, 
 
 
 async def _serve_stream(
-    ctx: WaypointContext, tunnel: Tunnel, session: Http2Session, channel: StreamChannel, request: RequestReceived
+    ctx: WaypointContext,
+    tunnel: Tunnel,
+    session: Http2Session,
+    channel: StreamChannel,
+    request: RequestReceived,
+    connector: Connector,
 ) -> None:
     began = ctx.clock()
     headers = request.headers
@@ -258,7 +275,7 @@ async def _serve_stream(
     side = Http2RequestSide(session, channel, grpc=grpc)
     try:
         started = RequestStarted(head, "2", upgrade=False, has_body=not channel.ended_without_body)
-        await serve_request(ctx, tunnel, side, started, outcome, http2_connector(ctx, tunnel), mirrors=False)
+        await serve_request(ctx, tunnel, side, started, outcome, connector, mirrors=False)
     except HttpProtocolError as exc:
         outcome.error, outcome.status = exc.reason, exc.status
         if not side.response_started:

@@ -66,7 +66,7 @@ class Http2Upstream:
             raise HttpProtocolError("no request was sent", 502, upstream=True)
         return self._channel
 
-    async def send_request(self, head: RequestHead, *, upgrade: bool = False) -> None:
+    async def send_request(self, head: RequestHead, *, upgrade: bool = False, body: bool = False) -> None:
         conn = self.session.conn
         assert isinstance(conn, Http2ClientConnection)
         if not self.session.alive or not conn.can_open_stream:

@@ -12,7 +12,9 @@ SPIFFE id of our trust domain, ALPN h2. Each CONNECT then:
    and the ``refused`` tally of ``/config_dump``);
 3. goes by the Service port's ``appProtocol``: a TCP port reaches its endpoint first and answers 200 only then
    (503 when it cannot, as ztunnel does; :func:`~ambit.waypoint.tcp.serve_tcp`); an HTTP/1.1 port is accepted
-   and served per request (:func:`~ambit.waypoint.http1_proxy.serve_http1`); a port of unknown protocol is
+   and served per request (:func:`~ambit.waypoint.http1_proxy.serve_http1`), unless the client opens with the
+   HTTP/2 preface (:func:`read_preface`): then it is served on our HTTP/2 engine and spoken to the endpoint in
+   HTTP/1.1, as Envoy's automatic codec and Istio's HTTP/1.1 clusters do; a port of unknown protocol is
    accepted and sniffed (:func:`sniff`), then served as one or the other; an HTTP/2 or gRPC port (or HTTP/2 with
    prior knowledge sniffed on a port of unknown protocol) is served per request on our HTTP/2 engine
    (:func:`~ambit.waypoint.http2_proxy.serve_http2`).
@@ -29,6 +31,7 @@ import logging
 import socket
 import ssl
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from ambit.errors import AmbitError
 from ambit.hbone.connection import HboneSettings
@@ -41,8 +44,9 @@ from ambit.tls.workload import WorkloadCertificate
 from ambit.waypoint.context import Tunnel, WaypointContext
 from ambit.waypoint.destinations import Refusal, plan_tunnel
 from ambit.waypoint.http1_proxy import serve_http1
+from ambit.waypoint.http1_upstream import http1_connector
 from ambit.waypoint.http2_proxy import serve_http2
-from ambit.waypoint.sniff import Protocol, sniff
+from ambit.waypoint.sniff import Protocol, h2_prior_knowledge, sniff
 from ambit.waypoint.tcp import serve_tcp
 
 log = logging.getLogger("ambit.waypoint.inbound")
@@ -52,20 +56,42 @@ async def read_protocol(stream: ByteStream, timeout: float) -> tuple[bytes, AppP
     """Read the client's first bytes (for at most ``timeout`` seconds) until :func:`ambit.waypoint.sniff.sniff`
     decides; a client that sends nothing in time (a server-first protocol) is TCP. Returns the bytes read, which
     the caller passes on, and the protocol as the workload state names it."""
+    data, verdict = await _read_until(stream, timeout, sniff)
+    if verdict is None:
+        verdict = sniff(data, final=True) or Protocol.TCP
+    return data, _AS_APP_PROTOCOL[verdict]
+
+
+async def read_preface(stream: ByteStream, timeout: float) -> tuple[bytes, AppProtocol]:  # noqa: ASYNC109
+    """On a port declared HTTP/1.1: read while the client's bytes are a prefix of the HTTP/2 preface (at most
+    ``timeout`` seconds, at most the preface's length plus one read); HTTP2 for the preface
+    (:func:`ambit.waypoint.sniff.h2_prior_knowledge`), else HTTP11 (silence and partial prefaces too). Returns
+    the bytes read, which the caller passes on."""
+    data, h2 = await _read_until(stream, timeout, h2_prior_knowledge)
+    return data, AppProtocol.HTTP2 if h2 else AppProtocol.HTTP11
+
+
+_T = TypeVar("_T")
+
+
+async def _read_until(
+    stream: ByteStream,
+    timeout: float,  # noqa: ASYNC109
+    decide: Callable[[bytes], _T | None],
+) -> tuple[bytes, _T | None]:
+    """Read until ``decide`` answers, the stream ends or ``timeout`` passes (then None)."""
     data = b""
-    verdict: Protocol | None = None
+    verdict: _T | None = None
     try:
         async with asyncio.timeout(timeout):
-            while (verdict := sniff(data)) is None:
+            while (verdict := decide(data)) is None:
                 chunk = await stream.read()
                 if not chunk:
                     break
                 data += chunk
     except TimeoutError:
         pass
-    if verdict is None:
-        verdict = sniff(data, final=True) or Protocol.TCP
-    return data, _AS_APP_PROTOCOL[verdict]
+    return data, verdict
 
 
 _PER_REQUEST = frozenset({AppProtocol.UNKNOWN, AppProtocol.HTTP11, AppProtocol.HTTP2, AppProtocol.GRPC})
@@ -157,6 +183,11 @@ async def _serve_tunnel(
         prefix = b""
         if protocol is AppProtocol.UNKNOWN:
             prefix, protocol = await read_protocol(stream, ctx.limits.sniff_timeout)
+        elif protocol is AppProtocol.HTTP11:  # HTTP/2 with prior knowledge too, spoken HTTP/1.1 upstream
+            prefix, spoken = await read_preface(stream, ctx.limits.sniff_timeout)
+            if spoken is AppProtocol.HTTP2:
+                await serve_http2(ctx, tunnel, stream, prefix, http1_connector)
+                return
         if protocol is AppProtocol.HTTP11:
             await serve_http1(ctx, tunnel, stream, prefix)
         elif protocol in (AppProtocol.HTTP2, AppProtocol.GRPC):

@@ -223,8 +223,8 @@ def route(table: RouteTable | None, destination: BackendService, request: Reques
 
 def route_tcp(table: RouteTable | None, destination: BackendService, random: float) -> BackendService | None:
     """Where a TCP stream to ``destination`` goes: a ``tcp_backends`` entry drawn by weight, or the destination
-    itself when no TCPRoute is attached; None (close the stream) when the draw lands on nothing or an unresolved
-    backend."""
+    itself when no TCPRoute or TLSRoute is attached; None (close the stream) when the draw lands on nothing or an
+    unresolved backend."""
     if table is None or not table.tcp_backends:
         return destination
     weighted = [b for b in table.tcp_backends if b.weight > 0]

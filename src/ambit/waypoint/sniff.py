@@ -18,6 +18,11 @@ Rules:
    ``limit`` bytes have come without a decision (then TCP) or when its sniff timer fires: it calls again with
    ``final=True`` (also at end of stream), which turns every undecided answer into TCP. No bytes yet is undecided.
 4. Sniffing never raises, whatever the bytes.
+5. A port declared HTTP/1.1 also takes HTTP/2 with prior knowledge, as Envoy's automatic codec does:
+   :func:`h2_prior_knowledge` is True for bytes that begin with the whole preface, False as soon as they stop
+   being a prefix of it (or, ``final``, when no more will be read), None while they still are one. Nothing
+   else is sniffed on such a port: whatever is not the preface is HTTP/1.1's to answer (400 for garbage),
+   never relayed as opaque bytes.
 """
 
 from __future__ import annotations
@@ -27,7 +32,15 @@ import enum
 from ambit.controlplane.translate.protocols import kube_port_app_protocol
 from ambit.model.workload import AppProtocol
 
-__all__ = ["H2_PREFACE", "SNIFF_LIMIT", "Protocol", "declared_protocol", "protocol_for", "sniff"]
+__all__ = [
+    "H2_PREFACE",
+    "SNIFF_LIMIT",
+    "Protocol",
+    "declared_protocol",
+    "h2_prior_knowledge",
+    "protocol_for",
+    "sniff",
+]
 
 H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 SNIFF_LIMIT = 8192
@@ -116,3 +129,14 @@ def sniff(data: bytes, *, final: bool = False, limit: int = SNIFF_LIMIT) -> Prot
     if decided is None and (final or len(data) >= limit):
         return Protocol.TCP
     return decided
+
+
+def h2_prior_knowledge(data: bytes, *, final: bool = False) -> bool | None:
+    """Whether a stream to a port declared HTTP/1.1 that began with ``data`` is HTTP/2 (rule 5); None: read
+    more and call again."""
+    head = data[: len(H2_PREFACE)]
+    if head == H2_PREFACE:
+        return True
+    if final or not H2_PREFACE.startswith(head):
+        return False
+    return None

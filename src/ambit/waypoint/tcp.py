@@ -111,8 +111,8 @@ def _deny(downstream: ByteStream | TunnelResponder) -> None:
 
 
 def endpoint_for(ctx: WaypointContext, tunnel: Tunnel) -> Endpoint | None:
-    """The endpoint of one TCP connection: for a Service, by its attached TCPRoute's weighted backends when it has
-    one (a backend that did not resolve, or all weights 0, is no endpoint), else an endpoint of the Service
+    """The endpoint of one TCP connection: for a Service, by its attached TLSRoute's or TCPRoute's weighted backends
+    when it has one (a backend that did not resolve, or all weights 0, is no endpoint), else an endpoint of the Service
     itself; for a workload, that workload."""
     target = tunnel.target
     if not isinstance(target, ServiceTarget):

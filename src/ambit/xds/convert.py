@@ -25,6 +25,9 @@ Rules:
    ``NamespacedHostname`` (field 1) or a ``NetworkAddress`` (field 2, one full-length IP), and
    ``hbone_mtls_port`` (field 3) in 1..65535. An absent message is no waypoint; a present one with neither
    destination is refused. ``Service.ingress_use_waypoint`` (field 12) is sent as it is.
+8. ``Service.visibility`` (field 14) is sent as it is; an unknown value is refused (a newer, narrower visibility
+   must not be read as PUBLIC). ``Workload.hostname`` (field 21) must be a DNS name (:func:`check_dns_name`); a
+   workload has addresses or a hostname (or neither: it is then never picked), not both.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from google.protobuf import any_pb2
 from google.protobuf.message import DecodeError
 
 from ambit.api import workload_pb2 as pb
+from ambit.model.dnsname import check_dns_name
 from ambit.model.errors import IdentityError
 from ambit.model.identity import (
     DEFAULT_SERVICE_ACCOUNT,
@@ -58,6 +62,7 @@ from ambit.model.workload import (
     PortMapping,
     Service,
     TunnelProtocol,
+    Visibility,
     Workload,
 )
 from ambit.xds.errors import XdsConversionError
@@ -98,6 +103,8 @@ _IP_FAMILIES = {
     IPFamilies.DUAL: pb.DUAL,
 }
 _IP_FAMILY_NAMES = {value: key for key, value in _IP_FAMILIES.items()}
+_VISIBILITIES = {Visibility.PUBLIC: pb.Service.PUBLIC, Visibility.NAMESPACE: pb.Service.NAMESPACE}
+_VISIBILITY_NAMES = {value: key for key, value in _VISIBILITIES.items()}
 _APP_PROTOCOLS: dict[AppProtocol, Any] = {protocol: pb.AppProtocol.Value(protocol.name) for protocol in AppProtocol}
 _APP_PROTOCOL_NAMES = {value: key for key, value in _APP_PROTOCOLS.items()}
 
@@ -144,6 +151,7 @@ def workload_to_proto(workload: Workload) -> pb.Workload:
         cluster_id=workload.cluster_id,
         authorization_policies=list(workload.authorization_policies),
         network_mode=_NETWORK_MODES[workload.network_mode],
+        hostname=workload.hostname,
     )
     if workload.locality.known:
         locality = workload.locality
@@ -171,6 +179,7 @@ def service_to_proto(service: Service) -> pb.Service:
         canonical=service.canonical,
         ip_families=_IP_FAMILIES[service.ip_families],
         ingress_use_waypoint=service.ingress_use_waypoint,
+        visibility=_VISIBILITIES[service.visibility],
     )
     if service.waypoint is not None:
         message.waypoint.CopyFrom(gateway_address_to_proto(service.waypoint))
@@ -301,6 +310,13 @@ def _workload_from_proto(message: pb.Workload, read: FieldReader) -> Workload:
     read.identity_part("workload.trust_domain", trust_domain, "trust domain")
     service_account = read.text("workload.service_account", message.service_account) or DEFAULT_SERVICE_ACCOUNT
     read.identity_part("workload.service_account", service_account, "service account")
+    hostname = read.text("workload.hostname", message.hostname)
+    if hostname:
+        if message.addresses:
+            raise read.fail("workload.hostname", "a workload has addresses or a hostname, not both")
+        problem = check_dns_name(hostname)
+        if problem:
+            raise read.fail("workload.hostname", problem)
     services: dict[str, tuple[PortMapping, ...]] = {}
     for key in sorted(message.services):
         field = f"workload.services[{key!r}]"
@@ -336,6 +352,7 @@ def _workload_from_proto(message: pb.Workload, read: FieldReader) -> Workload:
             subzone=read.text("workload.locality.subzone", message.locality.subzone),
         ),
         waypoint=read.gateway_address("workload.waypoint", message.waypoint) if message.HasField("waypoint") else None,
+        hostname=hostname,
     )
 
 
@@ -366,6 +383,7 @@ def _service_from_proto(message: pb.Service, read: FieldReader) -> Service:
         ip_families=read.enum("service.ip_families", message.ip_families, _IP_FAMILY_NAMES),
         waypoint=read.gateway_address("service.waypoint", message.waypoint) if message.HasField("waypoint") else None,
         ingress_use_waypoint=message.ingress_use_waypoint,
+        visibility=read.enum("service.visibility", message.visibility, _VISIBILITY_NAMES),
     )
 
 

@@ -1,9 +1,9 @@
 """One Gateway API route's rules → :mod:`ambit.model.routes` entries, and what was wrong with them (spec §1.4).
 
-Theory of operation: :func:`convert_route` turns one ``HTTPRoute``, ``GRPCRoute`` or ``TCPRoute`` (a plain API
-dict) into a :class:`ConvertedRoute`: its HTTP entries (one per match of each rule, each with the key that orders
-it by precedence), its TCP backends, and the problems found, each with the Gateway API (or istiod) reason that the
-route's ``ResolvedRefs`` condition reports. Which destinations the route attaches to is decided by
+Theory of operation: :func:`convert_route` turns one ``HTTPRoute``, ``GRPCRoute``, ``TCPRoute`` or ``TLSRoute`` (a plain
+API dict) into a :class:`ConvertedRoute`: its HTTP entries (one per match of each rule, each with the key that orders it
+by precedence), its TCP backends, and the problems found, each with the Gateway API (or istiod) reason that the route's
+``ResolvedRefs`` condition reports. Which destinations the route attaches to is decided by
 :mod:`ambit.controlplane.translate.routes`; this module only needs to resolve ``backendRefs`` (``lookup``).
 
 Rules:
@@ -36,7 +36,8 @@ Rules:
    ``/<service>/<method>``; service only → PathPrefix ``/<service>`` (element-wise, so ``/<service>/x`` matches);
    method only → RegularExpression ``/[^/]+/<method>``; the RegularExpression type → the same shapes as regular
    expressions. Every GRPCRoute match also carries method ``POST`` (:class:`~ambit.model.routes.RouteMatch`).
-8. TCPRoute: the backends of all rules, in order.
+8. TCPRoute and TLSRoute: the backends of all rules, in order (a TLSRoute's ``hostnames`` are kept: which
+   destination it applies to is the table's choice, :mod:`ambit.controlplane.translate.routes` rule 5).
 9. Precedence (:func:`precedence`): Exact before PathPrefix before RegularExpression (istiod's rank), then the
    longer path value, then a method match before none, then more header matches, then more query-param matches;
    ties: the older route (``metadata.creationTimestamp``), then ``namespace/name``, then rule order, then match
@@ -46,6 +47,7 @@ Rules:
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -157,7 +159,13 @@ def regex_problem(pattern: str) -> str | None:
     if _NOT_RE2.search(pattern):
         return f"regular expression {pattern!r} uses look-around or a back-reference, which RE2 does not support"
     try:
-        re.compile(pattern)
+        with warnings.catch_warnings():
+            # Python warns (FutureWarning) where a set's meaning will change, e.g. ``[[`` or ``[[:alpha:]]``, which
+            # RE2 reads as a POSIX class: refused rather than matched differently from Envoy.
+            warnings.simplefilter("error", FutureWarning)
+            re.compile(pattern)
+    except FutureWarning as exc:
+        return f"regular expression {pattern!r} is ambiguous ({exc}); escape the bracket"
     except (re.error, RecursionError, OverflowError) as exc:
         return f"invalid regular expression {pattern!r}: {exc}"
     return None
@@ -471,6 +479,10 @@ _HTTP_FILTERS = frozenset(
 _GRPC_FILTERS = frozenset(("RequestHeaderModifier", "ResponseHeaderModifier", "RequestMirror"))
 
 
+_OPAQUE_KINDS = frozenset(("TCPRoute", "TLSRoute"))
+"""Routes of connections (rule 8): backends only."""
+
+
 def _created(obj: Obj) -> str:
     meta = obj.get("metadata")
     return _text(meta.get("creationTimestamp")) if isinstance(meta, Mapping) else ""
@@ -486,7 +498,7 @@ def convert_route(kind: str, obj: Obj, lookup: BackendLookup) -> ConvertedRoute:
     hostnames = tuple(h for h in raw_hostnames if isinstance(h, str)) if isinstance(raw_hostnames, list) else ()
     created = _created(obj)
     route_key = f"{kind}/{namespace}/{name}"
-    if kind == "TCPRoute":
+    if kind in _OPAQUE_KINDS:
         backends = tuple(b for rule in _list(spec.get("rules")) for b in _backends(rule.get("backendRefs"), ctx))
         return ConvertedRoute(kind, namespace, name, (), backends, hostnames, tuple(ctx.problems), created)
     grpc = kind == "GRPCRoute"

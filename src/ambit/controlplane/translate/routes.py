@@ -1,8 +1,8 @@
 """Gateway API routes → each waypoint's :class:`~ambit.model.routes.WaypointConfig`, and each route's status
 (spec §1.4, §7.5, §10.3).
 
-Theory of operation: :func:`translate_routes` takes the ``HTTPRoute``, ``GRPCRoute``, ``TCPRoute`` and
-``ReferenceGrant`` objects, the translated services with the waypoint each is bound to (by
+Theory of operation: :func:`translate_routes` takes the ``HTTPRoute``, ``GRPCRoute``, ``TCPRoute``, ``TLSRoute``
+and ``ReferenceGrant`` objects, the translated services with the waypoint each is bound to (by
 :mod:`ambit.controlplane.translate.waypoints`: this module reuses that binding, it does not bind again) and the
 waypoint index. Each route is converted once (:mod:`ambit.controlplane.translate.routerules`); its ``parentRefs``
 decide which destinations (a bound Service's port) it attaches to; each ready waypoint gets one
@@ -31,7 +31,11 @@ Rules:
    problem's reason and every message joined with ``; `` (istiod reports route errors this way on each parent).
 5. A table's HTTP entries are those of the HTTPRoutes and GRPCRoutes attached to it, each route once, sorted by
    :func:`~ambit.controlplane.translate.routerules.precedence`; its TCP backends those of the oldest attached
-   TCPRoute (then ``namespace/name``); its hostnames the union of the attached HTTP and gRPC routes'.
+   TLSRoute that applies to the Service (then ``namespace/name``), else of the oldest attached TCPRoute: TLS routes
+   win over TCP routes, as Gateway API's GEP-1294 and istiod's waypoint say. A TLSRoute applies when it has no
+   ``hostnames`` or its hostnames are exactly the Service's hostname (istiod's waypoint does not read the SNI, so
+   it takes only a route whose SNI match could only be that host); one with other hostnames is still
+   ``Accepted`` but routes nothing there. Its hostnames the union of the attached HTTP and gRPC routes'.
 6. Every ready waypoint gets a config, even with no Service bound (an empty one); tables are ordered by service
    key then port.
 7. A waypoint's service account (the only identity that may read its config) is the Gateway's
@@ -325,6 +329,7 @@ def translate_routes(
     http_routes: Iterable[Obj] = (),
     grpc_routes: Iterable[Obj] = (),
     tcp_routes: Iterable[Obj] = (),
+    tls_routes: Iterable[Obj] = (),
     reference_grants: Iterable[Obj] = (),
     k8s_services: Iterable[Service] = (),
     entry_services: Iterable[Service] = (),
@@ -358,7 +363,8 @@ def translate_routes(
             destinations.setdefault(waypoint_key, []).append(service)
     attachments = _Attachments({})
     statuses: list[RouteStatus] = []
-    for kind, objects in (("HTTPRoute", http_routes), ("GRPCRoute", grpc_routes), ("TCPRoute", tcp_routes)):
+    kinds = (("HTTPRoute", http_routes), ("GRPCRoute", grpc_routes), ("TCPRoute", tcp_routes), ("TLSRoute", tls_routes))
+    for kind, objects in kinds:
         for obj in objects:
             meta = _meta(obj)
             namespace = _text(meta.get("namespace"))
@@ -381,7 +387,11 @@ def translate_routes(
                     RouteStatus(kind, namespace, _text(meta.get("name")), observed, tuple(parents.values()))
                 )
     configs = [
-        WaypointConfig(key, _tables(sorted(destinations.get(key, ()), key=lambda s: s.key), attachments))
+        WaypointConfig(
+            key,
+            _tables(sorted(destinations.get(key, ()), key=lambda s: s.key), attachments),
+            xfcc_client_identity=waypoints.ready[key].xfcc_client_identity,
+        )
         for key in sorted(waypoints.ready)
     ]
     accounts = {
@@ -400,8 +410,8 @@ def _tables(services: list[Service], attachments: _Attachments) -> tuple[RouteTa
         for port in sorted({m.service_port for m in service.ports}):
             routes = attachments.by_destination.get((service.key, port), {})
             http = sorted((e for r in routes.values() for e in r.http), key=lambda e: e.key)
-            tcp = sorted((r for r in routes.values() if r.kind == "TCPRoute"), key=lambda r: (r.created, r.key))
-            hostnames = sorted({h for r in routes.values() if r.kind != "TCPRoute" for h in r.hostnames})
+            tcp = sorted((r for r in routes.values() if _applies_to_connections(r, service)), key=_tls_first)
+            hostnames = sorted({h for r in routes.values() if r.kind in _REQUEST_KINDS for h in r.hostnames})
             tables.append(
                 RouteTable(
                     service_key=service.key,
@@ -412,3 +422,17 @@ def _tables(services: list[Service], attachments: _Attachments) -> tuple[RouteTa
                 )
             )
     return tuple(tables)
+
+
+_REQUEST_KINDS = frozenset(("HTTPRoute", "GRPCRoute"))
+
+
+def _applies_to_connections(route: ConvertedRoute, service: Service) -> bool:
+    """A TCPRoute, or a TLSRoute with no hostnames or exactly the Service's (rule 5)."""
+    if route.kind == "TCPRoute":
+        return True
+    return route.kind == "TLSRoute" and route.hostnames in ((), (service.hostname,))
+
+
+def _tls_first(route: ConvertedRoute) -> tuple[bool, str, str]:
+    return (route.kind != "TLSRoute", route.created, route.key)

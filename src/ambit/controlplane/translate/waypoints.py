@@ -38,6 +38,10 @@ Rules:
    ns/name" (plus istiod's ingress note); a problem → False with its reason and istiod's message; neither → no
    condition (the writer removes an old one). Not modelled: ``CrossNamespaceWaypointForbidden`` (ServiceEntry
    visibility, which Ambit does not have) and canary waypoints.
+8. ``ambient.istio.io/xfcc-include-client-identity`` on the waypoint's Gateway, else on the GatewayClass
+   ``istio-waypoint`` (the Gateway's own annotation wins, as infrastructure annotations merge), read as istiod
+   reads it: ``true`` in any case is on, anything else off. The waypoint then adds the source identity in
+   ``x-forwarded-client-cert`` (:mod:`ambit.waypoint.client_cert`).
 """
 
 from __future__ import annotations
@@ -79,6 +83,7 @@ WAYPOINT_FOR = "istio.io/waypoint-for"
 INGRESS_USE_WAYPOINT = "istio.io/ingress-use-waypoint"
 GATEWAY_NAME = "gateway.networking.k8s.io/gateway-name"
 GATEWAY_MANAGED = "gateway.istio.io/managed"
+XFCC_CLIENT_IDENTITY = "ambient.istio.io/xfcc-include-client-identity"
 NO_WAYPOINT_CONTROLLERS = ("istio.io-mesh-controller", "istio.io-eastwest-controller")
 SERVICE_TRAFFIC, WORKLOAD_TRAFFIC, ALL_TRAFFIC = "service", "workload", "all"
 _TRUE = ("1", "t", "T", "TRUE", "true", "True")
@@ -95,6 +100,20 @@ def _string_map(value: Any) -> dict[str, str]:
     if not isinstance(value, Mapping):
         return {}
     return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def _annotations(obj: Obj) -> dict[str, str]:
+    meta = obj.get("metadata")
+    return _string_map(meta.get("annotations") if isinstance(meta, Mapping) else None)
+
+
+def _xfcc_client_identity(gateway: Obj, class_annotations: Mapping[str, str]) -> bool:
+    """Rule 8."""
+    own = _annotations(gateway)
+    value = (
+        own[XFCC_CLIENT_IDENTITY] if XFCC_CLIENT_IDENTITY in own else class_annotations.get(XFCC_CLIENT_IDENTITY, "")
+    )
+    return value.lower() == "true"
 
 
 def _valid_namespace(namespace: str) -> bool:
@@ -122,6 +141,8 @@ class Waypoint:
     allowed_from: str = "Same"
     allowed_selector: LabelSelector | None = None
     """For ``allowed_from == "Selector"``: the namespaces it admits; None admits none."""
+    xfcc_client_identity: bool = False
+    """Rule 8."""
 
     @property
     def key(self) -> str:
@@ -231,10 +252,9 @@ class WaypointIndex:
     def build(
         cls, gateways: Iterable[Obj], gateway_classes: Iterable[Obj], namespaces: Iterable[Obj], *, network: str
     ) -> WaypointIndex:
-        class_for = next(
-            (object_labels(c).get(WAYPOINT_FOR) for c in gateway_classes if _meta_text(c, "name") == WAYPOINT_CLASS),
-            None,
-        )
+        waypoint_class = next((c for c in gateway_classes if _meta_text(c, "name") == WAYPOINT_CLASS), None)
+        class_for = object_labels(waypoint_class).get(WAYPOINT_FOR) if waypoint_class is not None else None
+        class_annotations = _annotations(waypoint_class) if waypoint_class is not None else {}
         ready: dict[str, Waypoint] = {}
         declared: set[str] = set()
         for gateway in gateways:
@@ -251,7 +271,8 @@ class WaypointIndex:
             allowed_from, selector = _allowed_routes(spec)
             own_labels = object_labels(gateway)
             traffic = own_labels.get(WAYPOINT_FOR, SERVICE_TRAFFIC if class_for is None else class_for)
-            ready[f"{namespace}/{name}"] = Waypoint(namespace, name, address, traffic, allowed_from, selector)
+            xfcc = _xfcc_client_identity(gateway, class_annotations)
+            ready[f"{namespace}/{name}"] = Waypoint(namespace, name, address, traffic, allowed_from, selector, xfcc)
         labels = {_meta_text(ns, "name"): object_labels(ns) for ns in namespaces}
         return cls(ready, frozenset(declared), labels)
 
