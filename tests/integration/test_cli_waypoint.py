@@ -191,3 +191,66 @@ async def test_bad_input_is_one_clear_line_and_exit_status_one(args: tuple[str, 
     assert result.exit_code == 1, result.output
     assert message in result.output
     assert "Traceback" not in result.output and len(result.output.splitlines()) == 1
+
+
+async def test_upstream_waypoint_test_invocations_work_as_written(
+    kube: KubeClient, plane: ControlPlane, namespace: str, cli: Any
+) -> None:
+    """The words of istio's tests/integration/ambient/waypoint_test.go TestWaypoint, in its order."""
+    await kube.patch(kinds.NAMESPACES, namespace, {"metadata": {"labels": {"istio.io/dataplane-mode": "ambient"}}})
+    ready = [asyncio.create_task(make_ready(kube, namespace, n)) for n in ("waypoint", "w1", "w2", "w3")]
+    steps = [
+        ("apply", "--namespace", namespace, "--wait"),
+        *(("apply", "--namespace", namespace, "--name", name, "--wait") for name in ("", "w1", "w2")),
+        ("apply", "--namespace", namespace, "--name", "w3", "--enroll-namespace", "true", "--wait"),
+    ]
+    for step in steps:
+        result = await cli(*step)
+        assert result.exit_code == 0, (step, result.output)
+    await asyncio.gather(*ready)
+    assert (await kube.get(kinds.NAMESPACES, namespace))["metadata"]["labels"]["istio.io/use-waypoint"] == "w3"
+    for listing in (("list", "--namespace", namespace), ("-n", namespace, "list"), ("list", "-A")):
+        listed = await cli(*listing)
+        assert listed.exit_code == 0, listed.output
+        for name in ("waypoint", "w1", "w2", "w3"):
+            assert name in listed.output, (listing, listed.output)
+
+    deleted = await cli("-n", namespace, "delete", "w1", "w2")
+    assert deleted.exit_code == 0, deleted.output
+    assert sorted(deleted.output.splitlines()) == [
+        f"waypoint {namespace}/w1 deleted",
+        f"waypoint {namespace}/w2 deleted",
+    ]
+    rest = await cli("-n", namespace, "delete", "--all")
+    assert rest.exit_code == 0, rest.output
+    assert sorted(rest.output.splitlines()) == [
+        f"waypoint {namespace}/w3 deleted",
+        f"waypoint {namespace}/waypoint deleted",
+    ]
+    items, _ = await kube.list(kinds.GATEWAYS, namespace)
+    assert items == []
+
+
+async def test_group_flags_and_istioctl_bool_spellings(kube: KubeClient, namespace: str, cli: Any) -> None:
+    # --name and -n on the group are the defaults of the command's; the command's own win.
+    result = await cli("-n", namespace, "--name", "grouped", "apply", "--enroll-namespace=false", "--wait=false")
+    assert result.exit_code == 0, result.output
+    assert result.output == f"✅ waypoint {namespace}/grouped applied\n"
+    assert "istio.io/use-waypoint" not in (
+        (await kube.get(kinds.NAMESPACES, namespace))["metadata"].get("labels") or {}
+    )
+    own = await cli("-n", "elsewhere", "--name", "grouped", "apply", "-n", namespace, "--name", "own", "-r", "foo")
+    assert own.exit_code == 0, own.output
+    assert (await kube.get(kinds.GATEWAYS, "own", namespace))["metadata"]["labels"] == {"istio.io/rev": "foo"}
+    status = await cli("-n", namespace, "--name", "own", "status", "--wait=false")
+    assert status.exit_code == 0, status.output
+    assert [line.split()[0] for line in status.output.splitlines()] == ["NAME", "own"]
+    every = await cli("-n", namespace, "--name", "own", "status", "--name", "", "--no-wait")
+    assert [line.split()[0] for line in every.output.splitlines()] == ["NAME", "grouped", "own"]
+    listed = await cli("-n", namespace, "list", "-A=false")
+    assert [line.split()[0] for line in listed.output.splitlines()] == ["NAME", "grouped", "own"]
+    refused = await cli("-n", namespace, "apply", "--wait=soon")
+    assert refused.exit_code == 2
+    assert "invalid argument 'soon' for '--wait' flag: expected true or false" in refused.output
+    stray = await cli("-n", namespace, "apply", "extra")
+    assert stray.exit_code == 2 and "unexpected extra argument" in stray.output

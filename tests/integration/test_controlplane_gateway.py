@@ -8,11 +8,15 @@ the test as the Deployment controller would) and the real control plane (no webh
 
 from __future__ import annotations
 
+import contextlib
+import secrets
+import time
 from typing import Any
 
 import pytest
 from tests.integration.controlplane_rig import eventually
 
+from ambit.controlplane.gateway import GatewayController, GatewayControllerSettings, WaypointTemplateSettings
 from ambit.controlplane.process import ControlPlane
 from ambit.k8s import KubeClient, KubeNotFoundError, kinds
 
@@ -265,3 +269,80 @@ async def test_an_ingress_gateway_gets_a_load_balancer_and_is_programmed_with_it
     await kube.patch_status(kinds.SERVICES, "edge-istio", lb, namespace)
     gateway = await eventually(lambda: programmed(kube, "edge", namespace, "True", "Programmed"))
     assert gateway["status"]["addresses"] == [{"type": "IPAddress", "value": "198.18.254.3"}]
+
+
+async def absent(kube: KubeClient, name: str, namespace: str) -> bool:
+    """Nothing deployed for the Gateway and no status on it."""
+    gateway = await get(kube, kinds.GATEWAYS, name, namespace)
+    assert gateway is not None
+    assert not (gateway.get("status") or {}).get("conditions"), gateway.get("status")
+    for kind in OWNED:
+        assert await get(kube, kind, name, namespace) is None, (kind, name)
+    return True
+
+
+async def deployed(kube: KubeClient, name: str, namespace: str) -> Obj | None:
+    deployment = await get(kube, kinds.DEPLOYMENTS, name, namespace)
+    gateway = await get(kube, kinds.GATEWAYS, name, namespace)
+    return deployment if deployment and condition(gateway, "Accepted").get("status") == "True" else None
+
+
+async def test_gateways_of_another_revision_get_nothing_from_this_control_plane(
+    kube: KubeClient, plane: ControlPlane, namespace: str
+) -> None:
+    """Upstream TestOtherRevisionIgnored: a Gateway labelled (or in a namespace labelled) istio.io/rev=foo gets no
+    objects and no status from the default revision; a control plane of revision foo deploys it."""
+    other_ns = f"wp-foo-{secrets.token_hex(3)}"
+    await kube.create(kinds.NAMESPACES, {"metadata": {"name": other_ns, "labels": {"istio.io/rev": "foo"}}})
+    try:
+        ingress = waypoint("ingress-foo", namespace, **{"istio.io/rev": "foo"})
+        ingress["spec"] = {"gatewayClassName": "istio", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}
+        for gateway in (
+            waypoint("foo", namespace, **{"istio.io/rev": "foo"}),
+            ingress,
+            waypoint("unlabelled", other_ns),
+            waypoint("mine", other_ns, **{"istio.io/rev": "default"}),
+            waypoint("barrier", namespace),
+        ):
+            await kube.create(kinds.GATEWAYS, gateway)
+        # The Gateways of the default revision are deployed (the Gateway's label wins over its namespace's) ...
+        await eventually(lambda: deployed(kube, "barrier", namespace))
+        await eventually(lambda: deployed(kube, "mine", other_ns))
+        # ... and every pass that did so saw the others and left them alone.
+        assert await absent(kube, "foo", namespace)
+        assert await absent(kube, "ingress-foo", namespace)
+        assert await absent(kube, "unlabelled", other_ns)
+
+        # A control plane of revision foo takes exactly those, and labels its pods with its revision.
+        foo = GatewayController(
+            kube,
+            GatewayControllerSettings(
+                template=WaypointTemplateSettings(revision="foo", image_pull_policy="Never"),
+                debounce=0.05,
+                create_class=False,
+            ),
+            clock=time.time,
+        )
+        await foo.start()
+        try:
+            found = await eventually(lambda: deployed(kube, "foo", namespace))
+            assert found["spec"]["template"]["metadata"]["annotations"]["istio.io/rev"] == "foo"
+            await eventually(lambda: deployed(kube, "unlabelled", other_ns))
+            await eventually(lambda: get(kube, kinds.DEPLOYMENTS, "ingress-foo-istio", namespace))
+        finally:
+            await foo.aclose()
+        barrier = await kube.get(kinds.DEPLOYMENTS, "barrier", namespace)
+        assert barrier["spec"]["template"]["metadata"]["annotations"]["istio.io/rev"] == "default"
+
+        # Relabelling moves a Gateway to this revision: its own label, or its namespace's.
+        await kube.patch(kinds.GATEWAYS, "foo", {"metadata": {"labels": {"istio.io/rev": None}}}, namespace)
+        await eventually(lambda: programmed(kube, "foo", namespace, "False", "AddressNotAssigned"))
+        await kube.create(kinds.GATEWAYS, waypoint("late", other_ns))
+        await kube.create(kinds.GATEWAYS, waypoint("barrier-2", namespace))
+        await eventually(lambda: deployed(kube, "barrier-2", namespace))
+        assert await absent(kube, "late", other_ns)
+        await kube.patch(kinds.NAMESPACES, other_ns, {"metadata": {"labels": {"istio.io/rev": "default"}}})
+        await eventually(lambda: deployed(kube, "late", other_ns))
+    finally:
+        with contextlib.suppress(KubeNotFoundError):
+            await kube.delete(kinds.NAMESPACES, other_ns)

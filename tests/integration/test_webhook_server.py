@@ -145,6 +145,117 @@ async def test_other_groups_are_validated_too(apiserver: ServerProcess, webhook:
     assert "spec.rules[0].backendRefs[0].port: required for a Service backend" in out
 
 
+UPSTREAM_DESTINATION_RULE = """
+apiVersion: networking.istio.io/{version}
+kind: DestinationRule
+metadata:
+  name: {name}
+  namespace: default
+spec:
+  host: "*.svc.cluster.local"
+  trafficPolicy:
+    connectionPool:
+      http:
+        maxRequestsPerConnection: 1
+"""
+
+
+async def test_destination_rules_and_virtual_services_are_accepted_validated_and_stored(
+    apiserver: ServerProcess, webhook: ValidationWebhookServer
+) -> None:
+    """The DestinationRule five upstream ambient tests apply first (in each served version), a VirtualService, and
+    the webhook's refusals of broken ones."""
+    for version in ("v1", "v1beta1", "v1alpha3"):
+        text = UPSTREAM_DESTINATION_RULE.format(version=version, name=f"one-request-{version}")
+        out = await asyncio.to_thread(apiserver.kubectl, "apply", "-f", "-", input=text, check=False)
+        assert out.strip() == f"destinationrule.networking.istio.io/one-request-{version} created", out
+    stored = json.loads(await kubectl(apiserver, "get", "dr", "one-request-v1beta1", "-n", "default", "-o", "json"))
+    assert stored["apiVersion"] == "networking.istio.io/v1"
+    assert stored["spec"] == {
+        "host": "*.svc.cluster.local",
+        "trafficPolicy": {"connectionPool": {"http": {"maxRequestsPerConnection": 1}}},
+    }
+    table = (await kubectl(apiserver, "get", "destinationrules", "-n", "default")).splitlines()
+    assert table[0].split() == ["NAME", "HOST", "AGE"]
+    assert table[1].split()[:2] == ["one-request-v1", "*.svc.cluster.local"]
+
+    service = {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "VirtualService",
+        "metadata": {"name": "reviews", "namespace": "default"},
+        "spec": {
+            "hosts": ["reviews"],
+            "http": [{"route": [{"destination": {"host": "reviews", "subset": "v1"}, "weight": 100}]}],
+        },
+    }
+    out = await kubectl(apiserver, "apply", "-f", "-", manifest=service)
+    assert out.strip() == "virtualservice.networking.istio.io/reviews created", out
+    assert (await kubectl(apiserver, "get", "vs", "-n", "default")).splitlines()[0].split() == [
+        "NAME",
+        "GATEWAYS",
+        "HOSTS",
+        "AGE",
+    ]
+
+    hostless = {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "DestinationRule",
+        "metadata": {"name": "hostless", "namespace": "default"},
+        "spec": {"trafficPolicy": {"loadBalancer": {"simple": "FASTEST"}}},
+    }
+    out = await kubectl(apiserver, "apply", "-f", "-", manifest=hostless)
+    assert "denied the request" in out and "spec.host" in out, out
+    assert "NotFound" in await kubectl(apiserver, "get", "dr", "hostless", "-n", "default")
+    nowhere = {
+        **service,
+        "metadata": {"name": "nowhere", "namespace": "default"},
+        "spec": {"hosts": ["reviews"], "http": [{}]},
+    }
+    out = await kubectl(apiserver, "apply", "-f", "-", manifest=nowhere)
+    assert "denied the request" in out, out
+    for kind, name in [("dr", f"one-request-{v}") for v in ("v1", "v1beta1", "v1alpha3")] + [("vs", "reviews")]:
+        await kubectl(apiserver, "delete", kind, name, "-n", "default")
+
+
+async def test_istio_s_own_gateway_is_validated_and_stored_and_gateways_still_means_gateway_api_s(
+    apiserver: ServerProcess, webhook: ValidationWebhookServer
+) -> None:
+    istio_gateway = {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "Gateway",
+        "metadata": {"name": "edge", "namespace": "default"},
+        "spec": {
+            "selector": {"istio": "ingressgateway"},
+            "servers": [{"port": {"number": 80, "name": "http", "protocol": "HTTP"}, "hosts": ["*"]}],
+        },
+    }
+    out = await kubectl(apiserver, "apply", "-f", "-", manifest=istio_gateway)
+    assert out.strip() == "gateway.networking.istio.io/edge created", out
+    waypoint = {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "Gateway",
+        "metadata": {"name": "waypoint", "namespace": "default"},
+        "spec": {
+            "gatewayClassName": "istio-waypoint",
+            "listeners": [{"name": "mesh", "port": 15008, "protocol": "HBONE"}],
+        },
+    }
+    out = await kubectl(apiserver, "apply", "-f", "-", manifest=waypoint)
+    assert out.strip() == "gateway.gateway.networking.k8s.io/waypoint created", out
+    listed = json.loads(await kubectl(apiserver, "get", "gateways", "-n", "default", "-o", "json"))
+    assert [(g["apiVersion"], g["metadata"]["name"]) for g in listed["items"]] == [
+        ("gateway.networking.k8s.io/v1", "waypoint")
+    ]
+    istio = json.loads(await kubectl(apiserver, "get", "gw", "-n", "default", "-o", "json"))
+    assert [(g["apiVersion"], g["metadata"]["name"]) for g in istio["items"]] == [("networking.istio.io/v1", "edge")]
+    not_a_map = {**istio_gateway, "metadata": {"name": "bad", "namespace": "default"}, "spec": {"servers": "all"}}
+    out = await kubectl(apiserver, "apply", "-f", "-", manifest=not_a_map)
+    assert "denied the request" in out and "spec.servers" in out, out
+    assert "NotFound" in await kubectl(apiserver, "get", "gw", "bad", "-n", "default")
+    await kubectl(apiserver, "delete", "gw", "edge", "-n", "default")
+    await kubectl(apiserver, "delete", "gateways.gateway.networking.k8s.io", "waypoint", "-n", "default")
+
+
 async def test_malformed_review_posted_directly_gets_400_with_a_clear_body(
     pki: Pki, webhook: ValidationWebhookServer
 ) -> None:

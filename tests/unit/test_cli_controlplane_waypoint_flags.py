@@ -33,6 +33,13 @@ def test_defaults_follow_the_control_plane_s_namespace(started: list[Any]) -> No
     assert settings.waypoint_xds_address == "istiod.mesh-system.svc:15012"
     assert settings.waypoint_image == "ambit" and settings.waypoint_image_pull_policy is None
     assert settings.deploy_waypoints is True
+    assert settings.revision == "default"
+
+
+def test_the_revision_comes_from_the_flag_or_istiod_s_environment_variable(started: list[Any]) -> None:
+    assert CliRunner().invoke(app, ["controlplane"], env={"REVISION": "canary"}).exit_code == 0
+    assert CliRunner().invoke(app, ["controlplane", "--revision", "1-24"]).exit_code == 0
+    assert [settings.revision for settings in started] == ["canary", "1-24"]
 
 
 def test_the_environment_deploy_sets_is_read_and_empty_means_default(started: list[Any]) -> None:
@@ -55,6 +62,8 @@ def test_the_environment_deploy_sets_is_read_and_empty_means_default(started: li
         (["--waypoint-image-pull-policy", "Sometimes"], "expected Always, IfNotPresent or Never"),
         (["--waypoint-xds-address", "nohost"], "expected HOST:PORT"),
         (["--waypoint-xds-address", "host:99999"], "expected HOST:PORT"),
+        (["--revision", "Foo/../x"], "expected a DNS-1123 label, got 'Foo/../x'"),
+        (["--revision", ""], "expected a DNS-1123 label, got ''"),
     ],
 )
 def test_bad_waypoint_settings_are_refused(started: list[Any], args: list[str], message: str) -> None:

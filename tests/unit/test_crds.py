@@ -37,7 +37,7 @@ def test_one_file_per_group_with_the_expected_kinds() -> None:
             "TCPRoute",
             "TLSRoute",
         ],
-        "networking.istio.io.yaml": ["ServiceEntry", "WorkloadEntry"],
+        "networking.istio.io.yaml": ["DestinationRule", "Gateway", "ServiceEntry", "VirtualService", "WorkloadEntry"],
         "security.istio.io.yaml": ["AuthorizationPolicy", "PeerAuthentication", "RequestAuthentication"],
     }
 
@@ -104,15 +104,22 @@ def test_versions_share_schema_and_columns(path: Path, crd: dict[str, Any]) -> N
 
 
 def test_short_names_are_unique_and_as_upstream() -> None:
+    shorts = {crd["metadata"]["name"]: crd["spec"]["names"].get("shortNames", []) for _, crd in CRDS}
+    assert len({s for names in shorts.values() for s in names}) == sum(map(len, shorts.values()))
     shorts = {crd["spec"]["names"]["kind"]: crd["spec"]["names"].get("shortNames", []) for _, crd in CRDS}
+    shorts.pop("Gateway")  # two kinds of that name, checked here
+    by_name = {crd["metadata"]["name"]: crd["spec"]["names"].get("shortNames") for _, crd in CRDS}
+    assert by_name["gateways.gateway.networking.k8s.io"] == ["gtw"]
+    assert by_name["gateways.networking.istio.io"] == ["gw"]
     assert shorts == {
         "AuthorizationPolicy": ["ap"],
         "PeerAuthentication": ["pa"],
         "RequestAuthentication": ["ra"],
         "ServiceEntry": ["se"],
         "WorkloadEntry": ["we"],
+        "DestinationRule": ["dr"],
+        "VirtualService": ["vs"],
         "GatewayClass": ["gc"],
-        "Gateway": ["gtw"],
         "HTTPRoute": [],
         "GRPCRoute": [],
         "TCPRoute": [],
@@ -153,8 +160,10 @@ def test_gateway_api_kinds_serve_the_versions_clusters_serve() -> None:
     }
 
 
-def columns_of(kind: str) -> list[dict[str, Any]]:
-    crd = next(crd for _, crd in CRDS if crd["spec"]["names"]["kind"] == kind)
+def columns_of(kind: str, group: str = "") -> list[dict[str, Any]]:
+    crd = next(
+        crd for _, crd in CRDS if crd["spec"]["names"]["kind"] == kind and (not group or crd["spec"]["group"] == group)
+    )
     columns: list[dict[str, Any]] = crd["spec"]["versions"][0]["additionalPrinterColumns"]
     for column in columns:
         parse(column["jsonPath"])
@@ -194,6 +203,31 @@ def test_gateway_prints_class_address_programmed() -> None:
         [gateway],
         now=0.0,
         list_metadata={},
-        printer_columns=columns_of("Gateway"),
+        printer_columns=columns_of("Gateway", "gateway.networking.k8s.io"),
     )
     assert result["rows"][0]["cells"][:4] == ["waypoint", "istio-waypoint", "10.96.0.20", "True"]
+
+
+def test_destination_rule_and_virtual_service_print_istio_s_columns() -> None:
+    rule = {"metadata": {"name": "one-request"}, "spec": {"host": "*.svc.cluster.local"}}
+    result = to_table(
+        "DestinationRule",
+        "networking.istio.io",
+        [rule],
+        now=0.0,
+        list_metadata={},
+        printer_columns=columns_of("DestinationRule"),
+    )
+    assert [c["name"] for c in result["columnDefinitions"]] == ["Name", "Host", "Age"]
+    assert result["rows"][0]["cells"][:2] == ["one-request", "*.svc.cluster.local"]
+    service = {"metadata": {"name": "reviews"}, "spec": {"hosts": ["reviews"], "gateways": ["mesh"]}}
+    result = to_table(
+        "VirtualService",
+        "networking.istio.io",
+        [service],
+        now=0.0,
+        list_metadata={},
+        printer_columns=columns_of("VirtualService"),
+    )
+    assert [c["name"] for c in result["columnDefinitions"]] == ["Name", "Gateways", "Hosts", "Age"]
+    assert result["rows"][0]["cells"][:3] == ["reviews", '["mesh"]', '["reviews"]']

@@ -678,11 +678,58 @@ def test_several_errors_are_all_reported() -> None:
     ]
 
 
+ISTIO_GATEWAY_SERVER = {"port": {"number": 443, "name": "https", "protocol": "HTTPS"}, "hosts": ["apps/*.example.com"]}
+
+
+@pytest.mark.parametrize(
+    ("spec", "path", "message"),
+    [
+        ({"selector": {"istio": "ingressgateway"}, "servers": [ISTIO_GATEWAY_SERVER]}, "", ""),
+        ({"servers": [{**ISTIO_GATEWAY_SERVER, "tls": {"mode": "SIMPLE", "credentialName": "c"}}]}, "", ""),
+        ({"servers": [{**ISTIO_GATEWAY_SERVER, "hosts": ["*"]}]}, "", ""),
+        ({"selector": {"istio": "ingressgateway"}}, "spec.servers", "required"),
+        ({"servers": "all"}, "spec.servers", "expected"),
+        ({"servers": [{"hosts": ["*"]}]}, "spec.servers[0].port", "required"),
+        (
+            {"servers": [{**ISTIO_GATEWAY_SERVER, "port": {"number": 0, "protocol": "HTTP"}}]},
+            "spec.servers[0].port.number",
+            "",
+        ),
+        ({"servers": [{**ISTIO_GATEWAY_SERVER, "hosts": []}]}, "spec.servers[0].hosts", "must not be empty"),
+        ({"servers": [{**ISTIO_GATEWAY_SERVER, "hosts": ["a b"]}]}, "spec.servers[0].hosts[0]", "not a DNS name"),
+        ({"servers": [{**ISTIO_GATEWAY_SERVER, "hosts": ["No_Such/x"]}]}, "spec.servers[0].hosts[0]", "namespace"),
+        ({"servers": [{**ISTIO_GATEWAY_SERVER, "tls": {"mode": "LOOSE"}}]}, "spec.servers[0].tls.mode", "LOOSE"),
+        ({"selector": {"istio": 1}, "servers": [ISTIO_GATEWAY_SERVER]}, "spec.selector[istio]", "expected a string"),
+    ],
+)
+def test_istio_s_own_gateway_is_validated_by_its_group(spec: Any, path: str, message: str) -> None:
+    found = [e for e in validate("Gateway", obj("Gateway", spec), group="networking.istio.io") if not e.warning]
+    if not path:
+        assert found == []
+    else:
+        assert any(e.path == path and message in e.message for e in found), found
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=json_values())
+def test_istio_s_gateway_validator_yields_only_field_errors_for_any_json(value: Any) -> None:
+    servers = {"servers": [value, {"port": value, "hosts": value, "tls": value}], "selector": value}
+    for candidate in (value, {"metadata": value, "spec": value}, {"spec": servers}):
+        found = validate("Gateway", candidate, group="networking.istio.io")
+        assert all(isinstance(e, FieldError) and e.path for e in found)
+
+
+def test_a_gateway_of_no_named_group_is_gateway_api_s() -> None:
+    istio_spec = {"selector": {"istio": "ingressgateway"}, "servers": [ISTIO_GATEWAY_SERVER]}
+    assert validate("Gateway", obj("Gateway", istio_spec), group="networking.istio.io") == []
+    assert any(e.path == "spec.gatewayClassName" for e in validate("Gateway", obj("Gateway", istio_spec)))
+
+
 def test_unknown_kind_is_our_error() -> None:
     with pytest.raises(UnknownKindError, match="Pod"):
         validate("Pod", {})
     with pytest.raises(UnknownKindError):
-        validate("Gateway", {}, group="networking.istio.io")
+        validate("Gateway", {}, group="example.com")
 
 
 def test_non_object_is_one_field_error() -> None:
@@ -770,9 +817,9 @@ def test_always_reject_annotation_rejects_a_valid_object() -> None:
 
 
 def test_unrecognized_type_is_denied() -> None:
-    response = answer(parse_review(review("Gateway", {}, group="networking.istio.io")))["response"]
+    response = answer(parse_review(review("Gateway", {}, group="example.com")))["response"]
     assert response["allowed"] is False
-    assert response["status"]["message"] == "unrecognized type Gateway.networking.istio.io"
+    assert response["status"]["message"] == "unrecognized type Gateway.example.com"
 
 
 @pytest.mark.parametrize(

@@ -384,6 +384,15 @@ def controlplane(
             help="Always, IfNotPresent or Never [default (or empty): the cluster's].",
         ),
     ] = None,
+    revision: Annotated[
+        str,
+        typer.Option(
+            "--revision",
+            envvar="REVISION",
+            help="This control plane's revision: Gateways labelled (or in a namespace labelled) istio.io/rev with "
+            "another are left to theirs.",
+        ),
+    ] = "default",
 ) -> None:
     """Run the control plane: the workload API over delta xDS and the mesh CA, on one TLS gRPC port."""
     from ambit.controlplane.process import ControlPlaneSettings, run_control_plane
@@ -408,6 +417,8 @@ def controlplane(
         raise typer.BadParameter(
             f"expected HOST:PORT, got {waypoint_xds_address!r}", param_hint="--waypoint-xds-address"
         )
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", revision):
+        raise typer.BadParameter(f"expected a DNS-1123 label, got {revision!r}", param_hint="--revision")
     settings = ControlPlaneSettings(
         kubeconfig=kubeconfig,
         host=host.strip("[]") or "0.0.0.0",
@@ -428,6 +439,7 @@ def controlplane(
         waypoint_xds_address=waypoint_xds_address,
         waypoint_image=waypoint_image,
         waypoint_image_pull_policy=waypoint_image_pull_policy,
+        revision=revision,
     )
     configure_logging()
     asyncio.run(run_control_plane(settings))

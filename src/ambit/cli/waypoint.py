@@ -12,6 +12,10 @@ and refuses to turn a Gateway of another class into a waypoint; ``list`` shows t
 uses (the Gateway's ``istio.io/waypoint-for``, else the GatewayClass's, else ``service``), where istioctl shows
 ``none`` for a missing label; ``status --wait`` prints each waypoint's row once, when it is ready or the wait
 ends, not once per second.
+
+Flags follow istioctl's: ``-n/--namespace`` and ``--name`` may be given to the group as well as to a command
+(cobra's persistent flags; the command's own wins), and boolean flags take ``--flag=false`` and a following
+``true``/``false`` word (:mod:`ambit.cli.istioctl_args`).
 """
 
 from __future__ import annotations
@@ -21,17 +25,45 @@ import re
 import sys
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from typer.core import TyperGroup
 
+from ambit.cli.istioctl_args import BoolFlagError, read_bool_flags
 from ambit.cli.main import app
 from ambit.errors import AmbitError
 
-waypoint_app = typer.Typer(help="Waypoints: deploy and inspect them, or run one (proxy).", no_args_is_help=True)
+BOOL_FLAGS = {
+    "--enroll-namespace": "--enroll-namespace",
+    "--overwrite": "--overwrite",
+    "--wait": "--wait",
+    "-w": "--wait",
+    "--all": "--all",
+    "--all-namespaces": "--all-namespaces",
+    "-A": "--all-namespaces",
+}
+"""The boolean flags of the waypoint commands, by spelling: each command declares ``--no-`` forms too."""
+
+
+class WaypointGroup(TyperGroup):
+    """The ``waypoint`` group: reads istioctl's boolean flag spellings before click parses the words."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        try:
+            words = read_bool_flags(args, BOOL_FLAGS)
+        except BoolFlagError as exc:
+            ctx.fail(str(exc))  # a usage error: exit status 2, as click's own
+        return list(super().parse_args(ctx, words))
+
+
+waypoint_app = typer.Typer(
+    cls=WaypointGroup, help="Waypoints: deploy and inspect them, or run one (proxy).", no_args_is_help=True
+)
 app.add_typer(waypoint_app, name="waypoint")
 
 WAYPOINT_CLASS = "istio-waypoint"
@@ -50,7 +82,9 @@ KubeconfigOption = Annotated[
 NamespaceOption = Annotated[
     str | None, typer.Option("--namespace", "-n", help="Namespace (default: the kubeconfig context's).")
 ]
-AllNamespacesOption = Annotated[bool, typer.Option("--all-namespaces", "-A", help="Waypoints of every namespace.")]
+AllNamespacesOption = Annotated[
+    bool, typer.Option("--all-namespaces/--no-all-namespaces", "-A", help="Waypoints of every namespace.")
+]
 TimeoutOption = Annotated[
     float, typer.Option("--waypoint-timeout", min=0, help="Seconds to wait for the waypoint to be ready.")
 ]
@@ -58,6 +92,29 @@ TimeoutOption = Annotated[
 
 class WaypointCommandError(AmbitError):
     """A user-facing failure of a waypoint command: printed as one line, exit status 1."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupFlags:
+    """The flags given to ``ambit waypoint`` itself, before the command: its commands' defaults."""
+
+    namespace: str | None = None
+    name: str | None = None
+
+
+@waypoint_app.callback()
+def waypoint_group(
+    ctx: typer.Context,
+    namespace: NamespaceOption = None,
+    name: Annotated[str | None, typer.Option("--name", help="The waypoint's name (apply, status).")] = None,
+) -> None:
+    """Waypoints: deploy and inspect them, or run one (proxy)."""
+    ctx.obj = GroupFlags(namespace=namespace, name=name)
+
+
+def _group_flags(ctx: typer.Context) -> GroupFlags:
+    parent = ctx.parent.obj if ctx.parent is not None else None
+    return parent if isinstance(parent, GroupFlags) else GroupFlags()
 
 
 def _print(text: str) -> None:
@@ -208,23 +265,28 @@ async def _wait_programmed(client: Any, namespace: str, name: str, within: float
 
 @waypoint_app.command("apply")
 def apply_command(
+    ctx: typer.Context,
     namespace: NamespaceOption = None,
-    name: Annotated[str, typer.Option("--name", help="The waypoint's name.")] = DEFAULT_NAME,
+    name: Annotated[str | None, typer.Option("--name", help="The waypoint's name (default: waypoint).")] = None,
     enroll_namespace: Annotated[
-        bool, typer.Option("--enroll-namespace", help="Label the namespace with the waypoint's name.")
+        bool,
+        typer.Option("--enroll-namespace/--no-enroll-namespace", help="Label the namespace with the waypoint's name."),
     ] = False,
     traffic_type: Annotated[
         str | None, typer.Option("--for", help="The traffic type: all, none, service or workload.")
     ] = None,
-    wait: Annotated[bool, typer.Option("--wait", "-w", help="Wait for the waypoint to be ready.")] = False,
+    wait: Annotated[bool, typer.Option("--wait/--no-wait", "-w", help="Wait for the waypoint to be ready.")] = False,
     overwrite: Annotated[
-        bool, typer.Option("--overwrite", help="Overwrite the waypoint the namespace already uses.")
+        bool, typer.Option("--overwrite/--no-overwrite", help="Overwrite the waypoint the namespace already uses.")
     ] = False,
     revision: Annotated[str | None, typer.Option("--revision", "-r", help="The revision to label it with.")] = None,
     timeout: TimeoutOption = 90.0,
     kubeconfig: KubeconfigOption = None,
 ) -> None:
     """Apply a waypoint (a Gateway of class istio-waypoint) and optionally enroll its namespace."""
+    group = _group_flags(ctx)
+    namespace = namespace or group.namespace
+    name = name if name is not None else group.name
     if traffic_type is not None and traffic_type not in TRAFFIC_TYPES:
         typer.echo(
             f"ambit waypoint apply: invalid traffic type: {traffic_type}. "
@@ -236,7 +298,7 @@ def apply_command(
     async def work() -> None:
         from ambit.k8s import kinds
 
-        waypoint = _check_name(name)
+        waypoint = _check_name(name or "")
         async with _client(kubeconfig) as client:
             ns = _check_namespace(namespace or client.connection.namespace)
             labels = await _namespace_labels(client, ns)
@@ -287,11 +349,13 @@ async def _class_traffic_type(client: Any) -> str:
 
 @waypoint_app.command("list")
 def list_command(
+    ctx: typer.Context,
     namespace: NamespaceOption = None,
     all_namespaces: AllNamespacesOption = False,
     kubeconfig: KubeconfigOption = None,
 ) -> None:
     """List the waypoints: revision, traffic type and whether they are programmed."""
+    namespace = namespace or _group_flags(ctx).namespace
 
     async def work() -> None:
         async with _client(kubeconfig) as client:
@@ -321,6 +385,7 @@ def list_command(
 
 @waypoint_app.command("status")
 def status_command(
+    ctx: typer.Context,
     namespace: NamespaceOption = None,
     all_namespaces: AllNamespacesOption = False,
     name: Annotated[str | None, typer.Option("--name", help="Only this waypoint (default: all).")] = None,
@@ -329,6 +394,9 @@ def status_command(
     kubeconfig: KubeconfigOption = None,
 ) -> None:
     """Show each waypoint's Programmed condition, waiting for it to be ready (--no-wait: as it is now)."""
+    group = _group_flags(ctx)
+    namespace = namespace or group.namespace
+    name = (name if name is not None else group.name) or None  # an empty name means every waypoint
 
     async def work() -> None:
         async with _client(kubeconfig) as client:
@@ -370,15 +438,17 @@ def status_command(
 
 @waypoint_app.command("delete")
 def delete_command(
+    ctx: typer.Context,
     names: Annotated[list[str] | None, typer.Argument(help="The waypoints to delete.")] = None,
     namespace: NamespaceOption = None,
-    delete_all: Annotated[bool, typer.Option("--all", help="Delete all waypoints in the namespace.")] = False,
+    delete_all: Annotated[bool, typer.Option("--all/--no-all", help="Delete all waypoints in the namespace.")] = False,
     revision: Annotated[
         str | None, typer.Option("--revision", "-r", help="Delete the waypoints of this revision.")
     ] = None,
     kubeconfig: KubeconfigOption = None,
 ) -> None:
     """Delete waypoints by name, all of a namespace (--all), or those of a revision (--revision)."""
+    namespace = namespace or _group_flags(ctx).namespace
     if (delete_all or revision) and names:
         typer.echo("ambit waypoint delete: cannot specify waypoint names when deleting all waypoints", err=True)
         raise typer.Exit(1)

@@ -126,6 +126,9 @@ class ControlPlaneSettings:
     waypoint_image: str = "ambit"
     waypoint_image_pull_policy: str | None = None
     """``Never`` in the lab (containers run commands there, not images); None: the cluster's default."""
+    revision: str = "default"
+    """This control plane's revision (istiod's ``REVISION``): the gateway controller leaves Gateways of another
+    revision alone (:mod:`ambit.controlplane.gateway.revision`)."""
     debug_accounts: frozenset[str] = DEBUG_ACCOUNTS
     """``namespace/service account`` pairs that may read the sync status without an RBAC rule
     (:mod:`ambit.controlplane.debug_access`); any other caller needs ``get`` on ``/debug/syncz``."""
@@ -221,6 +224,7 @@ class ControlPlane:
                 cluster_id=settings.cluster_id,
                 trust_domain=settings.trust_domain,
                 domain=settings.domain,
+                revision=settings.revision,
             )
             self.gateways = GatewayController(
                 client, GatewayControllerSettings(template=template, debounce=settings.debounce), clock=time.time

@@ -2,7 +2,8 @@
 Deployment running ``ambit waypoint proxy`` and a Service, with the Gateway's status, as istiod deploys them.
 
 Modules: ``render`` (a Gateway's objects, pure), ``apply`` (create or patch, decided without I/O), ``status``
-(the Gateway's and GatewayClass's status, pure), ``controller`` (the asyncio shell: informers, writes).
+(the Gateway's and GatewayClass's status, pure), ``revision`` (which Gateways this control plane's revision
+controls, pure), ``controller`` (the asyncio shell: informers, writes).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ whether it is ready.
 Theory of operation: informers over Gateways, GatewayClasses, HTTPRoutes (for ``attachedRoutes``), Secrets of type
 ``kubernetes.io/tls`` (an ingress listener's certificates) and the Deployments, Services and ServiceAccounts
 labelled ``gateway.istio.io/managed`` with one of this controller's values; any
-change marks the controller dirty, and one task, ``debounce`` seconds later, reconciles every waypoint Gateway:
+change marks the controller dirty (as does a change to a Namespace, whose ``istio.io/rev`` label can choose
+the revision of its Gateways), and one task, ``debounce`` seconds later, reconciles every waypoint Gateway:
 render its objects (:mod:`.render`), plan each write against the cache (:mod:`.apply`), carry the plan out, then
 plan and write the Gateway's status (:mod:`.status`, :mod:`.ingress_status`), and the ``Accepted`` status of the
 GatewayClasses whose ``controllerName`` is ``istio.io/mesh-controller`` or ``istio.io/gateway-controller``. At
@@ -16,6 +17,8 @@ Invariants:
 - Deleting a Gateway deletes its objects through their owner references (the API server's garbage collector, in
   a cluster and in the embedded API server alike); the controller deletes nothing.
 - A Gateway being deleted (``deletionTimestamp``) is not reconciled.
+- A Gateway of another control plane revision (:mod:`.revision`) is not reconciled: nothing is deployed for it
+  and its status is left to its own control plane.
 - One Gateway's failure (an API server refusal, a conflict) is reported in its status and logged, and never stops
   the others; a pass with a failed write is retried after ``retry`` seconds or the next change.
 - The informers may lag behind the controller's own writes: the object a write returned stands in for the cached
@@ -51,6 +54,7 @@ from ambit.controlplane.gateway.render import (
     render_waypoint,
     service_hostname,
 )
+from ambit.controlplane.gateway.revision import is_ours
 from ambit.controlplane.gateway.status import (
     Deployed,
     attached_routes,
@@ -90,7 +94,7 @@ CLASSES = (
     (INGRESS_CLASS, GATEWAY_CONTROLLER, INGRESS_CLASS_DESCRIPTION),
 )
 OWNED_KINDS = (kinds.SERVICE_ACCOUNTS, kinds.DEPLOYMENTS, kinds.SERVICES)
-OPTIONAL_KINDS = (kinds.GATEWAYS, kinds.GATEWAY_CLASSES, kinds.HTTP_ROUTES, kinds.SECRETS)
+OPTIONAL_KINDS = (kinds.GATEWAYS, kinds.GATEWAY_CLASSES, kinds.HTTP_ROUTES, kinds.SECRETS, kinds.NAMESPACES)
 OWNED_SELECTOR = f"{MANAGED_LABEL} in ({CONTROLLER_LABEL},{GATEWAY_CONTROLLER_LABEL})"
 TLS_SECRETS = "type=kubernetes.io/tls"
 
@@ -303,6 +307,8 @@ class GatewayController:
                 continue
             if _field(gateway, "metadata", "deletionTimestamp"):
                 continue
+            if not is_ours(gateway, self._namespace(gateway), self.settings.template.revision):
+                continue
             try:
                 ok &= await self._reconcile_gateway(gateway, routes, now)
             except KubeClientError:
@@ -331,6 +337,11 @@ class GatewayController:
         else:
             wanted = gateway_status(gateway, found, domain=self.settings.template.domain, attached=attached)
         return await self._write_status(kinds.GATEWAYS, gateway, wanted, now)
+
+    def _namespace(self, gateway: Obj) -> Obj | None:
+        """The Gateway's Namespace as last seen; None when unknown (or Namespaces cannot be read)."""
+        name = _field(gateway, "metadata", "namespace")
+        return self.find(kinds.NAMESPACES, "", str(name)) if name else None
 
     def find_secret(self, namespace: str, name: str) -> Obj | None:
         """A ``kubernetes.io/tls`` Secret as last seen (None when Secrets cannot be read)."""

@@ -46,6 +46,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ambit.controlplane.gateway.revision import DEFAULT_REVISION, REVISION_LABEL
 from ambit.controlplane.translate.gateway_pods import (
     CONTROLLER_LABEL,
     GATEWAY_CLASS_LABEL,
@@ -104,6 +105,9 @@ class WaypointTemplateSettings:
     trust_domain: str = "cluster.local"
     domain: str = "cluster.local"
     """The cluster's DNS domain: the waypoint Service's hostname is ``<name>.<namespace>.svc.<domain>``."""
+    revision: str = DEFAULT_REVISION
+    """The control plane's revision: its pods' ``istio.io/rev``; the controller leaves Gateways of another revision
+    (label ``istio.io/rev`` on the Gateway or its namespace) alone."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,7 +270,7 @@ def render_waypoint(gateway: Obj, settings: WaypointTemplateSettings) -> Rendere
     labels_of_pods = pod_labels(gateway)
     pod_annotations = {
         **annotations,
-        "istio.io/rev": "default",
+        REVISION_LABEL: settings.revision or DEFAULT_REVISION,
         "prometheus.io/path": "/stats/prometheus",
         "prometheus.io/port": str(METRICS_PORT),
         "prometheus.io/scrape": "true",

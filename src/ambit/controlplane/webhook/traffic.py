@@ -1,4 +1,4 @@
-"""Shallow validation of ``networking.istio.io`` DestinationRule, VirtualService and Sidecar.
+"""Shallow validation of ``networking.istio.io`` DestinationRule, VirtualService, Sidecar and Gateway (Istio's own).
 
 Theory of operation. Ambit's waypoint does not implement these kinds yet, so only their structure and the
 obvious field errors are checked: top-level fields are decoded strictly, required hosts and names are present,
@@ -15,6 +15,7 @@ from ambit.controlplane.webhook.fields import Fields, is_dns_label, is_hostname
 TLS_MODES = ("DISABLE", "SIMPLE", "MUTUAL", "ISTIO_MUTUAL")
 LOAD_BALANCERS = ("UNSPECIFIED", "LEAST_CONN", "RANDOM", "PASSTHROUGH", "ROUND_ROBIN", "LEAST_REQUEST")
 OUTBOUND_MODES = ("REGISTRY_ONLY", "ALLOW_ANY")
+SERVER_TLS_MODES = ("PASSTHROUGH", "SIMPLE", "MUTUAL", "AUTO_PASSTHROUGH", "ISTIO_MUTUAL", "OPTIONAL_MUTUAL")
 _TRAFFIC_POLICY = (
     "loadBalancer",
     "connectionPool",
@@ -122,6 +123,30 @@ def validate_sidecar(obj: dict[str, Any]) -> Fields:
     outbound = f.mapping(f.get(spec, "outboundTrafficPolicy"), "spec.outboundTrafficPolicy")
     f.enum(outbound.get("mode"), "spec.outboundTrafficPolicy.mode", OUTBOUND_MODES)
     f.mapping(f.get(spec, "inboundConnectionPool"), "spec.inboundConnectionPool")
+    return f
+
+
+def validate_istio_gateway(obj: dict[str, Any]) -> Fields:
+    """Istio's ``Gateway`` (not Gateway API's): a selector and servers, each with a port and hosts."""
+    f = Fields()
+    spec = f.mapping(obj.get("spec"), "spec", known=("selector", "servers"))
+    f.labels(f.get(spec, "selector"), "spec.selector")
+    for path, server in f.objects(spec.get("servers"), "spec.servers", required=True):
+        f.mapping(server, path, known=("port", "bind", "hosts", "tls", "name", "defaultEndpoint"))
+        port = f.mapping(server.get("port"), f"{path}.port", required=True)
+        f.port(port.get("number"), f"{path}.port.number", required=True)
+        f.string(port.get("protocol"), f"{path}.port.protocol", required=True)
+        f.string(port.get("name"), f"{path}.port.name")
+        for host_path, host in f.strings(server.get("hosts"), f"{path}.hosts", required=True):
+            namespace, slash, name = host.rpartition("/")
+            if slash and not (namespace in ("*", ".") or is_dns_label(namespace)):
+                f.error(host_path, f"{host!r}: the namespace before '/' must be '*', '.' or a name")
+            elif name != "*" and not is_hostname(name):
+                f.error(host_path, f"{name!r} is not a DNS name, a '*.' wildcard or '*'")
+        tls = f.mapping(f.get(server, "tls"), f"{path}.tls")
+        f.enum(tls.get("mode"), f"{path}.tls.mode", SERVER_TLS_MODES)
+        f.string(f.get(server, "bind"), f"{path}.bind")
+        f.string(f.get(server, "name"), f"{path}.name")
     return f
 
 

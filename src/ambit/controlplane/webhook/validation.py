@@ -18,7 +18,12 @@ from ambit.controlplane.webhook.errors import UnknownKindError
 from ambit.controlplane.webhook.fields import FieldError, Fields
 from ambit.controlplane.webhook.gateway import validate_gateway, validate_grpc_route, validate_http_route
 from ambit.controlplane.webhook.serviceentry import validate_service_entry, validate_workload_entry
-from ambit.controlplane.webhook.traffic import validate_destination_rule, validate_sidecar, validate_virtual_service
+from ambit.controlplane.webhook.traffic import (
+    validate_destination_rule,
+    validate_istio_gateway,
+    validate_sidecar,
+    validate_virtual_service,
+)
 
 SECURITY = "security.istio.io"
 NETWORKING = "networking.istio.io"
@@ -36,10 +41,12 @@ VALIDATORS: dict[tuple[str, str], Callable[[dict[str, Any]], Fields]] = {
     (GATEWAY_API, "Gateway"): validate_gateway,
     (GATEWAY_API, "HTTPRoute"): validate_http_route,
     (GATEWAY_API, "GRPCRoute"): validate_grpc_route,
+    (NETWORKING, "Gateway"): validate_istio_gateway,  # Istio's own, after Gateway API's: see _BY_KIND
 }
 """(API group, kind) → validator; also what :mod:`registration` asks the API server to send us."""
 
-_BY_KIND = {kind: group for group, kind in VALIDATORS}
+_BY_KIND = {kind: group for group, kind in VALIDATORS if (group, kind) != (NETWORKING, "Gateway")}
+"""A kind's group when the caller names none: a bare ``Gateway`` is Gateway API's, as it is for kubectl."""
 
 
 def group_of(kind: str) -> str:
