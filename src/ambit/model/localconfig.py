@@ -26,6 +26,8 @@ Rules:
 9. A workload's or service's ``waypoint`` is ``{hostname: H, namespace: N}`` or ``{address: net/ip}``, plus
    ``hboneMtlsPort`` (default 15008); a service's ``ingressUseWaypoint`` is a boolean. These newer fields are
    written only when set (no waypoint, false), so files written before them render the same.
+   ``weightedWaypoints`` (also written only when set) is a list of ``{destination: <waypoint>, weight: N}`` with
+   ``weight`` 0..4294967295 (the wire's uint32).
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ from ambit.model.workload import (
     PortMapping,
     Service,
     TunnelProtocol,
+    WeightedWaypoint,
     Workload,
     parse_ip,
 )
@@ -119,7 +122,9 @@ _SERVICE_KEYS = (
     "ipFamilies",
     "waypoint",
     "ingressUseWaypoint",
+    "weightedWaypoints",
 )
+_WEIGHTED_KEYS = ("destination", "weight")
 _WAYPOINT_KEYS = ("hostname", "namespace", "address", "hboneMtlsPort")
 _LOCALITY_KEYS = ("region", "zone", "subzone")
 _PORT_KEYS = ("targetPort", "appProtocol")
@@ -356,6 +361,22 @@ def _waypoint(value: object, path: str) -> GatewayAddress:
     return GatewayAddress(NamespacedHostname(_field(item, "namespace", path, _namespace), hostname), port)
 
 
+def _weighted_waypoints(value: object, path: str) -> tuple[WeightedWaypoint, ...]:
+    out = []
+    for index, entry in enumerate(_list(value, path)):
+        where = f"{path}[{index}]"
+        item = _mapping(entry, where, _WEIGHTED_KEYS)
+        weight = _field(item, "weight", where, _weight)
+        out.append(WeightedWaypoint(_field(item, "destination", where, _waypoint), weight))
+    return tuple(out)
+
+
+def _weight(value: object, path: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 0xFFFFFFFF:
+        raise LocalConfigError(f"{path}: expected an integer 0..4294967295, got {value!r}")
+    return value
+
+
 def _workload(value: object, path: str) -> Workload:
     item = _mapping(value, path, _WORKLOAD_KEYS)
     return Workload(
@@ -405,6 +426,7 @@ def _service(value: object, path: str) -> Service:
         ip_families=_field(item, "ipFamilies", path, _choice({f.value: f for f in IPFamilies}), IPFamilies.AUTOMATIC),
         waypoint=_waypoint(item["waypoint"], f"{path}.waypoint") if item.get("waypoint") is not None else None,
         ingress_use_waypoint=_field(item, "ingressUseWaypoint", path, _bool, False),
+        weighted_waypoints=_field(item, "weightedWaypoints", path, _weighted_waypoints, ()),
     )
 
 
@@ -599,6 +621,10 @@ def service_to_dict(service: Service) -> dict[str, Any]:
         out["waypoint"] = waypoint_to_dict(service.waypoint)
     if service.ingress_use_waypoint:
         out["ingressUseWaypoint"] = True
+    if service.weighted_waypoints:
+        out["weightedWaypoints"] = [
+            {"destination": waypoint_to_dict(w.destination), "weight": w.weight} for w in service.weighted_waypoints
+        ]
     return out
 
 

@@ -21,7 +21,8 @@ Rules:
    *consumer* route (GAMMA scopes those to the route's namespace's clients, and a waypoint serves every client)
    is refused (``Accepted`` False ``NotAllowedByListeners``) rather than let one namespace reroute another's. A
    Service without a waypoint is programmed nowhere in ambient; the route is still ``Accepted`` and, as istiod
-   writes it, the ``ResolvedWaypoints`` condition says so.
+   writes it, the ``ResolvedWaypoints`` condition says so. A Service with a canary waypoint is programmed on both
+   waypoints alike (the canary's namespace counts as a waypoint's own too).
 3. A waypoint Gateway parent: ``port`` other than 15008, or a ``sectionName`` that is not one of its listeners →
    ``NoMatchingParent``; a route namespace its HBONE listener's ``allowedRoutes`` does not admit →
    ``NotAllowedByListeners``. Accepted, it attaches to every destination of the waypoint that is in the route's
@@ -166,9 +167,15 @@ class _Inputs:
     entry_services: Mapping[tuple[str, str], tuple[Service, ...]]
     by_hostname: Mapping[str, tuple[Service, ...]]
     bound: Mapping[str, str]
+    canaries: Mapping[str, str]
     waypoints: WaypointIndex
     listeners: Mapping[str, frozenset[str]]
     grants: Mapping[str, list[_Grant]]
+
+    def waypoint_namespaces(self, service_key: str) -> tuple[str, ...]:
+        """The namespaces of the waypoints that front a bound service: its own, then its canary's."""
+        keys = (self.bound[service_key], self.canaries.get(service_key))
+        return tuple(k.partition("/")[0] for k in keys if k is not None)
 
     def granted(self, route_kind: str, from_ns: str, to_ns: str, kind: str, name: str) -> bool:
         for grant in self.grants.get(to_ns, ()):
@@ -258,7 +265,7 @@ def _parent_status(
             )
         bound = [s for s in services if s.key in inputs.bound]
         if namespace != route.namespace:
-            bound = [s for s in bound if inputs.bound[s.key].partition("/")[0] == route.namespace]
+            bound = [s for s in bound if route.namespace in inputs.waypoint_namespaces(s.key)]
             if not bound:
                 message = (
                     f'a {route.kind} in namespace "{route.namespace}" attached to {kind} {namespace}/{name} is a'
@@ -329,11 +336,13 @@ def translate_routes(
     k8s_services: Iterable[Service] = (),
     entry_services: Iterable[Service] = (),
     bound: Mapping[str, str],
+    canaries: Mapping[str, str] | None = None,
     waypoints: WaypointIndex,
     gateways: Iterable[Obj] = (),
 ) -> RouteTranslation:
     """Each ready waypoint's config and each route's status (rules 1-6). ``bound`` maps a service key to the key
-    of the waypoint it is bound to."""
+    of the waypoint it is bound to; ``canaries`` to its canary waypoint's, which gets the same tables."""
+    canaries = canaries or {}
     gateway_list = list(gateways)
     k8s = {(s.namespace, s.name): s for s in k8s_services}
     entries: dict[tuple[str, str], list[Service]] = {}
@@ -347,15 +356,16 @@ def translate_routes(
         {k: tuple(v) for k, v in entries.items()},
         {k: tuple(v) for k, v in by_hostname.items()},
         bound,
+        canaries,
         waypoints,
         _listener_names(gateway_list),
         _grants(reference_grants),
     )
     destinations: dict[str, list[Service]] = {}
     for service in (s for services in inputs.by_hostname.values() for s in services):
-        waypoint_key = bound.get(service.key)
-        if waypoint_key is not None:
-            destinations.setdefault(waypoint_key, []).append(service)
+        for waypoint_key in (bound.get(service.key), canaries.get(service.key)):
+            if waypoint_key is not None:
+                destinations.setdefault(waypoint_key, []).append(service)
     attachments = _Attachments({})
     statuses: list[RouteStatus] = []
     for kind, objects in (("HTTPRoute", http_routes), ("GRPCRoute", grpc_routes), ("TCPRoute", tcp_routes)):
