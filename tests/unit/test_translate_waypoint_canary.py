@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 import pytest
+from google.protobuf.message import DecodeError
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -387,3 +388,42 @@ def test_a_malformed_weighted_set_in_the_local_file_is_a_clear_error(weighted: A
     )
     with pytest.raises(LocalConfigError, match=problem):
         parse_local_config(text)
+
+
+gateway_addresses = st.builds(
+    GatewayAddress,
+    st.builds(
+        NamespacedHostname,
+        st.from_regex(r"[a-z][a-z0-9-]{0,10}", fullmatch=True),
+        st.from_regex(r"[a-z][a-z0-9.-]{0,20}", fullmatch=True),
+    ),
+    st.integers(1, 65535),
+)
+weighted_sets = st.lists(
+    st.builds(WeightedWaypoint, gateway_addresses, st.integers(0, 0xFFFFFFFF)), max_size=MAX_WEIGHTED_WAYPOINTS
+)
+
+
+@given(weighted_sets)
+def test_any_weighted_set_round_trips_through_xds_and_the_local_file(entries: list[WeightedWaypoint]) -> None:
+    service = Service("web", "app", "web.app.svc.cluster.local", waypoint=PRIMARY, weighted_waypoints=tuple(entries))
+    assert address_from_proto(address_of(service)) == service
+    config = LocalConfig(workloads=(), services=(service,))
+    assert parse_local_config(render_local_config(config)) == config
+
+
+@given(st.lists(st.binary(max_size=40), max_size=3))
+def test_arbitrary_bytes_in_the_weighted_set_decode_or_are_refused_with_a_conversion_error(blobs: list[bytes]) -> None:
+    message = address_of(WEIGHTED)
+    for blob in blobs:
+        # Field 13 of Service, length-delimited: one more WeightedWaypoint made of arbitrary bytes.
+        raw = message.service.SerializeToString() + bytes([13 << 3 | 2, len(blob)]) + blob
+        try:
+            message.service.CopyFrom(pb.Service.FromString(raw))
+        except DecodeError:
+            continue  # not a message at all: the xDS layer refuses it before conversion
+    try:
+        decoded = address_from_proto(message)
+    except XdsConversionError:
+        return
+    assert isinstance(decoded, Service) and len(decoded.weighted_waypoints) >= 2
