@@ -329,6 +329,26 @@ def test_a_refused_canary_gets_nothing_of_the_service() -> None:
     assert "has an invalid weight" in status.message
 
 
+def test_a_route_from_the_canary_waypoints_namespace_is_refused_as_from_any_other() -> None:
+    objects = _objects()
+    objects["namespaces"] = [namespace("app"), namespace("infra")]
+    objects["gateways"] = [gateway("primary"), gateway("canary", "infra", allowed={"from": "All"})]
+    objects["services"][0]["metadata"]["labels"][CANARY_NS] = "infra"
+    route = objects["http_routes"][0]
+    route["metadata"]["namespace"] = "infra"
+    route["spec"]["parentRefs"][0]["namespace"] = "app"
+    translation = translate_all(**objects)
+    configs = {c.waypoint: c for c in translation.waypoint_configs}
+    assert [w.weight for w in translation.config.services[0].weighted_waypoints] == [50, 50]
+    for waypoint in ("app/primary", "infra/canary"):
+        table = configs[waypoint].find_table("app/web.app.svc.cluster.local", 80)
+        assert table is not None and table.http == (), waypoint  # the Service, without the foreign route
+    (status,) = translation.route_status
+    (parent,) = status.parents
+    accepted = next(c for c in parent.conditions if c.type == "Accepted")
+    assert (accepted.status, accepted.reason) == (False, "NotAllowedByListeners")
+
+
 # -- the wire and the file ---------------------------------------------------------------------------------------
 
 PRIMARY = GatewayAddress(NamespacedHostname("app", "primary.app.svc.cluster.local"))

@@ -22,7 +22,8 @@ Rules:
    is refused (``Accepted`` False ``NotAllowedByListeners``) rather than let one namespace reroute another's. A
    Service without a waypoint is programmed nowhere in ambient; the route is still ``Accepted`` and, as istiod
    writes it, the ``ResolvedWaypoints`` condition says so. A Service with a canary waypoint is programmed on both
-   waypoints alike (the canary's namespace counts as a waypoint's own too).
+   waypoints alike; only the primary's namespace counts as "the waypoint's own" (the tables are per Service, so a
+   route from the canary's namespace would also apply at the primary: refused, as from any other namespace).
 3. A waypoint Gateway parent: ``port`` other than 15008, or a ``sectionName`` that is not one of its listeners →
    ``NoMatchingParent``; a route namespace its HBONE listener's ``allowedRoutes`` does not admit →
    ``NotAllowedByListeners``. Accepted, it attaches to every destination of the waypoint that is in the route's
@@ -167,15 +168,9 @@ class _Inputs:
     entry_services: Mapping[tuple[str, str], tuple[Service, ...]]
     by_hostname: Mapping[str, tuple[Service, ...]]
     bound: Mapping[str, str]
-    canaries: Mapping[str, str]
     waypoints: WaypointIndex
     listeners: Mapping[str, frozenset[str]]
     grants: Mapping[str, list[_Grant]]
-
-    def waypoint_namespaces(self, service_key: str) -> tuple[str, ...]:
-        """The namespaces of the waypoints that front a bound service: its own, then its canary's."""
-        keys = (self.bound[service_key], self.canaries.get(service_key))
-        return tuple(k.partition("/")[0] for k in keys if k is not None)
 
     def granted(self, route_kind: str, from_ns: str, to_ns: str, kind: str, name: str) -> bool:
         for grant in self.grants.get(to_ns, ()):
@@ -265,7 +260,7 @@ def _parent_status(
             )
         bound = [s for s in services if s.key in inputs.bound]
         if namespace != route.namespace:
-            bound = [s for s in bound if route.namespace in inputs.waypoint_namespaces(s.key)]
+            bound = [s for s in bound if inputs.bound[s.key].partition("/")[0] == route.namespace]
             if not bound:
                 message = (
                     f'a {route.kind} in namespace "{route.namespace}" attached to {kind} {namespace}/{name} is a'
@@ -356,7 +351,6 @@ def translate_routes(
         {k: tuple(v) for k, v in entries.items()},
         {k: tuple(v) for k, v in by_hostname.items()},
         bound,
-        canaries,
         waypoints,
         _listener_names(gateway_list),
         _grants(reference_grants),
