@@ -89,12 +89,13 @@ POD_UID = "0f6a8c1e-0000-4000-8000-client"
 """The ZDS uid of the one local pod (``client``)."""
 
 
-@asynccontextmanager
-async def running_node_proxy(tmp_path: Path) -> AsyncIterator[NodeProxy]:
+def loopback_node_proxy_settings(tmp_path: Path, local_config: str) -> NodeProxySettings:
+    """A node proxy of node-1 under ``tmp_path``: ``local_config`` as its config file, a local CA, its ZDS socket
+    (and so its admin token, beside it) in ``run/``, and its admin, stats and readiness ports picked by the kernel."""
     (tmp_path / "run").mkdir()
     config = tmp_path / "workloads.yaml"
-    config.write_text(LOCAL_CONFIG)
-    settings = NodeProxySettings(
+    config.write_text(local_config)
+    return NodeProxySettings(
         node="node-1",
         zds_socket=tmp_path / "run" / "zds.sock",
         config_file=config,
@@ -103,6 +104,11 @@ async def running_node_proxy(tmp_path: Path) -> AsyncIterator[NodeProxy]:
         stats_port=0,
         readiness_port=0,
     )
+
+
+@asynccontextmanager
+async def running_node_proxy(tmp_path: Path) -> AsyncIterator[NodeProxy]:
+    settings = loopback_node_proxy_settings(tmp_path, LOCAL_CONFIG)
     proxy = NodeProxy(settings)
     await proxy.start()
     try:

@@ -10,6 +10,7 @@ Every error Ambit raises on purpose derives from :class:`AmbitError`, with a sub
     ├── PeerIdentityError        (ambit.tls.spiffe) a peer certificate without the expected SPIFFE identity
     ├── ModelError               (ambit.model.errors) IdentityError, AddressError, LocalConfigError, NoHealthyUpstream…
     ├── CaError                  (ambit.identity.caclient) fetching a workload certificate failed
+    ├── HttpFetchError           (ambit.httpfetch) a bounded GET failed: unreachable, slow, too large, not 200
     ├── HboneError               (ambit.hbone.errors) HboneProtocolError (peer), AuthorityError
     ├── ProxyError               (ambit.proxy.errors) ProxyConnectError, StreamClosedError, HboneConnectError, ...
     ├── WaypointError            (ambit.waypoint.errors) HttpProtocolError (peer), WaypointSettingsError

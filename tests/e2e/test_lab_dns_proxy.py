@@ -1,11 +1,14 @@
 """The node proxy's DNS proxy on a 2-node lab (spec §9, §11.3 TestServiceEntryDNSWithAutoAssign): an enrolled pod
 resolves ServiceEntry hosts, with and without explicit addresses, connects through the mesh to the endpoint behind
-them, and the name fails again once the entry is deleted.
+them, and the name fails again once the entry is deleted. A namespace-visible entry (``exportTo: ["."]``,
+TestServiceEntryVisibility) resolves in its own namespace only; a ``resolution: DNS`` entry's hostname endpoint is
+resolved on demand by the node proxy (from the lab's zone) and reached.
 
 One lab for the module. Namespace ``dnsp`` is ambient: client ``cli`` (node 1) and server ``srv`` (node 2, tcp-echo
-on 9000). The pod's queries go to whatever nameserver its resolv.conf names: DNS capture sends port 53 to the node
-proxy's 15053 in the pod anyway, which answers the entries' hosts from the mesh. A name the mesh does not know is
-forwarded to the pod's resolvers, which nothing in the lab routes out: it fails.
+on 9000); namespace ``dnsq`` is ambient too, with client ``cli`` (node 1). The pod's queries go to whatever
+nameserver its resolv.conf names: DNS capture sends port 53 to the node proxy's 15053 in the pod anyway, which
+answers the entries' hosts from the mesh. A name the mesh does not know is forwarded to the pod's resolvers, which
+do not know it either: it fails.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ pytestmark = [pytest.mark.root, pytest.mark.kubectl, pytest.mark.timeout(TEST_TI
 SHARES_THE_MESH_LAB = True  # tests/e2e/lab_driver.py shared_mesh_lab: one lab for the modules that share it
 
 NS = "dnsp"
+OTHER = "dnsq"
 EXPLICIT_VIP = "198.19.250.10"
 
 RESOLVE_AND_CONNECT = """
@@ -45,13 +49,16 @@ print(json.dumps(out))
 """
 
 
-def service_entry(name: str, host: str, server_ip: str, addresses: list[str] | None = None) -> dict[str, Any]:
+def service_entry(
+    name: str, host: str, server_ip: str, addresses: list[str] | None = None, **extra: Any
+) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "hosts": [host],
         "location": "MESH_EXTERNAL",
         "resolution": "STATIC",
         "ports": [{"number": 9000, "name": "tcp", "protocol": "TCP"}],
         "endpoints": [{"address": server_ip}],
+        **extra,
     }
     if addresses:
         spec["addresses"] = addresses
@@ -68,8 +75,8 @@ class DnsLab:
     lab: Lab
     server_ip: str
 
-    def resolve(self, *hosts: str) -> dict[str, dict[str, str]]:
-        out = self.lab.exec("cli", NS, "python3", "-c", RESOLVE_AND_CONNECT, *hosts, timeout=60)
+    def resolve(self, *hosts: str, namespace: str = NS) -> dict[str, dict[str, str]]:
+        out = self.lab.exec("cli", namespace, "python3", "-c", RESOLVE_AND_CONNECT, *hosts, timeout=60)
         result: dict[str, dict[str, str]] = json.loads(out)
         return result
 
@@ -78,8 +85,9 @@ class DnsLab:
 def dns_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DnsLab]:
     with module_on_shared_lab(tmp_path_factory) as lab:
         n1, n2 = (node.name for node in lab.topology.all_nodes())
-        lab.namespace(NS)
-        lab.kubectl("label", "namespace", NS, "istio.io/dataplane-mode=ambient")
+        for ns in (NS, OTHER):
+            lab.namespace(ns)
+            lab.kubectl("label", "namespace", ns, "istio.io/dataplane-mode=ambient")
         server = {
             "name": "echo",
             "image": "none",
@@ -91,7 +99,9 @@ def dns_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DnsLab]:
             pod_manifest("cli", [sleeper()], node=n1),
             namespace=NS,
         )
+        lab.apply(pod_manifest("cli", [sleeper()], node=n1), namespace=OTHER)
         lab.wait_pods_ready(NS, "", 2, timeout=90)
+        lab.wait_pods_ready(OTHER, "", 1, timeout=90)
         yield DnsLab(lab, lab.pod("srv", NS)["status"]["podIP"])
         assert lab.log_tracebacks() == []
 
@@ -130,3 +140,30 @@ def test_service_entry_hosts_resolve_in_an_enrolled_pod_and_connect_through_the_
 
     wait_until("the deleted entry's host no longer resolves", gone, timeout=60, interval=1.0)
     assert dns_lab.resolve("explicit.example.com") == {"explicit.example.com": expected["explicit.example.com"]}
+
+
+def test_a_namespace_visible_entry_resolves_in_its_own_namespace_only(dns_lab: DnsLab) -> None:
+    lab = dns_lab.lab
+    lab.apply(service_entry("private", "private.example.com", dns_lab.server_ip, exportTo=["."]), namespace=NS)
+
+    def own() -> bool:
+        return dns_lab.resolve("private.example.com")["private.example.com"].get("echo") == "ping"
+
+    wait_until("the namespace-visible host resolved and reached in its namespace", own, timeout=60, interval=1.0)
+    other = dns_lab.resolve("private.example.com", namespace=OTHER)["private.example.com"]
+    assert "error" in other, other  # dropped by the DNS proxy: forwarded, and nothing upstream knows it
+
+
+def test_a_dns_entry_reaches_its_hostname_endpoint_resolved_on_demand(dns_lab: DnsLab) -> None:
+    lab = dns_lab.lab
+    patch = json.dumps({"data": {"echo.lab.example": dns_lab.server_ip}})
+    lab.kubectl("patch", "configmap", "lab-dns-zone", "-n", "kube-system", "--type=merge", "-p", patch)
+    entry = service_entry("by-name", "byname.example.com", "echo.lab.example", resolution="DNS")
+    lab.apply(entry, namespace=NS)
+
+    def reached() -> bool:
+        return dns_lab.resolve("byname.example.com")["byname.example.com"].get("echo") == "ping"
+
+    wait_until("the DNS entry reached through its hostname endpoint", reached, timeout=90, interval=1.0)
+    metrics = lab.node_proxy_metrics(lab.topology.all_nodes()[0].name)
+    assert "istio_on_demand_dns_total " in metrics and "istio_on_demand_dns_total 0.0" not in metrics

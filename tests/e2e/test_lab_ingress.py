@@ -271,3 +271,85 @@ def test_ingress_use_waypoint_sends_the_gateway_s_traffic_through_the_waypoint(l
         return answer is not None and waypoint_requests(lab) > start
 
     wait_until("requests from the gateway go through the waypoint", via_waypoint, timeout=60, interval=1)
+
+
+XFCC_ANNOTATION = "ambient.istio.io/xfcc-include-client-identity"
+WAYPOINT_ID = f"spiffe://cluster.local/ns/{APP}/sa/waypoint"
+
+
+def echoed_headers(answer: dict[str, Any] | None) -> dict[str, str]:
+    """The request headers the echo backend received, names lower-cased."""
+    headers = (answer or {}).get("headers") or {}
+    return {str(k).lower(): str(v) for k, v in headers.items()}
+
+
+def test_the_waypoint_adds_the_client_identity_to_xfcc_when_its_gateway_asks(lab: Lab) -> None:
+    """TestWaypointXFCCClientIdentity, the source being the ingress gateway; continues from the previous test (the
+    waypoint serves echo and the gateway goes through it)."""
+    ip = address(lab)
+    url = f"http://{ip}:8080/xfcc"
+    forged = ("-H", f"X-Forwarded-Client-Cert: URI=spiffe://cluster.local/ns/{APP}/sa/admin")
+    answer = wait_until("echo answers", lambda: through_gateway("-H", "Host: a.example", *forged, url), 60, 1)
+    assert "x-forwarded-client-cert" not in echoed_headers(answer)  # no annotation: no client URI, forgery dropped
+    lab.kubectl("annotate", "gateway", "waypoint", "-n", APP, f"{XFCC_ANNOTATION}=true")
+    expected = f"By={WAYPOINT_ID};URI={GATEWAY_ID}"
+
+    def annotated() -> bool:
+        headers = echoed_headers(through_gateway("-H", "Host: a.example", *forged, url))
+        return headers.get("x-forwarded-client-cert") == expected
+
+    wait_until("the waypoint adds By=<waypoint>;URI=<gateway> and drops the forged one", annotated, 120, 1)
+    lab.kubectl("annotate", "gateway", "waypoint", "-n", APP, f"{XFCC_ANNOTATION}-")
+
+    def removed() -> bool:
+        answer = through_gateway("-H", "Host: a.example", *forged, url)
+        return answer is not None and "x-forwarded-client-cert" not in echoed_headers(answer)
+
+    wait_until("without the annotation again there is no XFCC", removed, 120, 1)
+
+
+def test_request_authentication_and_a_principal_policy_at_the_gateway(lab: Lab) -> None:
+    """RequestAuthentication attached to the Gateway by targetRefs, AuthorizationPolicy selecting its pods: a bad
+    token is 401, no token 403, a valid token 200 (and is not forwarded); removing them opens the gateway again."""
+    from tests.unit.jwt_keys import claims, rsa_signer
+
+    ip = address(lab)
+    url = f"http://{ip}:8080/jwt"
+    issuer = "https://issuer.example"
+    signer = rsa_signer()
+    authn = {
+        "apiVersion": "security.istio.io/v1",
+        "kind": "RequestAuthentication",
+        "metadata": {"name": "jwt"},
+        "spec": {
+            "targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "edge"}],
+            "jwtRules": [{"issuer": issuer, "jwks": signer.jwks()}],
+        },
+    }
+    authz = {
+        "apiVersion": "security.istio.io/v1",
+        "kind": "AuthorizationPolicy",
+        "metadata": {"name": "need-jwt"},
+        "spec": {
+            "selector": {"matchLabels": {"gateway.networking.k8s.io/gateway-name": "edge"}},
+            "rules": [{"from": [{"source": {"requestPrincipals": [f"{issuer}/alice"]}}]}],
+        },
+    }
+    lab.apply(authn, authz, namespace=EDGE)
+
+    def status(*headers: str) -> str:
+        return curl("-o", "/dev/null", "-w", "%{http_code}", "-H", "Host: a.example", *headers, url).stdout
+
+    garbage = ("-H", "Authorization: Bearer garbage")
+    wait_until("no token is 403 and a garbage one 401", lambda: status() == "403" and status(*garbage) == "401", 60, 1)
+    now = time.time()
+    for token in (signer.sign(claims(issuer, now=now - 7200)), rsa_signer().sign(claims(issuer, now=now))):
+        assert status("-H", f"Authorization: Bearer {token}") == "401"
+    good = signer.sign(claims(issuer, now=now))
+    answer = through_gateway("-H", "Host: a.example", "-H", f"Authorization: Bearer {good}", url)
+    assert answer is not None and answer["path"] == "/jwt"
+    assert "authorization" not in echoed_headers(answer)
+    assert status("-H", f"Authorization: Bearer {signer.sign(claims(issuer, 'mallory', now=now))}") == "403"
+    lab.kubectl("delete", "authorizationpolicy", "need-jwt", "-n", EDGE)
+    lab.kubectl("delete", "requestauthentication", "jwt", "-n", EDGE)
+    wait_until("the gateway is open again", lambda: status() == "200", 60, 1)

@@ -7,67 +7,24 @@ WorkloadEntry kinds when the API server does not serve them (no CRDs installed).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.harness import ServerProcess
+from tests.integration.controlplane_rig import eventually
 
 from ambit.apiserver.server import ApiServer, ApiServerSettings
-from ambit.controlplane.process import SKIPPED_REASON, ControlPlane, ControlPlaneSettings
+from ambit.controlplane.process import SKIPPED_REASON, ControlPlane
 from ambit.controlplane.view import ClusterView, ClusterViewSettings
-from ambit.k8s import KubeAlreadyExistsError, KubeClient, kinds
+from ambit.k8s import KubeClient, kinds
 from ambit.model.localconfig import LocalConfig
 
 Obj = dict[str, Any]
 
 
-async def eventually(predicate: Callable[[], Awaitable[Any] | bool], within: float = 15.0) -> Any:
-    async with asyncio.timeout(within):
-        while True:
-            value = predicate()
-            if not isinstance(value, bool):
-                value = await value
-            if value:
-                return value
-            await asyncio.sleep(0.05)
-
-
 @pytest.fixture
-async def kube(server_process: ServerProcess) -> AsyncIterator[KubeClient]:
-    async with KubeClient.from_kubeconfig(server_process.kubeconfig) as client:
-        yield client
-
-
-@pytest.fixture
-async def namespace(kube: KubeClient) -> str:
-    name = f"ev-{secrets.token_hex(3)}"
-    await kube.create(kinds.NAMESPACES, {"metadata": {"name": name}})
-    return name
-
-
-@pytest.fixture
-async def plane(kube: KubeClient, server_process: ServerProcess) -> AsyncIterator[ControlPlane]:
-    with contextlib.suppress(KubeAlreadyExistsError):
-        await kube.create(kinds.NAMESPACES, {"metadata": {"name": "istio-system"}})
-    settings = ControlPlaneSettings(
-        kubeconfig=server_process.kubeconfig,
-        host="127.0.0.1",
-        port=0,
-        webhook_port=None,
-        debounce=0.05,
-        instance="cp-test",
-    )
-    control_plane = ControlPlane(settings, kube)
-    await control_plane.start()
-    try:
-        yield control_plane
-    finally:
-        await control_plane.aclose()
+def plane_options() -> dict[str, Any]:
+    return {"instance": "cp-test"}
 
 
 async def skip_events(kube: KubeClient, namespace: str, name: str) -> list[Obj]:

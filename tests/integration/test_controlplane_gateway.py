@@ -8,67 +8,21 @@ the test as the Deployment controller would) and the real control plane (no webh
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
-from tests.harness import ServerProcess
+from tests.integration.controlplane_rig import eventually
 
-from ambit.controlplane.process import ControlPlane, ControlPlaneSettings
-from ambit.k8s import KubeAlreadyExistsError, KubeClient, KubeNotFoundError, kinds
+from ambit.controlplane.process import ControlPlane
+from ambit.k8s import KubeClient, KubeNotFoundError, kinds
 
 Obj = dict[str, Any]
 OWNED = (kinds.SERVICE_ACCOUNTS, kinds.DEPLOYMENTS, kinds.SERVICES)
 
 
-async def eventually(predicate: Callable[[], Awaitable[Any]], within: float = 15.0) -> Any:
-    async with asyncio.timeout(within):
-        while True:
-            value = await predicate()
-            if value:
-                return value
-            await asyncio.sleep(0.05)
-
-
 @pytest.fixture
-async def kube(server_process: ServerProcess) -> AsyncIterator[KubeClient]:
-    async with KubeClient.from_kubeconfig(server_process.kubeconfig) as client:
-        yield client
-
-
-@pytest.fixture
-async def plane(kube: KubeClient, server_process: ServerProcess) -> AsyncIterator[ControlPlane]:
-    with contextlib.suppress(KubeAlreadyExistsError):
-        await kube.create(kinds.NAMESPACES, {"metadata": {"name": "istio-system"}})
-    settings = ControlPlaneSettings(
-        kubeconfig=server_process.kubeconfig,
-        host="127.0.0.1",
-        port=0,
-        webhook_port=None,
-        debounce=0.05,
-        waypoint_xds_address="198.18.0.1:15012",
-        waypoint_image_pull_policy="Never",
-    )
-    control_plane = ControlPlane(settings, kube)
-    await control_plane.start()
-    try:
-        yield control_plane
-    finally:
-        await control_plane.aclose()
-
-
-@pytest.fixture
-async def namespace(kube: KubeClient) -> AsyncIterator[str]:
-    name = f"wp-{secrets.token_hex(3)}"
-    await kube.create(kinds.NAMESPACES, {"metadata": {"name": name}})
-    try:
-        yield name
-    finally:
-        with contextlib.suppress(KubeNotFoundError):
-            await kube.delete(kinds.NAMESPACES, name)
+def plane_options() -> dict[str, Any]:
+    return {"waypoint_xds_address": "198.18.0.1:15012", "waypoint_image_pull_policy": "Never"}
 
 
 def waypoint(name: str, namespace: str, **labels: str) -> Obj:

@@ -4,127 +4,44 @@ Secret is pushed; another workload's identity naming the same resource, and a wi
 (the keys travel only to the gateway); the route's parent status says Accepted.
 
 A real API server (subprocess, the CRDs installed) and the real control plane (no webhook, no deployment
-controller), and raw gRPC delta clients authenticated with real service-account tokens.
+controller), and raw gRPC delta clients authenticated with real service-account tokens
+(tests/integration/controlplane_rig.py).
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-import grpc
 import pytest
-from google.protobuf import any_pb2
-from tests.harness import ServerProcess
+from tests.integration.controlplane_rig import Subscription, eventually
+from tests.integration.controlplane_rig import subscribe as rig_subscribe
+from tests.unit.jwt_keys import rsa_signer
 
-from ambit.api import discovery_pb2 as dpb
-from ambit.controlplane.process import ControlPlane, ControlPlaneSettings
-from ambit.k8s import KubeAlreadyExistsError, KubeClient, kinds
+from ambit.controlplane.process import ControlPlane
+from ambit.k8s import KubeClient, kinds
 from ambit.model.ingress import GatewayConfig, ListenerProtocol
 from ambit.tls.certs import KeyPair, issue_server_cert, new_ca
 from ambit.xds.gateway import GATEWAY_CONFIG_TYPE_URL, decode_gateway_config
 
 Obj = dict[str, Any]
-SERVER_NAME = "istiod.istio-system.svc"
 CA = new_ca("ingress xds test CA", now=time.time())
 
 
-async def eventually(predicate: Callable[[], Any], within: float = 20.0) -> Any:
-    async with asyncio.timeout(within):
-        while True:
-            value = predicate()
-            if isinstance(value, Awaitable):
-                value = await value
-            if value:
-                return value
-            await asyncio.sleep(0.05)
-
-
-@dataclass
-class Subscriber:
-    held: dict[str, any_pb2.Any] = field(default_factory=dict)
-    sent: list[str] = field(default_factory=list)
-    responses: int = 0
-
-    def config(self, name: str) -> GatewayConfig | None:
-        body = self.held.get(name)
-        return None if body is None else decode_gateway_config(name, body)
-
-
 @pytest.fixture
-async def kube(server_process: ServerProcess) -> AsyncIterator[KubeClient]:
-    async with KubeClient.from_kubeconfig(server_process.kubeconfig) as client:
-        yield client
+def plane_options() -> dict[str, Any]:
+    return {"deploy_waypoints": False}
 
 
-@pytest.fixture
-async def plane(kube: KubeClient, server_process: ServerProcess) -> AsyncIterator[ControlPlane]:
-    for kind, obj in (
-        (kinds.NAMESPACES, {"metadata": {"name": "istio-system"}}),
-        (kinds.SERVICE_ACCOUNTS, {"metadata": {"name": "ztunnel", "namespace": "istio-system"}}),
-    ):
-        with contextlib.suppress(KubeAlreadyExistsError):
-            await kube.create(kind, obj)
-    settings = ControlPlaneSettings(
-        kubeconfig=server_process.kubeconfig,
-        host="127.0.0.1",
-        port=0,
-        webhook_port=None,
-        debounce=0.05,
-        deploy_waypoints=False,
-    )
-    control_plane = ControlPlane(settings, kube)
-    await control_plane.start()
-    try:
-        yield control_plane
-    finally:
-        await control_plane.aclose()
-
-
-@contextlib.asynccontextmanager
-async def subscribe(
+def subscribe(
     kube: KubeClient, plane: ControlPlane, namespace: str, account: str, names: list[str]
-) -> AsyncIterator[Subscriber]:
+) -> contextlib.AbstractAsyncContextManager[Subscription[GatewayConfig]]:
     """A delta ADS stream as ``namespace/account`` subscribed to GatewayConfig ``names``."""
-    assert plane.root is not None and plane.server is not None
-    with contextlib.suppress(KubeAlreadyExistsError):
-        await kube.create(kinds.SERVICE_ACCOUNTS, {"metadata": {"name": account, "namespace": namespace}}, namespace)
-    token = (await kube.create_token(namespace, account, ["istio-ca"]))["status"]["token"]
-    credentials = grpc.ssl_channel_credentials(root_certificates=plane.root.root_pem)
-    options = [("grpc.ssl_target_name_override", SERVER_NAME)]
-    client = Subscriber()
-    async with grpc.aio.secure_channel(f"127.0.0.1:{plane.server.port}", credentials, options) as channel:
-        call = channel.stream_stream(
-            "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources",
-            request_serializer=dpb.DeltaDiscoveryRequest.SerializeToString,
-            response_deserializer=dpb.DeltaDiscoveryResponse.FromString,
-        )(metadata=(("authorization", f"Bearer {token}"), ("clusterid", "Kubernetes")))
-        await call.write(dpb.DeltaDiscoveryRequest(type_url=GATEWAY_CONFIG_TYPE_URL, resource_names_subscribe=names))
-
-        async def read() -> None:
-            while (response := await call.read()) is not grpc.aio.EOF:
-                if response.type_url == GATEWAY_CONFIG_TYPE_URL:
-                    for resource in response.resources:
-                        client.held[resource.name] = resource.resource
-                        client.sent.append(resource.name)
-                    for name in response.removed_resources:
-                        client.held.pop(name, None)
-                    client.responses += 1
-                await call.write(dpb.DeltaDiscoveryRequest(type_url=response.type_url, response_nonce=response.nonce))
-
-        reader = asyncio.create_task(read())
-        try:
-            yield client
-        finally:
-            call.cancel()
-            reader.cancel()
-            await asyncio.gather(reader, return_exceptions=True)
+    gateway_configs = Subscription(GATEWAY_CONFIG_TYPE_URL, decode_gateway_config)
+    return rig_subscribe(kube, plane, (namespace, account), gateway_configs, names)
 
 
 def tls_secret(name: str, pair: KeyPair) -> Obj:
@@ -231,3 +148,45 @@ async def test_the_gateway_gets_its_listeners_routes_and_keys_and_no_one_else_do
         )
 
     await eventually(accepted)
+
+
+async def test_policies_selecting_or_targeting_the_gateway_reach_its_config(
+    kube: KubeClient, plane: ControlPlane
+) -> None:
+    ns = f"in-{secrets.token_hex(3)}"
+    await kube.create(kinds.NAMESPACES, {"metadata": {"name": ns}})
+    gateway = {
+        "metadata": {"name": "edge"},
+        "spec": {"gatewayClassName": "istio", "listeners": [{"name": "http", "port": 8080, "protocol": "HTTP"}]},
+    }
+    await kube.create(kinds.GATEWAYS, gateway, ns)
+    jwks = rsa_signer().jwks()
+    authn = {
+        "metadata": {"name": "jwt"},
+        "spec": {
+            "targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "edge"}],
+            "jwtRules": [{"issuer": "https://issuer.example", "jwks": jwks}],
+        },
+    }
+    authz = {
+        "metadata": {"name": "need-jwt"},
+        "spec": {
+            "selector": {"matchLabels": {"gateway.networking.k8s.io/gateway-name": "edge"}},
+            "rules": [{"from": [{"source": {"requestPrincipals": ["https://issuer.example/*"]}}]}],
+        },
+    }
+    await kube.create(kinds.REQUEST_AUTHENTICATIONS, authn, ns)
+    await kube.create(kinds.AUTHORIZATION_POLICIES, authz, ns)
+    name = f"{ns}/edge"
+    async with subscribe(kube, plane, ns, "edge-istio", [name]) as owner:
+
+        def served() -> GatewayConfig | None:
+            config = owner.config(name)
+            return config if config is not None and config.policies and config.request_authentications else None
+
+        config = await eventually(served)
+        assert [p.key for p in config.policies] == [f"{ns}/need-jwt"]
+        assert [p.key for p in config.request_authentications] == [f"{ns}/jwt"]
+
+        await kube.delete(kinds.AUTHORIZATION_POLICIES, "need-jwt", ns)
+        await eventually(lambda: (c := owner.config(name)) is not None and not c.policies)

@@ -1,44 +1,29 @@
 """L4 policy through the real control plane: Authorization over delta ADS, incremental, and ZtunnelAccepted status.
 
-A real API server (subprocess, the CRDs installed) and the real control plane (xDS on an ephemeral loopback port, no
-webhook). The xDS side is a raw gRPC delta client, written here, that subscribes to both types (wildcard), ACKs
+A real API server (subprocess, the CRDs installed) and the real control plane (tests/integration/controlplane_rig.py).
+The xDS side is a raw gRPC delta client that subscribes to both types (wildcard), ACKs
 every response and records what each one carried, so tests can say exactly which resources a change re-sent.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import grpc  # type: ignore[import-untyped]
 import pytest
-from tests.harness import ServerProcess
+from tests.integration.controlplane_rig import account_token, delta_stream, eventually, make_pod
 
 from ambit.api import authorization_pb2 as apb
 from ambit.api import discovery_pb2 as dpb
 from ambit.api import workload_pb2 as wpb
-from ambit.controlplane.process import ControlPlane, ControlPlaneSettings
-from ambit.k8s import KubeAlreadyExistsError, KubeClient, kinds
+from ambit.controlplane.process import ControlPlane
+from ambit.k8s import KubeClient, kinds
 from ambit.xds.convert import ADDRESS_TYPE_URL
 from ambit.xds.session import AUTHORIZATION_TYPE_URL
 
 Obj = dict[str, Any]
-SERVER_NAME = "istiod.istio-system.svc"
-
-
-async def eventually(predicate: Callable[[], Awaitable[Any] | Any], within: float = 15.0) -> Any:
-    async with asyncio.timeout(within):
-        while True:
-            value = predicate()
-            if asyncio.iscoroutine(value):
-                value = await value
-            if value:
-                return value
-            await asyncio.sleep(0.05)
 
 
 @dataclass
@@ -49,6 +34,16 @@ class DeltaClient:
     sent: list[tuple[str, str]] = field(default_factory=list)
     removed: list[tuple[str, str]] = field(default_factory=list)
     responses: dict[str, int] = field(default_factory=dict)
+
+    def record(self, response: dpb.DeltaDiscoveryResponse) -> None:
+        t = response.type_url
+        for resource in response.resources:
+            self.held[(t, resource.name)] = resource.resource.value
+            self.sent.append((t, resource.name))
+        for name in response.removed_resources:
+            self.held.pop((t, name), None)
+            self.removed.append((t, name))
+        self.responses[t] = self.responses.get(t, 0) + 1
 
     def mark(self) -> int:
         return len(self.sent)
@@ -70,83 +65,13 @@ class DeltaClient:
 
 
 @pytest.fixture
-async def kube(server_process: ServerProcess) -> AsyncIterator[KubeClient]:
-    async with KubeClient.from_kubeconfig(server_process.kubeconfig) as client:
-        yield client
-
-
-@pytest.fixture
-async def namespace(kube: KubeClient) -> str:
-    name = f"pol-{secrets.token_hex(3)}"
-    await kube.create(kinds.NAMESPACES, {"metadata": {"name": name}})
-    return name
-
-
-@pytest.fixture
-async def plane(kube: KubeClient, server_process: ServerProcess) -> AsyncIterator[ControlPlane]:
-    for kind, obj in (
-        (kinds.NAMESPACES, {"metadata": {"name": "istio-system"}}),
-        (kinds.SERVICE_ACCOUNTS, {"metadata": {"name": "ztunnel", "namespace": "istio-system"}}),
-    ):
-        with contextlib.suppress(KubeAlreadyExistsError):
-            await kube.create(kind, obj)
-    settings = ControlPlaneSettings(
-        kubeconfig=server_process.kubeconfig, host="127.0.0.1", port=0, webhook_port=None, debounce=0.05
-    )
-    control_plane = ControlPlane(settings, kube)
-    await control_plane.start()
-    try:
-        yield control_plane
-    finally:
-        await control_plane.aclose()
-
-
-@pytest.fixture
 async def xds(kube: KubeClient, plane: ControlPlane) -> AsyncIterator[DeltaClient]:
-    assert plane.root is not None and plane.server is not None
-    token = (await kube.create_token("istio-system", "ztunnel", ["istio-ca"]))["status"]["token"]
-    credentials = grpc.ssl_channel_credentials(root_certificates=plane.root.root_pem)
-    options = [("grpc.ssl_target_name_override", SERVER_NAME)]
+    token = await account_token(kube, "istio-system", "ztunnel")
     client = DeltaClient()
-    async with grpc.aio.secure_channel(f"127.0.0.1:{plane.server.port}", credentials, options) as channel:
-        call = channel.stream_stream(
-            "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources",
-            request_serializer=dpb.DeltaDiscoveryRequest.SerializeToString,
-            response_deserializer=dpb.DeltaDiscoveryResponse.FromString,
-        )(metadata=(("authorization", f"Bearer {token}"), ("clusterid", "Kubernetes")))
-        for type_url in (ADDRESS_TYPE_URL, AUTHORIZATION_TYPE_URL):
-            await call.write(dpb.DeltaDiscoveryRequest(type_url=type_url))
-
-        async def read() -> None:
-            while (response := await call.read()) is not grpc.aio.EOF:
-                t = response.type_url
-                for resource in response.resources:
-                    client.held[(t, resource.name)] = resource.resource.value
-                    client.sent.append((t, resource.name))
-                for name in response.removed_resources:
-                    client.held.pop((t, name), None)
-                    client.removed.append((t, name))
-                client.responses[t] = client.responses.get(t, 0) + 1
-                await call.write(dpb.DeltaDiscoveryRequest(type_url=t, response_nonce=response.nonce))
-
-        reader = asyncio.create_task(read())
-        try:
-            await eventually(lambda: len(client.responses) == 2)
-            yield client
-        finally:
-            call.cancel()
-            reader.cancel()
-            await asyncio.gather(reader, return_exceptions=True)
-
-
-async def make_pod(kube: KubeClient, namespace: str, name: str, ip: str, labels: dict[str, str]) -> None:
-    pod = {
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "spec": {"nodeName": "node-1", "containers": [{"name": "app", "image": "app"}]},
-    }
-    await kube.create(kinds.PODS, pod)
-    status = {"phase": "Running", "podIP": ip, "conditions": [{"type": "Ready", "status": "True"}]}
-    await kube.patch_status(kinds.PODS, name, {"status": status}, namespace=namespace)
+    requests = [dpb.DeltaDiscoveryRequest(type_url=t) for t in (ADDRESS_TYPE_URL, AUTHORIZATION_TYPE_URL)]
+    async with delta_stream(plane, token, requests, client.record):
+        await eventually(lambda: len(client.responses) == 2)
+        yield client
 
 
 def policy(name: str, namespace: str, **spec: Any) -> Obj:

@@ -2,62 +2,32 @@
 (it mints the debug token and reads the mesh root from the ``istio-ca-root-cert`` ConfigMap) shows a connected node
 proxy SYNCED on both ambient types, and the node proxy's own token may not read the status.
 
-A real API server (subprocess) and the real control plane (xDS on an ephemeral loopback port, no webhook).
+A real API server (subprocess) and the real control plane (tests/integration/controlplane_rig.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import sys
-from collections.abc import AsyncIterator
 from typing import Any
 
-import grpc  # type: ignore[import-untyped]
 import pytest
 from tests.harness import ServerProcess
+from tests.integration.controlplane_rig import SERVER_NAME, account_token, delta_stream
 
 from ambit.api import discovery_pb2 as dpb
-from ambit.controlplane.process import ControlPlane, ControlPlaneSettings
-from ambit.k8s import KubeAlreadyExistsError, KubeClient, kinds
+from ambit.controlplane.process import ControlPlane
+from ambit.k8s import KubeClient, kinds
 from ambit.xds.convert import ADDRESS_TYPE_URL
 from ambit.xds.session import AUTHORIZATION_TYPE_URL
 from ambit.xds.sync_client import SyncReadError, fetch_sync_document
 
-SERVER_NAME = "istiod.istio-system.svc"
-
 
 @pytest.fixture
-async def kube(server_process: ServerProcess) -> AsyncIterator[KubeClient]:
-    async with KubeClient.from_kubeconfig(server_process.kubeconfig) as client:
-        yield client
-
-
-@pytest.fixture
-async def plane(kube: KubeClient, server_process: ServerProcess) -> AsyncIterator[ControlPlane]:
-    for kind, obj in (
-        (kinds.NAMESPACES, {"metadata": {"name": "istio-system"}}),
-        (kinds.SERVICE_ACCOUNTS, {"metadata": {"name": "ztunnel", "namespace": "istio-system"}}),
-        (kinds.SERVICE_ACCOUNTS, {"metadata": {"name": "istiod", "namespace": "istio-system"}}),
-    ):
-        with contextlib.suppress(KubeAlreadyExistsError):
-            await kube.create(kind, obj)
-    settings = ControlPlaneSettings(
-        kubeconfig=server_process.kubeconfig,
-        host="127.0.0.1",
-        port=0,
-        webhook_port=None,
-        debounce=0.05,
-        instance="istiod-syncz-test",
-    )
-    control_plane = ControlPlane(settings, kube)
-    await control_plane.start()
-    try:
-        yield control_plane
-    finally:
-        await control_plane.aclose()
+def plane_options() -> dict[str, Any]:
+    return {"instance": "istiod-syncz-test"}
 
 
 async def _run_cli(*args: str) -> tuple[int, str, str]:
@@ -82,52 +52,34 @@ async def test_proxy_status_shows_a_connected_node_proxy_synced_and_the_proxys_t
 ) -> None:
     assert plane.root is not None and plane.server is not None
     address = f"127.0.0.1:{plane.server.port}"
-    token = (await kube.create_token("istio-system", "ztunnel", ["istio-ca"]))["status"]["token"]
-    credentials = grpc.ssl_channel_credentials(root_certificates=plane.root.root_pem)
-    options = [("grpc.ssl_target_name_override", SERVER_NAME)]
-    async with grpc.aio.secure_channel(address, credentials, options) as channel:
-        call = channel.stream_stream(
-            "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources",
-            request_serializer=dpb.DeltaDiscoveryRequest.SerializeToString,
-            response_deserializer=dpb.DeltaDiscoveryResponse.FromString,
-        )(metadata=(("authorization", f"Bearer {token}"), ("clusterid", "Kubernetes")))
-        node = dpb.Node(id="ztunnel~198.18.16.2~ztunnel-abcde.istio-system~istio-system.svc.cluster.local")
-        for type_url in (ADDRESS_TYPE_URL, AUTHORIZATION_TYPE_URL):
-            await call.write(dpb.DeltaDiscoveryRequest(type_url=type_url, node=node))
-
-        async def ack_all() -> None:
-            while (response := await call.read()) is not grpc.aio.EOF:
-                await call.write(dpb.DeltaDiscoveryRequest(type_url=response.type_url, response_nonce=response.nonce))
-
-        acker = asyncio.create_task(ack_all())
-        try:
-            with pytest.raises(SyncReadError, match="may not read"):
-                await fetch_sync_document(address, root_pem=plane.root.root_pem, token=token, server_name=SERVER_NAME)
-            rows: list[list[str]] = []
-            async with asyncio.timeout(30):
-                while True:
-                    code, out, err = await _run_cli(
-                        "--kubeconfig", str(server_process.kubeconfig), "--xds-address", address
-                    )
-                    assert code == 0, err
-                    rows = [line.split() for line in out.splitlines()]
-                    if len(rows) > 1 and rows[1][4] == rows[1][6] == "SYNCED":
-                        break
-                    await asyncio.sleep(0.2)
-            print("\n" + out)
-            assert rows[0][:6] == ["NAME", "CLUSTER", "ISTIOD", "VERSION", "ADDRESSES", "AUTHORIZATION"]
-            assert rows[1][:4] == ["ztunnel-abcde.istio-system", "Kubernetes", "istiod-syncz-test", "-"]
-            code, out, err = await _run_cli(
-                "--kubeconfig", str(server_process.kubeconfig), "--xds-address", address, "-o", "json"
-            )
-            assert code == 0, err
-            documents: list[dict[str, Any]] = json.loads(out)
-            (client,) = documents[0]["clients"]
-            assert client["identity"] == "system:serviceaccount:istio-system:ztunnel"
-            assert {t["status"] for t in client["types"].values()} == {"SYNCED"}
-        finally:
-            acker.cancel()
-            await asyncio.gather(acker, return_exceptions=True)
+    token = await account_token(kube, "istio-system", "ztunnel")
+    node = dpb.Node(id="ztunnel~198.18.16.2~ztunnel-abcde.istio-system~istio-system.svc.cluster.local")
+    requests = [dpb.DeltaDiscoveryRequest(type_url=t, node=node) for t in (ADDRESS_TYPE_URL, AUTHORIZATION_TYPE_URL)]
+    async with delta_stream(plane, token, requests):
+        with pytest.raises(SyncReadError, match="may not read"):
+            await fetch_sync_document(address, root_pem=plane.root.root_pem, token=token, server_name=SERVER_NAME)
+        rows: list[list[str]] = []
+        async with asyncio.timeout(30):
+            while True:
+                code, out, err = await _run_cli(
+                    "--kubeconfig", str(server_process.kubeconfig), "--xds-address", address
+                )
+                assert code == 0, err
+                rows = [line.split() for line in out.splitlines()]
+                if len(rows) > 1 and rows[1][4] == rows[1][6] == "SYNCED":
+                    break
+                await asyncio.sleep(0.2)
+        print("\n" + out)
+        assert rows[0][:6] == ["NAME", "CLUSTER", "ISTIOD", "VERSION", "ADDRESSES", "AUTHORIZATION"]
+        assert rows[1][:4] == ["ztunnel-abcde.istio-system", "Kubernetes", "istiod-syncz-test", "-"]
+        code, out, err = await _run_cli(
+            "--kubeconfig", str(server_process.kubeconfig), "--xds-address", address, "-o", "json"
+        )
+        assert code == 0, err
+        documents: list[dict[str, Any]] = json.loads(out)
+        (client,) = documents[0]["clients"]
+        assert client["identity"] == "system:serviceaccount:istio-system:ztunnel"
+        assert {t["status"] for t in client["types"].values()} == {"SYNCED"}
 
 
 async def test_proxy_status_says_in_one_line_why_it_cannot_read(

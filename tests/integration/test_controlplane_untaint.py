@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 from tests.harness import ServerProcess
-from tests.integration.test_controlplane_policy import eventually
+from tests.integration.controlplane_rig import eventually
 
 from ambit.controlplane.untaint import NOT_READY_TAINT, NodeUntainter
 from ambit.k8s import KubeAlreadyExistsError, KubeClient, kinds

@@ -9,7 +9,6 @@ token, so the waypoint field is checked as the node proxy decodes it.
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import secrets
 from collections.abc import AsyncIterator
@@ -17,11 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.harness import ServerProcess
-from tests.integration.test_controlplane_policy import eventually, make_pod
+from tests.integration.controlplane_rig import eventually, make_pod
 
-from ambit.controlplane.process import ControlPlane, ControlPlaneSettings
-from ambit.k8s import KubeAlreadyExistsError, KubeClient, kinds
+from ambit.controlplane.process import ControlPlane
+from ambit.k8s import KubeClient, kinds
 from ambit.model.state import WorkloadState
 from ambit.model.workload import GatewayAddress, NamespacedHostname, NetworkAddress, WeightedWaypoint
 from ambit.xds.client import Backoff, XdsClient
@@ -31,34 +29,9 @@ BOUND = "istio.io/WaypointBound"
 
 
 @pytest.fixture
-async def kube(server_process: ServerProcess) -> AsyncIterator[KubeClient]:
-    async with KubeClient.from_kubeconfig(server_process.kubeconfig) as client:
-        yield client
-
-
-@pytest.fixture
-async def plane(kube: KubeClient, server_process: ServerProcess) -> AsyncIterator[ControlPlane]:
-    for kind, obj in (
-        (kinds.NAMESPACES, {"metadata": {"name": "istio-system"}}),
-        (kinds.SERVICE_ACCOUNTS, {"metadata": {"name": "ztunnel", "namespace": "istio-system"}}),
-    ):
-        with contextlib.suppress(KubeAlreadyExistsError):
-            await kube.create(kind, obj)
+def plane_options() -> dict[str, Any]:
     # The Gateways' addresses are written by the test, as a deployed waypoint's would be: no deployment controller.
-    settings = ControlPlaneSettings(
-        kubeconfig=server_process.kubeconfig,
-        host="127.0.0.1",
-        port=0,
-        webhook_port=None,
-        debounce=0.05,
-        deploy_waypoints=False,
-    )
-    control_plane = ControlPlane(settings, kube)
-    await control_plane.start()
-    try:
-        yield control_plane
-    finally:
-        await control_plane.aclose()
+    return {"deploy_waypoints": False}
 
 
 @pytest.fixture

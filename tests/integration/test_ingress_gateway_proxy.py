@@ -20,16 +20,21 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import jwt
 import pytest
 from aiohttp import web
 from cryptography import x509
 from tests.integration.waypoint_rig import free_port, shared_free_port
+from tests.unit.jwt_keys import Signer, claims, rsa_signer
 
+from ambit.api.discovery_pb2 import DeltaDiscoveryRequest
 from ambit.hbone.headers import parse_authority
 from ambit.identity.localca import LocalCa
 from ambit.model.identity import SpiffeId
 from ambit.model.ingress import GatewayConfig, IngressCertificate, IngressListener, ListenerProtocol, VirtualHost
 from ambit.model.localconfig import LocalConfig, render_local_config
+from ambit.model.policy import Action, Clause, KeyedMatch, Match, Policy, Rule, Scope, StringMatch
+from ambit.model.requestauth import JwtRule, RequestAuthentication
 from ambit.model.routes import BackendService, PathMatch, PathMatchType, RouteMatch, RouteRule, WeightedBackend
 from ambit.model.workload import (
     AppProtocol,
@@ -49,6 +54,8 @@ from ambit.tls.certs import KeyPair, issue_server_cert, new_ca
 from ambit.waypoint.ingress import IngressGateway
 from ambit.waypoint.settings import WaypointSettings
 from ambit.waypoint.tcp import relay
+from ambit.xds.client_session import ClientUpdate
+from ambit.xds.gateway import GATEWAY_CONFIG_TYPE_URL
 
 TD = "cluster.local"
 GATEWAY_ID = SpiffeId(TD, "edge", "edge-istio")
@@ -182,7 +189,14 @@ class EchoEndpoint:
         self._accepting = asyncio.create_task(self._accept())
 
     async def _echo(self, request: web.Request) -> web.Response:
-        return web.json_response({"path": request.path, "host": request.headers.get("host", "")})
+        return web.json_response(
+            {
+                "path": request.path,
+                "host": request.headers.get("host", ""),
+                "authorization": request.headers.get("authorization", ""),
+                "xfcc": request.headers.getall("x-forwarded-client-cert", []),
+            }
+        )
 
     async def _accept(self) -> None:
         loop = asyncio.get_running_loop()
@@ -361,6 +375,127 @@ async def test_a_service_marked_ingress_use_waypoint_is_reached_through_its_wayp
     assert waypoint.authorities == ["198.18.1.3:80"]  # the Service's VIP and port, as a node proxy sends it
     assert waypoint.peers == [GATEWAY_ID]
     assert endpoint.authorities == []  # never straight to the endpoint
+
+
+# -- RequestAuthentication and AuthorizationPolicy at the gateway ---------------------------------------------------
+ISSUER = "https://issuer.example"
+
+
+def with_policies(
+    proc: IngressGateway, signer: Signer, *policies: Policy, rule: JwtRule | None = None
+) -> tuple[int, GatewayConfig]:
+    """The running config with a RequestAuthentication trusting ``signer`` and ``policies``; its HTTP port."""
+    jwt_rule = rule or JwtRule(ISSUER, jwks=signer.jwks())
+    config = dataclasses.replace(
+        proc.router.config,
+        policies=policies,
+        request_authentications=(RequestAuthentication("jwt", "edge", (jwt_rule,)),),
+    )
+    proc.apply(config)
+    return port_of(proc, "http"), config
+
+
+async def send(port: int, path: str, headers: list[tuple[str, str]]) -> tuple[int, bytes]:
+    """One HTTP/1.1 request for a.example with ``headers``; status and body."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    extra = "".join(f"{name}: {value}\r\n" for name, value in headers)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: a.example\r\n{extra}Connection: close\r\n\r\n".encode())
+    await writer.drain()
+    data = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body
+
+
+def bearer(token: str) -> list[tuple[str, str]]:
+    return [("authorization", f"Bearer {token}")]
+
+
+def require(match: Match, name: str = "need") -> Policy:
+    return Policy(name, "edge", Scope.WAYPOINT, Action.ALLOW, (Rule((Clause((match,)),)),))
+
+
+@pytest.fixture(scope="module")
+def signer() -> Signer:
+    return rsa_signer()
+
+
+async def test_at_the_gateway_a_policy_needing_a_principal_forbids_no_token_and_a_valid_one_passes(
+    gateway: tuple[IngressGateway, EchoEndpoint, dict[str, KeyPair]], signer: Signer
+) -> None:
+    proc, endpoint, _ = gateway
+    await ready(proc)
+    port, _ = with_policies(proc, signer, require(Match(request_principals=(StringMatch.exact(f"{ISSUER}/alice"),))))
+    assert await send(port, "/x", []) == (403, b"RBAC: access denied")
+    status, body = await send(port, "/x", bearer(signer.sign(claims(ISSUER, now=time.time()))))
+    assert status == 200
+    assert json.loads(body)["authorization"] == ""  # the verified token is not forwarded
+    status, _ = await send(port, "/x", bearer(signer.sign(claims(ISSUER, "mallory", now=time.time()))))
+    assert status == 403  # valid, but not the principal the policy names
+    assert endpoint.peers == [GATEWAY_ID]  # only the admitted request reached the mesh
+
+
+async def test_at_the_gateway_hostile_tokens_are_401_and_never_reach_the_backend(
+    gateway: tuple[IngressGateway, EchoEndpoint, dict[str, KeyPair]], signer: Signer
+) -> None:
+    proc, endpoint, _ = gateway
+    await ready(proc)
+    port, _ = with_policies(proc, signer)  # no AuthorizationPolicy: only the tokens are judged
+    now = time.time()
+    good = signer.sign(claims(ISSUER, now=now))
+    other = rsa_signer(kid=signer.jwk["kid"])  # same kid, another key
+    hostile = {
+        "garbage": "not-a-jwt",
+        "oversized": "e30." + "A" * (17 * 1024) + ".AAAA",
+        "alg none": jwt.encode(claims(ISSUER, now=now), None, algorithm="none"),
+        "wrong key": other.sign(claims(ISSUER, now=now)),
+        "expired": signer.sign(claims(ISSUER, now=now - 7200)),
+        "not yet valid": signer.sign(claims(ISSUER, now=now, nbf=int(now) + 3600)),
+        "tampered": good[:-4] + ("AAAA" if not good.endswith("AAAA") else "BBBB"),
+        "unknown issuer": signer.sign(claims("https://elsewhere.example", now=now)),
+    }
+    for case, token in hostile.items():
+        status, body = await send(port, "/x", bearer(token))
+        assert status == 401, (case, body)
+    assert endpoint.peers == []
+    assert (await send(port, "/x", []))[0] == 200  # no token and no policy needing one: it passes
+    assert (await send(port, "/x", bearer(good)))[0] == 200
+
+
+async def test_at_the_gateway_a_policy_on_a_claim_reads_the_validated_token(
+    gateway: tuple[IngressGateway, EchoEndpoint, dict[str, KeyPair]], signer: Signer
+) -> None:
+    proc, _, _ = gateway
+    await ready(proc)
+    admins = Match(request_claims=(KeyedMatch(("groups",), (StringMatch.exact("admin"),)),))
+    port, _ = with_policies(proc, signer, require(admins))
+    now = time.time()
+    assert (await send(port, "/x", bearer(signer.sign(claims(ISSUER, now=now, groups=["admin", "dev"])))))[0] == 200
+    assert (await send(port, "/x", bearer(signer.sign(claims(ISSUER, now=now, groups=["dev"])))))[0] == 403
+    assert (await send(port, "/x", []))[0] == 403
+
+
+async def test_at_the_gateway_policies_survive_the_config_s_removal(
+    gateway: tuple[IngressGateway, EchoEndpoint, dict[str, KeyPair]], signer: Signer
+) -> None:
+    proc, _, _ = gateway
+    await ready(proc)
+    with_policies(proc, signer, require(Match(request_principals=(StringMatch.presence(),))))
+    removal = ClientUpdate(GATEWAY_CONFIG_TYPE_URL, (), (proc.config_name,), DeltaDiscoveryRequest())
+    proc._config_changed(removal)  # what the xDS client calls when the control plane removes the resource
+    assert proc.listening_ports() == []
+    kept = proc.context.routes.current
+    assert [p.name for p in kept.policies] == ["need"] and [p.name for p in kept.request_authentications] == ["jwt"]
+
+
+async def test_at_the_gateway_a_client_s_x_forwarded_client_cert_is_dropped(
+    gateway: tuple[IngressGateway, EchoEndpoint, dict[str, KeyPair]],
+) -> None:
+    proc, _, _ = gateway
+    await ready(proc)
+    forged = [("x-forwarded-client-cert", "URI=spiffe://cluster.local/ns/app/sa/admin")]
+    status, body = await send(port_of(proc, "http"), "/x", forged)
+    assert status == 200 and json.loads(body)["xfcc"] == []
 
 
 REQUESTS = 30

@@ -156,7 +156,7 @@ async def test_a_huge_body_is_cut_off_at_the_cap(server: KeyServer) -> None:
 
     server.routes["/huge"] = huge
     async with aiohttp.ClientSession() as session:
-        with pytest.raises(JwksFetchError, match="exceeds"):
+        with pytest.raises(JwksFetchError, match=r"over \d+"):
             await fetch_jwks(session, server.url("/huge"), limit_seconds=10.0)
     assert sent < 16 * 1024 * 1024
 
@@ -164,7 +164,7 @@ async def test_a_huge_body_is_cut_off_at_the_cap(server: KeyServer) -> None:
 async def test_a_declared_oversize_body_is_refused_before_reading(server: KeyServer) -> None:
     server.body = " " * (MAX_JWKS_BYTES + 1)
     async with aiohttp.ClientSession() as session:
-        with pytest.raises(JwksFetchError, match="exceeds"):
+        with pytest.raises(JwksFetchError, match=r"over \d+"):
             await fetch_jwks(session, server.url(), limit_seconds=5.0)
 
 
@@ -175,7 +175,7 @@ async def test_redirects_are_not_followed(server: KeyServer) -> None:
     server.routes["/moved"] = redirect
     server.body = rsa_signer().jwks()
     async with aiohttp.ClientSession() as session:
-        with pytest.raises(JwksFetchError, match="HTTP status 302"):
+        with pytest.raises(JwksFetchError, match="HTTP 302"):
             await fetch_jwks(session, server.url("/moved"), limit_seconds=5.0)
 
 

@@ -214,6 +214,7 @@ class Endpoint:
             "host": request.headers.get("host", ""),
             "authorization": request.headers.get("authorization", ""),
             "jwt_payload": request.headers.get("x-jwt-payload", ""),
+            "xfcc": request.headers.getall("x-forwarded-client-cert", []),
             "body": len(body),
             "sha256": hashlib.sha256(body).hexdigest(),
         }

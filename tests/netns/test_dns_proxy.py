@@ -1,5 +1,5 @@
 """The DNS proxy on 15053 in a real pod network namespace, with the pod's DNS capture rules, a real client and a
-real upstream resolver in a namespace of its own.
+real upstream resolver in a namespace of its own; and hostname endpoints, resolved on demand by the outbound side.
 
 Each test makes two namespaces: the pod ``dnp<hex>`` (eth0 198.18.252.1/24) and the upstream ``dnu<hex>``
 (198.18.252.2/24), joined by a veth pair, and the pod's resolv.conf (``/etc/netns/<pod>/resolv.conf``, which
@@ -43,8 +43,9 @@ from ambit.inpod.listeners import ListenerSpec, open_pod_listeners
 from ambit.inpod.resolvers import find_pod_resolv_conf
 from ambit.inpod.workloads import DnsProxySettings, PodListenerManager
 from ambit.model.state import WorkloadState
-from ambit.model.workload import NetworkAddress, Service, parse_ip
-from ambit.proxy.context import ProxyContext
+from ambit.model.workload import NetworkAddress, PortMapping, Service, Workload, parse_ip
+from ambit.proxy.context import ProxyContext, workload_uid
+from ambit.proxy.hostnames import HostnameLookupError, HostnameResolver, Resolved
 from ambit.proxy.pool import ConnectionPool
 from ambit.proxy.settings import ProxySettings
 from ambit.redirect import InPodSettings
@@ -415,3 +416,79 @@ async def test_the_pods_resolv_conf_is_found_through_its_process(namespaces: Nam
     finally:
         proc.kill()
         await proc.wait()
+
+
+# --- hostname endpoints (resolution: DNS ServiceEntries) resolved on demand by the outbound side -------------------
+
+DIAL = r"""
+import json, socket, sys
+out = []
+for target in sys.argv[1:]:
+    s = socket.socket()
+    s.settimeout(5)
+    try:
+        s.connect((target, 80))
+        s.sendall(b"ping")
+        out.append(s.recv(100).decode() or "closed")
+    except OSError as exc:
+        out.append(type(exc).__name__)
+    finally:
+        s.close()
+print(json.dumps(out))
+"""
+
+
+async def test_a_hostname_endpoint_is_resolved_on_demand_and_a_dead_name_is_refused_cleanly(
+    namespaces: Namespaces, proxy: PodListenerManager
+) -> None:
+    context = proxy._context
+    assert context is not None
+    lookups: list[str] = []
+
+    async def lookup(name: str, version: int) -> Resolved:  # the injected resolver: the node's DNS stands here
+        lookups.append(name)
+        if name == "echo.example.org" and version == 4:
+            return Resolved((parse_ip(UPSTREAM_IP),), 30)
+        raise HostnameLookupError(f"{name}: NXDOMAIN", "rcode")
+
+    context.hostnames = HostnameResolver(lookup, clock=context.clock)
+    ports = (PortMapping(80, 8080),)
+    state = context.state
+    state.upsert_workload(Workload(workload_uid(INFO), "web-0", "apps", (parse_ip(POD_IP),), service_account="web"))
+    for host, vip in (("echo.example.org", "240.240.0.9"), ("dead.example.org", "240.240.0.10")):
+        state.upsert_service(Service("ext", "apps", host, vips=(NetworkAddress("", parse_ip(vip)),), ports=ports))
+        uid = f"Kubernetes/networking.istio.io/ServiceEntry/apps/ext/{host}"
+        state.upsert_workload(Workload(uid, "ext", "apps", (), hostname=host, services={f"apps/{host}": ports}))
+    context.state_changed()
+    fd = os.open(f"/run/netns/{namespaces.upstream}", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        (echo,) = await asyncio.to_thread(
+            open_pod_listeners,
+            fd,
+            (ListenerSpec(8080, UPSTREAM_IP, socket.SOCK_STREAM),),  # type: ignore[arg-type]
+        )
+    finally:
+        os.close(fd)
+    loop = asyncio.get_running_loop()
+
+    async def serve() -> None:
+        while True:
+            conn, _ = await loop.sock_accept(echo.sock)
+            with conn:
+                await loop.sock_sendall(conn, b"pong:" + await loop.sock_recv(conn, 100))
+
+    server = asyncio.create_task(serve())
+    sh("ip", "-n", namespaces.pod, "route", "add", "default", "dev", "eth0")  # a route to the VIPs
+    try:
+        out = json.loads(await in_pod(namespaces, DIAL, "240.240.0.9", "240.240.0.9", "240.240.0.10"))
+    finally:
+        server.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await server
+        echo.sock.close()
+    assert out[:2] == ["pong:ping", "pong:ping"]  # through the proxy to the resolved address, target port 8080
+    assert out[2] in ("ConnectionResetError", "closed")  # refused: reset, no traceback anywhere
+    assert lookups == ["echo.example.org", "dead.example.org"]  # the second dial was a cache hit
+    assert context.hostnames.requests == 3 and context.hostnames.misses == 2
+    text = metrics_text(proxy)
+    assert sample(text, "istio_tcp_connections_failed_total") == 1

@@ -3,7 +3,8 @@
 Replayed from the review of issue 14: ``POST /quitquitquit`` and ``POST /logging`` from anyone on the host stopped
 or reconfigured the proxy. Now: no credential is 401, a wrong one 403, and nothing happens; with the token (a file
 the proxy writes 0600 at start-up) they work; the GETs answer as before. The node proxy is the real one
-(:class:`~ambit.inpod.daemon.NodeProxy` with a local CA and config), on loopback ports picked by the kernel.
+(:class:`~ambit.inpod.daemon.NodeProxy` with a local CA and config), on loopback ports picked by the kernel, set up
+as tests/proxyconfig_rig.py sets up the one ``ambit proxy-config`` reads.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from tests.proxyconfig_rig import loopback_node_proxy_settings
 
 from ambit.inpod.daemon import NodeProxy
-from ambit.inpod.settings import NodeProxySettings
 from ambit.telemetry.endpoints import read_admin_token, write_admin_token
 
 MUTATING = [("POST", "/quitquitquit"), ("POST", "/logging?level=debug")]
@@ -35,18 +36,7 @@ def restore_log_levels() -> Iterator[None]:
 
 @pytest.fixture
 async def proxy(tmp_path: Path, restore_log_levels: None) -> AsyncIterator[NodeProxy]:
-    (tmp_path / "run").mkdir()
-    config = tmp_path / "workloads.yaml"
-    config.write_text("workloads: []\nservices: []\n")
-    settings = NodeProxySettings(
-        node="node-1",
-        zds_socket=tmp_path / "run" / "zds.sock",
-        config_file=config,
-        local_ca_dir=tmp_path / "ca",
-        admin_port=0,
-        stats_port=0,
-        readiness_port=0,
-    )
+    settings = loopback_node_proxy_settings(tmp_path, "workloads: []\nservices: []\n")
     node_proxy = NodeProxy(settings)
     old_umask = os.umask(0)  # the token file's mode must not depend on it
     try:

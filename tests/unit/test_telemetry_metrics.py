@@ -51,6 +51,8 @@ UNSTABLE = {
     "istio_dns_upstream_requests_total",
     "istio_dns_upstream_failures_total",
     "istio_dns_upstream_request_duration_seconds",
+    "istio_on_demand_dns_total",
+    "istio_on_demand_dns_cache_misses_total",
 }
 OWN = {"ambit_dns_dropped_total"}
 """Ours, not Istio's (ztunnel has no such counter): prefixed ``ambit_``, never ``istio_``."""

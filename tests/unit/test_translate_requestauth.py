@@ -89,10 +89,18 @@ def test_a_jwks_uri_rule_gets_istios_default_timeout() -> None:
     assert result.policy is not None and result.policy.rules == (JwtRule("i", jwks_uri="https://k/j"),)
 
 
-@pytest.mark.parametrize("spec", [{"selector": {"matchLabels": {"app": "a"}}}, {}], ids=["selector", "namespace-wide"])
-def test_policies_without_target_refs_are_ignored_at_waypoints_without_a_skip(spec: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    ("spec", "labels"),
+    [({"selector": {"matchLabels": {"app": "a"}}}, (("app", "a"),)), ({}, ()), ({"selector": {}}, ())],
+    ids=["selector", "namespace-wide", "empty selector"],
+)
+def test_policies_without_target_refs_are_ignored_at_waypoints_without_a_skip_and_keep_their_labels(
+    spec: dict[str, Any], labels: tuple[tuple[str, str], ...]
+) -> None:
     result, skips = translate(obj({**spec, "jwtRules": [{"issuer": "i", "jwks": JWKS}]}))
-    assert result == RequestAuthTranslation(None) and skips == []
+    assert skips == [] and result.targets == () and result.workload_labels == labels
+    assert result.policy is not None and result.policy.rules == (JwtRule("i", jwks=JWKS),)
+    assert bind_to_waypoints([result], waypoints=["app/waypoint"], service_keys={}, bound={}) == {}
 
 
 @pytest.mark.parametrize(

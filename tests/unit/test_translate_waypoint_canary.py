@@ -1,4 +1,4 @@
-"""Canary waypoints (rule 8 of :mod:`ambit.controlplane.translate.waypoints`; istiod's weighted waypoints): which
+"""Canary waypoints (rule 9 of :mod:`ambit.controlplane.translate.waypoints`; istiod's weighted waypoints): which
 canary a Service gets and why not, the weight as Go's ``Atoi`` reads it, the canary waypoint programmed with the
 Service's policies, routes and RequestAuthentications, and ``Service.weighted_waypoints`` through xDS (field 13)
 and the local file. Every refusal reason has its golden row in ``golden/translate/waypoint_canary-*.yaml``."""

@@ -445,3 +445,40 @@ def test_a_malformed_waypoint_in_the_local_file_is_a_clear_error(waypoint: Any) 
     doc = {"services": [{"name": "web", "namespace": "app", "hostname": "web.app", "waypoint": waypoint}]}
     with pytest.raises(LocalConfigError, match=r"services\[0\]\.waypoint"):
         parse_local_config(yaml.safe_dump(doc))
+
+
+# -- XFCC client identity (rule 8) -----------------------------------------------------------------------------------
+XFCC_ANNOTATION = "ambient.istio.io/xfcc-include-client-identity"
+
+
+@pytest.mark.parametrize(
+    ("own", "on_class", "expected"),
+    [
+        (None, None, False),
+        ("true", None, True),
+        ("TRUE", None, True),
+        ("1", None, False),
+        ("false", None, False),
+        (None, "true", True),
+        ("false", "true", False),
+        ("true", "false", True),
+    ],
+)
+def test_xfcc_client_identity_comes_from_the_gateway_else_its_class(
+    own: str | None, on_class: str | None, expected: bool
+) -> None:
+    gw = gateway()
+    if own is not None:
+        gw["metadata"]["annotations"] = {XFCC_ANNOTATION: own}
+    cls = {"metadata": {"name": "istio-waypoint", "annotations": {XFCC_ANNOTATION: on_class} if on_class else {}}}
+    assert index(gw, classes=(cls,)).ready["app/waypoint"].xfcc_client_identity is expected
+
+
+def test_the_waypoint_config_carries_the_xfcc_setting() -> None:
+    plain, annotated = gateway("plain"), gateway("annotated")
+    annotated["metadata"]["annotations"] = {XFCC_ANNOTATION: "true"}
+    translation = translate_all([], [], [], [namespace("app")], gateways=[plain, annotated])
+    assert {c.waypoint: c.xfcc_client_identity for c in translation.waypoint_configs} == {
+        "app/annotated": True,
+        "app/plain": False,
+    }

@@ -109,7 +109,12 @@ tables = st.builds(
     tcp_backends=st.lists(weighted, max_size=2).map(tuple),
     hostnames=st.lists(TOKEN, max_size=2).map(tuple),
 )
-configs = st.builds(WaypointConfig, st.just("app/waypoint"), st.lists(tables, max_size=3).map(tuple))
+configs = st.builds(
+    WaypointConfig,
+    st.just("app/waypoint"),
+    st.lists(tables, max_size=3).map(tuple),
+    xfcc_client_identity=st.booleans(),
+)
 
 
 @settings(max_examples=100, deadline=None)

@@ -1,3 +1,4 @@
+from ambit.api import requestauth_pb2 as _requestauth_pb2
 from ambit.api import waypoint_pb2 as _waypoint_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
@@ -18,12 +19,16 @@ HTTP: ListenerProtocol
 HTTPS: ListenerProtocol
 
 class GatewayConfig(_message.Message):
-    __slots__ = ("gateway", "listeners")
+    __slots__ = ("gateway", "listeners", "policies", "request_authentications")
     GATEWAY_FIELD_NUMBER: _ClassVar[int]
     LISTENERS_FIELD_NUMBER: _ClassVar[int]
+    POLICIES_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_AUTHENTICATIONS_FIELD_NUMBER: _ClassVar[int]
     gateway: str
     listeners: _containers.RepeatedCompositeFieldContainer[Listener]
-    def __init__(self, gateway: _Optional[str] = ..., listeners: _Optional[_Iterable[_Union[Listener, _Mapping]]] = ...) -> None: ...
+    policies: _containers.RepeatedCompositeFieldContainer[_waypoint_pb2.WaypointPolicy]
+    request_authentications: _containers.RepeatedCompositeFieldContainer[_requestauth_pb2.RequestAuthentication]
+    def __init__(self, gateway: _Optional[str] = ..., listeners: _Optional[_Iterable[_Union[Listener, _Mapping]]] = ..., policies: _Optional[_Iterable[_Union[_waypoint_pb2.WaypointPolicy, _Mapping]]] = ..., request_authentications: _Optional[_Iterable[_Union[_requestauth_pb2.RequestAuthentication, _Mapping]]] = ...) -> None: ...
 
 class Certificate(_message.Message):
     __slots__ = ("cert_pem", "key_pem")

@@ -60,16 +60,18 @@ REPLACE_FULL_PATH: PathModifierType
 REPLACE_PREFIX_MATCH: PathModifierType
 
 class WaypointConfig(_message.Message):
-    __slots__ = ("waypoint", "tables", "policies", "request_authentications")
+    __slots__ = ("waypoint", "tables", "policies", "request_authentications", "xfcc_client_identity")
     WAYPOINT_FIELD_NUMBER: _ClassVar[int]
     TABLES_FIELD_NUMBER: _ClassVar[int]
     POLICIES_FIELD_NUMBER: _ClassVar[int]
     REQUEST_AUTHENTICATIONS_FIELD_NUMBER: _ClassVar[int]
+    XFCC_CLIENT_IDENTITY_FIELD_NUMBER: _ClassVar[int]
     waypoint: str
     tables: _containers.RepeatedCompositeFieldContainer[RouteTable]
     policies: _containers.RepeatedCompositeFieldContainer[WaypointPolicy]
     request_authentications: _containers.RepeatedCompositeFieldContainer[_requestauth_pb2.RequestAuthentication]
-    def __init__(self, waypoint: _Optional[str] = ..., tables: _Optional[_Iterable[_Union[RouteTable, _Mapping]]] = ..., policies: _Optional[_Iterable[_Union[WaypointPolicy, _Mapping]]] = ..., request_authentications: _Optional[_Iterable[_Union[_requestauth_pb2.RequestAuthentication, _Mapping]]] = ...) -> None: ...
+    xfcc_client_identity: bool
+    def __init__(self, waypoint: _Optional[str] = ..., tables: _Optional[_Iterable[_Union[RouteTable, _Mapping]]] = ..., policies: _Optional[_Iterable[_Union[WaypointPolicy, _Mapping]]] = ..., request_authentications: _Optional[_Iterable[_Union[_requestauth_pb2.RequestAuthentication, _Mapping]]] = ..., xfcc_client_identity: _Optional[bool] = ...) -> None: ...
 
 class WaypointPolicy(_message.Message):
     __slots__ = ("name", "namespace", "scope", "action", "rules", "dry_run", "services")

@@ -31,12 +31,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aiohttp import web
-
 from ambit.cni import installer
 from ambit.cni.addcheck import NetnsProbe
 from ambit.cni.agent import NetnsResolver, NodeAgent, NodeAgentSettings
 from ambit.cni.enrolment import EnrolmentManager, EnrolmentSettings
+from ambit.cni.health import HealthEndpoints
 from ambit.cni.plugin import PLUGIN_TYPE
 from ambit.commands import CommandRunner, SubprocessRunner
 from ambit.k8s import EventRecorder, EventRecorderSettings, KubeClient
@@ -141,36 +140,6 @@ async def _keep_plugin_token(
                     log.info("the plugin's kubeconfig has the rotated token")
                 last = token
         await asyncio.sleep(interval)
-
-
-class HealthEndpoints:
-    """``/healthz`` (alive) and ``/readyz`` (503 until :attr:`ready`) over plain HTTP, for the kubelet's probes.
-    They say nothing but ``ok`` or ``not ready``: whoever reaches the port learns no more than that."""
-
-    def __init__(self, address: tuple[str, int]) -> None:
-        self.address = address
-        self.ready = False
-        self._runner: web.AppRunner | None = None
-
-    async def start(self) -> None:
-        app = web.Application()
-        app.router.add_get("/healthz", self._healthz)
-        app.router.add_get("/readyz", self._readyz)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
-        await web.TCPSite(runner, self.address[0], self.address[1], reuse_address=True).start()
-        self._runner = runner
-
-    async def _healthz(self, request: web.Request) -> web.Response:
-        return web.Response(text="ok")
-
-    async def _readyz(self, request: web.Request) -> web.Response:
-        return web.Response(text="ok") if self.ready else web.Response(status=503, text="not ready")
-
-    async def aclose(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
 
 
 async def _until_signalled() -> None:

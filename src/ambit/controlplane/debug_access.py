@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from ambit.k8s.errors import KubeClientError
-from ambit.k8s.kinds import ResourceKind
+from ambit.k8s.kinds import SUBJECT_ACCESS_REVIEWS, ResourceKind
 from ambit.xds.server import Caller
 
 __all__ = ["DEBUG_ACCOUNTS", "DEBUG_PATH", "DebugAccessChecker", "access_review", "review_allows"]
@@ -35,9 +35,6 @@ log = logging.getLogger("ambit.controlplane.debug")
 DEBUG_PATH = "/debug/syncz"
 DEBUG_ACCOUNTS: frozenset[str] = frozenset({"istio-system/istiod"})
 """``namespace/service account`` pairs that may read the debug state without an RBAC rule (rule 1)."""
-SUBJECT_ACCESS_REVIEWS = ResourceKind(
-    "authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview", namespaced=False
-)
 _SA_PREFIX = "system:serviceaccount:"
 
 

@@ -13,9 +13,10 @@ Rules:
 2. Only class IN, type A or AAAA is answered locally; every other type is forwarded.
 3. The name is looked up under each of its aliases and each alias's wildcards (:mod:`ambit.dns.names`), in that
    order; the first alias and wildcard that has a usable Service wins. A name none matches is forwarded.
-4. A usable Service has VIPs, or is headless under ``svc.<domain>`` (then its healthy endpoints' addresses
-   answer). Among the Services with one hostname (one per namespace), the one in the client's namespace wins,
-   then a canonical one, then the first (oldest).
+4. A usable Service is visible to the client's namespace (``visibility``: a namespace-visible Service of another
+   namespace is as if absent, so the name may go on to another Service or upstream) and has VIPs, or is headless
+   under ``svc.<domain>`` (then its healthy endpoints' addresses answer). Among the Services with one hostname
+   (one per namespace), the one in the client's namespace wins, then a canonical one, then the first (oldest).
 5. The answer is authoritative, TTL 30: the VIPs on the client's network of the asked family (headless: each
    endpoint's first address of that family), in the order ``shuffle`` leaves them. A family the Service does not
    have (its ``ip_families``, or AAAA with IPv6 off) or no address at all is an empty NOERROR answer, never
@@ -195,7 +196,9 @@ def _find(view: ServiceView, client: DnsClient, name: Labels, domain: Labels) ->
     for alias in aliases(name, client.namespace, domain):
         for candidate in wildcards(alias.name):
             usable = [
-                s for s in view.find_services_by_hostname(join(candidate)) if s.vips or s.hostname.endswith(svc_suffix)
+                s
+                for s in view.find_services_by_hostname(join(candidate))
+                if s.visible_to(client.namespace) and (s.vips or s.hostname.endswith(svc_suffix))
             ]
             best = _best(usable, client.namespace)
             if best is not None:

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ from ambit.model.localconfig import policy_to_dict
 from ambit.model.policy import Policy
 from ambit.model.state import WorkloadState
 from ambit.proxy.context import ProxyContext
+from ambit.proxy.hostnames import HostnameResolver, upstream_lookup
 from ambit.proxy.pool import ConnectionPool
 from ambit.telemetry.accesslog import AccessLog
 from ambit.telemetry.endpoints import ProxyEndpoints, new_admin_token, write_admin_token
@@ -78,6 +80,15 @@ def dns_settings(settings: NodeProxySettings) -> DnsProxySettings | None:
     return DnsProxySettings(server, upstream_of(own))
 
 
+def hostname_resolver(
+    settings: NodeProxySettings, clock: Callable[[], float], observe: Callable[[bool], None] | None = None
+) -> HostnameResolver:
+    """Resolves hostname endpoints from the node proxy's own resolvers (explicit upstreams, else its resolv.conf,
+    read once here), as ztunnel resolves them with its own."""
+    nameservers = settings.dns_nameservers or (read_resolv_conf(settings.resolv_conf) or ResolvConf()).nameservers
+    return HostnameResolver(upstream_lookup(nameservers), clock=clock, observe=observe)
+
+
 class NodeProxy:
     """Everything one node proxy runs; ``start`` then ``aclose``."""
 
@@ -101,6 +112,9 @@ class NodeProxy:
             pool=ConnectionPool(max_streams=settings.pool_max_streams, idle_timeout=settings.pool_idle_timeout),
             metrics=self.metrics,
             access_log=AccessLog(json=settings.log_json),
+        )
+        self.context.hostnames = hostname_resolver(
+            settings, self.context.clock, lambda miss: self.metrics.on_demand_dns(miss=miss)
         )
         self.pods = PodListenerManager(self.context, dns_settings(settings))
         self.pods.on_change = self._pods_changed

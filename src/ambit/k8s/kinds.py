@@ -91,6 +91,9 @@ VALIDATING_WEBHOOK_CONFIGURATIONS = ResourceKind(
     namespaced=False,
 )
 TOKEN_REVIEWS = ResourceKind("authentication.k8s.io", "v1", "tokenreviews", "TokenReview", namespaced=False)
+SUBJECT_ACCESS_REVIEWS = ResourceKind(
+    "authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview", namespaced=False
+)
 # Istio
 AUTHORIZATION_POLICIES = ResourceKind("security.istio.io", "v1", "authorizationpolicies", "AuthorizationPolicy")
 PEER_AUTHENTICATIONS = ResourceKind("security.istio.io", "v1", "peerauthentications", "PeerAuthentication")

@@ -16,6 +16,9 @@ Theory of operation:
   waypoint matches its table; no virtual host, or no rule that matches, answers 404.
 - Within a listener, the first certificate whose names cover the server name is served, else the first.
 - Backends are mesh Services (``BackendService``), reached over HBONE with the gateway's own identity.
+- Policies: the AuthorizationPolicies and RequestAuthentications that apply at the gateway (attached by
+  ``targetRefs`` to its Gateway, or selecting its pods), enforced per request by the waypoint's engine before
+  routing: a token no rule accepts is 401, a denied request 403.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from ambit.model.policy import Policy
+from ambit.model.requestauth import RequestAuthentication
 from ambit.model.routes import RouteRule
 
 __all__ = ["GatewayConfig", "IngressCertificate", "IngressListener", "ListenerProtocol", "VirtualHost", "host_matches"]
@@ -61,6 +66,10 @@ class GatewayConfig:
     gateway: str
     """``namespace/name`` of the Gateway."""
     listeners: tuple[IngressListener, ...] = ()
+    policies: tuple[Policy, ...] = ()
+    """The AuthorizationPolicies that apply at the gateway, all of scope WAYPOINT (every request), by key."""
+    request_authentications: tuple[RequestAuthentication, ...] = ()
+    """The RequestAuthentications that apply at the gateway, by key (enforced as a waypoint enforces them)."""
 
     def ports(self) -> frozenset[int]:
         return frozenset(listener.port for listener in self.listeners)

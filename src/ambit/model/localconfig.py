@@ -26,8 +26,11 @@ Rules:
 9. A workload's or service's ``waypoint`` is ``{hostname: H, namespace: N}`` or ``{address: net/ip}``, plus
    ``hboneMtlsPort`` (default 15008); a service's ``ingressUseWaypoint`` is a boolean. These newer fields are
    written only when set (no waypoint, false), so files written before them render the same.
-   ``weightedWaypoints`` (also written only when set) is a list of ``{destination: <waypoint>, weight: N}`` with
-   ``weight`` 0..4294967295 (the wire's uint32).
+10. A workload's ``hostname`` (a DNS name, :func:`~ambit.model.dnsname.check_dns_name`, only without
+    ``workloadIps``) and a service's ``visibility`` (``Public`` or ``Namespace``) are likewise written only when
+    set (non-empty, not ``Public``).
+11. A service's ``weightedWaypoints`` (written only when set) is a list of ``{destination: <waypoint>, weight:
+    N}`` with ``weight`` 0..4294967295 (the wire's uint32).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from typing import Any, TypeVar
 
 import yaml
 
+from ambit.model.dnsname import check_dns_name
 from ambit.model.errors import AddressError, IdentityError, LocalConfigError
 from ambit.model.identity import (
     DEFAULT_SERVICE_ACCOUNT,
@@ -75,6 +79,7 @@ from ambit.model.workload import (
     PortMapping,
     Service,
     TunnelProtocol,
+    Visibility,
     WeightedWaypoint,
     Workload,
     parse_ip,
@@ -109,6 +114,7 @@ _WORKLOAD_KEYS = (
     "networkMode",
     "locality",
     "waypoint",
+    "hostname",
 )
 _SERVICE_KEYS = (
     "name",
@@ -122,6 +128,7 @@ _SERVICE_KEYS = (
     "ipFamilies",
     "waypoint",
     "ingressUseWaypoint",
+    "visibility",
     "weightedWaypoints",
 )
 _WEIGHTED_KEYS = ("destination", "weight")
@@ -405,7 +412,19 @@ def _workload(value: object, path: str) -> Workload:
         ),
         locality=_field(item, "locality", path, _locality, Locality()),
         waypoint=_waypoint(item["waypoint"], f"{path}.waypoint") if item.get("waypoint") is not None else None,
+        hostname=_workload_hostname(item, path),
     )
+
+
+def _workload_hostname(item: Mapping[Any, Any], path: str) -> str:
+    hostname = _field(item, "hostname", path, _optional_string, "")
+    if hostname:
+        if item.get("workloadIps"):
+            raise LocalConfigError(f"{path}.hostname: give either 'workloadIps' or 'hostname', not both")
+        problem = check_dns_name(hostname)
+        if problem:
+            raise LocalConfigError(f"{path}.hostname: {problem}")
+    return hostname
 
 
 def _service(value: object, path: str) -> Service:
@@ -426,6 +445,7 @@ def _service(value: object, path: str) -> Service:
         ip_families=_field(item, "ipFamilies", path, _choice({f.value: f for f in IPFamilies}), IPFamilies.AUTOMATIC),
         waypoint=_waypoint(item["waypoint"], f"{path}.waypoint") if item.get("waypoint") is not None else None,
         ingress_use_waypoint=_field(item, "ingressUseWaypoint", path, _bool, False),
+        visibility=_field(item, "visibility", path, _choice({v.value: v for v in Visibility}), Visibility.PUBLIC),
         weighted_waypoints=_field(item, "weightedWaypoints", path, _weighted_waypoints, ()),
     )
 
@@ -601,6 +621,8 @@ def workload_to_dict(workload: Workload) -> dict[str, Any]:
     }
     if workload.waypoint is not None:
         out["waypoint"] = waypoint_to_dict(workload.waypoint)
+    if workload.hostname:
+        out["hostname"] = workload.hostname
     return out
 
 
@@ -621,6 +643,8 @@ def service_to_dict(service: Service) -> dict[str, Any]:
         out["waypoint"] = waypoint_to_dict(service.waypoint)
     if service.ingress_use_waypoint:
         out["ingressUseWaypoint"] = True
+    if service.visibility is not Visibility.PUBLIC:
+        out["visibility"] = service.visibility.value
     if service.weighted_waypoints:
         out["weightedWaypoints"] = [
             {"destination": waypoint_to_dict(w.destination), "weight": w.weight} for w in service.weighted_waypoints

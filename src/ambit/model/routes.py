@@ -223,6 +223,9 @@ class WaypointConfig:
     """The AuthorizationPolicies bound to it (scope WAYPOINT or SERVICE; spec §7.5), by namespace, name, scope."""
     request_authentications: tuple[RequestAuthentication, ...] = ()
     """The RequestAuthentications attached to it by ``targetRefs``, by key (:mod:`ambit.requestauth` enforces them)."""
+    xfcc_client_identity: bool = False
+    """Its Gateway (or GatewayClass) says ``ambient.istio.io/xfcc-include-client-identity: "true"``: forwarded
+    requests carry the source identity in ``x-forwarded-client-cert`` (:mod:`ambit.waypoint.client_cert`)."""
 
     def find_table(self, service_key: str, port: int) -> RouteTable | None:
         for table in self.tables:

@@ -34,6 +34,15 @@ Waypoints (spec §1.4, §4.1; ztunnel's ``fetch_waypoint``):
 7. The expected identity is the chosen instance's, plus the waypoint Service's SAN overrides
    (:attr:`Destination.expected_identities` of the returned destination).
 8. Anything else raises :class:`UnknownWaypointError`: a configured waypoint is never skipped silently.
+
+Visibility and hostname endpoints (spec §4.1 ``Service.visibility``, ``Workload.hostname``; ztunnel):
+
+9. Given the client's namespace, a VIP lookup sees only the services visible to it: a NAMESPACE service of
+   another namespace is skipped as if absent (another service with that VIP may answer, else the address is a
+   workload's or passthrough). Without a namespace (inbound, waypoint lookups) every service counts.
+10. A service endpoint with a ``hostname`` and no address is eligible (rule 6's other conditions apart); the
+    :class:`Destination` then keeps the original IP and says :attr:`Destination.resolve_hostname`: the caller
+    resolves the name (``fetch_*``, with I/O) before dialling. Waypoint instances must have an address.
 """
 
 from __future__ import annotations
@@ -83,6 +92,14 @@ class Destination:
     service: Service | None
 
     @property
+    def resolve_hostname(self) -> str:
+        """The DNS name to resolve for the address to dial (rule 10), or ``""`` when ``ip`` is the address."""
+        workload = self.workload
+        if workload is None or workload.addresses:
+            return ""
+        return workload.hostname
+
+    @property
     def expected_identities(self) -> frozenset[SpiffeId]:
         """Identities the peer certificate may carry: the workload's, plus the service's SAN overrides.
 
@@ -127,9 +144,10 @@ def _waypoint_port(workload: Workload, service: Service, hbone_port: int) -> int
     return declared[0].target_port or None
 
 
-def _eligible(workload: Workload, service: Service) -> bool:
-    """Whether a service's endpoint may be picked: it has an address, and is healthy unless the service allows all."""
-    return bool(workload.addresses) and (
+def _eligible(workload: Workload, service: Service, *, hostname: bool = False) -> bool:
+    """Whether a service's endpoint may be picked: it has an address (or, with ``hostname``, a name to resolve:
+    rule 10), and is healthy unless the service allows all."""
+    return bool(workload.addresses or (hostname and workload.hostname)) and (
         service.health_policy is HealthPolicy.ALLOW_ALL or workload.status is HealthStatus.HEALTHY
     )
 
@@ -241,9 +259,19 @@ class WorkloadState:
         uids = self._by_address.get((network, ip))
         return self._workloads[next(reversed(uids))] if uids else None
 
-    def find_service_by_vip(self, network: str, ip: IPAddress) -> Service | None:
+    def find_service_by_vip(self, network: str, ip: IPAddress, client_namespace: str | None = None) -> Service | None:
+        """The service with this VIP (the latest added, rule 2); with ``client_namespace``, the latest one visible
+        to a client of that namespace (rule 9)."""
         keys = self._by_vip.get((network, ip))
-        return self._services[next(reversed(keys))] if keys else None
+        if not keys:
+            return None
+        if client_namespace is None:
+            return self._services[next(reversed(keys))]
+        for key in reversed(keys):
+            service = self._services[key]
+            if service.visible_to(client_namespace):
+                return service
+        return None
 
     def find_service_by_hostname(self, hostname: str) -> Service | None:
         keys = self._by_hostname.get(hostname)
@@ -274,22 +302,30 @@ class WorkloadState:
     # Decisions.
 
     def resolve(
-        self, network: str, ip: IPAddress, port: int, choose: Callable[[Sequence[Workload]], Workload]
+        self,
+        network: str,
+        ip: IPAddress,
+        port: int,
+        choose: Callable[[Sequence[Workload]], Workload],
+        client_namespace: str | None = None,
     ) -> Destination:
         """Where a connection to ``ip:port`` (in ``network``) goes (spec §6.3, steps 3, 4 and 7).
 
         A service VIP goes to an endpoint picked by ``choose`` among the eligible ones (healthy unless the service
-        allows all; with an address), or raises :class:`NoHealthyUpstreamError`. A workload address goes to that
-        workload, whatever its health. Anything else is passthrough.
+        allows all; with an address or a hostname, rule 10), or raises :class:`NoHealthyUpstreamError`. A workload
+        address goes to that workload, whatever its health. Anything else is passthrough. With
+        ``client_namespace``, services not visible to that namespace are not seen (rule 9).
         """
-        service = self.find_service_by_vip(network, ip)
+        service = self.find_service_by_vip(network, ip, client_namespace)
         if service is not None:
-            candidates = [workload for workload in self.find_endpoints(service) if _eligible(workload, service)]
+            candidates = [
+                workload for workload in self.find_endpoints(service) if _eligible(workload, service, hostname=True)
+            ]
             if not candidates:
                 raise NoHealthyUpstreamError(f"no healthy upstream for service {service.key} ({ip} port {port})")
             chosen = choose(candidates)
             return Destination(
-                ip=_address_like(chosen, ip),
+                ip=_address_like(chosen, ip) if chosen.addresses else ip,
                 port=_target_port(chosen, service, port),
                 transport=_transport_of(chosen),
                 workload=chosen,

@@ -46,6 +46,7 @@ __all__ = [
     "PortMapping",
     "Service",
     "TunnelProtocol",
+    "Visibility",
     "WeightedWaypoint",
     "Workload",
     "parse_ip",
@@ -87,6 +88,16 @@ class AppProtocol(enum.Enum):
     GRPC = "GRPC"
     TCP = "TCP"
     TLS = "TLS"
+
+
+class Visibility(enum.Enum):
+    """Who may see a service (spec §4.1 ``Service.visibility``): everyone, or only clients of its own namespace.
+
+    A service a client may not see is, for that client, not there at all: its name is not answered by the DNS
+    proxy and its VIPs are not handled as the service (ztunnel's rule: no shadowing by an invisible service)."""
+
+    PUBLIC = "Public"
+    NAMESPACE = "Namespace"
 
 
 class HealthStatus(enum.Enum):
@@ -215,6 +226,9 @@ class Workload:
     locality: Locality = field(default_factory=Locality)
     waypoint: GatewayAddress | None = None
     """The waypoint traffic to this workload's own addresses goes through (``istio.io/use-waypoint``)."""
+    hostname: str = ""
+    """A DNS name the node proxy resolves when it picks this endpoint (spec §4.1 ``Workload.hostname``), for a
+    workload without addresses: the endpoints of a ``resolution: DNS`` ServiceEntry."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.addresses, tuple):
@@ -258,6 +272,12 @@ class Service:
     """The waypoint traffic to this service goes through (``istio.io/use-waypoint``)."""
     ingress_use_waypoint: bool = False
     """Ingress gateways, too, send to this service through its waypoint (``istio.io/ingress-use-waypoint``)."""
+    visibility: Visibility = Visibility.PUBLIC
+
+    def visible_to(self, namespace: str) -> bool:
+        """Whether a client in ``namespace`` may see this service (:class:`Visibility`)."""
+        return self.visibility is Visibility.PUBLIC or namespace == self.namespace
+
     weighted_waypoints: tuple[WeightedWaypoint, ...] = ()
     """With a canary waypoint: the primary and the canary with their shares of new connections (a weight 0 is never
     chosen); ``waypoint`` stays the primary, which takes everything when none of these can be used."""

@@ -29,6 +29,7 @@ from ambit.model.state import WorkloadState
 from ambit.model.workload import IPAddress, Workload
 from ambit.proxy.accounting import Accounting, BothSides, LabelsCache
 from ambit.proxy.authorization import Authorizer, Guards
+from ambit.proxy.hostnames import HostnameResolver
 from ambit.proxy.plans import NodeView
 from ambit.proxy.pool import ConnectionPool
 from ambit.proxy.relay import Splice, close_now, splice
@@ -118,6 +119,8 @@ class ProxyContext:
     """The decision for an inbound connection: ``policies.check`` (tests may replace it)."""
     guards: Guards = field(default_factory=Guards)
     """Relayed inbound connections, re-checked when policies change."""
+    hostnames: HostnameResolver | None = None
+    """Resolves hostname endpoints on demand (``resolution: DNS`` ServiceEntries); None: they are refused."""
 
     def __post_init__(self) -> None:
         self.labels = LabelsCache(self.metrics)

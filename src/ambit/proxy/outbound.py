@@ -12,7 +12,9 @@ of local pod P:
    (or to a waypoint instance's HBONE listener, the CONNECT naming the original destination), made from P's netns
    with P's certificate, the server verified against the identities the plan expects (the destination's, or the
    waypoint's).
-5. :class:`~ambit.proxy.plans.Plain`: a TCP connection from P's netns (the source stays P's IP).
+5. :class:`~ambit.proxy.plans.Plain`: a TCP connection from P's netns (the source stays P's IP). A plan naming a
+   hostname endpoint first fetches an address for it (:class:`~ambit.proxy.hostnames.HostnameResolver`, an address
+   of the original destination's family); a failed lookup fails the connection (reset, counted).
 6. Bytes are relayed with half-close both ways; metrics (reporter=source) and one access-log line per connection.
 """
 
@@ -27,12 +29,13 @@ import sys
 from ambit.errors import AmbitError
 from ambit.hbone.headers import connect_headers, hostport
 from ambit.model.state import Transport
-from ambit.model.workload import Workload
+from ambit.model.workload import IPAddress, Workload
 from ambit.proxy.accounting import Accounting, BothSides
 from ambit.proxy.context import LocalPod, ProxyContext
 from ambit.proxy.errors import ProxyConnectError, ProxyError, ResponseFlag
 from ambit.proxy.hbone_client import HboneClient
 from ambit.proxy.hbone_stream import HboneStream
+from ambit.proxy.hostnames import HostnameLookupError
 from ambit.proxy.inbound import LocalDelivery, deliver_locally, guard
 from ambit.proxy.plans import HBONE_PORT, Local, OutboundFacts, Plain, Refuse, Tunnel, plan_outbound
 from ambit.proxy.pool import PoolKey
@@ -83,6 +86,9 @@ async def serve_outbound(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) 
                 sides = BothSides((accounting, delivery.accounting))  # both sides count, and finish, this one
             elif isinstance(plan, Tunnel):
                 upstream = await _open_tunnel(ctx, pod, peer, peer_addr, plan)
+            elif plan.hostname:
+                address = await _resolve_endpoint(ctx, plan, facts.dst_ip)
+                upstream = SocketStream(await connect(pod.sockets, address))
             else:
                 upstream = SocketStream(await connect(pod.sockets, plan.address))
         except (AmbitError, OSError) as exc:
@@ -94,6 +100,17 @@ async def serve_outbound(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) 
         if delivery is not None:
             guard(ctx, running, delivery.dial)
         return running
+
+
+async def _resolve_endpoint(ctx: ProxyContext, plan: Plain, like: IPAddress) -> tuple[str, int]:
+    """The address to dial for a hostname endpoint (rule 5); raises :class:`ProxyConnectError` when none."""
+    if ctx.hostnames is None:
+        raise ProxyConnectError(plan.address, "hostname endpoints are not resolved by this proxy")
+    try:
+        ip = await ctx.hostnames.fetch_address(plan.hostname, like)
+    except HostnameLookupError as exc:
+        raise ProxyConnectError(plan.address, str(exc)) from None
+    return str(ip), plan.address[1]
 
 
 async def _open_tunnel(

@@ -36,6 +36,13 @@ Outbound (15001), :func:`plan_outbound`, in order (ztunnel's ``build_request``):
    the server checked against the workload's identity (and the service's SAN overrides).
 8. Otherwise :class:`Plain` TCP: to ``<pod IP>:<target port>`` for a workload without HBONE, or to the original
    destination for passthrough.
+9. Visibility: rules 3 and 4 see only the Services visible to the source's namespace (spec §4.1 ``visibility``): a
+   VIP of a namespace-visible Service of another namespace is, for this source, an unknown address (passthrough
+   unless it is a workload's), as ztunnel does.
+10. A chosen endpoint with a hostname and no address (a ``resolution: DNS`` ServiceEntry's) is :class:`Plain`
+    with ``hostname`` set: the executor resolves the name (an address of the original destination's family)
+    before dialling ``<address>:<target port>``. Such an endpoint with HBONE is refused (503, ``NR``): Ambit does
+    not tunnel to names.
 
 A waypoint is always reached through HBONE, never by :class:`Local`, even when its pod is on this node (ztunnel has
 no same-node shortcut, and a waypoint terminates HBONE itself). The tunnel's ``destination`` is what the connection
@@ -118,6 +125,9 @@ class Plain:
 
     destination: Destination
     address: tuple[str, int]
+    """``(IP, port)``; with ``hostname``, ``(hostname, port)``: resolve, then dial the address at that port."""
+    hostname: str = ""
+    """A name to resolve for the address to dial (rule 10), else ``""``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,11 +204,11 @@ def plan_outbound(
         return Refuse(503, ResponseFlag.NONE, "a call to the proxy's own port", counted=False)
     if source is None:
         return Refuse(503, ResponseFlag.NO_ROUTE, "unknown source workload", counted=False)
-    service = state.find_service_by_vip(node.network, facts.dst_ip)
+    service = state.find_service_by_vip(node.network, facts.dst_ip, source.namespace)
     if service is not None and service.waypoint is not None and not _from_any_waypoint(state, service, source):
         return _through_service_waypoint(facts, state, node, choose, draw, service, service.waypoint)
     try:
-        destination = state.resolve(node.network, facts.dst_ip, facts.dst_port, choose)
+        destination = state.resolve(node.network, facts.dst_ip, facts.dst_port, choose, source.namespace)
     except NoHealthyUpstreamError as exc:
         return Refuse(503, ResponseFlag.NO_ROUTE, str(exc))
     workload = destination.workload
@@ -209,6 +219,10 @@ def plan_outbound(
         and not _from_waypoint(state, workload.waypoint, source)
     ):
         return _through_waypoint(facts, state, node, choose, workload.waypoint, None)
+    if hostname := destination.resolve_hostname:
+        if destination.transport is Transport.HBONE:
+            return Refuse(503, ResponseFlag.NO_ROUTE, f"HBONE to hostname endpoint {hostname} is not supported")
+        return Plain(destination, (hostname, destination.port), hostname)
     ip_text = facts.dst_text if destination.ip == facts.dst_ip else str(destination.ip)
     if destination.transport is Transport.HBONE and workload is not None:
         if node.serves(workload):

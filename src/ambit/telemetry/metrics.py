@@ -214,6 +214,8 @@ class ProxyMetrics:
         self._active_proxies = 0
         self._pending_proxies = 0
         self._proxies_started = 0
+        self._on_demand_dns = 0
+        self._on_demand_dns_misses = 0
         self._proxies_stopped = 0
         self._registry = CollectorRegistry(auto_describe=False)
         self._registry.register(_Collector(self))
@@ -284,6 +286,14 @@ class ProxyMetrics:
             self._active_proxies = active
             self._pending_proxies = pending
 
+    def on_demand_dns(self, *, miss: bool) -> None:
+        """Count a hostname endpoint resolved on demand, and whether the cache missed (``istio_on_demand_dns_total``,
+        ``istio_on_demand_dns_cache_misses_total``; unlabelled here, ztunnel labels them by the connection)."""
+        with self._lock:
+            self._on_demand_dns += 1
+            if miss:
+                self._on_demand_dns_misses += 1
+
     def proxy_started(self) -> None:
         with self._lock:
             self._proxies_started += 1
@@ -327,6 +337,7 @@ class ProxyMetrics:
             failed = dict(self._failed.values)
             active, pending = self._active_proxies, self._pending_proxies
             started, stopped = self._proxies_started, self._proxies_stopped
+            on_demand, on_demand_misses = self._on_demand_dns, self._on_demand_dns_misses
             dns_counters = [
                 (f.name, f.help, dict(f.values)) for f in (self._dns_requests, self._dns_upstream, self._dns_failures)
             ]
@@ -346,6 +357,14 @@ class ProxyMetrics:
         )
         yield CounterMetricFamily("istio_proxies_started", "The total number of proxies started (unstable)", started)
         yield CounterMetricFamily("istio_proxies_stopped", "The total number of proxies stopped (unstable)", stopped)
+        yield CounterMetricFamily(
+            "istio_on_demand_dns", "The total number of requests that used on-demand DNS (unstable)", on_demand
+        )
+        yield CounterMetricFamily(
+            "istio_on_demand_dns_cache_misses",
+            "The total number of cache misses for requests on-demand DNS (unstable)",
+            on_demand_misses,
+        )
         for name, doc, dns_values in dns_counters:
             family = CounterMetricFamily(name, doc, labels=DNS_LABEL_NAMES)
             for key, value in dns_values.items():

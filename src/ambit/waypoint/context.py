@@ -61,6 +61,8 @@ class WaypointContext:
     """Tunnels being served now (bounded by ``limits.max_tunnels``)."""
     http2: Http2Pool = field(default_factory=Http2Pool)
     """Upstream HTTP/2 sessions per endpoint, shared by requests (:mod:`ambit.waypoint.http2_upstream`)."""
+    identity: SpiffeId | None = None
+    """Its own identity: ``By`` of the XFCC header it adds (:mod:`ambit.waypoint.client_cert`)."""
     background: set[asyncio.Task[None]] = field(default_factory=set)
     """Tasks that outlive the request that started them (mirrored copies); cancelled when the waypoint stops."""
 

@@ -5,7 +5,10 @@ Theory of operation: the HTTP/1.1 shell (:mod:`ambit.waypoint.http1_proxy`) and 
 client's end of the request (a :class:`~ambit.waypoint.downstream.RequestSide`: the body source and where the
 answer goes) and the :data:`~ambit.waypoint.upstream.Connector` of their version. :func:`serve_request`:
 
-0. authenticates the request (RequestAuthentication, :func:`ambit.waypoint.authn.plan_authentication`): a token
+0. replaces the client's ``x-forwarded-client-cert`` with what the waypoint verified
+   (:func:`ambit.waypoint.client_cert.plan_client_cert`: removed, or the peer's identity when the waypoint's
+   Gateway asks for it), so authentication, policies, routes and the backend see only that; then authenticates
+   the request (RequestAuthentication, :func:`ambit.waypoint.authn.plan_authentication`): a token
    that no rule accepts is answered 401 with Envoy's reason, before anything else; then authorizes it
    (:func:`ambit.waypoint.authorization.check_request`, with the token's identity): a denied request is answered
    403 ``RBAC: access denied`` with flag ``RBAC`` and the matched policy in the log line's error. The rest sees
@@ -31,6 +34,7 @@ from ambit.hbone.headers import hostport
 from ambit.model.workload import Workload
 from ambit.waypoint.authn import Unauthenticated, plan_authentication
 from ambit.waypoint.authorization import DENIED_BODY, RBAC_FLAG, check_request, denial_detail, service_key_of
+from ambit.waypoint.client_cert import plan_client_cert
 from ambit.waypoint.context import Tunnel, WaypointContext
 from ambit.waypoint.decisions import RequestHead, Respond
 from ambit.waypoint.destinations import Endpoint, ServiceTarget, find_backend_service
@@ -62,7 +66,9 @@ async def serve_request(
     target = tunnel.target
     config = ctx.routes.current
     key = service_key_of(tunnel)
-    head = started.head
+    head = plan_client_cert(
+        started.head, include_identity=config.xfcc_client_identity, local=ctx.identity, peer=tunnel.peer_identity
+    )
     if config.request_authentications:
         step = plan_authentication(head, config, key, await ctx.jwks.fetch_key_sets(), ctx.wall_clock())
         if isinstance(step, Unauthenticated):

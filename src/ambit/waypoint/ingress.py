@@ -16,6 +16,13 @@ HBONE pool, telemetry and admin endpoints) that, instead of an HBONE listener, s
 - A new config (a route change, a rotated certificate) replaces the router and the TLS contexts at once: the next
   request and the next handshake use it, no restart, and connections already open keep what they negotiated.
   A certificate that does not load leaves its listener without that certificate (logged); the rest is served.
+- Policies: the config's RequestAuthentications and AuthorizationPolicies become the request path's
+  :class:`~ambit.model.routes.WaypointConfig` (no route tables, every policy of scope WAYPOINT), so each request is
+  authenticated and authorized exactly as at a waypoint (:func:`ambit.waypoint.exchange.serve_request`: a token no
+  rule accepts 401, a denied request 403) before it is routed; the JWKS of ``jwksUri`` rules are fetched by the
+  same :class:`~ambit.waypoint.jwks.JwksManager`. A removed config keeps the last policies (fail closed).
+- A client's ``x-forwarded-client-cert`` is removed (:mod:`ambit.waypoint.client_cert`): the gateway's clients
+  present no certificate, so nothing vouches for it (Istio's ``SANITIZE_SET`` without a client certificate).
 - Readiness (``:15021/healthz/ready``) waits for the certificate, the workload state and the first config.
 
 Why the configuration, keys included, comes over xDS rather than from the API: the gateway, like a waypoint, holds
@@ -41,7 +48,7 @@ from typing import Any
 
 from ambit.model.ingress import GatewayConfig, IngressListener, ListenerProtocol
 from ambit.model.localconfig import parse_local_config
-from ambit.model.routes import BackendService, RouteTable
+from ambit.model.routes import BackendService, RouteTable, WaypointConfig
 from ambit.model.state import WorkloadState
 from ambit.model.workload import AppProtocol, Service, Workload
 from ambit.proxy.streams import ByteStream, SocketStream
@@ -189,7 +196,9 @@ class IngressGateway(Waypoint):
             if name == self.config_name and isinstance(value, GatewayConfig):
                 self.apply(value)
         if self.config_name in update.removals:
-            self.apply(GatewayConfig(self.config_name))
+            # No listeners any more, but the last policies stay (fail closed, as a waypoint keeps them).
+            last = self.router.config
+            self.apply(GatewayConfig(self.config_name, (), last.policies, last.request_authentications))
 
     def apply(self, config: GatewayConfig) -> None:
         """Serve ``config`` from the next request and handshake on (see the module docstring)."""
@@ -198,6 +207,14 @@ class IngressGateway(Waypoint):
             port: _PortTls(port, router) for port, proto in router.ports().items() if proto is ListenerProtocol.HTTPS
         }
         self.router, self._tls = router, tls
+        self.context.routes.replace(
+            WaypointConfig(
+                config.gateway,
+                policies=config.policies,
+                request_authentications=config.request_authentications,
+            )
+        )
+        self.context.jwks.update(config.request_authentications)
         self.config_updates += 1
         self.readiness.done(CONFIG_TASK)
         log.info("gateway config: %d listener(s) on port(s) %s", len(config.listeners), sorted(router.ports()))

@@ -14,9 +14,9 @@ distinct URI. Rules:
 
 1. Only ``http`` and ``https`` URIs with a host are fetched; HTTPS verifies the server against the system's CAs.
    Redirects are not followed.
-2. One fetch may take the rule's ``timeout`` (Istio's default 5 s) in all, and read at most
-   :data:`~ambit.requestauth.MAX_JWKS_BYTES`; a longer body, a status other than 200, or a body that is not a key
-   set with a usable key is a failure.
+2. One fetch (:func:`ambit.httpfetch.fetch_body`) may take the rule's ``timeout`` (Istio's default 5 s) in all,
+   and read at most :data:`~ambit.requestauth.MAX_JWKS_BYTES`; a longer body, a status other than 200, or a body
+   that is not a key set with a usable key is a failure.
 3. After a success the set is fetched again after ``refresh_seconds`` (Istio's 20 minutes); after a failure after
    ``retry_seconds``. A failure keeps the last good set; without one, the URI's tokens are refused ("Jwks remote
    fetch is failed") while requests without a token pass.
@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from ambit.httpfetch import HttpFetchError, fetch_body
 from ambit.model.requestauth import MAX_JWKS_BYTES, RequestAuthentication, jwks_uri_problem
 from ambit.requestauth import JsonWebKeySet, JwksRejected, KeySets, parse_jwks
 from ambit.waypoint.errors import WaypointError
@@ -46,7 +47,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_REFRESH_SECONDS = 20 * 60.0
 DEFAULT_RETRY_SECONDS = 60.0
-_CHUNK = 16 * 1024
 
 
 class JwksFetchError(WaypointError):
@@ -75,22 +75,10 @@ async def fetch_jwks(
     """Fetch and parse one key set (rules 1 and 2); raises :class:`JwksFetchError` with a one-line reason."""
     check_uri(uri)
     try:
-        async with asyncio.timeout(limit_seconds):
-            async with session.get(uri, allow_redirects=False) as response:
-                if response.status != 200:
-                    raise JwksFetchError(f"{uri}: HTTP status {response.status}")
-                if response.content_length is not None and response.content_length > max_bytes:
-                    raise JwksFetchError(f"{uri}: body of {response.content_length} bytes exceeds {max_bytes}")
-                body = bytearray()
-                while chunk := await response.content.read(_CHUNK):
-                    body += chunk
-                    if len(body) > max_bytes:
-                        raise JwksFetchError(f"{uri}: body exceeds {max_bytes} bytes")
-    except TimeoutError:
-        raise JwksFetchError(f"{uri}: no complete answer within {limit_seconds:g} s") from None
-    except (aiohttp.ClientError, OSError, ValueError) as exc:
-        raise JwksFetchError(f"{uri}: {type(exc).__name__}: {exc}") from None
-    parsed = parse_jwks(bytes(body))
+        body = await fetch_body(session, uri, within=limit_seconds, max_bytes=max_bytes)
+    except HttpFetchError as exc:
+        raise JwksFetchError(str(exc)) from None
+    parsed = parse_jwks(body)
     if isinstance(parsed, JwksRejected):
         raise JwksFetchError(f"{uri}: {parsed.reason}")
     return parsed

@@ -122,6 +122,7 @@ class Waypoint:
             request_log=RequestLog(as_json=settings.log_json),
             access_log=AccessLog(json=settings.log_json),
             limits=limits,
+            identity=self.identity,
         )
         self.xds = (
             XdsClient(

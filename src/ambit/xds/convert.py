@@ -25,7 +25,10 @@ Rules:
    ``NamespacedHostname`` (field 1) or a ``NetworkAddress`` (field 2, one full-length IP), and
    ``hbone_mtls_port`` (field 3) in 1..65535. An absent message is no waypoint; a present one with neither
    destination is refused. ``Service.ingress_use_waypoint`` (field 12) is sent as it is.
-8. ``Service.weighted_waypoints`` (field 13): each ``WeightedWaypoint`` needs a ``destination`` (field 1, a waypoint
+8. ``Service.visibility`` (field 14) is sent as it is; an unknown value is refused (a newer, narrower visibility
+   must not be read as PUBLIC). ``Workload.hostname`` (field 21) must be a DNS name (:func:`check_dns_name`); a
+   workload has addresses or a hostname (or neither: it is then never picked), not both.
+9. ``Service.weighted_waypoints`` (field 13): each ``WeightedWaypoint`` needs a ``destination`` (field 1, a waypoint
    as in rule 7) and keeps its ``weight`` (field 2, uint32) as sent; more than :data:`MAX_WEIGHTED_WAYPOINTS`
    entries are refused (istiod sends two: the primary and the canary).
 """
@@ -40,6 +43,7 @@ from google.protobuf import any_pb2
 from google.protobuf.message import DecodeError
 
 from ambit.api import workload_pb2 as pb
+from ambit.model.dnsname import check_dns_name
 from ambit.model.errors import IdentityError
 from ambit.model.identity import (
     DEFAULT_SERVICE_ACCOUNT,
@@ -61,6 +65,7 @@ from ambit.model.workload import (
     PortMapping,
     Service,
     TunnelProtocol,
+    Visibility,
     WeightedWaypoint,
     Workload,
 )
@@ -83,7 +88,7 @@ T = TypeVar("T")
 
 ADDRESS_TYPE_URL = "type.googleapis.com/istio.workload.Address"
 MAX_WEIGHTED_WAYPOINTS = 16
-"""The most waypoints one Service's weighted set may hold (rule 8): bounds the work of each pick."""
+"""The most waypoints one Service's weighted set may hold (rule 9): bounds the work of each pick."""
 
 _WORKLOAD_TYPES = {"deployment": pb.DEPLOYMENT, "cronjob": pb.CRONJOB, "pod": pb.POD, "job": pb.JOB}
 _WORKLOAD_TYPE_NAMES = {value: key for key, value in _WORKLOAD_TYPES.items()}
@@ -105,6 +110,8 @@ _IP_FAMILIES = {
     IPFamilies.DUAL: pb.DUAL,
 }
 _IP_FAMILY_NAMES = {value: key for key, value in _IP_FAMILIES.items()}
+_VISIBILITIES = {Visibility.PUBLIC: pb.Service.PUBLIC, Visibility.NAMESPACE: pb.Service.NAMESPACE}
+_VISIBILITY_NAMES = {value: key for key, value in _VISIBILITIES.items()}
 _APP_PROTOCOLS: dict[AppProtocol, Any] = {protocol: pb.AppProtocol.Value(protocol.name) for protocol in AppProtocol}
 _APP_PROTOCOL_NAMES = {value: key for key, value in _APP_PROTOCOLS.items()}
 
@@ -151,6 +158,7 @@ def workload_to_proto(workload: Workload) -> pb.Workload:
         cluster_id=workload.cluster_id,
         authorization_policies=list(workload.authorization_policies),
         network_mode=_NETWORK_MODES[workload.network_mode],
+        hostname=workload.hostname,
     )
     if workload.locality.known:
         locality = workload.locality
@@ -178,6 +186,7 @@ def service_to_proto(service: Service) -> pb.Service:
         canonical=service.canonical,
         ip_families=_IP_FAMILIES[service.ip_families],
         ingress_use_waypoint=service.ingress_use_waypoint,
+        visibility=_VISIBILITIES[service.visibility],
     )
     if service.waypoint is not None:
         message.waypoint.CopyFrom(gateway_address_to_proto(service.waypoint))
@@ -312,6 +321,13 @@ def _workload_from_proto(message: pb.Workload, read: FieldReader) -> Workload:
     read.identity_part("workload.trust_domain", trust_domain, "trust domain")
     service_account = read.text("workload.service_account", message.service_account) or DEFAULT_SERVICE_ACCOUNT
     read.identity_part("workload.service_account", service_account, "service account")
+    hostname = read.text("workload.hostname", message.hostname)
+    if hostname:
+        if message.addresses:
+            raise read.fail("workload.hostname", "a workload has addresses or a hostname, not both")
+        problem = check_dns_name(hostname)
+        if problem:
+            raise read.fail("workload.hostname", problem)
     services: dict[str, tuple[PortMapping, ...]] = {}
     for key in sorted(message.services):
         field = f"workload.services[{key!r}]"
@@ -347,6 +363,7 @@ def _workload_from_proto(message: pb.Workload, read: FieldReader) -> Workload:
             subzone=read.text("workload.locality.subzone", message.locality.subzone),
         ),
         waypoint=read.gateway_address("workload.waypoint", message.waypoint) if message.HasField("waypoint") else None,
+        hostname=hostname,
     )
 
 
@@ -377,6 +394,7 @@ def _service_from_proto(message: pb.Service, read: FieldReader) -> Service:
         ip_families=read.enum("service.ip_families", message.ip_families, _IP_FAMILY_NAMES),
         waypoint=read.gateway_address("service.waypoint", message.waypoint) if message.HasField("waypoint") else None,
         ingress_use_waypoint=message.ingress_use_waypoint,
+        visibility=read.enum("service.visibility", message.visibility, _VISIBILITY_NAMES),
         weighted_waypoints=_weighted_waypoints(message, read),
     )
 

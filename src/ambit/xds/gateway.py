@@ -13,7 +13,9 @@ Rules:
    each with a non-empty chain and key (whether they load is the TLS layer's judgement, when the gateway builds
    its contexts).
 3. A virtual host's hostname is ``*``, a name, or ``*.`` and a name, without whitespace.
-4. Nothing but :class:`XdsConversionError` escapes decoding.
+4. Policies and RequestAuthentications are judged as a waypoint's (:mod:`ambit.xds.waypoint_policies`,
+   :mod:`ambit.xds.requestauth`).
+5. Nothing but :class:`XdsConversionError` escapes decoding.
 """
 
 from __future__ import annotations
@@ -25,9 +27,12 @@ from google.protobuf.message import DecodeError
 
 from ambit.api import gateway_pb2 as pb
 from ambit.model.ingress import GatewayConfig, IngressCertificate, IngressListener, ListenerProtocol, VirtualHost
+from ambit.xds.authorization import PolicyReader
 from ambit.xds.errors import XdsConversionError
+from ambit.xds.requestauth import RequestAuthReader, request_authentication_to_proto
 from ambit.xds.routes import _Reader as RouteReader
 from ambit.xds.routes import _rule as rule_to_proto
+from ambit.xds.waypoint_policies import waypoint_policy_from_proto, waypoint_policy_to_proto
 
 __all__ = ["GATEWAY_CONFIG_TYPE_URL", "decode_gateway_config", "gateway_config_to_proto", "pack_gateway_config"]
 
@@ -54,6 +59,8 @@ def gateway_config_to_proto(config: GatewayConfig) -> pb.GatewayConfig:
             )
             for item in config.listeners
         ],
+        policies=[waypoint_policy_to_proto(p) for p in config.policies],
+        request_authentications=[request_authentication_to_proto(p) for p in config.request_authentications],
     )
 
 
@@ -87,17 +94,25 @@ def _listener(reader: RouteReader, field: str, message: pb.Listener) -> IngressL
 
 
 def gateway_config_from_proto(message: pb.GatewayConfig, name: str) -> GatewayConfig:
-    """Judge and convert a GatewayConfig received as resource ``name`` (rules 1-4)."""
+    """Judge and convert a GatewayConfig received as resource ``name`` (rules 1-5)."""
     reader = RouteReader(name)
     if message.gateway != name:
         raise reader.fail("gateway", f"the resource is named {name!r} but describes {message.gateway!r}")
     try:
         listeners = tuple(_listener(reader, f"listeners[{i}]", item) for i, item in enumerate(message.listeners))
+        policies = tuple(
+            waypoint_policy_from_proto(PolicyReader(name), f"policies[{i}]", p) for i, p in enumerate(message.policies)
+        )
+        authn = RequestAuthReader(name)
+        request_authentications = tuple(
+            authn.request_authentication(f"request_authentications[{i}]", p)
+            for i, p in enumerate(message.request_authentications)
+        )
     except XdsConversionError:
         raise
     except (ValueError, TypeError, OverflowError, RecursionError) as exc:
         raise reader.fail("(message)", f"cannot be read: {exc}") from None
-    return GatewayConfig(message.gateway, listeners)
+    return GatewayConfig(message.gateway, listeners, policies, request_authentications)
 
 
 def decode_gateway_config(name: str, body: any_pb2.Any) -> GatewayConfig:

@@ -197,6 +197,7 @@ def waypoint_config_to_proto(config: WaypointConfig) -> pb.WaypointConfig:
         ],
         policies=[waypoint_policy_to_proto(p) for p in config.policies],
         request_authentications=[request_authentication_to_proto(p) for p in config.request_authentications],
+        xfcc_client_identity=config.xfcc_client_identity,
     )
 
 
@@ -403,6 +404,7 @@ def waypoint_config_from_proto(message: pb.WaypointConfig, name: str) -> Waypoin
                 authn.request_authentication(f"request_authentications[{i}]", p)
                 for i, p in enumerate(message.request_authentications)
             ),
+            xfcc_client_identity=message.xfcc_client_identity,
         )
     except XdsConversionError:
         raise

@@ -19,7 +19,9 @@ Rules:
    ``gateway.networking.k8s.io/gateway-class-name`` and ``gateway.istio.io/managed`` (``istio.io-mesh-controller``
    for a waypoint, ``istio.io-gateway-controller`` for an ingress gateway: the mark that lets the controller
    update an object that already exists, :mod:`.apply`). An ingress gateway's pods also carry
-   ``istio.io/gateway-name`` (Istio's older selector label).
+   ``istio.io/gateway-name`` (Istio's older selector label). The labels are computed in
+   :mod:`ambit.controlplane.translate.gateway_pods`, which the policy translation reads too (a policy's
+   ``selector`` sees exactly these pod labels).
 4. Infrastructure labels and annotations are those of ``spec.infrastructure`` when it has them, else the
    Gateway's own (istiod copies them); keys under ``gateway.networking.k8s.io/`` and istiod's own control
    annotations are dropped, non-string values are ignored. The fixed labels of rule 3 win over copied ones. On the
@@ -44,6 +46,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ambit.controlplane.translate.gateway_pods import (
+    CONTROLLER_LABEL,
+    GATEWAY_CLASS_LABEL,
+    GATEWAY_CONTROLLER,
+    GATEWAY_CONTROLLER_LABEL,
+    GATEWAY_NAME_LABEL,
+    MANAGED_LABEL,
+    MESH_CONTROLLER,
+    fixed_labels,
+    infrastructure,
+    pod_labels,
+)
 from ambit.controlplane.translate.listeners import INGRESS_CLASS, deployed_name, is_ingress
 
 __all__ = [
@@ -66,18 +80,6 @@ __all__ = [
 
 Obj = Mapping[str, Any]
 
-MESH_CONTROLLER = "istio.io/mesh-controller"
-"""The ``controllerName`` of the waypoint GatewayClass."""
-MANAGED_LABEL = "gateway.istio.io/managed"
-CONTROLLER_LABEL = MESH_CONTROLLER.replace("/", "-")
-"""The value of :data:`MANAGED_LABEL` on what this controller deploys for waypoints (``istio.io-mesh-controller``)."""
-GATEWAY_CONTROLLER = "istio.io/gateway-controller"
-"""The ``controllerName`` of the ingress GatewayClass."""
-GATEWAY_CONTROLLER_LABEL = GATEWAY_CONTROLLER.replace("/", "-")
-"""The value of :data:`MANAGED_LABEL` on what this controller deploys for ingress gateways."""
-ISTIO_GATEWAY_NAME_LABEL = "istio.io/gateway-name"
-GATEWAY_NAME_LABEL = "gateway.networking.k8s.io/gateway-name"
-GATEWAY_CLASS_LABEL = "gateway.networking.k8s.io/gateway-class-name"
 GATEWAY_API_VERSION = "gateway.networking.k8s.io/v1"
 STATUS_PORT = 15021
 METRICS_PORT = 15020
@@ -87,14 +89,6 @@ TOKEN_PATH = "/var/run/secrets/tokens/istio-token"
 
 _DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 _PORT_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-_DROPPED_ANNOTATIONS = frozenset(
-    {
-        "kubectl.kubernetes.io/last-applied-configuration",
-        "gateway.istio.io/name-override",
-        "gateway.istio.io/service-account",
-        "gateway.istio.io/controller-version",
-    }
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,25 +127,6 @@ class Unrenderable:
 
 def service_hostname(name: str, namespace: str, domain: str) -> str:
     return f"{name}.{namespace}.svc.{domain}"
-
-
-def _strings(value: Any) -> dict[str, str]:
-    if not isinstance(value, Mapping):
-        return {}
-    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
-
-
-def _infrastructure(gateway: Obj, field: str) -> dict[str, str]:
-    """Rule 4: the labels or annotations copied from the Gateway."""
-    meta = gateway.get("metadata") or {}
-    spec = gateway.get("spec") or {}
-    infra = spec.get("infrastructure") if isinstance(spec, Mapping) else None
-    source = infra.get(field) if isinstance(infra, Mapping) and isinstance(infra.get(field), Mapping) else None
-    copied = _strings(source if source is not None else meta.get(field))
-    copied = {k: v for k, v in copied.items() if not k.startswith("gateway.networking.k8s.io/")}
-    if field == "annotations":
-        copied = {k: v for k, v in copied.items() if k not in _DROPPED_ANNOTATIONS}
-    return copied
 
 
 def _listener_ports(gateway: Obj) -> list[dict[str, Any]]:
@@ -269,7 +244,6 @@ def render_waypoint(gateway: Obj, settings: WaypointTemplateSettings) -> Rendere
         )
     if not isinstance(namespace, str) or not namespace or not isinstance(uid, str) or not uid:
         return Unrenderable("the Gateway has no namespace or uid")
-    class_name = str((gateway.get("spec") or {}).get("gatewayClassName") or "")
     owner = {
         "apiVersion": GATEWAY_API_VERSION,
         "kind": "Gateway",
@@ -277,10 +251,8 @@ def render_waypoint(gateway: Obj, settings: WaypointTemplateSettings) -> Rendere
         "uid": uid,
         "controller": True,
     }
-    managed = GATEWAY_CONTROLLER_LABEL if ingress else CONTROLLER_LABEL
-    fixed = {GATEWAY_NAME_LABEL: gateway_name, GATEWAY_CLASS_LABEL: class_name, MANAGED_LABEL: managed}
-    labels = {**_infrastructure(gateway, "labels"), **fixed}
-    annotations = _infrastructure(gateway, "annotations")
+    labels = {**infrastructure(gateway, "labels"), **fixed_labels(gateway)}
+    annotations = infrastructure(gateway, "annotations")
 
     def metadata(extra_annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
         out: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels)}
@@ -291,15 +263,7 @@ def render_waypoint(gateway: Obj, settings: WaypointTemplateSettings) -> Rendere
         return out
 
     selector = {GATEWAY_NAME_LABEL: gateway_name}
-    pod_labels = {
-        **_infrastructure(gateway, "labels"),
-        "service.istio.io/canonical-name": name,
-        "service.istio.io/canonical-revision": "latest",
-        **fixed,
-        **({ISTIO_GATEWAY_NAME_LABEL: gateway_name} if ingress else {}),
-        "istio.io/dataplane-mode": "none",
-        "sidecar.istio.io/inject": "false",
-    }
+    labels_of_pods = pod_labels(gateway)
     pod_annotations = {
         **annotations,
         "istio.io/rev": "default",
@@ -315,7 +279,7 @@ def render_waypoint(gateway: Obj, settings: WaypointTemplateSettings) -> Rendere
         "spec": {
             "selector": {"matchLabels": dict(selector)},
             "template": {
-                "metadata": {"labels": pod_labels, "annotations": pod_annotations},
+                "metadata": {"labels": labels_of_pods, "annotations": pod_annotations},
                 "spec": {
                     "serviceAccountName": name,
                     "automountServiceAccountToken": False,

@@ -42,8 +42,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ambit.controlplane.translate.gateway_policies import (
+    IngressPods,
+    gateway_authorization_policies,
+    gateway_request_authentications,
+)
 from ambit.controlplane.translate.index import ServiceIndex
 from ambit.controlplane.translate.ingress import merge_route_status, translate_ingress
+from ambit.controlplane.translate.listeners import is_ingress
 from ambit.controlplane.translate.nodes import node_localities
 from ambit.controlplane.translate.peerauth import PeerAuthIndex
 from ambit.controlplane.translate.policies import (
@@ -53,7 +59,11 @@ from ambit.controlplane.translate.policies import (
     PolicyTranslation,
     translate_authorization_policy,
 )
-from ambit.controlplane.translate.requestauth import bind_to_waypoints, translate_request_authentication
+from ambit.controlplane.translate.requestauth import (
+    RequestAuthTranslation,
+    bind_to_waypoints,
+    translate_request_authentication,
+)
 from ambit.controlplane.translate.routes import RouteStatus, translate_routes
 from ambit.controlplane.translate.serviceentries import (
     canonical_owners,
@@ -69,6 +79,7 @@ from ambit.controlplane.translate.waypoint_policies import (
     TargetIndex,
     WaypointPolicyTranslation,
     policies_for,
+    translate_selected_policy,
     translate_waypoint_policy,
 )
 from ambit.controlplane.translate.waypoints import (
@@ -121,7 +132,8 @@ class Translation:
     waypoint_accounts: tuple[tuple[str, str], ...] = ()
     """(waypoint key, service account) of each ready waypoint: who may read its config."""
     gateway_configs: tuple[GatewayConfig, ...] = ()
-    """Each ingress Gateway's served listeners (:mod:`ambit.controlplane.translate.ingress`), by Gateway key."""
+    """Each ingress Gateway's served listeners (:mod:`ambit.controlplane.translate.ingress`) and the policies that
+    apply at it (:mod:`ambit.controlplane.translate.gateway_policies`), by Gateway key."""
     gateway_accounts: tuple[tuple[str, str], ...] = ()
     """(Gateway key, service account) of each ingress Gateway: who may read its config (certificates included)."""
     waypoint_policy_status: tuple[PolicyStatus, ...] = ()
@@ -245,8 +257,10 @@ def translate_all(
         ]
         translated.extend(entry_services)
         entry_targets[_object_key(entry.obj)] = _service_target(tuple(s.key for s in entry_services), binding)
+    ingress_pods = [IngressPods.of(g) for g in gateway_list if is_ingress(g)]
     targets = TargetIndex(
         waypoints=waypoints.declared,
+        gateways=frozenset(p.key for p in ingress_pods),
         gateway_classes={_object_key(c).partition("/")[2]: _controller(c) for c in class_list},
         services=service_targets,
         service_entries=entry_targets,
@@ -267,14 +281,16 @@ def translate_all(
         waypoints=waypoints,
         gateways=gateway_list,
     )
+    authn_translations = [
+        translate_request_authentication(obj, root_namespace=root_namespace, skips=skips)
+        for obj in request_authentications
+    ]
     authn = _request_authentications(
-        request_authentications,
+        authn_translations,
         {"Service": k8s_services, "ServiceEntry": translated[len(k8s_services) :]},
         bound,
         canaries,
         routes.configs,
-        root_namespace=root_namespace,
-        skips=skips,
     )
     secret_table = {
         (str((s.get("metadata") or {}).get("namespace")), str((s.get("metadata") or {}).get("name"))): s
@@ -287,6 +303,21 @@ def translate_all(
         find_secret=lambda namespace, name: secret_table.get((namespace, name)),
         reference_grants=reference_grants,
         namespace_labels={str((n.get("metadata") or {}).get("name")): object_labels(n) for n in namespace_list},
+    )
+    gateway_authz = gateway_authorization_policies(
+        ingress_pods,
+        waypoint_policies,
+        [p for p in map(translate_selected_policy, policy_objects) if p is not None],
+        root_namespace=root_namespace,
+    )
+    gateway_authn = gateway_request_authentications(ingress_pods, authn_translations, root_namespace=root_namespace)
+    gateway_configs = tuple(
+        replace(
+            c,
+            policies=gateway_authz.get(c.gateway, ()),
+            request_authentications=gateway_authn.get(c.gateway, ()),
+        )
+        for c in ingress.configs
     )
     index = ServiceIndex.build(service_list, endpoint_slices, domain=domain, extra=selections(entries))
     workloads: list[Workload] = []
@@ -339,7 +370,7 @@ def translate_all(
         waypoint_configs=tuple(replace(c, policies=policies_for(waypoint_policies, c.waypoint)) for c in authn),
         route_status=merge_route_status(routes.status, ingress.status),
         waypoint_accounts=routes.accounts,
-        gateway_configs=ingress.configs,
+        gateway_configs=gateway_configs,
         gateway_accounts=ingress.accounts,
         waypoint_policy_status=tuple(
             sorted((t.status for t in waypoint_policies if t.status is not None), key=lambda s: s.key)
@@ -348,20 +379,14 @@ def translate_all(
 
 
 def _request_authentications(
-    objects: Iterable[Mapping[str, Any]],
+    translations: list[RequestAuthTranslation],
     services: Mapping[str, Iterable[Service]],
     bound: Mapping[str, str],
     canaries: Mapping[str, str],
     configs: tuple[WaypointConfig, ...],
-    *,
-    root_namespace: str,
-    skips: list[Skipped],
 ) -> tuple[WaypointConfig, ...]:
     """``configs`` with the RequestAuthentications attached to each waypoint by ``targetRefs``; ``services`` are
     the translated services by the kind of object they came from."""
-    translations = [
-        translate_request_authentication(obj, root_namespace=root_namespace, skips=skips) for obj in objects
-    ]
     if not translations:
         return configs
     service_keys: dict[tuple[str, str, str], list[str]] = {}

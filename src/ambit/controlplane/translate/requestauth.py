@@ -8,7 +8,9 @@ proxy. Pure: no I/O, and equal inputs give equal outputs (policies sorted by key
 Rules:
 
 1. Only ``targetRefs`` attach a policy to a waypoint. A ``selector`` policy, and one with neither (namespace- or
-   mesh-wide), is for sidecars: ignored here, as upstream ignores it at waypoints, and not reported.
+   mesh-wide), is for workloads with a proxy of their own: ignored at waypoints, as upstream ignores it there, and
+   not reported; it keeps its labels (:attr:`RequestAuthTranslation.workload_labels`) for the ingress gateways it
+   selects (:mod:`ambit.controlplane.translate.gateway_policies`).
 2. A target is a ``gateway.networking.k8s.io`` ``Gateway`` (that waypoint, every request), a ``GatewayClass``
    (only from the root namespace: every Gateway of that class, ``istio-waypoint`` for waypoints), a core
    ``Service`` or a ``networking.istio.io`` ``ServiceEntry`` (the requests for its hosts, at the waypoint it is
@@ -71,8 +73,11 @@ class Target:
 @dataclass(frozen=True, slots=True)
 class RequestAuthTranslation:
     policy: RequestAuthentication | None
-    """None: not for waypoints (rule 1) or invalid (rule 3)."""
+    """None: invalid (rule 3), or no target left."""
     targets: tuple[Target, ...] = ()
+    workload_labels: tuple[tuple[str, str], ...] | None = None
+    """A policy without targetRefs (rule 1): the labels a workload needs (``selector.matchLabels``; empty for none:
+    every workload of its namespace, or of the mesh from the root namespace). None for a targetRefs policy."""
 
 
 def _header(value: Any, field: str) -> str:
@@ -228,7 +233,14 @@ def translate_request_authentication(obj: Obj, *, root_namespace: str, skips: li
         skips.append(skipped(REQUEST_AUTHENTICATION, obj, exc.field, exc.reason))
         return RequestAuthTranslation(None)
     if not refs:
-        return RequestAuthTranslation(None)
+        try:
+            selector = shapes.mapping(spec.get("selector"), "spec.selector")
+            labels = shapes.mapping(selector.get("matchLabels"), "spec.selector.matchLabels")
+        except shapes.ShapeError as exc:
+            skips.append(skipped(REQUEST_AUTHENTICATION, obj, exc.field, exc.reason))
+            return RequestAuthTranslation(None)
+        wanted = tuple(sorted((str(k), str(v)) for k, v in labels.items()))
+        return RequestAuthTranslation(RequestAuthentication(name, namespace, rules), (), wanted)
     targets: set[Target] = set()
     for field, ref in refs:
         try:

@@ -385,7 +385,11 @@ def translate_routes(
                     RouteStatus(kind, namespace, _text(meta.get("name")), observed, tuple(parents.values()))
                 )
     configs = [
-        WaypointConfig(key, _tables(sorted(destinations.get(key, ()), key=lambda s: s.key), attachments))
+        WaypointConfig(
+            key,
+            _tables(sorted(destinations.get(key, ()), key=lambda s: s.key), attachments),
+            xfcc_client_identity=waypoints.ready[key].xfcc_client_identity,
+        )
         for key in sorted(waypoints.ready)
     ]
     accounts = {

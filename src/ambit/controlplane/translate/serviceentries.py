@@ -20,13 +20,17 @@ Rules:
 5. Without one, each of ``spec.endpoints`` is a Workload with uid
    ``<cluster>/networking.istio.io/ServiceEntry/<namespace>/<name>/<address>``, named after the entry, serving
    every host of it; its ``ports`` map overrides target ports by port name, as a WorkloadEntry's does. An endpoint
-   whose address is not an IP (a hostname, a Unix socket) or repeats an earlier one is left out.
-   Policies select an endpoint by its own labels in the entry's namespace, as they select a pod.
-6. A ``DNS`` or ``DNS_ROUND_ROBIN`` entry without endpoints or selector would need the proxy to resolve the host;
-   Ambit's Workload has no hostname, so it is reported and its Services have no endpoints.
+   whose address is not an IP (a Unix socket; a hostname unless the entry resolves by DNS, rule 6) or repeats an
+   earlier one is left out. Policies select an endpoint by its own labels in the entry's namespace, as they
+   select a pod.
+6. A ``DNS`` or ``DNS_ROUND_ROBIN`` entry's endpoint whose address is a host name is a Workload with that
+   ``hostname`` and no address (the node proxy resolves it when it picks it). Without endpoints or selector, each
+   host (never a wildcard) is its own endpoint, as in istiod: a Workload with uid ``.../<name>/<host>``, hostname
+   the host, serving only that host's Service.
 7. One Service per hostname is ``canonical`` (istiod's ``selectWorkloadServices``): a Kubernetes Service when one
-   has that hostname, else the Service of the oldest entry with the host (``creationTimestamp``, then namespace
-   and name) (:func:`canonical_owners`).
+   has that hostname, else the Service of the oldest public entry with the host (``creationTimestamp``, then
+   namespace and name) (:func:`canonical_owners`); a namespace-visible entry is never canonical.
+8. ``spec.exportTo`` gives each Service's visibility (:mod:`ambit.controlplane.translate.visibility`).
 
 Everything left out is reported as :class:`Skipped` naming the field.
 """
@@ -49,7 +53,9 @@ from ambit.controlplane.translate.nodes import split_locality
 from ambit.controlplane.translate.protocols import protocol_app_protocol
 from ambit.controlplane.translate.services import port_number, service_key
 from ambit.controlplane.translate.skips import SERVICE_ENTRY, Skipped, skipped
+from ambit.controlplane.translate.visibility import export_visibility
 from ambit.controlplane.translate.workloadentries import endpoint_address, endpoint_workload, string_map
+from ambit.model.dnsname import check_dns_name
 from ambit.model.workload import (
     AddressError,
     GatewayAddress,
@@ -57,6 +63,7 @@ from ambit.model.workload import (
     NetworkAddress,
     PortMapping,
     Service,
+    Visibility,
     Workload,
     parse_ip,
 )
@@ -81,6 +88,8 @@ class ServiceEntrySpec:
     subject_alt_names: tuple[str, ...] = field(default=())
     auto_vips: Mapping[str, tuple[IPAddress, ...]] = field(default_factory=dict)
     """Host → the addresses allocated to it (rule 2), used when ``vips`` is empty."""
+    resolution: str = "NONE"
+    visibility: Visibility = Visibility.PUBLIC
 
 
 def parse_service_entries(entries: Iterable[Obj], *, taken: set[str], skips: list[Skipped]) -> list[ServiceEntrySpec]:
@@ -135,12 +144,6 @@ def _parse(obj: Obj, taken: set[str], skips: list[Skipped]) -> ServiceEntrySpec 
         reason = "ignored because spec.workloadSelector is set (use one or the other)"
         skips.append(skipped(SERVICE_ENTRY, obj, "spec.endpoints", reason))
         endpoints = ()
-    if selector is None and not endpoints and spec.get("resolution") in DNS_RESOLUTIONS:
-        reason = (
-            f"{spec['resolution']} without endpoints needs the proxy to resolve the hosts, which Ambit does not "
-            "translate; the service has no endpoints"
-        )
-        skips.append(skipped(SERVICE_ENTRY, obj, "spec.resolution", reason))
     return ServiceEntrySpec(
         obj=obj,
         name=name,
@@ -152,6 +155,8 @@ def _parse(obj: Obj, taken: set[str], skips: list[Skipped]) -> ServiceEntrySpec 
         endpoints=endpoints,
         subject_alt_names=tuple(str(s) for s in spec.get("subjectAltNames") or ()),
         auto_vips=auto_vips(obj),
+        resolution=str(spec.get("resolution") or "NONE"),
+        visibility=export_visibility(SERVICE_ENTRY, obj, "spec.exportTo", spec.get("exportTo"), skips),
     )
 
 
@@ -209,6 +214,8 @@ def canonical_owners(
     taken = set(kubernetes_hosts)
     owners: dict[str, tuple[str, str]] = {}
     for entry in sorted(entries, key=lambda e: (_created(e.obj), e.namespace, e.name)):
+        if entry.visibility is not Visibility.PUBLIC:
+            continue
         for host in entry.hosts:
             if host not in taken:
                 owners.setdefault(host, (entry.namespace, entry.name))
@@ -237,6 +244,7 @@ def service_entry_services(
             ports=ports,
             subject_alt_names=entry.subject_alt_names,
             canonical=canonical is not None and canonical.get(host) == (entry.namespace, entry.name),
+            visibility=entry.visibility,
         )
         for host in entry.hosts
     ]
@@ -252,16 +260,24 @@ def service_entry_workloads(
     policy_keys: Callable[[str, Mapping[str, Any]], tuple[str, ...]] | None = None,
     waypoint_of: Callable[[str, Mapping[str, str]], GatewayAddress | None] | None = None,
 ) -> list[Workload]:
-    """One Workload per usable inline endpoint (rule 5); ``policy_keys`` names the policies that select an
+    """One Workload per usable inline endpoint (rule 5), or per host of a DNS entry without any (rule 6);
+    ``policy_keys`` names the policies that select an
     endpoint's labels in its namespace, as istiod lists them for every workload it builds, and ``waypoint_of``
     the waypoint its labels bind it to."""
     out: list[Workload] = []
-    seen: set[IPAddress] = set()
+    seen: set[IPAddress | str] = set()
     ports = tuple(ServicePort(p.number, p.target or p.number, p.name, p.protocol) for p in entry.ports)
-    for index, item in entry.endpoints:
+    dns = entry.resolution in DNS_RESOLUTIONS
+    for index, item, hosts in _endpoints(entry):
         endpoint: Obj = item if isinstance(item, Mapping) else {}
         where = f"spec.endpoints[{index}]"
-        address = endpoint_address(
+        raw = str(endpoint.get("address") or "")
+        hostname = raw if dns and _is_hostname(raw) else ""
+        if dns and not hostname and raw and not _is_ip(raw) and not raw.startswith("unix://"):
+            reason = f"{raw!r} is neither an IP address nor a host name; the endpoint is left out"
+            skips.append(skipped(SERVICE_ENTRY, entry.obj, f"{where}.address", reason))
+            continue
+        address: IPAddress | str | None = hostname or endpoint_address(
             SERVICE_ENTRY, entry.obj, f"{where}.address", endpoint.get("address"), skips, what="the endpoint"
         )
         if address is None:
@@ -279,7 +295,8 @@ def service_entry_workloads(
             uid=f"{cluster_id}/networking.istio.io/ServiceEntry/{entry.namespace}/{entry.name}/{address}",
             name=entry.name,
             namespace=entry.namespace,
-            address=address,
+            address=None if hostname else parse_ip(str(address)),
+            hostname=hostname,
             labels=labels,
             annotations={},
             network=str(endpoint.get("network") or network),
@@ -288,7 +305,7 @@ def service_entry_workloads(
             healthy=True,
             trust_domain=trust_domain,
             cluster_id=cluster_id,
-            services={service_key(entry.namespace, host): mappings for host in entry.hosts},
+            services={service_key(entry.namespace, host): mappings for host in hosts},
             locality=split_locality(endpoint.get("locality")),
         )
         if policy_keys is not None:
@@ -297,3 +314,24 @@ def service_entry_workloads(
             workload = replace(workload, waypoint=waypoint_of(entry.namespace, labels))
         out.append(workload)
     return out
+
+
+def _endpoints(entry: ServiceEntrySpec) -> list[tuple[int, Obj, tuple[str, ...]]]:
+    """(index, endpoint, hosts it serves): the inline endpoints, or for a DNS entry without endpoints or selector
+    one endpoint per host, serving that host alone (rule 6)."""
+    if entry.endpoints or entry.selector is not None or entry.resolution not in DNS_RESOLUTIONS:
+        return [(index, item, entry.hosts) for index, item in entry.endpoints]
+    return [(-1, {"address": host}, (host,)) for host in entry.hosts if not host.startswith("*")]
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        parse_ip(text)
+    except AddressError:
+        return False
+    return True
+
+
+def _is_hostname(text: str) -> bool:
+    """A DNS name that is not an IP address (an IPv4 address passes the name check too)."""
+    return not _is_ip(text) and not check_dns_name(text)

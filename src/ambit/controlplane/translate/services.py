@@ -17,6 +17,8 @@ Rules:
    none (or anything else) AUTOMATIC.
 8. Each port's ``app_protocol`` comes from its ``appProtocol``, name and number
    (:mod:`ambit.controlplane.translate.protocols`).
+9. The ``networking.istio.io/exportTo`` annotation gives the visibility
+   (:mod:`ambit.controlplane.translate.visibility`); a namespace-visible Service stays canonical.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 
 from ambit.controlplane.translate.protocols import kube_port_app_protocol
 from ambit.controlplane.translate.skips import SERVICE, Skipped, skipped
+from ambit.controlplane.translate.visibility import EXPORT_TO_ANNOTATION, export_visibility
 from ambit.model.workload import (
     AddressError,
     IPAddress,
@@ -94,10 +97,14 @@ def translate_service(
         ports[number] = PortMapping(
             number, port_number(target_port(port, number)) or 0, kube_port_app_protocol(port, number)
         )
+    export = (meta.get("annotations") or {}).get(EXPORT_TO_ANNOTATION)
     return Service(
         name=name,
         namespace=namespace,
         hostname=hostname(name, namespace, domain),
+        visibility=export_visibility(
+            SERVICE, svc, f"metadata.annotations[{EXPORT_TO_ANNOTATION!r}]", export, [] if skips is None else skips
+        ),
         vips=tuple(NetworkAddress(network, ip) for ip in _cluster_ips(svc, [] if skips is None else skips)),
         ports=tuple(ports.values()),
         canonical=True,

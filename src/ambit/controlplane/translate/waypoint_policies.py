@@ -5,12 +5,15 @@ Theory of operation: :func:`translate_waypoint_policy` turns one AuthorizationPo
 ``targetRefs`` (those the node proxy never gets: :mod:`~ambit.controlplane.translate.policies` rule 2) into the
 policies a waypoint enforces, every L4 and L7 field kept, and the ``WaypointAccepted`` condition istiod computes for
 it. Targets are resolved against a :class:`TargetIndex` (the waypoints, GatewayClasses, Services and ServiceEntries
-of the same translation); :meth:`WaypointPolicyTranslation.for_waypoint` says what one waypoint receives. Pure.
+of the same translation); :meth:`WaypointPolicyTranslation.for_waypoint` says what one waypoint receives. A policy
+without targetRefs is for the proxies of the workloads it selects; :func:`translate_selected_policy` gives it with
+its L7 fields for the ingress gateways (:mod:`ambit.controlplane.translate.gateway_policies`). Pure.
 
 Rules:
 
 1. Targets, each judged on its own (istiod's ``WaypointPolicyStatusCollection``): a ``Gateway`` of class
-   ``istio-waypoint`` (``gateway.networking.k8s.io``) binds the policy to that waypoint, "bound to ns/name"; a
+   ``istio-waypoint`` (``gateway.networking.k8s.io``) binds the policy to that waypoint, "bound to ns/name", and
+   one of class ``istio`` to that ingress gateway (:meth:`WaypointPolicyTranslation.for_gateway`), the same; a
    ``GatewayClass`` (same group) binds it to every waypoint, only from the root namespace ("AuthorizationPolicy must
    be in the root namespace ..." Invalid otherwise) and only to a class whose controller is
    ``istio.io/mesh-controller`` (Invalid otherwise), "bound to <class>"; a ``Service`` (group ``""`` or ``core``)
@@ -73,10 +76,12 @@ from ambit.model.policy import Action, Cidr, Clause, KeyedMatch, Match, Policy, 
 __all__ = [
     "MESH_CONTROLLER",
     "WAYPOINT_ACCEPTED",
+    "SelectedPolicy",
     "ServiceTarget",
     "TargetIndex",
     "WaypointPolicyTranslation",
     "policies_for",
+    "translate_selected_policy",
     "translate_waypoint_policy",
 ]
 
@@ -109,6 +114,8 @@ class TargetIndex:
 
     waypoints: frozenset[str] = frozenset()
     """``ns/name`` of every Gateway of class ``istio-waypoint``."""
+    gateways: frozenset[str] = frozenset()
+    """``ns/name`` of every ingress Gateway (class ``istio``)."""
     gateway_classes: Mapping[str, str] = field(default_factory=dict)
     """GatewayClass name → its ``controllerName``."""
     services: Mapping[str, ServiceTarget] = field(default_factory=dict)
@@ -125,6 +132,8 @@ class WaypointPolicyTranslation:
     """Scope WAYPOINT: for the waypoints in :attr:`waypoints` (every one with :attr:`every_waypoint`)."""
     waypoints: frozenset[str] = frozenset()
     every_waypoint: bool = False
+    gateways: frozenset[str] = frozenset()
+    """The ingress Gateways it targets: they get :attr:`waypoint_policy` (every request through them)."""
     service_policy: Policy | None = None
     """Scope SERVICE: for the waypoint each of its services uses (:attr:`service_waypoints`)."""
     service_waypoints: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
@@ -142,6 +151,20 @@ class WaypointPolicyTranslation:
             if services:
                 out.append(replace(self.service_policy, services=services))
         return tuple(out)
+
+    def for_gateway(self, key: str) -> tuple[Policy, ...]:
+        """What ingress gateway ``key`` receives: the WAYPOINT policy if a target names it."""
+        return (self.waypoint_policy,) if self.waypoint_policy is not None and key in self.gateways else ()
+
+
+@dataclass(frozen=True, slots=True)
+class SelectedPolicy:
+    """An AuthorizationPolicy without targetRefs as a proxy of the selected workloads enforces it, every L7 field
+    kept: scope WAYPOINT (every request), and the labels a workload needs (empty: every workload of the policy's
+    namespace, or of the mesh from the root namespace)."""
+
+    policy: Policy
+    labels: tuple[tuple[str, str], ...] = ()
 
 
 class _Values:
@@ -323,18 +346,8 @@ def _target_key(target: Mapping[str, Any], at: str, namespace: str) -> tuple[str
     return group, kind, name, target_ns
 
 
-def _translate(obj: Obj, index: TargetIndex, root_namespace: str) -> WaypointPolicyTranslation:
-    meta = shapes.mapping(obj.get("metadata"), "metadata")
-    spec = shapes.mapping(obj.get("spec"), "spec")
-    name, namespace = str(meta.get("name") or ""), str(meta.get("namespace") or "")
-    if not name or not namespace:
-        raise shapes.ShapeError("metadata", "name and namespace are required")
-    refs = list(shapes.list_of(spec.get("targetRefs"), "spec.targetRefs"))
-    single = spec.get("targetRef")
-    if single:
-        refs.insert(0, single)
-    if not refs:
-        return WaypointPolicyTranslation()
+def _body(meta: Obj, spec: Obj, namespace: str) -> tuple[str, Action, bool, list[Rule], list[str]]:
+    """The action (rule 4), dry run (rule 8) and rules (rules 5-7) of one policy, and the problems found."""
     action_name = spec.get("action") or "ALLOW"
     if action_name not in ("ALLOW", "DENY", "AUDIT", "CUSTOM"):
         raise shapes.ShapeError("spec.action", f"expected ALLOW, DENY, AUDIT or CUSTOM, got {action_name!r}")
@@ -348,6 +361,23 @@ def _translate(obj: Obj, index: TargetIndex, root_namespace: str) -> WaypointPol
         if bad and action is Action.ALLOW:
             continue  # rule 7: narrower
         rules.append(rule)
+    return action_name, action, dry_run, rules, problems
+
+
+def _translate(obj: Obj, index: TargetIndex, root_namespace: str) -> WaypointPolicyTranslation:
+    meta = shapes.mapping(obj.get("metadata"), "metadata")
+    spec = shapes.mapping(obj.get("spec"), "spec")
+    name, namespace = str(meta.get("name") or ""), str(meta.get("namespace") or "")
+    if not name or not namespace:
+        raise shapes.ShapeError("metadata", "name and namespace are required")
+    refs = list(shapes.list_of(spec.get("targetRefs"), "spec.targetRefs"))
+    single = spec.get("targetRef")
+    if single:
+        refs.insert(0, single)
+    if not refs:
+        return WaypointPolicyTranslation()
+    action_name, action, dry_run, rules, problems = _body(meta, spec, namespace)
+    gateways: set[str] = set()
     bindings: list[_Bound] = []
     waypoints: set[str] = set()
     every = False
@@ -379,6 +409,9 @@ def _translate(obj: Obj, index: TargetIndex, root_namespace: str) -> WaypointPol
             if key in index.waypoints:
                 waypoints.add(key)
                 bindings.append(_Bound(ancestor, True, ACCEPTED, f"bound to {key}"))
+            elif key in index.gateways:
+                gateways.add(key)
+                bindings.append(_Bound(ancestor, True, ACCEPTED, f"bound to {key}"))
             else:
                 bindings.append(_Bound(ancestor, False, TARGET_NOT_FOUND, "not bound"))
         elif (kind == "Service" and group in ("", "core")) or (kind == "ServiceEntry" and group == NETWORKING_GROUP):
@@ -404,9 +437,10 @@ def _translate(obj: Obj, index: TargetIndex, root_namespace: str) -> WaypointPol
         return Policy(name, namespace, scope, action, tuple(rules), dry_run, services)
 
     return WaypointPolicyTranslation(
-        waypoint_policy=policy(Scope.WAYPOINT) if waypoints or every else None,
+        waypoint_policy=policy(Scope.WAYPOINT) if waypoints or every or gateways else None,
         waypoints=frozenset(waypoints),
         every_waypoint=every,
+        gateways=frozenset(gateways),
         service_policy=policy(Scope.SERVICE, tuple(service_keys)) if service_keys else None,
         service_waypoints=service_waypoints,
         status=status,
@@ -462,6 +496,25 @@ def translate_waypoint_policy(
         if skips is not None:
             skips.append(skipped(AUTHORIZATION_POLICY, obj, exc.field, f"{exc.reason}; the policy is not sent"))
         return WaypointPolicyTranslation()
+
+
+def translate_selected_policy(obj: Obj) -> SelectedPolicy | None:
+    """An AuthorizationPolicy without targetRefs as the proxy of a workload it selects enforces it (rules 4-8, every
+    L7 field kept); None for a targetRefs policy or one without the schema's shape (the L4 translation reports
+    that: :mod:`ambit.controlplane.translate.policies` rule 9)."""
+    try:
+        meta = shapes.mapping(obj.get("metadata"), "metadata")
+        spec = shapes.mapping(obj.get("spec"), "spec")
+        name, namespace = str(meta.get("name") or ""), str(meta.get("namespace") or "")
+        if not name or not namespace or spec.get("targetRef") or shapes.list_of(spec.get("targetRefs"), "targetRefs"):
+            return None
+        _, action, dry_run, rules, _ = _body(meta, spec, namespace)
+        selector = shapes.mapping(spec.get("selector"), "spec.selector")
+        labels = shapes.mapping(selector.get("matchLabels"), "spec.selector.matchLabels")
+    except shapes.ShapeError:
+        return None
+    policy = Policy(name, namespace, Scope.WAYPOINT, action, tuple(rules), dry_run)
+    return SelectedPolicy(policy, tuple(sorted((str(k), str(v)) for k, v in labels.items())))
 
 
 def policies_for(translations: Iterable[WaypointPolicyTranslation], waypoint: str) -> tuple[Policy, ...]:

@@ -39,7 +39,11 @@ Rules:
    and the canary's message); a problem → False with its reason and istiod's message; neither → no condition
    (the writer removes an old one). Not modelled: ``CrossNamespaceWaypointForbidden`` (ServiceEntry visibility,
    which Ambit does not have).
-8. Canary waypoints (Services and ServiceEntries only, and only when the primary is bound without a problem): the
+8. ``ambient.istio.io/xfcc-include-client-identity`` on the waypoint's Gateway, else on the GatewayClass
+   ``istio-waypoint`` (the Gateway's own annotation wins, as infrastructure annotations merge), read as istiod
+   reads it: ``true`` in any case is on, anything else off. The waypoint then adds the source identity in
+   ``x-forwarded-client-cert`` (:mod:`ambit.waypoint.client_cert`).
+9. Canary waypoints (Services and ServiceEntries only, and only when the primary is bound without a problem): the
    label ``istio.io/use-waypoint-canary`` names a second waypoint, in the object's namespace or in the one
    ``istio.io/use-waypoint-canary-namespace`` (read from the same labels) names; ``""`` and ``none`` name none.
    The annotation ``istio.io/use-waypoint-canary-weight`` is its share of connections, read as Go's ``Atoi``
@@ -98,6 +102,7 @@ WAYPOINT_FOR = "istio.io/waypoint-for"
 INGRESS_USE_WAYPOINT = "istio.io/ingress-use-waypoint"
 GATEWAY_NAME = "gateway.networking.k8s.io/gateway-name"
 GATEWAY_MANAGED = "gateway.istio.io/managed"
+XFCC_CLIENT_IDENTITY = "ambient.istio.io/xfcc-include-client-identity"
 NO_WAYPOINT_CONTROLLERS = ("istio.io-mesh-controller", "istio.io-eastwest-controller")
 SERVICE_TRAFFIC, WORKLOAD_TRAFFIC, ALL_TRAFFIC = "service", "workload", "all"
 _TRUE = ("1", "t", "T", "TRUE", "true", "True")
@@ -120,6 +125,20 @@ def _string_map(value: Any) -> dict[str, str]:
     if not isinstance(value, Mapping):
         return {}
     return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def _annotations(obj: Obj) -> dict[str, str]:
+    meta = obj.get("metadata")
+    return _string_map(meta.get("annotations") if isinstance(meta, Mapping) else None)
+
+
+def _xfcc_client_identity(gateway: Obj, class_annotations: Mapping[str, str]) -> bool:
+    """Rule 8."""
+    own = _annotations(gateway)
+    value = (
+        own[XFCC_CLIENT_IDENTITY] if XFCC_CLIENT_IDENTITY in own else class_annotations.get(XFCC_CLIENT_IDENTITY, "")
+    )
+    return value.lower() == "true"
 
 
 def _valid_namespace(namespace: str) -> bool:
@@ -147,6 +166,8 @@ class Waypoint:
     allowed_from: str = "Same"
     allowed_selector: LabelSelector | None = None
     """For ``allowed_from == "Selector"``: the namespaces it admits; None admits none."""
+    xfcc_client_identity: bool = False
+    """Rule 8."""
 
     @property
     def key(self) -> str:
@@ -171,11 +192,11 @@ class Binding:
 
     waypoint: Waypoint | None = None
     reason: str = ""
-    """With a waypoint, the reason its canary was refused (rule 8); without, why there is no waypoint."""
+    """With a waypoint, the reason its canary was refused (rule 9); without, why there is no waypoint."""
     message: str = ""
     ingress_use_waypoint: bool = False
     canary: Waypoint | None = None
-    """The canary waypoint that takes :attr:`canary_weight` percent of new connections (rule 8)."""
+    """The canary waypoint that takes :attr:`canary_weight` percent of new connections (rule 9)."""
     canary_weight: int = 0
 
     @property
@@ -184,7 +205,7 @@ class Binding:
 
     @property
     def weighted(self) -> tuple[WeightedWaypoint, ...]:
-        """``[(primary, 100 - weight), (canary, weight)]`` with a canary, else nothing (rule 8)."""
+        """``[(primary, 100 - weight), (canary, weight)]`` with a canary, else nothing (rule 9)."""
         if self.waypoint is None or self.canary is None:
             return ()
         return (
@@ -268,7 +289,7 @@ def _use_waypoint(labels: Mapping[str, str], default_namespace: str) -> str | No
 
 
 def _canary_weight(value: str | None) -> int | None:
-    """The canary's percentage: 0 when missing, None when not an integer in 0..100 (rule 8)."""
+    """The canary's percentage: 0 when missing, None when not an integer in 0..100 (rule 9)."""
     if value is None:
         return 0
     match = _ATOI.fullmatch(value)
@@ -294,10 +315,9 @@ class WaypointIndex:
     def build(
         cls, gateways: Iterable[Obj], gateway_classes: Iterable[Obj], namespaces: Iterable[Obj], *, network: str
     ) -> WaypointIndex:
-        class_for = next(
-            (object_labels(c).get(WAYPOINT_FOR) for c in gateway_classes if _meta_text(c, "name") == WAYPOINT_CLASS),
-            None,
-        )
+        waypoint_class = next((c for c in gateway_classes if _meta_text(c, "name") == WAYPOINT_CLASS), None)
+        class_for = object_labels(waypoint_class).get(WAYPOINT_FOR) if waypoint_class is not None else None
+        class_annotations = _annotations(waypoint_class) if waypoint_class is not None else {}
         ready: dict[str, Waypoint] = {}
         declared: set[str] = set()
         for gateway in gateways:
@@ -314,7 +334,8 @@ class WaypointIndex:
             allowed_from, selector = _allowed_routes(spec)
             own_labels = object_labels(gateway)
             traffic = own_labels.get(WAYPOINT_FOR, SERVICE_TRAFFIC if class_for is None else class_for)
-            ready[f"{namespace}/{name}"] = Waypoint(namespace, name, address, traffic, allowed_from, selector)
+            xfcc = _xfcc_client_identity(gateway, class_annotations)
+            ready[f"{namespace}/{name}"] = Waypoint(namespace, name, address, traffic, allowed_from, selector, xfcc)
         namespace_list = list(namespaces)
         labels = {_meta_text(ns, "name"): object_labels(ns) for ns in namespace_list}
         annotations = {_meta_text(ns, "name"): object_annotations(ns) for ns in namespace_list}
@@ -340,7 +361,7 @@ class WaypointIndex:
     def find_for_service(
         self, namespace: str, labels: Mapping[str, str], annotations: Mapping[str, str] | None = None
     ) -> Binding:
-        """A Service's or ServiceEntry's binding (rules 4, 5 and 8)."""
+        """A Service's or ServiceEntry's binding (rules 4, 5 and 9)."""
         if labels.get(GATEWAY_MANAGED) in NO_WAYPOINT_CONTROLLERS:
             return Binding()
         binding, _own = self._target(namespace, labels)
@@ -362,7 +383,7 @@ class WaypointIndex:
     def _canary(
         self, namespace: str, labels: Mapping[str, str], annotations: Mapping[str, str], primary: Waypoint
     ) -> Binding:
-        """The canary of a bound Service (rule 8): a binding with ``canary`` set, or the refusal, or nothing."""
+        """The canary of a bound Service (rule 9): a binding with ``canary`` set, or the refusal, or nothing."""
         inherit = USE_WAYPOINT not in labels
         ns_labels = self.namespace_labels.get(namespace, {}) if inherit else {}
         ns_annotations = self.namespace_annotations.get(namespace, {}) if inherit else {}

@@ -70,7 +70,7 @@ def endpoint_workload(
     uid: str,
     name: str,
     namespace: str,
-    address: IPAddress,
+    address: IPAddress | None,
     labels: Mapping[str, Any],
     annotations: Mapping[str, Any],
     network: str,
@@ -81,6 +81,7 @@ def endpoint_workload(
     cluster_id: str,
     services: Mapping[str, tuple[PortMapping, ...]],
     locality: Locality | None = None,
+    hostname: str = "",
 ) -> Workload:
     """A Workload for a WorkloadEntry or an inline ServiceEntry endpoint (rules 3, 4 and 6)."""
     hbone = labels.get(TUNNEL_LABEL) == "http" or annotations.get(REDIRECTION_ANNOTATION) == "enabled"
@@ -88,7 +89,8 @@ def endpoint_workload(
         uid=uid,
         name=name,
         namespace=namespace,
-        addresses=(address,),
+        addresses=(address,) if address is not None else (),
+        hostname=hostname,
         network=network,
         tunnel_protocol=TunnelProtocol.HBONE if hbone else TunnelProtocol.NONE,
         trust_domain=trust_domain,

@@ -1,0 +1,250 @@
+"""On-demand resolution of hostname endpoints (spec §4.1 ``Workload.hostname``, §11.2 test_on_demand_dns_request).
+
+Theory of operation: a ``resolution: DNS`` ServiceEntry's endpoints are names, not addresses. When the outbound
+plan picks one (:attr:`ambit.model.state.Destination.resolve_hostname`), the node proxy asks
+:meth:`HostnameResolver.fetch_address` for an address of the original destination's family, as ztunnel resolves
+such workloads on demand. :class:`HostnameCache` is the pure part (what is known, until when); the resolver is the
+thin asyncio shell around an injected :data:`Lookup` (:func:`upstream_lookup` asks the node's nameservers with
+dnspython; tests pass their own).
+
+Rules:
+
+1. The cache key is (name in lower case without the trailing dot, IP version). An entry lives for the answer's
+   TTL, clamped to [:data:`MIN_TTL`, :data:`MAX_TTL`]; a failed or empty lookup is remembered for
+   :data:`NEGATIVE_TTL` seconds, so a flood of connections to a dead name asks upstream once per period.
+2. The cache holds at most ``max_entries`` names; the least recently used goes first. An answer keeps at most
+   :data:`MAX_ADDRESSES` addresses.
+3. Concurrent misses of one key share one lookup; at most ``max_pending`` distinct lookups run at once, further
+   misses fail at once ("too many lookups"): a pod cannot make the proxy hold unbounded work.
+4. Every lookup is bounded by ``timeout`` seconds. Whatever fails (timeout, NXDOMAIN, no address of that family,
+   a broken answer) raises :class:`HostnameLookupError` with a short ``reason``; nothing else escapes.
+5. ``requests`` counts every fetch and ``misses`` the lookups the cache could not answer (ztunnel's
+   ``istio_on_demand_dns_total`` and its cache misses; ``observe`` hears of the first family's lookup only).
+6. The address is of the original destination's IP version when the name has one; a name that exists but has
+   only the other version's addresses gives one of those (as ztunnel prefers the family, then falls back). An
+   error (NXDOMAIN, timeout) is not asked again for the other version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import random
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+import dns.asyncquery
+import dns.exception
+import dns.message
+import dns.name
+import dns.rcode
+import dns.rdataclass
+import dns.rdatatype
+
+from ambit.model.workload import IPAddress
+from ambit.proxy.errors import ProxyError
+
+MIN_TTL = 5.0
+MAX_TTL = 300.0
+NEGATIVE_TTL = 5.0
+MAX_ADDRESSES = 64
+MAX_CNAME_HOPS = 8
+NO_ADDRESS = "no address"
+
+
+class HostnameLookupError(ProxyError):
+    """A hostname endpoint could not be resolved (the network's or the resolver's fault); ``reason`` is counted."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """What a lookup found: addresses of the asked family (possibly none), and for how long they hold."""
+
+    addresses: tuple[IPAddress, ...]
+    ttl: float
+
+
+Lookup = Callable[[str, int], Awaitable[Resolved]]
+"""``(name, IP version 4 or 6)`` → :class:`Resolved`; raises :class:`HostnameLookupError`."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    addresses: tuple[IPAddress, ...]
+    expires: float
+    failure: str = ""
+
+
+def cache_key(name: str, version: int) -> tuple[str, int]:
+    return name.rstrip(".").lower(), version
+
+
+class HostnameCache:
+    """Answers by (name, version), valid until their expiry (rules 1 and 2). Pure: the caller passes ``now``."""
+
+    def __init__(self, max_entries: int = 1024) -> None:
+        self.max_entries = max_entries
+        self._entries: OrderedDict[tuple[str, int], _Entry] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def find(self, key: tuple[str, int], now: float) -> _Entry | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        if entry.expires <= now:
+            del self._entries[key]
+            return None
+        self._entries.move_to_end(key)
+        return entry
+
+    def store(self, key: tuple[str, int], resolved: Resolved, now: float) -> _Entry:
+        ttl = min(max(resolved.ttl, MIN_TTL), MAX_TTL)
+        return self._put(key, _Entry(resolved.addresses[:MAX_ADDRESSES], now + ttl))
+
+    def store_failure(self, key: tuple[str, int], reason: str, now: float) -> _Entry:
+        return self._put(key, _Entry((), now + NEGATIVE_TTL, reason))
+
+    def _put(self, key: tuple[str, int], entry: _Entry) -> _Entry:
+        self._entries[key] = entry
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+        return entry
+
+
+class HostnameResolver:
+    """Resolves hostname endpoints on demand through ``lookup``, with a :class:`HostnameCache` (rules 1-5)."""
+
+    def __init__(
+        self,
+        lookup: Lookup,
+        *,
+        clock: Callable[[], float],
+        timeout: float = 5.0,
+        max_entries: int = 1024,
+        max_pending: int = 64,
+        choose: Callable[[Sequence[IPAddress]], IPAddress] = random.choice,
+        observe: Callable[[bool], None] | None = None,
+    ) -> None:
+        self._lookup = lookup
+        self._clock = clock
+        self.timeout = timeout
+        self.max_pending = max_pending
+        self._choose = choose
+        self._observe = observe  # told of every fetch and whether it missed the cache (the metrics)
+        self.cache = HostnameCache(max_entries)
+        self._pending: dict[tuple[str, int], asyncio.Future[_Entry]] = {}
+        self.requests = 0
+        self.misses = 0
+
+    async def fetch_address(self, name: str, like: IPAddress) -> IPAddress:
+        """One address of ``name``, of ``like``'s IP version when it has one, else of the other (rule 6); raises
+        :class:`HostnameLookupError`."""
+        self.requests += 1
+        entry, missed = await self._entry(cache_key(name, like.version))
+        if self._observe is not None:
+            self._observe(missed)
+        if not entry.addresses and entry.failure == NO_ADDRESS:
+            entry, _ = await self._entry(cache_key(name, 10 - like.version))
+        if not entry.addresses:
+            raise HostnameLookupError(f"cannot resolve {name}: {entry.failure}", entry.failure)
+        return self._choose(entry.addresses)
+
+    async def _entry(self, key: tuple[str, int]) -> tuple[_Entry, bool]:
+        """The cached entry for ``key``, else a fresh one; and whether the cache missed."""
+        entry = self.cache.find(key, self._clock())
+        if entry is not None:
+            return entry, False
+        self.misses += 1
+        return await self._fetch(key), True
+
+    async def _fetch(self, key: tuple[str, int]) -> _Entry:
+        pending = self._pending.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        if len(self._pending) >= self.max_pending:
+            raise HostnameLookupError(f"cannot resolve {key[0]}: too many lookups at once", "overload")
+        future: asyncio.Future[_Entry] = asyncio.get_running_loop().create_future()
+        self._pending[key] = future
+        try:
+            entry = await self._ask(key)
+            future.set_result(entry)
+            return entry
+        finally:
+            del self._pending[key]
+            if not future.done():  # cancelled while asking: waiters must not hang
+                future.cancel()
+
+    async def _ask(self, key: tuple[str, int]) -> _Entry:
+        name, version = key
+        try:
+            async with asyncio.timeout(self.timeout):
+                resolved = await self._lookup(name, version)
+        except TimeoutError:
+            return self.cache.store_failure(key, "timeout", self._clock())
+        except HostnameLookupError as exc:
+            return self.cache.store_failure(key, exc.reason, self._clock())
+        usable = tuple(a for a in resolved.addresses if a.version == version)
+        if not usable:
+            return self.cache.store_failure(key, NO_ADDRESS, self._clock())
+        return self.cache.store(key, Resolved(usable, resolved.ttl), self._clock())
+
+
+def answer_addresses(response: dns.message.Message, name: str, version: int) -> Resolved:
+    """The addresses ``response`` gives for ``name`` (following CNAMEs within it), and the smallest TTL on the way;
+    raises :class:`HostnameLookupError` for an error code."""
+    if response.rcode() != dns.rcode.NOERROR:
+        raise HostnameLookupError(f"{name}: {dns.rcode.to_text(response.rcode())}", "rcode")
+    rdtype = dns.rdatatype.A if version == 4 else dns.rdatatype.AAAA
+    owner = dns.name.from_text(name)
+    ttls: list[float] = []
+    for _ in range(MAX_CNAME_HOPS):
+        found = response.get_rrset(response.answer, owner, dns.rdataclass.IN, rdtype)
+        if found is not None:
+            ttls.append(found.ttl)
+            addresses = tuple(ipaddress.ip_address(rdata.address) for rdata in list(found)[:MAX_ADDRESSES])
+            return Resolved(addresses, min(ttls))
+        alias = response.get_rrset(response.answer, owner, dns.rdataclass.IN, dns.rdatatype.CNAME)
+        if alias is None:
+            break
+        ttls.append(alias.ttl)
+        owner = alias[0].target
+    return Resolved((), min(ttls, default=NEGATIVE_TTL))
+
+
+def upstream_lookup(nameservers: Sequence[str], *, port: int = 53, timeout: float = 2.0) -> Lookup:
+    """A :data:`Lookup` that asks ``nameservers`` in turn (UDP, TCP when truncated), from the caller's netns."""
+
+    async def lookup(name: str, version: int) -> Resolved:
+        if not nameservers:
+            raise HostnameLookupError(f"cannot resolve {name}: no nameserver", "no upstream")
+        rdtype = dns.rdatatype.A if version == 4 else dns.rdatatype.AAAA
+        last = HostnameLookupError(f"cannot resolve {name}", "error")
+        for server in nameservers:
+            query = dns.message.make_query(name, rdtype)
+            try:
+                # Datagrams that are not the answer (garbage, another id, another source) are ignored, as the
+                # DNS proxy's forwarder does: a spoofed packet cannot fail the lookup, only the timeout can.
+                response, _tcp = await dns.asyncquery.udp_with_fallback(
+                    query, server, timeout=timeout, port=port, ignore_unexpected=True, ignore_errors=True
+                )
+            except dns.exception.Timeout:
+                last = HostnameLookupError(f"{server} did not answer for {name}", "timeout")
+                continue
+            except (dns.exception.DNSException, OSError, ValueError, EOFError) as exc:
+                last = HostnameLookupError(f"cannot ask {server} for {name}: {exc}", "error")
+                continue
+            try:
+                return answer_addresses(response, name, version)
+            except (dns.exception.DNSException, ValueError) as exc:
+                raise HostnameLookupError(f"{server} answered nonsense for {name}: {exc}", "error") from None
+        raise last
+
+    return lookup
