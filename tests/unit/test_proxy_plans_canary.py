@@ -25,7 +25,18 @@ from ambit.model.state import WorkloadState
 from ambit.model.waypoint_choice import choose_waypoint
 from ambit.model.workload import GatewayAddress, NamespacedHostname, NetworkAddress, PortMapping, Service
 from ambit.model.workload import WeightedWaypoint as W
-from ambit.proxy.plans import NodeView, OutboundFacts, OutboundPlan, Refuse, Tunnel, plan_outbound
+from ambit.proxy.authorization import allow_all
+from ambit.proxy.plans import (
+    Dial,
+    InboundFacts,
+    NodeView,
+    OutboundFacts,
+    OutboundPlan,
+    Refuse,
+    Tunnel,
+    plan_inbound,
+    plan_outbound,
+)
 from ambit.waypoint.destinations import ServiceTarget, WaypointSelf, pick_ingress_endpoint, plan_tunnel
 
 CANARY_HOST = "canary.apps.svc.cluster.local"
@@ -186,3 +197,12 @@ def test_the_ingress_gateway_picks_a_waypoint_per_request_by_its_draw() -> None:
     no_canary = state_with(CLIENT, WEB, PRIMARY_POD, services=[web, waypoint_service(), CANARY_SERVICE])
     fallback = pick_ingress_endpoint(no_canary, web, 80, first, draw=0.7)
     assert fallback is not None and str(fallback.via) == "198.18.18.7"
+
+
+def test_a_captured_canary_waypoint_receives_for_the_service_it_is_the_canary_of() -> None:
+    # Inbound rule 3 (a sandwiched waypoint): the canary pod's node proxy dials it on the VIP's port; a waypoint in
+    # neither place of the set is still an ip mismatch.
+    facts = InboundFacts(CANARY_POD, "198.18.18.8", 0, "198.18.16.2", None, "198.19.0.10:80")
+    assert plan_inbound(facts, mesh(weighted(50, 50)), allow_all) == Dial(CANARY_POD, "198.18.18.8", 80, "198.18.16.2")
+    plan = plan_inbound(facts, mesh(web_service(waypoint=WAYPOINT_BY_HOST)), allow_all)
+    assert isinstance(plan, Refuse) and "ip mismatch" in plan.reason
