@@ -55,9 +55,9 @@ Inbound (15008 HBONE, 15006 plaintext, and the same-node path), :func:`plan_inbo
 2. A local workload the state does not know → 503, ``NR``; one without an address (same-node path) → 503, ``NR``.
 3. HBONE: an IP authority must be the address the connection arrived at, else 400 ("ip mismatch"), unless the
    Service or workload at that IP (workload first, in the local workload's network) names a waypoint that this
-   local workload is an instance of: then the pod is dialled on the authority's port. That case arises only when
-   a waypoint is itself captured by a node proxy (a "sandwich"): Istio's waypoints are not enrolled and terminate
-   HBONE on 15008 themselves. (ztunnel also waives the check for a workload with an ``application_tunnel``,
+   local workload is an instance of (for a Service, any waypoint of its weighted set): then the pod is dialled on
+   the authority's port. That case arises only when a waypoint is itself captured by a node proxy (a "sandwich"):
+   Istio's waypoints are not enrolled and terminate HBONE on 15008 themselves. (ztunnel also waives the check for a workload with an ``application_tunnel``,
    which our workload model does not carry.) A hostname must be a Service this pod is an endpoint of, and its
    port is mapped to the pod's target port, else 400.
    A target port (after that mapping) that is one of the proxy's own ports (:data:`ILLEGAL_PORTS`) → 400,
