@@ -57,9 +57,9 @@ Inbound (15008 HBONE, 15006 plaintext, and the same-node path), :func:`plan_inbo
    Service or workload at that IP (workload first, in the local workload's network) names a waypoint that this
    local workload is an instance of (for a Service, any waypoint of its weighted set): then the pod is dialled on
    the authority's port. That case arises only when a waypoint is itself captured by a node proxy (a "sandwich"):
-   Istio's waypoints are not enrolled and terminate HBONE on 15008 themselves. (ztunnel also waives the check for a workload with an ``application_tunnel``,
-   which our workload model does not carry.) A hostname must be a Service this pod is an endpoint of, and its
-   port is mapped to the pod's target port, else 400.
+   Istio's waypoints are not enrolled and terminate HBONE on 15008 themselves. (ztunnel also waives the check for
+   a workload with an ``application_tunnel``, which our workload model does not carry.) A hostname must be a
+   Service this pod is an endpoint of, and its port is mapped to the pod's target port, else 400.
    A target port (after that mapping) that is one of the proxy's own ports (:data:`ILLEGAL_PORTS`) → 400,
    uncounted, as ztunnel does: tunnels must not nest into the proxy's own listeners (the same-node path too).
 4. The authorizer refuses → 401, ``DENY``, counted, with the engine's reason ("explicitly denied by: ns/name",
