@@ -12,8 +12,8 @@ Rules of :func:`plan_tunnel` (Istio's waypoint accepts traffic only for what use
 2. A port of the waypoint's own (admin, stats, readiness, HBONE: ``own_ports``) at one of its own addresses or at
    loopback is refused, 400: admin and metrics are never reachable through a tunnel.
 3. ``VIP:port`` (or ``hostname:port``) of a Service whose ``waypoint`` is this waypoint (or one of whose weighted
-   waypoints is: a canary serves the Service as the primary does), on a port the Service
-   declares, is a :class:`ServiceTarget`. The same Service with an undeclared port is refused, 400.
+   waypoints is: a canary serves the Service as the primary does), on a port the Service declares, is a
+   :class:`ServiceTarget`. The same Service with an undeclared port is refused, 400.
 4. ``podIP:port`` of a Workload whose ``waypoint`` is this waypoint is a :class:`WorkloadTarget` (the address of
    a workload whose Service uses the waypoint does not count: TestDirect's "workload-addressed via a service
    waypoint → error").
@@ -222,7 +222,7 @@ def pick_ingress_endpoint(
     if vip is None:
         return None
 
-    def hop_to(gateway: GatewayAddress) -> Endpoint | None:
+    def hop_to(gateway: GatewayAddress, pick: Callable[[Sequence[Workload]], Workload]) -> Endpoint | None:
         destination = gateway.destination
         if isinstance(destination, NamespacedHostname):
             waypoint_service = state.find_service_by_hostname(destination.hostname)
@@ -230,10 +230,14 @@ def pick_ingress_endpoint(
             waypoint_service = state.find_service_by_vip(destination.network, destination.ip)
         if waypoint_service is None:
             return None
-        return pick_endpoint(state, waypoint_service, gateway.hbone_mtls_port, choose, exclude=exclude)
+        return pick_endpoint(state, waypoint_service, gateway.hbone_mtls_port, pick, exclude=exclude)
 
-    gateway = choose_waypoint(service, lambda g: hop_to(g) is not None, draw) or service.waypoint
-    hop = hop_to(gateway)
+    def usable(gateway: GatewayAddress) -> bool:
+        # Asked without ``choose``: only the chosen waypoint's endpoints are balanced.
+        return hop_to(gateway, lambda candidates: candidates[0]) is not None
+
+    gateway = choose_waypoint(service, usable, draw) or service.waypoint
+    hop = hop_to(gateway, choose)
     if hop is None:
         return None
     return Endpoint(hop.workload, vip, port, service, via=hop.ip)
