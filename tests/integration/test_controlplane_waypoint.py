@@ -21,7 +21,7 @@ from tests.integration.controlplane_rig import eventually, make_pod
 from ambit.controlplane.process import ControlPlane
 from ambit.k8s import KubeClient, kinds
 from ambit.model.state import WorkloadState
-from ambit.model.workload import GatewayAddress, NamespacedHostname, NetworkAddress
+from ambit.model.workload import GatewayAddress, NamespacedHostname, NetworkAddress, WeightedWaypoint
 from ambit.xds.client import Backoff, XdsClient
 
 Obj = dict[str, Any]
@@ -196,3 +196,67 @@ async def test_a_label_naming_a_missing_waypoint_leaves_the_field_unset_until_th
         return found is not None and found.waypoint == expected
 
     await eventually(bound)
+
+
+async def test_a_canary_label_and_weight_give_the_service_a_weighted_set_and_a_bad_weight_is_reported(
+    kube: KubeClient, plane: ControlPlane, state: WorkloadState
+) -> None:
+    ns = f"canary-{secrets.token_hex(3)}"
+    await kube.create(kinds.NAMESPACES, {"metadata": {"name": ns}})
+    addresses: dict[str, GatewayAddress] = {}
+    for name in ("primary", "canary"):
+        gateway = {
+            "apiVersion": "gateway.networking.k8s.io/v1",
+            "kind": "Gateway",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {
+                "gatewayClassName": "istio-waypoint",
+                "listeners": [{"name": "mesh", "port": 15008, "protocol": "HBONE"}],
+            },
+        }
+        await kube.create(kinds.GATEWAYS, gateway, ns)
+        hostname = f"{name}.{ns}.svc.cluster.local"
+        await kube.patch_status(
+            kinds.GATEWAYS, name, {"status": {"addresses": [{"type": "Hostname", "value": hostname}]}}, ns
+        )
+        addresses[name] = GatewayAddress(NamespacedHostname(ns, hostname), 15008)
+    labels = {"istio.io/use-waypoint": "primary", "istio.io/use-waypoint-canary": "canary"}
+    web = {
+        "metadata": {
+            "name": "web",
+            "namespace": ns,
+            "labels": labels,
+            "annotations": {"istio.io/use-waypoint-canary-weight": "30"},
+        },
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]},
+    }
+    await kube.create(kinds.SERVICES, web, ns)
+    service_host = f"web.{ns}.svc.cluster.local"
+    split = (WeightedWaypoint(addresses["primary"], 70), WeightedWaypoint(addresses["canary"], 30))
+
+    def weighted(expected: tuple[WeightedWaypoint, ...]) -> bool:
+        s = state.find_service_by_hostname(service_host)
+        return s is not None and s.waypoint == addresses["primary"] and s.weighted_waypoints == expected
+
+    await eventually(lambda: weighted(split))
+
+    async def condition(message: str) -> bool:
+        written = bound_condition(await kube.get(kinds.SERVICES, "web", ns))
+        return written is not None and (written["status"], written["reason"], written["message"]) == (
+            "True",
+            "WaypointAccepted",
+            message,
+        )
+
+    await eventually(lambda: condition(f"Successfully attached to waypoint {ns}/primary"))
+
+    # A weight that is not a percentage: the primary alone, and the condition says why.
+    annotations = {"metadata": {"annotations": {"istio.io/use-waypoint-canary-weight": "half"}}}
+    await kube.patch(kinds.SERVICES, "web", annotations, ns)
+    await eventually(lambda: weighted(()))
+    await eventually(
+        lambda: condition(
+            f"Successfully attached to waypoint {ns}/primary. Canary waypoint not attached: canary waypoint"
+            f' "{ns}/canary" has an invalid weight; must be an integer in [0,100]'
+        )
+    )

@@ -44,6 +44,7 @@ from ambit.model.workload import (
     PortMapping,
     Service,
     TunnelProtocol,
+    WeightedWaypoint,
     Workload,
 )
 from ambit.proxy.hbone_server import HboneServer, InboundRequest, TunnelResponder
@@ -495,3 +496,50 @@ async def test_at_the_gateway_a_client_s_x_forwarded_client_cert_is_dropped(
     forged = [("x-forwarded-client-cert", "URI=spiffe://cluster.local/ns/app/sa/admin")]
     status, body = await send(port_of(proc, "http"), "/x", forged)
     assert status == 200 and json.loads(body)["xfcc"] == []
+
+
+REQUESTS = 30
+
+
+async def test_a_service_with_a_canary_waypoint_is_split_per_request_by_the_draw(
+    gateway: tuple[IngressGateway, EchoEndpoint, dict[str, KeyPair]], tmp_path: Path
+) -> None:
+    # Upstream TestWeightedWaypointIngressTrafficShift: a second waypoint (127.0.0.6, its own identity) is the
+    # canary of "via" at 50; each request draws anew, so over REQUESTS both waypoints serve some (all on one side:
+    # probability 2**-29).
+    proc, endpoint, _ = gateway
+    await ready(proc)
+    primary = endpoint.waypoint
+    assert primary is not None
+    canary = EchoEndpoint("127.0.0.6", endpoint.hbone_port, "canary")
+    await canary.start(LocalCa(tmp_path / "ca", trust_domain=TD))
+    try:
+        base = mesh()
+        canary_address = GatewayAddress(NamespacedHostname("app", "canary.app.svc.cluster.local"))
+        canary_pod = dataclasses.replace(
+            base.workloads[0],
+            uid="Kubernetes//Pod/app/canary-1",
+            name="canary-1",
+            addresses=(ipaddress.ip_address("127.0.0.6"),),
+            service_account="canary",
+            services={"app/canary.app.svc.cluster.local": (PortMapping(15008, 15008),)},
+        )
+        canary_service = dataclasses.replace(
+            base.services[2],
+            name="canary",
+            hostname="canary.app.svc.cluster.local",
+            vips=(NetworkAddress("", ipaddress.ip_address("198.18.1.6")),),
+        )
+        via = dataclasses.replace(
+            base.services[1], weighted_waypoints=(WeightedWaypoint(WAYPOINT, 50), WeightedWaypoint(canary_address, 50))
+        )
+        proc.state.replace_all((*base.workloads, canary_pod), (base.services[0], via, base.services[2], canary_service))
+        for i in range(REQUESTS):
+            status, body, _ = await get(port_of(proc, "http"), "via.example", f"/split/{i}")
+            assert status == 200 and body["path"] == f"/split/{i}"
+        # Each request is drawn anew, so both waypoints got tunnels (kept open and reused by later requests).
+        assert set(primary.authorities) == set(canary.authorities) == {"198.18.1.3:80"}
+        assert set(canary.peers) == {GATEWAY_ID}
+        assert endpoint.authorities == []  # never straight to the endpoint
+    finally:
+        await canary.aclose()

@@ -15,13 +15,12 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
-from unittest import mock
 
 import pytest
-from tests.integration.proxy_rig import recv_all, until
+from tests.integration.fake_waypoint import FakeWaypoint, call_outbound
+from tests.integration.proxy_rig import until
 from tests.unit.workload_builders import (
     WAYPOINT_BY_HOST,
     pod,
@@ -36,16 +35,12 @@ from ambit.identity.localca import LocalCa
 from ambit.identity.manager import CertificateManager
 from ambit.model.identity import SpiffeId
 from ambit.model.workload import GatewayAddress, NamespacedHostname, PortMapping, TunnelProtocol, Workload
-from ambit.proxy import outbound as outbound_module
 from ambit.proxy.context import LocalPod, ProxyContext
-from ambit.proxy.hbone_server import HboneServer, InboundRequest, TunnelResponder
-from ambit.proxy.outbound import serve_outbound
 from ambit.proxy.pool import ConnectionPool
 from ambit.proxy.settings import ProxySettings
 from ambit.proxy.sockets import HostSocketFactory
 from ambit.telemetry.accesslog import AccessLog
 from ambit.telemetry.metrics import ProxyMetrics
-from ambit.tls.workload import WorkloadCertificate
 from ambit.zds.protocol import WorkloadInfo
 
 pytestmark = pytest.mark.timeout(30)
@@ -58,47 +53,6 @@ WAYPOINT_ID = SpiffeId(TD, "apps", "waypoint")
 WEB_ID = SpiffeId(TD, "apps", "web")
 ACCESS_LOGGER = "tests.waypoint_steering.access"
 FACTORY = HostSocketFactory(mark=None)
-
-
-@dataclasses.dataclass
-class FakeWaypoint:
-    """An HBONE server standing in for the waypoint: it records each CONNECT and echoes the tunnel's bytes."""
-
-    cert: WorkloadCertificate
-    requests: list[InboundRequest] = dataclasses.field(default_factory=list)
-    handshakes: int = 0
-    serving: set[asyncio.Task[None]] = dataclasses.field(default_factory=set)
-
-    async def start(self) -> None:
-        self.listener = socket.create_server((WAYPOINT_IP, 0))
-        self.listener.setblocking(False)
-        self.port: int = self.listener.getsockname()[1]
-        self.accepting = asyncio.create_task(self._accept())
-
-    async def _accept(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            sock, _ = await loop.sock_accept(self.listener)
-            self.handshakes += 1
-            task = asyncio.create_task(HboneServer.serve(sock, self._cert, trust_domain=TD, handler=self._handle))
-            self.serving.add(task)
-            task.add_done_callback(self.serving.discard)
-
-    async def _cert(self) -> WorkloadCertificate:
-        return self.cert
-
-    async def _handle(self, request: InboundRequest, responder: TunnelResponder) -> None:
-        self.requests.append(request)
-        stream = responder.accept()
-        while chunk := await stream.read():
-            await stream.write(chunk)
-        stream.write_eof()
-
-    async def aclose(self) -> None:
-        for task in [self.accepting, *self.serving]:
-            task.cancel()
-        await asyncio.gather(self.accepting, *self.serving, return_exceptions=True)
-        self.listener.close()
 
 
 @dataclasses.dataclass
@@ -121,27 +75,7 @@ class Rig:
 
     async def call(self, dst: tuple[str, int], payload: bytes) -> bytes:
         """What the pod gets back from a connection to ``dst`` carried by the node proxy (b"" if reset)."""
-        loop = asyncio.get_running_loop()
-        front = socket.create_server((CLIENT_IP, 0))
-        front.setblocking(False)
-        app = socket.socket()
-        app.setblocking(False)
-        app.bind((CLIENT_IP, 0))
-        try:
-            await loop.sock_connect(app, front.getsockname())
-            accepted, _ = await loop.sock_accept(front)
-            accepted.setblocking(False)
-            with mock.patch.object(outbound_module, "original_dst", lambda sock: dst):
-                await serve_outbound(self.ctx, self.pod, accepted)
-            try:
-                await loop.sock_sendall(app, payload)
-                app.shutdown(socket.SHUT_WR)
-                return await recv_all(app)
-            except ConnectionResetError:
-                return b""
-        finally:
-            app.close()
-            front.close()
+        return await call_outbound(self.ctx, self.pod, CLIENT_IP, dst, payload)
 
     def metric_lines(self, name: str) -> list[str]:
         text = self.ctx.metrics.render().decode()
@@ -151,7 +85,7 @@ class Rig:
 @contextlib.asynccontextmanager
 async def rig(tmp_path: Path, waypoint_identity: SpiffeId = WAYPOINT_ID) -> AsyncIterator[Rig]:
     ca = LocalCa(tmp_path / "ca", trust_domain=TD)
-    waypoint = FakeWaypoint(await ca.fetch_certificate(waypoint_identity))
+    waypoint = FakeWaypoint(await ca.fetch_certificate(waypoint_identity), WAYPOINT_IP)
     await waypoint.start()
     ctx = ProxyContext(
         settings=ProxySettings(node="node1", trust_domain=TD),

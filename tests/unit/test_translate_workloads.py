@@ -87,6 +87,7 @@ def test_every_expected_golden_case_exists() -> None:
         "host_network",
         "canonical",
         "waypoint",
+        "waypoint_canary",
     }
     assert expected <= set(CASES)
 

@@ -29,6 +29,8 @@ Rules:
 10. A workload's ``hostname`` (a DNS name, :func:`~ambit.model.dnsname.check_dns_name`, only without
     ``workloadIps``) and a service's ``visibility`` (``Public`` or ``Namespace``) are likewise written only when
     set (non-empty, not ``Public``).
+11. A service's ``weightedWaypoints`` (written only when set) is a list of ``{destination: <waypoint>, weight:
+    N}`` with ``weight`` 0..4294967295 (the wire's uint32).
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ from ambit.model.workload import (
     Service,
     TunnelProtocol,
     Visibility,
+    WeightedWaypoint,
     Workload,
     parse_ip,
 )
@@ -126,7 +129,9 @@ _SERVICE_KEYS = (
     "waypoint",
     "ingressUseWaypoint",
     "visibility",
+    "weightedWaypoints",
 )
+_WEIGHTED_KEYS = ("destination", "weight")
 _WAYPOINT_KEYS = ("hostname", "namespace", "address", "hboneMtlsPort")
 _LOCALITY_KEYS = ("region", "zone", "subzone")
 _PORT_KEYS = ("targetPort", "appProtocol")
@@ -363,6 +368,22 @@ def _waypoint(value: object, path: str) -> GatewayAddress:
     return GatewayAddress(NamespacedHostname(_field(item, "namespace", path, _namespace), hostname), port)
 
 
+def _weighted_waypoints(value: object, path: str) -> tuple[WeightedWaypoint, ...]:
+    out = []
+    for index, entry in enumerate(_list(value, path)):
+        where = f"{path}[{index}]"
+        item = _mapping(entry, where, _WEIGHTED_KEYS)
+        weight = _field(item, "weight", where, _weight)
+        out.append(WeightedWaypoint(_field(item, "destination", where, _waypoint), weight))
+    return tuple(out)
+
+
+def _weight(value: object, path: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 0xFFFFFFFF:
+        raise LocalConfigError(f"{path}: expected an integer 0..4294967295, got {value!r}")
+    return value
+
+
 def _workload(value: object, path: str) -> Workload:
     item = _mapping(value, path, _WORKLOAD_KEYS)
     return Workload(
@@ -425,6 +446,7 @@ def _service(value: object, path: str) -> Service:
         waypoint=_waypoint(item["waypoint"], f"{path}.waypoint") if item.get("waypoint") is not None else None,
         ingress_use_waypoint=_field(item, "ingressUseWaypoint", path, _bool, False),
         visibility=_field(item, "visibility", path, _choice({v.value: v for v in Visibility}), Visibility.PUBLIC),
+        weighted_waypoints=_field(item, "weightedWaypoints", path, _weighted_waypoints, ()),
     )
 
 
@@ -623,6 +645,10 @@ def service_to_dict(service: Service) -> dict[str, Any]:
         out["ingressUseWaypoint"] = True
     if service.visibility is not Visibility.PUBLIC:
         out["visibility"] = service.visibility.value
+    if service.weighted_waypoints:
+        out["weightedWaypoints"] = [
+            {"destination": waypoint_to_dict(w.destination), "weight": w.weight} for w in service.weighted_waypoints
+        ]
     return out
 
 

@@ -14,6 +14,8 @@ Invariants:
   is the same whether a workload came from xDS (elided defaults) or from a file (spelled out).
 - ``PortMapping.target_port == 0`` means "named port": each endpoint says its own number in ``Workload.services``.
 - An empty :class:`Locality` (all three parts empty) means "unknown", as an absent ``Locality`` message on the wire.
+- ``Service.weighted_waypoints`` is empty unless the service has a canary waypoint; ``Service.waypoint`` is then
+  still the primary, so a reader that knows nothing of weights sends everything there.
 - ``waypoint`` None means "no waypoint" (an absent ``GatewayAddress``); a :class:`GatewayAddress` names its
   waypoint either by hostname (within a namespace) or by one address, never both, as the proto's ``oneof``.
 """
@@ -45,6 +47,7 @@ __all__ = [
     "Service",
     "TunnelProtocol",
     "Visibility",
+    "WeightedWaypoint",
     "Workload",
     "parse_ip",
 ]
@@ -189,6 +192,14 @@ class GatewayAddress:
 
 
 @dataclass(frozen=True, slots=True)
+class WeightedWaypoint:
+    """One waypoint of a Service's weighted set (spec §4.1 ``WeightedWaypoint``): its share of new connections."""
+
+    destination: GatewayAddress
+    weight: int
+
+
+@dataclass(frozen=True, slots=True)
 class Workload:
     """One addressable workload (spec §4.1 ``Workload``), with the fields the node proxy uses."""
 
@@ -266,6 +277,17 @@ class Service:
     def visible_to(self, namespace: str) -> bool:
         """Whether a client in ``namespace`` may see this service (:class:`Visibility`)."""
         return self.visibility is Visibility.PUBLIC or namespace == self.namespace
+
+    weighted_waypoints: tuple[WeightedWaypoint, ...] = ()
+    """With a canary waypoint: the primary and the canary with their shares of new connections (a weight 0 is never
+    chosen); ``waypoint`` stays the primary, which takes everything when none of these can be used."""
+
+    @property
+    def fronting_waypoints(self) -> tuple[GatewayAddress, ...]:
+        """Every waypoint that may take this service's traffic: the primary, then the weighted set's others."""
+        out = [] if self.waypoint is None else [self.waypoint]
+        out.extend(w.destination for w in self.weighted_waypoints if w.destination not in out)
+        return tuple(out)
 
     @property
     def key(self) -> str:

@@ -62,7 +62,7 @@ async def serve_outbound(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) 
         return None
     source = await ctx.wait_local_workload(pod)
     facts = OutboundFacts(ipaddress.ip_address(dst[0]), dst[0], dst[1], source)
-    plan = plan_outbound(facts, ctx.state, ctx.node, random.choice)
+    plan = plan_outbound(facts, ctx.state, ctx.node, random.choice, random.random)
     peer_addr, dst_addr = hostport(peer[0], peer[1]), hostport(dst[0], dst[1])
     if isinstance(plan, Refuse):
         if plan.counted and source is not None:  # counted refusals have their access-log line

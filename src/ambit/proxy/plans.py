@@ -21,6 +21,10 @@ Outbound (15001), :func:`plan_outbound`, in order (ztunnel's ``build_request``):
    The one exception is a source that is itself an instance of that waypoint (same identity, one of its
    addresses), which goes on to rule 4, so that a captured waypoint (sandwich mode) does not loop into itself;
    ztunnel checks this only for rule 6, as its waypoints are normally not captured.
+   A Service with a weighted set (a canary waypoint) picks its waypoint per connection with ``draw``
+   (:func:`~ambit.model.waypoint_choice.choose_waypoint`: weight 0 never, a canary the state knows no instance of
+   never, the primary when nothing else is left); a picked canary that does not resolve falls back to the primary.
+   An instance of any waypoint of the set is exempt as above.
 4. A Service VIP otherwise: one endpoint is chosen by ``choose`` among the eligible ones; none → refused, ``NR``.
    A pod address is that workload; any other address is passthrough.
 5. A pod address (not a VIP) whose workload has a waypoint, unless the source is an instance of that waypoint:
@@ -51,11 +55,11 @@ Inbound (15008 HBONE, 15006 plaintext, and the same-node path), :func:`plan_inbo
 2. A local workload the state does not know → 503, ``NR``; one without an address (same-node path) → 503, ``NR``.
 3. HBONE: an IP authority must be the address the connection arrived at, else 400 ("ip mismatch"), unless the
    Service or workload at that IP (workload first, in the local workload's network) names a waypoint that this
-   local workload is an instance of: then the pod is dialled on the authority's port. That case arises only when
-   a waypoint is itself captured by a node proxy (a "sandwich"): Istio's waypoints are not enrolled and terminate
-   HBONE on 15008 themselves. (ztunnel also waives the check for a workload with an ``application_tunnel``,
-   which our workload model does not carry.) A hostname must be a Service this pod is an endpoint of, and its
-   port is mapped to the pod's target port, else 400.
+   local workload is an instance of (for a Service, any waypoint of its weighted set): then the pod is dialled on
+   the authority's port. That case arises only when a waypoint is itself captured by a node proxy (a "sandwich"):
+   Istio's waypoints are not enrolled and terminate HBONE on 15008 themselves. (ztunnel also waives the check for
+   a workload with an ``application_tunnel``, which our workload model does not carry.) A hostname must be a
+   Service this pod is an endpoint of, and its port is mapped to the pod's target port, else 400.
    A target port (after that mapping) that is one of the proxy's own ports (:data:`ILLEGAL_PORTS`) → 400,
    uncounted, as ztunnel does: tunnels must not nest into the proxy's own listeners (the same-node path too).
 4. The authorizer refuses → 401, ``DENY``, counted, with the engine's reason ("explicitly denied by: ns/name",
@@ -76,6 +80,7 @@ from ambit.hbone.errors import AuthorityError
 from ambit.hbone.headers import hostport, parse_authority
 from ambit.model.identity import SpiffeId
 from ambit.model.state import Destination, NoHealthyUpstreamError, Transport, UnknownWaypointError, WorkloadState
+from ambit.model.waypoint_choice import choose_waypoint
 from ambit.model.workload import GatewayAddress, IPAddress, Service, Workload
 from ambit.proxy.authorization import Authorizer
 from ambit.proxy.errors import ResponseFlag
@@ -190,16 +195,18 @@ def plan_outbound(
     state: WorkloadState,
     node: NodeView,
     choose: Callable[[Sequence[Workload]], Workload],
+    draw: Callable[[], float] = lambda: 0.0,
 ) -> OutboundPlan:
-    """Where the connection goes (the module's outbound rules)."""
+    """Where the connection goes (the module's outbound rules); ``draw`` gives a number in [0, 1) for a Service's
+    weighted waypoints (called only for such a Service)."""
     source = facts.source
     if is_self_call(facts.dst_ip, facts.dst_port, source.addresses if source else ()):
         return Refuse(503, ResponseFlag.NONE, "a call to the proxy's own port", counted=False)
     if source is None:
         return Refuse(503, ResponseFlag.NO_ROUTE, "unknown source workload", counted=False)
     service = state.find_service_by_vip(node.network, facts.dst_ip, source.namespace)
-    if service is not None and service.waypoint is not None and not _from_waypoint(state, service.waypoint, source):
-        return _through_waypoint(facts, state, node, choose, service.waypoint, service)
+    if service is not None and service.waypoint is not None and not _from_any_waypoint(state, service, source):
+        return _through_service_waypoint(facts, state, node, choose, draw, service, service.waypoint)
     try:
         destination = state.resolve(node.network, facts.dst_ip, facts.dst_port, choose, source.namespace)
     except NoHealthyUpstreamError as exc:
@@ -247,6 +254,29 @@ def _through_waypoint(
         waypoint.expected_identities,
         waypoint=gateway,
     )
+
+
+def _through_service_waypoint(
+    facts: OutboundFacts,
+    state: WorkloadState,
+    node: NodeView,
+    choose: Callable[[Sequence[Workload]], Workload],
+    draw: Callable[[], float],
+    service: Service,
+    primary: GatewayAddress,
+) -> Tunnel | Refuse:
+    """Rule 3: the service's waypoint, or one of its weighted set; a picked canary that fails gives the primary."""
+    if not service.weighted_waypoints:
+        return _through_waypoint(facts, state, node, choose, primary, service)
+    picked = choose_waypoint(service, lambda g: bool(state.find_waypoint_instances(g)), draw()) or primary
+    plan = _through_waypoint(facts, state, node, choose, picked, service)
+    if isinstance(plan, Refuse) and picked != primary:
+        return _through_waypoint(facts, state, node, choose, primary, service)
+    return plan
+
+
+def _from_any_waypoint(state: WorkloadState, service: Service, source: Workload) -> bool:
+    return any(_from_waypoint(state, gateway, source) for gateway in service.fronting_waypoints)
 
 
 def _from_waypoint(state: WorkloadState, gateway: GatewayAddress, source: Workload) -> bool:
@@ -360,9 +390,13 @@ def _inbound_port(state: WorkloadState, workload: Workload, local_ip: str, host:
 def _is_waypoint_for(state: WorkloadState, local: Workload, arrived: IPAddress, target: IPAddress) -> bool:
     """Whether the Service or workload at ``target`` names a waypoint that ``local`` is an instance of (rule 3)."""
     named = state.find_workload_by_address(local.network, target) or state.find_service_by_vip(local.network, target)
-    if named is None or named.waypoint is None:
+    if named is None:
         return False
-    found = state.find_gateway(named.waypoint)
-    if isinstance(found, Workload):
-        return arrived in found.addresses
-    return found is not None and found.key in local.services
+    gateways = named.fronting_waypoints if isinstance(named, Service) else (named.waypoint,)
+    for gateway in gateways:
+        found = None if gateway is None else state.find_gateway(gateway)
+        if isinstance(found, Workload) and arrived in found.addresses:
+            return True
+        if isinstance(found, Service) and found.key in local.services:
+            return True
+    return False

@@ -11,8 +11,9 @@ Rules of :func:`plan_tunnel` (Istio's waypoint accepts traffic only for what use
 1. A malformed authority is refused, 400.
 2. A port of the waypoint's own (admin, stats, readiness, HBONE: ``own_ports``) at one of its own addresses or at
    loopback is refused, 400: admin and metrics are never reachable through a tunnel.
-3. ``VIP:port`` (or ``hostname:port``) of a Service whose ``waypoint`` is this waypoint, on a port the Service
-   declares, is a :class:`ServiceTarget`. The same Service with an undeclared port is refused, 400.
+3. ``VIP:port`` (or ``hostname:port``) of a Service whose ``waypoint`` is this waypoint (or one of whose weighted
+   waypoints is: a canary serves the Service as the primary does), on a port the Service declares, is a
+   :class:`ServiceTarget`. The same Service with an undeclared port is refused, 400.
 4. ``podIP:port`` of a Workload whose ``waypoint`` is this waypoint is a :class:`WorkloadTarget` (the address of
    a workload whose Service uses the waypoint does not count: TestDirect's "workload-addressed via a service
    waypoint → error").
@@ -34,6 +35,7 @@ from ambit.model.errors import IdentityError
 from ambit.model.identity import SpiffeId
 from ambit.model.routes import BackendService, WeightedBackend
 from ambit.model.state import WorkloadState
+from ambit.model.waypoint_choice import choose_waypoint
 from ambit.model.workload import (
     AppProtocol,
     GatewayAddress,
@@ -62,6 +64,10 @@ class WaypointSelf:
     def hostname(self) -> str:
         """The waypoint's Service hostname, as a ``GatewayAddress`` names it."""
         return f"{self.gateway_name}.{self.namespace}.svc.{self.domain}"
+
+    def fronts(self, service: Service, state: WorkloadState) -> bool:
+        """Whether this waypoint is the Service's waypoint or one of its weighted set (a canary)."""
+        return any(self.is_me(gateway, state) for gateway in service.fronting_waypoints)
 
     def is_me(self, waypoint: GatewayAddress | None, state: WorkloadState) -> bool:
         if waypoint is None:
@@ -118,7 +124,7 @@ def plan_tunnel(authority: str, state: WorkloadState, me: WaypointSelf) -> Targe
         return Refusal(400, f"{authority} is one of the waypoint's own ports")  # rule 2
     service = state.find_service_by_vip(me.network, ip) if ip is not None else state.find_service_by_hostname(host)
     if service is not None:
-        if not me.is_me(service.waypoint, state):
+        if not me.fronts(service, state):
             return Refusal(400, f"service {service.key} does not use this waypoint")  # rule 5
         mapping = next((m for m in service.ports if m.service_port == port), None)
         if mapping is None:
@@ -202,22 +208,36 @@ def pick_ingress_endpoint(
     choose: Callable[[Sequence[Workload]], Workload],
     *,
     exclude: frozenset[str] = frozenset(),
+    draw: float = 0.0,
 ) -> Endpoint | None:
     """An ingress gateway's choice (spec §1.5): a Service labelled ``istio.io/ingress-use-waypoint`` with a waypoint
     is reached through one of the waypoint's endpoints, the tunnel addressed to the Service's VIP and port (as a
     node proxy sends to a waypoint, spec §6.3). Without a VIP, or with the waypoint unknown or without endpoints:
-    None (the request answers 503; the waypoint is never bypassed). Any other Service: :func:`pick_endpoint`."""
+    None (the request answers 503; the waypoint is never bypassed). Any other Service: :func:`pick_endpoint`.
+    A Service with weighted waypoints (a canary) picks one per request with ``draw`` in [0, 1)
+    (:func:`~ambit.model.waypoint_choice.choose_waypoint`); a canary without endpoints is never picked."""
     if not service.ingress_use_waypoint or service.waypoint is None:
         return pick_endpoint(state, service, port, choose, exclude=exclude)
-    destination = service.waypoint.destination
-    if isinstance(destination, NamespacedHostname):
-        waypoint_service = state.find_service_by_hostname(destination.hostname)
-    else:
-        waypoint_service = state.find_service_by_vip(destination.network, destination.ip)
     vip = next((v.ip for v in service.vips), None)
-    if waypoint_service is None or vip is None:
+    if vip is None:
         return None
-    hop = pick_endpoint(state, waypoint_service, service.waypoint.hbone_mtls_port, choose, exclude=exclude)
+
+    def hop_to(gateway: GatewayAddress, pick: Callable[[Sequence[Workload]], Workload]) -> Endpoint | None:
+        destination = gateway.destination
+        if isinstance(destination, NamespacedHostname):
+            waypoint_service = state.find_service_by_hostname(destination.hostname)
+        else:
+            waypoint_service = state.find_service_by_vip(destination.network, destination.ip)
+        if waypoint_service is None:
+            return None
+        return pick_endpoint(state, waypoint_service, gateway.hbone_mtls_port, pick, exclude=exclude)
+
+    def usable(gateway: GatewayAddress) -> bool:
+        # Asked without ``choose``: only the chosen waypoint's endpoints are balanced.
+        return hop_to(gateway, lambda candidates: candidates[0]) is not None
+
+    gateway = choose_waypoint(service, usable, draw) or service.waypoint
+    hop = hop_to(gateway, choose)
     if hop is None:
         return None
     return Endpoint(hop.workload, vip, port, service, via=hop.ip)

@@ -42,13 +42,15 @@ import logging
 import socket
 import ssl
 import weakref
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from ambit.model.ingress import GatewayConfig, IngressListener, ListenerProtocol
 from ambit.model.localconfig import parse_local_config
 from ambit.model.routes import BackendService, RouteTable, WaypointConfig
-from ambit.model.workload import AppProtocol, Service
+from ambit.model.state import WorkloadState
+from ambit.model.workload import AppProtocol, Service, Workload
 from ambit.proxy.streams import ByteStream, SocketStream
 from ambit.telemetry.metrics import Reporter
 from ambit.tls.certs import CertificateError
@@ -56,7 +58,7 @@ from ambit.tls.contexts import edge_server_context
 from ambit.tls.credentials import TlsCredential, read_pem_pair
 from ambit.waypoint.context import Tunnel
 from ambit.waypoint.decisions import Decision, RequestHead
-from ambit.waypoint.destinations import ServiceTarget, pick_ingress_endpoint
+from ambit.waypoint.destinations import Endpoint, ServiceTarget, pick_ingress_endpoint
 from ambit.waypoint.http1_proxy import serve_http1
 from ambit.waypoint.ingress_routing import IngressRouter
 from ambit.waypoint.process import Waypoint
@@ -160,12 +162,24 @@ class IngressGateway(Waypoint):
         super().__init__(settings, admin_token_file=admin_token_file)
         self.router = IngressRouter(GatewayConfig(self.config_name))
         self.context.router = self._decide
-        self.context.pick = pick_ingress_endpoint
+        self.context.pick = self._pick
         self.readiness.add_pending(CONFIG_TASK)
         self._ports: dict[int, tuple[socket.socket, asyncio.Task[None]]] = {}
         self._tls: dict[int, _PortTls] = {}
         self._started = False
         self.config_updates = 0
+
+    def _pick(
+        self,
+        state: WorkloadState,
+        service: Service,
+        port: int,
+        choose: Callable[[Sequence[Workload]], Workload],
+        *,
+        exclude: frozenset[str] = frozenset(),
+    ) -> Endpoint | None:
+        """:func:`pick_ingress_endpoint` with a fresh draw per request (a canary waypoint's share)."""
+        return pick_ingress_endpoint(state, service, port, choose, exclude=exclude, draw=self.context.random())
 
     def _subscriptions(self) -> tuple[Subscription, ...]:
         return (

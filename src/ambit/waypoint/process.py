@@ -234,7 +234,7 @@ class Waypoint:
                 "xdsSynced": bool(self.xds and self.xds.synced),
             },
             "serving": {
-                "services": [s.key for s in state.services() if me.is_me(s.waypoint, state)],
+                "services": [s.key for s in state.services() if me.fronts(s, state)],
                 "workloads": [w.uid for w in state.workloads() if me.is_me(w.waypoint, state)],
             },
             "routes": self.context.routes.to_dump(),

@@ -5,7 +5,7 @@ way istiod does (trust domain ``cluster.local`` and service account ``default`` 
 (:func:`decode_address`, :func:`address_from_proto`) is where the peer's input is judged: every field the model
 keeps is checked, and the first problem raises :class:`XdsConversionError` naming the resource and the field, for
 example ``Kubernetes//Pod/shop/web-1: workload.addresses[0]: expected 4 or 16 bytes, got 5``. Fields the model does
-not keep (network gateways, weighted waypoints, extensions...) are ignored, as an older ztunnel ignores newer
+not keep (network gateways, extensions...) are ignored, as an older ztunnel ignores newer
 fields.
 
 Rules:
@@ -28,6 +28,9 @@ Rules:
 8. ``Service.visibility`` (field 14) is sent as it is; an unknown value is refused (a newer, narrower visibility
    must not be read as PUBLIC). ``Workload.hostname`` (field 21) must be a DNS name (:func:`check_dns_name`); a
    workload has addresses or a hostname (or neither: it is then never picked), not both.
+9. ``Service.weighted_waypoints`` (field 13): each ``WeightedWaypoint`` needs a ``destination`` (field 1, a waypoint
+   as in rule 7) and keeps its ``weight`` (field 2, uint32) as sent; more than :data:`MAX_WEIGHTED_WAYPOINTS`
+   entries are refused (istiod sends two: the primary and the canary).
 """
 
 from __future__ import annotations
@@ -63,12 +66,14 @@ from ambit.model.workload import (
     Service,
     TunnelProtocol,
     Visibility,
+    WeightedWaypoint,
     Workload,
 )
 from ambit.xds.errors import XdsConversionError
 
 __all__ = [
     "ADDRESS_TYPE_URL",
+    "MAX_WEIGHTED_WAYPOINTS",
     "FieldReader",
     "XdsConversionError",
     "address_aliases",
@@ -82,6 +87,8 @@ __all__ = [
 T = TypeVar("T")
 
 ADDRESS_TYPE_URL = "type.googleapis.com/istio.workload.Address"
+MAX_WEIGHTED_WAYPOINTS = 16
+"""The most waypoints one Service's weighted set may hold (rule 9): bounds the work of each pick."""
 
 _WORKLOAD_TYPES = {"deployment": pb.DEPLOYMENT, "cronjob": pb.CRONJOB, "pod": pb.POD, "job": pb.JOB}
 _WORKLOAD_TYPE_NAMES = {value: key for key, value in _WORKLOAD_TYPES.items()}
@@ -183,6 +190,10 @@ def service_to_proto(service: Service) -> pb.Service:
     )
     if service.waypoint is not None:
         message.waypoint.CopyFrom(gateway_address_to_proto(service.waypoint))
+    for weighted in service.weighted_waypoints:
+        message.weighted_waypoints.add(
+            destination=gateway_address_to_proto(weighted.destination), weight=weighted.weight
+        )
     return message
 
 
@@ -384,7 +395,23 @@ def _service_from_proto(message: pb.Service, read: FieldReader) -> Service:
         waypoint=read.gateway_address("service.waypoint", message.waypoint) if message.HasField("waypoint") else None,
         ingress_use_waypoint=message.ingress_use_waypoint,
         visibility=read.enum("service.visibility", message.visibility, _VISIBILITY_NAMES),
+        weighted_waypoints=_weighted_waypoints(message, read),
     )
+
+
+def _weighted_waypoints(message: pb.Service, read: FieldReader) -> tuple[WeightedWaypoint, ...]:
+    if len(message.weighted_waypoints) > MAX_WEIGHTED_WAYPOINTS:
+        raise read.fail(
+            "service.weighted_waypoints",
+            f"{len(message.weighted_waypoints)} entries, more than {MAX_WEIGHTED_WAYPOINTS}",
+        )
+    out: list[WeightedWaypoint] = []
+    for index, item in enumerate(message.weighted_waypoints):
+        field = f"service.weighted_waypoints[{index}]"
+        if not item.HasField("destination"):
+            raise read.fail(f"{field}.destination", "missing")
+        out.append(WeightedWaypoint(read.gateway_address(f"{field}.destination", item.destination), item.weight))
+    return tuple(out)
 
 
 def address_from_proto(address: pb.Address, name: str = "") -> Workload | Service:

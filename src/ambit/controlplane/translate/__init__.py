@@ -82,7 +82,13 @@ from ambit.controlplane.translate.waypoint_policies import (
     translate_selected_policy,
     translate_waypoint_policy,
 )
-from ambit.controlplane.translate.waypoints import Binding, WaypointIndex, bound_status, object_labels
+from ambit.controlplane.translate.waypoints import (
+    Binding,
+    WaypointIndex,
+    bound_status,
+    object_annotations,
+    object_labels,
+)
 from ambit.controlplane.translate.workloadentries import translate_workload_entry
 from ambit.controlplane.translate.workloads import translate_pod
 from ambit.model.ingress import GatewayConfig
@@ -230,12 +236,14 @@ def translate_all(
     translated: list[Service] = []
     service_status: list[PolicyStatus] = []
     bound: dict[str, str] = {}
+    canaries: dict[str, str] = {}
     service_targets: dict[str, ServiceTarget] = {}
     for svc in service_list:
         service = translate_service(svc, domain=domain, network=network, skips=skips)
         if service is not None:
-            translated.append(_with_binding(service, _service_binding(svc, waypoints, service_status), bound))
-            service_targets[_object_key(svc)] = ServiceTarget((service.key,), bound.get(service.key))
+            binding = _service_binding(svc, waypoints, service_status)
+            translated.append(_with_binding(service, binding, bound, canaries))
+            service_targets[_object_key(svc)] = _service_target((service.key,), binding)
     k8s_services = list(translated)
     taken = {s.key for s in translated}
     entries = parse_service_entries(service_entries, taken=taken, skips=skips)
@@ -245,13 +253,11 @@ def translate_all(
     for entry in entries:
         binding = _service_binding(entry.obj, waypoints, entry_status)
         entry_services = [
-            _with_binding(s, binding, bound)
+            _with_binding(s, binding, bound, canaries)
             for s in service_entry_services(entry, network=network, canonical=canonical)
         ]
         translated.extend(entry_services)
-        entry_targets[_object_key(entry.obj)] = ServiceTarget(
-            tuple(s.key for s in entry_services), binding.waypoint.key if binding.waypoint is not None else None
-        )
+        entry_targets[_object_key(entry.obj)] = _service_target(tuple(s.key for s in entry_services), binding)
     ingress_pods = [IngressPods.of(g) for g in gateway_list if is_ingress(g)]
     targets = TargetIndex(
         waypoints=waypoints.declared,
@@ -273,6 +279,7 @@ def translate_all(
         k8s_services=k8s_services,
         entry_services=translated[len(k8s_services) :],
         bound=bound,
+        canaries=canaries,
         waypoints=waypoints,
         gateways=gateway_list,
     )
@@ -284,6 +291,7 @@ def translate_all(
         authn_translations,
         {"Service": k8s_services, "ServiceEntry": translated[len(k8s_services) :]},
         bound,
+        canaries,
         routes.configs,
     )
     secret_table = {
@@ -376,6 +384,7 @@ def _request_authentications(
     translations: list[RequestAuthTranslation],
     services: Mapping[str, Iterable[Service]],
     bound: Mapping[str, str],
+    canaries: Mapping[str, str],
     configs: tuple[WaypointConfig, ...],
 ) -> tuple[WaypointConfig, ...]:
     """``configs`` with the RequestAuthentications attached to each waypoint by ``targetRefs``; ``services`` are
@@ -391,6 +400,7 @@ def _request_authentications(
         waypoints=[c.waypoint for c in configs],
         service_keys={k: tuple(v) for k, v in service_keys.items()},
         bound=bound,
+        canaries=canaries,
     )
     return tuple(replace(c, request_authentications=attached.get(c.waypoint, ())) for c in configs)
 
@@ -410,19 +420,32 @@ def _service_binding(obj: Mapping[str, Any], waypoints: WaypointIndex, statuses:
     """The binding of a Service or ServiceEntry; its ``WaypointBound`` condition, if any, goes to ``statuses``."""
     namespace = str((obj.get("metadata") or {}).get("namespace") or "")
     labels = object_labels(obj)
-    binding = waypoints.find_for_service(namespace, labels)
+    binding = waypoints.find_for_service(namespace, labels, object_annotations(obj))
     status = bound_status(obj, binding, ingress_label=waypoints.ingress_label_present(namespace, labels))
     if status is not None:
         statuses.append(status)
     return binding
 
 
-def _with_binding(service: Service, binding: Binding, bound: dict[str, str]) -> Service:
-    """``service`` with its waypoint; ``bound`` learns the waypoint's key by service key."""
+def _with_binding(service: Service, binding: Binding, bound: dict[str, str], canaries: dict[str, str]) -> Service:
+    """``service`` with its waypoint and weighted set; ``bound`` learns the waypoint's key by service key,
+    ``canaries`` the canary's."""
     if binding.waypoint is None:
         return service
     bound[service.key] = binding.waypoint.key
-    return replace(service, waypoint=binding.address, ingress_use_waypoint=binding.ingress_use_waypoint)
+    if binding.canary is not None:
+        canaries[service.key] = binding.canary.key
+    return replace(
+        service,
+        waypoint=binding.address,
+        ingress_use_waypoint=binding.ingress_use_waypoint,
+        weighted_waypoints=binding.weighted,
+    )
+
+
+def _service_target(keys: tuple[str, ...], binding: Binding) -> ServiceTarget:
+    waypoint, canary = binding.waypoint, binding.canary
+    return ServiceTarget(keys, None if waypoint is None else waypoint.key, None if canary is None else canary.key)
 
 
 def translate(

@@ -25,7 +25,8 @@ Rules:
 4. A rule without ``jwks`` or ``jwksUri`` would have istiod discover the key set from the issuer's OpenID
    configuration, which Ambit does not do: the policy is skipped with that reason.
 5. A waypoint gets a policy once: with no services when a Gateway or GatewayClass target reaches it (it applies to
-   every request), else with the keys of its targeted Services and ServiceEntry hosts bound to that waypoint.
+   every request), else with the keys of its targeted Services and ServiceEntry hosts bound to that waypoint (as
+   primary or as canary).
 """
 
 from __future__ import annotations
@@ -257,11 +258,13 @@ def bind_to_waypoints(
     waypoints: Iterable[str],
     service_keys: Mapping[tuple[str, str, str], tuple[str, ...]],
     bound: Mapping[str, str],
+    canaries: Mapping[str, str] | None = None,
     gateway_class: str = WAYPOINT_CLASS,
 ) -> dict[str, tuple[RequestAuthentication, ...]]:
     """Each waypoint's policies (rule 5). ``waypoints``: the ready waypoints' keys (all of class
     ``gateway_class``); ``service_keys``: (kind, namespace, name) of a Service or ServiceEntry → its service keys;
-    ``bound``: service key → the key of the waypoint it is bound to. An ingress gateway's policies are the same
+    ``bound``: service key → the key of the waypoint it is bound to; ``canaries``: service key → its canary
+    waypoint's key, which gets the same service-scoped policies. An ingress gateway's policies are the same
     call with its Gateways' keys, their class (``istio``) and nothing bound."""
     ready = set(waypoints)
     whole: dict[str, dict[str, RequestAuthentication]] = {w: {} for w in ready}
@@ -281,9 +284,9 @@ def bind_to_waypoints(
                         whole[key][policy.key] = policy
             else:
                 for service_key in service_keys.get((target.kind, target.namespace, target.name), ()):
-                    waypoint = bound.get(service_key)
-                    if waypoint in ready:
-                        partial[waypoint].setdefault(policy.key, (policy, set()))[1].add(service_key)
+                    for waypoint in (bound.get(service_key), (canaries or {}).get(service_key)):
+                        if waypoint in ready:
+                            partial[waypoint].setdefault(policy.key, (policy, set()))[1].add(service_key)
     out: dict[str, tuple[RequestAuthentication, ...]] = {}
     for waypoint in sorted(ready):
         chosen = dict(whole[waypoint])

@@ -21,7 +21,9 @@ Rules:
    *consumer* route (GAMMA scopes those to the route's namespace's clients, and a waypoint serves every client)
    is refused (``Accepted`` False ``NotAllowedByListeners``) rather than let one namespace reroute another's. A
    Service without a waypoint is programmed nowhere in ambient; the route is still ``Accepted`` and, as istiod
-   writes it, the ``ResolvedWaypoints`` condition says so.
+   writes it, the ``ResolvedWaypoints`` condition says so. A Service with a canary waypoint is programmed on both
+   waypoints alike; only the primary's namespace counts as "the waypoint's own" (the tables are per Service, so a
+   route from the canary's namespace would also apply at the primary: refused, as from any other namespace).
 3. A waypoint Gateway parent: ``port`` other than 15008, or a ``sectionName`` that is not one of its listeners →
    ``NoMatchingParent``; a route namespace its HBONE listener's ``allowedRoutes`` does not admit →
    ``NotAllowedByListeners``. Accepted, it attaches to every destination of the waypoint that is in the route's
@@ -334,11 +336,13 @@ def translate_routes(
     k8s_services: Iterable[Service] = (),
     entry_services: Iterable[Service] = (),
     bound: Mapping[str, str],
+    canaries: Mapping[str, str] | None = None,
     waypoints: WaypointIndex,
     gateways: Iterable[Obj] = (),
 ) -> RouteTranslation:
     """Each ready waypoint's config and each route's status (rules 1-6). ``bound`` maps a service key to the key
-    of the waypoint it is bound to."""
+    of the waypoint it is bound to; ``canaries`` to its canary waypoint's, which gets the same tables."""
+    canaries = canaries or {}
     gateway_list = list(gateways)
     k8s = {(s.namespace, s.name): s for s in k8s_services}
     entries: dict[tuple[str, str], list[Service]] = {}
@@ -358,9 +362,9 @@ def translate_routes(
     )
     destinations: dict[str, list[Service]] = {}
     for service in (s for services in inputs.by_hostname.values() for s in services):
-        waypoint_key = bound.get(service.key)
-        if waypoint_key is not None:
-            destinations.setdefault(waypoint_key, []).append(service)
+        for waypoint_key in (bound.get(service.key), canaries.get(service.key)):
+            if waypoint_key is not None:
+                destinations.setdefault(waypoint_key, []).append(service)
     attachments = _Attachments({})
     statuses: list[RouteStatus] = []
     kinds = (("HTTPRoute", http_routes), ("GRPCRoute", grpc_routes), ("TCPRoute", tcp_routes), ("TLSRoute", tls_routes))

@@ -18,9 +18,10 @@ Rules:
    be in the root namespace ..." Invalid otherwise) and only to a class whose controller is
    ``istio.io/mesh-controller`` (Invalid otherwise), "bound to <class>"; a ``Service`` (group ``""`` or ``core``)
    or ``ServiceEntry`` (``networking.istio.io``) binds it to requests for that service at the waypoint the service
-   uses, "bound to ns/waypoint", or ``AncestorNotBound`` "Service ns/name is not bound to a waypoint". A target that
-   does not exist is ``TargetNotFound``. Any other group or kind is ``Invalid``, and so is a target in another
-   namespace than the policy (cross-namespace attachment would let one namespace widen another's ALLOW set).
+   uses (and at its canary waypoint too, if it has one), "bound to ns/waypoint", or ``AncestorNotBound`` "Service
+   ns/name is not bound to a waypoint". A target that does not exist is ``TargetNotFound``. Any other group or kind
+   is ``Invalid``, and so is a target in another namespace than the policy (cross-namespace attachment would let
+   one namespace widen another's ALLOW set).
 2. Flattening, as istiod: one target gives its own condition; several give True when any is bound, reason
    ``Accepted``, or ``PartiallyInvalid`` when some are not, with the message "Invalid targetRefs: <ancestors>"
    listing ``Kind.group:ns/name`` of the unbound ones; none bound is False ``Invalid``.
@@ -99,10 +100,12 @@ Obj = Mapping[str, Any]
 
 @dataclass(frozen=True, slots=True)
 class ServiceTarget:
-    """A Service or ServiceEntry as a target: its service keys and the waypoint it uses (None: none)."""
+    """A Service or ServiceEntry as a target: its service keys and the waypoint it uses (None: none), and its canary
+    waypoint, which enforces the same service-scoped policies."""
 
     keys: tuple[str, ...]
     waypoint: str | None = None
+    canary: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,8 +136,8 @@ class WaypointPolicyTranslation:
     """The ingress Gateways it targets: they get :attr:`waypoint_policy` (every request through them)."""
     service_policy: Policy | None = None
     """Scope SERVICE: for the waypoint each of its services uses (:attr:`service_waypoints`)."""
-    service_waypoints: Mapping[str, str] = field(default_factory=dict)
-    """Service key → the waypoint it uses (bound targets only)."""
+    service_waypoints: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Service key → the waypoints that front it: the one it uses, then its canary (bound targets only)."""
     status: PolicyStatus | None = None
 
     def for_waypoint(self, key: str) -> tuple[Policy, ...]:
@@ -144,7 +147,7 @@ class WaypointPolicyTranslation:
         if self.waypoint_policy is not None and (self.every_waypoint or key in self.waypoints):
             out.append(self.waypoint_policy)
         if self.service_policy is not None:
-            services = tuple(s for s in self.service_policy.services if self.service_waypoints.get(s) == key)
+            services = tuple(s for s in self.service_policy.services if key in self.service_waypoints.get(s, ()))
             if services:
                 out.append(replace(self.service_policy, services=services))
         return tuple(out)
@@ -379,7 +382,7 @@ def _translate(obj: Obj, index: TargetIndex, root_namespace: str) -> WaypointPol
     waypoints: set[str] = set()
     every = False
     service_keys: list[str] = []
-    service_waypoints: dict[str, str] = {}
+    service_waypoints: dict[str, tuple[str, ...]] = {}
     for i, raw_ref in enumerate(refs):
         at = "spec.targetRef" if single and i == 0 else f"spec.targetRefs[{i - (1 if single else 0)}]"
         group, kind, target, target_ns = _target_key(shapes.mapping(raw_ref, at), at, namespace)
@@ -422,7 +425,9 @@ def _translate(obj: Obj, index: TargetIndex, root_namespace: str) -> WaypointPol
                 for service_key in found.keys:
                     if service_key not in service_waypoints:
                         service_keys.append(service_key)
-                        service_waypoints[service_key] = found.waypoint
+                        service_waypoints[service_key] = (
+                            (found.waypoint,) if found.canary is None else (found.waypoint, found.canary)
+                        )
                 bindings.append(_Bound(ancestor, True, ACCEPTED, f"bound to {found.waypoint}"))
         else:
             bindings.append(_Bound(ancestor, False, INVALID, f"unsupported targetRef {group or 'core'}/{kind}"))

@@ -35,19 +35,31 @@ Rules:
    is ``UnsupportedTrafficType`` only when the object's own label named it (a namespace default meant for
    services is not an error).
 7. The condition (:func:`bound_status`): bound → True, ``WaypointAccepted``, "Successfully attached to waypoint
-   ns/name" (plus istiod's ingress note); a problem → False with its reason and istiod's message; neither → no
-   condition (the writer removes an old one). Not modelled: ``CrossNamespaceWaypointForbidden`` (ServiceEntry
-   visibility, which Ambit does not have) and canary waypoints.
+   ns/name" (plus istiod's ingress note, then, when the canary was refused, ". Canary waypoint not attached: "
+   and the canary's message); a problem → False with its reason and istiod's message; neither → no condition
+   (the writer removes an old one). Not modelled: ``CrossNamespaceWaypointForbidden`` (ServiceEntry visibility,
+   which Ambit does not have).
 8. ``ambient.istio.io/xfcc-include-client-identity`` on the waypoint's Gateway, else on the GatewayClass
    ``istio-waypoint`` (the Gateway's own annotation wins, as infrastructure annotations merge), read as istiod
    reads it: ``true`` in any case is on, anything else off. The waypoint then adds the source identity in
    ``x-forwarded-client-cert`` (:mod:`ambit.waypoint.client_cert`).
+9. Canary waypoints (Services and ServiceEntries only, and only when the primary is bound without a problem): the
+   label ``istio.io/use-waypoint-canary`` names a second waypoint, in the object's namespace or in the one
+   ``istio.io/use-waypoint-canary-namespace`` (read from the same labels) names; ``""`` and ``none`` name none.
+   The annotation ``istio.io/use-waypoint-canary-weight`` is its share of connections, read as Go's ``Atoi``
+   into 0..100, missing meaning 0. An object with its own ``istio.io/use-waypoint`` reads both from itself only;
+   one without reads each from itself, else from its Namespace. Checked in this order, each refusal keeping the
+   primary alone and reporting the reason: the canary is the primary (``CanarySameAsPrimary``), the weight is not
+   a percentage (``CanaryInvalidWeight``), then the checks of rules 4 and 5 on the canary (``WaypointIsNotReady``,
+   ``AttachmentDenied``, ``UnsupportedTrafficType``). A usable canary gives :attr:`Binding.weighted`:
+   ``[(primary, 100 - weight), (canary, weight)]``, weight 0 included (istiod sends it too).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ambit.controlplane.translate.policies import PolicyStatus
@@ -60,6 +72,7 @@ from ambit.model.workload import (
     GatewayAddress,
     NamespacedHostname,
     NetworkAddress,
+    WeightedWaypoint,
     parse_ip,
 )
 
@@ -70,6 +83,7 @@ __all__ = [
     "Waypoint",
     "WaypointIndex",
     "bound_status",
+    "object_annotations",
     "object_labels",
 ]
 
@@ -79,6 +93,11 @@ WAYPOINT_CLASS = "istio-waypoint"
 WAYPOINT_BOUND = "istio.io/WaypointBound"
 USE_WAYPOINT = "istio.io/use-waypoint"
 USE_WAYPOINT_NAMESPACE = "istio.io/use-waypoint-namespace"
+USE_WAYPOINT_CANARY = "istio.io/use-waypoint-canary"
+USE_WAYPOINT_CANARY_NAMESPACE = "istio.io/use-waypoint-canary-namespace"
+USE_WAYPOINT_CANARY_WEIGHT = "istio.io/use-waypoint-canary-weight"
+_ATOI = re.compile(r"[+-]?([0-9]+)")
+"""What Go's ``strconv.Atoi`` reads (ASCII digits, an optional sign, nothing else)."""
 WAYPOINT_FOR = "istio.io/waypoint-for"
 INGRESS_USE_WAYPOINT = "istio.io/ingress-use-waypoint"
 GATEWAY_NAME = "gateway.networking.k8s.io/gateway-name"
@@ -94,6 +113,12 @@ def object_labels(obj: Obj) -> dict[str, str]:
     """An API object's ``metadata.labels`` as strings (anything else in the input is ignored)."""
     meta = obj.get("metadata")
     return _string_map(meta.get("labels") if isinstance(meta, Mapping) else None)
+
+
+def object_annotations(obj: Obj) -> dict[str, str]:
+    """An API object's ``metadata.annotations`` as strings (anything else in the input is ignored)."""
+    meta = obj.get("metadata")
+    return _string_map(meta.get("annotations") if isinstance(meta, Mapping) else None)
 
 
 def _string_map(value: Any) -> dict[str, str]:
@@ -167,12 +192,31 @@ class Binding:
 
     waypoint: Waypoint | None = None
     reason: str = ""
+    """With a waypoint, the reason its canary was refused (rule 9); without, why there is no waypoint."""
     message: str = ""
     ingress_use_waypoint: bool = False
+    canary: Waypoint | None = None
+    """The canary waypoint that takes :attr:`canary_weight` percent of new connections (rule 9)."""
+    canary_weight: int = 0
 
     @property
     def address(self) -> GatewayAddress | None:
         return None if self.waypoint is None else self.waypoint.address
+
+    @property
+    def weighted(self) -> tuple[WeightedWaypoint, ...]:
+        """``[(primary, 100 - weight), (canary, weight)]`` with a canary, else nothing (rule 9)."""
+        if self.waypoint is None or self.canary is None:
+            return ()
+        return (
+            WeightedWaypoint(self.waypoint.address, 100 - self.canary_weight),
+            WeightedWaypoint(self.canary.address, self.canary_weight),
+        )
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The keys of the waypoints that front the object: the primary, then the canary."""
+        return tuple(w.key for w in (self.waypoint, self.canary) if w is not None)
 
 
 def _not_ready(key: str) -> Binding:
@@ -191,6 +235,10 @@ def _unsupported(key: str, traffic: str) -> Binding:
         reason="UnsupportedTrafficType",
         message=f'attempting to bind to traffic type "{traffic}" which the waypoint "{key}" does not support',
     )
+
+
+def _canary_refused(reason: str, message: str) -> Binding:
+    return Binding(reason=reason, message=message)
 
 
 def _gateway_address(gateway: Obj, network: str) -> GatewayAddress | None:
@@ -240,6 +288,20 @@ def _use_waypoint(labels: Mapping[str, str], default_namespace: str) -> str | No
     return f"{labels.get(USE_WAYPOINT_NAMESPACE, default_namespace)}/{name}"
 
 
+def _canary_weight(value: str | None) -> int | None:
+    """The canary's percentage: 0 when missing, None when not an integer in 0..100 (rule 9)."""
+    if value is None:
+        return 0
+    match = _ATOI.fullmatch(value)
+    if match is None:
+        return None
+    digits = match.group(1).lstrip("0") or "0"
+    if len(digits) > 3:  # also keeps int() away from arbitrarily long input
+        return None
+    weight = -int(digits) if value.startswith("-") else int(digits)
+    return weight if 0 <= weight <= 100 else None
+
+
 @dataclass(frozen=True, slots=True)
 class WaypointIndex:
     """The ready waypoints by ``ns/name``, every waypoint Gateway's key, and the namespaces' labels."""
@@ -247,6 +309,7 @@ class WaypointIndex:
     ready: Mapping[str, Waypoint]
     declared: frozenset[str]
     namespace_labels: Mapping[str, Mapping[str, str]]
+    namespace_annotations: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     @classmethod
     def build(
@@ -273,8 +336,10 @@ class WaypointIndex:
             traffic = own_labels.get(WAYPOINT_FOR, SERVICE_TRAFFIC if class_for is None else class_for)
             xfcc = _xfcc_client_identity(gateway, class_annotations)
             ready[f"{namespace}/{name}"] = Waypoint(namespace, name, address, traffic, allowed_from, selector, xfcc)
-        labels = {_meta_text(ns, "name"): object_labels(ns) for ns in namespaces}
-        return cls(ready, frozenset(declared), labels)
+        namespace_list = list(namespaces)
+        labels = {_meta_text(ns, "name"): object_labels(ns) for ns in namespace_list}
+        annotations = {_meta_text(ns, "name"): object_annotations(ns) for ns in namespace_list}
+        return cls(ready, frozenset(declared), labels, annotations)
 
     def _target(self, namespace: str, labels: Mapping[str, str]) -> tuple[Binding, bool]:
         """The binding named by the object's labels, else its namespace's (rule 4); and whether the object's own
@@ -293,8 +358,10 @@ class WaypointIndex:
             return _denied(own), not inherited
         return Binding(waypoint), not inherited
 
-    def find_for_service(self, namespace: str, labels: Mapping[str, str]) -> Binding:
-        """A Service's or ServiceEntry's binding (rules 4 and 5)."""
+    def find_for_service(
+        self, namespace: str, labels: Mapping[str, str], annotations: Mapping[str, str] | None = None
+    ) -> Binding:
+        """A Service's or ServiceEntry's binding (rules 4, 5 and 9)."""
         if labels.get(GATEWAY_MANAGED) in NO_WAYPOINT_CONTROLLERS:
             return Binding()
         binding, _own = self._target(namespace, labels)
@@ -303,7 +370,47 @@ class WaypointIndex:
             return binding
         if not waypoint.takes(SERVICE_TRAFFIC):
             return _unsupported(waypoint.key, SERVICE_TRAFFIC)
-        return Binding(waypoint, ingress_use_waypoint=self._ingress(namespace, labels))
+        primary = Binding(waypoint, ingress_use_waypoint=self._ingress(namespace, labels))
+        canary = self._canary(namespace, labels, annotations or {}, waypoint)
+        return replace(
+            primary,
+            canary=canary.canary,
+            canary_weight=canary.canary_weight,
+            reason=canary.reason,
+            message=canary.message,
+        )
+
+    def _canary(
+        self, namespace: str, labels: Mapping[str, str], annotations: Mapping[str, str], primary: Waypoint
+    ) -> Binding:
+        """The canary of a bound Service (rule 9): a binding with ``canary`` set, or the refusal, or nothing."""
+        inherit = USE_WAYPOINT not in labels
+        ns_labels = self.namespace_labels.get(namespace, {}) if inherit else {}
+        ns_annotations = self.namespace_annotations.get(namespace, {}) if inherit else {}
+        source = labels if USE_WAYPOINT_CANARY in labels else ns_labels
+        name = source.get(USE_WAYPOINT_CANARY)
+        if not name or name == "none":
+            return Binding()
+        key = f"{source.get(USE_WAYPOINT_CANARY_NAMESPACE, namespace)}/{name}"
+        if key == primary.key:
+            return _canary_refused(
+                "CanarySameAsPrimary", f'canary waypoint "{key}" must differ from the primary waypoint'
+            )
+        weight = _canary_weight(
+            annotations.get(USE_WAYPOINT_CANARY_WEIGHT, ns_annotations.get(USE_WAYPOINT_CANARY_WEIGHT))
+        )
+        if weight is None:
+            return _canary_refused(
+                "CanaryInvalidWeight", f'canary waypoint "{key}" has an invalid weight; must be an integer in [0,100]'
+            )
+        canary = self.ready.get(key)
+        if canary is None:
+            return _not_ready(key)
+        if not canary.admits(namespace, self.namespace_labels.get(namespace, {})):
+            return _denied(key)
+        if not canary.takes(SERVICE_TRAFFIC):
+            return _unsupported(key, SERVICE_TRAFFIC)
+        return Binding(canary=canary, canary_weight=weight)
 
     def find_for_workload(self, namespace: str, labels: Mapping[str, str], *, pod: bool = False) -> Binding:
         """A workload's binding (rules 4 and 6); ``pod`` for pods, which may be a waypoint's own."""
@@ -340,6 +447,8 @@ def bound_status(obj: Obj, binding: Binding, *, ingress_label: bool = False) -> 
                 ". Ingress traffic is not using the waypoint, set the istio.io/ingress-use-waypoint label to true"
                 " if desired."
             )
+        if binding.reason:
+            message += f". Canary waypoint not attached: {binding.message}"
         return PolicyStatus(namespace, name, observed, True, "WaypointAccepted", message, WAYPOINT_BOUND)
     if binding.reason:
         return PolicyStatus(namespace, name, observed, False, binding.reason, binding.message, WAYPOINT_BOUND)
