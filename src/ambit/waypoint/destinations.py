@@ -6,6 +6,13 @@ state and :class:`WaypointSelf` (who this waypoint is); :func:`pick_endpoint` ch
 connection), one endpoint of a Service, as the node proxy's ``WorkloadState.resolve`` does for a VIP. Nothing here
 does I/O; randomness comes in as ``choose``.
 
+Hostname endpoints (a ``resolution: DNS`` ServiceEntry's, spec §4.1 ``Workload.hostname``): :func:`pick_endpoint`
+may choose an endpoint that has a name and no address. Its :class:`Endpoint` then carries :data:`UNRESOLVED` as
+``ip`` and names the host in :attr:`Endpoint.resolve_hostname`; the upstream shell resolves it on demand
+(:class:`~ambit.proxy.hostnames.HostnameResolver`, IPv4 preferred, as Istio's waypoint looks such names up) and
+asks :func:`judge_resolved` whether the answer may be dialled before it connects, plain TCP, to the address and the
+target port. A DNS answer is the network's word, not the mesh's: it must not turn the waypoint against itself.
+
 Rules of :func:`plan_tunnel` (Istio's waypoint accepts traffic only for what uses it, spec §1.4):
 
 1. A malformed authority is refused, 400.
@@ -25,6 +32,7 @@ Rules of :func:`plan_tunnel` (Istio's waypoint accepts traffic only for what use
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -49,6 +57,9 @@ from ambit.model.workload import (
 
 OWN_PORTS = frozenset({15000, 15008, 15020, 15021})
 """The waypoint's own ports: admin, HBONE, stats, readiness."""
+
+UNRESOLVED: IPAddress = ipaddress.IPv4Address("0.0.0.0")
+"""The ``ip`` of a hostname endpoint before its name is resolved (never dialled: :func:`judge_resolved`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +160,13 @@ class Endpoint:
     via: IPAddress | None = None
     """Where the HBONE tunnel goes when not to ``ip``: the waypoint of the Service, which ``ip:port`` (the
     Service's VIP and port, the CONNECT authority) is addressed through (``istio.io/ingress-use-waypoint``)."""
+
+    @property
+    def resolve_hostname(self) -> str:
+        """The DNS name to resolve for the address to dial, or ``""`` when ``ip`` is the address."""
+        if self.workload.addresses or self.via is not None:
+            return ""
+        return self.workload.hostname
 
     @property
     def expected_identities(self) -> frozenset[SpiffeId]:
@@ -252,14 +270,31 @@ def pick_endpoint(
     exclude: frozenset[str] = frozenset(),
 ) -> Endpoint | None:
     """One endpoint of ``service`` for service port ``port``: healthy (unless the Service allows all), with an
-    address, not in ``exclude`` (uids already tried), chosen by ``choose``; None when there is none."""
+    address or a hostname to resolve (then its ``ip`` is :data:`UNRESOLVED`), not in ``exclude`` (uids already
+    tried), chosen by ``choose``; None when there is none."""
     allow_all = service.health_policy is HealthPolicy.ALLOW_ALL
     candidates = [
         workload
         for workload in state.find_endpoints(service)
-        if workload.addresses and workload.uid not in exclude and (allow_all or workload.status is HealthStatus.HEALTHY)
+        if (workload.addresses or workload.hostname)
+        and workload.uid not in exclude
+        and (allow_all or workload.status is HealthStatus.HEALTHY)
     ]
     if not candidates:
         return None
     chosen = choose(candidates)
-    return Endpoint(chosen, chosen.addresses[0], _target_port(chosen, service, port), service)
+    ip = chosen.addresses[0] if chosen.addresses else UNRESOLVED
+    return Endpoint(chosen, ip, _target_port(chosen, service, port), service)
+
+
+def judge_resolved(endpoint: Endpoint, ip: IPAddress, me: WaypointSelf) -> Endpoint | Refusal:
+    """Whether the address a DNS answer gave for ``endpoint``'s hostname may be dialled; the endpoint at that address,
+    else a 503 :class:`Refusal`. Refused: an unspecified, multicast or (IPv4) broadcast address (nothing to dial,
+    or ``0.0.0.0`` which reaches loopback), and one of the waypoint's own ports at one of its own addresses or at
+    loopback (the same rule :func:`plan_tunnel` applies to a CONNECT: admin and metrics stay out of reach)."""
+    name = endpoint.resolve_hostname
+    if ip.is_unspecified or ip.is_multicast or ip == ipaddress.IPv4Address("255.255.255.255"):
+        return Refusal(503, f"{name} resolved to {ip}, which cannot be dialled")
+    if endpoint.port in me.own_ports and (ip in me.addresses or ip.is_loopback):
+        return Refusal(503, f"{name} resolved to {ip}, and port {endpoint.port} is one of the waypoint's own")
+    return dataclasses.replace(endpoint, ip=ip)

@@ -26,9 +26,11 @@ import ipaddress
 import logging
 import signal
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
+from ambit.dns.resolvconf import ResolvConf, parse_resolv_conf
 from ambit.identity.istiod import IstiodCaClient
 from ambit.identity.localca import LocalCa
 from ambit.identity.manager import CaClient, CertificateManager
@@ -36,6 +38,7 @@ from ambit.model.localconfig import parse_local_config
 from ambit.model.routes import WaypointConfig
 from ambit.model.state import WorkloadState
 from ambit.model.workload import IPAddress
+from ambit.proxy.hostnames import HostnameResolver, upstream_lookup
 from ambit.proxy.pool import ConnectionPool
 from ambit.proxy.sockets import HostSocketFactory
 from ambit.telemetry.accesslog import AccessLog
@@ -68,6 +71,23 @@ def _required(path: Path | None, what: str) -> Path:
     return path
 
 
+MAX_RESOLV_CONF = 64 * 1024
+"""The most of a resolv.conf that is read."""
+
+
+def hostname_resolver(settings: WaypointSettings) -> HostnameResolver:
+    """Resolves hostname endpoints from the explicit nameservers, else the waypoint's resolv.conf (read once)."""
+    nameservers = settings.dns_nameservers
+    if not nameservers:
+        try:
+            with settings.resolv_conf.open("rb") as f:
+                conf = parse_resolv_conf(f.read(MAX_RESOLV_CONF).decode("utf-8", "replace"))
+        except OSError:
+            conf = ResolvConf()
+        nameservers = conf.nameservers
+    return HostnameResolver(upstream_lookup(nameservers), clock=time.monotonic)
+
+
 class Waypoint:
     """Everything one waypoint runs; ``start`` then ``aclose``."""
 
@@ -96,16 +116,17 @@ class Waypoint:
             settings.readiness_port,
         }
         limits = settings.limits
+        me = WaypointSelf(
+            settings.namespace,
+            settings.gateway_name,
+            addresses,
+            settings.network,
+            settings.domain,
+            frozenset(own_ports),
+        )
         self.context = WaypointContext(
             state=self.state,
-            me=WaypointSelf(
-                settings.namespace,
-                settings.gateway_name,
-                addresses,
-                settings.network,
-                settings.domain,
-                frozenset(own_ports),
-            ),
+            me=me,
             upstreams=Upstreams(
                 pool=ConnectionPool(),
                 certs=self.certs,
@@ -117,6 +138,8 @@ class Waypoint:
                 connect_timeout=limits.connect_timeout,
                 max_idle=limits.upstream_idle_per_endpoint,
                 max_head_bytes=limits.max_head_bytes,
+                hostnames=hostname_resolver(settings),
+                me=me,
             ),
             metrics=self.metrics,
             request_log=RequestLog(as_json=settings.log_json),

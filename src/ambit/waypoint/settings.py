@@ -73,6 +73,9 @@ class WaypointSettings:
     upstream_hbone_port: int = 15008
     """The port endpoints take HBONE on (15008; tests put their node proxies elsewhere)."""
     log_json: bool = False
+    dns_nameservers: tuple[str, ...] = ()
+    """Where hostname endpoints are resolved; empty: the nameservers of ``resolv_conf`` (read once at start)."""
+    resolv_conf: Path = Path("/etc/resolv.conf")
     limits: WaypointLimits = field(default_factory=WaypointLimits)
 
     @property

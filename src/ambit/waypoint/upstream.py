@@ -6,7 +6,11 @@ Theory of operation: :meth:`Upstreams.open_stream` reaches one :class:`~ambit.wa
   (:class:`~ambit.proxy.pool.ConnectionPool`, :class:`~ambit.proxy.hbone_client.HboneClient`) with the waypoint's
   own certificate, the server verified against the endpoint workload's identity (and its Service's SANs), and
   ``:authority = <pod IP>:<target port>`` (spec §6.1, §6.3 step 7);
-- an endpoint without HBONE gets plain TCP to ``<pod IP>:<target port>``.
+- an endpoint without HBONE gets plain TCP to ``<pod IP>:<target port>``;
+- a hostname endpoint (a ``resolution: DNS`` ServiceEntry's) is first resolved on demand by the
+  :class:`~ambit.proxy.hostnames.HostnameResolver` (IPv4 preferred), the answer judged by
+  :func:`~ambit.waypoint.destinations.judge_resolved`, then gets plain TCP to ``<resolved address>:<target port>``.
+  A name that cannot be resolved, or resolves to what may not be dialled, is an :class:`UpstreamConnectError`.
 
 HTTP/1.1 connections (:class:`UpstreamHttp`: a stream and its :class:`~ambit.waypoint.http1.ClientSide`) are kept
 after a clean exchange, per endpoint, up to ``max_idle`` each, and handed out again (:meth:`Upstreams.take_idle`),
@@ -39,11 +43,12 @@ from ambit.model.identity import SpiffeId
 from ambit.model.workload import TunnelProtocol
 from ambit.proxy.hbone_client import HboneClient
 from ambit.proxy.hbone_stream import HboneStream
+from ambit.proxy.hostnames import HostnameLookupError, HostnameResolver
 from ambit.proxy.pool import ConnectionPool, PoolKey
 from ambit.proxy.sockets import SocketFactory, connect
 from ambit.proxy.streams import ByteStream, SocketStream
 from ambit.waypoint.decisions import RequestHead
-from ambit.waypoint.destinations import Endpoint
+from ambit.waypoint.destinations import UNRESOLVED, Endpoint, Refusal, WaypointSelf, judge_resolved
 from ambit.waypoint.errors import WaypointError
 from ambit.waypoint.http1 import ClientSide, Event
 
@@ -128,8 +133,13 @@ class Upstreams:
         connect_timeout: float = 10.0,
         max_idle: int = 16,
         max_head_bytes: int = 64 * 1024,
+        hostnames: HostnameResolver | None = None,
+        me: WaypointSelf | None = None,
     ) -> None:
         self.pool = pool
+        self.hostnames = hostnames
+        """Resolves hostname endpoints; None: they cannot be reached."""
+        self._me = me or WaypointSelf("", "")
         self._certs = certs
         self._identity = identity
         self._source_ip = source_ip
@@ -143,6 +153,8 @@ class Upstreams:
 
     async def open_stream(self, endpoint: Endpoint, forwarded_for: str) -> ByteStream:
         """A byte stream to ``endpoint``; :class:`UpstreamConnectError` when it cannot be reached."""
+        if endpoint.resolve_hostname:
+            endpoint = await self.fetch_resolved(endpoint)
         address = (str(endpoint.ip), endpoint.port)
         try:
             async with asyncio.timeout(self._connect_timeout):
@@ -154,6 +166,20 @@ class Upstreams:
             raise UpstreamConnectError(f"{hostport(*address)}: connect timed out") from None
         except (AmbitError, OSError) as exc:
             raise UpstreamConnectError(f"{hostport(*address)}: {exc}") from None
+
+    async def fetch_resolved(self, endpoint: Endpoint) -> Endpoint:
+        """``endpoint`` at an address of its hostname that may be dialled; :class:`UpstreamConnectError` else."""
+        name = endpoint.resolve_hostname
+        if self.hostnames is None:
+            raise UpstreamConnectError(f"{name}: no resolver for hostname endpoints")
+        try:
+            ip = await self.hostnames.fetch_address(name, UNRESOLVED)
+        except HostnameLookupError as exc:
+            raise UpstreamConnectError(str(exc)) from None
+        judged = judge_resolved(endpoint, ip, self._me)
+        if isinstance(judged, Refusal):
+            raise UpstreamConnectError(judged.reason)
+        return judged
 
     async def _open_tunnel(self, endpoint: Endpoint, forwarded_for: str) -> HboneStream:
         cert = await self._certs.fetch(self._identity)
