@@ -412,14 +412,15 @@ async def http_get(url: str) -> tuple[int, str]:
 class HttpOverTunnel:
     """An HTTP/1.1 client (h11) on one tunnel."""
 
-    def __init__(self, stream: HboneStream) -> None:
+    def __init__(self, stream: HboneStream, host: str = "echo.app.svc.cluster.local") -> None:
         self.stream = stream
+        self.host = host
         self.h11 = h11.Connection(h11.CLIENT)
 
     async def request(
         self, method: str, path: str, body: bytes = b"", headers: list[tuple[str, str]] | None = None
     ) -> tuple[int, dict[str, str], bytes]:
-        fields = [("host", "echo.app.svc.cluster.local"), *(headers or [])]
+        fields = [("host", self.host), *(headers or [])]
         if body:
             fields.append(("content-length", str(len(body))))
         data = self.h11.send(h11.Request(method=method, target=path, headers=fields)) or b""

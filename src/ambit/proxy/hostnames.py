@@ -17,7 +17,8 @@ Rules:
 3. Concurrent misses of one key share one lookup; at most ``max_pending`` distinct lookups run at once, further
    misses fail at once ("too many lookups"): a pod cannot make the proxy hold unbounded work.
 4. Every lookup is bounded by ``timeout`` seconds. Whatever fails (timeout, NXDOMAIN, no address of that family,
-   a broken answer) raises :class:`HostnameLookupError` with a short ``reason``; nothing else escapes.
+   a broken answer) raises :class:`HostnameLookupError` with a short ``reason`` (counted) and a message that says
+   what failed (kept with a negative entry, so a cached failure reads as the first did); nothing else escapes.
 5. ``requests`` counts every fetch and ``misses`` the lookups the cache could not answer (ztunnel's
    ``istio_on_demand_dns_total`` and its cache misses; ``observe`` hears of the first family's lookup only).
 6. The address is of the original destination's IP version when the name has one; a name that exists but has
@@ -78,6 +79,7 @@ class _Entry:
     addresses: tuple[IPAddress, ...]
     expires: float
     failure: str = ""
+    detail: str = ""
 
 
 def cache_key(name: str, version: int) -> tuple[str, int]:
@@ -108,8 +110,8 @@ class HostnameCache:
         ttl = min(max(resolved.ttl, MIN_TTL), MAX_TTL)
         return self._put(key, _Entry(resolved.addresses[:MAX_ADDRESSES], now + ttl))
 
-    def store_failure(self, key: tuple[str, int], reason: str, now: float) -> _Entry:
-        return self._put(key, _Entry((), now + NEGATIVE_TTL, reason))
+    def store_failure(self, key: tuple[str, int], reason: str, now: float, detail: str = "") -> _Entry:
+        return self._put(key, _Entry((), now + NEGATIVE_TTL, reason, detail))
 
     def _put(self, key: tuple[str, int], entry: _Entry) -> _Entry:
         self._entries[key] = entry
@@ -154,7 +156,7 @@ class HostnameResolver:
         if not entry.addresses and entry.failure == NO_ADDRESS:
             entry, _ = await self._entry(cache_key(name, 10 - like.version))
         if not entry.addresses:
-            raise HostnameLookupError(f"cannot resolve {name}: {entry.failure}", entry.failure)
+            raise HostnameLookupError(entry.detail or f"cannot resolve {name}: {entry.failure}", entry.failure)
         return self._choose(entry.addresses)
 
     async def _entry(self, key: tuple[str, int]) -> tuple[_Entry, bool]:
@@ -188,9 +190,11 @@ class HostnameResolver:
             async with asyncio.timeout(self.timeout):
                 resolved = await self._lookup(name, version)
         except TimeoutError:
-            return self.cache.store_failure(key, "timeout", self._clock())
+            return self.cache.store_failure(
+                key, "timeout", self._clock(), f"{name}: no answer within {self.timeout:g}s"
+            )
         except HostnameLookupError as exc:
-            return self.cache.store_failure(key, exc.reason, self._clock())
+            return self.cache.store_failure(key, exc.reason, self._clock(), str(exc))
         usable = tuple(a for a in resolved.addresses if a.version == version)
         if not usable:
             return self.cache.store_failure(key, NO_ADDRESS, self._clock())

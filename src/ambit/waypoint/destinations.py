@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ambit.hbone.errors import AuthorityError
-from ambit.hbone.headers import parse_authority
+from ambit.hbone.headers import hostport, parse_authority
 from ambit.model.errors import IdentityError
 from ambit.model.identity import SpiffeId
 from ambit.model.routes import BackendService, WeightedBackend
@@ -160,13 +160,14 @@ class Endpoint:
     via: IPAddress | None = None
     """Where the HBONE tunnel goes when not to ``ip``: the waypoint of the Service, which ``ip:port`` (the
     Service's VIP and port, the CONNECT authority) is addressed through (``istio.io/ingress-use-waypoint``)."""
+    resolve_hostname: str = ""
+    """The DNS name to resolve for the address to dial (``ip`` is then :data:`UNRESOLVED`), or ``""`` when ``ip``
+    is the address."""
 
     @property
-    def resolve_hostname(self) -> str:
-        """The DNS name to resolve for the address to dial, or ``""`` when ``ip`` is the address."""
-        if self.workload.addresses or self.via is not None:
-            return ""
-        return self.workload.hostname
+    def address(self) -> str:
+        """``ip:port`` for a log line; ``name:port`` while the hostname is unresolved."""
+        return hostport(self.resolve_hostname or self.ip, self.port)
 
     @property
     def expected_identities(self) -> frozenset[SpiffeId]:
@@ -248,7 +249,10 @@ def pick_ingress_endpoint(
             waypoint_service = state.find_service_by_vip(destination.network, destination.ip)
         if waypoint_service is None:
             return None
-        return pick_endpoint(state, waypoint_service, gateway.hbone_mtls_port, pick, exclude=exclude)
+        hop = pick_endpoint(state, waypoint_service, gateway.hbone_mtls_port, pick, exclude=exclude)
+        if hop is not None and hop.resolve_hostname:
+            return None  # a waypoint instance must have an address: the tunnel goes to it, not to a name
+        return hop
 
     def usable(gateway: GatewayAddress) -> bool:
         # Asked without ``choose``: only the chosen waypoint's endpoints are balanced.
@@ -283,8 +287,10 @@ def pick_endpoint(
     if not candidates:
         return None
     chosen = choose(candidates)
-    ip = chosen.addresses[0] if chosen.addresses else UNRESOLVED
-    return Endpoint(chosen, ip, _target_port(chosen, service, port), service)
+    target_port = _target_port(chosen, service, port)
+    if chosen.addresses:
+        return Endpoint(chosen, chosen.addresses[0], target_port, service)
+    return Endpoint(chosen, UNRESOLVED, target_port, service, resolve_hostname=chosen.hostname)
 
 
 def judge_resolved(endpoint: Endpoint, ip: IPAddress, me: WaypointSelf) -> Endpoint | Refusal:
@@ -297,4 +303,4 @@ def judge_resolved(endpoint: Endpoint, ip: IPAddress, me: WaypointSelf) -> Endpo
         return Refusal(503, f"{name} resolved to {ip}, which cannot be dialled")
     if endpoint.port in me.own_ports and (ip in me.addresses or ip.is_loopback):
         return Refusal(503, f"{name} resolved to {ip}, and port {endpoint.port} is one of the waypoint's own")
-    return dataclasses.replace(endpoint, ip=ip)
+    return dataclasses.replace(endpoint, ip=ip, resolve_hostname="")

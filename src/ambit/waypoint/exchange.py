@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import logging
 
-from ambit.hbone.headers import hostport
 from ambit.model.workload import Workload
 from ambit.waypoint.authn import Unauthenticated, plan_authentication
 from ambit.waypoint.authorization import DENIED_BODY, RBAC_FLAG, check_request, denial_detail, service_key_of
@@ -161,7 +160,7 @@ def account(
             src_workload=source.name if source else "",
             src_namespace=source.namespace if source else "",
             src_identity=labels.source_principal,
-            dst_addr=hostport(endpoint.ip, endpoint.port) if endpoint else "",
+            dst_addr=endpoint.address if endpoint else "",
             dst_hbone_addr=tunnel.authority,
             dst_service=service.hostname if service else "",
             dst_workload=destination.name if destination else "",

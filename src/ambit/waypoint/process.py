@@ -85,7 +85,7 @@ def hostname_resolver(settings: WaypointSettings) -> HostnameResolver:
         except OSError:
             conf = ResolvConf()
         nameservers = conf.nameservers
-    return HostnameResolver(upstream_lookup(nameservers), clock=time.monotonic)
+    return HostnameResolver(upstream_lookup(nameservers, port=settings.dns_port), clock=time.monotonic)
 
 
 class Waypoint:

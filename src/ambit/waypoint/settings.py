@@ -75,6 +75,8 @@ class WaypointSettings:
     log_json: bool = False
     dns_nameservers: tuple[str, ...] = ()
     """Where hostname endpoints are resolved; empty: the nameservers of ``resolv_conf`` (read once at start)."""
+    dns_port: int = 53
+    """The port the nameservers answer on (tests run theirs elsewhere)."""
     resolv_conf: Path = Path("/etc/resolv.conf")
     limits: WaypointLimits = field(default_factory=WaypointLimits)
 

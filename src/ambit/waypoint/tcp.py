@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import logging
 
-from ambit.hbone.headers import hostport
 from ambit.proxy.accounting import Accounting
 from ambit.proxy.errors import ResponseFlag
 from ambit.proxy.hbone_server import TunnelResponder
@@ -141,7 +140,7 @@ async def serve_tcp(
     record = ConnectionRecord(
         direction="inbound",
         src_addr=tunnel.peer_addr,
-        dst_addr=hostport(endpoint.ip, endpoint.port) if endpoint else "",
+        dst_addr=endpoint.address if endpoint else "",
         dst_hbone_addr=tunnel.authority,
         src_workload=tunnel.source.name if tunnel.source else "",
         src_namespace=tunnel.source.namespace if tunnel.source else "",

@@ -1,0 +1,179 @@
+"""A waypoint's choice of hostname endpoints (a ``resolution: DNS`` ServiceEntry's) and its judgement of the address
+a DNS answer gives for one (pure, on a state)."""
+
+from __future__ import annotations
+
+import ipaddress
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ambit.model.state import WorkloadState
+from ambit.model.workload import (
+    AppProtocol,
+    GatewayAddress,
+    HealthStatus,
+    IPAddress,
+    NamespacedHostname,
+    NetworkAddress,
+    PortMapping,
+    Service,
+    TunnelProtocol,
+    Workload,
+)
+from ambit.waypoint.destinations import (
+    OWN_PORTS,
+    UNRESOLVED,
+    Endpoint,
+    Refusal,
+    ServiceTarget,
+    WaypointSelf,
+    judge_resolved,
+    pick_endpoint,
+    plan_tunnel,
+)
+
+WAYPOINT_IP = ipaddress.ip_address("198.18.0.10")
+ME = WaypointSelf("egress", "egress-gateway", frozenset({WAYPOINT_IP}))
+EGRESS = GatewayAddress(NamespacedHostname("egress", "egress-gateway.egress.svc.cluster.local"))
+HOST = "fake-egress.example.com"
+KEY = f"app/{HOST}"
+
+
+def dns_endpoint(name: str, hostname: str, **extra: object) -> Workload:
+    fields: dict[str, object] = {
+        "addresses": (),
+        "tunnel_protocol": TunnelProtocol.NONE,
+        "services": {KEY: (PortMapping(80, 80), PortMapping(8080, 443))},
+        **extra,
+    }
+    return Workload(
+        uid=f"Kubernetes/networking.istio.io/ServiceEntry/app/external/{name}",
+        name=name,
+        namespace="app",
+        hostname=hostname,
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+def external_state(*endpoints: Workload) -> WorkloadState:
+    state = WorkloadState()
+    for endpoint in endpoints:
+        state.upsert_workload(endpoint)
+    state.upsert_service(
+        Service(
+            name=HOST,
+            namespace="app",
+            hostname=HOST,
+            vips=(NetworkAddress("", ipaddress.ip_address("240.240.0.1")),),
+            ports=(PortMapping(80, 80, AppProtocol.HTTP11), PortMapping(8080, 443, AppProtocol.HTTP11)),
+            waypoint=EGRESS,
+        )
+    )
+    return state
+
+
+def service_of(state: WorkloadState) -> Service:
+    service = state.find_service_by_hostname(HOST)
+    assert service is not None
+    return service
+
+
+def test_a_dns_service_entry_bound_to_the_waypoint_is_served_by_vip_and_by_name() -> None:
+    state = external_state(dns_endpoint("ep-0", "external.example.net"))
+    for authority in ("240.240.0.1:80", f"{HOST}:80"):
+        plan = plan_tunnel(authority, state, ME)
+        assert isinstance(plan, ServiceTarget) and plan.service.hostname == HOST
+
+
+def test_a_hostname_endpoint_is_chosen_unresolved_with_its_target_port() -> None:
+    state = external_state(dns_endpoint("ep-0", "external.example.net"))
+    endpoint = pick_endpoint(state, service_of(state), 8080, lambda c: c[0])
+    assert endpoint is not None
+    assert endpoint.ip == UNRESOLVED and endpoint.port == 443
+    assert endpoint.resolve_hostname == "external.example.net"
+
+
+def test_an_endpoint_with_an_address_needs_no_resolution() -> None:
+    state = external_state(dns_endpoint("ep-0", "external.example.net", addresses=(ipaddress.ip_address("10.0.0.1"),)))
+    endpoint = pick_endpoint(state, service_of(state), 80, lambda c: c[0])
+    assert endpoint is not None and endpoint.resolve_hostname == "" and str(endpoint.ip) == "10.0.0.1"
+
+
+def test_an_endpoint_with_neither_address_nor_hostname_is_never_chosen() -> None:
+    state = external_state(dns_endpoint("ep-0", ""))
+    assert pick_endpoint(state, service_of(state), 80, lambda c: c[0]) is None
+
+
+def test_an_unhealthy_hostname_endpoint_is_skipped_and_retries_exclude_the_tried_one() -> None:
+    state = external_state(
+        dns_endpoint("ep-0", "a.example.net"),
+        dns_endpoint("ep-1", "b.example.net", status=HealthStatus.UNHEALTHY),
+        dns_endpoint("ep-2", "c.example.net"),
+    )
+    seen: list[str] = []
+
+    def choose(candidates: list[Workload]) -> Workload:
+        seen.extend(w.hostname for w in candidates)
+        return candidates[0]
+
+    first = pick_endpoint(state, service_of(state), 80, choose)  # type: ignore[arg-type]
+    assert first is not None and seen == ["a.example.net", "c.example.net"]
+    again = pick_endpoint(state, service_of(state), 80, lambda c: c[0], exclude=frozenset({first.workload.uid}))
+    assert again is not None and again.resolve_hostname == "c.example.net"
+
+
+def _picked(port: int = 80) -> Endpoint:
+    state = external_state(dns_endpoint("ep-0", "external.example.net"))
+    endpoint = pick_endpoint(state, service_of(state), port, lambda c: c[0])
+    assert endpoint is not None
+    return endpoint
+
+
+def test_a_public_answer_is_dialled_at_the_target_port() -> None:
+    judged = judge_resolved(_picked(8080), ipaddress.ip_address("203.0.113.7"), ME)
+    assert isinstance(judged, Endpoint)
+    assert str(judged.ip) == "203.0.113.7" and judged.port == 443 and judged.resolve_hostname == ""
+
+
+def test_a_loopback_answer_on_an_ordinary_port_is_dialled() -> None:
+    judged = judge_resolved(_picked(), ipaddress.ip_address("127.0.0.1"), ME)
+    assert isinstance(judged, Endpoint) and str(judged.ip) == "127.0.0.1"
+
+
+def test_hostile_answers_are_refused_with_503() -> None:
+    for answer in ("0.0.0.0", "::", "224.0.0.1", "ff02::1", "255.255.255.255"):
+        judged = judge_resolved(_picked(), ipaddress.ip_address(answer), ME)
+        assert isinstance(judged, Refusal) and judged.status == 503, answer
+        assert "external.example.net" in judged.reason
+
+
+def test_an_answer_pointing_at_the_waypoints_own_ports_is_refused() -> None:
+    state = external_state(dns_endpoint("ep-0", "external.example.net"))
+    for port in sorted(OWN_PORTS):
+        state.upsert_workload(dns_endpoint("ep-0", "external.example.net", services={KEY: (PortMapping(80, port),)}))
+        endpoint = pick_endpoint(state, service_of(state), 80, lambda c: c[0])
+        assert endpoint is not None and endpoint.port == port
+        for answer in (WAYPOINT_IP, ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1")):
+            judged = judge_resolved(endpoint, answer, ME)
+            assert isinstance(judged, Refusal) and "own" in judged.reason
+
+
+addresses = st.one_of(
+    st.builds(ipaddress.IPv4Address, st.integers(0, 2**32 - 1)),
+    st.builds(ipaddress.IPv6Address, st.integers(0, 2**128 - 1)),
+)
+
+
+@given(answer=addresses, port=st.sampled_from([80, 443, *sorted(OWN_PORTS)]))
+def test_no_answer_makes_the_waypoint_dial_nothing_or_itself(answer: IPAddress, port: int) -> None:
+    state = external_state(dns_endpoint("ep-0", "h.example.net", services={KEY: (PortMapping(80, port),)}))
+    endpoint = pick_endpoint(state, service_of(state), 80, lambda c: c[0])
+    assert endpoint is not None
+    judged = judge_resolved(endpoint, answer, ME)
+    if isinstance(judged, Endpoint):
+        assert not judged.ip.is_unspecified and not judged.ip.is_multicast
+        assert not (port in OWN_PORTS and (judged.ip.is_loopback or judged.ip == WAYPOINT_IP))
+        assert judged.port == port and judged.ip == answer
+    else:
+        assert judged.status == 503
