@@ -8,6 +8,7 @@ import ipaddress
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ambit.controlplane.translate import translate_all
 from ambit.model.state import WorkloadState
 from ambit.model.workload import (
     AppProtocol,
@@ -30,6 +31,7 @@ from ambit.waypoint.destinations import (
     WaypointSelf,
     judge_resolved,
     pick_endpoint,
+    pick_ingress_endpoint,
     plan_tunnel,
 )
 
@@ -177,3 +179,116 @@ def test_no_answer_makes_the_waypoint_dial_nothing_or_itself(answer: IPAddress, 
         assert judged.port == port and judged.ip == answer
     else:
         assert judged.status == 503
+
+
+def _egress_translation() -> WorkloadState:
+    """TestWaypointAsEgressGateway's objects, translated: a waypoint ``egress-gateway`` in namespace ``egress``, a
+    DNS ServiceEntry in ``app`` bound to it across namespaces, its one endpoint a name."""
+    gateway = {
+        "kind": "Gateway",
+        "metadata": {"name": "egress-gateway", "namespace": "egress"},
+        "spec": {
+            "gatewayClassName": "istio-waypoint",
+            "listeners": [
+                {
+                    "name": "mesh",
+                    "port": 15008,
+                    "protocol": "HBONE",
+                    "allowedRoutes": {
+                        "namespaces": {
+                            "from": "Selector",
+                            "selector": {"matchLabels": {"kubernetes.io/metadata.name": "app"}},
+                        }
+                    },
+                }
+            ],
+        },
+        "status": {"addresses": [{"type": "Hostname", "value": "egress-gateway.egress.svc.cluster.local"}]},
+    }
+    entry = {
+        "kind": "ServiceEntry",
+        "metadata": {
+            "name": "external",
+            "namespace": "app",
+            "labels": {"istio.io/use-waypoint": "egress-gateway", "istio.io/use-waypoint-namespace": "egress"},
+        },
+        "spec": {
+            "hosts": [HOST],
+            "addresses": ["240.240.0.1"],
+            "ports": [
+                {"name": "http", "number": 80, "protocol": "HTTP"},
+                {"name": "https", "number": 443, "protocol": "HTTPS"},
+                {"name": "http-for-tls", "number": 8080, "protocol": "HTTP", "targetPort": 443},
+            ],
+            "location": "MESH_EXTERNAL",
+            "resolution": "DNS",
+            "endpoints": [{"address": "external.ext.svc.cluster.local"}],
+        },
+    }
+    namespaces = [
+        {"kind": "Namespace", "metadata": {"name": ns, "labels": {"kubernetes.io/metadata.name": ns}}}
+        for ns in ("app", "egress", "ext")
+    ]
+    translation = translate_all([], [], [], namespaces, service_entries=[entry], gateways=[gateway])
+    state = WorkloadState()
+    for workload in translation.config.workloads:
+        state.upsert_workload(workload)
+    for service in translation.config.services:
+        state.upsert_service(service)
+    return state
+
+
+def test_the_egress_service_entry_translates_to_what_the_egress_waypoint_serves_by_name() -> None:
+    state = _egress_translation()
+    for authority, port, target_port in ((f"{HOST}:80", 80, 80), ("240.240.0.1:8080", 8080, 443)):
+        plan = plan_tunnel(authority, state, ME)
+        assert isinstance(plan, ServiceTarget), plan
+        endpoint = pick_endpoint(state, plan.service, plan.port, lambda c: c[0])
+        assert endpoint is not None and endpoint.port == target_port, port
+        assert endpoint.resolve_hostname == "external.ext.svc.cluster.local" and endpoint.ip == UNRESOLVED
+        assert endpoint.workload.tunnel_protocol is TunnelProtocol.NONE  # plain TCP to the external host
+
+
+def test_another_waypoint_refuses_the_egress_service_entry() -> None:
+    other = WaypointSelf("app", "waypoint")
+    plan = plan_tunnel(f"{HOST}:80", _egress_translation(), other)
+    assert isinstance(plan, Refusal) and plan.status == 400
+
+
+def test_an_ingress_gateway_never_tunnels_to_a_waypoint_instance_known_only_by_name() -> None:
+    waypoint_key = "egress/egress-gateway.egress.svc.cluster.local"
+    state = WorkloadState()
+    state.upsert_workload(
+        Workload(
+            uid="Kubernetes//Pod/egress/egress-gateway-0",
+            name="egress-gateway-0",
+            namespace="egress",
+            addresses=(),
+            hostname="egress-gateway-0.example.net",
+            tunnel_protocol=TunnelProtocol.HBONE,
+            services={waypoint_key: (PortMapping(15008, 15008),)},
+        )
+    )
+    state.upsert_service(
+        Service(
+            name="egress-gateway",
+            namespace="egress",
+            hostname="egress-gateway.egress.svc.cluster.local",
+            vips=(NetworkAddress("", ipaddress.ip_address("240.240.9.9")),),
+            ports=(PortMapping(15008, 15008),),
+        )
+    )
+    state.upsert_service(
+        Service(
+            name="web",
+            namespace="app",
+            hostname="web.app.svc.cluster.local",
+            vips=(NetworkAddress("", ipaddress.ip_address("240.240.9.1")),),
+            ports=(PortMapping(80, 8080, AppProtocol.HTTP11),),
+            waypoint=EGRESS,
+            ingress_use_waypoint=True,
+        )
+    )
+    web = state.find_service_by_hostname("web.app.svc.cluster.local")
+    assert web is not None
+    assert pick_ingress_endpoint(state, web, 80, lambda c: c[0]) is None  # 503, never a tunnel via 0.0.0.0
