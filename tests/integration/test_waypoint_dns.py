@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,8 +125,6 @@ class Egress:
 
     async def tunnel(self, authority: str) -> tuple[HboneClient, HboneStream]:
         loop = asyncio.get_running_loop()
-        import socket
-
         sock = socket.socket()
         sock.setblocking(False)
         sock.bind((CLIENT_IP, 0))
@@ -163,6 +162,7 @@ async def _external_echo(seen: list[dict[str, str]]) -> tuple[web.AppRunner, int
     await runner.setup()
     port = free_port(EXTERNAL_IP)
     await web.TCPSite(runner, EXTERNAL_IP, port).start()
+    await web.TCPSite(runner, "::1", port).start()  # where v6only.example.net points
     return runner, port
 
 
@@ -222,9 +222,9 @@ async def test_a_tcp_service_entry_is_relayed_to_the_resolved_address(egress: Eg
 
 
 async def test_a_name_with_only_an_ipv6_address_is_reached_over_ipv6(egress: Egress) -> None:
-    status, _ = await egress.request("240.240.0.7", "v6only.example.com")
-    # ::1 has nothing listening on the echo port: the connection fails, after asking A then AAAA
-    assert status == 503
+    status, body = await egress.request("240.240.0.7", "v6only.example.com")
+    assert status == 200 and echo_of(body)["peer"] == "::1"
+    # IPv4 is asked first (as Istio's waypoint prefers it), then IPv6
     assert egress.dns.asked[("v6only.example.net", "A")] == 1
     assert egress.dns.asked[("v6only.example.net", "AAAA")] == 1
 
