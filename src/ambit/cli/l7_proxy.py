@@ -41,6 +41,7 @@ def l7_settings(
     readiness_port: int,
     log_json: bool,
     hbone_port: int = 15008,
+    dns_upstreams: tuple[str, ...] = (),
 ) -> WaypointSettings:
     """The settings of a ``role`` ("waypoint" or "gateway") process; a bad flag is a :class:`typer.BadParameter`."""
     from ambit.model.identity import IdentityError, SpiffeId, check_trust_domain
@@ -61,6 +62,11 @@ def l7_settings(
         raise typer.BadParameter("give --ca-address (with --root-cert and --token) or --local-ca")
     if not gateway_name:
         raise typer.BadParameter(f"the {role} needs its Gateway name (--gateway-name or GATEWAY_NAME)")
+    for upstream in dns_upstreams:
+        try:
+            ipaddress.ip_address(upstream)
+        except ValueError:
+            raise typer.BadParameter(f"not an IP address: {upstream!r}", param_hint="--dns-upstream") from None
     return WaypointSettings(
         namespace=namespace,
         gateway_name=gateway_name,
@@ -82,6 +88,7 @@ def l7_settings(
         stats_port=stats_port,
         readiness_port=readiness_port,
         log_json=log_json,
+        dns_nameservers=dns_upstreams,
     )
 
 

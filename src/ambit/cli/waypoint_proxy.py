@@ -60,6 +60,13 @@ def proxy(
         Path | None, typer.Option("--admin-token-file", help="Write the admin POSTs' token here (mode 0600).")
     ] = None,
     log_json: Annotated[bool, typer.Option("--log-json", help="Access log lines as JSON.")] = False,
+    dns_upstream: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--dns-upstream",
+            help="Nameserver IP for hostname endpoints (DNS ServiceEntries); repeatable. Default: /etc/resolv.conf.",
+        ),
+    ] = None,
 ) -> None:
     """Run a waypoint: HBONE in on 15008, HTTP routed per request, metrics on 15020, readiness on 15021."""
     from ambit.cli.l7_proxy import l7_settings, run_l7
@@ -87,5 +94,6 @@ def proxy(
         readiness_port=readiness_port,
         log_json=log_json,
         hbone_port=hbone_port,
+        dns_upstreams=tuple(dns_upstream or ()),
     )
     run_l7("ambit waypoint proxy", lambda: run_waypoint(settings, admin_token_file=admin_token_file), "uvloop")
