@@ -127,6 +127,36 @@ async def test_list_and_status_across_namespaces_and_when_there_are_none(
     assert f"timed out while retrieving status for waypoint\t{namespace}/a-waypoint" in timed_out.output
 
 
+async def test_status_lists_the_services_a_waypoint_fronts_with_their_weighted_canary(
+    kube: KubeClient, namespace: str, cli: Any
+) -> None:
+    for name in ("primary", "canary"):
+        assert (await cli("apply", "-n", namespace, "--name", name)).exit_code == 0
+        address = {"type": "Hostname", "value": f"{name}.{namespace}.svc.cluster.local"}
+        await kube.patch_status(kinds.GATEWAYS, name, {"status": {"addresses": [address]}}, namespace)
+    labels = {"istio.io/use-waypoint": "primary", "istio.io/use-waypoint-canary": "canary"}
+    services = [
+        ("reviews", labels, {"istio.io/use-waypoint-canary-weight": "25"}),
+        ("ratings", {"istio.io/use-waypoint": "primary"}, {}),
+        ("web", {}, {}),
+    ]
+    for name, service_labels, service_annotations in services:
+        meta = {"name": name, "namespace": namespace, "labels": service_labels, "annotations": service_annotations}
+        await kube.create(kinds.SERVICES, {"metadata": meta, "spec": {"ports": [{"port": 80}]}}, namespace)
+    status = await cli("status", "-n", namespace, "--no-wait")
+    assert status.exit_code == 0, status.output
+    blocks = status.output.split("\n\n")
+    assert [line.split()[0] for line in blocks[0].splitlines()] == ["NAME", "canary", "primary"]
+    rows = [line.split() for line in blocks[1].splitlines()]
+    assert rows == [
+        ["NAMESPACE", "NAME", "KIND", "WAYPOINT", "WEIGHTED", "WAYPOINTS"],
+        [namespace, "ratings", "Service", f"{namespace}/primary", "None"],
+        [namespace, "reviews", "Service", f"{namespace}/primary", f"{namespace}/primary=75%,{namespace}/canary=25%"],
+    ]
+    only_canary = await cli("status", "-n", namespace, "--name", "canary", "--no-wait")
+    assert [line.split()[1] for line in only_canary.output.split("\n\n")[1].splitlines()[1:]] == ["reviews"]
+
+
 async def test_delete_by_name_all_and_revision(kube: KubeClient, namespace: str, cli: Any) -> None:
     for name, revision in (("one", "r1"), ("two", "r2"), ("three", "r2")):
         assert (await cli("apply", "-n", namespace, "--name", name, "-r", revision)).exit_code == 0

@@ -18,6 +18,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ambit.model.localconfig import service_to_dict
+from ambit.model.workload import GatewayAddress, NamespacedHostname, Service, WeightedWaypoint
 from ambit.observe.admin_client import AdminFetchError, config_dump_url
 from ambit.observe.proxyconfig import (
     ConfigDumpError,
@@ -90,6 +92,25 @@ def test_services_count_healthy_and_all_endpoints() -> None:
         ("apps", "waypoint", "198.19.0.30", "None", "0/0"),
     )
     assert table(Section.SERVICES, Filters(namespace="istio-system")).rows == ()
+
+
+def test_a_service_with_a_canary_waypoint_shows_its_weighted_set_after_its_waypoint() -> None:
+    primary = GatewayAddress(NamespacedHostname("apps", "waypoint.apps.svc.cluster.local"))
+    canary = GatewayAddress(NamespacedHostname("infra", "canary.infra.svc.cluster.local"))
+    service = Service(
+        "reviews",
+        "apps",
+        "reviews.apps.svc.cluster.local",
+        waypoint=primary,
+        weighted_waypoints=(WeightedWaypoint(primary, 90), WeightedWaypoint(canary, 10)),
+    )
+    source = dump()
+    source["services"].append(json.loads(json.dumps(service_to_dict(service))))  # the node proxy's dump shape
+    rows = {row[1]: row[3] for row in table(Section.SERVICES, source=source).rows}
+    assert rows["reviews"] == "waypoint(waypoint=90%,canary.infra.svc.cluster.local=10%)"
+    assert rows["echo"] == "waypoint"  # no canary: istioctl's cell
+    text = render_text([table(Section.SERVICES, source=source)])
+    assert "waypoint(waypoint=90%,canary.infra.svc.cluster.local=10%) 0/0" in text
 
 
 def test_policies_have_name_action_and_scope() -> None:
@@ -195,6 +216,21 @@ def test_structured_output_is_the_dumps_own_entries_after_filters() -> None:
         (lambda d: d["workloads"][0].update(services=[]), r"workloads\[0\]\.services: expected an object"),
         (lambda d: d["services"][0].update(vips="/1.2.3.4"), r"services\[0\]\.vips: expected a list"),
         (lambda d: d["services"][0].update(hostname=None), r"services\[0\]\.hostname: expected a string, got null"),
+        (lambda d: d["services"][0].update(weightedWaypoints={}), r"services\[0\]\.weightedWaypoints: expected a list"),
+        (
+            lambda d: d["services"][0].update(weightedWaypoints=[{"weight": 5}]),
+            r"services\[0\]\.weightedWaypoints\[0\]: no 'destination'$",
+        ),
+        (
+            lambda d: d["services"][0].update(
+                weightedWaypoints=[{"destination": {"address": "/1.2.3.4"}, "weight": 101}]
+            ),
+            r"weightedWaypoints\[0\]\.weight: expected a percentage \(0 to 100\), got 101$",
+        ),
+        (
+            lambda d: d["services"][0].update(weightedWaypoints=[{"destination": "w", "weight": 1}]),
+            r"weightedWaypoints\[0\]\.destination: expected an object",
+        ),
     ],
 )
 def test_a_malformed_dump_names_the_field(change: Any, message: str) -> None:

@@ -91,6 +91,7 @@ AUTHZ_CASES = [
     ("mesh-wide", authz("p", ROOT), True),
     ("root selector", authz("p", ROOT, selector={"matchLabels": {"istio.io/gateway-name": "edge"}}), True),
     ("the waypoint class", authz("p", ROOT, targetRefs=[WAYPOINT_CLASS]), False),
+    ("the istio class", authz("p", ROOT, targetRefs=[ISTIO_CLASS]), False),
 ]
 
 
@@ -105,7 +106,7 @@ def test_which_authorization_policies_reach_the_gateway(case: str, policy: dict[
 
 AUTHN_CASES = [
     ("targetRefs the Gateway", authn("j", targetRefs=[GATEWAY_REF]), True),
-    ("targetRefs the istio GatewayClass from the root", authn("j", ROOT, targetRefs=[ISTIO_CLASS]), True),
+    ("targetRefs the istio GatewayClass from the root", authn("j", ROOT, targetRefs=[ISTIO_CLASS]), False),
     ("targetRefs the waypoint GatewayClass", authn("j", ROOT, targetRefs=[WAYPOINT_CLASS]), False),
     (
         "selector on the gateway-name label",
@@ -173,3 +174,29 @@ def test_waypoints_still_ignore_selector_and_namespace_wide_policies() -> None:
     )
     (config,) = translation.waypoint_configs
     assert config.policies == () and config.request_authentications == ()
+
+
+def test_a_policy_targeting_the_istio_gateway_class_is_refused_with_istiods_reason_and_message() -> None:
+    istio_class = {"metadata": {"name": "istio"}, "spec": {"controllerName": "istio.io/gateway-controller"}}
+    translation = translate_all(
+        [],
+        [],
+        [],
+        [namespace("edge"), namespace(ROOT)],
+        gateways=[gateway()],
+        gateway_classes=[istio_class],
+        authorization_policies=[authz("p", ROOT, targetRefs=[ISTIO_CLASS])],
+        request_authentications=[authn("j", ROOT, targetRefs=[ISTIO_CLASS])],
+        root_namespace=ROOT,
+    )
+    (status,) = translation.waypoint_policy_status
+    assert (status.accepted, status.reason, status.message) == (
+        False,
+        "Invalid",
+        "GatewayClass must use controller name `istio.io/mesh-controller` for waypoints",
+    )
+    (config,) = translation.gateway_configs
+    assert config.policies == () and config.request_authentications == ()
+    assert [(s.name, s.field) for s in translation.skipped if s.kind == "RequestAuthentication"] == [
+        ("j", "spec.targetRefs[0].name")
+    ]

@@ -262,14 +262,24 @@ def test_translate_all_puts_attached_policies_into_waypoint_configs() -> None:
     ]
 
 
-def test_an_ingress_gateway_gets_the_policies_of_its_gateway_and_its_class() -> None:
+def test_an_ingress_gateway_gets_the_policies_of_its_gateway_but_no_gateway_class_target() -> None:
     rules = (JwtRule("i", jwks=JWKS),)
     own = RequestAuthTranslation(RequestAuthentication("own", "edge", rules), (Target("Gateway", "edge", "ingress"),))
-    every = RequestAuthTranslation(RequestAuthentication("all", ROOT, rules), (Target("GatewayClass", "", "istio"),))
     waypoints = RequestAuthTranslation(
         RequestAuthentication("wp", ROOT, rules), (Target("GatewayClass", "", "istio-waypoint"),)
     )
     result = bind_to_waypoints(
-        [own, every, waypoints], waypoints=["edge/ingress"], service_keys={}, bound={}, gateway_class="istio"
+        [own, waypoints], waypoints=["edge/ingress"], service_keys={}, bound={}, waypoint_class=False
     )
-    assert [p.key for p in result["edge/ingress"]] == ["edge/own", f"{ROOT}/all"]
+    assert [p.key for p in result["edge/ingress"]] == ["edge/own"]
+
+
+def test_a_gateway_class_target_other_than_the_waypoint_class_is_skipped_as_istiod_never_attaches_it() -> None:
+    refs = [
+        {"group": "gateway.networking.k8s.io", "kind": "GatewayClass", "name": "istio"},
+        {"group": "gateway.networking.k8s.io", "kind": "GatewayClass", "name": "istio-waypoint"},
+    ]
+    result, skips = translate(obj({"targetRefs": refs, "jwtRules": [{"issuer": "i", "jwks": JWKS}]}, namespace=ROOT))
+    assert result.targets == (Target("GatewayClass", "", "istio-waypoint"),)
+    assert [s.field for s in skips] == ["spec.targetRefs[0].name"]
+    assert "only the GatewayClass 'istio-waypoint'" in skips[0].reason

@@ -180,6 +180,21 @@ VALID: list[tuple[str, Any]] = [
             ],
         },
     ),
+    (
+        "TCPRoute",
+        {
+            "parentRefs": [{"group": "", "kind": "Service", "name": "db", "port": 5432}],
+            "rules": [{"name": "all", "backendRefs": [{"name": "db-v1", "port": 5432, "weight": 90}]}],
+        },
+    ),
+    (
+        "TLSRoute",
+        {
+            "parentRefs": [{"name": "waypoint"}],
+            "hostnames": ["api.example.com", "*.example.org"],
+            "rules": [{"backendRefs": [{"name": "api", "port": 443}, {"name": "api-v2", "port": 443, "weight": 0}]}],
+        },
+    ),
 ]
 
 
@@ -637,6 +652,29 @@ INVALID: list[tuple[str, Any, str, str]] = [
         "spec.rules[0].filters[0].type",
         "unsupported",
     ),
+    # TCPRoute
+    ("TCPRoute", {"parentRefs": [{"name": "w"}]}, "spec.rules", "required field is missing"),
+    ("TCPRoute", {"rules": []}, "spec.rules", "must not be empty"),
+    ("TCPRoute", {"rules": [{}]}, "spec.rules[0].backendRefs", "required field is missing"),
+    ("TCPRoute", {"rules": [{"backendRefs": [{"name": "db"}]}]}, "spec.rules[0].backendRefs[0].port", "required"),
+    ("TCPRoute", {"rules": [{"backendRefs": [{"name": "d", "port": 1}]}] * 17}, "spec.rules", "at most 16"),
+    (
+        "TCPRoute",
+        {"rules": [{"name": "a", "backendRefs": [{"name": "d", "port": 1}]}] * 2},
+        "spec.rules[1].name",
+        "not unique",
+    ),
+    (
+        "TCPRoute",
+        {"rules": [{"backendRefs": [{"name": "d", "port": 1, "weight": -1}]}]},
+        "spec.rules[0].backendRefs[0].weight",
+        "",
+    ),
+    # TLSRoute
+    ("TLSRoute", {"hostnames": ["10.0.0.1"], "rules": [{}]}, "spec.hostnames[0]", "not a DNS name"),
+    ("TLSRoute", {"rules": [{"backendRefs": []}]}, "spec.rules[0].backendRefs", "must not be empty"),
+    ("TLSRoute", {"rules": [{"backendRefs": [{"name": "d", "port": 1}] * 17}]}, "spec.rules[0].backendRefs", "16"),
+    ("TLSRoute", {"parentRefs": [{"name": "w", "port": 0}], "rules": [{}]}, "spec.parentRefs[0].port", ""),
 ]
 
 
@@ -877,4 +915,6 @@ def test_webhook_configuration_covers_every_kind_and_fails_closed() -> None:
     assert len(resources) == len(VALIDATORS)
     assert ("security.istio.io", "authorizationpolicies") in resources
     assert ("gateway.networking.k8s.io", "grpcroutes") in resources
+    assert ("gateway.networking.k8s.io", "tcproutes") in resources
+    assert ("gateway.networking.k8s.io", "tlsroutes") in resources
     assert all(rule["operations"] == ["CREATE", "UPDATE"] for rule in hook["rules"])

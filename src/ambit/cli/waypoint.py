@@ -11,7 +11,8 @@ creates the Gateway or patches its listener, class and labels (the embedded API 
 and refuses to turn a Gateway of another class into a waypoint; ``list`` shows the traffic type the control plane
 uses (the Gateway's ``istio.io/waypoint-for``, else the GatewayClass's, else ``service``), where istioctl shows
 ``none`` for a missing label; ``status --wait`` prints each waypoint's row once, when it is ready or the wait
-ends, not once per second.
+ends, not once per second, then, when the shown waypoints front any, a second table of the Services and
+ServiceEntries bound to them with their weighted (canary) waypoints (:mod:`ambit.cli.waypoint_services`).
 
 Flags follow istioctl's: ``-n/--namespace`` and ``--name`` may be given to the group as well as to a command
 (cobra's persistent flags; the command's own wins), and boolean flags take ``--flag=false`` and a following
@@ -429,11 +430,56 @@ def status_command(
                     str(condition.get("message", "")),
                 ]
                 table.add_row(*([meta["namespace"], *cells] if all_namespaces else cells))
+            fronted = await _fronted_services(
+                client, {f"{g['metadata']['namespace']}/{g['metadata']['name']}" for g in gateways}
+            )
         _console().print(table)
+        if fronted:
+            from ambit.cli.waypoint_services import SERVICE_COLUMNS
+
+            services = Table(box=None, header_style="bold", pad_edge=False)
+            for title in SERVICE_COLUMNS:
+                services.add_column(title)
+            for row in fronted:
+                services.add_row(*row)
+            _print("")
+            _console().print(services)
         if late is not None:
             raise WaypointCommandError(f"timed out while retrieving status for waypoint\t{late}")
 
     _run("status", work)
+
+
+async def _fronted_services(client: Any, shown: set[str]) -> list[tuple[str, ...]]:
+    """The rows of the Services and ServiceEntries the ``shown`` waypoints front (:mod:`ambit.cli.waypoint_services`),
+    read cluster-wide as a binding may cross namespaces; without the ServiceEntry kind, Services only; without
+    the right to list Services, a note on stderr and none."""
+    from ambit.cli.waypoint_services import service_rows
+    from ambit.k8s import KubeClientError, kinds
+
+    try:
+        gateways, _ = await client.list(kinds.GATEWAYS, None)
+        namespaces, _ = await client.list(kinds.NAMESPACES, None)
+        services, _ = await client.list(kinds.SERVICES, None)
+    except KubeClientError as exc:  # the waypoints' own table stands without it
+        typer.echo(f"ambit waypoint status: the services the waypoints front are not shown: {exc}", err=True)
+        return []
+    try:
+        classes, _ = await client.list(kinds.GATEWAY_CLASSES, None)
+    except KubeClientError:
+        classes = []
+    try:
+        entries, _ = await client.list(kinds.SERVICE_ENTRIES, None)
+    except KubeClientError:
+        entries = []
+    return service_rows(
+        shown,
+        gateways=gateways,
+        gateway_classes=classes,
+        namespaces=namespaces,
+        services=services,
+        service_entries=entries,
+    )
 
 
 @waypoint_app.command("delete")

@@ -20,7 +20,9 @@ Rules:
    STATUS, VALID CERT, SERIAL NUMBER, NOT AFTER, NOT BEFORE in the dump's order, one row per certificate (Leaf, then
    Intermediate, then Root); connections WORKLOAD, DIRECTION, LOCAL, REMOTE, AGE by workload, direction, age.
 4. A waypoint is named by its Service's name (found by hostname and namespace, or by VIP), else by the workload at
-   its address, else by what the dump says; no waypoint is ``None``. ENDPOINTS is healthy/all workloads whose
+   its address, else by what the dump says; no waypoint is ``None``. A service with ``weightedWaypoints`` (a
+   canary waypoint) shows its waypoint, then in parentheses each of that set with its share of new connections:
+   ``waypoint(waypoint=90%,canary=10%)``, one word as istioctl's cell is. ENDPOINTS is healthy/all workloads whose
    ``services`` name the service (``namespace/hostname``).
 5. Connection addresses are shown as ``service-hostname:port`` or ``pod.namespace:port`` when the dump knows the
    IP, unless ``raw``; LOCAL is the proxy's side (the destination of an inbound connection, the source of an
@@ -199,18 +201,35 @@ def _index(dump: Mapping[str, Any]) -> _Index:
     return _Index(by_host, by_vip, hostname_by_ip, by_ip)
 
 
-def _waypoint_name(entry: Mapping[str, Any], path: str, index: _Index) -> str:
-    if entry.get("waypoint") is None:
+def _waypoint_name(entry: Mapping[str, Any], path: str, index: _Index, key: str = "waypoint") -> str:
+    if entry.get(key) is None:
         return "None"
-    waypoint = _mapping(entry["waypoint"], f"{path}.waypoint")
+    waypoint = _mapping(entry[key], f"{path}.{key}")
     if "address" in waypoint:
-        address = _string(waypoint, "address", f"{path}.waypoint")
+        address = _string(waypoint, "address", f"{path}.{key}")
         ip = address.rpartition("/")[2]
         workload = index.workload_by_ip.get(ip)
         return index.service_by_vip.get(address) or (workload[0] if workload else address)
-    hostname = _string(waypoint, "hostname", f"{path}.waypoint")
-    namespace = _string(waypoint, "namespace", f"{path}.waypoint")
+    hostname = _string(waypoint, "hostname", f"{path}.{key}")
+    namespace = _string(waypoint, "namespace", f"{path}.{key}")
     return index.service_by_host.get((namespace, hostname), hostname)
+
+
+def _service_waypoints(svc: Mapping[str, Any], path: str, index: _Index) -> str:
+    """The WAYPOINT cell of a service: its waypoint, then its weighted set if it has one (rule 4)."""
+    shown = _waypoint_name(svc, path, index)
+    weighted = _list(svc.get("weightedWaypoints", []), f"{path}.weightedWaypoints")
+    shares: list[str] = []
+    for i, item in enumerate(weighted):
+        at = f"{path}.weightedWaypoints[{i}]"
+        entry = _mapping(item, at)
+        if entry.get("destination") is None:
+            raise ConfigDumpError(f"config_dump {at}: no 'destination'")
+        weight = entry.get("weight", 0)
+        if not isinstance(weight, int) or isinstance(weight, bool) or not 0 <= weight <= 100:
+            raise _fail(f"{at}.weight", "a percentage (0 to 100)", weight)
+        shares.append(f"{_waypoint_name(entry, at, index, 'destination')}={weight}%")
+    return f"{shown}({','.join(shares)})" if shares else shown
 
 
 def _matches(value: str, wanted: str) -> bool:
@@ -263,7 +282,7 @@ def _service_rows(dump: Mapping[str, Any], filters: Filters) -> list[_Row]:
             continue
         healthy, total = counts.get(f"{namespace}/{hostname}", (0, 0))
         vips = ",".join(vip.rpartition("/")[2] for vip in _strings(svc, "vips", path))
-        row = (namespace, _string(svc, "name", path), vips, _waypoint_name(svc, path, index), f"{healthy}/{total}")
+        row = (namespace, _string(svc, "name", path), vips, _service_waypoints(svc, path, index), f"{healthy}/{total}")
         keyed.append(((namespace, row[1], hostname), (svc, row)))
     keyed.sort(key=lambda pair: pair[0])
     return [row for _key, row in keyed]

@@ -15,9 +15,12 @@ Rules:
    Service's address, as a cloud load balancer would).
 3. ``status.addresses``: each load-balancer ingress, ``IPAddress`` for an ``ip``, ``Hostname`` for a
    ``hostname``; none while there is a problem.
-4. One listener status per judged listener: ``attachedRoutes`` as counted by the caller, ``supportedKinds``
-   HTTPRoute, and conditions ``Accepted``, ``Conflicted``, ``ResolvedRefs`` from the judgement and ``Programmed``
-   True exactly when the listener is ready (else False/``Invalid``).
+4. One listener status per judged listener: ``attachedRoutes`` as counted by the caller, ``supportedKinds`` (an
+   accepted listener's, by :mod:`.route_kinds` among the kinds the ingress serves: HTTPRoute only, as it routes
+   no GRPCRoute, TCPRoute or TLSRoute, so it claims none), and conditions ``Accepted``, ``Conflicted``,
+   ``ResolvedRefs`` from the judgement (False/``InvalidRouteKinds`` instead when ``allowedRoutes.kinds`` names a
+   kind it does not support, as istiod overrides it) and ``Programmed`` True exactly when the listener is ready
+   (else False/``Invalid``).
 """
 
 from __future__ import annotations
@@ -25,12 +28,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ambit.controlplane.gateway.status import MESSAGE_MAX, Deployed, condition
+from ambit.controlplane.gateway.route_kinds import INVALID_ROUTE_KINDS, supported_kinds
+from ambit.controlplane.gateway.status import MESSAGE_MAX, Deployed, condition, listeners_of
 from ambit.controlplane.translate.listeners import JudgedListener
 
 __all__ = ["INGRESS_ROUTE_KINDS", "ingress_status", "load_balancer_addresses"]
 
-INGRESS_ROUTE_KINDS = ({"group": "gateway.networking.k8s.io", "kind": "HTTPRoute"},)
+INGRESS_ROUTE_KINDS = frozenset({"HTTPRoute"})
+"""The route kinds an ingress gateway serves (rule 4)."""
 
 
 def load_balancer_addresses(service: Mapping[str, Any] | None) -> tuple[dict[str, str], ...]:
@@ -88,16 +93,21 @@ def ingress_status(
         )
     status: dict[str, Any] = {"conditions": [accepted, programmed]}
     status["addresses"] = [dict(a) for a in addresses] if found.problem is None and addresses else None
-    status["listeners"] = [_listener(item, generation, (attached or {}).get(item.name, 0)) for item in listeners]
+    raw = {str(item.get("name")): item for item in listeners_of(gateway)}
+    status["listeners"] = [
+        _listener(item, raw.get(item.name, {}), generation, (attached or {}).get(item.name, 0)) for item in listeners
+    ]
     return status
 
 
-def _listener(item: JudgedListener, generation: Any, attached: int) -> dict[str, Any]:
+def _listener(item: JudgedListener, raw: Mapping[str, Any], generation: Any, attached: int) -> dict[str, Any]:
     ok = item.ready
+    kinds, valid = supported_kinds(raw, INGRESS_ROUTE_KINDS) if item.accepted[0] else ([], True)
+    resolved = item.resolved if valid else INVALID_ROUTE_KINDS
     return {
         "name": item.name,
         "attachedRoutes": attached,
-        "supportedKinds": [dict(k) for k in INGRESS_ROUTE_KINDS] if item.accepted[0] else [],
+        "supportedKinds": kinds,
         "conditions": [
             condition("Accepted", *item.accepted, generation),
             condition("Conflicted", *item.conflicted, generation),
@@ -108,6 +118,6 @@ def _listener(item: JudgedListener, generation: Any, attached: int) -> dict[str,
                 "No errors found" if ok else "The listener is not served",
                 generation,
             ),
-            condition("ResolvedRefs", *item.resolved, generation),
+            condition("ResolvedRefs", *resolved, generation),
         ],
     }

@@ -20,9 +20,10 @@ Rules:
    istiod, an address once reported stays while the Gateway is otherwise fine (a waypoint scaled to zero keeps
    its address), and goes when there is a problem.
 4. One listener status per listener with a string name: ``attachedRoutes`` as counted by the caller,
-   ``supportedKinds`` (none for the HBONE listener, HTTPRoute and GRPCRoute for any other), and conditions
-   ``Accepted`` (False/``UnsupportedProtocol`` unless port 15008 protocol HBONE), ``Conflicted``
-   False/``NoConflicts``, ``Programmed`` and ``ResolvedRefs`` True.
+   ``supportedKinds`` by its protocol as istiod lists them (:mod:`.route_kinds`: none for the HBONE listener), and
+   conditions ``Accepted`` (False/``UnsupportedProtocol`` unless port 15008 protocol HBONE), ``Conflicted``
+   False/``NoConflicts``, ``Programmed`` True and ``ResolvedRefs`` True, or False/``InvalidRouteKinds`` when its
+   ``allowedRoutes.kinds`` names a kind it does not support.
 5. ``lastTransitionTime`` changes only when a condition's status flips or it is new; conditions of other types
    (another controller's) are kept. Nothing is written when everything but the transition times is as wanted.
 6. A GatewayClass handled by this controller gets ``Accepted`` True/``Accepted`` "Handled by Istio controller".
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ambit.controlplane.gateway.render import service_hostname
+from ambit.controlplane.gateway.route_kinds import ALL_ROUTE_KINDS, INVALID_ROUTE_KINDS, supported_kinds
 
 __all__ = [
     "Deployed",
@@ -53,10 +55,6 @@ HBONE_PORT = 15008
 MESSAGE_MAX = 1024
 """Problems (an API server's refusal may be long) are cut to this many characters in a condition's message."""
 WAYPOINT_LISTENER_MESSAGE = 'Expected a single listener on port 15008 with protocol "HBONE"'
-ROUTE_KINDS = (
-    {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute"},
-    {"group": "gateway.networking.k8s.io", "kind": "GRPCRoute"},
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,15 +145,17 @@ def _listener_status(listener: Obj, generation: Any, attached: int) -> dict[str,
         if ok
         else condition("Accepted", False, "UnsupportedProtocol", WAYPOINT_LISTENER_MESSAGE, generation)
     )
+    kinds, valid = supported_kinds(listener, ALL_ROUTE_KINDS)
+    resolved = (True, "ResolvedRefs", "No errors found") if valid else INVALID_ROUTE_KINDS
     return {
         "name": listener["name"],
         "attachedRoutes": attached,
-        "supportedKinds": [] if ok else [dict(k) for k in ROUTE_KINDS],
+        "supportedKinds": kinds,
         "conditions": [
             accepted,
             condition("Conflicted", False, "NoConflicts", "No errors found", generation),
             condition("Programmed", True, "Programmed", "No errors found", generation),
-            condition("ResolvedRefs", True, "ResolvedRefs", "No errors found", generation),
+            condition("ResolvedRefs", *resolved, generation),
         ],
     }
 

@@ -95,7 +95,7 @@ from ambit.model.ingress import GatewayConfig
 from ambit.model.localconfig import LocalConfig
 from ambit.model.policy import Policy
 from ambit.model.routes import WaypointConfig
-from ambit.model.workload import Service, Workload
+from ambit.model.workload import Service, Visibility, Workload
 
 PolicyMemo = dict[tuple[str, str, str, bool], tuple[PolicyTranslation, tuple[Skipped, ...]]]
 """(uid, resourceVersion, root namespace, dry run enabled) → an AuthorizationPolicy's translation and skips."""
@@ -251,7 +251,9 @@ def translate_all(
     entry_status: list[PolicyStatus] = []
     entry_targets: dict[str, ServiceTarget] = {}
     for entry in entries:
-        binding = _service_binding(entry.obj, waypoints, entry_status)
+        binding = _service_binding(
+            entry.obj, waypoints, entry_status, namespace_only=entry.visibility is Visibility.NAMESPACE
+        )
         entry_services = [
             _with_binding(s, binding, bound, canaries)
             for s in service_entry_services(entry, network=network, canonical=canonical)
@@ -416,11 +418,13 @@ def _controller(gateway_class: Mapping[str, Any]) -> str:
     return name if isinstance(name, str) else ""
 
 
-def _service_binding(obj: Mapping[str, Any], waypoints: WaypointIndex, statuses: list[PolicyStatus]) -> Binding:
+def _service_binding(
+    obj: Mapping[str, Any], waypoints: WaypointIndex, statuses: list[PolicyStatus], *, namespace_only: bool = False
+) -> Binding:
     """The binding of a Service or ServiceEntry; its ``WaypointBound`` condition, if any, goes to ``statuses``."""
     namespace = str((obj.get("metadata") or {}).get("namespace") or "")
     labels = object_labels(obj)
-    binding = waypoints.find_for_service(namespace, labels, object_annotations(obj))
+    binding = waypoints.find_for_service(namespace, labels, object_annotations(obj), namespace_only=namespace_only)
     status = bound_status(obj, binding, ingress_label=waypoints.ingress_label_present(namespace, labels))
     if status is not None:
         statuses.append(status)

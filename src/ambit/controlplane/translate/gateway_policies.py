@@ -12,7 +12,10 @@ Rules:
 
 1. Attached: an AuthorizationPolicy whose ``targetRefs`` name the Gateway (group ``gateway.networking.k8s.io``,
    the policy's namespace; its ``WaypointAccepted`` says "bound to ns/name"); a RequestAuthentication whose
-   ``targetRefs`` name the Gateway, or the GatewayClass ``istio`` from the root namespace.
+   ``targetRefs`` name the Gateway. A GatewayClass target never reaches an ingress gateway, as in istiod (its
+   policy matcher attaches one only to waypoints, by the name ``istio-waypoint``): an AuthorizationPolicy naming
+   the class ``istio`` is ``Invalid``, "GatewayClass must use controller name `istio.io/mesh-controller` for
+   waypoints", and a RequestAuthentication's such target is skipped with a reason.
 2. Selected: a policy without ``targetRefs``, in the Gateway's namespace or in the root namespace (which selects in
    every namespace), applies when its ``selector.matchLabels`` (none, or empty: every workload) are all among the
    labels of the gateway's pods (:func:`ambit.controlplane.translate.gateway_pods.pod_labels`; a policy is chosen
@@ -28,7 +31,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ambit.controlplane.translate.gateway_pods import pod_labels
-from ambit.controlplane.translate.listeners import INGRESS_CLASS
 from ambit.controlplane.translate.requestauth import RequestAuthTranslation, bind_to_waypoints
 from ambit.controlplane.translate.waypoint_policies import SelectedPolicy, WaypointPolicyTranslation
 from ambit.model.policy import Policy
@@ -86,7 +88,7 @@ def gateway_request_authentications(
 ) -> dict[str, tuple[RequestAuthentication, ...]]:
     """Each gateway's RequestAuthentications (rules 1-3), by gateway key; gateways without any are left out."""
     keys = [g.key for g in gateways]
-    attached = bind_to_waypoints(translations, waypoints=keys, service_keys={}, bound={}, gateway_class=INGRESS_CLASS)
+    attached = bind_to_waypoints(translations, waypoints=keys, service_keys={}, bound={}, waypoint_class=False)
     chosen: dict[str, dict[str, RequestAuthentication]] = {
         key: {p.key: p for p in attached.get(key, ())} for key in keys
     }

@@ -11,11 +11,13 @@ Rules:
    mesh-wide), is for workloads with a proxy of their own: ignored at waypoints, as upstream ignores it there, and
    not reported; it keeps its labels (:attr:`RequestAuthTranslation.workload_labels`) for the ingress gateways it
    selects (:mod:`ambit.controlplane.translate.gateway_policies`).
-2. A target is a ``gateway.networking.k8s.io`` ``Gateway`` (that waypoint, every request), a ``GatewayClass``
-   (only from the root namespace: every Gateway of that class, ``istio-waypoint`` for waypoints), a core
-   ``Service`` or a ``networking.istio.io`` ``ServiceEntry`` (the requests for its hosts, at the waypoint it is
-   bound to). A target's ``namespace``, if set, must be the policy's. Any other target is skipped with a reason,
-   and the rest of the policy still applies.
+2. A target is a ``gateway.networking.k8s.io`` ``Gateway`` (that waypoint or ingress gateway, every request), the
+   ``GatewayClass`` ``istio-waypoint`` (only from the root namespace: every waypoint), a core ``Service`` or a
+   ``networking.istio.io`` ``ServiceEntry`` (the requests for its hosts, at the waypoint it is bound to). A
+   target's ``namespace``, if set, must be the policy's. Any other target is skipped with a reason, and the rest
+   of the policy still applies: so is any other GatewayClass, ``istio`` included, as istiod's policy matcher
+   attaches a GatewayClass target only to waypoints and only by that name (an ingress gateway is reached by
+   targeting its Gateway, or by a selector).
 3. Istio's validation, each failure skipping the whole policy (the admission webhook would have refused it): both
    ``selector`` and target refs, both ``targetRef`` and ``targetRefs``; a rule without ``issuer``; an empty
    audience; ``jwks`` and ``jwksUri`` both set; a ``jwksUri`` that is not an http(s) URL with a host; ``jwks``
@@ -206,6 +208,12 @@ def _target(ref: Any, field: str, namespace: str, root_namespace: str) -> Target
             raise shapes.ShapeError(
                 f"{field}.kind", f"a GatewayClass can be targeted only from the root namespace {root_namespace!r}"
             )
+        if name != WAYPOINT_CLASS:
+            raise shapes.ShapeError(
+                f"{field}.name",
+                f"only the GatewayClass {WAYPOINT_CLASS!r} can be targeted (it reaches every waypoint); "
+                "target an ingress gateway's Gateway instead",
+            )
         return Target(kind, "", name)
     return Target(kind, namespace, name)
 
@@ -259,13 +267,13 @@ def bind_to_waypoints(
     service_keys: Mapping[tuple[str, str, str], tuple[str, ...]],
     bound: Mapping[str, str],
     canaries: Mapping[str, str] | None = None,
-    gateway_class: str = WAYPOINT_CLASS,
+    waypoint_class: bool = True,
 ) -> dict[str, tuple[RequestAuthentication, ...]]:
-    """Each waypoint's policies (rule 5). ``waypoints``: the ready waypoints' keys (all of class
-    ``gateway_class``); ``service_keys``: (kind, namespace, name) of a Service or ServiceEntry → its service keys;
-    ``bound``: service key → the key of the waypoint it is bound to; ``canaries``: service key → its canary
-    waypoint's key, which gets the same service-scoped policies. An ingress gateway's policies are the same
-    call with its Gateways' keys, their class (``istio``) and nothing bound."""
+    """Each waypoint's policies (rule 5). ``waypoints``: the ready waypoints' keys; ``service_keys``: (kind,
+    namespace, name) of a Service or ServiceEntry → its service keys; ``bound``: service key → the key of the
+    waypoint it is bound to; ``canaries``: service key → its canary waypoint's key, which gets the same
+    service-scoped policies. An ingress gateway's policies are the same call with its Gateways' keys, nothing
+    bound and ``waypoint_class`` False: a GatewayClass target reaches waypoints only (rule 2)."""
     ready = set(waypoints)
     whole: dict[str, dict[str, RequestAuthentication]] = {w: {} for w in ready}
     partial: dict[str, dict[str, tuple[RequestAuthentication, set[str]]]] = {w: {} for w in ready}
@@ -279,7 +287,7 @@ def bind_to_waypoints(
                 if key in ready:
                     whole[key][policy.key] = policy
             elif target.kind == "GatewayClass":
-                if target.name == gateway_class:
+                if waypoint_class and target.name == WAYPOINT_CLASS:
                     for key in ready:
                         whole[key][policy.key] = policy
             else:

@@ -37,8 +37,7 @@ Rules:
 7. The condition (:func:`bound_status`): bound → True, ``WaypointAccepted``, "Successfully attached to waypoint
    ns/name" (plus istiod's ingress note, then, when the canary was refused, ". Canary waypoint not attached: "
    and the canary's message); a problem → False with its reason and istiod's message; neither → no condition
-   (the writer removes an old one). Not modelled: ``CrossNamespaceWaypointForbidden`` (ServiceEntry visibility,
-   which Ambit does not have).
+   (the writer removes an old one).
 8. ``ambient.istio.io/xfcc-include-client-identity`` on the waypoint's Gateway, else on the GatewayClass
    ``istio-waypoint`` (the Gateway's own annotation wins, as infrastructure annotations merge), read as istiod
    reads it: ``true`` in any case is on, anything else off. The waypoint then adds the source identity in
@@ -53,6 +52,13 @@ Rules:
    a percentage (``CanaryInvalidWeight``), then the checks of rules 4 and 5 on the canary (``WaypointIsNotReady``,
    ``AttachmentDenied``, ``UnsupportedTrafficType``). A usable canary gives :attr:`Binding.weighted`:
    ``[(primary, 100 - weight), (canary, weight)]``, weight 0 included (istiod sends it too).
+10. Visibility (istiod's ``fetchWaypointForService``): a ServiceEntry of visibility NAMESPACE never binds to a
+    waypoint in another namespace, which would make it reachable from there: no waypoint and
+    ``CrossNamespaceWaypointForbidden``. Its visibility is Ambit's, from ``exportTo``
+    (:mod:`ambit.controlplane.translate.visibility`; istiod's comes from the mesh's ``serviceEntryVisibility``).
+    A Kubernetes Service is not checked, as istiod does not check it, whatever its ``exportTo``. Its canary is
+    refused the same way (istiod checks only the primary; the canary takes the same traffic, so the same reason
+    holds).
 """
 
 from __future__ import annotations
@@ -237,6 +243,16 @@ def _unsupported(key: str, traffic: str) -> Binding:
     )
 
 
+def _cross_namespace(key: str) -> Binding:
+    return Binding(
+        reason="CrossNamespaceWaypointForbidden",
+        message=(
+            f'cannot bind to waypoint "{key}" in another namespace: cross-namespace waypoint binding is not '
+            "permitted for a ServiceEntry with NAMESPACE visibility"
+        ),
+    )
+
+
 def _canary_refused(reason: str, message: str) -> Binding:
     return Binding(reason=reason, message=message)
 
@@ -359,9 +375,15 @@ class WaypointIndex:
         return Binding(waypoint), not inherited
 
     def find_for_service(
-        self, namespace: str, labels: Mapping[str, str], annotations: Mapping[str, str] | None = None
+        self,
+        namespace: str,
+        labels: Mapping[str, str],
+        annotations: Mapping[str, str] | None = None,
+        *,
+        namespace_only: bool = False,
     ) -> Binding:
-        """A Service's or ServiceEntry's binding (rules 4, 5 and 9)."""
+        """A Service's or ServiceEntry's binding (rules 4, 5, 9 and 10: ``namespace_only`` for a ServiceEntry of
+        visibility NAMESPACE)."""
         if labels.get(GATEWAY_MANAGED) in NO_WAYPOINT_CONTROLLERS:
             return Binding()
         binding, _own = self._target(namespace, labels)
@@ -370,8 +392,10 @@ class WaypointIndex:
             return binding
         if not waypoint.takes(SERVICE_TRAFFIC):
             return _unsupported(waypoint.key, SERVICE_TRAFFIC)
+        if namespace_only and waypoint.namespace != namespace:
+            return _cross_namespace(waypoint.key)
         primary = Binding(waypoint, ingress_use_waypoint=self._ingress(namespace, labels))
-        canary = self._canary(namespace, labels, annotations or {}, waypoint)
+        canary = self._canary(namespace, labels, annotations or {}, waypoint, namespace_only)
         return replace(
             primary,
             canary=canary.canary,
@@ -381,7 +405,12 @@ class WaypointIndex:
         )
 
     def _canary(
-        self, namespace: str, labels: Mapping[str, str], annotations: Mapping[str, str], primary: Waypoint
+        self,
+        namespace: str,
+        labels: Mapping[str, str],
+        annotations: Mapping[str, str],
+        primary: Waypoint,
+        namespace_only: bool,
     ) -> Binding:
         """The canary of a bound Service (rule 9): a binding with ``canary`` set, or the refusal, or nothing."""
         inherit = USE_WAYPOINT not in labels
@@ -410,6 +439,8 @@ class WaypointIndex:
             return _denied(key)
         if not canary.takes(SERVICE_TRAFFIC):
             return _unsupported(key, SERVICE_TRAFFIC)
+        if namespace_only and canary.namespace != namespace:
+            return _cross_namespace(key)
         return Binding(canary=canary, canary_weight=weight)
 
     def find_for_workload(self, namespace: str, labels: Mapping[str, str], *, pod: bool = False) -> Binding:

@@ -1,4 +1,5 @@
-"""Validation of ``gateway.networking.k8s.io`` Gateway, HTTPRoute and GRPCRoute: the fields a waypoint reads.
+"""Validation of ``gateway.networking.k8s.io`` Gateway, HTTPRoute, GRPCRoute, TCPRoute and TLSRoute: the fields a
+waypoint reads.
 
 Theory of operation. These are plain Kubernetes objects (no protobuf snake_case aliases, integers are JSON
 numbers). The checks mirror the Gateway API's own CRD validation rules, which a real cluster enforces with CEL
@@ -11,6 +12,8 @@ and our embedded API server does not:
   a ``*.`` prefix, never IP addresses; each rule's ``matches`` use known match types, and an HTTP path value
   starts with ``/``; each ``backendRefs[]`` names its backend and, when it is a core Service, gives a ``port``;
   filters name their type and set the matching field; a redirect has no backends.
+- TCPRoute and TLSRoute (v1alpha2): 1-16 ``rules``, each with 1-16 ``backendRefs`` (as above, without filters) and
+  a ``name`` unique within the route; a TLSRoute's ``hostnames`` are SNI names as above; a TCPRoute has none.
 """
 
 from __future__ import annotations
@@ -116,7 +119,31 @@ def validate_grpc_route(obj: dict[str, Any]) -> Fields:
     return f
 
 
-def _route_common(f: Fields, obj: dict[str, Any]) -> dict[str, Any]:
+def validate_tcp_route(obj: dict[str, Any]) -> Fields:
+    f = Fields(proto=False)
+    _stream_rules(f, _route_common(f, obj, hostnames=False))
+    return f
+
+
+def validate_tls_route(obj: dict[str, Any]) -> Fields:
+    f = Fields(proto=False)
+    _stream_rules(f, _route_common(f, obj))
+    return f
+
+
+def _stream_rules(f: Fields, spec: dict[str, Any]) -> None:
+    """The rules of a TCPRoute or TLSRoute: no matches, no filters, at least one backend each."""
+    names: set[str] = set()
+    for path, rule in f.objects(spec.get("rules"), "spec.rules", required=True, limit=16):
+        name = f.string(rule.get("name"), f"{path}.name")
+        if name is not None:
+            if name in names:
+                f.error(f"{path}.name", f"rule name {name!r} is not unique within the route")
+            names.add(name)
+        _backend_refs(f, rule.get("backendRefs"), f"{path}.backendRefs", required=True, filters=False)
+
+
+def _route_common(f: Fields, obj: dict[str, Any], *, hostnames: bool = True) -> dict[str, Any]:
     spec = f.mapping(obj.get("spec"), "spec", required=True)
     for path, ref in f.objects(spec.get("parentRefs"), "spec.parentRefs", limit=32):
         f.string(ref.get("name"), f"{path}.name", required=True)
@@ -125,7 +152,7 @@ def _route_common(f: Fields, obj: dict[str, Any]) -> dict[str, Any]:
         f.string(ref.get("sectionName"), f"{path}.sectionName")
         _namespace(f, ref.get("namespace"), f"{path}.namespace")
         f.port(ref.get("port"), f"{path}.port")
-    for i, value in enumerate(f.sequence(spec.get("hostnames"), "spec.hostnames", limit=16)):
+    for i, value in enumerate(f.sequence(spec.get("hostnames") if hostnames else None, "spec.hostnames", limit=16)):
         _hostname(f, value, f"spec.hostnames[{i}]", required=True)
     return spec
 
@@ -163,8 +190,10 @@ def _filters(f: Fields, value: Any, path: str, allowed: tuple[str, ...]) -> list
     return kinds
 
 
-def _backend_refs(f: Fields, value: Any, path: str) -> list[tuple[str, dict[str, Any]]]:
-    refs = f.objects(value, path, limit=16)
+def _backend_refs(
+    f: Fields, value: Any, path: str, *, required: bool = False, filters: bool = True
+) -> list[tuple[str, dict[str, Any]]]:
+    refs = f.objects(value, path, required=required, limit=16)
     for ref_path, ref in refs:
         f.string(ref.get("name"), f"{ref_path}.name", required=True)
         group = f.string(ref.get("group"), f"{ref_path}.group") or ""
@@ -174,5 +203,6 @@ def _backend_refs(f: Fields, value: Any, path: str) -> list[tuple[str, dict[str,
         if port is None and ref.get("port") is None and group in ("", "core") and kind == "Service":
             f.error(f"{ref_path}.port", "required for a Service backend")
         f.integer(ref.get("weight"), f"{ref_path}.weight", low=0, high=1_000_000, what="weight")
-        _filters(f, ref.get("filters"), f"{ref_path}.filters", HTTP_FILTERS)
+        if filters:
+            _filters(f, ref.get("filters"), f"{ref_path}.filters", HTTP_FILTERS)
     return refs

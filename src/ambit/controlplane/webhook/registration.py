@@ -35,6 +35,8 @@ _PLURALS = {
     "Gateway": "gateways",
     "HTTPRoute": "httproutes",
     "GRPCRoute": "grpcroutes",
+    "TCPRoute": "tcproutes",
+    "TLSRoute": "tlsroutes",
 }
 
 

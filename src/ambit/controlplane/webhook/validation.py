@@ -16,7 +16,13 @@ from ambit.controlplane.webhook.authentication import validate_peer_authenticati
 from ambit.controlplane.webhook.authorization import validate_authorization_policy
 from ambit.controlplane.webhook.errors import UnknownKindError
 from ambit.controlplane.webhook.fields import FieldError, Fields
-from ambit.controlplane.webhook.gateway import validate_gateway, validate_grpc_route, validate_http_route
+from ambit.controlplane.webhook.gateway import (
+    validate_gateway,
+    validate_grpc_route,
+    validate_http_route,
+    validate_tcp_route,
+    validate_tls_route,
+)
 from ambit.controlplane.webhook.serviceentry import validate_service_entry, validate_workload_entry
 from ambit.controlplane.webhook.traffic import (
     validate_destination_rule,
@@ -41,6 +47,8 @@ VALIDATORS: dict[tuple[str, str], Callable[[dict[str, Any]], Fields]] = {
     (GATEWAY_API, "Gateway"): validate_gateway,
     (GATEWAY_API, "HTTPRoute"): validate_http_route,
     (GATEWAY_API, "GRPCRoute"): validate_grpc_route,
+    (GATEWAY_API, "TCPRoute"): validate_tcp_route,
+    (GATEWAY_API, "TLSRoute"): validate_tls_route,
     (NETWORKING, "Gateway"): validate_istio_gateway,  # Istio's own, after Gateway API's: see _BY_KIND
 }
 """(API group, kind) → validator; also what :mod:`registration` asks the API server to send us."""
