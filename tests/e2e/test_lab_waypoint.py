@@ -145,9 +145,9 @@ def vip(lab: Lab, name: str) -> str:
     return str(lab.get("service", name, "-n", NS)["spec"]["clusterIP"])
 
 
-def waypoint_requests(lab: Lab) -> int:
-    """``istio_requests_total`` with reporter="waypoint", summed, from the waypoint pod's :15020."""
-    pods = [p for p in lab.pods(NS, WAYPOINT) if (p.get("status") or {}).get("podIP")]
+def waypoint_requests(lab: Lab, selector: str = WAYPOINT) -> int:
+    """``istio_requests_total`` with reporter="waypoint", summed, from the waypoint pods' :15020."""
+    pods = [p for p in lab.pods(NS, selector) if (p.get("status") or {}).get("podIP")]
     total = 0
     for pod in pods:
         with urllib.request.urlopen(f"http://{pod['status']['podIP']}:15020/metrics", timeout=5) as response:
@@ -248,6 +248,46 @@ def test_grpc_through_the_waypoint_keeps_trailers_and_spreads_one_connection_ove
     assert failed["code"] == "NOT_FOUND" and failed["details"].endswith("was asked to fail"), failed
     assert failed["trailers"].get("x-pod") in pods, failed  # trailers intact through the waypoint
     assert waypoint_requests(lab) >= before + 21
+
+
+CANARY = "gateway.networking.k8s.io/gateway-name=canary"
+
+
+def test_a_canary_waypoint_takes_its_weight_of_the_connections(lab: Lab) -> None:
+    """TestWeightedWaypointTrafficShift: ``istio.io/use-waypoint-canary`` and its weight annotation on a Service
+    send that share of its new connections through the canary waypoint, the rest through the primary."""
+    kubeconfig = str(lab.topology.kubeconfig)
+    ambit("waypoint", "apply", "-n", NS, "--name", "canary", "--wait", "--kubeconfig", kubeconfig, timeout=240)
+    url = f"http://{vip(lab, 'echo-v2')}/"
+
+    def shares(weight: int) -> tuple[int, int]:
+        """Set the weight, wait until the split has moved to it, and return (primary, canary) of 20 requests."""
+        lab.kubectl("annotate", "service", "echo-v2", "-n", NS, f"istio.io/use-waypoint-canary-weight={weight}",
+                    "--overwrite")  # fmt: skip
+
+        def split() -> tuple[int, int] | None:
+            primary, canary = waypoint_requests(lab), waypoint_requests(lab, CANARY)
+            answers = calls(lab, url, 20)
+            assert all(a["status"] == 200 and a.get("request_id") for a in answers), answers
+            moved = waypoint_requests(lab) - primary, waypoint_requests(lab, CANARY) - canary
+            settled = {0: moved[1] == 0, 100: moved[0] == 0}.get(weight, moved[0] > 0 and moved[1] > 0)
+            return moved if settled else None
+
+        found = wait_until(f"the split at canary weight {weight}", split, timeout=90, interval=1.0)
+        print(f"canary weight {weight}: primary {found[0]}, canary {found[1]} of 20 requests")
+        return found
+
+    lab.kubectl("label", "service", "echo-v2", "-n", NS, "istio.io/use-waypoint-canary=canary", "--overwrite")
+    try:
+        assert shares(100)[1] >= 20
+        assert shares(0)[0] >= 20
+        assert sum(shares(50)) >= 20
+        bound = condition(lab.get("service", "echo-v2", "-n", NS), "istio.io/WaypointBound")
+        assert bound.get("status") == "True", bound
+    finally:
+        lab.kubectl("label", "service", "echo-v2", "-n", NS, "istio.io/use-waypoint-canary-", check=False)
+        lab.kubectl("annotate", "service", "echo-v2", "-n", NS, "istio.io/use-waypoint-canary-weight-", check=False)
+        ambit("waypoint", "delete", "-n", NS, "canary", "--kubeconfig", kubeconfig, check=False)
 
 
 def test_removing_the_label_brings_traffic_back_to_l4(lab: Lab) -> None:
