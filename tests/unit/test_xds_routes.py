@@ -47,7 +47,9 @@ SECONDS = st.integers(0, 10_000_000).map(lambda ms: ms / 1000)
 REGEXES = st.sampled_from(["/api/v[0-9]+", "^[a-f0-9]+$", ".*", "/[^/]+/Echo", "a|b"])
 PORT = st.integers(1, 65535)
 
-backends = st.builds(BackendService, TOKEN, TOKEN.map(lambda t: f"{t}.app.svc.cluster.local"), PORT)
+backends = st.builds(
+    BackendService, TOKEN, TOKEN.map(lambda t: f"{t}.app.svc.cluster.local"), PORT, st.sampled_from(["", "v1", "v-2"])
+)
 header_modifiers = st.builds(
     HeaderModifier,
     set=st.lists(st.tuples(TOKEN, HEADER_VALUE), max_size=2).map(tuple),
@@ -163,6 +165,14 @@ def encoded(**rule: Any) -> any_pb2.Any:
                 ]
             },
             "mirrors[0].percent",
+        ),
+        (
+            {
+                "backends": [
+                    pb.WeightedBackend(backend=pb.BackendService(namespace="a", hostname="h", port=1, subset="V1"))
+                ]
+            },
+            "backends[0].backend.subset",
         ),
     ],
 )

@@ -296,14 +296,16 @@ class URLRewrite(_message.Message):
     def __init__(self, hostname: _Optional[str] = ..., path: _Optional[_Union[PathModifier, _Mapping]] = ...) -> None: ...
 
 class BackendService(_message.Message):
-    __slots__ = ("namespace", "hostname", "port")
+    __slots__ = ("namespace", "hostname", "port", "subset")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     HOSTNAME_FIELD_NUMBER: _ClassVar[int]
     PORT_FIELD_NUMBER: _ClassVar[int]
+    SUBSET_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     hostname: str
     port: int
-    def __init__(self, namespace: _Optional[str] = ..., hostname: _Optional[str] = ..., port: _Optional[int] = ...) -> None: ...
+    subset: str
+    def __init__(self, namespace: _Optional[str] = ..., hostname: _Optional[str] = ..., port: _Optional[int] = ..., subset: _Optional[str] = ...) -> None: ...
 
 class RequestMirror(_message.Message):
     __slots__ = ("backend", "percent")

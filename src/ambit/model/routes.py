@@ -128,6 +128,9 @@ class BackendService:
     hostname: str
     """The Service's hostname, e.g. ``reviews.app.svc.cluster.local`` (a ServiceEntry host for ServiceEntries)."""
     port: int
+    subset: str = ""
+    """A ``DestinationRule`` subset's name (a ``VirtualService`` destination's ``subset``): only that subset's
+    endpoints; empty means every endpoint of the Service."""
 
     @property
     def service_key(self) -> str:

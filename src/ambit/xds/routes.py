@@ -68,6 +68,7 @@ __all__ = [
 
 WAYPOINT_CONFIG_TYPE_URL = "type.googleapis.com/ambit.waypoint.v1.WaypointConfig"
 MAX_REGEX = 1024
+SUBSET_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _REDIRECT_CODES = frozenset((301, 302, 303, 307, 308))
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+\-.^_`|~]+$")
 
@@ -103,7 +104,9 @@ def _header_modifier(modifier: HeaderModifier) -> pb.HeaderModifier:
 
 
 def _backend(backend: BackendService) -> pb.BackendService:
-    return pb.BackendService(namespace=backend.namespace, hostname=backend.hostname, port=backend.port)
+    return pb.BackendService(
+        namespace=backend.namespace, hostname=backend.hostname, port=backend.port, subset=backend.subset
+    )
 
 
 def _weighted(item: WeightedBackend) -> pb.WeightedBackend:
@@ -259,7 +262,10 @@ class _Reader(FieldReader):
         namespace = self.text(f"{field}.namespace", message.namespace, required=True)
         self.identity_part(f"{field}.namespace", namespace, "namespace")
         hostname = self.text(f"{field}.hostname", message.hostname, required=True)
-        return BackendService(namespace, hostname, self.port(f"{field}.port", message.port))
+        subset = message.subset
+        if subset and not SUBSET_NAME.fullmatch(subset):
+            raise self.fail(f"{field}.subset", "not a DNS label (a DestinationRule subset name)")
+        return BackendService(namespace, hostname, self.port(f"{field}.port", message.port), subset)
 
     def weighted(self, field: str, message: pb.WeightedBackend) -> WeightedBackend:
         return WeightedBackend(
