@@ -246,6 +246,25 @@ def test_a_namespace_deny_by_source_namespace(mesh: Mesh) -> None:
     mesh.expect(expected)
 
 
+def test_ambit_flows_shows_the_denial_with_its_policy_and_allowed_flows_with_mutual_tls(mesh: Mesh) -> None:
+    """Issue 20: ``ambit flows`` reads every node proxy's flow ring; a denied connection names its policy."""
+    mesh.apply(policy("deny-x-flows", {"action": "DENY", "rules": [{"from": [{"source": {"namespaces": [NS_X]}}]}]}))
+    expected = everything()
+    expected.update({("cli-x", s, p): "refused" for s in SERVERS for p in PORTS})
+    mesh.expect(expected, explain=False)
+    lab_dir = str(mesh.lab.directory)
+    denied = ambit("flows", "--lab-dir", lab_dir, "--namespace", NS_X, "--verdict", "denied", "-o", "json").stdout
+    flows = [json.loads(line) for line in denied.splitlines()]
+    assert flows, "no denied flow from pol-x"
+    assert all(f["verdict"] == "denied" and f["src_namespace"] == NS_X for f in flows)
+    assert any(f"explicitly denied by: {NS}/deny-x-flows" in f.get("reason", "") for f in flows), flows[:3]
+    allowed = ambit("flows", "--lab-dir", lab_dir, "--pod", "cli-a", "--verdict", "allowed", "-o", "json").stdout
+    inbound = [f for f in map(json.loads, allowed.splitlines()) if f["direction"] == "inbound"]
+    assert inbound and all(f["mtls"] and f["src_identity"].endswith("/sa/alpha") for f in inbound), inbound[:3]
+    text = ambit("flows", "--lab-dir", lab_dir, "--pod", "cli-x", "--verdict", "denied", "--last", "3").stdout
+    assert len(text.splitlines()) == 3 and all(" DENIED " in line for line in text.splitlines()), text
+
+
 def test_a_root_namespace_empty_allow_denies_everything_in_the_mesh(mesh: Mesh) -> None:
     mesh.apply(policy("allow-nothing", {}, namespace=ROOT))
     mesh.expect(everything("refused"))

@@ -204,7 +204,7 @@ def _in_lab(node: str | None, lab_dir: Path, timeout: float, argv: list[str]) ->
         raise typer.BadParameter(f"no node {name!r} in this lab (it has {known})", param_hint="--node")
     if os.geteuid() != 0:
         raise _fail("entering a lab node proxy's network namespace needs root (or use --admin-url)")
-    netns = _node_proxy_netns(topology, name)
+    netns = node_proxy_netns(topology, name)
     if not Path("/run/netns", netns).exists():
         raise _fail(f"the node proxy of {name} has no network namespace {netns} (is it running?)")
     try:
@@ -234,7 +234,7 @@ def child_argv(sections: list[Section], filters: Filters, output: str, timeout: 
     return [*argv, "--output", output, "--timeout", repr(timeout), "--admin-url", admin_url]
 
 
-def _node_proxy_netns(topology: Topology, node: str) -> str:
+def node_proxy_netns(topology: Topology, node: str) -> str:
     """The node's own namespace when the lab runs the mesh as host processes; else its ztunnel pod's."""
     if not topology.installed:
         found = topology.node_named(node)

@@ -43,6 +43,7 @@ from ambit.proxy.hostnames import HostnameResolver, upstream_lookup
 from ambit.proxy.pool import ConnectionPool
 from ambit.telemetry.accesslog import AccessLog
 from ambit.telemetry.endpoints import ProxyEndpoints, new_admin_token, write_admin_token
+from ambit.telemetry.flows import FlowRing
 from ambit.telemetry.metrics import ProxyMetrics
 from ambit.telemetry.readiness import Readiness
 from ambit.xds.client import XdsClient
@@ -105,13 +106,14 @@ class NodeProxy:
         self.heap = HeapSettler()
         self.readiness.add_pending(STATE_TASK)
         self.readiness.add_pending(PODS_TASK)
+        self.flows = FlowRing()
         self.context = ProxyContext(
             settings=settings.proxy,
             state=self.state,
             certs=self.certs,
             pool=ConnectionPool(max_streams=settings.pool_max_streams, idle_timeout=settings.pool_idle_timeout),
             metrics=self.metrics,
-            access_log=AccessLog(json=settings.log_json),
+            access_log=AccessLog(json=settings.log_json, flows=self.flows),
         )
         self.context.hostnames = hostname_resolver(
             settings, self.context.clock, lambda miss: self.metrics.on_demand_dns(miss=miss)
@@ -151,6 +153,7 @@ class NodeProxy:
             admin_address=("127.0.0.1", settings.admin_port),
             stats_address=("0.0.0.0", settings.stats_port),
             readiness_address=("0.0.0.0", settings.readiness_port),
+            flows=self.flows,
         )
         self._tasks: list[asyncio.Task[None]] = []
 

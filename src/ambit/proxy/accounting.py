@@ -169,7 +169,8 @@ class Accounting:
         self._log.write(
             record.ended(
                 bytes_sent=record.bytes_sent, bytes_recv=record.bytes_recv, duration_seconds=duration, error=error
-            )
+            ),
+            flags,
         )
 
 

@@ -19,6 +19,7 @@ from typing import Protocol
 
 from ambit.model.workload import Workload
 from ambit.rbac import Connection, Decision
+from ambit.telemetry.flows import POLICY_CHANGE
 
 __all__ = ["ALLOWED", "Authorizer", "Guarded", "Guards", "allow_all"]
 
@@ -27,8 +28,6 @@ log = logging.getLogger("ambit.proxy.authorization")
 Authorizer = Callable[[Workload, Connection], Decision]
 
 ALLOWED = Decision(True)
-
-POLICY_CHANGE = "connection closed due to policy change"
 
 
 def allow_all(workload: Workload, connection: Connection) -> Decision:

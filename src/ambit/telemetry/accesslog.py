@@ -20,7 +20,8 @@ or one JSON object with the same dotted keys plus ``"message"``. Rules:
 - A record with an ``error`` is a ``connection failed`` line, written at WARNING; others at INFO.
 
 The sink is a plain :class:`logging.Logger` (``"access"`` by default), so levels and handlers are the
-application's logging configuration, not ours.
+application's logging configuration, not ours. With a ``flows`` ring (:class:`~ambit.telemetry.flows.FlowRing`),
+every record also goes there, whatever the log level, for ``GET /flows`` on the admin port (``ambit flows``).
 """
 
 from __future__ import annotations
@@ -29,7 +30,10 @@ import json as _json
 import logging
 import operator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ambit.telemetry.flows import FlowRing
 
 COMPLETE = "connection complete"
 FAILED = "connection failed"
@@ -161,11 +165,17 @@ def format_access_log(record: ConnectionRecord, *, json: bool = False) -> str:
 class AccessLog:
     """Writes :class:`ConnectionRecord` lines to a logger: INFO when complete, WARNING with an error."""
 
-    def __init__(self, *, json: bool = False, logger: logging.Logger | None = None) -> None:
+    def __init__(
+        self, *, json: bool = False, logger: logging.Logger | None = None, flows: FlowRing | None = None
+    ) -> None:
         self._json = json
         self._logger = logger if logger is not None else logging.getLogger("access")
+        self.flows = flows
 
-    def write(self, record: ConnectionRecord) -> None:
+    def write(self, record: ConnectionRecord, flag: str = "") -> None:
+        """Log ``record`` (and keep it in the flow ring); ``flag`` is the response flag it failed with."""
+        if self.flows is not None:
+            self.flows.add(record, flag)
         level = logging.WARNING if record.error else logging.INFO
         logger = self._logger
         if logger.isEnabledFor(level):  # skip formatting when nobody listens

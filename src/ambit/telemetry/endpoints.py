@@ -11,11 +11,15 @@ Routes (anything else is 404; a known path with another method is 405)::
 
     admin      GET  /              plain-text index of these endpoints
                GET  /config_dump   JSON (indent 2) of config_dump()
+               GET  /flows?after=N&limit=M   the flows after sequence N (ambit.telemetry.flows), when given a ring
                POST /quitquitquit  200 "OK\\n", then quit()
                GET  /logging       the current levels, one "logger: level" line each
                POST /logging?level=SPEC   SPEC is "debug" (the "ambit" logger) or "access:debug,ambit.proxy:info"
     stats      GET  /metrics, /stats/prometheus    ProxyMetrics.render()
     readiness  GET  /healthz/ready 200 "ready\\n", or 500 "not ready, pending: a, b"
+
+``GET /flows`` answers 404 when the owner keeps no flow ring, 400 for a malformed ``after``/``limit``; a page is
+at most 1,000 flows, built from the ring in O(limit).
 
 The mutating admin requests (``POST /quitquitquit``, ``POST /logging``) need ``Authorization: Bearer <token>``,
 the admin token the owner passes in (the node proxy writes it to a file only root reads, see
@@ -43,6 +47,7 @@ from typing import Any
 from aiohttp import web
 
 from ambit.telemetry import BadLogLevelError, TelemetryError
+from ambit.telemetry.flows import FlowError, FlowRing, page_json, parse_query
 from ambit.telemetry.metrics import ProxyMetrics
 from ambit.telemetry.readiness import Readiness
 
@@ -68,6 +73,7 @@ _LOGGER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*(\.[A-Za-z_][A-Za-z0-9_\-]*)
 INDEX = """\
 ambit node proxy admin
   GET  /config_dump         proxy state and configuration (JSON)
+  GET  /flows?after=N       the connections ended since flow N (JSON; `ambit flows`)
   GET  /logging             current log levels
   POST /logging?level=L     set levels: "debug", or "access:debug,ambit.proxy:info"
   POST /quitquitquit        graceful shutdown
@@ -143,8 +149,10 @@ class ProxyEndpoints:
         admin_address: tuple[str, int] = ("127.0.0.1", 15000),
         stats_address: tuple[str, int] = ("0.0.0.0", 15020),
         readiness_address: tuple[str, int] = ("0.0.0.0", 15021),
+        flows: FlowRing | None = None,
     ) -> None:
         self._metrics = metrics
+        self._flows = flows
         self._readiness = readiness
         self._config_dump = config_dump
         self._quit = quit
@@ -156,6 +164,7 @@ class ProxyEndpoints:
         admin = web.Application()
         admin.router.add_get("/", self._index, allow_head=False)
         admin.router.add_get("/config_dump", self._config_dump_handler, allow_head=False)
+        admin.router.add_get("/flows", self._flows_handler, allow_head=False)
         admin.router.add_post("/quitquitquit", self._quitquitquit)
         admin.router.add_get("/logging", self._get_logging, allow_head=False)
         admin.router.add_post("/logging", self._set_logging)
@@ -213,6 +222,15 @@ class ProxyEndpoints:
             log.exception("config_dump failed")
             return web.Response(status=500, text=f"config_dump failed: {type(exc).__name__}: {exc}\n")
         return web.Response(text=body + "\n", content_type="application/json")
+
+    async def _flows_handler(self, request: web.Request) -> web.Response:
+        if self._flows is None:
+            return web.Response(status=404, text="this proxy keeps no flow log\n")
+        try:
+            after, limit = parse_query(request.query)
+        except FlowError as exc:
+            return web.Response(status=400, text=f"{exc}\n")
+        return web.Response(text=page_json(self._flows.page(after, limit)), content_type="application/json")
 
     def _refused(self, request: web.Request) -> web.Response | None:
         """401 without a credential, 403 with a wrong one, None with the admin token."""

@@ -43,6 +43,7 @@ from ambit.proxy.pool import ConnectionPool
 from ambit.proxy.sockets import HostSocketFactory
 from ambit.telemetry.accesslog import AccessLog
 from ambit.telemetry.endpoints import ProxyEndpoints, new_admin_token, write_admin_token
+from ambit.telemetry.flows import FlowRing
 from ambit.telemetry.readiness import Readiness
 from ambit.tls.workload import WorkloadCertificate
 from ambit.waypoint.context import WaypointContext
@@ -124,6 +125,7 @@ class Waypoint:
             settings.domain,
             frozenset(own_ports),
         )
+        self.flows = FlowRing()
         self.context = WaypointContext(
             state=self.state,
             me=me,
@@ -142,8 +144,8 @@ class Waypoint:
                 me=me,
             ),
             metrics=self.metrics,
-            request_log=RequestLog(as_json=settings.log_json),
-            access_log=AccessLog(json=settings.log_json),
+            request_log=RequestLog(as_json=settings.log_json, flows=self.flows),
+            access_log=AccessLog(json=settings.log_json, flows=self.flows),
             limits=limits,
             identity=self.identity,
         )
@@ -175,6 +177,7 @@ class Waypoint:
             admin_address=("127.0.0.1", settings.admin_port),
             stats_address=("0.0.0.0", settings.stats_port),
             readiness_address=("0.0.0.0", settings.readiness_port),
+            flows=self.flows,
         )
         self._listener: socket.socket | None = None
         self._connections: set[asyncio.Task[None]] = set()

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
+from ambit.telemetry.flows import Flow, FlowRing, request_verdict
 from ambit.telemetry.metrics import LABEL_NAMES, UNKNOWN, LabelValues, ProxyMetrics, TrafficLabels
 
 BUILD_COMPONENT = "ambit-waypoint"
@@ -204,14 +205,48 @@ def format_request_log(record: RequestRecord, *, as_json: bool = False) -> str:
     return " ".join([message, *(f"{key}={_value(value)}" for key, value in record.fields())])
 
 
+def request_flow(record: RequestRecord) -> Flow:
+    """The flow-log entry of a request (``ambit flows``); ``seq`` and ``time`` are the ring's to set."""
+    return Flow(
+        seq=0,
+        time=0.0,
+        direction="waypoint",
+        verdict=request_verdict(record.response_code, record.response_flags),
+        mtls=bool(record.src_identity or record.dst_identity),
+        src_addr=record.src_addr,
+        src_workload=record.src_workload,
+        src_namespace=record.src_namespace,
+        src_identity=record.src_identity,
+        dst_addr=record.dst_addr or record.dst_hbone_addr,
+        dst_service=record.dst_service,
+        dst_workload=record.dst_workload,
+        dst_namespace=record.dst_namespace,
+        dst_identity=record.dst_identity,
+        bytes_sent=record.bytes_sent,
+        bytes_recv=record.bytes_recv,
+        duration_ms=round(max(record.duration_seconds, 0.0) * 1000),
+        reason=record.error,
+        flag=record.response_flags if record.response_flags != "-" else "",
+        method=record.method,
+        path=record.path,
+        response_code=record.response_code,
+        route=record.route,
+    )
+
+
 class RequestLog:
     """Writes :class:`RequestRecord` lines to the ``access`` logger."""
 
-    def __init__(self, *, as_json: bool = False, logger: logging.Logger | None = None) -> None:
+    def __init__(
+        self, *, as_json: bool = False, logger: logging.Logger | None = None, flows: FlowRing | None = None
+    ) -> None:
         self._json = as_json
         self._logger = logger if logger is not None else logging.getLogger("access")
+        self.flows = flows
 
     def write(self, record: RequestRecord) -> None:
+        if self.flows is not None:
+            self.flows.add_request(request_flow(record))
         failed = record.response_flags != "-" or bool(record.error)
         level = logging.WARNING if failed else logging.INFO
         if self._logger.isEnabledFor(level):
