@@ -225,6 +225,15 @@ def nodeproxy(
     dns_proxy: Annotated[
         bool, typer.Option("--dns-proxy/--no-dns-proxy", help="Answer DNS on 15053 in each pod.")
     ] = True,
+    flow_log_size: Annotated[
+        int,
+        typer.Option(
+            "--flow-log-size",
+            min=0,
+            max=1_000_000,
+            help="Connections kept for admin GET /flows (`ambit flows`); 0: no flow log.",
+        ),
+    ] = 4096,
     pool_idle_timeout: Annotated[
         str | None,
         typer.Option(
@@ -293,6 +302,7 @@ def nodeproxy(
         admin_token_file=admin_token_file,
         dns_proxy=dns_proxy,
         dns_nameservers=dns_nameservers,
+        flow_log_size=flow_log_size,
     )
     configure_logging()
     tune_allocator()

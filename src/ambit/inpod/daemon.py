@@ -106,7 +106,7 @@ class NodeProxy:
         self.heap = HeapSettler()
         self.readiness.add_pending(STATE_TASK)
         self.readiness.add_pending(PODS_TASK)
-        self.flows = FlowRing()
+        self.flows = FlowRing(settings.flow_log_size) if settings.flow_log_size else None
         self.context = ProxyContext(
             settings=settings.proxy,
             state=self.state,

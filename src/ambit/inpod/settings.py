@@ -17,6 +17,7 @@ from ambit.errors import AmbitError
 from ambit.hbone.connection import MAX_CONCURRENT_STREAMS
 from ambit.model.identity import DEFAULT_TRUST_DOMAIN
 from ambit.proxy.settings import ProxySettings
+from ambit.telemetry.flows import DEFAULT_CAPACITY
 
 POOL_MAX_STREAMS_ENV = "POOL_MAX_STREAMS_PER_CONNECTION"
 POOL_IDLE_TIMEOUT_ENV = "POOL_UNUSED_RELEASE_TIMEOUT"
@@ -108,6 +109,8 @@ class NodeProxySettings:
     """``/healthz/ready``."""
     log_json: bool = False
     """Access log lines as JSON instead of ``key=value``."""
+    flow_log_size: int = DEFAULT_CAPACITY
+    """Ended connections kept for ``GET /flows`` on the admin port (``ambit flows``); 0: no flow log."""
     pool_max_streams: int = DEFAULT_POOL_MAX_STREAMS
     """Concurrent tunnels on one pooled outbound HBONE connection before the pool dials another."""
     pool_idle_timeout: float = DEFAULT_POOL_IDLE_TIMEOUT
