@@ -6,10 +6,12 @@ admin port as ``GET /flows?after=N``. This command reads them:
 
 - ``--admin-url URL`` (repeatable): any admin port this machine reaches (on a cluster, after ``kubectl -n
   istio-system port-forward pod/<ztunnel pod> 15000``; a waypoint's pod the same way).
-- the lab (default): the node proxy of every node (or of each ``--node``). As ``ambit proxy-config`` does, a child
-  of this command runs in each node proxy's network namespace (root, isolated Python, from ``/``) with
-  ``--admin-url http://127.0.0.1:15000 --output json`` and writes one JSON flow per line; this process reads the
-  children's lines (each ≤ 64 KiB and parsed with the same bounds as a page), filters, merges and prints them.
+- the lab (default): the node proxy of every node (or of each ``--node``) and every running waypoint and gateway
+  pod (label ``gateway.networking.k8s.io/gateway-name``) on those nodes: their requests, with answers and routes.
+  As ``ambit proxy-config`` does, a child of this command runs in each proxy's network namespace (root, isolated
+  Python, from ``/``) with ``--admin-url http://127.0.0.1:15000 --output json`` and writes one JSON flow per line;
+  this process reads the children's lines (each ≤ 64 KiB and parsed with the same bounds as a page), filters,
+  merges and prints them. A proxy's flows are tagged with its node's name, or ``<namespace>/<pod>``.
 
 Without ``--follow`` the flows the proxies hold now are printed, oldest first, at most ``--last`` of them; with it,
 new flows are printed as they come (polled every ``--interval`` seconds) until interrupted or ``--for`` seconds
@@ -27,7 +29,7 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import aiohttp
 import typer
@@ -49,6 +51,7 @@ from ambit.telemetry.flows import (
     render_line,
 )
 
+GATEWAY_LABEL = "gateway.networking.k8s.io/gateway-name"
 MAX_LINE = 64 * 1024
 """Longest JSON line a lab child may write (a flow is well under 8 KiB)."""
 _OUTPUTS = ("text", "json")
@@ -174,7 +177,8 @@ async def _from_admin(
 def _lab_commands(
     nodes: list[str], lab_dir: Path, follow: bool, interval: float, for_seconds: float | None, within: float
 ) -> list[tuple[str, list[str]]]:
-    """Each chosen node and the command that reads its node proxy's flows from inside its network namespace."""
+    """Each chosen node proxy, and each waypoint or gateway pod on the chosen nodes, with the command that reads its
+    flows from inside its network namespace."""
     from ambit.cli.proxy_config import node_proxy_netns
 
     topology = Topology.load(lab_dir.resolve())
@@ -186,17 +190,42 @@ def _lab_commands(
             raise typer.BadParameter(f"no node {name!r} in this lab (it has {', '.join(known)})", param_hint="--node")
     if os.geteuid() != 0:
         raise _fail("entering a lab node proxy's network namespace needs root (or use --admin-url)")
-    commands = []
-    for name in nodes or known:
-        argv = ["flows", "--admin-url", f"http://127.0.0.1:{ADMIN_PORT}", "--proxy-name", name, "--output", "json"]
+
+    def child(proxy: str, netns: str) -> tuple[str, list[str]]:
+        argv = ["flows", "--admin-url", f"http://127.0.0.1:{ADMIN_PORT}", "--proxy-name", proxy, "--output", "json"]
         argv += ["--interval", repr(interval), "--timeout", repr(within), "--last", str(10 * MAX_PAGE)]
         if follow:
             argv.append("--follow")
             if for_seconds is not None:
                 argv += ["--for", repr(for_seconds)]
-        netns = node_proxy_netns(topology, name)
-        commands.append((name, ["ip", "netns", "exec", netns, sys.executable, "-I", "-m", "ambit.cli", *argv]))
+        return proxy, ["ip", "netns", "exec", netns, sys.executable, "-I", "-m", "ambit.cli", *argv]
+
+    chosen = nodes or known
+    commands = [child(name, node_proxy_netns(topology, name)) for name in chosen]
+    commands += [child(proxy, netns) for proxy, netns in _gateway_pods(topology, set(chosen))]
     return commands
+
+
+def _gateway_pods(topology: Topology, nodes: set[str]) -> list[tuple[str, str]]:
+    """``(namespace/pod, network namespace)`` of each running waypoint or gateway pod on ``nodes``."""
+    from ambit.k8s import KubeClient, KubeClientError, kinds
+
+    async def pods() -> list[dict[str, Any]]:
+        async with KubeClient.from_kubeconfig(topology.kubeconfig) as client:
+            items, _ = await client.list(kinds.PODS, None, label_selector=GATEWAY_LABEL)
+            return items
+
+    try:
+        items = asyncio.run(pods())
+    except KubeClientError as exc:
+        typer.echo(f"ambit flows: cannot list the waypoints and gateways, left out: {exc}", err=True)
+        return []
+    found = []
+    for pod in items:
+        meta, spec, status = (pod.get(k) or {} for k in ("metadata", "spec", "status"))
+        if spec.get("nodeName") in nodes and status.get("phase") == "Running" and not meta.get("deletionTimestamp"):
+            found.append((f"{meta.get('namespace')}/{meta.get('name')}", topology.pod_netns(str(meta.get("uid")))))
+    return sorted(found)
 
 
 async def _from_lab(
