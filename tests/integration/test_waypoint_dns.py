@@ -26,6 +26,7 @@ from tests.integration.waypoint_rig import (
     HttpOverTunnel,
     echo_of,
     free_port,
+    waypoint_settings,
 )
 
 from ambit.identity.localca import LocalCa
@@ -36,7 +37,7 @@ from ambit.model.workload import AppProtocol, NetworkAddress, PortMapping, Servi
 from ambit.proxy.hbone_client import HboneClient
 from ambit.proxy.hbone_stream import HboneStream
 from ambit.waypoint.process import Waypoint
-from ambit.waypoint.settings import WaypointLimits, WaypointSettings
+from ambit.waypoint.settings import WaypointLimits
 
 EXTERNAL_IP = "127.0.0.6"
 CLIENT_IP = "127.0.0.4"
@@ -174,21 +175,13 @@ async def egress(tmp_path: Path) -> AsyncIterator[Egress]:
         admin_port = free_port()
         config = tmp_path / "mesh.yaml"
         config.write_text(render_local_config(mesh(echo_port, admin_port)), encoding="utf-8")
-        settings = WaypointSettings(
-            namespace="app",
-            gateway_name="waypoint",
-            service_account="waypoint",
-            pod_name="waypoint-0",
-            instance_ip="127.0.0.1",
-            config_file=config,
-            local_ca_dir=tmp_path / "ca",
-            hbone_port=free_port(),
+        settings = waypoint_settings(
+            config,
+            tmp_path / "ca",
+            LIMITS,
             admin_port=admin_port,
-            stats_port=free_port(),
-            readiness_port=free_port(),
             dns_nameservers=("127.0.0.1",),
             dns_port=dns.port,
-            limits=LIMITS,
         )
         ca = LocalCa(tmp_path / "ca", trust_domain=TD)
         waypoint = Waypoint(settings)

@@ -19,6 +19,7 @@ import socket
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import grpc
@@ -334,6 +335,26 @@ def grpc_echo_handler(endpoint: Endpoint) -> grpc.GenericRpcHandler:
     )
 
 
+def waypoint_settings(config: Path, ca_dir: Path, limits: WaypointLimits, **overrides: Any) -> WaypointSettings:
+    """The settings of the rigs' waypoint ``app/waypoint`` on 127.0.0.1 (free ports; a local config and CA), with
+    ``overrides``."""
+    fields: dict[str, Any] = {
+        "namespace": "app",
+        "gateway_name": "waypoint",
+        "service_account": "waypoint",
+        "pod_name": "waypoint-0",
+        "instance_ip": "127.0.0.1",
+        "config_file": config,
+        "local_ca_dir": ca_dir,
+        "hbone_port": free_port(),
+        "admin_port": free_port(),
+        "stats_port": free_port(),
+        "readiness_port": free_port(),
+        "limits": limits,
+    }
+    return WaypointSettings(**(fields | overrides))
+
+
 class Rig:
     def __init__(self, tmp: Path, limits: WaypointLimits) -> None:
         self.tmp = tmp
@@ -341,21 +362,7 @@ class Rig:
         config = tmp / "mesh.yaml"
         config.write_text(render_local_config(mesh_config()), encoding="utf-8")
         self.hbone_port = shared_free_port(("127.0.0.2", "127.0.0.3"))
-        self.settings = WaypointSettings(
-            namespace="app",
-            gateway_name="waypoint",
-            service_account="waypoint",
-            pod_name="waypoint-0",
-            instance_ip="127.0.0.1",
-            config_file=config,
-            local_ca_dir=tmp / "ca",
-            hbone_port=free_port(),
-            admin_port=free_port(),
-            stats_port=free_port(),
-            readiness_port=free_port(),
-            upstream_hbone_port=self.hbone_port,
-            limits=limits,
-        )
+        self.settings = waypoint_settings(config, tmp / "ca", limits, upstream_hbone_port=self.hbone_port)
         self.waypoint = Waypoint(self.settings)
         self.endpoints: list[Endpoint] = []
 
