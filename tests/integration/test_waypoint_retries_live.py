@@ -279,8 +279,9 @@ async def test_retries_stop_at_the_request_deadline(rig: Rig) -> None:
     loop = asyncio.get_running_loop()
     began = loop.time()
     status, _, body = await HttpOverTunnel(stream).request("GET", "/echo")
-    assert 1.3 <= loop.time() - began < 2.0
-    assert status == 503 and re.match(rb"echo-\d fails", body)  # the last answer, not the 504 of the deadline
+    assert loop.time() - began >= 1.3  # the fourth try waited its backoff
+    # the last answer, not the 504 of the deadline: so it came before the deadline, however loaded the machine
+    assert status == 503 and re.match(rb"echo-\d fails", body)
     assert sum(tries(rig, "GET /echo").values()) == 4
     [sample] = await request_samples(rig)
     assert 'response_flags="-"' in sample  # the deadline, not the retry limit, stopped the retries
