@@ -151,6 +151,13 @@ def test_node_proxy_has_its_own_netns_three_capabilities_and_only_an_istio_ca_to
     assert env["INSTANCE_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     assert container["readinessProbe"]["httpGet"] == {"path": "/healthz/ready", "port": 15021}
+    # scraped like Istio's ztunnel (and our waypoints): the stats port serves both paths
+    annotations = daemonset["spec"]["template"]["metadata"]["annotations"]
+    assert annotations == {
+        "prometheus.io/port": "15020",
+        "prometheus.io/scrape": "true",
+        "prometheus.io/path": "/stats/prometheus",
+    }
 
 
 def test_the_precreated_webhook_has_the_control_planes_rules_and_fails_open_until_it_has_a_ca_bundle() -> None:
