@@ -29,12 +29,17 @@ Rules:
    ``random * 1_000_003 + 0.618... * (i + 1)``. Its low-order digits are independent enough of the high-order ones
    that draw the backend for percent splits; a test checks the rates.
 9. ``random`` outside [0, 1) (or NaN) is read as 0.
+10. VirtualService actions: a rule's ``fault`` runs first: its delay applies when ``100 * r_d < delay_percent``
+    and its abort when ``100 * r_a < abort_percent`` (``r_d``, ``r_a`` derived from ``random`` like mirror draws,
+    with indexes -1 and -2), the delay travelling in the decision for the shell to wait out. Then a
+    ``direct_response`` answers with its status and body. A draw that lands on an unresolved backend answers the
+    rule's ``missing_backend_status`` (503 for a VirtualService destination the waypoint does not know).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ambit.model.routes import (
     BackendService,
@@ -64,6 +69,7 @@ _CACHE_SIZE = 512
 _MIRROR_SCALE = 1_000_003.0
 _GOLDEN = 0.6180339887498949
 _NO_TIMEOUTS = Timeouts()
+_TEXT = (("content-type", "text/plain"),)
 _DEFAULT_RETRY = RetryPolicy()
 """The default route's policies: Istio's defaults, shared (they are frozen)."""
 
@@ -134,7 +140,7 @@ class CompiledTable:
             if (
                 (test.method is None or test.method == method)
                 and (test.path is None or test.path(path))
-                and (not (test.headers or test.query) or test.holds_for(facts))
+                and (not test.needs_facts or test.holds_for(facts))
             ):
                 return _take(compiled, destination, request, _unit(random))
         return Respond(404)
@@ -151,6 +157,22 @@ def _draw(
 
 def _take(compiled: _CompiledRule, destination: BackendService, request: RequestHead, random: float) -> Decision:
     rule = compiled.rule
+    delay = 0.0
+    if rule.fault is not None:
+        fault = rule.fault
+        if fault.delay > 0 and 100.0 * _mirror_draw(random, -2) < fault.delay_percent:
+            delay = fault.delay
+        if fault.abort_status and 100.0 * _mirror_draw(random, -3) < fault.abort_percent:
+            return Respond(fault.abort_status, _TEXT, b"fault filter abort", route=rule.route, delay=delay)
+    decision = _act(compiled, destination, request, random)
+    return replace(decision, delay=delay) if delay else decision
+
+
+def _act(compiled: _CompiledRule, destination: BackendService, request: RequestHead, random: float) -> Decision:
+    rule = compiled.rule
+    if rule.direct_response is not None and rule.redirect is None:
+        direct = rule.direct_response
+        return Respond(direct.status, _TEXT if direct.body else (), direct.body, route=rule.route)
     if rule.redirect is not None:
         if not request.authority:
             request = RequestHead(request.method, request.path, destination.hostname, request.headers, request.scheme)
@@ -159,8 +181,10 @@ def _take(compiled: _CompiledRule, destination: BackendService, request: Request
             return Respond(500, route=rule.route)
         return Respond(rule.redirect.status_code, (("location", location),), route=rule.route)
     chosen = _draw(compiled.backends, random * compiled.total)
-    if chosen is None or chosen[1].backend is None:
+    if chosen is None:
         return Respond(500, route=rule.route)
+    if chosen[1].backend is None:
+        return Respond(rule.missing_backend_status, route=rule.route)
     backend, backend_edit = chosen[1].backend, chosen[2]
     if compiled.request_headers is not None:
         request = compiled.request_headers.apply(request)

@@ -1,0 +1,172 @@
+"""Istio ``VirtualService`` objects → the route tables of the waypoints that serve their hosts (spec §11.3
+TestServerRouting, TestTrafficSplit), as istiod's waypoint builds them (``listener_waypoint.go``
+``getVirtualServiceForWaypoint``, ``waypointInboundRoute``; ``route.go`` ``TranslateRoute``).
+
+Theory of operation: :func:`translate_virtual_services` takes the VirtualService objects (plain API dicts), every
+translated Service (Kubernetes and ServiceEntry) with the waypoint it is bound to, and returns, per destination (a
+Service port a waypoint serves), the HTTP rules each applicable VirtualService contributes (one
+:class:`RouteBlock` per VirtualService, in written order) and its TCP/TLS choice (:class:`ConnectionRoute`).
+:mod:`ambit.controlplane.translate.routes` merges them with the Gateway API routes attached to the same
+destination. Pure: no I/O; what cannot be used is reported as a :class:`~ambit.controlplane.translate.skips.Skipped`
+(a Warning Event on the VirtualService), never raised.
+
+Rules:
+
+1. Which VirtualServices apply to a Service bound to a waypoint: ``gateways`` empty or naming ``mesh``; in the
+   Service's namespace or the (primary) waypoint's own; exported (``exportTo``: empty or ``*`` everywhere, ``.``
+   its own namespace, ``~`` nowhere, else the listed namespaces) to the waypoint's namespace; and one of its
+   ``hosts`` matches the Service's hostname. A short host ``reviews`` means ``reviews.<its namespace>.svc.<domain>``;
+   ``*.example.com`` matches any host ending ``.example.com``; ``*`` any host (istio ``host.Name.Matches``).
+2. Several apply to one destination: their rules are concatenated, the oldest VirtualService first
+   (``metadata.creationTimestamp``, then name, then namespace: istiod's ``configCompareByCreationTime``), as
+   istiod's waypoint merges every matching VirtualService. **A VirtualService and an HTTPRoute on one Service**:
+   istiod turns the HTTPRoutes of a Service into one VirtualService (their rules sorted by Gateway API
+   precedence, dated by the oldest route) and the waypoint concatenates it with the real ones by the same order;
+   :mod:`~ambit.controlplane.translate.routes` does the same with the HTTPRoute block. First match wins across
+   the whole table.
+3. Each applicable VirtualService's ``http``, ``tcp`` and ``tls`` rules are converted for each port of the Service
+   by :mod:`ambit.controlplane.translate.virtualservice_rules` (match semantics, actions, what is dropped).
+4. Bad content never raises: what cannot be used is reported once per (VirtualService, field) as a
+   :class:`~ambit.controlplane.translate.skips.Skipped`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ambit.controlplane.translate.skips import ObjectKind, Skipped, skipped
+from ambit.controlplane.translate.virtualservice_rules import (
+    BadField,
+    RuleContext,
+    connection_route,
+    for_mesh,
+    fqdn,
+    http_rules,
+)
+from ambit.model.routes import RouteRule, WeightedBackend
+from ambit.model.workload import Service
+
+__all__ = [
+    "VIRTUAL_SERVICE",
+    "ConnectionRoute",
+    "RouteBlock",
+    "VirtualServiceRoutes",
+    "host_matches",
+    "translate_virtual_services",
+]
+
+VIRTUAL_SERVICE = ObjectKind("networking.istio.io/v1", "VirtualService")
+Obj = Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class RouteBlock:
+    """The HTTP entries one VirtualService (or, in :mod:`routes`, the HTTPRoutes) gives one destination."""
+
+    order: tuple[str, str, str]
+    """(creationTimestamp, name, namespace): blocks are concatenated in this order (rule 2)."""
+    rules: tuple[RouteRule, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionRoute:
+    """The TLS or TCP rule one VirtualService gives one destination (rule 8)."""
+
+    tls: bool
+    order: tuple[str, str, str]
+    backends: tuple[WeightedBackend, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class VirtualServiceRoutes:
+    http: Mapping[tuple[str, int], tuple[RouteBlock, ...]]
+    """(service key, port) → the blocks of the VirtualServices that apply, oldest first."""
+    connections: Mapping[tuple[str, int], tuple[ConnectionRoute, ...]]
+
+
+def host_matches(pattern: str, hostname: str) -> bool:
+    """Istio's ``host.Name.Matches``: exact, or either side a ``*`` / ``*.suffix`` wildcard covering the other."""
+    if pattern.startswith("*"):
+        if hostname.startswith("*"):
+            return len(pattern) <= len(hostname) and hostname.endswith(pattern[1:])
+        return hostname.endswith(pattern[1:])
+    if hostname.startswith("*"):
+        return pattern.endswith(hostname[1:])
+    return pattern == hostname
+
+
+def _exported_to(spec: Obj, vs_namespace: str, consumer: str) -> bool:
+    export = spec.get("exportTo")
+    if not isinstance(export, list) or not export:
+        return True
+    return any(entry in ("*", consumer) or (entry == "." and consumer == vs_namespace) for entry in export)
+
+
+def _object(value: Any) -> Obj:
+    return value if isinstance(value, Mapping) else {}
+
+
+def translate_virtual_services(
+    virtual_services: Iterable[Obj],
+    services: Iterable[Service],
+    bound: Mapping[str, str],
+    *,
+    domain: str = "cluster.local",
+    skips: list[Skipped] | None = None,
+) -> VirtualServiceRoutes:
+    """Each bound destination's VirtualService blocks and connection routes (rules 1-9). ``bound`` maps a service
+    key to its (primary) waypoint's key; ``skips`` receives what had to be left out."""
+    service_list = list(services)
+    by_hostname: dict[str, list[Service]] = {}
+    for service in service_list:
+        by_hostname.setdefault(service.hostname, []).append(service)
+    hostnames = {k: tuple(v) for k, v in by_hostname.items()}
+    targets = [s for s in service_list if s.key in bound]
+    http: dict[tuple[str, int], list[RouteBlock]] = {}
+    connections: dict[tuple[str, int], list[ConnectionRoute]] = {}
+    reported: set[Skipped] = set()
+    for obj in virtual_services:
+        if not isinstance(obj, Mapping):
+            continue
+        meta, spec = _object(obj.get("metadata")), _object(obj.get("spec"))
+        namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+        if not namespace or not name or not for_mesh(spec.get("gateways")):
+            continue
+        hosts = spec.get("hosts")
+        patterns = (
+            [fqdn(h, namespace, domain) for h in hosts if isinstance(h, str) and h] if isinstance(hosts, list) else []
+        )
+        created = meta.get("creationTimestamp")
+        order = (created if isinstance(created, str) else "", name, namespace)
+        for service in targets:
+            waypoint_namespace = bound[service.key].partition("/")[0]
+            if namespace not in (service.namespace, waypoint_namespace):
+                continue
+            if not _exported_to(spec, namespace, waypoint_namespace):
+                continue
+            if not any(host_matches(p, service.hostname) for p in patterns):
+                continue
+            for port in sorted({m.service_port for m in service.ports}):
+                ctx = RuleContext(namespace, name, domain, port, hostnames)
+                problems: list[tuple[str, str]] = []
+                rules = http_rules(spec, ctx, problems)
+                if rules:
+                    http.setdefault((service.key, port), []).append(RouteBlock(order, rules))
+                try:
+                    found = connection_route(spec, ctx, service.hostname)
+                    connection = ConnectionRoute(found[0], order, found[1]) if found is not None else None
+                except BadField as bad:
+                    problems.append((bad.field, f"{bad.reason}; the TCP/TLS routes are left out"))
+                    connection = None
+                if connection is not None:
+                    connections.setdefault((service.key, port), []).append(connection)
+                for field, reason in problems:
+                    reported.add(skipped(VIRTUAL_SERVICE, obj, field, reason))
+    if skips is not None:
+        skips.extend(sorted(reported))
+    return VirtualServiceRoutes(
+        http={k: tuple(sorted(v, key=lambda b: b.order)) for k, v in http.items()},
+        connections={k: tuple(sorted(v, key=lambda c: c.order)) for k, v in connections.items()},
+    )
