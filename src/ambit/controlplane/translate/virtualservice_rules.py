@@ -80,6 +80,10 @@ __all__ = ["MESH", "BadField", "RuleContext", "connection_route", "for_mesh", "f
 MESH = "mesh"
 MISSING_BACKEND = 503
 MAX_DIRECT_BODY = 64 * 1024
+MAX_DURATION = 366 * 24 * 3600.0
+"""A year: longer timeouts and delays are surely mistakes, and they must fit a protobuf Duration."""
+MAX_WEIGHT = 2**31 - 1
+_SUBSET_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _REDIRECT_CODES = frozenset((301, 302, 303, 307, 308))
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+\-.^_`|~]+$")
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(h|ms|m|s|us|µs|ns)")
@@ -124,12 +128,28 @@ def _str(value: Any, field: str) -> str:
     return value
 
 
+def _printable(value: Any, field: str) -> str:
+    """A string the waypoint's decoder accepts as text (no control characters): anything else would make it
+    refuse the whole config (a NACK), so it is refused here, for this rule only."""
+    text = _str(value, field)
+    if not text.isprintable():
+        raise BadField(field, "has unprintable characters")
+    return text
+
+
 def _int(value: Any, field: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         raise BadField(field, "expected an integer")
     return value
+
+
+def _weight(value: Any, field: str) -> int:
+    weight = _int(value, field) or 0
+    if not 0 <= weight <= MAX_WEIGHT:
+        raise BadField(field, f"expected 0 to {MAX_WEIGHT}")
+    return weight
 
 
 def _percent(value: Any, field: str) -> float | None:
@@ -143,12 +163,16 @@ def _percent(value: Any, field: str) -> float | None:
 
 
 def parse_duration(value: Any, field: str) -> float:
-    """A protobuf Duration as YAML writes it (``10s``, ``0.5s``, ``250ms``, ``1m30s``), in seconds."""
+    """A protobuf Duration as YAML writes it (``10s``, ``0.5s``, ``250ms``, ``1m30s``), in seconds, at most
+    :data:`MAX_DURATION`."""
     text = _str(value, field)
     parts = _DURATION_PART.findall(text)
-    if not text or "".join(n + u for n, u in parts) != text:
-        raise BadField(field, f"invalid duration {text!r} (expected e.g. 10s, 0.5s, 250ms)")
-    return sum(float(n) * _UNIT[u] for n, u in parts)
+    if not text or len(text) > 64 or "".join(n + u for n, u in parts) != text:
+        raise BadField(field, f"invalid duration {text[:64]!r} (expected e.g. 10s, 0.5s, 250ms)")
+    seconds = sum(float(n) * _UNIT[u] for n, u in parts)
+    if not seconds <= MAX_DURATION:
+        raise BadField(field, f"longer than {MAX_DURATION:.0f} seconds")
+    return seconds
 
 
 def fqdn(host: str, namespace: str, domain: str) -> str:
@@ -183,6 +207,8 @@ class RuleContext:
         if not host:
             raise BadField(f"{field}.host", "required")
         subset = _str(spec.get("subset"), f"{field}.subset")
+        if subset and not _SUBSET_NAME.fullmatch(subset):
+            raise BadField(f"{field}.subset", "not a DNS label (a DestinationRule subset name)")
         port = _int(_mapping(spec.get("port"), f"{field}.port").get("number"), f"{field}.port.number")
         if port is not None and not 0 < port < 65536:
             raise BadField(f"{field}.port.number", f"out of range 1..65535: {port}")
@@ -205,7 +231,7 @@ def _string_match(name: str, value: Any, field: str) -> ValueMatch:
     if not known or (known == ["regex"] and spec["regex"] == "*"):
         return ValueMatch(name, "", ValueMatchType.PRESENT)
     kind = known[0]
-    text = _str(spec[kind], f"{field}.{kind}")
+    text = _header_value(spec[kind], f"{field}.{kind}")
     if kind == "regex":
         problem = regex_problem(text)
         if problem is not None:
@@ -221,6 +247,8 @@ def _path_match(value: Any, field: str) -> PathMatch | None:
     if match.kind is ValueMatchType.PRESENT:
         return None
     if match.kind is ValueMatchType.EXACT:
+        if not match.value.startswith("/"):
+            raise BadField(f"{field}.exact", "an exact path must start with /")
         return PathMatch(PathMatchType.EXACT, match.value)
     if match.kind is ValueMatchType.PREFIX:
         return PathMatch(PathMatchType.PREFIX, match.value)
@@ -256,14 +284,14 @@ def _route_match(match: Obj, field: str) -> RouteMatch:
     method: str | None = None
     if match.get("method") is not None:
         found = _string_match(":method", match["method"], f"{field}.method")
-        if found.kind is not ValueMatchType.EXACT:
+        if found.kind is not ValueMatchType.EXACT or not found.value:
             raise BadField(f"{field}.method", "only an exact method match is supported")
-        method = found.value
+        method = _printable(found.value, f"{field}.method.exact")
     headers = list(_header_matches(match.get("headers"), f"{field}.headers"))
     if match.get("authority") is not None:
         headers.append(_string_match("host", match["authority"], f"{field}.authority"))
     query = tuple(
-        _string_match(_str(name, f"{field}.queryParams"), value, f"{field}.queryParams.{name}")
+        _string_match(_query_name(name, f"{field}.queryParams"), value, f"{field}.queryParams.{name}")
         for name, value in sorted(
             _mapping(match.get("queryParams"), f"{field}.queryParams").items(), key=lambda i: str(i[0])
         )
@@ -277,6 +305,13 @@ def _route_match(match: Obj, field: str) -> RouteMatch:
         ignore_path_case=ignore_case is True,
         without_headers=_header_matches(match.get("withoutHeaders"), f"{field}.withoutHeaders"),
     )
+
+
+def _query_name(name: Any, field: str) -> str:
+    text = _str(name, field)
+    if not text:
+        raise BadField(field, "a query parameter needs a name")
+    return text
 
 
 def _header_value(value: Any, field: str) -> str:
@@ -297,7 +332,7 @@ def _modifier(value: Any, field: str) -> tuple[HeaderModifier | None, str | None
                 raise BadField(f"{field}.{op}", f"not a header name: {name!r}")
             text = _header_value(raw, f"{field}.{op}.{name}")
             if name.lower() in _AUTHORITY:
-                authority = text
+                authority = _printable(text, f"{field}.{op}.{name}")
             else:
                 pairs[op].append((name.lower(), text))
     remove = []
@@ -329,15 +364,15 @@ def _redirect(value: Any, port: int, field: str) -> RequestRedirect:
     code = _int(spec.get("redirectCode"), f"{field}.redirectCode") or 301
     if code not in _REDIRECT_CODES:
         raise BadField(f"{field}.redirectCode", f"not a supported redirect status: {code}")
-    uri = _str(spec.get("uri"), f"{field}.uri")
+    uri = _printable(spec.get("uri"), f"{field}.uri")
     redirect_port = _int(spec.get("port"), f"{field}.port")
     if redirect_port is not None and not 0 < redirect_port < 65536:
         raise BadField(f"{field}.port", f"out of range 1..65535: {redirect_port}")
     if spec.get("derivePort") == "FROM_REQUEST_PORT":
         redirect_port = port
     return RequestRedirect(
-        scheme=_str(spec.get("scheme"), f"{field}.scheme") or None,
-        hostname=_str(spec.get("authority"), f"{field}.authority") or None,
+        scheme=_printable(spec.get("scheme"), f"{field}.scheme") or None,
+        hostname=_printable(spec.get("authority"), f"{field}.authority") or None,
         path=PathModifier(PathModifierType.REPLACE_FULL_PATH, uri) if uri else None,
         port=redirect_port,
         status_code=code,
@@ -378,6 +413,8 @@ def _retry(value: Any, field: str) -> tuple[RetryPolicy, float | None]:
     connect = False
     for condition in (c.strip() for c in retry_on.split(",") if c.strip()):
         if condition.isdigit():
+            if not 100 <= int(condition) <= 599:
+                raise BadField(f"{field}.retryOn", f"not an HTTP status: {condition[:8]}")
             codes.add(int(condition))
         elif condition == "5xx":
             codes.update(range(500, 600))
@@ -451,9 +488,7 @@ def _backends(
     for i, item in enumerate(routes):
         where = f"{field}.route[{i}]"
         spec = _mapping(item, where)
-        weight = _int(spec.get("weight"), f"{where}.weight") or 0
-        if weight < 0:
-            raise BadField(f"{where}.weight", "must not be negative")
+        weight = _weight(spec.get("weight"), f"{where}.weight")
         if not single and weight == 0:
             continue
         backend = ctx.backend(spec.get("destination"), f"{where}.destination")
@@ -471,7 +506,7 @@ def _backends(
 
 def _http_rule(rule: Obj, match: RouteMatch, ctx: RuleContext, field: str, notes: list[tuple[str, str]]) -> RouteRule:
     """One entry: ``match`` with the rule's actions (rules 5-7)."""
-    name = _str(rule.get("name"), f"{field}.name")
+    name = _printable(rule.get("name"), f"{field}.name")
     request, response, authority = _headers(rule.get("headers"), f"{field}.headers")
     fault = _fault(rule.get("fault"), f"{field}.fault", notes)
     if rule.get("corsPolicy") is not None:
@@ -497,14 +532,14 @@ def _http_rule(rule: Obj, match: RouteMatch, ctx: RuleContext, field: str, notes
         raise BadField(
             f"{field}.rewrite.uriRegexRewrite", "a regular-expression rewrite is not supported at the waypoint"
         )
-    uri = _str(rewrite_spec.get("uri"), f"{field}.rewrite.uri")
+    uri = _printable(rewrite_spec.get("uri"), f"{field}.rewrite.uri")
     path: PathModifier | None = None
     if uri:
         prefix = match.path is None or match.path.kind is PathMatchType.PREFIX
         path = PathModifier(
             PathModifierType.REPLACE_PREFIX_MATCH if prefix else PathModifierType.REPLACE_FULL_PATH, uri
         )
-    host = _str(rewrite_spec.get("authority"), f"{field}.rewrite.authority") or authority or dest_authority
+    host = _printable(rewrite_spec.get("authority"), f"{field}.rewrite.authority") or authority or dest_authority
     rewrite = URLRewrite(hostname=host or None, path=path) if host or path else None
     timeout = parse_duration(rule["timeout"], f"{field}.timeout") if rule.get("timeout") is not None else None
     retry, per_try = _retry(rule.get("retries"), f"{field}.retries")
@@ -570,7 +605,7 @@ def _connection_backends(routes: Any, ctx: RuleContext, field: str) -> tuple[Wei
     out: list[WeightedBackend] = []
     for i, item in enumerate(items):
         spec = _mapping(item, f"{field}[{i}]")
-        weight = _int(spec.get("weight"), f"{field}[{i}].weight") or 0
+        weight = _weight(spec.get("weight"), f"{field}[{i}].weight")
         if not single and weight <= 0:
             continue
         out.append(
