@@ -1,7 +1,8 @@
 """One VirtualService's rules → :mod:`ambit.model.routes` entries for one destination port of a waypoint, as
 istiod's waypoint translates them (``listener_waypoint.go`` ``waypointInboundRoute``, ``getWaypointTCPRoutes``;
 ``route.go`` ``TranslateRoute``, ``TranslateRouteMatch``). Which VirtualServices apply where, and how their rules
-join a table, is :mod:`ambit.controlplane.translate.virtualservices`'s business.
+join a table, is :mod:`ambit.controlplane.translate.virtualservices`'s business; reading and checking each value,
+:mod:`ambit.controlplane.translate.virtualservice_values`'s.
 
 Rules:
 
@@ -52,7 +53,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ambit.controlplane.translate.routerules import regex_problem
+from ambit.controlplane.translate.virtualservice_values import (
+    HEADER_NAME,
+    BadField,
+    parse_duration,
+    read_header_value,
+    read_int,
+    read_list,
+    read_mapping,
+    read_percent,
+    read_printable,
+    read_string_match,
+    read_text,
+    read_weight,
+)
 from ambit.model.routes import (
     BackendService,
     DirectResponse,
@@ -80,99 +94,13 @@ __all__ = ["MESH", "BadField", "RuleContext", "connection_route", "for_mesh", "f
 MESH = "mesh"
 MISSING_BACKEND = 503
 MAX_DIRECT_BODY = 64 * 1024
-MAX_DURATION = 366 * 24 * 3600.0
-"""A year: longer timeouts and delays are surely mistakes, and they must fit a protobuf Duration."""
-MAX_WEIGHT = 2**31 - 1
 _SUBSET_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _REDIRECT_CODES = frozenset((301, 302, 303, 307, 308))
-_HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+\-.^_`|~]+$")
-_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(h|ms|m|s|us|µs|ns)")
-_UNIT = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 _AUTHORITY = frozenset(("host", ":authority"))
 _CONNECT_FAILURES = frozenset(("connect-failure", "refused-stream", "reset", "reset-before-request"))
 _GRPC_CONDITIONS = frozenset(("cancelled", "deadline-exceeded", "internal", "resource-exhausted", "unavailable"))
 
 Obj = Mapping[str, Any]
-
-
-class BadField(Exception):
-    """A part of a VirtualService that cannot be used: the field and why."""
-
-    def __init__(self, field: str, reason: str) -> None:
-        super().__init__(reason)
-        self.field = field
-        self.reason = reason
-
-
-def _mapping(value: Any, field: str) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise BadField(field, "expected an object")
-    return value
-
-
-def _items(value: Any, field: str) -> list[Any]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise BadField(field, "expected a list")
-    return value
-
-
-def _str(value: Any, field: str) -> str:
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise BadField(field, "expected a string")
-    return value
-
-
-def _printable(value: Any, field: str) -> str:
-    """A string the waypoint's decoder accepts as text (no control characters): anything else would make it
-    refuse the whole config (a NACK), so it is refused here, for this rule only."""
-    text = _str(value, field)
-    if not text.isprintable():
-        raise BadField(field, "has unprintable characters")
-    return text
-
-
-def _int(value: Any, field: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise BadField(field, "expected an integer")
-    return value
-
-
-def _weight(value: Any, field: str) -> int:
-    weight = _int(value, field) or 0
-    if not 0 <= weight <= MAX_WEIGHT:
-        raise BadField(field, f"expected 0 to {MAX_WEIGHT}")
-    return weight
-
-
-def _percent(value: Any, field: str) -> float | None:
-    """A ``Percent`` (``{value: 12.5}``); None when absent."""
-    if value is None:
-        return None
-    raw = _mapping(value, field).get("value", 0.0)
-    if isinstance(raw, bool) or not isinstance(raw, int | float) or not 0.0 <= raw <= 100.0:
-        raise BadField(f"{field}.value", "expected a number from 0 to 100")
-    return float(raw)
-
-
-def parse_duration(value: Any, field: str) -> float:
-    """A protobuf Duration as YAML writes it (``10s``, ``0.5s``, ``250ms``, ``1m30s``), in seconds, at most
-    :data:`MAX_DURATION`."""
-    text = _str(value, field)
-    parts = _DURATION_PART.findall(text)
-    if not text or len(text) > 64 or "".join(n + u for n, u in parts) != text:
-        raise BadField(field, f"invalid duration {text[:64]!r} (expected e.g. 10s, 0.5s, 250ms)")
-    seconds = sum(float(n) * _UNIT[u] for n, u in parts)
-    if not seconds <= MAX_DURATION:
-        raise BadField(field, f"longer than {MAX_DURATION:.0f} seconds")
-    return seconds
 
 
 def fqdn(host: str, namespace: str, domain: str) -> str:
@@ -202,14 +130,14 @@ class RuleContext:
 
     def backend(self, destination: Any, field: str) -> BackendService | None:
         """A ``Destination`` resolved (rule 5); None when no Service has that host."""
-        spec = _mapping(destination, field)
-        host = _str(spec.get("host"), f"{field}.host")
+        spec = read_mapping(destination, field)
+        host = read_text(spec.get("host"), f"{field}.host")
         if not host:
             raise BadField(f"{field}.host", "required")
-        subset = _str(spec.get("subset"), f"{field}.subset")
+        subset = read_text(spec.get("subset"), f"{field}.subset")
         if subset and not _SUBSET_NAME.fullmatch(subset):
             raise BadField(f"{field}.subset", "not a DNS label (a DestinationRule subset name)")
-        port = _int(_mapping(spec.get("port"), f"{field}.port").get("number"), f"{field}.port.number")
+        port = read_int(read_mapping(spec.get("port"), f"{field}.port").get("number"), f"{field}.port.number")
         if port is not None and not 0 < port < 65536:
             raise BadField(f"{field}.port.number", f"out of range 1..65535: {port}")
         hostname = fqdn(host, self.namespace, self.domain)
@@ -223,27 +151,10 @@ class RuleContext:
         return BackendService(service.namespace, service.hostname, port, subset)
 
 
-def _string_match(name: str, value: Any, field: str) -> ValueMatch:
-    spec = _mapping(value, field)
-    known = [k for k in ("exact", "prefix", "regex") if k in spec]
-    if len(known) > 1:
-        raise BadField(field, "only one of exact, prefix, regex")
-    if not known or (known == ["regex"] and spec["regex"] == "*"):
-        return ValueMatch(name, "", ValueMatchType.PRESENT)
-    kind = known[0]
-    text = _header_value(spec[kind], f"{field}.{kind}")
-    if kind == "regex":
-        problem = regex_problem(text)
-        if problem is not None:
-            raise BadField(f"{field}.regex", problem)
-        return ValueMatch(name, text, ValueMatchType.REGULAR_EXPRESSION)
-    return ValueMatch(name, text, ValueMatchType.EXACT if kind == "exact" else ValueMatchType.PREFIX)
-
-
 def _path_match(value: Any, field: str) -> PathMatch | None:
     if value is None:
         return None
-    match = _string_match("", value, field)
+    match = read_string_match("", value, field)
     if match.kind is ValueMatchType.PRESENT:
         return None
     if match.kind is ValueMatchType.EXACT:
@@ -257,12 +168,12 @@ def _path_match(value: Any, field: str) -> PathMatch | None:
 
 def _header_matches(value: Any, field: str) -> tuple[ValueMatch, ...]:
     out: list[ValueMatch] = []
-    for name, match in sorted(_mapping(value, field).items(), key=lambda item: str(item[0]).lower()):
-        if not isinstance(name, str) or not _HEADER_NAME.match(name):
+    for name, match in sorted(read_mapping(value, field).items(), key=lambda item: str(item[0]).lower()):
+        if not isinstance(name, str) or not HEADER_NAME.match(name):
             if isinstance(name, str) and name.startswith("@request.auth.claims"):
                 raise BadField(f"{field}.{name}", "routing on JWT claims is not supported at the waypoint")
             raise BadField(f"{field}", f"not a header name: {name!r}")
-        out.append(_string_match(name.lower(), match, f"{field}.{name}"))
+        out.append(read_string_match(name.lower(), match, f"{field}.{name}"))
     return tuple(out)
 
 
@@ -283,17 +194,17 @@ def _route_match(match: Obj, field: str) -> RouteMatch:
         raise BadField(f"{field}.scheme", "a scheme match is not supported at the waypoint")
     method: str | None = None
     if match.get("method") is not None:
-        found = _string_match(":method", match["method"], f"{field}.method")
+        found = read_string_match(":method", match["method"], f"{field}.method")
         if found.kind is not ValueMatchType.EXACT or not found.value:
             raise BadField(f"{field}.method", "only an exact method match is supported")
-        method = _printable(found.value, f"{field}.method.exact")
+        method = read_printable(found.value, f"{field}.method.exact")
     headers = list(_header_matches(match.get("headers"), f"{field}.headers"))
     if match.get("authority") is not None:
-        headers.append(_string_match("host", match["authority"], f"{field}.authority"))
+        headers.append(read_string_match("host", match["authority"], f"{field}.authority"))
     query = tuple(
-        _string_match(_query_name(name, f"{field}.queryParams"), value, f"{field}.queryParams.{name}")
+        read_string_match(_query_name(name, f"{field}.queryParams"), value, f"{field}.queryParams.{name}")
         for name, value in sorted(
-            _mapping(match.get("queryParams"), f"{field}.queryParams").items(), key=lambda i: str(i[0])
+            read_mapping(match.get("queryParams"), f"{field}.queryParams").items(), key=lambda i: str(i[0])
         )
     )
     ignore_case = match.get("ignoreUriCase")
@@ -308,37 +219,30 @@ def _route_match(match: Obj, field: str) -> RouteMatch:
 
 
 def _query_name(name: Any, field: str) -> str:
-    text = _str(name, field)
+    text = read_text(name, field)
     if not text:
         raise BadField(field, "a query parameter needs a name")
     return text
 
 
-def _header_value(value: Any, field: str) -> str:
-    text = _str(value, field)
-    if any(c in text for c in "\r\n\0"):
-        raise BadField(field, "a header value may not hold CR, LF or NUL")
-    return text
-
-
 def _modifier(value: Any, field: str) -> tuple[HeaderModifier | None, str | None]:
     """A ``HeaderOperations`` and the authority it sets (rule 6)."""
-    spec = _mapping(value, field)
+    spec = read_mapping(value, field)
     authority: str | None = None
     pairs: dict[str, list[tuple[str, str]]] = {"set": [], "add": []}
     for op in ("add", "set"):
-        for name, raw in sorted(_mapping(spec.get(op), f"{field}.{op}").items(), key=lambda item: str(item[0])):
-            if not isinstance(name, str) or not _HEADER_NAME.match(name.lstrip(":")):
+        for name, raw in sorted(read_mapping(spec.get(op), f"{field}.{op}").items(), key=lambda item: str(item[0])):
+            if not isinstance(name, str) or not HEADER_NAME.match(name.lstrip(":")):
                 raise BadField(f"{field}.{op}", f"not a header name: {name!r}")
-            text = _header_value(raw, f"{field}.{op}.{name}")
+            text = read_header_value(raw, f"{field}.{op}.{name}")
             if name.lower() in _AUTHORITY:
-                authority = _printable(text, f"{field}.{op}.{name}")
+                authority = read_printable(text, f"{field}.{op}.{name}")
             else:
                 pairs[op].append((name.lower(), text))
     remove = []
-    for i, name in enumerate(_items(spec.get("remove"), f"{field}.remove")):
-        text = _str(name, f"{field}.remove[{i}]")
-        if not _HEADER_NAME.match(text):
+    for i, name in enumerate(read_list(spec.get("remove"), f"{field}.remove")):
+        text = read_text(name, f"{field}.remove[{i}]")
+        if not HEADER_NAME.match(text):
             continue  # pseudo-headers and "host" are never removed (istiod drops internal headers)
         if text.lower() not in _AUTHORITY:
             remove.append(text.lower())
@@ -353,26 +257,26 @@ def _join(first: HeaderModifier | None, second: HeaderModifier | None) -> Header
 
 
 def _headers(value: Any, field: str) -> tuple[HeaderModifier | None, HeaderModifier | None, str | None]:
-    spec = _mapping(value, field)
+    spec = read_mapping(value, field)
     request, authority = _modifier(spec.get("request"), f"{field}.request")
     response, _ = _modifier(spec.get("response"), f"{field}.response")
     return request, response, authority
 
 
 def _redirect(value: Any, port: int, field: str) -> RequestRedirect:
-    spec = _mapping(value, field)
-    code = _int(spec.get("redirectCode"), f"{field}.redirectCode") or 301
+    spec = read_mapping(value, field)
+    code = read_int(spec.get("redirectCode"), f"{field}.redirectCode") or 301
     if code not in _REDIRECT_CODES:
         raise BadField(f"{field}.redirectCode", f"not a supported redirect status: {code}")
-    uri = _printable(spec.get("uri"), f"{field}.uri")
-    redirect_port = _int(spec.get("port"), f"{field}.port")
+    uri = read_printable(spec.get("uri"), f"{field}.uri")
+    redirect_port = read_int(spec.get("port"), f"{field}.port")
     if redirect_port is not None and not 0 < redirect_port < 65536:
         raise BadField(f"{field}.port", f"out of range 1..65535: {redirect_port}")
     if spec.get("derivePort") == "FROM_REQUEST_PORT":
         redirect_port = port
     return RequestRedirect(
-        scheme=_printable(spec.get("scheme"), f"{field}.scheme") or None,
-        hostname=_printable(spec.get("authority"), f"{field}.authority") or None,
+        scheme=read_printable(spec.get("scheme"), f"{field}.scheme") or None,
+        hostname=read_printable(spec.get("authority"), f"{field}.authority") or None,
         path=PathModifier(PathModifierType.REPLACE_FULL_PATH, uri) if uri else None,
         port=redirect_port,
         status_code=code,
@@ -380,17 +284,17 @@ def _redirect(value: Any, port: int, field: str) -> RequestRedirect:
 
 
 def _direct(value: Any, field: str) -> DirectResponse:
-    spec = _mapping(value, field)
-    status = _int(spec.get("status"), f"{field}.status")
+    spec = read_mapping(value, field)
+    status = read_int(spec.get("status"), f"{field}.status")
     if status is None or not 200 <= status <= 599:
         raise BadField(f"{field}.status", "expected an HTTP status from 200 to 599")
-    body_spec = _mapping(spec.get("body"), f"{field}.body")
+    body_spec = read_mapping(spec.get("body"), f"{field}.body")
     body = b""
     if "string" in body_spec:
-        body = _str(body_spec["string"], f"{field}.body.string").encode()
+        body = read_text(body_spec["string"], f"{field}.body.string").encode()
     elif "bytes" in body_spec:
         try:
-            body = base64.b64decode(_str(body_spec["bytes"], f"{field}.body.bytes"), validate=True)
+            body = base64.b64decode(read_text(body_spec["bytes"], f"{field}.body.bytes"), validate=True)
         except (binascii.Error, ValueError):
             raise BadField(f"{field}.body.bytes", "not base64") from None
     if len(body) > MAX_DIRECT_BODY:
@@ -401,12 +305,12 @@ def _direct(value: Any, field: str) -> DirectResponse:
 def _retry(value: Any, field: str) -> tuple[RetryPolicy, float | None]:
     if value is None:
         return RetryPolicy(), None
-    spec = _mapping(value, field)
-    attempts = _int(spec.get("attempts"), f"{field}.attempts") or 0
+    spec = read_mapping(value, field)
+    attempts = read_int(spec.get("attempts"), f"{field}.attempts") or 0
     if not 0 <= attempts <= 100:
         raise BadField(f"{field}.attempts", "expected 0 to 100")
     per_try = parse_duration(spec["perTryTimeout"], f"{field}.perTryTimeout") if spec.get("perTryTimeout") else None
-    retry_on = _str(spec.get("retryOn"), f"{field}.retryOn")
+    retry_on = read_text(spec.get("retryOn"), f"{field}.retryOn")
     if not retry_on:
         return RetryPolicy(attempts=attempts), per_try or None
     codes: set[int] = set()
@@ -433,17 +337,17 @@ def _retry(value: Any, field: str) -> tuple[RetryPolicy, float | None]:
 def _fault(value: Any, field: str, notes: list[tuple[str, str]]) -> Fault | None:
     if value is None:
         return None
-    spec = _mapping(value, field)
-    delay_spec = _mapping(spec.get("delay"), f"{field}.delay")
-    abort_spec = _mapping(spec.get("abort"), f"{field}.abort")
+    spec = read_mapping(value, field)
+    delay_spec = read_mapping(spec.get("delay"), f"{field}.delay")
+    abort_spec = read_mapping(spec.get("abort"), f"{field}.abort")
     delay = parse_duration(delay_spec["fixedDelay"], f"{field}.delay.fixedDelay") if "fixedDelay" in delay_spec else 0.0
-    delay_percent = _percent(delay_spec.get("percentage"), f"{field}.delay.percentage")
-    status = _int(abort_spec.get("httpStatus"), f"{field}.abort.httpStatus") or 0
+    delay_percent = read_percent(delay_spec.get("percentage"), f"{field}.delay.percentage")
+    status = read_int(abort_spec.get("httpStatus"), f"{field}.abort.httpStatus") or 0
     if status and not 200 <= status <= 599:
         raise BadField(f"{field}.abort.httpStatus", "expected an HTTP status from 200 to 599")
     if "grpcStatus" in abort_spec:
         notes.append((f"{field}.abort.grpcStatus", "a gRPC status abort is not supported at the waypoint; ignored"))
-    abort_percent = _percent(abort_spec.get("percentage"), f"{field}.abort.percentage")
+    abort_percent = read_percent(abort_spec.get("percentage"), f"{field}.abort.percentage")
     return Fault(
         delay=delay,
         delay_percent=100.0 if delay_percent is None else delay_percent,
@@ -455,11 +359,11 @@ def _fault(value: Any, field: str, notes: list[tuple[str, str]]) -> Fault | None
 def _mirrors(rule: Obj, ctx: RuleContext, field: str, notes: list[tuple[str, str]]) -> tuple[RequestMirror, ...]:
     wanted: list[tuple[Any, float | None, str]] = []
     if rule.get("mirror") is not None:
-        percent = _percent(rule.get("mirrorPercentage"), f"{field}.mirrorPercentage")
+        percent = read_percent(rule.get("mirrorPercentage"), f"{field}.mirrorPercentage")
         wanted.append((rule["mirror"], percent, f"{field}.mirror"))
-    for i, item in enumerate(_items(rule.get("mirrors"), f"{field}.mirrors")):
-        spec = _mapping(item, f"{field}.mirrors[{i}]")
-        percent = _percent(spec.get("percentage"), f"{field}.mirrors[{i}].percentage")
+    for i, item in enumerate(read_list(rule.get("mirrors"), f"{field}.mirrors")):
+        spec = read_mapping(item, f"{field}.mirrors[{i}]")
+        percent = read_percent(spec.get("percentage"), f"{field}.mirrors[{i}].percentage")
         wanted.append((spec.get("destination"), percent, f"{field}.mirrors[{i}].destination"))
     out: list[RequestMirror] = []
     for destination, percent, where in wanted:
@@ -477,7 +381,7 @@ def _backends(
     rule: Obj, ctx: RuleContext, field: str, notes: list[tuple[str, str]]
 ) -> tuple[tuple[WeightedBackend, ...], HeaderModifier | None, HeaderModifier | None, str | None]:
     """The weighted backends, and with one destination its request and response headers and authority (rule 6)."""
-    routes = _items(rule.get("route"), f"{field}.route")
+    routes = read_list(rule.get("route"), f"{field}.route")
     if not routes:
         raise BadField(f"{field}.route", "a rule needs a route, a redirect or a direct response")
     single = len(routes) == 1
@@ -487,8 +391,8 @@ def _backends(
     authority: str | None = None
     for i, item in enumerate(routes):
         where = f"{field}.route[{i}]"
-        spec = _mapping(item, where)
-        weight = _weight(spec.get("weight"), f"{where}.weight")
+        spec = read_mapping(item, where)
+        weight = read_weight(spec.get("weight"), f"{where}.weight")
         if not single and weight == 0:
             continue
         backend = ctx.backend(spec.get("destination"), f"{where}.destination")
@@ -506,7 +410,7 @@ def _backends(
 
 def _http_rule(rule: Obj, match: RouteMatch, ctx: RuleContext, field: str, notes: list[tuple[str, str]]) -> RouteRule:
     """One entry: ``match`` with the rule's actions (rules 5-7)."""
-    name = _printable(rule.get("name"), f"{field}.name")
+    name = read_printable(rule.get("name"), f"{field}.name")
     request, response, authority = _headers(rule.get("headers"), f"{field}.headers")
     fault = _fault(rule.get("fault"), f"{field}.fault", notes)
     if rule.get("corsPolicy") is not None:
@@ -527,19 +431,19 @@ def _http_rule(rule: Obj, match: RouteMatch, ctx: RuleContext, field: str, notes
     if rule.get("directResponse") is not None:
         return replace(base, direct_response=_direct(rule["directResponse"], f"{field}.directResponse"))
     backends, dest_request, dest_response, dest_authority = _backends(rule, ctx, field, notes)
-    rewrite_spec = _mapping(rule.get("rewrite"), f"{field}.rewrite")
+    rewrite_spec = read_mapping(rule.get("rewrite"), f"{field}.rewrite")
     if rewrite_spec.get("uriRegexRewrite") is not None:
         raise BadField(
             f"{field}.rewrite.uriRegexRewrite", "a regular-expression rewrite is not supported at the waypoint"
         )
-    uri = _printable(rewrite_spec.get("uri"), f"{field}.rewrite.uri")
+    uri = read_printable(rewrite_spec.get("uri"), f"{field}.rewrite.uri")
     path: PathModifier | None = None
     if uri:
         prefix = match.path is None or match.path.kind is PathMatchType.PREFIX
         path = PathModifier(
             PathModifierType.REPLACE_PREFIX_MATCH if prefix else PathModifierType.REPLACE_FULL_PATH, uri
         )
-    host = _printable(rewrite_spec.get("authority"), f"{field}.rewrite.authority") or authority or dest_authority
+    host = read_printable(rewrite_spec.get("authority"), f"{field}.rewrite.authority") or authority or dest_authority
     rewrite = URLRewrite(hostname=host or None, path=path) if host or path else None
     timeout = parse_duration(rule["timeout"], f"{field}.timeout") if rule.get("timeout") is not None else None
     retry, per_try = _retry(rule.get("retries"), f"{field}.retries")
@@ -559,7 +463,7 @@ def http_rules(spec: Obj, ctx: RuleContext, problems: list[tuple[str, str]]) -> 
     """Rules 3-7 for one destination port; what is dropped is added to ``problems``."""
     out: list[RouteRule] = []
     try:
-        rules = _items(spec.get("http"), "spec.http")
+        rules = read_list(spec.get("http"), "spec.http")
     except BadField as bad:
         problems.append((bad.field, bad.reason))
         return ()
@@ -568,8 +472,8 @@ def http_rules(spec: Obj, ctx: RuleContext, problems: list[tuple[str, str]]) -> 
         notes: list[tuple[str, str]] = []
         catch_all = False
         try:
-            rule = _mapping(raw, field)
-            matches = _items(rule.get("match"), f"{field}.match")
+            rule = read_mapping(raw, field)
+            matches = read_list(rule.get("match"), f"{field}.match")
             if not matches:
                 out.append(_http_rule(rule, RouteMatch(), ctx, field, notes))
                 problems.extend(notes)
@@ -577,7 +481,7 @@ def http_rules(spec: Obj, ctx: RuleContext, problems: list[tuple[str, str]]) -> 
             for j, raw_match in enumerate(matches):
                 where = f"{field}.match[{j}]"
                 try:
-                    match_spec = _mapping(raw_match, where)
+                    match_spec = read_mapping(raw_match, where)
                     if not _match_holds_here(match_spec, ctx.port):
                         continue
                     route_match = _route_match(match_spec, where)
@@ -600,12 +504,12 @@ def http_rules(spec: Obj, ctx: RuleContext, problems: list[tuple[str, str]]) -> 
 
 
 def _connection_backends(routes: Any, ctx: RuleContext, field: str) -> tuple[WeightedBackend, ...]:
-    items = _items(routes, field)
+    items = read_list(routes, field)
     single = len(items) == 1
     out: list[WeightedBackend] = []
     for i, item in enumerate(items):
-        spec = _mapping(item, f"{field}[{i}]")
-        weight = _weight(spec.get("weight"), f"{field}[{i}].weight")
+        spec = read_mapping(item, f"{field}[{i}]")
+        weight = read_weight(spec.get("weight"), f"{field}[{i}].weight")
         if not single and weight <= 0:
             continue
         out.append(
@@ -626,10 +530,11 @@ def _connection_match_holds(match: Obj, port: int) -> bool:
 def connection_route(spec: Obj, ctx: RuleContext, hostname: str) -> tuple[bool, tuple[WeightedBackend, ...]] | None:
     """Rule 8: the first TLS rule for ``hostname``, else the first TCP rule, holding for the port."""
     for tls, key in ((True, "tls"), (False, "tcp")):
-        for i, raw in enumerate(_items(spec.get(key), f"spec.{key}")):
-            rule = _mapping(raw, f"spec.{key}[{i}]")
+        for i, raw in enumerate(read_list(spec.get(key), f"spec.{key}")):
+            rule = read_mapping(raw, f"spec.{key}[{i}]")
             matches = [
-                _mapping(m, f"spec.{key}[{i}].match") for m in _items(rule.get("match"), f"spec.{key}[{i}].match")
+                read_mapping(m, f"spec.{key}[{i}].match")
+                for m in read_list(rule.get("match"), f"spec.{key}[{i}].match")
             ]
             holds = not matches or any(
                 _connection_match_holds(m, ctx.port) and (not tls or m.get("sniHosts") == [hostname]) for m in matches
