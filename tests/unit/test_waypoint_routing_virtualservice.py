@@ -128,6 +128,10 @@ def test_fault_abort_and_delay_apply_to_their_share_of_requests() -> None:
     draws = [i / 1000 for i in range(1000)]
     aborted = sum(taken(req(), half, random=r) == "500" for r in draws)
     assert 400 < aborted < 600
+    rare = rule("f", fault=Fault(abort_status=500, abort_percent=1.0, delay=1.0, delay_percent=1.0))
+    for r in (0.0, 1e-9, 1e-7, 0.5):  # small draws are not read as negative ones
+        decision = route(RouteTable(DEST.service_key, 80, http=(rare,)), DEST, req(), r)
+        assert isinstance(decision, Forward) and decision.delay == 0.0, r
     never = rule("f", fault=Fault(abort_status=500, abort_percent=0.0, delay=1.0, delay_percent=0.0))
     decision = route(RouteTable(DEST.service_key, 80, http=(never,)), DEST, req(), 0.7)
     assert isinstance(decision, Forward) and decision.delay == 0.0

@@ -31,14 +31,13 @@ Rules:
 9. ``random`` outside [0, 1) (or NaN) is read as 0.
 10. VirtualService actions: a rule's ``fault`` runs first: its delay applies when ``100 * r_d < delay_percent``
     and its abort when ``100 * r_a < abort_percent`` (``r_d``, ``r_a`` derived from ``random`` like mirror draws,
-    with indexes -1 and -2), the delay travelling in the decision for the shell to wait out. Then a
+    with indexes -2 and -3), the delay travelling in the decision for the shell to wait out. Then a
     ``direct_response`` answers with its status and body. A draw that lands on an unresolved backend answers the
     rule's ``missing_backend_status`` (503 for a VirtualService destination the waypoint does not know).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 from ambit.model.routes import (
@@ -109,7 +108,9 @@ def _unit(random: float) -> float:
 
 
 def _mirror_draw(random: float, index: int) -> float:
-    return math.fmod(random * _MIRROR_SCALE + _GOLDEN * (index + 1), 1.0)
+    """Draw ``index`` derived from ``random``, in [0, 1) (``%``: non-negative also for the faults' negative
+    indexes)."""
+    return (random * _MIRROR_SCALE + _GOLDEN * (index + 1)) % 1.0
 
 
 def _shadow(authority: str) -> str:
