@@ -21,6 +21,7 @@ from ambit.model.routes import (
     PathMatchType,
     PathModifier,
     PathModifierType,
+    RegexRewrite,
     RequestMirror,
     RequestRedirect,
     RetryPolicy,
@@ -357,6 +358,12 @@ def test_rewrite_timeout_retries_mirrors_and_headers_translate() -> None:
     assert rule.mirrors == (RequestMirror(C, 25.5),)
     assert rule.request_headers == HeaderModifier(set=(("x-a", "1"),), add=(("x-d", "3"),), remove=("x-b",))
     assert rule.response_headers == HeaderModifier(add=(("x-c", "2"),))
+    regex = {
+        "match": [{"uri": {"regex": "/v1/.*"}}],
+        "rewrite": {"uriRegexRewrite": {"match": "^/v1/(.*)", "rewrite": "/v2/\\1"}},
+    }
+    (rewritten,) = table(translate(vs(hosts=["b"], http=[{**regex, "route": [to()]}]))).http
+    assert rewritten.regex_rewrite == RegexRewrite("^/v1/(.*)", "/v2/\\1")
 
 
 def test_tcp_and_tls_rules_become_the_tables_connection_backends() -> None:
@@ -392,7 +399,7 @@ def test_bad_content_drops_the_rule_or_match_and_says_which_field() -> None:
         {"match": [{"uri": {"exact": "/h"}}], "headers": {"request": {"set": {"x": "a\r\nb"}}}, "route": [to()]},
         {
             "match": [{"uri": {"exact": "/u"}}],
-            "rewrite": {"uriRegexRewrite": {"match": "a", "rewrite": "b"}},
+            "rewrite": {"uriRegexRewrite": {"match": "(a", "rewrite": "b"}},
             "route": [to()],
         },
         "not a rule",
@@ -413,7 +420,7 @@ def test_bad_content_drops_the_rule_or_match_and_says_which_field() -> None:
         "spec.http[8].timeout",
         "spec.http[9].match[0].headers.@request.auth.claims.group",
         "spec.http[10].headers.request.set.x",
-        "spec.http[11].rewrite.uriRegexRewrite",
+        "spec.http[11].rewrite.uriRegexRewrite.match",
         "spec.http[12]",
     }
 

@@ -12,6 +12,7 @@ from ambit.model.routes import (
     Fault,
     PathMatch,
     PathMatchType,
+    RegexRewrite,
     RouteMatch,
     RouteRule,
     RouteTable,
@@ -135,3 +136,25 @@ def test_fault_abort_and_delay_apply_to_their_share_of_requests() -> None:
     never = rule("f", fault=Fault(abort_status=500, abort_percent=0.0, delay=1.0, delay_percent=0.0))
     decision = route(RouteTable(DEST.service_key, 80, http=(never,)), DEST, req(), 0.7)
     assert isinstance(decision, Forward) and decision.delay == 0.0
+
+
+def test_a_regex_rewrite_replaces_every_match_in_the_path_and_keeps_the_query() -> None:
+    rewriting = rule("r", regex_rewrite=RegexRewrite("/v1/([a-z]+)", "/v2/\\1/x"))
+    decision = route(RouteTable(DEST.service_key, 80, http=(rewriting,)), DEST, req("/v1/abc/v1/de?q=/v1/z"), 0.0)
+    assert isinstance(decision, Forward) and decision.request.path == "/v2/abc/x/v2/de/x?q=/v1/z"
+
+
+@pytest.mark.parametrize(
+    "rewrite",
+    [RegexRewrite("(a", "b"), RegexRewrite("(a)", "\\2"), RegexRewrite("(a)", "\\d"), RegexRewrite("a", "a b")],
+)
+def test_a_regex_rewrite_that_cannot_work_answers_500(rewrite: RegexRewrite) -> None:
+    table = RouteTable(DEST.service_key, 80, http=(rule("r", regex_rewrite=rewrite),))
+    assert isinstance(route(table, DEST, req("/a"), 0.0), Respond)
+    assert respond_status(table) == 500
+
+
+def respond_status(table: RouteTable) -> int:
+    decision = route(table, DEST, req("/a"), 0.0)
+    assert isinstance(decision, Respond)
+    return decision.status

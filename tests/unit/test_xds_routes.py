@@ -21,6 +21,7 @@ from ambit.model.routes import (
     PathMatchType,
     PathModifier,
     PathModifierType,
+    RegexRewrite,
     RequestMirror,
     RequestRedirect,
     RetryPolicy,
@@ -114,6 +115,7 @@ rules = st.builds(
     fault=st.none() | faults,
     direct_response=st.none() | direct_responses,
     missing_backend_status=st.sampled_from([500, 503]),
+    regex_rewrite=st.none() | st.builds(RegexRewrite, REGEXES, PRINTABLE),
 )
 tables = st.builds(
     RouteTable,
@@ -191,6 +193,7 @@ def encoded(**rule: Any) -> any_pb2.Any:
         ({"direct_response": pb.DirectResponse(status=99)}, "direct_response.status"),
         ({"direct_response": pb.DirectResponse(status=200, body=b"x" * 70_000)}, "direct_response.body"),
         ({"missing_backend_status": 404}, "missing_backend_status"),
+        ({"regex_rewrite": pb.RegexRewrite(pattern="([", substitution="x")}, "regex_rewrite.pattern"),
         (
             {"match": pb.RouteMatch(without_headers=[pb.ValueMatch(name="a b", kind=pb.VALUE_PRESENT)])},
             "match.without_headers[0].name",

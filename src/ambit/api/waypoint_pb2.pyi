@@ -198,7 +198,7 @@ class RouteTable(_message.Message):
     def __init__(self, service_key: _Optional[str] = ..., port: _Optional[int] = ..., http: _Optional[_Iterable[_Union[RouteRule, _Mapping]]] = ..., tcp_backends: _Optional[_Iterable[_Union[WeightedBackend, _Mapping]]] = ..., hostnames: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RouteRule(_message.Message):
-    __slots__ = ("route", "match", "backends", "request_headers", "response_headers", "redirect", "rewrite", "mirrors", "timeouts", "retry", "rule_name", "fault", "direct_response", "missing_backend_status")
+    __slots__ = ("route", "match", "backends", "request_headers", "response_headers", "redirect", "rewrite", "mirrors", "timeouts", "retry", "rule_name", "fault", "direct_response", "missing_backend_status", "regex_rewrite")
     ROUTE_FIELD_NUMBER: _ClassVar[int]
     MATCH_FIELD_NUMBER: _ClassVar[int]
     BACKENDS_FIELD_NUMBER: _ClassVar[int]
@@ -213,6 +213,7 @@ class RouteRule(_message.Message):
     FAULT_FIELD_NUMBER: _ClassVar[int]
     DIRECT_RESPONSE_FIELD_NUMBER: _ClassVar[int]
     MISSING_BACKEND_STATUS_FIELD_NUMBER: _ClassVar[int]
+    REGEX_REWRITE_FIELD_NUMBER: _ClassVar[int]
     route: str
     match: RouteMatch
     backends: _containers.RepeatedCompositeFieldContainer[WeightedBackend]
@@ -227,7 +228,16 @@ class RouteRule(_message.Message):
     fault: Fault
     direct_response: DirectResponse
     missing_backend_status: int
-    def __init__(self, route: _Optional[str] = ..., match: _Optional[_Union[RouteMatch, _Mapping]] = ..., backends: _Optional[_Iterable[_Union[WeightedBackend, _Mapping]]] = ..., request_headers: _Optional[_Union[HeaderModifier, _Mapping]] = ..., response_headers: _Optional[_Union[HeaderModifier, _Mapping]] = ..., redirect: _Optional[_Union[RequestRedirect, _Mapping]] = ..., rewrite: _Optional[_Union[URLRewrite, _Mapping]] = ..., mirrors: _Optional[_Iterable[_Union[RequestMirror, _Mapping]]] = ..., timeouts: _Optional[_Union[Timeouts, _Mapping]] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., rule_name: _Optional[str] = ..., fault: _Optional[_Union[Fault, _Mapping]] = ..., direct_response: _Optional[_Union[DirectResponse, _Mapping]] = ..., missing_backend_status: _Optional[int] = ...) -> None: ...
+    regex_rewrite: RegexRewrite
+    def __init__(self, route: _Optional[str] = ..., match: _Optional[_Union[RouteMatch, _Mapping]] = ..., backends: _Optional[_Iterable[_Union[WeightedBackend, _Mapping]]] = ..., request_headers: _Optional[_Union[HeaderModifier, _Mapping]] = ..., response_headers: _Optional[_Union[HeaderModifier, _Mapping]] = ..., redirect: _Optional[_Union[RequestRedirect, _Mapping]] = ..., rewrite: _Optional[_Union[URLRewrite, _Mapping]] = ..., mirrors: _Optional[_Iterable[_Union[RequestMirror, _Mapping]]] = ..., timeouts: _Optional[_Union[Timeouts, _Mapping]] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., rule_name: _Optional[str] = ..., fault: _Optional[_Union[Fault, _Mapping]] = ..., direct_response: _Optional[_Union[DirectResponse, _Mapping]] = ..., missing_backend_status: _Optional[int] = ..., regex_rewrite: _Optional[_Union[RegexRewrite, _Mapping]] = ...) -> None: ...
+
+class RegexRewrite(_message.Message):
+    __slots__ = ("pattern", "substitution")
+    PATTERN_FIELD_NUMBER: _ClassVar[int]
+    SUBSTITUTION_FIELD_NUMBER: _ClassVar[int]
+    pattern: str
+    substitution: str
+    def __init__(self, pattern: _Optional[str] = ..., substitution: _Optional[str] = ...) -> None: ...
 
 class Fault(_message.Message):
     __slots__ = ("delay", "delay_percent", "abort_status", "abort_percent")

@@ -196,6 +196,15 @@ class Timeouts:
 
 
 @dataclass(frozen=True, slots=True)
+class RegexRewrite:
+    """A VirtualService ``rewrite.uriRegexRewrite``: every match of ``pattern`` (RE2) in the path is replaced by
+    ``substitution`` (``\\1`` for a group), as Envoy's ``regex_rewrite``; the query is kept."""
+
+    pattern: str
+    substitution: str
+
+
+@dataclass(frozen=True, slots=True)
 class Fault:
     """A VirtualService ``fault``: delay ``delay_percent`` of requests by ``delay`` seconds, then answer
     ``abort_percent`` of them with ``abort_status`` instead of forwarding (Envoy's fault filter)."""
@@ -236,6 +245,8 @@ class RouteRule:
     missing_backend_status: int = 500
     """The answer when the drawn backend did not resolve: 500 for Gateway API routes, 503 for VirtualServices
     (Envoy's cluster-not-found answer, which istiod leaves at its default for them)."""
+    regex_rewrite: RegexRewrite | None = None
+    """Applied after ``rewrite`` (which then carries at most the authority)."""
 
 
 @dataclass(frozen=True, slots=True)

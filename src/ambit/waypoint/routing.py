@@ -33,11 +33,15 @@ Rules:
     and its abort when ``100 * r_a < abort_percent`` (``r_d``, ``r_a`` derived from ``random`` like mirror draws,
     with indexes -2 and -3), the delay travelling in the decision for the shell to wait out. Then a
     ``direct_response`` answers with its status and body. A draw that lands on an unresolved backend answers the
-    rule's ``missing_backend_status`` (503 for a VirtualService destination the waypoint does not know).
+    rule's ``missing_backend_status`` (503 for a VirtualService destination the waypoint does not know). A
+    ``regex_rewrite`` replaces every match in the path (query kept) after rule 7's rewrite; one whose pattern
+    :mod:`ambit.waypoint.patterns` refuses or whose substitution names a missing group is listed in ``problems``
+    and its rule answers 500, as does a rewritten path that is not visible ASCII.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 from ambit.model.routes import (
@@ -57,8 +61,10 @@ from ambit.waypoint.filters import (
     redirect_location,
     rewrite_path,
     split_authority,
+    split_target,
 )
 from ambit.waypoint.matching import MatchTest, RequestFacts, compile_match
+from ambit.waypoint.patterns import SUBJECT_LIMIT, safe_pattern
 
 __all__ = ["CompiledTable", "compile_table", "route", "route_tcp", "with_request_id"]
 
@@ -82,6 +88,26 @@ class _CompiledRule:
     backends: tuple[tuple[float, WeightedBackend, HeaderEdit | None], ...]
     """(cumulative weight, backend, its cleaned header modifier), weight > 0 only."""
     total: float
+    regex_rewrite: tuple[re.Pattern[str], str] | None = None
+    broken: bool = False
+    """The rule's regex rewrite cannot work: the rule answers 500 rather than forward an unrewritten path."""
+
+
+def _regex_rewrite(rule: RouteRule, problems: list[str]) -> tuple[re.Pattern[str], str] | bool | None:
+    """The compiled ``regex_rewrite``, None without one, False when it cannot work (reported in ``problems``)."""
+    if rule.regex_rewrite is None:
+        return None
+    where = f"{rule.route or 'route'} regex rewrite"
+    pattern = safe_pattern(rule.regex_rewrite.pattern)
+    if isinstance(pattern, str):
+        problems.append(f"{where}: pattern {rule.regex_rewrite.pattern!r} refused: {pattern}")
+        return False
+    try:
+        pattern.sub(rule.regex_rewrite.substitution, "")  # parses the substitution: bad group references raise
+    except (re.error, IndexError) as exc:
+        problems.append(f"{where}: substitution {rule.regex_rewrite.substitution!r} refused: {exc}")
+        return False
+    return pattern, rule.regex_rewrite.substitution
 
 
 def _compile_rule(rule: RouteRule) -> tuple[_CompiledRule, tuple[str, ...]]:
@@ -92,6 +118,8 @@ def _compile_rule(rule: RouteRule) -> tuple[_CompiledRule, tuple[str, ...]]:
             total += backend.weight
             backends.append((total, backend, HeaderEdit.of(backend.request_headers)))
     test, problems = compile_match(rule.match, rule.route or "route")
+    extra: list[str] = []
+    rewrite = _regex_rewrite(rule, extra)
     compiled = _CompiledRule(
         rule=rule,
         test=test,
@@ -99,8 +127,10 @@ def _compile_rule(rule: RouteRule) -> tuple[_CompiledRule, tuple[str, ...]]:
         response_headers=clean_modifier(rule.response_headers),
         backends=tuple(backends),
         total=total,
+        regex_rewrite=rewrite if isinstance(rewrite, tuple) else None,
+        broken=rewrite is False,
     )
-    return compiled, problems
+    return compiled, problems + tuple(extra)
 
 
 def _unit(random: float) -> float:
@@ -198,6 +228,16 @@ def _act(compiled: _CompiledRule, destination: BackendService, request: RequestH
             return Respond(500, route=rule.route)
         authority = hostname or request.authority
         request = RequestHead(request.method, path, authority, request.headers, request.scheme)
+    if compiled.broken:
+        return Respond(500, route=rule.route)
+    if compiled.regex_rewrite is not None:
+        pattern, substitution = compiled.regex_rewrite
+        path, query = split_target(request.path)
+        if len(path) <= SUBJECT_LIMIT:
+            path = pattern.sub(substitution, path)
+        if not is_visible_ascii(path):
+            return Respond(500, route=rule.route)
+        request = RequestHead(request.method, (path or "/") + query, request.authority, request.headers, request.scheme)
     mirrors = (
         tuple(
             (

@@ -44,6 +44,7 @@ from ambit.model.routes import (
     PathMatchType,
     PathModifier,
     PathModifierType,
+    RegexRewrite,
     RequestMirror,
     RequestRedirect,
     RetryPolicy,
@@ -189,6 +190,10 @@ def _rule(rule: RouteRule) -> pb.RouteRule:
                 abort_status=rule.fault.abort_status,
                 abort_percent=rule.fault.abort_percent,
             )
+        )
+    if rule.regex_rewrite is not None:
+        out.regex_rewrite.CopyFrom(
+            pb.RegexRewrite(pattern=rule.regex_rewrite.pattern, substitution=rule.regex_rewrite.substitution)
         )
     if rule.direct_response is not None:
         out.direct_response.CopyFrom(
@@ -441,6 +446,12 @@ class _Reader(FieldReader):
             fault=self.fault(f"{field}.fault", message.fault) if message.HasField("fault") else None,
             direct_response=self.direct_response(f"{field}.direct_response", message.direct_response)
             if message.HasField("direct_response")
+            else None,
+            regex_rewrite=RegexRewrite(
+                self.regex(f"{field}.regex_rewrite.pattern", message.regex_rewrite.pattern),
+                self.text(f"{field}.regex_rewrite.substitution", message.regex_rewrite.substitution),
+            )
+            if message.HasField("regex_rewrite")
             else None,
             missing_backend_status=self.missing_status(
                 f"{field}.missing_backend_status", message.missing_backend_status

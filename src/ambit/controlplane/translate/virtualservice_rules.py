@@ -28,14 +28,15 @@ Rules:
 4. ``headers`` (rule and destination): ``request``/``response`` ``set``/``add``/``remove``; a ``host`` or
    ``:authority`` set or added rewrites the authority (istiod). With one destination its headers join the
    rule's; with several, its request headers are its own and response headers are reported, not applied.
-5. ``rewrite.uri`` replaces the matched prefix (the whole path after an exact or regular-expression match, as
-   Envoy's ``prefix_rewrite`` does); ``rewrite.authority`` the authority; ``uriRegexRewrite`` is not supported:
-   the rule is dropped and reported. ``timeout`` bounds the exchange (``0s`` none); ``retries``: ``attempts``
-   (0 none), ``perTryTimeout``, ``retryOn`` (``5xx``, ``gateway-error``, ``retriable-4xx``, status codes,
-   ``connect-failure``/``refused-stream``/``reset``; gRPC conditions cannot be judged by status and are
-   ignored); without ``retries``, Istio's default. ``mirror`` with ``mirrorPercentage`` and ``mirrors`` with
-   ``percentage`` (0 percent: none). ``fault``: ``delay.fixedDelay`` with ``percentage``, ``abort.httpStatus``
-   with ``percentage`` (``grpcStatus`` is reported, not applied). ``corsPolicy`` is reported, not applied.
+5. ``rewrite.uri`` replaces the matched prefix (the whole path after an exact or regular-expression match, as Envoy's
+   ``prefix_rewrite`` does); ``rewrite.authority`` the authority; ``uriRegexRewrite`` replaces every match in the
+   path (an RE2 pattern; one RE2 would refuse, or a bad substitution, drops the rule). ``timeout`` bounds the
+   exchange (``0s`` none); ``retries``: ``attempts`` (0 none), ``perTryTimeout``, ``retryOn`` (``5xx``,
+   ``gateway-error``, ``retriable-4xx``, status codes, ``connect-failure``/``refused-stream``/``reset``; gRPC
+   conditions cannot be judged by status and are ignored); without ``retries``, Istio's default. ``mirror`` with
+   ``mirrorPercentage`` and ``mirrors`` with ``percentage`` (0 percent: none). ``fault``: ``delay.fixedDelay`` with
+   ``percentage``, ``abort.httpStatus`` with ``percentage`` (``grpcStatus`` is reported, not applied). ``corsPolicy``
+   is reported, not applied.
 6. ``tcp`` and ``tls`` rules (istiod's ``getWaypointTCPRoutes``): the first ``tls`` rule whose match names
    exactly the Service's hostname as its only ``sniHosts`` (the waypoint reads no SNI) and the port, else the first
    ``tcp`` rule whose match holds for the port; a rule without ``match`` always holds. Its ``route`` gives the
@@ -53,6 +54,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ambit.controlplane.translate.routerules import regex_problem
 from ambit.controlplane.translate.virtualservice_values import (
     HEADER_NAME,
     BadField,
@@ -76,6 +78,7 @@ from ambit.model.routes import (
     PathMatchType,
     PathModifier,
     PathModifierType,
+    RegexRewrite,
     RequestMirror,
     RequestRedirect,
     RetryPolicy,
@@ -263,6 +266,22 @@ def _headers(value: Any, field: str) -> tuple[HeaderModifier | None, HeaderModif
     return request, response, authority
 
 
+def _regex_rewrite(value: Any, field: str) -> RegexRewrite | None:
+    if value is None:
+        return None
+    spec = read_mapping(value, field)
+    pattern = read_text(spec.get("match"), f"{field}.match")
+    problem = regex_problem(pattern) if pattern else "required"
+    if problem is not None:
+        raise BadField(f"{field}.match", problem)
+    substitution = read_printable(spec.get("rewrite"), f"{field}.rewrite")
+    try:
+        re.compile(pattern).sub(substitution, "")  # parses the substitution as the waypoint will
+    except (re.error, IndexError) as exc:
+        raise BadField(f"{field}.rewrite", f"invalid substitution: {exc}") from None
+    return RegexRewrite(pattern, substitution)
+
+
 def _redirect(value: Any, port: int, field: str) -> RequestRedirect:
     spec = read_mapping(value, field)
     code = read_int(spec.get("redirectCode"), f"{field}.redirectCode") or 301
@@ -432,10 +451,7 @@ def _http_rule(rule: Obj, match: RouteMatch, ctx: RuleContext, field: str, notes
         return replace(base, direct_response=_direct(rule["directResponse"], f"{field}.directResponse"))
     backends, dest_request, dest_response, dest_authority = _backends(rule, ctx, field, notes)
     rewrite_spec = read_mapping(rule.get("rewrite"), f"{field}.rewrite")
-    if rewrite_spec.get("uriRegexRewrite") is not None:
-        raise BadField(
-            f"{field}.rewrite.uriRegexRewrite", "a regular-expression rewrite is not supported at the waypoint"
-        )
+    regex_rewrite = _regex_rewrite(rewrite_spec.get("uriRegexRewrite"), f"{field}.rewrite.uriRegexRewrite")
     uri = read_printable(rewrite_spec.get("uri"), f"{field}.rewrite.uri")
     path: PathModifier | None = None
     if uri:
@@ -456,6 +472,7 @@ def _http_rule(rule: Obj, match: RouteMatch, ctx: RuleContext, field: str, notes
         mirrors=_mirrors(rule, ctx, field, notes),
         timeouts=Timeouts(request=timeout or None, backend_request=per_try),
         retry=retry,
+        regex_rewrite=regex_rewrite,
     )
 
 
