@@ -16,7 +16,7 @@ import pytest
 from tests.integration.controlplane_rig import Subscription, eventually
 from tests.integration.controlplane_rig import subscribe as rig_subscribe
 
-from ambit.controlplane.process import ControlPlane
+from ambit.controlplane.process import SKIPPED_REASON, ControlPlane
 from ambit.k8s import KubeClient, kinds
 from ambit.model.routes import PathMatch, PathMatchType, WaypointConfig
 from ambit.xds.convert import ADDRESS_TYPE_URL
@@ -398,3 +398,16 @@ async def test_a_virtual_service_reaches_the_waypoint_in_written_order_and_its_c
             ns,
         )
         await eventually(lambda: subsets() == ["v2"])
+
+        # A rule the waypoint cannot honour (routing on JWT claims) is left out, with a Warning Event naming it.
+        claims = {"headers": {"@request.auth.claims.group": {"exact": "admins"}}}
+        rules = [{"match": [claims], "route": [{"destination": {"host": "reviews", "subset": "v1"}}]}]
+        await kube.patch(kinds.VIRTUAL_SERVICES, "route", {"spec": {"http": rules}}, ns)
+        await eventually(lambda: subsets() == [])
+
+        async def warned() -> list[Obj]:
+            events = (await kube.list(kinds.EVENTS, ns))[0]
+            return [e for e in events if e.get("reason") == SKIPPED_REASON and e["regarding"].get("name") == "route"]
+
+        (event,) = await eventually(warned)
+        assert event["type"] == "Warning" and "spec.http[0].match[0].headers" in event["note"], event
