@@ -33,11 +33,11 @@ Rules:
    problem's reason and every message joined with ``; `` (istiod reports route errors this way on each parent).
 5. A table's HTTP entries are those of the HTTPRoutes and GRPCRoutes attached to it, each route once, sorted by
    :func:`~ambit.controlplane.translate.routerules.precedence`; its TCP backends those of the oldest attached
-   TLSRoute that applies to the Service (then ``namespace/name``), else of the oldest attached TCPRoute: TLS routes
-   win over TCP routes, as Gateway API's GEP-1294 and istiod's waypoint say. A TLSRoute applies when it has no
-   ``hostnames`` or its hostnames are exactly the Service's hostname (istiod's waypoint does not read the SNI, so
-   it takes only a route whose SNI match could only be that host); one with other hostnames is still
-   ``Accepted`` but routes nothing there. Its hostnames the union of the attached HTTP and gRPC routes'.
+   TLSRoute that applies to the Service (then name, then namespace, as istiod orders configs), else of the oldest
+   attached TCPRoute: TLS routes win over TCP routes, as Gateway API's GEP-1294 and istiod's waypoint say. A TLSRoute
+   applies when it has no ``hostnames`` or its hostnames are exactly the Service's hostname (istiod's waypoint does
+   not read the SNI, so it takes only a route whose SNI match could only be that host); one with other hostnames is
+   still ``Accepted`` but routes nothing there. Its hostnames the union of the attached HTTP and gRPC routes'.
 6. Every ready waypoint gets a config, even with no Service bound (an empty one); tables are ordered by service
    key then port.
 7. A waypoint's service account (the only identity that may read its config) is the Gateway's
