@@ -226,13 +226,21 @@ def test_only_the_services_or_the_waypoints_namespace_may_route_and_export_to_co
     assert table(translate(own)).http
 
 
-def test_several_virtual_services_concatenate_oldest_first_and_merge_with_httproutes_by_age() -> None:
+def test_several_virtual_services_concatenate_in_istiods_order_with_httproutes() -> None:
+    """Exported only to the waypoint's namespace first, then HTTPRoutes there, then public ones oldest first."""
     young = vs("young", created="2026-02-01T00:00:00Z", hosts=["b"], http=[{"route": [to("c")]}])
     old = vs(
         "old",
         created="2026-01-01T00:00:00Z",
         hosts=["b"],
         http=[{"match": [{"uri": {"prefix": "/old"}}], "route": [to()]}],
+    )
+    private = vs(
+        "private",
+        created="2027-01-01T00:00:00Z",
+        hosts=["b"],
+        exportTo=["."],
+        http=[{"match": [{"uri": {"prefix": "/p"}}], "route": [to()]}],
     )
     route = {
         "apiVersion": "gateway.networking.k8s.io/v1",
@@ -245,8 +253,13 @@ def test_several_virtual_services_concatenate_oldest_first_and_merge_with_httpro
             ],
         },
     }
-    rules = table(translate(young, old, route)).http
-    assert [r.route for r in rules] == ["VirtualService/app/old", "HTTPRoute/app/r", "VirtualService/app/young"]
+    rules = table(translate(young, old, route, private)).http
+    assert [r.route for r in rules] == [
+        "VirtualService/app/private",
+        "HTTPRoute/app/r",
+        "VirtualService/app/old",
+        "VirtualService/app/young",
+    ]
 
 
 def test_a_rule_without_match_ends_the_virtual_service() -> None:

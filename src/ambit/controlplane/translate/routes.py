@@ -67,7 +67,7 @@ from ambit.controlplane.translate.routerules import (
     ConvertedRoute,
     convert_route,
 )
-from ambit.controlplane.translate.virtualservices import RouteBlock, VirtualServiceRoutes
+from ambit.controlplane.translate.virtualservices import RouteBlock, VirtualServiceRoutes, route_block_order
 from ambit.controlplane.translate.waypoints import Waypoint, WaypointIndex
 from ambit.model.routes import BackendService, RouteTable, WaypointConfig, WeightedBackend
 from ambit.model.workload import HBONE_MTLS_PORT, Service
@@ -402,7 +402,7 @@ def translate_routes(
     configs = [
         WaypointConfig(
             key,
-            _tables(sorted(destinations.get(key, ()), key=lambda s: s.key), attachments, virtual_services),
+            _tables(sorted(destinations.get(key, ()), key=lambda s: s.key), attachments, virtual_services, bound),
             xfcc_client_identity=waypoints.ready[key].xfcc_client_identity,
         )
         for key in sorted(waypoints.ready)
@@ -418,10 +418,14 @@ def translate_routes(
 
 
 def _tables(
-    services: list[Service], attachments: _Attachments, virtual_services: VirtualServiceRoutes | None
+    services: list[Service],
+    attachments: _Attachments,
+    virtual_services: VirtualServiceRoutes | None,
+    bound: Mapping[str, str],
 ) -> tuple[RouteTable, ...]:
     tables: list[RouteTable] = []
     for service in services:
+        here = bound.get(service.key, "").partition("/")[0]
         for port in sorted({m.service_port for m in service.ports}):
             destination = (service.key, port)
             routes = attachments.by_destination.get(destination, {})
@@ -429,11 +433,10 @@ def _tables(
             blocks = list(virtual_services.http.get(destination, ())) if virtual_services is not None else []
             if http:
                 dated = (r for r in routes.values() if r.kind in _REQUEST_KINDS and r.http)
-                blocks.append(
-                    RouteBlock(min((r.created, r.name, r.namespace) for r in dated), tuple(e.rule for e in http))
-                )
-            connections: list[tuple[bool, tuple[str, str, str], tuple[WeightedBackend, ...]]] = [
-                (r.kind != "TLSRoute", (r.created, r.name, r.namespace), r.tcp_backends)
+                oldest = min((r.created, r.name, r.namespace) for r in dated)
+                blocks.append(RouteBlock(route_block_order(*oldest, here), tuple(e.rule for e in http)))
+            connections: list[tuple[bool, tuple[int, str, str, str], tuple[WeightedBackend, ...]]] = [
+                (r.kind != "TLSRoute", route_block_order(r.created, r.name, r.namespace, here), r.tcp_backends)
                 for r in routes.values()
                 if _applies_to_connections(r, service)
             ]

@@ -17,13 +17,15 @@ Rules:
    its own namespace, ``~`` nowhere, else the listed namespaces) to the waypoint's namespace; and one of its
    ``hosts`` matches the Service's hostname. A short host ``reviews`` means ``reviews.<its namespace>.svc.<domain>``;
    ``*.example.com`` matches any host ending ``.example.com``; ``*`` any host (istio ``host.Name.Matches``).
-2. Several apply to one destination: their rules are concatenated, the oldest VirtualService first
-   (``metadata.creationTimestamp``, then name, then namespace: istiod's ``configCompareByCreationTime``), as
-   istiod's waypoint merges every matching VirtualService. **A VirtualService and an HTTPRoute on one Service**:
-   istiod turns the HTTPRoutes of a Service into one VirtualService (their rules sorted by Gateway API
-   precedence, dated by the oldest route) and the waypoint concatenates it with the real ones by the same order;
-   :mod:`~ambit.controlplane.translate.routes` does the same with the HTTPRoute block. First match wins across
-   the whole table.
+2. Several apply to one destination: their rules are concatenated, as istiod's waypoint merges every matching
+   VirtualService, in the order istiod lists them for the waypoint's namespace W (``VirtualServicesForGateway``):
+   (0) those exported only to their own namespace W, (1) those exported to W by name, (2) public ones made from
+   HTTPRoutes in W, (3) every other public one; within a group the oldest first (``metadata.creationTimestamp``,
+   then name, then namespace: istiod's ``configCompareByCreationTime``). **A VirtualService and an HTTPRoute on
+   one Service**: istiod turns the HTTPRoutes of a Service into one public VirtualService (their rules sorted by
+   Gateway API precedence, dated by the oldest route, in that route's namespace) and the waypoint concatenates it
+   with the real ones by that order; :mod:`~ambit.controlplane.translate.routes` does the same with the
+   HTTPRoute block (:func:`route_block_order`). First match wins across the whole table.
 3. Each applicable VirtualService's ``http``, ``tcp`` and ``tls`` rules are converted for each port of the Service
    by :mod:`ambit.controlplane.translate.virtualservice_rules` (match semantics, actions, what is dropped).
 4. Bad content never raises: what cannot be used is reported once per (VirtualService, field) as a
@@ -54,6 +56,7 @@ __all__ = [
     "RouteBlock",
     "VirtualServiceRoutes",
     "host_matches",
+    "route_block_order",
     "translate_virtual_services",
 ]
 
@@ -65,8 +68,8 @@ Obj = Mapping[str, Any]
 class RouteBlock:
     """The HTTP entries one VirtualService (or, in :mod:`routes`, the HTTPRoutes) gives one destination."""
 
-    order: tuple[str, str, str]
-    """(creationTimestamp, name, namespace): blocks are concatenated in this order (rule 2)."""
+    order: tuple[int, str, str, str]
+    """(group, creationTimestamp, name, namespace): blocks are concatenated in this order (rule 2)."""
     rules: tuple[RouteRule, ...]
 
 
@@ -75,7 +78,7 @@ class ConnectionRoute:
     """The TLS or TCP rule one VirtualService gives one destination (rule 8)."""
 
     tls: bool
-    order: tuple[str, str, str]
+    order: tuple[int, str, str, str]
     backends: tuple[WeightedBackend, ...]
 
 
@@ -97,11 +100,27 @@ def host_matches(pattern: str, hostname: str) -> bool:
     return pattern == hostname
 
 
-def _exported_to(spec: Obj, vs_namespace: str, consumer: str) -> bool:
+PRIVATE, EXPORTED, ROUTES_HERE, PUBLIC = range(4)
+"""istiod's groups of VirtualServices for a namespace (rule 2)."""
+
+
+def _export_group(spec: Obj, vs_namespace: str, consumer: str) -> int | None:
+    """Which of istiod's groups the VirtualService is in for namespace ``consumer``; None: not visible there."""
     export = spec.get("exportTo")
-    if not isinstance(export, list) or not export:
-        return True
-    return any(entry in ("*", consumer) or (entry == "." and consumer == vs_namespace) for entry in export)
+    entries = {e for e in export if isinstance(e, str)} if isinstance(export, list) and export else {"*"}
+    if "*" in entries:
+        return PUBLIC
+    if "~" in entries:
+        return None
+    named = {vs_namespace if e == "." else e for e in entries}
+    if consumer not in named:
+        return None
+    return PRIVATE if consumer == vs_namespace else EXPORTED
+
+
+def route_block_order(created: str, name: str, namespace: str, waypoint_namespace: str) -> tuple[int, str, str, str]:
+    """Where the HTTPRoutes' block of a destination goes among its VirtualServices (rule 2)."""
+    return (ROUTES_HERE if namespace == waypoint_namespace else PUBLIC, created, name, namespace)
 
 
 def _object(value: Any) -> Obj:
@@ -139,13 +158,15 @@ def translate_virtual_services(
             [fqdn(h, namespace, domain) for h in hosts if isinstance(h, str) and h] if isinstance(hosts, list) else []
         )
         created = meta.get("creationTimestamp")
-        order = (created if isinstance(created, str) else "", name, namespace)
+        stamp = created if isinstance(created, str) else ""
         for service in targets:
             waypoint_namespace = bound[service.key].partition("/")[0]
             if namespace not in (service.namespace, waypoint_namespace):
                 continue
-            if not _exported_to(spec, namespace, waypoint_namespace):
+            group = _export_group(spec, namespace, waypoint_namespace)
+            if group is None:
                 continue
+            order = (group, stamp, name, namespace)
             if not any(host_matches(p, service.hostname) for p in patterns):
                 continue
             for port in sorted({m.service_port for m in service.ports}):
