@@ -127,6 +127,19 @@ def _object(value: Any) -> Obj:
     return value if isinstance(value, Mapping) else {}
 
 
+def _matching(pool: Mapping[str, Service], patterns: list[str]) -> list[Service]:
+    """The Services of ``pool`` one of ``patterns`` matches (rule 1), by key; a direct lookup for plain hosts."""
+    found: dict[str, Service] = {}
+    plain = set(patterns)
+    wild = [p for p in patterns if p.startswith("*")]
+    for key, service in pool.items():
+        if service.hostname in plain or (
+            (wild or service.hostname.startswith("*")) and any(host_matches(p, service.hostname) for p in patterns)
+        ):
+            found[key] = service
+    return [found[key] for key in sorted(found)]
+
+
 def translate_virtual_services(
     virtual_services: Iterable[Obj],
     services: Iterable[Service],
@@ -142,7 +155,12 @@ def translate_virtual_services(
     for service in service_list:
         by_hostname.setdefault(service.hostname, []).append(service)
     hostnames = {k: tuple(v) for k, v in by_hostname.items()}
-    targets = [s for s in service_list if s.key in bound]
+    # A VirtualService can only apply in its own namespace's Services or those of the waypoints in its namespace.
+    by_namespace: dict[str, dict[str, Service]] = {}
+    for service in service_list:
+        if service.key in bound:
+            by_namespace.setdefault(service.namespace, {})[service.key] = service
+            by_namespace.setdefault(bound[service.key].partition("/")[0], {})[service.key] = service
     http: dict[tuple[str, int], list[RouteBlock]] = {}
     connections: dict[tuple[str, int], list[ConnectionRoute]] = {}
     reported: set[Skipped] = set()
@@ -159,22 +177,19 @@ def translate_virtual_services(
         )
         created = meta.get("creationTimestamp")
         stamp = created if isinstance(created, str) else ""
-        for service in targets:
-            waypoint_namespace = bound[service.key].partition("/")[0]
-            if namespace not in (service.namespace, waypoint_namespace):
-                continue
-            group = _export_group(spec, namespace, waypoint_namespace)
+        problems: list[tuple[str, str]] = []
+        converted: dict[int, tuple[RouteRule, ...]] = {}  # rules depend on the port, not the Service: once a port
+        for service in _matching(by_namespace.get(namespace, {}), patterns):
+            group = _export_group(spec, namespace, bound[service.key].partition("/")[0])
             if group is None:
                 continue
             order = (group, stamp, name, namespace)
-            if not any(host_matches(p, service.hostname) for p in patterns):
-                continue
             for port in sorted({m.service_port for m in service.ports}):
                 ctx = RuleContext(namespace, name, domain, port, hostnames)
-                problems: list[tuple[str, str]] = []
-                rules = http_rules(spec, ctx, problems)
-                if rules:
-                    http.setdefault((service.key, port), []).append(RouteBlock(order, rules))
+                if port not in converted:
+                    converted[port] = http_rules(spec, ctx, problems)
+                if converted[port]:
+                    http.setdefault((service.key, port), []).append(RouteBlock(order, converted[port]))
                 try:
                     found = connection_route(spec, ctx, service.hostname)
                     connection = ConnectionRoute(found[0], order, found[1]) if found is not None else None
@@ -183,8 +198,7 @@ def translate_virtual_services(
                     connection = None
                 if connection is not None:
                     connections.setdefault((service.key, port), []).append(connection)
-                for field, reason in problems:
-                    reported.add(skipped(VIRTUAL_SERVICE, obj, field, reason))
+        reported.update(skipped(VIRTUAL_SERVICE, obj, field, reason) for field, reason in problems)
     if skips is not None:
         skips.extend(sorted(reported))
     return VirtualServiceRoutes(
