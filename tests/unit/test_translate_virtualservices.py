@@ -4,6 +4,7 @@ the module, then arbitrary objects (hypothesis)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import yaml
@@ -11,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ambit.controlplane.translate import Translation, translate_all
-from ambit.controlplane.translate.virtualservices import host_matches
+from ambit.controlplane.translate.virtualservices import MAX_ENTRIES, host_matches
 from ambit.model.routes import (
     BackendService,
     DirectResponse,
@@ -470,3 +471,41 @@ def test_arbitrary_virtual_services_never_break_the_translation(http: Any, tcp: 
     obj = vs(hosts=hosts, http=http, tcp=tcp, tls=tcp, exportTo=exports)
     translate(obj)  # which checks every config against the waypoint's decoder
     translate(vs(hosts=["b"], http=http if isinstance(http, list) else [http]))
+
+
+def test_a_hostile_wildcard_virtual_service_is_bounded_per_table_and_translates_quickly() -> None:
+    """Attack: one VirtualService for ``*`` with 2,000 rules in the waypoint's namespace applies to every Service
+    there. Each table takes its first MAX_ENTRIES entries (reported), and the rules are converted once per port."""
+    services = [
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": f"s{i}", "namespace": "app"},
+         "spec": {"clusterIP": f"10.96.2.{i + 1}", "ports": [{"name": "http", "port": 80}]}}
+        for i in range(20)
+    ]  # fmt: skip
+    rules = [{"match": [{"uri": {"prefix": f"/{j}"}}], "route": [to()]} for j in range(2000)]
+    started = time.perf_counter()
+    translation = translate(vs(hosts=["*"], http=rules), *services)
+    elapsed = time.perf_counter() - started
+    kept = table(translation, "app/s7.app.svc.cluster.local").http
+    assert len(kept) == MAX_ENTRIES and kept[-1].match.path == PathMatch(PathMatchType.PREFIX, f"/{MAX_ENTRIES - 1}")
+    assert any(s.field == "spec.http" and "at most" in s.reason for s in translation.skipped)
+    assert elapsed < 30.0, elapsed  # a few seconds here, most of it the decoder check in translate()
+
+
+def test_entries_past_the_bound_are_cut_in_order_across_virtual_services() -> None:
+    first = vs(
+        "a",
+        created="2026-01-01T00:00:00Z",
+        hosts=["b"],
+        http=[{"match": [{"uri": {"prefix": f"/a{j}"}}], "route": [to()]} for j in range(MAX_ENTRIES - 1)],
+    )
+    second = vs(
+        "z",
+        created="2026-02-01T00:00:00Z",
+        hosts=["b"],
+        http=[{"match": [{"uri": {"prefix": "/z1"}}, {"uri": {"prefix": "/z2"}}], "route": [to()]}],
+    )
+    translation = translate(first, second)
+    rules = table(translation).http
+    assert len(rules) == MAX_ENTRIES and rules[-1].route == "VirtualService/app/z"
+    assert rules[-1].match.path == PathMatch(PathMatchType.PREFIX, "/z1")
+    assert [(s.name, s.field) for s in translation.skipped if "at most" in s.reason] == [("z", "spec.http")]
