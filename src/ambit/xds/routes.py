@@ -223,14 +223,23 @@ def _rule(rule: RouteRule) -> pb.RouteRule:
 
 
 def waypoint_config_to_proto(config: WaypointConfig) -> pb.WaypointConfig:
-    """``config`` as the wire message."""
+    """``config`` as the wire message. A rule shared by several tables (a VirtualService for many hosts) is built
+    once."""
+    built: dict[int, pb.RouteRule] = {}
+
+    def rule(item: RouteRule) -> pb.RouteRule:
+        found = built.get(id(item))
+        if found is None:
+            found = built[id(item)] = _rule(item)
+        return found
+
     return pb.WaypointConfig(
         waypoint=config.waypoint,
         tables=[
             pb.RouteTable(
                 service_key=t.service_key,
                 port=t.port,
-                http=[_rule(r) for r in t.http],
+                http=[rule(r) for r in t.http],
                 tcp_backends=[_weighted(b) for b in t.tcp_backends],
                 hostnames=list(t.hostnames),
             )
@@ -251,6 +260,10 @@ def pack_waypoint_config(message: pb.WaypointConfig) -> any_pb2.Any:
 
 
 class _Reader(FieldReader):
+    def __init__(self, resource: str) -> None:
+        super().__init__(resource)
+        self.rules: dict[bytes, RouteRule] = {}
+
     def port(self, field: str, value: int) -> int:
         if not 1 <= value <= 65535:
             raise self.fail(field, f"out of range 1..65535: {value}")
@@ -465,11 +478,20 @@ class _Reader(FieldReader):
             raise self.fail(field, f"not a server error status: {value}")
         return value
 
+    def shared_rule(self, field: str, message: pb.RouteRule) -> RouteRule:
+        """:meth:`rule`, judged once per distinct rule: a VirtualService for many hosts repeats one rule in many
+        tables (the first failure still names the first field it occurs in)."""
+        key = message.SerializeToString(deterministic=True)
+        found = self.rules.get(key)
+        if found is None:
+            found = self.rules[key] = self.rule(field, message)
+        return found
+
     def table(self, field: str, message: pb.RouteTable) -> RouteTable:
         return RouteTable(
             service_key=self.text(f"{field}.service_key", message.service_key),
             port=self.port(f"{field}.port", message.port),
-            http=tuple(self.rule(f"{field}.http[{i}]", r) for i, r in enumerate(message.http)),
+            http=tuple(self.shared_rule(f"{field}.http[{i}]", r) for i, r in enumerate(message.http)),
             tcp_backends=tuple(
                 self.weighted(f"{field}.tcp_backends[{i}]", b) for i, b in enumerate(message.tcp_backends)
             ),
