@@ -49,7 +49,8 @@ for _ in range(count):
             answer = json.loads(r.read())
             headers = {k.lower(): v for k, v in answer["headers"].items()}
             rid = headers.get("x-request-id", "")
-            out.append({"status": r.status, "pod": answer.get("pod", ""), "request_id": rid})
+            custom = headers.get("istio-custom-header", "")
+            out.append({"status": r.status, "pod": answer.get("pod", ""), "request_id": rid, "custom": custom})
     except Exception as exc:
         out.append({"status": getattr(exc, "code", 0), "error": type(exc).__name__})
 print(json.dumps(out))
@@ -218,6 +219,64 @@ def test_an_httproute_header_match_splits_traffic_between_two_deployments(lab: L
         assert parent["controllerName"] == "istio.io/gateway-controller"
     finally:
         lab.kubectl("delete", "httproute", "echo-by-header", "-n", NS, "--ignore-not-found")
+
+
+# Istio's TestServerRouting "set header" VirtualService (tests/integration/ambient/baseline_test.go), with
+# {{.Destination}} = echo; then TestTrafficSplit's header match, to the per-version Services (the subsets of a
+# DestinationRule are another piece of work).
+SET_HEADER = {
+    "apiVersion": "networking.istio.io/v1",
+    "kind": "VirtualService",
+    "metadata": {"name": "route"},
+    "spec": {
+        "hosts": ["echo"],
+        "http": [
+            {
+                "headers": {"request": {"add": {"istio-custom-header": "user-defined-value"}}},
+                "route": [{"destination": {"host": "echo"}}],
+            }
+        ],
+    },
+}
+HEADER_SPLIT = {
+    **SET_HEADER,
+    "spec": {
+        "hosts": ["echo"],
+        "http": [
+            {
+                "match": [{"headers": {"user": {"exact": "istio-custom-user"}}}],
+                "route": [{"destination": {"host": "echo-v2"}}],
+            },
+            {"route": [{"destination": {"host": "echo-v1"}}]},
+        ],
+    },
+}
+
+
+def test_a_virtual_service_sets_a_header_then_splits_by_header_at_the_waypoint(lab: Lab) -> None:
+    url = f"http://{vip(lab, 'echo')}/"
+    lab.apply(SET_HEADER, namespace=NS)
+    try:
+        wait_until(
+            "the VirtualService's header reaches the pods",
+            lambda: all(a.get("custom") == "user-defined-value" for a in calls(lab, url, 4)),
+            timeout=60,
+            interval=1.0,
+        )
+        answers = calls(lab, url, 10)
+        assert all(a["status"] == 200 and a["custom"] == "user-defined-value" for a in answers), answers
+        lab.apply(HEADER_SPLIT, namespace=NS)
+        v2 = {p["metadata"]["name"] for p in lab.pods(NS, "version=v2")}
+        v1 = {p["metadata"]["name"] for p in lab.pods(NS, "version=v1")}
+
+        def split() -> bool:
+            with_header = calls(lab, url, 4, "user:istio-custom-user")
+            without = calls(lab, url, 4)
+            return {a.get("pod") for a in with_header} <= v2 and {a.get("pod") for a in without} <= v1
+
+        wait_until("the header match applies", split, timeout=60, interval=1.0)
+    finally:
+        lab.kubectl("delete", "virtualservice", "route", "-n", NS, "--ignore-not-found")
 
 
 def test_weights_90_10_hold_within_a_few_percent(lab: Lab) -> None:

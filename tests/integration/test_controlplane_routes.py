@@ -16,7 +16,7 @@ import pytest
 from tests.integration.controlplane_rig import Subscription, eventually
 from tests.integration.controlplane_rig import subscribe as rig_subscribe
 
-from ambit.controlplane.process import ControlPlane
+from ambit.controlplane.process import SKIPPED_REASON, ControlPlane
 from ambit.k8s import KubeClient, kinds
 from ambit.model.routes import PathMatch, PathMatchType, WaypointConfig
 from ambit.xds.convert import ADDRESS_TYPE_URL
@@ -349,3 +349,65 @@ async def test_request_authentications_attached_by_target_refs_reach_the_waypoin
         # Removing one is pushed; the selector one never arrives.
         await kube.delete(kinds.REQUEST_AUTHENTICATIONS, "on-service", ns)
         await eventually(lambda: keys() == [("on-waypoint", ())])
+
+
+async def test_a_virtual_service_reaches_the_waypoint_in_written_order_and_its_changes_too(
+    kube: KubeClient, plane: ControlPlane
+) -> None:
+    """Istio's TestTrafficSplit VirtualService (the header match to subset v2, then the rest to v1), applied to the
+    API server, arrives at the waypoint as two entries in written order; a change to it is pushed."""
+    ns = await mesh_namespace(kube)
+    name = f"{ns}/waypoint"
+    service = f"{ns}/reviews.{ns}.svc.cluster.local"
+    virtual_service = {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "VirtualService",
+        "metadata": {"name": "route", "namespace": ns},
+        "spec": {
+            "hosts": ["reviews"],
+            "http": [
+                {
+                    "match": [{"headers": {"user": {"exact": "istio-custom-user"}}}],
+                    "route": [{"destination": {"host": "reviews", "subset": "v2"}}],
+                },
+                {"route": [{"destination": {"host": "reviews", "subset": "v1"}}]},
+            ],
+        },
+    }
+    await kube.create(kinds.VIRTUAL_SERVICES, virtual_service, ns)
+    async with subscribe(kube, plane, ns, "waypoint", [name]) as waypoint:
+
+        def subsets() -> list[str]:
+            config = waypoint.config(name)
+            table = config.find_table(service, 9080) if config else None
+            if table is None:
+                return []
+            return [b.backend.subset for r in table.http for b in r.backends if b.backend is not None]
+
+        await eventually(lambda: subsets() == ["v2", "v1"])
+        config = waypoint.config(name)
+        assert config is not None
+        table = config.find_table(service, 9080)
+        assert table is not None and table.http[0].route == f"VirtualService/{ns}/route"
+        assert table.http[0].match.headers[0].name == "user" and table.http[1].missing_backend_status == 503
+
+        await kube.patch(
+            kinds.VIRTUAL_SERVICES,
+            "route",
+            {"spec": {"http": [{"route": [{"destination": {"host": "reviews", "subset": "v2"}}]}]}},
+            ns,
+        )
+        await eventually(lambda: subsets() == ["v2"])
+
+        # A rule the waypoint cannot honour (routing on JWT claims) is left out, with a Warning Event naming it.
+        claims = {"headers": {"@request.auth.claims.group": {"exact": "admins"}}}
+        rules = [{"match": [claims], "route": [{"destination": {"host": "reviews", "subset": "v1"}}]}]
+        await kube.patch(kinds.VIRTUAL_SERVICES, "route", {"spec": {"http": rules}}, ns)
+        await eventually(lambda: subsets() == [])
+
+        async def warned() -> list[Obj]:
+            events = (await kube.list(kinds.EVENTS, ns))[0]
+            return [e for e in events if e.get("reason") == SKIPPED_REASON and e["regarding"].get("name") == "route"]
+
+        (event,) = await eventually(warned)
+        assert event["type"] == "Warning" and "spec.http[0].match[0].headers" in event["note"], event

@@ -221,6 +221,7 @@ class Endpoint:
             "authorization": request.headers.get("authorization", ""),
             "jwt_payload": request.headers.get("x-jwt-payload", ""),
             "xfcc": request.headers.getall("x-forwarded-client-cert", []),
+            "headers": {name.lower(): value for name, value in request.headers.items()},
             "body": len(body),
             "sha256": hashlib.sha256(body).hexdigest(),
         }

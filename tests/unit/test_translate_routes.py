@@ -38,6 +38,7 @@ KINDS = {
     "TCPRoute": "tcp_routes",
     "TLSRoute": "tls_routes",
     "ReferenceGrant": "reference_grants",
+    "VirtualService": "virtual_services",
 }
 Obj = dict[str, Any]
 
@@ -110,6 +111,8 @@ def test_every_expected_golden_case_exists() -> None:
         "timeouts_retries",
         "consumer",
         "serviceentry",
+        "virtualservice",
+        "virtualservice_httproute",
     }
     assert expected <= set(CASES)
 

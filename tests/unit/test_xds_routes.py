@@ -14,11 +14,14 @@ from hypothesis import strategies as st
 from ambit.api import waypoint_pb2 as pb
 from ambit.model.routes import (
     BackendService,
+    DirectResponse,
+    Fault,
     HeaderModifier,
     PathMatch,
     PathMatchType,
     PathModifier,
     PathModifierType,
+    RegexRewrite,
     RequestMirror,
     RequestRedirect,
     RetryPolicy,
@@ -61,9 +64,11 @@ path_matches = st.one_of(
         PathMatch, st.sampled_from([PathMatchType.EXACT, PathMatchType.PATH_PREFIX]), TOKEN.map(lambda t: "/" + t)
     ),
     st.builds(PathMatch, st.just(PathMatchType.REGULAR_EXPRESSION), REGEXES),
+    st.builds(PathMatch, st.just(PathMatchType.PREFIX), PRINTABLE),
 )
 value_matches = st.one_of(
-    st.builds(ValueMatch, TOKEN, HEADER_VALUE, st.just(ValueMatchType.EXACT)),
+    st.builds(ValueMatch, TOKEN, HEADER_VALUE, st.sampled_from([ValueMatchType.EXACT, ValueMatchType.PREFIX])),
+    st.builds(ValueMatch, TOKEN, st.just(""), st.just(ValueMatchType.PRESENT)),
     st.builds(ValueMatch, TOKEN, REGEXES, st.just(ValueMatchType.REGULAR_EXPRESSION)),
 )
 matches = st.builds(
@@ -72,7 +77,12 @@ matches = st.builds(
     headers=st.lists(value_matches, max_size=2).map(tuple),
     query_params=st.lists(value_matches, max_size=2).map(tuple),
     method=st.none() | st.sampled_from(["GET", "POST", "DELETE"]),
+    ignore_path_case=st.booleans(),
+    without_headers=st.lists(value_matches, max_size=2).map(tuple),
 )
+PERCENT = st.floats(0.0, 100.0, allow_nan=False)
+faults = st.builds(Fault, SECONDS, PERCENT, st.just(0) | st.integers(200, 599), PERCENT)
+direct_responses = st.builds(DirectResponse, st.integers(200, 599), st.binary(max_size=32))
 path_modifiers = st.builds(PathModifier, st.sampled_from(list(PathModifierType)), TOKEN.map(lambda t: "/" + t))
 redirects = st.builds(
     RequestRedirect,
@@ -102,6 +112,10 @@ rules = st.builds(
         st.booleans(),
     ),
     rule_name=st.just("") | TOKEN,
+    fault=st.none() | faults,
+    direct_response=st.none() | direct_responses,
+    missing_backend_status=st.sampled_from([500, 503]),
+    regex_rewrite=st.none() | st.builds(RegexRewrite, REGEXES, PRINTABLE),
 )
 tables = st.builds(
     RouteTable,
@@ -173,6 +187,16 @@ def encoded(**rule: Any) -> any_pb2.Any:
                 ]
             },
             "backends[0].backend.subset",
+        ),
+        ({"fault": pb.Fault(abort_status=700)}, "fault.abort_status"),
+        ({"fault": pb.Fault(delay_percent=-1)}, "fault.delay_percent"),
+        ({"direct_response": pb.DirectResponse(status=99)}, "direct_response.status"),
+        ({"direct_response": pb.DirectResponse(status=200, body=b"x" * 70_000)}, "direct_response.body"),
+        ({"missing_backend_status": 404}, "missing_backend_status"),
+        ({"regex_rewrite": pb.RegexRewrite(pattern="([", substitution="x")}, "regex_rewrite.pattern"),
+        (
+            {"match": pb.RouteMatch(without_headers=[pb.ValueMatch(name="a b", kind=pb.VALUE_PRESENT)])},
+            "match.without_headers[0].name",
         ),
     ],
 )

@@ -31,11 +31,14 @@ class PathMatchType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PATH_EXACT: _ClassVar[PathMatchType]
     PATH_PREFIX: _ClassVar[PathMatchType]
     PATH_REGULAR_EXPRESSION: _ClassVar[PathMatchType]
+    PATH_STRING_PREFIX: _ClassVar[PathMatchType]
 
 class ValueMatchType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     VALUE_EXACT: _ClassVar[ValueMatchType]
     VALUE_REGULAR_EXPRESSION: _ClassVar[ValueMatchType]
+    VALUE_PREFIX: _ClassVar[ValueMatchType]
+    VALUE_PRESENT: _ClassVar[ValueMatchType]
 
 class PathModifierType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -53,8 +56,11 @@ PATH_MATCH_TYPE_UNSPECIFIED: PathMatchType
 PATH_EXACT: PathMatchType
 PATH_PREFIX: PathMatchType
 PATH_REGULAR_EXPRESSION: PathMatchType
+PATH_STRING_PREFIX: PathMatchType
 VALUE_EXACT: ValueMatchType
 VALUE_REGULAR_EXPRESSION: ValueMatchType
+VALUE_PREFIX: ValueMatchType
+VALUE_PRESENT: ValueMatchType
 PATH_MODIFIER_TYPE_UNSPECIFIED: PathModifierType
 REPLACE_FULL_PATH: PathModifierType
 REPLACE_PREFIX_MATCH: PathModifierType
@@ -192,7 +198,7 @@ class RouteTable(_message.Message):
     def __init__(self, service_key: _Optional[str] = ..., port: _Optional[int] = ..., http: _Optional[_Iterable[_Union[RouteRule, _Mapping]]] = ..., tcp_backends: _Optional[_Iterable[_Union[WeightedBackend, _Mapping]]] = ..., hostnames: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RouteRule(_message.Message):
-    __slots__ = ("route", "match", "backends", "request_headers", "response_headers", "redirect", "rewrite", "mirrors", "timeouts", "retry", "rule_name")
+    __slots__ = ("route", "match", "backends", "request_headers", "response_headers", "redirect", "rewrite", "mirrors", "timeouts", "retry", "rule_name", "fault", "direct_response", "missing_backend_status", "regex_rewrite")
     ROUTE_FIELD_NUMBER: _ClassVar[int]
     MATCH_FIELD_NUMBER: _ClassVar[int]
     BACKENDS_FIELD_NUMBER: _ClassVar[int]
@@ -204,6 +210,10 @@ class RouteRule(_message.Message):
     TIMEOUTS_FIELD_NUMBER: _ClassVar[int]
     RETRY_FIELD_NUMBER: _ClassVar[int]
     RULE_NAME_FIELD_NUMBER: _ClassVar[int]
+    FAULT_FIELD_NUMBER: _ClassVar[int]
+    DIRECT_RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    MISSING_BACKEND_STATUS_FIELD_NUMBER: _ClassVar[int]
+    REGEX_REWRITE_FIELD_NUMBER: _ClassVar[int]
     route: str
     match: RouteMatch
     backends: _containers.RepeatedCompositeFieldContainer[WeightedBackend]
@@ -215,7 +225,39 @@ class RouteRule(_message.Message):
     timeouts: Timeouts
     retry: RetryPolicy
     rule_name: str
-    def __init__(self, route: _Optional[str] = ..., match: _Optional[_Union[RouteMatch, _Mapping]] = ..., backends: _Optional[_Iterable[_Union[WeightedBackend, _Mapping]]] = ..., request_headers: _Optional[_Union[HeaderModifier, _Mapping]] = ..., response_headers: _Optional[_Union[HeaderModifier, _Mapping]] = ..., redirect: _Optional[_Union[RequestRedirect, _Mapping]] = ..., rewrite: _Optional[_Union[URLRewrite, _Mapping]] = ..., mirrors: _Optional[_Iterable[_Union[RequestMirror, _Mapping]]] = ..., timeouts: _Optional[_Union[Timeouts, _Mapping]] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., rule_name: _Optional[str] = ...) -> None: ...
+    fault: Fault
+    direct_response: DirectResponse
+    missing_backend_status: int
+    regex_rewrite: RegexRewrite
+    def __init__(self, route: _Optional[str] = ..., match: _Optional[_Union[RouteMatch, _Mapping]] = ..., backends: _Optional[_Iterable[_Union[WeightedBackend, _Mapping]]] = ..., request_headers: _Optional[_Union[HeaderModifier, _Mapping]] = ..., response_headers: _Optional[_Union[HeaderModifier, _Mapping]] = ..., redirect: _Optional[_Union[RequestRedirect, _Mapping]] = ..., rewrite: _Optional[_Union[URLRewrite, _Mapping]] = ..., mirrors: _Optional[_Iterable[_Union[RequestMirror, _Mapping]]] = ..., timeouts: _Optional[_Union[Timeouts, _Mapping]] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., rule_name: _Optional[str] = ..., fault: _Optional[_Union[Fault, _Mapping]] = ..., direct_response: _Optional[_Union[DirectResponse, _Mapping]] = ..., missing_backend_status: _Optional[int] = ..., regex_rewrite: _Optional[_Union[RegexRewrite, _Mapping]] = ...) -> None: ...
+
+class RegexRewrite(_message.Message):
+    __slots__ = ("pattern", "substitution")
+    PATTERN_FIELD_NUMBER: _ClassVar[int]
+    SUBSTITUTION_FIELD_NUMBER: _ClassVar[int]
+    pattern: str
+    substitution: str
+    def __init__(self, pattern: _Optional[str] = ..., substitution: _Optional[str] = ...) -> None: ...
+
+class Fault(_message.Message):
+    __slots__ = ("delay", "delay_percent", "abort_status", "abort_percent")
+    DELAY_FIELD_NUMBER: _ClassVar[int]
+    DELAY_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    ABORT_STATUS_FIELD_NUMBER: _ClassVar[int]
+    ABORT_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    delay: _duration_pb2.Duration
+    delay_percent: float
+    abort_status: int
+    abort_percent: float
+    def __init__(self, delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., delay_percent: _Optional[float] = ..., abort_status: _Optional[int] = ..., abort_percent: _Optional[float] = ...) -> None: ...
+
+class DirectResponse(_message.Message):
+    __slots__ = ("status", "body")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    status: int
+    body: bytes
+    def __init__(self, status: _Optional[int] = ..., body: _Optional[bytes] = ...) -> None: ...
 
 class PathMatch(_message.Message):
     __slots__ = ("kind", "value")
@@ -236,16 +278,20 @@ class ValueMatch(_message.Message):
     def __init__(self, name: _Optional[str] = ..., value: _Optional[str] = ..., kind: _Optional[_Union[ValueMatchType, str]] = ...) -> None: ...
 
 class RouteMatch(_message.Message):
-    __slots__ = ("path", "headers", "query_params", "method")
+    __slots__ = ("path", "headers", "query_params", "method", "ignore_path_case", "without_headers")
     PATH_FIELD_NUMBER: _ClassVar[int]
     HEADERS_FIELD_NUMBER: _ClassVar[int]
     QUERY_PARAMS_FIELD_NUMBER: _ClassVar[int]
     METHOD_FIELD_NUMBER: _ClassVar[int]
+    IGNORE_PATH_CASE_FIELD_NUMBER: _ClassVar[int]
+    WITHOUT_HEADERS_FIELD_NUMBER: _ClassVar[int]
     path: PathMatch
     headers: _containers.RepeatedCompositeFieldContainer[ValueMatch]
     query_params: _containers.RepeatedCompositeFieldContainer[ValueMatch]
     method: str
-    def __init__(self, path: _Optional[_Union[PathMatch, _Mapping]] = ..., headers: _Optional[_Iterable[_Union[ValueMatch, _Mapping]]] = ..., query_params: _Optional[_Iterable[_Union[ValueMatch, _Mapping]]] = ..., method: _Optional[str] = ...) -> None: ...
+    ignore_path_case: bool
+    without_headers: _containers.RepeatedCompositeFieldContainer[ValueMatch]
+    def __init__(self, path: _Optional[_Union[PathMatch, _Mapping]] = ..., headers: _Optional[_Iterable[_Union[ValueMatch, _Mapping]]] = ..., query_params: _Optional[_Iterable[_Union[ValueMatch, _Mapping]]] = ..., method: _Optional[str] = ..., ignore_path_case: _Optional[bool] = ..., without_headers: _Optional[_Iterable[_Union[ValueMatch, _Mapping]]] = ...) -> None: ...
 
 class HeaderValue(_message.Message):
     __slots__ = ("name", "value")

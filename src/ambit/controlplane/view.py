@@ -77,6 +77,7 @@ OPTIONAL_KINDS = (
     kinds.TCP_ROUTES,
     kinds.TLS_ROUTES,
     kinds.REFERENCE_GRANTS,
+    kinds.VIRTUAL_SERVICES,
     kinds.SECRETS,
 )
 """Kinds served by CRDs (and Nodes, which need cluster-wide read): the view goes on without them when the cluster
@@ -94,6 +95,7 @@ SPEC_ONLY_KINDS = (
     kinds.TCP_ROUTES,
     kinds.TLS_ROUTES,
     kinds.REFERENCE_GRANTS,
+    kinds.VIRTUAL_SERVICES,
 )
 """Kinds whose translation reads only their spec and metadata: a status-only update changes nothing."""
 
@@ -229,6 +231,7 @@ class ClusterView:
             tcp_routes=self.items("tcproutes"),
             tls_routes=self.items("tlsroutes"),
             reference_grants=self.items("referencegrants"),
+            virtual_services=self.items("virtualservices"),
             request_authentications=self.items("requestauthentications"),
             secrets=self.items("secrets"),
             cluster_id=s.cluster_id,

@@ -100,6 +100,7 @@ PEER_AUTHENTICATIONS = ResourceKind("security.istio.io", "v1", "peerauthenticati
 REQUEST_AUTHENTICATIONS = ResourceKind("security.istio.io", "v1", "requestauthentications", "RequestAuthentication")
 SERVICE_ENTRIES = ResourceKind("networking.istio.io", "v1", "serviceentries", "ServiceEntry")
 WORKLOAD_ENTRIES = ResourceKind("networking.istio.io", "v1", "workloadentries", "WorkloadEntry")
+VIRTUAL_SERVICES = ResourceKind("networking.istio.io", "v1", "virtualservices", "VirtualService")
 # Gateway API
 GATEWAY_CLASSES = ResourceKind("gateway.networking.k8s.io", "v1", "gatewayclasses", "GatewayClass", namespaced=False)
 GATEWAYS = ResourceKind("gateway.networking.k8s.io", "v1", "gateways", "Gateway")

@@ -10,8 +10,9 @@ Theory of operation:
   Service, or a workload whose pod, names the waypoint in its ``waypoint`` field. Each destination has one
   :class:`RouteTable`. A table without rules (or no table at all) means Istio's default: a Service routes to
   itself (every request to one endpoint of the addressed Service, chosen per request).
-- A :class:`RouteTable` holds HTTP rules already **flattened and ordered by Gateway API precedence** (the
-  translator sorts; the engine takes the first entry whose match holds):
+- A :class:`RouteTable` holds HTTP rules already **flattened and ordered** (the translator orders; the engine
+  takes the first entry whose match holds). VirtualService rules (:mod:`ambit.controlplane.translate.virtualservices`)
+  keep the order they are written in; Gateway API routes are ordered by precedence:
   1. an Exact path match before a PathPrefix one before a RegularExpression one (Gateway API ranks Exact over
      PathPrefix and leaves regular expressions to the implementation; istiod ranks them last), then the longer
      path value first (for prefixes: the longest prefix wins);
@@ -46,13 +47,20 @@ class PathMatchType(enum.Enum):
     EXACT = "Exact"
     PATH_PREFIX = "PathPrefix"
     REGULAR_EXPRESSION = "RegularExpression"
+    PREFIX = "Prefix"
+    """A VirtualService ``uri.prefix``: a plain string prefix (``/foo`` matches ``/foobar``), as Envoy's ``prefix``."""
 
 
 class ValueMatchType(enum.Enum):
-    """Gateway API ``HTTPHeaderMatch.type`` / ``HTTPQueryParamMatch.type`` / ``GRPCMethodMatch.type``."""
+    """Gateway API ``HTTPHeaderMatch.type`` / ``HTTPQueryParamMatch.type`` / ``GRPCMethodMatch.type``, and the
+    VirtualService ``StringMatch`` kinds Gateway API lacks."""
 
     EXACT = "Exact"
     REGULAR_EXPRESSION = "RegularExpression"
+    PREFIX = "Prefix"
+    """The value starts with ``value`` (a VirtualService ``prefix``)."""
+    PRESENT = "Present"
+    """The header or parameter is present, whatever its value (a VirtualService ``{}`` or ``regex: "*"``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +88,11 @@ class RouteMatch:
     headers: tuple[ValueMatch, ...] = ()
     query_params: tuple[ValueMatch, ...] = ()
     method: str | None = None
+    ignore_path_case: bool = False
+    """Compare the path case-insensitively (a VirtualService ``ignoreUriCase``)."""
+    without_headers: tuple[ValueMatch, ...] = ()
+    """Each must *not* hold (a VirtualService ``withoutHeaders``): a missing header reads as empty, and a
+    ``PRESENT`` entry means the header must be absent."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +196,34 @@ class Timeouts:
 
 
 @dataclass(frozen=True, slots=True)
+class RegexRewrite:
+    """A VirtualService ``rewrite.uriRegexRewrite``: every match of ``pattern`` (RE2) in the path is replaced by
+    ``substitution`` (``\\1`` for a group), as Envoy's ``regex_rewrite``; the query is kept."""
+
+    pattern: str
+    substitution: str
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """A VirtualService ``fault``: delay ``delay_percent`` of requests by ``delay`` seconds, then answer
+    ``abort_percent`` of them with ``abort_status`` instead of forwarding (Envoy's fault filter)."""
+
+    delay: float = 0.0
+    delay_percent: float = 0.0
+    abort_status: int = 0
+    abort_percent: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class DirectResponse:
+    """A VirtualService ``directResponse``: answered by the waypoint itself."""
+
+    status: int
+    body: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
 class RouteRule:
     """One entry of a :class:`RouteTable`: one match of one rule of one route, with that rule's actions."""
 
@@ -198,6 +239,14 @@ class RouteRule:
     timeouts: Timeouts = field(default_factory=Timeouts)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     rule_name: str = ""
+    fault: Fault | None = None
+    direct_response: DirectResponse | None = None
+    """Present: the waypoint answers this itself (after ``redirect``, before any backend)."""
+    missing_backend_status: int = 500
+    """The answer when the drawn backend did not resolve: 500 for Gateway API routes, 503 for VirtualServices
+    (Envoy's cluster-not-found answer, which istiod leaves at its default for them)."""
+    regex_rewrite: RegexRewrite | None = None
+    """Applied after ``rewrite`` (which then carries at most the authority)."""
 
 
 @dataclass(frozen=True, slots=True)

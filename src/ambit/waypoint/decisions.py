@@ -7,7 +7,10 @@ random number in [0, 1) for weighted choices (the shell owns randomness, so the 
 - :class:`Forward`: send ``request`` (already rewritten by the rule's filters) to one endpoint of ``backend``,
   add ``response_headers`` changes to the answer, apply ``timeouts`` and ``retry``, and copy the request to each
   of ``mirrors`` (answers dropped).
-- :class:`Respond`: answer locally (a redirect, 404 when no route matches, 500 for a missing backend).
+- :class:`Respond`: answer locally (a redirect, a direct response or fault abort, 404 when no route matches, 500
+  or 503 for a missing backend).
+
+Either may carry a ``delay`` (a fault delay) the shell waits out first.
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ class Forward:
     mirrors: tuple[tuple[BackendService, RequestHead], ...] = ()
     route: str = ""
     """``kind/namespace/name`` of the route that matched; empty for the default route (telemetry, logs)."""
+    delay: float = 0.0
+    """Seconds to wait before forwarding (a VirtualService fault delay)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +60,8 @@ class Respond:
     headers: tuple[tuple[str, str], ...] = ()
     body: bytes = b""
     route: str = ""
+    delay: float = 0.0
+    """Seconds to wait before answering (a VirtualService fault delay)."""
 
 
 Decision = Forward | Respond

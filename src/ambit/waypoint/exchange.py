@@ -28,6 +28,7 @@ reporter="waypoint", ``request_protocol`` grpc or http) and writes its access-lo
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from ambit.model.workload import Workload
@@ -91,6 +92,8 @@ async def serve_request(
         table = ctx.routes.find_table(target.service.key, target.port)
         decision = ctx.router(table, target.backend, head, ctx.random())
         outcome.route = decision.route
+        if decision.delay > 0:
+            await asyncio.sleep(decision.delay)
         if isinstance(decision, Respond):
             keep = await _drain(down, started)
             await respond(down, decision.status, decision.headers, decision.body, outcome)

@@ -15,6 +15,10 @@ Rules:
    ``problems``; a path or header value longer than :data:`~ambit.waypoint.patterns.SUBJECT_LIMIT` does not match
    a pattern. Testing a request never raises.
 4. :class:`RequestFacts` works each fact out once per request and only when a match asks for it.
+5. VirtualService kinds: a plain string Prefix path (``/foo`` matches ``/foobar``); Prefix and Present values;
+   ``ignore_path_case`` compares an Exact or Prefix path case-insensitively (Envoy's ``case_sensitive: false``,
+   which leaves regular expressions alone); ``without_headers`` entries must each *not* hold, a missing header
+   reading as empty (Envoy's ``treat_missing_header_as_empty``) and a Present entry meaning "absent".
 """
 
 from __future__ import annotations
@@ -37,14 +41,29 @@ class ValueTest:
     name: str
     exact: str | None
     pattern: re.Pattern[str] | None
-    """Both None: a regular expression that did not compile; the test never holds."""
+    """Both None (and ``prefix`` None, ``present`` False): a regular expression that did not compile; the test
+    never holds."""
+    prefix: str | None = None
+    present: bool = False
 
     def holds(self, value: str | None) -> bool:
         if value is None:
             return False
         if self.exact is not None:
             return value == self.exact
+        if self.prefix is not None:
+            return value.startswith(self.prefix)
+        if self.present:
+            return True
         return self.pattern is not None and len(value) <= SUBJECT_LIMIT and self.pattern.fullmatch(value) is not None
+
+    def holds_without(self, value: str | None) -> bool:
+        """Whether this ``without_headers`` entry is satisfied (rule 5)."""
+        if self.present:
+            return value is None
+        if self.exact is None and self.prefix is None and self.pattern is None:
+            return False  # a refused pattern never holds, inverted or not: no silent widening
+        return not self.holds("" if value is None else value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,11 +75,18 @@ class MatchTest:
     query: tuple[ValueTest, ...]
     prefix: str | None
     """The prefix ReplacePrefixMatch replaces; None for Exact and RegularExpression matches."""
+    without: tuple[ValueTest, ...] = ()
+
+    @property
+    def needs_facts(self) -> bool:
+        return bool(self.headers or self.query or self.without)
 
     def holds_for(self, facts: RequestFacts) -> bool:
         """Whether the header and query parts hold (the caller tests method and path first, inline)."""
-        return all(h.holds(facts.header(h.name)) for h in self.headers) and all(
-            q.holds(facts.query(q.name)) for q in self.query
+        return (
+            all(h.holds(facts.header(h.name)) for h in self.headers)
+            and all(q.holds(facts.query(q.name)) for q in self.query)
+            and all(w.holds_without(facts.header(w.name)) for w in self.without)
         )
 
 
@@ -114,6 +140,10 @@ def _value_tests(
         seen.add(name)
         if match.kind is ValueMatchType.EXACT:
             tests.append(ValueTest(name, match.value, None))
+        elif match.kind is ValueMatchType.PREFIX:
+            tests.append(ValueTest(name, None, None, prefix=match.value))
+        elif match.kind is ValueMatchType.PRESENT:
+            tests.append(ValueTest(name, None, None, present=True))
         else:
             tests.append(ValueTest(name, None, _compile_regex(match.value, problems, f"{where} {name}")))
     return tuple(tests)
@@ -123,9 +153,18 @@ def _never(path: str) -> bool:
     return False
 
 
-def _path_test(kind: PathMatchType, value: str, problems: list[str], where: str) -> Callable[[str], bool] | None:
+def _path_test(
+    kind: PathMatchType, value: str, problems: list[str], where: str, *, fold: bool = False
+) -> Callable[[str], bool] | None:
+    if fold and kind in (PathMatchType.EXACT, PathMatchType.PREFIX):
+        folded = value.lower()
+        if kind is PathMatchType.EXACT:
+            return lambda path: path.lower() == folded
+        return lambda path: path.lower().startswith(folded)
     if kind is PathMatchType.EXACT:
         return value.__eq__
+    if kind is PathMatchType.PREFIX:
+        return None if not value else lambda path: path.startswith(value)
     if kind is PathMatchType.REGULAR_EXPRESSION:
         pattern = _compile_regex(value, problems, f"{where} path")
         if pattern is None:
@@ -145,9 +184,10 @@ def compile_match(match: RouteMatch, where: str) -> tuple[MatchTest, tuple[str, 
     value = "/" if match.path is None else match.path.value
     test = MatchTest(
         method=match.method,
-        path=_path_test(kind, value, problems, where),
+        path=_path_test(kind, value, problems, where, fold=match.ignore_path_case),
         headers=_value_tests(match.headers, True, problems, f"{where} header"),
         query=_value_tests(match.query_params, False, problems, f"{where} query parameter"),
-        prefix=value if kind is PathMatchType.PATH_PREFIX else None,
+        prefix=value if kind in (PathMatchType.PATH_PREFIX, PathMatchType.PREFIX) else None,
+        without=_value_tests(match.without_headers, True, problems, f"{where} without header"),
     )
     return test, tuple(problems)

@@ -29,12 +29,20 @@ Rules:
    ``random * 1_000_003 + 0.618... * (i + 1)``. Its low-order digits are independent enough of the high-order ones
    that draw the backend for percent splits; a test checks the rates.
 9. ``random`` outside [0, 1) (or NaN) is read as 0.
+10. VirtualService actions: a rule's ``fault`` runs first: its delay applies when ``100 * r_d < delay_percent``
+    and its abort when ``100 * r_a < abort_percent`` (``r_d``, ``r_a`` derived from ``random`` like mirror draws,
+    with indexes -2 and -3), the delay travelling in the decision for the shell to wait out. Then a
+    ``direct_response`` answers with its status and body. A draw that lands on an unresolved backend answers the
+    rule's ``missing_backend_status`` (503 for a VirtualService destination the waypoint does not know). A
+    ``regex_rewrite`` replaces every match in the path (query kept) after rule 7's rewrite; one whose pattern
+    :mod:`ambit.waypoint.patterns` refuses or whose substitution names a missing group is listed in ``problems``
+    and its rule answers 500, as does a rewritten path that is not visible ASCII.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 
 from ambit.model.routes import (
     BackendService,
@@ -53,8 +61,10 @@ from ambit.waypoint.filters import (
     redirect_location,
     rewrite_path,
     split_authority,
+    split_target,
 )
 from ambit.waypoint.matching import MatchTest, RequestFacts, compile_match
+from ambit.waypoint.patterns import SUBJECT_LIMIT, safe_pattern
 
 __all__ = ["CompiledTable", "compile_table", "route", "route_tcp", "with_request_id"]
 
@@ -64,6 +74,7 @@ _CACHE_SIZE = 512
 _MIRROR_SCALE = 1_000_003.0
 _GOLDEN = 0.6180339887498949
 _NO_TIMEOUTS = Timeouts()
+_TEXT = (("content-type", "text/plain"),)
 _DEFAULT_RETRY = RetryPolicy()
 """The default route's policies: Istio's defaults, shared (they are frozen)."""
 
@@ -77,6 +88,26 @@ class _CompiledRule:
     backends: tuple[tuple[float, WeightedBackend, HeaderEdit | None], ...]
     """(cumulative weight, backend, its cleaned header modifier), weight > 0 only."""
     total: float
+    regex_rewrite: tuple[re.Pattern[str], str] | None = None
+    broken: bool = False
+    """The rule's regex rewrite cannot work: the rule answers 500 rather than forward an unrewritten path."""
+
+
+def _regex_rewrite(rule: RouteRule, problems: list[str]) -> tuple[re.Pattern[str], str] | bool | None:
+    """The compiled ``regex_rewrite``, None without one, False when it cannot work (reported in ``problems``)."""
+    if rule.regex_rewrite is None:
+        return None
+    where = f"{rule.route or 'route'} regex rewrite"
+    pattern = safe_pattern(rule.regex_rewrite.pattern)
+    if isinstance(pattern, str):
+        problems.append(f"{where}: pattern {rule.regex_rewrite.pattern!r} refused: {pattern}")
+        return False
+    try:
+        pattern.sub(rule.regex_rewrite.substitution, "")  # parses the substitution: bad group references raise
+    except (re.error, IndexError) as exc:
+        problems.append(f"{where}: substitution {rule.regex_rewrite.substitution!r} refused: {exc}")
+        return False
+    return pattern, rule.regex_rewrite.substitution
 
 
 def _compile_rule(rule: RouteRule) -> tuple[_CompiledRule, tuple[str, ...]]:
@@ -87,6 +118,8 @@ def _compile_rule(rule: RouteRule) -> tuple[_CompiledRule, tuple[str, ...]]:
             total += backend.weight
             backends.append((total, backend, HeaderEdit.of(backend.request_headers)))
     test, problems = compile_match(rule.match, rule.route or "route")
+    extra: list[str] = []
+    rewrite = _regex_rewrite(rule, extra)
     compiled = _CompiledRule(
         rule=rule,
         test=test,
@@ -94,8 +127,10 @@ def _compile_rule(rule: RouteRule) -> tuple[_CompiledRule, tuple[str, ...]]:
         response_headers=clean_modifier(rule.response_headers),
         backends=tuple(backends),
         total=total,
+        regex_rewrite=rewrite if isinstance(rewrite, tuple) else None,
+        broken=rewrite is False,
     )
-    return compiled, problems
+    return compiled, problems + tuple(extra)
 
 
 def _unit(random: float) -> float:
@@ -103,7 +138,9 @@ def _unit(random: float) -> float:
 
 
 def _mirror_draw(random: float, index: int) -> float:
-    return math.fmod(random * _MIRROR_SCALE + _GOLDEN * (index + 1), 1.0)
+    """Draw ``index`` derived from ``random``, in [0, 1) (``%``: non-negative also for the faults' negative
+    indexes)."""
+    return (random * _MIRROR_SCALE + _GOLDEN * (index + 1)) % 1.0
 
 
 def _shadow(authority: str) -> str:
@@ -134,7 +171,7 @@ class CompiledTable:
             if (
                 (test.method is None or test.method == method)
                 and (test.path is None or test.path(path))
-                and (not (test.headers or test.query) or test.holds_for(facts))
+                and (not test.needs_facts or test.holds_for(facts))
             ):
                 return _take(compiled, destination, request, _unit(random))
         return Respond(404)
@@ -151,6 +188,22 @@ def _draw(
 
 def _take(compiled: _CompiledRule, destination: BackendService, request: RequestHead, random: float) -> Decision:
     rule = compiled.rule
+    delay = 0.0
+    if rule.fault is not None:
+        fault = rule.fault
+        if fault.delay > 0 and 100.0 * _mirror_draw(random, -2) < fault.delay_percent:
+            delay = fault.delay
+        if fault.abort_status and 100.0 * _mirror_draw(random, -3) < fault.abort_percent:
+            return Respond(fault.abort_status, _TEXT, b"fault filter abort", route=rule.route, delay=delay)
+    decision = _act(compiled, destination, request, random)
+    return replace(decision, delay=delay) if delay else decision
+
+
+def _act(compiled: _CompiledRule, destination: BackendService, request: RequestHead, random: float) -> Decision:
+    rule = compiled.rule
+    if rule.direct_response is not None and rule.redirect is None:
+        direct = rule.direct_response
+        return Respond(direct.status, _TEXT if direct.body else (), direct.body, route=rule.route)
     if rule.redirect is not None:
         if not request.authority:
             request = RequestHead(request.method, request.path, destination.hostname, request.headers, request.scheme)
@@ -159,8 +212,10 @@ def _take(compiled: _CompiledRule, destination: BackendService, request: Request
             return Respond(500, route=rule.route)
         return Respond(rule.redirect.status_code, (("location", location),), route=rule.route)
     chosen = _draw(compiled.backends, random * compiled.total)
-    if chosen is None or chosen[1].backend is None:
+    if chosen is None:
         return Respond(500, route=rule.route)
+    if chosen[1].backend is None:
+        return Respond(rule.missing_backend_status, route=rule.route)
     backend, backend_edit = chosen[1].backend, chosen[2]
     if compiled.request_headers is not None:
         request = compiled.request_headers.apply(request)
@@ -173,6 +228,16 @@ def _take(compiled: _CompiledRule, destination: BackendService, request: Request
             return Respond(500, route=rule.route)
         authority = hostname or request.authority
         request = RequestHead(request.method, path, authority, request.headers, request.scheme)
+    if compiled.broken:
+        return Respond(500, route=rule.route)
+    if compiled.regex_rewrite is not None:
+        pattern, substitution = compiled.regex_rewrite
+        path, query = split_target(request.path)
+        if len(path) <= SUBJECT_LIMIT:
+            path = pattern.sub(substitution, path)
+        if not is_visible_ascii(path):
+            return Respond(500, route=rule.route)
+        request = RequestHead(request.method, (path or "/") + query, request.authority, request.headers, request.scheme)
     mirrors = (
         tuple(
             (

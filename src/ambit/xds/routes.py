@@ -11,7 +11,8 @@ Rules:
 1. The resource name is the body's ``waypoint`` (``namespace/name``); a resource whose name disagrees is refused.
 2. Ports (table, backend, redirect) are 1..65535; a redirect's status code is 301, 302, 303, 307 or 308; a mirror's
    percent is 0..100; durations are non-negative.
-3. A path match has a known type and a value; an Exact or PathPrefix value starts with ``/``; a regular
+3. A path match has a known type and a value; an Exact or PathPrefix value starts with ``/`` (a plain
+   string Prefix may be any string); a regular
    expression (path, header, query param) compiles and is at most 1024 characters. A header name is a token;
    header values carry no CR, LF or NUL (they are written into requests and responses as they are).
 4. Enum values this build does not know are refused (they would change what a rule matches).
@@ -21,6 +22,8 @@ Rules:
 7. Nothing but :class:`XdsConversionError` escapes decoding.
 8. ``policies`` (the AuthorizationPolicies bound to the waypoint) are judged by :mod:`ambit.xds.waypoint_policies`.
 9. ``request_authentications`` (field 4) are judged by :mod:`ambit.xds.requestauth`.
+10. A fault's percents are 0..100 and its abort status 200..599 (0: no abort); a direct response's status is
+    200..599 and its body at most :data:`MAX_DIRECT_BODY` bytes; ``missing_backend_status`` is 0 (500) or 500..599.
 """
 
 from __future__ import annotations
@@ -34,11 +37,14 @@ from google.protobuf.message import DecodeError
 from ambit.api import waypoint_pb2 as pb
 from ambit.model.routes import (
     BackendService,
+    DirectResponse,
+    Fault,
     HeaderModifier,
     PathMatch,
     PathMatchType,
     PathModifier,
     PathModifierType,
+    RegexRewrite,
     RequestMirror,
     RequestRedirect,
     RetryPolicy,
@@ -68,6 +74,8 @@ __all__ = [
 
 WAYPOINT_CONFIG_TYPE_URL = "type.googleapis.com/ambit.waypoint.v1.WaypointConfig"
 MAX_REGEX = 1024
+MAX_DIRECT_BODY = 64 * 1024
+"""A direct response's body is held in every waypoint's memory: bounded like any other configuration value."""
 SUBSET_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _REDIRECT_CODES = frozenset((301, 302, 303, 307, 308))
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+\-.^_`|~]+$")
@@ -76,9 +84,15 @@ _PATH_KINDS = {
     PathMatchType.EXACT: pb.PATH_EXACT,
     PathMatchType.PATH_PREFIX: pb.PATH_PREFIX,
     PathMatchType.REGULAR_EXPRESSION: pb.PATH_REGULAR_EXPRESSION,
+    PathMatchType.PREFIX: pb.PATH_STRING_PREFIX,
 }
 _PATH_KIND_NAMES = {v: k for k, v in _PATH_KINDS.items()}
-_VALUE_KINDS = {ValueMatchType.EXACT: pb.VALUE_EXACT, ValueMatchType.REGULAR_EXPRESSION: pb.VALUE_REGULAR_EXPRESSION}
+_VALUE_KINDS = {
+    ValueMatchType.EXACT: pb.VALUE_EXACT,
+    ValueMatchType.REGULAR_EXPRESSION: pb.VALUE_REGULAR_EXPRESSION,
+    ValueMatchType.PREFIX: pb.VALUE_PREFIX,
+    ValueMatchType.PRESENT: pb.VALUE_PRESENT,
+}
 _VALUE_KIND_NAMES = {v: k for k, v in _VALUE_KINDS.items()}
 _MODIFIER_KINDS = {
     PathModifierType.REPLACE_FULL_PATH: pb.REPLACE_FULL_PATH,
@@ -122,10 +136,16 @@ def _path_modifier(modifier: PathModifier) -> pb.PathModifier:
     return pb.PathModifier(kind=_MODIFIER_KINDS[modifier.kind], value=modifier.value)
 
 
+def _value_matches(matches: tuple[ValueMatch, ...]) -> list[pb.ValueMatch]:
+    return [pb.ValueMatch(name=m.name, value=m.value, kind=_VALUE_KINDS[m.kind]) for m in matches]
+
+
 def _match(match: RouteMatch) -> pb.RouteMatch:
     out = pb.RouteMatch(
-        headers=[pb.ValueMatch(name=m.name, value=m.value, kind=_VALUE_KINDS[m.kind]) for m in match.headers],
-        query_params=[pb.ValueMatch(name=m.name, value=m.value, kind=_VALUE_KINDS[m.kind]) for m in match.query_params],
+        headers=_value_matches(match.headers),
+        query_params=_value_matches(match.query_params),
+        ignore_path_case=match.ignore_path_case,
+        without_headers=_value_matches(match.without_headers),
     )
     if match.path is not None:
         out.path.CopyFrom(pb.PathMatch(kind=_PATH_KINDS[match.path.kind], value=match.path.value))
@@ -160,7 +180,25 @@ def _rule(rule: RouteRule) -> pb.RouteRule:
             on_connect_failure=rule.retry.on_connect_failure,
         ),
         rule_name=rule.rule_name,
+        missing_backend_status=rule.missing_backend_status,
     )
+    if rule.fault is not None:
+        out.fault.CopyFrom(
+            pb.Fault(
+                delay=_duration(rule.fault.delay),
+                delay_percent=rule.fault.delay_percent,
+                abort_status=rule.fault.abort_status,
+                abort_percent=rule.fault.abort_percent,
+            )
+        )
+    if rule.regex_rewrite is not None:
+        out.regex_rewrite.CopyFrom(
+            pb.RegexRewrite(pattern=rule.regex_rewrite.pattern, substitution=rule.regex_rewrite.substitution)
+        )
+    if rule.direct_response is not None:
+        out.direct_response.CopyFrom(
+            pb.DirectResponse(status=rule.direct_response.status, body=rule.direct_response.body)
+        )
     if rule.request_headers is not None:
         out.request_headers.CopyFrom(_header_modifier(rule.request_headers))
     if rule.response_headers is not None:
@@ -185,14 +223,23 @@ def _rule(rule: RouteRule) -> pb.RouteRule:
 
 
 def waypoint_config_to_proto(config: WaypointConfig) -> pb.WaypointConfig:
-    """``config`` as the wire message."""
+    """``config`` as the wire message. A rule shared by several tables (a VirtualService for many hosts) is built
+    once."""
+    built: dict[int, pb.RouteRule] = {}
+
+    def rule(item: RouteRule) -> pb.RouteRule:
+        found = built.get(id(item))
+        if found is None:
+            found = built[id(item)] = _rule(item)
+        return found
+
     return pb.WaypointConfig(
         waypoint=config.waypoint,
         tables=[
             pb.RouteTable(
                 service_key=t.service_key,
                 port=t.port,
-                http=[_rule(r) for r in t.http],
+                http=[rule(r) for r in t.http],
                 tcp_backends=[_weighted(b) for b in t.tcp_backends],
                 hostnames=list(t.hostnames),
             )
@@ -213,6 +260,10 @@ def pack_waypoint_config(message: pb.WaypointConfig) -> any_pb2.Any:
 
 
 class _Reader(FieldReader):
+    def __init__(self, resource: str) -> None:
+        super().__init__(resource)
+        self.rules: dict[bytes, RouteRule] = {}
+
     def port(self, field: str, value: int) -> int:
         if not 1 <= value <= 65535:
             raise self.fail(field, f"out of range 1..65535: {value}")
@@ -297,7 +348,7 @@ class _Reader(FieldReader):
             value = message.path.value
             if kind is PathMatchType.REGULAR_EXPRESSION:
                 self.regex(f"{field}.path.value", value)
-            elif not value.startswith("/"):
+            elif kind is not PathMatchType.PREFIX and not value.startswith("/"):
                 raise self.fail(f"{field}.path.value", f"must start with /: {value!r}")
             path = PathMatch(kind, value)
         method = self.text(f"{field}.method", message.method, required=True) if message.HasField("method") else None
@@ -311,7 +362,34 @@ class _Reader(FieldReader):
                 for i, m in enumerate(message.query_params)
             ),
             method=method,
+            ignore_path_case=message.ignore_path_case,
+            without_headers=tuple(
+                self.value_match(f"{field}.without_headers[{i}]", m, header=True)
+                for i, m in enumerate(message.without_headers)
+            ),
         )
+
+    def percent(self, field: str, value: float) -> float:
+        if not 0.0 <= value <= 100.0:
+            raise self.fail(field, f"out of range 0..100: {value}")
+        return value
+
+    def fault(self, field: str, message: pb.Fault) -> Fault:
+        if message.abort_status and not 200 <= message.abort_status <= 599:
+            raise self.fail(f"{field}.abort_status", f"not an HTTP status: {message.abort_status}")
+        return Fault(
+            delay=self.seconds(f"{field}.delay", message.delay),
+            delay_percent=self.percent(f"{field}.delay_percent", message.delay_percent),
+            abort_status=message.abort_status,
+            abort_percent=self.percent(f"{field}.abort_percent", message.abort_percent),
+        )
+
+    def direct_response(self, field: str, message: pb.DirectResponse) -> DirectResponse:
+        if not 200 <= message.status <= 599:
+            raise self.fail(f"{field}.status", f"not an HTTP status: {message.status}")
+        if len(message.body) > MAX_DIRECT_BODY:
+            raise self.fail(f"{field}.body", f"longer than {MAX_DIRECT_BODY} bytes")
+        return DirectResponse(message.status, message.body)
 
     def path_modifier(self, field: str, message: pb.PathModifier) -> PathModifier:
         kind = _MODIFIER_KIND_NAMES.get(message.kind)
@@ -378,13 +456,42 @@ class _Reader(FieldReader):
             timeouts=timeouts,
             retry=retry,
             rule_name=self.text(f"{field}.rule_name", message.rule_name),
+            fault=self.fault(f"{field}.fault", message.fault) if message.HasField("fault") else None,
+            direct_response=self.direct_response(f"{field}.direct_response", message.direct_response)
+            if message.HasField("direct_response")
+            else None,
+            regex_rewrite=RegexRewrite(
+                self.regex(f"{field}.regex_rewrite.pattern", message.regex_rewrite.pattern),
+                self.text(f"{field}.regex_rewrite.substitution", message.regex_rewrite.substitution),
+            )
+            if message.HasField("regex_rewrite")
+            else None,
+            missing_backend_status=self.missing_status(
+                f"{field}.missing_backend_status", message.missing_backend_status
+            ),
         )
+
+    def missing_status(self, field: str, value: int) -> int:
+        if value == 0:
+            return 500
+        if not 500 <= value <= 599:
+            raise self.fail(field, f"not a server error status: {value}")
+        return value
+
+    def shared_rule(self, field: str, message: pb.RouteRule) -> RouteRule:
+        """:meth:`rule`, judged once per distinct rule: a VirtualService for many hosts repeats one rule in many
+        tables (the first failure still names the first field it occurs in)."""
+        key = message.SerializeToString(deterministic=True)
+        found = self.rules.get(key)
+        if found is None:
+            found = self.rules[key] = self.rule(field, message)
+        return found
 
     def table(self, field: str, message: pb.RouteTable) -> RouteTable:
         return RouteTable(
             service_key=self.text(f"{field}.service_key", message.service_key),
             port=self.port(f"{field}.port", message.port),
-            http=tuple(self.rule(f"{field}.http[{i}]", r) for i, r in enumerate(message.http)),
+            http=tuple(self.shared_rule(f"{field}.http[{i}]", r) for i, r in enumerate(message.http)),
             tcp_backends=tuple(
                 self.weighted(f"{field}.tcp_backends[{i}]", b) for i, b in enumerate(message.tcp_backends)
             ),

@@ -3,8 +3,8 @@
 Theory of operation: :func:`translate_all` takes snapshots of the kinds istiod's ambient index reads for L4 (Pods,
 Services, EndpointSlices, Namespaces, ServiceEntries, WorkloadEntries, and Nodes for the pods' locality; spec §10.1)
 and for L4 policy (AuthorizationPolicies, PeerAuthentications; spec §7) and for waypoints (Gateways, GatewayClasses,
-the HTTPRoutes, GRPCRoutes, TCPRoutes, TLSRoutes and ReferenceGrants of their routing, spec §1.4, and the
-RequestAuthentications attached to them, spec §7.5) and returns a
+the HTTPRoutes, GRPCRoutes, TCPRoutes, TLSRoutes, ReferenceGrants and VirtualServices of their routing, spec §1.4,
+and the RequestAuthentications attached to them, spec §7.5) and returns a
 :class:`Translation`: one :class:`LocalConfig` (workloads, services, policies), the ``ZtunnelAccepted`` status of
 each AuthorizationPolicy and the ``istio.io/WaypointBound`` status of Services and ServiceEntries
 (:class:`PolicyStatus`, for the control plane to write), each ready waypoint's
@@ -31,7 +31,8 @@ ServiceEntry becomes Services and endpoint Workloads), ``workloadentries`` (a Wo
 ``index`` (which services select which endpoints, on which ports), ``policies`` (an AuthorizationPolicy becomes a
 Policy and a status), ``peerauth`` (PeerAuthentications become DENY policies), ``nodes`` (a Node's labels become its
 pods' locality), ``waypoints`` (Gateways become waypoints, labels bind to them), ``routes`` and ``routerules``
-(Gateway API routes become waypoint route tables), ``requestauth`` (RequestAuthentications attached by
+(Gateway API routes become waypoint route tables), ``virtualservices`` (VirtualServices join those tables),
+``requestauth`` (RequestAuthentications attached by
 ``targetRefs`` join their waypoints' configs), ``protocols`` (a port's application protocol), ``skips`` (what
 was left out).
 """
@@ -74,6 +75,7 @@ from ambit.controlplane.translate.serviceentries import (
 )
 from ambit.controlplane.translate.services import service_network, translate_service
 from ambit.controlplane.translate.skips import SkipMemory, Skipped
+from ambit.controlplane.translate.virtualservices import translate_virtual_services
 from ambit.controlplane.translate.waypoint_policies import (
     ServiceTarget,
     TargetIndex,
@@ -177,6 +179,7 @@ def translate_all(
     tcp_routes: Iterable[Mapping[str, Any]] = (),
     tls_routes: Iterable[Mapping[str, Any]] = (),
     reference_grants: Iterable[Mapping[str, Any]] = (),
+    virtual_services: Iterable[Mapping[str, Any]] = (),
     request_authentications: Iterable[Mapping[str, Any]] = (),
     secrets: Iterable[Mapping[str, Any]] = (),
     cluster_id: str = "Kubernetes",
@@ -284,6 +287,7 @@ def translate_all(
         canaries=canaries,
         waypoints=waypoints,
         gateways=gateway_list,
+        virtual_services=translate_virtual_services(virtual_services, translated, bound, domain=domain, skips=skips),
     )
     authn_translations = [
         translate_request_authentication(obj, root_namespace=root_namespace, skips=skips)

@@ -33,16 +33,22 @@ Rules:
    problem's reason and every message joined with ``; `` (istiod reports route errors this way on each parent).
 5. A table's HTTP entries are those of the HTTPRoutes and GRPCRoutes attached to it, each route once, sorted by
    :func:`~ambit.controlplane.translate.routerules.precedence`; its TCP backends those of the oldest attached
-   TLSRoute that applies to the Service (then ``namespace/name``), else of the oldest attached TCPRoute: TLS routes
-   win over TCP routes, as Gateway API's GEP-1294 and istiod's waypoint say. A TLSRoute applies when it has no
-   ``hostnames`` or its hostnames are exactly the Service's hostname (istiod's waypoint does not read the SNI, so
-   it takes only a route whose SNI match could only be that host); one with other hostnames is still
-   ``Accepted`` but routes nothing there. Its hostnames the union of the attached HTTP and gRPC routes'.
+   TLSRoute that applies to the Service (then name, then namespace, as istiod orders configs), else of the oldest
+   attached TCPRoute: TLS routes win over TCP routes, as Gateway API's GEP-1294 and istiod's waypoint say. A TLSRoute
+   applies when it has no ``hostnames`` or its hostnames are exactly the Service's hostname (istiod's waypoint does
+   not read the SNI, so it takes only a route whose SNI match could only be that host); one with other hostnames is
+   still ``Accepted`` but routes nothing there. Its hostnames the union of the attached HTTP and gRPC routes'.
 6. Every ready waypoint gets a config, even with no Service bound (an empty one); tables are ordered by service
    key then port.
 7. A waypoint's service account (the only identity that may read its config) is the Gateway's
    ``gateway.istio.io/service-account`` annotation, else the Gateway's name, as istiod's deployment controller
    names it.
+8. VirtualServices (:mod:`ambit.controlplane.translate.virtualservices`) join the same tables as istiod's waypoint
+   merges them: the HTTP and gRPC routes of a destination form one block (sorted as rule 5 says, dated by the
+   oldest of them, as istiod's merged VirtualService for them is), each VirtualService another (its rules in
+   written order); blocks are concatenated oldest first (creation timestamp, then name, then namespace) and the
+   first matching entry of the whole table wins. For connections, a TLS rule (TLSRoute or VirtualService ``tls``)
+   wins over a TCP one, then the oldest.
 """
 
 from __future__ import annotations
@@ -61,8 +67,9 @@ from ambit.controlplane.translate.routerules import (
     ConvertedRoute,
     convert_route,
 )
+from ambit.controlplane.translate.virtualservices import RouteBlock, VirtualServiceRoutes, route_block_order
 from ambit.controlplane.translate.waypoints import Waypoint, WaypointIndex
-from ambit.model.routes import BackendService, RouteTable, WaypointConfig
+from ambit.model.routes import BackendService, RouteTable, WaypointConfig, WeightedBackend
 from ambit.model.workload import HBONE_MTLS_PORT, Service
 
 __all__ = [
@@ -339,9 +346,11 @@ def translate_routes(
     canaries: Mapping[str, str] | None = None,
     waypoints: WaypointIndex,
     gateways: Iterable[Obj] = (),
+    virtual_services: VirtualServiceRoutes | None = None,
 ) -> RouteTranslation:
-    """Each ready waypoint's config and each route's status (rules 1-6). ``bound`` maps a service key to the key
-    of the waypoint it is bound to; ``canaries`` to its canary waypoint's, which gets the same tables."""
+    """Each ready waypoint's config and each route's status (rules 1-8). ``bound`` maps a service key to the key
+    of the waypoint it is bound to; ``canaries`` to its canary waypoint's, which gets the same tables;
+    ``virtual_services`` what the VirtualServices give each destination (rule 8)."""
     canaries = canaries or {}
     gateway_list = list(gateways)
     k8s = {(s.namespace, s.name): s for s in k8s_services}
@@ -393,7 +402,7 @@ def translate_routes(
     configs = [
         WaypointConfig(
             key,
-            _tables(sorted(destinations.get(key, ()), key=lambda s: s.key), attachments),
+            _tables(sorted(destinations.get(key, ()), key=lambda s: s.key), attachments, virtual_services, bound),
             xfcc_client_identity=waypoints.ready[key].xfcc_client_identity,
         )
         for key in sorted(waypoints.ready)
@@ -408,20 +417,40 @@ def translate_routes(
     )
 
 
-def _tables(services: list[Service], attachments: _Attachments) -> tuple[RouteTable, ...]:
+def _tables(
+    services: list[Service],
+    attachments: _Attachments,
+    virtual_services: VirtualServiceRoutes | None,
+    bound: Mapping[str, str],
+) -> tuple[RouteTable, ...]:
     tables: list[RouteTable] = []
     for service in services:
+        here = bound.get(service.key, "").partition("/")[0]
         for port in sorted({m.service_port for m in service.ports}):
-            routes = attachments.by_destination.get((service.key, port), {})
+            destination = (service.key, port)
+            routes = attachments.by_destination.get(destination, {})
             http = sorted((e for r in routes.values() for e in r.http), key=lambda e: e.key)
-            tcp = sorted((r for r in routes.values() if _applies_to_connections(r, service)), key=_tls_first)
+            blocks = list(virtual_services.http.get(destination, ())) if virtual_services is not None else []
+            if http:
+                dated = (r for r in routes.values() if r.kind in _REQUEST_KINDS and r.http)
+                oldest = min((r.created, r.name, r.namespace) for r in dated)
+                blocks.append(RouteBlock(route_block_order(*oldest, here), tuple(e.rule for e in http)))
+            connections: list[tuple[bool, tuple[int, str, str, str], tuple[WeightedBackend, ...]]] = [
+                (r.kind != "TLSRoute", route_block_order(r.created, r.name, r.namespace, here), r.tcp_backends)
+                for r in routes.values()
+                if _applies_to_connections(r, service)
+            ]
+            if virtual_services is not None:
+                connections.extend(
+                    (not c.tls, c.order, c.backends) for c in virtual_services.connections.get(destination, ())
+                )
             hostnames = sorted({h for r in routes.values() if r.kind in _REQUEST_KINDS for h in r.hostnames})
             tables.append(
                 RouteTable(
                     service_key=service.key,
                     port=port,
-                    http=tuple(e.rule for e in http),
-                    tcp_backends=tcp[0].tcp_backends if tcp else (),
+                    http=tuple(rule for block in sorted(blocks, key=lambda b: b.order) for rule in block.rules),
+                    tcp_backends=min(connections, key=lambda c: c[:2])[2] if connections else (),
                     hostnames=tuple(hostnames),
                 )
             )
@@ -436,7 +465,3 @@ def _applies_to_connections(route: ConvertedRoute, service: Service) -> bool:
     if route.kind == "TCPRoute":
         return True
     return route.kind == "TLSRoute" and route.hostnames in ((), (service.hostname,))
-
-
-def _tls_first(route: ConvertedRoute) -> tuple[bool, str, str]:
-    return (route.kind != "TLSRoute", route.created, route.key)

@@ -1,0 +1,561 @@
+"""One VirtualService's rules → :mod:`ambit.model.routes` entries for one destination port of a waypoint, as
+istiod's waypoint translates them (``listener_waypoint.go`` ``waypointInboundRoute``, ``getWaypointTCPRoutes``;
+``route.go`` ``TranslateRoute``, ``TranslateRouteMatch``). Which VirtualServices apply where, and how their rules
+join a table, is :mod:`ambit.controlplane.translate.virtualservices`'s business; reading and checking each value,
+:mod:`ambit.controlplane.translate.virtualservice_values`'s.
+
+Rules:
+
+1. ``http`` rules keep their written order. A rule without ``match`` matches everything and ends the
+   VirtualService's rules (istiod stops there). Each ``match`` entry becomes one table entry (entries ORed, fields
+   ANDed). An entry is dropped, never widened, when it cannot hold at this waypoint: ``sourceLabels`` (istiod drops
+   them: ambient has no source labels), ``gateways`` not naming ``mesh``, ``port`` other than the destination's,
+   or a ``sourceNamespace`` (istiod keeps one equal to the waypoint's namespace *without* testing the source;
+   we drop it rather than widen it to every source). Unsupported fields (``scheme``, JWT claim headers
+   ``@request.auth.claims``) and invalid values (a regular expression RE2 would refuse) drop the entry too, and
+   are reported.
+2. ``StringMatch``: ``exact``, ``prefix`` (a plain string prefix, as Envoy's), ``regex`` (RE2, full match); an
+   empty one (``{}``) or ``regex: "*"`` means "present" (istiod's ``present_match``). Header names are
+   lower-cased; ``authority`` is a match on the ``host``, ``method`` on the method (exact only; another kind drops
+   the entry). ``ignoreUriCase`` and ``withoutHeaders`` are carried to the engine.
+3. Actions, one of: ``redirect`` (``uri``, ``authority``, ``port`` or ``derivePort``, ``scheme``,
+   ``redirectCode`` 301 by default, one of 301/302/303/307/308), ``directResponse`` (``status``, ``body.string``
+   or ``body.bytes``), or ``route``. One destination takes every request whatever its weight; several are
+   weighted, weight 0 left out (istiod). A destination's ``host`` resolves like ``hosts`` (a Service of that
+   hostname, the VirtualService's namespace first); unknown, it answers 503 (Envoy's cluster not found). Its port:
+   ``port.number``, else the Service's only port, else the destination's port. ``subset`` is carried
+   (:attr:`~ambit.model.routes.BackendService.subset`).
+4. ``headers`` (rule and destination): ``request``/``response`` ``set``/``add``/``remove``; a ``host`` or
+   ``:authority`` set or added rewrites the authority (istiod). With one destination its headers join the
+   rule's; with several, its request headers are its own and response headers are reported, not applied.
+5. ``rewrite.uri`` replaces the matched prefix (the whole path after an exact or regular-expression match, as Envoy's
+   ``prefix_rewrite`` does); ``rewrite.authority`` the authority; ``uriRegexRewrite`` replaces every match in the
+   path (an RE2 pattern; one RE2 would refuse, or a bad substitution, drops the rule). ``timeout`` bounds the
+   exchange (``0s`` none); ``retries``: ``attempts`` (0 none), ``perTryTimeout``, ``retryOn`` (``5xx``,
+   ``gateway-error``, ``retriable-4xx``, status codes, ``connect-failure``/``refused-stream``/``reset``; gRPC
+   conditions cannot be judged by status and are ignored); without ``retries``, Istio's default. ``mirror`` with
+   ``mirrorPercentage`` and ``mirrors`` with ``percentage`` (0 percent: none). ``fault``: ``delay.fixedDelay`` with
+   ``percentage``, ``abort.httpStatus`` with ``percentage`` (``grpcStatus`` is reported, not applied). ``corsPolicy``
+   is reported, not applied.
+6. ``tcp`` and ``tls`` rules (istiod's ``getWaypointTCPRoutes``): the first ``tls`` rule whose match names
+   exactly the Service's hostname as its only ``sniHosts`` (the waypoint reads no SNI) and the port, else the first
+   ``tcp`` rule whose match holds for the port; a rule without ``match`` always holds. Its ``route`` gives the
+   destination's ``tcp_backends``.
+7. Bad content (a field of the wrong type, an unparsable duration, an invalid header) drops that rule, reported
+   with the field; nothing raises.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ambit.controlplane.translate.routerules import regex_problem
+from ambit.controlplane.translate.virtualservice_values import (
+    HEADER_NAME,
+    BadField,
+    parse_duration,
+    read_header_value,
+    read_int,
+    read_list,
+    read_mapping,
+    read_percent,
+    read_printable,
+    read_string_match,
+    read_text,
+    read_weight,
+)
+from ambit.model.routes import (
+    BackendService,
+    DirectResponse,
+    Fault,
+    HeaderModifier,
+    PathMatch,
+    PathMatchType,
+    PathModifier,
+    PathModifierType,
+    RegexRewrite,
+    RequestMirror,
+    RequestRedirect,
+    RetryPolicy,
+    RouteMatch,
+    RouteRule,
+    Timeouts,
+    URLRewrite,
+    ValueMatch,
+    ValueMatchType,
+    WeightedBackend,
+)
+from ambit.model.workload import Service
+
+__all__ = ["MESH", "BadField", "RuleContext", "connection_route", "for_mesh", "fqdn", "http_rules", "parse_duration"]
+
+MESH = "mesh"
+MISSING_BACKEND = 503
+MAX_DIRECT_BODY = 64 * 1024
+_SUBSET_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_REDIRECT_CODES = frozenset((301, 302, 303, 307, 308))
+_AUTHORITY = frozenset(("host", ":authority"))
+_CONNECT_FAILURES = frozenset(("connect-failure", "refused-stream", "reset", "reset-before-request"))
+_GRPC_CONDITIONS = frozenset(("cancelled", "deadline-exceeded", "internal", "resource-exhausted", "unavailable"))
+
+Obj = Mapping[str, Any]
+
+
+def fqdn(host: str, namespace: str, domain: str) -> str:
+    """A short name resolved in ``namespace`` (istiod's ``ResolveShortnameToFQDN``)."""
+    if host == "*" or "." in host:
+        return host
+    return f"{host}.{namespace}.svc.{domain}"
+
+
+def for_mesh(gateways: Any) -> bool:
+    return not isinstance(gateways, list) or not gateways or MESH in gateways
+
+
+@dataclass(frozen=True, slots=True)
+class RuleContext:
+    """What converting one VirtualService for one destination port needs."""
+
+    namespace: str
+    name: str
+    domain: str
+    port: int
+    by_hostname: Mapping[str, tuple[Service, ...]]
+
+    @property
+    def route(self) -> str:
+        return f"VirtualService/{self.namespace}/{self.name}"
+
+    def backend(self, destination: Any, field: str) -> BackendService | None:
+        """A ``Destination`` resolved (rule 5); None when no Service has that host."""
+        spec = read_mapping(destination, field)
+        host = read_text(spec.get("host"), f"{field}.host")
+        if not host:
+            raise BadField(f"{field}.host", "required")
+        subset = read_text(spec.get("subset"), f"{field}.subset")
+        if subset and not _SUBSET_NAME.fullmatch(subset):
+            raise BadField(f"{field}.subset", "not a DNS label (a DestinationRule subset name)")
+        port = read_int(read_mapping(spec.get("port"), f"{field}.port").get("number"), f"{field}.port.number")
+        if port is not None and not 0 < port < 65536:
+            raise BadField(f"{field}.port.number", f"out of range 1..65535: {port}")
+        hostname = fqdn(host, self.namespace, self.domain)
+        found = sorted(self.by_hostname.get(hostname, ()), key=lambda s: (s.namespace != self.namespace, s.namespace))
+        if not found:
+            return None
+        service = found[0]
+        if port is None:
+            ports = sorted({m.service_port for m in service.ports})
+            port = ports[0] if len(ports) == 1 else self.port
+        return BackendService(service.namespace, service.hostname, port, subset)
+
+
+def _path_match(value: Any, field: str) -> PathMatch | None:
+    if value is None:
+        return None
+    match = read_string_match("", value, field)
+    if match.kind is ValueMatchType.PRESENT:
+        return None
+    if match.kind is ValueMatchType.EXACT:
+        if not match.value.startswith("/"):
+            raise BadField(f"{field}.exact", "an exact path must start with /")
+        return PathMatch(PathMatchType.EXACT, match.value)
+    if match.kind is ValueMatchType.PREFIX:
+        return PathMatch(PathMatchType.PREFIX, match.value)
+    return PathMatch(PathMatchType.REGULAR_EXPRESSION, match.value)
+
+
+def _header_matches(value: Any, field: str) -> tuple[ValueMatch, ...]:
+    out: list[ValueMatch] = []
+    for name, match in sorted(read_mapping(value, field).items(), key=lambda item: str(item[0]).lower()):
+        if not isinstance(name, str) or not HEADER_NAME.match(name):
+            if isinstance(name, str) and name.startswith("@request.auth.claims"):
+                raise BadField(f"{field}.{name}", "routing on JWT claims is not supported at the waypoint")
+            raise BadField(f"{field}", f"not a header name: {name!r}")
+        out.append(read_string_match(name.lower(), match, f"{field}.{name}"))
+    return tuple(out)
+
+
+def _match_holds_here(match: Obj, port: int) -> bool:
+    """Rule 3: whether a match entry can hold at this waypoint for ``port`` (else it is dropped)."""
+    if match.get("sourceLabels"):
+        return False
+    if not for_mesh(match.get("gateways")):
+        return False
+    wanted = match.get("port")
+    if isinstance(wanted, int) and wanted and wanted != port:
+        return False
+    return not match.get("sourceNamespace")
+
+
+def _route_match(match: Obj, field: str) -> RouteMatch:
+    if match.get("scheme") is not None:
+        raise BadField(f"{field}.scheme", "a scheme match is not supported at the waypoint")
+    method: str | None = None
+    if match.get("method") is not None:
+        found = read_string_match(":method", match["method"], f"{field}.method")
+        if found.kind is not ValueMatchType.EXACT or not found.value:
+            raise BadField(f"{field}.method", "only an exact method match is supported")
+        method = read_printable(found.value, f"{field}.method.exact")
+    headers = list(_header_matches(match.get("headers"), f"{field}.headers"))
+    if match.get("authority") is not None:
+        headers.append(read_string_match("host", match["authority"], f"{field}.authority"))
+    query = tuple(
+        read_string_match(_query_name(name, f"{field}.queryParams"), value, f"{field}.queryParams.{name}")
+        for name, value in sorted(
+            read_mapping(match.get("queryParams"), f"{field}.queryParams").items(), key=lambda i: str(i[0])
+        )
+    )
+    ignore_case = match.get("ignoreUriCase")
+    return RouteMatch(
+        path=_path_match(match.get("uri"), f"{field}.uri"),
+        headers=tuple(headers),
+        query_params=query,
+        method=method,
+        ignore_path_case=ignore_case is True,
+        without_headers=_header_matches(match.get("withoutHeaders"), f"{field}.withoutHeaders"),
+    )
+
+
+def _query_name(name: Any, field: str) -> str:
+    text = read_text(name, field)
+    if not text:
+        raise BadField(field, "a query parameter needs a name")
+    return text
+
+
+def _modifier(value: Any, field: str) -> tuple[HeaderModifier | None, str | None]:
+    """A ``HeaderOperations`` and the authority it sets (rule 6)."""
+    spec = read_mapping(value, field)
+    authority: str | None = None
+    pairs: dict[str, list[tuple[str, str]]] = {"set": [], "add": []}
+    for op in ("add", "set"):
+        for name, raw in sorted(read_mapping(spec.get(op), f"{field}.{op}").items(), key=lambda item: str(item[0])):
+            if not isinstance(name, str) or not HEADER_NAME.match(name.lstrip(":")):
+                raise BadField(f"{field}.{op}", f"not a header name: {name!r}")
+            text = read_header_value(raw, f"{field}.{op}.{name}")
+            if name.lower() in _AUTHORITY:
+                authority = read_printable(text, f"{field}.{op}.{name}")
+            else:
+                pairs[op].append((name.lower(), text))
+    remove = []
+    for i, name in enumerate(read_list(spec.get("remove"), f"{field}.remove")):
+        text = read_text(name, f"{field}.remove[{i}]")
+        if not HEADER_NAME.match(text):
+            continue  # pseudo-headers and "host" are never removed (istiod drops internal headers)
+        if text.lower() not in _AUTHORITY:
+            remove.append(text.lower())
+    modifier = HeaderModifier(set=tuple(pairs["set"]), add=tuple(pairs["add"]), remove=tuple(remove))
+    return (modifier if modifier != HeaderModifier() else None), authority
+
+
+def _join(first: HeaderModifier | None, second: HeaderModifier | None) -> HeaderModifier | None:
+    if first is None or second is None:
+        return first or second
+    return HeaderModifier(first.set + second.set, first.add + second.add, first.remove + second.remove)
+
+
+def _headers(value: Any, field: str) -> tuple[HeaderModifier | None, HeaderModifier | None, str | None]:
+    spec = read_mapping(value, field)
+    request, authority = _modifier(spec.get("request"), f"{field}.request")
+    response, _ = _modifier(spec.get("response"), f"{field}.response")
+    return request, response, authority
+
+
+def _regex_rewrite(value: Any, field: str) -> RegexRewrite | None:
+    if value is None:
+        return None
+    spec = read_mapping(value, field)
+    pattern = read_text(spec.get("match"), f"{field}.match")
+    problem = regex_problem(pattern) if pattern else "required"
+    if problem is not None:
+        raise BadField(f"{field}.match", problem)
+    substitution = read_printable(spec.get("rewrite"), f"{field}.rewrite")
+    try:
+        re.compile(pattern).sub(substitution, "")  # parses the substitution as the waypoint will
+    except (re.error, IndexError) as exc:
+        raise BadField(f"{field}.rewrite", f"invalid substitution: {exc}") from None
+    return RegexRewrite(pattern, substitution)
+
+
+def _redirect(value: Any, port: int, field: str) -> RequestRedirect:
+    spec = read_mapping(value, field)
+    code = read_int(spec.get("redirectCode"), f"{field}.redirectCode") or 301
+    if code not in _REDIRECT_CODES:
+        raise BadField(f"{field}.redirectCode", f"not a supported redirect status: {code}")
+    uri = read_printable(spec.get("uri"), f"{field}.uri")
+    redirect_port = read_int(spec.get("port"), f"{field}.port")
+    if redirect_port is not None and not 0 < redirect_port < 65536:
+        raise BadField(f"{field}.port", f"out of range 1..65535: {redirect_port}")
+    if spec.get("derivePort") == "FROM_REQUEST_PORT":
+        redirect_port = port
+    return RequestRedirect(
+        scheme=read_printable(spec.get("scheme"), f"{field}.scheme") or None,
+        hostname=read_printable(spec.get("authority"), f"{field}.authority") or None,
+        path=PathModifier(PathModifierType.REPLACE_FULL_PATH, uri) if uri else None,
+        port=redirect_port,
+        status_code=code,
+    )
+
+
+def _direct(value: Any, field: str) -> DirectResponse:
+    spec = read_mapping(value, field)
+    status = read_int(spec.get("status"), f"{field}.status")
+    if status is None or not 200 <= status <= 599:
+        raise BadField(f"{field}.status", "expected an HTTP status from 200 to 599")
+    body_spec = read_mapping(spec.get("body"), f"{field}.body")
+    body = b""
+    if "string" in body_spec:
+        body = read_text(body_spec["string"], f"{field}.body.string").encode()
+    elif "bytes" in body_spec:
+        try:
+            body = base64.b64decode(read_text(body_spec["bytes"], f"{field}.body.bytes"), validate=True)
+        except (binascii.Error, ValueError):
+            raise BadField(f"{field}.body.bytes", "not base64") from None
+    if len(body) > MAX_DIRECT_BODY:
+        raise BadField(f"{field}.body", f"longer than {MAX_DIRECT_BODY} bytes")
+    return DirectResponse(status, body)
+
+
+def _retry(value: Any, field: str) -> tuple[RetryPolicy, float | None]:
+    if value is None:
+        return RetryPolicy(), None
+    spec = read_mapping(value, field)
+    attempts = read_int(spec.get("attempts"), f"{field}.attempts") or 0
+    if not 0 <= attempts <= 100:
+        raise BadField(f"{field}.attempts", "expected 0 to 100")
+    per_try = parse_duration(spec["perTryTimeout"], f"{field}.perTryTimeout") if spec.get("perTryTimeout") else None
+    retry_on = read_text(spec.get("retryOn"), f"{field}.retryOn")
+    if not retry_on:
+        return RetryPolicy(attempts=attempts), per_try or None
+    codes: set[int] = set()
+    connect = False
+    for condition in (c.strip() for c in retry_on.split(",") if c.strip()):
+        if condition.isdigit():
+            if not 100 <= int(condition) <= 599:
+                raise BadField(f"{field}.retryOn", f"not an HTTP status: {condition[:8]}")
+            codes.add(int(condition))
+        elif condition == "5xx":
+            codes.update(range(500, 600))
+            connect = True
+        elif condition == "gateway-error":
+            codes.update((502, 503, 504))
+        elif condition == "retriable-4xx":
+            codes.add(409)
+        elif condition in _CONNECT_FAILURES:
+            connect = True
+        elif condition not in _GRPC_CONDITIONS and condition != "retriable-status-codes":
+            raise BadField(f"{field}.retryOn", f"unknown retry condition {condition!r}")
+    return RetryPolicy(attempts=attempts, codes=tuple(sorted(codes)), on_connect_failure=connect), per_try or None
+
+
+def _fault(value: Any, field: str, notes: list[tuple[str, str]]) -> Fault | None:
+    if value is None:
+        return None
+    spec = read_mapping(value, field)
+    delay_spec = read_mapping(spec.get("delay"), f"{field}.delay")
+    abort_spec = read_mapping(spec.get("abort"), f"{field}.abort")
+    delay = parse_duration(delay_spec["fixedDelay"], f"{field}.delay.fixedDelay") if "fixedDelay" in delay_spec else 0.0
+    delay_percent = read_percent(delay_spec.get("percentage"), f"{field}.delay.percentage")
+    status = read_int(abort_spec.get("httpStatus"), f"{field}.abort.httpStatus") or 0
+    if status and not 200 <= status <= 599:
+        raise BadField(f"{field}.abort.httpStatus", "expected an HTTP status from 200 to 599")
+    if "grpcStatus" in abort_spec:
+        notes.append((f"{field}.abort.grpcStatus", "a gRPC status abort is not supported at the waypoint; ignored"))
+    abort_percent = read_percent(abort_spec.get("percentage"), f"{field}.abort.percentage")
+    return Fault(
+        delay=delay,
+        delay_percent=100.0 if delay_percent is None else delay_percent,
+        abort_status=status,
+        abort_percent=100.0 if abort_percent is None else abort_percent,
+    )
+
+
+def _mirrors(rule: Obj, ctx: RuleContext, field: str, notes: list[tuple[str, str]]) -> tuple[RequestMirror, ...]:
+    wanted: list[tuple[Any, float | None, str]] = []
+    if rule.get("mirror") is not None:
+        percent = read_percent(rule.get("mirrorPercentage"), f"{field}.mirrorPercentage")
+        wanted.append((rule["mirror"], percent, f"{field}.mirror"))
+    for i, item in enumerate(read_list(rule.get("mirrors"), f"{field}.mirrors")):
+        spec = read_mapping(item, f"{field}.mirrors[{i}]")
+        percent = read_percent(spec.get("percentage"), f"{field}.mirrors[{i}].percentage")
+        wanted.append((spec.get("destination"), percent, f"{field}.mirrors[{i}].destination"))
+    out: list[RequestMirror] = []
+    for destination, percent, where in wanted:
+        if percent == 0.0:
+            continue
+        backend = ctx.backend(destination, where)
+        if backend is None:
+            notes.append((f"{where}.host", "no service has this host; the mirror is left out"))
+            continue
+        out.append(RequestMirror(backend, 100.0 if percent is None else percent))
+    return tuple(out)
+
+
+def _backends(
+    rule: Obj, ctx: RuleContext, field: str, notes: list[tuple[str, str]]
+) -> tuple[tuple[WeightedBackend, ...], HeaderModifier | None, HeaderModifier | None, str | None]:
+    """The weighted backends, and with one destination its request and response headers and authority (rule 6)."""
+    routes = read_list(rule.get("route"), f"{field}.route")
+    if not routes:
+        raise BadField(f"{field}.route", "a rule needs a route, a redirect or a direct response")
+    single = len(routes) == 1
+    out: list[WeightedBackend] = []
+    request: HeaderModifier | None = None
+    response: HeaderModifier | None = None
+    authority: str | None = None
+    for i, item in enumerate(routes):
+        where = f"{field}.route[{i}]"
+        spec = read_mapping(item, where)
+        weight = read_weight(spec.get("weight"), f"{where}.weight")
+        if not single and weight == 0:
+            continue
+        backend = ctx.backend(spec.get("destination"), f"{where}.destination")
+        own_request, own_response, own_authority = _headers(spec.get("headers"), f"{where}.headers")
+        if single:
+            request, response, authority = own_request, own_response, own_authority
+            own_request = None
+        elif own_response is not None or own_authority is not None:
+            notes.append(
+                (f"{where}.headers", "response headers and authority of one of several destinations are ignored")
+            )
+        out.append(WeightedBackend(backend, 100 if single else weight, own_request))
+    return tuple(out), request, response, authority
+
+
+def _http_rule(rule: Obj, match: RouteMatch, ctx: RuleContext, field: str, notes: list[tuple[str, str]]) -> RouteRule:
+    """One entry: ``match`` with the rule's actions (rules 5-7)."""
+    name = read_printable(rule.get("name"), f"{field}.name")
+    request, response, authority = _headers(rule.get("headers"), f"{field}.headers")
+    fault = _fault(rule.get("fault"), f"{field}.fault", notes)
+    if rule.get("corsPolicy") is not None:
+        notes.append((f"{field}.corsPolicy", "CORS is not applied at the waypoint; ignored"))
+    if rule.get("delegate") is not None:
+        raise BadField(f"{field}.delegate", "delegation is not supported at the waypoint")
+    base = RouteRule(
+        route=ctx.route,
+        match=match,
+        request_headers=request,
+        response_headers=response,
+        fault=fault,
+        rule_name=name,
+        missing_backend_status=MISSING_BACKEND,
+    )
+    if rule.get("redirect") is not None:
+        return replace(base, redirect=_redirect(rule["redirect"], ctx.port, f"{field}.redirect"))
+    if rule.get("directResponse") is not None:
+        return replace(base, direct_response=_direct(rule["directResponse"], f"{field}.directResponse"))
+    backends, dest_request, dest_response, dest_authority = _backends(rule, ctx, field, notes)
+    rewrite_spec = read_mapping(rule.get("rewrite"), f"{field}.rewrite")
+    regex_rewrite = _regex_rewrite(rewrite_spec.get("uriRegexRewrite"), f"{field}.rewrite.uriRegexRewrite")
+    uri = read_printable(rewrite_spec.get("uri"), f"{field}.rewrite.uri")
+    path: PathModifier | None = None
+    if uri:
+        prefix = match.path is None or match.path.kind is PathMatchType.PREFIX
+        path = PathModifier(
+            PathModifierType.REPLACE_PREFIX_MATCH if prefix else PathModifierType.REPLACE_FULL_PATH, uri
+        )
+    host = read_printable(rewrite_spec.get("authority"), f"{field}.rewrite.authority") or authority or dest_authority
+    rewrite = URLRewrite(hostname=host or None, path=path) if host or path else None
+    timeout = parse_duration(rule["timeout"], f"{field}.timeout") if rule.get("timeout") is not None else None
+    retry, per_try = _retry(rule.get("retries"), f"{field}.retries")
+    return replace(
+        base,
+        backends=backends,
+        request_headers=_join(request, dest_request),
+        response_headers=_join(response, dest_response),
+        rewrite=rewrite,
+        mirrors=_mirrors(rule, ctx, field, notes),
+        timeouts=Timeouts(request=timeout or None, backend_request=per_try),
+        retry=retry,
+        regex_rewrite=regex_rewrite,
+    )
+
+
+def http_rules(spec: Obj, ctx: RuleContext, problems: list[tuple[str, str]]) -> tuple[RouteRule, ...]:
+    """Rules 3-7 for one destination port; what is dropped is added to ``problems``."""
+    out: list[RouteRule] = []
+    try:
+        rules = read_list(spec.get("http"), "spec.http")
+    except BadField as bad:
+        problems.append((bad.field, bad.reason))
+        return ()
+    for i, raw in enumerate(rules):
+        field = f"spec.http[{i}]"
+        notes: list[tuple[str, str]] = []
+        catch_all = False
+        try:
+            rule = read_mapping(raw, field)
+            matches = read_list(rule.get("match"), f"{field}.match")
+            if not matches:
+                out.append(_http_rule(rule, RouteMatch(), ctx, field, notes))
+                problems.extend(notes)
+                break
+            for j, raw_match in enumerate(matches):
+                where = f"{field}.match[{j}]"
+                try:
+                    match_spec = read_mapping(raw_match, where)
+                    if not _match_holds_here(match_spec, ctx.port):
+                        continue
+                    route_match = _route_match(match_spec, where)
+                    out.append(_http_rule(rule, route_match, ctx, field, notes))
+                    if route_match == RouteMatch():
+                        catch_all = True
+                        break
+                except BadField as bad:
+                    if bad.field.startswith(where):
+                        problems.append((bad.field, f"{bad.reason}; this match is left out"))
+                        continue
+                    raise
+        except BadField as bad:
+            problems.append((bad.field, f"{bad.reason}; this rule is left out"))
+            continue
+        problems.extend(dict.fromkeys(notes))
+        if catch_all:
+            break  # every later rule is unreachable (istiod stops here too)
+    return tuple(out)
+
+
+def _connection_backends(routes: Any, ctx: RuleContext, field: str) -> tuple[WeightedBackend, ...]:
+    items = read_list(routes, field)
+    single = len(items) == 1
+    out: list[WeightedBackend] = []
+    for i, item in enumerate(items):
+        spec = read_mapping(item, f"{field}[{i}]")
+        weight = read_weight(spec.get("weight"), f"{field}[{i}].weight")
+        if not single and weight <= 0:
+            continue
+        out.append(
+            WeightedBackend(
+                ctx.backend(spec.get("destination"), f"{field}[{i}].destination"), 100 if single else weight
+            )
+        )
+    return tuple(out)
+
+
+def _connection_match_holds(match: Obj, port: int) -> bool:
+    if match.get("sourceLabels") or match.get("sourceNamespace") or match.get("destinationSubnets"):
+        return False
+    wanted = match.get("port")
+    return for_mesh(match.get("gateways")) and not (isinstance(wanted, int) and wanted and wanted != port)
+
+
+def connection_route(spec: Obj, ctx: RuleContext, hostname: str) -> tuple[bool, tuple[WeightedBackend, ...]] | None:
+    """Rule 8: the first TLS rule for ``hostname``, else the first TCP rule, holding for the port."""
+    for tls, key in ((True, "tls"), (False, "tcp")):
+        for i, raw in enumerate(read_list(spec.get(key), f"spec.{key}")):
+            rule = read_mapping(raw, f"spec.{key}[{i}]")
+            matches = [
+                read_mapping(m, f"spec.{key}[{i}].match")
+                for m in read_list(rule.get("match"), f"spec.{key}[{i}].match")
+            ]
+            holds = not matches or any(
+                _connection_match_holds(m, ctx.port) and (not tls or m.get("sniHosts") == [hostname]) for m in matches
+            )
+            if holds:
+                return tls, _connection_backends(rule.get("route"), ctx, f"spec.{key}[{i}].route")
+    return None

@@ -1,0 +1,148 @@
+"""VirtualServices at a real waypoint (istio TestServerRouting "set header", TestTrafficSplit's header match):
+upstream's objects are translated by the control plane's pure translator against the rig's services and the
+resulting tables installed in a running waypoint; requests then go over HBONE through it to real endpoints."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from tests.integration.waypoint_rig import (
+    ECHO_VIP,
+    HttpOverTunnel,
+    Rig,
+    echo_of,
+    mesh_config,
+    started_rig,
+)
+
+from ambit.controlplane.translate.virtualservices import RouteBlock, translate_virtual_services
+from ambit.model.routes import RouteTable, WaypointConfig
+from ambit.waypoint.settings import WaypointLimits
+
+LIMITS = WaypointLimits(max_head_bytes=8 * 1024, head_timeout=0.5, sniff_timeout=0.5, startup_wait=5.0)
+ECHO = "app/echo.app.svc.cluster.local"
+
+# Upstream's objects (tests/integration/ambient/baseline_test.go) with {{.Destination}} = echo, in namespace app.
+SET_HEADER = """apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: route
+  namespace: app
+spec:
+  hosts:
+  - "echo"
+  http:
+  - headers:
+      request:
+        add:
+          istio-custom-header: user-defined-value
+    route:
+    - destination:
+        host: "echo"
+"""
+# TestTrafficSplit's shape; the subsets become two Services with one endpoint each (the subset endpoint filter is
+# the DestinationRule work), so that where a request went shows which rule took it.
+HEADER_SPLIT = """apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: route
+  namespace: app
+spec:
+  hosts:
+  - "echo"
+  http:
+  - match:
+    - headers:
+        user:
+          exact: istio-custom-user
+    route:
+    - destination:
+        host: "raw-two"
+  - route:
+    - destination:
+        host: "tcp"
+"""
+
+
+@pytest.fixture
+async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
+    async with started_rig(tmp_path, LIMITS) as rig:
+        yield rig
+
+
+def install(rig: Rig, text: str) -> RouteTable:
+    """``text`` translated against the rig's services (each bound to its waypoint) and installed in the waypoint."""
+    obj: dict[str, Any] = yaml.safe_load(text)
+    services = mesh_config().services
+    bound = {s.key: "app/waypoint" for s in services if s.waypoint is not None}
+    routes = translate_virtual_services([obj], services, bound)
+    blocks: tuple[RouteBlock, ...] = routes.http[(ECHO, 80)]
+    table = RouteTable(ECHO, 80, http=tuple(rule for block in blocks for rule in block.rules))
+    rig.waypoint.context.routes.replace(WaypointConfig("app/waypoint", (table,)))
+    return table
+
+
+async def test_upstream_set_header_reaches_every_endpoint_of_the_service(rig: Rig) -> None:
+    install(rig, SET_HEADER)
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    http = HttpOverTunnel(stream)
+    seen = set()
+    for _ in range(4):
+        status, _, body = await http.request("GET", "/echo")
+        echo = echo_of(body)
+        assert status == 200
+        headers = echo["headers"]
+        assert isinstance(headers, dict) and headers["istio-custom-header"] == "user-defined-value"
+        seen.add(echo["endpoint"])
+    assert seen == {"echo-1", "echo-2"}  # the one destination is the Service itself, balanced per request
+    await client.aclose()
+
+
+async def test_a_header_match_routes_in_written_order(rig: Rig) -> None:
+    install(rig, HEADER_SPLIT)
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    http = HttpOverTunnel(stream)
+    for _ in range(3):
+        _, _, body = await http.request("GET", "/echo", headers=[("user", "istio-custom-user")])
+        assert echo_of(body)["endpoint"] == "echo-2"
+        _, _, body = await http.request("GET", "/echo")
+        assert echo_of(body)["endpoint"] == "echo-1"
+        _, _, body = await http.request("GET", "/echo", headers=[("user", "someone-else")])
+        assert echo_of(body)["endpoint"] == "echo-1"
+    await client.aclose()
+
+
+async def test_an_unknown_destination_answers_503_and_a_fault_delay_is_waited_out(rig: Rig) -> None:
+    install(
+        rig,
+        """apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: faults, namespace: app}
+spec:
+  hosts: [echo]
+  http:
+  - match: [{uri: {prefix: /gone}}]
+    route: [{destination: {host: nowhere}}]
+  - match: [{uri: {prefix: /ech}}]
+    fault: {delay: {fixedDelay: 200ms, percentage: {value: 100}}}
+    route: [{destination: {host: echo}}]
+  - match: [{uri: {prefix: /teapot}}]
+    directResponse: {status: 418, body: {string: short and stout}}
+""",
+    )
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    http = HttpOverTunnel(stream)
+    assert (await http.request("GET", "/gone"))[0] == 503
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    status, _, _ = await http.request("GET", "/echo")  # a plain string prefix: /ech matches /echo
+    assert status == 200 and loop.time() - started >= 0.2
+    status, _, body = await http.request("GET", "/teapot")
+    assert (status, body) == (418, b"short and stout")
+    assert (await http.request("GET", "/other"))[0] == 404
+    await client.aclose()
