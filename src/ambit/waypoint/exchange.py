@@ -20,7 +20,10 @@ answer goes) and the :data:`~ambit.waypoint.upstream.Connector` of their version
    endpoints);
 2. forwards with :func:`ambit.waypoint.forwarding.forward` (the route's retries and timeouts);
 3. answers 500 (flag NC) for a backend Service the state does not know ("a route to a missing backend answers
-   500") and 503 ``no healthy upstream`` (flag UH) when the backend has no endpoint.
+   500") and 503 ``no healthy upstream`` (flag UH) when the backend has no endpoint; a backend naming a
+   DestinationRule subset that no rule defines (or a TLS mode the waypoint cannot honour) answers 503 flag NC
+   (:func:`ambit.waypoint.traffic_policy.plan_backend`), and the rule's subset, load balancer and transport
+   (originated TLS, HTTP/2 upstream, PROXY header) shape the endpoint choice and the connection.
 
 :func:`account` counts one finished request once (``istio_requests_total`` and the histograms,
 reporter="waypoint", ``request_protocol`` grpc or http) and writes its access-log line.
@@ -28,6 +31,7 @@ reporter="waypoint", ``request_protocol`` grpc or http) and writes its access-lo
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from ambit.model.workload import Workload
@@ -36,12 +40,15 @@ from ambit.waypoint.authorization import DENIED_BODY, RBAC_FLAG, check_request, 
 from ambit.waypoint.client_cert import plan_client_cert
 from ambit.waypoint.context import Tunnel, WaypointContext
 from ambit.waypoint.decisions import RequestHead, Respond
-from ambit.waypoint.destinations import Endpoint, ServiceTarget, find_backend_service
+from ambit.waypoint.destinations import PLAIN, Endpoint, Refusal, ServiceTarget, find_backend_service
 from ambit.waypoint.downstream import Outcome, RequestSide, respond
 from ambit.waypoint.forwarding import Plan, forward
 from ambit.waypoint.http1 import BodyData, MessageEnded, RequestStarted, Signal
+from ambit.waypoint.http2_upstream import http2_connector
 from ambit.waypoint.mirror import start_mirrors
 from ambit.waypoint.telemetry import RequestRecord
+from ambit.waypoint.traffic_policy import DEFAULT as DEFAULT_BACKEND
+from ambit.waypoint.traffic_policy import plan_backend
 from ambit.waypoint.upstream import Connector
 
 log = logging.getLogger("ambit.waypoint.exchange")
@@ -100,8 +107,39 @@ async def serve_request(
         service = find_backend_service(ctx.state, decision.backend)
         outcome.service = service
         port = decision.backend.port
-        plan = Plan(decision.request, decision.response_headers, decision.timeouts, decision.retry, service, port)
-        endpoint = ctx.pick(ctx.state, service, port, ctx.choose) if service is not None else None
+        backend = plan_backend(config, decision.backend, upgrade=started.upgrade)
+        if isinstance(backend, Refusal):  # rule 3: a subset no DestinationRule defines
+            keep = await _drain(down, started)
+            await respond(down, backend.status, (), b"", outcome, flags="NC")
+            outcome.error = backend.reason
+            return keep
+        choose = ctx.choose
+        if backend is not DEFAULT_BACKEND:
+            choose = ctx.balancer.chooser(
+                backend.policy.load_balancer,
+                backend.balance_key,
+                ctx.choose,
+                ctx.random,
+                headers=decision.request.headers,
+                path=decision.request.path,
+                source_ip=tunnel.peer_addr.rpartition(":")[0].strip("[]"),
+            )
+        plan = Plan(
+            decision.request,
+            decision.response_headers,
+            decision.timeouts,
+            decision.retry,
+            service,
+            port,
+            members=backend.members,
+            choose=choose,
+            transport=backend.transport,
+        )
+        endpoint = ctx.pick(ctx.state, service, port, choose, only=backend.members) if service is not None else None
+        if endpoint is not None and backend.transport != PLAIN:
+            endpoint = dataclasses.replace(endpoint, transport=backend.transport)
+            if backend.transport.h2:
+                connector = http2_connector(ctx, tunnel)
     else:  # workload-addressed: to that workload, as addressed
         endpoint = Endpoint(target.workload, target.ip, target.port, None)
     if endpoint is None:
@@ -112,7 +150,14 @@ async def serve_request(
             await respond(down, 503, (), b"no healthy upstream", outcome, flags="UH")
         return keep
     outcome.endpoint = endpoint
-    return await forward(ctx, tunnel, down, started, plan, endpoint, outcome, connector)
+    if plan.choose is None or plan.choose is ctx.choose:
+        return await forward(ctx, tunnel, down, started, plan, endpoint, outcome, connector)
+    uid = endpoint.workload.uid
+    ctx.balancer.started(uid)  # requests in flight, for LEAST_REQUEST
+    try:
+        return await forward(ctx, tunnel, down, started, plan, endpoint, outcome, connector)
+    finally:
+        ctx.balancer.finished(uid)
 
 
 async def _drain(down: RequestSide, started: RequestStarted) -> bool:

@@ -53,16 +53,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ambit.errors import AmbitError
 from ambit.model.routes import HeaderModifier, RetryPolicy, Timeouts
-from ambit.model.workload import Service
+from ambit.model.workload import Service, Workload
 from ambit.waypoint import retries
 from ambit.waypoint.context import Tunnel, WaypointContext
 from ambit.waypoint.decisions import RequestHead
-from ambit.waypoint.destinations import Endpoint
+from ambit.waypoint.destinations import PLAIN, Endpoint, Transport
 from ambit.waypoint.downstream import Downstream, DownstreamGoneError, Outcome, RequestSide, respond
 from ambit.waypoint.errors import HttpProtocolError
 from ambit.waypoint.http1 import (
@@ -91,6 +92,11 @@ class Plan:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     service: Service | None = None
     port: int = 0
+    members: frozenset[str] | None = None
+    """A DestinationRule subset's workload uids: a retry picks among those only."""
+    choose: Callable[[Sequence[Workload]], Workload] | None = None
+    """The rule's load balancer; None: the context's default choice."""
+    transport: Transport = PLAIN
 
 
 class _UpstreamFailedError(Exception):
@@ -262,10 +268,12 @@ class _Exchange:
         endpoint = self.first if attempt == 1 else self.outcome.endpoint or self.first
         service = self.plan.service
         if attempt > 1 and service is not None:
-            state, choose = self.ctx.state, self.ctx.choose
+            state, choose, only = self.ctx.state, self.plan.choose or self.ctx.choose, self.plan.members
             pick = self.ctx.pick
-            fresh = pick(state, service, self.plan.port, choose, exclude=frozenset(self.tried))
-            endpoint = fresh or pick(state, service, self.plan.port, choose) or endpoint
+            fresh = pick(state, service, self.plan.port, choose, exclude=frozenset(self.tried), only=only)
+            endpoint = fresh or pick(state, service, self.plan.port, choose, only=only) or endpoint
+            if endpoint.transport != self.plan.transport:
+                endpoint = dataclasses.replace(endpoint, transport=self.plan.transport)
         self.tried.add(endpoint.workload.uid)
         return endpoint
 
