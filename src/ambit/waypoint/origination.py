@@ -94,6 +94,8 @@ class TlsStream:
                 await self._flush()
                 if not await self._fill():
                     raise TlsOriginationError("the endpoint closed the connection during the TLS handshake") from None
+            except ssl.SSLCertVerificationError as exc:
+                raise TlsOriginationError(f"the endpoint's certificate is not trusted: {exc.verify_message}") from None
             except ssl.SSLError as exc:
                 raise TlsOriginationError(f"TLS handshake failed: {exc.reason or exc}") from None
         await self._flush()
