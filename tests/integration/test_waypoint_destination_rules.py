@@ -52,7 +52,7 @@ from ambit.model.routes import (
     WaypointConfig,
     WeightedBackend,
 )
-from ambit.proxy.hbone_client import TunnelRefusedError
+from ambit.proxy.hbone_client import HboneClient, TunnelRefusedError
 from ambit.tls.certs import KeyPair, issue_server_cert, new_ca
 from ambit.waypoint.settings import WaypointLimits
 
@@ -366,3 +366,91 @@ async def test_istio_mutual_changes_nothing(rig: Rig) -> None:
     status, _, _ = await HttpOverTunnel(stream).request("GET", "/echo")
     assert status == 200
     await client.aclose()
+
+
+# Connection pool limits (circuit breakers).
+
+
+@contextlib.asynccontextmanager
+async def held_backend(rig: Rig) -> AsyncIterator[tuple[list[bytes], asyncio.Event]]:
+    """An HTTP/1.1 server behind secure-http (echo-1, port 8443) that holds every request until released, and
+    answers each on its own connection."""
+    arrived: list[bytes] = []
+    release = asyncio.Event()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                arrived.append(head.split(b"\r\n")[0])
+                await release.wait()
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    rig.endpoints[0].extra[TLS_TARGET_PORT] = server.sockets[0].getsockname()[1]
+    try:
+        yield arrived, release
+    finally:
+        release.set()
+        server.close()
+
+
+async def _requests(
+    rig: Rig, n: int
+) -> tuple[list[asyncio.Task[tuple[int, dict[str, str], bytes]]], list[HboneClient]]:
+    """``n`` requests at once, each on its own tunnel."""
+    tasks, clients = [], []
+    for i in range(n):
+        client, stream = await rig.tunnel(f"{SECURE_HTTP_VIP}:80")
+        http = HttpOverTunnel(stream, host=SECURE_HTTP)
+        tasks.append(asyncio.create_task(http.request("GET", f"/r{i}")))
+        clients.append(client)
+    return tasks, clients
+
+
+@pytest.mark.parametrize(
+    ("pool", "statuses"),
+    [
+        (ConnectionPool(max_connections=1, http1_max_pending_requests=1), [200, 200, 503]),
+        (ConnectionPool(http2_max_requests=2), [200, 200, 503]),
+    ],
+    ids=["maxConnections with one pending", "http2MaxRequests"],
+)
+async def test_requests_over_the_pool_limits_overflow_with_503(
+    rig: Rig, pool: ConnectionPool, statuses: list[int]
+) -> None:
+    async with held_backend(rig) as (arrived, release):
+        configure(rig, DestinationPolicy(f"app/{SECURE_HTTP}", "app/limits", TrafficPolicy(connection_pool=pool)))
+        tasks, clients = await _requests(rig, 3)
+        reaching = 1 if pool.max_connections else 2  # with maxConnections the pending one waits at the waypoint
+        async with asyncio.timeout(10):
+            while not any(t.done() for t in tasks) or len(arrived) < reaching:  # noqa: ASYNC110 - the waypoint's
+                await asyncio.sleep(0.02)
+        await asyncio.sleep(0.1)
+        done = [t for t in tasks if t.done()]
+        assert [(t.result()[0], t.result()[2]) for t in done] == [(503, OVERFLOW)]
+        assert len(arrived) == reaching
+        release.set()
+        results = sorted([(await t)[0] for t in tasks])
+        assert results == sorted(statuses)
+        assert len(arrived) == 2
+        for client in clients:
+            await client.aclose()
+
+
+OVERFLOW = b"upstream connect error or disconnect/reset before headers. reset reason: overflow"
+
+
+async def test_max_requests_per_connection_closes_kept_connections(rig: Rig) -> None:
+    async with held_backend(rig) as (arrived, release):
+        release.set()
+        pool = ConnectionPool(max_requests_per_connection=1)
+        configure(rig, DestinationPolicy(f"app/{SECURE_HTTP}", "app/limits", TrafficPolicy(connection_pool=pool)))
+        client, stream = await rig.tunnel(f"{SECURE_HTTP_VIP}:80")
+        http = HttpOverTunnel(stream, host=SECURE_HTTP)
+        for i in range(3):
+            assert (await http.request("GET", f"/{i}"))[0] == 200
+        assert len(arrived) == 3 and rig.endpoints[0].tunnels == 3  # a new upstream connection per request
+        await client.aclose()

@@ -65,7 +65,9 @@ class WaypointContext:
     identity: SpiffeId | None = None
     """Its own identity: ``By`` of the XFCC header it adds (:mod:`ambit.waypoint.client_cert`)."""
     balancer: Balancer = field(default_factory=Balancer)
-    """Round-robin positions and requests in flight for the DestinationRules' load balancers."""
+    """Round-robin positions, requests in flight and pool limits for the DestinationRules."""
+    admission: dict[str, asyncio.Condition] = field(default_factory=dict)
+    """Per Service/subset with a ``maxConnections``: where requests over it wait for one to finish."""
     background: set[asyncio.Task[None]] = field(default_factory=set)
     """Tasks that outlive the request that started them (mirrored copies); cancelled when the waypoint stops."""
 

@@ -161,6 +161,8 @@ class Transport:
     proxy_protocol: ProxyProtocolVersion | None = None
     sni: str = ""
     """The server name for originated TLS."""
+    max_requests_per_connection: int = 0
+    """A kept HTTP/1.1 connection is closed after this many requests; 0: no limit."""
 
 
 PLAIN = Transport()

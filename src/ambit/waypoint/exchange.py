@@ -31,6 +31,7 @@ reporter="waypoint", ``request_protocol`` grpc or http) and writes its access-lo
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 
@@ -48,7 +49,7 @@ from ambit.waypoint.http2_upstream import http2_connector
 from ambit.waypoint.mirror import start_mirrors
 from ambit.waypoint.telemetry import RequestRecord
 from ambit.waypoint.traffic_policy import DEFAULT as DEFAULT_BACKEND
-from ambit.waypoint.traffic_policy import plan_backend
+from ambit.waypoint.traffic_policy import Admission, BackendPolicy, plan_backend
 from ambit.waypoint.upstream import Connector
 
 log = logging.getLogger("ambit.waypoint.exchange")
@@ -114,6 +115,7 @@ async def serve_request(
             outcome.error = backend.reason
             return keep
         choose = ctx.choose
+        limited = None if backend is DEFAULT_BACKEND else backend
         if backend is not DEFAULT_BACKEND:
             choose = ctx.balancer.chooser(
                 backend.policy.load_balancer,
@@ -142,6 +144,7 @@ async def serve_request(
                 connector = http2_connector(ctx, tunnel)
     else:  # workload-addressed: to that workload, as addressed
         endpoint = Endpoint(target.workload, target.ip, target.port, None)
+        limited = None
     if endpoint is None:
         keep = await _drain(down, started)
         if isinstance(target, ServiceTarget) and outcome.service is None:  # the route names an unknown Service
@@ -150,14 +153,56 @@ async def serve_request(
             await respond(down, 503, (), b"no healthy upstream", outcome, flags="UH")
         return keep
     outcome.endpoint = endpoint
-    if plan.choose is None or plan.choose is ctx.choose:
+    if limited is None:
         return await forward(ctx, tunnel, down, started, plan, endpoint, outcome, connector)
+    return await _forward_limited(ctx, tunnel, down, started, plan, endpoint, outcome, connector, limited)
+
+
+OVERFLOW_BODY = b"upstream connect error or disconnect/reset before headers. reset reason: overflow"
+
+
+async def _forward_limited(
+    ctx: WaypointContext,
+    tunnel: Tunnel,
+    down: RequestSide,
+    started: RequestStarted,
+    plan: Plan,
+    endpoint: Endpoint,
+    outcome: Outcome,
+    connector: Connector | None,
+    backend: BackendPolicy,
+) -> bool:
+    """Forward under the DestinationRule's connection pool limits, counting requests in flight (LEAST_REQUEST)."""
+    balancer, key, pool = ctx.balancer, backend.balance_key, backend.policy.connection_pool
+    http1 = not backend.transport.h2
+    verdict = balancer.admit(key, pool, http1=http1)
+    if verdict is Admission.WAIT:
+        condition = ctx.admission.setdefault(key, asyncio.Condition())
+        balancer.pending[key] = balancer.pending.get(key, 0) + 1
+        try:
+            async with asyncio.timeout(plan.timeouts.request or ctx.limits.connect_timeout), condition:
+                await condition.wait_for(lambda: balancer.has_room(key, pool, http1=http1))
+        except TimeoutError:
+            pass  # waited as long as a connection may take to open: overflow
+        finally:
+            balancer.pending[key] -= 1
+        verdict = balancer.admit(key, pool, http1=http1, can_wait=False)
+    if verdict is Admission.OVERFLOW:
+        keep = await _drain(down, started)
+        await respond(down, 503, (), OVERFLOW_BODY, outcome, flags="UO")
+        return keep
     uid = endpoint.workload.uid
-    ctx.balancer.started(uid)  # requests in flight, for LEAST_REQUEST
+    balancer.enter(key)
+    balancer.started(uid)
     try:
         return await forward(ctx, tunnel, down, started, plan, endpoint, outcome, connector)
     finally:
-        ctx.balancer.finished(uid)
+        balancer.finished(uid)
+        balancer.leave(key)
+        waiting = ctx.admission.get(key)
+        if waiting is not None:
+            async with waiting:
+                waiting.notify()
 
 
 async def _drain(down: RequestSide, started: RequestStarted) -> bool:

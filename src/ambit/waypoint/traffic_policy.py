@@ -25,10 +25,16 @@ Rules:
    choices), so a slow endpoint gets less; ``PASSTHROUGH`` is the default choice. ``consistentHash`` on a header,
    a query parameter or the source IP maps equal keys to the same endpoint while the set of endpoints holds
    (rendezvous hashing: an endpoint leaving moves only its own keys); a request without the key gets the default.
+6. Connection pool limits, per Service and subset (Envoy's circuit breakers; 0 is no limit): ``http2MaxRequests``
+   bounds the requests in flight whatever the protocol; ``maxConnections`` bounds them for HTTP/1.1 upstreams (one
+   connection per request in flight) and for TCP; a request over ``maxConnections`` waits for one to finish,
+   unless ``http1MaxPendingRequests`` are waiting already. Over a limit: 503 with flag ``UO`` (a TCP connection is
+   refused). ``maxRequestsPerConnection`` closes a kept HTTP/1.1 connection after that many requests.
 """
 
 from __future__ import annotations
 
+import enum
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +42,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from ambit.model.routes import (
     BackendService,
+    ConnectionPool,
     ConsistentHash,
     H2Upgrade,
     LoadBalancer,
@@ -84,6 +91,7 @@ def plan_backend(config: WaypointConfig, backend: BackendService, *, upgrade: bo
         return Refusal(503, f"{rule.rule}: tls mode MUTUAL is not supported at the waypoint")
     pool = policy.connection_pool
     transport = Transport(
+        max_requests_per_connection=pool.max_requests_per_connection if pool is not None else 0,
         tls=tls if tls is not None and tls.mode is TlsMode.SIMPLE else None,
         h2=pool is not None and pool.h2_upgrade is H2Upgrade.UPGRADE and not upgrade,
         proxy_protocol=policy.proxy_protocol,
@@ -107,6 +115,14 @@ def _weight(key: str, uid: str) -> bytes:
     return hashlib.blake2b(f"{key}\0{uid}".encode(), digest_size=8).digest()
 
 
+class Admission(enum.Enum):
+    """What the connection pool limits say of one more request (rule 6)."""
+
+    GO = "go"
+    WAIT = "wait"
+    OVERFLOW = "overflow"
+
+
 @dataclass(slots=True)
 class Balancer:
     """Load-balancer state of one waypoint (rule 5): round-robin positions and requests in flight per workload.
@@ -115,6 +131,35 @@ class Balancer:
     max_keys: int = 10_000
     positions: dict[str, int] = field(default_factory=dict)
     in_flight: dict[str, int] = field(default_factory=dict)
+    """Requests in flight per workload uid (LEAST_REQUEST)."""
+    active: dict[str, int] = field(default_factory=dict)
+    """Requests (or TCP connections) in flight per Service/subset (the connection pool limits)."""
+    pending: dict[str, int] = field(default_factory=dict)
+    """Requests waiting for an HTTP/1.1 connection per Service/subset."""
+
+    def admit(self, key: str, pool: ConnectionPool | None, *, http1: bool, can_wait: bool = True) -> Admission:
+        """Rule 6 for one more request to ``key`` (not counted: :meth:`enter` does that)."""
+        if pool is None:
+            return Admission.GO
+        active = self.active.get(key, 0)
+        if pool.http2_max_requests and active >= pool.http2_max_requests:
+            return Admission.OVERFLOW
+        if http1 and pool.max_connections and active >= pool.max_connections:
+            waiting = self.pending.get(key, 0)
+            if not can_wait or (pool.http1_max_pending_requests and waiting >= pool.http1_max_pending_requests):
+                return Admission.OVERFLOW
+            return Admission.WAIT
+        return Admission.GO
+
+    def has_room(self, key: str, pool: ConnectionPool | None, *, http1: bool) -> bool:
+        """Whether a waiting request may go now (the pending count aside)."""
+        return self.admit(key, pool, http1=http1, can_wait=False) is Admission.GO
+
+    def enter(self, key: str) -> None:
+        self.active[key] = self.active.get(key, 0) + 1
+
+    def leave(self, key: str) -> None:
+        _decrement(self.active, key)
 
     def chooser(
         self,
@@ -167,8 +212,12 @@ class Balancer:
         self.in_flight[uid] = self.in_flight.get(uid, 0) + 1
 
     def finished(self, uid: str) -> None:
-        left = self.in_flight.get(uid, 0) - 1
-        if left > 0:
-            self.in_flight[uid] = left
-        else:
-            self.in_flight.pop(uid, None)
+        _decrement(self.in_flight, uid)
+
+
+def _decrement(counts: dict[str, int], key: str) -> None:
+    left = counts.get(key, 0) - 1
+    if left > 0:
+        counts[key] = left
+    else:
+        counts.pop(key, None)
