@@ -60,6 +60,14 @@ class RouteConfig:
                 }
                 for policy in self._config.policies
             ],
+            "destinationRules": [
+                {
+                    "service": rule.service_key,
+                    "rule": rule.rule,
+                    "subsets": {subset.name: len(subset.workloads) for subset in rule.subsets},
+                }
+                for rule in self._config.destination_rules
+            ],
         }
 
 
