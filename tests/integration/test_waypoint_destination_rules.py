@@ -41,6 +41,7 @@ from ambit.model.routes import (
     ConnectionPool,
     DestinationPolicy,
     H2Upgrade,
+    OutlierDetection,
     PortTrafficPolicy,
     ProxyProtocolVersion,
     RouteMatch,
@@ -454,3 +455,16 @@ async def test_max_requests_per_connection_closes_kept_connections(rig: Rig) -> 
             assert (await http.request("GET", f"/{i}"))[0] == 200
         assert len(arrived) == 3 and rig.endpoints[0].tunnels == 3  # a new upstream connection per request
         await client.aclose()
+
+
+async def test_outlier_detection_ejects_an_endpoint_after_consecutive_5xx(rig: Rig) -> None:
+    rig.endpoints[1].fail_status = 503
+    detection = OutlierDetection(consecutive_5xx=2, interval=1.0, base_ejection_time=30.0, max_ejection_percent=50)
+    configure(rig, DestinationPolicy(f"app/{ECHO}", "app/outliers", TrafficPolicy(outlier_detection=detection)))
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    http = HttpOverTunnel(stream)
+    for _ in range(20):
+        status, _, body = await http.request("GET", "/echo")
+        assert status == 200 and echo_of(body)["endpoint"] == "echo-1"  # the 503s were retried on echo-1
+    assert rig.endpoints[1].seen == ["GET /echo"] * 2  # then ejected for 30 s
+    await client.aclose()

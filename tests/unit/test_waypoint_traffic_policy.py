@@ -318,3 +318,22 @@ def test_bad_ca_certificates_are_a_clear_error() -> None:
     pem = "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n"
     with pytest.raises(TlsOriginationError, match="CA certificates do not load"):
         client_context(ClientTls(TlsMode.SIMPLE, ca_certificates=pem), h2=True)
+
+
+def test_outlier_detection_ejects_for_longer_each_time_and_keeps_one_in() -> None:
+    from ambit.model.routes import OutlierDetection
+
+    balancer = Balancer()
+    detection = OutlierDetection(consecutive_5xx=2, interval=1.0, base_ejection_time=10.0, max_ejection_percent=10)
+    for now in (0.0, 0.1):
+        balancer.record("k", "w1", False, now, detection, 3)
+    assert balancer.ejected("k", 0.2) == {"w1"}  # at least one may be ejected, whatever the percentage
+    for now in (0.3, 0.4):
+        balancer.record("k", "w2", False, now, detection, 3)
+    assert balancer.ejected("k", 0.5) == {"w1"}  # 10 % of 3: no second one
+    assert balancer.ejected("k", 10.2) == frozenset()
+    for now in (11.0, 11.1):
+        balancer.record("k", "w1", False, now, detection, 3)
+    assert balancer.ejected("k", 30.0) == {"w1"} and balancer.ejected("k", 31.2) == frozenset()  # 2 x 10 s
+    balancer.record("k", "w3", True, 40.0, detection, 3)
+    assert "w3" not in balancer.outliers["k"]

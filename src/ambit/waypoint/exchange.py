@@ -34,8 +34,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections.abc import Callable
 
-from ambit.model.workload import Workload
+from ambit.model.workload import Service, Workload
 from ambit.waypoint.authn import Unauthenticated, plan_authentication
 from ambit.waypoint.authorization import DENIED_BODY, RBAC_FLAG, check_request, denial_detail, service_key_of
 from ambit.waypoint.client_cert import plan_client_cert
@@ -136,8 +137,15 @@ async def serve_request(
             members=backend.members,
             choose=choose,
             transport=backend.transport,
+            report=_outlier_reporter(ctx, backend, service),
         )
-        endpoint = ctx.pick(ctx.state, service, port, choose, only=backend.members) if service is not None else None
+        endpoint = None
+        if service is not None:
+            ejected = _ejected(ctx, backend)
+            if ejected:
+                endpoint = ctx.pick(ctx.state, service, port, choose, only=backend.members, exclude=ejected)
+            if endpoint is None:  # none ejected, or every one (Envoy's panic threshold: pick among all)
+                endpoint = ctx.pick(ctx.state, service, port, choose, only=backend.members)
         if endpoint is not None and backend.transport != PLAIN:
             endpoint = dataclasses.replace(endpoint, transport=backend.transport)
             if backend.transport.h2:
@@ -156,6 +164,28 @@ async def serve_request(
     if limited is None:
         return await forward(ctx, tunnel, down, started, plan, endpoint, outcome, connector)
     return await _forward_limited(ctx, tunnel, down, started, plan, endpoint, outcome, connector, limited)
+
+
+def _ejected(ctx: WaypointContext, backend: BackendPolicy) -> frozenset[str]:
+    detection = backend.policy.outlier_detection
+    if detection is None or not detection.consecutive_5xx:
+        return frozenset()
+    return ctx.balancer.ejected(backend.balance_key, ctx.clock())
+
+
+def _outlier_reporter(
+    ctx: WaypointContext, backend: BackendPolicy, service: Service | None
+) -> Callable[[str, bool], None] | None:
+    detection = backend.policy.outlier_detection
+    if detection is None or not detection.consecutive_5xx or service is None:
+        return None
+    endpoints = len(ctx.state.find_endpoints(service))
+    key = backend.balance_key
+
+    def report(uid: str, ok: bool) -> None:
+        ctx.balancer.record(key, uid, ok, ctx.clock(), detection, endpoints)
+
+    return report
 
 
 OVERFLOW_BODY = b"upstream connect error or disconnect/reset before headers. reset reason: overflow"

@@ -97,6 +97,8 @@ class Plan:
     choose: Callable[[Sequence[Workload]], Workload] | None = None
     """The rule's load balancer; None: the context's default choice."""
     transport: Transport = PLAIN
+    report: Callable[[str, bool], None] | None = None
+    """Told each try's result (workload uid, whether it was not a 5xx or a connect failure): outlier detection."""
 
 
 class _UpstreamFailedError(Exception):
@@ -277,6 +279,10 @@ class _Exchange:
         self.tried.add(endpoint.workload.uid)
         return endpoint
 
+    def _report(self, endpoint: Endpoint, *, ok: bool) -> None:
+        if self.plan.report is not None:
+            self.plan.report(endpoint.workload.uid, ok)
+
     async def _try(self, attempt: int, delay: float) -> None:
         clock = self.ctx.clock
         up: UpstreamExchange | None = None
@@ -290,6 +296,7 @@ class _Exchange:
                 up, head = await self._send(endpoint)
             except UpstreamConnectError as exc:
                 self.detail = str(exc)
+                self._report(endpoint, ok=False)
                 self._post(retries.ConnectFailed(attempt, clock()))
                 return
             except _UpstreamFailedError as exc:
@@ -298,6 +305,7 @@ class _Exchange:
                 return
             self.verdict = verdict = asyncio.get_running_loop().create_future()
             status = _retry_status(head)
+            self._report(endpoint, ok=status < 500)
             self._post(retries.ResponseHead(attempt, status, clock()))
             await verdict  # ForwardResponse; a retry cancels this task instead
             self.detail = ""

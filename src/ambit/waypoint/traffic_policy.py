@@ -30,6 +30,12 @@ Rules:
    connection per request in flight) and for TCP; a request over ``maxConnections`` waits for one to finish,
    unless ``http1MaxPendingRequests`` are waiting already. Over a limit: 503 with flag ``UO`` (a TCP connection is
    refused). ``maxRequestsPerConnection`` closes a kept HTTP/1.1 connection after that many requests.
+7. Outlier detection, per Service and subset: a workload whose tries fail ``consecutive5xxErrors`` times in a row
+   (a 5xx answer or a connect failure) is ejected for ``baseEjectionTime`` times its number of ejections; while
+   ejected no request picks it, unless every candidate is ejected (then any may be picked, as Envoy's panic
+   threshold does). At most ``maxEjectionPercent`` of the Service's endpoints are out at once, and always at
+   least one may be. A success resets the count; an endpoint healthy for ``interval`` times its ejections
+   starts afresh. State is kept for at most ``max_keys`` workloads per Service/subset.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ from ambit.model.routes import (
     H2Upgrade,
     LoadBalancer,
     LoadBalancerType,
+    OutlierDetection,
     TlsMode,
     TrafficPolicy,
     WaypointConfig,
@@ -115,6 +122,13 @@ def _weight(key: str, uid: str) -> bytes:
     return hashlib.blake2b(f"{key}\0{uid}".encode(), digest_size=8).digest()
 
 
+@dataclass(slots=True)
+class _Outlier:
+    failures: int = 0
+    ejections: int = 0
+    until: float = 0.0
+
+
 class Admission(enum.Enum):
     """What the connection pool limits say of one more request (rule 6)."""
 
@@ -136,6 +150,8 @@ class Balancer:
     """Requests (or TCP connections) in flight per Service/subset (the connection pool limits)."""
     pending: dict[str, int] = field(default_factory=dict)
     """Requests waiting for an HTTP/1.1 connection per Service/subset."""
+    outliers: dict[str, dict[str, _Outlier]] = field(default_factory=dict)
+    """Outlier detection per Service/subset: failures in a row and ejections per workload uid."""
 
     def admit(self, key: str, pool: ConnectionPool | None, *, http1: bool, can_wait: bool = True) -> Admission:
         """Rule 6 for one more request to ``key`` (not counted: :meth:`enter` does that)."""
@@ -150,6 +166,41 @@ class Balancer:
                 return Admission.OVERFLOW
             return Admission.WAIT
         return Admission.GO
+
+    def ejected(self, key: str, now: float) -> frozenset[str]:
+        """The workloads outlier detection keeps out of ``key`` now (rule 7)."""
+        states = self.outliers.get(key)
+        if not states:
+            return frozenset()
+        return frozenset(uid for uid, state in states.items() if state.until > now)
+
+    def record(
+        self, key: str, uid: str, ok: bool, now: float, detection: OutlierDetection | None, endpoints: int
+    ) -> None:
+        """One try's result for outlier detection (rule 7); ``endpoints``: how many the Service has."""
+        if detection is None or not detection.consecutive_5xx:
+            return
+        states = self.outliers.setdefault(key, {})
+        state = states.get(uid)
+        if ok:
+            if state is not None:
+                state.failures = 0
+                if state.until <= now and now - state.until > detection.interval * state.ejections:
+                    del states[uid]  # healthy long enough: its ejection count starts again
+            return
+        if state is None:
+            if len(states) >= self.max_keys:
+                return
+            state = states[uid] = _Outlier()
+        state.failures += 1
+        if state.failures < detection.consecutive_5xx or state.until > now:
+            return
+        out = sum(1 for s in states.values() if s.until > now)
+        if (out + 1) * 100 > detection.max_ejection_percent * max(endpoints, 1) and out > 0:
+            return  # max_ejection_percent, but one endpoint may always be ejected
+        state.ejections += 1
+        state.failures = 0
+        state.until = now + detection.base_ejection_time * state.ejections
 
     def has_room(self, key: str, pool: ConnectionPool | None, *, http1: bool) -> bool:
         """Whether a waiting request may go now (the pending count aside)."""
