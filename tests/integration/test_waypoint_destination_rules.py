@@ -468,3 +468,30 @@ async def test_outlier_detection_ejects_an_endpoint_after_consecutive_5xx(rig: R
         assert status == 200 and echo_of(body)["endpoint"] == "echo-1"  # the 503s were retried on echo-1
     assert rig.endpoints[1].seen == ["GET /echo"] * 2  # then ejected for 30 s
     await client.aclose()
+
+
+async def test_tcp_connections_over_max_connections_are_refused(rig: Rig) -> None:
+    async with held_backend(rig) as (arrived, release):
+        pool = ConnectionPool(max_connections=1)
+        configure(rig, DestinationPolicy(f"app/{SECURE}", "app/limits", TrafficPolicy(connection_pool=pool)))
+        client = await rig.client()
+        first = await client.open_tunnel(f"{SECURE_VIP}:443", [])  # declared TLS: relayed as TCP
+        await first.write(b"GET /held HTTP/1.1\r\nhost: x\r\n\r\n")
+        async with asyncio.timeout(5):
+            while not arrived:  # noqa: ASYNC110 - the backend's side
+                await asyncio.sleep(0.02)
+        with pytest.raises(TunnelRefusedError):
+            await client.open_tunnel(f"{SECURE_VIP}:443", [])
+        release.set()
+        await first.aclose()
+        async with asyncio.timeout(5):
+            while rig.waypoint.context.balancer.active:  # noqa: ASYNC110 - the waypoint's side
+                await asyncio.sleep(0.02)
+        again = await client.open_tunnel(f"{SECURE_VIP}:443", [])
+        await again.write(b"GET /again HTTP/1.0\r\n\r\n")
+        answer = b""
+        async with asyncio.timeout(5):
+            while not answer.endswith(b"ok"):
+                answer += await again.read()
+        assert answer.startswith(b"HTTP/1.1 200")
+        await client.aclose()

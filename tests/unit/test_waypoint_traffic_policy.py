@@ -28,7 +28,6 @@ from ambit.model.routes import (
     Subset,
     TlsMode,
     TrafficPolicy,
-    WaypointConfig,
 )
 from ambit.model.workload import Workload
 from ambit.tls.certs import issue_server_cert, new_ca
@@ -41,8 +40,8 @@ KEY = f"app/{HOST}"
 UPGRADE = ConnectionPool(h2_upgrade=H2Upgrade.UPGRADE)
 
 
-def config(*rules: DestinationPolicy) -> WaypointConfig:
-    return WaypointConfig("app/waypoint", destination_rules=rules)
+def config(*rules: DestinationPolicy) -> dict[str, DestinationPolicy]:
+    return {rule.service_key: rule for rule in rules}
 
 
 def backend(subset: str = "", port: int = 80) -> BackendService:

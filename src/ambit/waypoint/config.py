@@ -12,26 +12,34 @@ forwarded to the addressed Service as received), for tests; the waypoint runs :f
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from ambit.model.routes import BackendService, RouteTable, WaypointConfig
+from ambit.model.routes import BackendService, DestinationPolicy, RouteTable, WaypointConfig
 from ambit.waypoint.decisions import Decision, Forward, RequestHead
 
 
 class RouteConfig:
     """The current :class:`WaypointConfig`, replaced atomically."""
 
-    __slots__ = ("_config",)
+    __slots__ = ("_config", "_rules")
 
     def __init__(self, config: WaypointConfig | None = None) -> None:
         self._config = config if config is not None else WaypointConfig(waypoint="")
+        self._rules = {rule.service_key: rule for rule in self._config.destination_rules}
 
     @property
     def current(self) -> WaypointConfig:
         return self._config
 
+    @property
+    def destination_rules(self) -> Mapping[str, DestinationPolicy]:
+        """The DestinationRules by service key (one lookup per request)."""
+        return self._rules
+
     def replace(self, config: WaypointConfig) -> None:
         self._config = config
+        self._rules = {rule.service_key: rule for rule in config.destination_rules}
 
     def find_table(self, service_key: str, port: int) -> RouteTable | None:
         return self._config.find_table(service_key, port)

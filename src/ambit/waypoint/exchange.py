@@ -109,7 +109,7 @@ async def serve_request(
         service = find_backend_service(ctx.state, decision.backend)
         outcome.service = service
         port = decision.backend.port
-        backend = plan_backend(config, decision.backend, upgrade=started.upgrade)
+        backend = plan_backend(ctx.routes.destination_rules, decision.backend, upgrade=started.upgrade)
         if isinstance(backend, Refusal):  # rule 3: a subset no DestinationRule defines
             keep = await _drain(down, started)
             await respond(down, backend.status, (), b"", outcome, flags="NC")

@@ -62,7 +62,7 @@ def _shadow(authority: str) -> str:
 
 async def _mirror(ctx: WaypointContext, tunnel: Tunnel, backend: BackendService, request: RequestHead) -> None:
     service = find_backend_service(ctx.state, backend)
-    planned = plan_backend(ctx.routes.current, backend)
+    planned = plan_backend(ctx.routes.destination_rules, backend)
     if isinstance(planned, Refusal):
         log.debug("mirror to %s: %s", backend.service_key, planned.reason)
         return

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlsplit
 
@@ -50,13 +50,13 @@ from ambit.model.routes import (
     BackendService,
     ConnectionPool,
     ConsistentHash,
+    DestinationPolicy,
     H2Upgrade,
     LoadBalancer,
     LoadBalancerType,
     OutlierDetection,
     TlsMode,
     TrafficPolicy,
-    WaypointConfig,
 )
 from ambit.model.workload import Workload
 from ambit.waypoint.destinations import PLAIN, Refusal, Transport
@@ -79,9 +79,12 @@ class BackendPolicy:
 DEFAULT = BackendPolicy()
 
 
-def plan_backend(config: WaypointConfig, backend: BackendService, *, upgrade: bool = False) -> BackendPolicy | Refusal:
-    """Rules 1-4 for one request to ``backend``; ``upgrade``: the request asks for a protocol upgrade."""
-    rule = config.find_destination_policy(backend.service_key)
+def plan_backend(
+    rules: Mapping[str, DestinationPolicy], backend: BackendService, *, upgrade: bool = False
+) -> BackendPolicy | Refusal:
+    """Rules 1-4 for one request to ``backend``; ``rules``: the waypoint's DestinationRules by service key;
+    ``upgrade``: the request asks for a protocol upgrade."""
+    rule = rules.get(backend.service_key)
     if rule is None:
         if backend.subset:
             return Refusal(503, f"subset {backend.subset} of {backend.service_key}: no DestinationRule defines it")
