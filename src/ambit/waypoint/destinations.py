@@ -13,6 +13,10 @@ may choose an endpoint that has a name and no address. Its :class:`Endpoint` the
 asks :func:`judge_resolved` whether the answer may be dialled before it connects, plain TCP, to the address and the
 target port. A DNS answer is the network's word, not the mesh's: it must not turn the waypoint against itself.
 
+A DestinationRule narrows and shapes that choice (:mod:`ambit.waypoint.traffic_policy` decides): ``only`` keeps a
+subset's workloads, ``choose`` is the rule's load balancer, and the chosen :class:`Endpoint` carries a
+:class:`Transport` (originated TLS, HTTP/2 upstream, PROXY header) that the upstream shell carries out.
+
 Rules of :func:`plan_tunnel` (Istio's waypoint accepts traffic only for what uses it, spec §1.4):
 
 1. A malformed authority is refused, 400.
