@@ -50,7 +50,7 @@ from ambit.waypoint.http2_upstream import http2_connector
 from ambit.waypoint.mirror import start_mirrors
 from ambit.waypoint.telemetry import RequestRecord
 from ambit.waypoint.traffic_policy import DEFAULT as DEFAULT_BACKEND
-from ambit.waypoint.traffic_policy import Admission, BackendPolicy, plan_backend
+from ambit.waypoint.traffic_policy import Admission, BackendPolicy
 from ambit.waypoint.upstream import Connector
 
 log = logging.getLogger("ambit.waypoint.exchange")
@@ -109,7 +109,7 @@ async def serve_request(
         service = find_backend_service(ctx.state, decision.backend)
         outcome.service = service
         port = decision.backend.port
-        backend = plan_backend(ctx.routes.destination_rules, decision.backend, upgrade=started.upgrade)
+        backend = ctx.routes.plan_backend(decision.backend, upgrade=started.upgrade)
         if isinstance(backend, Refusal):  # rule 3: a subset no DestinationRule defines
             keep = await _drain(down, started)
             await respond(down, backend.status, (), b"", outcome, flags="NC")

@@ -23,7 +23,6 @@ from ambit.waypoint.context import Tunnel, WaypointContext
 from ambit.waypoint.decisions import RequestHead
 from ambit.waypoint.destinations import PLAIN, Refusal, find_backend_service, pick_endpoint
 from ambit.waypoint.http1 import MessageEnded, Signal
-from ambit.waypoint.traffic_policy import plan_backend
 
 log = logging.getLogger("ambit.waypoint.mirror")
 
@@ -62,7 +61,7 @@ def _shadow(authority: str) -> str:
 
 async def _mirror(ctx: WaypointContext, tunnel: Tunnel, backend: BackendService, request: RequestHead) -> None:
     service = find_backend_service(ctx.state, backend)
-    planned = plan_backend(ctx.routes.destination_rules, backend)
+    planned = ctx.routes.plan_backend(backend)
     if isinstance(planned, Refusal):
         log.debug("mirror to %s: %s", backend.service_key, planned.reason)
         return

@@ -39,7 +39,7 @@ from ambit.waypoint.destinations import (
     pick_endpoint,
 )
 from ambit.waypoint.traffic_policy import DEFAULT as DEFAULT_BACKEND
-from ambit.waypoint.traffic_policy import Admission, BackendPolicy, plan_backend
+from ambit.waypoint.traffic_policy import Admission, BackendPolicy
 from ambit.waypoint.upstream import UpstreamConnectError
 
 log = logging.getLogger("ambit.waypoint.tcp")
@@ -140,7 +140,7 @@ def _pick(
     """An endpoint of ``backend`` as its DestinationRule says (:func:`~ambit.waypoint.traffic_policy.plan_backend`:
     the subset, the load balancer, TLS origination and the PROXY header; a subset no rule defines is no
     endpoint)."""
-    planned = plan_backend(ctx.routes.destination_rules, backend)
+    planned = ctx.routes.plan_backend(backend)
     if isinstance(planned, Refusal):
         log.info("tcp %s: %s", tunnel.authority, planned.reason)
         return None, None
