@@ -270,9 +270,14 @@ def test_a_bad_rule_is_skipped_whole_naming_the_field(spec: dict[str, Any], fiel
     assert [(s.kind, s.name, s.field) for s in skips] == [("DestinationRule", "dr", field)]
 
 
-def test_a_workload_selector_rule_never_applies_at_a_waypoint() -> None:
-    parsed, skips = parse(rule({"host": HOST, "workloadSelector": {"matchLabels": {"app": "x"}}}))
-    assert parsed is None and skips == []
+def test_a_workload_selector_rule_never_applies_at_a_waypoint_and_hides_wider_rules_in_its_namespace() -> None:
+    selected = rule({"host": HOST, "workloadSelector": {"matchLabels": {"app": "x"}}}, name="selected")
+    wide = rule({"host": "*"}, namespace=ROOT, name="wide")
+    assert find([selected]) is None
+    assert find([selected, wide], "app") is None  # istiod: the waypoint namespace's match decides, and gives none
+    assert find([selected, wide], "wp") == f"{ROOT}/wide"  # not exported: elsewhere the root's rule applies
+    plain = rule({"host": HOST}, name="plain")
+    assert find([selected, plain], "app") == "app/plain"
 
 
 @pytest.mark.parametrize(
@@ -460,7 +465,7 @@ json_values: st.SearchStrategy[Any] = st.recursive(
 @given(st.dictionaries(st.sampled_from(["host", "trafficPolicy", "subsets", "exportTo"]), json_values) | json_values)
 def test_arbitrary_rule_content_is_translated_or_skipped_never_raised(spec: Any) -> None:
     parsed, skips = parse(rule(spec) if isinstance(spec, dict) else {"metadata": {"name": "x"}, "spec": spec})
-    assert parsed is not None or skips or (isinstance(spec, dict) and spec.get("workloadSelector") is not None)
+    assert parsed is not None or skips
     if parsed is not None:
         index = DestinationRuleIndex([parsed], root_namespace=ROOT)
         index.find("app", service())

@@ -38,6 +38,7 @@ KINDS = {
     "TCPRoute": "tcp_routes",
     "TLSRoute": "tls_routes",
     "ReferenceGrant": "reference_grants",
+    "DestinationRule": "destination_rules",
 }
 Obj = dict[str, Any]
 
@@ -65,6 +66,8 @@ def plain(value: Any) -> Any:
         return value.value
     if isinstance(value, tuple):
         return [plain(v) for v in value]
+    if isinstance(value, frozenset):
+        return sorted(plain(v) for v in value)
     return value
 
 
@@ -110,6 +113,7 @@ def test_every_expected_golden_case_exists() -> None:
         "timeouts_retries",
         "consumer",
         "serviceentry",
+        "destination_rules",
     }
     assert expected <= set(CASES)
 

@@ -15,7 +15,9 @@ Rules (istiod: pilot/pkg/model/push_context.go ``setDestinationRules``, ``destin
    written (an FQDN, ``*.example.com``, ``*``). A wildcard matches a hostname that ends with its suffix after the
    ``*``; ``*`` matches every host. Lookup takes an exact host first, else the most specific (longest) wildcard.
 2. A rule with a ``workloadSelector`` never applies at a waypoint: istiod looks rules up for a waypoint in the
-   inbound direction, where only rules without a selector are returned.
+   inbound direction, where only rules without a selector are returned. It is still filed (private to its
+   namespace, never merged with others), so, as in istiod, a selector rule in the waypoint's namespace for a host
+   hides the wider rules for that host (step 1 of rule 4 matches, and gives nothing).
 3. ``exportTo`` (default ``*``, the mesh default): a rule is *local* to its namespace unless its ``exportTo``
    leaves its own namespace out; it is *exported* unless its ``exportTo`` is just ``.`` or its own namespace.
    Exported rules are visible to a namespace when ``exportTo`` is empty, holds ``*``, or names that namespace.
@@ -110,6 +112,8 @@ class ParsedRule:
     subsets: tuple[ParsedSubset, ...]
     origins: tuple[str, ...] = ()
     """``namespace/name`` of every rule merged into this one (rule 5)."""
+    selector: bool = False
+    """It has a ``workloadSelector`` (rule 2)."""
 
     @property
     def key(self) -> str:
@@ -299,15 +303,13 @@ def resolve_host(host: str, namespace: str, domain: str) -> str:
 def parse_destination_rule(
     obj: Obj, *, domain: str, skips: list[Skipped], find_secret: SecretFinder
 ) -> ParsedRule | None:
-    """One rule as a waypoint may apply it; None (and a skip) when it is malformed or has a ``workloadSelector``
-    (rule 2: not an error, it only never applies here)."""
+    """One rule as a waypoint may apply it; None (and a skip) when it is malformed."""
     meta = obj.get("metadata") or {}
     namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
     reader = _Reader(namespace, find_secret)
     try:
         spec = shapes.mapping(obj.get("spec"), "spec", required=True)
-        if spec.get("workloadSelector") is not None:
-            return None
+        selector = spec.get("workloadSelector") is not None
         host = shapes.text(spec.get("host"), "spec.host", required=True)
         export_to = frozenset(shapes.strings(spec.get("exportTo"), "spec.exportTo"))
         top = reader.traffic_policy(spec.get("trafficPolicy"), "spec.trafficPolicy")
@@ -346,6 +348,7 @@ def parse_destination_rule(
         traffic_policy=top,
         subsets=tuple(subsets),
         origins=(f"{namespace}/{name}",),
+        selector=selector,
     )
 
 
@@ -383,7 +386,7 @@ class _Bucket:
     def add(self, rule: ParsedRule) -> None:
         entries = self.by_host.setdefault(rule.host, [])
         for i, entry in enumerate(entries):
-            if entry.export_to == rule.export_to:
+            if entry.export_to == rule.export_to and not entry.selector and not rule.selector:
                 entries[i] = _merge(entry, rule)
                 return
         entries.append(rule)
@@ -415,7 +418,7 @@ class DestinationRuleIndex:
         self.root_private = _Bucket()
         for rule in rules:
             own = rule.namespace
-            export = rule.export_to
+            export = frozenset({"."}) if rule.selector else rule.export_to  # never exported (istiod's Private)
             if not export or "*" in export or "." in export or own in export:
                 self.local.setdefault(own, _Bucket()).add(rule)
             private_only = len(export) == 1 and ("." in export or own in export)
@@ -432,7 +435,7 @@ class DestinationRuleIndex:
         else:
             found = self.root_private.match(service.hostname)
         if found:
-            return found[-1]
+            return next((r for r in reversed(found) if not r.selector), None)
         for owner in (service.namespace, self.root_namespace):
             bucket = self.exported.get(owner)
             candidates = bucket.match(service.hostname) if bucket is not None else None
