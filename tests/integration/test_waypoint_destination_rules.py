@@ -495,3 +495,29 @@ async def test_tcp_connections_over_max_connections_are_refused(rig: Rig) -> Non
                 answer += await again.read()
         assert answer.startswith(b"HTTP/1.1 200")
         await client.aclose()
+
+
+@pytest.mark.parametrize("reply", [b"HTTP/1.1 200 OK\r\n\r\n" * 100, b"\x16\x03\x03\xff\xff" + b"\x00" * 4096, b""])
+async def test_a_hostile_backend_breaking_the_tls_handshake_is_refused_quickly(rig: Rig, reply: bytes) -> None:
+    """A backend answering the ClientHello with plaintext, a forged oversized record or nothing (closing): the
+    connection fails within the handshake, and nothing the client sent reaches it in the clear."""
+    received: list[bytes] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        received.append(await reader.read(65536))
+        writer.write(reply)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    rig.endpoints[0].extra[TLS_TARGET_PORT] = server.sockets[0].getsockname()[1]
+    try:
+        insecure = TrafficPolicy(tls=ClientTls(TlsMode.SIMPLE, insecure_skip_verify=True))
+        configure(rig, DestinationPolicy(f"app/{SECURE}", "app/secure", insecure))
+        async with asyncio.timeout(5):
+            with pytest.raises(TunnelRefusedError):
+                await _plain_http_over_tls_port(rig)
+    finally:
+        server.close()
+    assert len(received) == 1 and received[0].startswith(b"\x16\x03")  # a ClientHello, never the request
+    assert b"GET /hello" not in received[0]

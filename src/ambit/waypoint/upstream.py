@@ -131,7 +131,8 @@ class UpstreamHttp:
 
     @property
     def alive(self) -> bool:
-        return not (isinstance(self.stream, HboneStream) and self.stream.done)
+        stream = self.stream.inner if isinstance(self.stream, TlsStream) else self.stream
+        return not (isinstance(stream, HboneStream) and stream.done)
 
 
 class Upstreams:
