@@ -182,6 +182,30 @@ def test_requests_on_one_service_are_spread_over_its_endpoints(lab: Lab) -> None
     assert len(pods) == 2 and all(a["status"] == 200 for a in answers), pods
 
 
+def test_a_destination_rule_round_robin_spreads_requests_evenly(lab: Lab) -> None:
+    """TestDestinationRule's load-balancer setting, honoured by the waypoint: ``ROUND_ROBIN`` on ``echo`` (three
+    pods) gives each pod exactly a third of 30 sequential requests; the rule is translated by the control plane
+    and pushed to the waypoint pod over delta ADS."""
+    rule = {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "DestinationRule",
+        "metadata": {"name": "echo-round-robin"},
+        "spec": {"host": "echo", "trafficPolicy": {"loadBalancer": {"simple": "ROUND_ROBIN"}}},
+    }
+    lab.apply(rule, namespace=NS)
+    url = f"http://{vip(lab, 'echo')}/"
+
+    def even() -> Counter[str] | None:
+        answers = calls(lab, url, 30)
+        pods = Counter(a["pod"] for a in answers)
+        return pods if all(a["status"] == 200 for a in answers) and sorted(pods.values()) == [10, 10, 10] else None
+
+    try:
+        wait_until("30 requests split 10/10/10 over the three echo pods", even, timeout=90)
+    finally:
+        lab.kubectl("delete", "destinationrule", "echo-round-robin", "-n", NS, check=False)
+
+
 HEADER_ROUTE = {
     "apiVersion": "gateway.networking.k8s.io/v1",
     "kind": "HTTPRoute",

@@ -411,3 +411,58 @@ async def test_a_virtual_service_reaches_the_waypoint_in_written_order_and_its_c
 
         (event,) = await eventually(warned)
         assert event["type"] == "Warning" and "spec.http[0].match[0].headers" in event["note"], event
+
+
+async def test_a_destination_rule_reaches_the_waypoint_with_its_subsets_resolved_and_follows_the_pods(
+    kube: KubeClient, plane: ControlPlane
+) -> None:
+    ns = await mesh_namespace(kube)
+    name = f"{ns}/waypoint"
+    selected = {
+        "metadata": {"name": "ratings", "namespace": ns},
+        "spec": {"selector": {"app": "ratings"}, "ports": [{"name": "http", "port": 9080}]},
+    }
+    selected["metadata"]["labels"] = {"istio.io/use-waypoint": "waypoint"}
+    await kube.create(kinds.SERVICES, selected, ns)
+    for pod_name, version, ip in (("ratings-a", "v1", "198.18.211.1"), ("ratings-b", "v2", "198.18.211.2")):
+        pod = {
+            "metadata": {"name": pod_name, "namespace": ns, "labels": {"app": "ratings", "version": version}},
+            "spec": {"containers": [{"name": "app", "image": "app"}]},
+        }
+        await kube.create(kinds.PODS, pod, ns)
+        status = {"phase": "Running", "podIP": ip, "conditions": [{"type": "Ready", "status": "True"}]}
+        await kube.patch_status(kinds.PODS, pod_name, {"status": status}, ns)
+    rule = {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "DestinationRule",
+        "metadata": {"name": "ratings"},
+        "spec": {
+            "host": "ratings",
+            "trafficPolicy": {"tls": {"mode": "SIMPLE", "insecureSkipVerify": True}},
+            "subsets": [{"name": "v1", "labels": {"version": "v1"}}, {"name": "v2", "labels": {"version": "v2"}}],
+        },
+    }
+    await kube.create(kinds.DESTINATION_RULES, rule, ns)
+    key = f"{ns}/ratings.{ns}.svc.cluster.local"
+    async with subscribe(kube, plane, ns, "waypoint", [name]) as waypoint:
+
+        def subsets() -> dict[str, set[str]]:
+            config = waypoint.config(name)
+            policy = config.find_destination_policy(key) if config is not None else None
+            if policy is None:
+                return {}
+            return {s.name: {uid.rsplit("/", 1)[-1] for uid in s.workloads} for s in policy.subsets}
+
+        await eventually(lambda: subsets() == {"v1": {"ratings-a"}, "v2": {"ratings-b"}})
+        config = waypoint.config(name)
+        assert config is not None
+        policy = config.find_destination_policy(key)
+        assert policy is not None and policy.rule == f"{ns}/ratings"
+        assert policy.traffic_policy is not None and policy.traffic_policy.tls is not None
+
+        # Relabelling a pod moves it to the other subset; the change is pushed.
+        await kube.patch(kinds.PODS, "ratings-b", {"metadata": {"labels": {"version": "v1"}}}, ns)
+        await eventually(lambda: subsets() == {"v1": {"ratings-a", "ratings-b"}, "v2": set()})
+        # Deleting the rule removes it.
+        await kube.delete(kinds.DESTINATION_RULES, "ratings", ns)
+        await eventually(lambda: subsets() == {})

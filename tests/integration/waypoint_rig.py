@@ -74,6 +74,13 @@ GRPC_TARGET_PORT = 9090
 WAYPOINT_ADDR = GatewayAddress(NamespacedHostname("app", "waypoint.app.svc.cluster.local"))
 FACTORY = HostSocketFactory(mark=None)
 _GRPC_PORTS = (GRPC_PORT, GRPC_TARGET_PORT)
+SECURE_VIP = "198.18.1.15"
+SECURE_HTTP_VIP = "198.18.1.16"
+H2C_VIP = "198.18.1.17"
+TLS_TARGET_PORT = 8443
+H2C_TARGET_PORT = 8082
+_EXTRA_PORTS = {"secure": (443, TLS_TARGET_PORT), "secure-http": (80, TLS_TARGET_PORT), "h2c": (80, H2C_TARGET_PORT)}
+"""Services whose endpoints' servers a test starts itself (:attr:`Endpoint.extra`): TLS and h2c backends."""
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -98,6 +105,8 @@ def shared_free_port(hosts: tuple[str, ...]) -> int:
 
 def _workload(name: str, ip: str, *services: str, waypoint: GatewayAddress | None = None) -> Workload:
     def ports(service: str) -> tuple[PortMapping, ...]:
+        if service in _EXTRA_PORTS:
+            return (PortMapping(*_EXTRA_PORTS[service]),)
         return (PortMapping(GRPC_PORT, GRPC_TARGET_PORT),) if service.startswith("grpc") else (PortMapping(80, 8080),)
 
     return Workload(
@@ -130,9 +139,14 @@ def mesh_config() -> LocalConfig:
     return LocalConfig(
         workloads=(
             _workload("client", CLIENT_IP),
-            _workload("echo-1", "127.0.0.2", "echo", "tcp", "raw", "mixed", "grpc", "grpc-mixed", "tls"),
             _workload(
-                "echo-2", "127.0.0.3", "echo", "grpc", "grpc-two", "raw-two", waypoint=WAYPOINT_ADDR
+                "echo-1",
+                "127.0.0.2",
+                *("echo", "tcp", "raw", "mixed", "grpc", "grpc-mixed", "tls"),
+                *("secure", "secure-http", "h2c"),
+            ),
+            _workload(
+                "echo-2", "127.0.0.3", "echo", "grpc", "grpc-two", "raw-two", "h2c", waypoint=WAYPOINT_ADDR
             ),  # also pod-IP traffic via the waypoint
             _workload("dead-1", "127.0.0.5", "dead", "rawdead", "mixed", "grpc-mixed"),
         ),
@@ -151,6 +165,14 @@ def mesh_config() -> LocalConfig:
             _service("grpc-two", GRPC_TWO_VIP, protocol=AppProtocol.UNKNOWN, waypoint=WAYPOINT_ADDR, port=_GRPC_PORTS),
             # gRPC on echo-1 and on dead-1, which nothing answers for
             _service("grpc-mixed", GRPC_MIXED_VIP, protocol=AppProtocol.GRPC, waypoint=WAYPOINT_ADDR, port=_GRPC_PORTS),
+            # DestinationRule backends (servers started by the tests): TLS on echo-1, h2c on echo-1 and echo-2
+            _service(
+                "secure", SECURE_VIP, protocol=AppProtocol.TLS, waypoint=WAYPOINT_ADDR, port=(443, TLS_TARGET_PORT)
+            ),
+            _service(
+                "secure-http", SECURE_HTTP_VIP, protocol=AppProtocol.HTTP11, waypoint=WAYPOINT_ADDR, port=(80, 8443)
+            ),
+            _service("h2c", H2C_VIP, protocol=AppProtocol.HTTP11, waypoint=WAYPOINT_ADDR, port=(80, H2C_TARGET_PORT)),
         ),
     )
 
@@ -177,6 +199,8 @@ class Endpoint:
     """gRPC calls that ended cancelled (the caller went away)."""
     grpc_unavailable: bool = False
     """When set, ``Say`` answers UNAVAILABLE."""
+    extra: dict[int, int] = field(default_factory=dict)
+    """Target port → a local port a test serves it on (TLS, h2c backends)."""
 
     async def start(self) -> None:
         app = web.Application(middlewares=[self._record])
@@ -273,10 +297,10 @@ class Endpoint:
         self.tunnels += 1
         self.authorities.append(request.authority)
         host, port = parse_authority(request.authority)
-        if host != self.ip or port not in (8080, GRPC_TARGET_PORT):
+        if host != self.ip or port not in (8080, GRPC_TARGET_PORT, *self.extra):
             responder.reject(400)
             return
-        local_port = self.http_port if port == 8080 else self.grpc_port
+        local_port = self.extra.get(port) or (self.http_port if port == 8080 else self.grpc_port)
         upstream = SocketStream(await connect(FACTORY, ("127.0.0.1", local_port)))
         await relay(responder.accept(), upstream, 30.0)
         with contextlib.suppress(Exception):

@@ -39,6 +39,7 @@ KINDS = {
     "TLSRoute": "tls_routes",
     "ReferenceGrant": "reference_grants",
     "VirtualService": "virtual_services",
+    "DestinationRule": "destination_rules",
 }
 Obj = dict[str, Any]
 
@@ -66,6 +67,8 @@ def plain(value: Any) -> Any:
         return value.value
     if isinstance(value, tuple):
         return [plain(v) for v in value]
+    if isinstance(value, frozenset):
+        return sorted(plain(v) for v in value)
     return value
 
 
@@ -113,6 +116,7 @@ def test_every_expected_golden_case_exists() -> None:
         "serviceentry",
         "virtualservice",
         "virtualservice_httproute",
+        "destination_rules",
     }
     assert expected <= set(CASES)
 

@@ -479,6 +479,7 @@ INVALID: list[tuple[str, Any, str, str]] = [
         "unsupported",
     ),
     ("DestinationRule", {"host": "a", "subsets": [{"labels": {}}]}, "spec.subsets[0].name", "required"),
+    ("DestinationRule", {"host": "a", "subsets": [{"name": "V_1"}]}, "spec.subsets[0].name", "not a DNS label"),
     (
         "DestinationRule",
         {"host": "a", "trafficPolicy": {"portLevelSettings": [{"port": {"number": 0}}]}},

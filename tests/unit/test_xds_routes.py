@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ambit.api import waypoint_pb2 as pb
+from ambit.model import routes as dr
 from ambit.model.routes import (
     BackendService,
     DirectResponse,
@@ -258,3 +259,178 @@ def test_a_caller_sees_only_the_waypoint_configs_its_check_allows() -> None:
         own.current,
     )
     assert owner_session.held(WAYPOINT_CONFIG_TYPE_URL) == {"app/waypoint": "v2"}
+
+
+# DestinationRules (WaypointConfig field 6, :mod:`ambit.xds.destinationrules`).
+
+
+DURATION = st.integers(1, 10_000_000).map(lambda ms: ms / 1000)
+LABEL = st.from_regex(r"[a-z0-9]([-a-z0-9]{0,8}[a-z0-9])?", fullmatch=True)
+load_balancers = st.builds(
+    dr.LoadBalancer,
+    st.sampled_from(list(dr.LoadBalancerType)),
+    st.none()
+    | st.one_of(
+        st.builds(dr.ConsistentHash, header_name=TOKEN.map(str.lower)),
+        st.builds(dr.ConsistentHash, query_parameter=TOKEN),
+        st.just(dr.ConsistentHash(use_source_ip=True)),
+    ),
+)
+pools = st.builds(
+    dr.ConnectionPool,
+    st.integers(0, 2**32 - 1),
+    st.none() | DURATION,
+    st.integers(0, 2**32 - 1),
+    st.integers(0, 2**32 - 1),
+    st.integers(0, 2**32 - 1),
+    st.sampled_from(list(dr.H2Upgrade)),
+)
+outliers = st.builds(dr.OutlierDetection, st.integers(0, 1000), DURATION, DURATION, st.integers(0, 100))
+tls_settings = st.builds(
+    dr.ClientTls,
+    st.sampled_from(list(dr.TlsMode)),
+    st.just("") | LABEL.map(lambda t: f"{t}.example.com"),
+    st.booleans(),
+    st.just("") | st.just("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"),
+    st.lists(LABEL.map(lambda t: f"{t}.example.com"), max_size=2).map(tuple),
+)
+port_levels = st.lists(
+    st.builds(
+        dr.PortTrafficPolicy,
+        PORT,
+        st.none() | load_balancers,
+        st.none() | pools,
+        st.none() | outliers,
+        st.none() | tls_settings,
+    ),
+    max_size=2,
+    unique_by=lambda p: p.port,
+).map(tuple)
+traffic_policies = st.builds(
+    dr.TrafficPolicy,
+    st.none() | load_balancers,
+    st.none() | pools,
+    st.none() | outliers,
+    st.none() | tls_settings,
+    st.none() | st.sampled_from(list(dr.ProxyProtocolVersion)),
+    port_levels,
+)
+subsets = st.lists(
+    st.builds(
+        dr.Subset,
+        LABEL,
+        st.frozensets(TOKEN.map(lambda t: f"Kubernetes//Pod/app/{t}"), max_size=3),
+        st.none() | traffic_policies,
+    ),
+    max_size=3,
+    unique_by=lambda s: s.name,
+).map(tuple)
+destination_policies = st.lists(
+    st.builds(
+        dr.DestinationPolicy,
+        TOKEN.map(lambda t: f"app/{t}.app.svc.cluster.local"),
+        st.just("") | TOKEN.map(lambda t: f"app/{t}"),
+        st.none() | traffic_policies,
+        subsets,
+    ),
+    max_size=3,
+    unique_by=lambda d: d.service_key,
+).map(tuple)
+
+
+@settings(max_examples=100, deadline=None)
+@given(destination_policies)
+def test_destination_rules_go_to_proto_and_back_unchanged(rules: tuple[dr.DestinationPolicy, ...]) -> None:
+    config = WaypointConfig("app/waypoint", destination_rules=rules)
+    assert decode_waypoint_config("app/waypoint", pack_waypoint_config(waypoint_config_to_proto(config))) == config
+
+
+def encoded_rule(**fields: Any) -> any_pb2.Any:
+    fields.setdefault("service_key", "app/r.app.svc.cluster.local")
+    message = pb.WaypointConfig(waypoint="app/waypoint", destination_rules=[pb.DestinationPolicy(**fields)])
+    return any_pb2.Any(type_url=WAYPOINT_CONFIG_TYPE_URL, value=message.SerializeToString())
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"service_key": ""}, "service_key"),
+        ({"subsets": [pb.Subset(name="V1")]}, "subsets[0].name"),
+        ({"subsets": [pb.Subset(name="v1"), pb.Subset(name="v1")]}, "subsets"),
+        ({"subsets": [pb.Subset(name=f"s{i}") for i in range(300)]}, "subsets"),
+        ({"subsets": [pb.Subset(name="v1", workloads=["x" * 600])]}, "subsets[0].workloads[0]"),
+        ({"subsets": [pb.Subset(name="v1", workloads=["a\nb"])]}, "subsets[0].workloads[0]"),
+        (
+            {"traffic_policy": pb.TrafficPolicy(port_level=[pb.PortTrafficPolicy(port=0)])},
+            "traffic_policy.port_level[0].port",
+        ),
+        (
+            {
+                "traffic_policy": pb.TrafficPolicy(
+                    port_level=[pb.PortTrafficPolicy(port=80), pb.PortTrafficPolicy(port=80)]
+                )
+            },
+            "traffic_policy.port_level",
+        ),
+        (
+            {"traffic_policy": pb.TrafficPolicy(load_balancer=pb.LoadBalancer(simple=99))},
+            "traffic_policy.load_balancer.simple",
+        ),
+        (
+            {"traffic_policy": pb.TrafficPolicy(load_balancer=pb.LoadBalancer(consistent_hash=pb.ConsistentHash()))},
+            "traffic_policy.load_balancer.consistent_hash",
+        ),
+        ({"traffic_policy": pb.TrafficPolicy(tls=pb.ClientTls(mode=7))}, "traffic_policy.tls.mode"),
+        ({"traffic_policy": pb.TrafficPolicy(tls=pb.ClientTls(sni="a b"))}, "traffic_policy.tls.sni"),
+        (
+            {"traffic_policy": pb.TrafficPolicy(tls=pb.ClientTls(ca_certificates="junk"))},
+            "traffic_policy.tls.ca_certificates",
+        ),
+        (
+            {
+                "traffic_policy": pb.TrafficPolicy(
+                    tls=pb.ClientTls(ca_certificates="-----BEGIN CERTIFICATE-----" * 20_000)
+                )
+            },
+            "traffic_policy.tls.ca_certificates",
+        ),
+        ({"traffic_policy": pb.TrafficPolicy(proxy_protocol=9)}, "traffic_policy.proxy_protocol"),
+        (
+            {"traffic_policy": pb.TrafficPolicy(connection_pool=pb.ConnectionPool(h2_upgrade=5))},
+            "traffic_policy.connection_pool.h2_upgrade",
+        ),
+        (
+            {"traffic_policy": pb.TrafficPolicy(outlier_detection=pb.OutlierDetection(max_ejection_percent=101))},
+            "traffic_policy.outlier_detection.max_ejection_percent",
+        ),
+        (
+            {"traffic_policy": pb.TrafficPolicy(outlier_detection=pb.OutlierDetection(max_ejection_percent=10))},
+            "traffic_policy.outlier_detection.interval",
+        ),
+    ],
+)
+def test_bad_destination_rule_fields_are_refused_by_name(fields: dict[str, Any], field: str) -> None:
+    with pytest.raises(XdsConversionError) as caught:
+        decode_waypoint_config("app/waypoint", encoded_rule(**fields))
+    assert caught.value.field == f"destination_rules[0].{field}"
+
+
+def test_a_subset_merges_over_the_rule_field_by_field_and_a_port_entry_replaces_wholesale() -> None:
+    simple = dr.ClientTls(dr.TlsMode.SIMPLE, insecure_skip_verify=True)
+    upgrade = dr.ConnectionPool(h2_upgrade=dr.H2Upgrade.UPGRADE)
+    rr = dr.LoadBalancer(dr.LoadBalancerType.ROUND_ROBIN)
+    policy = dr.DestinationPolicy(
+        "app/r.app.svc.cluster.local",
+        traffic_policy=dr.TrafficPolicy(load_balancer=rr, tls=simple, proxy_protocol=dr.ProxyProtocolVersion.V1),
+        subsets=(
+            dr.Subset("v1", traffic_policy=dr.TrafficPolicy(connection_pool=upgrade)),
+            dr.Subset(
+                "v2", traffic_policy=dr.TrafficPolicy(port_level=(dr.PortTrafficPolicy(443, connection_pool=upgrade),))
+            ),
+        ),
+    )
+    assert policy.policy_for(80, "v1") == dr.TrafficPolicy(rr, upgrade, None, simple, dr.ProxyProtocolVersion.V1)
+    assert policy.policy_for(80, "v2") == dr.TrafficPolicy(rr, None, None, simple, dr.ProxyProtocolVersion.V1)
+    # The subset's port entry: the four settings replaced (not inherited), the rule's proxy protocol kept.
+    assert policy.policy_for(443, "v2") == dr.TrafficPolicy(None, upgrade, None, None, dr.ProxyProtocolVersion.V1)
+    assert policy.policy_for(80) == dr.TrafficPolicy(rr, None, None, simple, dr.ProxyProtocolVersion.V1)

@@ -45,6 +45,32 @@ class PathModifierType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PATH_MODIFIER_TYPE_UNSPECIFIED: _ClassVar[PathModifierType]
     REPLACE_FULL_PATH: _ClassVar[PathModifierType]
     REPLACE_PREFIX_MATCH: _ClassVar[PathModifierType]
+
+class LoadBalancerType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LB_LEAST_REQUEST: _ClassVar[LoadBalancerType]
+    LB_ROUND_ROBIN: _ClassVar[LoadBalancerType]
+    LB_RANDOM: _ClassVar[LoadBalancerType]
+    LB_PASSTHROUGH: _ClassVar[LoadBalancerType]
+
+class H2UpgradePolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    H2_UPGRADE_DEFAULT: _ClassVar[H2UpgradePolicy]
+    H2_DO_NOT_UPGRADE: _ClassVar[H2UpgradePolicy]
+    H2_UPGRADE: _ClassVar[H2UpgradePolicy]
+
+class TlsMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TLS_DISABLE: _ClassVar[TlsMode]
+    TLS_SIMPLE: _ClassVar[TlsMode]
+    TLS_MUTUAL: _ClassVar[TlsMode]
+    TLS_ISTIO_MUTUAL: _ClassVar[TlsMode]
+
+class ProxyProtocolVersion(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PROXY_PROTOCOL_NONE: _ClassVar[ProxyProtocolVersion]
+    PROXY_PROTOCOL_V1: _ClassVar[ProxyProtocolVersion]
+    PROXY_PROTOCOL_V2: _ClassVar[ProxyProtocolVersion]
 POLICY_SCOPE_UNSPECIFIED: PolicyScope
 POLICY_SCOPE_WAYPOINT: PolicyScope
 POLICY_SCOPE_SERVICE: PolicyScope
@@ -64,20 +90,36 @@ VALUE_PRESENT: ValueMatchType
 PATH_MODIFIER_TYPE_UNSPECIFIED: PathModifierType
 REPLACE_FULL_PATH: PathModifierType
 REPLACE_PREFIX_MATCH: PathModifierType
+LB_LEAST_REQUEST: LoadBalancerType
+LB_ROUND_ROBIN: LoadBalancerType
+LB_RANDOM: LoadBalancerType
+LB_PASSTHROUGH: LoadBalancerType
+H2_UPGRADE_DEFAULT: H2UpgradePolicy
+H2_DO_NOT_UPGRADE: H2UpgradePolicy
+H2_UPGRADE: H2UpgradePolicy
+TLS_DISABLE: TlsMode
+TLS_SIMPLE: TlsMode
+TLS_MUTUAL: TlsMode
+TLS_ISTIO_MUTUAL: TlsMode
+PROXY_PROTOCOL_NONE: ProxyProtocolVersion
+PROXY_PROTOCOL_V1: ProxyProtocolVersion
+PROXY_PROTOCOL_V2: ProxyProtocolVersion
 
 class WaypointConfig(_message.Message):
-    __slots__ = ("waypoint", "tables", "policies", "request_authentications", "xfcc_client_identity")
+    __slots__ = ("waypoint", "tables", "policies", "request_authentications", "xfcc_client_identity", "destination_rules")
     WAYPOINT_FIELD_NUMBER: _ClassVar[int]
     TABLES_FIELD_NUMBER: _ClassVar[int]
     POLICIES_FIELD_NUMBER: _ClassVar[int]
     REQUEST_AUTHENTICATIONS_FIELD_NUMBER: _ClassVar[int]
     XFCC_CLIENT_IDENTITY_FIELD_NUMBER: _ClassVar[int]
+    DESTINATION_RULES_FIELD_NUMBER: _ClassVar[int]
     waypoint: str
     tables: _containers.RepeatedCompositeFieldContainer[RouteTable]
     policies: _containers.RepeatedCompositeFieldContainer[WaypointPolicy]
     request_authentications: _containers.RepeatedCompositeFieldContainer[_requestauth_pb2.RequestAuthentication]
     xfcc_client_identity: bool
-    def __init__(self, waypoint: _Optional[str] = ..., tables: _Optional[_Iterable[_Union[RouteTable, _Mapping]]] = ..., policies: _Optional[_Iterable[_Union[WaypointPolicy, _Mapping]]] = ..., request_authentications: _Optional[_Iterable[_Union[_requestauth_pb2.RequestAuthentication, _Mapping]]] = ..., xfcc_client_identity: _Optional[bool] = ...) -> None: ...
+    destination_rules: _containers.RepeatedCompositeFieldContainer[DestinationPolicy]
+    def __init__(self, waypoint: _Optional[str] = ..., tables: _Optional[_Iterable[_Union[RouteTable, _Mapping]]] = ..., policies: _Optional[_Iterable[_Union[WaypointPolicy, _Mapping]]] = ..., request_authentications: _Optional[_Iterable[_Union[_requestauth_pb2.RequestAuthentication, _Mapping]]] = ..., xfcc_client_identity: _Optional[bool] = ..., destination_rules: _Optional[_Iterable[_Union[DestinationPolicy, _Mapping]]] = ...) -> None: ...
 
 class WaypointPolicy(_message.Message):
     __slots__ = ("name", "namespace", "scope", "action", "rules", "dry_run", "services")
@@ -390,3 +432,115 @@ class Timeouts(_message.Message):
     request: _duration_pb2.Duration
     backend_request: _duration_pb2.Duration
     def __init__(self, request: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., backend_request: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class DestinationPolicy(_message.Message):
+    __slots__ = ("service_key", "rule", "traffic_policy", "subsets")
+    SERVICE_KEY_FIELD_NUMBER: _ClassVar[int]
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    TRAFFIC_POLICY_FIELD_NUMBER: _ClassVar[int]
+    SUBSETS_FIELD_NUMBER: _ClassVar[int]
+    service_key: str
+    rule: str
+    traffic_policy: TrafficPolicy
+    subsets: _containers.RepeatedCompositeFieldContainer[Subset]
+    def __init__(self, service_key: _Optional[str] = ..., rule: _Optional[str] = ..., traffic_policy: _Optional[_Union[TrafficPolicy, _Mapping]] = ..., subsets: _Optional[_Iterable[_Union[Subset, _Mapping]]] = ...) -> None: ...
+
+class Subset(_message.Message):
+    __slots__ = ("name", "workloads", "traffic_policy")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    WORKLOADS_FIELD_NUMBER: _ClassVar[int]
+    TRAFFIC_POLICY_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    workloads: _containers.RepeatedScalarFieldContainer[str]
+    traffic_policy: TrafficPolicy
+    def __init__(self, name: _Optional[str] = ..., workloads: _Optional[_Iterable[str]] = ..., traffic_policy: _Optional[_Union[TrafficPolicy, _Mapping]] = ...) -> None: ...
+
+class TrafficPolicy(_message.Message):
+    __slots__ = ("load_balancer", "connection_pool", "outlier_detection", "tls", "proxy_protocol", "port_level")
+    LOAD_BALANCER_FIELD_NUMBER: _ClassVar[int]
+    CONNECTION_POOL_FIELD_NUMBER: _ClassVar[int]
+    OUTLIER_DETECTION_FIELD_NUMBER: _ClassVar[int]
+    TLS_FIELD_NUMBER: _ClassVar[int]
+    PROXY_PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    PORT_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    load_balancer: LoadBalancer
+    connection_pool: ConnectionPool
+    outlier_detection: OutlierDetection
+    tls: ClientTls
+    proxy_protocol: ProxyProtocolVersion
+    port_level: _containers.RepeatedCompositeFieldContainer[PortTrafficPolicy]
+    def __init__(self, load_balancer: _Optional[_Union[LoadBalancer, _Mapping]] = ..., connection_pool: _Optional[_Union[ConnectionPool, _Mapping]] = ..., outlier_detection: _Optional[_Union[OutlierDetection, _Mapping]] = ..., tls: _Optional[_Union[ClientTls, _Mapping]] = ..., proxy_protocol: _Optional[_Union[ProxyProtocolVersion, str]] = ..., port_level: _Optional[_Iterable[_Union[PortTrafficPolicy, _Mapping]]] = ...) -> None: ...
+
+class PortTrafficPolicy(_message.Message):
+    __slots__ = ("port", "load_balancer", "connection_pool", "outlier_detection", "tls")
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    LOAD_BALANCER_FIELD_NUMBER: _ClassVar[int]
+    CONNECTION_POOL_FIELD_NUMBER: _ClassVar[int]
+    OUTLIER_DETECTION_FIELD_NUMBER: _ClassVar[int]
+    TLS_FIELD_NUMBER: _ClassVar[int]
+    port: int
+    load_balancer: LoadBalancer
+    connection_pool: ConnectionPool
+    outlier_detection: OutlierDetection
+    tls: ClientTls
+    def __init__(self, port: _Optional[int] = ..., load_balancer: _Optional[_Union[LoadBalancer, _Mapping]] = ..., connection_pool: _Optional[_Union[ConnectionPool, _Mapping]] = ..., outlier_detection: _Optional[_Union[OutlierDetection, _Mapping]] = ..., tls: _Optional[_Union[ClientTls, _Mapping]] = ...) -> None: ...
+
+class ConsistentHash(_message.Message):
+    __slots__ = ("header_name", "query_parameter", "use_source_ip")
+    HEADER_NAME_FIELD_NUMBER: _ClassVar[int]
+    QUERY_PARAMETER_FIELD_NUMBER: _ClassVar[int]
+    USE_SOURCE_IP_FIELD_NUMBER: _ClassVar[int]
+    header_name: str
+    query_parameter: str
+    use_source_ip: bool
+    def __init__(self, header_name: _Optional[str] = ..., query_parameter: _Optional[str] = ..., use_source_ip: _Optional[bool] = ...) -> None: ...
+
+class LoadBalancer(_message.Message):
+    __slots__ = ("simple", "consistent_hash")
+    SIMPLE_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENT_HASH_FIELD_NUMBER: _ClassVar[int]
+    simple: LoadBalancerType
+    consistent_hash: ConsistentHash
+    def __init__(self, simple: _Optional[_Union[LoadBalancerType, str]] = ..., consistent_hash: _Optional[_Union[ConsistentHash, _Mapping]] = ...) -> None: ...
+
+class ConnectionPool(_message.Message):
+    __slots__ = ("max_connections", "connect_timeout", "http1_max_pending_requests", "http2_max_requests", "max_requests_per_connection", "h2_upgrade")
+    MAX_CONNECTIONS_FIELD_NUMBER: _ClassVar[int]
+    CONNECT_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    HTTP1_MAX_PENDING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    HTTP2_MAX_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    MAX_REQUESTS_PER_CONNECTION_FIELD_NUMBER: _ClassVar[int]
+    H2_UPGRADE_FIELD_NUMBER: _ClassVar[int]
+    max_connections: int
+    connect_timeout: _duration_pb2.Duration
+    http1_max_pending_requests: int
+    http2_max_requests: int
+    max_requests_per_connection: int
+    h2_upgrade: H2UpgradePolicy
+    def __init__(self, max_connections: _Optional[int] = ..., connect_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., http1_max_pending_requests: _Optional[int] = ..., http2_max_requests: _Optional[int] = ..., max_requests_per_connection: _Optional[int] = ..., h2_upgrade: _Optional[_Union[H2UpgradePolicy, str]] = ...) -> None: ...
+
+class OutlierDetection(_message.Message):
+    __slots__ = ("consecutive_5xx", "interval", "base_ejection_time", "max_ejection_percent")
+    CONSECUTIVE_5XX_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_FIELD_NUMBER: _ClassVar[int]
+    BASE_EJECTION_TIME_FIELD_NUMBER: _ClassVar[int]
+    MAX_EJECTION_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    consecutive_5xx: int
+    interval: _duration_pb2.Duration
+    base_ejection_time: _duration_pb2.Duration
+    max_ejection_percent: int
+    def __init__(self, consecutive_5xx: _Optional[int] = ..., interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., base_ejection_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_ejection_percent: _Optional[int] = ...) -> None: ...
+
+class ClientTls(_message.Message):
+    __slots__ = ("mode", "sni", "insecure_skip_verify", "ca_certificates", "subject_alt_names")
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    SNI_FIELD_NUMBER: _ClassVar[int]
+    INSECURE_SKIP_VERIFY_FIELD_NUMBER: _ClassVar[int]
+    CA_CERTIFICATES_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_ALT_NAMES_FIELD_NUMBER: _ClassVar[int]
+    mode: TlsMode
+    sni: str
+    insecure_skip_verify: bool
+    ca_certificates: str
+    subject_alt_names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, mode: _Optional[_Union[TlsMode, str]] = ..., sni: _Optional[str] = ..., insecure_skip_verify: _Optional[bool] = ..., ca_certificates: _Optional[str] = ..., subject_alt_names: _Optional[_Iterable[str]] = ...) -> None: ...

@@ -1,12 +1,12 @@
 """The control plane's view of the cluster: informers over the objects the workload API is made from.
 
-Theory of operation: informers over Pods, Services, EndpointSlices, Namespaces, Nodes, ServiceEntries, WorkloadEntries,
-AuthorizationPolicies, PeerAuthentications, Gateways, GatewayClasses, HTTPRoutes, GRPCRoutes, TCPRoutes, TLSRoutes and
-ReferenceGrants fill their caches; every change only marks the view dirty. A Node update marks it only when the Node's
-locality labels changed (Nodes' status changes all the time and only their locality is translated); a Gateway or
-ServiceEntry update only when its spec, metadata or ``status.addresses`` changed (a ServiceEntry's auto-allocated
-addresses are kept there); an update of a kind whose status is
-not translated (policies, Services, GatewayClasses, routes, ReferenceGrants) only when its spec or
+Theory of operation: informers over Pods, Services, EndpointSlices, Namespaces, Nodes, ServiceEntries,
+WorkloadEntries, AuthorizationPolicies, PeerAuthentications, DestinationRules, Gateways, GatewayClasses, HTTPRoutes,
+GRPCRoutes, TCPRoutes, TLSRoutes and ReferenceGrants fill their caches; every change only marks the view dirty. A
+Node update marks it only when the Node's locality labels changed (Nodes' status changes all the time and only their
+locality is translated); a Gateway or ServiceEntry update only when its spec, metadata or ``status.addresses``
+changed (a ServiceEntry's auto-allocated addresses are kept there); an update of a kind whose status is not
+translated (policies, DestinationRules, Services, GatewayClasses, routes, ReferenceGrants) only when its spec or
 metadata changed, so the control plane's own status writes cause no translation. One task waits for the mark, lets
 ``debounce`` seconds pass so that a burst of changes (a Deployment scaling up, a namespace being deleted) becomes
 one translation, clears the mark, translates the caches (:func:`ambit.controlplane.translate.translate_all`) and
@@ -70,6 +70,7 @@ OPTIONAL_KINDS = (
     kinds.AUTHORIZATION_POLICIES,
     kinds.PEER_AUTHENTICATIONS,
     kinds.REQUEST_AUTHENTICATIONS,
+    kinds.DESTINATION_RULES,
     kinds.GATEWAYS,
     kinds.GATEWAY_CLASSES,
     kinds.HTTP_ROUTES,
@@ -86,6 +87,7 @@ does not have them or does not let us list them."""
 
 SPEC_ONLY_KINDS = (
     kinds.AUTHORIZATION_POLICIES,
+    kinds.DESTINATION_RULES,
     kinds.PEER_AUTHENTICATIONS,
     kinds.REQUEST_AUTHENTICATIONS,
     kinds.SERVICES,
@@ -233,6 +235,7 @@ class ClusterView:
             reference_grants=self.items("referencegrants"),
             virtual_services=self.items("virtualservices"),
             request_authentications=self.items("requestauthentications"),
+            destination_rules=self.items("destinationrules"),
             secrets=self.items("secrets"),
             cluster_id=s.cluster_id,
             trust_domain=s.trust_domain,

@@ -98,6 +98,7 @@ SUBJECT_ACCESS_REVIEWS = ResourceKind(
 AUTHORIZATION_POLICIES = ResourceKind("security.istio.io", "v1", "authorizationpolicies", "AuthorizationPolicy")
 PEER_AUTHENTICATIONS = ResourceKind("security.istio.io", "v1", "peerauthentications", "PeerAuthentication")
 REQUEST_AUTHENTICATIONS = ResourceKind("security.istio.io", "v1", "requestauthentications", "RequestAuthentication")
+DESTINATION_RULES = ResourceKind("networking.istio.io", "v1", "destinationrules", "DestinationRule")
 SERVICE_ENTRIES = ResourceKind("networking.istio.io", "v1", "serviceentries", "ServiceEntry")
 WORKLOAD_ENTRIES = ResourceKind("networking.istio.io", "v1", "workloadentries", "WorkloadEntry")
 VIRTUAL_SERVICES = ResourceKind("networking.istio.io", "v1", "virtualservices", "VirtualService")

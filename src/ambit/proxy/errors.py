@@ -42,6 +42,8 @@ class ResponseFlag(enum.StrEnum):
     """The mutual-TLS handshake with a peer failed."""
     IDENTITY_ERROR = "IDENTITY_ERROR"
     """The peer's certificate does not name an identity we expect."""
+    OVERFLOW = "UO"
+    """Over a connection limit (a waypoint's DestinationRule ``maxConnections``; Envoy's upstream overflow)."""
 
 
 class ProxyError(AmbitError):

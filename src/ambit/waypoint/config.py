@@ -12,26 +12,52 @@ forwarded to the addressed Service as received), for tests; the waypoint runs :f
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from ambit.model.routes import BackendService, RouteTable, WaypointConfig
+from ambit.model.routes import BackendService, DestinationPolicy, RouteTable, WaypointConfig
 from ambit.waypoint.decisions import Decision, Forward, RequestHead
+from ambit.waypoint.destinations import Refusal
+from ambit.waypoint.traffic_policy import BackendPolicy, plan_backend
+
+MAX_PLANS = 4096
+"""Backend plans remembered per configuration (a backend is a Service port and subset: few per waypoint)."""
 
 
 class RouteConfig:
     """The current :class:`WaypointConfig`, replaced atomically."""
 
-    __slots__ = ("_config",)
+    __slots__ = ("_config", "_plans", "_rules")
 
     def __init__(self, config: WaypointConfig | None = None) -> None:
         self._config = config if config is not None else WaypointConfig(waypoint="")
+        self._rules = {rule.service_key: rule for rule in self._config.destination_rules}
+        self._plans: dict[tuple[BackendService, bool], BackendPolicy | Refusal] = {}
 
     @property
     def current(self) -> WaypointConfig:
         return self._config
 
+    @property
+    def destination_rules(self) -> Mapping[str, DestinationPolicy]:
+        """The DestinationRules by service key (one lookup per request)."""
+        return self._rules
+
     def replace(self, config: WaypointConfig) -> None:
         self._config = config
+        self._rules = {rule.service_key: rule for rule in config.destination_rules}
+        self._plans = {}
+
+    def plan_backend(self, backend: BackendService, *, upgrade: bool = False) -> BackendPolicy | Refusal:
+        """:func:`~ambit.waypoint.traffic_policy.plan_backend` for the current rules, remembered until they change
+        (at most :data:`MAX_PLANS` at once)."""
+        key = (backend, upgrade)
+        plan = self._plans.get(key)
+        if plan is None:
+            if len(self._plans) >= MAX_PLANS:
+                self._plans.clear()
+            plan = self._plans[key] = plan_backend(self._rules, backend, upgrade=upgrade)
+        return plan
 
     def find_table(self, service_key: str, port: int) -> RouteTable | None:
         return self._config.find_table(service_key, port)
@@ -59,6 +85,14 @@ class RouteConfig:
                     "services": list(policy.services),
                 }
                 for policy in self._config.policies
+            ],
+            "destinationRules": [
+                {
+                    "service": rule.service_key,
+                    "rule": rule.rule,
+                    "subsets": {subset.name: len(subset.workloads) for subset in rule.subsets},
+                }
+                for rule in self._config.destination_rules
             ],
         }
 

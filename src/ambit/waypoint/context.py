@@ -30,6 +30,7 @@ from ambit.waypoint.jwks import JwksManager
 from ambit.waypoint.routing import route
 from ambit.waypoint.settings import WaypointLimits
 from ambit.waypoint.telemetry import RequestLog, WaypointMetrics
+from ambit.waypoint.traffic_policy import Balancer
 from ambit.waypoint.upstream import Upstreams
 
 
@@ -63,6 +64,10 @@ class WaypointContext:
     """Upstream HTTP/2 sessions per endpoint, shared by requests (:mod:`ambit.waypoint.http2_upstream`)."""
     identity: SpiffeId | None = None
     """Its own identity: ``By`` of the XFCC header it adds (:mod:`ambit.waypoint.client_cert`)."""
+    balancer: Balancer = field(default_factory=Balancer)
+    """Round-robin positions, requests in flight and pool limits for the DestinationRules."""
+    admission: dict[str, asyncio.Condition] = field(default_factory=dict)
+    """Per Service/subset with a ``maxConnections``: where requests over it wait for one to finish."""
     background: set[asyncio.Task[None]] = field(default_factory=set)
     """Tasks that outlive the request that started them (mirrored copies); cancelled when the waypoint stops."""
 

@@ -13,6 +13,10 @@ may choose an endpoint that has a name and no address. Its :class:`Endpoint` the
 asks :func:`judge_resolved` whether the answer may be dialled before it connects, plain TCP, to the address and the
 target port. A DNS answer is the network's word, not the mesh's: it must not turn the waypoint against itself.
 
+A DestinationRule narrows and shapes that choice (:mod:`ambit.waypoint.traffic_policy` decides): ``only`` keeps a
+subset's workloads, ``choose`` is the rule's load balancer, and the chosen :class:`Endpoint` carries a
+:class:`Transport` (originated TLS, HTTP/2 upstream, PROXY header) that the upstream shell carries out.
+
 Rules of :func:`plan_tunnel` (Istio's waypoint accepts traffic only for what uses it, spec §1.4):
 
 1. A malformed authority is refused, 400.
@@ -41,7 +45,7 @@ from ambit.hbone.errors import AuthorityError
 from ambit.hbone.headers import hostport, parse_authority
 from ambit.model.errors import IdentityError
 from ambit.model.identity import SpiffeId
-from ambit.model.routes import BackendService, WeightedBackend
+from ambit.model.routes import BackendService, ClientTls, ProxyProtocolVersion, WeightedBackend
 from ambit.model.state import WorkloadState
 from ambit.model.waypoint_choice import choose_waypoint
 from ambit.model.workload import (
@@ -150,6 +154,25 @@ def plan_tunnel(authority: str, state: WorkloadState, me: WaypointSelf) -> Targe
 
 
 @dataclass(frozen=True, slots=True)
+class Transport:
+    """How the waypoint's connections to an endpoint are made, beyond HBONE or plain TCP (a DestinationRule's
+    ``tls``, ``h2UpgradePolicy`` and ``proxyProtocol``: :mod:`ambit.waypoint.traffic_policy`)."""
+
+    tls: ClientTls | None = None
+    """Originate TLS (mode SIMPLE) to the endpoint, inside its tunnel."""
+    h2: bool = False
+    """HTTP requests go upstream as HTTP/2."""
+    proxy_protocol: ProxyProtocolVersion | None = None
+    sni: str = ""
+    """The server name for originated TLS."""
+    max_requests_per_connection: int = 0
+    """A kept HTTP/1.1 connection is closed after this many requests; 0: no limit."""
+
+
+PLAIN = Transport()
+
+
+@dataclass(frozen=True, slots=True)
 class Endpoint:
     """Where one request (or TCP connection) goes: a workload's address and target port."""
 
@@ -163,6 +186,7 @@ class Endpoint:
     resolve_hostname: str = ""
     """The DNS name to resolve for the address to dial (``ip`` is then :data:`UNRESOLVED`), or ``""`` when ``ip``
     is the address."""
+    transport: Transport = PLAIN
 
     @property
     def address(self) -> str:
@@ -216,7 +240,7 @@ def _target_port(workload: Workload, service: Service, port: int) -> int:
 
 
 EndpointPicker = Callable[..., "Endpoint | None"]
-"""``pick(state, service, port, choose, *, exclude=...)``: :func:`pick_endpoint`, or an ingress gateway's
+"""``pick(state, service, port, choose, *, exclude=..., only=...)``: :func:`pick_endpoint`, or an ingress gateway's
 :func:`pick_ingress_endpoint`."""
 
 
@@ -228,6 +252,7 @@ def pick_ingress_endpoint(
     *,
     exclude: frozenset[str] = frozenset(),
     draw: float = 0.0,
+    only: frozenset[str] | None = None,
 ) -> Endpoint | None:
     """An ingress gateway's choice (spec §1.5): a Service labelled ``istio.io/ingress-use-waypoint`` with a waypoint
     is reached through one of the waypoint's endpoints, the tunnel addressed to the Service's VIP and port (as a
@@ -236,7 +261,7 @@ def pick_ingress_endpoint(
     A Service with weighted waypoints (a canary) picks one per request with ``draw`` in [0, 1)
     (:func:`~ambit.model.waypoint_choice.choose_waypoint`); a canary without endpoints is never picked."""
     if not service.ingress_use_waypoint or service.waypoint is None:
-        return pick_endpoint(state, service, port, choose, exclude=exclude)
+        return pick_endpoint(state, service, port, choose, exclude=exclude, only=only)
     vip = next((v.ip for v in service.vips), None)
     if vip is None:
         return None
@@ -272,16 +297,19 @@ def pick_endpoint(
     choose: Callable[[Sequence[Workload]], Workload],
     *,
     exclude: frozenset[str] = frozenset(),
+    only: frozenset[str] | None = None,
 ) -> Endpoint | None:
     """One endpoint of ``service`` for service port ``port``: healthy (unless the Service allows all), with an
     address or a hostname to resolve (then its ``ip`` is :data:`UNRESOLVED`), not in ``exclude`` (uids already
-    tried), chosen by ``choose``; None when there is none."""
+    tried), in ``only`` when given (a DestinationRule subset's uids), chosen by ``choose``; None when there is
+    none."""
     allow_all = service.health_policy is HealthPolicy.ALLOW_ALL
     candidates = [
         workload
         for workload in state.find_endpoints(service)
         if (workload.addresses or workload.hostname)
         and workload.uid not in exclude
+        and (only is None or workload.uid in only)
         and (allow_all or workload.status is HealthStatus.HEALTHY)
     ]
     if not candidates:

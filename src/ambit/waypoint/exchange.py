@@ -20,7 +20,10 @@ answer goes) and the :data:`~ambit.waypoint.upstream.Connector` of their version
    endpoints);
 2. forwards with :func:`ambit.waypoint.forwarding.forward` (the route's retries and timeouts);
 3. answers 500 (flag NC) for a backend Service the state does not know ("a route to a missing backend answers
-   500") and 503 ``no healthy upstream`` (flag UH) when the backend has no endpoint.
+   500") and 503 ``no healthy upstream`` (flag UH) when the backend has no endpoint; a backend naming a
+   DestinationRule subset that no rule defines (or a TLS mode the waypoint cannot honour) answers 503 flag NC
+   (:func:`ambit.waypoint.traffic_policy.plan_backend`), and the rule's subset, load balancer and transport
+   (originated TLS, HTTP/2 upstream, PROXY header) shape the endpoint choice and the connection.
 
 :func:`account` counts one finished request once (``istio_requests_total`` and the histograms,
 reporter="waypoint", ``request_protocol`` grpc or http) and writes its access-log line.
@@ -29,20 +32,25 @@ reporter="waypoint", ``request_protocol`` grpc or http) and writes its access-lo
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+from collections.abc import Callable
 
-from ambit.model.workload import Workload
+from ambit.model.workload import Service, Workload
 from ambit.waypoint.authn import Unauthenticated, plan_authentication
 from ambit.waypoint.authorization import DENIED_BODY, RBAC_FLAG, check_request, denial_detail, service_key_of
 from ambit.waypoint.client_cert import plan_client_cert
 from ambit.waypoint.context import Tunnel, WaypointContext
 from ambit.waypoint.decisions import RequestHead, Respond
-from ambit.waypoint.destinations import Endpoint, ServiceTarget, find_backend_service
+from ambit.waypoint.destinations import PLAIN, Endpoint, Refusal, ServiceTarget, find_backend_service
 from ambit.waypoint.downstream import Outcome, RequestSide, respond
 from ambit.waypoint.forwarding import Plan, forward
 from ambit.waypoint.http1 import BodyData, MessageEnded, RequestStarted, Signal
+from ambit.waypoint.http2_upstream import http2_connector
 from ambit.waypoint.mirror import start_mirrors
 from ambit.waypoint.telemetry import RequestRecord
+from ambit.waypoint.traffic_policy import DEFAULT as DEFAULT_BACKEND
+from ambit.waypoint.traffic_policy import Admission, BackendPolicy
 from ambit.waypoint.upstream import Connector
 
 log = logging.getLogger("ambit.waypoint.exchange")
@@ -103,10 +111,50 @@ async def serve_request(
         service = find_backend_service(ctx.state, decision.backend)
         outcome.service = service
         port = decision.backend.port
-        plan = Plan(decision.request, decision.response_headers, decision.timeouts, decision.retry, service, port)
-        endpoint = ctx.pick(ctx.state, service, port, ctx.choose) if service is not None else None
+        backend = ctx.routes.plan_backend(decision.backend, upgrade=started.upgrade)
+        if isinstance(backend, Refusal):  # rule 3: a subset no DestinationRule defines
+            keep = await _drain(down, started)
+            await respond(down, backend.status, (), b"", outcome, flags="NC")
+            outcome.error = backend.reason
+            return keep
+        choose = ctx.choose
+        limited = None if backend is DEFAULT_BACKEND else backend
+        if backend is not DEFAULT_BACKEND:
+            choose = ctx.balancer.chooser(
+                backend.policy.load_balancer,
+                backend.balance_key,
+                ctx.choose,
+                ctx.random,
+                headers=decision.request.headers,
+                path=decision.request.path,
+                source_ip=tunnel.peer_addr.rpartition(":")[0].strip("[]"),
+            )
+        plan = Plan(
+            decision.request,
+            decision.response_headers,
+            decision.timeouts,
+            decision.retry,
+            service,
+            port,
+            members=backend.members,
+            choose=choose,
+            transport=backend.transport,
+            report=_outlier_reporter(ctx, backend, service),
+        )
+        endpoint = None
+        if service is not None:
+            ejected = _ejected(ctx, backend)
+            if ejected:
+                endpoint = ctx.pick(ctx.state, service, port, choose, only=backend.members, exclude=ejected)
+            if endpoint is None:  # none ejected, or every one (Envoy's panic threshold: pick among all)
+                endpoint = ctx.pick(ctx.state, service, port, choose, only=backend.members)
+        if endpoint is not None and backend.transport != PLAIN:
+            endpoint = dataclasses.replace(endpoint, transport=backend.transport)
+            if backend.transport.h2:
+                connector = http2_connector(ctx, tunnel)
     else:  # workload-addressed: to that workload, as addressed
         endpoint = Endpoint(target.workload, target.ip, target.port, None)
+        limited = None
     if endpoint is None:
         keep = await _drain(down, started)
         if isinstance(target, ServiceTarget) and outcome.service is None:  # the route names an unknown Service
@@ -115,7 +163,78 @@ async def serve_request(
             await respond(down, 503, (), b"no healthy upstream", outcome, flags="UH")
         return keep
     outcome.endpoint = endpoint
-    return await forward(ctx, tunnel, down, started, plan, endpoint, outcome, connector)
+    if limited is None:
+        return await forward(ctx, tunnel, down, started, plan, endpoint, outcome, connector)
+    return await _forward_limited(ctx, tunnel, down, started, plan, endpoint, outcome, connector, limited)
+
+
+def _ejected(ctx: WaypointContext, backend: BackendPolicy) -> frozenset[str]:
+    detection = backend.policy.outlier_detection
+    if detection is None or not detection.consecutive_5xx:
+        return frozenset()
+    return ctx.balancer.ejected(backend.balance_key, ctx.clock())
+
+
+def _outlier_reporter(
+    ctx: WaypointContext, backend: BackendPolicy, service: Service | None
+) -> Callable[[str, bool], None] | None:
+    detection = backend.policy.outlier_detection
+    if detection is None or not detection.consecutive_5xx or service is None:
+        return None
+    endpoints = len(ctx.state.find_endpoints(service))
+    key = backend.balance_key
+
+    def report(uid: str, ok: bool) -> None:
+        ctx.balancer.record(key, uid, ok, ctx.clock(), detection, endpoints)
+
+    return report
+
+
+OVERFLOW_BODY = b"upstream connect error or disconnect/reset before headers. reset reason: overflow"
+
+
+async def _forward_limited(
+    ctx: WaypointContext,
+    tunnel: Tunnel,
+    down: RequestSide,
+    started: RequestStarted,
+    plan: Plan,
+    endpoint: Endpoint,
+    outcome: Outcome,
+    connector: Connector | None,
+    backend: BackendPolicy,
+) -> bool:
+    """Forward under the DestinationRule's connection pool limits, counting requests in flight (LEAST_REQUEST)."""
+    balancer, key, pool = ctx.balancer, backend.balance_key, backend.policy.connection_pool
+    http1 = not backend.transport.h2
+    verdict = balancer.admit(key, pool, http1=http1)
+    if verdict is Admission.WAIT:
+        condition = ctx.admission.setdefault(key, asyncio.Condition())
+        balancer.pending[key] = balancer.pending.get(key, 0) + 1
+        try:
+            async with asyncio.timeout(plan.timeouts.request or ctx.limits.connect_timeout), condition:
+                await condition.wait_for(lambda: balancer.has_room(key, pool, http1=http1))
+        except TimeoutError:
+            pass  # waited as long as a connection may take to open: overflow
+        finally:
+            balancer.pending[key] -= 1
+        verdict = balancer.admit(key, pool, http1=http1, can_wait=False)
+    if verdict is Admission.OVERFLOW:
+        keep = await _drain(down, started)
+        await respond(down, 503, (), OVERFLOW_BODY, outcome, flags="UO")
+        return keep
+    uid = endpoint.workload.uid
+    balancer.enter(key)
+    balancer.started(uid)
+    try:
+        return await forward(ctx, tunnel, down, started, plan, endpoint, outcome, connector)
+    finally:
+        balancer.finished(uid)
+        balancer.leave(key)
+        waiting = ctx.admission.get(key)
+        if waiting is not None:
+            async with waiting:
+                waiting.notify()
 
 
 async def _drain(down: RequestSide, started: RequestStarted) -> bool:

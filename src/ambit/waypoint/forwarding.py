@@ -53,16 +53,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ambit.errors import AmbitError
 from ambit.model.routes import HeaderModifier, RetryPolicy, Timeouts
-from ambit.model.workload import Service
+from ambit.model.workload import Service, Workload
 from ambit.waypoint import retries
 from ambit.waypoint.context import Tunnel, WaypointContext
 from ambit.waypoint.decisions import RequestHead
-from ambit.waypoint.destinations import Endpoint
+from ambit.waypoint.destinations import PLAIN, Endpoint, Transport
 from ambit.waypoint.downstream import Downstream, DownstreamGoneError, Outcome, RequestSide, respond
 from ambit.waypoint.errors import HttpProtocolError
 from ambit.waypoint.http1 import (
@@ -91,6 +92,13 @@ class Plan:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     service: Service | None = None
     port: int = 0
+    members: frozenset[str] | None = None
+    """A DestinationRule subset's workload uids: a retry picks among those only."""
+    choose: Callable[[Sequence[Workload]], Workload] | None = None
+    """The rule's load balancer; None: the context's default choice."""
+    transport: Transport = PLAIN
+    report: Callable[[str, bool], None] | None = None
+    """Told each try's result (workload uid, whether it was not a 5xx or a connect failure): outlier detection."""
 
 
 class _UpstreamFailedError(Exception):
@@ -262,12 +270,18 @@ class _Exchange:
         endpoint = self.first if attempt == 1 else self.outcome.endpoint or self.first
         service = self.plan.service
         if attempt > 1 and service is not None:
-            state, choose = self.ctx.state, self.ctx.choose
+            state, choose, only = self.ctx.state, self.plan.choose or self.ctx.choose, self.plan.members
             pick = self.ctx.pick
-            fresh = pick(state, service, self.plan.port, choose, exclude=frozenset(self.tried))
-            endpoint = fresh or pick(state, service, self.plan.port, choose) or endpoint
+            fresh = pick(state, service, self.plan.port, choose, exclude=frozenset(self.tried), only=only)
+            endpoint = fresh or pick(state, service, self.plan.port, choose, only=only) or endpoint
+            if endpoint.transport != self.plan.transport:
+                endpoint = dataclasses.replace(endpoint, transport=self.plan.transport)
         self.tried.add(endpoint.workload.uid)
         return endpoint
+
+    def _report(self, endpoint: Endpoint, *, ok: bool) -> None:
+        if self.plan.report is not None:
+            self.plan.report(endpoint.workload.uid, ok)
 
     async def _try(self, attempt: int, delay: float) -> None:
         clock = self.ctx.clock
@@ -282,6 +296,7 @@ class _Exchange:
                 up, head = await self._send(endpoint)
             except UpstreamConnectError as exc:
                 self.detail = str(exc)
+                self._report(endpoint, ok=False)
                 self._post(retries.ConnectFailed(attempt, clock()))
                 return
             except _UpstreamFailedError as exc:
@@ -290,6 +305,7 @@ class _Exchange:
                 return
             self.verdict = verdict = asyncio.get_running_loop().create_future()
             status = _retry_status(head)
+            self._report(endpoint, ok=status < 500)
             self._post(retries.ResponseHead(attempt, status, clock()))
             await verdict  # ForwardResponse; a retry cancels this task instead
             self.detail = ""

@@ -62,10 +62,13 @@ class Http1Upstream:
         self.conn.stream.abort()
 
     def finish(self, now: float) -> None:
-        if self.conn.http.next_cycle():
-            self.ctx.upstreams.put_idle(self.conn, now)
+        conn = self.conn
+        conn.requests += 1
+        limit = conn.key[3].max_requests_per_connection  # a DestinationRule's maxRequestsPerConnection
+        if conn.http.next_cycle() and not (limit and conn.requests >= limit):
+            self.ctx.upstreams.put_idle(conn, now)
         else:
-            self.conn.stream.abort()
+            conn.stream.abort()
 
 
 def http1_connector(ctx: WaypointContext, tunnel: Tunnel) -> Connector:

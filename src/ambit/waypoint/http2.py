@@ -30,7 +30,7 @@ import asyncio
 import collections
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 from ambit.errors import AmbitError
@@ -51,8 +51,8 @@ from ambit.proxy.streams import ByteStream
 from ambit.waypoint.errors import WaypointError
 from ambit.waypoint.http1 import BodyData, Headers, MessageEnded, ResponseStarted
 
-EndpointKey = tuple[str, str, int]
-"""(workload uid, IP, target port), as :data:`ambit.waypoint.upstream.EndpointKey`."""
+EndpointKey = tuple[str, str, int, Hashable]
+"""(workload uid, IP, target port, transport), as :data:`ambit.waypoint.upstream.EndpointKey`."""
 
 log = logging.getLogger("ambit.waypoint.http2")
 

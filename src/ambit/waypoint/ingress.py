@@ -177,9 +177,12 @@ class IngressGateway(Waypoint):
         choose: Callable[[Sequence[Workload]], Workload],
         *,
         exclude: frozenset[str] = frozenset(),
+        only: frozenset[str] | None = None,
     ) -> Endpoint | None:
         """:func:`pick_ingress_endpoint` with a fresh draw per request (a canary waypoint's share)."""
-        return pick_ingress_endpoint(state, service, port, choose, exclude=exclude, draw=self.context.random())
+        return pick_ingress_endpoint(
+            state, service, port, choose, exclude=exclude, draw=self.context.random(), only=only
+        )
 
     def _subscriptions(self) -> tuple[Subscription, ...]:
         return (

@@ -21,7 +21,7 @@ from ambit.errors import AmbitError
 from ambit.model.routes import BackendService
 from ambit.waypoint.context import Tunnel, WaypointContext
 from ambit.waypoint.decisions import RequestHead
-from ambit.waypoint.destinations import find_backend_service, pick_endpoint
+from ambit.waypoint.destinations import PLAIN, Refusal, find_backend_service, pick_endpoint
 from ambit.waypoint.http1 import MessageEnded, Signal
 
 log = logging.getLogger("ambit.waypoint.mirror")
@@ -61,7 +61,13 @@ def _shadow(authority: str) -> str:
 
 async def _mirror(ctx: WaypointContext, tunnel: Tunnel, backend: BackendService, request: RequestHead) -> None:
     service = find_backend_service(ctx.state, backend)
-    endpoint = pick_endpoint(ctx.state, service, backend.port, ctx.choose) if service is not None else None
+    planned = ctx.routes.plan_backend(backend)
+    if isinstance(planned, Refusal):
+        log.debug("mirror to %s: %s", backend.service_key, planned.reason)
+        return
+    endpoint = pick_endpoint(ctx.state, service, backend.port, ctx.choose, only=planned.members) if service else None
+    if endpoint is not None and planned.transport != PLAIN:  # a DestinationRule's TLS or PROXY header (HTTP/1.1)
+        endpoint = dataclasses.replace(endpoint, transport=dataclasses.replace(planned.transport, h2=False))
     if endpoint is None:
         log.debug("mirror to %s: no endpoint", backend.service_key)
         return

@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 
+from ambit.model.routes import BackendService
+from ambit.model.workload import Service
 from ambit.proxy.accounting import Accounting
 from ambit.proxy.errors import ResponseFlag
 from ambit.proxy.hbone_server import TunnelResponder
@@ -27,12 +30,16 @@ from ambit.telemetry.accesslog import ConnectionRecord
 from ambit.waypoint.authorization import check_connection, denial_detail
 from ambit.waypoint.context import Tunnel, WaypointContext
 from ambit.waypoint.destinations import (
+    PLAIN,
     Endpoint,
+    Refusal,
     ServiceTarget,
     choose_weighted,
     find_backend_service,
     pick_endpoint,
 )
+from ambit.waypoint.traffic_policy import DEFAULT as DEFAULT_BACKEND
+from ambit.waypoint.traffic_policy import Admission, BackendPolicy
 from ambit.waypoint.upstream import UpstreamConnectError
 
 log = logging.getLogger("ambit.waypoint.tcp")
@@ -109,21 +116,44 @@ def _deny(downstream: ByteStream | TunnelResponder) -> None:
         downstream.abort()
 
 
-def endpoint_for(ctx: WaypointContext, tunnel: Tunnel) -> Endpoint | None:
+def endpoint_for(ctx: WaypointContext, tunnel: Tunnel) -> tuple[Endpoint | None, BackendPolicy | None]:
     """The endpoint of one TCP connection: for a Service, by its attached TLSRoute's or TCPRoute's weighted backends
     when it has one (a backend that did not resolve, or all weights 0, is no endpoint), else an endpoint of the Service
-    itself; for a workload, that workload."""
+    itself, each as the Service's DestinationRule says (returned too, for its connection limits); for a workload,
+    that workload."""
     target = tunnel.target
     if not isinstance(target, ServiceTarget):
-        return Endpoint(target.workload, target.ip, target.port, None)
+        return Endpoint(target.workload, target.ip, target.port, None), None
     table = ctx.routes.find_table(target.service.key, target.port)
     if table is None or not table.tcp_backends:
-        return pick_endpoint(ctx.state, target.service, target.port, ctx.choose)
+        return _pick(ctx, tunnel, target.backend, target.service)
     chosen = choose_weighted(table.tcp_backends, ctx.random())
     if chosen is None or chosen.backend is None:
-        return None
+        return None, None
     service = find_backend_service(ctx.state, chosen.backend)
-    return pick_endpoint(ctx.state, service, chosen.backend.port, ctx.choose) if service is not None else None
+    return _pick(ctx, tunnel, chosen.backend, service) if service is not None else (None, None)
+
+
+def _pick(
+    ctx: WaypointContext, tunnel: Tunnel, backend: BackendService, service: Service
+) -> tuple[Endpoint | None, BackendPolicy | None]:
+    """An endpoint of ``backend`` as its DestinationRule says (:func:`~ambit.waypoint.traffic_policy.plan_backend`:
+    the subset, the load balancer, TLS origination and the PROXY header; a subset no rule defines is no
+    endpoint)."""
+    planned = ctx.routes.plan_backend(backend)
+    if isinstance(planned, Refusal):
+        log.info("tcp %s: %s", tunnel.authority, planned.reason)
+        return None, None
+    if planned is DEFAULT_BACKEND:
+        return pick_endpoint(ctx.state, service, backend.port, ctx.choose), None
+    source_ip = tunnel.peer_addr.rpartition(":")[0].strip("[]")
+    choose = ctx.balancer.chooser(
+        planned.policy.load_balancer, planned.balance_key, ctx.choose, ctx.random, source_ip=source_ip
+    )
+    endpoint = pick_endpoint(ctx.state, service, backend.port, choose, only=planned.members)
+    if endpoint is None or planned.transport == PLAIN:
+        return endpoint, planned
+    return dataclasses.replace(endpoint, transport=dataclasses.replace(planned.transport, h2=False)), planned
 
 
 async def serve_tcp(
@@ -132,7 +162,7 @@ async def serve_tcp(
     """Relay one TCP tunnel to one endpoint. ``downstream`` is the accepted tunnel (after sniffing; ``prefix``
     holds the bytes read meanwhile), or the CONNECT's responder for a port declared TCP: the endpoint is then
     reached first and the CONNECT answered 200 only once it is, 503 if it cannot be (as ztunnel answers)."""
-    endpoint = endpoint_for(ctx, tunnel)
+    endpoint, planned = endpoint_for(ctx, tunnel)
     service = endpoint.service if endpoint is not None else None
     if service is None and isinstance(tunnel.target, ServiceTarget):
         service = tunnel.target.service
@@ -160,6 +190,30 @@ async def serve_tcp(
         accounting.failed("no healthy upstream", ResponseFlag.NO_ROUTE)
         _fail(downstream)
         return
+    pool = planned.policy.connection_pool if planned is not None else None
+    if planned is None or pool is None:
+        await _connect_and_relay(ctx, tunnel, downstream, prefix, endpoint, accounting)
+        return
+    key = planned.balance_key
+    if ctx.balancer.admit(key, pool, http1=True, can_wait=False) is not Admission.GO:
+        accounting.failed("upstream overflow (DestinationRule connection pool)", ResponseFlag.OVERFLOW)
+        _fail(downstream)
+        return
+    ctx.balancer.enter(key)
+    try:
+        await _connect_and_relay(ctx, tunnel, downstream, prefix, endpoint, accounting)
+    finally:
+        ctx.balancer.leave(key)
+
+
+async def _connect_and_relay(
+    ctx: WaypointContext,
+    tunnel: Tunnel,
+    downstream: ByteStream | TunnelResponder,
+    prefix: bytes,
+    endpoint: Endpoint,
+    accounting: Accounting,
+) -> None:
     try:
         upstream = await ctx.upstreams.open_stream(endpoint, tunnel.peer_addr)
     except UpstreamConnectError as exc:

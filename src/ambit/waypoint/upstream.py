@@ -10,7 +10,10 @@ Theory of operation: :meth:`Upstreams.open_stream` reaches one :class:`~ambit.wa
 - a hostname endpoint (a ``resolution: DNS`` ServiceEntry's) is first resolved on demand by the
   :class:`~ambit.proxy.hostnames.HostnameResolver` (IPv4 preferred), the answer judged by
   :func:`~ambit.waypoint.destinations.judge_resolved`, then gets plain TCP to ``<resolved address>:<target port>``.
-  A name that cannot be resolved, or resolves to what may not be dialled, is an :class:`UpstreamConnectError`.
+  A name that cannot be resolved, or resolves to what may not be dialled, is an :class:`UpstreamConnectError`;
+- then, for an endpoint whose :class:`~ambit.waypoint.destinations.Transport` asks (a DestinationRule), a PROXY
+  header and originated TLS on that stream (:mod:`ambit.waypoint.origination`), within the same connect timeout;
+  a failed handshake is an :class:`UpstreamConnectError` too.
 
 HTTP/1.1 connections (:class:`UpstreamHttp`: a stream and its :class:`~ambit.waypoint.http1.ClientSide`) are kept
 after a clean exchange, per endpoint, up to ``max_idle`` each, and handed out again (:meth:`Upstreams.take_idle`),
@@ -32,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import ssl
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -40,6 +44,7 @@ from ambit.errors import AmbitError
 from ambit.hbone.headers import connect_headers, hostport
 from ambit.identity.manager import CertificateManager
 from ambit.model.identity import SpiffeId
+from ambit.model.routes import ClientTls
 from ambit.model.workload import TunnelProtocol
 from ambit.proxy.hbone_client import HboneClient
 from ambit.proxy.hbone_stream import HboneStream
@@ -48,17 +53,29 @@ from ambit.proxy.pool import ConnectionPool, PoolKey
 from ambit.proxy.sockets import SocketFactory, connect
 from ambit.proxy.streams import ByteStream, SocketStream
 from ambit.waypoint.decisions import RequestHead
-from ambit.waypoint.destinations import UNRESOLVED, Endpoint, Refusal, WaypointSelf, judge_resolved
+from ambit.waypoint.destinations import (
+    PLAIN,
+    UNRESOLVED,
+    Endpoint,
+    Refusal,
+    Transport,
+    WaypointSelf,
+    judge_resolved,
+)
 from ambit.waypoint.errors import WaypointError
 from ambit.waypoint.http1 import ClientSide, Event
+from ambit.waypoint.origination import TlsOriginationError, TlsStream, client_context, proxy_header
+
+MAX_TLS_CONTEXTS = 256
+"""SSL contexts kept for the DestinationRules' TLS settings (building one costs milliseconds)."""
 
 
 class UpstreamConnectError(WaypointError):
     """An endpoint could not be reached (TCP, TLS, or the tunnel was refused)."""
 
 
-EndpointKey = tuple[str, str, int]
-"""(workload uid, IP, target port)."""
+EndpointKey = tuple[str, str, int, Transport]
+"""(workload uid, IP, target port, transport): a connection made for one transport never serves another."""
 
 
 class UpstreamExchange(Protocol):
@@ -114,7 +131,8 @@ class UpstreamHttp:
 
     @property
     def alive(self) -> bool:
-        return not (isinstance(self.stream, HboneStream) and self.stream.done)
+        stream = self.stream.inner if isinstance(self.stream, TlsStream) else self.stream
+        return not (isinstance(stream, HboneStream) and stream.done)
 
 
 class Upstreams:
@@ -150,22 +168,56 @@ class Upstreams:
         self._max_idle = max_idle
         self._max_head_bytes = max_head_bytes
         self._idle: dict[EndpointKey, collections.deque[UpstreamHttp]] = {}
+        self._tls_contexts: dict[tuple[ClientTls | None, bool], ssl.SSLContext] = {}
 
     async def open_stream(self, endpoint: Endpoint, forwarded_for: str) -> ByteStream:
         """A byte stream to ``endpoint``; :class:`UpstreamConnectError` when it cannot be reached."""
         if endpoint.resolve_hostname:
             endpoint = await self.fetch_resolved(endpoint)
         address = (str(endpoint.ip), endpoint.port)
+        stream: ByteStream | None = None
         try:
             async with asyncio.timeout(self._connect_timeout):
                 # A waypoint hop is HBONE whatever the waypoint pod's own enrolment (its pods are not captured).
                 if endpoint.via is None and endpoint.workload.tunnel_protocol is not TunnelProtocol.HBONE:
-                    return SocketStream(await connect(self._sockets, address, timeout=self._connect_timeout))
-                return await self._open_tunnel(endpoint, forwarded_for)
+                    stream = SocketStream(await connect(self._sockets, address, timeout=self._connect_timeout))
+                else:
+                    stream = await self._open_tunnel(endpoint, forwarded_for)
+                if endpoint.transport != PLAIN:
+                    return await self._originate(endpoint, stream, forwarded_for)
+                return stream
         except TimeoutError:
+            if stream is not None:
+                stream.abort()
             raise UpstreamConnectError(f"{hostport(*address)}: connect timed out") from None
-        except (AmbitError, OSError) as exc:
+        except (AmbitError, OSError, TlsOriginationError) as exc:
+            if stream is not None:
+                stream.abort()
             raise UpstreamConnectError(f"{hostport(*address)}: {exc}") from None
+
+    async def _originate(self, endpoint: Endpoint, stream: ByteStream, forwarded_for: str) -> ByteStream:
+        """A DestinationRule's PROXY header, then its TLS (:mod:`ambit.waypoint.origination`)."""
+        transport = endpoint.transport
+        if transport.proxy_protocol is not None:
+            await stream.write(
+                proxy_header(transport.proxy_protocol, forwarded_for, hostport(endpoint.ip, endpoint.port))
+            )
+        if transport.tls is None:
+            return stream
+        tls = TlsStream(stream, self._client_context(transport), transport.sni)
+        await tls.handshake(transport.tls.subject_alt_names)
+        return tls
+
+    def _client_context(self, transport: Transport) -> ssl.SSLContext:
+        key = (transport.tls, transport.h2)
+        context = self._tls_contexts.get(key)
+        if context is None:
+            assert transport.tls is not None
+            context = client_context(transport.tls, h2=transport.h2)
+            if len(self._tls_contexts) >= MAX_TLS_CONTEXTS:
+                self._tls_contexts.pop(next(iter(self._tls_contexts)))
+            self._tls_contexts[key] = context
+        return context
 
     async def fetch_resolved(self, endpoint: Endpoint) -> Endpoint:
         """``endpoint`` at an address of its hostname that may be dialled; :class:`UpstreamConnectError` else."""
@@ -250,4 +302,4 @@ class Upstreams:
 
 
 def endpoint_key(endpoint: Endpoint) -> EndpointKey:
-    return (endpoint.workload.uid, str(endpoint.ip), endpoint.port)
+    return (endpoint.workload.uid, str(endpoint.ip), endpoint.port, endpoint.transport)

@@ -24,6 +24,7 @@ Rules:
 9. ``request_authentications`` (field 4) are judged by :mod:`ambit.xds.requestauth`.
 10. A fault's percents are 0..100 and its abort status 200..599 (0: no abort); a direct response's status is
     200..599 and its body at most :data:`MAX_DIRECT_BODY` bytes; ``missing_backend_status`` is 0 (500) or 500..599.
+11. ``destination_rules`` (field 6) are judged by :mod:`ambit.xds.destinationrules`.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ from ambit.model.routes import (
 )
 from ambit.xds.authorization import PolicyReader
 from ambit.xds.convert import FieldReader
+from ambit.xds.destinationrules import DestinationPolicyReader, destination_policy_to_proto
 from ambit.xds.errors import XdsConversionError
 from ambit.xds.requestauth import RequestAuthReader, request_authentication_to_proto
 from ambit.xds.waypoint_policies import waypoint_policy_from_proto, waypoint_policy_to_proto
@@ -248,6 +250,7 @@ def waypoint_config_to_proto(config: WaypointConfig) -> pb.WaypointConfig:
         policies=[waypoint_policy_to_proto(p) for p in config.policies],
         request_authentications=[request_authentication_to_proto(p) for p in config.request_authentications],
         xfcc_client_identity=config.xfcc_client_identity,
+        destination_rules=[destination_policy_to_proto(d) for d in config.destination_rules],
     )
 
 
@@ -518,6 +521,7 @@ def waypoint_config_from_proto(message: pb.WaypointConfig, name: str) -> Waypoin
                 for i, p in enumerate(message.request_authentications)
             ),
             xfcc_client_identity=message.xfcc_client_identity,
+            destination_rules=DestinationPolicyReader(name).destination_rules(list(message.destination_rules)),
         )
     except XdsConversionError:
         raise

@@ -4,7 +4,8 @@ Theory of operation: :func:`translate_all` takes snapshots of the kinds istiod's
 Services, EndpointSlices, Namespaces, ServiceEntries, WorkloadEntries, and Nodes for the pods' locality; spec §10.1)
 and for L4 policy (AuthorizationPolicies, PeerAuthentications; spec §7) and for waypoints (Gateways, GatewayClasses,
 the HTTPRoutes, GRPCRoutes, TCPRoutes, TLSRoutes, ReferenceGrants and VirtualServices of their routing, spec §1.4,
-and the RequestAuthentications attached to them, spec §7.5) and returns a
+the RequestAuthentications attached to them, spec §7.5, and the DestinationRules that apply to their Services) and
+returns a
 :class:`Translation`: one :class:`LocalConfig` (workloads, services, policies), the ``ZtunnelAccepted`` status of
 each AuthorizationPolicy and the ``istio.io/WaypointBound`` status of Services and ServiceEntries
 (:class:`PolicyStatus`, for the control plane to write), each ready waypoint's
@@ -32,9 +33,9 @@ ServiceEntry becomes Services and endpoint Workloads), ``workloadentries`` (a Wo
 Policy and a status), ``peerauth`` (PeerAuthentications become DENY policies), ``nodes`` (a Node's labels become its
 pods' locality), ``waypoints`` (Gateways become waypoints, labels bind to them), ``routes`` and ``routerules``
 (Gateway API routes become waypoint route tables), ``virtualservices`` (VirtualServices join those tables),
-``requestauth`` (RequestAuthentications attached by
-``targetRefs`` join their waypoints' configs), ``protocols`` (a port's application protocol), ``skips`` (what
-was left out).
+``requestauth`` (RequestAuthentications attached by ``targetRefs`` join their waypoints' configs),
+``destinationrules`` (the DestinationRule each waypoint applies to each Service it serves, subsets resolved to
+workload uids), ``protocols`` (a port's application protocol), ``skips`` (what was left out).
 """
 
 from __future__ import annotations
@@ -43,6 +44,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ambit.controlplane.translate.destinationrules import (
+    DestinationRuleIndex,
+    destination_policies,
+    parse_destination_rules,
+)
 from ambit.controlplane.translate.gateway_policies import (
     IngressPods,
     gateway_authorization_policies,
@@ -181,6 +187,7 @@ def translate_all(
     reference_grants: Iterable[Mapping[str, Any]] = (),
     virtual_services: Iterable[Mapping[str, Any]] = (),
     request_authentications: Iterable[Mapping[str, Any]] = (),
+    destination_rules: Iterable[Mapping[str, Any]] = (),
     secrets: Iterable[Mapping[str, Any]] = (),
     cluster_id: str = "Kubernetes",
     trust_domain: str = "cluster.local",
@@ -329,6 +336,7 @@ def translate_all(
     )
     index = ServiceIndex.build(service_list, endpoint_slices, domain=domain, extra=selections(entries))
     workloads: list[Workload] = []
+    workload_labels: dict[str, Mapping[str, str]] = {}
     localities = node_localities(nodes)
     for pod in pods:
         w = translate_pod(
@@ -342,6 +350,7 @@ def translate_all(
         )
         if w is not None:
             labels = (pod.get("metadata") or {}).get("labels") or {}
+            workload_labels[w.uid] = object_labels(pod)
             waypoint = waypoints.find_for_workload(w.namespace, object_labels(pod), pod=True).address
             workloads.append(replace(w, authorization_policies=keys.find(w.namespace, labels), waypoint=waypoint))
     for wle in workload_entries:
@@ -351,6 +360,7 @@ def translate_all(
         if w is not None:
             meta, spec = wle.get("metadata") or {}, wle.get("spec") or {}
             labels = {**(meta.get("labels") or {}), **(spec.get("labels") or {})}
+            workload_labels[w.uid] = {str(k): str(v) for k, v in labels.items()}
             waypoint = waypoints.find_for_workload(w.namespace, object_labels(wle)).address
             workloads.append(replace(w, authorization_policies=keys.find(w.namespace, labels), waypoint=waypoint))
     for entry in entries:
@@ -365,6 +375,25 @@ def translate_all(
                 waypoint_of=lambda namespace, labels: waypoints.find_for_workload(namespace, labels).address,
             )
         )
+    rule_index = DestinationRuleIndex(
+        parse_destination_rules(
+            destination_rules,
+            domain=domain,
+            skips=skips,
+            find_secret=lambda namespace, name: secret_table.get((namespace, name)),
+        ),
+        root_namespace=root_namespace,
+    )
+    members: dict[str, list[tuple[str, Mapping[str, str]]]] = {}
+    for w in workloads:
+        for key in w.services:
+            members.setdefault(key, []).append((w.uid, workload_labels.get(w.uid, {})))
+    by_key = {s.key: s for s in translated}
+
+    def served_by(waypoint: str) -> list[Service]:
+        keys = {k for k, v in bound.items() if v == waypoint} | {k for k, v in canaries.items() if v == waypoint}
+        return [by_key[k] for k in keys if k in by_key]
+
     return Translation(
         config=LocalConfig(
             workloads=tuple(sorted(workloads, key=lambda w: w.uid)),
@@ -375,7 +404,16 @@ def translate_all(
         policy_status=tuple(sorted(statuses, key=lambda s: s.key)),
         service_status=tuple(sorted(service_status, key=lambda s: s.key)),
         service_entry_status=tuple(sorted(entry_status, key=lambda s: s.key)),
-        waypoint_configs=tuple(replace(c, policies=policies_for(waypoint_policies, c.waypoint)) for c in authn),
+        waypoint_configs=tuple(
+            replace(
+                c,
+                policies=policies_for(waypoint_policies, c.waypoint),
+                destination_rules=destination_policies(
+                    rule_index, c.waypoint.partition("/")[0], served_by(c.waypoint), members
+                ),
+            )
+            for c in authn
+        ),
         route_status=merge_route_status(routes.status, ingress.status),
         waypoint_accounts=routes.accounts,
         gateway_configs=gateway_configs,

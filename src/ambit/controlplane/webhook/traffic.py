@@ -1,9 +1,10 @@
 """Shallow validation of ``networking.istio.io`` DestinationRule, VirtualService, Sidecar and Gateway (Istio's own).
 
-Theory of operation. Ambit's waypoint does not implement these kinds yet, so only their structure and the
-obvious field errors are checked: top-level fields are decoded strictly, required hosts and names are present,
-enums hold known values, port numbers are in range, and a route says where it goes. Nested settings Ambit does
-not read (connection pools, outlier detection, retries, fault injection, ...) only have to be objects.
+Theory of operation. Only their structure and the obvious field errors are checked: top-level fields are decoded
+strictly, required hosts and names are present (a DestinationRule subset's name a DNS label, as Istio requires),
+enums hold known values, port numbers are in range, and a route says where it goes. Nested settings only have to
+be objects; the waypoint's translation (:mod:`ambit.controlplane.translate.destinationrules`) judges the rest and
+reports a rule it cannot use as skipped.
 """
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ def validate_destination_rule(obj: dict[str, Any]) -> Fields:
         f.mapping(subset, path, known=("name", "labels", "trafficPolicy"))
         name = f.string(subset.get("name"), f"{path}.name", required=True)
         if name is not None:
-            if name in names:
+            if not is_dns_label(name):
+                f.error(f"{path}.name", f"subset name {name!r} is not a DNS label (lower case, digits, '-')")
+            elif name in names:
                 f.error(f"{path}.name", f"subset name {name!r} is not unique")
             names.add(name)
         f.labels(subset.get("labels"), f"{path}.labels")

@@ -1,0 +1,475 @@
+"""Istio ``DestinationRule`` objects → the :class:`~ambit.model.routes.DestinationPolicy` each waypoint applies to
+each Service it serves.
+
+Theory of operation: :func:`parse_destination_rules` reads every rule once (a rule with a bad field is skipped
+whole, with a :class:`~ambit.controlplane.translate.skips.Skipped` naming the field; a setting a waypoint cannot
+honour is dropped from the rule with a note, the rest kept). :class:`DestinationRuleIndex` then files them the way
+istiod's ``PushContext.setDestinationRules`` does, and :meth:`DestinationRuleIndex.find` answers istiod's
+``destinationRule(proxyNamespace, service)`` for a waypoint. :func:`destination_policies` resolves the chosen
+rule's subsets to workload uids. Pure: no I/O, deterministic output.
+
+Rules (istiod: pilot/pkg/model/push_context.go ``setDestinationRules``, ``destinationRule``; destination_rule.go
+``mergeDestinationRule``; sidecar.go ``DestinationRule``; networking/core/cluster_waypoint.go):
+
+1. ``spec.host``: a short name (no dot) means ``<host>.<rule namespace>.svc.<domain>``; anything else is taken as
+   written (an FQDN, ``*.example.com``, ``*``). A wildcard matches a hostname that ends with its suffix after the
+   ``*``; ``*`` matches every host. Lookup takes an exact host first, else the most specific (longest) wildcard.
+2. A rule with a ``workloadSelector`` never applies at a waypoint: istiod looks rules up for a waypoint in the
+   inbound direction, where only rules without a selector are returned. It is still filed (private to its
+   namespace, never merged with others), so, as in istiod, a selector rule in the waypoint's namespace for a host
+   hides the wider rules for that host (step 1 of rule 4 matches, and gives nothing).
+3. ``exportTo`` (default ``*``, the mesh default): a rule is *local* to its namespace unless its ``exportTo``
+   leaves its own namespace out; it is *exported* unless its ``exportTo`` is just ``.`` or its own namespace.
+   Exported rules are visible to a namespace when ``exportTo`` is empty, holds ``*``, or names that namespace.
+4. Lookup for a waypoint in namespace W and a Service in namespace N: the rules local to W (when W is the root
+   namespace: the root namespace's private rules); else the rules N exports visible to W; else the rules the root
+   namespace exports visible to W. The first step that matches the host decides, even if its rule has nothing
+   for the Service.
+5. Several rules for one host in one namespace with the same ``exportTo`` merge, oldest first (creation time, then
+   name, then namespace): subsets are concatenated (a later subset with a name already taken is dropped), the
+   top-level ``trafficPolicy`` is the first rule's that has one. Rules with different ``exportTo`` stay apart; of
+   those visible, the last filed applies.
+6. A subset selects the Service's workloads (pods, WorkloadEntries) whose labels hold all of its ``labels``; its
+   uids are sent, so the configuration changes when such a workload comes, goes or is relabelled.
+7. Settings a waypoint does not honour are dropped with a note: ``tls.caCertificates`` and the other file paths
+   (the waypoint has no such files; ``credentialName`` naming a Secret with ``ca.crt`` is the way), the
+   ``consistentHash`` kinds other than header, query parameter and source IP, ``tunnel``. ``tls.mode: MUTUAL`` is
+   kept, and the waypoint refuses such traffic (503) rather than send it without the client certificate asked for.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ambit.controlplane.translate import shapes
+from ambit.controlplane.translate.requestauth import parse_duration
+from ambit.controlplane.translate.skips import ObjectKind, Skipped, skipped
+from ambit.model.routes import (
+    ClientTls,
+    ConnectionPool,
+    ConsistentHash,
+    DestinationPolicy,
+    H2Upgrade,
+    LoadBalancer,
+    LoadBalancerType,
+    OutlierDetection,
+    PortTrafficPolicy,
+    ProxyProtocolVersion,
+    Subset,
+    TlsMode,
+    TrafficPolicy,
+)
+from ambit.model.workload import Service
+
+__all__ = [
+    "DESTINATION_RULE",
+    "DestinationRuleIndex",
+    "ParsedRule",
+    "destination_policies",
+    "parse_destination_rules",
+]
+
+Obj = Mapping[str, Any]
+DESTINATION_RULE = ObjectKind("networking.istio.io/v1", "DestinationRule")
+MAX_COUNT = 2**32 - 1
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_LB = {
+    "UNSPECIFIED": LoadBalancerType.LEAST_REQUEST,
+    "LEAST_CONN": LoadBalancerType.LEAST_REQUEST,
+    "LEAST_REQUEST": LoadBalancerType.LEAST_REQUEST,
+    "ROUND_ROBIN": LoadBalancerType.ROUND_ROBIN,
+    "RANDOM": LoadBalancerType.RANDOM,
+    "PASSTHROUGH": LoadBalancerType.PASSTHROUGH,
+}
+_H2 = {"DEFAULT": H2Upgrade.DEFAULT, "DO_NOT_UPGRADE": H2Upgrade.DO_NOT_UPGRADE, "UPGRADE": H2Upgrade.UPGRADE}
+_TLS = {m.value: m for m in TlsMode}
+_PROXY = {"V1": ProxyProtocolVersion.V1, "V2": ProxyProtocolVersion.V2}
+SecretFinder = Callable[[str, str], Obj | None]
+"""``find_secret(namespace, name)``: a Secret object, or None."""
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedSubset:
+    name: str
+    labels: tuple[tuple[str, str], ...]
+    traffic_policy: TrafficPolicy | None
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedRule:
+    namespace: str
+    name: str
+    host: str
+    """Resolved (rule 1)."""
+    export_to: frozenset[str]
+    created: str
+    traffic_policy: TrafficPolicy | None
+    subsets: tuple[ParsedSubset, ...]
+    origins: tuple[str, ...] = ()
+    """``namespace/name`` of every rule merged into this one (rule 5)."""
+    selector: bool = False
+    """It has a ``workloadSelector`` (rule 2)."""
+
+    @property
+    def key(self) -> str:
+        return ", ".join(self.origins) or f"{self.namespace}/{self.name}"
+
+
+# Parsing.
+
+
+def _count(value: Any, path: str) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+        raise shapes.ShapeError(path, f"expected a whole number 0..{MAX_COUNT}, got {value!r}")
+    return value
+
+
+def _seconds(value: Any, path: str) -> float | None:
+    if value is None:
+        return None
+    seconds = parse_duration(value) if isinstance(value, str) else None
+    if seconds is None or seconds <= 0:
+        raise shapes.ShapeError(path, f"expected a positive duration such as 1s or 500ms, got {value!r}")
+    return seconds
+
+
+def _choice(value: Any, path: str, table: Mapping[str, Any], default: Any) -> Any:
+    if value is None:
+        return default
+    if not isinstance(value, str) or value not in table:
+        raise shapes.ShapeError(path, f"expected one of {', '.join(table)}, got {value!r}")
+    return table[value]
+
+
+class _Reader:
+    """Reads one rule's traffic policies; notes what it drops (rule 7)."""
+
+    def __init__(self, namespace: str, find_secret: SecretFinder) -> None:
+        self.namespace = namespace
+        self.find_secret = find_secret
+        self.notes: list[tuple[str, str]] = []
+
+    def load_balancer(self, value: Any, path: str) -> LoadBalancer | None:
+        if value is None:
+            return None
+        spec = shapes.mapping(value, path)
+        simple = _choice(spec.get("simple"), f"{path}.simple", _LB, LoadBalancerType.LEAST_REQUEST)
+        consistent = None
+        if spec.get("consistentHash") is not None:
+            at = f"{path}.consistentHash"
+            hashed = shapes.mapping(spec.get("consistentHash"), at)
+            header = shapes.text(hashed.get("httpHeaderName"), f"{at}.httpHeaderName")
+            query = shapes.text(hashed.get("httpQueryParameterName"), f"{at}.httpQueryParameterName")
+            source_ip = hashed.get("useSourceIp") is True
+            if sum((bool(header), bool(query), source_ip)) == 1:
+                consistent = ConsistentHash(header.lower(), query, source_ip)
+            else:
+                self.notes.append((at, "only httpHeaderName, httpQueryParameterName or useSourceIp is honoured"))
+        return LoadBalancer(simple, consistent)
+
+    def connection_pool(self, value: Any, path: str) -> ConnectionPool | None:
+        if value is None:
+            return None
+        spec = shapes.mapping(value, path)
+        tcp = shapes.mapping(spec.get("tcp"), f"{path}.tcp")
+        http = shapes.mapping(spec.get("http"), f"{path}.http")
+        return ConnectionPool(
+            max_connections=_count(tcp.get("maxConnections"), f"{path}.tcp.maxConnections"),
+            connect_timeout=_seconds(tcp.get("connectTimeout"), f"{path}.tcp.connectTimeout"),
+            http1_max_pending_requests=_count(
+                http.get("http1MaxPendingRequests"), f"{path}.http.http1MaxPendingRequests"
+            ),
+            http2_max_requests=_count(http.get("http2MaxRequests"), f"{path}.http.http2MaxRequests"),
+            max_requests_per_connection=_count(
+                http.get("maxRequestsPerConnection"), f"{path}.http.maxRequestsPerConnection"
+            ),
+            h2_upgrade=_choice(http.get("h2UpgradePolicy"), f"{path}.http.h2UpgradePolicy", _H2, H2Upgrade.DEFAULT),
+        )
+
+    def outlier(self, value: Any, path: str) -> OutlierDetection | None:
+        if value is None:
+            return None
+        spec = shapes.mapping(value, path)
+        errors = spec.get("consecutive5xxErrors", spec.get("consecutiveErrors"))
+        percent = (
+            _count(spec.get("maxEjectionPercent"), f"{path}.maxEjectionPercent")
+            if (spec.get("maxEjectionPercent") is not None)
+            else 10
+        )
+        if percent > 100:
+            raise shapes.ShapeError(f"{path}.maxEjectionPercent", f"expected 0..100, got {percent}")
+        return OutlierDetection(
+            consecutive_5xx=_count(errors, f"{path}.consecutive5xxErrors") if errors is not None else 5,
+            interval=_seconds(spec.get("interval"), f"{path}.interval") or 10.0,
+            base_ejection_time=_seconds(spec.get("baseEjectionTime"), f"{path}.baseEjectionTime") or 30.0,
+            max_ejection_percent=percent,
+        )
+
+    def tls(self, value: Any, path: str) -> ClientTls | None:
+        if value is None:
+            return None
+        spec = shapes.mapping(value, path)
+        mode = _choice(spec.get("mode"), f"{path}.mode", _TLS, TlsMode.DISABLE)
+        for name in ("caCertificates", "clientCertificate", "privateKey", "caCrl"):
+            if spec.get(name):
+                self.notes.append((f"{path}.{name}", "a waypoint has no files: use credentialName"))
+        ca = ""
+        credential = shapes.text(spec.get("credentialName"), f"{path}.credentialName")
+        if credential:
+            ca = self._ca_from_secret(credential, f"{path}.credentialName")
+        skip = spec.get("insecureSkipVerify")
+        if skip is not None and not isinstance(skip, bool):
+            raise shapes.ShapeError(f"{path}.insecureSkipVerify", f"expected true or false, got {skip!r}")
+        return ClientTls(
+            mode=mode,
+            sni=shapes.text(spec.get("sni"), f"{path}.sni"),
+            insecure_skip_verify=bool(skip),
+            ca_certificates=ca,
+            subject_alt_names=tuple(shapes.strings(spec.get("subjectAltNames"), f"{path}.subjectAltNames")),
+        )
+
+    def _ca_from_secret(self, name: str, path: str) -> str:
+        secret = self.find_secret(self.namespace, name)
+        data = (secret or {}).get("data") or {}
+        raw = data.get("ca.crt") or data.get("cacert") if isinstance(data, Mapping) else None
+        if not isinstance(raw, str):
+            self.notes.append((path, f"Secret {self.namespace}/{name} with a ca.crt not found"))
+            return ""
+        try:
+            text = base64.b64decode(raw, validate=True).decode("ascii")
+        except (binascii.Error, UnicodeDecodeError):
+            self.notes.append((path, f"Secret {self.namespace}/{name}: ca.crt is not base64 PEM"))
+            return ""
+        if "-----BEGIN CERTIFICATE-----" not in text:
+            self.notes.append((path, f"Secret {self.namespace}/{name}: ca.crt holds no PEM certificate"))
+            return ""
+        return text
+
+    def port_level(self, value: Any, path: str) -> tuple[PortTrafficPolicy, ...]:
+        out: dict[int, PortTrafficPolicy] = {}
+        for i, item in enumerate(shapes.list_of(value, path)):
+            at = f"{path}[{i}]"
+            spec = shapes.mapping(item, at, required=True)
+            number = shapes.mapping(spec.get("port"), f"{at}.port", required=True).get("number")
+            if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= 65535:
+                raise shapes.ShapeError(f"{at}.port.number", f"expected a port 1..65535, got {number!r}")
+            out.setdefault(
+                number,
+                PortTrafficPolicy(
+                    number,
+                    self.load_balancer(spec.get("loadBalancer"), f"{at}.loadBalancer"),
+                    self.connection_pool(spec.get("connectionPool"), f"{at}.connectionPool"),
+                    self.outlier(spec.get("outlierDetection"), f"{at}.outlierDetection"),
+                    self.tls(spec.get("tls"), f"{at}.tls"),
+                ),
+            )
+        return tuple(out.values())
+
+    def traffic_policy(self, value: Any, path: str) -> TrafficPolicy | None:
+        if value is None:
+            return None
+        spec = shapes.mapping(value, path)
+        if spec.get("tunnel") is not None:
+            self.notes.append((f"{path}.tunnel", "not honoured at a waypoint"))
+        proxy = None
+        if spec.get("proxyProtocol") is not None:
+            at = f"{path}.proxyProtocol"
+            proxy = _choice(shapes.mapping(spec.get("proxyProtocol"), at).get("version"), f"{at}.version", _PROXY, None)
+            proxy = proxy or ProxyProtocolVersion.V1
+        return TrafficPolicy(
+            load_balancer=self.load_balancer(spec.get("loadBalancer"), f"{path}.loadBalancer"),
+            connection_pool=self.connection_pool(spec.get("connectionPool"), f"{path}.connectionPool"),
+            outlier_detection=self.outlier(spec.get("outlierDetection"), f"{path}.outlierDetection"),
+            tls=self.tls(spec.get("tls"), f"{path}.tls"),
+            proxy_protocol=proxy,
+            port_level=self.port_level(spec.get("portLevelSettings"), f"{path}.portLevelSettings"),
+        )
+
+
+def resolve_host(host: str, namespace: str, domain: str) -> str:
+    """Istio's ``ResolveShortnameToFQDN`` (rule 1)."""
+    if host == "*" or "." in host or ":" in host:
+        return host
+    return f"{host}.{namespace}.svc.{domain}"
+
+
+def parse_destination_rule(
+    obj: Obj, *, domain: str, skips: list[Skipped], find_secret: SecretFinder
+) -> ParsedRule | None:
+    """One rule as a waypoint may apply it; None (and a skip) when it is malformed."""
+    meta = obj.get("metadata") or {}
+    namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+    reader = _Reader(namespace, find_secret)
+    try:
+        spec = shapes.mapping(obj.get("spec"), "spec", required=True)
+        selector = spec.get("workloadSelector") is not None
+        host = shapes.text(spec.get("host"), "spec.host", required=True)
+        export_to = frozenset(shapes.strings(spec.get("exportTo"), "spec.exportTo"))
+        top = reader.traffic_policy(spec.get("trafficPolicy"), "spec.trafficPolicy")
+        subsets: list[ParsedSubset] = []
+        seen: set[str] = set()
+        for i, item in enumerate(shapes.list_of(spec.get("subsets"), "spec.subsets")):
+            at = f"spec.subsets[{i}]"
+            subset = shapes.mapping(item, at, required=True)
+            subset_name = shapes.text(subset.get("name"), f"{at}.name", required=True)
+            if subset_name in seen:
+                raise shapes.ShapeError(f"{at}.name", f"subset name {subset_name!r} is not unique")
+            if not _DNS_LABEL.fullmatch(subset_name):
+                raise shapes.ShapeError(f"{at}.name", f"{subset_name!r} is not a DNS label")
+            seen.add(subset_name)
+            labels = shapes.mapping(subset.get("labels"), f"{at}.labels")
+            if not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+                raise shapes.ShapeError(f"{at}.labels", "label keys and values must be strings")
+            subsets.append(
+                ParsedSubset(
+                    subset_name,
+                    tuple(sorted(labels.items())),
+                    reader.traffic_policy(subset.get("trafficPolicy"), f"{at}.trafficPolicy"),
+                )
+            )
+    except shapes.ShapeError as exc:
+        skips.append(skipped(DESTINATION_RULE, obj, exc.field, exc.reason))
+        return None
+    for field, reason in reader.notes:
+        skips.append(skipped(DESTINATION_RULE, obj, field, reason))
+    return ParsedRule(
+        namespace=namespace,
+        name=name,
+        host=resolve_host(host, namespace, domain),
+        export_to=export_to,
+        created=str(meta.get("creationTimestamp") or ""),
+        traffic_policy=top,
+        subsets=tuple(subsets),
+        origins=(f"{namespace}/{name}",),
+        selector=selector,
+    )
+
+
+def parse_destination_rules(
+    objects: Iterable[Obj], *, domain: str, skips: list[Skipped], find_secret: SecretFinder
+) -> list[ParsedRule]:
+    """Every usable rule, sorted as istiod sorts them (rule 5)."""
+    parsed = [
+        rule
+        for obj in objects
+        if (rule := parse_destination_rule(obj, domain=domain, skips=skips, find_secret=find_secret)) is not None
+    ]
+    return sorted(parsed, key=lambda r: (r.created, r.name, r.namespace))
+
+
+# Indexing and lookup.
+
+
+def _merge(existing: ParsedRule, rule: ParsedRule) -> ParsedRule:
+    names = {s.name for s in existing.subsets}
+    return replace(
+        existing,
+        subsets=existing.subsets + tuple(s for s in rule.subsets if s.name not in names),
+        traffic_policy=existing.traffic_policy if existing.traffic_policy is not None else rule.traffic_policy,
+        origins=existing.origins + rule.origins,
+    )
+
+
+class _Bucket:
+    """Rules of one namespace filed by host (istiod's ``consolidatedDestRules``)."""
+
+    def __init__(self) -> None:
+        self.by_host: dict[str, list[ParsedRule]] = {}
+
+    def add(self, rule: ParsedRule) -> None:
+        entries = self.by_host.setdefault(rule.host, [])
+        for i, entry in enumerate(entries):
+            if entry.export_to == rule.export_to and not entry.selector and not rule.selector:
+                entries[i] = _merge(entry, rule)
+                return
+        entries.append(rule)
+
+    def match(self, hostname: str) -> list[ParsedRule] | None:
+        exact = self.by_host.get(hostname)
+        if exact:
+            return exact
+        best: str | None = None
+        for host in self.by_host:
+            if _wildcard_matches(host, hostname) and (best is None or len(host) > len(best)):
+                best = host
+        return self.by_host[best] if best is not None else None
+
+
+def _wildcard_matches(pattern: str, hostname: str) -> bool:
+    if pattern == "*":
+        return True
+    return pattern.startswith("*") and hostname.endswith(pattern[1:])
+
+
+class DestinationRuleIndex:
+    """The rules filed as istiod files them (rules 3-5)."""
+
+    def __init__(self, rules: Iterable[ParsedRule], *, root_namespace: str) -> None:
+        self.root_namespace = root_namespace
+        self.local: dict[str, _Bucket] = {}
+        self.exported: dict[str, _Bucket] = {}
+        self.root_private = _Bucket()
+        for rule in rules:
+            own = rule.namespace
+            export = frozenset({"."}) if rule.selector else rule.export_to  # never exported (istiod's Private)
+            if not export or "*" in export or "." in export or own in export:
+                self.local.setdefault(own, _Bucket()).add(rule)
+            private_only = len(export) == 1 and ("." in export or own in export)
+            if not private_only:
+                self.exported.setdefault(own, _Bucket()).add(rule)
+            elif own == root_namespace:
+                self.root_private.add(rule)
+
+    def find(self, waypoint_namespace: str, service: Service) -> ParsedRule | None:
+        """The rule a waypoint in ``waypoint_namespace`` applies to ``service`` (rule 4)."""
+        if waypoint_namespace != self.root_namespace:
+            bucket = self.local.get(waypoint_namespace)
+            found = bucket.match(service.hostname) if bucket is not None else None
+        else:
+            found = self.root_private.match(service.hostname)
+        if found:
+            return next((r for r in reversed(found) if not r.selector), None)
+        for owner in (service.namespace, self.root_namespace):
+            bucket = self.exported.get(owner)
+            candidates = bucket.match(service.hostname) if bucket is not None else None
+            visible = [
+                r
+                for r in candidates or ()
+                if not r.export_to or "*" in r.export_to or waypoint_namespace in r.export_to
+            ]
+            if visible:
+                return visible[-1]
+        return None
+
+
+def destination_policies(
+    index: DestinationRuleIndex,
+    waypoint_namespace: str,
+    services: Iterable[Service],
+    workloads: Mapping[str, Iterable[tuple[str, Mapping[str, str]]]],
+) -> tuple[DestinationPolicy, ...]:
+    """The policies of one waypoint: for each of ``services`` (those it serves) with a rule, that rule with its
+    subsets resolved against ``workloads`` (service key → (uid, labels) of its workloads; rule 6)."""
+    out: list[DestinationPolicy] = []
+    for service in sorted(services, key=lambda s: s.key):
+        rule = index.find(waypoint_namespace, service)
+        if rule is None:
+            continue
+        members = list(workloads.get(service.key, ()))
+        subsets = tuple(
+            Subset(
+                s.name,
+                frozenset(uid for uid, labels in members if all(labels.get(k) == v for k, v in s.labels)),
+                s.traffic_policy,
+            )
+            for s in rule.subsets
+        )
+        out.append(DestinationPolicy(service.key, rule.key, rule.traffic_policy, subsets))
+    return tuple(out)

@@ -1,0 +1,178 @@
+"""What a DestinationRule adds to a connection the waypoint opens to an endpoint: a PROXY header, then TLS.
+
+Theory of operation: :meth:`ambit.waypoint.upstream.Upstreams.open_stream` opens the byte stream (an HBONE tunnel
+or plain TCP) and, for a :class:`~ambit.waypoint.destinations.Transport` that asks, writes :func:`proxy_header`
+first (Envoy's PROXY transport socket wraps the TLS one, so the header travels in the clear before the handshake),
+then wraps the stream in :class:`TlsStream`: TLS over any :class:`~ambit.proxy.streams.ByteStream` through
+:class:`ssl.SSLObject` and memory BIOs, since the stream may be an HTTP/2 CONNECT tunnel rather than a socket.
+
+Rules:
+
+1. :func:`client_context` builds the context for one :class:`~ambit.model.routes.ClientTls`: TLS 1.2 or later;
+   ``insecure_skip_verify`` verifies nothing; else the chain is verified against ``ca_certificates`` (PEM) or the
+   system store, and the name against ``subject_alt_names`` when given (checked after the handshake), else
+   against the SNI. ALPN ``h2`` when the requests go as HTTP/2, ``http/1.1`` otherwise.
+2. A handshake that fails or takes longer than the connect timeout is an upstream connect failure; the stream
+   under it is aborted.
+3. :class:`TlsStream` writes go out in order (one lock around moving bytes from the BIO to the stream); a read
+   returns decrypted bytes, ``b""`` at the peer's close_notify or at the stream's end.
+4. A PROXY v1 header names TCP4 or TCP6 and both addresses; families that differ (or an address that is not an IP)
+   give ``PROXY UNKNOWN``. v2 is the binary form (command PROXY, or LOCAL with no addresses for the same case).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import ssl
+import struct
+
+from ambit.hbone.errors import AuthorityError
+from ambit.hbone.headers import parse_authority
+from ambit.model.routes import ClientTls, ProxyProtocolVersion
+from ambit.model.workload import IPAddress
+from ambit.proxy.streams import ByteStream
+
+READ_SIZE = 256 * 1024
+_V2_SIGNATURE = b"\r\n\r\n\x00\r\nQUIT\n"
+
+
+class TlsOriginationError(Exception):
+    """The TLS handshake with the endpoint failed, or its certificate does not name the expected server."""
+
+
+def client_context(tls: ClientTls, *, h2: bool) -> ssl.SSLContext:
+    """Rule 1. Raises :class:`TlsOriginationError` for trust anchors that do not load."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.set_alpn_protocols(["h2"] if h2 else ["http/1.1"])
+    if tls.insecure_skip_verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        return context
+    try:
+        if tls.ca_certificates:
+            context.load_verify_locations(cadata=tls.ca_certificates)
+        else:
+            context.load_default_certs(ssl.Purpose.SERVER_AUTH)
+    except (ssl.SSLError, ValueError) as exc:
+        raise TlsOriginationError(f"the DestinationRule's CA certificates do not load: {exc}") from None
+    context.check_hostname = not tls.subject_alt_names
+    return context
+
+
+def _names_match(pattern: str, name: str) -> bool:
+    pattern, name = pattern.lower().rstrip("."), name.lower().rstrip(".")
+    if pattern.startswith("*."):
+        head, _, rest = name.partition(".")
+        return bool(head) and rest == pattern[2:]
+    return pattern == name
+
+
+class TlsStream:
+    """TLS over a :class:`~ambit.proxy.streams.ByteStream` (rule 3)."""
+
+    def __init__(self, inner: ByteStream, context: ssl.SSLContext, server_hostname: str) -> None:
+        self.inner = inner
+        self._in = ssl.MemoryBIO()
+        self._out = ssl.MemoryBIO()
+        self._tls = context.wrap_bio(self._in, self._out, server_hostname=server_hostname or None)
+        self._lock = asyncio.Lock()
+        self._eof = False
+
+    @property
+    def alpn(self) -> str | None:
+        return self._tls.selected_alpn_protocol()
+
+    async def handshake(self, subject_alt_names: tuple[str, ...] = ()) -> None:
+        """Rule 1 and 2 (the caller bounds the time)."""
+        while True:
+            try:
+                self._tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                await self._flush()
+                if not await self._fill():
+                    raise TlsOriginationError("the endpoint closed the connection during the TLS handshake") from None
+            except ssl.SSLCertVerificationError as exc:
+                raise TlsOriginationError(f"the endpoint's certificate is not trusted: {exc.verify_message}") from None
+            except ssl.SSLError as exc:
+                raise TlsOriginationError(f"TLS handshake failed: {exc.reason or exc}") from None
+        await self._flush()
+        if subject_alt_names:
+            cert = self._tls.getpeercert() or {}
+            names = [str(entry[1]) for entry in cert.get("subjectAltName", ()) if entry[0] == "DNS"]
+            if not any(_names_match(p, n) for p in subject_alt_names for n in names):
+                raise TlsOriginationError(f"the endpoint's certificate names none of {', '.join(subject_alt_names)}")
+
+    async def _flush(self) -> None:
+        async with self._lock:
+            data = self._out.read()
+            if data:
+                await self.inner.write(data)
+
+    async def _fill(self) -> bool:
+        data = await self.inner.read()
+        if not data:
+            self._in.write_eof()
+            return False
+        self._in.write(data)
+        return True
+
+    async def read(self) -> bytes:
+        while not self._eof:
+            try:
+                data = self._tls.read(READ_SIZE)
+            except ssl.SSLWantReadError:
+                await self._flush()  # a post-handshake message may want an answer
+                if not await self._fill():
+                    self._eof = True
+                continue
+            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                self._eof = True
+                break
+            except ssl.SSLError as exc:
+                raise OSError(f"TLS error from the endpoint: {exc.reason or exc}") from None
+            if data:
+                await self._flush()
+                return data
+            self._eof = True
+        return b""
+
+    async def write(self, data: bytes | memoryview) -> None:
+        try:
+            self._tls.write(data)
+        except ssl.SSLError as exc:
+            raise OSError(f"TLS error towards the endpoint: {exc.reason or exc}") from None
+        await self._flush()
+
+    def write_eof(self) -> None:
+        self.inner.write_eof()  # TLS has no half-close; the stream's end tells the endpoint
+
+    def abort(self) -> None:
+        self.inner.abort()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def proxy_header(version: ProxyProtocolVersion, source: str, destination: str) -> bytes:
+    """Rule 4; ``source`` and ``destination`` are ``ip:port`` (``[v6]:port``)."""
+    src: IPAddress | None = None
+    dst: IPAddress | None = None
+    src_port = dst_port = 0
+    try:
+        src_host, src_port = parse_authority(source)
+        dst_host, dst_port = parse_authority(destination)
+        src, dst = ipaddress.ip_address(src_host), ipaddress.ip_address(dst_host)
+    except (AuthorityError, ValueError):
+        src = dst = None
+    if src is None or dst is None or src.version != dst.version:
+        if version is ProxyProtocolVersion.V1:
+            return b"PROXY UNKNOWN\r\n"
+        return _V2_SIGNATURE + bytes((0x20, 0x00)) + struct.pack("!H", 0)
+    if version is ProxyProtocolVersion.V1:
+        family = "TCP4" if src.version == 4 else "TCP6"
+        return f"PROXY {family} {src} {dst} {src_port} {dst_port}\r\n".encode()
+    body = src.packed + dst.packed + struct.pack("!HH", src_port, dst_port)
+    return _V2_SIGNATURE + bytes((0x21, 0x11 if src.version == 4 else 0x21)) + struct.pack("!H", len(body)) + body
