@@ -9,8 +9,9 @@ Programmed.
 
 Rules:
 
-1. Protocols served: ``HTTP``, and ``HTTPS`` with ``tls.mode`` ``Terminate`` (the default). Any other protocol or
-   TLS mode is not accepted (``UnsupportedProtocol``). The port is an integer 1-65535.
+1. Protocols served: ``HTTP``; ``HTTPS`` with ``tls.mode`` ``Terminate`` (the default); ``TLS`` with ``tls.mode``
+   ``Passthrough`` (no certificates: the backend terminates); ``TCP``. Any other protocol or TLS mode is not
+   accepted (``UnsupportedProtocol``). The port is an integer 1-65535.
 2. An HTTPS listener needs at least one ``certificateRef``. Each is a core ``Secret`` (group ``""``, kind
    ``Secret``, the defaults) in the Gateway's namespace (a cross-namespace reference is ``RefNotPermitted``:
    ReferenceGrants are not read for certificates), which exists and holds a valid ``kubernetes.io/tls``
@@ -38,7 +39,7 @@ INGRESS_CLASS = "istio"
 
 SecretLookup = Callable[[str, str], Mapping[str, Any] | None]
 """``(namespace, name)`` → the Secret, or None."""
-SERVED_PROTOCOLS = ("HTTP", "HTTPS")
+SERVED_PROTOCOLS = ("HTTP", "HTTPS", "TLS", "TCP")
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,11 +114,14 @@ def _judge(listener: Mapping[str, Any], namespace: str, find_secret: SecretLooku
     hostname = _text(listener.get("hostname")).lower()
     judged = JudgedListener(name, port, protocol, hostname)
     if protocol not in SERVED_PROTOCOLS or port == 0:
-        message = f'protocol "{protocol}" is not supported: ingress listeners serve HTTP and HTTPS'
+        message = f'protocol "{protocol}" is not supported: ingress listeners serve HTTP, HTTPS, TLS and TCP'
+        return JudgedListener(name, port, protocol, hostname, accepted=(False, "UnsupportedProtocol", message))
+    tls = listener.get("tls")
+    mode = _text(tls.get("mode")) if isinstance(tls, Mapping) else ""
+    if protocol == "TLS" and mode != "Passthrough":
+        message = f'TLS mode "{mode or "Terminate"}" is not supported on TLS: only Passthrough'
         return JudgedListener(name, port, protocol, hostname, accepted=(False, "UnsupportedProtocol", message))
     if protocol == "HTTPS":
-        tls = listener.get("tls")
-        mode = _text(tls.get("mode")) if isinstance(tls, Mapping) else ""
         if mode not in ("", "Terminate"):
             message = f'TLS mode "{mode}" is not supported on HTTPS: only Terminate'
             return JudgedListener(name, port, protocol, hostname, accepted=(False, "UnsupportedProtocol", message))
