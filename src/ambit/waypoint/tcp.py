@@ -132,7 +132,17 @@ async def serve_tcp(
     """Relay one TCP tunnel to one endpoint. ``downstream`` is the accepted tunnel (after sniffing; ``prefix``
     holds the bytes read meanwhile), or the CONNECT's responder for a port declared TCP: the endpoint is then
     reached first and the CONNECT answered 200 only once it is, 503 if it cannot be (as ztunnel answers)."""
-    endpoint = endpoint_for(ctx, tunnel)
+    await relay_to(ctx, tunnel, endpoint_for(ctx, tunnel), downstream, prefix)
+
+
+async def relay_to(
+    ctx: WaypointContext,
+    tunnel: Tunnel,
+    endpoint: Endpoint | None,
+    downstream: ByteStream | TunnelResponder,
+    prefix: bytes = b"",
+) -> None:
+    """:func:`serve_tcp` with the endpoint already chosen (None: there is none, the connection is refused)."""
     service = endpoint.service if endpoint is not None else None
     if service is None and isinstance(tunnel.target, ServiceTarget):
         service = tunnel.target.service
