@@ -195,10 +195,18 @@ class IngressRig:
         return next(item.port for item in self.proc.router.config.listeners if item.name == listener)
 
 
+@dataclass
+class MeshBackends:
+    """The mesh side: the workload's HBONE endpoint and its servers, the state file and the CA directory the
+    gateway is to use."""
+
+    endpoint: MeshEndpoint
+    state: Path
+    ca_dir: Path
+
+
 @contextlib.asynccontextmanager
-async def ingress_rig(
-    tmp_path: Path, config: GatewayConfig, limits: WaypointLimits | None = None
-) -> AsyncIterator[IngressRig]:
+async def mesh_backends(tmp_path: Path) -> AsyncIterator[MeshBackends]:
     ca = LocalCa(tmp_path / "ca", trust_domain=TD)
     state = tmp_path / "mesh.yaml"
     state.write_text(render_local_config(mesh()), encoding="utf-8")
@@ -208,33 +216,44 @@ async def ingress_rig(
     local[TARGET_PORTS["web"]] = web_port
     endpoint = MeshEndpoint(free_port("127.0.0.2"), local)
     await endpoint.start(ca)
-    settings = WaypointSettings(
+    try:
+        yield MeshBackends(endpoint, state, tmp_path / "ca")
+    finally:
+        await endpoint.aclose()
+        for server in servers.values():
+            server.close()
+        await runner.cleanup()
+
+
+def gateway_settings(backends: MeshBackends, limits: WaypointLimits | None = None) -> WaypointSettings:
+    return WaypointSettings(
         namespace="edge",
         gateway_name="edge",
         service_account="edge-istio",
         pod_name="edge-istio-0",
         instance_ip="127.0.0.1",
-        config_file=state,
-        local_ca_dir=tmp_path / "ca",
+        config_file=backends.state,
+        local_ca_dir=backends.ca_dir,
         admin_port=free_port(),
         stats_port=free_port(),
         readiness_port=free_port(),
-        upstream_hbone_port=endpoint.hbone_port,
-        **({"limits": limits} if limits is not None else {}),
+        upstream_hbone_port=backends.endpoint.hbone_port,
+        limits=limits or WaypointLimits(),
     )
-    proc = IngressGateway(settings)
-    proc.apply(config)
-    await proc.start()
-    try:
-        async with asyncio.timeout(15):
-            await proc.startup.ready.wait()
-        yield IngressRig(proc, endpoint)
-    finally:
-        await proc.aclose()
-        await endpoint.aclose()
-        for server in servers.values():
-            server.close()
-        await runner.cleanup()
+
+
+@contextlib.asynccontextmanager
+async def ingress_rig(tmp_path: Path, config: GatewayConfig) -> AsyncIterator[IngressRig]:
+    async with mesh_backends(tmp_path) as backends:
+        proc = IngressGateway(gateway_settings(backends))
+        proc.apply(config)
+        await proc.start()
+        try:
+            async with asyncio.timeout(15):
+                await proc.startup.ready.wait()
+            yield IngressRig(proc, backends.endpoint)
+        finally:
+            await proc.aclose()
 
 
 async def tls_ask(port: int, server_name: str, line: str = "hello") -> str:

@@ -20,6 +20,10 @@ HBONE pool, telemetry and admin endpoints) that, instead of an HBONE listener, s
   the ClientHello's server name, read without terminating TLS, picks the virtual host of a TLS port; the bytes
   are relayed to one endpoint of a weighted backend over HBONE. A connection nothing routes is closed; the
   reasons are counted (``connection_refusals`` in the config dump).
+- Bounds: at most ``max_connections`` connections at once over all listeners, and ``max_connections_per_peer``
+  from one client address; more are accepted and closed at once (counted). A TLS handshake takes at most
+  :data:`HANDSHAKE_TIMEOUT`, a passthrough ClientHello ``sniff_timeout`` and 16 KiB; an idle connection lasts
+  ``idle_timeout``, a request head ``head_timeout`` once begun.
 - A new config (a route change, a rotated certificate) replaces the router and the TLS contexts at once: the next
   request and the next handshake use it, no restart, and connections already open keep what they negotiated.
   A certificate that does not load leaves its listener without that certificate (logged); the rest is served.
@@ -46,6 +50,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
 import socket
 import ssl
@@ -183,7 +188,10 @@ class IngressGateway(Waypoint):
         self._started = False
         self.config_updates = 0
         self.connection_refusals: collections.Counter[str] = collections.Counter()
-        """Connections on TLS and TCP ports closed unrelayed, by reason (a bounded set of words)."""
+        """Connections closed before they were served (limits) or relayed (TLS and TCP ports), by reason (a
+        bounded set of words)."""
+        self._per_peer: collections.Counter[str] = collections.Counter()
+        """Connections being served per client address (``max_connections_per_peer``)."""
 
     def _pick(
         self,
@@ -293,20 +301,27 @@ class IngressGateway(Waypoint):
     async def _accept_port(self, listener: socket.socket, port: int) -> None:
         loop = asyncio.get_running_loop()
         limit = self.settings.limits.max_connections
+        per_peer = self.settings.limits.max_connections_per_peer
         while True:
             try:
-                sock, _ = await loop.sock_accept(listener)
+                sock, address = await loop.sock_accept(listener)
             except OSError as exc:
                 log.warning("accept on port %d failed: %s", port, exc)
                 await asyncio.sleep(0.1)
                 continue
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            peer = str(address[0])
             if len(self._connections) >= limit:
-                sock.close()
+                self._refuse(sock, "connection limit", peer, port, f"{limit} connections")
                 continue
-            task = loop.create_task(self._serve(sock, port), name=f"gateway connection :{port}")
+            if self._per_peer[peer] >= per_peer:
+                self._refuse(sock, "peer connection limit", peer, port, f"{per_peer} connections from {peer}")
+                continue
+            self._per_peer[peer] += 1
+            task = loop.create_task(self._serve(sock, port), name=f"gateway connection :{port} from {peer}")
             self._connections.add(task)
             task.add_done_callback(self._connections.discard)
+            task.add_done_callback(functools.partial(self._peer_gone, peer))
 
     async def _serve(self, sock: socket.socket, port: int) -> None:
         try:
@@ -403,6 +418,13 @@ class IngressGateway(Waypoint):
         finally:
             with contextlib.suppress(Exception):
                 await stream.aclose()
+
+    def _peer_gone(self, peer: str, _: object) -> None:
+        left = self._per_peer[peer] - 1
+        if left > 0:
+            self._per_peer[peer] = left
+        else:
+            del self._per_peer[peer]
 
     def _refuse(self, sock: socket.socket, reason: str, peer: str, port: int, detail: str) -> None:
         self.connection_refusals[reason] += 1
