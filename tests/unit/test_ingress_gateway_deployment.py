@@ -155,7 +155,8 @@ def test_https_without_certificates_and_https_passthrough_are_not_served_tls_pas
     judged = judge_listeners(ingress(bare, passthrough, tcp, tls, tls_terminate), secrets_of(tls_secret()))
     assert [j.ready for j in judged] == [False, False, True, True, False]
     assert judged[0].resolved[1] == "InvalidCertificateRef"
-    assert judged[1].accepted[1] == judged[4].accepted[1] == "UnsupportedProtocol"
+    assert judged[1].accepted[1] == "UnsupportedProtocol"
+    assert judged[4].accepted[1] == "UnsupportedValue"  # TLS Terminate: Gateway API conformance's reason
     assert judged[3].credentials == ()  # the backend terminates: no certificate needed
 
 

@@ -11,7 +11,8 @@ Rules:
 
 1. Protocols served: ``HTTP``; ``HTTPS`` with ``tls.mode`` ``Terminate`` (the default); ``TLS`` with ``tls.mode``
    ``Passthrough`` (no certificates: the backend terminates); ``TCP``. Any other protocol or TLS mode is not
-   accepted (``UnsupportedProtocol``). The port is an integer 1-65535.
+   accepted (``UnsupportedProtocol``; a TLS listener in mode ``Terminate`` ``UnsupportedValue``, as Gateway API's
+   conformance suite expects of an implementation without TLSRoute termination). The port is an integer 1-65535.
 2. An HTTPS listener needs at least one ``certificateRef``. Each is a core ``Secret`` (group ``""``, kind
    ``Secret``, the defaults) in the Gateway's namespace (a cross-namespace reference is ``RefNotPermitted``:
    ReferenceGrants are not read for certificates), which exists and holds a valid ``kubernetes.io/tls``
@@ -120,7 +121,7 @@ def _judge(listener: Mapping[str, Any], namespace: str, find_secret: SecretLooku
     mode = _text(tls.get("mode")) if isinstance(tls, Mapping) else ""
     if protocol == "TLS" and mode != "Passthrough":
         message = f'TLS mode "{mode or "Terminate"}" is not supported on TLS: only Passthrough'
-        return JudgedListener(name, port, protocol, hostname, accepted=(False, "UnsupportedProtocol", message))
+        return JudgedListener(name, port, protocol, hostname, accepted=(False, "UnsupportedValue", message))
     if protocol == "HTTPS":
         if mode not in ("", "Terminate"):
             message = f'TLS mode "{mode}" is not supported on HTTPS: only Terminate'
