@@ -4,6 +4,7 @@ server name."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -15,6 +16,9 @@ from ambit.controlplane.translate.ingress import translate_ingress
 from ambit.model.ingress import GatewayConfig, IngressListener, ListenerProtocol, VirtualHost
 from ambit.model.routes import BackendService, RouteMatch, RouteRule, WeightedBackend
 from ambit.model.workload import Service
+from ambit.tls.clienthello import HELLO_LIMIT
+from ambit.waypoint.errors import HelloRefusedError
+from ambit.waypoint.ingress_connections import Closed, plan_backend, read_hello
 from ambit.waypoint.ingress_routing import IngressRouter
 from ambit.xds.errors import XdsConversionError
 from ambit.xds.gateway import decode_gateway_config, gateway_config_to_proto, pack_gateway_config
@@ -72,6 +76,17 @@ def accepted(out: Any, name: str) -> tuple[bool, str]:
     status = next(s for s in out.status if s.name == name)
     condition = status.parents[0].conditions[0]
     return condition.status, condition.reason
+
+
+def record_with_name(name: bytes) -> bytes:
+    """A minimal ClientHello in one record asking for ``name``."""
+    entry = b"\x00" + len(name).to_bytes(2, "big") + name
+    value = len(entry).to_bytes(2, "big") + entry
+    extensions = b"\x00\x00" + len(value).to_bytes(2, "big") + value
+    body = b"\x03\x03" + b"\x00" * 32 + b"\x00" + b"\x00\x02\x13\x01" + b"\x01\x00"
+    body += len(extensions).to_bytes(2, "big") + extensions
+    handshake = b"\x01" + len(body).to_bytes(3, "big") + body
+    return b"\x16\x03\x01" + len(handshake).to_bytes(2, "big") + handshake
 
 
 # -- translation ----------------------------------------------------------------------------------------------
@@ -233,3 +248,65 @@ def test_a_connection_is_routed_by_its_server_name(port: int, name: str, expecte
 def test_any_server_name_gives_a_route_or_none(name: str, port: int) -> None:
     found = ROUTER.find_connection_route(port, name.lower())
     assert found is None or found.tcp_backends
+
+
+# -- the passthrough listener's plan and its bounded read ----------------------------------------------------
+@pytest.mark.parametrize(
+    ("port", "name", "random", "expected"),
+    [
+        (9443, "a.example.com", 0.0, backend("one")),
+        (9443, "nowhere.example", 0.0, Closed("no route for server name 'nowhere.example'")),
+        (9443, "", 0.0, Closed("no route")),
+        (9000, "", 0.5, Closed("the chosen backend did not resolve")),
+    ],
+)
+def test_the_plan_of_a_connection(port: int, name: str, random: float, expected: object) -> None:
+    assert plan_backend(ROUTER, port, name, random) == expected
+
+
+def test_all_weights_zero_closes_the_connection() -> None:
+    router = IngressRouter(
+        _config(
+            IngressListener(
+                "tcp", 1, ListenerProtocol.TCP, "", (), (VirtualHost("*", (), (WeightedBackend(backend("one"), 0),)),)
+            )
+        )
+    )
+    assert plan_backend(router, 1, "", 0.3) == Closed("every backend has weight 0")
+
+
+class Drip:
+    """A client's bytes handed out in pieces, recording how much the reader asked for."""
+
+    def __init__(self, data: bytes, piece: int, *, then_silence: bool = False) -> None:
+        self.data, self.piece, self.then_silence = data, piece, then_silence
+        self.asked: list[int] = []
+
+    async def recv(self, n: int) -> bytes:
+        self.asked.append(n)
+        if not self.data and self.then_silence:
+            await asyncio.sleep(3600)
+        out, self.data = self.data[: min(n, self.piece)], self.data[min(n, self.piece) :]
+        return out
+
+
+async def test_read_hello_returns_the_bytes_read_and_the_server_name() -> None:
+    hello = record_with_name(b"drip.example")
+    drip = Drip(hello + b"after", 7)
+    data, found = await read_hello(drip.recv, 5.0)
+    assert found.server_name == "drip.example" and hello.startswith(data[: len(hello)]) and len(data) >= len(hello)
+
+
+@pytest.mark.parametrize(
+    ("drip", "reason"),
+    [
+        (Drip(b"\x16\x03\x01\x40\x00" + b"\x01\x00\x3f\xfb" + b"\x00" * 40000, 1000), "does not fit"),
+        (Drip(b"\x16\x03\x01\x00\x10", 5, then_silence=True), "no whole ClientHello within 0.2s"),
+        (Drip(b"\x16\x03\x01", 3), "closed before"),
+        (Drip(b"GET / HTTP/1.1\r\n", 100), "not a TLS handshake record"),
+    ],
+)
+async def test_read_hello_refuses_within_its_bounds(drip: Drip, reason: str) -> None:
+    with pytest.raises(HelloRefusedError, match=reason):
+        await read_hello(drip.recv, 0.2, limit=HELLO_LIMIT)
+    assert sum(min(n, drip.piece) for n in drip.asked) <= HELLO_LIMIT  # never read past the limit
