@@ -235,3 +235,16 @@ def test_server_name_wildcards_cover_one_label() -> None:
 def test_any_secret_reads_to_a_credential_or_a_problem_without_raising(secret: Any) -> None:
     out = read_tls_secret(secret if isinstance(secret, dict) else {})
     assert isinstance(out, TlsCredential | CredentialProblem)
+
+
+def test_tls_listeners_of_both_modes_on_one_port_conflict_and_are_not_accepted() -> None:
+    passthrough = {"name": "tls-passthrough", "port": 443, "protocol": "TLS", "tls": {"mode": "Passthrough"}}
+    terminate = {"name": "tls-terminate", "port": 443, "protocol": "TLS", "tls": {"mode": "Terminate"}}
+    alone = {"name": "alone", "port": 444, "protocol": "TLS", "tls": {"mode": "Passthrough"}}
+    judged = judge_listeners(ingress(terminate, passthrough, alone), secrets_of())
+    assert [(j.accepted[1], j.conflicted[1]) for j in judged] == [
+        ("ProtocolConflict", "ProtocolConflict"),
+        ("ProtocolConflict", "ProtocolConflict"),
+        ("Accepted", "NoConflicts"),
+    ]
+    assert [j.ready for j in judged] == [False, False, True]
