@@ -7,6 +7,7 @@ Every error Ambit raises on purpose derives from :class:`AmbitError`, with a sub
     ├── KubeClientError          (ambit.k8s.errors) a request to an API server failed
     │   └── KubeApiStatusError   the server answered with a Status
     ├── CertificateError         (ambit.tls.certs) a malformed or mismatched certificate or key
+    ├── ClientHelloError         (ambit.tls.clienthello) a peer's first bytes are no ClientHello to route by
     ├── PeerIdentityError        (ambit.tls.spiffe) a peer certificate without the expected SPIFFE identity
     ├── ModelError               (ambit.model.errors) IdentityError, AddressError, LocalConfigError, NoHealthyUpstream…
     ├── CaError                  (ambit.identity.caclient) fetching a workload certificate failed

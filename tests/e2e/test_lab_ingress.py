@@ -2,11 +2,13 @@
 deployed by the control plane gets a LoadBalancer address from the lab, and ``curl`` on the host reaches a mesh
 Service through it over HTTP and HTTPS (SNI choosing between two certificates); a rotated certificate is served
 without a restart; the backend's node proxy sees the gateway's SPIFFE identity as the peer; a Service labelled
-``istio.io/ingress-use-waypoint`` is reached through its waypoint.
+``istio.io/ingress-use-waypoint`` is reached through its waypoint; TLS passes through a passthrough listener to the
+backend the TLSRoute for its server name names.
 
 One lab for the module, the mesh installed from deploy/. Namespace ``in-app`` is ambient (Deployment and Service
 ``echo``); namespace ``in-edge`` holds the Gateway ``edge`` (listeners http 8080, https 8443 for a.example and
-b.example, routes from all namespaces) and its two TLS Secrets; the HTTPRoute lives in ``in-app``.
+b.example, tls 9443 passing TLS through, routes from all namespaces) and its two TLS Secrets; the HTTPRoute lives
+in ``in-app``.
 """
 
 from __future__ import annotations
@@ -74,6 +76,13 @@ GATEWAY = {
             {"name": "http", "port": 8080, "protocol": "HTTP", "allowedRoutes": {"namespaces": {"from": "All"}}},
             https_listener("https-a", "a.example", "cert-a"),
             https_listener("https-b", "b.example", "cert-b"),
+            {
+                "name": "tls",
+                "port": 9443,
+                "protocol": "TLS",
+                "tls": {"mode": "Passthrough"},
+                "allowedRoutes": {"namespaces": {"from": "All"}},
+            },
         ],
     },
 }
@@ -353,3 +362,78 @@ def test_request_authentication_and_a_principal_policy_at_the_gateway(lab: Lab) 
     lab.kubectl("delete", "authorizationpolicy", "need-jwt", "-n", EDGE)
     lab.kubectl("delete", "requestauthentication", "jwt", "-n", EDGE)
     wait_until("the gateway is open again", lambda: status() == "200", 60, 1)
+
+
+HTTPS_ECHO = ["python3", "-m", "ambit.lab.apps", "https-echo"]
+
+
+def test_tls_passthrough_reaches_the_backend_that_terminates_it(lab: Lab) -> None:
+    """A TLSRoute for ``secure.example`` on the passthrough listener: curl's TLS session is with the backend pod
+    (its own certificate), relayed over HBONE by the gateway; another server name gets no connection."""
+    ip = address(lab)
+    secure = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "secure"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "secure"}},
+            "template": {
+                "metadata": {"labels": {"app": "secure"}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 2,
+                    "containers": [
+                        {
+                            "name": "secure",
+                            "image": "none",
+                            "command": [*HTTPS_ECHO, "--port", "8443", "--hostname", "secure.example"],
+                            "readinessProbe": {"tcpSocket": {"port": 8443}, "periodSeconds": 1},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "secure"},
+        "spec": {"selector": {"app": "secure"}, "ports": [{"name": "tls", "port": 443, "targetPort": 8443}]},
+    }
+    route = {
+        "apiVersion": "gateway.networking.k8s.io/v1alpha2",
+        "kind": "TLSRoute",
+        "metadata": {"name": "secure"},
+        "spec": {
+            "parentRefs": [{"name": "edge", "namespace": EDGE, "sectionName": "tls"}],
+            "hostnames": ["secure.example"],
+            "rules": [{"backendRefs": [{"name": "secure", "port": 443}]}],
+        },
+    }
+    lab.apply(secure, service, route, namespace=APP)
+    lab.wait_pods_ready(APP, "app=secure", 1, timeout=120)
+    resolve = ("-k", "--resolve", f"secure.example:9443:{ip}")
+    answer = wait_until(
+        "curl on the host reaches secure through the passthrough listener",
+        lambda: through_gateway(*resolve, "https://secure.example:9443/passthrough"),
+        timeout=120,
+        interval=1,
+    )
+    assert answer["path"] == "/passthrough" and answer["pod"].startswith("secure-")
+    verbose = curl("-v", "-o", "/dev/null", *resolve, "https://secure.example:9443/")
+    assert "subject: CN=secure.example" in verbose.stderr  # the backend's own certificate: not terminated
+    other = curl("-k", "--resolve", f"other.example:9443:{ip}", "https://other.example:9443/")
+    assert other.returncode != 0  # no TLSRoute for that name: closed
+
+    def judged() -> bool:
+        obj = lab.get("tlsroute", "secure", "-n", APP)
+        parents = (obj.get("status") or {}).get("parents") or []
+        accepted = any(
+            c.get("type") == "Accepted" and c.get("status") == "True" for p in parents for c in p.get("conditions", ())
+        )
+        listeners = {item["name"]: item for item in lab.get("gateway", "edge", "-n", EDGE)["status"]["listeners"]}
+        tls = listeners.get("tls", {})
+        kinds = [k.get("kind") for k in tls.get("supportedKinds", [])]
+        return accepted and tls.get("attachedRoutes") == 1 and kinds == ["TLSRoute"]
+
+    wait_until("the TLSRoute is Accepted and attached to the tls listener", judged, 60, 1)

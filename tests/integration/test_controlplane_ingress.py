@@ -190,3 +190,80 @@ async def test_policies_selecting_or_targeting_the_gateway_reach_its_config(
 
         await kube.delete(kinds.AUTHORIZATION_POLICIES, "need-jwt", ns)
         await eventually(lambda: (c := owner.config(name)) is not None and not c.policies)
+
+
+async def test_tls_passthrough_and_tcp_listeners_get_their_tlsroutes_and_tcproutes(
+    kube: KubeClient, plane: ControlPlane
+) -> None:
+    ns = f"in-{secrets.token_hex(3)}"
+    await kube.create(kinds.NAMESPACES, {"metadata": {"name": ns}})
+    for service in ("secure", "db"):
+        spec = {"ports": [{"port": 443 if service == "secure" else 5432}]}
+        await kube.create(kinds.SERVICES, {"metadata": {"name": service}, "spec": spec}, ns)
+    gateway = {
+        "metadata": {"name": "edge"},
+        "spec": {
+            "gatewayClassName": "istio",
+            "listeners": [
+                {"name": "tls", "port": 9443, "protocol": "TLS", "tls": {"mode": "Passthrough"}},
+                {"name": "tcp", "port": 5432, "protocol": "TCP"},
+            ],
+        },
+    }
+    await kube.create(kinds.GATEWAYS, gateway, ns)
+    tls_route = {
+        "metadata": {"name": "secure"},
+        "spec": {
+            "parentRefs": [{"name": "edge", "sectionName": "tls"}],
+            "hostnames": ["secure.example"],
+            "rules": [{"backendRefs": [{"name": "secure", "port": 443}]}],
+        },
+    }
+    tcp_route = {
+        "metadata": {"name": "db"},
+        "spec": {"parentRefs": [{"name": "edge"}], "rules": [{"backendRefs": [{"name": "db", "port": 5432}]}]},
+    }
+    misplaced = {
+        "metadata": {"name": "misplaced"},
+        "spec": {**tcp_route["spec"], "parentRefs": [{"name": "edge", "sectionName": "tls"}]},
+    }
+    await kube.create(kinds.TLS_ROUTES, tls_route, ns)
+    await kube.create(kinds.TCP_ROUTES, tcp_route, ns)
+    await kube.create(kinds.TCP_ROUTES, misplaced, ns)
+    name = f"{ns}/edge"
+    async with subscribe(kube, plane, ns, "edge-istio", [name]) as owner:
+
+        def served() -> GatewayConfig | None:
+            config = owner.config(name)
+            ready = config is not None and len(config.listeners) == 2 and all(i.virtual_hosts for i in config.listeners)
+            return config if ready else None
+
+        config = await eventually(served)
+        tls, tcp = config.listeners
+        assert (tls.protocol, tls.certificates, [v.hostname for v in tls.virtual_hosts]) == (
+            ListenerProtocol.TLS,
+            (),
+            ["secure.example"],
+        )
+        backend = tls.virtual_hosts[0].tcp_backends[0].backend
+        assert backend is not None and (backend.hostname, backend.port) == (f"secure.{ns}.svc.cluster.local", 443)
+        (vhost,) = tcp.virtual_hosts
+        backend = vhost.tcp_backends[0].backend
+        assert backend is not None and (backend.hostname, backend.port) == (f"db.{ns}.svc.cluster.local", 5432)
+
+    async def accepted(kind: Any, route: str) -> tuple[str, str] | None:
+        obj = await kube.get(kind, route, ns)
+        for parent in (obj.get("status") or {}).get("parents") or []:
+            for c in parent.get("conditions") or ():
+                if c.get("type") == "Accepted":
+                    return c.get("status"), c.get("reason")
+        return None
+
+    async def judged() -> bool:
+        return (
+            await accepted(kinds.TLS_ROUTES, "secure") == ("True", "Accepted")
+            and await accepted(kinds.TCP_ROUTES, "db") == ("True", "Accepted")
+            and await accepted(kinds.TCP_ROUTES, "misplaced") == ("False", "NotAllowedByListeners")
+        )
+
+    await eventually(judged)

@@ -1,4 +1,4 @@
-"""Listener ``supportedKinds`` and ``InvalidRouteKinds`` (:mod:`ambit.controlplane.gateway.route_kinds`): kinds by
+"""Listener ``supportedKinds`` and ``InvalidRouteKinds`` (:mod:`ambit.controlplane.translate.route_kinds`): kinds by
 protocol as Gateway API and istiod pair them, narrowed by ``allowedRoutes.kinds`` and by what the gateway serves,
 in the status of waypoint and ingress Gateways; any JSON listener gives an answer, never an error."""
 
@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from tests.unit.json_strategies import json_objects
 
 from ambit.controlplane.gateway.ingress_status import ingress_status
-from ambit.controlplane.gateway.route_kinds import ALL_ROUTE_KINDS, supported_kinds
 from ambit.controlplane.gateway.status import Deployed, gateway_status
 from ambit.controlplane.translate.listeners import judge_listeners
+from ambit.controlplane.translate.route_kinds import ALL_ROUTE_KINDS, supported_kinds
 
 G = "gateway.networking.k8s.io"
 
@@ -82,11 +82,14 @@ def test_a_waypoints_listeners_report_kinds_by_protocol_and_invalid_allowed_kind
     assert _resolved(strict) == ("False", "InvalidRouteKinds", "Invalid route kinds")
 
 
-def test_an_ingress_claims_httproute_only_and_flags_kinds_it_does_not_serve() -> None:
+def test_an_ingress_claims_the_kinds_it_routes_and_flags_kinds_it_does_not_serve() -> None:
     listeners = [
         {"name": "http", "port": 8080, "protocol": "HTTP"},
         {"name": "grpc", "port": 8081, "protocol": "HTTP", "allowedRoutes": {"kinds": [{"kind": "GRPCRoute"}]}},
         {"name": "tcp", "port": 9000, "protocol": "TCP"},
+        {"name": "tls", "port": 9443, "protocol": "TLS", "tls": {"mode": "Passthrough"}},
+        {"name": "tls-terminate", "port": 9444, "protocol": "TLS", "tls": {"mode": "Terminate"}},
+        {"name": "udp", "port": 9445, "protocol": "UDP"},
     ]
     gw = {
         "metadata": {"name": "edge", "namespace": "edge"},
@@ -94,10 +97,12 @@ def test_an_ingress_claims_httproute_only_and_flags_kinds_it_does_not_serve() ->
     }
     judged = judge_listeners(gw, {})
     status = ingress_status(gw, Deployed(service_exists=True), judged, host="h", addresses=())
-    http, grpc, tcp = status["listeners"]
+    http, grpc, tcp, tls, terminate, udp = status["listeners"]
     assert (http["supportedKinds"], _resolved(http)[:2]) == (kinds("HTTPRoute"), ("True", "ResolvedRefs"))
     assert (grpc["supportedKinds"], _resolved(grpc)[:2]) == ([], ("False", "InvalidRouteKinds"))
-    assert tcp["supportedKinds"] == []  # not accepted: the ingress serves no TCP listener
+    assert tcp["supportedKinds"] == kinds("TCPRoute")
+    assert tls["supportedKinds"] == kinds("TLSRoute")  # passthrough: TLSRoute only
+    assert terminate["supportedKinds"] == udp["supportedKinds"] == []  # not accepted: not served
 
 
 @settings(max_examples=150, deadline=None)

@@ -144,16 +144,20 @@ def test_a_certificate_in_another_namespace_is_not_permitted() -> None:
     assert tls.resolved[:2] == (False, "RefNotPermitted") and not tls.ready
 
 
-def test_https_without_certificates_passthrough_and_tcp_are_not_served() -> None:
+def test_https_without_certificates_and_https_passthrough_are_not_served_tls_passthrough_and_tcp_are() -> None:
     bare = https()
     del bare["tls"]
     passthrough = https("pass", 9443)
     passthrough["tls"]["mode"] = "Passthrough"
     tcp = {"name": "tcp", "port": 9000, "protocol": "TCP"}
-    judged = judge_listeners(ingress(bare, passthrough, tcp), secrets_of(tls_secret()))
-    assert [j.ready for j in judged] == [False, False, False]
+    tls = {"name": "tls", "port": 9444, "protocol": "TLS", "tls": {"mode": "Passthrough"}}
+    tls_terminate = {"name": "tls-t", "port": 9445, "protocol": "TLS"}
+    judged = judge_listeners(ingress(bare, passthrough, tcp, tls, tls_terminate), secrets_of(tls_secret()))
+    assert [j.ready for j in judged] == [False, False, True, True, False]
     assert judged[0].resolved[1] == "InvalidCertificateRef"
-    assert judged[1].accepted[1] == judged[2].accepted[1] == "UnsupportedProtocol"
+    assert judged[1].accepted[1] == "UnsupportedProtocol"
+    assert judged[4].accepted[1] == "UnsupportedValue"  # TLS Terminate: Gateway API conformance's reason
+    assert judged[3].credentials == ()  # the backend terminates: no certificate needed
 
 
 def test_listeners_on_one_port_conflict_on_protocol_or_hostname() -> None:
@@ -231,3 +235,16 @@ def test_server_name_wildcards_cover_one_label() -> None:
 def test_any_secret_reads_to_a_credential_or_a_problem_without_raising(secret: Any) -> None:
     out = read_tls_secret(secret if isinstance(secret, dict) else {})
     assert isinstance(out, TlsCredential | CredentialProblem)
+
+
+def test_tls_listeners_of_both_modes_on_one_port_conflict_and_are_not_accepted() -> None:
+    passthrough = {"name": "tls-passthrough", "port": 443, "protocol": "TLS", "tls": {"mode": "Passthrough"}}
+    terminate = {"name": "tls-terminate", "port": 443, "protocol": "TLS", "tls": {"mode": "Terminate"}}
+    alone = {"name": "alone", "port": 444, "protocol": "TLS", "tls": {"mode": "Passthrough"}}
+    judged = judge_listeners(ingress(terminate, passthrough, alone), secrets_of())
+    assert [(j.accepted[1], j.conflicted[1]) for j in judged] == [
+        ("ProtocolConflict", "ProtocolConflict"),
+        ("ProtocolConflict", "ProtocolConflict"),
+        ("Accepted", "NoConflicts"),
+    ]
+    assert [j.ready for j in judged] == [False, False, True]

@@ -14,9 +14,13 @@ class ListenerProtocol(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     LISTENER_PROTOCOL_UNSPECIFIED: _ClassVar[ListenerProtocol]
     HTTP: _ClassVar[ListenerProtocol]
     HTTPS: _ClassVar[ListenerProtocol]
+    TLS: _ClassVar[ListenerProtocol]
+    TCP: _ClassVar[ListenerProtocol]
 LISTENER_PROTOCOL_UNSPECIFIED: ListenerProtocol
 HTTP: ListenerProtocol
 HTTPS: ListenerProtocol
+TLS: ListenerProtocol
+TCP: ListenerProtocol
 
 class GatewayConfig(_message.Message):
     __slots__ = ("gateway", "listeners", "policies", "request_authentications")
@@ -39,12 +43,14 @@ class Certificate(_message.Message):
     def __init__(self, cert_pem: _Optional[bytes] = ..., key_pem: _Optional[bytes] = ...) -> None: ...
 
 class VirtualHost(_message.Message):
-    __slots__ = ("hostname", "http")
+    __slots__ = ("hostname", "http", "tcp_backends")
     HOSTNAME_FIELD_NUMBER: _ClassVar[int]
     HTTP_FIELD_NUMBER: _ClassVar[int]
+    TCP_BACKENDS_FIELD_NUMBER: _ClassVar[int]
     hostname: str
     http: _containers.RepeatedCompositeFieldContainer[_waypoint_pb2.RouteRule]
-    def __init__(self, hostname: _Optional[str] = ..., http: _Optional[_Iterable[_Union[_waypoint_pb2.RouteRule, _Mapping]]] = ...) -> None: ...
+    tcp_backends: _containers.RepeatedCompositeFieldContainer[_waypoint_pb2.WeightedBackend]
+    def __init__(self, hostname: _Optional[str] = ..., http: _Optional[_Iterable[_Union[_waypoint_pb2.RouteRule, _Mapping]]] = ..., tcp_backends: _Optional[_Iterable[_Union[_waypoint_pb2.WeightedBackend, _Mapping]]] = ...) -> None: ...
 
 class Listener(_message.Message):
     __slots__ = ("name", "port", "protocol", "hostname", "certificates", "virtual_hosts")

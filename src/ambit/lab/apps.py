@@ -4,6 +4,9 @@
 
 - ``http-echo --port P``: answers every HTTP request with who it is and who called (method, path, the client's
   address as the server saw it, headers), so a caller can see where its request landed and with what source.
+- ``https-echo --port P --hostname H``: ``http-echo`` over TLS, with a certificate for ``H`` it makes itself at
+  start (from a CA of its own, written under ``/tmp``), for clients that check that TLS reached it untouched
+  (``curl -k``, then the certificate's subject).
 - ``grpc-echo --port P``: a gRPC server (grpcio, raw bytes, no protobuf) with ``/echo.Echo/Say``: answers
   ``<pod>:<request>``, and for the request ``fail`` the status NOT_FOUND with trailing metadata ``x-pod: <pod>``
   (so a caller can see trailers cross the mesh).
@@ -21,7 +24,9 @@ import asyncio
 import json
 import os
 import socket
+import ssl
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -33,7 +38,24 @@ IDENTITY = {
 }
 
 
-async def _http_echo(port: int) -> None:
+def _self_signed_context(hostname: str) -> ssl.SSLContext:
+    """A server context with a fresh certificate for ``hostname`` (ssl loads certificates from files only)."""
+    from ambit.tls.certs import issue_server_cert, new_ca
+
+    ca = new_ca(f"{hostname} CA", now=time.time())
+    pair = issue_server_cert(ca, common_name=hostname, dns_names=[hostname], ip_addresses=[], now=time.time())
+    folder = tempfile.mkdtemp(prefix="https-echo-")
+    chain, key = os.path.join(folder, "cert.pem"), os.path.join(folder, "key.pem")
+    with open(chain, "wb") as f:
+        f.write(pair.cert_pem + ca.cert_pem)
+    with open(key, "wb") as f:
+        f.write(pair.key_pem)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(chain, key)
+    return context
+
+
+async def _http_echo(port: int, tls: ssl.SSLContext | None = None) -> None:
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         try:
@@ -61,8 +83,8 @@ async def _http_echo(port: int) -> None:
         finally:
             writer.close()
 
-    server = await asyncio.start_server(handle, "0.0.0.0", port)
-    print(f"http-echo {IDENTITY['pod']} listening on :{port}", flush=True)
+    server = await asyncio.start_server(handle, "0.0.0.0", port, ssl=tls)
+    print(f"{'https' if tls else 'http'}-echo {IDENTITY['pod']} listening on :{port}", flush=True)
     async with server:
         await server.serve_forever()
 
@@ -146,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("http-echo", "grpc-echo", "tcp-echo", "server-first"):
         p = sub.add_parser(name)
         p.add_argument("--port", type=int, default=8080)
+    h = sub.add_parser("https-echo")
+    h.add_argument("--port", type=int, default=8443)
+    h.add_argument("--hostname", required=True)
     c = sub.add_parser("client")
     target = c.add_mutually_exclusive_group(required=True)
     target.add_argument("--url")
@@ -158,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.app == "http-echo":
             asyncio.run(_http_echo(args.port))
+        elif args.app == "https-echo":
+            asyncio.run(_http_echo(args.port, _self_signed_context(args.hostname)))
         elif args.app == "grpc-echo":
             asyncio.run(_grpc_echo(args.port))
         elif args.app in ("tcp-echo", "server-first"):

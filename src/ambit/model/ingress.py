@@ -7,10 +7,15 @@ waypoint's engine.
 
 Theory of operation:
 
-- Only listeners the Gateway's status calls Programmed are here (HTTP, and HTTPS terminating TLS with at least one
-  valid certificate). Listeners may share a port: for HTTPS the TLS server name (SNI) picks the listener (its
-  hostname, most specific first; one without hostname takes the rest), and with it the certificate; for HTTP the
-  ``Host`` header picks it the same way.
+- Only listeners the Gateway's status calls Programmed are here (HTTP; HTTPS terminating TLS with at least one
+  valid certificate; TLS passing TLS through; TCP). Listeners may share a port: for HTTPS and TLS the TLS server
+  name (SNI) picks the listener (its hostname, most specific first; one without hostname takes the rest), and
+  with it the certificate; for HTTP the ``Host`` header picks it the same way.
+- A TLS (passthrough) listener reads only the ClientHello's server name and relays the connection's bytes as they
+  are: the server name picks the virtual host as a request's host would (exact, then the longest wildcard, then
+  ``*``), and its ``tcp_backends`` (from the TLSRoute that won that hostname) take the connection, weighted; no
+  virtual host, no server name, or no backends: the connection is closed. A TCP listener has one virtual host,
+  ``*``, with the backends of its TCPRoute; none: the connection is refused.
 - Within a listener, the request's host picks one :class:`VirtualHost`: an exact hostname first, then the longest
   ``*.`` wildcard that covers it, then ``*``. Its rules, ordered by Gateway API precedence, are matched as a
   waypoint matches its table; no virtual host, or no rule that matches, answers 404.
@@ -28,7 +33,7 @@ from dataclasses import dataclass
 
 from ambit.model.policy import Policy
 from ambit.model.requestauth import RequestAuthentication
-from ambit.model.routes import RouteRule
+from ambit.model.routes import RouteRule, WeightedBackend
 
 __all__ = ["GatewayConfig", "IngressCertificate", "IngressListener", "ListenerProtocol", "VirtualHost", "host_matches"]
 
@@ -36,6 +41,13 @@ __all__ = ["GatewayConfig", "IngressCertificate", "IngressListener", "ListenerPr
 class ListenerProtocol(enum.Enum):
     HTTP = "HTTP"
     HTTPS = "HTTPS"
+    TLS = "TLS"
+    """TLS passthrough: routed by the ClientHello's server name, relayed undecrypted."""
+    TCP = "TCP"
+
+    @property
+    def carries_http(self) -> bool:
+        return self in (ListenerProtocol.HTTP, ListenerProtocol.HTTPS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +61,8 @@ class VirtualHost:
     hostname: str
     """A hostname, a ``*.suffix`` wildcard, or ``*``."""
     http: tuple[RouteRule, ...] = ()
+    tcp_backends: tuple[WeightedBackend, ...] = ()
+    """TLS and TCP listeners: where a connection is relayed, weighted."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -68,12 +68,13 @@ def server_context(cert: WorkloadCertificate) -> ssl.SSLContext:
 
 def edge_server_context(cert_pem: bytes, key_pem: bytes) -> ssl.SSLContext:
     """The context an ingress gateway's HTTPS listener terminates TLS with: ``cert_pem`` (the chain a
-    ``kubernetes.io/tls`` Secret holds) and its key, TLS 1.2 or later, ALPN ``http/1.1``, no client certificate.
+    ``kubernetes.io/tls`` Secret holds) and its key, TLS 1.2 or later, ALPN ``h2`` then ``http/1.1``, no client
+    certificate.
     :class:`CertificateError` when they do not load or do not match."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.verify_mode = ssl.CERT_NONE
-    context.set_alpn_protocols(["http/1.1"])
+    context.set_alpn_protocols([ALPN_H2, "http/1.1"])
     with _memory_file(cert_pem) as chain_path, _memory_file(key_pem) as key_path:
         try:
             context.load_cert_chain(chain_path, key_path)

@@ -9,10 +9,21 @@ HBONE pool, telemetry and admin endpoints) that, instead of an HBONE listener, s
 - Each port of the config is bound on the pod's address when a config names it and closed when none does.
   Connections on an HTTPS port are TLS-terminated: the client's server name (SNI) picks the listener
   (:class:`~ambit.waypoint.ingress_routing.IngressRouter`) and, among that listener's certificates, the first
-  whose names cover it. Each connection then carries HTTP/1.1 through the waypoint's request path
-  (:func:`~ambit.waypoint.http1_proxy.serve_http1`): every request routed by the picked listener's virtual hosts,
-  balanced per request, sent over HBONE (mutual TLS with the gateway's certificate, so the server sees the
-  gateway's identity as the peer), measured with ``reporter="source"`` and logged.
+  whose names cover it; ALPN offers ``h2`` then ``http/1.1``. Each connection then carries HTTP/1.1
+  (:func:`~ambit.waypoint.http1_proxy.serve_http1`) or, when the client chose ``h2`` (or, on an HTTP port, opened
+  with the HTTP/2 preface: prior knowledge, read as a waypoint reads it), HTTP/2
+  (:func:`~ambit.waypoint.http2_proxy.serve_http2`) through the waypoint's request path: every request routed
+  by the picked listener's virtual hosts, balanced per request, sent over HBONE (mutual TLS with the gateway's
+  certificate, so the server sees the gateway's identity as the peer) as HTTP/1.1 (Envoy's default towards a
+  port not declared HTTP/2), measured with ``reporter="source"`` and logged.
+- Connections on a TLS (passthrough) or TCP port are routed whole (:mod:`ambit.waypoint.ingress_connections`):
+  the ClientHello's server name, read without terminating TLS, picks the virtual host of a TLS port; the bytes
+  are relayed to one endpoint of a weighted backend over HBONE. A connection nothing routes is closed; the
+  reasons are counted (``connection_refusals`` in the config dump).
+- Bounds: at most ``max_connections`` connections at once over all listeners, and ``max_connections_per_peer``
+  from one client address; more are accepted and closed at once (counted). A TLS handshake takes at most
+  :data:`HANDSHAKE_TIMEOUT`, a passthrough ClientHello ``sniff_timeout`` and 16 KiB; an idle connection lasts
+  ``idle_timeout``, a request head ``head_timeout`` once begun.
 - A new config (a route change, a rotated certificate) replaces the router and the TLS contexts at once: the next
   request and the next handshake use it, no restart, and connections already open keep what they negotiated.
   A certificate that does not load leaves its listener without that certificate (logged); the rest is served.
@@ -37,7 +48,9 @@ instead need a Role per gateway namespace, created by the control plane, and a c
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import functools
 import logging
 import socket
 import ssl
@@ -59,10 +72,16 @@ from ambit.tls.credentials import TlsCredential, read_pem_pair
 from ambit.waypoint.context import Tunnel
 from ambit.waypoint.decisions import Decision, RequestHead
 from ambit.waypoint.destinations import Endpoint, ServiceTarget, pick_ingress_endpoint
+from ambit.waypoint.errors import HelloRefusedError
 from ambit.waypoint.http1_proxy import serve_http1
+from ambit.waypoint.http1_upstream import http1_connector
+from ambit.waypoint.http2_proxy import serve_http2
+from ambit.waypoint.inbound import read_preface
+from ambit.waypoint.ingress_connections import Closed, find_connection_endpoint, plan_backend, read_hello
 from ambit.waypoint.ingress_routing import IngressRouter
 from ambit.waypoint.process import Waypoint
 from ambit.waypoint.settings import WaypointSettings
+from ambit.waypoint.tcp import relay_to
 from ambit.xds.client import Subscription
 from ambit.xds.client_session import ClientUpdate
 from ambit.xds.gateway import GATEWAY_CONFIG_TYPE_URL, decode_gateway_config
@@ -168,6 +187,11 @@ class IngressGateway(Waypoint):
         self._tls: dict[int, _PortTls] = {}
         self._started = False
         self.config_updates = 0
+        self.connection_refusals: collections.Counter[str] = collections.Counter()
+        """Connections closed before they were served (limits) or relayed (TLS and TCP ports), by reason (a
+        bounded set of words)."""
+        self._per_peer: collections.Counter[str] = collections.Counter()
+        """Connections being served per client address (``max_connections_per_peer``)."""
 
     def _pick(
         self,
@@ -280,20 +304,27 @@ class IngressGateway(Waypoint):
     async def _accept_port(self, listener: socket.socket, port: int) -> None:
         loop = asyncio.get_running_loop()
         limit = self.settings.limits.max_connections
+        per_peer = self.settings.limits.max_connections_per_peer
         while True:
             try:
-                sock, _ = await loop.sock_accept(listener)
+                sock, address = await loop.sock_accept(listener)
             except OSError as exc:
                 log.warning("accept on port %d failed: %s", port, exc)
                 await asyncio.sleep(0.1)
                 continue
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            peer = str(address[0])
             if len(self._connections) >= limit:
-                sock.close()
+                self._refuse(sock, "connection limit", peer, port, f"{limit} connections")
                 continue
-            task = loop.create_task(self._serve(sock, port), name=f"gateway connection :{port}")
+            if self._per_peer[peer] >= per_peer:
+                self._refuse(sock, "peer connection limit", peer, port, f"{per_peer} connections from {peer}")
+                continue
+            self._per_peer[peer] += 1
+            task = loop.create_task(self._serve(sock, port), name=f"gateway connection :{port} from {peer}")
             self._connections.add(task)
             task.add_done_callback(self._connections.discard)
+            task.add_done_callback(functools.partial(self._peer_gone, peer))
 
     async def _serve(self, sock: socket.socket, port: int) -> None:
         try:
@@ -304,8 +335,13 @@ class IngressGateway(Waypoint):
             return
         with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
             await asyncio.wait_for(self.startup.ready.wait(), self.settings.limits.startup_wait)
+        listeners = self.router.listeners_on(port)
+        if listeners and not listeners[0].protocol.carries_http:
+            await self._serve_connection(sock, port, listeners[0].protocol, f"{peer[0]}:{peer[1]}", local)
+            return
         stream: ByteStream
         listener_name = ""
+        h2 = False
         tls = self._tls.get(port)
         if tls is not None:
             if tls.default is None:
@@ -318,10 +354,15 @@ class IngressGateway(Waypoint):
                 sock.close()
                 return
             tls_object = writer.get_extra_info("ssl_object")
-            listener_name = tls.picked.pop(tls_object, "") if isinstance(tls_object, ssl.SSLObject) else ""
+            if isinstance(tls_object, ssl.SSLObject):
+                listener_name = tls.picked.pop(tls_object, "")
+                h2 = tls_object.selected_alpn_protocol() == "h2"
             stream = _TransportStream(reader, writer)
+            prefix = b""
         else:
             stream = SocketStream(sock)
+            prefix, spoken = await read_preface(stream, self.settings.limits.sniff_timeout)
+            h2 = spoken is AppProtocol.HTTP2
         target = ServiceTarget(self._listener_service(listener_name, port), port, AppProtocol.HTTP11)
         tunnel = Tunnel(
             target,
@@ -333,10 +374,65 @@ class IngressGateway(Waypoint):
             mtls=False,
         )
         try:
-            await serve_http1(self.context, tunnel, stream, b"")
+            if h2:
+                await serve_http2(self.context, tunnel, stream, prefix, http1_connector)
+            else:
+                await serve_http1(self.context, tunnel, stream, prefix)
         finally:
             with contextlib.suppress(Exception):
                 await stream.aclose()
+
+    async def _serve_connection(
+        self, sock: socket.socket, port: int, protocol: ListenerProtocol, peer: str, local: tuple[Any, ...]
+    ) -> None:
+        """A connection on a TLS passthrough or TCP port (:mod:`ambit.waypoint.ingress_connections`)."""
+        loop = asyncio.get_running_loop()
+        prefix, server_name = b"", ""
+        if protocol is ListenerProtocol.TLS:
+            try:
+                prefix, hello = await read_hello(lambda n: loop.sock_recv(sock, n), self.settings.limits.sniff_timeout)
+            except (HelloRefusedError, OSError) as exc:
+                self._refuse(sock, "hello", peer, port, str(exc))
+                return
+            server_name = hello.server_name or ""
+        planned = plan_backend(self.router, port, server_name, self.context.random())
+        if isinstance(planned, Closed):
+            self._refuse(sock, "no route", peer, port, planned.reason)
+            return
+        endpoint = find_connection_endpoint(self.context, planned)
+        if isinstance(endpoint, Closed):
+            self._refuse(sock, "no endpoint", peer, port, endpoint.reason)
+            return
+        listener = self.router.pick_listener(port, server_name)
+        service = self._listener_service(listener.name if listener else "", port)
+        app = AppProtocol.TLS if protocol is ListenerProtocol.TLS else AppProtocol.TCP
+        tunnel = Tunnel(
+            ServiceTarget(service, port, app),
+            f"{local[0]}:{local[1]}",
+            None,
+            peer,
+            None,
+            reporter=Reporter.SOURCE,
+            mtls=False,
+        )
+        stream = SocketStream(sock)
+        try:
+            await relay_to(self.context, tunnel, endpoint, stream, prefix)
+        finally:
+            with contextlib.suppress(Exception):
+                await stream.aclose()
+
+    def _peer_gone(self, peer: str, _: object) -> None:
+        left = self._per_peer[peer] - 1
+        if left > 0:
+            self._per_peer[peer] = left
+        else:
+            del self._per_peer[peer]
+
+    def _refuse(self, sock: socket.socket, reason: str, peer: str, port: int, detail: str) -> None:
+        self.connection_refusals[reason] += 1
+        log.debug("connection from %s on :%d closed (%s): %s", peer, port, reason, detail)
+        sock.close()
 
     def _listener_service(self, listener_name: str, port: int) -> Service:
         """What the request path sees as the addressed Service: the gateway's listener (the router reads the
@@ -354,6 +450,7 @@ class IngressGateway(Waypoint):
             "listeners": [_listener_dump(item) for item in config.listeners],
             "listening": self.listening_ports(),
             "updates": self.config_updates,
+            "connection_refusals": dict(sorted(self.connection_refusals.items())),
         }
         return dump
 
@@ -375,7 +472,10 @@ def _listener_dump(listener: IngressListener) -> dict[str, Any]:
         "protocol": listener.protocol.value,
         "hostname": listener.hostname,
         "certificates": len(listener.certificates),
-        "virtualHosts": [{"hostname": v.hostname, "routes": [r.route for r in v.http]} for v in listener.virtual_hosts],
+        "virtualHosts": [
+            {"hostname": v.hostname, "routes": [r.route for r in v.http], "tcpBackends": len(v.tcp_backends)}
+            for v in listener.virtual_hosts
+        ],
     }
 
 

@@ -20,13 +20,17 @@ Rules:
    backends, redirects; a request no rule matches is 404.
 4. :meth:`IngressRouter.decide` is a :data:`~ambit.waypoint.decisions.Router`: the destination it is given names
    the connection's port and, in its hostname, the listener picked at the handshake (empty for HTTP).
+5. A connection on a TLS (passthrough) or TCP port: :meth:`IngressRouter.find_connection_route` picks the listener
+   by the ClientHello's server name (empty for TCP, or a hello without one) as in rule 1, then the virtual host
+   that covers the name most specifically (``*`` covers a missing name too); it must have backends. Which backend
+   takes the connection is the weighted draw of :func:`~ambit.waypoint.destinations.choose_weighted`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ambit.model.ingress import GatewayConfig, IngressListener, ListenerProtocol, host_matches
+from ambit.model.ingress import GatewayConfig, IngressListener, ListenerProtocol, VirtualHost, host_matches
 from ambit.model.routes import BackendService, RouteTable
 from ambit.waypoint.decisions import Decision, RequestHead, Respond
 from ambit.waypoint.routing import route
@@ -88,6 +92,19 @@ class IngressRouter:
     def pick_listener(self, port: int, name: str) -> IngressListener | None:
         """Rule 1."""
         return _pick(self._ports.get(port, ()), name.lower().rstrip("."))
+
+    def find_connection_route(self, port: int, server_name: str) -> VirtualHost | None:
+        """Rule 5: the virtual host whose ``tcp_backends`` take a connection on ``port`` asking for
+        ``server_name`` (lower-case; empty for none), or None: no listener or route takes it."""
+        listener = self.pick_listener(port, server_name)
+        if listener is None or listener.protocol.carries_http:
+            return None
+        best: tuple[int, VirtualHost] | None = None
+        for candidate in listener.virtual_hosts:
+            score = host_matches(candidate.hostname, server_name)
+            if score and (best is None or score > best[0]):
+                best = (score, candidate)
+        return best[1] if best is not None and best[1].tcp_backends else None
 
     def decide(
         self, table: RouteTable | None, destination: BackendService, request: RequestHead, random: float

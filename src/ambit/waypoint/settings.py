@@ -39,6 +39,9 @@ class WaypointLimits:
     """HTTP/2 requests in flight on one downstream HTTP/2 connection (SETTINGS_MAX_CONCURRENT_STREAMS)."""
     max_requests_per_connection: int = 0
     """Requests served on one downstream connection before it is closed (0: no limit)."""
+    max_connections_per_peer: int = 256
+    """An ingress gateway's listeners: connections from one client address at once; more are accepted and closed,
+    so that one client's idle or slow connections cannot take every one of ``max_connections``."""
 
 
 @dataclass(frozen=True, slots=True)

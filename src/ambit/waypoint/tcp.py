@@ -163,6 +163,19 @@ async def serve_tcp(
     holds the bytes read meanwhile), or the CONNECT's responder for a port declared TCP: the endpoint is then
     reached first and the CONNECT answered 200 only once it is, 503 if it cannot be (as ztunnel answers)."""
     endpoint, planned = endpoint_for(ctx, tunnel)
+    await relay_to(ctx, tunnel, endpoint, downstream, prefix, planned)
+
+
+async def relay_to(
+    ctx: WaypointContext,
+    tunnel: Tunnel,
+    endpoint: Endpoint | None,
+    downstream: ByteStream | TunnelResponder,
+    prefix: bytes = b"",
+    planned: BackendPolicy | None = None,
+) -> None:
+    """:func:`serve_tcp` with the endpoint already chosen (None: there is none, the connection is refused) and the
+    DestinationRule plan it was chosen by (its connection limits apply), if any."""
     service = endpoint.service if endpoint is not None else None
     if service is None and isinstance(tunnel.target, ServiceTarget):
         service = tunnel.target.service

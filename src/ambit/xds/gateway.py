@@ -11,7 +11,8 @@ Rules:
 1. The resource name is the body's ``gateway`` (``namespace/name``); a resource whose name disagrees is refused.
 2. A listener has a name, a port 1..65535 and a known protocol; an HTTPS listener has at least one certificate,
    each with a non-empty chain and key (whether they load is the TLS layer's judgement, when the gateway builds
-   its contexts).
+   its contexts). HTTP rules belong to HTTP and HTTPS listeners, TCP backends to TLS and TCP listeners; a
+   listener with the other kind is refused.
 3. A virtual host's hostname is ``*``, a name, or ``*.`` and a name, without whitespace.
 4. Policies and RequestAuthentications are judged as a waypoint's (:mod:`ambit.xds.waypoint_policies`,
    :mod:`ambit.xds.requestauth`).
@@ -32,12 +33,18 @@ from ambit.xds.errors import XdsConversionError
 from ambit.xds.requestauth import RequestAuthReader, request_authentication_to_proto
 from ambit.xds.routes import _Reader as RouteReader
 from ambit.xds.routes import _rule as rule_to_proto
+from ambit.xds.routes import _weighted as weighted_to_proto
 from ambit.xds.waypoint_policies import waypoint_policy_from_proto, waypoint_policy_to_proto
 
 __all__ = ["GATEWAY_CONFIG_TYPE_URL", "decode_gateway_config", "gateway_config_to_proto", "pack_gateway_config"]
 
 GATEWAY_CONFIG_TYPE_URL = "type.googleapis.com/ambit.gateway.v1.GatewayConfig"
-_PROTOCOLS = {ListenerProtocol.HTTP: pb.HTTP, ListenerProtocol.HTTPS: pb.HTTPS}
+_PROTOCOLS = {
+    ListenerProtocol.HTTP: pb.HTTP,
+    ListenerProtocol.HTTPS: pb.HTTPS,
+    ListenerProtocol.TLS: pb.TLS,
+    ListenerProtocol.TCP: pb.TCP,
+}
 _PROTOCOL_NAMES = {v: k for k, v in _PROTOCOLS.items()}
 _HOSTNAME = re.compile(r"^(\*|(\*\.)?[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?)$")
 
@@ -53,7 +60,11 @@ def gateway_config_to_proto(config: GatewayConfig) -> pb.GatewayConfig:
                 hostname=item.hostname,
                 certificates=[pb.Certificate(cert_pem=c.cert_pem, key_pem=c.key_pem) for c in item.certificates],
                 virtual_hosts=[
-                    pb.VirtualHost(hostname=v.hostname, http=[rule_to_proto(r) for r in v.http])
+                    pb.VirtualHost(
+                        hostname=v.hostname,
+                        http=[rule_to_proto(r) for r in v.http],
+                        tcp_backends=[weighted_to_proto(b) for b in v.tcp_backends],
+                    )
                     for v in item.virtual_hosts
                 ],
             )
@@ -85,8 +96,14 @@ def _listener(reader: RouteReader, field: str, message: pb.Listener) -> IngressL
     for i, vhost in enumerate(message.virtual_hosts):
         if not _HOSTNAME.match(vhost.hostname):
             raise reader.fail(f"{field}.virtual_hosts[{i}].hostname", f"not a hostname: {vhost.hostname!r}")
-        rules = tuple(reader.rule(f"{field}.virtual_hosts[{i}].http[{j}]", r) for j, r in enumerate(vhost.http))
-        hosts.append(VirtualHost(vhost.hostname.lower(), rules))
+        where = f"{field}.virtual_hosts[{i}]"
+        rules = tuple(reader.rule(f"{where}.http[{j}]", r) for j, r in enumerate(vhost.http))
+        backends = tuple(reader.weighted(f"{where}.tcp_backends[{j}]", b) for j, b in enumerate(vhost.tcp_backends))
+        if rules and not protocol.carries_http:
+            raise reader.fail(f"{where}.http", f"a {protocol.value} listener takes no HTTP rules")
+        if backends and protocol.carries_http:
+            raise reader.fail(f"{where}.tcp_backends", f"an {protocol.value} listener takes no TCP backends")
+        hosts.append(VirtualHost(vhost.hostname.lower(), rules, backends))
     hostname = message.hostname.lower()
     if hostname and not _HOSTNAME.match(hostname):
         raise reader.fail(f"{field}.hostname", f"not a hostname: {hostname!r}")

@@ -2,7 +2,8 @@
 (a waypoint) or ``istio`` (an ingress gateway) gets a ServiceAccount, Deployment and Service, and a status saying
 whether it is ready.
 
-Theory of operation: informers over Gateways, GatewayClasses, HTTPRoutes (for ``attachedRoutes``), Secrets of type
+Theory of operation: informers over Gateways, GatewayClasses, HTTPRoutes, TLSRoutes and TCPRoutes (for
+``attachedRoutes``), Secrets of type
 ``kubernetes.io/tls`` (an ingress listener's certificates) and the Deployments, Services and ServiceAccounts
 labelled ``gateway.istio.io/managed`` with one of this controller's values; any
 change marks the controller dirty (as does a change to a Namespace, whose ``istio.io/rev`` label can choose
@@ -39,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ambit.controlplane.gateway.apply import Create, Leave, Patch, Refuse, plan_apply
-from ambit.controlplane.gateway.ingress_status import ingress_status, load_balancer_addresses
+from ambit.controlplane.gateway.ingress_status import ingress_attached_routes, ingress_status, load_balancer_addresses
 from ambit.controlplane.gateway.render import (
     CONTROLLER_LABEL,
     GATEWAY_CONTROLLER,
@@ -94,7 +95,15 @@ CLASSES = (
     (INGRESS_CLASS, GATEWAY_CONTROLLER, INGRESS_CLASS_DESCRIPTION),
 )
 OWNED_KINDS = (kinds.SERVICE_ACCOUNTS, kinds.DEPLOYMENTS, kinds.SERVICES)
-OPTIONAL_KINDS = (kinds.GATEWAYS, kinds.GATEWAY_CLASSES, kinds.HTTP_ROUTES, kinds.SECRETS, kinds.NAMESPACES)
+OPTIONAL_KINDS = (
+    kinds.GATEWAYS,
+    kinds.GATEWAY_CLASSES,
+    kinds.HTTP_ROUTES,
+    kinds.TLS_ROUTES,
+    kinds.TCP_ROUTES,
+    kinds.SECRETS,
+    kinds.NAMESPACES,
+)
 OWNED_SELECTOR = f"{MANAGED_LABEL} in ({CONTROLLER_LABEL},{GATEWAY_CONTROLLER_LABEL})"
 TLS_SECRETS = "type=kubernetes.io/tls"
 
@@ -322,8 +331,13 @@ class GatewayController:
         found = await self._deploy(gateway)
         if found is None:
             return False
-        attached = attached_routes(gateway, routes)
         if is_ingress(gateway):
+            by_kind = {
+                "HTTPRoute": routes,
+                "TLSRoute": self._items(kinds.TLS_ROUTES),
+                "TCPRoute": self._items(kinds.TCP_ROUTES),
+            }
+            attached = ingress_attached_routes(gateway, by_kind)
             namespace = str(gateway["metadata"]["namespace"])
             name = deployed_name(gateway)
             wanted = ingress_status(
@@ -335,6 +349,7 @@ class GatewayController:
                 attached=attached,
             )
         else:
+            attached = attached_routes(gateway, routes)
             wanted = gateway_status(gateway, found, domain=self.settings.template.domain, attached=attached)
         return await self._write_status(kinds.GATEWAYS, gateway, wanted, now)
 

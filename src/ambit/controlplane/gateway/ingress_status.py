@@ -16,8 +16,9 @@ Rules:
 3. ``status.addresses``: each load-balancer ingress, ``IPAddress`` for an ``ip``, ``Hostname`` for a
    ``hostname``; none while there is a problem.
 4. One listener status per judged listener: ``attachedRoutes`` as counted by the caller, ``supportedKinds`` (an
-   accepted listener's, by :mod:`.route_kinds` among the kinds the ingress serves: HTTPRoute only, as it routes
-   no GRPCRoute, TCPRoute or TLSRoute, so it claims none), and conditions ``Accepted``, ``Conflicted``,
+   accepted listener's, by :mod:`ambit.controlplane.translate.route_kinds` among the kinds the ingress serves:
+   HTTPRoute, TLSRoute on TLS passthrough and TCPRoute on TCP; it routes no GRPCRoute, so it claims none), and
+   conditions ``Accepted``, ``Conflicted``,
    ``ResolvedRefs`` from the judgement (False/``InvalidRouteKinds`` instead when ``allowedRoutes.kinds`` names a
    kind it does not support, as istiod overrides it) and ``Programmed`` True exactly when the listener is ready
    (else False/``Invalid``).
@@ -28,14 +29,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ambit.controlplane.gateway.route_kinds import INVALID_ROUTE_KINDS, supported_kinds
-from ambit.controlplane.gateway.status import MESSAGE_MAX, Deployed, condition, listeners_of
+from ambit.controlplane.gateway.status import MESSAGE_MAX, Deployed, attached_routes, condition, listeners_of
 from ambit.controlplane.translate.listeners import JudgedListener
+from ambit.controlplane.translate.route_kinds import INGRESS_ROUTE_KINDS, INVALID_ROUTE_KINDS, supported_kinds
 
-__all__ = ["INGRESS_ROUTE_KINDS", "ingress_status", "load_balancer_addresses"]
-
-INGRESS_ROUTE_KINDS = frozenset({"HTTPRoute"})
-"""The route kinds an ingress gateway serves (rule 4)."""
+__all__ = ["ingress_attached_routes", "ingress_status", "load_balancer_addresses"]
 
 
 def load_balancer_addresses(service: Mapping[str, Any] | None) -> tuple[dict[str, str], ...]:
@@ -52,6 +50,20 @@ def load_balancer_addresses(service: Mapping[str, Any] | None) -> tuple[dict[str
         elif isinstance(item.get("hostname"), str) and item["hostname"]:
             out.append({"type": "Hostname", "value": item["hostname"]})
     return tuple(out)
+
+
+def ingress_attached_routes(gateway: Mapping[str, Any], routes: Mapping[str, Sequence[Any]]) -> dict[str, int]:
+    """``attachedRoutes`` of each listener: the routes of each kind (``routes``: kind → objects) that name it, counted
+    only for the kinds the listener supports (rule 4), as :func:`~.status.attached_routes` counts them."""
+    counts = {kind: attached_routes(gateway, items) for kind, items in routes.items()}
+    out: dict[str, int] = {}
+    for listener in listeners_of(gateway):
+        name = listener.get("name")
+        if not isinstance(name, str):
+            continue
+        kinds, _ = supported_kinds(listener, INGRESS_ROUTE_KINDS)
+        out[name] = sum(counts.get(k["kind"], {}).get(name, 0) for k in kinds)
+    return out
 
 
 def ingress_status(

@@ -20,7 +20,8 @@ Rules:
    istiod, an address once reported stays while the Gateway is otherwise fine (a waypoint scaled to zero keeps
    its address), and goes when there is a problem.
 4. One listener status per listener with a string name: ``attachedRoutes`` as counted by the caller,
-   ``supportedKinds`` by its protocol as istiod lists them (:mod:`.route_kinds`: none for the HBONE listener), and
+   ``supportedKinds`` by its protocol as istiod lists them (:mod:`ambit.controlplane.translate.route_kinds`: none
+   for the HBONE listener), and
    conditions ``Accepted`` (False/``UnsupportedProtocol`` unless port 15008 protocol HBONE), ``Conflicted``
    False/``NoConflicts``, ``Programmed`` True and ``ResolvedRefs`` True, or False/``InvalidRouteKinds`` when its
    ``allowedRoutes.kinds`` names a kind it does not support.
@@ -36,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ambit.controlplane.gateway.render import service_hostname
-from ambit.controlplane.gateway.route_kinds import ALL_ROUTE_KINDS, INVALID_ROUTE_KINDS, supported_kinds
+from ambit.controlplane.translate.route_kinds import ALL_ROUTE_KINDS, INVALID_ROUTE_KINDS, supported_kinds
 
 __all__ = [
     "Deployed",

@@ -282,6 +282,7 @@ def translate_all(
         translate_waypoint_policy(obj, targets, root_namespace=root_namespace, skips=skips) for obj in policy_objects
     ]
     http_routes, reference_grants = list(http_routes), list(reference_grants)
+    tcp_routes, tls_routes = list(tcp_routes), list(tls_routes)
     routes = translate_routes(
         http_routes=http_routes,
         grpc_routes=grpc_routes,
@@ -314,6 +315,8 @@ def translate_all(
     ingress = translate_ingress(
         gateways=gateway_list,
         http_routes=http_routes,
+        tls_routes=tls_routes,
+        tcp_routes=tcp_routes,
         k8s_services=k8s_services,
         find_secret=lambda namespace, name: secret_table.get((namespace, name)),
         reference_grants=reference_grants,

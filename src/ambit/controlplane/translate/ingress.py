@@ -1,11 +1,11 @@
-"""Ingress Gateways (class ``istio``) and their HTTPRoutes → each gateway's
+"""Ingress Gateways (class ``istio``) and their HTTPRoutes, TLSRoutes and TCPRoutes → each gateway's
 :class:`~ambit.model.ingress.GatewayConfig`, who may read it, and the routes' parent status (spec §1.5, §10.3).
 
 Theory of operation: :func:`translate_ingress` judges each ingress Gateway's listeners with the same judgement
 its status is written from (:func:`ambit.controlplane.translate.listeners.judge_listeners`), so a listener is served
-exactly when it is Programmed. Each HTTPRoute is converted once (:func:`~ambit.controlplane.translate.routerules.
-convert_route`), and each of its ``parentRefs`` that names an ingress Gateway attaches it to that Gateway's
-listeners. Pure: no I/O, deterministic output.
+exactly when it is Programmed. Each route is converted once (:func:`~ambit.controlplane.translate.routerules.
+convert_route`, as for waypoints), and each of its ``parentRefs`` that names an ingress Gateway attaches it to that
+Gateway's listeners. Pure: no I/O, deterministic output.
 
 Rules:
 
@@ -13,21 +13,26 @@ Rules:
    ingress Gateway (namespace defaults to the route's). Other parents are left to others (waypoints:
    :mod:`ambit.controlplane.translate.routes`).
 2. A listener takes the route when the parentRef's ``sectionName`` and ``port``, when given, are the listener's,
-   the listener is ready, and its ``allowedRoutes.namespaces`` admits the route's namespace (``Same``, the
-   default; ``All``; ``Selector`` on the namespace's labels).
+   the listener is ready, its ``supportedKinds`` (:mod:`ambit.controlplane.translate.route_kinds`, among the kinds
+   an ingress serves: HTTPRoute on HTTP and HTTPS, TLSRoute on TLS passthrough, TCPRoute on TCP) hold the route's
+   kind, and its ``allowedRoutes.namespaces`` admits the route's namespace (``Same``, the default; ``All``;
+   ``Selector`` on the namespace's labels).
 3. Hostnames: a route without ``hostnames`` serves the listener's hostname (``*`` for none). Otherwise each of its
    hostnames that the listener's hostname covers is served as written, and where a route's wildcard covers the
    listener's hostname, the listener's hostname is served. A route none of whose hostnames meets the listener's is
-   not attached there.
+   not attached there. A TLSRoute's hostnames are matched against the ClientHello's server name the same way; a
+   TCPRoute has none and serves ``*``.
 4. The parent's ``Accepted``: True when at least one listener took the route; else False with
    ``NoMatchingParent`` (no listener of that sectionName/port), ``NotAllowedByListeners`` (namespaces not
-   admitted, or no such listener is served), or ``NoMatchingListenerHostname``. ``ResolvedRefs`` as for waypoint
-   routes: True unless the conversion found problems.
+   admitted, the route's kind not supported, or no such listener is served), or ``NoMatchingListenerHostname``.
+   ``ResolvedRefs`` as for waypoint routes: True unless the conversion found problems.
 5. Backends: a core ``Service`` that exists, in the route's namespace or in one whose ReferenceGrant lets
-   HTTPRoutes of the route's namespace refer to it (``to`` kind ``Service``, the name when given); otherwise
+   routes of the route's kind and namespace refer to it (``to`` kind ``Service``, the name when given); otherwise
    ``RefNotPermitted`` (the share answers 500).
 6. A virtual host holds the entries of every route attached there, sorted by Gateway API precedence; virtual
-   hosts are ordered most specific first (exact names, then longer wildcards, then ``*``).
+   hosts are ordered most specific first (exact names, then longer wildcards, then ``*``). On a TLS or TCP
+   listener, a connection cannot be split between routes: the virtual host takes the backends of the oldest
+   attached route (then ``namespace/name``), as Gateway API resolves conflicting TLSRoutes and TCPRoutes.
 7. The gateway's service account (the only identity that may read its config, certificates included) is the
    Gateway's ``gateway.istio.io/service-account`` annotation, else ``<name>-istio``, as the deployment controller
    names it.
@@ -46,6 +51,7 @@ from ambit.controlplane.translate.listeners import (
     deployed_name,
     judge_listeners,
 )
+from ambit.controlplane.translate.route_kinds import INGRESS_ROUTE_KINDS, supported_kinds
 from ambit.controlplane.translate.routerules import (
     BACKEND_NOT_FOUND,
     GATEWAY_GROUP,
@@ -77,6 +83,7 @@ __all__ = ["IngressTranslation", "merge_route_status", "translate_ingress"]
 
 Obj = Mapping[str, Any]
 _PARENT_KEYS = ("group", "kind", "namespace", "name", "sectionName", "port")
+_CONNECTION_KINDS = frozenset({"TLSRoute", "TCPRoute"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,8 +150,9 @@ def served_hostnames(listener_host: str, route_hosts: tuple[str, ...]) -> tuple[
     return tuple(dict.fromkeys(h for h in served if h is not None))
 
 
-def _granted(grants: Iterable[Obj], route_ns: str, target_ns: str, name: str) -> bool:
-    """Rule 5: a ReferenceGrant in ``target_ns`` lets HTTPRoutes of ``route_ns`` refer to Service ``name``."""
+def _granted(grants: Iterable[Obj], route_kind: str, route_ns: str, target_ns: str, name: str) -> bool:
+    """Rule 5: a ReferenceGrant in ``target_ns`` lets ``route_kind`` routes of ``route_ns`` refer to Service
+    ``name``."""
     for grant in grants:
         if _text(_mapping(grant.get("metadata")).get("namespace")) != target_ns:
             continue
@@ -153,7 +161,7 @@ def _granted(grants: Iterable[Obj], route_ns: str, target_ns: str, name: str) ->
         if not any(
             isinstance(f, Mapping)
             and f.get("group") == GATEWAY_GROUP
-            and f.get("kind") == "HTTPRoute"
+            and f.get("kind") == route_kind
             and f.get("namespace") == route_ns
             for f in (froms if isinstance(froms, list) else ())
         ):
@@ -176,7 +184,7 @@ def _lookup_for(
         if group not in ("", "core") or kind != "Service":
             return INVALID_KIND
         target = namespace or route_ns
-        if target != route_ns and not _granted(grants, route_ns, target, name):
+        if target != route_ns and not _granted(grants, route_kind, route_ns, target, name):
             return REF_NOT_PERMITTED
         service = services.get((target, name))
         if service is None:
@@ -202,12 +210,16 @@ class _Gateway:
     """Listener name → its spec."""
     hosts: dict[tuple[str, str], list[RouteEntry]]
     """(listener name, hostname) → attached entries."""
+    connections: dict[tuple[str, str], list[ConvertedRoute]]
+    """(listener name, hostname) → attached TLSRoutes and TCPRoutes."""
 
 
 def translate_ingress(
     *,
     gateways: Iterable[Obj],
     http_routes: Iterable[Obj],
+    tls_routes: Iterable[Obj] = (),
+    tcp_routes: Iterable[Obj] = (),
     k8s_services: Iterable[Service],
     find_secret: SecretLookup,
     namespace_labels: Mapping[str, Mapping[str, str]],
@@ -228,10 +240,15 @@ def translate_ingress(
             if isinstance(item, Mapping)
         }
         judged = judge_listeners(gateway, find_secret)
-        found[_key(gateway)] = _Gateway(gateway, _text(meta.get("namespace")), judged, raw, {})
+        found[_key(gateway)] = _Gateway(gateway, _text(meta.get("namespace")), judged, raw, {}, {})
     services = {(s.namespace, s.name): s for s in k8s_services}
     statuses: list[RouteStatus] = []
-    for obj in http_routes:
+    routes = [
+        *(("HTTPRoute", o) for o in http_routes),
+        *(("TLSRoute", o) for o in tls_routes),
+        *(("TCPRoute", o) for o in tcp_routes),
+    ]
+    for kind_of_route, obj in routes:
         meta = _mapping(obj.get("metadata"))
         route_ns = _text(meta.get("namespace"))
         parents: dict[tuple[tuple[str, Any], ...], RouteParentStatus] = {}
@@ -249,18 +266,18 @@ def translate_ingress(
             if wire in parents:
                 continue
             if route is None:
-                route = convert_route("HTTPRoute", obj, _lookup_for(route_ns, services, grants))
+                route = convert_route(kind_of_route, obj, _lookup_for(route_ns, services, grants))
             accepted = _attach(target, ref, route, route_ns, namespace_labels)
             parents[wire] = RouteParentStatus(wire, (accepted, _resolved_refs(route)))
         if parents:
             generation = meta.get("generation")
             observed = generation if isinstance(generation, int) and not isinstance(generation, bool) else 0
             statuses.append(
-                RouteStatus("HTTPRoute", route_ns, _text(meta.get("name")), observed, tuple(parents.values()))
+                RouteStatus(kind_of_route, route_ns, _text(meta.get("name")), observed, tuple(parents.values()))
             )
     configs = tuple(_config(key, gw) for key, gw in sorted(found.items()))
     accounts = tuple((key, _account(gw.obj)) for key, gw in sorted(found.items()))
-    return IngressTranslation(configs, accounts, tuple(sorted(statuses, key=lambda s: s.key)))
+    return IngressTranslation(configs, accounts, tuple(sorted(statuses, key=lambda s: (s.kind, s.key))))
 
 
 def _attach(
@@ -279,20 +296,37 @@ def _attach(
     admitted = [
         j
         for j in candidates
-        if j.ready and _admits(gateway.raw.get(j.name, {}), gateway.namespace, route_ns, namespace_labels)
+        if j.ready
+        and _kind_supported(gateway.raw.get(j.name, {}), route.kind)
+        and _admits(gateway.raw.get(j.name, {}), gateway.namespace, route_ns, namespace_labels)
     ]
     if not admitted:
-        message = f'HTTPRoute in namespace "{route_ns}" is not allowed by the listeners of {_key(gateway.obj)}'
+        message = f'{route.kind} in namespace "{route_ns}" is not allowed by the listeners of {_key(gateway.obj)}'
         return RouteCondition("Accepted", False, "NotAllowedByListeners", message)
     attached = False
     for listener in admitted:
-        for host in served_hostnames(listener.hostname, tuple(route.hostnames)):
-            gateway.hosts.setdefault((listener.name, host), []).extend(route.http)
+        hostnames = () if route.kind == "TCPRoute" else tuple(route.hostnames)
+        listener_host = "" if route.kind == "TCPRoute" else listener.hostname
+        for host in served_hostnames(listener_host, hostnames):
+            if route.kind in _CONNECTION_KINDS:
+                gateway.connections.setdefault((listener.name, host), []).append(route)
+            else:
+                gateway.hosts.setdefault((listener.name, host), []).extend(route.http)
             attached = True
     if not attached:
         message = "no hostname of the route matches a listener's hostname"
         return RouteCondition("Accepted", False, "NoMatchingListenerHostname", message)
     return RouteCondition("Accepted", True, "Accepted", "Route was valid")
+
+
+def _kind_supported(listener: Obj, kind: str) -> bool:
+    """Rule 2: ``kind`` is among the listener's ``supportedKinds``."""
+    kinds, _ = supported_kinds(listener, INGRESS_ROUTE_KINDS)
+    return any(item["kind"] == kind for item in kinds)
+
+
+def _oldest(routes: list[ConvertedRoute]) -> ConvertedRoute:
+    return min(routes, key=lambda r: (r.created, r.key))
 
 
 def _specificity(hostname: str) -> tuple[int, str]:
@@ -308,16 +342,26 @@ def _config(key: str, gateway: _Gateway) -> GatewayConfig:
     for judged in gateway.judged:
         if not judged.ready:
             continue
-        hosts = sorted((h for (name, h) in gateway.hosts if name == judged.name), key=_specificity)
-        virtual_hosts = tuple(
-            VirtualHost(host, tuple(e.rule for e in sorted(gateway.hosts[(judged.name, host)], key=lambda e: e.key)))
-            for host in hosts
-        )
+        protocol = ListenerProtocol(judged.protocol)
+        if protocol.carries_http:
+            hosts = sorted((h for (name, h) in gateway.hosts if name == judged.name), key=_specificity)
+            virtual_hosts = tuple(
+                VirtualHost(
+                    host, tuple(e.rule for e in sorted(gateway.hosts[(judged.name, host)], key=lambda e: e.key))
+                )
+                for host in hosts
+            )
+        else:
+            hosts = sorted((h for (name, h) in gateway.connections if name == judged.name), key=_specificity)
+            virtual_hosts = tuple(
+                VirtualHost(host, tcp_backends=_oldest(gateway.connections[(judged.name, host)]).tcp_backends)
+                for host in hosts
+            )
         listeners.append(
             IngressListener(
                 judged.name,
                 judged.port,
-                ListenerProtocol(judged.protocol),
+                protocol,
                 judged.hostname,
                 tuple(IngressCertificate(c.cert_pem, c.key_pem) for c in judged.credentials),
                 virtual_hosts,

@@ -9,16 +9,20 @@ Programmed.
 
 Rules:
 
-1. Protocols served: ``HTTP``, and ``HTTPS`` with ``tls.mode`` ``Terminate`` (the default). Any other protocol or
-   TLS mode is not accepted (``UnsupportedProtocol``). The port is an integer 1-65535.
+1. Protocols served: ``HTTP``; ``HTTPS`` with ``tls.mode`` ``Terminate`` (the default); ``TLS`` with ``tls.mode``
+   ``Passthrough`` (no certificates: the backend terminates); ``TCP``. Any other protocol or TLS mode is not
+   accepted (``UnsupportedProtocol``; a TLS listener in mode ``Terminate`` ``UnsupportedValue``, as Gateway API's
+   conformance suite expects of an implementation without TLSRoute termination). The port is an integer 1-65535.
 2. An HTTPS listener needs at least one ``certificateRef``. Each is a core ``Secret`` (group ``""``, kind
    ``Secret``, the defaults) in the Gateway's namespace (a cross-namespace reference is ``RefNotPermitted``:
    ReferenceGrants are not read for certificates), which exists and holds a valid ``kubernetes.io/tls``
    credential (:func:`ambit.tls.credentials.read_tls_secret`); the first that is not is ``InvalidCertificateRef``
    with what is wrong, and the listener is not ready.
 3. Listeners on one port must agree on the protocol (else every one of them is ``Conflicted``
-   ``ProtocolConflict``), and must differ in hostname (a later one with the same hostname is ``Conflicted``
-   ``HostnameConflict``). A conflicted listener is not ready.
+   ``ProtocolConflict``; TLS listeners of both modes on one port, a mix not supported, are moreover not
+   ``Accepted``, reason ``ProtocolConflict``, as Gateway API's conformance suite expects), and must differ in
+   hostname (a later one with the same hostname is ``Conflicted`` ``HostnameConflict``). A conflicted listener is
+   not ready.
 4. ``hostname`` is kept lower-case; absent or empty means any host.
 """
 
@@ -38,7 +42,7 @@ INGRESS_CLASS = "istio"
 
 SecretLookup = Callable[[str, str], Mapping[str, Any] | None]
 """``(namespace, name)`` → the Secret, or None."""
-SERVED_PROTOCOLS = ("HTTP", "HTTPS")
+SERVED_PROTOCOLS = ("HTTP", "HTTPS", "TLS", "TCP")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +56,8 @@ class JudgedListener:
     """(status, reason, message) of the listener's ``Accepted`` condition."""
     resolved: tuple[bool, str, str] = (True, "ResolvedRefs", "No errors found")
     conflicted: tuple[bool, str, str] = (False, "NoConflicts", "No errors found")
+    tls_mode: str = ""
+    """A TLS listener's ``tls.mode`` as written (empty: the default, Terminate)."""
 
     @property
     def ready(self) -> bool:
@@ -113,11 +119,16 @@ def _judge(listener: Mapping[str, Any], namespace: str, find_secret: SecretLooku
     hostname = _text(listener.get("hostname")).lower()
     judged = JudgedListener(name, port, protocol, hostname)
     if protocol not in SERVED_PROTOCOLS or port == 0:
-        message = f'protocol "{protocol}" is not supported: ingress listeners serve HTTP and HTTPS'
+        message = f'protocol "{protocol}" is not supported: ingress listeners serve HTTP, HTTPS, TLS and TCP'
         return JudgedListener(name, port, protocol, hostname, accepted=(False, "UnsupportedProtocol", message))
+    tls = listener.get("tls")
+    mode = _text(tls.get("mode")) if isinstance(tls, Mapping) else ""
+    if protocol == "TLS":
+        judged = dataclasses.replace(judged, tls_mode=mode or "Terminate")
+    if protocol == "TLS" and mode != "Passthrough":
+        message = f'TLS mode "{mode or "Terminate"}" is not supported on TLS: only Passthrough'
+        return dataclasses.replace(judged, accepted=(False, "UnsupportedValue", message))
     if protocol == "HTTPS":
-        tls = listener.get("tls")
-        mode = _text(tls.get("mode")) if isinstance(tls, Mapping) else ""
         if mode not in ("", "Terminate"):
             message = f'TLS mode "{mode}" is not supported on HTTPS: only Terminate'
             return JudgedListener(name, port, protocol, hostname, accepted=(False, "UnsupportedProtocol", message))
@@ -138,12 +149,19 @@ def judge_listeners(gateway: Mapping[str, Any], find_secret: SecretLookup) -> tu
         if isinstance(item, Mapping) and (j := _judge(item, namespace, find_secret)) is not None
     ]
     protocols: dict[int, set[str]] = {}
+    modes: dict[int, set[str]] = {}
     for item in judged:
         protocols.setdefault(item.port, set()).add(item.protocol)
+        if item.tls_mode:
+            modes.setdefault(item.port, set()).add(item.tls_mode)
     seen: set[tuple[int, str]] = set()
     out: list[JudgedListener] = []
     for item in judged:
-        if len(protocols[item.port]) > 1:
+        if item.tls_mode and len(modes[item.port]) > 1:
+            message = f"port {item.port} has TLS listeners in both Terminate and Passthrough mode"
+            conflict = (True, "ProtocolConflict", message)
+            out.append(dataclasses.replace(item, accepted=(False, "ProtocolConflict", message), conflicted=conflict))
+        elif len(protocols[item.port]) > 1:
             message = f"port {item.port} is used by listeners of different protocols"
             out.append(dataclasses.replace(item, conflicted=(True, "ProtocolConflict", message)))
         elif (item.port, item.hostname) in seen:

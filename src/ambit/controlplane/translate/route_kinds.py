@@ -21,11 +21,14 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
-__all__ = ["ALL_ROUTE_KINDS", "INVALID_ROUTE_KINDS", "supported_kinds"]
+__all__ = ["ALL_ROUTE_KINDS", "INGRESS_ROUTE_KINDS", "INVALID_ROUTE_KINDS", "supported_kinds"]
 
 GATEWAY_GROUP = "gateway.networking.k8s.io"
 HTTP_ROUTE, GRPC_ROUTE, TCP_ROUTE, TLS_ROUTE = "HTTPRoute", "GRPCRoute", "TCPRoute", "TLSRoute"
 ALL_ROUTE_KINDS = frozenset({HTTP_ROUTE, GRPC_ROUTE, TCP_ROUTE, TLS_ROUTE})
+INGRESS_ROUTE_KINDS = frozenset({HTTP_ROUTE, TCP_ROUTE, TLS_ROUTE})
+"""The kinds an ingress gateway (class ``istio``) routes: HTTPRoute on HTTP and HTTPS listeners, TLSRoute on TLS
+passthrough listeners, TCPRoute on TCP listeners."""
 INVALID_ROUTE_KINDS = (False, "InvalidRouteKinds", "Invalid route kinds")
 """The listener's ``ResolvedRefs`` (status, reason, message) when rule 3 finds an unsupported kind."""
 

@@ -1,0 +1,91 @@
+"""Connections on the ingress gateway's TLS (passthrough) and TCP listeners: routed whole, relayed as bytes.
+
+Theory of operation: a TLS passthrough listener never terminates TLS. It reads the client's ClientHello
+(:func:`read_hello`, sans-IO parsing by :func:`ambit.tls.clienthello.read_client_hello`) only to learn the server
+name, picks the virtual host with it (:meth:`~ambit.waypoint.ingress_routing.IngressRouter.find_connection_route`),
+and relays the connection, ClientHello included, to one endpoint of the chosen backend over HBONE, where the
+backend terminates TLS. A TCP listener does the same without reading anything first.
+
+Rules:
+
+1. A TLS listener reads at most ``limit`` bytes (16 KiB, :data:`~ambit.tls.clienthello.HELLO_LIMIT`), for at most
+   ``timeout`` seconds, in reads no larger than what is still allowed, until they hold a whole ClientHello. A
+   malformed or oversized hello, silence, or a close before it is complete: :class:`HelloRefusedError`, the
+   connection is closed and nothing is relayed.
+2. :func:`plan_backend` (pure) picks the backend: the virtual host the server name selects (empty for TCP, or a
+   hello without a name), then one of its backends by weight. No virtual host, all weights 0, or a backend that
+   did not resolve: :class:`Closed`, with the reason.
+3. The backend's endpoint is chosen as an HTTP request's would be (the gateway's pick: a Service with
+   ``istio.io/ingress-use-waypoint`` is reached through its waypoint); a Service the gateway does not know, or
+   without endpoints, closes the connection.
+4. The gateway's policies are checked once per connection, then the bytes read (the ClientHello) go first and both
+   directions are relayed (:func:`ambit.waypoint.tcp.relay_to`: ``istio_tcp_*`` metrics with reporter="source",
+   one access-log line, idle timeout).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from ambit.model.routes import BackendService
+from ambit.tls.clienthello import HELLO_LIMIT, ClientHello, ClientHelloError, read_client_hello
+from ambit.waypoint.context import WaypointContext
+from ambit.waypoint.destinations import Endpoint, choose_weighted, find_backend_service
+from ambit.waypoint.errors import HelloRefusedError
+from ambit.waypoint.ingress_routing import IngressRouter
+
+__all__ = ["Closed", "find_connection_endpoint", "plan_backend", "read_hello"]
+
+
+@dataclass(frozen=True, slots=True)
+class Closed:
+    """The connection is closed without being relayed (rule 2)."""
+
+    reason: str
+
+
+async def read_hello(
+    recv: Callable[[int], Awaitable[bytes]],
+    timeout: float,  # noqa: ASYNC109 - rule 1's bound, part of what a refused hello reports
+    limit: int = HELLO_LIMIT,
+) -> tuple[bytes, ClientHello]:
+    """Rule 1: the bytes read and the ClientHello they begin with. ``recv(n)`` reads at most ``n`` bytes."""
+    data = b""
+    try:
+        async with asyncio.timeout(timeout):
+            while True:
+                chunk = await recv(max(1, limit - len(data)))
+                if not chunk:
+                    raise HelloRefusedError("the client closed before its ClientHello was complete")
+                data += chunk
+                hello = read_client_hello(data, limit=limit)
+                if hello is not None:
+                    return data, hello
+    except ClientHelloError as exc:
+        raise HelloRefusedError(exc.reason) from None
+    except TimeoutError:
+        raise HelloRefusedError(f"no whole ClientHello within {timeout:g}s") from None
+
+
+def plan_backend(router: IngressRouter, port: int, server_name: str, random: float) -> BackendService | Closed:
+    """Rule 2, with ``random`` in [0, 1) for the weighted draw."""
+    route = router.find_connection_route(port, server_name)
+    if route is None:
+        return Closed(f"no route for server name {server_name!r}" if server_name else "no route")
+    chosen = choose_weighted(route.tcp_backends, random)
+    if chosen is None:
+        return Closed("every backend has weight 0")
+    if chosen.backend is None:
+        return Closed("the chosen backend did not resolve")
+    return chosen.backend
+
+
+def find_connection_endpoint(ctx: WaypointContext, backend: BackendService) -> Endpoint | Closed:
+    """Rule 3."""
+    service = find_backend_service(ctx.state, backend)
+    if service is None:
+        return Closed(f"unknown backend {backend.hostname}")
+    endpoint = ctx.pick(ctx.state, service, backend.port, ctx.choose)
+    return endpoint if endpoint is not None else Closed(f"no healthy endpoint of {backend.hostname}")

@@ -1,0 +1,269 @@
+"""A rig for the ingress gateway's TLS passthrough, TCP and HTTP/2 listeners on loopback, real sockets throughout.
+
+The mesh: one workload, 127.0.0.2, behind an HBONE server (what its node proxy's inbound does) that relays each
+CONNECT to a local server chosen by the CONNECT's target port. Services ``one`` and ``two`` (port 443) are TLS
+servers terminating with a certificate for ``*.example.com`` from :data:`EDGE_CA` and answering their own name;
+``tcp`` (port 9000) echoes bytes; ``web`` (port 80) is an HTTP/1.1 server answering the path and host as JSON.
+The gateway listens on 127.0.0.1 with a :class:`GatewayConfig` applied as its xDS client would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import socket
+import ssl
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiohttp import web
+from tests.integration.waypoint_rig import free_port
+
+from ambit.hbone.headers import parse_authority
+from ambit.identity.localca import LocalCa
+from ambit.model.identity import SpiffeId
+from ambit.model.ingress import GatewayConfig
+from ambit.model.localconfig import LocalConfig, render_local_config
+from ambit.model.routes import BackendService
+from ambit.model.workload import AppProtocol, NetworkAddress, PortMapping, Service, TunnelProtocol, Workload
+from ambit.proxy.hbone_server import HboneServer, InboundRequest, TunnelResponder
+from ambit.proxy.sockets import HostSocketFactory, connect
+from ambit.proxy.streams import SocketStream
+from ambit.tls.certs import issue_server_cert, new_ca
+from ambit.waypoint.ingress import IngressGateway
+from ambit.waypoint.settings import WaypointLimits, WaypointSettings
+from ambit.waypoint.tcp import relay
+
+TD = "cluster.local"
+GATEWAY_ID = SpiffeId(TD, "edge", "edge-istio")
+EDGE_CA = new_ca("passthrough test CA", now=time.time())
+BACKEND_CERT = issue_server_cert(
+    EDGE_CA, common_name="example.com", dns_names=["*.example.com"], ip_addresses=[], now=time.time()
+)
+FACTORY = HostSocketFactory(mark=None)
+TARGET_PORTS = {"one": 8441, "two": 8442, "tcp": 9001, "web": 8080}
+SERVICE_PORTS = {"one": 443, "two": 443, "tcp": 9000, "web": 80}
+
+
+def backend(name: str) -> BackendService:
+    return BackendService("app", f"{name}.app.svc.cluster.local", SERVICE_PORTS[name])
+
+
+def mesh() -> LocalConfig:
+    return LocalConfig(
+        workloads=(
+            Workload(
+                uid="Kubernetes//Pod/app/multi-1",
+                name="multi-1",
+                namespace="app",
+                addresses=(ipaddress.ip_address("127.0.0.2"),),
+                tunnel_protocol=TunnelProtocol.HBONE,
+                service_account="multi",
+                services={
+                    f"app/{name}.app.svc.cluster.local": (PortMapping(SERVICE_PORTS[name], target),)
+                    for name, target in TARGET_PORTS.items()
+                },
+            ),
+        ),
+        services=tuple(
+            Service(
+                name=name,
+                namespace="app",
+                hostname=f"{name}.app.svc.cluster.local",
+                vips=(NetworkAddress("", ipaddress.ip_address(f"198.18.2.{i + 1}")),),
+                ports=(PortMapping(SERVICE_PORTS[name], target, AppProtocol.UNKNOWN),),
+            )
+            for i, (name, target) in enumerate(TARGET_PORTS.items())
+        ),
+    )
+
+
+@dataclass
+class MeshEndpoint:
+    """The HBONE side of the workload: CONNECT ``127.0.0.2:<target port>`` → the local server of that role."""
+
+    hbone_port: int
+    local_ports: dict[int, int]
+    peers: list[SpiffeId] = field(default_factory=list)
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+
+    async def start(self, ca: LocalCa) -> None:
+        self.cert = await ca.fetch_certificate(SpiffeId(TD, "app", "multi"))
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.2", self.hbone_port))
+        self.listener.listen(64)
+        self.listener.setblocking(False)
+        self.accepting = asyncio.create_task(self._accept())
+
+    async def _accept(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            sock, _ = await loop.sock_accept(self.listener)
+            task = asyncio.create_task(
+                HboneServer.serve(sock, self._certificate, trust_domain=TD, handler=self._handle)
+            )
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+    async def _certificate(self) -> object:
+        return self.cert
+
+    async def _handle(self, request: InboundRequest, responder: TunnelResponder) -> None:
+        self.peers.append(request.peer_identity)
+        host, port = parse_authority(request.authority)
+        local = self.local_ports.get(port)
+        if host != "127.0.0.2" or local is None:
+            responder.reject(400)
+            return
+        upstream = SocketStream(await connect(FACTORY, ("127.0.0.1", local)))
+        await relay(responder.accept(), upstream, 30.0)
+        with contextlib.suppress(Exception):
+            await upstream.aclose()
+
+    async def aclose(self) -> None:
+        self.accepting.cancel()
+        await asyncio.gather(self.accepting, return_exceptions=True)
+        self.listener.close()
+        for task in list(self.tasks):
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+async def _tls_backend(name: str) -> asyncio.Server:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(*_pem_files())
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(Exception):
+            line = await reader.readline()
+            writer.write(f"{name} {line.decode().strip()}\n".encode())
+            await writer.drain()
+        writer.close()
+
+    return await asyncio.start_server(answer, "127.0.0.1", 0, ssl=context)
+
+
+_PEM: list[str] = []
+
+
+def _pem_files() -> tuple[str, str]:
+    """The backend's certificate and key as files (ssl loads chains from paths), written once per process."""
+    if not _PEM:
+        import tempfile
+
+        folder = Path(tempfile.mkdtemp(prefix="ambit-passthrough-"))
+        (folder / "cert.pem").write_bytes(BACKEND_CERT.cert_pem)
+        (folder / "key.pem").write_bytes(BACKEND_CERT.key_pem)
+        _PEM.extend([str(folder / "cert.pem"), str(folder / "key.pem")])
+    return _PEM[0], _PEM[1]
+
+
+async def _echo_backend() -> asyncio.Server:
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(Exception):
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        writer.close()
+
+    return await asyncio.start_server(echo, "127.0.0.1", 0)
+
+
+async def _web_backend() -> tuple[web.AppRunner, int]:
+    async def answer(request: web.Request) -> web.Response:
+        return web.json_response({"path": request.path, "host": request.headers.get("host", "")})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", answer)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner, port
+
+
+@dataclass
+class IngressRig:
+    proc: IngressGateway
+    endpoint: MeshEndpoint
+
+    def port(self, listener: str) -> int:
+        return next(item.port for item in self.proc.router.config.listeners if item.name == listener)
+
+
+@dataclass
+class MeshBackends:
+    """The mesh side: the workload's HBONE endpoint and its servers, the state file and the CA directory the
+    gateway is to use."""
+
+    endpoint: MeshEndpoint
+    state: Path
+    ca_dir: Path
+
+
+@contextlib.asynccontextmanager
+async def mesh_backends(tmp_path: Path) -> AsyncIterator[MeshBackends]:
+    ca = LocalCa(tmp_path / "ca", trust_domain=TD)
+    state = tmp_path / "mesh.yaml"
+    state.write_text(render_local_config(mesh()), encoding="utf-8")
+    servers = {"one": await _tls_backend("one"), "two": await _tls_backend("two"), "tcp": await _echo_backend()}
+    runner, web_port = await _web_backend()
+    local = {TARGET_PORTS[n]: s.sockets[0].getsockname()[1] for n, s in servers.items()}
+    local[TARGET_PORTS["web"]] = web_port
+    endpoint = MeshEndpoint(free_port("127.0.0.2"), local)
+    await endpoint.start(ca)
+    try:
+        yield MeshBackends(endpoint, state, tmp_path / "ca")
+    finally:
+        await endpoint.aclose()
+        for server in servers.values():
+            server.close()
+        await runner.cleanup()
+
+
+def gateway_settings(backends: MeshBackends, limits: WaypointLimits | None = None) -> WaypointSettings:
+    return WaypointSettings(
+        namespace="edge",
+        gateway_name="edge",
+        service_account="edge-istio",
+        pod_name="edge-istio-0",
+        instance_ip="127.0.0.1",
+        config_file=backends.state,
+        local_ca_dir=backends.ca_dir,
+        admin_port=free_port(),
+        stats_port=free_port(),
+        readiness_port=free_port(),
+        upstream_hbone_port=backends.endpoint.hbone_port,
+        limits=limits or WaypointLimits(),
+    )
+
+
+@contextlib.asynccontextmanager
+async def ingress_rig(tmp_path: Path, config: GatewayConfig) -> AsyncIterator[IngressRig]:
+    async with mesh_backends(tmp_path) as backends:
+        proc = IngressGateway(gateway_settings(backends))
+        proc.apply(config)
+        await proc.start()
+        try:
+            async with asyncio.timeout(15):
+                await proc.startup.ready.wait()
+            yield IngressRig(proc, backends.endpoint)
+        finally:
+            await proc.aclose()
+
+
+async def tls_ask(port: int, server_name: str, line: str = "hello") -> str:
+    """A TLS client of 127.0.0.1:port asking for ``server_name``, verifying the backend's certificate against
+    :data:`EDGE_CA` (the gateway holds no such key: a good handshake proves the bytes went through untouched)."""
+    context = ssl.create_default_context(cadata=EDGE_CA.cert_pem.decode())
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context, server_hostname=server_name)
+    try:
+        writer.write(f"{line}\n".encode())
+        await writer.drain()
+        return (await asyncio.wait_for(reader.readline(), 10)).decode().strip()
+    finally:
+        writer.close()
