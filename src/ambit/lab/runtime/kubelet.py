@@ -47,6 +47,7 @@ from ambit.lab.runtime.pod_record import STATE_FILE, PodRecord
 from ambit.lab.runtime.pod_status import sandbox_error_message
 from ambit.lab.runtime.pod_worker import PodWorker, forget_pod_files
 from ambit.lab.runtime.processes import ProcessHandle, find_process, stop_process
+from ambit.lab.runtime.seccomp import SECCOMP_DIR
 
 log = logging.getLogger("ambit.lab.runtime.kubelet")
 
@@ -136,6 +137,11 @@ class NodeRuntimeSettings:
     @property
     def host_path_layout(self) -> HostPathLayout:
         return self.host_paths or HostPathLayout(self.pods_dir.parent, self.node_name)
+
+    @property
+    def seccomp_dir(self) -> Path:
+        """The kubelet's ``--seccomp-profile-root``: ``Localhost`` profiles are read below it."""
+        return self.host_path_layout.root / SECCOMP_DIR
 
 
 _ACTIONS = {

@@ -24,6 +24,10 @@ Rules:
    created but its process could not be started), never as the container's own exit.
 5. runc missing is :class:`RuncMissingError` at start-up, naming the Debian package. A cgroup controller this
    machine lacks is logged once and its limits are left out, never a crash.
+6. A ``Localhost`` seccomp profile is read by :func:`read_seccomp_profile`: a regular file inside the node's
+   seccomp directory after symbolic links are resolved, opened without following a last link, at most
+   :data:`~ambit.lab.runtime.seccomp.MAX_PROFILE_BYTES` read; anything else is a
+   :class:`~ambit.lab.runtime.seccomp.SeccompProfileError` that names the path, never its content.
 """
 
 from __future__ import annotations
@@ -33,8 +37,10 @@ import contextlib
 import json
 import logging
 import os
+import platform
 import shutil
 import signal
+import stat
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -45,6 +51,7 @@ from ambit.errors import AmbitError
 from ambit.lab.runtime.containers_apply import LaunchSpec
 from ambit.lab.runtime.oci_spec import BundlePaths, capabilities_in
 from ambit.lab.runtime.processes import ProcessHandle, process_start_ticks, signal_group
+from ambit.lab.runtime.seccomp import MAX_PROFILE_BYTES, Machine, SeccompProfileError, kernel_version
 
 log = logging.getLogger("ambit.lab.runtime.oci")
 
@@ -190,6 +197,7 @@ class RuncRuntime:
             pids_limit=s.pids_limit,
             unavailable=self.unavailable,
             held_capabilities=self.held_capabilities,
+            machine=Machine(platform.machine(), kernel_version(platform.release())),
             root_view=str(self.settings.bundles / cid / ROOT_VIEW),
         )
 
@@ -276,6 +284,41 @@ class RuncRuntime:
             except (OSError, ValueError):
                 continue
         return set()
+
+
+def read_seccomp_profile(directory: Path, relative: str) -> bytes:
+    """Rule 6: the profile ``relative`` (already checked: relative, no ``..``) names under ``directory``."""
+
+    def fail(why: str) -> SeccompProfileError:
+        return SeccompProfileError(f"cannot load seccomp profile {str(directory / relative)!r}: {why}")
+
+    try:
+        base = directory.resolve(strict=True)
+        path = (base / relative).resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise fail("no such file") from None
+    if base not in path.parents:
+        raise fail("it leads out of the seccomp profile directory")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as exc:
+        raise fail(exc.strerror or "cannot be opened") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise fail("not a regular file")
+        chunks: list[bytes] = []
+        left = MAX_PROFILE_BYTES + 1
+        while left > 0 and (chunk := os.read(fd, min(left, 65536))):
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError as exc:
+        raise fail(exc.strerror or "cannot be read") from None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > MAX_PROFILE_BYTES:
+        raise fail(f"larger than {MAX_PROFILE_BYTES} bytes")
+    return data
 
 
 def _find_executable(command: str, path: str) -> None:

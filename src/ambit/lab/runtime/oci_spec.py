@@ -54,6 +54,11 @@ Rule 11. Mount points: a ``mountPath`` the host's read-only root lacks (``/host/
         there. For ``/`` the tmpfs is the root itself (read-only once runc is done) and the entries rule 2 mounts
         anyway (``proc``, ``dev``, ``sys``, ``tmp``, ``run``, ``root``) are left out; parents come before children,
         all before the masks.
+Rule 12. seccomp (:mod:`ambit.lab.runtime.seccomp`): the container's ``seccompProfile``, else the pod's, else
+        ``RuntimeDefault`` (the lab's kubelet runs with ``--seccomp-default``); none for a privileged container.
+        ``RuntimeDefault`` allows the calls of the capabilities in the bounding set of rule 6/7. A ``Localhost``
+        profile's file comes in ``paths.seccomp_localhost``; a bad field is a :class:`SecurityContextError`, a bad
+        file a :class:`~ambit.lab.runtime.seccomp.SeccompProfileError` (``CreateContainerError``).
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ from decimal import Decimal, DecimalException
 from typing import Any
 
 from ambit.errors import AmbitError
+from ambit.lab.runtime.seccomp import Machine, SeccompFieldError, seccomp_choice, seccomp_config
 
 OCI_VERSION = "1.0.2"
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -185,6 +191,10 @@ class BundlePaths:
     """Host directories rebuilt so that volumes' mount points can be made (rule 11)."""
     held_capabilities: frozenset[str] | None = None
     """The capabilities the runtime itself holds (None: all); a privileged container gets these (rule 7)."""
+    machine: Machine = field(default_factory=Machine)
+    """The architecture and kernel a seccomp filter is built for (rule 12)."""
+    seccomp_localhost: bytes | None = None
+    """The file a ``Localhost`` seccomp profile names, read by the shell from the node's seccomp directory."""
     root_view: str = ""
     """A host directory (0755, holding only the mount points of what is revealed under ``/root``) bound read-only
     over ``/root``; empty: a tmpfs. runc gives a tmpfs the mode of the directory it covers, and the machine's
@@ -342,7 +352,8 @@ def automounts_token(pod: Mapping[str, Any]) -> bool:
 def container_config(
     pod: Mapping[str, Any], container: Mapping[str, Any], process: ProcessSpec, paths: BundlePaths
 ) -> dict[str, Any]:
-    """``config.json`` for one container (rules 1 to 9); raises :class:`SecurityContextError`."""
+    """``config.json`` for one container (rules 1 to 12); raises :class:`SecurityContextError` and
+    :class:`~ambit.lab.runtime.seccomp.SeccompProfileError`."""
     view = security_view(pod, container)
     resources = linux_resources(container, paths)
     caps = list(view.capabilities)
@@ -359,6 +370,13 @@ def container_config(
         "cgroupsPath": f"{paths.cgroup_parent.rstrip('/')}/{paths.container_id}",
         "resources": {"devices": [{"allow": view.privileged, "access": "rwm"}], **resources},
     }
+    try:
+        choice = seccomp_choice(pod, container, privileged=view.privileged)
+    except SeccompFieldError as exc:
+        raise SecurityContextError(str(exc)) from None
+    seccomp = seccomp_config(choice, caps, paths.machine, paths.seccomp_localhost)
+    if seccomp is not None:
+        linux["seccomp"] = seccomp
     if not view.privileged:
         linux["maskedPaths"] = list(RUNC_MASKED_PATHS)
         linux["readonlyPaths"] = list(RUNC_READONLY_PATHS)

@@ -75,6 +75,7 @@ from ambit.lab.runtime.containers_apply import (
     EventType,
     LaunchSpec,
 )
+from ambit.lab.runtime.oci_apply import read_seccomp_profile
 from ambit.lab.runtime.oci_spec import (
     SERVICE_ACCOUNT_DIR,
     ProcessSpec,
@@ -90,6 +91,7 @@ from ambit.lab.runtime.pod_record import STATE_FILE, PodRecord, SavedSandbox
 from ambit.lab.runtime.pod_status import MANAGED_STATUS, PodView, pod_status, sandbox_error_message, status_patch
 from ambit.lab.runtime.probes import ProbeTarget
 from ambit.lab.runtime.processes import ProcessHandle, container_argv, find_process, pids_in_netns, reap, stop_process
+from ambit.lab.runtime.seccomp import LOCALHOST, SeccompFieldError, SeccompProfileError, seccomp_choice
 from ambit.lab.runtime.volumes import VolumeError, container_mounts
 from ambit.lab.runtime.volumes_apply import PodVolumes, mount_point_dirs, remove_volumes, resolve_mounts
 
@@ -661,9 +663,15 @@ class PodWorker:
             if all(m.destination != RESOLV_CONF for m in mounts):  # a volume there is the pod's own choice
                 mounts = (*mounts, self._write_resolv_conf())
             rebuilt = mount_point_dirs([m.destination for m in mounts])
-            paths = dataclasses.replace(paths, volume_mounts=mounts, mount_point_dirs=rebuilt)
+            profile = seccomp_choice(self.pod, container, privileged=privileged)
+            localhost = read_seccomp_profile(s.seccomp_dir, profile.localhost) if profile.type == LOCALHOST else None
+            paths = dataclasses.replace(
+                paths, volume_mounts=mounts, mount_point_dirs=rebuilt, seccomp_localhost=localhost
+            )
             config = container_config(self.pod, container, ProcessSpec((*command_line, *args), env, working_dir), paths)
-        except (SecurityContextError, VolumeError, DnsConfigError) as exc:
+        except SeccompProfileError as exc:  # the file may yet appear: the runtime's error, tried again
+            raise ContainerConfigError(str(exc), retry=True, reason=exc.reason) from None
+        except (SecurityContextError, SeccompFieldError, VolumeError, DnsConfigError) as exc:
             retry = isinstance(exc, VolumeError) and exc.retry
             raise ContainerConfigError(str(exc), retry=retry) from None
         target = ProbeTarget(self.pod_ips[0] if self.pod_ips else "", "", env, containers.exec_prefix(cid))
