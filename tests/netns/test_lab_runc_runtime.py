@@ -424,3 +424,139 @@ async def test_a_localhost_profile_is_applied_and_a_bad_one_keeps_the_container_
         assert "profiles/absent.json" in state["message"] and "no such file" in state["message"], state
     finally:
         await runtime.aclose(stop_pods=True)
+
+
+# -- user namespaces (hostUsers: false, rule 13 of oci_spec) -----------------------------------------------------------
+IDENTITY = """
+import errno, json, os, sys, time
+def attempt(action):
+    try:
+        action()
+        return "ok"
+    except OSError as exc:
+        return errno.errorcode.get(exc.errno, str(exc.errno))
+def write(path):
+    with open(path, "a") as f:
+        f.write("pod was here\\n")
+out = {
+    "uid": os.getuid(), "gid": os.getgid(),
+    "uid_map": open("/proc/self/uid_map").read().split(),
+    "gid_map": open("/proc/self/gid_map").read().split(),
+    "host_file_owner": os.stat("/etc/hostname").st_uid,
+    "read_host_file": attempt(lambda: open("/etc/hostname").read()),
+    "write_host_owned": attempt(lambda: write("/data/owned.txt")),
+    "create_in_host_dir": attempt(lambda: write("/data/new.txt")),
+    "write_empty_dir": attempt(lambda: write("/scratch/mine.txt")),
+    "empty_dir_owner": os.stat("/scratch").st_uid,
+    "token": attempt(lambda: open("/var/run/secrets/kubernetes.io/serviceaccount/token").read()),
+}
+print("RESULT " + json.dumps(out), flush=True)
+time.sleep(60)
+"""
+
+
+def identity_pod(name: str, **spec: Any) -> dict[str, Any]:
+    manifest = pod_manifest(name, [sys.executable, "-c", IDENTITY], restartPolicy="Never", **spec)
+    manifest["spec"]["volumes"] = [
+        {"name": "data", "hostPath": {"path": f"/data/{name}", "type": "Directory"}},
+        {"name": "scratch", "emptyDir": {}},
+    ]
+    manifest["spec"]["containers"][0]["volumeMounts"] = [
+        {"name": "data", "mountPath": "/data"},
+        {"name": "scratch", "mountPath": "/scratch"},
+    ]
+    return manifest
+
+
+async def test_a_pod_without_host_users_is_root_inside_and_an_unprivileged_id_on_the_host(
+    kube: KubeClient, node_settings: NodeRuntimeSettings, runc_settings: RuncSettings
+) -> None:
+    await allow_privileged_pods(kube)  # hostPath, to show a host-owned file
+    node_root = node_settings.host_path_layout.root
+    for name in ("userns-a", "userns-b", "host-users"):
+        (node_root / "data" / name).mkdir(parents=True)
+        (node_root / "data" / name / "owned.txt").write_text("root's\n")
+        (node_root / "data" / name / "owned.txt").chmod(0o644)
+    runtime = make_runtime(kube, node_settings, runc_settings)
+    await runtime.start()
+    try:
+        pods = {
+            "userns-a": await kube.create(kinds.PODS, identity_pod("userns-a", hostUsers=False)),
+            "userns-b": await kube.create(kinds.PODS, identity_pod("userns-b", hostUsers=False)),
+            "host-users": await kube.create(kinds.PODS, identity_pod("host-users")),
+        }
+        seen = {
+            name: await eventually(lambda p=p: _result(node_settings, p["metadata"]["uid"]), within=60)
+            for name, p in pods.items()
+        }
+        saved = {
+            name: json.loads((node_settings.pods_dir / p["metadata"]["uid"] / "userns.json").read_text())
+            for name, p in pods.items()
+            if name != "host-users"
+        }
+        written = {  # before the pods' volumes go with them
+            name: [f.stat().st_uid for f in (node_settings.pods_dir / p["metadata"]["uid"]).rglob("mine.txt")]
+            for name, p in pods.items()
+        }
+    finally:
+        await runtime.aclose(stop_pods=True)
+
+    firsts = []
+    for name in ("userns-a", "userns-b"):
+        inside = seen[name]
+        first = int(inside["uid_map"][1])
+        firsts.append(first)
+        assert (inside["uid"], inside["gid"]) == (0, 0)  # root in the container...
+        assert inside["uid_map"] == ["0", str(first), "65536"] and inside["gid_map"] == inside["uid_map"]
+        assert first >= 65536 and first % 65536 == 0  # ...an unprivileged block of ids on the host
+        assert saved[name]["uidMappings"] == [{"hostId": first, "containerId": 0, "length": 65536}]
+        assert inside["host_file_owner"] == 65534 and inside["read_host_file"] == "ok"  # root's files: nobody's
+        assert inside["write_host_owned"] == "EACCES" and inside["create_in_host_dir"] == "EACCES", inside
+        assert inside["write_empty_dir"] == "ok" and inside["empty_dir_owner"] == 0, inside
+        assert inside["token"] == "ok"
+        assert written[name] == [first]  # what it writes is the block's on the host
+        assert (node_root / "data" / name / "owned.txt").read_text() == "root's\n"
+    assert firsts[0] != firsts[1]  # the pods' ranges do not overlap
+
+    host = seen["host-users"]
+    assert host["uid_map"] == ["0", "0", "4294967295"] and host["host_file_owner"] == 0
+    assert host["write_host_owned"] == "ok"  # the control: root of the host's user namespace may
+
+
+async def test_host_users_false_refuses_ids_outside_the_namespace_and_ranges_are_freed_and_restored(
+    kube: KubeClient, node_settings: NodeRuntimeSettings, runc_settings: RuncSettings
+) -> None:
+    runtime = make_runtime(kube, node_settings, runc_settings)
+    await runtime.start()
+    try:
+        outside = pod_manifest("outside", ["sleep", "30"], hostUsers=False)
+        outside["spec"]["securityContext"] = {"runAsUser": 70000}
+        await kube.create(kinds.PODS, outside)
+
+        async def refused() -> dict[str, Any] | None:
+            pod = await kube.get(kinds.PODS, "outside", NS)
+            statuses = (pod.get("status") or {}).get("containerStatuses") or []
+            state = (statuses[0].get("state") or {}).get("waiting") if statuses else None
+            return state if state and state.get("reason") == "CreateContainerConfigError" else None
+
+        state = await eventually(refused)
+        assert "hostUsers is false: id 70000 is outside the pod's user namespace" in state["message"], state
+        created = await kube.create(kinds.PODS, pod_manifest("kept", POLITE, hostUsers=False))
+        await eventually(lambda: running(kube, "kept"))
+        uid = created["metadata"]["uid"]
+        ids = runtime.userns.find(uid)
+        assert ids is not None
+    finally:
+        await runtime.aclose()  # the container keeps running, as after a kubelet crash
+    second = make_runtime(kube, node_settings, runc_settings)
+    await second.start()
+    try:
+        await eventually(lambda: running(kube, "kept"))
+        second._load_user_namespaces()
+        assert second.userns.find(uid) == ids  # taken back from the pod's directory, not given to another pod
+        await kube.delete(kinds.PODS, "kept", NS)
+        await eventually(lambda: _gone(kube, "kept"))
+        assert second.userns.find(uid) is None
+        assert not (node_settings.pods_dir / uid / "userns.json").exists()
+    finally:
+        await second.aclose(stop_pods=True)

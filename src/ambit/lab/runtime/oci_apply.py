@@ -28,6 +28,8 @@ Rules:
    seccomp directory after symbolic links are resolved, opened without following a last link, at most
    :data:`~ambit.lab.runtime.seccomp.MAX_PROFILE_BYTES` read; anything else is a
    :class:`~ambit.lab.runtime.seccomp.SeccompProfileError` that names the path, never its content.
+7. Containers in a user namespace get ``/run/<lab cgroup name>-rootfs`` as their root (rule 13 of
+   :mod:`ambit.lab.runtime.oci_spec`): made empty, root's, 0755 before each start; removed with the lab's containers.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ RUNC_PACKAGE = "runc"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 LIMITED_CONTROLLERS = ("memory", "cpu", "pids")
 RUNC_TIMEOUT = 30.0
+SHARED_ROOTFS_PARENT = Path("/run")
 
 
 ROOT_VIEW = "rootview"
@@ -121,6 +124,12 @@ class RuncSettings:
     masked: tuple[str, ...] = ()
     revealed: tuple[str, ...] = ()
     pids_limit: int = 4096
+
+
+def shared_rootfs_dir(cgroup_parent: str) -> Path:
+    """Rule 7: the empty root of the lab's containers in a user namespace (``BundlePaths.shared_rootfs``)."""
+    name = cgroup_parent.strip("/").replace("/", "-") or "ambit"
+    return SHARED_ROOTFS_PARENT / f"{name}-rootfs"
 
 
 def runc_argv(root: Path, *args: str) -> list[str]:
@@ -198,6 +207,7 @@ class RuncRuntime:
             unavailable=self.unavailable,
             held_capabilities=self.held_capabilities,
             machine=Machine(platform.machine(), kernel_version(platform.release())),
+            shared_rootfs=str(shared_rootfs_dir(s.cgroup_parent)),
             root_view=str(self.settings.bundles / cid / ROOT_VIEW),
         )
 
@@ -217,6 +227,10 @@ class RuncRuntime:
         self.settings.bundles.mkdir(parents=True, exist_ok=True, mode=0o700)
         bundle.mkdir(exist_ok=True, mode=0o700)
         (bundle / "rootfs").mkdir(exist_ok=True)
+        shared = Path(str((config.get("root") or {}).get("path") or ""))
+        if shared.is_absolute():  # rule 7
+            shared.mkdir(mode=0o755, parents=True, exist_ok=True)
+            shared.chmod(0o755)
         prepare_root_view(bundle / ROOT_VIEW, config)
         tmp = bundle / "config.json.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
@@ -347,6 +361,13 @@ def remove_lab_containers(root: Path, cgroup_parent: str) -> tuple[list[str], li
             left.append(f"runc state {root}")
         else:
             removed.append(f"runc state {root}")
+    shared = shared_rootfs_dir(cgroup_parent)
+    if cgroup_parent.strip("/") and shared.is_dir():
+        try:
+            shared.rmdir()
+            removed.append(f"container root {shared}")
+        except OSError as exc:
+            left.append(f"container root {shared} ({exc.strerror})")
     name = cgroup_parent.strip("/")
     if not name:
         return removed, left
