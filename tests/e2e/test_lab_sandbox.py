@@ -246,3 +246,44 @@ def test_a_container_runc_cannot_start_waits_with_runc_s_message(lab: Lab, names
     state = wait_until("the container waiting with runc's error", waiting, timeout=30)
     assert state is not None
     assert "runc" in state["message"], state
+
+
+KEYRING = """
+import ctypes, errno, platform
+number = {"x86_64": 250, "aarch64": 219}[platform.machine()]
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+result = libc.syscall(ctypes.c_long(number), ctypes.c_long(0), ctypes.c_long(-3), ctypes.c_long(0))
+print("ok" if result >= 0 else errno.errorcode[ctypes.get_errno()])
+"""
+
+
+def test_a_pod_runs_under_runtime_default_seccomp_and_the_mesh_still_works(lab: Lab, namespace: str) -> None:
+    lab.apply(pod_manifest("confined", [sleeper()]), namespace=namespace)
+    wait_ready(lab, namespace, "confined")
+    status = lab.exec("confined", namespace, "sh", "-c", "grep Seccomp: /proc/self/status")
+    assert status.split() == ["Seccomp:", "2"]  # a filter, though the pod asked for none (--seccomp-default)
+    assert lab.exec("confined", namespace, "python3", "-c", KEYRING).strip() == "EPERM"
+    out = lab.exec("confined", namespace, "sh", "-c", "unshare -Urn true 2>&1; echo exit=$?").strip()
+    assert "Operation not permitted" in out and out.endswith("exit=1"), out
+    # The mesh's own pods (ztunnel with SYS_ADMIN for setns, under RuntimeDefault; istio-cni privileged) are Ready.
+    for pod in lab.pods("istio-system"):
+        assert is_ready(pod), pod["metadata"]["name"]
+
+
+def test_a_pod_without_host_users_is_root_inside_and_an_unprivileged_id_on_the_host(lab: Lab, namespace: str) -> None:
+    manifest = pod_manifest("userns", [sleeper()])
+    manifest["spec"]["hostUsers"] = False
+    lab.apply(manifest, namespace=namespace)
+    pod = wait_ready(lab, namespace, "userns")["userns"]
+    assert lab.exec("userns", namespace, "id", "-u").strip() == "0"
+    inside, first, length = lab.exec("userns", namespace, "cat", "/proc/self/uid_map").split()
+    assert (inside, length) == ("0", "65536") and int(first) >= 65536, first
+    saved = json.loads((lab.directory / "pods" / pod["metadata"]["uid"] / "userns.json").read_text())
+    assert saved["uidMappings"] == [{"hostId": int(first), "containerId": 0, "length": 65536}]
+    # Root of its own namespace, in a pod network namespace the host owns: a low port still binds.
+    assert lab.exec("userns", namespace, "python3", "-c", BIND).strip() == "bound"
+    seen = run_in(lab, "userns", namespace, READS, "/usr/bin/env", f"{SERVICE_ACCOUNT_DIR}/token")
+    assert seen == {"/usr/bin/env": "read", f"{SERVICE_ACCOUNT_DIR}/token": "read"}
+    owner = lab.exec("userns", namespace, "stat", "-c", "%u", "/usr/bin/env").strip()
+    assert owner == "65534"  # the host's root is nobody here
