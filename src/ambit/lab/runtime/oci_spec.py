@@ -366,10 +366,12 @@ def automounts_token(pod: Mapping[str, Any]) -> bool:
 def container_config(
     pod: Mapping[str, Any], container: Mapping[str, Any], process: ProcessSpec, paths: BundlePaths
 ) -> dict[str, Any]:
-    """``config.json`` for one container (rules 1 to 12); raises :class:`SecurityContextError` and
+    """``config.json`` for one container (rules 1 to 13); raises :class:`SecurityContextError` and
     :class:`~ambit.lab.runtime.seccomp.SeccompProfileError`."""
     view = security_view(pod, container)
     if paths.user_namespace is not None:
+        if not paths.shared_rootfs:
+            raise ValueError("a container in a user namespace needs paths.shared_rootfs (rule 13)")
         for value in (view.uid, view.gid, *view.additional_gids):
             try:
                 paths.user_namespace.host_id(value)
