@@ -15,6 +15,12 @@ Rule 3. :meth:`UsernsAllocator.allocate` gives a pod the lowest free block, and 
         is a :class:`UsernsError` (the pod waits, as the kubelet's "user namespace" errors do).
 Rule 4. The saved form (``<pod dir>/userns.json``) is the kubelet's: ``uidMappings`` and ``gidMappings``, each one
         ``{"hostId", "containerId": 0, "length": 65536}``, both the same block; anything else does not parse.
+
+Limit: the pod's network namespace is made by the host (the sandbox, before any container), so it belongs to the
+host's user namespace. ``runc run`` joins it before it makes the pod's user namespace and works; runc 1.1's
+``runc exec`` joins the user namespace first and then may not join the network namespace, so exec probes and
+``ambit lab exec`` fail for these pods ("failed to setns into net namespace"). Making the network namespace inside
+a pod-level user namespace (as containerd does) would lift this.
 """
 
 from __future__ import annotations
