@@ -246,3 +246,76 @@ def test_a_container_runc_cannot_start_waits_with_runc_s_message(lab: Lab, names
     state = wait_until("the container waiting with runc's error", waiting, timeout=30)
     assert state is not None
     assert "runc" in state["message"], state
+
+
+KEYRING = """
+import ctypes, errno, platform
+number = {"x86_64": 250, "aarch64": 219}[platform.machine()]
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+result = libc.syscall(ctypes.c_long(number), ctypes.c_long(0), ctypes.c_long(-3), ctypes.c_long(0))
+print("ok" if result >= 0 else errno.errorcode[ctypes.get_errno()])
+"""
+
+
+def test_a_pod_runs_under_runtime_default_seccomp_and_the_mesh_still_works(lab: Lab, namespace: str) -> None:
+    lab.apply(pod_manifest("confined", [sleeper()]), namespace=namespace)
+    wait_ready(lab, namespace, "confined")
+    status = lab.exec("confined", namespace, "sh", "-c", "grep Seccomp: /proc/self/status")
+    assert status.split() == ["Seccomp:", "2"]  # a filter, though the pod asked for none (--seccomp-default)
+    assert lab.exec("confined", namespace, "python3", "-c", KEYRING).strip() == "EPERM"
+    out = lab.exec("confined", namespace, "sh", "-c", "unshare -Urn true 2>&1; echo exit=$?").strip()
+    assert "Operation not permitted" in out and out.endswith("exit=1"), out
+    # The mesh's own pods (ztunnel with SYS_ADMIN for setns, under RuntimeDefault; istio-cni privileged) are Ready.
+    for pod in lab.pods("istio-system"):
+        assert is_ready(pod), pod["metadata"]["name"]
+
+
+IDENTITY = """
+import errno, json, os, socket, time
+def attempt(action):
+    try:
+        action()
+        return "ok"
+    except OSError as exc:
+        return errno.errorcode.get(exc.errno, str(exc.errno))
+def bind_80():
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", 80))
+out = {
+    "uid": os.getuid(),
+    "uid_map": open("/proc/self/uid_map").read().split(),
+    "bind_80": attempt(bind_80),
+    "env_owner": os.stat("/usr/bin/env").st_uid,
+    "read_env": attempt(lambda: open("/usr/bin/env", "rb").read(1)),
+    "token": attempt(lambda: open("/var/run/secrets/kubernetes.io/serviceaccount/token").read()),
+}
+print("RESULT " + json.dumps(out), flush=True)
+time.sleep(3600)
+"""
+
+
+def test_a_pod_without_host_users_is_root_inside_and_an_unprivileged_id_on_the_host(lab: Lab, namespace: str) -> None:
+    # runc 1.1 cannot exec into it (it joins the pod's user namespace, then cannot join the host-owned network
+    # namespace): the pod reports from its own log.
+    manifest = pod_manifest("userns", [{"name": "main", "image": "none", "command": ["python3", "-c", IDENTITY]}])
+    manifest["spec"]["hostUsers"] = False
+    lab.apply(manifest, namespace=namespace)
+    pod = wait_ready(lab, namespace, "userns")["userns"]
+    pod_dir = lab.directory / "pods" / pod["metadata"]["uid"]
+
+    def reported() -> dict[str, Any] | None:
+        text = (pod_dir / "main.log").read_text() if (pod_dir / "main.log").exists() else ""
+        lines = [line for line in text.splitlines() if line.startswith("RESULT ")]
+        return json.loads(lines[0].removeprefix("RESULT ")) if lines else None
+
+    seen = wait_until("the pod's report", reported, timeout=60)
+    assert seen is not None
+    inside, first, length = seen["uid_map"]
+    assert seen["uid"] == 0 and (inside, length) == ("0", "65536") and int(first) >= 65536, seen
+    saved = json.loads((pod_dir / "userns.json").read_text())
+    assert saved["uidMappings"] == [{"hostId": int(first), "containerId": 0, "length": 65536}]
+    # Root of its own namespace, in a pod network namespace the host owns: a low port still binds.
+    assert seen["bind_80"] == "ok", seen
+    assert seen["env_owner"] == 65534 and seen["read_env"] == "ok" and seen["token"] == "ok", seen

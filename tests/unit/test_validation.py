@@ -232,6 +232,56 @@ def test_pod_needs_containers() -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    ("profile", "cause"),
+    [
+        ({"type": "RuntimeDefault"}, None),
+        ({"type": "Unconfined"}, None),
+        ({"type": "Localhost", "localhostProfile": "profiles/audit.json"}, None),
+        ({}, ("type", "Required value: type is required when seccompProfile is set")),
+        (
+            {"type": "Permissive"},
+            ("type", 'Unsupported value: "Permissive": supported values: "Localhost", "RuntimeDefault", "Unconfined"'),
+        ),
+        ({"type": "Localhost"}, ("localhostProfile", "Required value: must be set when seccomp type is Localhost")),
+        (
+            {"type": "Localhost", "localhostProfile": "/etc/x.json"},
+            ("localhostProfile", 'Invalid value: "/etc/x.json": must be a relative path'),
+        ),
+        (
+            {"type": "Localhost", "localhostProfile": "a/../../x.json"},
+            ("localhostProfile", "Invalid value: \"a/../../x.json\": must not contain '..'"),
+        ),
+        (
+            {"type": "RuntimeDefault", "localhostProfile": "x.json"},
+            ("localhostProfile", 'Invalid value: "x.json": can only be set when seccomp type is Localhost'),
+        ),
+    ],
+)
+def test_seccomp_profiles_of_pods_and_containers_are_validated_as_kube_does(
+    profile: dict[str, Any], cause: tuple[str, str] | None
+) -> None:
+    on_pod = validate_object("Pod", "", pod(APP, securityContext={"seccompProfile": profile}))
+    on_container = validate_object("Pod", "", pod({**APP, "securityContext": {"seccompProfile": profile}}))
+    if cause is None:
+        assert on_pod == on_container == []
+        return
+    field, message = cause
+    assert on_pod == [(f"spec.securityContext.seccompProfile.{field}", message)]
+    assert on_container == [(f"spec.containers[0].securityContext.seccompProfile.{field}", message)]
+
+
+def test_host_users_false_is_forbidden_with_host_namespaces() -> None:
+    assert validate_object("Pod", "", pod(APP, hostUsers=False)) == []
+    assert validate_object("Pod", "", pod(APP, hostUsers=True, hostNetwork=True, hostPID=True)) == []
+    causes = validate_object("Pod", "", pod(APP, hostUsers=False, hostNetwork=True, hostPID=True, hostIPC=True))
+    assert causes == [
+        ("spec.hostNetwork", "Forbidden: when `pod.Spec.HostUsers` is false"),
+        ("spec.HostPID", "Forbidden: when `pod.Spec.HostUsers` is false"),
+        ("spec.HostIPC", "Forbidden: when `pod.Spec.HostUsers` is false"),
+    ]
+
+
 def test_container_names_are_unique_labels_and_images_are_required() -> None:
     causes = validate_object("Pod", "", pod(APP, {"name": "app", "image": "x"}, {"name": "Side_Car"}, {}))
     assert fields(causes) == [

@@ -10,7 +10,9 @@ Rules kept (a deliberate subset of kube-apiserver's):
 
 - Pod and pod templates: at least one container; container names are unique DNS labels; images are given;
   container ports are 1-65535 with a supported protocol; env names are well formed; tolerations and node
-  affinity as :mod:`placement_validation` says.
+  affinity as :mod:`placement_validation` says; a ``seccompProfile`` (pod or container) has a known type and a
+  ``localhostProfile`` exactly when it is ``Localhost``, relative and without ``..``; ``hostUsers: false`` is
+  forbidden with ``hostNetwork``, ``hostPID`` or ``hostIPC`` (kube's field paths, ``HostPID`` capitalised).
 - Deployment, ReplicaSet, DaemonSet, StatefulSet: a non-empty selector that matches the template's labels,
   ``restartPolicy: Always``, a pod template that passes the pod rules, no negative replicas.
 - Service: a supported type; ports 1-65535, supported protocols, names unique and required when several;
@@ -132,6 +134,46 @@ def validate_pod_spec(spec: Any, path: str) -> list[Cause]:
     account = spec.get("serviceAccountName")
     if account not in (None, ""):
         causes.extend(_label_rule(dns1123_subdomain, account, at(path, "serviceAccountName")))
+    context = spec.get("securityContext")
+    if isinstance(context, Mapping):
+        causes.extend(
+            _seccomp_profile(context.get("seccompProfile"), at(at(path, "securityContext"), "seccompProfile"))
+        )
+    if spec.get("hostUsers") is False:
+        for key, shown in (("hostNetwork", "hostNetwork"), ("hostPID", "HostPID"), ("hostIPC", "HostIPC")):
+            if spec.get(key) is True:
+                causes.append(forbidden(at(path, shown), "when `pod.Spec.HostUsers` is false"))
+    return causes
+
+
+SECCOMP_TYPES = ("Localhost", "RuntimeDefault", "Unconfined")
+
+
+def _seccomp_profile(profile: Any, path: str) -> list[Cause]:
+    if profile is None:
+        return []
+    if not isinstance(profile, Mapping):
+        return [invalid(path, profile, "must be an object")]
+    kind, local = profile.get("type"), profile.get("localhostProfile")
+    causes: list[Cause] = []
+    if kind in (None, ""):
+        causes.append(required(at(path, "type"), "type is required when seccompProfile is set"))
+    elif kind not in SECCOMP_TYPES:
+        causes.append(unsupported(at(path, "type"), kind, SECCOMP_TYPES))
+    if kind != "Localhost":
+        if local is not None:
+            causes.append(
+                invalid(at(path, "localhostProfile"), local, "can only be set when seccomp type is Localhost")
+            )
+        return causes
+    if local is None:
+        return [*causes, required(at(path, "localhostProfile"), "must be set when seccomp type is Localhost")]
+    if not isinstance(local, str):
+        return [*causes, invalid(at(path, "localhostProfile"), local, "must be a string")]
+    if local.startswith("/"):
+        causes.append(invalid(at(path, "localhostProfile"), local, "must be a relative path"))
+    if ".." in local.split("/"):
+        causes.append(invalid(at(path, "localhostProfile"), local, "must not contain '..'"))
     return causes
 
 
@@ -182,6 +224,11 @@ def _container(container: Mapping[str, Any], path: str, names: set[str], *, init
             )
         if env.get("value") is not None and not isinstance(env.get("value"), str):
             causes.append(invalid(at(env_path, "value"), env.get("value"), "must be a string"))
+    context = container.get("securityContext")
+    if isinstance(context, Mapping):
+        causes.extend(
+            _seccomp_profile(context.get("seccompProfile"), at(at(path, "securityContext"), "seccompProfile"))
+        )
     policy = container.get("restartPolicy")
     if policy is not None and not (init and policy == "Always"):
         allowed = "may only be 'Always', and only for init containers (sidecars)"

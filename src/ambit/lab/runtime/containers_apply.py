@@ -40,11 +40,13 @@ START_ERROR = 128
 
 
 class ContainerConfigError(AmbitError):
-    """A container cannot be started as specified; ``retry`` when a later attempt may succeed (a missing key)."""
+    """A container cannot be started as specified; ``retry`` when a later attempt may succeed (a missing key);
+    ``reason`` is the waiting reason (``CreateContainerError`` when the runtime, not the kubelet, refuses)."""
 
-    def __init__(self, message: str, *, retry: bool) -> None:
+    def __init__(self, message: str, *, retry: bool, reason: str = "CreateContainerConfigError") -> None:
         super().__init__(message)
         self.retry = retry
+        self.reason = reason
 
 
 # -- the asyncio shell ------------------------------------------------------------------------------------------
@@ -229,7 +231,7 @@ class ContainerSupervisor:
                 if handle is not None:  # adopted: probe what runs, as well as we can
                     launch, probes = None, {}
                 else:
-                    self.state.apply(ConfigFailed(str(exc)))
+                    self.state.apply(ConfigFailed(str(exc), exc.reason))
                     self.hooks.event("Warning", "Failed", f"Error: {exc}")
                     self.hooks.changed()
                     if not exc.retry:

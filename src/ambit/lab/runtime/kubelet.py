@@ -47,6 +47,18 @@ from ambit.lab.runtime.pod_record import STATE_FILE, PodRecord
 from ambit.lab.runtime.pod_status import sandbox_error_message
 from ambit.lab.runtime.pod_worker import PodWorker, forget_pod_files
 from ambit.lab.runtime.processes import ProcessHandle, find_process, stop_process
+from ambit.lab.runtime.seccomp import SECCOMP_DIR
+from ambit.lab.runtime.userns import (
+    NODE_BLOCKS,
+    USERNS_FILE,
+    USERNS_LENGTH,
+    IdRange,
+    UsernsAllocator,
+    UsernsError,
+    node_id_range,
+    parse_saved,
+    render_saved,
+)
 
 log = logging.getLogger("ambit.lab.runtime.kubelet")
 
@@ -124,6 +136,11 @@ class NodeRuntimeSettings:
     cluster_domain: str = CLUSTER_DOMAIN
     node_resolv_conf: Path = Path("/etc/resolv.conf")
     """The node's resolver configuration (the kubelet's ``--resolv-conf``): ``Default`` pods get it, read-only."""
+    userns_first_id: int = USERNS_LENGTH
+    """The first host id of this node's user namespaces (``hostUsers: false`` pods); the lab gives each node its
+    own stretch (:func:`ambit.lab.runtime.userns.node_id_range`)."""
+    userns_blocks: int = NODE_BLOCKS
+    """How many pods of this node may have a user namespace at once."""
 
     @classmethod
     def for_lab(cls, topology: Topology, node_name: str, **overrides: Any) -> NodeRuntimeSettings:
@@ -131,11 +148,18 @@ class NodeRuntimeSettings:
         if node is None:
             raise ValueError(f"the lab has no node {node_name!r}")
         base = cls(node.name, node.address, node.pod_cidr, topology.path / "pods")
-        return dataclasses.replace(base, host_paths=topology.host_paths(node.name), **overrides)
+        first_id, blocks = node_id_range(node.index)
+        fields = {"host_paths": topology.host_paths(node.name), "userns_first_id": first_id, "userns_blocks": blocks}
+        return dataclasses.replace(base, **{**fields, **overrides})
 
     @property
     def host_path_layout(self) -> HostPathLayout:
         return self.host_paths or HostPathLayout(self.pods_dir.parent, self.node_name)
+
+    @property
+    def seccomp_dir(self) -> Path:
+        """The kubelet's ``--seccomp-profile-root``: ``Localhost`` profiles are read below it."""
+        return self.host_path_layout.root / SECCOMP_DIR
 
 
 _ACTIONS = {
@@ -198,6 +222,8 @@ class NodeRuntime:
         self._closing = False
         self._node_uid = ""
         self._ready_since = 0.0
+        self.userns = UsernsAllocator(settings.userns_first_id, settings.userns_blocks)
+        self._userns_loaded = False
 
     # -- lifecycle --------------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -266,6 +292,36 @@ class NodeRuntime:
     def pod_dir(self, uid: str) -> Path:
         return self.settings.pods_dir / uid
 
+    def user_namespace(self, uid: str) -> IdRange:
+        """The pod's user namespace ids: allocated at first use and saved in its directory (``userns.json``), taken
+        back from there after a restart; :class:`UsernsError` when the node has none free."""
+        self._load_user_namespaces()
+        ids = self.userns.find(uid)
+        if ids is None:
+            ids = self.userns.allocate(uid)
+            directory = self.pod_dir(uid)
+            directory.mkdir(parents=True, exist_ok=True)
+            tmp = directory / f".{USERNS_FILE}.tmp"
+            tmp.write_text(render_saved(ids))
+            tmp.replace(directory / USERNS_FILE)
+        return ids
+
+    def release_user_namespace(self, uid: str) -> None:
+        self.userns.release(uid)
+
+    def _load_user_namespaces(self) -> None:
+        if self._userns_loaded or not self.settings.pods_dir.is_dir():
+            return
+        self._userns_loaded = True
+        for entry in sorted(self.settings.pods_dir.iterdir()):
+            saved = entry / USERNS_FILE
+            try:
+                self.userns.restore(entry.name, parse_saved(saved.read_text()))
+            except FileNotFoundError:
+                continue
+            except (OSError, UsernsError) as exc:
+                log.warning("pod %s: its saved user namespace is not used: %s", entry.name, exc)
+
     async def note_process(self, handle: ProcessHandle, what: str) -> None:
         try:
             result = self.record.note("process", pid=handle.pid, start_time=handle.start_ticks, what=what)
@@ -303,6 +359,7 @@ class NodeRuntime:
                 log.warning("pod %s: destroying its sandbox failed: %s", saved.uid, sandbox_error_message(exc))
                 continue
             forget_pod_files(entry)
+            self.release_user_namespace(saved.uid)
 
     # -- the node -----------------------------------------------------------------------------------------------
     def _node_ref(self) -> dict[str, Any]:

@@ -24,6 +24,12 @@ Rules:
    created but its process could not be started), never as the container's own exit.
 5. runc missing is :class:`RuncMissingError` at start-up, naming the Debian package. A cgroup controller this
    machine lacks is logged once and its limits are left out, never a crash.
+6. A ``Localhost`` seccomp profile is read by :func:`read_seccomp_profile`: a regular file inside the node's
+   seccomp directory after symbolic links are resolved, opened without following a last link, at most
+   :data:`~ambit.lab.runtime.seccomp.MAX_PROFILE_BYTES` read; anything else is a
+   :class:`~ambit.lab.runtime.seccomp.SeccompProfileError` that names the path, never its content.
+7. Containers in a user namespace get ``/run/<lab cgroup name>-rootfs`` as their root (rule 13 of
+   :mod:`ambit.lab.runtime.oci_spec`): made empty, root's, 0755 before each start; removed with the lab's containers.
 """
 
 from __future__ import annotations
@@ -33,8 +39,10 @@ import contextlib
 import json
 import logging
 import os
+import platform
 import shutil
 import signal
+import stat
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -45,6 +53,7 @@ from ambit.errors import AmbitError
 from ambit.lab.runtime.containers_apply import LaunchSpec
 from ambit.lab.runtime.oci_spec import BundlePaths, capabilities_in
 from ambit.lab.runtime.processes import ProcessHandle, process_start_ticks, signal_group
+from ambit.lab.runtime.seccomp import MAX_PROFILE_BYTES, Machine, SeccompProfileError, kernel_version
 
 log = logging.getLogger("ambit.lab.runtime.oci")
 
@@ -53,6 +62,7 @@ RUNC_PACKAGE = "runc"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 LIMITED_CONTROLLERS = ("memory", "cpu", "pids")
 RUNC_TIMEOUT = 30.0
+SHARED_ROOTFS_PARENT = Path("/run")
 
 
 ROOT_VIEW = "rootview"
@@ -114,6 +124,12 @@ class RuncSettings:
     masked: tuple[str, ...] = ()
     revealed: tuple[str, ...] = ()
     pids_limit: int = 4096
+
+
+def shared_rootfs_dir(cgroup_parent: str) -> Path:
+    """Rule 7: the empty root of the lab's containers in a user namespace (``BundlePaths.shared_rootfs``)."""
+    name = cgroup_parent.strip("/").replace("/", "-") or "ambit"
+    return SHARED_ROOTFS_PARENT / f"{name}-rootfs"
 
 
 def runc_argv(root: Path, *args: str) -> list[str]:
@@ -190,6 +206,8 @@ class RuncRuntime:
             pids_limit=s.pids_limit,
             unavailable=self.unavailable,
             held_capabilities=self.held_capabilities,
+            machine=Machine(platform.machine(), kernel_version(platform.release())),
+            shared_rootfs=str(shared_rootfs_dir(s.cgroup_parent)),
             root_view=str(self.settings.bundles / cid / ROOT_VIEW),
         )
 
@@ -209,6 +227,10 @@ class RuncRuntime:
         self.settings.bundles.mkdir(parents=True, exist_ok=True, mode=0o700)
         bundle.mkdir(exist_ok=True, mode=0o700)
         (bundle / "rootfs").mkdir(exist_ok=True)
+        shared = Path(str((config.get("root") or {}).get("path") or ""))
+        if shared.is_absolute():  # rule 7
+            shared.mkdir(mode=0o755, parents=True, exist_ok=True)
+            shared.chmod(0o755)
         prepare_root_view(bundle / ROOT_VIEW, config)
         tmp = bundle / "config.json.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
@@ -278,6 +300,41 @@ class RuncRuntime:
         return set()
 
 
+def read_seccomp_profile(directory: Path, relative: str) -> bytes:
+    """Rule 6: the profile ``relative`` (already checked: relative, no ``..``) names under ``directory``."""
+
+    def fail(why: str) -> SeccompProfileError:
+        return SeccompProfileError(f"cannot load seccomp profile {str(directory / relative)!r}: {why}")
+
+    try:
+        base = directory.resolve(strict=True)
+        path = (base / relative).resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise fail("no such file") from None
+    if base not in path.parents:
+        raise fail("it leads out of the seccomp profile directory")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as exc:
+        raise fail(exc.strerror or "cannot be opened") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise fail("not a regular file")
+        chunks: list[bytes] = []
+        left = MAX_PROFILE_BYTES + 1
+        while left > 0 and (chunk := os.read(fd, min(left, 65536))):
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError as exc:
+        raise fail(exc.strerror or "cannot be read") from None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > MAX_PROFILE_BYTES:
+        raise fail(f"larger than {MAX_PROFILE_BYTES} bytes")
+    return data
+
+
 def _find_executable(command: str, path: str) -> None:
     """The root is this machine's ``/``: a command missing here is missing in the container (a start error)."""
     found = shutil.which(command, path=path) if "/" not in command else command
@@ -304,6 +361,13 @@ def remove_lab_containers(root: Path, cgroup_parent: str) -> tuple[list[str], li
             left.append(f"runc state {root}")
         else:
             removed.append(f"runc state {root}")
+    shared = shared_rootfs_dir(cgroup_parent)
+    if cgroup_parent.strip("/") and shared.is_dir():
+        try:
+            shared.rmdir()
+            removed.append(f"container root {shared}")
+        except OSError as exc:
+            left.append(f"container root {shared} ({exc.strerror})")
     name = cgroup_parent.strip("/")
     if not name:
         return removed, left

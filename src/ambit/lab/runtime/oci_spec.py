@@ -54,6 +54,20 @@ Rule 11. Mount points: a ``mountPath`` the host's read-only root lacks (``/host/
         there. For ``/`` the tmpfs is the root itself (read-only once runc is done) and the entries rule 2 mounts
         anyway (``proc``, ``dev``, ``sys``, ``tmp``, ``run``, ``root``) are left out; parents come before children,
         all before the masks.
+Rule 12. seccomp (:mod:`ambit.lab.runtime.seccomp`): the container's ``seccompProfile``, else the pod's, else
+        ``RuntimeDefault`` (the lab's kubelet runs with ``--seccomp-default``); none for a privileged container.
+        ``RuntimeDefault`` allows the calls of the capabilities in the bounding set of rule 6/7. A ``Localhost``
+        profile's file comes in ``paths.seccomp_localhost``; a bad field is a :class:`SecurityContextError`, a bad
+        file a :class:`~ambit.lab.runtime.seccomp.SeccompProfileError` (``CreateContainerError``).
+Rule 13. User namespace (``paths.user_namespace``, :mod:`ambit.lab.runtime.userns`): a ``user`` namespace with the
+        pod's block as uid and gid maps, so the user of rule 5 is an id inside it (0 to 65535, else a
+        :class:`SecurityContextError`) and capabilities count in it only. The host's files keep their owners:
+        root's show as ``nobody`` and are read through their "other" bits, never written. runc 1.1 has no
+        idmapped mounts, so two things change: runc, which then makes the mounts from inside the namespace, needs
+        a root it can reach (``paths.shared_rootfs``, an empty directory with every parent searchable: the
+        bundle's is in the lab's 0700 tree; each container binds it privately, so one serves all), and ``/sys`` is
+        the runtime's, bound read-only (a new sysfs needs a network namespace owned by the user namespace, and the
+        pod's belongs to the host).
 """
 
 from __future__ import annotations
@@ -65,6 +79,8 @@ from decimal import Decimal, DecimalException
 from typing import Any
 
 from ambit.errors import AmbitError
+from ambit.lab.runtime.seccomp import Machine, SeccompFieldError, seccomp_choice, seccomp_config
+from ambit.lab.runtime.userns import IdRange, UsernsError
 
 OCI_VERSION = "1.0.2"
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -185,6 +201,14 @@ class BundlePaths:
     """Host directories rebuilt so that volumes' mount points can be made (rule 11)."""
     held_capabilities: frozenset[str] | None = None
     """The capabilities the runtime itself holds (None: all); a privileged container gets these (rule 7)."""
+    machine: Machine = field(default_factory=Machine)
+    """The architecture and kernel a seccomp filter is built for (rule 12)."""
+    seccomp_localhost: bytes | None = None
+    """The file a ``Localhost`` seccomp profile names, read by the shell from the node's seccomp directory."""
+    user_namespace: IdRange | None = None
+    """The pod's host ids when it has a user namespace (``hostUsers: false``, rule 13)."""
+    shared_rootfs: str = ""
+    """An empty directory, 0755 up to ``/``, used as the root of containers in a user namespace (rule 13)."""
     root_view: str = ""
     """A host directory (0755, holding only the mount points of what is revealed under ``/root``) bound read-only
     over ``/root``; empty: a tmpfs. runc gives a tmpfs the mode of the directory it covers, and the machine's
@@ -342,8 +366,17 @@ def automounts_token(pod: Mapping[str, Any]) -> bool:
 def container_config(
     pod: Mapping[str, Any], container: Mapping[str, Any], process: ProcessSpec, paths: BundlePaths
 ) -> dict[str, Any]:
-    """``config.json`` for one container (rules 1 to 9); raises :class:`SecurityContextError`."""
+    """``config.json`` for one container (rules 1 to 13); raises :class:`SecurityContextError` and
+    :class:`~ambit.lab.runtime.seccomp.SeccompProfileError`."""
     view = security_view(pod, container)
+    if paths.user_namespace is not None:
+        if not paths.shared_rootfs:
+            raise ValueError("a container in a user namespace needs paths.shared_rootfs (rule 13)")
+        for value in (view.uid, view.gid, *view.additional_gids):
+            try:
+                paths.user_namespace.host_id(value)
+            except UsernsError as exc:
+                raise SecurityContextError(f"hostUsers is false: {exc}") from None
     resources = linux_resources(container, paths)
     caps = list(view.capabilities)
     if view.privileged and paths.held_capabilities is not None:
@@ -354,11 +387,23 @@ def container_config(
     namespaces: list[dict[str, str]] = [{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}]
     if paths.netns_path:
         namespaces.insert(0, {"type": "network", "path": paths.netns_path})
+    if paths.user_namespace is not None:
+        namespaces.append({"type": "user"})
     linux: dict[str, Any] = {
         "namespaces": namespaces,
         "cgroupsPath": f"{paths.cgroup_parent.rstrip('/')}/{paths.container_id}",
         "resources": {"devices": [{"allow": view.privileged, "access": "rwm"}], **resources},
     }
+    try:
+        choice = seccomp_choice(pod, container, privileged=view.privileged)
+    except SeccompFieldError as exc:
+        raise SecurityContextError(str(exc)) from None
+    seccomp = seccomp_config(choice, caps, paths.machine, paths.seccomp_localhost)
+    if seccomp is not None:
+        linux["seccomp"] = seccomp
+    if paths.user_namespace is not None:
+        linux["uidMappings"] = paths.user_namespace.oci_mappings()
+        linux["gidMappings"] = paths.user_namespace.oci_mappings()
     if not view.privileged:
         linux["maskedPaths"] = list(RUNC_MASKED_PATHS)
         linux["readonlyPaths"] = list(RUNC_READONLY_PATHS)
@@ -378,7 +423,7 @@ def container_config(
             "capabilities": {"bounding": caps, "effective": caps, "permitted": caps, "inheritable": [], "ambient": []},
             "noNewPrivileges": view.no_new_privileges,
         },
-        "root": {"path": "rootfs", "readonly": True},
+        "root": {"path": paths.shared_rootfs if paths.user_namespace else "rootfs", "readonly": True},
         "hostname": str(_mapping(pod.get("metadata")).get("name") or ""),
         "mounts": _mounts(pod, paths, view.privileged),
         "linux": linux,
@@ -388,7 +433,7 @@ def container_config(
 def _mounts(pod: Mapping[str, Any], paths: BundlePaths, privileged: bool) -> list[dict[str, Any]]:
     sys_options = ["nosuid", "noexec", "nodev"] + ([] if privileged else ["ro"])
     sys_mount = {"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": sys_options}
-    if not paths.netns_path:  # a new sysfs needs a network namespace of its own: bind the runtime's (rule 1)
+    if not paths.netns_path or paths.user_namespace:  # a new sysfs needs a network namespace of its own (rule 1, 13)
         options = ["rbind", "nosuid", "noexec", "nodev"] + ([] if privileged else ["rro"])
         sys_mount = {"destination": "/sys", "type": "bind", "source": "/sys", "options": options}
     mounts: list[dict[str, Any]] = [

@@ -75,6 +75,7 @@ from ambit.lab.runtime.containers_apply import (
     EventType,
     LaunchSpec,
 )
+from ambit.lab.runtime.oci_apply import read_seccomp_profile
 from ambit.lab.runtime.oci_spec import (
     SERVICE_ACCOUNT_DIR,
     ProcessSpec,
@@ -90,7 +91,9 @@ from ambit.lab.runtime.pod_record import STATE_FILE, PodRecord, SavedSandbox
 from ambit.lab.runtime.pod_status import MANAGED_STATUS, PodView, pod_status, sandbox_error_message, status_patch
 from ambit.lab.runtime.probes import ProbeTarget
 from ambit.lab.runtime.processes import ProcessHandle, container_argv, find_process, pids_in_netns, reap, stop_process
-from ambit.lab.runtime.volumes import VolumeError, container_mounts
+from ambit.lab.runtime.seccomp import LOCALHOST, SeccompFieldError, SeccompProfileError, seccomp_choice
+from ambit.lab.runtime.userns import USERNS_FILE, IdRange, UsernsError, hosts_users
+from ambit.lab.runtime.volumes import EmptyDirVolume, VolumeError, container_mounts
 from ambit.lab.runtime.volumes_apply import PodVolumes, mount_point_dirs, remove_volumes, resolve_mounts
 
 ROOT_CA_CONFIG_MAP = "kube-root-ca.crt"
@@ -128,6 +131,14 @@ class PodHost(Protocol):
 
     def pod_dir(self, uid: str) -> Path:
         """The directory of the pod's files."""
+        ...
+
+    def user_namespace(self, uid: str) -> IdRange:
+        """The pod's user namespace ids (``hostUsers: false``); raises :class:`UsernsError`."""
+        ...
+
+    def release_user_namespace(self, uid: str) -> None:
+        """The pod is gone: its ids may go to another pod."""
         ...
 
     async def note_process(self, handle: ProcessHandle, what: str) -> None:
@@ -427,6 +438,7 @@ class PodWorker:
 
     def _forget(self) -> None:
         forget_pod_files(self.directory)
+        self.runtime.release_user_namespace(self.uid)
 
     def _save(self) -> None:
         try:
@@ -647,6 +659,8 @@ class PodWorker:
         containers = self.runtime.containers
         cid = container_id(self.uid, name)
         if not containers.sandboxed:
+            if not hosts_users(self.pod):
+                raise ContainerConfigError("hostUsers: false needs a sandboxing container runtime (runc)", retry=False)
             argv = container_argv(netns, command_line, args, working_dir)
             target = ProbeTarget(self.pod_ips[0] if self.pod_ips else "", netns, env)
             return LaunchSpec(tuple(argv), env, log_path, target, self._grace(), cid)
@@ -661,13 +675,40 @@ class PodWorker:
             if all(m.destination != RESOLV_CONF for m in mounts):  # a volume there is the pod's own choice
                 mounts = (*mounts, self._write_resolv_conf())
             rebuilt = mount_point_dirs([m.destination for m in mounts])
-            paths = dataclasses.replace(paths, volume_mounts=mounts, mount_point_dirs=rebuilt)
+            user_namespace = self._user_namespace()
+            profile = seccomp_choice(self.pod, container, privileged=privileged)
+            localhost = read_seccomp_profile(s.seccomp_dir, profile.localhost) if profile.type == LOCALHOST else None
+            paths = dataclasses.replace(
+                paths,
+                volume_mounts=mounts,
+                mount_point_dirs=rebuilt,
+                seccomp_localhost=localhost,
+                user_namespace=user_namespace,
+            )
             config = container_config(self.pod, container, ProcessSpec((*command_line, *args), env, working_dir), paths)
-        except (SecurityContextError, VolumeError, DnsConfigError) as exc:
+        except SeccompProfileError as exc:  # the file may yet appear: the runtime's error, tried again
+            raise ContainerConfigError(str(exc), retry=True, reason=exc.reason) from None
+        except UsernsError as exc:  # a pod may yet free a range
+            raise ContainerConfigError(str(exc), retry=True) from None
+        except (SecurityContextError, SeccompFieldError, VolumeError, DnsConfigError) as exc:
             retry = isinstance(exc, VolumeError) and exc.retry
             raise ContainerConfigError(str(exc), retry=retry) from None
         target = ProbeTarget(self.pod_ips[0] if self.pod_ips else "", "", env, containers.exec_prefix(cid))
         return LaunchSpec((*command_line, *args), env, log_path, target, self._grace(), cid, config)
+
+    def _user_namespace(self) -> IdRange | None:
+        """The pod's ids when it has a user namespace; its emptyDirs then belong to its root (host ids keep their
+        owners without idmapped mounts, and an emptyDir is the pod's to write)."""
+        if hosts_users(self.pod):
+            return None
+        ids = self.runtime.user_namespace(self.uid)
+        for volume in self.volumes.volumes:
+            source = self.volumes.sources.get(volume.name)
+            if isinstance(volume, EmptyDirVolume) and source is not None:
+                info = os.stat(source.path)
+                if (info.st_uid, info.st_gid) != (ids.first, ids.first):
+                    os.chown(source.path, ids.first, ids.first)
+        return ids
 
     def _write_resolv_conf(self) -> VolumeMount:
         """Rule 2c: the pod's resolv.conf, written atomically, as a read-only mount of ``/etc/resolv.conf``."""
@@ -720,7 +761,7 @@ def _write_file(path: Path, text: str, mode: int) -> None:
 
 def forget_pod_files(directory: Path) -> None:
     """Remove a pod's record and service-account files (its logs stay)."""
-    paths = [directory / STATE_FILE, directory / "token"]
+    paths = [directory / STATE_FILE, directory / "token", directory / USERNS_FILE]
     sa_dir = directory / "serviceaccount"
     if sa_dir.is_dir():
         paths += list(sa_dir.iterdir())

@@ -13,6 +13,9 @@ Invariants:
 - :meth:`PodSandboxes.destroy` is idempotent: DEL tolerates a missing namespace or attachment, and the namespace
   is removed even when DEL fails (the error is raised afterwards; a later destroy retries DEL with the cache).
 - The namespace is noted in the lab's record before it is created (a crash leaves nothing the sweep misses).
+- The namespace belongs to the host's user namespace, also for a pod with ``hostUsers: false``, whose root then
+  holds no capability over it: such a pod's namespace lets any user bind ports below 1024 and open ICMP echo
+  sockets (:data:`USERNS_SYSCTLS`), as root in a pod of its own user namespace may under Kubernetes.
 """
 
 from __future__ import annotations
@@ -29,8 +32,10 @@ from ambit.lab.cluster.record import Record
 from ambit.lab.network import plugins
 from ambit.lab.network.plugins import CniInvocationError, CniResult
 from ambit.lab.network.topology import Topology
+from ambit.lab.runtime.userns import hosts_users
 
 NETNS_RUN_DIR = "/run/netns"  # where ``ip netns add`` mounts named namespaces
+USERNS_SYSCTLS = ("net.ipv4.ip_unprivileged_port_start=0", "net.ipv4.ping_group_range=0 2147483647")
 POD_IFNAME = "eth0"
 
 
@@ -81,6 +86,8 @@ class PodSandboxes:
         await self.runner.run_async(["ip", "netns", "add", netns])
         args = _cni_args(uid, name, namespace)
         try:
+            if not hosts_users(pod):
+                await self.runner.run_async(["ip", "netns", "exec", netns, "sysctl", "-q", "-w", *USERNS_SYSCTLS])
             result = await plugins.add(conflist, uid, path, POD_IFNAME, args, *self._exec(), cache_dir=self.cache_dir)
         except BaseException:
             try:
