@@ -9,20 +9,22 @@
 2. **forwarded names**: dnsperf asks for names outside the mesh (``ext-I.example.com``), which the proxy forwards
    to dnsmasq as it forwards to a pod's resolver, against dnsmasq asked directly (the reference).
 
-For each: the NOERROR answers per second at saturation (``outstanding`` queries in flight, below the proxy's 64
-forwards in flight per pod, so that no query is refused for overload), and p50/p99 latency at a fixed rate, the
-same for both sides of a scenario: a quarter of what the proxy answered at saturation in that round, at most
-``latency_qps`` (:func:`latency_rate`), from dnsperf's own per-response times (``-v``). Scenarios are interleaved
-round by round and each figure is the median over rounds, with dnsmasq's figure of the same run as the reference
-and the ratio.
+For each, with ``outstanding`` queries in flight (below the proxy's 64 forwards in flight per pod, so that no
+query is refused for overload): the NOERROR answers per second at saturation, and the servers' CPU time per answer
+meanwhile (the proxy's plus dnsmasq's when the proxy forwards: all the work an answer took; read from ``/proc``);
+then p50/p99 latency at a fixed rate, the same for both sides of a scenario: a quarter of what the proxy answered
+at saturation in that round, at most ``latency_qps`` (:func:`latency_rate`), from dnsperf's own per-response times
+(``-v``). Scenarios are interleaved round by round and each figure is the median over rounds, with dnsmasq's
+figure of the same run as the reference and the ratio.
 
-Where it runs: a private network namespace (and PID namespace) of its own. The proxy's forwarder never forwards to a
-loopback address (a pod's loopback is the pod's own), so dnsmasq listens on :data:`UPSTREAM_IP`, a non-loopback
-address put on ``lo`` of that namespace; the proxy listens on 127.0.0.1:15053 as in a pod. ``main`` re-runs
-itself under ``unshare --net --pid --fork`` (with ``--map-root-user`` when not root): nothing on the machine is
-changed, and every child (dnsmasq, the proxy, dnsperf) dies with the benchmark whatever way it ends, since the
-kernel ends a PID namespace's processes when its first process (this benchmark) exits. The children are also
-ended by their pids in ``finally``. dnsperf runs on one CPU and the servers on another, when there are two.
+Where it runs: a private network namespace (and PID namespace, with its own ``/proc``). The proxy's forwarder never
+forwards to a loopback address (a pod's loopback is the pod's own), so dnsmasq listens on :data:`UPSTREAM_IP`, a
+non-loopback address put on ``lo`` of that namespace; the proxy listens on 127.0.0.1:15053 as in a pod. ``main``
+re-runs itself under ``unshare --net --pid --fork --mount-proc`` (with ``--map-root-user`` when not root): nothing
+on the machine is changed, and every child (dnsmasq, the proxy, dnsperf) dies with the benchmark whatever way it
+ends, since the kernel ends a PID namespace's processes when its first process (this benchmark) exits. The
+children are also ended by their pids in ``finally``. dnsperf runs on one CPU and the servers on another, when
+there are two.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ import dns.rcode
 from ambit.errors import AmbitError
 from bench.dns_proxy import mesh_name, mesh_vip
 from bench.dnsperf import DnsperfError, Latencies, Summary, dnsperf_argv, parse_latencies, parse_summary
+from bench.mesh.probes import cpu_seconds
 from bench.report import Measurement, Report, median, percentile
 
 REPO = Path(__file__).resolve().parents[1]
@@ -97,16 +100,18 @@ class Target:
     address: tuple[str, int]
     queries: str
     """``mesh`` or ``external``: which query file dnsperf reads."""
+    servers: tuple[str, ...]
+    """The server processes that do the work of an answer, whose CPU time counts."""
 
 
 SCENARIOS: dict[str, tuple[Target, Target]] = {
     "cached mesh names": (
-        Target("ambit DNS proxy", PROXY, "mesh"),
-        Target("dnsmasq, hosts file", DNSMASQ, "mesh"),
+        Target("ambit DNS proxy", PROXY, "mesh", ("proxy",)),
+        Target("dnsmasq, hosts file", DNSMASQ, "mesh", ("dnsmasq",)),
     ),
     "forwarded names": (
-        Target("ambit DNS proxy → dnsmasq", PROXY, "external"),
-        Target("dnsmasq direct", DNSMASQ, "external"),
+        Target("ambit DNS proxy → dnsmasq", PROXY, "external", ("proxy", "dnsmasq")),
+        Target("dnsmasq direct", DNSMASQ, "external", ("dnsmasq",)),
     ),
 }
 """Each scenario: (the proxy, its reference)."""
@@ -176,8 +181,8 @@ def _cpus() -> tuple[int | None, int | None]:
 
 
 @contextmanager
-def servers(tmp: Path, profile: Profile, cpu: int | None) -> Iterator[Children]:
-    """dnsmasq and the DNS proxy, answering; both ended on the way out."""
+def servers(tmp: Path, profile: Profile, cpu: int | None) -> Iterator[dict[str, int]]:
+    """dnsmasq and the DNS proxy, answering: their pids by name; both ended on the way out."""
     hosts = tmp / "hosts"
     hosts.write_text(hosts_file(profile.services))
     hosts.chmod(0o644)
@@ -188,7 +193,7 @@ def servers(tmp: Path, profile: Profile, cpu: int | None) -> Iterator[Children]:
         dnsmasq = ["dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null", "--no-resolv", "--no-hosts"]
         dnsmasq += [f"--addn-hosts={hosts}", f"--port={DNSMASQ[1]}", f"--listen-address={UPSTREAM_IP}"]
         dnsmasq += ["--bind-interfaces", "--cache-size=4096", f"--pid-file={tmp / 'dnsmasq.pid'}", f"--user={user}"]
-        children.start(dnsmasq, log=tmp / "dnsmasq.log")
+        pids = {"dnsmasq": children.start(dnsmasq, log=tmp / "dnsmasq.log").pid}
         _wait_answering(DNSMASQ, mesh_name(0, NAMESPACES), mesh_vip(0), tmp / "dnsmasq.log")
         proxy = [sys.executable, "-m", "bench.dns_proxy", "--listen", f"{PROXY[0]}:{PROXY[1]}"]
         proxy += ["--upstream", f"{DNSMASQ[0]}:{DNSMASQ[1]}", "--services", str(profile.services)]
@@ -201,7 +206,8 @@ def servers(tmp: Path, profile: Profile, cpu: int | None) -> Iterator[Children]:
             raise DnsBenchError(f"the DNS proxy did not start: {_log_tail(tmp / 'proxy.log')}")
         _wait_answering(PROXY, mesh_name(profile.services - 1, NAMESPACES), mesh_vip(profile.services - 1), None)
         _wait_answering(PROXY, external_name(0), external_ip(0), tmp / "proxy.log")
-        yield children
+        pids["proxy"] = child.pid  # taskset execs its command: the same process
+        yield pids
     finally:
         children.stop_all()
 
@@ -241,8 +247,16 @@ class Sample:
     """One target's figures in one round: a saturation run, then a verbose run at ``rate`` queries/s."""
 
     saturation: Summary
+    cpu_seconds: float
+    """CPU time the target's server processes used during the saturation run."""
     latency: Latencies
     rate: int
+
+    @property
+    def cpu_per_answer(self) -> float:
+        """Microseconds of server CPU per NOERROR answer at saturation."""
+        answers = self.saturation.rcodes.get("NOERROR", 0)
+        return self.cpu_seconds / answers * 1e6 if answers else float("nan")
 
 
 def _dnsperf(argv: list[str], seconds: float, cpu: int | None, tmp: Path) -> str:
@@ -257,14 +271,20 @@ def _dnsperf(argv: list[str], seconds: float, cpu: int | None, tmp: Path) -> str
     return out
 
 
-def saturate(target: Target, files: dict[str, Path], profile: Profile, cpu: int | None, tmp: Path) -> Summary:
-    """As many queries as ``target`` answers, ``profile.outstanding`` in flight, for the profile's time."""
+def saturate(
+    target: Target, files: dict[str, Path], profile: Profile, pids: dict[str, int], cpu: int | None, tmp: Path
+) -> tuple[Summary, float]:
+    """As many queries as ``target`` answers, ``profile.outstanding`` in flight, for the profile's time; and the CPU
+    seconds its servers used meanwhile."""
     host, port = target.address
     argv = dnsperf_argv(
         host, port, files[target.queries], profile.saturation_seconds,
         clients=profile.clients, outstanding=profile.outstanding,
     )  # fmt: skip
-    return parse_summary(_dnsperf(argv, profile.saturation_seconds, cpu, tmp))
+    servers = [pids[name] for name in target.servers]
+    before = cpu_seconds(servers)
+    out = _dnsperf(argv, profile.saturation_seconds, cpu, tmp)
+    return parse_summary(out), cpu_seconds(servers) - before
 
 
 def pace(target: Target, files: dict[str, Path], rate: int, profile: Profile, cpu: int | None, tmp: Path) -> Latencies:
@@ -292,8 +312,10 @@ def report_scenario(report: Report, scenario: str, samples: dict[str, list[Sampl
     ours, theirs = samples[proxy.label], samples[reference.label]
     rates = sorted({s.rate for s in ours})
     rate = f"{proxy.label}; at {', '.join(f'{r:,}' for r in rates)} queries/s"
+    servers_note = f"{proxy.label}: {' + '.join(proxy.servers)}"
     figures: list[tuple[str, str, str, Callable[[Sample], float]]] = [
         ("answers/s at saturation", "answers/s", proxy.label, lambda s: s.saturation.answered_per_second),
+        ("server CPU per answer at saturation", "µs", servers_note, lambda s: s.cpu_per_answer),
         ("p50 latency at a fixed rate", "µs", rate, lambda s: _p(s.latency, 50)),
         ("p99 latency at a fixed rate", "µs", rate, lambda s: _p(s.latency, 99)),
     ]
@@ -328,6 +350,8 @@ def run(profile: Profile, out: Path | None, *, echo: bool = True) -> Report:
         raise DnsBenchError(f"missing: {', '.join(missing)} (make install adds dnsperf and dnsmasq-base)")
     if [name for _, name in socket.if_nameindex()] != ["lo"]:
         raise DnsBenchError("refusing to run outside a private network namespace (python -m bench.dns makes one)")
+    if Path("/proc/self").resolve().name != str(os.getpid()):
+        raise DnsBenchError("/proc is not this PID namespace's (python -m bench.dns mounts its own)")
     report = Report("ambit DNS proxy against dnsmasq", profile.name, notes=list(NOTES))
     started = time.monotonic()
 
@@ -345,14 +369,14 @@ def run(profile: Profile, out: Path | None, *, echo: bool = True) -> Report:
         files["mesh"].write_text(query_file([mesh_name(i, NAMESPACES) for i in range(profile.services)]))
         files["external"].write_text(query_file([external_name(i) for i in range(profile.services)]))
         samples: dict[str, list[Sample]] = {t.label: [] for pair in SCENARIOS.values() for t in pair}
-        with servers(tmp, profile, server_cpu):
+        with servers(tmp, profile, server_cpu) as pids:
             log(f"dnsmasq and the DNS proxy answer ({profile.services} Services)")
             for round_ in range(profile.rounds):
                 for pair in SCENARIOS.values():
-                    flooded = [saturate(target, files, profile, load_cpu, tmp) for target in pair]
-                    rate = latency_rate(flooded[0], profile)
-                    for target, summary in zip(pair, flooded, strict=True):
-                        sample = Sample(summary, pace(target, files, rate, profile, load_cpu, tmp), rate)
+                    flooded = [saturate(target, files, profile, pids, load_cpu, tmp) for target in pair]
+                    rate = latency_rate(flooded[0][0], profile)
+                    for target, (summary, used) in zip(pair, flooded, strict=True):
+                        sample = Sample(summary, used, pace(target, files, rate, profile, load_cpu, tmp), rate)
                         samples[target.label].append(sample)
                         log(
                             f"round {round_ + 1}: {target.label}: {summary.answered_per_second:,.0f} answers/s; "
@@ -389,7 +413,7 @@ def _in_namespaces(argv: list[str]) -> int:
         print("bench.dns: unshare (util-linux) is missing", file=sys.stderr)
         return 1
     root = os.geteuid() == 0
-    command = ["unshare", "--net", "--pid", "--fork", "--kill-child=SIGTERM"]
+    command = ["unshare", "--net", "--pid", "--fork", "--mount-proc", "--kill-child=SIGTERM"]
     if not root:
         command.append("--map-root-user")
     command += [sys.executable, "-m", "bench.dns", *argv]

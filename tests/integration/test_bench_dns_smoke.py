@@ -53,13 +53,19 @@ def test_the_quick_profile_at_a_tiny_size_writes_both_scenarios_with_dnsmasq_as_
     assert [(r["scenario"], r["metric"]) for r in rows] == [
         (scenario, metric)
         for scenario in ("cached mesh names", "forwarded names")
-        for metric in ("answers/s at saturation", "p50 latency at a fixed rate", "p99 latency at a fixed rate")
+        for metric in (
+            "answers/s at saturation",
+            "server CPU per answer at saturation",
+            "p50 latency at a fixed rate",
+            "p99 latency at a fixed rate",
+        )
     ]
-    assert [r["unit"] for r in rows[:3]] == ["answers/s", "µs", "µs"]
+    assert [r["unit"] for r in rows[:4]] == ["answers/s", "µs", "µs", "µs"]
+    assert rows[5]["note"] == "ambit DNS proxy → dnsmasq: proxy + dnsmasq"  # forwarding: both servers' CPU
     assert {r["reference_name"] for r in rows} == {"dnsmasq, hosts file", "dnsmasq direct"}
     assert all(r["value"] > 0 and r["reference"] > 0 and r["ratio"] > 0 for r in rows)
     assert rows[0]["env"]["services"] == 20
-    assert "queries/s" in rows[1]["note"]
+    assert "queries/s" in rows[2]["note"]
     proxies = [line for line in _command_lines() if "bench.dns_proxy" in line and "--services 20 " in line]
     assert not proxies
     assert not [line for line in _command_lines() if str(out) in line]
