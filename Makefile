@@ -1,11 +1,11 @@
 # Ambit: set-up, tests and demo on a Debian 12 machine (as root).
 SHELL := /bin/bash
-APT_PACKAGES := iproute2 nftables iptables containernetworking-plugins runc ca-certificates curl tcpdump iperf3 stunnel4 haproxy sockperf
+APT_PACKAGES := iproute2 nftables iptables containernetworking-plugins runc ca-certificates curl tcpdump iperf3 stunnel4 haproxy sockperf dnsperf dnsmasq-base
 VENV := .venv
 UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
 STAMP := $(VENV)/.installed
 
-.PHONY: install test demo lint bench bench-quick bench-apiserver bench-apiserver-quick bench-lab bench-cni bench-policy bench-policy-quick clean
+.PHONY: install test demo lint bench bench-quick bench-apiserver bench-apiserver-quick bench-lab bench-cni bench-policy bench-policy-quick bench-dns bench-dns-quick clean
 
 install: $(STAMP)
 
@@ -53,6 +53,12 @@ bench-policy: install  # root: 0, 100 and 10,000 AuthorizationPolicies on a lab 
 
 bench-policy-quick: install  # root: the same, fewer rounds and shorter runs
 	$(VENV)/bin/python -m bench.policy --quick
+
+bench-dns: install  # the DNS proxy against dnsmasq, in a private netns (bench/results/dns.{md,json})
+	$(VENV)/bin/python -m bench.dns
+
+bench-dns-quick: install  # the same, one round of short runs (under 1 minute)
+	$(VENV)/bin/python -m bench.dns --quick
 
 bench-lab: install  # root: brings a lab up and down
 	$(VENV)/bin/python -m bench.lab
