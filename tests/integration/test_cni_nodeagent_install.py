@@ -238,7 +238,8 @@ async def test_in_a_pod_the_agent_uses_its_service_account_and_reports_readiness
     environment), the ZDS socket where the node proxy's pod mounts it, and /readyz 503 until it serves."""
     from tests.harness import free_port
 
-    from ambit.cni.daemon import PLUGIN_KUBECONFIG, ZDS_SOCKET, InCluster
+    from ambit.cni.daemon import PLUGIN_KUBECONFIG, InCluster
+    from ambit.zds import ZDS_SOCKET
 
     account = node.run_dir.parent / "serviceaccount"
     account.mkdir()

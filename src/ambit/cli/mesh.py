@@ -14,6 +14,7 @@ import typer
 
 from ambit.cli.main import app
 from ambit.lab.network.topology import Topology
+from ambit.zds import ZDS_SOCKET
 
 NodeOption = Annotated[str, typer.Option("--node", help="The node's name.")]
 ZDS_DIR = Path("/var/run/ztunnel")
@@ -115,7 +116,7 @@ def nodeagent(
 ) -> None:
     """Run a node's agent: the ambit-cni plugin, ZDS and pod enrolment (a lab's host process with --lab-dir, else
     the istio-cni-node DaemonSet's container)."""
-    from ambit.cni.daemon import ZDS_SOCKET, run_node_agent
+    from ambit.cni.daemon import run_node_agent
     from ambit.cni.procscan import find_pod_netns
     from ambit.errors import AmbitError
 
@@ -249,10 +250,7 @@ def nodeproxy(
     Workloads come from the control plane (--xds-address) or a local file (--config); certificates from the control
     plane's CA (--ca-address) or a local CA directory (--local-ca).
     """
-    from ambit.cni.daemon import ZDS_SOCKET
     from ambit.inpod import eventloop
-    from ambit.inpod.allocator import tune_allocator
-    from ambit.inpod.daemon import run_node_proxy
     from ambit.inpod.settings import NodeProxySettings, NodeProxySettingsError, parse_pool_limits
     from ambit.model.identity import IdentityError, check_trust_domain
 
@@ -304,6 +302,9 @@ def nodeproxy(
         dns_nameservers=dns_nameservers,
         flow_log_size=flow_log_size,
     )
+    from ambit.inpod.allocator import tune_allocator
+    from ambit.inpod.daemon import run_node_proxy  # the data path's imports: only once the arguments are good
+
     configure_logging()
     tune_allocator()
     eventloop.run(lambda: run_node_proxy(settings), settings.event_loop)

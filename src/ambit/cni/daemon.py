@@ -40,12 +40,12 @@ from ambit.cni.plugin import PLUGIN_TYPE
 from ambit.commands import CommandRunner, SubprocessRunner
 from ambit.k8s import EventRecorder, EventRecorderSettings, KubeClient
 from ambit.k8s.connection import SERVICE_ACCOUNT_DIR
+from ambit.zds import ZDS_SOCKET
 from ambit.zds.server import ZdsServer
 
 log = logging.getLogger("ambit.cni.daemon")
 
 PLUGIN_EVENT_SOCKET = "pluginevent.sock"
-ZDS_SOCKET = "ztunnel.sock"
 PLUGIN_KUBECONFIG = "ambit-cni-kubeconfig"
 WRAPPER = "ambit-cni-wrapper"
 PLUGIN_TOKEN_INTERVAL = 30.0

@@ -4,3 +4,6 @@ Modules: ``protocol`` (framing and message types, sans-IO), ``events`` and ``com
 ``agent`` (server side: ``AgentSession``, ``AgentHub``), ``proxy`` (client side: ``ProxySession``), ``errors``,
 and ``transport`` (the asyncio shell; the only module here that touches a socket).
 """
+
+ZDS_SOCKET = "ztunnel.sock"
+"""The socket's file name in the node proxy's run directory (``/var/run/ztunnel`` in a pod), as ztunnel names it."""
