@@ -76,8 +76,19 @@ def shares_the_mesh_lab(item: pytest.Item) -> bool:
     return bool(getattr(getattr(item, "module", None), "SHARES_THE_MESH_LAB", False))
 
 
+PROPERTY_TEST_TIMEOUT = 900
+"""Seconds a property test may take unless it says otherwise: a few hundred generated examples take ~30 s on a quiet
+machine and passed the suite's 120 s default under load, after which hypothesis replays the example as a
+FlakyFailure (seen with both cores loaded). The bound is for a hung test, not a measurement."""
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Keep only the share ``AMBIT_TEST_SHARE`` names (module docstring)."""
+    """Give property tests :data:`PROPERTY_TEST_TIMEOUT`; keep only the share ``AMBIT_TEST_SHARE`` names (module
+    docstring)."""
+    for item in items:
+        test = getattr(item, "obj", None)
+        if getattr(test, "is_hypothesis_test", False) and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(PROPERTY_TEST_TIMEOUT))
     share = os.environ.get("AMBIT_TEST_SHARE", "")
     if not share:
         items.sort(key=lambda item: not shares_the_mesh_lab(item))  # stable: the modules on the shared lab first
