@@ -402,6 +402,35 @@ async def test_a_flood_of_forwarded_queries_is_bounded(
     await until(lambda: not dns_server._forwards)  # the forwards time out (1 s) and are answered SERVFAIL
 
 
+WAVES = r"""
+import socket, sys, select
+import dns.message, dns.rcode
+waves, size, server = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+rcodes = {}
+for wave in range(waves):
+    for i in range(size):
+        s.sendto(dns.message.make_query(f"w{wave}-{i}.example.org", "A", id=wave * size + i).to_wire(), (server, 53))
+    for _ in range(size):  # the next wave leaves as soon as this one is answered
+        if not select.select([s], [], [], 5)[0]:
+            rcodes["lost"] = rcodes.get("lost", 0) + 1
+            continue
+        name = dns.rcode.to_text(dns.message.from_wire(s.recv(4096)).rcode())
+        rcodes[name] = rcodes.get(name, 0) + 1
+print(" ".join(f"{k}={v}" for k, v in sorted(rcodes.items())))
+"""
+
+
+async def test_back_to_back_waves_of_max_forwards_queries_are_all_forwarded(
+    namespaces: Namespaces, upstream: StandIn, proxy: PodListenerManager
+) -> None:
+    """The bound counts the forwards in flight, not those that just ended: a wave of max_forwards (8) queries sent
+    as soon as the previous one is answered is never refused (the dnsmasq benchmark found a fifth refused)."""
+    result = (await in_pod(namespaces, WAVES, "30", "8", ELSEWHERE)).strip()
+    assert result == "NOERROR=240", result
+    assert sample(metrics_text(proxy), "ambit_dns_dropped_total", reason="overload") == 0
+
+
 async def test_the_pods_resolv_conf_is_found_through_its_process(namespaces: Namespaces) -> None:
     proc = await asyncio.create_subprocess_exec("ip", "netns", "exec", namespaces.pod, "sleep", "30")
     try:

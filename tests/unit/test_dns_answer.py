@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ambit.dns.answer import Answered, DnsClient, Forward, Malformed, decide, parse_query
+from ambit.dns.forwarder import is_local_address
 from ambit.dns.names import aliases, kube_fqdns, split, wildcards
 from ambit.dns.resolvconf import parse_resolv_conf
 from ambit.model.state import WorkloadState
@@ -307,3 +308,24 @@ def test_resolv_conf_is_read_as_the_resolver_reads_it() -> None:
 def test_any_resolv_conf_text_is_read(text: str) -> None:
     conf = parse_resolv_conf(text)
     assert 1 <= len(conf.nameservers) <= 3
+
+
+@pytest.mark.parametrize(
+    ("server", "local"),
+    [
+        ("127.0.0.1", True),
+        ("127.8.9.10", True),
+        ("::1", True),
+        ("::ffff:127.0.0.1", True),
+        ("0.0.0.0", True),
+        ("::", True),
+        ("::ffff:0.0.0.0", True),
+        ("198.18.0.10", False),
+        ("::ffff:198.18.0.10", False),
+        ("2001:db8::53", False),
+    ],
+)
+def test_a_nameserver_on_this_host_is_never_forwarded_to(server: str, local: bool) -> None:
+    """The forwarder skips nameservers that would be the host itself (the bench found the mapped and unspecified
+    forms passing ``is_loopback``)."""
+    assert is_local_address(server) is local

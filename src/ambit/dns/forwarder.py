@@ -61,6 +61,15 @@ class Upstream:
     port: int = 53
 
 
+def is_local_address(text: str) -> bool:
+    """A nameserver that would be this host itself: loopback (also as an IPv4-mapped IPv6 address) or unspecified
+    (``0.0.0.0``, ``::``, which mean "this host" to connect). Forwarding there would loop back into the proxy."""
+    address = ipaddress.ip_address(text)
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback or address.is_unspecified
+
+
 class Forwarder:
     """Asks an :class:`Upstream`'s nameservers with sockets from ``sockets`` (rules 1-4)."""
 
@@ -69,7 +78,7 @@ class Forwarder:
 
     async def forward(self, query: dns.message.Message, upstream: Upstream) -> dns.message.Message:
         """``upstream``'s answer to ``query``, with ``query``'s id; raises :class:`UpstreamError`."""
-        servers = [s for s in upstream.nameservers if not ipaddress.ip_address(s).is_loopback]
+        servers = [s for s in upstream.nameservers if not is_local_address(s)]
         if not servers:
             raise UpstreamError("no nameserver to forward to (only loopback ones are configured)", "no upstream")
         client_id = query.id

