@@ -25,65 +25,66 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from ambit.api import authorization_pb2 as ambit_dot_api_dot_authorization__pb2
 from ambit.api import requestauth_pb2 as ambit_dot_api_dot_requestauth__pb2
+from ambit.api import metric_overrides_pb2 as ambit_dot_api_dot_metric__overrides__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x61mbit/api/waypoint.proto\x12\x11\x61mbit.waypoint.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1d\x61mbit/api/authorization.proto\x1a\x1b\x61mbit/api/requestauth.proto\"\xef\x01\n\x0eWaypointConfig\x12\x10\n\x08waypoint\x18\x01 \x01(\t\x12-\n\x06tables\x18\x02 \x03(\x0b\x32\x1d.ambit.waypoint.v1.RouteTable\x12\x33\n\x08policies\x18\x03 \x03(\x0b\x32!.ambit.waypoint.v1.WaypointPolicy\x12I\n\x17request_authentications\x18\x04 \x03(\x0b\x32(.ambit.waypoint.v1.RequestAuthentication\x12\x1c\n\x14xfcc_client_identity\x18\x05 \x01(\x08\"\xe2\x01\n\x0eWaypointPolicy\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12-\n\x05scope\x18\x03 \x01(\x0e\x32\x1e.ambit.waypoint.v1.PolicyScope\x12/\n\x06\x61\x63tion\x18\x04 \x01(\x0e\x32\x1f.ambit.waypoint.v1.PolicyAction\x12,\n\x05rules\x18\x05 \x03(\x0b\x32\x1d.ambit.waypoint.v1.PolicyRule\x12\x0f\n\x07\x64ry_run\x18\x06 \x01(\x08\x12\x10\n\x08services\x18\x07 \x03(\t\">\n\nPolicyRule\x12\x30\n\x07\x63lauses\x18\x01 \x03(\x0b\x32\x1f.ambit.waypoint.v1.PolicyClause\"?\n\x0cPolicyClause\x12/\n\x07matches\x18\x01 \x03(\x0b\x32\x1e.ambit.waypoint.v1.PolicyMatch\"w\n\nKeyedMatch\x12\x0b\n\x03key\x18\x01 \x03(\t\x12+\n\x06values\x18\x02 \x03(\x0b\x32\x1b.istio.security.StringMatch\x12/\n\nnot_values\x18\x03 \x03(\x0b\x32\x1b.istio.security.StringMatch\"\x9e\x0b\n\x0bPolicyMatch\x12/\n\nnamespaces\x18\x01 \x03(\x0b\x32\x1b.istio.security.StringMatch\x12\x33\n\x0enot_namespaces\x18\x02 \x03(\x0b\x32\x1b.istio.security.StringMatch\x12=\n\x10service_accounts\x18\x03 \x03(\x0b\x32#.istio.security.ServiceAccountMatch\x12\x41\n\x14not_service_accounts\x18\x04 \x03(\x0b\x32#.istio.security.ServiceAccountMatch\x12/\n\nprincipals\x18\x05 \x03(\x0b\x32\x1b.istio.security.StringMatch\x12\x33\n\x0enot_principals\x18\x06 \x03(\x0b\x32\x1b.istio.security.StringMatch\x12+\n\nsource_ips\x18\x07 \x03(\x0b\x32\x17.istio.security.Address\x12/\n\x0enot_source_ips\x18\x08 \x03(\x0b\x32\x17.istio.security.Address\x12\x30\n\x0f\x64\x65stination_ips\x18\t \x03(\x0b\x32\x17.istio.security.Address\x12\x34\n\x13not_destination_ips\x18\n \x03(\x0b\x32\x17.istio.security.Address\x12\x19\n\x11\x64\x65stination_ports\x18\x0b \x03(\r\x12\x1d\n\x15not_destination_ports\x18\x0c \x03(\r\x12*\n\x05hosts\x18\r \x03(\x0b\x32\x1b.istio.security.StringMatch\x12.\n\tnot_hosts\x18\x0e \x03(\x0b\x32\x1b.istio.security.StringMatch\x12\x0f\n\x07methods\x18\x0f \x03(\t\x12\x13\n\x0bnot_methods\x18\x10 \x03(\t\x12*\n\x05paths\x18\x11 \x03(\x0b\x32\x1b.istio.security.StringMatch\x12.\n\tnot_paths\x18\x12 \x03(\x0b\x32\x1b.istio.security.StringMatch\x12\x37\n\x12request_principals\x18\x13 \x03(\x0b\x32\x1b.istio.security.StringMatch\x12;\n\x16not_request_principals\x18\x14 \x03(\x0b\x32\x1b.istio.security.StringMatch\x12+\n\nremote_ips\x18\x15 \x03(\x0b\x32\x17.istio.security.Address\x12/\n\x0enot_remote_ips\x18\x16 \x03(\x0b\x32\x17.istio.security.Address\x12\x36\n\x0frequest_headers\x18\x17 \x03(\x0b\x32\x1d.ambit.waypoint.v1.KeyedMatch\x12\x35\n\x0erequest_claims\x18\x18 \x03(\x0b\x32\x1d.ambit.waypoint.v1.KeyedMatch\x12.\n\taudiences\x18\x19 \x03(\x0b\x32\x1b.istio.security.StringMatch\x12\x32\n\rnot_audiences\x18\x1a \x03(\x0b\x32\x1b.istio.security.StringMatch\x12/\n\npresenters\x18\x1b \x03(\x0b\x32\x1b.istio.security.StringMatch\x12\x33\n\x0enot_presenters\x18\x1c \x03(\x0b\x32\x1b.istio.security.StringMatch\x12(\n\x03sni\x18\x1d \x03(\x0b\x32\x1b.istio.security.StringMatch\x12,\n\x07not_sni\x18\x1e \x03(\x0b\x32\x1b.istio.security.StringMatch\"\xa8\x01\n\nRouteTable\x12\x13\n\x0bservice_key\x18\x01 \x01(\t\x12\x0c\n\x04port\x18\x02 \x01(\r\x12*\n\x04http\x18\x03 \x03(\x0b\x32\x1c.ambit.waypoint.v1.RouteRule\x12\x38\n\x0ctcp_backends\x18\x04 \x03(\x0b\x32\".ambit.waypoint.v1.WeightedBackend\x12\x11\n\thostnames\x18\x05 \x03(\t\"\x81\x04\n\tRouteRule\x12\r\n\x05route\x18\x01 \x01(\t\x12,\n\x05match\x18\x02 \x01(\x0b\x32\x1d.ambit.waypoint.v1.RouteMatch\x12\x34\n\x08\x62\x61\x63kends\x18\x03 \x03(\x0b\x32\".ambit.waypoint.v1.WeightedBackend\x12:\n\x0frequest_headers\x18\x04 \x01(\x0b\x32!.ambit.waypoint.v1.HeaderModifier\x12;\n\x10response_headers\x18\x05 \x01(\x0b\x32!.ambit.waypoint.v1.HeaderModifier\x12\x34\n\x08redirect\x18\x06 \x01(\x0b\x32\".ambit.waypoint.v1.RequestRedirect\x12.\n\x07rewrite\x18\x07 \x01(\x0b\x32\x1d.ambit.waypoint.v1.URLRewrite\x12\x31\n\x07mirrors\x18\x08 \x03(\x0b\x32 .ambit.waypoint.v1.RequestMirror\x12-\n\x08timeouts\x18\t \x01(\x0b\x32\x1b.ambit.waypoint.v1.Timeouts\x12-\n\x05retry\x18\n \x01(\x0b\x32\x1e.ambit.waypoint.v1.RetryPolicy\x12\x11\n\trule_name\x18\x0b \x01(\t\"J\n\tPathMatch\x12.\n\x04kind\x18\x01 \x01(\x0e\x32 .ambit.waypoint.v1.PathMatchType\x12\r\n\x05value\x18\x02 \x01(\t\"Z\n\nValueMatch\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\x12/\n\x04kind\x18\x03 \x01(\x0e\x32!.ambit.waypoint.v1.ValueMatchType\"\xbd\x01\n\nRouteMatch\x12*\n\x04path\x18\x01 \x01(\x0b\x32\x1c.ambit.waypoint.v1.PathMatch\x12.\n\x07headers\x18\x02 \x03(\x0b\x32\x1d.ambit.waypoint.v1.ValueMatch\x12\x33\n\x0cquery_params\x18\x03 \x03(\x0b\x32\x1d.ambit.waypoint.v1.ValueMatch\x12\x13\n\x06method\x18\x04 \x01(\tH\x00\x88\x01\x01\x42\t\n\x07_method\"*\n\x0bHeaderValue\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"z\n\x0eHeaderModifier\x12+\n\x03set\x18\x01 \x03(\x0b\x32\x1e.ambit.waypoint.v1.HeaderValue\x12+\n\x03\x61\x64\x64\x18\x02 \x03(\x0b\x32\x1e.ambit.waypoint.v1.HeaderValue\x12\x0e\n\x06remove\x18\x03 \x03(\t\"P\n\x0cPathModifier\x12\x31\n\x04kind\x18\x01 \x01(\x0e\x32#.ambit.waypoint.v1.PathModifierType\x12\r\n\x05value\x18\x02 \x01(\t\"\xb5\x01\n\x0fRequestRedirect\x12\x13\n\x06scheme\x18\x01 \x01(\tH\x00\x88\x01\x01\x12\x15\n\x08hostname\x18\x02 \x01(\tH\x01\x88\x01\x01\x12-\n\x04path\x18\x03 \x01(\x0b\x32\x1f.ambit.waypoint.v1.PathModifier\x12\x11\n\x04port\x18\x04 \x01(\rH\x02\x88\x01\x01\x12\x13\n\x0bstatus_code\x18\x05 \x01(\rB\t\n\x07_schemeB\x0b\n\t_hostnameB\x07\n\x05_port\"_\n\nURLRewrite\x12\x15\n\x08hostname\x18\x01 \x01(\tH\x00\x88\x01\x01\x12-\n\x04path\x18\x02 \x01(\x0b\x32\x1f.ambit.waypoint.v1.PathModifierB\x0b\n\t_hostname\"S\n\x0e\x42\x61\x63kendService\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x10\n\x08hostname\x18\x02 \x01(\t\x12\x0c\n\x04port\x18\x03 \x01(\r\x12\x0e\n\x06subset\x18\x04 \x01(\t\"T\n\rRequestMirror\x12\x32\n\x07\x62\x61\x63kend\x18\x01 \x01(\x0b\x32!.ambit.waypoint.v1.BackendService\x12\x0f\n\x07percent\x18\x02 \x01(\x01\"\x91\x01\n\x0fWeightedBackend\x12\x32\n\x07\x62\x61\x63kend\x18\x01 \x01(\x0b\x32!.ambit.waypoint.v1.BackendService\x12\x0e\n\x06weight\x18\x02 \x01(\r\x12:\n\x0frequest_headers\x18\x03 \x01(\x0b\x32!.ambit.waypoint.v1.HeaderModifier\"v\n\x0bRetryPolicy\x12\x10\n\x08\x61ttempts\x18\x01 \x01(\r\x12\r\n\x05\x63odes\x18\x02 \x03(\r\x12*\n\x07\x62\x61\x63koff\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x1a\n\x12on_connect_failure\x18\x04 \x01(\x08\"j\n\x08Timeouts\x12*\n\x07request\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x32\n\x0f\x62\x61\x63kend_request\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration*`\n\x0bPolicyScope\x12\x1c\n\x18POLICY_SCOPE_UNSPECIFIED\x10\x00\x12\x19\n\x15POLICY_SCOPE_WAYPOINT\x10\x01\x12\x18\n\x14POLICY_SCOPE_SERVICE\x10\x02*w\n\x0cPolicyAction\x12\x1d\n\x19POLICY_ACTION_UNSPECIFIED\x10\x00\x12\x17\n\x13POLICY_ACTION_ALLOW\x10\x01\x12\x16\n\x12POLICY_ACTION_DENY\x10\x02\x12\x17\n\x13POLICY_ACTION_AUDIT\x10\x03*n\n\rPathMatchType\x12\x1f\n\x1bPATH_MATCH_TYPE_UNSPECIFIED\x10\x00\x12\x0e\n\nPATH_EXACT\x10\x01\x12\x0f\n\x0bPATH_PREFIX\x10\x02\x12\x1b\n\x17PATH_REGULAR_EXPRESSION\x10\x03*?\n\x0eValueMatchType\x12\x0f\n\x0bVALUE_EXACT\x10\x00\x12\x1c\n\x18VALUE_REGULAR_EXPRESSION\x10\x01*g\n\x10PathModifierType\x12\"\n\x1ePATH_MODIFIER_TYPE_UNSPECIFIED\x10\x00\x12\x15\n\x11REPLACE_FULL_PATH\x10\x01\x12\x18\n\x14REPLACE_PREFIX_MATCH\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x61mbit/api/waypoint.proto\x12\x11\x61mbit.waypoint.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1d\x61mbit/api/authorization.proto\x1a\x1b\x61mbit/api/requestauth.proto\x1a ambit/api/metric_overrides.proto\"\xa3\x02\n\x0eWaypointConfig\x12\x10\n\x08waypoint\x18\x01 \x01(\t\x12-\n\x06tables\x18\x02 \x03(\x0b\x32\x1d.ambit.waypoint.v1.RouteTable\x12\x33\n\x08policies\x18\x03 \x03(\x0b\x32!.ambit.waypoint.v1.WaypointPolicy\x12I\n\x17request_authentications\x18\x04 \x03(\x0b\x32(.ambit.waypoint.v1.RequestAuthentication\x12\x1c\n\x14xfcc_client_identity\x18\x05 \x01(\x08\x12\x32\n\x07metrics\x18\x07 \x03(\x0b\x32!.ambit.waypoint.v1.ServiceMetrics\"\xe2\x01\n\x0eWaypointPolicy\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12-\n\x05scope\x18\x03 \x01(\x0e\x32\x1e.ambit.waypoint.v1.PolicyScope\x12/\n\x06\x61\x63tion\x18\x04 \x01(\x0e\x32\x1f.ambit.waypoint.v1.PolicyAction\x12,\n\x05rules\x18\x05 \x03(\x0b\x32\x1d.ambit.waypoint.v1.PolicyRule\x12\x0f\n\x07\x64ry_run\x18\x06 \x01(\x08\x12\x10\n\x08services\x18\x07 \x03(\t\">\n\nPolicyRule\x12\x30\n\x07\x63lauses\x18\x01 \x03(\x0b\x32\x1f.ambit.waypoint.v1.PolicyClause\"?\n\x0cPolicyClause\x12/\n\x07matches\x18\x01 \x03(\x0b\x32\x1e.ambit.waypoint.v1.PolicyMatch\"w\n\nKeyedMatch\x12\x0b\n\x03key\x18\x01 \x03(\t\x12+\n\x06values\x18\x02 \x03(\x0b\x32\x1b.istio.security.StringMatch\x12/\n\nnot_values\x18\x03 \x03(\x0b\x32\x1b.istio.security.StringMatch\"\x9e\x0b\n\x0bPolicyMatch\x12/\n\nnamespaces\x18\x01 \x03(\x0b\x32\x1b.istio.security.StringMatch\x12\x33\n\x0enot_namespaces\x18\x02 \x03(\x0b\x32\x1b.istio.security.StringMatch\x12=\n\x10service_accounts\x18\x03 \x03(\x0b\x32#.istio.security.ServiceAccountMatch\x12\x41\n\x14not_service_accounts\x18\x04 \x03(\x0b\x32#.istio.security.ServiceAccountMatch\x12/\n\nprincipals\x18\x05 \x03(\x0b\x32\x1b.istio.security.StringMatch\x12\x33\n\x0enot_principals\x18\x06 \x03(\x0b\x32\x1b.istio.security.StringMatch\x12+\n\nsource_ips\x18\x07 \x03(\x0b\x32\x17.istio.security.Address\x12/\n\x0enot_source_ips\x18\x08 \x03(\x0b\x32\x17.istio.security.Address\x12\x30\n\x0f\x64\x65stination_ips\x18\t \x03(\x0b\x32\x17.istio.security.Address\x12\x34\n\x13not_destination_ips\x18\n \x03(\x0b\x32\x17.istio.security.Address\x12\x19\n\x11\x64\x65stination_ports\x18\x0b \x03(\r\x12\x1d\n\x15not_destination_ports\x18\x0c \x03(\r\x12*\n\x05hosts\x18\r \x03(\x0b\x32\x1b.istio.security.StringMatch\x12.\n\tnot_hosts\x18\x0e \x03(\x0b\x32\x1b.istio.security.StringMatch\x12\x0f\n\x07methods\x18\x0f \x03(\t\x12\x13\n\x0bnot_methods\x18\x10 \x03(\t\x12*\n\x05paths\x18\x11 \x03(\x0b\x32\x1b.istio.security.StringMatch\x12.\n\tnot_paths\x18\x12 \x03(\x0b\x32\x1b.istio.security.StringMatch\x12\x37\n\x12request_principals\x18\x13 \x03(\x0b\x32\x1b.istio.security.StringMatch\x12;\n\x16not_request_principals\x18\x14 \x03(\x0b\x32\x1b.istio.security.StringMatch\x12+\n\nremote_ips\x18\x15 \x03(\x0b\x32\x17.istio.security.Address\x12/\n\x0enot_remote_ips\x18\x16 \x03(\x0b\x32\x17.istio.security.Address\x12\x36\n\x0frequest_headers\x18\x17 \x03(\x0b\x32\x1d.ambit.waypoint.v1.KeyedMatch\x12\x35\n\x0erequest_claims\x18\x18 \x03(\x0b\x32\x1d.ambit.waypoint.v1.KeyedMatch\x12.\n\taudiences\x18\x19 \x03(\x0b\x32\x1b.istio.security.StringMatch\x12\x32\n\rnot_audiences\x18\x1a \x03(\x0b\x32\x1b.istio.security.StringMatch\x12/\n\npresenters\x18\x1b \x03(\x0b\x32\x1b.istio.security.StringMatch\x12\x33\n\x0enot_presenters\x18\x1c \x03(\x0b\x32\x1b.istio.security.StringMatch\x12(\n\x03sni\x18\x1d \x03(\x0b\x32\x1b.istio.security.StringMatch\x12,\n\x07not_sni\x18\x1e \x03(\x0b\x32\x1b.istio.security.StringMatch\"\xa8\x01\n\nRouteTable\x12\x13\n\x0bservice_key\x18\x01 \x01(\t\x12\x0c\n\x04port\x18\x02 \x01(\r\x12*\n\x04http\x18\x03 \x03(\x0b\x32\x1c.ambit.waypoint.v1.RouteRule\x12\x38\n\x0ctcp_backends\x18\x04 \x03(\x0b\x32\".ambit.waypoint.v1.WeightedBackend\x12\x11\n\thostnames\x18\x05 \x03(\t\"\x81\x04\n\tRouteRule\x12\r\n\x05route\x18\x01 \x01(\t\x12,\n\x05match\x18\x02 \x01(\x0b\x32\x1d.ambit.waypoint.v1.RouteMatch\x12\x34\n\x08\x62\x61\x63kends\x18\x03 \x03(\x0b\x32\".ambit.waypoint.v1.WeightedBackend\x12:\n\x0frequest_headers\x18\x04 \x01(\x0b\x32!.ambit.waypoint.v1.HeaderModifier\x12;\n\x10response_headers\x18\x05 \x01(\x0b\x32!.ambit.waypoint.v1.HeaderModifier\x12\x34\n\x08redirect\x18\x06 \x01(\x0b\x32\".ambit.waypoint.v1.RequestRedirect\x12.\n\x07rewrite\x18\x07 \x01(\x0b\x32\x1d.ambit.waypoint.v1.URLRewrite\x12\x31\n\x07mirrors\x18\x08 \x03(\x0b\x32 .ambit.waypoint.v1.RequestMirror\x12-\n\x08timeouts\x18\t \x01(\x0b\x32\x1b.ambit.waypoint.v1.Timeouts\x12-\n\x05retry\x18\n \x01(\x0b\x32\x1e.ambit.waypoint.v1.RetryPolicy\x12\x11\n\trule_name\x18\x0b \x01(\t\"J\n\tPathMatch\x12.\n\x04kind\x18\x01 \x01(\x0e\x32 .ambit.waypoint.v1.PathMatchType\x12\r\n\x05value\x18\x02 \x01(\t\"Z\n\nValueMatch\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\x12/\n\x04kind\x18\x03 \x01(\x0e\x32!.ambit.waypoint.v1.ValueMatchType\"\xbd\x01\n\nRouteMatch\x12*\n\x04path\x18\x01 \x01(\x0b\x32\x1c.ambit.waypoint.v1.PathMatch\x12.\n\x07headers\x18\x02 \x03(\x0b\x32\x1d.ambit.waypoint.v1.ValueMatch\x12\x33\n\x0cquery_params\x18\x03 \x03(\x0b\x32\x1d.ambit.waypoint.v1.ValueMatch\x12\x13\n\x06method\x18\x04 \x01(\tH\x00\x88\x01\x01\x42\t\n\x07_method\"*\n\x0bHeaderValue\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"z\n\x0eHeaderModifier\x12+\n\x03set\x18\x01 \x03(\x0b\x32\x1e.ambit.waypoint.v1.HeaderValue\x12+\n\x03\x61\x64\x64\x18\x02 \x03(\x0b\x32\x1e.ambit.waypoint.v1.HeaderValue\x12\x0e\n\x06remove\x18\x03 \x03(\t\"P\n\x0cPathModifier\x12\x31\n\x04kind\x18\x01 \x01(\x0e\x32#.ambit.waypoint.v1.PathModifierType\x12\r\n\x05value\x18\x02 \x01(\t\"\xb5\x01\n\x0fRequestRedirect\x12\x13\n\x06scheme\x18\x01 \x01(\tH\x00\x88\x01\x01\x12\x15\n\x08hostname\x18\x02 \x01(\tH\x01\x88\x01\x01\x12-\n\x04path\x18\x03 \x01(\x0b\x32\x1f.ambit.waypoint.v1.PathModifier\x12\x11\n\x04port\x18\x04 \x01(\rH\x02\x88\x01\x01\x12\x13\n\x0bstatus_code\x18\x05 \x01(\rB\t\n\x07_schemeB\x0b\n\t_hostnameB\x07\n\x05_port\"_\n\nURLRewrite\x12\x15\n\x08hostname\x18\x01 \x01(\tH\x00\x88\x01\x01\x12-\n\x04path\x18\x02 \x01(\x0b\x32\x1f.ambit.waypoint.v1.PathModifierB\x0b\n\t_hostname\"S\n\x0e\x42\x61\x63kendService\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x10\n\x08hostname\x18\x02 \x01(\t\x12\x0c\n\x04port\x18\x03 \x01(\r\x12\x0e\n\x06subset\x18\x04 \x01(\t\"T\n\rRequestMirror\x12\x32\n\x07\x62\x61\x63kend\x18\x01 \x01(\x0b\x32!.ambit.waypoint.v1.BackendService\x12\x0f\n\x07percent\x18\x02 \x01(\x01\"\x91\x01\n\x0fWeightedBackend\x12\x32\n\x07\x62\x61\x63kend\x18\x01 \x01(\x0b\x32!.ambit.waypoint.v1.BackendService\x12\x0e\n\x06weight\x18\x02 \x01(\r\x12:\n\x0frequest_headers\x18\x03 \x01(\x0b\x32!.ambit.waypoint.v1.HeaderModifier\"v\n\x0bRetryPolicy\x12\x10\n\x08\x61ttempts\x18\x01 \x01(\r\x12\r\n\x05\x63odes\x18\x02 \x03(\r\x12*\n\x07\x62\x61\x63koff\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x1a\n\x12on_connect_failure\x18\x04 \x01(\x08\"j\n\x08Timeouts\x12*\n\x07request\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x32\n\x0f\x62\x61\x63kend_request\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration*`\n\x0bPolicyScope\x12\x1c\n\x18POLICY_SCOPE_UNSPECIFIED\x10\x00\x12\x19\n\x15POLICY_SCOPE_WAYPOINT\x10\x01\x12\x18\n\x14POLICY_SCOPE_SERVICE\x10\x02*w\n\x0cPolicyAction\x12\x1d\n\x19POLICY_ACTION_UNSPECIFIED\x10\x00\x12\x17\n\x13POLICY_ACTION_ALLOW\x10\x01\x12\x16\n\x12POLICY_ACTION_DENY\x10\x02\x12\x17\n\x13POLICY_ACTION_AUDIT\x10\x03*n\n\rPathMatchType\x12\x1f\n\x1bPATH_MATCH_TYPE_UNSPECIFIED\x10\x00\x12\x0e\n\nPATH_EXACT\x10\x01\x12\x0f\n\x0bPATH_PREFIX\x10\x02\x12\x1b\n\x17PATH_REGULAR_EXPRESSION\x10\x03*?\n\x0eValueMatchType\x12\x0f\n\x0bVALUE_EXACT\x10\x00\x12\x1c\n\x18VALUE_REGULAR_EXPRESSION\x10\x01*g\n\x10PathModifierType\x12\"\n\x1ePATH_MODIFIER_TYPE_UNSPECIFIED\x10\x00\x12\x15\n\x11REPLACE_FULL_PATH\x10\x01\x12\x18\n\x14REPLACE_PREFIX_MATCH\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'ambit.api.waypoint_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_POLICYSCOPE']._serialized_start=4426
-  _globals['_POLICYSCOPE']._serialized_end=4522
-  _globals['_POLICYACTION']._serialized_start=4524
-  _globals['_POLICYACTION']._serialized_end=4643
-  _globals['_PATHMATCHTYPE']._serialized_start=4645
-  _globals['_PATHMATCHTYPE']._serialized_end=4755
-  _globals['_VALUEMATCHTYPE']._serialized_start=4757
-  _globals['_VALUEMATCHTYPE']._serialized_end=4820
-  _globals['_PATHMODIFIERTYPE']._serialized_start=4822
-  _globals['_PATHMODIFIERTYPE']._serialized_end=4925
-  _globals['_WAYPOINTCONFIG']._serialized_start=140
-  _globals['_WAYPOINTCONFIG']._serialized_end=379
-  _globals['_WAYPOINTPOLICY']._serialized_start=382
-  _globals['_WAYPOINTPOLICY']._serialized_end=608
-  _globals['_POLICYRULE']._serialized_start=610
-  _globals['_POLICYRULE']._serialized_end=672
-  _globals['_POLICYCLAUSE']._serialized_start=674
-  _globals['_POLICYCLAUSE']._serialized_end=737
-  _globals['_KEYEDMATCH']._serialized_start=739
-  _globals['_KEYEDMATCH']._serialized_end=858
-  _globals['_POLICYMATCH']._serialized_start=861
-  _globals['_POLICYMATCH']._serialized_end=2299
-  _globals['_ROUTETABLE']._serialized_start=2302
-  _globals['_ROUTETABLE']._serialized_end=2470
-  _globals['_ROUTERULE']._serialized_start=2473
-  _globals['_ROUTERULE']._serialized_end=2986
-  _globals['_PATHMATCH']._serialized_start=2988
-  _globals['_PATHMATCH']._serialized_end=3062
-  _globals['_VALUEMATCH']._serialized_start=3064
-  _globals['_VALUEMATCH']._serialized_end=3154
-  _globals['_ROUTEMATCH']._serialized_start=3157
-  _globals['_ROUTEMATCH']._serialized_end=3346
-  _globals['_HEADERVALUE']._serialized_start=3348
-  _globals['_HEADERVALUE']._serialized_end=3390
-  _globals['_HEADERMODIFIER']._serialized_start=3392
-  _globals['_HEADERMODIFIER']._serialized_end=3514
-  _globals['_PATHMODIFIER']._serialized_start=3516
-  _globals['_PATHMODIFIER']._serialized_end=3596
-  _globals['_REQUESTREDIRECT']._serialized_start=3599
-  _globals['_REQUESTREDIRECT']._serialized_end=3780
-  _globals['_URLREWRITE']._serialized_start=3782
-  _globals['_URLREWRITE']._serialized_end=3877
-  _globals['_BACKENDSERVICE']._serialized_start=3879
-  _globals['_BACKENDSERVICE']._serialized_end=3962
-  _globals['_REQUESTMIRROR']._serialized_start=3964
-  _globals['_REQUESTMIRROR']._serialized_end=4048
-  _globals['_WEIGHTEDBACKEND']._serialized_start=4051
-  _globals['_WEIGHTEDBACKEND']._serialized_end=4196
-  _globals['_RETRYPOLICY']._serialized_start=4198
-  _globals['_RETRYPOLICY']._serialized_end=4316
-  _globals['_TIMEOUTS']._serialized_start=4318
-  _globals['_TIMEOUTS']._serialized_end=4424
+  _globals['_POLICYSCOPE']._serialized_start=4512
+  _globals['_POLICYSCOPE']._serialized_end=4608
+  _globals['_POLICYACTION']._serialized_start=4610
+  _globals['_POLICYACTION']._serialized_end=4729
+  _globals['_PATHMATCHTYPE']._serialized_start=4731
+  _globals['_PATHMATCHTYPE']._serialized_end=4841
+  _globals['_VALUEMATCHTYPE']._serialized_start=4843
+  _globals['_VALUEMATCHTYPE']._serialized_end=4906
+  _globals['_PATHMODIFIERTYPE']._serialized_start=4908
+  _globals['_PATHMODIFIERTYPE']._serialized_end=5011
+  _globals['_WAYPOINTCONFIG']._serialized_start=174
+  _globals['_WAYPOINTCONFIG']._serialized_end=465
+  _globals['_WAYPOINTPOLICY']._serialized_start=468
+  _globals['_WAYPOINTPOLICY']._serialized_end=694
+  _globals['_POLICYRULE']._serialized_start=696
+  _globals['_POLICYRULE']._serialized_end=758
+  _globals['_POLICYCLAUSE']._serialized_start=760
+  _globals['_POLICYCLAUSE']._serialized_end=823
+  _globals['_KEYEDMATCH']._serialized_start=825
+  _globals['_KEYEDMATCH']._serialized_end=944
+  _globals['_POLICYMATCH']._serialized_start=947
+  _globals['_POLICYMATCH']._serialized_end=2385
+  _globals['_ROUTETABLE']._serialized_start=2388
+  _globals['_ROUTETABLE']._serialized_end=2556
+  _globals['_ROUTERULE']._serialized_start=2559
+  _globals['_ROUTERULE']._serialized_end=3072
+  _globals['_PATHMATCH']._serialized_start=3074
+  _globals['_PATHMATCH']._serialized_end=3148
+  _globals['_VALUEMATCH']._serialized_start=3150
+  _globals['_VALUEMATCH']._serialized_end=3240
+  _globals['_ROUTEMATCH']._serialized_start=3243
+  _globals['_ROUTEMATCH']._serialized_end=3432
+  _globals['_HEADERVALUE']._serialized_start=3434
+  _globals['_HEADERVALUE']._serialized_end=3476
+  _globals['_HEADERMODIFIER']._serialized_start=3478
+  _globals['_HEADERMODIFIER']._serialized_end=3600
+  _globals['_PATHMODIFIER']._serialized_start=3602
+  _globals['_PATHMODIFIER']._serialized_end=3682
+  _globals['_REQUESTREDIRECT']._serialized_start=3685
+  _globals['_REQUESTREDIRECT']._serialized_end=3866
+  _globals['_URLREWRITE']._serialized_start=3868
+  _globals['_URLREWRITE']._serialized_end=3963
+  _globals['_BACKENDSERVICE']._serialized_start=3965
+  _globals['_BACKENDSERVICE']._serialized_end=4048
+  _globals['_REQUESTMIRROR']._serialized_start=4050
+  _globals['_REQUESTMIRROR']._serialized_end=4134
+  _globals['_WEIGHTEDBACKEND']._serialized_start=4137
+  _globals['_WEIGHTEDBACKEND']._serialized_end=4282
+  _globals['_RETRYPOLICY']._serialized_start=4284
+  _globals['_RETRYPOLICY']._serialized_end=4402
+  _globals['_TIMEOUTS']._serialized_start=4404
+  _globals['_TIMEOUTS']._serialized_end=4510
 # @@protoc_insertion_point(module_scope)

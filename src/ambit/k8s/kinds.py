@@ -100,6 +100,7 @@ PEER_AUTHENTICATIONS = ResourceKind("security.istio.io", "v1", "peerauthenticati
 REQUEST_AUTHENTICATIONS = ResourceKind("security.istio.io", "v1", "requestauthentications", "RequestAuthentication")
 SERVICE_ENTRIES = ResourceKind("networking.istio.io", "v1", "serviceentries", "ServiceEntry")
 WORKLOAD_ENTRIES = ResourceKind("networking.istio.io", "v1", "workloadentries", "WorkloadEntry")
+TELEMETRIES = ResourceKind("telemetry.istio.io", "v1", "telemetries", "Telemetry")
 # Gateway API
 GATEWAY_CLASSES = ResourceKind("gateway.networking.k8s.io", "v1", "gatewayclasses", "GatewayClass", namespaced=False)
 GATEWAYS = ResourceKind("gateway.networking.k8s.io", "v1", "gateways", "Gateway")

@@ -16,6 +16,12 @@ call per finished request records all four under the metrics lock.
 ``request failed`` (WARNING), logfmt-style like the node proxy's connection lines, on the ``access`` logger; it
 notes how many tries the request took upstream (``attempts``).
 
+The Telemetry API's overrides (:mod:`ambit.waypoint.metric_overrides`, set with
+:meth:`WaypointMetrics.set_overrides` once per configuration) change the request families per destination
+service: a dropped family records nothing for that service; a relabelled one records its series apart, with the
+plan's labels, in the same family (the text format lets one family's series carry different labels). Requests to
+services without overrides are recorded exactly as without any.
+
 Rules: every family is exposed (HELP and TYPE) before its first sample; values only grow; label values that are
 empty render as ``unknown``.
 """
@@ -25,19 +31,27 @@ from __future__ import annotations
 import bisect
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
+from ambit.model.metric_overrides import RequestAttributes, ServiceMetrics
 from ambit.telemetry.flows import Flow, FlowRing, request_verdict
 from ambit.telemetry.metrics import LABEL_NAMES, UNKNOWN, LabelValues, ProxyMetrics, TrafficLabels
+from ambit.waypoint.metric_overrides import DROPPED, NO_PLANS, MetricPlans, Pairs, compile_overrides
 
 BUILD_COMPONENT = "ambit-waypoint"
 REQUEST_LABELS = (*LABEL_NAMES, "response_code", "grpc_response_status")
 DURATION_BUCKETS_MS = (0.5, 1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000, 600000)
 """Istio's default buckets for ``istio_request_duration_milliseconds``."""
 BYTES_BUCKETS = (1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000)
+_HISTOGRAMS = (
+    ("istio_request_duration_milliseconds", "Request duration in milliseconds", DURATION_BUCKETS_MS),
+    ("istio_request_bytes", "Request body size in bytes", BYTES_BUCKETS),
+    ("istio_response_bytes", "Response body size in bytes", BYTES_BUCKETS),
+)
+_BOUNDS: dict[str, tuple[float, ...]] = {name: bounds for name, _, bounds in _HISTOGRAMS}
 
 
 @dataclass(slots=True)
@@ -73,7 +87,16 @@ class WaypointMetrics(ProxyMetrics):
         self._durations: dict[LabelValues, _Histogram] = {}
         self._request_sizes: dict[LabelValues, _Histogram] = {}
         self._response_sizes: dict[LabelValues, _Histogram] = {}
+        self._plans: MetricPlans = NO_PLANS
+        self._custom_counts: dict[Pairs, int] = {}
+        self._custom_histograms: dict[str, dict[Pairs, _Histogram]] = {name: {} for name, _, _ in _HISTOGRAMS}
         super().__init__(build_version=build_version)
+
+    def set_overrides(self, entries: tuple[ServiceMetrics, ...]) -> None:
+        """Apply a configuration's metric overrides to the requests counted from now on."""
+        plans = compile_overrides(entries, REQUEST_LABELS) if entries else NO_PLANS
+        with self._lock:
+            self._plans = plans
 
     def request(
         self,
@@ -84,14 +107,51 @@ class WaypointMetrics(ProxyMetrics):
         duration_ms: float,
         request_bytes: int,
         response_bytes: int,
+        service_key: str = "",
+        request: Callable[[], RequestAttributes] | None = None,
     ) -> None:
-        """Count one finished request with its duration and body sizes."""
+        """Count one finished request with its duration and body sizes; ``service_key`` (the addressed service)
+        chooses the overrides, whose expressions read ``request()``."""
         key = (*self._key(labels), str(response_code) if response_code else UNKNOWN, grpc_status or UNKNOWN)
+        plan = self._plans.find(service_key)
+        if plan is not None:
+            attributes = request() if plan.needs_request and request is not None else RequestAttributes()
+            values = {
+                "istio_requests": 1.0,
+                "istio_request_duration_milliseconds": duration_ms,
+                "istio_request_bytes": float(request_bytes),
+                "istio_response_bytes": float(response_bytes),
+            }
+            with self._lock:
+                for name, value in values.items():
+                    family = plan.families.get(name)
+                    if family is DROPPED:
+                        continue
+                    if family is None or isinstance(family, str):
+                        self._record_default(name, key, value)
+                    elif name == "istio_requests":
+                        pairs = family.labels(key, attributes)
+                        self._custom_counts[pairs] = self._custom_counts.get(pairs, 0) + 1
+                    else:
+                        pairs = family.labels(key, attributes)
+                        self._custom_histograms[name].setdefault(pairs, _Histogram(_BOUNDS[name])).observe(value)
+            return
         with self._lock:
             self._requests[key] = self._requests.get(key, 0) + 1
             self._durations.setdefault(key, _Histogram(DURATION_BUCKETS_MS)).observe(duration_ms)
             self._request_sizes.setdefault(key, _Histogram(BYTES_BUCKETS)).observe(request_bytes)
             self._response_sizes.setdefault(key, _Histogram(BYTES_BUCKETS)).observe(response_bytes)
+
+    def _record_default(self, name: str, key: LabelValues, value: float) -> None:
+        if name == "istio_requests":
+            self._requests[key] = self._requests.get(key, 0) + 1
+        else:
+            table = {
+                "istio_request_duration_milliseconds": self._durations,
+                "istio_request_bytes": self._request_sizes,
+                "istio_response_bytes": self._response_sizes,
+            }[name]
+            table.setdefault(key, _Histogram(_BOUNDS[name])).observe(value)
 
     def _families(self) -> Iterator[Metric]:
         for family in super()._families():
@@ -103,8 +163,14 @@ class WaypointMetrics(ProxyMetrics):
                 yield family
         with self._lock:
             requests = dict(self._requests)
+            custom_counts = dict(self._custom_counts)
             histograms = [
-                (name, doc, {key: (h.buckets(), h.total) for key, h in values.items()})
+                (
+                    name,
+                    doc,
+                    {key: (h.buckets(), h.total) for key, h in values.items()},
+                    {pairs: (h.buckets(), h.total) for pairs, h in self._custom_histograms[name].items()},
+                )
                 for name, doc, values in (
                     ("istio_request_duration_milliseconds", "Request duration in milliseconds", self._durations),
                     ("istio_request_bytes", "Request body size in bytes", self._request_sizes),
@@ -114,11 +180,19 @@ class WaypointMetrics(ProxyMetrics):
         counter = CounterMetricFamily("istio_requests", "The total number of requests", labels=REQUEST_LABELS)
         for key, value in requests.items():
             counter.add_metric(key, value)
+        for pairs, value in custom_counts.items():
+            series = CounterMetricFamily("istio_requests", "", labels=[n for n, _ in pairs])
+            series.add_metric([v for _, v in pairs], value)
+            counter.samples.extend(series.samples)
         yield counter
-        for name, doc, samples in histograms:
+        for name, doc, samples, custom in histograms:
             family = HistogramMetricFamily(name, doc, labels=REQUEST_LABELS)
             for key, (buckets, total) in samples.items():
                 family.add_metric(list(key), buckets, total)
+            for pairs, (buckets, total) in custom.items():
+                histogram = HistogramMetricFamily(name, "", labels=[n for n, _ in pairs])
+                histogram.add_metric([v for _, v in pairs], buckets, total)
+                family.samples.extend(histogram.samples)
             yield family
 
 

@@ -21,6 +21,7 @@ Rules:
 7. Nothing but :class:`XdsConversionError` escapes decoding.
 8. ``policies`` (the AuthorizationPolicies bound to the waypoint) are judged by :mod:`ambit.xds.waypoint_policies`.
 9. ``request_authentications`` (field 4) are judged by :mod:`ambit.xds.requestauth`.
+10. ``metrics`` (field 7, the Telemetry API's overrides) are judged by :mod:`ambit.xds.metric_overrides`.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from ambit.model.routes import (
 from ambit.xds.authorization import PolicyReader
 from ambit.xds.convert import FieldReader
 from ambit.xds.errors import XdsConversionError
+from ambit.xds.metric_overrides import MetricOverridesReader, service_metrics_to_proto
 from ambit.xds.requestauth import RequestAuthReader, request_authentication_to_proto
 from ambit.xds.waypoint_policies import waypoint_policy_from_proto, waypoint_policy_to_proto
 
@@ -201,6 +203,7 @@ def waypoint_config_to_proto(config: WaypointConfig) -> pb.WaypointConfig:
         policies=[waypoint_policy_to_proto(p) for p in config.policies],
         request_authentications=[request_authentication_to_proto(p) for p in config.request_authentications],
         xfcc_client_identity=config.xfcc_client_identity,
+        metrics=[service_metrics_to_proto(m) for m in config.metrics],
     )
 
 
@@ -411,6 +414,7 @@ def waypoint_config_from_proto(message: pb.WaypointConfig, name: str) -> Waypoin
                 for i, p in enumerate(message.request_authentications)
             ),
             xfcc_client_identity=message.xfcc_client_identity,
+            metrics=MetricOverridesReader(name).all("metrics", message.metrics),
         )
     except XdsConversionError:
         raise
