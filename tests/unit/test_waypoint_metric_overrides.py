@@ -130,3 +130,17 @@ def test_expressions_that_read_nothing_of_the_request_do_not_build_its_attribute
         request=refuse,
     )
     assert samples(metrics, "istio_requests_total")[0].labels["custom_dimension"] == "test"
+
+
+def test_a_client_sending_a_new_header_value_each_time_cannot_grow_the_series_past_the_cap() -> None:
+    metrics = WaypointMetrics(max_custom_series=10)
+    tags = (TagOverride("user", expr("request.headers['x-user']")), TagOverride("kind", expr("'fixed'")))
+    metrics.set_overrides((ServiceMetrics("", overrides=(MetricOverride(IstioMetric.REQUEST_COUNT, tags=tags),)),))
+    for i in range(1000):
+        record(metrics, CUSTOM, user=f"u{i}" + "x" * 1000)
+    series = samples(metrics, "istio_requests_total")
+    assert len(series) == 11  # ten users, then one overflow series
+    assert {s.labels["kind"] for s in series} == {"fixed"}
+    (overflow,) = [s for s in series if s.labels["user"] == "overflow"]
+    assert overflow.value == 990
+    assert max(len(s.labels["user"]) for s in series) == 256

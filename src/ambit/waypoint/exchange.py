@@ -174,6 +174,7 @@ def account(
         response_bytes=outcome.bytes_out,
         service_key=service_key_of(tunnel),
         request=attributes,
+        overrides=ctx.routes.current.metrics,
     )
     source = tunnel.source
     ctx.request_log.write(

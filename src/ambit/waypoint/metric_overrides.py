@@ -14,8 +14,12 @@ Rules:
 2. A ``disabled`` entry drops every request family; a metric override with ``disabled`` drops its family.
 3. A tag naming a standard label replaces its value (UPSERT) or removes the label from the series (REMOVE); a tag
    naming another label adds it after the standard ones, in name order (REMOVE of an unknown label: nothing).
-4. An expression that gives an empty value renders ``unknown``, as empty standard labels do.
+4. An expression that gives an empty value renders ``unknown``, as empty standard labels do; a value is cut to
+   :data:`MAX_VALUE` characters.
 5. The TCP and gRPC-message metrics are not request families: their overrides are carried but not applied here.
+6. Overflow: asked for labels without a request (the recorder does so once a family holds its maximum of
+   relabelled series), every expression that reads the request gives ``overflow``, so a client that sends a new
+   header value with each request cannot grow the series without bound.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ FAMILIES: Mapping[IstioMetric, str] = {
 """Istio's request metrics → the waypoint's family names."""
 
 Pairs = tuple[tuple[str, str], ...]
+MAX_VALUE = 256
+OVERFLOW = "overflow"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,13 +55,22 @@ class FamilyPlan:
     replaced: tuple[tuple[int, Expression], ...]
     added: tuple[tuple[str, Expression], ...]
 
-    def labels(self, values: LabelValues, request: RequestAttributes) -> Pairs:
+    def labels(self, values: LabelValues, request: RequestAttributes | None) -> Pairs:
+        """The series' label pairs; ``request`` None: the overflow series (rule 6)."""
         out = list(values)
         for index, expression in self.replaced:
-            out[index] = evaluate(expression, request) or UNKNOWN
+            out[index] = _value(expression, request)
         pairs = [(n, v) for i, (n, v) in enumerate(zip(self.names, out, strict=True)) if i not in self.removed]
-        pairs.extend((name, evaluate(expression, request) or UNKNOWN) for name, expression in self.added)
+        pairs.extend((name, _value(expression, request)) for name, expression in self.added)
         return tuple(pairs)
+
+
+def _value(expression: Expression, request: RequestAttributes | None) -> str:
+    if expression.attribute is Attribute.LITERAL:
+        return expression.argument[:MAX_VALUE] or UNKNOWN
+    if request is None:
+        return OVERFLOW
+    return evaluate(expression, request)[:MAX_VALUE] or UNKNOWN
 
 
 DROPPED = "dropped"

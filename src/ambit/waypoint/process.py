@@ -219,7 +219,6 @@ class Waypoint:
             if name == self.config_name and isinstance(value, WaypointConfig):
                 self.context.routes.replace(value)
                 self.context.jwks.update(value.request_authentications)
-                self.context.metrics.set_overrides(value.metrics)
                 log.info("routes: %d table(s) for %s", len(value.tables), name)
         if self.config_name in update.removals:
             # The routes go back to the defaults, but the last policies stay: a control plane that stops serving
@@ -232,7 +231,6 @@ class Waypoint:
                     request_authentications=last.request_authentications,
                 )
             )
-            self.context.metrics.set_overrides(())
             log.info("routes: none for %s (default routes; the last policies are kept)", self.config_name)
 
     @property

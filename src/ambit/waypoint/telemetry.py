@@ -16,11 +16,12 @@ call per finished request records all four under the metrics lock.
 ``request failed`` (WARNING), logfmt-style like the node proxy's connection lines, on the ``access`` logger; it
 notes how many tries the request took upstream (``attempts``).
 
-The Telemetry API's overrides (:mod:`ambit.waypoint.metric_overrides`, set with
-:meth:`WaypointMetrics.set_overrides` once per configuration) change the request families per destination
-service: a dropped family records nothing for that service; a relabelled one records its series apart, with the
-plan's labels, in the same family (the text format lets one family's series carry different labels). Requests to
-services without overrides are recorded exactly as without any.
+The Telemetry API's overrides (:mod:`ambit.waypoint.metric_overrides`; each request passes the current
+configuration's, compiled when they are not the ones compiled last, so once per configuration) change the
+request families per destination service: a dropped family records nothing for that service; a relabelled one
+records its series apart, with the plan's labels, in the same family (the text format lets one family's series
+carry different labels), at most ``max_custom_series`` of them per family. Requests to services without
+overrides are recorded exactly as without any.
 
 Rules: every family is exposed (HELP and TYPE) before its first sample; values only grow; label values that are
 empty render as ``unknown``.
@@ -52,6 +53,8 @@ _HISTOGRAMS = (
     ("istio_response_bytes", "Response body size in bytes", BYTES_BUCKETS),
 )
 _BOUNDS: dict[str, tuple[float, ...]] = {name: bounds for name, _, bounds in _HISTOGRAMS}
+MAX_CUSTOM_SERIES = 5000
+"""Relabelled series per request family; past it, request-valued tags read ``overflow``."""
 
 
 @dataclass(slots=True)
@@ -82,12 +85,14 @@ def _number(value: float) -> str:
 class WaypointMetrics(ProxyMetrics):
     """:class:`ProxyMetrics` plus Istio's request metrics (see the module docstring)."""
 
-    def __init__(self, *, build_version: str = "") -> None:
+    def __init__(self, *, build_version: str = "", max_custom_series: int = MAX_CUSTOM_SERIES) -> None:
+        self._max_custom = max_custom_series
         self._requests: dict[LabelValues, int] = {}
         self._durations: dict[LabelValues, _Histogram] = {}
         self._request_sizes: dict[LabelValues, _Histogram] = {}
         self._response_sizes: dict[LabelValues, _Histogram] = {}
         self._plans: MetricPlans = NO_PLANS
+        self._compiled: tuple[ServiceMetrics, ...] = ()
         self._custom_counts: dict[Pairs, int] = {}
         self._custom_histograms: dict[str, dict[Pairs, _Histogram]] = {name: {} for name, _, _ in _HISTOGRAMS}
         super().__init__(build_version=build_version)
@@ -96,7 +101,7 @@ class WaypointMetrics(ProxyMetrics):
         """Apply a configuration's metric overrides to the requests counted from now on."""
         plans = compile_overrides(entries, REQUEST_LABELS) if entries else NO_PLANS
         with self._lock:
-            self._plans = plans
+            self._plans, self._compiled = plans, entries
 
     def request(
         self,
@@ -109,10 +114,14 @@ class WaypointMetrics(ProxyMetrics):
         response_bytes: int,
         service_key: str = "",
         request: Callable[[], RequestAttributes] | None = None,
+        overrides: tuple[ServiceMetrics, ...] | None = None,
     ) -> None:
-        """Count one finished request with its duration and body sizes; ``service_key`` (the addressed service)
-        chooses the overrides, whose expressions read ``request()``."""
+        """Count one finished request with its duration and body sizes. ``overrides``: the current configuration's
+        (None keeps those last set); ``service_key`` (the addressed service) chooses among them, and their
+        expressions read ``request()``."""
         key = (*self._key(labels), str(response_code) if response_code else UNKNOWN, grpc_status or UNKNOWN)
+        if overrides is not None and overrides is not self._compiled:
+            self.set_overrides(overrides)
         plan = self._plans.find(service_key)
         if plan is not None:
             attributes = request() if plan.needs_request and request is not None else RequestAttributes()
@@ -131,10 +140,15 @@ class WaypointMetrics(ProxyMetrics):
                         self._record_default(name, key, value)
                     elif name == "istio_requests":
                         pairs = family.labels(key, attributes)
+                        if pairs not in self._custom_counts and len(self._custom_counts) >= self._max_custom:
+                            pairs = family.labels(key, None)
                         self._custom_counts[pairs] = self._custom_counts.get(pairs, 0) + 1
                     else:
+                        series = self._custom_histograms[name]
                         pairs = family.labels(key, attributes)
-                        self._custom_histograms[name].setdefault(pairs, _Histogram(_BOUNDS[name])).observe(value)
+                        if pairs not in series and len(series) >= self._max_custom:
+                            pairs = family.labels(key, None)
+                        series.setdefault(pairs, _Histogram(_BOUNDS[name])).observe(value)
             return
         with self._lock:
             self._requests[key] = self._requests.get(key, 0) + 1
