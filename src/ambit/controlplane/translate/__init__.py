@@ -32,7 +32,8 @@ ServiceEntry becomes Services and endpoint Workloads), ``workloadentries`` (a Wo
 Policy and a status), ``peerauth`` (PeerAuthentications become DENY policies), ``nodes`` (a Node's labels become its
 pods' locality), ``waypoints`` (Gateways become waypoints, labels bind to them), ``routes`` and ``routerules``
 (Gateway API routes become waypoint route tables), ``requestauth`` (RequestAuthentications attached by
-``targetRefs`` join their waypoints' configs), ``protocols`` (a port's application protocol), ``skips`` (what
+``targetRefs`` join their waypoints' configs), ``telemetry`` (Telemetries become each waypoint's metric overrides
+per destination service), ``protocols`` (a port's application protocol), ``skips`` (what
 was left out).
 """
 
