@@ -4,6 +4,8 @@ exactly as without overrides, disabled families record nothing, and Prometheus' 
 
 from __future__ import annotations
 
+import dataclasses
+
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
@@ -144,3 +146,31 @@ def test_a_client_sending_a_new_header_value_each_time_cannot_grow_the_series_pa
     (overflow,) = [s for s in series if s.labels["user"] == "overflow"]
     assert overflow.value == 990
     assert max(len(s.labels["user"]) for s in series) == 256
+
+
+def test_series_that_differ_only_in_a_removed_label_render_as_one() -> None:
+    metrics = WaypointMetrics()
+    metrics.set_overrides((UPSTREAM, ServiceMetrics(CUSTOM, overrides=UPSTREAM.overrides)))
+    tags = (TagOverride("source_principal"),)
+    metrics.set_overrides(
+        (
+            ServiceMetrics(
+                CUSTOM, overrides=(MetricOverride(IstioMetric.REQUEST_DURATION, tags=tags), *UPSTREAM.overrides)
+            ),
+        )
+    )
+    for principal in ("spiffe://cluster.local/ns/app/sa/a", "spiffe://cluster.local/ns/app/sa/b"):
+        metrics.request(
+            dataclasses.replace(labels(CUSTOM), source_principal=principal),
+            response_code=200,
+            duration_ms=2.0,
+            request_bytes=0,
+            response_bytes=0,
+            service_key=CUSTOM,
+        )
+    (count,) = samples(metrics, "istio_requests_total")
+    assert count.value == 2 and "source_principal" not in count.labels
+    (duration,) = samples(metrics, "istio_request_duration_milliseconds_count")
+    assert duration.value == 2
+    (total,) = samples(metrics, "istio_request_duration_milliseconds_sum")
+    assert total.value == 4.0

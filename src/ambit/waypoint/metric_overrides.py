@@ -6,7 +6,9 @@ per request family (``istio_requests``, ``istio_request_duration_milliseconds``,
 ``istio_response_bytes``), either nothing (the family is recorded exactly as without overrides), "dropped", or a
 :class:`FamilyPlan` saying which of the standard labels are removed, which get an expression's value instead, and
 which labels are added after them. :meth:`MetricPlans.find` is one dictionary lookup per request; the plan's
-:meth:`FamilyPlan.labels` then builds that series' label pairs from the standard values.
+:meth:`FamilyPlan.tag_values` evaluates its expressions (nothing to do when they are all literals), and the series
+is kept as (plan, standard values, tag values); :meth:`FamilyPlan.labels` builds its label pairs at scrape time.
+Plans compare by identity, so keeping one in a series key costs no hashing of its fields.
 
 Rules:
 
@@ -45,7 +47,7 @@ MAX_VALUE = 256
 OVERFLOW = "overflow"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class FamilyPlan:
     """How one family's series are labelled for one service (rule 3)."""
 
@@ -54,15 +56,39 @@ class FamilyPlan:
     removed: frozenset[int]
     replaced: tuple[tuple[int, Expression], ...]
     added: tuple[tuple[str, Expression], ...]
+    constant: tuple[str, ...] | None = None
+    """The tag values when every expression is a literal (``replaced`` then ``added``)."""
+    overflow: tuple[str, ...] = ()
+    """The tag values of the overflow series (rule 6)."""
 
-    def labels(self, values: LabelValues, request: RequestAttributes | None) -> Pairs:
-        """The series' label pairs; ``request`` None: the overflow series (rule 6)."""
+    def tag_values(self, request: RequestAttributes | None) -> tuple[str, ...]:
+        """The values of ``replaced`` then ``added`` for one request; ``request`` None: the overflow series."""
+        if self.constant is not None:
+            return self.constant
+        if request is None:
+            return self.overflow
+        return tuple(_value(e, request) for _, e in self.replaced) + tuple(_value(e, request) for _, e in self.added)
+
+    def labels(self, values: LabelValues, tags: tuple[str, ...]) -> Pairs:
+        """The series' label pairs from its standard values and :meth:`tag_values`."""
         out = list(values)
-        for index, expression in self.replaced:
-            out[index] = _value(expression, request)
+        for (index, _), value in zip(self.replaced, tags, strict=False):
+            out[index] = value
         pairs = [(n, v) for i, (n, v) in enumerate(zip(self.names, out, strict=True)) if i not in self.removed]
-        pairs.extend((name, _value(expression, request)) for name, expression in self.added)
+        pairs.extend((name, value) for (name, _), value in zip(self.added, tags[len(self.replaced) :], strict=True))
         return tuple(pairs)
+
+
+def _plan(
+    names: tuple[str, ...],
+    removed: frozenset[int],
+    replaced: tuple[tuple[int, Expression], ...],
+    added: tuple[tuple[str, Expression], ...],
+) -> FamilyPlan:
+    expressions = [e for _, e in replaced] + [e for _, e in added]
+    literal = all(e.attribute is Attribute.LITERAL for e in expressions)
+    constant = tuple(_value(e, None) for e in expressions) if literal else None
+    return FamilyPlan(names, removed, replaced, added, constant, tuple(_value(e, None) for e in expressions))
 
 
 def _value(expression: Expression, request: RequestAttributes | None) -> str:
@@ -121,7 +147,7 @@ def _service_plan(entry: ServiceMetrics, names: tuple[str, ...]) -> ServicePlan:
             if t.value is not None and t.name not in index
         )
         needs = needs or any(e.attribute is not Attribute.LITERAL for _, e in (*replaced, *added))
-        families[family] = FamilyPlan(names, removed, replaced, added)
+        families[family] = _plan(names, removed, replaced, added)
     return ServicePlan(families, needs)
 
 

@@ -40,7 +40,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from ambit.model.metric_overrides import RequestAttributes, ServiceMetrics
 from ambit.telemetry.flows import Flow, FlowRing, request_verdict
 from ambit.telemetry.metrics import LABEL_NAMES, UNKNOWN, LabelValues, ProxyMetrics, TrafficLabels
-from ambit.waypoint.metric_overrides import DROPPED, NO_PLANS, MetricPlans, Pairs, compile_overrides
+from ambit.waypoint.metric_overrides import NO_PLANS, FamilyPlan, MetricPlans, Pairs, compile_overrides
 
 BUILD_COMPONENT = "ambit-waypoint"
 REQUEST_LABELS = (*LABEL_NAMES, "response_code", "grpc_response_status")
@@ -53,6 +53,8 @@ _HISTOGRAMS = (
     ("istio_response_bytes", "Response body size in bytes", BYTES_BUCKETS),
 )
 _BOUNDS: dict[str, tuple[float, ...]] = {name: bounds for name, _, bounds in _HISTOGRAMS}
+_Series = tuple[FamilyPlan, LabelValues, tuple[str, ...]]
+"""A relabelled series as recorded: its plan, its standard label values and its tag values."""
 MAX_CUSTOM_SERIES = 5000
 """Relabelled series per request family; past it, request-valued tags read ``overflow``."""
 
@@ -93,8 +95,13 @@ class WaypointMetrics(ProxyMetrics):
         self._response_sizes: dict[LabelValues, _Histogram] = {}
         self._plans: MetricPlans = NO_PLANS
         self._compiled: tuple[ServiceMetrics, ...] = ()
-        self._custom_counts: dict[Pairs, int] = {}
-        self._custom_histograms: dict[str, dict[Pairs, _Histogram]] = {name: {} for name, _, _ in _HISTOGRAMS}
+        self._custom_counts: dict[_Series, int] = {}
+        self._custom_histograms: dict[str, dict[_Series, _Histogram]] = {name: {} for name, _, _ in _HISTOGRAMS}
+        self._default_tables = {
+            "istio_request_duration_milliseconds": self._durations,
+            "istio_request_bytes": self._request_sizes,
+            "istio_response_bytes": self._response_sizes,
+        }
         super().__init__(build_version=build_version)
 
     def set_overrides(self, entries: tuple[ServiceMetrics, ...]) -> None:
@@ -124,31 +131,20 @@ class WaypointMetrics(ProxyMetrics):
             self.set_overrides(overrides)
         plan = self._plans.find(service_key)
         if plan is not None:
-            attributes = request() if plan.needs_request and request is not None else RequestAttributes()
-            values = {
-                "istio_requests": 1.0,
-                "istio_request_duration_milliseconds": duration_ms,
-                "istio_request_bytes": float(request_bytes),
-                "istio_response_bytes": float(response_bytes),
-            }
+            attributes = request() if plan.needs_request and request is not None else None
+            values = (
+                ("istio_requests", 1.0),
+                ("istio_request_duration_milliseconds", duration_ms),
+                ("istio_request_bytes", float(request_bytes)),
+                ("istio_response_bytes", float(response_bytes)),
+            )
             with self._lock:
-                for name, value in values.items():
+                for name, value in values:
                     family = plan.families.get(name)
-                    if family is DROPPED:
-                        continue
-                    if family is None or isinstance(family, str):
+                    if family is None:
                         self._record_default(name, key, value)
-                    elif name == "istio_requests":
-                        pairs = family.labels(key, attributes)
-                        if pairs not in self._custom_counts and len(self._custom_counts) >= self._max_custom:
-                            pairs = family.labels(key, None)
-                        self._custom_counts[pairs] = self._custom_counts.get(pairs, 0) + 1
-                    else:
-                        series = self._custom_histograms[name]
-                        pairs = family.labels(key, attributes)
-                        if pairs not in series and len(series) >= self._max_custom:
-                            pairs = family.labels(key, None)
-                        series.setdefault(pairs, _Histogram(_BOUNDS[name])).observe(value)
+                    elif not isinstance(family, str):  # else dropped
+                        self._record_custom(name, family, key, attributes, value)
             return
         with self._lock:
             self._requests[key] = self._requests.get(key, 0) + 1
@@ -159,13 +155,29 @@ class WaypointMetrics(ProxyMetrics):
     def _record_default(self, name: str, key: LabelValues, value: float) -> None:
         if name == "istio_requests":
             self._requests[key] = self._requests.get(key, 0) + 1
-        else:
-            table = {
-                "istio_request_duration_milliseconds": self._durations,
-                "istio_request_bytes": self._request_sizes,
-                "istio_response_bytes": self._response_sizes,
-            }[name]
-            table.setdefault(key, _Histogram(_BOUNDS[name])).observe(value)
+            return
+        table = self._default_tables[name]
+        histogram = table.get(key)
+        if histogram is None:
+            histogram = table[key] = _Histogram(_BOUNDS[name])
+        histogram.observe(value)
+
+    def _record_custom(
+        self, name: str, plan: FamilyPlan, key: LabelValues, request: RequestAttributes | None, value: float
+    ) -> None:
+        series: _Series = (plan, key, plan.tag_values(request if plan.constant is None else None))
+        if name == "istio_requests":
+            if series not in self._custom_counts and len(self._custom_counts) >= self._max_custom:
+                series = (plan, key, plan.overflow)
+            self._custom_counts[series] = self._custom_counts.get(series, 0) + 1
+            return
+        table = self._custom_histograms[name]
+        if series not in table and len(table) >= self._max_custom:
+            series = (plan, key, plan.overflow)
+        histogram = table.get(series)
+        if histogram is None:
+            histogram = table[series] = _Histogram(_BOUNDS[name])
+        histogram.observe(value)
 
     def _families(self) -> Iterator[Metric]:
         for family in super()._families():
@@ -177,13 +189,16 @@ class WaypointMetrics(ProxyMetrics):
                 yield family
         with self._lock:
             requests = dict(self._requests)
-            custom_counts = dict(self._custom_counts)
+            custom_counts: dict[Pairs, float] = {}
+            for (plan, key, tags), count in self._custom_counts.items():
+                pairs = plan.labels(key, tags)
+                custom_counts[pairs] = custom_counts.get(pairs, 0) + count
             histograms = [
                 (
                     name,
                     doc,
                     {key: (h.buckets(), h.total) for key, h in values.items()},
-                    {pairs: (h.buckets(), h.total) for pairs, h in self._custom_histograms[name].items()},
+                    _merged(self._custom_histograms[name]),
                 )
                 for name, doc, values in (
                     ("istio_request_duration_milliseconds", "Request duration in milliseconds", self._durations),
@@ -194,9 +209,9 @@ class WaypointMetrics(ProxyMetrics):
         counter = CounterMetricFamily("istio_requests", "The total number of requests", labels=REQUEST_LABELS)
         for key, value in requests.items():
             counter.add_metric(key, value)
-        for pairs, value in custom_counts.items():
+        for pairs, total in custom_counts.items():
             series = CounterMetricFamily("istio_requests", "", labels=[n for n, _ in pairs])
-            series.add_metric([v for _, v in pairs], value)
+            series.add_metric([v for _, v in pairs], total)
             counter.samples.extend(series.samples)
         yield counter
         for name, doc, samples, custom in histograms:
@@ -208,6 +223,20 @@ class WaypointMetrics(ProxyMetrics):
                 histogram.add_metric([v for _, v in pairs], buckets, total)
                 family.samples.extend(histogram.samples)
             yield family
+
+
+def _merged(series: dict[_Series, _Histogram]) -> dict[Pairs, tuple[list[tuple[str, float]], float]]:
+    """Histograms by label pairs: series whose removed labels differed are one series once rendered."""
+    out: dict[Pairs, _Histogram] = {}
+    for (plan, key, tags), histogram in series.items():
+        pairs = plan.labels(key, tags)
+        merged = out.get(pairs)
+        if merged is None:
+            merged = out[pairs] = _Histogram(histogram.bounds, [0] * (len(histogram.bounds) + 1))
+        for i, count in enumerate(histogram.counts):
+            merged.counts[i] += count
+        merged.total += histogram.total
+    return {pairs: (h.buckets(), h.total) for pairs, h in out.items()}
 
 
 REQUEST_COMPLETE = "request complete"
