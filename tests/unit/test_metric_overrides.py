@@ -22,6 +22,7 @@ from ambit.model.metric_overrides import (
     TagOverride,
     evaluate,
     parse_expression,
+    tag_name_problem,
 )
 from ambit.model.routes import WaypointConfig
 from ambit.xds.errors import XdsConversionError
@@ -104,7 +105,7 @@ def test_every_string_literal_reads_back_its_value(value: str) -> None:
     assert parse_expression(f"'{escaped}'") == Expression(f"'{escaped}'", Attribute.LITERAL, expected)
 
 
-LABEL = st.from_regex(r"[a-z_][a-z0-9_]{0,15}", fullmatch=True)
+LABEL = st.from_regex(r"[a-z_][a-z0-9_]{0,15}", fullmatch=True).filter(lambda n: tag_name_problem(n) is None)
 EXPRESSIONS = st.sampled_from(["'test'", "request.host", "request.headers['x-a']", "source.principal"])
 tags = st.lists(
     st.builds(TagOverride, LABEL, st.one_of(st.none(), EXPRESSIONS.map(parse_expression))),
@@ -179,6 +180,12 @@ def test_model_to_proto_and_back_is_the_identity(metrics: tuple[ServiceMetrics, 
             "metrics[0].overrides",
         ),
         (mpb.ServiceMetrics(service_key="a\nb"), "metrics[0].service_key"),
+        (
+            mpb.ServiceMetrics(
+                overrides=[mpb.MetricOverride(metric="REQUEST_SIZE", tags=[mpb.TagOverride(name="le", remove=True)])]
+            ),
+            "metrics[0].overrides[0].tags[0].name",
+        ),
     ],
 )
 def test_bad_entries_are_refused_by_name(entry: mpb.ServiceMetrics, field: str) -> None:

@@ -243,6 +243,8 @@ def test_all_metrics_overrides_reach_every_standard_metric() -> None:
         ),
         (count_tags(a="'a' + 'b'"), "tagOverrides.a.value", "only a single string literal"),
         (count_tags(**{"bad-name": "'x'"}), "tagOverrides.bad-name", "not a valid metric label name"),
+        (count_tags(le="'x'"), "tagOverrides.le", "reserved"),
+        (count_tags(__name__="'x'"), "tagOverrides.__name__", "reserved"),
         ({"metrics": [{"overrides": [{"tagOverrides": {"a": {}}}]}]}, "tagOverrides.a.value", "required"),
         (
             {"metrics": [{"overrides": [{"tagOverrides": {"a": {"operation": "SET", "value": "'x'"}}}]}]},

@@ -41,11 +41,23 @@ __all__ = [
     "TagOverride",
     "evaluate",
     "parse_expression",
+    "tag_name_problem",
 ]
 
 MAX_EXPRESSION = 1024
-LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-"""What Prometheus accepts as a label name (a tag override's key)."""
+LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]{0,127}")
+RESERVED_LABELS = frozenset({"le", "quantile"})
+"""Labels the exposition format gives a meaning to (histogram buckets, summary quantiles)."""
+
+
+def tag_name_problem(name: object) -> str | None:
+    """Why ``name`` cannot be a tag override's key (a Prometheus label name, at most 128 characters, not reserved
+    nor ``__``-prefixed), or None."""
+    if not isinstance(name, str) or not LABEL_NAME.fullmatch(name):
+        return f"{str(name)[:64]!r} is not a valid metric label name"
+    if name in RESERVED_LABELS or name.startswith("__"):
+        return f"{name!r} is reserved by the metrics format"
+    return None
 
 
 class IstioMetric(enum.Enum):

@@ -23,13 +23,13 @@ from collections.abc import Sequence
 
 from ambit.api import metric_overrides_pb2 as pb
 from ambit.model.metric_overrides import (
-    LABEL_NAME,
     ExpressionError,
     IstioMetric,
     MetricOverride,
     ServiceMetrics,
     TagOverride,
     parse_expression,
+    tag_name_problem,
 )
 from ambit.xds.convert import FieldReader
 
@@ -84,8 +84,9 @@ class MetricOverridesReader(FieldReader):
         return MetricOverride(IstioMetric[message.metric], message.disabled, tags)
 
     def tag(self, field: str, message: pb.TagOverride) -> TagOverride:
-        if not LABEL_NAME.fullmatch(message.name):
-            raise self.fail(f"{field}.name", f"not a label name: {message.name[:64]!r}")
+        problem = tag_name_problem(message.name)
+        if problem is not None:
+            raise self.fail(f"{field}.name", problem)
         if message.remove:
             if message.value:
                 raise self.fail(f"{field}.value", "a removed tag has no value")

@@ -40,7 +40,6 @@ from typing import Any
 from ambit.controlplane.translate import shapes
 from ambit.controlplane.translate.skips import ObjectKind, Skipped, skipped
 from ambit.model.metric_overrides import (
-    LABEL_NAME,
     Expression,
     ExpressionError,
     IstioMetric,
@@ -48,6 +47,7 @@ from ambit.model.metric_overrides import (
     ServiceMetrics,
     TagOverride,
     parse_expression,
+    tag_name_problem,
 )
 
 __all__ = [
@@ -132,8 +132,9 @@ def _tags(value: Any, where: str, obj: Obj, skips: list[Skipped]) -> tuple[TagOv
     for name, item in shapes.mapping(value, where).items():
         at = f"{where}.{name}"
         try:
-            if not isinstance(name, str) or not LABEL_NAME.fullmatch(name):
-                raise shapes.ShapeError(at, f"{name!r} is not a valid metric label name")
+            problem = tag_name_problem(name)
+            if problem is not None:
+                raise shapes.ShapeError(at, problem)
             tag = shapes.mapping(item, at)
             operation = shapes.text(tag.get("operation"), f"{at}.operation") or "UPSERT"
             if operation == "REMOVE":
