@@ -11,7 +11,9 @@ from prometheus_client.samples import Sample
 
 from ambit.model.metric_overrides import IstioMetric, MetricOverride, RequestAttributes, ServiceMetrics, TagOverride
 from ambit.model.metric_overrides import parse_expression as expr
+from ambit.model.routes import WaypointConfig
 from ambit.telemetry.metrics import Reporter, TrafficLabels
+from ambit.waypoint.config import RouteConfig
 from ambit.waypoint.telemetry import REQUEST_LABELS, WaypointMetrics
 
 CUSTOM, OTHER = "app/custom.app.svc.cluster.local", "app/other.app.svc.cluster.local"
@@ -174,3 +176,19 @@ def test_series_that_differ_only_in_a_removed_label_render_as_one() -> None:
     assert duration.value == 2
     (total,) = samples(metrics, "istio_request_duration_milliseconds_sum")
     assert total.value == 4.0
+
+
+def test_the_config_dump_shows_the_overrides() -> None:
+    routes = RouteConfig(WaypointConfig("app/waypoint", metrics=(UPSTREAM,)))
+    assert routes.to_dump()["metrics"] == [
+        {
+            "service": CUSTOM,
+            "disabled": False,
+            "overrides": {
+                "REQUEST_COUNT": {
+                    "disabled": False,
+                    "tags": {"custom_dimension": "'test'", "source_principal": "REMOVE"},
+                }
+            },
+        }
+    ]
