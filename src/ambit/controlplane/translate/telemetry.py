@@ -12,9 +12,10 @@ Rules:
    namespace-wide one (unless that is the root), S's namespace's namespace-wide one (when S lives elsewhere);
    then, in S's namespace (or the waypoint's, without S), in creation order, each one whose ``targetRefs`` name
    the waypoint's Gateway (same namespace as the waypoint), S (a core Service, or a ServiceEntry, in the
-   Telemetry's namespace), or the GatewayClass ``istio-waypoint`` (from the root namespace). A namespace's
-   namespace-wide Telemetry is its oldest. A ``selector`` never reaches a waypoint, as istiod's policy matcher
-   says ("waypoints never use selector").
+   Telemetry's namespace), or the GatewayClass ``istio-waypoint`` (from the root namespace; as istiod only looks
+   in that one namespace, such a Telemetry reaches the waypoints whose requests' namespace is the root). A
+   namespace's namespace-wide Telemetry is its oldest. A ``selector`` never reaches a waypoint, as istiod's
+   policy matcher says ("waypoints never use selector").
 2. Providers: a ``metrics`` entry without ``providers`` inherits the previous entry's (the mesh default,
    ``prometheus``, first); the last non-empty list decides which providers are configured at all. Without
    ``prometheus`` there, the waypoint reports no request metrics (``disabled``). Entries for other providers
