@@ -1,7 +1,8 @@
 """Waypoints end to end on the lab (issue 17, "Done when"): a namespace enrolled in a waypoint with ``ambit waypoint
 apply --enroll-namespace`` has its Service traffic carried at L7 by the waypoint pod the control plane deployed:
-requests carry ``x-request-id``, the waypoint's metrics count them with ``reporter="waypoint"``, an HTTPRoute
-splits traffic by header and by weight, and removing the label brings the traffic back to L4.
+requests carry ``x-request-id``, the waypoint's metrics count them with ``reporter="waypoint"`` (relabelled per
+Service by a Telemetry, spec §11.3 TestCustomizeMetrics), an HTTPRoute splits traffic by header and by weight, and
+removing the label brings the traffic back to L4.
 
 One lab for the module, the mesh installed from deploy/. Namespace ``wp-app`` is ambient: Deployments ``echo-v1``
 (two replicas) and ``echo-v2`` (one), Service ``echo`` over both and Services ``echo-v1``/``echo-v2`` over each,
@@ -319,6 +320,63 @@ def test_weights_90_10_hold_within_a_few_percent(lab: Lab) -> None:
         assert 0.05 <= share <= 0.15, share
     finally:
         lab.kubectl("delete", "httproute", "echo-weighted", "-n", NS, "--ignore-not-found")
+
+
+CUSTOMIZE_METRICS = {  # upstream's TestCustomizeMetrics object, on Service echo-v2
+    "apiVersion": "telemetry.istio.io/v1",
+    "kind": "Telemetry",
+    "metadata": {"name": "ns-default"},
+    "spec": {
+        "targetRefs": [{"kind": "Service", "group": "core", "name": "echo-v2"}],
+        "metrics": [
+            {
+                "providers": [{"name": "prometheus"}],
+                "overrides": [
+                    {
+                        "match": {"metric": "REQUEST_COUNT"},
+                        "tagOverrides": {
+                            "custom_dimension": {"value": "'test'"},
+                            "source_principal": {"operation": "REMOVE"},
+                        },
+                    }
+                ],
+            }
+        ],
+    },
+}
+
+
+def waypoint_request_lines(lab: Lab, service: str) -> list[str]:
+    """The waypoint pods' ``istio_requests_total`` lines for ``service`` in the namespace."""
+    wanted = f'destination_service="{service}.{NS}.svc.cluster.local"'
+    lines = []
+    for pod in [p for p in lab.pods(NS, WAYPOINT) if (p.get("status") or {}).get("podIP")]:
+        with urllib.request.urlopen(f"http://{pod['status']['podIP']}:15020/metrics", timeout=5) as response:
+            lines += [
+                line
+                for line in response.read().decode().splitlines()
+                if line.startswith("istio_requests_total{") and wanted in line
+            ]
+    return lines
+
+
+def test_telemetry_overrides_relabel_the_targeted_services_request_count_only(lab: Lab) -> None:
+    lab.apply(CUSTOMIZE_METRICS, namespace=NS)
+    try:
+
+        def relabelled() -> list[str] | None:
+            calls(lab, f"http://{vip(lab, 'echo-v2')}/", 3)
+            lines = [line for line in waypoint_request_lines(lab, "echo-v2") if 'custom_dimension="test"' in line]
+            return lines or None
+
+        lines = wait_until("echo-v2's series carry custom_dimension", relabelled, timeout=60, interval=1.0)
+        assert all("source_principal=" not in line for line in lines), lines
+        calls(lab, f"http://{vip(lab, 'echo-v1')}/", 3)
+        others = waypoint_request_lines(lab, "echo-v1")
+        assert others and all("custom_dimension" not in line for line in others), others
+        assert all('source_principal="spiffe://' in line for line in others), others
+    finally:
+        lab.kubectl("delete", "telemetries.telemetry.istio.io", "ns-default", "-n", NS, "--ignore-not-found")
 
 
 def test_grpc_through_the_waypoint_keeps_trailers_and_spreads_one_connection_over_the_endpoints(lab: Lab) -> None:

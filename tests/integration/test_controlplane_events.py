@@ -114,6 +114,7 @@ async def test_the_cluster_view_goes_on_without_the_istio_kinds_when_their_crds_
                 "authorizationpolicies",
                 "peerauthentications",
                 "requestauthentications",
+                "telemetries",
                 "gateways",
                 "gatewayclasses",
                 "httproutes",

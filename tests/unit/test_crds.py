@@ -39,6 +39,7 @@ def test_one_file_per_group_with_the_expected_kinds() -> None:
         ],
         "networking.istio.io.yaml": ["DestinationRule", "Gateway", "ServiceEntry", "VirtualService", "WorkloadEntry"],
         "security.istio.io.yaml": ["AuthorizationPolicy", "PeerAuthentication", "RequestAuthentication"],
+        "telemetry.istio.io.yaml": ["Telemetry"],
     }
 
 
@@ -113,6 +114,7 @@ def test_short_names_are_unique_and_as_upstream() -> None:
     assert by_name["gateways.networking.istio.io"] == ["gw"]
     assert shorts == {
         "AuthorizationPolicy": ["ap"],
+        "Telemetry": ["telemetry"],
         "PeerAuthentication": ["pa"],
         "RequestAuthentication": ["ra"],
         "ServiceEntry": ["se"],
@@ -140,6 +142,7 @@ def test_served_versions_per_group() -> None:
         "security.istio.io": ["v1", "v1beta1"],
         "networking.istio.io": ["v1", "v1beta1", "v1alpha3"],
         "gateway.networking.k8s.io": ["v1", "v1beta1"],
+        "telemetry.istio.io": ["v1", "v1alpha1"],
     }
 
 

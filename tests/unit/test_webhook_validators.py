@@ -195,6 +195,27 @@ VALID: list[tuple[str, Any]] = [
             "rules": [{"backendRefs": [{"name": "api", "port": 443}, {"name": "api-v2", "port": 443, "weight": 0}]}],
         },
     ),
+    (  # upstream's TestCustomizeMetrics
+        "Telemetry",
+        {
+            "targetRefs": [{"kind": "Service", "group": "core", "name": "service-addressed-waypoint"}],
+            "metrics": [
+                {
+                    "providers": [{"name": "prometheus"}],
+                    "overrides": [
+                        {
+                            "match": {"metric": "REQUEST_COUNT"},
+                            "tagOverrides": {
+                                "custom_dimension": {"value": "'test'"},
+                                "source_principal": {"operation": "REMOVE"},
+                            },
+                        }
+                    ],
+                }
+            ],
+        },
+    ),
+    ("Telemetry", {"metrics": [{"overrides": [{"match": {"mode": "SERVER"}, "disabled": True}]}], "tracing": [{}]}),
 ]
 
 
@@ -676,6 +697,46 @@ INVALID: list[tuple[str, Any, str, str]] = [
     ("TLSRoute", {"rules": [{"backendRefs": []}]}, "spec.rules[0].backendRefs", "must not be empty"),
     ("TLSRoute", {"rules": [{"backendRefs": [{"name": "d", "port": 1}] * 17}]}, "spec.rules[0].backendRefs", "16"),
     ("TLSRoute", {"parentRefs": [{"name": "w", "port": 0}], "rules": [{}]}, "spec.parentRefs[0].port", ""),
+    # Telemetry
+    ("Telemetry", {"metric": []}, "spec.metric", "unknown field"),
+    (
+        "Telemetry",
+        {"selector": {"matchLabels": {"a": "b"}}, "targetRefs": [{"kind": "Service", "name": "s"}]},
+        "spec.selector",
+        "only one",
+    ),
+    ("Telemetry", {"targetRefs": [{"kind": "Pod", "name": "p"}]}, "spec.targetRefs[0].kind", "unsupported target"),
+    ("Telemetry", {"metrics": [{"providers": [{}]}]}, "spec.metrics[0].providers[0].name", "required"),
+    (
+        "Telemetry",
+        {"metrics": [{"overrides": [{"match": {"metric": "X"}}]}]},
+        "spec.metrics[0].overrides[0].match.metric",
+        "unsupported value",
+    ),
+    (
+        "Telemetry",
+        {"metrics": [{"overrides": [{"match": {"mode": "BOTH"}}]}]},
+        "spec.metrics[0].overrides[0].match.mode",
+        "",
+    ),
+    (
+        "Telemetry",
+        {"metrics": [{"overrides": [{"disabled": "no"}]}]},
+        "spec.metrics[0].overrides[0].disabled",
+        "boolean",
+    ),
+    (
+        "Telemetry",
+        {"metrics": [{"overrides": [{"tagOverrides": {"a": {}}}]}]},
+        "spec.metrics[0].overrides[0].tagOverrides[a].value",
+        "must be set",
+    ),
+    (
+        "Telemetry",
+        {"metrics": [{"overrides": [{"tagOverrides": {"a": {"operation": "DROP"}}}]}]},
+        "spec.metrics[0].overrides[0].tagOverrides[a].operation",
+        "unsupported value",
+    ),
 ]
 
 

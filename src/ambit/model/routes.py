@@ -43,6 +43,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from ambit.model.metric_overrides import ServiceMetrics
 from ambit.model.policy import Policy
 from ambit.model.requestauth import RequestAuthentication
 
@@ -465,6 +466,9 @@ class WaypointConfig:
     requests carry the source identity in ``x-forwarded-client-cert`` (:mod:`ambit.waypoint.client_cert`)."""
     destination_rules: tuple[DestinationPolicy, ...] = ()
     """The DestinationRules that apply to the Services it serves, one per Service, ordered by service key."""
+    metrics: tuple[ServiceMetrics, ...] = ()
+    """The Telemetry API's metric overrides, per destination service (``""``: the rest), ``""`` first then by key
+    (:mod:`ambit.controlplane.translate.telemetry`; :class:`ambit.waypoint.telemetry.WaypointMetrics` applies them)."""
 
     def find_table(self, service_key: str, port: int) -> RouteTable | None:
         for table in self.tables:

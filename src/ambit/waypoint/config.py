@@ -94,6 +94,20 @@ class RouteConfig:
                 }
                 for rule in self._config.destination_rules
             ],
+            "metrics": [
+                {
+                    "service": entry.service_key,
+                    "disabled": entry.disabled,
+                    "overrides": {
+                        o.metric.value: {
+                            "disabled": o.disabled,
+                            "tags": {t.name: "REMOVE" if t.value is None else t.value.source for t in o.tags},
+                        }
+                        for o in entry.overrides
+                    },
+                }
+                for entry in self._config.metrics
+            ],
         }
 
 

@@ -36,6 +36,7 @@ import dataclasses
 import logging
 from collections.abc import Callable
 
+from ambit.model.metric_overrides import RequestAttributes
 from ambit.model.workload import Service, Workload
 from ambit.waypoint.authn import Unauthenticated, plan_authentication
 from ambit.waypoint.authorization import DENIED_BODY, RBAC_FLAG, check_request, denial_detail, service_key_of
@@ -267,6 +268,25 @@ def account(
     if service is None and isinstance(tunnel.target, ServiceTarget) and endpoint is None:
         service = tunnel.target.service
     labels = tunnel.labels(destination, service, flags=outcome.flags, protocol="grpc" if grpc else "http")
+
+    def attributes() -> RequestAttributes:
+        source_ip, _, source_port = tunnel.peer_addr.rpartition(":")
+        return RequestAttributes(
+            method=head.method,
+            path=head.path,
+            host=head.authority,
+            headers=head.headers,
+            scheme=head.scheme,
+            protocol=protocol,
+            response_code=outcome.status,
+            source_address=source_ip.strip("[]"),
+            source_port=int(source_port) if source_port.isdigit() else 0,
+            source_principal=labels.source_principal,
+            destination_address=endpoint.address.rpartition(":")[0].strip("[]") if endpoint else "",
+            destination_port=tunnel.target.port,
+            destination_principal=labels.destination_principal,
+        )
+
     ctx.metrics.request(
         labels,
         response_code=outcome.status,
@@ -274,6 +294,9 @@ def account(
         duration_ms=duration * 1000,
         request_bytes=outcome.bytes_in,
         response_bytes=outcome.bytes_out,
+        service_key=service_key_of(tunnel),
+        request=attributes,
+        overrides=ctx.routes.current.metrics,
     )
     source = tunnel.source
     ctx.request_log.write(

@@ -16,6 +16,13 @@ call per finished request records all four under the metrics lock.
 ``request failed`` (WARNING), logfmt-style like the node proxy's connection lines, on the ``access`` logger; it
 notes how many tries the request took upstream (``attempts``).
 
+The Telemetry API's overrides (:mod:`ambit.waypoint.metric_overrides`; each request passes the current
+configuration's, compiled when they are not the ones compiled last, so once per configuration) change the
+request families per destination service: a dropped family records nothing for that service; a relabelled one
+records its series apart, with the plan's labels, in the same family (the text format lets one family's series
+carry different labels), at most ``max_custom_series`` of them per family. Requests to services without
+overrides are recorded exactly as without any.
+
 Rules: every family is exposed (HELP and TYPE) before its first sample; values only grow; label values that are
 empty render as ``unknown``.
 """
@@ -25,19 +32,31 @@ from __future__ import annotations
 import bisect
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
+from ambit.model.metric_overrides import RequestAttributes, ServiceMetrics
 from ambit.telemetry.flows import Flow, FlowRing, request_verdict
 from ambit.telemetry.metrics import LABEL_NAMES, UNKNOWN, LabelValues, ProxyMetrics, TrafficLabels
+from ambit.waypoint.metric_overrides import NO_PLANS, FamilyPlan, MetricPlans, Pairs, compile_overrides
 
 BUILD_COMPONENT = "ambit-waypoint"
 REQUEST_LABELS = (*LABEL_NAMES, "response_code", "grpc_response_status")
 DURATION_BUCKETS_MS = (0.5, 1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000, 600000)
 """Istio's default buckets for ``istio_request_duration_milliseconds``."""
 BYTES_BUCKETS = (1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000)
+_HISTOGRAMS = (
+    ("istio_request_duration_milliseconds", "Request duration in milliseconds", DURATION_BUCKETS_MS),
+    ("istio_request_bytes", "Request body size in bytes", BYTES_BUCKETS),
+    ("istio_response_bytes", "Response body size in bytes", BYTES_BUCKETS),
+)
+_BOUNDS: dict[str, tuple[float, ...]] = {name: bounds for name, _, bounds in _HISTOGRAMS}
+_Series = tuple[FamilyPlan, LabelValues, tuple[str, ...]]
+"""A relabelled series as recorded: its plan, its standard label values and its tag values."""
+MAX_CUSTOM_SERIES = 5000
+"""Relabelled series per request family; past it, request-valued tags read ``overflow``."""
 
 
 @dataclass(slots=True)
@@ -68,12 +87,28 @@ def _number(value: float) -> str:
 class WaypointMetrics(ProxyMetrics):
     """:class:`ProxyMetrics` plus Istio's request metrics (see the module docstring)."""
 
-    def __init__(self, *, build_version: str = "") -> None:
+    def __init__(self, *, build_version: str = "", max_custom_series: int = MAX_CUSTOM_SERIES) -> None:
+        self._max_custom = max_custom_series
         self._requests: dict[LabelValues, int] = {}
         self._durations: dict[LabelValues, _Histogram] = {}
         self._request_sizes: dict[LabelValues, _Histogram] = {}
         self._response_sizes: dict[LabelValues, _Histogram] = {}
+        self._plans: MetricPlans = NO_PLANS
+        self._compiled: tuple[ServiceMetrics, ...] = ()
+        self._custom_counts: dict[_Series, int] = {}
+        self._custom_histograms: dict[str, dict[_Series, _Histogram]] = {name: {} for name, _, _ in _HISTOGRAMS}
+        self._default_tables = {
+            "istio_request_duration_milliseconds": self._durations,
+            "istio_request_bytes": self._request_sizes,
+            "istio_response_bytes": self._response_sizes,
+        }
         super().__init__(build_version=build_version)
+
+    def set_overrides(self, entries: tuple[ServiceMetrics, ...]) -> None:
+        """Apply a configuration's metric overrides to the requests counted from now on."""
+        plans = compile_overrides(entries, REQUEST_LABELS) if entries else NO_PLANS
+        with self._lock:
+            self._plans, self._compiled = plans, entries
 
     def request(
         self,
@@ -84,14 +119,65 @@ class WaypointMetrics(ProxyMetrics):
         duration_ms: float,
         request_bytes: int,
         response_bytes: int,
+        service_key: str = "",
+        request: Callable[[], RequestAttributes] | None = None,
+        overrides: tuple[ServiceMetrics, ...] | None = None,
     ) -> None:
-        """Count one finished request with its duration and body sizes."""
+        """Count one finished request with its duration and body sizes. ``overrides``: the current configuration's
+        (None keeps those last set); ``service_key`` (the addressed service) chooses among them, and their
+        expressions read ``request()``."""
         key = (*self._key(labels), str(response_code) if response_code else UNKNOWN, grpc_status or UNKNOWN)
+        if overrides is not None and overrides is not self._compiled:
+            self.set_overrides(overrides)
+        plan = self._plans.find(service_key)
+        if plan is not None:
+            attributes = request() if plan.needs_request and request is not None else None
+            values = (
+                ("istio_requests", 1.0),
+                ("istio_request_duration_milliseconds", duration_ms),
+                ("istio_request_bytes", float(request_bytes)),
+                ("istio_response_bytes", float(response_bytes)),
+            )
+            with self._lock:
+                for name, value in values:
+                    family = plan.families.get(name)
+                    if family is None:
+                        self._record_default(name, key, value)
+                    elif not isinstance(family, str):  # else dropped
+                        self._record_custom(name, family, key, attributes, value)
+            return
         with self._lock:
             self._requests[key] = self._requests.get(key, 0) + 1
             self._durations.setdefault(key, _Histogram(DURATION_BUCKETS_MS)).observe(duration_ms)
             self._request_sizes.setdefault(key, _Histogram(BYTES_BUCKETS)).observe(request_bytes)
             self._response_sizes.setdefault(key, _Histogram(BYTES_BUCKETS)).observe(response_bytes)
+
+    def _record_default(self, name: str, key: LabelValues, value: float) -> None:
+        if name == "istio_requests":
+            self._requests[key] = self._requests.get(key, 0) + 1
+            return
+        table = self._default_tables[name]
+        histogram = table.get(key)
+        if histogram is None:
+            histogram = table[key] = _Histogram(_BOUNDS[name])
+        histogram.observe(value)
+
+    def _record_custom(
+        self, name: str, plan: FamilyPlan, key: LabelValues, request: RequestAttributes | None, value: float
+    ) -> None:
+        series: _Series = (plan, key, plan.tag_values(request if plan.constant is None else None))
+        if name == "istio_requests":
+            if series not in self._custom_counts and len(self._custom_counts) >= self._max_custom:
+                series = (plan, key, plan.overflow)
+            self._custom_counts[series] = self._custom_counts.get(series, 0) + 1
+            return
+        table = self._custom_histograms[name]
+        if series not in table and len(table) >= self._max_custom:
+            series = (plan, key, plan.overflow)
+        histogram = table.get(series)
+        if histogram is None:
+            histogram = table[series] = _Histogram(_BOUNDS[name])
+        histogram.observe(value)
 
     def _families(self) -> Iterator[Metric]:
         for family in super()._families():
@@ -103,8 +189,17 @@ class WaypointMetrics(ProxyMetrics):
                 yield family
         with self._lock:
             requests = dict(self._requests)
+            custom_counts: dict[Pairs, float] = {}
+            for (plan, key, tags), count in self._custom_counts.items():
+                pairs = plan.labels(key, tags)
+                custom_counts[pairs] = custom_counts.get(pairs, 0) + count
             histograms = [
-                (name, doc, {key: (h.buckets(), h.total) for key, h in values.items()})
+                (
+                    name,
+                    doc,
+                    {key: (h.buckets(), h.total) for key, h in values.items()},
+                    _merged(self._custom_histograms[name]),
+                )
                 for name, doc, values in (
                     ("istio_request_duration_milliseconds", "Request duration in milliseconds", self._durations),
                     ("istio_request_bytes", "Request body size in bytes", self._request_sizes),
@@ -114,12 +209,34 @@ class WaypointMetrics(ProxyMetrics):
         counter = CounterMetricFamily("istio_requests", "The total number of requests", labels=REQUEST_LABELS)
         for key, value in requests.items():
             counter.add_metric(key, value)
+        for pairs, total in custom_counts.items():
+            series = CounterMetricFamily("istio_requests", "", labels=[n for n, _ in pairs])
+            series.add_metric([v for _, v in pairs], total)
+            counter.samples.extend(series.samples)
         yield counter
-        for name, doc, samples in histograms:
+        for name, doc, samples, custom in histograms:
             family = HistogramMetricFamily(name, doc, labels=REQUEST_LABELS)
             for key, (buckets, total) in samples.items():
                 family.add_metric(list(key), buckets, total)
+            for pairs, (buckets, total) in custom.items():
+                histogram = HistogramMetricFamily(name, "", labels=[n for n, _ in pairs])
+                histogram.add_metric([v for _, v in pairs], buckets, total)
+                family.samples.extend(histogram.samples)
             yield family
+
+
+def _merged(series: dict[_Series, _Histogram]) -> dict[Pairs, tuple[list[tuple[str, float]], float]]:
+    """Histograms by label pairs: series whose removed labels differed are one series once rendered."""
+    out: dict[Pairs, _Histogram] = {}
+    for (plan, key, tags), histogram in series.items():
+        pairs = plan.labels(key, tags)
+        merged = out.get(pairs)
+        if merged is None:
+            merged = out[pairs] = _Histogram(histogram.bounds, [0] * (len(histogram.bounds) + 1))
+        for i, count in enumerate(histogram.counts):
+            merged.counts[i] += count
+        merged.total += histogram.total
+    return {pairs: (h.buckets(), h.total) for pairs, h in out.items()}
 
 
 REQUEST_COMPLETE = "request complete"

@@ -25,6 +25,7 @@ Rules:
 10. A fault's percents are 0..100 and its abort status 200..599 (0: no abort); a direct response's status is
     200..599 and its body at most :data:`MAX_DIRECT_BODY` bytes; ``missing_backend_status`` is 0 (500) or 500..599.
 11. ``destination_rules`` (field 6) are judged by :mod:`ambit.xds.destinationrules`.
+12. ``metrics`` (field 7, the Telemetry API's overrides) are judged by :mod:`ambit.xds.metric_overrides`.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ from ambit.xds.authorization import PolicyReader
 from ambit.xds.convert import FieldReader
 from ambit.xds.destinationrules import DestinationPolicyReader, destination_policy_to_proto
 from ambit.xds.errors import XdsConversionError
+from ambit.xds.metric_overrides import MetricOverridesReader, service_metrics_to_proto
 from ambit.xds.requestauth import RequestAuthReader, request_authentication_to_proto
 from ambit.xds.waypoint_policies import waypoint_policy_from_proto, waypoint_policy_to_proto
 
@@ -251,6 +253,7 @@ def waypoint_config_to_proto(config: WaypointConfig) -> pb.WaypointConfig:
         request_authentications=[request_authentication_to_proto(p) for p in config.request_authentications],
         xfcc_client_identity=config.xfcc_client_identity,
         destination_rules=[destination_policy_to_proto(d) for d in config.destination_rules],
+        metrics=[service_metrics_to_proto(m) for m in config.metrics],
     )
 
 
@@ -522,6 +525,7 @@ def waypoint_config_from_proto(message: pb.WaypointConfig, name: str) -> Waypoin
             ),
             xfcc_client_identity=message.xfcc_client_identity,
             destination_rules=DestinationPolicyReader(name).destination_rules(list(message.destination_rules)),
+            metrics=MetricOverridesReader(name).all("metrics", message.metrics),
         )
     except XdsConversionError:
         raise

@@ -35,7 +35,8 @@ pods' locality), ``waypoints`` (Gateways become waypoints, labels bind to them),
 (Gateway API routes become waypoint route tables), ``virtualservices`` (VirtualServices join those tables),
 ``requestauth`` (RequestAuthentications attached by ``targetRefs`` join their waypoints' configs),
 ``destinationrules`` (the DestinationRule each waypoint applies to each Service it serves, subsets resolved to
-workload uids), ``protocols`` (a port's application protocol), ``skips`` (what was left out).
+workload uids), ``telemetry`` (Telemetries become each waypoint's metric overrides per destination service),
+``protocols`` (a port's application protocol), ``skips`` (what was left out).
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ from ambit.controlplane.translate.serviceentries import (
 )
 from ambit.controlplane.translate.services import service_network, translate_service
 from ambit.controlplane.translate.skips import SkipMemory, Skipped
+from ambit.controlplane.translate.telemetry import ServiceRef, translate_telemetry, waypoint_metrics
 from ambit.controlplane.translate.virtualservices import translate_virtual_services
 from ambit.controlplane.translate.waypoint_policies import (
     ServiceTarget,
@@ -189,6 +191,7 @@ def translate_all(
     request_authentications: Iterable[Mapping[str, Any]] = (),
     destination_rules: Iterable[Mapping[str, Any]] = (),
     secrets: Iterable[Mapping[str, Any]] = (),
+    telemetries: Iterable[Mapping[str, Any]] = (),
     cluster_id: str = "Kubernetes",
     trust_domain: str = "cluster.local",
     domain: str = "cluster.local",
@@ -307,6 +310,15 @@ def translate_all(
         bound,
         canaries,
         routes.configs,
+    )
+    authn = _telemetry(
+        telemetries,
+        {"Service": k8s_services, "ServiceEntry": translated[len(k8s_services) :]},
+        bound,
+        canaries,
+        authn,
+        root_namespace=root_namespace,
+        skips=skips,
     )
     secret_table = {
         (str((s.get("metadata") or {}).get("namespace")), str((s.get("metadata") or {}).get("name"))): s
@@ -450,6 +462,32 @@ def _request_authentications(
         canaries=canaries,
     )
     return tuple(replace(c, request_authentications=attached.get(c.waypoint, ())) for c in configs)
+
+
+def _telemetry(
+    objects: Iterable[Mapping[str, Any]],
+    services: Mapping[str, Iterable[Service]],
+    bound: Mapping[str, str],
+    canaries: Mapping[str, str],
+    configs: tuple[WaypointConfig, ...],
+    *,
+    root_namespace: str,
+    skips: list[Skipped],
+) -> tuple[WaypointConfig, ...]:
+    """``configs`` with the metric overrides of the Telemetries that reach each waypoint."""
+    translations = [t for t in (translate_telemetry(obj, skips=skips) for obj in objects) if t is not None]
+    if not translations:
+        return configs
+    refs = {s.key: ServiceRef(kind, s.namespace, s.name) for kind, of_kind in services.items() for s in of_kind}
+    found = waypoint_metrics(
+        translations,
+        waypoints=[c.waypoint for c in configs],
+        services=refs,
+        bound=bound,
+        canaries=canaries,
+        root_namespace=root_namespace,
+    )
+    return tuple(replace(c, metrics=found.get(c.waypoint, ())) for c in configs)
 
 
 def _object_key(obj: Mapping[str, Any]) -> str:

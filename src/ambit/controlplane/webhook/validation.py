@@ -24,6 +24,7 @@ from ambit.controlplane.webhook.gateway import (
     validate_tls_route,
 )
 from ambit.controlplane.webhook.serviceentry import validate_service_entry, validate_workload_entry
+from ambit.controlplane.webhook.telemetry import validate_telemetry
 from ambit.controlplane.webhook.traffic import (
     validate_destination_rule,
     validate_istio_gateway,
@@ -34,6 +35,7 @@ from ambit.controlplane.webhook.traffic import (
 SECURITY = "security.istio.io"
 NETWORKING = "networking.istio.io"
 GATEWAY_API = "gateway.networking.k8s.io"
+TELEMETRY = "telemetry.istio.io"
 
 VALIDATORS: dict[tuple[str, str], Callable[[dict[str, Any]], Fields]] = {
     (SECURITY, "AuthorizationPolicy"): validate_authorization_policy,
@@ -44,6 +46,7 @@ VALIDATORS: dict[tuple[str, str], Callable[[dict[str, Any]], Fields]] = {
     (NETWORKING, "DestinationRule"): validate_destination_rule,
     (NETWORKING, "VirtualService"): validate_virtual_service,
     (NETWORKING, "Sidecar"): validate_sidecar,
+    (TELEMETRY, "Telemetry"): validate_telemetry,
     (GATEWAY_API, "Gateway"): validate_gateway,
     (GATEWAY_API, "HTTPRoute"): validate_http_route,
     (GATEWAY_API, "GRPCRoute"): validate_grpc_route,
