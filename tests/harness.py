@@ -94,6 +94,19 @@ class ServerProcess:
         return json.loads(self.kubectl(*args, "-o", "json"))
 
 
+def process_fds(pid: int) -> int:
+    """How many file descriptors process ``pid`` holds (flood tests: nothing may pile up)."""
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def process_rss(pid: int) -> int:
+    """Process ``pid``'s resident memory in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for process {pid}")
+
+
 def own_sockets_on(port: int) -> int:
     """How many sockets this process holds whose local TCP port is ``port`` (listening or connected)."""
     inodes = set()

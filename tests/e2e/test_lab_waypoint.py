@@ -29,6 +29,7 @@ from tests.e2e.lab_driver import (
     sleeper,
     wait_until,
 )
+from tests.upstream_objects import customize_metrics_telemetry
 
 pytestmark = [pytest.mark.root, pytest.mark.kubectl, pytest.mark.timeout(TEST_TIMEOUT)]
 SHARES_THE_MESH_LAB = True  # tests/e2e/lab_driver.py shared_mesh_lab: one lab for the modules that share it
@@ -322,28 +323,7 @@ def test_weights_90_10_hold_within_a_few_percent(lab: Lab) -> None:
         lab.kubectl("delete", "httproute", "echo-weighted", "-n", NS, "--ignore-not-found")
 
 
-CUSTOMIZE_METRICS = {  # upstream's TestCustomizeMetrics object, on Service echo-v2
-    "apiVersion": "telemetry.istio.io/v1",
-    "kind": "Telemetry",
-    "metadata": {"name": "ns-default"},
-    "spec": {
-        "targetRefs": [{"kind": "Service", "group": "core", "name": "echo-v2"}],
-        "metrics": [
-            {
-                "providers": [{"name": "prometheus"}],
-                "overrides": [
-                    {
-                        "match": {"metric": "REQUEST_COUNT"},
-                        "tagOverrides": {
-                            "custom_dimension": {"value": "'test'"},
-                            "source_principal": {"operation": "REMOVE"},
-                        },
-                    }
-                ],
-            }
-        ],
-    },
-}
+CUSTOMIZE_METRICS = customize_metrics_telemetry("echo-v2")  # upstream's TestCustomizeMetrics object, on echo-v2
 
 
 def waypoint_request_lines(lab: Lab, service: str) -> list[str]:

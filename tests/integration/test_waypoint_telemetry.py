@@ -13,6 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 from tests.integration.waypoint_rig import ECHO_VIP, MIXED_VIP, HttpOverTunnel, Rig, http_get, started_rig
+from tests.upstream_objects import customize_metrics_telemetry
 
 from ambit.controlplane.translate.skips import Skipped
 from ambit.controlplane.translate.telemetry import ServiceRef, translate_telemetry, waypoint_metrics
@@ -27,29 +28,7 @@ PRINCIPAL = "spiffe://cluster.local/ns/app/sa/client"
 
 def upstream_telemetry(service: str, **extra_tags: dict[str, str]) -> dict[str, Any]:
     """TestCustomizeMetrics' object, targeting ``service``."""
-    return {
-        "apiVersion": "telemetry.istio.io/v1",
-        "kind": "Telemetry",
-        "metadata": {"name": "ns-default", "namespace": "app"},
-        "spec": {
-            "targetRefs": [{"kind": "Service", "group": "core", "name": service}],
-            "metrics": [
-                {
-                    "providers": [{"name": "prometheus"}],
-                    "overrides": [
-                        {
-                            "match": {"metric": "REQUEST_COUNT"},
-                            "tagOverrides": {
-                                "custom_dimension": {"value": "'test'"},
-                                "source_principal": {"operation": "REMOVE"},
-                                **extra_tags,
-                            },
-                        }
-                    ],
-                }
-            ],
-        },
-    }
+    return customize_metrics_telemetry(service, "app", **extra_tags)
 
 
 def configure(rig: Rig, telemetry: dict[str, Any]) -> None:

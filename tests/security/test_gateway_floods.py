@@ -31,6 +31,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+from tests.harness import process_fds, process_rss
 from tests.integration.ingress_rig import MeshBackends, backend, gateway_settings, mesh_backends, tls_ask
 from tests.integration.waypoint_rig import free_port
 
@@ -84,13 +85,10 @@ class GatewayProcess:
         self.tls_port = tls_port
 
     def fds(self) -> int:
-        return len(os.listdir(f"/proc/{self.process.pid}/fd"))
+        return process_fds(self.process.pid)
 
     def rss(self) -> int:
-        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-        raise AssertionError("no VmRSS")
+        return process_rss(self.process.pid)
 
     async def refusals(self) -> dict[str, int]:
         assert self.process.stdin is not None and self.process.stdout is not None

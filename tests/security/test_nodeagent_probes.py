@@ -19,15 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+from tests.harness import process_fds, process_rss
 
 from ambit.cni.health import HealthEndpoints, HealthSettings
 
@@ -62,13 +61,10 @@ class ProbeServer:
         self.port = port
 
     def fds(self) -> int:
-        return len(os.listdir(f"/proc/{self.process.pid}/fd"))
+        return process_fds(self.process.pid)
 
     def rss(self) -> int:
-        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-        raise AssertionError("no VmRSS")
+        return process_rss(self.process.pid)
 
     def probe(self, target: str = "/readyz") -> tuple[bytes, float]:
         """The kubelet's probe from 127.0.0.1: the answer's status line and how long it took."""

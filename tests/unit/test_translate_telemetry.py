@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from tests.upstream_objects import customize_metrics_spec
 
 from ambit.controlplane.translate import translate_all
 from ambit.controlplane.translate.skips import Skipped
@@ -25,23 +26,7 @@ WAYPOINT = {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "wa
 REVIEWS, RATINGS = "app/reviews.app.svc.cluster.local", "app/ratings.app.svc.cluster.local"
 SERVICES = {REVIEWS: ServiceRef("Service", "app", "reviews"), RATINGS: ServiceRef("Service", "app", "ratings")}
 BOUND = {REVIEWS: "app/waypoint", RATINGS: "app/waypoint"}
-UPSTREAM_SPEC: dict[str, Any] = {
-    "targetRefs": [{"kind": "Service", "group": "core", "name": "service-addressed-waypoint"}],
-    "metrics": [
-        {
-            "providers": [{"name": "prometheus"}],
-            "overrides": [
-                {
-                    "match": {"metric": "REQUEST_COUNT"},
-                    "tagOverrides": {
-                        "custom_dimension": {"value": "'test'"},
-                        "source_principal": {"operation": "REMOVE"},
-                    },
-                }
-            ],
-        }
-    ],
-}
+UPSTREAM_SPEC: dict[str, Any] = customize_metrics_spec()
 
 
 def tel(spec: dict[str, Any], namespace: str = "app", name: str = "t", created: str = "") -> dict[str, Any]:

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from json_strategies import json_values
+from tests.upstream_objects import customize_metrics_spec
 
 from ambit.controlplane.webhook import (
     VALIDATORS,
@@ -197,23 +198,7 @@ VALID: list[tuple[str, Any]] = [
     ),
     (  # upstream's TestCustomizeMetrics
         "Telemetry",
-        {
-            "targetRefs": [{"kind": "Service", "group": "core", "name": "service-addressed-waypoint"}],
-            "metrics": [
-                {
-                    "providers": [{"name": "prometheus"}],
-                    "overrides": [
-                        {
-                            "match": {"metric": "REQUEST_COUNT"},
-                            "tagOverrides": {
-                                "custom_dimension": {"value": "'test'"},
-                                "source_principal": {"operation": "REMOVE"},
-                            },
-                        }
-                    ],
-                }
-            ],
-        },
+        customize_metrics_spec(),
     ),
     ("Telemetry", {"metrics": [{"overrides": [{"match": {"mode": "SERVER"}, "disabled": True}]}], "tracing": [{}]}),
 ]
