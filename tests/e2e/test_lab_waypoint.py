@@ -249,7 +249,7 @@ def test_an_httproute_header_match_splits_traffic_between_two_deployments(lab: L
 
 # Istio's TestServerRouting "set header" VirtualService (tests/integration/ambient/baseline_test.go), with
 # {{.Destination}} = echo; then TestTrafficSplit's header match, to the per-version Services (the subsets of a
-# DestinationRule are another piece of work).
+# DestinationRule: test_traffic_split_by_subsets_at_the_waypoint below).
 SET_HEADER = {
     "apiVersion": "networking.istio.io/v1",
     "kind": "VirtualService",
@@ -303,6 +303,70 @@ def test_a_virtual_service_sets_a_header_then_splits_by_header_at_the_waypoint(l
         wait_until("the header match applies", split, timeout=60, interval=1.0)
     finally:
         lab.kubectl("delete", "virtualservice", "route", "-n", NS, "--ignore-not-found")
+
+
+# Istio's TestTrafficSplit, verbatim with {{.Destination}} = echo: a header match to subset v2, the rest to v1, and the
+# DestinationRule that defines the subsets by the pods' version label.
+TRAFFIC_SPLIT = {
+    "apiVersion": "networking.istio.io/v1",
+    "kind": "VirtualService",
+    "metadata": {"name": "route"},
+    "spec": {
+        "hosts": ["echo"],
+        "http": [
+            {
+                "match": [{"headers": {"user": {"exact": "istio-custom-user"}}}],
+                "route": [{"destination": {"host": "echo", "subset": "v2"}}],
+            },
+            {"route": [{"destination": {"host": "echo", "subset": "v1"}}]},
+        ],
+    },
+}
+SUBSETS = {
+    "apiVersion": "networking.istio.io/v1",
+    "kind": "DestinationRule",
+    "metadata": {"name": "dr"},
+    "spec": {
+        "host": "echo",
+        "subsets": [{"name": "v1", "labels": {"version": "v1"}}, {"name": "v2", "labels": {"version": "v2"}}],
+    },
+}
+
+
+def test_traffic_split_by_subsets_at_the_waypoint(lab: Lab) -> None:
+    """TestTrafficSplit: every answer without the header comes from a v1 pod, with it from a v2 pod."""
+    url = f"http://{vip(lab, 'echo')}/"
+    v2 = {p["metadata"]["name"] for p in lab.pods(NS, "version=v2")}
+    v1 = {p["metadata"]["name"] for p in lab.pods(NS, "version=v1")}
+    assert v1 and v2
+    lab.apply(TRAFFIC_SPLIT, namespace=NS)
+    lab.apply(SUBSETS, namespace=NS)
+    try:
+
+        def split() -> bool:
+            with_header = calls(lab, url, 5, "user:istio-custom-user")
+            without = calls(lab, url, 5)
+            if not all(a.get("status") == 200 for a in with_header + without):
+                return False
+            return {a.get("pod") for a in with_header} <= v2 and {a.get("pod") for a in without} <= v1
+
+        wait_until("the subsets apply", split, timeout=60, interval=1.0)
+        answers = calls(lab, url, 10)
+        assert all(a["status"] == 200 and a.get("pod") in v1 for a in answers), answers
+        # Upstream's TestServerRouting "subset": every answer from v1, however many calls.
+        lab.apply(
+            {**TRAFFIC_SPLIT, "spec": {**TRAFFIC_SPLIT["spec"], "http": TRAFFIC_SPLIT["spec"]["http"][1:]}},
+            namespace=NS,
+        )
+        wait_until(
+            "only subset v1 answers, header or not",
+            lambda: {a.get("pod") for a in calls(lab, url, 5, "user:istio-custom-user")} <= v1,
+            timeout=60,
+            interval=1.0,
+        )
+    finally:
+        lab.kubectl("delete", "virtualservice", "route", "-n", NS, "--ignore-not-found")
+        lab.kubectl("delete", "destinationrule", "dr", "-n", NS, "--ignore-not-found")
 
 
 def test_weights_90_10_hold_within_a_few_percent(lab: Lab) -> None:
