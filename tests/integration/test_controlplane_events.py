@@ -115,6 +115,8 @@ async def test_the_cluster_view_goes_on_without_the_istio_kinds_when_their_crds_
                 "peerauthentications",
                 "requestauthentications",
                 "telemetries",
+                "virtualservices",
+                "destinationrules",
                 "gateways",
                 "gatewayclasses",
                 "httproutes",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
 import secrets
 import signal
 import sys
@@ -313,8 +314,13 @@ time.sleep(60)
 """
 
 
+BASE_PYTHON = os.path.realpath(sys.executable)
+"""The interpreter behind the venv: a checkout under /tmp (CI's clean clone, its .venv) is hidden by a container's
+private /tmp, while the base interpreter's directory is revealed (these scripts need only the standard library)."""
+
+
 def attacker(name: str, **security: Any) -> dict[str, Any]:
-    command = [sys.executable, "-c", ATTACKS, json.dumps(SYSCALLS)]
+    command = [BASE_PYTHON, "-c", ATTACKS, json.dumps(SYSCALLS)]
     manifest = pod_manifest(name, command, restartPolicy="Never")
     if security:
         manifest["spec"]["containers"][0]["securityContext"] = security
@@ -456,7 +462,7 @@ time.sleep(60)
 
 
 def identity_pod(name: str, **spec: Any) -> dict[str, Any]:
-    manifest = pod_manifest(name, [sys.executable, "-c", IDENTITY], restartPolicy="Never", **spec)
+    manifest = pod_manifest(name, [BASE_PYTHON, "-c", IDENTITY], restartPolicy="Never", **spec)
     manifest["spec"]["volumes"] = [
         {"name": "data", "hostPath": {"path": f"/data/{name}", "type": "Directory"}},
         {"name": "scratch", "emptyDir": {}},
