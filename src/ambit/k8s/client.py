@@ -30,6 +30,7 @@ from ambit.k8s import connection
 from ambit.k8s.connection import Connection
 from ambit.k8s.errors import KubeApiStatusError, KubeClientError, KubeGoneError, response_error
 from ambit.k8s.kinds import SERVICE_ACCOUNTS, TOKEN_REVIEWS, ResourceKind
+from ambit.k8s.sockets import TrackedSockets, tracked_transport
 from ambit.k8s.watch import Watch
 
 log = logging.getLogger("ambit.k8s")
@@ -75,6 +76,12 @@ class KubeClient:
         self.connection = conn
         self.namespace = conn.namespace
         """Default namespace of calls that name none."""
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=self.settings.max_keepalive_connections)
+        self._sockets: TrackedSockets | None = None
+        if transport is None:
+            transport, self._sockets = tracked_transport(
+                verify=conn.verify, limits=limits, trust_env=self.settings.trust_env
+            )
         self._http = httpx.AsyncClient(
             base_url=conn.server,
             verify=conn.verify,
@@ -82,9 +89,7 @@ class KubeClient:
             timeout=httpx.Timeout(self.settings.timeout),
             trust_env=self.settings.trust_env,
             headers={"User-Agent": self.settings.user_agent, "Accept": _JSON},
-            limits=httpx.Limits(
-                max_connections=None, max_keepalive_connections=self.settings.max_keepalive_connections
-            ),
+            limits=limits,
             transport=transport,
         )
 
@@ -114,6 +119,8 @@ class KubeClient:
 
     async def aclose(self) -> None:
         await self._http.aclose()
+        if self._sockets is not None:
+            await self._sockets.aclose()  # what the pool lost track of (see ambit.k8s.sockets)
 
     async def __aenter__(self) -> KubeClient:
         return self
@@ -319,6 +326,8 @@ class KubeClient:
         body: Any = None,
         content_type: str = _JSON,
     ) -> dict[str, Any]:
+        if self._http.is_closed:
+            raise KubeClientError(f"{method} {path}: the API client is closed")
         content = None if body is None else _encode(body)
         headers = None if content is None else {"Content-Type": content_type}
         try:

@@ -102,6 +102,9 @@ class Watch:
             self._lines.extend(lines)
 
     async def _open(self) -> None:
+        if self._http.is_closed:
+            self._closed = True
+            raise KubeClientError(f"watch {self._kind}: the API client is closed")
         try:
             response = await self._http.send(self._request, stream=True)
         except httpx.HTTPError as exc:
