@@ -2,10 +2,12 @@
 
 Theory of operation
 -------------------
-Three small aiohttp applications, each with its own ``AppRunner`` and ``TCPSite`` so each binds its own address;
-``start()`` binds them in order (admin, stats, readiness) and ``aclose()`` closes all. A bind failure (port taken,
-address not local) closes whatever was already started and raises :class:`~ambit.telemetry.TelemetryError` naming
-the server and the address. aiohttp's access log is off: these are scraped every few seconds.
+Three small aiohttp applications, each with its own ``AppRunner`` and site so each binds its own address; ``start()``
+binds them in order (admin, stats, readiness) and ``aclose()`` closes all. A bind failure (port taken, address not
+local) closes whatever was already started and raises :class:`~ambit.telemetry.TelemetryError` naming the server and
+the address. aiohttp's access log is off: these are scraped every few seconds. Each site limits its connections (in
+total, per peer address, and in lifetime: :mod:`ambit.telemetry.connection_limits`), so neither idle nor
+non-reading clients can exhaust the proxy.
 
 Routes (anything else is 404; a known path with another method is 405)::
 
@@ -47,6 +49,7 @@ from typing import Any
 from aiohttp import web
 
 from ambit.telemetry import BadLogLevelError, TelemetryError
+from ambit.telemetry.connection_limits import ADMIN_LIMITS, PUBLIC_LIMITS, LimitedSite
 from ambit.telemetry.flows import FlowError, FlowRing, page_json, parse_query
 from ambit.telemetry.metrics import ProxyMetrics
 from ambit.telemetry.readiness import Readiness
@@ -190,7 +193,8 @@ class ProxyEndpoints:
             await runner.setup()
             self._started.append(runner)
             try:
-                await web.TCPSite(runner, host, port, reuse_address=True).start()
+                limits = ADMIN_LIMITS if name == "admin" else PUBLIC_LIMITS
+                await LimitedSite(runner, host, port, limits).start()
             except OSError as exc:
                 await self.aclose()
                 reason = exc.strerror or str(exc)
