@@ -22,6 +22,7 @@ from tests.harness import process_rss
 from tests.proxyconfig_rig import loopback_node_proxy_settings
 
 from ambit.inpod.daemon import NodeProxy
+from ambit.inpod.eventloop import run
 from ambit.telemetry.connection_limits import ADMIN_LIMITS, ConnectionGate, ConnectionLimits, LimitedSite
 from ambit.telemetry.flows import Flow
 
@@ -270,3 +271,29 @@ async def test_clients_that_ask_for_flows_and_never_read_cannot_exhaust_the_node
             except ConnectionError:
                 pass
             await asyncio.sleep(0.1)
+
+
+# -- the same under uvloop (the node proxy's loop: its transports are not asyncio.Transport subclasses) -----------
+
+
+async def _the_rules_in_brief() -> None:
+    site = await start_site(ConnectionLimits(total=2, per_address=2, lifetime=0.5, grace=0.5))
+    made = Clients()
+    try:
+        first = await made.connect(site.port)
+        assert b"200 OK" in await ask(first, "/small")
+        second = await made.connect(site.port)
+        await asyncio.get_running_loop().sock_sendall(second, b"GET /small HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        await eventually(lambda: site.site.gate.open == 2)
+        assert await closed_by_peer(await made.connect(site.port), within=5.0)  # past the total
+        assert await closed_by_peer(second) and await closed_by_peer(first)  # the lifetime ends both
+        await eventually(lambda: site.site.gate.open == 0)
+    finally:
+        for sock in made.socks:
+            sock.close()
+        await site.runner.cleanup()
+
+
+@pytest.mark.parametrize("loop_name", ["asyncio", "uvloop"])
+def test_the_limits_hold_on_either_event_loop(loop_name: str) -> None:
+    run(_the_rules_in_brief, loop_name)

@@ -24,6 +24,7 @@ import asyncio
 import collections
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 from aiohttp import web
 
@@ -85,7 +86,7 @@ class _GatedConnection(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        transport = cast(asyncio.Transport, transport)  # uvloop's transports are not asyncio.Transport subclasses
         peer = transport.get_extra_info("peername")
         self._address = str(peer[0]) if isinstance(peer, tuple) and peer else ""
         if not self._gate.admit(self._address):
