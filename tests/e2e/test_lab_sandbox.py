@@ -8,6 +8,7 @@ really is there, that the limit really is in the container's cgroup) is asserted
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -297,9 +298,11 @@ time.sleep(3600)
 
 
 def test_a_pod_without_host_users_is_root_inside_and_an_unprivileged_id_on_the_host(lab: Lab, namespace: str) -> None:
-    # runc 1.1 cannot exec into it (it joins the pod's user namespace, then cannot join the host-owned network
-    # namespace): the pod reports from its own log.
-    manifest = pod_manifest("userns", [{"name": "main", "image": "none", "command": ["python3", "-c", IDENTITY]}])
+    # The pod reports from its own log what its main process sees; an exec readiness probe and `lab exec` show
+    # that runc can join it (its network namespace belongs to its user namespace).
+    main = {"name": "main", "image": "none", "command": ["python3", "-c", IDENTITY]}
+    main["readinessProbe"] = {"exec": {"command": ["cat", "/proc/self/uid_map"]}, "periodSeconds": 1}
+    manifest = pod_manifest("userns", [main])
     manifest["spec"]["hostUsers"] = False
     lab.apply(manifest, namespace=namespace)
     pod = wait_ready(lab, namespace, "userns")["userns"]
@@ -316,6 +319,45 @@ def test_a_pod_without_host_users_is_root_inside_and_an_unprivileged_id_on_the_h
     assert seen["uid"] == 0 and (inside, length) == ("0", "65536") and int(first) >= 65536, seen
     saved = json.loads((pod_dir / "userns.json").read_text())
     assert saved["uidMappings"] == [{"hostId": int(first), "containerId": 0, "length": 65536}]
-    # Root of its own namespace, in a pod network namespace the host owns: a low port still binds.
+    # Root of its own namespace, in a pod network namespace it owns: a low port binds.
     assert seen["bind_80"] == "ok", seen
     assert seen["env_owner"] == 65534 and seen["read_env"] == "ok" and seen["token"] == "ok", seen
+    # An exec joins the same user namespace as the main process, as root of it.
+    out = lab.exec(
+        "userns", namespace, "sh", "-c", "id -u; cat /proc/self/uid_map; readlink /proc/self/ns/user /proc/1/ns/user"
+    )
+    uid, mapping, own_ns, main_ns = out.strip().split("\n")
+    assert uid == "0" and mapping.split() == ["0", first, "65536"] and own_ns == main_ns, out
+
+
+def test_pods_without_host_users_are_enrolled_in_the_mesh_and_talk_over_hbone(lab: Lab, namespace: str) -> None:
+    """Istio ambient with user-namespaced pods: the node agent and the node proxy work inside network namespaces
+    that the pods' user namespaces own."""
+    lab.kubectl("label", "namespace", namespace, "istio.io/dataplane-mode=ambient")
+    server = pod_manifest("server", [http_echo_container()], node="node-2", hostUsers=False)
+    client = pod_manifest("client", [sleeper()], node="node-1", hostUsers=False)
+    lab.apply(server, client, namespace=namespace)
+    pods = lab.wait_pods_ready(namespace, "", 2, timeout=90)
+    enrolled = {
+        p["metadata"]["name"]: p["metadata"].get("annotations", {}).get("ambient.istio.io/redirection") for p in pods
+    }
+    assert enrolled == {"server": "enabled", "client": "enabled"}
+    server_ip = lab.pod("server", namespace)["status"]["podIP"]
+    code = f"import urllib.request;print(urllib.request.urlopen('http://{server_ip}:8080/',timeout=5).read().decode())"
+
+    def reply() -> dict[str, Any] | None:
+        try:
+            return dict(json.loads(lab.exec("client", namespace, "python3", "-c", code)))
+        except (subprocess.SubprocessError, AssertionError, ValueError):
+            return None
+
+    answer = wait_until("a request from one user-namespaced pod to another", reply, timeout=30)
+    assert answer is not None and answer["pod"] == "server"
+    (proxy,) = [p for p in lab.pods("istio-system", "app=ztunnel") if p["spec"]["nodeName"] == "node-2"]
+    log = lab.directory / "pods" / proxy["metadata"]["uid"] / "istio-proxy.log"
+    identity = f"spiffe://cluster.local/ns/{namespace}/sa/default"
+    wait_until(
+        "node-2's node proxy logs the inbound HBONE connection with the client's identity",
+        lambda: f"src.identity={identity}" in log.read_text(errors="replace"),
+        timeout=10,
+    )

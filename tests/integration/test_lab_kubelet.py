@@ -52,7 +52,7 @@ class FakeSandboxes:
         self.failure: Exception | None = None
         self.attempts = 0
 
-    async def create(self, pod: dict[str, Any]) -> FakeSandbox:
+    async def create(self, pod: dict[str, Any], user_ids: object = None) -> FakeSandbox:
         self.attempts += 1
         if self.failure is not None:
             raise self.failure

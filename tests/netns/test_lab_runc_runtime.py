@@ -44,7 +44,7 @@ class NoSandboxes:
     def __init__(self) -> None:
         self.destroyed: list[str] = []
 
-    async def create(self, pod: dict[str, Any]) -> SharedSandbox:
+    async def create(self, pod: dict[str, Any], user_ids: object = None) -> SharedSandbox:
         return SharedSandbox()
 
     async def destroy(self, pod_uid: str) -> None:

@@ -155,6 +155,15 @@ def test_a_container_in_a_user_namespace_gets_the_pod_s_maps_the_shared_root_and
     assert "seccomp" in linux  # RuntimeDefault as for any other pod
 
 
+def test_a_container_joins_the_pod_s_user_namespace_by_path_with_its_maps_stated() -> None:
+    paths = dataclasses.replace(PATHS, user_namespace=IDS, user_namespace_path="/proc/7/fd/9")
+    linux = config_of(pod({"hostUsers": False}), paths)["linux"]
+    assert {"type": "user", "path": "/proc/7/fd/9"} in linux["namespaces"]
+    assert [n for n in linux["namespaces"] if n["type"] == "user"] == [{"type": "user", "path": "/proc/7/fd/9"}]
+    mapping = [{"containerID": 0, "hostID": IDS.first, "size": 65536}]
+    assert linux["uidMappings"] == linux["gidMappings"] == mapping  # runc computes host ids from them
+
+
 def test_without_a_user_namespace_nothing_changes() -> None:
     config = config_of(pod())
     assert {"type": "user"} not in config["linux"]["namespaces"] and "uidMappings" not in config["linux"]

@@ -61,13 +61,16 @@ Rule 12. seccomp (:mod:`ambit.lab.runtime.seccomp`): the container's ``seccompPr
         file a :class:`~ambit.lab.runtime.seccomp.SeccompProfileError` (``CreateContainerError``).
 Rule 13. User namespace (``paths.user_namespace``, :mod:`ambit.lab.runtime.userns`): a ``user`` namespace with the
         pod's block as uid and gid maps, so the user of rule 5 is an id inside it (0 to 65535, else a
-        :class:`SecurityContextError`) and capabilities count in it only. The host's files keep their owners:
-        root's show as ``nobody`` and are read through their "other" bits, never written. runc 1.1 has no
-        idmapped mounts, so two things change: runc, which then makes the mounts from inside the namespace, needs
-        a root it can reach (``paths.shared_rootfs``, an empty directory with every parent searchable: the
-        bundle's is in the lab's 0700 tree; each container binds it privately, so one serves all), and ``/sys`` is
-        the runtime's, bound read-only (a new sysfs needs a network namespace owned by the user namespace, and the
-        pod's belongs to the host).
+        :class:`SecurityContextError`) and capabilities count in it only. The pod's own user namespace, the one
+        owning its network namespace, is joined by path (``paths.user_namespace_path``, with the same maps
+        stated), so every container of the pod shares it and ``runc exec`` can enter the pod; without a path
+        (a network namespace the host owns) each container makes its own with the same maps. The host's files
+        keep their owners: root's show as ``nobody`` and are read through their "other" bits, never written.
+        runc 1.1 has no idmapped mounts, so two things change: runc, which then makes the mounts from inside
+        the namespace, needs a root it can reach (``paths.shared_rootfs``, an empty directory with every parent
+        searchable: the bundle's is in the lab's 0700 tree; each container binds it privately, so one serves
+        all), and ``/sys`` is the runtime's, bound read-only (a new sysfs needs a network namespace owned by the
+        user namespace, which a sandbox made by the host does not have).
 """
 
 from __future__ import annotations
@@ -207,6 +210,8 @@ class BundlePaths:
     """The file a ``Localhost`` seccomp profile names, read by the shell from the node's seccomp directory."""
     user_namespace: IdRange | None = None
     """The pod's host ids when it has a user namespace (``hostUsers: false``, rule 13)."""
+    user_namespace_path: str = ""
+    """The pod's user namespace to join (the one owning its network namespace, rule 13); empty: a new one."""
     shared_rootfs: str = ""
     """An empty directory, 0755 up to ``/``, used as the root of containers in a user namespace (rule 13)."""
     root_view: str = ""
@@ -388,7 +393,9 @@ def container_config(
     if paths.netns_path:
         namespaces.insert(0, {"type": "network", "path": paths.netns_path})
     if paths.user_namespace is not None:
-        namespaces.append({"type": "user"})
+        namespaces.append(
+            {"type": "user", **({"path": paths.user_namespace_path} if paths.user_namespace_path else {})}
+        )
     linux: dict[str, Any] = {
         "namespaces": namespaces,
         "cgroupsPath": f"{paths.cgroup_parent.rstrip('/')}/{paths.container_id}",

@@ -89,6 +89,7 @@ from ambit.lab.runtime.pod_dns import ClusterDns, DnsConfigError, PodDns, parse_
 from ambit.lab.runtime.pod_env import config_refs, container_env, expand, fetch_configs
 from ambit.lab.runtime.pod_record import STATE_FILE, PodRecord, SavedSandbox
 from ambit.lab.runtime.pod_status import MANAGED_STATUS, PodView, pod_status, sandbox_error_message, status_patch
+from ambit.lab.runtime.pod_userns import fd_path, open_owner
 from ambit.lab.runtime.probes import ProbeTarget
 from ambit.lab.runtime.processes import ProcessHandle, container_argv, find_process, pids_in_netns, reap, stop_process
 from ambit.lab.runtime.seccomp import LOCALHOST, SeccompFieldError, SeccompProfileError, seccomp_choice
@@ -177,6 +178,8 @@ class PodWorker:
         self._task: asyncio.Task[None] | None = None
         self._token_task: asyncio.Task[None] | None = None
         self._volume_task: asyncio.Task[None] | None = None
+        self._userns_fd: int | None = None
+        """The pod's user namespace (owning its network namespace), held open for runc to join by path."""
         self.volumes = PodVolumes(
             runtime.client,
             pod,
@@ -273,6 +276,7 @@ class PodWorker:
             self._forget()
         else:
             await asyncio.gather(*(sup.detach() for sup in self.supervisors))
+            self._close_user_namespace()
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -437,6 +441,7 @@ class PodWorker:
                 delay = min(delay * 2, s.sandbox_backoff_max)
 
     def _forget(self) -> None:
+        self._close_user_namespace()
         forget_pod_files(self.directory)
         self.runtime.release_user_namespace(self.uid)
 
@@ -453,7 +458,8 @@ class PodWorker:
         while True:
             self._sandbox_attempted = True
             try:
-                made = await self.runtime.sandboxes.create(self.pod)
+                user_ids = None if hosts_users(self.pod) else self.runtime.user_namespace(self.uid)
+                made = await self.runtime.sandboxes.create(self.pod, user_ids)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -496,8 +502,30 @@ class PodWorker:
                     await self.runtime.sleep(delay)
                     delay = min(delay * 2, s.sandbox_backoff_max)
         self.sandbox, self._sandbox_attempted, self.record.sandbox = None, False, None
+        self._close_user_namespace()
         self._save()
         self._changed.set()
+
+    def _user_namespace_path(self) -> str:
+        """The pod's user namespace, for runc to join; empty when the host's owns its network namespace."""
+        if self._userns_fd is None:
+            netns_path = self.sandbox.netns_path if self.sandbox is not None else ""
+            if not netns_path:
+                return ""
+            try:
+                self._userns_fd = open_owner(netns_path)
+            except OSError as exc:
+                raise ContainerConfigError(
+                    f"cannot open the pod's user namespace: {exc.strerror}", retry=True
+                ) from None
+            if self._userns_fd is None:
+                return ""
+        return fd_path(self._userns_fd)
+
+    def _close_user_namespace(self) -> None:
+        fd, self._userns_fd = self._userns_fd, None
+        if fd is not None:
+            os.close(fd)
 
     # -- the service-account token (rule 2) -----------------------------------------------------------------------
     async def _ensure_token(self) -> float:
@@ -684,6 +712,7 @@ class PodWorker:
                 mount_point_dirs=rebuilt,
                 seccomp_localhost=localhost,
                 user_namespace=user_namespace,
+                user_namespace_path=self._user_namespace_path() if user_namespace is not None else "",
             )
             config = container_config(self.pod, container, ProcessSpec((*command_line, *args), env, working_dir), paths)
         except SeccompProfileError as exc:  # the file may yet appear: the runtime's error, tried again

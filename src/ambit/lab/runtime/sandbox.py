@@ -13,9 +13,10 @@ Invariants:
 - :meth:`PodSandboxes.destroy` is idempotent: DEL tolerates a missing namespace or attachment, and the namespace
   is removed even when DEL fails (the error is raised afterwards; a later destroy retries DEL with the cache).
 - The namespace is noted in the lab's record before it is created (a crash leaves nothing the sweep misses).
-- The namespace belongs to the host's user namespace, also for a pod with ``hostUsers: false``, whose root then
-  holds no capability over it: such a pod's namespace lets any user bind ports below 1024 and open ICMP echo
-  sockets (:data:`USERNS_SYSCTLS`), as root in a pod of its own user namespace may under Kubernetes.
+- The namespace belongs to the host's user namespace, except for a pod with ``hostUsers: false``: its namespace
+  belongs to the pod's own user namespace (:mod:`ambit.lab.runtime.pod_userns`), as containerd makes it, so that
+  ``runc exec`` can join the pod. Such a pod's namespace also lets any user bind ports below 1024 and open ICMP
+  echo sockets (:data:`USERNS_SYSCTLS`), as containerd sets for every pod.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from ambit.lab.cluster.record import Record
 from ambit.lab.network import plugins
 from ambit.lab.network.plugins import CniInvocationError, CniResult
 from ambit.lab.network.topology import Topology
-from ambit.lab.runtime.userns import hosts_users
+from ambit.lab.runtime.pod_userns import add_netns_in_user_namespace
+from ambit.lab.runtime.userns import IdRange, hosts_users
 
 NETNS_RUN_DIR = "/run/netns"  # where ``ip netns add`` mounts named namespaces
 USERNS_SYSCTLS = ("net.ipv4.ip_unprivileged_port_start=0", "net.ipv4.ping_group_range=0 2147483647")
@@ -74,18 +76,22 @@ class PodSandboxes:
     def netns_path(self, pod_uid: str) -> str:
         return f"{NETNS_RUN_DIR}/{self.topology.pod_netns(pod_uid)}"
 
-    async def create(self, pod: Mapping[str, Any]) -> Sandbox:
+    async def create(self, pod: Mapping[str, Any], user_ids: IdRange | None = None) -> Sandbox:
         """Make the pod's namespace and attach it (CNI ADD); raises :class:`CniInvocationError`, leaving nothing
-        behind."""
+        behind. With ``user_ids`` (a pod without host users) the namespace belongs to a new user namespace with
+        those ids (:mod:`ambit.lab.runtime.pod_userns`)."""
         uid, name, namespace = _identity(pod)
         conflist = plugins.load_conflist(self.conf_dir)  # before creating anything: a bad config leaves nothing
         netns, path = self.topology.pod_netns(uid), self.netns_path(uid)
         if _exists(path):
             await self.destroy(uid)  # a stale sandbox of an earlier run: start clean
         self.record.note("netns", name=netns)
-        await self.runner.run_async(["ip", "netns", "add", netns])
         args = _cni_args(uid, name, namespace)
         try:
+            if user_ids is None:
+                await self.runner.run_async(["ip", "netns", "add", netns])
+            else:
+                await add_netns_in_user_namespace(self.runner, netns, user_ids)
             if not hosts_users(pod):
                 await self.runner.run_async(["ip", "netns", "exec", netns, "sysctl", "-q", "-w", *USERNS_SYSCTLS])
             result = await plugins.add(conflist, uid, path, POD_IFNAME, args, *self._exec(), cache_dir=self.cache_dir)
@@ -95,7 +101,8 @@ class PodSandboxes:
             except Exception:  # the ADD failure is the one to report
                 pass
             finally:
-                await self.runner.run_async(["ip", "netns", "delete", netns], check=False)
+                if _exists(path):
+                    await self.runner.run_async(["ip", "netns", "delete", netns], check=False)
             raise
         return Sandbox(netns, path, result.pod_ips, result)
 
