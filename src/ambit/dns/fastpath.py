@@ -27,6 +27,11 @@ Rules:
 4. The cache answers for one client namespace and network and one state generation: a lookup with another tag
    empties it first. It holds at most ``max_entries`` names (answered and forwarded alike); one more empties it,
    so a pod asking random names costs itself a recomputation now and then, and no memory beyond the bound.
+5. A name found in the cache is not read label by label again: its key is the lower-cased wire form of a name
+   read before (plain labels, or dnspython's reading of the name), and lower-casing leaves every length byte
+   (at most 63) as it is and turns no other byte into one, so bytes that lower-case to a key are a plain name
+   with the same labels. Only a name the cache does not hold is checked (:func:`plain_name`) before it is
+   resolved and kept.
 """
 
 from __future__ import annotations
@@ -88,40 +93,47 @@ class SimpleQuery:
         return max(UDP_DEFAULT_PAYLOAD, min(self.payload, MAX_MESSAGE))
 
 
-def parse_simple_query(wire: bytes) -> SimpleQuery | None:
-    """``wire`` as a query of rule 1, or ``None`` (declined) for anything else; never raises."""
+def parse_simple_query(wire: bytes, *, check_name: bool = True) -> SimpleQuery | None:
+    """``wire`` as a query of rule 1, or ``None`` (declined) for anything else; never raises.
+
+    The question name is where the message's size puts it (the fixed-size question tail and OPT record come
+    after it); ``check_name=False`` leaves its labels unread, for a caller that finds the name among names read
+    before (rule 5 of :class:`AnswerCache`)."""
     size = len(wire)
     if size < 17:  # header, root name, type, class
         return None
     qid, flags, qdcount, ancount, nscount, arcount = _HEADER.unpack_from(wire)
     if flags & _QR_OPCODE or qdcount != 1 or ancount or nscount or arcount > 1:
         return None
-    offset = 12
-    while True:
-        if offset >= size:
+    payload: int | None = None
+    name_end = size - 4
+    if arcount:
+        name_end -= 11
+        if name_end < 13 or wire[name_end + 4] != 0:
             return None
-        length = wire[offset]
-        offset += 1
-        if length == 0:
-            break
-        if length > MAX_LABEL:  # a compression pointer or another label type
+        opt_type, payload, _ttl, rdlength = _OPT_TAIL.unpack_from(wire, name_end + 5)
+        if opt_type != _TYPE_OPT or rdlength:
             return None
-        offset += length
-    name_end = offset
-    if name_end - 12 > MAX_NAME or name_end + 4 > size:
-        return None
     rdtype, rdclass = _TYPE_CLASS.unpack_from(wire, name_end)
     if rdclass != _CLASS_IN or rdtype not in (_TYPE_A, _TYPE_AAAA):
         return None
-    end = name_end + 4
-    if arcount == 0:
-        return SimpleQuery(qid, flags, name_end, rdtype, None) if end == size else None
-    if size != end + 11 or wire[end] != 0:
-        return None
-    opt_type, payload, _ttl, rdlength = _OPT_TAIL.unpack_from(wire, end + 1)
-    if opt_type != _TYPE_OPT or rdlength:
+    if check_name and not plain_name(wire, name_end):
         return None
     return SimpleQuery(qid, flags, name_end, rdtype, payload)
+
+
+def plain_name(wire: bytes, name_end: int) -> bool:
+    """Whether ``wire[12:name_end]`` is a name of plain labels ending in the root, 255 bytes at most (rule 1)."""
+    if name_end - 12 > MAX_NAME:
+        return False
+    offset = 12
+    last = name_end - 1
+    while offset < last:
+        length = wire[offset]
+        if length == 0 or length > MAX_LABEL:  # the root too early, a compression pointer, another label type
+            return False
+        offset += length + 1
+    return offset == last and wire[last] == 0
 
 
 def name_key(raw_labels: Sequence[bytes]) -> bytes:
@@ -186,20 +198,32 @@ class AnswerCache:
         self._entries: dict[tuple[bytes, int], Template | Forward] = {}
         self._tag: tuple[int, str, str] | None = None
 
+    def answer(
+        self, client: DnsClient, wire: bytes, *, udp: bool, shuffle: Callable[[list[bytes]], None] | None = None
+    ) -> tuple[bytes, int] | None:
+        """The fast path for one message from ``client``: the answer and the query's type, or ``None`` to leave
+        the message to the dnspython way (rules 1-3)."""
+        query = parse_simple_query(wire, check_name=False)
+        if query is None:
+            return None
+        key = wire[12 : query.name_end].lower()
+        found = self._cached(client, key, query.rdtype)
+        if found is None:
+            if not plain_name(wire, query.name_end):
+                return None
+            found = self._store(key, query.rdtype, self._compute(client, key, query.rdtype))
+        if isinstance(found, Forward):
+            return None
+        answer = build_answer(query, wire, found, shuffle)
+        if len(answer) > (query.max_udp_size if udp else MAX_MESSAGE):
+            return None
+        return answer, query.rdtype
+
     def find(self, client: DnsClient, key: bytes, rdtype: int) -> Template | Forward:
         """The answer's template, or why to forward, for the name with ``key`` (:func:`name_key`)."""
-        if self._versioned is None:  # a view that cannot say when it changes: nothing is kept
-            return self._compute(client, key, rdtype)
-        tag = (self._versioned.generation, client.namespace, client.network)
-        if tag != self._tag:
-            self._entries.clear()
-            self._tag = tag
-        found = self._entries.get((key, rdtype))
+        found = self._cached(client, key, rdtype)
         if found is None:
-            found = self._compute(client, key, rdtype)
-            if len(self._entries) >= self._max_entries:
-                self._entries.clear()
-            self._entries[(key, rdtype)] = found
+            found = self._store(key, rdtype, self._compute(client, key, rdtype))
         return found
 
     def resolution(self, client: DnsClient, raw_labels: Sequence[bytes], rdtype: int) -> Resolution:
@@ -209,6 +233,23 @@ class AnswerCache:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def _cached(self, client: DnsClient, key: bytes, rdtype: int) -> Template | Forward | None:
+        if self._versioned is None:  # a view that cannot say when it changes: nothing is kept
+            return None
+        tag = (self._versioned.generation, client.namespace, client.network)
+        if tag != self._tag:
+            self._entries.clear()
+            self._tag = tag
+            return None
+        return self._entries.get((key, rdtype))
+
+    def _store(self, key: bytes, rdtype: int, found: Template | Forward) -> Template | Forward:
+        if self._versioned is not None:
+            if len(self._entries) >= self._max_entries:
+                self._entries.clear()
+            self._entries[(key, rdtype)] = found
+        return found
 
     def _compute(self, client: DnsClient, key: bytes, rdtype: int) -> Template | Forward:
         labels = host_labels(_raw_labels(key))

@@ -56,7 +56,7 @@ from ambit.dns.answer import (
     parse_query,
 )
 from ambit.dns.errors import UpstreamError
-from ambit.dns.fastpath import MAX_MESSAGE, AnswerCache, build_answer, parse_simple_query
+from ambit.dns.fastpath import AnswerCache
 from ambit.dns.forwarder import Forwarder, Upstream, read_exactly
 from ambit.dns.names import split
 from ambit.telemetry.metrics import DnsLabels, ProxyMetrics
@@ -113,17 +113,12 @@ class DnsServer:
         way: for every other message, an answer too long for the client, or while the access log is on."""
         if access.isEnabledFor(logging.DEBUG):
             return None
-        query = parse_simple_query(wire)
-        if query is None:
+        found = self._cache.answer(client, wire, udp=protocol == "udp", shuffle=self._shuffle)
+        if found is None:
             return None
-        template = self._cache.find(client, wire[12 : query.name_end].lower(), query.rdtype)
-        if isinstance(template, Forward):
-            return None
-        answer = build_answer(query, wire, template, self._shuffle)
-        if len(answer) > (query.max_udp_size if protocol == "udp" else MAX_MESSAGE):
-            return None
-        rdtype = "a" if query.rdtype == dns.rdatatype.A else "aaaa"
-        self._metrics.dns_request(DnsLabels(rdtype, protocol, client.canonical_name, client.canonical_revision))
+        answer, rdtype = found
+        qtype = "a" if rdtype == dns.rdatatype.A else "aaaa"
+        self._metrics.dns_request(DnsLabels(qtype, protocol, client.canonical_name, client.canonical_revision))
         return answer
 
     def _begin(
