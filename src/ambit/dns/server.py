@@ -105,6 +105,7 @@ class DnsServer:
         self._tcp_connections = 0
         self._shuffle = random.Random().shuffle
         self._cache = AnswerCache(view, domain=split(self.settings.domain), ipv6=self.settings.ipv6)
+        self._labels_made: dict[tuple[int, str, str, str], DnsLabels] = {}
 
     # -- the decision, shared by UDP and TCP ----------------------------------------------------------------------
 
@@ -117,9 +118,19 @@ class DnsServer:
         if found is None:
             return None
         answer, rdtype = found
-        qtype = "a" if rdtype == dns.rdatatype.A else "aaaa"
-        self._metrics.dns_request(DnsLabels(qtype, protocol, client.canonical_name, client.canonical_revision))
+        self._metrics.dns_request(self._fast_labels(rdtype, protocol, client))
         return answer
+
+    def _fast_labels(self, rdtype: int, protocol: str, client: DnsClient) -> DnsLabels:
+        """The metric labels of a fast answer, made once per type, protocol and client labels."""
+        key = (rdtype, protocol, client.canonical_name, client.canonical_revision)
+        labels = self._labels_made.get(key)
+        if labels is None:
+            if len(self._labels_made) >= 64:  # the client's canonical labels changed often: start afresh
+                self._labels_made.clear()
+            qtype = "a" if rdtype == dns.rdatatype.A else "aaaa"
+            labels = self._labels_made[key] = DnsLabels(qtype, protocol, *key[2:])
+        return labels
 
     def _begin(
         self, wire: bytes, protocol: str, client: DnsClient
