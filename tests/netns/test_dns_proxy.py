@@ -323,6 +323,24 @@ async def test_mesh_names_are_answered_in_the_pod_over_udp_and_tcp(
     assert sample(text, "istio_dns_requests_total", request_protocol="tcp", request_query_type="aaaa") == 1
 
 
+async def test_the_pods_ipv6_dns_is_captured_to_the_proxy_on_ipv6_localhost(
+    namespaces: Namespaces, upstream: StandIn, proxy: PodListenerManager
+) -> None:
+    """With IPv6 capture rules, a query to any IPv6 nameserver lands on ``[::1]:15053`` (spec §0, §2.1)."""
+    sh("ip", "-n", namespaces.pod, "addr", "add", "2001:db8:252::1/64", "dev", "eth0", "nodad")
+    apply_inpod(namespaces.pod, InPodSettings(dns_capture=True, ipv6=True), "nftables", SubprocessRunner())
+    results = await ask(
+        namespaces,
+        {"name": "api.example.com", "type": "AAAA", "proto": "udp", "server": "2001:db8:252::9"},
+        {"name": "api.example.com", "type": "A", "proto": "tcp", "server": "2001:db8:252::9"},
+        {"name": "api.example.com", "type": "A", "proto": "udp", "server": "::1", "port": 15053},
+    )
+    assert results[0]["answer"] == ["api.example.com. AAAA 2001:2::1"]
+    assert results[1]["answer"] == ["api.example.com. A 240.240.0.1"]
+    assert results[2]["answer"] == ["api.example.com. A 240.240.0.1"]
+    assert upstream.queries == []
+
+
 async def test_other_names_are_forwarded_from_the_pod_to_its_own_resolvers(
     namespaces: Namespaces, upstream: StandIn, proxy: PodListenerManager
 ) -> None:

@@ -83,7 +83,10 @@ POD_SOCKETS = {
     "tcp 0.0.0.0:15008",
     "tcp 127.0.0.1:15053",
     "udp 127.0.0.1:15053",
+    "tcp [::1]:15053",
+    "udp [::1]:15053",
 }
+IPV6_SOCKETS = {"tcp [::1]:15053", "udp [::1]:15053"}
 
 
 async def test_listeners_open_inside_the_pod_netns_only_and_close_on_stop(netns: str) -> None:
@@ -95,6 +98,20 @@ async def test_listeners_open_inside_the_pod_netns_only_and_close_on_stop(netns:
         assert not POD_SOCKETS & listening(None)
         await manager.stop("uid-web")
         assert not POD_SOCKETS & listening(netns)
+    finally:
+        os.close(fd)
+        await manager.aclose()
+
+
+async def test_a_pod_without_ipv6_gets_every_listener_but_the_ipv6_dns_pair(netns: str) -> None:
+    sh("ip", "netns", "exec", netns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1")
+    sh("ip", "netns", "exec", netns, "sysctl", "-qw", "net.ipv6.conf.lo.disable_ipv6=1")
+    manager = PodListenerManager()
+    fd = os.open(f"/run/netns/{netns}", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        await manager.open_listeners("uid-web", INFO, fd)
+        assert listening(netns) >= POD_SOCKETS - IPV6_SOCKETS
+        assert not IPV6_SOCKETS & listening(netns)
     finally:
         os.close(fd)
         await manager.aclose()

@@ -159,3 +159,26 @@ def test_a_wildcard_host_is_a_service_only_with_addresses_and_endpoints() -> Non
         assert translate([], [], [], [], service_entries=[entry("wild", "*.wild.example", **spec)]).services == ()
     _, [plan] = allocate(entry("wild", "*.wild.example", endpoints=[{"address": "198.18.204.3"}]))
     assert plan is None  # a wildcard host never gets an allocated address
+
+
+def test_a_dynamic_dns_wildcard_host_gets_addresses_and_is_a_service_without_endpoints() -> None:
+    """istiod's ``keepHost``: a wildcard host is allocated addresses only when the entry resolves by DYNAMIC_DNS;
+    its Service has them as VIPs and no endpoint (an egress waypoint resolves each name)."""
+    dynamic = entry("wild", "*.wild.example", "*.other.example", resolution="DYNAMIC_DNS")
+    _, [plan] = allocate(dynamic)
+    assert plan == [
+        {"value": "240.240.0.1", "host": "*.wild.example"},
+        {"value": "2001:2::1", "host": "*.wild.example"},
+        {"value": "240.240.0.2", "host": "*.other.example"},
+        {"value": "2001:2::2", "host": "*.other.example"},
+    ]
+    dynamic["status"] = {"addresses": plan}
+    config = translate([], [], [], [], service_entries=[dynamic])
+    assert {s.hostname: [str(v.ip) for v in s.vips] for s in config.services} == {
+        "*.wild.example": ["240.240.0.1", "2001:2::1"],
+        "*.other.example": ["240.240.0.2", "2001:2::2"],
+    }
+    assert config.workloads == ()
+    for resolution in ("DNS", "STATIC", "NONE"):
+        _, [other] = allocate(entry("wild", "*.wild.example", resolution=resolution))
+        assert other is None

@@ -118,6 +118,18 @@ VALID: list[tuple[str, Any]] = [
     ("ServiceEntry", {"hosts": ["*.example.com"], "ports": [{"number": 80, "name": "http"}]}),
     (
         "ServiceEntry",
+        {
+            "hosts": ["*.example.com", "*.example.org"],
+            "ports": [
+                {"number": 80, "name": "http", "protocol": "HTTP"},
+                {"number": 443, "name": "tls", "protocol": "TLS"},
+            ],
+            "location": "MESH_EXTERNAL",
+            "resolution": "DYNAMIC_DNS",
+        },
+    ),
+    (
+        "ServiceEntry",
         {"hosts": ["vm.svc"], "resolution": "STATIC", "workloadSelector": {"labels": {"app": "vm"}}},
     ),
     ("WorkloadEntry", {"address": "198.18.200.9", "ports": {"http": 8080}, "serviceAccount": "vm"}),
@@ -416,6 +428,25 @@ INVALID: list[tuple[str, Any, str, str]] = [
         "not unique",
     ),
     ("ServiceEntry", {"hosts": ["a.com"], "resolution": "MAGIC"}, "spec.resolution", "unsupported"),
+    ("ServiceEntry", {"hosts": ["*.a.com", "b.com"], "resolution": "DYNAMIC_DNS"}, "spec.hosts[1]", "wildcard"),
+    (
+        "ServiceEntry",
+        {"hosts": ["*.a.com"], "resolution": "DYNAMIC_DNS", "addresses": ["240.0.0.1"]},
+        "spec.addresses",
+        "DYNAMIC_DNS",
+    ),
+    (
+        "ServiceEntry",
+        {"hosts": ["*.a.com"], "resolution": "DYNAMIC_DNS", "endpoints": [{"address": "1.1.1.1"}]},
+        "spec.endpoints",
+        "DYNAMIC_DNS",
+    ),
+    (
+        "ServiceEntry",
+        {"hosts": ["*.a.com"], "resolution": "DYNAMIC_DNS", "ports": [{"number": 5432, "name": "pg"}]},
+        "spec.ports[0].protocol",
+        "not TCP",
+    ),
     ("ServiceEntry", {"hosts": ["a.com"], "location": "MARS"}, "spec.location", "unsupported"),
     ("ServiceEntry", {"hosts": ["a.com"], "resolution": "STATIC"}, "spec.endpoints", "needs endpoints"),
     (
@@ -965,3 +996,11 @@ def test_webhook_configuration_covers_every_kind_and_fails_closed() -> None:
     assert ("gateway.networking.k8s.io", "tcproutes") in resources
     assert ("gateway.networking.k8s.io", "tlsroutes") in resources
     assert all(rule["operations"] == ["CREATE", "UPDATE"] for rule in hook["rules"])
+
+
+def test_a_dynamic_dns_entry_inside_the_mesh_cannot_be_bound_to_a_waypoint() -> None:
+    spec = {"hosts": ["*.a.com"], "resolution": "DYNAMIC_DNS", "location": "MESH_INTERNAL"}
+    bound = errors("ServiceEntry", spec, labels={"istio.io/use-waypoint": "egress"})
+    assert [e.path for e in bound] == ["spec.location"]
+    for labels in ({}, {"istio.io/use-waypoint": "None"}):
+        assert errors("ServiceEntry", spec, labels=labels) == []

@@ -131,6 +131,50 @@ def error_response(query: dns.message.Message, rcode: dns.rcode.Rcode) -> dns.me
     return response
 
 
+@dataclass(frozen=True, slots=True)
+class Records:
+    """The mesh's answer to one name and type (rules 4-6), before it becomes a message: the same for every query
+    of that name (in any case) and type from one client, as long as the workload state does not change."""
+
+    rdtype: int
+    """A or AAAA."""
+    addresses: tuple[IPAddress, ...]
+    """In the state's order (the answer shuffles them); empty: an empty NOERROR answer."""
+    cname_labels: int | None
+    """Rule 6: the answer is a CNAME from the asked name to its first ``cname_labels`` labels, which own the
+    addresses; ``None``: the asked name owns them."""
+    result: str
+    """For the access log."""
+
+
+Resolution = Records | Forward
+
+
+def resolve(
+    view: ServiceView, client: DnsClient, labels: Labels, rdtype: int, *, domain: Labels, ipv6: bool
+) -> Resolution:
+    """What the mesh answers for ``labels`` (see :func:`host_labels`) and ``rdtype`` (rules 2-7)."""
+    if rdtype not in (dns.rdatatype.A, dns.rdatatype.AAAA):
+        return Forward("record type")
+    if not labels:
+        return Forward("not a host name")
+    match = _find(view, client, labels, domain)
+    if match is None:
+        return Forward("unknown host")
+    family = 4 if rdtype == dns.rdatatype.A else 6
+    if not _family_allowed(match.service, family, ipv6):
+        return Records(rdtype, (), None, "service does not support this record type")
+    addresses = _addresses(view, client, match.service, family)
+    if not addresses:
+        return Records(rdtype, (), None, "no records")
+    cname = len(match.stripped) if match.stripped is not None and match.name[0] != "*" else None
+    return Records(rdtype, tuple(addresses), cname, "success")
+
+
+Lookup = Callable[[Sequence[bytes], int], Resolution]
+"""A (cached) :func:`resolve` for one client and workload state: an absolute name's raw labels and a type in."""
+
+
 def decide(
     view: ServiceView,
     client: DnsClient,
@@ -139,30 +183,30 @@ def decide(
     domain: str = DEFAULT_DOMAIN,
     ipv6: bool = True,
     shuffle: Callable[[list[IPAddress]], None] | None = None,
+    lookup: Lookup | None = None,
 ) -> Decision:
-    """Answer ``query`` (one question, see :func:`parse_query`) from ``view``, or say to forward it (rules 2-7)."""
+    """Answer ``query`` (one question, see :func:`parse_query`) from ``view``, or say to forward it (rules 2-7).
+    ``lookup``, when given, stands for :func:`resolve` with ``view`` and ``client`` (a cache of it)."""
     question = query.question[0]
-    if question.rdclass != dns.rdataclass.IN or question.rdtype not in (dns.rdatatype.A, dns.rdatatype.AAAA):
+    if question.rdclass != dns.rdataclass.IN:
         return Forward("record type")
-    labels = _labels(question.name)
-    if not labels:
-        return Forward("not a host name")
-    match = _find(view, client, labels, split(domain))
-    if match is None:
-        return Forward("unknown host")
+    if lookup is None or not question.name.is_absolute():
+        labels = host_labels(question.name.labels) if question.name.is_absolute() else ()
+        resolution = resolve(view, client, labels, question.rdtype, domain=split(domain), ipv6=ipv6)
+    else:
+        resolution = lookup(question.name.labels, question.rdtype)
+    if isinstance(resolution, Forward):
+        return resolution
     response = dns.message.make_response(query)
     response.flags |= dns.flags.AA
-    family = 4 if question.rdtype == dns.rdatatype.A else 6
-    if not _family_allowed(match.service, family, ipv6):
-        return Answered(response, "service does not support this record type")
-    addresses = _addresses(view, client, match.service, family)
-    if not addresses:
-        return Answered(response, "no records")
+    if not resolution.addresses:
+        return Answered(response, resolution.result)
+    addresses = list(resolution.addresses)
     if shuffle is not None:
         shuffle(addresses)
     owner = question.name
-    if match.stripped is not None and match.name[0] != "*":
-        target = dns.name.Name((*question.name.labels[: len(match.stripped)], b""))
+    if resolution.cname_labels is not None:
+        target = dns.name.Name((*question.name.labels[: resolution.cname_labels], b""))
         cname = CNAME(dns.rdataclass.IN, dns.rdatatype.CNAME, target)  # type: ignore[no-untyped-call]
         response.answer.append(dns.rrset.from_rdata(owner, TTL, cname))
         owner = target
@@ -170,24 +214,23 @@ def decide(
     # (dnspython's rdata constructors are not annotated.)
     records: list[dns.rdata.Rdata] = [
         A(dns.rdataclass.IN, dns.rdatatype.A, str(a))  # type: ignore[no-untyped-call]
-        if family == 4
+        if resolution.rdtype == dns.rdatatype.A
         else AAAA(dns.rdataclass.IN, dns.rdatatype.AAAA, str(a))  # type: ignore[no-untyped-call]
         for a in addresses
     ]
     response.answer.append(dns.rrset.from_rdata_list(owner, TTL, records))
-    return Answered(response, "success", len(addresses))
+    return Answered(response, resolution.result, len(addresses))
 
 
-def _labels(name: dns.name.Name) -> Labels:
-    """The name's labels in lower case, or ``()`` when it cannot be a host name we know (rule 7)."""
-    if not name.is_absolute():
-        return ()
+def host_labels(raw: Sequence[bytes]) -> Labels:
+    """An absolute name's labels (the root's empty one last) in lower case, or ``()`` when it cannot be a host
+    name we know (rule 7)."""
     out: list[str] = []
-    for raw in name.labels[:-1]:
-        label = raw.decode("latin-1").lower()
-        if not label or "." in label:
+    for label in raw[:-1]:
+        text = label.decode("latin-1").lower()
+        if not text or "." in text:
             return ()
-        out.append(label)
+        out.append(text)
     return tuple(out)
 
 

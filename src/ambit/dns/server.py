@@ -56,7 +56,9 @@ from ambit.dns.answer import (
     parse_query,
 )
 from ambit.dns.errors import UpstreamError
+from ambit.dns.fastpath import AnswerCache
 from ambit.dns.forwarder import Forwarder, Upstream, read_exactly
+from ambit.dns.names import split
 from ambit.telemetry.metrics import DnsLabels, ProxyMetrics
 
 log = logging.getLogger("ambit.dns")
@@ -102,10 +104,37 @@ class DnsServer:
         self._forwards: set[asyncio.Task[Any]] = set()
         self._tcp_connections = 0
         self._shuffle = random.Random().shuffle
+        self._cache = AnswerCache(view, domain=split(self.settings.domain), ipv6=self.settings.ipv6)
+        self._labels_made: dict[tuple[int, str, str, str], DnsLabels] = {}
 
     # -- the decision, shared by UDP and TCP ----------------------------------------------------------------------
 
-    def _begin(self, wire: bytes, protocol: str) -> tuple[dns.message.Message | None, Answered | Forward | None]:
+    def _fast(self, wire: bytes, client: DnsClient, protocol: str) -> bytes | None:
+        """The answer to a simple query for a mesh name (:mod:`ambit.dns.fastpath`), or ``None`` for the dnspython
+        way: for every other message, an answer too long for the client, or while the access log is on."""
+        if access.isEnabledFor(logging.DEBUG):
+            return None
+        found = self._cache.answer(client, wire, udp=protocol == "udp", shuffle=self._shuffle)
+        if found is None:
+            return None
+        answer, rdtype = found
+        self._metrics.dns_request(self._fast_labels(rdtype, protocol, client))
+        return answer
+
+    def _fast_labels(self, rdtype: int, protocol: str, client: DnsClient) -> DnsLabels:
+        """The metric labels of a fast answer, made once per type, protocol and client labels."""
+        key = (rdtype, protocol, client.canonical_name, client.canonical_revision)
+        labels = self._labels_made.get(key)
+        if labels is None:
+            if len(self._labels_made) >= 64:  # the client's canonical labels changed often: start afresh
+                self._labels_made.clear()
+            qtype = "a" if rdtype == dns.rdatatype.A else "aaaa"
+            labels = self._labels_made[key] = DnsLabels(qtype, protocol, *key[2:])
+        return labels
+
+    def _begin(
+        self, wire: bytes, protocol: str, client: DnsClient
+    ) -> tuple[dns.message.Message | None, Answered | Forward | None]:
         """Parse and decide: (query, what to do), or (None, None) to drop the message."""
         parsed = parse_query(wire)
         if isinstance(parsed, Malformed):
@@ -114,10 +143,15 @@ class DnsServer:
         if isinstance(parsed, Answered):  # FORMERR or NOTIMP: answered, never decided or forwarded
             self._metrics.dns_dropped(parsed.result)
             return None, parsed
-        client = self._client()
         labels = self._labels(parsed, protocol, client)
         decision = decide(
-            self._view, client, parsed, domain=self.settings.domain, ipv6=self.settings.ipv6, shuffle=self._shuffle
+            self._view,
+            client,
+            parsed,
+            domain=self.settings.domain,
+            ipv6=self.settings.ipv6,
+            shuffle=self._shuffle,
+            lookup=lambda raw, rdtype: self._cache.resolution(client, raw, rdtype),
         )
         if isinstance(decision, Answered):
             self._metrics.dns_request(labels)
@@ -157,7 +191,14 @@ class DnsServer:
         return DnsDatagramProtocol(self)
 
     def _datagram(self, transport: asyncio.DatagramTransport, wire: bytes, peer: tuple[str, int]) -> None:
-        query, decision = self._begin(wire, "udp")
+        client = self._client()
+        answer = self._fast(wire, client, "udp")
+        if answer is not None:
+            if self._send_buffer_full(transport):
+                return
+            transport.sendto(answer, peer)
+            return
+        query, decision = self._begin(wire, "udp", client)
         if decision is None:
             return
         if isinstance(decision, Answered):
@@ -192,9 +233,7 @@ class DnsServer:
         query: dns.message.Message | None,
         peer: tuple[str, int],
     ) -> None:
-        # Both asyncio's and uvloop's datagram transports have it; typeshed leaves it out.
-        if transport.get_write_buffer_size() > self.settings.max_send_buffer:  # type: ignore[attr-defined]
-            self._metrics.dns_dropped("send buffer")
+        if self._send_buffer_full(transport):
             return
         limit = UDP_DEFAULT_PAYLOAD
         if query is not None and query.edns >= 0:
@@ -205,6 +244,13 @@ class DnsServer:
             log.exception("cannot render a DNS answer")
             return
         transport.sendto(wire, peer)
+
+    def _send_buffer_full(self, transport: asyncio.DatagramTransport) -> bool:
+        # Both asyncio's and uvloop's datagram transports have it; typeshed leaves it out.
+        if transport.get_write_buffer_size() > self.settings.max_send_buffer:  # type: ignore[attr-defined]
+            self._metrics.dns_dropped("send buffer")
+            return True
+        return False
 
     # -- TCP -------------------------------------------------------------------------------------------------------
 
@@ -227,7 +273,7 @@ class DnsServer:
                 response = await self._answer_stream(wire)
                 if response is None:
                     return  # garbage on a stream: the framing cannot be trusted any more
-                await loop.sock_sendall(sock, response.to_wire(prepend_length=True))
+                await loop.sock_sendall(sock, struct.pack("!H", len(response)) + response)
         except OSError:
             return
         finally:
@@ -235,20 +281,24 @@ class DnsServer:
             with contextlib.suppress(OSError):
                 sock.close()
 
-    async def _answer_stream(self, wire: bytes) -> dns.message.Message | None:
-        query, decision = self._begin(wire, "tcp")
+    async def _answer_stream(self, wire: bytes) -> bytes | None:
+        client = self._client()
+        answer = self._fast(wire, client, "tcp")
+        if answer is not None:
+            return answer
+        query, decision = self._begin(wire, "tcp", client)
         if decision is None:
             return None
         if isinstance(decision, Answered):
-            return decision.response
+            return decision.response.to_wire()
         assert query is not None
         busy = self._overloaded(query)
         if busy is not None:
-            return busy
+            return busy.to_wire()
         task = asyncio.get_running_loop().create_task(self._forward_stream(query))
         self._forwards.add(task)
         task.add_done_callback(self._forwards.discard)
-        return await task
+        return (await task).to_wire()
 
     async def _forward_stream(self, query: dns.message.Message) -> dns.message.Message:
         try:

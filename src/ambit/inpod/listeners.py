@@ -8,7 +8,10 @@ and the helper is never reused (a thread left in a pod's netns could create the 
 Every socket carries ``SO_MARK`` 0x539 (the rules never redirect marked traffic) and SO_REUSEADDR/SO_REUSEPORT
 (a new proxy binds beside the old one during an upgrade). The capture ports 15001 and 15006 are IP_TRANSPARENT,
 as ztunnel's are. All sockets are non-blocking and close-on-exec. If any socket fails, all are closed and the
-error is raised: a pod has all its listeners or none.
+error is raised: a pod has all its listeners or none, but for the ``optional`` ones: the DNS proxy's IPv6 pair on
+``[::1]:15053`` (spec §0: localhost, 127.0.0.1 and ::1), which a pod whose netns has no IPv6 (no ``::1`` on ``lo``,
+or no IPv6 in the kernel) goes without. With IPv6 the in-pod rules redirect the pod's IPv6 DNS to ``::1``, so
+without that pair its IPv6 DNS would be refused.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import enum
+import errno
 import os
 import socket
 import threading
@@ -45,6 +49,12 @@ class ListenerSpec:
     host: str
     kind: socket.SocketKind
     transparent: bool = False
+    optional: bool = False
+    """Skipped, not an error, when the netns has no such address (an IPv6 listener in a netns without IPv6)."""
+
+    @property
+    def family(self) -> socket.AddressFamily:
+        return socket.AF_INET6 if ":" in self.host else socket.AF_INET
 
 
 POD_LISTENERS: tuple[ListenerSpec, ...] = (
@@ -53,7 +63,11 @@ POD_LISTENERS: tuple[ListenerSpec, ...] = (
     ListenerSpec(Port.INBOUND_HBONE, "0.0.0.0", socket.SOCK_STREAM),
     ListenerSpec(Port.DNS, "127.0.0.1", socket.SOCK_DGRAM),
     ListenerSpec(Port.DNS, "127.0.0.1", socket.SOCK_STREAM),
+    ListenerSpec(Port.DNS, "::1", socket.SOCK_DGRAM, optional=True),
+    ListenerSpec(Port.DNS, "::1", socket.SOCK_STREAM, optional=True),
 )
+NO_SUCH_ADDRESS = (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT)
+"""What binding an address the netns does not have fails with: no ``::1`` on ``lo``, or no IPv6 at all."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,8 +84,10 @@ def _setns(fd: int, nstype: int) -> None:
 
 
 def _bind(spec: ListenerSpec) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, spec.kind | socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK)
+    sock = socket.socket(spec.family, spec.kind | socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK)
     try:
+        if spec.family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_MARK, PROXY_MARK)
@@ -92,7 +108,11 @@ def _open_in_netns(netns_fd: int, specs: tuple[ListenerSpec, ...]) -> list[PodLi
     opened: list[PodListener] = []
     try:
         for spec in specs:
-            opened.append(PodListener(spec, _bind(spec)))
+            try:
+                opened.append(PodListener(spec, _bind(spec)))
+            except OSError as exc:
+                if not (spec.optional and exc.errno in NO_SUCH_ADDRESS):
+                    raise
     except BaseException:
         for listener in opened:
             listener.sock.close()

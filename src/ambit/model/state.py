@@ -189,9 +189,19 @@ def _relink(index: dict[K, dict[str, None]], old: Iterable[K], new: Iterable[K],
 class WorkloadState:
     """Pure, mutable index. Every find_* is an O(1)/O(k) in-memory lookup."""
 
-    __slots__ = ("_by_address", "_by_hostname", "_by_node", "_by_service", "_by_vip", "_services", "_workloads")
+    __slots__ = (
+        "_by_address",
+        "_by_hostname",
+        "_by_node",
+        "_by_service",
+        "_by_vip",
+        "_generation",
+        "_services",
+        "_workloads",
+    )
 
     def __init__(self) -> None:
+        self._generation = 0
         self._workloads: dict[str, Workload] = {}
         self._services: dict[str, Service] = {}
         # Index values are insertion-ordered sets (dicts with None values) of uids or service keys.
@@ -201,10 +211,16 @@ class WorkloadState:
         self._by_vip: dict[tuple[str, IPAddress], dict[str, None]] = {}
         self._by_hostname: dict[str, dict[str, None]] = {}
 
+    @property
+    def generation(self) -> int:
+        """A number that changes with every update, so a cache of lookups can tell it is stale."""
+        return self._generation
+
     # Updates.
 
     def replace_all(self, workloads: Iterable[Workload], services: Iterable[Service]) -> None:
         """Forget everything, then add these (a full snapshot, e.g. a reloaded local config)."""
+        self._generation += 1
         for index in (self._by_address, self._by_node, self._by_service, self._by_vip, self._by_hostname):
             index.clear()
         self._workloads.clear()
@@ -216,6 +232,7 @@ class WorkloadState:
 
     def upsert_workload(self, workload: Workload) -> None:
         """Add ``workload``, or replace the one with its uid; index entries it no longer has are dropped."""
+        self._generation += 1
         old = self._workloads.get(workload.uid)
         uid = workload.uid
         _relink(self._by_address, _address_keys(old), _address_keys(workload), uid)
@@ -225,6 +242,7 @@ class WorkloadState:
 
     def remove_workload(self, uid: str) -> bool:
         """Forget the workload with this uid; False if there was none."""
+        self._generation += 1
         old = self._workloads.pop(uid, None)
         if old is None:
             return False
@@ -235,6 +253,7 @@ class WorkloadState:
 
     def upsert_service(self, service: Service) -> None:
         """Add ``service``, or replace the one with its key."""
+        self._generation += 1
         key = service.key
         old = self._services.get(key)
         _relink(self._by_vip, _vip_keys(old), _vip_keys(service), key)
@@ -243,6 +262,7 @@ class WorkloadState:
 
     def remove_service(self, key: str) -> bool:
         """Forget the service with this ``namespace/hostname`` key; False if there was none."""
+        self._generation += 1
         old = self._services.pop(key, None)
         if old is None:
             return False

@@ -208,6 +208,8 @@ class ProxyMetrics:
             "istio_dns_upstream_failures", "Total number of DNS requests that failed to forward upstream (unstable)"
         )
         self._dns_duration: dict[LabelValues, _Histogram] = {}
+        # Each DNS label set's values, computed once (the DNS proxy counts every answer); as many as the series.
+        self._dns_keys: dict[DnsLabels, LabelValues] = {}
         self._dns_dropped = _Family(
             "ambit_dns_dropped", "DNS messages the DNS proxy dropped or refused without asking upstream, by reason"
         )
@@ -259,7 +261,9 @@ class ProxyMetrics:
 
     def dns_request(self, labels: DnsLabels) -> None:
         """Count a DNS request the proxy took (``istio_dns_requests_total``)."""
-        key = labels.values()
+        key = self._dns_keys.get(labels)
+        if key is None:  # a race between threads only computes the same entry twice
+            key = self._dns_keys.setdefault(labels, labels.values())
         with self._lock:
             self._dns_requests.bump(key)
 

@@ -1,6 +1,7 @@
 """Addresses for ServiceEntries that have none, allocated as istiod's IP autoallocate controller does.
 
-Theory of operation: pure. An entry that qualifies gets, for each of its hosts that is not a wildcard, one IPv4
+Theory of operation: pure. An entry that qualifies gets, for each of its hosts that is not a wildcard (any host
+of a ``DYNAMIC_DNS`` entry, whose hosts are all wildcards: istiod's ``keepHost``), one IPv4
 address from 240.240.0.0/16 and one IPv6 address from 2001:2::/48, kept in the entry's own
 ``status.addresses`` (``[{"value": ip, "host": host}]``), so a restarted control plane finds them there and keeps
 them: the addresses are stable for the entry's life. The translation (:mod:`~ambit.controlplane.translate.
@@ -52,11 +53,14 @@ def qualifies(obj: Obj) -> bool:
 
 
 def hosts_of(obj: Obj) -> list[str]:
-    """The entry's hosts that can have addresses: strings, not wildcards, each once."""
-    hosts = (obj.get("spec") or {}).get("hosts") or []
+    """The entry's hosts that can have addresses: strings, not wildcards unless the entry resolves by
+    ``DYNAMIC_DNS``, each once."""
+    spec = obj.get("spec") or {}
+    hosts = spec.get("hosts") or []
+    wildcards = str(spec.get("resolution") or "").upper() == "DYNAMIC_DNS"
     out: list[str] = []
     for host in hosts if isinstance(hosts, list) else ():
-        if isinstance(host, str) and host and not host.startswith("*") and host not in out:
+        if isinstance(host, str) and host and (wildcards or not host.startswith("*")) and host not in out:
             out.append(host)
     return out
 

@@ -4,9 +4,10 @@ Rules:
 
 1. Each host of ``spec.hosts`` is a Service named after the entry, in its namespace, with that hostname (its
    resource name ``<namespace>/<host>``). An entry without hosts is left out. A wildcard host (``*.example.com``)
-   is left out unless the entry has ``spec.addresses`` and endpoints (inline or selected): then its Service has
-   those VIPs and endpoints, and the DNS proxy answers every name under it with the VIPs (spec §9); otherwise it
-   would need a waypoint, which Ambit does not attach. A host whose
+   is a Service when the entry has ``spec.addresses`` and endpoints (inline or selected), or resolves by
+   ``DYNAMIC_DNS`` (its VIPs are then the addresses allocated to the wildcard, rule 2, and it has no endpoints:
+   an egress waypoint bound to it resolves each name as it is asked, as in istiod); the DNS proxy answers every
+   name under it with the VIPs (spec §9). Another wildcard host is left out. A host whose
    key a Kubernetes Service or an earlier entry (by namespace, then name) already has is left out, so that every
    resource name has one owner.
 2. VIPs are ``spec.addresses`` on the cluster's network; a CIDR is accepted only as one address (/32, /128). An
@@ -123,9 +124,13 @@ def _parse(obj: Obj, taken: set[str], skips: list[Skipped]) -> ServiceEntrySpec 
         text = str(host or "")
         if not text or any(c.isspace() or c == "/" for c in text):
             skips.append(skipped(SERVICE_ENTRY, obj, where, f"{text!r} is not a host name; the host is left out"))
-        elif text.startswith("*") and not (spec.get("addresses") and (spec.get("endpoints") or selected)):
+        elif (
+            text.startswith("*")
+            and not (spec.get("addresses") and (spec.get("endpoints") or selected))
+            and str(spec.get("resolution") or "").upper() != "DYNAMIC_DNS"
+        ):
             reason = (
-                "wildcard hosts without addresses and endpoints need a waypoint, which Ambit does not attach; "
+                "a wildcard host needs addresses and endpoints, or resolution DYNAMIC_DNS and an egress waypoint; "
                 "the host is left out"
             )
             skips.append(skipped(SERVICE_ENTRY, obj, where, reason))

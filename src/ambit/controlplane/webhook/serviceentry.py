@@ -6,14 +6,17 @@ names when it checks an inline endpoint.
 
 ServiceEntry rules (istiod's): ``hosts`` is required, each a DNS name or ``*.``-prefixed wildcard (never ``*``
 alone); ``addresses`` are IPs or CIDR prefixes; each port has a number, a DNS-label name and a known protocol,
-numbers and names unique; ``resolution`` is NONE (default), STATIC, DNS or DNS_ROUND_ROBIN and decides what
-endpoints may be:
+numbers and names unique; ``resolution`` is NONE (default), STATIC, DNS, DNS_ROUND_ROBIN or DYNAMIC_DNS and
+decides what endpoints may be:
 
 - STATIC: endpoints are IP addresses (or ``unix://`` paths) and are required unless ``workloadSelector`` picks
   the workloads instead;
 - DNS / DNS_ROUND_ROBIN: endpoints are DNS names or IPs; without endpoints the hosts are resolved, so they may not
   be wildcards; DNS_ROUND_ROBIN takes at most one endpoint;
-- NONE: no endpoints (traffic goes to the address it was sent to).
+- NONE: no endpoints (traffic goes to the address it was sent to);
+- DYNAMIC_DNS (an egress waypoint resolves each name as it is asked): every host is a ``*.`` wildcard, no
+  ``addresses``, no endpoints, every port HTTP, TLS, GRPC or HTTP2, and not MESH_INTERNAL when the entry is bound
+  to a waypoint (label ``istio.io/use-waypoint`` set and not ``none``).
 
 ``workloadSelector`` and ``endpoints`` are exclusive, and an endpoint's ``ports`` keys must name service ports.
 
@@ -27,7 +30,8 @@ from typing import Any
 
 from ambit.controlplane.webhook.fields import Fields, is_dns_label, is_hostname, is_ip, is_ip_or_cidr
 
-RESOLUTIONS = ("NONE", "STATIC", "DNS", "DNS_ROUND_ROBIN")
+RESOLUTIONS = ("NONE", "STATIC", "DNS", "DNS_ROUND_ROBIN", "DYNAMIC_DNS")
+DYNAMIC_DNS_PROTOCOLS = ("HTTP", "TLS", "GRPC", "HTTP2")
 LOCATIONS = ("MESH_EXTERNAL", "MESH_INTERNAL")
 PROTOCOLS = ("HTTP", "HTTPS", "GRPC", "GRPC-WEB", "HTTP2", "HTTP_PROXY", "MONGO", "MYSQL", "REDIS", "TCP", "TLS", "UDP")
 _SERVICE_ENTRY = (
@@ -73,6 +77,8 @@ def validate_service_entry(obj: dict[str, Any]) -> Fields:
         for path, host in hosts:
             if host.startswith("*"):
                 f.error(path, f"wildcard host {host!r} cannot be resolved: resolution {resolution} needs endpoints")
+    if resolution == "DYNAMIC_DNS":
+        _check_dynamic_dns(f, obj, spec, hosts, endpoints)
     for path, endpoint in endpoints:
         check_workload_entry(f, endpoint, path, resolution=resolution, port_names=port_names)
     for path, namespace in f.strings(f.get(spec, "exportTo"), "spec.exportTo"):
@@ -80,6 +86,30 @@ def validate_service_entry(obj: dict[str, Any]) -> Fields:
             f.error(path, f"{namespace!r} is not '.', '*', '~' or a namespace name")
     f.strings(f.get(spec, "subjectAltNames"), "spec.subjectAltNames")
     return f
+
+
+def _check_dynamic_dns(
+    f: Fields, obj: dict[str, Any], spec: dict[str, Any], hosts: list[tuple[str, str]], endpoints: list[Any]
+) -> None:
+    for path, host in hosts:
+        if not host.startswith("*."):
+            f.error(path, f"{host!r} is not a '*.' wildcard, as resolution DYNAMIC_DNS requires")
+    if spec.get("addresses"):
+        f.error("spec.addresses", "no addresses may be given with resolution DYNAMIC_DNS")
+    if endpoints:
+        f.error("spec.endpoints", "no endpoints may be given with resolution DYNAMIC_DNS")
+    ports = spec.get("ports")
+    for i, port in enumerate(ports if isinstance(ports, list) else ()):
+        protocol = str((port.get("protocol") if isinstance(port, dict) else None) or "TCP").upper()
+        if protocol not in DYNAMIC_DNS_PROTOCOLS:
+            f.error(
+                f"spec.ports[{i}].protocol",
+                f"resolution DYNAMIC_DNS takes only {', '.join(DYNAMIC_DNS_PROTOCOLS)} ports, not {protocol}",
+            )
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    waypoint = str(labels.get("istio.io/use-waypoint") or "") if isinstance(labels, dict) else ""
+    if spec.get("location") == "MESH_INTERNAL" and waypoint and waypoint.lower() != "none":
+        f.error("spec.location", "MESH_INTERNAL with resolution DYNAMIC_DNS cannot be bound to a waypoint")
 
 
 def _check_ports(f: Fields, value: Any) -> set[str]:
