@@ -92,7 +92,19 @@ from ambit.model.routes import (
 )
 from ambit.model.workload import Service
 
-__all__ = ["MESH", "BadField", "RuleContext", "connection_route", "for_mesh", "fqdn", "http_rules", "parse_duration"]
+__all__ = [
+    "MESH",
+    "BadField",
+    "RuleContext",
+    "connection_route",
+    "for_mesh",
+    "fqdn",
+    "gateway_key",
+    "gateway_tcp_route",
+    "gateway_tls_routes",
+    "http_rules",
+    "parse_duration",
+]
 
 MESH = "mesh"
 MISSING_BACKEND = 503
@@ -117,6 +129,14 @@ def for_mesh(gateways: Any) -> bool:
     return not isinstance(gateways, list) or not gateways or MESH in gateways
 
 
+def gateway_key(reference: str, namespace: str) -> str:
+    """A VirtualService's ``gateways`` entry as ``namespace/name``: ``name`` is in the VirtualService's
+    ``namespace``; ``mesh`` stays ``mesh``."""
+    if reference == MESH or "/" in reference:
+        return reference
+    return f"{namespace}/{reference}"
+
+
 @dataclass(frozen=True, slots=True)
 class RuleContext:
     """What converting one VirtualService for one destination port needs."""
@@ -126,6 +146,18 @@ class RuleContext:
     domain: str
     port: int
     by_hostname: Mapping[str, tuple[Service, ...]]
+    gateway: str = ""
+    """``namespace/name`` of the Istio Gateway whose server the rules are for; empty: for the waypoints (``mesh``)."""
+
+    def holds_for(self, gateways: Any) -> bool:
+        """Whether a ``gateways`` list (of a rule's match) lets it hold here: at a waypoint, empty or naming
+        ``mesh``; at an Istio Gateway's server, empty or naming that Gateway (``name`` in the VirtualService's
+        namespace, or ``namespace/name``)."""
+        if not self.gateway:
+            return for_mesh(gateways)
+        if not isinstance(gateways, list) or not gateways:
+            return True
+        return self.gateway in {gateway_key(g, self.namespace) for g in gateways if isinstance(g, str)}
 
     @property
     def route(self) -> str:
@@ -180,14 +212,14 @@ def _header_matches(value: Any, field: str) -> tuple[ValueMatch, ...]:
     return tuple(out)
 
 
-def _match_holds_here(match: Obj, port: int) -> bool:
-    """Rule 3: whether a match entry can hold at this waypoint for ``port`` (else it is dropped)."""
+def _match_holds_here(match: Obj, ctx: RuleContext) -> bool:
+    """Rule 3: whether a match entry can hold at this waypoint (or gateway server) for its port (else dropped)."""
     if match.get("sourceLabels"):
         return False
-    if not for_mesh(match.get("gateways")):
+    if not ctx.holds_for(match.get("gateways")):
         return False
     wanted = match.get("port")
-    if isinstance(wanted, int) and wanted and wanted != port:
+    if isinstance(wanted, int) and wanted and wanted != ctx.port:
         return False
     return not match.get("sourceNamespace")
 
@@ -499,7 +531,7 @@ def http_rules(spec: Obj, ctx: RuleContext, problems: list[tuple[str, str]]) -> 
                 where = f"{field}.match[{j}]"
                 try:
                     match_spec = read_mapping(raw_match, where)
-                    if not _match_holds_here(match_spec, ctx.port):
+                    if not _match_holds_here(match_spec, ctx):
                         continue
                     route_match = _route_match(match_spec, where)
                     out.append(_http_rule(rule, route_match, ctx, field, notes))
@@ -537,11 +569,11 @@ def _connection_backends(routes: Any, ctx: RuleContext, field: str) -> tuple[Wei
     return tuple(out)
 
 
-def _connection_match_holds(match: Obj, port: int) -> bool:
+def _connection_match_holds(match: Obj, ctx: RuleContext) -> bool:
     if match.get("sourceLabels") or match.get("sourceNamespace") or match.get("destinationSubnets"):
         return False
     wanted = match.get("port")
-    return for_mesh(match.get("gateways")) and not (isinstance(wanted, int) and wanted and wanted != port)
+    return ctx.holds_for(match.get("gateways")) and not (isinstance(wanted, int) and wanted and wanted != ctx.port)
 
 
 def connection_route(spec: Obj, ctx: RuleContext, hostname: str) -> tuple[bool, tuple[WeightedBackend, ...]] | None:
@@ -554,8 +586,40 @@ def connection_route(spec: Obj, ctx: RuleContext, hostname: str) -> tuple[bool, 
                 for m in read_list(rule.get("match"), f"spec.{key}[{i}].match")
             ]
             holds = not matches or any(
-                _connection_match_holds(m, ctx.port) and (not tls or m.get("sniHosts") == [hostname]) for m in matches
+                _connection_match_holds(m, ctx) and (not tls or m.get("sniHosts") == [hostname]) for m in matches
             )
             if holds:
                 return tls, _connection_backends(rule.get("route"), ctx, f"spec.{key}[{i}].route")
     return None
+
+
+def gateway_tcp_route(spec: Obj, ctx: RuleContext) -> tuple[WeightedBackend, ...] | None:
+    """At an Istio Gateway's TCP server: the backends of the first ``tcp`` rule holding for ``ctx`` (its port and
+    gateway), None when none does."""
+    for i, raw in enumerate(read_list(spec.get("tcp"), "spec.tcp")):
+        rule = read_mapping(raw, f"spec.tcp[{i}]")
+        matches = [
+            read_mapping(m, f"spec.tcp[{i}].match") for m in read_list(rule.get("match"), f"spec.tcp[{i}].match")
+        ]
+        if not matches or any(_connection_match_holds(m, ctx) for m in matches):
+            return _connection_backends(rule.get("route"), ctx, f"spec.tcp[{i}].route")
+    return None
+
+
+def gateway_tls_routes(spec: Obj, ctx: RuleContext) -> list[tuple[tuple[str, ...], tuple[WeightedBackend, ...]]]:
+    """At an Istio Gateway's TLS passthrough server: each ``tls`` rule holding for ``ctx`` as (the ``sniHosts`` of
+    its matches that hold, its backends), in written order."""
+    out: list[tuple[tuple[str, ...], tuple[WeightedBackend, ...]]] = []
+    for i, raw in enumerate(read_list(spec.get("tls"), "spec.tls")):
+        rule = read_mapping(raw, f"spec.tls[{i}]")
+        hosts: list[str] = []
+        for j, m in enumerate(read_list(rule.get("match"), f"spec.tls[{i}].match")):
+            match = read_mapping(m, f"spec.tls[{i}].match[{j}]")
+            if _connection_match_holds(match, ctx):
+                sni = read_list(match.get("sniHosts"), f"spec.tls[{i}].match[{j}].sniHosts")
+                hosts.extend(h.lower() for h in sni if isinstance(h, str) and h)
+        if hosts:
+            out.append(
+                (tuple(dict.fromkeys(hosts)), _connection_backends(rule.get("route"), ctx, f"spec.tls[{i}].route"))
+            )
+    return out

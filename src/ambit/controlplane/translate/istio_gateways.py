@@ -1,0 +1,477 @@
+"""Istio's own ``Gateway`` (``networking.istio.io``) and the VirtualServices bound to it → the
+:class:`~ambit.model.ingress.GatewayConfig` of the gateway pods it selects (spec §1.5), as istiod builds a gateway
+proxy's listeners and routes (``pilot/pkg/model/gateway.go`` ``MergeGateways``; ``networking/core/gateway.go``).
+
+Theory of operation: a classic gateway is a group of pods (istio's ``istio-ingressgateway`` Deployment, label
+``istio: ingressgateway``), not a Gateway object: every Gateway whose ``selector`` matches a pod's labels puts its
+servers on that pod. :func:`find_gateway_pods` groups the selected pods; :func:`translate_istio_gateways` merges
+the servers of every Gateway selecting a group into that group's listeners and fills them with the VirtualServices
+bound to those Gateways, converting each VirtualService's rules once per server port with the waypoints' rule
+translation (:mod:`ambit.controlplane.translate.virtualservice_rules`, its ``RuleContext`` naming the Gateway).
+Pure: no I/O, deterministic output; what cannot be served is a :class:`~ambit.controlplane.translate.skips.Skipped`
+on the Gateway or VirtualService, never an exception.
+
+Rules:
+
+1. Selection: a Gateway with a non-empty ``spec.selector`` (label map) selects every pod, in any namespace (istiod's
+   default, ``PILOT_SCOPE_GATEWAY_TO_NAMESPACE=false``), whose labels hold all of it, that is not being deleted, not
+   finished, and not deployed by the Gateway API controller (label ``gateway.istio.io/managed``). An empty selector
+   is skipped (it would put the servers on every pod of the cluster).
+2. Groups: selected pods of one namespace with one canonical name (label ``service.istio.io/canonical-name``, else
+   ``app.kubernetes.io/name``, else ``app``; none: the pod is skipped) form one gateway, keyed ``namespace/name``:
+   the name its process asks for (``GATEWAY_NAME`` of ``ambit gateway``). Its labels are those of its first pod by
+   name, its reader that pod's service account (a pod of the group with another account is left out: it cannot
+   read the config). A key that a Gateway API ingress Gateway already uses is left to that Gateway.
+3. Servers, merged over the Gateways of a group ordered by creation time, then namespace/name: ``port.number``
+   1-65535; ``protocol`` (case-insensitive) ``HTTP``, ``HTTP2``, ``GRPC`` serve HTTP; ``HTTPS`` with ``tls.mode``
+   ``SIMPLE`` terminates TLS with the ``credentialName`` Secret (a valid ``kubernetes.io/tls`` Secret in the
+   gateway pods' namespace, as istiod reads it from the gateway's namespace); ``HTTPS`` or ``TLS`` with mode
+   ``PASSTHROUGH`` (the API's default) relay TLS routed by SNI; ``TCP`` relays. Other protocols and modes
+   (``MUTUAL``, ``ISTIO_MUTUAL``, ``AUTO_PASSTHROUGH``, ``TLS`` with ``SIMPLE``) are skipped with the reason. A port
+   serves one kind of listener: the first server on a port fixes it and later servers of another kind are skipped.
+4. Hosts: ``namespace/host``; a host without ``/`` is ``*/host``; ``.`` is the Gateway's namespace. A VirtualService
+   of namespace N sees the server hosts of namespace ``*`` or N.
+5. Binding: a VirtualService binds when its ``gateways`` name the Gateway (``name`` in the VirtualService's
+   namespace, or ``namespace/name``), it is exported to the gateway pods' namespace (``exportTo`` empty, ``*``,
+   ``.`` in its own namespace, or naming it), and one of its ``hosts`` intersects a visible server host (either
+   covers the other: the narrower is served, istiod's ``Intersection``). Bound VirtualServices are ordered by
+   creation time, then name, then namespace.
+6. HTTP ports: one listener, without hostname, whose virtual hosts are the intersected hostnames, each with the
+   rules of every bound VirtualService for it, concatenated in rule 5's order (istiod appends to a duplicate
+   virtual host). HTTPS ports: one listener per server host (its hostname picks by SNI; ``*`` takes the rest), with
+   that server's certificate and the virtual hosts of that server; a host another server took on that port first
+   is skipped. TCP ports: one virtual host ``*`` with the first bound VirtualService's first ``tcp`` rule that holds
+   for the port. TLS passthrough ports: a virtual host per ``sniHosts`` entry of the bound VirtualServices' ``tls``
+   rules that a server host covers, the first VirtualService in rule 5's order winning a name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ambit.controlplane.translate.gateway_policies import IngressPods
+from ambit.controlplane.translate.listeners import SecretLookup
+from ambit.controlplane.translate.skips import POD, ObjectKind, Skipped, skipped
+from ambit.controlplane.translate.virtualservice_rules import (
+    BadField,
+    RuleContext,
+    fqdn,
+    gateway_key,
+    gateway_tcp_route,
+    gateway_tls_routes,
+    http_rules,
+)
+from ambit.controlplane.translate.virtualservices import VIRTUAL_SERVICE, host_matches
+from ambit.model.ingress import GatewayConfig, IngressCertificate, IngressListener, ListenerProtocol, VirtualHost
+from ambit.model.routes import RouteRule, WeightedBackend
+from ambit.model.workload import Service
+from ambit.tls.credentials import CredentialProblem, read_tls_secret
+
+__all__ = ["ISTIO_GATEWAY", "GatewayPods", "IstioGatewayTranslation", "find_gateway_pods", "translate_istio_gateways"]
+
+ISTIO_GATEWAY = ObjectKind("networking.istio.io/v1", "Gateway")
+MANAGED_LABEL = "gateway.istio.io/managed"
+_CANONICAL_LABELS = ("service.istio.io/canonical-name", "app.kubernetes.io/name", "app")
+_HTTP_PROTOCOLS = frozenset({"HTTP", "HTTP2", "GRPC"})
+Obj = Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayPods:
+    """One classic gateway: a group of selected pods (rule 2)."""
+
+    key: str
+    namespace: str
+    account: str
+    labels: Mapping[str, str]
+    gateways: tuple[Obj, ...]
+    """The Gateways selecting it, in rule 3's order."""
+
+    def as_ingress_pods(self) -> IngressPods:
+        return IngressPods(self.key, self.namespace, self.labels)
+
+
+@dataclass(frozen=True, slots=True)
+class IstioGatewayTranslation:
+    configs: tuple[GatewayConfig, ...] = ()
+    accounts: tuple[tuple[str, str], ...] = ()
+    """(gateway key, service account): who may read each config (certificates included)."""
+    pods: tuple[GatewayPods, ...] = ()
+
+
+def _mapping(value: Any) -> Obj:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _strings(value: Any) -> dict[str, str]:
+    return {k: v for k, v in _mapping(value).items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def _key(obj: Obj) -> str:
+    meta = _mapping(obj.get("metadata"))
+    return f"{_text(meta.get('namespace'))}/{_text(meta.get('name'))}"
+
+
+def _order(obj: Obj) -> tuple[str, str]:
+    return (_text(_mapping(obj.get("metadata")).get("creationTimestamp")), _key(obj))
+
+
+def _selector(gateway: Obj) -> dict[str, str]:
+    return _strings(_mapping(gateway.get("spec")).get("selector"))
+
+
+def find_gateway_pods(
+    pods: Iterable[Obj], gateways: Iterable[Obj], *, taken: frozenset[str], skips: list[Skipped]
+) -> list[GatewayPods]:
+    """Rules 1-2: the groups of selected pods, by key."""
+    live = [g for g in gateways if isinstance(g, Mapping) and not _mapping(g.get("metadata")).get("deletionTimestamp")]
+    selecting: list[tuple[Obj, dict[str, str]]] = []
+    for gateway in sorted(live, key=_order):
+        selector = _selector(gateway)
+        if selector:
+            selecting.append((gateway, selector))
+        else:
+            reason = "an empty selector is not served: name the gateway pods' labels (e.g. istio: ingressgateway)"
+            skips.append(skipped(ISTIO_GATEWAY, gateway, "spec.selector", reason))
+    if not selecting:
+        return []
+    groups: dict[str, list[tuple[Obj, dict[str, str], list[Obj]]]] = {}
+    for pod in pods:
+        meta = _mapping(pod.get("metadata"))
+        labels = _strings(meta.get("labels"))
+        if meta.get("deletionTimestamp") or MANAGED_LABEL in labels:
+            continue
+        if _text(_mapping(pod.get("status")).get("phase")) in ("Succeeded", "Failed"):
+            continue
+        chosen = [g for g, selector in selecting if all(labels.get(k) == v for k, v in selector.items())]
+        if not chosen:
+            continue
+        name = next((labels[k] for k in _CANONICAL_LABELS if labels.get(k)), "")
+        if not name:
+            reason = "selected by an Istio Gateway but has no app label (service.istio.io/canonical-name, app)"
+            skips.append(skipped(POD, pod, "metadata.labels", reason))
+            continue
+        key = f"{_text(meta.get('namespace'))}/{name}"
+        groups.setdefault(key, []).append((pod, labels, chosen))
+    found: list[GatewayPods] = []
+    for key, members in sorted(groups.items()):
+        if key in taken:
+            for pod, _, _ in members:
+                reason = (
+                    f"its gateway name {key} is an ingress Gateway's (Gateway API): the Istio Gateways are left out"
+                )
+                skips.append(skipped(POD, pod, "metadata.labels", reason))
+            continue
+        members.sort(key=lambda m: _text(_mapping(m[0].get("metadata")).get("name")))
+        first, labels, _ = members[0]
+        account = _text(_mapping(first.get("spec")).get("serviceAccountName")) or "default"
+        chosen_keys: dict[str, Obj] = {}
+        for pod, _, chosen in members:
+            if (_text(_mapping(pod.get("spec")).get("serviceAccountName")) or "default") != account:
+                reason = f"gateway {key}: its pods run as {account}; this pod's service account cannot read the config"
+                skips.append(skipped(POD, pod, "spec.serviceAccountName", reason))
+                continue
+            chosen_keys.update((_key(g), g) for g in chosen)
+        ordered = tuple(sorted(chosen_keys.values(), key=_order))
+        found.append(GatewayPods(key, key.partition("/")[0], account, labels, ordered))
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class _Server:
+    gateway: Obj
+    gateway_key: str
+    index: int
+    port: int
+    protocol: ListenerProtocol
+    hosts: tuple[tuple[str, str], ...]
+    """(namespace or ``*``, host) of each of its hosts (rule 4)."""
+    certificate: IngressCertificate | None = None
+
+    @property
+    def field(self) -> str:
+        return f"spec.servers[{self.index}]"
+
+
+def _hosts(server: Obj, gateway_ns: str) -> tuple[tuple[str, str], ...]:
+    out: list[tuple[str, str]] = []
+    raw = server.get("hosts")
+    for entry in raw if isinstance(raw, list) else ():
+        if not isinstance(entry, str) or not entry:
+            continue
+        namespace, slash, host = entry.rpartition("/")
+        namespace = (gateway_ns if namespace == "." else namespace) if slash else "*"
+        out.append((namespace, host.lower()))
+    return tuple(dict.fromkeys(out))
+
+
+def _server(gateway: Obj, index: int, raw: Any, pods_ns: str, find_secret: SecretLookup) -> _Server | tuple[str, str]:
+    """Rule 3: one server, or (field, reason) why it is not served."""
+    where = f"spec.servers[{index}]"
+    server = _mapping(raw)
+    port_spec = _mapping(server.get("port"))
+    number = port_spec.get("number")
+    if not isinstance(number, int) or isinstance(number, bool) or not 1 <= number <= 65535:
+        return f"{where}.port.number", "a port number 1-65535 is required"
+    protocol = _text(port_spec.get("protocol")).upper()
+    tls = _mapping(server.get("tls"))
+    mode = _text(tls.get("mode")).upper() or "PASSTHROUGH"
+    hosts = _hosts(server, _text(_mapping(gateway.get("metadata")).get("namespace")))
+    if not hosts:
+        return f"{where}.hosts", "a server needs at least one host"
+    key = _key(gateway)
+    if protocol in _HTTP_PROTOCOLS:
+        return _Server(gateway, key, index, number, ListenerProtocol.HTTP, hosts)
+    if protocol == "TCP":
+        return _Server(gateway, key, index, number, ListenerProtocol.TCP, hosts)
+    if protocol in ("HTTPS", "TLS") and mode == "PASSTHROUGH":
+        return _Server(gateway, key, index, number, ListenerProtocol.TLS, hosts)
+    if protocol == "HTTPS" and mode == "SIMPLE":
+        name = _text(tls.get("credentialName"))
+        if not name:
+            return f"{where}.tls.credentialName", "SIMPLE TLS needs a credentialName (a kubernetes.io/tls Secret)"
+        secret = find_secret(pods_ns, name)
+        if secret is None:
+            return f"{where}.tls.credentialName", f"Secret {pods_ns}/{name} not found (in the gateway's namespace)"
+        credential = read_tls_secret(secret)
+        if isinstance(credential, CredentialProblem):
+            return f"{where}.tls.credentialName", f"Secret {pods_ns}/{name}: {credential.message}"
+        certificate = IngressCertificate(credential.cert_pem, credential.key_pem)
+        return _Server(gateway, key, index, number, ListenerProtocol.HTTPS, hosts, certificate)
+    if protocol in ("HTTPS", "TLS"):
+        return f"{where}.tls.mode", f"TLS mode {mode} is not supported on {protocol}: SIMPLE (HTTPS) or PASSTHROUGH"
+    return f"{where}.port.protocol", f"protocol {protocol or '(none)'} is not supported: HTTP, HTTPS, GRPC, TCP, TLS"
+
+
+def _intersect(server_host: str, vs_host: str) -> str | None:
+    """The narrower of two hostnames when one covers the other (istiod's ``Intersection``), else None."""
+    if not (host_matches(server_host, vs_host) or host_matches(vs_host, server_host)):
+        return None
+    if not server_host.startswith("*"):
+        return server_host
+    if not vs_host.startswith("*"):
+        return vs_host
+    return server_host if len(server_host) >= len(vs_host) else vs_host
+
+
+def _exported_to(spec: Obj, vs_namespace: str, consumer: str) -> bool:
+    export = spec.get("exportTo")
+    entries = {e for e in export if isinstance(e, str)} if isinstance(export, list) and export else {"*"}
+    if "*" in entries:
+        return True
+    return consumer in {vs_namespace if e == "." else e for e in entries}
+
+
+@dataclass(slots=True)
+class _Bound:
+    """The VirtualServices of one group, with their hosts and the gateways they name."""
+
+    obj: Obj
+    namespace: str
+    name: str
+    hosts: tuple[str, ...]
+    gateways: frozenset[str]
+    rules: dict[tuple[str, int], tuple[RouteRule, ...]] = field(default_factory=dict)
+
+
+def _bound_virtual_services(virtual_services: Iterable[Obj], consumer: str, domain: str) -> list[_Bound]:
+    out: list[_Bound] = []
+    for obj in virtual_services:
+        if not isinstance(obj, Mapping):
+            continue
+        meta, spec = _mapping(obj.get("metadata")), _mapping(obj.get("spec"))
+        namespace, name = _text(meta.get("namespace")), _text(meta.get("name"))
+        raw = spec.get("gateways")
+        gateways = frozenset(
+            gateway_key(g, namespace) for g in (raw if isinstance(raw, list) else ()) if isinstance(g, str)
+        )
+        if not namespace or not name or not gateways or not _exported_to(spec, namespace, consumer):
+            continue
+        raw_hosts = spec.get("hosts")
+        hosts = tuple(
+            fqdn(h.lower(), namespace, domain)
+            for h in (raw_hosts if isinstance(raw_hosts, list) else ())
+            if isinstance(h, str) and h
+        )
+        out.append(_Bound(obj, namespace, name, hosts, gateways))
+    out.sort(key=lambda b: (_text(_mapping(b.obj.get("metadata")).get("creationTimestamp")), b.name, b.namespace))
+    return out
+
+
+def _served(server: _Server, bound: _Bound) -> list[str]:
+    """Rule 5: the hostnames ``bound`` serves on ``server`` (empty: not bound there)."""
+    if server.gateway_key not in bound.gateways:
+        return []
+    visible = [host for namespace, host in server.hosts if namespace in ("*", bound.namespace)]
+    found = (_intersect(s, v) for s in visible for v in bound.hosts)
+    return list(dict.fromkeys(h for h in found if h is not None))
+
+
+@dataclass(slots=True)
+class _Builder:
+    pods: GatewayPods
+    services: Mapping[str, tuple[Service, ...]]
+    domain: str
+    problems: set[Skipped]
+
+    def http_rules(self, bound: _Bound, server: _Server) -> tuple[RouteRule, ...]:
+        cached = bound.rules.get((server.gateway_key, server.port))
+        if cached is not None:
+            return cached
+        ctx = RuleContext(bound.namespace, bound.name, self.domain, server.port, self.services, server.gateway_key)
+        problems: list[tuple[str, str]] = []
+        rules = http_rules(_mapping(bound.obj.get("spec")), ctx, problems)
+        self.problems.update(skipped(VIRTUAL_SERVICE, bound.obj, f, r) for f, r in problems)
+        bound.rules[(server.gateway_key, server.port)] = rules
+        return rules
+
+    def context(self, bound: _Bound, server: _Server) -> RuleContext:
+        return RuleContext(bound.namespace, bound.name, self.domain, server.port, self.services, server.gateway_key)
+
+    def virtual_hosts(self, servers: list[_Server], bound: list[_Bound]) -> tuple[VirtualHost, ...]:
+        hosts: dict[str, list[RouteRule]] = {}
+        added: set[tuple[str, int, str, str]] = set()
+        for vs in bound:
+            for server in servers:
+                served = _served(server, vs)
+                if not served:
+                    continue
+                rules = self.http_rules(vs, server)
+                for host in served:
+                    once = (server.gateway_key, server.port, _key(vs.obj), host)
+                    if once not in added:
+                        added.add(once)
+                        hosts.setdefault(host, []).extend(rules)
+        return tuple(VirtualHost(h, tuple(hosts[h])) for h in sorted(hosts, key=_specificity))
+
+    def tcp_host(self, servers: list[_Server], bound: list[_Bound]) -> tuple[VirtualHost, ...]:
+        for vs in bound:
+            for server in servers:
+                if not _served(server, vs):
+                    continue
+                try:
+                    backends = gateway_tcp_route(_mapping(vs.obj.get("spec")), self.context(vs, server))
+                except BadField as bad:
+                    self.problems.add(skipped(VIRTUAL_SERVICE, vs.obj, bad.field, bad.reason))
+                    continue
+                if backends is not None:
+                    return (VirtualHost("*", tcp_backends=backends),)
+        return ()
+
+    def tls_hosts(self, servers: list[_Server], bound: list[_Bound]) -> tuple[VirtualHost, ...]:
+        hosts: dict[str, tuple[WeightedBackend, ...]] = {}
+        for vs in bound:
+            for server in servers:
+                if server.gateway_key not in vs.gateways:
+                    continue
+                try:
+                    routes = gateway_tls_routes(_mapping(vs.obj.get("spec")), self.context(vs, server))
+                except BadField as bad:
+                    self.problems.add(skipped(VIRTUAL_SERVICE, vs.obj, bad.field, bad.reason))
+                    continue
+                visible = [h for ns, h in server.hosts if ns in ("*", vs.namespace)]
+                for sni_hosts, backends in routes:
+                    for sni in sni_hosts:
+                        if any(host_matches(s, sni) for s in visible):
+                            hosts.setdefault(sni, backends)
+        return tuple(VirtualHost(h, tcp_backends=hosts[h]) for h in sorted(hosts, key=_specificity))
+
+
+def _specificity(hostname: str) -> tuple[int, str]:
+    if hostname == "*":
+        return (2, "")
+    if hostname.startswith("*."):
+        return (1, f"{-len(hostname):08d}{hostname}")
+    return (0, hostname)
+
+
+def translate_istio_gateways(
+    *,
+    gateways: Iterable[Obj],
+    virtual_services: Iterable[Obj],
+    pods: Iterable[Obj],
+    services: Iterable[Service],
+    find_secret: SecretLookup,
+    taken: frozenset[str] = frozenset(),
+    domain: str = "cluster.local",
+    skips: list[Skipped] | None = None,
+) -> IstioGatewayTranslation:
+    """Rules 1-6: each classic gateway's config, who may read it, and its pods (for policy selectors)."""
+    problems: set[Skipped] = set()
+    own: list[Skipped] = []
+    groups = find_gateway_pods(pods, gateways, taken=taken, skips=own)
+    problems.update(own)
+    by_hostname: dict[str, list[Service]] = {}
+    for service in services:
+        by_hostname.setdefault(service.hostname, []).append(service)
+    hostnames = {k: tuple(v) for k, v in by_hostname.items()}
+    vs_list = [v for v in virtual_services if isinstance(v, Mapping)]
+    configs: list[GatewayConfig] = []
+    for group in groups:
+        servers: dict[int, list[_Server]] = {}
+        for gateway in group.gateways:
+            raw = _mapping(gateway.get("spec")).get("servers")
+            for i, item in enumerate(raw if isinstance(raw, list) else ()):
+                judged = _server(gateway, i, item, group.namespace, find_secret)
+                if isinstance(judged, tuple):
+                    problems.add(skipped(ISTIO_GATEWAY, gateway, *judged))
+                    continue
+                on_port = servers.setdefault(judged.port, [])
+                if on_port and on_port[0].protocol is not judged.protocol:
+                    reason = (
+                        f"port {judged.port} already serves {on_port[0].protocol.value} for {on_port[0].gateway_key}"
+                        f" on {group.key}: this {judged.protocol.value} server is left out"
+                    )
+                    problems.add(skipped(ISTIO_GATEWAY, gateway, f"{judged.field}.port", reason))
+                    continue
+                on_port.append(judged)
+        builder = _Builder(group, hostnames, domain, problems)
+        bound = _bound_virtual_services(vs_list, group.namespace, domain)
+        listeners: list[IngressListener] = []
+        for port in sorted(servers):
+            on_port = servers[port]
+            protocol = on_port[0].protocol
+            name = f"{protocol.value.lower()}.{port}"
+            if protocol is ListenerProtocol.HTTP:
+                listeners.append(IngressListener(name, port, protocol, "", (), builder.virtual_hosts(on_port, bound)))
+            elif protocol is ListenerProtocol.TCP:
+                listeners.append(IngressListener(name, port, protocol, "", (), builder.tcp_host(on_port, bound)))
+            elif protocol is ListenerProtocol.TLS:
+                listeners.append(IngressListener(name, port, protocol, "", (), builder.tls_hosts(on_port, bound)))
+            else:
+                listeners.extend(_https_listeners(on_port, bound, builder, problems))
+        configs.append(GatewayConfig(group.key, tuple(listeners)))
+    if skips is not None:
+        skips.extend(sorted(problems))
+    return IstioGatewayTranslation(tuple(configs), tuple((g.key, g.account) for g in groups), tuple(groups))
+
+
+def _https_listeners(
+    servers: list[_Server], bound: list[_Bound], builder: _Builder, problems: set[Skipped]
+) -> list[IngressListener]:
+    """Rule 6 for an HTTPS port: a listener per server host, first come first served."""
+    out: list[IngressListener] = []
+    taken: set[str] = set()
+    for server in servers:
+        virtual_hosts = builder.virtual_hosts([server], bound)
+        assert server.certificate is not None
+        for _, host in server.hosts:
+            hostname = "" if host == "*" else host
+            if hostname in taken:
+                reason = f"host {host} on port {server.port} is already served by another server"
+                problems.add(skipped(ISTIO_GATEWAY, server.gateway, f"{server.field}.hosts", reason))
+                continue
+            taken.add(hostname)
+            name = f"https.{server.port}.{server.gateway_key}.{server.index}.{host}"
+            out.append(
+                IngressListener(
+                    name, server.port, ListenerProtocol.HTTPS, hostname, (server.certificate,), virtual_hosts
+                )
+            )
+    return out
