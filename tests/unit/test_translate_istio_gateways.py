@@ -94,11 +94,12 @@ def translate(
     *,
     pods: list[Obj] | None = None,
     secrets: list[Obj] = (),  # type: ignore[assignment]
+    more_services: tuple[Obj, ...] = (),
     **extra: Any,
 ) -> Translation:
     translation = translate_all(
         pods=[gateway_pod()] if pods is None else pods,
-        services=[service("b"), service("c", ports=(80, 8080), ip="10.96.0.11")],
+        services=[service("b"), service("c", ports=(80, 8080), ip="10.96.0.11"), *more_services],
         endpoint_slices=(),
         namespaces=[namespace("app"), namespace("istio-system"), namespace("other")],
         istio_gateways=gateways,
@@ -282,6 +283,28 @@ def test_pods_group_by_namespace_and_app_label_and_read_as_their_first_pods_acco
     found = "\n".join(notes(translation))
     assert "Pod istio-system/istio-ingressgateway-2 spec.serviceAccountName" in found
     assert "Pod app/nameless metadata.labels: selected by an Istio Gateway but has no app label" in found
+
+
+def test_a_server_port_is_the_gateway_service_port_and_binds_its_target_port() -> None:
+    lb = {
+        "metadata": {"name": "istio-ingressgateway", "namespace": "istio-system"},
+        "spec": {
+            "type": "LoadBalancer",
+            "clusterIP": "10.96.9.9",
+            "selector": {"istio": "ingressgateway"},
+            "ports": [
+                {"name": "http2", "port": 80, "targetPort": 8080},
+                {"name": "https", "port": 443, "targetPort": 8443},
+            ],
+        },
+    }
+    rules = [{"match": [{"port": 80, "uri": {"prefix": "/"}}], "route": [{"destination": {"host": "b"}}]}]
+    gw = gateway(server(80, "HTTP"), server(9000, "HTTP"))
+    translation = translate([gw], [vs(gateways=["gateway"], hosts=["*"], http=rules)], more_services=(lb,))
+    mapped, unmapped = config(translation).listeners
+    assert (mapped.port, unmapped.port) == (8080, 9000)
+    assert len(mapped.virtual_hosts[0].http) == 1  # match.port is the server's port as written
+    assert unmapped.virtual_hosts[0].http == ()
 
 
 def test_an_empty_selector_selects_nothing() -> None:

@@ -344,6 +344,7 @@ def translate_all(
         virtual_services=virtual_services,
         pods=pods,
         services=translated,
+        service_objects=service_list,
         find_secret=lambda namespace, name: secret_table.get((namespace, name)),
         taken=frozenset(c.gateway for c in ingress.configs),
         domain=domain,

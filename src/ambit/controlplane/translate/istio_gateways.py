@@ -29,6 +29,10 @@ Rules:
    ``PASSTHROUGH`` (the API's default) relay TLS routed by SNI; ``TCP`` relays. Other protocols and modes
    (``MUTUAL``, ``ISTIO_MUTUAL``, ``AUTO_PASSTHROUGH``, ``TLS`` with ``SIMPLE``) are skipped with the reason. A port
    serves one kind of listener: the first server on a port fixes it and later servers of another kind are skipped.
+   The port a server names is a Service port (istiod's ``resolvePorts`` with the legacy selector): when a Service
+   of the gateway pods' namespace selects them and has that port, the listener binds its numeric ``targetPort``
+   (the first such Service by name; ``istio-ingressgateway`` maps 80 to 8080, so the proxy needs no privilege),
+   else the port itself. Rules match (``match.port``) against the server's port as written.
 4. Hosts: ``namespace/host``; a host without ``/`` is ``*/host``; ``.`` is the Gateway's namespace. A VirtualService
    of namespace N sees the server hosts of namespace ``*`` or N.
 5. Binding: a VirtualService binds when its ``gateways`` name the Gateway (``name`` in the VirtualService's
@@ -48,7 +52,7 @@ Rules:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ambit.controlplane.translate.gateway_policies import IngressPods
@@ -189,10 +193,13 @@ class _Server:
     gateway_key: str
     index: int
     port: int
+    """The port as written (a Service port): what ``match.port`` is compared with."""
     protocol: ListenerProtocol
     hosts: tuple[tuple[str, str], ...]
     """(namespace or ``*``, host) of each of its hosts (rule 4)."""
     certificate: IngressCertificate | None = None
+    bind: int = 0
+    """Where the listener binds (rule 3's target port)."""
 
     @property
     def field(self) -> str:
@@ -397,12 +404,16 @@ def translate_istio_gateways(
     virtual_services: Iterable[Obj],
     pods: Iterable[Obj],
     services: Iterable[Service],
+    service_objects: Iterable[Obj] = (),
     find_secret: SecretLookup,
     taken: frozenset[str] = frozenset(),
     domain: str = "cluster.local",
     skips: list[Skipped] | None = None,
 ) -> IstioGatewayTranslation:
-    """Rules 1-6: each classic gateway's config, who may read it, and its pods (for policy selectors)."""
+    """Rules 1-6: each classic gateway's config, who may read it, and its pods (for policy selectors).
+    ``services`` are the translated Services (VirtualService destinations), ``service_objects`` the Kubernetes
+    Services (the gateway pods' port mapping)."""
+    service_objects = [s for s in service_objects if isinstance(s, Mapping)]
     problems: set[Skipped] = set()
     own: list[Skipped] = []
     groups = find_gateway_pods(pods, gateways, taken=taken, skips=own)
@@ -414,6 +425,14 @@ def translate_istio_gateways(
     vs_list = [v for v in virtual_services if isinstance(v, Mapping)]
     configs: list[GatewayConfig] = []
     for group in groups:
+        selecting = [
+            svc
+            for svc in service_objects
+            if _text(_mapping(svc.get("metadata")).get("namespace")) == group.namespace
+            and (selector := _strings(_mapping(svc.get("spec")).get("selector")))
+            and all(group.labels.get(k) == v for k, v in selector.items())
+        ]
+        selecting.sort(key=lambda svc: _text(_mapping(svc.get("metadata")).get("name")))
         servers: dict[int, list[_Server]] = {}
         for gateway in group.gateways:
             raw = _mapping(gateway.get("spec")).get("servers")
@@ -422,10 +441,11 @@ def translate_istio_gateways(
                 if isinstance(judged, tuple):
                     problems.add(skipped(ISTIO_GATEWAY, gateway, *judged))
                     continue
-                on_port = servers.setdefault(judged.port, [])
+                judged = replace(judged, bind=_target_port(judged.port, selecting))
+                on_port = servers.setdefault(judged.bind, [])
                 if on_port and on_port[0].protocol is not judged.protocol:
                     reason = (
-                        f"port {judged.port} already serves {on_port[0].protocol.value} for {on_port[0].gateway_key}"
+                        f"port {judged.bind} already serves {on_port[0].protocol.value} for {on_port[0].gateway_key}"
                         f" on {group.key}: this {judged.protocol.value} server is left out"
                     )
                     problems.add(skipped(ISTIO_GATEWAY, gateway, f"{judged.field}.port", reason))
@@ -452,6 +472,20 @@ def translate_istio_gateways(
     return IstioGatewayTranslation(tuple(configs), tuple((g.key, g.account) for g in groups), tuple(groups))
 
 
+def _target_port(port: int, services: list[Obj]) -> int:
+    """Rule 3: the numeric ``targetPort`` of the first selecting Service's ``port``, else ``port``."""
+    for svc in services:
+        ports = _mapping(svc.get("spec")).get("ports")
+        for item in ports if isinstance(ports, list) else ():
+            entry = _mapping(item)
+            if entry.get("port") != port:
+                continue
+            target = entry.get("targetPort", port)
+            valid = isinstance(target, int) and not isinstance(target, bool) and 1 <= target <= 65535
+            return target if valid else port
+    return port
+
+
 def _https_listeners(
     servers: list[_Server], bound: list[_Bound], builder: _Builder, problems: set[Skipped]
 ) -> list[IngressListener]:
@@ -464,14 +498,14 @@ def _https_listeners(
         for _, host in server.hosts:
             hostname = "" if host == "*" else host
             if hostname in taken:
-                reason = f"host {host} on port {server.port} is already served by another server"
+                reason = f"host {host} on port {server.bind} is already served by another server"
                 problems.add(skipped(ISTIO_GATEWAY, server.gateway, f"{server.field}.hosts", reason))
                 continue
             taken.add(hostname)
-            name = f"https.{server.port}.{server.gateway_key}.{server.index}.{host}"
+            name = f"https.{server.bind}.{server.gateway_key}.{server.index}.{host}"
             out.append(
                 IngressListener(
-                    name, server.port, ListenerProtocol.HTTPS, hostname, (server.certificate,), virtual_hosts
+                    name, server.bind, ListenerProtocol.HTTPS, hostname, (server.certificate,), virtual_hosts
                 )
             )
     return out
