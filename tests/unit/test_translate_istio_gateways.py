@@ -371,3 +371,16 @@ def test_arbitrary_gateways_and_virtual_services_never_raise(servers: Any, selec
     gw = {"metadata": {"name": "gateway", "namespace": "app"}, "spec": {"selector": selector, "servers": servers}}
     spec.setdefault("gateways", ["gateway"])
     translate([gw], [vs(**spec)], secrets=[tls_secret()])
+
+
+def test_a_look_alike_pod_in_another_namespace_never_gets_the_gateway_s_keys() -> None:
+    """Attack: a tenant labels a pod of its own namespace like the gateway (Gateway selectors reach every
+    namespace). It becomes a gateway of its own, readable by its own account, whose credentials come from its own
+    namespace: the istio-system Secret is never in its config."""
+    gw = gateway(server(443, "HTTPS", "a.example.com", mode="SIMPLE", credentialName="cert"))
+    pods = [gateway_pod(), gateway_pod("look-alike", ns="evil", account="tenant")]
+    translation = translate([gw], [], pods=pods, secrets=[tls_secret()])
+    assert dict(translation.gateway_accounts) == {KEY: ACCOUNT, "evil/istio-ingressgateway": "tenant"}
+    assert config(translation).listeners[0].certificates[0].key_pem == PAIR.key_pem
+    assert config(translation, "evil/istio-ingressgateway").listeners == ()
+    assert any("Secret evil/cert not found" in n for n in notes(translation))
