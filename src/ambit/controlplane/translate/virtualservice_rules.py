@@ -2,7 +2,10 @@
 istiod's waypoint translates them (``listener_waypoint.go`` ``waypointInboundRoute``, ``getWaypointTCPRoutes``;
 ``route.go`` ``TranslateRoute``, ``TranslateRouteMatch``). Which VirtualServices apply where, and how their rules
 join a table, is :mod:`ambit.controlplane.translate.virtualservices`'s business; reading and checking each value,
-:mod:`ambit.controlplane.translate.virtualservice_values`'s.
+:mod:`ambit.controlplane.translate.virtualservice_values`'s. The same rules serve an Istio Gateway's server
+(:mod:`ambit.controlplane.translate.istio_gateways`): its :class:`RuleContext` names the Gateway, the server's
+port is the destination port, and a match's ``gateways`` must name that Gateway instead of ``mesh``;
+:func:`gateway_tcp_route` and :func:`gateway_tls_routes` give its TCP and TLS passthrough servers their rules.
 
 Rules:
 
