@@ -510,3 +510,37 @@ def classic_peer_connections(lab: Lab) -> int:
             ):
                 total += int(float(line.rsplit(" ", 1)[1]))
     return total
+
+
+def test_istio_gateway_https_simple_serves_the_credential_from_istio_system(lab: Lab, certs: Certificates) -> None:
+    """An Istio Gateway HTTPS server (``tls.mode: SIMPLE``, ``credentialName`` a Secret in istio-system, where the
+    gateway runs) on istio-ingressgateway's port 443: ``curl`` verifies the certificate and reaches echo."""
+    from tests.upstream_objects import ingress_gateway, ingress_route
+
+    lab.kubectl("apply", "-k", str(CLASSIC_GATEWAY))
+    secret = tls_secret("secure-example", certs.issue("secure.example"))
+    try:
+        lab.apply(secret, namespace="istio-system")
+        gateway = ingress_gateway()
+        gateway["metadata"]["name"] = "secure"
+        gateway["spec"]["servers"] = [
+            {
+                "port": {"number": 443, "name": "https", "protocol": "HTTPS"},
+                "hosts": ["secure.example"],
+                "tls": {"mode": "SIMPLE", "credentialName": "secure-example"},
+            }
+        ]
+        route = ingress_route("echo")
+        route["metadata"]["name"] = "secure"
+        route["spec"]["gateways"] = ["secure"]
+        route["spec"]["hosts"] = ["secure.example"]
+        lab.apply(gateway, route, namespace=APP)
+        lab.wait_pods_ready("istio-system", "istio=ingressgateway", 1, timeout=180)
+        ip = wait_until("istio-ingressgateway has its load-balancer address", lambda: lb_address(lab), 60, 1)
+        url = "https://secure.example/tls"
+        args = ("--cacert", str(certs.ca_file), "--resolve", f"secure.example:443:{ip}", url)
+        answer = wait_until("curl verifies the gateway and reaches echo", lambda: through_gateway(*args), 120, 1)
+        assert answer["path"] == "/tls" and answer["pod"].startswith("echo-")
+    finally:
+        lab.kubectl("delete", "secret", "secure-example", "-n", "istio-system", "--ignore-not-found")
+        lab.kubectl("delete", "-k", str(CLASSIC_GATEWAY), "--ignore-not-found", "--wait=true")
