@@ -307,6 +307,13 @@ def test_a_server_port_is_the_gateway_service_port_and_binds_its_target_port() -
     assert unmapped.virtual_hosts[0].http == ()
 
 
+def test_https_redirect_is_reported_not_applied() -> None:
+    gw = gateway({**server(80, "HTTP"), "tls": {"httpsRedirect": True}})
+    translation = translate([gw], [ingress_route("b", "app")])
+    assert config(translation).listeners[0].protocol is ListenerProtocol.HTTP
+    assert any("spec.servers[0].tls.httpsRedirect: httpsRedirect is not applied" in n for n in notes(translation))
+
+
 def test_an_empty_selector_selects_nothing() -> None:
     gw = ingress_gateway("app")
     gw["spec"]["selector"] = {}

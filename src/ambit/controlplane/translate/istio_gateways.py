@@ -46,7 +46,8 @@ Rules:
    that server's certificate and the virtual hosts of that server; a host another server took on that port first
    is skipped. TCP ports: one virtual host ``*`` with the first bound VirtualService's first ``tcp`` rule that holds
    for the port. TLS passthrough ports: a virtual host per ``sniHosts`` entry of the bound VirtualServices' ``tls``
-   rules that a server host covers, the first VirtualService in rule 5's order winning a name.
+   rules that a server host covers, the first VirtualService in rule 5's order winning a name. ``httpsRedirect``
+   is not applied (reported; the server answers over HTTP).
 """
 
 from __future__ import annotations
@@ -441,6 +442,9 @@ def translate_istio_gateways(
                 if isinstance(judged, tuple):
                     problems.add(skipped(ISTIO_GATEWAY, gateway, *judged))
                     continue
+                if _mapping(_mapping(item).get("tls")).get("httpsRedirect") is True:
+                    reason = "httpsRedirect is not applied: the server answers over plain HTTP"
+                    problems.add(skipped(ISTIO_GATEWAY, gateway, f"{judged.field}.tls.httpsRedirect", reason))
                 judged = replace(judged, bind=_target_port(judged.port, selecting))
                 on_port = servers.setdefault(judged.bind, [])
                 if on_port and on_port[0].protocol is not judged.protocol:
