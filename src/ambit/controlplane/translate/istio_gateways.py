@@ -4,24 +4,16 @@ proxy's listeners and routes (``pilot/pkg/model/gateway.go`` ``MergeGateways``; 
 
 Theory of operation: a classic gateway is a group of pods (istio's ``istio-ingressgateway`` Deployment, label
 ``istio: ingressgateway``), not a Gateway object: every Gateway whose ``selector`` matches a pod's labels puts its
-servers on that pod. :func:`find_gateway_pods` groups the selected pods; :func:`translate_istio_gateways` merges
-the servers of every Gateway selecting a group into that group's listeners and fills them with the VirtualServices
-bound to those Gateways, converting each VirtualService's rules once per server port with the waypoints' rule
-translation (:mod:`ambit.controlplane.translate.virtualservice_rules`, its ``RuleContext`` naming the Gateway).
-Pure: no I/O, deterministic output; what cannot be served is a :class:`~ambit.controlplane.translate.skips.Skipped`
-on the Gateway or VirtualService, never an exception.
+servers on that pod. :func:`~ambit.controlplane.translate.istio_gateway_pods.find_gateway_pods` groups the selected
+pods; :func:`translate_istio_gateways` merges the servers of every Gateway selecting a group into that group's
+listeners and fills them with the VirtualServices bound to those Gateways, converting each VirtualService's rules
+once per server port with the waypoints' rule translation (:mod:`ambit.controlplane.translate.virtualservice_rules`,
+its ``RuleContext`` naming the Gateway). Pure: no I/O, deterministic output; what cannot be served is a
+:class:`~ambit.controlplane.translate.skips.Skipped` on the Gateway or VirtualService, never an exception.
 
-Rules:
+Rules (1 and 2, which pods a Gateway selects and how they group into gateways, are
+:mod:`ambit.controlplane.translate.istio_gateway_pods`'s):
 
-1. Selection: a Gateway with a non-empty ``spec.selector`` (label map) selects every pod, in any namespace (istiod's
-   default, ``PILOT_SCOPE_GATEWAY_TO_NAMESPACE=false``), whose labels hold all of it, that is not being deleted, not
-   finished, and not deployed by the Gateway API controller (label ``gateway.istio.io/managed``). An empty selector
-   is skipped (it would put the servers on every pod of the cluster).
-2. Groups: selected pods of one namespace with one canonical name (label ``service.istio.io/canonical-name``, else
-   ``app.kubernetes.io/name``, else ``app``; none: the pod is skipped) form one gateway, keyed ``namespace/name``:
-   the name its process asks for (``GATEWAY_NAME`` of ``ambit gateway``). Its labels are those of its first pod by
-   name, its reader that pod's service account (a pod of the group with another account is left out: it cannot
-   read the config). A key that a Gateway API ingress Gateway already uses is left to that Gateway.
 3. Servers, merged over the Gateways of a group ordered by creation time, then namespace/name: ``port.number``
    1-65535; ``protocol`` (case-insensitive) ``HTTP``, ``HTTP2``, ``GRPC`` serve HTTP; ``HTTPS`` with ``tls.mode``
    ``SIMPLE`` terminates TLS with the ``credentialName`` Secret (a valid ``kubernetes.io/tls`` Secret in the
@@ -56,46 +48,29 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ambit.controlplane.translate.gateway_policies import IngressPods
+from ambit.controlplane.translate.istio_gateway_pods import ISTIO_GATEWAY, GatewayPods, find_gateway_pods
 from ambit.controlplane.translate.listeners import SecretLookup
-from ambit.controlplane.translate.skips import POD, ObjectKind, Skipped, skipped
+from ambit.controlplane.translate.skips import Skipped, skipped
 from ambit.controlplane.translate.virtualservice_rules import (
     BadField,
     RuleContext,
+    connection_backends,
+    connection_match_holds,
     fqdn,
     gateway_key,
-    gateway_tcp_route,
-    gateway_tls_routes,
     http_rules,
 )
+from ambit.controlplane.translate.virtualservice_values import read_list, read_mapping
 from ambit.controlplane.translate.virtualservices import VIRTUAL_SERVICE, host_matches
 from ambit.model.ingress import GatewayConfig, IngressCertificate, IngressListener, ListenerProtocol, VirtualHost
 from ambit.model.routes import RouteRule, WeightedBackend
 from ambit.model.workload import Service
 from ambit.tls.credentials import CredentialProblem, read_tls_secret
 
-__all__ = ["ISTIO_GATEWAY", "GatewayPods", "IstioGatewayTranslation", "find_gateway_pods", "translate_istio_gateways"]
+__all__ = ["IstioGatewayTranslation", "translate_istio_gateways"]
 
-ISTIO_GATEWAY = ObjectKind("networking.istio.io/v1", "Gateway")
-MANAGED_LABEL = "gateway.istio.io/managed"
-_CANONICAL_LABELS = ("service.istio.io/canonical-name", "app.kubernetes.io/name", "app")
 _HTTP_PROTOCOLS = frozenset({"HTTP", "HTTP2", "GRPC"})
 Obj = Mapping[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class GatewayPods:
-    """One classic gateway: a group of selected pods (rule 2)."""
-
-    key: str
-    namespace: str
-    account: str
-    labels: Mapping[str, str]
-    gateways: tuple[Obj, ...]
-    """The Gateways selecting it, in rule 3's order."""
-
-    def as_ingress_pods(self) -> IngressPods:
-        return IngressPods(self.key, self.namespace, self.labels)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,71 +96,6 @@ def _strings(value: Any) -> dict[str, str]:
 def _key(obj: Obj) -> str:
     meta = _mapping(obj.get("metadata"))
     return f"{_text(meta.get('namespace'))}/{_text(meta.get('name'))}"
-
-
-def _order(obj: Obj) -> tuple[str, str]:
-    return (_text(_mapping(obj.get("metadata")).get("creationTimestamp")), _key(obj))
-
-
-def _selector(gateway: Obj) -> dict[str, str]:
-    return _strings(_mapping(gateway.get("spec")).get("selector"))
-
-
-def find_gateway_pods(
-    pods: Iterable[Obj], gateways: Iterable[Obj], *, taken: frozenset[str], skips: list[Skipped]
-) -> list[GatewayPods]:
-    """Rules 1-2: the groups of selected pods, by key."""
-    live = [g for g in gateways if isinstance(g, Mapping) and not _mapping(g.get("metadata")).get("deletionTimestamp")]
-    selecting: list[tuple[Obj, dict[str, str]]] = []
-    for gateway in sorted(live, key=_order):
-        selector = _selector(gateway)
-        if selector:
-            selecting.append((gateway, selector))
-        else:
-            reason = "an empty selector is not served: name the gateway pods' labels (e.g. istio: ingressgateway)"
-            skips.append(skipped(ISTIO_GATEWAY, gateway, "spec.selector", reason))
-    if not selecting:
-        return []
-    groups: dict[str, list[tuple[Obj, dict[str, str], list[Obj]]]] = {}
-    for pod in pods:
-        meta = _mapping(pod.get("metadata"))
-        labels = _strings(meta.get("labels"))
-        if meta.get("deletionTimestamp") or MANAGED_LABEL in labels:
-            continue
-        if _text(_mapping(pod.get("status")).get("phase")) in ("Succeeded", "Failed"):
-            continue
-        chosen = [g for g, selector in selecting if all(labels.get(k) == v for k, v in selector.items())]
-        if not chosen:
-            continue
-        name = next((labels[k] for k in _CANONICAL_LABELS if labels.get(k)), "")
-        if not name:
-            reason = "selected by an Istio Gateway but has no app label (service.istio.io/canonical-name, app)"
-            skips.append(skipped(POD, pod, "metadata.labels", reason))
-            continue
-        key = f"{_text(meta.get('namespace'))}/{name}"
-        groups.setdefault(key, []).append((pod, labels, chosen))
-    found: list[GatewayPods] = []
-    for key, members in sorted(groups.items()):
-        if key in taken:
-            for pod, _, _ in members:
-                reason = (
-                    f"its gateway name {key} is an ingress Gateway's (Gateway API): the Istio Gateways are left out"
-                )
-                skips.append(skipped(POD, pod, "metadata.labels", reason))
-            continue
-        members.sort(key=lambda m: _text(_mapping(m[0].get("metadata")).get("name")))
-        first, labels, _ = members[0]
-        account = _text(_mapping(first.get("spec")).get("serviceAccountName")) or "default"
-        chosen_keys: dict[str, Obj] = {}
-        for pod, _, chosen in members:
-            if (_text(_mapping(pod.get("spec")).get("serviceAccountName")) or "default") != account:
-                reason = f"gateway {key}: its pods run as {account}; this pod's service account cannot read the config"
-                skips.append(skipped(POD, pod, "spec.serviceAccountName", reason))
-                continue
-            chosen_keys.update((_key(g), g) for g in chosen)
-        ordered = tuple(sorted(chosen_keys.values(), key=_order))
-        found.append(GatewayPods(key, key.partition("/")[0], account, labels, ordered))
-    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,7 +274,7 @@ class _Builder:
                 if not _served(server, vs):
                     continue
                 try:
-                    backends = gateway_tcp_route(_mapping(vs.obj.get("spec")), self.context(vs, server))
+                    backends = _tcp_route(_mapping(vs.obj.get("spec")), self.context(vs, server))
                 except BadField as bad:
                     self.problems.add(skipped(VIRTUAL_SERVICE, vs.obj, bad.field, bad.reason))
                     continue
@@ -379,7 +289,7 @@ class _Builder:
                 if server.gateway_key not in vs.gateways:
                     continue
                 try:
-                    routes = gateway_tls_routes(_mapping(vs.obj.get("spec")), self.context(vs, server))
+                    routes = _tls_routes(_mapping(vs.obj.get("spec")), self.context(vs, server))
                 except BadField as bad:
                     self.problems.add(skipped(VIRTUAL_SERVICE, vs.obj, bad.field, bad.reason))
                     continue
@@ -474,6 +384,38 @@ def translate_istio_gateways(
     if skips is not None:
         skips.extend(sorted(problems))
     return IstioGatewayTranslation(tuple(configs), tuple((g.key, g.account) for g in groups), tuple(groups))
+
+
+def _tcp_route(spec: Obj, ctx: RuleContext) -> tuple[WeightedBackend, ...] | None:
+    """At an Istio Gateway's TCP server: the backends of the first ``tcp`` rule holding for ``ctx`` (its port and
+    gateway), None when none does."""
+    for i, raw in enumerate(read_list(spec.get("tcp"), "spec.tcp")):
+        rule = read_mapping(raw, f"spec.tcp[{i}]")
+        matches = [
+            read_mapping(m, f"spec.tcp[{i}].match") for m in read_list(rule.get("match"), f"spec.tcp[{i}].match")
+        ]
+        if not matches or any(connection_match_holds(m, ctx) for m in matches):
+            return connection_backends(rule.get("route"), ctx, f"spec.tcp[{i}].route")
+    return None
+
+
+def _tls_routes(spec: Obj, ctx: RuleContext) -> list[tuple[tuple[str, ...], tuple[WeightedBackend, ...]]]:
+    """At an Istio Gateway's TLS passthrough server: each ``tls`` rule holding for ``ctx`` as (the ``sniHosts`` of
+    its matches that hold, its backends), in written order."""
+    out: list[tuple[tuple[str, ...], tuple[WeightedBackend, ...]]] = []
+    for i, raw in enumerate(read_list(spec.get("tls"), "spec.tls")):
+        rule = read_mapping(raw, f"spec.tls[{i}]")
+        hosts: list[str] = []
+        for j, m in enumerate(read_list(rule.get("match"), f"spec.tls[{i}].match")):
+            match = read_mapping(m, f"spec.tls[{i}].match[{j}]")
+            if connection_match_holds(match, ctx):
+                sni = read_list(match.get("sniHosts"), f"spec.tls[{i}].match[{j}].sniHosts")
+                hosts.extend(h.lower() for h in sni if isinstance(h, str) and h)
+        if hosts:
+            out.append(
+                (tuple(dict.fromkeys(hosts)), connection_backends(rule.get("route"), ctx, f"spec.tls[{i}].route"))
+            )
+    return out
 
 
 def _target_port(port: int, services: list[Obj]) -> int:

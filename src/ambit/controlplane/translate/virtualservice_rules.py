@@ -5,7 +5,7 @@ join a table, is :mod:`ambit.controlplane.translate.virtualservices`'s business;
 :mod:`ambit.controlplane.translate.virtualservice_values`'s. The same rules serve an Istio Gateway's server
 (:mod:`ambit.controlplane.translate.istio_gateways`): its :class:`RuleContext` names the Gateway, the server's
 port is the destination port, and a match's ``gateways`` must name that Gateway instead of ``mesh``;
-:func:`gateway_tcp_route` and :func:`gateway_tls_routes` give its TCP and TLS passthrough servers their rules.
+:func:`connection_match_holds` and :func:`connection_backends` serve its TCP and TLS passthrough servers.
 
 Rules:
 
@@ -99,12 +99,12 @@ __all__ = [
     "MESH",
     "BadField",
     "RuleContext",
+    "connection_backends",
+    "connection_match_holds",
     "connection_route",
     "for_mesh",
     "fqdn",
     "gateway_key",
-    "gateway_tcp_route",
-    "gateway_tls_routes",
     "http_rules",
     "parse_duration",
 ]
@@ -555,7 +555,7 @@ def http_rules(spec: Obj, ctx: RuleContext, problems: list[tuple[str, str]]) -> 
     return tuple(out)
 
 
-def _connection_backends(routes: Any, ctx: RuleContext, field: str) -> tuple[WeightedBackend, ...]:
+def connection_backends(routes: Any, ctx: RuleContext, field: str) -> tuple[WeightedBackend, ...]:
     items = read_list(routes, field)
     single = len(items) == 1
     out: list[WeightedBackend] = []
@@ -572,7 +572,7 @@ def _connection_backends(routes: Any, ctx: RuleContext, field: str) -> tuple[Wei
     return tuple(out)
 
 
-def _connection_match_holds(match: Obj, ctx: RuleContext) -> bool:
+def connection_match_holds(match: Obj, ctx: RuleContext) -> bool:
     if match.get("sourceLabels") or match.get("sourceNamespace") or match.get("destinationSubnets"):
         return False
     wanted = match.get("port")
@@ -589,40 +589,8 @@ def connection_route(spec: Obj, ctx: RuleContext, hostname: str) -> tuple[bool, 
                 for m in read_list(rule.get("match"), f"spec.{key}[{i}].match")
             ]
             holds = not matches or any(
-                _connection_match_holds(m, ctx) and (not tls or m.get("sniHosts") == [hostname]) for m in matches
+                connection_match_holds(m, ctx) and (not tls or m.get("sniHosts") == [hostname]) for m in matches
             )
             if holds:
-                return tls, _connection_backends(rule.get("route"), ctx, f"spec.{key}[{i}].route")
+                return tls, connection_backends(rule.get("route"), ctx, f"spec.{key}[{i}].route")
     return None
-
-
-def gateway_tcp_route(spec: Obj, ctx: RuleContext) -> tuple[WeightedBackend, ...] | None:
-    """At an Istio Gateway's TCP server: the backends of the first ``tcp`` rule holding for ``ctx`` (its port and
-    gateway), None when none does."""
-    for i, raw in enumerate(read_list(spec.get("tcp"), "spec.tcp")):
-        rule = read_mapping(raw, f"spec.tcp[{i}]")
-        matches = [
-            read_mapping(m, f"spec.tcp[{i}].match") for m in read_list(rule.get("match"), f"spec.tcp[{i}].match")
-        ]
-        if not matches or any(_connection_match_holds(m, ctx) for m in matches):
-            return _connection_backends(rule.get("route"), ctx, f"spec.tcp[{i}].route")
-    return None
-
-
-def gateway_tls_routes(spec: Obj, ctx: RuleContext) -> list[tuple[tuple[str, ...], tuple[WeightedBackend, ...]]]:
-    """At an Istio Gateway's TLS passthrough server: each ``tls`` rule holding for ``ctx`` as (the ``sniHosts`` of
-    its matches that hold, its backends), in written order."""
-    out: list[tuple[tuple[str, ...], tuple[WeightedBackend, ...]]] = []
-    for i, raw in enumerate(read_list(spec.get("tls"), "spec.tls")):
-        rule = read_mapping(raw, f"spec.tls[{i}]")
-        hosts: list[str] = []
-        for j, m in enumerate(read_list(rule.get("match"), f"spec.tls[{i}].match")):
-            match = read_mapping(m, f"spec.tls[{i}].match[{j}]")
-            if _connection_match_holds(match, ctx):
-                sni = read_list(match.get("sniHosts"), f"spec.tls[{i}].match[{j}].sniHosts")
-                hosts.extend(h.lower() for h in sni if isinstance(h, str) and h)
-        if hosts:
-            out.append(
-                (tuple(dict.fromkeys(hosts)), _connection_backends(rule.get("route"), ctx, f"spec.tls[{i}].route"))
-            )
-    return out
