@@ -124,6 +124,8 @@ def _hosts(server: Obj, gateway_ns: str) -> tuple[tuple[str, str], ...]:
         if not isinstance(entry, str) or not entry:
             continue
         namespace, slash, host = entry.rpartition("/")
+        if not host:
+            continue
         namespace = (gateway_ns if namespace == "." else namespace) if slash else "*"
         out.append((namespace, host.lower()))
     return tuple(dict.fromkeys(out))
