@@ -39,3 +39,64 @@ def customize_metrics_telemetry(service: str, namespace: str | None = None, **ex
         "metadata": metadata,
         "spec": customize_metrics_spec(service, **extra_tags),
     }
+
+
+def ingress_gateway(namespace: str | None = None, name: str = "gateway") -> dict[str, Any]:
+    """TestIngress' (and TestAuthorizationGateway's) Istio Gateway: port 80 HTTP for every host on the pods labelled
+    ``istio: ingressgateway``."""
+    metadata: dict[str, Any] = {"name": name}
+    if namespace is not None:
+        metadata["namespace"] = namespace
+    return {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "Gateway",
+        "metadata": metadata,
+        "spec": {
+            "selector": {"istio": "ingressgateway"},
+            "servers": [{"port": {"number": 80, "name": "http", "protocol": "HTTP"}, "hosts": ["*"]}],
+        },
+    }
+
+
+def ingress_route(destination: str, namespace: str | None = None) -> dict[str, Any]:
+    """TestIngress' VirtualService ``route``: every request through Gateway ``gateway`` to ``destination``."""
+    metadata: dict[str, Any] = {"name": "route"}
+    if namespace is not None:
+        metadata["namespace"] = namespace
+    return {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "VirtualService",
+        "metadata": metadata,
+        "spec": {
+            "gateways": ["gateway"],
+            "hosts": ["*"],
+            "http": [{"route": [{"destination": {"host": destination}}]}],
+        },
+    }
+
+
+def authorization_gateway_route(
+    destination: str, allow_port: int, deny_port: int, namespace: str | None = None
+) -> dict[str, Any]:
+    """TestAuthorizationGateway's VirtualService ``route``: ``/allowed`` to one port of ``destination``, ``/deny`` to
+    another."""
+    metadata: dict[str, Any] = {"name": "route"}
+    if namespace is not None:
+        metadata["namespace"] = namespace
+
+    def rule(path: str, port: int) -> dict[str, Any]:
+        return {
+            "match": [{"uri": {"exact": path}}],
+            "route": [{"destination": {"host": destination, "port": {"number": port}}}],
+        }
+
+    return {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "VirtualService",
+        "metadata": metadata,
+        "spec": {
+            "gateways": ["gateway"],
+            "hosts": ["*"],
+            "http": [rule("/allowed", allow_port), rule("/deny", deny_port)],
+        },
+    }

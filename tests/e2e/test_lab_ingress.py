@@ -437,3 +437,110 @@ def test_tls_passthrough_reaches_the_backend_that_terminates_it(lab: Lab) -> Non
         return accepted and tls.get("attachedRoutes") == 1 and kinds == ["TLSRoute"]
 
     wait_until("the TLSRoute is Accepted and attached to the tls listener", judged, 60, 1)
+
+
+CLASSIC_GATEWAY = Path(__file__).resolve().parents[2] / "deploy" / "overlays" / "lab-ingressgateway"
+CLASSIC_ID = "spiffe://cluster.local/ns/istio-system/sa/istio-ingressgateway-service-account"
+
+
+def test_istio_gateway_and_virtual_service_route_through_istio_ingressgateway(lab: Lab) -> None:
+    """Istio's TestIngress on the classic gateway (deploy/overlays/lab-ingressgateway): an Istio Gateway selecting
+    ``istio: ingressgateway`` and a VirtualService bound to it route ``curl`` on the host to the mesh Service; then
+    one TestAuthorizationGateway case, a policy on the gateway pods denying a path there (403), the rest allowed."""
+    from tests.upstream_objects import authorization_gateway_route, ingress_gateway, ingress_route
+
+    lab.kubectl("apply", "-k", str(CLASSIC_GATEWAY))
+    try:
+        before = classic_peer_connections(lab)
+        lab.apply(ingress_gateway(), ingress_route("echo"), namespace=APP)
+        lab.wait_pods_ready("istio-system", "istio=ingressgateway", 1, timeout=180)
+        ip = wait_until("istio-ingressgateway has its load-balancer address", lambda: lb_address(lab), 60, 1)
+        answer = wait_until(
+            "curl on the host reaches echo through istio-ingressgateway",
+            lambda: through_gateway(f"http://{ip}:80/hello"),
+            timeout=120,
+            interval=1,
+        )
+        assert answer["path"] == "/hello" and answer["pod"].startswith("echo-")
+        assert wait_until(
+            "the backend's node proxy saw the gateway's identity",
+            lambda: classic_peer_connections(lab) > before or None,
+            30,
+        )
+
+        policy = {
+            "apiVersion": "security.istio.io/v1",
+            "kind": "AuthorizationPolicy",
+            "metadata": {"name": "ingress-deny-path"},
+            "spec": {
+                "selector": {"matchLabels": {"istio": "ingressgateway"}},
+                "action": "DENY",
+                "rules": [{"to": [{"operation": {"paths": ["/deny"]}}]}],
+            },
+        }
+        lab.apply(authorization_gateway_route("echo", 80, 80), namespace=APP)
+        lab.apply(policy, namespace="istio-system")
+
+        def code(path: str) -> str:
+            return curl("-o", "/dev/null", "-w", "%{http_code}", f"http://{ip}:80{path}").stdout
+
+        wait_until("/deny is denied at the gateway", lambda: code("/deny") == "403", 60, 1)
+        assert code("/allowed") == "200"
+        assert code("/hello") == "404"  # the new route has only /allowed and /deny
+    finally:
+        lab.kubectl("delete", "authorizationpolicy", "ingress-deny-path", "-n", "istio-system", "--ignore-not-found")
+        lab.kubectl("delete", "-k", str(CLASSIC_GATEWAY), "--ignore-not-found", "--wait=true")
+
+
+def lb_address(lab: Lab) -> str | None:
+    service = lab.get("service", "istio-ingressgateway", "-n", "istio-system")
+    ingress = ((service.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+    return str(ingress[0]["ip"]) if ingress and ingress[0].get("ip") else None
+
+
+def classic_peer_connections(lab: Lab) -> int:
+    """Connections the node proxies accepted from istio-ingressgateway's identity (reporter="destination")."""
+    total = 0
+    for node in ("node-1", "node-2"):
+        for line in lab.node_proxy_metrics(node).splitlines():
+            if (
+                line.startswith("istio_tcp_connections_opened_total{")
+                and 'reporter="destination"' in line
+                and f'source_principal="{CLASSIC_ID}"' in line
+            ):
+                total += int(float(line.rsplit(" ", 1)[1]))
+    return total
+
+
+def test_istio_gateway_https_simple_serves_the_credential_from_istio_system(lab: Lab, certs: Certificates) -> None:
+    """An Istio Gateway HTTPS server (``tls.mode: SIMPLE``, ``credentialName`` a Secret in istio-system, where the
+    gateway runs) on istio-ingressgateway's port 443: ``curl`` verifies the certificate and reaches echo."""
+    from tests.upstream_objects import ingress_gateway, ingress_route
+
+    lab.kubectl("apply", "-k", str(CLASSIC_GATEWAY))
+    secret = tls_secret("secure-example", certs.issue("secure.example"))
+    try:
+        lab.apply(secret, namespace="istio-system")
+        gateway = ingress_gateway()
+        gateway["metadata"]["name"] = "secure"
+        gateway["spec"]["servers"] = [
+            {
+                "port": {"number": 443, "name": "https", "protocol": "HTTPS"},
+                "hosts": ["secure.example"],
+                "tls": {"mode": "SIMPLE", "credentialName": "secure-example"},
+            }
+        ]
+        route = ingress_route("echo")
+        route["metadata"]["name"] = "secure"
+        route["spec"]["gateways"] = ["secure"]
+        route["spec"]["hosts"] = ["secure.example"]
+        lab.apply(gateway, route, namespace=APP)
+        lab.wait_pods_ready("istio-system", "istio=ingressgateway", 1, timeout=180)
+        ip = wait_until("istio-ingressgateway has its load-balancer address", lambda: lb_address(lab), 60, 1)
+        url = "https://secure.example/tls"
+        args = ("--cacert", str(certs.ca_file), "--resolve", f"secure.example:443:{ip}", url)
+        answer = wait_until("curl verifies the gateway and reaches echo", lambda: through_gateway(*args), 120, 1)
+        assert answer["path"] == "/tls" and answer["pod"].startswith("echo-")
+    finally:
+        lab.kubectl("delete", "secret", "secure-example", "-n", "istio-system", "--ignore-not-found")
+        lab.kubectl("delete", "-k", str(CLASSIC_GATEWAY), "--ignore-not-found", "--wait=true")

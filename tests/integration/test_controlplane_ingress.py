@@ -267,3 +267,52 @@ async def test_tls_passthrough_and_tcp_listeners_get_their_tlsroutes_and_tcprout
         )
 
     await eventually(judged)
+
+
+async def test_istio_gateway_servers_and_virtual_services_reach_the_selected_pods_account_only(
+    kube: KubeClient, plane: ControlPlane
+) -> None:
+    """Istio's Gateway (networking.istio.io) selecting pods by label: the config named ``<ns>/<app label>`` reaches
+    the pods' service account, with the HTTP server routed by the bound VirtualService and the HTTPS server's
+    credential from the pods' namespace; another account naming it gets nothing."""
+    from tests.upstream_objects import ingress_gateway, ingress_route
+
+    ns = f"ig-{secrets.token_hex(3)}"
+    await kube.create(kinds.NAMESPACES, {"metadata": {"name": ns}})
+    await kube.create(kinds.SERVICES, {"metadata": {"name": "echo"}, "spec": {"ports": [{"port": 80}]}}, ns)
+    pair = issue_server_cert(CA, common_name="a.example", dns_names=["a.example"], ip_addresses=[], now=time.time())
+    await kube.create(kinds.SECRETS, tls_secret("edge-cert", pair), ns)
+    labels = {"app": "istio-ingressgateway", "istio": "ingressgateway"}
+    pod = {
+        "metadata": {"name": "istio-ingressgateway-0", "labels": labels},
+        "spec": {"serviceAccountName": "gw-sa", "containers": [{"name": "istio-proxy", "image": "ambit"}]},
+    }
+    await kube.create(kinds.PODS, pod, ns)
+    gateway = ingress_gateway()
+    gateway["spec"]["servers"].append(
+        {
+            "port": {"number": 443, "name": "https", "protocol": "HTTPS"},
+            "hosts": ["a.example"],
+            "tls": {"mode": "SIMPLE", "credentialName": "edge-cert"},
+        }
+    )
+    await kube.create(kinds.ISTIO_GATEWAYS, gateway, ns)
+    await kube.create(kinds.VIRTUAL_SERVICES, ingress_route("echo"), ns)
+    name = f"{ns}/istio-ingressgateway"
+    async with (
+        subscribe(kube, plane, ns, "gw-sa", [name]) as owner,
+        subscribe(kube, plane, ns, "intruder", [name]) as intruder,
+    ):
+
+        def served() -> GatewayConfig | None:
+            config = owner.config(name)
+            return config if config is not None and len(config.listeners) == 2 else None
+
+        config = await eventually(served)
+        http, https = config.listeners
+        assert (http.port, http.protocol) == (80, ListenerProtocol.HTTP)
+        backend = http.virtual_hosts[0].http[0].backends[0].backend
+        assert backend is not None and backend.hostname == f"echo.{ns}.svc.cluster.local"
+        assert (https.port, https.hostname, https.certificates[0].cert_pem) == (443, "a.example", pair.cert_pem)
+        assert https.virtual_hosts[0].hostname == "a.example"
+        assert intruder.held == {} and intruder.sent == []

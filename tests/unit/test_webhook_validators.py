@@ -794,14 +794,63 @@ def test_several_errors_are_all_reported() -> None:
     ]
 
 
-ISTIO_GATEWAY_SERVER = {"port": {"number": 443, "name": "https", "protocol": "HTTPS"}, "hosts": ["apps/*.example.com"]}
+ISTIO_GATEWAY_SERVER = {"port": {"number": 80, "name": "http", "protocol": "HTTP"}, "hosts": ["apps/*.example.com"]}
+HTTPS_PORT = {"number": 443, "name": "https", "protocol": "HTTPS"}
 
 
 @pytest.mark.parametrize(
     ("spec", "path", "message"),
     [
         ({"selector": {"istio": "ingressgateway"}, "servers": [ISTIO_GATEWAY_SERVER]}, "", ""),
-        ({"servers": [{**ISTIO_GATEWAY_SERVER, "tls": {"mode": "SIMPLE", "credentialName": "c"}}]}, "", ""),
+        (
+            {
+                "servers": [
+                    {**ISTIO_GATEWAY_SERVER, "port": HTTPS_PORT, "tls": {"mode": "SIMPLE", "credentialName": "c"}}
+                ]
+            },
+            "",
+            "",
+        ),
+        ({"servers": [{**ISTIO_GATEWAY_SERVER, "tls": {"httpsRedirect": True}}]}, "", ""),
+        ({"servers": [{**ISTIO_GATEWAY_SERVER, "port": HTTPS_PORT}]}, "spec.servers[0].tls", "needs TLS settings"),
+        (
+            {"servers": [{**ISTIO_GATEWAY_SERVER, "port": HTTPS_PORT, "tls": {"mode": "SIMPLE"}}]},
+            "spec.servers[0].tls.credentialName",
+            "SIMPLE TLS needs credentialName",
+        ),
+        (
+            {"servers": [{**ISTIO_GATEWAY_SERVER, "tls": {"mode": "SIMPLE", "credentialName": "c"}}]},
+            "spec.servers[0].tls",
+            "HTTP server cannot have TLS settings",
+        ),
+        (
+            {"servers": [{**ISTIO_GATEWAY_SERVER, "port": {**HTTPS_PORT, "protocol": "QUIC"}}]},
+            "spec.servers[0].port.protocol",
+            "'QUIC' is not one of",
+        ),
+        (
+            {"servers": [{**ISTIO_GATEWAY_SERVER, "port": {"number": 80, "protocol": "HTTP"}}]},
+            "spec.servers[0].port.name",
+            "required",
+        ),
+        (
+            {
+                "servers": [
+                    {**ISTIO_GATEWAY_SERVER, "port": {**HTTPS_PORT, "targetPort": 8443}, "tls": {"mode": "PASSTHROUGH"}}
+                ]
+            },
+            "spec.servers[0].port.targetPort",
+            "no effect",
+        ),
+        (
+            {
+                "servers": [
+                    {**ISTIO_GATEWAY_SERVER, "port": HTTPS_PORT, "tls": {"mode": "ISTIO_MUTUAL", "credentialName": "c"}}
+                ]
+            },
+            "spec.servers[0].tls",
+            "ISTIO_MUTUAL",
+        ),
         ({"servers": [{**ISTIO_GATEWAY_SERVER, "hosts": ["*"]}]}, "", ""),
         ({"selector": {"istio": "ingressgateway"}}, "spec.servers", "required"),
         ({"servers": "all"}, "spec.servers", "expected"),

@@ -2,15 +2,15 @@
 
 Theory of operation: informers over Pods, Services, EndpointSlices, Namespaces, Nodes, ServiceEntries,
 WorkloadEntries, AuthorizationPolicies, PeerAuthentications, DestinationRules, Gateways, GatewayClasses, HTTPRoutes,
-GRPCRoutes, TCPRoutes, TLSRoutes and ReferenceGrants fill their caches; every change only marks the view dirty. A
-Node update marks it only when the Node's locality labels changed (Nodes' status changes all the time and only their
-locality is translated); a Gateway or ServiceEntry update only when its spec, metadata or ``status.addresses``
-changed (a ServiceEntry's auto-allocated addresses are kept there); an update of a kind whose status is not
-translated (policies, DestinationRules, Services, GatewayClasses, routes, ReferenceGrants) only when its spec or
-metadata changed, so the control plane's own status writes cause no translation. One task waits for the mark, lets
-``debounce`` seconds pass so that a burst of changes (a Deployment scaling up, a namespace being deleted) becomes
-one translation, clears the mark, translates the caches (:func:`ambit.controlplane.translate.translate_all`) and
-hands the result to ``on_config``, then what the translation had to leave out to ``on_skipped``, the policies'
+GRPCRoutes, TCPRoutes, TLSRoutes, ReferenceGrants and Istio's own Gateways fill their caches; every change only
+marks the view dirty. A Node update marks it only when the Node's locality labels changed (Nodes' status changes all
+the time and only their locality is translated); a Gateway or ServiceEntry update only when its spec, metadata or
+``status.addresses`` changed (a ServiceEntry's auto-allocated addresses are kept there); an update of a kind whose
+status is not translated (policies, DestinationRules, Services, GatewayClasses, routes, ReferenceGrants) only when
+its spec or metadata changed, so the control plane's own status writes cause no translation. One task waits for the
+mark, lets ``debounce`` seconds pass so that a burst of changes (a Deployment scaling up, a namespace being deleted)
+becomes one translation, clears the mark, translates the caches (:func:`ambit.controlplane.translate.translate_all`)
+and hands the result to ``on_config``, then what the translation had to leave out to ``on_skipped``, the policies'
 status to ``on_status`` and the Services' and ServiceEntries' waypoint status to ``on_waypoint_status`` and the
 whole translation (waypoint configurations, route status) to ``on_routes`` (when given).
 
@@ -80,6 +80,7 @@ OPTIONAL_KINDS = (
     kinds.TLS_ROUTES,
     kinds.REFERENCE_GRANTS,
     kinds.VIRTUAL_SERVICES,
+    kinds.ISTIO_GATEWAYS,
     kinds.SECRETS,
 )
 """Kinds served by CRDs (and Nodes, which need cluster-wide read): the view goes on without them when the cluster
@@ -100,8 +101,15 @@ SPEC_ONLY_KINDS = (
     kinds.TLS_ROUTES,
     kinds.REFERENCE_GRANTS,
     kinds.VIRTUAL_SERVICES,
+    kinds.ISTIO_GATEWAYS,
 )
 """Kinds whose translation reads only their spec and metadata: a status-only update changes nothing."""
+
+
+def cache_name(kind: kinds.ResourceKind) -> str:
+    """The name of ``kind``'s cache (:meth:`ClusterView.items`): its plural, but ``gateways.networking.istio.io``
+    for Istio's Gateway, whose plural is Gateway API's too."""
+    return f"{kind.plural}.{kind.group}" if kind is kinds.ISTIO_GATEWAYS else kind.plural
 
 
 def _translated_part(obj: dict[str, Any]) -> tuple[Any, ...]:
@@ -168,7 +176,7 @@ class ClusterView:
         """Plural names of the optional kinds the cluster does not serve (or does not let us list)."""
         self._dirty = asyncio.Event()
         self._informers = {
-            kind.plural: Informer(
+            cache_name(kind): Informer(
                 client,
                 kind,
                 on_add=self._changed,
@@ -236,6 +244,7 @@ class ClusterView:
             tls_routes=self.items("tlsroutes"),
             reference_grants=self.items("referencegrants"),
             virtual_services=self.items("virtualservices"),
+            istio_gateways=self.items(cache_name(kinds.ISTIO_GATEWAYS)),
             request_authentications=self.items("requestauthentications"),
             destination_rules=self.items("destinationrules"),
             secrets=self.items("secrets"),
@@ -277,7 +286,7 @@ class ClusterView:
             return  # the API server is unreachable: the informer retries, and the sync waits for it
         else:
             return
-        self.absent.add(kind.plural)
+        self.absent.add(cache_name(kind))
 
     async def start(self) -> None:
         """Start the informers, wait until each has listed, hand over once, then follow changes."""

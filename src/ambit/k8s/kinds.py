@@ -102,6 +102,8 @@ DESTINATION_RULES = ResourceKind("networking.istio.io", "v1", "destinationrules"
 SERVICE_ENTRIES = ResourceKind("networking.istio.io", "v1", "serviceentries", "ServiceEntry")
 WORKLOAD_ENTRIES = ResourceKind("networking.istio.io", "v1", "workloadentries", "WorkloadEntry")
 VIRTUAL_SERVICES = ResourceKind("networking.istio.io", "v1", "virtualservices", "VirtualService")
+ISTIO_GATEWAYS = ResourceKind("networking.istio.io", "v1", "gateways", "Gateway")
+"""Istio's own ``Gateway`` (servers on selected gateway pods), not Gateway API's :data:`GATEWAYS`."""
 TELEMETRIES = ResourceKind("telemetry.istio.io", "v1", "telemetries", "Telemetry")
 # Gateway API
 GATEWAY_CLASSES = ResourceKind("gateway.networking.k8s.io", "v1", "gatewayclasses", "GatewayClass", namespaced=False)

@@ -4,7 +4,8 @@ Theory of operation: :func:`translate_all` takes snapshots of the kinds istiod's
 Services, EndpointSlices, Namespaces, ServiceEntries, WorkloadEntries, and Nodes for the pods' locality; spec §10.1)
 and for L4 policy (AuthorizationPolicies, PeerAuthentications; spec §7) and for waypoints (Gateways, GatewayClasses,
 the HTTPRoutes, GRPCRoutes, TCPRoutes, TLSRoutes, ReferenceGrants and VirtualServices of their routing, spec §1.4,
-the RequestAuthentications attached to them, spec §7.5, and the DestinationRules that apply to their Services) and
+the RequestAuthentications attached to them, spec §7.5, and the DestinationRules that apply to their Services), and
+Istio's own Gateways with the VirtualServices bound to them (classic ingress gateways, ``istio_gateways``), and
 returns a
 :class:`Translation`: one :class:`LocalConfig` (workloads, services, policies), the ``ZtunnelAccepted`` status of
 each AuthorizationPolicy and the ``istio.io/WaypointBound`` status of Services and ServiceEntries
@@ -36,6 +37,7 @@ pods' locality), ``waypoints`` (Gateways become waypoints, labels bind to them),
 ``requestauth`` (RequestAuthentications attached by ``targetRefs`` join their waypoints' configs),
 ``destinationrules`` (the DestinationRule each waypoint applies to each Service it serves, subsets resolved to
 workload uids), ``telemetry`` (Telemetries become each waypoint's metric overrides per destination service),
+``istio_gateways`` (Istio Gateways and their VirtualServices become the configs of the gateway pods they select),
 ``protocols`` (a port's application protocol), ``skips`` (what was left out).
 """
 
@@ -57,6 +59,7 @@ from ambit.controlplane.translate.gateway_policies import (
 )
 from ambit.controlplane.translate.index import ServiceIndex
 from ambit.controlplane.translate.ingress import merge_route_status, translate_ingress
+from ambit.controlplane.translate.istio_gateways import translate_istio_gateways
 from ambit.controlplane.translate.listeners import is_ingress
 from ambit.controlplane.translate.nodes import node_localities
 from ambit.controlplane.translate.peerauth import PeerAuthIndex
@@ -188,6 +191,7 @@ def translate_all(
     tls_routes: Iterable[Mapping[str, Any]] = (),
     reference_grants: Iterable[Mapping[str, Any]] = (),
     virtual_services: Iterable[Mapping[str, Any]] = (),
+    istio_gateways: Iterable[Mapping[str, Any]] = (),
     request_authentications: Iterable[Mapping[str, Any]] = (),
     destination_rules: Iterable[Mapping[str, Any]] = (),
     secrets: Iterable[Mapping[str, Any]] = (),
@@ -205,6 +209,7 @@ def translate_all(
     calls (the caller owns it and passes the same one each time), so only changed policies are translated again.
     """
     skips: list[Skipped] = []
+    pods, virtual_services = list(pods), list(virtual_services)
     policies: list[Policy] = []
     statuses: list[PolicyStatus] = []
     by_namespace: dict[str, list[PolicySelection]] = {}
@@ -334,6 +339,18 @@ def translate_all(
         reference_grants=reference_grants,
         namespace_labels={str((n.get("metadata") or {}).get("name")): object_labels(n) for n in namespace_list},
     )
+    classic = translate_istio_gateways(
+        gateways=istio_gateways,
+        virtual_services=virtual_services,
+        pods=pods,
+        services=translated,
+        service_objects=service_list,
+        find_secret=lambda namespace, name: secret_table.get((namespace, name)),
+        taken=frozenset(c.gateway for c in ingress.configs),
+        domain=domain,
+        skips=skips,
+    )
+    ingress_pods.extend(g.as_ingress_pods() for g in classic.pods)
     gateway_authz = gateway_authorization_policies(
         ingress_pods,
         waypoint_policies,
@@ -347,7 +364,7 @@ def translate_all(
             policies=gateway_authz.get(c.gateway, ()),
             request_authentications=gateway_authn.get(c.gateway, ()),
         )
-        for c in ingress.configs
+        for c in (*ingress.configs, *classic.configs)
     )
     index = ServiceIndex.build(service_list, endpoint_slices, domain=domain, extra=selections(entries))
     workloads: list[Workload] = []
@@ -432,7 +449,7 @@ def translate_all(
         route_status=merge_route_status(routes.status, ingress.status),
         waypoint_accounts=routes.accounts,
         gateway_configs=gateway_configs,
-        gateway_accounts=ingress.accounts,
+        gateway_accounts=(*ingress.accounts, *classic.accounts),
         waypoint_policy_status=tuple(
             sorted((t.status for t in waypoint_policies if t.status is not None), key=lambda s: s.key)
         ),

@@ -2,7 +2,10 @@
 istiod's waypoint translates them (``listener_waypoint.go`` ``waypointInboundRoute``, ``getWaypointTCPRoutes``;
 ``route.go`` ``TranslateRoute``, ``TranslateRouteMatch``). Which VirtualServices apply where, and how their rules
 join a table, is :mod:`ambit.controlplane.translate.virtualservices`'s business; reading and checking each value,
-:mod:`ambit.controlplane.translate.virtualservice_values`'s.
+:mod:`ambit.controlplane.translate.virtualservice_values`'s. The same rules serve an Istio Gateway's server
+(:mod:`ambit.controlplane.translate.istio_gateways`): its :class:`RuleContext` names the Gateway, the server's
+port is the destination port, and a match's ``gateways`` must name that Gateway instead of ``mesh``;
+:func:`connection_match_holds` and :func:`connection_backends` serve its TCP and TLS passthrough servers.
 
 Rules:
 
@@ -92,7 +95,19 @@ from ambit.model.routes import (
 )
 from ambit.model.workload import Service
 
-__all__ = ["MESH", "BadField", "RuleContext", "connection_route", "for_mesh", "fqdn", "http_rules", "parse_duration"]
+__all__ = [
+    "MESH",
+    "BadField",
+    "RuleContext",
+    "connection_backends",
+    "connection_match_holds",
+    "connection_route",
+    "for_mesh",
+    "fqdn",
+    "gateway_key",
+    "http_rules",
+    "parse_duration",
+]
 
 MESH = "mesh"
 MISSING_BACKEND = 503
@@ -117,6 +132,14 @@ def for_mesh(gateways: Any) -> bool:
     return not isinstance(gateways, list) or not gateways or MESH in gateways
 
 
+def gateway_key(reference: str, namespace: str) -> str:
+    """A VirtualService's ``gateways`` entry as ``namespace/name``: ``name`` is in the VirtualService's
+    ``namespace``; ``mesh`` stays ``mesh``."""
+    if reference == MESH or "/" in reference:
+        return reference
+    return f"{namespace}/{reference}"
+
+
 @dataclass(frozen=True, slots=True)
 class RuleContext:
     """What converting one VirtualService for one destination port needs."""
@@ -126,6 +149,18 @@ class RuleContext:
     domain: str
     port: int
     by_hostname: Mapping[str, tuple[Service, ...]]
+    gateway: str = ""
+    """``namespace/name`` of the Istio Gateway whose server the rules are for; empty: for the waypoints (``mesh``)."""
+
+    def holds_for(self, gateways: Any) -> bool:
+        """Whether a ``gateways`` list (of a rule's match) lets it hold here: at a waypoint, empty or naming
+        ``mesh``; at an Istio Gateway's server, empty or naming that Gateway (``name`` in the VirtualService's
+        namespace, or ``namespace/name``)."""
+        if not self.gateway:
+            return for_mesh(gateways)
+        if not isinstance(gateways, list) or not gateways:
+            return True
+        return self.gateway in {gateway_key(g, self.namespace) for g in gateways if isinstance(g, str)}
 
     @property
     def route(self) -> str:
@@ -180,14 +215,14 @@ def _header_matches(value: Any, field: str) -> tuple[ValueMatch, ...]:
     return tuple(out)
 
 
-def _match_holds_here(match: Obj, port: int) -> bool:
-    """Rule 3: whether a match entry can hold at this waypoint for ``port`` (else it is dropped)."""
+def _match_holds_here(match: Obj, ctx: RuleContext) -> bool:
+    """Rule 3: whether a match entry can hold at this waypoint (or gateway server) for its port (else dropped)."""
     if match.get("sourceLabels"):
         return False
-    if not for_mesh(match.get("gateways")):
+    if not ctx.holds_for(match.get("gateways")):
         return False
     wanted = match.get("port")
-    if isinstance(wanted, int) and wanted and wanted != port:
+    if isinstance(wanted, int) and wanted and wanted != ctx.port:
         return False
     return not match.get("sourceNamespace")
 
@@ -499,7 +534,7 @@ def http_rules(spec: Obj, ctx: RuleContext, problems: list[tuple[str, str]]) -> 
                 where = f"{field}.match[{j}]"
                 try:
                     match_spec = read_mapping(raw_match, where)
-                    if not _match_holds_here(match_spec, ctx.port):
+                    if not _match_holds_here(match_spec, ctx):
                         continue
                     route_match = _route_match(match_spec, where)
                     out.append(_http_rule(rule, route_match, ctx, field, notes))
@@ -520,7 +555,7 @@ def http_rules(spec: Obj, ctx: RuleContext, problems: list[tuple[str, str]]) -> 
     return tuple(out)
 
 
-def _connection_backends(routes: Any, ctx: RuleContext, field: str) -> tuple[WeightedBackend, ...]:
+def connection_backends(routes: Any, ctx: RuleContext, field: str) -> tuple[WeightedBackend, ...]:
     items = read_list(routes, field)
     single = len(items) == 1
     out: list[WeightedBackend] = []
@@ -537,11 +572,11 @@ def _connection_backends(routes: Any, ctx: RuleContext, field: str) -> tuple[Wei
     return tuple(out)
 
 
-def _connection_match_holds(match: Obj, port: int) -> bool:
+def connection_match_holds(match: Obj, ctx: RuleContext) -> bool:
     if match.get("sourceLabels") or match.get("sourceNamespace") or match.get("destinationSubnets"):
         return False
     wanted = match.get("port")
-    return for_mesh(match.get("gateways")) and not (isinstance(wanted, int) and wanted and wanted != port)
+    return ctx.holds_for(match.get("gateways")) and not (isinstance(wanted, int) and wanted and wanted != ctx.port)
 
 
 def connection_route(spec: Obj, ctx: RuleContext, hostname: str) -> tuple[bool, tuple[WeightedBackend, ...]] | None:
@@ -554,8 +589,8 @@ def connection_route(spec: Obj, ctx: RuleContext, hostname: str) -> tuple[bool, 
                 for m in read_list(rule.get("match"), f"spec.{key}[{i}].match")
             ]
             holds = not matches or any(
-                _connection_match_holds(m, ctx.port) and (not tls or m.get("sniHosts") == [hostname]) for m in matches
+                connection_match_holds(m, ctx) and (not tls or m.get("sniHosts") == [hostname]) for m in matches
             )
             if holds:
-                return tls, _connection_backends(rule.get("route"), ctx, f"spec.{key}[{i}].route")
+                return tls, connection_backends(rule.get("route"), ctx, f"spec.{key}[{i}].route")
     return None

@@ -16,6 +16,8 @@ from ambit.controlplane.webhook.fields import Fields, is_dns_label, is_hostname
 TLS_MODES = ("DISABLE", "SIMPLE", "MUTUAL", "ISTIO_MUTUAL")
 LOAD_BALANCERS = ("UNSPECIFIED", "LEAST_CONN", "RANDOM", "PASSTHROUGH", "ROUND_ROBIN", "LEAST_REQUEST")
 OUTBOUND_MODES = ("REGISTRY_ONLY", "ALLOW_ANY")
+SERVER_PROTOCOLS = ("HTTP", "HTTPS", "HTTP2", "GRPC", "GRPC-WEB", "HTTP_PROXY", "TCP", "TLS", "MONGO", "REDIS", "MYSQL")
+"""Istio's protocol names a Gateway server may use (case-insensitive)."""
 SERVER_TLS_MODES = ("PASSTHROUGH", "SIMPLE", "MUTUAL", "AUTO_PASSTHROUGH", "ISTIO_MUTUAL", "OPTIONAL_MUTUAL")
 _TRAFFIC_POLICY = (
     "loadBalancer",
@@ -138,8 +140,12 @@ def validate_istio_gateway(obj: dict[str, Any]) -> Fields:
         f.mapping(server, path, known=("port", "bind", "hosts", "tls", "name", "defaultEndpoint"))
         port = f.mapping(server.get("port"), f"{path}.port", required=True)
         f.port(port.get("number"), f"{path}.port.number", required=True)
-        f.string(port.get("protocol"), f"{path}.port.protocol", required=True)
-        f.string(port.get("name"), f"{path}.port.name")
+        protocol = f.string(port.get("protocol"), f"{path}.port.protocol", required=True)
+        if protocol is not None and protocol.upper() not in SERVER_PROTOCOLS:
+            f.error(f"{path}.port.protocol", f"{protocol!r} is not one of {', '.join(SERVER_PROTOCOLS)}")
+        f.string(port.get("name"), f"{path}.port.name", required=bool(port))
+        if port.get("targetPort") is not None:
+            f.error(f"{path}.port.targetPort", "targetPort has no effect on a Gateway: the Service maps ports")
         for host_path, host in f.strings(server.get("hosts"), f"{path}.hosts", required=True):
             namespace, slash, name = host.rpartition("/")
             if slash and not (namespace in ("*", ".") or is_dns_label(namespace)):
@@ -148,9 +154,39 @@ def validate_istio_gateway(obj: dict[str, Any]) -> Fields:
                 f.error(host_path, f"{name!r} is not a DNS name, a '*.' wildcard or '*'")
         tls = f.mapping(f.get(server, "tls"), f"{path}.tls")
         f.enum(tls.get("mode"), f"{path}.tls.mode", SERVER_TLS_MODES)
+        if isinstance(protocol, str) and protocol.upper() in SERVER_PROTOCOLS:
+            _server_tls(f, protocol.upper(), server.get("tls"), tls, f"{path}.tls")
+        _tls_sources(f, tls, f"{path}.tls")
         f.string(f.get(server, "bind"), f"{path}.bind")
         f.string(f.get(server, "name"), f"{path}.name")
     return f
+
+
+def _server_tls(f: Fields, protocol: str, given: Any, tls: dict[str, Any], path: str) -> None:
+    """Istio's rules for a server's TLS settings: HTTPS and TLS need them; a plain-text port takes none (HTTP only
+    ``httpsRedirect``); SIMPLE and MUTUAL need a certificate source; ISTIO_MUTUAL takes none."""
+    if protocol in ("HTTPS", "TLS"):
+        if given is None:
+            f.error(path, f"a {protocol} server needs TLS settings (tls.mode)")
+        return
+    if given is None:
+        return
+    certificates = ("credentialName", "credentialNames", "serverCertificate", "privateKey", "caCertificates")
+    plain_redirect = (
+        protocol == "HTTP" and tls.get("mode") in (None, "PASSTHROUGH") and not any(tls.get(k) for k in certificates)
+    )
+    if not plain_redirect:
+        f.error(path, f"a {protocol} server cannot have TLS settings (only httpsRedirect on HTTP)")
+
+
+def _tls_sources(f: Fields, tls: dict[str, Any], path: str) -> None:
+    mode = tls.get("mode")
+    named = bool(tls.get("credentialName") or tls.get("credentialNames"))
+    files = bool(tls.get("serverCertificate") and tls.get("privateKey")) or bool(tls.get("tlsCertificates"))
+    if mode == "ISTIO_MUTUAL" and (named or files):
+        f.error(path, "ISTIO_MUTUAL uses the gateway's mesh certificate: no credentialName or certificate files")
+    elif mode in ("SIMPLE", "MUTUAL", "OPTIONAL_MUTUAL") and not (named or files):
+        f.error(f"{path}.credentialName", f"{mode} TLS needs credentialName (a kubernetes.io/tls Secret)")
 
 
 def _host(f: Fields, value: Any, path: str, *, required: bool) -> None:

@@ -1,0 +1,459 @@
+"""Istio's own ``Gateway`` (``networking.istio.io``) and the VirtualServices bound to it → the
+:class:`~ambit.model.ingress.GatewayConfig` of the gateway pods it selects (spec §1.5), as istiod builds a gateway
+proxy's listeners and routes (``pilot/pkg/model/gateway.go`` ``MergeGateways``; ``networking/core/gateway.go``).
+
+Theory of operation: a classic gateway is a group of pods (istio's ``istio-ingressgateway`` Deployment, label
+``istio: ingressgateway``), not a Gateway object: every Gateway whose ``selector`` matches a pod's labels puts its
+servers on that pod. :func:`~ambit.controlplane.translate.istio_gateway_pods.find_gateway_pods` groups the selected
+pods; :func:`translate_istio_gateways` merges the servers of every Gateway selecting a group into that group's
+listeners and fills them with the VirtualServices bound to those Gateways, converting each VirtualService's rules
+once per server port with the waypoints' rule translation (:mod:`ambit.controlplane.translate.virtualservice_rules`,
+its ``RuleContext`` naming the Gateway). Pure: no I/O, deterministic output; what cannot be served is a
+:class:`~ambit.controlplane.translate.skips.Skipped` on the Gateway or VirtualService, never an exception.
+
+Rules (1 and 2, which pods a Gateway selects and how they group into gateways, are
+:mod:`ambit.controlplane.translate.istio_gateway_pods`'s):
+
+3. Servers, merged over the Gateways of a group ordered by creation time, then namespace/name: ``port.number``
+   1-65535; ``protocol`` (case-insensitive) ``HTTP``, ``HTTP2``, ``GRPC`` serve HTTP; ``HTTPS`` with ``tls.mode``
+   ``SIMPLE`` terminates TLS with the ``credentialName`` Secret (a valid ``kubernetes.io/tls`` Secret in the
+   gateway pods' namespace, as istiod reads it from the gateway's namespace); ``HTTPS`` or ``TLS`` with mode
+   ``PASSTHROUGH`` (the API's default) relay TLS routed by SNI; ``TCP`` relays. Other protocols and modes
+   (``MUTUAL``, ``ISTIO_MUTUAL``, ``AUTO_PASSTHROUGH``, ``TLS`` with ``SIMPLE``) are skipped with the reason. A port
+   serves one kind of listener: the first server on a port fixes it and later servers of another kind are skipped.
+   The port a server names is a Service port (istiod's ``resolvePorts`` with the legacy selector): when a Service
+   of the gateway pods' namespace selects them and has that port, the listener binds its numeric ``targetPort``
+   (the first such Service by name; ``istio-ingressgateway`` maps 80 to 8080, so the proxy needs no privilege),
+   else the port itself. Rules match (``match.port``) against the server's port as written.
+4. Hosts: ``namespace/host``; a host without ``/`` is ``*/host``; ``.`` is the Gateway's namespace. A VirtualService
+   of namespace N sees the server hosts of namespace ``*`` or N.
+5. Binding: a VirtualService binds when its ``gateways`` name the Gateway (``name`` in the VirtualService's
+   namespace, or ``namespace/name``), it is exported to the gateway pods' namespace (``exportTo`` empty, ``*``,
+   ``.`` in its own namespace, or naming it), and one of its ``hosts`` intersects a visible server host (either
+   covers the other: the narrower is served, istiod's ``Intersection``). Bound VirtualServices are ordered by
+   creation time, then name, then namespace.
+6. HTTP ports: one listener, without hostname, whose virtual hosts are the intersected hostnames, each with the
+   rules of every bound VirtualService for it, concatenated in rule 5's order (istiod appends to a duplicate
+   virtual host). HTTPS ports: one listener per server host (its hostname picks by SNI; ``*`` takes the rest), with
+   that server's certificate and the virtual hosts of that server; a host another server took on that port first
+   is skipped. TCP ports: one virtual host ``*`` with the first bound VirtualService's first ``tcp`` rule that holds
+   for the port. TLS passthrough ports: a virtual host per ``sniHosts`` entry of the bound VirtualServices' ``tls``
+   rules that a server host covers, the first VirtualService in rule 5's order winning a name. ``httpsRedirect``
+   is not applied (reported; the server answers over HTTP).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ambit.controlplane.translate.istio_gateway_pods import ISTIO_GATEWAY, GatewayPods, find_gateway_pods
+from ambit.controlplane.translate.listeners import SecretLookup
+from ambit.controlplane.translate.skips import Skipped, skipped
+from ambit.controlplane.translate.virtualservice_rules import (
+    BadField,
+    RuleContext,
+    connection_backends,
+    connection_match_holds,
+    fqdn,
+    gateway_key,
+    http_rules,
+)
+from ambit.controlplane.translate.virtualservice_values import read_list, read_mapping
+from ambit.controlplane.translate.virtualservices import VIRTUAL_SERVICE, host_matches
+from ambit.model.ingress import GatewayConfig, IngressCertificate, IngressListener, ListenerProtocol, VirtualHost
+from ambit.model.routes import RouteRule, WeightedBackend
+from ambit.model.workload import Service
+from ambit.tls.credentials import CredentialProblem, read_tls_secret
+
+__all__ = ["IstioGatewayTranslation", "translate_istio_gateways"]
+
+_HTTP_PROTOCOLS = frozenset({"HTTP", "HTTP2", "GRPC"})
+Obj = Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class IstioGatewayTranslation:
+    configs: tuple[GatewayConfig, ...] = ()
+    accounts: tuple[tuple[str, str], ...] = ()
+    """(gateway key, service account): who may read each config (certificates included)."""
+    pods: tuple[GatewayPods, ...] = ()
+
+
+def _mapping(value: Any) -> Obj:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _strings(value: Any) -> dict[str, str]:
+    return {k: v for k, v in _mapping(value).items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def _key(obj: Obj) -> str:
+    meta = _mapping(obj.get("metadata"))
+    return f"{_text(meta.get('namespace'))}/{_text(meta.get('name'))}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Server:
+    gateway: Obj
+    gateway_key: str
+    index: int
+    port: int
+    """The port as written (a Service port): what ``match.port`` is compared with."""
+    protocol: ListenerProtocol
+    hosts: tuple[tuple[str, str], ...]
+    """(namespace or ``*``, host) of each of its hosts (rule 4)."""
+    certificate: IngressCertificate | None = None
+    bind: int = 0
+    """Where the listener binds (rule 3's target port)."""
+
+    @property
+    def field(self) -> str:
+        return f"spec.servers[{self.index}]"
+
+
+def _hosts(server: Obj, gateway_ns: str) -> tuple[tuple[str, str], ...]:
+    out: list[tuple[str, str]] = []
+    raw = server.get("hosts")
+    for entry in raw if isinstance(raw, list) else ():
+        if not isinstance(entry, str) or not entry:
+            continue
+        namespace, slash, host = entry.rpartition("/")
+        if not host:
+            continue
+        namespace = (gateway_ns if namespace == "." else namespace) if slash else "*"
+        out.append((namespace, host.lower()))
+    return tuple(dict.fromkeys(out))
+
+
+def _server(gateway: Obj, index: int, raw: Any, pods_ns: str, find_secret: SecretLookup) -> _Server | tuple[str, str]:
+    """Rule 3: one server, or (field, reason) why it is not served."""
+    where = f"spec.servers[{index}]"
+    server = _mapping(raw)
+    port_spec = _mapping(server.get("port"))
+    number = port_spec.get("number")
+    if not isinstance(number, int) or isinstance(number, bool) or not 1 <= number <= 65535:
+        return f"{where}.port.number", "a port number 1-65535 is required"
+    protocol = _text(port_spec.get("protocol")).upper()
+    tls = _mapping(server.get("tls"))
+    mode = _text(tls.get("mode")).upper() or "PASSTHROUGH"
+    hosts = _hosts(server, _text(_mapping(gateway.get("metadata")).get("namespace")))
+    if not hosts:
+        return f"{where}.hosts", "a server needs at least one host"
+    key = _key(gateway)
+    if protocol in _HTTP_PROTOCOLS:
+        return _Server(gateway, key, index, number, ListenerProtocol.HTTP, hosts)
+    if protocol == "TCP":
+        return _Server(gateway, key, index, number, ListenerProtocol.TCP, hosts)
+    if protocol in ("HTTPS", "TLS") and mode == "PASSTHROUGH":
+        return _Server(gateway, key, index, number, ListenerProtocol.TLS, hosts)
+    if protocol == "HTTPS" and mode == "SIMPLE":
+        name = _text(tls.get("credentialName"))
+        if not name:
+            return f"{where}.tls.credentialName", "SIMPLE TLS needs a credentialName (a kubernetes.io/tls Secret)"
+        secret = find_secret(pods_ns, name)
+        if secret is None:
+            return f"{where}.tls.credentialName", f"Secret {pods_ns}/{name} not found (in the gateway's namespace)"
+        credential = read_tls_secret(secret)
+        if isinstance(credential, CredentialProblem):
+            return f"{where}.tls.credentialName", f"Secret {pods_ns}/{name}: {credential.message}"
+        certificate = IngressCertificate(credential.cert_pem, credential.key_pem)
+        return _Server(gateway, key, index, number, ListenerProtocol.HTTPS, hosts, certificate)
+    if protocol in ("HTTPS", "TLS"):
+        return f"{where}.tls.mode", f"TLS mode {mode} is not supported on {protocol}: SIMPLE (HTTPS) or PASSTHROUGH"
+    return f"{where}.port.protocol", f"protocol {protocol or '(none)'} is not supported: HTTP, HTTPS, GRPC, TCP, TLS"
+
+
+def _intersect(server_host: str, vs_host: str) -> str | None:
+    """The narrower of two hostnames when one covers the other (istiod's ``Intersection``), else None."""
+    if not (host_matches(server_host, vs_host) or host_matches(vs_host, server_host)):
+        return None
+    if not server_host.startswith("*"):
+        return server_host
+    if not vs_host.startswith("*"):
+        return vs_host
+    return server_host if len(server_host) >= len(vs_host) else vs_host
+
+
+def _exported_to(spec: Obj, vs_namespace: str, consumer: str) -> bool:
+    export = spec.get("exportTo")
+    entries = {e for e in export if isinstance(e, str)} if isinstance(export, list) and export else {"*"}
+    if "*" in entries:
+        return True
+    return consumer in {vs_namespace if e == "." else e for e in entries}
+
+
+@dataclass(slots=True)
+class _Bound:
+    """The VirtualServices of one group, with their hosts and the gateways they name."""
+
+    obj: Obj
+    namespace: str
+    name: str
+    hosts: tuple[str, ...]
+    gateways: frozenset[str]
+    rules: dict[tuple[str, int], tuple[RouteRule, ...]] = field(default_factory=dict)
+
+
+def _bound_virtual_services(virtual_services: Iterable[Obj], consumer: str, domain: str) -> list[_Bound]:
+    out: list[_Bound] = []
+    for obj in virtual_services:
+        if not isinstance(obj, Mapping):
+            continue
+        meta, spec = _mapping(obj.get("metadata")), _mapping(obj.get("spec"))
+        namespace, name = _text(meta.get("namespace")), _text(meta.get("name"))
+        raw = spec.get("gateways")
+        gateways = frozenset(
+            gateway_key(g, namespace) for g in (raw if isinstance(raw, list) else ()) if isinstance(g, str)
+        )
+        if not namespace or not name or not gateways or not _exported_to(spec, namespace, consumer):
+            continue
+        raw_hosts = spec.get("hosts")
+        hosts = tuple(
+            fqdn(h.lower(), namespace, domain)
+            for h in (raw_hosts if isinstance(raw_hosts, list) else ())
+            if isinstance(h, str) and h
+        )
+        out.append(_Bound(obj, namespace, name, hosts, gateways))
+    out.sort(key=lambda b: (_text(_mapping(b.obj.get("metadata")).get("creationTimestamp")), b.name, b.namespace))
+    return out
+
+
+def _served(server: _Server, bound: _Bound) -> list[str]:
+    """Rule 5: the hostnames ``bound`` serves on ``server`` (empty: not bound there)."""
+    if server.gateway_key not in bound.gateways:
+        return []
+    visible = [host for namespace, host in server.hosts if namespace in ("*", bound.namespace)]
+    found = (_intersect(s, v) for s in visible for v in bound.hosts)
+    return list(dict.fromkeys(h for h in found if h is not None))
+
+
+@dataclass(slots=True)
+class _Builder:
+    pods: GatewayPods
+    services: Mapping[str, tuple[Service, ...]]
+    domain: str
+    problems: set[Skipped]
+
+    def http_rules(self, bound: _Bound, server: _Server) -> tuple[RouteRule, ...]:
+        cached = bound.rules.get((server.gateway_key, server.port))
+        if cached is not None:
+            return cached
+        ctx = RuleContext(bound.namespace, bound.name, self.domain, server.port, self.services, server.gateway_key)
+        problems: list[tuple[str, str]] = []
+        rules = http_rules(_mapping(bound.obj.get("spec")), ctx, problems)
+        self.problems.update(skipped(VIRTUAL_SERVICE, bound.obj, f, r) for f, r in problems)
+        bound.rules[(server.gateway_key, server.port)] = rules
+        return rules
+
+    def context(self, bound: _Bound, server: _Server) -> RuleContext:
+        return RuleContext(bound.namespace, bound.name, self.domain, server.port, self.services, server.gateway_key)
+
+    def virtual_hosts(self, servers: list[_Server], bound: list[_Bound]) -> tuple[VirtualHost, ...]:
+        hosts: dict[str, list[RouteRule]] = {}
+        added: set[tuple[str, int, str, str]] = set()
+        for vs in bound:
+            for server in servers:
+                served = _served(server, vs)
+                if not served:
+                    continue
+                rules = self.http_rules(vs, server)
+                for host in served:
+                    once = (server.gateway_key, server.port, _key(vs.obj), host)
+                    if once not in added:
+                        added.add(once)
+                        hosts.setdefault(host, []).extend(rules)
+        return tuple(VirtualHost(h, tuple(hosts[h])) for h in sorted(hosts, key=_specificity))
+
+    def tcp_host(self, servers: list[_Server], bound: list[_Bound]) -> tuple[VirtualHost, ...]:
+        for vs in bound:
+            for server in servers:
+                if not _served(server, vs):
+                    continue
+                try:
+                    backends = _tcp_route(_mapping(vs.obj.get("spec")), self.context(vs, server))
+                except BadField as bad:
+                    self.problems.add(skipped(VIRTUAL_SERVICE, vs.obj, bad.field, bad.reason))
+                    continue
+                if backends is not None:
+                    return (VirtualHost("*", tcp_backends=backends),)
+        return ()
+
+    def tls_hosts(self, servers: list[_Server], bound: list[_Bound]) -> tuple[VirtualHost, ...]:
+        hosts: dict[str, tuple[WeightedBackend, ...]] = {}
+        for vs in bound:
+            for server in servers:
+                if server.gateway_key not in vs.gateways:
+                    continue
+                try:
+                    routes = _tls_routes(_mapping(vs.obj.get("spec")), self.context(vs, server))
+                except BadField as bad:
+                    self.problems.add(skipped(VIRTUAL_SERVICE, vs.obj, bad.field, bad.reason))
+                    continue
+                visible = [h for ns, h in server.hosts if ns in ("*", vs.namespace)]
+                for sni_hosts, backends in routes:
+                    for sni in sni_hosts:
+                        if any(host_matches(s, sni) for s in visible):
+                            hosts.setdefault(sni, backends)
+        return tuple(VirtualHost(h, tcp_backends=hosts[h]) for h in sorted(hosts, key=_specificity))
+
+
+def _specificity(hostname: str) -> tuple[int, str]:
+    if hostname == "*":
+        return (2, "")
+    if hostname.startswith("*."):
+        return (1, f"{-len(hostname):08d}{hostname}")
+    return (0, hostname)
+
+
+def translate_istio_gateways(
+    *,
+    gateways: Iterable[Obj],
+    virtual_services: Iterable[Obj],
+    pods: Iterable[Obj],
+    services: Iterable[Service],
+    service_objects: Iterable[Obj] = (),
+    find_secret: SecretLookup,
+    taken: frozenset[str] = frozenset(),
+    domain: str = "cluster.local",
+    skips: list[Skipped] | None = None,
+) -> IstioGatewayTranslation:
+    """Rules 1-6: each classic gateway's config, who may read it, and its pods (for policy selectors).
+    ``services`` are the translated Services (VirtualService destinations), ``service_objects`` the Kubernetes
+    Services (the gateway pods' port mapping)."""
+    service_objects = [s for s in service_objects if isinstance(s, Mapping)]
+    problems: set[Skipped] = set()
+    own: list[Skipped] = []
+    groups = find_gateway_pods(pods, gateways, taken=taken, skips=own)
+    problems.update(own)
+    by_hostname: dict[str, list[Service]] = {}
+    for service in services:
+        by_hostname.setdefault(service.hostname, []).append(service)
+    hostnames = {k: tuple(v) for k, v in by_hostname.items()}
+    vs_list = [v for v in virtual_services if isinstance(v, Mapping)]
+    configs: list[GatewayConfig] = []
+    for group in groups:
+        selecting = [
+            svc
+            for svc in service_objects
+            if _text(_mapping(svc.get("metadata")).get("namespace")) == group.namespace
+            and (selector := _strings(_mapping(svc.get("spec")).get("selector")))
+            and all(group.labels.get(k) == v for k, v in selector.items())
+        ]
+        selecting.sort(key=lambda svc: _text(_mapping(svc.get("metadata")).get("name")))
+        servers: dict[int, list[_Server]] = {}
+        for gateway in group.gateways:
+            raw = _mapping(gateway.get("spec")).get("servers")
+            for i, item in enumerate(raw if isinstance(raw, list) else ()):
+                judged = _server(gateway, i, item, group.namespace, find_secret)
+                if isinstance(judged, tuple):
+                    problems.add(skipped(ISTIO_GATEWAY, gateway, *judged))
+                    continue
+                if _mapping(_mapping(item).get("tls")).get("httpsRedirect") is True:
+                    reason = "httpsRedirect is not applied: the server answers over plain HTTP"
+                    problems.add(skipped(ISTIO_GATEWAY, gateway, f"{judged.field}.tls.httpsRedirect", reason))
+                judged = replace(judged, bind=_target_port(judged.port, selecting))
+                on_port = servers.setdefault(judged.bind, [])
+                if on_port and on_port[0].protocol is not judged.protocol:
+                    reason = (
+                        f"port {judged.bind} already serves {on_port[0].protocol.value} for {on_port[0].gateway_key}"
+                        f" on {group.key}: this {judged.protocol.value} server is left out"
+                    )
+                    problems.add(skipped(ISTIO_GATEWAY, gateway, f"{judged.field}.port", reason))
+                    continue
+                on_port.append(judged)
+        builder = _Builder(group, hostnames, domain, problems)
+        bound = _bound_virtual_services(vs_list, group.namespace, domain)
+        listeners: list[IngressListener] = []
+        for port in sorted(servers):
+            on_port = servers[port]
+            protocol = on_port[0].protocol
+            name = f"{protocol.value.lower()}.{port}"
+            if protocol is ListenerProtocol.HTTP:
+                listeners.append(IngressListener(name, port, protocol, "", (), builder.virtual_hosts(on_port, bound)))
+            elif protocol is ListenerProtocol.TCP:
+                listeners.append(IngressListener(name, port, protocol, "", (), builder.tcp_host(on_port, bound)))
+            elif protocol is ListenerProtocol.TLS:
+                listeners.append(IngressListener(name, port, protocol, "", (), builder.tls_hosts(on_port, bound)))
+            else:
+                listeners.extend(_https_listeners(on_port, bound, builder, problems))
+        configs.append(GatewayConfig(group.key, tuple(listeners)))
+    if skips is not None:
+        skips.extend(sorted(problems))
+    return IstioGatewayTranslation(tuple(configs), tuple((g.key, g.account) for g in groups), tuple(groups))
+
+
+def _tcp_route(spec: Obj, ctx: RuleContext) -> tuple[WeightedBackend, ...] | None:
+    """At an Istio Gateway's TCP server: the backends of the first ``tcp`` rule holding for ``ctx`` (its port and
+    gateway), None when none does."""
+    for i, raw in enumerate(read_list(spec.get("tcp"), "spec.tcp")):
+        rule = read_mapping(raw, f"spec.tcp[{i}]")
+        matches = [
+            read_mapping(m, f"spec.tcp[{i}].match") for m in read_list(rule.get("match"), f"spec.tcp[{i}].match")
+        ]
+        if not matches or any(connection_match_holds(m, ctx) for m in matches):
+            return connection_backends(rule.get("route"), ctx, f"spec.tcp[{i}].route")
+    return None
+
+
+def _tls_routes(spec: Obj, ctx: RuleContext) -> list[tuple[tuple[str, ...], tuple[WeightedBackend, ...]]]:
+    """At an Istio Gateway's TLS passthrough server: each ``tls`` rule holding for ``ctx`` as (the ``sniHosts`` of
+    its matches that hold, its backends), in written order."""
+    out: list[tuple[tuple[str, ...], tuple[WeightedBackend, ...]]] = []
+    for i, raw in enumerate(read_list(spec.get("tls"), "spec.tls")):
+        rule = read_mapping(raw, f"spec.tls[{i}]")
+        hosts: list[str] = []
+        for j, m in enumerate(read_list(rule.get("match"), f"spec.tls[{i}].match")):
+            match = read_mapping(m, f"spec.tls[{i}].match[{j}]")
+            if connection_match_holds(match, ctx):
+                sni = read_list(match.get("sniHosts"), f"spec.tls[{i}].match[{j}].sniHosts")
+                hosts.extend(h.lower() for h in sni if isinstance(h, str) and h)
+        if hosts:
+            out.append(
+                (tuple(dict.fromkeys(hosts)), connection_backends(rule.get("route"), ctx, f"spec.tls[{i}].route"))
+            )
+    return out
+
+
+def _target_port(port: int, services: list[Obj]) -> int:
+    """Rule 3: the numeric ``targetPort`` of the first selecting Service's ``port``, else ``port``."""
+    for svc in services:
+        ports = _mapping(svc.get("spec")).get("ports")
+        for item in ports if isinstance(ports, list) else ():
+            entry = _mapping(item)
+            if entry.get("port") != port:
+                continue
+            target = entry.get("targetPort", port)
+            valid = isinstance(target, int) and not isinstance(target, bool) and 1 <= target <= 65535
+            return target if valid else port
+    return port
+
+
+def _https_listeners(
+    servers: list[_Server], bound: list[_Bound], builder: _Builder, problems: set[Skipped]
+) -> list[IngressListener]:
+    """Rule 6 for an HTTPS port: a listener per server host, first come first served."""
+    out: list[IngressListener] = []
+    taken: set[str] = set()
+    for server in servers:
+        virtual_hosts = builder.virtual_hosts([server], bound)
+        assert server.certificate is not None
+        for _, host in server.hosts:
+            hostname = "" if host == "*" else host
+            if hostname in taken:
+                reason = f"host {host} on port {server.bind} is already served by another server"
+                problems.add(skipped(ISTIO_GATEWAY, server.gateway, f"{server.field}.hosts", reason))
+                continue
+            taken.add(hostname)
+            name = f"https.{server.bind}.{server.gateway_key}.{server.index}.{host}"
+            out.append(
+                IngressListener(
+                    name, server.bind, ListenerProtocol.HTTPS, hostname, (server.certificate,), virtual_hosts
+                )
+            )
+    return out

@@ -1,0 +1,393 @@
+"""Istio's own Gateway (networking.istio.io) and the VirtualServices bound to it → the GatewayConfig of the gateway
+pods it selects (ambit.controlplane.translate.istio_gateways): upstream's TestIngress and TestAuthorizationGateway
+objects verbatim, then each rule of the module, then arbitrary objects (hypothesis)."""
+
+from __future__ import annotations
+
+import base64
+import time
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tests.upstream_objects import authorization_gateway_route, ingress_gateway, ingress_route
+
+from ambit.controlplane.translate import Translation, translate_all
+from ambit.model.ingress import GatewayConfig, ListenerProtocol
+from ambit.model.routes import BackendService, PathMatch, PathMatchType, RouteMatch, WeightedBackend
+from ambit.tls.certs import issue_server_cert, new_ca
+from ambit.xds.gateway import decode_gateway_config, gateway_config_to_proto, pack_gateway_config
+
+Obj = dict[str, Any]
+KEY = "istio-system/istio-ingressgateway"
+ACCOUNT = "istio-ingressgateway-service-account"
+B = BackendService("app", "b.app.svc.cluster.local", 80)
+NOW = time.time()
+CA = new_ca("test ingress CA", now=NOW)
+PAIR = issue_server_cert(CA, common_name="a.example.com", dns_names=["a.example.com"], ip_addresses=[], now=NOW)
+
+
+def namespace(name: str) -> Obj:
+    return {"metadata": {"name": name}}
+
+
+def service(name: str, ns: str = "app", ports: tuple[int, ...] = (80,), ip: str = "10.96.0.10") -> Obj:
+    return {
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"clusterIP": ip, "ports": [{"name": f"p{p}", "port": p} for p in ports]},
+    }
+
+
+def gateway_pod(
+    name: str = "istio-ingressgateway-1",
+    ns: str = "istio-system",
+    account: str = ACCOUNT,
+    labels: dict[str, str] | None = None,
+) -> Obj:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "uid": f"uid-{name}",
+            "labels": labels if labels is not None else {"app": "istio-ingressgateway", "istio": "ingressgateway"},
+        },
+        "spec": {"serviceAccountName": account, "nodeName": "n1"},
+        "status": {"phase": "Running", "podIP": "198.18.4.9", "podIPs": [{"ip": "198.18.4.9"}]},
+    }
+
+
+def tls_secret(name: str = "cert", ns: str = "istio-system") -> Obj:
+    return {
+        "metadata": {"name": name, "namespace": ns},
+        "type": "kubernetes.io/tls",
+        "data": {
+            "tls.crt": base64.b64encode(PAIR.cert_pem).decode(),
+            "tls.key": base64.b64encode(PAIR.key_pem).decode(),
+        },
+    }
+
+
+def gateway(*servers: Obj, name: str = "gateway", ns: str = "app", created: str = "", **selector: str) -> Obj:
+    meta: Obj = {"name": name, "namespace": ns}
+    if created:
+        meta["creationTimestamp"] = created
+    return {"metadata": meta, "spec": {"selector": selector or {"istio": "ingressgateway"}, "servers": list(servers)}}
+
+
+def server(port: int, protocol: str, *hosts: str, **tls: str) -> Obj:
+    out: Obj = {"port": {"number": port, "name": f"p{port}", "protocol": protocol}, "hosts": list(hosts or ("*",))}
+    if tls:
+        out["tls"] = tls
+    return out
+
+
+def vs(name: str = "route", ns: str = "app", created: str = "", **spec: Any) -> Obj:
+    meta: Obj = {"name": name, "namespace": ns}
+    if created:
+        meta["creationTimestamp"] = created
+    return {"metadata": meta, "spec": spec}
+
+
+def translate(
+    gateways: list[Obj],
+    virtual_services: list[Obj],
+    *,
+    pods: list[Obj] | None = None,
+    secrets: list[Obj] = (),  # type: ignore[assignment]
+    more_services: tuple[Obj, ...] = (),
+    **extra: Any,
+) -> Translation:
+    translation = translate_all(
+        pods=[gateway_pod()] if pods is None else pods,
+        services=[service("b"), service("c", ports=(80, 8080), ip="10.96.0.11"), *more_services],
+        endpoint_slices=(),
+        namespaces=[namespace("app"), namespace("istio-system"), namespace("other")],
+        istio_gateways=gateways,
+        virtual_services=virtual_services,
+        secrets=secrets,
+        **extra,
+    )
+    for config in translation.gateway_configs:  # what reaches a gateway is what its decoder accepts
+        assert decode_gateway_config(config.gateway, pack_gateway_config(gateway_config_to_proto(config))) == config
+    return translation
+
+
+def config(translation: Translation, key: str = KEY) -> GatewayConfig:
+    found = [c for c in translation.gateway_configs if c.gateway == key]
+    assert len(found) == 1, translation.gateway_configs
+    return found[0]
+
+
+def notes(translation: Translation) -> list[str]:
+    return [f"{s.kind} {s.namespace}/{s.name} {s.note}" for s in translation.skipped]
+
+
+def test_upstream_ingress_routes_every_host_on_port_80_to_the_destination() -> None:
+    translation = translate([ingress_gateway("app")], [ingress_route("b", "app")])
+    got = config(translation)
+    assert dict(translation.gateway_accounts)[KEY] == ACCOUNT
+    (listener,) = got.listeners
+    assert (listener.port, listener.protocol, listener.hostname) == (80, ListenerProtocol.HTTP, "")
+    (host,) = listener.virtual_hosts
+    assert host.hostname == "*"
+    (rule,) = host.http
+    assert rule.match == RouteMatch() and rule.backends == (WeightedBackend(B, 100),)
+    assert rule.route == "VirtualService/app/route"
+
+
+def test_upstream_authorization_gateway_routes_each_path_to_its_port() -> None:
+    translation = translate([ingress_gateway("app")], [authorization_gateway_route("c", 80, 8080, "app")])
+    (listener,) = config(translation).listeners
+    (host,) = listener.virtual_hosts
+    allowed, deny = host.http
+    assert allowed.match.path == PathMatch(PathMatchType.EXACT, "/allowed")
+    assert allowed.backends[0].backend == BackendService("app", "c.app.svc.cluster.local", 80)
+    assert deny.match.path == PathMatch(PathMatchType.EXACT, "/deny")
+    assert deny.backends[0].backend == BackendService("app", "c.app.svc.cluster.local", 8080)
+
+
+def test_a_virtual_service_binds_only_to_the_gateways_it_names() -> None:
+    mesh_only = vs("mesh-only", hosts=["*"], http=[{"route": [{"destination": {"host": "c"}}]}])
+    by_full_name = vs(
+        "full",
+        ns="other",
+        gateways=["app/gateway"],
+        hosts=["full.example.com"],
+        http=ingress_route("b")["spec"]["http"],
+    )
+    other_gateway = vs("elsewhere", gateways=["nope"], hosts=["*"], http=ingress_route("c")["spec"]["http"])
+    by_full_name["spec"]["http"][0]["route"][0]["destination"]["host"] = "b.app.svc.cluster.local"
+    translation = translate([ingress_gateway("app")], [mesh_only, by_full_name, other_gateway])
+    (listener,) = config(translation).listeners
+    assert [h.hostname for h in listener.virtual_hosts] == ["full.example.com"]
+    assert listener.virtual_hosts[0].http[0].route == "VirtualService/other/full"
+
+
+def test_server_hosts_limit_the_namespaces_and_names_a_virtual_service_serves() -> None:
+    gw = gateway(server(80, "HTTP", "./*.example.com", "other/*"))
+    here = vs(
+        "here", gateways=["gateway"], hosts=["a.example.com", "*", "x.org"], http=ingress_route("b")["spec"]["http"]
+    )
+    translation = translate([gw], [here])
+    (listener,) = config(translation).listeners
+    # "a.example.com" is narrower than the server's "*.example.com"; "*" narrows to the server's host; "other/*"
+    # is not visible to a VirtualService of namespace app, so "x.org" is not served.
+    assert [h.hostname for h in listener.virtual_hosts] == ["a.example.com", "*.example.com"]
+
+
+def test_virtual_services_for_one_host_are_concatenated_oldest_first() -> None:
+    route = ingress_route("b")["spec"]["http"]
+    newer = vs("newer", created="2024-02-01T00:00:00Z", gateways=["gateway"], hosts=["*"], http=route)
+    older = vs(
+        "older",
+        created="2024-01-01T00:00:00Z",
+        gateways=["gateway"],
+        hosts=["*"],
+        http=[{"match": [{"uri": {"prefix": "/old"}}], "route": [{"destination": {"host": "c"}}]}],
+    )
+    (listener,) = config(translate([ingress_gateway("app")], [newer, older])).listeners
+    assert [r.route for r in listener.virtual_hosts[0].http] == ["VirtualService/app/older", "VirtualService/app/newer"]
+
+
+def test_a_match_naming_another_gateway_is_left_out_and_port_matches_hold_for_the_server_port() -> None:
+    rules = [
+        {"match": [{"gateways": ["mesh"], "uri": {"prefix": "/mesh"}}], "route": [{"destination": {"host": "c"}}]},
+        {"match": [{"port": 8080, "uri": {"prefix": "/other-port"}}], "route": [{"destination": {"host": "c"}}]},
+        {
+            "match": [{"gateways": ["gateway"], "port": 80, "uri": {"prefix": "/ok"}}],
+            "route": [{"destination": {"host": "b"}}],
+        },
+    ]
+    (listener,) = config(
+        translate([ingress_gateway("app")], [vs(gateways=["gateway"], hosts=["*"], http=rules)])
+    ).listeners
+    assert [r.match.path for r in listener.virtual_hosts[0].http] == [PathMatch(PathMatchType.PREFIX, "/ok")]
+
+
+def test_gateways_selecting_one_pod_group_merge_their_servers_and_a_port_keeps_its_first_protocol() -> None:
+    first = gateway(server(80, "HTTP", "a.example.com"), name="first", created="2024-01-01T00:00:00Z")
+    second = gateway(
+        server(80, "HTTP", "b.example.com"), server(8000, "TCP"), name="second", created="2024-01-02T00:00:00Z"
+    )
+    third = gateway(server(80, "TCP"), name="third", created="2024-01-03T00:00:00Z")
+    route = ingress_route("b")["spec"]["http"]
+    bound = vs(
+        gateways=["first", "second", "third"],
+        hosts=["*"],
+        http=route,
+        tcp=[{"route": [{"destination": {"host": "c", "port": {"number": 8080}}}]}],
+    )
+    translation = translate([third, second, first], [bound])
+    http, tcp = config(translation).listeners
+    assert (http.port, http.protocol) == (80, ListenerProtocol.HTTP)
+    assert [h.hostname for h in http.virtual_hosts] == ["a.example.com", "b.example.com"]
+    assert (tcp.port, tcp.protocol) == (8000, ListenerProtocol.TCP)
+    (host,) = tcp.virtual_hosts
+    assert host.tcp_backends == (WeightedBackend(BackendService("app", "c.app.svc.cluster.local", 8080), 100),)
+    assert any("app/third spec.servers[0].port: port 80 already serves HTTP" in n for n in notes(translation))
+
+
+def test_https_simple_serves_the_credential_of_the_gateway_pods_namespace() -> None:
+    gw = gateway(server(443, "HTTPS", "a.example.com", mode="SIMPLE", credentialName="cert"))
+    bound = vs(gateways=["gateway"], hosts=["a.example.com"], http=ingress_route("b")["spec"]["http"])
+    (listener,) = config(translate([gw], [bound], secrets=[tls_secret()])).listeners
+    assert (listener.protocol, listener.hostname) == (ListenerProtocol.HTTPS, "a.example.com")
+    assert listener.certificates[0].cert_pem == PAIR.cert_pem
+    assert [h.hostname for h in listener.virtual_hosts] == ["a.example.com"]
+
+
+def test_a_credential_outside_the_gateway_namespace_or_an_unsupported_mode_is_not_served() -> None:
+    gw = gateway(
+        server(443, "HTTPS", mode="SIMPLE", credentialName="cert"),
+        server(8443, "HTTPS", mode="MUTUAL", credentialName="cert"),
+        server(9443, "HTTPS", mode="SIMPLE"),
+        server(7000, "MONGO"),
+    )
+    translation = translate([gw], [], secrets=[tls_secret(ns="app")])
+    assert config(translation).listeners == ()
+    found = "\n".join(notes(translation))
+    assert "spec.servers[0].tls.credentialName: Secret istio-system/cert not found" in found
+    assert "spec.servers[1].tls.mode: TLS mode MUTUAL is not supported" in found
+    assert "spec.servers[2].tls.credentialName: SIMPLE TLS needs a credentialName" in found
+    assert "spec.servers[3].port.protocol: protocol MONGO is not supported" in found
+
+
+def test_tls_passthrough_routes_each_sni_host_the_server_covers() -> None:
+    gw = gateway(server(443, "TLS", "*.example.com", mode="PASSTHROUGH"))
+    tls = [
+        {"match": [{"sniHosts": ["a.example.com", "x.org"]}], "route": [{"destination": {"host": "b"}}]},
+        {
+            "match": [{"sniHosts": ["a.example.com", "c.example.com"]}],
+            "route": [{"destination": {"host": "c", "port": {"number": 8080}}}],
+        },
+    ]
+    (listener,) = config(translate([gw], [vs(gateways=["gateway"], hosts=["*.example.com"], tls=tls)])).listeners
+    assert listener.protocol is ListenerProtocol.TLS
+    hosts = {h.hostname: h.tcp_backends[0].backend for h in listener.virtual_hosts}
+    assert hosts == {"a.example.com": B, "c.example.com": BackendService("app", "c.app.svc.cluster.local", 8080)}
+
+
+def test_pods_group_by_namespace_and_app_label_and_read_as_their_first_pods_account() -> None:
+    pods = [
+        gateway_pod("istio-ingressgateway-2", account="intruder"),
+        gateway_pod("istio-ingressgateway-1"),
+        gateway_pod("mine", ns="app", account="edge", labels={"app": "edge", "istio": "ingressgateway"}),
+        gateway_pod("nameless", ns="app", labels={"istio": "ingressgateway"}),
+        gateway_pod("unselected", ns="app", labels={"app": "web"}),
+        gateway_pod(
+            "managed", ns="app", labels={"app": "m", "istio": "ingressgateway", "gateway.istio.io/managed": "x"}
+        ),
+    ]
+    translation = translate([ingress_gateway("app")], [ingress_route("b", "app")], pods=pods)
+    assert dict(translation.gateway_accounts) == {KEY: ACCOUNT, "app/edge": "edge"}
+    found = "\n".join(notes(translation))
+    assert "Pod istio-system/istio-ingressgateway-2 spec.serviceAccountName" in found
+    assert "Pod app/nameless metadata.labels: selected by an Istio Gateway but has no app label" in found
+
+
+def test_a_server_port_is_the_gateway_service_port_and_binds_its_target_port() -> None:
+    lb = {
+        "metadata": {"name": "istio-ingressgateway", "namespace": "istio-system"},
+        "spec": {
+            "type": "LoadBalancer",
+            "clusterIP": "10.96.9.9",
+            "selector": {"istio": "ingressgateway"},
+            "ports": [
+                {"name": "http2", "port": 80, "targetPort": 8080},
+                {"name": "https", "port": 443, "targetPort": 8443},
+            ],
+        },
+    }
+    rules = [{"match": [{"port": 80, "uri": {"prefix": "/"}}], "route": [{"destination": {"host": "b"}}]}]
+    gw = gateway(server(80, "HTTP"), server(9000, "HTTP"))
+    translation = translate([gw], [vs(gateways=["gateway"], hosts=["*"], http=rules)], more_services=(lb,))
+    mapped, unmapped = config(translation).listeners
+    assert (mapped.port, unmapped.port) == (8080, 9000)
+    assert len(mapped.virtual_hosts[0].http) == 1  # match.port is the server's port as written
+    assert unmapped.virtual_hosts[0].http == ()
+
+
+def test_https_redirect_is_reported_not_applied() -> None:
+    gw = gateway({**server(80, "HTTP"), "tls": {"httpsRedirect": True}})
+    translation = translate([gw], [ingress_route("b", "app")])
+    assert config(translation).listeners[0].protocol is ListenerProtocol.HTTP
+    assert any("spec.servers[0].tls.httpsRedirect: httpsRedirect is not applied" in n for n in notes(translation))
+
+
+def test_an_empty_selector_selects_nothing() -> None:
+    gw = ingress_gateway("app")
+    gw["spec"]["selector"] = {}
+    translation = translate([gw], [ingress_route("b", "app")])
+    assert translation.gateway_configs == ()
+    assert any("spec.selector: an empty selector is not served" in n for n in notes(translation))
+
+
+def test_a_selector_authorization_policy_on_the_gateway_pods_applies_at_the_gateway() -> None:
+    policy = {
+        "metadata": {"name": "deny-path", "namespace": "istio-system"},
+        "spec": {
+            "selector": {"matchLabels": {"istio": "ingressgateway"}},
+            "action": "DENY",
+            "rules": [{"to": [{"operation": {"paths": ["/deny"]}}]}],
+        },
+    }
+    elsewhere = {**policy, "metadata": {"name": "other", "namespace": "app"}}
+    translation = translate(
+        [ingress_gateway("app")], [ingress_route("b", "app")], authorization_policies=[policy, elsewhere]
+    )
+    assert [p.key for p in config(translation).policies] == ["istio-system/deny-path"]
+
+
+def test_exported_elsewhere_a_virtual_service_does_not_reach_the_gateway() -> None:
+    hidden = ingress_route("b", "app")
+    hidden["spec"]["exportTo"] = ["."]
+    (listener,) = config(translate([ingress_gateway("app")], [hidden])).listeners
+    assert listener.virtual_hosts == ()
+
+
+_TEXT = st.one_of(
+    st.text(max_size=12),
+    st.sampled_from(
+        ["*", "./*", "app/a.example.com", "HTTP", "HTTPS", "TLS", "TCP", "SIMPLE", "PASSTHROUGH", "gateway"]
+    ),
+)
+_JSON = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-5, 70000), _TEXT),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(_TEXT, inner, max_size=3)),
+    max_leaves=12,
+)
+_SERVER = st.fixed_dictionaries(
+    {},
+    optional={
+        "port": st.one_of(
+            _JSON, st.fixed_dictionaries({"number": st.one_of(st.integers(-1, 70000), _JSON), "protocol": _TEXT})
+        ),
+        "hosts": st.one_of(_JSON, st.lists(_TEXT, max_size=3)),
+        "tls": st.one_of(_JSON, st.fixed_dictionaries({"mode": _TEXT, "credentialName": _TEXT})),
+    },
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    servers=st.one_of(_JSON, st.lists(st.one_of(_SERVER, _JSON), max_size=3)),
+    selector=st.one_of(_JSON, st.just({"istio": "ingressgateway"})),
+    spec=st.dictionaries(st.sampled_from(["gateways", "hosts", "http", "tcp", "tls", "exportTo"]), _JSON, max_size=4),
+)
+def test_arbitrary_gateways_and_virtual_services_never_raise(servers: Any, selector: Any, spec: Any) -> None:
+    gw = {"metadata": {"name": "gateway", "namespace": "app"}, "spec": {"selector": selector, "servers": servers}}
+    spec.setdefault("gateways", ["gateway"])
+    translate([gw], [vs(**spec)], secrets=[tls_secret()])
+
+
+def test_a_look_alike_pod_in_another_namespace_never_gets_the_gateway_s_keys() -> None:
+    """Attack: a tenant labels a pod of its own namespace like the gateway (Gateway selectors reach every
+    namespace). It becomes a gateway of its own, readable by its own account, whose credentials come from its own
+    namespace: the istio-system Secret is never in its config."""
+    gw = gateway(server(443, "HTTPS", "a.example.com", mode="SIMPLE", credentialName="cert"))
+    pods = [gateway_pod(), gateway_pod("look-alike", ns="evil", account="tenant")]
+    translation = translate([gw], [], pods=pods, secrets=[tls_secret()])
+    assert dict(translation.gateway_accounts) == {KEY: ACCOUNT, "evil/istio-ingressgateway": "tenant"}
+    assert config(translation).listeners[0].certificates[0].key_pem == PAIR.key_pem
+    assert config(translation, "evil/istio-ingressgateway").listeners == ()
+    assert any("Secret evil/cert not found" in n for n in notes(translation))
