@@ -6,7 +6,7 @@
   uplink to the lab bridge and the host side of each pod's veth) for the length of a fault, and counts how often a
   marker appears in the captured bytes. The load's payloads all begin with the run's marker, so any count above
   zero is application data that crossed a node link in clear. A positive control (:meth:`PlaintextCapture.control`)
-  sends a different marker in clear from the node itself, so that "no marker seen" is known to mean something.
+  sends a different marker in clear from each node itself, so that "no marker seen" is known to mean something.
 
 Both are real processes stopped with SIGTERM/SIGINT and waited for; nothing is left running.
 """
@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +82,7 @@ class PlaintextCapture:
 
     def __init__(self, directory: Path, netns: Sequence[str]) -> None:
         directory.mkdir(parents=True, exist_ok=True)
+        self.netns = list(netns)
         self.files = [directory / f"{ns}.pcap" for ns in netns]
         self.procs: list[subprocess.Popen[bytes]] = []
         self.errors = [directory / f"{ns}.tcpdump.log" for ns in netns]
@@ -104,26 +104,25 @@ class PlaintextCapture:
     def count(self, marker: bytes) -> int:
         return sum(path.read_bytes().count(marker) for path in self.files if path.is_file())
 
-    @staticmethod
-    def control(netns: str, host: str, port: int, marker: str) -> None:
-        """Send ``marker`` in clear from ``netns`` to ``host:port`` (and read the echo, if any)."""
-        code = (
-            "import socket,sys\n"
-            f"s=socket.create_connection(({host!r},{port}),timeout=5)\n"
-            f"s.sendall({marker!r}.encode()+b'\\n')\n"
-            "s.settimeout(5)\n"
-            "try: s.recv(100)\n"
-            "except OSError: pass\n"
-            "s.close()\n"
-        )
-        subprocess.run(["ip", "netns", "exec", netns, sys.executable, "-c", code], check=True, timeout=20)
-
-
-@contextlib.contextmanager
-def stopped_process(pid: int) -> Iterator[None]:
-    """SIGSTOP ``pid`` for the block (SIGCONT after, however the block ends)."""
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        os.kill(pid, signal.SIGCONT)
+    def control(self, marker: str, targets: Sequence[tuple[str, int]], wait: float = 15.0) -> int:
+        """The positive control: from each captured namespace (in order), send ``marker`` in clear to its
+        ``(host, port)`` and wait until that namespace's capture file holds it. Packets reach the file in the order
+        they were captured, so once the control is in, everything the load sent before it is in too (tcpdump stops
+        on SIGINT without writing what it has not processed yet). Returns how many files show the control."""
+        seen = 0
+        for ns, path, (host, port) in zip(self.netns, self.files, targets, strict=True):
+            code = (
+                "import socket\n"
+                f"s=socket.create_connection(({host!r},{port}),timeout=5)\n"
+                f"s.sendall({marker!r}.encode()+b'\\n')\n"
+                "s.settimeout(5)\n"
+                "try: s.recv(100)\n"
+                "except OSError: pass\n"
+                "s.close()\n"
+            )
+            subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", code], check=True, timeout=20)
+            deadline = time.monotonic() + wait
+            while marker.encode() not in path.read_bytes() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            seen += marker.encode() in path.read_bytes()
+        return seen

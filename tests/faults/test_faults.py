@@ -161,19 +161,18 @@ def steady_load(scene: Scene, directory: Path) -> Iterator[Trial]:
         wait_until("the load warm on all four pairs", warm, 30)
         yield trial
         trial.records = load.stop()
-        PlaintextCapture.control(scene.netns["node-1"], scene.ips["srv-1"], PORT, control)
+        trial.control_seen = capture.control(control, [(scene.ips["srv-1"], PORT), (scene.ips["srv-2"], PORT)])
     finally:
         if load is not None:
             load.stop()
         capture.stop()
     trial.plaintext = capture.count(marker.encode())
-    trial.control_seen = capture.count(control.encode())
 
 
 def check_row(trial: Trial, row: FaultRow) -> None:
     """What every fault must keep: the capture works and saw no payload in clear; no data lost."""
     ROWS.append(row)
-    assert trial.control_seen > 0, "the capture did not see the positive control: it cannot vouch for anything"
+    assert trial.control_seen == 2, "a capture missed the positive control: it cannot vouch for anything"
     assert row.plaintext == 0, f"the load's payload crossed a node link in clear {row.plaintext} times"
     assert row.lost == 0, [r for r in trial.records if r["outcome"] == "mismatch"]
 
