@@ -317,7 +317,7 @@ def test_a_killed_control_plane_keeps_traffic_and_a_change_made_meanwhile_arrive
     to_srv_2 = ("cli-1>srv-2", "cli-2>srv-2")
     with steady_load(scene, tmp_path) as trial:
         time.sleep(1.5)
-        with lab.component_stopped("controlplane"):
+        with lab.component_stopped("controlplane", ""):
             killed_at = time.time()
             lab.apply(DENY_SRV_2, namespace=NAMESPACE)
             time.sleep(4)  # traffic and certificates keep working meanwhile
