@@ -7,8 +7,9 @@ Pure: records (dicts as the load writes them) and times in, a :class:`FaultRow` 
   afterwards), over all such streams.
 - **new failed**: new connections started between the fault and the end of its window that did not come back
   ``ok`` (denied, refused, reset, timed out), over all started in that window.
-- **recovery**: from the fault to the start of the first ``ok`` new connection that followed the last failed one,
-  the longest over the targets (0 when nothing failed).
+- **recovery**: from the fault (or from when the failed part was let come back, for a fault held for a while) to
+  the start of the first ``ok`` new connection that followed the last failed one, the longest over the targets (0
+  when nothing failed).
 - **data lost**: connections whose echo came back different from what was sent (``mismatch``): loss the
   application was not told about. Connections that failed visibly are counted as failed, not as lost data.
 """
@@ -114,10 +115,12 @@ def fault_row(
     note: str = "",
     targets: Sequence[str] = (),
     kept_until: float | None = None,
+    recovery_from: float | None = None,
 ) -> FaultRow:
     """The row for a fault that began at ``fault_at`` and whose effects are counted until ``window_end``; only
     connections to ``targets`` count for new failures (all targets when empty); a stream that lasted past
-    ``kept_until`` counts as kept (when the test itself ends streams later on purpose)."""
+    ``kept_until`` counts as kept (when the test itself ends streams later on purpose); recovery is measured from
+    ``recovery_from`` (when the failed part was let come back) if given, else from the fault."""
     up = streams_up_at(records, fault_at)
     window = new_in_window(records, fault_at, window_end, targets)
     failures = [r for r in window if r["outcome"] != "ok"]
@@ -130,7 +133,9 @@ def fault_row(
         established=len(up),
         failed=len(failures),
         started=len(window),
-        recovery=recovery_time([r for r in records if r["start"] <= window_end], fault_at),
+        recovery=recovery_time(
+            [r for r in records if r["start"] <= window_end], fault_at if recovery_from is None else recovery_from
+        ),
         plaintext=plaintext,
         lost=lost(records),
         note=note,
