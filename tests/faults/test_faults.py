@@ -16,6 +16,7 @@ recovery within generous bounds (the measured times are reported, never asserted
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import signal
@@ -240,6 +241,7 @@ def test_with_no_node_proxy_an_enrolled_pods_connections_fail_closed(scene: Scen
     involved = ("cli-1>srv-1", "cli-1>srv-2", "cli-2>srv-1")
     with steady_load(scene, tmp_path) as trial:
         time.sleep(1.5)
+        killed_at = time.time()
         with lab.component_stopped("nodeproxy", "node-1"):
             dead_from = time.time()
             time.sleep(4)
@@ -251,7 +253,7 @@ def test_with_no_node_proxy_an_enrolled_pods_connections_fail_closed(scene: Scen
     row = fault_row(
         "node proxy down 4 s (node-1), fail closed",
         records,
-        dead_from,
+        killed_at,
         window_end,
         trial.plaintext,
         note="held down 4 s: none of node-1's connections answered; recovery from the restart being let happen",
@@ -264,7 +266,7 @@ def test_with_no_node_proxy_an_enrolled_pods_connections_fail_closed(scene: Scen
     through = [r for r in dead if r["target"] in involved and r["outcome"] == "ok"]
     assert through == [], through
     assert {r["target"] for r in dead if r["target"] in involved} == set(involved), "each pair tried meanwhile"
-    assert failures(records, dead_from, window_end, ("cli-2>srv-2",)) == []
+    assert failures(records, killed_at, window_end, ("cli-2>srv-2",)) == []
 
 
 def test_a_killed_node_agent_keeps_pods_working_and_a_new_pod_waits_for_it(scene: Scene, tmp_path: Path) -> None:
@@ -305,50 +307,70 @@ def test_a_killed_node_agent_keeps_pods_working_and_a_new_pod_waits_for_it(scene
     assert kept_streams(trial.records, every) == []
 
 
-DENY_SRV_2 = {
+DENY_LABELLED = {
     "apiVersion": "security.istio.io/v1",
     "kind": "AuthorizationPolicy",
-    "metadata": {"name": "deny-srv-2"},
-    "spec": {"selector": {"matchLabels": {"app": "srv-2"}}, "action": "DENY", "rules": [{}]},
+    "metadata": {"name": "deny-labelled"},
+    "spec": {"selector": {"matchLabels": {"fault": "deny"}}, "action": "DENY", "rules": [{}]},
 }
+"""Denies every connection to a pod labelled ``fault=deny`` (none, until the test labels one)."""
 
 
 def test_a_killed_control_plane_keeps_traffic_and_a_change_made_meanwhile_arrives_after(
     scene: Scene, tmp_path: Path
 ) -> None:
+    """While the control plane is down, mesh configuration cannot be written (its validating webhook fails
+    closed, as istiod's does), so the change made meanwhile is a pod label that brings srv-2 under a deny policy
+    that was there before: the control plane must see it once it is back."""
     lab = scene.lab
     to_srv_2 = ("cli-1>srv-2", "cli-2>srv-2")
-    with steady_load(scene, tmp_path) as trial:
-        time.sleep(1.5)
-        with lab.component_stopped("controlplane", ""):
+    lab.apply(DENY_LABELLED, namespace=NAMESPACE)
+    try:
+        with steady_load(scene, tmp_path) as trial:
+            time.sleep(1.5)
             killed_at = time.time()
-            lab.apply(DENY_SRV_2, namespace=NAMESPACE)
-            time.sleep(4)  # traffic and certificates keep working meanwhile
-            down_until = time.time()
-        back_at = time.time()
+            with lab.component_stopped("controlplane", ""):
+                refused = lab.kubectl("apply", "-n", NAMESPACE, "-f", "-", input=json.dumps(DENY_SRV_2), check=False)
+                lab.kubectl("label", "pod", "srv-2", "-n", NAMESPACE, "fault=deny")
+                time.sleep(4)  # traffic and certificates keep working meanwhile
+                down_until = time.time()
+            back_at = time.time()
 
-        def denied() -> bool:
-            recent = [r for r in trial.now_records() if r["kind"] == "new" and r["start"] > back_at]
-            return all(any(r["target"] == t and r["outcome"] != "ok" for r in recent) for t in to_srv_2)
+            def denied() -> bool:
+                recent = [r for r in trial.now_records() if r["kind"] == "new" and r["start"] > back_at]
+                return all(any(r["target"] == t and r["outcome"] != "ok" for r in recent) for t in to_srv_2)
 
-        wait_until("the deny policy made meanwhile enforced after the control plane's return", denied, 90)
-        policy_took = time.time() - back_at
-        lab.kubectl("delete", "authorizationpolicy", "deny-srv-2", "-n", NAMESPACE)
-        allowed_from = time.time()
-        took = wait_recovered(trial, allowed_from)
+            wait_until("the label made meanwhile enforced after the control plane's return", denied, 90)
+            policy_took = time.time() - back_at
+            lab.kubectl("label", "pod", "srv-2", "-n", NAMESPACE, "fault-")
+            allowed_from = time.time()
+            took = wait_recovered(trial, allowed_from)
+    finally:
+        lab.kubectl("label", "pod", "srv-2", "-n", NAMESPACE, "fault-", check=False)
+        lab.kubectl("delete", "authorizationpolicy", "deny-labelled", "-n", NAMESPACE, check=False)
     row = fault_row(
         "control plane killed 4 s",
         trial.records,
         killed_at,
         down_until,
         trial.plaintext,
-        note=f"deny policy applied while down enforced {policy_took:.1f} s after return; lifted in {took:.1f} s",
+        note=f"label made while down: deny enforced {policy_took:.1f} s after return, lifted in {took:.1f} s",
         kept_until=down_until,
     )
     check_row(trial, row)
+    # A policy write while the validator is down is refused with a clear error, not taken and lost.
+    assert refused.returncode != 0 and "validation.istio.io" in refused.stderr, refused.stderr
     every = SAME_NODE + CROSS_NODE
     assert failures(trial.records, killed_at, down_until, every) == []
     assert row.kept == row.established
+
+
+DENY_SRV_2 = {
+    "apiVersion": "security.istio.io/v1",
+    "kind": "AuthorizationPolicy",
+    "metadata": {"name": "deny-srv-2"},
+    "spec": {"selector": {"matchLabels": {"app": "srv-2"}}, "action": "DENY", "rules": [{}]},
+}
 
 
 def test_a_killed_api_server_keeps_traffic_and_the_cluster_works_once_it_is_back(scene: Scene, tmp_path: Path) -> None:
