@@ -46,7 +46,7 @@ class Target:
     def parse(cls, text: str) -> Target:
         name, _, address = text.partition("=")
         host, _, port = address.rpartition(":")
-        if not name or not host or not port.isdigit():
+        if not name or not host or not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
             raise argparse.ArgumentTypeError(f"a target is NAME=HOST:PORT, not {text!r}")
         return cls(name, host, int(port))
 
