@@ -43,8 +43,9 @@ GC_PINNED = frozenset({"integration", "security"})
 """The test directories whose tests each end with a full garbage collection."""
 
 
-SERIAL_DIRECTORIES = frozenset({"e2e", "netns"})
-"""Every test here brings up a lab or creates namespaces, links and nftables tables on the machine."""
+SERIAL_DIRECTORIES = frozenset({"e2e", "faults", "netns"})
+"""Every test here brings up a lab or creates namespaces, links and nftables tables on the machine (faults: a lab
+whose parts the tests kill)."""
 SERIAL_MODULES = frozenset(
     {
         "tests/integration/test_harness_lab_lock.py",  # takes the machine-wide lab lock itself

@@ -142,6 +142,7 @@ class NodeProxy:
             if settings.xds_address
             else None
         )
+        self.context.synced = self._state_complete
         self.admin_token = new_admin_token()
         self.admin_token_file = settings.admin_token_file or settings.zds_socket.parent / ADMIN_TOKEN_FILE
         self.endpoints = ProxyEndpoints(
@@ -172,6 +173,13 @@ class NodeProxy:
         raise NodeProxyError(
             "the node proxy needs a CA: the control plane's (--ca-address) or a local one (--local-ca)"
         )
+
+    def _state_complete(self) -> bool:
+        """Whether the workload state holds a full configuration: the local file read, or the control plane's
+        first full view received (connections wait for it, :attr:`ProxyContext.synced`)."""
+        if self.watcher is not None:
+            return self.watcher.loaded
+        return self.xds is None or self.xds.synced
 
     def _state_changed(self) -> None:
         self.context.state_changed()

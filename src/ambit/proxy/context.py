@@ -16,6 +16,7 @@ both streams, unregisters the connection).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import itertools
 import time
@@ -43,6 +44,9 @@ from ambit.zds.protocol import WorkloadInfo
 
 WORKLOAD_WAIT = 5.0
 """How long a connection waits for the workload state to learn its pod (ztunnel's "lazy" start)."""
+
+SYNC_POLL = 0.1
+"""Seconds between looks at :attr:`ProxyContext.synced` while a connection waits for it."""
 
 CLUSTER_ID = "Kubernetes"
 
@@ -121,6 +125,10 @@ class ProxyContext:
     """Relayed inbound connections, re-checked when policies change."""
     hostnames: HostnameResolver | None = None
     """Resolves hostname endpoints on demand (``resolution: DNS`` ServiceEntries); None: they are refused."""
+    synced: Callable[[], bool] = lambda: True
+    """Whether ``state`` holds a complete configuration (the control plane's first full view). Until then a
+    connection waits as for its own workload: a destination the state does not know yet would be planned as
+    plaintext passthrough, so planning early could send a meshed destination's traffic out in clear."""
 
     def __post_init__(self) -> None:
         self.labels = LabelsCache(self.metrics)
@@ -152,16 +160,16 @@ class ProxyContext:
         return self.state.find_workload(pod.workload_uid)
 
     async def wait_local_workload(self, pod: LocalPod, wait: float = WORKLOAD_WAIT) -> Workload | None:
-        """The pod's workload, waiting up to ``wait`` seconds for the state to learn it."""
+        """The pod's workload, waiting up to ``wait`` seconds for the state to learn it and to be complete
+        (:attr:`synced`); None (the connection is refused) when it does not happen in time."""
         deadline = self.clock() + wait
-        while (workload := self.find_local_workload(pod)) is None:
+        while (workload := self.find_local_workload(pod)) is None or not self.synced():
             remaining = deadline - self.clock()
             if remaining <= 0:
                 return None
-            try:
-                await asyncio.wait_for(self._state_changed.wait(), remaining)
-            except TimeoutError:
-                return None
+            # Completeness may turn true without a change of state (an empty first response): look again soon.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._state_changed.wait(), min(remaining, SYNC_POLL))
         return workload
 
     def find_workload_by_ip(self, ip: str | IPAddress) -> Workload | None:
