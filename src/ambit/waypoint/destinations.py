@@ -159,7 +159,7 @@ class Transport:
     ``tls``, ``h2UpgradePolicy`` and ``proxyProtocol``: :mod:`ambit.waypoint.traffic_policy`)."""
 
     tls: ClientTls | None = None
-    """Originate TLS (mode SIMPLE) to the endpoint, inside its tunnel."""
+    """Originate TLS (mode SIMPLE or MUTUAL) to the endpoint, inside its tunnel."""
     h2: bool = False
     """HTTP requests go upstream as HTTP/2."""
     proxy_protocol: ProxyProtocolVersion | None = None
