@@ -6,6 +6,7 @@ merging, subsets resolved to workload uids, and bad rules skipped with a clear n
 from __future__ import annotations
 
 import base64
+import json
 from typing import Any
 
 import pytest
@@ -430,7 +431,9 @@ def test_rules_for_one_host_merge_oldest_first() -> None:
 # Through translate_all: the waypoint's config carries the policy with subsets resolved to workload uids.
 
 
-def _cluster(pods: list[dict[str, Any]], rules: list[dict[str, Any]]) -> Any:
+def _cluster(
+    pods: list[dict[str, Any]], rules: list[dict[str, Any]], entries: list[dict[str, Any]] | None = None
+) -> Any:
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "app"}}
     gateway_class = {"metadata": {"name": "istio-waypoint"}, "spec": {"controllerName": "istio.io/mesh-controller"}}
     gateway = {
@@ -457,6 +460,7 @@ def _cluster(pods: list[dict[str, Any]], rules: list[dict[str, Any]]) -> Any:
         gateways=[gateway],
         gateway_classes=[gateway_class],
         destination_rules=rules,
+        service_entries=entries or [],
     )
 
 
@@ -489,6 +493,49 @@ def test_translate_all_resolves_upstream_subsets_to_the_services_workloads() -> 
     (config,) = _cluster(pods, [upstream(SUBSET_ROUTING)]).waypoint_configs
     assert config.destination_rules[0].subsets[0].workloads == frozenset({uids["reviews-v1"], uids["reviews-v2"]})
     assert config.destination_rules[0].subsets[1].workloads == frozenset()
+
+
+# A ServiceEntry with inline endpoints labelled by version, bound to the waypoint, and subsets of it.
+EXTERNAL = "api.example.com"
+INLINE_ENTRY = {
+    "apiVersion": "networking.istio.io/v1",
+    "kind": "ServiceEntry",
+    "metadata": {"name": "api", "namespace": "app", "labels": {"istio.io/use-waypoint": "waypoint"}},
+    "spec": {
+        "hosts": [EXTERNAL],
+        "addresses": ["240.240.0.1"],
+        "ports": [{"number": 80, "name": "http", "protocol": "HTTP"}],
+        "resolution": "STATIC",
+        "endpoints": [
+            {"address": "198.18.5.1", "labels": {"version": "v1"}},
+            {"address": "198.18.5.2", "labels": {"version": "v2", "zone": "b"}},
+            {"address": "198.18.5.3"},
+        ],
+    },
+}
+
+
+def test_subsets_select_a_service_entrys_inline_endpoints_by_their_labels() -> None:
+    subsets = [
+        {"name": "v1", "labels": {"version": "v1"}},
+        {"name": "v2b", "labels": {"version": "v2", "zone": "b"}},
+        {"name": "none", "labels": {"version": "v3"}},
+    ]
+    rules = [rule({"host": EXTERNAL, "subsets": subsets}, name="api")]
+    translation = _cluster([], rules, entries=[INLINE_ENTRY])
+    (config,) = translation.waypoint_configs
+    (policy,) = config.destination_rules
+    assert policy.service_key == f"app/{EXTERNAL}" and policy.rule == "app/api"
+    prefix = "Kubernetes/networking.istio.io/ServiceEntry/app/api/"
+    assert [(s.name, s.workloads) for s in policy.subsets] == [
+        ("v1", frozenset({prefix + "198.18.5.1"})),
+        ("v2b", frozenset({prefix + "198.18.5.2"})),
+        ("none", frozenset()),
+    ]
+    relabelled = json.loads(json.dumps(INLINE_ENTRY))
+    relabelled["spec"]["endpoints"][2]["labels"] = {"version": "v1"}
+    (config,) = _cluster([], rules, entries=[relabelled]).waypoint_configs
+    assert config.destination_rules[0].subsets[0].workloads == {prefix + "198.18.5.1", prefix + "198.18.5.3"}
 
 
 def test_translate_all_reports_a_bad_rule_and_keeps_the_others() -> None:

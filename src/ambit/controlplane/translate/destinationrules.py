@@ -29,11 +29,13 @@ Rules (istiod: pilot/pkg/model/push_context.go ``setDestinationRules``, ``destin
    name, then namespace): subsets are concatenated (a later subset with a name already taken is dropped), the
    top-level ``trafficPolicy`` is the first rule's that has one. Rules with different ``exportTo`` stay apart; of
    those visible, the last filed applies.
-6. A subset selects the Service's workloads (pods, WorkloadEntries) whose labels hold all of its ``labels``; its
+6. A subset selects the Service's workloads (pods, WorkloadEntries, a ServiceEntry's inline endpoints by their own
+   ``labels``) whose labels hold all of its ``labels``; its
    uids are sent, so the configuration changes when such a workload comes, goes or is relabelled.
 7. Settings a waypoint does not honour are dropped with a note: ``tls.caCrl``, the ``consistentHash`` kinds other
    than header, query parameter and source IP, ``tunnel``. TLS material, as istiod hands it to a waypoint:
-   ``credentialName`` names a Secret of the rule's namespace whose ``ca.crt`` (or ``cacert``) becomes the trust
+   ``credentialName`` names a Secret of the rule's namespace (the control plane watches those of type
+   ``kubernetes.io/tls`` only) whose ``ca.crt`` (or ``cacert``) becomes the trust
    anchors and, for ``MUTUAL``, whose ``tls.crt``/``tls.key`` (or ``cert``/``key``) the client certificate and key
    (the file fields are then ignored, with a note); without it ``caCertificates``, ``clientCertificate`` and
    ``privateKey`` are paths the waypoint reads itself. Anything missing is noted and left empty: the waypoint
