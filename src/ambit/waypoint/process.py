@@ -206,7 +206,9 @@ class Waypoint:
         )
 
     def _state_changed(self) -> None:
-        """Nothing to recompute: every tunnel and request reads the state when it needs it."""
+        """Nothing to recompute (every tunnel and request reads the state when it needs it); tunnels waiting for a
+        binding judge again."""
+        self.startup.state_changed()
 
     @property
     def config_name(self) -> str:

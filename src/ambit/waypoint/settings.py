@@ -31,6 +31,10 @@ class WaypointLimits:
     """CONNECT streams served at once over all connections; more are answered 503."""
     startup_wait: float = 10.0
     """How long a tunnel that arrived before the certificate and the first xDS sync waits for them."""
+    binding_wait: float = 2.0
+    """How long a tunnel for a destination not bound to this waypoint waits for a state update that binds it."""
+    max_binding_waits: int = 64
+    """Tunnels waiting for a binding at once; others are refused at once."""
     connect_timeout: float = 10.0
     """Seconds to open an upstream tunnel (TCP, TLS, CONNECT)."""
     upstream_idle_per_endpoint: int = 16
