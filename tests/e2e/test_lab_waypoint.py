@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
@@ -480,15 +481,16 @@ def test_a_canary_waypoint_takes_its_weight_of_the_connections(lab: Lab) -> None
 # Requests, each on a connection of its own, until stdin has something (or ends); then one JSON line of the failures
 # and the count. ``ambit lab exec`` hands its stdin to the container's process.
 TRAFFIC = """
-import json, select, sys, urllib.request
+import json, select, sys, time, urllib.request
 url, sent, failed = sys.argv[1], 0, []
 while not select.select([sys.stdin], [], [], 0)[0]:
     sent += 1
+    started = time.time()
     try:
         with urllib.request.urlopen(url, timeout=5) as r:
             r.read()
     except Exception as exc:
-        failed.append(f"{type(exc).__name__}: {exc}")
+        failed.append([started, f"{type(exc).__name__}: {exc}"])
 print(json.dumps({"sent": sent, "failed": failed}))
 """
 
@@ -552,23 +554,36 @@ def test_moving_the_use_waypoint_label_moves_running_traffic(lab: Lab) -> None:
 
         wait_until(f"echo-v1's requests go {'through ' + selector if selector else 'at L4'}", settled, 90, 1.0)
 
+    steps: list[tuple[float, str]] = []
+
+    def step(name: str) -> None:
+        steps.append((time.time(), name))
+
     try:
         moves_to(WAYPOINT, ())
+        step("namespace -> waypoint-b")
         set_use_waypoint(lab, "namespace", NS, "waypoint-b")
         moves_to(SECOND, (WAYPOINT,))
+        step("service -> waypoint")
         set_use_waypoint(lab, "service", "echo-v1", "waypoint")
         moves_to(WAYPOINT, (SECOND,))
+        step("service -> none")
         set_use_waypoint(lab, "service", "echo-v1", "none")
         moves_to(None, (WAYPOINT, SECOND))
+        step("service label removed (namespace: waypoint-b)")
         set_use_waypoint(lab, "service", "echo-v1", None)
         moves_to(SECOND, (WAYPOINT,))
+        step("waypoint-b deleted")
         ambit("waypoint", "delete", "-n", NS, "waypoint-b", "--kubeconfig", kubeconfig)
         moves_to(None, (WAYPOINT,))
         wait_until("waypoint-b's pods are gone", lambda: not lab.pods(NS, SECOND), 90, 1.0)
+        step("waypoint-b's pods gone")
         bound = condition(lab.get("service", "echo-v1", "-n", NS), "istio.io/WaypointBound")
         assert bound.get("status") == "False" and bound.get("reason") == "WaypointIsNotReady", bound
+        step("namespace -> waypoint")
         set_use_waypoint(lab, "namespace", NS, "waypoint")
         moves_to(WAYPOINT, ())
+        step("done")
     finally:
         set_use_waypoint(lab, "namespace", NS, "waypoint")
         set_use_waypoint(lab, "service", "echo-v1", None)
@@ -576,6 +591,9 @@ def test_moving_the_use_waypoint_label_moves_running_traffic(lab: Lab) -> None:
         out, err = client.communicate("stop\n", timeout=60)
     result = json.loads(out or "{}") if client.returncode == 0 else {"exit": client.returncode, "stderr": err}
     print(f"background client: {result.get('sent')} requests, {len(result.get('failed', []))} failed")
+    for at, error in result.get("failed", []):  # when each failure happened, after which step
+        since, name = next(((at - t, n) for t, n in reversed(steps) if t <= at), (0.0, "before the first step"))
+        print(f"  failed {since:6.2f} s after {name!r}: {error}")
     assert result.get("sent", 0) > 0 and result.get("failed") == [], result
 
 
