@@ -96,3 +96,16 @@ async def test_a_flood_of_unbound_connects_holds_at_most_max_binding_waits(rig: 
     assert time.monotonic() - started < LIMITS.binding_wait + 5
     assert rig.waypoint.startup.binding_waits == 0
     await client.aclose()
+
+
+async def test_a_stopping_waypoint_reports_not_ready_and_serves_until_its_drain_ends(rig: Rig) -> None:
+    """A deleted waypoint's pod gets SIGTERM while node proxies may still send to it: it drains, as Envoy does."""
+    drained = asyncio.create_task(rig.waypoint.drain(30))
+    await asyncio.sleep(0.1)
+    assert not rig.waypoint.readiness.ready and "draining" in rig.waypoint.readiness.pending()
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    status, _, _ = await HttpOverTunnel(stream).request("GET", "/echo")
+    assert status == 200 and not drained.done()
+    await client.aclose()
+    rig.waypoint.stopped.set()  # a second signal ends the drain at once
+    await asyncio.wait_for(drained, 5)
