@@ -12,6 +12,9 @@ a gRPC Deployment ``grpc-echo`` (two replicas) with its Service (port ``grpc``),
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
@@ -473,6 +476,129 @@ def test_a_canary_waypoint_takes_its_weight_of_the_connections(lab: Lab) -> None
         lab.kubectl("label", "service", "echo-v2", "-n", NS, "istio.io/use-waypoint-canary-", check=False)
         lab.kubectl("annotate", "service", "echo-v2", "-n", NS, "istio.io/use-waypoint-canary-weight-", check=False)
         ambit("waypoint", "delete", "-n", NS, "canary", "--kubeconfig", kubeconfig, check=False)
+
+
+# Requests, each on a connection of its own, until stdin has something (or ends); then one JSON line of the failures
+# and the count. ``ambit lab exec`` hands its stdin to the container's process.
+TRAFFIC = """
+import json, select, sys, time, urllib.request
+url, sent, failed = sys.argv[1], 0, []
+while not select.select([sys.stdin], [], [], 0)[0]:
+    sent += 1
+    started = time.time()
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            r.read()
+    except Exception as exc:
+        failed.append([started, f"{type(exc).__name__}: {exc}"])
+print(json.dumps({"sent": sent, "failed": failed}))
+"""
+
+SECOND = "gateway.networking.k8s.io/gateway-name=waypoint-b"
+
+
+def served(lab: Lab, selector: str, service: str) -> int:
+    """How many requests for ``service`` the waypoint pods ``selector`` have counted (``istio_requests_total``)."""
+    wanted = f'destination_service="{service}.{NS}.svc.cluster.local"'
+    total = 0
+    for pod in [p for p in lab.pods(NS, selector) if (p.get("status") or {}).get("podIP")]:
+        try:
+            with urllib.request.urlopen(f"http://{pod['status']['podIP']}:15020/metrics", timeout=5) as response:
+                text = response.read().decode()
+        except OSError:
+            continue  # a pod on its way out
+        for line in text.splitlines():
+            if line.startswith("istio_requests_total{") and wanted in line and 'reporter="waypoint"' in line:
+                total += int(float(line.rsplit(" ", 1)[1]))
+    return total
+
+
+def set_use_waypoint(lab: Lab, kind: str, name: str, waypoint: str | None) -> None:
+    """Istio's ``SetWaypoint``: a merge patch of the ``istio.io/use-waypoint`` label (null removes it)."""
+    patch = {"metadata": {"labels": {"istio.io/use-waypoint": waypoint}}}
+    where = ["-n", NS] if kind != "namespace" else []
+    lab.kubectl("patch", kind, name, *where, "--type", "merge", "-p", json.dumps(patch))
+
+
+def test_moving_the_use_waypoint_label_moves_running_traffic(lab: Lab) -> None:
+    """TestRemoveAddWaypoint and TestBogusUseWaypoint with the label moved while traffic runs: the namespace's
+    label switched to a second waypoint moves ``echo-v1``'s requests there (its metrics count them, the first
+    waypoint's stop), the Service's own label takes it back, ``none`` opts the Service out to L4, a deleted
+    waypoint gets nothing and leaves the traffic at L4, and restoring the namespace label brings L7 back; a
+    client sending all along sees no failure, but for at most two resets just after the waypoint is deleted."""
+    kubeconfig = str(lab.topology.kubeconfig)
+    ambit("waypoint", "apply", "-n", NS, "--name", "waypoint-b", "--wait", "--kubeconfig", kubeconfig, timeout=240)
+    url = f"http://{vip(lab, 'echo-v1')}/"
+    client = subprocess.Popen(
+        [sys.executable, "-m", "ambit.cli", "lab", "exec", "--dir", str(lab.directory), "client", "-n", NS, "--",
+         "python3", "-c", TRAFFIC, url],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+    def moves_to(selector: str | None, away: tuple[str, ...]) -> None:
+        """Wait until 10 requests to echo-v1 are all counted by ``selector``'s waypoint (L4 when None: no
+        ``x-request-id``) and none by the waypoints ``away``."""
+
+        def settled() -> bool:
+            before = {s: served(lab, s, "echo-v1") for s in (*away, *([selector] if selector else []))}
+            answers = calls(lab, url, 10)
+            if not all(a.get("status") == 200 for a in answers):
+                return False
+            if any(served(lab, s, "echo-v1") != before[s] for s in away):
+                return False
+            if selector is None:
+                return not any(a.get("request_id") for a in answers)
+            # The background client's requests are counted too: at least the 10 of this batch.
+            counted = served(lab, selector, "echo-v1") - before[selector]
+            return all(a.get("request_id") for a in answers) and counted >= 10
+
+        wait_until(f"echo-v1's requests go {'through ' + selector if selector else 'at L4'}", settled, 90, 1.0)
+
+    steps: list[tuple[float, str]] = []
+
+    def step(name: str) -> None:
+        steps.append((time.time(), name))
+
+    try:
+        moves_to(WAYPOINT, ())
+        step("namespace -> waypoint-b")
+        set_use_waypoint(lab, "namespace", NS, "waypoint-b")
+        moves_to(SECOND, (WAYPOINT,))
+        step("service -> waypoint")
+        set_use_waypoint(lab, "service", "echo-v1", "waypoint")
+        moves_to(WAYPOINT, (SECOND,))
+        step("service -> none")
+        set_use_waypoint(lab, "service", "echo-v1", "none")
+        moves_to(None, (WAYPOINT, SECOND))
+        step("service label removed (namespace: waypoint-b)")
+        set_use_waypoint(lab, "service", "echo-v1", None)
+        moves_to(SECOND, (WAYPOINT,))
+        step("waypoint-b deleted")
+        ambit("waypoint", "delete", "-n", NS, "waypoint-b", "--kubeconfig", kubeconfig)
+        moves_to(None, (WAYPOINT,))
+        wait_until("waypoint-b's pods are gone", lambda: not lab.pods(NS, SECOND), 90, 1.0)
+        step("waypoint-b's pods gone")
+        bound = condition(lab.get("service", "echo-v1", "-n", NS), "istio.io/WaypointBound")
+        assert bound.get("status") == "False" and bound.get("reason") == "WaypointIsNotReady", bound
+        step("namespace -> waypoint")
+        set_use_waypoint(lab, "namespace", NS, "waypoint")
+        moves_to(WAYPOINT, ())
+        step("done")
+    finally:
+        set_use_waypoint(lab, "namespace", NS, "waypoint")
+        set_use_waypoint(lab, "service", "echo-v1", None)
+        ambit("waypoint", "delete", "-n", NS, "waypoint-b", "--kubeconfig", kubeconfig, check=False)
+        out, err = client.communicate("stop\n", timeout=60)
+    result = json.loads(out or "{}") if client.returncode == 0 else {"exit": client.returncode, "stderr": err}
+    print(f"background client: {result.get('sent')} requests, {len(result.get('failed', []))} failed")
+    for at, error in result.get("failed", []):  # when each failure happened, after which step
+        since, name = next(((at - t, n) for t, n in reversed(steps) if t <= at), (0.0, "before the first step"))
+        print(f"  failed {since:6.2f} s after {name!r}: {error}")
+    # Deleting the waypoint in use is the one step allowed a reset or two: a node proxy that has not yet heard the
+    # Gateway is gone may still open a tunnel there just after the waypoint heard it (seen: 1 in 6714 requests).
+    deleted = next(t for t, n in steps if n == "waypoint-b deleted") if len(steps) > 5 else float("inf")
+    elsewhere = [f for f in result.get("failed", []) if not deleted <= f[0] <= deleted + 10]
+    assert result.get("sent", 0) > 0 and elsewhere == [] and len(result.get("failed", [])) <= 2, result
 
 
 def test_removing_the_label_brings_traffic_back_to_l4(lab: Lab) -> None:

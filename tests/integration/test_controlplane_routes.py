@@ -8,8 +8,10 @@ authenticated with a real service-account token (tests/integration/controlplane_
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import secrets
+import time
 from typing import Any
 
 import pytest
@@ -19,6 +21,7 @@ from tests.integration.controlplane_rig import subscribe as rig_subscribe
 from ambit.controlplane.process import SKIPPED_REASON, ControlPlane
 from ambit.k8s import KubeClient, kinds
 from ambit.model.routes import PathMatch, PathMatchType, WaypointConfig
+from ambit.tls.certs import issue_client_cert, new_ca
 from ambit.xds.convert import ADDRESS_TYPE_URL
 from ambit.xds.routes import WAYPOINT_CONFIG_TYPE_URL, decode_waypoint_config
 
@@ -466,3 +469,75 @@ async def test_a_destination_rule_reaches_the_waypoint_with_its_subsets_resolved
         # Deleting the rule removes it.
         await kube.delete(kinds.DESTINATION_RULES, "ratings", ns)
         await eventually(lambda: subsets() == {})
+
+
+async def test_subsets_of_a_service_entry_select_its_inline_endpoints_and_follow_their_labels(
+    kube: KubeClient, plane: ControlPlane
+) -> None:
+    ns = await mesh_namespace(kube)
+    name = f"{ns}/waypoint"
+    entry = {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "ServiceEntry",
+        "metadata": {"name": "api", "namespace": ns},
+        "spec": {
+            "hosts": ["api.example.com"],
+            "addresses": ["240.240.0.7"],
+            "ports": [{"number": 80, "name": "http", "protocol": "HTTP"}],
+            "resolution": "STATIC",
+            "endpoints": [
+                {"address": "198.18.212.1", "labels": {"version": "v1"}},
+                {"address": "198.18.212.2", "labels": {"version": "v2"}},
+            ],
+        },
+    }
+    await kube.create(kinds.SERVICE_ENTRIES, entry, ns)
+    subsets = [{"name": "v1", "labels": {"version": "v1"}}, {"name": "v2", "labels": {"version": "v2"}}]
+    rule = {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "DestinationRule",
+        "metadata": {"name": "api"},
+        "spec": {"host": "api.example.com", "subsets": subsets},
+    }
+    await kube.create(kinds.DESTINATION_RULES, rule, ns)
+    async with subscribe(kube, plane, ns, "waypoint", [name]) as waypoint:
+
+        def selected() -> dict[str, set[str]]:
+            config = waypoint.config(name)
+            policy = config.find_destination_policy(f"{ns}/api.example.com") if config is not None else None
+            return {s.name: {uid.rsplit("/", 1)[-1] for uid in s.workloads} for s in policy.subsets} if policy else {}
+
+        await eventually(lambda: selected() == {"v1": {"198.18.212.1"}, "v2": {"198.18.212.2"}})
+        endpoints = entry["spec"]["endpoints"]
+        endpoints[1]["labels"] = {"version": "v1"}
+        await kube.patch(kinds.SERVICE_ENTRIES, "api", {"spec": {"endpoints": endpoints}}, ns)
+        await eventually(lambda: selected() == {"v1": {"198.18.212.1", "198.18.212.2"}, "v2": set()})
+
+
+async def test_a_mutual_rules_secret_reaches_the_waypoint_of_its_namespace(
+    kube: KubeClient, plane: ControlPlane
+) -> None:
+    ns = await mesh_namespace(kube)
+    name = f"{ns}/waypoint"
+    pair = issue_client_cert(new_ca("client-ca", now=time.time()), common_name="waypoint-client", now=time.time())
+    data = {"tls.crt": pair.cert_pem, "tls.key": pair.key_pem}
+    encoded = {k: base64.b64encode(v).decode() for k, v in data.items()}
+    secret = {"metadata": {"name": "client"}, "type": "kubernetes.io/tls", "data": encoded}  # the kind it watches
+    await kube.create(kinds.SECRETS, secret, ns)
+    rule = {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "DestinationRule",
+        "metadata": {"name": "reviews"},
+        "spec": {"host": "reviews", "trafficPolicy": {"tls": {"mode": "MUTUAL", "credentialName": "client"}}},
+    }
+    await kube.create(kinds.DESTINATION_RULES, rule, ns)
+    async with subscribe(kube, plane, ns, "waypoint", [name]) as waypoint:
+
+        def tls() -> Any:
+            config = waypoint.config(name)
+            policy = config.find_destination_policy(f"{ns}/reviews.{ns}.svc.cluster.local") if config else None
+            found = policy.traffic_policy.tls if policy and policy.traffic_policy else None
+            return found if found is not None and found.private_key else None
+
+        got = await eventually(tls)
+        assert got.client_certificate == pair.cert_pem.decode() and got.private_key == pair.key_pem.decode()

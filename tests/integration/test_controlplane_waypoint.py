@@ -260,3 +260,73 @@ async def test_a_canary_label_and_weight_give_the_service_a_weighted_set_and_a_b
             f' "{ns}/canary" has an invalid weight; must be an integer in [0,100]'
         )
     )
+
+
+async def test_moving_the_label_between_waypoints_and_to_none_moves_the_fields_and_a_deleted_waypoint_unbinds(
+    kube: KubeClient, plane: ControlPlane, state: WorkloadState
+) -> None:
+    """Istio's TestRemoveAddWaypoint/TestBogusUseWaypoint label steps on the wire: the namespace label moved from
+    w1 to w2 moves the pod and the Service; ``none`` on the pod opts it out; the Service's own label wins over the
+    namespace's; deleting the waypoint it names leaves it unbound (not stale) with WaypointIsNotReady; removing
+    its label returns it to the namespace's waypoint."""
+    ns = f"wp-{secrets.token_hex(3)}"
+    pod_ip = f"198.18.{secrets.randbelow(200) + 20}.{secrets.randbelow(200) + 20}"
+    await kube.create(kinds.NAMESPACES, {"metadata": {"name": ns, "labels": {"istio.io/use-waypoint": "w1"}}})
+    address: dict[str, GatewayAddress] = {}
+    for name in ("w1", "w2"):
+        gateway = {
+            "apiVersion": "gateway.networking.k8s.io/v1",
+            "kind": "Gateway",
+            "metadata": {"name": name, "namespace": ns, "labels": {"istio.io/waypoint-for": "all"}},
+            "spec": {
+                "gatewayClassName": "istio-waypoint",
+                "listeners": [{"name": "mesh", "port": 15008, "protocol": "HBONE"}],
+            },
+        }
+        await kube.create(kinds.GATEWAYS, gateway, ns)
+        hostname = f"{name}.{ns}.svc.cluster.local"
+        status = {"status": {"addresses": [{"type": "Hostname", "value": hostname}]}}
+        await kube.patch_status(kinds.GATEWAYS, name, status, ns)
+        address[name] = GatewayAddress(NamespacedHostname(ns, hostname), 15008)
+    service = {
+        "metadata": {"name": "web", "namespace": ns},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]},
+    }
+    await kube.create(kinds.SERVICES, service, ns)
+    await make_pod(kube, ns, "web-1", pod_ip, {"app": "web"})
+    uid, host = f"Kubernetes//Pod/{ns}/web-1", f"web.{ns}.svc.cluster.local"
+
+    async def fields_become(pod: str | None, svc: str | None) -> None:
+        def now() -> bool:
+            w, s = state.find_workload(uid), state.find_service_by_hostname(host)
+            return (
+                w is not None
+                and s is not None
+                and w.waypoint == (address[pod] if pod else None)
+                and s.waypoint == (address[svc] if svc else None)
+            )
+
+        await eventually(now)
+
+    async def label(kind: Any, name: str, value: str | None) -> None:
+        patch = {"metadata": {"labels": {"istio.io/use-waypoint": value}}}
+        await kube.patch(kind, name, patch, None if kind is kinds.NAMESPACES else ns)
+
+    await fields_become("w1", "w1")
+    await label(kinds.NAMESPACES, ns, "w2")
+    await fields_become("w2", "w2")
+    await label(kinds.PODS, "web-1", "none")
+    await fields_become(None, "w2")
+    await label(kinds.SERVICES, "web", "w1")
+    await fields_become(None, "w1")
+    await kube.delete(kinds.GATEWAYS, "w1", ns)
+    await fields_become(None, None)
+
+    async def not_ready() -> Obj | None:
+        written = bound_condition(await kube.get(kinds.SERVICES, "web", ns))
+        return written if written and written["reason"] == "WaypointIsNotReady" else None
+
+    written = await eventually(not_ready)
+    assert written["status"] == "False", written
+    await label(kinds.SERVICES, "web", None)
+    await fields_become(None, "w2")

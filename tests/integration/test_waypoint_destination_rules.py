@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import ssl
 import time
 from collections.abc import AsyncIterator
@@ -54,7 +55,7 @@ from ambit.model.routes import (
     WeightedBackend,
 )
 from ambit.proxy.hbone_client import HboneClient, TunnelRefusedError
-from ambit.tls.certs import KeyPair, issue_server_cert, new_ca
+from ambit.tls.certs import KeyPair, issue_client_cert, issue_server_cert, new_ca
 from ambit.waypoint.settings import WaypointLimits
 
 LIMITS = WaypointLimits(max_head_bytes=8 * 1024, head_timeout=0.5, sniff_timeout=0.5, startup_wait=5.0)
@@ -140,20 +141,28 @@ class TlsBackend:
 
 
 @contextlib.asynccontextmanager
-async def tls_backend(rig: Rig, *, names: tuple[str, ...] = (SECURE,)) -> AsyncIterator[TlsBackend]:
-    """An HTTPS echo server (its own CA) behind echo-1's target port 8443."""
+async def tls_backend(
+    rig: Rig, *, names: tuple[str, ...] = (SECURE,), client_ca: KeyPair | None = None
+) -> AsyncIterator[TlsBackend]:
+    """An HTTPS echo server (its own CA) behind echo-1's target port 8443; with ``client_ca`` it requires a client
+    certificate that CA issued, and answers the certificate's common name."""
     ca = new_ca("backend-ca", now=time.time())
     leaf = issue_server_cert(ca, common_name=names[0], dns_names=names, ip_addresses=(), now=time.time())
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     certfile = rig.tmp / "backend.pem"
     certfile.write_bytes(leaf.cert_pem + leaf.key_pem)
     context.load_cert_chain(certfile)
+    if client_ca is not None:
+        context.verify_mode = ssl.CERT_REQUIRED
+        context.load_verify_locations(cadata=client_ca.cert_pem.decode())
     backend = TlsBackend(ca, free_port())
     context.sni_callback = lambda _sock, name, _ctx: backend.names.append(name)  # type: ignore[func-returns-value]
 
     async def echo(request: web.Request) -> web.Response:
         backend.requests.append(f"{request.method} {request.path} HTTP/{request.version.major}.{request.version.minor}")
-        return web.json_response({"tls": True, "path": request.path, "sni": backend.names[-1]})
+        peer = request.transport.get_extra_info("peercert") if request.transport is not None else None
+        client = next((v for rdn in (peer or {}).get("subject", ()) for k, v in rdn if k == "commonName"), "")
+        return web.json_response({"tls": True, "path": request.path, "sni": backend.names[-1], "client": client})
 
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", echo)
@@ -209,7 +218,7 @@ async def test_port_level_tls_verifies_against_the_rules_ca_and_names_the_sni(ri
         ClientTls(TlsMode.SIMPLE, ca_certificates="CA", subject_alt_names=("nope.example.com",)),
         ClientTls(TlsMode.MUTUAL, insecure_skip_verify=True),  # no client certificate to present
     ],
-    ids=["unknown CA", "SNI mismatch", "SAN mismatch", "MUTUAL"],
+    ids=["unknown CA", "SNI mismatch", "SAN mismatch", "MUTUAL without a certificate"],
 )
 async def test_a_backend_the_rule_cannot_trust_is_refused_never_sent_plaintext(rig: Rig, tls: ClientTls) -> None:
     async with tls_backend(rig) as backend:
@@ -221,6 +230,101 @@ async def test_a_backend_the_rule_cannot_trust_is_refused_never_sent_plaintext(r
         assert backend.requests == []
 
 
+# TLS mode MUTUAL (TestDestinationRule "MUTUAL"): the backend requires a client certificate.
+
+
+def _client_pair(ca: KeyPair, name: str = "waypoint-client") -> KeyPair:
+    return issue_client_cert(ca, common_name=name, now=time.time())
+
+
+async def _mutual_request(rig: Rig, tls: ClientTls) -> tuple[int, bytes]:
+    configure(rig, DestinationPolicy(f"app/{SECURE_HTTP}", "app/mutual", TrafficPolicy(tls=tls)))
+    client, stream = await rig.tunnel(f"{SECURE_HTTP_VIP}:80")
+    try:
+        status, _, body = await HttpOverTunnel(stream, host=SECURE_HTTP).request("GET", "/m")
+    finally:
+        await client.aclose()
+    return status, body
+
+
+async def test_mutual_with_a_secrets_certificate_presents_it_to_a_backend_that_requires_one(rig: Rig) -> None:
+    client_ca = new_ca("client-ca", now=time.time())
+    pair = _client_pair(client_ca)
+    async with tls_backend(rig, names=(SECURE_HTTP,), client_ca=client_ca) as backend:
+        tls = ClientTls(
+            TlsMode.MUTUAL,
+            ca_certificates=backend.ca.cert_pem.decode(),
+            client_certificate=pair.cert_pem.decode(),
+            private_key=pair.key_pem.decode(),
+        )
+        status, body = await _mutual_request(rig, tls)
+        assert status == 200 and json.loads(body)["client"] == "waypoint-client", body
+        assert backend.requests == ["GET /m HTTP/1.1"]
+
+
+async def test_mutual_with_file_paths_reads_the_files_on_the_waypoint(rig: Rig) -> None:
+    client_ca = new_ca("client-ca", now=time.time())
+    pair = _client_pair(client_ca, "from-files")
+    async with tls_backend(rig, names=(SECURE_HTTP,), client_ca=client_ca) as backend:
+        files = {"ca.pem": backend.ca.cert_pem, "cert.pem": pair.cert_pem, "key.pem": pair.key_pem}
+        rig.tmp.chmod(0o700)
+        for name, data in files.items():
+            (rig.tmp / name).write_bytes(data)
+        tls = ClientTls(
+            TlsMode.MUTUAL,
+            ca_certificates_path=str(rig.tmp / "ca.pem"),
+            client_certificate_path=str(rig.tmp / "cert.pem"),
+            private_key_path=str(rig.tmp / "key.pem"),
+        )
+        status, body = await _mutual_request(rig, tls)
+        assert status == 200 and json.loads(body)["client"] == "from-files", body
+
+
+def _fifo(rig: Rig) -> str:
+    path = rig.tmp / "fifo.pem"
+    os.mkfifo(path)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        "backend's CA unknown",
+        "client CA not the backend's",
+        "no certificate",
+        "key of another",
+        "missing files",
+        "fifo",
+    ],
+)
+async def test_mutual_that_cannot_complete_answers_503_and_the_backend_gets_nothing(rig: Rig, hostile: str) -> None:
+    """Fail closed: a backend whose certificate the rule's CA did not issue (a hostile endpoint), a backend that
+    refuses our certificate, or a certificate that is missing or does not load: 503, never plaintext, and a FIFO
+    as a path does not hang the waypoint."""
+    client_ca, other_ca = new_ca("client-ca", now=time.time()), new_ca("other", now=time.time())
+    pair = _client_pair(other_ca if hostile == "client CA not the backend's" else client_ca)
+    async with tls_backend(rig, names=(SECURE_HTTP,), client_ca=client_ca) as backend:
+        anchor = (other_ca if hostile == "backend's CA unknown" else backend.ca).cert_pem.decode()
+        tls = ClientTls(
+            TlsMode.MUTUAL,
+            ca_certificates=anchor,
+            client_certificate=pair.cert_pem.decode(),
+            private_key=_client_pair(client_ca).key_pem.decode()
+            if hostile == "key of another"
+            else pair.key_pem.decode(),
+        )
+        if hostile == "no certificate":
+            tls = ClientTls(TlsMode.MUTUAL, ca_certificates=anchor)
+        elif hostile == "missing files":
+            tls = ClientTls(TlsMode.MUTUAL, client_certificate_path="/nonexistent/c.pem", private_key_path="/k.pem")
+        elif hostile == "fifo":
+            fifo = _fifo(rig)
+            tls = ClientTls(TlsMode.MUTUAL, client_certificate_path=fifo, private_key_path=fifo)
+        status, _ = await asyncio.wait_for(_mutual_request(rig, tls), 10)
+        assert status == 503
+        assert backend.requests == []
+
+
 async def test_an_http_port_with_tls_forwards_each_request_over_originated_tls(rig: Rig) -> None:
     async with tls_backend(rig, names=(SECURE_HTTP,)) as backend:
         tls = ClientTls(TlsMode.SIMPLE, ca_certificates=backend.ca.cert_pem.decode())
@@ -229,7 +333,7 @@ async def test_an_http_port_with_tls_forwards_each_request_over_originated_tls(r
         http = HttpOverTunnel(stream, host=SECURE_HTTP)
         for path in ("/a", "/b"):
             status, _, body = await http.request("GET", path)
-            assert status == 200 and json.loads(body) == {"tls": True, "path": path, "sni": SECURE_HTTP}
+            assert status == 200 and json.loads(body) == {"tls": True, "path": path, "sni": SECURE_HTTP, "client": ""}
         assert backend.requests == ["GET /a HTTP/1.1", "GET /b HTTP/1.1"]
         assert rig.endpoints[0].tunnels == 1  # the TLS connection was kept and reused
         await client.aclose()

@@ -6,6 +6,7 @@ merging, subsets resolved to workload uids, and bad rules skipped with a clear n
 from __future__ import annotations
 
 import base64
+import json
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 from ambit.controlplane.translate import translate_all
 from ambit.controlplane.translate.destinationrules import (
     DestinationRuleIndex,
+    destination_policies,
     parse_destination_rule,
     parse_destination_rules,
 )
@@ -223,18 +225,18 @@ def test_every_setting_a_waypoint_honours_is_read() -> None:
     )
 
 
-def test_a_credential_names_a_secret_whose_ca_is_sent_and_file_paths_are_noted_and_dropped() -> None:
+def test_a_credential_names_a_secret_whose_ca_is_sent_and_file_paths_are_noted_and_ignored() -> None:
     pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
     secret = {"data": {"ca.crt": base64.b64encode(pem.encode()).decode()}}
     tls = {"mode": "SIMPLE", "credentialName": "backend-ca", "caCertificates": "/etc/ca.pem"}
     parsed, skips = parse(rule({"host": HOST, "trafficPolicy": {"tls": tls}}), {("app", "backend-ca"): secret})
     assert parsed.traffic_policy.tls == ClientTls(TlsMode.SIMPLE, ca_certificates=pem)
     assert [(s.field, s.reason) for s in skips] == [
-        ("spec.trafficPolicy.tls.caCertificates", "a waypoint has no files: use credentialName")
+        ("spec.trafficPolicy.tls.caCertificates", "credentialName is set: the file is not read")
     ]
     parsed, skips = parse(rule({"host": HOST, "trafficPolicy": {"tls": {"mode": "SIMPLE", "credentialName": "x"}}}))
     assert parsed.traffic_policy.tls == ClientTls(TlsMode.SIMPLE)
-    assert [s.reason for s in skips] == ["Secret app/x with a ca.crt not found"]
+    assert [s.reason for s in skips] == ["Secret app/x not found"]
 
 
 @pytest.mark.parametrize(
@@ -268,6 +270,78 @@ def test_a_bad_rule_is_skipped_whole_naming_the_field(spec: dict[str, Any], fiel
     parsed, skips = parse(rule(spec))
     assert parsed is None
     assert [(s.kind, s.name, s.field) for s in skips] == [("DestinationRule", "dr", field)]
+
+
+CERT = "-----BEGIN CERTIFICATE-----\nMIIC\n-----END CERTIFICATE-----\n"
+KEY_PEM = "-----BEGIN PRIVATE KEY-----\nsecret-key-bytes\n-----END PRIVATE KEY-----\n"
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"tls.crt": b64(CERT), "tls.key": b64(KEY_PEM), "ca.crt": b64(CERT)},
+        {"cert": b64(CERT), "key": b64(KEY_PEM), "cacert": b64(CERT)},
+    ],
+    ids=["kubernetes.io/tls", "generic"],
+)
+def test_mutual_with_a_credential_sends_the_secrets_certificate_key_and_ca(data: dict[str, str]) -> None:
+    tls = {"mode": "MUTUAL", "credentialName": "client", "clientCertificate": "/etc/c.pem"}
+    parsed, skips = parse(rule({"host": HOST, "trafficPolicy": {"tls": tls}}), {("app", "client"): {"data": data}})
+    assert parsed.traffic_policy.tls == ClientTls(
+        TlsMode.MUTUAL, ca_certificates=CERT, client_certificate=CERT, private_key=KEY_PEM
+    )
+    assert [s.field for s in skips] == ["spec.trafficPolicy.tls.clientCertificate"]
+    assert KEY_PEM not in repr(parsed) and "secret-key-bytes" not in repr(skips)
+
+
+def test_mutual_with_file_paths_keeps_the_paths_for_the_waypoint() -> None:
+    tls = {"mode": "MUTUAL", "clientCertificate": "/c.pem", "privateKey": "/k.pem", "caCertificates": "/ca.pem"}
+    parsed, skips = parse(rule({"host": HOST, "trafficPolicy": {"tls": tls}}))
+    assert skips == []
+    assert parsed.traffic_policy.tls == ClientTls(
+        TlsMode.MUTUAL, ca_certificates_path="/ca.pem", client_certificate_path="/c.pem", private_key_path="/k.pem"
+    )
+
+
+@pytest.mark.parametrize(
+    ("tls", "secret", "reason"),
+    [
+        ({"mode": "MUTUAL", "clientCertificate": "/c.pem"}, None, "MUTUAL needs credentialName, or"),
+        ({"mode": "MUTUAL", "credentialName": "s"}, None, "Secret app/s not found"),
+        ({"mode": "MUTUAL", "credentialName": "s"}, {"tls.crt": b64(CERT)}, "Secret app/s: MUTUAL needs tls.crt"),
+        ({"mode": "MUTUAL", "credentialName": "s"}, {"tls.crt": b64(CERT), "tls.key": "!!"}, "Secret app/s: tls.key"),
+    ],
+)
+def test_mutual_without_usable_material_is_noted_and_sent_without_it(
+    tls: dict[str, Any], secret: dict[str, str] | None, reason: str
+) -> None:
+    secrets = {("app", "s"): {"data": secret}} if secret is not None else {}
+    parsed, skips = parse(rule({"host": HOST, "trafficPolicy": {"tls": tls}}), secrets)
+    got = parsed.traffic_policy.tls
+    assert got.mode is TlsMode.MUTUAL and not got.private_key
+    assert any(s.reason.startswith(reason) for s in skips), skips
+
+
+def test_a_secrets_key_goes_only_to_waypoints_of_the_secrets_namespace() -> None:
+    data = {"tls.crt": b64(CERT), "tls.key": b64(KEY_PEM)}
+    tls = {"mode": "MUTUAL", "credentialName": "client"}
+    spec = {
+        "host": HOST,
+        "trafficPolicy": {"tls": tls, "portLevelSettings": [{"port": {"number": 443}, "tls": tls}]},
+        "subsets": [{"name": "v1", "labels": {"version": "v1"}, "trafficPolicy": {"tls": tls}}],
+    }
+    parsed, _ = parse(rule(spec), {("app", "client"): {"data": data}})
+    index = DestinationRuleIndex([parsed], root_namespace=ROOT)
+    (own,) = destination_policies(index, "app", [service()], {})
+    (other,) = destination_policies(index, "infra", [service()], {})
+    assert own.traffic_policy.tls.private_key == KEY_PEM and own.subsets[0].traffic_policy.tls.private_key == KEY_PEM
+    assert own.traffic_policy.port_level[0].tls.private_key == KEY_PEM
+    stripped = (other.traffic_policy.tls, other.traffic_policy.port_level[0].tls, other.subsets[0].traffic_policy.tls)
+    assert stripped == (ClientTls(TlsMode.MUTUAL),) * 3
 
 
 def test_a_workload_selector_rule_never_applies_at_a_waypoint_and_hides_wider_rules_in_its_namespace() -> None:
@@ -357,7 +431,9 @@ def test_rules_for_one_host_merge_oldest_first() -> None:
 # Through translate_all: the waypoint's config carries the policy with subsets resolved to workload uids.
 
 
-def _cluster(pods: list[dict[str, Any]], rules: list[dict[str, Any]]) -> Any:
+def _cluster(
+    pods: list[dict[str, Any]], rules: list[dict[str, Any]], entries: list[dict[str, Any]] | None = None
+) -> Any:
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "app"}}
     gateway_class = {"metadata": {"name": "istio-waypoint"}, "spec": {"controllerName": "istio.io/mesh-controller"}}
     gateway = {
@@ -384,6 +460,7 @@ def _cluster(pods: list[dict[str, Any]], rules: list[dict[str, Any]]) -> Any:
         gateways=[gateway],
         gateway_classes=[gateway_class],
         destination_rules=rules,
+        service_entries=entries or [],
     )
 
 
@@ -416,6 +493,49 @@ def test_translate_all_resolves_upstream_subsets_to_the_services_workloads() -> 
     (config,) = _cluster(pods, [upstream(SUBSET_ROUTING)]).waypoint_configs
     assert config.destination_rules[0].subsets[0].workloads == frozenset({uids["reviews-v1"], uids["reviews-v2"]})
     assert config.destination_rules[0].subsets[1].workloads == frozenset()
+
+
+# A ServiceEntry with inline endpoints labelled by version, bound to the waypoint, and subsets of it.
+EXTERNAL = "api.example.com"
+INLINE_ENTRY = {
+    "apiVersion": "networking.istio.io/v1",
+    "kind": "ServiceEntry",
+    "metadata": {"name": "api", "namespace": "app", "labels": {"istio.io/use-waypoint": "waypoint"}},
+    "spec": {
+        "hosts": [EXTERNAL],
+        "addresses": ["240.240.0.1"],
+        "ports": [{"number": 80, "name": "http", "protocol": "HTTP"}],
+        "resolution": "STATIC",
+        "endpoints": [
+            {"address": "198.18.5.1", "labels": {"version": "v1"}},
+            {"address": "198.18.5.2", "labels": {"version": "v2", "zone": "b"}},
+            {"address": "198.18.5.3"},
+        ],
+    },
+}
+
+
+def test_subsets_select_a_service_entrys_inline_endpoints_by_their_labels() -> None:
+    subsets = [
+        {"name": "v1", "labels": {"version": "v1"}},
+        {"name": "v2b", "labels": {"version": "v2", "zone": "b"}},
+        {"name": "none", "labels": {"version": "v3"}},
+    ]
+    rules = [rule({"host": EXTERNAL, "subsets": subsets}, name="api")]
+    translation = _cluster([], rules, entries=[INLINE_ENTRY])
+    (config,) = translation.waypoint_configs
+    (policy,) = config.destination_rules
+    assert policy.service_key == f"app/{EXTERNAL}" and policy.rule == "app/api"
+    prefix = "Kubernetes/networking.istio.io/ServiceEntry/app/api/"
+    assert [(s.name, s.workloads) for s in policy.subsets] == [
+        ("v1", frozenset({prefix + "198.18.5.1"})),
+        ("v2b", frozenset({prefix + "198.18.5.2"})),
+        ("none", frozenset()),
+    ]
+    relabelled = json.loads(json.dumps(INLINE_ENTRY))
+    relabelled["spec"]["endpoints"][2]["labels"] = {"version": "v1"}
+    (config,) = _cluster([], rules, entries=[relabelled]).waypoint_configs
+    assert config.destination_rules[0].subsets[0].workloads == {prefix + "198.18.5.1", prefix + "198.18.5.3"}
 
 
 def test_translate_all_reports_a_bad_rule_and_keeps_the_others() -> None:
@@ -451,11 +571,17 @@ SPEC_KEYS = [
     "httpHeaderName",
     "sni",
     "credentialName",
+    "clientCertificate",
+    "privateKey",
+    "caCertificates",
     "insecureSkipVerify",
     "workloadSelector",
 ]
 json_values: st.SearchStrategy[Any] = st.recursive(
-    st.none() | st.booleans() | st.integers(-5, 70000) | st.sampled_from(["", "v1", "SIMPLE", "UPGRADE", "1s", "*"]),
+    st.none()
+    | st.booleans()
+    | st.integers(-5, 70000)
+    | st.sampled_from(["", "v1", "SIMPLE", "MUTUAL", "UPGRADE", "1s", "*", "/c.pem"]),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(SPEC_KEYS), inner, max_size=4),
     max_leaves=20,
 )

@@ -125,6 +125,8 @@ def test_everything_else_is_refused_with_400(state: WorkloadState, authority: st
     plan = plan_tunnel(authority, state, ME)
     assert isinstance(plan, Refusal)
     assert plan.status == 400 and reason in plan.reason
+    # Only what a state update could bind here may wait for one (rule 5); a bad port or authority never does.
+    assert plan.unbound == (reason in ("does not use this waypoint", "unknown destination"))
 
 
 def test_a_workload_using_this_waypoint_is_served_by_pod_ip(state: WorkloadState) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import os
 import ssl
 import time
 from collections import Counter
@@ -30,9 +31,16 @@ from ambit.model.routes import (
     TrafficPolicy,
 )
 from ambit.model.workload import Workload
-from ambit.tls.certs import issue_server_cert, new_ca
+from ambit.tls.certs import issue_client_cert, issue_server_cert, new_ca
 from ambit.waypoint.destinations import PLAIN, Refusal, Transport
-from ambit.waypoint.origination import TlsOriginationError, TlsStream, client_context, proxy_header
+from ambit.waypoint.origination import (
+    MAX_PEM_FILE,
+    TlsOriginationError,
+    TlsStream,
+    client_context,
+    proxy_header,
+    read_pem_file,
+)
 from ambit.waypoint.traffic_policy import DEFAULT, BackendPolicy, Balancer, plan_backend
 
 HOST = "reviews.app.svc.cluster.local"
@@ -91,10 +99,15 @@ RULE = DestinationPolicy(
             BackendPolicy(None, TrafficPolicy(tls=ClientTls(TlsMode.ISTIO_MUTUAL)), PLAIN, f"{KEY}/"),
         ),
         (
-            (DestinationPolicy(KEY, "r", TrafficPolicy(tls=ClientTls(TlsMode.MUTUAL))),),
+            (DestinationPolicy(KEY, "r", TrafficPolicy(tls=ClientTls(TlsMode.MUTUAL, private_key="k"))),),
             backend(),
             False,
-            Refusal(503, "r: tls mode MUTUAL is not supported at the waypoint"),
+            BackendPolicy(
+                None,
+                TrafficPolicy(tls=ClientTls(TlsMode.MUTUAL, private_key="k")),
+                Transport(ClientTls(TlsMode.MUTUAL, private_key="k"), sni=HOST),
+                f"{KEY}/",
+            ),
         ),
         (
             (DestinationPolicy(KEY, "r", TrafficPolicy(proxy_protocol=ProxyProtocolVersion.V2)),),
@@ -336,3 +349,41 @@ def test_outlier_detection_ejects_for_longer_each_time_and_keeps_one_in() -> Non
     assert balancer.ejected("k", 30.0) == {"w1"} and balancer.ejected("k", 31.2) == frozenset()  # 2 x 10 s
     balancer.record("k", "w3", True, 40.0, detection, 3)
     assert "w3" not in balancer.outliers["k"]
+
+
+def test_mutual_without_a_certificate_or_with_a_key_of_another_fails_the_context_without_quoting_it() -> None:
+    ca = new_ca("client-ca", now=time.time())
+    pair, other = (issue_client_cert(ca, common_name=n, now=time.time()) for n in ("a", "b"))
+    with pytest.raises(TlsOriginationError, match="MUTUAL without a client certificate and key"):
+        client_context(ClientTls(TlsMode.MUTUAL), h2=False)
+    wrong = ClientTls(TlsMode.MUTUAL, client_certificate=pair.cert_pem.decode(), private_key=other.key_pem.decode())
+    with pytest.raises(TlsOriginationError, match="do not load") as raised:
+        client_context(wrong, h2=False)
+    assert "PRIVATE KEY" not in str(raised.value) and other.key_pem.decode() not in repr(wrong)
+    right = ClientTls(TlsMode.MUTUAL, client_certificate=pair.cert_pem.decode(), private_key=pair.key_pem.decode())
+    assert client_context(right, h2=False).verify_mode is ssl.CERT_REQUIRED
+
+
+def test_pem_files_must_be_small_regular_absolute_files(tmp_path: Path) -> None:
+    big = tmp_path / "big.pem"
+    big.write_bytes(b"-----BEGIN CERTIFICATE-----\n" + b"A" * (MAX_PEM_FILE + 1))
+    secret = tmp_path / "secret.txt"
+    secret.write_text("password=hunter2\n")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    cases = {
+        "relative.pem": "not an absolute path",
+        str(tmp_path / "missing.pem"): "No such file",
+        str(tmp_path): "not a regular file",
+        str(fifo): "not a regular file",
+        "/dev/zero": "not a regular file",
+        str(big): "larger than",
+        str(secret): "not a PEM file",
+    }
+    for path, reason in cases.items():
+        with pytest.raises(TlsOriginationError, match=reason) as raised:
+            read_pem_file(path)
+        assert "hunter2" not in str(raised.value)
+    tls = ClientTls(TlsMode.SIMPLE, ca_certificates_path=str(secret))
+    with pytest.raises(TlsOriginationError, match="not a PEM file"):
+        client_context(tls, h2=False)

@@ -294,6 +294,11 @@ tls_settings = st.builds(
     st.booleans(),
     st.just("") | st.just("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"),
     st.lists(LABEL.map(lambda t: f"{t}.example.com"), max_size=2).map(tuple),
+    st.just("") | st.just("-----BEGIN CERTIFICATE-----\nMIIC\n-----END CERTIFICATE-----\n"),
+    st.just("") | st.just("-----BEGIN EC PRIVATE KEY-----\nMHc\n-----END EC PRIVATE KEY-----\n"),
+    st.just("") | st.just("/etc/ca.pem"),
+    st.just("") | st.just("/etc/client/tls.crt"),
+    st.just("") | st.just("/etc/client/tls.key"),
 )
 port_levels = st.lists(
     st.builds(
@@ -394,6 +399,23 @@ def encoded_rule(**fields: Any) -> any_pb2.Any:
                 )
             },
             "traffic_policy.tls.ca_certificates",
+        ),
+        (
+            {"traffic_policy": pb.TrafficPolicy(tls=pb.ClientTls(client_certificate="junk"))},
+            "traffic_policy.tls.client_certificate",
+        ),
+        ({"traffic_policy": pb.TrafficPolicy(tls=pb.ClientTls(private_key="junk"))}, "traffic_policy.tls.private_key"),
+        (
+            {"traffic_policy": pb.TrafficPolicy(tls=pb.ClientTls(private_key="PRIVATE KEY-----" * 5000))},
+            "traffic_policy.tls.private_key",
+        ),
+        (
+            {"traffic_policy": pb.TrafficPolicy(tls=pb.ClientTls(private_key_path="relative/key.pem"))},
+            "traffic_policy.tls.private_key_path",
+        ),
+        (
+            {"traffic_policy": pb.TrafficPolicy(tls=pb.ClientTls(ca_certificates_path="/a\nb"))},
+            "traffic_policy.tls.ca_certificates_path",
         ),
         ({"traffic_policy": pb.TrafficPolicy(proxy_protocol=9)}, "traffic_policy.proxy_protocol"),
         (

@@ -344,6 +344,16 @@ class ClientTls:
     ``insecure_skip_verify`` False: the waypoint's system trust store."""
     subject_alt_names: tuple[str, ...] = ()
     """The server certificate must name one of these (DNS SANs); empty: ``sni`` (or the hostname) is checked."""
+    client_certificate: str = ""
+    """MUTUAL: the PEM chain to present (from ``credentialName``'s Secret ``tls.crt``)."""
+    private_key: str = field(default="", repr=False)
+    """MUTUAL: its PEM private key (the Secret's ``tls.key``); never shown in a repr or a log."""
+    ca_certificates_path: str = ""
+    """``caCertificates``: a file of PEM trust anchors on the waypoint (used when ``ca_certificates`` is empty)."""
+    client_certificate_path: str = ""
+    """``clientCertificate``: a PEM chain file on the waypoint (MUTUAL, when ``client_certificate`` is empty)."""
+    private_key_path: str = ""
+    """``privateKey``: its key file on the waypoint."""
 
 
 class ProxyProtocolVersion(enum.Enum):

@@ -28,7 +28,8 @@ Rules of :func:`plan_tunnel` (Istio's waypoint accepts traffic only for what use
 4. ``podIP:port`` of a Workload whose ``waypoint`` is this waypoint is a :class:`WorkloadTarget` (the address of
    a workload whose Service uses the waypoint does not count: TestDirect's "workload-addressed via a service
    waypoint → error").
-5. Anything else (unknown address, a Service or Workload using another waypoint or none) is refused, 400.
+5. Anything else (unknown address, a Service or Workload using another waypoint or none) is refused, 400, marked
+   :attr:`Refusal.unbound` (the shell may wait briefly for a state update that binds it, then judge again).
 
 "This waypoint" (:meth:`WaypointSelf.is_me`): a ``GatewayAddress`` naming its Service hostname
 (``<gateway>.<namespace>.svc.<domain>``) in its namespace, or one of its own addresses or its Service's VIPs.
@@ -120,6 +121,9 @@ class WorkloadTarget:
 class Refusal:
     status: int
     reason: str
+    unbound: bool = False
+    """Rule 5: the destination does not use this waypoint as far as its state knows; a state update may yet bind
+    it (the waypoint may hear of a new binding after the client's node proxy did)."""
 
 
 Target = ServiceTarget | WorkloadTarget
@@ -140,7 +144,7 @@ def plan_tunnel(authority: str, state: WorkloadState, me: WaypointSelf) -> Targe
     service = state.find_service_by_vip(me.network, ip) if ip is not None else state.find_service_by_hostname(host)
     if service is not None:
         if not me.fronts(service, state):
-            return Refusal(400, f"service {service.key} does not use this waypoint")  # rule 5
+            return Refusal(400, f"service {service.key} does not use this waypoint", unbound=True)  # rule 5
         mapping = next((m for m in service.ports if m.service_port == port), None)
         if mapping is None:
             return Refusal(400, f"service {service.key} has no port {port}")  # rule 3
@@ -148,9 +152,9 @@ def plan_tunnel(authority: str, state: WorkloadState, me: WaypointSelf) -> Targe
     workload = state.find_workload_by_address(me.network, ip) if ip is not None else None
     if workload is not None and ip is not None:
         if not me.is_me(workload.waypoint, state):
-            return Refusal(400, f"workload {workload.uid} does not use this waypoint")  # rule 5
+            return Refusal(400, f"workload {workload.uid} does not use this waypoint", unbound=True)  # rule 5
         return WorkloadTarget(workload, ip, port)  # rule 4
-    return Refusal(400, f"unknown destination {authority}")  # rule 5
+    return Refusal(400, f"unknown destination {authority}", unbound=True)  # rule 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +163,7 @@ class Transport:
     ``tls``, ``h2UpgradePolicy`` and ``proxyProtocol``: :mod:`ambit.waypoint.traffic_policy`)."""
 
     tls: ClientTls | None = None
-    """Originate TLS (mode SIMPLE) to the endpoint, inside its tunnel."""
+    """Originate TLS (mode SIMPLE or MUTUAL) to the endpoint, inside its tunnel."""
     h2: bool = False
     """HTTP requests go upstream as HTTP/2."""
     proxy_protocol: ProxyProtocolVersion | None = None

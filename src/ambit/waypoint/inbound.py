@@ -7,7 +7,11 @@ SPIFFE id of our trust domain, ALPN h2. Each CONNECT then:
 
 1. is refused 503 when ``max_tunnels`` are being served already, or when the waypoint has not got its
    certificate and first workload state within ``startup_wait`` (lazy start);
-2. is judged by :func:`~ambit.waypoint.destinations.plan_tunnel`; a refusal answers its status (400), is logged
+2. is judged by :func:`~ambit.waypoint.destinations.plan_tunnel`; a destination not bound to this waypoint is
+   judged again after each workload state update for up to ``binding_wait`` seconds (the client's node proxy may
+   have heard of a new binding before this waypoint did: make-before-break when a ``use-waypoint`` label moves
+   here), by at most ``max_binding_waits`` tunnels at once (the rest are judged at once); a refusal answers its
+   status (400), is logged
    with its reason and counted (``istio_tcp_connections_failed_total{reporter="waypoint",response_flags="NR"}``
    and the ``refused`` tally of ``/config_dump``);
 3. goes by the Service port's ``appProtocol``: a TCP port reaches its endpoint first and answers 200 only then
@@ -42,7 +46,7 @@ from ambit.proxy.streams import ByteStream
 from ambit.telemetry.metrics import Reporter, SecurityPolicy, TrafficLabels
 from ambit.tls.workload import WorkloadCertificate
 from ambit.waypoint.context import Tunnel, WaypointContext
-from ambit.waypoint.destinations import Refusal, plan_tunnel
+from ambit.waypoint.destinations import Refusal, Target, plan_tunnel
 from ambit.waypoint.http1_proxy import serve_http1
 from ambit.waypoint.http1_upstream import http1_connector
 from ambit.waypoint.http2_proxy import serve_http2
@@ -104,10 +108,28 @@ _AS_APP_PROTOCOL = {
 
 
 class Startup:
-    """Lazy start: tunnels wait (bounded) until the certificate and the first workload state are in."""
+    """Lazy start: tunnels wait (bounded) until the certificate and the first workload state are in; and later
+    workload state updates, which tunnels for a destination not (yet) bound to this waypoint wait for (rule 2)."""
 
     def __init__(self) -> None:
         self.ready = asyncio.Event()
+        self._changed = asyncio.Event()
+        self.binding_waits = 0
+        """Tunnels waiting for a binding now (at most ``WaypointLimits.max_binding_waits``)."""
+
+    def state_changed(self) -> None:
+        """Wake the tunnels waiting for a state update."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def wait_state_change(self, timeout: float) -> bool:  # noqa: ASYNC109 - the binding wait's bound
+        changed = self._changed
+        try:
+            async with asyncio.timeout(timeout):
+                await changed.wait()
+        except TimeoutError:
+            return False
+        return True
 
     async def wait(self, timeout: float) -> bool:  # noqa: ASYNC109 - the lazy-start bound
         if self.ready.is_set():
@@ -153,6 +175,26 @@ async def serve_connection(
         log.info("HBONE connection failed: %s", exc)
 
 
+async def _plan_after_binding(ctx: WaypointContext, startup: Startup, authority: str) -> Target | Refusal:
+    """Rule 2, with its wait for a binding: a destination this waypoint does not serve is judged again after each
+    state update, for at most ``binding_wait`` seconds, by at most ``max_binding_waits`` tunnels at once."""
+    plan = plan_tunnel(authority, ctx.state, ctx.me)
+    if not isinstance(plan, Refusal) or not plan.unbound or startup.binding_waits >= ctx.limits.max_binding_waits:
+        return plan
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + ctx.limits.binding_wait
+    startup.binding_waits += 1
+    try:
+        while isinstance(plan, Refusal) and plan.unbound:
+            left = deadline - loop.time()
+            if left <= 0 or not await startup.wait_state_change(left):
+                break
+            plan = plan_tunnel(authority, ctx.state, ctx.me)
+    finally:
+        startup.binding_waits -= 1
+    return plan
+
+
 async def _serve_tunnel(
     ctx: WaypointContext, startup: Startup, refusals: Refusals, request: InboundRequest, responder: TunnelResponder
 ) -> None:
@@ -163,7 +205,7 @@ async def _serve_tunnel(
     if not await startup.wait(ctx.limits.startup_wait):
         _refuse(ctx, refusals, request, responder, Refusal(503, "waypoint not ready (certificate or xDS)"))
         return
-    plan = plan_tunnel(request.authority, ctx.state, ctx.me)  # rule 2
+    plan = await _plan_after_binding(ctx, startup, request.authority)  # rule 2
     if isinstance(plan, Refusal):
         _refuse(ctx, refusals, request, responder, plan)
         return

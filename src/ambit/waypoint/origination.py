@@ -11,29 +11,39 @@ Rules:
 1. :func:`client_context` builds the context for one :class:`~ambit.model.routes.ClientTls`: TLS 1.2 or later;
    ``insecure_skip_verify`` verifies nothing; else the chain is verified against ``ca_certificates`` (PEM) or the
    system store, and the name against ``subject_alt_names`` when given (checked after the handshake), else
-   against the SNI. ALPN ``h2`` when the requests go as HTTP/2, ``http/1.1`` otherwise.
+   against the SNI. ALPN ``h2`` when the requests go as HTTP/2, ``http/1.1`` otherwise. Trust anchors from a
+   file when ``ca_certificates_path`` is given instead (rule 6).
 2. A handshake that fails or takes longer than the connect timeout is an upstream connect failure; the stream
    under it is aborted.
 3. :class:`TlsStream` writes go out in order (one lock around moving bytes from the BIO to the stream); a read
    returns decrypted bytes, ``b""`` at the peer's close_notify or at the stream's end.
 4. A PROXY v1 header names TCP4 or TCP6 and both addresses; families that differ (or an address that is not an IP)
    give ``PROXY UNKNOWN``. v2 is the binary form (command PROXY, or LOCAL with no addresses for the same case).
+5. MUTUAL presents a client certificate: the PEM chain and key the control plane sent (a Secret's), else the
+   files named by ``client_certificate_path`` and ``private_key_path``; neither, or any that fails to load, or a
+   key that does not match the certificate, fails the context (rule 2's connect failure, a 503: fail closed).
+6. Files (``*_path``) are read when the context is built, which is once per distinct setting: an absolute path to a
+   regular file (no FIFO, device or directory) of at most :data:`MAX_PEM_FILE` bytes holding PEM. Errors name the
+   path and the reason, never the contents.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
+import os
 import ssl
+import stat
 import struct
 
 from ambit.hbone.errors import AuthorityError
 from ambit.hbone.headers import parse_authority
-from ambit.model.routes import ClientTls, ProxyProtocolVersion
+from ambit.model.routes import ClientTls, ProxyProtocolVersion, TlsMode
 from ambit.model.workload import IPAddress
 from ambit.proxy.streams import ByteStream
 
 READ_SIZE = 256 * 1024
+MAX_PEM_FILE = 1024 * 1024
 _V2_SIGNATURE = b"\r\n\r\n\x00\r\nQUIT\n"
 
 
@@ -46,6 +56,8 @@ def client_context(tls: ClientTls, *, h2: bool) -> ssl.SSLContext:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.set_alpn_protocols(["h2"] if h2 else ["http/1.1"])
+    if tls.mode is TlsMode.MUTUAL:
+        _client_certificate(context, tls)
     if tls.insecure_skip_verify:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
@@ -53,12 +65,68 @@ def client_context(tls: ClientTls, *, h2: bool) -> ssl.SSLContext:
     try:
         if tls.ca_certificates:
             context.load_verify_locations(cadata=tls.ca_certificates)
+        elif tls.ca_certificates_path:
+            context.load_verify_locations(cadata=read_pem_file(tls.ca_certificates_path).decode("ascii"))
         else:
             context.load_default_certs(ssl.Purpose.SERVER_AUTH)
-    except (ssl.SSLError, ValueError) as exc:
-        raise TlsOriginationError(f"the DestinationRule's CA certificates do not load: {exc}") from None
+    except (ssl.SSLError, ValueError, UnicodeDecodeError) as exc:
+        raise TlsOriginationError(f"the DestinationRule's CA certificates do not load: {_reason(exc)}") from None
     context.check_hostname = not tls.subject_alt_names
     return context
+
+
+def _client_certificate(context: ssl.SSLContext, tls: ClientTls) -> None:
+    """Rule 5."""
+    if tls.client_certificate and tls.private_key:
+        chain, key = tls.client_certificate.encode(), tls.private_key.encode()
+    elif tls.client_certificate_path and tls.private_key_path:
+        chain, key = read_pem_file(tls.client_certificate_path), read_pem_file(tls.private_key_path)
+    else:
+        raise TlsOriginationError("tls mode MUTUAL without a client certificate and key")
+    # The stdlib loads a key pair only from a file: an anonymous memory file holds it for the call, never a disk.
+    fd = os.memfd_create("ambit-client-certificate", os.MFD_CLOEXEC)
+    try:
+        pem = chain + b"\n" + key + b"\n"
+        while pem:
+            pem = pem[os.write(fd, pem) :]
+        context.load_cert_chain(f"/proc/self/fd/{fd}")
+    except (ssl.SSLError, OSError) as exc:
+        raise TlsOriginationError(f"the client certificate and key do not load: {_reason(exc)}") from None
+    finally:
+        os.close(fd)
+
+
+def read_pem_file(path: str) -> bytes:
+    """Rule 6: a regular file of at most :data:`MAX_PEM_FILE` bytes at an absolute path; its contents."""
+    if not path.startswith("/"):
+        raise TlsOriginationError(f"{path!r} is not an absolute path")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise TlsOriginationError(f"{path}: {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise TlsOriginationError(f"{path}: not a regular file")
+        if info.st_size > MAX_PEM_FILE:
+            raise TlsOriginationError(f"{path}: larger than {MAX_PEM_FILE} bytes")
+        data = os.read(fd, MAX_PEM_FILE + 1)
+    except OSError as exc:
+        raise TlsOriginationError(f"{path}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_PEM_FILE or b"-----BEGIN " not in data:
+        raise TlsOriginationError(f"{path}: not a PEM file")
+    return data
+
+
+def _reason(exc: Exception) -> str:
+    """An error's reason without the data that caused it (a key is never quoted)."""
+    if isinstance(exc, ssl.SSLError):
+        return str(exc.reason or exc.library or "TLS library error")
+    if isinstance(exc, OSError):
+        return str(exc.strerror or type(exc).__name__)
+    return type(exc).__name__
 
 
 def _names_match(pattern: str, name: str) -> bool:

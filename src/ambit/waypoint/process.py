@@ -15,7 +15,10 @@ here, and nowhere else:
   :class:`~ambit.telemetry.endpoints.ProxyEndpoints`.
 
 The process runs until SIGTERM, SIGINT or ``POST /quitquitquit`` (with the admin token, written to
-``admin_token_file`` when given), then closes the listener, tunnels, pooled connections and endpoints.
+``admin_token_file`` when given), then drains (:meth:`Waypoint.drain`): not ready, still serving for
+``drain_time`` seconds (or until a second signal), since node proxies keep sending here until the control plane
+tells them the waypoint is gone (a deleted Gateway, a ``use-waypoint`` label moved) and a waypoint that vanished at
+once would reset their connections; then it closes the listener, tunnels, pooled connections and endpoints.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ log = logging.getLogger("ambit.waypoint.process")
 
 CERT_TASK = "certificate"
 STATE_TASK = "state manager"
+DRAIN_TASK = "draining"
 HOUSEKEEPING_INTERVAL = 0.2
 REAP_INTERVAL = 30.0
 UPSTREAM_IDLE_SECONDS = 60.0
@@ -206,7 +210,9 @@ class Waypoint:
         )
 
     def _state_changed(self) -> None:
-        """Nothing to recompute: every tunnel and request reads the state when it needs it."""
+        """Nothing to recompute (every tunnel and request reads the state when it needs it); tunnels waiting for a
+        binding judge again."""
+        self.startup.state_changed()
 
     @property
     def config_name(self) -> str:
@@ -347,7 +353,7 @@ class Waypoint:
                 self.readiness.done(CERT_TASK)
             if self._state_loaded or (self.xds is not None and self.xds.synced):
                 self.readiness.done(STATE_TASK)
-            if self.readiness.ready:
+            if not {CERT_TASK, STATE_TASK} & set(self.readiness.pending()):  # draining or not
                 self.startup.ready.set()
             await asyncio.sleep(HOUSEKEEPING_INTERVAL)
             since_reap += HOUSEKEEPING_INTERVAL
@@ -355,6 +361,14 @@ class Waypoint:
                 since_reap = 0.0
                 self.context.upstreams.pool.reap_idle()
                 self.context.upstreams.reap_idle(self.context.clock(), UPSTREAM_IDLE_SECONDS)
+
+    async def drain(self, seconds: float) -> None:
+        """Report not ready and keep serving for ``seconds``, or until :attr:`stopped` is set again."""
+        self.readiness.add_pending(DRAIN_TASK)
+        self.stopped.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self.stopped.wait()
 
     async def aclose(self) -> None:
         for task in self._tasks:
@@ -380,7 +394,7 @@ class Waypoint:
 
 
 async def run_waypoint(settings: WaypointSettings, *, admin_token_file: Path | None = None) -> None:
-    """Run until SIGTERM, SIGINT or ``/quitquitquit``."""
+    """Run until SIGTERM, SIGINT or ``/quitquitquit``, then drain."""
     waypoint = Waypoint(settings, admin_token_file=admin_token_file)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -388,5 +402,6 @@ async def run_waypoint(settings: WaypointSettings, *, admin_token_file: Path | N
     await waypoint.start()
     try:
         await waypoint.stopped.wait()
+        await waypoint.drain(settings.limits.drain_time)
     finally:
         await waypoint.aclose()

@@ -31,6 +31,13 @@ class WaypointLimits:
     """CONNECT streams served at once over all connections; more are answered 503."""
     startup_wait: float = 10.0
     """How long a tunnel that arrived before the certificate and the first xDS sync waits for them."""
+    binding_wait: float = 2.0
+    """How long a tunnel for a destination not bound to this waypoint waits for a state update that binds it."""
+    max_binding_waits: int = 64
+    """Tunnels waiting for a binding at once; others are refused at once."""
+    drain_time: float = 5.0
+    """Seconds a stopping waypoint keeps serving, not ready (Istio's default termination drain duration); within
+    the pod's termination grace period (30 s for the waypoints the control plane deploys)."""
     connect_timeout: float = 10.0
     """Seconds to open an upstream tunnel (TCP, TLS, CONNECT)."""
     upstream_idle_per_endpoint: int = 16

@@ -14,9 +14,10 @@ Rules:
    endpoint. A defined subset that selects no healthy endpoint answers 503 ``no healthy upstream`` like any backend.
 3. The effective policy is :meth:`~ambit.model.routes.DestinationPolicy.policy_for` the backend's port and subset.
 4. Transport (:class:`~ambit.waypoint.destinations.Transport`): ``tls.mode`` SIMPLE originates TLS to the endpoint
-   (inside its HBONE tunnel when it has one); ISTIO_MUTUAL and DISABLE change nothing (HBONE is already mutual
-   TLS); MUTUAL is refused 503 (the waypoint holds no client certificate to present, and sending in the clear what
-   was meant to be encrypted is worse than not sending). ``h2UpgradePolicy: UPGRADE`` sends HTTP/1.1 requests
+   (inside its HBONE tunnel when it has one), MUTUAL the same presenting the rule's client certificate (one that
+   is missing or does not load fails the connection, a 503: :mod:`ambit.waypoint.origination`, never the
+   request in the clear); ISTIO_MUTUAL and DISABLE change nothing (HBONE is already mutual TLS, and istiod builds
+   no TLS context for ISTIO_MUTUAL at a waypoint). ``h2UpgradePolicy: UPGRADE`` sends HTTP/1.1 requests
    upstream as HTTP/2 (h2c with prior knowledge, or ALPN h2 over originated TLS); a protocol upgrade request
    (WebSocket) is never sent as HTTP/2. ``proxyProtocol`` writes a PROXY header first on each new connection.
 5. Load balancing (:class:`Balancer`): ``ROUND_ROBIN`` cycles through the candidates (sorted by uid) per Service
@@ -62,6 +63,7 @@ from ambit.model.workload import Workload
 from ambit.waypoint.destinations import PLAIN, Refusal, Transport
 
 Choose = Callable[[Sequence[Workload]], Workload]
+_ORIGINATED = (TlsMode.SIMPLE, TlsMode.MUTUAL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,16 +98,14 @@ def plan_backend(
             return Refusal(503, f"subset {backend.subset} of {backend.service_key}: not defined by {rule.rule}")
         members = subset.workloads
     policy = rule.policy_for(backend.port, backend.subset)
-    tls = policy.tls
-    if tls is not None and tls.mode is TlsMode.MUTUAL:
-        return Refusal(503, f"{rule.rule}: tls mode MUTUAL is not supported at the waypoint")
+    tls = policy.tls if policy.tls is not None and policy.tls.mode in _ORIGINATED else None
     pool = policy.connection_pool
     transport = Transport(
         max_requests_per_connection=pool.max_requests_per_connection if pool is not None else 0,
-        tls=tls if tls is not None and tls.mode is TlsMode.SIMPLE else None,
+        tls=tls,
         h2=pool is not None and pool.h2_upgrade is H2Upgrade.UPGRADE and not upgrade,
         proxy_protocol=policy.proxy_protocol,
-        sni=(tls.sni or backend.hostname) if tls is not None and tls.mode is TlsMode.SIMPLE else "",
+        sni=(tls.sni or backend.hostname) if tls is not None else "",
     )
     return BackendPolicy(members, policy, transport, f"{backend.service_key}/{backend.subset}")
 

@@ -19,6 +19,9 @@ Rules:
 5. TLS: ``sni`` and each SAN are DNS names (at most 253 characters); ``ca_certificates`` is at most
    :data:`MAX_CA_BYTES` and, when set, PEM (``-----BEGIN CERTIFICATE-----``); whether it parses the waypoint judges
    when it builds the context (a failure then answers 503 for that Service, never takes the waypoint down).
+   ``client_certificate`` likewise (at most :data:`MAX_CA_BYTES`); ``private_key`` at most :data:`MAX_KEY_BYTES`,
+   a PEM private key, never quoted in an error. The three file paths are absolute and printable, at most
+   :data:`MAX_PATH` characters; the waypoint reads them when it builds the context (rule 5's failure holds).
 6. A consistent hash names a header (an HTTP token), a query parameter, or the source IP.
 """
 
@@ -61,6 +64,8 @@ MAX_SUBSETS = 256
 MAX_SUBSET_WORKLOADS = 65_536
 MAX_PORT_LEVEL = 256
 MAX_CA_BYTES = 256 * 1024
+MAX_KEY_BYTES = 64 * 1024
+MAX_PATH = 4096
 MAX_UID = 512
 MAX_SANS = 64
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -142,6 +147,11 @@ def _tls(tls: ClientTls) -> pb.ClientTls:
         insecure_skip_verify=tls.insecure_skip_verify,
         ca_certificates=tls.ca_certificates,
         subject_alt_names=list(tls.subject_alt_names),
+        client_certificate=tls.client_certificate,
+        private_key=tls.private_key,
+        ca_certificates_path=tls.ca_certificates_path,
+        client_certificate_path=tls.client_certificate_path,
+        private_key_path=tls.private_key_path,
     )
 
 
@@ -331,6 +341,14 @@ class DestinationPolicyReader(FieldReader):
             raise self.fail(f"{field}.ca_certificates", "not PEM certificates")
         if len(message.subject_alt_names) > MAX_SANS:
             raise self.fail(f"{field}.subject_alt_names", f"more than {MAX_SANS} names")
+        if len(message.client_certificate) > MAX_CA_BYTES:
+            raise self.fail(f"{field}.client_certificate", f"longer than {MAX_CA_BYTES} bytes")
+        if message.client_certificate and "-----BEGIN CERTIFICATE-----" not in message.client_certificate:
+            raise self.fail(f"{field}.client_certificate", "not a PEM certificate chain")
+        if len(message.private_key) > MAX_KEY_BYTES:
+            raise self.fail(f"{field}.private_key", f"longer than {MAX_KEY_BYTES} bytes")
+        if message.private_key and "PRIVATE KEY-----" not in message.private_key:
+            raise self.fail(f"{field}.private_key", "not a PEM private key")  # never quoted: it is a secret
         return ClientTls(
             mode=mode,
             sni=self.dns_name(f"{field}.sni", message.sni) if message.sni else "",
@@ -339,4 +357,14 @@ class DestinationPolicyReader(FieldReader):
             subject_alt_names=tuple(
                 self.dns_name(f"{field}.subject_alt_names[{i}]", n) for i, n in enumerate(message.subject_alt_names)
             ),
+            client_certificate=message.client_certificate,
+            private_key=message.private_key,
+            ca_certificates_path=self.path(f"{field}.ca_certificates_path", message.ca_certificates_path),
+            client_certificate_path=self.path(f"{field}.client_certificate_path", message.client_certificate_path),
+            private_key_path=self.path(f"{field}.private_key_path", message.private_key_path),
         )
+
+    def path(self, field: str, value: str) -> str:
+        if value and (len(value) > MAX_PATH or not value.startswith("/") or not value.isprintable()):
+            raise self.fail(field, f"not an absolute file path: {value[:80]!r}")
+        return value

@@ -396,17 +396,17 @@ def translate_all(
             waypoint = waypoints.find_for_workload(w.namespace, object_labels(wle)).address
             workloads.append(replace(w, authorization_policies=keys.find(w.namespace, labels), waypoint=waypoint))
     for entry in entries:
-        workloads.extend(
-            service_entry_workloads(
-                entry,
-                cluster_id=cluster_id,
-                trust_domain=trust_domain,
-                network=network,
-                skips=skips,
-                policy_keys=keys.find,
-                waypoint_of=lambda namespace, labels: waypoints.find_for_workload(namespace, labels).address,
-            )
-        )
+        for w, labels in service_entry_workloads(
+            entry,
+            cluster_id=cluster_id,
+            trust_domain=trust_domain,
+            network=network,
+            skips=skips,
+            policy_keys=keys.find,
+            waypoint_of=lambda namespace, labels: waypoints.find_for_workload(namespace, labels).address,
+        ):
+            workload_labels[w.uid] = labels  # DestinationRule subsets select inline endpoints by these
+            workloads.append(w)
     rule_index = DestinationRuleIndex(
         parse_destination_rules(
             destination_rules,

@@ -29,12 +29,21 @@ Rules (istiod: pilot/pkg/model/push_context.go ``setDestinationRules``, ``destin
    name, then namespace): subsets are concatenated (a later subset with a name already taken is dropped), the
    top-level ``trafficPolicy`` is the first rule's that has one. Rules with different ``exportTo`` stay apart; of
    those visible, the last filed applies.
-6. A subset selects the Service's workloads (pods, WorkloadEntries) whose labels hold all of its ``labels``; its
+6. A subset selects the Service's workloads (pods, WorkloadEntries, a ServiceEntry's inline endpoints by their own
+   ``labels``) whose labels hold all of its ``labels``; its
    uids are sent, so the configuration changes when such a workload comes, goes or is relabelled.
-7. Settings a waypoint does not honour are dropped with a note: ``tls.caCertificates`` and the other file paths
-   (the waypoint has no such files; ``credentialName`` naming a Secret with ``ca.crt`` is the way), the
-   ``consistentHash`` kinds other than header, query parameter and source IP, ``tunnel``. ``tls.mode: MUTUAL`` is
-   kept, and the waypoint refuses such traffic (503) rather than send it without the client certificate asked for.
+7. Settings a waypoint does not honour are dropped with a note: ``tls.caCrl``, the ``consistentHash`` kinds other
+   than header, query parameter and source IP, ``tunnel``. TLS material, as istiod hands it to a waypoint:
+   ``credentialName`` names a Secret of the rule's namespace (the control plane watches those of type
+   ``kubernetes.io/tls`` only) whose ``ca.crt`` (or ``cacert``) becomes the trust
+   anchors and, for ``MUTUAL``, whose ``tls.crt``/``tls.key`` (or ``cert``/``key``) the client certificate and key
+   (the file fields are then ignored, with a note); without it ``caCertificates``, ``clientCertificate`` and
+   ``privateKey`` are paths the waypoint reads itself. Anything missing is noted and left empty: the waypoint
+   then refuses MUTUAL traffic (503) rather than send it without the certificate asked for. ``ISTIO_MUTUAL`` is
+   kept and changes nothing at a waypoint (HBONE already is mutual TLS; istiod builds no context for it either).
+8. A Secret's certificate and key go only to waypoints of the Secret's (the rule's) namespace, as istiod serves a
+   ``credentialName`` only from the proxy's own namespace: a waypoint elsewhere that applies an exported rule gets
+   its TLS settings without the key material, and so refuses MUTUAL traffic (503).
 """
 
 from __future__ import annotations
@@ -43,7 +52,7 @@ import base64
 import binascii
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ambit.controlplane.translate import shapes
@@ -148,6 +157,18 @@ def _choice(value: Any, path: str, table: Mapping[str, Any], default: Any) -> An
     return table[value]
 
 
+_TLS_FILES = ("caCertificates", "clientCertificate", "privateKey")
+
+
+@dataclass(frozen=True, slots=True)
+class _Material:
+    """What a ``credentialName`` Secret gave (rule 7)."""
+
+    ca: str = ""
+    certificate: str = ""
+    key: str = field(default="", repr=False)
+
+
 class _Reader:
     """Reads one rule's traffic policies; notes what it drops (rule 7)."""
 
@@ -217,13 +238,18 @@ class _Reader:
             return None
         spec = shapes.mapping(value, path)
         mode = _choice(spec.get("mode"), f"{path}.mode", _TLS, TlsMode.DISABLE)
-        for name in ("caCertificates", "clientCertificate", "privateKey", "caCrl"):
-            if spec.get(name):
-                self.notes.append((f"{path}.{name}", "a waypoint has no files: use credentialName"))
-        ca = ""
+        if spec.get("caCrl"):
+            self.notes.append((f"{path}.caCrl", "not honoured at a waypoint"))
+        files = {name: shapes.text(spec.get(name), f"{path}.{name}") for name in _TLS_FILES}
         credential = shapes.text(spec.get("credentialName"), f"{path}.credentialName")
+        material = _Material()
         if credential:
-            ca = self._ca_from_secret(credential, f"{path}.credentialName")
+            for name in (n for n, given in files.items() if given):
+                self.notes.append((f"{path}.{name}", "credentialName is set: the file is not read"))
+            files = dict.fromkeys(files, "")
+            material = self._from_secret(credential, f"{path}.credentialName", mutual=mode is TlsMode.MUTUAL)
+        elif mode is TlsMode.MUTUAL and not (files["clientCertificate"] and files["privateKey"]):
+            self.notes.append((path, "MUTUAL needs credentialName, or clientCertificate and privateKey"))
         skip = spec.get("insecureSkipVerify")
         if skip is not None and not isinstance(skip, bool):
             raise shapes.ShapeError(f"{path}.insecureSkipVerify", f"expected true or false, got {skip!r}")
@@ -231,25 +257,48 @@ class _Reader:
             mode=mode,
             sni=shapes.text(spec.get("sni"), f"{path}.sni"),
             insecure_skip_verify=bool(skip),
-            ca_certificates=ca,
+            ca_certificates=material.ca,
             subject_alt_names=tuple(shapes.strings(spec.get("subjectAltNames"), f"{path}.subjectAltNames")),
+            client_certificate=material.certificate,
+            private_key=material.key,
+            ca_certificates_path=files["caCertificates"],
+            client_certificate_path=files["clientCertificate"],
+            private_key_path=files["privateKey"],
         )
 
-    def _ca_from_secret(self, name: str, path: str) -> str:
+    def _from_secret(self, name: str, path: str, *, mutual: bool) -> _Material:
+        """Rule 7: ``ca.crt`` (or ``cacert``), and for MUTUAL ``tls.crt``/``tls.key`` (or ``cert``/``key``)."""
         secret = self.find_secret(self.namespace, name)
-        data = (secret or {}).get("data") or {}
-        raw = data.get("ca.crt") or data.get("cacert") if isinstance(data, Mapping) else None
-        if not isinstance(raw, str):
-            self.notes.append((path, f"Secret {self.namespace}/{name} with a ca.crt not found"))
-            return ""
+        data = (secret or {}).get("data") if isinstance(secret, Mapping) else None
+        if not isinstance(data, Mapping):
+            self.notes.append((path, f"Secret {self.namespace}/{name} not found"))
+            return _Material()
+        ca = self._secret_pem(data, ("ca.crt", "cacert"), name, path, "-----BEGIN CERTIFICATE-----")
+        if not mutual:
+            if ca is None:
+                self.notes.append((path, f"Secret {self.namespace}/{name} with a ca.crt not found"))
+            return _Material(ca or "")
+        certificate = self._secret_pem(data, ("tls.crt", "cert"), name, path, "-----BEGIN CERTIFICATE-----")
+        key = self._secret_pem(data, ("tls.key", "key"), name, path, "PRIVATE KEY-----")
+        if certificate is None or key is None:
+            self.notes.append((path, f"Secret {self.namespace}/{name}: MUTUAL needs tls.crt and tls.key"))
+            return _Material(ca or "")
+        return _Material(ca or "", certificate, key)
+
+    def _secret_pem(
+        self, data: Mapping[str, Any], keys: tuple[str, str], name: str, path: str, marker: str
+    ) -> str | None:
+        """The first of ``keys`` the Secret has, decoded; None when absent or not PEM (noted; never quoted)."""
+        raw = next((data[k] for k in keys if k in data), None)
+        if raw is None:
+            return None
         try:
-            text = base64.b64decode(raw, validate=True).decode("ascii")
+            text = base64.b64decode(raw, validate=True).decode("ascii") if isinstance(raw, str) else ""
         except (binascii.Error, UnicodeDecodeError):
-            self.notes.append((path, f"Secret {self.namespace}/{name}: ca.crt is not base64 PEM"))
-            return ""
-        if "-----BEGIN CERTIFICATE-----" not in text:
-            self.notes.append((path, f"Secret {self.namespace}/{name}: ca.crt holds no PEM certificate"))
-            return ""
+            text = ""
+        if marker not in text:
+            self.notes.append((path, f"Secret {self.namespace}/{name}: {keys[0]} is not base64 PEM"))
+            return None
         return text
 
     def port_level(self, value: Any, path: str) -> tuple[PortTrafficPolicy, ...]:
@@ -337,8 +386,8 @@ def parse_destination_rule(
     except shapes.ShapeError as exc:
         skips.append(skipped(DESTINATION_RULE, obj, exc.field, exc.reason))
         return None
-    for field, reason in reader.notes:
-        skips.append(skipped(DESTINATION_RULE, obj, field, reason))
+    for at, reason in reader.notes:
+        skips.append(skipped(DESTINATION_RULE, obj, at, reason))
     return ParsedRule(
         namespace=namespace,
         name=name,
@@ -471,5 +520,22 @@ def destination_policies(
             )
             for s in rule.subsets
         )
-        out.append(DestinationPolicy(service.key, rule.key, rule.traffic_policy, subsets))
+        policy = DestinationPolicy(service.key, rule.key, rule.traffic_policy, subsets)
+        out.append(policy if rule.namespace == waypoint_namespace else _without_keys(policy))
     return tuple(out)
+
+
+def _without_keys(policy: DestinationPolicy) -> DestinationPolicy:
+    """Rule 8: the policy with every Secret-given client certificate and key removed."""
+
+    def tls(value: ClientTls | None) -> ClientTls | None:
+        return None if value is None else replace(value, client_certificate="", private_key="")
+
+    def traffic(value: TrafficPolicy | None) -> TrafficPolicy | None:
+        if value is None:
+            return None
+        ports = tuple(replace(p, tls=tls(p.tls)) for p in value.port_level)
+        return replace(value, tls=tls(value.tls), port_level=ports)
+
+    subsets = tuple(replace(s, traffic_policy=traffic(s.traffic_policy)) for s in policy.subsets)
+    return replace(policy, traffic_policy=traffic(policy.traffic_policy), subsets=subsets)

@@ -264,12 +264,12 @@ def service_entry_workloads(
     skips: list[Skipped],
     policy_keys: Callable[[str, Mapping[str, Any]], tuple[str, ...]] | None = None,
     waypoint_of: Callable[[str, Mapping[str, str]], GatewayAddress | None] | None = None,
-) -> list[Workload]:
-    """One Workload per usable inline endpoint (rule 5), or per host of a DNS entry without any (rule 6);
-    ``policy_keys`` names the policies that select an
-    endpoint's labels in its namespace, as istiod lists them for every workload it builds, and ``waypoint_of``
-    the waypoint its labels bind it to."""
-    out: list[Workload] = []
+) -> list[tuple[Workload, Mapping[str, str]]]:
+    """One Workload per usable inline endpoint (rule 5), or per host of a DNS entry without any (rule 6), each with
+    the endpoint's ``labels`` (what DestinationRule subsets select); ``policy_keys`` names the policies that
+    select an endpoint's labels in its namespace, as istiod lists them for every workload it builds, and
+    ``waypoint_of`` the waypoint its labels bind it to."""
+    out: list[tuple[Workload, Mapping[str, str]]] = []
     seen: set[IPAddress | str] = set()
     ports = tuple(ServicePort(p.number, p.target or p.number, p.name, p.protocol) for p in entry.ports)
     dns = entry.resolution in DNS_RESOLUTIONS
@@ -317,7 +317,7 @@ def service_entry_workloads(
             workload = replace(workload, authorization_policies=policy_keys(entry.namespace, labels))
         if waypoint_of is not None:
             workload = replace(workload, waypoint=waypoint_of(entry.namespace, labels))
-        out.append(workload)
+        out.append((workload, labels))
     return out
 
 
