@@ -48,7 +48,8 @@ def pod_spec_defaults(spec: Any) -> None:
     spec["serviceAccountName"] = sa
     spec["serviceAccount"] = sa
     for field in ("containers", "initContainers"):
-        for container in spec.get(field) or []:
+        containers = spec.get(field)
+        for container in containers if isinstance(containers, list) else ():
             if not isinstance(container, dict):
                 continue
             image = str(container.get("image", ""))
@@ -56,7 +57,8 @@ def pod_spec_defaults(spec: Any) -> None:
             container.setdefault("imagePullPolicy", "Always" if latest else "IfNotPresent")
             container.setdefault("terminationMessagePath", "/dev/termination-log")
             container.setdefault("terminationMessagePolicy", "File")
-            for port in container.get("ports") or []:
+            ports = container.get("ports")
+            for port in ports if isinstance(ports, list) else ():
                 if isinstance(port, dict):
                     port.setdefault("protocol", "TCP")
 
@@ -76,7 +78,8 @@ def _service(obj: JsonObject) -> None:
         spec.setdefault("internalTrafficPolicy", "Cluster")
         spec.setdefault("ipFamilies", ["IPv4"])
         spec.setdefault("ipFamilyPolicy", "SingleStack")
-    for port in spec.get("ports") or []:
+    ports = spec.get("ports")
+    for port in ports if isinstance(ports, list) else ():
         if isinstance(port, dict):
             port.setdefault("protocol", "TCP")
             if "port" in port:
