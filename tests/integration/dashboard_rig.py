@@ -22,11 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.proxyconfig_rig import LOCAL_CONFIG, running_node_proxy
+
 from ambit.controlplane.explain import explain
 from ambit.model.localconfig import parse_local_config
 from ambit.observe.dashboard import AdminSource, DashboardApp, DashboardState, serve
 from ambit.telemetry.accesslog import ConnectionRecord
-from tests.proxyconfig_rig import LOCAL_CONFIG, running_node_proxy
 
 HOSTILE = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
 CLIENT_ID = "spiffe://cluster.local/ns/apps/sa/client"

@@ -9,7 +9,6 @@ from typing import Any
 
 import aiohttp
 import pytest
-
 from tests.integration.dashboard_rig import HOSTILE, Dashboard, running_dashboard
 
 

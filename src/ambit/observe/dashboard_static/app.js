@@ -38,7 +38,8 @@ function group(node) {
   return node.namespace || "(unknown)";
 }
 
-// Namespaces in columns, their nodes stacked: stable from one refresh to the next.
+// Namespaces side by side; a namespace's nodes on an ellipse in its column, so that an edge between two of them is
+// a chord that crosses no other node. Stable from one refresh to the next (sorted ids).
 function layout(graph, width, height) {
   const columns = new Map();
   for (const node of graph.nodes) {
@@ -49,15 +50,25 @@ function layout(graph, width, height) {
   const names = [...columns.keys()].sort((a, b) => (a.startsWith("(") - b.startsWith("(")) || a.localeCompare(b));
   const positions = new Map();
   const step = width / Math.max(names.length, 1);
+  const cy = 40 + (height - 40) / 2;
   names.forEach((name, i) => {
     const nodes = columns.get(name);
-    const rowStep = (height - 80) / Math.max(nodes.length, 1);
+    const cx = step * (i + 0.5);
+    const rx = Math.max(step / 2 - 70, 20), ry = (height - 40) / 2 - 60;
     nodes.forEach((node, j) => {
-      const x = step * (i + 0.5) + (nodes.length > 6 ? (j % 2 ? 30 : -30) : 0);
-      positions.set(node.id, { x, y: 70 + rowStep * (j + 0.5) });
+      if (nodes.length === 1) {
+        positions.set(node.id, { x: cx, y: cy });
+        return;
+      }
+      const angle = -Math.PI / 2 + (2 * Math.PI * j) / nodes.length;
+      positions.set(node.id, { x: cx + rx * Math.cos(angle), y: cy + ry * Math.sin(angle) });
     });
   });
   return { positions, columns: names.map((name, i) => ({ name, x: step * (i + 0.5) })) };
+}
+
+function shortened(text, most) {
+  return text.length > most ? text.slice(0, most - 1) + "…" : text;
 }
 
 function edgeClasses(edge) {
@@ -125,7 +136,7 @@ function draw() {
     if (node.kind === "service") group.appendChild(svg("rect", { x: -22, y: -14, width: 44, height: 28, rx: 8 }));
     else if (node.kind === "address") group.appendChild(svg("polygon", { points: "0,-18 18,0 0,18 -18,0" }));
     else group.appendChild(svg("circle", { r: 18 }));
-    group.appendChild(svg("text", { y: 32, class: "name" }, label(node)));
+    group.appendChild(svg("text", { y: 32, class: "name", "data-name": label(node) }, shortened(label(node), 28)));
     group.appendChild(svg("title", {}, node.id));
     group.addEventListener("click", () => selectNode(node.id));
     nodeLayer.appendChild(group);
