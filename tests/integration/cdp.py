@@ -10,12 +10,15 @@ error is kept in :attr:`Browser.errors`. The browser's process group is ended wi
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import itertools
 import json
 import os
 import shutil
 import signal
+import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -159,4 +162,51 @@ async def headless_chromium(profile: Path, *, width: int = 1400, height: int = 9
             os.killpg(child.pid, signal.SIGKILL)
 
 
-__all__ = ["CHROMIUM", "Browser", "headless_chromium"]
+def _edge(src: str, dst: str) -> str:
+    return (
+        "[...document.querySelectorAll('g[data-src]')]"
+        f".find(g => g.dataset.src === {json.dumps(src)} && g.dataset.dst === {json.dumps(dst)})"
+        "?.querySelector('path.edge')"
+    )
+
+
+async def lab_page_check(
+    url: str, profile: Path, screenshot: Path, *, allowed: tuple[str, str], denied: tuple[str, str], within: float = 180
+) -> list[str]:
+    """Open the dashboard at ``url``; wait until the ``allowed`` edge is drawn solid (mutual TLS) and not red and the
+    ``denied`` one red; write a screenshot; the page's console errors."""
+    red = "rgb(229, 62, 62)"
+    async with headless_chromium(profile) as browser:
+        await browser.send("Page.navigate", {"url": url})
+        await browser.wait_for("Number(document.body?.dataset.ready || 0) >= 1", within=within)
+        bad, good = _edge(*denied), _edge(*allowed)
+        await browser.wait_for(f"{bad} && getComputedStyle({bad}).stroke === {json.dumps(red)}", within=within)
+        await browser.wait_for(f"{good} && getComputedStyle({good}).strokeDasharray === 'none'", within=within)
+        assert await browser.evaluate(f"getComputedStyle({good}).stroke") != red
+        shot = await browser.send("Page.captureScreenshot", {"format": "png"})
+        screenshot.parent.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(screenshot.write_bytes, base64.b64decode(shot["data"]))
+        return list(browser.errors)
+
+
+async def _screenshot(url: str, out: Path, within: float) -> None:
+    """For ``make demo``: the page once it drew an edge (or after ``within`` seconds), as a PNG at ``out``."""
+    with tempfile.TemporaryDirectory(prefix="ambit-chromium-") as profile:
+        async with headless_chromium(Path(profile)) as browser:
+            await browser.send("Page.navigate", {"url": url})
+            with contextlib.suppress(AssertionError):
+                await browser.wait_for("document.querySelectorAll('g[data-src]').length > 0", within=within)
+            await asyncio.sleep(0.5)  # let the last refresh paint: this is a picture for people, not a proof
+            shot = await browser.send("Page.captureScreenshot", {"format": "png"})
+            out.parent.mkdir(parents=True, exist_ok=True)
+            await asyncio.to_thread(out.write_bytes, base64.b64decode(shot["data"]))
+            for error in browser.errors:
+                print(f"page error: {error}", file=sys.stderr)
+
+
+if __name__ == "__main__":  # python -m tests.integration.cdp URL OUT.png
+    asyncio.run(_screenshot(sys.argv[1], Path(sys.argv[2]), 60))
+    print(f"screenshot of {sys.argv[1]} written to {sys.argv[2]}")
+
+
+__all__ = ["CHROMIUM", "Browser", "headless_chromium", "lab_page_check"]
