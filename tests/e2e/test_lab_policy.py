@@ -430,3 +430,5 @@ def test_the_topology_page_shows_the_labs_workloads_and_the_denied_edge_in_red(
         except subprocess.TimeoutExpired:
             child.terminate()
             child.wait(30)
+        if child.stdout is not None:
+            child.stdout.close()

@@ -54,8 +54,10 @@ function layout(graph, width, height) {
   names.forEach((name, i) => {
     const nodes = columns.get(name);
     const cx = step * (i + 0.5);
-    const rx = Math.max(step / 2 - 70, 20), ry = (height - 40) / 2 - 60;
+    const rx = Math.max(step / 2 - 45, 30), ry = (height - 40) / 2 - 60;
+    const labelChars = Math.max(8, Math.floor((nodes.length > 2 ? step / 2 : step) / 7.5));
     nodes.forEach((node, j) => {
+      node.labelChars = labelChars;
       if (nodes.length === 1) {
         positions.set(node.id, { x: cx, y: cy });
         return;
@@ -101,7 +103,8 @@ function draw() {
   for (const edge of graph.edges) {
     const a = positions.get(edge.src), b = positions.get(edge.dst);
     if (!a || !b) continue;
-    const bend = pairs.has(edge.dst + "\u0000" + edge.src) ? 30 : 0;  // both ways: two curves
+    // A slight curve keeps an edge off the nodes it passes; both ways: two distinct curves.
+    const bend = pairs.has(edge.dst + "\u0000" + edge.src) ? 30 : 0.12 * Math.hypot(b.x - a.x, b.y - a.y);
     const mx = (a.x + b.x) / 2, my = (a.y + b.y) / 2;
     const dx = b.x - a.x, dy = b.y - a.y, length = Math.hypot(dx, dy) || 1;
     const cx = mx - (dy / length) * bend, cy = my + (dx / length) * bend;
@@ -136,7 +139,7 @@ function draw() {
     if (node.kind === "service") group.appendChild(svg("rect", { x: -22, y: -14, width: 44, height: 28, rx: 8 }));
     else if (node.kind === "address") group.appendChild(svg("polygon", { points: "0,-18 18,0 0,18 -18,0" }));
     else group.appendChild(svg("circle", { r: 18 }));
-    group.appendChild(svg("text", { y: 32, class: "name", "data-name": label(node) }, shortened(label(node), 28)));
+    group.appendChild(svg("text", { y: 32, class: "name", "data-name": label(node) }, shortened(label(node), node.labelChars || 28)));
     group.appendChild(svg("title", {}, node.id));
     group.addEventListener("click", () => selectNode(node.id));
     nodeLayer.appendChild(group);
@@ -282,7 +285,7 @@ async function refreshSources() {
     const sources = await getJSON("/api/sources");
     const list = document.getElementById("source-list");
     list.replaceChildren(...sources.map((s) => el("li", { class: s.error ? "error" : "" },
-      `${s.name}: ${s.flows} flows${s.error ? " — " + s.error : ""}`)));
+      `${s.name}: ${s.flows ? s.flows + " flows" : "ok"}${s.error ? " — " + s.error : ""}`)));
   } catch (error) {
     // the graph's refresh reports a dead server
   }
