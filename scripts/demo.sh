@@ -133,7 +133,10 @@ print(len(graph["nodes"]), "nodes")
 for e in graph["edges"]:
     if e["src"].startswith("wl:apps/"):
         print(" ", e["src"], "->", e["dst"], e["flows"], "flows,", e["mtls"], "mTLS,", e["denied"], "denied")'
-  sleep 3  # the first flows and config dumps (a picture for people, not a proof)
+  for _ in $(seq 1 60); do  # until the first flows are in (a picture for people, not a proof)
+    curl -s "${url}api/graph" | grep -q '"edges":\[{' && break
+    sleep 0.5
+  done
   curl -s "${url}api/graph" | python3 -c "$summary" || true
   .venv/bin/python -m tests.integration.cdp "$url" bench/results/topology.png || echo "(no screenshot: the browser failed)"
 else

@@ -432,3 +432,18 @@ def test_the_topology_page_shows_the_labs_workloads_and_the_denied_edge_in_red(
             child.wait(30)
         if child.stdout is not None:
             child.stdout.close()
+    assert child.returncode == 0, (tmp / "dashboard.err").read_text()
+    assert _following_flow_readers() == [], "ambit dashboard left its flow readers behind"
+
+
+def _following_flow_readers() -> list[str]:
+    """Command lines of the ``ambit flows --follow`` children a lab dashboard starts in the nodes."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"flows" in argv and b"--follow" in argv and b"--proxy-name" in argv:
+            found.append(" ".join(a.decode(errors="replace") for a in argv))
+    return found

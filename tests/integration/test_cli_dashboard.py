@@ -1,5 +1,5 @@
 """``ambit dashboard --admin-url`` as a process: it prints its URL, serves a real node proxy's flows on loopback,
-and stops on SIGINT; bad arguments get one line, not a traceback."""
+and stops on SIGTERM (and SIGINT); bad arguments get one line, not a traceback."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ async def test_the_dashboard_serves_a_proxys_flows_on_loopback_until_interrupted
                     await asyncio.sleep(0.1)
                 assert [(e["src"], e["dst"], e["mtls"]) for e in edges] == [("wl:apps/client", "wl:apps/server", 1)]
         finally:
-            child.send_signal(signal.SIGINT)
+            child.send_signal(signal.SIGTERM)  # as a service manager (or a shell's background job) stops it
             _, err = await asyncio.wait_for(child.communicate(), 60)
         assert child.returncode == 0, err.decode()
         assert b"Traceback" not in err

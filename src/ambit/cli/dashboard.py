@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -114,13 +115,17 @@ async def _serve(state: DashboardState, web_app: DashboardApp, address: str, por
     typer.echo(f"ambit dashboard: serving the topology page on http://{shown}:{bound}/ (Ctrl-C to stop)")
     if web_app.hosts is None:
         typer.echo("ambit dashboard: warning: every address of this machine serves it, to anyone who reaches it")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):  # also where a shell started it in the background (SIGINT ignored)
+        loop.add_signal_handler(signum, stop.set)
     running = [asyncio.create_task(task(state), name=f"dashboard source {i}") for i, task in enumerate(tasks)]
     try:
-        await asyncio.gather(*running)
-        await asyncio.Event().wait()  # the sources ended (a lab child exited): keep serving what was seen
+        await stop.wait()  # a source that ends (a lab child exited) leaves what it saw served
     finally:
         for task in running:
             task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
         await runner.cleanup()
 
 
@@ -129,7 +134,10 @@ async def _lab_flows(state: DashboardState, lab_dir: Path, interval: float, with
     argv = [sys.executable, "-I", "-m", "ambit.cli", "flows", "--follow", "--output", "json"]
     argv += ["--lab-dir", str(lab_dir), "--interval", repr(interval), "--timeout", repr(within)]
     status = state.status("lab flows")
-    child = await asyncio.create_subprocess_exec(*argv, cwd="/", stdout=asyncio.subprocess.PIPE, limit=MAX_LINE)
+    # Its own process group: it runs a child per proxy (inside the nodes' namespaces), all ended with it.
+    child = await asyncio.create_subprocess_exec(
+        *argv, cwd="/", stdout=asyncio.subprocess.PIPE, limit=MAX_LINE, start_new_session=True
+    )
     assert child.stdout is not None
     try:
         while True:
@@ -147,7 +155,7 @@ async def _lab_flows(state: DashboardState, lab_dir: Path, interval: float, with
                 status.error = f"not a flow: {exc}"[:500]
     finally:
         with contextlib.suppress(ProcessLookupError):
-            child.kill()
+            os.killpg(child.pid, signal.SIGKILL)
         await child.wait()
 
 
