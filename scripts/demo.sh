@@ -142,7 +142,7 @@ for e in graph["edges"]:
 else
   echo "(no topology page: $(head -c 300 "$DIR/dashboard.err"))"
 fi
-kill -INT "$dashboard" 2>/dev/null || true
+kill -TERM "$dashboard" 2>/dev/null || true
 wait "$dashboard" || true
 kubectl delete authorizationpolicies -n apps --all
 
