@@ -1,6 +1,6 @@
 # Ambit: set-up, tests and demo on a Debian 12 machine (as root).
 SHELL := /bin/bash
-APT_PACKAGES := iproute2 nftables iptables containernetworking-plugins runc ca-certificates curl tcpdump iperf3 stunnel4 haproxy sockperf dnsperf dnsmasq-base
+APT_PACKAGES := iproute2 nftables iptables containernetworking-plugins runc ca-certificates curl tcpdump iperf3 stunnel4 haproxy sockperf dnsperf dnsmasq-base chromium
 VENV := .venv
 UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
 STAMP := $(VENV)/.installed

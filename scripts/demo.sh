@@ -115,6 +115,35 @@ in_pod apps client -- python3 -m ambit.lab.apps client --tcp "$tcp_vip:9000" --c
 "$AMBIT" policy explain --from apps/client --to apps/tcp-echo --port 9000
 kubectl get authorizationpolicies -n apps -o custom-columns='NAME:.metadata.name,ZTUNNEL:.status.conditions[0].status,REASON:.status.conditions[0].reason,MESSAGE:.status.conditions[0].message'
 ztunnel_logs | grep -h "explicitly denied" | tail -n 1 | cut -c1-300 || true
+
+step "ambit dashboard: the topology page (solid = mTLS, dashed = plaintext, red = denied); a screenshot in bench/results/topology.png"
+"$AMBIT" dashboard --lab-dir "$DIR" --port 0 > "$DIR/dashboard.out" 2> "$DIR/dashboard.err" &
+dashboard=$!
+url=""
+for _ in $(seq 1 120); do
+  url=$(grep -o 'http://127\.0\.0\.1:[0-9]*/' "$DIR/dashboard.out" || true)
+  [ -n "$url" ] && break
+  sleep 0.5
+done
+if [ -n "$url" ] && command -v chromium >/dev/null; then
+  echo "serving on $url"
+  summary='import json, sys
+graph = json.load(sys.stdin)
+print(len(graph["nodes"]), "nodes")
+for e in graph["edges"]:
+    if e["src"].startswith("wl:apps/"):
+        print(" ", e["src"], "->", e["dst"], e["flows"], "flows,", e["mtls"], "mTLS,", e["denied"], "denied")'
+  for _ in $(seq 1 60); do  # until the first flows are in (a picture for people, not a proof)
+    curl -s "${url}api/graph" | grep -q '"edges":\[{' && break
+    sleep 0.5
+  done
+  curl -s "${url}api/graph" | python3 -c "$summary" || true
+  .venv/bin/python -m tests.integration.cdp "$url" bench/results/topology.png || echo "(no screenshot: the browser failed)"
+else
+  echo "(no topology page: $(head -c 300 "$DIR/dashboard.err"))"
+fi
+kill -TERM "$dashboard" 2>/dev/null || true
+wait "$dashboard" || true
 kubectl delete authorizationpolicies -n apps --all
 
 step "ambit lab status"

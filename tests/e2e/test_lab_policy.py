@@ -10,13 +10,17 @@ client ``plain`` (node 2) connects in plaintext. Every test removes its policies
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -388,3 +392,58 @@ def test_a_long_lived_connection_is_closed_within_a_second_of_a_deny_that_now_ma
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_the_topology_page_shows_the_labs_workloads_and_the_denied_edge_in_red(
+    mesh: Mesh, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Issue 20: ``ambit dashboard`` on the lab, in a headless Chromium: the lab's workloads, a solid mutual-TLS edge
+    for allowed traffic and a red one for the traffic a policy denies; a screenshot ($AMBIT_SCREENSHOT)."""
+    from tests.integration.cdp import CHROMIUM, lab_page_check
+
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed (make install adds it)")
+    mesh.apply(policy("deny-x-page", {"action": "DENY", "rules": [{"from": [{"source": {"namespaces": [NS_X]}}]}]}))
+    expected = everything()
+    expected.update({("cli-x", s, p): "refused" for s in SERVERS for p in PORTS})
+    mesh.expect(expected, explain=False)
+    tmp = tmp_path_factory.mktemp("page")
+    argv = [sys.executable, "-m", "ambit.cli", "dashboard", "--lab-dir", str(mesh.lab.directory), "--port", "0"]
+    with (tmp / "dashboard.err").open("w") as err:
+        child = subprocess.Popen([*argv, "--interval", "0.5"], stdout=subprocess.PIPE, stderr=err, text=True)
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline()
+        if "http://127.0.0.1:" not in line:
+            child.wait(30)
+            pytest.fail(f"ambit dashboard did not start: {line}{(tmp / 'dashboard.err').read_text()}")
+        url = line[line.index("http://") :].split()[0]
+        shot = Path(os.environ.get("AMBIT_SCREENSHOT") or tmp / "topology.png")
+        denied = (f"wl:{NS_X}/cli-x", f"wl:{NS}/srv-1")
+        allowed = (f"wl:{NS}/cli-a", f"wl:{NS}/srv-1")
+        errors = asyncio.run(lab_page_check(url, tmp / "profile", shot, allowed=allowed, denied=denied))
+        assert errors == []
+    finally:
+        child.send_signal(signal.SIGINT)
+        try:
+            child.wait(30)
+        except subprocess.TimeoutExpired:
+            child.terminate()
+            child.wait(30)
+        if child.stdout is not None:
+            child.stdout.close()
+    assert child.returncode == 0, (tmp / "dashboard.err").read_text()
+    assert _following_flow_readers() == [], "ambit dashboard left its flow readers behind"
+
+
+def _following_flow_readers() -> list[str]:
+    """Command lines of the ``ambit flows --follow`` children a lab dashboard starts in the nodes."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"flows" in argv and b"--follow" in argv and b"--proxy-name" in argv:
+            found.append(" ".join(a.decode(errors="replace") for a in argv))
+    return found

@@ -85,6 +85,7 @@ def up(
     typer.echo(f"lab {topology.lab_id} is up with {topology.nodes} nodes")
     typer.echo(f"  export KUBECONFIG={topology.kubeconfig}")
     typer.echo(f"  kubectl get nodes; ambit lab status --dir {topology.path}")
+    typer.echo(f"  topology page: ambit dashboard --lab-dir {topology.path}  (then open http://127.0.0.1:20001/)")
 
 
 @lab.command()

@@ -32,6 +32,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "apiserver": ("ambit.cli.apiserver",),
     "bench": ("ambit.cli.bench",),
     "controlplane": ("ambit.cli.mesh",),
+    "dashboard": ("ambit.cli.dashboard",),
     "flows": ("ambit.cli.flows",),
     "gateway": ("ambit.cli.gateway",),
     "get": ("ambit.cli.get",),
