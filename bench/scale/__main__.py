@@ -3,8 +3,8 @@
 Profiles: ``quick`` (1,000 pods, 100 Services, 10 clients; under a minute), ``default`` (10,000 pods, 1,000
 Services, 100 clients; ``make bench-scale``), ``full`` (100,000 pods, 10,000 Services, 1,000 clients; issue 22's
 targets), ``smoke`` (the integration test's). Any size can be overridden (``--pods``, ``--services``, ...).
-``--profile-controlplane`` runs the control plane under cProfile and writes ``scale-controlplane.prof`` next to
-the results (``python -m pstats``). Writes ``scale.md`` and ``scale.json`` to ``--out``.
+``--profile-controlplane`` runs the control plane under cProfile and writes ``scale-controlplane-N.prof`` (one
+per start; ``python -m pstats``) and its log next to the results. Writes ``scale.md`` and ``scale.json`` to ``--out``.
 """
 
 from __future__ import annotations
@@ -24,9 +24,8 @@ def run(
     profile: str | Profile, out: Path | None = None, *, echo: bool = True, profile_controlplane: bool = False
 ) -> Report:
     chosen = PROFILES[profile] if isinstance(profile, str) else profile
-    if profile_controlplane and out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-    report = asyncio.run(run_async(chosen, profile_controlplane=profile_controlplane))
+    profiles = (out or RESULTS) if profile_controlplane else None
+    report = asyncio.run(run_async(chosen, profile_controlplane=profiles))
     if echo:
         print(report.markdown())
     if out is not None:

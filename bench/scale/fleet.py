@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 class FleetError(RuntimeError):
@@ -89,6 +91,15 @@ class Fleet:
                 await fleet.aclose()
                 raise FleetError(f"a node proxy worker did not start; see {log}")
         return fleet
+
+    def cpu_seconds(self) -> float:
+        """User plus system CPU time of every worker so far."""
+        total = 0.0
+        for worker in self.workers:
+            stat = Path(f"/proc/{worker.proc.pid}/stat").read_text()
+            fields = stat[stat.rindex(")") + 2 :].split()
+            total += (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        return total
 
     async def _all(self, command: dict[str, Any]) -> list[dict[str, Any]]:
         return list(await asyncio.gather(*(w.ask(command) for w in self.workers)))

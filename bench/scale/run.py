@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -64,7 +65,7 @@ def _shape(ns: int, svc: int, pods: int, policies: int, nodes: int) -> ClusterSh
 
 
 PROFILES = {
-    "smoke": Profile("smoke", _shape(2, 4, 40, 4, 3), load_rate=0, churn_rate=20, churn_seconds=1, patience=15),
+    "smoke": Profile("smoke", _shape(2, 4, 40, 4, 3), load_rate=0, churn_rate=20, churn_seconds=1, patience=40),
     "quick": Profile("quick", _shape(10, 100, 1_000, 50, 10), load_rate=0, churn_rate=50, churn_seconds=8),
     "default": Profile("default", _shape(100, 1_000, 10_000, 500, 100), load_rate=0, churn_rate=100, churn_seconds=30),
     "full": Profile(
@@ -131,14 +132,17 @@ class Run:
         )
         self.xds_port = free_port()
         self._profile_controlplane = profile_controlplane
+        self._plane_starts = 0
         self.plane = self._control_plane()
         self.fleet: Fleet | None = None
         self.endpoint: Endpoint | None = None
 
     def _control_plane(self) -> ServerProcess:
         prefix = [sys.executable]
-        if self._profile_controlplane:
-            prefix += ["-m", "cProfile", "-o", str(REPO / "bench" / "results" / "scale-controlplane.prof")]
+        self._plane_starts += 1
+        if self._profile_controlplane:  # one profile per start: the first covers the initial sync and the churn
+            out = self.tmp / f"controlplane-{self._plane_starts}.prof"
+            prefix += ["-m", "cProfile", "-o", str(out)]
         return ServerProcess(
             [
                 *prefix,
@@ -292,6 +296,7 @@ class Run:
         self.add(scenario, "resources per client", status["held_max"], "", "Addresses held")
         self.add(scenario, "control plane CPU", self.plane.cpu_seconds() - cpu, "s")
         self.add(scenario, "control plane RSS", self.plane.rss_bytes() / MIB, "MiB", "after the sync")
+        self.add(scenario, "node proxies' CPU", fleet.cpu_seconds(), "s", f"{len(fleet.workers)} worker processes")
 
     async def _churn(self, sampler: Sampler) -> None:
         assert self.endpoint is not None and self.fleet is not None
@@ -301,7 +306,7 @@ class Run:
         names = [r.tag for r in requests]
         await self.fleet.track(names)
         scenario = f"churn {p.churn_rate:g} pod changes/s to {s.nodes:,} clients"
-        plane_cpu, api_cpu = self.plane.cpu_seconds(), self.api.cpu_seconds()
+        plane_cpu, api_cpu, fleet_cpu = self.plane.cpu_seconds(), self.api.cpu_seconds(), self.fleet.cpu_seconds()
         began = time.monotonic()
         run = await paced(self.endpoint, requests, rate=p.churn_rate, connections=4)
         fleet = self.fleet
@@ -336,6 +341,7 @@ class Run:
         self.add(scenario, "control plane RSS peak", sampler.peaks["controlplane"] / MIB, "MiB")
         self.add(scenario, "API server CPU", (self.api.cpu_seconds() - api_cpu) / wall * 100, "%", "of one core")
         self.add(scenario, "API server RSS peak", sampler.peaks["apiserver"] / MIB, "MiB")
+        self.add(scenario, "node proxies' CPU", (fleet.cpu_seconds() - fleet_cpu) / wall * 100, "%", "of one core")
 
     async def _restart(self) -> None:
         assert self.fleet is not None
@@ -382,9 +388,11 @@ NOTES = [
 ]
 
 
-async def run_async(profile: Profile, *, profile_controlplane: bool = False) -> Report:
+async def run_async(profile: Profile, *, profile_controlplane: Path | None = None) -> Report:
+    """Run ``profile``; with ``profile_controlplane`` (a directory), the control plane runs under cProfile and its
+    profiles (one per start) and logs are copied there."""
     with tempfile.TemporaryDirectory(prefix="ambit-scale-") as tmp_name:
-        run = Run(profile, Path(tmp_name), profile_controlplane=profile_controlplane)
+        run = Run(profile, Path(tmp_name), profile_controlplane=profile_controlplane is not None)
         try:
             await run.execute()
         except BaseException:
@@ -396,4 +404,13 @@ async def run_async(profile: Profile, *, profile_controlplane: bool = False) -> 
             raise
         finally:
             await run.aclose()
+            if profile_controlplane is not None:
+                _keep(Path(tmp_name), "controlplane*", profile_controlplane)
     return run.report
+
+
+def _keep(directory: Path, pattern: str, destination: Path) -> None:
+    """Copy the files of ``directory`` matching ``pattern`` to ``destination`` as ``scale-<name>``."""
+    destination.mkdir(parents=True, exist_ok=True)
+    for path in directory.glob(pattern):
+        shutil.copy(path, destination / f"scale-{path.name}")

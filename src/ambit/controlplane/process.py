@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ambit.controlplane.addresses import AuthorizationCache, addresses, authorizations
+from ambit.controlplane.addresses import AddressCache, AuthorizationCache, addresses, authorizations
 from ambit.controlplane.ca.authn import KubeAuthenticator
 from ambit.controlplane.ca.errors import CaServerError
 from ambit.controlplane.ca.nodeauth import InformerPodIndex, NodeAuthorizer
@@ -162,6 +162,7 @@ class ControlPlane:
         """Ingress Gateway key → the one caller name that may read its config (it holds private keys)."""
         self._gateway_encoded: dict[str, tuple[Any, str, Any]] = {}
         self._encoded: AuthorizationCache = {}
+        self._encoded_addresses: AddressCache = {}
         self.authenticator = KubeAuthenticator(client, cluster_id=settings.cluster_id)
         self.pods = InformerPodIndex(client)
         self.root: RootCa | None = None
@@ -237,7 +238,7 @@ class ControlPlane:
         self.pushes = 0
 
     def _config_changed(self, config: LocalConfig) -> None:
-        changed = self.table.replace(addresses(config))
+        changed = self.table.replace(addresses(config, self._encoded_addresses))
         changed_policies = self.authorizations.replace(authorizations(config, self._encoded))
         if changed or changed_policies:
             self.pushes += 1

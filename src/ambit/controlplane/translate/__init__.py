@@ -42,7 +42,7 @@ workload uids), ``telemetry`` (Telemetries become each waypoint's metric overrid
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ambit.controlplane.translate.destinationrules import (
@@ -105,10 +105,31 @@ from ambit.model.ingress import GatewayConfig
 from ambit.model.localconfig import LocalConfig
 from ambit.model.policy import Policy
 from ambit.model.routes import WaypointConfig
-from ambit.model.workload import Service, Visibility, Workload
+from ambit.model.workload import Locality, Service, Visibility, Workload
 
 PolicyMemo = dict[tuple[str, str, str, bool], tuple[PolicyTranslation, tuple[Skipped, ...]]]
 """(uid, resourceVersion, root namespace, dry run enabled) → an AuthorizationPolicy's translation and skips."""
+PodEntry = tuple[Workload | None, Mapping[str, str], tuple[Skipped, ...]]
+"""A pod's finished workload (None: not a workload), its labels, and what had to be left out of it."""
+
+
+@dataclass(slots=True)
+class WorkloadMemo:
+    """Each pod's workload between calls of :func:`translate_all`, so that a pod change re-translates that pod only.
+
+    Rules: an entry is keyed by the pod's (uid, resourceVersion) and holds the finished workload (services map,
+    policy keys and waypoint included), its labels and its skips. The entries are reused only while ``context``
+    (everything else a pod's workload is made from: the service index, the network, the nodes' localities, the
+    policy selections and PeerAuthentications, the waypoints, the cluster and trust domain) is equal, by value, to
+    this call's; otherwise every pod is translated again. A pod without a uid or resourceVersion is never memoized.
+    After each call the memo holds exactly that call's pods.
+    """
+
+    context: object = None
+    pods: dict[tuple[str, str], PodEntry] = field(default_factory=dict)
+    hits: int = 0
+    """Pods whose translation was reused, in the last call (for tests and logs)."""
+
 
 __all__ = [
     "DEFAULT_ROOT_NAMESPACE",
@@ -118,6 +139,7 @@ __all__ = [
     "SkipMemory",
     "Skipped",
     "Translation",
+    "WorkloadMemo",
     "translate",
     "translate_all",
 ]
@@ -198,11 +220,13 @@ def translate_all(
     root_namespace: str = DEFAULT_ROOT_NAMESPACE,
     enable_dry_run: bool = False,
     policy_memo: PolicyMemo | None = None,
+    workload_memo: WorkloadMemo | None = None,
 ) -> Translation:
     """The workloads, services and policies the node proxies should know, policy status, and the problems found.
 
     ``policy_memo``, when given, keeps each AuthorizationPolicy's translation by uid and resourceVersion between
-    calls (the caller owns it and passes the same one each time), so only changed policies are translated again.
+    calls (the caller owns it and passes the same one each time), so only changed policies are translated again;
+    ``workload_memo`` does the same for pods (:class:`WorkloadMemo`).
     """
     skips: list[Skipped] = []
     policies: list[Policy] = []
@@ -353,21 +377,27 @@ def translate_all(
     workloads: list[Workload] = []
     workload_labels: dict[str, Mapping[str, str]] = {}
     localities = node_localities(nodes)
+    context = (index, network, localities, keys, waypoints, cluster_id, trust_domain)
+    reusable = workload_memo.pods if workload_memo is not None and workload_memo.context == context else {}
+    remembered_pods: dict[tuple[str, str], PodEntry] = {}
+    hits = 0
     for pod in pods:
-        w = translate_pod(
-            pod,
-            index,
-            cluster_id=cluster_id,
-            trust_domain=trust_domain,
-            network=network,
-            skips=skips,
-            localities=localities,
-        )
-        if w is not None:
-            labels = (pod.get("metadata") or {}).get("labels") or {}
-            workload_labels[w.uid] = object_labels(pod)
-            waypoint = waypoints.find_for_workload(w.namespace, object_labels(pod), pod=True).address
-            workloads.append(replace(w, authorization_policies=keys.find(w.namespace, labels), waypoint=waypoint))
+        pod_meta = pod.get("metadata") or {}
+        pod_key = (str(pod_meta.get("uid") or ""), str(pod_meta.get("resourceVersion") or ""))
+        pod_entry = reusable.get(pod_key)
+        if pod_entry is None:
+            pod_entry = _pod_workload(pod, index, keys, waypoints, cluster_id, trust_domain, network, localities)
+        else:
+            hits += 1
+        if all(pod_key):
+            remembered_pods[pod_key] = pod_entry
+        pod_workload, pod_labels, pod_skips = pod_entry
+        skips.extend(pod_skips)
+        if pod_workload is not None:
+            workload_labels[pod_workload.uid] = pod_labels
+            workloads.append(pod_workload)
+    if workload_memo is not None:
+        workload_memo.context, workload_memo.pods, workload_memo.hits = context, remembered_pods, hits
     for wle in workload_entries:
         w = translate_workload_entry(
             wle, index, cluster_id=cluster_id, trust_domain=trust_domain, network=network, skips=skips
@@ -437,6 +467,36 @@ def translate_all(
             sorted((t.status for t in waypoint_policies if t.status is not None), key=lambda s: s.key)
         ),
     )
+
+
+def _pod_workload(
+    pod: Mapping[str, Any],
+    index: ServiceIndex,
+    keys: _PolicyKeys,
+    waypoints: WaypointIndex,
+    cluster_id: str,
+    trust_domain: str,
+    network: str,
+    localities: Mapping[str, Locality],
+) -> PodEntry:
+    """One pod's finished workload (or None), its labels and what had to be left out of it."""
+    own_skips: list[Skipped] = []
+    w = translate_pod(
+        pod,
+        index,
+        cluster_id=cluster_id,
+        trust_domain=trust_domain,
+        network=network,
+        skips=own_skips,
+        localities=localities,
+    )
+    if w is None:
+        return None, {}, tuple(own_skips)
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    pod_labels = object_labels(pod)
+    waypoint = waypoints.find_for_workload(w.namespace, pod_labels, pod=True).address
+    w = replace(w, authorization_policies=keys.find(w.namespace, labels), waypoint=waypoint)
+    return w, pod_labels, tuple(own_skips)
 
 
 def _request_authentications(
