@@ -92,7 +92,7 @@ class ResourceTable:
             if previous is not None and previous.version == version:
                 merged[name] = previous
                 continue
-            merged[name] = XdsResource(
+            merged[name] = XdsResource.built(
                 name, version, self._pack(message), self._aliases(message), self._parents(message)
             )
             changed.add(name)
