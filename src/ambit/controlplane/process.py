@@ -96,7 +96,7 @@ class ControlPlaneSettings:
     plugin_key: Path | None = None
     plugin_root: Path | None = None
     debounce: float = 0.1
-    """Seconds to gather changes before a push."""
+    """Seconds to gather changes before a translation (each stream then pushes at once)."""
     webhook_port: int | None = 15017
     """The validating webhook (``/validate``) on ``host``; None: no webhook. Registered with the API server."""
     webhook_host: str | None = None
@@ -369,7 +369,10 @@ class ControlPlane:
             key_pem=serving.key_pem,
             host=s.host,
             port=s.port,
-            debounce=s.debounce,
+            # The view already gathers changes for ``debounce`` before it translates; a second wait per stream only
+            # let the next translation (which blocks the loop) start first and delayed every push by one more
+            # translation (issue 22: 10,000 pods, p50 3.8 s). Each stream still coalesces what arrives while it writes.
+            debounce=0.0,
             grpc_options=GRPC_SERVER_OPTIONS,
             authorizations=self.authorizations,
             sources={WAYPOINT_CONFIG_TYPE_URL: self.waypoint_configs, GATEWAY_CONFIG_TYPE_URL: self.gateway_configs},

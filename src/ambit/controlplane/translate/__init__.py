@@ -361,7 +361,9 @@ def translate_all(
     gateway_authz = gateway_authorization_policies(
         ingress_pods,
         waypoint_policies,
-        [p for p in map(translate_selected_policy, policy_objects) if p is not None],
+        # Only ingress gateways enforce selector policies here: without one, translating every policy's L7 form
+        # again on each translation was a fifth of its time at 500 policies (issue 22).
+        [p for p in map(translate_selected_policy, policy_objects) if p is not None] if ingress_pods else [],
         root_namespace=root_namespace,
     )
     gateway_authn = gateway_request_authentications(ingress_pods, authn_translations, root_namespace=root_namespace)
