@@ -1,4 +1,4 @@
-"""Incremental translation (issue 22): with a :class:`WorkloadMemo` and an address cache, a pod change re-translates
+"""Incremental translation (issue 22): with a :class:`TranslationMemo` and an address cache, a pod change re-translates
 and re-encodes that pod only, and the result is always what a translation from scratch gives.
 
 The golden inputs are translated twice through one memo (every pod reused the second time, output unchanged); a
@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ambit.controlplane.addresses import AddressCache, addresses
-from ambit.controlplane.translate import WorkloadMemo, translate_all
+from ambit.controlplane.translate import TranslationMemo, translate_all
 
 GOLDEN = Path(__file__).parent / "golden" / "translate"
 KINDS = {
@@ -52,10 +52,10 @@ def _golden(case: Path) -> dict[str, list[dict[str, Any]]]:
 def test_every_golden_case_translates_the_same_through_the_memo_and_reuses_every_pod_the_second_time() -> None:
     for case in sorted(GOLDEN.glob("*-in.yaml")):
         inputs = _golden(case)
-        memo = WorkloadMemo()
+        memo = TranslationMemo()
         fresh = translate_all(**inputs)
-        first = translate_all(**inputs, workload_memo=memo)
-        second = translate_all(**inputs, workload_memo=memo)
+        first = translate_all(**inputs, translation_memo=memo)
+        second = translate_all(**inputs, translation_memo=memo)
         assert first == fresh == second, case.name
         assert memo.hits == len(memo.pods) == len(inputs["pods"]), case.name
 
@@ -98,14 +98,14 @@ POLICY = _stamp(
 def test_a_pod_change_retranslates_that_pod_only_and_a_service_change_retranslates_all() -> None:
     pods = [_pod(i, app="a") for i in range(5)]
     services = [_service("svc", "a")]
-    memo, cache = WorkloadMemo(), AddressCache()
-    translate_all(pods, services, [], [NAMESPACE], authorization_policies=[POLICY], workload_memo=memo)
+    memo, cache = TranslationMemo(), AddressCache()
+    translate_all(pods, services, [], [NAMESPACE], authorization_policies=[POLICY], translation_memo=memo)
     pods[2] = _pod(2, app="a", ready=False, rv=2)
-    result = translate_all(pods, services, [], [NAMESPACE], authorization_policies=[POLICY], workload_memo=memo)
+    result = translate_all(pods, services, [], [NAMESPACE], authorization_policies=[POLICY], translation_memo=memo)
     assert memo.hits == 4
     assert result == translate_all(pods, services, [], [NAMESPACE], authorization_policies=[POLICY])
     services = [_service("svc", "b", rv=2)]
-    result = translate_all(pods, services, [], [NAMESPACE], authorization_policies=[POLICY], workload_memo=memo)
+    result = translate_all(pods, services, [], [NAMESPACE], authorization_policies=[POLICY], translation_memo=memo)
     assert memo.hits == 0
     assert all(not w.services for w in result.config.workloads)
     first = addresses(result.config, cache)
@@ -129,7 +129,7 @@ def test_memoized_translation_always_equals_a_fresh_one(changes: list[tuple[str,
     pods = {i: _pod(i, app="a" if i % 2 else "b") for i in range(4)}
     services = [_service("svc-a", "a"), _service("svc-b", "b")]
     policies = [copy.deepcopy(POLICY)]
-    memo, cache = WorkloadMemo(), AddressCache()
+    memo, cache = TranslationMemo(), AddressCache()
     for step, (change, i) in enumerate(changes, start=2):
         if change in ("ready", "unready", "label", "add"):
             old = pods.get(i)
@@ -144,7 +144,7 @@ def test_memoized_translation_always_equals_a_fresh_one(changes: list[tuple[str,
             policies = [_stamp(copy.deepcopy(POLICY), step)] if i % 2 else []
         pod_list = list(pods.values())
         memoized = translate_all(
-            pod_list, services, [], [NAMESPACE], authorization_policies=policies, workload_memo=memo
+            pod_list, services, [], [NAMESPACE], authorization_policies=policies, translation_memo=memo
         )
         fresh = translate_all(pod_list, services, [], [NAMESPACE], authorization_policies=policies)
         assert memoized == fresh

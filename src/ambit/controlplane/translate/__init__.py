@@ -114,10 +114,12 @@ PodEntry = tuple[Workload | None, Mapping[str, str], tuple[Skipped, ...]]
 
 
 @dataclass(slots=True)
-class WorkloadMemo:
-    """Each pod's workload between calls of :func:`translate_all`, so that a pod change re-translates that pod only.
+class TranslationMemo:
+    """Each pod's workload and each Service's translation between calls of :func:`translate_all`, so that a pod
+    change re-translates that pod only.
 
-    Rules: an entry is keyed by the pod's (uid, resourceVersion) and holds the finished workload (services map,
+    Rules: a Service's entry is keyed by (uid, resourceVersion, domain, network), all its translation reads. A pod's
+    entry is keyed by the pod's (uid, resourceVersion) and holds the finished workload (services map,
     policy keys and waypoint included), its labels and its skips. The entries are reused only while ``context``
     (everything else a pod's workload is made from: the service index, the network, the nodes' localities, the
     policy selections and PeerAuthentications, the waypoints, the cluster and trust domain) is equal, by value, to
@@ -127,6 +129,7 @@ class WorkloadMemo:
 
     context: object = None
     pods: dict[tuple[str, str], PodEntry] = field(default_factory=dict)
+    services: dict[tuple[str, str, str, str], tuple[Service | None, tuple[Skipped, ...]]] = field(default_factory=dict)
     hits: int = 0
     """Pods whose translation was reused, in the last call (for tests and logs)."""
 
@@ -139,7 +142,7 @@ __all__ = [
     "SkipMemory",
     "Skipped",
     "Translation",
-    "WorkloadMemo",
+    "TranslationMemo",
     "translate",
     "translate_all",
 ]
@@ -220,13 +223,13 @@ def translate_all(
     root_namespace: str = DEFAULT_ROOT_NAMESPACE,
     enable_dry_run: bool = False,
     policy_memo: PolicyMemo | None = None,
-    workload_memo: WorkloadMemo | None = None,
+    translation_memo: TranslationMemo | None = None,
 ) -> Translation:
     """The workloads, services and policies the node proxies should know, policy status, and the problems found.
 
     ``policy_memo``, when given, keeps each AuthorizationPolicy's translation by uid and resourceVersion between
     calls (the caller owns it and passes the same one each time), so only changed policies are translated again;
-    ``workload_memo`` does the same for pods (:class:`WorkloadMemo`).
+    ``translation_memo`` does the same for pods and Services (:class:`TranslationMemo`).
     """
     skips: list[Skipped] = []
     policies: list[Policy] = []
@@ -275,8 +278,19 @@ def translate_all(
     bound: dict[str, str] = {}
     canaries: dict[str, str] = {}
     service_targets: dict[str, ServiceTarget] = {}
+    known_services = translation_memo.services if translation_memo is not None else {}
+    remembered_services: dict[tuple[str, str, str, str], tuple[Service | None, tuple[Skipped, ...]]] = {}
     for svc in service_list:
-        service = translate_service(svc, domain=domain, network=network, skips=skips)
+        svc_meta = svc.get("metadata") or {}
+        svc_key = (str(svc_meta.get("uid") or ""), str(svc_meta.get("resourceVersion") or ""), domain, network)
+        svc_entry = known_services.get(svc_key)
+        if svc_entry is None:
+            svc_skips: list[Skipped] = []
+            svc_entry = (translate_service(svc, domain=domain, network=network, skips=svc_skips), tuple(svc_skips))
+        if all(svc_key[:2]):
+            remembered_services[svc_key] = svc_entry
+        service, svc_own_skips = svc_entry
+        skips.extend(svc_own_skips)
         if service is not None:
             binding = _service_binding(svc, waypoints, service_status)
             translated.append(_with_binding(service, binding, bound, canaries))
@@ -380,7 +394,7 @@ def translate_all(
     workload_labels: dict[str, Mapping[str, str]] = {}
     localities = node_localities(nodes)
     context = (index, network, localities, keys, waypoints, cluster_id, trust_domain)
-    reusable = workload_memo.pods if workload_memo is not None and workload_memo.context == context else {}
+    reusable = translation_memo.pods if translation_memo is not None and translation_memo.context == context else {}
     remembered_pods: dict[tuple[str, str], PodEntry] = {}
     hits = 0
     for pod in pods:
@@ -398,8 +412,9 @@ def translate_all(
         if pod_workload is not None:
             workload_labels[pod_workload.uid] = pod_labels
             workloads.append(pod_workload)
-    if workload_memo is not None:
-        workload_memo.context, workload_memo.pods, workload_memo.hits = context, remembered_pods, hits
+    if translation_memo is not None:
+        translation_memo.context, translation_memo.pods, translation_memo.hits = context, remembered_pods, hits
+        translation_memo.services = remembered_services
     for wle in workload_entries:
         w = translate_workload_entry(
             wle, index, cluster_id=cluster_id, trust_domain=trust_domain, network=network, skips=skips
