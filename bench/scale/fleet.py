@@ -112,6 +112,7 @@ class Fleet:
         merged: dict[str, Any] = {k: sum(a[k] for a in answers) for k in ("clients", "synced", "connects")}
         merged["responses"] = sum(a["responses"] for a in answers)
         merged["resources"] = sum(a["resources"] for a in answers)
+        merged["arrived"] = sum(a["arrived"] for a in answers)
         merged["held_min"] = min(a["held_min"] for a in answers)
         merged["held_max"] = max(a["held_max"] for a in answers)
         merged["errors"] = sorted({e for a in answers for e in a["errors"]})[:3]

@@ -129,17 +129,15 @@ class SimulatedNodeProxy:
                     if len(seen) == 2:
                         sync.synced = arrived
                 if self.tracked:
-                    for name, _ in update.upserts:
-                        if name in self.tracked:
-                            self.arrivals.setdefault(name, arrived)
-                    for name in update.removals:
-                        if name in self.tracked:
-                            self.arrivals.setdefault(name, arrived)
+                    for name in (*(name for name, _ in update.upserts), *update.removals):
+                        if name in self.tracked and name not in self.arrivals:
+                            self.arrivals[name] = arrived
                 await call.write(update.reply)
 
 
 def _answer(command: dict[str, Any], proxies: list[SimulatedNodeProxy], tracked: set[str]) -> dict[str, Any]:
-    """``track`` (add names; arrivals of them are recorded from now), ``status`` (counts), ``syncs`` (every
+    """``track`` (add names; arrivals of them are recorded from now), ``status`` (counts, cheap enough to poll:
+    ``arrived`` is how many (client, tracked name) arrivals there were), ``syncs`` (every
     client's connects and sync times), ``arrivals`` (per tracked name, every client's first arrival; a client that
     never saw it gives null)."""
     what = command.get("cmd")
@@ -156,6 +154,7 @@ def _answer(command: dict[str, Any], proxies: list[SimulatedNodeProxy], tracked:
             "resources": sum(p.resources for p in proxies),
             "held_min": min((p.held for p in proxies), default=0),
             "held_max": max((p.held for p in proxies), default=0),
+            "arrived": sum(len(p.arrivals) for p in proxies),
             "errors": sorted({p.last_error for p in proxies if p.last_error})[:3],
         }
     if what == "syncs":

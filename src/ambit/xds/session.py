@@ -160,6 +160,19 @@ class _TypeState:
         return self.wildcard or resource.name in self.names or any(a in self.names for a in resource.aliases)
 
 
+def _shared(versions: Mapping[str, str], current: ResourceSet) -> dict[str, str]:
+    """``versions`` with each name, and each version equal to the current one, replaced by the current set's own
+    string: reconnecting clients then share one copy of each name and version instead of holding one each."""
+    shared: dict[str, str] = {}
+    for name, version in versions.items():
+        known = current.by_name.get(name)
+        if known is None:
+            shared[name] = version
+        else:
+            shared[known.name] = known.version if known.version == version else version
+    return shared
+
+
 class ServerSession:
     """One client's delta ADS state across all type URLs. Pure and synchronous."""
 
@@ -191,7 +204,7 @@ class ServerSession:
         opened = state is None
         if state is None:
             state = self._types[type_url] = _TypeState()
-            state.held.update(request.initial_resource_versions)
+            state.held.update(_shared(request.initial_resource_versions, current))
             if not request.resource_names_subscribe and not request.resource_names_unsubscribe:
                 state.wildcard = True
         kind, error = RequestKind.OPENED if opened else RequestKind.SUBSCRIPTION, ""
