@@ -112,6 +112,38 @@ class ResourceSet:
             {parent: frozenset(names) for parent, names in members.items()},
         )
 
+    def updated(self, upserts: Iterable[XdsResource], removed: Iterable[str]) -> ResourceSet:
+        """This set with ``upserts`` put in (replacing any of the same name) and the ``removed`` names taken out;
+        equal to :meth:`build` over the result, at a cost in the size of the change, not of the set (a table of
+        10,000 workloads was rebuilt whole for each push: 0.14 s each, issue 22). ``self`` is not changed."""
+        by_name = dict(self.by_name)
+        by_alias = dict(self.by_alias)
+        members = dict(self.members)
+
+        def index(table: dict[str, frozenset[str]], keys: Iterable[str], name: str, *, add: bool) -> None:
+            for key in keys:
+                names = table.get(key, frozenset())
+                names = names | {name} if add else names - {name}
+                if names:
+                    table[key] = names
+                else:
+                    table.pop(key, None)
+
+        def forget(name: str) -> None:
+            old = by_name.pop(name, None)
+            if old is not None:
+                index(by_alias, old.aliases, name, add=False)
+                index(members, old.parents, name, add=False)
+
+        for name in removed:
+            forget(name)
+        for resource in upserts:
+            forget(resource.name)
+            by_name[resource.name] = resource
+            index(by_alias, resource.aliases, resource.name, add=True)
+            index(members, resource.parents, resource.name, add=True)
+        return ResourceSet(by_name, by_alias, members)
+
     def resolve(self, name: str) -> frozenset[str]:
         """The resource names ``name`` stands for: itself if it is a resource, else what its alias points at."""
         if name in self.by_name:
