@@ -33,7 +33,7 @@ import grpc  # type: ignore[import-untyped]
 from google.protobuf import any_pb2
 
 from ambit.api import discovery_pb2 as dpb
-from ambit.xds.client import Backoff, client_node
+from ambit.xds.client import MAX_RESPONSE_BYTES, Backoff, client_node
 from ambit.xds.client_session import ClientSession
 from ambit.xds.convert import ADDRESS_TYPE_URL
 from ambit.xds.keepalive import DEFAULT_KEEPALIVE
@@ -41,9 +41,9 @@ from ambit.xds.server import METHOD, SERVICE_NAME
 from ambit.xds.session import AUTHORIZATION_TYPE_URL
 
 PATH = f"/{SERVICE_NAME}/{METHOD}"
-MAX_MESSAGE = 1 << 30
-"""What a simulated client accepts in one response: a wildcard snapshot of 100,000 workloads is far above gRPC's
-4 MiB default (``max_message`` in the config line overrides this, to measure the node proxy's own limit)."""
+MAX_MESSAGE = MAX_RESPONSE_BYTES
+"""What a simulated client accepts in one response: the node proxy's limit (``max_message`` in the config line
+overrides it)."""
 
 
 def _keep_name(name: str, body: any_pb2.Any) -> None:
