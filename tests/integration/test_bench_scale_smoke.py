@@ -4,6 +4,7 @@ a restart resends nothing, and the table and JSON lines are written (no timing g
 from __future__ import annotations
 
 import json
+import math
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -33,4 +34,6 @@ def test_scale_harness_smoke_profile_delivers_every_change_to_every_client(tmp_p
     assert values["deliveries missing"] == 0
     assert values["delivery p99"] > 0
     assert values["resources resent"] == 0
+    assert math.isfinite(values["spawn to all clients in sync"])
+    assert values["client connects"] >= shape.nodes
     assert rows[0]["env"]["shape"]["clients"] == shape.nodes
