@@ -288,8 +288,9 @@ class Run:
 
         await self._wait("the initial sync", all_synced)
         syncs = await fleet.syncs()
-        last = max(client[0][1] for client in syncs)
-        firsts = sorted(client[0][1] - began for client in syncs)
+        # A client's first sync may come on a later connect, when an earlier one failed (reported as connects).
+        firsts = sorted(next(s for _, s, _ in client if s > 0) - began for client in syncs)
+        last = began + firsts[-1]
         status = await fleet.status()
         self.add(
             scenario,
@@ -299,6 +300,7 @@ class Run:
             f"first {firsts[0]:.2f} s, median {firsts[len(firsts) // 2]:.2f} s",
         )
         self.add(scenario, "resources per client", status["held_max"], "", "Addresses held")
+        self.add(scenario, "client connects", status["connects"], "", f"{s.nodes} clients")
         self.add(scenario, "control plane CPU", self.plane.cpu_seconds() - cpu, "s")
         self.add(scenario, "control plane RSS", self.plane.rss_bytes() / MIB, "MiB", "after the sync")
         self.add(scenario, "node proxies' CPU", fleet.cpu_seconds(), "s", f"{len(fleet.workers)} worker processes")
