@@ -6,7 +6,7 @@ UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
 STAMP := $(VENV)/.installed
 
 BYTECODE := $(VENV)/bin/python -m compileall -q -j 0 src tests bench >/dev/null
-.PHONY: install bytecode test demo lint bench bench-quick bench-apiserver bench-apiserver-quick bench-lab bench-cni bench-policy bench-policy-quick bench-dns bench-dns-quick clean
+.PHONY: install bytecode test demo lint bench bench-quick bench-apiserver bench-apiserver-quick bench-lab bench-cni bench-policy bench-policy-quick bench-dns bench-dns-quick bench-scale bench-scale-quick clean
 
 install: $(STAMP)
 
@@ -66,6 +66,12 @@ bench-dns: install  # the DNS proxy against dnsmasq, in a private netns (bench/r
 
 bench-dns-quick: install  # the same, one round of short runs (under 1 minute)
 	$(VENV)/bin/python -m bench.dns --quick
+
+bench-scale: install  # control plane at 10,000 pods, 1,000 Services, 100 node proxies (bench/results/scale.{md,json}); no root
+	$(VENV)/bin/python -m bench.scale --profile default
+
+bench-scale-quick: install  # the same at 1,000 pods and 10 node proxies (under a minute); full size: --profile full
+	$(VENV)/bin/python -m bench.scale --profile quick
 
 bench-lab: install  # root: brings a lab up and down
 	$(VENV)/bin/python -m bench.lab

@@ -29,8 +29,18 @@ class ServerStartError(RuntimeError):
 class ServerProcess:
     """One start of a server command; ``await start()`` returns the seconds from spawn to the ready line."""
 
-    def __init__(self, argv: Sequence[str], *, log: Path, cwd: Path, ready_timeout: float = 120.0) -> None:
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        log: Path,
+        cwd: Path,
+        ready_timeout: float = 120.0,
+        ready: re.Pattern[bytes] = _READY,
+    ) -> None:
+        """``ready`` matches the child's ready line; its first group, if any, becomes :attr:`url`."""
         self._argv = list(argv)
+        self._ready = ready
         self._log = log
         self._cwd = cwd
         self._ready_timeout = ready_timeout
@@ -60,12 +70,12 @@ class ServerProcess:
             await self.kill()
             raise ServerStartError(f"{self._argv[:4]} not ready after {self._ready_timeout:.0f} s") from None
         elapsed = time.monotonic() - began
-        match = _READY.search(line)
+        match = self._ready.search(line)
         if match is None:
             await self.kill()
             tail = self._log.read_bytes()[-2000:].decode(errors="replace")
             raise ServerStartError(f"{self._argv[:4]} printed {line!r} instead of its ready line; stderr: {tail}")
-        self.url = match.group(1).decode()
+        self.url = match.group(1).decode() if match.groups() else ""
         return elapsed
 
     async def terminate(self, grace: float = 30.0) -> float:

@@ -261,3 +261,22 @@ async def test_a_malformed_resource_is_nacked_while_the_others_apply(
         await _until(lambda: node.state.find_workload(WEB2.uid) is None)
     finally:
         await node.client.aclose()
+
+
+async def test_a_snapshot_larger_than_grpcs_default_message_limit_reaches_the_node_proxy(pki: Pki) -> None:
+    """30,000 small workloads are a first response of about 6 MiB, above gRPC's 4 MiB default (issue 22)."""
+    base = int(ipaddress.ip_address("198.18.0.1"))
+    pods = [_pod(f"pod-{i:05d}", str(ipaddress.ip_address(base + i))) for i in range(30_000)]
+    table = AddressTable(_resources(*pods))
+    snapshot = sum(len(r.wire.SerializeToString()) for r in table.current.by_name.values() if r.wire is not None)
+    assert snapshot > 4 * 1024 * 1024
+    server = await _start_server(pki, table)
+    node = _client(pki, server.port)
+    await node.client.start()
+    try:
+        await _until(lambda: node.client.synced)
+        assert len(node.state.workloads()) == len(pods)
+        assert node.client.connects == 1
+    finally:
+        await node.client.aclose()
+        await server.aclose(grace=1.0)

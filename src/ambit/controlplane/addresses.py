@@ -25,7 +25,7 @@ from ambit.model.workload import Service, Workload
 from ambit.xds.authorization import authorization_of
 from ambit.xds.convert import address_of, resource_name
 
-__all__ = ["AuthorizationCache", "addresses", "authorizations", "content_version"]
+__all__ = ["AddressCache", "AuthorizationCache", "addresses", "authorizations", "content_version"]
 
 
 def content_version(message: Message) -> str:
@@ -33,13 +33,34 @@ def content_version(message: Message) -> str:
     return hashlib.sha256(message.SerializeToString(deterministic=True)).hexdigest()[:16]
 
 
-def addresses(config: LocalConfig) -> dict[str, tuple[str, pb.Address]]:
-    """Resource name → (version, Address) for every workload and service of ``config``."""
+AddressCache = dict[str, tuple[Workload | Service, tuple[str, pb.Address]]]
+
+
+def addresses(config: LocalConfig, cache: AddressCache | None = None) -> dict[str, tuple[str, pb.Address]]:
+    """Resource name → (version, Address) for every workload and service of ``config``.
+
+    ``cache`` (resource name → the item last encoded under it and its encoding) is read and then left holding
+    exactly ``config``'s items, so a caller that passes the same dict every time encodes only items that changed
+    (the same object, or an equal one, is not encoded again).
+    """
+    previous = cache if cache is not None else {}
     result: dict[str, tuple[str, pb.Address]] = {}
+    fresh: AddressCache = {}
     items: list[Workload | Service] = [*config.workloads, *config.services]
     for item in items:
-        address = address_of(item)
-        result[resource_name(address)] = (content_version(address), address)
+        name = item.uid if isinstance(item, Workload) else item.key
+        known = previous.get(name)
+        if known is not None and (known[0] is item or known[0] == item):
+            entry = known[1]
+        else:
+            address = address_of(item)
+            name = resource_name(address)
+            entry = (content_version(address), address)
+        fresh[name] = (item, entry)
+        result[name] = entry
+    if cache is not None:
+        cache.clear()
+        cache.update(fresh)
     return result
 
 

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ambit.controlplane.addresses import AuthorizationCache, addresses, authorizations
+from ambit.controlplane.addresses import AddressCache, AuthorizationCache, addresses, authorizations
 from ambit.controlplane.ca.authn import KubeAuthenticator
 from ambit.controlplane.ca.errors import CaServerError
 from ambit.controlplane.ca.nodeauth import InformerPodIndex, NodeAuthorizer
@@ -96,7 +96,7 @@ class ControlPlaneSettings:
     plugin_key: Path | None = None
     plugin_root: Path | None = None
     debounce: float = 0.1
-    """Seconds to gather changes before a push."""
+    """Seconds to gather changes before a translation (each stream then pushes at once)."""
     webhook_port: int | None = 15017
     """The validating webhook (``/validate``) on ``host``; None: no webhook. Registered with the API server."""
     webhook_host: str | None = None
@@ -162,6 +162,7 @@ class ControlPlane:
         """Ingress Gateway key → the one caller name that may read its config (it holds private keys)."""
         self._gateway_encoded: dict[str, tuple[Any, str, Any]] = {}
         self._encoded: AuthorizationCache = {}
+        self._encoded_addresses: AddressCache = {}
         self.authenticator = KubeAuthenticator(client, cluster_id=settings.cluster_id)
         self.pods = InformerPodIndex(client)
         self.root: RootCa | None = None
@@ -237,7 +238,7 @@ class ControlPlane:
         self.pushes = 0
 
     def _config_changed(self, config: LocalConfig) -> None:
-        changed = self.table.replace(addresses(config))
+        changed = self.table.replace(addresses(config, self._encoded_addresses))
         changed_policies = self.authorizations.replace(authorizations(config, self._encoded))
         if changed or changed_policies:
             self.pushes += 1
@@ -368,7 +369,10 @@ class ControlPlane:
             key_pem=serving.key_pem,
             host=s.host,
             port=s.port,
-            debounce=s.debounce,
+            # The view already gathers changes for ``debounce`` before it translates; a second wait per stream only
+            # let the next translation (which blocks the loop) start first and delayed every push by one more
+            # translation (issue 22: 10,000 pods, p50 3.8 s). Each stream still coalesces what arrives while it writes.
+            debounce=0.0,
             grpc_options=GRPC_SERVER_OPTIONS,
             authorizations=self.authorizations,
             sources={WAYPOINT_CONFIG_TYPE_URL: self.waypoint_configs, GATEWAY_CONFIG_TYPE_URL: self.gateway_configs},

@@ -9,8 +9,9 @@ the time and only their locality is translated); a Gateway or ServiceEntry updat
 status is not translated (policies, DestinationRules, Services, GatewayClasses, routes, ReferenceGrants) only when
 its spec or metadata changed, so the control plane's own status writes cause no translation. One task waits for the
 mark, lets ``debounce`` seconds pass so that a burst of changes (a Deployment scaling up, a namespace being deleted)
-becomes one translation, clears the mark, translates the caches (:func:`ambit.controlplane.translate.translate_all`)
-and hands the result to ``on_config``, then what the translation had to leave out to ``on_skipped``, the policies'
+becomes one translation, clears the mark, translates the caches (:func:`ambit.controlplane.translate.translate_all`;
+only the pods that changed, while nothing else did: :class:`~ambit.controlplane.translate.TranslationMemo`) and
+hands the result to ``on_config``, then what the translation had to leave out to ``on_skipped``, the policies'
 status to ``on_status`` and the Services' and ServiceEntries' waypoint status to ``on_waypoint_status`` and the
 whole translation (waypoint configurations, route status) to ``on_routes`` (when given).
 
@@ -44,6 +45,7 @@ from ambit.controlplane.translate import (
     PolicyStatus,
     Skipped,
     Translation,
+    TranslationMemo,
     translate_all,
 )
 from ambit.controlplane.translate.nodes import node_localities
@@ -172,6 +174,7 @@ class ClusterView:
         self._on_waypoint_status = on_waypoint_status
         self._on_routes = on_routes
         self._policy_memo: PolicyMemo = {}
+        self._translation_memo = TranslationMemo()
         self.absent: set[str] = set()
         """Plural names of the optional kinds the cluster does not serve (or does not let us list)."""
         self._dirty = asyncio.Event()
@@ -255,6 +258,7 @@ class ClusterView:
             root_namespace=s.root_namespace,
             enable_dry_run=s.enable_dry_run,
             policy_memo=self._policy_memo,
+            translation_memo=self._translation_memo,
         )
 
     def translate(self) -> LocalConfig:

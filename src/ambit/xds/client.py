@@ -45,11 +45,15 @@ from ambit.xds.keepalive import DEFAULT_KEEPALIVE, KeepaliveSettings
 from ambit.xds.server import METHOD, SERVICE_NAME
 from ambit.xds.session import AUTHORIZATION_TYPE_URL
 
-__all__ = ["Backoff", "XdsClient"]
+__all__ = ["MAX_RESPONSE_BYTES", "Backoff", "XdsClient"]
 
 log = logging.getLogger("ambit.xds.client")
 
 _PATH = f"/{SERVICE_NAME}/{METHOD}"
+MAX_RESPONSE_BYTES = 256 * 1024 * 1024
+"""The largest response the client accepts. gRPC's default (4 MiB) is a wildcard snapshot of about 12,000
+workloads: past that the first response never arrived and the client reconnected forever (issue 22). 100,000
+workloads are about 34 MiB. The peer is the authenticated control plane, which can already tell us anything."""
 
 
 class PolicySink(Protocol):
@@ -183,6 +187,7 @@ class XdsClient:
         except OSError as exc:
             raise XdsConfigFileError(f"cannot read the mesh root {self._root_cert_file}: {exc}") from None
         options: list[tuple[str, Any]] = list(self._keepalive.client_options())
+        options.append(("grpc.max_receive_message_length", MAX_RESPONSE_BYTES))
         if self._server_name:
             options.append(("grpc.ssl_target_name_override", self._server_name))
         return grpc.aio.secure_channel(self.target, grpc.ssl_channel_credentials(root_certificates=root), options)

@@ -64,6 +64,27 @@ class XdsResource:
     parents: tuple[str, ...] = ()
     """Names of the resources this one is a member of (a workload: the services it is an endpoint of); a lookup
     that finds one of those returns this one too."""
+    wire: dpb.Resource | None = field(default=None, compare=False, repr=False)
+    """The resource as sent, built once per version (:meth:`built`): a response copies it instead of building a
+    ``Resource`` per client (a wildcard snapshot of 10,000 workloads: ~10x less work per client)."""
+
+    @classmethod
+    def built(
+        cls,
+        name: str,
+        version: str,
+        body: any_pb2.Any,
+        aliases: tuple[str, ...] = (),
+        parents: tuple[str, ...] = (),
+    ) -> XdsResource:
+        """An :class:`XdsResource` with its wire form made now."""
+        wire = dpb.Resource(name=name, version=version, resource=body, aliases=list(aliases))
+        return cls(name, version, body, aliases, parents, wire)
+
+    def to_wire(self) -> dpb.Resource:
+        if self.wire is not None:
+            return self.wire
+        return dpb.Resource(name=self.name, version=self.version, resource=self.body, aliases=list(self.aliases))
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +111,38 @@ class ResourceSet:
             {alias: frozenset(names) for alias, names in by_alias.items()},
             {parent: frozenset(names) for parent, names in members.items()},
         )
+
+    def updated(self, upserts: Iterable[XdsResource], removed: Iterable[str]) -> ResourceSet:
+        """This set with ``upserts`` put in (replacing any of the same name) and the ``removed`` names taken out;
+        equal to :meth:`build` over the result, at a cost in the size of the change, not of the set (a table of
+        10,000 workloads was rebuilt whole for each push: 0.14 s each, issue 22). ``self`` is not changed."""
+        by_name = dict(self.by_name)
+        by_alias = dict(self.by_alias)
+        members = dict(self.members)
+
+        def index(table: dict[str, frozenset[str]], keys: Iterable[str], name: str, *, add: bool) -> None:
+            for key in keys:
+                names = table.get(key, frozenset())
+                names = names | {name} if add else names - {name}
+                if names:
+                    table[key] = names
+                else:
+                    table.pop(key, None)
+
+        def forget(name: str) -> None:
+            old = by_name.pop(name, None)
+            if old is not None:
+                index(by_alias, old.aliases, name, add=False)
+                index(members, old.parents, name, add=False)
+
+        for name in removed:
+            forget(name)
+        for resource in upserts:
+            forget(resource.name)
+            by_name[resource.name] = resource
+            index(by_alias, resource.aliases, resource.name, add=True)
+            index(members, resource.parents, resource.name, add=True)
+        return ResourceSet(by_name, by_alias, members)
 
     def resolve(self, name: str) -> frozenset[str]:
         """The resource names ``name`` stands for: itself if it is a resource, else what its alias points at."""
@@ -139,6 +192,19 @@ class _TypeState:
         return self.wildcard or resource.name in self.names or any(a in self.names for a in resource.aliases)
 
 
+def _shared(versions: Mapping[str, str], current: ResourceSet) -> dict[str, str]:
+    """``versions`` with each name, and each version equal to the current one, replaced by the current set's own
+    string: reconnecting clients then share one copy of each name and version instead of holding one each."""
+    shared: dict[str, str] = {}
+    for name, version in versions.items():
+        known = current.by_name.get(name)
+        if known is None:
+            shared[name] = version
+        else:
+            shared[known.name] = known.version if known.version == version else version
+    return shared
+
+
 class ServerSession:
     """One client's delta ADS state across all type URLs. Pure and synchronous."""
 
@@ -170,7 +236,7 @@ class ServerSession:
         opened = state is None
         if state is None:
             state = self._types[type_url] = _TypeState()
-            state.held.update(request.initial_resource_versions)
+            state.held.update(_shared(request.initial_resource_versions, current))
             if not request.resource_names_subscribe and not request.resource_names_unsubscribe:
                 state.wildcard = True
         kind, error = RequestKind.OPENED if opened else RequestKind.SUBSCRIPTION, ""
@@ -242,11 +308,7 @@ class ServerSession:
                 continue
             if state.wants(resource) and state.held.get(name) != resource.version:
                 state.held[name] = resource.version
-                sent.append(
-                    dpb.Resource(
-                        name=name, version=resource.version, resource=resource.body, aliases=list(resource.aliases)
-                    )
-                )
+                sent.append(resource.to_wire())
         removed.extend(name for name in looked_up if not current.lookup(name) and name not in removed)
         if not sent and not removed and not always:
             return None

@@ -92,13 +92,14 @@ class ResourceTable:
             if previous is not None and previous.version == version:
                 merged[name] = previous
                 continue
-            merged[name] = XdsResource(
+            merged[name] = XdsResource.built(
                 name, version, self._pack(message), self._aliases(message), self._parents(message)
             )
             changed.add(name)
         changed.update(name for name in old if name not in merged)
         if changed:
-            self._current = ResourceSet.build(merged.values())
+            upserts = [merged[name] for name in changed if name in merged]
+            self._current = self._current.updated(upserts, (name for name in changed if name not in merged))
             self.generation += 1
             names = frozenset(changed)
             for listener in list(self._listeners):

@@ -1,0 +1,65 @@
+"""``python -m bench.scale [--profile quick|default|full] [--out bench/results]``: the control-plane scale harness.
+
+Profiles: ``quick`` (1,000 pods, 100 Services, 10 clients; under a minute), ``default`` (10,000 pods, 1,000
+Services, 100 clients; ``make bench-scale``), ``full`` (100,000 pods, 10,000 Services, 1,000 clients; issue 22's
+targets), ``smoke`` (the integration test's). Any size can be overridden (``--pods``, ``--services``, ...).
+``--profile-controlplane`` runs the control plane under cProfile and writes ``scale-controlplane-N.prof`` (one
+per start; ``python -m pstats``) and its log next to the results. Writes ``scale.md`` and ``scale.json`` to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+from pathlib import Path
+
+from bench.report import Report
+from bench.scale.run import PROFILES, Profile, run_async
+
+RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
+
+
+def run(
+    profile: str | Profile, out: Path | None = None, *, echo: bool = True, profile_controlplane: bool = False
+) -> Report:
+    chosen = PROFILES[profile] if isinstance(profile, str) else profile
+    profiles = (out or RESULTS) if profile_controlplane else None
+    report = asyncio.run(run_async(chosen, profile_controlplane=profiles))
+    if echo:
+        print(report.markdown())
+    if out is not None:
+        md, js = report.write(out, "scale")
+        if echo:
+            print(f"written: {md} and {js}")
+    return report
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", choices=sorted(PROFILES), default="default")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where scale.md and scale.json go")
+    for name in ("namespaces", "services", "pods", "policies", "clients"):
+        parser.add_argument(f"--{name}", type=int, help=f"override the profile's {name}")
+    parser.add_argument("--churn-rate", type=float, help="pod changes per second")
+    parser.add_argument("--churn-seconds", type=float)
+    parser.add_argument("--load-rate", type=float, help="creates per second while loading (0: unpaced)")
+    parser.add_argument("--workers", type=int, help="processes for the simulated node proxies")
+    parser.add_argument("--profile-controlplane", action="store_true", help="cProfile the control plane")
+    args = parser.parse_args(argv)
+    profile = PROFILES[args.profile]
+    shape = profile.shape
+    sizes = {"namespaces": args.namespaces, "services": args.services, "pods": args.pods, "policies": args.policies}
+    sizes["nodes"] = args.clients
+    try:
+        shape = dataclasses.replace(shape, **{k: v for k, v in sizes.items() if v is not None})
+    except ValueError as exc:
+        parser.error(str(exc))
+    overrides = {"churn_rate": args.churn_rate, "churn_seconds": args.churn_seconds, "load_rate": args.load_rate}
+    overrides["workers"] = args.workers
+    profile = dataclasses.replace(profile, shape=shape, **{k: v for k, v in overrides.items() if v is not None})
+    run(profile, args.out, profile_controlplane=args.profile_controlplane)
+
+
+if __name__ == "__main__":
+    main()

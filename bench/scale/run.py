@@ -1,0 +1,436 @@
+"""The scale harness's run: API server and control plane as real processes, a loaded cluster, simulated node proxies.
+
+Order (each step's figures go to one :class:`~bench.report.Report`):
+
+1. start ``ambit apiserver`` on loopback with an empty data directory;
+2. load the cluster (:mod:`bench.scale.cluster`) at the profile's rate; API server RSS after;
+3. one ``istio-system/ztunnel`` pod per simulated node and a TokenRequest bound to it (audience ``istio-ca``), as
+   each node's proxy holds;
+4. start ``ambit controlplane`` (no webhook, no waypoint deployment): spawn to ready is its list of the whole
+   cluster plus the first translation;
+5. start the node proxies (:mod:`bench.scale.fleet`); initial sync = from their start until every client holds a
+   response of both types (the whole wildcard snapshot);
+6. churn at the profile's rate (:func:`bench.scale.cluster.churn`): per change and client, delivery latency = the
+   change's arrival at the client minus when its request was sent to the API server; control-plane CPU share and
+   RSS peak during the churn;
+7. SIGTERM the control plane and start it again: resync = from its spawn until every client is in sync on a new
+   stream, and how many resources the resync carried (versions are content hashes: ideally none).
+
+RSS is sampled every 0.2 s for both servers (peaks). A run's processes live in a temporary directory that is
+removed at the end; every process is ended in ``finally``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.kube_client import Endpoint
+from bench.report import Measurement, Report, percentile
+from bench.scale.cluster import CHURN_KINDS, SERVICE_CIDR, ClusterShape, churn, creates, paced
+from bench.scale.fleet import Fleet
+from bench.server_process import ServerProcess, free_port
+
+REPO = Path(__file__).resolve().parents[2]
+CONTROL_PLANE_READY = re.compile(rb"control plane ready on port (\d+)")
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    name: str
+    shape: ClusterShape
+    load_rate: float
+    """Creates per second while loading (0: as fast as the connections go)."""
+    churn_rate: float
+    """Pod changes per second."""
+    churn_seconds: float
+    workers: int = 2
+    """Processes the simulated node proxies are spread over."""
+    patience: float = 600.0
+    """Seconds to wait for a sync or for every change to reach every client before failing the run."""
+    restart_patience: float = 120.0
+    """Seconds to wait for the resync after a restart; past that the run goes on and reports how far it got."""
+
+
+def _shape(ns: int, svc: int, pods: int, policies: int, nodes: int) -> ClusterShape:
+    return ClusterShape(namespaces=ns, services=svc, pods=pods, policies=policies, nodes=nodes)
+
+
+PROFILES = {
+    "smoke": Profile(
+        "smoke", _shape(2, 4, 40, 4, 3), load_rate=0, churn_rate=20, churn_seconds=1, patience=40, restart_patience=40
+    ),
+    "quick": Profile("quick", _shape(10, 100, 1_000, 50, 10), load_rate=0, churn_rate=50, churn_seconds=8),
+    "default": Profile("default", _shape(100, 1_000, 10_000, 500, 100), load_rate=0, churn_rate=100, churn_seconds=30),
+    "full": Profile(
+        "full", _shape(1_000, 10_000, 100_000, 2_000, 1_000), load_rate=0, churn_rate=100, churn_seconds=60, workers=4
+    ),
+}
+
+
+class ScaleError(RuntimeError):
+    """The run could not produce its figures (a sync or a delivery did not finish in time)."""
+
+
+class Sampler:
+    """Peak RSS of some processes, sampled in the background."""
+
+    def __init__(self, processes: dict[str, Callable[[], ServerProcess]]) -> None:
+        self._processes = processes
+        self.peaks: dict[str, int] = dict.fromkeys(processes, 0)
+        self._task: asyncio.Task[None] | None = None
+
+    def reset(self) -> None:
+        self.peaks = dict.fromkeys(self._processes, 0)
+
+    async def _run(self) -> None:
+        while True:
+            for name, process in self._processes.items():
+                with contextlib.suppress(OSError, RuntimeError):
+                    self.peaks[name] = max(self.peaks[name], process().rss_bytes())
+            await asyncio.sleep(0.2)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="rss sampler")
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+
+class Run:
+    """One run's processes and report."""
+
+    def __init__(self, profile: Profile, tmp: Path, *, profile_controlplane: bool) -> None:
+        self.profile = profile
+        self.shape = profile.shape
+        self.tmp = tmp
+        self.report = Report("control plane at scale", profile.name, notes=list(NOTES))
+        self.data_dir = tmp / "apiserver"
+        self.api = ServerProcess(
+            [
+                sys.executable,
+                "-m",
+                "ambit.cli",
+                "apiserver",
+                "--data-dir",
+                str(self.data_dir),
+                "--listen",
+                f"127.0.0.1:{free_port()}",
+                "--service-cidr",
+                SERVICE_CIDR,
+            ],
+            log=tmp / "apiserver.log",
+            cwd=REPO,
+        )
+        self.xds_port = free_port()
+        self._profile_controlplane = profile_controlplane
+        self._plane_starts = 0
+        self.plane = self._control_plane()
+        self.fleet: Fleet | None = None
+        self.endpoint: Endpoint | None = None
+
+    def _control_plane(self) -> ServerProcess:
+        prefix = [sys.executable]
+        self._plane_starts += 1
+        if self._profile_controlplane:  # one profile per start: the first covers the initial sync and the churn
+            out = self.tmp / f"controlplane-{self._plane_starts}.prof"
+            prefix += ["-m", "cProfile", "-o", str(out)]
+        return ServerProcess(
+            [
+                *prefix,
+                "-m",
+                "ambit.cli",
+                "controlplane",
+                "--kubeconfig",
+                str(self.data_dir / "kubeconfig"),
+                "--listen",
+                f"127.0.0.1:{self.xds_port}",
+                "--webhook-port",
+                "0",
+                "--no-deploy-waypoints",
+            ],
+            log=self.tmp / "controlplane.log",
+            cwd=REPO,
+            ready_timeout=self.profile.patience,
+            ready=CONTROL_PLANE_READY,
+        )
+
+    def add(self, scenario: str, metric: str, value: float, unit: str, note: str = "") -> None:
+        self.report.add(Measurement(scenario, metric, value, unit, note=note))
+
+    async def execute(self) -> None:
+        s = self.shape
+        await self.api.start()
+        self.endpoint = Endpoint.from_kubeconfig(self.data_dir / "kubeconfig")
+        await asyncio.sleep(0.3)
+        idle_api = self.api.rss_bytes()
+        sampler = Sampler({"apiserver": lambda: self.api, "controlplane": lambda: self.plane})
+        sampler.start()
+        try:
+            await self._load(idle_api)
+            tokens = await self._node_tokens()
+            await self._start_plane()
+            await self._initial_sync(tokens)
+            sampler.reset()
+            await self._churn(sampler)
+            await self._restart()
+        finally:
+            await sampler.aclose()
+        self.report.env["loadavg_end"] = os.getloadavg()[0]
+        self.report.env["shape"] = {
+            "namespaces": s.namespaces,
+            "services": s.services,
+            "pods": s.pods,
+            "policies": s.policies,
+            "clients": s.nodes,
+        }
+
+    async def _load(self, idle_api: int) -> None:
+        assert self.endpoint is not None
+        s, p = self.shape, self.profile
+        scenario = f"load {s.pods:,} pods, {s.services:,} Services, {s.policies:,} policies"
+        began = time.monotonic()
+        for phase, requests in creates(s).items():
+            run = await paced(self.endpoint, requests, rate=p.load_rate, connections=8)
+            if phase == "pods":
+                note = f"asked {p.load_rate:g}/s" if p.load_rate else "as fast as 8 connections go"
+                self.add(scenario, "pods created", run.rate, "/s", f"create + status patch; {note}")
+        self.add(scenario, "load time", time.monotonic() - began, "s")
+        self.add(scenario, "API server RSS", self.api.rss_bytes() / MIB, "MiB", f"{idle_api / MIB:.0f} MiB empty")
+
+    async def _node_tokens(self) -> list[tuple[str, str]]:
+        """One ztunnel pod per node and a token bound to it, as each node proxy's projected token is."""
+        from ambit.k8s import KubeAlreadyExistsError, KubeClient, kinds
+
+        async with KubeClient.from_kubeconfig(self.data_dir / "kubeconfig") as kube:
+            with contextlib.suppress(KubeAlreadyExistsError):
+                await kube.create(kinds.NAMESPACES, {"metadata": {"name": "istio-system"}})
+            with contextlib.suppress(KubeAlreadyExistsError):
+                account = {"metadata": {"name": "ztunnel", "namespace": "istio-system"}}
+                await kube.create(kinds.SERVICE_ACCOUNTS, account, "istio-system")
+            semaphore = asyncio.Semaphore(8)
+
+            async def one(n: int) -> tuple[str, str]:
+                node = f"node-{n:04d}"
+                pod = {
+                    "metadata": {"name": f"ztunnel-{n:04d}", "namespace": "istio-system", "labels": {"app": "ztunnel"}},
+                    "spec": {
+                        "nodeName": node,
+                        "serviceAccountName": "ztunnel",
+                        "containers": [{"name": "istio-proxy", "image": "ambit"}],
+                    },
+                }
+                async with semaphore:
+                    created = await kube.create(kinds.PODS, pod, "istio-system")
+                    token = await kube.create_token("istio-system", "ztunnel", ["istio-ca"], bound_pod=created)
+                return node, str(token["status"]["token"])
+
+            return list(await asyncio.gather(*(one(n) for n in range(self.shape.nodes))))
+
+    async def _root_pem(self) -> bytes:
+        from ambit.k8s import KubeClient, KubeNotFoundError, kinds
+
+        async with KubeClient.from_kubeconfig(self.data_dir / "kubeconfig") as kube:
+            for _ in range(600):
+                with contextlib.suppress(KubeNotFoundError):
+                    cm = await kube.get(kinds.CONFIG_MAPS, "istio-ca-root-cert", "istio-system")
+                    return str(cm["data"]["root-cert.pem"]).encode()
+                await asyncio.sleep(0.1)
+        raise ScaleError("the control plane never published istio-ca-root-cert")
+
+    async def _start_plane(self) -> None:
+        s = self.shape
+        scenario = f"control plane start ({s.pods:,} pods)"
+        ready = await self.plane.start()
+        self.add(scenario, "spawn to ready", ready, "s", "lists everything, translates once")
+        self.add(scenario, "CPU", self.plane.cpu_seconds(), "s")
+        self.add(scenario, "RSS", self.plane.rss_bytes() / MIB, "MiB")
+
+    async def _wait(self, what: str, done: Callable[[], object], *, within: float = 0.0) -> None:
+        patience = within or self.profile.patience
+        deadline = time.monotonic() + patience
+        while True:
+            result = done()
+            if asyncio.iscoroutine(result):
+                result = await result
+            if result:
+                return
+            if time.monotonic() > deadline:
+                raise ScaleError(f"{what} did not finish within {patience:g} s")
+            await asyncio.sleep(0.25)
+
+    async def _initial_sync(self, tokens: list[tuple[str, str]]) -> None:
+        s = self.shape
+        scenario = f"initial sync, {s.nodes:,} clients"
+        root = await self._root_pem()
+        cpu = self.plane.cpu_seconds()
+        began = time.monotonic()
+        self.fleet = await Fleet.start(
+            f"127.0.0.1:{self.xds_port}", root, tokens, workers=self.profile.workers, log=self.tmp / "fleet.log"
+        )
+        fleet = self.fleet
+
+        async def all_synced() -> bool:
+            status = await fleet.status()
+            return bool(status["synced"] == s.nodes)
+
+        await self._wait("the initial sync", all_synced)
+        syncs = await fleet.syncs()
+        # A client's first sync may come on a later connect, when an earlier one failed (reported as connects).
+        firsts = sorted(next(s for _, s, _ in client if s > 0) - began for client in syncs)
+        last = began + firsts[-1]
+        status = await fleet.status()
+        self.add(
+            scenario,
+            "until all in sync",
+            last - began,
+            "s",
+            f"first {firsts[0]:.2f} s, median {firsts[len(firsts) // 2]:.2f} s",
+        )
+        self.add(scenario, "resources per client", status["held_max"], "", "Addresses held")
+        self.add(scenario, "client connects", status["connects"], "", f"{s.nodes} clients")
+        self.add(scenario, "control plane CPU", self.plane.cpu_seconds() - cpu, "s")
+        self.add(scenario, "control plane RSS", self.plane.rss_bytes() / MIB, "MiB", "after the sync")
+        self.add(scenario, "node proxies' CPU", fleet.cpu_seconds(), "s", f"{len(fleet.workers)} worker processes")
+
+    async def _churn(self, sampler: Sampler) -> None:
+        assert self.endpoint is not None and self.fleet is not None
+        s, p = self.shape, self.profile
+        changes = max(4, int(p.churn_rate * p.churn_seconds))
+        requests = churn(s, changes)
+        names = [r.tag for r in requests]
+        await self.fleet.track(names)
+        scenario = f"churn {p.churn_rate:g} pod changes/s to {s.nodes:,} clients"
+        plane_cpu, api_cpu, fleet_cpu = self.plane.cpu_seconds(), self.api.cpu_seconds(), self.fleet.cpu_seconds()
+        began = time.monotonic()
+        run = await paced(self.endpoint, requests, rate=p.churn_rate, connections=4)
+        fleet = self.fleet
+
+        async def all_delivered() -> bool:  # a count, not the arrivals: polling must not hold the clients up
+            status = await fleet.status()
+            return bool(status["arrived"] >= len(names) * s.nodes)
+
+        with contextlib.suppress(ScaleError):  # what never arrived is reported as missing, by kind
+            await self._wait("delivering the churn", all_delivered)
+        wall = time.monotonic() - began
+        arrivals = await fleet.arrivals(names)
+        latencies: list[float] = []
+        missing: dict[str, int] = {}
+        for k, name in enumerate(names):
+            sent = run.times[name][0]
+            for t in arrivals[name]:
+                if t is None:
+                    kind = CHURN_KINDS[k % len(CHURN_KINDS)]
+                    missing[kind] = missing.get(kind, 0) + 1
+                else:
+                    latencies.append(t - sent)
+        self.add(
+            scenario, "changes", len(names), "", f"at {run.rate:.0f}/s, latest {run.late * 1000:.0f} ms behind its slot"
+        )
+        self.add(scenario, "delivery p50", percentile(latencies, 50) * 1000, "ms", "API request sent to client read")
+        self.add(scenario, "delivery p99", percentile(latencies, 99) * 1000, "ms")
+        self.add(scenario, "delivery max", max(latencies, default=float("nan")) * 1000, "ms")
+        by_kind = ", ".join(f"{kind} {n}" for kind, n in missing.items())
+        self.add(scenario, "deliveries missing", sum(missing.values()), "", f"of {len(names) * s.nodes:,} {by_kind}")
+        self.add(scenario, "control plane CPU", (self.plane.cpu_seconds() - plane_cpu) / wall * 100, "%", "of one core")
+        self.add(scenario, "control plane RSS peak", sampler.peaks["controlplane"] / MIB, "MiB")
+        self.add(scenario, "API server CPU", (self.api.cpu_seconds() - api_cpu) / wall * 100, "%", "of one core")
+        self.add(scenario, "API server RSS peak", sampler.peaks["apiserver"] / MIB, "MiB")
+        self.add(scenario, "node proxies' CPU", (fleet.cpu_seconds() - fleet_cpu) / wall * 100, "%", "of one core")
+
+    async def _restart(self) -> None:
+        assert self.fleet is not None
+        s = self.shape
+        scenario = f"control plane restart, {s.nodes:,} clients"
+        fleet = self.fleet
+        before = await fleet.syncs()
+        connects_before = [len(client) for client in before]
+        await self.plane.terminate(grace=60)
+        api_cpu = self.api.cpu_seconds()
+        self.plane = self._control_plane()
+        began = time.monotonic()
+        ready = await self.plane.start()
+
+        async def all_resynced() -> bool:
+            syncs = await fleet.syncs()
+            return all(len(client) > n and client[-1][1] > 0 for client, n in zip(syncs, connects_before, strict=True))
+
+        finished = True
+        try:
+            await self._wait("the resync after the restart", all_resynced, within=self.profile.restart_patience)
+        except ScaleError:
+            finished = False  # reported, with how often the clients tried: a reconnect loop is a finding
+        syncs = await fleet.syncs()
+        self.add(scenario, "spawn to ready", ready, "s")
+        if finished:
+            last = max(client[-1][1] for client in syncs)
+            self.add(scenario, "spawn to all clients in sync", last - began, "s")
+        else:
+            synced = sum(
+                1 for client, n in zip(syncs, connects_before, strict=True) if len(client) > n and client[-1][1] > 0
+            )
+            note = f"not within {self.profile.restart_patience:g} s; {synced} of {s.nodes} in sync"
+            self.add(scenario, "spawn to all clients in sync", float("nan"), "s", note)
+        reconnects = sum(len(client) - n for client, n in zip(syncs, connects_before, strict=True))
+        self.add(scenario, "client connects", reconnects, "", "each one a TokenReview on the API server")
+        resent = sum(client[-1][2] for client in syncs)
+        self.add(scenario, "resources resent", resent, "", "all clients; versions are content hashes")
+        self.add(scenario, "API server CPU", self.api.cpu_seconds() - api_cpu, "s", "during the resync")
+        self.add(scenario, "control plane RSS", self.plane.rss_bytes() / MIB, "MiB", "after the resync")
+
+    async def aclose(self) -> None:
+        if self.fleet is not None:
+            await self.fleet.aclose()
+        for server in (self.plane, self.api):
+            if server.running:
+                await server.terminate(grace=60)
+
+
+NOTES = [
+    "Both servers are real processes on loopback with TLS; the simulated node proxies are real delta ADS gRPC "
+    "clients (one connection each, the node proxy's session and keepalive, a token bound to a ztunnel pod on their "
+    "node) spread over worker processes; all share the machine's CPUs with the load generator.",
+    "Delivery latency counts from the churn request leaving the harness to the change being read by a client: the "
+    "API server's write and watch, the control plane's debounce and translation, and the push.",
+    "Control plane CPU is in percent of one core over the churn's wall time (churn plus the drain after it).",
+]
+
+
+async def run_async(profile: Profile, *, profile_controlplane: Path | None = None) -> Report:
+    """Run ``profile``; with ``profile_controlplane`` (a directory), the control plane runs under cProfile and its
+    profiles (one per start) and logs are copied there."""
+    with tempfile.TemporaryDirectory(prefix="ambit-scale-") as tmp_name:
+        run = Run(profile, Path(tmp_name), profile_controlplane=profile_controlplane is not None)
+        try:
+            await run.execute()
+        except BaseException:
+            for name in ("controlplane.log", "apiserver.log", "fleet.log"):
+                path = Path(tmp_name) / name
+                if path.exists():
+                    tail = path.read_bytes()[-2500:].decode(errors="replace")
+                    print(f"--- {name} ends with:\n{tail}", file=sys.stderr)
+            raise
+        finally:
+            await run.aclose()
+            if profile_controlplane is not None:
+                _keep(Path(tmp_name), "controlplane*", profile_controlplane)
+    return run.report
+
+
+def _keep(directory: Path, pattern: str, destination: Path) -> None:
+    """Copy the files of ``directory`` matching ``pattern`` to ``destination`` as ``scale-<name>``."""
+    destination.mkdir(parents=True, exist_ok=True)
+    for path in directory.glob(pattern):
+        shutil.copy(path, destination / f"scale-{path.name}")
