@@ -272,7 +272,7 @@ def test_ingress_use_waypoint_sends_the_gateway_s_traffic_through_the_waypoint(l
     for _ in range(3):
         assert through_gateway("-H", "Host: a.example", url) is not None
     assert waypoint_requests(lab) == before  # without the label the gateway goes straight to the endpoints
-    lab.kubectl("label", "service", "echo", "-n", APP, "istio.io/ingress-use-waypoint=true")
+    lab.kubectl("label", "service", "echo", "-n", APP, f"{INGRESS_USE_WAYPOINT}=true")
 
     def via_waypoint() -> bool:
         start = waypoint_requests(lab)
@@ -283,6 +283,7 @@ def test_ingress_use_waypoint_sends_the_gateway_s_traffic_through_the_waypoint(l
 
 
 XFCC_ANNOTATION = "ambient.istio.io/xfcc-include-client-identity"
+INGRESS_USE_WAYPOINT = "istio.io/ingress-use-waypoint"
 WAYPOINT_ID = f"spiffe://cluster.local/ns/{APP}/sa/waypoint"
 
 
@@ -449,6 +450,11 @@ def test_istio_gateway_and_virtual_service_route_through_istio_ingressgateway(la
     one TestAuthorizationGateway case, a policy on the gateway pods denying a path there (403), the rest allowed."""
     from tests.upstream_objects import authorization_gateway_route, ingress_gateway, ingress_route
 
+    # An earlier test labelled echo istio.io/ingress-use-waypoint: istio-ingressgateway honours it too (as any Istio
+    # ingress gateway does), and then the backend sees the waypoint's identity. TestIngress runs without it.
+    labelled = lab.get("service", "echo", "-n", APP)["metadata"].get("labels", {}).get(INGRESS_USE_WAYPOINT)
+    if labelled is not None:
+        lab.kubectl("label", "service", "echo", "-n", APP, f"{INGRESS_USE_WAYPOINT}-")
     lab.kubectl("apply", "-k", str(CLASSIC_GATEWAY))
     try:
         before = classic_peer_connections(lab)
@@ -490,6 +496,8 @@ def test_istio_gateway_and_virtual_service_route_through_istio_ingressgateway(la
     finally:
         lab.kubectl("delete", "authorizationpolicy", "ingress-deny-path", "-n", "istio-system", "--ignore-not-found")
         lab.kubectl("delete", "-k", str(CLASSIC_GATEWAY), "--ignore-not-found", "--wait=true")
+        if labelled is not None:
+            lab.kubectl("label", "service", "echo", "-n", APP, f"{INGRESS_USE_WAYPOINT}={labelled}")
 
 
 def lb_address(lab: Lab) -> str | None:

@@ -94,3 +94,16 @@ async def test_the_topology_page_shows_workloads_edges_and_denials_in_a_browser(
             assert asyncio.get_running_loop().time() < deadline, "a console error was never seen"
             await asyncio.sleep(0.05)
         assert browser.errors == ["console: probe"]
+
+
+async def test_a_link_chooses_the_pages_window_and_a_bad_one_leaves_the_default(tmp_path: Path) -> None:
+    (tmp_path / "proxy").mkdir()
+    async with running_dashboard(tmp_path / "proxy") as dash, headless_chromium(tmp_path / "profile") as browser:
+        for query, chosen in (("?window=42", "42"), ("?window=900", "900"), ("?window=0", "300"),
+                              ("?window=99999", "300"), ("?window=%3Cb%3E", "300"), ("", "300")):  # fmt: skip
+            await browser.send("Page.navigate", {"url": dash.url + "/" + query})
+            await browser.wait_for("Number(document.body?.dataset.ready || 0) >= 1")
+            assert await browser.evaluate("document.getElementById('window').value") == chosen, query
+            options = await browser.evaluate("[...document.getElementById('window').options].map(o => o.value)")
+            assert options.count(chosen) == 1
+        assert browser.errors == []

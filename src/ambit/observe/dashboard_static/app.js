@@ -303,6 +303,18 @@ async function refresh() {
   refreshSources();
 }
 
+// A link may choose the window: ?window=SECONDS (whole seconds, 1 to 3600, as /api/graph takes), an option of its own
+// when the list lacks it; anything else leaves the default.
+function windowFromLink() {
+  const text = new URLSearchParams(location.search).get("window") || "";
+  if (!/^[0-9]{1,4}$/.test(text) || Number(text) < 1 || Number(text) > 3600) return;
+  const select = document.getElementById("window");
+  const value = String(Number(text));
+  if (![...select.options].some((o) => o.value === value)) select.append(el("option", { value }, `${value} s`));
+  select.value = value;
+}
+
+windowFromLink();
 document.getElementById("explain-form").addEventListener("submit", explain);
 document.getElementById("window").addEventListener("change", refresh);
 window.addEventListener("resize", () => state.graph && draw());
