@@ -35,7 +35,15 @@ from ambit.model.policy import Policy
 from ambit.model.requestauth import RequestAuthentication
 from ambit.model.routes import RouteRule, WeightedBackend
 
-__all__ = ["GatewayConfig", "IngressCertificate", "IngressListener", "ListenerProtocol", "VirtualHost", "host_matches"]
+__all__ = [
+    "GatewayConfig",
+    "IngressCertificate",
+    "IngressListener",
+    "ListenerProtocol",
+    "VirtualHost",
+    "host_matches",
+    "host_order",
+]
 
 
 class ListenerProtocol(enum.Enum):
@@ -98,3 +106,14 @@ def host_matches(pattern: str, host: str) -> int:
         suffix = pattern[1:]
         return 2 + len(suffix) if host.endswith(suffix) and len(host) > len(suffix) else 0
     return 100_000 if pattern == host else 0
+
+
+def host_order(hostname: str) -> tuple[int, str]:
+    """Sort key of a listener's virtual hosts, for a stable order in the config: exact names first (by name), then
+    the ``*.`` wildcards (by length), ``*`` last. Requests pick their host by :func:`host_matches`' score, not by
+    this order."""
+    if hostname == "*":
+        return (2, "")
+    if hostname.startswith("*."):
+        return (1, f"{-len(hostname):08d}{hostname}")
+    return (0, hostname)

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ambit.controlplane.translate.fields import strings as _strings
 from ambit.controlplane.translate.listeners import deployed_name, is_ingress
 
 __all__ = [
@@ -62,12 +63,6 @@ _DROPPED_ANNOTATIONS = frozenset(
         "gateway.istio.io/controller-version",
     }
 )
-
-
-def _strings(value: Any) -> dict[str, str]:
-    if not isinstance(value, Mapping):
-        return {}
-    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 def infrastructure(gateway: Obj, field: str) -> dict[str, str]:

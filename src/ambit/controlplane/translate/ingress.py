@@ -44,6 +44,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ambit.controlplane.translate.fields import mapping as _mapping
+from ambit.controlplane.translate.fields import object_key as _key
+from ambit.controlplane.translate.fields import text as _text
 from ambit.controlplane.translate.listeners import (
     INGRESS_CLASS,
     JudgedListener,
@@ -74,6 +77,7 @@ from ambit.model.ingress import (
     ListenerProtocol,
     VirtualHost,
     host_matches,
+    host_order,
 )
 from ambit.model.labels import selector_from_spec
 from ambit.model.routes import BackendService
@@ -92,19 +96,6 @@ class IngressTranslation:
     accounts: tuple[tuple[str, str], ...] = ()
     """(Gateway key, service account) of each ingress Gateway (rule 7)."""
     status: tuple[RouteStatus, ...] = ()
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def _key(obj: Obj) -> str:
-    meta = _mapping(obj.get("metadata"))
-    return f"{_text(meta.get('namespace'))}/{_text(meta.get('name'))}"
 
 
 def _account(gateway: Obj) -> str:
@@ -329,14 +320,6 @@ def _oldest(routes: list[ConvertedRoute]) -> ConvertedRoute:
     return min(routes, key=lambda r: (r.created, r.key))
 
 
-def _specificity(hostname: str) -> tuple[int, str]:
-    if hostname == "*":
-        return (2, "")
-    if hostname.startswith("*."):
-        return (1, f"{-len(hostname):08d}{hostname}")
-    return (0, hostname)
-
-
 def _config(key: str, gateway: _Gateway) -> GatewayConfig:
     listeners = []
     for judged in gateway.judged:
@@ -344,7 +327,7 @@ def _config(key: str, gateway: _Gateway) -> GatewayConfig:
             continue
         protocol = ListenerProtocol(judged.protocol)
         if protocol.carries_http:
-            hosts = sorted((h for (name, h) in gateway.hosts if name == judged.name), key=_specificity)
+            hosts = sorted((h for (name, h) in gateway.hosts if name == judged.name), key=host_order)
             virtual_hosts = tuple(
                 VirtualHost(
                     host, tuple(e.rule for e in sorted(gateway.hosts[(judged.name, host)], key=lambda e: e.key))
@@ -352,7 +335,7 @@ def _config(key: str, gateway: _Gateway) -> GatewayConfig:
                 for host in hosts
             )
         else:
-            hosts = sorted((h for (name, h) in gateway.connections if name == judged.name), key=_specificity)
+            hosts = sorted((h for (name, h) in gateway.connections if name == judged.name), key=host_order)
             virtual_hosts = tuple(
                 VirtualHost(host, tcp_backends=_oldest(gateway.connections[(judged.name, host)]).tcp_backends)
                 for host in hosts

@@ -25,6 +25,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ambit.controlplane.translate.fields import mapping as _mapping
+from ambit.controlplane.translate.fields import object_key as _key
+from ambit.controlplane.translate.fields import strings as _strings
+from ambit.controlplane.translate.fields import text as _text
 from ambit.controlplane.translate.gateway_policies import IngressPods
 from ambit.controlplane.translate.skips import POD, ObjectKind, Skipped, skipped
 
@@ -49,23 +53,6 @@ class GatewayPods:
 
     def as_ingress_pods(self) -> IngressPods:
         return IngressPods(self.key, self.namespace, self.labels)
-
-
-def _mapping(value: Any) -> Obj:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def _strings(value: Any) -> dict[str, str]:
-    return {k: v for k, v in _mapping(value).items() if isinstance(k, str) and isinstance(v, str)}
-
-
-def _key(obj: Obj) -> str:
-    meta = _mapping(obj.get("metadata"))
-    return f"{_text(meta.get('namespace'))}/{_text(meta.get('name'))}"
 
 
 def gateway_order(obj: Obj) -> tuple[str, str]:

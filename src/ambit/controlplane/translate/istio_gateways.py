@@ -48,6 +48,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ambit.controlplane.translate.fields import mapping as _mapping
+from ambit.controlplane.translate.fields import object_key as _key
+from ambit.controlplane.translate.fields import strings as _strings
+from ambit.controlplane.translate.fields import text as _text
 from ambit.controlplane.translate.istio_gateway_pods import ISTIO_GATEWAY, GatewayPods, find_gateway_pods
 from ambit.controlplane.translate.listeners import SecretLookup
 from ambit.controlplane.translate.skips import Skipped, skipped
@@ -62,7 +66,14 @@ from ambit.controlplane.translate.virtualservice_rules import (
 )
 from ambit.controlplane.translate.virtualservice_values import read_list, read_mapping
 from ambit.controlplane.translate.virtualservices import VIRTUAL_SERVICE, host_matches
-from ambit.model.ingress import GatewayConfig, IngressCertificate, IngressListener, ListenerProtocol, VirtualHost
+from ambit.model.ingress import (
+    GatewayConfig,
+    IngressCertificate,
+    IngressListener,
+    ListenerProtocol,
+    VirtualHost,
+    host_order,
+)
 from ambit.model.routes import RouteRule, WeightedBackend
 from ambit.model.workload import Service
 from ambit.tls.credentials import CredentialProblem, read_tls_secret
@@ -79,23 +90,6 @@ class IstioGatewayTranslation:
     accounts: tuple[tuple[str, str], ...] = ()
     """(gateway key, service account): who may read each config (certificates included)."""
     pods: tuple[GatewayPods, ...] = ()
-
-
-def _mapping(value: Any) -> Obj:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def _strings(value: Any) -> dict[str, str]:
-    return {k: v for k, v in _mapping(value).items() if isinstance(k, str) and isinstance(v, str)}
-
-
-def _key(obj: Obj) -> str:
-    meta = _mapping(obj.get("metadata"))
-    return f"{_text(meta.get('namespace'))}/{_text(meta.get('name'))}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,7 +262,7 @@ class _Builder:
                     if once not in added:
                         added.add(once)
                         hosts.setdefault(host, []).extend(rules)
-        return tuple(VirtualHost(h, tuple(hosts[h])) for h in sorted(hosts, key=_specificity))
+        return tuple(VirtualHost(h, tuple(hosts[h])) for h in sorted(hosts, key=host_order))
 
     def tcp_host(self, servers: list[_Server], bound: list[_Bound]) -> tuple[VirtualHost, ...]:
         for vs in bound:
@@ -300,15 +294,7 @@ class _Builder:
                     for sni in sni_hosts:
                         if any(host_matches(s, sni) for s in visible):
                             hosts.setdefault(sni, backends)
-        return tuple(VirtualHost(h, tcp_backends=hosts[h]) for h in sorted(hosts, key=_specificity))
-
-
-def _specificity(hostname: str) -> tuple[int, str]:
-    if hostname == "*":
-        return (2, "")
-    if hostname.startswith("*."):
-        return (1, f"{-len(hostname):08d}{hostname}")
-    return (0, hostname)
+        return tuple(VirtualHost(h, tcp_backends=hosts[h]) for h in sorted(hosts, key=host_order))
 
 
 def translate_istio_gateways(

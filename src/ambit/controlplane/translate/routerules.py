@@ -52,6 +52,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ambit.controlplane.translate.fields import mapping as _mapping
+from ambit.controlplane.translate.fields import text as _text
 from ambit.model.routes import (
     BackendService,
     HeaderModifier,
@@ -195,14 +197,6 @@ def precedence(match: RouteMatch, created: str, route: str, rule: int, index: in
         rule,
         index,
     )
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else ""
 
 
 def _list(value: Any) -> list[Any]:
