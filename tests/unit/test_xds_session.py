@@ -14,7 +14,7 @@ from ambit.controlplane.addresses import addresses
 from ambit.model.localconfig import LocalConfig
 from ambit.model.state import WorkloadState
 from ambit.model.workload import HealthStatus, NetworkAddress, PortMapping, Service, Workload
-from ambit.xds.client_session import ClientSession
+from ambit.xds.client_session import MAX_INITIAL_REQUEST_BYTES, ClientSession
 from ambit.xds.convert import ADDRESS_TYPE_URL, decode_address
 from ambit.xds.session import AUTHORIZATION_TYPE_URL, RequestKind, ResourceSet, ServerSession, XdsResource
 from ambit.xds.table import AddressTable
@@ -351,3 +351,34 @@ def test_a_client_and_server_pair_stays_in_sync_across_changes_and_a_server_rest
     assert _names(resync) == ["Kubernetes//Pod/shop/web-3"] and list(resync.removed_resources) == [SVC.key]
     _deliver(fresh, client, state, restarted, resync)
     assert state.services() == [] and state.find_workload("Kubernetes//Pod/shop/web-3") is not None
+
+
+def test_a_client_holding_too_many_resources_to_name_reopens_without_versions_and_drops_what_is_gone() -> None:
+    """Rule 5 of the client: 20,000 held workloads would make an opening request over 1 MiB (the size our server
+    reads): the client opens without versions, gets the whole state, and removes what the server no longer has."""
+    pods = [_pod(f"p-{i:05d}", f"198.18.{i // 250}.{i % 250 + 1}") for i in range(20_000)]
+    table, client, state = _table(*pods, SVC), _client(), WorkloadState()
+    _exchange(ServerSession(), client, state, table)
+    assert len(client.held(A)) == 20_001
+
+    (request,) = client.initial_requests()
+    assert request.ByteSize() <= MAX_INITIAL_REQUEST_BYTES < 1024 * 1024
+    assert dict(request.initial_resource_versions) == {} and client.resyncing == (A,)
+
+    # Meanwhile the control plane restarted without the Service and two pods, and with one new pod.
+    gone = {pods[0].uid, pods[7].uid, SVC.key}
+    new = _pod("late", "198.19.0.1")
+    restarted = _table(*[p for p in pods if p.uid not in gone], new)
+    fresh = ServerSession(prefix="r")
+    (resync,) = fresh.receive(request, restarted.current).responses
+    _deliver(fresh, client, state, restarted, resync)
+    assert client.resyncing == ()
+    assert set(client.held(A)) == {p.uid for p in pods if p.uid not in gone} | {new.uid}
+    assert state.services() == [] and state.find_workload(pods[0].uid) is None and state.find_workload(new.uid) == new
+    assert state.find_workload(pods[1].uid) == pods[1]
+
+    # Fewer resources again: the next opening names them.
+    small = _client()
+    _exchange(ServerSession(), small, WorkloadState(), _table(WEB1, SVC))
+    (reopen,) = small.initial_requests()
+    assert set(reopen.initial_resource_versions) == {WEB1.uid, SVC.key} and small.resyncing == ()

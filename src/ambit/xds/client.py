@@ -206,6 +206,12 @@ class XdsClient:
             call = method(metadata=metadata)
             for request in self.session.initial_requests():
                 await call.write(request)
+            for type_url in self.session.resyncing:
+                log.info(
+                    "xds %s: %s opened without its resource versions (too many to send): full resync",
+                    self.target,
+                    type_url,
+                )
             self.connected = True
             while True:
                 response = await call.read()

@@ -16,6 +16,10 @@ Rules:
 3. A response of a type the client never opened is NACKed and changes nothing.
 4. :attr:`ClientSession.synced` turns true once every opened type got its first response after the latest
    (re)connect; it stays true across later reconnects (the state is kept, just stale).
+5. A server reads requests up to a size (ours 1 MiB, istiod 4 MiB): a type whose ``initial_resource_versions``
+   would make its opening request larger than :data:`MAX_INITIAL_REQUEST_BYTES` (some 15,000 resources) opens
+   without them instead of failing every reconnect. The server then sends the type's whole wanted state in its
+   first response, so that response replaces what is held: a held name it lacks is removed.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ Decoder = Callable[[str, any_pb2.Any], object]
 """Resource name and packed body → a model value; raises :class:`XdsConversionError` on bad input."""
 
 NACK_CODE = 3  # google.rpc.Code INVALID_ARGUMENT
+MAX_INITIAL_REQUEST_BYTES = 768 * 1024
+"""Largest opening request sent with ``initial_resource_versions`` (rule 5): under our server's 1 MiB limit."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +61,7 @@ class ClientUpdate:
 class ClientSession:
     """What one client holds, across reconnects. Pure and synchronous."""
 
-    __slots__ = ("_decoders", "_first_seen", "_held", "_named", "_node", "_on_demand", "synced")
+    __slots__ = ("_decoders", "_first_seen", "_held", "_named", "_node", "_on_demand", "_resync", "synced")
 
     def __init__(
         self,
@@ -72,7 +78,14 @@ class ClientSession:
         self._on_demand = on_demand
         self._held: dict[str, dict[str, str]] = {type_url: {} for type_url in self._decoders}
         self._first_seen: set[str] = set()
+        self._resync: set[str] = set()
+        """Types opened without what they hold (rule 5): their first response is the whole state."""
         self.synced = False
+
+    @property
+    def resyncing(self) -> tuple[str, ...]:
+        """The types opened without what they hold (rule 5) whose first response has not come yet."""
+        return tuple(sorted(self._resync))
 
     def held(self, type_url: str) -> Mapping[str, str]:
         return dict(self._held.get(type_url, {}))
@@ -80,9 +93,13 @@ class ClientSession:
     def initial_requests(self) -> list[dpb.DeltaDiscoveryRequest]:
         """The requests that open a stream: wildcard (or on-demand "nothing"), with what we hold."""
         self._first_seen.clear()
+        self._resync.clear()
         requests = []
         for type_url, held in self._held.items():
             request = dpb.DeltaDiscoveryRequest(node=self._node, type_url=type_url, initial_resource_versions=held)
+            if request.ByteSize() > MAX_INITIAL_REQUEST_BYTES:
+                request.ClearField("initial_resource_versions")
+                self._resync.add(type_url)
             if type_url in self._named:
                 request.resource_names_subscribe.extend(self._named[type_url])
             elif self._on_demand:
@@ -122,6 +139,12 @@ class ClientSession:
         removals = []
         for name in response.removed_resources:
             if held.pop(name, None) is not None:
+                removals.append(name)
+        if type_url in self._resync:  # rule 5: the first response after opening without versions is everything
+            self._resync.discard(type_url)
+            sent = {resource.name for resource in response.resources}
+            for name in [name for name in held if name not in sent]:
+                del held[name]
                 removals.append(name)
         if errors:
             reply.error_detail.code = NACK_CODE
