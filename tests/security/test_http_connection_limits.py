@@ -297,3 +297,30 @@ async def _the_rules_in_brief() -> None:
 @pytest.mark.parametrize("loop_name", ["asyncio", "uvloop"])
 def test_the_limits_hold_on_either_event_loop(loop_name: str) -> None:
     run(_the_rules_in_brief, loop_name)
+
+
+async def test_the_dashboard_admits_the_admin_limit_of_connections_and_still_serves_its_page(
+    tmp_path: Path, clients: Clients
+) -> None:
+    """``ambit dashboard`` on loopback: 16 idle connections take every slot, the 17th is cut at once, and the page
+    is served again as soon as one of them goes."""
+    from tests.integration.dashboard_rig import running_dashboard
+
+    (tmp_path / "proxy").mkdir()
+    loop = asyncio.get_running_loop()
+    async with running_dashboard(tmp_path / "proxy") as dash:
+        held = [await clients.connect(dash.port) for _ in range(ADMIN_LIMITS.total)]
+        assert await closed_by_peer(await clients.connect(dash.port), within=5)
+        held[0].close()
+
+        async def page() -> bytes:
+            sock = await clients.connect(dash.port)
+            try:
+                await loop.sock_sendall(sock, f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{dash.port}\r\n\r\n".encode())
+                return await loop.sock_recv(sock, 4096)
+            except (ConnectionResetError, BrokenPipeError):
+                return b""
+
+        async with asyncio.timeout(10):  # the slot comes back when the server sees the close
+            while not (head := await page()).startswith(b"HTTP/1.1 200"):
+                assert head == b"", head[:200]  # cut: the slot is not free yet

@@ -41,6 +41,7 @@ from aiohttp import web
 
 from ambit.httpfetch import HttpFetchError, fetch_body
 from ambit.observe.admin_client import config_dump_url
+from ambit.telemetry.connection_limits import ADMIN_LIMITS, LimitedSite
 from ambit.telemetry.flows import MAX_PAGE, MAX_PAGE_BYTES, Flow, FlowError, read_page
 from ambit.telemetry.topology import (
     DEFAULT_WINDOW,
@@ -293,7 +294,9 @@ async def serve(app: DashboardApp, host: str, port: int) -> tuple[web.AppRunner,
     """Start serving on ``host:port`` (0: the kernel picks); the runner (to clean up) and the port."""
     runner = web.AppRunner(app.build(), access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_address=True)
+    # An operator's page: a few browser tabs. The admin ports' limits bound what a local client that opens
+    # connections and never reads can pin (each is closed after 30 s; the page's next poll reopens one).
+    site = LimitedSite(runner, host, port, ADMIN_LIMITS)
     await site.start()
     server = site._server
     assert server is not None
