@@ -228,7 +228,7 @@ async def test_slowloris_heads_are_closed_at_the_head_timeout(gateway: GatewayPr
             held.append(sock)
         started = time.monotonic()
         closed: set[int] = set()
-        while len(closed) < len(held) and time.monotonic() - started < LIMITS.head_timeout + 4.0:
+        while len(closed) < len(held) and time.monotonic() - started < LIMITS.head_timeout + 10.0:
             for index, sock in enumerate(held):
                 if index not in closed:
                     try:
@@ -238,7 +238,9 @@ async def test_slowloris_heads_are_closed_at_the_head_timeout(gateway: GatewayPr
             await gateway.legitimate()
             await asyncio.sleep(0.2)
         assert len(closed) == len(held)
-        assert time.monotonic() - started < LIMITS.head_timeout + 3.0
+        # Closed by the head timeout, not by anything later; the margin is for a loaded machine (a loaded CI run
+        # took 4.0 s, each round also waits for a legitimate request).
+        assert time.monotonic() - started < LIMITS.head_timeout + 6.0
 
 
 STALLED_HELLOS = (
