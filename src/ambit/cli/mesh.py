@@ -359,6 +359,27 @@ def controlplane(
             "--cacerts-dir", help="Istio's plug-in CA directory (the cacerts Secret), used if it holds a key."
         ),
     ] = None,
+    crl_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--crl-file",
+            help="The plug-in CA's CRL bundle (PEM), published as ConfigMap istio-ca-crl in every namespace "
+            "[default: ca-crl.pem next to the plug-in CA's files].",
+        ),
+    ] = None,
+    enable_ca_crl: Annotated[
+        str,
+        typer.Option(
+            "--enable-ca-crl",
+            envvar="PILOT_ENABLE_CA_CRL",
+            metavar="true|false",
+            help="Publish the plug-in CA's CRL (istiod's PILOT_ENABLE_CA_CRL).",
+        ),
+    ] = "true",
+    crl_config_map: Annotated[
+        str,
+        typer.Option("--crl-configmap", envvar="PILOT_CRL_CONFIGMAP", help="The ConfigMap the CRL is published as."),
+    ] = "istio-ca-crl",
     untaint_nodes: Annotated[
         bool,
         typer.Option(
@@ -430,6 +451,9 @@ def controlplane(
         )
     if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", revision):
         raise typer.BadParameter(f"expected a DNS-1123 label, got {revision!r}", param_hint="--revision")
+    crl_enabled = _env_bool(enable_ca_crl, "--enable-ca-crl (PILOT_ENABLE_CA_CRL)")
+    if not re.fullmatch(r"[a-z0-9]([-.a-z0-9]{0,251}[a-z0-9])?", crl_config_map):
+        raise typer.BadParameter(f"expected a ConfigMap name, got {crl_config_map!r}", param_hint="--crl-configmap")
     settings = ControlPlaneSettings(
         kubeconfig=kubeconfig,
         host=host.strip("[]") or "0.0.0.0",
@@ -451,9 +475,22 @@ def controlplane(
         waypoint_image=waypoint_image,
         waypoint_image_pull_policy=waypoint_image_pull_policy,
         revision=revision,
+        enable_ca_crl=crl_enabled,
+        crl_file=crl_file,
+        crl_config_map=crl_config_map,
     )
     configure_logging()
     asyncio.run(run_control_plane(settings))
+
+
+def _env_bool(value: str, what: str) -> bool:
+    """A boolean as Go's strconv.ParseBool reads Istio's feature flags."""
+    lowered = value.strip().lower()
+    if lowered in ("1", "t", "true"):
+        return True
+    if lowered in ("0", "f", "false"):
+        return False
+    raise typer.BadParameter(f"expected true or false, got {value!r}", param_hint=what)
 
 
 def _dns_upstreams(values: list[str]) -> list[str]:
