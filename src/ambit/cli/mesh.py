@@ -235,6 +235,15 @@ def nodeproxy(
             help="Connections kept for admin GET /flows (`ambit flows`); 0: no flow log.",
         ),
     ] = 4096,
+    crl_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--crl-path",
+            envvar="CRL_PATH",
+            help="Check peers' certificate chains against this CRL bundle (PEM), watched for changes; a missing "
+            "file means no checks until it appears [default: no CRL checks].",
+        ),
+    ] = None,
     pool_idle_timeout: Annotated[
         str | None,
         typer.Option(
@@ -301,6 +310,7 @@ def nodeproxy(
         dns_proxy=dns_proxy,
         dns_nameservers=dns_nameservers,
         flow_log_size=flow_log_size,
+        crl_path=None if crl_path is None or str(crl_path) in ("", ".") else crl_path,
     )
     from ambit.inpod.allocator import tune_allocator
     from ambit.inpod.daemon import run_node_proxy  # the data path's imports: only once the arguments are good
