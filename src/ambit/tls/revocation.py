@@ -43,7 +43,6 @@ from dataclasses import dataclass
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
-from cryptography.hazmat.primitives import serialization
 from cryptography.utils import CryptographyDeprecationWarning
 
 from ambit.errors import AmbitError
@@ -115,7 +114,7 @@ class RevocationList:
     def __init__(self, crls: Iterable[x509.CertificateRevocationList] = (), *, anchors: Sequence[bytes] = ()) -> None:
         """``crls`` already parsed; ``anchors`` are PEM certificates known now (rule 5)."""
         known = _certificates(anchors)
-        by_issuer: dict[bytes, list[x509.CertificateRevocationList]] = {}
+        by_issuer: dict[bytes, list[_Crl]] = {}
         infos: list[CrlInfo] = []
         errors: list[str] = []
         for crl in crls:
@@ -128,10 +127,11 @@ class RevocationList:
                     errors.append(f"the CRL of {issuer or 'an empty name'} is not signed by that CA: ignored")
                     continue
                 status = CrlStatus.VERIFIED
-            by_issuer.setdefault(issuer_der, []).append(crl)
+            by_issuer.setdefault(issuer_der, []).append(_Crl(crl, frozenset(entry.serial_number for entry in crl)))
             infos.append(CrlInfo(issuer, len(crl), crl.last_update_utc, crl.next_update_utc, status))
         self._by_issuer = {name: tuple(found) for name, found in by_issuer.items()}
         self._applies: dict[tuple[int, bytes], bool] = {}
+        """(id of a CRL, DER of an issuer certificate) → whether the CRL applies under it (rule 2)."""
         self.infos: tuple[CrlInfo, ...] = tuple(infos)
         self.errors: tuple[str, ...] = tuple(errors)
 
@@ -149,21 +149,32 @@ class RevocationList:
             return None
         certs = [_certificate(der) for der in chain]
         for position, (cert, issuer) in enumerate(itertools.pairwise(certs)):
-            for crl in self._by_issuer.get(cert.issuer.public_bytes(), ()):
-                if not self._applies_under(crl, issuer):
-                    continue
-                if crl.get_revoked_certificate_by_serial_number(cert.serial_number) is not None:
-                    return Revocation(
-                        position, cert.serial_number, cert.subject.rfc4514_string(), crl.issuer.rfc4514_string()
-                    )
+            for crl in self._by_issuer.get(cert.issuer_der, ()):
+                if cert.serial in crl.serials and self._applies_under(crl, chain[position + 1], issuer.cert):
+                    subject = cert.cert.subject.rfc4514_string()
+                    return Revocation(position, cert.serial, subject, crl.crl.issuer.rfc4514_string())
         return None
 
-    def _applies_under(self, crl: x509.CertificateRevocationList, issuer: x509.Certificate) -> bool:
-        key = (id(crl), issuer.public_bytes(serialization.Encoding.DER))
+    def _applies_under(self, crl: _Crl, issuer_der: bytes, issuer: x509.Certificate) -> bool:
+        key = (id(crl), issuer_der)
         verdict = self._applies.get(key)
         if verdict is None:
-            verdict = self._applies[key] = _may_sign_crls(issuer) and _signed_by(crl, issuer)
+            verdict = self._applies[key] = _may_sign_crls(issuer) and _signed_by(crl.crl, issuer)
         return verdict
+
+
+@dataclass(frozen=True, slots=True)
+class _Crl:
+    crl: x509.CertificateRevocationList
+    serials: frozenset[int]
+    """The revoked serial numbers, for a lookup per chain certificate without scanning the list."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Cert:
+    cert: x509.Certificate
+    issuer_der: bytes
+    serial: int
 
 
 def parse_crls(data: bytes) -> list[x509.CertificateRevocationList]:
@@ -233,19 +244,20 @@ def _certificates(pems: Sequence[bytes]) -> list[x509.Certificate]:
 
 
 @functools.lru_cache(maxsize=1024)
-def _parsed(der: bytes) -> x509.Certificate | None:
+def _parsed(der: bytes) -> _Cert | None:
     """A peer certificate, parsed once however many handshakes present it (a pure function of the bytes)."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", CryptographyDeprecationWarning)
             cert = x509.load_der_x509_certificate(der)
-            _ = cert.issuer.public_bytes(), cert.subject.rfc4514_string(), cert.serial_number
+            parsed = _Cert(cert, cert.issuer.public_bytes(), cert.serial_number)
+            cert.subject.rfc4514_string()
     except _PARSE_ERRORS:
         return None
-    return cert
+    return parsed
 
 
-def _certificate(der: bytes) -> x509.Certificate:
+def _certificate(der: bytes) -> _Cert:
     cert = _parsed(der)
     if cert is None:
         raise RevocationError("a certificate of the peer chain cannot be read; revocation cannot be checked")
