@@ -134,3 +134,12 @@ def test_an_unreadable_anchor_file_does_not_stop_the_crl_loading(tmp_path: Path)
     crls = RevocationManager(path, metrics, anchors=anchors)
     assert crls.poll()
     assert crls.to_dump()["crls"][0]["status"] == "unverified"
+
+
+def test_connections_to_one_peer_share_one_copy_of_its_chain(tmp_path: Path) -> None:
+    crls, _, _ = manager(tmp_path)
+    copies = [[bytes(bytearray(der)) for der in ALICE_CHAIN] for _ in range(3)]
+    for chain in copies:
+        crls.admit(chain, Reporter.SOURCE, "alice", lambda _: None)
+    held = [conn.chain for conn in crls._connections.values()]
+    assert all(a is b for a, b in zip(held[0], held[2], strict=True))

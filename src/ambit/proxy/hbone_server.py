@@ -44,7 +44,7 @@ from ambit.hbone.server import HboneServerConnection
 from ambit.model.identity import SpiffeId
 from ambit.proxy.errors import ProxyError
 from ambit.proxy.hbone_stream import HboneSession, HboneStream
-from ambit.proxy.revocation import PeerRevokedError, RevocationManager, Tracked
+from ambit.proxy.revocation import RevocationManager, Tracked
 from ambit.telemetry.metrics import Reporter
 from ambit.tls.contexts import verified_chain
 from ambit.tls.spiffe import PeerIdentityError, check_peer
@@ -175,7 +175,7 @@ class HboneServer:
                 tls = transport.get_extra_info("ssl_object")
                 chain = verified_chain(tls) if isinstance(tls, ssl.SSLObject) else None
                 tracked = revocation.admit(chain, Reporter.DESTINATION, str(server._peer), session.abort)
-        except (ProxyError, PeerRevokedError) as exc:
+        except ProxyError as exc:  # PeerRevokedError among them
             transport.abort()
             fail(str(exc))
             return

@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 CRL_PATH_ENV = "CRL_PATH"
 CRL_POLL_INTERVAL = 2.0
 MAX_CRL_BYTES = 16 * 1024 * 1024
+MAX_SHARED_CERTIFICATES = 4096
 
 
 class PeerRevokedError(ProxyError):
@@ -98,6 +99,7 @@ class RevocationManager:
         self._seen: tuple[int, int, int, int] | None = None
         self._content: bytes | None = None
         self._connections: dict[int, _Connection] = {}
+        self._certificates: dict[bytes, bytes] = {}
         self._ids = itertools.count()
 
     # --- the handshake --------------------------------------------------------------------------------------
@@ -115,8 +117,18 @@ class RevocationManager:
             self._metrics.crl_rejected(reporter)
             raise PeerRevokedError(f"peer {peer}: {reason}")
         ident = next(self._ids)
-        self._connections[ident] = _Connection(tuple(chain), reporter, peer, on_revoked)
+        self._connections[ident] = _Connection(tuple(map(self._shared, chain)), reporter, peer, on_revoked)
         return Tracked(self, ident)
+
+    def _shared(self, der: bytes) -> bytes:
+        """One bytes object per distinct certificate: the connections to one peer hold its chain once, not each a
+        copy of the ~2 KB the TLS library hands out per handshake."""
+        known = self._certificates.get(der)
+        if known is None:
+            if len(self._certificates) >= MAX_SHARED_CERTIFICATES:
+                self._certificates.clear()  # only sharing is lost; every connection keeps its own chain
+            known = self._certificates[der] = der
+        return known
 
     def _judge(self, chain: Sequence[bytes]) -> str | None:
         try:
