@@ -17,6 +17,7 @@ from ambit.proxy.hbone_client import HboneClient
 from ambit.proxy.hbone_server import HboneServer, InboundRequest, TunnelResponder
 from ambit.proxy.hbone_stream import HboneStream
 from ambit.proxy.pool import ConnectionPool, PoolKey
+from ambit.proxy.revocation import RevocationManager
 from ambit.proxy.sockets import HostSocketFactory, connect
 from ambit.proxy.streams import SocketStream
 from ambit.tls.workload import WorkloadCertificate
@@ -54,6 +55,8 @@ class Mesh:
         self.upstream: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]] = echo
         self.upstream_addr = ("127.0.0.1", 0)
         self.listener_addr = ("127.0.0.1", 0)
+        self.server_revocation: RevocationManager | None = None
+        self.client_revocation: RevocationManager | None = None
 
     async def start(self) -> None:
         async def upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -84,6 +87,7 @@ class Mesh:
                     handler=self._handle,
                     settings=self.settings,
                     on_failure=self.failures.append,
+                    revocation=self.server_revocation,
                 )
             )
             self.serving.add(task)
@@ -114,7 +118,13 @@ class Mesh:
     async def dial(self, expected: frozenset[SpiffeId] = frozenset({SERVER})) -> HboneClient:
         sock = await connect(FACTORY, self.listener_addr)
         return await HboneClient.connect(
-            sock, self.client_cert, expected, trust_domain=TD, settings=self.settings, clock=self.clock
+            sock,
+            self.client_cert,
+            expected,
+            trust_domain=TD,
+            settings=self.settings,
+            clock=self.clock,
+            revocation=self.client_revocation,
         )
 
     @property

@@ -12,6 +12,7 @@ from ambit.lab.runtime.oci_spec import VolumeMount
 from ambit.lab.runtime.volumes import FileData, MountPlan, VolumeError
 from ambit.lab.runtime.volumes_apply import (
     current_payload,
+    make_nested_mount_points,
     mount_point_dirs,
     remove_tree,
     resolve_mounts,
@@ -81,3 +82,17 @@ def test_mount_points_missing_from_the_root_name_their_deepest_existing_director
     )
     assert len(found) == 1
     assert found[0].path == str(tmp_path / "etc") and found[0].entries == (("hosts", False),)
+
+
+def test_nested_mount_points_are_directories_that_survive_updates_and_never_follow_payload_links(
+    tmp_path: Path,
+) -> None:
+    target = tmp_path / "volume"
+    target.mkdir()
+    write_atomically(target, {"root-cert.pem": FileData(b"one", 0o644)}, now=1.0)
+    make_nested_mount_points(target, ("crl", "a/b", "root-cert.pem/inside"))
+    assert (target / "crl").is_dir() and not (target / "crl").is_symlink()
+    assert (target / "a" / "b").is_dir()
+    assert not (target / "..data" / "root-cert.pem").is_dir()  # a payload name is a link: left alone
+    write_atomically(target, {"root-cert.pem": FileData(b"two", 0o644)}, now=2.0)
+    assert (target / "crl").is_dir() and (target / "root-cert.pem").read_bytes() == b"two"

@@ -160,6 +160,18 @@ def test_node_proxy_has_its_own_netns_three_capabilities_and_only_an_istio_ca_to
     }
 
 
+def test_node_proxy_mounts_the_crl_config_map_optionally_where_crl_path_points() -> None:
+    (daemonset,) = [d for d in of_kind("DaemonSet") if d["metadata"]["name"] == "ztunnel"]
+    pod = daemonset["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "istio-ca-crl"]
+    assert volume["configMap"] == {"name": "istio-ca-crl", "optional": True}
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert mounts["istio-ca-crl"] == "/var/run/secrets/istio/crl"  # Istio's chart, with peerCaCrl.enabled
+    assert env["CRL_PATH"] == mounts["istio-ca-crl"] + "/ca-crl.pem"  # the map's key, as the control plane writes
+
+
 def test_the_precreated_webhook_has_the_control_planes_rules_and_fails_open_until_it_has_a_ca_bundle() -> None:
     (config,) = of_kind("ValidatingWebhookConfiguration")
     assert config["metadata"]["name"] == CONFIGURATION_NAME

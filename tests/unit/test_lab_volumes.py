@@ -33,6 +33,7 @@ from ambit.lab.runtime.volumes import (
     VolumeSource,
     container_mounts,
     host_path_action,
+    nested_mount_points,
     object_data,
     parse_volumes,
     volume_payload,
@@ -421,3 +422,25 @@ def test_a_volume_over_tmp_does_not_hide_an_interpreter_revealed_under_it() -> N
         "/tmp", order.index("/tmp") + 1
     )
     assert order.count("/root/py") == 1
+
+
+def test_mounts_nested_under_a_config_map_volume_get_their_mount_points_made_inside_it() -> None:
+    # The node proxy's DaemonSet: the CRL ConfigMap under the root-cert ConfigMap, as in Istio's chart.
+    mounts = [
+        {"name": "root", "mountPath": "/var/run/secrets/istio"},
+        {"name": "crl", "mountPath": "/var/run/secrets/istio/crl"},
+        {"name": "deep", "mountPath": "/var/run/secrets/istio//a/./b/"},
+        {"name": "writer", "mountPath": "/var/run/secrets/istio/..data/x"},
+        {"name": "sibling", "mountPath": "/var/run/secrets/istio-other"},
+    ]
+    pod = {
+        "spec": {
+            "initContainers": [
+                {"volumeMounts": [mounts[0], {"name": "i", "mountPath": "/var/run/secrets/istio/init"}]}
+            ],
+            "containers": [{"volumeMounts": mounts}, {"volumeMounts": [mounts[1]]}],
+        }
+    }
+    assert nested_mount_points(pod, "root") == ("a/b", "crl", "init")
+    assert nested_mount_points(pod, "crl") == ()
+    assert nested_mount_points({"spec": {"containers": "junk"}}, "root") == ()

@@ -53,6 +53,8 @@ UNSTABLE = {
     "istio_dns_upstream_request_duration_seconds",
     "istio_on_demand_dns_total",
     "istio_on_demand_dns_cache_misses_total",
+    "istio_crl_policy_rejections_total",
+    "istio_crl_untracked_connections_total",
 }
 OWN = {"ambit_dns_dropped_total"}
 """Ours, not Istio's (ztunnel has no such counter): prefixed ``ambit_``, never ``istio_``."""
@@ -210,6 +212,20 @@ def test_build_info_names_the_component_and_version() -> None:
     assert [(s.labels, s.value) for s in found] == [({"component": "ambit-nodeproxy", "tag": "0.1.0"}, 1)]
     found = [s for s in samples(ProxyMetrics()) if s.name == "istio_build"]
     assert found[0].labels["tag"] == "unknown"
+
+
+def test_crl_rejections_and_untracked_connections_are_counted_by_reporter() -> None:
+    metrics = ProxyMetrics()
+    metrics.crl_rejected(Reporter.DESTINATION)
+    metrics.crl_rejected(Reporter.DESTINATION)
+    metrics.crl_rejected(Reporter.SOURCE)
+    metrics.crl_untracked(Reporter.SOURCE)
+    found = {(s.name, s.labels["reporter"]): s.value for s in samples(metrics) if "crl" in s.name}
+    assert found == {
+        ("istio_crl_policy_rejections_total", "destination"): 2,
+        ("istio_crl_policy_rejections_total", "source"): 1,
+        ("istio_crl_untracked_connections_total", "source"): 1,
+    }
 
 
 def test_failed_connections_and_proxy_lifecycle_counts_are_reported() -> None:

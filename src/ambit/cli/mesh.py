@@ -235,6 +235,15 @@ def nodeproxy(
             help="Connections kept for admin GET /flows (`ambit flows`); 0: no flow log.",
         ),
     ] = 4096,
+    crl_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--crl-path",
+            envvar="CRL_PATH",
+            help="Check peers' certificate chains against this CRL bundle (PEM), watched for changes; a missing "
+            "file means no checks until it appears [default: no CRL checks].",
+        ),
+    ] = None,
     pool_idle_timeout: Annotated[
         str | None,
         typer.Option(
@@ -301,6 +310,7 @@ def nodeproxy(
         dns_proxy=dns_proxy,
         dns_nameservers=dns_nameservers,
         flow_log_size=flow_log_size,
+        crl_path=None if crl_path is None or str(crl_path) in ("", ".") else crl_path,
     )
     from ambit.inpod.allocator import tune_allocator
     from ambit.inpod.daemon import run_node_proxy  # the data path's imports: only once the arguments are good
@@ -359,6 +369,27 @@ def controlplane(
             "--cacerts-dir", help="Istio's plug-in CA directory (the cacerts Secret), used if it holds a key."
         ),
     ] = None,
+    crl_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--crl-file",
+            help="The plug-in CA's CRL bundle (PEM), published as ConfigMap istio-ca-crl in every namespace "
+            "[default: ca-crl.pem next to the plug-in CA's files].",
+        ),
+    ] = None,
+    enable_ca_crl: Annotated[
+        str,
+        typer.Option(
+            "--enable-ca-crl",
+            envvar="PILOT_ENABLE_CA_CRL",
+            metavar="true|false",
+            help="Publish the plug-in CA's CRL (istiod's PILOT_ENABLE_CA_CRL).",
+        ),
+    ] = "true",
+    crl_config_map: Annotated[
+        str,
+        typer.Option("--crl-configmap", envvar="PILOT_CRL_CONFIGMAP", help="The ConfigMap the CRL is published as."),
+    ] = "istio-ca-crl",
     untaint_nodes: Annotated[
         bool,
         typer.Option(
@@ -430,6 +461,9 @@ def controlplane(
         )
     if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", revision):
         raise typer.BadParameter(f"expected a DNS-1123 label, got {revision!r}", param_hint="--revision")
+    crl_enabled = _env_bool(enable_ca_crl, "--enable-ca-crl (PILOT_ENABLE_CA_CRL)")
+    if not re.fullmatch(r"[a-z0-9]([-.a-z0-9]{0,251}[a-z0-9])?", crl_config_map):
+        raise typer.BadParameter(f"expected a ConfigMap name, got {crl_config_map!r}", param_hint="--crl-configmap")
     settings = ControlPlaneSettings(
         kubeconfig=kubeconfig,
         host=host.strip("[]") or "0.0.0.0",
@@ -451,9 +485,22 @@ def controlplane(
         waypoint_image=waypoint_image,
         waypoint_image_pull_policy=waypoint_image_pull_policy,
         revision=revision,
+        enable_ca_crl=crl_enabled,
+        crl_file=crl_file,
+        crl_config_map=crl_config_map,
     )
     configure_logging()
     asyncio.run(run_control_plane(settings))
+
+
+def _env_bool(value: str, what: str) -> bool:
+    """A boolean as Go's strconv.ParseBool reads Istio's feature flags."""
+    lowered = value.strip().lower()
+    if lowered in ("1", "t", "true"):
+        return True
+    if lowered in ("0", "f", "false"):
+        return False
+    raise typer.BadParameter(f"expected true or false, got {value!r}", param_hint=what)
 
 
 def _dns_upstreams(values: list[str]) -> list[str]:

@@ -18,7 +18,8 @@ Theory of operation: everything is built once from :class:`ControlPlaneSettings`
    object (or part of one) the translation had to leave out gets one Warning Event (reason ``TranslationSkipped``,
    the note naming the field to fix), again only once the problem has gone away and come back, changed, or the
    object was recreated;
-4. the pod index behind node authorization, and the publisher of ``istio-ca-root-cert`` in every namespace;
+4. the pod index behind node authorization, and the publisher of ``istio-ca-root-cert`` in every namespace (and,
+   with a plug-in CA that has a ``ca-crl.pem``, of ``istio-ca-crl``: :mod:`ambit.controlplane.ca.crl`);
 5. the validating webhook for the Istio and Gateway API kinds (``/validate`` on ``:15017``), registered with the
    API server as ``istio-validator-ambit`` with the mesh root as its CA bundle;
 6. the gateway deployment controller (:mod:`ambit.controlplane.gateway`): the GatewayClass ``istio-waypoint``,
@@ -47,8 +48,10 @@ from typing import Any
 
 from ambit.controlplane.addresses import AddressCache, AuthorizationCache, addresses, authorizations
 from ambit.controlplane.ca.authn import KubeAuthenticator
+from ambit.controlplane.ca.crl import CRL_CONFIG_MAP, CRL_FILE, CRL_KEY, CRL_POLL_INTERVAL, CrlFileWatcher
 from ambit.controlplane.ca.errors import CaServerError
 from ambit.controlplane.ca.nodeauth import InformerPodIndex, NodeAuthorizer
+from ambit.controlplane.ca.publish import ConfigMapPublisher
 from ambit.controlplane.ca.root import RootCa, RootCertPublisher, load_or_create_root_secret, load_plugin_ca
 from ambit.controlplane.ca.server import GRPC_SERVER_OPTIONS, CaService, RootSigner
 from ambit.controlplane.debug_access import DEBUG_ACCOUNTS, DebugAccessChecker
@@ -129,6 +132,15 @@ class ControlPlaneSettings:
     revision: str = "default"
     """This control plane's revision (istiod's ``REVISION``): the gateway controller leaves Gateways of another
     revision alone (:mod:`ambit.controlplane.gateway.revision`)."""
+    enable_ca_crl: bool = True
+    """Replicate the plug-in CA's CRL (``ca-crl.pem`` next to its files) as ConfigMap ``crl_config_map`` in every
+    namespace (istiod's ``PILOT_ENABLE_CA_CRL``; :mod:`ambit.controlplane.ca.crl`)."""
+    crl_file: Path | None = None
+    """The plug-in CA's CRL file; default ``ca-crl.pem`` in the directory of the plug-in CA's files."""
+    crl_config_map: str = CRL_CONFIG_MAP
+    """The ConfigMap the CRL is published as (istiod's ``PILOT_CRL_CONFIGMAP``)."""
+    crl_poll_interval: float = CRL_POLL_INTERVAL
+    """Seconds between looks at the CRL file."""
     debug_accounts: frozenset[str] = DEBUG_ACCOUNTS
     """``namespace/service account`` pairs that may read the sync status without an RBAC rule
     (:mod:`ambit.controlplane.debug_access`); any other caller needs ``get`` on ``/debug/syncz``."""
@@ -231,6 +243,10 @@ class ControlPlane:
                 client, GatewayControllerSettings(template=template, debounce=settings.debounce), clock=time.time
             )
         self.publisher: RootCertPublisher | None = None
+        self.crl_publisher: ConfigMapPublisher | None = None
+        self.crl_watcher: CrlFileWatcher | None = None
+        self._plugin_dir: Path | None = None
+        """The directory of the plug-in CA's files, when one is in use (its CRL file lives there)."""
         self.webhook: ValidationWebhookServer | None = None
         self.untainter: NodeUntainter | None = None
         self._webhook_dir: tempfile.TemporaryDirectory[str] | None = None
@@ -341,10 +357,12 @@ class ControlPlane:
     async def _load_root(self) -> RootCa:
         s = self.settings
         if s.plugin_cert is not None and s.plugin_key is not None:
+            self._plugin_dir = s.plugin_cert.parent
             return await asyncio.to_thread(load_plugin_ca, s.plugin_cert, s.plugin_key, s.plugin_root)
         if s.cacerts_dir is not None and (s.cacerts_dir / "ca-key.pem").is_file():
             cert, key, root = (s.cacerts_dir / n for n in ("ca-cert.pem", "ca-key.pem", "root-cert.pem"))
             log.info("using the plug-in CA in %s", s.cacerts_dir)
+            self._plugin_dir = s.cacerts_dir
             return await asyncio.to_thread(load_plugin_ca, cert, key, root if root.is_file() else None)
         return await load_or_create_root_secret(self.client)
 
@@ -403,9 +421,26 @@ class ControlPlane:
         await self.server.start()
         self.publisher = RootCertPublisher(self.client, self.root.root_pem)
         await self.publisher.start()
+        await self._start_crl(self.root)
         if s.webhook_port is not None:
             await self._start_webhook(self.root)
         log.info("control plane serving xDS and CA on %s:%d", s.host, self.server.port)
+
+    async def _start_crl(self, root: RootCa) -> None:
+        """With a plug-in CA, publish its CRL file (when there is one) as ConfigMaps and follow its changes."""
+        s = self.settings
+        path = s.crl_file or (self._plugin_dir / CRL_FILE if self._plugin_dir is not None else None)
+        if not s.enable_ca_crl or path is None:
+            return
+        self.crl_publisher = ConfigMapPublisher(self.client, s.crl_config_map, CRL_KEY, None)
+        await self.crl_publisher.start()
+        anchors = (root.signer.cert_pem, root.root_pem)
+        self.crl_watcher = CrlFileWatcher(
+            path, self.crl_publisher.set_value, anchors=anchors, interval=s.crl_poll_interval
+        )
+        self.crl_watcher.poll()
+        self._tasks.append(asyncio.create_task(self.crl_watcher.run(), name="CRL file watcher"))
+        log.info("watching the plug-in CA's CRL file %s (ConfigMap %s)", path, s.crl_config_map)
 
     async def _start_webhook(self, root: RootCa) -> None:
         """Serve ``/validate`` with a certificate from the mesh root, and register it (failurePolicy Fail)."""
@@ -461,6 +496,7 @@ class ControlPlane:
             self.webhook.aclose() if self.webhook else None,
             self.server.aclose() if self.server else None,
             self.publisher.aclose() if self.publisher else None,
+            self.crl_publisher.aclose() if self.crl_publisher else None,
             self.view.aclose(),
             self.gateways.aclose() if self.gateways else None,
             self.status.aclose(),

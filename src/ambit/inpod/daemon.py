@@ -41,6 +41,7 @@ from ambit.model.state import WorkloadState
 from ambit.proxy.context import ProxyContext
 from ambit.proxy.hostnames import HostnameResolver, upstream_lookup
 from ambit.proxy.pool import ConnectionPool
+from ambit.proxy.revocation import RevocationManager
 from ambit.telemetry.accesslog import AccessLog
 from ambit.telemetry.endpoints import ProxyEndpoints, new_admin_token, write_admin_token
 from ambit.telemetry.flows import FlowRing
@@ -115,6 +116,10 @@ class NodeProxy:
             metrics=self.metrics,
             access_log=AccessLog(json=settings.log_json, flows=self.flows),
         )
+        if settings.crl_path is not None:
+            self.context.revocation = RevocationManager(
+                settings.crl_path, self.metrics, anchors=self._trust_anchors, interval=settings.crl_poll_interval
+            )
         self.context.hostnames = hostname_resolver(
             settings, self.context.clock, lambda miss: self.metrics.on_demand_dns(miss=miss)
         )
@@ -174,6 +179,15 @@ class NodeProxy:
             "the node proxy needs a CA: the control plane's (--ca-address) or a local one (--local-ca)"
         )
 
+    def _trust_anchors(self) -> list[bytes]:
+        """The mesh roots we know now (for the CRL's diagnostics; verdicts use each peer's verified chain)."""
+        anchors = []
+        if self.settings.root_cert_file is not None:
+            anchors.append(self.settings.root_cert_file.read_bytes())
+        if isinstance(self.ca, LocalCa):
+            anchors.append(self.ca.roots_pem)
+        return anchors
+
     def _state_complete(self) -> bool:
         """Whether the workload state holds a full configuration: the local file read, or the control plane's
         first full view received (connections wait for it, :attr:`ProxyContext.synced`)."""
@@ -226,10 +240,14 @@ class NodeProxy:
             "certificates": self.certs.snapshot(),
             "pool": self.context.pool.stats(),
             "connections": [conn.to_dump(now) for conn in self.context.connections.values()],
+            "crl": self.context.revocation.to_dump() if self.context.revocation is not None else {"path": ""},
         }
 
     async def start(self) -> None:
         write_admin_token(self.admin_token_file, self.admin_token)
+        if self.context.revocation is not None:
+            self.context.revocation.poll()  # before any listener: the first connections are checked too
+            self._tasks.append(asyncio.create_task(self.context.revocation.run(), name="CRL file watcher"))
         await self.endpoints.start()
         if self.watcher is not None:
             self.watcher.poll()

@@ -124,6 +124,11 @@ class NodeProxySettings:
     resolv_conf: Path = Path("/etc/resolv.conf")
     """The proxy's own resolv.conf: the forwarding fallback."""
     cluster_domain: str = "cluster.local"
+    crl_path: Path | None = None
+    """The CRL bundle (PEM) peers' chains are checked against, watched for changes (ztunnel's ``CRL_PATH``; the
+    ``istio-ca-crl`` ConfigMap mounted); None: no CRL checks."""
+    crl_poll_interval: float = 2.0
+    """Seconds between looks at ``crl_path``."""
     event_loop: str = "uvloop"
     """The event loop the proxy runs on: ``uvloop`` or ``asyncio`` (see :mod:`ambit.inpod.eventloop`). uvloop is
     the default since the connection-churn soak test (``tests/integration/test_uvloop_churn.py``) passes under it."""

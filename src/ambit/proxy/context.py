@@ -34,6 +34,7 @@ from ambit.proxy.hostnames import HostnameResolver
 from ambit.proxy.plans import NodeView
 from ambit.proxy.pool import ConnectionPool
 from ambit.proxy.relay import Splice, close_now, splice
+from ambit.proxy.revocation import RevocationManager
 from ambit.proxy.settings import ProxySettings
 from ambit.proxy.sockets import SocketFactory
 from ambit.proxy.streams import PushStream
@@ -123,6 +124,8 @@ class ProxyContext:
     """The decision for an inbound connection: ``policies.check`` (tests may replace it)."""
     guards: Guards = field(default_factory=Guards)
     """Relayed inbound connections, re-checked when policies change."""
+    revocation: RevocationManager | None = None
+    """Checks HBONE peers against the CRL file and closes revoked connections; None: no CRL checks (no path)."""
     hostnames: HostnameResolver | None = None
     """Resolves hostname endpoints on demand (``resolution: DNS`` ServiceEntries); None: they are refused."""
     synced: Callable[[], bool] = lambda: True

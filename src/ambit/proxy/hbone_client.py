@@ -31,6 +31,9 @@ from ambit.hbone.events import Headers
 from ambit.model.identity import SpiffeId
 from ambit.proxy.errors import ProxyError, ResponseFlag
 from ambit.proxy.hbone_stream import ConnectionLostError, HboneSession, HboneStream
+from ambit.proxy.revocation import PeerRevokedError, RevocationManager
+from ambit.telemetry.metrics import Reporter
+from ambit.tls.contexts import verified_chain
 from ambit.tls.spiffe import PeerIdentityError, check_peer
 from ambit.tls.workload import WorkloadCertificate
 
@@ -74,8 +77,12 @@ class HboneClient:
         timeout: float = 10.0,  # noqa: ASYNC109 - the handshake timeout, passed to the loop
         settings: HboneSettings | None = None,
         clock: Callable[[], float] = time.monotonic,
+        revocation: RevocationManager | None = None,
     ) -> HboneClient:
-        """Handshake over the connected ``sock`` (which we own from now on) and check the server's identity."""
+        """Handshake over the connected ``sock`` (which we own from now on) and check the server's identity.
+
+        With ``revocation``, a server whose chain is revoked is refused (``TLS_FAILURE``), and the connection is
+        aborted if a later CRL revokes it (:mod:`ambit.proxy.revocation`)."""
         loop = asyncio.get_running_loop()
         try:
             peer_name = "{}:{}".format(*sock.getpeername()[:2])
@@ -102,6 +109,8 @@ class HboneClient:
             ) from None
         try:
             peer = _judge_server(transport, expected, trust_domain, peer_name)
+            if revocation is not None:
+                _track(revocation, transport, session, peer, peer_name)
             session.release()  # the HTTP/2 preface, only now that we know whom we talk to
             try:
                 async with asyncio.timeout(timeout):
@@ -182,6 +191,23 @@ class HboneClient:
 
     def __repr__(self) -> str:
         return f"<HboneClient {self._session.name} streams={self.active_streams}>"
+
+
+def _track(
+    revocation: RevocationManager,
+    transport: asyncio.BaseTransport,
+    session: HboneSession,
+    peer: SpiffeId,
+    peer_name: str,
+) -> None:
+    """Refuse a revoked server, else keep the connection tracked until it is lost."""
+    tls = transport.get_extra_info("ssl_object")
+    chain = verified_chain(tls) if isinstance(tls, ssl.SSLObject) else None
+    try:
+        tracked = revocation.admit(chain, Reporter.SOURCE, str(peer), session.abort)
+    except PeerRevokedError as exc:
+        raise HboneConnectError(f"server {peer_name}: {exc}", ResponseFlag.TLS_FAILURE) from None
+    session.lost.add_done_callback(lambda _: tracked.release())
 
 
 def _judge_server(

@@ -44,6 +44,9 @@ from ambit.hbone.server import HboneServerConnection
 from ambit.model.identity import SpiffeId
 from ambit.proxy.errors import ProxyError
 from ambit.proxy.hbone_stream import HboneSession, HboneStream
+from ambit.proxy.revocation import RevocationManager, Tracked
+from ambit.telemetry.metrics import Reporter
+from ambit.tls.contexts import verified_chain
 from ambit.tls.spiffe import PeerIdentityError, check_peer
 from ambit.tls.workload import WorkloadCertificate
 
@@ -133,8 +136,12 @@ class HboneServer:
         handshake_timeout: float = 10.0,
         settings: HboneSettings | None = None,
         on_failure: Callable[[str], None] | None = None,
+        revocation: RevocationManager | None = None,
     ) -> None:
-        """Run the connection on ``sock`` (which we own) until it is done and every handler has returned."""
+        """Run the connection on ``sock`` (which we own) until it is done and every handler has returned.
+
+        With ``revocation``, a client whose chain is revoked is dropped after the handshake, and the connection is
+        aborted if a later CRL revokes it (:mod:`ambit.proxy.revocation`)."""
         peer_addr, local_addr = _addresses(sock)
         name = f"hbone server {local_addr[0]}:{local_addr[1]} <- {peer_addr[0]}:{peer_addr[1]}"
 
@@ -161,9 +168,14 @@ class HboneServer:
             sock.close()
             fail(f"TLS handshake failed: {exc or type(exc).__name__}")
             return
+        tracked: Tracked | None = None
         try:
             server._peer = _judge_client(transport, trust_domain)
-        except ProxyError as exc:
+            if revocation is not None:
+                tls = transport.get_extra_info("ssl_object")
+                chain = verified_chain(tls) if isinstance(tls, ssl.SSLObject) else None
+                tracked = revocation.admit(chain, Reporter.DESTINATION, str(server._peer), session.abort)
+        except ProxyError as exc:  # PeerRevokedError among them
             transport.abort()
             fail(str(exc))
             return
@@ -177,6 +189,9 @@ class HboneServer:
             for task in server._handlers:
                 task.cancel()
             raise
+        finally:
+            if tracked is not None:
+                tracked.release()
 
     def _start(self, stream: HboneStream, event: TunnelRequested) -> None:
         assert self._peer is not None  # no HTTP/2 is read before the client is judged

@@ -483,10 +483,10 @@ class HboneSession(asyncio.Protocol):
             self.transport.close()
         self._terminate("connection closed locally")
 
-    def abort(self) -> None:
+    def abort(self, reason: str = "connection aborted locally") -> None:
         if self.transport is not None:
             self.transport.abort()
-        self._terminate("connection aborted locally")
+        self._terminate(reason)
 
     def _hold_for_a_peer_that_does_not_read(self, transport: asyncio.Transport) -> None:
         """End a connection whose peer is not reading (a flood) so that it can still get our GOAWAY.

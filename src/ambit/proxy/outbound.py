@@ -122,7 +122,9 @@ async def _open_tunnel(
 
     async def dial() -> HboneClient:
         tcp = await connect(pod.sockets, plan.address)
-        return await HboneClient.connect(tcp, cert, plan.expected, trust_domain=ctx.settings.trust_domain)
+        return await HboneClient.connect(
+            tcp, cert, plan.expected, trust_domain=ctx.settings.trust_domain, revocation=ctx.revocation
+        )
 
     key = PoolKey(pod.identity, plan.expected, peer[0], plan.address)
     return await ctx.pool.open_tunnel(key, plan.authority, headers, dial)

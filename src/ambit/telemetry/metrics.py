@@ -24,6 +24,11 @@ The DNS proxy counts each request (``istio_dns_requests_total``), each forwarded
 labelled as ztunnel labels them (:class:`DnsLabels`), and what it dropped unanswered
 (``ambit_dns_dropped_total{reason}``, ours: ztunnel has none).
 
+Revocation (:mod:`ambit.proxy.revocation`) counts, by ``reporter`` (``destination`` for an inbound peer, ``source``
+for an outbound one), the connections refused or closed because the peer's chain is revoked
+(``istio_crl_policy_rejections_total``) and those admitted without a chain to re-check later
+(``istio_crl_untracked_connections_total``).
+
 Invariants: every family total only grows, except the two proxy-count gauges; a label value that is empty renders
 as ``unknown``; there is no global registry, so any number of :class:`ProxyMetrics` coexist (one per test).
 """
@@ -213,6 +218,14 @@ class ProxyMetrics:
         self._dns_dropped = _Family(
             "ambit_dns_dropped", "DNS messages the DNS proxy dropped or refused without asking upstream, by reason"
         )
+        self._crl_rejections = _Family(
+            "istio_crl_policy_rejections",
+            "The total number of connections rejected or closed because a peer certificate is revoked (unstable)",
+        )
+        self._crl_untracked = _Family(
+            "istio_crl_untracked_connections",
+            "The total number of connections whose peer chain could not be tracked for revocation (unstable)",
+        )
         self._active_proxies = 0
         self._pending_proxies = 0
         self._proxies_started = 0
@@ -298,6 +311,16 @@ class ProxyMetrics:
             if miss:
                 self._on_demand_dns_misses += 1
 
+    def crl_rejected(self, reporter: Reporter) -> None:
+        """Count a connection refused at its handshake, or closed later, because its peer's chain is revoked."""
+        with self._lock:
+            self._crl_rejections.bump((reporter.value,))
+
+    def crl_untracked(self, reporter: Reporter) -> None:
+        """Count a connection admitted without its peer chain, so a later CRL cannot close it."""
+        with self._lock:
+            self._crl_untracked.bump((reporter.value,))
+
     def proxy_started(self) -> None:
         with self._lock:
             self._proxies_started += 1
@@ -347,6 +370,7 @@ class ProxyMetrics:
             ]
             durations = {key: (list(h.counts), h.total) for key, h in self._dns_duration.items()}
             dropped = dict(self._dns_dropped.values)
+            crl = [(f.name, f.help, dict(f.values)) for f in (self._crl_rejections, self._crl_untracked)]
         for name, doc, values in traffic:
             yield _counter(name, doc, values.items())
         build = GaugeMetricFamily("istio_build", "Istio component build info", labels=["component", "tag"])
@@ -387,6 +411,11 @@ class ProxyMetrics:
         for key, value in dropped.items():
             drops.add_metric(key, value)
         yield drops
+        for name, doc, crl_values in crl:
+            family = CounterMetricFamily(name, doc, labels=["reporter"])
+            for key, value in crl_values.items():
+                family.add_metric(key, value)
+            yield family
 
 
 def _counter(name: str, doc: str, samples: Iterable[tuple[LabelValues, int]]) -> CounterMetricFamily:

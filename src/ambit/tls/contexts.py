@@ -106,6 +106,25 @@ def _configure(context: ssl.SSLContext, cert: WorkloadCertificate) -> None:
             raise CertificateError(f"cannot load the certificate of {cert.identity}: {exc}") from None
 
 
+def verified_chain(tls: ssl.SSLObject) -> list[bytes] | None:
+    """The peer's chain as OpenSSL verified it (DER, leaf first, trust anchor last); None when this Python does not
+    expose it (``SSLObject.get_verified_chain`` is public from 3.13, private ``_sslobj`` method since 3.10)."""
+    getter = getattr(tls, "get_verified_chain", None)
+    if getter is None:
+        getter = getattr(getattr(tls, "_sslobj", None), "get_verified_chain", None)
+    if getter is None:
+        return None
+    try:
+        certs = getter()
+    except (ssl.SSLError, ValueError):
+        return None
+    chain: list[bytes] = []
+    for cert in certs or ():
+        der = cert if isinstance(cert, bytes) else cert.public_bytes(_ssl.ENCODING_DER)
+        chain.append(bytes(der))
+    return chain or None
+
+
 @contextlib.contextmanager
 def _memory_file(data: bytes) -> Iterator[str]:
     """A path whose contents are ``data`` for the duration of the block, never persisted to disk."""

@@ -15,10 +15,7 @@ Either way the result is a :class:`RootCa`: the signer (which signs workload CSR
 workloads trust and the CA appends last to every chain).
 
 **Publishing.** :class:`RootCertPublisher` keeps ConfigMap ``istio-ca-root-cert`` with key ``root-cert.pem`` equal to
-the root in every namespace. It watches Namespaces and those ConfigMaps with two informers; any event that may
-leave a namespace's map missing or wrong queues that namespace, and one worker reconciles queued namespaces
-from the caches: :func:`plan_root_config_map` (pure) says whether to create, patch or leave it. Terminating
-namespaces are left alone (the API server would refuse a create). Failed writes are retried after a delay.
+the root in every namespace (a :class:`~ambit.controlplane.ca.publish.ConfigMapPublisher`).
 
 Invariants: a Secret that exists but cannot be read is an error (:class:`RootCaError`), never a reason to make a
 new root: replacing a root that workloads trust would break every connection in the mesh.
@@ -26,11 +23,9 @@ new root: replacing a root that workloads trust would break every connection in 
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import contextlib
-import enum
 import logging
 import time
 from collections.abc import Mapping
@@ -43,10 +38,10 @@ from cryptography.hazmat.primitives import serialization
 
 from ambit.controlplane.ca.errors import RootCaError
 from ambit.controlplane.ca.home import ensure_namespace
+from ambit.controlplane.ca.publish import ConfigMapPublisher, Plan, config_map, plan_config_map
 from ambit.k8s.client import KubeClient
 from ambit.k8s.errors import KubeAlreadyExistsError, KubeClientError, KubeNotFoundError
-from ambit.k8s.informer import Informer
-from ambit.k8s.kinds import CONFIG_MAPS, NAMESPACES, SECRETS
+from ambit.k8s.kinds import SECRETS
 from ambit.tls.certs import CertificateError, KeyPair, new_ca
 
 log = logging.getLogger(__name__)
@@ -185,141 +180,22 @@ def _check_ca(pair: KeyPair, where: str) -> None:
 # -- publishing -----------------------------------------------------------------------------------------------
 
 
-class Plan(enum.Enum):
-    NOTHING = "nothing"
-    CREATE = "create"
-    PATCH = "patch"
-
-
 def root_config_map(namespace: str, root_pem: str) -> dict[str, Any]:
     """ConfigMap ``istio-ca-root-cert`` for ``namespace``."""
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": ROOT_CONFIG_MAP, "namespace": namespace, "labels": {"istio.io/config": "true"}},
-        "data": {ROOT_CERT_KEY: root_pem},
-    }
+    return config_map(ROOT_CONFIG_MAP, namespace, ROOT_CERT_KEY, root_pem)
 
 
 def plan_root_config_map(namespace: Mapping[str, Any] | None, current: Mapping[str, Any] | None, root_pem: str) -> Plan:
     """What to do so that ``namespace`` holds the right root ConfigMap (``current`` is what it holds now)."""
-    if namespace is None:
-        return Plan.NOTHING
-    meta, status = namespace.get("metadata") or {}, namespace.get("status") or {}
-    if meta.get("deletionTimestamp") or status.get("phase") == "Terminating":
-        return Plan.NOTHING
-    if current is None:
-        return Plan.CREATE
-    if (current.get("data") or {}).get(ROOT_CERT_KEY) != root_pem:
-        return Plan.PATCH
-    return Plan.NOTHING
+    return plan_config_map(namespace, current, ROOT_CERT_KEY, root_pem)
 
 
-class RootCertPublisher:
+class RootCertPublisher(ConfigMapPublisher):
     """Keeps ``istio-ca-root-cert`` right in every namespace; ``async with`` it (or ``start``/``aclose``)."""
 
     def __init__(self, client: KubeClient, root_pem: bytes, *, retry_delay: float = 1.0) -> None:
-        self._client = client
-        self._root = root_pem.decode("ascii")
-        self._retry_delay = retry_delay
-        self._pending: set[str] = set()
-        self._wake = asyncio.Event()
-        self._worker: asyncio.Task[None] | None = None
-        self._retries: set[asyncio.Task[None]] = set()
-        self.namespaces = Informer(client, NAMESPACES, on_add=self._namespace_seen, on_update=self._namespace_changed)
-        self.config_maps = Informer(
-            client,
-            CONFIG_MAPS,
-            field_selector={"metadata.name": ROOT_CONFIG_MAP},
-            on_add=self._map_seen,
-            on_update=self._map_changed,
-            on_delete=self._map_seen,
-        )
+        super().__init__(client, ROOT_CONFIG_MAP, ROOT_CERT_KEY, root_pem.decode("ascii"), retry_delay=retry_delay)
 
     def set_root(self, root_pem: bytes) -> None:
         """Publish another root (after a rotation) to every namespace."""
-        self._root = root_pem.decode("ascii")
-        for namespace in self.namespaces.items():
-            self._queue(str(namespace["metadata"]["name"]))
-
-    async def start(self) -> None:
-        """Start watching, wait for both caches, then start reconciling."""
-        self.config_maps.start()
-        self.namespaces.start()
-        await self.config_maps.wait_synced()
-        await self.namespaces.wait_synced()
-        if self._worker is None:
-            self._worker = asyncio.create_task(self._run(), name="root cert publisher")
-
-    async def aclose(self) -> None:
-        tasks = [t for t in (self._worker, *self._retries) if t is not None]
-        self._worker = None
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        await self.namespaces.aclose()
-        await self.config_maps.aclose()
-
-    async def __aenter__(self) -> RootCertPublisher:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-    def _namespace_seen(self, namespace: dict[str, Any]) -> None:
-        self._queue(str(namespace["metadata"]["name"]))
-
-    def _namespace_changed(self, _old: dict[str, Any], new: dict[str, Any]) -> None:
-        self._namespace_seen(new)
-
-    def _map_seen(self, config_map: dict[str, Any]) -> None:
-        self._queue(str(config_map["metadata"].get("namespace") or ""))
-
-    def _map_changed(self, _old: dict[str, Any], new: dict[str, Any]) -> None:
-        self._map_seen(new)
-
-    def _queue(self, namespace: str) -> None:
-        if namespace:
-            self._pending.add(namespace)
-            self._wake.set()
-
-    async def _run(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            pending, self._pending = self._pending, set()
-            for namespace in sorted(pending):
-                if not await self._reconcile(namespace):
-                    self._retry_later(namespace)
-
-    async def _reconcile(self, namespace: str) -> bool:
-        current = self.config_maps.find(ROOT_CONFIG_MAP, namespace)
-        plan = plan_root_config_map(self.namespaces.find(namespace), current, self._root)
-        try:
-            if plan is Plan.CREATE:
-                await self._client.create(CONFIG_MAPS, root_config_map(namespace, self._root), namespace)
-            elif plan is Plan.PATCH:
-                patch = {"data": {ROOT_CERT_KEY: self._root}}
-                await self._client.patch(CONFIG_MAPS, ROOT_CONFIG_MAP, patch, namespace)
-        except KubeAlreadyExistsError:
-            return False  # our cache is behind; look again once it has caught up
-        except KubeNotFoundError:
-            return plan is Plan.CREATE  # the namespace went away (create), or the map did (patch: retry)
-        except KubeClientError as exc:
-            log.warning("cannot %s %s in namespace %s: %s", plan.value, ROOT_CONFIG_MAP, namespace, exc)
-            return False
-        if plan is not Plan.NOTHING:
-            log.info("%sd %s in namespace %s", plan.value.rstrip("e"), ROOT_CONFIG_MAP, namespace)
-        return True
-
-    def _retry_later(self, namespace: str) -> None:
-        async def retry() -> None:
-            await asyncio.sleep(self._retry_delay)
-            self._queue(namespace)
-
-        task = asyncio.create_task(retry(), name=f"root cert publisher retry {namespace}")
-        self._retries.add(task)
-        task.add_done_callback(self._retries.discard)
+        self.set_value(root_pem.decode("ascii"))

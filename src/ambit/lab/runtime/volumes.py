@@ -34,6 +34,10 @@ Rules:
    with the container's environment) is relative without ``..``; configMap, secret, downwardAPI and projected
    volumes are always read-only; ``mountPropagation`` None (default) is ``rprivate``, HostToContainer ``rslave``,
    Bidirectional ``rshared`` and only for privileged containers.
+9. Nested mount points (kube's ``MakeNestedMountpoints``): a container mount whose ``mountPath`` lies under the
+   ``mountPath`` of a configMap, secret, downwardAPI or projected volume in the same container gets its mount
+   point made inside that read-only volume when the volume is set up (the runtime cannot make it there), unless
+   its first element starts with ``..`` (the writer's own names) or a file of the volume already has that name.
 """
 
 from __future__ import annotations
@@ -545,6 +549,28 @@ def container_mounts(
         mount = VolumeMount(path, "/" + "/".join(p for p in destination.split("/") if p), read_only, PROPAGATION[mode])
         plans.append(MountPlan(mount, source.path, sub_path, not source.read_only))
     return tuple(plans)
+
+
+def nested_mount_points(pod: Mapping[str, Any], volume: str) -> tuple[str, ...]:
+    """Rule 9: the mount points (relative paths) to make inside ``volume`` for mounts nested under it."""
+    spec = _mapping(pod.get("spec"))
+    found: set[str] = set()
+    for container in (*(spec.get("initContainers") or ()), *(spec.get("containers") or ())):
+        mounts = [_mapping(m) for m in _mapping(container).get("volumeMounts") or ()]
+        paths = [(str(m.get("name") or ""), _elements(str(m.get("mountPath") or ""))) for m in mounts]
+        for name, parent in paths:
+            if name != volume or not parent:
+                continue
+            for _, child in paths:
+                if len(child) > len(parent) and child[: len(parent)] == parent:
+                    relative = child[len(parent) :]
+                    if not relative[0].startswith("..") and ".." not in relative:
+                        found.add("/".join(relative))
+    return tuple(sorted(found))
+
+
+def _elements(path: str) -> tuple[str, ...]:
+    return tuple(p for p in path.split("/") if p and p != ".")
 
 
 def _list(volume: str, value: Any) -> list[Any] | tuple[Any, ...]:

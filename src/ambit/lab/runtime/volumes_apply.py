@@ -60,6 +60,7 @@ from ambit.lab.runtime.volumes import (
     VolumeSource,
     file_kind,
     host_path_action,
+    nested_mount_points,
     object_data,
     object_refs,
     parse_volumes,
@@ -197,6 +198,7 @@ class PodVolumes:
         target.mkdir(parents=True, exist_ok=True)
         if write_atomically(target, payload, self.clock()):
             log.info("pod %s: volume %s written", self.namespace, volume.name)
+        make_nested_mount_points(target, nested_mount_points(self.pod, volume.name))
         return VolumeSource(str(target), read_only=True)
 
     def _host_path(self, volume: HostPathVolume) -> Path:
@@ -331,6 +333,19 @@ def write_atomically(target: Path, payload: Payload, now: float) -> bool:
     if previous is not None and previous != fresh.name and "/" not in previous:
         remove_tree(target / previous)
     return True
+
+
+def make_nested_mount_points(target: Path, relatives: tuple[str, ...]) -> None:
+    """Rule 9 of :mod:`ambit.lab.runtime.volumes`: each mount point a directory inside the volume, made without
+    following a link (a name the payload holds is a link into ``..data`` and is left alone)."""
+    for relative in relatives:
+        path = target
+        for element in relative.split("/"):
+            path = path / element
+            if path.is_symlink() or (path.exists() and not path.is_dir()):
+                break
+            if not path.exists():
+                path.mkdir(mode=0o755)
 
 
 def remove_tree(path: Path) -> None:
