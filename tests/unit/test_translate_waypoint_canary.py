@@ -309,8 +309,10 @@ def test_the_canary_waypoint_gets_the_services_policies_routes_and_authenticatio
         table = config.find_table(key, 80)
         assert table is not None and len(table.http) == 1, waypoint
         assert [(a.key, a.services) for a in config.request_authentications] == [("app/web-jwt", (key,))]
+        assert config.services == (key,), waypoint  # both serve it only once this config is in
     bystander = configs["app/bystander"]
     assert (bystander.policies, bystander.tables, bystander.request_authentications) == ((), (), ())
+    assert bystander.services == ()
     (service,) = translation.config.services
     assert service.waypoint == GatewayAddress(NamespacedHostname("app", "primary.app.svc.cluster.local"))
     assert [w.weight for w in service.weighted_waypoints] == [50, 50]
@@ -322,6 +324,8 @@ def test_a_refused_canary_gets_nothing_of_the_service() -> None:
     translation = translate_all(**_objects(canary_weight="150"))
     configs = {c.waypoint: c for c in translation.waypoint_configs}
     assert configs["app/canary"].policies == () and configs["app/canary"].tables == ()
+    assert configs["app/canary"].services == ()
+    assert configs["app/primary"].services == ("app/web.app.svc.cluster.local",)
     assert configs["app/primary"].policies and configs["app/primary"].tables
     assert translation.config.services[0].weighted_waypoints == ()
     (status,) = translation.service_status

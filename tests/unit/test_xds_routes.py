@@ -4,6 +4,7 @@ peer's bad resource is refused with one clear error naming the field, never a tr
 from __future__ import annotations
 
 import contextlib
+import re
 from typing import Any
 
 import pytest
@@ -132,6 +133,9 @@ configs = st.builds(
     st.just("app/waypoint"),
     st.lists(tables, max_size=3).map(tuple),
     xfcc_client_identity=st.booleans(),
+    services=st.lists(TOKEN.map(lambda t: f"app/{t}.app.svc.cluster.local"), max_size=3, unique=True).map(
+        lambda keys: tuple(sorted(keys))
+    ),
 )
 
 
@@ -206,6 +210,30 @@ def test_bad_fields_are_refused_by_name(rule: dict[str, Any], field: str) -> Non
     with pytest.raises(XdsConversionError) as caught:
         decode_waypoint_config("app/waypoint", encoded(**rule))
     assert caught.value.field == f"tables[0].http[0].{field}"
+
+
+@pytest.mark.parametrize(
+    ("services", "problem"),
+    [
+        ([""], "services[0]: required"),
+        (["echo.app.svc.cluster.local"], "services[0]: expected namespace/hostname"),
+        (["app/"], "services[0]: expected namespace/hostname"),
+        (["/echo.app.svc.cluster.local"], "services[0]: expected namespace/hostname"),
+        (["app/echo/x"], "services[0]: expected namespace/hostname"),
+        (["app/echo\n"], "services[0]: has unprintable characters"),
+        (["app/a", "app/b", "app/a"], "services[2]: 'app/a' is given twice"),
+    ],
+)
+def test_bad_service_listings_are_refused_by_name(services: list[str], problem: str) -> None:
+    """A listing is what lets the waypoint serve a Service: a malformed one NACKs the config (the old one stays)."""
+    body = pack_waypoint_config(pb.WaypointConfig(waypoint="app/waypoint", services=services))
+    with pytest.raises(XdsConversionError, match=re.escape(problem)):
+        decode_waypoint_config("app/waypoint", body)
+
+
+def test_a_service_listing_is_kept_sorted_whatever_order_it_came_in() -> None:
+    body = pack_waypoint_config(pb.WaypointConfig(waypoint="app/waypoint", services=["app/b", "app/a", "other/a"]))
+    assert decode_waypoint_config("app/waypoint", body).services == ("app/a", "app/b", "other/a")
 
 
 def test_a_resource_named_for_another_waypoint_is_refused() -> None:

@@ -479,6 +479,11 @@ class WaypointConfig:
     metrics: tuple[ServiceMetrics, ...] = ()
     """The Telemetry API's metric overrides, per destination service (``""``: the rest), ``""`` first then by key
     (:mod:`ambit.controlplane.translate.telemetry`; :class:`ambit.waypoint.telemetry.WaypointMetrics` applies them)."""
+    services: tuple[str, ...] = ()
+    """``namespace/hostname`` of every Service and ServiceEntry host bound to it (as primary or canary), sorted:
+    the binding its tables and policies were chosen by. A waypoint fed by the control plane serves a
+    Service-addressed tunnel only for a listed Service, so never before it holds that Service's policies
+    (:func:`ambit.waypoint.destinations.plan_tunnel`)."""
 
     def find_table(self, service_key: str, port: int) -> RouteTable | None:
         for table in self.tables:

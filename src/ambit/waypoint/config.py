@@ -27,11 +27,12 @@ MAX_PLANS = 4096
 class RouteConfig:
     """The current :class:`WaypointConfig`, replaced atomically."""
 
-    __slots__ = ("_config", "_plans", "_rules")
+    __slots__ = ("_config", "_listed", "_plans", "_rules")
 
     def __init__(self, config: WaypointConfig | None = None) -> None:
         self._config = config if config is not None else WaypointConfig(waypoint="")
         self._rules = {rule.service_key: rule for rule in self._config.destination_rules}
+        self._listed = frozenset(self._config.services)
         self._plans: dict[tuple[BackendService, bool], BackendPolicy | Refusal] = {}
 
     @property
@@ -43,9 +44,15 @@ class RouteConfig:
         """The DestinationRules by service key (one lookup per request)."""
         return self._rules
 
+    @property
+    def listed(self) -> frozenset[str]:
+        """The keys of the Services the configuration lists as bound to the waypoint (one lookup per tunnel)."""
+        return self._listed
+
     def replace(self, config: WaypointConfig) -> None:
         self._config = config
         self._rules = {rule.service_key: rule for rule in config.destination_rules}
+        self._listed = frozenset(config.services)
         self._plans = {}
 
     def plan_backend(self, backend: BackendService, *, upgrade: bool = False) -> BackendPolicy | Refusal:
@@ -65,6 +72,7 @@ class RouteConfig:
     def to_dump(self) -> dict[str, Any]:
         return {
             "waypoint": self._config.waypoint,
+            "services": list(self._config.services),
             "tables": [
                 {
                     "service": table.service_key,

@@ -44,6 +44,10 @@ class WaypointContext:
     access_log: AccessLog
     limits: WaypointLimits = field(default_factory=WaypointLimits)
     routes: RouteConfig = field(default_factory=RouteConfig)
+    serve_listed_only: bool = False
+    """Serve a Service-addressed tunnel only when ``routes`` lists the Service (rule 6 of
+    :func:`~ambit.waypoint.destinations.plan_tunnel`): set when the configuration comes from the control plane,
+    whose WaypointConfig lists what it carries policies for; a waypoint run from a local file has no such list."""
     router: Router = route
     """The routing engine (:func:`ambit.waypoint.routing.route`); tests put stand-ins here."""
     authorizer: WaypointAuthorizer = field(default_factory=WaypointAuthorizer)

@@ -30,6 +30,13 @@ Rules of :func:`plan_tunnel` (Istio's waypoint accepts traffic only for what use
    waypoint → error").
 5. Anything else (unknown address, a Service or Workload using another waypoint or none) is refused, 400, marked
    :attr:`Refusal.unbound` (the shell may wait briefly for a state update that binds it, then judge again).
+6. With ``listed`` given (the waypoint gets its WaypointConfig from the control plane: the keys of its
+   ``services``), a Service of rule 3 that is not listed counts as not bound (rule 5): the workload state told the
+   waypoint of the binding, but the config carrying that Service's policies, routes and DestinationRule has not
+   come yet, and serving without them would fail open. The two arrive on separate resources, in either order.
+   Without ``listed`` (a waypoint run from a local file has no such config) rule 3 alone decides. Workload-addressed
+   tunnels (rule 4) need no listing: only the waypoint-wide policies apply to them, and those do not depend on
+   any binding.
 
 "This waypoint" (:meth:`WaypointSelf.is_me`): a ``GatewayAddress`` naming its Service hostname
 (``<gateway>.<namespace>.svc.<domain>``) in its namespace, or one of its own addresses or its Service's VIPs.
@@ -129,8 +136,11 @@ class Refusal:
 Target = ServiceTarget | WorkloadTarget
 
 
-def plan_tunnel(authority: str, state: WorkloadState, me: WaypointSelf) -> Target | Refusal:
-    """Judge one CONNECT authority (see the module rules)."""
+def plan_tunnel(
+    authority: str, state: WorkloadState, me: WaypointSelf, listed: frozenset[str] | None = None
+) -> Target | Refusal:
+    """Judge one CONNECT authority (see the module rules); ``listed``: the service keys of the current
+    WaypointConfig when it comes from the control plane (rule 6), else None."""
     try:
         host, port = parse_authority(authority)
     except AuthorityError as exc:
@@ -145,6 +155,9 @@ def plan_tunnel(authority: str, state: WorkloadState, me: WaypointSelf) -> Targe
     if service is not None:
         if not me.fronts(service, state):
             return Refusal(400, f"service {service.key} does not use this waypoint", unbound=True)  # rule 5
+        if listed is not None and service.key not in listed:
+            reason = f"service {service.key} is not (yet) in this waypoint's configuration"
+            return Refusal(400, reason, unbound=True)  # rule 6
         mapping = next((m for m in service.ports if m.service_port == port), None)
         if mapping is None:
             return Refusal(400, f"service {service.key} has no port {port}")  # rule 3

@@ -7,11 +7,12 @@ SPIFFE id of our trust domain, ALPN h2. Each CONNECT then:
 
 1. is refused 503 when ``max_tunnels`` are being served already, or when the waypoint has not got its
    certificate and first workload state within ``startup_wait`` (lazy start);
-2. is judged by :func:`~ambit.waypoint.destinations.plan_tunnel`; a destination not bound to this waypoint is
-   judged again after each workload state update for up to ``binding_wait`` seconds (the client's node proxy may
-   have heard of a new binding before this waypoint did: make-before-break when a ``use-waypoint`` label moves
-   here), by at most ``max_binding_waits`` tunnels at once (the rest are judged at once); a refusal answers its
-   status (400), is logged
+2. is judged by :func:`~ambit.waypoint.destinations.plan_tunnel`; a destination not bound to this waypoint (or,
+   with a config from the control plane, a Service its WaypointConfig does not list yet: the policies for it are
+   not in) is judged again after each workload state or WaypointConfig update for up to ``binding_wait`` seconds
+   (the client's node proxy may have heard of a new binding before this waypoint did: make-before-break when a
+   ``use-waypoint`` label moves here), by at most ``max_binding_waits`` tunnels at once (the rest are judged at
+   once); a refusal answers its status (400), is logged
    with its reason and counted (``istio_tcp_connections_failed_total{reporter="waypoint",response_flags="NR"}``
    and the ``refused`` tally of ``/config_dump``);
 3. goes by the Service port's ``appProtocol``: a TCP port reaches its endpoint first and answers 200 only then
@@ -109,7 +110,8 @@ _AS_APP_PROTOCOL = {
 
 class Startup:
     """Lazy start: tunnels wait (bounded) until the certificate and the first workload state are in; and later
-    workload state updates, which tunnels for a destination not (yet) bound to this waypoint wait for (rule 2)."""
+    workload state and WaypointConfig updates, which tunnels for a destination not (yet) bound to this waypoint wait
+    for (rule 2)."""
 
     def __init__(self) -> None:
         self.ready = asyncio.Event()
@@ -118,7 +120,7 @@ class Startup:
         """Tunnels waiting for a binding now (at most ``WaypointLimits.max_binding_waits``)."""
 
     def state_changed(self) -> None:
-        """Wake the tunnels waiting for a state update."""
+        """Wake the tunnels waiting for a state (or config) update."""
         self._changed.set()
         self._changed = asyncio.Event()
 
@@ -175,10 +177,16 @@ async def serve_connection(
         log.info("HBONE connection failed: %s", exc)
 
 
+def _plan(ctx: WaypointContext, authority: str) -> Target | Refusal:
+    """:func:`plan_tunnel` on the current state and, when the config comes from the control plane, its list of
+    bound Services."""
+    return plan_tunnel(authority, ctx.state, ctx.me, ctx.routes.listed if ctx.serve_listed_only else None)
+
+
 async def _plan_after_binding(ctx: WaypointContext, startup: Startup, authority: str) -> Target | Refusal:
     """Rule 2, with its wait for a binding: a destination this waypoint does not serve is judged again after each
-    state update, for at most ``binding_wait`` seconds, by at most ``max_binding_waits`` tunnels at once."""
-    plan = plan_tunnel(authority, ctx.state, ctx.me)
+    state or config update, for at most ``binding_wait`` seconds, by at most ``max_binding_waits`` tunnels at once."""
+    plan = _plan(ctx, authority)
     if not isinstance(plan, Refusal) or not plan.unbound or startup.binding_waits >= ctx.limits.max_binding_waits:
         return plan
     loop = asyncio.get_running_loop()
@@ -189,7 +197,7 @@ async def _plan_after_binding(ctx: WaypointContext, startup: Startup, authority:
             left = deadline - loop.time()
             if left <= 0 or not await startup.wait_state_change(left):
                 break
-            plan = plan_tunnel(authority, ctx.state, ctx.me)
+            plan = _plan(ctx, authority)
     finally:
         startup.binding_waits -= 1
     return plan

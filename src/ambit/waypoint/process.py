@@ -152,6 +152,9 @@ class Waypoint:
             access_log=AccessLog(json=settings.log_json, flows=self.flows),
             limits=limits,
             identity=self.identity,
+            # From the control plane, the WaypointConfig lists the Services it carries policies for; a local file
+            # has no WaypointConfig, and the workload state alone says what is bound.
+            serve_listed_only=bool(settings.xds_address),
         )
         self.xds = (
             XdsClient(
@@ -206,7 +209,7 @@ class Waypoint:
     def _subscriptions(self) -> tuple[Subscription, ...]:
         """What this proxy asks the control plane for besides the workload state: its WaypointConfig."""
         return (
-            Subscription(WAYPOINT_CONFIG_TYPE_URL, (self.config_name,), decode_waypoint_config, self._routes_changed),
+            Subscription(WAYPOINT_CONFIG_TYPE_URL, (self.config_name,), decode_waypoint_config, self.routes_changed),
         )
 
     def _state_changed(self) -> None:
@@ -219,25 +222,29 @@ class Waypoint:
         """The name of this waypoint's WaypointConfig resource: its Gateway's ``namespace/name``."""
         return f"{self.settings.namespace}/{self.settings.gateway_name}"
 
-    def _routes_changed(self, update: ClientUpdate) -> None:
-        """The control plane sent (or removed) this waypoint's routes: from the next request on, they apply."""
+    def routes_changed(self, update: ClientUpdate) -> None:
+        """The control plane sent (or removed) this waypoint's routes: from the next request on, they apply, and
+        tunnels waiting for their Service to be listed judge again."""
         for name, value in update.upserts:
             if name == self.config_name and isinstance(value, WaypointConfig):
                 self.context.routes.replace(value)
                 self.context.jwks.update(value.request_authentications)
-                log.info("routes: %d table(s) for %s", len(value.tables), name)
+                log.info("routes: %d table(s), %d service(s) for %s", len(value.tables), len(value.services), name)
         if self.config_name in update.removals:
             # The routes go back to the defaults, but the last policies stay: a control plane that stops serving
-            # this resource must not turn every authorization policy off (fail closed, not open).
+            # this resource must not turn every authorization policy off (fail closed, not open). The Services
+            # listed stay with them: those policies are the ones chosen for exactly those Services.
             last = self.context.routes.current
             self.context.routes.replace(
                 WaypointConfig(
                     waypoint=self.config_name,
                     policies=last.policies,
                     request_authentications=last.request_authentications,
+                    services=last.services,
                 )
             )
             log.info("routes: none for %s (default routes; the last policies are kept)", self.config_name)
+        self.startup.state_changed()
 
     @property
     def hbone_address(self) -> tuple[str, int]:

@@ -26,6 +26,8 @@ Rules:
     200..599 and its body at most :data:`MAX_DIRECT_BODY` bytes; ``missing_backend_status`` is 0 (500) or 500..599.
 11. ``destination_rules`` (field 6) are judged by :mod:`ambit.xds.destinationrules`.
 12. ``metrics`` (field 7, the Telemetry API's overrides) are judged by :mod:`ambit.xds.metric_overrides`.
+13. ``services`` (field 8, the Services bound to the waypoint) are printable ``namespace/hostname`` keys, each
+    given once; they are kept sorted.
 """
 
 from __future__ import annotations
@@ -254,6 +256,7 @@ def waypoint_config_to_proto(config: WaypointConfig) -> pb.WaypointConfig:
         xfcc_client_identity=config.xfcc_client_identity,
         destination_rules=[destination_policy_to_proto(d) for d in config.destination_rules],
         metrics=[service_metrics_to_proto(m) for m in config.metrics],
+        services=list(config.services),
     )
 
 
@@ -493,6 +496,19 @@ class _Reader(FieldReader):
             found = self.rules[key] = self.rule(field, message)
         return found
 
+    def services(self, field: str, keys: Iterable[str]) -> tuple[str, ...]:
+        """Rule 13: ``namespace/hostname`` keys, each once; returned sorted."""
+        out: set[str] = set()
+        for i, key in enumerate(keys):
+            self.text(f"{field}[{i}]", key, required=True)
+            namespace, slash, host = key.partition("/")
+            if not (namespace and slash and host) or "/" in host:
+                raise self.fail(f"{field}[{i}]", f"expected namespace/hostname, got {key!r}")
+            if key in out:
+                raise self.fail(f"{field}[{i}]", f"{key!r} is given twice")
+            out.add(key)
+        return tuple(sorted(out))
+
     def table(self, field: str, message: pb.RouteTable) -> RouteTable:
         return RouteTable(
             service_key=self.text(f"{field}.service_key", message.service_key),
@@ -506,7 +522,7 @@ class _Reader(FieldReader):
 
 
 def waypoint_config_from_proto(message: pb.WaypointConfig, name: str) -> WaypointConfig:
-    """Judge and convert a WaypointConfig received as resource ``name`` (rules 1-7)."""
+    """Judge and convert a WaypointConfig received as resource ``name`` (rules 1-13)."""
     reader = _Reader(name)
     if message.waypoint != name:
         raise reader.fail("waypoint", f"the resource is named {name!r} but describes {message.waypoint!r}")
@@ -526,6 +542,7 @@ def waypoint_config_from_proto(message: pb.WaypointConfig, name: str) -> Waypoin
             xfcc_client_identity=message.xfcc_client_identity,
             destination_rules=DestinationPolicyReader(name).destination_rules(list(message.destination_rules)),
             metrics=MetricOverridesReader(name).all("metrics", message.metrics),
+            services=reader.services("services", message.services),
         )
     except XdsConversionError:
         raise

@@ -39,7 +39,9 @@ Rules:
    not read the SNI, so it takes only a route whose SNI match could only be that host); one with other hostnames is
    still ``Accepted`` but routes nothing there. Its hostnames the union of the attached HTTP and gRPC routes'.
 6. Every ready waypoint gets a config, even with no Service bound (an empty one); tables are ordered by service
-   key then port.
+   key then port. The config lists the key of every Service bound to it (``services``, sorted; a Service with no
+   port has no table but is listed): the same destinations its tables are built for, so a waypoint that sees a
+   Service listed also holds what was chosen for it here and in the policies (both read ``bound``/``canaries``).
 7. A waypoint's service account (the only identity that may read its config) is the Gateway's
    ``gateway.istio.io/service-account`` annotation, else the Gateway's name, as istiod's deployment controller
    names it.
@@ -399,14 +401,17 @@ def translate_routes(
                 statuses.append(
                     RouteStatus(kind, namespace, _text(meta.get("name")), observed, tuple(parents.values()))
                 )
-    configs = [
-        WaypointConfig(
-            key,
-            _tables(sorted(destinations.get(key, ()), key=lambda s: s.key), attachments, virtual_services, bound),
-            xfcc_client_identity=waypoints.ready[key].xfcc_client_identity,
+    configs: list[WaypointConfig] = []
+    for key in sorted(waypoints.ready):
+        served = sorted(destinations.get(key, ()), key=lambda s: s.key)
+        configs.append(
+            WaypointConfig(
+                key,
+                _tables(served, attachments, virtual_services, bound),
+                xfcc_client_identity=waypoints.ready[key].xfcc_client_identity,
+                services=tuple(dict.fromkeys(s.key for s in served)),
+            )
         )
-        for key in sorted(waypoints.ready)
-    ]
     accounts = {
         f"{_text(_meta(g).get('namespace'))}/{_text(_meta(g).get('name'))}": service_account(g) for g in gateway_list
     }
