@@ -17,6 +17,11 @@ something that outlives it (a relay running on callbacks), and the stream is lef
 the connection is gone and every handler has finished; cancelling it aborts the connection and cancels the
 handlers.
 
+Draining (the proxy is going away, :class:`~ambit.proxy.drain.DrainSignal`): the connection says a graceful GOAWAY
+once its client is judged; tunnels in flight go on, the client opens new ones elsewhere (a proxy that took over
+the listener), and the connection closes when its last tunnel is done. A client that never ends its tunnels is the
+drain deadline's business, not ours.
+
 Handlers are bounded, against "MadeYouReset" (CVE-2025-8671, a client making us reset streams whose handlers
 then run on):
 
@@ -42,6 +47,7 @@ from ambit.hbone.connection import HboneSettings
 from ambit.hbone.events import Headers, TunnelRequested
 from ambit.hbone.server import HboneServerConnection
 from ambit.model.identity import SpiffeId
+from ambit.proxy.drain import DrainSignal
 from ambit.proxy.errors import ProxyError
 from ambit.proxy.hbone_stream import HboneSession, HboneStream
 from ambit.tls.spiffe import PeerIdentityError, check_peer
@@ -133,8 +139,10 @@ class HboneServer:
         handshake_timeout: float = 10.0,
         settings: HboneSettings | None = None,
         on_failure: Callable[[str], None] | None = None,
+        drain: DrainSignal | None = None,
     ) -> None:
-        """Run the connection on ``sock`` (which we own) until it is done and every handler has returned."""
+        """Run the connection on ``sock`` (which we own) until it is done and every handler has returned. When
+        ``drain`` is raised the connection says a graceful GOAWAY (see the module docstring)."""
         peer_addr, local_addr = _addresses(sock)
         name = f"hbone server {local_addr[0]}:{local_addr[1]} <- {peer_addr[0]}:{peer_addr[1]}"
 
@@ -168,6 +176,7 @@ class HboneServer:
             fail(str(exc))
             return
         session.release()
+        unwatch = drain.watch(session.go_away) if drain is not None else None
         try:
             await asyncio.shield(session.lost)
             while server._handlers:
@@ -177,6 +186,9 @@ class HboneServer:
             for task in server._handlers:
                 task.cancel()
             raise
+        finally:
+            if unwatch is not None:
+                unwatch()
 
     def _start(self, stream: HboneStream, event: TunnelRequested) -> None:
         assert self._peer is not None  # no HTTP/2 is read before the client is judged

@@ -129,7 +129,9 @@ async def serve_hbone(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) -> 
 
     with ctx.register("inbound", hbone_peer.peer_addr, hostport(local_ip, 15008), pod):
         try:
-            await HboneServer.serve(sock, certificate, trust_domain=ctx.settings.trust_domain, handler=handle)
+            await HboneServer.serve(
+                sock, certificate, trust_domain=ctx.settings.trust_domain, handler=handle, drain=ctx.drain
+            )
         except (AmbitError, OSError, ssl.SSLError) as exc:
             log.info("pod %s: HBONE connection from %s failed: %s", pod.uid, hostport(*peer), exc)
 
