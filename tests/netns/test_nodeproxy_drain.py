@@ -138,3 +138,19 @@ async def test_a_successor_takes_new_connections_while_the_old_proxy_drains_its_
         await client.aclose()
         assert new.proc.poll() is None
         assert f"{POD_IP}" in new.log.read_text() or "listeners open" in new.log.read_text()
+
+
+async def test_a_peer_holding_an_idle_hbone_connection_cannot_keep_the_proxy_alive(tmp_path: Path) -> None:
+    """An attack on the drain: a client connects, opens nothing and never closes. GOAWAY with no stream in flight
+    means the proxy closes that connection itself, and exits at once, not at the deadline."""
+    async with drain_rig(tmp_path) as (rig, agent):
+        proxy = rig.start_proxy("--drain-deadline", "3600")
+        await add_pod(agent, rig)
+        await proxy.ready()
+        idle = await rig.hbone_client()
+        stopped = time.monotonic()
+        proxy.stop(signal.SIGTERM)
+        assert await proxy.exited(20) == 0
+        assert time.monotonic() - stopped < 20
+        await until("the idle connection closed by the proxy", lambda: idle.closed)
+        await idle.aclose()
