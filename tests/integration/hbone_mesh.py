@@ -13,6 +13,7 @@ from ambit.hbone.connection import HboneSettings
 from ambit.hbone.headers import parse_authority
 from ambit.identity.localca import LocalCa
 from ambit.model.identity import SpiffeId
+from ambit.proxy.drain import DrainSignal
 from ambit.proxy.hbone_client import HboneClient
 from ambit.proxy.hbone_server import HboneServer, InboundRequest, TunnelResponder
 from ambit.proxy.hbone_stream import HboneStream
@@ -54,6 +55,8 @@ class Mesh:
         self.upstream: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]] = echo
         self.upstream_addr = ("127.0.0.1", 0)
         self.listener_addr = ("127.0.0.1", 0)
+        self.drain = DrainSignal()
+        """Raised by a test: the server's connections say GOAWAY, as a draining node proxy's do."""
 
     async def start(self) -> None:
         async def upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -84,6 +87,7 @@ class Mesh:
                     handler=self._handle,
                     settings=self.settings,
                     on_failure=self.failures.append,
+                    drain=self.drain,
                 )
             )
             self.serving.add(task)

@@ -359,8 +359,13 @@ def test_server_go_away_lets_tunnels_in_flight_finish_and_the_client_opens_no_mo
     pair.server.go_away("draining")
     pair.pump()
     client_events, _ = pair.take()
-    assert client_events == [ConnectionDraining(stream_id, "draining")]
+    assert client_events == [ConnectionDraining(wire.STREAM_ID_MASK, "draining")]  # step 1: open nothing more
+    pair.server.finish_going_away()
+    pair.pump()
+    client_events, _ = pair.take()
+    assert client_events == [ConnectionDraining(stream_id, "GOAWAY received")]  # step 2: the last one served
     assert pair.client.draining and pair.server.draining
+    assert pair.client.drained_when_idle and pair.server.drained_when_idle
     assert not pair.client.can_open_tunnel
     with pytest.raises(HboneError):
         pair.client.open_tunnel("198.18.200.7:8080")
@@ -380,14 +385,35 @@ def test_server_go_away_lets_tunnels_in_flight_finish_and_the_client_opens_no_mo
     assert not pair.client.closed and not pair.server.closed  # closing it now is the shells' business
 
 
-def test_a_tunnel_crossing_the_goaway_is_refused_on_both_ends_and_safe_to_retry() -> None:
+def test_a_tunnel_crossing_the_first_goaway_is_still_served() -> None:
+    """The client sent CONNECT before it heard GOAWAY: the first step names no last stream, so it is served."""
     pair = Pair()
-    first = pair.tunnel()
-    crossing = pair.client.open_tunnel("198.18.200.7:8080")  # sent before the client heard the GOAWAY
+    pair.tunnel()
+    crossing = pair.client.open_tunnel("198.18.200.7:8080")
     pair.server.go_away()
+    assert not pair.server.drained_when_idle
     pair.pump()
     client_events, server_events = pair.take()
-    assert not [e for e in server_events if isinstance(e, TunnelRequested)]
+    assert TunnelRequested(crossing, "198.18.200.7:8080", ()) in server_events
+    assert not [e for e in client_events if isinstance(e, StreamReset)]
+    pair.server.respond(crossing, 200)
+    pair.server.finish_going_away()
+    pair.pump()
+    client_events, _ = pair.take()
+    assert TunnelEstablished(crossing, ()) in client_events
+    assert ConnectionDraining(crossing, "GOAWAY received") in client_events
+    assert pair.client.active_streams == 2 and pair.server.active_streams == 2
+
+
+def test_a_tunnel_crossing_the_last_goaway_is_refused_on_both_ends_and_safe_to_retry() -> None:
+    pair = Pair()
+    first = pair.tunnel()
+    pair.server.go_away()
+    crossing = _raw_request(pair.client, [(":method", "CONNECT"), (":authority", "198.18.200.7:8080")])
+    pair.client._new_stream(crossing)  # a client that had not heard the first GOAWAY yet
+    pair.server.finish_going_away()
+    pair.server.receive_data(pair.client.data_to_send())
+    client_events = pair.client.receive_data(pair.server.data_to_send())
     assert StreamReset(crossing, 0x7, remote=True) in client_events  # REFUSED_STREAM: never processed
     assert ConnectionDraining(first, "GOAWAY received") in client_events
     assert pair.client.active_streams == 1 and pair.server.active_streams == 1
@@ -397,6 +423,7 @@ def test_a_client_ignoring_goaway_gets_every_new_stream_refused() -> None:
     """A hostile client that keeps opening streams after our GOAWAY gets nothing processed: each is refused."""
     pair = Pair()
     pair.server.go_away()
+    pair.server.finish_going_away()
     pair.pump()
     pair.take()
     ids = [_raw_request(pair.client, [(":method", "CONNECT"), (":authority", "198.18.200.7:8080")]) for _ in range(5)]

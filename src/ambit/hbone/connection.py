@@ -52,12 +52,14 @@ C. Header blocks. A block is at most ``_MAX_HEADER_BLOCK`` octets and ``MAX_CONT
    (empty CONTINUATION frames cost the byte cap nothing).
 
 Graceful shutdown (RFC 9113 §6.8), on the HBONE ends only (``_graceful_goaway``; the waypoint's HTTP/2 keeps the
-strict reading below): ``go_away()`` sends GOAWAY(NO_ERROR) naming the highest stream the peer opened; streams up to
-it go on to their end, and a peer stream opened after it is refused (RST_STREAM REFUSED_STREAM: never processed, safe
-to retry elsewhere). Receiving such a GOAWAY reports ``ConnectionDraining``: our streams above its last id are
-reset REFUSED_STREAM (the peer says it never saw them), the others go on, and no new stream may be opened. A GOAWAY
-with an error code ends the connection at once (``ConnectionTerminated``). Closing a drained connection once its
-last stream ended is the shell's business.
+strict reading below), in two steps as the RFC advises: ``go_away()`` sends GOAWAY(NO_ERROR) with the largest stream
+id, which tells the peer to open nothing more while streams it sent before hearing it are still served; after a
+round trip's grace, ``finish_going_away()`` sends GOAWAY naming the highest stream the peer opened, and a peer stream
+opened after that is refused (RST_STREAM REFUSED_STREAM: never processed, safe to retry elsewhere). Streams up to it
+go on to their end. Receiving such a GOAWAY reports ``ConnectionDraining``: our streams above its last id are reset
+REFUSED_STREAM (the peer says it never saw them), the others go on, and no new stream may be opened. A GOAWAY with
+an error code ends the connection at once (``ConnectionTerminated``). Timing the second step, and closing a drained
+connection once its last stream ended, are the shell's business.
 
 Invariants:
 1. ``_streams`` holds exactly the streams the application knows and that are not finished; a stream leaves it
@@ -192,6 +194,7 @@ class HboneConnection:
         self._blocked: dict[int, None] = {}  # ordered set: streams with data waiting for a window
         self._closed = False
         self._going_away = False  # we sent a graceful GOAWAY
+        self._going_away_final = False  # ... and its second step: later peer streams are refused
         self._peer_going_away = False  # the peer sent one
         self._need_preface = not self._client_side
         self._peer_settings_seen = False
@@ -330,16 +333,29 @@ class HboneConnection:
         self._drop_all()
 
     def go_away(self, reason: str = "") -> None:
-        """Graceful GOAWAY: the peer's streams opened so far go on to their end, later ones are refused."""
+        """Graceful GOAWAY, first step: the peer opens nothing more; what it sent meanwhile is still served."""
         if self._closed or self._going_away:
             return
         self._going_away = True
-        self._out.append(wire.goaway(self._highest_peer, wire.NO_ERROR, reason.encode("utf-8", "replace")[:256]))
+        self._out.append(wire.goaway(wire.STREAM_ID_MASK, wire.NO_ERROR, reason.encode("utf-8", "replace")[:256]))
+
+    def finish_going_away(self) -> None:
+        """Graceful GOAWAY, second step: name the last peer stream served; later ones are refused."""
+        if self._closed or not self._going_away or self._going_away_final:
+            return
+        self._going_away_final = True
+        self._out.append(wire.goaway(self._highest_peer, wire.NO_ERROR))
 
     @property
     def draining(self) -> bool:
         """A graceful GOAWAY was sent or received: no new stream will be opened on this connection."""
         return self._going_away or self._peer_going_away
+
+    @property
+    def drained_when_idle(self) -> bool:
+        """Once no stream is left the connection has nothing more to do: the peer is going away, or we finished
+        going away."""
+        return self._peer_going_away or self._going_away_final
 
     def output_blocked(self) -> list[Event]:
         """The shell's writes backed up (the peer is not reading): enforce rule B from now on."""

@@ -67,7 +67,7 @@ class HboneServerConnection(HboneConnection):
             self._count_early_reset()
             return
         self._highest_peer = stream_id
-        if self._going_away or len(self._streams) >= self._settings.max_concurrent_streams:
+        if self._going_away_final or len(self._streams) >= self._settings.max_concurrent_streams:
             self._out.append(wire.rst_stream(stream_id, wire.REFUSED_STREAM))
             return
         verdict = _check_connect(headers)

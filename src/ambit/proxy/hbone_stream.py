@@ -69,6 +69,9 @@ from ambit.proxy.streams import PushSink
 
 log = logging.getLogger(__name__)
 
+GOAWAY_GRACE = 1.0
+"""Seconds between the two GOAWAYs of a graceful shutdown: a round trip, generously (Go's http2 waits 1 s too)."""
+
 WRITE_BOUND = 64 * 1024
 """Bytes a stream may have queued in the core (beyond the peer's window) before ``write`` waits."""
 
@@ -98,12 +101,15 @@ class HboneCore(Protocol):
     def consumed(self, stream_id: int, flow_length: int) -> None: ...
     def close(self) -> None: ...
     def go_away(self, reason: str = ...) -> None: ...
+    def finish_going_away(self) -> None: ...
     def output_blocked(self) -> list[Event]: ...
     def output_drained(self) -> None: ...
     @property
     def closed(self) -> bool: ...
     @property
     def draining(self) -> bool: ...
+    @property
+    def drained_when_idle(self) -> bool: ...
 
 
 class HboneStream:
@@ -478,23 +484,30 @@ class HboneSession(asyncio.Protocol):
             del self.streams[stream.stream_id]
             if not self.streams:
                 self.idle_since = self._clock()
-                if self.core.draining:
+                if self.core.drained_when_idle:
                     self.loop.call_soon(self._close_if_drained)
                 elif self.on_idle is not None:
                     self.on_idle()
 
     def go_away(self, reason: str = "draining") -> None:
-        """Say a graceful GOAWAY: the streams in flight go on, the peer opens new ones elsewhere; the connection is
-        closed once the last of them is done."""
+        """Say a graceful GOAWAY: the streams in flight go on, the peer opens new ones elsewhere; after
+        ``GOAWAY_GRACE`` (streams the peer sent before it heard us are still served) the last one served is named,
+        and the connection is closed once the last of them is done."""
         if self.transport is None or self.core.closed or self.held:
             return
         self.core.go_away(reason)
         self.flush()
-        if not self.streams:
-            self.loop.call_soon(self._close_if_drained)
+        self.loop.call_later(GOAWAY_GRACE, self._finish_going_away)
+
+    def _finish_going_away(self) -> None:
+        if self.transport is None or self.core.closed:
+            return
+        self.core.finish_going_away()
+        self.flush()
+        self._close_if_drained()
 
     def _close_if_drained(self) -> None:
-        if not self.streams and self.core.draining:
+        if not self.streams and self.core.drained_when_idle:
             self.close()
 
     def close(self) -> None:
