@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from tests.netns.nodeproxy_rig import ECHO_PORT, POD_IP, add_pod, drain_rig, echo, listening
+from tests.netns.nodeproxy_rig import CLIENT_IP, ECHO_PORT, POD_IP, add_pod, drain_rig, echo, listening
 
 from ambit.proxy.hbone_stream import StreamClosedError
 
@@ -81,6 +81,7 @@ async def test_a_tunnel_that_never_ends_is_closed_at_the_deadline_and_the_proxy_
             await echo(stream, b"after the deadline")
         log = proxy.log.read_text()
         assert "drain deadline of 2 s reached" in log and "Traceback" not in log
+        assert f"drain: closing inbound {CLIENT_IP}:" in log  # a line per connection cut
         assert not pod_listeners(rig.pod) and not listening(rig.node)
         await client.aclose()
 

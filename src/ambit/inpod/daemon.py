@@ -325,11 +325,12 @@ class NodeProxy:
                 case StopAccepting():
                     await self._stop_accepting()
                 case ForceClose(live=live, reason=reason):
+                    log.warning("drain: %s; closing %s connection(s) left", reason, live if live >= 0 else "the")
+                    for conn in list(self.context.connections.values()):
+                        log.info("drain: closing %s %s -> %s (pod %s)", conn.direction, conn.src, conn.dst, conn.pod)
                     for pod in self.pods.pods.values():
-                        for conn in list(pod.connections):
-                            log.info("drain: closing a connection of pod %s/%s", pod.info.namespace, pod.info.name)
-                            conn.cancel()
-                    log.warning("drain: %s; closed what was left (%s)", reason, live if live >= 0 else "cut short")
+                        for each in list(pod.connections):
+                            each.cancel()
                 case Exit(reason=reason):
                     log.info("drain over: %s", reason)
                 case _:
@@ -338,7 +339,9 @@ class NodeProxy:
     async def _stop_accepting(self) -> None:
         self.readiness.add_pending(DRAIN_TASK)
         live = self.live_connections()
-        log.info("draining: listeners closed, %d connection(s) may run up to %g s", live, self.settings.drain_deadline)
+        log.info(
+            "draining: closing every listener; %d connection(s) may run up to %g s", live, self.settings.drain_deadline
+        )
         for failure in self.context.drain.start():
             log.error("drain: a connection failed to hear the drain", exc_info=failure)
         await self.pods.stop_accepting()
