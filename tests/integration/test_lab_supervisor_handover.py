@@ -68,6 +68,7 @@ async def test_a_hand_over_starts_the_new_process_first_then_the_old_one_drains_
         new = supervisor.pids["px"]
         assert new != old and alive(new)
         assert message.startswith(f"px: pid {new} ready in ") and message.endswith(f"pid {old} draining")
+        await until_true(lambda: f"draining {old}" in log.read_text(), "the old process told to stop")
         text = log.read_text()
         assert text.index(f"up {new}") < text.index(f"draining {old}"), "the old one was stopped before"
         await until_true(lambda: not alive(old), "the old process gone once drained")
