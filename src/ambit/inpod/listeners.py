@@ -22,6 +22,7 @@ where /proc/sys is read-only the hand-over still works, with that small window.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import enum
@@ -114,11 +115,8 @@ MIGRATE_REQ_SYSCTL = "/proc/sys/net/ipv4/tcp_migrate_req"
 def _allow_request_migration() -> None:
     """Best effort: queued connections of a closing listener move to its reuseport siblings (module docstring).
     ``/proc/sys/net`` shows the netns of the thread that opens it, so this is the pod's."""
-    try:
-        with open(MIGRATE_REQ_SYSCTL, "w") as sysctl:
-            sysctl.write("1")
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open(MIGRATE_REQ_SYSCTL, "w") as sysctl:
+        sysctl.write("1")
 
 
 def _open_in_netns(netns_fd: int, specs: tuple[ListenerSpec, ...]) -> list[PodListener]:
