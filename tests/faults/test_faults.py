@@ -21,6 +21,7 @@ import os
 import secrets
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from tests.e2e.lab_driver import (
     condition,
     daemon_pid,
     is_ready,
+    lab_processes,
     pod_manifest,
     running_lab,
     sleeper,
@@ -55,7 +57,7 @@ CROSS_NODE = ("cli-1>srv-2", "cli-2>srv-1")
 RECOVERY_BOUND = 60.0
 """Seconds within which new connections must succeed again after a part is back: a bound on correctness."""
 TABLE = REPO / "bench" / "results" / "faults.md"
-FAULTS = 5
+FAULTS = 6
 
 
 @dataclass
@@ -203,6 +205,53 @@ def kept_streams(records: list[dict[str, Any]], targets: tuple[str, ...]) -> lis
         for r in records
         if r["kind"] == "stream" and r["target"] in targets and r["outcome"] != "ok"
     ]
+
+
+def test_a_rolling_restart_of_every_node_proxy_keeps_every_connection_and_refuses_none(
+    scene: Scene, tmp_path: Path
+) -> None:
+    """``ambit lab restart nodeproxy``: on each node in turn the supervisor starts a new node proxy beside the old
+    one (SO_REUSEPORT), waits until it is ready with the node's pods (the node agent's snapshot), then stops the
+    old one, which drains: its listeners close, inbound HBONE connections hear GOAWAY, and the connections it
+    already relays run on (up to its 25 s deadline). No established stream may break and no new connection fail."""
+    lab = scene.lab
+    old = {node: daemon_pids(lab, node) for node in ("node-1", "node-2")}
+    with steady_load(scene, tmp_path) as trial:
+        time.sleep(1.5)
+        began = time.time()
+        restart = subprocess.run(
+            [sys.executable, "-m", "ambit.cli", "lab", "restart", "nodeproxy", "--dir", str(lab.directory)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        handed_over = time.time()
+        assert restart.returncode == 0, restart.stderr
+        time.sleep(3)  # new connections through the new proxies while the old ones still relay the streams
+        window_end = time.time()
+    # The old proxies exit once the streams they relayed have ended (the load stopped them), not at a deadline.
+    for node, pids in old.items():
+        wait_until(f"{node}'s old node proxy gone", lambda node=node, pids=pids: not pids & daemon_pids(lab, node), 20)
+    readiness = ", ".join(line.split(" ready in ")[1].split(",")[0] for line in restart.stdout.splitlines())
+    row = fault_row(
+        "node proxy rolling restart (hand-over, both nodes)",
+        trial.records,
+        began,
+        window_end,
+        trial.plaintext,
+        note=f"new proxies ready in {readiness}; both handed over in {handed_over - began:.1f} s",
+    )
+    check_row(trial, row)
+    assert all(daemon_pids(lab, node) and not daemon_pids(lab, node) & pids for node, pids in old.items())
+    every = SAME_NODE + CROSS_NODE
+    assert failures(trial.records, began, window_end, every) == []
+    assert row.kept == row.established and row.established == 4, row
+
+
+def daemon_pids(lab: Lab, node: str) -> set[int]:
+    """Every running node proxy process of ``node`` (two during a hand-over)."""
+    return {pid for pid, argv in lab_processes(lab.directory).items() if "nodeproxy" in argv and node in argv}
 
 
 def test_node_proxy_kill_9_loses_its_nodes_connections_and_new_ones_succeed_again(scene: Scene, tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from ambit.hbone.connection import HboneSettings
 from ambit.hbone.headers import parse_authority
 from ambit.identity.localca import LocalCa
 from ambit.model.identity import SpiffeId
+from ambit.proxy.drain import DrainSignal
 from ambit.proxy.hbone_client import HboneClient
 from ambit.proxy.hbone_server import HboneServer, InboundRequest, TunnelResponder
 from ambit.proxy.hbone_stream import HboneStream
@@ -57,6 +58,8 @@ class Mesh:
         self.listener_addr = ("127.0.0.1", 0)
         self.server_revocation: RevocationManager | None = None
         self.client_revocation: RevocationManager | None = None
+        self.drain = DrainSignal()
+        """Raised by a test: the server's connections say GOAWAY, as a draining node proxy's do."""
 
     async def start(self) -> None:
         async def upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -88,6 +91,7 @@ class Mesh:
                     settings=self.settings,
                     on_failure=self.failures.append,
                     revocation=self.server_revocation,
+                    drain=self.drain,
                 )
             )
             self.serving.add(task)

@@ -30,6 +30,7 @@ from tests.integration.hbone_mesh import (
 from ambit.hbone.connection import HboneSettings
 from ambit.identity.localca import LocalCa
 from ambit.model.identity import SpiffeId
+from ambit.proxy.drain import DrainSignal
 from ambit.proxy.errors import StreamClosedError
 from ambit.proxy.hbone_client import HboneConnectError, TunnelRefusedError
 
@@ -278,4 +279,25 @@ async def test_an_upstream_that_resets_mid_upload_fails_only_its_own_tunnel(mesh
     mesh.upstream = echo
     assert await echo_once(mesh, b"the pooled connection survived") == b"the pooled connection survived"
     assert mesh.connections_served == 1
+    assert mesh.failures == []
+
+
+async def test_a_draining_server_finishes_its_tunnel_while_the_pool_takes_new_ones_elsewhere(mesh: Mesh) -> None:
+    """The server says GOAWAY (its proxy drains): the tunnel in flight goes on; the pool stops using that
+    connection and dials a new one for the next tunnel; the old connection closes once its tunnel is done."""
+    old_stream = await mesh.open()
+    await old_stream.write(b"before")
+    assert await old_stream.read() == b"before"
+    (old,) = [c for bucket in mesh.pool._buckets.values() for c in bucket.connections]
+    mesh.drain.start()
+    mesh.drain = DrainSignal()  # connections accepted from now on are the successor's: not draining
+    await until(lambda: not old.available)
+    assert not old.closed
+    assert await echo_once(mesh, b"a new tunnel") == b"a new tunnel"
+    assert mesh.connections_served == 2, "the new tunnel rode the draining connection"
+    await old_stream.write(b"during the drain")
+    assert await old_stream.read() == b"during the drain"
+    old_stream.write_eof()
+    assert await read_all(old_stream) == b""
+    await until(lambda: old.closed)
     assert mesh.failures == []

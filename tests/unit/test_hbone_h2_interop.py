@@ -9,6 +9,7 @@ import h2.settings
 import pytest
 
 from ambit.hbone import (
+    ConnectionDraining,
     ConnectionTerminated,
     DataReceived,
     Event,
@@ -180,11 +181,23 @@ def test_h2_server_refusal_with_headers_spread_over_continuations(status: str) -
     assert not any(isinstance(e, ConnectionTerminated) for e in pair.our_events)
 
 
-def test_h2_goaway_terminates_our_client() -> None:
+def test_h2_graceful_goaway_drains_our_client() -> None:
+    """h2's GOAWAY(NO_ERROR) naming our stream: that tunnel goes on, no new one is opened (RFC 9113 §6.8)."""
+    pair = WithH2Server()
+    stream_id = pair.ours.open_tunnel("198.18.200.7:8080")
+    pair.pump()
+    pair.peer.close_connection(error_code=0, additional_data=b"bye", last_stream_id=stream_id)
+    pair.pump()
+    assert ConnectionDraining(stream_id, "bye") in pair.our_events
+    assert not any(isinstance(e, ConnectionTerminated) for e in pair.our_events)
+    assert not pair.ours.closed and pair.ours.active_streams == 1 and not pair.ours.can_open_tunnel
+
+
+def test_h2_goaway_with_an_error_terminates_our_client() -> None:
     pair = WithH2Server()
     pair.ours.open_tunnel("198.18.200.7:8080")
     pair.pump()
-    pair.peer.close_connection(error_code=0, additional_data=b"bye")
+    pair.peer.close_connection(error_code=2, additional_data=b"bye")
     pair.pump()
     terminated = [e for e in pair.our_events if isinstance(e, ConnectionTerminated)]
     assert len(terminated) == 1 and terminated[0].reason == "bye"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ambit.hbone import (
+    ConnectionDraining,
     ConnectionTerminated,
     DataReceived,
     Event,
@@ -20,6 +21,7 @@ from ambit.hbone import (
     TunnelRejected,
     TunnelRequested,
     connect_headers,
+    wire,
 )
 from ambit.hbone.connection import MAX_EARLY_RESETS
 
@@ -322,7 +324,9 @@ def test_peer_limit_on_concurrent_streams_is_respected() -> None:
 
 
 @pytest.mark.parametrize("closer", ["client", "server"])
-def test_goaway_terminates_the_other_side_and_no_new_tunnels(closer: str) -> None:
+def test_close_says_goaway_and_no_new_tunnels(closer: str) -> None:
+    """``close`` drops our streams and says GOAWAY(NO_ERROR); the peer hears a graceful GOAWAY (its streams end
+    when the transport closes, the shell's business) and opens nothing more."""
     pair = Pair()
     pair.tunnel()
     local, remote = (pair.client, pair.server) if closer == "client" else (pair.server, pair.client)
@@ -331,12 +335,103 @@ def test_goaway_terminates_the_other_side_and_no_new_tunnels(closer: str) -> Non
     pair.pump()
     client_events, server_events = pair.take()
     remote_events = server_events if closer == "client" else client_events
-    assert len(remote_events) == 1 and isinstance(remote_events[0], ConnectionTerminated)
-    assert remote_events[0].error_code == 0
-    assert remote.closed and remote.active_streams == 0
+    assert remote_events == [ConnectionDraining(1 if closer == "server" else 0, "GOAWAY received")]
+    assert remote.draining
     assert not pair.client.can_open_tunnel
     with pytest.raises(HboneError):
         pair.client.open_tunnel("198.18.200.7:8080")
+
+
+def test_goaway_with_an_error_terminates_every_stream() -> None:
+    pair = Pair()
+    pair.tunnel()
+    pair.server.close(error_code=0x2)  # INTERNAL_ERROR
+    pair.pump()
+    client_events, _ = pair.take()
+    assert len(client_events) == 1 and isinstance(client_events[0], ConnectionTerminated)
+    assert client_events[0].error_code == 0x2
+    assert pair.client.closed and pair.client.active_streams == 0
+
+
+def test_server_go_away_lets_tunnels_in_flight_finish_and_the_client_opens_no_more() -> None:
+    pair = Pair()
+    stream_id = pair.tunnel()
+    pair.server.go_away("draining")
+    pair.pump()
+    client_events, _ = pair.take()
+    assert client_events == [ConnectionDraining(wire.STREAM_ID_MASK, "draining")]  # step 1: open nothing more
+    pair.server.finish_going_away()
+    pair.pump()
+    client_events, _ = pair.take()
+    assert client_events == [ConnectionDraining(stream_id, "GOAWAY received")]  # step 2: the last one served
+    assert pair.client.draining and pair.server.draining
+    assert pair.client.drained_when_idle and pair.server.drained_when_idle
+    assert not pair.client.can_open_tunnel
+    with pytest.raises(HboneError):
+        pair.client.open_tunnel("198.18.200.7:8080")
+    # The tunnel in flight carries data both ways and ends normally.
+    pair.client.send_data(stream_id, b"ping")
+    pair.server.send_data(stream_id, b"pong")
+    pair.pump(auto_consume=True)
+    client_events, server_events = pair.take()
+    assert [e.data for e in server_events if isinstance(e, DataReceived)] == [b"ping"]
+    assert [e.data for e in client_events if isinstance(e, DataReceived)] == [b"pong"]
+    pair.client.end_stream(stream_id)
+    pair.server.end_stream(stream_id)
+    pair.pump()
+    client_events, server_events = pair.take()
+    assert StreamEnded(stream_id) in client_events and StreamEnded(stream_id) in server_events
+    assert pair.client.active_streams == 0 and pair.server.active_streams == 0
+    assert not pair.client.closed and not pair.server.closed  # closing it now is the shells' business
+
+
+def test_a_tunnel_crossing_the_first_goaway_is_still_served() -> None:
+    """The client sent CONNECT before it heard GOAWAY: the first step names no last stream, so it is served."""
+    pair = Pair()
+    pair.tunnel()
+    crossing = pair.client.open_tunnel("198.18.200.7:8080")
+    pair.server.go_away()
+    assert not pair.server.drained_when_idle
+    pair.pump()
+    client_events, server_events = pair.take()
+    assert TunnelRequested(crossing, "198.18.200.7:8080", ()) in server_events
+    assert not [e for e in client_events if isinstance(e, StreamReset)]
+    pair.server.respond(crossing, 200)
+    pair.server.finish_going_away()
+    pair.pump()
+    client_events, _ = pair.take()
+    assert TunnelEstablished(crossing, ()) in client_events
+    assert ConnectionDraining(crossing, "GOAWAY received") in client_events
+    assert pair.client.active_streams == 2 and pair.server.active_streams == 2
+
+
+def test_a_tunnel_crossing_the_last_goaway_is_refused_on_both_ends_and_safe_to_retry() -> None:
+    pair = Pair()
+    first = pair.tunnel()
+    pair.server.go_away()
+    crossing = _raw_request(pair.client, [(":method", "CONNECT"), (":authority", "198.18.200.7:8080")])
+    pair.client._new_stream(crossing)  # a client that had not heard the first GOAWAY yet
+    pair.server.finish_going_away()
+    pair.server.receive_data(pair.client.data_to_send())
+    client_events = pair.client.receive_data(pair.server.data_to_send())
+    assert StreamReset(crossing, 0x7, remote=True) in client_events  # REFUSED_STREAM: never processed
+    assert ConnectionDraining(first, "GOAWAY received") in client_events
+    assert pair.client.active_streams == 1 and pair.server.active_streams == 1
+
+
+def test_a_client_ignoring_goaway_gets_every_new_stream_refused() -> None:
+    """A hostile client that keeps opening streams after our GOAWAY gets nothing processed: each is refused."""
+    pair = Pair()
+    pair.server.go_away()
+    pair.server.finish_going_away()
+    pair.pump()
+    pair.take()
+    ids = [_raw_request(pair.client, [(":method", "CONNECT"), (":authority", "198.18.200.7:8080")]) for _ in range(5)]
+    server_events = pair.server.receive_data(pair.client.data_to_send())
+    assert server_events == []
+    assert pair.server.active_streams == 0 and not pair.server.closed
+    answer = pair.server.data_to_send()
+    assert answer == b"".join(wire.rst_stream(sid, wire.REFUSED_STREAM) for sid in ids)
 
 
 def test_stream_writable_after_the_window_reopens() -> None:

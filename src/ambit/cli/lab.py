@@ -317,6 +317,36 @@ def controllers(directory: DirOption = DEFAULT_DIR) -> None:
     asyncio.run(run_controllers_for(_topology(directory)))
 
 
+@lab.command()
+def restart(
+    component: Annotated[str, typer.Argument(help="What to restart: nodeproxy.")],
+    node: Annotated[
+        list[str] | None, typer.Option("--node", help="Only this node (repeatable) [default: every node, in turn].")
+    ] = None,
+    directory: DirOption = DEFAULT_DIR,
+) -> None:
+    """Restart a supervised lab's node proxies without a gap: each new proxy starts beside the old one, takes over
+    its node's pods once ready, and the old one drains (a rolling update with surge)."""
+    from ambit.lab.cluster.handover import HandOverError, request_hand_over
+
+    if component != "nodeproxy":
+        raise typer.BadParameter(f"{component!r}: only nodeproxy can be handed over", param_hint="COMPONENT")
+    topology = _topology(directory)
+    if not topology.mesh:
+        typer.echo("ambit lab restart: this lab's mesh is not supervised (start it with --supervised)", err=True)
+        raise typer.Exit(1)
+    known = [n.name for n in topology.all_nodes()]
+    for name in node or []:
+        if name not in known:
+            raise typer.BadParameter(f"no node {name!r} (this lab has {', '.join(known)})", param_hint="--node")
+    for name in node or known:
+        try:
+            typer.echo(request_hand_over(topology.path, f"nodeproxy {name}"))
+        except HandOverError as exc:
+            typer.echo(f"ambit lab restart: nodeproxy {name}: {exc}", err=True)
+            raise typer.Exit(1) from None
+
+
 @lab.command(hidden=True)
 def supervise(directory: DirOption = DEFAULT_DIR) -> None:
     """Run the mesh daemons of every node and restart those that die (started by `ambit lab up --mesh`)."""

@@ -253,6 +253,24 @@ def nodeproxy(
             "(else $POOL_UNUSED_RELEASE_TIMEOUT, else 300).",
         ),
     ] = None,
+    drain_deadline: Annotated[
+        str | None,
+        typer.Option(
+            "--drain-deadline",
+            metavar="SECONDS",
+            help="On SIGTERM or /quitquitquit, seconds the connections already open may run before they are closed "
+            "(else $CONNECTION_TERMINATION_DEADLINE, else $TERMINATION_GRACE_PERIOD_SECONDS less 5, else 5).",
+        ),
+    ] = None,
+    notify_fd: Annotated[
+        int | None,
+        typer.Option(
+            "--notify-fd",
+            metavar="FD",
+            min=3,
+            help="Write READY=1 to this inherited file descriptor once ready (a supervisor's hand-over waits for it).",
+        ),
+    ] = None,
 ) -> None:
     """Run a lab node's proxy: in-pod listeners for the pods the node agent hands over (ZDS), and the data path.
 
@@ -260,7 +278,12 @@ def nodeproxy(
     plane's CA (--ca-address) or a local CA directory (--local-ca).
     """
     from ambit.inpod import eventloop
-    from ambit.inpod.settings import NodeProxySettings, NodeProxySettingsError, parse_pool_limits
+    from ambit.inpod.settings import (
+        NodeProxySettings,
+        NodeProxySettingsError,
+        parse_drain_deadline,
+        parse_pool_limits,
+    )
     from ambit.model.identity import IdentityError, check_trust_domain
 
     try:
@@ -273,8 +296,14 @@ def nodeproxy(
         raise typer.BadParameter(str(exc), param_hint="--event-loop") from None
     try:
         max_streams, idle_timeout = parse_pool_limits(pool_max_streams, pool_idle_timeout, os.environ)
+        deadline = parse_drain_deadline(drain_deadline, os.environ)
     except NodeProxySettingsError as exc:
         raise typer.BadParameter(str(exc)) from None
+    if notify_fd is not None:
+        try:
+            os.fstat(notify_fd)
+        except OSError:
+            raise typer.BadParameter(f"file descriptor {notify_fd} is not open", param_hint="--notify-fd") from None
     dns_nameservers = tuple(_dns_upstreams(dns_upstream or []))
     if (xds_address or ca_address) and (root_cert is None or token is None):
         raise typer.BadParameter("--xds-address and --ca-address need --root-cert and --token")
@@ -311,6 +340,8 @@ def nodeproxy(
         dns_nameservers=dns_nameservers,
         flow_log_size=flow_log_size,
         crl_path=None if crl_path is None or str(crl_path) in ("", ".") else crl_path,
+        drain_deadline=deadline,
+        notify_fd=notify_fd,
     )
     from ambit.inpod.allocator import tune_allocator
     from ambit.inpod.daemon import run_node_proxy  # the data path's imports: only once the arguments are good

@@ -11,6 +11,7 @@ from ambit.hbone.client import HboneClientConnection
 from ambit.hbone.connection import HboneConnection, HboneSettings
 from ambit.hbone.errors import AuthorityError, HboneError, HboneProtocolError
 from ambit.hbone.events import (
+    ConnectionDraining,
     ConnectionTerminated,
     DataReceived,
     Event,
@@ -33,6 +34,7 @@ from ambit.hbone.server import HboneServerConnection
 
 __all__ = [
     "AuthorityError",
+    "ConnectionDraining",
     "ConnectionTerminated",
     "DataReceived",
     "Event",

@@ -28,11 +28,12 @@ class HboneClientConnection(HboneConnection):
     """One pooled HTTP/2 connection seen from the side that opens tunnels."""
 
     _client_side = True
+    _graceful_goaway = True
 
     @property
     def can_open_tunnel(self) -> bool:
-        """True while below min(our limit, the peer's MAX_CONCURRENT_STREAMS) and not closing or closed."""
-        if self._closed or self._next_id > wire.STREAM_ID_MASK:
+        """True while below min(our limit, the peer's MAX_CONCURRENT_STREAMS) and not draining, closing or closed."""
+        if self._closed or self.draining or self._next_id > wire.STREAM_ID_MASK:
             return False
         return len(self._streams) < min(self._settings.max_concurrent_streams, self._peer_max_streams)
 
@@ -45,7 +46,7 @@ class HboneClientConnection(HboneConnection):
             if any(c in value for c in "\r\n\0"):
                 raise HboneError(f"header {name!r} has a value with CR, LF or NUL")
         if not self.can_open_tunnel:
-            raise HboneError("cannot open a tunnel: the connection is closed or at its stream limit")
+            raise HboneError("cannot open a tunnel: the connection is closed, draining or at its stream limit")
         stream_id = self._next_id
         self._next_id += 2
         self._send_headers(stream_id, [(":method", "CONNECT"), (":authority", authority), *headers])

@@ -51,6 +51,16 @@ B. Control responses. PING and SETTINGS each oblige us to send an ACK. The shell
 C. Header blocks. A block is at most ``_MAX_HEADER_BLOCK`` octets and ``MAX_CONTINUATIONS`` CONTINUATION frames
    (empty CONTINUATION frames cost the byte cap nothing).
 
+Graceful shutdown (RFC 9113 §6.8), on the HBONE ends only (``_graceful_goaway``; the waypoint's HTTP/2 keeps the
+strict reading below), in two steps as the RFC advises: ``go_away()`` sends GOAWAY(NO_ERROR) with the largest stream
+id, which tells the peer to open nothing more while streams it sent before hearing it are still served; after a
+round trip's grace, ``finish_going_away()`` sends GOAWAY naming the highest stream the peer opened, and a peer stream
+opened after that is refused (RST_STREAM REFUSED_STREAM: never processed, safe to retry elsewhere). Streams up to it
+go on to their end. Receiving such a GOAWAY reports ``ConnectionDraining``: our streams above its last id are reset
+REFUSED_STREAM (the peer says it never saw them), the others go on, and no new stream may be opened. A GOAWAY with
+an error code ends the connection at once (``ConnectionTerminated``). Timing the second step, and closing a drained
+connection once its last stream ended, are the shell's business.
+
 Invariants:
 1. ``_streams`` holds exactly the streams the application knows and that are not finished; a stream leaves it
    when both halves are closed, on any reset, on a refused or rejected tunnel, and all at once on termination.
@@ -72,7 +82,15 @@ from hpack.exceptions import HPACKError
 
 from ambit.hbone import wire
 from ambit.hbone.errors import HboneError, HboneProtocolError
-from ambit.hbone.events import ConnectionTerminated, DataReceived, Event, StreamEnded, StreamReset, StreamWritable
+from ambit.hbone.events import (
+    ConnectionDraining,
+    ConnectionTerminated,
+    DataReceived,
+    Event,
+    StreamEnded,
+    StreamReset,
+    StreamWritable,
+)
 
 _MAX_HEADER_LIST = 64 * 1024
 _MAX_HEADER_BLOCK = 2 * _MAX_HEADER_LIST
@@ -161,6 +179,8 @@ class HboneConnection:
     """Behaviour shared by :class:`HboneClientConnection` and :class:`HboneServerConnection`."""
 
     _client_side: ClassVar[bool]
+    _graceful_goaway: ClassVar[bool] = False
+    """GOAWAY(NO_ERROR) lets the streams in flight finish (see the module docstring); else it ends them all."""
 
     def __init__(self, settings: HboneSettings = HboneSettings()) -> None:
         settings.check()
@@ -173,6 +193,9 @@ class HboneConnection:
         self._streams: dict[int, _Stream] = {}
         self._blocked: dict[int, None] = {}  # ordered set: streams with data waiting for a window
         self._closed = False
+        self._going_away = False  # we sent a graceful GOAWAY
+        self._going_away_final = False  # ... and its second step: later peer streams are refused
+        self._peer_going_away = False  # the peer sent one
         self._need_preface = not self._client_side
         self._peer_settings_seen = False
         self._peer_max_frame = wire.DEFAULT_MAX_FRAME
@@ -308,6 +331,31 @@ class HboneConnection:
             return
         self._out.append(wire.goaway(self._highest_peer, error_code))
         self._drop_all()
+
+    def go_away(self, reason: str = "") -> None:
+        """Graceful GOAWAY, first step: the peer opens nothing more; what it sent meanwhile is still served."""
+        if self._closed or self._going_away:
+            return
+        self._going_away = True
+        self._out.append(wire.goaway(wire.STREAM_ID_MASK, wire.NO_ERROR, reason.encode("utf-8", "replace")[:256]))
+
+    def finish_going_away(self) -> None:
+        """Graceful GOAWAY, second step: name the last peer stream served; later ones are refused."""
+        if self._closed or not self._going_away or self._going_away_final:
+            return
+        self._going_away_final = True
+        self._out.append(wire.goaway(self._highest_peer, wire.NO_ERROR))
+
+    @property
+    def draining(self) -> bool:
+        """A graceful GOAWAY was sent or received: no new stream will be opened on this connection."""
+        return self._going_away or self._peer_going_away
+
+    @property
+    def drained_when_idle(self) -> bool:
+        """Once no stream is left the connection has nothing more to do: the peer is going away, or we finished
+        going away."""
+        return self._peer_going_away or self._going_away_final
 
     def output_blocked(self) -> list[Event]:
         """The shell's writes backed up (the peer is not reading): enforce rule B from now on."""
@@ -490,8 +538,12 @@ class HboneConnection:
             if stream_id != 0 or len(payload) < 8:
                 raise HboneProtocolError(wire.PROTOCOL_ERROR, "malformed GOAWAY")
             last, code, debug = wire.parse_goaway(payload)
-            events.append(ConnectionTerminated(code, last, debug.decode("utf-8", "replace") or "GOAWAY received"))
-            self._drop_all()
+            reason = debug.decode("utf-8", "replace") or "GOAWAY received"
+            if code == wire.NO_ERROR and self._graceful_goaway:
+                self._peer_drains(last, reason, events)
+            else:
+                events.append(ConnectionTerminated(code, last, reason))
+                self._drop_all()
         elif frame_type == wire.PRIORITY:
             if stream_id == 0 or len(payload) != 5:
                 raise HboneProtocolError(wire.PROTOCOL_ERROR, "malformed PRIORITY")
@@ -500,6 +552,15 @@ class HboneConnection:
         elif frame_type == wire.CONTINUATION:
             raise HboneProtocolError(wire.PROTOCOL_ERROR, "CONTINUATION without HEADERS")
         # Unknown frame types are ignored (§5.5).
+
+    def _peer_drains(self, last: int, reason: str, events: list[Event]) -> None:
+        """A graceful GOAWAY: our streams above ``last`` were never processed; the rest go on."""
+        self._peer_going_away = True
+        if self._client_side:  # only clients open HBONE streams
+            for stream_id in [sid for sid in self._streams if sid > last]:
+                self._forget(stream_id)
+                events.append(StreamReset(stream_id, wire.REFUSED_STREAM, remote=True))
+        events.append(ConnectionDraining(last, reason))
 
     def _padded_data(self, flags: int, stream_id: int, payload: memoryview, events: list[Event]) -> None:
         length = len(payload)

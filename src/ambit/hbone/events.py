@@ -8,7 +8,8 @@ Stream lifecycle as seen through events (client view on the left, server view on
     StreamEnded ◀──END_STREAM──▶ StreamEnded               the peer half-closed; we may still send
     StreamReset ◀────RST──────▶ StreamReset               the stream is gone both ways
     StreamWritable                                        queued outbound data was all framed after a window grew
-    ConnectionTerminated                                  GOAWAY received or a protocol error: every stream is gone
+    ConnectionDraining            go_away()               graceful GOAWAY: streams in flight go on, none may be opened
+    ConnectionTerminated                                  GOAWAY with an error, or a protocol error: no stream survives
 """
 
 from __future__ import annotations
@@ -127,6 +128,16 @@ class StreamWritable:
 
 
 @dataclass(frozen=True, slots=True)
+class ConnectionDraining:
+    """A graceful GOAWAY (NO_ERROR) received: streams up to ``last_stream_id`` go on to their end; no new stream
+    may be opened on the connection (ours above that id were never processed: each got a ``StreamReset``
+    REFUSED_STREAM, safe to retry elsewhere)."""
+
+    last_stream_id: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class ConnectionTerminated:
     """GOAWAY received, or the peer broke a rule and we sent GOAWAY; no stream survives."""
 
@@ -136,7 +147,8 @@ class ConnectionTerminated:
 
 
 Event = (
-    TunnelRequested
+    ConnectionDraining
+    | TunnelRequested
     | TunnelRejected
     | TunnelEstablished
     | TunnelRefused

@@ -33,6 +33,7 @@ class HboneServerConnection(HboneConnection):
     """One HTTP/2 connection seen from the side that accepts tunnels."""
 
     _client_side = False
+    _graceful_goaway = True
 
     def respond(self, stream_id: int, status: int, headers: Sequence[tuple[str, str]] = ()) -> None:
         """Answer a ``TunnelRequested``: 200 opens the tunnel for data, any other status ends the stream."""
@@ -66,7 +67,7 @@ class HboneServerConnection(HboneConnection):
             self._count_early_reset()
             return
         self._highest_peer = stream_id
-        if len(self._streams) >= self._settings.max_concurrent_streams:
+        if self._going_away_final or len(self._streams) >= self._settings.max_concurrent_streams:
             self._out.append(wire.rst_stream(stream_id, wire.REFUSED_STREAM))
             return
         verdict = _check_connect(headers)

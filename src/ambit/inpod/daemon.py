@@ -4,13 +4,22 @@ Theory of operation: the proxy's pieces are built once from :class:`NodeProxySet
 else: the workload state (from the control plane over delta xDS, or a local config file), the certificate manager
 (the control plane's CA with impersonation, or a local CA), the HBONE connection pool, metrics and access log, the
 admin/metrics/readiness endpoints in the proxy's own netns, and the ZDS client whose pods get listeners served by
-:mod:`ambit.proxy` (and a DNS proxy, :mod:`ambit.dns`). The proxy runs until SIGTERM, SIGINT or ``POST
-/quitquitquit``; then it closes listeners, connections and endpoints. The admin POSTs need the token the proxy makes
-at start-up and writes to :attr:`NodeProxy.admin_token_file` (0600): host-network pods reach the admin port too, and
-must not stop or reconfigure the proxy.
+:mod:`ambit.proxy` (and a DNS proxy, :mod:`ambit.dns`). The admin POSTs need the token the proxy makes at start-up
+and writes to :attr:`NodeProxy.admin_token_file` (0600): host-network pods reach the admin port too, and must not
+stop or reconfigure the proxy.
 
 Readiness (``/healthz/ready`` on 15021) waits for two tasks: ``state manager`` (the configuration was read) and
-``workload proxy manager`` (ZDS snapshot received, no pod pending).
+``workload proxy manager`` (ZDS snapshot received, no pod pending). With ``notify_fd`` the proxy also writes
+``READY=1`` there once, when it first becomes ready: a supervisor starting a successor waits for that before it
+stops the old proxy (the hand-over; the successor's listeners sit beside the old ones with SO_REUSEPORT, and the
+node agent gives its pods to the newest proxy).
+
+Stopping is a graceful drain (:mod:`ambit.inpod.drain` decides, :meth:`NodeProxy.run` carries it out): SIGTERM,
+SIGINT or ``POST /quitquitquit`` closes every listener at once (the pods' and the endpoints': readiness fails,
+connections go to a successor if there is one), says GOAWAY on inbound HBONE connections, refuses new pods from
+the node agent (deletes still stop pods), and waits until the connections already accepted have ended, at most
+``drain_deadline`` seconds; then whatever is left is closed and the process exits. A second signal cuts the wait
+short. A connection that never ends holds the drain for the deadline at most; nobody outside can extend it.
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +40,7 @@ from ambit.errors import AmbitError
 from ambit.identity.istiod import IstiodCaClient
 from ambit.identity.localca import LocalCa
 from ambit.identity.manager import CaClient, CertificateManager
+from ambit.inpod.drain import ConnectionsCounted, Drain, DrainRequested, Exit, ForceClose, StopAccepting
 from ambit.inpod.heap import HeapSettler
 from ambit.inpod.localstate import LocalConfigWatcher
 from ambit.inpod.resolvers import read_resolv_conf, upstream_of
@@ -55,6 +66,9 @@ log = logging.getLogger("ambit.inpod.daemon")
 STATE_TASK = "state manager"
 PODS_TASK = "workload proxy manager"
 HOUSEKEEPING_INTERVAL = 0.2
+DRAIN_POLL = 0.05
+"""Seconds between counts of the connections left while draining."""
+DRAIN_TASK = "draining"
 REAP_INTERVAL = 30.0
 ADMIN_TOKEN_FILE = "admin-token"
 """The admin token's file name in the proxy's run directory (next to the ZDS socket) unless settings say where."""
@@ -99,6 +113,9 @@ class NodeProxy:
 
         self.settings = settings
         self.stopped = asyncio.Event()
+        """Set once a stop (drain) was asked for."""
+        self.drain = Drain(settings.drain_deadline)
+        self._stop_requests: list[str] = []
         self.state = WorkloadState()
         self.ca = self._ca_client(settings)
         self.certs = CertificateManager(self.ca)
@@ -155,13 +172,15 @@ class NodeProxy:
             metrics=self.metrics,
             readiness=self.readiness,
             config_dump=self.config_dump,
-            quit=self.stopped.set,
+            quit=lambda: self.request_stop("/quitquitquit"),
             admin_address=("127.0.0.1", settings.admin_port),
             stats_address=("0.0.0.0", settings.stats_port),
             readiness_address=("0.0.0.0", settings.readiness_port),
             flows=self.flows,
+            reuse_port=True,
         )
         self._tasks: list[asyncio.Task[None]] = []
+        self._notify_fd = settings.notify_fd
 
     @staticmethod
     def _ca_client(settings: NodeProxySettings) -> CaClient:
@@ -267,14 +286,91 @@ class NodeProxy:
                 self.readiness.done(STATE_TASK)
             if self.zds.ready:
                 self.readiness.done(PODS_TASK)
+            if self.readiness.ready:
+                self._notify_ready()
             await asyncio.sleep(HOUSEKEEPING_INTERVAL)
             since_reap += HOUSEKEEPING_INTERVAL
             if since_reap >= REAP_INTERVAL:
                 since_reap = 0.0
                 self.context.pool.reap_idle()
 
+    def _notify_ready(self) -> None:
+        fd, self._notify_fd = self._notify_fd, None
+        if fd is None:
+            return
+        try:
+            os.write(fd, b"READY=1\n")
+        except OSError as exc:  # the supervisor went away: nobody to tell
+            log.warning("cannot write readiness to fd %d: %s", fd, exc)
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def request_stop(self, reason: str) -> None:
+        """Ask for the graceful drain (a second ask cuts it short); from a signal handler or the admin port."""
+        log.info("stop requested (%s)", reason)
+        self._stop_requests.append(reason)
+        self.stopped.set()
+
+    def live_connections(self) -> int:
+        """Connections the pods still serve (being set up, relayed, or inbound HBONE connections)."""
+        return sum(len(pod.connections) for pod in self.pods.pods.values())
+
+    async def run(self) -> None:
+        """Serve until a stop is asked for, then drain (see the module docstring); returns when the drain is over.
+        The caller closes the proxy (:meth:`aclose`) afterwards."""
+        clock = self.context.clock
+        while not self.drain.over:
+            if self._stop_requests:
+                reason = self._stop_requests.pop(0)
+                await self._carry_out(self.drain.handle(DrainRequested(clock(), reason)))
+                continue
+            if self.drain.draining:
+                await self._carry_out(self.drain.handle(ConnectionsCounted(clock(), self.live_connections())))
+                if self.drain.over:
+                    break
+            self.stopped.clear()
+            if self._stop_requests:
+                continue
+            wait = DRAIN_POLL if self.drain.draining else None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopped.wait(), wait)
+        self.stopped.set()
+
+    async def _carry_out(self, commands: list[StopAccepting | ForceClose | Exit]) -> None:
+        for command in commands:
+            match command:
+                case StopAccepting():
+                    await self._stop_accepting()
+                case ForceClose(live=live, reason=reason):
+                    log.warning("drain: %s; closing %s connection(s) left", reason, live if live >= 0 else "the")
+                    for conn in list(self.context.connections.values()):
+                        log.info("drain: closing %s %s -> %s (pod %s)", conn.direction, conn.src, conn.dst, conn.pod)
+                    for pod in self.pods.pods.values():
+                        for each in list(pod.connections):
+                            each.cancel()
+                case Exit(reason=reason):
+                    log.info("drain over: %s", reason)
+                case _:
+                    raise NodeProxyError(f"unknown drain command {command!r}")
+
+    async def _stop_accepting(self) -> None:
+        self.readiness.add_pending(DRAIN_TASK)
+        live = self.live_connections()
+        log.info(
+            "draining: closing every listener; %d connection(s) may run up to %g s", live, self.settings.drain_deadline
+        )
+        for failure in self.context.drain.start():
+            log.error("drain: a connection failed to hear the drain", exc_info=failure)
+        await self.pods.stop_accepting()
+        await self.endpoints.aclose()
+
     async def aclose(self) -> None:
         self.heap.close()
+        if self._notify_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._notify_fd)
+            self._notify_fd = None
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -292,13 +388,13 @@ class NodeProxy:
 
 
 async def run_node_proxy(settings: NodeProxySettings) -> None:
-    """Run until SIGTERM, SIGINT or ``/quitquitquit``."""
+    """Run until SIGTERM, SIGINT or ``/quitquitquit``, then drain (see the module docstring)."""
     proxy = NodeProxy(settings)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, proxy.stopped.set)
+        loop.add_signal_handler(sig, proxy.request_stop, sig.name)
     await proxy.start()
     try:
-        await proxy.stopped.wait()
+        await proxy.run()
     finally:
         await proxy.aclose()

@@ -12,10 +12,17 @@ error is raised: a pod has all its listeners or none, but for the ``optional`` o
 ``[::1]:15053`` (spec §0: localhost, 127.0.0.1 and ::1), which a pod whose netns has no IPv6 (no ``::1`` on ``lo``,
 or no IPv6 in the kernel) goes without. With IPv6 the in-pod rules redirect the pod's IPv6 DNS to ``::1``, so
 without that pair its IPv6 DNS would be refused.
+
+Hand-over: SO_REUSEPORT lets a successor proxy bind beside the old one, and the old one stops accepting by
+closing its listeners. A listener that closes resets the connections still waiting in its accept queue unless the
+netns has ``net.ipv4.tcp_migrate_req`` set, which moves them to another listener of the same reuseport group. The
+helper thread sets it in the pod's netns (the sysctl is per netns and only concerns reuseport groups), best effort:
+where /proc/sys is read-only the hand-over still works, with that small window.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import enum
@@ -102,9 +109,20 @@ def _bind(spec: ListenerSpec) -> socket.socket:
     return sock
 
 
+MIGRATE_REQ_SYSCTL = "/proc/sys/net/ipv4/tcp_migrate_req"
+
+
+def _allow_request_migration() -> None:
+    """Best effort: queued connections of a closing listener move to its reuseport siblings (module docstring).
+    ``/proc/sys/net`` shows the netns of the thread that opens it, so this is the pod's."""
+    with contextlib.suppress(OSError), open(MIGRATE_REQ_SYSCTL, "w") as sysctl:
+        sysctl.write("1")
+
+
 def _open_in_netns(netns_fd: int, specs: tuple[ListenerSpec, ...]) -> list[PodListener]:
     """Runs on the helper thread only: it joins the netns and never leaves it."""
     _setns(netns_fd, CLONE_NEWNET)
+    _allow_request_migration()
     opened: list[PodListener] = []
     try:
         for spec in specs:

@@ -24,6 +24,11 @@ POOL_IDLE_TIMEOUT_ENV = "POOL_UNUSED_RELEASE_TIMEOUT"
 DEFAULT_POOL_MAX_STREAMS = MAX_CONCURRENT_STREAMS
 DEFAULT_POOL_IDLE_TIMEOUT = 300.0
 
+DEADLINE_ENV = "CONNECTION_TERMINATION_DEADLINE"
+GRACE_PERIOD_ENV = "TERMINATION_GRACE_PERIOD_SECONDS"
+DEFAULT_DRAIN_DEADLINE = 5.0
+"""ztunnel's ``DEFAULT_CONNECTION_TERMINATION_DEADLINE``."""
+
 _DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
@@ -52,17 +57,40 @@ def parse_pool_limits(
             raise NodeProxySettingsError(f"{streams_from}: expected at least 1 stream per connection, got {streams}")
     timeout = DEFAULT_POOL_IDLE_TIMEOUT
     if timeout_text is not None:
-        match = _DURATION.fullmatch(timeout_text)
-        if match is None and timeout_text.strip().startswith("-"):
-            raise NodeProxySettingsError(f"{timeout_from}: expected 0 seconds or more, got {timeout_text!r}")
-        if match is None:
-            raise NodeProxySettingsError(
-                f"{timeout_from}: expected seconds (e.g. 300, 0.5) or a duration (e.g. 5m, 500ms), got {timeout_text!r}"
-            )
-        timeout = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-        if not math.isfinite(timeout):
-            raise NodeProxySettingsError(f"{timeout_from}: {timeout_text!r} is too large")
+        timeout = _duration(timeout_text, timeout_from)
     return streams, timeout
+
+
+def parse_drain_deadline(flag: str | None, environ: Mapping[str, str]) -> float:
+    """Seconds a draining proxy lets its connections run before closing them (ztunnel's
+    ``self_termination_deadline``): ``--drain-deadline``, else ``$CONNECTION_TERMINATION_DEADLINE`` (seconds or a
+    duration), else from ``$TERMINATION_GRACE_PERIOD_SECONDS`` (its pod's grace period less 5 s when above 10 s,
+    else less 1 s, at least 1 s: the rest is left for closing before the kubelet's SIGKILL), else 5 s."""
+    text, source = _pick(flag, "--drain-deadline", environ, DEADLINE_ENV)
+    if text is not None:
+        return _duration(text, source)
+    grace = environ.get(GRACE_PERIOD_ENV)
+    if grace is None:
+        return DEFAULT_DRAIN_DEADLINE
+    stripped = grace.strip()
+    if not (stripped.isascii() and stripped.isdigit()) or len(stripped) > 12:
+        raise NodeProxySettingsError(f"${GRACE_PERIOD_ENV}: expected whole seconds, got {grace!r}")
+    seconds = int(stripped)
+    return float(max(seconds - 5 if seconds > 10 else seconds - 1, 1))
+
+
+def _duration(text: str, source: str) -> float:
+    match = _DURATION.fullmatch(text)
+    if match is None and text.strip().startswith("-"):
+        raise NodeProxySettingsError(f"{source}: expected 0 seconds or more, got {text!r}")
+    if match is None:
+        raise NodeProxySettingsError(
+            f"{source}: expected seconds (e.g. 300, 0.5) or a duration (e.g. 5m, 500ms), got {text!r}"
+        )
+    value = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    if not math.isfinite(value):
+        raise NodeProxySettingsError(f"{source}: {text!r} is too large")
+    return value
 
 
 def _pick(flag: str | None, flag_name: str, environ: Mapping[str, str], env_name: str) -> tuple[str | None, str]:
@@ -129,6 +157,13 @@ class NodeProxySettings:
     ``istio-ca-crl`` ConfigMap mounted); None: no CRL checks."""
     crl_poll_interval: float = 2.0
     """Seconds between looks at ``crl_path``."""
+    drain_deadline: float = DEFAULT_DRAIN_DEADLINE
+    """Seconds a draining proxy (SIGTERM, ``/quitquitquit``) lets its connections run before closing them
+    (:func:`parse_drain_deadline`, :mod:`ambit.inpod.drain`)."""
+    notify_fd: int | None = None
+    """Write ``READY=1`` and a newline to this inherited file descriptor (then close it) once the proxy is ready
+    (its configuration read, every pod the node agent handed over served): how a supervisor starting a successor
+    knows when it may stop the old proxy."""
     event_loop: str = "uvloop"
     """The event loop the proxy runs on: ``uvloop`` or ``asyncio`` (see :mod:`ambit.inpod.eventloop`). uvloop is
     the default since the connection-churn soak test (``tests/integration/test_uvloop_churn.py``) passes under it."""

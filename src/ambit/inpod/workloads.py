@@ -17,6 +17,14 @@ sends every pod again in its snapshot after it or we restart (spec §3.3), and t
 must survive that. A different namespace (the pod's sandbox was recreated) replaces them: the latest netns wins.
 ``stop`` closes the pod's listeners and cancels its connections (the pod is gone: no drain).
 
+Draining (the proxy is going away, :mod:`ambit.inpod.drain`): ``stop_accepting`` closes every pod's listeners, TCP
+and UDP, and leaves the connections they accepted running; a pod added afterwards is refused (the node agent's
+Add is nacked: the pod belongs to the proxy that took over), while a pod added again in the netns it is served in
+is still the no-op above, and ``stop`` still stops pods. With SO_REUSEPORT a successor's listeners already sit
+beside ours, so closing ours sends every new connection there; connections that completed their handshake but were
+not accepted yet move to the successor's queue too where the netns allows it (``tcp_migrate_req``,
+:mod:`ambit.inpod.listeners`).
+
 Without a proxy context (the listener layer's own tests) a captured connection's original destination is
 recorded and the connection closed.
 """
@@ -36,7 +44,7 @@ from typing import Any
 from ambit.dns.answer import DnsClient
 from ambit.dns.forwarder import Forwarder, Upstream
 from ambit.dns.server import DnsDatagramProtocol, DnsServer, DnsServerSettings
-from ambit.inpod.listeners import Port, open_pod_listeners
+from ambit.inpod.listeners import ListenerError, Port, open_pod_listeners
 from ambit.inpod.resolvers import PodResolvers
 from ambit.proxy.context import LocalPod, ProxyContext
 from ambit.proxy.inbound import serve_hbone, serve_plaintext
@@ -102,6 +110,19 @@ class PodProxy:
     last_original_dst: dict[Port, tuple[str, int] | None] = field(default_factory=dict)
     closing: bool = False
     """``aclose`` has started: a splice handed over from now on is cancelled at once."""
+
+    async def stop_accepting(self) -> None:
+        """Close the listeners (their accept loops first); the connections accepted so far keep running."""
+        for task in self.accept_tasks:
+            task.cancel()
+        try:
+            await asyncio.gather(*self.accept_tasks, return_exceptions=True)
+        finally:
+            for listener in self.listeners:
+                listener.close()
+            for transport in self.datagram_transports:
+                transport.close()
+        await asyncio.gather(*self.datagram_closed)
 
     async def aclose(self) -> None:
         self.closing = True
@@ -204,6 +225,8 @@ class PodListenerManager:
         self._context = context
         self._dns = dns
         self._pods: dict[str, PodProxy] = {}
+        self.draining = False
+        """``stop_accepting`` was called: new pods are refused."""
         self.on_change: Callable[[], None] = lambda: None
         """Called after a pod was added or removed (the daemon re-tracks certificates and counts)."""
 
@@ -225,6 +248,8 @@ class PodListenerManager:
         if current is not None and current.netns == netns:
             log.info("pod %s (%s/%s): already served in this netns", uid, info.namespace, info.name)
             return
+        if self.draining:
+            raise ListenerError(f"pod {info.namespace}/{info.name}: this node proxy is draining and takes no pods")
         await self.stop(uid)
         listeners = await asyncio.to_thread(open_pod_listeners, netns_fd)
         loop = asyncio.get_running_loop()
@@ -329,6 +354,11 @@ class PodListenerManager:
         await pod.aclose()
         log.info("pod %s: listeners closed", uid)
         self.on_change()
+
+    async def stop_accepting(self) -> None:
+        """Close every pod's listeners and take no new pods; connections keep running (module docstring)."""
+        self.draining = True
+        await asyncio.gather(*(pod.stop_accepting() for pod in self._pods.values()))
 
     async def aclose(self) -> None:
         for uid in list(self._pods):

@@ -30,6 +30,7 @@ from ambit.model.state import WorkloadState
 from ambit.model.workload import IPAddress, Workload
 from ambit.proxy.accounting import Accounting, BothSides, LabelsCache
 from ambit.proxy.authorization import Authorizer, Guards
+from ambit.proxy.drain import DrainSignal
 from ambit.proxy.hostnames import HostnameResolver
 from ambit.proxy.plans import NodeView
 from ambit.proxy.pool import ConnectionPool
@@ -128,6 +129,8 @@ class ProxyContext:
     """Checks HBONE peers against the CRL file and closes revoked connections; None: no CRL checks (no path)."""
     hostnames: HostnameResolver | None = None
     """Resolves hostname endpoints on demand (``resolution: DNS`` ServiceEntries); None: they are refused."""
+    drain: DrainSignal = field(default_factory=DrainSignal)
+    """Raised when the process starts its graceful drain: accepted HBONE connections say GOAWAY."""
     synced: Callable[[], bool] = lambda: True
     """Whether ``state`` holds a complete configuration (the control plane's first full view). Until then a
     connection waits as for its own workload: a destination the state does not know yet would be planned as

@@ -163,6 +163,8 @@ class HboneClient:
         """CONNECT to ``authority``; the tunnel once the server answered 200, else :class:`TunnelRefusedError`."""
         if self.closed:
             raise ConnectionLostError(f"{self._session.name}: {self._session.terminated or 'connection closed'}")
+        if self._core.draining:  # the peer said GOAWAY: a new connection may land on its successor
+            raise ConnectionLostError(f"{self._session.name}: the peer is going away")
         stream_id = self._core.open_tunnel(authority, list(headers))
         stream = self._session.add_stream(stream_id)
         self._session.flush()

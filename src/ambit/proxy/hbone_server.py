@@ -17,6 +17,11 @@ something that outlives it (a relay running on callbacks), and the stream is lef
 the connection is gone and every handler has finished; cancelling it aborts the connection and cancels the
 handlers.
 
+Draining (the proxy is going away, :class:`~ambit.proxy.drain.DrainSignal`): the connection says a graceful GOAWAY
+once its client is judged; tunnels in flight go on, the client opens new ones elsewhere (a proxy that took over
+the listener), and the connection closes when its last tunnel is done. A client that never ends its tunnels is the
+drain deadline's business, not ours.
+
 Handlers are bounded, against "MadeYouReset" (CVE-2025-8671, a client making us reset streams whose handlers
 then run on):
 
@@ -42,6 +47,7 @@ from ambit.hbone.connection import HboneSettings
 from ambit.hbone.events import Headers, TunnelRequested
 from ambit.hbone.server import HboneServerConnection
 from ambit.model.identity import SpiffeId
+from ambit.proxy.drain import DrainSignal
 from ambit.proxy.errors import ProxyError
 from ambit.proxy.hbone_stream import HboneSession, HboneStream
 from ambit.proxy.revocation import RevocationManager, Tracked
@@ -137,11 +143,13 @@ class HboneServer:
         settings: HboneSettings | None = None,
         on_failure: Callable[[str], None] | None = None,
         revocation: RevocationManager | None = None,
+        drain: DrainSignal | None = None,
     ) -> None:
         """Run the connection on ``sock`` (which we own) until it is done and every handler has returned.
 
         With ``revocation``, a client whose chain is revoked is dropped after the handshake, and the connection is
-        aborted if a later CRL revokes it (:mod:`ambit.proxy.revocation`)."""
+        aborted if a later CRL revokes it (:mod:`ambit.proxy.revocation`). When ``drain`` is raised the connection
+        says a graceful GOAWAY (see the module docstring)."""
         peer_addr, local_addr = _addresses(sock)
         name = f"hbone server {local_addr[0]}:{local_addr[1]} <- {peer_addr[0]}:{peer_addr[1]}"
 
@@ -180,6 +188,7 @@ class HboneServer:
             fail(str(exc))
             return
         session.release()
+        unwatch = drain.watch(session.go_away) if drain is not None else None
         try:
             await asyncio.shield(session.lost)
             while server._handlers:
@@ -192,6 +201,8 @@ class HboneServer:
         finally:
             if tracked is not None:
                 tracked.release()
+            if unwatch is not None:
+                unwatch()
 
     def _start(self, stream: HboneStream, event: TunnelRequested) -> None:
         assert self._peer is not None  # no HTTP/2 is read before the client is judged

@@ -33,6 +33,9 @@ Invariants:
 - Nothing is sent, and nothing received is fed to the core, until the owner has judged the peer's certificate
   and called :meth:`HboneSession.release` (asyncio may deliver the peer's first bytes in the same callback that
   completes the handshake, before the owner's coroutine runs).
+- A draining connection (a graceful GOAWAY sent with :meth:`HboneSession.go_away`, or received) is closed by the
+  session once its last stream is done: nothing new can ride it, so holding it open would only keep a draining
+  proxy (or its peer) waiting.
 - A stream is in :attr:`HboneSession.streams` until it is done on the wire (both END_STREAMs sent and all its
   bytes framed, or reset); :attr:`HboneSession.idle_since` is the clock time that table last became empty.
 """
@@ -48,6 +51,7 @@ from collections.abc import Callable
 from typing import Protocol, cast
 
 from ambit.hbone.events import (
+    ConnectionDraining,
     ConnectionTerminated,
     DataReceived,
     Event,
@@ -64,6 +68,9 @@ from ambit.proxy.errors import ProxyError, StreamClosedError
 from ambit.proxy.streams import PushSink
 
 log = logging.getLogger(__name__)
+
+GOAWAY_GRACE = 1.0
+"""Seconds between the two GOAWAYs of a graceful shutdown: a round trip, generously (Go's http2 waits 1 s too)."""
 
 WRITE_BOUND = 64 * 1024
 """Bytes a stream may have queued in the core (beyond the peer's window) before ``write`` waits."""
@@ -93,10 +100,16 @@ class HboneCore(Protocol):
     def reset_stream(self, stream_id: int, error_code: int = ...) -> None: ...
     def consumed(self, stream_id: int, flow_length: int) -> None: ...
     def close(self) -> None: ...
+    def go_away(self, reason: str = ...) -> None: ...
+    def finish_going_away(self) -> None: ...
     def output_blocked(self) -> list[Event]: ...
     def output_drained(self) -> None: ...
     @property
     def closed(self) -> bool: ...
+    @property
+    def draining(self) -> bool: ...
+    @property
+    def drained_when_idle(self) -> bool: ...
 
 
 class HboneStream:
@@ -471,8 +484,31 @@ class HboneSession(asyncio.Protocol):
             del self.streams[stream.stream_id]
             if not self.streams:
                 self.idle_since = self._clock()
-                if self.on_idle is not None:
+                if self.core.drained_when_idle:
+                    self.loop.call_soon(self._close_if_drained)
+                elif self.on_idle is not None:
                     self.on_idle()
+
+    def go_away(self, reason: str = "draining") -> None:
+        """Say a graceful GOAWAY: the streams in flight go on, the peer opens new ones elsewhere; after
+        ``GOAWAY_GRACE`` (streams the peer sent before it heard us are still served) the last one served is named,
+        and the connection is closed once the last of them is done."""
+        if self.transport is None or self.core.closed or self.held:
+            return
+        self.core.go_away(reason)
+        self.flush()
+        self.loop.call_later(GOAWAY_GRACE, self._finish_going_away)
+
+    def _finish_going_away(self) -> None:
+        if self.transport is None or self.core.closed:
+            return
+        self.core.finish_going_away()
+        self.flush()
+        self._close_if_drained()
+
+    def _close_if_drained(self) -> None:
+        if not self.streams and self.core.drained_when_idle:
+            self.close()
 
     def close(self) -> None:
         """Say GOAWAY and close the transport (after its buffer drains); streams still open are reset."""
@@ -547,6 +583,10 @@ class HboneSession(asyncio.Protocol):
                 self._on_request(stream, event)
             case TunnelRejected(stream_id=sid, status=status, reason=reason):
                 log.info("%s: rejected stream %d with %d: %s", self.name, sid, status, reason)
+            case ConnectionDraining(last_stream_id=last, reason=reason):
+                log.debug("%s: the peer is going away after stream %d: %s", self.name, last, reason)
+                if not self.streams:
+                    self.loop.call_soon(self._close_if_drained)
             case ConnectionTerminated(error_code=code, reason=reason):
                 self._terminate(f"connection terminated (HTTP/2 error {code:#x}): {reason}")
                 transport = self.transport

@@ -135,6 +135,7 @@ async def serve_hbone(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) -> 
                 trust_domain=ctx.settings.trust_domain,
                 handler=handle,
                 revocation=ctx.revocation,
+                drain=ctx.drain,
             )
         except (AmbitError, OSError, ssl.SSLError) as exc:
             log.info("pod %s: HBONE connection from %s failed: %s", pod.uid, hostport(*peer), exc)

@@ -131,13 +131,17 @@ class _GatedConnection(asyncio.Protocol):
 class LimitedSite(web.BaseSite):
     """aiohttp's TCP site with a :class:`ConnectionGate` in front of the runner's server."""
 
-    __slots__ = ("_gate", "_host", "_port")
+    __slots__ = ("_gate", "_host", "_port", "_reuse_port")
 
-    def __init__(self, runner: web.BaseRunner, host: str, port: int, limits: ConnectionLimits) -> None:
+    def __init__(
+        self, runner: web.BaseRunner, host: str, port: int, limits: ConnectionLimits, *, reuse_port: bool = False
+    ) -> None:
         super().__init__(runner)
         self._host = host
         self._port = port
         self._gate = ConnectionGate(limits)
+        self._reuse_port = reuse_port
+        """SO_REUSEPORT: a successor process may bind the same port while this one still serves."""
 
     @property
     def gate(self) -> ConnectionGate:
@@ -153,5 +157,9 @@ class LimitedSite(web.BaseSite):
         assert server is not None
         gate = self._gate
         self._server = await asyncio.get_running_loop().create_server(
-            lambda: _GatedConnection(gate, server), self._host, self._port, reuse_address=True
+            lambda: _GatedConnection(gate, server),
+            self._host,
+            self._port,
+            reuse_address=True,
+            reuse_port=self._reuse_port or None,
         )

@@ -153,8 +153,11 @@ class ProxyEndpoints:
         stats_address: tuple[str, int] = ("0.0.0.0", 15020),
         readiness_address: tuple[str, int] = ("0.0.0.0", 15021),
         flows: FlowRing | None = None,
+        reuse_port: bool = False,
     ) -> None:
         self._metrics = metrics
+        self._reuse_port = reuse_port
+        """Bind with SO_REUSEPORT (a node proxy's successor binds beside it during a hand-over)."""
         self._flows = flows
         self._readiness = readiness
         self._config_dump = config_dump
@@ -194,7 +197,7 @@ class ProxyEndpoints:
             self._started.append(runner)
             try:
                 limits = ADMIN_LIMITS if name == "admin" else PUBLIC_LIMITS
-                await LimitedSite(runner, host, port, limits).start()
+                await LimitedSite(runner, host, port, limits, reuse_port=self._reuse_port).start()
             except OSError as exc:
                 await self.aclose()
                 reason = exc.strerror or str(exc)

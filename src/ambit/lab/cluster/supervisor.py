@@ -14,8 +14,16 @@ Rules (2 and 3 are :class:`ambit.lab.runtime.backoff.RestartBackoff`'s, with :cl
 2. The first delay is ``initial`` (1 s); each further one doubles, up to ``maximum`` (30 s).
 3. A daemon that ran at least ``stable`` seconds before it died starts the sequence over (a crash an hour after
    the last one is not a crash loop).
-4. On SIGTERM or SIGINT the supervisor stops restarting, sends SIGTERM to every daemon, waits ``term_grace``
-   seconds, kills what is left, and exits.
+4. On SIGTERM or SIGINT the supervisor stops restarting, sends SIGTERM to every daemon (draining ones too), waits
+   ``term_grace`` seconds, kills what is left, and exits.
+5. Hand-over (:meth:`Supervisor.hand_over`, a rolling restart without a gap): a daemon that can tell when it is
+   ready (``notify``: node proxies, ``--notify-fd``) is started a second time beside its running process. Once the
+   new process writes ``READY=1`` (within ``handover_ready`` seconds) it becomes the daemon's process and the old
+   one gets SIGTERM: it drains and exits on its own, and that exit is not a death (rule 1 does not apply). A new
+   process that exits or is not ready in time is stopped, and the old one keeps running: the hand-over failed.
+   One hand-over per daemon at a time.
+
+The lab's tools ask for a hand-over over a unix socket (:mod:`ambit.lab.cluster.handover`, ``ambit lab restart``).
 
 Extra flags: a daemon's command line is computed at each start, not once. A node proxy's gets the flags found in
 ``<lab dir>/mesh/nodeproxy-flags`` at that moment appended (one flag per line, e.g. ``--pool-max-streams=1``;
@@ -40,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ambit.commands import process_start_time
+from ambit.errors import AmbitError
 from ambit.lab.cluster.record import Record
 from ambit.lab.network.topology import Topology
 from ambit.lab.runtime.backoff import RestartBackoff
@@ -61,6 +70,12 @@ class SupervisorSettings:
     """A daemon that ran this long before dying is restarted after ``initial`` again."""
     term_grace: float = 5.0
     """Seconds between SIGTERM and SIGKILL when the supervisor stops."""
+    handover_ready: float = 60.0
+    """Seconds a hand-over waits for the new process to be ready (rule 5)."""
+
+
+class SupervisorError(AmbitError):
+    """A request the supervisor cannot carry out (a hand-over of an unknown daemon, or one that failed)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +88,10 @@ class Daemon:
     log: Path
     flags_file: Path | None = None
     """Extra flags appended to ``argv`` at each start, one a line (absent file: none)."""
+    env: tuple[tuple[str, str], ...] = ()
+    """Added to the supervisor's environment for this daemon."""
+    notify: bool = False
+    """Takes ``--notify-fd FD`` and writes ``READY=1`` there once ready: it can be handed over (rule 5)."""
 
     def command(self) -> tuple[str, ...]:
         """The command line for a start now: ``argv`` and the flags the flags file holds at this moment."""
@@ -96,6 +115,10 @@ def daemon_backoff(settings: SupervisorSettings) -> RestartBackoff:
     """The restart delays of one daemon (rules 2 and 3): the first restart waits ``initial``."""
     return RestartBackoff(settings.initial, settings.maximum, reset_after=settings.stable)
 
+
+NODEPROXY_ENV = (("TERMINATION_GRACE_PERIOD_SECONDS", "30"),)
+"""As the ztunnel DaemonSet (deploy/base/ztunnel): a stopping node proxy drains for 25 s at most."""
+READY_LINE = b"READY=1"
 
 CONTROL_PLANE_PORT = 15012
 WEBHOOK_PORT = 15017
@@ -151,8 +174,11 @@ def mesh_daemons(topology: Topology, *, what: tuple[str, ...] = MESH_DAEMONS) ->
             # bind mounts under /run/netns).
             argv = ("nsenter", f"--net=/run/netns/{node.netns}", "--", sys.executable, "-m", "ambit.cli", *args)
             log_file = topology.node_dir(node.name) / f"{daemon}.log"
-            flags = topology.path / "mesh" / NODEPROXY_FLAGS_FILE if daemon == "nodeproxy" else None
-            out.append(Daemon(f"{daemon} {node.name}", argv, log_file, flags))
+            if daemon == "nodeproxy":
+                flags = topology.path / "mesh" / NODEPROXY_FLAGS_FILE
+                out.append(Daemon(f"{daemon} {node.name}", argv, log_file, flags, NODEPROXY_ENV, notify=True))
+            else:
+                out.append(Daemon(f"{daemon} {node.name}", argv, log_file))
     return out
 
 
@@ -175,6 +201,11 @@ class Supervisor:
         self._clock = clock
         self._tasks: list[asyncio.Task[None]] = []
         self._procs: dict[str, asyncio.subprocess.Process] = {}
+        self._replaced: dict[str, asyncio.Event] = {}
+        """Set when a hand-over gave the daemon a new process: its keeper waits for that one from then on."""
+        self._draining: dict[int, asyncio.subprocess.Process] = {}
+        """Processes handed over and told to stop, by pid, until they exit."""
+        self._handing_over: set[str] = set()
 
     def start(self) -> None:
         for daemon in self.daemons:
@@ -200,7 +231,9 @@ class Supervisor:
             except OSError as exc:
                 log.error("cannot start %s: %s", daemon.what, exc)
             else:
-                code = await proc.wait()
+                self._procs[daemon.what] = proc
+                self.pids[daemon.what] = proc.pid
+                proc, code = await self._until_exit(daemon.what, proc)
                 self._procs.pop(daemon.what, None)
                 log.warning("%s (pid %d) exited with %s", daemon.what, proc.pid, _describe(code))
             delay = backoff.delay_after_exit(started, self._clock())
@@ -208,9 +241,118 @@ class Supervisor:
             await asyncio.sleep(delay)
             self.restarts[daemon.what] += 1
 
-    async def _spawn(self, daemon: Daemon) -> asyncio.subprocess.Process:
+    async def _until_exit(self, what: str, proc: asyncio.subprocess.Process) -> tuple[asyncio.subprocess.Process, int]:
+        """Wait until the daemon's process exits, following hand-overs to the process that took over (rule 5)."""
+        while True:
+            replaced = self._replaced.setdefault(what, asyncio.Event())
+            exited = asyncio.ensure_future(proc.wait())
+            swapped = asyncio.ensure_future(replaced.wait())
+            try:
+                await asyncio.wait({exited, swapped}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                swapped.cancel()
+                if not exited.done():
+                    exited.cancel()
+            current = self._procs.get(what)
+            if current is not None and current is not proc:
+                replaced.clear()
+                proc = current
+                continue
+            return proc, exited.result()
+
+    async def hand_over(self, what: str) -> str:
+        """Rule 5: start ``what`` again beside its running process, and stop the old one once the new one is
+        ready. Returns what happened in one line; raises :class:`SupervisorError` when it cannot or did not."""
+        daemon = next((d for d in self.daemons if d.what == what), None)
+        if daemon is None:
+            known = ", ".join(d.what for d in self.daemons if d.notify) or "none"
+            raise SupervisorError(f"no daemon {what!r} to hand over (these can be: {known})")
+        if not daemon.notify:
+            raise SupervisorError(f"{what} cannot be handed over: it does not say when it is ready")
+        old = self._procs.get(what)
+        if old is None or old.returncode is not None:
+            raise SupervisorError(f"{what} is not running now (it is being restarted): nothing to hand over")
+        if what in self._handing_over:
+            raise SupervisorError(f"a hand-over of {what} is already under way")
+        self._handing_over.add(what)
+        try:
+            started = self._clock()
+            new = await self._start_ready(daemon)
+            took = self._clock() - started
+            if self._procs.get(what) is not old:  # the old one died meanwhile and rule 1 started another
+                await self._stop(new)
+                raise SupervisorError(f"{what} (pid {old.pid}) exited during the hand-over; restarted as usual")
+            self._procs[what] = new
+            self.pids[what] = new.pid
+            self._replaced.setdefault(what, asyncio.Event()).set()
+            self._draining[old.pid] = old
+            with contextlib.suppress(ProcessLookupError):
+                old.send_signal(signal.SIGTERM)
+            self._tasks.append(asyncio.create_task(self._reap(what, old), name=f"drain {what} pid {old.pid}"))
+        finally:
+            self._handing_over.discard(what)
+        message = f"{what}: pid {new.pid} ready in {took:.1f} s, pid {old.pid} draining"
+        log.info("hand-over: %s", message)
+        return message
+
+    async def _start_ready(self, daemon: Daemon) -> asyncio.subprocess.Process:
+        """Start ``daemon`` with a readiness pipe; return the process once it is ready, else stop it and raise."""
+        read_end, write_end = os.pipe()
+        try:
+            proc = await self._spawn(daemon, ("--notify-fd", str(write_end)), pass_fds=(write_end,))
+        except OSError as exc:
+            os.close(read_end)
+            raise SupervisorError(f"cannot start a new {daemon.what}: {exc}") from None
+        finally:
+            os.close(write_end)
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader()
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_end, "rb", buffering=0)
+        )
+        try:
+            async with asyncio.timeout(self.settings.handover_ready):
+                line = await reader.readline()  # b"" once the process (the pipe's only writer) is gone
+        except TimeoutError:
+            line = None
+        finally:
+            transport.close()
+        if line is not None and line.strip() == READY_LINE:
+            return proc
+        why = (
+            f"not ready within {self.settings.handover_ready:g} s"
+            if line is None
+            else "exited before it was ready"
+            if not line
+            else f"said {line[:64]!r} instead of READY=1"
+        )
+        await self._stop(proc)
+        code = f" ({_describe(proc.returncode)})" if proc.returncode is not None else ""
+        raise SupervisorError(f"the new {daemon.what} (pid {proc.pid}) {why}{code}; the old one keeps running")
+
+    async def _stop(self, proc: asyncio.subprocess.Process) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+        try:
+            async with asyncio.timeout(self.settings.term_grace):
+                await proc.wait()
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+
+    async def _reap(self, what: str, proc: asyncio.subprocess.Process) -> None:
+        try:
+            code = await proc.wait()
+        finally:
+            self._draining.pop(proc.pid, None)
+        log.info("%s (pid %d, handed over) exited with %s", what, proc.pid, _describe(code))
+
+    async def _spawn(
+        self, daemon: Daemon, extra: tuple[str, ...] = (), pass_fds: tuple[int, ...] = ()
+    ) -> asyncio.subprocess.Process:
         daemon.log.parent.mkdir(parents=True, exist_ok=True)
-        argv = daemon.command()
+        argv = (*daemon.command(), *extra)
         out = os.open(daemon.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -220,11 +362,11 @@ class Supervisor:
                 stderr=out,
                 start_new_session=True,
                 close_fds=True,
+                pass_fds=pass_fds,
+                env={**os.environ, **dict(daemon.env)} if daemon.env else None,
             )
         finally:
             os.close(out)
-        self._procs[daemon.what] = proc
-        self.pids[daemon.what] = proc.pid
         if self.record is not None:
             self.record.note("process", pid=proc.pid, start_time=process_start_time(proc.pid) or 0, what=daemon.what)
         extra = argv[len(daemon.argv) :]
@@ -239,8 +381,9 @@ class Supervisor:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        procs = list(self._procs.values())
+        procs = [*self._procs.values(), *self._draining.values()]
         self._procs.clear()
+        self._draining.clear()
         for proc in procs:
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGTERM)
@@ -280,6 +423,7 @@ async def run_supervisor(topology: Topology, settings: SupervisorSettings | None
     ztunnel pod, and the mesh root from the ConfigMap the control plane publishes).
     """
     from ambit.k8s import KubeClient
+    from ambit.lab.cluster.handover import HandOverServer, socket_path
     from ambit.lab.mesh.accounts import prepare_system_namespaces, write_component_credentials
     from ambit.lab.mesh.identity import provision_node_proxies, refresh_tokens
 
@@ -297,10 +441,13 @@ async def run_supervisor(topology: Topology, settings: SupervisorSettings | None
             log.info("supervising the mesh daemons of lab %s (pid %d)", topology.lab_id, os.getpid())
             await provision_node_proxies(client, topology)
             supervisor.add(mesh_daemons(topology, what=("nodeproxy",)))
+            requests = HandOverServer(socket_path(topology.path), supervisor.hand_over)
+            await requests.start()
             refresher = asyncio.create_task(refresh_tokens(client, topology), name="mesh tokens")
             try:
                 await stop.wait()
             finally:
+                await requests.aclose()
                 refresher.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await refresher

@@ -1,0 +1,144 @@
+"""The node proxy's drain: its deadline from flags and ztunnel's environment, its rules, the drain signal, and the
+lab's hand-over requests."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ambit.inpod.drain import (
+    ConnectionsCounted,
+    Drain,
+    DrainRequested,
+    Exit,
+    ForceClose,
+    Phase,
+    StopAccepting,
+)
+from ambit.inpod.settings import NodeProxySettingsError, parse_drain_deadline
+from ambit.lab.cluster.handover import HandOverError, HandOverRequest, parse_request
+from ambit.proxy.drain import DrainSignal
+
+DEADLINE_ENV, GRACE_ENV = "CONNECTION_TERMINATION_DEADLINE", "TERMINATION_GRACE_PERIOD_SECONDS"
+
+
+@pytest.mark.parametrize(
+    ("flag", "environ", "seconds"),
+    [
+        (None, {}, 5.0),  # ztunnel's default
+        ("12", {DEADLINE_ENV: "3s", GRACE_ENV: "30"}, 12.0),  # the flag wins
+        (None, {DEADLINE_ENV: "3s", GRACE_ENV: "30"}, 3.0),  # then the explicit deadline
+        (None, {DEADLINE_ENV: "1m"}, 60.0),
+        (None, {DEADLINE_ENV: "0"}, 0.0),  # close at once
+        (None, {GRACE_ENV: "30"}, 25.0),  # above 10 s: 5 s left for closing
+        (None, {GRACE_ENV: "11"}, 6.0),
+        (None, {GRACE_ENV: "10"}, 9.0),  # 10 s or less: 1 s left
+        (None, {GRACE_ENV: "2"}, 1.0),
+        (None, {GRACE_ENV: "1"}, 1.0),  # at least 1 s
+        (None, {GRACE_ENV: "0"}, 1.0),
+    ],
+)
+def test_the_drain_deadline_follows_ztunnels_order(flag: str | None, environ: dict[str, str], seconds: float) -> None:
+    assert parse_drain_deadline(flag, environ) == seconds
+
+
+@pytest.mark.parametrize(
+    ("flag", "environ", "message"),
+    [
+        ("soon", {}, "--drain-deadline: expected seconds"),
+        ("-5", {}, "--drain-deadline: expected 0 seconds or more"),
+        (None, {DEADLINE_ENV: "1e999"}, "$CONNECTION_TERMINATION_DEADLINE: expected seconds"),
+        (None, {GRACE_ENV: "thirty"}, "$TERMINATION_GRACE_PERIOD_SECONDS: expected whole seconds"),
+        (None, {GRACE_ENV: "-3"}, "$TERMINATION_GRACE_PERIOD_SECONDS: expected whole seconds"),
+        (None, {GRACE_ENV: "9" * 40}, "$TERMINATION_GRACE_PERIOD_SECONDS: expected whole seconds"),
+    ],
+)
+def test_a_bad_deadline_is_one_clear_line(flag: str | None, environ: dict[str, str], message: str) -> None:
+    with pytest.raises(NodeProxySettingsError, match=message.replace("$", r"\$")):
+        parse_drain_deadline(flag, environ)
+
+
+@given(st.text(max_size=30), st.text(max_size=30))
+def test_any_environment_gives_a_deadline_or_a_settings_error(deadline: str, grace: str) -> None:
+    try:
+        seconds = parse_drain_deadline(None, {DEADLINE_ENV: deadline} if deadline else {GRACE_ENV: grace})
+    except NodeProxySettingsError as exc:
+        assert "\n" not in str(exc)
+    else:
+        assert seconds >= 0
+
+
+def test_a_drain_with_connections_left_waits_and_exits_once_they_end() -> None:
+    drain = Drain(deadline=25.0)
+    assert drain.handle(ConnectionsCounted(1.0, 3)) == []  # rule 5: serving
+    assert drain.handle(DrainRequested(10.0, "SIGTERM")) == [StopAccepting(35.0)]
+    assert drain.phase is Phase.DRAINING
+    assert drain.handle(ConnectionsCounted(20.0, 2)) == []
+    assert drain.handle(ConnectionsCounted(30.0, 0)) == [Exit("every connection ended")]
+    assert drain.phase is Phase.DONE
+    assert drain.handle(ConnectionsCounted(31.0, 5)) == []
+    assert drain.handle(DrainRequested(32.0, "SIGTERM")) == []
+
+
+def test_a_connection_that_never_ends_is_closed_at_the_deadline() -> None:
+    drain = Drain(deadline=5.0)
+    drain.handle(DrainRequested(100.0, "SIGTERM"))
+    assert drain.handle(ConnectionsCounted(104.9, 1)) == []
+    reason = "drain deadline of 5 s reached"
+    assert drain.handle(ConnectionsCounted(105.0, 1)) == [ForceClose(1, reason), Exit(reason)]
+
+
+def test_a_second_request_cuts_the_drain_short() -> None:
+    drain = Drain(deadline=3600.0)
+    drain.handle(DrainRequested(0.0, "SIGTERM"))
+    commands = drain.handle(DrainRequested(1.0, "SIGINT"))
+    assert [type(c) for c in commands] == [ForceClose, Exit]
+    assert drain.phase is Phase.DONE
+
+
+@given(st.lists(st.tuples(st.floats(0, 100), st.integers(0, 5), st.booleans()), max_size=30))
+def test_the_drain_stops_accepting_once_and_exits_once_after_it(steps: list[tuple[float, int, bool]]) -> None:
+    drain = Drain(deadline=10.0)
+    commands = []
+    for now, live, request in steps:
+        commands += drain.handle(DrainRequested(now, "x") if request else ConnectionsCounted(now, live))
+    kinds = [type(c) for c in commands]
+    assert kinds.count(StopAccepting) <= 1 and kinds.count(Exit) <= 1
+    if Exit in kinds:
+        assert kinds.index(StopAccepting) < kinds.index(Exit) and kinds[-1] is Exit
+
+
+def test_the_drain_signal_reaches_watchers_once_late_ones_at_once_and_not_cancelled_ones() -> None:
+    signal = DrainSignal()
+    heard: list[str] = []
+    signal.watch(lambda: heard.append("a"))
+    cancel = signal.watch(lambda: heard.append("b"))
+    cancel()
+
+    def broken() -> None:
+        raise RuntimeError("bug")
+
+    signal.watch(broken)
+    signal.watch(lambda: heard.append("c"))
+    failures = signal.start()
+    assert heard == ["a", "c"] and [str(f) for f in failures] == ["bug"]
+    assert signal.start() == [] and heard == ["a", "c"]
+    signal.watch(lambda: heard.append("late"))
+    assert heard == ["a", "c", "late"] and signal.watchers == 0
+
+
+@given(st.binary(max_size=300))
+def test_a_restart_request_parses_or_is_refused_with_one_line(line: bytes) -> None:
+    try:
+        request = parse_request(line)
+    except HandOverError as exc:
+        assert "\n" not in str(exc)
+    else:
+        assert request.what and request.what == " ".join(request.what.split())
+
+
+def test_a_restart_request_names_a_daemon() -> None:
+    assert parse_request(b"handover  nodeproxy   node-1 ") == HandOverRequest("nodeproxy node-1")
+    with pytest.raises(HandOverError, match="bad daemon name ''"):
+        parse_request(b"handover")
