@@ -182,11 +182,12 @@ def check_row(trial: Trial, row: FaultRow) -> None:
 def wait_recovered(trial: Trial, since: float) -> float:
     """Until every pair answered again after its last failure since ``since``; the seconds that took."""
 
-    def recovered() -> float | None:
+    def recovered() -> tuple[float] | None:
+        # A 1-tuple, because a recovery of 0.0 s (no pair failed at all) is falsy and wait_until would wait on.
         took = recovery_time(trial.now_records(), since)
-        return took if took != float("inf") and time.time() > since + 1 else None
+        return (took,) if took != float("inf") and time.time() > since + 1 else None
 
-    took: float = wait_until("new connections succeeding on every pair again", recovered, RECOVERY_BOUND)
+    (took,) = wait_until("new connections succeeding on every pair again", recovered, RECOVERY_BOUND)
     return took
 
 
