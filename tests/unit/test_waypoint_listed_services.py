@@ -1,7 +1,7 @@
 """A waypoint fed by the control plane serves a Service only once its WaypointConfig lists it (rule 6 of
 :func:`ambit.waypoint.destinations.plan_tunnel`): the binding comes in the workload state, the policies in the
 WaypointConfig, and the two may arrive in either order. Pure decisions on a state; the wait and the wire are
-tested in tests/integration/test_waypoint_listed_services.py and tests/unit/test_xds_routes.py."""
+tested in tests/integration/test_waypoint_listing_over_xds.py and tests/unit/test_xds_routes.py."""
 
 from __future__ import annotations
 
