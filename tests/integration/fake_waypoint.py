@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import socket
+from collections.abc import Callable
 from unittest import mock
 
 from tests.integration.proxy_rig import recv_all
@@ -31,6 +32,8 @@ class FakeWaypoint:
     requests: list[InboundRequest] = dataclasses.field(default_factory=list)
     handshakes: int = 0
     serving: set[asyncio.Task[None]] = dataclasses.field(default_factory=set)
+    answer: Callable[[InboundRequest], int] = lambda request: 200
+    """The status each CONNECT gets (a test may refuse some)."""
 
     async def start(self) -> None:
         self.listener = socket.create_server((self.ip, 0))
@@ -52,6 +55,10 @@ class FakeWaypoint:
 
     async def _handle(self, request: InboundRequest, responder: TunnelResponder) -> None:
         self.requests.append(request)
+        status = self.answer(request)
+        if status != 200:
+            responder.reject(status)
+            return
         stream = responder.accept()
         while chunk := await stream.read():
             await stream.write(chunk)

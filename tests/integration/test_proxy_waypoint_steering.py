@@ -23,6 +23,7 @@ from tests.integration.fake_waypoint import FakeWaypoint, call_outbound
 from tests.integration.proxy_rig import until
 from tests.unit.workload_builders import (
     WAYPOINT_BY_HOST,
+    WEB_KEY,
     pod,
     state_with,
     waypoint_pod,
@@ -35,7 +36,9 @@ from ambit.identity.localca import LocalCa
 from ambit.identity.manager import CertificateManager
 from ambit.model.identity import SpiffeId
 from ambit.model.workload import GatewayAddress, NamespacedHostname, PortMapping, TunnelProtocol, Workload
+from ambit.proxy import outbound
 from ambit.proxy.context import LocalPod, ProxyContext
+from ambit.proxy.hbone_server import InboundRequest
 from ambit.proxy.pool import ConnectionPool
 from ambit.proxy.settings import ProxySettings
 from ambit.proxy.sockets import HostSocketFactory
@@ -187,3 +190,73 @@ async def test_a_pod_ip_whose_workload_has_a_waypoint_arrives_at_the_waypoint_as
         assert await r.call((LEGACY_IP, 8080), b"to the pod") == b"to the pod"
         (request,) = r.waypoint.requests
         assert request.authority == f"{LEGACY_IP}:8080" and parse_authority(request.authority)[1] == 8080
+
+
+async def test_a_connection_the_waypoint_refuses_after_the_binding_moved_is_planned_again_and_goes_through(
+    tmp_path: Path,
+) -> None:
+    """Rule 7 of the outbound module: the waypoint heard that web no longer uses it before this proxy did (it
+    answers 400); once this proxy's state says so too, the same connection goes straight to web's pod."""
+
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(await reader.read())
+        await writer.drain()
+        writer.close()
+
+    app = await asyncio.start_server(echo, LEGACY_IP, 0)
+    port = app.sockets[0].getsockname()[1]
+    legacy = pod(
+        "legacy-0", LEGACY_IP, tunnel_protocol=TunnelProtocol.NONE, services={WEB_KEY: (PortMapping(80, port),)}
+    )
+    try:
+        async with rig(tmp_path) as r:
+            r.set_state(legacy)
+
+            def moved_away(request: InboundRequest) -> int:
+                r.set_state(legacy, web_waypoint=None)  # the update reaches this proxy just after the waypoint
+                return 400
+
+            r.waypoint.answer = moved_away
+            assert await r.call((VIP, 80), b"moved") == b"moved"
+            assert [req.authority for req in r.waypoint.requests] == [f"{VIP}:80"]
+            await until(lambda: not r.ctx.connections)
+            assert r.metric_lines("istio_tcp_connections_failed_total") == []
+            (opened,) = r.metric_lines("istio_tcp_connections_opened_total")
+            assert 'destination_workload="legacy-0"' in opened  # counted once, where it went
+    finally:
+        app.close()
+        await app.wait_closed()
+
+
+async def test_a_refusal_stands_when_the_state_does_not_change_or_the_waypoint_denies(tmp_path: Path) -> None:
+    async with rig(tmp_path) as r:
+        r.waypoint.answer = lambda request: 400
+        started = asyncio.get_running_loop().time()
+        assert await r.call((VIP, 80), b"no") == b""  # nothing changed within the wait: the refusal stands
+        assert asyncio.get_running_loop().time() - started >= outbound.REPLAN_WAIT * 0.9
+        assert len(r.waypoint.requests) == 1
+
+        def denied_and_moved(request: InboundRequest) -> int:
+            r.set_state(web_waypoint=None)
+            return 401  # denied by policy: final, whatever the state says meanwhile
+
+        r.set_state()
+        r.waypoint.answer = denied_and_moved
+        assert await r.call((VIP, 80), b"no") == b""
+        assert len(r.waypoint.requests) == 2
+        await until(lambda: not r.ctx.connections)
+        failed = r.metric_lines("istio_tcp_connections_failed_total")
+        assert failed and all('destination_workload="waypoint-0"' in line for line in failed)
+
+
+async def test_a_second_refusal_by_the_same_waypoint_is_not_retried(tmp_path: Path) -> None:
+    """A state update that still sends web through the same waypoint instance does not bring a second CONNECT."""
+    async with rig(tmp_path) as r:
+
+        def refused_with_an_unrelated_update(request: InboundRequest) -> int:
+            r.set_state()
+            return 400
+
+        r.waypoint.answer = refused_with_an_unrelated_update
+        assert await r.call((VIP, 80), b"no") == b""
+        assert len(r.waypoint.requests) == 1

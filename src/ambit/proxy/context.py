@@ -116,6 +116,8 @@ class ProxyContext:
     connections: dict[int, LiveConnection] = field(default_factory=dict)
     _ids: itertools.count[int] = field(default_factory=itertools.count)
     _state_changed: asyncio.Event = field(default_factory=asyncio.Event)
+    state_generation: int = 0
+    """How many times :meth:`state_changed` was called: a plan made at one generation is stale at a later one."""
     clock: Callable[[], float] = time.monotonic
     labels: LabelsCache = field(init=False)
     """Each connection's metric labels, by its ends (see :class:`~ambit.proxy.accounting.LabelsCache`)."""
@@ -159,8 +161,18 @@ class ProxyContext:
 
     def state_changed(self) -> None:
         """Wake connections waiting for a workload (call after every change of ``state``)."""
+        self.state_generation += 1
         self._state_changed.set()
         self._state_changed = asyncio.Event()
+
+    async def wait_state_change(self, since: int, wait: float) -> bool:
+        """True once the state changed after generation ``since`` (at once if it already has); False when ``wait``
+        seconds pass first."""
+        if self.state_generation != since:
+            return True
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._state_changed.wait(), wait)
+        return self.state_generation != since
 
     def find_local_workload(self, pod: LocalPod) -> Workload | None:
         return self.state.find_workload(pod.workload_uid)

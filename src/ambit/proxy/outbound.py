@@ -16,6 +16,12 @@ of local pod P:
    hostname endpoint first fetches an address for it (:class:`~ambit.proxy.hostnames.HostnameResolver`, an address
    of the original destination's family); a failed lookup fails the connection (reset, counted).
 6. Bytes are relayed with half-close both ways; metrics (reporter=source) and one access-log line per connection.
+7. A tunnel through a waypoint that the waypoint refuses with 400 (it does not serve that destination: the binding
+   moved, and the waypoint heard of it before this proxy did) is planned again once this proxy's state has changed
+   since the first plan, waiting up to :data:`REPLAN_WAIT` seconds for that. When the new plan goes elsewhere (the
+   new waypoint, or straight to the destination), the connection is tried there, once; otherwise the refusal
+   stands. Nothing the pod sent has left yet (bytes flow only after a 200), so the retry cannot duplicate data.
+   Other refusals (401: denied by policy, 503) are final, as is any failure of the second try.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from ambit.model.workload import IPAddress, Workload
 from ambit.proxy.accounting import Accounting, BothSides
 from ambit.proxy.context import LocalPod, ProxyContext
 from ambit.proxy.errors import ProxyConnectError, ProxyError, ResponseFlag
-from ambit.proxy.hbone_client import HboneClient
+from ambit.proxy.hbone_client import HboneClient, TunnelRefusedError
 from ambit.proxy.hbone_stream import HboneStream
 from ambit.proxy.hostnames import HostnameLookupError
 from ambit.proxy.inbound import LocalDelivery, deliver_locally, guard
@@ -46,6 +52,11 @@ from ambit.telemetry.accesslog import ConnectionRecord
 from ambit.telemetry.metrics import Reporter
 
 log = logging.getLogger("ambit.proxy.outbound")
+
+REPLAN_WAIT = 2.0
+"""Seconds a connection whose waypoint refused it as not served waits for this proxy's state to change (rule 7)."""
+_NOT_SERVED = 400
+"""A waypoint's answer to a CONNECT for a destination it does not serve (:mod:`ambit.waypoint.destinations`)."""
 
 
 async def serve_outbound(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) -> Splice | None:
@@ -62,6 +73,7 @@ async def serve_outbound(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) 
         return None
     source = await ctx.wait_local_workload(pod)
     facts = OutboundFacts(ipaddress.ip_address(dst[0]), dst[0], dst[1], source)
+    generation = ctx.state_generation
     plan = plan_outbound(facts, ctx.state, ctx.node, random.choice, random.random)
     peer_addr, dst_addr = hostport(peer[0], peer[1]), hostport(dst[0], dst[1])
     if isinstance(plan, Refuse):
@@ -74,32 +86,74 @@ async def serve_outbound(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) 
     assert source is not None  # only a refusal comes without a source
     accounting = _account(ctx, pod, source, peer_addr, plan, dst_addr)
     with ctx.register("outbound", peer_addr, dst_addr, pod) as registration:
-        sides: Accounting | BothSides = accounting
-        delivery: LocalDelivery | None = None
         try:
-            if isinstance(plan, Local):
-                local_pod = ctx.find_local_pod(plan.workload.uid)
-                if local_pod is None:
-                    raise ProxyConnectError(plan.address, "its pod is no longer served here")
-                delivery = await deliver_locally(ctx, local_pod, peer[0], pod.identity, plan.address[1], peer_addr)
-                upstream: SocketStream | HboneStream = delivery.stream
-                sides = BothSides((accounting, delivery.accounting))  # both sides count, and finish, this one
-            elif isinstance(plan, Tunnel):
-                upstream = await _open_tunnel(ctx, pod, peer, peer_addr, plan)
-            elif plan.hostname:
-                address = await _resolve_endpoint(ctx, plan, facts.dst_ip)
-                upstream = SocketStream(await connect(pod.sockets, address))
-            else:
-                upstream = SocketStream(await connect(pod.sockets, plan.address))
+            try:
+                upstream, delivery = await _dial(ctx, pod, peer, peer_addr, plan, facts)
+            except TunnelRefusedError as exc:
+                moved = await _replan(ctx, facts, plan, generation, exc)  # rule 7
+                if moved is None:
+                    raise
+                log.info(
+                    "pod %s: %s -> %s: %s; planned again: to %s",
+                    pod.uid,
+                    peer_addr,
+                    dst_addr,
+                    exc,
+                    hostport(*moved.address),
+                )
+                plan, accounting = moved, _account(ctx, pod, source, peer_addr, moved, dst_addr)
+                upstream, delivery = await _dial(ctx, pod, peer, peer_addr, moved, facts)
         except (AmbitError, OSError) as exc:
             accounting.failed(str(exc), exc.flag if isinstance(exc, ProxyError) else ResponseFlag.CONNECT)
             reset(sock)
             return None
+        sides: Accounting | BothSides = accounting
+        if delivery is not None:
+            sides = BothSides((accounting, delivery.accounting))  # both sides count, and finish, this one
         accounting.opened()
         running = registration.splice(SocketStream(sock), upstream, sides)
         if delivery is not None:
             guard(ctx, running, delivery.dial)
         return running
+
+
+async def _dial(
+    ctx: ProxyContext,
+    pod: LocalPod,
+    peer: tuple[str, int],
+    peer_addr: str,
+    plan: Tunnel | Plain | Local,
+    facts: OutboundFacts,
+) -> tuple[SocketStream | HboneStream, LocalDelivery | None]:
+    """The upstream side of ``plan`` (rules 3 to 5), and the local delivery when the destination is ours."""
+    if isinstance(plan, Local):
+        local_pod = ctx.find_local_pod(plan.workload.uid)
+        if local_pod is None:
+            raise ProxyConnectError(plan.address, "its pod is no longer served here")
+        delivery = await deliver_locally(ctx, local_pod, peer[0], pod.identity, plan.address[1], peer_addr)
+        return delivery.stream, delivery
+    if isinstance(plan, Tunnel):
+        return await _open_tunnel(ctx, pod, peer, peer_addr, plan), None
+    if plan.hostname:
+        address = await _resolve_endpoint(ctx, plan, facts.dst_ip)
+        return SocketStream(await connect(pod.sockets, address)), None
+    return SocketStream(await connect(pod.sockets, plan.address)), None
+
+
+async def _replan(
+    ctx: ProxyContext, facts: OutboundFacts, plan: Tunnel | Plain | Local, generation: int, refused: TunnelRefusedError
+) -> Tunnel | Plain | Local | None:
+    """Rule 7: the plan to try instead of a waypoint tunnel refused as not served, or None to let it fail."""
+    if not isinstance(plan, Tunnel) or plan.waypoint is None or refused.status != _NOT_SERVED:
+        return None
+    if not await ctx.wait_state_change(generation, REPLAN_WAIT):
+        return None
+    again = plan_outbound(facts, ctx.state, ctx.node, random.choice, random.random)
+    if isinstance(again, Refuse):
+        return None
+    if isinstance(again, Tunnel) and (again.address, again.authority) == (plan.address, plan.authority):
+        return None  # the same waypoint instance again: it would refuse again
+    return again
 
 
 async def _resolve_endpoint(ctx: ProxyContext, plan: Plain, like: IPAddress) -> tuple[str, int]:
