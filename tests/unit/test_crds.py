@@ -28,7 +28,9 @@ IDS = [crd["metadata"]["name"] for _, crd in CRDS]
 def test_one_file_per_group_with_the_expected_kinds() -> None:
     kinds = {path.name: sorted(crd["spec"]["names"]["kind"] for crd in load(path)) for path in FILES}
     assert kinds == {
+        "extensions.istio.io.yaml": ["WasmPlugin"],
         "gateway.networking.k8s.io.yaml": [
+            "BackendTLSPolicy",
             "GRPCRoute",
             "Gateway",
             "GatewayClass",
@@ -37,7 +39,17 @@ def test_one_file_per_group_with_the_expected_kinds() -> None:
             "TCPRoute",
             "TLSRoute",
         ],
-        "networking.istio.io.yaml": ["DestinationRule", "Gateway", "ServiceEntry", "VirtualService", "WorkloadEntry"],
+        "networking.istio.io.yaml": [
+            "DestinationRule",
+            "EnvoyFilter",
+            "Gateway",
+            "ProxyConfig",
+            "ServiceEntry",
+            "Sidecar",
+            "VirtualService",
+            "WorkloadEntry",
+            "WorkloadGroup",
+        ],
         "security.istio.io.yaml": ["AuthorizationPolicy", "PeerAuthentication", "RequestAuthentication"],
         "telemetry.istio.io.yaml": ["Telemetry"],
     }
@@ -60,7 +72,9 @@ def test_names_are_consistent(path: Path, crd: dict[str, Any]) -> None:
 @pytest.mark.parametrize(("path", "crd"), CRDS, ids=IDS)
 def test_exactly_one_storage_version_and_all_served(path: Path, crd: dict[str, Any]) -> None:
     versions = crd["spec"]["versions"]
-    assert [v["name"] for v in versions if v["storage"]] == ["v1"]
+    # The newest version is stored and listed first (v1, or the only version of a kind upstream never promoted).
+    assert [v["name"] for v in versions if v["storage"]] == [versions[0]["name"]]
+    assert versions[0]["name"] == "v1" or len(versions) == 1
     assert all(v["served"] for v in versions)
     assert len({v["name"] for v in versions}) == len(versions)
 
@@ -127,6 +141,12 @@ def test_short_names_are_unique_and_as_upstream() -> None:
         "TCPRoute": [],
         "TLSRoute": [],
         "ReferenceGrant": ["refgrant"],
+        "BackendTLSPolicy": ["btlspolicy"],
+        "EnvoyFilter": [],
+        "Sidecar": [],
+        "WorkloadGroup": ["wg"],
+        "ProxyConfig": [],
+        "WasmPlugin": [],
     }
 
 
@@ -136,13 +156,27 @@ def test_scopes() -> None:
     assert set(scopes.values()) == {"Namespaced"}
 
 
-def test_served_versions_per_group() -> None:
-    versions = {crd["spec"]["group"]: [v["name"] for v in crd["spec"]["versions"]] for _, crd in CRDS}
+def test_served_versions_of_the_istio_kinds() -> None:
+    versions = {
+        crd["spec"]["names"]["kind"]: [v["name"] for v in crd["spec"]["versions"]]
+        for _, crd in CRDS
+        if crd["spec"]["group"].endswith("istio.io")
+    }
     assert versions == {
-        "security.istio.io": ["v1", "v1beta1"],
-        "networking.istio.io": ["v1", "v1beta1", "v1alpha3"],
-        "gateway.networking.k8s.io": ["v1", "v1beta1"],
-        "telemetry.istio.io": ["v1", "v1alpha1"],
+        "AuthorizationPolicy": ["v1", "v1beta1"],
+        "PeerAuthentication": ["v1", "v1beta1"],
+        "RequestAuthentication": ["v1", "v1beta1"],
+        "ServiceEntry": ["v1", "v1beta1", "v1alpha3"],
+        "WorkloadEntry": ["v1", "v1beta1", "v1alpha3"],
+        "DestinationRule": ["v1", "v1beta1", "v1alpha3"],
+        "VirtualService": ["v1", "v1beta1", "v1alpha3"],
+        "Gateway": ["v1", "v1beta1", "v1alpha3"],
+        "Sidecar": ["v1", "v1beta1", "v1alpha3"],
+        "WorkloadGroup": ["v1", "v1beta1", "v1alpha3"],
+        "EnvoyFilter": ["v1alpha3"],
+        "ProxyConfig": ["v1beta1"],
+        "WasmPlugin": ["v1alpha1"],
+        "Telemetry": ["v1", "v1alpha1"],
     }
 
 
@@ -160,6 +194,7 @@ def test_gateway_api_kinds_serve_the_versions_clusters_serve() -> None:
         "TCPRoute": ["v1", "v1alpha2"],
         "TLSRoute": ["v1", "v1alpha3", "v1alpha2"],
         "ReferenceGrant": ["v1", "v1beta1"],
+        "BackendTLSPolicy": ["v1", "v1alpha3"],
     }
 
 
