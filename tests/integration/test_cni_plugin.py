@@ -57,7 +57,7 @@ async def agent(tmp_path: Path) -> AsyncIterator[FakeAgent]:
 @pytest.fixture
 async def kubeconfig(apiserver: ApiServer, tmp_path: Path) -> AsyncIterator[Path]:
     """The plugin's JSON kubeconfig as the installer writes it, plus the test's namespaces and pods."""
-    path = tmp_path / "ambit-cni-kubeconfig"
+    path = tmp_path / "istio-cni-kubeconfig"
     ca = (apiserver.settings.data_dir / "pki" / "ca.crt").read_bytes()
     write_kubeconfig(path, apiserver.url, ca, apiserver.admin_token)
     async with KubeClient.from_kubeconfig(apiserver.kubeconfig) as kube:

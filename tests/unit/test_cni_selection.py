@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ambit.cni.selection import Decision, is_ambient
+from ambit.cni.selection import Decision, is_ambient, split_namespaces
 
 MODE = "istio.io/dataplane-mode"
 
@@ -81,3 +81,16 @@ def test_selection_never_raises_on_arbitrary_objects(pod_obj: dict[str, Any], ns
     decision = is_ambient(pod_obj, ns_obj)
     assert isinstance(decision.enrolled, bool)
     assert decision.reason
+
+
+def test_exclude_namespaces_is_read_as_istio_cni_reads_it() -> None:
+    assert split_namespaces("kube-system") == ("kube-system",)
+    assert split_namespaces(" kube-system , team-a,,team-a ,") == ("kube-system", "team-a")
+    assert split_namespaces("") == ()
+
+
+@given(st.text(max_size=200))
+def test_exclude_namespaces_never_yields_blank_or_repeated_names(text: str) -> None:
+    names = split_namespaces(text)
+    assert all(name and name == name.strip() and "," not in name for name in names)
+    assert len(set(names)) == len(names)

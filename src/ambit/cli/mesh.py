@@ -113,14 +113,24 @@ def nodeagent(
     ready_port: Annotated[
         int, typer.Option("--ready-port", help="In a pod: /healthz and /readyz over HTTP on this port (0: none).")
     ] = 8000,
+    exclude_namespaces: Annotated[
+        str,
+        typer.Option(
+            "--exclude-namespaces",
+            envvar="EXCLUDE_NAMESPACES",
+            help="Comma-separated namespaces whose pods are never enrolled (istio-cni's excludeNamespaces).",
+        ),
+    ] = "kube-system",
 ) -> None:
     """Run a node's agent: the ambit-cni plugin, ZDS and pod enrolment (a lab's host process with --lab-dir, else
     the istio-cni-node DaemonSet's container)."""
     from ambit.cni.daemon import run_node_agent
     from ambit.cni.procscan import find_pod_netns
+    from ambit.cni.selection import split_namespaces
     from ambit.errors import AmbitError
 
     configure_logging()
+    excluded = split_namespaces(exclude_namespaces)
     if directory is not None:
         topology = _lab_node(directory, node)
 
@@ -136,6 +146,7 @@ def nodeagent(
             cni_bin_dir=topology.cni_bin_dir(node),
             run_dir=topology.node_dir(node) / "run",
             netns_for=netns_for,
+            excluded_namespaces=excluded,
             uninstall=uninstall,
         )
     else:
@@ -150,6 +161,7 @@ def nodeagent(
             cni_bin_dir=cni_bin_dir,
             run_dir=run_dir,
             netns_for=netns_for,
+            excluded_namespaces=excluded,
             uninstall=uninstall,
             zds_socket=ZDS_DIR / ZDS_SOCKET,
             ready_address=("0.0.0.0", ready_port) if ready_port else None,

@@ -46,7 +46,8 @@ from ambit.zds.server import ZdsServer
 log = logging.getLogger("ambit.cni.daemon")
 
 PLUGIN_EVENT_SOCKET = "pluginevent.sock"
-PLUGIN_KUBECONFIG = "ambit-cni-kubeconfig"
+PLUGIN_KUBECONFIG = "istio-cni-kubeconfig"
+"""The plugin's kubeconfig in the run directory, named as istio-cni names it (upstream tests delete it by name)."""
 WRAPPER = "ambit-cni-wrapper"
 PLUGIN_TOKEN_INTERVAL = 30.0
 

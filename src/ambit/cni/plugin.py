@@ -47,7 +47,7 @@ CNI_VERSION = "1.0.0"
 SUPPORTED_VERSIONS = ("0.3.0", "0.3.1", "0.4.0", "1.0.0")
 PLUGIN_TYPE = "ambit-cni"
 DEFAULT_AGENT_SOCKET = "/var/run/ambit-cni/pluginevent.sock"
-DEFAULT_KUBECONFIG = "/etc/cni/net.d/ambit-cni-kubeconfig"
+DEFAULT_KUBECONFIG = "/var/run/istio-cni/istio-cni-kubeconfig"
 
 # Which CNI_* variables each command needs (as libcni's skel checks them).
 REQUIRED_ENV: dict[str, tuple[str, ...]] = {

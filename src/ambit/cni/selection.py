@@ -30,6 +30,13 @@ SIDECAR_STATUS_ANNOTATION = "sidecar.istio.io/status"
 DEFAULT_EXCLUDED_NAMESPACES: frozenset[str] = frozenset({"kube-system"})
 
 
+def split_namespaces(text: str) -> tuple[str, ...]:
+    """``EXCLUDE_NAMESPACES`` as istio-cni reads it: comma-separated names, blanks around them and empty entries
+    dropped, each name once, in order."""
+    names = (part.strip() for part in text.split(","))
+    return tuple(dict.fromkeys(name for name in names if name))
+
+
 class Decision:
     """Whether a pod is enrolled, and the rule that decided (one short phrase, for logs and errors)."""
 
