@@ -9,8 +9,10 @@ from ambit.inpod.settings import (
     DEFAULT_POOL_MAX_STREAMS,
     NodeProxySettings,
     NodeProxySettingsError,
+    own_pod_from_environment,
     parse_pool_limits,
 )
+from ambit.zds.protocol import WorkloadInfo
 
 STREAMS_ENV, TIMEOUT_ENV = "POOL_MAX_STREAMS_PER_CONNECTION", "POOL_UNUSED_RELEASE_TIMEOUT"
 
@@ -81,3 +83,14 @@ def test_the_help_of_the_pool_flags_names_the_defaults_in_force() -> None:
     source = inspect.getsource(mesh)
     assert f"else $POOL_MAX_STREAMS_PER_CONNECTION, else {DEFAULT_POOL_MAX_STREAMS})" in source
     assert f"else $POOL_UNUSED_RELEASE_TIMEOUT, else {DEFAULT_POOL_IDLE_TIMEOUT:g})" in source
+
+
+def test_the_proxys_own_pod_comes_from_the_downward_api_variables_as_ztunnel_reads_them() -> None:
+    env = {"POD_NAME": "ztunnel-x", "POD_NAMESPACE": "istio-system", "SERVICE_ACCOUNT": "ztunnel"}
+    assert own_pod_from_environment({**env, "INSTANCE_IP": "198.18.0.9"}) == (
+        WorkloadInfo("ztunnel-x", "istio-system", "ztunnel"),
+        "198.18.0.9",
+    )
+    assert own_pod_from_environment(env) == (None, None)  # no address: no self-proxy listener
+    assert own_pod_from_environment({**env, "INSTANCE_IP": "node-1"}) == (None, None)
+    assert own_pod_from_environment({"INSTANCE_IP": "198.18.0.9"}) == (None, None)

@@ -18,6 +18,7 @@ from ambit.proxy.authorization import allow_all
 from ambit.proxy.errors import ResponseFlag
 from ambit.proxy.plans import (
     ILLEGAL_PORTS,
+    SELF_SERVED_PORTS,
     Dial,
     InboundFacts,
     Local,
@@ -281,6 +282,16 @@ def test_a_connect_to_the_proxys_own_port_on_the_pods_address_is_a_400_uncounted
     plan = inbound(f"{LOCAL_IP}:{port}", authorize=recording(asked))
     assert isinstance(plan, Refuse) and (plan.status, plan.flag, plan.counted) == (400, ResponseFlag.NONE, False)
     assert "own port" in plan.reason and not asked
+
+
+@pytest.mark.parametrize("port", sorted(ILLEGAL_PORTS))
+def test_the_proxys_own_pod_opens_only_its_metrics_and_readiness_ports(port: int) -> None:
+    facts = InboundFacts(WEB, LOCAL_IP, 0, "198.18.16.2", CLIENT_ID, authority=f"{LOCAL_IP}:{port}", itself=True)
+    plan = plan_inbound(facts, state_with(CLIENT, WEB), allow_all)
+    if port in SELF_SERVED_PORTS:
+        assert plan == Dial(WEB, LOCAL_IP, port, "198.18.16.2")
+    else:
+        assert isinstance(plan, Refuse) and plan.status == 400 and "own port" in plan.reason
 
 
 @pytest.mark.parametrize("port", [15001, 15008, 15021])

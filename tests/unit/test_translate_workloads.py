@@ -197,6 +197,23 @@ def test_a_pod_without_an_ip_is_not_a_workload_yet() -> None:
     assert translate_objects([pod(ip=None)]).workloads == ()
 
 
+def test_the_http_tunnel_label_means_hbone_as_istiods_supports_tunnel() -> None:
+    tunnel = "networking.istio.io/tunnel"
+    pods = [
+        pod("ztunnel", ip="198.18.1.1", labels={tunnel: "http"}),
+        pod("listed", ip="198.18.1.2", labels={tunnel: "h2,http"}),
+        pod("other", ip="198.18.1.3", labels={tunnel: "https"}),
+        pod("host", ip="198.18.1.4", labels={tunnel: "http"}, hostNetwork=True),
+    ]
+    protocols = {w.name: w.tunnel_protocol for w in translate_objects(pods).workloads}
+    assert protocols == {
+        "ztunnel": TunnelProtocol.HBONE,
+        "listed": TunnelProtocol.HBONE,
+        "other": TunnelProtocol.NONE,
+        "host": TunnelProtocol.NONE,
+    }
+
+
 def test_only_the_enabled_redirection_annotation_means_hbone() -> None:
     pods = [
         pod("a", ip="198.18.1.1", annotations={"ambient.istio.io/redirection": "enabled"}),

@@ -293,6 +293,7 @@ def nodeproxy(
     from ambit.inpod.settings import (
         NodeProxySettings,
         NodeProxySettingsError,
+        own_pod_from_environment,
         parse_drain_deadline,
         parse_pool_limits,
     )
@@ -321,6 +322,7 @@ def nodeproxy(
         raise typer.BadParameter("--xds-address and --ca-address need --root-cert and --token")
     default_config: Path | None
     default_ca: Path | None
+    own_pod, own_address = None, None
     if directory is not None:  # a host process of a lab: the lab's paths and, without a control plane, its files
         topology = _lab_node(directory, node)
         zds_socket = topology.node_dir(node) / "run" / ZDS_SOCKET
@@ -328,6 +330,7 @@ def nodeproxy(
     else:  # in a pod (the ztunnel DaemonSet): the standard paths, and a control plane or explicit files
         zds_socket = ZDS_DIR / ZDS_SOCKET
         default_config = default_ca = None
+        own_pod, own_address = own_pod_from_environment(os.environ)  # the self-proxy listener's pod
         if not (xds_address or config) or not (ca_address or local_ca):
             raise typer.BadParameter(
                 "in a pod (no --lab-dir), give --xds-address (or --config) and --ca-address (or --local-ca)"
@@ -354,6 +357,8 @@ def nodeproxy(
         crl_path=None if crl_path is None or str(crl_path) in ("", ".") else crl_path,
         drain_deadline=deadline,
         notify_fd=notify_fd,
+        own_pod=own_pod,
+        own_address=own_address,
     )
     from ambit.inpod.allocator import tune_allocator
     from ambit.inpod.daemon import run_node_proxy  # the data path's imports: only once the arguments are good

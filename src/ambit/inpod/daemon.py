@@ -44,6 +44,7 @@ from ambit.inpod.drain import ConnectionsCounted, Drain, DrainRequested, Exit, F
 from ambit.inpod.heap import HeapSettler
 from ambit.inpod.localstate import LocalConfigWatcher
 from ambit.inpod.resolvers import read_resolv_conf, upstream_of
+from ambit.inpod.self_inbound import SelfInbound
 from ambit.inpod.settings import NodeProxySettings
 from ambit.inpod.workloads import DnsProxySettings, PodListenerManager
 from ambit.model.localconfig import policy_to_dict
@@ -141,6 +142,11 @@ class NodeProxy:
             settings, self.context.clock, lambda miss: self.metrics.on_demand_dns(miss=miss)
         )
         self.pods = PodListenerManager(self.context, dns_settings(settings))
+        self.self_inbound = (
+            SelfInbound(self.context, settings.own_pod, settings.own_address)
+            if settings.own_pod is not None and settings.own_address is not None
+            else None
+        )
         self.pods.on_change = self._pods_changed
         self.zds = ZdsClient(settings.zds_socket, self.pods)
         self.watcher = (
@@ -276,6 +282,12 @@ class NodeProxy:
         else:
             self.readiness.done(STATE_TASK)
         await self.zds.start()
+        if self.self_inbound is not None:
+            try:
+                await self.self_inbound.start()
+            except OSError as exc:  # the rest of the proxy works without it
+                log.error("self-proxy listener on %s:15008 not opened: %s", self.settings.own_address, exc)
+                self.self_inbound = None
         self._tasks.append(asyncio.create_task(self._housekeeping(), name="node proxy housekeeping"))
         log.info("node proxy for %s is running (ZDS %s)", self.settings.node, self.settings.zds_socket)
 
@@ -363,6 +375,8 @@ class NodeProxy:
         for failure in self.context.drain.start():
             log.error("drain: a connection failed to hear the drain", exc_info=failure)
         await self.pods.stop_accepting()
+        if self.self_inbound is not None:
+            await self.self_inbound.stop_accepting()
         await self.endpoints.aclose()
 
     async def aclose(self) -> None:
@@ -380,6 +394,8 @@ class NodeProxy:
         if self.xds is not None:
             await self.xds.aclose()
         await self.pods.aclose()
+        if self.self_inbound is not None:
+            await self.self_inbound.aclose()
         await self.context.pool.aclose()
         await self.certs.aclose()
         if isinstance(self.ca, IstiodCaClient):

@@ -7,6 +7,7 @@ ztunnel reads (``POOL_MAX_STREAMS_PER_CONNECTION``, ``POOL_UNUSED_RELEASE_TIMEOU
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
 from collections.abc import Mapping
@@ -18,6 +19,7 @@ from ambit.hbone.connection import MAX_CONCURRENT_STREAMS
 from ambit.model.identity import DEFAULT_TRUST_DOMAIN
 from ambit.proxy.settings import ProxySettings
 from ambit.telemetry.flows import DEFAULT_CAPACITY
+from ambit.zds.protocol import WorkloadInfo
 
 POOL_MAX_STREAMS_ENV = "POOL_MAX_STREAMS_PER_CONNECTION"
 POOL_IDLE_TIMEOUT_ENV = "POOL_UNUSED_RELEASE_TIMEOUT"
@@ -164,6 +166,11 @@ class NodeProxySettings:
     """Write ``READY=1`` and a newline to this inherited file descriptor (then close it) once the proxy is ready
     (its configuration read, every pod the node agent handed over served): how a supervisor starting a successor
     knows when it may stop the old proxy."""
+    own_pod: WorkloadInfo | None = None
+    """The proxy's own pod (in a cluster: ``POD_NAME``, ``POD_NAMESPACE``, ``SERVICE_ACCOUNT``), for its self-proxy
+    listener (:mod:`ambit.inpod.self_inbound`); None: no such listener."""
+    own_address: str | None = None
+    """The proxy's own pod address (``INSTANCE_IP``), where the self-proxy listener listens."""
     event_loop: str = "uvloop"
     """The event loop the proxy runs on: ``uvloop`` or ``asyncio`` (see :mod:`ambit.inpod.eventloop`). uvloop is
     the default since the connection-churn soak test (``tests/integration/test_uvloop_churn.py``) passes under it."""
@@ -172,3 +179,18 @@ class NodeProxySettings:
     def proxy(self) -> ProxySettings:
         """What the data path needs of these settings."""
         return ProxySettings(node=self.node, network=self.network, trust_domain=self.trust_domain)
+
+
+def own_pod_from_environment(environ: Mapping[str, str]) -> tuple[WorkloadInfo | None, str | None]:
+    """The proxy's own pod and address from the downward API's variables, as ztunnel reads them (``POD_NAME``,
+    ``POD_NAMESPACE``, ``SERVICE_ACCOUNT``, ``INSTANCE_IP``); (None, None) unless all four are there and the address
+    is an IP."""
+    name, namespace = environ.get("POD_NAME", ""), environ.get("POD_NAMESPACE", "")
+    account, address = environ.get("SERVICE_ACCOUNT", ""), environ.get("INSTANCE_IP", "")
+    if not (name and namespace and account and address):
+        return None, None
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return None, None
+    return WorkloadInfo(name, namespace, account), str(ip)

@@ -67,6 +67,10 @@ class LocalPod:
     trust_domain: str
     identity: SpiffeId = field(init=False)
     workload_uid: str = field(init=False)
+    itself: bool = False
+    """The node proxy's own pod (ztunnel's self-proxy listener, :mod:`ambit.inpod.self_inbound`): its own ports
+    that serve others (:data:`~ambit.proxy.plans.SELF_SERVED_PORTS`) may be reached, and it dials them from its own
+    address, not the client's."""
 
     def __post_init__(self) -> None:
         self.identity = SpiffeId(self.trust_domain, self.info.namespace, self.info.service_account or "default")

@@ -56,8 +56,11 @@ class InboundRefusedError(ProxyError):
 
 
 async def _dial_pod(pod: LocalPod, dial: Dial) -> socket.socket:
+    # The node proxy's own pod is dialled from its own address: the client's is not on this netns (ztunnel turns
+    # freebind off for its self-proxy for the same reason).
+    source_ip = None if pod.itself else dial.source_ip
     try:
-        return await connect(pod.sockets, (dial.ip, dial.port), source_ip=dial.source_ip)
+        return await connect(pod.sockets, (dial.ip, dial.port), source_ip=source_ip)
     except (AmbitError, OSError) as exc:
         raise InboundRefusedError(
             f"cannot reach {hostport(dial.ip, dial.port)}: {exc}", 503, ResponseFlag.CONNECT
@@ -145,7 +148,9 @@ async def _serve_tunnel(
     ctx: ProxyContext, pod: LocalPod, peer: _HbonePeer, request: InboundRequest, responder: TunnelResponder
 ) -> Splice | None:
     workload = await ctx.wait_local_workload(pod)
-    facts = InboundFacts(workload, peer.local_ip, 0, peer.peer_ip, request.peer_identity, authority=request.authority)
+    facts = InboundFacts(
+        workload, peer.local_ip, 0, peer.peer_ip, request.peer_identity, authority=request.authority, itself=pod.itself
+    )
     plan = plan_inbound(facts, ctx.state, ctx.authorize)
     target = plan.stopped if isinstance(plan, Refuse) else plan
     accounting = None

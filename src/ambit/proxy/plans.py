@@ -62,9 +62,12 @@ Inbound (15008 HBONE, 15006 plaintext, and the same-node path), :func:`plan_inbo
    Service this pod is an endpoint of, and its port is mapped to the pod's target port, else 400.
    A target port (after that mapping) that is one of the proxy's own ports (:data:`ILLEGAL_PORTS`) → 400,
    uncounted, as ztunnel does: tunnels must not nest into the proxy's own listeners (the same-node path too).
+   The one exception is the node proxy's own pod (:attr:`InboundFacts.itself`): its metrics and readiness ports
+   (:data:`SELF_SERVED_PORTS`) are what its self-proxy listener serves, as ztunnel's does.
 4. The authorizer refuses → 401, ``DENY``, counted, with the engine's reason ("explicitly denied by: ns/name",
    "allow policies exist, but none allowed").
-5. :class:`Dial` the pod at ``<its IP>:<port>`` from the client's address.
+5. :class:`Dial` the pod at ``<its IP>:<port>`` from the client's address (the node proxy's own pod: from its own
+   address; the shell decides, :attr:`~ambit.proxy.context.LocalPod.itself`).
 
 Plaintext (15006), :func:`plan_plaintext`: a call to one of the proxy's own ports is refused, not counted; then as
 inbound, with no peer identity and no authority.
@@ -90,6 +93,10 @@ HBONE_PORT = 15008
 
 ILLEGAL_PORTS = frozenset({15001, 15006, 15008, 15080, 15000, 15020, 15021})
 """The proxy's own ports: a pod calling them (at loopback or its own address) is refused (spec §2.4)."""
+SELF_SERVED_PORTS = frozenset({15020, 15021})
+"""Of those, the ones the node proxy's own pod serves to others through its self-proxy listener (metrics and
+readiness, as ztunnel's TestZtunnelSecureMetrics scrapes 15020 over HBONE): reachable when the local pod is the
+proxy itself (:attr:`InboundFacts.itself`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,6 +315,8 @@ class InboundFacts:
     """The peer's verified identity; None without mutual TLS."""
     authority: str | None = None
     """The CONNECT ``:authority`` (HBONE only)."""
+    itself: bool = False
+    """The local pod is the node proxy's own (rule 3 lets :data:`SELF_SERVED_PORTS` through)."""
 
 
 def plan_inbound(facts: InboundFacts, state: WorkloadState, authorize: Authorizer) -> InboundPlan:
@@ -331,7 +340,7 @@ def plan_inbound(facts: InboundFacts, state: WorkloadState, authorize: Authorize
         if isinstance(mapped, Refuse):
             return mapped
         port = mapped
-    if port in ILLEGAL_PORTS:
+    if port in ILLEGAL_PORTS and not (facts.itself and port in SELF_SERVED_PORTS):
         return Refuse(400, ResponseFlag.NONE, f"CONNECT to the proxy's own port {port}", counted=False)
     try:
         connection = Connection(

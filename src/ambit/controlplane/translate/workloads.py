@@ -4,8 +4,10 @@ Rules:
 
 1. A pod is a workload once it has an address (``status.podIPs``, else ``status.podIP``) and until it has
    finished (phase ``Succeeded`` or ``Failed``). Its uid is ``<cluster>//Pod/<namespace>/<name>``.
-2. ``tunnel_protocol`` is HBONE exactly when the annotation ``ambient.istio.io/redirection`` is ``enabled`` (the node
-   agent's mark of a fully enrolled pod). A ``hostNetwork: true`` pod is still a workload, with network mode
+2. ``tunnel_protocol`` is HBONE when the annotation ``ambient.istio.io/redirection`` is ``enabled`` (the node
+   agent's mark of a fully enrolled pod), or when the label ``networking.istio.io/tunnel`` lists ``http`` (a
+   comma-separated list, istiod's ``SupportsTunnel``: the pod terminates HBONE itself, as the node proxy's own pod
+   does with its self-proxy listener). A ``hostNetwork: true`` pod is still a workload, with network mode
    HOST_NETWORK, but never HBONE: its address is the node's, shared with everything else on the node.
 3. ``status`` is UNHEALTHY when the Ready condition is not ``True`` or a deletion has begun.
 4. The canonical name is the first of the labels ``service.istio.io/canonical-name``, ``app.kubernetes.io/name``,
@@ -72,7 +74,7 @@ def translate_pod(
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
     host_network = spec.get("hostNetwork") is True
-    hbone = annotations.get(REDIRECTION_ANNOTATION) == "enabled" and not host_network
+    hbone = (annotations.get(REDIRECTION_ANNOTATION) == "enabled" or supports_http_tunnel(labels)) and not host_network
     workload_name = _workload_name(meta)
     node = str(spec.get("nodeName") or "")
     return Workload(
@@ -95,6 +97,15 @@ def translate_pod(
         network_mode=NetworkMode.HOST_NETWORK if host_network else NetworkMode.STANDARD,
         locality=(localities or {}).get(node, Locality()),
     )
+
+
+TUNNEL_LABEL = "networking.istio.io/tunnel"
+
+
+def supports_http_tunnel(labels: Mapping[str, Any]) -> bool:
+    """Rule 2: whether ``networking.istio.io/tunnel`` names ``http`` among its comma-separated values."""
+    value = labels.get(TUNNEL_LABEL)
+    return isinstance(value, str) and "http" in value.split(",")
 
 
 def _addresses(pod: Obj, skips: list[Skipped]) -> tuple[IPAddress, ...]:
