@@ -265,6 +265,48 @@ def test_calls_to_the_proxy_own_ports_and_admin_are_refused(mesh: Mesh) -> None:
     assert results[f"{mesh.node_ip(1)}:15000"] == "refused"
 
 
+FETCH = """
+import sys, urllib.request
+with urllib.request.urlopen(sys.argv[1], timeout=5) as r:
+    print(r.status, r.read().decode()[:4000])
+"""
+
+
+def test_a_meshed_pod_scrapes_a_node_proxys_metrics_over_hbone(mesh: Mesh) -> None:
+    """TestZtunnelSecureMetrics: the ztunnel pods carry networking.istio.io/tunnel: http, so a meshed client's call
+    to a node proxy's 15020 is a tunnel to its self-proxy listener, reported as mutual TLS to the ztunnel."""
+    if not mesh.lab.installed:
+        pytest.skip("the node proxy runs in a pod of its own only when the mesh is installed")
+    address = mesh.node_ip(2)
+    out = wait_until(
+        "cli-1 reads node-2's node proxy metrics",
+        lambda: _try_text(mesh, "cli-1", AMBIENT, f"http://{address}:15020/metrics"),
+        timeout=30,
+    )
+    assert out.startswith("200 ") and "# TYPE" in out
+    source = f'source_principal="spiffe://cluster.local/ns/{AMBIENT}/sa/default"'
+
+    def reported() -> bool:
+        return any(
+            line.startswith("istio_tcp_connections_opened_total{")
+            and 'reporter="destination"' in line
+            and source in line
+            and 'destination_workload="ztunnel"' in line
+            and 'destination_principal="spiffe://cluster.local/ns/istio-system/sa/ztunnel"' in line
+            and 'connection_security_policy="mutual_tls"' in line
+            for line in mesh.metrics(2).splitlines()
+        )
+
+    wait_until("node-2 reports the scrape as a mutual-TLS connection to the ztunnel", reported, timeout=15)
+
+
+def _try_text(mesh: Mesh, pod: str, namespace: str, url: str) -> str | None:
+    try:
+        return mesh.run(pod, namespace, FETCH, url)
+    except AssertionError:
+        return None
+
+
 def test_the_node_proxy_config_dump_shows_workloads_and_certificates(mesh: Mesh) -> None:
     dump = json.loads(mesh.lab.node_proxy_admin(mesh.lab.topology.node(1).name, "/config_dump"))
     names = {w["name"] for w in dump["workloads"]}

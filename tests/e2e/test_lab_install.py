@@ -18,6 +18,7 @@ import pytest
 from tests.e2e.lab_driver import Lab, http_echo_container, pod_manifest, running_lab, sleeper, wait_until
 
 SYSTEM = "istio-system"
+NODES = ("node-1", "node-2")
 
 
 @pytest.fixture(scope="module")
@@ -131,6 +132,37 @@ def _try(lab: Lab, namespace: str, server_ip: str) -> dict[str, object] | None:
         return _request(lab, namespace, server_ip)
     except (subprocess.SubprocessError, AssertionError, ValueError):
         return None
+
+
+def test_a_namespace_excluded_in_the_cni_config_never_gets_its_pods_enrolled(lab: Lab, namespace: str) -> None:
+    """TestCNINeverEnrollsPodsInExcludedNamespaces and TestCNIRestartsWithMissingKubeConfig: the excluded list comes
+    from the istio-cni-config ConfigMap (EXCLUDE_NAMESPACES, as istio-cni's chart writes it) after a rollout
+    restart of the node agents, which also rewrite the plugin's kubeconfig that was deleted meanwhile."""
+    config = lab.get("configmap", "istio-cni-config", "-n", SYSTEM)
+    assert config["data"]["EXCLUDE_NAMESPACES"] == "kube-system"
+    kubeconfigs = [
+        lab.topology.host_paths(n).map("/var/run/istio-cni/istio-cni-kubeconfig").machine_path for n in NODES
+    ]
+    assert all(path.exists() for path in kubeconfigs), kubeconfigs
+    patch = {"data": {"EXCLUDE_NAMESPACES": f"kube-system,{namespace}"}}
+    try:
+        lab.kubectl("patch", "configmap", "istio-cni-config", "-n", SYSTEM, "--type", "merge", "-p", json.dumps(patch))
+        for path in kubeconfigs:
+            path.unlink(missing_ok=True)
+        lab.kubectl("rollout", "restart", "daemonset/istio-cni-node", "-n", SYSTEM)
+        lab.kubectl("rollout", "status", "daemonset/istio-cni-node", "-n", SYSTEM, "--timeout=180s", timeout=200)
+        assert all(path.exists() for path in kubeconfigs), "the restarted node agent wrote its kubeconfig again"
+        lab.kubectl("label", "namespace", namespace, "istio.io/dataplane-mode=ambient")
+        lab.apply(pod_manifest("excluded", [sleeper()], node="node-1"), namespace=namespace)
+        (pod,) = lab.wait_pods_ready(namespace, "", 1, timeout=60)
+        assert "ambient.istio.io/redirection" not in (pod["metadata"].get("annotations") or {})
+    finally:
+        restore = {"data": {"EXCLUDE_NAMESPACES": "kube-system"}}
+        lab.kubectl(
+            "patch", "configmap", "istio-cni-config", "-n", SYSTEM, "--type", "merge", "-p", json.dumps(restore)
+        )
+        lab.kubectl("rollout", "restart", "daemonset/istio-cni-node", "-n", SYSTEM)
+        lab.kubectl("rollout", "status", "daemonset/istio-cni-node", "-n", SYSTEM, "--timeout=180s", timeout=200)
 
 
 def test_no_mesh_daemon_runs_as_a_host_process(lab: Lab) -> None:
