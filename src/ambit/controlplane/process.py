@@ -19,7 +19,10 @@ Theory of operation: everything is built once from :class:`ControlPlaneSettings`
    the note naming the field to fix), again only once the problem has gone away and come back, changed, or the
    object was recreated;
 4. the pod index behind node authorization, and the publisher of ``istio-ca-root-cert`` in every namespace (and,
-   with a plug-in CA that has a ``ca-crl.pem``, of ``istio-ca-crl``: :mod:`ambit.controlplane.ca.crl`);
+   with a plug-in CA that has a ``ca-crl.pem``, of ``istio-ca-crl``: :mod:`ambit.controlplane.ca.crl`); with a
+   plug-in CA, the watch of its files, which swaps the signing CA and the published trust bundle when a changed
+   set passes :mod:`ambit.controlplane.ca.rotation` (a Normal ``CaReloaded`` or Warning ``CaReloadRefused`` Event on
+   Secret ``istio-system/cacerts`` either way);
 5. the validating webhook for the Istio and Gateway API kinds (``/validate`` on ``:15017``), registered with the
    API server as ``istio-validator-ambit`` with the mesh root as its CA bundle;
 6. the gateway deployment controller (:mod:`ambit.controlplane.gateway`): the GatewayClass ``istio-waypoint``,
@@ -48,11 +51,14 @@ from typing import Any
 
 from ambit.controlplane.addresses import AddressCache, AuthorizationCache, addresses, authorizations
 from ambit.controlplane.ca.authn import KubeAuthenticator
+from ambit.controlplane.ca.cawatch import CA_POLL_INTERVAL, CaPaths, PluginCaWatcher
 from ambit.controlplane.ca.crl import CRL_CONFIG_MAP, CRL_FILE, CRL_KEY, CRL_POLL_INTERVAL, CrlFileWatcher
 from ambit.controlplane.ca.errors import CaServerError
 from ambit.controlplane.ca.nodeauth import InformerPodIndex, NodeAuthorizer
 from ambit.controlplane.ca.publish import ConfigMapPublisher
-from ambit.controlplane.ca.root import RootCa, RootCertPublisher, load_or_create_root_secret, load_plugin_ca
+from ambit.controlplane.ca.root import RootCertPublisher, load_or_create_root_secret, load_plugin_ca
+from ambit.controlplane.ca.rootca import RootCa
+from ambit.controlplane.ca.rotation import Refusal
 from ambit.controlplane.ca.server import GRPC_SERVER_OPTIONS, CaService, RootSigner
 from ambit.controlplane.debug_access import DEBUG_ACCOUNTS, DebugAccessChecker
 from ambit.controlplane.gateway import GatewayController, GatewayControllerSettings, WaypointTemplateSettings
@@ -80,6 +86,11 @@ DEFAULT_SERVER_NAMES = ("istiod.istio-system.svc", "istiod.istio-system.svc.clus
 REPORTING_CONTROLLER = "ambit.dev/controlplane"
 SKIPPED_REASON = "TranslationSkipped"
 SKIPPED_ACTION = "Translate"
+CA_RELOADED_REASON = "CaReloaded"
+CA_REFUSED_REASON = "CaReloadRefused"
+CA_ACTION = "ReloadCA"
+_CACERTS = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "cacerts", "namespace": "istio-system"}}
+"""What plug-in CA Events are about: Istio's ``cacerts`` Secret, the usual source of the files."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +152,9 @@ class ControlPlaneSettings:
     """The ConfigMap the CRL is published as (istiod's ``PILOT_CRL_CONFIGMAP``)."""
     crl_poll_interval: float = CRL_POLL_INTERVAL
     """Seconds between looks at the CRL file."""
+    ca_poll_interval: float = CA_POLL_INTERVAL
+    """Seconds between looks at the plug-in CA's files; a changed good set is signing within two looks
+    (:mod:`ambit.controlplane.ca.cawatch`). 0: the files are read once, at start."""
     debug_accounts: frozenset[str] = DEBUG_ACCOUNTS
     """``namespace/service account`` pairs that may read the sync status without an RBAC rule
     (:mod:`ambit.controlplane.debug_access`); any other caller needs ``get`` on ``/debug/syncz``."""
@@ -247,6 +261,9 @@ class ControlPlane:
         self.crl_watcher: CrlFileWatcher | None = None
         self._plugin_dir: Path | None = None
         """The directory of the plug-in CA's files, when one is in use (its CRL file lives there)."""
+        self._plugin_paths: CaPaths | None = None
+        self.signer: RootSigner | None = None
+        self.ca_watcher: PluginCaWatcher | None = None
         self.webhook: ValidationWebhookServer | None = None
         self.untainter: NodeUntainter | None = None
         self._webhook_dir: tempfile.TemporaryDirectory[str] | None = None
@@ -358,12 +375,14 @@ class ControlPlane:
         s = self.settings
         if s.plugin_cert is not None and s.plugin_key is not None:
             self._plugin_dir = s.plugin_cert.parent
+            self._plugin_paths = CaPaths(s.plugin_cert, s.plugin_key, None, s.plugin_root)
             return await asyncio.to_thread(load_plugin_ca, s.plugin_cert, s.plugin_key, s.plugin_root)
         if s.cacerts_dir is not None and (s.cacerts_dir / "ca-key.pem").is_file():
-            cert, key, root = (s.cacerts_dir / n for n in ("ca-cert.pem", "ca-key.pem", "root-cert.pem"))
+            paths = CaPaths.in_directory(s.cacerts_dir)
             log.info("using the plug-in CA in %s", s.cacerts_dir)
-            self._plugin_dir = s.cacerts_dir
-            return await asyncio.to_thread(load_plugin_ca, cert, key, root if root.is_file() else None)
+            self._plugin_dir, self._plugin_paths = s.cacerts_dir, paths
+            root, chain = (p if p is not None and p.is_file() else None for p in (paths.root, paths.chain))
+            return await asyncio.to_thread(load_plugin_ca, paths.cert, paths.key, root, chain)
         return await load_or_create_root_secret(self.client)
 
     async def start(self) -> None:
@@ -404,7 +423,8 @@ class ControlPlane:
         self.events.start()
         await self.pods.start()
         authorizer = NodeAuthorizer(self.pods, trust_domain=s.trust_domain)
-        CaService(self.authenticator, authorizer, RootSigner(self.root)).add_to_server(self.server.grpc_server)
+        self.signer = RootSigner(self.root)
+        CaService(self.authenticator, authorizer, self.signer).add_to_server(self.server.grpc_server)
         self.status.start()
         self.waypoint_policy_status.start()
         self.service_status.start()
@@ -422,6 +442,7 @@ class ControlPlane:
         self.publisher = RootCertPublisher(self.client, self.root.root_pem)
         await self.publisher.start()
         await self._start_crl(self.root)
+        self._start_ca_watch(self.root)
         if s.webhook_port is not None:
             await self._start_webhook(self.root)
         log.info("control plane serving xDS and CA on %s:%d", s.host, self.server.port)
@@ -441,6 +462,38 @@ class ControlPlane:
         self.crl_watcher.poll()
         self._tasks.append(asyncio.create_task(self.crl_watcher.run(), name="CRL file watcher"))
         log.info("watching the plug-in CA's CRL file %s (ConfigMap %s)", path, s.crl_config_map)
+
+    def _start_ca_watch(self, root: RootCa) -> None:
+        """With a plug-in CA, follow its files: a changed good set signs from then on (:mod:`.ca.cawatch`)."""
+        if self._plugin_paths is None or self.settings.ca_poll_interval <= 0:
+            return
+        self.ca_watcher = PluginCaWatcher(
+            self._plugin_paths,
+            root,
+            on_reload=self._ca_reloaded,
+            on_refused=self._ca_refused,
+            interval=self.settings.ca_poll_interval,
+        )
+        self._tasks.append(asyncio.create_task(self.ca_watcher.run(), name="plug-in CA watcher"))
+        log.info("watching the plug-in CA's files in %s", self._plugin_paths.cert.parent)
+
+    def _ca_reloaded(self, root: RootCa, what: str) -> None:
+        """Sign with the new CA from now on and publish its trust bundle; node proxies move to it as they refresh
+        their certificates (at half life: :mod:`ambit.identity.manager`)."""
+        self.root = root
+        if self.signer is not None:
+            self.signer.set_root(root)
+        if self.publisher is not None:
+            self.publisher.set_root(root.root_pem)
+        if self.crl_watcher is not None:
+            self.crl_watcher.set_anchors((root.signer.cert_pem, root.root_pem))
+        self.events.record(
+            _CACERTS, "Normal", CA_RELOADED_REASON, f"signing with the new plug-in CA: {what}", CA_ACTION
+        )
+
+    def _ca_refused(self, refusal: Refusal, message: str) -> None:
+        note = f"plug-in CA not taken ({refusal.value}): {message}; the CA in use keeps signing"
+        self.events.record(_CACERTS, "Warning", CA_REFUSED_REASON, note, CA_ACTION)
 
     async def _start_webhook(self, root: RootCa) -> None:
         """Serve ``/validate`` with a certificate from the mesh root, and register it (failurePolicy Fail)."""
