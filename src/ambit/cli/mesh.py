@@ -262,6 +262,15 @@ def nodeproxy(
             "(else $CONNECTION_TERMINATION_DEADLINE, else $TERMINATION_GRACE_PERIOD_SECONDS less 5, else 5).",
         ),
     ] = None,
+    secret_ttl: Annotated[
+        str | None,
+        typer.Option(
+            "--secret-ttl",
+            metavar="DURATION",
+            help="Validity asked of the CA for each workload certificate, refreshed at half life, e.g. 5m "
+            "(else $SECRET_TTL, else 24h).",
+        ),
+    ] = None,
     notify_fd: Annotated[
         int | None,
         typer.Option(
@@ -283,6 +292,7 @@ def nodeproxy(
         NodeProxySettingsError,
         parse_drain_deadline,
         parse_pool_limits,
+        parse_secret_ttl,
     )
     from ambit.model.identity import IdentityError, check_trust_domain
 
@@ -297,6 +307,7 @@ def nodeproxy(
     try:
         max_streams, idle_timeout = parse_pool_limits(pool_max_streams, pool_idle_timeout, os.environ)
         deadline = parse_drain_deadline(drain_deadline, os.environ)
+        ttl = parse_secret_ttl(secret_ttl, os.environ)
     except NodeProxySettingsError as exc:
         raise typer.BadParameter(str(exc)) from None
     if notify_fd is not None:
@@ -341,6 +352,7 @@ def nodeproxy(
         flow_log_size=flow_log_size,
         crl_path=None if crl_path is None or str(crl_path) in ("", ".") else crl_path,
         drain_deadline=deadline,
+        secret_ttl=ttl,
         notify_fd=notify_fd,
     )
     from ambit.inpod.allocator import tune_allocator
