@@ -1,7 +1,8 @@
 """A running ``ambit controlplane`` follows its plug-in CA's files (Istio's TestIntermediateCertificateRefresh, on
 one machine): the ``cacerts`` directory is replaced the way a kubelet updates a Secret volume, and certificates
 asked for afterwards chain to the new intermediate, while a bad set is refused (Warning Event) and the CA in use
-keeps signing; a root rotation's first step publishes both roots.
+keeps signing; a root rotation goes through its three steps (both roots published and sent, the new root's
+intermediate signing, the old root dropped) and the control plane's own serving certificate follows.
 
 The control plane is a subprocess (``python -m ambit.cli controlplane --cacerts-dir ...``) against the module's
 embedded API server; certificates are asked for with the node proxy's own CA client, without impersonation."""
@@ -140,6 +141,7 @@ ROOT = crl_pki.root("Mesh root", now=NOW)
 NEW_ROOT = crl_pki.root("New mesh root", now=NOW)
 FIRST = crl_pki.intermediate(ROOT, "Intermediate 1", now=NOW)
 SECOND = crl_pki.intermediate(ROOT, "Intermediate 2", now=NOW)
+UNDER_NEW_ROOT = crl_pki.intermediate(NEW_ROOT, "Intermediate under the new root", now=NOW)
 EVIL = crl_pki.intermediate(crl_pki.root("Mesh root", now=NOW), "Intermediate 3", now=NOW)
 
 
@@ -200,6 +202,15 @@ async def test_a_replaced_intermediate_signs_the_certificates_asked_for_after_it
     rotated = await plane.certificate()
     assert [c.subject.rfc4514_string() for c in x509.load_pem_x509_certificates(rotated.roots_pem)] == both
     assert _leaf_signed_by(rotated, SECOND)
+
+    # Step 2: an intermediate under the new root signs (and the control plane's own serving certificate moves to
+    # it); step 3: the old root leaves the bundle, and a client trusting only the new root still reaches the CA.
+    plane.replace(cacerts_files(UNDER_NEW_ROOT, ROOT.cert_pem + NEW_ROOT.cert_pem))
+    await eventually(lambda: _is(plane.issuer(), "CN=Intermediate under the new root"), "the new root's intermediate")
+    plane.replace(cacerts_files(UNDER_NEW_ROOT, NEW_ROOT.cert_pem))
+    await eventually(lambda: _is(_published_roots(kube), both[1:]), "only the new root in istio-ca-root-cert")
+    final = await plane.certificate()  # over a channel that trusts only the new root
+    assert _leaf_signed_by(final, UNDER_NEW_ROOT) and final.roots_pem == first_cert(NEW_ROOT.cert_pem)
 
 
 async def _is(value: Awaitable[Any], expected: Any) -> bool:

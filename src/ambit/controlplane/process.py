@@ -385,25 +385,30 @@ class ControlPlane:
             return await asyncio.to_thread(load_plugin_ca, paths.cert, paths.key, root, chain)
         return await load_or_create_root_secret(self.client)
 
-    async def start(self) -> None:
-        s = self.settings
-        self.root = await self._load_root()
-        names = [*DEFAULT_SERVER_NAMES, *s.sans]
+    def _serving_certificate(self, root: RootCa) -> tuple[bytes, bytes]:
+        """The xDS and CA port's certificate chain and key, issued by ``root``'s signer (names
+        ``istiod.istio-system.svc`` and the configured SANs)."""
+        names = [*DEFAULT_SERVER_NAMES, *self.settings.sans]
         serving = issue_server_cert(
-            self.root.signer,
+            root.signer,
             common_name="istiod.istio-system.svc",
             dns_names=[n for n in names if not _is_ip(n)],
             ip_addresses=[n for n in names if _is_ip(n)],
             now=time.time(),
         )
-        chain = serving.cert_pem + (
-            b"" if self.root.signer.cert_pem == self.root.root_pem else self.root.signer.cert_pem
-        )
+        return serving.cert_pem + (
+            b"" if root.signer.cert_pem == root.root_pem else root.signer.cert_pem
+        ), serving.key_pem
+
+    async def start(self) -> None:
+        s = self.settings
+        self.root = await self._load_root()
+        chain, key = self._serving_certificate(self.root)
         self.server = XdsServer(
             self.table,
             self._authenticate,
             cert_chain_pem=chain,
-            key_pem=serving.key_pem,
+            key_pem=key,
             host=s.host,
             port=s.port,
             # The view already gathers changes for ``debounce`` before it translates; a second wait per stream only
@@ -483,6 +488,9 @@ class ControlPlane:
         self.root = root
         if self.signer is not None:
             self.signer.set_root(root)
+        if self.server is not None:
+            # As istiod regenerates its own certificate: proxies that trust only the new root still reach us.
+            self.server.set_certificate(*self._serving_certificate(root))
         if self.publisher is not None:
             self.publisher.set_root(root.root_pem)
         if self.crl_watcher is not None:
