@@ -42,7 +42,6 @@ import hashlib
 import logging
 import signal
 import socket
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -68,9 +67,7 @@ from ambit.controlplane.translate.waypoint_policies import WAYPOINT_ACCEPTED
 from ambit.controlplane.translate.waypoints import WAYPOINT_BOUND
 from ambit.controlplane.untaint import NodeUntainter
 from ambit.controlplane.view import ClusterView, ClusterViewSettings
-from ambit.controlplane.webhook import ValidationWebhookServer, WebhookServerSettings, register_webhook
-from ambit.controlplane.webhook.errors import RegistrationError
-from ambit.controlplane.webhook.registration import patch_ca_bundle
+from ambit.controlplane.webhook.serving import WebhookManager
 from ambit.k8s import EventRecorder, EventRecorderSettings, KubeClient, kinds
 from ambit.model.localconfig import LocalConfig
 from ambit.model.routes import WaypointConfig
@@ -264,9 +261,8 @@ class ControlPlane:
         self._plugin_paths: CaPaths | None = None
         self.signer: RootSigner | None = None
         self.ca_watcher: PluginCaWatcher | None = None
-        self.webhook: ValidationWebhookServer | None = None
+        self.webhook: WebhookManager | None = None
         self.untainter: NodeUntainter | None = None
-        self._webhook_dir: tempfile.TemporaryDirectory[str] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.pushes = 0
 
@@ -491,6 +487,8 @@ class ControlPlane:
         if self.server is not None:
             # As istiod regenerates its own certificate: proxies that trust only the new root still reach us.
             self.server.set_certificate(*self._serving_certificate(root))
+        if self.webhook is not None:
+            self.webhook.rotate(root)
         if self.publisher is not None:
             self.publisher.set_root(root.root_pem)
         if self.crl_watcher is not None:
@@ -504,48 +502,14 @@ class ControlPlane:
         self.events.record(_CACERTS, "Warning", CA_REFUSED_REASON, note, CA_ACTION)
 
     async def _start_webhook(self, root: RootCa) -> None:
-        """Serve ``/validate`` with a certificate from the mesh root, and register it (failurePolicy Fail)."""
+        """Serve ``/validate`` with a certificate from the mesh CA, and register it (failurePolicy Fail)."""
         s = self.settings
         assert s.webhook_port is not None
         dial = s.webhook_host or (s.host if s.host not in ("0.0.0.0", "::") else "127.0.0.1")
-        names = [dial, "istiod.istio-system.svc"]
-        if s.webhook_service is not None:
-            namespace, _, name = s.webhook_service.partition("/")
-            names = [f"{name}.{namespace}.svc"]
-        pair = issue_server_cert(
-            root.signer,
-            common_name="istiod.istio-system.svc",
-            dns_names=[n for n in names if not _is_ip(n)],
-            ip_addresses=[n for n in names if _is_ip(n)],
-            now=time.time(),
+        self.webhook = WebhookManager(
+            self.client, host=s.host, port=s.webhook_port, dial=dial, service=s.webhook_service
         )
-        self._webhook_dir = tempfile.TemporaryDirectory(prefix="ambit-webhook-")
-        directory = Path(self._webhook_dir.name)
-        cert_file, key_file = directory / "tls.crt", directory / "tls.key"
-        cert_file.write_bytes(pair.cert_pem + (root.signer.cert_pem if root.signer.cert_pem != root.root_pem else b""))
-        key_file.touch(mode=0o600)
-        key_file.write_bytes(pair.key_pem)
-        self.webhook = ValidationWebhookServer(
-            WebhookServerSettings(cert_file, key_file, host=s.host, port=s.webhook_port)
-        )
-        await self.webhook.start()
-        if s.webhook_service is not None:
-            self._tasks.append(asyncio.create_task(self._keep_ca_bundle(root.root_pem), name="webhook caBundle"))
-            return
-        await register_webhook(self.client, self.webhook.url(dial), root.root_pem)
-        log.info("validating webhook at %s", self.webhook.url(dial))
-
-    async def _keep_ca_bundle(self, root_pem: bytes, retry: float = 5.0) -> None:
-        """Fill in the installed webhook configuration's caBundle; retry until it exists, then every minute keep
-        it so (a re-install may write the configuration again without it)."""
-        while True:
-            try:
-                await patch_ca_bundle(self.client, root_pem)
-            except RegistrationError as exc:
-                log.warning("validating webhook: %s; trying again in %.0f s", exc, retry)
-                await asyncio.sleep(retry)
-                continue
-            await asyncio.sleep(60.0)
+        await self.webhook.start(root)
 
     async def aclose(self) -> None:
         for task in self._tasks:
@@ -572,8 +536,6 @@ class ControlPlane:
             if closer is not None:
                 with contextlib.suppress(Exception):
                     await closer
-        if self._webhook_dir is not None:
-            self._webhook_dir.cleanup()
 
 
 async def run_control_plane(settings: ControlPlaneSettings) -> None:
