@@ -2,7 +2,8 @@
 one machine): the ``cacerts`` directory is replaced the way a kubelet updates a Secret volume, and certificates
 asked for afterwards chain to the new intermediate, while a bad set is refused (Warning Event) and the CA in use
 keeps signing; a root rotation goes through its three steps (both roots published and sent, the new root's
-intermediate signing, the old root dropped) and the control plane's own serving certificate follows.
+intermediate signing, the old root dropped) and the control plane's own serving certificates (xDS and CA, the
+validating webhook with its caBundle) follow.
 
 The control plane is a subprocess (``python -m ambit.cli controlplane --cacerts-dir ...``) against the module's
 embedded API server; certificates are asked for with the node proxy's own CA client, without impersonation."""
@@ -10,9 +11,12 @@ embedded API server; certificates are asked for with the node proxy's own CA cli
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import os
 import re
+import socket
+import ssl
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -24,10 +28,11 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from tests import crl_pki
 from tests.cacerts import cacerts_files, first_cert, write_volume
-from tests.harness import ServerProcess
+from tests.harness import ServerProcess, free_port
 from tests.integration.controlplane_rig import account_token
 
 from ambit.controlplane.ca.root import ROOT_CERT_KEY, ROOT_CONFIG_MAP
+from ambit.controlplane.webhook import CONFIGURATION_NAME
 from ambit.identity.istiod import IstiodCaClient
 from ambit.k8s import KubeAlreadyExistsError, KubeClient, KubeNotFoundError, kinds
 from ambit.model.identity import SpiffeId
@@ -53,12 +58,19 @@ async def eventually(predicate: Callable[[], Awaitable[Any]], what: str, within:
 class Plane:
     """The control plane subprocess, its CA directory and a CA client as ``shop/web``."""
 
-    def __init__(self, directory: Path, process: asyncio.subprocess.Process, port: int, client: IstiodCaClient):
+    def __init__(
+        self, directory: Path, process: asyncio.subprocess.Process, port: int, client: IstiodCaClient, webhook: int
+    ) -> None:
         self.directory = directory
         self.process = process
         self.port = port
         self.client = client
+        self.webhook_port = webhook
         self.generation = 1
+
+    async def webhook_issuer(self) -> str:
+        """The issuer of the certificate the validating webhook presents now."""
+        return await asyncio.to_thread(_presented_issuer, self.webhook_port)
 
     def replace(self, files: dict[str, bytes]) -> None:
         self.generation += 1
@@ -73,6 +85,21 @@ class Plane:
         return await self.client.fetch_certificate(WEB)
 
 
+def _presented_issuer(port: int) -> str:
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # only looking at what is presented
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, context.wrap_socket(raw) as tls:
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return x509.load_der_x509_certificate(der).issuer.rfc4514_string()
+
+
+async def _webhook_bundle(kube: KubeClient) -> list[str]:
+    found = await kube.get(kinds.VALIDATING_WEBHOOK_CONFIGURATIONS, CONFIGURATION_NAME)
+    pem = base64.b64decode(found["webhooks"][0]["clientConfig"]["caBundle"])
+    return [c.subject.rfc4514_string() for c in x509.load_pem_x509_certificates(pem)]
+
+
 def _subject(pem: bytes) -> str:
     return x509.load_pem_x509_certificate(pem).subject.rfc4514_string()
 
@@ -85,6 +112,7 @@ async def plane(server_process: ServerProcess, kube: KubeClient, tmp_path: Path)
     token_file = tmp_path / "token"
     token_file.write_text(await account_token(kube, NAMESPACE, "web"))
     directory = tmp_path / "cacerts"
+    webhook_port = free_port()
     write_volume(directory, cacerts_files(FIRST, ROOT.cert_pem), 1)
     log = os.open(tmp_path / "controlplane.log", os.O_WRONLY | os.O_CREAT, 0o644)  # closed once the child has it
     process = await asyncio.create_subprocess_exec(
@@ -97,7 +125,7 @@ async def plane(server_process: ServerProcess, kube: KubeClient, tmp_path: Path)
         "--listen",
         "127.0.0.1:0",
         "--webhook-port",
-        "0",
+        str(webhook_port),
         "--no-deploy-waypoints",
         "--cacerts-dir",
         str(directory),
@@ -123,7 +151,7 @@ async def plane(server_process: ServerProcess, kube: KubeClient, tmp_path: Path)
             server_name="istiod.istio-system.svc",
         )
         async with client:
-            yield Plane(directory, process, int(match.group(1)), client)
+            yield Plane(directory, process, int(match.group(1)), client, webhook_port)
     finally:
         if process.returncode is None:
             process.terminate()
@@ -176,6 +204,7 @@ async def test_a_replaced_intermediate_signs_the_certificates_asked_for_after_it
 ) -> None:
     before = await plane.certificate()
     assert _leaf_signed_by(before, FIRST)
+    assert await plane.webhook_issuer() == "CN=Intermediate 1"
     started = time.monotonic()
     plane.replace(cacerts_files(SECOND, ROOT.cert_pem))
     await eventually(lambda: _is(plane.issuer(), "CN=Intermediate 2"), "certificates from the new intermediate")
@@ -199,6 +228,7 @@ async def test_a_replaced_intermediate_signs_the_certificates_asked_for_after_it
     plane.replace(cacerts_files(SECOND, ROOT.cert_pem + NEW_ROOT.cert_pem))
     both = ["CN=Mesh root,O=cluster.local", "CN=New mesh root,O=cluster.local"]
     await eventually(lambda: _is(_published_roots(kube), both), "both roots in istio-ca-root-cert")
+    await eventually(lambda: _is(_webhook_bundle(kube), both), "both roots in the webhook's caBundle")
     rotated = await plane.certificate()
     assert [c.subject.rfc4514_string() for c in x509.load_pem_x509_certificates(rotated.roots_pem)] == both
     assert _leaf_signed_by(rotated, SECOND)
@@ -207,8 +237,10 @@ async def test_a_replaced_intermediate_signs_the_certificates_asked_for_after_it
     # it); step 3: the old root leaves the bundle, and a client trusting only the new root still reaches the CA.
     plane.replace(cacerts_files(UNDER_NEW_ROOT, ROOT.cert_pem + NEW_ROOT.cert_pem))
     await eventually(lambda: _is(plane.issuer(), "CN=Intermediate under the new root"), "the new root's intermediate")
+    assert await plane.webhook_issuer() == "CN=Intermediate under the new root"
     plane.replace(cacerts_files(UNDER_NEW_ROOT, NEW_ROOT.cert_pem))
     await eventually(lambda: _is(_published_roots(kube), both[1:]), "only the new root in istio-ca-root-cert")
+    await eventually(lambda: _is(_webhook_bundle(kube), both[1:]), "only the new root in the webhook's caBundle")
     final = await plane.certificate()  # over a channel that trusts only the new root
     assert _leaf_signed_by(final, UNDER_NEW_ROOT) and final.roots_pem == first_cert(NEW_ROOT.cert_pem)
 
