@@ -2,11 +2,13 @@
 :class:`~ambit.waypoint.settings.WaypointSettings`, and the run with a clean error instead of a traceback.
 
 Both are the same L7 engine in a pod that knows itself from its environment (POD_NAMESPACE, GATEWAY_NAME, ...);
-only what they serve differs (HBONE from node proxies, or the Gateway's listeners)."""
+only what they serve differs (HBONE from node proxies, or the Gateway's listeners). Their certificate lifetime is
+``$SECRET_TTL`` (as istio-agent reads it; default 24 h)."""
 
 from __future__ import annotations
 
 import ipaddress
+import os
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -44,6 +46,7 @@ def l7_settings(
     dns_upstreams: tuple[str, ...] = (),
 ) -> WaypointSettings:
     """The settings of a ``role`` ("waypoint" or "gateway") process; a bad flag is a :class:`typer.BadParameter`."""
+    from ambit.inpod.settings import NodeProxySettingsError, parse_secret_ttl
     from ambit.model.identity import IdentityError, SpiffeId, check_trust_domain
 
     try:
@@ -62,6 +65,10 @@ def l7_settings(
         raise typer.BadParameter("give --ca-address (with --root-cert and --token) or --local-ca")
     if not gateway_name:
         raise typer.BadParameter(f"the {role} needs its Gateway name (--gateway-name or GATEWAY_NAME)")
+    try:
+        secret_ttl = parse_secret_ttl(None, os.environ)
+    except NodeProxySettingsError as exc:
+        raise typer.BadParameter(str(exc)) from None
     for upstream in dns_upstreams:
         try:
             ipaddress.ip_address(upstream)
@@ -81,6 +88,7 @@ def l7_settings(
         root_cert_file=root_cert,
         token_file=token,
         xds_server_name=server_name,
+        secret_ttl=secret_ttl,
         config_file=None if xds_address else config,
         local_ca_dir=None if ca_address else local_ca,
         hbone_port=hbone_port,

@@ -274,6 +274,15 @@ def nodeproxy(
             "(else $CONNECTION_TERMINATION_DEADLINE, else $TERMINATION_GRACE_PERIOD_SECONDS less 5, else 5).",
         ),
     ] = None,
+    secret_ttl: Annotated[
+        str | None,
+        typer.Option(
+            "--secret-ttl",
+            metavar="DURATION",
+            help="Validity asked of the CA for each workload certificate, refreshed at half life, e.g. 5m "
+            "(else $SECRET_TTL, else 24h).",
+        ),
+    ] = None,
     notify_fd: Annotated[
         int | None,
         typer.Option(
@@ -296,6 +305,7 @@ def nodeproxy(
         own_pod_from_environment,
         parse_drain_deadline,
         parse_pool_limits,
+        parse_secret_ttl,
     )
     from ambit.model.identity import IdentityError, check_trust_domain
 
@@ -310,6 +320,7 @@ def nodeproxy(
     try:
         max_streams, idle_timeout = parse_pool_limits(pool_max_streams, pool_idle_timeout, os.environ)
         deadline = parse_drain_deadline(drain_deadline, os.environ)
+        ttl = parse_secret_ttl(secret_ttl, os.environ)
     except NodeProxySettingsError as exc:
         raise typer.BadParameter(str(exc)) from None
     if notify_fd is not None:
@@ -356,6 +367,7 @@ def nodeproxy(
         flow_log_size=flow_log_size,
         crl_path=None if crl_path is None or str(crl_path) in ("", ".") else crl_path,
         drain_deadline=deadline,
+        secret_ttl=ttl,
         notify_fd=notify_fd,
         own_pod=own_pod,
         own_address=own_address,

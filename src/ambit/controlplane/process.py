@@ -19,7 +19,10 @@ Theory of operation: everything is built once from :class:`ControlPlaneSettings`
    the note naming the field to fix), again only once the problem has gone away and come back, changed, or the
    object was recreated;
 4. the pod index behind node authorization, and the publisher of ``istio-ca-root-cert`` in every namespace (and,
-   with a plug-in CA that has a ``ca-crl.pem``, of ``istio-ca-crl``: :mod:`ambit.controlplane.ca.crl`);
+   with a plug-in CA that has a ``ca-crl.pem``, of ``istio-ca-crl``: :mod:`ambit.controlplane.ca.crl`); with a
+   plug-in CA, the watch of its files, which swaps the signing CA and the published trust bundle when a changed
+   set passes :mod:`ambit.controlplane.ca.rotation` (a Normal ``CaReloaded`` or Warning ``CaReloadRefused`` Event on
+   Secret ``istio-system/cacerts`` either way);
 5. the validating webhook for the Istio and Gateway API kinds (``/validate`` on ``:15017``), registered with the
    API server as ``istio-validator-ambit`` with the mesh root as its CA bundle;
 6. the gateway deployment controller (:mod:`ambit.controlplane.gateway`): the GatewayClass ``istio-waypoint``,
@@ -39,7 +42,6 @@ import hashlib
 import logging
 import signal
 import socket
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,11 +50,14 @@ from typing import Any
 
 from ambit.controlplane.addresses import AddressCache, AuthorizationCache, addresses, authorizations
 from ambit.controlplane.ca.authn import KubeAuthenticator
+from ambit.controlplane.ca.cawatch import CA_POLL_INTERVAL, CaPaths, PluginCaWatcher
 from ambit.controlplane.ca.crl import CRL_CONFIG_MAP, CRL_FILE, CRL_KEY, CRL_POLL_INTERVAL, CrlFileWatcher
 from ambit.controlplane.ca.errors import CaServerError
 from ambit.controlplane.ca.nodeauth import InformerPodIndex, NodeAuthorizer
 from ambit.controlplane.ca.publish import ConfigMapPublisher
-from ambit.controlplane.ca.root import RootCa, RootCertPublisher, load_or_create_root_secret, load_plugin_ca
+from ambit.controlplane.ca.root import RootCertPublisher, load_or_create_root_secret, load_plugin_ca
+from ambit.controlplane.ca.rootca import RootCa
+from ambit.controlplane.ca.rotation import Refusal
 from ambit.controlplane.ca.server import GRPC_SERVER_OPTIONS, CaService, RootSigner
 from ambit.controlplane.debug_access import DEBUG_ACCOUNTS, DebugAccessChecker
 from ambit.controlplane.gateway import GatewayController, GatewayControllerSettings, WaypointTemplateSettings
@@ -62,9 +67,7 @@ from ambit.controlplane.translate.waypoint_policies import WAYPOINT_ACCEPTED
 from ambit.controlplane.translate.waypoints import WAYPOINT_BOUND
 from ambit.controlplane.untaint import NodeUntainter
 from ambit.controlplane.view import ClusterView, ClusterViewSettings
-from ambit.controlplane.webhook import ValidationWebhookServer, WebhookServerSettings, register_webhook
-from ambit.controlplane.webhook.errors import RegistrationError
-from ambit.controlplane.webhook.registration import patch_ca_bundle
+from ambit.controlplane.webhook.serving import WebhookManager
 from ambit.k8s import EventRecorder, EventRecorderSettings, KubeClient, kinds
 from ambit.model.localconfig import LocalConfig
 from ambit.model.routes import WaypointConfig
@@ -80,6 +83,11 @@ DEFAULT_SERVER_NAMES = ("istiod.istio-system.svc", "istiod.istio-system.svc.clus
 REPORTING_CONTROLLER = "ambit.dev/controlplane"
 SKIPPED_REASON = "TranslationSkipped"
 SKIPPED_ACTION = "Translate"
+CA_RELOADED_REASON = "CaReloaded"
+CA_REFUSED_REASON = "CaReloadRefused"
+CA_ACTION = "ReloadCA"
+_CACERTS = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "cacerts", "namespace": "istio-system"}}
+"""What plug-in CA Events are about: Istio's ``cacerts`` Secret, the usual source of the files."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +149,9 @@ class ControlPlaneSettings:
     """The ConfigMap the CRL is published as (istiod's ``PILOT_CRL_CONFIGMAP``)."""
     crl_poll_interval: float = CRL_POLL_INTERVAL
     """Seconds between looks at the CRL file."""
+    ca_poll_interval: float = CA_POLL_INTERVAL
+    """Seconds between looks at the plug-in CA's files; a changed good set is signing within two looks
+    (:mod:`ambit.controlplane.ca.cawatch`). 0: the files are read once, at start."""
     debug_accounts: frozenset[str] = DEBUG_ACCOUNTS
     """``namespace/service account`` pairs that may read the sync status without an RBAC rule
     (:mod:`ambit.controlplane.debug_access`); any other caller needs ``get`` on ``/debug/syncz``."""
@@ -247,9 +258,11 @@ class ControlPlane:
         self.crl_watcher: CrlFileWatcher | None = None
         self._plugin_dir: Path | None = None
         """The directory of the plug-in CA's files, when one is in use (its CRL file lives there)."""
-        self.webhook: ValidationWebhookServer | None = None
+        self._plugin_paths: CaPaths | None = None
+        self.signer: RootSigner | None = None
+        self.ca_watcher: PluginCaWatcher | None = None
+        self.webhook: WebhookManager | None = None
         self.untainter: NodeUntainter | None = None
-        self._webhook_dir: tempfile.TemporaryDirectory[str] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.pushes = 0
 
@@ -358,33 +371,40 @@ class ControlPlane:
         s = self.settings
         if s.plugin_cert is not None and s.plugin_key is not None:
             self._plugin_dir = s.plugin_cert.parent
+            self._plugin_paths = CaPaths(s.plugin_cert, s.plugin_key, None, s.plugin_root)
             return await asyncio.to_thread(load_plugin_ca, s.plugin_cert, s.plugin_key, s.plugin_root)
         if s.cacerts_dir is not None and (s.cacerts_dir / "ca-key.pem").is_file():
-            cert, key, root = (s.cacerts_dir / n for n in ("ca-cert.pem", "ca-key.pem", "root-cert.pem"))
+            paths = CaPaths.in_directory(s.cacerts_dir)
             log.info("using the plug-in CA in %s", s.cacerts_dir)
-            self._plugin_dir = s.cacerts_dir
-            return await asyncio.to_thread(load_plugin_ca, cert, key, root if root.is_file() else None)
+            self._plugin_dir, self._plugin_paths = s.cacerts_dir, paths
+            root, chain = (p if p is not None and p.is_file() else None for p in (paths.root, paths.chain))
+            return await asyncio.to_thread(load_plugin_ca, paths.cert, paths.key, root, chain)
         return await load_or_create_root_secret(self.client)
 
-    async def start(self) -> None:
-        s = self.settings
-        self.root = await self._load_root()
-        names = [*DEFAULT_SERVER_NAMES, *s.sans]
+    def _serving_certificate(self, root: RootCa) -> tuple[bytes, bytes]:
+        """The xDS and CA port's certificate chain and key, issued by ``root``'s signer (names
+        ``istiod.istio-system.svc`` and the configured SANs)."""
+        names = [*DEFAULT_SERVER_NAMES, *self.settings.sans]
         serving = issue_server_cert(
-            self.root.signer,
+            root.signer,
             common_name="istiod.istio-system.svc",
             dns_names=[n for n in names if not _is_ip(n)],
             ip_addresses=[n for n in names if _is_ip(n)],
             now=time.time(),
         )
-        chain = serving.cert_pem + (
-            b"" if self.root.signer.cert_pem == self.root.root_pem else self.root.signer.cert_pem
-        )
+        return serving.cert_pem + (
+            b"" if root.signer.cert_pem == root.root_pem else root.signer.cert_pem
+        ), serving.key_pem
+
+    async def start(self) -> None:
+        s = self.settings
+        self.root = await self._load_root()
+        chain, key = self._serving_certificate(self.root)
         self.server = XdsServer(
             self.table,
             self._authenticate,
             cert_chain_pem=chain,
-            key_pem=serving.key_pem,
+            key_pem=key,
             host=s.host,
             port=s.port,
             # The view already gathers changes for ``debounce`` before it translates; a second wait per stream only
@@ -404,7 +424,8 @@ class ControlPlane:
         self.events.start()
         await self.pods.start()
         authorizer = NodeAuthorizer(self.pods, trust_domain=s.trust_domain)
-        CaService(self.authenticator, authorizer, RootSigner(self.root)).add_to_server(self.server.grpc_server)
+        self.signer = RootSigner(self.root)
+        CaService(self.authenticator, authorizer, self.signer).add_to_server(self.server.grpc_server)
         self.status.start()
         self.waypoint_policy_status.start()
         self.service_status.start()
@@ -422,6 +443,7 @@ class ControlPlane:
         self.publisher = RootCertPublisher(self.client, self.root.root_pem)
         await self.publisher.start()
         await self._start_crl(self.root)
+        self._start_ca_watch(self.root)
         if s.webhook_port is not None:
             await self._start_webhook(self.root)
         log.info("control plane serving xDS and CA on %s:%d", s.host, self.server.port)
@@ -442,49 +464,52 @@ class ControlPlane:
         self._tasks.append(asyncio.create_task(self.crl_watcher.run(), name="CRL file watcher"))
         log.info("watching the plug-in CA's CRL file %s (ConfigMap %s)", path, s.crl_config_map)
 
+    def _start_ca_watch(self, root: RootCa) -> None:
+        """With a plug-in CA, follow its files: a changed good set signs from then on (:mod:`.ca.cawatch`)."""
+        if self._plugin_paths is None or self.settings.ca_poll_interval <= 0:
+            return
+        self.ca_watcher = PluginCaWatcher(
+            self._plugin_paths,
+            root,
+            on_reload=self._ca_reloaded,
+            on_refused=self._ca_refused,
+            interval=self.settings.ca_poll_interval,
+        )
+        self._tasks.append(asyncio.create_task(self.ca_watcher.run(), name="plug-in CA watcher"))
+        log.info("watching the plug-in CA's files in %s", self._plugin_paths.cert.parent)
+
+    def _ca_reloaded(self, root: RootCa, what: str) -> None:
+        """Sign with the new CA from now on and publish its trust bundle; node proxies move to it as they refresh
+        their certificates (at half life: :mod:`ambit.identity.manager`)."""
+        self.root = root
+        if self.signer is not None:
+            self.signer.set_root(root)
+        if self.server is not None:
+            # As istiod regenerates its own certificate: proxies that trust only the new root still reach us.
+            self.server.set_certificate(*self._serving_certificate(root))
+        if self.webhook is not None:
+            self.webhook.rotate(root)
+        if self.publisher is not None:
+            self.publisher.set_root(root.root_pem)
+        if self.crl_watcher is not None:
+            self.crl_watcher.set_anchors((root.signer.cert_pem, root.root_pem))
+        self.events.record(
+            _CACERTS, "Normal", CA_RELOADED_REASON, f"signing with the new plug-in CA: {what}", CA_ACTION
+        )
+
+    def _ca_refused(self, refusal: Refusal, message: str) -> None:
+        note = f"plug-in CA not taken ({refusal.value}): {message}; the CA in use keeps signing"
+        self.events.record(_CACERTS, "Warning", CA_REFUSED_REASON, note, CA_ACTION)
+
     async def _start_webhook(self, root: RootCa) -> None:
-        """Serve ``/validate`` with a certificate from the mesh root, and register it (failurePolicy Fail)."""
+        """Serve ``/validate`` with a certificate from the mesh CA, and register it (failurePolicy Fail)."""
         s = self.settings
         assert s.webhook_port is not None
         dial = s.webhook_host or (s.host if s.host not in ("0.0.0.0", "::") else "127.0.0.1")
-        names = [dial, "istiod.istio-system.svc"]
-        if s.webhook_service is not None:
-            namespace, _, name = s.webhook_service.partition("/")
-            names = [f"{name}.{namespace}.svc"]
-        pair = issue_server_cert(
-            root.signer,
-            common_name="istiod.istio-system.svc",
-            dns_names=[n for n in names if not _is_ip(n)],
-            ip_addresses=[n for n in names if _is_ip(n)],
-            now=time.time(),
+        self.webhook = WebhookManager(
+            self.client, host=s.host, port=s.webhook_port, dial=dial, service=s.webhook_service
         )
-        self._webhook_dir = tempfile.TemporaryDirectory(prefix="ambit-webhook-")
-        directory = Path(self._webhook_dir.name)
-        cert_file, key_file = directory / "tls.crt", directory / "tls.key"
-        cert_file.write_bytes(pair.cert_pem + (root.signer.cert_pem if root.signer.cert_pem != root.root_pem else b""))
-        key_file.touch(mode=0o600)
-        key_file.write_bytes(pair.key_pem)
-        self.webhook = ValidationWebhookServer(
-            WebhookServerSettings(cert_file, key_file, host=s.host, port=s.webhook_port)
-        )
-        await self.webhook.start()
-        if s.webhook_service is not None:
-            self._tasks.append(asyncio.create_task(self._keep_ca_bundle(root.root_pem), name="webhook caBundle"))
-            return
-        await register_webhook(self.client, self.webhook.url(dial), root.root_pem)
-        log.info("validating webhook at %s", self.webhook.url(dial))
-
-    async def _keep_ca_bundle(self, root_pem: bytes, retry: float = 5.0) -> None:
-        """Fill in the installed webhook configuration's caBundle; retry until it exists, then every minute keep
-        it so (a re-install may write the configuration again without it)."""
-        while True:
-            try:
-                await patch_ca_bundle(self.client, root_pem)
-            except RegistrationError as exc:
-                log.warning("validating webhook: %s; trying again in %.0f s", exc, retry)
-                await asyncio.sleep(retry)
-                continue
-            await asyncio.sleep(60.0)
+        await self.webhook.start(root)
 
     async def aclose(self) -> None:
         for task in self._tasks:
@@ -511,8 +536,6 @@ class ControlPlane:
             if closer is not None:
                 with contextlib.suppress(Exception):
                     await closer
-        if self._webhook_dir is not None:
-            self._webhook_dir.cleanup()
 
 
 async def run_control_plane(settings: ControlPlaneSettings) -> None:

@@ -7,6 +7,13 @@ half life and fetches again. A failed fetch is retried with exponential backoff 
 to ``max_backoff``) while the old certificate stays in use for as long as it is valid. Identities that left the
 set are forgotten: refresher cancelled, certificate dropped.
 
+A CA rotation reaches the proxy through these refreshes, as in ztunnel: the control plane does not push, and a
+rotated plug-in CA signs only the certificates asked for after it (:mod:`ambit.controlplane.ca.cawatch`). So the
+bound is: every identity on the node holds a certificate from the new CA at most half a lifetime (the node proxy's
+``SECRET_TTL``, 24 h by default, 5 min in the lab and in Istio's ambient tests: 2.5 min) after the control plane
+took the new CA, plus the back-off of any failed fetch (at most ``max_backoff``). Connections already open keep the
+certificate they were made with; new ones use the new certificate and its trust bundle.
+
 A connection that needs a certificate calls :meth:`CertificateManager.fetch`: a valid cached certificate comes
 back at once; otherwise it starts (or joins) a fetch at high priority. CA requests run at most
 :data:`MAX_CONCURRENT_CA_REQUESTS` at a time and a freed slot goes to the most urgent waiter, so a connection

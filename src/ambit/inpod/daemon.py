@@ -196,6 +196,7 @@ class NodeProxy:
                 _required(settings.root_cert_file, "a root certificate file"),
                 _required(settings.token_file, "a token file"),
                 cluster_id=settings.cluster_id,
+                ttl_seconds=settings.secret_ttl,
                 server_name=settings.xds_server_name,
             )
         if settings.local_ca_dir is not None:

@@ -31,6 +31,10 @@ GRACE_PERIOD_ENV = "TERMINATION_GRACE_PERIOD_SECONDS"
 DEFAULT_DRAIN_DEADLINE = 5.0
 """ztunnel's ``DEFAULT_CONNECTION_TERMINATION_DEADLINE``."""
 
+SECRET_TTL_ENV = "SECRET_TTL"
+DEFAULT_SECRET_TTL = 24 * 3600
+"""ztunnel's ``DEFAULT_TTL``: the workload certificate lifetime asked of the CA."""
+
 _DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
@@ -79,6 +83,22 @@ def parse_drain_deadline(flag: str | None, environ: Mapping[str, str]) -> float:
         raise NodeProxySettingsError(f"${GRACE_PERIOD_ENV}: expected whole seconds, got {grace!r}")
     seconds = int(stripped)
     return float(max(seconds - 5 if seconds > 10 else seconds - 1, 1))
+
+
+def parse_secret_ttl(flag: str | None, environ: Mapping[str, str]) -> int:
+    """Whole seconds of validity the proxy asks the CA for (``validity_duration``): ``--secret-ttl``, else
+    ``$SECRET_TTL`` (seconds or a duration, as ztunnel reads it: ``5m``, ``24h``), else 24 h.
+
+    Certificates are refreshed at half life, so this also bounds how long a proxy keeps signing material from a
+    CA that has since been replaced: a rotated plug-in CA reaches every proxy within half of it.
+    """
+    text, source = _pick(flag, "--secret-ttl", environ, SECRET_TTL_ENV)
+    if text is None:
+        return DEFAULT_SECRET_TTL
+    seconds = int(_duration(text, source))
+    if seconds < 1:
+        raise NodeProxySettingsError(f"{source}: a certificate must live at least 1 second, got {text!r}")
+    return seconds
 
 
 def _duration(text: str, source: str) -> float:
@@ -159,6 +179,9 @@ class NodeProxySettings:
     ``istio-ca-crl`` ConfigMap mounted); None: no CRL checks."""
     crl_poll_interval: float = 2.0
     """Seconds between looks at ``crl_path``."""
+    secret_ttl: int = DEFAULT_SECRET_TTL
+    """Seconds of validity asked of the control plane's CA for each workload certificate (ztunnel's
+    ``SECRET_TTL``, :func:`parse_secret_ttl`); refreshed at half life."""
     drain_deadline: float = DEFAULT_DRAIN_DEADLINE
     """Seconds a draining proxy (SIGTERM, ``/quitquitquit``) lets its connections run before closing them
     (:func:`parse_drain_deadline`, :mod:`ambit.inpod.drain`)."""

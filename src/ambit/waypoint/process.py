@@ -200,6 +200,7 @@ class Waypoint:
                 _required(settings.token_file, "a token file"),
                 cluster_id=settings.cluster_id,
                 server_name=settings.xds_server_name,
+                ttl_seconds=settings.secret_ttl,
                 impersonate=False,
             )
         if settings.local_ca_dir is not None:

@@ -72,6 +72,9 @@ class WaypointSettings:
     root_cert_file: Path | None = None
     token_file: Path | None = None
     xds_server_name: str = "istiod.istio-system.svc"
+    secret_ttl: int = 24 * 3600
+    """Seconds of validity asked of the control plane's CA for the waypoint's certificate (``SECRET_TTL``, as
+    istio-agent reads it in a waypoint pod); refreshed at half life, so a rotated CA reaches it within half."""
     config_file: Path | None = None
     """Workloads and services from this local YAML file instead of xDS (read once at start)."""
     local_ca_dir: Path | None = None

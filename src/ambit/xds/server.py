@@ -386,7 +386,9 @@ class XdsServer:
             control_plane=control_plane,
             stale_after=stale_after,
         )
-        self._credentials = grpc.ssl_server_credentials([(key_pem, cert_chain_pem)])
+        self._certificate: Any = grpc.ssl_server_certificate_configuration([(key_pem, cert_chain_pem)])
+        self._pending_certificate: Any = None
+        self._credentials = grpc.dynamic_ssl_server_credentials(self._certificate, self._next_certificate)
         self._address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         options: dict[str, Any] = dict(keepalive.server_options())
         options.update(grpc_options)
@@ -394,6 +396,15 @@ class XdsServer:
         self.service.add_to(self.grpc_server)
         self.port = 0
         """The bound port, after :meth:`start` (useful with ``port=0``)."""
+
+    def set_certificate(self, cert_chain_pem: bytes, key_pem: bytes) -> None:
+        """Serve this certificate from the next TLS handshake on (a CA rotation); open connections keep theirs."""
+        self._pending_certificate = grpc.ssl_server_certificate_configuration([(key_pem, cert_chain_pem)])
+
+    def _next_certificate(self) -> Any:
+        # gRPC asks before every handshake, possibly from its own thread: hand over a pending certificate once.
+        pending, self._pending_certificate = self._pending_certificate, None
+        return pending
 
     async def start(self) -> None:
         try:

@@ -95,6 +95,10 @@ class CrlFileWatcher:
         self.published: str | None = None
         self.error = ""
 
+    def set_anchors(self, anchors: Sequence[bytes]) -> None:
+        """The CA's certificates after a reload (rule 3's warnings name CRLs against these)."""
+        self._anchors = tuple(anchors)
+
     def poll(self) -> CrlVerdict:
         """Look once; publish what is new and good (call from the event loop's thread)."""
         try:

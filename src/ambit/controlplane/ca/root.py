@@ -8,8 +8,9 @@ Theory of operation. **Where the root comes from**, in istiod's two modes:
   that is not allowed: :mod:`~ambit.controlplane.ca.home`). Two control planes racing to create it both end up
   with the one that won (the loser reads it back after ``AlreadyExists``), so a restart or a second replica never
   changes the root.
-- Plug-in CA: :func:`load_plugin_ca` reads a signing certificate (optionally followed by its chain) and its key
-  from files; the trust anchor is the last certificate of that chain, or a separate root file.
+- Plug-in CA: :func:`load_plugin_ca` reads a signing certificate (optionally followed by its chain), its key, the
+  chain file and the trust bundle (default: the chain's last certificate) from files, checked by
+  :mod:`~ambit.controlplane.ca.rotation`, which also decides whether changed files are taken while running.
 
 Either way the result is a :class:`RootCa`: the signer (which signs workload CSRs) and the root PEM (which
 workloads trust and the CA appends last to every chain).
@@ -29,16 +30,16 @@ import contextlib
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from cryptography import x509
-from cryptography.hazmat.primitives import serialization
 
 from ambit.controlplane.ca.errors import RootCaError
 from ambit.controlplane.ca.home import ensure_namespace
 from ambit.controlplane.ca.publish import ConfigMapPublisher, Plan, config_map, plan_config_map
+from ambit.controlplane.ca.rootca import RootCa
+from ambit.controlplane.ca.rotation import CaFiles, plugin_ca_from_files
 from ambit.k8s.client import KubeClient
 from ambit.k8s.errors import KubeAlreadyExistsError, KubeClientError, KubeNotFoundError
 from ambit.k8s.kinds import SECRETS
@@ -56,20 +57,6 @@ ROOT_CERT_KEY = "root-cert.pem"
 ROOT_COMMON_NAME = "Ambit mesh root"
 ROOT_ORGANIZATION = "cluster.local"
 ROOT_DAYS = 3650
-
-
-@dataclass(frozen=True, slots=True)
-class RootCa:
-    """The CA that signs workload certificates, and the root certificate workloads trust."""
-
-    signer: KeyPair
-    """Signing certificate (followed by its chain, if any) and its key."""
-    root_pem: bytes
-    """The trust anchor: published in every namespace and appended last to each issued chain."""
-
-    @classmethod
-    def self_signed(cls, pair: KeyPair) -> RootCa:
-        return cls(signer=pair, root_pem=pair.cert_pem)
 
 
 def root_secret(root: KeyPair, namespace: str = SYSTEM_NAMESPACE) -> dict[str, Any]:
@@ -143,24 +130,26 @@ async def load_or_create_root_secret(
     return RootCa.self_signed(pair)
 
 
-def load_plugin_ca(cert_path: Path, key_path: Path, root_cert_path: Path | None = None) -> RootCa:
-    """A plug-in CA: the signing certificate (then its chain) and key, and the root (default: the chain's last)."""
+def load_plugin_ca(
+    cert_path: Path,
+    key_path: Path,
+    root_cert_path: Path | None = None,
+    chain_path: Path | None = None,
+    *,
+    now: float | None = None,
+) -> RootCa:
+    """A plug-in CA: the signing certificate (then its chain) and key, the chain file, and the trust bundle
+    (default: the chain's last); checked as a reload is (:func:`.rotation.plugin_ca_from_files`)."""
     try:
-        cert_pem, key_pem = cert_path.read_bytes(), key_path.read_bytes()
-        root_pem = root_cert_path.read_bytes() if root_cert_path is not None else None
+        files = CaFiles(
+            cert=cert_path.read_bytes(),
+            key=key_path.read_bytes(),
+            chain=chain_path.read_bytes() if chain_path is not None else None,
+            root=root_cert_path.read_bytes() if root_cert_path is not None else None,
+        )
     except OSError as exc:
         raise RootCaError(f"cannot read the plug-in CA: {exc}") from None
-    pair = KeyPair(cert_pem=cert_pem, key_pem=key_pem)
-    _check_ca(pair, f"{cert_path} and {key_path}")
-    try:
-        chain = x509.load_pem_x509_certificates(cert_pem)
-        if root_pem is not None:
-            x509.load_pem_x509_certificates(root_pem)
-    except ValueError as exc:
-        raise RootCaError(f"malformed plug-in CA certificates: {exc}") from None
-    if root_pem is None:
-        root_pem = chain[-1].public_bytes(serialization.Encoding.PEM)
-    return RootCa(signer=pair, root_pem=root_pem)
+    return plugin_ca_from_files(files, time.time() if now is None else now, where=f"{cert_path} and {key_path}")
 
 
 def _check_ca(pair: KeyPair, where: str) -> None:

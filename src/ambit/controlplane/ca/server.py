@@ -16,8 +16,10 @@ Theory of operation: one request is handled in four steps, any of which may refu
    never trusted to choose it. TTL: the requested ``validity_duration``, or 24 h when it is not positive, capped
    at 90 days (:func:`effective_ttl`; spec §5.3 says capped: istiod's own ``Sign`` refuses a longer request with
    ``INVALID_ARGUMENT``, and either way no certificate outlives the cap).
-4. **Answer** with the chain flattened to one PEM certificate per element, each ending in a newline, the root
-   last (:func:`flatten_chain`).
+4. **Answer** with the chain flattened to one PEM certificate per element, each ending in a newline, and the
+   trust bundle (one root, or the old and new roots during a root rotation) as the last element
+   (:func:`flatten_chain`). The CA signing is whatever :class:`RootSigner` holds at that moment (a plug-in CA is
+   swapped there when its files change: :mod:`~ambit.controlplane.ca.cawatch`).
 
 :meth:`CaService.create_certificate` is those steps with errors as :class:`CaServerError`; the gRPC method
 :meth:`CaService.CreateCertificate` only translates them into statuses: authentication and authorization
@@ -44,7 +46,7 @@ from ambit.api import ca_pb2
 from ambit.controlplane.ca.authn import Caller, Metadata
 from ambit.controlplane.ca.errors import AuthorizationError, CaServerError, CsrError, RateLimitedError
 from ambit.controlplane.ca.limits import MAX_CSR_BYTES, CallerRateLimiter, RateLimit, check_csr_size
-from ambit.controlplane.ca.root import RootCa
+from ambit.controlplane.ca.rootca import RootCa
 from ambit.model.identity import DEFAULT_TRUST_DOMAIN, SpiffeId
 from ambit.tls.certs import CertificateError
 from ambit.tls.spiffe import sign_csr
@@ -114,31 +116,50 @@ def impersonated_identity(metadata: struct_pb2.Struct) -> str | None:
 
 
 def flatten_chain(chain: Sequence[bytes]) -> list[str]:
-    """One PEM certificate per element (each ending in a newline), in order; elements may hold several."""
+    """One PEM certificate per element (each ending in a newline), in order, except the last: the trust bundle,
+    kept as one element (istiod's answer; a client tells the roots from the chain by position)."""
     flat: list[str] = []
-    for element in chain:
+    for index, element in enumerate(chain):
         try:
             certs = x509.load_pem_x509_certificates(element)
         except ValueError as exc:
             raise CaServerError(f"malformed certificate in the signed chain: {exc}") from None
-        flat.extend(cert.public_bytes(serialization.Encoding.PEM).decode("ascii") for cert in certs)
+        pems = [cert.public_bytes(serialization.Encoding.PEM).decode("ascii") for cert in certs]
+        if index == len(chain) - 1 and index > 0:
+            flat.append("".join(pems))
+        else:
+            flat.extend(pems)
     return flat
 
 
 class RootSigner:
-    """Signs workload CSRs with the mesh CA and makes sure the root ends the chain."""
+    """Signs workload CSRs with the mesh CA and ends each chain with the trust bundle.
+
+    :meth:`set_root` swaps the CA (a reload of the plug-in CA): a request signs with the CA in use when it is
+    signed, whole (the swap is one reference assignment, so a request never mixes two CAs' parts).
+    """
 
     def __init__(self, root: RootCa, *, clock: Callable[[], float] = time.time) -> None:
         self._root = root
         self._clock = clock
 
+    @property
+    def root(self) -> RootCa:
+        return self._root
+
+    def set_root(self, root: RootCa) -> None:
+        self._root = root
+
     def sign(self, csr_pem: bytes, identity: SpiffeId, ttl_seconds: int) -> list[bytes]:
+        root = self._root
         try:
-            chain = sign_csr(self._root.signer, csr_pem, now=self._clock(), ttl_seconds=ttl_seconds, identity=identity)
+            chain = sign_csr(root.signer, csr_pem, now=self._clock(), ttl_seconds=ttl_seconds, identity=identity)
         except CertificateError as exc:
             raise CsrError(str(exc)) from None
-        if _der(chain[-1]) != _der(self._root.root_pem):
-            chain.append(self._root.root_pem)
+        roots = _ders(root.root_pem)
+        while len(chain) > 1 and _der(chain[-1]) in roots:
+            chain.pop()
+        chain.append(root.root_pem)
         return chain
 
 
@@ -213,3 +234,10 @@ def _der(pem: bytes) -> bytes:
         return x509.load_pem_x509_certificate(pem).public_bytes(serialization.Encoding.DER)
     except ValueError:
         return pem
+
+
+def _ders(pem: bytes) -> frozenset[bytes]:
+    try:
+        return frozenset(c.public_bytes(serialization.Encoding.DER) for c in x509.load_pem_x509_certificates(pem))
+    except ValueError:
+        return frozenset({pem})

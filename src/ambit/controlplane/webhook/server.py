@@ -86,6 +86,7 @@ class ValidationWebhookServer:
         self.settings = settings
         self._runner: web.AppRunner | None = None
         self._listener: TlsListener | None = None
+        self._context: ssl.SSLContext | None = None
 
     @property
     def port(self) -> int:
@@ -100,7 +101,7 @@ class ValidationWebhookServer:
         return f"https://{shown}:{self.port}{VALIDATE_PATH}"
 
     async def start(self) -> None:
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context = self._context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_cert_chain(self.settings.cert_file, self.settings.key_file)
         family = socket.AF_INET6 if ":" in self.settings.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
@@ -117,6 +118,11 @@ class ValidationWebhookServer:
         listener.start()
         self._listener, self._runner = listener, runner
         log.info("validation webhook listening on %s:%d", self.settings.host, self.port)
+
+    def reload_certificate(self) -> None:
+        """Present what ``cert_file`` and ``key_file`` hold now from the next handshake on (a CA reload)."""
+        if self._context is not None:
+            self._context.load_cert_chain(self.settings.cert_file, self.settings.key_file)
 
     async def aclose(self) -> None:
         """Stop accepting, finish or close every request and connection (aborting any still open after 1 s)."""
