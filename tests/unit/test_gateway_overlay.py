@@ -12,6 +12,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ambit.controlplane.gateway.ingress_status import ingress_status
 from ambit.controlplane.gateway.overlay import (
     CLASS_DEFAULTS_LABEL,
     InvalidParameters,
@@ -20,6 +21,7 @@ from ambit.controlplane.gateway.overlay import (
     parameters_ref,
 )
 from ambit.controlplane.gateway.render import Rendered, Unrenderable, WaypointTemplateSettings, render_waypoint
+from ambit.controlplane.gateway.status import Deployed, gateway_status
 
 LAB = WaypointTemplateSettings(xds_address="198.18.0.1:15012", image_pull_policy="Never")
 GRACE_3 = "spec:\n  template:\n    spec:\n      terminationGracePeriodSeconds: 3\n"
@@ -297,3 +299,18 @@ def test_the_oldest_class_defaults_config_map_of_the_gateway_s_class_is_used() -
 def test_parameters_ref_names_a_config_map_of_the_gateway_s_namespace(ref: Any, expected: Any) -> None:
     gw = gateway(infrastructure={"parametersRef": ref}) if ref is not None else gateway()
     assert parameters_ref(gw) == expected
+
+
+# -- status ---------------------------------------------------------------------------------------------------
+def test_unusable_parameters_set_accepted_false_before_listener_validity_and_programmed_stays_honest() -> None:
+    gw = gateway(listeners=[{"name": "bad", "port": 1, "protocol": "HTTP"}])
+    message = "parametersRef ConfigMap app/params does not exist"
+    status = gateway_status(
+        gw, Deployed(service_exists=True, ready=True, invalid_parameters=message), domain="cluster.local"
+    )
+    accepted, programmed, _ = status["conditions"]
+    assert (accepted["status"], accepted["reason"], accepted["message"]) == ("False", "InvalidParameters", message)
+    assert (programmed["status"], programmed["reason"]) == ("True", "Programmed")
+    ingress = {**gateway(), "spec": {"gatewayClassName": "istio", "listeners": []}}
+    status = ingress_status(ingress, Deployed(invalid_parameters=message), [], host="h", addresses=())
+    assert status["conditions"][0]["reason"] == "InvalidParameters"

@@ -51,6 +51,7 @@ __all__ = [
     "OverlayError",
     "apply_overlays",
     "class_defaults",
+    "missing_parameters",
     "parameters_ref",
 ]
 
