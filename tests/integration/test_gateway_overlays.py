@@ -66,10 +66,13 @@ async def test_the_class_defaults_config_map_re_renders_every_waypoint_of_its_cl
     await kube.create(kinds.CONFIG_MAPS, other_class)
     try:
         labels = {"gateway.istio.io/defaults-for-class": "istio-waypoint"}
-        await kube.create(kinds.CONFIG_MAPS, config_map(class_defaults, "istio-system", labels, deployment=GRACE % 3))
-        await eventually(lambda: grace_period(kube, "waypoint", namespace, 3))
+        overlay = "spec: {template: {spec: {terminationGracePeriodSeconds: 3, nodeSelector: {disk: ssd}}}}"
+        await kube.create(kinds.CONFIG_MAPS, config_map(class_defaults, "istio-system", labels, deployment=overlay))
+        deployment = await eventually(lambda: grace_period(kube, "waypoint", namespace, 3))
+        assert deployment["spec"]["template"]["spec"]["nodeSelector"] == {"disk": "ssd"}
         await kube.patch(kinds.CONFIG_MAPS, class_defaults, {"data": {"deployment": GRACE % 5}}, "istio-system")
-        await eventually(lambda: grace_period(kube, "waypoint", namespace, 5))
+        deployment = await eventually(lambda: grace_period(kube, "waypoint", namespace, 5))
+        assert not deployment["spec"]["template"]["spec"].get("nodeSelector"), "what the overlay no longer sets goes"
         await kube.delete(kinds.CONFIG_MAPS, class_defaults, "istio-system")
         deployment = await eventually(lambda: grace_period(kube, "waypoint", namespace, 30))
         assert deployment["metadata"]["labels"]["gateway.istio.io/managed"] == "istio.io-mesh-controller"
