@@ -260,12 +260,14 @@ class GatewayController:
 
     # -- lifecycle ------------------------------------------------------------------------------------------
     async def _probe(self, kind: kinds.ResourceKind) -> None:
+        # Without the optional owned kinds only a Gateway whose overlay asks for one is affected, and says so.
+        report = log.info if kind in OPTIONAL_OWNED_KINDS else log.warning
         try:
             await self.client.list(kind, limit=1)
         except KubeNotFoundError:
-            log.warning("%s are not served (is the CRD installed?)", kind)
+            report("%s are not served (is the CRD installed?)", kind)
         except KubeForbiddenError:
-            log.warning("not allowed to list %s", kind)
+            report("not allowed to list %s", kind)
         except KubeClientError:
             return
         else:
