@@ -206,6 +206,8 @@ class GatewayController:
         self._fresh: dict[Key, tuple[str, Obj]] = {}
         """Key → (the cache's version when we wrote, what the write returned): see the invariants above."""
         self._task: asyncio.Task[None] | None = None
+        self._class_defaults: dict[str, Mapping[str, Any] | None] = {}
+        """Class name → its defaults ConfigMap, found once per pass."""
         self.passes = 0
         self.writes = 0
 
@@ -358,6 +360,9 @@ class GatewayController:
             if _field(gateway_class, "spec", "controllerName") in (MESH_CONTROLLER, GATEWAY_CONTROLLER):
                 ok &= await self._write_status(kinds.GATEWAY_CLASSES, gateway_class, class_status(gateway_class), now)
         routes = self._items(kinds.HTTP_ROUTES)
+        system = self.settings.system_namespace
+        in_system = [cm for cm in self._items(kinds.CONFIG_MAPS) if _field(cm, "metadata", "namespace") == system]
+        self._class_defaults = {name: class_defaults(in_system, name) for name in (WAYPOINT_CLASS, INGRESS_CLASS)}
         for gateway in self._items(kinds.GATEWAYS):
             if _field(gateway, "spec", "gatewayClassName") not in (WAYPOINT_CLASS, INGRESS_CLASS):
                 continue
@@ -437,9 +442,7 @@ class GatewayController:
     def _overlays(self, gateway: Obj) -> list[Overlay] | InvalidParameters:
         """The Gateway's overlays in the order they apply (:mod:`.overlay` rule 1)."""
         overlays: list[Overlay] = []
-        system = self.settings.system_namespace
-        in_system = [cm for cm in self._items(kinds.CONFIG_MAPS) if _field(cm, "metadata", "namespace") == system]
-        defaults = class_defaults(in_system, str(_field(gateway, "spec", "gatewayClassName")))
+        defaults = self._class_defaults.get(str(_field(gateway, "spec", "gatewayClassName")))
         if defaults is not None:
             overlays.append(Overlay.of(defaults))
         ref = parameters_ref(gateway)
