@@ -4,6 +4,7 @@ Every error Ambit raises on purpose derives from :class:`AmbitError`, with a sub
 
     AmbitError
     ├── ApiError                 (ambit.apiserver.errors) a Kubernetes-style Status with a code and reason
+    ├── PatchError               (ambit.k8s.patch) a JSON, merge or strategic merge patch that cannot be applied
     ├── KubeClientError          (ambit.k8s.errors) a request to an API server failed
     │   └── KubeApiStatusError   the server answered with a Status
     ├── CertificateError         (ambit.tls.certs) a malformed or mismatched certificate or key

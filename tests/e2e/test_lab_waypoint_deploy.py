@@ -93,3 +93,34 @@ def test_apply_deploys_a_waypoint_pod_that_reaches_the_control_plane_and_delete_
             timeout=30,
         )
     wait_until("the waypoint pod is gone", lambda: not lab.pods(NS, SELECTOR), timeout=60)
+
+
+def test_the_class_defaults_config_map_rolls_the_waypoint_pods_to_a_new_grace_period(lab: Lab) -> None:
+    """Upstream TestWaypointChanges: waypoint pods start with terminationGracePeriodSeconds 30; after the
+    change (here the class defaults ConfigMap, upstream the injector's waypoint template) new pods get 3."""
+    kubeconfig = str(lab.topology.kubeconfig)
+    ambit("waypoint", "apply", "-n", NS, "--name", "graceful", "--kubeconfig", kubeconfig)
+    selector = "gateway.networking.k8s.io/gateway-name=graceful"
+
+    def pod_with_grace(want: int) -> dict[str, Any] | None:
+        pods = [p for p in lab.pods(NS, selector) if p["spec"].get("terminationGracePeriodSeconds") == want]
+        return pods[0] if pods else None
+
+    defaults = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "waypoint-grace-defaults",
+            "namespace": "istio-system",
+            "labels": {"gateway.istio.io/defaults-for-class": "istio-waypoint"},
+        },
+        "data": {"deployment": "spec: {template: {spec: {terminationGracePeriodSeconds: 3}}}"},
+    }
+    try:
+        wait_until("a waypoint pod with the default grace period 30", lambda: pod_with_grace(30), timeout=90)
+        lab.apply(defaults)
+        wait_until("a waypoint pod with the grace period 3", lambda: pod_with_grace(3), timeout=90)
+    finally:
+        lab.kubectl("delete", "configmap", "waypoint-grace-defaults", "-n", "istio-system", "--ignore-not-found")
+        ambit("waypoint", "delete", "graceful", "-n", NS, "--kubeconfig", kubeconfig)
+    wait_until("the graceful waypoint's pods are gone", lambda: not lab.pods(NS, selector), timeout=60)

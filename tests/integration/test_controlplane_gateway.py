@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from tests.integration.controlplane_rig import eventually
+from tests.integration.gateway_rig import condition, get, waypoint
 
 from ambit.controlplane.gateway import GatewayController, GatewayControllerSettings, WaypointTemplateSettings
 from ambit.controlplane.process import ControlPlane
@@ -27,30 +28,6 @@ OWNED = (kinds.SERVICE_ACCOUNTS, kinds.DEPLOYMENTS, kinds.SERVICES)
 @pytest.fixture
 def plane_options() -> dict[str, Any]:
     return {"waypoint_xds_address": "198.18.0.1:15012", "waypoint_image_pull_policy": "Never"}
-
-
-def waypoint(name: str, namespace: str, **labels: str) -> Obj:
-    return {
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "spec": {
-            "gatewayClassName": "istio-waypoint",
-            "listeners": [{"name": "mesh", "port": 15008, "protocol": "HBONE"}],
-        },
-    }
-
-
-async def get(kube: KubeClient, kind: kinds.ResourceKind, name: str, namespace: str | None) -> Obj | None:
-    try:
-        return await kube.get(kind, name, namespace)
-    except KubeNotFoundError:
-        return None
-
-
-def condition(obj: Obj | None, type_: str) -> Obj:
-    for c in ((obj or {}).get("status") or {}).get("conditions") or ():
-        if c.get("type") == type_:
-            return dict(c)
-    return {}
 
 
 async def programmed(kube: KubeClient, name: str, namespace: str, status: str, reason: str) -> Obj | None:

@@ -7,6 +7,7 @@ Golden files live in ``golden/gateway/<case>.yaml``; ``AMBIT_UPDATE_GOLDEN=1 pyt
 from __future__ import annotations
 
 import copy
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ambit.controlplane.gateway.apply import Create, Leave, Patch, Refuse, contains, plan_apply
+from ambit.controlplane.gateway.apply import LAST_APPLIED, Create, Leave, Patch, Refuse, contains, plan_apply
 from ambit.controlplane.gateway.render import (
     Rendered,
     Unrenderable,
@@ -30,6 +31,7 @@ from ambit.controlplane.gateway.status import (
     gateway_status,
     plan_status,
 )
+from ambit.k8s.patch import json_merge_patch
 
 GOLDEN = Path(__file__).parent / "golden" / "gateway"
 LAB = WaypointTemplateSettings(xds_address="198.18.0.1:15012", image_pull_policy="Never")
@@ -195,19 +197,67 @@ def stored(obj: dict[str, Any], version: str = "5") -> dict[str, Any]:
     return have
 
 
-def test_a_missing_object_is_created() -> None:
+def created(want: dict[str, Any]) -> dict[str, Any]:
+    plan = plan_apply(want, None)
+    assert isinstance(plan, Create)
+    return plan.obj
+
+
+def test_a_missing_object_is_created_with_what_was_applied_in_an_annotation() -> None:
     want = rendered(gateway()).deployment
-    assert plan_apply(want, None) == Create(want)
+    obj = created(want)
+    annotations = obj["metadata"].pop("annotations")
+    record = json.loads(annotations.pop(LAST_APPLIED))
+    assert annotations == want["metadata"].get("annotations", {})
+    assert obj == {**want, "metadata": {k: v for k, v in want["metadata"].items() if k != "annotations"}}
+    assert record == {"spec": want["spec"], "metadata": {k: want["metadata"][k] for k in ("labels", "ownerReferences")}}
+    assert LAST_APPLIED not in want["metadata"].get("annotations", {})
 
 
 def test_an_object_holding_everything_rendered_plus_server_defaults_is_left_alone() -> None:
     for want in rendered(gateway()).objects():
-        assert plan_apply(want, stored(want)) == Leave()
+        assert plan_apply(want, stored(created(want))) == Leave()
+
+
+def test_an_object_created_before_the_annotation_is_patched_once() -> None:
+    want = rendered(gateway()).service
+    plan = plan_apply(want, stored(want))
+    assert isinstance(plan, Patch) and LAST_APPLIED in plan.patch["metadata"]["annotations"]
+
+
+def test_a_field_applied_before_and_no_longer_rendered_is_removed_and_others_fields_stay() -> None:
+    """A nodeSelector and a label an overlay set, then no longer sets: removed, as server-side apply removes the
+    fields of its manager; a key someone else added to the same map stays."""
+    overlaid = rendered(gateway()).deployment
+    overlaid["metadata"]["labels"]["team"] = "payments"
+    overlaid["spec"]["template"]["spec"]["nodeSelector"] = {"disk": "ssd"}
+    have = stored(created(overlaid))
+    have["spec"]["template"]["spec"]["nodeSelector"]["zone"] = "a"
+    have["metadata"]["labels"]["theirs"] = "x"
+    want = rendered(gateway()).deployment
+    plan = plan_apply(want, have)
+    assert isinstance(plan, Patch)
+    assert plan.patch["metadata"]["labels"]["team"] is None and "theirs" not in plan.patch["metadata"]["labels"]
+    assert plan.patch["spec"]["template"]["spec"]["nodeSelector"] == {"disk": None}
+    assert "nodeSelector" not in want["spec"]["template"]["spec"], "the rendered object is not changed"
+    after = json_merge_patch(have, plan.patch)
+    assert after["spec"]["template"]["spec"]["nodeSelector"] == {"zone": "a"}
+    assert after["metadata"]["labels"]["theirs"] == "x" and "team" not in after["metadata"]["labels"]
+    assert plan_apply(want, after) == Leave()
+
+
+@pytest.mark.parametrize("annotation", ["not json", "[1, 2]", '"text"', "{"])
+def test_a_mangled_last_applied_annotation_counts_as_nothing_applied(annotation: str) -> None:
+    want = rendered(gateway()).service_account
+    have = stored(created(want))
+    have["metadata"]["annotations"][LAST_APPLIED] = annotation
+    plan = plan_apply(want, have)
+    assert isinstance(plan, Patch) and json.loads(plan.patch["metadata"]["annotations"][LAST_APPLIED])
 
 
 def test_a_user_s_replica_count_survives_and_a_changed_template_is_patched() -> None:
     want = rendered(gateway()).deployment
-    have = stored(want)
+    have = stored(created(want))
     have["spec"]["replicas"] = 3
     assert plan_apply(want, have) == Leave()
     have["spec"]["template"]["spec"]["containers"][0]["args"] = ["something", "else"]

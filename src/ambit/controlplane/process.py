@@ -251,7 +251,11 @@ class ControlPlane:
                 revision=settings.revision,
             )
             self.gateways = GatewayController(
-                client, GatewayControllerSettings(template=template, debounce=settings.debounce), clock=time.time
+                client,
+                GatewayControllerSettings(
+                    template=template, debounce=settings.debounce, system_namespace=settings.root_namespace
+                ),
+                clock=time.time,
             )
         self.publisher: RootCertPublisher | None = None
         self.crl_publisher: ConfigMapPublisher | None = None

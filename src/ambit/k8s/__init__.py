@@ -20,7 +20,8 @@ transport lightkube is built on). Requests, watches and decoding are ours, not l
 
 Modules: ``kinds`` (which resources), ``connection`` (where the server is, how to authenticate), ``client`` (the
 verbs), ``watch`` (one watch stream), ``informer`` (list + watch into a cache, with handlers), ``events`` (Events
-with series folding), ``errors``.
+with series folding), ``errors``, and the pure ``patch`` (JSON, merge and strategic merge patches, shared by the
+embedded API server and the gateway controller's overlays).
 """
 
 from ambit.k8s.client import KubeClient, KubeClientSettings, PatchType, Selector

@@ -1,7 +1,9 @@
 """The gateway deployment controller: waypoint Gateways (class ``istio-waypoint``) become a ServiceAccount, a
-Deployment running ``ambit waypoint proxy`` and a Service, with the Gateway's status, as istiod deploys them.
+Deployment running ``ambit waypoint proxy`` and a Service (and, when an overlay asks, a HorizontalPodAutoscaler and
+a PodDisruptionBudget), with the Gateway's status, as istiod deploys them.
 
-Modules: ``render`` (a Gateway's objects, pure), ``apply`` (create or patch, decided without I/O), ``status``
+Modules: ``render`` (a Gateway's objects, pure), ``overlay`` (the ConfigMap overlays on them: class defaults and
+``parametersRef``, pure), ``apply`` (create or patch, decided without I/O), ``status``
 (the Gateway's and GatewayClass's status, pure), ``revision`` (which Gateways this control plane's revision
 controls, pure), ``controller`` (the asyncio shell: informers, writes).
 """

@@ -4,11 +4,14 @@ whether it is ready.
 
 Theory of operation: informers over Gateways, GatewayClasses, HTTPRoutes, TLSRoutes and TCPRoutes (for
 ``attachedRoutes``), Secrets of type
-``kubernetes.io/tls`` (an ingress listener's certificates) and the Deployments, Services and ServiceAccounts
+``kubernetes.io/tls`` (an ingress listener's certificates), ConfigMaps (the overlays of :mod:`.overlay`) and the
+Deployments, Services, ServiceAccounts, HorizontalPodAutoscalers and PodDisruptionBudgets
 labelled ``gateway.istio.io/managed`` with one of this controller's values; any
 change marks the controller dirty (as does a change to a Namespace, whose ``istio.io/rev`` label can choose
-the revision of its Gateways), and one task, ``debounce`` seconds later, reconciles every waypoint Gateway:
-render its objects (:mod:`.render`), plan each write against the cache (:mod:`.apply`), carry the plan out, then
+the revision of its Gateways; of ConfigMaps, only a class defaults ConfigMap in the control plane's namespace or
+one a Gateway's ``parametersRef`` names), and one task, ``debounce`` seconds later, reconciles every waypoint
+Gateway: find its overlays, render its objects with them (:mod:`.render`), plan each write against the cache
+(:mod:`.apply`), carry the plan out, then
 plan and write the Gateway's status (:mod:`.status`, :mod:`.ingress_status`), and the ``Accepted`` status of the
 GatewayClasses whose ``controllerName`` is ``istio.io/mesh-controller`` or ``istio.io/gateway-controller``. At
 start it creates the GatewayClasses ``istio-waypoint`` and ``istio`` when they are missing, as istiod does.
@@ -26,7 +29,11 @@ Invariants:
   one until the cache moves past the version the write was decided on, so that the controller neither writes
   twice nor loses its status to a 409 loop.
 - Optional kinds (the Gateway API CRDs, HTTPRoutes) that the API server does not serve or does not let us list
-  leave the controller idle, with one warning, as the cluster view does.
+  leave the controller idle, with one warning, as the cluster view does. HorizontalPodAutoscalers and
+  PodDisruptionBudgets are deployed only when an overlay asks for them; without them (not served, not allowed)
+  such a Gateway reports the API server's refusal and the others go on.
+- A Gateway whose ``parametersRef`` is unusable, or whose overlays cannot be applied, gets nothing written:
+  what was deployed for it stays as it is, and its status says why.
 """
 
 from __future__ import annotations
@@ -41,6 +48,14 @@ from typing import Any
 
 from ambit.controlplane.gateway.apply import Create, Leave, Patch, Refuse, plan_apply
 from ambit.controlplane.gateway.ingress_status import ingress_attached_routes, ingress_status, load_balancer_addresses
+from ambit.controlplane.gateway.overlay import (
+    CLASS_DEFAULTS_LABEL,
+    InvalidParameters,
+    Overlay,
+    class_defaults,
+    missing_parameters,
+    parameters_ref,
+)
 from ambit.controlplane.gateway.render import (
     CONTROLLER_LABEL,
     GATEWAY_CONTROLLER,
@@ -95,6 +110,9 @@ CLASSES = (
     (INGRESS_CLASS, GATEWAY_CONTROLLER, INGRESS_CLASS_DESCRIPTION),
 )
 OWNED_KINDS = (kinds.SERVICE_ACCOUNTS, kinds.DEPLOYMENTS, kinds.SERVICES)
+OPTIONAL_OWNED_KINDS = (kinds.HORIZONTAL_POD_AUTOSCALERS, kinds.POD_DISRUPTION_BUDGETS)
+"""Deployed only when an overlay names them: the controller works without them."""
+KIND_OF = {kind.kind: kind for kind in (*OWNED_KINDS, *OPTIONAL_OWNED_KINDS)}
 OPTIONAL_KINDS = (
     kinds.GATEWAYS,
     kinds.GATEWAY_CLASSES,
@@ -103,6 +121,8 @@ OPTIONAL_KINDS = (
     kinds.TCP_ROUTES,
     kinds.SECRETS,
     kinds.NAMESPACES,
+    kinds.CONFIG_MAPS,
+    *OPTIONAL_OWNED_KINDS,
 )
 OWNED_SELECTOR = f"{MANAGED_LABEL} in ({CONTROLLER_LABEL},{GATEWAY_CONTROLLER_LABEL})"
 TLS_SECRETS = "type=kubernetes.io/tls"
@@ -115,6 +135,9 @@ class GatewayControllerSettings:
     """Seconds to let changes gather before reconciling."""
     retry: float = 2.0
     """Seconds before a pass with a failed write runs again (when nothing else changes)."""
+    system_namespace: str = "istio-system"
+    """The control plane's namespace: where the class defaults ConfigMaps (label
+    ``gateway.istio.io/defaults-for-class``) are looked for."""
     create_class: bool = True
     """Create the GatewayClasses ``istio-waypoint`` and ``istio`` at start when they are missing."""
     sync_timeout: float = 60.0
@@ -167,21 +190,24 @@ class GatewayController:
         self._dirty = asyncio.Event()
         self._informers: dict[str, Informer] = {}
         for kind in (*OPTIONAL_KINDS, *OWNED_KINDS):
-            selector = OWNED_SELECTOR if kind in OWNED_KINDS else None
+            selector = OWNED_SELECTOR if kind in KIND_OF.values() else None
+            config_map = kind is kinds.CONFIG_MAPS
             self._informers[kind.plural] = Informer(
                 client,
                 kind,
                 label_selector=selector,
                 field_selector=TLS_SECRETS if kind is kinds.SECRETS else None,
-                on_add=self._changed,
-                on_update=self._updated,
-                on_delete=self._changed,
+                on_add=self._config_map_changed if config_map else self._changed,
+                on_update=self._config_map_updated if config_map else self._updated,
+                on_delete=self._config_map_changed if config_map else self._changed,
                 settings=settings.informer,
             )
         self.absent: set[str] = set()
         self._fresh: dict[Key, tuple[str, Obj]] = {}
         """Key → (the cache's version when we wrote, what the write returned): see the invariants above."""
         self._task: asyncio.Task[None] | None = None
+        self._class_defaults: dict[str, Mapping[str, Any] | None] = {}
+        """Class name → its defaults ConfigMap, found once per pass."""
         self.passes = 0
         self.writes = 0
 
@@ -190,6 +216,27 @@ class GatewayController:
 
     def _updated(self, old: Obj, new: Obj) -> None:
         self._dirty.set()
+
+    def _config_map_changed(self, obj: Obj) -> None:
+        """Only the ConfigMaps that may overlay a Gateway matter: the control plane writes others (the root
+        certificate's in every namespace) and must not wake the controller with them."""
+        namespace, name = _field(obj, "metadata", "namespace"), _field(obj, "metadata", "name")
+        labels = _field(obj, "metadata", "labels")
+        if (
+            namespace == self.settings.system_namespace
+            and isinstance(labels, Mapping)
+            and CLASS_DEFAULTS_LABEL in labels
+        ):
+            self._dirty.set()
+            return
+        for gateway in self._items(kinds.GATEWAYS):
+            if parameters_ref(gateway) == (namespace, name):
+                self._dirty.set()
+                return
+
+    def _config_map_updated(self, old: Obj, new: Obj) -> None:
+        self._config_map_changed(old)  # a label removed is a change too
+        self._config_map_changed(new)
 
     # -- cache ----------------------------------------------------------------------------------------------
     def _items(self, kind: kinds.ResourceKind) -> list[Obj]:
@@ -215,12 +262,14 @@ class GatewayController:
 
     # -- lifecycle ------------------------------------------------------------------------------------------
     async def _probe(self, kind: kinds.ResourceKind) -> None:
+        # Without the optional owned kinds only a Gateway whose overlay asks for one is affected, and says so.
+        report = log.info if kind in OPTIONAL_OWNED_KINDS else log.warning
         try:
             await self.client.list(kind, limit=1)
         except KubeNotFoundError:
-            log.warning("%s are not served (is the CRD installed?)", kind)
+            report("%s are not served (is the CRD installed?)", kind)
         except KubeForbiddenError:
-            log.warning("not allowed to list %s", kind)
+            report("not allowed to list %s", kind)
         except KubeClientError:
             return
         else:
@@ -311,6 +360,9 @@ class GatewayController:
             if _field(gateway_class, "spec", "controllerName") in (MESH_CONTROLLER, GATEWAY_CONTROLLER):
                 ok &= await self._write_status(kinds.GATEWAY_CLASSES, gateway_class, class_status(gateway_class), now)
         routes = self._items(kinds.HTTP_ROUTES)
+        system = self.settings.system_namespace
+        in_system = [cm for cm in self._items(kinds.CONFIG_MAPS) if _field(cm, "metadata", "namespace") == system]
+        self._class_defaults = {name: class_defaults(in_system, name) for name in (WAYPOINT_CLASS, INGRESS_CLASS)}
         for gateway in self._items(kinds.GATEWAYS):
             if _field(gateway, "spec", "gatewayClassName") not in (WAYPOINT_CLASS, INGRESS_CLASS):
                 continue
@@ -364,20 +416,46 @@ class GatewayController:
 
     async def _deploy(self, gateway: Obj) -> Deployed | None:
         """Apply one Gateway's objects; what was found, or None when a write lost a race (to be retried)."""
-        rendered = render_waypoint(gateway, self.settings.template)
+        namespace = str(gateway["metadata"]["namespace"])
+        overlays = self._overlays(gateway)
+        if isinstance(overlays, InvalidParameters):
+            return self._found(gateway, invalid_parameters=overlays.message)
+        rendered = render_waypoint(gateway, self.settings.template, overlays)
         if isinstance(rendered, Unrenderable):
             return Deployed(problem=rendered.message)
-        namespace = str(gateway["metadata"]["namespace"])
-        for kind, want in zip(OWNED_KINDS, rendered.objects(), strict=True):
-            problem = await self._apply(kind, namespace, want)
+        for want in rendered.objects():
+            problem = await self._apply(KIND_OF[want["kind"]], namespace, want)
             if problem is _RETRY:
                 return None
             if isinstance(problem, str):
                 return Deployed(problem=problem)
-        name = deployed_name(gateway)
+        return self._found(gateway)
+
+    def _found(self, gateway: Obj, invalid_parameters: str | None = None) -> Deployed:
+        namespace, name = str(gateway["metadata"]["namespace"]), deployed_name(gateway)
         service = self.find(kinds.SERVICES, namespace, name)
         deployment = self.find(kinds.DEPLOYMENTS, namespace, name)
-        return Deployed(service_exists=service is not None, ready=_ready(deployment))
+        return Deployed(
+            service_exists=service is not None, ready=_ready(deployment), invalid_parameters=invalid_parameters
+        )
+
+    def _overlays(self, gateway: Obj) -> list[Overlay] | InvalidParameters:
+        """The Gateway's overlays in the order they apply (:mod:`.overlay` rule 1)."""
+        overlays: list[Overlay] = []
+        defaults = self._class_defaults.get(str(_field(gateway, "spec", "gatewayClassName")))
+        if defaults is not None:
+            overlays.append(Overlay.of(defaults))
+        ref = parameters_ref(gateway)
+        if isinstance(ref, InvalidParameters):
+            return ref
+        if ref is not None:
+            if kinds.CONFIG_MAPS.plural in self.absent:
+                return InvalidParameters(f"parametersRef ConfigMap {ref[0]}/{ref[1]} cannot be read")
+            config_map = self.find(kinds.CONFIG_MAPS, *ref)
+            if config_map is None:
+                return missing_parameters(*ref)
+            overlays.append(Overlay.of(config_map))
+        return overlays
 
     async def _apply(self, kind: kinds.ResourceKind, namespace: str, want: Obj) -> str | _Retry | None:
         """Create or patch one object; None on success, :data:`_RETRY` after a lost race, else the problem for

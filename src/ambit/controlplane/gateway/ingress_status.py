@@ -7,7 +7,8 @@ listeners (:mod:`.listeners`); the result goes through the same
 
 Rules:
 
-1. ``Accepted``: True/``Accepted`` when every listener is accepted, True/``ListenersNotValid`` when some are not,
+1. ``Accepted``: False/``InvalidParameters`` when the Gateway's ``parametersRef`` is unusable; else
+   True/``Accepted`` when every listener is accepted, True/``ListenersNotValid`` when some are not,
    False/``ListenersNotValid`` when none is.
 2. ``Programmed``: a problem is False/``Invalid``; no Service yet False/``AddressNotUsable``; a Service whose
    ``status.loadBalancer.ingress`` is still empty False/``AddressNotAssigned`` ("address pending"); otherwise
@@ -29,7 +30,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ambit.controlplane.gateway.status import MESSAGE_MAX, Deployed, attached_routes, condition, listeners_of
+from ambit.controlplane.gateway.status import (
+    MESSAGE_MAX,
+    Deployed,
+    attached_routes,
+    condition,
+    invalid_parameters,
+    listeners_of,
+)
 from ambit.controlplane.translate.listeners import JudgedListener
 from ambit.controlplane.translate.route_kinds import INGRESS_ROUTE_KINDS, INVALID_ROUTE_KINDS, supported_kinds
 
@@ -78,7 +86,9 @@ def ingress_status(
     """The wanted ``status`` (rules 1-4); ``host`` is the Service's hostname."""
     generation = (gateway.get("metadata") or {}).get("generation")
     valid = sum(1 for item in listeners if item.accepted[0])
-    if listeners and valid == 0:
+    if found.invalid_parameters is not None:
+        accepted = invalid_parameters(found.invalid_parameters, generation)
+    elif listeners and valid == 0:
         accepted = condition(
             "Accepted", False, "ListenersNotValid", "None of the Gateway's listeners are valid", generation
         )

@@ -36,16 +36,23 @@ Rules:
    gateway, told its Gateway's name in ``GATEWAY_NAME``) with the control plane's address, the
    projected token (audience ``istio-ca``) and the ``istio-ca-root-cert`` ConfigMap mounted as the node proxy
    mounts them, no API credentials (``automountServiceAccountToken: false``), readiness on ``:15021
-   /healthz/ready``, and the restricted pod security profile (non-root 1337, no capabilities, read-only root).
+   /healthz/ready``, the restricted pod security profile (non-root 1337, no capabilities, read-only root), and
+   istiod's ``terminationGracePeriodSeconds: 30``.
+7. Overlays (:mod:`.overlay`: the class defaults ConfigMap, then the ``parametersRef`` one) are applied last, as
+   strategic merge patches; they may also deploy a HorizontalPodAutoscaler (``maxReplicas: 1``, scaling the
+   Deployment) and a PodDisruptionBudget (selecting the pods by the gateway-name label), which are rendered with
+   the same metadata but deployed only when an overlay names them. An overlay that cannot be applied makes the
+   Gateway :class:`Unrenderable` with the overlay's message.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ambit.controlplane.gateway.overlay import Overlay, OverlayError, apply_overlays
 from ambit.controlplane.gateway.revision import DEFAULT_REVISION, REVISION_LABEL
 from ambit.controlplane.translate.gateway_pods import (
     CONTROLLER_LABEL,
@@ -117,9 +124,14 @@ class Rendered:
     service_account: dict[str, Any]
     deployment: dict[str, Any]
     service: dict[str, Any]
+    autoscaler: dict[str, Any] | None = None
+    """The HorizontalPodAutoscaler, deployed only when an overlay names it (rule 7)."""
+    disruption_budget: dict[str, Any] | None = None
+    """The PodDisruptionBudget, likewise."""
 
     def objects(self) -> tuple[dict[str, Any], ...]:
-        return (self.service_account, self.deployment, self.service)
+        optional = (self.autoscaler, self.disruption_budget)
+        return (self.service_account, self.deployment, self.service, *(o for o in optional if o is not None))
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,8 +246,11 @@ def _container(
     return container
 
 
-def render_waypoint(gateway: Obj, settings: WaypointTemplateSettings) -> Rendered | Unrenderable:
-    """The ServiceAccount, Deployment and Service of one waypoint or ingress Gateway (rules 1-6)."""
+def render_waypoint(
+    gateway: Obj, settings: WaypointTemplateSettings, overlays: Sequence[Overlay] = ()
+) -> Rendered | Unrenderable:
+    """The ServiceAccount, Deployment and Service of one waypoint or ingress Gateway, with ``overlays`` applied
+    (rules 1-7)."""
     meta = gateway.get("metadata") or {}
     gateway_name, namespace, uid = meta.get("name"), meta.get("namespace"), meta.get("uid")
     ingress = is_ingress(gateway)
@@ -322,4 +337,27 @@ def render_waypoint(gateway: Obj, settings: WaypointTemplateSettings) -> Rendere
             "selector": dict(selector),
         },
     }
-    return Rendered(service_account, deployment, service)
+    autoscaler = {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": metadata(),
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name}, "maxReplicas": 1},
+    }
+    disruption_budget = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": metadata(),
+        "spec": {"selector": {"matchLabels": dict(selector)}},
+    }
+    try:
+        objects = apply_overlays((service_account, deployment, service, autoscaler, disruption_budget), overlays)
+    except OverlayError as exc:
+        return Unrenderable(str(exc))
+    by_kind = {obj["kind"]: obj for obj in objects}
+    return Rendered(
+        by_kind["ServiceAccount"],
+        by_kind["Deployment"],
+        by_kind["Service"],
+        by_kind.get("HorizontalPodAutoscaler"),
+        by_kind.get("PodDisruptionBudget"),
+    )

@@ -10,7 +10,8 @@ Rules:
 
 1. Gateway conditions, each with ``observedGeneration`` = the Gateway's ``metadata.generation``:
    ``Accepted`` True/``Accepted`` "Resource accepted" (``ListenersNotValid`` when some listener is invalid,
-   False when all are); ``Programmed`` (below); ``ResolvedRefs`` True/``ResolvedRefs`` "All references
+   False when all are; False/``InvalidParameters`` before that when its ``parametersRef`` is unusable, with
+   istiod's message); ``Programmed`` (below); ``ResolvedRefs`` True/``ResolvedRefs`` "All references
    resolved".
 2. ``Programmed``: a problem (an unrenderable Gateway, an object someone else owns, an API server refusal) is
    False/``Invalid`` with the problem as message; no Service yet is False/``AddressNotUsable`` ("hostname ... not
@@ -46,6 +47,7 @@ __all__ = [
     "condition",
     "dig",
     "gateway_status",
+    "invalid_parameters",
     "listeners_of",
     "plan_status",
 ]
@@ -66,6 +68,8 @@ class Deployed:
     ready: bool = False
     """Its Deployment reports at least one ready replica."""
     problem: str | None = None
+    invalid_parameters: str | None = None
+    """Why the Gateway's ``parametersRef`` cannot be used (:mod:`.overlay` rule 1): its ``Accepted`` says so."""
 
 
 def condition(type_: str, ok: bool, reason: str, message: str, generation: Any) -> dict[str, Any]:
@@ -76,6 +80,11 @@ def condition(type_: str, ok: bool, reason: str, message: str, generation: Any) 
         "message": message,
         "observedGeneration": generation if isinstance(generation, int) else 0,
     }
+
+
+def invalid_parameters(message: str, generation: Any) -> dict[str, Any]:
+    """``Accepted`` False/``InvalidParameters`` (rule 1)."""
+    return condition("Accepted", False, "InvalidParameters", message[:MESSAGE_MAX], generation)
 
 
 def dig(obj: Any, *keys: str) -> Any:
@@ -105,7 +114,9 @@ def gateway_status(
     host = service_hostname(str(meta.get("name", "")), str(meta.get("namespace", "")), domain)
     listeners = listeners_of(gateway)
     valid = sum(1 for item in listeners if _is_waypoint_listener(item))
-    if listeners and valid == 0:
+    if found.invalid_parameters is not None:
+        accepted = invalid_parameters(found.invalid_parameters, generation)
+    elif listeners and valid == 0:
         accepted = condition(
             "Accepted", False, "ListenersNotValid", "None of the Gateway's listeners are valid", generation
         )
