@@ -45,19 +45,18 @@ GOOD_CLIENT = client_cert(CLIENT_CA, dns=("client.example",))
 REFUSED = None
 
 
+GATEWAY_POD = {
+    "metadata": {
+        "name": "istio-ingressgateway-0",
+        "namespace": "istio-system",
+        "labels": {"app": "istio-ingressgateway", "istio": "ingressgateway"},
+    },
+    "spec": {"serviceAccountName": "istio-ingressgateway-service-account"},
+}
+WEB = {"metadata": {"name": "web", "namespace": "app"}, "spec": {"clusterIP": "198.18.2.4", "ports": [{"port": 80}]}}
+
+
 def gateway_config() -> GatewayConfig:
-    pod = {
-        "metadata": {
-            "name": "istio-ingressgateway-0",
-            "namespace": "istio-system",
-            "labels": {"app": "istio-ingressgateway", "istio": "ingressgateway"},
-        },
-        "spec": {"serviceAccountName": "istio-ingressgateway-service-account"},
-    }
-    web = {
-        "metadata": {"name": "web", "namespace": "app"},
-        "spec": {"clusterIP": "198.18.2.4", "ports": [{"port": 80}]},
-    }
     gateway = ingress_gateway("app")
     gateway["spec"]["servers"] = [
         {
@@ -106,8 +105,8 @@ def gateway_config() -> GatewayConfig:
         },
     }
     translation = translate_all(
-        pods=[pod],
-        services=[web],
+        pods=[GATEWAY_POD],
+        services=[WEB],
         endpoint_slices=(),
         namespaces=[{"metadata": {"name": "app"}}, {"metadata": {"name": "istio-system"}}],
         istio_gateways=[gateway],
@@ -134,9 +133,13 @@ def port_of(config: GatewayConfig, protocol: str) -> int:
     return next(i.port for i in config.listeners if i.protocol.value == protocol)
 
 
-def client_context(server_roots: bytes, cert: KeyPair | None) -> ssl.SSLContext:
+def client_context(server_roots: bytes, cert: KeyPair | None, tls12: bool = False, ciphers: str = "") -> ssl.SSLContext:
     context = ssl.create_default_context(cadata=server_roots.decode())
     context.check_hostname = False  # the mesh certificate names a SPIFFE id; the roots are what is checked here
+    if tls12:
+        context.maximum_version = ssl.TLSVersion.TLSv1_2
+    if ciphers:
+        context.set_ciphers(ciphers)
     if cert is not None:
         with _memory_file(cert.cert_pem) as chain, _memory_file(cert.key_pem) as key:
             context.load_cert_chain(chain, key)
@@ -144,11 +147,19 @@ def client_context(server_roots: bytes, cert: KeyPair | None) -> ssl.SSLContext:
 
 
 async def https_get(
-    port: int, sni: str | None, path: str, cert: KeyPair | None, *, roots: bytes = SERVER_CA.cert_pem, host: str = ""
+    port: int,
+    sni: str | None,
+    path: str,
+    cert: KeyPair | None,
+    *,
+    roots: bytes = SERVER_CA.cert_pem,
+    host: str = "",
+    tls12: bool = False,
+    ciphers: str = "",
 ) -> tuple[int, Obj] | None:
     """One HTTP/1.1 request over TLS: (status, JSON body), or None when the gateway refused the client (the
     handshake failed or the connection closed before an answer)."""
-    context = client_context(roots, cert)
+    context = client_context(roots, cert, tls12, ciphers)
     try:
         async with asyncio.timeout(10):
             reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context, server_hostname=sni or None)
@@ -185,7 +196,7 @@ async def test_mutual_serves_a_client_of_its_ca_with_an_accepted_san(
     assert answer is not None and answer[0] == 200 and answer[1]["path"] == "/hello"
     # MUTUAL names no principal: the DENY on /mesh-only holds for a partner certificate too
     assert (await https_get(port, "mutual.example.com", "/mesh-only", GOOD_CLIENT) or (0,))[0] == 403
-    assert running.proc.connection_refusals["client certificate"] == 0
+    assert running.proc.connection_refusals["client tls"] == 0
 
 
 async def test_mutual_refuses_missing_forged_foreign_and_misnamed_client_certificates(
@@ -254,3 +265,75 @@ async def test_https_redirect_answers_301_to_the_https_url_before_routing(
     assert head.startswith("http/1.1 301")
     assert "location: https://mutual.example.com/a/b?c=d" in head
     assert running.endpoint.peers == []
+
+
+def bounded_config() -> GatewayConfig:
+    """SIMPLE servers bounded by ``minProtocolVersion`` / ``maxProtocolVersion`` / ``cipherSuites``: port 443 serves
+    ``old.example.com`` (TLS 1.2 only, one suite) beside ``any.example.com`` (defaults); port 8443 serves
+    ``new.example.com`` (TLS 1.3 only)."""
+    gateway = ingress_gateway("app")
+    simple = {"mode": "SIMPLE", "credentialName": "partner"}
+    gateway["spec"]["servers"] = [
+        {
+            "port": {"number": 443, "name": "https-old", "protocol": "HTTPS"},
+            "hosts": ["old.example.com"],
+            "tls": {**simple, "maxProtocolVersion": "TLSV1_2", "cipherSuites": ["ECDHE-ECDSA-AES256-GCM-SHA384"]},
+        },
+        {
+            "port": {"number": 443, "name": "https-any", "protocol": "HTTPS"},
+            "hosts": ["any.example.com"],
+            "tls": simple,
+        },
+        {
+            "port": {"number": 8443, "name": "https-new", "protocol": "HTTPS"},
+            "hosts": ["new.example.com"],
+            "tls": {**simple, "minProtocolVersion": "TLSV1_3"},
+        },
+    ]
+    route = {
+        "metadata": {"name": "web", "namespace": "app"},
+        "spec": {
+            "gateways": ["gateway"],
+            "hosts": ["*.example.com"],
+            "http": [{"route": [{"destination": {"host": "web"}}]}],
+        },
+    }
+    secret = opaque_secret("partner", "istio-system", tls_crt=SERVER.cert_pem, tls_key=SERVER.key_pem)
+    translation = translate_all(
+        pods=[GATEWAY_POD],
+        services=[WEB],
+        endpoint_slices=(),
+        namespaces=[{"metadata": {"name": "app"}}, {"metadata": {"name": "istio-system"}}],
+        istio_gateways=[gateway],
+        virtual_services=[route],
+        secrets=[secret],
+    )
+    assert not [s for s in translation.skipped if s.kind == "Gateway"], translation.skipped
+    (config,) = translation.gateway_configs
+    ports = {443: free_port(), 8443: free_port()}
+    return dataclasses.replace(
+        config, listeners=tuple(dataclasses.replace(i, port=ports[i.port]) for i in config.listeners)
+    )
+
+
+async def test_versions_and_cipher_suites_bound_each_listener(tmp_path: Path) -> None:
+    config = bounded_config()
+    mixed = next(i.port for i in config.listeners if i.hostname == "old.example.com")
+    new = next(i.port for i in config.listeners if i.hostname == "new.example.com")
+    async with ingress_rig(tmp_path, config) as running:
+
+        async def status(port: int, sni: str, **options: Any) -> int | None:
+            answer = await https_get(port, sni, "/v", None, **options)
+            return answer[0] if answer is not None else None
+
+        listed, other = "ECDHE-ECDSA-AES256-GCM-SHA384", "ECDHE-ECDSA-AES128-GCM-SHA256"
+        assert await status(mixed, "old.example.com", tls12=True, ciphers=listed) == 200
+        assert await status(mixed, "old.example.com", tls12=True, ciphers=other) is REFUSED
+        # the port also serves TLS 1.3 (any.example.com): a client that can speak it gets it, and old.example.com,
+        # bound to TLS 1.2, refuses the connection rather than serve it outside its bounds
+        assert await status(mixed, "old.example.com") is REFUSED
+        assert await status(mixed, "any.example.com") == 200
+        assert await status(mixed, "any.example.com", tls12=True, ciphers=other) == 200
+        assert await status(new, "new.example.com") == 200
+        assert await status(new, "new.example.com", tls12=True) is REFUSED
+        assert running.proc.connection_refusals["client tls"] >= 1  # 1.3 on old.example.com: after the handshake

@@ -519,3 +519,31 @@ def test_a_listener_config_breaking_the_tls_rules_is_refused_by_the_gateway() ->
         "edge/edge", (http, dataclasses.replace(https, certificates=(), tls=ListenerTls(TlsMode.ISTIO_MUTUAL)))
     )
     assert decode_gateway_config("edge/edge", pack_gateway_config(gateway_config_to_proto(good))) == good
+
+
+def test_protocol_versions_and_cipher_suites_bound_a_terminating_server_or_refuse_it() -> None:
+    secret = opaque_secret(
+        "cred", "istio-system", tls_crt=PAIR.cert_pem, tls_key=PAIR.key_pem, ca_crt=CLIENT_CA.cert_pem
+    )
+    suites = ["ECDHE-ECDSA-AES256-GCM-SHA384", "ECDHE-ECDSA-AES128-GCM-SHA256", "ECDHE-ECDSA-AES256-GCM-SHA384"]
+    gw = gateway(
+        mutual_server(443, minProtocolVersion="TLSV1_2", maxProtocolVersion="TLSV1_2", cipherSuites=suites),
+        server(8443, "HTTPS", "b.example.com", mode="SIMPLE", credentialName="cred", minProtocolVersion="TLSV1_3"),
+        server(9443, "HTTPS", "c.example.com", mode="ISTIO_MUTUAL", maxProtocolVersion="TLS_AUTO"),
+        mutual_server(9444, minProtocolVersion="TLSV1_1"),
+        mutual_server(9445, minProtocolVersion="TLSV1_3", maxProtocolVersion="TLSV1_2"),
+        mutual_server(9446, cipherSuites=["NULL-MD5"]),
+        mutual_server(9447, maxProtocolVersion="SSLV3"),
+    )
+    translation = translate([gw], [], secrets=[secret])
+    by_port = {i.port: i.tls for i in config(translation).listeners}
+    assert (by_port[443].min_version, by_port[443].max_version) == (0x0303, 0x0303)
+    assert by_port[443].cipher_suites == ("ECDHE-ECDSA-AES256-GCM-SHA384", "ECDHE-ECDSA-AES128-GCM-SHA256")
+    assert by_port[8443] == ListenerTls(min_version=0x0304)
+    assert by_port[9443] == ListenerTls(TlsMode.ISTIO_MUTUAL)
+    assert set(by_port) == {443, 8443, 9443}
+    found = "\n".join(notes(translation))
+    assert "servers[3].tls.minProtocolVersion: TLSV1_1 is not served: TLS below 1.2 is refused" in found
+    assert "servers[4].tls.minProtocolVersion: the minimum is above maxProtocolVersion" in found
+    assert "servers[5].tls.cipherSuites[0]: unknown cipher suite 'NULL-MD5'" in found
+    assert "servers[6].tls.maxProtocolVersion: expected TLS_AUTO, TLSV1_2 or TLSV1_3, got 'SSLV3'" in found

@@ -64,18 +64,24 @@ class VirtualHost(_message.Message):
     def __init__(self, hostname: _Optional[str] = ..., http: _Optional[_Iterable[_Union[_waypoint_pb2.RouteRule, _Mapping]]] = ..., tcp_backends: _Optional[_Iterable[_Union[_waypoint_pb2.WeightedBackend, _Mapping]]] = ..., https_redirect: _Optional[bool] = ...) -> None: ...
 
 class ListenerTls(_message.Message):
-    __slots__ = ("mode", "ca_pem", "subject_alt_names", "spki_sha256", "cert_sha256")
+    __slots__ = ("mode", "ca_pem", "subject_alt_names", "spki_sha256", "cert_sha256", "min_version", "max_version", "cipher_suites")
     MODE_FIELD_NUMBER: _ClassVar[int]
     CA_PEM_FIELD_NUMBER: _ClassVar[int]
     SUBJECT_ALT_NAMES_FIELD_NUMBER: _ClassVar[int]
     SPKI_SHA256_FIELD_NUMBER: _ClassVar[int]
     CERT_SHA256_FIELD_NUMBER: _ClassVar[int]
+    MIN_VERSION_FIELD_NUMBER: _ClassVar[int]
+    MAX_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CIPHER_SUITES_FIELD_NUMBER: _ClassVar[int]
     mode: TlsMode
     ca_pem: bytes
     subject_alt_names: _containers.RepeatedScalarFieldContainer[str]
     spki_sha256: _containers.RepeatedScalarFieldContainer[bytes]
     cert_sha256: _containers.RepeatedScalarFieldContainer[bytes]
-    def __init__(self, mode: _Optional[_Union[TlsMode, str]] = ..., ca_pem: _Optional[bytes] = ..., subject_alt_names: _Optional[_Iterable[str]] = ..., spki_sha256: _Optional[_Iterable[bytes]] = ..., cert_sha256: _Optional[_Iterable[bytes]] = ...) -> None: ...
+    min_version: int
+    max_version: int
+    cipher_suites: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, mode: _Optional[_Union[TlsMode, str]] = ..., ca_pem: _Optional[bytes] = ..., subject_alt_names: _Optional[_Iterable[str]] = ..., spki_sha256: _Optional[_Iterable[bytes]] = ..., cert_sha256: _Optional[_Iterable[bytes]] = ..., min_version: _Optional[int] = ..., max_version: _Optional[int] = ..., cipher_suites: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Listener(_message.Message):
     __slots__ = ("name", "port", "protocol", "hostname", "certificates", "virtual_hosts", "tls")

@@ -26,6 +26,8 @@ Theory of operation:
   whose SPIFFE id becomes the request's principal for policies. With ``subject_alt_names`` one of the client
   certificate's names must be listed; with ``spki_sha256`` / ``cert_sha256`` its public key or certificate must be
   one of those pinned. A client that fails any of it is not served (the handshake fails or the connection closes).
+- An HTTPS listener's ``tls`` also bounds the TLS version (``min_version``, ``max_version``) and the TLS 1.2 cipher
+  suites; a handshake outside them is not served.
 - A virtual host with ``https_redirect`` (a Gateway server's ``tls.httpsRedirect``) answers every request that
   came over plain HTTP with a 301 to the ``https`` URL of the same host and path, before any route is tried
   (Envoy's ``require_tls: ALL``).
@@ -100,6 +102,13 @@ class ListenerTls:
     """SHA-256 digests of the SubjectPublicKeyInfo of which the client certificate's must be one."""
     cert_sha256: tuple[bytes, ...] = ()
     """SHA-256 digests of the DER certificate of which the client certificate's must be one."""
+    min_version: int = 0
+    """The lowest TLS version served (``0x0303`` TLS 1.2, ``0x0304`` TLS 1.3); 0 for the default, TLS 1.2."""
+    max_version: int = 0
+    """The highest TLS version served; 0 for the default, TLS 1.3."""
+    cipher_suites: tuple[str, ...] = ()
+    """The TLS 1.2 cipher suites (OpenSSL names) a client may use, empty for the defaults; TLS 1.3's suites are
+    not restricted (as in Envoy, whose ``cipher_suites`` bind TLS 1.2 and below only)."""
 
 
 @dataclass(frozen=True, slots=True)

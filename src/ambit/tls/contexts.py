@@ -94,6 +94,24 @@ def edge_client_ca(context: ssl.SSLContext, ca_pem: bytes) -> None:
     _no_resumption(context)
 
 
+_TLS_VERSIONS = {0x0303: ssl.TLSVersion.TLSv1_2, 0x0304: ssl.TLSVersion.TLSv1_3}
+
+
+def edge_protocol(
+    context: ssl.SSLContext, *, min_version: int = 0, max_version: int = 0, cipher_suites: tuple[str, ...] = ()
+) -> None:
+    """Bound an edge server context's TLS versions (``0x0303``, ``0x0304``; 0 keeps TLS 1.2 and 1.3) and TLS 1.2
+    cipher suites (OpenSSL names; empty keeps the defaults). :class:`CertificateError` when OpenSSL knows none of
+    the suites."""
+    context.minimum_version = _TLS_VERSIONS.get(min_version, ssl.TLSVersion.TLSv1_2)
+    context.maximum_version = _TLS_VERSIONS.get(max_version, ssl.TLSVersion.TLSv1_3)
+    if cipher_suites:
+        try:
+            context.set_ciphers(":".join(cipher_suites))
+        except ssl.SSLError as exc:
+            raise CertificateError(f"no usable cipher suite among {', '.join(cipher_suites)}: {exc}") from None
+
+
 def edge_mesh_context(cert: WorkloadCertificate) -> ssl.SSLContext:
     """The context of an ingress listener terminating mutual TLS with the gateway's own mesh certificate
     (``ISTIO_MUTUAL``): as :func:`edge_server_context`, presenting ``cert``'s chain and requiring a client

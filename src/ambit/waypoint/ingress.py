@@ -11,7 +11,7 @@ HBONE pool, telemetry and admin endpoints) that, instead of an HBONE listener, s
   (SNI) picks the listener (:class:`~ambit.waypoint.ingress_routing.IngressRouter`) and, among that listener's
   certificates, the first whose names cover it (an ``ISTIO_MUTUAL`` listener: the gateway's own mesh
   certificate); ALPN offers ``h2`` then ``http/1.1``. A mutual-TLS listener's client is judged after the
-  handshake and closed at once when refused (counted as ``client certificate``); an ``ISTIO_MUTUAL`` client's
+  handshake and closed at once when refused (counted as ``client tls``); an ``ISTIO_MUTUAL`` client's
   SPIFFE id is the request's peer identity (``source.principal`` for the gateway's policies). Each connection
   then carries HTTP/1.1 (:func:`~ambit.waypoint.http1_proxy.serve_http1`) or, when the client chose ``h2`` (or,
   on an HTTP port, opened with the HTTP/2 preface: prior knowledge, read as a waypoint reads it), HTTP/2
@@ -328,7 +328,7 @@ class IngressGateway(Waypoint):
             admitted = tls.admit(tls_object) if isinstance(tls_object, ssl.SSLObject) else None
             if not isinstance(admitted, Admitted):
                 reason = admitted.reason if admitted is not None else "no TLS session"
-                self.connection_refusals["client certificate"] += 1
+                self.connection_refusals["client tls"] += 1
                 log.info("client %s:%d on :%d refused: %s", peer[0], peer[1], port, reason)
                 writer.transport.abort()
                 return
@@ -452,8 +452,14 @@ def _listener_dump(listener: IngressListener) -> dict[str, Any]:
         "protocol": listener.protocol.value,
         "hostname": listener.hostname,
         "certificates": len(listener.certificates),
+        "tlsMode": listener.tls.mode.value,
         "virtualHosts": [
-            {"hostname": v.hostname, "routes": [r.route for r in v.http], "tcpBackends": len(v.tcp_backends)}
+            {
+                "hostname": v.hostname,
+                "routes": [r.route for r in v.http],
+                "tcpBackends": len(v.tcp_backends),
+                "httpsRedirect": v.https_redirect,
+            }
             for v in listener.virtual_hosts
         ],
     }

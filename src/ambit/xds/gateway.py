@@ -14,8 +14,9 @@ Rules:
    its contexts), except an ``ISTIO_MUTUAL`` one, which has none (it serves the gateway's own). HTTP rules belong
    to HTTP and HTTPS listeners, TCP backends to TLS and TCP listeners; a listener with the other kind is refused.
    Client verification (``tls``) belongs to HTTPS listeners: a known mode, a CA for ``MUTUAL`` and none otherwise,
-   32-byte digests; a listener of another protocol with it, or ``https_redirect`` on a virtual host of a
-   non-HTTP listener, is refused.
+   32-byte digests, versions 0, ``0x0303`` or ``0x0304`` (the lowest not above the highest), cipher suites named
+   with letters, digits, ``-`` and ``_``; a listener of another protocol with it, or ``https_redirect`` on a
+   virtual host of a non-HTTP listener, is refused.
 3. A virtual host's hostname is ``*``, a name, or ``*.`` and a name, without whitespace.
 4. Policies and RequestAuthentications are judged as a waypoint's (:mod:`ambit.xds.waypoint_policies`,
    :mod:`ambit.xds.requestauth`).
@@ -59,6 +60,8 @@ _PROTOCOLS = {
 _PROTOCOL_NAMES = {v: k for k, v in _PROTOCOLS.items()}
 _TLS_MODES = {TlsMode.SIMPLE: pb.SIMPLE, TlsMode.MUTUAL: pb.MUTUAL, TlsMode.ISTIO_MUTUAL: pb.ISTIO_MUTUAL}
 _TLS_MODE_NAMES = {v: k for k, v in _TLS_MODES.items()}
+_TLS_VERSIONS = frozenset({0, 0x0303, 0x0304})
+_CIPHER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 _HOSTNAME = re.compile(r"^(\*|(\*\.)?[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?)$")
 
 
@@ -99,6 +102,9 @@ def _tls_to_proto(tls: ListenerTls) -> pb.ListenerTls | None:
         subject_alt_names=list(tls.subject_alt_names),
         spki_sha256=list(tls.spki_sha256),
         cert_sha256=list(tls.cert_sha256),
+        min_version=tls.min_version,
+        max_version=tls.max_version,
+        cipher_suites=list(tls.cipher_suites),
     )
 
 
@@ -114,6 +120,14 @@ def _tls(reader: RouteReader, field: str, message: pb.ListenerTls) -> ListenerTl
         for i, digest in enumerate(getattr(message, key)):
             if len(digest) != 32:
                 raise reader.fail(f"{field}.{key}[{i}]", f"a SHA-256 digest is 32 bytes, not {len(digest)}")
+    for key in ("min_version", "max_version"):
+        if getattr(message, key) not in _TLS_VERSIONS:
+            raise reader.fail(f"{field}.{key}", f"expected 0, 0x0303 or 0x0304, got {getattr(message, key):#x}")
+    if message.min_version and message.max_version and message.min_version > message.max_version:
+        raise reader.fail(f"{field}.min_version", "the lowest version is above the highest")
+    for i, suite in enumerate(message.cipher_suites):
+        if not _CIPHER_NAME.fullmatch(suite):
+            raise reader.fail(f"{field}.cipher_suites[{i}]", f"not a cipher suite name: {suite!r}")
     names = tuple(
         reader.text(f"{field}.subject_alt_names[{i}]", n, required=True)
         for i, n in enumerate(message.subject_alt_names)
@@ -124,6 +138,9 @@ def _tls(reader: RouteReader, field: str, message: pb.ListenerTls) -> ListenerTl
         names,
         tuple(bytes(d) for d in message.spki_sha256),
         tuple(bytes(d) for d in message.cert_sha256),
+        message.min_version,
+        message.max_version,
+        tuple(message.cipher_suites),
     )
 
 

@@ -47,8 +47,11 @@ Rules (1 and 2, which pods a Gateway selects and how they group into gateways, a
    when it exists, else from the Secret itself (istiod's ``GetCaCert``). ``ISTIO_MUTUAL`` takes no
    ``credentialName`` (the gateway serves its mesh certificate and trusts the mesh roots). ``subjectAltNames``,
    ``verifyCertificateSpki`` (base64 SHA-256 of the public key) and ``verifyCertificateHash`` (hex SHA-256 of the
-   certificate, ``:`` allowed) restrict the clients of ``MUTUAL`` and ``ISTIO_MUTUAL`` servers. A missing or bad
-   Secret, CA or pin skips the server with the reason (the Gateway's status shows it), as for ``SIMPLE``.
+   certificate, ``:`` allowed) restrict the clients of ``MUTUAL`` and ``ISTIO_MUTUAL`` servers.
+   ``minProtocolVersion`` / ``maxProtocolVersion`` (``TLS_AUTO``, ``TLSV1_2``, ``TLSV1_3``) bound the version and
+   ``cipherSuites`` (names from Istio's list, duplicates dropped) the TLS 1.2 suites of any terminating server; TLS
+   below 1.2 is not served, so ``TLSV1_0`` and ``TLSV1_1`` are refused. A missing or bad Secret, CA, pin, version
+   or cipher suite skips the server with the reason (the Gateway's status shows it), as for ``SIMPLE``.
 """
 
 from __future__ import annotations
@@ -211,6 +214,41 @@ def _hash_pin(text: str, where: str) -> bytes:
     return digest
 
 
+_VERSIONS = {"TLS_AUTO": 0, "TLSV1_2": 0x0303, "TLSV1_3": 0x0304}
+CIPHER_SUITES = frozenset(
+    {
+        "ECDHE-ECDSA-AES128-GCM-SHA256",
+        "ECDHE-RSA-AES128-GCM-SHA256",
+        "ECDHE-ECDSA-AES256-GCM-SHA384",
+        "ECDHE-RSA-AES256-GCM-SHA384",
+        "ECDHE-ECDSA-CHACHA20-POLY1305",
+        "ECDHE-RSA-CHACHA20-POLY1305",
+        "ECDHE-ECDSA-AES128-SHA",
+        "ECDHE-RSA-AES128-SHA",
+        "ECDHE-ECDSA-AES256-SHA",
+        "ECDHE-RSA-AES256-SHA",
+        "AES128-GCM-SHA256",
+        "AES256-GCM-SHA384",
+        "AES128-SHA",
+        "AES256-SHA",
+        "DES-CBC3-SHA",
+    }
+)
+"""The TLS 1.2 cipher suites a Gateway server may name (Istio's ``ValidCipherSuites``, OpenSSL spells them alike)."""
+
+
+def _version(tls: Obj, key: str, where: str) -> int:
+    raw = tls.get(key)
+    if raw is None:
+        return 0
+    text = raw.upper() if isinstance(raw, str) else ""
+    if text in ("TLSV1_0", "TLSV1_1"):
+        raise BadField(f"{where}.{key}", f"{text} is not served: TLS below 1.2 is refused (TLS_AUTO, TLSV1_2, TLSV1_3)")
+    if text not in _VERSIONS:
+        raise BadField(f"{where}.{key}", f"expected TLS_AUTO, TLSV1_2 or TLSV1_3, got {raw!r}")
+    return _VERSIONS[text]
+
+
 def _terminating_tls(
     tls: Obj, mode: TlsMode, where: str, pods_ns: str, find_secret: SecretLookup
 ) -> tuple[IngressCertificate | None, ListenerTls]:
@@ -226,11 +264,21 @@ def _terminating_tls(
         _hash_pin(p, f"{where}.verifyCertificateHash[{i}]")
         for i, p in enumerate(_strings_of(tls, "verifyCertificateHash", where))
     )
+    minimum, maximum = _version(tls, "minProtocolVersion", where), _version(tls, "maxProtocolVersion", where)
+    if minimum and maximum and minimum > maximum:
+        raise BadField(f"{where}.minProtocolVersion", "the minimum is above maxProtocolVersion")
+    suites = _strings_of(tls, "cipherSuites", where)
+    for i, suite in enumerate(suites):
+        if suite not in CIPHER_SUITES:
+            raise BadField(f"{where}.cipherSuites[{i}]", f"unknown cipher suite {suite!r}")
+    bounds = ListenerTls(min_version=minimum, max_version=maximum, cipher_suites=suites)
     named = f"{where}.credentialName"
     if mode is TlsMode.ISTIO_MUTUAL:
         if name:
             raise BadField(named, "ISTIO_MUTUAL uses the gateway's mesh certificate: no credentialName")
-        return None, ListenerTls(TlsMode.ISTIO_MUTUAL, b"", sans, spki, hashes)
+        return None, replace(
+            bounds, mode=TlsMode.ISTIO_MUTUAL, subject_alt_names=sans, spki_sha256=spki, cert_sha256=hashes
+        )
     if not name:
         raise BadField(named, f"{mode.value} TLS needs a credentialName (a Secret with the certificate)")
     secret = find_secret(pods_ns, name)
@@ -241,7 +289,7 @@ def _terminating_tls(
         raise BadField(named, f"Secret {pods_ns}/{name}: {credential.message}")
     certificate = IngressCertificate(credential.cert_pem, credential.key_pem)
     if mode is TlsMode.SIMPLE:
-        return certificate, ListenerTls()
+        return certificate, bounds
     ca_name = f"{name}-cacert"
     ca_secret = find_secret(pods_ns, ca_name)
     if ca_secret is None:
@@ -249,7 +297,9 @@ def _terminating_tls(
     ca = read_ca_bundle(ca_secret)
     if isinstance(ca, CredentialProblem):
         raise BadField(named, f"MUTUAL needs a CA: Secret {pods_ns}/{ca_name}: {ca.message}")
-    return certificate, ListenerTls(TlsMode.MUTUAL, ca, sans, spki, hashes)
+    return certificate, replace(
+        bounds, mode=TlsMode.MUTUAL, ca_pem=ca, subject_alt_names=sans, spki_sha256=spki, cert_sha256=hashes
+    )
 
 
 def _intersect(server_host: str, vs_host: str) -> str | None:
