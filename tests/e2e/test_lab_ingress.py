@@ -555,8 +555,8 @@ def test_istio_gateway_https_simple_serves_the_credential_from_istio_system(lab:
 
 
 def test_istio_gateway_mutual_tls_and_https_redirect(lab: Lab, certs: Certificates) -> None:
-    """An Istio Gateway HTTPS server with ``tls.mode: MUTUAL`` (certificate and client CA in one generic Secret in
-    istio-system, as Istio's documentation creates it; ``subjectAltNames: [client.example]``) and an HTTP server
+    """An Istio Gateway HTTPS server with ``tls.mode: MUTUAL`` (certificate and client CA in one ``kubernetes.io/tls``
+    Secret in istio-system, its ``ca.crt`` beside ``tls.crt``; ``subjectAltNames: [client.example]``) and an HTTP server
     with ``httpsRedirect`` on istio-ingressgateway: ``curl --cert`` with a client certificate of that CA reaches
     echo; no certificate, one from another CA, or one naming another SAN is refused; plain HTTP is answered 301
     with the https URL."""
@@ -566,7 +566,12 @@ def test_istio_gateway_mutual_tls_and_https_redirect(lab: Lab, certs: Certificat
     client_ca = new_ca("e2e partner client CA", now=time.time())
     server = certs.issue("partner.example")
     secret = opaque_secret(
-        "partner", "istio-system", tls_crt=server.cert_pem, tls_key=server.key_pem, ca_crt=client_ca.cert_pem
+        "partner",
+        "istio-system",
+        "kubernetes.io/tls",
+        tls_crt=server.cert_pem,
+        tls_key=server.key_pem,
+        ca_crt=client_ca.cert_pem,
     )
     secret.update({"apiVersion": "v1", "kind": "Secret"})
 
@@ -605,12 +610,17 @@ def test_istio_gateway_mutual_tls_and_https_redirect(lab: Lab, certs: Certificat
         ip = wait_until("istio-ingressgateway has its load-balancer address", lambda: lb_address(lab), 60, 1)
         https = ("--cacert", str(certs.ca_file), "--resolve", f"partner.example:443:{ip}")
         url = "https://partner.example/mtls"
-        answer = wait_until(
-            "curl with a partner client certificate reaches echo",
-            lambda: through_gateway(*https, "--cert", good[0], "--key", good[1], url),
-            120,
-            1,
-        )
+        try:
+            answer = wait_until(
+                "curl with a partner client certificate reaches echo",
+                lambda: through_gateway(*https, "--cert", good[0], "--key", good[1], url),
+                120,
+                1,
+            )
+        except BaseException:
+            print("events:", [e.get("message") or e.get("note") for e in lab.events(APP, "partner")])
+            print("curl:", curl("-v", *https, "--cert", good[0], "--key", good[1], url).stderr)
+            raise
         assert answer["path"] == "/mtls" and answer["pod"].startswith("echo-")
         for name, extra in {
             "no client certificate": (),
