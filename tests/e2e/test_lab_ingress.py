@@ -555,8 +555,9 @@ def test_istio_gateway_https_simple_serves_the_credential_from_istio_system(lab:
 
 
 def test_istio_gateway_mutual_tls_and_https_redirect(lab: Lab, certs: Certificates) -> None:
-    """An Istio Gateway HTTPS server with ``tls.mode: MUTUAL`` (certificate and client CA in one ``kubernetes.io/tls``
-    Secret in istio-system, its ``ca.crt`` beside ``tls.crt``; ``subjectAltNames: [client.example]``) and an HTTP server
+    """An Istio Gateway HTTPS server with ``tls.mode: MUTUAL`` (a ``kubernetes.io/tls`` credential in istio-system and
+    its client CA in the generic Secret ``<credentialName>-cacert``, as Istio's documentation creates them;
+    ``subjectAltNames: [client.example]``) and an HTTP server
     with ``httpsRedirect`` on istio-ingressgateway: ``curl --cert`` with a client certificate of that CA reaches
     echo; no certificate, one from another CA, or one naming another SAN is refused; plain HTTP is answered 301
     with the https URL."""
@@ -566,14 +567,11 @@ def test_istio_gateway_mutual_tls_and_https_redirect(lab: Lab, certs: Certificat
     client_ca = new_ca("e2e partner client CA", now=time.time())
     server = certs.issue("partner.example")
     secret = opaque_secret(
-        "partner",
-        "istio-system",
-        "kubernetes.io/tls",
-        tls_crt=server.cert_pem,
-        tls_key=server.key_pem,
-        ca_crt=client_ca.cert_pem,
+        "partner", "istio-system", "kubernetes.io/tls", tls_crt=server.cert_pem, tls_key=server.key_pem
     )
-    secret.update({"apiVersion": "v1", "kind": "Secret"})
+    ca_secret = opaque_secret("partner-cacert", "istio-system", ca_crt=client_ca.cert_pem)
+    for item in (secret, ca_secret):
+        item.update({"apiVersion": "v1", "kind": "Secret"})
 
     def pem_files(name: str, pair: KeyPair) -> tuple[str, str]:
         cert, key = certs.directory / f"{name}.crt", certs.directory / f"{name}.key"
@@ -604,7 +602,7 @@ def test_istio_gateway_mutual_tls_and_https_redirect(lab: Lab, certs: Certificat
     route["spec"]["hosts"] = ["partner.example"]
     lab.kubectl("apply", "-k", str(CLASSIC_GATEWAY))
     try:
-        lab.apply(secret, namespace="istio-system")
+        lab.apply(secret, ca_secret, namespace="istio-system")
         lab.apply(gateway, route, namespace=APP)
         lab.wait_pods_ready("istio-system", "istio=ingressgateway", 1, timeout=180)
         ip = wait_until("istio-ingressgateway has its load-balancer address", lambda: lb_address(lab), 60, 1)
@@ -642,5 +640,5 @@ def test_istio_gateway_mutual_tls_and_https_redirect(lab: Lab, certs: Certificat
     finally:
         lab.kubectl("delete", "gateway.networking.istio.io", "partner", "-n", APP, "--ignore-not-found")
         lab.kubectl("delete", "virtualservice", "partner", "-n", APP, "--ignore-not-found")
-        lab.kubectl("delete", "secret", "partner", "-n", "istio-system", "--ignore-not-found")
+        lab.kubectl("delete", "secret", "partner", "partner-cacert", "-n", "istio-system", "--ignore-not-found")
         lab.kubectl("delete", "-k", str(CLASSIC_GATEWAY), "--ignore-not-found", "--wait=true")
