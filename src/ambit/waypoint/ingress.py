@@ -335,7 +335,7 @@ class IngressGateway(Waypoint):
             assert isinstance(tls_object, ssl.SSLObject)
             listener_name = admitted.listener
             client = admitted.verdict.identity
-            mtls = tls.verifies_clients and bool(listener_name)
+            mtls = admitted.mutual
             h2 = tls_object.selected_alpn_protocol() == "h2"
             stream = _TransportStream(reader, writer)
             prefix = b""

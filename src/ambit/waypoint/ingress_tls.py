@@ -68,6 +68,8 @@ class Admitted:
 
     listener: str
     verdict: ClientAccepted
+    mutual: bool = False
+    """The listener verified the client's certificate (``MUTUAL``, ``ISTIO_MUTUAL``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,4 +224,4 @@ class PortTls:
         )
         if isinstance(verdict, ClientRefused):
             return verdict
-        return Admitted(picked.listener.name, verdict)
+        return Admitted(picked.listener.name, verdict, picked.listener.tls.mode.verifies_clients)
