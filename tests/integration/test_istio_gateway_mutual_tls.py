@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import socket
 import ssl
 import time
 from collections.abc import AsyncIterator
@@ -337,3 +338,41 @@ async def test_versions_and_cipher_suites_bound_each_listener(tmp_path: Path) ->
         assert await status(new, "new.example.com") == 200
         assert await status(new, "new.example.com", tls12=True) is REFUSED
         assert running.proc.connection_refusals["client tls"] >= 1  # 1.3 on old.example.com: after the handshake
+
+
+def _resume(port: int, first: str, second: str, cert: KeyPair | None, tls12: bool) -> tuple[bool, bytes] | None:
+    """A client served on ``first`` that offers the same session (TLS 1.2 session id, or TLS 1.3 ticket) on a new
+    connection to ``second``: (whether the session was resumed, what came back), or None when the second handshake
+    failed."""
+    context = client_context(SERVER_CA.cert_pem, cert, tls12=tls12)
+    request = "GET /r HTTP/1.1\r\nHost: {}\r\n\r\n"
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname=first) as tls,
+    ):
+        tls.sendall(request.format(first).encode())
+        assert tls.recv(65536).startswith(b"HTTP/1.1 200")
+        session = tls.session
+    try:
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+            context.wrap_socket(raw, server_hostname=second, session=session) as tls,
+        ):
+            tls.sendall(request.format(second).encode())
+            return tls.session_reused, tls.recv(65536)
+    except (ssl.SSLError, OSError):
+        return None
+
+
+async def test_no_session_is_resumed_on_a_port_with_mutual_listeners(
+    rig: tuple[IngressRig, GatewayConfig, LocalCa],
+) -> None:
+    """A session from the SIMPLE listener (no client certificate) offered to the MUTUAL one must not carry the
+    client past the certificate check; nor is any session resumed, so a verified client is verified again."""
+    _, config, _ = rig
+    port = port_of(config, "HTTPS")
+    for tls12 in (True, False):
+        crossed = await asyncio.to_thread(_resume, port, "simple.example.com", "mutual.example.com", None, tls12)
+        assert crossed is None or (not crossed[0] and not crossed[1].startswith(b"HTTP/1.1 200")), crossed
+        again = await asyncio.to_thread(_resume, port, "mutual.example.com", "mutual.example.com", GOOD_CLIENT, tls12)
+        assert again is not None and again[0] is False and again[1].startswith(b"HTTP/1.1 200"), again
