@@ -552,3 +552,93 @@ def test_istio_gateway_https_simple_serves_the_credential_from_istio_system(lab:
     finally:
         lab.kubectl("delete", "secret", "secure-example", "-n", "istio-system", "--ignore-not-found")
         lab.kubectl("delete", "-k", str(CLASSIC_GATEWAY), "--ignore-not-found", "--wait=true")
+
+
+def test_istio_gateway_mutual_tls_and_https_redirect(lab: Lab, certs: Certificates) -> None:
+    """An Istio Gateway HTTPS server with ``tls.mode: MUTUAL`` (a ``kubernetes.io/tls`` credential in istio-system and
+    its client CA in the generic Secret ``<credentialName>-cacert``, as Istio's documentation creates them;
+    ``subjectAltNames: [client.example]``) and an HTTP server
+    with ``httpsRedirect`` on istio-ingressgateway: ``curl --cert`` with a client certificate of that CA reaches
+    echo; no certificate, one from another CA, or one naming another SAN is refused; plain HTTP is answered 301
+    with the https URL."""
+    from tests.ingress_pki import client_cert, opaque_secret
+    from tests.upstream_objects import ingress_gateway, ingress_route
+
+    client_ca = new_ca("e2e partner client CA", now=time.time())
+    server = certs.issue("partner.example")
+    secret = opaque_secret(
+        "partner", "istio-system", "kubernetes.io/tls", tls_crt=server.cert_pem, tls_key=server.key_pem
+    )
+    ca_secret = opaque_secret("partner-cacert", "istio-system", ca_crt=client_ca.cert_pem)
+    for item in (secret, ca_secret):
+        item.update({"apiVersion": "v1", "kind": "Secret"})
+
+    def pem_files(name: str, pair: KeyPair) -> tuple[str, str]:
+        cert, key = certs.directory / f"{name}.crt", certs.directory / f"{name}.key"
+        cert.write_bytes(pair.cert_pem)
+        key.write_bytes(pair.key_pem)
+        return str(cert), str(key)
+
+    good = pem_files("partner-good", client_cert(client_ca, dns=("client.example",)))
+    foreign = pem_files("partner-foreign", client_cert(new_ca("elsewhere", now=time.time()), dns=("client.example",)))
+    misnamed = pem_files("partner-misnamed", client_cert(client_ca, dns=("intruder.example",)))
+    gateway = ingress_gateway()
+    gateway["metadata"]["name"] = "partner"
+    gateway["spec"]["servers"] = [
+        {
+            "port": {"number": 443, "name": "https", "protocol": "HTTPS"},
+            "hosts": ["partner.example"],
+            "tls": {"mode": "MUTUAL", "credentialName": "partner", "subjectAltNames": ["client.example"]},
+        },
+        {
+            "port": {"number": 80, "name": "http", "protocol": "HTTP"},
+            "hosts": ["partner.example"],
+            "tls": {"httpsRedirect": True},
+        },
+    ]
+    route = ingress_route("echo")
+    route["metadata"]["name"] = "partner"
+    route["spec"]["gateways"] = ["partner"]
+    route["spec"]["hosts"] = ["partner.example"]
+    lab.kubectl("apply", "-k", str(CLASSIC_GATEWAY))
+    try:
+        lab.apply(secret, ca_secret, namespace="istio-system")
+        lab.apply(gateway, route, namespace=APP)
+        lab.wait_pods_ready("istio-system", "istio=ingressgateway", 1, timeout=180)
+        ip = wait_until("istio-ingressgateway has its load-balancer address", lambda: lb_address(lab), 60, 1)
+        https = ("--cacert", str(certs.ca_file), "--resolve", f"partner.example:443:{ip}")
+        url = "https://partner.example/mtls"
+        try:
+            answer = wait_until(
+                "curl with a partner client certificate reaches echo",
+                lambda: through_gateway(*https, "--cert", good[0], "--key", good[1], url),
+                120,
+                1,
+            )
+        except BaseException:
+            print("events:", [e.get("message") or e.get("note") for e in lab.events(APP, "partner")])
+            print("curl:", curl("-v", *https, "--cert", good[0], "--key", good[1], url).stderr)
+            raise
+        assert answer["path"] == "/mtls" and answer["pod"].startswith("echo-")
+        for name, extra in {
+            "no client certificate": (),
+            "a certificate of another CA": ("--cert", foreign[0], "--key", foreign[1]),
+            "a certificate naming another SAN": ("--cert", misnamed[0], "--key", misnamed[1]),
+        }.items():
+            done = curl(*https, *extra, "-o", "/dev/null", "-w", "%{http_code}", url)
+            assert done.returncode != 0 and done.stdout in ("", "000"), (name, done.stdout, done.stderr)
+        redirect = curl(
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code} %{redirect_url}",
+            "-H",
+            "Host: partner.example",
+            f"http://{ip}:80/a?b=c",
+        )
+        assert redirect.stdout == "301 https://partner.example/a?b=c", redirect
+    finally:
+        lab.kubectl("delete", "gateway.networking.istio.io", "partner", "-n", APP, "--ignore-not-found")
+        lab.kubectl("delete", "virtualservice", "partner", "-n", APP, "--ignore-not-found")
+        lab.kubectl("delete", "secret", "partner", "partner-cacert", "-n", "istio-system", "--ignore-not-found")
+        lab.kubectl("delete", "-k", str(CLASSIC_GATEWAY), "--ignore-not-found", "--wait=true")

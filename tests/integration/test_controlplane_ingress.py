@@ -23,7 +23,7 @@ from tests.unit.jwt_keys import rsa_signer
 
 from ambit.controlplane.process import ControlPlane
 from ambit.k8s import KubeClient, kinds
-from ambit.model.ingress import GatewayConfig, ListenerProtocol
+from ambit.model.ingress import GatewayConfig, ListenerProtocol, TlsMode
 from ambit.tls.certs import KeyPair, issue_server_cert, new_ca
 from ambit.xds.gateway import GATEWAY_CONFIG_TYPE_URL, decode_gateway_config
 
@@ -316,3 +316,56 @@ async def test_istio_gateway_servers_and_virtual_services_reach_the_selected_pod
         assert (https.port, https.hostname, https.certificates[0].cert_pem) == (443, "a.example", pair.cert_pem)
         assert https.virtual_hosts[0].hostname == "a.example"
         assert intruder.held == {} and intruder.sent == []
+
+
+async def test_a_mutual_server_reads_generic_secrets_as_istiod_does_and_never_the_ca_root(
+    kube: KubeClient, plane: ControlPlane
+) -> None:
+    """``tls.mode: MUTUAL`` with the credential in a generic Secret (``cert``/``key``) and its CA in a generic
+    ``<name>-cacert`` Secret, as Istio's documentation creates them: the control plane sees both and the listener
+    carries the CA. A server naming the mesh CA's root Secret (type ``istio.io/ca-root``) gets nothing: that Secret
+    is not even watched."""
+    from tests.ingress_pki import opaque_secret
+    from tests.upstream_objects import ingress_gateway
+
+    ns = f"im-{secrets.token_hex(3)}"
+    await kube.create(kinds.NAMESPACES, {"metadata": {"name": ns}})
+    pair = issue_server_cert(CA, common_name="m.example", dns_names=["m.example"], ip_addresses=[], now=time.time())
+    client_ca = new_ca("mutual client CA", now=time.time())
+    await kube.create(kinds.SECRETS, opaque_secret("partner", ns, cert=pair.cert_pem, key=pair.key_pem), ns)
+    await kube.create(kinds.SECRETS, opaque_secret("partner-cacert", ns, ca_crt=client_ca.cert_pem), ns)
+    root = opaque_secret("fake-root", ns, "istio.io/ca-root", tls_crt=pair.cert_pem, tls_key=pair.key_pem)
+    await kube.create(kinds.SECRETS, root, ns)
+    labels = {"app": "istio-ingressgateway", "istio": "ingressgateway"}
+    pod = {
+        "metadata": {"name": "istio-ingressgateway-0", "labels": labels},
+        "spec": {"serviceAccountName": "gw-sa", "containers": [{"name": "istio-proxy", "image": "ambit"}]},
+    }
+    await kube.create(kinds.PODS, pod, ns)
+    gateway = ingress_gateway()
+    gateway["spec"]["servers"] = [
+        {
+            "port": {"number": 443, "name": "https", "protocol": "HTTPS"},
+            "hosts": ["m.example"],
+            "tls": {"mode": "MUTUAL", "credentialName": "partner"},
+        },
+        {
+            "port": {"number": 8443, "name": "https-root", "protocol": "HTTPS"},
+            "hosts": ["m.example"],
+            "tls": {"mode": "SIMPLE", "credentialName": "fake-root"},
+        },
+    ]
+    await kube.create(kinds.ISTIO_GATEWAYS, gateway, ns)
+    name = f"{ns}/istio-ingressgateway"
+    async with subscribe(kube, plane, ns, "gw-sa", [name]) as owner:
+
+        def served() -> GatewayConfig | None:
+            config = owner.config(name)
+            return config if config is not None and any(i.port == 443 for i in config.listeners) else None
+
+        # (a Gateway of another test, selecting the same labels in any namespace, may add its own servers)
+        listeners = {i.port: i for i in (await eventually(served)).listeners}
+        listener = listeners[443]
+        assert (listener.tls.mode, listener.tls.ca_pem) == (TlsMode.MUTUAL, client_ca.cert_pem)
+        assert listener.certificates[0].cert_pem == pair.cert_pem
+        assert 8443 not in listeners  # the CA root's Secret type is never read

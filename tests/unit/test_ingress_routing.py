@@ -272,3 +272,22 @@ def test_any_request_gets_a_decision(authority: str, listener: str, port: int) -
     router = IngressRouter(sample())
     decision = router.decide(None, BackendService("edge", listener, port), head(authority), 0.5)
     assert isinstance(decision, Forward | Respond)
+
+
+def test_an_https_redirect_host_answers_301_with_host_and_path_verbatim_before_routing() -> None:
+    echo = BackendService("app", "echo.app.svc.cluster.local", 80)
+    routed = (RouteRule("r", RouteMatch(), backends=(WeightedBackend(echo, 100),)),)
+    hosts = (VirtualHost("a.example", routed, (), True), VirtualHost("*.only", (), (), True), VirtualHost("*", routed))
+    router = IngressRouter(
+        GatewayConfig("edge/edge", (IngressListener("http", 80, ListenerProtocol.HTTP, "", (), hosts),))
+    )
+    cases = {
+        ("a.example", "/x?y=1"): "https://a.example/x?y=1",
+        ("A.Example:8080", "/"): "https://A.Example:8080/",
+        ("b.only", "/p"): "https://b.only/p",
+    }
+    for (authority, path), location in cases.items():
+        decision = router.decide(None, BackendService("edge", "", 80), head(authority, path), 0.0)
+        assert decision == Respond(301, (("location", location),), b""), (authority, path)
+    decision = router.decide(None, BackendService("edge", "", 80), head("elsewhere"), 0.0)
+    assert isinstance(decision, Forward)  # a host without the flag is routed

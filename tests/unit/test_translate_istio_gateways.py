@@ -5,17 +5,29 @@ objects verbatim, then each rule of the module, then arbitrary objects (hypothes
 from __future__ import annotations
 
 import base64
+import dataclasses
 import time
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.ingress_pki import cert_sha256_hex, client_cert, opaque_secret, spki_sha256_b64
 from tests.upstream_objects import authorization_gateway_route, ingress_gateway, ingress_route
 
 from ambit.controlplane.translate import Translation, translate_all
-from ambit.model.ingress import GatewayConfig, ListenerProtocol
+from ambit.model.ingress import (
+    GatewayConfig,
+    IngressCertificate,
+    IngressListener,
+    ListenerProtocol,
+    ListenerTls,
+    TlsMode,
+    VirtualHost,
+)
 from ambit.model.routes import BackendService, PathMatch, PathMatchType, RouteMatch, WeightedBackend
 from ambit.tls.certs import issue_server_cert, new_ca
+from ambit.xds.errors import XdsConversionError
 from ambit.xds.gateway import decode_gateway_config, gateway_config_to_proto, pack_gateway_config
 
 Obj = dict[str, Any]
@@ -239,7 +251,7 @@ def test_https_simple_serves_the_credential_of_the_gateway_pods_namespace() -> N
 def test_a_credential_outside_the_gateway_namespace_or_an_unsupported_mode_is_not_served() -> None:
     gw = gateway(
         server(443, "HTTPS", mode="SIMPLE", credentialName="cert"),
-        server(8443, "HTTPS", mode="MUTUAL", credentialName="cert"),
+        server(8443, "HTTPS", mode="OPTIONAL_MUTUAL", credentialName="cert"),
         server(9443, "HTTPS", mode="SIMPLE"),
         server(7000, "MONGO"),
     )
@@ -247,7 +259,7 @@ def test_a_credential_outside_the_gateway_namespace_or_an_unsupported_mode_is_no
     assert config(translation).listeners == ()
     found = "\n".join(notes(translation))
     assert "spec.servers[0].tls.credentialName: Secret istio-system/cert not found" in found
-    assert "spec.servers[1].tls.mode: TLS mode MUTUAL is not supported" in found
+    assert "spec.servers[1].tls.mode: TLS mode OPTIONAL_MUTUAL is not supported" in found
     assert "spec.servers[2].tls.credentialName: SIMPLE TLS needs a credentialName" in found
     assert "spec.servers[3].port.protocol: protocol MONGO is not supported" in found
 
@@ -307,11 +319,22 @@ def test_a_server_port_is_the_gateway_service_port_and_binds_its_target_port() -
     assert unmapped.virtual_hosts[0].http == ()
 
 
-def test_https_redirect_is_reported_not_applied() -> None:
-    gw = gateway({**server(80, "HTTP"), "tls": {"httpsRedirect": True}})
-    translation = translate([gw], [ingress_route("b", "app")])
-    assert config(translation).listeners[0].protocol is ListenerProtocol.HTTP
-    assert any("spec.servers[0].tls.httpsRedirect: httpsRedirect is not applied" in n for n in notes(translation))
+def test_https_redirect_marks_the_server_s_virtual_hosts_and_adds_one_per_server_host() -> None:
+    redirecting = {**server(80, "HTTP", "a.example.com", "*.redirect.example"), "tls": {"httpsRedirect": True}}
+    plain = server(80, "HTTP", "b.example.com")
+    gw = gateway(redirecting, plain)
+    routes = [
+        vs("a", gateways=["gateway"], hosts=["a.example.com"], http=ingress_route("b")["spec"]["http"]),
+        vs("b", gateways=["gateway"], hosts=["b.example.com"], http=ingress_route("b")["spec"]["http"]),
+    ]
+    translation = translate([gw], routes)
+    (listener,) = config(translation).listeners
+    hosts = {h.hostname: h for h in listener.virtual_hosts}
+    assert set(hosts) == {"a.example.com", "b.example.com", "*.redirect.example"}
+    assert hosts["a.example.com"].https_redirect and hosts["a.example.com"].http  # routes kept, redirect first
+    assert hosts["*.redirect.example"].https_redirect and not hosts["*.redirect.example"].http
+    assert not hosts["b.example.com"].https_redirect  # another server on the port does not redirect
+    assert not any("httpsRedirect" in n for n in notes(translation))
 
 
 def test_an_empty_selector_selects_nothing() -> None:
@@ -391,3 +414,136 @@ def test_a_look_alike_pod_in_another_namespace_never_gets_the_gateway_s_keys() -
     assert config(translation).listeners[0].certificates[0].key_pem == PAIR.key_pem
     assert config(translation, "evil/istio-ingressgateway").listeners == ()
     assert any("Secret evil/cert not found" in n for n in notes(translation))
+
+
+# MUTUAL and ISTIO_MUTUAL servers (rule 7), Secrets as Istio's documentation creates them.
+
+CLIENT_CA = new_ca("client CA", now=NOW)
+
+
+def mutual_server(port: int = 443, *hosts: str, **tls: Any) -> Obj:
+    return server(port, "HTTPS", *(hosts or ("a.example.com",)), **{"mode": "MUTUAL", "credentialName": "cred", **tls})
+
+
+def test_mutual_reads_certificate_and_ca_from_one_generic_secret() -> None:
+    secret = opaque_secret(
+        "cred", "istio-system", tls_crt=PAIR.cert_pem, tls_key=PAIR.key_pem, ca_crt=CLIENT_CA.cert_pem
+    )
+    gw = gateway(mutual_server(subjectAltNames=["spiffe://partner/ns/x/sa/y", "client.example"]))
+    (listener,) = config(translate([gw], [], secrets=[secret])).listeners
+    assert listener.certificates[0].cert_pem == PAIR.cert_pem
+    assert listener.tls == ListenerTls(
+        TlsMode.MUTUAL, CLIENT_CA.cert_pem, ("spiffe://partner/ns/x/sa/y", "client.example")
+    )
+
+
+def test_mutual_prefers_the_cacert_secret_and_reads_generic_key_names() -> None:
+    other_ca = new_ca("other", now=NOW)
+    cred = opaque_secret("cred", "istio-system", cert=PAIR.cert_pem, key=PAIR.key_pem, cacert=other_ca.cert_pem)
+    cacert = opaque_secret("cred-cacert", "istio-system", ca_crt=CLIENT_CA.cert_pem)
+    (listener,) = config(translate([gateway(mutual_server())], [], secrets=[cred, cacert])).listeners
+    assert listener.tls.ca_pem == CLIENT_CA.cert_pem  # <name>-cacert wins, as istiod's GetCaCert reads it
+
+
+def test_mutual_without_a_ca_or_with_bad_pins_is_not_served_and_says_why() -> None:
+    no_ca = tls_secret("cred")
+    bad_ca = opaque_secret("bad", "istio-system", tls_crt=PAIR.cert_pem, tls_key=PAIR.key_pem, ca_crt=b"not pem")
+    gw = gateway(
+        mutual_server(443),
+        mutual_server(8443, credentialName="bad"),
+        mutual_server(9443, verifyCertificateSpki=["c2hvcnQ="]),
+        mutual_server(9444, verifyCertificateHash=["zz" * 32]),
+        mutual_server(9445, subjectAltNames="one-string"),
+        server(9446, "HTTPS", mode="ISTIO_MUTUAL", credentialName="cred"),
+    )
+    translation = translate([gw], [], secrets=[no_ca, bad_ca])
+    assert config(translation).listeners == ()
+    found = "\n".join(notes(translation))
+    assert "servers[0].tls.credentialName: MUTUAL needs a CA: Secret istio-system/cred: it has no cacert" in found
+    assert "servers[1].tls.credentialName: MUTUAL needs a CA: Secret istio-system/bad: its ca.crt" in found
+    assert "servers[2].tls.verifyCertificateSpki[0]: expected the base64 SHA-256 digest" in found
+    assert "servers[3].tls.verifyCertificateHash[0]: expected the hex SHA-256 digest" in found
+    assert "servers[4].tls.subjectAltNames: expected a list of non-empty strings" in found
+    assert "servers[5].tls.credentialName: ISTIO_MUTUAL uses the gateway's mesh certificate" in found
+
+
+def test_pins_are_read_as_envoy_reads_them() -> None:
+    client = client_cert(CLIENT_CA, dns=("client.example",))
+    secret = opaque_secret(
+        "cred", "istio-system", tls_crt=PAIR.cert_pem, tls_key=PAIR.key_pem, ca_crt=CLIENT_CA.cert_pem
+    )
+    gw = gateway(
+        mutual_server(
+            verifyCertificateSpki=[spki_sha256_b64(client)],
+            verifyCertificateHash=[cert_sha256_hex(client, colons=True)],
+        )
+    )
+    (listener,) = config(translate([gw], [], secrets=[secret])).listeners
+    assert base64.b64encode(listener.tls.spki_sha256[0]).decode() == spki_sha256_b64(client)
+    assert listener.tls.cert_sha256[0].hex().upper() == cert_sha256_hex(client)
+
+
+def test_istio_mutual_serves_the_gateway_s_own_certificate_beside_a_simple_server_on_the_port() -> None:
+    gw = gateway(
+        server(
+            443, "HTTPS", "mesh.example.com", mode="ISTIO_MUTUAL", subjectAltNames=["spiffe://cluster.local/ns/a/sa/b"]
+        ),
+        server(443, "HTTPS", "a.example.com", mode="SIMPLE", credentialName="cert"),
+    )
+    bound = vs(gateways=["gateway"], hosts=["*.example.com"], http=ingress_route("b")["spec"]["http"])
+    listeners = {i.hostname: i for i in config(translate([gw], [bound], secrets=[tls_secret()])).listeners}
+    mesh, simple = listeners["mesh.example.com"], listeners["a.example.com"]
+    assert mesh.certificates == () and mesh.tls == ListenerTls(
+        TlsMode.ISTIO_MUTUAL, subject_alt_names=("spiffe://cluster.local/ns/a/sa/b",)
+    )
+    assert [h.hostname for h in mesh.virtual_hosts] == ["mesh.example.com"]
+    assert simple.tls == ListenerTls() and simple.certificates
+
+
+def test_a_listener_config_breaking_the_tls_rules_is_refused_by_the_gateway() -> None:
+    https = IngressListener("h", 443, ListenerProtocol.HTTPS, "", (IngressCertificate(b"c", b"k"),))
+    http = IngressListener("p", 80, ListenerProtocol.HTTP, "", (), (VirtualHost("*", https_redirect=True),))
+    bad = [
+        (dataclasses.replace(https, tls=ListenerTls(TlsMode.MUTUAL)), "needs the CA"),
+        (dataclasses.replace(https, tls=ListenerTls(TlsMode.ISTIO_MUTUAL)), "serves the gateway's own"),
+        (dataclasses.replace(https, tls=ListenerTls(TlsMode.SIMPLE, b"ca")), "takes no CA"),
+        (dataclasses.replace(https, tls=ListenerTls(TlsMode.MUTUAL, b"ca", (), (b"short",))), "32 bytes"),
+        (dataclasses.replace(http, tls=ListenerTls(TlsMode.MUTUAL, b"ca")), "takes no client verification"),
+        (dataclasses.replace(https, virtual_hosts=(VirtualHost("*", https_redirect=True),)), "does not redirect"),
+    ]
+    for listener, reason in bad:
+        message = gateway_config_to_proto(GatewayConfig("edge/edge", (listener,)))
+        with pytest.raises(XdsConversionError, match=reason):
+            decode_gateway_config("edge/edge", pack_gateway_config(message))
+    good = GatewayConfig(
+        "edge/edge", (http, dataclasses.replace(https, certificates=(), tls=ListenerTls(TlsMode.ISTIO_MUTUAL)))
+    )
+    assert decode_gateway_config("edge/edge", pack_gateway_config(gateway_config_to_proto(good))) == good
+
+
+def test_protocol_versions_and_cipher_suites_bound_a_terminating_server_or_refuse_it() -> None:
+    secret = opaque_secret(
+        "cred", "istio-system", tls_crt=PAIR.cert_pem, tls_key=PAIR.key_pem, ca_crt=CLIENT_CA.cert_pem
+    )
+    suites = ["ECDHE-ECDSA-AES256-GCM-SHA384", "ECDHE-ECDSA-AES128-GCM-SHA256", "ECDHE-ECDSA-AES256-GCM-SHA384"]
+    gw = gateway(
+        mutual_server(443, minProtocolVersion="TLSV1_2", maxProtocolVersion="TLSV1_2", cipherSuites=suites),
+        server(8443, "HTTPS", "b.example.com", mode="SIMPLE", credentialName="cred", minProtocolVersion="TLSV1_3"),
+        server(9443, "HTTPS", "c.example.com", mode="ISTIO_MUTUAL", maxProtocolVersion="TLS_AUTO"),
+        mutual_server(9444, minProtocolVersion="TLSV1_1"),
+        mutual_server(9445, minProtocolVersion="TLSV1_3", maxProtocolVersion="TLSV1_2"),
+        mutual_server(9446, cipherSuites=["NULL-MD5"]),
+        mutual_server(9447, maxProtocolVersion="SSLV3"),
+    )
+    translation = translate([gw], [], secrets=[secret])
+    by_port = {i.port: i.tls for i in config(translation).listeners}
+    assert (by_port[443].min_version, by_port[443].max_version) == (0x0303, 0x0303)
+    assert by_port[443].cipher_suites == ("ECDHE-ECDSA-AES256-GCM-SHA384", "ECDHE-ECDSA-AES128-GCM-SHA256")
+    assert by_port[8443] == ListenerTls(min_version=0x0304)
+    assert by_port[9443] == ListenerTls(TlsMode.ISTIO_MUTUAL)
+    assert set(by_port) == {443, 8443, 9443}
+    found = "\n".join(notes(translation))
+    assert "servers[3].tls.minProtocolVersion: TLSV1_1 is not served: TLS below 1.2 is refused" in found
+    assert "servers[4].tls.minProtocolVersion: the minimum is above maxProtocolVersion" in found
+    assert "servers[5].tls.cipherSuites[0]: unknown cipher suite 'NULL-MD5'" in found
+    assert "servers[6].tls.maxProtocolVersion: expected TLS_AUTO, TLSV1_2 or TLSV1_3, got 'SSLV3'" in found

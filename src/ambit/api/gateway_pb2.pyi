@@ -16,11 +16,20 @@ class ListenerProtocol(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     HTTPS: _ClassVar[ListenerProtocol]
     TLS: _ClassVar[ListenerProtocol]
     TCP: _ClassVar[ListenerProtocol]
+
+class TlsMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SIMPLE: _ClassVar[TlsMode]
+    MUTUAL: _ClassVar[TlsMode]
+    ISTIO_MUTUAL: _ClassVar[TlsMode]
 LISTENER_PROTOCOL_UNSPECIFIED: ListenerProtocol
 HTTP: ListenerProtocol
 HTTPS: ListenerProtocol
 TLS: ListenerProtocol
 TCP: ListenerProtocol
+SIMPLE: TlsMode
+MUTUAL: TlsMode
+ISTIO_MUTUAL: TlsMode
 
 class GatewayConfig(_message.Message):
     __slots__ = ("gateway", "listeners", "policies", "request_authentications")
@@ -43,27 +52,51 @@ class Certificate(_message.Message):
     def __init__(self, cert_pem: _Optional[bytes] = ..., key_pem: _Optional[bytes] = ...) -> None: ...
 
 class VirtualHost(_message.Message):
-    __slots__ = ("hostname", "http", "tcp_backends")
+    __slots__ = ("hostname", "http", "tcp_backends", "https_redirect")
     HOSTNAME_FIELD_NUMBER: _ClassVar[int]
     HTTP_FIELD_NUMBER: _ClassVar[int]
     TCP_BACKENDS_FIELD_NUMBER: _ClassVar[int]
+    HTTPS_REDIRECT_FIELD_NUMBER: _ClassVar[int]
     hostname: str
     http: _containers.RepeatedCompositeFieldContainer[_waypoint_pb2.RouteRule]
     tcp_backends: _containers.RepeatedCompositeFieldContainer[_waypoint_pb2.WeightedBackend]
-    def __init__(self, hostname: _Optional[str] = ..., http: _Optional[_Iterable[_Union[_waypoint_pb2.RouteRule, _Mapping]]] = ..., tcp_backends: _Optional[_Iterable[_Union[_waypoint_pb2.WeightedBackend, _Mapping]]] = ...) -> None: ...
+    https_redirect: bool
+    def __init__(self, hostname: _Optional[str] = ..., http: _Optional[_Iterable[_Union[_waypoint_pb2.RouteRule, _Mapping]]] = ..., tcp_backends: _Optional[_Iterable[_Union[_waypoint_pb2.WeightedBackend, _Mapping]]] = ..., https_redirect: _Optional[bool] = ...) -> None: ...
+
+class ListenerTls(_message.Message):
+    __slots__ = ("mode", "ca_pem", "subject_alt_names", "spki_sha256", "cert_sha256", "min_version", "max_version", "cipher_suites")
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    CA_PEM_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_ALT_NAMES_FIELD_NUMBER: _ClassVar[int]
+    SPKI_SHA256_FIELD_NUMBER: _ClassVar[int]
+    CERT_SHA256_FIELD_NUMBER: _ClassVar[int]
+    MIN_VERSION_FIELD_NUMBER: _ClassVar[int]
+    MAX_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CIPHER_SUITES_FIELD_NUMBER: _ClassVar[int]
+    mode: TlsMode
+    ca_pem: bytes
+    subject_alt_names: _containers.RepeatedScalarFieldContainer[str]
+    spki_sha256: _containers.RepeatedScalarFieldContainer[bytes]
+    cert_sha256: _containers.RepeatedScalarFieldContainer[bytes]
+    min_version: int
+    max_version: int
+    cipher_suites: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, mode: _Optional[_Union[TlsMode, str]] = ..., ca_pem: _Optional[bytes] = ..., subject_alt_names: _Optional[_Iterable[str]] = ..., spki_sha256: _Optional[_Iterable[bytes]] = ..., cert_sha256: _Optional[_Iterable[bytes]] = ..., min_version: _Optional[int] = ..., max_version: _Optional[int] = ..., cipher_suites: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Listener(_message.Message):
-    __slots__ = ("name", "port", "protocol", "hostname", "certificates", "virtual_hosts")
+    __slots__ = ("name", "port", "protocol", "hostname", "certificates", "virtual_hosts", "tls")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PORT_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     HOSTNAME_FIELD_NUMBER: _ClassVar[int]
     CERTIFICATES_FIELD_NUMBER: _ClassVar[int]
     VIRTUAL_HOSTS_FIELD_NUMBER: _ClassVar[int]
+    TLS_FIELD_NUMBER: _ClassVar[int]
     name: str
     port: int
     protocol: ListenerProtocol
     hostname: str
     certificates: _containers.RepeatedCompositeFieldContainer[Certificate]
     virtual_hosts: _containers.RepeatedCompositeFieldContainer[VirtualHost]
-    def __init__(self, name: _Optional[str] = ..., port: _Optional[int] = ..., protocol: _Optional[_Union[ListenerProtocol, str]] = ..., hostname: _Optional[str] = ..., certificates: _Optional[_Iterable[_Union[Certificate, _Mapping]]] = ..., virtual_hosts: _Optional[_Iterable[_Union[VirtualHost, _Mapping]]] = ...) -> None: ...
+    tls: ListenerTls
+    def __init__(self, name: _Optional[str] = ..., port: _Optional[int] = ..., protocol: _Optional[_Union[ListenerProtocol, str]] = ..., hostname: _Optional[str] = ..., certificates: _Optional[_Iterable[_Union[Certificate, _Mapping]]] = ..., virtual_hosts: _Optional[_Iterable[_Union[VirtualHost, _Mapping]]] = ..., tls: _Optional[_Union[ListenerTls, _Mapping]] = ...) -> None: ...

@@ -64,7 +64,11 @@ from ambit.model.localconfig import LocalConfig
 log = logging.getLogger("ambit.controlplane.view")
 
 REQUIRED_KINDS = (kinds.PODS, kinds.SERVICES, kinds.ENDPOINT_SLICES, kinds.NAMESPACES)
-TLS_SECRETS = "type=kubernetes.io/tls"
+CREDENTIAL_SECRETS = "type!=kubernetes.io/service-account-token,type!=helm.sh/release.v1,type!=istio.io/ca-root"
+"""The Secrets a ``credentialName`` or ``certificateRefs`` may name: istiod's credentials controller watches every
+type but service-account tokens and Helm releases (``SecretsFieldSelector``), since Istio reads generic Secrets
+(``cert``/``key``/``cacert``, a ``<name>-cacert`` CA Secret) as well as ``kubernetes.io/tls`` ones; the mesh CA's
+own root Secret is left out too, so no translation can ever hand its key to a gateway."""
 OPTIONAL_KINDS = (
     kinds.NODES,
     kinds.SERVICE_ENTRIES,
@@ -186,8 +190,7 @@ class ClusterView:
                 on_update=self._update_handler(kind),
                 on_delete=self._changed,
                 settings=settings.informer,
-                # Only the certificates ingress listeners may name: never every Secret of the cluster.
-                field_selector=TLS_SECRETS if kind is kinds.SECRETS else None,
+                field_selector=CREDENTIAL_SECRETS if kind is kinds.SECRETS else None,
             )
             for kind in (*REQUIRED_KINDS, *OPTIONAL_KINDS)
         }

@@ -20,6 +20,17 @@ Theory of operation:
   ``*.`` wildcard that covers it, then ``*``. Its rules, ordered by Gateway API precedence, are matched as a
   waypoint matches its table; no virtual host, or no rule that matches, answers 404.
 - Within a listener, the first certificate whose names cover the server name is served, else the first.
+- An HTTPS listener's :class:`ListenerTls` says whether it verifies its clients: ``SIMPLE`` asks for no client
+  certificate; ``MUTUAL`` requires one that chains to ``ca_pem``; ``ISTIO_MUTUAL`` serves the gateway's own mesh
+  certificate instead of ``certificates`` (it has none) and requires a client certificate from the mesh's CA,
+  whose SPIFFE id becomes the request's principal for policies. With ``subject_alt_names`` one of the client
+  certificate's names must be listed; with ``spki_sha256`` / ``cert_sha256`` its public key or certificate must be
+  one of those pinned. A client that fails any of it is not served (the handshake fails or the connection closes).
+- An HTTPS listener's ``tls`` also bounds the TLS version (``min_version``, ``max_version``) and the TLS 1.2 cipher
+  suites; a handshake outside them is not served.
+- A virtual host with ``https_redirect`` (a Gateway server's ``tls.httpsRedirect``) answers every request that
+  came over plain HTTP with a 301 to the ``https`` URL of the same host and path, before any route is tried
+  (Envoy's ``require_tls: ALL``).
 - Backends are mesh Services (``BackendService``), reached over HBONE with the gateway's own identity.
 - Policies: the AuthorizationPolicies and RequestAuthentications that apply at the gateway (attached by
   ``targetRefs`` to its Gateway, or selecting its pods), enforced per request by the waypoint's engine before
@@ -40,6 +51,8 @@ __all__ = [
     "IngressCertificate",
     "IngressListener",
     "ListenerProtocol",
+    "ListenerTls",
+    "TlsMode",
     "VirtualHost",
     "host_matches",
     "host_order",
@@ -64,6 +77,40 @@ class IngressCertificate:
     key_pem: bytes
 
 
+class TlsMode(enum.Enum):
+    """How an HTTPS listener treats client certificates (Istio's ``ServerTLSSettings.mode``)."""
+
+    SIMPLE = "SIMPLE"
+    MUTUAL = "MUTUAL"
+    ISTIO_MUTUAL = "ISTIO_MUTUAL"
+
+    @property
+    def verifies_clients(self) -> bool:
+        return self is not TlsMode.SIMPLE
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerTls:
+    """The client side of an HTTPS listener's TLS (see the module docstring)."""
+
+    mode: TlsMode = TlsMode.SIMPLE
+    ca_pem: bytes = b""
+    """``MUTUAL``: the PEM certificates a client's chain must end at."""
+    subject_alt_names: tuple[str, ...] = ()
+    """Names of which the client certificate must carry one (DNS, URI, e-mail or IP), exactly as written."""
+    spki_sha256: tuple[bytes, ...] = ()
+    """SHA-256 digests of the SubjectPublicKeyInfo of which the client certificate's must be one."""
+    cert_sha256: tuple[bytes, ...] = ()
+    """SHA-256 digests of the DER certificate of which the client certificate's must be one."""
+    min_version: int = 0
+    """The lowest TLS version served (``0x0303`` TLS 1.2, ``0x0304`` TLS 1.3); 0 for the default, TLS 1.2."""
+    max_version: int = 0
+    """The highest TLS version served; 0 for the default, TLS 1.3."""
+    cipher_suites: tuple[str, ...] = ()
+    """The TLS 1.2 cipher suites (OpenSSL names) a client may use, empty for the defaults; TLS 1.3's suites are
+    not restricted (as in Envoy, whose ``cipher_suites`` bind TLS 1.2 and below only)."""
+
+
 @dataclass(frozen=True, slots=True)
 class VirtualHost:
     hostname: str
@@ -71,6 +118,8 @@ class VirtualHost:
     http: tuple[RouteRule, ...] = ()
     tcp_backends: tuple[WeightedBackend, ...] = ()
     """TLS and TCP listeners: where a connection is relayed, weighted."""
+    https_redirect: bool = False
+    """HTTP listeners: answer every request with a 301 to its ``https`` URL instead of routing it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +130,8 @@ class IngressListener:
     hostname: str = ""
     certificates: tuple[IngressCertificate, ...] = ()
     virtual_hosts: tuple[VirtualHost, ...] = ()
+    tls: ListenerTls = ListenerTls()
+    """HTTPS listeners: whether and how clients are verified."""
 
 
 @dataclass(frozen=True, slots=True)

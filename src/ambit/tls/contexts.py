@@ -83,6 +83,61 @@ def edge_server_context(cert_pem: bytes, key_pem: bytes) -> ssl.SSLContext:
     return context
 
 
+def edge_client_ca(context: ssl.SSLContext, ca_pem: bytes) -> None:
+    """Make an edge server context require a client certificate chaining to ``ca_pem`` (a mutual-TLS listener).
+    :class:`CertificateError` when the bundle does not load."""
+    try:
+        context.load_verify_locations(cadata=ca_pem.decode("ascii"))
+    except (ssl.SSLError, ValueError) as exc:
+        raise CertificateError(f"cannot load a listener's client CA: {exc}") from None
+    context.verify_mode = ssl.CERT_REQUIRED
+    _no_resumption(context)
+
+
+_TLS_VERSIONS = {0x0303: ssl.TLSVersion.TLSv1_2, 0x0304: ssl.TLSVersion.TLSv1_3}
+
+
+def edge_protocol(
+    context: ssl.SSLContext, *, min_version: int = 0, max_version: int = 0, cipher_suites: tuple[str, ...] = ()
+) -> None:
+    """Bound an edge server context's TLS versions (``0x0303``, ``0x0304``; 0 keeps TLS 1.2 and 1.3) and TLS 1.2
+    cipher suites (OpenSSL names; empty keeps the defaults). :class:`CertificateError` when OpenSSL knows none of
+    the suites."""
+    context.minimum_version = _TLS_VERSIONS.get(min_version, ssl.TLSVersion.TLSv1_2)
+    context.maximum_version = _TLS_VERSIONS.get(max_version, ssl.TLSVersion.TLSv1_3)
+    if cipher_suites:
+        try:
+            context.set_ciphers(":".join(cipher_suites))
+        except ssl.SSLError as exc:
+            raise CertificateError(f"no usable cipher suite among {', '.join(cipher_suites)}: {exc}") from None
+
+
+def edge_mesh_context(cert: WorkloadCertificate) -> ssl.SSLContext:
+    """The context of an ingress listener terminating mutual TLS with the gateway's own mesh certificate
+    (``ISTIO_MUTUAL``): as :func:`edge_server_context`, presenting ``cert``'s chain and requiring a client
+    certificate from the mesh roots."""
+    chain = b"".join(cert.chain_pem[:-1] if len(cert.chain_pem) > 1 else cert.chain_pem)
+    context = edge_server_context(chain, cert.key_pem)
+    edge_client_ca(context, cert.roots_pem)
+    return context
+
+
+def edge_dispatch_context(*, verify_clients: bool) -> ssl.SSLContext:
+    """The context an ingress HTTPS port accepts with before the server name is known: no certificate of its own
+    (its ``sni_callback`` switches to the picked listener's context). OpenSSL takes the verify mode and session
+    settings of a handshake from this first context, not from the one switched to, so a port with any mutual-TLS
+    listener asks every client for a certificate here (optionally: the listener's verdict comes after the
+    handshake) and resumes no session (a session would carry a client certificate from one listener to
+    another)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.set_alpn_protocols([ALPN_H2, "http/1.1"])
+    context.verify_mode = ssl.CERT_OPTIONAL if verify_clients else ssl.CERT_NONE
+    if verify_clients:
+        _no_resumption(context)
+    return context
+
+
 def _configure(context: ssl.SSLContext, cert: WorkloadCertificate) -> None:
     context.minimum_version = ssl.TLSVersion.TLSv1_3
     context.maximum_version = ssl.TLSVersion.TLSv1_3
@@ -148,8 +203,12 @@ def _memory_file(data: bytes) -> Iterator[str]:
 
 _SSL_CTRL_MODE = 33
 _SSL_MODE_NO_AUTO_CHAIN = 0x8
-_VERIFY_PEER_REQUIRED = 0x3
-"""``SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT``: what ``ssl.CERT_REQUIRED`` sets on both sides."""
+_VERIFY_MODES = {ssl.CERT_NONE: 0x0, ssl.CERT_OPTIONAL: 0x1, ssl.CERT_REQUIRED: 0x3}
+"""What libssl reports as the verify mode of a context of each ``ssl`` mode (``CERT_REQUIRED``:
+``SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT``)."""
+_SSL_CTRL_SET_SESS_CACHE_MODE = 44
+_SSL_CTRL_GET_SESS_CACHE_MODE = 45
+_SSL_SESS_CACHE_OFF = 0x0
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,19 +237,43 @@ def _libssl() -> _LibSsl | None:
     return _LibSsl(ctrl, get_options, get_verify_mode)
 
 
-def _no_auto_chain(context: ssl.SSLContext) -> bool:
-    """Stop OpenSSL building (and sending) our chain from the trust store per handshake; False if we cannot.
+def _ctx_handle(context: ssl.SSLContext) -> tuple[_LibSsl, int] | None:
+    """The libssl functions and the ``SSL_CTX *`` of ``context``, or None when they cannot be trusted.
 
     CPython's ``_ssl`` context object holds its ``SSL_CTX *`` right after the object header. The pointer is used only
     once two reads through it agree with what ``ssl`` reports for this very context (options and verify mode).
     """
     lib = _libssl()
     if lib is None:
-        return False
+        return None
     handle = ctypes.c_void_p.from_address(id(context) + object.__basicsize__).value
-    if not handle or context.verify_mode is not ssl.CERT_REQUIRED:
+    if not handle:
+        return None
+    if lib.get_options(handle) != int(context.options) or lib.get_verify_mode(handle) != _VERIFY_MODES.get(
+        context.verify_mode
+    ):
+        return None
+    return lib, handle
+
+
+def _no_auto_chain(context: ssl.SSLContext) -> bool:
+    """Stop OpenSSL building (and sending) our chain from the trust store per handshake; False if we cannot."""
+    found = _ctx_handle(context) if context.verify_mode is ssl.CERT_REQUIRED else None
+    if found is None:
         return False
-    if lib.get_options(handle) != int(context.options) or lib.get_verify_mode(handle) != _VERIFY_PEER_REQUIRED:
-        return False
+    lib, handle = found
     mode = lib.ctrl(handle, _SSL_CTRL_MODE, _SSL_MODE_NO_AUTO_CHAIN, None)
     return bool(mode & _SSL_MODE_NO_AUTO_CHAIN)
+
+
+def _no_resumption(context: ssl.SSLContext) -> bool:
+    """Issue no session tickets and keep no server session cache (TLS 1.2 session ids); False if the cache could
+    not be turned off (a resumed session then carries no verified chain, which mutual-TLS listeners refuse)."""
+    context.num_tickets = 0
+    context.options |= ssl.OP_NO_TICKET
+    found = _ctx_handle(context)
+    if found is None:
+        return False
+    lib, handle = found
+    lib.ctrl(handle, _SSL_CTRL_SET_SESS_CACHE_MODE, _SSL_SESS_CACHE_OFF, None)
+    return lib.ctrl(handle, _SSL_CTRL_GET_SESS_CACHE_MODE, 0, None) == _SSL_SESS_CACHE_OFF

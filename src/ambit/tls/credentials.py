@@ -14,6 +14,10 @@ Rules:
    as older clients did).
 4. Any other input (a missing field, a value of the wrong type, bytes that are not PEM) is a problem; nothing
    raises. Expiry is not judged here: a listener serves what it was given, as Envoy does.
+5. Istio's Gateway reads a ``credentialName`` Secret more loosely (:func:`read_istio_credential`, as istiod's
+   ``ExtractCertInfo``): any type, the keys ``cert`` and ``key`` if both are non-empty, else ``tls.crt`` and
+   ``tls.key``; then rules 2-4. Its CA bundle (:func:`read_ca_bundle`, istiod's ``ExtractRoot``) is the key
+   ``cacert`` if non-empty, else ``ca.crt``: one or more PEM certificates.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ __all__ = [
     "TLS_SECRET_TYPE",
     "CredentialProblem",
     "TlsCredential",
+    "read_ca_bundle",
+    "read_istio_credential",
     "read_pem_pair",
     "read_tls_secret",
     "server_name_matches",
@@ -90,6 +96,42 @@ def read_tls_secret(secret: Mapping[str, Any]) -> TlsCredential | CredentialProb
     if isinstance(key_pem, CredentialProblem):
         return key_pem
     return read_pem_pair(cert_pem, key_pem)
+
+
+def _first_present(data: Mapping[str, Any], *keys: str) -> str | None:
+    return next((k for k in keys if isinstance(data.get(k), str) and data[k]), None)
+
+
+def read_istio_credential(secret: Mapping[str, Any]) -> TlsCredential | CredentialProblem:
+    """Rule 5's server certificate and key."""
+    data = secret.get("data")
+    if not isinstance(data, Mapping):
+        return CredentialProblem("it has no data")
+    for cert_key, key_key in (("cert", "key"), ("tls.crt", "tls.key")):
+        if _first_present(data, cert_key) and _first_present(data, key_key):
+            cert_pem, key_pem = _decoded(data, cert_key), _decoded(data, key_key)
+            if isinstance(cert_pem, CredentialProblem):
+                return cert_pem
+            if isinstance(key_pem, CredentialProblem):
+                return key_pem
+            return read_pem_pair(cert_pem, key_pem)
+    return CredentialProblem("it has neither cert and key nor tls.crt and tls.key")
+
+
+def read_ca_bundle(secret: Mapping[str, Any]) -> bytes | CredentialProblem:
+    """Rule 5's CA bundle: the PEM certificates, or what is wrong."""
+    data = secret.get("data")
+    key = _first_present(data, "cacert", "ca.crt") if isinstance(data, Mapping) else None
+    if key is None or not isinstance(data, Mapping):
+        return CredentialProblem("it has no cacert or ca.crt")
+    pem = _decoded(data, key)
+    if isinstance(pem, CredentialProblem):
+        return pem
+    try:
+        x509.load_pem_x509_certificates(pem)
+    except ValueError:
+        return CredentialProblem(f"its {key} holds no PEM certificate")
+    return pem
 
 
 def read_pem_pair(cert_pem: bytes, key_pem: bytes) -> TlsCredential | CredentialProblem:

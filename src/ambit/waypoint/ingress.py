@@ -7,11 +7,14 @@ HBONE pool, telemetry and admin endpoints) that, instead of an HBONE listener, s
 :class:`~ambit.model.ingress.GatewayConfig`:
 
 - Each port of the config is bound on the pod's address when a config names it and closed when none does.
-  Connections on an HTTPS port are TLS-terminated: the client's server name (SNI) picks the listener
-  (:class:`~ambit.waypoint.ingress_routing.IngressRouter`) and, among that listener's certificates, the first
-  whose names cover it; ALPN offers ``h2`` then ``http/1.1``. Each connection then carries HTTP/1.1
-  (:func:`~ambit.waypoint.http1_proxy.serve_http1`) or, when the client chose ``h2`` (or, on an HTTP port, opened
-  with the HTTP/2 preface: prior knowledge, read as a waypoint reads it), HTTP/2
+  Connections on an HTTPS port are TLS-terminated (:mod:`ambit.waypoint.ingress_tls`): the client's server name
+  (SNI) picks the listener (:class:`~ambit.waypoint.ingress_routing.IngressRouter`) and, among that listener's
+  certificates, the first whose names cover it (an ``ISTIO_MUTUAL`` listener: the gateway's own mesh
+  certificate); ALPN offers ``h2`` then ``http/1.1``. A mutual-TLS listener's client is judged after the
+  handshake and closed at once when refused (counted as ``client tls``); an ``ISTIO_MUTUAL`` client's
+  SPIFFE id is the request's peer identity (``source.principal`` for the gateway's policies). Each connection
+  then carries HTTP/1.1 (:func:`~ambit.waypoint.http1_proxy.serve_http1`) or, when the client chose ``h2`` (or,
+  on an HTTP port, opened with the HTTP/2 preface: prior knowledge, read as a waypoint reads it), HTTP/2
   (:func:`~ambit.waypoint.http2_proxy.serve_http2`) through the waypoint's request path: every request routed
   by the picked listener's virtual hosts, balanced per request, sent over HBONE (mutual TLS with the gateway's
   certificate, so the server sees the gateway's identity as the peer) as HTTP/1.1 (Envoy's default towards a
@@ -32,8 +35,9 @@ HBONE pool, telemetry and admin endpoints) that, instead of an HBONE listener, s
   authenticated and authorized exactly as at a waypoint (:func:`ambit.waypoint.exchange.serve_request`: a token no
   rule accepts 401, a denied request 403) before it is routed; the JWKS of ``jwksUri`` rules are fetched by the
   same :class:`~ambit.waypoint.jwks.JwksManager`. A removed config keeps the last policies (fail closed).
-- A client's ``x-forwarded-client-cert`` is removed (:mod:`ambit.waypoint.client_cert`): the gateway's clients
-  present no certificate, so nothing vouches for it (Istio's ``SANITIZE_SET`` without a client certificate).
+- A client's ``x-forwarded-client-cert`` is removed (:mod:`ambit.waypoint.client_cert`): nothing vouches for
+  what a client writes there (Istio's ``SANITIZE_SET``; the details of a verified client certificate are not
+  added).
 - Readiness (``:15021/healthz/ready``) waits for the certificate, the workload state and the first config.
 
 Why the configuration, keys included, comes over xDS rather than from the API: the gateway, like a waypoint, holds
@@ -54,11 +58,11 @@ import functools
 import logging
 import socket
 import ssl
-import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ambit.model.identity import SpiffeId
 from ambit.model.ingress import GatewayConfig, IngressListener, ListenerProtocol
 from ambit.model.localconfig import parse_local_config
 from ambit.model.routes import BackendService, RouteTable, WaypointConfig
@@ -66,9 +70,7 @@ from ambit.model.state import WorkloadState
 from ambit.model.workload import AppProtocol, Service, Workload
 from ambit.proxy.streams import ByteStream, SocketStream
 from ambit.telemetry.metrics import Reporter
-from ambit.tls.certs import CertificateError
-from ambit.tls.contexts import edge_server_context
-from ambit.tls.credentials import TlsCredential, read_pem_pair
+from ambit.tls.workload import WorkloadCertificate
 from ambit.waypoint.context import Tunnel
 from ambit.waypoint.decisions import Decision, RequestHead
 from ambit.waypoint.destinations import Endpoint, ServiceTarget, pick_ingress_endpoint
@@ -79,6 +81,7 @@ from ambit.waypoint.http2_proxy import serve_http2
 from ambit.waypoint.inbound import read_preface
 from ambit.waypoint.ingress_connections import Closed, find_connection_endpoint, plan_backend, read_hello
 from ambit.waypoint.ingress_routing import IngressRouter
+from ambit.waypoint.ingress_tls import Admitted, PortTls
 from ambit.waypoint.process import Waypoint
 from ambit.waypoint.settings import WaypointSettings
 from ambit.waypoint.tcp import relay_to
@@ -121,45 +124,6 @@ class _TransportStream:
             await self._writer.wait_closed()
 
 
-class _PortTls:
-    """The TLS side of one HTTPS port: a context per certificate, and which listener each handshake picked."""
-
-    def __init__(self, port: int, router: IngressRouter) -> None:
-        self.port = port
-        self.router = router
-        self.by_listener: dict[str, list[tuple[TlsCredential, ssl.SSLContext]]] = {}
-        for listener in router.listeners_on(port):
-            loaded = []
-            for i, cert in enumerate(listener.certificates):
-                try:
-                    context = edge_server_context(cert.cert_pem, cert.key_pem)
-                except CertificateError as exc:
-                    log.warning("listener %s: certificate %d not served: %s", listener.name, i, exc)
-                    continue
-                judged = read_pem_pair(cert.cert_pem, cert.key_pem)
-                credential = judged if isinstance(judged, TlsCredential) else TlsCredential(cert.cert_pem, cert.key_pem)
-                loaded.append((credential, context))
-            if loaded:
-                self.by_listener[listener.name] = loaded
-        self.picked: weakref.WeakKeyDictionary[ssl.SSLObject, str] = weakref.WeakKeyDictionary()
-        """The listener each handshake's SNI picked; an entry goes with its TLS session, so handshakes that fail
-        after the SNI callback leave nothing behind."""
-        first = next(iter(self.by_listener.values()), None)
-        self.default = first[0][1] if first else None
-        if self.default is not None:
-            self.default.sni_callback = self._sni
-
-    def _sni(self, tls: ssl.SSLObject, server_name: str | None, _: ssl.SSLContext) -> int | None:
-        listener = self.router.pick_listener(self.port, server_name or "")
-        if listener is None or listener.name not in self.by_listener:
-            return ssl.ALERT_DESCRIPTION_UNRECOGNIZED_NAME if server_name else None
-        choices = self.by_listener[listener.name]
-        context = next((c for cred, c in choices if server_name and cred.covers(server_name)), choices[0][1])
-        tls.context = context
-        self.picked[tls] = listener.name
-        return None
-
-
 async def _accept_tls(
     sock: socket.socket, context: ssl.SSLContext
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -184,7 +148,7 @@ class IngressGateway(Waypoint):
         self.context.pick = self._pick
         self.readiness.add_pending(CONFIG_TASK)
         self._ports: dict[int, tuple[socket.socket, asyncio.Task[None]]] = {}
-        self._tls: dict[int, _PortTls] = {}
+        self._tls: dict[int, PortTls] = {}
         self._started = False
         self.config_updates = 0
         self.connection_refusals: collections.Counter[str] = collections.Counter()
@@ -231,7 +195,9 @@ class IngressGateway(Waypoint):
         """Serve ``config`` from the next request and handshake on (see the module docstring)."""
         router = IngressRouter(config)
         tls = {
-            port: _PortTls(port, router) for port, proto in router.ports().items() if proto is ListenerProtocol.HTTPS
+            port: PortTls(port, router, self._mesh_certificate, self.identity.trust_domain)
+            for port, proto in router.ports().items()
+            if proto is ListenerProtocol.HTTPS
         }
         self.router, self._tls = router, tls
         self.context.routes.replace(
@@ -247,6 +213,9 @@ class IngressGateway(Waypoint):
         log.info("gateway config: %d listener(s) on port(s) %s", len(config.listeners), sorted(router.ports()))
         if self._started:
             self._sync_ports()
+
+    def _mesh_certificate(self) -> WorkloadCertificate | None:
+        return self.certs.find(self.identity)
 
     def _sync_ports(self) -> None:
         wanted = set(self.router.ports())
@@ -342,6 +311,8 @@ class IngressGateway(Waypoint):
         stream: ByteStream
         listener_name = ""
         h2 = False
+        client: SpiffeId | None = None
+        mtls = False
         tls = self._tls.get(port)
         if tls is not None:
             if tls.default is None:
@@ -354,9 +325,18 @@ class IngressGateway(Waypoint):
                 sock.close()
                 return
             tls_object = writer.get_extra_info("ssl_object")
-            if isinstance(tls_object, ssl.SSLObject):
-                listener_name = tls.picked.pop(tls_object, "")
-                h2 = tls_object.selected_alpn_protocol() == "h2"
+            admitted = tls.admit(tls_object) if isinstance(tls_object, ssl.SSLObject) else None
+            if not isinstance(admitted, Admitted):
+                reason = admitted.reason if admitted is not None else "no TLS session"
+                self.connection_refusals["client tls"] += 1
+                log.info("client %s:%d on :%d refused: %s", peer[0], peer[1], port, reason)
+                writer.transport.abort()
+                return
+            assert isinstance(tls_object, ssl.SSLObject)
+            listener_name = admitted.listener
+            client = admitted.verdict.identity
+            mtls = admitted.mutual
+            h2 = tls_object.selected_alpn_protocol() == "h2"
             stream = _TransportStream(reader, writer)
             prefix = b""
         else:
@@ -367,11 +347,11 @@ class IngressGateway(Waypoint):
         tunnel = Tunnel(
             target,
             f"{local[0]}:{local[1]}",
-            None,
+            client,
             f"{peer[0]}:{peer[1]}",
             None,
             reporter=Reporter.SOURCE,
-            mtls=False,
+            mtls=mtls,
         )
         try:
             if h2:
@@ -472,8 +452,14 @@ def _listener_dump(listener: IngressListener) -> dict[str, Any]:
         "protocol": listener.protocol.value,
         "hostname": listener.hostname,
         "certificates": len(listener.certificates),
+        "tlsMode": listener.tls.mode.value,
         "virtualHosts": [
-            {"hostname": v.hostname, "routes": [r.route for r in v.http], "tcpBackends": len(v.tcp_backends)}
+            {
+                "hostname": v.hostname,
+                "routes": [r.route for r in v.http],
+                "tcpBackends": len(v.tcp_backends),
+                "httpsRedirect": v.https_redirect,
+            }
             for v in listener.virtual_hosts
         ],
     }

@@ -16,11 +16,14 @@ Rules:
    host that covers it most specifically. No listener, no virtual host, or a virtual host without rules answers
    404 (``route_not_found``); the default route of a waypoint (to the addressed Service itself) never applies at
    an ingress: the addressed "Service" is the gateway.
-3. Otherwise the waypoint engine decides with that host's table: its first matching rule, filters, weighted
+3. A virtual host with ``https_redirect`` (only HTTP listeners have one) answers 301 with ``location:
+   https://<Host as sent><path as sent>`` and no body, whatever its rules (Envoy's ``require_tls: ALL``, whose
+   ``SslRedirector`` keeps the host and path verbatim); it comes before rule 2's 404 for a host without rules.
+4. Otherwise the waypoint engine decides with that host's table: its first matching rule, filters, weighted
    backends, redirects; a request no rule matches is 404.
-4. :meth:`IngressRouter.decide` is a :data:`~ambit.waypoint.decisions.Router`: the destination it is given names
+5. :meth:`IngressRouter.decide` is a :data:`~ambit.waypoint.decisions.Router`: the destination it is given names
    the connection's port and, in its hostname, the listener picked at the handshake (empty for HTTP).
-5. A connection on a TLS (passthrough) or TCP port: :meth:`IngressRouter.find_connection_route` picks the listener
+6. A connection on a TLS (passthrough) or TCP port: :meth:`IngressRouter.find_connection_route` picks the listener
    by the ClientHello's server name (empty for TCP, or a hello without one) as in rule 1, then the virtual host
    that covers the name most specifically (``*`` covers a missing name too); it must have backends. Which backend
    takes the connection is the weighted draw of :func:`~ambit.waypoint.destinations.choose_weighted`.
@@ -35,7 +38,7 @@ from ambit.model.routes import BackendService, RouteTable
 from ambit.waypoint.decisions import Decision, RequestHead, Respond
 from ambit.waypoint.routing import route
 
-__all__ = ["IngressRouter", "request_host"]
+__all__ = ["IngressRouter", "https_redirect", "request_host"]
 
 NOT_FOUND = Respond(404, (("content-type", "text/plain"),), b"route_not_found\n")
 
@@ -62,10 +65,17 @@ def _pick(listeners: tuple[IngressListener, ...], name: str) -> IngressListener 
 class _Host:
     hostname: str
     table: RouteTable
+    https_redirect: bool = False
+
+
+def https_redirect(request: RequestHead) -> Respond:
+    """Rule 3's answer."""
+    path = request.path if request.path.startswith("/") else f"/{request.path}"
+    return Respond(301, (("location", f"https://{request.authority}{path}"),), b"")
 
 
 class IngressRouter:
-    """The routing of one :class:`GatewayConfig` (rules 1-4)."""
+    """The routing of one :class:`GatewayConfig` (rules 1-6)."""
 
     __slots__ = ("_hosts", "_ports", "config")
 
@@ -76,7 +86,11 @@ class IngressRouter:
         for listener in config.listeners:
             ports.setdefault(listener.port, []).append(listener)
             hosts[listener.name] = tuple(
-                _Host(v.hostname, RouteTable(service_key="", port=listener.port, http=v.http, hostnames=(v.hostname,)))
+                _Host(
+                    v.hostname,
+                    RouteTable(service_key="", port=listener.port, http=v.http, hostnames=(v.hostname,)),
+                    v.https_redirect,
+                )
                 for v in listener.virtual_hosts
             )
         self._ports = {port: tuple(items) for port, items in ports.items()}
@@ -94,7 +108,7 @@ class IngressRouter:
         return _pick(self._ports.get(port, ()), name.lower().rstrip("."))
 
     def find_connection_route(self, port: int, server_name: str) -> VirtualHost | None:
-        """Rule 5: the virtual host whose ``tcp_backends`` take a connection on ``port`` asking for
+        """Rule 6: the virtual host whose ``tcp_backends`` take a connection on ``port`` asking for
         ``server_name`` (lower-case; empty for none), or None: no listener or route takes it."""
         listener = self.pick_listener(port, server_name)
         if listener is None or listener.protocol.carries_http:
@@ -109,7 +123,7 @@ class IngressRouter:
     def decide(
         self, table: RouteTable | None, destination: BackendService, request: RequestHead, random: float
     ) -> Decision:
-        """Rules 2-4 for one request on the connection ``destination`` describes."""
+        """Rules 2-5 for one request on the connection ``destination`` describes."""
         host = request_host(request.authority)
         listener = None
         if destination.hostname:
@@ -125,6 +139,8 @@ class IngressRouter:
             score = host_matches(candidate.hostname, host)
             if score and (best is None or score > best[0]):
                 best = (score, candidate)
+        if best is not None and best[1].https_redirect:
+            return https_redirect(request)
         if best is None or not best[1].table.http:
             return NOT_FOUND
         return route(best[1].table, destination, request, random)

@@ -11,8 +11,12 @@ Rules:
 1. The resource name is the body's ``gateway`` (``namespace/name``); a resource whose name disagrees is refused.
 2. A listener has a name, a port 1..65535 and a known protocol; an HTTPS listener has at least one certificate,
    each with a non-empty chain and key (whether they load is the TLS layer's judgement, when the gateway builds
-   its contexts). HTTP rules belong to HTTP and HTTPS listeners, TCP backends to TLS and TCP listeners; a
-   listener with the other kind is refused.
+   its contexts), except an ``ISTIO_MUTUAL`` one, which has none (it serves the gateway's own). HTTP rules belong
+   to HTTP and HTTPS listeners, TCP backends to TLS and TCP listeners; a listener with the other kind is refused.
+   Client verification (``tls``) belongs to HTTPS listeners: a known mode, a CA for ``MUTUAL`` and none otherwise,
+   32-byte digests, versions 0, ``0x0303`` or ``0x0304`` (the lowest not above the highest), cipher suites named
+   with letters, digits, ``-`` and ``_``; a listener of another protocol with it, or ``https_redirect`` on a
+   virtual host of a non-HTTP listener, is refused.
 3. A virtual host's hostname is ``*``, a name, or ``*.`` and a name, without whitespace.
 4. Policies and RequestAuthentications are judged as a waypoint's (:mod:`ambit.xds.waypoint_policies`,
    :mod:`ambit.xds.requestauth`).
@@ -27,7 +31,15 @@ from google.protobuf import any_pb2
 from google.protobuf.message import DecodeError
 
 from ambit.api import gateway_pb2 as pb
-from ambit.model.ingress import GatewayConfig, IngressCertificate, IngressListener, ListenerProtocol, VirtualHost
+from ambit.model.ingress import (
+    GatewayConfig,
+    IngressCertificate,
+    IngressListener,
+    ListenerProtocol,
+    ListenerTls,
+    TlsMode,
+    VirtualHost,
+)
 from ambit.xds.authorization import PolicyReader
 from ambit.xds.errors import XdsConversionError
 from ambit.xds.requestauth import RequestAuthReader, request_authentication_to_proto
@@ -46,6 +58,10 @@ _PROTOCOLS = {
     ListenerProtocol.TCP: pb.TCP,
 }
 _PROTOCOL_NAMES = {v: k for k, v in _PROTOCOLS.items()}
+_TLS_MODES = {TlsMode.SIMPLE: pb.SIMPLE, TlsMode.MUTUAL: pb.MUTUAL, TlsMode.ISTIO_MUTUAL: pb.ISTIO_MUTUAL}
+_TLS_MODE_NAMES = {v: k for k, v in _TLS_MODES.items()}
+_TLS_VERSIONS = frozenset({0, 0x0303, 0x0304})
+_CIPHER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 _HOSTNAME = re.compile(r"^(\*|(\*\.)?[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?)$")
 
 
@@ -64,14 +80,67 @@ def gateway_config_to_proto(config: GatewayConfig) -> pb.GatewayConfig:
                         hostname=v.hostname,
                         http=[rule_to_proto(r) for r in v.http],
                         tcp_backends=[weighted_to_proto(b) for b in v.tcp_backends],
+                        https_redirect=v.https_redirect,
                     )
                     for v in item.virtual_hosts
                 ],
+                tls=_tls_to_proto(item.tls),
             )
             for item in config.listeners
         ],
         policies=[waypoint_policy_to_proto(p) for p in config.policies],
         request_authentications=[request_authentication_to_proto(p) for p in config.request_authentications],
+    )
+
+
+def _tls_to_proto(tls: ListenerTls) -> pb.ListenerTls | None:
+    if tls == ListenerTls():
+        return None
+    return pb.ListenerTls(
+        mode=_TLS_MODES[tls.mode],
+        ca_pem=tls.ca_pem,
+        subject_alt_names=list(tls.subject_alt_names),
+        spki_sha256=list(tls.spki_sha256),
+        cert_sha256=list(tls.cert_sha256),
+        min_version=tls.min_version,
+        max_version=tls.max_version,
+        cipher_suites=list(tls.cipher_suites),
+    )
+
+
+def _tls(reader: RouteReader, field: str, message: pb.ListenerTls) -> ListenerTls:
+    mode = _TLS_MODE_NAMES.get(message.mode)
+    if mode is None:
+        raise reader.fail(f"{field}.mode", f"unknown TLS mode {message.mode}")
+    if mode is TlsMode.MUTUAL and not message.ca_pem:
+        raise reader.fail(f"{field}.ca_pem", "a MUTUAL listener needs the CA its clients chain to")
+    if mode is not TlsMode.MUTUAL and message.ca_pem:
+        raise reader.fail(f"{field}.ca_pem", f"a {mode.value} listener takes no CA")
+    for key in ("spki_sha256", "cert_sha256"):
+        for i, digest in enumerate(getattr(message, key)):
+            if len(digest) != 32:
+                raise reader.fail(f"{field}.{key}[{i}]", f"a SHA-256 digest is 32 bytes, not {len(digest)}")
+    for key in ("min_version", "max_version"):
+        if getattr(message, key) not in _TLS_VERSIONS:
+            raise reader.fail(f"{field}.{key}", f"expected 0, 0x0303 or 0x0304, got {getattr(message, key):#x}")
+    if message.min_version and message.max_version and message.min_version > message.max_version:
+        raise reader.fail(f"{field}.min_version", "the lowest version is above the highest")
+    for i, suite in enumerate(message.cipher_suites):
+        if not _CIPHER_NAME.fullmatch(suite):
+            raise reader.fail(f"{field}.cipher_suites[{i}]", f"not a cipher suite name: {suite!r}")
+    names = tuple(
+        reader.text(f"{field}.subject_alt_names[{i}]", n, required=True)
+        for i, n in enumerate(message.subject_alt_names)
+    )
+    return ListenerTls(
+        mode,
+        bytes(message.ca_pem),
+        names,
+        tuple(bytes(d) for d in message.spki_sha256),
+        tuple(bytes(d) for d in message.cert_sha256),
+        message.min_version,
+        message.max_version,
+        tuple(message.cipher_suites),
     )
 
 
@@ -90,7 +159,12 @@ def _listener(reader: RouteReader, field: str, message: pb.Listener) -> IngressL
         if not cert.cert_pem or not cert.key_pem:
             raise reader.fail(f"{field}.certificates[{i}]", "a certificate needs a chain and a key")
         certificates.append(IngressCertificate(cert.cert_pem, cert.key_pem))
-    if protocol is ListenerProtocol.HTTPS and not certificates:
+    tls = _tls(reader, f"{field}.tls", message.tls) if message.HasField("tls") else ListenerTls()
+    if tls != ListenerTls() and protocol is not ListenerProtocol.HTTPS:
+        raise reader.fail(f"{field}.tls", f"a {protocol.value} listener takes no client verification")
+    if tls.mode is TlsMode.ISTIO_MUTUAL and certificates:
+        raise reader.fail(f"{field}.certificates", "an ISTIO_MUTUAL listener serves the gateway's own certificate")
+    if protocol is ListenerProtocol.HTTPS and not certificates and tls.mode is not TlsMode.ISTIO_MUTUAL:
         raise reader.fail(f"{field}.certificates", "an HTTPS listener needs a certificate")
     hosts = []
     for i, vhost in enumerate(message.virtual_hosts):
@@ -103,11 +177,13 @@ def _listener(reader: RouteReader, field: str, message: pb.Listener) -> IngressL
             raise reader.fail(f"{where}.http", f"a {protocol.value} listener takes no HTTP rules")
         if backends and protocol.carries_http:
             raise reader.fail(f"{where}.tcp_backends", f"an {protocol.value} listener takes no TCP backends")
-        hosts.append(VirtualHost(vhost.hostname.lower(), rules, backends))
+        if vhost.https_redirect and protocol is not ListenerProtocol.HTTP:
+            raise reader.fail(f"{where}.https_redirect", f"a {protocol.value} listener does not redirect to HTTPS")
+        hosts.append(VirtualHost(vhost.hostname.lower(), rules, backends, vhost.https_redirect))
     hostname = message.hostname.lower()
     if hostname and not _HOSTNAME.match(hostname):
         raise reader.fail(f"{field}.hostname", f"not a hostname: {hostname!r}")
-    return IngressListener(name, port, protocol, hostname, tuple(certificates), tuple(hosts))
+    return IngressListener(name, port, protocol, hostname, tuple(certificates), tuple(hosts), tls)
 
 
 def gateway_config_from_proto(message: pb.GatewayConfig, name: str) -> GatewayConfig:

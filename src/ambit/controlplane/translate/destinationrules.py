@@ -34,8 +34,8 @@ Rules (istiod: pilot/pkg/model/push_context.go ``setDestinationRules``, ``destin
    uids are sent, so the configuration changes when such a workload comes, goes or is relabelled.
 7. Settings a waypoint does not honour are dropped with a note: ``tls.caCrl``, the ``consistentHash`` kinds other
    than header, query parameter and source IP, ``tunnel``. TLS material, as istiod hands it to a waypoint:
-   ``credentialName`` names a Secret of the rule's namespace (the control plane watches those of type
-   ``kubernetes.io/tls`` only) whose ``ca.crt`` (or ``cacert``) becomes the trust
+   ``credentialName`` names a Secret of the rule's namespace (of any type the control plane watches:
+   :data:`~ambit.controlplane.view.CREDENTIAL_SECRETS`) whose ``ca.crt`` (or ``cacert``) becomes the trust
    anchors and, for ``MUTUAL``, whose ``tls.crt``/``tls.key`` (or ``cert``/``key``) the client certificate and key
    (the file fields are then ignored, with a note); without it ``caCertificates``, ``clientCertificate`` and
    ``privateKey`` are paths the waypoint reads itself. Anything missing is noted and left empty: the waypoint

@@ -15,12 +15,11 @@ Rules (1 and 2, which pods a Gateway selects and how they group into gateways, a
 :mod:`ambit.controlplane.translate.istio_gateway_pods`'s):
 
 3. Servers, merged over the Gateways of a group ordered by creation time, then namespace/name: ``port.number``
-   1-65535; ``protocol`` (case-insensitive) ``HTTP``, ``HTTP2``, ``GRPC`` serve HTTP; ``HTTPS`` with ``tls.mode``
-   ``SIMPLE`` terminates TLS with the ``credentialName`` Secret (a valid ``kubernetes.io/tls`` Secret in the
-   gateway pods' namespace, as istiod reads it from the gateway's namespace); ``HTTPS`` or ``TLS`` with mode
+   1-65535; ``protocol`` (case-insensitive) ``HTTP``, ``HTTP2``, ``GRPC`` serve HTTP; ``HTTPS`` terminates TLS
+   with ``tls.mode`` ``SIMPLE``, ``MUTUAL`` or ``ISTIO_MUTUAL`` (rule 7); ``HTTPS`` or ``TLS`` with mode
    ``PASSTHROUGH`` (the API's default) relay TLS routed by SNI; ``TCP`` relays. Other protocols and modes
-   (``MUTUAL``, ``ISTIO_MUTUAL``, ``AUTO_PASSTHROUGH``, ``TLS`` with ``SIMPLE``) are skipped with the reason. A port
-   serves one kind of listener: the first server on a port fixes it and later servers of another kind are skipped.
+   (``OPTIONAL_MUTUAL``, ``AUTO_PASSTHROUGH``, ``TLS`` terminated) are skipped with the reason. A port serves one
+   kind of listener: the first server on a port fixes it and later servers of another kind are skipped.
    The port a server names is a Service port (istiod's ``resolvePorts`` with the legacy selector): when a Service
    of the gateway pods' namespace selects them and has that port, the listener binds its numeric ``targetPort``
    (the first such Service by name; ``istio-ingressgateway`` maps 80 to 8080, so the proxy needs no privilege),
@@ -34,16 +33,31 @@ Rules (1 and 2, which pods a Gateway selects and how they group into gateways, a
    creation time, then name, then namespace.
 6. HTTP ports: one listener, without hostname, whose virtual hosts are the intersected hostnames, each with the
    rules of every bound VirtualService for it, concatenated in rule 5's order (istiod appends to a duplicate
-   virtual host). HTTPS ports: one listener per server host (its hostname picks by SNI; ``*`` takes the rest), with
-   that server's certificate and the virtual hosts of that server; a host another server took on that port first
-   is skipped. TCP ports: one virtual host ``*`` with the first bound VirtualService's first ``tcp`` rule that holds
-   for the port. TLS passthrough ports: a virtual host per ``sniHosts`` entry of the bound VirtualServices' ``tls``
-   rules that a server host covers, the first VirtualService in rule 5's order winning a name. ``httpsRedirect``
-   is not applied (reported; the server answers over HTTP).
+   virtual host). A server with ``tls.httpsRedirect: true`` marks every virtual host it contributes, and one per
+   host of its own (without rules when no VirtualService binds there), to answer 301 with the ``https`` URL
+   (istiod's ``RequireTls: ALL``); the flag means nothing on other servers. HTTPS ports: one listener per server
+   host (its hostname picks by SNI; ``*`` takes the rest), with that server's certificate, client verification
+   and the virtual hosts of that server; a host another server took on that port first is skipped. TCP ports:
+   one virtual host ``*`` with the first bound VirtualService's first ``tcp`` rule that holds for the port. TLS
+   passthrough ports: a virtual host per ``sniHosts`` entry of the bound VirtualServices' ``tls`` rules that a
+   server host covers, the first VirtualService in rule 5's order winning a name.
+7. TLS settings of an HTTPS server, read as istiod reads the ``credentialName`` Secret in the gateway pods'
+   namespace (:func:`~ambit.tls.credentials.read_istio_credential`): ``SIMPLE`` needs the certificate and key.
+   ``MUTUAL`` needs them and a CA bundle (``cacert`` or ``ca.crt``) from the Secret ``<credentialName>-cacert``
+   when it exists, else from the Secret itself (istiod's ``GetCaCert``). ``ISTIO_MUTUAL`` takes no
+   ``credentialName`` (the gateway serves its mesh certificate and trusts the mesh roots). ``subjectAltNames``,
+   ``verifyCertificateSpki`` (base64 SHA-256 of the public key) and ``verifyCertificateHash`` (hex SHA-256 of the
+   certificate, ``:`` allowed) restrict the clients of ``MUTUAL`` and ``ISTIO_MUTUAL`` servers.
+   ``minProtocolVersion`` / ``maxProtocolVersion`` (``TLS_AUTO``, ``TLSV1_2``, ``TLSV1_3``) bound the version and
+   ``cipherSuites`` (names from Istio's list, duplicates dropped) the TLS 1.2 suites of any terminating server; TLS
+   below 1.2 is not served, so ``TLSV1_0`` and ``TLSV1_1`` are refused. A missing or bad Secret, CA, pin, version
+   or cipher suite skips the server with the reason (the Gateway's status shows it), as for ``SIMPLE``.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -71,12 +85,14 @@ from ambit.model.ingress import (
     IngressCertificate,
     IngressListener,
     ListenerProtocol,
+    ListenerTls,
+    TlsMode,
     VirtualHost,
     host_order,
 )
 from ambit.model.routes import RouteRule, WeightedBackend
 from ambit.model.workload import Service
-from ambit.tls.credentials import CredentialProblem, read_tls_secret
+from ambit.tls.credentials import CredentialProblem, read_ca_bundle, read_istio_credential
 
 __all__ = ["IstioGatewayTranslation", "translate_istio_gateways"]
 
@@ -92,6 +108,9 @@ class IstioGatewayTranslation:
     pods: tuple[GatewayPods, ...] = ()
 
 
+_NO_CLIENT_TLS = ListenerTls()
+
+
 @dataclass(frozen=True, slots=True)
 class _Server:
     gateway: Obj
@@ -103,6 +122,8 @@ class _Server:
     hosts: tuple[tuple[str, str], ...]
     """(namespace or ``*``, host) of each of its hosts (rule 4)."""
     certificate: IngressCertificate | None = None
+    tls: ListenerTls = _NO_CLIENT_TLS
+    https_redirect: bool = False
     bind: int = 0
     """Where the listener binds (rule 3's target port)."""
 
@@ -141,26 +162,144 @@ def _server(gateway: Obj, index: int, raw: Any, pods_ns: str, find_secret: Secre
         return f"{where}.hosts", "a server needs at least one host"
     key = _key(gateway)
     if protocol in _HTTP_PROTOCOLS:
-        return _Server(gateway, key, index, number, ListenerProtocol.HTTP, hosts)
+        redirect = tls.get("httpsRedirect") is True
+        return _Server(gateway, key, index, number, ListenerProtocol.HTTP, hosts, https_redirect=redirect)
     if protocol == "TCP":
         return _Server(gateway, key, index, number, ListenerProtocol.TCP, hosts)
     if protocol in ("HTTPS", "TLS") and mode == "PASSTHROUGH":
         return _Server(gateway, key, index, number, ListenerProtocol.TLS, hosts)
-    if protocol == "HTTPS" and mode == "SIMPLE":
-        name = _text(tls.get("credentialName"))
-        if not name:
-            return f"{where}.tls.credentialName", "SIMPLE TLS needs a credentialName (a kubernetes.io/tls Secret)"
-        secret = find_secret(pods_ns, name)
-        if secret is None:
-            return f"{where}.tls.credentialName", f"Secret {pods_ns}/{name} not found (in the gateway's namespace)"
-        credential = read_tls_secret(secret)
-        if isinstance(credential, CredentialProblem):
-            return f"{where}.tls.credentialName", f"Secret {pods_ns}/{name}: {credential.message}"
-        certificate = IngressCertificate(credential.cert_pem, credential.key_pem)
-        return _Server(gateway, key, index, number, ListenerProtocol.HTTPS, hosts, certificate)
+    if protocol == "HTTPS" and mode in _TERMINATING:
+        try:
+            certificate, settings = _terminating_tls(tls, TlsMode(mode), f"{where}.tls", pods_ns, find_secret)
+        except BadField as bad:
+            return bad.field, bad.reason
+        return _Server(gateway, key, index, number, ListenerProtocol.HTTPS, hosts, certificate, settings)
     if protocol in ("HTTPS", "TLS"):
-        return f"{where}.tls.mode", f"TLS mode {mode} is not supported on {protocol}: SIMPLE (HTTPS) or PASSTHROUGH"
+        supported = "SIMPLE, MUTUAL, ISTIO_MUTUAL (HTTPS) or PASSTHROUGH"
+        return f"{where}.tls.mode", f"TLS mode {mode} is not supported on {protocol}: {supported}"
     return f"{where}.port.protocol", f"protocol {protocol or '(none)'} is not supported: HTTP, HTTPS, GRPC, TCP, TLS"
+
+
+_TERMINATING = frozenset(m.value for m in TlsMode)
+
+
+def _strings_of(tls: Obj, key: str, where: str) -> tuple[str, ...]:
+    raw = tls.get(key)
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not all(isinstance(item, str) and item for item in raw):
+        raise BadField(f"{where}.{key}", "expected a list of non-empty strings")
+    return tuple(dict.fromkeys(raw))
+
+
+def _spki_pin(text: str, where: str) -> bytes:
+    """``verifyCertificateSpki``: base64 of a SHA-256 digest."""
+    try:
+        digest = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        digest = b""
+    if len(digest) != 32:
+        raise BadField(where, "expected the base64 SHA-256 digest of a SubjectPublicKeyInfo (32 bytes)")
+    return digest
+
+
+def _hash_pin(text: str, where: str) -> bytes:
+    """``verifyCertificateHash``: hex of a SHA-256 digest, optionally with ``:`` between bytes."""
+    try:
+        digest = bytes.fromhex(text.replace(":", ""))
+    except ValueError:
+        digest = b""
+    if len(digest) != 32:
+        raise BadField(where, "expected the hex SHA-256 digest of a certificate (64 hex digits, ':' allowed)")
+    return digest
+
+
+_VERSIONS = {"TLS_AUTO": 0, "TLSV1_2": 0x0303, "TLSV1_3": 0x0304}
+CIPHER_SUITES = frozenset(
+    {
+        "ECDHE-ECDSA-AES128-GCM-SHA256",
+        "ECDHE-RSA-AES128-GCM-SHA256",
+        "ECDHE-ECDSA-AES256-GCM-SHA384",
+        "ECDHE-RSA-AES256-GCM-SHA384",
+        "ECDHE-ECDSA-CHACHA20-POLY1305",
+        "ECDHE-RSA-CHACHA20-POLY1305",
+        "ECDHE-ECDSA-AES128-SHA",
+        "ECDHE-RSA-AES128-SHA",
+        "ECDHE-ECDSA-AES256-SHA",
+        "ECDHE-RSA-AES256-SHA",
+        "AES128-GCM-SHA256",
+        "AES256-GCM-SHA384",
+        "AES128-SHA",
+        "AES256-SHA",
+        "DES-CBC3-SHA",
+    }
+)
+"""The TLS 1.2 cipher suites a Gateway server may name (Istio's ``ValidCipherSuites``, OpenSSL spells them alike)."""
+
+
+def _version(tls: Obj, key: str, where: str) -> int:
+    raw = tls.get(key)
+    if raw is None:
+        return 0
+    text = raw.upper() if isinstance(raw, str) else ""
+    if text in ("TLSV1_0", "TLSV1_1"):
+        raise BadField(f"{where}.{key}", f"{text} is not served: TLS below 1.2 is refused (TLS_AUTO, TLSV1_2, TLSV1_3)")
+    if text not in _VERSIONS:
+        raise BadField(f"{where}.{key}", f"expected TLS_AUTO, TLSV1_2 or TLSV1_3, got {raw!r}")
+    return _VERSIONS[text]
+
+
+def _terminating_tls(
+    tls: Obj, mode: TlsMode, where: str, pods_ns: str, find_secret: SecretLookup
+) -> tuple[IngressCertificate | None, ListenerTls]:
+    """Rule 7: the certificate (None for ISTIO_MUTUAL) and client verification of an HTTPS server;
+    :class:`BadField` when it cannot be served."""
+    name = _text(tls.get("credentialName"))
+    sans = _strings_of(tls, "subjectAltNames", where)
+    spki = tuple(
+        _spki_pin(p, f"{where}.verifyCertificateSpki[{i}]")
+        for i, p in enumerate(_strings_of(tls, "verifyCertificateSpki", where))
+    )
+    hashes = tuple(
+        _hash_pin(p, f"{where}.verifyCertificateHash[{i}]")
+        for i, p in enumerate(_strings_of(tls, "verifyCertificateHash", where))
+    )
+    minimum, maximum = _version(tls, "minProtocolVersion", where), _version(tls, "maxProtocolVersion", where)
+    if minimum and maximum and minimum > maximum:
+        raise BadField(f"{where}.minProtocolVersion", "the minimum is above maxProtocolVersion")
+    suites = _strings_of(tls, "cipherSuites", where)
+    for i, suite in enumerate(suites):
+        if suite not in CIPHER_SUITES:
+            raise BadField(f"{where}.cipherSuites[{i}]", f"unknown cipher suite {suite!r}")
+    bounds = ListenerTls(min_version=minimum, max_version=maximum, cipher_suites=suites)
+    named = f"{where}.credentialName"
+    if mode is TlsMode.ISTIO_MUTUAL:
+        if name:
+            raise BadField(named, "ISTIO_MUTUAL uses the gateway's mesh certificate: no credentialName")
+        return None, replace(
+            bounds, mode=TlsMode.ISTIO_MUTUAL, subject_alt_names=sans, spki_sha256=spki, cert_sha256=hashes
+        )
+    if not name:
+        raise BadField(named, f"{mode.value} TLS needs a credentialName (a Secret with the certificate)")
+    secret = find_secret(pods_ns, name)
+    if secret is None:
+        raise BadField(named, f"Secret {pods_ns}/{name} not found (in the gateway's namespace)")
+    credential = read_istio_credential(secret)
+    if isinstance(credential, CredentialProblem):
+        raise BadField(named, f"Secret {pods_ns}/{name}: {credential.message}")
+    certificate = IngressCertificate(credential.cert_pem, credential.key_pem)
+    if mode is TlsMode.SIMPLE:
+        return certificate, bounds
+    ca_name = f"{name}-cacert"
+    ca_secret = find_secret(pods_ns, ca_name)
+    if ca_secret is None:
+        ca_name, ca_secret = name, secret
+    ca = read_ca_bundle(ca_secret)
+    if isinstance(ca, CredentialProblem):
+        raise BadField(named, f"MUTUAL needs a CA: Secret {pods_ns}/{ca_name}: {ca.message}")
+    return certificate, replace(
+        bounds, mode=TlsMode.MUTUAL, ca_pem=ca, subject_alt_names=sans, spki_sha256=spki, cert_sha256=hashes
+    )
 
 
 def _intersect(server_host: str, vs_host: str) -> str | None:
@@ -250,6 +389,7 @@ class _Builder:
 
     def virtual_hosts(self, servers: list[_Server], bound: list[_Bound]) -> tuple[VirtualHost, ...]:
         hosts: dict[str, list[RouteRule]] = {}
+        redirect: set[str] = set()
         added: set[tuple[str, int, str, str]] = set()
         for vs in bound:
             for server in servers:
@@ -262,7 +402,14 @@ class _Builder:
                     if once not in added:
                         added.add(once)
                         hosts.setdefault(host, []).extend(rules)
-        return tuple(VirtualHost(h, tuple(hosts[h])) for h in sorted(hosts, key=host_order))
+                    if server.https_redirect:
+                        redirect.add(host)
+        for server in servers:
+            if server.https_redirect:
+                for _, host in server.hosts:
+                    hosts.setdefault(host, [])
+                    redirect.add(host)
+        return tuple(VirtualHost(h, tuple(hosts[h]), (), h in redirect) for h in sorted(hosts, key=host_order))
 
     def tcp_host(self, servers: list[_Server], bound: list[_Bound]) -> tuple[VirtualHost, ...]:
         for vs in bound:
@@ -340,9 +487,6 @@ def translate_istio_gateways(
                 if isinstance(judged, tuple):
                     problems.add(skipped(ISTIO_GATEWAY, gateway, *judged))
                     continue
-                if _mapping(_mapping(item).get("tls")).get("httpsRedirect") is True:
-                    reason = "httpsRedirect is not applied: the server answers over plain HTTP"
-                    problems.add(skipped(ISTIO_GATEWAY, gateway, f"{judged.field}.tls.httpsRedirect", reason))
                 judged = replace(judged, bind=_target_port(judged.port, selecting))
                 on_port = servers.setdefault(judged.bind, [])
                 if on_port and on_port[0].protocol is not judged.protocol:
@@ -428,7 +572,7 @@ def _https_listeners(
     taken: set[str] = set()
     for server in servers:
         virtual_hosts = builder.virtual_hosts([server], bound)
-        assert server.certificate is not None
+        certificates = (server.certificate,) if server.certificate is not None else ()
         for _, host in server.hosts:
             hostname = "" if host == "*" else host
             if hostname in taken:
@@ -439,7 +583,7 @@ def _https_listeners(
             name = f"https.{server.bind}.{server.gateway_key}.{server.index}.{host}"
             out.append(
                 IngressListener(
-                    name, server.bind, ListenerProtocol.HTTPS, hostname, (server.certificate,), virtual_hosts
+                    name, server.bind, ListenerProtocol.HTTPS, hostname, certificates, virtual_hosts, server.tls
                 )
             )
     return out
