@@ -20,6 +20,7 @@ import pytest
 from tests.e2e.lab_driver import (
     TEST_TIMEOUT,
     Lab,
+    ambit,
     module_on_shared_lab,
     pod_manifest,
     service_manifest,
@@ -305,6 +306,21 @@ def _try_text(mesh: Mesh, pod: str, namespace: str, url: str) -> str | None:
         return mesh.run(pod, namespace, FETCH, url)
     except AssertionError:
         return None
+
+
+def test_ztunnel_config_reads_a_node_proxy_pod_as_istioctl_zc_does(mesh: Mesh) -> None:
+    """TestZtunnelConfig: ``zc all <ztunnel pod> --namespace istio-system -o json`` and each section alone."""
+    lab = mesh.lab
+    if not lab.installed:
+        pytest.skip("node proxy pods exist only when the mesh is installed")
+    (pod,) = [p for p in lab.pods("istio-system", "app=ztunnel") if p["spec"]["nodeName"] == "node-1"]
+    name, where = pod["metadata"]["name"], ("--lab-dir", str(lab.directory))
+    dump = json.loads(ambit("zc", "all", name, "--namespace", "istio-system", "-o", "json", *where).stdout)
+    assert all(dump.get(key) is not None for key in ("services", "workloads", "policies", "certificates")), dump
+    assert mesh.ips["cli-1"] in {address for w in dump["workloads"] for address in w.get("workloadIps", [])}
+    for section in ("services", "workloads", "policies", "certificates"):
+        entries = json.loads(ambit("zc", section, f"{name}.istio-system", "-o", "json", *where).stdout)
+        assert isinstance(entries, list), (section, entries)
 
 
 def test_the_node_proxy_config_dump_shows_workloads_and_certificates(mesh: Mesh) -> None:

@@ -71,3 +71,36 @@ def test_an_unknown_command_is_reported_as_typer_does() -> None:
     )
     assert done.returncode == 2
     assert "No such command" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "namespace", "expected"),
+    [
+        ("ztunnel-abcde", "", ("ztunnel-abcde", "istio-system")),
+        ("ztunnel-abcde", "mesh", ("ztunnel-abcde", "mesh")),
+        ("ztunnel-abcde.mesh", "", ("ztunnel-abcde", "mesh")),
+        ("pod/ztunnel-abcde", "istio-system", ("ztunnel-abcde", "istio-system")),
+    ],
+)
+def test_a_node_proxy_pod_is_named_as_istioctl_names_it(text: str, namespace: str, expected: tuple[str, str]) -> None:
+    from ambit.cli.proxy_config import parse_pod
+
+    assert parse_pod(text, namespace) == expected
+
+
+@pytest.mark.parametrize("text", ["daemonset/ztunnel", "", "Ztunnel", "a..b", "pod/", "x" * 64, "a.b.c", "../etc"])
+def test_anything_else_is_refused_with_a_clear_error(text: str) -> None:
+    import typer
+
+    from ambit.cli.proxy_config import parse_pod
+
+    with pytest.raises(typer.BadParameter):
+        parse_pod(text, "")
+
+
+def test_with_a_pod_dash_n_is_its_namespace_and_the_filter_is_workload_namespace() -> None:
+    from ambit.cli.proxy_config import Where
+
+    assert Where.of(None, "apps", "", None, None).filter == "apps"  # no pod: -n filters, as before
+    where = Where.of("ztunnel-x", "istio-system", "apps", None, None)
+    assert (where.pod, where.pod_namespace, where.filter) == ("ztunnel-x", "istio-system", "apps")

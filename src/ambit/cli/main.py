@@ -46,6 +46,8 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "uninstall": ("ambit.cli.install",),
     "version": ("ambit.cli.install",),
     "waypoint": ("ambit.cli.waypoint", "ambit.cli.waypoint_proxy"),
+    "ztunnel-config": ("ambit.cli.proxy_config",),
+    "zc": ("ambit.cli.proxy_config",),
 }
 """The top-level command names and the modules that register them (tests/unit/test_cli_main.py keeps it true)."""
 

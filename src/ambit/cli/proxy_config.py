@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -50,6 +52,8 @@ proxy_config = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(proxy_config, name="proxy-config")
+app.add_typer(proxy_config, name="ztunnel-config", help="The same as proxy-config (istioctl's name).", hidden=True)
+app.add_typer(proxy_config, name="zc", help="The same as proxy-config (istioctl's short name).", hidden=True)
 
 NodeOption = Annotated[
     str | None, typer.Option("--node", help="The lab node whose node proxy to ask (default: the lab's first node).")
@@ -63,18 +67,41 @@ AdminUrlOption = Annotated[
     ),
 ]
 OutputOption = Annotated[str, typer.Option("--output", "-o", help="table, json or yaml.")]
-NamespaceOption = Annotated[str, typer.Option("--namespace", "-n", help="Only this namespace.")]
+PodArgument = Annotated[
+    str | None,
+    typer.Argument(
+        metavar="ZTUNNEL_POD",
+        help="A node proxy pod, as istioctl names it: NAME, NAME.NAMESPACE or pod/NAME (its namespace: -n, "
+        "default istio-system); the lab asks the node proxy of that pod's node.",
+        show_default=False,
+    ),
+]
+NamespaceOption = Annotated[
+    str,
+    typer.Option(
+        "--namespace",
+        "-n",
+        help="With ZTUNNEL_POD: that pod's namespace (istioctl's -n). Without: only this namespace.",
+    ),
+]
+WorkloadNamespaceOption = Annotated[
+    str, typer.Option("--workload-namespace", help="Only entries of this namespace (istioctl's flag).")
+]
 DirOption = Annotated[Path, typer.Option("--lab-dir", help="The lab's directory.")]
 TimeoutOption = Annotated[float, typer.Option("--timeout", help="Seconds for the whole fetch.", min=0.1, max=600)]
 
 _OUTPUTS = ("table", "json", "yaml")
+SYSTEM_NAMESPACE = "istio-system"
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _CHILD_START = 30.0
 """Seconds a child in the lab gets beyond --timeout to start Python."""
 
 
 @proxy_config.command()
 def workloads(
+    pod: PodArgument = None,
     namespace: NamespaceOption = "",
+    workload_namespace: WorkloadNamespaceOption = "",
     address: Annotated[str, typer.Option("--address", help="Only the workload with this IP.")] = "",
     node: NodeOption = None,
     admin_url: AdminUrlOption = None,
@@ -85,12 +112,15 @@ def workloads(
     """Workloads the node proxy knows: NAMESPACE, POD NAME, ADDRESS, NODE, WAYPOINT, PROTOCOL."""
     if address and not is_ip(address):
         raise typer.BadParameter(f"{address!r} is not an IP address", param_hint="--address")
-    _show([Section.WORKLOADS], Filters(namespace=namespace, address=address), node, admin_url, output, lab_dir, timeout)
+    where = Where.of(pod, namespace, workload_namespace, node, admin_url)
+    _show([Section.WORKLOADS], Filters(namespace=where.filter, address=address), where, output, lab_dir, timeout)
 
 
 @proxy_config.command()
 def services(
+    pod: PodArgument = None,
     namespace: NamespaceOption = "",
+    workload_namespace: WorkloadNamespaceOption = "",
     node: NodeOption = None,
     admin_url: AdminUrlOption = None,
     output: OutputOption = "table",
@@ -98,12 +128,15 @@ def services(
     timeout: TimeoutOption = DEFAULT_TIMEOUT,
 ) -> None:
     """Services: NAMESPACE, SERVICE NAME, SERVICE VIP, WAYPOINT, ENDPOINTS (healthy/all)."""
-    _show([Section.SERVICES], Filters(namespace=namespace), node, admin_url, output, lab_dir, timeout)
+    where = Where.of(pod, namespace, workload_namespace, node, admin_url)
+    _show([Section.SERVICES], Filters(namespace=where.filter), where, output, lab_dir, timeout)
 
 
 @proxy_config.command()
 def policies(
+    pod: PodArgument = None,
     namespace: NamespaceOption = "",
+    workload_namespace: WorkloadNamespaceOption = "",
     node: NodeOption = None,
     admin_url: AdminUrlOption = None,
     output: OutputOption = "table",
@@ -111,11 +144,14 @@ def policies(
     timeout: TimeoutOption = DEFAULT_TIMEOUT,
 ) -> None:
     """L4 authorization policies: NAMESPACE, POLICY NAME, ACTION, SCOPE."""
-    _show([Section.POLICIES], Filters(namespace=namespace), node, admin_url, output, lab_dir, timeout)
+    where = Where.of(pod, namespace, workload_namespace, node, admin_url)
+    _show([Section.POLICIES], Filters(namespace=where.filter), where, output, lab_dir, timeout)
 
 
 @proxy_config.command()
 def certificates(
+    pod: PodArgument = None,
+    namespace: NamespaceOption = "",
     node: NodeOption = None,
     admin_url: AdminUrlOption = None,
     output: OutputOption = "table",
@@ -123,12 +159,14 @@ def certificates(
     timeout: TimeoutOption = DEFAULT_TIMEOUT,
 ) -> None:
     """Workload certificates: CERTIFICATE NAME, TYPE, STATUS, VALID CERT, SERIAL NUMBER, NOT AFTER, NOT BEFORE."""
-    _show([Section.CERTIFICATES], Filters(), node, admin_url, output, lab_dir, timeout)
+    _show([Section.CERTIFICATES], Filters(), Where.of(pod, namespace, "", node, admin_url), output, lab_dir, timeout)
 
 
 @proxy_config.command()
 def connections(
+    pod: PodArgument = None,
     namespace: NamespaceOption = "",
+    workload_namespace: WorkloadNamespaceOption = "",
     direction: Annotated[str, typer.Option("--direction", help="inbound or outbound (default: both).")] = "",
     raw: Annotated[bool, typer.Option("--raw", help="Addresses as they are, not names.")] = False,
     node: NodeOption = None,
@@ -140,12 +178,15 @@ def connections(
     """Open connections of the node's pods: WORKLOAD, DIRECTION, LOCAL, REMOTE, AGE."""
     if direction not in ("", "inbound", "outbound"):
         raise typer.BadParameter("expected inbound or outbound", param_hint="--direction")
-    filters = Filters(namespace=namespace, direction=direction, raw=raw)
-    _show([Section.CONNECTIONS], filters, node, admin_url, output, lab_dir, timeout)
+    where = Where.of(pod, namespace, workload_namespace, node, admin_url)
+    filters = Filters(namespace=where.filter, direction=direction, raw=raw)
+    _show([Section.CONNECTIONS], filters, where, output, lab_dir, timeout)
 
 
 @proxy_config.command("all")
 def all_(
+    pod: PodArgument = None,
+    namespace: NamespaceOption = "",
     node: NodeOption = None,
     admin_url: AdminUrlOption = None,
     output: OutputOption = "table",
@@ -153,7 +194,7 @@ def all_(
     timeout: TimeoutOption = DEFAULT_TIMEOUT,
 ) -> None:
     """Every table (workloads, services, policies, certificates, connections); -o json|yaml prints the whole dump."""
-    _show(list(Section), Filters(), node, admin_url, output, lab_dir, timeout)
+    _show(list(Section), Filters(), Where.of(pod, namespace, "", node, admin_url), output, lab_dir, timeout)
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
@@ -161,17 +202,49 @@ def _fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _show(
-    sections: list[Section],
-    filters: Filters,
-    node: str | None,
-    admin_url: str | None,
-    output: str,
-    lab_dir: Path,
-    timeout: float,
-) -> None:
+@dataclass(frozen=True, slots=True)
+class Where:
+    """Which node proxy to ask (a pod, a lab node or an admin URL), and the namespace filter."""
+
+    pod: str | None
+    pod_namespace: str
+    node: str | None
+    admin_url: str | None
+    filter: str
+
+    @classmethod
+    def of(
+        cls, pod: str | None, namespace: str, workload_namespace: str, node: str | None, admin_url: str | None
+    ) -> Where:
+        """istioctl's reading: with a pod, ``-n`` is the pod's namespace and ``--workload-namespace`` the filter;
+        without one, ``-n`` filters too (as this command always did)."""
+        if pod is None:
+            return cls(None, "", node, admin_url, workload_namespace or namespace)
+        name, pod_namespace = parse_pod(pod, namespace)
+        if node is not None or admin_url is not None:
+            raise typer.BadParameter("give a node proxy pod, --node or --admin-url, only one", param_hint="ZTUNNEL_POD")
+        return cls(name, pod_namespace, None, None, workload_namespace)
+
+
+def parse_pod(text: str, namespace: str) -> tuple[str, str]:
+    """``NAME``, ``NAME.NAMESPACE`` or ``pod/NAME`` (istioctl's forms) → (name, namespace)."""
+    name = text.removeprefix("pod/").removeprefix("pods/")
+    if "/" in name:
+        raise typer.BadParameter(f"{text!r}: only a pod can be named (NAME, NAME.NAMESPACE or pod/NAME)")
+    if "." in name:
+        name, _, namespace = name.partition(".")
+    namespace = namespace or SYSTEM_NAMESPACE
+    if not _DNS_LABEL.fullmatch(name) or not _DNS_LABEL.fullmatch(namespace):
+        raise typer.BadParameter(f"{text!r} is not a pod name (NAME, NAME.NAMESPACE or pod/NAME)")
+    return name, namespace
+
+
+def _show(sections: list[Section], filters: Filters, where: Where, output: str, lab_dir: Path, timeout: float) -> None:
     if output not in _OUTPUTS:
         raise typer.BadParameter(f"expected one of {', '.join(_OUTPUTS)}", param_hint="--output")
+    admin_url, node = where.admin_url, where.node
+    if where.pod is not None:
+        node = _node_of_pod(lab_dir, where.pod, where.pod_namespace)
     if admin_url is None:
         argv = child_argv(sections, filters, output, timeout, f"http://127.0.0.1:{ADMIN_PORT}")
         raise typer.Exit(_in_lab(node, lab_dir, timeout, argv))
@@ -219,6 +292,30 @@ def _in_lab(node: str | None, lab_dir: Path, timeout: float, argv: list[str]) ->
     except OSError as exc:
         raise _fail(f"cannot run ip netns exec: {exc.strerror or exc}") from None
     return done.returncode
+
+
+def _node_of_pod(lab_dir: Path, name: str, namespace: str) -> str:
+    """The lab node the node proxy pod ``namespace/name`` runs on."""
+    topology = Topology.load(lab_dir.resolve())
+    if topology is None:
+        raise _fail(f"no lab in {lab_dir}: give --lab-dir, or --admin-url for a reachable admin port")
+    from ambit.k8s import KubeClient, KubeClientError, KubeNotFoundError, kinds
+
+    async def get() -> dict[str, Any]:
+        async with KubeClient.from_kubeconfig(topology.kubeconfig) as client:
+            return await client.get(kinds.PODS, name, namespace)
+
+    try:
+        pod = asyncio.run(get())
+    except KubeNotFoundError:
+        raise _fail(f"no pod {namespace}/{name}") from None
+    except KubeClientError as exc:
+        raise _fail(f"cannot read pod {namespace}/{name}: {exc}") from None
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    node = (pod.get("spec") or {}).get("nodeName")
+    if labels.get("app") != "ztunnel" or not isinstance(node, str) or not node:
+        raise _fail(f"pod {namespace}/{name} is not a scheduled node proxy (app=ztunnel)")
+    return node
 
 
 def child_argv(sections: list[Section], filters: Filters, output: str, timeout: float, admin_url: str) -> list[str]:
