@@ -245,7 +245,7 @@ class RouteTable(_message.Message):
     def __init__(self, service_key: _Optional[str] = ..., port: _Optional[int] = ..., http: _Optional[_Iterable[_Union[RouteRule, _Mapping]]] = ..., tcp_backends: _Optional[_Iterable[_Union[WeightedBackend, _Mapping]]] = ..., hostnames: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RouteRule(_message.Message):
-    __slots__ = ("route", "match", "backends", "request_headers", "response_headers", "redirect", "rewrite", "mirrors", "timeouts", "retry", "rule_name", "fault", "direct_response", "missing_backend_status", "regex_rewrite")
+    __slots__ = ("route", "match", "backends", "request_headers", "response_headers", "redirect", "rewrite", "mirrors", "timeouts", "retry", "rule_name", "fault", "direct_response", "missing_backend_status", "regex_rewrite", "cors")
     ROUTE_FIELD_NUMBER: _ClassVar[int]
     MATCH_FIELD_NUMBER: _ClassVar[int]
     BACKENDS_FIELD_NUMBER: _ClassVar[int]
@@ -261,6 +261,7 @@ class RouteRule(_message.Message):
     DIRECT_RESPONSE_FIELD_NUMBER: _ClassVar[int]
     MISSING_BACKEND_STATUS_FIELD_NUMBER: _ClassVar[int]
     REGEX_REWRITE_FIELD_NUMBER: _ClassVar[int]
+    CORS_FIELD_NUMBER: _ClassVar[int]
     route: str
     match: RouteMatch
     backends: _containers.RepeatedCompositeFieldContainer[WeightedBackend]
@@ -276,7 +277,26 @@ class RouteRule(_message.Message):
     direct_response: DirectResponse
     missing_backend_status: int
     regex_rewrite: RegexRewrite
-    def __init__(self, route: _Optional[str] = ..., match: _Optional[_Union[RouteMatch, _Mapping]] = ..., backends: _Optional[_Iterable[_Union[WeightedBackend, _Mapping]]] = ..., request_headers: _Optional[_Union[HeaderModifier, _Mapping]] = ..., response_headers: _Optional[_Union[HeaderModifier, _Mapping]] = ..., redirect: _Optional[_Union[RequestRedirect, _Mapping]] = ..., rewrite: _Optional[_Union[URLRewrite, _Mapping]] = ..., mirrors: _Optional[_Iterable[_Union[RequestMirror, _Mapping]]] = ..., timeouts: _Optional[_Union[Timeouts, _Mapping]] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., rule_name: _Optional[str] = ..., fault: _Optional[_Union[Fault, _Mapping]] = ..., direct_response: _Optional[_Union[DirectResponse, _Mapping]] = ..., missing_backend_status: _Optional[int] = ..., regex_rewrite: _Optional[_Union[RegexRewrite, _Mapping]] = ...) -> None: ...
+    cors: CorsPolicy
+    def __init__(self, route: _Optional[str] = ..., match: _Optional[_Union[RouteMatch, _Mapping]] = ..., backends: _Optional[_Iterable[_Union[WeightedBackend, _Mapping]]] = ..., request_headers: _Optional[_Union[HeaderModifier, _Mapping]] = ..., response_headers: _Optional[_Union[HeaderModifier, _Mapping]] = ..., redirect: _Optional[_Union[RequestRedirect, _Mapping]] = ..., rewrite: _Optional[_Union[URLRewrite, _Mapping]] = ..., mirrors: _Optional[_Iterable[_Union[RequestMirror, _Mapping]]] = ..., timeouts: _Optional[_Union[Timeouts, _Mapping]] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., rule_name: _Optional[str] = ..., fault: _Optional[_Union[Fault, _Mapping]] = ..., direct_response: _Optional[_Union[DirectResponse, _Mapping]] = ..., missing_backend_status: _Optional[int] = ..., regex_rewrite: _Optional[_Union[RegexRewrite, _Mapping]] = ..., cors: _Optional[_Union[CorsPolicy, _Mapping]] = ...) -> None: ...
+
+class CorsPolicy(_message.Message):
+    __slots__ = ("allow_origins", "allow_methods", "allow_headers", "expose_headers", "max_age", "allow_credentials", "ignore_unmatched_preflights")
+    ALLOW_ORIGINS_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_METHODS_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_HEADERS_FIELD_NUMBER: _ClassVar[int]
+    EXPOSE_HEADERS_FIELD_NUMBER: _ClassVar[int]
+    MAX_AGE_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_CREDENTIALS_FIELD_NUMBER: _ClassVar[int]
+    IGNORE_UNMATCHED_PREFLIGHTS_FIELD_NUMBER: _ClassVar[int]
+    allow_origins: _containers.RepeatedCompositeFieldContainer[ValueMatch]
+    allow_methods: str
+    allow_headers: str
+    expose_headers: str
+    max_age: int
+    allow_credentials: bool
+    ignore_unmatched_preflights: bool
+    def __init__(self, allow_origins: _Optional[_Iterable[_Union[ValueMatch, _Mapping]]] = ..., allow_methods: _Optional[str] = ..., allow_headers: _Optional[str] = ..., expose_headers: _Optional[str] = ..., max_age: _Optional[int] = ..., allow_credentials: _Optional[bool] = ..., ignore_unmatched_preflights: _Optional[bool] = ...) -> None: ...
 
 class RegexRewrite(_message.Message):
     __slots__ = ("pattern", "substitution")

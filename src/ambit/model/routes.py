@@ -231,6 +231,26 @@ class DirectResponse:
 
 
 @dataclass(frozen=True, slots=True)
+class CorsPolicy:
+    """A VirtualService ``corsPolicy``, as istiod hands it to Envoy's CORS filter (the header values already
+    joined with ``,``; :mod:`ambit.waypoint.cors` applies it)."""
+
+    allow_origins: tuple[ValueMatch, ...] = ()
+    """Exact, Prefix or RegularExpression matches of the ``Origin`` value (``name`` is ``origin``); a match that
+    also holds for the text ``*`` allows every origin (Envoy's rule)."""
+    allow_methods: str = ""
+    allow_headers: str = ""
+    """``*``: the preflight's ``Access-Control-Request-Headers`` is echoed (as Envoy does)."""
+    expose_headers: str = ""
+    max_age: int | None = None
+    """Seconds; None: no ``Access-Control-Max-Age``."""
+    allow_credentials: bool = False
+    forward_unmatched_preflights: bool = True
+    """``unmatchedPreflights: FORWARD`` (the default): a preflight whose origin does not match goes to the
+    backend; ``IGNORE``: the waypoint answers it 200 without ``Access-Control-Allow-Origin``."""
+
+
+@dataclass(frozen=True, slots=True)
 class RouteRule:
     """One entry of a :class:`RouteTable`: one match of one rule of one route, with that rule's actions."""
 
@@ -254,6 +274,9 @@ class RouteRule:
     (Envoy's cluster-not-found answer, which istiod leaves at its default for them)."""
     regex_rewrite: RegexRewrite | None = None
     """Applied after ``rewrite`` (which then carries at most the authority)."""
+    cors: CorsPolicy | None = None
+    """A VirtualService ``corsPolicy``: preflights answered, CORS response headers added (not for a redirect or a
+    direct response, which Envoy's CORS filter bypasses)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,11 @@ Rules:
     ``regex_rewrite`` replaces every match in the path (query kept) after rule 7's rewrite; one whose pattern
     :mod:`ambit.waypoint.patterns` refuses or whose substitution names a missing group is listed in ``problems``
     and its rule answers 500, as does a rewritten path that is not visible ASCII.
+11. A rule's ``cors`` policy (:mod:`ambit.waypoint.cors`) runs after the fault, on the request as received: a
+    preflight it answers gets 200 and the CORS headers (after any fault delay); otherwise the rule acts as
+    usual and its CORS headers are set on the answer (a Forward's response headers, or the router's own 500/503),
+    replacing any of those names the rule's response header modifier sets. A rule with a redirect or a direct
+    response has no CORS (Envoy's filter bypasses such routes).
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ from ambit.model.routes import (
     Timeouts,
     WeightedBackend,
 )
+from ambit.waypoint.cors import AnswerPreflight, CompiledCors, compile_cors, plan_cors
 from ambit.waypoint.decisions import Decision, Forward, RequestHead, Respond
 from ambit.waypoint.filters import (
     HeaderEdit,
@@ -91,6 +97,7 @@ class _CompiledRule:
     regex_rewrite: tuple[re.Pattern[str], str] | None = None
     broken: bool = False
     """The rule's regex rewrite cannot work: the rule answers 500 rather than forward an unrewritten path."""
+    cors: CompiledCors | None = None
 
 
 def _regex_rewrite(rule: RouteRule, problems: list[str]) -> tuple[re.Pattern[str], str] | bool | None:
@@ -120,6 +127,10 @@ def _compile_rule(rule: RouteRule) -> tuple[_CompiledRule, tuple[str, ...]]:
     test, problems = compile_match(rule.match, rule.route or "route")
     extra: list[str] = []
     rewrite = _regex_rewrite(rule, extra)
+    cors = None
+    if rule.cors is not None and rule.redirect is None and rule.direct_response is None:
+        cors = compile_cors(rule.cors, rule.route or "route")
+        extra.extend(cors.problems)
     compiled = _CompiledRule(
         rule=rule,
         test=test,
@@ -129,6 +140,7 @@ def _compile_rule(rule: RouteRule) -> tuple[_CompiledRule, tuple[str, ...]]:
         total=total,
         regex_rewrite=rewrite if isinstance(rewrite, tuple) else None,
         broken=rewrite is False,
+        cors=cors,
     )
     return compiled, problems + tuple(extra)
 
@@ -195,8 +207,30 @@ def _take(compiled: _CompiledRule, destination: BackendService, request: Request
             delay = fault.delay
         if fault.abort_status and 100.0 * _mirror_draw(random, -3) < fault.abort_percent:
             return Respond(fault.abort_status, _TEXT, b"fault filter abort", route=rule.route, delay=delay)
+    plan = plan_cors(compiled.cors, request) if compiled.cors is not None else None
+    if isinstance(plan, AnswerPreflight):
+        return Respond(200, plan.headers, route=rule.route, delay=delay)
     decision = _act(compiled, destination, request, random)
+    if plan is not None:
+        decision = _with_cors(decision, plan.headers)
     return replace(decision, delay=delay) if delay else decision
+
+
+def _with_cors(decision: Decision, added: tuple[tuple[str, str], ...]) -> Decision:
+    """``decision`` with the CORS headers ``added`` set on its answer (rule 11)."""
+    names = {name for name, _ in added}
+    if isinstance(decision, Respond):
+        kept = tuple((n, v) for n, v in decision.headers if n not in names)
+        return replace(decision, headers=kept + added)
+    modifier = decision.response_headers or HeaderModifier()
+    return replace(
+        decision,
+        response_headers=HeaderModifier(
+            set=tuple((n, v) for n, v in modifier.set if n not in names) + added,
+            add=tuple((n, v) for n, v in modifier.add if n not in names),
+            remove=modifier.remove,
+        ),
+    )
 
 
 def _act(compiled: _CompiledRule, destination: BackendService, request: RequestHead, random: float) -> Decision:

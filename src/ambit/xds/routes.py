@@ -28,6 +28,8 @@ Rules:
 12. ``metrics`` (field 7, the Telemetry API's overrides) are judged by :mod:`ambit.xds.metric_overrides`.
 13. ``services`` (field 8, the Services bound to the waypoint) are printable ``namespace/hostname`` keys, each
     given once; they are kept sorted.
+14. A CORS policy's origin matches are Exact, Prefix or RegularExpression (rule 3's limits) with a value; its
+    header values carry no CR, LF or NUL; ``max_age`` is at most :data:`MAX_CORS_AGE` seconds.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from google.protobuf.message import DecodeError
 from ambit.api import waypoint_pb2 as pb
 from ambit.model.routes import (
     BackendService,
+    CorsPolicy,
     DirectResponse,
     Fault,
     HeaderModifier,
@@ -82,6 +85,8 @@ WAYPOINT_CONFIG_TYPE_URL = "type.googleapis.com/ambit.waypoint.v1.WaypointConfig
 MAX_REGEX = 1024
 MAX_DIRECT_BODY = 64 * 1024
 """A direct response's body is held in every waypoint's memory: bounded like any other configuration value."""
+MAX_CORS_AGE = 366 * 24 * 3600
+"""The longest duration the translator reads (a VirtualService duration): browsers cap preflight caching far lower."""
 SUBSET_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _REDIRECT_CODES = frozenset((301, 302, 303, 307, 308))
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+\-.^_`|~]+$")
@@ -173,6 +178,20 @@ def _redirect(redirect: RequestRedirect) -> pb.RequestRedirect:
     return out
 
 
+def _cors(cors: CorsPolicy) -> pb.CorsPolicy:
+    out = pb.CorsPolicy(
+        allow_origins=_value_matches(cors.allow_origins),
+        allow_methods=cors.allow_methods,
+        allow_headers=cors.allow_headers,
+        expose_headers=cors.expose_headers,
+        allow_credentials=cors.allow_credentials,
+        ignore_unmatched_preflights=not cors.forward_unmatched_preflights,
+    )
+    if cors.max_age is not None:
+        out.max_age = cors.max_age
+    return out
+
+
 def _rule(rule: RouteRule) -> pb.RouteRule:
     out = pb.RouteRule(
         route=rule.route,
@@ -201,6 +220,8 @@ def _rule(rule: RouteRule) -> pb.RouteRule:
         out.regex_rewrite.CopyFrom(
             pb.RegexRewrite(pattern=rule.regex_rewrite.pattern, substitution=rule.regex_rewrite.substitution)
         )
+    if rule.cors is not None:
+        out.cors.CopyFrom(_cors(rule.cors))
     if rule.direct_response is not None:
         out.direct_response.CopyFrom(
             pb.DirectResponse(status=rule.direct_response.status, body=rule.direct_response.body)
@@ -400,6 +421,27 @@ class _Reader(FieldReader):
             raise self.fail(f"{field}.body", f"longer than {MAX_DIRECT_BODY} bytes")
         return DirectResponse(message.status, message.body)
 
+    def cors(self, field: str, message: pb.CorsPolicy) -> CorsPolicy:
+        """Rule 14."""
+        origins = []
+        for i, m in enumerate(message.allow_origins):
+            where = f"{field}.allow_origins[{i}]"
+            origin = self.value_match(where, m, header=False)
+            if origin.kind is ValueMatchType.PRESENT or not origin.value:
+                raise self.fail(f"{where}.value", "an origin match needs an exact, prefix or regular expression value")
+            origins.append(origin)
+        if message.HasField("max_age") and message.max_age > MAX_CORS_AGE:
+            raise self.fail(f"{field}.max_age", f"more than {MAX_CORS_AGE} seconds: {message.max_age}")
+        return CorsPolicy(
+            allow_origins=tuple(origins),
+            allow_methods=self.header_value(f"{field}.allow_methods", message.allow_methods),
+            allow_headers=self.header_value(f"{field}.allow_headers", message.allow_headers),
+            expose_headers=self.header_value(f"{field}.expose_headers", message.expose_headers),
+            max_age=message.max_age if message.HasField("max_age") else None,
+            allow_credentials=message.allow_credentials,
+            forward_unmatched_preflights=not message.ignore_unmatched_preflights,
+        )
+
     def path_modifier(self, field: str, message: pb.PathModifier) -> PathModifier:
         kind = _MODIFIER_KIND_NAMES.get(message.kind)
         if kind is None:
@@ -475,6 +517,7 @@ class _Reader(FieldReader):
             )
             if message.HasField("regex_rewrite")
             else None,
+            cors=self.cors(f"{field}.cors", message.cors) if message.HasField("cors") else None,
             missing_backend_status=self.missing_status(
                 f"{field}.missing_backend_status", message.missing_backend_status
             ),
@@ -522,7 +565,7 @@ class _Reader(FieldReader):
 
 
 def waypoint_config_from_proto(message: pb.WaypointConfig, name: str) -> WaypointConfig:
-    """Judge and convert a WaypointConfig received as resource ``name`` (rules 1-13)."""
+    """Judge and convert a WaypointConfig received as resource ``name`` (rules 1-14)."""
     reader = _Reader(name)
     if message.waypoint != name:
         raise reader.fail("waypoint", f"the resource is named {name!r} but describes {message.waypoint!r}")

@@ -38,8 +38,12 @@ Rules:
    ``gateway-error``, ``retriable-4xx``, status codes, ``connect-failure``/``refused-stream``/``reset``; gRPC
    conditions cannot be judged by status and are ignored); without ``retries``, Istio's default. ``mirror`` with
    ``mirrorPercentage`` and ``mirrors`` with ``percentage`` (0 percent: none). ``fault``: ``delay.fixedDelay`` with
-   ``percentage``, ``abort.httpStatus`` with ``percentage`` (``grpcStatus`` is reported, not applied). ``corsPolicy``
-   is reported, not applied.
+   ``percentage``, ``abort.httpStatus`` with ``percentage`` (``grpcStatus`` is reported, not applied).
+   ``corsPolicy`` as istiod's ``TranslateCORSPolicy``: ``allowOrigins`` (a ``StringMatch`` each, with a value; the
+   deprecated ``allowOrigin`` strings as exact matches when ``allowOrigins`` is absent), ``allowMethods`` (the
+   methods Istio's validation accepts), ``allowHeaders`` and ``exposeHeaders`` (header names or ``*``) joined with
+   ``,``, ``maxAge`` in whole seconds, ``allowCredentials``, ``unmatchedPreflights`` (``FORWARD``, the default, or
+   ``IGNORE``); a bad value drops the rule (rule 7).
 6. ``tcp`` and ``tls`` rules (istiod's ``getWaypointTCPRoutes``): the first ``tls`` rule whose match names
    exactly the Service's hostname as its only ``sniHosts`` (the waypoint reads no SNI) and the port, else the first
    ``tcp`` rule whose match holds for the port; a rule without ``match`` always holds. Its ``route`` gives the
@@ -74,6 +78,7 @@ from ambit.controlplane.translate.virtualservice_values import (
 )
 from ambit.model.routes import (
     BackendService,
+    CorsPolicy,
     DirectResponse,
     Fault,
     HeaderModifier,
@@ -116,6 +121,7 @@ _SUBSET_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _REDIRECT_CODES = frozenset((301, 302, 303, 307, 308))
 _AUTHORITY = frozenset(("host", ":authority"))
 _CONNECT_FAILURES = frozenset(("connect-failure", "refused-stream", "reset", "reset-before-request"))
+_CORS_METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"))
 _GRPC_CONDITIONS = frozenset(("cancelled", "deadline-exceeded", "internal", "resource-exhausted", "unavailable"))
 
 Obj = Mapping[str, Any]
@@ -410,6 +416,58 @@ def _fault(value: Any, field: str, notes: list[tuple[str, str]]) -> Fault | None
     )
 
 
+def _cors(value: Any, field: str) -> CorsPolicy:
+    """A ``corsPolicy`` (rule 5)."""
+    spec = read_mapping(value, field)
+    if spec.get("allowOrigins") is not None:
+        origins = []
+        for i, item in enumerate(read_list(spec["allowOrigins"], f"{field}.allowOrigins")):
+            origin = read_string_match("origin", item, f"{field}.allowOrigins[{i}]")
+            if origin.kind is ValueMatchType.PRESENT or not origin.value:
+                raise BadField(f"{field}.allowOrigins[{i}]", "expected exact, prefix or regex with a value")
+            origins.append(origin)
+    else:
+        origins = [
+            ValueMatch("origin", read_header_value(o, f"{field}.allowOrigin[{i}]"))
+            for i, o in enumerate(read_list(spec.get("allowOrigin"), f"{field}.allowOrigin"))
+        ]
+    methods = [
+        read_text(m, f"{field}.allowMethods[{i}]")
+        for i, m in enumerate(read_list(spec.get("allowMethods"), f"{field}.allowMethods"))
+    ]
+    for i, method in enumerate(methods):
+        if method not in _CORS_METHODS:
+            raise BadField(f"{field}.allowMethods[{i}]", f"not a supported HTTP method: {method[:16]!r}")
+    names: dict[str, str] = {}
+    for key in ("allowHeaders", "exposeHeaders"):
+        items = [read_text(n, f"{field}.{key}[{i}]") for i, n in enumerate(read_list(spec.get(key), f"{field}.{key}"))]
+        for i, name in enumerate(items):
+            if not HEADER_NAME.match(name):
+                raise BadField(f"{field}.{key}[{i}]", f"not a header name: {name[:32]!r}")
+        names[key] = ",".join(items)
+    max_age: int | None = None
+    if spec.get("maxAge") is not None:
+        seconds = parse_duration(spec["maxAge"], f"{field}.maxAge")
+        if seconds != int(seconds):
+            raise BadField(f"{field}.maxAge", "whole seconds only")
+        max_age = int(seconds)
+    credentials = spec.get("allowCredentials")
+    if credentials is not None and not isinstance(credentials, bool):
+        raise BadField(f"{field}.allowCredentials", "expected true or false")
+    unmatched = read_text(spec.get("unmatchedPreflights"), f"{field}.unmatchedPreflights") or "UNSPECIFIED"
+    if unmatched not in ("UNSPECIFIED", "FORWARD", "IGNORE"):
+        raise BadField(f"{field}.unmatchedPreflights", f"expected FORWARD or IGNORE, got {unmatched[:16]!r}")
+    return CorsPolicy(
+        allow_origins=tuple(origins),
+        allow_methods=",".join(methods),
+        allow_headers=names["allowHeaders"],
+        expose_headers=names["exposeHeaders"],
+        max_age=max_age,
+        allow_credentials=credentials is True,
+        forward_unmatched_preflights=unmatched != "IGNORE",
+    )
+
+
 def _mirrors(rule: Obj, ctx: RuleContext, field: str, notes: list[tuple[str, str]]) -> tuple[RequestMirror, ...]:
     wanted: list[tuple[Any, float | None, str]] = []
     if rule.get("mirror") is not None:
@@ -467,8 +525,7 @@ def _http_rule(rule: Obj, match: RouteMatch, ctx: RuleContext, field: str, notes
     name = read_printable(rule.get("name"), f"{field}.name")
     request, response, authority = _headers(rule.get("headers"), f"{field}.headers")
     fault = _fault(rule.get("fault"), f"{field}.fault", notes)
-    if rule.get("corsPolicy") is not None:
-        notes.append((f"{field}.corsPolicy", "CORS is not applied at the waypoint; ignored"))
+    cors = _cors(rule["corsPolicy"], f"{field}.corsPolicy") if rule.get("corsPolicy") is not None else None
     if rule.get("delegate") is not None:
         raise BadField(f"{field}.delegate", "delegation is not supported at the waypoint")
     base = RouteRule(
@@ -479,6 +536,7 @@ def _http_rule(rule: Obj, match: RouteMatch, ctx: RuleContext, field: str, notes
         fault=fault,
         rule_name=name,
         missing_backend_status=MISSING_BACKEND,
+        cors=cors,
     )
     if rule.get("redirect") is not None:
         return replace(base, redirect=_redirect(rule["redirect"], ctx.port, f"{field}.redirect"))
