@@ -25,7 +25,15 @@ from ambit.model.ingress import (
     TlsMode,
     VirtualHost,
 )
-from ambit.model.routes import BackendService, PathMatch, PathMatchType, RouteMatch, WeightedBackend
+from ambit.model.routes import (
+    BackendService,
+    CorsPolicy,
+    PathMatch,
+    PathMatchType,
+    RouteMatch,
+    ValueMatch,
+    WeightedBackend,
+)
 from ambit.tls.certs import issue_server_cert, new_ca
 from ambit.xds.errors import XdsConversionError
 from ambit.xds.gateway import decode_gateway_config, gateway_config_to_proto, pack_gateway_config
@@ -145,6 +153,14 @@ def test_upstream_ingress_routes_every_host_on_port_80_to_the_destination() -> N
     (rule,) = host.http
     assert rule.match == RouteMatch() and rule.backends == (WeightedBackend(B, 100),)
     assert rule.route == "VirtualService/app/route"
+
+
+def test_a_bound_virtual_service_s_cors_policy_reaches_the_gateway_s_rule() -> None:
+    route = ingress_route("b", "app")
+    route["spec"]["http"][0]["corsPolicy"] = {"allowOrigins": [{"exact": "cors.com"}], "allowMethods": ["GET"]}
+    (listener,) = config(translate([ingress_gateway("app")], [route])).listeners
+    (rule,) = listener.virtual_hosts[0].http
+    assert rule.cors == CorsPolicy(allow_origins=(ValueMatch("origin", "cors.com"),), allow_methods="GET")
 
 
 def test_upstream_authorization_gateway_routes_each_path_to_its_port() -> None:

@@ -15,6 +15,7 @@ from ambit.controlplane.translate import Translation, translate_all
 from ambit.controlplane.translate.virtualservices import MAX_ENTRIES, host_matches
 from ambit.model.routes import (
     BackendService,
+    CorsPolicy,
     DirectResponse,
     Fault,
     HeaderModifier,
@@ -136,6 +137,32 @@ spec:
     - destination:
         host: "b"
         subset: v1
+"""
+
+
+# Upstream's object from istio tests/integration/pilot/common/routing.go ("cors"), {{ .dstSvc }} = b.
+CORS = """apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: default
+spec:
+  hosts:
+    - b
+  http:
+  - corsPolicy:
+      allowOrigins:
+      - exact: cors.com
+      allowMethods:
+      - POST
+      - GET
+      allowCredentials: false
+      allowHeaders:
+      - X-Foo-Bar
+      - X-Foo-Baz
+      maxAge: "24h"
+    route:
+    - destination:
+        host: b
 """
 
 
@@ -398,6 +425,79 @@ def test_tcp_and_tls_rules_become_the_tables_connection_backends() -> None:
     assert table(translate(other_sni), "app/c.app.svc.cluster.local", 80).tcp_backends == ()
 
 
+def test_upstream_cors_policy_translates_as_istiods_translate_cors_policy() -> None:
+    translation = translate(CORS)
+    (rule,) = table(translation).http
+    assert rule.cors == CorsPolicy(
+        allow_origins=(ValueMatch("origin", "cors.com"),),
+        allow_methods="POST,GET",
+        allow_headers="X-Foo-Bar,X-Foo-Baz",
+        max_age=86400,
+    )
+    assert rule.backends == (WeightedBackend(B, 100),)
+    assert not [s for s in translation.skipped if "cors" in s.field.lower()]
+
+
+def test_cors_origin_kinds_expose_headers_credentials_and_unmatched_preflights_translate() -> None:
+    policy = {
+        "allowOrigins": [
+            {"exact": "https://a.example"},
+            {"prefix": "https://b."},
+            {"regex": "https://.*\\.c\\.example"},
+        ],
+        "exposeHeaders": ["X-Trace", "X-Other"],
+        "allowCredentials": True,
+        "unmatchedPreflights": "IGNORE",
+    }
+    legacy = {"allowOrigin": ["https://old.example"], "maxAge": "90s", "unmatchedPreflights": "FORWARD"}
+    http = [
+        {"match": [{"uri": {"prefix": "/a"}}], "corsPolicy": policy, "route": [to()]},
+        {"corsPolicy": legacy, "route": [to()]},
+    ]
+    first, second = table(translate(vs(hosts=["b"], http=http))).http
+    assert first.cors == CorsPolicy(
+        allow_origins=(
+            ValueMatch("origin", "https://a.example"),
+            ValueMatch("origin", "https://b.", ValueMatchType.PREFIX),
+            ValueMatch("origin", "https://.*\\.c\\.example", ValueMatchType.REGULAR_EXPRESSION),
+        ),
+        expose_headers="X-Trace,X-Other",
+        allow_credentials=True,
+        forward_unmatched_preflights=False,
+    )
+    assert second.cors == CorsPolicy(allow_origins=(ValueMatch("origin", "https://old.example"),), max_age=90)
+
+
+def test_bad_cors_values_drop_the_rule_and_say_which_field() -> None:
+    bad = [
+        {"allowOrigins": [{}]},
+        {"allowOrigins": [{"regex": "(?=x)"}]},
+        {"allowMethods": ["FETCH"]},
+        {"allowHeaders": ["X Bad"]},
+        {"exposeHeaders": ["a\r\nb"]},
+        {"maxAge": "1.5s"},
+        {"allowCredentials": "yes"},
+        {"unmatchedPreflights": "DROP"},
+        "not a policy",
+    ]
+    http = [{"match": [{"uri": {"exact": f"/{i}"}}], "corsPolicy": p, "route": [to()]} for i, p in enumerate(bad)]
+    translation = translate(vs(hosts=["b"], http=[*http, {"route": [to()]}]))
+    (rule,) = table(translation).http
+    assert rule.cors is None
+    fields = {s.field for s in translation.skipped if s.kind == "VirtualService"}
+    assert fields >= {
+        "spec.http[0].corsPolicy.allowOrigins[0]",
+        "spec.http[1].corsPolicy.allowOrigins[0].regex",
+        "spec.http[2].corsPolicy.allowMethods[0]",
+        "spec.http[3].corsPolicy.allowHeaders[0]",
+        "spec.http[4].corsPolicy.exposeHeaders[0]",
+        "spec.http[5].corsPolicy.maxAge",
+        "spec.http[6].corsPolicy.allowCredentials",
+        "spec.http[7].corsPolicy.unmatchedPreflights",
+        "spec.http[8].corsPolicy",
+    }
+
+
 def test_bad_content_drops_the_rule_or_match_and_says_which_field() -> None:
     http = [
         {"match": [{"uri": {"exact": "/s"}}], "route": [to(subset="V_1")]},
@@ -453,7 +553,8 @@ FIELDS = st.sampled_from(
         *("match", "route", "redirect", "directResponse", "headers", "rewrite", "timeout", "retries", "fault"),
         *("mirror", "mirrors", "mirrorPercentage", "uri", "weight", "destination", "host", "port", "exact"),
         *("prefix", "regex", "request", "set", "add", "remove", "percentage", "value", "status", "body"),
-        *("withoutHeaders", "tcp"),
+        *("withoutHeaders", "tcp", "corsPolicy", "allowOrigins", "allowOrigin", "allowMethods", "allowHeaders"),
+        *("exposeHeaders", "maxAge", "allowCredentials", "unmatchedPreflights"),
     ]
 )
 SHAPED = st.recursive(

@@ -16,6 +16,7 @@ from ambit.api import waypoint_pb2 as pb
 from ambit.model import routes as dr
 from ambit.model.routes import (
     BackendService,
+    CorsPolicy,
     DirectResponse,
     Fault,
     HeaderModifier,
@@ -39,6 +40,7 @@ from ambit.model.routes import (
 )
 from ambit.xds.errors import XdsConversionError
 from ambit.xds.routes import (
+    MAX_CORS_AGE,
     WAYPOINT_CONFIG_TYPE_URL,
     decode_waypoint_config,
     pack_waypoint_config,
@@ -87,6 +89,25 @@ PERCENT = st.floats(0.0, 100.0, allow_nan=False)
 faults = st.builds(Fault, SECONDS, PERCENT, st.just(0) | st.integers(200, 599), PERCENT)
 direct_responses = st.builds(DirectResponse, st.integers(200, 599), st.binary(max_size=32))
 path_modifiers = st.builds(PathModifier, st.sampled_from(list(PathModifierType)), TOKEN.map(lambda t: "/" + t))
+origin_matches = st.one_of(
+    st.builds(
+        ValueMatch,
+        st.just("origin"),
+        HEADER_VALUE.filter(bool),
+        st.sampled_from([ValueMatchType.EXACT, ValueMatchType.PREFIX]),
+    ),
+    st.builds(ValueMatch, st.just("origin"), REGEXES, st.just(ValueMatchType.REGULAR_EXPRESSION)),
+)
+cors_policies = st.builds(
+    CorsPolicy,
+    allow_origins=st.lists(origin_matches, max_size=3).map(tuple),
+    allow_methods=HEADER_VALUE,
+    allow_headers=HEADER_VALUE,
+    expose_headers=HEADER_VALUE,
+    max_age=st.none() | st.integers(0, MAX_CORS_AGE),
+    allow_credentials=st.booleans(),
+    forward_unmatched_preflights=st.booleans(),
+)
 redirects = st.builds(
     RequestRedirect,
     scheme=st.none() | st.sampled_from(["http", "https"]),
@@ -119,6 +140,7 @@ rules = st.builds(
     direct_response=st.none() | direct_responses,
     missing_backend_status=st.sampled_from([500, 503]),
     regex_rewrite=st.none() | st.builds(RegexRewrite, REGEXES, PRINTABLE),
+    cors=st.none() | cors_policies,
 )
 tables = st.builds(
     RouteTable,
@@ -200,6 +222,25 @@ def encoded(**rule: Any) -> any_pb2.Any:
         ({"direct_response": pb.DirectResponse(status=200, body=b"x" * 70_000)}, "direct_response.body"),
         ({"missing_backend_status": 404}, "missing_backend_status"),
         ({"regex_rewrite": pb.RegexRewrite(pattern="([", substitution="x")}, "regex_rewrite.pattern"),
+        (
+            {"cors": pb.CorsPolicy(allow_origins=[pb.ValueMatch(name="origin", kind=pb.VALUE_PRESENT)])},
+            "cors.allow_origins[0].value",
+        ),
+        (
+            {
+                "cors": pb.CorsPolicy(
+                    allow_origins=[pb.ValueMatch(name="origin", value="(", kind=pb.VALUE_REGULAR_EXPRESSION)]
+                )
+            },
+            "cors.allow_origins[0].value",
+        ),
+        (
+            {"cors": pb.CorsPolicy(allow_origins=[pb.ValueMatch(name="origin", kind=9, value="x")])},
+            "cors.allow_origins[0].kind",
+        ),
+        ({"cors": pb.CorsPolicy(allow_methods="GET\r\nSet-Cookie: a=b")}, "cors.allow_methods"),
+        ({"cors": pb.CorsPolicy(expose_headers="x\n")}, "cors.expose_headers"),
+        ({"cors": pb.CorsPolicy(max_age=MAX_CORS_AGE + 1)}, "cors.max_age"),
         (
             {"match": pb.RouteMatch(without_headers=[pb.ValueMatch(name="a b", kind=pb.VALUE_PRESENT)])},
             "match.without_headers[0].name",
