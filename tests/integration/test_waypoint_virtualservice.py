@@ -146,3 +146,82 @@ spec:
     assert (status, body) == (418, b"short and stout")
     assert (await http.request("GET", "/other"))[0] == 404
     await client.aclose()
+
+
+# Upstream's "cors" case (tests/integration/pilot/common/routing.go), {{ .dstSvc }} = echo, in namespace app.
+CORS = """apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: default
+  namespace: app
+spec:
+  hosts:
+    - echo
+  http:
+  - corsPolicy:
+      allowOrigins:
+      - exact: cors.com
+      allowMethods:
+      - POST
+      - GET
+      allowCredentials: false
+      allowHeaders:
+      - X-Foo-Bar
+      - X-Foo-Baz
+      maxAge: "24h"
+    route:
+    - destination:
+        host: echo
+"""
+CORS_HEADERS = (
+    "access-control-allow-origin",
+    "access-control-allow-methods",
+    "access-control-allow-headers",
+    "access-control-max-age",
+    "access-control-allow-credentials",
+    "access-control-expose-headers",
+)
+
+
+def cors_headers(headers: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in headers.items() if k in CORS_HEADERS}
+
+
+async def test_upstream_cors_preflight_is_answered_and_a_matching_get_gets_allow_origin(rig: Rig) -> None:
+    install(rig, CORS)
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    http = HttpOverTunnel(stream)
+    preflight = [("origin", "cors.com"), ("access-control-request-method", "DELETE")]
+    status, headers, body = await http.request("OPTIONS", "/echo", headers=preflight)
+    assert (status, body) == (200, b"")
+    assert cors_headers(headers) == {
+        "access-control-allow-origin": "cors.com",
+        "access-control-allow-methods": "POST,GET",
+        "access-control-allow-headers": "X-Foo-Bar,X-Foo-Baz",
+        "access-control-max-age": "86400",
+    }
+    assert not any(e.seen for e in rig.endpoints)  # answered by the waypoint itself
+
+    status, headers, body = await http.request("GET", "/echo", headers=[("origin", "cors.com")])
+    assert status == 200 and echo_of(body)["endpoint"] in {"echo-1", "echo-2"}
+    assert cors_headers(headers) == {"access-control-allow-origin": "cors.com"}
+
+    status, headers, _ = await http.request("GET", "/echo")  # "get no origin match"
+    assert status == 200 and cors_headers(headers) == {}
+    await client.aclose()
+
+
+async def test_a_foreign_origin_gets_no_cors_header_and_its_preflight_reaches_the_backend(rig: Rig) -> None:
+    install(rig, CORS)
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    http = HttpOverTunnel(stream)
+    status, headers, _ = await http.request("GET", "/echo", headers=[("origin", "https://evil.example")])
+    assert status == 200 and cors_headers(headers) == {}
+    preflight = [("origin", "https://evil.example"), ("access-control-request-method", "GET")]
+    status, headers, _ = await http.request("OPTIONS", "/echo", headers=preflight)
+    assert status == 200 and cors_headers(headers) == {}
+    assert [s for e in rig.endpoints for s in e.seen] == ["GET /echo", "OPTIONS /echo"]  # forwarded (FORWARD)
+    # An origin that only starts like the allowed one is another origin.
+    status, headers, _ = await http.request("GET", "/echo", headers=[("origin", "cors.com.evil.example")])
+    assert status == 200 and cors_headers(headers) == {}
+    await client.aclose()
