@@ -19,7 +19,7 @@ import aiohttp
 import pytest
 from tests.integration.ingress_rig import GATEWAY_ID, ingress_rig, tls_ask
 from tests.integration.waypoint_rig import free_port
-from tests.upstream_objects import authorization_gateway_route, ingress_gateway
+from tests.upstream_objects import authorization_gateway_route, ingress_gateway, ingress_route
 
 from ambit.controlplane.translate import translate_all
 from ambit.model.ingress import GatewayConfig
@@ -27,7 +27,7 @@ from ambit.model.ingress import GatewayConfig
 Obj = dict[str, Any]
 
 
-def gateway_config() -> GatewayConfig:
+def gateway_config(route: Obj | None = None) -> GatewayConfig:
     pod = {
         "metadata": {
             "name": "istio-ingressgateway-0",
@@ -54,7 +54,7 @@ def gateway_config() -> GatewayConfig:
         endpoint_slices=(),
         namespaces=[{"metadata": {"name": "app"}}, {"metadata": {"name": "istio-system"}}],
         istio_gateways=[ingress_gateway("app")],
-        virtual_services=[authorization_gateway_route("web", 80, 80, "app")],
+        virtual_services=[route or authorization_gateway_route("web", 80, 80, "app")],
         authorization_policies=[deny],
     )
     (config,) = translation.gateway_configs
@@ -81,6 +81,48 @@ async def test_upstream_authorization_gateway_routes_and_denies_by_path_at_the_g
         assert (await get("/" + "a" * 60_000))[0] in (404, 414, 431)
         assert len(rig.endpoint.peers) == before  # neither reached the mesh
         assert (await get("/allowed"))[0] == 200  # and the gateway still serves
+
+
+async def test_a_virtual_service_cors_policy_answers_preflights_at_the_gateway(tmp_path: Path) -> None:
+    route = ingress_route("web", "app")
+    route["spec"]["http"][0]["corsPolicy"] = {
+        "allowOrigins": [{"prefix": "https://app."}],
+        "allowMethods": ["POST", "GET"],
+        "exposeHeaders": ["X-Trace"],
+        "allowCredentials": True,
+        "maxAge": "10m",
+    }
+    config = gateway_config(route)
+    port = config.listeners[0].port
+    async with ingress_rig(tmp_path, config) as rig, aiohttp.ClientSession() as client:
+
+        async def call(method: str, **headers: str) -> tuple[int, dict[str, str]]:
+            async with client.request(method, f"http://127.0.0.1:{port}/api", headers=headers) as response:
+                await response.read()
+                cors = {k.lower(): v for k, v in response.headers.items() if k.lower().startswith("access-control-")}
+                return response.status, cors
+
+        origin = "https://app.example"
+        assert await call("OPTIONS", Origin=origin, **{"Access-Control-Request-Method": "PUT"}) == (
+            200,
+            {
+                "access-control-allow-origin": origin,
+                "access-control-allow-credentials": "true",
+                "access-control-allow-methods": "POST,GET",
+                "access-control-max-age": "600",
+            },
+        )
+        assert not rig.endpoint.peers  # the preflight never reached the mesh
+        assert await call("GET", Origin=origin) == (
+            200,
+            {
+                "access-control-allow-origin": origin,
+                "access-control-allow-credentials": "true",
+                "access-control-expose-headers": "X-Trace",
+            },
+        )
+        assert await call("GET", Origin="https://evil.example") == (200, {})
+        assert await call("GET") == (200, {})
 
 
 def connection_config() -> GatewayConfig:
