@@ -174,6 +174,12 @@ def test_only_options_with_a_requested_method_is_a_preflight(request_head: Reque
     assert answer_headers(decision) == {"access-control-allow-origin": "cors.com"}
 
 
+def test_a_second_origin_field_does_not_smuggle_a_foreign_origin_past_the_match() -> None:
+    decision = decide(req("GET", ("origin", "cors.com"), ("origin", "https://evil.example")), rule())
+    assert isinstance(decision, Forward) and decision.response_headers is None
+    assert isinstance(decide(preflight("cors.com", "GET", ("origin", "evil")), rule()), Forward)
+
+
 def test_an_empty_origin_is_not_a_cors_request() -> None:
     assert plan_cors(compile_cors(UPSTREAM), req("GET", ("origin", ""))) is None
     assert plan_cors(compile_cors(UPSTREAM), preflight("")) is None

@@ -3,7 +3,8 @@ configures it per route. Pure: :func:`plan_cors` reads a request head and says w
 
 Rules:
 
-1. A request without an ``Origin`` header (or with an empty one) is not a CORS request: nothing happens.
+1. A request without an ``Origin`` header (or with an empty one) is not a CORS request: nothing happens. Several
+   ``Origin`` fields are read as their values joined with ``,`` (as Envoy folds a repeated header).
 2. The origin is allowed when one of the policy's matches holds for it (Exact, Prefix, RegularExpression as a full
    match), or holds for the text ``*`` (Envoy: a ``*`` entry allows every origin). A regular expression that
    :mod:`ambit.waypoint.patterns` refuses never holds (listed in :attr:`CompiledCors.problems`).
@@ -139,7 +140,8 @@ def _echo(configured: str, request: RequestHead, name: str) -> str | None:
 
 def plan_cors(cors: CompiledCors, request: RequestHead) -> CorsPlan:
     """What ``cors`` does with ``request`` (the module's rules)."""
-    raw = request.header("origin")
+    values = [v for n, v in request.headers if n == "origin"]
+    raw = ",".join(values)  # several Origin fields read as one list (as Envoy folds them): no single match holds
     if not raw:
         return None
     origin = _safe(raw)
