@@ -38,18 +38,19 @@ Rules:
    ``gateway-error``, ``retriable-4xx``, status codes, ``connect-failure``/``refused-stream``/``reset``; gRPC
    conditions cannot be judged by status and are ignored); without ``retries``, Istio's default. ``mirror`` with
    ``mirrorPercentage`` and ``mirrors`` with ``percentage`` (0 percent: none). ``fault``: ``delay.fixedDelay`` with
-   ``percentage``, ``abort.httpStatus`` with ``percentage`` (``grpcStatus`` is reported, not applied).
-   ``corsPolicy`` as istiod's ``TranslateCORSPolicy``: ``allowOrigins`` (a ``StringMatch`` each, with a value; the
-   deprecated ``allowOrigin`` strings as exact matches when ``allowOrigins`` is absent), ``allowMethods`` (the
-   methods Istio's validation accepts), ``allowHeaders`` and ``exposeHeaders`` (header names or ``*``) joined with
-   ``,``, ``maxAge`` in whole seconds, ``allowCredentials``, ``unmatchedPreflights`` (``FORWARD``, the default, or
-   ``IGNORE``); a bad value drops the rule (rule 7).
+   ``percentage``, ``abort.httpStatus`` with ``percentage`` (``grpcStatus`` is reported, not applied). ``corsPolicy``
+   is carried to the engine (rule 8).
 6. ``tcp`` and ``tls`` rules (istiod's ``getWaypointTCPRoutes``): the first ``tls`` rule whose match names
    exactly the Service's hostname as its only ``sniHosts`` (the waypoint reads no SNI) and the port, else the first
    ``tcp`` rule whose match holds for the port; a rule without ``match`` always holds. Its ``route`` gives the
    destination's ``tcp_backends``.
 7. Bad content (a field of the wrong type, an unparsable duration, an invalid header) drops that rule, reported
    with the field; nothing raises.
+8. ``corsPolicy`` as istiod's ``TranslateCORSPolicy``: ``allowOrigins`` (a ``StringMatch`` each, with a value; the
+   deprecated ``allowOrigin`` strings as exact matches when ``allowOrigins`` is empty), ``allowMethods`` (the
+   methods Istio's validation accepts), ``allowHeaders`` and ``exposeHeaders`` (header names or ``*``) joined with
+   ``,``, ``maxAge`` in whole seconds, ``allowCredentials``, ``unmatchedPreflights`` (``FORWARD``, the default, or
+   ``IGNORE``); a bad value drops the rule (rule 7).
 """
 
 from __future__ import annotations
@@ -417,9 +418,9 @@ def _fault(value: Any, field: str, notes: list[tuple[str, str]]) -> Fault | None
 
 
 def _cors(value: Any, field: str) -> CorsPolicy:
-    """A ``corsPolicy`` (rule 5)."""
+    """A ``corsPolicy`` (rule 8)."""
     spec = read_mapping(value, field)
-    if spec.get("allowOrigins") is not None:
+    if spec.get("allowOrigins"):
         origins = []
         for i, item in enumerate(read_list(spec["allowOrigins"], f"{field}.allowOrigins")):
             origin = read_string_match("origin", item, f"{field}.allowOrigins[{i}]")
