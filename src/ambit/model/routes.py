@@ -320,6 +320,9 @@ class ConnectionPool:
     max_requests_per_connection: int = 0
     """``http.maxRequestsPerConnection``: a kept connection is closed after this many requests."""
     h2_upgrade: H2Upgrade = H2Upgrade.DEFAULT
+    use_client_protocol: bool = False
+    """``http.useClientProtocol``: the endpoint is spoken to in the client's HTTP version (Envoy's
+    ``use_downstream_protocol_config``), whatever the port declares; ``h2_upgrade`` is then ignored."""
 
 
 class TlsMode(enum.Enum):
