@@ -28,8 +28,9 @@ Rules:
 7. A local answer to a gRPC request (404 no route, 500 missing backend, 503 no endpoint or upstream failure, 504
    timeout, ...) is a gRPC "trailers-only" answer, as Envoy sends one: ``:status`` 200 with ``grpc-status`` mapped
    from the HTTP status as gRPC maps them (404 UNIMPLEMENTED, 429/502/503/504 UNAVAILABLE, 401
-   UNAUTHENTICATED, 403 PERMISSION_DENIED, 400 INTERNAL, else UNKNOWN) and the text as ``grpc-message``; the
-   request is still counted with the HTTP status the waypoint chose, and that ``grpc_response_status``.
+   UNAUTHENTICATED, 403 PERMISSION_DENIED, 400 INTERNAL, else UNKNOWN) and the text as ``grpc-message``, unless
+   the answer names its own ``grpc-status`` (and ``grpc-message``: a fault abort's); the request is still
+   counted with the HTTP status the waypoint chose, and that ``grpc_response_status``.
 8. A malformed request head (reset by the engine with PROTOCOL_ERROR) is counted and logged as HTTP/1.1's are:
    response code 400, flag ``DPE`` (downstream protocol error).
 """
@@ -59,6 +60,7 @@ from ambit.waypoint.http2 import Http2Session, StreamChannel, StreamClosedError
 
 log = logging.getLogger("ambit.waypoint.http2")
 
+_GRPC_LOCAL_FIELDS = frozenset(("content-type", "content-length", "grpc-status", "grpc-message"))
 _GRPC_STATUS_OF_HTTP = {400: 13, 401: 16, 403: 7, 404: 12, 429: 14, 502: 14, 503: 14, 504: 14}
 
 
@@ -182,9 +184,10 @@ class Http2RequestSide:
 
     async def answer(self, status: int, headers: Iterable[tuple[str, str]], body: bytes) -> None:
         if self.grpc:  # rule 7
-            self.local_grpc_status = str(grpc_status_of(status))
-            message = body.decode("utf-8", "replace").strip()
-            fields = [(n, v) for n, v in headers if n not in ("content-type", "content-length")]
+            fields = [(n, v) for n, v in headers if n not in _GRPC_LOCAL_FIELDS]
+            given = dict((n, v) for n, v in headers if n in ("grpc-status", "grpc-message"))
+            self.local_grpc_status = given.get("grpc-status") or str(grpc_status_of(status))
+            message = given.get("grpc-message") or body.decode("utf-8", "replace").strip()
             fields += [("content-type", "application/grpc"), ("grpc-status", self.local_grpc_status)]
             fields.append(("grpc-message", _percent_encoded(message)))
             self._respond(200, fields, end_stream=True)
