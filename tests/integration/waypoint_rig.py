@@ -544,13 +544,12 @@ async def _serve_h2(
         await writer.drain()
 
 
-@contextlib.asynccontextmanager
-async def h2c_backends(rig: Rig, *, http1: bool = False) -> AsyncIterator[list[H2cBackend]]:
-    """An HTTP server on each endpoint's port 8082 that answers HTTP/2 (prior knowledge) with what it saw, and
-    HTTP/1.1 with 505 (so a request that was not upgraded shows), or with ``http1`` with what it saw too."""
-    backends = [H2cBackend(e.name) for e in rig.endpoints]
+async def start_h2c_server(backend: H2cBackend, *, http1: bool = False) -> asyncio.Server:
+    """An HTTP server on 127.0.0.1 (its port in ``backend.port``) that answers HTTP/2 (prior knowledge) with what
+    it saw, and HTTP/1.1 with 505 (so a request that was not upgraded shows), or with ``http1`` with what it saw
+    too."""
 
-    async def serve(backend: H2cBackend, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         backend.connections += 1
         first = await reader.read(24)
         if not first.startswith(b"PRI * HTTP/2.0"):
@@ -571,12 +570,19 @@ async def h2c_backends(rig: Rig, *, http1: bool = False) -> AsyncIterator[list[H
             await _serve_h2(backend, conn, reader, writer)
         writer.close()
 
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    backend.port = server.sockets[0].getsockname()[1]
+    return server
+
+
+@contextlib.asynccontextmanager
+async def h2c_backends(rig: Rig, *, http1: bool = False) -> AsyncIterator[list[H2cBackend]]:
+    """A :func:`start_h2c_server` on each endpoint's port 8082."""
+    backends = [H2cBackend(e.name) for e in rig.endpoints]
     servers = []
     for backend, endpoint in zip(backends, rig.endpoints, strict=True):
-        server = await asyncio.start_server(lambda r, w, b=backend: serve(b, r, w), "127.0.0.1", 0)
-        backend.port = server.sockets[0].getsockname()[1]
+        servers.append(await start_h2c_server(backend, http1=http1))
         endpoint.extra[H2C_TARGET_PORT] = backend.port
-        servers.append(server)
     try:
         yield backends
     finally:
