@@ -3,7 +3,7 @@
 Theory of operation: the HTTP/1.1 shell (:mod:`ambit.waypoint.http1_proxy`) and the HTTP/2 shell
 (:mod:`ambit.waypoint.http2_proxy`) parse a request head, give it an ``x-request-id`` and hand it here with the
 client's end of the request (a :class:`~ambit.waypoint.downstream.RequestSide`: the body source and where the
-answer goes) and the :data:`~ambit.waypoint.upstream.Connector` of their version. :func:`serve_request`:
+answer goes) and its version (``RequestStarted.version``). :func:`serve_request`:
 
 0. replaces the client's ``x-forwarded-client-cert`` with what the waypoint verified
    (:func:`ambit.waypoint.client_cert.plan_client_cert`: removed, or the peer's identity when the waypoint's
