@@ -438,6 +438,54 @@ def test_grpc_through_the_waypoint_keeps_trailers_and_spreads_one_connection_ove
     assert waypoint_requests(lab) >= before + 21
 
 
+GRPC_ABORTED = """
+import json, sys, asyncio
+import grpc, grpc.aio
+target = sys.argv[1]
+async def main():
+    async with grpc.aio.insecure_channel(target) as channel:
+        try:
+            answer = (await channel.unary_unary("/echo.Echo/Say")(b"hi", timeout=5)).decode()
+            print(json.dumps({"answer": answer}))
+        except grpc.aio.AioRpcError as exc:
+            print(json.dumps({"code": exc.code().name, "details": exc.details()}))
+asyncio.run(main())
+"""
+
+# istio tests/integration/pilot/common/routing.go "fault abort gRPC", with {{ (index .dst 0).Config.Service }} =
+# grpc-echo.
+FAULT_ABORT_GRPC = {
+    "apiVersion": "networking.istio.io/v1",
+    "kind": "VirtualService",
+    "metadata": {"name": "default"},
+    "spec": {
+        "hosts": ["grpc-echo"],
+        "http": [
+            {
+                "route": [{"destination": {"host": "grpc-echo"}}],
+                "fault": {"abort": {"percentage": {"value": 100}, "grpcStatus": "UNAVAILABLE"}},
+            }
+        ],
+    },
+}
+
+
+def test_a_grpc_fault_abort_answers_unavailable_at_the_waypoint(lab: Lab) -> None:
+    target = f"{vip(lab, 'grpc-echo')}:50051"
+
+    def call() -> dict[str, Any]:
+        answer: dict[str, Any] = json.loads(lab.exec("client", NS, "python3", "-c", GRPC_ABORTED, target, timeout=60))
+        return answer
+
+    lab.apply(FAULT_ABORT_GRPC, namespace=NS)
+    try:
+        wait_until("the gRPC fault abort applies", lambda: call().get("code") == "UNAVAILABLE", timeout=60)
+        assert call() == {"code": "UNAVAILABLE", "details": "fault filter abort"}
+    finally:
+        lab.kubectl("delete", "virtualservice", "default", "-n", NS, "--ignore-not-found")
+    wait_until("calls pass again without the VirtualService", lambda: "answer" in call(), timeout=60, interval=1.0)
+
+
 CANARY = "gateway.networking.k8s.io/gateway-name=canary"
 
 

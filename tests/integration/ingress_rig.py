@@ -3,7 +3,8 @@
 The mesh: one workload, 127.0.0.2, behind an HBONE server (what its node proxy's inbound does) that relays each
 CONNECT to a local server chosen by the CONNECT's target port. Services ``one`` and ``two`` (port 443) are TLS
 servers terminating with a certificate for ``*.example.com`` from :data:`EDGE_CA` and answering their own name;
-``tcp`` (port 9000) echoes bytes; ``web`` (port 80) is an HTTP/1.1 server answering the path and host as JSON.
+``tcp`` (port 9000) echoes bytes; ``web`` (port 80) is an HTTP/1.1 server answering the path and host as JSON;
+``web2`` (port 80, declared HTTP/2) an h2c server that also answers HTTP/1.1, saying which version it got.
 The gateway listens on 127.0.0.1 with a :class:`GatewayConfig` applied as its xDS client would.
 """
 
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiohttp import web
-from tests.integration.waypoint_rig import free_port
+from tests.integration.waypoint_rig import H2cBackend, free_port, start_h2c_server
 
 from ambit.hbone.headers import parse_authority
 from ambit.identity.localca import LocalCa
@@ -44,8 +45,10 @@ BACKEND_CERT = issue_server_cert(
     EDGE_CA, common_name="example.com", dns_names=["*.example.com"], ip_addresses=[], now=time.time()
 )
 FACTORY = HostSocketFactory(mark=None)
-TARGET_PORTS = {"one": 8441, "two": 8442, "tcp": 9001, "web": 8080}
-SERVICE_PORTS = {"one": 443, "two": 443, "tcp": 9000, "web": 80}
+TARGET_PORTS = {"one": 8441, "two": 8442, "tcp": 9001, "web": 8080, "web2": 8083}
+SERVICE_PORTS = {"one": 443, "two": 443, "tcp": 9000, "web": 80, "web2": 80}
+PROTOCOLS = {"web2": AppProtocol.HTTP2}
+"""Ports declared other than unknown: ``web2`` is an h2c server (``waypoint_rig.start_h2c_server``)."""
 
 
 def backend(name: str) -> BackendService:
@@ -74,7 +77,7 @@ def mesh() -> LocalConfig:
                 namespace="app",
                 hostname=f"{name}.app.svc.cluster.local",
                 vips=(NetworkAddress("", ipaddress.ip_address(f"198.18.2.{i + 1}")),),
-                ports=(PortMapping(SERVICE_PORTS[name], target, AppProtocol.UNKNOWN),),
+                ports=(PortMapping(SERVICE_PORTS[name], target, PROTOCOLS.get(name, AppProtocol.UNKNOWN)),),
             )
             for i, (name, target) in enumerate(TARGET_PORTS.items())
         ),
@@ -190,6 +193,7 @@ async def _web_backend() -> tuple[web.AppRunner, int]:
 class IngressRig:
     proc: IngressGateway
     endpoint: MeshEndpoint
+    web2: H2cBackend
 
     def port(self, listener: str) -> int:
         return next(item.port for item in self.proc.router.config.listeners if item.name == listener)
@@ -203,6 +207,8 @@ class MeshBackends:
     endpoint: MeshEndpoint
     state: Path
     ca_dir: Path
+    web2: H2cBackend
+    """What the h2c server behind ``web2`` saw."""
 
 
 @contextlib.asynccontextmanager
@@ -212,12 +218,14 @@ async def mesh_backends(tmp_path: Path) -> AsyncIterator[MeshBackends]:
     state.write_text(render_local_config(mesh()), encoding="utf-8")
     servers = {"one": await _tls_backend("one"), "two": await _tls_backend("two"), "tcp": await _echo_backend()}
     runner, web_port = await _web_backend()
+    web2 = H2cBackend("web2")
+    servers["web2"] = await start_h2c_server(web2, http1=True)
     local = {TARGET_PORTS[n]: s.sockets[0].getsockname()[1] for n, s in servers.items()}
     local[TARGET_PORTS["web"]] = web_port
     endpoint = MeshEndpoint(free_port("127.0.0.2"), local)
     await endpoint.start(ca)
     try:
-        yield MeshBackends(endpoint, state, tmp_path / "ca")
+        yield MeshBackends(endpoint, state, tmp_path / "ca", web2)
     finally:
         await endpoint.aclose()
         for server in servers.values():
@@ -251,7 +259,7 @@ async def ingress_rig(tmp_path: Path, config: GatewayConfig) -> AsyncIterator[In
         try:
             async with asyncio.timeout(15):
                 await proc.startup.ready.wait()
-            yield IngressRig(proc, backends.endpoint)
+            yield IngressRig(proc, backends.endpoint, backends.web2)
         finally:
             await proc.aclose()
 

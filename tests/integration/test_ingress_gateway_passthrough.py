@@ -16,7 +16,7 @@ import h2.connection
 import h2.events
 import pytest
 from tests.integration.ingress_rig import EDGE_CA, GATEWAY_ID, backend, ingress_rig, tls_ask
-from tests.integration.waypoint_rig import free_port
+from tests.integration.waypoint_rig import free_port, http_get
 
 from ambit.model.ingress import GatewayConfig, IngressCertificate, IngressListener, ListenerProtocol, VirtualHost
 from ambit.model.routes import PathMatch, PathMatchType, RouteMatch, RouteRule, WeightedBackend
@@ -27,11 +27,11 @@ EDGE_CERT = issue_server_cert(
 )
 
 
-def web_rule() -> RouteRule:
+def web_rule(service: str = "web") -> RouteRule:
     return RouteRule(
-        route="HTTPRoute/edge/web",
+        route=f"HTTPRoute/edge/{service}",
         match=RouteMatch(path=PathMatch(PathMatchType.PATH_PREFIX, "/")),
-        backends=(WeightedBackend(backend("web")),),
+        backends=(WeightedBackend(backend(service)),),
     )
 
 
@@ -68,6 +68,9 @@ def config() -> GatewayConfig:
                 (VirtualHost("*", (), (WeightedBackend(backend("tcp"), 0),)),),
             ),
             IngressListener("http", free_port(), ListenerProtocol.HTTP, "", (), (VirtualHost("*", (web_rule(),)),)),
+            IngressListener(
+                "http-web2", free_port(), ListenerProtocol.HTTP, "", (), (VirtualHost("*", (web_rule("web2"),)),)
+            ),
             IngressListener(
                 "https",
                 free_port(),
@@ -179,3 +182,15 @@ async def test_http2_downstream_by_alpn_on_https_and_by_prior_knowledge_on_http(
         metrics = rig.proc.metrics.render().decode()
         counted = [line for line in metrics.splitlines() if line.startswith("istio_requests_total{")]
         assert sum('response_code="200"' in line for line in counted) >= 1
+
+
+async def test_the_gateway_speaks_http2_to_a_port_declared_http2_whatever_the_client_spoke(tmp_path: Path) -> None:
+    """Istio's gateway cluster for an HTTP/2 port is HTTP/2 (cluster_builder.go setUpstreamProtocol); to a port
+    of unknown protocol it speaks HTTP/1.1, also to an h2 client (the test above: the ``web`` backend speaks only
+    HTTP/1.1)."""
+    async with ingress_rig(tmp_path, config()) as rig:
+        status, text = await http_get(f"http://127.0.0.1:{rig.port('http-web2')}/h1")
+        assert status == 200 and json.loads(text)["proto"] == "HTTP/2.0", text
+        status, body, _ = await asyncio.to_thread(h2_get, rig.port("http-web2"), "any.example", "/h2", None)
+        assert (status, body["proto"], body["path"]) == (200, "HTTP/2.0", "/h2")
+        assert rig.web2.protocols == ["HTTP/2.0", "HTTP/2.0"]

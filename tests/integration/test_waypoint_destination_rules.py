@@ -16,14 +16,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import h2.config
-import h2.connection
-import h2.events
 import pytest
 from aiohttp import web
 from tests.integration.waypoint_rig import (
     ECHO_VIP,
-    H2C_TARGET_PORT,
     H2C_VIP,
     SECURE_HTTP_VIP,
     SECURE_VIP,
@@ -32,6 +28,7 @@ from tests.integration.waypoint_rig import (
     Rig,
     echo_of,
     free_port,
+    h2c_backends,
     read_until_eof,
     started_rig,
 )
@@ -340,62 +337,6 @@ async def test_an_http_port_with_tls_forwards_each_request_over_originated_tls(r
 
 
 # HTTP/2 upgrade (TestDestinationRule "Subset policy", "H2").
-
-
-@dataclass
-class H2cBackend:
-    name: str
-    port: int = 0
-    protocols: list[str] = field(default_factory=list)
-    connections: int = 0
-
-
-@contextlib.asynccontextmanager
-async def h2c_backends(rig: Rig) -> AsyncIterator[list[H2cBackend]]:
-    """An HTTP server on each endpoint's port 8082 that answers HTTP/2 (prior knowledge) with what it saw, and
-    HTTP/1.1 with 505 (so a request that was not upgraded shows)."""
-    backends = [H2cBackend(e.name) for e in rig.endpoints]
-
-    async def serve(backend: H2cBackend, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        backend.connections += 1
-        first = await reader.read(24)
-        if not first.startswith(b"PRI * HTTP/2.0"):
-            backend.protocols.append("HTTP/1.1")
-            writer.write(b"HTTP/1.1 505 Not HTTP/2\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
-            await writer.drain()
-            writer.close()
-            return
-        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding="utf-8"))
-        conn.initiate_connection()
-        conn.receive_data(first)
-        writer.write(conn.data_to_send())
-        paths: dict[int, str] = {}
-        while data := await reader.read(65536):
-            for event in conn.receive_data(data):
-                if isinstance(event, h2.events.RequestReceived):
-                    paths[event.stream_id] = dict(event.headers).get(":path", "")
-                elif isinstance(event, h2.events.StreamEnded):
-                    backend.protocols.append("HTTP/2.0")
-                    body = json.dumps(
-                        {"endpoint": backend.name, "proto": "HTTP/2.0", "path": paths.pop(event.stream_id)}
-                    )
-                    conn.send_headers(event.stream_id, [(":status", "200"), ("content-length", str(len(body)))])
-                    conn.send_data(event.stream_id, body.encode(), end_stream=True)
-            writer.write(conn.data_to_send())
-            await writer.drain()
-        writer.close()
-
-    servers = []
-    for backend, endpoint in zip(backends, rig.endpoints, strict=True):
-        server = await asyncio.start_server(lambda r, w, b=backend: serve(b, r, w), "127.0.0.1", 0)
-        backend.port = server.sockets[0].getsockname()[1]
-        endpoint.extra[H2C_TARGET_PORT] = backend.port
-        servers.append(server)
-    try:
-        yield backends
-    finally:
-        for server in servers:
-            server.close()
 
 
 UPGRADE = TrafficPolicy(connection_pool=ConnectionPool(h2_upgrade=H2Upgrade.UPGRADE))

@@ -38,6 +38,7 @@ from tests.integration.waypoint_rig import (
 from ambit.hbone import wire
 from ambit.model.routes import (
     BackendService,
+    Fault,
     PathMatch,
     PathMatchType,
     RouteMatch,
@@ -607,5 +608,75 @@ async def test_garbage_on_an_http11_port_is_refused_and_never_relayed(rig: Rig, 
     await stream.write(garbage)
     answer = await _answer_and_end(stream)
     assert answer.startswith(b"HTTP/1.1 " + status), answer
+    assert [e.tunnels for e in rig.endpoints] == [0, 0]
+    await client.aclose()
+
+
+# VirtualService fault.abort.grpcStatus (istio routing.go "fault abort gRPC": a gRPC client sees UNAVAILABLE).
+
+
+def _aborting(percent: float) -> RouteRule:
+    rule = RouteRule(
+        "VirtualService/app/default",
+        RouteMatch(),
+        backends=(WeightedBackend(GRPC, 1),),
+        fault=Fault(abort_grpc_status=14, abort_percent=percent),
+    )
+    return rule
+
+
+def _abort_config(rig: Rig, percent: float) -> None:
+    rig.waypoint.context.routes.replace(
+        WaypointConfig("app/waypoint", (RouteTable(GRPC.service_key, GRPC_PORT, http=(_aborting(percent),)),))
+    )
+
+
+async def test_a_grpc_status_fault_abort_answers_a_grpc_client_with_that_status(rig: Rig) -> None:
+    _abort_config(rig, 100.0)
+    async with grpc_channel(rig) as channel:
+        for _ in range(3):
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await unary(channel, "Say")(b"hello", timeout=10)
+            assert caught.value.code() is grpc.StatusCode.UNAVAILABLE
+            assert caught.value.details() == "fault filter abort"
+    assert [e.grpc_calls for e in rig.endpoints] == [[], []]  # aborted at the waypoint, never forwarded
+    lines = await metric_lines(rig, "istio_requests_total")
+    assert any('response_code="200"' in line and 'grpc_response_status="14"' in line for line in lines)
+
+
+async def test_a_grpc_status_fault_abort_is_a_trailers_only_answer_on_the_wire(rig: Rig) -> None:
+    _abort_config(rig, 100.0)
+    client, stream = await rig.tunnel(f"{GRPC_VIP}:{GRPC_PORT}")
+    h2c = H2OverTunnel(stream)
+    sid = await h2c.start_call("Say", b"x")
+    await h2c.until(lambda: h2c.finished(sid))
+    headers, body, trailers = h2c.answer(sid)
+    assert headers[":status"] == "200" and headers["grpc-status"] == "14"
+    assert headers["content-type"] == "application/grpc" and headers["grpc-message"] == "fault filter abort"
+    assert body == b"" and trailers == {}
+    ended = [e for e in h2c.events[sid] if isinstance(e, h2.events.StreamEnded)]
+    assert len(ended) == 1  # the END_STREAM came on the HEADERS frame itself
+    await client.aclose()
+
+
+async def test_a_grpc_status_fault_abort_at_zero_percent_forwards_every_call(rig: Rig) -> None:
+    _abort_config(rig, 0.0)
+    async with grpc_channel(rig) as channel:
+        answers = [await unary(channel, "Say")(b"through", timeout=10) for _ in range(4)]
+    assert all(a.endswith(b"through") for a in answers)
+    assert sum(len(e.grpc_calls) for e in rig.endpoints) == 4
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [bytes.fromhex("160301020001000200030300") + bytes(200), b"\x00" * 4096, b"\xff\xfe not http at all\r\n\r\n"],
+)
+async def test_garbage_on_a_grpc_port_is_refused_and_never_relayed(rig: Rig, garbage: bytes) -> None:
+    """A port declared gRPC takes HTTP/1.1 too (Envoy's automatic codec): bytes that are neither get HTTP/1.1's
+    400, never reach an endpoint."""
+    client, stream = await rig.tunnel(f"{GRPC_VIP}:{GRPC_PORT}")
+    await stream.write(garbage)
+    answer = await _answer_and_end(stream)
+    assert answer.startswith(b"HTTP/1.1 400"), answer
     assert [e.tunnels for e in rig.endpoints] == [0, 0]
     await client.aclose()

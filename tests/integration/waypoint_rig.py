@@ -24,6 +24,9 @@ from typing import Any
 import aiohttp
 import grpc
 import grpc.aio
+import h2.config
+import h2.connection
+import h2.events
 import h11
 from aiohttp import web
 from aiohttp.typedefs import Handler
@@ -77,9 +80,15 @@ _GRPC_PORTS = (GRPC_PORT, GRPC_TARGET_PORT)
 SECURE_VIP = "198.18.1.15"
 SECURE_HTTP_VIP = "198.18.1.16"
 H2C_VIP = "198.18.1.17"
+WEB2_VIP = "198.18.1.18"
 TLS_TARGET_PORT = 8443
 H2C_TARGET_PORT = 8082
-_EXTRA_PORTS = {"secure": (443, TLS_TARGET_PORT), "secure-http": (80, TLS_TARGET_PORT), "h2c": (80, H2C_TARGET_PORT)}
+_EXTRA_PORTS = {
+    "secure": (443, TLS_TARGET_PORT),
+    "secure-http": (80, TLS_TARGET_PORT),
+    "h2c": (80, H2C_TARGET_PORT),
+    "web2": (80, H2C_TARGET_PORT),
+}
 """Services whose endpoints' servers a test starts itself (:attr:`Endpoint.extra`): TLS and h2c backends."""
 
 
@@ -143,10 +152,10 @@ def mesh_config() -> LocalConfig:
                 "echo-1",
                 "127.0.0.2",
                 *("echo", "tcp", "raw", "mixed", "grpc", "grpc-mixed", "tls"),
-                *("secure", "secure-http", "h2c"),
+                *("secure", "secure-http", "h2c", "web2"),
             ),
             _workload(
-                "echo-2", "127.0.0.3", "echo", "grpc", "grpc-two", "raw-two", "h2c", waypoint=WAYPOINT_ADDR
+                "echo-2", "127.0.0.3", "echo", "grpc", "grpc-two", "raw-two", "h2c", "web2", waypoint=WAYPOINT_ADDR
             ),  # also pod-IP traffic via the waypoint
             _workload("dead-1", "127.0.0.5", "dead", "rawdead", "mixed", "grpc-mixed"),
         ),
@@ -173,6 +182,8 @@ def mesh_config() -> LocalConfig:
                 "secure-http", SECURE_HTTP_VIP, protocol=AppProtocol.HTTP11, waypoint=WAYPOINT_ADDR, port=(80, 8443)
             ),
             _service("h2c", H2C_VIP, protocol=AppProtocol.HTTP11, waypoint=WAYPOINT_ADDR, port=(80, H2C_TARGET_PORT)),
+            # the same h2c servers behind a port declared HTTP/2 (istio's ``http2`` port: appProtocol http2)
+            _service("web2", WEB2_VIP, protocol=AppProtocol.HTTP2, waypoint=WAYPOINT_ADDR, port=(80, H2C_TARGET_PORT)),
         ),
     )
 
@@ -492,3 +503,121 @@ def echo_of(body: bytes) -> dict[str, object]:
     value = json.loads(body)
     assert isinstance(value, dict)
     return value
+
+
+@dataclass
+class H2cBackend:
+    name: str
+    port: int = 0
+    protocols: list[str] = field(default_factory=list)
+    """The HTTP version of every request served, in order."""
+    request_ids: list[str] = field(default_factory=list)
+    """The ``x-request-id`` of every request served."""
+    connections: int = 0
+
+
+def _h1_answer(backend: H2cBackend, head: bytes) -> bytes:
+    lines = head.decode("latin-1").split("\r\n")
+    path = lines[0].split(" ")[1] if lines[0].count(" ") >= 2 else ""
+    fields = dict(line.split(":", 1) for line in lines[1:] if ":" in line)
+    backend.request_ids.append(next((v.strip() for k, v in fields.items() if k.lower() == "x-request-id"), ""))
+    body = json.dumps({"endpoint": backend.name, "proto": "HTTP/1.1", "path": path}).encode()
+    return b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body)
+
+
+async def _serve_h2(
+    backend: H2cBackend, conn: h2.connection.H2Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
+    paths: dict[int, str] = {}
+    while data := await reader.read(65536):
+        for event in conn.receive_data(data):
+            if isinstance(event, h2.events.RequestReceived):
+                headers = dict(event.headers)  # type: ignore[arg-type]
+                paths[event.stream_id] = headers.get(":path", "")
+                backend.request_ids.append(headers.get("x-request-id", ""))
+            elif isinstance(event, h2.events.StreamEnded):
+                backend.protocols.append("HTTP/2.0")
+                body = json.dumps({"endpoint": backend.name, "proto": "HTTP/2.0", "path": paths.pop(event.stream_id)})
+                conn.send_headers(event.stream_id, [(":status", "200"), ("content-length", str(len(body)))])
+                conn.send_data(event.stream_id, body.encode(), end_stream=True)
+        writer.write(conn.data_to_send())
+        await writer.drain()
+
+
+async def start_h2c_server(backend: H2cBackend, *, http1: bool = False) -> asyncio.Server:
+    """An HTTP server on 127.0.0.1 (its port in ``backend.port``) that answers HTTP/2 (prior knowledge) with what
+    it saw, and HTTP/1.1 with 505 (so a request that was not upgraded shows), or with ``http1`` with what it saw
+    too."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        backend.connections += 1
+        first = await reader.read(24)
+        if not first.startswith(b"PRI * HTTP/2.0"):
+            backend.protocols.append("HTTP/1.1")
+            if http1:
+                head = first if b"\r\n\r\n" in first else first + await reader.readuntil(b"\r\n\r\n")
+                writer.write(_h1_answer(backend, head))
+            else:
+                writer.write(b"HTTP/1.1 505 Not HTTP/2\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+            await writer.drain()
+            writer.close()
+            return
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding="utf-8"))
+        conn.initiate_connection()
+        conn.receive_data(first)
+        writer.write(conn.data_to_send())
+        with contextlib.suppress(ConnectionError):  # the waypoint may reset a kept connection as it closes
+            await _serve_h2(backend, conn, reader, writer)
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    backend.port = server.sockets[0].getsockname()[1]
+    return server
+
+
+@contextlib.asynccontextmanager
+async def h2c_backends(rig: Rig, *, http1: bool = False) -> AsyncIterator[list[H2cBackend]]:
+    """A :func:`start_h2c_server` on each endpoint's port 8082."""
+    backends = [H2cBackend(e.name) for e in rig.endpoints]
+    servers = []
+    for backend, endpoint in zip(backends, rig.endpoints, strict=True):
+        servers.append(await start_h2c_server(backend, http1=http1))
+        endpoint.extra[H2C_TARGET_PORT] = backend.port
+    try:
+        yield backends
+    finally:
+        for server in servers:
+            server.close()
+
+
+class H2OverTunnelClient:
+    """A plain HTTP/2 client (h2, prior knowledge) on one tunnel: one request at a time."""
+
+    def __init__(self, stream: HboneStream, authority: str) -> None:
+        self.stream = stream
+        self.authority = authority
+        self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+        self.h2.initiate_connection()
+
+    async def get(self, path: str) -> tuple[dict[str, str], bytes]:
+        sid = self.h2.get_next_available_stream_id()
+        request = [(":method", "GET"), (":scheme", "http"), (":authority", self.authority), (":path", path)]
+        self.h2.send_headers(sid, request, end_stream=True)
+        await self.stream.write(self.h2.data_to_send())
+        headers: dict[str, str] = {}
+        body = b""
+        async with asyncio.timeout(10):
+            while True:
+                data = await self.stream.read()
+                if not data:
+                    raise AssertionError(f"the tunnel ended before stream {sid} did")
+                for event in self.h2.receive_data(data):
+                    if isinstance(event, h2.events.ResponseReceived) and event.stream_id == sid:
+                        headers = dict(event.headers)  # type: ignore[arg-type]
+                    elif isinstance(event, h2.events.DataReceived) and event.stream_id == sid:
+                        body += event.data
+                        self.h2.acknowledge_received_data(event.flow_controlled_length, sid)
+                    elif isinstance(event, h2.events.StreamEnded | h2.events.StreamReset) and event.stream_id == sid:
+                        await self.stream.write(self.h2.data_to_send())
+                        return headers, body
+                await self.stream.write(self.h2.data_to_send())

@@ -87,6 +87,20 @@ spec:
         http:
           h2UpgradePolicy: UPGRADE
 """
+USE_CLIENT_PROTOCOL = """
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata:
+  name: use-client-protocol
+spec:
+  host: reviews
+  trafficPolicy:
+    tls:
+      mode: DISABLE
+    connectionPool:
+      http:
+        useClientProtocol: true
+"""
 PROXY = """
 apiVersion: networking.istio.io/v1
 kind: DestinationRule
@@ -170,6 +184,23 @@ def test_upstream_subset_policy_rule_reads_as_an_h2_upgrade_on_subset_v1() -> No
     (v1,) = parsed.subsets
     assert v1.name == "v1" and v1.labels == (("version", "v1"),)
     assert v1.traffic_policy == TrafficPolicy(connection_pool=ConnectionPool(h2_upgrade=H2Upgrade.UPGRADE))
+
+
+def test_upstream_use_client_protocol_rule_reads_as_the_clients_version_upstream() -> None:
+    """istio tests/integration/pilot/common routing.go useClientProtocolCases (template
+    useClientProtocolDestinationRuleTmpl)."""
+    parsed, skips = parse(upstream(USE_CLIENT_PROTOCOL))
+    assert skips == []
+    assert parsed.traffic_policy == TrafficPolicy(
+        connection_pool=ConnectionPool(use_client_protocol=True), tls=ClientTls(TlsMode.DISABLE)
+    )
+
+
+def test_use_client_protocol_that_is_not_a_boolean_skips_the_rule_naming_the_field() -> None:
+    spec = {"host": "reviews", "trafficPolicy": {"connectionPool": {"http": {"useClientProtocol": "yes"}}}}
+    parsed, skips = parse(rule(spec))
+    assert parsed is None
+    assert [s.field for s in skips] == ["spec.trafficPolicy.connectionPool.http.useClientProtocol"]
 
 
 @pytest.mark.parametrize(

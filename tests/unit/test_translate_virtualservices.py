@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -375,6 +376,50 @@ def test_redirect_direct_response_and_fault_translate() -> None:
     )
     assert direct.direct_response == DirectResponse(418, b"teapot")
     assert fault.fault == Fault(delay=0.05, delay_percent=10.0, abort_status=503, abort_percent=100.0)
+
+
+FAULT_ABORT_GRPC = """apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: default
+spec:
+  hosts:
+  - b
+  http:
+  - route:
+    - destination:
+        host: b
+    fault:
+      abort:
+        percentage:
+          value: 100
+        grpcStatus: "UNAVAILABLE"
+"""
+
+
+def test_upstream_grpc_fault_abort_translates_to_its_status_code() -> None:
+    """istio tests/integration/pilot/common routing.go "fault abort gRPC" (expects gRPC status UNAVAILABLE)."""
+    translation = translate(FAULT_ABORT_GRPC)
+    (rule,) = table(translation).http
+    assert rule.fault == Fault(delay_percent=100.0, abort_percent=100.0, abort_grpc_status=14)
+    assert not [s for s in translation.skipped if s.kind == "VirtualService"]
+
+
+@pytest.mark.parametrize(
+    ("abort", "field"),
+    [
+        ({"grpcStatus": "BAD_STATUS"}, "spec.http[0].fault.abort.grpcStatus"),
+        ({"grpcStatus": 14}, "spec.http[0].fault.abort.grpcStatus"),
+        ({"grpcStatus": "unavailable"}, "spec.http[0].fault.abort.grpcStatus"),
+        ({"grpcStatus": "UNAVAILABLE", "httpStatus": 503}, "spec.http[0].fault.abort"),
+    ],
+)
+def test_a_bad_grpc_fault_abort_drops_the_rule_and_names_the_field(abort: Obj, field: str) -> None:
+    http = [{"route": [to()], "fault": {"abort": abort}}, {"route": [to("c")]}]
+    translation = translate(vs(hosts=["b"], http=http))
+    (rule,) = table(translation).http
+    assert rule.backends == (WeightedBackend(C, 100),)
+    assert field in {s.field for s in translation.skipped if s.kind == "VirtualService"}
 
 
 def test_rewrite_timeout_retries_mirrors_and_headers_translate() -> None:

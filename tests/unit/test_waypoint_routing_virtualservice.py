@@ -138,6 +138,46 @@ def test_fault_abort_and_delay_apply_to_their_share_of_requests() -> None:
     assert isinstance(decision, Forward) and decision.delay == 0.0
 
 
+GRPC_REQUEST = (("content-type", "application/grpc"), ("te", "trailers"))
+
+
+def test_a_grpc_status_abort_answers_a_grpc_request_200_with_that_status_trailers_only() -> None:
+    """istio routing.go "fault abort gRPC": grpcStatus UNAVAILABLE gives gRPC status 14 (Envoy's fault filter
+    answers HTTP 200 with the gRPC status)."""
+    aborting = rule("f", fault=Fault(abort_grpc_status=14, abort_percent=100.0))
+    decision = route(RouteTable(DEST.service_key, 80, http=(aborting,)), DEST, req(headers=GRPC_REQUEST), 0.0)
+    assert isinstance(decision, Respond)
+    assert decision.status == 200 and decision.body == b""
+    assert dict(decision.headers) == {
+        "content-type": "application/grpc",
+        "grpc-status": "14",
+        "grpc-message": "fault filter abort",
+    }
+    proto = req(headers=(("content-type", "application/grpc+proto"),))
+    decision = route(RouteTable(DEST.service_key, 80, http=(aborting,)), DEST, proto, 0.0)
+    assert isinstance(decision, Respond) and dict(decision.headers)["grpc-status"] == "14"
+
+
+def test_a_grpc_status_abort_answers_another_request_200_with_the_text() -> None:
+    aborting = rule("f", fault=Fault(abort_grpc_status=0, abort_percent=100.0))  # OK is a status too
+    decision = route(RouteTable(DEST.service_key, 80, http=(aborting,)), DEST, req(), 0.0)
+    assert isinstance(decision, Respond)
+    assert (decision.status, decision.body) == (200, b"fault filter abort")
+    assert "grpc-status" not in dict(decision.headers)
+
+
+def test_a_grpc_status_abort_applies_to_its_share_of_requests_only() -> None:
+    half = rule("f", fault=Fault(abort_grpc_status=14, abort_percent=50.0))
+    draws = [i / 1000 for i in range(1000)]
+    aborted = sum(
+        isinstance(route(RouteTable(DEST.service_key, 80, http=(half,)), DEST, req(headers=GRPC_REQUEST), r), Respond)
+        for r in draws
+    )
+    assert 400 < aborted < 600
+    never = rule("f", fault=Fault(abort_grpc_status=14, abort_percent=0.0))
+    assert taken(req(headers=GRPC_REQUEST), never) == "f"
+
+
 def test_a_regex_rewrite_replaces_every_match_in_the_path_and_keeps_the_query() -> None:
     rewriting = rule("r", regex_rewrite=RegexRewrite("/v1/([a-z]+)", "/v2/\\1/x"))
     decision = route(RouteTable(DEST.service_key, 80, http=(rewriting,)), DEST, req("/v1/abc/v1/de?q=/v1/z"), 0.0)

@@ -7,6 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ambit.model.workload import AppProtocol
+from ambit.waypoint.errors import HttpProtocolError
+from ambit.waypoint.http1 import RequestStarted, ServerSide
 from ambit.waypoint.sniff import (
     H2_PREFACE,
     SNIFF_LIMIT,
@@ -173,3 +175,57 @@ def test_h2_prior_knowledge_never_raises_waits_only_on_a_preface_prefix_and_sett
         settled = [d for d in decisions if d is not None]
         assert all(d is settled[0] for d in settled)
         assert h2_prior_knowledge(whole, final=True) is (whole[:24] == H2_PREFACE)
+
+
+# A port declared HTTP/2 or gRPC takes HTTP/1.1 too (rule 5): Envoy's automatic codec at Istio's waypoint, which
+# istio's TestServices relies on (an HTTP/1.1 client on the ``http2`` port through a waypoint gets L7 handling).
+
+
+def _first_event(data: bytes) -> Protocol | HttpProtocolError | RequestStarted | None:
+    """What a declared-HTTP port makes of a stream that began with ``data`` and then ended: HTTP/2 for the
+    preface, else the HTTP/1.1 side's first request or its refusal; None when it would wait for more."""
+    if h2_prior_knowledge(data, final=True):
+        return Protocol.HTTP2
+    server = ServerSide(8192, authority="web.app.svc.cluster.local:80")
+    try:
+        server.receive_data(data)
+        server.receive_data(b"")
+        event = server.next_event()
+    except HttpProtocolError as exc:
+        return exc
+    return event if isinstance(event, RequestStarted) else None
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (H2_PREFACE + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00", Protocol.HTTP2),
+        (b"GET /echo HTTP/1.1\r\nHost: web\r\n\r\n", "GET /echo"),
+        (b"POST /x HTTP/1.1\r\nHost: web\r\nContent-Length: 0\r\n\r\n", "POST /x"),
+        (TLS_CLIENT_HELLO, 400),
+        (b"\x00\x01\x02\x03 garbage\r\n\r\n", 400),
+        (b"PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n", 505),  # a broken preface is not HTTP/2; HTTP/1.1 refuses it
+    ],
+)
+def test_a_declared_http2_port_serves_the_preface_as_h2_and_everything_else_as_http1(
+    data: bytes, expected: Protocol | str | int
+) -> None:
+    got = _first_event(data)
+    if isinstance(expected, Protocol):
+        assert got is expected
+    elif isinstance(expected, str):
+        assert isinstance(got, RequestStarted) and f"{got.head.method} {got.head.path}" == expected
+    else:
+        assert isinstance(got, HttpProtocolError) and got.status == expected, got
+
+
+@given(st.binary(max_size=256))
+def test_any_first_bytes_on_a_declared_http2_port_are_h2_a_request_or_a_clear_refusal(data: bytes) -> None:
+    got = _first_event(data)
+    if isinstance(got, HttpProtocolError):
+        assert 400 <= got.status < 600 and got.reason
+    elif got is None:  # ended before a head: nothing to answer (the client went away)
+        assert data[:24] != H2_PREFACE
+    else:
+        assert got is Protocol.HTTP2 or isinstance(got, RequestStarted)
+        assert (got is Protocol.HTTP2) == (data[:24] == H2_PREFACE)

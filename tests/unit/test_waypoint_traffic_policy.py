@@ -30,7 +30,7 @@ from ambit.model.routes import (
     TlsMode,
     TrafficPolicy,
 )
-from ambit.model.workload import Workload
+from ambit.model.workload import AppProtocol, Workload
 from ambit.tls.certs import issue_client_cert, issue_server_cert, new_ca
 from ambit.waypoint.destinations import PLAIN, Refusal, Transport
 from ambit.waypoint.origination import (
@@ -41,7 +41,7 @@ from ambit.waypoint.origination import (
     proxy_header,
     read_pem_file,
 )
-from ambit.waypoint.traffic_policy import DEFAULT, BackendPolicy, Balancer, plan_backend
+from ambit.waypoint.traffic_policy import DEFAULT, BackendPolicy, Balancer, plan_backend, plan_upstream_h2
 
 HOST = "reviews.app.svc.cluster.local"
 KEY = f"app/{HOST}"
@@ -387,3 +387,54 @@ def test_pem_files_must_be_small_regular_absolute_files(tmp_path: Path) -> None:
     tls = ClientTls(TlsMode.SIMPLE, ca_certificates_path=str(secret))
     with pytest.raises(TlsOriginationError, match="not a PEM file"):
         client_context(tls, h2=False)
+
+
+# Rule 8: the HTTP version spoken to the endpoint (Istio's cluster protocol; useClientProtocol is Envoy's
+# use_downstream_protocol_config, istio cluster_builder.go setUpstreamProtocol and cluster_traffic_policy.go).
+
+CLIENT = ConnectionPool(use_client_protocol=True)
+CLIENT_AND_UPGRADE = ConnectionPool(use_client_protocol=True, h2_upgrade=H2Upgrade.UPGRADE)
+H11, H2, GRPC_, UNKNOWN = AppProtocol.HTTP11, AppProtocol.HTTP2, AppProtocol.GRPC, AppProtocol.UNKNOWN
+
+
+@pytest.mark.parametrize(
+    ("declared", "client_h2", "pool", "upgraded", "upgrade", "follows", "expected"),
+    [
+        (H2, False, None, False, False, True, True),  # TestServices: HTTP/1.1 on the http2 port, h2c upstream
+        (GRPC_, False, None, False, False, True, True),
+        (H2, True, None, False, False, True, True),
+        (H11, True, None, False, False, True, False),  # h2 client, HTTP/1.1 port: HTTP/1.1 upstream
+        (H11, False, None, False, False, True, False),
+        (H11, False, UPGRADE, True, False, True, True),  # h2UpgradePolicy UPGRADE
+        (H11, False, UPGRADE, True, True, True, False),  # a WebSocket upgrade stays HTTP/1.1
+        (H2, False, None, False, True, True, False),
+        (UNKNOWN, True, None, False, False, True, True),  # a waypoint follows the client on an undeclared port
+        (UNKNOWN, False, None, False, False, True, False),
+        (UNKNOWN, True, None, False, False, False, False),  # a gateway speaks HTTP/1.1 there
+        (H11, True, CLIENT, False, False, True, True),  # useClientProtocol: the client's version
+        (H11, False, CLIENT, False, False, True, False),
+        (H2, False, CLIENT, False, False, True, False),  # ... overriding the port's declaration
+        (GRPC_, True, CLIENT, False, False, True, True),
+        (UNKNOWN, True, CLIENT, False, False, False, True),  # ... also at a gateway
+        (H11, False, CLIENT_AND_UPGRADE, False, False, True, False),  # ... and h2UpgradePolicy
+    ],
+)
+def test_the_upstream_http_version_follows_istios_cluster_protocol(
+    declared: AppProtocol,
+    client_h2: bool,
+    pool: ConnectionPool | None,
+    upgraded: bool,
+    upgrade: bool,
+    follows: bool,
+    expected: bool,
+) -> None:
+    got = plan_upstream_h2(
+        declared, client_h2=client_h2, pool=pool, upgraded=upgraded, upgrade=upgrade, undeclared_follows_client=follows
+    )
+    assert got is expected
+
+
+def test_use_client_protocol_turns_off_the_h2_upgrade_in_the_backend_plan() -> None:
+    rule = DestinationPolicy(KEY, "r", TrafficPolicy(connection_pool=CLIENT_AND_UPGRADE))
+    planned = plan_backend(config(rule), backend())
+    assert isinstance(planned, BackendPolicy) and planned.transport.h2 is False

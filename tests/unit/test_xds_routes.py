@@ -86,7 +86,9 @@ matches = st.builds(
     without_headers=st.lists(value_matches, max_size=2).map(tuple),
 )
 PERCENT = st.floats(0.0, 100.0, allow_nan=False)
-faults = st.builds(Fault, SECONDS, PERCENT, st.just(0) | st.integers(200, 599), PERCENT)
+faults = st.builds(Fault, SECONDS, PERCENT, st.just(0) | st.integers(200, 599), PERCENT) | st.builds(
+    Fault, SECONDS, PERCENT, st.just(0), PERCENT, st.integers(0, 16)
+)
 direct_responses = st.builds(DirectResponse, st.integers(200, 599), st.binary(max_size=32))
 path_modifiers = st.builds(PathModifier, st.sampled_from(list(PathModifierType)), TOKEN.map(lambda t: "/" + t))
 origin_matches = st.one_of(
@@ -218,6 +220,8 @@ def encoded(**rule: Any) -> any_pb2.Any:
         ),
         ({"fault": pb.Fault(abort_status=700)}, "fault.abort_status"),
         ({"fault": pb.Fault(delay_percent=-1)}, "fault.delay_percent"),
+        ({"fault": pb.Fault(abort_grpc_status=17)}, "fault.abort_grpc_status"),
+        ({"fault": pb.Fault(abort_status=503, abort_grpc_status=14)}, "fault.abort_grpc_status"),
         ({"direct_response": pb.DirectResponse(status=99)}, "direct_response.status"),
         ({"direct_response": pb.DirectResponse(status=200, body=b"x" * 70_000)}, "direct_response.body"),
         ({"missing_backend_status": 404}, "missing_backend_status"),
@@ -354,6 +358,7 @@ pools = st.builds(
     st.integers(0, 2**32 - 1),
     st.integers(0, 2**32 - 1),
     st.sampled_from(list(dr.H2Upgrade)),
+    st.booleans(),
 )
 outliers = st.builds(dr.OutlierDetection, st.integers(0, 1000), DURATION, DURATION, st.integers(0, 100))
 tls_settings = st.builds(

@@ -307,16 +307,18 @@ class RegexRewrite(_message.Message):
     def __init__(self, pattern: _Optional[str] = ..., substitution: _Optional[str] = ...) -> None: ...
 
 class Fault(_message.Message):
-    __slots__ = ("delay", "delay_percent", "abort_status", "abort_percent")
+    __slots__ = ("delay", "delay_percent", "abort_status", "abort_percent", "abort_grpc_status")
     DELAY_FIELD_NUMBER: _ClassVar[int]
     DELAY_PERCENT_FIELD_NUMBER: _ClassVar[int]
     ABORT_STATUS_FIELD_NUMBER: _ClassVar[int]
     ABORT_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    ABORT_GRPC_STATUS_FIELD_NUMBER: _ClassVar[int]
     delay: _duration_pb2.Duration
     delay_percent: float
     abort_status: int
     abort_percent: float
-    def __init__(self, delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., delay_percent: _Optional[float] = ..., abort_status: _Optional[int] = ..., abort_percent: _Optional[float] = ...) -> None: ...
+    abort_grpc_status: int
+    def __init__(self, delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., delay_percent: _Optional[float] = ..., abort_status: _Optional[int] = ..., abort_percent: _Optional[float] = ..., abort_grpc_status: _Optional[int] = ...) -> None: ...
 
 class DirectResponse(_message.Message):
     __slots__ = ("status", "body")
@@ -529,20 +531,22 @@ class LoadBalancer(_message.Message):
     def __init__(self, simple: _Optional[_Union[LoadBalancerType, str]] = ..., consistent_hash: _Optional[_Union[ConsistentHash, _Mapping]] = ...) -> None: ...
 
 class ConnectionPool(_message.Message):
-    __slots__ = ("max_connections", "connect_timeout", "http1_max_pending_requests", "http2_max_requests", "max_requests_per_connection", "h2_upgrade")
+    __slots__ = ("max_connections", "connect_timeout", "http1_max_pending_requests", "http2_max_requests", "max_requests_per_connection", "h2_upgrade", "use_client_protocol")
     MAX_CONNECTIONS_FIELD_NUMBER: _ClassVar[int]
     CONNECT_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     HTTP1_MAX_PENDING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     HTTP2_MAX_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     MAX_REQUESTS_PER_CONNECTION_FIELD_NUMBER: _ClassVar[int]
     H2_UPGRADE_FIELD_NUMBER: _ClassVar[int]
+    USE_CLIENT_PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     max_connections: int
     connect_timeout: _duration_pb2.Duration
     http1_max_pending_requests: int
     http2_max_requests: int
     max_requests_per_connection: int
     h2_upgrade: H2UpgradePolicy
-    def __init__(self, max_connections: _Optional[int] = ..., connect_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., http1_max_pending_requests: _Optional[int] = ..., http2_max_requests: _Optional[int] = ..., max_requests_per_connection: _Optional[int] = ..., h2_upgrade: _Optional[_Union[H2UpgradePolicy, str]] = ...) -> None: ...
+    use_client_protocol: bool
+    def __init__(self, max_connections: _Optional[int] = ..., connect_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., http1_max_pending_requests: _Optional[int] = ..., http2_max_requests: _Optional[int] = ..., max_requests_per_connection: _Optional[int] = ..., h2_upgrade: _Optional[_Union[H2UpgradePolicy, str]] = ..., use_client_protocol: _Optional[bool] = ...) -> None: ...
 
 class OutlierDetection(_message.Message):
     __slots__ = ("consecutive_5xx", "interval", "base_ejection_time", "max_ejection_percent")

@@ -88,6 +88,8 @@ OPTIONAL_KINDS = (
     kinds.VIRTUAL_SERVICES,
     kinds.ISTIO_GATEWAYS,
     kinds.SECRETS,
+    kinds.BACKEND_TLS_POLICIES,
+    kinds.CONFIG_MAPS,
 )
 """Kinds served by CRDs (and Nodes, which need cluster-wide read): the view goes on without them when the cluster
 does not have them or does not let us list them."""
@@ -108,6 +110,7 @@ SPEC_ONLY_KINDS = (
     kinds.REFERENCE_GRANTS,
     kinds.VIRTUAL_SERVICES,
     kinds.ISTIO_GATEWAYS,
+    kinds.BACKEND_TLS_POLICIES,
 )
 """Kinds whose translation reads only their spec and metadata: a status-only update changes nothing."""
 
@@ -255,6 +258,8 @@ class ClusterView:
             destination_rules=self.items("destinationrules"),
             secrets=self.items("secrets"),
             telemetries=self.items("telemetries"),
+            backend_tls_policies=self.items("backendtlspolicies"),
+            config_maps=self.items("configmaps"),
             cluster_id=s.cluster_id,
             trust_domain=s.trust_domain,
             domain=s.domain,

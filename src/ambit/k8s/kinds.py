@@ -114,3 +114,4 @@ GRPC_ROUTES = ResourceKind("gateway.networking.k8s.io", "v1", "grpcroutes", "GRP
 TCP_ROUTES = ResourceKind("gateway.networking.k8s.io", "v1alpha2", "tcproutes", "TCPRoute")
 TLS_ROUTES = ResourceKind("gateway.networking.k8s.io", "v1alpha2", "tlsroutes", "TLSRoute")
 REFERENCE_GRANTS = ResourceKind("gateway.networking.k8s.io", "v1beta1", "referencegrants", "ReferenceGrant")
+BACKEND_TLS_POLICIES = ResourceKind("gateway.networking.k8s.io", "v1", "backendtlspolicies", "BackendTLSPolicy")

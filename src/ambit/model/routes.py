@@ -220,6 +220,32 @@ class Fault:
     delay_percent: float = 0.0
     abort_status: int = 0
     abort_percent: float = 0.0
+    abort_grpc_status: int | None = None
+    """``abort.grpcStatus`` as its numeric code (:data:`GRPC_STATUS_CODES`): a gRPC request is answered 200 with
+    that ``grpc-status`` and no body (trailers only), any other request 200 ``fault filter abort``, as Envoy's
+    fault filter does; None: the abort, if any, is ``abort_status``."""
+
+
+GRPC_STATUS_CODES = {
+    "OK": 0,
+    "CANCELLED": 1,
+    "UNKNOWN": 2,
+    "INVALID_ARGUMENT": 3,
+    "DEADLINE_EXCEEDED": 4,
+    "NOT_FOUND": 5,
+    "ALREADY_EXISTS": 6,
+    "PERMISSION_DENIED": 7,
+    "RESOURCE_EXHAUSTED": 8,
+    "FAILED_PRECONDITION": 9,
+    "ABORTED": 10,
+    "OUT_OF_RANGE": 11,
+    "UNIMPLEMENTED": 12,
+    "INTERNAL": 13,
+    "UNAVAILABLE": 14,
+    "DATA_LOSS": 15,
+    "UNAUTHENTICATED": 16,
+}
+"""The gRPC status names a VirtualService fault may give (istio's ``SupportedGRPCStatus``) and their codes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,6 +369,9 @@ class ConnectionPool:
     max_requests_per_connection: int = 0
     """``http.maxRequestsPerConnection``: a kept connection is closed after this many requests."""
     h2_upgrade: H2Upgrade = H2Upgrade.DEFAULT
+    use_client_protocol: bool = False
+    """``http.useClientProtocol``: the endpoint is spoken to in the client's HTTP version (Envoy's
+    ``use_downstream_protocol_config``), whatever the port declares; ``h2_upgrade`` is then ignored."""
 
 
 class TlsMode(enum.Enum):

@@ -62,6 +62,10 @@ class WaypointContext:
     pick: EndpointPicker = pick_endpoint
     """How a request's endpoint is chosen: :func:`~ambit.waypoint.destinations.pick_endpoint`; an ingress gateway
     sends Services marked ``istio.io/ingress-use-waypoint`` through their waypoint."""
+    undeclared_follows_client: bool = True
+    """A backend port of unknown protocol is spoken to in the client's HTTP version (a waypoint, as istiod sets
+    ``use_downstream_protocol`` for it); a gateway speaks HTTP/1.1 to it
+    (:func:`~ambit.waypoint.traffic_policy.plan_upstream_h2`)."""
     tunnels: int = 0
     """Tunnels being served now (bounded by ``limits.max_tunnels``)."""
     http2: Http2Pool = field(default_factory=Http2Pool)

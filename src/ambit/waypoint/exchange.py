@@ -3,7 +3,7 @@
 Theory of operation: the HTTP/1.1 shell (:mod:`ambit.waypoint.http1_proxy`) and the HTTP/2 shell
 (:mod:`ambit.waypoint.http2_proxy`) parse a request head, give it an ``x-request-id`` and hand it here with the
 client's end of the request (a :class:`~ambit.waypoint.downstream.RequestSide`: the body source and where the
-answer goes) and the :data:`~ambit.waypoint.upstream.Connector` of their version. :func:`serve_request`:
+answer goes) and its version (``RequestStarted.version``). :func:`serve_request`:
 
 0. replaces the client's ``x-forwarded-client-cert`` with what the waypoint verified
    (:func:`ambit.waypoint.client_cert.plan_client_cert`: removed, or the peer's identity when the waypoint's
@@ -23,7 +23,11 @@ answer goes) and the :data:`~ambit.waypoint.upstream.Connector` of their version
    500") and 503 ``no healthy upstream`` (flag UH) when the backend has no endpoint; a backend naming a
    DestinationRule subset that no rule defines (or a TLS mode the waypoint cannot honour) answers 503 flag NC
    (:func:`ambit.waypoint.traffic_policy.plan_backend`), and the rule's subset, load balancer and transport
-   (originated TLS, HTTP/2 upstream, PROXY header) shape the endpoint choice and the connection.
+   (originated TLS, PROXY header) shape the endpoint choice and the connection;
+4. speaks to the endpoint in the HTTP version :func:`ambit.waypoint.traffic_policy.plan_upstream_h2` decides
+   from the backend port's declaration (a workload target: the addressed port's, unknown), the client's version
+   and the rule's connection pool: the HTTP/2 connector (:mod:`ambit.waypoint.http2_upstream`) or the HTTP/1.1
+   one (:mod:`ambit.waypoint.http1_upstream`), whichever shell took the request.
 
 :func:`account` counts one finished request once (``istio_requests_total`` and the histograms,
 reporter="waypoint", ``request_protocol`` grpc or http) and writes its access-log line.
@@ -37,7 +41,7 @@ import logging
 from collections.abc import Callable
 
 from ambit.model.metric_overrides import RequestAttributes
-from ambit.model.workload import Service, Workload
+from ambit.model.workload import AppProtocol, Service, Workload
 from ambit.waypoint.authn import Unauthenticated, plan_authentication
 from ambit.waypoint.authorization import DENIED_BODY, RBAC_FLAG, check_request, denial_detail, service_key_of
 from ambit.waypoint.client_cert import plan_client_cert
@@ -47,11 +51,12 @@ from ambit.waypoint.destinations import PLAIN, Endpoint, Refusal, ServiceTarget,
 from ambit.waypoint.downstream import Outcome, RequestSide, respond
 from ambit.waypoint.forwarding import Plan, forward
 from ambit.waypoint.http1 import BodyData, MessageEnded, RequestStarted, Signal
+from ambit.waypoint.http1_upstream import http1_connector
 from ambit.waypoint.http2_upstream import http2_connector
 from ambit.waypoint.mirror import start_mirrors
 from ambit.waypoint.telemetry import RequestRecord
 from ambit.waypoint.traffic_policy import DEFAULT as DEFAULT_BACKEND
-from ambit.waypoint.traffic_policy import Admission, BackendPolicy
+from ambit.waypoint.traffic_policy import Admission, BackendPolicy, plan_upstream_h2
 from ambit.waypoint.upstream import Connector
 
 log = logging.getLogger("ambit.waypoint.exchange")
@@ -66,7 +71,6 @@ async def serve_request(
     down: RequestSide,
     started: RequestStarted,
     outcome: Outcome,
-    connector: Connector | None = None,
     *,
     mirrors: bool = True,
 ) -> bool:
@@ -130,6 +134,15 @@ async def serve_request(
                 path=decision.request.path,
                 source_ip=tunnel.peer_addr.rpartition(":")[0].strip("[]"),
             )
+        h2 = plan_upstream_h2(
+            _declared(service, port),
+            client_h2=started.version == "2",
+            pool=backend.policy.connection_pool,
+            upgraded=backend.transport.h2,
+            upgrade=started.upgrade,
+            undeclared_follows_client=ctx.undeclared_follows_client,
+        )
+        transport = backend.transport if backend.transport.h2 == h2 else dataclasses.replace(backend.transport, h2=h2)
         plan = Plan(
             decision.request,
             decision.response_headers,
@@ -139,7 +152,7 @@ async def serve_request(
             port,
             members=backend.members,
             choose=choose,
-            transport=backend.transport,
+            transport=transport,
             report=_outlier_reporter(ctx, backend, service),
         )
         endpoint = None
@@ -149,13 +162,18 @@ async def serve_request(
                 endpoint = ctx.pick(ctx.state, service, port, choose, only=backend.members, exclude=ejected)
             if endpoint is None:  # none ejected, or every one (Envoy's panic threshold: pick among all)
                 endpoint = ctx.pick(ctx.state, service, port, choose, only=backend.members)
-        if endpoint is not None and backend.transport != PLAIN:
-            endpoint = dataclasses.replace(endpoint, transport=backend.transport)
-            if backend.transport.h2:
-                connector = http2_connector(ctx, tunnel)
+        if endpoint is not None and transport != PLAIN:
+            endpoint = dataclasses.replace(endpoint, transport=transport)
     else:  # workload-addressed: to that workload, as addressed
         endpoint = Endpoint(target.workload, target.ip, target.port, None)
         limited = None
+        h2 = plan_upstream_h2(
+            target.protocol,
+            client_h2=started.version == "2",
+            pool=None,
+            upgrade=started.upgrade,
+            undeclared_follows_client=ctx.undeclared_follows_client,
+        )
     if endpoint is None:
         keep = await _drain(down, started)
         if isinstance(target, ServiceTarget) and outcome.service is None:  # the route names an unknown Service
@@ -164,9 +182,17 @@ async def serve_request(
             await respond(down, 503, (), b"no healthy upstream", outcome, flags="UH")
         return keep
     outcome.endpoint = endpoint
+    connector = http2_connector(ctx, tunnel) if h2 else http1_connector(ctx, tunnel)
     if limited is None:
         return await forward(ctx, tunnel, down, started, plan, endpoint, outcome, connector)
     return await _forward_limited(ctx, tunnel, down, started, plan, endpoint, outcome, connector, limited)
+
+
+def _declared(service: Service | None, port: int) -> AppProtocol:
+    """The protocol the backend Service declares for ``port`` (unknown when it or the port is)."""
+    if service is None:
+        return AppProtocol.UNKNOWN
+    return next((m.app_protocol for m in service.ports if m.service_port == port), AppProtocol.UNKNOWN)
 
 
 def _ejected(ctx: WaypointContext, backend: BackendPolicy) -> frozenset[str]:
@@ -202,12 +228,12 @@ async def _forward_limited(
     plan: Plan,
     endpoint: Endpoint,
     outcome: Outcome,
-    connector: Connector | None,
+    connector: Connector,
     backend: BackendPolicy,
 ) -> bool:
     """Forward under the DestinationRule's connection pool limits, counting requests in flight (LEAST_REQUEST)."""
     balancer, key, pool = ctx.balancer, backend.balance_key, backend.policy.connection_pool
-    http1 = not backend.transport.h2
+    http1 = not endpoint.transport.h2
     verdict = balancer.admit(key, pool, http1=http1)
     if verdict is Admission.WAIT:
         condition = ctx.admission.setdefault(key, asyncio.Condition())

@@ -61,7 +61,7 @@ class Signal(enum.Enum):
 class RequestStarted:
     head: RequestHead
     version: str
-    """``"1.1"`` or ``"1.0"``."""
+    """``"1.1"`` or ``"1.0"``; ``"2"`` for a request taken over HTTP/2."""
     upgrade: bool
     """The request asks to switch protocols (``Connection: upgrade`` and ``Upgrade``)."""
     has_body: bool

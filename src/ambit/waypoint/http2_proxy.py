@@ -4,9 +4,9 @@ Theory of operation: :func:`serve_http2` owns one tunnel whose client spoke HTTP
 a node proxy hands gRPC to a waypoint). An :class:`~ambit.waypoint.http2.Http2Session` with our server engine
 reads the tunnel; each request head starts a task that runs the same per-request path as HTTP/1.1
 (:func:`ambit.waypoint.exchange.serve_request`: routing, local answers, forwarding with retries and timeouts) with
-an :class:`Http2RequestSide` as the client's end and the HTTP/2 connector upstream
-(:mod:`ambit.waypoint.http2_upstream`: the endpoint is spoken to in HTTP/2, on a connection shared by requests;
-on a port declared HTTP/1.1 the HTTP/1.1 connector instead, one kept connection per request in flight).
+an :class:`Http2RequestSide` as the client's end; the version spoken to the endpoint is that request path's
+decision (:func:`ambit.waypoint.traffic_policy.plan_upstream_h2`: HTTP/2 on a connection shared by requests, or
+HTTP/1.1 with one kept connection per request in flight).
 
 Rules:
 
@@ -28,8 +28,9 @@ Rules:
 7. A local answer to a gRPC request (404 no route, 500 missing backend, 503 no endpoint or upstream failure, 504
    timeout, ...) is a gRPC "trailers-only" answer, as Envoy sends one: ``:status`` 200 with ``grpc-status`` mapped
    from the HTTP status as gRPC maps them (404 UNIMPLEMENTED, 429/502/503/504 UNAVAILABLE, 401
-   UNAUTHENTICATED, 403 PERMISSION_DENIED, 400 INTERNAL, else UNKNOWN) and the text as ``grpc-message``; the
-   request is still counted with the HTTP status the waypoint chose, and that ``grpc_response_status``.
+   UNAUTHENTICATED, 403 PERMISSION_DENIED, 400 INTERNAL, else UNKNOWN) and the text as ``grpc-message``, unless
+   the answer names its own ``grpc-status`` (and ``grpc-message``: a fault abort's); the request is still
+   counted with the HTTP status the waypoint chose, and that ``grpc_response_status``.
 8. A malformed request head (reset by the engine with PROTOCOL_ERROR) is counted and logged as HTTP/1.1's are:
    response code 400, flag ``DPE`` (downstream protocol error).
 """
@@ -40,7 +41,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from ambit.errors import AmbitError
 from ambit.hbone import wire
@@ -56,11 +57,10 @@ from ambit.waypoint.errors import HttpProtocolError
 from ambit.waypoint.exchange import account, serve_request
 from ambit.waypoint.http1 import Event, RequestStarted
 from ambit.waypoint.http2 import Http2Session, StreamChannel, StreamClosedError
-from ambit.waypoint.http2_upstream import http2_connector
-from ambit.waypoint.upstream import Connector
 
 log = logging.getLogger("ambit.waypoint.http2")
 
+_GRPC_LOCAL_FIELDS = frozenset(("content-type", "content-length", "grpc-status", "grpc-message"))
 _GRPC_STATUS_OF_HTTP = {400: 13, 401: 16, 403: 7, 404: 12, 429: 14, 502: 14, 503: 14, 504: 14}
 
 
@@ -184,9 +184,10 @@ class Http2RequestSide:
 
     async def answer(self, status: int, headers: Iterable[tuple[str, str]], body: bytes) -> None:
         if self.grpc:  # rule 7
-            self.local_grpc_status = str(grpc_status_of(status))
-            message = body.decode("utf-8", "replace").strip()
-            fields = [(n, v) for n, v in headers if n not in ("content-type", "content-length")]
+            fields = [(n, v) for n, v in headers if n not in _GRPC_LOCAL_FIELDS]
+            given = dict((n, v) for n, v in headers if n in ("grpc-status", "grpc-message"))
+            self.local_grpc_status = given.get("grpc-status") or str(grpc_status_of(status))
+            message = given.get("grpc-message") or body.decode("utf-8", "replace").strip()
             fields += [("content-type", "application/grpc"), ("grpc-status", self.local_grpc_status)]
             fields.append(("grpc-message", _percent_encoded(message)))
             self._respond(200, fields, end_stream=True)
@@ -211,10 +212,8 @@ async def serve_http2(
     tunnel: Tunnel,
     stream: ByteStream,
     prefix: bytes,
-    upstream: Callable[[WaypointContext, Tunnel], Connector] = http2_connector,
 ) -> None:
-    """Serve the HTTP/2 streams of one tunnel until the client is done or the connection must end. ``upstream``
-    gives the connector requests are forwarded with: HTTP/2 unless the port is declared HTTP/1.1."""
+    """Serve the HTTP/2 streams of one tunnel until the client is done or the connection must end."""
     limit = ctx.limits.max_streams_per_connection
     settings = HboneSettings(
         stream_window=STREAM_WINDOW, connection_window=CONNECTION_WINDOW, max_concurrent_streams=limit
@@ -226,7 +225,6 @@ async def serve_http2(
         name=f"waypoint h2 {tunnel.peer_addr}->{tunnel.authority}",
     )
     tasks: dict[int, asyncio.Task[None]] = {}
-    connector = upstream(ctx, tunnel)
 
     def on_request(request: RequestReceived) -> None:
         if len(tasks) >= 2 * limit:  # streams the engine forgot whose tasks still finish: bounded all the same
@@ -234,7 +232,7 @@ async def serve_http2(
             return
         channel = session.open_channel(request.stream_id)
         task = asyncio.get_running_loop().create_task(
-            _serve_stream(ctx, tunnel, session, channel, request, connector),
+            _serve_stream(ctx, tunnel, session, channel, request),
             name=f"{session.name} stream {request.stream_id}",
         )
         tasks[request.stream_id] = task
@@ -261,7 +259,6 @@ async def _serve_stream(
     session: Http2Session,
     channel: StreamChannel,
     request: RequestReceived,
-    connector: Connector,
 ) -> None:
     began = ctx.clock()
     headers = request.headers
@@ -275,7 +272,7 @@ async def _serve_stream(
     side = Http2RequestSide(session, channel, grpc=grpc)
     try:
         started = RequestStarted(head, "2", upgrade=False, has_body=not channel.ended_without_body)
-        await serve_request(ctx, tunnel, side, started, outcome, connector, mirrors=False)
+        await serve_request(ctx, tunnel, side, started, outcome, mirrors=False)
     except HttpProtocolError as exc:
         outcome.error, outcome.status = exc.reason, exc.status
         if not side.response_started:

@@ -16,13 +16,14 @@ SPIFFE id of our trust domain, ALPN h2. Each CONNECT then:
    with its reason and counted (``istio_tcp_connections_failed_total{reporter="waypoint",response_flags="NR"}``
    and the ``refused`` tally of ``/config_dump``);
 3. goes by the Service port's ``appProtocol``: a TCP port reaches its endpoint first and answers 200 only then
-   (503 when it cannot, as ztunnel does; :func:`~ambit.waypoint.tcp.serve_tcp`); an HTTP/1.1 port is accepted
-   and served per request (:func:`~ambit.waypoint.http1_proxy.serve_http1`), unless the client opens with the
-   HTTP/2 preface (:func:`read_preface`): then it is served on our HTTP/2 engine and spoken to the endpoint in
-   HTTP/1.1, as Envoy's automatic codec and Istio's HTTP/1.1 clusters do; a port of unknown protocol is
-   accepted and sniffed (:func:`sniff`), then served as one or the other; an HTTP/2 or gRPC port (or HTTP/2 with
-   prior knowledge sniffed on a port of unknown protocol) is served per request on our HTTP/2 engine
-   (:func:`~ambit.waypoint.http2_proxy.serve_http2`).
+   (503 when it cannot, as ztunnel does; :func:`~ambit.waypoint.tcp.serve_tcp`); a port declared HTTP/1.1,
+   HTTP/2 or gRPC is accepted and served per request in the version the client opens with, as Envoy's
+   automatic codec does (:func:`read_preface`): the HTTP/2 preface on our HTTP/2 engine
+   (:func:`~ambit.waypoint.http2_proxy.serve_http2`), anything else as HTTP/1.1
+   (:func:`~ambit.waypoint.http1_proxy.serve_http1`, which answers 400 to bytes that are not HTTP); a port of
+   unknown protocol is accepted and sniffed (:func:`sniff`), then served as HTTP/1.1, HTTP/2 or TCP. The version
+   spoken to the endpoint is decided per request from the backend port's declaration and its DestinationRule
+   (:func:`~ambit.waypoint.traffic_policy.plan_upstream_h2`), not from the shell that took the request.
 
 The tunnel is the handler's until it returns; HboneServer then closes it.
 """
@@ -49,7 +50,6 @@ from ambit.tls.workload import WorkloadCertificate
 from ambit.waypoint.context import Tunnel, WaypointContext
 from ambit.waypoint.destinations import Refusal, Target, plan_tunnel
 from ambit.waypoint.http1_proxy import serve_http1
-from ambit.waypoint.http1_upstream import http1_connector
 from ambit.waypoint.http2_proxy import serve_http2
 from ambit.waypoint.sniff import Protocol, h2_prior_knowledge, sniff
 from ambit.waypoint.tcp import serve_tcp
@@ -68,10 +68,10 @@ async def read_protocol(stream: ByteStream, timeout: float) -> tuple[bytes, AppP
 
 
 async def read_preface(stream: ByteStream, timeout: float) -> tuple[bytes, AppProtocol]:  # noqa: ASYNC109
-    """On a port declared HTTP/1.1: read while the client's bytes are a prefix of the HTTP/2 preface (at most
-    ``timeout`` seconds, at most the preface's length plus one read); HTTP2 for the preface
-    (:func:`ambit.waypoint.sniff.h2_prior_knowledge`), else HTTP11 (silence and partial prefaces too). Returns
-    the bytes read, which the caller passes on."""
+    """On a port declared HTTP (HTTP/1.1, HTTP/2 or gRPC): read while the client's bytes are a prefix of the
+    HTTP/2 preface (at most ``timeout`` seconds, at most the preface's length plus one read); HTTP2 for the
+    preface (:func:`ambit.waypoint.sniff.h2_prior_knowledge`), else HTTP11 (silence and partial prefaces too).
+    Returns the bytes read, which the caller passes on."""
     data, h2 = await _read_until(stream, timeout, h2_prior_knowledge)
     return data, AppProtocol.HTTP2 if h2 else AppProtocol.HTTP11
 
@@ -230,17 +230,13 @@ async def _serve_tunnel(
             await serve_tcp(ctx, tunnel, responder)
             return
         stream = responder.accept()
-        prefix = b""
         if protocol is AppProtocol.UNKNOWN:
-            prefix, protocol = await read_protocol(stream, ctx.limits.sniff_timeout)
-        elif protocol is AppProtocol.HTTP11:  # HTTP/2 with prior knowledge too, spoken HTTP/1.1 upstream
+            prefix, spoken = await read_protocol(stream, ctx.limits.sniff_timeout)
+        else:  # declared HTTP/1.1, HTTP/2 or gRPC: either version, as Envoy's automatic codec takes them
             prefix, spoken = await read_preface(stream, ctx.limits.sniff_timeout)
-            if spoken is AppProtocol.HTTP2:
-                await serve_http2(ctx, tunnel, stream, prefix, http1_connector)
-                return
-        if protocol is AppProtocol.HTTP11:
+        if spoken is AppProtocol.HTTP11:
             await serve_http1(ctx, tunnel, stream, prefix)
-        elif protocol in (AppProtocol.HTTP2, AppProtocol.GRPC):
+        elif spoken is AppProtocol.HTTP2:
             await serve_http2(ctx, tunnel, stream, prefix)
         else:
             await serve_tcp(ctx, tunnel, stream, prefix)

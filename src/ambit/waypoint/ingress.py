@@ -17,8 +17,9 @@ HBONE pool, telemetry and admin endpoints) that, instead of an HBONE listener, s
   on an HTTP port, opened with the HTTP/2 preface: prior knowledge, read as a waypoint reads it), HTTP/2
   (:func:`~ambit.waypoint.http2_proxy.serve_http2`) through the waypoint's request path: every request routed
   by the picked listener's virtual hosts, balanced per request, sent over HBONE (mutual TLS with the gateway's
-  certificate, so the server sees the gateway's identity as the peer) as HTTP/1.1 (Envoy's default towards a
-  port not declared HTTP/2), measured with ``reporter="source"`` and logged.
+  certificate, so the server sees the gateway's identity as the peer) in the version Istio's gateway cluster
+  speaks (:func:`~ambit.waypoint.traffic_policy.plan_upstream_h2`: HTTP/2 to a port declared HTTP/2 or gRPC,
+  else HTTP/1.1, also to a port of unknown protocol), measured with ``reporter="source"`` and logged.
 - Connections on a TLS (passthrough) or TCP port are routed whole (:mod:`ambit.waypoint.ingress_connections`):
   the ClientHello's server name, read without terminating TLS, picks the virtual host of a TLS port; the bytes
   are relayed to one endpoint of a weighted backend over HBONE. A connection nothing routes is closed; the
@@ -76,7 +77,6 @@ from ambit.waypoint.decisions import Decision, RequestHead
 from ambit.waypoint.destinations import Endpoint, ServiceTarget, pick_ingress_endpoint
 from ambit.waypoint.errors import HelloRefusedError
 from ambit.waypoint.http1_proxy import serve_http1
-from ambit.waypoint.http1_upstream import http1_connector
 from ambit.waypoint.http2_proxy import serve_http2
 from ambit.waypoint.inbound import read_preface
 from ambit.waypoint.ingress_connections import Closed, find_connection_endpoint, plan_backend, read_hello
@@ -145,6 +145,7 @@ class IngressGateway(Waypoint):
         super().__init__(settings, admin_token_file=admin_token_file)
         self.router = IngressRouter(GatewayConfig(self.config_name))
         self.context.router = self._decide
+        self.context.undeclared_follows_client = False
         self.context.pick = self._pick
         self.readiness.add_pending(CONFIG_TASK)
         self._ports: dict[int, tuple[socket.socket, asyncio.Task[None]]] = {}
@@ -355,7 +356,7 @@ class IngressGateway(Waypoint):
         )
         try:
             if h2:
-                await serve_http2(self.context, tunnel, stream, prefix, http1_connector)
+                await serve_http2(self.context, tunnel, stream, prefix)
             else:
                 await serve_http1(self.context, tunnel, stream, prefix)
         finally:

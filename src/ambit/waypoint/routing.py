@@ -31,7 +31,9 @@ Rules:
 9. ``random`` outside [0, 1) (or NaN) is read as 0.
 10. VirtualService actions: a rule's ``fault`` runs first: its delay applies when ``100 * r_d < delay_percent``
     and its abort when ``100 * r_a < abort_percent`` (``r_d``, ``r_a`` derived from ``random`` like mirror draws,
-    with indexes -2 and -3), the delay travelling in the decision for the shell to wait out. Then a
+    with indexes -2 and -3), the delay travelling in the decision for the shell to wait out. An abort with a gRPC
+    status answers 200: a gRPC request (``content-type: application/grpc*``) with that ``grpc-status`` and
+    ``grpc-message: fault filter abort`` and no body (trailers only), another request with the text. Then a
     ``direct_response`` answers with its status and body. A draw that lands on an unresolved backend answers the
     rule's ``missing_backend_status`` (503 for a VirtualService destination the waypoint does not know). A
     ``regex_rewrite`` replaces every match in the path (query kept) after rule 7's rewrite; one whose pattern
@@ -51,6 +53,7 @@ from dataclasses import dataclass, replace
 
 from ambit.model.routes import (
     BackendService,
+    Fault,
     HeaderModifier,
     RetryPolicy,
     RouteRule,
@@ -81,6 +84,7 @@ _MIRROR_SCALE = 1_000_003.0
 _GOLDEN = 0.6180339887498949
 _NO_TIMEOUTS = Timeouts()
 _TEXT = (("content-type", "text/plain"),)
+FAULT_BODY = b"fault filter abort"
 _DEFAULT_RETRY = RetryPolicy()
 """The default route's policies: Istio's defaults, shared (they are frozen)."""
 
@@ -205,8 +209,9 @@ def _take(compiled: _CompiledRule, destination: BackendService, request: Request
         fault = rule.fault
         if fault.delay > 0 and 100.0 * _mirror_draw(random, -2) < fault.delay_percent:
             delay = fault.delay
-        if fault.abort_status and 100.0 * _mirror_draw(random, -3) < fault.abort_percent:
-            return Respond(fault.abort_status, _TEXT, b"fault filter abort", route=rule.route, delay=delay)
+        aborts = fault.abort_status or fault.abort_grpc_status is not None
+        if aborts and 100.0 * _mirror_draw(random, -3) < fault.abort_percent:
+            return _abort(fault, request, rule.route, delay)
     plan = plan_cors(compiled.cors, request) if compiled.cors is not None else None
     if isinstance(plan, AnswerPreflight):
         return Respond(200, plan.headers, route=rule.route, delay=delay)
@@ -231,6 +236,21 @@ def _with_cors(decision: Decision, added: tuple[tuple[str, str], ...]) -> Decisi
             remove=modifier.remove,
         ),
     )
+
+
+def _abort(fault: Fault, request: RequestHead, route: str, delay: float) -> Respond:
+    """Rule 10's abort. A gRPC status abort answers 200, as Envoy's fault filter does: a gRPC request gets that
+    ``grpc-status`` and ``grpc-message`` with no body (trailers only), any other request the text."""
+    if fault.abort_grpc_status is None:
+        return Respond(fault.abort_status, _TEXT, FAULT_BODY, route=route, delay=delay)
+    if not (request.header("content-type") or "").startswith("application/grpc"):
+        return Respond(200, _TEXT, FAULT_BODY, route=route, delay=delay)
+    headers = (
+        ("content-type", "application/grpc"),
+        ("grpc-status", str(fault.abort_grpc_status)),
+        ("grpc-message", FAULT_BODY.decode()),
+    )
+    return Respond(200, headers, b"", route=route, delay=delay)
 
 
 def _act(compiled: _CompiledRule, destination: BackendService, request: RequestHead, random: float) -> Decision:

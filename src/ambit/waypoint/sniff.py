@@ -18,11 +18,12 @@ Rules:
    ``limit`` bytes have come without a decision (then TCP) or when its sniff timer fires: it calls again with
    ``final=True`` (also at end of stream), which turns every undecided answer into TCP. No bytes yet is undecided.
 4. Sniffing never raises, whatever the bytes.
-5. A port declared HTTP/1.1 also takes HTTP/2 with prior knowledge, as Envoy's automatic codec does:
-   :func:`h2_prior_knowledge` is True for bytes that begin with the whole preface, False as soon as they stop
-   being a prefix of it (or, ``final``, when no more will be read), None while they still are one. Nothing
-   else is sniffed on such a port: whatever is not the preface is HTTP/1.1's to answer (400 for garbage),
-   never relayed as opaque bytes.
+5. A port declared HTTP (HTTP/1.1, HTTP/2 or gRPC) takes both HTTP/1.1 and HTTP/2 with prior knowledge, as
+   Envoy's automatic codec (Istio's waypoint listener) does: :func:`h2_prior_knowledge` is True for bytes that
+   begin with the whole preface, False as soon as they stop being a prefix of it (or, ``final``, when no more
+   will be read), None while they still are one. Nothing else is sniffed on such a port: whatever is not the
+   preface is HTTP/1.1's to answer (400 for garbage), never relayed as opaque bytes. The declaration decides
+   the protocol spoken upstream, not the client's (:func:`ambit.waypoint.traffic_policy.plan_upstream_h2`).
 """
 
 from __future__ import annotations
@@ -132,8 +133,8 @@ def sniff(data: bytes, *, final: bool = False, limit: int = SNIFF_LIMIT) -> Prot
 
 
 def h2_prior_knowledge(data: bytes, *, final: bool = False) -> bool | None:
-    """Whether a stream to a port declared HTTP/1.1 that began with ``data`` is HTTP/2 (rule 5); None: read
-    more and call again."""
+    """Whether a stream to a port declared HTTP that began with ``data`` is HTTP/2 (rule 5); None: read more
+    and call again."""
     head = data[: len(H2_PREFACE)]
     if head == H2_PREFACE:
         return True

@@ -37,6 +37,13 @@ Rules:
    threshold does). At most ``maxEjectionPercent`` of the Service's endpoints are out at once, and always at
    least one may be. A success resets the count; an endpoint healthy for ``interval`` times its ejections
    starts afresh. State is kept for at most ``max_keys`` workloads per Service/subset.
+8. The HTTP version spoken to the endpoint (:func:`plan_upstream_h2`, Istio's cluster protocol: the port's
+   declaration, then the rule's connection pool): a protocol upgrade request (WebSocket) goes as HTTP/1.1;
+   ``useClientProtocol`` speaks the client's version (overriding the declaration and ``h2UpgradePolicy``, as
+   Envoy's ``use_downstream_protocol_config`` does); else a port declared HTTP/2 or gRPC is spoken HTTP/2 (h2c,
+   or ALPN h2 over originated TLS) whatever the client spoke; else ``h2UpgradePolicy: UPGRADE`` upgrades
+   (rule 4); else a port of unknown protocol at a waypoint speaks the client's version (a gateway speaks
+   HTTP/1.1, as istiod sets downstream protocol only for sidecars and waypoints); else HTTP/1.1.
 """
 
 from __future__ import annotations
@@ -59,7 +66,7 @@ from ambit.model.routes import (
     TlsMode,
     TrafficPolicy,
 )
-from ambit.model.workload import Workload
+from ambit.model.workload import AppProtocol, Workload
 from ambit.waypoint.destinations import PLAIN, Refusal, Transport
 
 Choose = Callable[[Sequence[Workload]], Workload]
@@ -103,11 +110,37 @@ def plan_backend(
     transport = Transport(
         max_requests_per_connection=pool.max_requests_per_connection if pool is not None else 0,
         tls=tls,
-        h2=pool is not None and pool.h2_upgrade is H2Upgrade.UPGRADE and not upgrade,
+        h2=pool is not None and pool.h2_upgrade is H2Upgrade.UPGRADE and not pool.use_client_protocol and not upgrade,
         proxy_protocol=policy.proxy_protocol,
         sni=(tls.sni or backend.hostname) if tls is not None else "",
     )
     return BackendPolicy(members, policy, transport, f"{backend.service_key}/{backend.subset}")
+
+
+_DECLARED_H2 = (AppProtocol.HTTP2, AppProtocol.GRPC)
+
+
+def plan_upstream_h2(
+    declared: AppProtocol,
+    *,
+    client_h2: bool,
+    pool: ConnectionPool | None,
+    upgraded: bool = False,
+    upgrade: bool = False,
+    undeclared_follows_client: bool = True,
+) -> bool:
+    """Rule 8: whether one request goes to the endpoint as HTTP/2. ``declared``: the backend port's protocol;
+    ``client_h2``: the client spoke HTTP/2; ``pool``: the rule's connection pool; ``upgraded``: the rule's
+    ``h2UpgradePolicy`` asks for HTTP/2 (the transport :func:`plan_backend` made); ``upgrade``: the request asks
+    for a protocol upgrade; ``undeclared_follows_client``: a port of unknown protocol speaks the client's version
+    (a waypoint) rather than HTTP/1.1 (a gateway)."""
+    if upgrade:
+        return False
+    if pool is not None and pool.use_client_protocol:
+        return client_h2
+    if declared in _DECLARED_H2 or upgraded:
+        return True
+    return client_h2 and undeclared_follows_client and declared is AppProtocol.UNKNOWN
 
 
 def _hash_key(consistent: ConsistentHash, headers: Sequence[tuple[str, str]], path: str, source_ip: str) -> str:

@@ -125,6 +125,7 @@ def _connection_pool(pool: ConnectionPool) -> pb.ConnectionPool:
         http2_max_requests=pool.http2_max_requests,
         max_requests_per_connection=pool.max_requests_per_connection,
         h2_upgrade=_H2[pool.h2_upgrade],
+        use_client_protocol=pool.use_client_protocol,
     )
     if pool.connect_timeout is not None:
         out.connect_timeout.CopyFrom(_duration(pool.connect_timeout))
@@ -316,6 +317,7 @@ class DestinationPolicyReader(FieldReader):
             http2_max_requests=message.http2_max_requests,
             max_requests_per_connection=message.max_requests_per_connection,
             h2_upgrade=self.enum(f"{field}.h2_upgrade", message.h2_upgrade, _H2_NAMES),
+            use_client_protocol=message.use_client_protocol,
         )
 
     def outlier(self, field: str, message: pb.OutlierDetection) -> OutlierDetection:

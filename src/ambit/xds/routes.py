@@ -22,7 +22,8 @@ Rules:
 7. Nothing but :class:`XdsConversionError` escapes decoding.
 8. ``policies`` (the AuthorizationPolicies bound to the waypoint) are judged by :mod:`ambit.xds.waypoint_policies`.
 9. ``request_authentications`` (field 4) are judged by :mod:`ambit.xds.requestauth`.
-10. A fault's percents are 0..100 and its abort status 200..599 (0: no abort); a direct response's status is
+10. A fault's percents are 0..100 and its abort status 200..599 (0: no abort), or its gRPC abort status 0..16
+    (never both); a direct response's status is
     200..599 and its body at most :data:`MAX_DIRECT_BODY` bytes; ``missing_backend_status`` is 0 (500) or 500..599.
 11. ``destination_rules`` (field 6) are judged by :mod:`ambit.xds.destinationrules`.
 12. ``metrics`` (field 7, the Telemetry API's overrides) are judged by :mod:`ambit.xds.metric_overrides`.
@@ -87,6 +88,8 @@ MAX_DIRECT_BODY = 64 * 1024
 """A direct response's body is held in every waypoint's memory: bounded like any other configuration value."""
 MAX_CORS_AGE = 366 * 24 * 3600
 """The longest duration the translator reads (a VirtualService duration): browsers cap preflight caching far lower."""
+MAX_GRPC_STATUS = 16
+"""The highest gRPC status code (UNAUTHENTICATED)."""
 SUBSET_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _REDIRECT_CODES = frozenset((301, 302, 303, 307, 308))
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+\-.^_`|~]+$")
@@ -214,6 +217,7 @@ def _rule(rule: RouteRule) -> pb.RouteRule:
                 delay_percent=rule.fault.delay_percent,
                 abort_status=rule.fault.abort_status,
                 abort_percent=rule.fault.abort_percent,
+                abort_grpc_status=rule.fault.abort_grpc_status,
             )
         )
     if rule.regex_rewrite is not None:
@@ -407,11 +411,17 @@ class _Reader(FieldReader):
     def fault(self, field: str, message: pb.Fault) -> Fault:
         if message.abort_status and not 200 <= message.abort_status <= 599:
             raise self.fail(f"{field}.abort_status", f"not an HTTP status: {message.abort_status}")
+        grpc_status = message.abort_grpc_status if message.HasField("abort_grpc_status") else None
+        if grpc_status is not None and grpc_status > MAX_GRPC_STATUS:
+            raise self.fail(f"{field}.abort_grpc_status", f"not a gRPC status: {grpc_status}")
+        if grpc_status is not None and message.abort_status:
+            raise self.fail(f"{field}.abort_grpc_status", "given with abort_status")
         return Fault(
             delay=self.seconds(f"{field}.delay", message.delay),
             delay_percent=self.percent(f"{field}.delay_percent", message.delay_percent),
             abort_status=message.abort_status,
             abort_percent=self.percent(f"{field}.abort_percent", message.abort_percent),
+            abort_grpc_status=grpc_status,
         )
 
     def direct_response(self, field: str, message: pb.DirectResponse) -> DirectResponse:

@@ -47,6 +47,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ambit.controlplane.translate.backendtls import (
+    CONFIG_MAP_CREDENTIAL,
+    config_map_credential,
+    generated_destination_rules,
+)
 from ambit.controlplane.translate.destinationrules import (
     DestinationRuleIndex,
     destination_policies,
@@ -221,6 +226,8 @@ def translate_all(
     destination_rules: Iterable[Mapping[str, Any]] = (),
     secrets: Iterable[Mapping[str, Any]] = (),
     telemetries: Iterable[Mapping[str, Any]] = (),
+    backend_tls_policies: Iterable[Mapping[str, Any]] = (),
+    config_maps: Iterable[Mapping[str, Any]] = (),
     cluster_id: str = "Kubernetes",
     trust_domain: str = "cluster.local",
     domain: str = "cluster.local",
@@ -302,7 +309,8 @@ def translate_all(
             service_targets[_object_key(svc)] = _service_target((service.key,), binding)
     k8s_services = list(translated)
     taken = {s.key for s in translated}
-    entries = parse_service_entries(service_entries, taken=taken, skips=skips)
+    entry_objects = list(service_entries)
+    entries = parse_service_entries(entry_objects, taken=taken, skips=skips)
     canonical = canonical_owners(entries, (s.hostname for s in translated))
     entry_status: list[PolicyStatus] = []
     entry_targets: dict[str, ServiceTarget] = {}
@@ -454,12 +462,22 @@ def translate_all(
         ):
             workload_labels[w.uid] = endpoint_labels  # DestinationRule subsets select inline endpoints by these
             workloads.append(w)
+    backend_rules = generated_destination_rules(
+        backend_tls_policies, service_list, entry_objects, domain=domain, skips=skips
+    )
+    config_map_table = {
+        (str((c.get("metadata") or {}).get("namespace")), str((c.get("metadata") or {}).get("name"))): c
+        for c in config_maps
+    }
+
+    def find_credential(namespace: str, name: str) -> Mapping[str, Any] | None:
+        if name.startswith(CONFIG_MAP_CREDENTIAL):
+            return config_map_credential(name, config_map_table, namespace)
+        return secret_table.get((namespace, name))
+
     rule_index = DestinationRuleIndex(
         parse_destination_rules(
-            destination_rules,
-            domain=domain,
-            skips=skips,
-            find_secret=lambda namespace, name: secret_table.get((namespace, name)),
+            [*backend_rules, *destination_rules], domain=domain, skips=skips, find_secret=find_credential
         ),
         root_namespace=root_namespace,
     )

@@ -140,6 +140,12 @@ def _count(value: Any, path: str) -> int:
     return value
 
 
+def _flag(value: Any, path: str) -> bool:
+    if value is not None and not isinstance(value, bool):
+        raise shapes.ShapeError(path, f"expected true or false, got {value!r}")
+    return bool(value)
+
+
 def _seconds(value: Any, path: str) -> float | None:
     if value is None:
         return None
@@ -212,6 +218,7 @@ class _Reader:
                 http.get("maxRequestsPerConnection"), f"{path}.http.maxRequestsPerConnection"
             ),
             h2_upgrade=_choice(http.get("h2UpgradePolicy"), f"{path}.http.h2UpgradePolicy", _H2, H2Upgrade.DEFAULT),
+            use_client_protocol=_flag(http.get("useClientProtocol"), f"{path}.http.useClientProtocol"),
         )
 
     def outlier(self, value: Any, path: str) -> OutlierDetection | None:

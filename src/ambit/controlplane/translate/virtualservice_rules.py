@@ -38,8 +38,8 @@ Rules:
    ``gateway-error``, ``retriable-4xx``, status codes, ``connect-failure``/``refused-stream``/``reset``; gRPC
    conditions cannot be judged by status and are ignored); without ``retries``, Istio's default. ``mirror`` with
    ``mirrorPercentage`` and ``mirrors`` with ``percentage`` (0 percent: none). ``fault``: ``delay.fixedDelay`` with
-   ``percentage``, ``abort.httpStatus`` with ``percentage`` (``grpcStatus`` is reported, not applied). ``corsPolicy``
-   is carried to the engine (rule 8).
+   ``percentage``, ``abort.httpStatus`` or ``abort.grpcStatus`` (a status name, sent as its code) with
+   ``percentage``. ``corsPolicy`` is carried to the engine (rule 8).
 6. ``tcp`` and ``tls`` rules (istiod's ``getWaypointTCPRoutes``): the first ``tls`` rule whose match names
    exactly the Service's hostname as its only ``sniHosts`` (the waypoint reads no SNI) and the port, else the first
    ``tcp`` rule whose match holds for the port; a rule without ``match`` always holds. Its ``route`` gives the
@@ -78,6 +78,7 @@ from ambit.controlplane.translate.virtualservice_values import (
     read_weight,
 )
 from ambit.model.routes import (
+    GRPC_STATUS_CODES,
     BackendService,
     CorsPolicy,
     DirectResponse,
@@ -406,14 +407,22 @@ def _fault(value: Any, field: str, notes: list[tuple[str, str]]) -> Fault | None
     status = read_int(abort_spec.get("httpStatus"), f"{field}.abort.httpStatus") or 0
     if status and not 200 <= status <= 599:
         raise BadField(f"{field}.abort.httpStatus", "expected an HTTP status from 200 to 599")
-    if "grpcStatus" in abort_spec:
-        notes.append((f"{field}.abort.grpcStatus", "a gRPC status abort is not supported at the waypoint; ignored"))
+    grpc_status = None
+    if abort_spec.get("grpcStatus") is not None:
+        name = abort_spec["grpcStatus"]
+        if status:
+            raise BadField(f"{field}.abort", "httpStatus and grpcStatus are exclusive")
+        if not isinstance(name, str) or name not in GRPC_STATUS_CODES:
+            expected = f"expected a gRPC status name such as UNAVAILABLE, not {name!r}"
+            raise BadField(f"{field}.abort.grpcStatus", expected)
+        grpc_status = GRPC_STATUS_CODES[name]
     abort_percent = read_percent(abort_spec.get("percentage"), f"{field}.abort.percentage")
     return Fault(
         delay=delay,
         delay_percent=100.0 if delay_percent is None else delay_percent,
         abort_status=status,
         abort_percent=100.0 if abort_percent is None else abort_percent,
+        abort_grpc_status=grpc_status,
     )
 
 
