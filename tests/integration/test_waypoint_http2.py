@@ -38,6 +38,7 @@ from tests.integration.waypoint_rig import (
 from ambit.hbone import wire
 from ambit.model.routes import (
     BackendService,
+    CorsPolicy,
     Fault,
     PathMatch,
     PathMatchType,
@@ -482,6 +483,34 @@ def _echo_request(h2c: H2OverTunnel, path: str = "/echo") -> int:
     fields = [(":method", "GET"), (":scheme", "http"), (":authority", authority), (":path", path)]
     h2c.h2.send_headers(sid, fields, end_stream=True)
     return sid
+
+
+async def test_a_cors_preflight_on_http2_is_answered_by_the_waypoint_and_a_get_gets_allow_origin(rig: Rig) -> None:
+    echo = BackendService("app", "echo.app.svc.cluster.local", 80)
+    cors = CorsPolicy(allow_origins=(ValueMatch("origin", "cors.com"),), allow_methods="POST,GET", max_age=86400)
+    cors_rule = RouteRule("VirtualService/app/cors", RouteMatch(), backends=(WeightedBackend(echo, 1),), cors=cors)
+    rig.waypoint.context.routes.replace(
+        WaypointConfig("app/waypoint", (RouteTable(echo.service_key, 80, (cors_rule,)),))
+    )
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    h2c = H2OverTunnel(stream)
+    base = [(":scheme", "http"), (":authority", "echo.app.svc.cluster.local"), (":path", "/echo")]
+    preflight = h2c.h2.get_next_available_stream_id()
+    fields = [(":method", "OPTIONS"), *base, ("origin", "cors.com"), ("access-control-request-method", "PUT")]
+    h2c.h2.send_headers(preflight, fields, end_stream=True)
+    get = preflight + 2
+    h2c.h2.send_headers(get, [(":method", "GET"), *base, ("origin", "cors.com")], end_stream=True)
+    await h2c.flush()
+    await h2c.until(lambda: h2c.finished(preflight) and h2c.finished(get))
+    headers, body, _ = h2c.answer(preflight)
+    assert headers[":status"] == "200" and body == b""
+    assert headers["access-control-allow-origin"] == "cors.com"
+    assert (headers["access-control-allow-methods"], headers["access-control-max-age"]) == ("POST,GET", "86400")
+    headers, body, _ = h2c.answer(get)
+    assert headers[":status"] == "200" and headers["access-control-allow-origin"] == "cors.com"
+    assert echo_of(body)["endpoint"] in {"echo-1", "echo-2"}
+    assert [s for e in rig.endpoints for s in e.seen] == ["GET /echo"]  # the preflight never left the waypoint
+    await client.aclose()
 
 
 async def test_http2_prior_knowledge_on_an_http11_port_is_balanced_per_request_and_spoken_http11_upstream(
