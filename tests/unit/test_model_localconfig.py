@@ -450,6 +450,7 @@ _workloads = st.builds(
     services=st.dictionaries(_service_keys, _port_lists, max_size=3),
     network_mode=st.sampled_from(NetworkMode),
     locality=st.builds(Locality, _printable, _printable, _printable),
+    capacity=st.integers(0, 0xFFFFFFFF),
 )
 _services = st.builds(
     Service,

@@ -56,6 +56,7 @@ WEB = Workload(
     authorization_policies=("shop/allow-web", "istio-system/istio_converted_static_strict"),
     network_mode=NetworkMode.HOST_NETWORK,
     locality=Locality("us-east", "us-east-1a", "rack-7"),
+    capacity=3,
 )
 WEB_SVC = Service(
     name="web",
@@ -234,6 +235,7 @@ _ports = st.lists(
         authorization_policies=st.lists(st.builds("{}/{}".format, _names, _names), max_size=3).map(tuple),
         network_mode=st.sampled_from(NetworkMode),
         locality=st.builds(Locality, st.just("") | _names, st.just("") | _names, st.just("") | _names),
+        capacity=st.integers(0, 0xFFFFFFFF),
     )
 )
 def test_random_workloads_survive_a_round_trip(workload: Workload) -> None:
@@ -251,6 +253,15 @@ def test_new_fields_go_on_the_wire_as_istiod_writes_them() -> None:
     service = address_of(WEB_SVC).service
     assert service.canonical and service.ip_families == pb.DUAL
     assert [p.app_protocol for p in service.ports] == [pb.HTTP11, pb.TLS]
+
+
+def test_capacity_is_sent_only_when_it_is_not_one_and_absent_reads_as_one() -> None:
+    plain = Workload(uid="u/x/y", name="y", namespace="x", addresses=())
+    assert not address_of(plain).workload.HasField("capacity")
+    assert address_of(WEB).workload.capacity.value == 3
+    message = address_of(plain)
+    message.workload.capacity.value = 0  # present and zero: never picked by a weighted choice, as in ztunnel
+    assert address_from_proto(message).capacity == 0  # type: ignore[union-attr]
 
 
 def test_an_unknown_locality_is_not_sent() -> None:

@@ -31,6 +31,7 @@ Rules:
     set (non-empty, not ``Public``).
 11. A service's ``weightedWaypoints`` (written only when set) is a list of ``{destination: <waypoint>, weight:
     N}`` with ``weight`` 0..4294967295 (the wire's uint32).
+12. A workload's ``capacity`` (0..4294967295, default 1) is written only when it is not 1.
 """
 
 from __future__ import annotations
@@ -115,6 +116,7 @@ _WORKLOAD_KEYS = (
     "locality",
     "waypoint",
     "hostname",
+    "capacity",
 )
 _SERVICE_KEYS = (
     "name",
@@ -413,6 +415,7 @@ def _workload(value: object, path: str) -> Workload:
         locality=_field(item, "locality", path, _locality, Locality()),
         waypoint=_waypoint(item["waypoint"], f"{path}.waypoint") if item.get("waypoint") is not None else None,
         hostname=_workload_hostname(item, path),
+        capacity=_field(item, "capacity", path, _weight, 1),
     )
 
 
@@ -623,6 +626,8 @@ def workload_to_dict(workload: Workload) -> dict[str, Any]:
         out["waypoint"] = waypoint_to_dict(workload.waypoint)
     if workload.hostname:
         out["hostname"] = workload.hostname
+    if workload.capacity != 1:
+        out["capacity"] = workload.capacity
     return out
 
 

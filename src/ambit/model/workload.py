@@ -228,7 +228,11 @@ class Workload:
     """The waypoint traffic to this workload's own addresses goes through (``istio.io/use-waypoint``)."""
     hostname: str = ""
     """A DNS name the node proxy resolves when it picks this endpoint (spec §4.1 ``Workload.hostname``), for a
-    workload without addresses: the endpoints of a ``resolution: DNS`` ServiceEntry."""
+    workload without addresses: the endpoints of a ``resolution: DNS`` ServiceEntry, a WorkloadEntry whose
+    ``address`` is a name."""
+    capacity: int = 1
+    """This endpoint's relative share of its services' traffic (spec §4.1 ``Workload.capacity``, absent = 1): a
+    WorkloadEntry's or ServiceEntry endpoint's ``weight``."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.addresses, tuple):

@@ -31,6 +31,8 @@ Rules:
 9. ``Service.weighted_waypoints`` (field 13): each ``WeightedWaypoint`` needs a ``destination`` (field 1, a waypoint
    as in rule 7) and keeps its ``weight`` (field 2, uint32) as sent; more than :data:`MAX_WEIGHTED_WAYPOINTS`
    entries are refused (istiod sends two: the primary and the canary).
+10. ``Workload.capacity`` (field 27, a ``UInt32Value``) is sent only when it is not 1 (istiod sends it for a
+    ``weight``); an absent one is 1, as in ztunnel.
 """
 
 from __future__ import annotations
@@ -167,6 +169,8 @@ def workload_to_proto(workload: Workload) -> pb.Workload:
         message.services[key].ports.extend(_ports(ports))
     if workload.waypoint is not None:
         message.waypoint.CopyFrom(gateway_address_to_proto(workload.waypoint))
+    if workload.capacity != 1:
+        message.capacity.value = workload.capacity
     return message
 
 
@@ -364,6 +368,7 @@ def _workload_from_proto(message: pb.Workload, read: FieldReader) -> Workload:
         ),
         waypoint=read.gateway_address("workload.waypoint", message.waypoint) if message.HasField("waypoint") else None,
         hostname=hostname,
+        capacity=message.capacity.value if message.HasField("capacity") else 1,
     )
 
 

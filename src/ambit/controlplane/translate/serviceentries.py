@@ -23,7 +23,7 @@ Rules:
    every host of it; its ``ports`` map overrides target ports by port name, as a WorkloadEntry's does. An endpoint
    whose address is not an IP (a Unix socket; a hostname unless the entry resolves by DNS, rule 6) or repeats an
    earlier one is left out. Policies select an endpoint by its own labels in the entry's namespace, as they
-   select a pod.
+   select a pod. Its ``weight`` is its capacity, as a WorkloadEntry's.
 6. A ``DNS`` or ``DNS_ROUND_ROBIN`` entry's endpoint whose address is a host name is a Workload with that
    ``hostname`` and no address (the node proxy resolves it when it picks it). Without endpoints or selector, each
    host (never a wildcard) is its own endpoint, as in istiod: a Workload with uid ``.../<name>/<host>``, hostname
@@ -55,7 +55,12 @@ from ambit.controlplane.translate.protocols import protocol_app_protocol
 from ambit.controlplane.translate.services import port_number, service_key
 from ambit.controlplane.translate.skips import SERVICE_ENTRY, Skipped, skipped
 from ambit.controlplane.translate.visibility import export_visibility
-from ambit.controlplane.translate.workloadentries import endpoint_address, endpoint_workload, string_map
+from ambit.controlplane.translate.workloadentries import (
+    endpoint_address,
+    endpoint_capacity,
+    endpoint_workload,
+    string_map,
+)
 from ambit.model.dnsname import check_dns_name
 from ambit.model.workload import (
     AddressError,
@@ -312,6 +317,7 @@ def service_entry_workloads(
             cluster_id=cluster_id,
             services={service_key(entry.namespace, host): mappings for host in hosts},
             locality=split_locality(endpoint.get("locality")),
+            capacity=endpoint_capacity(SERVICE_ENTRY, entry.obj, f"{where}.weight", endpoint.get("weight"), skips),
         )
         if policy_keys is not None:
             workload = replace(workload, authorization_policies=policy_keys(entry.namespace, labels))
