@@ -99,6 +99,7 @@ from ambit.controlplane.translate.waypoints import (
     Binding,
     WaypointIndex,
     bound_status,
+    missing_status,
     object_annotations,
     object_labels,
 )
@@ -162,7 +163,8 @@ class Translation:
     service_status: tuple[PolicyStatus, ...] = ()
     """The ``istio.io/WaypointBound`` condition of each Service that has one, by key."""
     service_entry_status: tuple[PolicyStatus, ...] = ()
-    """The ``istio.io/WaypointBound`` condition of each ServiceEntry that has one, by key."""
+    """The ``istio.io/WaypointBound`` and ``istio.io/WaypointMissing`` conditions of each ServiceEntry that has
+    them, by key then in that order."""
     waypoint_configs: tuple[WaypointConfig, ...] = ()
     """Each ready waypoint's routes (:mod:`ambit.controlplane.translate.routes`), by waypoint key."""
     route_status: tuple[RouteStatus, ...] = ()
@@ -310,6 +312,8 @@ def translate_all(
         binding = _service_binding(
             entry.obj, waypoints, entry_status, namespace_only=entry.visibility is Visibility.NAMESPACE
         )
+        if (missing := missing_status(entry.obj, binding)) is not None:
+            entry_status.append(missing)
         entry_services = [
             _with_binding(s, binding, bound, canaries)
             for s in service_entry_services(entry, network=network, canonical=canonical)
