@@ -110,6 +110,22 @@ def test_a_waypoint_that_is_not_ready_leaves_both_conditions() -> None:
     assert found[WAYPOINT_MISSING].reason == "NoWaypointForWildcardService"
 
 
+def test_a_bound_racing_entry_tells_its_waypoint_to_race_its_hosts_and_no_other() -> None:
+    racing = entry(
+        ["api.example.com", "api2.example.com"],
+        annotations={"istio.io/connect-strategy": "race_first_tcp_connect"},
+        labels={"istio.io/use-waypoint": "waypoint"},
+    )
+    plain = entry(["plain.example.com"], labels={"istio.io/use-waypoint": "waypoint"})
+    plain["metadata"]["name"] = "plain"
+    translation = translate_all(
+        [], [], [], [{"metadata": {"name": "egress"}}], service_entries=[racing, plain], gateways=[waypoint()]
+    )
+    (config,) = translation.waypoint_configs
+    assert config.services == ("egress/api.example.com", "egress/api2.example.com", "egress/plain.example.com")
+    assert config.race_first_connect == ("egress/api.example.com", "egress/api2.example.com")
+
+
 class _Client:
     """Never called: the writer's plan is pure and tested here without I/O."""
 

@@ -37,13 +37,15 @@ Rules:
    threshold does). At most ``maxEjectionPercent`` of the Service's endpoints are out at once, and always at
    least one may be. A success resets the count; an endpoint healthy for ``interval`` times its ejections
    starts afresh. State is kept for at most ``max_keys`` workloads per Service/subset.
+8. A Service whose ServiceEntry asks for ``RACE_FIRST_TCP_CONNECT`` (``racing``) gets
+   :attr:`~ambit.waypoint.destinations.Transport.race_first_connect`, with or without a rule (rule 1 otherwise).
 """
 
 from __future__ import annotations
 
 import enum
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlsplit
 
@@ -79,17 +81,26 @@ class BackendPolicy:
 
 
 DEFAULT = BackendPolicy()
+RACING = Transport(race_first_connect=True)
 
 
 def plan_backend(
-    rules: Mapping[str, DestinationPolicy], backend: BackendService, *, upgrade: bool = False
+    rules: Mapping[str, DestinationPolicy],
+    backend: BackendService,
+    *,
+    upgrade: bool = False,
+    racing: Container[str] = (),
 ) -> BackendPolicy | Refusal:
     """Rules 1-4 for one request to ``backend``; ``rules``: the waypoint's DestinationRules by service key;
-    ``upgrade``: the request asks for a protocol upgrade."""
+    ``upgrade``: the request asks for a protocol upgrade; ``racing``: the service keys whose hostname endpoints
+    race their addresses (:attr:`~ambit.waypoint.destinations.Transport.race_first_connect`)."""
+    race = backend.service_key in racing
     rule = rules.get(backend.service_key)
     if rule is None:
         if backend.subset:
             return Refusal(503, f"subset {backend.subset} of {backend.service_key}: no DestinationRule defines it")
+        if race:
+            return BackendPolicy(transport=RACING, balance_key=f"{backend.service_key}/")
         return DEFAULT
     members: frozenset[str] | None = None
     if backend.subset:
@@ -106,6 +117,7 @@ def plan_backend(
         h2=pool is not None and pool.h2_upgrade is H2Upgrade.UPGRADE and not upgrade,
         proxy_protocol=policy.proxy_protocol,
         sni=(tls.sni or backend.hostname) if tls is not None else "",
+        race_first_connect=race,
     )
     return BackendPolicy(members, policy, transport, f"{backend.service_key}/{backend.subset}")
 

@@ -102,6 +102,7 @@ from ambit.controlplane.translate.waypoints import (
     missing_status,
     object_annotations,
     object_labels,
+    races_first_connect,
 )
 from ambit.controlplane.translate.workloadentries import translate_workload_entry
 from ambit.controlplane.translate.workloads import translate_pod
@@ -308,6 +309,7 @@ def translate_all(
     canonical = canonical_owners(entries, (s.hostname for s in translated))
     entry_status: list[PolicyStatus] = []
     entry_targets: dict[str, ServiceTarget] = {}
+    racing: set[str] = set()
     for entry in entries:
         binding = _service_binding(
             entry.obj, waypoints, entry_status, namespace_only=entry.visibility is Visibility.NAMESPACE
@@ -319,6 +321,8 @@ def translate_all(
             for s in service_entry_services(entry, network=network, canonical=canonical)
         ]
         translated.extend(entry_services)
+        if races_first_connect(entry.obj):
+            racing.update(s.key for s in entry_services)
         entry_targets[_object_key(entry.obj)] = _service_target(tuple(s.key for s in entry_services), binding)
     ingress_pods = [IngressPods.of(g) for g in gateway_list if is_ingress(g)]
     targets = TargetIndex(
@@ -494,6 +498,7 @@ def translate_all(
                 destination_rules=destination_policies(
                     rule_index, c.waypoint.partition("/")[0], served_by(c.waypoint), members
                 ),
+                race_first_connect=tuple(k for k in c.services if k in racing),
             )
             for c in authn
         ),
