@@ -28,6 +28,7 @@ from ambit.model.workload import (
     HealthPolicy,
     HealthStatus,
     IPFamilies,
+    LoadBalancingMode,
     Locality,
     NetworkAddress,
     NetworkMode,
@@ -463,6 +464,7 @@ _services = st.builds(
     health_policy=st.sampled_from(HealthPolicy),
     canonical=st.booleans(),
     ip_families=st.sampled_from(IPFamilies),
+    load_balancing_mode=st.sampled_from(LoadBalancingMode),
 )
 _string_matches = st.one_of(
     st.just(StringMatch.presence()),

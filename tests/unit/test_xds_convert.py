@@ -17,6 +17,7 @@ from ambit.model.workload import (
     HealthPolicy,
     HealthStatus,
     IPFamilies,
+    LoadBalancingMode,
     Locality,
     NetworkAddress,
     NetworkMode,
@@ -68,6 +69,7 @@ WEB_SVC = Service(
     health_policy=HealthPolicy.ALLOW_ALL,
     canonical=True,
     ip_families=IPFamilies.DUAL,
+    load_balancing_mode=LoadBalancingMode.PASSTHROUGH,
 )
 
 
@@ -262,6 +264,17 @@ def test_capacity_is_sent_only_when_it_is_not_one_and_absent_reads_as_one() -> N
     message = address_of(plain)
     message.workload.capacity.value = 0  # present and zero: never picked by a weighted choice, as in ztunnel
     assert address_from_proto(message).capacity == 0  # type: ignore[union-attr]
+
+
+def test_a_passthrough_service_goes_on_the_wire_as_istiod_writes_it_and_an_unknown_mode_is_refused() -> None:
+    message = address_of(WEB_SVC)
+    lb = message.service.load_balancing
+    assert (lb.mode, lb.health_policy) == (pb.LoadBalancing.PASSTHROUGH, pb.LoadBalancing.ALLOW_ALL)
+    plain = Service(name="x", namespace="shop", hostname="x.example.com")
+    assert not address_of(plain).service.HasField("load_balancing")
+    message.service.load_balancing.mode = 9
+    with pytest.raises(XdsConversionError, match=r"service\.load_balancing\.mode: unsupported value 9"):
+        address_from_proto(message)
 
 
 def test_an_unknown_locality_is_not_sent() -> None:

@@ -332,7 +332,8 @@ class WorkloadState:
         """Where a connection to ``ip:port`` (in ``network``) goes (spec §6.3, steps 3, 4 and 7).
 
         A service VIP goes to an endpoint picked by ``choose`` among the eligible ones (healthy unless the service
-        allows all; with an address or a hostname, rule 10), or raises :class:`NoHealthyUpstreamError`. A workload
+        allows all; with an address or a hostname, rule 10); without one, a PASSTHROUGH service's VIP is passthrough
+        to ``ip:port`` (with the service), any other raises :class:`NoHealthyUpstreamError`. A workload
         address goes to that workload, whatever its health. Anything else is passthrough. With
         ``client_namespace``, services not visible to that namespace are not seen (rule 9).
         """
@@ -341,6 +342,10 @@ class WorkloadState:
             candidates = [
                 workload for workload in self.find_endpoints(service) if _eligible(workload, service, hostname=True)
             ]
+            if not candidates and service.passthrough:
+                # ztunnel's rule for a PASSTHROUGH service (a ``resolution: NONE`` ServiceEntry): no endpoint, so
+                # the connection goes where it was sent.
+                return Destination(ip=ip, port=port, transport=Transport.PASSTHROUGH, workload=None, service=service)
             if not candidates:
                 raise NoHealthyUpstreamError(f"no healthy upstream for service {service.key} ({ip} port {port})")
             chosen = choose(candidates)

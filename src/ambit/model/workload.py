@@ -39,6 +39,7 @@ __all__ = [
     "HealthStatus",
     "IPAddress",
     "IPFamilies",
+    "LoadBalancingMode",
     "Locality",
     "NamespacedHostname",
     "NetworkAddress",
@@ -110,6 +111,17 @@ class HealthPolicy(enum.Enum):
 
     ONLY_HEALTHY = "OnlyHealthy"
     ALLOW_ALL = "AllowAll"
+
+
+class LoadBalancingMode(enum.Enum):
+    """How a service's endpoints are chosen (``LoadBalancing.mode``). PASSTHROUGH: a connection to a VIP of the
+    service that finds no endpoint goes to the address it was sent to (a ``resolution: NONE`` ServiceEntry); the
+    others only matter with routing preferences, which Ambit does not send."""
+
+    UNSPECIFIED = "Unspecified"
+    STRICT = "Strict"
+    FAILOVER = "Failover"
+    PASSTHROUGH = "Passthrough"
 
 
 def parse_ip(text: str) -> IPAddress:
@@ -285,6 +297,12 @@ class Service:
     weighted_waypoints: tuple[WeightedWaypoint, ...] = ()
     """With a canary waypoint: the primary and the canary with their shares of new connections (a weight 0 is never
     chosen); ``waypoint`` stays the primary, which takes everything when none of these can be used."""
+    load_balancing_mode: LoadBalancingMode = LoadBalancingMode.UNSPECIFIED
+    """``PASSTHROUGH``: without an endpoint, a connection goes to its original destination (ztunnel's rule)."""
+
+    @property
+    def passthrough(self) -> bool:
+        return self.load_balancing_mode is LoadBalancingMode.PASSTHROUGH
 
     @property
     def fronting_waypoints(self) -> tuple[GatewayAddress, ...]:

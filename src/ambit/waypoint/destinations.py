@@ -110,6 +110,8 @@ class ServiceTarget:
     port: int
     """The Service port the client addressed."""
     protocol: AppProtocol
+    ip: IPAddress | None = None
+    """The VIP the CONNECT authority named (the original destination); None when it named the hostname."""
 
     @property
     def backend(self) -> BackendService:
@@ -161,7 +163,7 @@ def plan_tunnel(
         mapping = next((m for m in service.ports if m.service_port == port), None)
         if mapping is None:
             return Refusal(400, f"service {service.key} has no port {port}")  # rule 3
-        return ServiceTarget(service, port, mapping.app_protocol)
+        return ServiceTarget(service, port, mapping.app_protocol, ip)
     workload = state.find_workload_by_address(me.network, ip) if ip is not None else None
     if workload is not None and ip is not None:
         if not me.is_me(workload.waypoint, state):
@@ -339,6 +341,27 @@ def pick_endpoint(
     if chosen.addresses:
         return Endpoint(chosen, chosen.addresses[0], target_port, service)
     return Endpoint(chosen, UNRESOLVED, target_port, service, resolve_hostname=chosen.hostname)
+
+
+def original_destination(target: ServiceTarget) -> Endpoint | None:
+    """The endpoint for a PASSTHROUGH Service that has none (a ``resolution: NONE`` ServiceEntry; Envoy's
+    ORIGINAL_DST cluster): plain TCP to the VIP and port the CONNECT authority named, which :func:`plan_tunnel`
+    has checked to be one of this Service's VIPs, bound to this waypoint, on a declared port, and not the waypoint's
+    own. Never a name, never an address from a request header: the waypoint is not an open proxy. None for any
+    other Service, or a CONNECT that named the hostname (nothing to dial)."""
+    service, ip = target.service, target.ip
+    if not service.passthrough or ip is None or not any(vip.ip == ip for vip in service.vips):
+        return None
+    if ip.is_unspecified or ip.is_multicast or ip == ipaddress.IPv4Address("255.255.255.255"):
+        return None
+    workload = Workload(
+        uid=f"{service.key}/original-destination",
+        name="",
+        namespace=service.namespace,
+        addresses=(ip,),
+        workload_name="",
+    )
+    return Endpoint(workload, ip, target.port, service)
 
 
 def judge_resolved(endpoint: Endpoint, ip: IPAddress, me: WaypointSelf) -> Endpoint | Refusal:

@@ -33,6 +33,8 @@ Rules:
    entries are refused (istiod sends two: the primary and the canary).
 10. ``Workload.capacity`` (field 27, a ``UInt32Value``) is sent only when it is not 1 (istiod sends it for a
     ``weight``); an absent one is 1, as in ztunnel.
+11. ``Service.load_balancing`` (field 8) is sent when its ``health_policy`` or ``mode`` is not the default; the
+    ``mode`` (field 2) is kept, an unknown one refused (a newer mode must not be read as another).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ from ambit.model.workload import (
     HealthStatus,
     IPAddress,
     IPFamilies,
+    LoadBalancingMode,
     Locality,
     NamespacedHostname,
     NetworkAddress,
@@ -103,6 +106,11 @@ _POLICIES = {
     HealthPolicy.ALLOW_ALL: pb.LoadBalancing.ALLOW_ALL,
 }
 _POLICY_NAMES = {value: key for key, value in _POLICIES.items()}
+_LB_MODES: dict[LoadBalancingMode, Any] = {
+    mode: pb.LoadBalancing.Mode.Value(f"{mode.name}_MODE" if mode is LoadBalancingMode.UNSPECIFIED else mode.name)
+    for mode in LoadBalancingMode
+}
+_LB_MODE_NAMES = {value: key for key, value in _LB_MODES.items()}
 _NETWORK_MODES = {NetworkMode.STANDARD: pb.STANDARD, NetworkMode.HOST_NETWORK: pb.HOST_NETWORK}
 _NETWORK_MODE_NAMES = {value: key for key, value in _NETWORK_MODES.items()}
 _IP_FAMILIES = {
@@ -183,8 +191,11 @@ def service_to_proto(service: Service) -> pb.Service:
         ports=_ports(service.ports),
         subject_alt_names=list(service.subject_alt_names),
         load_balancing=(
-            pb.LoadBalancing(health_policy=_POLICIES[service.health_policy])
+            pb.LoadBalancing(
+                health_policy=_POLICIES[service.health_policy], mode=_LB_MODES[service.load_balancing_mode]
+            )
             if service.health_policy is not HealthPolicy.ONLY_HEALTHY
+            or service.load_balancing_mode is not LoadBalancingMode.UNSPECIFIED
             else None
         ),
         canonical=service.canonical,
@@ -395,6 +406,7 @@ def _service_from_proto(message: pb.Service, read: FieldReader) -> Service:
         health_policy=read.enum(
             "service.load_balancing.health_policy", message.load_balancing.health_policy, _POLICY_NAMES
         ),
+        load_balancing_mode=read.enum("service.load_balancing.mode", message.load_balancing.mode, _LB_MODE_NAMES),
         canonical=message.canonical,
         ip_families=read.enum("service.ip_families", message.ip_families, _IP_FAMILY_NAMES),
         waypoint=read.gateway_address("service.waypoint", message.waypoint) if message.HasField("waypoint") else None,

@@ -32,6 +32,9 @@ Rules:
    has that hostname, else the Service of the oldest public entry with the host (``creationTimestamp``, then
    namespace and name) (:func:`canonical_owners`); a namespace-visible entry is never canonical.
 8. ``spec.exportTo`` gives each Service's visibility (:mod:`ambit.controlplane.translate.visibility`).
+9. ``resolution: NONE`` (the default) makes each Service's load balancing ``PASSTHROUGH`` with health policy
+   ``ALLOW_ALL``, as istiod's ``services.go`` does: a connection to its VIP that finds no endpoint goes to the
+   address it was sent to (the node proxy's rule 4, the waypoint's original destination).
 
 Everything left out is reported as :class:`Skipped` naming the field.
 """
@@ -65,7 +68,9 @@ from ambit.model.dnsname import check_dns_name
 from ambit.model.workload import (
     AddressError,
     GatewayAddress,
+    HealthPolicy,
     IPAddress,
+    LoadBalancingMode,
     NetworkAddress,
     PortMapping,
     Service,
@@ -240,7 +245,8 @@ def _created(obj: Obj) -> str:
 def service_entry_services(
     entry: ServiceEntrySpec, *, network: str, canonical: Mapping[str, tuple[str, str]] | None = None
 ) -> list[Service]:
-    """One Service per host (rules 1 to 3, and 7 given :func:`canonical_owners`)."""
+    """One Service per host (rules 1 to 3, 9, and 7 given :func:`canonical_owners`)."""
+    passthrough = entry.resolution.upper() == "NONE"
     ports = tuple(
         PortMapping(p.number, p.target if isinstance(p.target, int) else 0, protocol_app_protocol(p.protocol))
         for p in entry.ports
@@ -255,6 +261,8 @@ def service_entry_services(
             subject_alt_names=entry.subject_alt_names,
             canonical=canonical is not None and canonical.get(host) == (entry.namespace, entry.name),
             visibility=entry.visibility,
+            load_balancing_mode=LoadBalancingMode.PASSTHROUGH if passthrough else LoadBalancingMode.UNSPECIFIED,
+            health_policy=HealthPolicy.ALLOW_ALL if passthrough else HealthPolicy.ONLY_HEALTHY,
         )
         for host in entry.hosts
     ]
