@@ -51,3 +51,19 @@ async def test_a_static_entry_without_endpoints_is_refused_and_nothing_is_dialle
         assert await proxy.call((EXTERNAL_IP, port), b"hi") == b""
         await until(lambda: not proxy.ctx.connections)
         assert seen == []
+
+
+async def test_any_address_in_a_cidr_address_is_the_entry_at_the_node_proxy(tmp_path: Path) -> None:
+    """``addresses: [127.0.0.64/26]``: a connection to 127.0.0.77 is the entry's. Resolution NONE passes it through
+    to 127.0.0.77; STATIC (no endpoints) refuses it, where an address outside any entry would pass through."""
+    async with tcp_echo(EXTERNAL_IP, b"external:") as (port, seen), translated_proxy(tmp_path) as proxy:
+        objects = entry(port, "NONE")
+        objects["service_entries"][0]["spec"]["addresses"] = ["127.0.0.64/26"]
+        (service,) = [i for i in proxy.apply(objects) if isinstance(i, Service)]
+        assert [str(v) for v in service.vips] == ["/127.0.0.64/26"]
+        assert await proxy.call((EXTERNAL_IP, port), b"hi") == b"external:hi"
+        objects["service_entries"][0]["spec"]["resolution"] = "STATIC"
+        proxy.apply(objects)
+        assert await proxy.call((EXTERNAL_IP, port), b"hi") == b""
+        await until(lambda: not proxy.ctx.connections)
+        assert len(seen) == 1

@@ -10,6 +10,7 @@ same port; a CONNECT naming it, a CONNECT naming the entry's hostname, and a req
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import ipaddress
 import socket
 from collections.abc import AsyncIterator
@@ -48,6 +49,7 @@ from ambit.waypoint.settings import WaypointLimits
 pytestmark = pytest.mark.timeout(60)
 
 EXTERNAL_IP, TRAP_IP, CLIENT_IP = "127.0.0.77", "127.0.0.78", "127.0.0.4"
+IN_RANGE_IP, RANGE = "127.0.1.9", "127.0.1.0/24"  # a second entry's CIDR address ("resolution none CIDR")
 HOST = "fake-passthrough.example.com"
 LIMITS = WaypointLimits(max_head_bytes=8 * 1024, head_timeout=2.0, sniff_timeout=0.5, startup_wait=5.0)
 
@@ -71,7 +73,10 @@ def mesh(port: int) -> LocalConfig:
         load_balancing_mode=LoadBalancingMode.PASSTHROUGH,
         health_policy=HealthPolicy.ALLOW_ALL,
     )
-    return LocalConfig(workloads=(client,), services=(entry,))
+    ranged = dataclasses.replace(
+        entry, name="external-cidr", hostname="fake-cidr.example.com", vips=(NetworkAddress.of_cidr("", RANGE),)
+    )
+    return LocalConfig(workloads=(client,), services=(entry, ranged))
 
 
 @dataclass
@@ -103,7 +108,7 @@ class Egress:
 
 @pytest.fixture
 async def egress(tmp_path: Path) -> AsyncIterator[Egress]:
-    seen: dict[str, list[dict[str, str]]] = {EXTERNAL_IP: [], TRAP_IP: []}
+    seen: dict[str, list[dict[str, str]]] = {EXTERNAL_IP: [], TRAP_IP: [], IN_RANGE_IP: []}
 
     async def echo(request: web.Request) -> web.Response:
         local = request.transport.get_extra_info("sockname")[0] if request.transport else ""
@@ -122,6 +127,7 @@ async def egress(tmp_path: Path) -> AsyncIterator[Egress]:
     port = free_port(EXTERNAL_IP)
     await web.TCPSite(runner, EXTERNAL_IP, port).start()
     await web.TCPSite(runner, TRAP_IP, port).start()
+    await web.TCPSite(runner, IN_RANGE_IP, port).start()
     config = tmp_path / "mesh.yaml"
     config.write_text(render_local_config(mesh(port)), encoding="utf-8")
     waypoint = Waypoint(waypoint_settings(config, tmp_path / "ca", LIMITS))
@@ -151,7 +157,7 @@ async def test_a_connect_naming_any_other_address_is_refused_and_nothing_is_dial
 async def test_a_connect_naming_the_hostname_has_no_original_destination(egress: Egress) -> None:
     status, _ = await egress.request(f"{HOST}:{egress.port}")
     assert status == 503
-    assert egress.seen == {EXTERNAL_IP: [], TRAP_IP: []}
+    assert egress.seen == {EXTERNAL_IP: [], TRAP_IP: [], IN_RANGE_IP: []}
 
 
 async def test_headers_naming_another_destination_do_not_move_the_connection(egress: Egress) -> None:
@@ -159,4 +165,12 @@ async def test_headers_naming_another_destination_do_not_move_the_connection(egr
     headers = [("x-envoy-original-dst-host", trap), ("x-forwarded-host", trap)]
     status, body = await egress.request(f"{EXTERNAL_IP}:{egress.port}", headers=headers)
     assert status == 200 and echo_of(body)["at"] == EXTERNAL_IP
+    assert egress.seen[TRAP_IP] == []
+
+
+async def test_any_address_in_an_entrys_cidr_range_is_that_entry_and_goes_where_it_was_sent(egress: Egress) -> None:
+    status, body = await egress.request(f"{IN_RANGE_IP}:{egress.port}")
+    assert status == 200 and echo_of(body)["at"] == IN_RANGE_IP
+    status, _ = await egress.request(f"127.0.2.9:{egress.port}")  # just outside the range
+    assert status == 400
     assert egress.seen[TRAP_IP] == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 
 import pytest
@@ -153,11 +154,22 @@ def test_ports_out_of_range_are_refused() -> None:
         address_from_proto(address)
 
 
-def test_a_vip_prefix_is_refused() -> None:
+def test_a_vip_range_round_trips_and_a_bad_prefix_is_refused() -> None:
+    ranged = dataclasses.replace(
+        WEB_SVC, vips=(NetworkAddress("net1", ipaddress.ip_address("198.18.210.0"), 24), *WEB_SVC.vips)
+    )
+    assert _round_trip(ranged) == ranged
+    assert address_of(ranged).service.addresses[0].length == 24
+    assert not address_of(ranged).service.addresses[1].HasField("length")
     address = address_of(WEB_SVC)
     address.service.addresses[0].length = 24
-    with pytest.raises(XdsConversionError, match=r"service.addresses\[0\].length: prefixes are not supported"):
+    with pytest.raises(XdsConversionError, match=r"service.addresses\[0\].length: 198.18.210.1/24 has host bits"):
         address_from_proto(address)
+    address.service.addresses[0].length = 33
+    with pytest.raises(XdsConversionError, match=r"service.addresses\[0\].length: out of range 0..32: 33"):
+        address_from_proto(address)
+    address.service.addresses[0].length = 32
+    assert address_from_proto(address) == WEB_SVC  # a full-length prefix is one address
 
 
 def test_a_resource_named_differently_from_its_body_is_refused() -> None:

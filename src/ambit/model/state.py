@@ -43,11 +43,15 @@ Visibility and hostname endpoints (spec §4.1 ``Service.visibility``, ``Workload
 10. A service endpoint with a ``hostname`` and no address is eligible (rule 6's other conditions apart); the
     :class:`Destination` then keeps the original IP and says :attr:`Destination.resolve_hostname`: the caller
     resolves the name (``fetch_*``, with I/O) before dialling. Waypoint instances must have an address.
+11. A VIP with a prefix length (a ServiceEntry's CIDR range) makes every address in the range the service's: a
+    VIP lookup that finds no service at the address itself takes the range with the longest prefix holding it
+    (rules 2 and 9 within one range).
 """
 
 from __future__ import annotations
 
 import enum
+import ipaddress
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -193,9 +197,11 @@ class WorkloadState:
         "_by_address",
         "_by_hostname",
         "_by_node",
+        "_by_range",
         "_by_service",
         "_by_vip",
         "_generation",
+        "_range_lengths",
         "_services",
         "_workloads",
     )
@@ -209,6 +215,9 @@ class WorkloadState:
         self._by_node: dict[str, dict[str, None]] = {}
         self._by_service: dict[str, dict[str, None]] = {}
         self._by_vip: dict[tuple[str, IPAddress], dict[str, None]] = {}
+        self._by_range: dict[tuple[str, IPAddress, int], dict[str, None]] = {}
+        # (generation, network and IP version -> prefix lengths present, longest first): rebuilt after a change.
+        self._range_lengths: tuple[int, dict[tuple[str, int], list[int]]] = (-1, {})
         self._by_hostname: dict[str, dict[str, None]] = {}
 
     @property
@@ -221,7 +230,14 @@ class WorkloadState:
     def replace_all(self, workloads: Iterable[Workload], services: Iterable[Service]) -> None:
         """Forget everything, then add these (a full snapshot, e.g. a reloaded local config)."""
         self._generation += 1
-        for index in (self._by_address, self._by_node, self._by_service, self._by_vip, self._by_hostname):
+        for index in (
+            self._by_address,
+            self._by_node,
+            self._by_service,
+            self._by_vip,
+            self._by_range,
+            self._by_hostname,
+        ):
             index.clear()
         self._workloads.clear()
         self._services.clear()
@@ -257,6 +273,7 @@ class WorkloadState:
         key = service.key
         old = self._services.get(key)
         _relink(self._by_vip, _vip_keys(old), _vip_keys(service), key)
+        _relink(self._by_range, _range_keys(old), _range_keys(service), key)
         _relink(self._by_hostname, [old.hostname] if old else [], [service.hostname], key)
         self._services[key] = service
 
@@ -267,6 +284,7 @@ class WorkloadState:
         if old is None:
             return False
         _relink(self._by_vip, _vip_keys(old), [], key)
+        _relink(self._by_range, _range_keys(old), [], key)
         _relink(self._by_hostname, [old.hostname], [], key)
         return True
 
@@ -280,18 +298,35 @@ class WorkloadState:
         return self._workloads[next(reversed(uids))] if uids else None
 
     def find_service_by_vip(self, network: str, ip: IPAddress, client_namespace: str | None = None) -> Service | None:
-        """The service with this VIP (the latest added, rule 2); with ``client_namespace``, the latest one visible
-        to a client of that namespace (rule 9)."""
-        keys = self._by_vip.get((network, ip))
-        if not keys:
-            return None
-        if client_namespace is None:
-            return self._services[next(reversed(keys))]
-        for key in reversed(keys):
+        """The service with this VIP (the latest added, rule 2), else the one whose VIP range holds it, the longest
+        prefix first (rule 11); with ``client_namespace``, the latest one visible to a client of that namespace
+        (rule 9)."""
+        found = self._pick_visible(self._by_vip.get((network, ip)), client_namespace)
+        if found is not None or not self._by_range:
+            return found
+        for length in self._lengths(network, ip.version):
+            start = ipaddress.ip_network((ip, length), strict=False).network_address
+            found = self._pick_visible(self._by_range.get((network, start, length)), client_namespace)
+            if found is not None:
+                return found
+        return None
+
+    def _pick_visible(self, keys: dict[str, None] | None, client_namespace: str | None) -> Service | None:
+        for key in reversed(keys or {}):
             service = self._services[key]
-            if service.visible_to(client_namespace):
+            if client_namespace is None or service.visible_to(client_namespace):
                 return service
         return None
+
+    def _lengths(self, network: str, version: int) -> list[int]:
+        generation, lengths = self._range_lengths
+        if generation != self._generation:
+            grouped: dict[tuple[str, int], set[int]] = {}
+            for net, start, length in self._by_range:
+                grouped.setdefault((net, start.version), set()).add(length)
+            lengths = {group: sorted(items, reverse=True) for group, items in grouped.items()}
+            self._range_lengths = (self._generation, lengths)
+        return lengths.get((network, version), [])
 
     def find_service_by_hostname(self, hostname: str) -> Service | None:
         keys = self._by_hostname.get(hostname)
@@ -447,7 +482,13 @@ def _address_keys(workload: Workload | None) -> list[tuple[str, IPAddress]]:
 
 
 def _vip_keys(service: Service | None) -> list[tuple[str, IPAddress]]:
-    return [] if service is None else [(vip.network, vip.ip) for vip in service.vips]
+    return [] if service is None else [(vip.network, vip.ip) for vip in service.vips if vip.length is None]
+
+
+def _range_keys(service: Service | None) -> list[tuple[str, IPAddress, int]]:
+    if service is None:
+        return []
+    return [(vip.network, vip.ip, vip.length) for vip in service.vips if vip.length is not None]
 
 
 def _json_keys(value: Any) -> Any:

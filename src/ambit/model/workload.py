@@ -160,21 +160,59 @@ class Locality:
 
 @dataclass(frozen=True, slots=True)
 class NetworkAddress:
-    """An IP within a network (``""`` = the default network); rendered ``network/ip`` as in ztunnel's keys."""
+    """An IP within a network (``""`` = the default network); rendered ``network/ip`` as in ztunnel's keys.
+
+    With ``length`` (a ServiceEntry's CIDR, spec §4.1 ``NetworkAddress.length``) it is a range: ``ip`` is then the
+    range's network address (host bits clear) and ``length`` shorter than the address; rendered
+    ``network/ip/length``. None: one address."""
 
     network: str
     ip: IPAddress
+    length: int | None = None
 
     def __str__(self) -> str:
-        return f"{self.network}/{self.ip}"
+        text = f"{self.network}/{self.ip}"
+        return text if self.length is None else f"{text}/{self.length}"
+
+    @property
+    def is_range(self) -> bool:
+        return self.length is not None
+
+    def contains(self, ip: IPAddress) -> bool:
+        """Whether ``ip`` is this address, or in this range."""
+        if self.length is None or ip.version != self.ip.version:
+            return ip == self.ip
+        return ip in ipaddress.ip_network((self.ip, self.length))
+
+    @classmethod
+    def of_cidr(cls, network: str, text: str) -> NetworkAddress:
+        """An address or a CIDR range (``10.0.0.0/24``; host bits are cleared, as istiod masks it); a prefix as long
+        as the address is one address. Raises :class:`AddressError`."""
+        if "/" not in text:
+            return cls(network, parse_ip(text))
+        if "%" in text:
+            raise AddressError(f"IP range has a zone id: {text!r}")
+        try:
+            net = ipaddress.ip_network(text, strict=False)
+        except ValueError:
+            raise AddressError(f"not an IP address or CIDR range: {text!r}") from None
+        length = net.prefixlen if net.prefixlen != net.max_prefixlen else None
+        return cls(network, net.network_address, length)
 
     @classmethod
     def parse(cls, text: str) -> NetworkAddress:
-        """Read ``net/ip``, ``/ip`` or a bare ``ip``. The IP is after the last ``/``: an IP never holds one."""
+        """Read ``net/ip``, ``/ip`` or a bare ``ip``, and ranges as ``net/ip/length`` or ``ip/length``. The IP is
+        after the last ``/`` (before the length of a range): an IP never holds one."""
         if not isinstance(text, str):
             raise AddressError(f"network address must be a string, not {type(text).__name__}")
-        network, _, ip = text.rpartition("/")
-        return cls(network, parse_ip(ip))
+        network, _, last = text.rpartition("/")
+        if last.isdigit() and last.isascii():
+            outer, _, ip = network.rpartition("/")
+            address = cls.of_cidr(outer, f"{ip}/{last}")
+            if address.length is not None and address.ip != parse_ip(ip):
+                raise AddressError(f"range has host bits set: {text!r}")
+            return address
+        return cls(network, parse_ip(last))
 
 
 HBONE_MTLS_PORT = 15008

@@ -284,7 +284,7 @@ def pick_ingress_endpoint(
     (:func:`~ambit.model.waypoint_choice.choose_waypoint`); a canary without endpoints is never picked."""
     if not service.ingress_use_waypoint or service.waypoint is None:
         return pick_endpoint(state, service, port, choose, exclude=exclude, only=only)
-    vip = next((v.ip for v in service.vips), None)
+    vip = next((v.ip for v in service.vips if v.length is None), None)
     if vip is None:
         return None
 
@@ -350,7 +350,7 @@ def original_destination(target: ServiceTarget) -> Endpoint | None:
     own. Never a name, never an address from a request header: the waypoint is not an open proxy. None for any
     other Service, or a CONNECT that named the hostname (nothing to dial)."""
     service, ip = target.service, target.ip
-    if not service.passthrough or ip is None or not any(vip.ip == ip for vip in service.vips):
+    if not service.passthrough or ip is None or not any(vip.contains(ip) for vip in service.vips):
         return None
     if ip.is_unspecified or ip.is_multicast or ip == ipaddress.IPv4Address("255.255.255.255"):
         return None

@@ -14,7 +14,8 @@ Rules:
    resource whose name disagrees with its body is refused.
 2. Aliases (:func:`address_aliases`) are the ``network/IP`` keys an on-demand client may subscribe with: each
    workload address in the workload's network, each service VIP in its own network.
-3. IPs are raw 4- or 16-byte strings; a VIP with a prefix ``length`` shorter than the full address is refused.
+3. IPs are raw 4- or 16-byte strings. A service VIP may carry a prefix ``length`` (a ServiceEntry's CIDR range):
+   0..the address's bits, host bits clear; a full-length one is one address. A waypoint address never has one.
 4. Ports: service ports 1..65535, target ports 0..65535 (0 = named port, resolved per workload).
 5. Nothing but :class:`XdsConversionError` escapes decoding.
 6. A locality is sent only when one of its parts is known (istiod sends none for a node without topology labels);
@@ -187,7 +188,9 @@ def service_to_proto(service: Service) -> pb.Service:
         name=service.name,
         namespace=service.namespace,
         hostname=service.hostname,
-        addresses=[pb.NetworkAddress(network=vip.network, address=vip.ip.packed) for vip in service.vips],
+        addresses=[
+            pb.NetworkAddress(network=vip.network, address=vip.ip.packed, length=vip.length) for vip in service.vips
+        ],
         ports=_ports(service.ports),
         subject_alt_names=list(service.subject_alt_names),
         load_balancing=(
@@ -390,9 +393,14 @@ def _service_from_proto(message: pb.Service, read: FieldReader) -> Service:
     for index, vip in enumerate(message.addresses):
         field = f"service.addresses[{index}]"
         ip = read.ip(f"{field}.address", vip.address)
+        length: int | None = None
         if vip.HasField("length") and vip.length != ip.max_prefixlen:
-            raise read.fail(f"{field}.length", f"prefixes are not supported, got /{vip.length}")
-        vips.append(NetworkAddress(read.text(f"{field}.network", vip.network), ip))
+            if vip.length > ip.max_prefixlen:
+                raise read.fail(f"{field}.length", f"out of range 0..{ip.max_prefixlen}: {vip.length}")
+            if ipaddress.ip_network((ip, vip.length), strict=False).network_address != ip:
+                raise read.fail(f"{field}.length", f"{ip}/{vip.length} has host bits set")
+            length = vip.length
+        vips.append(NetworkAddress(read.text(f"{field}.network", vip.network), ip, length))
     return Service(
         name=read.text("service.name", message.name, required=True),
         namespace=namespace,

@@ -10,9 +10,11 @@ Rules:
    name under it with the VIPs (spec §9). Another wildcard host is left out. A host whose
    key a Kubernetes Service or an earlier entry (by namespace, then name) already has is left out, so that every
    resource name has one owner.
-2. VIPs are ``spec.addresses`` on the cluster's network; a CIDR is accepted only as one address (/32, /128). An
-   entry without any takes, per host, the addresses the control plane allocated to it and keeps in its
-   ``status.addresses`` (:mod:`~ambit.controlplane.translate.autoallocate`), as istiod does.
+2. VIPs are ``spec.addresses`` on the cluster's network; a CIDR range is a VIP with a prefix length (istiod's
+   ``toNetworkAddressFromCidr``: host bits cleared, a full-length prefix is one address), and any address in it is
+   the Service's (the node proxy and the waypoint look VIPs up by longest prefix). An entry without any takes, per
+   host, the addresses the control plane allocated to it and keeps in its ``status.addresses``
+   (:mod:`~ambit.controlplane.translate.autoallocate`), as istiod does.
 3. Ports are ``spec.ports``: ``number`` to ``targetPort``, 0 when unset (each endpoint says its own number); the
    port's ``protocol`` gives its ``app_protocol`` (:mod:`ambit.controlplane.translate.protocols`).
    A repeated or invalid number is left out.
@@ -41,7 +43,6 @@ Everything left out is reported as :class:`Skipped` naming the field.
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -91,7 +92,8 @@ class ServiceEntrySpec:
     name: str
     namespace: str
     hosts: tuple[str, ...]
-    vips: tuple[IPAddress, ...] = ()
+    vips: tuple[tuple[IPAddress, int | None], ...] = ()
+    """(address, prefix length or None for one address) of each of ``spec.addresses``."""
     ports: tuple[ServicePort, ...] = ()
     selector: Mapping[str, str] | None = None
     endpoints: tuple[tuple[int, Obj], ...] = ()
@@ -175,24 +177,17 @@ def _parse(obj: Obj, taken: set[str], skips: list[Skipped]) -> ServiceEntrySpec 
     )
 
 
-def _vips(obj: Obj, raw: Iterable[Any], skips: list[Skipped]) -> tuple[IPAddress, ...]:
-    out: list[IPAddress] = []
+def _vips(obj: Obj, raw: Iterable[Any], skips: list[Skipped]) -> tuple[tuple[IPAddress, int | None], ...]:
+    out: list[tuple[IPAddress, int | None]] = []
     for i, value in enumerate(raw):
         text = str(value)
         try:
-            if "/" in text:
-                net = ipaddress.ip_network(text, strict=False)
-                if net.num_addresses != 1:
-                    raise AddressError(f"{text!r} is a range; only single addresses are supported as VIPs")
-                ip = parse_ip(str(net.network_address))
-            else:
-                ip = parse_ip(text)
-        except (AddressError, ValueError) as exc:
-            reason = str(exc) if isinstance(exc, AddressError) else f"not an IP address: {text!r}"
-            skips.append(skipped(SERVICE_ENTRY, obj, f"spec.addresses[{i}]", f"{reason}; the VIP is left out"))
+            address = NetworkAddress.of_cidr("", text)
+        except AddressError as exc:
+            skips.append(skipped(SERVICE_ENTRY, obj, f"spec.addresses[{i}]", f"{exc}; the VIP is left out"))
             continue
-        if ip not in out:
-            out.append(ip)
+        if (address.ip, address.length) not in out:
+            out.append((address.ip, address.length))
     return tuple(out)
 
 
@@ -256,7 +251,8 @@ def service_entry_services(
             name=entry.name,
             namespace=entry.namespace,
             hostname=host,
-            vips=tuple(NetworkAddress(network, ip) for ip in entry.vips or entry.auto_vips.get(host, ())),
+            vips=tuple(NetworkAddress(network, ip, length) for ip, length in entry.vips)
+            or tuple(NetworkAddress(network, ip) for ip in entry.auto_vips.get(host, ())),
             ports=ports,
             subject_alt_names=entry.subject_alt_names,
             canonical=canonical is not None and canonical.get(host) == (entry.namespace, entry.name),
