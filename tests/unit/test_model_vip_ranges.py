@@ -1,18 +1,20 @@
 """ServiceEntry CIDR addresses (spec §4.1 ``NetworkAddress.length``; upstream "resolution none CIDR"): the model's
 range VIPs, their text forms, and the longest-prefix VIP lookup of the workload state (rule 11 of
-:mod:`ambit.model.state`) that the node proxy and the waypoint both use."""
+:mod:`ambit.model.state`) that the node proxy and the waypoint both use; and the node proxy's choice of endpoints
+by capacity (a WorkloadEntry's ``weight``)."""
 
 from __future__ import annotations
 
 import ipaddress
+from collections import Counter
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ambit.model.errors import AddressError
-from ambit.model.state import WorkloadState
-from ambit.model.workload import NetworkAddress, Service, Visibility
+from ambit.model.state import WorkloadState, choose_by_capacity
+from ambit.model.workload import NetworkAddress, Service, Visibility, Workload
 
 
 def ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
@@ -99,3 +101,27 @@ def test_a_range_another_namespace_cannot_see_is_skipped_for_a_wider_one() -> No
     )
     assert state.find_service_by_vip("", ip("198.19.0.5"), "team").name == "private"  # type: ignore[union-attr]
     assert state.find_service_by_vip("", ip("198.19.0.5"), "apps").name == "wide"  # type: ignore[union-attr]
+
+
+# --- capacity (a WorkloadEntry's weight) -------------------------------------------------------------------------
+
+
+def _endpoint(name: str, capacity: int) -> Workload:
+    return Workload(uid=f"u/{name}", name=name, namespace="echo", addresses=(), capacity=capacity)
+
+
+def test_endpoints_are_chosen_in_proportion_to_their_capacity() -> None:
+    a, b, never = _endpoint("a", 1), _endpoint("b", 3), _endpoint("never", 0)
+    draws = [i / 400 for i in range(400)]
+    picks = Counter(choose_by_capacity([a, never, b], d).name for d in draws)
+    assert picks == {"a": 100, "b": 300}
+
+
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=6), st.floats(0, 1, exclude_max=True))
+def test_a_choice_is_always_one_of_the_candidates_and_never_a_zero_while_others_have_some(
+    capacities: list[int], draw: float
+) -> None:
+    candidates = [_endpoint(str(i), c) for i, c in enumerate(capacities)]
+    chosen = choose_by_capacity(candidates, draw)
+    assert chosen in candidates
+    assert chosen.capacity > 0 or sum(capacities) == 0

@@ -72,7 +72,14 @@ from ambit.model.workload import (
     Workload,
 )
 
-__all__ = ["Destination", "NoHealthyUpstreamError", "Transport", "UnknownWaypointError", "WorkloadState"]
+__all__ = [
+    "Destination",
+    "NoHealthyUpstreamError",
+    "Transport",
+    "UnknownWaypointError",
+    "WorkloadState",
+    "choose_by_capacity",
+]
 
 
 class Transport(enum.Enum):
@@ -498,3 +505,18 @@ def _json_keys(value: Any) -> Any:
     if isinstance(value, list):
         return [_json_keys(item) for item in value]
     return value
+
+
+def choose_by_capacity(candidates: Sequence[Workload], draw: float) -> Workload:
+    """One of ``candidates`` in proportion to its :attr:`~ambit.model.workload.Workload.capacity` (ztunnel's
+    weighted choice), ``draw`` in [0, 1): capacity 0 is never chosen while another has some; when every one has 0,
+    each is equally likely (ztunnel would find no upstream; Ambit's ``choose`` always answers)."""
+    total = sum(w.capacity for w in candidates)
+    if total <= 0:
+        return candidates[min(int(draw * len(candidates)), len(candidates) - 1)]
+    point = draw * total
+    for workload in candidates:
+        point -= workload.capacity
+        if point < 0 and workload.capacity > 0:
+            return workload
+    return next(w for w in reversed(candidates) if w.capacity > 0)
