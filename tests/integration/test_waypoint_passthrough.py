@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
+from tests.integration.proxy_rig import read_all
 from tests.integration.waypoint_rig import (
     CLIENT_ID,
     TD,
@@ -54,7 +55,7 @@ HOST = "fake-passthrough.example.com"
 LIMITS = WaypointLimits(max_head_bytes=8 * 1024, head_timeout=2.0, sniff_timeout=0.5, startup_wait=5.0)
 
 
-def mesh(port: int) -> LocalConfig:
+def mesh(port: int, tcp_port: int) -> LocalConfig:
     client = Workload(
         uid="Kubernetes//Pod/app/client",
         name="client",
@@ -68,7 +69,7 @@ def mesh(port: int) -> LocalConfig:
         namespace="app",
         hostname=HOST,
         vips=(NetworkAddress("", ipaddress.ip_address(EXTERNAL_IP)),),
-        ports=(PortMapping(port, port, AppProtocol.HTTP11),),
+        ports=(PortMapping(port, port, AppProtocol.HTTP11), PortMapping(tcp_port, tcp_port, AppProtocol.TCP)),
         waypoint=WAYPOINT_ADDR,
         load_balancing_mode=LoadBalancingMode.PASSTHROUGH,
         health_policy=HealthPolicy.ALLOW_ALL,
@@ -85,6 +86,24 @@ class Egress:
     ca: LocalCa
     port: int
     seen: dict[str, list[dict[str, str]]]
+    tcp_port: int
+
+    async def relay(self, authority: str, payload: bytes) -> bytes:
+        """Bytes through a CONNECT to ``authority`` (a TCP port): what comes back."""
+        loop = asyncio.get_running_loop()
+        sock = socket.socket()
+        sock.setblocking(False)
+        sock.bind((CLIENT_IP, 0))
+        await loop.sock_connect(sock, ("127.0.0.1", self.waypoint.settings.hbone_port))
+        cert = await self.ca.fetch_certificate(CLIENT_ID)
+        client = await HboneClient.connect(sock, cert, frozenset({WAYPOINT_ID}), trust_domain=TD)
+        try:
+            stream = await client.open_tunnel(authority, [("forwarded", f'for="{CLIENT_IP}:1"')])
+            await stream.write(payload)
+            stream.write_eof()
+            return await read_all(stream)
+        finally:
+            await client.aclose()
 
     async def request(self, authority: str, headers: list[tuple[str, str]] | None = None) -> tuple[int, bytes]:
         """One GET through a CONNECT to ``authority``; a refused CONNECT is its status and no body."""
@@ -129,14 +148,24 @@ async def egress(tmp_path: Path) -> AsyncIterator[Egress]:
     await web.TCPSite(runner, TRAP_IP, port).start()
     await web.TCPSite(runner, IN_RANGE_IP, port).start()
     config = tmp_path / "mesh.yaml"
-    config.write_text(render_local_config(mesh(port)), encoding="utf-8")
+
+    async def tcp_echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"tcp:" + await reader.read(1024))
+        await writer.drain()
+        writer.close()
+
+    tcp_server = await asyncio.start_server(tcp_echo, EXTERNAL_IP, 0)
+    tcp_port = tcp_server.sockets[0].getsockname()[1]
+    config.write_text(render_local_config(mesh(port, tcp_port)), encoding="utf-8")
     waypoint = Waypoint(waypoint_settings(config, tmp_path / "ca", LIMITS))
     await waypoint.start()
     try:
-        yield Egress(waypoint, LocalCa(tmp_path / "ca", trust_domain=TD), port, seen)
+        yield Egress(waypoint, LocalCa(tmp_path / "ca", trust_domain=TD), port, seen, tcp_port)
     finally:
         await waypoint.aclose()
         await runner.cleanup()
+        tcp_server.close()
+        await tcp_server.wait_closed()
 
 
 async def test_a_connect_to_the_entrys_address_is_served_at_l7_and_sent_to_that_address(egress: Egress) -> None:
@@ -174,3 +203,7 @@ async def test_any_address_in_an_entrys_cidr_range_is_that_entry_and_goes_where_
     status, _ = await egress.request(f"127.0.2.9:{egress.port}")  # just outside the range
     assert status == 400
     assert egress.seen[TRAP_IP] == []
+
+
+async def test_a_tcp_port_of_the_entry_is_relayed_to_the_address_the_connect_named(egress: Egress) -> None:
+    assert await egress.relay(f"{EXTERNAL_IP}:{egress.tcp_port}", b"bytes") == b"tcp:bytes"
