@@ -8,12 +8,12 @@ the RequestAuthentications attached to them, spec §7.5, and the DestinationRule
 Istio's own Gateways with the VirtualServices bound to them (classic ingress gateways, ``istio_gateways``), and
 returns a
 :class:`Translation`: one :class:`LocalConfig` (workloads, services, policies), the ``ZtunnelAccepted`` status of
-each AuthorizationPolicy and the ``istio.io/WaypointBound`` status of Services and ServiceEntries
-(:class:`PolicyStatus`, for the control plane to write), each ready waypoint's
-:class:`~ambit.model.routes.WaypointConfig` with the routes' status (:class:`RouteStatus`), and the list of what had
-to be left out (:class:`Skipped`, each naming the object and the field to fix). :func:`translate` is the same
-without the list. Nothing here keeps state between calls or does I/O: the caller (an informer-driven view, a test)
-decides when to translate again.
+each AuthorizationPolicy, the ``istio.io/WaypointBound`` status of Services and ServiceEntries and the
+``istio.io/WaypointMissing`` status of ServiceEntries (:class:`PolicyStatus`, for the control plane to write),
+each ready waypoint's :class:`~ambit.model.routes.WaypointConfig` with the routes' status (:class:`RouteStatus`),
+and the list of what had to be left out (:class:`Skipped`, each naming the object and the field to fix).
+:func:`translate` is the same without the list. Nothing here keeps state between calls or does I/O: the caller (an
+informer-driven view, a test) decides when to translate again.
 
 Order of work: Kubernetes Services first, then ServiceEntries (their hosts may not take a Service's key), then one
 index of every selecting service, then the workloads (pods, WorkloadEntries, inline ServiceEntry endpoints) with
