@@ -611,3 +611,40 @@ def test_removing_the_label_brings_traffic_back_to_l4(lab: Lab) -> None:
 
     wait_until("requests no longer carry x-request-id", direct, timeout=60, interval=1.0)
     lab.kubectl("label", "namespace", NS, "istio.io/use-waypoint=waypoint")
+
+
+def test_a_resolution_none_service_entry_is_carried_at_l7_to_the_address_asked_for(lab: Lab) -> None:
+    """TestWaypointAsEgressGateway "resolution none": a ServiceEntry with an outside address (here the IP of a pod in
+    a namespace that is not in the mesh), no endpoints and ``resolution: NONE``, bound to the waypoint. A call to
+    that address goes through the waypoint at L7 and reaches the pod behind it (the waypoint's original
+    destination); before the entry it is plain L4 passthrough."""
+    outside = "wp-outside"
+    lab.namespace(outside)
+    lab.apply(pod_manifest("external", [http_echo_container(8080)]), namespace=outside)
+    lab.wait_pods_ready(outside, "", 1, timeout=90)
+    address = str(lab.pod("external", outside)["status"]["podIP"])
+    url = f"http://{address}:8080/"
+    (before,) = calls(lab, url)
+    assert before["status"] == 200 and before["pod"] == "external" and not before["request_id"], before
+    entry = {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "ServiceEntry",
+        "metadata": {"name": "external-resolution-none", "labels": {"istio.io/use-waypoint": "waypoint"}},
+        "spec": {
+            "hosts": ["fake-passthrough.example.com"],
+            "ports": [{"name": "http", "number": 8080, "protocol": "HTTP"}],
+            "resolution": "NONE",
+            "location": "MESH_EXTERNAL",
+            "addresses": [address],
+        },
+    }
+    lab.apply(entry, namespace=NS)
+
+    def through_waypoint() -> list[dict[str, Any]] | None:
+        answers = calls(lab, url, 3)
+        return answers if all(a.get("request_id") and a.get("pod") == "external" for a in answers) else None
+
+    wait_until("the entry's address carried at L7 by the waypoint", through_waypoint, timeout=60, interval=1.0)
+    bound = condition(lab.get("serviceentry", "external-resolution-none", "-n", NS), "istio.io/WaypointBound")
+    assert bound.get("status") == "True", bound
+    lab.kubectl("delete", "serviceentry", "external-resolution-none", "-n", NS)
