@@ -614,18 +614,27 @@ def test_removing_the_label_brings_traffic_back_to_l4(lab: Lab) -> None:
 
 
 def test_a_resolution_none_service_entry_is_carried_at_l7_to_the_address_asked_for(lab: Lab) -> None:
-    """TestWaypointAsEgressGateway "resolution none": a ServiceEntry with an outside address (here the IP of a pod in
-    a namespace that is not in the mesh), no endpoints and ``resolution: NONE``, bound to the waypoint. A call to
-    that address goes through the waypoint at L7 and reaches the pod behind it (the waypoint's original
-    destination); before the entry it is plain L4 passthrough."""
+    """TestWaypointAsEgressGateway "resolution none": a ServiceEntry whose address is the ClusterIP of a Service
+    outside the mesh (namespace ``wp-outside``, not ambient), no endpoints and ``resolution: NONE``, bound to the
+    waypoint. Before the entry a call to that address is plain L4; with it, it goes through the waypoint at L7
+    and reaches the pod behind the ClusterIP (the waypoint's original destination)."""
     outside = "wp-outside"
     lab.namespace(outside)
-    lab.apply(pod_manifest("external", [http_echo_container(8080)]), namespace=outside)
+    lab.apply(
+        pod_manifest("external", [http_echo_container(8080)], labels={"app": "external"}),
+        service("external", {"app": "external"}, ("http", 8080, 8080)),
+        namespace=outside,
+    )
     lab.wait_pods_ready(outside, "", 1, timeout=90)
-    address = str(lab.pod("external", outside)["status"]["podIP"])
+    address = str(lab.get("service", "external", "-n", outside)["spec"]["clusterIP"])
     url = f"http://{address}:8080/"
-    (before,) = calls(lab, url)
-    assert before["status"] == 200 and before["pod"] == "external" and not before["request_id"], before
+
+    def direct() -> dict[str, Any] | None:
+        (answer,) = calls(lab, url)
+        return answer if answer["status"] == 200 else None
+
+    before = wait_until("the outside Service answers", direct, timeout=60, interval=1.0)
+    assert before["pod"] == "external" and not before["request_id"], before
     entry = {
         "apiVersion": "networking.istio.io/v1",
         "kind": "ServiceEntry",

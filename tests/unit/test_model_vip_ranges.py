@@ -125,3 +125,18 @@ def test_a_choice_is_always_one_of_the_candidates_and_never_a_zero_while_others_
     chosen = choose_by_capacity(candidates, draw)
     assert chosen in candidates
     assert chosen.capacity > 0 or sum(capacities) == 0
+
+
+def test_a_shared_vip_answers_the_clients_own_namespace_first_as_ztunnel_does() -> None:
+    state = WorkloadState()
+    state.replace_all([], [service("entry", "198.19.0.10", namespace="apps"), service("svc", "198.19.0.10")])
+    assert state.find_service_by_vip("", ip("198.19.0.10"), "apps").name == "entry"  # type: ignore[union-attr]
+    assert state.find_service_by_vip("", ip("198.19.0.10"), "other").name == "svc"  # type: ignore[union-attr]
+    assert state.find_service_by_vip("", ip("198.19.0.10")).name == "svc"  # type: ignore[union-attr]  # the latest
+
+
+def test_a_range_of_the_clients_namespace_beats_a_longer_one_elsewhere() -> None:
+    state = WorkloadState()
+    state.replace_all([], [service("mine", "198.19.0.0/16", namespace="apps"), service("theirs", "198.19.0.0/24")])
+    assert state.find_service_by_vip("", ip("198.19.0.5"), "apps").name == "mine"  # type: ignore[union-attr]
+    assert state.find_service_by_vip("", ip("198.19.0.5"), "other").name == "theirs"  # type: ignore[union-attr]

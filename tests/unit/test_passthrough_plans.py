@@ -122,3 +122,19 @@ def test_only_a_passthrough_service_and_only_its_own_vip_have_an_original_destin
     assert original_destination(ServiceTarget(plain, 8080, AppProtocol.HTTP11, ENTRY_VIP)) is None
     stranger = ipaddress.ip_address("10.1.2.3")
     assert original_destination(ServiceTarget(ENTRY, 8080, AppProtocol.HTTP11, stranger)) is None
+
+
+def test_of_two_services_on_one_address_the_waypoint_takes_the_one_bound_to_it(state: WorkloadState) -> None:
+    """A ServiceEntry on a Kubernetes Service's ClusterIP (upstream's egress tests): the Service, added later and
+    not bound here, must not hide the entry from its waypoint."""
+    state.upsert_service(
+        Service(
+            name="mock-external",
+            namespace="outside",
+            hostname="mock-external.outside.svc.cluster.local",
+            vips=ENTRY.vips,
+            ports=ENTRY.ports,
+        )
+    )
+    target = plan_tunnel("198.19.0.77:8080", state, ME)
+    assert isinstance(target, ServiceTarget) and target.service == ENTRY

@@ -12,7 +12,8 @@ Invariants and conflict rules:
 
 1. Every index entry points at a live workload or service, and every live one is in all the indexes it belongs to.
 2. Two workloads may share an address (a pod IP being reused): the most recently added one answers the lookup;
-   removing it uncovers the other. VIPs shared by two services work the same way. A HOST_NETWORK workload is
+   removing it uncovers the other. VIPs shared by two services work the same way, except that a lookup for a
+   client prefers a service of the client's own namespace (ztunnel's ``get_best_by_vip``). A HOST_NETWORK workload is
    never indexed by address (as in ztunnel): its address is its node's, shared with every other host-network pod
    and the node itself, so an address lookup must not pick one of them. It is still found by uid, by node and
    as a service endpoint.
@@ -44,8 +45,8 @@ Visibility and hostname endpoints (spec §4.1 ``Service.visibility``, ``Workload
     :class:`Destination` then keeps the original IP and says :attr:`Destination.resolve_hostname`: the caller
     resolves the name (``fetch_*``, with I/O) before dialling. Waypoint instances must have an address.
 11. A VIP with a prefix length (a ServiceEntry's CIDR range) makes every address in the range the service's: a
-    VIP lookup that finds no service at the address itself takes the range with the longest prefix holding it
-    (rules 2 and 9 within one range).
+    VIP lookup that finds no service at the address itself takes a range holding it, ranked as ztunnel ranks
+    them: the client's namespace first, then the longest prefix, then canonical (rule 9 applies; ties: the latest).
 """
 
 from __future__ import annotations
@@ -305,25 +306,30 @@ class WorkloadState:
         return self._workloads[next(reversed(uids))] if uids else None
 
     def find_service_by_vip(self, network: str, ip: IPAddress, client_namespace: str | None = None) -> Service | None:
-        """The service with this VIP (the latest added, rule 2), else the one whose VIP range holds it, the longest
-        prefix first (rule 11); with ``client_namespace``, the latest one visible to a client of that namespace
-        (rule 9)."""
-        found = self._pick_visible(self._by_vip.get((network, ip)), client_namespace)
-        if found is not None or not self._by_range:
-            return found
+        """The service with this VIP, else the one whose VIP range holds it (rule 11); with ``client_namespace``,
+        only those visible to a client of that namespace (rule 9), and one of that namespace first (rule 2)."""
+        found = self.find_services_by_vip(network, ip, client_namespace)
+        return found[0] if found else None
+
+    def find_services_by_vip(self, network: str, ip: IPAddress, client_namespace: str | None = None) -> list[Service]:
+        """Every service :meth:`find_service_by_vip` could answer, best first: at the address itself (of the client's
+        namespace first, then the latest added), else in ranges (ranked by client's namespace, prefix length, then
+        canonical, as ztunnel ranks them; ties: the latest added)."""
+        exact = self._visible(self._by_vip.get((network, ip)), client_namespace)
+        if exact or not self._by_range:
+            return sorted(exact, key=lambda s: s.namespace != client_namespace)  # stable: latest first otherwise
+        ranked: list[tuple[tuple[bool, int, bool], Service]] = []
         for length in self._lengths(network, ip.version):
             start = ipaddress.ip_network((ip, length), strict=False).network_address
-            found = self._pick_visible(self._by_range.get((network, start, length)), client_namespace)
-            if found is not None:
-                return found
-        return None
+            for service in self._visible(self._by_range.get((network, start, length)), client_namespace):
+                ranked.append(((service.namespace == client_namespace, length, service.canonical), service))
+        ranked.sort(key=lambda item: item[0], reverse=True)  # stable: latest first within a rank
+        return [service for _, service in ranked]
 
-    def _pick_visible(self, keys: dict[str, None] | None, client_namespace: str | None) -> Service | None:
-        for key in reversed(keys or {}):
-            service = self._services[key]
-            if client_namespace is None or service.visible_to(client_namespace):
-                return service
-        return None
+    def _visible(self, keys: dict[str, None] | None, client_namespace: str | None) -> list[Service]:
+        """The services of ``keys``, latest added first, visible to ``client_namespace`` (all without one)."""
+        services = [self._services[key] for key in reversed(keys or {})]
+        return [s for s in services if client_namespace is None or s.visible_to(client_namespace)]
 
     def _lengths(self, network: str, version: int) -> list[int]:
         generation, lengths = self._range_lengths

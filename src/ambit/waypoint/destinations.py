@@ -24,7 +24,9 @@ Rules of :func:`plan_tunnel` (Istio's waypoint accepts traffic only for what use
    loopback is refused, 400: admin and metrics are never reachable through a tunnel.
 3. ``VIP:port`` (or ``hostname:port``) of a Service whose ``waypoint`` is this waypoint (or one of whose weighted
    waypoints is: a canary serves the Service as the primary does), on a port the Service declares, is a
-   :class:`ServiceTarget`. The same Service with an undeclared port is refused, 400.
+   :class:`ServiceTarget`. The same Service with an undeclared port is refused, 400. When several Services hold
+   the address (a ServiceEntry on a Kubernetes Service's ClusterIP, a CIDR range), the one bound to this waypoint
+   is the one meant.
 4. ``podIP:port`` of a Workload whose ``waypoint`` is this waypoint is a :class:`WorkloadTarget` (the address of
    a workload whose Service uses the waypoint does not count: TestDirect's "workload-addressed via a service
    waypoint → error").
@@ -153,7 +155,13 @@ def plan_tunnel(
         ip = None
     if ip is not None and port in me.own_ports and (ip in me.addresses or ip.is_loopback or ip.is_unspecified):
         return Refusal(400, f"{authority} is one of the waypoint's own ports")  # rule 2
-    service = state.find_service_by_vip(me.network, ip) if ip is not None else state.find_service_by_hostname(host)
+    if ip is not None:
+        # Of the Services at that address (a ServiceEntry may share a Kubernetes Service's ClusterIP, or hold it in
+        # a CIDR range), the one bound to this waypoint is meant, as Envoy matches a waypoint's own VIPs.
+        candidates = state.find_services_by_vip(me.network, ip)
+        service = next((s for s in candidates if me.fronts(s, state)), candidates[0] if candidates else None)
+    else:
+        service = state.find_service_by_hostname(host)
     if service is not None:
         if not me.fronts(service, state):
             return Refusal(400, f"service {service.key} does not use this waypoint", unbound=True)  # rule 5
