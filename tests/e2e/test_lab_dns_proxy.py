@@ -167,3 +167,26 @@ def test_a_dns_entry_reaches_its_hostname_endpoint_resolved_on_demand(dns_lab: D
     wait_until("the DNS entry reached through its hostname endpoint", reached, timeout=90, interval=1.0)
     metrics = lab.node_proxy_metrics(lab.topology.all_nodes()[0].name)
     assert "istio_on_demand_dns_total " in metrics and "istio_on_demand_dns_total 0.0" not in metrics
+
+
+def test_a_workload_entry_named_by_a_host_name_is_reached_through_a_dns_entry(dns_lab: DnsLab) -> None:
+    """TestServiceEntrySelectsWorkloadEntry "DNS hostname": a WorkloadEntry whose address is a name, selected by a
+    DNS ServiceEntry, is an endpoint the node proxy resolves when it picks it."""
+    lab = dns_lab.lab
+    patch = json.dumps({"data": {"echo.lab.example": dns_lab.server_ip}})
+    lab.kubectl("patch", "configmap", "lab-dns-zone", "-n", "kube-system", "--type=merge", "-p", patch)
+    workload_entry = {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "WorkloadEntry",
+        "metadata": {"name": "vm-by-name", "namespace": NS},
+        "spec": {"address": "echo.lab.example", "ports": {"tcp": 9000}, "labels": {"app": "vm-by-name"}},
+    }
+    entry = service_entry("selects-vm", "vm.example.com", "unused", resolution="DNS")
+    del entry["spec"]["endpoints"]
+    entry["spec"]["workloadSelector"] = {"labels": {"app": "vm-by-name"}}
+    lab.apply(workload_entry, entry, namespace=NS)
+
+    def reached() -> bool:
+        return dns_lab.resolve("vm.example.com")["vm.example.com"].get("echo") == "ping"
+
+    wait_until("the WorkloadEntry reached through its host name", reached, timeout=90, interval=1.0)

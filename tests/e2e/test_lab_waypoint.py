@@ -659,3 +659,49 @@ def test_removing_the_label_brings_traffic_back_to_l4(lab: Lab) -> None:
 
     wait_until("requests no longer carry x-request-id", direct, timeout=60, interval=1.0)
     lab.kubectl("label", "namespace", NS, "istio.io/use-waypoint=waypoint")
+
+
+def test_a_resolution_none_service_entry_is_carried_at_l7_to_the_address_asked_for(lab: Lab) -> None:
+    """TestWaypointAsEgressGateway "resolution none": a ServiceEntry whose address is the ClusterIP of a Service
+    outside the mesh (namespace ``wp-outside``, not ambient), no endpoints and ``resolution: NONE``, bound to the
+    waypoint. Before the entry a call to that address is plain L4; with it, it goes through the waypoint at L7
+    and reaches the pod behind the ClusterIP (the waypoint's original destination)."""
+    outside = "wp-outside"
+    lab.namespace(outside)
+    lab.apply(
+        pod_manifest("external", [http_echo_container(8080)], labels={"app": "external"}),
+        service("external", {"app": "external"}, ("http", 8080, 8080)),
+        namespace=outside,
+    )
+    lab.wait_pods_ready(outside, "", 1, timeout=90)
+    address = str(lab.get("service", "external", "-n", outside)["spec"]["clusterIP"])
+    url = f"http://{address}:8080/"
+
+    def direct() -> dict[str, Any] | None:
+        (answer,) = calls(lab, url)
+        return answer if answer["status"] == 200 else None
+
+    before = wait_until("the outside Service answers", direct, timeout=60, interval=1.0)
+    assert before["pod"] == "external" and not before["request_id"], before
+    entry = {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "ServiceEntry",
+        "metadata": {"name": "external-resolution-none", "labels": {"istio.io/use-waypoint": "waypoint"}},
+        "spec": {
+            "hosts": ["fake-passthrough.example.com"],
+            "ports": [{"name": "http", "number": 8080, "protocol": "HTTP"}],
+            "resolution": "NONE",
+            "location": "MESH_EXTERNAL",
+            "addresses": [address],
+        },
+    }
+    lab.apply(entry, namespace=NS)
+
+    def through_waypoint() -> list[dict[str, Any]] | None:
+        answers = calls(lab, url, 3)
+        return answers if all(a.get("request_id") and a.get("pod") == "external" for a in answers) else None
+
+    wait_until("the entry's address carried at L7 by the waypoint", through_waypoint, timeout=60, interval=1.0)
+    bound = condition(lab.get("serviceentry", "external-resolution-none", "-n", NS), "istio.io/WaypointBound")
+    assert bound.get("status") == "True", bound
+    lab.kubectl("delete", "serviceentry", "external-resolution-none", "-n", NS)

@@ -74,16 +74,16 @@ async def test_a_problem_that_goes_away_and_comes_back_is_reported_again(
         "apiVersion": "networking.istio.io/v1",
         "kind": "WorkloadEntry",
         "metadata": {"name": "vm", "namespace": namespace},
-        "spec": {"address": "vm.example.com"},
+        "spec": {"address": "vm_1!.example.com"},  # neither an IP nor a DNS name
     }
     await kube.create(kinds.WORKLOAD_ENTRIES, entry)
     [event] = await eventually(lambda: skip_events(kube, namespace, "vm"))
-    assert "spec.address" in event["note"] and "vm.example.com" in event["note"]
+    assert "spec.address" in event["note"] and "vm_1!.example.com" in event["note"]
 
     uid = f"Kubernetes/networking.istio.io/WorkloadEntry/{namespace}/vm"
     await kube.patch(kinds.WORKLOAD_ENTRIES, "vm", {"spec": {"address": "198.18.210.8"}}, namespace=namespace)
     await eventually(lambda: uid in plane.table.current.by_name)
-    await kube.patch(kinds.WORKLOAD_ENTRIES, "vm", {"spec": {"address": "vm.example.com"}}, namespace=namespace)
+    await kube.patch(kinds.WORKLOAD_ENTRIES, "vm", {"spec": {"address": "vm_1!.example.com"}}, namespace=namespace)
 
     async def reported_twice() -> bool:
         events = await skip_events(kube, namespace, "vm")

@@ -28,6 +28,7 @@ from ambit.model.workload import (
     HealthPolicy,
     HealthStatus,
     IPFamilies,
+    LoadBalancingMode,
     Locality,
     NetworkAddress,
     NetworkMode,
@@ -450,6 +451,7 @@ _workloads = st.builds(
     services=st.dictionaries(_service_keys, _port_lists, max_size=3),
     network_mode=st.sampled_from(NetworkMode),
     locality=st.builds(Locality, _printable, _printable, _printable),
+    capacity=st.integers(0, 0xFFFFFFFF),
 )
 _services = st.builds(
     Service,
@@ -462,6 +464,7 @@ _services = st.builds(
     health_policy=st.sampled_from(HealthPolicy),
     canonical=st.booleans(),
     ip_families=st.sampled_from(IPFamilies),
+    load_balancing_mode=st.sampled_from(LoadBalancingMode),
 )
 _string_matches = st.one_of(
     st.just(StringMatch.presence()),

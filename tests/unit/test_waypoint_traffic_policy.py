@@ -138,6 +138,18 @@ def test_plan_backend(
     assert plan_backend(config(*rules), target, upgrade=upgrade) == expected
 
 
+def test_a_racing_service_races_with_or_without_a_rule_and_keeps_the_rules_transport() -> None:
+    plain = plan_backend({}, backend(), racing={KEY})
+    assert isinstance(plain, BackendPolicy) and plain.transport == Transport(race_first_connect=True)
+    assert plan_backend({}, backend(), racing={"app/other"}) is DEFAULT
+    ruled = plan_backend(config(RULE), backend(), racing={KEY})
+    unraced = plan_backend(config(RULE), backend())
+    assert isinstance(ruled, BackendPolicy) and isinstance(unraced, BackendPolicy)
+    assert ruled.transport.race_first_connect and not unraced.transport.race_first_connect
+    assert ruled.transport.tls == unraced.transport.tls
+    assert isinstance(plan_backend({}, backend("v1"), racing={KEY}), Refusal)  # a subset still needs a rule
+
+
 def workloads(n: int) -> list[Workload]:
     return [Workload(uid=f"w{i}", name=f"w{i}", namespace="app", addresses=()) for i in range(n)]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 
 import pytest
@@ -17,6 +18,7 @@ from ambit.model.workload import (
     HealthPolicy,
     HealthStatus,
     IPFamilies,
+    LoadBalancingMode,
     Locality,
     NetworkAddress,
     NetworkMode,
@@ -56,6 +58,7 @@ WEB = Workload(
     authorization_policies=("shop/allow-web", "istio-system/istio_converted_static_strict"),
     network_mode=NetworkMode.HOST_NETWORK,
     locality=Locality("us-east", "us-east-1a", "rack-7"),
+    capacity=3,
 )
 WEB_SVC = Service(
     name="web",
@@ -67,6 +70,7 @@ WEB_SVC = Service(
     health_policy=HealthPolicy.ALLOW_ALL,
     canonical=True,
     ip_families=IPFamilies.DUAL,
+    load_balancing_mode=LoadBalancingMode.PASSTHROUGH,
 )
 
 
@@ -150,11 +154,22 @@ def test_ports_out_of_range_are_refused() -> None:
         address_from_proto(address)
 
 
-def test_a_vip_prefix_is_refused() -> None:
+def test_a_vip_range_round_trips_and_a_bad_prefix_is_refused() -> None:
+    ranged = dataclasses.replace(
+        WEB_SVC, vips=(NetworkAddress("net1", ipaddress.ip_address("198.18.210.0"), 24), *WEB_SVC.vips)
+    )
+    assert _round_trip(ranged) == ranged
+    assert address_of(ranged).service.addresses[0].length == 24
+    assert not address_of(ranged).service.addresses[1].HasField("length")
     address = address_of(WEB_SVC)
     address.service.addresses[0].length = 24
-    with pytest.raises(XdsConversionError, match=r"service.addresses\[0\].length: prefixes are not supported"):
+    with pytest.raises(XdsConversionError, match=r"service.addresses\[0\].length: 198.18.210.1/24 has host bits"):
         address_from_proto(address)
+    address.service.addresses[0].length = 33
+    with pytest.raises(XdsConversionError, match=r"service.addresses\[0\].length: out of range 0..32: 33"):
+        address_from_proto(address)
+    address.service.addresses[0].length = 32
+    assert address_from_proto(address) == WEB_SVC  # a full-length prefix is one address
 
 
 def test_a_resource_named_differently_from_its_body_is_refused() -> None:
@@ -234,6 +249,7 @@ _ports = st.lists(
         authorization_policies=st.lists(st.builds("{}/{}".format, _names, _names), max_size=3).map(tuple),
         network_mode=st.sampled_from(NetworkMode),
         locality=st.builds(Locality, st.just("") | _names, st.just("") | _names, st.just("") | _names),
+        capacity=st.integers(0, 0xFFFFFFFF),
     )
 )
 def test_random_workloads_survive_a_round_trip(workload: Workload) -> None:
@@ -251,6 +267,26 @@ def test_new_fields_go_on_the_wire_as_istiod_writes_them() -> None:
     service = address_of(WEB_SVC).service
     assert service.canonical and service.ip_families == pb.DUAL
     assert [p.app_protocol for p in service.ports] == [pb.HTTP11, pb.TLS]
+
+
+def test_capacity_is_sent_only_when_it_is_not_one_and_absent_reads_as_one() -> None:
+    plain = Workload(uid="u/x/y", name="y", namespace="x", addresses=())
+    assert not address_of(plain).workload.HasField("capacity")
+    assert address_of(WEB).workload.capacity.value == 3
+    message = address_of(plain)
+    message.workload.capacity.value = 0  # present and zero: never picked by a weighted choice, as in ztunnel
+    assert address_from_proto(message).capacity == 0  # type: ignore[union-attr]
+
+
+def test_a_passthrough_service_goes_on_the_wire_as_istiod_writes_it_and_an_unknown_mode_is_refused() -> None:
+    message = address_of(WEB_SVC)
+    lb = message.service.load_balancing
+    assert (lb.mode, lb.health_policy) == (pb.LoadBalancing.PASSTHROUGH, pb.LoadBalancing.ALLOW_ALL)
+    plain = Service(name="x", namespace="shop", hostname="x.example.com")
+    assert not address_of(plain).service.HasField("load_balancing")
+    message.service.load_balancing.mode = 9
+    with pytest.raises(XdsConversionError, match=r"service\.load_balancing\.mode: unsupported value 9"):
+        address_from_proto(message)
 
 
 def test_an_unknown_locality_is_not_sent() -> None:

@@ -160,6 +160,9 @@ configs = st.builds(
     services=st.lists(TOKEN.map(lambda t: f"app/{t}.app.svc.cluster.local"), max_size=3, unique=True).map(
         lambda keys: tuple(sorted(keys))
     ),
+    race_first_connect=st.lists(TOKEN.map(lambda t: f"app/{t}.example.com"), max_size=3, unique=True).map(
+        lambda keys: tuple(sorted(keys))
+    ),
 )
 
 
@@ -279,6 +282,14 @@ def test_bad_service_listings_are_refused_by_name(services: list[str], problem: 
 def test_a_service_listing_is_kept_sorted_whatever_order_it_came_in() -> None:
     body = pack_waypoint_config(pb.WaypointConfig(waypoint="app/waypoint", services=["app/b", "app/a", "other/a"]))
     assert decode_waypoint_config("app/waypoint", body).services == ("app/a", "app/b", "other/a")
+
+
+def test_a_racing_listing_is_read_as_the_service_listing_is() -> None:
+    body = pack_waypoint_config(pb.WaypointConfig(waypoint="app/waypoint", race_first_connect=["app/b", "app/a"]))
+    assert decode_waypoint_config("app/waypoint", body).race_first_connect == ("app/a", "app/b")
+    body = pack_waypoint_config(pb.WaypointConfig(waypoint="app/waypoint", race_first_connect=["app"]))
+    with pytest.raises(XdsConversionError, match=re.escape("race_first_connect[0]: expected namespace/hostname")):
+        decode_waypoint_config("app/waypoint", body)
 
 
 def test_a_resource_named_for_another_waypoint_is_refused() -> None:

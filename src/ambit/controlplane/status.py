@@ -1,5 +1,6 @@
 """Status the control plane owns (spec §10.3), written as istiod writes it: ``ZtunnelAccepted`` and
-``WaypointAccepted`` on AuthorizationPolicies, ``istio.io/WaypointBound`` on Services and ServiceEntries, the
+``WaypointAccepted`` on AuthorizationPolicies, ``istio.io/WaypointBound`` on Services and ServiceEntries and
+``istio.io/WaypointMissing`` on ServiceEntries, the
 ``status.parents`` entries of ``controllerName: istio.io/gateway-controller`` on HTTPRoutes, GRPCRoutes and
 TCPRoutes, and the auto-allocated ``status.addresses`` of ServiceEntries (:class:`AddressStatusWriter`).
 
@@ -27,6 +28,9 @@ Rules:
 7. A patch carries the object's ``resourceVersion``: if someone else wrote in between, the API server refuses it
    (409) and the next translation, seeing the newer object, plans again. A failed write is retried after the next
    change or ``retry`` seconds; it never stops the writer.
+8. One writer may own several condition types of a kind (a ServiceEntry's ``WaypointBound`` and
+   ``WaypointMissing``): each is planned as above, one after the other, and one patch carries them all, so the
+   two never race each other's ``resourceVersion``.
 """
 
 from __future__ import annotations
@@ -283,7 +287,8 @@ class StatusWriter:
 
 
 class PolicyStatusWriter(StatusWriter):
-    """Writes the wanted conditions of :meth:`submit` (condition ``condition_type``) to objects of ``kind``."""
+    """Writes the wanted conditions of :meth:`submit` (condition ``condition_type``, and ``more_types``: rule 8)
+    to objects of ``kind``."""
 
     def __init__(
         self,
@@ -294,6 +299,7 @@ class PolicyStatusWriter(StatusWriter):
         retry: float = 2.0,
         kind: kinds.ResourceKind = kinds.AUTHORIZATION_POLICIES,
         condition_type: str = ZTUNNEL_ACCEPTED,
+        more_types: tuple[str, ...] = (),
     ) -> None:
         super().__init__(
             client,
@@ -303,19 +309,22 @@ class PolicyStatusWriter(StatusWriter):
             kind=kind,
             name=f"{kind.kind} {condition_type} status writer",
         )
-        self._condition_type = condition_type
-        self._wanted: dict[str, PolicyStatus] = {}
+        self._condition_types = (condition_type, *more_types)
+        self._wanted: dict[tuple[str, str], PolicyStatus] = {}
 
     def submit(self, statuses: Iterable[PolicyStatus]) -> None:
         """Make ``statuses`` the wanted ones (the latest translation's) and wake the writer."""
-        self._wanted = {s.key: s for s in statuses}
+        self._wanted = {(s.key, s.type): s for s in statuses if s.type in self._condition_types}
         self._wake()
 
     def _plan(self, status: Mapping[str, Any], key: str, namespace: str, now: str) -> dict[str, Any] | None:
         current = status.get("conditions")
-        conditions = plan_conditions(
-            current if isinstance(current, list) else None, self._wanted.get(key), now, self._condition_type
-        )
+        conditions: list[dict[str, Any]] | None = None
+        for condition_type in self._condition_types:
+            base = conditions if conditions is not None else current if isinstance(current, list) else None
+            planned = plan_conditions(base, self._wanted.get((key, condition_type)), now, condition_type)
+            if planned is not None:
+                conditions = planned
         return None if conditions is None else {"conditions": conditions}
 
 

@@ -274,7 +274,12 @@ def _family_allowed(service: Service, family: int, ipv6: bool) -> bool:
 
 def _addresses(view: ServiceView, client: DnsClient, service: Service, family: int) -> list[IPAddress]:
     if service.vips:
-        return [vip.ip for vip in service.vips if vip.ip.version == family and vip.network == client.network]
+        # A CIDR range VIP is no host's address: it is never an answer.
+        return [
+            vip.ip
+            for vip in service.vips
+            if vip.ip.version == family and vip.network == client.network and vip.length is None
+        ]
     out: list[IPAddress] = []
     for workload in view.find_endpoints(service):
         if workload.status is not HealthStatus.HEALTHY and service.health_policy is not HealthPolicy.ALLOW_ALL:

@@ -31,6 +31,9 @@ Rules:
     set (non-empty, not ``Public``).
 11. A service's ``weightedWaypoints`` (written only when set) is a list of ``{destination: <waypoint>, weight:
     N}`` with ``weight`` 0..4294967295 (the wire's uint32).
+12. A workload's ``capacity`` (0..4294967295, default 1) is written only when it is not 1, a service's
+    ``loadBalancingMode`` (``Unspecified``, ``Strict``, ``Failover``, ``Passthrough``) only when it is not
+    ``Unspecified``.
 """
 
 from __future__ import annotations
@@ -72,6 +75,7 @@ from ambit.model.workload import (
     HealthStatus,
     IPAddress,
     IPFamilies,
+    LoadBalancingMode,
     Locality,
     NamespacedHostname,
     NetworkAddress,
@@ -115,6 +119,7 @@ _WORKLOAD_KEYS = (
     "locality",
     "waypoint",
     "hostname",
+    "capacity",
 )
 _SERVICE_KEYS = (
     "name",
@@ -130,6 +135,7 @@ _SERVICE_KEYS = (
     "ingressUseWaypoint",
     "visibility",
     "weightedWaypoints",
+    "loadBalancingMode",
 )
 _WEIGHTED_KEYS = ("destination", "weight")
 _WAYPOINT_KEYS = ("hostname", "namespace", "address", "hboneMtlsPort")
@@ -413,6 +419,7 @@ def _workload(value: object, path: str) -> Workload:
         locality=_field(item, "locality", path, _locality, Locality()),
         waypoint=_waypoint(item["waypoint"], f"{path}.waypoint") if item.get("waypoint") is not None else None,
         hostname=_workload_hostname(item, path),
+        capacity=_field(item, "capacity", path, _weight, 1),
     )
 
 
@@ -447,6 +454,13 @@ def _service(value: object, path: str) -> Service:
         ingress_use_waypoint=_field(item, "ingressUseWaypoint", path, _bool, False),
         visibility=_field(item, "visibility", path, _choice({v.value: v for v in Visibility}), Visibility.PUBLIC),
         weighted_waypoints=_field(item, "weightedWaypoints", path, _weighted_waypoints, ()),
+        load_balancing_mode=_field(
+            item,
+            "loadBalancingMode",
+            path,
+            _choice({m.value: m for m in LoadBalancingMode}),
+            LoadBalancingMode.UNSPECIFIED,
+        ),
     )
 
 
@@ -623,6 +637,8 @@ def workload_to_dict(workload: Workload) -> dict[str, Any]:
         out["waypoint"] = waypoint_to_dict(workload.waypoint)
     if workload.hostname:
         out["hostname"] = workload.hostname
+    if workload.capacity != 1:
+        out["capacity"] = workload.capacity
     return out
 
 
@@ -649,6 +665,8 @@ def service_to_dict(service: Service) -> dict[str, Any]:
         out["weightedWaypoints"] = [
             {"destination": waypoint_to_dict(w.destination), "weight": w.weight} for w in service.weighted_waypoints
         ]
+    if service.load_balancing_mode is not LoadBalancingMode.UNSPECIFIED:
+        out["loadBalancingMode"] = service.load_balancing_mode.value
     return out
 
 

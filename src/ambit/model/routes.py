@@ -536,6 +536,10 @@ class WaypointConfig:
     the binding its tables and policies were chosen by. A waypoint fed by the control plane serves a
     Service-addressed tunnel only for a listed Service, so never before it holds that Service's policies
     (:func:`ambit.waypoint.destinations.plan_tunnel`)."""
+    race_first_connect: tuple[str, ...] = ()
+    """``namespace/hostname`` of the ServiceEntry hosts it serves whose entry says ``istio.io/connect-strategy:
+    RACE_FIRST_TCP_CONNECT``, sorted: their hostname endpoints are dialled at every resolved address at once, the
+    first connection to succeed kept (:mod:`ambit.waypoint.racing`)."""
 
     def find_table(self, service_key: str, port: int) -> RouteTable | None:
         for table in self.tables:

@@ -12,7 +12,8 @@ Invariants and conflict rules:
 
 1. Every index entry points at a live workload or service, and every live one is in all the indexes it belongs to.
 2. Two workloads may share an address (a pod IP being reused): the most recently added one answers the lookup;
-   removing it uncovers the other. VIPs shared by two services work the same way. A HOST_NETWORK workload is
+   removing it uncovers the other. VIPs shared by two services work the same way, except that a lookup for a
+   client prefers a service of the client's own namespace (ztunnel's ``get_best_by_vip``). A HOST_NETWORK workload is
    never indexed by address (as in ztunnel): its address is its node's, shared with every other host-network pod
    and the node itself, so an address lookup must not pick one of them. It is still found by uid, by node and
    as a service endpoint.
@@ -43,11 +44,15 @@ Visibility and hostname endpoints (spec §4.1 ``Service.visibility``, ``Workload
 10. A service endpoint with a ``hostname`` and no address is eligible (rule 6's other conditions apart); the
     :class:`Destination` then keeps the original IP and says :attr:`Destination.resolve_hostname`: the caller
     resolves the name (``fetch_*``, with I/O) before dialling. Waypoint instances must have an address.
+11. A VIP with a prefix length (a ServiceEntry's CIDR range) makes every address in the range the service's: a
+    VIP lookup that finds no service at the address itself takes a range holding it, ranked as ztunnel ranks
+    them: the client's namespace first, then the longest prefix, then canonical (rule 9 applies; ties: the latest).
 """
 
 from __future__ import annotations
 
 import enum
+import ipaddress
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -68,7 +73,14 @@ from ambit.model.workload import (
     Workload,
 )
 
-__all__ = ["Destination", "NoHealthyUpstreamError", "Transport", "UnknownWaypointError", "WorkloadState"]
+__all__ = [
+    "Destination",
+    "NoHealthyUpstreamError",
+    "Transport",
+    "UnknownWaypointError",
+    "WorkloadState",
+    "choose_by_capacity",
+]
 
 
 class Transport(enum.Enum):
@@ -193,9 +205,11 @@ class WorkloadState:
         "_by_address",
         "_by_hostname",
         "_by_node",
+        "_by_range",
         "_by_service",
         "_by_vip",
         "_generation",
+        "_range_lengths",
         "_services",
         "_workloads",
     )
@@ -209,6 +223,9 @@ class WorkloadState:
         self._by_node: dict[str, dict[str, None]] = {}
         self._by_service: dict[str, dict[str, None]] = {}
         self._by_vip: dict[tuple[str, IPAddress], dict[str, None]] = {}
+        self._by_range: dict[tuple[str, IPAddress, int], dict[str, None]] = {}
+        # (generation, network and IP version -> prefix lengths present, longest first): rebuilt after a change.
+        self._range_lengths: tuple[int, dict[tuple[str, int], list[int]]] = (-1, {})
         self._by_hostname: dict[str, dict[str, None]] = {}
 
     @property
@@ -221,7 +238,14 @@ class WorkloadState:
     def replace_all(self, workloads: Iterable[Workload], services: Iterable[Service]) -> None:
         """Forget everything, then add these (a full snapshot, e.g. a reloaded local config)."""
         self._generation += 1
-        for index in (self._by_address, self._by_node, self._by_service, self._by_vip, self._by_hostname):
+        for index in (
+            self._by_address,
+            self._by_node,
+            self._by_service,
+            self._by_vip,
+            self._by_range,
+            self._by_hostname,
+        ):
             index.clear()
         self._workloads.clear()
         self._services.clear()
@@ -257,6 +281,7 @@ class WorkloadState:
         key = service.key
         old = self._services.get(key)
         _relink(self._by_vip, _vip_keys(old), _vip_keys(service), key)
+        _relink(self._by_range, _range_keys(old), _range_keys(service), key)
         _relink(self._by_hostname, [old.hostname] if old else [], [service.hostname], key)
         self._services[key] = service
 
@@ -267,6 +292,7 @@ class WorkloadState:
         if old is None:
             return False
         _relink(self._by_vip, _vip_keys(old), [], key)
+        _relink(self._by_range, _range_keys(old), [], key)
         _relink(self._by_hostname, [old.hostname], [], key)
         return True
 
@@ -280,18 +306,40 @@ class WorkloadState:
         return self._workloads[next(reversed(uids))] if uids else None
 
     def find_service_by_vip(self, network: str, ip: IPAddress, client_namespace: str | None = None) -> Service | None:
-        """The service with this VIP (the latest added, rule 2); with ``client_namespace``, the latest one visible
-        to a client of that namespace (rule 9)."""
-        keys = self._by_vip.get((network, ip))
-        if not keys:
-            return None
-        if client_namespace is None:
-            return self._services[next(reversed(keys))]
-        for key in reversed(keys):
-            service = self._services[key]
-            if service.visible_to(client_namespace):
-                return service
-        return None
+        """The service with this VIP, else the one whose VIP range holds it (rule 11); with ``client_namespace``,
+        only those visible to a client of that namespace (rule 9), and one of that namespace first (rule 2)."""
+        found = self.find_services_by_vip(network, ip, client_namespace)
+        return found[0] if found else None
+
+    def find_services_by_vip(self, network: str, ip: IPAddress, client_namespace: str | None = None) -> list[Service]:
+        """Every service :meth:`find_service_by_vip` could answer, best first: at the address itself (of the client's
+        namespace first, then the latest added), else in ranges (ranked by client's namespace, prefix length, then
+        canonical, as ztunnel ranks them; ties: the latest added)."""
+        exact = self._visible(self._by_vip.get((network, ip)), client_namespace)
+        if exact or not self._by_range:
+            return sorted(exact, key=lambda s: s.namespace != client_namespace)  # stable: latest first otherwise
+        ranked: list[tuple[tuple[bool, int, bool], Service]] = []
+        for length in self._lengths(network, ip.version):
+            start = ipaddress.ip_network((ip, length), strict=False).network_address
+            for service in self._visible(self._by_range.get((network, start, length)), client_namespace):
+                ranked.append(((service.namespace == client_namespace, length, service.canonical), service))
+        ranked.sort(key=lambda item: item[0], reverse=True)  # stable: latest first within a rank
+        return [service for _, service in ranked]
+
+    def _visible(self, keys: dict[str, None] | None, client_namespace: str | None) -> list[Service]:
+        """The services of ``keys``, latest added first, visible to ``client_namespace`` (all without one)."""
+        services = [self._services[key] for key in reversed(keys or {})]
+        return [s for s in services if client_namespace is None or s.visible_to(client_namespace)]
+
+    def _lengths(self, network: str, version: int) -> list[int]:
+        generation, lengths = self._range_lengths
+        if generation != self._generation:
+            grouped: dict[tuple[str, int], set[int]] = {}
+            for net, start, length in self._by_range:
+                grouped.setdefault((net, start.version), set()).add(length)
+            lengths = {group: sorted(items, reverse=True) for group, items in grouped.items()}
+            self._range_lengths = (self._generation, lengths)
+        return lengths.get((network, version), [])
 
     def find_service_by_hostname(self, hostname: str) -> Service | None:
         keys = self._by_hostname.get(hostname)
@@ -332,7 +380,8 @@ class WorkloadState:
         """Where a connection to ``ip:port`` (in ``network``) goes (spec §6.3, steps 3, 4 and 7).
 
         A service VIP goes to an endpoint picked by ``choose`` among the eligible ones (healthy unless the service
-        allows all; with an address or a hostname, rule 10), or raises :class:`NoHealthyUpstreamError`. A workload
+        allows all; with an address or a hostname, rule 10); without one, a PASSTHROUGH service's VIP is passthrough
+        to ``ip:port`` (with the service), any other raises :class:`NoHealthyUpstreamError`. A workload
         address goes to that workload, whatever its health. Anything else is passthrough. With
         ``client_namespace``, services not visible to that namespace are not seen (rule 9).
         """
@@ -341,6 +390,10 @@ class WorkloadState:
             candidates = [
                 workload for workload in self.find_endpoints(service) if _eligible(workload, service, hostname=True)
             ]
+            if not candidates and service.passthrough:
+                # ztunnel's rule for a PASSTHROUGH service (a ``resolution: NONE`` ServiceEntry): no endpoint, so
+                # the connection goes where it was sent.
+                return Destination(ip=ip, port=port, transport=Transport.PASSTHROUGH, workload=None, service=service)
             if not candidates:
                 raise NoHealthyUpstreamError(f"no healthy upstream for service {service.key} ({ip} port {port})")
             chosen = choose(candidates)
@@ -442,7 +495,13 @@ def _address_keys(workload: Workload | None) -> list[tuple[str, IPAddress]]:
 
 
 def _vip_keys(service: Service | None) -> list[tuple[str, IPAddress]]:
-    return [] if service is None else [(vip.network, vip.ip) for vip in service.vips]
+    return [] if service is None else [(vip.network, vip.ip) for vip in service.vips if vip.length is None]
+
+
+def _range_keys(service: Service | None) -> list[tuple[str, IPAddress, int]]:
+    if service is None:
+        return []
+    return [(vip.network, vip.ip, vip.length) for vip in service.vips if vip.length is not None]
 
 
 def _json_keys(value: Any) -> Any:
@@ -452,3 +511,18 @@ def _json_keys(value: Any) -> Any:
     if isinstance(value, list):
         return [_json_keys(item) for item in value]
     return value
+
+
+def choose_by_capacity(candidates: Sequence[Workload], draw: float) -> Workload:
+    """One of ``candidates`` in proportion to its :attr:`~ambit.model.workload.Workload.capacity` (ztunnel's
+    weighted choice), ``draw`` in [0, 1): capacity 0 is never chosen while another has some; when every one has 0,
+    each is equally likely (ztunnel would find no upstream; Ambit's ``choose`` always answers)."""
+    total = sum(w.capacity for w in candidates)
+    if total <= 0:
+        return candidates[min(int(draw * len(candidates)), len(candidates) - 1)]
+    point = draw * total
+    for workload in candidates:
+        point -= workload.capacity
+        if point < 0 and workload.capacity > 0:
+            return workload
+    return next(w for w in reversed(candidates) if w.capacity > 0)

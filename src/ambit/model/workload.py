@@ -39,6 +39,7 @@ __all__ = [
     "HealthStatus",
     "IPAddress",
     "IPFamilies",
+    "LoadBalancingMode",
     "Locality",
     "NamespacedHostname",
     "NetworkAddress",
@@ -112,6 +113,17 @@ class HealthPolicy(enum.Enum):
     ALLOW_ALL = "AllowAll"
 
 
+class LoadBalancingMode(enum.Enum):
+    """How a service's endpoints are chosen (``LoadBalancing.mode``). PASSTHROUGH: a connection to a VIP of the
+    service that finds no endpoint goes to the address it was sent to (a ``resolution: NONE`` ServiceEntry); the
+    others only matter with routing preferences, which Ambit does not send."""
+
+    UNSPECIFIED = "Unspecified"
+    STRICT = "Strict"
+    FAILOVER = "Failover"
+    PASSTHROUGH = "Passthrough"
+
+
 def parse_ip(text: str) -> IPAddress:
     """Read one IPv4 or IPv6 address; zone ids (``fe80::1%eth0``) are refused: mesh addresses are global."""
     try:
@@ -148,21 +160,59 @@ class Locality:
 
 @dataclass(frozen=True, slots=True)
 class NetworkAddress:
-    """An IP within a network (``""`` = the default network); rendered ``network/ip`` as in ztunnel's keys."""
+    """An IP within a network (``""`` = the default network); rendered ``network/ip`` as in ztunnel's keys.
+
+    With ``length`` (a ServiceEntry's CIDR, spec §4.1 ``NetworkAddress.length``) it is a range: ``ip`` is then the
+    range's network address (host bits clear) and ``length`` shorter than the address; rendered
+    ``network/ip/length``. None: one address."""
 
     network: str
     ip: IPAddress
+    length: int | None = None
 
     def __str__(self) -> str:
-        return f"{self.network}/{self.ip}"
+        text = f"{self.network}/{self.ip}"
+        return text if self.length is None else f"{text}/{self.length}"
+
+    @property
+    def is_range(self) -> bool:
+        return self.length is not None
+
+    def contains(self, ip: IPAddress) -> bool:
+        """Whether ``ip`` is this address, or in this range."""
+        if self.length is None or ip.version != self.ip.version:
+            return ip == self.ip
+        return ip in ipaddress.ip_network((self.ip, self.length))
+
+    @classmethod
+    def of_cidr(cls, network: str, text: str) -> NetworkAddress:
+        """An address or a CIDR range (``10.0.0.0/24``; host bits are cleared, as istiod masks it); a prefix as long
+        as the address is one address. Raises :class:`AddressError`."""
+        if "/" not in text:
+            return cls(network, parse_ip(text))
+        if "%" in text:
+            raise AddressError(f"IP range has a zone id: {text!r}")
+        try:
+            net = ipaddress.ip_network(text, strict=False)
+        except ValueError:
+            raise AddressError(f"not an IP address or CIDR range: {text!r}") from None
+        length = net.prefixlen if net.prefixlen != net.max_prefixlen else None
+        return cls(network, net.network_address, length)
 
     @classmethod
     def parse(cls, text: str) -> NetworkAddress:
-        """Read ``net/ip``, ``/ip`` or a bare ``ip``. The IP is after the last ``/``: an IP never holds one."""
+        """Read ``net/ip``, ``/ip`` or a bare ``ip``, and ranges as ``net/ip/length`` or ``ip/length``. The IP is
+        after the last ``/`` (before the length of a range): an IP never holds one."""
         if not isinstance(text, str):
             raise AddressError(f"network address must be a string, not {type(text).__name__}")
-        network, _, ip = text.rpartition("/")
-        return cls(network, parse_ip(ip))
+        network, _, last = text.rpartition("/")
+        if last.isdigit() and last.isascii():
+            outer, _, ip = network.rpartition("/")
+            address = cls.of_cidr(outer, f"{ip}/{last}")
+            if address.length is not None and address.ip != parse_ip(ip):
+                raise AddressError(f"range has host bits set: {text!r}")
+            return address
+        return cls(network, parse_ip(last))
 
 
 HBONE_MTLS_PORT = 15008
@@ -228,7 +278,11 @@ class Workload:
     """The waypoint traffic to this workload's own addresses goes through (``istio.io/use-waypoint``)."""
     hostname: str = ""
     """A DNS name the node proxy resolves when it picks this endpoint (spec §4.1 ``Workload.hostname``), for a
-    workload without addresses: the endpoints of a ``resolution: DNS`` ServiceEntry."""
+    workload without addresses: the endpoints of a ``resolution: DNS`` ServiceEntry, a WorkloadEntry whose
+    ``address`` is a name."""
+    capacity: int = 1
+    """This endpoint's relative share of its services' traffic (spec §4.1 ``Workload.capacity``, absent = 1): a
+    WorkloadEntry's or ServiceEntry endpoint's ``weight``."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.addresses, tuple):
@@ -281,6 +335,12 @@ class Service:
     weighted_waypoints: tuple[WeightedWaypoint, ...] = ()
     """With a canary waypoint: the primary and the canary with their shares of new connections (a weight 0 is never
     chosen); ``waypoint`` stays the primary, which takes everything when none of these can be used."""
+    load_balancing_mode: LoadBalancingMode = LoadBalancingMode.UNSPECIFIED
+    """``PASSTHROUGH``: without an endpoint, a connection goes to its original destination (ztunnel's rule)."""
+
+    @property
+    def passthrough(self) -> bool:
+        return self.load_balancing_mode is LoadBalancingMode.PASSTHROUGH
 
     @property
     def fronting_waypoints(self) -> tuple[GatewayAddress, ...]:

@@ -24,6 +24,8 @@ Rules:
 6. The address is of the original destination's IP version when the name has one; a name that exists but has
    only the other version's addresses gives one of those (as ztunnel prefers the family, then falls back). An
    error (NXDOMAIN, timeout) is not asked again for the other version.
+7. :meth:`HostnameResolver.fetch_addresses` gives every address of both versions (IPv4 first; Envoy's lookup
+   family ALL), for a caller that tries them all; an error for IPv4 is not asked again for IPv6, as in rule 6.
 """
 
 from __future__ import annotations
@@ -158,6 +160,19 @@ class HostnameResolver:
         if not entry.addresses:
             raise HostnameLookupError(entry.detail or f"cannot resolve {name}: {entry.failure}", entry.failure)
         return self._choose(entry.addresses)
+
+    async def fetch_addresses(self, name: str) -> tuple[IPAddress, ...]:
+        """Every address of ``name``, IPv4 then IPv6, at least one (rule 7); raises :class:`HostnameLookupError`."""
+        self.requests += 1
+        v4, missed = await self._entry(cache_key(name, 4))
+        if self._observe is not None:
+            self._observe(missed)
+        if not v4.addresses and v4.failure != NO_ADDRESS:
+            raise HostnameLookupError(v4.detail or f"cannot resolve {name}: {v4.failure}", v4.failure)
+        v6, _ = await self._entry(cache_key(name, 6))
+        if not v4.addresses and not v6.addresses:
+            raise HostnameLookupError(v6.detail or f"cannot resolve {name}: {v6.failure}", v6.failure)
+        return v4.addresses + v6.addresses
 
     async def _entry(self, key: tuple[str, int]) -> tuple[_Entry, bool]:
         """The cached entry for ``key``, else a fresh one; and whether the cache missed."""

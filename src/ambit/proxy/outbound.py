@@ -4,7 +4,8 @@
 of local pod P:
 
 1. The original destination comes from ``SO_ORIGINAL_DST``; P's workload from the state (waiting briefly for it to
-   learn P). The plan says where the connection goes.
+   learn P). The plan says where the connection goes; among a Service's endpoints it picks in proportion to their
+   capacity (:func:`~ambit.model.state.choose_by_capacity`, ztunnel's weighted choice).
 2. :class:`~ambit.proxy.plans.Refuse`: reset, counted if the plan says so.
 3. :class:`~ambit.proxy.plans.Local`: the destination pod is served by this proxy; the inbound side takes the
    connection as it would after a CONNECT (same checks, no TLS: both identities are ours), and both sides count it.
@@ -31,10 +32,11 @@ import logging
 import random
 import socket
 import sys
+from collections.abc import Sequence
 
 from ambit.errors import AmbitError
 from ambit.hbone.headers import connect_headers, hostport
-from ambit.model.state import Transport
+from ambit.model.state import Transport, choose_by_capacity
 from ambit.model.workload import IPAddress, Workload
 from ambit.proxy.accounting import Accounting, BothSides
 from ambit.proxy.context import LocalPod, ProxyContext
@@ -59,6 +61,11 @@ _NOT_SERVED = 400
 """A waypoint's answer to a CONNECT for a destination it does not serve (:mod:`ambit.waypoint.destinations`)."""
 
 
+def _choose(candidates: Sequence[Workload]) -> Workload:
+    """An endpoint (or waypoint instance) in proportion to its capacity (a WorkloadEntry's ``weight``)."""
+    return choose_by_capacity(candidates, random.random())
+
+
 async def serve_outbound(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) -> Splice | None:
     """Proxy one connection that pod ``pod`` opened; never raises for network or peer trouble.
 
@@ -74,7 +81,7 @@ async def serve_outbound(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) 
     source = await ctx.wait_local_workload(pod)
     facts = OutboundFacts(ipaddress.ip_address(dst[0]), dst[0], dst[1], source)
     generation = ctx.state_generation
-    plan = plan_outbound(facts, ctx.state, ctx.node, random.choice, random.random)
+    plan = plan_outbound(facts, ctx.state, ctx.node, _choose, random.random)
     peer_addr, dst_addr = hostport(peer[0], peer[1]), hostport(dst[0], dst[1])
     if isinstance(plan, Refuse):
         if plan.counted and source is not None:  # counted refusals have their access-log line
@@ -148,7 +155,7 @@ async def _replan(
         return None
     if not await ctx.wait_state_change(generation, REPLAN_WAIT):
         return None
-    again = plan_outbound(facts, ctx.state, ctx.node, random.choice, random.random)
+    again = plan_outbound(facts, ctx.state, ctx.node, _choose, random.random)
     if isinstance(again, Refuse):
         return None
     if isinstance(again, Tunnel) and (again.address, again.authority) == (plan.address, plan.authority):

@@ -25,7 +25,10 @@ Outbound (15001), :func:`plan_outbound`, in order (ztunnel's ``build_request``):
    (:func:`~ambit.model.waypoint_choice.choose_waypoint`: weight 0 never, a canary the state knows no instance of
    never, the primary when nothing else is left); a picked canary that does not resolve falls back to the primary.
    An instance of any waypoint of the set is exempt as above.
-4. A Service VIP otherwise: one endpoint is chosen by ``choose`` among the eligible ones; none → refused, ``NR``.
+4. A Service VIP otherwise: one endpoint is chosen by ``choose`` among the eligible ones; none → refused, ``NR``,
+   unless the Service's load balancing mode is PASSTHROUGH (a ``resolution: NONE`` ServiceEntry): then
+   :class:`Plain` to the original destination, the address the pod connected to (ztunnel's rule), reported with
+   the Service.
    A pod address is that workload; any other address is passthrough.
 5. A pod address (not a VIP) whose workload has a waypoint, unless the source is an instance of that waypoint:
    :class:`Tunnel` to the workload's waypoint with ``:authority <pod IP>:<port>``, whatever the pod's own transport

@@ -27,12 +27,13 @@ MAX_PLANS = 4096
 class RouteConfig:
     """The current :class:`WaypointConfig`, replaced atomically."""
 
-    __slots__ = ("_config", "_listed", "_plans", "_rules")
+    __slots__ = ("_config", "_listed", "_plans", "_racing", "_rules")
 
     def __init__(self, config: WaypointConfig | None = None) -> None:
         self._config = config if config is not None else WaypointConfig(waypoint="")
         self._rules = {rule.service_key: rule for rule in self._config.destination_rules}
         self._listed = frozenset(self._config.services)
+        self._racing = frozenset(self._config.race_first_connect)
         self._plans: dict[tuple[BackendService, bool], BackendPolicy | Refusal] = {}
 
     @property
@@ -53,6 +54,7 @@ class RouteConfig:
         self._config = config
         self._rules = {rule.service_key: rule for rule in config.destination_rules}
         self._listed = frozenset(config.services)
+        self._racing = frozenset(config.race_first_connect)
         self._plans = {}
 
     def plan_backend(self, backend: BackendService, *, upgrade: bool = False) -> BackendPolicy | Refusal:
@@ -63,7 +65,7 @@ class RouteConfig:
         if plan is None:
             if len(self._plans) >= MAX_PLANS:
                 self._plans.clear()
-            plan = self._plans[key] = plan_backend(self._rules, backend, upgrade=upgrade)
+            plan = self._plans[key] = plan_backend(self._rules, backend, upgrade=upgrade, racing=self._racing)
         return plan
 
     def find_table(self, service_key: str, port: int) -> RouteTable | None:

@@ -24,7 +24,9 @@ Rules of :func:`plan_tunnel` (Istio's waypoint accepts traffic only for what use
    loopback is refused, 400: admin and metrics are never reachable through a tunnel.
 3. ``VIP:port`` (or ``hostname:port``) of a Service whose ``waypoint`` is this waypoint (or one of whose weighted
    waypoints is: a canary serves the Service as the primary does), on a port the Service declares, is a
-   :class:`ServiceTarget`. The same Service with an undeclared port is refused, 400.
+   :class:`ServiceTarget`. The same Service with an undeclared port is refused, 400. When several Services hold
+   the address (a ServiceEntry on a Kubernetes Service's ClusterIP, a CIDR range), the one bound to this waypoint
+   is the one meant.
 4. ``podIP:port`` of a Workload whose ``waypoint`` is this waypoint is a :class:`WorkloadTarget` (the address of
    a workload whose Service uses the waypoint does not count: TestDirect's "workload-addressed via a service
    waypoint → error").
@@ -110,6 +112,8 @@ class ServiceTarget:
     port: int
     """The Service port the client addressed."""
     protocol: AppProtocol
+    ip: IPAddress | None = None
+    """The VIP the CONNECT authority named (the original destination); None when it named the hostname."""
 
     @property
     def backend(self) -> BackendService:
@@ -151,7 +155,13 @@ def plan_tunnel(
         ip = None
     if ip is not None and port in me.own_ports and (ip in me.addresses or ip.is_loopback or ip.is_unspecified):
         return Refusal(400, f"{authority} is one of the waypoint's own ports")  # rule 2
-    service = state.find_service_by_vip(me.network, ip) if ip is not None else state.find_service_by_hostname(host)
+    if ip is not None:
+        # Of the Services at that address (a ServiceEntry may share a Kubernetes Service's ClusterIP, or hold it in
+        # a CIDR range), the one bound to this waypoint is meant, as Envoy matches a waypoint's own VIPs.
+        candidates = state.find_services_by_vip(me.network, ip)
+        service = next((s for s in candidates if me.fronts(s, state)), candidates[0] if candidates else None)
+    else:
+        service = state.find_service_by_hostname(host)
     if service is not None:
         if not me.fronts(service, state):
             return Refusal(400, f"service {service.key} does not use this waypoint", unbound=True)  # rule 5
@@ -161,7 +171,7 @@ def plan_tunnel(
         mapping = next((m for m in service.ports if m.service_port == port), None)
         if mapping is None:
             return Refusal(400, f"service {service.key} has no port {port}")  # rule 3
-        return ServiceTarget(service, port, mapping.app_protocol)
+        return ServiceTarget(service, port, mapping.app_protocol, ip)
     workload = state.find_workload_by_address(me.network, ip) if ip is not None else None
     if workload is not None and ip is not None:
         if not me.is_me(workload.waypoint, state):
@@ -184,6 +194,9 @@ class Transport:
     """The server name for originated TLS."""
     max_requests_per_connection: int = 0
     """A kept HTTP/1.1 connection is closed after this many requests; 0: no limit."""
+    race_first_connect: bool = False
+    """A hostname endpoint is dialled at every address its name resolves to at once, the first connection to
+    succeed kept (``istio.io/connect-strategy: RACE_FIRST_TCP_CONNECT``, :mod:`ambit.waypoint.racing`)."""
 
 
 PLAIN = Transport()
@@ -279,7 +292,7 @@ def pick_ingress_endpoint(
     (:func:`~ambit.model.waypoint_choice.choose_waypoint`); a canary without endpoints is never picked."""
     if not service.ingress_use_waypoint or service.waypoint is None:
         return pick_endpoint(state, service, port, choose, exclude=exclude, only=only)
-    vip = next((v.ip for v in service.vips), None)
+    vip = next((v.ip for v in service.vips if v.length is None), None)
     if vip is None:
         return None
 
@@ -336,6 +349,27 @@ def pick_endpoint(
     if chosen.addresses:
         return Endpoint(chosen, chosen.addresses[0], target_port, service)
     return Endpoint(chosen, UNRESOLVED, target_port, service, resolve_hostname=chosen.hostname)
+
+
+def original_destination(target: ServiceTarget) -> Endpoint | None:
+    """The endpoint for a PASSTHROUGH Service that has none (a ``resolution: NONE`` ServiceEntry; Envoy's
+    ORIGINAL_DST cluster): plain TCP to the VIP and port the CONNECT authority named, which :func:`plan_tunnel`
+    has checked to be one of this Service's VIPs, bound to this waypoint, on a declared port, and not the waypoint's
+    own. Never a name, never an address from a request header: the waypoint is not an open proxy. None for any
+    other Service, or a CONNECT that named the hostname (nothing to dial)."""
+    service, ip = target.service, target.ip
+    if not service.passthrough or ip is None or not any(vip.contains(ip) for vip in service.vips):
+        return None
+    if ip.is_unspecified or ip.is_multicast or ip == ipaddress.IPv4Address("255.255.255.255"):
+        return None
+    workload = Workload(
+        uid=f"{service.key}/original-destination",
+        name="",
+        namespace=service.namespace,
+        addresses=(ip,),
+        workload_name="",
+    )
+    return Endpoint(workload, ip, target.port, service)
 
 
 def judge_resolved(endpoint: Endpoint, ip: IPAddress, me: WaypointSelf) -> Endpoint | Refusal:

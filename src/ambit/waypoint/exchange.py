@@ -47,7 +47,14 @@ from ambit.waypoint.authorization import DENIED_BODY, RBAC_FLAG, check_request, 
 from ambit.waypoint.client_cert import plan_client_cert
 from ambit.waypoint.context import Tunnel, WaypointContext
 from ambit.waypoint.decisions import RequestHead, Respond
-from ambit.waypoint.destinations import PLAIN, Endpoint, Refusal, ServiceTarget, find_backend_service
+from ambit.waypoint.destinations import (
+    PLAIN,
+    Endpoint,
+    Refusal,
+    ServiceTarget,
+    find_backend_service,
+    original_destination,
+)
 from ambit.waypoint.downstream import Outcome, RequestSide, respond
 from ambit.waypoint.forwarding import Plan, forward
 from ambit.waypoint.http1 import BodyData, MessageEnded, RequestStarted, Signal
@@ -162,6 +169,8 @@ async def serve_request(
                 endpoint = ctx.pick(ctx.state, service, port, choose, only=backend.members, exclude=ejected)
             if endpoint is None:  # none ejected, or every one (Envoy's panic threshold: pick among all)
                 endpoint = ctx.pick(ctx.state, service, port, choose, only=backend.members)
+            if endpoint is None and service.key == target.service.key and port == target.port:
+                endpoint = original_destination(target)  # a PASSTHROUGH Service: where the client sent it
         if endpoint is not None and transport != PLAIN:
             endpoint = dataclasses.replace(endpoint, transport=transport)
     else:  # workload-addressed: to that workload, as addressed

@@ -36,6 +36,7 @@ from ambit.waypoint.destinations import (
     ServiceTarget,
     choose_weighted,
     find_backend_service,
+    original_destination,
     pick_endpoint,
 )
 from ambit.waypoint.traffic_policy import DEFAULT as DEFAULT_BACKEND
@@ -126,7 +127,10 @@ def endpoint_for(ctx: WaypointContext, tunnel: Tunnel) -> tuple[Endpoint | None,
         return Endpoint(target.workload, target.ip, target.port, None), None
     table = ctx.routes.find_table(target.service.key, target.port)
     if table is None or not table.tcp_backends:
-        return _pick(ctx, tunnel, target.backend, target.service)
+        endpoint, planned = _pick(ctx, tunnel, target.backend, target.service)
+        if endpoint is None:
+            endpoint = original_destination(target)  # a PASSTHROUGH Service: where the client sent it
+        return endpoint, planned
     chosen = choose_weighted(table.tcp_backends, ctx.random())
     if chosen is None or chosen.backend is None:
         return None, None

@@ -44,13 +44,15 @@ Rules:
    or ALPN h2 over originated TLS) whatever the client spoke; else ``h2UpgradePolicy: UPGRADE`` upgrades
    (rule 4); else a port of unknown protocol at a waypoint speaks the client's version (a gateway speaks
    HTTP/1.1, as istiod sets downstream protocol only for sidecars and waypoints); else HTTP/1.1.
+9. A Service whose ServiceEntry asks for ``RACE_FIRST_TCP_CONNECT`` (``racing``) gets
+   :attr:`~ambit.waypoint.destinations.Transport.race_first_connect`, with or without a rule (rule 1 otherwise).
 """
 
 from __future__ import annotations
 
 import enum
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlsplit
 
@@ -86,17 +88,26 @@ class BackendPolicy:
 
 
 DEFAULT = BackendPolicy()
+RACING = Transport(race_first_connect=True)
 
 
 def plan_backend(
-    rules: Mapping[str, DestinationPolicy], backend: BackendService, *, upgrade: bool = False
+    rules: Mapping[str, DestinationPolicy],
+    backend: BackendService,
+    *,
+    upgrade: bool = False,
+    racing: Container[str] = (),
 ) -> BackendPolicy | Refusal:
     """Rules 1-4 for one request to ``backend``; ``rules``: the waypoint's DestinationRules by service key;
-    ``upgrade``: the request asks for a protocol upgrade."""
+    ``upgrade``: the request asks for a protocol upgrade; ``racing``: the service keys whose hostname endpoints
+    race their addresses (:attr:`~ambit.waypoint.destinations.Transport.race_first_connect`)."""
+    race = backend.service_key in racing
     rule = rules.get(backend.service_key)
     if rule is None:
         if backend.subset:
             return Refusal(503, f"subset {backend.subset} of {backend.service_key}: no DestinationRule defines it")
+        if race:
+            return BackendPolicy(transport=RACING, balance_key=f"{backend.service_key}/")
         return DEFAULT
     members: frozenset[str] | None = None
     if backend.subset:
@@ -113,6 +124,7 @@ def plan_backend(
         h2=pool is not None and pool.h2_upgrade is H2Upgrade.UPGRADE and not pool.use_client_protocol and not upgrade,
         proxy_protocol=policy.proxy_protocol,
         sni=(tls.sni or backend.hostname) if tls is not None else "",
+        race_first_connect=race,
     )
     return BackendPolicy(members, policy, transport, f"{backend.service_key}/{backend.subset}")
 

@@ -9,7 +9,9 @@ Theory of operation: :meth:`Upstreams.open_stream` reaches one :class:`~ambit.wa
 - an endpoint without HBONE gets plain TCP to ``<pod IP>:<target port>``;
 - a hostname endpoint (a ``resolution: DNS`` ServiceEntry's) is first resolved on demand by the
   :class:`~ambit.proxy.hostnames.HostnameResolver` (IPv4 preferred), the answer judged by
-  :func:`~ambit.waypoint.destinations.judge_resolved`, then gets plain TCP to ``<resolved address>:<target port>``.
+  :func:`~ambit.waypoint.destinations.judge_resolved`, then gets plain TCP to ``<resolved address>:<target port>``;
+  with :attr:`~ambit.waypoint.destinations.Transport.race_first_connect`, every address of both versions that
+  passes the judge is dialled at once and the first connection kept (:mod:`ambit.waypoint.racing`).
   A name that cannot be resolved, or resolves to what may not be dialled, is an :class:`UpstreamConnectError`;
 - then, for an endpoint whose :class:`~ambit.waypoint.destinations.Transport` asks (a DestinationRule), a PROXY
   header and originated TLS on that stream (:mod:`ambit.waypoint.origination`), within the same connect timeout;
@@ -35,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import ssl
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -45,7 +48,7 @@ from ambit.hbone.headers import connect_headers, hostport
 from ambit.identity.manager import CertificateManager
 from ambit.model.identity import SpiffeId
 from ambit.model.routes import ClientTls
-from ambit.model.workload import TunnelProtocol
+from ambit.model.workload import IPAddress, TunnelProtocol
 from ambit.proxy.hbone_client import HboneClient
 from ambit.proxy.hbone_stream import HboneStream
 from ambit.proxy.hostnames import HostnameLookupError, HostnameResolver
@@ -65,6 +68,7 @@ from ambit.waypoint.destinations import (
 from ambit.waypoint.errors import WaypointError
 from ambit.waypoint.http1 import ClientSide, Event
 from ambit.waypoint.origination import TlsOriginationError, TlsStream, client_context, proxy_header
+from ambit.waypoint.racing import race_connect
 
 MAX_TLS_CONTEXTS = 256
 """SSL contexts kept for the DestinationRules' TLS settings (building one costs milliseconds)."""
@@ -172,14 +176,23 @@ class Upstreams:
 
     async def open_stream(self, endpoint: Endpoint, forwarded_for: str) -> ByteStream:
         """A byte stream to ``endpoint``; :class:`UpstreamConnectError` when it cannot be reached."""
-        if endpoint.resolve_hostname:
+        racing: tuple[IPAddress, ...] = ()
+        if endpoint.resolve_hostname and endpoint.transport.race_first_connect:
+            racing = await self.fetch_all_resolved(endpoint)
+            endpoint = dataclasses.replace(endpoint, ip=racing[0], resolve_hostname="")
+        elif endpoint.resolve_hostname:
             endpoint = await self.fetch_resolved(endpoint)
         address = (str(endpoint.ip), endpoint.port)
         stream: ByteStream | None = None
         try:
             async with asyncio.timeout(self._connect_timeout):
                 # A waypoint hop is HBONE whatever the waypoint pod's own enrolment (its pods are not captured).
-                if endpoint.via is None and endpoint.workload.tunnel_protocol is not TunnelProtocol.HBONE:
+                plain = endpoint.via is None and endpoint.workload.tunnel_protocol is not TunnelProtocol.HBONE
+                if plain and len(racing) > 1:
+                    sock, ip = await race_connect(self._sockets, racing, endpoint.port, timeout=self._connect_timeout)
+                    endpoint = dataclasses.replace(endpoint, ip=ip)
+                    stream = SocketStream(sock)
+                elif plain:
                     stream = SocketStream(await connect(self._sockets, address, timeout=self._connect_timeout))
                 else:
                     stream = await self._open_tunnel(endpoint, forwarded_for)
@@ -232,6 +245,28 @@ class Upstreams:
         if isinstance(judged, Refusal):
             raise UpstreamConnectError(judged.reason)
         return judged
+
+    async def fetch_all_resolved(self, endpoint: Endpoint) -> tuple[IPAddress, ...]:
+        """Every address of ``endpoint``'s hostname that may be dialled (a racing endpoint), at least one;
+        :class:`UpstreamConnectError` else."""
+        name = endpoint.resolve_hostname
+        if self.hostnames is None:
+            raise UpstreamConnectError(f"{name}: no resolver for hostname endpoints")
+        try:
+            found = await self.hostnames.fetch_addresses(name)
+        except HostnameLookupError as exc:
+            raise UpstreamConnectError(str(exc)) from None
+        usable: list[IPAddress] = []
+        refusals: list[str] = []
+        for ip in found:
+            judged = judge_resolved(endpoint, ip, self._me)
+            if isinstance(judged, Refusal):
+                refusals.append(judged.reason)
+            else:
+                usable.append(ip)
+        if not usable:
+            raise UpstreamConnectError("; ".join(refusals))
+        return tuple(usable)
 
     async def _open_tunnel(self, endpoint: Endpoint, forwarded_for: str) -> HboneStream:
         cert = await self._certs.fetch(self._identity)

@@ -14,7 +14,8 @@ Rules:
    resource whose name disagrees with its body is refused.
 2. Aliases (:func:`address_aliases`) are the ``network/IP`` keys an on-demand client may subscribe with: each
    workload address in the workload's network, each service VIP in its own network.
-3. IPs are raw 4- or 16-byte strings; a VIP with a prefix ``length`` shorter than the full address is refused.
+3. IPs are raw 4- or 16-byte strings. A service VIP may carry a prefix ``length`` (a ServiceEntry's CIDR range):
+   0..the address's bits, host bits clear; a full-length one is one address. A waypoint address never has one.
 4. Ports: service ports 1..65535, target ports 0..65535 (0 = named port, resolved per workload).
 5. Nothing but :class:`XdsConversionError` escapes decoding.
 6. A locality is sent only when one of its parts is known (istiod sends none for a node without topology labels);
@@ -31,6 +32,10 @@ Rules:
 9. ``Service.weighted_waypoints`` (field 13): each ``WeightedWaypoint`` needs a ``destination`` (field 1, a waypoint
    as in rule 7) and keeps its ``weight`` (field 2, uint32) as sent; more than :data:`MAX_WEIGHTED_WAYPOINTS`
    entries are refused (istiod sends two: the primary and the canary).
+10. ``Workload.capacity`` (field 27, a ``UInt32Value``) is sent only when it is not 1 (istiod sends it for a
+    ``weight``); an absent one is 1, as in ztunnel.
+11. ``Service.load_balancing`` (field 8) is sent when its ``health_policy`` or ``mode`` is not the default; the
+    ``mode`` (field 2) is kept, an unknown one refused (a newer mode must not be read as another).
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ from ambit.model.workload import (
     HealthStatus,
     IPAddress,
     IPFamilies,
+    LoadBalancingMode,
     Locality,
     NamespacedHostname,
     NetworkAddress,
@@ -101,6 +107,11 @@ _POLICIES = {
     HealthPolicy.ALLOW_ALL: pb.LoadBalancing.ALLOW_ALL,
 }
 _POLICY_NAMES = {value: key for key, value in _POLICIES.items()}
+_LB_MODES: dict[LoadBalancingMode, Any] = {
+    mode: pb.LoadBalancing.Mode.Value(f"{mode.name}_MODE" if mode is LoadBalancingMode.UNSPECIFIED else mode.name)
+    for mode in LoadBalancingMode
+}
+_LB_MODE_NAMES = {value: key for key, value in _LB_MODES.items()}
 _NETWORK_MODES = {NetworkMode.STANDARD: pb.STANDARD, NetworkMode.HOST_NETWORK: pb.HOST_NETWORK}
 _NETWORK_MODE_NAMES = {value: key for key, value in _NETWORK_MODES.items()}
 _IP_FAMILIES = {
@@ -167,6 +178,8 @@ def workload_to_proto(workload: Workload) -> pb.Workload:
         message.services[key].ports.extend(_ports(ports))
     if workload.waypoint is not None:
         message.waypoint.CopyFrom(gateway_address_to_proto(workload.waypoint))
+    if workload.capacity != 1:
+        message.capacity.value = workload.capacity
     return message
 
 
@@ -175,12 +188,17 @@ def service_to_proto(service: Service) -> pb.Service:
         name=service.name,
         namespace=service.namespace,
         hostname=service.hostname,
-        addresses=[pb.NetworkAddress(network=vip.network, address=vip.ip.packed) for vip in service.vips],
+        addresses=[
+            pb.NetworkAddress(network=vip.network, address=vip.ip.packed, length=vip.length) for vip in service.vips
+        ],
         ports=_ports(service.ports),
         subject_alt_names=list(service.subject_alt_names),
         load_balancing=(
-            pb.LoadBalancing(health_policy=_POLICIES[service.health_policy])
+            pb.LoadBalancing(
+                health_policy=_POLICIES[service.health_policy], mode=_LB_MODES[service.load_balancing_mode]
+            )
             if service.health_policy is not HealthPolicy.ONLY_HEALTHY
+            or service.load_balancing_mode is not LoadBalancingMode.UNSPECIFIED
             else None
         ),
         canonical=service.canonical,
@@ -364,6 +382,7 @@ def _workload_from_proto(message: pb.Workload, read: FieldReader) -> Workload:
         ),
         waypoint=read.gateway_address("workload.waypoint", message.waypoint) if message.HasField("waypoint") else None,
         hostname=hostname,
+        capacity=message.capacity.value if message.HasField("capacity") else 1,
     )
 
 
@@ -374,9 +393,14 @@ def _service_from_proto(message: pb.Service, read: FieldReader) -> Service:
     for index, vip in enumerate(message.addresses):
         field = f"service.addresses[{index}]"
         ip = read.ip(f"{field}.address", vip.address)
+        length: int | None = None
         if vip.HasField("length") and vip.length != ip.max_prefixlen:
-            raise read.fail(f"{field}.length", f"prefixes are not supported, got /{vip.length}")
-        vips.append(NetworkAddress(read.text(f"{field}.network", vip.network), ip))
+            if vip.length > ip.max_prefixlen:
+                raise read.fail(f"{field}.length", f"out of range 0..{ip.max_prefixlen}: {vip.length}")
+            if ipaddress.ip_network((ip, vip.length), strict=False).network_address != ip:
+                raise read.fail(f"{field}.length", f"{ip}/{vip.length} has host bits set")
+            length = vip.length
+        vips.append(NetworkAddress(read.text(f"{field}.network", vip.network), ip, length))
     return Service(
         name=read.text("service.name", message.name, required=True),
         namespace=namespace,
@@ -390,6 +414,7 @@ def _service_from_proto(message: pb.Service, read: FieldReader) -> Service:
         health_policy=read.enum(
             "service.load_balancing.health_policy", message.load_balancing.health_policy, _POLICY_NAMES
         ),
+        load_balancing_mode=read.enum("service.load_balancing.mode", message.load_balancing.mode, _LB_MODE_NAMES),
         canonical=message.canonical,
         ip_families=read.enum("service.ip_families", message.ip_families, _IP_FAMILY_NAMES),
         waypoint=read.gateway_address("service.waypoint", message.waypoint) if message.HasField("waypoint") else None,

@@ -8,12 +8,12 @@ the RequestAuthentications attached to them, spec §7.5, and the DestinationRule
 Istio's own Gateways with the VirtualServices bound to them (classic ingress gateways, ``istio_gateways``), and
 returns a
 :class:`Translation`: one :class:`LocalConfig` (workloads, services, policies), the ``ZtunnelAccepted`` status of
-each AuthorizationPolicy and the ``istio.io/WaypointBound`` status of Services and ServiceEntries
-(:class:`PolicyStatus`, for the control plane to write), each ready waypoint's
-:class:`~ambit.model.routes.WaypointConfig` with the routes' status (:class:`RouteStatus`), and the list of what had
-to be left out (:class:`Skipped`, each naming the object and the field to fix). :func:`translate` is the same
-without the list. Nothing here keeps state between calls or does I/O: the caller (an informer-driven view, a test)
-decides when to translate again.
+each AuthorizationPolicy, the ``istio.io/WaypointBound`` status of Services and ServiceEntries and the
+``istio.io/WaypointMissing`` status of ServiceEntries (:class:`PolicyStatus`, for the control plane to write),
+each ready waypoint's :class:`~ambit.model.routes.WaypointConfig` with the routes' status (:class:`RouteStatus`),
+and the list of what had to be left out (:class:`Skipped`, each naming the object and the field to fix).
+:func:`translate` is the same without the list. Nothing here keeps state between calls or does I/O: the caller (an
+informer-driven view, a test) decides when to translate again.
 
 Order of work: Kubernetes Services first, then ServiceEntries (their hosts may not take a Service's key), then one
 index of every selecting service, then the workloads (pods, WorkloadEntries, inline ServiceEntry endpoints) with
@@ -104,8 +104,10 @@ from ambit.controlplane.translate.waypoints import (
     Binding,
     WaypointIndex,
     bound_status,
+    missing_status,
     object_annotations,
     object_labels,
+    races_first_connect,
 )
 from ambit.controlplane.translate.workloadentries import translate_workload_entry
 from ambit.controlplane.translate.workloads import translate_pod
@@ -167,7 +169,8 @@ class Translation:
     service_status: tuple[PolicyStatus, ...] = ()
     """The ``istio.io/WaypointBound`` condition of each Service that has one, by key."""
     service_entry_status: tuple[PolicyStatus, ...] = ()
-    """The ``istio.io/WaypointBound`` condition of each ServiceEntry that has one, by key."""
+    """The ``istio.io/WaypointBound`` and ``istio.io/WaypointMissing`` conditions of each ServiceEntry that has
+    them, by key then in that order."""
     waypoint_configs: tuple[WaypointConfig, ...] = ()
     """Each ready waypoint's routes (:mod:`ambit.controlplane.translate.routes`), by waypoint key."""
     route_status: tuple[RouteStatus, ...] = ()
@@ -314,15 +317,20 @@ def translate_all(
     canonical = canonical_owners(entries, (s.hostname for s in translated))
     entry_status: list[PolicyStatus] = []
     entry_targets: dict[str, ServiceTarget] = {}
+    racing: set[str] = set()
     for entry in entries:
         binding = _service_binding(
             entry.obj, waypoints, entry_status, namespace_only=entry.visibility is Visibility.NAMESPACE
         )
+        if (missing := missing_status(entry.obj, binding)) is not None:
+            entry_status.append(missing)
         entry_services = [
             _with_binding(s, binding, bound, canaries)
             for s in service_entry_services(entry, network=network, canonical=canonical)
         ]
         translated.extend(entry_services)
+        if races_first_connect(entry.obj):
+            racing.update(s.key for s in entry_services)
         entry_targets[_object_key(entry.obj)] = _service_target(tuple(s.key for s in entry_services), binding)
     ingress_pods = [IngressPods.of(g) for g in gateway_list if is_ingress(g)]
     targets = TargetIndex(
@@ -508,6 +516,7 @@ def translate_all(
                 destination_rules=destination_policies(
                     rule_index, c.waypoint.partition("/")[0], served_by(c.waypoint), members
                 ),
+                race_first_connect=tuple(k for k in c.services if k in racing),
             )
             for c in authn
         ),

@@ -10,9 +10,11 @@ Rules:
    name under it with the VIPs (spec §9). Another wildcard host is left out. A host whose
    key a Kubernetes Service or an earlier entry (by namespace, then name) already has is left out, so that every
    resource name has one owner.
-2. VIPs are ``spec.addresses`` on the cluster's network; a CIDR is accepted only as one address (/32, /128). An
-   entry without any takes, per host, the addresses the control plane allocated to it and keeps in its
-   ``status.addresses`` (:mod:`~ambit.controlplane.translate.autoallocate`), as istiod does.
+2. VIPs are ``spec.addresses`` on the cluster's network; a CIDR range is a VIP with a prefix length (istiod's
+   ``toNetworkAddressFromCidr``: host bits cleared, a full-length prefix is one address), and any address in it is
+   the Service's (the node proxy and the waypoint look VIPs up by longest prefix). An entry without any takes, per
+   host, the addresses the control plane allocated to it and keeps in its ``status.addresses``
+   (:mod:`~ambit.controlplane.translate.autoallocate`), as istiod does.
 3. Ports are ``spec.ports``: ``number`` to ``targetPort``, 0 when unset (each endpoint says its own number); the
    port's ``protocol`` gives its ``app_protocol`` (:mod:`ambit.controlplane.translate.protocols`).
    A repeated or invalid number is left out.
@@ -23,7 +25,7 @@ Rules:
    every host of it; its ``ports`` map overrides target ports by port name, as a WorkloadEntry's does. An endpoint
    whose address is not an IP (a Unix socket; a hostname unless the entry resolves by DNS, rule 6) or repeats an
    earlier one is left out. Policies select an endpoint by its own labels in the entry's namespace, as they
-   select a pod.
+   select a pod. Its ``weight`` is its capacity, as a WorkloadEntry's.
 6. A ``DNS`` or ``DNS_ROUND_ROBIN`` entry's endpoint whose address is a host name is a Workload with that
    ``hostname`` and no address (the node proxy resolves it when it picks it). Without endpoints or selector, each
    host (never a wildcard) is its own endpoint, as in istiod: a Workload with uid ``.../<name>/<host>``, hostname
@@ -32,13 +34,15 @@ Rules:
    has that hostname, else the Service of the oldest public entry with the host (``creationTimestamp``, then
    namespace and name) (:func:`canonical_owners`); a namespace-visible entry is never canonical.
 8. ``spec.exportTo`` gives each Service's visibility (:mod:`ambit.controlplane.translate.visibility`).
+9. ``resolution: NONE`` (the default) makes each Service's load balancing ``PASSTHROUGH`` with health policy
+   ``ALLOW_ALL``, as istiod's ``services.go`` does: a connection to its VIP that finds no endpoint goes to the
+   address it was sent to (the node proxy's rule 4, the waypoint's original destination).
 
 Everything left out is reported as :class:`Skipped` naming the field.
 """
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -55,12 +59,19 @@ from ambit.controlplane.translate.protocols import protocol_app_protocol
 from ambit.controlplane.translate.services import port_number, service_key
 from ambit.controlplane.translate.skips import SERVICE_ENTRY, Skipped, skipped
 from ambit.controlplane.translate.visibility import export_visibility
-from ambit.controlplane.translate.workloadentries import endpoint_address, endpoint_workload, string_map
+from ambit.controlplane.translate.workloadentries import (
+    endpoint_address,
+    endpoint_capacity,
+    endpoint_workload,
+    string_map,
+)
 from ambit.model.dnsname import check_dns_name
 from ambit.model.workload import (
     AddressError,
     GatewayAddress,
+    HealthPolicy,
     IPAddress,
+    LoadBalancingMode,
     NetworkAddress,
     PortMapping,
     Service,
@@ -81,7 +92,8 @@ class ServiceEntrySpec:
     name: str
     namespace: str
     hosts: tuple[str, ...]
-    vips: tuple[IPAddress, ...] = ()
+    vips: tuple[tuple[IPAddress, int | None], ...] = ()
+    """(address, prefix length or None for one address) of each of ``spec.addresses``."""
     ports: tuple[ServicePort, ...] = ()
     selector: Mapping[str, str] | None = None
     endpoints: tuple[tuple[int, Obj], ...] = ()
@@ -165,24 +177,17 @@ def _parse(obj: Obj, taken: set[str], skips: list[Skipped]) -> ServiceEntrySpec 
     )
 
 
-def _vips(obj: Obj, raw: Iterable[Any], skips: list[Skipped]) -> tuple[IPAddress, ...]:
-    out: list[IPAddress] = []
+def _vips(obj: Obj, raw: Iterable[Any], skips: list[Skipped]) -> tuple[tuple[IPAddress, int | None], ...]:
+    out: list[tuple[IPAddress, int | None]] = []
     for i, value in enumerate(raw):
         text = str(value)
         try:
-            if "/" in text:
-                net = ipaddress.ip_network(text, strict=False)
-                if net.num_addresses != 1:
-                    raise AddressError(f"{text!r} is a range; only single addresses are supported as VIPs")
-                ip = parse_ip(str(net.network_address))
-            else:
-                ip = parse_ip(text)
-        except (AddressError, ValueError) as exc:
-            reason = str(exc) if isinstance(exc, AddressError) else f"not an IP address: {text!r}"
-            skips.append(skipped(SERVICE_ENTRY, obj, f"spec.addresses[{i}]", f"{reason}; the VIP is left out"))
+            address = NetworkAddress.of_cidr("", text)
+        except AddressError as exc:
+            skips.append(skipped(SERVICE_ENTRY, obj, f"spec.addresses[{i}]", f"{exc}; the VIP is left out"))
             continue
-        if ip not in out:
-            out.append(ip)
+        if (address.ip, address.length) not in out:
+            out.append((address.ip, address.length))
     return tuple(out)
 
 
@@ -235,7 +240,8 @@ def _created(obj: Obj) -> str:
 def service_entry_services(
     entry: ServiceEntrySpec, *, network: str, canonical: Mapping[str, tuple[str, str]] | None = None
 ) -> list[Service]:
-    """One Service per host (rules 1 to 3, and 7 given :func:`canonical_owners`)."""
+    """One Service per host (rules 1 to 3, 9, and 7 given :func:`canonical_owners`)."""
+    passthrough = entry.resolution.upper() == "NONE"
     ports = tuple(
         PortMapping(p.number, p.target if isinstance(p.target, int) else 0, protocol_app_protocol(p.protocol))
         for p in entry.ports
@@ -245,11 +251,14 @@ def service_entry_services(
             name=entry.name,
             namespace=entry.namespace,
             hostname=host,
-            vips=tuple(NetworkAddress(network, ip) for ip in entry.vips or entry.auto_vips.get(host, ())),
+            vips=tuple(NetworkAddress(network, ip, length) for ip, length in entry.vips)
+            or tuple(NetworkAddress(network, ip) for ip in entry.auto_vips.get(host, ())),
             ports=ports,
             subject_alt_names=entry.subject_alt_names,
             canonical=canonical is not None and canonical.get(host) == (entry.namespace, entry.name),
             visibility=entry.visibility,
+            load_balancing_mode=LoadBalancingMode.PASSTHROUGH if passthrough else LoadBalancingMode.UNSPECIFIED,
+            health_policy=HealthPolicy.ALLOW_ALL if passthrough else HealthPolicy.ONLY_HEALTHY,
         )
         for host in entry.hosts
     ]
@@ -312,6 +321,7 @@ def service_entry_workloads(
             cluster_id=cluster_id,
             services={service_key(entry.namespace, host): mappings for host in hosts},
             locality=split_locality(endpoint.get("locality")),
+            capacity=endpoint_capacity(SERVICE_ENTRY, entry.obj, f"{where}.weight", endpoint.get("weight"), skips),
         )
         if policy_keys is not None:
             workload = replace(workload, authorization_policies=policy_keys(entry.namespace, labels))

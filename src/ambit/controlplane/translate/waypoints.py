@@ -59,6 +59,12 @@ Rules:
     A Kubernetes Service is not checked, as istiod does not check it, whatever its ``exportTo``. Its canary is
     refused the same way (istiod checks only the primary; the canary takes the same traffic, so the same reason
     holds).
+11. ``istio.io/WaypointMissing`` (:func:`missing_status`, ServiceEntries only): an entry without a bound waypoint
+    (none, or a problem) whose hosts include a wildcard gets True, ``NoWaypointForWildcardService``, "ServiceEntry
+    will not apply until it is bound to a valid waypoint."; one whose ``istio.io/connect-strategy`` annotation is
+    ``RACE_FIRST_TCP_CONNECT`` (any case) gets True, ``NoWaypointForRacingConnectStrategy`` and istiod's message
+    instead (it wins when both hold). A bound entry, or one where neither holds, gets none, and the writer removes
+    an old one (istiod prunes it when it no longer holds).
 """
 
 from __future__ import annotations
@@ -83,20 +89,30 @@ from ambit.model.workload import (
 )
 
 __all__ = [
+    "CONNECT_STRATEGY",
+    "RACE_FIRST_TCP_CONNECT",
     "WAYPOINT_BOUND",
     "WAYPOINT_CLASS",
+    "WAYPOINT_MISSING",
     "Binding",
     "Waypoint",
     "WaypointIndex",
     "bound_status",
+    "missing_status",
     "object_annotations",
     "object_labels",
+    "races_first_connect",
 ]
 
 Obj = Mapping[str, Any]
 
 WAYPOINT_CLASS = "istio-waypoint"
 WAYPOINT_BOUND = "istio.io/WaypointBound"
+WAYPOINT_MISSING = "istio.io/WaypointMissing"
+CONNECT_STRATEGY = "istio.io/connect-strategy"
+RACE_FIRST_TCP_CONNECT = "RACE_FIRST_TCP_CONNECT"
+NO_WAYPOINT_FOR_WILDCARD = "NoWaypointForWildcardService"
+NO_WAYPOINT_FOR_RACING = "NoWaypointForRacingConnectStrategy"
 USE_WAYPOINT = "istio.io/use-waypoint"
 USE_WAYPOINT_NAMESPACE = "istio.io/use-waypoint-namespace"
 USE_WAYPOINT_CANARY = "istio.io/use-waypoint-canary"
@@ -483,4 +499,32 @@ def bound_status(obj: Obj, binding: Binding, *, ingress_label: bool = False) -> 
         return PolicyStatus(namespace, name, observed, True, "WaypointAccepted", message, WAYPOINT_BOUND)
     if binding.reason:
         return PolicyStatus(namespace, name, observed, False, binding.reason, binding.message, WAYPOINT_BOUND)
+    return None
+
+
+def races_first_connect(obj: Obj) -> bool:
+    """Whether a ServiceEntry asks for racing connects to its resolved addresses (``istio.io/connect-strategy:
+    RACE_FIRST_TCP_CONNECT``, read in any case as istiod's ``GetDNSConnectStrategy`` does)."""
+    return object_annotations(obj).get(CONNECT_STRATEGY, "").casefold() == RACE_FIRST_TCP_CONNECT.casefold()
+
+
+def missing_status(obj: Obj, binding: Binding) -> PolicyStatus | None:
+    """The ``istio.io/WaypointMissing`` condition of a ServiceEntry, or None for none (rule 11)."""
+    if binding.waypoint is not None:
+        return None
+    meta = obj.get("metadata")
+    generation = meta.get("generation") if isinstance(meta, Mapping) else None
+    observed = generation if isinstance(generation, int) and not isinstance(generation, bool) else 0
+    namespace, name = _meta_text(obj, "namespace"), _meta_text(obj, "name")
+    if races_first_connect(obj):
+        message = (
+            "ServiceEntry has a non-default connect strategy but no waypoint bound. "
+            "A waypoint is required for connect strategies to take effect for ambient clients."
+        )
+        return PolicyStatus(namespace, name, observed, True, NO_WAYPOINT_FOR_RACING, message, WAYPOINT_MISSING)
+    spec = obj.get("spec")
+    hosts = spec.get("hosts") if isinstance(spec, Mapping) else None
+    if isinstance(hosts, list) and any(isinstance(h, str) and h.startswith("*") for h in hosts):
+        message = "ServiceEntry will not apply until it is bound to a valid waypoint."
+        return PolicyStatus(namespace, name, observed, True, NO_WAYPOINT_FOR_WILDCARD, message, WAYPOINT_MISSING)
     return None

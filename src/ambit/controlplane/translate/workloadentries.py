@@ -3,8 +3,10 @@
 Rules:
 
 1. Its uid is ``<cluster>/networking.istio.io/WorkloadEntry/<namespace>/<name>``; its one address is
-   ``spec.address``, which must be an IP. An entry without one, or with a hostname or a Unix socket path there, is
-   left out and reported (Ambit's Workload carries no hostname).
+   ``spec.address`` when that is an IP. A DNS name there makes a Workload with that ``hostname`` and no address
+   (istiod's ``workloads.go`` does the same), which the node proxy resolves when it picks it, as it does the
+   endpoints of a ``resolution: DNS`` ServiceEntry. An entry without an address, or with a Unix socket path or
+   something that is neither an IP nor a DNS name there, is left out and reported.
 2. Its labels are ``spec.labels`` over ``metadata.labels``; Services and ServiceEntries select it by them
    (:mod:`ambit.controlplane.translate.index`), and its ``spec.ports`` map (service port name → number) overrides
    their target ports.
@@ -17,8 +19,11 @@ Rules:
    auto-registered entries write it).
 6. The locality is ``spec.locality`` (``region/zone/subzone``,
    :func:`~ambit.controlplane.translate.nodes.split_locality`).
+7. A ``spec.weight`` above 0 is the workload's ``capacity`` (its share of its services' traffic); 0 or none
+   leaves the default 1. A weight that is not an integer 0..4294967295 is ignored and reported.
 
-:func:`endpoint_workload` is shared with the inline endpoints of ServiceEntries, which follow rules 2 to 4 and 6.
+:func:`endpoint_workload` and :func:`endpoint_capacity` are shared with the inline endpoints of ServiceEntries,
+which follow rules 2 to 4, 6 and 7.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from ambit.controlplane.translate.index import ServiceIndex, entry_port_resolver
 from ambit.controlplane.translate.nodes import split_locality
 from ambit.controlplane.translate.skips import WORKLOAD_ENTRY, ObjectKind, Skipped, skipped
 from ambit.controlplane.translate.workloads import NAME_LABELS, REDIRECTION_ANNOTATION, REVISION_LABELS, first_label
+from ambit.model.dnsname import check_dns_name
 from ambit.model.workload import (
     AddressError,
     HealthStatus,
@@ -42,6 +48,8 @@ from ambit.model.workload import (
 )
 
 TUNNEL_LABEL = "networking.istio.io/tunnel"
+MAX_WEIGHT = 0xFFFFFFFF
+"""The largest ``weight`` (the wire's ``capacity`` is a uint32)."""
 AUTO_REGISTRATION_GROUP = "istio.io/autoRegistrationGroup"
 
 Obj = Mapping[str, Any]
@@ -60,9 +68,35 @@ def endpoint_address(
         try:
             return parse_ip(text)
         except AddressError:
-            reason = f"{text!r} is not an IP address (hostname endpoints are not supported)"
+            reason = (
+                f"{text!r} is neither an IP address nor a DNS name"
+                if check_dns_name(text)
+                else f"{text!r} is not an IP address (a host name endpoint needs resolution DNS)"
+            )
     skips.append(skipped(kind, obj, field, f"{reason}; {what} is left out"))
     return None
+
+
+def endpoint_hostname(value: Any) -> str:
+    """``value`` when it is a DNS name and not an IP address (a hostname endpoint), else ``""``."""
+    text = "" if value is None else str(value)
+    if not text or text.startswith("unix://") or check_dns_name(text):
+        return ""
+    try:
+        parse_ip(text)
+    except AddressError:
+        return text
+    return ""
+
+
+def endpoint_capacity(kind: ObjectKind, obj: Obj, field: str, value: Any, skips: list[Skipped]) -> int:
+    """The capacity a ``weight`` gives (rule 7): the weight when above 0, else 1; a bad one is reported."""
+    if value is None:
+        return 1
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_WEIGHT:
+        skips.append(skipped(kind, obj, field, f"{value!r} is not a weight 0..{MAX_WEIGHT}; it is ignored"))
+        return 1
+    return value or 1
 
 
 def endpoint_workload(
@@ -82,8 +116,9 @@ def endpoint_workload(
     services: Mapping[str, tuple[PortMapping, ...]],
     locality: Locality | None = None,
     hostname: str = "",
+    capacity: int = 1,
 ) -> Workload:
-    """A Workload for a WorkloadEntry or an inline ServiceEntry endpoint (rules 3, 4 and 6)."""
+    """A Workload for a WorkloadEntry or an inline ServiceEntry endpoint (rules 3, 4, 6 and 7)."""
     hbone = labels.get(TUNNEL_LABEL) == "http" or annotations.get(REDIRECTION_ANNOTATION) == "enabled"
     return Workload(
         uid=uid,
@@ -103,6 +138,7 @@ def endpoint_workload(
         status=HealthStatus.HEALTHY if healthy else HealthStatus.UNHEALTHY,
         services=services,
         locality=locality or Locality(),
+        capacity=capacity,
     )
 
 
@@ -128,10 +164,15 @@ def translate_workload_entry(
     name, namespace = str(meta.get("name") or ""), str(meta.get("namespace") or "")
     if not name or not namespace:
         return None
-    address = endpoint_address(
-        WORKLOAD_ENTRY, entry, "spec.address", spec.get("address"), skips, what="the WorkloadEntry"
+    hostname = endpoint_hostname(spec.get("address"))
+    address = (
+        None
+        if hostname
+        else endpoint_address(
+            WORKLOAD_ENTRY, entry, "spec.address", spec.get("address"), skips, what="the WorkloadEntry"
+        )
     )
-    if address is None:
+    if address is None and not hostname:
         return None
     labels = {**string_map(meta.get("labels")), **string_map(spec.get("labels"))}
     annotations = string_map(meta.get("annotations"))
@@ -145,6 +186,7 @@ def translate_workload_entry(
         name=name,
         namespace=namespace,
         address=address,
+        hostname=hostname,
         labels=labels,
         annotations=annotations,
         network=str(spec.get("network") or network),
@@ -155,4 +197,5 @@ def translate_workload_entry(
         cluster_id=cluster_id,
         services=services.find_services(namespace, labels, resolve),
         locality=split_locality(spec.get("locality")),
+        capacity=endpoint_capacity(WORKLOAD_ENTRY, entry, "spec.weight", spec.get("weight"), skips),
     )
