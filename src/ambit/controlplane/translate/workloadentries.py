@@ -10,7 +10,7 @@ Rules:
 2. Its labels are ``spec.labels`` over ``metadata.labels``; Services and ServiceEntries select it by them
    (:mod:`ambit.controlplane.translate.index`), and its ``spec.ports`` map (service port name → number) overrides
    their target ports.
-3. ``tunnel_protocol`` is HBONE when the label ``networking.istio.io/tunnel`` is ``http`` (the entry runs a
+3. ``tunnel_protocol`` is HBONE when the label ``networking.istio.io/tunnel`` lists ``http`` (the entry runs a
    ztunnel of its own) or the annotation ``ambient.istio.io/redirection`` is ``enabled``.
 4. The service account is ``spec.serviceAccount`` (default ``default``); the network ``spec.network``, else the
    cluster's. The workload name is the WorkloadGroup it was registered from (annotation
@@ -34,7 +34,13 @@ from typing import Any
 from ambit.controlplane.translate.index import ServiceIndex, entry_port_resolver
 from ambit.controlplane.translate.nodes import split_locality
 from ambit.controlplane.translate.skips import WORKLOAD_ENTRY, ObjectKind, Skipped, skipped
-from ambit.controlplane.translate.workloads import NAME_LABELS, REDIRECTION_ANNOTATION, REVISION_LABELS, first_label
+from ambit.controlplane.translate.workloads import (
+    NAME_LABELS,
+    REDIRECTION_ANNOTATION,
+    REVISION_LABELS,
+    first_label,
+    supports_http_tunnel,
+)
 from ambit.model.dnsname import check_dns_name
 from ambit.model.workload import (
     AddressError,
@@ -47,7 +53,6 @@ from ambit.model.workload import (
     parse_ip,
 )
 
-TUNNEL_LABEL = "networking.istio.io/tunnel"
 MAX_WEIGHT = 0xFFFFFFFF
 """The largest ``weight`` (the wire's ``capacity`` is a uint32)."""
 AUTO_REGISTRATION_GROUP = "istio.io/autoRegistrationGroup"
@@ -119,7 +124,7 @@ def endpoint_workload(
     capacity: int = 1,
 ) -> Workload:
     """A Workload for a WorkloadEntry or an inline ServiceEntry endpoint (rules 3, 4, 6 and 7)."""
-    hbone = labels.get(TUNNEL_LABEL) == "http" or annotations.get(REDIRECTION_ANNOTATION) == "enabled"
+    hbone = supports_http_tunnel(labels) or annotations.get(REDIRECTION_ANNOTATION) == "enabled"
     return Workload(
         uid=uid,
         name=name,
