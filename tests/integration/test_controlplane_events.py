@@ -124,6 +124,7 @@ async def test_the_cluster_view_goes_on_without_the_istio_kinds_when_their_crds_
                 "tcproutes",
                 "tlsroutes",
                 "referencegrants",
+                "backendtlspolicies",
                 "gateways.networking.istio.io",
             }
             assert [w.name for w in configs[0].workloads] == ["web"]
