@@ -5,8 +5,10 @@ Theory of operation: :func:`parse_destination_rules` reads every rule once (a ru
 whole, with a :class:`~ambit.controlplane.translate.skips.Skipped` naming the field; a setting a waypoint cannot
 honour is dropped from the rule with a note, the rest kept). :class:`DestinationRuleIndex` then files them the way
 istiod's ``PushContext.setDestinationRules`` does, and :meth:`DestinationRuleIndex.find` answers istiod's
-``destinationRule(proxyNamespace, service)`` for a waypoint. :func:`destination_policies` resolves the chosen
-rule's subsets to workload uids. Pure: no I/O, deterministic output.
+``destinationRule(proxyNamespace, service)`` for a waypoint, and for an ingress gateway (its pods' namespace and
+the backend Services of its routes; istiod's cluster builder applies the same lookup to a gateway's clusters).
+:func:`destination_policies` resolves the chosen rule's subsets to workload uids. Pure: no I/O, deterministic
+output.
 
 Rules (istiod: pilot/pkg/model/push_context.go ``setDestinationRules``, ``destinationRule``; destination_rule.go
 ``mergeDestinationRule``; sidecar.go ``DestinationRule``; networking/core/cluster_waypoint.go):
@@ -21,10 +23,10 @@ Rules (istiod: pilot/pkg/model/push_context.go ``setDestinationRules``, ``destin
 3. ``exportTo`` (default ``*``, the mesh default): a rule is *local* to its namespace unless its ``exportTo``
    leaves its own namespace out; it is *exported* unless its ``exportTo`` is just ``.`` or its own namespace.
    Exported rules are visible to a namespace when ``exportTo`` is empty, holds ``*``, or names that namespace.
-4. Lookup for a waypoint in namespace W and a Service in namespace N: the rules local to W (when W is the root
-   namespace: the root namespace's private rules); else the rules N exports visible to W; else the rules the root
-   namespace exports visible to W. The first step that matches the host decides, even if its rule has nothing
-   for the Service.
+4. Lookup for a waypoint (or an ingress gateway) in namespace W and a Service in namespace N: the rules local to
+   W (when W is the root namespace: the root namespace's private rules); else the rules N exports visible to W;
+   else the rules the root namespace exports visible to W. The first step that matches the host decides, even if
+   its rule has nothing for the Service.
 5. Several rules for one host in one namespace with the same ``exportTo`` merge, oldest first (creation time, then
    name, then namespace): subsets are concatenated (a later subset with a name already taken is dropped), the
    top-level ``trafficPolicy`` is the first rule's that has one. Rules with different ``exportTo`` stay apart; of
