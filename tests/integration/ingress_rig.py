@@ -4,7 +4,9 @@ The mesh: one workload, 127.0.0.2, behind an HBONE server (what its node proxy's
 CONNECT to a local server chosen by the CONNECT's target port. Services ``one`` and ``two`` (port 443) are TLS
 servers terminating with a certificate for ``*.example.com`` from :data:`EDGE_CA` and answering their own name;
 ``tcp`` (port 9000) echoes bytes; ``web`` (port 80) is an HTTP/1.1 server answering the path and host as JSON;
-``web2`` (port 80, declared HTTP/2) an h2c server that also answers HTTP/1.1, saying which version it got.
+``web2`` (port 80, declared HTTP/2) an h2c server that also answers HTTP/1.1, saying which version it got;
+``secure`` (port 443, named ``https``) is the same HTTP/1.1 server as ``web`` behind TLS (the ``*.example.com``
+certificate), answering ``"tls": true`` too.
 The gateway listens on 127.0.0.1 with a :class:`GatewayConfig` applied as its xDS client would.
 """
 
@@ -45,8 +47,8 @@ BACKEND_CERT = issue_server_cert(
     EDGE_CA, common_name="example.com", dns_names=["*.example.com"], ip_addresses=[], now=time.time()
 )
 FACTORY = HostSocketFactory(mark=None)
-TARGET_PORTS = {"one": 8441, "two": 8442, "tcp": 9001, "web": 8080, "web2": 8083}
-SERVICE_PORTS = {"one": 443, "two": 443, "tcp": 9000, "web": 80, "web2": 80}
+TARGET_PORTS = {"one": 8441, "two": 8442, "tcp": 9001, "web": 8080, "web2": 8083, "secure": 8443}
+SERVICE_PORTS = {"one": 443, "two": 443, "tcp": 9000, "web": 80, "web2": 80, "secure": 443}
 PROTOCOLS = {"web2": AppProtocol.HTTP2}
 """Ports declared other than unknown: ``web2`` is an h2c server (``waypoint_rig.start_h2c_server``)."""
 
@@ -176,16 +178,20 @@ async def _echo_backend() -> asyncio.Server:
     return await asyncio.start_server(echo, "127.0.0.1", 0)
 
 
-async def _web_backend() -> tuple[web.AppRunner, int]:
+async def _web_backend(tls: bool = False) -> tuple[web.AppRunner, int]:
     async def answer(request: web.Request) -> web.Response:
-        return web.json_response({"path": request.path, "host": request.headers.get("host", "")})
+        return web.json_response({"path": request.path, "host": request.headers.get("host", ""), "tls": tls})
 
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", answer)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
     await runner.setup()
     port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
+    context = None
+    if tls:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(*_pem_files())
+    await web.TCPSite(runner, "127.0.0.1", port, ssl_context=context).start()
     return runner, port
 
 
@@ -220,8 +226,10 @@ async def mesh_backends(tmp_path: Path) -> AsyncIterator[MeshBackends]:
     runner, web_port = await _web_backend()
     web2 = H2cBackend("web2")
     servers["web2"] = await start_h2c_server(web2, http1=True)
+    secure_runner, secure_port = await _web_backend(tls=True)
     local = {TARGET_PORTS[n]: s.sockets[0].getsockname()[1] for n, s in servers.items()}
     local[TARGET_PORTS["web"]] = web_port
+    local[TARGET_PORTS["secure"]] = secure_port
     endpoint = MeshEndpoint(free_port("127.0.0.2"), local)
     await endpoint.start(ca)
     try:
@@ -231,6 +239,7 @@ async def mesh_backends(tmp_path: Path) -> AsyncIterator[MeshBackends]:
         for server in servers.values():
             server.close()
         await runner.cleanup()
+        await secure_runner.cleanup()
 
 
 def gateway_settings(backends: MeshBackends, limits: WaypointLimits | None = None) -> WaypointSettings:

@@ -1,0 +1,177 @@
+"""DestinationRules at a real ingress gateway: upstream's TestIngressTLS objects (istio tests/integration/ambient
+baseline_test.go: an Istio Gateway on port 80, a VirtualService to the backend's ``https`` port, a DestinationRule
+``tls.mode: SIMPLE, insecureSkipVerify``), translated by the control plane's pure translation and applied to an
+:class:`~ambit.waypoint.ingress.IngressGateway` on loopback as its xDS client would. The gateway originates TLS to
+the backend inside the HBONE tunnel; without the rule it sends plain HTTP to a TLS port and fails. With the rule's
+CA the backend's certificate is verified, and a backend whose certificate does not chain to it is refused (an
+impersonating backend never gets the request). A VirtualService route to a subset reaches the subset's workloads;
+a subset no rule defines is answered 503, never sent to every endpoint.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from tests.integration.ingress_rig import EDGE_CA, GATEWAY_ID, ingress_rig
+from tests.integration.waypoint_rig import free_port
+from tests.upstream_objects import ingress_tls_objects
+
+from ambit.controlplane.translate import translate_all
+from ambit.model.ingress import GatewayConfig
+from ambit.tls.certs import new_ca
+
+Obj = dict[str, Any]
+
+
+def gateway_config(objects: list[Obj], secrets: list[Obj] | None = None) -> GatewayConfig:
+    """The GatewayConfig the control plane serves the ``istio: ingressgateway`` pods for ``objects`` (Istio
+    Gateways, VirtualServices, DestinationRules), with the rig's workload as the pod behind Service ``secure``."""
+    gateway_pod = {
+        "metadata": {
+            "name": "istio-ingressgateway-0",
+            "namespace": "istio-system",
+            "labels": {"app": "istio-ingressgateway", "istio": "ingressgateway"},
+        },
+        "spec": {"serviceAccountName": "istio-ingressgateway-service-account"},
+    }
+    backend_pod = {
+        "metadata": {
+            "name": "multi-1",
+            "namespace": "app",
+            "uid": "multi-1",
+            "labels": {"app": "secure", "version": "v1"},
+        },
+        "spec": {"nodeName": "n1", "serviceAccountName": "multi"},
+        "status": {"phase": "Running", "podIP": "127.0.0.2", "podIPs": [{"ip": "127.0.0.2"}]},
+    }
+    secure = {
+        "metadata": {"name": "secure", "namespace": "app"},
+        "spec": {
+            "clusterIP": "198.18.2.5",
+            "selector": {"app": "secure"},
+            "ports": [{"name": "https", "port": 443, "targetPort": 8443}],
+        },
+    }
+    by_kind: dict[str, list[Obj]] = {"Gateway": [], "VirtualService": [], "DestinationRule": []}
+    for obj in objects:
+        by_kind[obj["kind"]].append(obj)
+    translation = translate_all(
+        pods=[gateway_pod, backend_pod],
+        services=[secure],
+        endpoint_slices=(),
+        namespaces=[{"metadata": {"name": "app"}}, {"metadata": {"name": "istio-system"}}],
+        istio_gateways=by_kind["Gateway"],
+        virtual_services=by_kind["VirtualService"],
+        destination_rules=by_kind["DestinationRule"],
+        secrets=secrets or [],
+    )
+    (config,) = translation.gateway_configs
+    port = free_port()  # the server's port 80 on loopback
+    return dataclasses.replace(config, listeners=tuple(dataclasses.replace(i, port=port) for i in config.listeners))
+
+
+async def get_five(port: int) -> list[tuple[int, str]]:
+    """TestIngressTLS' call: five plain HTTP requests to the gateway's port 80, each with a 2 s timeout."""
+    out = []
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as client:
+        for i in range(5):
+            async with client.get(f"http://127.0.0.1:{port}/call-{i}", headers={"Host": "captured"}) as response:
+                out.append((response.status, await response.text()))
+    return out
+
+
+async def test_upstream_ingress_tls_originates_tls_to_the_backend_s_https_port(tmp_path: Path) -> None:
+    config = gateway_config(ingress_tls_objects("secure", 443, "app"))
+    assert [d.rule for d in config.destination_rules] == ["app/secure"]
+    port = config.listeners[0].port
+    async with ingress_rig(tmp_path, config) as rig:
+        answers = await get_five(port)
+        assert [status for status, _ in answers] == [200] * 5, answers
+        assert all(json.loads(body)["tls"] is True for _, body in answers)
+        assert [json.loads(body)["path"] for _, body in answers] == [f"/call-{i}" for i in range(5)]
+        assert rig.endpoint.peers and all(p == GATEWAY_ID for p in rig.endpoint.peers)  # inside HBONE
+
+
+async def test_without_the_destination_rule_the_gateway_speaks_plain_http_to_the_tls_port(tmp_path: Path) -> None:
+    gateway, route, _ = ingress_tls_objects("secure", 443, "app")
+    config = gateway_config([gateway, route])
+    assert config.destination_rules == ()
+    async with ingress_rig(tmp_path, config):
+        statuses = [status for status, _ in await get_five(config.listeners[0].port)]
+        assert 200 not in statuses and set(statuses) <= {502, 503}, statuses
+
+
+def ca_secret(name: str, ca_pem: bytes) -> Obj:
+    return {
+        "metadata": {"name": name, "namespace": "app"},
+        "type": "Opaque",
+        "data": {"ca.crt": base64.b64encode(ca_pem).decode()},
+    }
+
+
+def verifying_rule(credential: str) -> Obj:
+    return {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "DestinationRule",
+        "metadata": {"name": "secure", "namespace": "app"},
+        "spec": {
+            "host": "secure",
+            "trafficPolicy": {"tls": {"mode": "SIMPLE", "credentialName": credential, "sni": "secure.example.com"}},
+        },
+    }
+
+
+async def test_a_rule_s_ca_verifies_the_backend_and_an_impersonating_backend_is_refused(tmp_path: Path) -> None:
+    gateway, route, _ = ingress_tls_objects("secure", 443, "app")
+    trusted = gateway_config([gateway, route, verifying_rule("edge-ca")], [ca_secret("edge-ca", EDGE_CA.cert_pem)])
+    async with ingress_rig(tmp_path, trusted):
+        assert [status for status, _ in await get_five(trusted.listeners[0].port)] == [200] * 5
+    # The rule trusts another CA: the rig's backend (its certificate from EDGE_CA) is not the one asked for.
+    other = new_ca("another CA", now=time.time())
+    refused = gateway_config([gateway, route, verifying_rule("other-ca")], [ca_secret("other-ca", other.cert_pem)])
+    async with ingress_rig(tmp_path / "refused", refused):
+        answers = await get_five(refused.listeners[0].port)
+        assert all(status == 503 for status, _ in answers), answers
+        assert not any('"tls"' in body for _, body in answers)  # no request reached the backend's application
+
+
+def subset_objects(subset: str) -> list[Obj]:
+    gateway, route, _ = ingress_tls_objects("secure", 443, "app")
+    route["spec"]["http"][0]["route"][0]["destination"]["subset"] = subset
+    rule = {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "DestinationRule",
+        "metadata": {"name": "secure", "namespace": "app"},
+        "spec": {
+            "host": "secure",
+            "trafficPolicy": {"tls": {"mode": "SIMPLE", "insecureSkipVerify": True}},
+            "subsets": [{"name": "v1", "labels": {"version": "v1"}}, {"name": "v2", "labels": {"version": "v2"}}],
+        },
+    }
+    return [gateway, route, rule]
+
+
+async def test_a_route_to_a_subset_reaches_its_workloads_and_an_undefined_subset_is_refused(tmp_path: Path) -> None:
+    config = gateway_config(subset_objects("v1"))
+    (policy,) = config.destination_rules
+    assert [(s.name, sorted(s.workloads)) for s in policy.subsets] == [
+        ("v1", ["Kubernetes//Pod/app/multi-1"]),
+        ("v2", []),
+    ]
+    async with ingress_rig(tmp_path, config) as rig:
+        assert [status for status, _ in await get_five(config.listeners[0].port)] == [200] * 5
+        # v2 selects no workload: no healthy upstream. "v3" is defined by no rule: 503 (NC), never every endpoint.
+        for subset in ("v2", "v3"):
+            before = len(rig.endpoint.peers)
+            changed = gateway_config(subset_objects(subset))
+            listeners = tuple(dataclasses.replace(i, port=config.listeners[0].port) for i in changed.listeners)
+            rig.proc.apply(dataclasses.replace(changed, listeners=listeners))  # the same port, the new route
+            statuses = [status for status, _ in await get_five(config.listeners[0].port)]
+            assert statuses == [503] * 5, (subset, statuses)
+            assert len(rig.endpoint.peers) == before
