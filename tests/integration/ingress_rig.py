@@ -6,7 +6,8 @@ servers terminating with a certificate for ``*.example.com`` from :data:`EDGE_CA
 ``tcp`` (port 9000) echoes bytes; ``web`` (port 80) is an HTTP/1.1 server answering the path and host as JSON;
 ``web2`` (port 80, declared HTTP/2) an h2c server that also answers HTTP/1.1, saying which version it got;
 ``secure`` (port 443, named ``https``) is the same HTTP/1.1 server as ``web`` behind TLS (the ``*.example.com``
-certificate), answering ``"tls": true`` too.
+certificate), answering ``"tls": true`` too; ``mutual`` (port 443) likewise, but it requires a client certificate
+from :data:`EDGE_CA` and answers its subject's common name as ``client``.
 The gateway listens on 127.0.0.1 with a :class:`GatewayConfig` applied as its xDS client would.
 """
 
@@ -47,8 +48,8 @@ BACKEND_CERT = issue_server_cert(
     EDGE_CA, common_name="example.com", dns_names=["*.example.com"], ip_addresses=[], now=time.time()
 )
 FACTORY = HostSocketFactory(mark=None)
-TARGET_PORTS = {"one": 8441, "two": 8442, "tcp": 9001, "web": 8080, "web2": 8083, "secure": 8443}
-SERVICE_PORTS = {"one": 443, "two": 443, "tcp": 9000, "web": 80, "web2": 80, "secure": 443}
+TARGET_PORTS = {"one": 8441, "two": 8442, "tcp": 9001, "web": 8080, "web2": 8083, "secure": 8443, "mutual": 8444}
+SERVICE_PORTS = {"one": 443, "two": 443, "tcp": 9000, "web": 80, "web2": 80, "secure": 443, "mutual": 443}
 PROTOCOLS = {"web2": AppProtocol.HTTP2}
 """Ports declared other than unknown: ``web2`` is an h2c server (``waypoint_rig.start_h2c_server``)."""
 
@@ -178,9 +179,13 @@ async def _echo_backend() -> asyncio.Server:
     return await asyncio.start_server(echo, "127.0.0.1", 0)
 
 
-async def _web_backend(tls: bool = False) -> tuple[web.AppRunner, int]:
+async def _web_backend(tls: bool = False, *, mutual: bool = False) -> tuple[web.AppRunner, int]:
     async def answer(request: web.Request) -> web.Response:
-        return web.json_response({"path": request.path, "host": request.headers.get("host", ""), "tls": tls})
+        body: dict[str, object] = {"path": request.path, "host": request.headers.get("host", ""), "tls": tls}
+        peer = request.transport.get_extra_info("peercert") if request.transport is not None else None
+        if peer:
+            body["client"] = next(v for rdn in peer["subject"] for k, v in rdn if k == "commonName")
+        return web.json_response(body)
 
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", answer)
@@ -191,6 +196,9 @@ async def _web_backend(tls: bool = False) -> tuple[web.AppRunner, int]:
     if tls:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(*_pem_files())
+    if mutual and context is not None:
+        context.verify_mode = ssl.CERT_REQUIRED
+        context.load_verify_locations(cadata=EDGE_CA.cert_pem.decode())
     await web.TCPSite(runner, "127.0.0.1", port, ssl_context=context).start()
     return runner, port
 
@@ -227,9 +235,11 @@ async def mesh_backends(tmp_path: Path) -> AsyncIterator[MeshBackends]:
     web2 = H2cBackend("web2")
     servers["web2"] = await start_h2c_server(web2, http1=True)
     secure_runner, secure_port = await _web_backend(tls=True)
+    mutual_runner, mutual_port = await _web_backend(tls=True, mutual=True)
     local = {TARGET_PORTS[n]: s.sockets[0].getsockname()[1] for n, s in servers.items()}
     local[TARGET_PORTS["web"]] = web_port
     local[TARGET_PORTS["secure"]] = secure_port
+    local[TARGET_PORTS["mutual"]] = mutual_port
     endpoint = MeshEndpoint(free_port("127.0.0.2"), local)
     await endpoint.start(ca)
     try:
@@ -240,6 +250,7 @@ async def mesh_backends(tmp_path: Path) -> AsyncIterator[MeshBackends]:
             server.close()
         await runner.cleanup()
         await secure_runner.cleanup()
+        await mutual_runner.cleanup()
 
 
 def gateway_settings(backends: MeshBackends, limits: WaypointLimits | None = None) -> WaypointSettings:

@@ -5,7 +5,9 @@ baseline_test.go: an Istio Gateway on port 80, a VirtualService to the backend's
 the backend inside the HBONE tunnel; without the rule it sends plain HTTP to a TLS port and fails. With the rule's
 CA the backend's certificate is verified, and a backend whose certificate does not chain to it is refused (an
 impersonating backend never gets the request). A VirtualService route to a subset reaches the subset's workloads;
-a subset no rule defines is answered 503, never sent to every endpoint.
+a subset no rule defines is answered 503, never sent to every endpoint. MUTUAL presents the client certificate of
+the rule's ``credentialName``, which only a rule of the gateway's own namespace hands it: an exported rule from the
+Service's namespace leaves the gateway without the key, and it refuses (503) rather than send without one.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from tests.ingress_pki import client_cert, opaque_secret
 from tests.integration.ingress_rig import EDGE_CA, GATEWAY_ID, ingress_rig
 from tests.integration.waypoint_rig import free_port
 from tests.upstream_objects import ingress_tls_objects
@@ -50,20 +53,23 @@ def gateway_config(objects: list[Obj], secrets: list[Obj] | None = None) -> Gate
         "spec": {"nodeName": "n1", "serviceAccountName": "multi"},
         "status": {"phase": "Running", "podIP": "127.0.0.2", "podIPs": [{"ip": "127.0.0.2"}]},
     }
-    secure = {
-        "metadata": {"name": "secure", "namespace": "app"},
-        "spec": {
-            "clusterIP": "198.18.2.5",
-            "selector": {"app": "secure"},
-            "ports": [{"name": "https", "port": 443, "targetPort": 8443}],
-        },
-    }
+    backends = [
+        {
+            "metadata": {"name": name, "namespace": "app"},
+            "spec": {
+                "clusterIP": ip,
+                "selector": {"app": "secure"},
+                "ports": [{"name": "https", "port": 443, "targetPort": target}],
+            },
+        }
+        for name, ip, target in (("secure", "198.18.2.5", 8443), ("mutual", "198.18.2.6", 8444))
+    ]
     by_kind: dict[str, list[Obj]] = {"Gateway": [], "VirtualService": [], "DestinationRule": []}
     for obj in objects:
         by_kind[obj["kind"]].append(obj)
     translation = translate_all(
         pods=[gateway_pod, backend_pod],
-        services=[secure],
+        services=backends,
         endpoint_slices=(),
         namespaces=[{"metadata": {"name": "app"}}, {"metadata": {"name": "istio-system"}}],
         istio_gateways=by_kind["Gateway"],
@@ -175,3 +181,45 @@ async def test_a_route_to_a_subset_reaches_its_workloads_and_an_undefined_subset
             statuses = [status for status, _ in await get_five(config.listeners[0].port)]
             assert statuses == [503] * 5, (subset, statuses)
             assert len(rig.endpoint.peers) == before
+
+
+CLIENT = client_cert(EDGE_CA, "gateway-client")
+
+
+def mutual_objects(rule_namespace: str) -> tuple[list[Obj], list[Obj]]:
+    """TestIngressTLS' Gateway and route to ``mutual``, and a MUTUAL rule in ``rule_namespace`` whose
+    ``credentialName`` Secret (in the same namespace) holds :data:`CLIENT` and the backend's CA."""
+    gateway, route, _ = ingress_tls_objects("mutual", 443, "app")
+    tls = {"mode": "MUTUAL", "credentialName": "client", "sni": "mutual.example.com"}
+    rule = {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "DestinationRule",
+        "metadata": {"name": "mutual", "namespace": rule_namespace},
+        "spec": {"host": "mutual.app.svc.cluster.local", "trafficPolicy": {"tls": tls}},
+    }
+    secret = opaque_secret(
+        "client",
+        rule_namespace,
+        "kubernetes.io/tls",
+        tls_crt=CLIENT.cert_pem,
+        tls_key=CLIENT.key_pem,
+        ca_crt=EDGE_CA.cert_pem,
+    )
+    return [gateway, route, rule], [secret]
+
+
+async def test_mutual_presents_the_rule_s_client_certificate_only_from_the_gateway_s_namespace(tmp_path: Path) -> None:
+    config = gateway_config(*mutual_objects("istio-system"))
+    async with ingress_rig(tmp_path, config):
+        answers = await get_five(config.listeners[0].port)
+        assert [status for status, _ in answers] == [200] * 5, answers
+        assert all(json.loads(body)["client"] == "gateway-client" for _, body in answers)
+    # The same rule exported from the Service's namespace: the gateway gets the rule but not the Secret's key, and
+    # refuses rather than open TLS without the certificate the backend requires.
+    config = gateway_config(*mutual_objects("app"))
+    (policy,) = config.destination_rules
+    assert policy.traffic_policy is not None and policy.traffic_policy.tls is not None
+    assert policy.traffic_policy.tls.private_key == ""
+    async with ingress_rig(tmp_path / "elsewhere", config):
+        answers = await get_five(config.listeners[0].port)
+        assert [status for status, _ in answers] == [503] * 5, answers
