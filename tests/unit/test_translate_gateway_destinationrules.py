@@ -275,3 +275,49 @@ def test_a_gateway_refuses_a_config_whose_destination_rules_break_the_rules() ->
     )
     with pytest.raises(XdsConversionError, match=r"destination_rules\[0\]\.subsets\[0\]\.name"):
         decode_gateway_config(base.gateway, pack_gateway_config(gateway_config_to_proto(bad)))
+
+
+SELECTOR_CASES = [
+    # (case, rules as (namespace, workloadSelector labels or None, lb), the rule that applies)
+    (
+        "a selector rule matching the gateway pods first",
+        [("ingress", None, "ROUND_ROBIN"), ("ingress", {"istio": "ingressgateway"}, "RANDOM")],
+        "ingress/captured-1",
+    ),
+    (
+        "a selector rule for other pods is passed over",
+        [("ingress", None, "ROUND_ROBIN"), ("ingress", {"istio": "egressgateway"}, "RANDOM")],
+        "ingress/captured-0",
+    ),
+    (
+        "a selector rule for other pods still hides the wider rules",
+        [("ingress", {"app": "other"}, "RANDOM"), ("echo", None, "ROUND_ROBIN")],
+        None,
+    ),
+    (
+        "a selector rule of the Service's namespace never applies",
+        [("echo", {"istio": "ingressgateway"}, "RANDOM")],
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "rules", "applies"), SELECTOR_CASES, ids=[c[0] for c in SELECTOR_CASES])
+def test_a_workload_selector_rule_of_the_gateway_s_namespace_applies_to_its_pods(
+    case: str, rules: list[tuple[str, dict[str, str] | None, str]], applies: str | None
+) -> None:
+    objects = [
+        *ingress_tls_objects("captured", 443, "echo")[:2],
+        *(
+            rule(
+                f"captured-{i}",
+                ns,
+                CAPTURED,
+                trafficPolicy=lb(simple),
+                **({"workloadSelector": {"matchLabels": labels}} if labels else {}),
+            )
+            for i, (ns, labels, simple) in enumerate(rules)
+        ),
+    ]
+    found = config(translate(objects)).destination_rules
+    assert [d.rule for d in found] == ([applies] if applies else [])

@@ -487,6 +487,7 @@ def translate_all(
             members.setdefault(key, []).append((w.uid, workload_labels.get(w.uid, {})))
     by_key = {s.key: s for s in translated}
 
+    gateway_labels = {p.key: p.labels for p in ingress_pods}
     gateway_configs = tuple(
         replace(
             c,
@@ -497,6 +498,7 @@ def translate_all(
                 c.gateway.partition("/")[0],
                 [by_key[k] for k in c.backend_keys() if k in by_key],
                 members,
+                gateway_labels.get(c.gateway, {}),
             ),
         )
         for c in (*ingress.configs, *classic.configs)
