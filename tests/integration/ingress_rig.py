@@ -7,7 +7,8 @@ servers terminating with a certificate for ``*.example.com`` from :data:`EDGE_CA
 ``web2`` (port 80, declared HTTP/2) an h2c server that also answers HTTP/1.1, saying which version it got;
 ``secure`` (port 443, named ``https``) is the same HTTP/1.1 server as ``web`` behind TLS (the ``*.example.com``
 certificate), answering ``"tls": true`` too; ``mutual`` (port 443) likewise, but it requires a client certificate
-from :data:`EDGE_CA` and answers its subject's common name as ``client``.
+from :data:`EDGE_CA` and answers its subject's common name as ``client``; ``h2c`` (port 80, protocol not declared)
+an h2c server answering HTTP/1.1 with 505 (a request that was not upgraded shows).
 The gateway listens on 127.0.0.1 with a :class:`GatewayConfig` applied as its xDS client would.
 """
 
@@ -48,8 +49,17 @@ BACKEND_CERT = issue_server_cert(
     EDGE_CA, common_name="example.com", dns_names=["*.example.com"], ip_addresses=[], now=time.time()
 )
 FACTORY = HostSocketFactory(mark=None)
-TARGET_PORTS = {"one": 8441, "two": 8442, "tcp": 9001, "web": 8080, "web2": 8083, "secure": 8443, "mutual": 8444}
-SERVICE_PORTS = {"one": 443, "two": 443, "tcp": 9000, "web": 80, "web2": 80, "secure": 443, "mutual": 443}
+TARGET_PORTS = {
+    "one": 8441,
+    "two": 8442,
+    "tcp": 9001,
+    "web": 8080,
+    "web2": 8083,
+    "secure": 8443,
+    "mutual": 8444,
+    "h2c": 8082,
+}
+SERVICE_PORTS = {"one": 443, "two": 443, "tcp": 9000, "web": 80, "web2": 80, "secure": 443, "mutual": 443, "h2c": 80}
 PROTOCOLS = {"web2": AppProtocol.HTTP2}
 """Ports declared other than unknown: ``web2`` is an h2c server (``waypoint_rig.start_h2c_server``)."""
 
@@ -234,6 +244,7 @@ async def mesh_backends(tmp_path: Path) -> AsyncIterator[MeshBackends]:
     runner, web_port = await _web_backend()
     web2 = H2cBackend("web2")
     servers["web2"] = await start_h2c_server(web2, http1=True)
+    servers["h2c"] = await start_h2c_server(H2cBackend("h2c"))
     secure_runner, secure_port = await _web_backend(tls=True)
     mutual_runner, mutual_port = await _web_backend(tls=True, mutual=True)
     local = {TARGET_PORTS[n]: s.sockets[0].getsockname()[1] for n, s in servers.items()}

@@ -8,6 +8,7 @@ impersonating backend never gets the request). A VirtualService route to a subse
 a subset no rule defines is answered 503, never sent to every endpoint. MUTUAL presents the client certificate of
 the rule's ``credentialName``, which only a rule of the gateway's own namespace hands it: an exported rule from the
 Service's namespace leaves the gateway without the key, and it refuses (503) rather than send without one.
+``h2UpgradePolicy: UPGRADE`` sends the client's HTTP/1.1 requests to the backend as HTTP/2.
 """
 
 from __future__ import annotations
@@ -64,6 +65,16 @@ def gateway_config(objects: list[Obj], secrets: list[Obj] | None = None) -> Gate
         }
         for name, ip, target in (("secure", "198.18.2.5", 8443), ("mutual", "198.18.2.6", 8444))
     ]
+    backends.append(
+        {
+            "metadata": {"name": "h2c", "namespace": "app"},
+            "spec": {
+                "clusterIP": "198.18.2.7",
+                "selector": {"app": "secure"},
+                "ports": [{"name": "http", "port": 80, "targetPort": 8082}],
+            },
+        }
+    )
     by_kind: dict[str, list[Obj]] = {"Gateway": [], "VirtualService": [], "DestinationRule": []}
     for obj in objects:
         by_kind[obj["kind"]].append(obj)
@@ -102,6 +113,8 @@ async def test_upstream_ingress_tls_originates_tls_to_the_backend_s_https_port(t
         assert all(json.loads(body)["tls"] is True for _, body in answers)
         assert [json.loads(body)["path"] for _, body in answers] == [f"/call-{i}" for i in range(5)]
         assert rig.endpoint.peers and all(p == GATEWAY_ID for p in rig.endpoint.peers)  # inside HBONE
+        dumped = rig.proc.config_dump()["routes"]["destinationRules"]  # what `proxy-config` shows for the gateway
+        assert [(d["service"], d["rule"]) for d in dumped] == [("app/secure.app.svc.cluster.local", "app/secure")]
 
 
 async def test_without_the_destination_rule_the_gateway_speaks_plain_http_to_the_tls_port(tmp_path: Path) -> None:
@@ -223,3 +236,27 @@ async def test_mutual_presents_the_rule_s_client_certificate_only_from_the_gatew
     async with ingress_rig(tmp_path / "elsewhere", config):
         answers = await get_five(config.listeners[0].port)
         assert [status for status, _ in answers] == [503] * 5, answers
+
+
+def h2c_objects(**connection_pool: Any) -> list[Obj]:
+    gateway, route, _ = ingress_tls_objects("h2c", 80, "app")
+    rule = {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "DestinationRule",
+        "metadata": {"name": "h2c", "namespace": "app"},
+        "spec": {"host": "h2c", "trafficPolicy": {"connectionPool": {"http": connection_pool}}},
+    }
+    return [gateway, route, rule]
+
+
+async def test_h2_upgrade_policy_sends_http1_clients_requests_upstream_as_http2(tmp_path: Path) -> None:
+    config = gateway_config(h2c_objects(h2UpgradePolicy="UPGRADE"))
+    async with ingress_rig(tmp_path, config) as rig:
+        answers = await get_five(config.listeners[0].port)
+        assert [status for status, _ in answers] == [200] * 5, answers
+        assert all(json.loads(body)["proto"] == "HTTP/2.0" for _, body in answers)
+        # DO_NOT_UPGRADE: the same backend gets HTTP/1.1 (and answers 505).
+        changed = gateway_config(h2c_objects(h2UpgradePolicy="DO_NOT_UPGRADE"))
+        listeners = tuple(dataclasses.replace(i, port=config.listeners[0].port) for i in changed.listeners)
+        rig.proc.apply(dataclasses.replace(changed, listeners=listeners))
+        assert {status for status, _ in await get_five(config.listeners[0].port)} == {505}
