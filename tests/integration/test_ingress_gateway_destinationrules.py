@@ -8,11 +8,13 @@ impersonating backend never gets the request). A VirtualService route to a subse
 a subset no rule defines is answered 503, never sent to every endpoint. MUTUAL presents the client certificate of
 the rule's ``credentialName``, which only a rule of the gateway's own namespace hands it: an exported rule from the
 Service's namespace leaves the gateway without the key, and it refuses (503) rather than send without one.
-``h2UpgradePolicy: UPGRADE`` sends the client's HTTP/1.1 requests to the backend as HTTP/2.
+``h2UpgradePolicy: UPGRADE`` sends the client's HTTP/1.1 requests to the backend as HTTP/2. A TCP server's relay
+follows the rule too: TLS originated to a TLS backend, and a subset no rule defines closes the connection.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import dataclasses
 import json
@@ -63,7 +65,11 @@ def gateway_config(objects: list[Obj], secrets: list[Obj] | None = None) -> Gate
                 "ports": [{"name": "https", "port": 443, "targetPort": target}],
             },
         }
-        for name, ip, target in (("secure", "198.18.2.5", 8443), ("mutual", "198.18.2.6", 8444))
+        for name, ip, target in (
+            ("secure", "198.18.2.5", 8443),
+            ("mutual", "198.18.2.6", 8444),
+            ("one", "198.18.2.1", 8441),
+        )
     ]
     backends.append(
         {
@@ -260,3 +266,58 @@ async def test_h2_upgrade_policy_sends_http1_clients_requests_upstream_as_http2(
         listeners = tuple(dataclasses.replace(i, port=config.listeners[0].port) for i in changed.listeners)
         rig.proc.apply(dataclasses.replace(changed, listeners=listeners))
         assert {status for status, _ in await get_five(config.listeners[0].port)} == {505}
+
+
+def tcp_objects(subset: str = "") -> list[Obj]:
+    """An Istio Gateway TCP server on 9000 relaying to ``one`` (a server speaking a line protocol over TLS only),
+    and a rule for ``one`` originating TLS, with subset ``v1``."""
+    gateway, _, _ = ingress_tls_objects("one", 443, "app")
+    gateway["spec"]["servers"] = [{"port": {"number": 9000, "name": "tcp", "protocol": "TCP"}, "hosts": ["*"]}]
+    destination: dict[str, Any] = {"host": "one", "port": {"number": 443}}
+    if subset:
+        destination["subset"] = subset
+    route = {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "VirtualService",
+        "metadata": {"name": "tcp", "namespace": "app"},
+        "spec": {"gateways": ["gateway"], "hosts": ["*"], "tcp": [{"route": [{"destination": destination}]}]},
+    }
+    rule = {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "DestinationRule",
+        "metadata": {"name": "one", "namespace": "app"},
+        "spec": {
+            "host": "one",
+            "trafficPolicy": {"tls": {"mode": "SIMPLE", "insecureSkipVerify": True}},
+            "subsets": [{"name": "v1", "labels": {"version": "v1"}}],
+        },
+    }
+    return [gateway, route, rule]
+
+
+async def ask_line(port: int) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(b"hello\n")
+        await writer.drain()
+        return await asyncio.wait_for(reader.readline(), 10)
+    finally:
+        writer.close()
+
+
+async def test_a_tcp_server_relays_through_the_rule_s_originated_tls_and_subset(tmp_path: Path) -> None:
+    config = gateway_config(tcp_objects("v1"))
+    port = config.listeners[0].port
+    async with ingress_rig(tmp_path, config) as rig:
+        assert await ask_line(port) == b"one hello\n"  # plain bytes in, TLS to the backend
+        assert rig.endpoint.peers == [GATEWAY_ID]
+        changed = gateway_config(tcp_objects("v9"))  # a subset no rule defines: closed, never relayed
+        listeners = tuple(dataclasses.replace(i, port=port) for i in changed.listeners)
+        rig.proc.apply(dataclasses.replace(changed, listeners=listeners))
+        try:
+            answer = await ask_line(port)
+        except ConnectionResetError:  # closed with our line unread
+            answer = b""
+        assert answer == b""
+        assert rig.endpoint.peers == [GATEWAY_ID]
+        assert rig.proc.connection_refusals["no endpoint"] == 1
