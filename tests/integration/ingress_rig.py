@@ -3,7 +3,8 @@
 The mesh: one workload, 127.0.0.2, behind an HBONE server (what its node proxy's inbound does) that relays each
 CONNECT to a local server chosen by the CONNECT's target port. Services ``one`` and ``two`` (port 443) are TLS
 servers terminating with a certificate for ``*.example.com`` from :data:`EDGE_CA` and answering their own name;
-``tcp`` (port 9000) echoes bytes; ``web`` (port 80) is an HTTP/1.1 server answering the path and host as JSON;
+``tcp`` (port 9000) echoes bytes; ``web`` (port 80) is an HTTP/1.1 server answering the path and host as JSON (a
+request for ``/hold`` waits for :attr:`Hold.release`);
 ``web2`` (port 80, declared HTTP/2) an h2c server that also answers HTTP/1.1, saying which version it got;
 ``secure`` (port 443, named ``https``) is the same HTTP/1.1 server as ``web`` behind TLS (the ``*.example.com``
 certificate), answering ``"tls": true`` too; ``mutual`` (port 443) likewise, but it requires a client certificate
@@ -189,8 +190,21 @@ async def _echo_backend() -> asyncio.Server:
     return await asyncio.start_server(echo, "127.0.0.1", 0)
 
 
-async def _web_backend(tls: bool = False, *, mutual: bool = False) -> tuple[web.AppRunner, int]:
+@dataclass
+class Hold:
+    """``web``'s ``/hold``: each such request sets ``arrived`` and waits for ``release`` before it is answered."""
+
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+async def _web_backend(
+    tls: bool = False, *, mutual: bool = False, hold: Hold | None = None
+) -> tuple[web.AppRunner, int]:
     async def answer(request: web.Request) -> web.Response:
+        if hold is not None and request.path == "/hold":
+            hold.arrived.set()
+            await asyncio.wait_for(hold.release.wait(), 30)
         body: dict[str, object] = {"path": request.path, "host": request.headers.get("host", ""), "tls": tls}
         peer = request.transport.get_extra_info("peercert") if request.transport is not None else None
         if peer:
@@ -218,6 +232,7 @@ class IngressRig:
     proc: IngressGateway
     endpoint: MeshEndpoint
     web2: H2cBackend
+    hold: Hold = field(default_factory=Hold)
 
     def port(self, listener: str) -> int:
         return next(item.port for item in self.proc.router.config.listeners if item.name == listener)
@@ -233,6 +248,7 @@ class MeshBackends:
     ca_dir: Path
     web2: H2cBackend
     """What the h2c server behind ``web2`` saw."""
+    hold: Hold
 
 
 @contextlib.asynccontextmanager
@@ -241,7 +257,8 @@ async def mesh_backends(tmp_path: Path) -> AsyncIterator[MeshBackends]:
     state = tmp_path / "mesh.yaml"
     state.write_text(render_local_config(mesh()), encoding="utf-8")
     servers = {"one": await _tls_backend("one"), "two": await _tls_backend("two"), "tcp": await _echo_backend()}
-    runner, web_port = await _web_backend()
+    hold = Hold()
+    runner, web_port = await _web_backend(hold=hold)
     web2 = H2cBackend("web2")
     servers["web2"] = await start_h2c_server(web2, http1=True)
     servers["h2c"] = await start_h2c_server(H2cBackend("h2c"))
@@ -254,7 +271,7 @@ async def mesh_backends(tmp_path: Path) -> AsyncIterator[MeshBackends]:
     endpoint = MeshEndpoint(free_port("127.0.0.2"), local)
     await endpoint.start(ca)
     try:
-        yield MeshBackends(endpoint, state, tmp_path / "ca", web2)
+        yield MeshBackends(endpoint, state, tmp_path / "ca", web2, hold)
     finally:
         await endpoint.aclose()
         for server in servers.values():
@@ -290,7 +307,7 @@ async def ingress_rig(tmp_path: Path, config: GatewayConfig) -> AsyncIterator[In
         try:
             async with asyncio.timeout(15):
                 await proc.startup.ready.wait()
-            yield IngressRig(proc, backends.endpoint, backends.web2)
+            yield IngressRig(proc, backends.endpoint, backends.web2, backends.hold)
         finally:
             await proc.aclose()
 

@@ -8,8 +8,9 @@ impersonating backend never gets the request). A VirtualService route to a subse
 a subset no rule defines is answered 503, never sent to every endpoint. MUTUAL presents the client certificate of
 the rule's ``credentialName``, which only a rule of the gateway's own namespace hands it: an exported rule from the
 Service's namespace leaves the gateway without the key, and it refuses (503) rather than send without one.
-``h2UpgradePolicy: UPGRADE`` sends the client's HTTP/1.1 requests to the backend as HTTP/2. A TCP server's relay
-follows the rule too: TLS originated to a TLS backend, and a subset no rule defines closes the connection.
+``h2UpgradePolicy: UPGRADE`` sends the client's HTTP/1.1 requests to the backend as HTTP/2. The connection pool's
+``http2MaxRequests`` bounds the requests in flight to the backend (over it: 503). A TCP server's relay follows the
+rule too: TLS originated to a TLS backend, and a subset no rule defines closes the connection.
 """
 
 from __future__ import annotations
@@ -71,15 +72,16 @@ def gateway_config(objects: list[Obj], secrets: list[Obj] | None = None) -> Gate
             ("one", "198.18.2.1", 8441),
         )
     ]
-    backends.append(
+    backends.extend(
         {
-            "metadata": {"name": "h2c", "namespace": "app"},
+            "metadata": {"name": name, "namespace": "app"},
             "spec": {
-                "clusterIP": "198.18.2.7",
+                "clusterIP": ip,
                 "selector": {"app": "secure"},
-                "ports": [{"name": "http", "port": 80, "targetPort": 8082}],
+                "ports": [{"name": "http", "port": 80, "targetPort": target}],
             },
         }
+        for name, ip, target in (("h2c", "198.18.2.7", 8082), ("web", "198.18.2.4", 8080))
     )
     by_kind: dict[str, list[Obj]] = {"Gateway": [], "VirtualService": [], "DestinationRule": []}
     for obj in objects:
@@ -321,3 +323,28 @@ async def test_a_tcp_server_relays_through_the_rule_s_originated_tls_and_subset(
         assert answer == b""
         assert rig.endpoint.peers == [GATEWAY_ID]
         assert rig.proc.connection_refusals["no endpoint"] == 1
+
+
+async def test_the_connection_pool_bounds_the_requests_in_flight_to_the_backend(tmp_path: Path) -> None:
+    gateway, route, _ = ingress_tls_objects("web", 80, "app")
+    rule = {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "DestinationRule",
+        "metadata": {"name": "web", "namespace": "app"},
+        "spec": {"host": "web", "trafficPolicy": {"connectionPool": {"http": {"http2MaxRequests": 1}}}},
+    }
+    config = gateway_config([gateway, route, rule])
+    url = f"http://127.0.0.1:{config.listeners[0].port}"
+    async with ingress_rig(tmp_path, config) as rig, aiohttp.ClientSession() as client:
+
+        async def get(path: str) -> tuple[int, str]:
+            async with client.get(url + path, timeout=aiohttp.ClientTimeout(total=10)) as response:
+                return response.status, await response.text()
+
+        held = asyncio.create_task(get("/hold"))
+        await asyncio.wait_for(rig.hold.arrived.wait(), 10)
+        status, body = await get("/second")  # one request is in flight already: over the limit
+        assert status == 503 and "overflow" in body
+        rig.hold.release.set()
+        assert (await held)[0] == 200
+        assert (await get("/third"))[0] == 200  # the slot is free again
