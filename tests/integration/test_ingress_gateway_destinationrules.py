@@ -348,3 +348,15 @@ async def test_the_connection_pool_bounds_the_requests_in_flight_to_the_backend(
         rig.hold.release.set()
         assert (await held)[0] == 200
         assert (await get("/third"))[0] == 200  # the slot is free again
+
+
+async def test_istio_mutual_changes_nothing_for_a_meshed_backend(tmp_path: Path) -> None:
+    """HBONE already is mutual TLS with the gateway's identity: an ``ISTIO_MUTUAL`` rule adds no TLS inside it."""
+    gateway, route, rule = ingress_tls_objects("web", 80, "app")
+    rule["spec"]["trafficPolicy"] = {"tls": {"mode": "ISTIO_MUTUAL"}}
+    config = gateway_config([gateway, route, rule])
+    async with ingress_rig(tmp_path, config) as rig:
+        answers = await get_five(config.listeners[0].port)
+        assert [status for status, _ in answers] == [200] * 5, answers
+        assert all(json.loads(body)["tls"] is False for _, body in answers)
+        assert rig.endpoint.peers and all(p == GATEWAY_ID for p in rig.endpoint.peers)
