@@ -100,3 +100,31 @@ def authorization_gateway_route(
             "http": [rule("/allowed", allow_port), rule("/deny", deny_port)],
         },
     }
+
+
+def ingress_tls_objects(destination: str, port: int, namespace: str | None = None) -> list[dict[str, Any]]:
+    """TestIngressTLS' objects (istio tests/integration/ambient baseline_test.go): TestIngress' Gateway, a
+    VirtualService for every host to ``destination`` (a Service's short name) on ``port`` (its ``https`` port), and a
+    DestinationRule for that host originating TLS (``SIMPLE``, ``insecureSkipVerify``), all in the test's
+    namespace."""
+    route: dict[str, Any] = {
+        "apiVersion": "networking.istio.io/v1alpha3",
+        "kind": "VirtualService",
+        "metadata": {"name": "route"},
+        "spec": {
+            "gateways": ["gateway"],
+            "hosts": ["*"],
+            "http": [{"route": [{"destination": {"host": destination, "port": {"number": port}}}]}],
+        },
+    }
+    rule: dict[str, Any] = {
+        "apiVersion": "networking.istio.io/v1alpha3",
+        "kind": "DestinationRule",
+        "metadata": {"name": destination},
+        "spec": {"host": destination, "trafficPolicy": {"tls": {"mode": "SIMPLE", "insecureSkipVerify": True}}},
+    }
+    gateway = ingress_gateway(namespace)
+    gateway["apiVersion"] = "networking.istio.io/v1alpha3"
+    if namespace is not None:
+        route["metadata"]["namespace"] = rule["metadata"]["namespace"] = namespace
+    return [gateway, route, rule]

@@ -554,6 +554,66 @@ def test_istio_gateway_https_simple_serves_the_credential_from_istio_system(lab:
         lab.kubectl("delete", "-k", str(CLASSIC_GATEWAY), "--ignore-not-found", "--wait=true")
 
 
+def test_upstream_ingress_tls_the_gateway_originates_tls_by_destination_rule(lab: Lab) -> None:
+    """Istio's TestIngressTLS on the classic gateway: an Istio Gateway on port 80, a VirtualService to ``captured``'s
+    ``https`` port (a backend that serves only TLS), and a DestinationRule ``tls.mode: SIMPLE, insecureSkipVerify``:
+    istio-ingressgateway originates TLS to the backend inside HBONE, and five plain HTTP calls get 200."""
+    from tests.upstream_objects import ingress_tls_objects
+
+    captured = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "captured"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "captured"}},
+            "template": {
+                "metadata": {"labels": {"app": "captured"}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 2,
+                    "containers": [
+                        {
+                            "name": "captured",
+                            "image": "none",
+                            "command": [
+                                *HTTPS_ECHO,
+                                "--port",
+                                "8443",
+                                "--hostname",
+                                f"captured.{APP}.svc.cluster.local",
+                            ],
+                            "readinessProbe": {"tcpSocket": {"port": 8443}, "periodSeconds": 1},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "captured"},
+        "spec": {"selector": {"app": "captured"}, "ports": [{"name": "https", "port": 443, "targetPort": 8443}]},
+    }
+    lab.kubectl("apply", "-k", str(CLASSIC_GATEWAY))
+    try:
+        lab.apply(captured, service, *ingress_tls_objects("captured", 443), namespace=APP)
+        lab.wait_pods_ready(APP, "app=captured", 1, timeout=120)
+        lab.wait_pods_ready("istio-system", "istio=ingressgateway", 1, timeout=180)
+        ip = wait_until("istio-ingressgateway has its load-balancer address", lambda: lb_address(lab), 60, 1)
+        url = f"http://{ip}:80/ingress-tls"
+        wait_until("the gateway reaches captured's https port", lambda: through_gateway(url), 120, 1)
+        answers = [through_gateway(url) for _ in range(5)]
+        assert all(a is not None and a["pod"].startswith("captured-") for a in answers), answers
+        assert all(a is not None and a["path"] == "/ingress-tls" for a in answers)
+    finally:
+        lab.kubectl("delete", "destinationrule", "captured", "-n", APP, "--ignore-not-found")
+        lab.kubectl("delete", "virtualservice", "route", "-n", APP, "--ignore-not-found")
+        lab.kubectl("delete", "gateway.networking.istio.io", "gateway", "-n", APP, "--ignore-not-found")
+        lab.kubectl("delete", "deployment,service", "captured", "-n", APP, "--ignore-not-found")
+        lab.kubectl("delete", "-k", str(CLASSIC_GATEWAY), "--ignore-not-found", "--wait=true")
+
+
 def test_istio_gateway_mutual_tls_and_https_redirect(lab: Lab, certs: Certificates) -> None:
     """An Istio Gateway HTTPS server with ``tls.mode: MUTUAL`` (a ``kubernetes.io/tls`` credential in istio-system and
     its client CA in the generic Secret ``<credentialName>-cacert``, as Istio's documentation creates them;

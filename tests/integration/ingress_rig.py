@@ -3,8 +3,13 @@
 The mesh: one workload, 127.0.0.2, behind an HBONE server (what its node proxy's inbound does) that relays each
 CONNECT to a local server chosen by the CONNECT's target port. Services ``one`` and ``two`` (port 443) are TLS
 servers terminating with a certificate for ``*.example.com`` from :data:`EDGE_CA` and answering their own name;
-``tcp`` (port 9000) echoes bytes; ``web`` (port 80) is an HTTP/1.1 server answering the path and host as JSON;
-``web2`` (port 80, declared HTTP/2) an h2c server that also answers HTTP/1.1, saying which version it got.
+``tcp`` (port 9000) echoes bytes; ``web`` (port 80) is an HTTP/1.1 server answering the path and host as JSON (a
+request for ``/hold`` waits for :attr:`Hold.release`);
+``web2`` (port 80, declared HTTP/2) an h2c server that also answers HTTP/1.1, saying which version it got;
+``secure`` (port 443, named ``https``) is the same HTTP/1.1 server as ``web`` behind TLS (the ``*.example.com``
+certificate), answering ``"tls": true`` too; ``mutual`` (port 443) likewise, but it requires a client certificate
+from :data:`EDGE_CA` and answers its subject's common name as ``client``; ``h2c`` (port 80, protocol not declared)
+an h2c server answering HTTP/1.1 with 505 (a request that was not upgraded shows).
 The gateway listens on 127.0.0.1 with a :class:`GatewayConfig` applied as its xDS client would.
 """
 
@@ -45,8 +50,17 @@ BACKEND_CERT = issue_server_cert(
     EDGE_CA, common_name="example.com", dns_names=["*.example.com"], ip_addresses=[], now=time.time()
 )
 FACTORY = HostSocketFactory(mark=None)
-TARGET_PORTS = {"one": 8441, "two": 8442, "tcp": 9001, "web": 8080, "web2": 8083}
-SERVICE_PORTS = {"one": 443, "two": 443, "tcp": 9000, "web": 80, "web2": 80}
+TARGET_PORTS = {
+    "one": 8441,
+    "two": 8442,
+    "tcp": 9001,
+    "web": 8080,
+    "web2": 8083,
+    "secure": 8443,
+    "mutual": 8444,
+    "h2c": 8082,
+}
+SERVICE_PORTS = {"one": 443, "two": 443, "tcp": 9000, "web": 80, "web2": 80, "secure": 443, "mutual": 443, "h2c": 80}
 PROTOCOLS = {"web2": AppProtocol.HTTP2}
 """Ports declared other than unknown: ``web2`` is an h2c server (``waypoint_rig.start_h2c_server``)."""
 
@@ -176,16 +190,40 @@ async def _echo_backend() -> asyncio.Server:
     return await asyncio.start_server(echo, "127.0.0.1", 0)
 
 
-async def _web_backend() -> tuple[web.AppRunner, int]:
+@dataclass
+class Hold:
+    """``web``'s ``/hold``: each such request sets ``arrived`` and waits for ``release`` before it is answered."""
+
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+async def _web_backend(
+    tls: bool = False, *, mutual: bool = False, hold: Hold | None = None
+) -> tuple[web.AppRunner, int]:
     async def answer(request: web.Request) -> web.Response:
-        return web.json_response({"path": request.path, "host": request.headers.get("host", "")})
+        if hold is not None and request.path == "/hold":
+            hold.arrived.set()
+            await asyncio.wait_for(hold.release.wait(), 30)
+        body: dict[str, object] = {"path": request.path, "host": request.headers.get("host", ""), "tls": tls}
+        peer = request.transport.get_extra_info("peercert") if request.transport is not None else None
+        if peer:
+            body["client"] = next(v for rdn in peer["subject"] for k, v in rdn if k == "commonName")
+        return web.json_response(body)
 
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", answer)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
     await runner.setup()
     port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
+    context = None
+    if tls:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(*_pem_files())
+    if mutual and context is not None:
+        context.verify_mode = ssl.CERT_REQUIRED
+        context.load_verify_locations(cadata=EDGE_CA.cert_pem.decode())
+    await web.TCPSite(runner, "127.0.0.1", port, ssl_context=context).start()
     return runner, port
 
 
@@ -194,6 +232,7 @@ class IngressRig:
     proc: IngressGateway
     endpoint: MeshEndpoint
     web2: H2cBackend
+    hold: Hold = field(default_factory=Hold)
 
     def port(self, listener: str) -> int:
         return next(item.port for item in self.proc.router.config.listeners if item.name == listener)
@@ -209,6 +248,7 @@ class MeshBackends:
     ca_dir: Path
     web2: H2cBackend
     """What the h2c server behind ``web2`` saw."""
+    hold: Hold
 
 
 @contextlib.asynccontextmanager
@@ -217,20 +257,28 @@ async def mesh_backends(tmp_path: Path) -> AsyncIterator[MeshBackends]:
     state = tmp_path / "mesh.yaml"
     state.write_text(render_local_config(mesh()), encoding="utf-8")
     servers = {"one": await _tls_backend("one"), "two": await _tls_backend("two"), "tcp": await _echo_backend()}
-    runner, web_port = await _web_backend()
+    hold = Hold()
+    runner, web_port = await _web_backend(hold=hold)
     web2 = H2cBackend("web2")
     servers["web2"] = await start_h2c_server(web2, http1=True)
+    servers["h2c"] = await start_h2c_server(H2cBackend("h2c"))
+    secure_runner, secure_port = await _web_backend(tls=True)
+    mutual_runner, mutual_port = await _web_backend(tls=True, mutual=True)
     local = {TARGET_PORTS[n]: s.sockets[0].getsockname()[1] for n, s in servers.items()}
     local[TARGET_PORTS["web"]] = web_port
+    local[TARGET_PORTS["secure"]] = secure_port
+    local[TARGET_PORTS["mutual"]] = mutual_port
     endpoint = MeshEndpoint(free_port("127.0.0.2"), local)
     await endpoint.start(ca)
     try:
-        yield MeshBackends(endpoint, state, tmp_path / "ca", web2)
+        yield MeshBackends(endpoint, state, tmp_path / "ca", web2, hold)
     finally:
         await endpoint.aclose()
         for server in servers.values():
             server.close()
         await runner.cleanup()
+        await secure_runner.cleanup()
+        await mutual_runner.cleanup()
 
 
 def gateway_settings(backends: MeshBackends, limits: WaypointLimits | None = None) -> WaypointSettings:
@@ -259,7 +307,7 @@ async def ingress_rig(tmp_path: Path, config: GatewayConfig) -> AsyncIterator[In
         try:
             async with asyncio.timeout(15):
                 await proc.startup.ready.wait()
-            yield IngressRig(proc, backends.endpoint, backends.web2)
+            yield IngressRig(proc, backends.endpoint, backends.web2, backends.hold)
         finally:
             await proc.aclose()
 

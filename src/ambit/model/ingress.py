@@ -35,6 +35,11 @@ Theory of operation:
 - Policies: the AuthorizationPolicies and RequestAuthentications that apply at the gateway (attached by
   ``targetRefs`` to its Gateway, or selecting its pods), enforced per request by the waypoint's engine before
   routing: a token no rule accepts is 401, a denied request 403.
+- Destination rules: one :class:`~ambit.model.routes.DestinationPolicy` per backend Service of the gateway's
+  routes that a DestinationRule applies to (chosen as istiod chooses for a gateway proxy: the gateway's namespace,
+  then the Service's, then the root namespace, with ``exportTo``), applied by the waypoint's engine exactly as at a
+  waypoint (:mod:`ambit.waypoint.traffic_policy`): subsets, load balancer, connection pool, outlier detection,
+  originated TLS (``SIMPLE``, ``MUTUAL``) and ``h2UpgradePolicy``.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ from dataclasses import dataclass
 
 from ambit.model.policy import Policy
 from ambit.model.requestauth import RequestAuthentication
-from ambit.model.routes import RouteRule, WeightedBackend
+from ambit.model.routes import DestinationPolicy, RouteRule, WeightedBackend
 
 __all__ = [
     "GatewayConfig",
@@ -143,9 +148,21 @@ class GatewayConfig:
     """The AuthorizationPolicies that apply at the gateway, all of scope WAYPOINT (every request), by key."""
     request_authentications: tuple[RequestAuthentication, ...] = ()
     """The RequestAuthentications that apply at the gateway, by key (enforced as a waypoint enforces them)."""
+    destination_rules: tuple[DestinationPolicy, ...] = ()
+    """The DestinationRules that apply to its backend Services, one per Service, ordered by service key."""
 
     def ports(self) -> frozenset[int]:
         return frozenset(listener.port for listener in self.listeners)
+
+    def backend_keys(self) -> frozenset[str]:
+        """The service keys of every backend its routes name (weighted backends, mirrors, TCP backends)."""
+        keys: set[str] = set()
+        for listener in self.listeners:
+            for host in listener.virtual_hosts:
+                weighted = [*host.tcp_backends, *(b for rule in host.http for b in rule.backends)]
+                keys.update(b.backend.service_key for b in weighted if b.backend is not None)
+                keys.update(m.backend.service_key for rule in host.http for m in rule.mirrors)
+        return frozenset(keys)
 
 
 def host_matches(pattern: str, host: str) -> int:

@@ -31,8 +31,10 @@ HBONE pool, telemetry and admin endpoints) that, instead of an HBONE listener, s
 - A new config (a route change, a rotated certificate) replaces the router and the TLS contexts at once: the next
   request and the next handshake use it, no restart, and connections already open keep what they negotiated.
   A certificate that does not load leaves its listener without that certificate (logged); the rest is served.
-- Policies: the config's RequestAuthentications and AuthorizationPolicies become the request path's
-  :class:`~ambit.model.routes.WaypointConfig` (no route tables, every policy of scope WAYPOINT), so each request is
+- Policies: the config's RequestAuthentications, AuthorizationPolicies and destination rules become the request
+  path's :class:`~ambit.model.routes.WaypointConfig` (no route tables, every policy of scope WAYPOINT), so each
+  request's backend is shaped by its DestinationRule exactly as at a waypoint (subset, load balancer, connection
+  pool, outlier detection, originated TLS, HTTP/2 upstream; :mod:`ambit.waypoint.traffic_policy`) and each request is
   authenticated and authorized exactly as at a waypoint (:func:`ambit.waypoint.exchange.serve_request`: a token no
   rule accepts 401, a denied request 403) before it is routed; the JWKS of ``jwksUri`` rules are fetched by the
   same :class:`~ambit.waypoint.jwks.JwksManager`. A removed config keeps the last policies (fail closed).
@@ -206,6 +208,7 @@ class IngressGateway(Waypoint):
                 config.gateway,
                 policies=config.policies,
                 request_authentications=config.request_authentications,
+                destination_rules=config.destination_rules,
             )
         )
         self.context.jwks.update(config.request_authentications)
@@ -380,10 +383,11 @@ class IngressGateway(Waypoint):
         if isinstance(planned, Closed):
             self._refuse(sock, "no route", peer, port, planned.reason)
             return
-        endpoint = find_connection_endpoint(self.context, planned)
-        if isinstance(endpoint, Closed):
-            self._refuse(sock, "no endpoint", peer, port, endpoint.reason)
+        found = find_connection_endpoint(self.context, planned, peer)
+        if isinstance(found, Closed):
+            self._refuse(sock, "no endpoint", peer, port, found.reason)
             return
+        endpoint, policy = found
         listener = self.router.pick_listener(port, server_name)
         service = self._listener_service(listener.name if listener else "", port)
         app = AppProtocol.TLS if protocol is ListenerProtocol.TLS else AppProtocol.TCP
@@ -398,7 +402,7 @@ class IngressGateway(Waypoint):
         )
         stream = SocketStream(sock)
         try:
-            await relay_to(self.context, tunnel, endpoint, stream, prefix)
+            await relay_to(self.context, tunnel, endpoint, stream, prefix, policy)
         finally:
             with contextlib.suppress(Exception):
                 await stream.aclose()

@@ -16,8 +16,10 @@ Rules:
    hello without a name), then one of its backends by weight. No virtual host, all weights 0, or a backend that
    did not resolve: :class:`Closed`, with the reason.
 3. The backend's endpoint is chosen as an HTTP request's would be (the gateway's pick: a Service with
-   ``istio.io/ingress-use-waypoint`` is reached through its waypoint); a Service the gateway does not know, or
-   without endpoints, closes the connection.
+   ``istio.io/ingress-use-waypoint`` is reached through its waypoint), as the Service's DestinationRule says
+   (:func:`ambit.waypoint.tcp.pick_connection_endpoint`: subset, load balancer, originated TLS, PROXY header; its
+   connection limits apply to the relay); a Service the gateway does not know, a subset no rule defines, or no
+   endpoint closes the connection.
 4. The gateway's policies are checked once per connection, then the bytes read (the ClientHello) go first and both
    directions are relayed (:func:`ambit.waypoint.tcp.relay_to`: ``istio_tcp_*`` metrics with reporter="source",
    one access-log line, idle timeout).
@@ -32,9 +34,11 @@ from dataclasses import dataclass
 from ambit.model.routes import BackendService
 from ambit.tls.clienthello import HELLO_LIMIT, ClientHello, ClientHelloError, read_client_hello
 from ambit.waypoint.context import WaypointContext
-from ambit.waypoint.destinations import Endpoint, choose_weighted, find_backend_service
+from ambit.waypoint.destinations import Endpoint, Refusal, choose_weighted, find_backend_service
 from ambit.waypoint.errors import HelloRefusedError
 from ambit.waypoint.ingress_routing import IngressRouter
+from ambit.waypoint.tcp import pick_connection_endpoint
+from ambit.waypoint.traffic_policy import BackendPolicy
 
 __all__ = ["Closed", "find_connection_endpoint", "plan_backend", "read_hello"]
 
@@ -82,10 +86,15 @@ def plan_backend(router: IngressRouter, port: int, server_name: str, random: flo
     return chosen.backend
 
 
-def find_connection_endpoint(ctx: WaypointContext, backend: BackendService) -> Endpoint | Closed:
-    """Rule 3."""
+def find_connection_endpoint(
+    ctx: WaypointContext, backend: BackendService, peer_addr: str
+) -> tuple[Endpoint, BackendPolicy | None] | Closed:
+    """Rule 3: the endpoint and the DestinationRule plan it was chosen by (None without a rule)."""
     service = find_backend_service(ctx.state, backend)
     if service is None:
         return Closed(f"unknown backend {backend.hostname}")
-    endpoint = ctx.pick(ctx.state, service, backend.port, ctx.choose)
-    return endpoint if endpoint is not None else Closed(f"no healthy endpoint of {backend.hostname}")
+    picked = pick_connection_endpoint(ctx, backend, service, peer_addr)
+    if isinstance(picked, Refusal):
+        return Closed(picked.reason)
+    endpoint, planned = picked
+    return (endpoint, planned) if endpoint is not None else Closed(f"no healthy endpoint of {backend.hostname}")

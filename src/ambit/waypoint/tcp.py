@@ -37,7 +37,6 @@ from ambit.waypoint.destinations import (
     choose_weighted,
     find_backend_service,
     original_destination,
-    pick_endpoint,
 )
 from ambit.waypoint.traffic_policy import DEFAULT as DEFAULT_BACKEND
 from ambit.waypoint.traffic_policy import Admission, BackendPolicy
@@ -141,20 +140,30 @@ def endpoint_for(ctx: WaypointContext, tunnel: Tunnel) -> tuple[Endpoint | None,
 def _pick(
     ctx: WaypointContext, tunnel: Tunnel, backend: BackendService, service: Service
 ) -> tuple[Endpoint | None, BackendPolicy | None]:
-    """An endpoint of ``backend`` as its DestinationRule says (:func:`~ambit.waypoint.traffic_policy.plan_backend`:
-    the subset, the load balancer, TLS origination and the PROXY header; a subset no rule defines is no
-    endpoint)."""
+    picked = pick_connection_endpoint(ctx, backend, service, tunnel.peer_addr)
+    if isinstance(picked, Refusal):
+        log.info("tcp %s: %s", tunnel.authority, picked.reason)
+        return None, None
+    return picked
+
+
+def pick_connection_endpoint(
+    ctx: WaypointContext, backend: BackendService, service: Service, peer_addr: str
+) -> tuple[Endpoint | None, BackendPolicy | None] | Refusal:
+    """An endpoint for one connection to ``backend``, by ``ctx.pick``, as its DestinationRule says
+    (:func:`~ambit.waypoint.traffic_policy.plan_backend`: the subset, the load balancer with the client's address
+    ``peer_addr`` as the source IP, TLS origination and the PROXY header), with the plan when a rule applies (its
+    connection limits); a subset no rule defines is a :class:`Refusal`."""
     planned = ctx.routes.plan_backend(backend)
     if isinstance(planned, Refusal):
-        log.info("tcp %s: %s", tunnel.authority, planned.reason)
-        return None, None
+        return planned
     if planned is DEFAULT_BACKEND:
-        return pick_endpoint(ctx.state, service, backend.port, ctx.choose), None
-    source_ip = tunnel.peer_addr.rpartition(":")[0].strip("[]")
+        return ctx.pick(ctx.state, service, backend.port, ctx.choose), None
+    source_ip = peer_addr.rpartition(":")[0].strip("[]")
     choose = ctx.balancer.chooser(
         planned.policy.load_balancer, planned.balance_key, ctx.choose, ctx.random, source_ip=source_ip
     )
-    endpoint = pick_endpoint(ctx.state, service, backend.port, choose, only=planned.members)
+    endpoint = ctx.pick(ctx.state, service, backend.port, choose, only=planned.members)
     if endpoint is None or planned.transport == PLAIN:
         return endpoint, planned
     return dataclasses.replace(endpoint, transport=dataclasses.replace(planned.transport, h2=False)), planned

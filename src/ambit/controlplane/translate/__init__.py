@@ -414,14 +414,6 @@ def translate_all(
         root_namespace=root_namespace,
     )
     gateway_authn = gateway_request_authentications(ingress_pods, authn_translations, root_namespace=root_namespace)
-    gateway_configs = tuple(
-        replace(
-            c,
-            policies=gateway_authz.get(c.gateway, ()),
-            request_authentications=gateway_authn.get(c.gateway, ()),
-        )
-        for c in (*ingress.configs, *classic.configs)
-    )
     index = ServiceIndex.build(service_list, endpoint_slices, domain=domain, extra=selections(entries))
     workloads: list[Workload] = []
     workload_labels: dict[str, Mapping[str, str]] = {}
@@ -494,6 +486,23 @@ def translate_all(
         for key in w.services:
             members.setdefault(key, []).append((w.uid, workload_labels.get(w.uid, {})))
     by_key = {s.key: s for s in translated}
+
+    gateway_labels = {p.key: p.labels for p in ingress_pods}
+    gateway_configs = tuple(
+        replace(
+            c,
+            policies=gateway_authz.get(c.gateway, ()),
+            request_authentications=gateway_authn.get(c.gateway, ()),
+            destination_rules=destination_policies(
+                rule_index,
+                c.gateway.partition("/")[0],
+                [by_key[k] for k in c.backend_keys() if k in by_key],
+                members,
+                gateway_labels.get(c.gateway, {}),
+            ),
+        )
+        for c in (*ingress.configs, *classic.configs)
+    )
 
     def served_by(waypoint: str) -> list[Service]:
         keys = {k for k, v in bound.items() if v == waypoint} | {k for k, v in canaries.items() if v == waypoint}

@@ -5,8 +5,10 @@ Theory of operation: :func:`parse_destination_rules` reads every rule once (a ru
 whole, with a :class:`~ambit.controlplane.translate.skips.Skipped` naming the field; a setting a waypoint cannot
 honour is dropped from the rule with a note, the rest kept). :class:`DestinationRuleIndex` then files them the way
 istiod's ``PushContext.setDestinationRules`` does, and :meth:`DestinationRuleIndex.find` answers istiod's
-``destinationRule(proxyNamespace, service)`` for a waypoint. :func:`destination_policies` resolves the chosen
-rule's subsets to workload uids. Pure: no I/O, deterministic output.
+``destinationRule(proxyNamespace, service)`` for a waypoint, and for an ingress gateway (its pods' namespace and
+the backend Services of its routes; istiod's cluster builder applies the same lookup to a gateway's clusters).
+:func:`destination_policies` resolves the chosen rule's subsets to workload uids. Pure: no I/O, deterministic
+output.
 
 Rules (istiod: pilot/pkg/model/push_context.go ``setDestinationRules``, ``destinationRule``; destination_rule.go
 ``mergeDestinationRule``; sidecar.go ``DestinationRule``; networking/core/cluster_waypoint.go):
@@ -17,14 +19,17 @@ Rules (istiod: pilot/pkg/model/push_context.go ``setDestinationRules``, ``destin
 2. A rule with a ``workloadSelector`` never applies at a waypoint: istiod looks rules up for a waypoint in the
    inbound direction, where only rules without a selector are returned. It is still filed (private to its
    namespace, never merged with others), so, as in istiod, a selector rule in the waypoint's namespace for a host
-   hides the wider rules for that host (step 1 of rule 4 matches, and gives nothing).
+   hides the wider rules for that host (step 1 of rule 4 matches, and gives nothing). An ingress gateway looks
+   rules up in the outbound direction: there a selector rule of the gateway's own namespace whose
+   ``workloadSelector.matchLabels`` its pods' labels all hold applies before the rules without a selector (the
+   first such rule filed); one that does not match is passed over as at a waypoint.
 3. ``exportTo`` (default ``*``, the mesh default): a rule is *local* to its namespace unless its ``exportTo``
    leaves its own namespace out; it is *exported* unless its ``exportTo`` is just ``.`` or its own namespace.
    Exported rules are visible to a namespace when ``exportTo`` is empty, holds ``*``, or names that namespace.
-4. Lookup for a waypoint in namespace W and a Service in namespace N: the rules local to W (when W is the root
-   namespace: the root namespace's private rules); else the rules N exports visible to W; else the rules the root
-   namespace exports visible to W. The first step that matches the host decides, even if its rule has nothing
-   for the Service.
+4. Lookup for a waypoint (or an ingress gateway) in namespace W and a Service in namespace N: the rules local to
+   W (when W is the root namespace: the root namespace's private rules); else the rules N exports visible to W;
+   else the rules the root namespace exports visible to W. The first step that matches the host decides, even if
+   its rule has nothing for the Service.
 5. Several rules for one host in one namespace with the same ``exportTo`` merge, oldest first (creation time, then
    name, then namespace): subsets are concatenated (a later subset with a name already taken is dropped), the
    top-level ``trafficPolicy`` is the first rule's that has one. Rules with different ``exportTo`` stay apart; of
@@ -123,6 +128,8 @@ class ParsedRule:
     """``namespace/name`` of every rule merged into this one (rule 5)."""
     selector: bool = False
     """It has a ``workloadSelector`` (rule 2)."""
+    selector_labels: tuple[tuple[str, str], ...] = ()
+    """Its ``workloadSelector.matchLabels``, sorted (rule 2: matched against an ingress gateway's pod labels)."""
 
     @property
     def key(self) -> str:
@@ -366,6 +373,9 @@ def parse_destination_rule(
     try:
         spec = shapes.mapping(obj.get("spec"), "spec", required=True)
         selector = spec.get("workloadSelector") is not None
+        selector_spec = shapes.mapping(spec.get("workloadSelector"), "spec.workloadSelector")
+        match_labels = shapes.mapping(selector_spec.get("matchLabels"), "spec.workloadSelector.matchLabels")
+        selector_labels = tuple(sorted((str(k), str(v)) for k, v in match_labels.items()))
         host = shapes.text(spec.get("host"), "spec.host", required=True)
         export_to = frozenset(shapes.strings(spec.get("exportTo"), "spec.exportTo"))
         top = reader.traffic_policy(spec.get("trafficPolicy"), "spec.trafficPolicy")
@@ -405,6 +415,7 @@ def parse_destination_rule(
         subsets=tuple(subsets),
         origins=(f"{namespace}/{name}",),
         selector=selector,
+        selector_labels=selector_labels,
     )
 
 
@@ -483,14 +494,21 @@ class DestinationRuleIndex:
             elif own == root_namespace:
                 self.root_private.add(rule)
 
-    def find(self, waypoint_namespace: str, service: Service) -> ParsedRule | None:
-        """The rule a waypoint in ``waypoint_namespace`` applies to ``service`` (rule 4)."""
+    def find(
+        self, waypoint_namespace: str, service: Service, proxy_labels: Mapping[str, str] | None = None
+    ) -> ParsedRule | None:
+        """The rule a waypoint in ``waypoint_namespace`` applies to ``service`` (rule 4); with ``proxy_labels``,
+        the rule an ingress gateway whose pods carry those labels applies (rule 2's outbound lookup)."""
         if waypoint_namespace != self.root_namespace:
             bucket = self.local.get(waypoint_namespace)
             found = bucket.match(service.hostname) if bucket is not None else None
         else:
             found = self.root_private.match(service.hostname)
         if found:
+            if proxy_labels is not None:
+                for rule in found:
+                    if rule.selector and all(proxy_labels.get(k) == v for k, v in rule.selector_labels):
+                        return rule
             return next((r for r in reversed(found) if not r.selector), None)
         for owner in (service.namespace, self.root_namespace):
             bucket = self.exported.get(owner)
@@ -510,12 +528,14 @@ def destination_policies(
     waypoint_namespace: str,
     services: Iterable[Service],
     workloads: Mapping[str, Iterable[tuple[str, Mapping[str, str]]]],
+    proxy_labels: Mapping[str, str] | None = None,
 ) -> tuple[DestinationPolicy, ...]:
     """The policies of one waypoint: for each of ``services`` (those it serves) with a rule, that rule with its
-    subsets resolved against ``workloads`` (service key → (uid, labels) of its workloads; rule 6)."""
+    subsets resolved against ``workloads`` (service key → (uid, labels) of its workloads; rule 6). For an ingress
+    gateway ``services`` are its routes' backends and ``proxy_labels`` its pods' labels (rule 2)."""
     out: list[DestinationPolicy] = []
     for service in sorted(services, key=lambda s: s.key):
-        rule = index.find(waypoint_namespace, service)
+        rule = index.find(waypoint_namespace, service, proxy_labels)
         if rule is None:
             continue
         members = list(workloads.get(service.key, ()))
