@@ -16,7 +16,8 @@ and the list of what had to be left out (:class:`Skipped`, each naming the objec
 informer-driven view, a test) decides when to translate again.
 
 Order of work: Kubernetes Services first, then ServiceEntries (their hosts may not take a Service's key), then one
-index of every selecting service, then the workloads (pods, WorkloadEntries, inline ServiceEntry endpoints) with
+index of every selecting service, then the workloads (pods, WorkloadEntries, hand-added EndpointSlice endpoints,
+inline ServiceEntry endpoints) with
 their services maps and the policy keys they list (selector AuthorizationPolicies of their namespace and of the root
 namespace, then what PeerAuthentication resolves to for them). Waypoints are indexed once, before the services, and
 every Service, ServiceEntry host and workload gets the waypoint its labels (or its namespace's) bind it to; the
@@ -30,6 +31,7 @@ can compare renderings to skip rewriting an unchanged file.
 
 Modules: ``workloads`` (a Pod becomes a Workload), ``services`` (a Service becomes a Service), ``serviceentries`` (a
 ServiceEntry becomes Services and endpoint Workloads), ``workloadentries`` (a WorkloadEntry becomes a Workload),
+``endpointslices`` (endpoints added to a Service's EndpointSlices by hand become Workloads),
 ``index`` (which services select which endpoints, on which ports), ``policies`` (an AuthorizationPolicy becomes a
 Policy and a status), ``peerauth`` (PeerAuthentications become DENY policies), ``nodes`` (a Node's labels become its
 pods' locality), ``waypoints`` (Gateways become waypoints, labels bind to them), ``routes`` and ``routerules``
@@ -57,6 +59,7 @@ from ambit.controlplane.translate.destinationrules import (
     destination_policies,
     parse_destination_rules,
 )
+from ambit.controlplane.translate.endpointslices import endpoint_slice_workloads
 from ambit.controlplane.translate.gateway_policies import (
     IngressPods,
     gateway_authorization_policies,
@@ -288,6 +291,7 @@ def translate_all(
     class_list = list(gateway_classes)
     waypoints = WaypointIndex.build(gateway_list, class_list, namespace_list, network=network)
     service_list = list(services)
+    slice_list = list(endpoint_slices)
     translated: list[Service] = []
     service_status: list[PolicyStatus] = []
     bound: dict[str, str] = {}
@@ -414,7 +418,7 @@ def translate_all(
         root_namespace=root_namespace,
     )
     gateway_authn = gateway_request_authentications(ingress_pods, authn_translations, root_namespace=root_namespace)
-    index = ServiceIndex.build(service_list, endpoint_slices, domain=domain, extra=selections(entries))
+    index = ServiceIndex.build(service_list, slice_list, domain=domain, extra=selections(entries))
     workloads: list[Workload] = []
     workload_labels: dict[str, Mapping[str, str]] = {}
     localities = node_localities(nodes)
@@ -450,6 +454,17 @@ def translate_all(
             workload_labels[w.uid] = {str(k): str(v) for k, v in labels.items()}
             waypoint = waypoints.find_for_workload(w.namespace, object_labels(wle)).address
             workloads.append(replace(w, authorization_policies=keys.find(w.namespace, labels), waypoint=waypoint))
+    workloads.extend(
+        endpoint_slice_workloads(
+            slice_list,
+            service_list,
+            domain=domain,
+            cluster_id=cluster_id,
+            trust_domain=trust_domain,
+            network=network,
+            skips=skips,
+        )
+    )
     for entry in entries:
         for w, endpoint_labels in service_entry_workloads(
             entry,

@@ -31,6 +31,7 @@ POD = ObjectKind("v1", "Pod")
 SERVICE = ObjectKind("v1", "Service")
 SERVICE_ENTRY = ObjectKind("networking.istio.io/v1", "ServiceEntry")
 WORKLOAD_ENTRY = ObjectKind("networking.istio.io/v1", "WorkloadEntry")
+ENDPOINT_SLICE = ObjectKind("discovery.k8s.io/v1", "EndpointSlice")
 
 
 @dataclass(frozen=True, slots=True, order=True)
