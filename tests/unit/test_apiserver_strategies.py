@@ -128,12 +128,13 @@ def test_a_service_gets_the_lowest_free_cluster_ip_which_then_cannot_change(tabl
     strategy = table[services]
     svc: dict[str, Any] = {"metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}]}}
     strategy.prepare_for_create(services, svc)
-    assert svc["spec"]["clusterIP"] == "198.19.0.1" and svc["spec"]["clusterIPs"] == ["198.19.0.1"]
+    # The first address is default/kubernetes's, taken only on request.
+    assert svc["spec"]["clusterIP"] == "198.19.0.2" and svc["spec"]["clusterIPs"] == ["198.19.0.2"]
     update: dict[str, Any] = {"metadata": {"name": "s"}, "spec": {"ports": [{"port": 81}]}}
     strategy.prepare_for_update(services, svc, update)
-    assert update["spec"]["clusterIP"] == "198.19.0.1"
+    assert update["spec"]["clusterIP"] == "198.19.0.2"
     with pytest.raises(ApiError, match="immutable"):
-        strategy.prepare_for_update(services, svc, {"metadata": {"name": "s"}, "spec": {"clusterIP": "198.19.0.2"}})
+        strategy.prepare_for_update(services, svc, {"metadata": {"name": "s"}, "spec": {"clusterIP": "198.19.0.3"}})
 
 
 def _crd(name: str = "widgets.example.com") -> dict[str, Any]:
@@ -184,7 +185,9 @@ def test_an_established_crd_is_served_once_committed_and_its_type_goes_when_it_i
     assert registry.find("example.com", "widgets") is None
 
 
-def test_the_tenth_address_of_the_range_is_kept_for_cluster_dns(tmp_path: Path) -> None:
+def test_the_first_and_tenth_addresses_of_the_range_are_kept_for_the_api_server_and_cluster_dns(
+    tmp_path: Path,
+) -> None:
     store = Store(tmp_path / "ips.db")
     try:
         allocator = ServiceIpAllocator(store, "198.19.0.0/16")
@@ -194,9 +197,10 @@ def test_the_tenth_address_of_the_range_is_kept_for_cluster_dns(tmp_path: Path) 
             allocator.allocate(svc)
             handed.append(svc["spec"]["clusterIP"])
             store.put("ADDED", ("", "services"), "default", f"s{i}", svc)
-        assert "198.19.0.10" not in handed and handed[-1] == "198.19.0.13"
-        dns: dict[str, Any] = {"metadata": {"name": "kube-dns"}, "spec": {"clusterIP": "198.19.0.10"}}
-        allocator.allocate(dns)
-        assert dns["spec"]["clusterIPs"] == ["198.19.0.10"]
+        assert "198.19.0.1" not in handed and "198.19.0.10" not in handed and handed[-1] == "198.19.0.14"
+        for name, address in (("kube-dns", "198.19.0.10"), ("kubernetes", "198.19.0.1")):
+            asked: dict[str, Any] = {"metadata": {"name": name}, "spec": {"clusterIP": address}}
+            allocator.allocate(asked)
+            assert asked["spec"]["clusterIPs"] == [address]
     finally:
         store.close()

@@ -34,6 +34,13 @@ from aiohttp import web
 
 from ambit.apiserver.admission import AdmissionController
 from ambit.apiserver.http import ApiHttp, HttpSettings
+from ambit.apiserver.kubernetes_service import (
+    SERVICE_FIELDS,
+    SLICE_FIELDS,
+    advertised_address,
+    kubernetes_endpoint_slice,
+    kubernetes_service,
+)
 from ambit.apiserver.limits import LimitSettings
 from ambit.apiserver.pod_security import PodSecuritySettings
 from ambit.apiserver.registry import Registry
@@ -74,6 +81,13 @@ class ApiServerSettings:
     """Static tokens (kube's ``--token-auth-file`` CSV, mode 0600): the lab's nodes and controllers."""
     service_cidr: str = "198.19.0.0/16"
     """Where Service cluster IPs come from."""
+    api_audiences: tuple[str, ...] = ()
+    """The audiences a token must carry for this server to accept it (kube's ``--api-audiences``); empty: the
+    service-account issuer alone, as kube defaults it."""
+    advertise_address: str = ""
+    """The address pods reach this server at (kube's ``--advertise-address``), listed in ``default/kubernetes``'s
+    EndpointSlice; empty: ``host`` when that is one specific non-loopback IP
+    (:mod:`ambit.apiserver.kubernetes_service`)."""
     max_token_expiration: int = DEFAULT_MAX_TOKEN_EXPIRATION
     """Longest TokenRequest lifetime granted, in seconds (``--service-account-max-token-expiration``); 0: none."""
     log_capacity: int = 50_000
@@ -145,7 +159,9 @@ class ApiServer:
             store,
             registry,
             hub,
-            tokens=TokenIssuer(sa_key, max_expiration_seconds=s.max_token_expiration),
+            tokens=TokenIssuer(
+                sa_key, default_audiences=s.api_audiences or None, max_expiration_seconds=s.max_token_expiration
+            ),
             admission=AdmissionController(service_resolver=StoreServiceResolver(store)),
             service_cidr=s.service_cidr,
             root_ca_pem=ca.cert_pem.decode(),
@@ -175,6 +191,10 @@ class ApiServer:
         self._listener = TlsListener(sock, self._runner.server, context, name="apiserver")
         self._listener.start()
         port = self._listener.address[1]
+        advertised = advertised_address(s.advertise_address, s.host)
+        if advertised:
+            await self.manager.ensure(kubernetes_service(s.service_cidr, port), SERVICE_FIELDS)
+            await self.manager.ensure(kubernetes_endpoint_slice(advertised, port), SLICE_FIELDS)
         host = "127.0.0.1" if s.host in ("0.0.0.0", "::", "") else s.host
         self.url = f"https://{host}:{port}"
         self.kubeconfig = s.kubeconfig or s.data_dir / "kubeconfig"

@@ -3,8 +3,9 @@
 Theory of operation: the allocations are the ``spec.clusterIP`` of the stored Services, read at each create, so
 there is no second record to keep in step with the store. An ExternalName Service gets no address, a headless one
 (``clusterIP: None``) keeps ``None``; a requested address must be in the service range and free. Addresses ending
-in ``.0`` are never handed out, nor is the tenth address of the range (``198.19.0.10`` in the lab): by kubeadm's
-convention it is cluster DNS's, taken only by a Service that asks for it.
+in ``.0`` are never handed out, nor is the first address of the range (the API server's own ``default/kubernetes``
+Service, :mod:`ambit.apiserver.kubernetes_service`), nor the tenth (``198.19.0.10`` in the lab): by kubeadm's
+convention it is cluster DNS's. Each is taken only by a Service that asks for it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ class ServiceIpAllocator:
     def __init__(self, store: Store, service_cidr: str) -> None:
         self.store = store
         self.network = ipaddress.ip_network(service_cidr)
-        self.reserved = str(self.network.network_address + 10) if self.network.num_addresses > 16 else ""
+        first, tenth = self.network.network_address + 1, self.network.network_address + 10
+        self.reserved = {str(first), *([str(tenth)] if self.network.num_addresses > 16 else [])}
 
     def allocate(self, obj: JsonObject) -> None:
         """Set ``spec.clusterIP``/``clusterIPs`` of a Service being created, or raise ``invalid``."""
@@ -53,7 +55,7 @@ class ServiceIpAllocator:
             return
         for host in self.network.hosts():
             text = str(host)
-            if text not in used and not text.endswith(".0") and text != self.reserved:
+            if text not in used and not text.endswith(".0") and text not in self.reserved:
                 spec["clusterIP"] = text
                 spec["clusterIPs"] = [text]
                 return

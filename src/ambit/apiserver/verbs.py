@@ -20,6 +20,7 @@ Rules kept here, for every kind:
 from __future__ import annotations
 
 import copy
+import logging
 import secrets
 import time
 import uuid
@@ -60,6 +61,7 @@ from ambit.apiserver.tokens import TokenIssuer
 from ambit.apiserver.watch import ObjectFilter, WatchHub
 
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+log = logging.getLogger("ambit.apiserver")
 STALE = "the object has been modified; please apply your changes to the latest version and try again"
 
 
@@ -333,6 +335,36 @@ class ResourceManager:
             await self._reconcile(obj, admin)
         for obj in builtin_classes():
             await self._reconcile(obj, admin)
+
+    async def ensure(self, obj: JsonObject, fields: tuple[str, ...]) -> None:
+        """Create ``obj`` as the API server itself, or bring the ``fields`` (dotted paths, e.g. ``spec.ports``) of
+        the stored one back to ``obj``'s; the rest (a Service's allocated address, labels added by users) stays as
+        stored. A stored object that cannot take them (an immutable field in the way) is logged and left."""
+        admin = User("system:apiserver", groups=("system:masters",))
+        group, _, version = str(obj.get("apiVersion", "")).rpartition("/")
+        rtype = self.registry.find_kind(group, str(obj.get("kind", "")))
+        assert rtype is not None, obj.get("kind")
+        meta = obj.get("metadata") or {}
+        namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        current = self.store.get(rtype.key, namespace, name)
+        if current is None:
+            await self.create(rtype, version, namespace, copy.deepcopy(obj), admin)
+            return
+        body = copy.deepcopy(current.obj)
+        for path in fields:
+            *parents, last = path.split(".")
+            source: Any = obj
+            target: Any = body
+            for part in parents:
+                source = source.get(part) or {}
+                target = target.setdefault(part, {})
+            target[last] = copy.deepcopy(source.get(last))
+        if body != current.obj:
+            body["metadata"]["resourceVersion"] = str(current.rv)
+            try:
+                await self.update(rtype, version, namespace, name, body, admin)
+            except errors.ApiError as exc:
+                log.warning("cannot bring %s %s/%s back to its defaults: %s", rtype.kind, namespace, name, exc)
 
     async def _reconcile(self, obj: JsonObject, admin: User) -> None:
         group, _, version = str(obj.get("apiVersion", "")).rpartition("/")

@@ -19,6 +19,13 @@ def apiserver(
     kubeconfig: Annotated[Path | None, typer.Option(help="Where to write the admin kubeconfig.")] = None,
     san: Annotated[list[str] | None, typer.Option(help="Extra DNS name or IP for the serving certificate.")] = None,
     service_cidr: Annotated[str, typer.Option(help="Range Service cluster IPs come from.")] = "198.19.0.0/16",
+    api_audience: Annotated[
+        list[str] | None,
+        typer.Option(help="An audience tokens must carry to be accepted (repeatable); default: the issuer."),
+    ] = None,
+    advertise_address: Annotated[
+        str, typer.Option(help="Address pods reach this server at (default/kubernetes); default: the listen host.")
+    ] = "",
     crds: Annotated[Path | None, typer.Option(help="Directory of CRDs to install at start.")] = None,
     token_auth_file: Annotated[
         Path | None, typer.Option(help='Static tokens, kube\'s CSV: token,user,uid,"group,..." (mode 0600).')
@@ -47,6 +54,8 @@ def apiserver(
         extra_sans=tuple(san or ()),
         crd_dir=crds or DEFAULT_CRD_DIR,
         service_cidr=service_cidr,
+        advertise_address=advertise_address,
+        api_audiences=tuple(api_audience or ()),
         token_auth_file=token_auth_file,
         limits=LimitSettings(
             requests_per_second=user_qps,

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ambit.apiserver.tokens import DEFAULT_ISSUER
 from ambit.commands import CommandRunner, SubprocessRunner, process_start_time
 from ambit.errors import AmbitError
 from ambit.lab.cluster.identities import token_file, write_kubeconfigs, write_token_file
@@ -240,6 +241,12 @@ def _start_apiserver(topology: Topology, record: Record, timeout: float) -> None
         SERVICE_CIDR,
         "--token-auth-file",
         str(token_file(topology)),
+        # The issuer's audience, and the one Istio's test clusters accept (their kind configuration sets the issuer
+        # to it): tokens requested for kubernetes.default.svc (upstream TestAPIServer) authenticate.
+        "--api-audience",
+        DEFAULT_ISSUER,
+        "--api-audience",
+        "kubernetes.default.svc",
     )
     proc = start_process(argv, topology.path / "logs" / "apiserver.log", record, "apiserver", pipe_stdout=True)
     assert proc.stdout is not None
