@@ -4,6 +4,8 @@
 
 - ``http-echo --port P``: answers every HTTP request with who it is and who called (method, path, the client's
   address as the server saw it, headers), so a caller can see where its request landed and with what source.
+  On SIGTERM it keeps serving until a second has passed without a request, then exits, as Istio's echo app does:
+  a pod being deleted may still get requests until every proxy has heard its endpoint is gone.
 - ``https-echo --port P --hostname H``: ``http-echo`` over TLS, with a certificate for ``H`` it makes itself at
   start (from a CA of its own, written under ``/tmp``), for clients that check that TLS reached it untouched
   (``curl -k``, then the certificate's subject).
@@ -23,6 +25,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import socket
 import ssl
 import sys
@@ -55,12 +58,37 @@ def _self_signed_context(hostname: str) -> ssl.SSLContext:
     return context
 
 
+DRAIN_QUIET = 1.0
+"""Seconds without a request after which a terminating http-echo exits."""
+
+
+class _Drain:
+    """When the last request came, and whether SIGTERM has come (then :meth:`wait` returns once the server has been
+    quiet for :data:`DRAIN_QUIET` seconds)."""
+
+    def __init__(self) -> None:
+        self.last_request = time.monotonic()
+        self.terminating = asyncio.Event()
+
+    def handle_sigterm(self) -> None:
+        self.last_request = max(self.last_request, time.monotonic())
+        self.terminating.set()
+
+    async def wait(self) -> None:
+        await self.terminating.wait()
+        while (quiet := time.monotonic() - self.last_request) < DRAIN_QUIET:  # noqa: ASYNC110 (a moving deadline)
+            await asyncio.sleep(DRAIN_QUIET - quiet)
+
+
 async def _http_echo(port: int, tls: ssl.SSLContext | None = None) -> None:
+    drain = _Drain()
+
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
+                drain.last_request = time.monotonic()
                 lines = head.decode("latin-1").split("\r\n")
                 method, path, _ = ([*lines[0].split(" "), "", ""])[:3]
                 headers = dict(line.split(": ", 1) for line in lines[1:] if ": " in line)
@@ -84,9 +112,11 @@ async def _http_echo(port: int, tls: ssl.SSLContext | None = None) -> None:
             writer.close()
 
     server = await asyncio.start_server(handle, "0.0.0.0", port, ssl=tls)
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, drain.handle_sigterm)
     print(f"{'https' if tls else 'http'}-echo {IDENTITY['pod']} listening on :{port}", flush=True)
-    async with server:
-        await server.serve_forever()
+    await drain.wait()
+    server.close()  # not wait_closed(): it would wait for idle keep-alive connections; asyncio.run ends them
+    print(f"{'https' if tls else 'http'}-echo {IDENTITY['pod']} terminated after a quiet second", flush=True)
 
 
 async def _grpc_echo(port: int) -> None:
