@@ -4,6 +4,8 @@ with Istio's expectations (spec §11.3; docs/upstream-ambient-audit.md rows "don
 - TestPodIP and TestServices' waypoint rows: a Service bound to a service waypoint is L7 by its VIP and L4 by a pod
   IP; a pod bound to a workload waypoint is L7 by its pod IP and L4 by its Service's VIP; an uncaptured client
   bypasses both (L4); a pod calling its own IP is L4; without a waypoint the server sees the client's own address.
+- TestServices' ``http-localhost`` port: an application listening on localhost only cannot be reached through
+  the mesh, with or without a waypoint (an error or a 503, never the application's answer).
 - TestWaypointWithInvalidBackend: an HTTPRoute whose backend does not exist answers 500.
 - TestOtherRevisionIgnored: a waypoint of another revision gets no Deployment.
 - TestServiceRestart: a rollout restart of the destination loses no request from a captured or an uncaptured client.
@@ -100,6 +102,18 @@ def echo_service(name: str, labels: dict[str, str] | None = None) -> dict[str, A
     }
 
 
+def local_only_deployment() -> dict[str, Any]:
+    """An app that listens on 127.0.0.1 only (upstream's ``http-localhost`` port): ready once running."""
+    server = {
+        "name": "local",
+        "image": "none",
+        "command": ["python3", "-m", "http.server", "--bind", "127.0.0.1", "8080"],
+    }
+    deployment = echo_deployment("local-only", 1)
+    deployment["spec"]["template"]["spec"]["containers"] = [server]
+    return deployment
+
+
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     with module_on_shared_lab(tmp_path_factory) as up:
@@ -115,11 +129,20 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
             echo_service("svc-wp", {"istio.io/use-waypoint": "waypoint-service"}),
             echo_deployment("wl-wp", 1, {"istio.io/use-waypoint": "waypoint-workload"}),
             echo_service("wl-wp"),
+            local_only_deployment(),
+            {
+                **echo_service("local-only"),
+                "spec": {**echo_service("local-only")["spec"], "selector": {"app": "local-only"}},
+            },
+            {
+                **echo_service("local-only-wp", {"istio.io/use-waypoint": "waypoint-service"}),
+                "spec": {**echo_service("local-only-wp")["spec"], "selector": {"app": "local-only"}},
+            },
             pod_manifest("client", [sleeper()], labels={"app": "client"}),
             pod_manifest("outsider", [sleeper()], labels={"app": "outsider", "istio.io/dataplane-mode": "none"}),
             namespace=NS,
         )
-        up.wait_pods_ready(NS, "", 8, timeout=180)  # 6 of ours and the two waypoints
+        up.wait_pods_ready(NS, "", 9, timeout=180)  # 7 of ours and the two waypoints
         yield up
         assert up.log_tracebacks() == []
 
@@ -328,3 +351,11 @@ def test_a_pod_reaches_the_api_server_with_its_own_identity(lab: Lab) -> None:
     for source in ("client", "outsider"):
         answer = json.loads(lab.exec(source, NS, "python3", "-c", API_CALL, token, timeout=60))
         assert f"system:serviceaccount:{NS}:default" in answer["body"], (source, answer)
+
+
+def test_an_application_listening_on_localhost_only_is_not_reachable_through_the_mesh(lab: Lab) -> None:
+    """TestServices, port ``http-localhost``: upstream expects an error or a 503, by the Service and through its
+    waypoint; the mesh never dials the pod's loopback for it."""
+    for service in ("local-only", "local-only-wp"):
+        answers = calls(lab, "client", f"http://{vip(lab, service)}/", 2)
+        assert all(a.get("status") in (0, 503) for a in answers), (service, answers)
