@@ -214,7 +214,8 @@ def parse_mesh_config(text: str) -> MeshConfig:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         place = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise MeshConfigError(f"not YAML{place}: {exc.problem or exc.context or 'malformed'}") from None
+        what = "refused" if isinstance(exc, untrusted_yaml.YamlAliasError) else "not YAML"
+        raise MeshConfigError(f"{what}{place}: {exc.problem or exc.context or 'malformed'}") from None
     except (yaml.YAMLError, RecursionError, ValueError) as exc:
         raise MeshConfigError(f"not YAML: {type(exc).__name__}") from None
     if raw is None:
