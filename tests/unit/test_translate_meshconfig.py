@@ -121,7 +121,13 @@ def test_unset_and_unspecified_visibilities_are_public() -> None:
     assert mesh.entry_visibility({}) is MeshVisibility.PUBLIC
 
 
-def test_default_service_export_to_is_read() -> None:
+def test_default_export_to_fields_are_read() -> None:
+    mesh = parse_mesh_config("defaultVirtualServiceExportTo: [a]\ndefault_destination_rule_export_to: ['.', b]\n")
+    assert mesh.default_virtual_service_export_to == ("a",)
+    assert mesh.default_destination_rule_export_to == (".", "b")
+    assert mesh.default_service_export_to is None
+    with pytest.raises(MeshConfigError, match="defaultDestinationRuleExportTo: expected a list of namespaces"):
+        parse_mesh_config("defaultDestinationRuleExportTo: [1]")
     assert parse_mesh_config('defaultServiceExportTo: ["."]').default_service_export_to == (".",)
     assert parse_mesh_config("defaultServiceExportTo: []").default_service_export_to == ()
     assert parse_mesh_config("rootNamespace: x").default_service_export_to is None

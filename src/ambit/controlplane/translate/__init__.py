@@ -387,7 +387,14 @@ def translate_all(
         canaries=canaries,
         waypoints=waypoints,
         gateways=gateway_list,
-        virtual_services=translate_virtual_services(virtual_services, translated, bound, domain=domain, skips=skips),
+        virtual_services=translate_virtual_services(
+            virtual_services,
+            translated,
+            bound,
+            domain=domain,
+            skips=skips,
+            default_export_to=mesh.default_virtual_service_export_to,
+        ),
     )
     authn_translations = [
         translate_request_authentication(obj, root_namespace=root_namespace, skips=skips)
@@ -433,6 +440,7 @@ def translate_all(
         taken=frozenset(c.gateway for c in ingress.configs),
         domain=domain,
         skips=skips,
+        default_export_to=mesh.default_virtual_service_export_to,
     )
     ingress_pods.extend(g.as_ingress_pods() for g in classic.pods)
     gateway_authz = gateway_authorization_policies(
@@ -507,7 +515,12 @@ def translate_all(
 
     rule_index = DestinationRuleIndex(
         parse_destination_rules(
-            [*backend_rules, *destination_rules], domain=domain, skips=skips, find_secret=find_credential
+            destination_rules,
+            domain=domain,
+            skips=skips,
+            find_secret=find_credential,
+            default_export_to=mesh.default_destination_rule_export_to,
+            generated=backend_rules,
         ),
         root_namespace=root_namespace,
     )

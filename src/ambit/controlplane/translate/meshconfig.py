@@ -21,8 +21,9 @@ Rules:
    labels wins (no rules: it matches every namespace). A rule is ``namespaceSelector`` (``matchLabels``,
    ``matchExpressions``); a rule without a known matcher never matches (istiod's forward compatibility). A
    visibility is ``PUBLIC``, ``NAMESPACE`` or ``NONE``; unset (or ``UNSPECIFIED``) is ``PUBLIC``.
-5. ``defaultServiceExportTo``: the ``exportTo`` of a ServiceEntry or Service that gives none (istiod's default
-   ``*``).
+5. ``defaultServiceExportTo``, ``defaultVirtualServiceExportTo``, ``defaultDestinationRuleExportTo``: the
+   ``exportTo`` of a ServiceEntry or Service, a VirtualService, a DestinationRule that gives none (istiod's
+   default ``*``).
 6. Bounds: at most :data:`MAX_POLICIES` policies, :data:`MAX_REQUIREMENTS` label requirements in all; aliases are
    refused before anything is constructed (:mod:`ambit.model.untrusted_yaml`).
 """
@@ -107,6 +108,8 @@ class MeshConfig:
     """None: not configured (every ServiceEntry is public, no ``VisibilityApplied`` condition)."""
     default_service_export_to: tuple[str, ...] | None = None
     """None: unset (istiod's ``*``)."""
+    default_virtual_service_export_to: tuple[str, ...] | None = None
+    default_destination_rule_export_to: tuple[str, ...] | None = None
 
     def entry_visibility(self, namespace_labels: Mapping[str, str]) -> MeshVisibility | None:
         """The visibility ``serviceEntryVisibility`` gives a ServiceEntry there, or None when it is not configured."""
@@ -197,11 +200,12 @@ def _service_entry_visibility(value: Any) -> ServiceEntryVisibility:
     )
 
 
-def _export_to(value: Any) -> tuple[str, ...] | None:
+def _export_to(raw: Obj, camel: str, snake: str) -> tuple[str, ...] | None:
+    value = _get(raw, camel, snake)
     if value is None:
         return None
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise MeshConfigError("defaultServiceExportTo: expected a list of namespaces")
+        raise MeshConfigError(f"{camel}: expected a list of namespaces")
     return tuple(v.strip() for v in value)
 
 
@@ -227,7 +231,13 @@ def parse_mesh_config(text: str) -> MeshConfig:
     return MeshConfig(
         # An explicit null is unset, as protobuf JSON reads it.
         service_entry_visibility=_service_entry_visibility(sev) if sev_present and sev is not None else None,
-        default_service_export_to=_export_to(_get(raw, "defaultServiceExportTo", "default_service_export_to")),
+        default_service_export_to=_export_to(raw, "defaultServiceExportTo", "default_service_export_to"),
+        default_virtual_service_export_to=_export_to(
+            raw, "defaultVirtualServiceExportTo", "default_virtual_service_export_to"
+        ),
+        default_destination_rule_export_to=_export_to(
+            raw, "defaultDestinationRuleExportTo", "default_destination_rule_export_to"
+        ),
     )
 
 
