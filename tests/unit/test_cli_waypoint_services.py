@@ -100,3 +100,29 @@ def test_malformed_objects_give_no_row_and_no_error() -> None:
 def test_any_json_objects_give_rows_or_none_never_an_error(services: list[Obj], entries: list[Obj]) -> None:
     for row in rows({"app/primary", "infra/canary"}, services, entries):
         assert len(row) == len(SERVICE_COLUMNS)
+
+
+def test_a_service_entry_the_mesh_config_scopes_to_its_namespace_is_not_shown_under_another_namespaces_waypoint() -> (
+    None
+):
+    entry = obj("api", {USE: "canary", "istio.io/use-waypoint-namespace": "infra"}, hosts=["api.example.com"])
+    local = obj("own", {USE: "primary"}, hosts=["own.example.com"])
+
+    def with_mesh(text: str) -> list[tuple[str, ...]]:
+        config_map = {"metadata": {"name": "istio", "namespace": "istio-system"}, "data": {"mesh": text}}
+        return service_rows(
+            {"infra/canary", "app/primary"},
+            gateways=GATEWAYS,
+            gateway_classes=[],
+            namespaces=NAMESPACES,
+            services=[],
+            service_entries=[entry, local],
+            mesh_config_maps=[config_map],
+        )
+
+    assert with_mesh("serviceEntryVisibility: {defaultVisibility: NAMESPACE}") == [
+        ("app", "own", "ServiceEntry", "app/primary", "None"),  # its own namespace's waypoint still binds
+    ]
+    assert with_mesh("serviceEntryVisibility: {defaultVisibility: NONE}") == []
+    assert with_mesh("serviceEntryVisibility: [") == with_mesh("{}")  # unreadable: as without a mesh config
+    assert len(with_mesh("{}")) == 2

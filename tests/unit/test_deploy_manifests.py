@@ -82,6 +82,7 @@ def test_base_holds_the_expected_objects() -> None:
         "ServiceAccount/istio-cni",
         "ServiceAccount/ztunnel",
         "Deployment/istiod",
+        "ConfigMap/istio",
         "Service/istiod",
         "PodDisruptionBudget/istiod",
         "ValidatingWebhookConfiguration/istio-validator-ambit",

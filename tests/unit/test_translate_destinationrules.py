@@ -435,6 +435,28 @@ def test_export_to_limits_who_sees_a_rule() -> None:
     assert find([root_private], "wp") is None
 
 
+def test_the_mesh_default_export_to_applies_to_rules_without_one_but_not_to_generated_ones() -> None:
+    plain = rule({"host": HOST}, namespace="app", name="plain")
+    spread = rule({"host": HOST, "exportTo": ["*"]}, namespace="app", name="spread")
+
+    def lookup(objs: list[dict[str, Any]], where: str, generated: tuple[dict[str, Any], ...] = ()) -> str | None:
+        rules = parse_destination_rules(
+            objs,
+            domain=DOMAIN,
+            skips=[],
+            find_secret=lambda ns, name: None,
+            default_export_to=(".",),
+            generated=generated,
+        )
+        found = DestinationRuleIndex(rules, root_namespace=ROOT).find(where, service())
+        return found.key if found is not None else None
+
+    assert lookup([plain], "app") == "app/plain"
+    assert lookup([plain], "wp") is None  # exported only to its own namespace, by the mesh default
+    assert lookup([spread], "wp") == "app/spread"
+    assert lookup([], "wp", generated=(plain,)) == "app/plain"  # a BackendTLSPolicy's rule keeps istiod's ``*``
+
+
 def test_rules_for_one_host_merge_oldest_first() -> None:
     old = rule(
         {"host": HOST, "subsets": [{"name": "v1", "labels": {"version": "v1"}}]},

@@ -384,6 +384,21 @@ def test_exported_elsewhere_a_virtual_service_does_not_reach_the_gateway() -> No
     assert listener.virtual_hosts == ()
 
 
+def test_the_mesh_default_export_to_applies_to_a_virtual_service_without_one() -> None:
+    def with_default(export: str) -> GatewayConfig:
+        mesh = {
+            "metadata": {"name": "istio", "namespace": "istio-system"},
+            "data": {"mesh": f"defaultVirtualServiceExportTo: {export}"},
+        }
+        routes = [ingress_route("b", "app")]
+        return config(translate([ingress_gateway("app")], routes, config_maps=[mesh]))
+
+    (hidden,) = with_default("[other]").listeners
+    assert hidden.virtual_hosts == ()
+    (shown,) = with_default("['*']").listeners
+    assert shown.virtual_hosts != ()
+
+
 _TEXT = st.one_of(
     st.text(max_size=12),
     st.sampled_from(

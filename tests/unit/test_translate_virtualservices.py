@@ -84,6 +84,7 @@ KINDS = {
     "GatewayClass": "gateway_classes",
     "VirtualService": "virtual_services",
     "HTTPRoute": "http_routes",
+    "ConfigMap": "config_maps",
 }
 B = BackendService("app", "b.app.svc.cluster.local", 80)
 C = BackendService("app", "c.app.svc.cluster.local", 80)
@@ -253,6 +254,22 @@ def test_only_the_services_or_the_waypoints_namespace_may_route_and_export_to_co
     assert not table(translate(hidden)).http
     own = vs(hosts=["b"], exportTo=["."], http=[{"route": [to()]}])
     assert table(translate(own)).http
+
+
+def mesh_config(text: str) -> Obj:
+    """The ``istio`` ConfigMap of the control plane's namespace with ``text`` as its ``mesh``."""
+    meta = {"name": "istio", "namespace": "istio-system"}
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"mesh": text}}
+
+
+def test_the_mesh_default_export_to_applies_to_a_virtual_service_without_one() -> None:
+    plain = vs(hosts=["b"], http=[{"route": [to()]}])
+    assert not table(translate(plain, mesh_config("defaultVirtualServiceExportTo: [other]"))).http
+    assert table(translate(plain, mesh_config("defaultVirtualServiceExportTo: ['.']"))).http
+    # Its own exportTo wins over the default; another default (ServiceEntries') changes nothing here.
+    own = vs(hosts=["b"], exportTo=["*"], http=[{"route": [to()]}])
+    assert table(translate(own, mesh_config("defaultVirtualServiceExportTo: [other]"))).http
+    assert table(translate(plain, mesh_config("defaultServiceExportTo: [other]"))).http
 
 
 def test_several_virtual_services_concatenate_in_istiods_order_with_httproutes() -> None:

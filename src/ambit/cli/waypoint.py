@@ -455,6 +455,8 @@ async def _fronted_services(client: Any, shown: set[str]) -> list[tuple[str, ...
     read cluster-wide as a binding may cross namespaces; without the ServiceEntry kind, Services only; without
     the right to list Services, a note on stderr and none."""
     from ambit.cli.waypoint_services import service_rows
+    from ambit.controlplane.translate import DEFAULT_ROOT_NAMESPACE
+    from ambit.controlplane.translate.meshconfig import MESH_CONFIG_MAP
     from ambit.k8s import KubeClientError, kinds
 
     try:
@@ -472,6 +474,10 @@ async def _fronted_services(client: Any, shown: set[str]) -> list[tuple[str, ...
         entries, _ = await client.list(kinds.SERVICE_ENTRIES, None)
     except KubeClientError:
         entries = []
+    try:  # the mesh config's serviceEntryVisibility (absent, or not readable: none)
+        mesh = [await client.get(kinds.CONFIG_MAPS, MESH_CONFIG_MAP, DEFAULT_ROOT_NAMESPACE)]
+    except KubeClientError:
+        mesh = []
     return service_rows(
         shown,
         gateways=gateways,
@@ -479,6 +485,7 @@ async def _fronted_services(client: Any, shown: set[str]) -> list[tuple[str, ...
         namespaces=namespaces,
         services=services,
         service_entries=entries,
+        mesh_config_maps=mesh,
     )
 
 

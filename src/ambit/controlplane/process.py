@@ -63,6 +63,7 @@ from ambit.controlplane.debug_access import DEBUG_ACCOUNTS, DebugAccessChecker
 from ambit.controlplane.gateway import GatewayController, GatewayControllerSettings, WaypointTemplateSettings
 from ambit.controlplane.status import AddressStatusWriter, PolicyStatusWriter, RouteStatusWriter
 from ambit.controlplane.translate import DEFAULT_ROOT_NAMESPACE, PolicyStatus, SkipMemory, Skipped, Translation
+from ambit.controlplane.translate.visibility import VISIBILITY_APPLIED
 from ambit.controlplane.translate.waypoint_policies import WAYPOINT_ACCEPTED
 from ambit.controlplane.translate.waypoints import WAYPOINT_BOUND, WAYPOINT_MISSING
 from ambit.controlplane.untaint import NodeUntainter
@@ -226,7 +227,7 @@ class ControlPlane:
             clock=time.time,
             kind=kinds.SERVICE_ENTRIES,
             condition_type=WAYPOINT_BOUND,
-            more_types=(WAYPOINT_MISSING,),
+            more_types=(WAYPOINT_MISSING, VISIBILITY_APPLIED),
         )
         self.entry_addresses = AddressStatusWriter(client, lambda: self.view.items("serviceentries"), clock=time.time)
         self.route_status = tuple(

@@ -1,6 +1,6 @@
 """Status the control plane owns (spec §10.3), written as istiod writes it: ``ZtunnelAccepted`` and
 ``WaypointAccepted`` on AuthorizationPolicies, ``istio.io/WaypointBound`` on Services and ServiceEntries and
-``istio.io/WaypointMissing`` on ServiceEntries, the
+``istio.io/WaypointMissing`` and ``istio.io/VisibilityApplied`` on ServiceEntries, the
 ``status.parents`` entries of ``controllerName: istio.io/gateway-controller`` on HTTPRoutes, GRPCRoutes and
 TCPRoutes, and the auto-allocated ``status.addresses`` of ServiceEntries (:class:`AddressStatusWriter`).
 
@@ -28,8 +28,8 @@ Rules:
 7. A patch carries the object's ``resourceVersion``: if someone else wrote in between, the API server refuses it
    (409) and the next translation, seeing the newer object, plans again. A failed write is retried after the next
    change or ``retry`` seconds; it never stops the writer.
-8. One writer may own several condition types of a kind (a ServiceEntry's ``WaypointBound`` and
-   ``WaypointMissing``): each is planned as above, one after the other, and one patch carries them all, so the
+8. One writer may own several condition types of a kind (a ServiceEntry's ``WaypointBound``, ``WaypointMissing``
+   and ``VisibilityApplied``): each is planned as above, one after the other, and one patch carries them all, so the
    two never race each other's ``resourceVersion``.
 """
 

@@ -21,6 +21,11 @@ allowed to read: before starting their informers the view lists each once, and a
 (404) or does not let us list (403) is logged once and treated as empty from then on (installing the CRD or granting
 the permission later needs a restart). Without Nodes every pod's locality is unknown.
 
+The mesh config is the ``mesh`` key of the ConfigMap ``istio`` in the root namespace (the control plane's own, as
+istiod reads it from its namespace): ConfigMaps are cached like the rest, so an edit of it marks the view dirty and
+the next translation applies it (:mod:`ambit.controlplane.translate.meshconfig`; a text that does not parse keeps
+the previous config, held in the translation memo, and is reported as a Warning Event on the ConfigMap).
+
 Invariants:
 
 - Nothing is handed over before every informer has listed once: a partial cache would tell the proxies that

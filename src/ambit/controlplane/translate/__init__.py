@@ -69,6 +69,7 @@ from ambit.controlplane.translate.index import ServiceIndex
 from ambit.controlplane.translate.ingress import merge_route_status, translate_ingress
 from ambit.controlplane.translate.istio_gateways import translate_istio_gateways
 from ambit.controlplane.translate.listeners import is_ingress
+from ambit.controlplane.translate.meshconfig import MeshConfigMemo, mesh_config_of
 from ambit.controlplane.translate.nodes import node_localities
 from ambit.controlplane.translate.peerauth import PeerAuthIndex
 from ambit.controlplane.translate.policies import (
@@ -95,6 +96,7 @@ from ambit.controlplane.translate.services import service_network, translate_ser
 from ambit.controlplane.translate.skips import SkipMemory, Skipped
 from ambit.controlplane.translate.telemetry import ServiceRef, translate_telemetry, waypoint_metrics
 from ambit.controlplane.translate.virtualservices import translate_virtual_services
+from ambit.controlplane.translate.visibility import visibility_status
 from ambit.controlplane.translate.waypoint_policies import (
     ServiceTarget,
     TargetIndex,
@@ -131,18 +133,23 @@ class TranslationMemo:
     """Each pod's workload and each Service's translation between calls of :func:`translate_all`, so that a pod
     change re-translates that pod only.
 
-    Rules: a Service's entry is keyed by (uid, resourceVersion, domain, network), all its translation reads. A pod's
+    Rules: a Service's entry is keyed by (uid, resourceVersion, domain, network, the mesh config's
+    ``defaultServiceExportTo``), all its translation reads. A pod's
     entry is keyed by the pod's (uid, resourceVersion) and holds the finished workload (services map,
     policy keys and waypoint included), its labels and its skips. The entries are reused only while ``context``
     (everything else a pod's workload is made from: the service index, the network, the nodes' localities, the
     policy selections and PeerAuthentications, the waypoints, the cluster and trust domain) is equal, by value, to
     this call's; otherwise every pod is translated again. A pod without a uid or resourceVersion is never memoized.
-    After each call the memo holds exactly that call's pods.
+    After each call the memo holds exactly that call's pods. ``mesh`` keeps the last good mesh config
+    (:class:`~ambit.controlplane.translate.meshconfig.MeshConfigMemo`).
     """
 
     context: object = None
     pods: dict[tuple[str, str], PodEntry] = field(default_factory=dict)
-    services: dict[tuple[str, str, str, str], tuple[Service | None, tuple[Skipped, ...]]] = field(default_factory=dict)
+    services: dict[tuple[str, str, str, str, str], tuple[Service | None, tuple[Skipped, ...]]] = field(
+        default_factory=dict
+    )
+    mesh: MeshConfigMemo = field(default_factory=MeshConfigMemo)
     hits: int = 0
     """Pods whose translation was reused, in the last call (for tests and logs)."""
 
@@ -249,7 +256,14 @@ def translate_all(
     ``translation_memo`` does the same for pods and Services (:class:`TranslationMemo`).
     """
     skips: list[Skipped] = []
-    pods, virtual_services = list(pods), list(virtual_services)
+    pods, virtual_services, config_maps = list(pods), list(virtual_services), list(config_maps)
+    mesh = mesh_config_of(
+        config_maps,
+        namespace=root_namespace,
+        memo=translation_memo.mesh if translation_memo is not None else None,
+        skips=skips,
+    )
+    export_default = mesh.default_service_export_to
     policies: list[Policy] = []
     statuses: list[PolicyStatus] = []
     by_namespace: dict[str, list[PolicySelection]] = {}
@@ -298,14 +312,25 @@ def translate_all(
     canaries: dict[str, str] = {}
     service_targets: dict[str, ServiceTarget] = {}
     known_services = translation_memo.services if translation_memo is not None else {}
-    remembered_services: dict[tuple[str, str, str, str], tuple[Service | None, tuple[Skipped, ...]]] = {}
+    remembered_services: dict[tuple[str, str, str, str, str], tuple[Service | None, tuple[Skipped, ...]]] = {}
     for svc in service_list:
         svc_meta = svc.get("metadata") or {}
-        svc_key = (str(svc_meta.get("uid") or ""), str(svc_meta.get("resourceVersion") or ""), domain, network)
+        svc_key = (
+            str(svc_meta.get("uid") or ""),
+            str(svc_meta.get("resourceVersion") or ""),
+            domain,
+            network,
+            "\n".join(export_default) if export_default is not None else "",
+        )
         svc_entry = known_services.get(svc_key)
         if svc_entry is None:
             svc_skips: list[Skipped] = []
-            svc_entry = (translate_service(svc, domain=domain, network=network, skips=svc_skips), tuple(svc_skips))
+            svc_entry = (
+                translate_service(
+                    svc, domain=domain, network=network, skips=svc_skips, default_export_to=export_default
+                ),
+                tuple(svc_skips),
+            )
         if all(svc_key[:2]):
             remembered_services[svc_key] = svc_entry
         service, svc_own_skips = svc_entry
@@ -317,7 +342,10 @@ def translate_all(
     k8s_services = list(translated)
     taken = {s.key for s in translated}
     entry_objects = list(service_entries)
-    entries = parse_service_entries(entry_objects, taken=taken, skips=skips)
+    namespace_labels = {str((ns.get("metadata") or {}).get("name") or ""): object_labels(ns) for ns in namespace_list}
+    entries = parse_service_entries(
+        entry_objects, taken=taken, skips=skips, mesh=mesh, namespace_labels=namespace_labels
+    )
     canonical = canonical_owners(entries, (s.hostname for s in translated))
     entry_status: list[PolicyStatus] = []
     entry_targets: dict[str, ServiceTarget] = {}
@@ -328,6 +356,8 @@ def translate_all(
         )
         if (missing := missing_status(entry.obj, binding)) is not None:
             entry_status.append(missing)
+        if (applied := visibility_status(entry.obj, entry.visibility, entry.visibility_configured)) is not None:
+            entry_status.append(applied)
         entry_services = [
             _with_binding(s, binding, bound, canaries)
             for s in service_entry_services(entry, network=network, canonical=canonical)
@@ -361,7 +391,14 @@ def translate_all(
         canaries=canaries,
         waypoints=waypoints,
         gateways=gateway_list,
-        virtual_services=translate_virtual_services(virtual_services, translated, bound, domain=domain, skips=skips),
+        virtual_services=translate_virtual_services(
+            virtual_services,
+            translated,
+            bound,
+            domain=domain,
+            skips=skips,
+            default_export_to=mesh.default_virtual_service_export_to,
+        ),
     )
     authn_translations = [
         translate_request_authentication(obj, root_namespace=root_namespace, skips=skips)
@@ -407,6 +444,7 @@ def translate_all(
         taken=frozenset(c.gateway for c in ingress.configs),
         domain=domain,
         skips=skips,
+        default_export_to=mesh.default_virtual_service_export_to,
     )
     ingress_pods.extend(g.as_ingress_pods() for g in classic.pods)
     gateway_authz = gateway_authorization_policies(
@@ -492,7 +530,12 @@ def translate_all(
 
     rule_index = DestinationRuleIndex(
         parse_destination_rules(
-            [*backend_rules, *destination_rules], domain=domain, skips=skips, find_secret=find_credential
+            destination_rules,
+            domain=domain,
+            skips=skips,
+            find_secret=find_credential,
+            default_export_to=mesh.default_destination_rule_export_to,
+            generated=backend_rules,
         ),
         root_namespace=root_namespace,
     )

@@ -23,9 +23,10 @@ Rules (istiod: pilot/pkg/model/push_context.go ``setDestinationRules``, ``destin
    rules up in the outbound direction: there a selector rule of the gateway's own namespace whose
    ``workloadSelector.matchLabels`` its pods' labels all hold applies before the rules without a selector (the
    first such rule filed); one that does not match is passed over as at a waypoint.
-3. ``exportTo`` (default ``*``, the mesh default): a rule is *local* to its namespace unless its ``exportTo``
-   leaves its own namespace out; it is *exported* unless its ``exportTo`` is just ``.`` or its own namespace.
-   Exported rules are visible to a namespace when ``exportTo`` is empty, holds ``*``, or names that namespace.
+3. ``exportTo`` (default: the mesh config's ``defaultDestinationRuleExportTo``, else ``*``): a rule is *local*
+   to its namespace unless its ``exportTo`` leaves its own namespace out; it is *exported* unless its ``exportTo``
+   is just ``.`` or its own namespace. Exported rules are visible to a namespace when ``exportTo`` is empty,
+   holds ``*``, or names that namespace.
 4. Lookup for a waypoint (or an ingress gateway) in namespace W and a Service in namespace N: the rules local to
    W (when W is the root namespace: the root namespace's private rules); else the rules N exports visible to W;
    else the rules the root namespace exports visible to W. The first step that matches the host decides, even if
@@ -364,9 +365,15 @@ def resolve_host(host: str, namespace: str, domain: str) -> str:
 
 
 def parse_destination_rule(
-    obj: Obj, *, domain: str, skips: list[Skipped], find_secret: SecretFinder
+    obj: Obj,
+    *,
+    domain: str,
+    skips: list[Skipped],
+    find_secret: SecretFinder,
+    default_export_to: tuple[str, ...] | None = None,
 ) -> ParsedRule | None:
-    """One rule as a waypoint may apply it; None (and a skip) when it is malformed."""
+    """One rule as a waypoint may apply it; None (and a skip) when it is malformed. ``default_export_to`` is the
+    mesh config's ``defaultDestinationRuleExportTo``, for a rule without ``exportTo``."""
     meta = obj.get("metadata") or {}
     namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
     reader = _Reader(namespace, find_secret)
@@ -377,7 +384,9 @@ def parse_destination_rule(
         match_labels = shapes.mapping(selector_spec.get("matchLabels"), "spec.workloadSelector.matchLabels")
         selector_labels = tuple(sorted((str(k), str(v)) for k, v in match_labels.items()))
         host = shapes.text(spec.get("host"), "spec.host", required=True)
-        export_to = frozenset(shapes.strings(spec.get("exportTo"), "spec.exportTo"))
+        export_to = frozenset(shapes.strings(spec.get("exportTo"), "spec.exportTo")) or frozenset(
+            default_export_to or ()
+        )
         top = reader.traffic_policy(spec.get("trafficPolicy"), "spec.trafficPolicy")
         subsets: list[ParsedSubset] = []
         seen: set[str] = set()
@@ -420,13 +429,25 @@ def parse_destination_rule(
 
 
 def parse_destination_rules(
-    objects: Iterable[Obj], *, domain: str, skips: list[Skipped], find_secret: SecretFinder
+    objects: Iterable[Obj],
+    *,
+    domain: str,
+    skips: list[Skipped],
+    find_secret: SecretFinder,
+    default_export_to: tuple[str, ...] | None = None,
+    generated: Iterable[Obj] = (),
 ) -> list[ParsedRule]:
-    """Every usable rule, sorted as istiod sorts them (rule 5)."""
+    """Every usable rule, sorted as istiod sorts them (rule 5); ``generated`` rules (from BackendTLSPolicies) do
+    not take the mesh's ``default_export_to``."""
     parsed = [
         rule
-        for obj in objects
-        if (rule := parse_destination_rule(obj, domain=domain, skips=skips, find_secret=find_secret)) is not None
+        for obj, default in [*((o, None) for o in generated), *((o, default_export_to) for o in objects)]
+        if (
+            rule := parse_destination_rule(
+                obj, domain=domain, skips=skips, find_secret=find_secret, default_export_to=default
+            )
+        )
+        is not None
     ]
     return sorted(parsed, key=lambda r: (r.created, r.name, r.namespace))
 

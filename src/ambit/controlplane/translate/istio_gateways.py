@@ -313,9 +313,9 @@ def _intersect(server_host: str, vs_host: str) -> str | None:
     return server_host if len(server_host) >= len(vs_host) else vs_host
 
 
-def _exported_to(spec: Obj, vs_namespace: str, consumer: str) -> bool:
+def _exported_to(spec: Obj, vs_namespace: str, consumer: str, default: tuple[str, ...] | None) -> bool:
     export = spec.get("exportTo")
-    entries = {e for e in export if isinstance(e, str)} if isinstance(export, list) and export else {"*"}
+    entries = {e for e in export if isinstance(e, str)} if isinstance(export, list) and export else set(default or "*")
     if "*" in entries:
         return True
     return consumer in {vs_namespace if e == "." else e for e in entries}
@@ -333,7 +333,9 @@ class _Bound:
     rules: dict[tuple[str, int], tuple[RouteRule, ...]] = field(default_factory=dict)
 
 
-def _bound_virtual_services(virtual_services: Iterable[Obj], consumer: str, domain: str) -> list[_Bound]:
+def _bound_virtual_services(
+    virtual_services: Iterable[Obj], consumer: str, domain: str, default_export_to: tuple[str, ...] | None
+) -> list[_Bound]:
     out: list[_Bound] = []
     for obj in virtual_services:
         if not isinstance(obj, Mapping):
@@ -344,7 +346,7 @@ def _bound_virtual_services(virtual_services: Iterable[Obj], consumer: str, doma
         gateways = frozenset(
             gateway_key(g, namespace) for g in (raw if isinstance(raw, list) else ()) if isinstance(g, str)
         )
-        if not namespace or not name or not gateways or not _exported_to(spec, namespace, consumer):
+        if not namespace or not name or not gateways or not _exported_to(spec, namespace, consumer, default_export_to):
             continue
         raw_hosts = spec.get("hosts")
         hosts = tuple(
@@ -455,10 +457,12 @@ def translate_istio_gateways(
     taken: frozenset[str] = frozenset(),
     domain: str = "cluster.local",
     skips: list[Skipped] | None = None,
+    default_export_to: tuple[str, ...] | None = None,
 ) -> IstioGatewayTranslation:
     """Rules 1-6: each classic gateway's config, who may read it, and its pods (for policy selectors).
     ``services`` are the translated Services (VirtualService destinations), ``service_objects`` the Kubernetes
-    Services (the gateway pods' port mapping)."""
+    Services (the gateway pods' port mapping); ``default_export_to`` is the mesh config's
+    ``defaultVirtualServiceExportTo``."""
     service_objects = [s for s in service_objects if isinstance(s, Mapping)]
     problems: set[Skipped] = set()
     own: list[Skipped] = []
@@ -498,7 +502,7 @@ def translate_istio_gateways(
                     continue
                 on_port.append(judged)
         builder = _Builder(group, hostnames, domain, problems)
-        bound = _bound_virtual_services(vs_list, group.namespace, domain)
+        bound = _bound_virtual_services(vs_list, group.namespace, domain, default_export_to)
         listeners: list[IngressListener] = []
         for port in sorted(servers):
             on_port = servers[port]

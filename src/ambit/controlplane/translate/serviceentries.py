@@ -33,7 +33,9 @@ Rules:
 7. One Service per hostname is ``canonical`` (istiod's ``selectWorkloadServices``): a Kubernetes Service when one
    has that hostname, else the Service of the oldest public entry with the host (``creationTimestamp``, then
    namespace and name) (:func:`canonical_owners`); a namespace-visible entry is never canonical.
-8. ``spec.exportTo`` gives each Service's visibility (:mod:`ambit.controlplane.translate.visibility`).
+8. ``spec.exportTo`` and the mesh config's ``serviceEntryVisibility`` for the entry's namespace labels give each
+   Service's visibility (:mod:`ambit.controlplane.translate.visibility`); an entry the mesh config makes ``NONE``
+   is left out (reported), before its hosts are taken.
 9. ``resolution: NONE`` (the default) makes each Service's load balancing ``PASSTHROUGH`` with health policy
    ``ALLOW_ALL``, as istiod's ``services.go`` does: a connection to its VIP that finds no endpoint goes to the
    address it was sent to (the node proxy's rule 4, the waypoint's original destination).
@@ -54,11 +56,12 @@ from ambit.controlplane.translate.index import (
     entry_port_resolver,
     resolve_ports,
 )
+from ambit.controlplane.translate.meshconfig import DEFAULT_MESH_CONFIG, MeshConfig
 from ambit.controlplane.translate.nodes import split_locality
 from ambit.controlplane.translate.protocols import protocol_app_protocol
 from ambit.controlplane.translate.services import port_number, service_key
 from ambit.controlplane.translate.skips import SERVICE_ENTRY, Skipped, skipped
-from ambit.controlplane.translate.visibility import export_visibility
+from ambit.controlplane.translate.visibility import entry_visibility, export_visibility
 from ambit.controlplane.translate.workloadentries import (
     endpoint_address,
     endpoint_capacity,
@@ -103,13 +106,24 @@ class ServiceEntrySpec:
     """Host → the addresses allocated to it (rule 2), used when ``vips`` is empty."""
     resolution: str = "NONE"
     visibility: Visibility = Visibility.PUBLIC
+    visibility_configured: bool = False
+    """Whether the mesh config's ``serviceEntryVisibility`` is set (the ``VisibilityApplied`` condition is due)."""
 
 
-def parse_service_entries(entries: Iterable[Obj], *, taken: set[str], skips: list[Skipped]) -> list[ServiceEntrySpec]:
-    """The entries that have something to translate, in (namespace, name) order; ``taken`` gains their keys."""
+def parse_service_entries(
+    entries: Iterable[Obj],
+    *,
+    taken: set[str],
+    skips: list[Skipped],
+    mesh: MeshConfig = DEFAULT_MESH_CONFIG,
+    namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
+) -> list[ServiceEntrySpec]:
+    """The entries that have something to translate, in (namespace, name) order; ``taken`` gains their keys.
+    ``namespace_labels`` (namespace → its labels) is what ``mesh``'s ``serviceEntryVisibility`` selects on."""
     out: list[ServiceEntrySpec] = []
+    labels_of = namespace_labels or {}
     for obj in sorted(entries, key=_order):
-        spec = _parse(obj, taken, skips)
+        spec = _parse(obj, taken, skips, mesh, labels_of)
         if spec is not None:
             out.append(spec)
     return out
@@ -120,10 +134,23 @@ def _order(obj: Obj) -> tuple[str, str]:
     return str(meta.get("namespace") or ""), str(meta.get("name") or "")
 
 
-def _parse(obj: Obj, taken: set[str], skips: list[Skipped]) -> ServiceEntrySpec | None:
+def _parse(
+    obj: Obj, taken: set[str], skips: list[Skipped], mesh: MeshConfig, labels_of: Mapping[str, Mapping[str, str]]
+) -> ServiceEntrySpec | None:
     meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
     name, namespace = str(meta.get("name") or ""), str(meta.get("namespace") or "")
     if not name or not namespace:
+        return None
+    export = export_visibility(
+        SERVICE_ENTRY, obj, "spec.exportTo", spec.get("exportTo"), skips, default=mesh.default_service_export_to
+    )
+    visibility = entry_visibility(export, mesh.entry_visibility(labels_of.get(namespace) or {}))
+    if visibility is None:
+        reason = (
+            f"the mesh config's serviceEntryVisibility makes entries of namespace {namespace} visible to no one "
+            "(NONE); the entry is left out"
+        )
+        skips.append(skipped(SERVICE_ENTRY, obj, "metadata.namespace", reason))
         return None
     raw_hosts = spec.get("hosts") or []
     if not isinstance(raw_hosts, list) or not raw_hosts:
@@ -173,7 +200,8 @@ def _parse(obj: Obj, taken: set[str], skips: list[Skipped]) -> ServiceEntrySpec 
         subject_alt_names=tuple(str(s) for s in spec.get("subjectAltNames") or ()),
         auto_vips=auto_vips(obj),
         resolution=str(spec.get("resolution") or "NONE"),
-        visibility=export_visibility(SERVICE_ENTRY, obj, "spec.exportTo", spec.get("exportTo"), skips),
+        visibility=visibility,
+        visibility_configured=mesh.service_entry_visibility is not None,
     )
 
 

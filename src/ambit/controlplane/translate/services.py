@@ -17,8 +17,9 @@ Rules:
    none (or anything else) AUTOMATIC.
 8. Each port's ``app_protocol`` comes from its ``appProtocol``, name and number
    (:mod:`ambit.controlplane.translate.protocols`).
-9. The ``networking.istio.io/exportTo`` annotation gives the visibility
-   (:mod:`ambit.controlplane.translate.visibility`); a namespace-visible Service stays canonical.
+9. The ``networking.istio.io/exportTo`` annotation (without one, the mesh config's ``defaultServiceExportTo``)
+   gives the visibility (:mod:`ambit.controlplane.translate.visibility`); a namespace-visible Service stays
+   canonical.
 """
 
 from __future__ import annotations
@@ -79,11 +80,17 @@ def target_port(port: Mapping[str, Any], number: int) -> Any:
 
 
 def translate_service(
-    svc: Mapping[str, Any], *, domain: str, network: str, skips: list[Skipped] | None = None
+    svc: Mapping[str, Any],
+    *,
+    domain: str,
+    network: str,
+    skips: list[Skipped] | None = None,
+    default_export_to: tuple[str, ...] | None = None,
 ) -> Service | None:
     """The Workload API Service for a Kubernetes Service, or None for one that has none (rule 4, no name).
 
-    Unusable VIPs are reported to ``skips`` (rule 2).
+    Unusable VIPs are reported to ``skips`` (rule 2); ``default_export_to`` is the mesh config's
+    ``defaultServiceExportTo`` (rule 9).
     """
     meta, spec = svc.get("metadata") or {}, svc.get("spec") or {}
     name, namespace = str(meta.get("name", "")), str(meta.get("namespace", ""))
@@ -103,7 +110,12 @@ def translate_service(
         namespace=namespace,
         hostname=hostname(name, namespace, domain),
         visibility=export_visibility(
-            SERVICE, svc, f"metadata.annotations[{EXPORT_TO_ANNOTATION!r}]", export, [] if skips is None else skips
+            SERVICE,
+            svc,
+            f"metadata.annotations[{EXPORT_TO_ANNOTATION!r}]",
+            export,
+            [] if skips is None else skips,
+            default=default_export_to,
         ),
         vips=tuple(NetworkAddress(network, ip) for ip in _cluster_ips(svc, [] if skips is None else skips)),
         ports=tuple(ports.values()),

@@ -111,10 +111,11 @@ PRIVATE, EXPORTED, ROUTES_HERE, PUBLIC = range(4)
 """istiod's groups of VirtualServices for a namespace (rule 2)."""
 
 
-def _export_group(spec: Obj, vs_namespace: str, consumer: str) -> int | None:
-    """Which of istiod's groups the VirtualService is in for namespace ``consumer``; None: not visible there."""
+def _export_group(spec: Obj, vs_namespace: str, consumer: str, default: tuple[str, ...] | None = None) -> int | None:
+    """Which of istiod's groups the VirtualService is in for namespace ``consumer``; None: not visible there.
+    ``default`` is the mesh config's ``defaultVirtualServiceExportTo``."""
     export = spec.get("exportTo")
-    entries = {e for e in export if isinstance(e, str)} if isinstance(export, list) and export else {"*"}
+    entries = {e for e in export if isinstance(e, str)} if isinstance(export, list) and export else set(default or "*")
     if "*" in entries:
         return PUBLIC
     if "~" in entries:
@@ -154,9 +155,11 @@ def translate_virtual_services(
     *,
     domain: str = "cluster.local",
     skips: list[Skipped] | None = None,
+    default_export_to: tuple[str, ...] | None = None,
 ) -> VirtualServiceRoutes:
     """Each bound destination's VirtualService blocks and connection routes (rules 1-9). ``bound`` maps a service
-    key to its (primary) waypoint's key; ``skips`` receives what had to be left out."""
+    key to its (primary) waypoint's key; ``skips`` receives what had to be left out; ``default_export_to`` is the
+    mesh config's ``defaultVirtualServiceExportTo``."""
     service_list = list(services)
     by_hostname: dict[str, list[Service]] = {}
     for service in service_list:
@@ -188,7 +191,7 @@ def translate_virtual_services(
         problems: list[tuple[str, str]] = []
         converted: dict[int, tuple[RouteRule, ...]] = {}  # rules depend on the port, not the Service: once a port
         for service in _matching(by_namespace.get(namespace, {}), patterns):
-            group = _export_group(spec, namespace, bound[service.key].partition("/")[0])
+            group = _export_group(spec, namespace, bound[service.key].partition("/")[0], default_export_to)
             if group is None:
                 continue
             order = (group, stamp, name, namespace)

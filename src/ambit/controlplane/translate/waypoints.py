@@ -54,8 +54,9 @@ Rules:
    ``[(primary, 100 - weight), (canary, weight)]``, weight 0 included (istiod sends it too).
 10. Visibility (istiod's ``fetchWaypointForService``): a ServiceEntry of visibility NAMESPACE never binds to a
     waypoint in another namespace, which would make it reachable from there: no waypoint and
-    ``CrossNamespaceWaypointForbidden``. Its visibility is Ambit's, from ``exportTo``
-    (:mod:`ambit.controlplane.translate.visibility`; istiod's comes from the mesh's ``serviceEntryVisibility``).
+    ``CrossNamespaceWaypointForbidden``. Its visibility is the narrower of its ``exportTo`` one and the mesh
+    config's ``serviceEntryVisibility`` one (:mod:`ambit.controlplane.translate.visibility`; istiod reads only the
+    latter).
     A Kubernetes Service is not checked, as istiod does not check it, whatever its ``exportTo``. Its canary is
     refused the same way (istiod checks only the primary; the canary takes the same traffic, so the same reason
     holds).
