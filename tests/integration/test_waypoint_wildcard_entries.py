@@ -4,7 +4,10 @@ the wildcard DestinationRule go through the control plane's translation; the rea
 resulting Services and WaypointConfig, resolves every name through a scripted DNS server
 (:mod:`tests.integration.dns_upstream`), and reaches "external" servers outside the mesh (plain HTTP and HTTPS on
 127.0.0.81). The upstream cases: basic (200, at L7), a Host outside the wildcard (404), TLS and HTTPS on the TLS
-port routed by SNI, and TLS origination on the HTTP port whose target port is the TLS one (ALPN http/1.1).
+port routed by SNI, and TLS origination on the HTTP port whose target port is the TLS one (ALPN http/1.1). The
+last test puts the client side in front: the pod's DNS proxy answers any name under the wildcard with its allocated
+address, and a node proxy (the outbound handler, fed the same translation) carries the connection over HBONE to
+the waypoint (upstream "overriding with matching Host header": another name's address, the Host decides).
 
 The attacks: the waypoint must not become an open proxy. A trap server listens on 127.0.0.82 at the same ports and a
 name outside the wildcard resolves there; a Host or SNI outside the wildcard, an IP literal, a name with odd
@@ -18,6 +21,7 @@ import asyncio
 import contextlib
 import dataclasses
 import ipaddress
+import logging
 import socket
 import ssl
 import time
@@ -26,9 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import dns.message
 import pytest
 from aiohttp import web
 from tests.integration.dns_upstream import ScriptedDns, scripted_dns
+from tests.integration.fake_waypoint import call_outbound
 from tests.integration.waypoint_rig import (
     CLIENT_ID,
     TD,
@@ -41,16 +47,26 @@ from tests.integration.waypoint_rig import (
 
 from ambit.controlplane.translate import Translation, translate_all
 from ambit.controlplane.translate.autoallocate import AddressAllocator, plan_addresses
+from ambit.dns.answer import Answered, DnsClient, decide
 from ambit.identity.localca import LocalCa
+from ambit.identity.manager import CertificateManager
 from ambit.model.localconfig import LocalConfig, render_local_config
-from ambit.model.workload import TunnelProtocol, Workload
+from ambit.model.state import WorkloadState
+from ambit.model.workload import NetworkAddress, PortMapping, Service, TunnelProtocol, Workload
+from ambit.proxy.context import LocalPod, ProxyContext
 from ambit.proxy.errors import StreamClosedError
 from ambit.proxy.hbone_client import HboneClient
 from ambit.proxy.hbone_stream import HboneStream
+from ambit.proxy.pool import ConnectionPool
+from ambit.proxy.settings import ProxySettings
+from ambit.proxy.sockets import HostSocketFactory
+from ambit.telemetry.accesslog import AccessLog
+from ambit.telemetry.metrics import ProxyMetrics
 from ambit.tls.certs import issue_server_cert, new_ca
 from ambit.waypoint.origination import TlsStream
 from ambit.waypoint.process import Waypoint
 from ambit.waypoint.settings import WaypointLimits
+from ambit.zds.protocol import WorkloadInfo
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -328,3 +344,86 @@ async def test_tls_origination_on_the_http_port_whose_target_is_the_tls_port_spe
     assert answer["at"] == EXTERNAL_IP and answer["tls"] == "yes" and answer["alpn"] == "http/1.1"
     assert answer["id"], "at L7"
     assert egress.seen.sni == [NAME], "the originated TLS names the resolved host (Envoy's auto_sni)"
+
+
+# The whole client side: the pod's DNS proxy answers the name, its node proxy sends the connection to the waypoint.
+
+
+def node_proxy(tmp_path: Path, egress: Egress) -> tuple[ProxyContext, LocalPod]:
+    """A node proxy serving pod ``apps/client-0`` with the translated state, plus the waypoint's instance (this test's
+    waypoint process, its HBONE port as the Service's target port)."""
+    translation = egress.configure()
+    waypoint_host = "waypoint.app.svc.cluster.local"
+    instance = Workload(
+        uid="Kubernetes//Pod/app/waypoint-0",
+        name="waypoint-0",
+        namespace="app",
+        addresses=(ipaddress.ip_address("127.0.0.1"),),
+        tunnel_protocol=TunnelProtocol.NONE,  # waypoint pods are not captured: HBONE all the same
+        service_account="waypoint",
+        services={f"app/{waypoint_host}": (PortMapping(15008, egress.waypoint.settings.hbone_port),)},
+    )
+    waypoint_service = Service(
+        name="waypoint",
+        namespace="app",
+        hostname=waypoint_host,
+        vips=(NetworkAddress("", ipaddress.ip_address("240.240.200.1")),),
+        ports=(PortMapping(15008, 15008),),
+    )
+    client = Workload(
+        uid="Kubernetes//Pod/apps/client-0",
+        name="client-0",
+        namespace="apps",
+        addresses=(ipaddress.ip_address(CLIENT_IP),),
+        tunnel_protocol=TunnelProtocol.HBONE,
+        service_account=CLIENT_ID.service_account,
+        node="node1",
+    )
+    ctx = ProxyContext(
+        settings=ProxySettings(node="node1", trust_domain=TD),
+        state=WorkloadState(),
+        certs=CertificateManager(LocalCa(tmp_path / "ca", trust_domain=TD)),
+        pool=ConnectionPool(),
+        metrics=ProxyMetrics(),
+        access_log=AccessLog(logger=logging.getLogger("tests.wildcard.access")),
+    )
+    ctx.state.replace_all(
+        [client, instance, *translation.config.workloads], [waypoint_service, *translation.config.services]
+    )
+    local = LocalPod("uid-client", WorkloadInfo("client-0", "apps", "client"), HostSocketFactory(mark=None), TD)
+    ctx.add_pod(local)
+    return ctx, local
+
+
+def resolve(ctx: ProxyContext, name: str) -> str:
+    """The address the pod's DNS proxy gives ``name`` (the wildcard's allocated address for any name under it)."""
+    decision = decide(ctx.state, DnsClient("apps"), dns.message.make_query(name, "A"))
+    assert isinstance(decision, Answered), f"{name} was not answered by the DNS proxy"
+    (address,) = [str(r) for rrset in decision.response.answer for r in rrset]
+    return address
+
+
+async def test_through_the_node_proxy_any_name_under_the_wildcard_reaches_the_host_the_request_names(
+    egress: Egress, tmp_path: Path
+) -> None:
+    ctx, local = node_proxy(tmp_path, egress)
+    try:
+        address = resolve(ctx, NAME)
+        assert address == egress.vip and resolve(ctx, "non-existent.external.svc.cluster.local") == egress.vip
+
+        def request(host: str) -> bytes:
+            return f"GET /echo HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n".encode()
+
+        basic = await call_outbound(ctx, local, CLIENT_IP, (address, 80), request(NAME))
+        assert basic.startswith(b"HTTP/1.1 200"), basic[:200]
+        # Upstream "overriding with matching Host header": another name's address, the Host names the server.
+        other = resolve(ctx, "non-existent.external.svc.cluster.local")
+        matching = await call_outbound(ctx, local, CLIENT_IP, (other, 80), request(NAME))
+        assert matching.startswith(b"HTTP/1.1 200"), matching[:200]
+        invalid = await call_outbound(ctx, local, CLIENT_IP, (address, 80), request("external.non-existent.svc"))
+        assert invalid.startswith(b"HTTP/1.1 404"), invalid[:200]
+        assert [r["at"] for r in egress.seen.requests] == [EXTERNAL_IP, EXTERNAL_IP]
+        assert all(r["id"] for r in egress.seen.requests), "both at L7, through the waypoint"
+    finally:
+        await ctx.pool.aclose()
+        await ctx.certs.aclose()
