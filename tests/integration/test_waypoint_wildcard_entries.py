@@ -81,6 +81,7 @@ SCRIPT: dict[str, list[str] | str] = {
     "zero.external.svc.cluster.local": ["0.0.0.0"],
     "trap.example.com": [TRAP_IP],
     "external.non-existent.svc.cluster.local": [TRAP_IP],
+    **{f"slow{i}.external.svc.cluster.local": "silent" for i in range(6)},
 }
 
 
@@ -309,6 +310,19 @@ async def test_a_name_that_does_not_resolve_or_resolves_to_nothing_dialable_is_5
         status, _ = await egress.get(host)
         assert status == 503, host
         assert egress.looked_up(host)
+    assert egress.seen.requests == []
+
+
+async def test_a_flood_of_names_under_the_wildcard_holds_at_most_the_resolvers_bound_of_lookups(egress: Egress) -> None:
+    resolver = egress.waypoint.context.upstreams.hostnames
+    assert resolver is not None
+    resolver.max_pending = 2
+    started = time.monotonic()
+    statuses = await asyncio.gather(*(egress.get(f"slow{i}.external.svc.cluster.local") for i in range(6)))
+    assert statuses and all(status == 503 for status, _ in statuses)
+    asked = [name for name, _ in egress.dns.asked if name.startswith("slow")]
+    assert len(set(asked)) <= 2, asked  # the other names failed at once ("too many lookups"), never asked
+    assert time.monotonic() - started < 15
     assert egress.seen.requests == []
 
 
