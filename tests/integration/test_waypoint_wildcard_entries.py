@@ -350,6 +350,17 @@ async def test_a_tls_connection_naming_a_server_outside_the_wildcard_or_none_is_
     assert not egress.looked_up("trap.example.com")
 
 
+async def test_bytes_that_are_no_client_hello_on_the_tls_port_close_the_tunnel_and_dial_nothing(egress: Egress) -> None:
+    for garbage in (f"GET /echo HTTP/1.1\r\nhost: {NAME}\r\n\r\n".encode(), b"\x16\x03\x01\xff\xff" + b"x" * 64):
+        async with egress.tunnel(443) as stream:
+            await stream.write(garbage)
+            with pytest.raises(StreamClosedError, match="reset by peer"):
+                async with asyncio.timeout(10):
+                    while await stream.read():
+                        pass
+    assert egress.seen.sni == [] and egress.seen.requests == [] and not egress.looked_up(NAME)
+
+
 async def test_tls_origination_on_the_http_port_whose_target_is_the_tls_port_speaks_http_1_1(egress: Egress) -> None:
     egress.configure(destination_rules=[TLS_ORIGINATION])
     status, body = await egress.get(NAME, port=8080)
