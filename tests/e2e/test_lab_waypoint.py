@@ -708,3 +708,55 @@ def test_a_resolution_none_service_entry_is_carried_at_l7_to_the_address_asked_f
     bound = condition(lab.get("serviceentry", "external-resolution-none", "-n", NS), "istio.io/WaypointBound")
     assert bound.get("status") == "True", bound
     lab.kubectl("delete", "serviceentry", "external-resolution-none", "-n", NS)
+
+
+def test_a_wildcard_dynamic_dns_service_entry_is_forwarded_by_host_at_the_waypoint(lab: Lab) -> None:
+    """TestWaypointAsEgressGatewayForWildcardEntries "overriding with matching Host header" and "overriding with
+    invalid Host header": a ``DYNAMIC_DNS`` entry ``*.wp-wild.svc.cluster.local`` (port 80, target port 8080) bound to
+    the waypoint. The client's DNS proxy answers a name under the wildcard with the entry's allocated address; the
+    waypoint resolves the request's Host through the cluster's DNS (the ClusterIP of a Service outside the mesh) and
+    forwards at L7; a Host outside the wildcard is answered 404 by the waypoint.
+
+    The client addresses ``non-existent.wp-wild...`` rather than the Service's own name: upstream hides the external
+    namespace from the mesh with meshConfig ``discoverySelectors``, which Ambit does not have, so here the Service's
+    own name is a mesh Service and the DNS proxy answers its ClusterIP (as ztunnel would without the selector)."""
+    outside = "wp-wild"
+    lab.namespace(outside)
+    lab.apply(
+        pod_manifest("external", [http_echo_container(8080)], labels={"app": "external"}),
+        service("external", {"app": "external"}, ("http", 8080, 8080)),
+        namespace=outside,
+    )
+    lab.wait_pods_ready(outside, "", 1, timeout=90)
+    entry = {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "ServiceEntry",
+        "metadata": {"name": "external-wildcard", "labels": {"istio.io/use-waypoint": "waypoint"}},
+        "spec": {
+            "hosts": [f"*.{outside}.svc.cluster.local"],
+            "ports": [{"name": "http", "number": 80, "protocol": "HTTP", "targetPort": 8080}],
+            "resolution": "DYNAMIC_DNS",
+            "location": "MESH_EXTERNAL",
+        },
+    }
+    lab.apply(entry, namespace=NS)
+    url = f"http://non-existent.{outside}.svc.cluster.local/"
+    host = f"Host:external.{outside}.svc.cluster.local"
+    last: list[list[dict[str, Any]]] = []
+
+    def through_waypoint() -> list[dict[str, Any]] | None:
+        answers = calls(lab, url, 3, host)
+        last[:] = [answers]
+        return answers if all(a.get("request_id") and a.get("pod") == "external" for a in answers) else None
+
+    try:
+        wait_until("a name under the wildcard carried at L7 by the waypoint", through_waypoint, timeout=90)
+    except BaseException:
+        print("last answers:", last, file=sys.stderr)
+        print(lab.kubectl("logs", "-n", NS, "-l", WAYPOINT, "--tail=40", check=False).stdout, file=sys.stderr)
+        raise
+    (refused,) = calls(lab, url, 1, f"Host:external.{outside}-not.svc.cluster.local")
+    assert refused["status"] == 404, refused
+    bound = condition(lab.get("serviceentry", "external-wildcard", "-n", NS), "istio.io/WaypointBound")
+    assert bound.get("status") == "True", bound
+    lab.kubectl("delete", "serviceentry", "external-wildcard", "-n", NS)

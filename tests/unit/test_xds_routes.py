@@ -163,6 +163,9 @@ configs = st.builds(
     race_first_connect=st.lists(TOKEN.map(lambda t: f"app/{t}.example.com"), max_size=3, unique=True).map(
         lambda keys: tuple(sorted(keys))
     ),
+    dynamic_dns=st.lists(TOKEN.map(lambda t: f"app/*.{t}.example.com"), max_size=3, unique=True).map(
+        lambda keys: tuple(sorted(keys))
+    ),
 )
 
 
@@ -290,6 +293,16 @@ def test_a_racing_listing_is_read_as_the_service_listing_is() -> None:
     body = pack_waypoint_config(pb.WaypointConfig(waypoint="app/waypoint", race_first_connect=["app"]))
     with pytest.raises(XdsConversionError, match=re.escape("race_first_connect[0]: expected namespace/hostname")):
         decode_waypoint_config("app/waypoint", body)
+
+
+def test_a_dynamic_dns_listing_is_read_as_the_service_listing_is() -> None:
+    keys = ["app/*.b.example.com", "app/*.a.example.com"]
+    body = pack_waypoint_config(pb.WaypointConfig(waypoint="app/waypoint", dynamic_dns=keys))
+    assert decode_waypoint_config("app/waypoint", body).dynamic_dns == ("app/*.a.example.com", "app/*.b.example.com")
+    for bad in (["*.example.com"], ["app/*.a.example.com", "app/*.a.example.com"], ["app/a\nb"]):
+        body = pack_waypoint_config(pb.WaypointConfig(waypoint="app/waypoint", dynamic_dns=bad))
+        with pytest.raises(XdsConversionError, match=re.escape("dynamic_dns[")):
+            decode_waypoint_config("app/waypoint", body)
 
 
 def test_a_resource_named_for_another_waypoint_is_refused() -> None:

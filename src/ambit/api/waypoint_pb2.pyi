@@ -107,7 +107,7 @@ PROXY_PROTOCOL_V1: ProxyProtocolVersion
 PROXY_PROTOCOL_V2: ProxyProtocolVersion
 
 class WaypointConfig(_message.Message):
-    __slots__ = ("waypoint", "tables", "policies", "request_authentications", "xfcc_client_identity", "destination_rules", "metrics", "services", "race_first_connect")
+    __slots__ = ("waypoint", "tables", "policies", "request_authentications", "xfcc_client_identity", "destination_rules", "metrics", "services", "race_first_connect", "dynamic_dns")
     WAYPOINT_FIELD_NUMBER: _ClassVar[int]
     TABLES_FIELD_NUMBER: _ClassVar[int]
     POLICIES_FIELD_NUMBER: _ClassVar[int]
@@ -117,6 +117,7 @@ class WaypointConfig(_message.Message):
     METRICS_FIELD_NUMBER: _ClassVar[int]
     SERVICES_FIELD_NUMBER: _ClassVar[int]
     RACE_FIRST_CONNECT_FIELD_NUMBER: _ClassVar[int]
+    DYNAMIC_DNS_FIELD_NUMBER: _ClassVar[int]
     waypoint: str
     tables: _containers.RepeatedCompositeFieldContainer[RouteTable]
     policies: _containers.RepeatedCompositeFieldContainer[WaypointPolicy]
@@ -126,7 +127,8 @@ class WaypointConfig(_message.Message):
     metrics: _containers.RepeatedCompositeFieldContainer[_metric_overrides_pb2.ServiceMetrics]
     services: _containers.RepeatedScalarFieldContainer[str]
     race_first_connect: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, waypoint: _Optional[str] = ..., tables: _Optional[_Iterable[_Union[RouteTable, _Mapping]]] = ..., policies: _Optional[_Iterable[_Union[WaypointPolicy, _Mapping]]] = ..., request_authentications: _Optional[_Iterable[_Union[_requestauth_pb2.RequestAuthentication, _Mapping]]] = ..., xfcc_client_identity: _Optional[bool] = ..., destination_rules: _Optional[_Iterable[_Union[DestinationPolicy, _Mapping]]] = ..., metrics: _Optional[_Iterable[_Union[_metric_overrides_pb2.ServiceMetrics, _Mapping]]] = ..., services: _Optional[_Iterable[str]] = ..., race_first_connect: _Optional[_Iterable[str]] = ...) -> None: ...
+    dynamic_dns: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, waypoint: _Optional[str] = ..., tables: _Optional[_Iterable[_Union[RouteTable, _Mapping]]] = ..., policies: _Optional[_Iterable[_Union[WaypointPolicy, _Mapping]]] = ..., request_authentications: _Optional[_Iterable[_Union[_requestauth_pb2.RequestAuthentication, _Mapping]]] = ..., xfcc_client_identity: _Optional[bool] = ..., destination_rules: _Optional[_Iterable[_Union[DestinationPolicy, _Mapping]]] = ..., metrics: _Optional[_Iterable[_Union[_metric_overrides_pb2.ServiceMetrics, _Mapping]]] = ..., services: _Optional[_Iterable[str]] = ..., race_first_connect: _Optional[_Iterable[str]] = ..., dynamic_dns: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class WaypointPolicy(_message.Message):
     __slots__ = ("name", "namespace", "scope", "action", "rules", "dry_run", "services")

@@ -540,6 +540,10 @@ class WaypointConfig:
     """``namespace/hostname`` of the ServiceEntry hosts it serves whose entry says ``istio.io/connect-strategy:
     RACE_FIRST_TCP_CONNECT``, sorted: their hostname endpoints are dialled at every resolved address at once, the
     first connection to succeed kept (:mod:`ambit.waypoint.racing`)."""
+    dynamic_dns: tuple[str, ...] = ()
+    """``namespace/hostname`` of the ServiceEntry hosts it serves whose entry resolves ``DYNAMIC_DNS`` (wildcard
+    hosts), sorted: a request goes to the name its ``Host`` (a TLS connection to the name its SNI) gives, when that
+    name matches the host, resolved as it comes (:mod:`ambit.waypoint.dynamic_hosts`)."""
 
     def find_table(self, service_key: str, port: int) -> RouteTable | None:
         for table in self.tables:

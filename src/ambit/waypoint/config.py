@@ -27,13 +27,14 @@ MAX_PLANS = 4096
 class RouteConfig:
     """The current :class:`WaypointConfig`, replaced atomically."""
 
-    __slots__ = ("_config", "_listed", "_plans", "_racing", "_rules")
+    __slots__ = ("_config", "_dynamic", "_listed", "_plans", "_racing", "_rules")
 
     def __init__(self, config: WaypointConfig | None = None) -> None:
         self._config = config if config is not None else WaypointConfig(waypoint="")
         self._rules = {rule.service_key: rule for rule in self._config.destination_rules}
         self._listed = frozenset(self._config.services)
         self._racing = frozenset(self._config.race_first_connect)
+        self._dynamic = frozenset(self._config.dynamic_dns)
         self._plans: dict[tuple[BackendService, bool], BackendPolicy | Refusal] = {}
 
     @property
@@ -50,11 +51,17 @@ class RouteConfig:
         """The keys of the Services the configuration lists as bound to the waypoint (one lookup per tunnel)."""
         return self._listed
 
+    def is_dynamic(self, service_key: str) -> bool:
+        """Whether the Service is a ``DYNAMIC_DNS`` ServiceEntry host, forwarded by the name each request asks for
+        (:mod:`ambit.waypoint.dynamic_hosts`)."""
+        return service_key in self._dynamic
+
     def replace(self, config: WaypointConfig) -> None:
         self._config = config
         self._rules = {rule.service_key: rule for rule in config.destination_rules}
         self._listed = frozenset(config.services)
         self._racing = frozenset(config.race_first_connect)
+        self._dynamic = frozenset(config.dynamic_dns)
         self._plans = {}
 
     def plan_backend(self, backend: BackendService, *, upgrade: bool = False) -> BackendPolicy | Refusal:
@@ -75,6 +82,7 @@ class RouteConfig:
         return {
             "waypoint": self._config.waypoint,
             "services": list(self._config.services),
+            "dynamicDns": list(self._config.dynamic_dns),
             "tables": [
                 {
                     "service": table.service_key,

@@ -27,7 +27,13 @@ answer goes) and its version (``RequestStarted.version``). :func:`serve_request`
 4. speaks to the endpoint in the HTTP version :func:`ambit.waypoint.traffic_policy.plan_upstream_h2` decides
    from the backend port's declaration (a workload target: the addressed port's, unknown), the client's version
    and the rule's connection pool: the HTTP/2 connector (:mod:`ambit.waypoint.http2_upstream`) or the HTTP/1.1
-   one (:mod:`ambit.waypoint.http1_upstream`), whichever shell took the request.
+   one (:mod:`ambit.waypoint.http1_upstream`), whichever shell took the request;
+5. forwards a request to a ``DYNAMIC_DNS`` ServiceEntry host (a wildcard, listed in the WaypointConfig's
+   ``dynamic_dns``) to the name its ``Host`` gives (:mod:`ambit.waypoint.dynamic_hosts`), resolved per request:
+   a ``Host`` the addressed entry's host does not cover (or that is an IP literal, or not a host name) is answered
+   404 with flag ``NR`` before any route is looked at, and so is the name a route leaves for a dynamic backend;
+   nothing is resolved or dialled for it. A name that does not resolve, or resolves to what may not be dialled,
+   answers 503 (flag ``UF``) like any endpoint that cannot be reached.
 
 :func:`account` counts one finished request once (``istio_requests_total`` and the histograms,
 reporter="waypoint", ``request_protocol`` grpc or http) and writes its access-log line.
@@ -56,6 +62,7 @@ from ambit.waypoint.destinations import (
     original_destination,
 )
 from ambit.waypoint.downstream import Outcome, RequestSide, respond
+from ambit.waypoint.dynamic_hosts import judge_name, name_of_host, plan_request
 from ambit.waypoint.forwarding import Plan, forward
 from ambit.waypoint.http1 import BodyData, MessageEnded, RequestStarted, Signal
 from ambit.waypoint.http1_upstream import http1_connector
@@ -108,6 +115,13 @@ async def serve_request(
     if authz.audited:
         log.info("audit: %s %s matched %s", head.method, head.path[:200], ", ".join(authz.audited))
     plan = Plan(head)
+    if isinstance(target, ServiceTarget) and ctx.routes.is_dynamic(target.service.key):
+        named = _judge_host(head.authority, target.service)
+        if isinstance(named, Refusal):  # rule 5: a name the entry's host does not cover matches no route
+            keep = await _drain(down, started)
+            await respond(down, named.status, (), b"", outcome, flags="NR")
+            outcome.error = named.reason
+            return keep
     if isinstance(target, ServiceTarget):
         table = ctx.routes.find_table(target.service.key, target.port)
         decision = ctx.router(table, target.backend, head, ctx.random())
@@ -163,7 +177,18 @@ async def serve_request(
             report=_outlier_reporter(ctx, backend, service),
         )
         endpoint = None
-        if service is not None:
+        if service is not None and ctx.routes.is_dynamic(service.key):  # rule 5
+            found = plan_request(service, port, decision.request.authority, transport)
+            if isinstance(found, Refusal):
+                keep = await _drain(down, started)
+                await respond(down, found.status, (), b"", outcome, flags="NR")
+                outcome.error = found.reason
+                return keep
+            endpoint = found
+            if endpoint is not None:
+                transport = endpoint.transport  # its SNI is the name: a retry keeps it
+                plan = dataclasses.replace(plan, transport=transport)
+        elif service is not None:
             ejected = _ejected(ctx, backend)
             if ejected:
                 endpoint = ctx.pick(ctx.state, service, port, choose, only=backend.members, exclude=ejected)
@@ -195,6 +220,12 @@ async def serve_request(
     if limited is None:
         return await forward(ctx, tunnel, down, started, plan, endpoint, outcome, connector)
     return await _forward_limited(ctx, tunnel, down, started, plan, endpoint, outcome, connector, limited)
+
+
+def _judge_host(host: str, service: Service) -> str | Refusal:
+    """Rule 5's first check: the name in ``host`` when the Service's (wildcard) host covers it."""
+    name = name_of_host(host)
+    return name if isinstance(name, Refusal) else judge_name(name, service.hostname)
 
 
 def _declared(service: Service | None, port: int) -> AppProtocol:

@@ -16,7 +16,9 @@ SPIFFE id of our trust domain, ALPN h2. Each CONNECT then:
    with its reason and counted (``istio_tcp_connections_failed_total{reporter="waypoint",response_flags="NR"}``
    and the ``refused`` tally of ``/config_dump``);
 3. goes by the Service port's ``appProtocol``: a TCP port reaches its endpoint first and answers 200 only then
-   (503 when it cannot, as ztunnel does; :func:`~ambit.waypoint.tcp.serve_tcp`); a port declared HTTP/1.1,
+   (503 when it cannot, as ztunnel does; :func:`~ambit.waypoint.tcp.serve_tcp`), except a TLS port of a
+   ``DYNAMIC_DNS`` ServiceEntry host, which is accepted and relayed to the server its ClientHello names
+   (:func:`~ambit.waypoint.dynamic_tls.serve_by_server_name`); a port declared HTTP/1.1,
    HTTP/2 or gRPC is accepted and served per request in the version the client opens with, as Envoy's
    automatic codec does (:func:`read_preface`): the HTTP/2 preface on our HTTP/2 engine
    (:func:`~ambit.waypoint.http2_proxy.serve_http2`), anything else as HTTP/1.1
@@ -48,7 +50,8 @@ from ambit.proxy.streams import ByteStream
 from ambit.telemetry.metrics import Reporter, SecurityPolicy, TrafficLabels
 from ambit.tls.workload import WorkloadCertificate
 from ambit.waypoint.context import Tunnel, WaypointContext
-from ambit.waypoint.destinations import Refusal, Target, plan_tunnel
+from ambit.waypoint.destinations import Refusal, ServiceTarget, Target, plan_tunnel
+from ambit.waypoint.dynamic_tls import serve_by_server_name
 from ambit.waypoint.http1_proxy import serve_http1
 from ambit.waypoint.http2_proxy import serve_http2
 from ambit.waypoint.sniff import Protocol, h2_prior_knowledge, sniff
@@ -226,6 +229,9 @@ async def _serve_tunnel(
     stream = None
     try:
         protocol = plan.protocol
+        if protocol is AppProtocol.TLS and isinstance(plan, ServiceTarget) and ctx.routes.is_dynamic(plan.service.key):
+            await serve_by_server_name(ctx, tunnel, responder)  # rule 3: by the ClientHello's server name
+            return
         if protocol not in _PER_REQUEST:  # rule 3: declared TCP (or TLS)
             await serve_tcp(ctx, tunnel, responder)
             return

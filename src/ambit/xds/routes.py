@@ -28,7 +28,8 @@ Rules:
 11. ``destination_rules`` (field 6) are judged by :mod:`ambit.xds.destinationrules`.
 12. ``metrics`` (field 7, the Telemetry API's overrides) are judged by :mod:`ambit.xds.metric_overrides`.
 13. ``services`` (field 8, the Services bound to the waypoint) are printable ``namespace/hostname`` keys, each
-    given once; they are kept sorted. ``race_first_connect`` (field 9) is read the same way.
+    given once; they are kept sorted. ``race_first_connect`` (field 9) and ``dynamic_dns`` (field 10) are read the
+    same way.
 14. A CORS policy's origin matches are Exact, Prefix or RegularExpression (rule 3's limits) with a value; its
     header values carry no CR, LF or NUL; ``max_age`` is at most :data:`MAX_CORS_AGE` seconds.
 """
@@ -283,6 +284,7 @@ def waypoint_config_to_proto(config: WaypointConfig) -> pb.WaypointConfig:
         metrics=[service_metrics_to_proto(m) for m in config.metrics],
         services=list(config.services),
         race_first_connect=list(config.race_first_connect),
+        dynamic_dns=list(config.dynamic_dns),
     )
 
 
@@ -598,6 +600,7 @@ def waypoint_config_from_proto(message: pb.WaypointConfig, name: str) -> Waypoin
             metrics=MetricOverridesReader(name).all("metrics", message.metrics),
             services=reader.services("services", message.services),
             race_first_connect=reader.services("race_first_connect", message.race_first_connect),
+            dynamic_dns=reader.services("dynamic_dns", message.dynamic_dns),
         )
     except XdsConversionError:
         raise

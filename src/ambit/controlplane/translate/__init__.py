@@ -350,6 +350,7 @@ def translate_all(
     entry_status: list[PolicyStatus] = []
     entry_targets: dict[str, ServiceTarget] = {}
     racing: set[str] = set()
+    dynamic: set[str] = set()
     for entry in entries:
         binding = _service_binding(
             entry.obj, waypoints, entry_status, namespace_only=entry.visibility is Visibility.NAMESPACE
@@ -365,6 +366,8 @@ def translate_all(
         translated.extend(entry_services)
         if races_first_connect(entry.obj):
             racing.update(s.key for s in entry_services)
+        if entry.resolution.upper() == "DYNAMIC_DNS":
+            dynamic.update(s.key for s in entry_services)
         entry_targets[_object_key(entry.obj)] = _service_target(tuple(s.key for s in entry_services), binding)
     ingress_pods = [IngressPods.of(g) for g in gateway_list if is_ingress(g)]
     targets = TargetIndex(
@@ -584,6 +587,7 @@ def translate_all(
                     rule_index, c.waypoint.partition("/")[0], served_by(c.waypoint), members
                 ),
                 race_first_connect=tuple(k for k in c.services if k in racing),
+                dynamic_dns=tuple(k for k in c.services if k in dynamic),
             )
             for c in authn
         ),

@@ -6,8 +6,9 @@ Rules:
    resource name ``<namespace>/<host>``). An entry without hosts is left out. A wildcard host (``*.example.com``)
    is a Service when the entry has ``spec.addresses`` and endpoints (inline or selected), or resolves by
    ``DYNAMIC_DNS`` (its VIPs are then the addresses allocated to the wildcard, rule 2, and it has no endpoints:
-   an egress waypoint bound to it resolves each name as it is asked, as in istiod); the DNS proxy answers every
-   name under it with the VIPs (spec §9). Another wildcard host is left out. A host whose
+   an egress waypoint bound to it resolves each name as it is asked, as in istiod: its WaypointConfig lists the
+   Service in ``dynamic_dns``, :mod:`ambit.waypoint.dynamic_hosts`); the DNS proxy answers every name under it
+   with the VIPs (spec §9). Another wildcard host is left out. A host whose
    key a Kubernetes Service or an earlier entry (by namespace, then name) already has is left out, so that every
    resource name has one owner.
 2. VIPs are ``spec.addresses`` on the cluster's network; a CIDR range is a VIP with a prefix length (istiod's

@@ -1,0 +1,454 @@
+"""A ``DYNAMIC_DNS`` wildcard ServiceEntry bound to an egress waypoint (upstream
+TestWaypointAsEgressGatewayForWildcardEntries), with real sockets on loopback: the entry, its waypoint binding and
+the wildcard DestinationRule go through the control plane's translation; the real waypoint process gets the
+resulting Services and WaypointConfig, resolves every name through a scripted DNS server
+(:mod:`tests.integration.dns_upstream`), and reaches "external" servers outside the mesh (plain HTTP and HTTPS on
+127.0.0.81). The upstream cases: basic (200, at L7), a Host outside the wildcard (404), TLS and HTTPS on the TLS
+port routed by SNI, and TLS origination on the HTTP port whose target port is the TLS one (ALPN http/1.1). The
+last test puts the client side in front: the pod's DNS proxy answers any name under the wildcard with its allocated
+address, and a node proxy (the outbound handler, fed the same translation) carries the connection over HBONE to
+the waypoint (upstream "overriding with matching Host header": another name's address, the Host decides).
+
+The attacks: the waypoint must not become an open proxy. A trap server listens on 127.0.0.82 at the same ports and a
+name outside the wildcard resolves there; a Host or SNI outside the wildcard, an IP literal, a name with odd
+characters or too long is answered 404 (a TLS connection closed), and neither looked up nor dialled; a name that
+does not resolve, or resolves to ``0.0.0.0``, answers 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import ipaddress
+import logging
+import socket
+import ssl
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import dns.message
+import pytest
+from aiohttp import web
+from tests.integration.dns_upstream import ScriptedDns, scripted_dns
+from tests.integration.fake_waypoint import call_outbound
+from tests.integration.waypoint_rig import (
+    CLIENT_ID,
+    TD,
+    WAYPOINT_ID,
+    HttpOverTunnel,
+    echo_of,
+    free_port,
+    waypoint_settings,
+)
+
+from ambit.controlplane.translate import Translation, translate_all
+from ambit.controlplane.translate.autoallocate import AddressAllocator, plan_addresses
+from ambit.dns.answer import Answered, DnsClient, decide
+from ambit.identity.localca import LocalCa
+from ambit.identity.manager import CertificateManager
+from ambit.model.localconfig import LocalConfig, render_local_config
+from ambit.model.state import WorkloadState
+from ambit.model.workload import NetworkAddress, PortMapping, Service, TunnelProtocol, Workload
+from ambit.proxy.context import LocalPod, ProxyContext
+from ambit.proxy.errors import StreamClosedError
+from ambit.proxy.hbone_client import HboneClient
+from ambit.proxy.hbone_stream import HboneStream
+from ambit.proxy.pool import ConnectionPool
+from ambit.proxy.settings import ProxySettings
+from ambit.proxy.sockets import HostSocketFactory
+from ambit.telemetry.accesslog import AccessLog
+from ambit.telemetry.metrics import ProxyMetrics
+from ambit.tls.certs import issue_server_cert, new_ca
+from ambit.waypoint.origination import TlsStream
+from ambit.waypoint.process import Waypoint
+from ambit.waypoint.settings import WaypointLimits
+from ambit.zds.protocol import WorkloadInfo
+
+pytestmark = pytest.mark.timeout(90)
+
+EXTERNAL_IP, TRAP_IP, CLIENT_IP = "127.0.0.81", "127.0.0.82", "127.0.0.4"
+WILDCARD = "*.external.svc.cluster.local"
+NAME = "external.external.svc.cluster.local"
+OTHER = "other.external.svc.cluster.local"
+LIMITS = WaypointLimits(max_head_bytes=8 * 1024, head_timeout=2.0, sniff_timeout=1.0, startup_wait=5.0)
+SCRIPT: dict[str, list[str] | str] = {
+    NAME: [EXTERNAL_IP],
+    OTHER: [EXTERNAL_IP],
+    "zero.external.svc.cluster.local": ["0.0.0.0"],
+    "trap.example.com": [TRAP_IP],
+    "external.non-existent.svc.cluster.local": [TRAP_IP],
+    **{f"slow{i}.external.svc.cluster.local": "silent" for i in range(6)},
+}
+
+
+def namespace(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name}}}
+
+
+def gateway() -> dict[str, Any]:
+    """The rigs' waypoint ``app/waypoint``, accepting routes from namespace ``apps`` (upstream's egress namespace)."""
+    selector = {"matchLabels": {"kubernetes.io/metadata.name": "apps"}}
+    listener = {
+        "name": "mesh",
+        "port": 15008,
+        "protocol": "HBONE",
+        "allowedRoutes": {"namespaces": {"from": "Selector", "selector": selector}},
+    }
+    return {
+        "metadata": {"name": "waypoint", "namespace": "app"},
+        "spec": {"gatewayClassName": "istio-waypoint", "listeners": [listener]},
+        "status": {"addresses": [{"type": "Hostname", "value": "waypoint.app.svc.cluster.local"}]},
+    }
+
+
+def wildcard_entry(http_port: int, tls_port: int) -> dict[str, Any]:
+    """Upstream's entry, its target ports the test servers' (upstream: 80, 443 and 8080 → 443)."""
+    obj: dict[str, Any] = {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "ServiceEntry",
+        "metadata": {
+            "name": "external-wildcard",
+            "namespace": "apps",
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+            "labels": {"istio.io/use-waypoint": "waypoint", "istio.io/use-waypoint-namespace": "app"},
+        },
+        "spec": {
+            "hosts": [WILDCARD],
+            "ports": [
+                {"name": "http", "number": 80, "protocol": "HTTP", "targetPort": http_port},
+                {"name": "tls", "number": 443, "protocol": "TLS", "targetPort": tls_port},
+                {"name": "http-for-tls", "number": 8080, "protocol": "HTTP", "targetPort": tls_port},
+            ],
+            "location": "MESH_EXTERNAL",
+            "resolution": "DYNAMIC_DNS",
+        },
+    }
+    allocator = AddressAllocator()
+    allocator.warm([obj])
+    obj["status"] = {"addresses": plan_addresses(obj, allocator)}
+    return obj
+
+
+TLS_ORIGINATION = {
+    "apiVersion": "networking.istio.io/v1",
+    "kind": "DestinationRule",
+    "metadata": {"name": "wildcard-tls-origination", "namespace": "apps"},
+    "spec": {"host": WILDCARD, "trafficPolicy": {"tls": {"mode": "SIMPLE", "insecureSkipVerify": True}}},
+}
+
+
+@dataclass
+class Seen:
+    """What each external server got: (server address, Host, x-request-id, SNI, ALPN) per request."""
+
+    requests: list[dict[str, str]] = field(default_factory=list)
+    sni: list[str | None] = field(default_factory=list)
+
+    def at(self, ip: str) -> list[dict[str, str]]:
+        return [r for r in self.requests if r["at"] == ip]
+
+
+@dataclass
+class Egress:
+    waypoint: Waypoint
+    dns: ScriptedDns
+    ca: LocalCa
+    seen: Seen
+    vip: str
+    entry: dict[str, Any]
+
+    def configure(self, **objects: list[dict[str, Any]]) -> Translation:
+        """Translate the entry and the waypoint (plus ``objects``); the waypoint gets its WaypointConfig."""
+        translation = translate_all(
+            [],
+            [],
+            [],
+            [namespace("app"), namespace("apps")],
+            service_entries=[self.entry],
+            gateways=[gateway()],
+            **objects,
+        )
+        (config,) = translation.waypoint_configs
+        self.waypoint.context.routes.replace(config)
+        return translation
+
+    def looked_up(self, name: str) -> bool:
+        return any(asked == name for asked, _ in self.dns.asked)
+
+    @contextlib.asynccontextmanager
+    async def tunnel(self, port: int) -> AsyncIterator[HboneStream]:
+        loop = asyncio.get_running_loop()
+        sock = socket.socket()
+        sock.setblocking(False)
+        sock.bind((CLIENT_IP, 0))
+        await loop.sock_connect(sock, ("127.0.0.1", self.waypoint.settings.hbone_port))
+        cert = await self.ca.fetch_certificate(CLIENT_ID)
+        client = await HboneClient.connect(sock, cert, frozenset({WAYPOINT_ID}), trust_domain=TD)
+        try:
+            yield await client.open_tunnel(f"{self.vip}:{port}", [("forwarded", f'for="{CLIENT_IP}:1"')])
+        finally:
+            await client.aclose()
+
+    async def get(self, host: str, port: int = 80) -> tuple[int, bytes]:
+        async with self.tunnel(port) as stream:
+            status, _, body = await HttpOverTunnel(stream, host=host).request("GET", "/echo")
+            return status, body
+
+    async def get_over_tls(self, server_name: str | None) -> tuple[int, bytes]:
+        """HTTPS through the TLS port: the client's own TLS, the waypoint reading only its ClientHello."""
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        context.set_alpn_protocols(["http/1.1"])
+        async with self.tunnel(443) as stream:
+            tls = TlsStream(stream, context, server_name or "")
+            async with asyncio.timeout(10):
+                await tls.handshake()
+            status, _, body = await HttpOverTunnel(tls, host=server_name or "none").request("GET", "/echo")  # type: ignore[arg-type]
+            return status, body
+
+
+@contextlib.asynccontextmanager
+async def external_servers(tmp_path: Path, seen: Seen) -> AsyncIterator[tuple[int, int]]:
+    """An HTTP and an HTTPS echo server on both the external address and the trap (same ports each)."""
+    ca = new_ca("external-ca", now=time.time())
+    leaf = issue_server_cert(ca, common_name=NAME, dns_names=[NAME, OTHER], ip_addresses=[], now=time.time())
+    certfile = tmp_path / "external.pem"
+    certfile.write_bytes(leaf.cert_pem + leaf.key_pem)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(certfile)
+    context.set_alpn_protocols(["http/1.1"])
+    context.sni_callback = lambda _sock, name, _ctx: seen.sni.append(name)  # type: ignore[func-returns-value]
+
+    async def echo(request: web.Request) -> web.Response:
+        transport = request.transport
+        local = str(transport.get_extra_info("sockname")[0]) if transport else ""
+        tls = transport.get_extra_info("ssl_object") if transport else None
+        answer = {
+            "at": local,
+            "host": request.headers.get("host", ""),
+            "id": request.headers.get("x-request-id", ""),
+            "tls": "yes" if tls is not None else "no",
+            "alpn": (tls.selected_alpn_protocol() or "") if tls is not None else "",
+        }
+        seen.requests.append(answer)
+        return web.json_response(answer)
+
+    app = web.Application()
+    app.router.add_get("/echo", echo)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
+    await runner.setup()
+    http_port, tls_port = free_port(EXTERNAL_IP), free_port(EXTERNAL_IP)
+    for ip in (EXTERNAL_IP, TRAP_IP):
+        await web.TCPSite(runner, ip, http_port).start()
+        await web.TCPSite(runner, ip, tls_port, ssl_context=context).start()
+    try:
+        yield http_port, tls_port
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture
+async def egress(tmp_path: Path) -> AsyncIterator[Egress]:
+    seen = Seen()
+    async with external_servers(tmp_path, seen) as (http_port, tls_port), scripted_dns(SCRIPT, ttl=30) as dns:
+        entry = wildcard_entry(http_port, tls_port)
+        translation = translate_all(
+            [], [], [], [namespace("app"), namespace("apps")], service_entries=[entry], gateways=[gateway()]
+        )
+        (service,) = [s for s in translation.config.services if s.hostname == WILDCARD]
+        client = Workload(
+            uid="Kubernetes//Pod/apps/client",
+            name="client",
+            namespace="apps",
+            addresses=(ipaddress.ip_address(CLIENT_IP),),
+            tunnel_protocol=TunnelProtocol.HBONE,
+            service_account=CLIENT_ID.service_account,
+        )
+        config = tmp_path / "mesh.yaml"
+        config.write_text(render_local_config(LocalConfig(workloads=(client,), services=(service,))), encoding="utf-8")
+        settings = waypoint_settings(config, tmp_path / "ca", LIMITS, dns_nameservers=("127.0.0.1",), dns_port=dns.port)
+        waypoint = Waypoint(settings)
+        await waypoint.start()
+        try:
+            rig = Egress(waypoint, dns, LocalCa(tmp_path / "ca", trust_domain=TD), seen, str(service.vips[0].ip), entry)
+            rig.configure()
+            yield rig
+        finally:
+            await waypoint.aclose()
+
+
+async def test_basic_a_request_goes_at_l7_to_the_name_its_host_gives(egress: Egress) -> None:
+    status, body = await egress.get(NAME)
+    assert status == 200
+    answer = echo_of(body)
+    assert answer["at"] == EXTERNAL_IP and answer["host"] == NAME and answer["tls"] == "no"
+    assert answer["id"], "the waypoint handled it at L7 (IsL7)"
+    status, body = await egress.get(f"{OTHER}:80")  # another name under the wildcard, the port in the Host
+    assert status == 200 and echo_of(body)["host"] == f"{OTHER}:80"
+
+
+async def test_a_host_outside_the_wildcard_is_404_and_neither_looked_up_nor_dialled(egress: Egress) -> None:
+    status, _ = await egress.get("external.non-existent.svc.cluster.local")  # upstream: "invalid Host header"
+    assert status == 404
+    for host in ("trap.example.com", TRAP_IP, f"{TRAP_IP}:80", "[::1]:80", "127.1", "a b.external.svc.cluster.local"):
+        status, _ = await egress.get(host)
+        assert status == 404, host
+    status, _ = await egress.get("a" * 300 + ".external.svc.cluster.local")
+    assert status == 404
+    assert egress.seen.at(TRAP_IP) == [] and egress.seen.at(EXTERNAL_IP) == []
+    assert not egress.looked_up("external.non-existent.svc.cluster.local")
+    assert not egress.looked_up("trap.example.com")
+
+
+async def test_a_name_that_does_not_resolve_or_resolves_to_nothing_dialable_is_503(egress: Egress) -> None:
+    for host in ("gone.external.svc.cluster.local", "zero.external.svc.cluster.local"):
+        status, _ = await egress.get(host)
+        assert status == 503, host
+        assert egress.looked_up(host)
+    assert egress.seen.requests == []
+
+
+async def test_a_flood_of_names_under_the_wildcard_holds_at_most_the_resolvers_bound_of_lookups(egress: Egress) -> None:
+    resolver = egress.waypoint.context.upstreams.hostnames
+    assert resolver is not None
+    resolver.max_pending = 2
+    started = time.monotonic()
+    statuses = await asyncio.gather(*(egress.get(f"slow{i}.external.svc.cluster.local") for i in range(6)))
+    assert statuses and all(status == 503 for status, _ in statuses)
+    asked = [name for name, _ in egress.dns.asked if name.startswith("slow")]
+    assert len(set(asked)) <= 2, asked  # the other names failed at once ("too many lookups"), never asked
+    assert time.monotonic() - started < 15
+    assert egress.seen.requests == []
+
+
+async def test_without_the_waypoint_config_nothing_is_forwarded_by_name(egress: Egress) -> None:
+    (config,) = egress.configure().waypoint_configs
+    egress.waypoint.context.routes.replace(dataclasses.replace(config, dynamic_dns=()))
+    status, _ = await egress.get(NAME)
+    assert status == 503  # no endpoints: "no healthy upstream", never a name from the request
+    assert egress.seen.requests == [] and not egress.looked_up(NAME)
+
+
+async def test_tls_and_https_on_the_tls_port_go_to_the_name_the_sni_gives(egress: Egress) -> None:
+    status, body = await egress.get_over_tls(NAME)
+    assert status == 200
+    answer = echo_of(body)
+    assert answer["at"] == EXTERNAL_IP and answer["tls"] == "yes" and answer["id"] == ""  # relayed, not terminated
+    assert egress.seen.sni == [NAME]
+
+
+async def test_a_tls_connection_naming_a_server_outside_the_wildcard_or_none_is_closed(egress: Egress) -> None:
+    for name in ("trap.example.com", "external.non-existent.svc.cluster.local", None):
+        with pytest.raises(StreamClosedError, match="reset by peer"):  # the tunnel is reset mid-handshake
+            await egress.get_over_tls(name)
+    assert egress.seen.sni == [] and egress.seen.requests == []
+    assert not egress.looked_up("trap.example.com")
+
+
+async def test_bytes_that_are_no_client_hello_on_the_tls_port_close_the_tunnel_and_dial_nothing(egress: Egress) -> None:
+    for garbage in (f"GET /echo HTTP/1.1\r\nhost: {NAME}\r\n\r\n".encode(), b"\x16\x03\x01\xff\xff" + b"x" * 64):
+        async with egress.tunnel(443) as stream:
+            await stream.write(garbage)
+            with pytest.raises(StreamClosedError, match="reset by peer"):
+                async with asyncio.timeout(10):
+                    while await stream.read():
+                        pass
+    assert egress.seen.sni == [] and egress.seen.requests == [] and not egress.looked_up(NAME)
+
+
+async def test_tls_origination_on_the_http_port_whose_target_is_the_tls_port_speaks_http_1_1(egress: Egress) -> None:
+    egress.configure(destination_rules=[TLS_ORIGINATION])
+    status, body = await egress.get(NAME, port=8080)
+    assert status == 200
+    answer = echo_of(body)
+    assert answer["at"] == EXTERNAL_IP and answer["tls"] == "yes" and answer["alpn"] == "http/1.1"
+    assert answer["id"], "at L7"
+    assert egress.seen.sni == [NAME], "the originated TLS names the resolved host (Envoy's auto_sni)"
+
+
+# The whole client side: the pod's DNS proxy answers the name, its node proxy sends the connection to the waypoint.
+
+
+def node_proxy(tmp_path: Path, egress: Egress) -> tuple[ProxyContext, LocalPod]:
+    """A node proxy serving pod ``apps/client-0`` with the translated state, plus the waypoint's instance (this test's
+    waypoint process, its HBONE port as the Service's target port)."""
+    translation = egress.configure()
+    waypoint_host = "waypoint.app.svc.cluster.local"
+    instance = Workload(
+        uid="Kubernetes//Pod/app/waypoint-0",
+        name="waypoint-0",
+        namespace="app",
+        addresses=(ipaddress.ip_address("127.0.0.1"),),
+        tunnel_protocol=TunnelProtocol.NONE,  # waypoint pods are not captured: HBONE all the same
+        service_account="waypoint",
+        services={f"app/{waypoint_host}": (PortMapping(15008, egress.waypoint.settings.hbone_port),)},
+    )
+    waypoint_service = Service(
+        name="waypoint",
+        namespace="app",
+        hostname=waypoint_host,
+        vips=(NetworkAddress("", ipaddress.ip_address("240.240.200.1")),),
+        ports=(PortMapping(15008, 15008),),
+    )
+    client = Workload(
+        uid="Kubernetes//Pod/apps/client-0",
+        name="client-0",
+        namespace="apps",
+        addresses=(ipaddress.ip_address(CLIENT_IP),),
+        tunnel_protocol=TunnelProtocol.HBONE,
+        service_account=CLIENT_ID.service_account,
+        node="node1",
+    )
+    ctx = ProxyContext(
+        settings=ProxySettings(node="node1", trust_domain=TD),
+        state=WorkloadState(),
+        certs=CertificateManager(LocalCa(tmp_path / "ca", trust_domain=TD)),
+        pool=ConnectionPool(),
+        metrics=ProxyMetrics(),
+        access_log=AccessLog(logger=logging.getLogger("tests.wildcard.access")),
+    )
+    ctx.state.replace_all(
+        [client, instance, *translation.config.workloads], [waypoint_service, *translation.config.services]
+    )
+    local = LocalPod("uid-client", WorkloadInfo("client-0", "apps", "client"), HostSocketFactory(mark=None), TD)
+    ctx.add_pod(local)
+    return ctx, local
+
+
+def resolve(ctx: ProxyContext, name: str) -> str:
+    """The address the pod's DNS proxy gives ``name`` (the wildcard's allocated address for any name under it)."""
+    decision = decide(ctx.state, DnsClient("apps"), dns.message.make_query(name, "A"))
+    assert isinstance(decision, Answered), f"{name} was not answered by the DNS proxy"
+    (address,) = [str(r) for rrset in decision.response.answer for r in rrset]
+    return address
+
+
+async def test_through_the_node_proxy_any_name_under_the_wildcard_reaches_the_host_the_request_names(
+    egress: Egress, tmp_path: Path
+) -> None:
+    ctx, local = node_proxy(tmp_path, egress)
+    try:
+        address = resolve(ctx, NAME)
+        assert address == egress.vip and resolve(ctx, "non-existent.external.svc.cluster.local") == egress.vip
+
+        def request(host: str) -> bytes:
+            return f"GET /echo HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n".encode()
+
+        basic = await call_outbound(ctx, local, CLIENT_IP, (address, 80), request(NAME))
+        assert basic.startswith(b"HTTP/1.1 200"), basic[:200]
+        # Upstream "overriding with matching Host header": another name's address, the Host names the server.
+        other = resolve(ctx, "non-existent.external.svc.cluster.local")
+        matching = await call_outbound(ctx, local, CLIENT_IP, (other, 80), request(NAME))
+        assert matching.startswith(b"HTTP/1.1 200"), matching[:200]
+        invalid = await call_outbound(ctx, local, CLIENT_IP, (address, 80), request("external.non-existent.svc"))
+        assert invalid.startswith(b"HTTP/1.1 404"), invalid[:200]
+        assert [r["at"] for r in egress.seen.requests] == [EXTERNAL_IP, EXTERNAL_IP]
+        assert all(r["id"] for r in egress.seen.requests), "both at L7, through the waypoint"
+    finally:
+        await ctx.pool.aclose()
+        await ctx.certs.aclose()
