@@ -113,6 +113,7 @@ _VIEW = [
     ),
     _rule(READ, ["events.k8s.io"], ["events"]),
     _rule(READ, ["policy"], ["poddisruptionbudgets", "poddisruptionbudgets/status"]),
+    _rule(READ, ["autoscaling"], ["horizontalpodautoscalers", "horizontalpodautoscalers/status"]),
 ]
 _EDIT = [
     _rule(["impersonate"], [""], ["serviceaccounts"]),
@@ -151,6 +152,7 @@ _EDIT = [
     _rule(READ, [""], ["pods/attach", "pods/exec", "pods/portforward", "pods/proxy", "secrets", "services/proxy"]),
     _rule(WRITE, ["discovery.k8s.io"], ["endpointslices"]),
     _rule(WRITE, ["policy"], ["poddisruptionbudgets"]),
+    _rule(WRITE, ["autoscaling"], ["horizontalpodautoscalers"]),
 ]
 _ADMIN = [
     _rule(["create"], ["authorization.k8s.io"], ["localsubjectaccessreviews"]),

@@ -223,6 +223,18 @@ BUILTINS: tuple[ResourceType, ...] = (
         short_names=("pdb",),
         subresources=frozenset({"status"}),
     ),
+    # Stored and served for manifests that carry one (a waypoint's or gateway's autoscaler); nothing scales on it.
+    ResourceType(
+        "autoscaling",
+        ("v2",),
+        "HorizontalPodAutoscaler",
+        "horizontalpodautoscalers",
+        "horizontalpodautoscaler",
+        True,
+        short_names=("hpa",),
+        categories=("all",),
+        subresources=frozenset({"status"}),
+    ),
     ResourceType(
         "apiextensions.k8s.io",
         ("v1",),
