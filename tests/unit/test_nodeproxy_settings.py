@@ -101,11 +101,11 @@ def test_the_listener_bounds_default_to_safe_values_and_the_node_budget_to_half_
     bounds = parse_connection_bounds({}, open_files=20000)
     assert (bounds.hbone.max_connections, bounds.hbone.max_pending, bounds.hbone.max_pending_per_peer) == (
         4096,
-        128,
+        64,
         16,
     )
     assert bounds.hbone.handshake_timeout == 10.0
-    assert (bounds.node_max_connections, bounds.node_max_pending) == (10000, 1024)
+    assert (bounds.node_max_connections, bounds.node_max_pending) == (10000, 256)
     assert parse_connection_bounds({}, open_files=None).node_max_connections == 65536
     assert parse_connection_bounds({}, open_files=100).node_max_pending == 25
 

@@ -9,13 +9,13 @@ asks the gate before anything else is done for the connection: a few integer com
 
 Rules:
 
-1. ``admit(peer)`` decides at accept. It refuses, with the first reason that applies:
-   ``node_connections``: the process holds ``NodeBudget.max_connections`` connections (pending and established);
-   ``connections``: the listener holds ``ListenerLimits.max_connections``;
-   and on a listener with a handshake (``ListenerGate.handshake``):
-   ``node_pending``: the process has ``NodeBudget.max_pending`` handshakes in progress;
-   ``pending``: the listener has ``ListenerLimits.max_pending``;
-   ``peer_pending``: this peer address has ``ListenerLimits.max_pending_per_peer`` of the listener's.
+1. ``admit(peer)`` decides at accept. It refuses, with the first reason that applies (the listener's own bounds
+   first, then the process's; the handshake bounds only on a listener with a handshake, ``ListenerGate.handshake``):
+   ``connections``: the listener holds ``ListenerLimits.max_connections`` (pending and established);
+   ``pending``: the listener has ``ListenerLimits.max_pending`` handshakes in progress;
+   ``peer_pending``: this peer address has ``ListenerLimits.max_pending_per_peer`` of the listener's;
+   ``node_connections``: the process holds ``NodeBudget.max_connections`` connections;
+   ``node_pending``: the process has ``NodeBudget.max_pending`` handshakes in progress.
 2. An admitted connection holds a :class:`Ticket`. On a handshake listener it is *pending* until
    :meth:`Ticket.established` (the handshake is done and the peer judged); elsewhere it is established at once.
    ``established`` cannot fail: the connection was counted against ``max_connections`` from its accept, so a
@@ -65,8 +65,10 @@ class ListenerLimits:
 
     max_connections: int = 4096
     """Connections held at once, pending and established."""
-    max_pending: int = 128
-    """Connections in their handshake at once (TLS and the peer's judgement); only on listeners with a handshake."""
+    max_pending: int = 64
+    """Connections in their handshake at once (TLS and the peer's judgement); only on listeners with a handshake.
+    A TLS connection in progress costs the proxy about 260 KiB (asyncio's and uvloop's TLS read buffer is 256 KiB),
+    so this bounds what a flood of one listener may cost: about 16 MiB at the default."""
     max_pending_per_peer: int = 16
     """Connections in their handshake at once from one peer address. A node proxy or waypoint pools its HBONE
     connections per source workload, so a legitimate peer has one or two handshakes in flight, rarely more."""
@@ -102,7 +104,7 @@ class NodeBudget:
     def __init__(
         self,
         max_connections: int = 65536,
-        max_pending: int = 1024,
+        max_pending: int = 256,
         on_refused: Callable[[str, Refusal], None] = _ignore,
     ) -> None:
         if max_connections < 1 or max_pending < 1 or max_pending > max_connections:
@@ -137,17 +139,16 @@ class ListenerGate:
         """A ticket for a connection from ``peer`` (its address), or why it is refused (rule 1)."""
         budget, limits = self.budget, self.limits
         refusal: Refusal | None = None
-        if budget.connections >= budget.max_connections:
-            refusal = Refusal.NODE_CONNECTIONS
-        elif self.connections >= limits.max_connections:
+        if self.connections >= limits.max_connections:
             refusal = Refusal.CONNECTIONS
-        elif self.handshake:
-            if budget.pending >= budget.max_pending:
-                refusal = Refusal.NODE_PENDING
-            elif self.pending >= limits.max_pending:
-                refusal = Refusal.PENDING
-            elif self.pending_by_peer.get(peer, 0) >= limits.max_pending_per_peer:
-                refusal = Refusal.PEER_PENDING
+        elif self.handshake and self.pending >= limits.max_pending:
+            refusal = Refusal.PENDING
+        elif self.handshake and self.pending_by_peer.get(peer, 0) >= limits.max_pending_per_peer:
+            refusal = Refusal.PEER_PENDING
+        elif budget.connections >= budget.max_connections:
+            refusal = Refusal.NODE_CONNECTIONS
+        elif self.handshake and budget.pending >= budget.max_pending:
+            refusal = Refusal.NODE_PENDING
         if refusal is not None:
             budget.on_refused(self.kind, refusal)
             return refusal

@@ -26,7 +26,7 @@ class WaypointLimits:
     max_connections: int = 4096
     """HBONE connections served at once, in their handshake or established; more are reset at accept
     (:mod:`ambit.proxy.admission`)."""
-    max_pending_handshakes: int = 128
+    max_pending_handshakes: int = 256
     """HBONE connections in their TLS handshake at once; more are reset at accept."""
     max_pending_handshakes_per_peer: int = 16
     """HBONE connections in their TLS handshake at once from one peer address; more are reset at accept."""

@@ -1,0 +1,345 @@
+"""Floods of idle and trickling TCP connections on the HBONE listeners (issue 14: bounded listeners).
+
+A TCP connection costs its sender nothing and the proxy a task and a TLS handshake, so each HBONE listener admits
+connections by counters (:mod:`ambit.proxy.admission`): at most ``max_pending`` handshakes in progress, at most
+``max_pending_per_peer`` of them from one address, at most ``max_connections`` connections; one deadline bounds a
+handshake. Replayed over real sockets and real mutual TLS on loopback, against the three listeners that share the
+code: a pod's 15008 (the pod accept loop of :mod:`ambit.inpod.workloads` in front of
+:func:`ambit.proxy.inbound.serve_hbone`), the node proxy's self-proxy 15008 (:mod:`ambit.inpod.self_inbound`) and a
+waypoint's 15008 (:class:`~ambit.waypoint.process.Waypoint`).
+
+For each: an established tunnel relays echo round trips all along (none slower than ``ROUND_TRIP_BOUND``) while
+``FLOOD`` idle connections arrive from ``FLOOD_SOURCES`` addresses (the pending bound is ``LIMITS.max_pending``):
+exactly the bound is kept, the rest are reset at once and counted by reason; the test process's Python heap grows by
+less than ``HEAP_BOUND`` (tracemalloc, attacker included); the kept ones are closed at the handshake timeout
+although the attacker holds them open; then a new legitimate connection succeeds. On the pod listener also: one
+address's flood leaves room for everyone else, and a ClientHello trickled a byte at a time (slowloris) is closed at
+the handshake timeout however it keeps sending.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import socket
+import time
+import tracemalloc
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from tests.integration.inbound_rig import POD_IP, inbound_proxy
+from tests.integration.waypoint_rig import ECHO_VIP, HttpOverTunnel, Rig, started_rig
+from tests.security.listener_flood import (
+    Flood,
+    Witness,
+    client_hello,
+    closed_by_server,
+    dial_from,
+    loopback_addresses,
+    trickle_until_closed,
+)
+from tests.supervision import until_true
+from tests.unit.workload_builders import pod, state_with
+
+from ambit.identity.localca import LocalCa
+from ambit.identity.manager import CertificateManager
+from ambit.inpod.self_inbound import SelfInbound
+from ambit.inpod.workloads import PodListenerManager, PodProxy
+from ambit.model.identity import SpiffeId
+from ambit.model.workload import TunnelProtocol
+from ambit.proxy.admission import ListenerGate, ListenerLimits, NodeBudget, Refusal, Ticket, refusal_reporter
+from ambit.proxy.context import ProxyContext
+from ambit.proxy.hbone_client import HboneClient
+from ambit.proxy.hbone_stream import HboneStream
+from ambit.proxy.inbound import serve_hbone
+from ambit.proxy.pool import ConnectionPool
+from ambit.proxy.settings import ProxySettings
+from ambit.proxy.sockets import HostSocketFactory
+from ambit.telemetry.accesslog import AccessLog
+from ambit.telemetry.metrics import ProxyMetrics
+from ambit.tls.workload import WorkloadCertificate
+from ambit.waypoint.settings import WaypointLimits
+from ambit.zds.protocol import WorkloadInfo
+
+pytestmark = pytest.mark.timeout(90)
+
+TD = "cluster.local"
+CLIENT = SpiffeId(TD, "apps", "client")
+FACTORY = HostSocketFactory(mark=None)
+LIMITS = ListenerLimits(max_connections=256, max_pending=32, max_pending_per_peer=8, handshake_timeout=5.0)
+"""Small bounds, so that the flood is several times them; a handshake timeout well above the flood's own time."""
+FLOOD_SOURCES = 10
+FLOOD_PER_SOURCE = 20
+FLOOD = FLOOD_SOURCES * FLOOD_PER_SOURCE
+"""Idle connections in the flood: 200, six times the pending bound."""
+EXPECTED_REFUSALS = {
+    Refusal.PEER_PENDING: 3 * (FLOOD_PER_SOURCE - 8),  # the first three addresses, past their eight each
+    Refusal.PENDING: FLOOD - 3 * FLOOD_PER_SOURCE - 8,  # from the fourth address's ninth: the listener's 32 are taken
+}
+REFUSED_BOUND = 1.0
+"""Seconds within which a refused connection has been reset."""
+ROUND_TRIP_BOUND = 1.0
+"""The slowest echo round trip allowed on the established tunnel while the flood runs (a few ms unloaded)."""
+TLS_IN_PROGRESS = 264 * 1024
+"""What one TLS connection in its handshake costs the server's heap: asyncio's TLS read buffer is 256 KiB."""
+HEAP_BOUND = LIMITS.max_pending * TLS_IN_PROGRESS + 3 * 1024 * 1024
+"""Python heap growth allowed during the flood, attacker's sockets and tasks included: the handshakes the listener
+keeps, and 3 MiB for everything else (measured: 9.1 MiB for a pod listener). Without the bound every one of the
+``FLOOD`` connections would hold its 256 KiB: 50 MiB."""
+
+
+@dataclass
+class Target:
+    """An HBONE listener under test, with a way to open a legitimate tunnel relaying to an echo server."""
+
+    addr: tuple[str, int]
+    gate: ListenerGate
+    metrics: ProxyMetrics
+    tunnel: Callable[[], Awaitable[tuple[HboneClient, Callable[[bytes], Awaitable[bytes]]]]]
+
+
+def round_trips(stream: HboneStream) -> Callable[[bytes], Awaitable[bytes]]:
+    async def once(payload: bytes) -> bytes:
+        await stream.write(payload)
+        got = b""
+        while len(got) < len(payload):
+            chunk = await stream.read()
+            assert chunk, "the tunnel ended"
+            got += chunk
+        return got
+
+    return once
+
+
+@contextlib.asynccontextmanager
+async def echo_server(host: str) -> AsyncIterator[int]:
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError):
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(echo, host, 0)
+    try:
+        yield server.sockets[0].getsockname()[1]
+    finally:
+        server.close()
+
+
+def gate_for(metrics: ProxyMetrics, kind: str = "hbone") -> ListenerGate:
+    budget = NodeBudget(4096, 1024, refusal_reporter(metrics.connection_refused, time.monotonic, logging.getLogger()))
+    return ListenerGate(kind, LIMITS, budget, handshake=True)
+
+
+def refusals(metrics: ProxyMetrics, kind: str) -> dict[str, int]:
+    found: dict[str, int] = {}
+    for line in metrics.render().decode().splitlines():
+        if line.startswith(f'ambit_listener_connections_refused_total{{listener="{kind}"'):
+            labels, value = line.rsplit(" ", 1)
+            reason = labels.split('reason="')[1].split('"')[0]
+            found[reason] = int(float(value))
+    return found
+
+
+# --- the three listeners -----------------------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def pod_listener(tmp_path: Path) -> AsyncIterator[Target]:
+    """A pod's 15008 as the node proxy runs it: the pod accept loop with its gate, then ``serve_hbone``."""
+    async with inbound_proxy(tmp_path) as proxy, echo_server(POD_IP) as echo_port:
+        ctx, local = proxy.ctx, proxy.ctx.pods["uid-web"]
+        client_cert = await proxy.ca.fetch_certificate(CLIENT)
+        gate = gate_for(ctx.metrics)
+        listener = socket.create_server((POD_IP, 0), backlog=1024)
+        listener.setblocking(False)
+        pod_proxy = PodProxy("uid-web", local.info, listeners=[listener])
+
+        def handler(sock: socket.socket, ticket: Ticket | None) -> Awaitable[None]:
+            return serve_hbone(ctx, local, sock, ticket)
+
+        pod_proxy.accept_tasks.append(
+            asyncio.create_task(PodListenerManager._accept_loop(pod_proxy, listener, handler, gate))
+        )
+        addr = listener.getsockname()[:2]
+
+        async def tunnel() -> tuple[HboneClient, Callable[[bytes], Awaitable[bytes]]]:
+            sock = await dial_from("127.0.0.1", addr)
+            client = await HboneClient.connect(sock, client_cert, frozenset({local.identity}), trust_domain=TD)
+            return client, round_trips(await client.open_tunnel(f"{POD_IP}:{echo_port}", []))
+
+        try:
+            yield Target(addr, gate, ctx.metrics, tunnel)
+        finally:
+            await pod_proxy.aclose()
+
+
+OWN_IP = "127.0.0.71"
+
+
+@contextlib.asynccontextmanager
+async def self_proxy_listener(tmp_path: Path) -> AsyncIterator[Target]:
+    """The node proxy's self-proxy 15008, its ports 15020/15021 stood in for by an echo server on 15020."""
+    ca = LocalCa(tmp_path / "ca", trust_domain=TD)
+    own = pod(
+        "ztunnel-abc",
+        OWN_IP,
+        uid="Kubernetes//Pod/istio-system/ztunnel-abc",
+        namespace="istio-system",
+        service_account="ztunnel",
+        services={},
+        tunnel_protocol=TunnelProtocol.HBONE,
+    )
+    metrics = ProxyMetrics()
+    ctx = ProxyContext(
+        settings=ProxySettings(node="node-1", trust_domain=TD),
+        state=state_with(own),
+        certs=CertificateManager(ca),
+        pool=ConnectionPool(),
+        metrics=metrics,
+        access_log=AccessLog(logger=logging.getLogger("tests.listener_floods.access")),
+    )
+    gate = gate_for(metrics, "self_hbone")
+    listener = SelfInbound(ctx, WorkloadInfo("ztunnel-abc", "istio-system", "ztunnel"), OWN_IP, port=0, gate=gate)
+    echo = await asyncio.start_server(_echo_handler, OWN_IP, 15020, reuse_address=True)
+    await listener.start()
+    client_cert = await ca.fetch_certificate(CLIENT)
+
+    async def tunnel() -> tuple[HboneClient, Callable[[bytes], Awaitable[bytes]]]:
+        sock = await dial_from("127.0.0.1", listener.address)
+        client = await HboneClient.connect(sock, client_cert, frozenset({listener.pod.identity}), trust_domain=TD)
+        return client, round_trips(await client.open_tunnel(f"{OWN_IP}:15020", []))
+
+    try:
+        yield Target(listener.address, gate, metrics, tunnel)
+    finally:
+        await listener.aclose()
+        echo.close()
+        await ctx.pool.aclose()
+        await ctx.certs.aclose()
+
+
+async def _echo_handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    with contextlib.suppress(ConnectionError):
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    writer.close()
+
+
+@contextlib.asynccontextmanager
+async def waypoint_listener(tmp_path: Path) -> AsyncIterator[Target]:
+    """A waypoint's 15008 with the flood tests' bounds; the tunnel carries HTTP/1.1 to the rig's echo Service."""
+    limits = WaypointLimits(
+        max_connections=LIMITS.max_connections,
+        max_pending_handshakes=LIMITS.max_pending,
+        max_pending_handshakes_per_peer=LIMITS.max_pending_per_peer,
+        handshake_timeout=LIMITS.handshake_timeout,
+    )
+    async with started_rig(tmp_path, limits) as rig:
+        await _ready(rig)
+
+        async def tunnel() -> tuple[HboneClient, Callable[[bytes], Awaitable[bytes]]]:
+            client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+            http = HttpOverTunnel(stream)
+
+            async def once(payload: bytes) -> bytes:
+                status, _, body = await http.request("POST", "/echo", payload)
+                assert status == 200, status
+                assert json.loads(body)["sha256"] == hashlib.sha256(payload).hexdigest()
+                return payload
+
+            return client, once
+
+        yield Target(("127.0.0.1", rig.settings.hbone_port), rig.waypoint.hbone_gate, rig.waypoint.metrics, tunnel)
+
+
+async def _ready(rig: Rig) -> None:
+    async with asyncio.timeout(10):
+        await rig.waypoint.startup.ready.wait()
+
+
+LISTENERS = {"pod": pod_listener, "self_proxy": self_proxy_listener, "waypoint": waypoint_listener}
+
+
+# --- the attacks -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", sorted(LISTENERS))
+async def test_an_idle_flood_is_bounded_and_established_tunnels_keep_flowing(kind: str, tmp_path: Path) -> None:
+    async with LISTENERS[kind](tmp_path) as target:
+        client, round_trip = await target.tunnel()
+        witness = Witness(round_trip)
+        assert await round_trip(b"before") == b"before"
+        tracemalloc.start()
+        flood: Flood | None = None
+        try:
+            base = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            witness.start()
+            flood = await Flood.open(target.addr, loopback_addresses(FLOOD_SOURCES), FLOOD_PER_SOURCE)
+            refused = await closed_by_server(flood.sockets, REFUSED_BOUND)
+            kept = [sock for sock in flood.sockets if sock not in refused]
+            assert (len(kept), target.gate.pending) == (LIMITS.max_pending, LIMITS.max_pending), refusals(
+                target.metrics, target.gate.kind
+            )
+            assert target.gate.connections == LIMITS.max_pending + 1  # and the witness's
+            await witness.stop()
+            growth = tracemalloc.get_traced_memory()[1] - base
+        finally:
+            tracemalloc.stop()
+        assert growth < HEAP_BOUND, f"the heap grew by {growth / 2**20:.1f} MiB during the flood"
+        assert witness.count > 0 and witness.slowest < ROUND_TRIP_BOUND, (witness.count, witness.slowest)
+        listener_kind = target.gate.kind
+        assert refusals(target.metrics, listener_kind) == {k.value: n for k, n in EXPECTED_REFUSALS.items()}
+
+        # The kept ones are dropped at the handshake timeout, although the attacker still holds them open.
+        dropped = await closed_by_server(kept, LIMITS.handshake_timeout + 2.0)
+        assert len(dropped) == len(kept)
+        await until_true(lambda: target.gate.pending == 0, "the timed-out handshakes' places to be released", 2.0)
+        assert (target.gate.connections, target.gate.pending_by_peer) == (1, {})
+        assert await round_trip(b"after the flood") == b"after the flood"
+
+        # And a new legitimate connection gets in, the attacker's sockets still open on its side.
+        second, second_trip = await target.tunnel()
+        assert await second_trip(b"new") == b"new"
+        await second.aclose()
+        await client.aclose()
+        flood.close()
+
+
+async def test_one_address_s_flood_leaves_room_for_every_other_peer(tmp_path: Path) -> None:
+    async with pod_listener(tmp_path) as target:
+        flood = await Flood.open(target.addr, loopback_addresses(1, third=3), 100)
+        try:
+            refused = await closed_by_server(flood.sockets, REFUSED_BOUND)
+            assert len(refused) == 100 - LIMITS.max_pending_per_peer
+            assert target.gate.pending_by_peer == {"127.0.3.1": LIMITS.max_pending_per_peer}
+            client, round_trip = await target.tunnel()  # another address: its handshake is admitted at once
+            assert await round_trip(b"hello") == b"hello"
+            await client.aclose()
+        finally:
+            flood.close()
+        assert refusals(target.metrics, "hbone") == {"peer_pending": 100 - LIMITS.max_pending_per_peer}
+
+
+async def test_a_trickled_client_hello_is_closed_at_the_handshake_timeout(tmp_path: Path) -> None:
+    async with pod_listener(tmp_path) as target:
+        cert: WorkloadCertificate = await LocalCa(tmp_path / "ca", trust_domain=TD).fetch_certificate(CLIENT)
+        hello = client_hello(cert)
+        assert len(hello) > 200  # at 50 bytes a second the whole hello would take four times the timeout
+        sock = await dial_from("127.0.4.1", target.addr)
+        try:
+            took = await trickle_until_closed(sock, hello, 0.02, LIMITS.handshake_timeout + 3.0)
+        finally:
+            sock.close()
+        assert LIMITS.handshake_timeout - 0.5 <= took <= LIMITS.handshake_timeout + 1.5, took
+        # The ticket is released by the serving task's end, a tick after the close the attacker saw.
+        await until_true(lambda: target.gate.connections == 0, "the trickler's place to be released", 2.0)
+        assert target.gate.pending_by_peer == {}
