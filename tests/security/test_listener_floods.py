@@ -27,9 +27,10 @@ import logging
 import socket
 import time
 import tracemalloc
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.integration.inbound_rig import POD_IP, inbound_proxy
@@ -55,9 +56,11 @@ from ambit.model.workload import TunnelProtocol
 from ambit.proxy.admission import ListenerGate, ListenerLimits, NodeBudget, Refusal, Ticket, refusal_reporter
 from ambit.proxy.context import ProxyContext
 from ambit.proxy.hbone_client import HboneClient
+from ambit.proxy.hbone_server import HboneServer, InboundRequest, TunnelResponder
 from ambit.proxy.hbone_stream import HboneStream
-from ambit.proxy.inbound import serve_hbone
+from ambit.proxy.inbound import serve_hbone, serve_plaintext
 from ambit.proxy.pool import ConnectionPool
+from ambit.proxy.relay import Splice
 from ambit.proxy.settings import ProxySettings
 from ambit.proxy.sockets import HostSocketFactory
 from ambit.telemetry.accesslog import AccessLog
@@ -132,9 +135,12 @@ async def echo_server(host: str) -> AsyncIterator[int]:
         server.close()
 
 
-def gate_for(metrics: ProxyMetrics, kind: str = "hbone") -> ListenerGate:
+def gate_for(
+    metrics: ProxyMetrics, kind: str = "hbone", limits: ListenerLimits = LIMITS, *, handshake: bool = True
+) -> ListenerGate:
+    """A listener's gate over a budget of its own, its refusals counted in ``metrics`` as the node proxy does."""
     budget = NodeBudget(4096, 1024, refusal_reporter(metrics.connection_refused, time.monotonic, logging.getLogger()))
-    return ListenerGate(kind, LIMITS, budget, handshake=True)
+    return ListenerGate(kind, limits, budget, handshake=handshake)
 
 
 def refusals(metrics: ProxyMetrics, kind: str) -> dict[str, int]:
@@ -161,7 +167,7 @@ async def pod_listener(tmp_path: Path) -> AsyncIterator[Target]:
         listener.setblocking(False)
         pod_proxy = PodProxy("uid-web", local.info, listeners=[listener])
 
-        def handler(sock: socket.socket, ticket: Ticket | None) -> Awaitable[None]:
+        def handler(sock: socket.socket, ticket: Ticket | None) -> Coroutine[Any, Any, None]:
             return serve_hbone(ctx, local, sock, ticket)
 
         pod_proxy.accept_tasks.append(
@@ -343,3 +349,111 @@ async def test_a_trickled_client_hello_is_closed_at_the_handshake_timeout(tmp_pa
         # The ticket is released by the serving task's end, a tick after the close the attacker saw.
         await until_true(lambda: target.gate.connections == 0, "the trickler's place to be released", 2.0)
         assert target.gate.pending_by_peer == {}
+
+
+# --- the plaintext listeners (15006, and 15001 alike): connections only --------------------------------------------
+
+PLAINTEXT_LIMITS = ListenerLimits(max_connections=16, max_pending=16, max_pending_per_peer=16)
+
+
+async def echo_once(sock: socket.socket, payload: bytes) -> bytes:
+    loop = asyncio.get_running_loop()
+    await loop.sock_sendall(sock, payload)
+    got = b""
+    async with asyncio.timeout(ROUND_TRIP_BOUND):
+        while len(got) < len(payload):
+            chunk = await loop.sock_recv(sock, 65536)
+            assert chunk, "the relay ended"
+            got += chunk
+    return got
+
+
+async def test_a_plaintext_listener_holds_its_bound_and_relayed_connections_give_their_places_back(
+    tmp_path: Path,
+) -> None:
+    async with echo_server(POD_IP) as echo_port, inbound_proxy(tmp_path, plaintext_target=(POD_IP, echo_port)) as proxy:
+        ctx, local = proxy.ctx, proxy.ctx.pods["uid-web"]
+        budget = NodeBudget(
+            4096, 1024, refusal_reporter(ctx.metrics.connection_refused, time.monotonic, logging.getLogger())
+        )
+        gate = ListenerGate("inbound_plaintext", PLAINTEXT_LIMITS, budget, handshake=False)
+        listener = socket.create_server((POD_IP, 0), backlog=1024)
+        listener.setblocking(False)
+        pod_proxy = PodProxy("uid-web", local.info, listeners=[listener])
+
+        def handler(sock: socket.socket, ticket: Ticket | None) -> Coroutine[Any, Any, Splice | None]:
+            return serve_plaintext(ctx, local, sock)
+
+        pod_proxy.accept_tasks.append(
+            asyncio.create_task(PodListenerManager._accept_loop(pod_proxy, listener, handler, gate))
+        )
+        addr = listener.getsockname()[:2]
+        clients = [await dial_from("127.0.0.1", addr) for _ in range(PLAINTEXT_LIMITS.max_connections)]
+        flood: Flood | None = None
+        try:
+            for n, client in enumerate(clients):
+                assert await echo_once(client, f"hello {n}".encode()) == f"hello {n}".encode()
+            assert gate.connections == PLAINTEXT_LIMITS.max_connections
+
+            flood = await Flood.open(addr, loopback_addresses(4, third=5), 25)
+            refused = await closed_by_server(flood.sockets, REFUSED_BOUND)
+            assert len(refused) == len(flood.sockets) == 100
+            assert refusals(ctx.metrics, "inbound_plaintext") == {"connections": 100}
+            for client in clients:  # the relayed ones never noticed
+                assert await echo_once(client, b"still here") == b"still here"
+
+            for client in clients[:8]:  # a relay that ends gives its place back (its splice held the ticket)
+                client.close()
+            await until_true(lambda: gate.connections == 8, "the ended relays' places to be released", 5.0)
+            for _ in range(8):
+                clients.append(newcomer := await dial_from("127.0.5.1", addr))
+                assert await echo_once(newcomer, b"my turn") == b"my turn"
+        finally:
+            for client in clients:
+                client.close()
+            if flood is not None:
+                flood.close()
+            await pod_proxy.aclose()
+        assert (gate.connections, gate.budget.connections) == (0, 0)
+
+
+# --- one deadline for the whole handshake --------------------------------------------------------------------------
+
+
+async def test_one_deadline_covers_a_slow_certificate_and_the_tls_handshake_after_it(tmp_path: Path) -> None:
+    """A slow certificate (the CA is far) must not lengthen the time a trickling client holds its place: the TLS
+    handshake gets what is left of the one deadline, not a timeout of its own."""
+    timeout, slow_ca = 3.0, 1.8
+    ca = LocalCa(tmp_path / "ca", trust_domain=TD)
+    server_cert = await ca.fetch_certificate(SpiffeId(TD, "apps", "web"))
+    hello = client_hello(await ca.fetch_certificate(CLIENT))
+
+    async def slow_certificate() -> WorkloadCertificate:
+        await asyncio.sleep(slow_ca)  # the scenario: a certificate that takes this long to come
+        return server_cert
+
+    async def never(request: InboundRequest, responder: TunnelResponder) -> None:
+        raise AssertionError("no tunnel can get this far")
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.setblocking(False)
+    serving: list[asyncio.Task[None]] = []
+
+    async def accept() -> None:
+        sock, _ = await asyncio.get_running_loop().sock_accept(listener)
+        serving.append(
+            asyncio.create_task(
+                HboneServer.serve(sock, slow_certificate, trust_domain=TD, handler=never, handshake_timeout=timeout)
+            )
+        )
+
+    accepting = asyncio.create_task(accept())
+    sock = await dial_from("127.0.6.1", listener.getsockname()[:2])
+    try:
+        took = await trickle_until_closed(sock, hello, 0.02, timeout + slow_ca + 3.0)
+    finally:
+        sock.close()
+        await accepting
+        await asyncio.gather(*serving)
+        listener.close()
+    assert timeout - 0.5 <= took <= timeout + 0.8, f"closed after {took:.2f} s; the deadline is {timeout} s"
