@@ -49,6 +49,7 @@ from tests.unit.workload_builders import pod, state_with
 
 from ambit.identity.localca import LocalCa
 from ambit.identity.manager import CertificateManager
+from ambit.inpod.eventloop import run
 from ambit.inpod.self_inbound import SelfInbound
 from ambit.inpod.workloads import PodListenerManager, PodProxy
 from ambit.model.identity import SpiffeId
@@ -279,6 +280,15 @@ LISTENERS = {"pod": pod_listener, "self_proxy": self_proxy_listener, "waypoint":
 
 @pytest.mark.parametrize("kind", sorted(LISTENERS))
 async def test_an_idle_flood_is_bounded_and_established_tunnels_keep_flowing(kind: str, tmp_path: Path) -> None:
+    await idle_flood(kind, tmp_path)
+
+
+def test_an_idle_flood_on_a_pod_listener_is_bounded_under_uvloop_too(tmp_path: Path) -> None:
+    """The node proxy runs on uvloop, whose TLS transport and handshake timeout are its own."""
+    run(lambda: idle_flood("pod", tmp_path), "uvloop")
+
+
+async def idle_flood(kind: str, tmp_path: Path) -> None:
     async with LISTENERS[kind](tmp_path) as target:
         client, round_trip = await target.tunnel()
         witness = Witness(round_trip)
@@ -335,7 +345,12 @@ async def test_one_address_s_flood_leaves_room_for_every_other_peer(tmp_path: Pa
         assert refusals(target.metrics, "hbone") == {"peer_pending": 100 - LIMITS.max_pending_per_peer}
 
 
-async def test_a_trickled_client_hello_is_closed_at_the_handshake_timeout(tmp_path: Path) -> None:
+@pytest.mark.parametrize("loop_name", ["asyncio", "uvloop"])
+def test_a_trickled_client_hello_is_closed_at_the_handshake_timeout(loop_name: str, tmp_path: Path) -> None:
+    run(lambda: trickled_client_hello(tmp_path), loop_name)
+
+
+async def trickled_client_hello(tmp_path: Path) -> None:
     async with pod_listener(tmp_path) as target:
         cert: WorkloadCertificate = await LocalCa(tmp_path / "ca", trust_domain=TD).fetch_certificate(CLIENT)
         hello = client_hello(cert)
