@@ -10,11 +10,14 @@ waypoint's 15008 (:class:`~ambit.waypoint.process.Waypoint`).
 
 For each: an established tunnel relays echo round trips all along (none slower than ``ROUND_TRIP_BOUND``) while
 ``FLOOD`` idle connections arrive from ``FLOOD_SOURCES`` addresses (the pending bound is ``LIMITS.max_pending``):
-exactly the bound is kept, the rest are reset at once and counted by reason; the test process's Python heap grows by
-less than ``HEAP_BOUND`` (tracemalloc, attacker included); the kept ones are closed at the handshake timeout
-although the attacker holds them open; then a new legitimate connection succeeds. On the pod listener also: one
-address's flood leaves room for everyone else, and a ClientHello trickled a byte at a time (slowloris) is closed at
-the handshake timeout however it keeps sending.
+exactly the bound is kept (the newest: a newcomer evicts the oldest handshake), the rest are reset at once and
+counted by reason; the test process's Python heap grows by less than ``HEAP_BOUND`` (tracemalloc, attacker
+included); a legitimate connection gets in while the flood holds every pending place; the kept ones are closed at
+the handshake timeout although the attacker holds them open; and new legitimate connections still succeed. On the
+pod listener also: one address's flood leaves room for everyone else, an attacker that keeps opening connections
+from several addresses (the slow-loris pattern of RUSTSEC-2024-0341, faster) does not lock new clients out, a
+ClientHello trickled a byte at a time is closed at the handshake timeout however it keeps sending, and the plaintext
+listeners hold their connection bound while their relays flow.
 """
 
 from __future__ import annotations
@@ -82,8 +85,8 @@ FLOOD_PER_SOURCE = 20
 FLOOD = FLOOD_SOURCES * FLOOD_PER_SOURCE
 """Idle connections in the flood: 200, six times the pending bound."""
 EXPECTED_REFUSALS = {
-    Refusal.PEER_PENDING: 3 * (FLOOD_PER_SOURCE - 8),  # the first three addresses, past their eight each
-    Refusal.PENDING: FLOOD - 3 * FLOOD_PER_SOURCE - 8,  # from the fourth address's ninth: the listener's 32 are taken
+    Refusal.PEER_PENDING: FLOOD_SOURCES * (FLOOD_PER_SOURCE - 8),  # every address past its eight
+    Refusal.EVICTED: FLOOD_SOURCES * 8 - 32,  # the oldest handshakes, to make room for the newer: the last 32 stay
 }
 REFUSED_BOUND = 1.0
 """Seconds within which a refused connection has been reset."""
@@ -312,22 +315,70 @@ async def idle_flood(kind: str, tmp_path: Path) -> None:
             tracemalloc.stop()
         assert growth < HEAP_BOUND, f"the heap grew by {growth / 2**20:.1f} MiB during the flood"
         assert witness.count > 0 and witness.slowest < ROUND_TRIP_BOUND, (witness.count, witness.slowest)
-        listener_kind = target.gate.kind
-        assert refusals(target.metrics, listener_kind) == {k.value: n for k, n in EXPECTED_REFUSALS.items()}
+        kind = target.gate.kind
+        assert refusals(target.metrics, kind) == {k.value: n for k, n in EXPECTED_REFUSALS.items()}
 
-        # The kept ones are dropped at the handshake timeout, although the attacker still holds them open.
+        # A new legitimate connection gets in while the flood holds every pending place: it evicts the oldest.
+        second, second_trip = await target.tunnel()
+        assert await second_trip(b"in the flood") == b"in the flood"
+        assert refusals(target.metrics, kind)[Refusal.EVICTED.value] == EXPECTED_REFUSALS[Refusal.EVICTED] + 1
+
+        # The rest are dropped at the handshake timeout, although the attacker still holds them open.
         dropped = await closed_by_server(kept, LIMITS.handshake_timeout + 2.0)
         assert len(dropped) == len(kept)
         await until_true(lambda: target.gate.pending == 0, "the timed-out handshakes' places to be released", 2.0)
-        assert (target.gate.connections, target.gate.pending_by_peer) == (1, {})
+        assert (target.gate.connections, target.gate.pending_by_peer) == (2, {})
         assert await round_trip(b"after the flood") == b"after the flood"
 
-        # And a new legitimate connection gets in, the attacker's sockets still open on its side.
-        second, second_trip = await target.tunnel()
-        assert await second_trip(b"new") == b"new"
-        await second.aclose()
-        await client.aclose()
+        # And new legitimate connections keep getting in, the attacker's sockets still open on its side.
+        third, third_trip = await target.tunnel()
+        assert await third_trip(b"new") == b"new"
+        for each in (third, second, client):
+            await each.aclose()
         flood.close()
+
+
+CHURN_INTERVAL = 0.005
+"""The churning attacker opens a connection every 5 ms (200 a second), round robin over ``CHURN_SOURCES``."""
+CHURN_SOURCES = 8
+LEGITIMATE = 5
+CONNECT_BOUND = 2.0
+"""Seconds a legitimate client may take to get its tunnel while the churn goes on (tens of ms unloaded)."""
+
+
+async def test_an_attacker_that_keeps_opening_connections_does_not_lock_new_clients_out(tmp_path: Path) -> None:
+    """With a plain pending bound, a few connections per handshake timeout from a few addresses keep it full and
+    every new client is refused; here each newcomer evicts the oldest handshake, so legitimate clients, whose
+    handshakes take milliseconds, get in while the attacker churns at two hundred connections a second."""
+    async with pod_listener(tmp_path) as target:
+        held: list[socket.socket] = []
+        stop = asyncio.Event()
+
+        async def churn() -> None:
+            sources = loopback_addresses(CHURN_SOURCES, third=7)
+            n = 0
+            while not stop.is_set():
+                held.append(await dial_from(sources[n % CHURN_SOURCES], target.addr, refused_ok=True))
+                n += 1
+                await asyncio.sleep(CHURN_INTERVAL)  # the attack's pace
+
+        attacker = asyncio.create_task(churn())
+        try:
+            await until_true(lambda: target.gate.pending == LIMITS.max_pending, "the churn to fill the pending places")
+            for n in range(LEGITIMATE):
+                async with asyncio.timeout(CONNECT_BOUND):
+                    client, round_trip = await target.tunnel()
+                    assert await round_trip(f"legitimate {n}".encode()) == f"legitimate {n}".encode()
+                await client.aclose()
+            assert not attacker.done()
+        finally:
+            stop.set()
+            await attacker
+            for sock in held:
+                sock.close()
+        counted = refusals(target.metrics, "hbone")
+        assert counted.get(Refusal.EVICTED.value, 0) >= LEGITIMATE, counted
+        assert target.gate.pending <= LIMITS.max_pending
 
 
 async def test_one_address_s_flood_leaves_room_for_every_other_peer(tmp_path: Path) -> None:

@@ -55,6 +55,36 @@ def test_the_listener_s_pending_bound_refuses_every_peer_until_a_handshake_ends(
     admitted(g.admit("10.0.0.99"))
 
 
+def test_a_newcomer_evicts_the_oldest_handshake_when_the_listener_s_are_all_taken() -> None:
+    seen: list[tuple[str, Refusal]] = []
+    g = gate(pending=4, per_peer=1, budget=NodeBudget(100, 10, lambda kind, reason: seen.append((kind, reason))))
+    closed: list[int] = []
+    tickets = []
+    for i in range(4):
+        ticket = admitted(g.admit(f"10.0.0.{i}"))
+        ticket.on_evict(lambda i=i: closed.append(i))
+        tickets.append(ticket)
+    tickets[0].established()  # no longer pending: never evicted
+    admitted(g.admit("10.0.0.98")).on_evict(lambda: closed.append(98))
+    newcomer = admitted(g.admit("10.0.0.99"))
+    assert closed == [1]  # the oldest still in its handshake
+    assert not tickets[1].pending and g.pending == 4 and "10.0.0.1" not in g.pending_by_peer
+    assert seen == [("hbone", Refusal.EVICTED)]
+    tickets[1].release()  # the evicted connection's task ends later: nothing more is given back
+    assert (g.connections, g.budget.connections) == (5, 5)
+    assert newcomer.pending
+
+
+def test_the_process_s_pending_bound_evicts_the_oldest_handshake_of_any_listener() -> None:
+    budget = NodeBudget(max_connections=100, max_pending=2)
+    one, two = gate(budget=budget), gate(budget=budget)
+    closed: list[str] = []
+    admitted(one.admit("a")).on_evict(lambda: closed.append("a"))
+    admitted(two.admit("b")).on_evict(lambda: closed.append("b"))
+    admitted(two.admit("c"))
+    assert closed == ["a"] and (one.pending, two.pending, budget.pending) == (0, 2, 2)
+
+
 def test_established_connections_keep_their_places_and_bound_new_ones() -> None:
     g = gate(connections=3, pending=3, per_peer=3)
     for _ in range(3):
@@ -149,7 +179,7 @@ def test_the_reporter_counts_every_refusal_and_logs_at_a_bounded_rate(caplog: py
     assert len(counted) == 1000 and counted[0] == ("hbone", "peer_pending")
     lines = [r.getMessage() for r in caplog.records]
     assert 1 <= len(lines) <= 2, lines
-    assert "refused 1 connection(s) at accept (peer_pending)" in lines[0]
+    assert "refused or evicted 1 connection(s) (peer_pending)" in lines[0]
 
 
 @given(
@@ -164,12 +194,19 @@ def test_counts_always_match_the_tickets_held_and_never_exceed_the_bounds(
     budget = NodeBudget(max_connections=12, max_pending=6)
     gates = [gate(connections=8, pending=4, per_peer=2, budget=budget) for _ in range(2)]
     held: list[tuple[int, str, Ticket]] = []
+
+    def evicted(ticket: Ticket) -> None:
+        assert not ticket.pending
+        held[:] = [entry for entry in held if entry[2] is not ticket]
+
     for action, peer, index in steps:
         which = index % 2
         if action == "admit":
             result = gates[which].admit(f"10.0.0.{peer}")
             if isinstance(result, Ticket):
                 held.append((which, f"10.0.0.{peer}", result))
+                if index % 3:  # most can be evicted; some cannot (their newcomers are refused instead)
+                    result.on_evict(lambda ticket=result: evicted(ticket))
         elif held:
             _, _, ticket = held[index % len(held)]
             if action == "establish":

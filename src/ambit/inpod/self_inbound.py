@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import socket
 
 from ambit.proxy.admission import ListenerGate, ListenerLimits, NodeBudget, Refusal, Ticket
 from ambit.proxy.context import LocalPod, ProxyContext
 from ambit.proxy.inbound import serve_hbone
-from ambit.proxy.sockets import HostSocketFactory, reset
+from ambit.proxy.sockets import HostSocketFactory, close_when_done, reset
 from ambit.zds.protocol import WorkloadInfo
 
 log = logging.getLogger("ambit.inpod.self_inbound")
@@ -104,7 +105,10 @@ class SelfInbound:
             task = asyncio.create_task(self._serve(conn, ticket))
             self._serving.add(task)
             task.add_done_callback(self._serving.discard)
-            task.add_done_callback(ticket.release_when_done)  # even if cancelled before it ran
+            # Even if cancelled before it ran (evicted by a newcomer, or the listener closing): place and socket.
+            task.add_done_callback(ticket.release_when_done)
+            task.add_done_callback(functools.partial(close_when_done, conn))
+            ticket.on_evict(task.cancel)
 
     async def _serve(self, conn: socket.socket, ticket: Ticket) -> None:
         try:

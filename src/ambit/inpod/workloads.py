@@ -272,6 +272,8 @@ class _Acceptor:
             task = loop.create_task(handler(conn, ticket))
             pod.connections.add(task)
             task.add_done_callback(functools.partial(_connection_done, pod, conn, ticket))
+            if ticket is not None and ticket.pending:  # evicted by a newcomer: the done callback closes the socket
+                ticket.on_evict(task.cancel)
 
 
 class PodListenerManager:

@@ -9,27 +9,35 @@ asks the gate before anything else is done for the connection: a few integer com
 
 Rules:
 
-1. ``admit(peer)`` decides at accept. It refuses, with the first reason that applies (the listener's own bounds
-   first, then the process's; the handshake bounds only on a listener with a handshake, ``ListenerGate.handshake``):
+1. ``admit(peer)`` decides at accept, with the listener's own bounds first, then the process's (the handshake bounds
+   apply only on a listener with a handshake, ``ListenerGate.handshake``). It refuses when
    ``connections``: the listener holds ``ListenerLimits.max_connections`` (pending and established);
-   ``pending``: the listener has ``ListenerLimits.max_pending`` handshakes in progress;
-   ``peer_pending``: this peer address has ``ListenerLimits.max_pending_per_peer`` of the listener's;
-   ``node_connections``: the process holds ``NodeBudget.max_connections`` connections;
-   ``node_pending``: the process has ``NodeBudget.max_pending`` handshakes in progress.
-2. An admitted connection holds a :class:`Ticket`. On a handshake listener it is *pending* until
+   ``peer_pending``: this peer address has ``ListenerLimits.max_pending_per_peer`` handshakes in progress there;
+   ``node_connections``: the process holds ``NodeBudget.max_connections`` connections.
+2. When the listener has ``ListenerLimits.max_pending`` handshakes in progress, the newcomer takes the place of the
+   oldest of them, which is evicted (its connection closed); likewise, over the process, when it has
+   ``NodeBudget.max_pending``. A full pending bound would otherwise be a lever of its own (tls-listener's
+   RUSTSEC-2024-0341): a few connections every timeout from a few addresses would lock every new client out. With
+   eviction a flood must open connections faster than a legitimate handshake completes (milliseconds) to keep one
+   out, and what it holds is still bounded. Only a ticket whose shell said how to close it (:meth:`Ticket.on_evict`)
+   is evicted; without one the newcomer is refused (``pending``, ``node_pending``).
+3. An admitted connection holds a :class:`Ticket`. On a handshake listener it is *pending* until
    :meth:`Ticket.established` (the handshake is done and the peer judged); elsewhere it is established at once.
    ``established`` cannot fail: the connection was counted against ``max_connections`` from its accept, so a
    connection that completes its handshake always has its place.
-3. :meth:`Ticket.release` gives back whatever the ticket holds, from either state; it is idempotent.
-4. The gate never closes a connection it admitted. A flood of new connections is refused at accept; it never
-   displaces an established one, and since ``max_pending`` is below ``max_connections`` it cannot take every
-   place either. How long a pending connection may hold its place is the handshake timeout's business (the shell's:
-   one deadline for the certificate and the whole TLS handshake, so a peer sending a byte a second gains nothing).
-5. Every refusal is reported to ``NodeBudget.on_refused(listener, reason)`` (a metric); :class:`RefusalLog` turns
-   the refusals into at most one log line per listener kind and reason per interval, with the count since the last.
+4. :meth:`Ticket.release` gives back whatever the ticket holds, from either state; it is idempotent.
+5. An established connection is never closed by the gate: a flood of new connections is refused at accept or
+   evicts pending ones, it never displaces an established one; and since ``max_pending`` is below
+   ``max_connections`` it cannot take every place either. How long a pending connection may hold its place is also
+   bounded by the handshake timeout (the shell's: one deadline for the certificate and the whole TLS handshake, so a
+   peer sending a byte a second gains nothing).
+6. Every refusal and eviction is reported to ``NodeBudget.on_refused(listener, reason)`` (a metric);
+   :class:`RefusalLog` turns them into at most one log line per listener kind and reason per interval, with the
+   count since the last.
 
-Counts per peer are kept only while the peer has a pending connection, so their number is bounded by the pending
-bounds, whatever the number of addresses a flood comes from.
+Pending tickets are kept oldest first (a dict keeps insertion order), so the oldest is found and removed in constant
+time. Counts per peer are kept only while the peer has a pending connection, so their number is bounded by the
+pending bounds, whatever the number of addresses a flood comes from.
 """
 
 from __future__ import annotations
@@ -47,13 +55,15 @@ class AdmissionSettingsError(ProxyError):
 
 
 class Refusal(enum.StrEnum):
-    """Why a connection was refused at accept (the ``reason`` label of the refusal metric)."""
+    """Why a connection was refused at accept, or closed in its handshake (the ``reason`` label of the metric)."""
 
-    NODE_CONNECTIONS = "node_connections"
     CONNECTIONS = "connections"
-    NODE_PENDING = "node_pending"
-    PENDING = "pending"
     PEER_PENDING = "peer_pending"
+    NODE_CONNECTIONS = "node_connections"
+    PENDING = "pending"
+    NODE_PENDING = "node_pending"
+    EVICTED = "pending_evicted"
+    """Not a refusal of the newcomer: the oldest handshake in progress, closed to make room for it (rule 2)."""
 
 
 DEFAULT_HANDSHAKE_TIMEOUT = 10.0
@@ -99,7 +109,7 @@ def _ignore(listener: str, reason: Refusal) -> None:
 class NodeBudget:
     """What every listener of the process shares: connections and handshakes in total."""
 
-    __slots__ = ("connections", "max_connections", "max_pending", "on_refused", "pending")
+    __slots__ = ("_pending", "connections", "max_connections", "max_pending", "on_refused")
 
     def __init__(
         self,
@@ -117,14 +127,18 @@ class NodeBudget:
         self.on_refused = on_refused
         self.connections = 0
         """Connections held (pending and established) over every gate."""
-        self.pending = 0
+        self._pending: dict[Ticket, None] = {}
+
+    @property
+    def pending(self) -> int:
         """Connections in their handshake over every gate."""
+        return len(self._pending)
 
 
 class ListenerGate:
-    """One listener's admission (rules 1-3); ``kind`` names the listener in metrics and logs (``hbone``...)."""
+    """One listener's admission (rules 1-4); ``kind`` names the listener in metrics and logs (``hbone``...)."""
 
-    __slots__ = ("budget", "connections", "handshake", "kind", "limits", "pending", "pending_by_peer")
+    __slots__ = ("_pending", "budget", "connections", "handshake", "kind", "limits", "pending_by_peer")
 
     def __init__(self, kind: str, limits: ListenerLimits, budget: NodeBudget, *, handshake: bool) -> None:
         self.kind = kind
@@ -132,23 +146,29 @@ class ListenerGate:
         self.budget = budget
         self.handshake = handshake
         self.connections = 0
-        self.pending = 0
         self.pending_by_peer: dict[str, int] = {}
+        self._pending: dict[Ticket, None] = {}
+
+    @property
+    def pending(self) -> int:
+        """Connections in their handshake at this listener."""
+        return len(self._pending)
 
     def admit(self, peer: str) -> Ticket | Refusal:
-        """A ticket for a connection from ``peer`` (its address), or why it is refused (rule 1)."""
+        """A ticket for a connection from ``peer`` (its address), or why it is refused (rules 1 and 2)."""
         budget, limits = self.budget, self.limits
         refusal: Refusal | None = None
         if self.connections >= limits.max_connections:
             refusal = Refusal.CONNECTIONS
-        elif self.handshake and self.pending >= limits.max_pending:
-            refusal = Refusal.PENDING
         elif self.handshake and self.pending_by_peer.get(peer, 0) >= limits.max_pending_per_peer:
             refusal = Refusal.PEER_PENDING
         elif budget.connections >= budget.max_connections:
             refusal = Refusal.NODE_CONNECTIONS
-        elif self.handshake and budget.pending >= budget.max_pending:
-            refusal = Refusal.NODE_PENDING
+        elif self.handshake:
+            if len(self._pending) >= limits.max_pending and not _evict_oldest(self._pending):
+                refusal = Refusal.PENDING
+            elif len(budget._pending) >= budget.max_pending and not _evict_oldest(budget._pending):
+                refusal = Refusal.NODE_PENDING
         if refusal is not None:
             budget.on_refused(self.kind, refusal)
             return refusal
@@ -156,14 +176,16 @@ class ListenerGate:
         self.connections += 1
         if not self.handshake:
             return Ticket(self, peer, _ESTABLISHED)
-        budget.pending += 1
-        self.pending += 1
+        ticket = Ticket(self, peer, _PENDING)
+        self._pending[ticket] = None
+        budget._pending[ticket] = None
         self.pending_by_peer[peer] = self.pending_by_peer.get(peer, 0) + 1
-        return Ticket(self, peer, _PENDING)
+        return ticket
 
-    def _end_pending(self, peer: str) -> None:
-        self.budget.pending -= 1
-        self.pending -= 1
+    def _end_pending(self, ticket: Ticket) -> None:
+        del self._pending[ticket]
+        del self.budget._pending[ticket]
+        peer = ticket._peer
         left = self.pending_by_peer[peer] - 1
         if left:
             self.pending_by_peer[peer] = left
@@ -171,16 +193,29 @@ class ListenerGate:
             del self.pending_by_peer[peer]
 
 
+def _evict_oldest(pending: dict[Ticket, None]) -> bool:
+    """Rule 2: close the oldest pending connection of ``pending`` to make room; False when it cannot be closed."""
+    victim = next(iter(pending))
+    close = victim._on_evict
+    if close is None:
+        return False
+    victim.release()
+    victim._gate.budget.on_refused(victim._gate.kind, Refusal.EVICTED)
+    close()
+    return True
+
+
 _PENDING, _ESTABLISHED, _RELEASED = 0, 1, 2
 
 
 class Ticket:
-    """One admitted connection's place (rules 2 and 3)."""
+    """One admitted connection's place (rules 3 and 4)."""
 
-    __slots__ = ("_gate", "_peer", "_state")
+    __slots__ = ("_gate", "_on_evict", "_peer", "_state")
 
     def __init__(self, gate: ListenerGate, peer: str, state: int) -> None:
         self._gate, self._peer, self._state = gate, peer, state
+        self._on_evict: Callable[[], object] | None = None
 
     @property
     def pending(self) -> bool:
@@ -191,11 +226,17 @@ class Ticket:
         """The listener's bound on the handshake of this connection (:attr:`ListenerLimits.handshake_timeout`)."""
         return self._gate.limits.handshake_timeout
 
+    def on_evict(self, close: Callable[[], object]) -> None:
+        """How to close the connection if a newcomer evicts it while pending (rule 2): called once, after the
+        ticket was released (cancelling the task that serves the connection, typically)."""
+        self._on_evict = close
+
     def established(self) -> None:
         """The handshake is done: the connection keeps its place, no longer a pending one."""
         if self._state == _PENDING:
             self._state = _ESTABLISHED
-            self._gate._end_pending(self._peer)
+            self._on_evict = None
+            self._gate._end_pending(self)
 
     def release(self) -> None:
         """The connection is over (or was never served): its place is free."""
@@ -203,8 +244,9 @@ class Ticket:
             return
         gate = self._gate
         if self._state == _PENDING:
-            gate._end_pending(self._peer)
+            gate._end_pending(self)
         self._state = _RELEASED
+        self._on_evict = None
         gate.connections -= 1
         gate.budget.connections -= 1
 
@@ -244,6 +286,7 @@ _WHY = {
     Refusal.NODE_PENDING: "the process has its maximum of handshakes in progress",
     Refusal.PENDING: "the listener has its maximum of handshakes in progress",
     Refusal.PEER_PENDING: "one peer address has its maximum of handshakes in progress",
+    Refusal.EVICTED: "the oldest handshakes in progress were closed to make room for new connections",
 }
 
 
@@ -263,7 +306,7 @@ def refusal_reporter(
         held = lines.note(kind, reason, clock())
         if held:
             logger.warning(
-                "%s listener: refused %d connection(s) at accept (%s): %s", kind, held, reason.value, _WHY[reason]
+                "%s listener: refused or evicted %d connection(s) (%s): %s", kind, held, reason.value, _WHY[reason]
             )
 
     return refused

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
 import logging
 import signal
@@ -44,7 +45,7 @@ from ambit.model.workload import IPAddress
 from ambit.proxy.admission import ListenerGate, ListenerLimits, NodeBudget, Refusal, refusal_reporter
 from ambit.proxy.hostnames import HostnameResolver, upstream_lookup
 from ambit.proxy.pool import ConnectionPool
-from ambit.proxy.sockets import HostSocketFactory, reset
+from ambit.proxy.sockets import HostSocketFactory, close_when_done, reset
 from ambit.telemetry.accesslog import AccessLog
 from ambit.telemetry.endpoints import ProxyEndpoints, new_admin_token, write_admin_token
 from ambit.telemetry.flows import FlowRing
@@ -377,7 +378,10 @@ class Waypoint:
             )
             self._connections.add(task)
             task.add_done_callback(self._connections.discard)
+            # Even if cancelled before it ran (evicted by a newcomer, or the waypoint closing): place and socket.
             task.add_done_callback(ticket.release_when_done)
+            task.add_done_callback(functools.partial(close_when_done, sock))
+            ticket.on_evict(task.cancel)
 
     async def _housekeeping(self) -> None:
         since_reap = 0.0
