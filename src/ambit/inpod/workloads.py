@@ -12,6 +12,12 @@ can cancel it like a task.
 Accepted sockets get ``TCP_NODELAY`` like every socket the proxy dials: without it Nagle holds a small write (a
 CONNECT's 200 HEADERS followed by the first DATA, a 1-byte echo) until the peer's delayed ACK.
 
+Admission (:mod:`ambit.proxy.admission`): with a :class:`PodAdmission`, each pod's 15008, 15001 and 15006 have a
+gate of their own over the process's one budget. The accept loop asks it before anything else: a refused connection
+is reset at once; an admitted one carries its ticket to the handler (15008 makes it established once the client is
+judged) and gives it back when its task ends or, for a connection handed to a splice, when the splice is over. A
+pending one evicted by a newcomer has its task cancelled (whose end closes the socket).
+
 Adding a uid again is idempotent when it names the same network namespace (same device and inode): the node agent
 sends every pod again in its snapshot after it or we restart (spec §3.3), and the pod's listeners and connections
 must survive that. A different namespace (the pod's sandbox was recreated) replaces them: the latest netns wins.
