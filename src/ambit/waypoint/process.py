@@ -114,19 +114,17 @@ class Waypoint:
         self.startup = Startup()
         self.refusals = Refusals()
         bounds = settings.limits
+        # A smaller connection bound caps the handshake bounds under it (they are parts of it).
+        pending = min(bounds.max_pending_handshakes, bounds.max_connections)
         self.hbone_gate = ListenerGate(
             "hbone",
             ListenerLimits(
                 bounds.max_connections,
-                bounds.max_pending_handshakes,
-                bounds.max_pending_handshakes_per_peer,
+                pending,
+                min(bounds.max_pending_handshakes_per_peer, pending),
                 bounds.handshake_timeout,
             ),
-            NodeBudget(
-                bounds.max_connections,
-                bounds.max_pending_handshakes,
-                refusal_reporter(self._refused_at_accept, time.monotonic, log),
-            ),
+            NodeBudget(bounds.max_connections, pending, refusal_reporter(self._refused_at_accept, time.monotonic, log)),
             handshake=True,
         )
         """The HBONE listener's admission (:mod:`ambit.proxy.admission`): the process has that one listener."""
@@ -343,7 +341,10 @@ class Waypoint:
         return sock
 
     def _refused_at_accept(self, listener: str, reason: str) -> None:
-        self.refusals.by_status[0] += 1
+        """A connection refused at accept (``refused`` under status 0 in the config dump), or a handshake evicted
+        for a newcomer (:mod:`ambit.proxy.admission`); both counted in the metric."""
+        if reason != Refusal.EVICTED:
+            self.refusals.by_status[0] += 1
         self.metrics.connection_refused(listener, reason)
 
     async def _accept(self, listener: socket.socket) -> None:
