@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -38,6 +39,7 @@ from typing import Any
 import pytest
 from tests.integration.inbound_rig import POD_IP, inbound_proxy
 from tests.integration.waypoint_rig import ECHO_VIP, HttpOverTunnel, Rig, started_rig
+from tests.proxyconfig_rig import loopback_node_proxy_settings
 from tests.security.listener_flood import (
     Flood,
     Witness,
@@ -52,8 +54,11 @@ from tests.unit.workload_builders import pod, state_with
 
 from ambit.identity.localca import LocalCa
 from ambit.identity.manager import CertificateManager
+from ambit.inpod.daemon import NodeProxy
 from ambit.inpod.eventloop import run
+from ambit.inpod.listeners import Port
 from ambit.inpod.self_inbound import SelfInbound
+from ambit.inpod.settings import parse_connection_bounds
 from ambit.inpod.workloads import PodListenerManager, PodProxy
 from ambit.model.identity import SpiffeId
 from ambit.model.workload import TunnelProtocol
@@ -523,3 +528,39 @@ async def test_one_deadline_covers_a_slow_certificate_and_the_tls_handshake_afte
         await asyncio.gather(*serving)
         listener.close()
     assert timeout - 0.5 <= took <= timeout + 0.8, f"closed after {took:.2f} s; the deadline is {timeout} s"
+
+
+# --- the node proxy's wiring -----------------------------------------------------------------------------------------
+
+
+async def test_the_node_proxy_bounds_every_pod_listener_and_its_self_proxy_over_one_budget(tmp_path: Path) -> None:
+    bounds = parse_connection_bounds(
+        {
+            "HBONE_MAX_PENDING_HANDSHAKES": "8",
+            "HBONE_MAX_PENDING_HANDSHAKES_PER_PEER": "2",
+            "NODE_MAX_CONNECTIONS": "99",
+        }
+    )
+    settings = dataclasses.replace(
+        loopback_node_proxy_settings(tmp_path, "workloads: []\nservices: []\n"),
+        connection_bounds=bounds,
+        own_pod=WorkloadInfo("ztunnel-abc", "istio-system", "ztunnel"),
+        own_address=OWN_IP,
+    )
+    proxy = NodeProxy(settings)
+    admission = proxy.pods.admission
+    assert admission is not None and admission.budget is proxy.budget
+    assert (proxy.budget.max_connections, proxy.budget.max_pending) == (99, 49)
+    gates = admission.gates()
+    assert {port: (gate.kind, gate.handshake) for port, gate in gates.items()} == {
+        Port.INBOUND_HBONE: ("hbone", True),
+        Port.OUTBOUND: ("outbound", False),
+        Port.INBOUND_PLAINTEXT: ("inbound_plaintext", False),
+    }
+    assert gates[Port.INBOUND_HBONE].limits == bounds.hbone
+    assert all(gate.budget is proxy.budget for gate in gates.values())
+    assert proxy.self_inbound is not None
+    own = proxy.self_inbound.gate
+    assert (own.kind, own.limits, own.budget) == ("self_hbone", bounds.hbone, proxy.budget)
+    assert [type(own.admit("198.18.0.9")) for _ in range(3)] == [Ticket, Ticket, Refusal]
+    assert refusals(proxy.metrics, "self_hbone") == {"peer_pending": 1}  # the third from one address

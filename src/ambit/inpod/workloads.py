@@ -293,7 +293,7 @@ class PodListenerManager:
     ) -> None:
         self._context = context
         self._dns = dns
-        self._admission = admission
+        self.admission = admission
         """Each pod's listeners' bounds; None: no gates (the listener layer's own tests)."""
         self._pods: dict[str, PodProxy] = {}
         self.draining = False
@@ -335,7 +335,7 @@ class PodListenerManager:
                 if self._dns is not None:
                     pod.dns = dns = self._dns_server(self._context, local, pod.sockets, netns, self._dns)
                     handlers[Port.DNS] = lambda sock, ticket: dns.serve_tcp(sock)  # bounded by the DNS server
-            gates = self._admission.gates() if self._admission is not None else {}
+            gates = self.admission.gates() if self.admission is not None else {}
             for listener in listeners:
                 port = listener.spec.port
                 if listener.spec.kind == socket.SOCK_DGRAM:

@@ -228,7 +228,8 @@ class ProxyMetrics:
         )
         self._refused_connections = _Family(
             "ambit_listener_connections_refused",
-            "Connections a listener refused at accept, over its connection or handshake bounds, by listener and reason",
+            "Connections a listener refused at accept over its bounds, or closed in their handshake to make room for "
+            "newer ones (pending_evicted), by listener and reason",
         )
         self._active_proxies = 0
         self._pending_proxies = 0
@@ -326,7 +327,8 @@ class ProxyMetrics:
             self._crl_untracked.bump((reporter.value,))
 
     def connection_refused(self, listener: str, reason: str) -> None:
-        """Count a connection refused at accept by a listener's admission (:mod:`ambit.proxy.admission`)."""
+        """Count a connection refused at accept, or evicted in its handshake, by a listener's admission
+        (:mod:`ambit.proxy.admission`)."""
         with self._lock:
             self._refused_connections.bump((listener, reason))
 
