@@ -71,7 +71,8 @@ DEFAULT_HANDSHAKE_TIMEOUT = 10.0
 
 @dataclass(frozen=True, slots=True)
 class ListenerLimits:
-    """The bounds of one listener (each pod's, each port's own: one pod's flood leaves the others' places alone)."""
+    """The bounds of one listener (each pod's, each port's own: one pod's flood takes none of another's places, but
+    for the process's budget, :class:`NodeBudget`, which they all share)."""
 
     max_connections: int = 4096
     """Connections held at once, pending and established."""
