@@ -112,7 +112,7 @@ class Target:
     addr: tuple[str, int]
     gate: ListenerGate
     metrics: ProxyMetrics
-    tunnel: Callable[[], Awaitable[tuple[HboneClient, Callable[[bytes], Awaitable[bytes]]]]]
+    tunnel: Callable[..., Awaitable[tuple[HboneClient, Callable[[bytes], Awaitable[bytes]]]]]
 
 
 def round_trips(stream: HboneStream) -> Callable[[bytes], Awaitable[bytes]]:
@@ -145,11 +145,16 @@ async def echo_server(host: str) -> AsyncIterator[int]:
 
 
 def gate_for(
-    metrics: ProxyMetrics, kind: str = "hbone", limits: ListenerLimits = LIMITS, *, handshake: bool = True
+    metrics: ProxyMetrics,
+    kind: str = "hbone",
+    limits: ListenerLimits = LIMITS,
+    *,
+    handshake: bool = True,
+    per_peer: int | None = None,
 ) -> ListenerGate:
     """A listener's gate over a budget of its own, its refusals counted in ``metrics`` as the node proxy does."""
-    budget = NodeBudget(4096, 1024, refusal_reporter(metrics.connection_refused, time.monotonic, logging.getLogger()))
-    return ListenerGate(kind, limits, budget, handshake=handshake)
+    report = refusal_reporter(metrics.connection_refused, time.monotonic, logging.getLogger())
+    return ListenerGate(kind, limits, NodeBudget(4096, 1024, report, per_peer), handshake=handshake)
 
 
 def refusals(metrics: ProxyMetrics, kind: str) -> dict[str, int]:
@@ -166,12 +171,13 @@ def refusals(metrics: ProxyMetrics, kind: str) -> dict[str, int]:
 
 
 @contextlib.asynccontextmanager
-async def pod_listener(tmp_path: Path) -> AsyncIterator[Target]:
-    """A pod's 15008 as the node proxy runs it: the pod accept loop with its gate, then ``serve_hbone``."""
+async def pod_listener(tmp_path: Path, per_peer: int | None = None) -> AsyncIterator[Target]:
+    """A pod's 15008 as the node proxy runs it: the pod accept loop with its gate, then ``serve_hbone``; its
+    ``tunnel`` takes the address to connect from."""
     async with inbound_proxy(tmp_path) as proxy, echo_server(POD_IP) as echo_port:
         ctx, local = proxy.ctx, proxy.ctx.pods["uid-web"]
         client_cert = await proxy.ca.fetch_certificate(CLIENT)
-        gate = gate_for(ctx.metrics)
+        gate = gate_for(ctx.metrics, per_peer=per_peer)
         listener = socket.create_server((POD_IP, 0), backlog=1024)
         listener.setblocking(False)
         pod_proxy = PodProxy("uid-web", local.info, listeners=[listener])
@@ -184,8 +190,8 @@ async def pod_listener(tmp_path: Path) -> AsyncIterator[Target]:
         )
         addr = listener.getsockname()[:2]
 
-        async def tunnel() -> tuple[HboneClient, Callable[[bytes], Awaitable[bytes]]]:
-            sock = await dial_from("127.0.0.1", addr)
+        async def tunnel(source: str = "127.0.0.1") -> tuple[HboneClient, Callable[[bytes], Awaitable[bytes]]]:
+            sock = await dial_from(source, addr)
             client = await HboneClient.connect(sock, client_cert, frozenset({local.identity}), trust_domain=TD)
             return client, round_trips(await client.open_tunnel(f"{POD_IP}:{echo_port}", []))
 
@@ -420,6 +426,25 @@ async def trickled_client_hello(tmp_path: Path) -> None:
         # The ticket is released by the serving task's end, a tick after the close the attacker saw.
         await until_true(lambda: target.gate.connections == 0, "the trickler's place to be released", 2.0)
         assert target.gate.pending_by_peer == {}
+
+
+async def test_a_peer_with_a_certificate_holds_at_most_its_share_of_the_node_with_idle_connections(
+    tmp_path: Path,
+) -> None:
+    """Established connections need a mesh certificate, which a compromised workload has: idle ones from one address
+    stop at the node's per-peer share, so they cannot spend the budget every other client needs."""
+    share = 6
+    async with pod_listener(tmp_path, per_peer=share) as target:
+        held = [await target.tunnel("127.0.8.1") for _ in range(share)]
+        with pytest.raises((ConnectionError, OSError)):  # reset at accept: the handshake never starts
+            await target.tunnel("127.0.8.1")
+        assert refusals(target.metrics, "hbone") == {"node_peer_connections": 1}
+        client, round_trip = await target.tunnel("127.0.0.1")
+        assert await round_trip(b"another peer") == b"another peer"
+        for each, trip in held:  # the share's own connections are untouched
+            assert await trip(b"still mine") == b"still mine"
+            await each.aclose()
+        await client.aclose()
 
 
 # --- the plaintext listeners (15006, and 15001 alike): connections only --------------------------------------------

@@ -108,6 +108,8 @@ def test_the_listener_bounds_default_to_safe_values_and_the_node_budget_to_half_
     assert (bounds.node_max_connections, bounds.node_max_pending) == (10000, 256)
     assert parse_connection_bounds({}, open_files=None).node_max_connections == 65536
     assert parse_connection_bounds({}, open_files=100).node_max_pending == 25
+    assert parse_connection_bounds({}, open_files=20000).node_max_connections_per_peer == 1024
+    assert parse_connection_bounds({}, open_files=100).node_max_connections_per_peer == 50
 
 
 def test_the_listener_bounds_come_from_the_environment() -> None:
@@ -120,12 +122,17 @@ def test_the_listener_bounds_come_from_the_environment() -> None:
             "PLAINTEXT_MAX_CONNECTIONS": "50",
             "NODE_MAX_CONNECTIONS": "1000",
             "NODE_MAX_PENDING_HANDSHAKES": "200",
+            "NODE_MAX_CONNECTIONS_PER_PEER": "300",
         }
     )
     assert (bounds.hbone.max_connections, bounds.hbone.max_pending, bounds.hbone.max_pending_per_peer) == (100, 10, 3)
     assert bounds.hbone.handshake_timeout == 2.5
     assert bounds.plaintext.max_connections == 50
-    assert (bounds.node_max_connections, bounds.node_max_pending) == (1000, 200)
+    assert (bounds.node_max_connections, bounds.node_max_pending, bounds.node_max_connections_per_peer) == (
+        1000,
+        200,
+        300,
+    )
 
 
 @pytest.mark.parametrize(
@@ -137,6 +144,7 @@ def test_the_listener_bounds_come_from_the_environment() -> None:
         ({"HBONE_HANDSHAKE_TIMEOUT": "-1"}, "$HBONE_HANDSHAKE_TIMEOUT"),
         ({"HBONE_MAX_PENDING_HANDSHAKES": "500", "HBONE_MAX_CONNECTIONS": "100"}, "max connections"),
         ({"NODE_MAX_PENDING_HANDSHAKES": "500", "NODE_MAX_CONNECTIONS": "100"}, "pending"),
+        ({"NODE_MAX_CONNECTIONS_PER_PEER": "500", "NODE_MAX_CONNECTIONS": "100"}, "per peer"),
     ],
 )
 def test_bounds_that_cannot_work_are_one_clear_line(environ: dict[str, str], names: str) -> None:

@@ -85,6 +85,20 @@ def test_the_process_s_pending_bound_evicts_the_oldest_handshake_of_any_listener
     assert closed == ["a"] and (one.pending, two.pending, budget.pending) == (0, 2, 2)
 
 
+def test_one_peer_holds_at_most_its_share_of_the_process_over_every_listener() -> None:
+    budget = NodeBudget(max_connections=100, max_pending=50, max_connections_per_peer=3)
+    one, two = gate(budget=budget), gate(budget=budget, handshake=False)
+    held = [admitted(one.admit("p")), admitted(two.admit("p"))]
+    held[0].established()
+    held.append(admitted(one.admit("p")))
+    assert one.admit("p") is Refusal.NODE_PEER_CONNECTIONS
+    assert two.admit("p") is Refusal.NODE_PEER_CONNECTIONS
+    admitted(two.admit("q"))  # another address has its own share
+    held[0].release()
+    admitted(two.admit("p"))
+    assert budget.by_peer == {"p": 3, "q": 1}
+
+
 def test_established_connections_keep_their_places_and_bound_new_ones() -> None:
     g = gate(connections=3, pending=3, per_peer=3)
     for _ in range(3):
@@ -148,6 +162,8 @@ def test_limits_that_cannot_work_are_refused_with_a_clear_error(
 def test_a_node_budget_that_cannot_hold_its_pending_handshakes_is_refused() -> None:
     with pytest.raises(AdmissionSettingsError):
         NodeBudget(max_connections=4, max_pending=8)
+    with pytest.raises(AdmissionSettingsError):
+        NodeBudget(max_connections=4, max_pending=2, max_connections_per_peer=5)
 
 
 def test_every_refusal_is_reported_with_the_listener_and_the_reason() -> None:
@@ -222,4 +238,6 @@ def test_counts_always_match_the_tickets_held_and_never_exceed_the_bounds(
             assert g.pending_by_peer == {p: pending.count(p) for p in set(pending)}
             assert all(n <= 2 for n in g.pending_by_peer.values())
         assert budget.connections == len(held) <= 12
+        peers = [p for _, p, _ in held]
+        assert budget.by_peer == {p: peers.count(p) for p in set(peers)}
         assert budget.pending == sum(t.pending for _, _, t in held) <= 6

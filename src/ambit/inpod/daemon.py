@@ -147,6 +147,7 @@ class NodeProxy:
             bounds.node_max_connections,
             bounds.node_max_pending,
             refusal_reporter(self.metrics.connection_refused, self.context.clock, log),
+            bounds.node_max_connections_per_peer,
         )
         """Every listener's connections and handshakes in progress, in total (:mod:`ambit.proxy.admission`)."""
         self.pods = PodListenerManager(

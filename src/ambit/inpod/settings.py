@@ -20,7 +20,12 @@ from pathlib import Path
 from ambit.errors import AmbitError
 from ambit.hbone.connection import MAX_CONCURRENT_STREAMS
 from ambit.model.identity import DEFAULT_TRUST_DOMAIN
-from ambit.proxy.admission import AdmissionSettingsError, ListenerLimits, NodeBudget
+from ambit.proxy.admission import (
+    DEFAULT_NODE_CONNECTIONS_PER_PEER,
+    AdmissionSettingsError,
+    ListenerLimits,
+    NodeBudget,
+)
 from ambit.proxy.settings import ProxySettings
 from ambit.telemetry.flows import DEFAULT_CAPACITY
 from ambit.zds.protocol import WorkloadInfo
@@ -46,6 +51,7 @@ HBONE_HANDSHAKE_TIMEOUT_ENV = "HBONE_HANDSHAKE_TIMEOUT"
 PLAINTEXT_MAX_CONNECTIONS_ENV = "PLAINTEXT_MAX_CONNECTIONS"
 NODE_MAX_CONNECTIONS_ENV = "NODE_MAX_CONNECTIONS"
 NODE_MAX_PENDING_ENV = "NODE_MAX_PENDING_HANDSHAKES"
+NODE_MAX_CONNECTIONS_PER_PEER_ENV = "NODE_MAX_CONNECTIONS_PER_PEER"
 DEFAULT_NODE_MAX_CONNECTIONS = 65536
 DEFAULT_NODE_MAX_PENDING = 256
 """TLS handshakes in progress over the whole node proxy: about 64 MiB of TLS buffers at most."""
@@ -128,12 +134,15 @@ class ConnectionBounds:
     """Connections over every listener of the process."""
     node_max_pending: int = DEFAULT_NODE_MAX_PENDING
     """TLS handshakes in progress over every HBONE listener of the process."""
+    node_max_connections_per_peer: int = DEFAULT_NODE_CONNECTIONS_PER_PEER
+    """Connections one peer address may hold over every listener of the process."""
 
 
 def parse_connection_bounds(environ: Mapping[str, str], open_files: int | None = None) -> ConnectionBounds:
     """The listeners' bounds from the environment (``HBONE_MAX_CONNECTIONS``, ``HBONE_MAX_PENDING_HANDSHAKES``,
     ``HBONE_MAX_PENDING_HANDSHAKES_PER_PEER``, ``HBONE_HANDSHAKE_TIMEOUT``, ``PLAINTEXT_MAX_CONNECTIONS``,
-    ``NODE_MAX_CONNECTIONS``, ``NODE_MAX_PENDING_HANDSHAKES``), else the defaults.
+    ``NODE_MAX_CONNECTIONS``, ``NODE_MAX_PENDING_HANDSHAKES``, ``NODE_MAX_CONNECTIONS_PER_PEER``), else the
+    defaults.
 
     ``open_files`` is the process's descriptor limit (``RLIMIT_NOFILE``), if finite: the node's default connection
     budget is half of it (a relayed connection holds two descriptors), so that the budget refuses a flood before
@@ -145,6 +154,9 @@ def parse_connection_bounds(environ: Mapping[str, str], open_files: int | None =
         node_default = max(min(node_default, open_files // 2), 16)
     node_connections = _count(environ, NODE_MAX_CONNECTIONS_ENV, node_default)
     node_pending = _count(environ, NODE_MAX_PENDING_ENV, min(DEFAULT_NODE_MAX_PENDING, max(node_connections // 2, 1)))
+    node_per_peer = _count(
+        environ, NODE_MAX_CONNECTIONS_PER_PEER_ENV, min(DEFAULT_NODE_CONNECTIONS_PER_PEER, node_connections)
+    )
     hbone_connections = _count(environ, HBONE_MAX_CONNECTIONS_ENV, defaults.max_connections)
     pending = _count(environ, HBONE_MAX_PENDING_ENV, min(defaults.max_pending, hbone_connections))
     per_peer = _count(environ, HBONE_MAX_PENDING_PER_PEER_ENV, min(defaults.max_pending_per_peer, pending))
@@ -157,10 +169,10 @@ def parse_connection_bounds(environ: Mapping[str, str], open_files: int | None =
     try:
         hbone = ListenerLimits(hbone_connections, pending, per_peer, timeout)
         plaintext = ListenerLimits(plaintext_connections, min(defaults.max_pending, plaintext_connections), 1)
-        NodeBudget(node_connections, node_pending)
+        NodeBudget(node_connections, node_pending, max_connections_per_peer=node_per_peer)
     except AdmissionSettingsError as exc:
         raise NodeProxySettingsError(f"connection bounds: {exc}") from None
-    return ConnectionBounds(hbone, plaintext, node_connections, node_pending)
+    return ConnectionBounds(hbone, plaintext, node_connections, node_pending, node_per_peer)
 
 
 def _count(environ: Mapping[str, str], name: str, default: int) -> int:

@@ -13,7 +13,10 @@ Rules:
    apply only on a listener with a handshake, ``ListenerGate.handshake``). It refuses when
    ``connections``: the listener holds ``ListenerLimits.max_connections`` (pending and established);
    ``peer_pending``: this peer address has ``ListenerLimits.max_pending_per_peer`` handshakes in progress there;
-   ``node_connections``: the process holds ``NodeBudget.max_connections`` connections.
+   ``node_connections``: the process holds ``NodeBudget.max_connections`` connections;
+   ``node_peer_connections``: this peer address holds ``NodeBudget.max_connections_per_peer`` of them, pending or
+   established, over every listener (a peer with a valid certificate could otherwise keep the whole budget with
+   idle established connections).
 2. When the listener has ``ListenerLimits.max_pending`` handshakes in progress, the newcomer takes the place of the
    oldest of them, which is evicted (its connection closed); likewise, over the process, when it has
    ``NodeBudget.max_pending``. A full pending bound would otherwise be a lever of its own (tls-listener's
@@ -60,6 +63,7 @@ class Refusal(enum.StrEnum):
     CONNECTIONS = "connections"
     PEER_PENDING = "peer_pending"
     NODE_CONNECTIONS = "node_connections"
+    NODE_PEER_CONNECTIONS = "node_peer_connections"
     PENDING = "pending"
     NODE_PENDING = "node_pending"
     EVICTED = "pending_evicted"
@@ -67,6 +71,9 @@ class Refusal(enum.StrEnum):
 
 
 DEFAULT_HANDSHAKE_TIMEOUT = 10.0
+DEFAULT_NODE_CONNECTIONS_PER_PEER = 1024
+"""Connections one peer address may hold over the process: with 100 tunnels on each pooled HBONE connection, far
+more than a workload needs, and a small share of the node's budget."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,24 +117,45 @@ def _ignore(listener: str, reason: Refusal) -> None:
 class NodeBudget:
     """What every listener of the process shares: connections and handshakes in total."""
 
-    __slots__ = ("_pending", "connections", "max_connections", "max_pending", "on_refused")
+    __slots__ = (
+        "_pending",
+        "by_peer",
+        "connections",
+        "max_connections",
+        "max_connections_per_peer",
+        "max_pending",
+        "on_refused",
+    )
 
     def __init__(
         self,
         max_connections: int = 65536,
         max_pending: int = 256,
         on_refused: Callable[[str, Refusal], None] = _ignore,
+        max_connections_per_peer: int | None = None,
     ) -> None:
+        per_peer = (
+            min(DEFAULT_NODE_CONNECTIONS_PER_PEER, max_connections)
+            if max_connections_per_peer is None
+            else (max_connections_per_peer)
+        )
         if max_connections < 1 or max_pending < 1 or max_pending > max_connections:
             raise AdmissionSettingsError(
                 f"node connection budget must be at least 1 and hold its pending handshakes: "
                 f"{max_connections} connections, {max_pending} pending"
             )
+        if not 1 <= per_peer <= max_connections:
+            raise AdmissionSettingsError(
+                f"node connections per peer must be from 1 to the node's {max_connections}, not {per_peer}"
+            )
         self.max_connections = max_connections
         self.max_pending = max_pending
+        self.max_connections_per_peer = per_peer
         self.on_refused = on_refused
         self.connections = 0
         """Connections held (pending and established) over every gate."""
+        self.by_peer: dict[str, int] = {}
+        """Connections held per peer address over every gate (only peers holding some)."""
         self._pending: dict[Ticket, None] = {}
 
     @property
@@ -165,6 +193,8 @@ class ListenerGate:
             refusal = Refusal.PEER_PENDING
         elif budget.connections >= budget.max_connections:
             refusal = Refusal.NODE_CONNECTIONS
+        elif budget.by_peer.get(peer, 0) >= budget.max_connections_per_peer:
+            refusal = Refusal.NODE_PEER_CONNECTIONS
         elif self.handshake:
             if len(self._pending) >= limits.max_pending and not _evict_oldest(self._pending):
                 refusal = Refusal.PENDING
@@ -174,6 +204,7 @@ class ListenerGate:
             budget.on_refused(self.kind, refusal)
             return refusal
         budget.connections += 1
+        budget.by_peer[peer] = budget.by_peer.get(peer, 0) + 1
         self.connections += 1
         if not self.handshake:
             return Ticket(self, peer, _ESTABLISHED)
@@ -249,7 +280,13 @@ class Ticket:
         self._state = _RELEASED
         self._on_evict = None
         gate.connections -= 1
-        gate.budget.connections -= 1
+        budget = gate.budget
+        budget.connections -= 1
+        left = budget.by_peer[self._peer] - 1
+        if left:
+            budget.by_peer[self._peer] = left
+        else:
+            del budget.by_peer[self._peer]
 
     def release_when_done(self, _done: object) -> None:
         """:meth:`release`, as a done callback of the task serving the connection (it runs even when the task was
@@ -287,6 +324,7 @@ _WHY = {
     Refusal.NODE_PENDING: "the process has its maximum of handshakes in progress",
     Refusal.PENDING: "the listener has its maximum of handshakes in progress",
     Refusal.PEER_PENDING: "one peer address has its maximum of handshakes in progress",
+    Refusal.NODE_PEER_CONNECTIONS: "one peer address holds its maximum of connections over the process",
     Refusal.EVICTED: "the oldest handshakes in progress were closed to make room for new connections",
 }
 

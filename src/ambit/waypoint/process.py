@@ -124,7 +124,12 @@ class Waypoint:
                 min(bounds.max_pending_handshakes_per_peer, pending),
                 bounds.handshake_timeout,
             ),
-            NodeBudget(bounds.max_connections, pending, refusal_reporter(self._refused_at_accept, time.monotonic, log)),
+            NodeBudget(
+                bounds.max_connections,
+                pending,
+                refusal_reporter(self._refused_at_accept, time.monotonic, log),
+                min(bounds.max_connections_per_peer, bounds.max_connections),
+            ),
             handshake=True,
         )
         """The HBONE listener's admission (:mod:`ambit.proxy.admission`): the process has that one listener."""

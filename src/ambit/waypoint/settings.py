@@ -54,8 +54,9 @@ class WaypointLimits:
     max_requests_per_connection: int = 0
     """Requests served on one downstream connection before it is closed (0: no limit)."""
     max_connections_per_peer: int = 256
-    """An ingress gateway's listeners: connections from one client address at once; more are accepted and closed,
-    so that one client's idle or slow connections cannot take every one of ``max_connections``."""
+    """Connections from one client address at once, on the HBONE listener and on an ingress gateway's listeners;
+    more are accepted and closed, so that one client's idle or slow connections cannot take every one of
+    ``max_connections``."""
 
 
 @dataclass(frozen=True, slots=True)
