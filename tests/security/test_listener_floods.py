@@ -16,8 +16,9 @@ included); a legitimate connection gets in while the flood holds every pending p
 the handshake timeout although the attacker holds them open; and new legitimate connections still succeed. On the
 pod listener also: one address's flood leaves room for everyone else, an attacker that keeps opening connections
 from several addresses (the slow-loris pattern of RUSTSEC-2024-0341, faster) does not lock new clients out, a
-ClientHello trickled a byte at a time is closed at the handshake timeout however it keeps sending, and the plaintext
-listeners hold their connection bound while their relays flow.
+ClientHello trickled a byte at a time is closed at the handshake timeout however it keeps sending, a peer with a
+certificate holds at most its share of the node with idle established connections, and the plaintext listeners
+hold their connection bound while their relays flow.
 """
 
 from __future__ import annotations
