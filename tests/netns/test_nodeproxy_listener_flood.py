@@ -1,6 +1,7 @@
 """A real ``ambit nodeproxy`` process (on its default event loop, uvloop) under an idle-connection flood on a pod's
 15008, from the pod's peer namespace (:mod:`tests.netns.nodeproxy_rig`): its bounds come from the environment, an
-established tunnel keeps relaying, the flood is bounded and counted on the stats port, and a new client gets in.
+established tunnel keeps relaying, the flood is bounded (and the process's resident memory with it) and counted on
+the stats port, and a new client gets in.
 
 The in-process floods of every HBONE listener are in ``tests/security/test_listener_floods.py``; this one checks the
 process as deployed: the settings read from the environment and the pod accept loop wired to the node's budget.
@@ -16,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.harness import process_rss
 from tests.netns.nodeproxy_rig import POD_IP, add_pod, drain_rig, echo, sh
 from tests.security.listener_flood import closed_by_server
 
@@ -32,6 +34,9 @@ BOUNDS = {
 SOURCES = [f"198.18.252.{n}" for n in range(20, 26)]
 """The attacker's addresses, beside the client's on the pod's peer namespace."""
 PER_SOURCE = 10
+RSS_BOUND = 24 * 1024 * 1024
+"""The proxy process's resident memory growth allowed across the flood: its kept handshakes (a 256 KiB TLS buffer
+each) and whatever the allocator keeps; without the bounds every one of the 60 connections would hold its buffer."""
 
 
 def stats(node_ns: str) -> str:
@@ -60,6 +65,7 @@ async def test_a_flood_on_a_pods_hbone_port_is_bounded_by_the_settings_and_tunne
         stream = await rig.tunnel(client)
         await echo(stream, b"before the flood")
 
+        rss_before = process_rss(proxy.proc.pid)
         fd = os.open(f"/run/netns/{rig.client}", os.O_RDONLY | os.O_CLOEXEC)
         factory = NetnsSocketFactory(fd, name="attacker", mark=0)
         await factory.start()
@@ -79,6 +85,8 @@ async def test_a_flood_on_a_pods_hbone_port_is_bounded_by_the_settings_and_tunne
             assert time.monotonic() - started < 3.0
             kept = [sock for sock in flood if sock not in gone]
             assert len(kept) == PENDING, (len(kept), proxy.tail())
+            growth = process_rss(proxy.proc.pid) - rss_before
+            assert growth < RSS_BOUND, f"the proxy grew by {growth / 2**20:.1f} MiB"
 
             # A new client gets in while the flood holds every pending place.
             second = await rig.hbone_client()
