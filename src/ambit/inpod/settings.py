@@ -54,7 +54,7 @@ NODE_MAX_PENDING_ENV = "NODE_MAX_PENDING_HANDSHAKES"
 NODE_MAX_CONNECTIONS_PER_PEER_ENV = "NODE_MAX_CONNECTIONS_PER_PEER"
 DEFAULT_NODE_MAX_CONNECTIONS = 65536
 DEFAULT_NODE_MAX_PENDING = 256
-"""TLS handshakes in progress over the whole node proxy: about 64 MiB of TLS buffers at most."""
+"""TLS handshakes in progress over the whole node proxy: 64 MiB of TLS read buffers allocated at most."""
 
 _DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}

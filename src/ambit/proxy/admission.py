@@ -85,8 +85,8 @@ class ListenerLimits:
     """Connections held at once, pending and established."""
     max_pending: int = 64
     """Connections in their handshake at once (TLS and the peer's judgement); only on listeners with a handshake.
-    A TLS connection in progress costs the proxy about 260 KiB (asyncio's and uvloop's TLS read buffer is 256 KiB),
-    so this bounds what a flood of one listener may cost: about 16 MiB at the default."""
+    A TLS connection allocates a 256 KiB read buffer (asyncio's and uvloop's; untouched pages of it are not
+    resident until used), so this bounds what a flood of one listener may cost: 16 MiB at most at the default."""
     max_pending_per_peer: int = 16
     """Connections in their handshake at once from one peer address. A node proxy or waypoint pools its HBONE
     connections per source workload, so a legitimate peer has one or two handshakes in flight, rarely more."""
