@@ -43,7 +43,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import math
 import socket
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
@@ -184,9 +183,9 @@ class HboneServer:
             # whatever the peer sends, so trickled bytes do not extend it.
             left = max(deadline - loop.time(), 0.001)
             transport, _ = await loop.connect_accepted_socket(
-                lambda: session, sock, ssl=cert.server_context(), ssl_handshake_timeout=math.ceil(left * 1000) / 1000
+                lambda: session, sock, ssl=cert.server_context(), ssl_handshake_timeout=left
             )
-        except (OSError, TimeoutError, ConnectionError) as exc:  # ssl.SSLError is an OSError
+        except (OSError, TimeoutError) as exc:  # ssl.SSLError and ConnectionError are OSErrors
             sock.close()
             fail(f"TLS handshake failed: {exc or type(exc).__name__}")
             return
