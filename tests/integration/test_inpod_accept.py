@@ -17,7 +17,7 @@ async def test_accepted_connections_have_tcp_nodelay_before_the_handler_runs() -
     listener.setblocking(False)
     seen: asyncio.Queue[int] = asyncio.Queue()
 
-    async def handler(conn: socket.socket) -> None:
+    async def handler(conn: socket.socket, ticket: object = None) -> None:
         await seen.put(conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
 
     pod = PodProxy("uid-1", WorkloadInfo("web-0", "apps", "web"))

@@ -1,4 +1,5 @@
-"""``ambit nodeproxy`` refuses pool limits out of range with one clear line, naming the flag or the variable."""
+"""``ambit nodeproxy`` refuses pool limits and listener bounds out of range with one clear line, naming the flag or
+the variable."""
 
 from __future__ import annotations
 
@@ -23,6 +24,13 @@ def nodeproxy(tmp_path: Path, *flags: str, env: dict[str, str] | None = None) ->
         (("--pool-idle-timeout=-1",), {}, "--pool-idle-timeout: expected 0 seconds or more"),
         ((), {"POOL_MAX_STREAMS_PER_CONNECTION": "lots"}, "$POOL_MAX_STREAMS_PER_CONNECTION: expected a whole number"),
         (("--dns-upstream", "resolver.example"), {}, "'resolver.example' is not an IP address"),
+        ((), {"HBONE_MAX_PENDING_HANDSHAKES": "0"}, "$HBONE_MAX_PENDING_HANDSHAKES: expected a whole number from 1"),
+        ((), {"HBONE_HANDSHAKE_TIMEOUT": "soon"}, "$HBONE_HANDSHAKE_TIMEOUT: expected seconds"),
+        (
+            (),
+            {"HBONE_MAX_PENDING_HANDSHAKES": "9000"},
+            "connection bounds: max pending handshakes (9000) above max connections (4096)",
+        ),
     ],
 )
 def test_a_pool_limit_out_of_range_is_a_usage_error(

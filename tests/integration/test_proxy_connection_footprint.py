@@ -83,7 +83,7 @@ async def test_a_failing_handler_is_logged_its_socket_closed_and_its_task_forgot
     listener.setblocking(False)
     accepted: list[socket.socket] = []
 
-    async def handler(conn: socket.socket) -> None:
+    async def handler(conn: socket.socket, ticket: object = None) -> None:
         accepted.append(conn)
         raise RuntimeError("handler bug")
 

@@ -31,7 +31,7 @@ async def test_the_accept_loop_takes_a_queue_longer_than_its_batch_and_unregiste
     count = ACCEPT_BATCH + 10
     handled: asyncio.Queue[bool] = asyncio.Queue()
 
-    async def handler(conn: socket.socket) -> None:
+    async def handler(conn: socket.socket, ticket: object = None) -> None:
         await handled.put(not conn.getblocking())
 
     pod = PodProxy("uid-1", WorkloadInfo("web-0", "apps", "web"))
@@ -62,7 +62,7 @@ async def test_closing_a_pod_unregisters_its_accept_loops_before_closing_the_lis
     listener = _listener()
     fd = listener.fileno()
 
-    async def handler(conn: socket.socket) -> None:
+    async def handler(conn: socket.socket, ticket: object = None) -> None:
         conn.close()
 
     pod = PodProxy("uid-1", WorkloadInfo("web-0", "apps", "web"))

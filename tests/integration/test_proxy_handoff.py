@@ -84,7 +84,7 @@ class Pod:
         task = asyncio.create_task(PodListenerManager._accept_loop(self.proxy, self.listener, handler or self.splice))
         self.proxy.accept_tasks.append(task)
 
-    async def splice(self, conn: socket.socket) -> Splice | None:
+    async def splice(self, conn: socket.socket, ticket: object = None) -> Splice | None:
         """The handler under test: splice the accepted socket to the echo server and return the splice."""
         upstream = SocketStream(await connect(FACTORY, self.echo_addr))
         return splice(SocketStream(conn), upstream, self.end)
@@ -158,7 +158,7 @@ async def test_closing_the_pod_resets_a_live_spliced_connection_and_empties_its_
 async def test_a_handler_that_returns_none_gets_its_socket_closed(pod: Pod) -> None:
     accepted: list[socket.socket] = []
 
-    async def forgets(conn: socket.socket) -> None:
+    async def forgets(conn: socket.socket, ticket: object = None) -> None:
         accepted.append(conn)
 
     await pod.start(forgets)
@@ -173,7 +173,7 @@ async def test_a_handler_that_raises_is_logged_and_its_socket_closed(
 ) -> None:
     accepted: list[socket.socket] = []
 
-    async def crashes(conn: socket.socket) -> None:
+    async def crashes(conn: socket.socket, ticket: object = None) -> None:
         accepted.append(conn)
         raise RuntimeError("handler bug")
 
@@ -193,7 +193,7 @@ async def test_a_handler_that_raises_is_logged_and_its_socket_closed(
 async def test_a_splice_that_is_over_before_its_handler_returns_is_not_tracked_and_its_socket_is_its_own(
     pod: Pod,
 ) -> None:
-    async def already_over(conn: socket.socket) -> Splice | None:
+    async def already_over(conn: socket.socket, ticket: object = None) -> Splice | None:
         running = await pod.splice(conn)
         assert running is not None
         running.cancel()  # over at once: on_done closed both streams
@@ -211,7 +211,7 @@ async def test_a_handler_that_finishes_its_hand_off_while_the_pod_closes_leaves_
 ) -> None:
     entered = asyncio.Event()
 
-    async def stubborn(conn: socket.socket) -> Splice | None:
+    async def stubborn(conn: socket.socket, ticket: object = None) -> Splice | None:
         entered.set()
         with contextlib.suppress(asyncio.CancelledError):  # past the point of no return: it sets up anyway
             await asyncio.sleep(30)

@@ -10,6 +10,7 @@ from ambit.inpod.settings import (
     NodeProxySettings,
     NodeProxySettingsError,
     own_pod_from_environment,
+    parse_connection_bounds,
     parse_pool_limits,
 )
 from ambit.zds.protocol import WorkloadInfo
@@ -94,3 +95,58 @@ def test_the_proxys_own_pod_comes_from_the_downward_api_variables_as_ztunnel_rea
     assert own_pod_from_environment(env) == (None, None)  # no address: no self-proxy listener
     assert own_pod_from_environment({**env, "INSTANCE_IP": "node-1"}) == (None, None)
     assert own_pod_from_environment({"INSTANCE_IP": "198.18.0.9"}) == (None, None)
+
+
+def test_the_listener_bounds_default_to_safe_values_and_the_node_budget_to_half_the_descriptor_limit() -> None:
+    bounds = parse_connection_bounds({}, open_files=20000)
+    assert (bounds.hbone.max_connections, bounds.hbone.max_pending, bounds.hbone.max_pending_per_peer) == (
+        4096,
+        64,
+        16,
+    )
+    assert bounds.hbone.handshake_timeout == 10.0
+    assert (bounds.node_max_connections, bounds.node_max_pending) == (10000, 256)
+    assert parse_connection_bounds({}, open_files=None).node_max_connections == 65536
+    assert parse_connection_bounds({}, open_files=100).node_max_pending == 25
+    assert parse_connection_bounds({}, open_files=20000).node_max_connections_per_peer == 1024
+    assert parse_connection_bounds({}, open_files=100).node_max_connections_per_peer == 50
+
+
+def test_the_listener_bounds_come_from_the_environment() -> None:
+    bounds = parse_connection_bounds(
+        {
+            "HBONE_MAX_CONNECTIONS": "100",
+            "HBONE_MAX_PENDING_HANDSHAKES": "10",
+            "HBONE_MAX_PENDING_HANDSHAKES_PER_PEER": "3",
+            "HBONE_HANDSHAKE_TIMEOUT": "2500ms",
+            "PLAINTEXT_MAX_CONNECTIONS": "50",
+            "NODE_MAX_CONNECTIONS": "1000",
+            "NODE_MAX_PENDING_HANDSHAKES": "200",
+            "NODE_MAX_CONNECTIONS_PER_PEER": "300",
+        }
+    )
+    assert (bounds.hbone.max_connections, bounds.hbone.max_pending, bounds.hbone.max_pending_per_peer) == (100, 10, 3)
+    assert bounds.hbone.handshake_timeout == 2.5
+    assert bounds.plaintext.max_connections == 50
+    assert (bounds.node_max_connections, bounds.node_max_pending, bounds.node_max_connections_per_peer) == (
+        1000,
+        200,
+        300,
+    )
+
+
+@pytest.mark.parametrize(
+    ("environ", "names"),
+    [
+        ({"HBONE_MAX_CONNECTIONS": "0"}, "$HBONE_MAX_CONNECTIONS"),
+        ({"NODE_MAX_CONNECTIONS": "lots"}, "$NODE_MAX_CONNECTIONS"),
+        ({"HBONE_HANDSHAKE_TIMEOUT": "0"}, "$HBONE_HANDSHAKE_TIMEOUT"),
+        ({"HBONE_HANDSHAKE_TIMEOUT": "-1"}, "$HBONE_HANDSHAKE_TIMEOUT"),
+        ({"HBONE_MAX_PENDING_HANDSHAKES": "500", "HBONE_MAX_CONNECTIONS": "100"}, "max connections"),
+        ({"NODE_MAX_PENDING_HANDSHAKES": "500", "NODE_MAX_CONNECTIONS": "100"}, "pending"),
+        ({"NODE_MAX_CONNECTIONS_PER_PEER": "500", "NODE_MAX_CONNECTIONS": "100"}, "per peer"),
+    ],
+)
+def test_bounds_that_cannot_work_are_one_clear_line(environ: dict[str, str], names: str) -> None:
+    with pytest.raises(NodeProxySettingsError, match=names.replace("$", r"\$")):
+        parse_connection_bounds(environ)

@@ -56,7 +56,7 @@ UNSTABLE = {
     "istio_crl_policy_rejections_total",
     "istio_crl_untracked_connections_total",
 }
-OWN = {"ambit_dns_dropped_total"}
+OWN = {"ambit_dns_dropped_total", "ambit_listener_connections_refused_total"}
 """Ours, not Istio's (ztunnel has no such counter): prefixed ``ambit_``, never ``istio_``."""
 
 
@@ -253,3 +253,13 @@ def test_each_instance_has_its_own_registry() -> None:
     assert value(first, "istio_tcp_connections_opened_total", OUTBOUND) == 1
     assert value(second, "istio_tcp_connections_opened_total", OUTBOUND) is None
     assert first.content_type.startswith("text/plain; version=0.0.4")
+
+
+def test_connections_refused_at_accept_are_counted_by_listener_and_reason() -> None:
+    metrics = ProxyMetrics()
+    metrics.connection_refused("hbone", "peer_pending")
+    metrics.connection_refused("hbone", "peer_pending")
+    metrics.connection_refused("inbound_plaintext", "connections")
+    text = metrics.render().decode()
+    assert 'ambit_listener_connections_refused_total{listener="hbone",reason="peer_pending"} 2.0' in text
+    assert 'ambit_listener_connections_refused_total{listener="inbound_plaintext",reason="connections"} 1.0' in text

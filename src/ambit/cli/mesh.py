@@ -174,6 +174,14 @@ def nodeagent(
         raise typer.Exit(1) from None
 
 
+def _open_files_limit() -> int | None:
+    """The process's soft descriptor limit, or None when unlimited."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
 @app.command(hidden=True)
 def nodeproxy(
     node: NodeOption,
@@ -303,6 +311,7 @@ def nodeproxy(
         NodeProxySettings,
         NodeProxySettingsError,
         own_pod_from_environment,
+        parse_connection_bounds,
         parse_drain_deadline,
         parse_pool_limits,
         parse_secret_ttl,
@@ -321,6 +330,7 @@ def nodeproxy(
         max_streams, idle_timeout = parse_pool_limits(pool_max_streams, pool_idle_timeout, os.environ)
         deadline = parse_drain_deadline(drain_deadline, os.environ)
         ttl = parse_secret_ttl(secret_ttl, os.environ)
+        bounds = parse_connection_bounds(os.environ, _open_files_limit())
     except NodeProxySettingsError as exc:
         raise typer.BadParameter(str(exc)) from None
     if notify_fd is not None:
@@ -368,6 +378,7 @@ def nodeproxy(
         crl_path=None if crl_path is None or str(crl_path) in ("", ".") else crl_path,
         drain_deadline=deadline,
         secret_ttl=ttl,
+        connection_bounds=bounds,
         notify_fd=notify_fd,
         own_pod=own_pod,
         own_address=own_address,

@@ -46,10 +46,11 @@ from ambit.inpod.localstate import LocalConfigWatcher
 from ambit.inpod.resolvers import read_resolv_conf, upstream_of
 from ambit.inpod.self_inbound import SelfInbound
 from ambit.inpod.settings import NodeProxySettings
-from ambit.inpod.workloads import DnsProxySettings, PodListenerManager
+from ambit.inpod.workloads import DnsProxySettings, PodAdmission, PodListenerManager
 from ambit.model.localconfig import policy_to_dict
 from ambit.model.policy import Policy
 from ambit.model.state import WorkloadState
+from ambit.proxy.admission import ListenerGate, NodeBudget, refusal_reporter
 from ambit.proxy.context import ProxyContext
 from ambit.proxy.hostnames import HostnameResolver, upstream_lookup
 from ambit.proxy.pool import ConnectionPool
@@ -141,9 +142,24 @@ class NodeProxy:
         self.context.hostnames = hostname_resolver(
             settings, self.context.clock, lambda miss: self.metrics.on_demand_dns(miss=miss)
         )
-        self.pods = PodListenerManager(self.context, dns_settings(settings))
+        bounds = settings.connection_bounds
+        self.budget = NodeBudget(
+            bounds.node_max_connections,
+            bounds.node_max_pending,
+            refusal_reporter(self.metrics.connection_refused, self.context.clock, log),
+            bounds.node_max_connections_per_peer,
+        )
+        """Every listener's connections and handshakes in progress, in total (:mod:`ambit.proxy.admission`)."""
+        self.pods = PodListenerManager(
+            self.context, dns_settings(settings), PodAdmission(self.budget, bounds.hbone, bounds.plaintext)
+        )
         self.self_inbound = (
-            SelfInbound(self.context, settings.own_pod, settings.own_address)
+            SelfInbound(
+                self.context,
+                settings.own_pod,
+                settings.own_address,
+                gate=ListenerGate("self_hbone", bounds.hbone, self.budget, handshake=True),
+            )
             if settings.own_pod is not None and settings.own_address is not None
             else None
         )

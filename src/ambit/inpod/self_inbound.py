@@ -17,7 +17,10 @@ Rules:
 3. A tunnel may reach only the proxy's ports that serve others (:data:`~ambit.proxy.plans.SELF_SERVED_PORTS`: metrics
    and readiness); any other port of the proxy is refused 400 as for a pod. The proxy dials its own address from its
    own address, never from the client's (ztunnel disables freebind here likewise).
-4. The workload must be in the state (the control plane's view of the proxy's pod); until it is, tunnels wait as a
+4. Its connections are admitted by ``gate`` (:mod:`ambit.proxy.admission`: the node's budget, its own bounds on
+   connections and on TLS handshakes in progress, in total and per peer address); one over a bound is reset at
+   accept.
+5. The workload must be in the state (the control plane's view of the proxy's pod); until it is, tunnels wait as a
    pod's do and are refused 503 when it does not come.
 """
 
@@ -25,12 +28,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import socket
 
+from ambit.proxy.admission import ListenerGate, ListenerLimits, NodeBudget, Refusal, Ticket
 from ambit.proxy.context import LocalPod, ProxyContext
 from ambit.proxy.inbound import serve_hbone
-from ambit.proxy.sockets import HostSocketFactory
+from ambit.proxy.sockets import HostSocketFactory, close_when_done, reset
 from ambit.zds.protocol import WorkloadInfo
 
 log = logging.getLogger("ambit.inpod.self_inbound")
@@ -42,8 +47,16 @@ BACKLOG = 128
 class SelfInbound:
     """The listener of the module docstring; ``start`` then ``aclose``."""
 
-    def __init__(self, context: ProxyContext, info: WorkloadInfo, address: str, port: int = HBONE_PORT) -> None:
+    def __init__(
+        self,
+        context: ProxyContext,
+        info: WorkloadInfo,
+        address: str,
+        port: int = HBONE_PORT,
+        gate: ListenerGate | None = None,
+    ) -> None:
         self._context = context
+        self.gate = gate or ListenerGate("self_hbone", ListenerLimits(), NodeBudget(), handshake=True)
         self._address = (address, port)
         uid = f"self:{info.namespace}/{info.name}"
         self.pod = LocalPod(uid, info, HostSocketFactory(mark=None), context.settings.trust_domain, itself=True)
@@ -79,19 +92,27 @@ class SelfInbound:
         loop = asyncio.get_running_loop()
         while True:
             try:
-                conn, _ = await loop.sock_accept(listener)
+                conn, peer = await loop.sock_accept(listener)
             except OSError as exc:  # EMFILE and friends: keep the listener, slow down
                 log.warning("self-proxy listener: accept failed: %s", exc)
                 await asyncio.sleep(0.1)
                 continue
+            ticket = self.gate.admit(peer[0])  # rule 4
+            if isinstance(ticket, Refusal):
+                reset(conn)
+                continue
             conn.setblocking(False)
-            task = asyncio.create_task(self._serve(conn))
+            task = asyncio.create_task(self._serve(conn, ticket))
             self._serving.add(task)
             task.add_done_callback(self._serving.discard)
+            # Even if cancelled before it ran (evicted by a newcomer, or the listener closing): place and socket.
+            task.add_done_callback(ticket.release_when_done)
+            task.add_done_callback(functools.partial(close_when_done, conn))
+            ticket.on_evict(task.cancel)
 
-    async def _serve(self, conn: socket.socket) -> None:
+    async def _serve(self, conn: socket.socket, ticket: Ticket) -> None:
         try:
-            await serve_hbone(self._context, self.pod, conn)
+            await serve_hbone(self._context, self.pod, conn, ticket)
         except Exception:  # a bug: the listener keeps going
             log.exception("self-proxy listener: a connection failed")
             conn.close()

@@ -1,5 +1,8 @@
 """Settings of the node proxy (``ambit nodeproxy``), parsed once at start-up and passed down.
 
+The listeners' bounds (:func:`parse_connection_bounds`) come from the environment only, with defaults safe for a
+node; they are read once at start.
+
 The outbound connection pool's two limits are ztunnel's: a command-line flag wins, then the environment variable
 ztunnel reads (``POOL_MAX_STREAMS_PER_CONNECTION``, ``POOL_UNUSED_RELEASE_TIMEOUT``), then ztunnel's default.
 :func:`parse_pool_limits` does that, and says in one line which value was wrong and why.
@@ -11,12 +14,18 @@ import ipaddress
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ambit.errors import AmbitError
 from ambit.hbone.connection import MAX_CONCURRENT_STREAMS
 from ambit.model.identity import DEFAULT_TRUST_DOMAIN
+from ambit.proxy.admission import (
+    DEFAULT_NODE_CONNECTIONS_PER_PEER,
+    AdmissionSettingsError,
+    ListenerLimits,
+    NodeBudget,
+)
 from ambit.proxy.settings import ProxySettings
 from ambit.telemetry.flows import DEFAULT_CAPACITY
 from ambit.zds.protocol import WorkloadInfo
@@ -34,6 +43,18 @@ DEFAULT_DRAIN_DEADLINE = 5.0
 SECRET_TTL_ENV = "SECRET_TTL"
 DEFAULT_SECRET_TTL = 24 * 3600
 """ztunnel's ``DEFAULT_TTL``: the workload certificate lifetime asked of the CA."""
+
+HBONE_MAX_CONNECTIONS_ENV = "HBONE_MAX_CONNECTIONS"
+HBONE_MAX_PENDING_ENV = "HBONE_MAX_PENDING_HANDSHAKES"
+HBONE_MAX_PENDING_PER_PEER_ENV = "HBONE_MAX_PENDING_HANDSHAKES_PER_PEER"
+HBONE_HANDSHAKE_TIMEOUT_ENV = "HBONE_HANDSHAKE_TIMEOUT"
+PLAINTEXT_MAX_CONNECTIONS_ENV = "PLAINTEXT_MAX_CONNECTIONS"
+NODE_MAX_CONNECTIONS_ENV = "NODE_MAX_CONNECTIONS"
+NODE_MAX_PENDING_ENV = "NODE_MAX_PENDING_HANDSHAKES"
+NODE_MAX_CONNECTIONS_PER_PEER_ENV = "NODE_MAX_CONNECTIONS_PER_PEER"
+DEFAULT_NODE_MAX_CONNECTIONS = 65536
+DEFAULT_NODE_MAX_PENDING = 256
+"""TLS handshakes in progress over the whole node proxy: 64 MiB of TLS read buffers allocated at most."""
 
 _DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -99,6 +120,69 @@ def parse_secret_ttl(flag: str | None, environ: Mapping[str, str]) -> int:
     if seconds < 1:
         raise NodeProxySettingsError(f"{source}: a certificate must live at least 1 second, got {text!r}")
     return seconds
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionBounds:
+    """The bounds of the node proxy's listeners (:mod:`ambit.proxy.admission`)."""
+
+    hbone: ListenerLimits = field(default_factory=ListenerLimits)
+    """Each pod's 15008 and the self-proxy listener's."""
+    plaintext: ListenerLimits = field(default_factory=ListenerLimits)
+    """Each pod's 15001 and 15006 (connections only: no handshake there)."""
+    node_max_connections: int = DEFAULT_NODE_MAX_CONNECTIONS
+    """Connections over every listener of the process."""
+    node_max_pending: int = DEFAULT_NODE_MAX_PENDING
+    """TLS handshakes in progress over every HBONE listener of the process."""
+    node_max_connections_per_peer: int = DEFAULT_NODE_CONNECTIONS_PER_PEER
+    """Connections one peer address may hold over every listener of the process."""
+
+
+def parse_connection_bounds(environ: Mapping[str, str], open_files: int | None = None) -> ConnectionBounds:
+    """The listeners' bounds from the environment (``HBONE_MAX_CONNECTIONS``, ``HBONE_MAX_PENDING_HANDSHAKES``,
+    ``HBONE_MAX_PENDING_HANDSHAKES_PER_PEER``, ``HBONE_HANDSHAKE_TIMEOUT``, ``PLAINTEXT_MAX_CONNECTIONS``,
+    ``NODE_MAX_CONNECTIONS``, ``NODE_MAX_PENDING_HANDSHAKES``, ``NODE_MAX_CONNECTIONS_PER_PEER``), else the
+    defaults.
+
+    ``open_files`` is the process's descriptor limit (``RLIMIT_NOFILE``), if finite: the node's default connection
+    budget is half of it (a relayed connection holds two descriptors), so that the budget refuses a flood before
+    ``accept`` runs out of descriptors for everyone; an explicit value is taken as given.
+    """
+    defaults = ListenerLimits()
+    node_default = DEFAULT_NODE_MAX_CONNECTIONS
+    if open_files is not None:
+        node_default = max(min(node_default, open_files // 2), 16)
+    node_connections = _count(environ, NODE_MAX_CONNECTIONS_ENV, node_default)
+    node_pending = _count(environ, NODE_MAX_PENDING_ENV, min(DEFAULT_NODE_MAX_PENDING, max(node_connections // 2, 1)))
+    node_per_peer = _count(
+        environ, NODE_MAX_CONNECTIONS_PER_PEER_ENV, min(DEFAULT_NODE_CONNECTIONS_PER_PEER, node_connections)
+    )
+    hbone_connections = _count(environ, HBONE_MAX_CONNECTIONS_ENV, defaults.max_connections)
+    pending = _count(environ, HBONE_MAX_PENDING_ENV, min(defaults.max_pending, hbone_connections))
+    per_peer = _count(environ, HBONE_MAX_PENDING_PER_PEER_ENV, min(defaults.max_pending_per_peer, pending))
+    timeout = defaults.handshake_timeout
+    if HBONE_HANDSHAKE_TIMEOUT_ENV in environ:
+        timeout = _duration(environ[HBONE_HANDSHAKE_TIMEOUT_ENV], f"${HBONE_HANDSHAKE_TIMEOUT_ENV}")
+        if timeout <= 0:
+            raise NodeProxySettingsError(f"${HBONE_HANDSHAKE_TIMEOUT_ENV}: expected more than 0 seconds")
+    plaintext_connections = _count(environ, PLAINTEXT_MAX_CONNECTIONS_ENV, defaults.max_connections)
+    try:
+        hbone = ListenerLimits(hbone_connections, pending, per_peer, timeout)
+        plaintext = ListenerLimits(plaintext_connections, min(defaults.max_pending, plaintext_connections), 1)
+        NodeBudget(node_connections, node_pending, max_connections_per_peer=node_per_peer)
+    except AdmissionSettingsError as exc:
+        raise NodeProxySettingsError(f"connection bounds: {exc}") from None
+    return ConnectionBounds(hbone, plaintext, node_connections, node_pending, node_per_peer)
+
+
+def _count(environ: Mapping[str, str], name: str, default: int) -> int:
+    text = environ.get(name)
+    if text is None:
+        return default
+    stripped = text.strip()
+    if not (stripped.isascii() and stripped.isdigit()) or len(stripped) > 9 or int(stripped) < 1:
+        raise NodeProxySettingsError(f"${name}: expected a whole number from 1 to 999999999, got {text!r}")
+    return int(stripped)
 
 
 def _duration(text: str, source: str) -> float:
@@ -194,6 +278,9 @@ class NodeProxySettings:
     listener (:mod:`ambit.inpod.self_inbound`); None: no such listener."""
     own_address: str | None = None
     """The proxy's own pod address (``INSTANCE_IP``), where the self-proxy listener listens."""
+    connection_bounds: ConnectionBounds = field(default_factory=ConnectionBounds)
+    """Connections and TLS handshakes in progress each listener (and the whole process) takes at once
+    (:func:`parse_connection_bounds`); more are reset at accept."""
     event_loop: str = "uvloop"
     """The event loop the proxy runs on: ``uvloop`` or ``asyncio`` (see :mod:`ambit.inpod.eventloop`). uvloop is
     the default since the connection-churn soak test (``tests/integration/test_uvloop_churn.py``) passes under it."""

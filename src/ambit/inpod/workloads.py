@@ -12,6 +12,12 @@ can cancel it like a task.
 Accepted sockets get ``TCP_NODELAY`` like every socket the proxy dials: without it Nagle holds a small write (a
 CONNECT's 200 HEADERS followed by the first DATA, a 1-byte echo) until the peer's delayed ACK.
 
+Admission (:mod:`ambit.proxy.admission`): with a :class:`PodAdmission`, each pod's 15008, 15001 and 15006 have a
+gate of their own over the process's one budget. The accept loop asks it before anything else: a refused connection
+is reset at once; an admitted one carries its ticket to the handler (15008 makes it established once the client is
+judged) and gives it back when its task ends or, for a connection handed to a splice, when the splice is over. A
+pending one evicted by a newcomer has its task cancelled (whose end closes the socket).
+
 Adding a uid again is idempotent when it names the same network namespace (same device and inode): the node agent
 sends every pod again in its snapshot after it or we restart (spec §3.3), and the pod's listeners and connections
 must survive that. A different namespace (the pod's sandbox was recreated) replaces them: the latest netns wins.
@@ -46,25 +52,63 @@ from ambit.dns.forwarder import Forwarder, Upstream
 from ambit.dns.server import DnsDatagramProtocol, DnsServer, DnsServerSettings
 from ambit.inpod.listeners import ListenerError, Port, open_pod_listeners
 from ambit.inpod.resolvers import PodResolvers
+from ambit.proxy.admission import ListenerGate, ListenerLimits, NodeBudget, Refusal, Ticket
 from ambit.proxy.context import LocalPod, ProxyContext
 from ambit.proxy.inbound import serve_hbone, serve_plaintext
 from ambit.proxy.outbound import serve_outbound
 from ambit.proxy.relay import Splice
-from ambit.proxy.sockets import NetnsSocketFactory, original_dst
+from ambit.proxy.sockets import NetnsSocketFactory, original_dst, reset
 from ambit.zds.protocol import WorkloadInfo
 
 log = logging.getLogger("ambit.inpod.workloads")
 
-Handler = Callable[[socket.socket], Coroutine[Any, Any, Splice | None]]
-"""Serves one accepted connection; returns None when done with it, or the splice it handed the connection to."""
+Handler = Callable[[socket.socket, Ticket | None], Coroutine[Any, Any, Splice | None]]
+"""Serves one accepted connection (with its admission ticket, if its listener has a gate); returns None when done
+with it, or the splice it handed the connection to."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodAdmission:
+    """The bounds of every pod's listeners (:mod:`ambit.proxy.admission`), over the process's one budget."""
+
+    budget: NodeBudget
+    hbone: ListenerLimits = field(default_factory=ListenerLimits)
+    """Each pod's 15008: connections, TLS handshakes in progress, handshakes per peer address, handshake timeout."""
+    plaintext: ListenerLimits = field(default_factory=ListenerLimits)
+    """Each pod's 15001 and 15006 (each its own): connections (no handshake there)."""
+
+    def gates(self) -> dict[Port, ListenerGate]:
+        """One pod's gates, by port."""
+        return {
+            Port.INBOUND_HBONE: ListenerGate("hbone", self.hbone, self.budget, handshake=True),
+            Port.OUTBOUND: ListenerGate("outbound", self.plaintext, self.budget, handshake=False),
+            Port.INBOUND_PLAINTEXT: ListenerGate("inbound_plaintext", self.plaintext, self.budget, handshake=False),
+        }
+
+
+class _HeldSplice:
+    """A pod's live connections as a relayed connection's registry: leaving them releases its admission ticket."""
+
+    __slots__ = ("connections", "ticket")
+
+    def __init__(self, connections: set[asyncio.Task[Splice | None] | Splice], ticket: Ticket) -> None:
+        self.connections, self.ticket = connections, ticket
+
+    def discard(self, splice: Splice, /) -> None:
+        self.connections.discard(splice)
+        self.ticket.release()
+
 
 ACCEPT_BATCH = 64
 """Connections accepted per readiness of a listener at most, before the loop runs anything else."""
 
 
-def _connection_done(pod: PodProxy, conn: socket.socket, task: asyncio.Task[Splice | None]) -> None:
+def _connection_done(
+    pod: PodProxy, conn: socket.socket, ticket: Ticket | None, task: asyncio.Task[Splice | None]
+) -> None:
     """A connection's handler ended: forget its task, log a bug (it never takes the listener down), and close the
-    socket unless the handler handed it to a running splice, which the pod then tracks until it is over."""
+    socket unless the handler handed it to a running splice, which the pod then tracks until it is over. The
+    connection's admission ticket is released with it: now, or when that splice is over."""
     pod.connections.discard(task)
     if not task.cancelled():
         if (exc := task.exception()) is not None:
@@ -73,9 +117,14 @@ def _connection_done(pod: PodProxy, conn: socket.socket, task: asyncio.Task[Spli
             if pod.closing:  # handed over while the pod was being stopped: nobody would cancel it later
                 running.cancel()
             elif not running.over:
-                running.registry = pod.connections
+                running.registry = pod.connections if ticket is None else _HeldSplice(pod.connections, ticket)
                 pod.connections.add(running)
+                return
+            if ticket is not None:
+                ticket.release()
             return
+    if ticket is not None:
+        ticket.release()
     with contextlib.suppress(OSError):
         conn.close()
 
@@ -170,12 +219,18 @@ class _Acceptor:
     unregistering it for every connection.
     """
 
-    __slots__ = ("_armed", "_fd", "_handler", "_listener", "_loop", "_pod", "_retry", "stopped")
+    __slots__ = ("_armed", "_fd", "_gate", "_handler", "_listener", "_loop", "_pod", "_retry", "stopped")
 
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, pod: PodProxy, listener: socket.socket, handler: Handler
+        self,
+        loop: asyncio.AbstractEventLoop,
+        pod: PodProxy,
+        listener: socket.socket,
+        handler: Handler,
+        gate: ListenerGate | None = None,
     ) -> None:
         self._loop, self._pod, self._listener, self._handler = loop, pod, listener, handler
+        self._gate = gate
         self._fd = listener.fileno()
         self._armed = False
         self._retry: asyncio.TimerHandle | None = None
@@ -197,10 +252,11 @@ class _Acceptor:
             self._loop.remove_reader(self._fd)
 
     def _ready(self) -> None:
-        pod, loop, handler = self._pod, self._loop, self._handler
+        pod, loop, handler, gate = self._pod, self._loop, self._handler, self._gate
+        ticket: Ticket | None = None
         for _ in range(ACCEPT_BATCH):
             try:
-                conn, _ = self._listener.accept()
+                conn, peer = self._listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:  # EMFILE and friends: keep the listener, slow down
@@ -208,22 +264,37 @@ class _Acceptor:
                 self.stop()
                 self._retry = loop.call_later(0.1, self.start)
                 return
+            if gate is not None:
+                admitted = gate.admit(peer[0])
+                if isinstance(admitted, Refusal):  # over a bound: reset at once, nothing else is spent on it
+                    reset(conn)
+                    continue
+                ticket = admitted
             conn.setblocking(False)
             with contextlib.suppress(OSError):  # a connection already reset: its handler finds out
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             # The handler's coroutine is the task itself, and what a wrapper would do (log a bug, close the
             # socket) is a done callback: an idle connection suspends one coroutine frame less.
-            task = loop.create_task(handler(conn))
+            task = loop.create_task(handler(conn, ticket))
             pod.connections.add(task)
-            task.add_done_callback(functools.partial(_connection_done, pod, conn))
+            task.add_done_callback(functools.partial(_connection_done, pod, conn, ticket))
+            if ticket is not None and ticket.pending:  # evicted by a newcomer: the done callback closes the socket
+                ticket.on_evict(task.cancel)
 
 
 class PodListenerManager:
     """Per pod uid, the pod's listeners; implements the ZDS client's ``PodHandler``."""
 
-    def __init__(self, context: ProxyContext | None = None, dns: DnsProxySettings | None = None) -> None:
+    def __init__(
+        self,
+        context: ProxyContext | None = None,
+        dns: DnsProxySettings | None = None,
+        admission: PodAdmission | None = None,
+    ) -> None:
         self._context = context
         self._dns = dns
+        self.admission = admission
+        """Each pod's listeners' bounds; None: no gates (the listener layer's own tests)."""
         self._pods: dict[str, PodProxy] = {}
         self.draining = False
         """``stop_accepting`` was called: new pods are refused."""
@@ -262,8 +333,9 @@ class PodListenerManager:
                 local = LocalPod(uid, info, pod.sockets, self._context.settings.trust_domain)
                 handlers = self._handlers(self._context, local)
                 if self._dns is not None:
-                    pod.dns = self._dns_server(self._context, local, pod.sockets, netns, self._dns)
-                    handlers[Port.DNS] = pod.dns.serve_tcp
+                    pod.dns = dns = self._dns_server(self._context, local, pod.sockets, netns, self._dns)
+                    handlers[Port.DNS] = lambda sock, ticket: dns.serve_tcp(sock)  # bounded by the DNS server
+            gates = self.admission.gates() if self.admission is not None else {}
             for listener in listeners:
                 port = listener.spec.port
                 if listener.spec.kind == socket.SOCK_DGRAM:
@@ -277,7 +349,8 @@ class PodListenerManager:
                 pod.listeners.append(listener.sock)
                 handler = handlers.get(port) or self._capture_handler(pod, port)
                 task = asyncio.create_task(
-                    self._accept_loop(pod, listener.sock, handler), name=f"accept {info.namespace}/{info.name}:{port}"
+                    self._accept_loop(pod, listener.sock, handler, gates.get(port)),
+                    name=f"accept {info.namespace}/{info.name}:{port}",
                 )
                 pod.accept_tasks.append(task)
         except BaseException:
@@ -296,9 +369,9 @@ class PodListenerManager:
     @staticmethod
     def _handlers(context: ProxyContext, local: LocalPod) -> dict[Port, Handler]:
         return {
-            Port.OUTBOUND: lambda sock: serve_outbound(context, local, sock),
-            Port.INBOUND_PLAINTEXT: lambda sock: serve_plaintext(context, local, sock),
-            Port.INBOUND_HBONE: lambda sock: serve_hbone(context, local, sock),
+            Port.OUTBOUND: lambda sock, ticket: serve_outbound(context, local, sock),
+            Port.INBOUND_PLAINTEXT: lambda sock, ticket: serve_plaintext(context, local, sock),
+            Port.INBOUND_HBONE: lambda sock, ticket: serve_hbone(context, local, sock, ticket),
         }
 
     @staticmethod
@@ -327,7 +400,7 @@ class PodListenerManager:
 
     @staticmethod
     def _capture_handler(pod: PodProxy, port: Port) -> Handler:
-        async def capture(sock: socket.socket) -> None:
+        async def capture(sock: socket.socket, ticket: Ticket | None) -> None:
             dst = original_dst(sock) if port in (Port.OUTBOUND, Port.INBOUND_PLAINTEXT) else None
             pod.last_original_dst[port] = dst
             log.info("pod %s: connection on %d for %s", pod.uid, port, dst)
@@ -336,9 +409,12 @@ class PodListenerManager:
         return capture
 
     @staticmethod
-    async def _accept_loop(pod: PodProxy, listener: socket.socket, handler: Handler) -> None:
-        """Accept connections on ``listener`` (non-blocking) and start ``handler`` for each, until cancelled."""
-        acceptor = _Acceptor(asyncio.get_running_loop(), pod, listener, handler)
+    async def _accept_loop(
+        pod: PodProxy, listener: socket.socket, handler: Handler, gate: ListenerGate | None = None
+    ) -> None:
+        """Accept connections on ``listener`` (non-blocking), admitted by ``gate`` if any, and start ``handler`` for
+        each, until cancelled."""
+        acceptor = _Acceptor(asyncio.get_running_loop(), pod, listener, handler, gate)
         acceptor.start()
         try:
             await acceptor.stopped

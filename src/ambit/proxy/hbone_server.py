@@ -17,6 +17,11 @@ something that outlives it (a relay running on callbacks), and the stream is lef
 the connection is gone and every handler has finished; cancelling it aborts the connection and cancels the
 handlers.
 
+Admission (:mod:`ambit.proxy.admission`): the accept loop admitted the connection with a ticket, pending. One
+deadline, ``handshake_timeout`` after ``serve`` starts, bounds the certificate fetch and the whole TLS handshake
+together, so a peer that trickles its handshake a byte at a time holds its place no longer than that. The ticket
+becomes established once the client is judged; the caller releases it when ``serve`` returns.
+
 Draining (the proxy is going away, :class:`~ambit.proxy.drain.DrainSignal`): the connection says a graceful GOAWAY
 once its client is judged; tunnels in flight go on, the client opens new ones elsewhere (a proxy that took over
 the listener), and the connection closes when its last tunnel is done. A client that never ends its tunnels is the
@@ -47,6 +52,7 @@ from ambit.hbone.connection import HboneSettings
 from ambit.hbone.events import Headers, TunnelRequested
 from ambit.hbone.server import HboneServerConnection
 from ambit.model.identity import SpiffeId
+from ambit.proxy.admission import DEFAULT_HANDSHAKE_TIMEOUT, Ticket
 from ambit.proxy.drain import DrainSignal
 from ambit.proxy.errors import ProxyError
 from ambit.proxy.hbone_stream import HboneSession, HboneStream
@@ -139,17 +145,19 @@ class HboneServer:
         *,
         trust_domain: str,
         handler: Handler,
-        handshake_timeout: float = 10.0,
+        handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
         settings: HboneSettings | None = None,
         on_failure: Callable[[str], None] | None = None,
         revocation: RevocationManager | None = None,
         drain: DrainSignal | None = None,
+        ticket: Ticket | None = None,
     ) -> None:
         """Run the connection on ``sock`` (which we own) until it is done and every handler has returned.
 
         With ``revocation``, a client whose chain is revoked is dropped after the handshake, and the connection is
         aborted if a later CRL revokes it (:mod:`ambit.proxy.revocation`). When ``drain`` is raised the connection
-        says a graceful GOAWAY (see the module docstring)."""
+        says a graceful GOAWAY (see the module docstring). ``ticket`` (the caller's to release) is made
+        established once the client is judged, within ``handshake_timeout`` of the call."""
         peer_addr, local_addr = _addresses(sock)
         name = f"hbone server {local_addr[0]}:{local_addr[1]} <- {peer_addr[0]}:{peer_addr[1]}"
 
@@ -158,8 +166,10 @@ class HboneServer:
             if on_failure is not None:
                 on_failure(reason)
 
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + handshake_timeout
         try:
-            async with asyncio.timeout(handshake_timeout):
+            async with asyncio.timeout_at(deadline):
                 cert = await cert_for_local()
         except Exception as exc:  # any failure to get a certificate just drops this one connection
             sock.close()
@@ -169,10 +179,13 @@ class HboneServer:
         server = cls(core, handler, peer_addr, local_addr, name)
         session = server._session
         try:
-            transport, _ = await asyncio.get_running_loop().connect_accepted_socket(
-                lambda: session, sock, ssl=cert.server_context(), ssl_handshake_timeout=handshake_timeout
+            # What is left of the one deadline; the loop's SSL handshake timeout runs from the handshake's start
+            # whatever the peer sends, so trickled bytes do not extend it.
+            left = max(deadline - loop.time(), 0.001)
+            transport, _ = await loop.connect_accepted_socket(
+                lambda: session, sock, ssl=cert.server_context(), ssl_handshake_timeout=left
             )
-        except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
+        except (OSError, TimeoutError) as exc:  # ssl.SSLError and ConnectionError are OSErrors
             sock.close()
             fail(f"TLS handshake failed: {exc or type(exc).__name__}")
             return
@@ -187,6 +200,8 @@ class HboneServer:
             transport.abort()
             fail(str(exc))
             return
+        if ticket is not None:
+            ticket.established()
         session.release()
         unwatch = drain.watch(session.go_away) if drain is not None else None
         try:

@@ -33,6 +33,7 @@ from ambit.hbone.headers import hostport
 from ambit.model.identity import SpiffeId
 from ambit.model.workload import IPAddress
 from ambit.proxy.accounting import Accounting
+from ambit.proxy.admission import DEFAULT_HANDSHAKE_TIMEOUT, Ticket
 from ambit.proxy.context import ConnectionEnd, LocalPod, ProxyContext
 from ambit.proxy.errors import ProxyError, ResponseFlag
 from ambit.proxy.hbone_server import HboneServer, InboundRequest, TunnelResponder
@@ -118,8 +119,11 @@ class _HbonePeer:
     peer_addr: str  # "ip:port", interned: the access log's src.addr of each tunnel
 
 
-async def serve_hbone(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) -> None:
-    """Serve one TCP connection accepted on the pod's 15008 listener; never raises for peer trouble."""
+async def serve_hbone(ctx: ProxyContext, pod: LocalPod, sock: socket.socket, ticket: Ticket | None = None) -> None:
+    """Serve one TCP connection accepted on the pod's 15008 listener; never raises for peer trouble.
+
+    ``ticket`` is the connection's place at its listener (:mod:`ambit.proxy.admission`; the caller releases it):
+    its handshake is bounded by the listener's timeout, and it is established once the client is judged."""
     local_ip = sock.getsockname()[0]
     peer = sock.getpeername()
     hbone_peer = _HbonePeer(local_ip, peer[0], ipaddress.ip_address(peer[0]), sys.intern(hostport(peer[0], peer[1])))
@@ -139,6 +143,8 @@ async def serve_hbone(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) -> 
                 handler=handle,
                 revocation=ctx.revocation,
                 drain=ctx.drain,
+                ticket=ticket,
+                handshake_timeout=DEFAULT_HANDSHAKE_TIMEOUT if ticket is None else ticket.handshake_timeout,
             )
         except (AmbitError, OSError, ssl.SSLError) as exc:
             log.info("pod %s: HBONE connection from %s failed: %s", pod.uid, hostport(*peer), exc)

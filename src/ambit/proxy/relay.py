@@ -28,7 +28,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from ambit.proxy.errors import ProxyError
 from ambit.proxy.hbone_stream import HboneStream
@@ -49,6 +49,12 @@ class RelayResult:
 def _abort_both(a: ByteStream, b: ByteStream) -> None:
     a.abort()
     b.abort()
+
+
+class SpliceRegistry(Protocol):
+    """Where a running splice is kept (a set, or a set with bookkeeping of its own)."""
+
+    def discard(self, splice: Splice, /) -> None: ...
 
 
 class Splice:
@@ -79,7 +85,7 @@ class Splice:
         self.counter = counter
         self.over = False  # done: checked for every chunk
         self.open_directions = 2
-        self.registry: set[Any] | None = None
+        self.registry: SpliceRegistry | None = None
 
     def start(self) -> None:
         _Direction(self, self.downstream, self.upstream, True).start()

@@ -425,3 +425,9 @@ def reset(sock: socket.socket) -> None:
     with contextlib.suppress(OSError):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
     sock.close()
+
+
+def close_when_done(sock: socket.socket, _done: object) -> None:
+    """Close ``sock``: a done callback, as ``functools.partial(close_when_done, sock)``, for the task that served it
+    (closing it again after its transport did is harmless)."""
+    sock.close()

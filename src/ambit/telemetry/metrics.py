@@ -226,6 +226,11 @@ class ProxyMetrics:
             "istio_crl_untracked_connections",
             "The total number of connections whose peer chain could not be tracked for revocation (unstable)",
         )
+        self._refused_connections = _Family(
+            "ambit_listener_connections_refused",
+            "Connections a listener refused at accept over its bounds, or closed in their handshake to make room for "
+            "newer ones (pending_evicted), by listener and reason",
+        )
         self._active_proxies = 0
         self._pending_proxies = 0
         self._proxies_started = 0
@@ -321,6 +326,12 @@ class ProxyMetrics:
         with self._lock:
             self._crl_untracked.bump((reporter.value,))
 
+    def connection_refused(self, listener: str, reason: str) -> None:
+        """Count a connection refused at accept, or evicted in its handshake, by a listener's admission
+        (:mod:`ambit.proxy.admission`)."""
+        with self._lock:
+            self._refused_connections.bump((listener, reason))
+
     def proxy_started(self) -> None:
         with self._lock:
             self._proxies_started += 1
@@ -371,6 +382,7 @@ class ProxyMetrics:
             durations = {key: (list(h.counts), h.total) for key, h in self._dns_duration.items()}
             dropped = dict(self._dns_dropped.values)
             crl = [(f.name, f.help, dict(f.values)) for f in (self._crl_rejections, self._crl_untracked)]
+            refused = dict(self._refused_connections.values)
         for name, doc, values in traffic:
             yield _counter(name, doc, values.items())
         build = GaugeMetricFamily("istio_build", "Istio component build info", labels=["component", "tag"])
@@ -416,6 +428,12 @@ class ProxyMetrics:
             for key, value in crl_values.items():
                 family.add_metric(key, value)
             yield family
+        refusals = CounterMetricFamily(
+            self._refused_connections.name, self._refused_connections.help, labels=["listener", "reason"]
+        )
+        for key, value in refused.items():
+            refusals.add_metric(key, value)
+        yield refusals
 
 
 def _counter(name: str, doc: str, samples: Iterable[tuple[LabelValues, int]]) -> CounterMetricFamily:

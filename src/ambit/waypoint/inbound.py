@@ -45,6 +45,7 @@ from ambit.errors import AmbitError
 from ambit.hbone.connection import HboneSettings
 from ambit.hbone.headers import hostport
 from ambit.model.workload import AppProtocol
+from ambit.proxy.admission import Ticket
 from ambit.proxy.hbone_server import HboneServer, InboundRequest, TunnelResponder
 from ambit.proxy.streams import ByteStream
 from ambit.telemetry.metrics import Reporter, SecurityPolicy, TrafficLabels
@@ -162,8 +163,10 @@ async def serve_connection(
     sock: socket.socket,
     certificate: Callable[[], Awaitable[WorkloadCertificate]],
     trust_domain: str,
+    ticket: Ticket | None = None,
 ) -> None:
-    """Serve one accepted connection on the HBONE port; never raises for peer trouble."""
+    """Serve one accepted connection on the HBONE port; never raises for peer trouble. ``ticket`` is its place at
+    the listener (:mod:`ambit.proxy.admission`; the caller releases it): established once the client is judged."""
     settings = HboneSettings(max_concurrent_streams=ctx.limits.max_tunnels_per_connection)
 
     def failed(reason: str) -> None:
@@ -174,7 +177,14 @@ async def serve_connection(
 
     try:
         await HboneServer.serve(
-            sock, certificate, trust_domain=trust_domain, handler=handle, settings=settings, on_failure=failed
+            sock,
+            certificate,
+            trust_domain=trust_domain,
+            handler=handle,
+            settings=settings,
+            on_failure=failed,
+            ticket=ticket,
+            handshake_timeout=ctx.limits.handshake_timeout,
         )
     except (AmbitError, OSError, ssl.SSLError) as exc:
         log.info("HBONE connection failed: %s", exc)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
 import logging
 import signal
@@ -41,9 +42,10 @@ from ambit.model.localconfig import parse_local_config
 from ambit.model.routes import WaypointConfig
 from ambit.model.state import WorkloadState
 from ambit.model.workload import IPAddress
+from ambit.proxy.admission import ListenerGate, ListenerLimits, NodeBudget, Refusal, refusal_reporter
 from ambit.proxy.hostnames import HostnameResolver, upstream_lookup
 from ambit.proxy.pool import ConnectionPool
-from ambit.proxy.sockets import HostSocketFactory
+from ambit.proxy.sockets import HostSocketFactory, close_when_done, reset
 from ambit.telemetry.accesslog import AccessLog
 from ambit.telemetry.endpoints import ProxyEndpoints, new_admin_token, write_admin_token
 from ambit.telemetry.flows import FlowRing
@@ -111,6 +113,26 @@ class Waypoint:
         self.readiness.add_pending(STATE_TASK)
         self.startup = Startup()
         self.refusals = Refusals()
+        bounds = settings.limits
+        # A smaller connection bound caps the handshake bounds under it (they are parts of it).
+        pending = min(bounds.max_pending_handshakes, bounds.max_connections)
+        self.hbone_gate = ListenerGate(
+            "hbone",
+            ListenerLimits(
+                bounds.max_connections,
+                pending,
+                min(bounds.max_pending_handshakes_per_peer, pending),
+                bounds.handshake_timeout,
+            ),
+            NodeBudget(
+                bounds.max_connections,
+                pending,
+                refusal_reporter(self._refused_at_accept, time.monotonic, log),
+                min(bounds.max_connections_per_peer, bounds.max_connections),
+            ),
+            handshake=True,
+        )
+        """The HBONE listener's admission (:mod:`ambit.proxy.admission`): the process has that one listener."""
         addresses: frozenset[IPAddress] = frozenset()
         if settings.instance_ip:
             addresses = frozenset({ipaddress.ip_address(settings.instance_ip)})
@@ -323,23 +345,31 @@ class Waypoint:
             ) from None
         return sock
 
+    def _refused_at_accept(self, listener: str, reason: str) -> None:
+        """A connection refused at accept (``refused`` under status 0 in the config dump), or a handshake evicted
+        for a newcomer (:mod:`ambit.proxy.admission`); both counted in the metric."""
+        if reason != Refusal.EVICTED:
+            self.refusals.by_status[0] += 1
+        self.metrics.connection_refused(listener, reason)
+
     async def _accept(self, listener: socket.socket) -> None:
         loop = asyncio.get_running_loop()
-        limit = self.settings.limits.max_connections
+        gate = self.hbone_gate
         while True:
             try:
-                sock, _ = await loop.sock_accept(listener)
+                sock, peer = await loop.sock_accept(listener)
             except OSError as exc:  # EMFILE and friends: back off, keep the listener
                 log.warning("HBONE accept failed: %s", exc)
                 await asyncio.sleep(0.1)
                 continue
+            ticket = gate.admit(str(peer[0]))
+            if isinstance(ticket, Refusal):  # over a bound (counted by the gate): reset, nothing else spent
+                reset(sock)
+                continue
             # As every proxy socket: without it Nagle holds a response's last small TLS record until the client's
             # delayed ACK (~40 ms per request on a keep-alive tunnel).
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if len(self._connections) >= limit:
-                sock.close()
-                self.refusals.by_status[0] += 1
-                continue
+            with contextlib.suppress(OSError):  # already reset by the peer: the handshake finds out
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             task = loop.create_task(
                 serve_connection(
                     self.context,
@@ -348,11 +378,16 @@ class Waypoint:
                     sock,
                     self._certificate,
                     self.settings.trust_domain,
+                    ticket,
                 ),
                 name="waypoint hbone connection",
             )
             self._connections.add(task)
             task.add_done_callback(self._connections.discard)
+            # Even if cancelled before it ran (evicted by a newcomer, or the waypoint closing): place and socket.
+            task.add_done_callback(ticket.release_when_done)
+            task.add_done_callback(functools.partial(close_when_done, sock))
+            ticket.on_evict(task.cancel)
 
     async def _housekeeping(self) -> None:
         since_reap = 0.0

@@ -24,7 +24,14 @@ class WaypointLimits:
     sniff_timeout: float = 5.0
     """Seconds to wait for a client's first bytes on a port of unknown protocol before treating it as TCP."""
     max_connections: int = 4096
-    """HBONE connections served at once; more are accepted and closed at once."""
+    """HBONE connections served at once, in their handshake or established; more are reset at accept
+    (:mod:`ambit.proxy.admission`)."""
+    max_pending_handshakes: int = 256
+    """HBONE connections in their TLS handshake at once; more are reset at accept."""
+    max_pending_handshakes_per_peer: int = 16
+    """HBONE connections in their TLS handshake at once from one peer address; more are reset at accept."""
+    handshake_timeout: float = 10.0
+    """Seconds from accept to a judged HBONE client (certificate and the whole TLS handshake)."""
     max_tunnels_per_connection: int = 100
     """CONNECT streams in flight on one HBONE connection (the HTTP/2 engine refuses the rest)."""
     max_tunnels: int = 16384
@@ -47,8 +54,9 @@ class WaypointLimits:
     max_requests_per_connection: int = 0
     """Requests served on one downstream connection before it is closed (0: no limit)."""
     max_connections_per_peer: int = 256
-    """An ingress gateway's listeners: connections from one client address at once; more are accepted and closed,
-    so that one client's idle or slow connections cannot take every one of ``max_connections``."""
+    """Connections from one client address at once, on the HBONE listener and on an ingress gateway's listeners;
+    more are accepted and closed, so that one client's idle or slow connections cannot take every one of
+    ``max_connections``."""
 
 
 @dataclass(frozen=True, slots=True)
