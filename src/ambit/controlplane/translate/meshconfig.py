@@ -226,9 +226,12 @@ def _service_entry_visibility(value: Any) -> ServiceEntryVisibility:
 
 def _strict_requirement(key: Any, operator: Any, values: Any, where: str) -> Requirement:
     """One requirement, checked as ``labels.NewRequirement`` checks it."""
-    if not isinstance(key, str) or (problem := label_key_problem(key)) is not None:
-        shown = key if isinstance(key, str) else type(key).__name__
-        raise MeshConfigError(f"{where}: invalid label key {shown!r}: {problem or 'expected a string'}")
+    key = "" if key is None else key  # protobuf's default for an absent string, as istiod reads it
+    operator = "" if operator is None else operator
+    if not isinstance(key, str):
+        raise MeshConfigError(f"{where}.key: expected a string")
+    if (problem := label_key_problem(key)) is not None:
+        raise MeshConfigError(f"{where}: invalid label key {key!r}: {problem}")
     op = SPEC_OPERATORS.get(operator) if isinstance(operator, str) else None
     if op is None:
         raise MeshConfigError(f"{where}: operator {operator!r} is not one of In, NotIn, Exists, DoesNotExist")
