@@ -10,6 +10,7 @@ PeerAuthentication) reach nothing; selectors that miss the root namespace do not
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -183,6 +184,12 @@ def test_any_discovery_selectors_value_parses_or_is_one_mesh_config_error(value:
         assert "\n" not in str(exc)
     else:
         mesh.discovers({"a": "b"})
+
+
+def test_the_deployed_mesh_config_has_no_selectors_so_every_namespace_is_discovered() -> None:
+    deployed = Path(__file__).parents[2] / "deploy" / "base" / "istiod" / "configmap.yaml"
+    mesh = parse_mesh_config(yaml.safe_load(deployed.read_text(encoding="utf-8"))["data"]["mesh"])
+    assert mesh.discovery_selectors == () and mesh.discovers({EXCLUDE: "true"})
 
 
 # The filter in the translation, with objects as users write them
