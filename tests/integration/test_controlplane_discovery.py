@@ -1,7 +1,8 @@
 """``discoverySelectors`` through the real control plane and API server: the upstream ambient tests' selector written
 into the ``istio`` ConfigMap, then a namespace labelled ``istio.io/test-exclude-namespace`` leaves the workload API
 (its Service and its pod's workload removed over xDS) and comes back when the label is removed, live, with no
-restart; a namespace that stays included is never touched.
+restart; a namespace that stays included is never touched. The control plane's CA follows the same filter, as
+istiod's node authorizer does: the node proxy gets no certificate for a pod of the excluded namespace.
 """
 
 from __future__ import annotations
@@ -11,11 +12,18 @@ import secrets
 from collections.abc import AsyncIterator
 from typing import Any
 
+import grpc  # type: ignore[import-untyped]
+import grpc.aio  # type: ignore[import-untyped]
 import pytest
-from tests.integration.controlplane_rig import eventually, make_pod
+from google.protobuf import struct_pb2
+from tests.integration.controlplane_rig import SERVER_NAME, eventually, make_pod
 
+from ambit.api import ca_pb2
+from ambit.controlplane.ca.server import METHOD_PATH
 from ambit.controlplane.process import ControlPlane
 from ambit.k8s import KubeAlreadyExistsError, KubeClient, KubeNotFoundError, kinds
+from ambit.model.identity import SpiffeId
+from ambit.tls.spiffe import make_csr
 
 EXCLUDE = "istio.io/test-exclude-namespace"
 UPSTREAM = f"""discoverySelectors:
@@ -104,3 +112,60 @@ async def test_a_namespace_labelled_out_leaves_the_workload_api_and_comes_back_l
     await eventually(lambda: gone(plane, *excluded))
     await mesh("discoverySelectors: []\n")
     await eventually(lambda: served(plane, *included, *excluded))
+
+
+async def impersonate(plane: ControlPlane, token: str, identity: SpiffeId) -> grpc.StatusCode:
+    """The status of a CreateCertificate call to the control plane's CA asking for ``identity`` by impersonation."""
+    assert plane.root is not None and plane.server is not None
+    csr, _key = make_csr(identity)
+    request = ca_pb2.IstioCertificateRequest(csr=csr.decode())
+    request.metadata.CopyFrom(
+        struct_pb2.Struct(fields={"ImpersonatedIdentity": struct_pb2.Value(string_value=str(identity))})
+    )
+    credentials = grpc.ssl_channel_credentials(plane.root.root_pem)
+    options = [("grpc.ssl_target_name_override", SERVER_NAME)]
+    async with grpc.aio.secure_channel(f"127.0.0.1:{plane.server.port}", credentials, options) as channel:
+        call = channel.unary_unary(
+            METHOD_PATH,
+            request_serializer=ca_pb2.IstioCertificateRequest.SerializeToString,
+            response_deserializer=ca_pb2.IstioCertificateResponse.FromString,
+        )
+        metadata = (("authorization", f"Bearer {token}"), ("clusterid", "Kubernetes"))
+        try:
+            await call(request, metadata=metadata, timeout=10)
+        except grpc.aio.AioRpcError as exc:
+            return exc.code()
+    return grpc.StatusCode.OK
+
+
+async def test_the_node_proxy_gets_no_certificate_for_a_pod_of_an_excluded_namespace(
+    kube: KubeClient, plane: ControlPlane, two_namespaces: tuple[str, str], mesh: Any
+) -> None:
+    _apps, external = two_namespaces
+    with contextlib.suppress(KubeAlreadyExistsError):
+        await kube.create(kinds.NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"}})
+    ztunnel_pod = {
+        "metadata": {"name": f"ztunnel-{external}", "namespace": "istio-system"},
+        "spec": {"nodeName": "node-1", "serviceAccountName": "ztunnel", "containers": [{"name": "z", "image": "z"}]},
+    }
+    created = await kube.create(kinds.PODS, ztunnel_pod)
+    try:
+        token = (await kube.create_token("istio-system", "ztunnel", ["istio-ca"], bound_pod=created))["status"]["token"]
+        await make_pod(kube, external, "external-0", "198.18.91.21", {"app": "external"})
+        workload = SpiffeId("cluster.local", external, "default")
+        await mesh(UPSTREAM)
+        assert await eventually(lambda: impersonate_ok(plane, token, workload))
+
+        await kube.patch(kinds.NAMESPACES, external, {"metadata": {"labels": {EXCLUDE: "true"}}})
+        await eventually(lambda: gone(plane, f"Kubernetes//Pod/{external}/external-0"))
+        assert await impersonate(plane, token, workload) is grpc.StatusCode.UNAUTHENTICATED  # as every refusal
+
+        await kube.patch(kinds.NAMESPACES, external, {"metadata": {"labels": {EXCLUDE: None}}})
+        assert await eventually(lambda: impersonate_ok(plane, token, workload))
+    finally:
+        with contextlib.suppress(KubeNotFoundError):
+            await kube.delete(kinds.PODS, f"ztunnel-{external}", "istio-system")
+
+
+async def impersonate_ok(plane: ControlPlane, token: str, identity: SpiffeId) -> bool:
+    return await impersonate(plane, token, identity) is grpc.StatusCode.OK

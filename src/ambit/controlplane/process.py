@@ -63,6 +63,7 @@ from ambit.controlplane.debug_access import DEBUG_ACCOUNTS, DebugAccessChecker
 from ambit.controlplane.gateway import GatewayController, GatewayControllerSettings, WaypointTemplateSettings
 from ambit.controlplane.status import AddressStatusWriter, PolicyStatusWriter, RouteStatusWriter
 from ambit.controlplane.translate import DEFAULT_ROOT_NAMESPACE, PolicyStatus, SkipMemory, Skipped, Translation
+from ambit.controlplane.translate.discovery import EVERY_NAMESPACE
 from ambit.controlplane.translate.visibility import VISIBILITY_APPLIED
 from ambit.controlplane.translate.waypoint_policies import WAYPOINT_ACCEPTED
 from ambit.controlplane.translate.waypoints import WAYPOINT_BOUND, WAYPOINT_MISSING
@@ -189,6 +190,7 @@ class ControlPlane:
         self._encoded_addresses: AddressCache = {}
         self.authenticator = KubeAuthenticator(client, cluster_id=settings.cluster_id)
         self.pods = InformerPodIndex(client)
+        self._discovery = EVERY_NAMESPACE
         self.root: RootCa | None = None
         self.server: XdsServer | None = None
         self.view = ClusterView(
@@ -288,8 +290,13 @@ class ControlPlane:
     def _cached(self, plural: str) -> Callable[[], list[dict[str, Any]]]:
         return lambda: self.view.items(plural)
 
+    def _discovered(self, namespace: str) -> bool:
+        """Whether the last translation saw ``namespace`` (``discoverySelectors``); every one before the first."""
+        return self._discovery.admits_namespace(namespace)
+
     def _routes_changed(self, translation: Translation) -> None:
         """Serve each waypoint its config (versioned with who may read it) and write the routes' status."""
+        self._discovery = translation.discovery
         accounts = dict(translation.waypoint_accounts)
         readers: dict[str, str] = {}
         resources = {}
@@ -429,7 +436,7 @@ class ControlPlane:
         )
         self.events.start()
         await self.pods.start()
-        authorizer = NodeAuthorizer(self.pods, trust_domain=s.trust_domain)
+        authorizer = NodeAuthorizer(self.pods, trust_domain=s.trust_domain, discovered=self._discovered)
         self.signer = RootSigner(self.root)
         CaService(self.authenticator, authorizer, self.signer).add_to_server(self.server.grpc_server)
         self.status.start()

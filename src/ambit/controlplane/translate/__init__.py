@@ -17,14 +17,14 @@ informer-driven view, a test) decides when to translate again.
 
 Order of work: the mesh config first, and with it the namespaces the translation sees (``discoverySelectors``,
 :mod:`~ambit.controlplane.translate.discovery`: the objects of other namespaces are dropped from every input before
-anything else reads them); then Kubernetes Services, then ServiceEntries (their hosts may not take a Service's key), then one
-index of every selecting service, then the workloads (pods, WorkloadEntries, hand-added EndpointSlice endpoints,
-inline ServiceEntry endpoints) with
-their services maps and the policy keys they list (selector AuthorizationPolicies of their namespace and of the root
-namespace, then what PeerAuthentication resolves to for them). Waypoints are indexed once, before the services, and
-every Service, ServiceEntry host and workload gets the waypoint its labels (or its namespace's) bind it to; the
-routes come last, over the bound services (:mod:`~ambit.controlplane.translate.routes`), and each waypoint's
-config then gets the targetRefs AuthorizationPolicies bound to it, with their ``WaypointAccepted`` status
+anything else reads them); then Kubernetes Services, then ServiceEntries (their hosts may not take a Service's key),
+then one index of every selecting service, then the workloads (pods, WorkloadEntries, hand-added EndpointSlice
+endpoints, inline ServiceEntry endpoints) with their services maps and the policy keys they list (selector
+AuthorizationPolicies of their namespace and of the root namespace, then what PeerAuthentication resolves to for
+them). Waypoints are indexed once, before the services, and every Service, ServiceEntry host and workload gets the
+waypoint its labels (or its namespace's) bind it to; the routes come last, over the bound services
+(:mod:`~ambit.controlplane.translate.routes`), and each waypoint's config then gets the targetRefs
+AuthorizationPolicies bound to it, with their ``WaypointAccepted`` status
 (:mod:`~ambit.controlplane.translate.waypoint_policies`).
 
 The output is deterministic: workloads are ordered by uid, services by namespace then hostname, policies and
@@ -61,7 +61,7 @@ from ambit.controlplane.translate.destinationrules import (
     destination_policies,
     parse_destination_rules,
 )
-from ambit.controlplane.translate.discovery import DiscoveryFilter
+from ambit.controlplane.translate.discovery import EVERY_NAMESPACE, DiscoveryFilter
 from ambit.controlplane.translate.endpointslices import endpoint_slice_workloads
 from ambit.controlplane.translate.gateway_policies import (
     IngressPods,
@@ -197,6 +197,8 @@ class Translation:
     """(Gateway key, service account) of each ingress Gateway: who may read its config (certificates included)."""
     waypoint_policy_status: tuple[PolicyStatus, ...] = ()
     """The ``WaypointAccepted`` condition of each targetRefs AuthorizationPolicy, by key."""
+    discovery: DiscoveryFilter = EVERY_NAMESPACE
+    """The namespaces this translation saw (``discoverySelectors``); the CA applies the same filter."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -612,6 +614,7 @@ def translate_all(
         waypoint_policy_status=tuple(
             sorted((t.status for t in waypoint_policies if t.status is not None), key=lambda s: s.key)
         ),
+        discovery=seen,
     )
 
 

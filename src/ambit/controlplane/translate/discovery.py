@@ -5,7 +5,9 @@ Theory of operation: pure. :meth:`DiscoveryFilter.build` reads the Namespaces on
 config (:mod:`ambit.controlplane.translate.meshconfig`, rule 7); :meth:`DiscoveryFilter.keep` then drops the objects
 of namespaces the selectors do not admit from any list of namespaced objects. The control plane translates again
 on every Namespace change and every mesh config change, so a namespace labelled out disappears from the workload
-API at the next translation and comes back when relabelled: nothing is remembered between calls.
+API at the next translation and comes back when relabelled: nothing is remembered between calls. The filter is
+part of the :class:`~ambit.controlplane.translate.Translation`, so the CA applies the same one to impersonation
+(:mod:`ambit.controlplane.ca.nodeauth` rule 5), as istiod's node authorizer reads pods through the filtered informer.
 
 Rules:
 
@@ -69,15 +71,21 @@ class DiscoveryFilter:
                 names.add(name)
         return cls(frozenset(names))
 
+    def admits_namespace(self, namespace: str) -> bool:
+        """Whether the objects of ``namespace`` are seen (rules 1, 2, 5)."""
+        return self.discovered is None or namespace in self.discovered
+
     def admits(self, obj: Obj) -> bool:
         """Whether ``obj`` is seen: cluster-scoped, no selectors, or in a discovered namespace (rules 1-3, 5)."""
-        if self.discovered is None:
-            return True
         namespace = _namespace_of(obj)
-        return not namespace or namespace in self.discovered
+        return not namespace or self.admits_namespace(namespace)
 
     def keep(self, objects: Iterable[Obj]) -> list[Obj]:
         """The objects of ``objects`` that are seen, in their order."""
         if self.discovered is None:
             return list(objects)
         return [obj for obj in objects if self.admits(obj)]
+
+
+EVERY_NAMESPACE = DiscoveryFilter()
+"""The filter without selectors: every object is seen."""
