@@ -21,6 +21,7 @@ from tests.integration.controlplane_rig import SERVER_NAME, eventually, make_pod
 from ambit.api import ca_pb2
 from ambit.controlplane.ca.server import METHOD_PATH
 from ambit.controlplane.process import ControlPlane
+from ambit.controlplane.translate.policies import ZTUNNEL_ACCEPTED
 from ambit.k8s import KubeAlreadyExistsError, KubeClient, KubeNotFoundError, kinds
 from ambit.model.identity import SpiffeId
 from ambit.tls.spiffe import make_csr
@@ -154,10 +155,12 @@ async def test_the_node_proxy_gets_no_certificate_for_a_pod_of_an_excluded_names
         await make_pod(kube, external, "external-0", "198.18.91.21", {"app": "external"})
         workload = SpiffeId("cluster.local", external, "default")
         await mesh(UPSTREAM)
-        assert await eventually(lambda: impersonate_ok(plane, token, workload))
+        uid = f"Kubernetes//Pod/{external}/external-0"
+        await eventually(lambda: served(plane, uid))  # translated with the selectors in force
+        assert await eventually(lambda: impersonate_ok(plane, token, workload))  # once the CA's pod index has it
 
         await kube.patch(kinds.NAMESPACES, external, {"metadata": {"labels": {EXCLUDE: "true"}}})
-        await eventually(lambda: gone(plane, f"Kubernetes//Pod/{external}/external-0"))
+        await eventually(lambda: gone(plane, uid))
         assert await impersonate(plane, token, workload) is grpc.StatusCode.UNAUTHENTICATED  # as every refusal
 
         await kube.patch(kinds.NAMESPACES, external, {"metadata": {"labels": {EXCLUDE: None}}})
@@ -169,3 +172,32 @@ async def test_the_node_proxy_gets_no_certificate_for_a_pod_of_an_excluded_names
 
 async def impersonate_ok(plane: ControlPlane, token: str, identity: SpiffeId) -> bool:
     return await impersonate(plane, token, identity) is grpc.StatusCode.OK
+
+
+async def conditions(kube: KubeClient, namespace: str, name: str) -> list[dict[str, Any]]:
+    policy = await kube.get(kinds.AUTHORIZATION_POLICIES, name, namespace)
+    return list((policy.get("status") or {}).get("conditions") or ())
+
+
+async def test_the_status_of_an_excluded_namespaces_objects_is_left_alone(
+    kube: KubeClient, plane: ControlPlane, two_namespaces: tuple[str, str], mesh: Any
+) -> None:
+    """istiod does not see them, so it neither writes nor removes their conditions; neither do we."""
+    _apps, external = two_namespaces
+    await mesh(UPSTREAM)
+    policy = {
+        "apiVersion": "security.istio.io/v1",
+        "kind": "AuthorizationPolicy",
+        "metadata": {"name": "allow-nothing"},
+        "spec": {"selector": {"matchLabels": {"app": "external"}}},
+    }
+    await kube.create(kinds.AUTHORIZATION_POLICIES, policy, external)
+    key = f"{external}/allow-nothing"
+    await eventually(lambda: key in plane.authorizations.current.by_name)
+    accepted = await eventually(lambda: conditions(kube, external, "allow-nothing"))
+    assert [c["type"] for c in accepted] == [ZTUNNEL_ACCEPTED]
+
+    await kube.patch(kinds.NAMESPACES, external, {"metadata": {"labels": {EXCLUDE: "true"}}})
+    await eventually(lambda: key not in plane.authorizations.current.by_name)
+    await plane.status.write_once()
+    assert await conditions(kube, external, "allow-nothing") == accepted

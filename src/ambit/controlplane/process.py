@@ -209,28 +209,30 @@ class ControlPlane:
             on_waypoint_status=self._waypoint_status,
             on_routes=self._routes_changed,
         )
-        self.status = PolicyStatusWriter(client, lambda: self.view.items("authorizationpolicies"), clock=time.time)
+        self.status = PolicyStatusWriter(client, self._cached("authorizationpolicies"), clock=time.time)
         self.waypoint_policy_status = PolicyStatusWriter(
             client,
-            lambda: self.view.items("authorizationpolicies"),
+            self._cached("authorizationpolicies"),
             clock=time.time,
             condition_type=WAYPOINT_ACCEPTED,
         )
         self.service_status = PolicyStatusWriter(
             client,
-            lambda: self.view.items("services"),
+            self._cached("services"),
             clock=time.time,
             kind=kinds.SERVICES,
             condition_type=WAYPOINT_BOUND,
         )
         self.service_entry_status = PolicyStatusWriter(
             client,
-            lambda: self.view.items("serviceentries"),
+            self._cached("serviceentries"),
             clock=time.time,
             kind=kinds.SERVICE_ENTRIES,
             condition_type=WAYPOINT_BOUND,
             more_types=(WAYPOINT_MISSING, VISIBILITY_APPLIED),
         )
+        # Every ServiceEntry, discovered or not: an address held by an entry of an excluded namespace stays taken, so
+        # that the namespace coming back brings no collision.
         self.entry_addresses = AddressStatusWriter(client, lambda: self.view.items("serviceentries"), clock=time.time)
         self.route_status = tuple(
             RouteStatusWriter(client, self._cached(kind.plural), clock=time.time, kind=kind)
@@ -288,7 +290,9 @@ class ControlPlane:
             )
 
     def _cached(self, plural: str) -> Callable[[], list[dict[str, Any]]]:
-        return lambda: self.view.items(plural)
+        """The cached objects of ``plural`` the last translation saw: a status writer neither writes nor removes
+        conditions in a namespace the ``discoverySelectors`` exclude (istiod does not see them)."""
+        return lambda: [obj for obj in self.view.items(plural) if self._discovery.admits(obj)]
 
     def _discovered(self, namespace: str) -> bool:
         """Whether the last translation saw ``namespace`` (``discoverySelectors``); every one before the first."""
