@@ -30,7 +30,7 @@ Rules:
 7. ``discoverySelectors`` (istiod's discovery namespaces filter): a list of label selectors, ORed: a namespace is
    discovered when any of them selects its labels. Unset, null or an empty list: every namespace; an empty selector
    ``{}`` selects every namespace. A selector is ``matchLabels`` (a map of strings) and ``matchExpressions`` (each
-   ``key``, ``operator`` ``In``/``NotIn``/``Exists``/``DoesNotExist``, ``values``), all required. Keys and values
+   ``key``, ``operator`` ``In``/``NotIn``/``Exists``/``DoesNotExist``, ``values``), every one must hold. Keys and values
    follow Kubernetes' label grammar, ``In`` and ``NotIn`` need values, ``Exists`` and ``DoesNotExist`` take none
    (``labels.NewRequirement``); anything else is an error (istiod then keeps its previous filter; here the previous
    mesh config stays, rule 2). What the filter hides is :mod:`ambit.controlplane.translate.discovery`'s.
