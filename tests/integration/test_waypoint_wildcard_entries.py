@@ -7,7 +7,9 @@ resulting Services and WaypointConfig, resolves every name through a scripted DN
 port routed by SNI, and TLS origination on the HTTP port whose target port is the TLS one (ALPN http/1.1). The
 last test puts the client side in front: the pod's DNS proxy answers any name under the wildcard with its allocated
 address, and a node proxy (the outbound handler, fed the same translation) carries the connection over HBONE to
-the waypoint (upstream "overriding with matching Host header": another name's address, the Host decides).
+the waypoint (upstream "overriding with matching Host header": another name's address, the Host decides). Upstream's
+"basic" name is a real Service in a namespace its install's ``discoverySelectors`` exclude: the last test puts that
+Service and the selector through the translation, and the DNS proxy answers the name with the wildcard's address.
 
 The attacks: the waypoint must not become an open proxy. A trap server listens on 127.0.0.82 at the same ports and a
 name outside the wildcard resolves there; a Host or SNI outside the wildcard, an IP literal, a name with odd
@@ -374,10 +376,11 @@ async def test_tls_origination_on_the_http_port_whose_target_is_the_tls_port_spe
 # The whole client side: the pod's DNS proxy answers the name, its node proxy sends the connection to the waypoint.
 
 
-def node_proxy(tmp_path: Path, egress: Egress) -> tuple[ProxyContext, LocalPod]:
-    """A node proxy serving pod ``apps/client-0`` with the translated state, plus the waypoint's instance (this test's
-    waypoint process, its HBONE port as the Service's target port)."""
-    translation = egress.configure()
+def node_proxy(tmp_path: Path, egress: Egress, translation: Translation | None = None) -> tuple[ProxyContext, LocalPod]:
+    """A node proxy serving pod ``apps/client-0`` with the translated state (``translation``, else the entry and the
+    waypoint's alone), plus the waypoint's instance (this test's waypoint process, its HBONE port as the Service's
+    target port)."""
+    translation = translation if translation is not None else egress.configure()
     waypoint_host = "waypoint.app.svc.cluster.local"
     instance = Workload(
         uid="Kubernetes//Pod/app/waypoint-0",
@@ -449,6 +452,73 @@ async def test_through_the_node_proxy_any_name_under_the_wildcard_reaches_the_ho
         assert invalid.startswith(b"HTTP/1.1 404"), invalid[:200]
         assert [r["at"] for r in egress.seen.requests] == [EXTERNAL_IP, EXTERNAL_IP]
         assert all(r["id"] for r in egress.seen.requests), "both at L7, through the waypoint"
+    finally:
+        await ctx.pool.aclose()
+        await ctx.certs.aclose()
+
+
+# Upstream "basic" calls external.<ExternalNamespace>.svc.cluster.local: a real Service, in a namespace the upstream
+# install's discoverySelectors exclude (label istio.io/test-exclude-namespace). The control plane does not see it, so
+# the pod's DNS proxy falls through to the wildcard entry and the request goes at L7 through its waypoint.
+
+EXCLUDE = "istio.io/test-exclude-namespace"
+EXTERNAL_SERVICE = {
+    "apiVersion": "v1",
+    "kind": "Service",
+    "metadata": {"name": "external", "namespace": "external", "uid": "svc-external", "resourceVersion": "1"},
+    "spec": {"clusterIP": "198.19.5.5", "selector": {"app": "external"}, "ports": [{"name": "http", "port": 80}]},
+}
+UPSTREAM_MESH = {
+    "apiVersion": "v1",
+    "kind": "ConfigMap",
+    "metadata": {"name": "istio", "namespace": "istio-system", "uid": "cm-istio", "resourceVersion": "1"},
+    "data": {"mesh": f"discoverySelectors:\n- matchExpressions:\n  - key: {EXCLUDE}\n    operator: DoesNotExist\n"},
+}
+
+
+def with_external_namespace(egress: Egress, *, excluded: bool) -> Translation:
+    """The rig's translation plus upstream's external namespace and its Service, under the upstream mesh config."""
+    external = namespace("external")
+    if excluded:
+        external["metadata"]["labels"][EXCLUDE] = "true"
+    translation = translate_all(
+        [],
+        [EXTERNAL_SERVICE],
+        [],
+        [namespace("istio-system"), namespace("app"), namespace("apps"), external],
+        service_entries=[egress.entry],
+        gateways=[gateway()],
+        config_maps=[UPSTREAM_MESH],
+    )
+    (config,) = translation.waypoint_configs
+    egress.waypoint.context.routes.replace(config)
+    return translation
+
+
+async def test_basic_the_excluded_namespaces_service_name_is_answered_with_the_wildcard_and_goes_at_l7(
+    egress: Egress, tmp_path: Path
+) -> None:
+    seen = with_external_namespace(egress, excluded=False)
+    assert NAME in {s.hostname for s in seen.config.services}
+    ctx, _ = node_proxy(tmp_path, egress, seen)
+    try:
+        assert resolve(ctx, NAME) == "198.19.5.5", "a discovered Service's own name wins over the wildcard"
+    finally:
+        await ctx.pool.aclose()
+        await ctx.certs.aclose()
+
+    translation = with_external_namespace(egress, excluded=True)
+    assert NAME not in {s.hostname for s in translation.config.services}
+    ctx, local = node_proxy(tmp_path, egress, translation)
+    try:
+        address = resolve(ctx, NAME)
+        assert address == egress.vip
+        request = f"GET /echo HTTP/1.1\r\nhost: {NAME}\r\nconnection: close\r\n\r\n".encode()
+        basic = await call_outbound(ctx, local, CLIENT_IP, (address, 80), request)
+        assert basic.startswith(b"HTTP/1.1 200"), basic[:200]
+        (seen_request,) = egress.seen.requests
+        assert seen_request["at"] == EXTERNAL_IP and seen_request["host"] == NAME
+        assert seen_request["id"], "at L7, through the wildcard entry's waypoint"
     finally:
         await ctx.pool.aclose()
         await ctx.certs.aclose()

@@ -20,6 +20,8 @@ from ambit.controlplane.ca.nodeauth import (
     check_impersonation,
     parse_trusted_accounts,
 )
+from ambit.controlplane.translate.discovery import DiscoveryFilter
+from ambit.controlplane.translate.meshconfig import parse_mesh_config
 from ambit.model.identity import SpiffeId
 
 TD = "cluster.local"
@@ -195,3 +197,19 @@ async def test_the_authorizer_does_not_look_up_pods_for_untrusted_callers() -> N
     with pytest.raises(AuthorizationError):
         await NodeAuthorizer(pods, trust_domain=TD).authorize(Caller("shop", "web", "web-1", "uid-web-1"), WEB)
     assert pods.fetched == []
+
+
+async def test_a_pod_of_a_namespace_the_discovery_selectors_exclude_gets_no_certificate_by_impersonation() -> None:
+    """istiod's node authorizer reads pods through its discovery-filtered informer; so does ours (rule 5), live."""
+    mesh = parse_mesh_config("discoverySelectors: [{matchExpressions: [{key: x/exclude, operator: DoesNotExist}]}]")
+    excluded = [{"metadata": {"name": "shop", "labels": {"x/exclude": "true"}}}]
+    current = DiscoveryFilter.build(excluded, mesh, root_namespace="istio-system")
+
+    def discovered(namespace: str) -> bool:  # reads the filter in force at each request
+        return current.admits_namespace(namespace)
+
+    authorizer = NodeAuthorizer(_Pods(ZTUNNEL_POD, [WEB_ON_A]), trust_domain=TD, discovered=discovered)
+    with pytest.raises(AuthorizationError, match=r"namespace shop of .* is not discovered"):
+        await authorizer.authorize(ZTUNNEL, WEB)
+    current = DiscoveryFilter.build([{"metadata": {"name": "shop"}}], mesh, root_namespace="istio-system")
+    assert await authorizer.authorize(ZTUNNEL, WEB) == SpiffeId(TD, "shop", "web")

@@ -19,43 +19,20 @@ Every malformed input raises :func:`ambit.apiserver.errors.bad_request`; nothing
 from __future__ import annotations
 
 import enum
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple, NoReturn
 
 from ambit.apiserver.errors import ApiError, bad_request
-from ambit.model.labels import INTEGER, SPEC_OPERATORS, LabelSelector, Operator, Requirement
-
-_NAME_RE = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
-_DNS_SUBDOMAIN_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_NAME_RULE = (
-    "must be 63 characters or less, consist of alphanumeric characters, '-', '_' or '.', "
-    "and start and end with an alphanumeric character"
+from ambit.model.labels import (
+    INTEGER,
+    SPEC_OPERATORS,
+    LabelSelector,
+    Operator,
+    Requirement,
+    label_key_problem,
+    label_value_problem,
 )
-
-
-def label_key_problem(key: str) -> str | None:
-    """Why ``key`` is not a valid label key (a qualified name with an optional DNS prefix), or None."""
-    prefix, slash, name = key.rpartition("/")
-    if slash:
-        if not prefix or "/" in prefix:
-            return "a label key is an optional DNS subdomain prefix and '/' followed by a name"
-        if len(prefix) > 253 or not _DNS_SUBDOMAIN_RE.fullmatch(prefix):
-            return "the prefix must be a lowercase DNS subdomain of at most 253 characters"
-    if not name:
-        return "the name part must not be empty"
-    if len(name) > 63 or not _NAME_RE.fullmatch(name):
-        return f"the name part {_NAME_RULE}"
-    return None
-
-
-def label_value_problem(value: str) -> str | None:
-    """Why ``value`` is not a valid label value (empty, or a name of at most 63 characters), or None."""
-    if value == "" or (len(value) <= 63 and _NAME_RE.fullmatch(value)):
-        return None
-    return f"a label value {_NAME_RULE}"
-
 
 _SET_OPS = frozenset({Operator.IN, Operator.NOT_IN})
 _ONE_VALUE_OPS = frozenset({Operator.EQUALS, Operator.NOT_EQUALS, Operator.GREATER_THAN, Operator.LESS_THAN})

@@ -63,6 +63,7 @@ from ambit.controlplane.debug_access import DEBUG_ACCOUNTS, DebugAccessChecker
 from ambit.controlplane.gateway import GatewayController, GatewayControllerSettings, WaypointTemplateSettings
 from ambit.controlplane.status import AddressStatusWriter, PolicyStatusWriter, RouteStatusWriter
 from ambit.controlplane.translate import DEFAULT_ROOT_NAMESPACE, PolicyStatus, SkipMemory, Skipped, Translation
+from ambit.controlplane.translate.discovery import EVERY_NAMESPACE
 from ambit.controlplane.translate.visibility import VISIBILITY_APPLIED
 from ambit.controlplane.translate.waypoint_policies import WAYPOINT_ACCEPTED
 from ambit.controlplane.translate.waypoints import WAYPOINT_BOUND, WAYPOINT_MISSING
@@ -189,6 +190,7 @@ class ControlPlane:
         self._encoded_addresses: AddressCache = {}
         self.authenticator = KubeAuthenticator(client, cluster_id=settings.cluster_id)
         self.pods = InformerPodIndex(client)
+        self._discovery = EVERY_NAMESPACE
         self.root: RootCa | None = None
         self.server: XdsServer | None = None
         self.view = ClusterView(
@@ -207,28 +209,30 @@ class ControlPlane:
             on_waypoint_status=self._waypoint_status,
             on_routes=self._routes_changed,
         )
-        self.status = PolicyStatusWriter(client, lambda: self.view.items("authorizationpolicies"), clock=time.time)
+        self.status = PolicyStatusWriter(client, self._cached("authorizationpolicies"), clock=time.time)
         self.waypoint_policy_status = PolicyStatusWriter(
             client,
-            lambda: self.view.items("authorizationpolicies"),
+            self._cached("authorizationpolicies"),
             clock=time.time,
             condition_type=WAYPOINT_ACCEPTED,
         )
         self.service_status = PolicyStatusWriter(
             client,
-            lambda: self.view.items("services"),
+            self._cached("services"),
             clock=time.time,
             kind=kinds.SERVICES,
             condition_type=WAYPOINT_BOUND,
         )
         self.service_entry_status = PolicyStatusWriter(
             client,
-            lambda: self.view.items("serviceentries"),
+            self._cached("serviceentries"),
             clock=time.time,
             kind=kinds.SERVICE_ENTRIES,
             condition_type=WAYPOINT_BOUND,
             more_types=(WAYPOINT_MISSING, VISIBILITY_APPLIED),
         )
+        # Every ServiceEntry, discovered or not: an address held by an entry of an excluded namespace stays taken, so
+        # that the namespace coming back brings no collision.
         self.entry_addresses = AddressStatusWriter(client, lambda: self.view.items("serviceentries"), clock=time.time)
         self.route_status = tuple(
             RouteStatusWriter(client, self._cached(kind.plural), clock=time.time, kind=kind)
@@ -286,10 +290,17 @@ class ControlPlane:
             )
 
     def _cached(self, plural: str) -> Callable[[], list[dict[str, Any]]]:
-        return lambda: self.view.items(plural)
+        """The cached objects of ``plural`` the last translation saw: a status writer neither writes nor removes
+        conditions in a namespace the ``discoverySelectors`` exclude (istiod does not see them)."""
+        return lambda: [obj for obj in self.view.items(plural) if self._discovery.admits(obj)]
+
+    def _discovered(self, namespace: str) -> bool:
+        """Whether the last translation saw ``namespace`` (``discoverySelectors``); every one before the first."""
+        return self._discovery.admits_namespace(namespace)
 
     def _routes_changed(self, translation: Translation) -> None:
         """Serve each waypoint its config (versioned with who may read it) and write the routes' status."""
+        self._discovery = translation.discovery
         accounts = dict(translation.waypoint_accounts)
         readers: dict[str, str] = {}
         resources = {}
@@ -429,7 +440,7 @@ class ControlPlane:
         )
         self.events.start()
         await self.pods.start()
-        authorizer = NodeAuthorizer(self.pods, trust_domain=s.trust_domain)
+        authorizer = NodeAuthorizer(self.pods, trust_domain=s.trust_domain, discovered=self._discovered)
         self.signer = RootSigner(self.root)
         CaService(self.authenticator, authorizer, self.signer).add_to_server(self.server.grpc_server)
         self.status.start()

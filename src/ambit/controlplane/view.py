@@ -24,7 +24,10 @@ the permission later needs a restart). Without Nodes every pod's locality is unk
 The mesh config is the ``mesh`` key of the ConfigMap ``istio`` in the root namespace (the control plane's own, as
 istiod reads it from its namespace): ConfigMaps are cached like the rest, so an edit of it marks the view dirty and
 the next translation applies it (:mod:`ambit.controlplane.translate.meshconfig`; a text that does not parse keeps
-the previous config, held in the translation memo, and is reported as a Warning Event on the ConfigMap).
+the previous config, held in the translation memo, and is reported as a Warning Event on the ConfigMap). Its
+``discoverySelectors`` are applied by the translation over the full caches
+(:mod:`ambit.controlplane.translate.discovery`): every Namespace change marks the view dirty, so a namespace
+relabelled in or out is seen at the next translation.
 
 Invariants:
 

@@ -13,8 +13,8 @@ Theory of operation:
   alone.
 - :func:`selector_from_spec` reads the object shape without judging keys and values, and gives None for a
   malformed shape; :func:`selector_matches` treats a malformed selector as selecting nothing, so a bad object
-  never grabs pods. Validation with messages (key and value grammar, the text form ``a=b,c in (x)``) belongs to
-  the API server, which builds the same :class:`Requirement` s.
+  never grabs pods. :func:`label_key_problem` and :func:`label_value_problem` say why a key or value breaks
+  Kubernetes' grammar; the API server (the text form ``a=b,c in (x)``) and the mesh config's selectors use them.
 - ``str()`` renders the selector-string form, which the API server's parser reads back to an equal selector.
 
 Pure: no I/O, no clock.
@@ -30,6 +30,36 @@ from typing import Any
 
 INTEGER = re.compile(r"[+-]?[0-9]{1,18}")
 """What ``>`` and ``<`` accept on either side (Kubernetes parses both as 64-bit integers)."""
+
+
+_NAME_RE = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_DNS_SUBDOMAIN_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_NAME_RULE = (
+    "must be 63 characters or less, consist of alphanumeric characters, '-', '_' or '.', "
+    "and start and end with an alphanumeric character"
+)
+
+
+def label_key_problem(key: str) -> str | None:
+    """Why ``key`` is not a valid label key (a qualified name with an optional DNS prefix), or None."""
+    prefix, slash, name = key.rpartition("/")
+    if slash:
+        if not prefix or "/" in prefix:
+            return "a label key is an optional DNS subdomain prefix and '/' followed by a name"
+        if len(prefix) > 253 or not _DNS_SUBDOMAIN_RE.fullmatch(prefix):
+            return "the prefix must be a lowercase DNS subdomain of at most 253 characters"
+    if not name:
+        return "the name part must not be empty"
+    if len(name) > 63 or not _NAME_RE.fullmatch(name):
+        return f"the name part {_NAME_RULE}"
+    return None
+
+
+def label_value_problem(value: str) -> str | None:
+    """Why ``value`` is not a valid label value (empty, or a name of at most 63 characters), or None."""
+    if value == "" or (len(value) <= 63 and _NAME_RE.fullmatch(value)):
+        return None
+    return f"a label value {_NAME_RULE}"
 
 
 class Operator(enum.StrEnum):

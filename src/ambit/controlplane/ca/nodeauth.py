@@ -12,7 +12,9 @@ Rule 3. The caller's token is bound to a pod, that pod exists (read directly fro
         the ones in the token.
 Rule 4. The caller pod is scheduled on a node that exists as a Node object (read directly too).
 Rule 5. At least one pod with the requested namespace and service account whose phase is not ``Failed`` is
-        scheduled on that same node.
+        scheduled on that same node, and that namespace is discovered (the mesh config's ``discoverySelectors``,
+        :mod:`ambit.controlplane.translate.discovery`): istiod's node authorizer reads pods through its
+        discovery-filtered informer, so a pod of an excluded namespace gets no certificate through a node proxy.
 
 What the rule trusts, and why that is enough: only objects a workload cannot write. Rule 1 trusts the token's
 service account (TokenReview: the API server's signature). Rules 3 and 4 trust the Pod object of a trusted node
@@ -104,6 +106,7 @@ def check_impersonation(
     caller_pod: PodFacts | None,
     caller_node_exists: bool,
     pods_on_node: Callable[[NodeKey], Iterable[PodFacts]],
+    discovered: Callable[[str], bool] = lambda namespace: True,
 ) -> SpiffeId:
     """The identity ``caller`` may impersonate, by rules 1-5 of the module docstring, else AuthorizationError."""
     if (caller.namespace, caller.service_account) not in trusted:
@@ -131,6 +134,8 @@ def check_impersonation(
         raise AuthorizationError(
             f"caller pod {caller.namespace}/{caller.pod_name} is on node {caller_pod.node_name}, which does not exist"
         )
+    if not discovered(identity.namespace):
+        raise AuthorizationError(f"namespace {identity.namespace} of {identity} is not discovered (discoverySelectors)")
     key = (caller_pod.node_name, identity.namespace, identity.service_account)
     if not any(pod.phase != "Failed" for pod in pods_on_node(key)):
         raise AuthorizationError(f"no pod of {identity} runs on node {caller_pod.node_name} of caller {caller}")
@@ -156,8 +161,11 @@ class NodeAuthorizer:
         *,
         trust_domain: str,
         trusted_accounts: frozenset[tuple[str, str]] = DEFAULT_TRUSTED_NODE_ACCOUNTS,
+        discovered: Callable[[str], bool] = lambda namespace: True,
     ) -> None:
+        """``discovered`` says whether a namespace is discovered now (rule 5); the default: every one is."""
         self._pods = pods
+        self._discovered = discovered
         self._trust_domain = trust_domain
         self._trusted = trusted_accounts
 
@@ -178,6 +186,7 @@ class NodeAuthorizer:
             caller_pod=caller_pod,
             caller_node_exists=node_exists,
             pods_on_node=self._pods.find_pods_on_node,
+            discovered=self._discovered,
         )
 
 

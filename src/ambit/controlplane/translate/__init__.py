@@ -15,14 +15,16 @@ and the list of what had to be left out (:class:`Skipped`, each naming the objec
 :func:`translate` is the same without the list. Nothing here keeps state between calls or does I/O: the caller (an
 informer-driven view, a test) decides when to translate again.
 
-Order of work: Kubernetes Services first, then ServiceEntries (their hosts may not take a Service's key), then one
-index of every selecting service, then the workloads (pods, WorkloadEntries, hand-added EndpointSlice endpoints,
-inline ServiceEntry endpoints) with
-their services maps and the policy keys they list (selector AuthorizationPolicies of their namespace and of the root
-namespace, then what PeerAuthentication resolves to for them). Waypoints are indexed once, before the services, and
-every Service, ServiceEntry host and workload gets the waypoint its labels (or its namespace's) bind it to; the
-routes come last, over the bound services (:mod:`~ambit.controlplane.translate.routes`), and each waypoint's
-config then gets the targetRefs AuthorizationPolicies bound to it, with their ``WaypointAccepted`` status
+Order of work: the mesh config first, and with it the namespaces the translation sees (``discoverySelectors``,
+:mod:`~ambit.controlplane.translate.discovery`: the objects of other namespaces are dropped from every input before
+anything else reads them); then Kubernetes Services, then ServiceEntries (their hosts may not take a Service's key),
+then one index of every selecting service, then the workloads (pods, WorkloadEntries, hand-added EndpointSlice
+endpoints, inline ServiceEntry endpoints) with their services maps and the policy keys they list (selector
+AuthorizationPolicies of their namespace and of the root namespace, then what PeerAuthentication resolves to for
+them). Waypoints are indexed once, before the services, and every Service, ServiceEntry host and workload gets the
+waypoint its labels (or its namespace's) bind it to; the routes come last, over the bound services
+(:mod:`~ambit.controlplane.translate.routes`), and each waypoint's config then gets the targetRefs
+AuthorizationPolicies bound to it, with their ``WaypointAccepted`` status
 (:mod:`~ambit.controlplane.translate.waypoint_policies`).
 
 The output is deterministic: workloads are ordered by uid, services by namespace then hostname, policies and
@@ -59,6 +61,7 @@ from ambit.controlplane.translate.destinationrules import (
     destination_policies,
     parse_destination_rules,
 )
+from ambit.controlplane.translate.discovery import EVERY_NAMESPACE, DiscoveryFilter
 from ambit.controlplane.translate.endpointslices import endpoint_slice_workloads
 from ambit.controlplane.translate.gateway_policies import (
     IngressPods,
@@ -194,6 +197,8 @@ class Translation:
     """(Gateway key, service account) of each ingress Gateway: who may read its config (certificates included)."""
     waypoint_policy_status: tuple[PolicyStatus, ...] = ()
     """The ``WaypointAccepted`` condition of each targetRefs AuthorizationPolicy, by key."""
+    discovery: DiscoveryFilter = EVERY_NAMESPACE
+    """The namespaces this translation saw (``discoverySelectors``); the CA applies the same filter."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,13 +261,25 @@ def translate_all(
     ``translation_memo`` does the same for pods and Services (:class:`TranslationMemo`).
     """
     skips: list[Skipped] = []
-    pods, virtual_services, config_maps = list(pods), list(virtual_services), list(config_maps)
+    config_maps = list(config_maps)
     mesh = mesh_config_of(
         config_maps,
         namespace=root_namespace,
         memo=translation_memo.mesh if translation_memo is not None else None,
         skips=skips,
     )
+    namespace_list = list(namespaces)
+    seen = DiscoveryFilter.build(namespace_list, mesh, root_namespace=root_namespace)
+    pods, services, endpoint_slices = seen.keep(pods), seen.keep(services), seen.keep(endpoint_slices)
+    service_entries, workload_entries = seen.keep(service_entries), seen.keep(workload_entries)
+    authorization_policies, peer_authentications = seen.keep(authorization_policies), seen.keep(peer_authentications)
+    request_authentications, telemetries = seen.keep(request_authentications), seen.keep(telemetries)
+    destination_rules, virtual_services = seen.keep(destination_rules), seen.keep(virtual_services)
+    gateways, istio_gateways = seen.keep(gateways), seen.keep(istio_gateways)
+    http_routes, grpc_routes = seen.keep(http_routes), seen.keep(grpc_routes)
+    tcp_routes, tls_routes, reference_grants = seen.keep(tcp_routes), seen.keep(tls_routes), seen.keep(reference_grants)
+    backend_tls_policies, secrets = seen.keep(backend_tls_policies), seen.keep(secrets)
+    config_maps = seen.keep(config_maps)  # after the mesh config was read: the rest are credentials
     export_default = mesh.default_service_export_to
     policies: list[Policy] = []
     statuses: list[PolicyStatus] = []
@@ -299,7 +316,6 @@ def translate_all(
     peer = PeerAuthIndex.build(peer_authentications, root_namespace=root_namespace, skips=skips)
     policies.extend(peer.policies)
     keys = _PolicyKeys({ns: tuple(items) for ns, items in by_namespace.items()}, tuple(everywhere), peer)
-    namespace_list = list(namespaces)
     network = service_network(namespace_list)
     gateway_list = list(gateways)
     class_list = list(gateway_classes)
@@ -598,6 +614,7 @@ def translate_all(
         waypoint_policy_status=tuple(
             sorted((t.status for t in waypoint_policies if t.status is not None), key=lambda s: s.key)
         ),
+        discovery=seen,
     )
 
 

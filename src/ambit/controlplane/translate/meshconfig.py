@@ -24,8 +24,16 @@ Rules:
 5. ``defaultServiceExportTo``, ``defaultVirtualServiceExportTo``, ``defaultDestinationRuleExportTo``: the
    ``exportTo`` of a ServiceEntry or Service, a VirtualService, a DestinationRule that gives none (istiod's
    default ``*``).
-6. Bounds: at most :data:`MAX_POLICIES` policies, :data:`MAX_REQUIREMENTS` label requirements in all; aliases are
-   refused before anything is constructed (:mod:`ambit.model.untrusted_yaml`).
+6. Bounds: at most :data:`MAX_POLICIES` policies, :data:`MAX_DISCOVERY_SELECTORS` discovery selectors,
+   :data:`MAX_REQUIREMENTS` label requirements in each of ``serviceEntryVisibility`` and ``discoverySelectors``;
+   aliases are refused before anything is constructed (:mod:`ambit.model.untrusted_yaml`).
+7. ``discoverySelectors`` (istiod's discovery namespaces filter): a list of label selectors, ORed: a namespace is
+   discovered when any of them selects its labels. Unset, null or an empty list: every namespace; an empty selector
+   ``{}`` selects every namespace. A selector is ``matchLabels`` (a map of strings) and ``matchExpressions`` (each
+   ``key``, ``operator`` ``In``/``NotIn``/``Exists``/``DoesNotExist``, ``values``), every one must hold. Keys and values
+   follow Kubernetes' label grammar, ``In`` and ``NotIn`` need values, ``Exists`` and ``DoesNotExist`` take none
+   (``labels.NewRequirement``); anything else is an error (istiod then keeps its previous filter; here the previous
+   mesh config stays, rule 2). What the filter hides is :mod:`ambit.controlplane.translate.discovery`'s.
 """
 
 from __future__ import annotations
@@ -40,7 +48,15 @@ import yaml
 from ambit.controlplane.translate.skips import ObjectKind, Skipped, skipped
 from ambit.errors import AmbitError
 from ambit.model import untrusted_yaml
-from ambit.model.labels import LabelSelector, selector_from_spec
+from ambit.model.labels import (
+    SPEC_OPERATORS,
+    LabelSelector,
+    Operator,
+    Requirement,
+    label_key_problem,
+    label_value_problem,
+    selector_from_spec,
+)
 
 MESH_CONFIG_MAP = "istio"
 MESH_KEY = "mesh"
@@ -49,6 +65,7 @@ MAX_MESH_BYTES = 1_572_864
 """etcd's default request limit: no ConfigMap the API server stores is larger."""
 MAX_POLICIES = 1_000
 MAX_REQUIREMENTS = 10_000
+MAX_DISCOVERY_SELECTORS = 1_000
 
 Obj = Mapping[str, Any]
 
@@ -110,6 +127,13 @@ class MeshConfig:
     """None: unset (istiod's ``*``)."""
     default_virtual_service_export_to: tuple[str, ...] | None = None
     default_destination_rule_export_to: tuple[str, ...] | None = None
+    discovery_selectors: tuple[LabelSelector, ...] = ()
+    """Rule 7: a namespace is discovered when any selects its labels; none: every namespace is."""
+
+    def discovers(self, namespace_labels: Mapping[str, str]) -> bool:
+        """Whether ``discoverySelectors`` admit a namespace with ``namespace_labels`` (rule 7)."""
+        selectors = self.discovery_selectors
+        return not selectors or any(s.matches(namespace_labels) for s in selectors)
 
     def entry_visibility(self, namespace_labels: Mapping[str, str]) -> MeshVisibility | None:
         """The visibility ``serviceEntryVisibility`` gives a ServiceEntry there, or None when it is not configured."""
@@ -200,6 +224,71 @@ def _service_entry_visibility(value: Any) -> ServiceEntryVisibility:
     )
 
 
+def _strict_requirement(key: Any, operator: Any, values: Any, where: str) -> Requirement:
+    """One requirement, checked as ``labels.NewRequirement`` checks it."""
+    key = "" if key is None else key  # protobuf's default for an absent string, as istiod reads it
+    operator = "" if operator is None else operator
+    if not isinstance(key, str):
+        raise MeshConfigError(f"{where}.key: expected a string")
+    if (problem := label_key_problem(key)) is not None:
+        raise MeshConfigError(f"{where}: invalid label key {key!r}: {problem}")
+    op = SPEC_OPERATORS.get(operator) if isinstance(operator, str) else None
+    if op is None:
+        raise MeshConfigError(f"{where}: operator {operator!r} is not one of In, NotIn, Exists, DoesNotExist")
+    if values is None:
+        values = []
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise MeshConfigError(f"{where}.values: expected a list of strings")
+    if op in (Operator.IN, Operator.NOT_IN) and not values:
+        raise MeshConfigError(f"{where}: operator {operator} needs at least one value")
+    if op in (Operator.EXISTS, Operator.DOES_NOT_EXIST) and values:
+        raise MeshConfigError(f"{where}: operator {operator} takes no values")
+    for value in values:
+        if (problem := label_value_problem(value)) is not None:
+            raise MeshConfigError(f"{where}: invalid label value {value!r} for key {key!r}: {problem}")
+    return Requirement(key, op, tuple(values))
+
+
+def _discovery_selector(value: Any, where: str, budget: _Budget) -> LabelSelector:
+    if not isinstance(value, Mapping):
+        raise MeshConfigError(f"{where}: expected a label selector (matchLabels, matchExpressions)")
+    match_labels = _get(value, "matchLabels", "match_labels")
+    expressions = _get(value, "matchExpressions", "match_expressions")
+    if match_labels is None:
+        match_labels = {}
+    if expressions is None:
+        expressions = []
+    if not isinstance(match_labels, Mapping):
+        raise MeshConfigError(f"{where}.matchLabels: expected a map of label keys to values")
+    if not isinstance(expressions, list):
+        raise MeshConfigError(f"{where}.matchExpressions: expected a list")
+    requirements: list[Requirement] = []
+    for key, label in match_labels.items():
+        if not isinstance(label, str):
+            raise MeshConfigError(f"{where}.matchLabels[{key!r}]: expected a string value")
+        requirements.append(_strict_requirement(key, "In", [label], f"{where}.matchLabels"))
+    for i, expr in enumerate(expressions):
+        here = f"{where}.matchExpressions[{i}]"
+        if not isinstance(expr, Mapping):
+            raise MeshConfigError(f"{here}: expected an object with key, operator and values")
+        requirements.append(_strict_requirement(expr.get("key"), expr.get("operator"), expr.get("values"), here))
+    selector = LabelSelector(tuple(requirements))
+    budget.spend(selector, where)
+    return selector
+
+
+def _discovery_selectors(value: Any) -> tuple[LabelSelector, ...]:
+    where = "discoverySelectors"
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise MeshConfigError(f"{where}: expected a list of label selectors")
+    if len(value) > MAX_DISCOVERY_SELECTORS:
+        raise MeshConfigError(f"{where}: {len(value)} selectors, at most {MAX_DISCOVERY_SELECTORS}")
+    budget = _Budget()
+    return tuple(_discovery_selector(v, f"{where}[{i}]", budget) for i, v in enumerate(value))
+
+
 def _export_to(raw: Obj, camel: str, snake: str) -> tuple[str, ...] | None:
     value = _get(raw, camel, snake)
     if value is None:
@@ -210,7 +299,7 @@ def _export_to(raw: Obj, camel: str, snake: str) -> tuple[str, ...] | None:
 
 
 def parse_mesh_config(text: str) -> MeshConfig:
-    """The MeshConfig in ``text`` (rules 1-6); raises :class:`MeshConfigError` with one line for bad input."""
+    """The MeshConfig in ``text`` (rules 1-7); raises :class:`MeshConfigError` with one line for bad input."""
     if len(text.encode("utf-8", "surrogatepass")) > MAX_MESH_BYTES:
         raise MeshConfigError(f"the mesh config is larger than {MAX_MESH_BYTES} bytes")
     try:
@@ -238,6 +327,7 @@ def parse_mesh_config(text: str) -> MeshConfig:
         default_destination_rule_export_to=_export_to(
             raw, "defaultDestinationRuleExportTo", "default_destination_rule_export_to"
         ),
+        discovery_selectors=_discovery_selectors(_get(raw, "discoverySelectors", "discovery_selectors")),
     )
 
 
