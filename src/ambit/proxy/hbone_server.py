@@ -163,7 +163,7 @@ class HboneServer:
                 cert = await cert_for_local()
         except Exception as exc:  # any failure to get a certificate just drops this one connection
             sock.close()
-            fail(f"no certificate for the local workload: {exc or type(exc).__name__}")
+            fail(f"no certificate for the local workload: {str(exc) or type(exc).__name__}")
             return
         core = HboneServerConnection(settings) if settings is not None else HboneServerConnection()
         server = cls(core, handler, peer_addr, local_addr, name)
@@ -174,7 +174,7 @@ class HboneServer:
             )
         except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
             sock.close()
-            fail(f"TLS handshake failed: {exc or type(exc).__name__}")
+            fail(f"TLS handshake failed: {str(exc) or type(exc).__name__}")
             return
         tracked: Tracked | None = None
         try:
