@@ -205,6 +205,34 @@ def test_security_context_sets_the_user_and_the_capabilities(lab: Lab, namespace
     assert lab.exec("bind", namespace, "python3", "-c", BIND).strip() == "bound"
 
 
+def test_read_only_root_filesystem_leaves_only_volumes_and_dev_shm_writable(lab: Lab, namespace: str) -> None:
+    read_only = with_security(sleeper(), readOnlyRootFilesystem=True)
+    with_tmp = {**read_only, "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}]}
+    lab.apply(
+        pod_manifest("sealed", [read_only]),
+        pod_manifest("scratch", [with_tmp], volumes=[{"name": "tmp", "emptyDir": {}}]),
+        namespace=namespace,
+    )
+    wait_ready(lab, namespace, "sealed", "scratch")
+    paths = ("/tmp/mine", "/run/mine", "/root/mine", "/dev/shm/mine")
+    assert run_in(lab, "sealed", namespace, WRITES, *paths) == {
+        "/tmp/mine": "EROFS",
+        "/run/mine": "EROFS",
+        "/root/mine": "EROFS",
+        "/dev/shm/mine": "written",  # as under containerd: the pod's shared memory is not its root filesystem
+    }
+    assert run_in(lab, "scratch", namespace, WRITES, "/tmp/mine", "/run/mine") == {
+        "/tmp/mine": "written",  # a volume mounted there is the pod's to write
+        "/run/mine": "EROFS",
+    }
+    token = f"{SERVICE_ACCOUNT_DIR}/token"  # mounted under the read-only /run all the same
+    assert run_in(lab, "sealed", namespace, READS, token) == {token: "read"}
+    # The mesh's and the lab's own pods ask for a read-only root too (deploy/: ztunnel, istiod, cluster DNS) and run.
+    for system in ("istio-system", "kube-system"):
+        for pod in lab.pods(system):
+            assert is_ready(pod), f"{system}/{pod['metadata']['name']} is not Ready"
+
+
 def test_run_as_non_root_without_a_user_is_a_config_error(lab: Lab, namespace: str) -> None:
     lab.apply(pod_manifest("rootless", [with_security(sleeper(), runAsNonRoot=True)]), namespace=namespace)
 
