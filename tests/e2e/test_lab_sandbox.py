@@ -3,6 +3,11 @@
 Every check runs inside a lab pod (``ambit lab exec``, which is ``runc exec`` into the pod's container) as the
 attacker would: its default service account, the pod's own processes. The host side of each check (that the secret
 really is there, that the limit really is in the container's cgroup) is asserted from the test.
+
+Issue 14's "from inside a lab pod as its default service account" is
+:func:`test_a_pod_s_default_account_reads_no_secret_creates_no_pod_changes_no_webhook_and_gets_only_its_own_identity`
+(the API and the mesh CA) with :func:`test_a_pod_cannot_read_the_lab_s_secrets_nor_write_to_the_host` (the
+filesystem, the mesh CA's key included).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from tests.e2e.lab_driver import (
     wait_until,
 )
 
+from ambit.controlplane.webhook.registration import CONFIGURATION_NAME
 from ambit.lab.runtime.oci_spec import SERVICE_ACCOUNT_DIR, container_id
 
 pytestmark = [pytest.mark.root, pytest.mark.kubectl, pytest.mark.timeout(TEST_TIMEOUT)]
@@ -130,6 +136,7 @@ def test_a_pod_cannot_read_the_lab_s_secrets_nor_write_to_the_host(lab: Lab, nam
         lab_dir / "apiserver" / "admin.token",
         lab_dir / "kubeconfig",
         lab_dir / "pods" / victim_uid / "serviceaccount" / "token",
+        *sorted(p for p in lab.topology.mesh_ca_dir.resolve().iterdir() if p.is_file()),  # the mesh CA's key too
     ]
     for path in secrets:
         assert path.exists(), f"{path} should exist on the host (the test is wrong otherwise)"
@@ -198,6 +205,34 @@ def test_security_context_sets_the_user_and_the_capabilities(lab: Lab, namespace
     assert lab.exec("bind", namespace, "python3", "-c", BIND).strip() == "bound"
 
 
+def test_read_only_root_filesystem_leaves_only_volumes_and_dev_shm_writable(lab: Lab, namespace: str) -> None:
+    read_only = with_security(sleeper(), readOnlyRootFilesystem=True)
+    with_tmp = {**read_only, "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}]}
+    lab.apply(
+        pod_manifest("sealed", [read_only]),
+        pod_manifest("scratch", [with_tmp], volumes=[{"name": "tmp", "emptyDir": {}}]),
+        namespace=namespace,
+    )
+    wait_ready(lab, namespace, "sealed", "scratch")
+    paths = ("/tmp/mine", "/run/mine", "/root/mine", "/dev/shm/mine")
+    assert run_in(lab, "sealed", namespace, WRITES, *paths) == {
+        "/tmp/mine": "EROFS",
+        "/run/mine": "EROFS",
+        "/root/mine": "EROFS",
+        "/dev/shm/mine": "written",  # as under containerd: the pod's shared memory is not its root filesystem
+    }
+    assert run_in(lab, "scratch", namespace, WRITES, "/tmp/mine", "/run/mine") == {
+        "/tmp/mine": "written",  # a volume mounted there is the pod's to write
+        "/run/mine": "EROFS",
+    }
+    token = f"{SERVICE_ACCOUNT_DIR}/token"  # mounted under the read-only /run all the same
+    assert run_in(lab, "sealed", namespace, READS, token) == {token: "read"}
+    # The mesh's and the lab's own pods ask for a read-only root too (deploy/: ztunnel, istiod, cluster DNS) and run.
+    for system in ("istio-system", "kube-system"):
+        for pod in lab.pods(system):
+            assert is_ready(pod), f"{system}/{pod['metadata']['name']} is not Ready"
+
+
 def test_run_as_non_root_without_a_user_is_a_config_error(lab: Lab, namespace: str) -> None:
     lab.apply(pod_manifest("rootless", [with_security(sleeper(), runAsNonRoot=True)]), namespace=namespace)
 
@@ -247,6 +282,145 @@ def test_a_container_runc_cannot_start_waits_with_runc_s_message(lab: Lab, names
     state = wait_until("the container waiting with runc's error", waiting, timeout=30)
     assert state is not None
     assert "runc" in state["message"], state
+
+
+API_ATTACKS = """
+import json, os, ssl, sys, urllib.error, urllib.request
+sa = "/var/run/secrets/kubernetes.io/serviceaccount"
+token = open(sa + "/token").read()
+host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"]
+context = ssl.create_default_context(cafile=sa + "/ca.crt")
+context.check_hostname = False  # the lab's API server certificate names its address, not a DNS name
+def call(method, path, body=None, content_type="application/json"):
+    headers = {"Authorization": "Bearer " + token}
+    data = None if body is None else json.dumps(body).encode()
+    if data is not None:
+        headers["Content-Type"] = content_type
+    request = urllib.request.Request(f"https://{host}:{port}{path}", data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=10) as reply:
+            return {"status": reply.status, "message": ""}
+    except urllib.error.HTTPError as exc:
+        return {"status": exc.code, "message": json.loads(exc.read() or b"{}").get("message", "")}
+print(json.dumps({name: call(*args) for name, args in json.loads(sys.argv[1]).items()}))
+"""
+
+CA_ATTACKS = """
+import asyncio, json, sys
+from pathlib import Path
+from ambit.identity.caclient import CaError
+from ambit.identity.istiod import IstiodCaClient
+from ambit.model.identity import SpiffeId
+address, namespace, istio_token, root = sys.argv[1:5]
+api_token = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+own = SpiffeId("cluster.local", namespace, "default")
+ztunnel = SpiffeId("cluster.local", "istio-system", "ztunnel")
+neighbour = SpiffeId("cluster.local", namespace, "neighbour")
+async def ask(token, identity, impersonate):
+    client = IstiodCaClient(
+        address, Path(root), Path(token), impersonate=impersonate, server_name="istiod.istio-system.svc"
+    )
+    try:
+        return "granted " + str((await client.fetch_certificate(identity)).identity)
+    except CaError as exc:
+        return str(exc)
+    finally:
+        await client.aclose()
+async def main():
+    return {
+        "own": await ask(istio_token, own, False),
+        "csr-for-ztunnel": await ask(istio_token, ztunnel, False),
+        "csr-for-neighbour": await ask(istio_token, neighbour, False),
+        "impersonate-ztunnel": await ask(istio_token, ztunnel, True),
+        "impersonate-neighbour": await ask(istio_token, neighbour, True),
+        "own-with-the-api-token": await ask(api_token, own, False),
+    }
+print(json.dumps(asyncio.run(main())))
+"""
+
+WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
+
+
+def _webhook(lab: Lab, name: str) -> dict[str, Any] | None:
+    found = [w for w in lab.items("validatingwebhookconfigurations") if w["metadata"]["name"] == name]
+    return found[0] if found else None
+
+
+def test_a_pod_s_default_account_reads_no_secret_creates_no_pod_changes_no_webhook_and_gets_only_its_own_identity(
+    lab: Lab, namespace: str
+) -> None:
+    """The attacker runs in a pod, as its namespace's default service account, with what a pod may have: its API
+    token, and (as Istio's sidecar injection gives one) a projected token for the CA (audience ``istio-ca``) with
+    the mesh root. Everything else is refused, each with the right answer: 403 with kube's message from the API
+    server, UNAUTHENTICATED or INVALID_ARGUMENT from the CA; and what it tried to change is unchanged."""
+    hook = CONFIGURATION_NAME
+    webhook = wait_until("the control plane's webhook configuration", lambda: _webhook(lab, hook), timeout=60)
+    lab.kubectl("create", "serviceaccount", "neighbour", "-n", namespace)
+    manifest = pod_manifest("intruder", [sleeper()])
+    manifest["spec"]["containers"][0]["volumeMounts"] = [
+        {"name": "istio-token", "mountPath": "/var/run/secrets/tokens"},
+        {"name": "istiod-ca-cert", "mountPath": "/var/run/secrets/istio"},
+    ]
+    manifest["spec"]["volumes"] = [
+        {
+            "name": "istio-token",
+            "projected": {"sources": [{"serviceAccountToken": {"audience": "istio-ca", "path": "istio-token"}}]},
+        },
+        {"name": "istiod-ca-cert", "configMap": {"name": "istio-ca-root-cert"}},
+    ]
+    lab.apply(manifest, namespace=namespace)
+    wait_ready(lab, namespace, "intruder")
+    user = f"system:serviceaccount:{namespace}:default"
+
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "spawned"}, "spec": {"containers": [sleeper()]}}
+    fail_open = [{"op": "replace", "path": "/webhooks/0/failurePolicy", "value": "Ignore"}]
+    attacks = {
+        "get-the-mesh-ca-secret": ["GET", "/api/v1/namespaces/istio-system/secrets/istio-ca-secret"],
+        "list-own-secrets": ["GET", f"/api/v1/namespaces/{namespace}/secrets"],
+        "create-a-pod": ["POST", f"/api/v1/namespaces/{namespace}/pods", pod],
+        "create-a-pod-in-istio-system": ["POST", "/api/v1/namespaces/istio-system/pods", pod],
+        "patch-the-webhook": ["PATCH", f"{WEBHOOKS}/{hook}", fail_open, "application/json-patch+json"],
+        "delete-the-webhook": ["DELETE", f"{WEBHOOKS}/{hook}"],
+        "mint-a-ztunnel-token": ["POST", "/api/v1/namespaces/istio-system/serviceaccounts/ztunnel/token", {}],
+    }
+    seen = run_in(lab, "intruder", namespace, API_ATTACKS, json.dumps(attacks))
+    expected = {
+        "get-the-mesh-ca-secret": f'secrets "istio-ca-secret" is forbidden: User "{user}" cannot get resource '
+        '"secrets" in API group "" in the namespace "istio-system"',
+        "list-own-secrets": f'secrets is forbidden: User "{user}" cannot list resource "secrets" in API group "" '
+        f'in the namespace "{namespace}"',
+        "create-a-pod": f'pods is forbidden: User "{user}" cannot create resource "pods" in API group "" in the '
+        f'namespace "{namespace}"',
+        "create-a-pod-in-istio-system": f'pods is forbidden: User "{user}" cannot create resource "pods" in API '
+        'group "" in the namespace "istio-system"',
+        "patch-the-webhook": f'validatingwebhookconfigurations.admissionregistration.k8s.io "{hook}" is forbidden: '
+        f'User "{user}" cannot patch resource "validatingwebhookconfigurations" in API group '
+        '"admissionregistration.k8s.io" at the cluster scope',
+        "delete-the-webhook": f'validatingwebhookconfigurations.admissionregistration.k8s.io "{hook}" is forbidden: '
+        f'User "{user}" cannot delete resource "validatingwebhookconfigurations" in API group '
+        '"admissionregistration.k8s.io" at the cluster scope',
+        "mint-a-ztunnel-token": f'serviceaccounts "ztunnel" is forbidden: User "{user}" cannot create resource '
+        '"serviceaccounts/token" in API group "" in the namespace "istio-system"',
+    }
+    assert seen == {name: {"status": 403, "message": message} for name, message in expected.items()}
+    assert lab.kubectl("get", "pods", "-n", namespace, "-o", "name").stdout.split() == ["pod/intruder"]
+    assert not lab.items("pods", "-n", "istio-system", "--field-selector", "metadata.name=spawned")
+    assert lab.get("validatingwebhookconfiguration", hook)["webhooks"] == webhook["webhooks"]
+
+    address = lab.control_plane_address()
+    args = (address, namespace, "/var/run/secrets/tokens/istio-token", "/var/run/secrets/istio/root-cert.pem")
+    out = lab.exec("intruder", namespace, PY, "-c", CA_ATTACKS, *args, timeout=60)
+    answers = json.loads(out.strip().splitlines()[-1])
+    own = f"spiffe://cluster.local/ns/{namespace}/sa/default"
+    assert answers.pop("own") == f"granted {own}", "the pod could not get its own identity"
+    for case, code in {
+        "csr-for-ztunnel": "INVALID_ARGUMENT",  # its own token, a CSR naming someone else: the CSR is never trusted
+        "csr-for-neighbour": "INVALID_ARGUMENT",
+        "impersonate-ztunnel": "UNAUTHENTICATED",  # only a node proxy may ask for others, on its own node
+        "impersonate-neighbour": "UNAUTHENTICATED",
+        "own-with-the-api-token": "UNAUTHENTICATED",  # the API token's audience is not istio-ca
+    }.items():
+        assert f": {code}: " in answers[case] and "refused" in answers[case], (case, answers[case])
 
 
 KEYRING = """

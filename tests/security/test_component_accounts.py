@@ -1,6 +1,8 @@
 """The mesh components' service accounts (``istio-system/{istiod,istio-cni,ztunnel}``) hold exactly the rules of
 ``deploy/rbac``: ``kubectl auth can-i --list`` for each is compared with a golden file, and each one's own token is
-tried against the Secrets its role does not give it.
+tried against the Secrets its role does not give it. The ingress gateway's account
+(``deploy/ingressgateway/serviceaccount.yaml``) has no role at all: it reads its configuration and certificates from
+the control plane over xDS, so its ``can-i --list`` is the discovery rules every authenticated user holds.
 
 Golden files live in ``golden/can-i/<account>.txt``; ``AMBIT_UPDATE_GOLDEN=1 pytest ...`` rewrites them.
 """
@@ -17,8 +19,10 @@ from tests.integration.apiserver_client import ApiClient, assert_status, ssl_con
 
 pytestmark = pytest.mark.kubectl
 
+ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).parent / "golden" / "can-i"
 ACCOUNTS = ("istiod", "istio-cni", "ztunnel")
+GATEWAY = "istio-ingressgateway-service-account"
 ISTIO = "/api/v1/namespaces/istio-system"
 
 
@@ -27,6 +31,7 @@ def mesh_server(server_process: ServerProcess) -> ServerProcess:
     server_process.kubectl("create", "namespace", "istio-system", check=False)
     for account in ACCOUNTS:
         server_process.kubectl("create", "serviceaccount", account, "-n", "istio-system", check=False)
+    server_process.kubectl("apply", "-f", str(ROOT / "deploy" / "ingressgateway" / "serviceaccount.yaml"))
     server_process.kubectl(
         "create",
         "secret",
@@ -43,7 +48,7 @@ def mesh_server(server_process: ServerProcess) -> ServerProcess:
     return server_process
 
 
-@pytest.mark.parametrize("account", ACCOUNTS)
+@pytest.mark.parametrize("account", (*ACCOUNTS, GATEWAY))
 def test_each_component_account_holds_the_rules_of_its_golden_file(mesh_server: ServerProcess, account: str) -> None:
     out = mesh_server.kubectl(
         "auth", "can-i", "--list", "-n", "istio-system", f"--as=system:serviceaccount:istio-system:{account}"
@@ -53,7 +58,13 @@ def test_each_component_account_holds_the_rules_of_its_golden_file(mesh_server: 
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(out)
     assert out == path.read_text(), f"{path} differs (AMBIT_UPDATE_GOLDEN=1 rewrites it)"
-    if account == "istiod":  # Istio's istiod reads Secrets for gateway certificates; read only
+    if account == GATEWAY:  # discovery and self-review only: no resource but the two access reviews
+        resources = {row.split()[0] for row in out.splitlines()[1:] if not row.startswith(" ")}
+        assert resources == {
+            "selfsubjectaccessreviews.authorization.k8s.io",
+            "selfsubjectrulesreviews.authorization.k8s.io",
+        }, out
+    elif account == "istiod":  # Istio's istiod reads Secrets for gateway certificates; read only
         [line] = [row for row in out.splitlines() if row.split()[:1] == ["secrets"]]
         assert line.split()[-3:] == ["[get", "list", "watch]"], line
     else:
@@ -66,14 +77,14 @@ async def tokens(mesh_server: ServerProcess) -> AsyncIterator[tuple[ApiClient, d
     admin_token = (mesh_server.data_dir / "admin.token").read_text().strip()
     async with ApiClient(url, ssl_context_from_kubeconfig(mesh_server.kubeconfig), admin_token) as admin:
         minted: dict[str, str] = {}
-        for account in ACCOUNTS:
+        for account in (*ACCOUNTS, GATEWAY):
             reply = await admin.post(f"{ISTIO}/serviceaccounts/{account}/token", {"spec": {"expirationSeconds": 600}})
             assert reply.status == 201, reply.body
             minted[account] = str(reply.body["status"]["token"])
         yield admin, minted
 
 
-@pytest.mark.parametrize("account", ("istio-cni", "ztunnel"))
+@pytest.mark.parametrize("account", ("istio-cni", "ztunnel", GATEWAY))
 @pytest.mark.parametrize(
     "path",
     [

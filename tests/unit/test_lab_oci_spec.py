@@ -27,6 +27,7 @@ from ambit.lab.runtime.oci_spec import (
     BundlePaths,
     ProcessSpec,
     SecurityContextError,
+    VolumeMount,
     container_config,
     container_id,
     linux_resources,
@@ -129,9 +130,35 @@ def test_a_pod_in_the_runtime_s_network_namespace_gets_its_sys_bound_read_only()
 
 
 def test_tmp_run_and_dev_shm_are_private_and_writable() -> None:
-    mounts = mounts_at(config_of(pod()))
-    for path in ("/tmp", "/run", "/dev/shm"):
-        assert mounts[path]["type"] == "tmpfs" and "ro" not in mounts[path]["options"]
+    for flag in (False, None):
+        mounts = mounts_at(config_of(pod(securityContext={"readOnlyRootFilesystem": flag})))
+        for path in ("/tmp", "/run", "/root", "/dev/shm"):
+            assert mounts[path]["type"] == "tmpfs" and "ro" not in mounts[path]["options"], path
+
+
+def test_read_only_root_filesystem_makes_the_private_directories_read_only_but_not_dev_shm() -> None:
+    mounts = mounts_at(config_of(pod(securityContext={"readOnlyRootFilesystem": True}), PATHS))
+    for path in ("/tmp", "/run", "/root"):
+        assert mounts[path]["type"] == "tmpfs" and mounts[path]["options"][-1] == "ro", path
+    assert "ro" not in mounts["/dev/shm"]["options"]  # as under containerd: the pod's shared memory, not the root
+    # The field is the container's; a pod-level one (which kube's PodSecurityContext does not have) changes nothing.
+    ignored = mounts_at(config_of(pod(spec={"securityContext": {"readOnlyRootFilesystem": True}})))
+    assert "ro" not in ignored["/tmp"]["options"]
+
+
+def test_with_read_only_root_filesystem_a_volume_on_a_private_directory_stays_writable() -> None:
+    """runc makes a read-only tmpfs read-only last, by remounting its path: a volume mounted on that path would be
+    what is remounted, so the tmpfs under it is left writable (the volume hides it)."""
+    for destination, private in (("/tmp", "/tmp"), ("/tmp/", "/tmp"), ("/var/run", "/run")):
+        volume = VolumeMount(source=f"/var/lib/ambit/lab/pods/{UID}/volumes/v", destination=destination)
+        paths = dataclasses.replace(PATHS, volume_mounts=(volume,))
+        config = config_of(pod(securityContext={"readOnlyRootFilesystem": True}), paths)
+        [tmpfs] = [m for m in config["mounts"] if m["destination"] == private and m["type"] == "tmpfs"]
+        assert "ro" not in tmpfs["options"], destination
+        bind = [m for m in config["mounts"] if m["destination"] == destination][-1]
+        assert bind["type"] == "bind" and bind["options"] == ["rbind", "rw", "rprivate"], destination
+        others = {"/tmp", "/run", "/root"} - {private}
+        assert all(mounts_at(config)[path]["options"][-1] == "ro" for path in others), destination
 
 
 def test_secrets_are_masked_and_the_interpreter_is_revealed_after_the_masks() -> None:

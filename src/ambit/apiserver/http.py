@@ -21,6 +21,7 @@ from aiohttp import web
 from ambit.apiserver import discovery, errors, openapi, protobuf, scale, tables
 from ambit.apiserver.authorizer import REVIEWS
 from ambit.apiserver.limits import LimitSettings, UserLimiter
+from ambit.apiserver.nesting import check_depth
 from ambit.apiserver.node_authorizer import node_of
 from ambit.apiserver.rbac_policy import request_attributes
 from ambit.apiserver.registry import ResourceType
@@ -585,6 +586,12 @@ async def _read_body(request: web.Request) -> Any:
 
 
 def _decode_body(raw: bytes, content_type: str) -> Any:
+    doc = _decode_any(raw, content_type)
+    check_depth(doc, "the request body")
+    return doc
+
+
+def _decode_any(raw: bytes, content_type: str) -> Any:
     if not raw.strip():
         raise errors.bad_request("the request body is empty")
     kind = content_type.split(";", maxsplit=1)[0].strip().lower()

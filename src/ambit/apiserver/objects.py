@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ambit.apiserver import errors, patch
+from ambit.apiserver.nesting import check_depth
 from ambit.apiserver.registry import ResourceType
 from ambit.apiserver.requests import JsonObject
 from ambit.apiserver.store import decode, encode
@@ -122,17 +123,21 @@ def apply_patch(rtype: ResourceType, version: str, stored: JsonObject, content_t
         patch_doc = decode(body)
     except Exception:
         raise errors.bad_request("the patch is not valid JSON") from None
+    check_depth(patch_doc, "the patch")
     base = copy.deepcopy(stored)
     if rtype.from_storage is not None:
         base = rtype.from_storage(base)
     base["apiVersion"] = rtype.api_version(version)
     if content_type == "application/json-patch+json":
-        return patch.json_patch(base, patch_doc)
-    if content_type == "application/merge-patch+json":
-        return patch.json_merge_patch(base, patch_doc)
-    if not isinstance(patch_doc, dict):
+        patched = patch.json_patch(base, patch_doc)
+    elif content_type == "application/merge-patch+json":
+        patched = patch.json_merge_patch(base, patch_doc)
+    elif not isinstance(patch_doc, dict):
         raise errors.bad_request("a strategic merge patch must be a JSON object")
-    return patch.strategic_merge_patch(base, patch_doc, patch.merge_keys_for(rtype.group, rtype.kind))
+    else:
+        patched = patch.strategic_merge_patch(base, patch_doc, patch.merge_keys_for(rtype.group, rtype.kind))
+    check_depth(patched, "the patched object")  # a JSON patch's path nests its value deeper than the patch
+    return patched
 
 
 def unchanged(old: JsonObject, new: JsonObject) -> bool:

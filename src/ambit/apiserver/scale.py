@@ -13,6 +13,7 @@ import copy
 from typing import Any
 
 from ambit.apiserver import errors, patch
+from ambit.apiserver.nesting import check_depth
 from ambit.apiserver.registry import ResourceType
 from ambit.apiserver.requests import JsonObject, User
 from ambit.apiserver.selectors import label_selector_from_spec
@@ -77,6 +78,7 @@ async def patch_scale(
         doc = decode(body)
     except Exception:
         raise errors.bad_request("the patch is not valid JSON") from None
+    check_depth(doc, "the patch")
     if content_type == "application/json-patch+json":
         patched = patch.json_patch(scale, doc)
     elif content_type in ("application/merge-patch+json", "application/strategic-merge-patch+json"):

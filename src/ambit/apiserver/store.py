@@ -6,7 +6,8 @@ Invariants:
 - Reads are served from memory (a watch cache, as kube-apiserver keeps one); memory and disk are changed together
   after the transaction commits, so an acknowledged write is on disk (WAL; a process crash loses nothing).
 - No object larger than ``max_object_bytes`` encoded is stored, whichever verb, patch, default or admission made
-  it: the check is on the bytes about to be written, as etcd's is.
+  it: the check is on the bytes about to be written, as etcd's is. Nor one nested deeper than
+  :data:`~ambit.apiserver.nesting.MAX_DEPTH` (400), which the server could then neither patch nor delete.
 - ``state.db`` and its ``-wal`` and ``-shm`` files are 0600 whatever the umask (every Secret is in them).
 - The log keeps the most recent ``log_capacity`` events, and no more than ``log_bytes`` of their encoded objects
   (objects of up to 1.5 MiB make a count alone no bound on memory); the newest event always stays. ``horizon`` is
@@ -29,6 +30,7 @@ from typing import Any
 import msgspec
 
 from ambit.apiserver.errors import ApiError
+from ambit.apiserver.nesting import check_depth
 
 TypeKey = tuple[str, str]  # (group, plural)
 
@@ -211,6 +213,8 @@ class Store:
         grp, res = key
         rv = self._rv + 1
         obj["metadata"]["resourceVersion"] = str(rv)
+        if not delete:  # whichever verb, patch or admission made it; checked before the encoder recurses into it
+            check_depth(obj, "the object")
         data = _encode(obj)
         if not delete and len(data) > self._max_object_bytes:
             # etcd's limit, answered as kube-apiserver answers etcd's error (500, no reason, etcd's words); a

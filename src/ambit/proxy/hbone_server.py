@@ -173,7 +173,7 @@ class HboneServer:
                 cert = await cert_for_local()
         except Exception as exc:  # any failure to get a certificate just drops this one connection
             sock.close()
-            fail(f"no certificate for the local workload: {exc or type(exc).__name__}")
+            fail(f"no certificate for the local workload: {str(exc) or type(exc).__name__}")
             return
         core = HboneServerConnection(settings) if settings is not None else HboneServerConnection()
         server = cls(core, handler, peer_addr, local_addr, name)
@@ -187,7 +187,7 @@ class HboneServer:
             )
         except (OSError, TimeoutError) as exc:  # ssl.SSLError and ConnectionError are OSErrors
             sock.close()
-            fail(f"TLS handshake failed: {exc or type(exc).__name__}")
+            fail(f"TLS handshake failed: {str(exc) or type(exc).__name__}")
             return
         tracked: Tracked | None = None
         try:

@@ -8,12 +8,17 @@ Rule 1. Namespaces: the pod's network namespace joined by path (none named: the 
         ``hostNetwork``), and a mount, PID, IPC and UTS namespace of the container's own; the hostname is the
         pod's name.
 Rule 2. Root: the bundle's empty ``rootfs`` directory with the host's ``/`` bind-mounted on it recursively
-        read-only (``rbind`` + ``rro``); ``root.readonly`` is always true, so ``readOnlyRootFilesystem`` changes
-        nothing: every container already has a read-only root. Then runc's usual ``/proc``, ``/dev``,
-        ``/dev/pts``, ``/dev/shm`` (writable), ``/dev/mqueue`` and ``/sys`` (read-only; the runtime's own, bound,
-        when the pod shares the runtime's network namespace, as a new sysfs needs its own), a private writable
-        ``/tmp`` and ``/run`` (tmpfs; ``/var/run`` is a link to ``/run``), and ``/root`` empty: a read-only 0755
-        directory of the bundle holding only mount points (``paths.root_view``), else a tmpfs.
+        read-only (``rbind`` + ``rro``); ``root.readonly`` is always true: every container has a read-only root.
+        Then runc's usual ``/proc``, ``/dev``, ``/dev/pts``, ``/dev/shm`` (writable), ``/dev/mqueue`` and
+        ``/sys`` (read-only; the runtime's own, bound, when the pod shares the runtime's network namespace, as a
+        new sysfs needs its own), a private writable ``/tmp`` and ``/run`` (tmpfs; ``/var/run`` is a link to
+        ``/run``), and ``/root`` empty: a read-only 0755 directory of the bundle holding only mount points
+        (``paths.root_view``), else a tmpfs. They stand for an image's own writable directories, so with the
+        container's ``readOnlyRootFilesystem: true`` the ``/tmp``, ``/run`` and ``/root`` tmpfs are read-only as
+        an image's root would be (runc makes them read-only after the mounts below them are made), except one a
+        volume is mounted on (rule 10): runc's late remount would make the volume read-only instead, and the
+        volume is writable as under kube. ``/dev/shm`` stays writable, as under containerd (the
+        pod's shared memory is not the root filesystem).
 Rule 3. Masks: each of ``paths.masked`` (the lab's directory with the API server's data, every pod's token, the
         lab CA and node proxy credentials; the checkout's git metadata; ...) is covered by an empty read-only
         tmpfs (a directory) or ``/dev/null`` (a file). Masks under ``/tmp``, ``/run`` or ``/root`` are already
@@ -237,6 +242,8 @@ class SecurityView:
     privileged: bool
     capabilities: tuple[str, ...]
     no_new_privileges: bool
+    read_only_root: bool = False
+    """``readOnlyRootFilesystem`` (a container-level field only): the private tmpfs of rule 2 are read-only."""
 
 
 def container_id(pod_uid: str, name: str) -> str:
@@ -278,6 +285,7 @@ def security_view(pod: Mapping[str, Any], container: Mapping[str, Any]) -> Secur
         privileged=privileged,
         capabilities=caps,
         no_new_privileges=escalation is False and not privileged,
+        read_only_root=sc.get("readOnlyRootFilesystem") is True,
     )
 
 
@@ -432,17 +440,22 @@ def container_config(
         },
         "root": {"path": paths.shared_rootfs if paths.user_namespace else "rootfs", "readonly": True},
         "hostname": str(_mapping(pod.get("metadata")).get("name") or ""),
-        "mounts": _mounts(pod, paths, view.privileged),
+        "mounts": _mounts(pod, paths, view.privileged, read_only_root=view.read_only_root),
         "linux": linux,
     }
 
 
-def _mounts(pod: Mapping[str, Any], paths: BundlePaths, privileged: bool) -> list[dict[str, Any]]:
+def _mounts(
+    pod: Mapping[str, Any], paths: BundlePaths, privileged: bool, *, read_only_root: bool = False
+) -> list[dict[str, Any]]:
     sys_options = ["nosuid", "noexec", "nodev"] + ([] if privileged else ["ro"])
     sys_mount = {"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": sys_options}
     if not paths.netns_path or paths.user_namespace:  # a new sysfs needs a network namespace of its own (rule 1, 13)
         options = ["rbind", "nosuid", "noexec", "nodev"] + ([] if privileged else ["rro"])
         sys_mount = {"destination": "/sys", "type": "bind", "source": "/sys", "options": options}
+    # runc makes a read-only tmpfs read-only at the end, by remounting its path: a volume mounted on that very path
+    # would be the mount remounted, so a tmpfs a volume covers stays writable (it is hidden anyway).
+    volume_paths = {_RUN_ALIASES.get(d, d) for d in (m.destination.rstrip("/") or "/" for m in paths.volume_mounts)}
     mounts: list[dict[str, Any]] = [
         {"destination": "/", "type": "bind", "source": "/", "options": ["rbind", "rro"]},
         *_mount_point_mounts(paths.mount_point_dirs),
@@ -467,9 +480,9 @@ def _mounts(pod: Mapping[str, Any], paths: BundlePaths, privileged: bool) -> lis
         },
         {"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue", "options": ["nosuid", "noexec", "nodev"]},
         sys_mount,
-        _tmpfs("/tmp", "mode=1777"),
-        _tmpfs("/run", "mode=755"),
-        _tmpfs("/root", "mode=755", size="1m")
+        _tmpfs("/tmp", "mode=1777", readonly=read_only_root and "/tmp" not in volume_paths),
+        _tmpfs("/run", "mode=755", readonly=read_only_root and "/run" not in volume_paths),
+        _tmpfs("/root", "mode=755", size="1m", readonly=read_only_root and "/root" not in volume_paths)
         if not paths.root_view
         else {
             "destination": "/root",
@@ -504,6 +517,10 @@ def _mounts(pod: Mapping[str, Any], paths: BundlePaths, privileged: bool) -> lis
         if any(_under(path, v.destination) for v in paths.volume_mounts):
             mounts.append({"destination": path, "type": "bind", "source": path, "options": ["rbind", "rro"]})
     return mounts
+
+
+_RUN_ALIASES = {"/var/run": "/run"}
+"""Mount destinations that resolve to a private directory of rule 2 through the host's links."""
 
 
 def _under(path: str, directory: str) -> bool:
