@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
+from ambit.apiserver import request_log
 from ambit.apiserver.admission import AdmissionController
 from ambit.apiserver.http import ApiHttp, HttpSettings
 from ambit.apiserver.kubernetes_service import (
@@ -178,6 +179,7 @@ class ApiServer:
                 limits=s.limits,
             ),
         )
+        request_log.install()  # a malformed request's bytes (a bearer token) never reach the log
         self._runner = web.AppRunner(self._http.app(), handle_signals=False, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         assert self._runner.server is not None  # set by setup()
