@@ -32,7 +32,6 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from ambit.apiserver import request_log
 from ambit.apiserver.admission import AdmissionController
 from ambit.apiserver.http import ApiHttp, HttpSettings
 from ambit.apiserver.kubernetes_service import (
@@ -53,6 +52,7 @@ from ambit.apiserver.tokens import TokenIssuer
 from ambit.apiserver.verbs import ResourceManager
 from ambit.apiserver.watch import WatchHub
 from ambit.model import untrusted_yaml
+from ambit.telemetry import unparsed_requests
 from ambit.tls.certs import issue_server_cert, load_or_create_ca
 from ambit.tls.listener import TlsListener
 
@@ -179,7 +179,7 @@ class ApiServer:
                 limits=s.limits,
             ),
         )
-        request_log.install()  # a malformed request's bytes (a bearer token) never reach the log
+        unparsed_requests.install()  # a malformed request's bytes (a bearer token) never reach the log
         self._runner = web.AppRunner(self._http.app(), handle_signals=False, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         assert self._runner.server is not None  # set by setup()

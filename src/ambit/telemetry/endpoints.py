@@ -48,7 +48,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ambit.telemetry import BadLogLevelError, TelemetryError
+from ambit.telemetry import BadLogLevelError, TelemetryError, unparsed_requests
 from ambit.telemetry.connection_limits import ADMIN_LIMITS, PUBLIC_LIMITS, LimitedSite
 from ambit.telemetry.flows import FlowError, FlowRing, page_json, parse_query
 from ambit.telemetry.metrics import ProxyMetrics
@@ -192,6 +192,7 @@ class ProxyEndpoints:
 
     async def start(self) -> None:
         """Bind all three servers; on failure close those already bound and raise :class:`TelemetryError`."""
+        unparsed_requests.install()  # the admin token of a malformed POST never reaches the log
         for name, (host, port), runner in self._servers:
             await runner.setup()
             self._started.append(runner)

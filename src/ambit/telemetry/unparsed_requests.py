@@ -1,4 +1,4 @@
-"""What the API server's HTTP layer logs about a request it could not parse: one line, never the request's bytes.
+"""What Ambit's aiohttp servers log about a request they could not parse: one line, never the request's bytes.
 
 aiohttp refuses a malformed request (smuggling attempts, bare LF, folded headers) with 400 and logs the parser's
 exception with a traceback, and that exception quotes the offending line of the request, which may be an
