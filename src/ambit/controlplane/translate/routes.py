@@ -40,9 +40,9 @@ Rules:
    still ``Accepted`` but routes nothing there. Its hostnames the union of the attached HTTP and gRPC routes'.
 6. Every ready waypoint of class ``istio-waypoint`` gets a config, even with no Service bound (an empty one); a
    sandwich (a Gateway of another class that Services bind to) gets none, as its own gateway config serves it.
-   Tables are ordered by service key then port. The config lists the key of every Service bound to it (``services``, sorted; a Service with no
-   port has no table but is listed): the same destinations its tables are built for, so a waypoint that sees a
-   Service listed also holds what was chosen for it here and in the policies (both read ``bound``/``canaries``).
+   Tables are ordered by service key then port. The config lists the key of every Service bound to it
+   (``services``, sorted; a Service with no port has no table but is listed): the same destinations its tables
+   are built for, so a waypoint that sees a Service listed also holds what was chosen for it here and in the policies (both read ``bound``/``canaries``).
 7. A waypoint's service account (the only identity that may read its config) is the Gateway's
    ``gateway.istio.io/service-account`` annotation, else the Gateway's name, as istiod's deployment controller
    names it.

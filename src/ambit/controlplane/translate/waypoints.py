@@ -39,9 +39,9 @@ Rules:
 6. Workloads (pods, WorkloadEntries, inline ServiceEntry endpoints, each by its own labels): a pod whose
    ``gateway.networking.k8s.io/gateway-name`` label names a waypoint Gateway of its namespace (declared, or a
    ready sandwich) is an instance of it and never has a waypoint (istiod checks only ready waypoints; we also
-   skip waypoints still coming up, so that a waypoint never routes through another). A waypoint for neither ``workload`` nor ``all`` gives none; it
-   is ``UnsupportedTrafficType`` only when the object's own label named it (a namespace default meant for
-   services is not an error).
+   skip waypoints still coming up, so that a waypoint never routes through another). A waypoint for neither
+   ``workload`` nor ``all`` gives none; it is ``UnsupportedTrafficType`` only when the object's own label named
+   it (a namespace default meant for services is not an error).
 7. The condition (:func:`bound_status`): bound → True, ``WaypointAccepted``, "Successfully attached to waypoint
    ns/name" (plus istiod's ingress note, then, when the canary was refused, ". Canary waypoint not attached: "
    and the canary's message); a problem → False with its reason and istiod's message; neither → no condition
