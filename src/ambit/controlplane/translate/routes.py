@@ -42,7 +42,8 @@ Rules:
    sandwich (a Gateway of another class that Services bind to) gets none, as its own gateway config serves it.
    Tables are ordered by service key then port. The config lists the key of every Service bound to it
    (``services``, sorted; a Service with no port has no table but is listed): the same destinations its tables
-   are built for, so a waypoint that sees a Service listed also holds what was chosen for it here and in the policies (both read ``bound``/``canaries``).
+   are built for, so a waypoint that sees a Service listed also holds what was chosen for it here and in the
+   policies (both read ``bound``/``canaries``).
 7. A waypoint's service account (the only identity that may read its config) is the Gateway's
    ``gateway.istio.io/service-account`` annotation, else the Gateway's name, as istiod's deployment controller
    names it.
