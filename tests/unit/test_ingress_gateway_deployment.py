@@ -304,3 +304,16 @@ def test_tls_listeners_of_both_modes_on_one_port_conflict_and_are_not_accepted()
         ("Accepted", "NoConflicts"),
     ]
     assert [j.ready for j in judged] == [False, False, True]
+
+
+def test_an_ingress_gateway_pod_may_listen_below_1024_as_istiod_renders_it_a_waypoint_has_no_sysctl() -> None:
+    out = render_waypoint(ingress(HTTP), LAB)
+    assert isinstance(out, Rendered)
+    assert out.deployment["spec"]["template"]["spec"]["securityContext"] == {
+        "sysctls": [{"name": "net.ipv4.ip_unprivileged_port_start", "value": "0"}]
+    }
+    gw = ingress({"name": "mesh", "port": 15008, "protocol": "HBONE"}, name="waypoint")
+    gw["spec"]["gatewayClassName"] = "istio-waypoint"
+    out = render_waypoint(gw, LAB)
+    assert isinstance(out, Rendered)
+    assert "securityContext" not in out.deployment["spec"]["template"]["spec"]

@@ -41,7 +41,9 @@ Rules:
    projected token (audience ``istio-ca``) and the ``istio-ca-root-cert`` ConfigMap mounted as the node proxy
    mounts them, no API credentials (``automountServiceAccountToken: false``), readiness on ``:15021
    /healthz/ready``, the restricted pod security profile (non-root 1337, no capabilities, read-only root), and
-   istiod's ``terminationGracePeriodSeconds: 30``.
+   istiod's ``terminationGracePeriodSeconds: 30``. An ingress gateway's pod also sets the sysctl
+   ``net.ipv4.ip_unprivileged_port_start: "0"``, as istiod's ``kube-gateway`` template does, so that it can
+   listen on a port below 1024 (port 80) without a capability.
 7. Overlays (:mod:`.overlay`: the class defaults ConfigMap, then the ``parametersRef`` one) are applied last, as
    strategic merge patches; they may also deploy a HorizontalPodAutoscaler (``maxReplicas: 1``, scaling the
    Deployment) and a PodDisruptionBudget (selecting the pods by the gateway-name label), which are rendered with
@@ -251,6 +253,7 @@ def _container(
 
 
 SERVICE_TYPE_ANNOTATION = "networking.istio.io/service-type"
+UNPRIVILEGED_PORTS_SYSCTL = "net.ipv4.ip_unprivileged_port_start"
 SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer")
 
 
@@ -331,6 +334,11 @@ def render_waypoint(
                     "serviceAccountName": name,
                     "automountServiceAccountToken": False,
                     "terminationGracePeriodSeconds": 30,
+                    **(
+                        {"securityContext": {"sysctls": [{"name": UNPRIVILEGED_PORTS_SYSCTL, "value": "0"}]}}
+                        if ingress
+                        else {}
+                    ),
                     "containers": [_container(name, gateway_name, namespace, settings, ingress)],
                     "volumes": [
                         {
