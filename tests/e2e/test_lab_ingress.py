@@ -859,8 +859,8 @@ def test_simple_http_sandwich_an_istio_class_gateway_serves_as_the_waypoint(lab:
         answers = wait_until("every hostname variant traverses the gateway", calls, timeout=90, interval=1)
     except BaseException:
         print("last calls:", lab.exec("client", SANDWICH, "python3", "-c", SANDWICH_CALLS, *SANDWICH_HOSTS))
-        name = gateway_pod["metadata"]["name"]
-        print("gateway log:", lab.kubectl("logs", name, "-n", SANDWICH, check=False).stdout[-6000:])
+        logs = sorted((lab.directory / "pods" / gateway_pod["metadata"]["uid"]).glob("*.log"))
+        print("gateway log:", "".join(log.read_text(errors="replace") for log in logs)[-6000:])
         for node in ("node-1", "node-2"):
             lines = [line for line in lab.component_log("nodeproxy", node).splitlines() if SANDWICH in line]
             print(f"{node} node proxy, {SANDWICH} lines:", "\n".join(lines[-40:]))
