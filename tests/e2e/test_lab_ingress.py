@@ -702,3 +702,173 @@ def test_istio_gateway_mutual_tls_and_https_redirect(lab: Lab, certs: Certificat
         lab.kubectl("delete", "virtualservice", "partner", "-n", APP, "--ignore-not-found")
         lab.kubectl("delete", "secret", "partner", "partner-cacert", "-n", "istio-system", "--ignore-not-found")
         lab.kubectl("delete", "-k", str(CLASSIC_GATEWAY), "--ignore-not-found", "--wait=true")
+
+
+SANDWICH = "in-sandwich"
+SANDWICH_HOSTS = (
+    "captured",
+    f"captured.{SANDWICH}",
+    f"captured.{SANDWICH}.svc",
+    f"captured.{SANDWICH}.svc.cluster.local",
+)
+"""The upstream test's ``HostnameVariants()`` of Service ``captured``."""
+SANDWICH_CALLS = """
+import json, sys, urllib.request
+out = []
+for host in sys.argv[1:]:
+    for _ in range(3):
+        try:
+            with urllib.request.urlopen(f"http://{host}/sandwich", timeout=5) as r:
+                answer = json.loads(r.read())
+                out.append([host, r.status, r.headers.get("traversed-waypoint", ""), answer.get("pod", "")])
+        except Exception as exc:
+            out.append([host, getattr(exc, "code", 0), type(exc).__name__, ""])
+print(json.dumps(out))
+"""
+
+
+def sandwich_objects() -> tuple[dict[str, Any], ...]:
+    """TestSimpleHTTPSandwich's ProxyConfig, Gateway (class ``istio``, captured pods, a ClusterIP Service, one
+    listener per hostname variant and the fake 15008 TCP listener) and HTTPRoute, for Service ``captured``."""
+    same = {"namespaces": {"from": "Same"}}
+    names = ("short", "namespace", "svc", "fqdn")
+    proxy_config = {
+        "apiVersion": "networking.istio.io/v1beta1",
+        "kind": "ProxyConfig",
+        "metadata": {"name": "disable-hbone"},
+        "spec": {
+            "selector": {"matchLabels": {"gateway.networking.k8s.io/gateway-name": "simple-http-waypoint"}},
+            "environmentVariables": {"ISTIO_META_DISABLE_HBONE_SEND": "true"},
+        },
+    }
+    gateway = {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "Gateway",
+        "metadata": {
+            "name": "simple-http-waypoint",
+            "labels": {"istio.io/dataplane-mode": "ambient"},
+            "annotations": {"networking.istio.io/service-type": "ClusterIP"},
+        },
+        "spec": {
+            "gatewayClassName": "istio",
+            "listeners": [
+                *(
+                    {"name": f"captured-{n}", "hostname": h, "port": 80, "protocol": "HTTP", "allowedRoutes": same}
+                    for n, h in zip(names, SANDWICH_HOSTS, strict=True)
+                ),
+                {"name": "fake-hbone-port", "port": 15008, "protocol": "TCP"},
+            ],
+        },
+    }
+    route = {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": {"name": "captured-httproute"},
+        "spec": {
+            "parentRefs": [{"name": "simple-http-waypoint"}],
+            "hostnames": list(SANDWICH_HOSTS),
+            "rules": [
+                {
+                    "matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
+                    "filters": [
+                        {
+                            "type": "ResponseHeaderModifier",
+                            "responseHeaderModifier": {
+                                "add": [{"name": "traversed-waypoint", "value": "captured-gateway"}]
+                            },
+                        }
+                    ],
+                    "backendRefs": [{"name": "captured", "port": 80}],
+                }
+            ],
+        },
+    }
+    return proxy_config, gateway, route
+
+
+def test_simple_http_sandwich_an_istio_class_gateway_serves_as_the_waypoint(lab: Lab) -> None:
+    """Istio's TestSimpleHTTPSandwich: Service ``captured`` labelled ``istio.io/use-waypoint`` with a Gateway of class
+    ``istio`` whose pods the node proxy captures; every hostname variant from a captured client gets the route's
+    response header, and the Service's answer comes from its own pod."""
+    lab.namespace(SANDWICH)
+    lab.kubectl("label", "namespace", SANDWICH, "istio.io/dataplane-mode=ambient")
+    captured = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "captured"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "captured"}},
+            "template": {
+                "metadata": {"labels": {"app": "captured"}},
+                "spec": {"terminationGracePeriodSeconds": 2, "containers": [http_echo_container(8080)]},
+            },
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "captured"},
+        "spec": {"selector": {"app": "captured"}, "ports": [{"name": "http", "port": 80, "targetPort": 8080}]},
+    }
+    client = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "client", "labels": {"app": "client"}},
+        "spec": {
+            "terminationGracePeriodSeconds": 2,
+            "containers": [{"name": "main", "image": "none", "command": ["sleep", "3600"]}],
+        },
+    }
+    lab.apply(captured, service, client, *sandwich_objects(), namespace=SANDWICH)
+    lab.wait_pods_ready(SANDWICH, "app=captured", 1, timeout=120)
+    lab.wait_pods_ready(SANDWICH, "app=client", 1, timeout=120)
+    (gateway_pod,) = lab.wait_pods_ready(
+        SANDWICH, "gateway.networking.k8s.io/gateway-name=simple-http-waypoint", 1, timeout=180
+    )
+    assert gateway_pod["metadata"]["labels"]["istio.io/dataplane-mode"] == "ambient"
+    generated = lab.get("service", "simple-http-waypoint-istio", "-n", SANDWICH)
+    assert generated["spec"]["type"] == "ClusterIP"
+
+    def addressed() -> list[dict[str, Any]] | None:
+        gateway = lab.get("gateway", "simple-http-waypoint", "-n", SANDWICH)
+        return (gateway.get("status") or {}).get("addresses") or None
+
+    addresses = wait_until("the sandwich Gateway has an address", addressed, timeout=120, interval=1)
+    assert addresses == [{"type": "Hostname", "value": f"simple-http-waypoint-istio.{SANDWICH}.svc.cluster.local"}]
+    wait_until(
+        "the gateway pod is captured",
+        lambda: (
+            lab.pod(gateway_pod["metadata"]["name"], SANDWICH)["metadata"]
+            .get("annotations", {})
+            .get("ambient.istio.io/redirection")
+            == "enabled"
+        ),
+        timeout=60,
+        interval=1,
+    )
+    lab.kubectl("label", "service", "captured", "-n", SANDWICH, "istio.io/use-waypoint=simple-http-waypoint")
+
+    def calls() -> list[list[Any]] | None:
+        out: list[list[Any]] = json.loads(
+            lab.exec("client", SANDWICH, "python3", "-c", SANDWICH_CALLS, *SANDWICH_HOSTS, timeout=120)
+        )
+        return out if all(status == 200 and header == "captured-gateway" for _, status, header, _ in out) else None
+
+    try:
+        answers = wait_until("every hostname variant traverses the gateway", calls, timeout=90, interval=1)
+    except BaseException:
+        print("last calls:", lab.exec("client", SANDWICH, "python3", "-c", SANDWICH_CALLS, *SANDWICH_HOSTS))
+        logs = sorted((lab.directory / "pods" / gateway_pod["metadata"]["uid"]).glob("*.log"))
+        print("gateway log:", "".join(log.read_text(errors="replace") for log in logs)[-6000:])
+        for node in ("node-1", "node-2"):
+            lines = [line for line in lab.component_log("nodeproxy", node).splitlines() if SANDWICH in line]
+            print(f"{node} node proxy, {SANDWICH} lines:", "\n".join(lines[-40:]))
+        raise
+    assert answers is not None
+    assert {host for host, *_ in answers} == set(SANDWICH_HOSTS)
+    assert all(pod.startswith("captured-") for *_, pod in answers)
+    service_status = lab.get("service", "captured", "-n", SANDWICH)
+    bound = condition(service_status, "istio.io/WaypointBound")
+    assert bound.get("status") == "True", bound
+    assert bound.get("message") == f"Successfully attached to waypoint {SANDWICH}/simple-http-waypoint"

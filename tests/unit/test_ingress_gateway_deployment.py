@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ambit.controlplane.gateway.apply import Refuse, plan_apply
-from ambit.controlplane.gateway.ingress_status import ingress_status, load_balancer_addresses
+from ambit.controlplane.gateway.ingress_status import ingress_addresses, ingress_status, load_balancer_addresses
 from ambit.controlplane.gateway.render import Rendered, Unrenderable, WaypointTemplateSettings, render_waypoint
 from ambit.controlplane.gateway.status import Deployed
 from ambit.controlplane.translate.listeners import judge_listeners
@@ -90,6 +90,46 @@ def test_an_ingress_gateway_renders_name_istio_objects_a_load_balancer_and_the_g
     container = pod["spec"]["containers"][0]
     assert container["args"][0] == "gateway"
     assert {"name": "GATEWAY_NAME", "value": "edge"} in container["env"]
+
+
+def test_the_service_type_annotation_sets_the_service_type_and_the_gateway_labels_reach_the_pods() -> None:
+    # TestSimpleHTTPSandwich's Gateway: a ClusterIP Service, and pods the node proxy captures.
+    gw = ingress(HTTP)
+    gw["metadata"]["labels"] = {"istio.io/dataplane-mode": "ambient", "team": "a"}
+    gw["metadata"]["annotations"] = {"networking.istio.io/service-type": "ClusterIP"}
+    out = render_waypoint(gw, LAB)
+    assert isinstance(out, Rendered)
+    assert out.service["spec"]["type"] == "ClusterIP"
+    labels = out.deployment["spec"]["template"]["metadata"]["labels"]
+    assert labels["istio.io/dataplane-mode"] == "ambient" and labels["team"] == "a"
+    assert labels["sidecar.istio.io/inject"] == "false"
+    # The fixed labels still win over copied ones.
+    gw["metadata"]["labels"]["gateway.istio.io/managed"] = "istio.io-mesh-controller"
+    out = render_waypoint(gw, LAB)
+    assert isinstance(out, Rendered)
+    assert out.deployment["spec"]["template"]["metadata"]["labels"]["gateway.istio.io/managed"] == (
+        "istio.io-gateway-controller"
+    )
+
+
+def test_a_waypoint_keeps_its_pods_out_of_capture_whatever_its_labels() -> None:
+    gw = ingress({"name": "mesh", "port": 15008, "protocol": "HBONE"}, name="waypoint")
+    gw["spec"]["gatewayClassName"] = "istio-waypoint"
+    gw["metadata"]["labels"] = {"istio.io/dataplane-mode": "ambient"}
+    gw["metadata"]["annotations"] = {"networking.istio.io/service-type": "NodePort"}
+    out = render_waypoint(gw, LAB)
+    assert isinstance(out, Rendered)
+    assert out.deployment["spec"]["template"]["metadata"]["labels"]["istio.io/dataplane-mode"] == "none"
+    assert out.service["spec"]["type"] == "NodePort"
+
+
+def test_a_service_type_annotation_naming_no_type_is_unrenderable() -> None:
+    for bad in ("ExternalName", "clusterip", "", 7):
+        gw = ingress(HTTP)
+        gw["metadata"]["annotations"] = {"networking.istio.io/service-type": bad}
+        out = render_waypoint(gw, LAB)
+        assert isinstance(out, Unrenderable)
+        assert "networking.istio.io/service-type must be one of ClusterIP, NodePort, LoadBalancer" in out.message
 
 
 def test_a_waypoint_still_renders_as_before() -> None:
@@ -193,6 +233,22 @@ def test_programmed_waits_for_the_load_balancer_address_and_then_reports_it() ->
     assert [(item["name"], item["attachedRoutes"]) for item in done["listeners"]] == [("http", 2), ("https", 0)]
 
 
+def test_a_cluster_ip_gateway_reports_its_service_hostname_at_once_a_load_balancer_waits() -> None:
+    host = "edge-istio.edge.svc.cluster.local"
+    assert ingress_addresses(None, host) == ()
+    assert ingress_addresses({"spec": {"type": "LoadBalancer"}}, host) == ()
+    lb = {"spec": {"type": "LoadBalancer"}, "status": {"loadBalancer": {"ingress": [{"hostname": "lb.example"}]}}}
+    assert ingress_addresses(lb, host) == ({"type": "Hostname", "value": "lb.example"},)
+    for kind in ("ClusterIP", "NodePort"):
+        assert ingress_addresses({"spec": {"type": kind}}, host) == ({"type": "Hostname", "value": host},)
+    gw = ingress(HTTP)
+    judged = judge_listeners(gw, secrets_of())
+    addresses = ingress_addresses({"spec": {"type": "ClusterIP"}}, host)
+    done = ingress_status(gw, Deployed(service_exists=True), judged, host=host, addresses=addresses)
+    assert _conditions(done)["Programmed"] == ("True", "Programmed")
+    assert done["addresses"] == [{"type": "Hostname", "value": host}]
+
+
 def test_a_listener_with_a_bad_certificate_is_not_programmed_and_the_gateway_lists_it_invalid() -> None:
     gw = ingress(HTTP, https())
     judged = judge_listeners(gw, secrets_of())
@@ -248,3 +304,16 @@ def test_tls_listeners_of_both_modes_on_one_port_conflict_and_are_not_accepted()
         ("Accepted", "NoConflicts"),
     ]
     assert [j.ready for j in judged] == [False, False, True]
+
+
+def test_an_ingress_gateway_pod_may_listen_below_1024_as_istiod_renders_it_a_waypoint_has_no_sysctl() -> None:
+    out = render_waypoint(ingress(HTTP), LAB)
+    assert isinstance(out, Rendered)
+    assert out.deployment["spec"]["template"]["spec"]["securityContext"] == {
+        "sysctls": [{"name": "net.ipv4.ip_unprivileged_port_start", "value": "0"}]
+    }
+    gw = ingress({"name": "mesh", "port": 15008, "protocol": "HBONE"}, name="waypoint")
+    gw["spec"]["gatewayClassName"] = "istio-waypoint"
+    out = render_waypoint(gw, LAB)
+    assert isinstance(out, Rendered)
+    assert "securityContext" not in out.deployment["spec"]["template"]["spec"]

@@ -90,9 +90,10 @@ def test_a_waypoint_is_ready_only_with_a_usable_address_and_a_hostname_wins(
     assert (found.address if found else None) == expected
 
 
-def test_only_the_istio_waypoint_class_makes_a_waypoint() -> None:
-    idx = index(gateway("ingress", class_name="istio"))
-    assert idx.ready == {} and idx.declared == frozenset()
+def test_only_the_istio_waypoint_class_is_declared_and_another_class_is_a_sandwich() -> None:
+    idx = index(gateway("ingress", class_name="istio"), gateway("waypoint"))
+    assert idx.declared == frozenset({"app/waypoint"})
+    assert [(k, w.sandwich) for k, w in sorted(idx.ready.items())] == [("app/ingress", True), ("app/waypoint", False)]
 
 
 @pytest.mark.parametrize(

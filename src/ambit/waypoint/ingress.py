@@ -38,6 +38,12 @@ HBONE pool, telemetry and admin endpoints) that, instead of an HBONE listener, s
   authenticated and authorized exactly as at a waypoint (:func:`ambit.waypoint.exchange.serve_request`: a token no
   rule accepts 401, a denied request 403) before it is routed; the JWKS of ``jwksUri`` rules are fetched by the
   same :class:`~ambit.waypoint.jwks.JwksManager`. A removed config keeps the last policies (fail closed).
+- A gateway whose own pod is captured by the node proxy (the Gateway labelled ``istio.io/dataplane-mode: ambient``,
+  Istio's "sandwich": Services bind to it with ``istio.io/use-waypoint`` and node proxies steer their traffic to
+  it, :mod:`ambit.controlplane.translate.waypoints` rule 1) receives that traffic on its listener ports in plain
+  text from its node proxy, which has terminated the HBONE tunnel (the authority's port is the listener's), and
+  routes it like any other request: the Host header picks the listener. Its upstream connections are then plain
+  (:meth:`IngressGateway.captured`, :mod:`ambit.waypoint.upstream`) and its node proxy tunnels them.
 - A client's ``x-forwarded-client-cert`` is removed (:mod:`ambit.waypoint.client_cert`): nothing vouches for
   what a client writes there (Istio's ``SANITIZE_SET``; the details of a verified client certificate are not
   added).
@@ -58,6 +64,7 @@ import asyncio
 import collections
 import contextlib
 import functools
+import ipaddress
 import logging
 import socket
 import ssl
@@ -70,7 +77,7 @@ from ambit.model.ingress import GatewayConfig, IngressListener, ListenerProtocol
 from ambit.model.localconfig import parse_local_config
 from ambit.model.routes import BackendService, RouteTable, WaypointConfig
 from ambit.model.state import WorkloadState
-from ambit.model.workload import AppProtocol, Service, Workload
+from ambit.model.workload import AppProtocol, Service, TunnelProtocol, Workload
 from ambit.proxy.streams import ByteStream, SocketStream
 from ambit.telemetry.metrics import Reporter
 from ambit.tls.workload import WorkloadCertificate
@@ -149,6 +156,7 @@ class IngressGateway(Waypoint):
         self.context.router = self._decide
         self.context.undeclared_follows_client = False
         self.context.pick = self._pick
+        self.context.upstreams.captured = self.captured
         self.readiness.add_pending(CONFIG_TASK)
         self._ports: dict[int, tuple[socket.socket, asyncio.Task[None]]] = {}
         self._tls: dict[int, PortTls] = {}
@@ -159,6 +167,15 @@ class IngressGateway(Waypoint):
         bounded set of words)."""
         self._per_peer: collections.Counter[str] = collections.Counter()
         """Connections being served per client address (``max_connections_per_peer``)."""
+
+    def captured(self) -> bool:
+        """Whether the node proxy captures this gateway's own pod (a "sandwich": its workload, found by the pod's
+        address, speaks HBONE): its upstream connections are then plain, and that node proxy tunnels them."""
+        ip = self.settings.instance_ip
+        if not ip:
+            return False
+        own = self.state.find_workload_by_address(self.settings.network, ipaddress.ip_address(ip))
+        return own is not None and own.tunnel_protocol is TunnelProtocol.HBONE
 
     def _pick(
         self,

@@ -6,7 +6,12 @@ Theory of operation: :meth:`Upstreams.open_stream` reaches one :class:`~ambit.wa
   (:class:`~ambit.proxy.pool.ConnectionPool`, :class:`~ambit.proxy.hbone_client.HboneClient`) with the waypoint's
   own certificate, the server verified against the endpoint workload's identity (and its Service's SANs), and
   ``:authority = <pod IP>:<target port>`` (spec §6.1, §6.3 step 7);
-- an endpoint without HBONE gets plain TCP to ``<pod IP>:<target port>``;
+- an endpoint without HBONE gets plain TCP to ``<pod IP>:<target port>``; so does every endpoint while this
+  proxy's own pod is captured by a node proxy (``captured``: an ingress gateway labelled
+  ``istio.io/dataplane-mode: ambient``, the "sandwich"), whose node proxy then carries it over HBONE with the
+  pod's identity (what Istio's gateway does with ``ISTIO_META_DISABLE_HBONE_SEND``; a tunnel of its own would be
+  tunnelled again, to a port the peer's node proxy refuses); an endpoint reached through a waypoint
+  (``via``) is then the Service's VIP and port, which that node proxy steers to the waypoint;
 - a hostname endpoint (a ``resolution: DNS`` ServiceEntry's) is first resolved on demand by the
   :class:`~ambit.proxy.hostnames.HostnameResolver` (IPv4 preferred), the answer judged by
   :func:`~ambit.waypoint.destinations.judge_resolved`, then gets plain TCP to ``<resolved address>:<target port>``;
@@ -157,8 +162,11 @@ class Upstreams:
         max_head_bytes: int = 64 * 1024,
         hostnames: HostnameResolver | None = None,
         me: WaypointSelf | None = None,
+        captured: Callable[[], bool] | None = None,
     ) -> None:
         self.pool = pool
+        self.captured = captured
+        """Whether this proxy's own pod is captured by a node proxy now (see the module docstring); None: never."""
         self.hostnames = hostnames
         """Resolves hostname endpoints; None: they cannot be reached."""
         self._me = me or WaypointSelf("", "")
@@ -188,6 +196,7 @@ class Upstreams:
             async with asyncio.timeout(self._connect_timeout):
                 # A waypoint hop is HBONE whatever the waypoint pod's own enrolment (its pods are not captured).
                 plain = endpoint.via is None and endpoint.workload.tunnel_protocol is not TunnelProtocol.HBONE
+                plain = plain or (self.captured is not None and self.captured())
                 if plain and len(racing) > 1:
                     sock, ip = await race_connect(self._sockets, racing, endpoint.port, timeout=self._connect_timeout)
                     endpoint = dataclasses.replace(endpoint, ip=ip)

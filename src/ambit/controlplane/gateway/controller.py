@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ambit.controlplane.gateway.apply import Create, Leave, Patch, Refuse, plan_apply
-from ambit.controlplane.gateway.ingress_status import ingress_attached_routes, ingress_status, load_balancer_addresses
+from ambit.controlplane.gateway.ingress_status import ingress_addresses, ingress_attached_routes, ingress_status
 from ambit.controlplane.gateway.overlay import (
     CLASS_DEFAULTS_LABEL,
     InvalidParameters,
@@ -392,12 +392,13 @@ class GatewayController:
             attached = ingress_attached_routes(gateway, by_kind)
             namespace = str(gateway["metadata"]["namespace"])
             name = deployed_name(gateway)
+            host = service_hostname(name, namespace, self.settings.template.domain)
             wanted = ingress_status(
                 gateway,
                 found,
                 judge_listeners(gateway, self.find_secret),
-                host=service_hostname(name, namespace, self.settings.template.domain),
-                addresses=load_balancer_addresses(self.find(kinds.SERVICES, namespace, name)),
+                host=host,
+                addresses=ingress_addresses(self.find(kinds.SERVICES, namespace, name), host),
                 attached=attached,
             )
         else:

@@ -15,7 +15,11 @@ Rules:
    True/``Programmed`` naming the Service and its ports. Readiness of the pods does not count (istiod reports the
    Service's address, as a cloud load balancer would).
 3. ``status.addresses``: each load-balancer ingress, ``IPAddress`` for an ``ip``, ``Hostname`` for a
-   ``hostname``; none while there is a problem.
+   ``hostname``; none while there is a problem. A Service that is not of type ``LoadBalancer`` (the
+   ``networking.istio.io/service-type`` annotation, :mod:`.render` rule 5) has no external address and waits for
+   none: its in-cluster hostname is reported instead, as ``Hostname`` (istiod reports the internal addresses of
+   the class's address type, ``Hostname`` for class ``istio``). That address is what makes the Gateway a
+   waypoint candidate (a "sandwich", :mod:`ambit.controlplane.translate.waypoints` rule 1).
 4. One listener status per judged listener: ``attachedRoutes`` as counted by the caller, ``supportedKinds`` (an
    accepted listener's, by :mod:`ambit.controlplane.translate.route_kinds` among the kinds the ingress serves:
    HTTPRoute, TLSRoute on TLS passthrough and TCPRoute on TCP; it routes no GRPCRoute, so it claims none), and
@@ -41,7 +45,7 @@ from ambit.controlplane.gateway.status import (
 from ambit.controlplane.translate.listeners import JudgedListener
 from ambit.controlplane.translate.route_kinds import INGRESS_ROUTE_KINDS, INVALID_ROUTE_KINDS, supported_kinds
 
-__all__ = ["ingress_attached_routes", "ingress_status", "load_balancer_addresses"]
+__all__ = ["ingress_addresses", "ingress_attached_routes", "ingress_status", "load_balancer_addresses"]
 
 
 def load_balancer_addresses(service: Mapping[str, Any] | None) -> tuple[dict[str, str], ...]:
@@ -58,6 +62,17 @@ def load_balancer_addresses(service: Mapping[str, Any] | None) -> tuple[dict[str
         elif isinstance(item.get("hostname"), str) and item["hostname"]:
             out.append({"type": "Hostname", "value": item["hostname"]})
     return tuple(out)
+
+
+def ingress_addresses(service: Mapping[str, Any] | None, host: str) -> tuple[dict[str, str], ...]:
+    """Rule 3: the Gateway addresses its Service gives, ``host`` being the Service's hostname."""
+    if service is None:
+        return ()
+    spec = service.get("spec")
+    kind = spec.get("type") if isinstance(spec, Mapping) else None
+    if kind in (None, "LoadBalancer"):  # None: the API server's default is ClusterIP, but one not yet seen waits
+        return load_balancer_addresses(service)
+    return ({"type": "Hostname", "value": host},)
 
 
 def ingress_attached_routes(gateway: Mapping[str, Any], routes: Mapping[str, Sequence[Any]]) -> dict[str, int]:

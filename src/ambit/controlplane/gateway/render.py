@@ -24,20 +24,26 @@ Rules:
    ``selector`` sees exactly these pod labels).
 4. Infrastructure labels and annotations are those of ``spec.infrastructure`` when it has them, else the
    Gateway's own (istiod copies them); keys under ``gateway.networking.k8s.io/`` and istiod's own control
-   annotations are dropped, non-string values are ignored. The fixed labels of rule 3 win over copied ones. On the
-   pod, ``istio.io/dataplane-mode: none`` and ``sidecar.istio.io/inject: "false"`` win too (istiod lets a copied
-   label override them; a waypoint captured by the node proxy would steer its own traffic back into itself).
+   annotations are dropped, non-string values are ignored. The fixed labels of rule 3 win over copied ones. On a
+   waypoint's pods, ``istio.io/dataplane-mode: none`` and ``sidecar.istio.io/inject: "false"`` win too (istiod lets
+   a copied label override them; a waypoint captured by the node proxy would steer its own traffic back into
+   itself); on an ingress gateway's they are defaults a copied label overrides, as in istiod's template (a
+   Gateway labelled ``istio.io/dataplane-mode: ambient`` gets captured pods: a "sandwich").
 5. The Service has port ``status-port`` 15021 (appProtocol ``tcp``) and one port per distinct listener port
    (the standard waypoint: ``mesh`` 15008, appProtocol ``hbone``); a listener whose port is not an integer in
    1-65535 adds none. Its selector, like the Deployment's, is the gateway-name label. A waypoint's Service is a
-   ``ClusterIP``; an ingress gateway's a ``LoadBalancer`` (reached from outside the cluster).
+   ``ClusterIP``; an ingress gateway's a ``LoadBalancer`` (reached from outside the cluster). The Gateway's
+   annotation ``networking.istio.io/service-type`` (``ClusterIP``, ``NodePort`` or ``LoadBalancer``) sets the
+   type of either, as istiod's deployment controller reads it; any other value is :class:`Unrenderable`.
 6. The Deployment never sets ``replicas`` (the API server defaults 1; whatever a user or autoscaler sets later
    stays). Its pod runs container ``istio-proxy``: ``ambit waypoint proxy`` (``ambit gateway`` for an ingress
    gateway, told its Gateway's name in ``GATEWAY_NAME``) with the control plane's address, the
    projected token (audience ``istio-ca``) and the ``istio-ca-root-cert`` ConfigMap mounted as the node proxy
    mounts them, no API credentials (``automountServiceAccountToken: false``), readiness on ``:15021
    /healthz/ready``, the restricted pod security profile (non-root 1337, no capabilities, read-only root), and
-   istiod's ``terminationGracePeriodSeconds: 30``.
+   istiod's ``terminationGracePeriodSeconds: 30``. An ingress gateway's pod also sets the sysctl
+   ``net.ipv4.ip_unprivileged_port_start: "0"``, as istiod's ``kube-gateway`` template does, so that it can
+   listen on a port below 1024 (port 80) without a capability.
 7. Overlays (:mod:`.overlay`: the class defaults ConfigMap, then the ``parametersRef`` one) are applied last, as
    strategic merge patches; they may also deploy a HorizontalPodAutoscaler (``maxReplicas: 1``, scaling the
    Deployment) and a PodDisruptionBudget (selecting the pods by the gateway-name label), which are rendered with
@@ -246,6 +252,25 @@ def _container(
     return container
 
 
+SERVICE_TYPE_ANNOTATION = "networking.istio.io/service-type"
+UNPRIVILEGED_PORTS_SYSCTL = "net.ipv4.ip_unprivileged_port_start"
+SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer")
+
+
+def _annotation(gateway: Obj, key: str) -> object:
+    meta = gateway.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    return annotations.get(key) if isinstance(annotations, Mapping) else None
+
+
+def _service_type(gateway: Obj, ingress: bool) -> str | None:
+    """Rule 5: the generated Service's type; None for an annotation that names no type."""
+    value = _annotation(gateway, SERVICE_TYPE_ANNOTATION)
+    if value is None:
+        return "LoadBalancer" if ingress else "ClusterIP"
+    return value if isinstance(value, str) and value in SERVICE_TYPES else None
+
+
 def render_waypoint(
     gateway: Obj, settings: WaypointTemplateSettings, overlays: Sequence[Overlay] = ()
 ) -> Rendered | Unrenderable:
@@ -270,6 +295,12 @@ def render_waypoint(
         "uid": uid,
         "controller": True,
     }
+    service_type = _service_type(gateway, ingress)
+    if service_type is None:
+        return Unrenderable(
+            f"the annotation {SERVICE_TYPE_ANNOTATION} must be one of {', '.join(SERVICE_TYPES)}, not "
+            f"{str(_annotation(gateway, SERVICE_TYPE_ANNOTATION))[:40]!r}"
+        )
     labels = {**infrastructure(gateway, "labels"), **fixed_labels(gateway)}
     annotations = infrastructure(gateway, "annotations")
 
@@ -303,6 +334,11 @@ def render_waypoint(
                     "serviceAccountName": name,
                     "automountServiceAccountToken": False,
                     "terminationGracePeriodSeconds": 30,
+                    **(
+                        {"securityContext": {"sysctls": [{"name": UNPRIVILEGED_PORTS_SYSCTL, "value": "0"}]}}
+                        if ingress
+                        else {}
+                    ),
                     "containers": [_container(name, gateway_name, namespace, settings, ingress)],
                     "volumes": [
                         {
@@ -331,7 +367,7 @@ def render_waypoint(
         "kind": "Service",
         "metadata": metadata({"networking.istio.io/traffic-distribution": "PreferClose"}),
         "spec": {
-            "type": "LoadBalancer" if ingress else "ClusterIP",
+            "type": service_type,
             "ipFamilyPolicy": "PreferDualStack",
             "ports": _listener_ports(gateway),
             "selector": dict(selector),

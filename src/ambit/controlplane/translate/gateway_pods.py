@@ -14,8 +14,15 @@ Rules:
 2. The fixed labels win over copied ones: ``gateway.networking.k8s.io/gateway-name``,
    ``gateway.networking.k8s.io/gateway-class-name``, ``gateway.istio.io/managed`` (``istio.io-mesh-controller`` for
    a waypoint, ``istio.io-gateway-controller`` for an ingress gateway), on the pods also the canonical service
-   labels and, for an ingress gateway, ``istio.io/gateway-name`` (Istio's older selector label); then
-   ``istio.io/dataplane-mode: none`` and ``sidecar.istio.io/inject: "false"``.
+   labels and, for an ingress gateway, ``istio.io/gateway-name`` (Istio's older selector label); then, on a
+   waypoint's pods, ``istio.io/dataplane-mode: none`` and ``sidecar.istio.io/inject: "false"`` (a waypoint
+   captured by the node proxy would steer its own traffic back into itself).
+3. An ingress gateway's pods get ``istio.io/dataplane-mode: none`` and ``sidecar.istio.io/inject: "false"`` only as
+   defaults that the infrastructure labels override, as istiod's ``kube-gateway`` template orders them: a Gateway
+   labelled ``istio.io/dataplane-mode: ambient`` has captured pods, a "sandwich" (:mod:`.waypoints` rule 1), whose
+   inbound arrives over HBONE through their node proxy and whose outbound that node proxy carries. (istiod's
+   template sets no ``dataplane-mode`` at all, so its gateways in an ambient namespace are captured too; Ambit
+   keeps an ingress gateway out of its namespace's capture unless the Gateway asks.)
 """
 
 from __future__ import annotations
@@ -93,14 +100,22 @@ def fixed_labels(gateway: Obj) -> dict[str, str]:
 
 
 def pod_labels(gateway: Obj) -> dict[str, str]:
-    """The labels of every pod deployed for ``gateway`` (rules 1 and 2)."""
+    """The labels of every pod deployed for ``gateway`` (rules 1-3)."""
     fixed = fixed_labels(gateway)
+    unenrolled = {"istio.io/dataplane-mode": "none", "sidecar.istio.io/inject": "false"}
+    if is_ingress(gateway):  # rule 3
+        return {
+            **unenrolled,
+            **infrastructure(gateway, "labels"),
+            "service.istio.io/canonical-name": deployed_name(gateway),
+            "service.istio.io/canonical-revision": "latest",
+            **fixed,
+            ISTIO_GATEWAY_NAME_LABEL: fixed[GATEWAY_NAME_LABEL],
+        }
     return {
         **infrastructure(gateway, "labels"),
         "service.istio.io/canonical-name": deployed_name(gateway),
         "service.istio.io/canonical-revision": "latest",
         **fixed,
-        **({ISTIO_GATEWAY_NAME_LABEL: fixed[GATEWAY_NAME_LABEL]} if is_ingress(gateway) else {}),
-        "istio.io/dataplane-mode": "none",
-        "sidecar.istio.io/inject": "false",
+        **unenrolled,
     }

@@ -38,10 +38,12 @@ Rules:
    applies when it has no ``hostnames`` or its hostnames are exactly the Service's hostname (istiod's waypoint does
    not read the SNI, so it takes only a route whose SNI match could only be that host); one with other hostnames is
    still ``Accepted`` but routes nothing there. Its hostnames the union of the attached HTTP and gRPC routes'.
-6. Every ready waypoint gets a config, even with no Service bound (an empty one); tables are ordered by service
-   key then port. The config lists the key of every Service bound to it (``services``, sorted; a Service with no
-   port has no table but is listed): the same destinations its tables are built for, so a waypoint that sees a
-   Service listed also holds what was chosen for it here and in the policies (both read ``bound``/``canaries``).
+6. Every ready waypoint of class ``istio-waypoint`` gets a config, even with no Service bound (an empty one); a
+   sandwich (a Gateway of another class that Services bind to) gets none, as its own gateway config serves it.
+   Tables are ordered by service key then port. The config lists the key of every Service bound to it
+   (``services``, sorted; a Service with no port has no table but is listed): the same destinations its tables
+   are built for, so a waypoint that sees a Service listed also holds what was chosen for it here and in the
+   policies (both read ``bound``/``canaries``).
 7. A waypoint's service account (the only identity that may read its config) is the Gateway's
    ``gateway.istio.io/service-account`` annotation, else the Gateway's name, as istiod's deployment controller
    names it.
@@ -402,7 +404,8 @@ def translate_routes(
                     RouteStatus(kind, namespace, _text(meta.get("name")), observed, tuple(parents.values()))
                 )
     configs: list[WaypointConfig] = []
-    for key in sorted(waypoints.ready):
+    served_here = sorted(key for key, waypoint in waypoints.ready.items() if not waypoint.sandwich)
+    for key in served_here:
         served = sorted(destinations.get(key, ()), key=lambda s: s.key)
         configs.append(
             WaypointConfig(
@@ -418,7 +421,7 @@ def translate_routes(
     return RouteTranslation(
         tuple(configs),
         tuple(sorted(statuses, key=lambda s: (s.kind, s.key))),
-        tuple((key, accounts[key]) for key in sorted(waypoints.ready) if key in accounts),
+        tuple((key, accounts[key]) for key in served_here if key in accounts),
     )
 
 

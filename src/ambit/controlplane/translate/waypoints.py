@@ -9,16 +9,24 @@ Pure: no I/O; labels are read as strings whatever the input holds.
 
 Rules:
 
-1. A waypoint is a Gateway of class ``istio-waypoint``. Its traffic type is its ``istio.io/waypoint-for`` label,
-   else that label on the GatewayClass ``istio-waypoint``, else ``service``; values are ``service``,
-   ``workload``, ``all`` and ``none`` (any other value, like ``none``, takes no traffic).
+1. A waypoint is a Gateway with a usable address in its status (rule 2), whatever its class, as istiod makes one
+   of every such Gateway (``gatewayToWaypointTransform``). One of class ``istio-waypoint`` is *declared*
+   (:attr:`WaypointIndex.declared`, even before it is ready): Ambit's waypoint process serves it, and routes,
+   policies and the waypoint config are translated for it. One of any other class is a *sandwich*
+   (:attr:`Waypoint.sandwich`): typically an ingress Gateway of class ``istio`` whose pods are captured by the
+   node proxy (``istio.io/dataplane-mode: ambient``); objects bind to it and node proxies tunnel to it exactly as
+   to a waypoint, but its own gateway config (:mod:`ambit.controlplane.translate.ingress`) is what serves the
+   traffic, so no waypoint config, waypoint route or waypoint policy is made for it. Its traffic type is its
+   ``istio.io/waypoint-for`` label, else that label on its own GatewayClass, else ``service``; values are
+   ``service``, ``workload``, ``all`` and ``none`` (any other value, like ``none``, takes no traffic).
 2. A waypoint is ready once ``status.addresses`` holds a usable address: the first of type ``Hostname`` gives the
    hostname form ``{gateway namespace, hostname}``; else the first parsable one of type ``IPAddress`` (or no
    type, the API's default) the address form on the cluster's network. HBONE port 15008 either way. A Gateway
    whose addresses are all unusable is not ready (istiod would bind to it and send no address).
 3. Which namespaces may bind: the ``allowedRoutes.namespaces`` of the listener with protocol HBONE on port 15008
    (``from``: ``Same``, the default and anything unknown; ``All``; ``Selector``, whose label selector is matched
-   against the binding namespace's labels; a missing or malformed selector matches nothing).
+   against the binding namespace's labels; a missing or malformed selector matches nothing). A Gateway without
+   that listener, like a sandwich, admits its own namespace only (istiod's ``makeAllowedRoutes``).
 4. The binding label ``istio.io/use-waypoint`` names a waypoint, in the object's namespace or in the one
    ``istio.io/use-waypoint-namespace`` names. The value ``none`` opts out (of the namespace's default too). An
    object without the label takes its Namespace's labels the same way (the namespace's own namespace label, else
@@ -29,17 +37,17 @@ Rules:
    and ``UnsupportedTrafficType``. ``ingress_use_waypoint`` follows ``istio.io/ingress-use-waypoint`` on the
    object, else on its Namespace, read as Go's ``ParseBool``, and only for a bound service.
 6. Workloads (pods, WorkloadEntries, inline ServiceEntry endpoints, each by its own labels): a pod whose
-   ``gateway.networking.k8s.io/gateway-name`` label names a waypoint Gateway of its namespace is an instance of
-   it and never has a waypoint (istiod checks only ready waypoints; we also skip waypoints still coming up, so
-   that a waypoint never routes through another). A waypoint for neither ``workload`` nor ``all`` gives none; it
-   is ``UnsupportedTrafficType`` only when the object's own label named it (a namespace default meant for
-   services is not an error).
+   ``gateway.networking.k8s.io/gateway-name`` label names a waypoint Gateway of its namespace (declared, or a
+   ready sandwich) is an instance of it and never has a waypoint (istiod checks only ready waypoints; we also
+   skip waypoints still coming up, so that a waypoint never routes through another). A waypoint for neither
+   ``workload`` nor ``all`` gives none; it is ``UnsupportedTrafficType`` only when the object's own label named
+   it (a namespace default meant for services is not an error).
 7. The condition (:func:`bound_status`): bound → True, ``WaypointAccepted``, "Successfully attached to waypoint
    ns/name" (plus istiod's ingress note, then, when the canary was refused, ". Canary waypoint not attached: "
    and the canary's message); a problem → False with its reason and istiod's message; neither → no condition
    (the writer removes an old one).
-8. ``ambient.istio.io/xfcc-include-client-identity`` on the waypoint's Gateway, else on the GatewayClass
-   ``istio-waypoint`` (the Gateway's own annotation wins, as infrastructure annotations merge), read as istiod
+8. ``ambient.istio.io/xfcc-include-client-identity`` on the waypoint's Gateway, else on its
+   GatewayClass (the Gateway's own annotation wins, as infrastructure annotations merge), read as istiod
    reads it: ``true`` in any case is on, anything else off. The waypoint then adds the source identity in
    ``x-forwarded-client-cert`` (:mod:`ambit.waypoint.client_cert`).
 9. Canary waypoints (Services and ServiceEntries only, and only when the primary is bound without a problem): the
@@ -191,6 +199,9 @@ class Waypoint:
     """For ``allowed_from == "Selector"``: the namespaces it admits; None admits none."""
     xfcc_client_identity: bool = False
     """Rule 8."""
+    sandwich: bool = False
+    """A Gateway of another class than ``istio-waypoint`` (rule 1): bound to and tunnelled to like a waypoint,
+    served by its own gateway config."""
 
     @property
     def key(self) -> str:
@@ -337,7 +348,8 @@ def _canary_weight(value: str | None) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class WaypointIndex:
-    """The ready waypoints by ``ns/name``, every waypoint Gateway's key, and the namespaces' labels."""
+    """The ready waypoints (sandwiches included) by ``ns/name``, the key of every Gateway of class
+    ``istio-waypoint`` (ready or not), and the namespaces' labels."""
 
     ready: Mapping[str, Waypoint]
     declared: frozenset[str]
@@ -348,27 +360,33 @@ class WaypointIndex:
     def build(
         cls, gateways: Iterable[Obj], gateway_classes: Iterable[Obj], namespaces: Iterable[Obj], *, network: str
     ) -> WaypointIndex:
-        waypoint_class = next((c for c in gateway_classes if _meta_text(c, "name") == WAYPOINT_CLASS), None)
-        class_for = object_labels(waypoint_class).get(WAYPOINT_FOR) if waypoint_class is not None else None
-        class_annotations = _annotations(waypoint_class) if waypoint_class is not None else {}
+        classes = {_meta_text(c, "name"): c for c in gateway_classes}
         ready: dict[str, Waypoint] = {}
         declared: set[str] = set()
         for gateway in gateways:
             spec = gateway.get("spec")
             name, namespace = _meta_text(gateway, "name"), _meta_text(gateway, "namespace")
-            if not isinstance(spec, Mapping) or spec.get("gatewayClassName") != WAYPOINT_CLASS or not name:
+            class_name = spec.get("gatewayClassName") if isinstance(spec, Mapping) else None
+            if not isinstance(spec, Mapping) or not isinstance(class_name, str) or not class_name or not name:
                 continue
             if not _valid_namespace(namespace):
                 continue  # the API server would not have stored it; it could not name a waypoint on the wire
-            declared.add(f"{namespace}/{name}")
+            sandwich = class_name != WAYPOINT_CLASS
+            if not sandwich:
+                declared.add(f"{namespace}/{name}")
             address = _gateway_address(gateway, network)
             if address is None:
                 continue
+            gateway_class = classes.get(class_name)
+            class_for = object_labels(gateway_class).get(WAYPOINT_FOR) if gateway_class is not None else None
+            class_annotations = _annotations(gateway_class) if gateway_class is not None else {}
             allowed_from, selector = _allowed_routes(spec)
             own_labels = object_labels(gateway)
             traffic = own_labels.get(WAYPOINT_FOR, SERVICE_TRAFFIC if class_for is None else class_for)
             xfcc = _xfcc_client_identity(gateway, class_annotations)
-            ready[f"{namespace}/{name}"] = Waypoint(namespace, name, address, traffic, allowed_from, selector, xfcc)
+            ready[f"{namespace}/{name}"] = Waypoint(
+                namespace, name, address, traffic, allowed_from, selector, xfcc, sandwich
+            )
         namespace_list = list(namespaces)
         labels = {_meta_text(ns, "name"): object_labels(ns) for ns in namespace_list}
         annotations = {_meta_text(ns, "name"): object_annotations(ns) for ns in namespace_list}
@@ -462,7 +480,8 @@ class WaypointIndex:
 
     def find_for_workload(self, namespace: str, labels: Mapping[str, str], *, pod: bool = False) -> Binding:
         """A workload's binding (rules 4 and 6); ``pod`` for pods, which may be a waypoint's own."""
-        if pod and labels.get(GATEWAY_NAME) and f"{namespace}/{labels[GATEWAY_NAME]}" in self.declared:
+        instance_of = f"{namespace}/{labels.get(GATEWAY_NAME)}"
+        if pod and labels.get(GATEWAY_NAME) and (instance_of in self.declared or instance_of in self.ready):
             return Binding()
         binding, own = self._target(namespace, labels)
         waypoint = binding.waypoint

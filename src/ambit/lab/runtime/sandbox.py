@@ -17,11 +17,17 @@ Invariants:
   belongs to the pod's own user namespace (:mod:`ambit.lab.runtime.pod_userns`), as containerd makes it, so that
   ``runc exec`` can join the pod. Such a pod's namespace also lets any user bind ports below 1024 and open ICMP
   echo sockets (:data:`USERNS_SYSCTLS`), as containerd sets for every pod.
+- The pod's own ``securityContext.sysctls`` are set in its namespace when they are among the kubelet's safe,
+  network-namespaced ones (:data:`SAFE_NET_SYSCTLS`, e.g. istiod's gateway template asks for
+  ``net.ipv4.ip_unprivileged_port_start: "0"`` so that a gateway running as 1337 listens on port 80) with a
+  value of digits and single spaces (:func:`pod_sysctls`); any other is left out, as it would be refused by a
+  kubelet that does not allow unsafe sysctls.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +45,16 @@ from ambit.lab.runtime.userns import IdRange, hosts_users
 NETNS_RUN_DIR = "/run/netns"  # where ``ip netns add`` mounts named namespaces
 USERNS_SYSCTLS = ("net.ipv4.ip_unprivileged_port_start=0", "net.ipv4.ping_group_range=0 2147483647")
 POD_IFNAME = "eth0"
+SAFE_NET_SYSCTLS = frozenset(
+    {
+        "net.ipv4.ip_unprivileged_port_start",
+        "net.ipv4.ping_group_range",
+        "net.ipv4.ip_local_port_range",
+        "net.ipv4.tcp_syncookies",
+    }
+)
+"""The kubelet's safe sysctls that belong to the pod's network namespace."""
+_SYSCTL_VALUE = re.compile(r"[0-9]{1,10}( [0-9]{1,10}){0,2}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +110,8 @@ class PodSandboxes:
                 await add_netns_in_user_namespace(self.runner, netns, user_ids)
             if not hosts_users(pod):
                 await self.runner.run_async(["ip", "netns", "exec", netns, "sysctl", "-q", "-w", *USERNS_SYSCTLS])
+            if own := pod_sysctls(pod):
+                await self.runner.run_async(["ip", "netns", "exec", netns, "sysctl", "-q", "-w", *own])
             result = await plugins.add(conflist, uid, path, POD_IFNAME, args, *self._exec(), cache_dir=self.cache_dir)
         except BaseException:
             try:
@@ -132,6 +150,21 @@ class PodSandboxes:
 
     def _exec(self) -> tuple[list[Path], CommandRunner, str]:
         return self.bin_dirs, self.runner, self.node.netns
+
+
+def pod_sysctls(pod: Mapping[str, Any]) -> list[str]:
+    """The ``name=value`` arguments of the pod's ``securityContext.sysctls`` that are set in its namespace (see the
+    module docstring); the rest are left out."""
+    spec = pod.get("spec")
+    context = spec.get("securityContext") if isinstance(spec, Mapping) else None
+    items = context.get("sysctls") if isinstance(context, Mapping) else None
+    out: list[str] = []
+    for item in items if isinstance(items, list) else ():
+        name = item.get("name") if isinstance(item, Mapping) else None
+        value = item.get("value") if isinstance(item, Mapping) else None
+        if name in SAFE_NET_SYSCTLS and isinstance(value, str) and _SYSCTL_VALUE.fullmatch(value):
+            out.append(f"{name}={value}")
+    return out
 
 
 def _exists(path: str) -> bool:
