@@ -41,7 +41,15 @@ from ambit.waypoint.settings import WaypointLimits
 
 EXTERNAL_IP = "127.0.0.6"
 CLIENT_IP = "127.0.0.4"
-LIMITS = WaypointLimits(max_head_bytes=8 * 1024, head_timeout=2.0, sniff_timeout=0.5, startup_wait=5.0)
+# The rig dials one HBONE connection per request from 127.0.0.1 without a pool, so a 40-request burst is 40
+# handshakes from one peer address: above the per-peer bound a node proxy's pooled connections never reach.
+LIMITS = WaypointLimits(
+    max_head_bytes=8 * 1024,
+    head_timeout=2.0,
+    sniff_timeout=0.5,
+    startup_wait=5.0,
+    max_pending_handshakes_per_peer=64,
+)
 
 
 @dataclass(frozen=True)
