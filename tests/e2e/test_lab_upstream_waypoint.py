@@ -21,7 +21,10 @@ MockExternal.
 from __future__ import annotations
 
 import json
+import subprocess
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -67,6 +70,7 @@ for _ in range(count):
             "status": response.status,
             "response_headers": {k.lower(): v for k, v in response.getheaders()},
             "request_id": seen.get("x-request-id", ""),
+            "seen": seen,
             "alpn": answer.get("alpn"),
             "pod": answer.get("pod", ""),
         })
@@ -129,6 +133,7 @@ HTTPS_ECHO = {
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     with module_on_shared_lab(tmp_path_factory) as up:
+        started = time.monotonic()
         for name in (NS, WAYPOINT_NS, EXTERNAL_NS):
             up.namespace(name)
         for name in (NS, WAYPOINT_NS):
@@ -153,6 +158,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         up.wait_pods_ready(EXTERNAL_NS, "", 1, timeout=120)
         for name in (CROSS, EGRESS):  # upstream's checkWaypointIsReady
             up.wait_pods_ready(WAYPOINT_NS, f"gateway.networking.k8s.io/gateway-name={name}", 1, timeout=120)
+        print(f"module set-up on the shared lab: {time.monotonic() - started:.1f} s")
         yield up
         assert up.log_tracebacks() == []
 
@@ -188,7 +194,12 @@ PRODUCER_ROUTE = {
                     {
                         "type": "ResponseHeaderModifier",
                         "responseHeaderModifier": {"add": [{"name": "X-Custom-Traversed-Waypoint", "value": CROSS}]},
-                    }
+                    },
+                    # Not upstream's: the same route also adds a request header, checked at the server.
+                    {
+                        "type": "RequestHeaderModifier",
+                        "requestHeaderModifier": {"add": [{"name": "X-Producer-Route", "value": CROSS}]},
+                    },
                 ],
             }
         ],
@@ -197,7 +208,8 @@ PRODUCER_ROUTE = {
 
 
 def test_cross_namespace_waypoint(lab: Lab) -> None:
-    """TestCrossNamespaceWaypoint: the route's response header and x-request-id at the server on 5 calls."""
+    """TestCrossNamespaceWaypoint: the route's response header and x-request-id at the server on 5 calls (and the
+    route's request header at the server)."""
     lab.apply(PRODUCER_ROUTE, namespace=NS)
     lab.kubectl(
         "label", "service", "server", "-n", NS, f"istio.io/use-waypoint-namespace={WAYPOINT_NS}",
@@ -213,7 +225,7 @@ def test_cross_namespace_waypoint(lab: Lab) -> None:
     def traversed() -> list[dict[str, Any]] | None:
         answers = calls(lab, SERVER, 80, 5)
         ok = all_l7_ok(answers) and all(a["response_headers"].get(TRAVERSED) == CROSS for a in answers)
-        return answers if ok else None
+        return answers if ok and all(a["seen"].get("x-producer-route") == CROSS for a in answers) else None
 
     wait_until("5 calls through the cross-namespace waypoint", traversed, timeout=60, interval=1.0)
 
@@ -277,6 +289,39 @@ def test_a_service_policy_reaches_the_canary_waypoint(lab: Lab) -> None:
         lab.kubectl("annotate", "service", "server", "-n", NS, "istio.io/use-waypoint-canary-weight-", check=False)
 
 
+INVALID_BACKEND_ROUTE = {
+    "apiVersion": "gateway.networking.k8s.io/v1",
+    "kind": "HTTPRoute",
+    "metadata": {"name": "add-header"},
+    "spec": {
+        "parentRefs": [{"name": "server", "kind": "Service", "group": "", "port": 80}],
+        "rules": [
+            {
+                "filters": [
+                    {
+                        "type": "RequestHeaderModifier",
+                        "requestHeaderModifier": {"add": [{"name": "greeting", "value": "hello world!"}]},
+                    }
+                ],
+                "backendRefs": [{"name": "invalid", "port": 80}],
+            }
+        ],
+    },
+}
+
+
+def test_a_route_to_a_missing_backend_answers_500_at_the_waypoint(lab: Lab) -> None:
+    """TestWaypointWithInvalidBackend (its destination, a sidecar there, is ``server`` here): an HTTPRoute whose only
+    backend is a Service that does not exist gives 500. The producer route of the tests above goes first, as the
+    older of two routes on one parent would win."""
+    lab.kubectl("delete", "httproute", "httproute", "-n", NS, "--ignore-not-found")
+    lab.apply(INVALID_BACKEND_ROUTE, namespace=NS)
+    try:
+        wait_until("500 for the invalid backend", lambda: [a["status"] for a in calls(lab, SERVER, 80)] == [500], 60, 1)
+    finally:
+        lab.kubectl("delete", "httproute", "add-header", "-n", NS, "--ignore-not-found")
+
+
 EXTERNAL_ENTRY = {
     "apiVersion": "networking.istio.io/v1",
     "kind": "ServiceEntry",
@@ -328,7 +373,7 @@ ONLY_GET = {
 }
 
 
-def wait_answers(lab: Lab, what: str, port: int, ok: Any, method: str = "GET") -> list[dict[str, Any]]:
+def wait_answers(lab: Lab, what: str, port: int, ok: Any, method: str = "GET") -> None:
     last: list[list[dict[str, Any]]] = []
 
     def probe() -> list[dict[str, Any]] | None:
@@ -336,7 +381,7 @@ def wait_answers(lab: Lab, what: str, port: int, ok: Any, method: str = "GET") -
         return last[-1] if ok(last[-1]) else None
 
     try:
-        return wait_until(what, probe, timeout=60, interval=1.0)
+        wait_until(what, probe, timeout=60, interval=1.0)
     except pytest.fail.Exception as exc:
         pytest.fail(f"{exc}; last answers {last[-1:]}")
 
@@ -379,6 +424,112 @@ def test_the_waypoint_gateway_class_is_accepted_and_its_status_comes_back(lab: L
         return cond.get("status") == "True" and cond.get("observedGeneration") == gwc["metadata"].get("generation")
 
     wait_until("istio-waypoint Accepted at its generation", accepted, timeout=30, interval=0.5)
+    # Upstream's form: an update of the object with the conditions emptied (the status subresource ignores it).
+    gwc = lab.get("gatewayclass", "istio-waypoint")
+    gwc["status"]["conditions"] = None
+    lab.kubectl("replace", "-f", "-", input=json.dumps(gwc))
+    wait_until("istio-waypoint Accepted after the update", accepted, timeout=30, interval=0.5)
+    # The status really wiped, through its subresource.
     wipe = json.dumps({"status": {"conditions": None}})
     lab.kubectl("patch", "gatewayclass", "istio-waypoint", "--subresource=status", "--type=merge", "-p", wipe)
     wait_until("istio-waypoint Accepted written again", accepted, timeout=30, interval=0.5)
+
+
+def uncaptured_deployment() -> dict[str, Any]:
+    """Upstream's ``uncaptured`` app: in the ambient namespace, its pods labelled out of the mesh."""
+    manifest = deployment("uncaptured", [http_echo_container(8080)])
+    manifest["spec"]["template"]["metadata"]["labels"]["istio.io/dataplane-mode"] = "none"
+    return manifest
+
+
+def entry_selecting_uncaptured(location: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "ServiceEntry",
+        "metadata": {"name": "test-se"},
+        "spec": {
+            "hosts": ["test.example.com"],
+            "addresses": ["240.240.240.251", "2001:2::f0f0:251"],
+            "ports": [{"number": 80, "name": "http", "protocol": "HTTP", "targetPort": 8080}],
+            "resolution": "STATIC",
+            "location": location,
+            "workloadSelector": {"labels": {"app": "uncaptured"}},
+        },
+    }
+
+
+@pytest.mark.parametrize("location", ["MESH_INTERNAL", "MESH_EXTERNAL"])
+def test_a_service_entry_selects_an_uncaptured_pod(lab: Lab, location: str) -> None:
+    """TestServiceEntrySelectsUncapturedPod: ``test.example.com`` (resolved by the node proxy's DNS proxy) reaches
+    the uncaptured pod the entry's workloadSelector picks."""
+    lab.apply(uncaptured_deployment(), entry_selecting_uncaptured(location), namespace=NS)
+    lab.wait_pods_ready(NS, "app=uncaptured", 1, timeout=60)
+
+    def reached() -> list[dict[str, Any]] | None:
+        answers = calls(lab, "test.example.com", 80)
+        return answers if all(a["status"] == 200 and a["pod"].startswith("uncaptured-") for a in answers) else None
+
+    wait_until(f"test.example.com ({location}) reaches the uncaptured pod", reached, timeout=60, interval=1.0)
+
+
+CLASSIC_GATEWAY = Path(__file__).resolve().parents[2] / "deploy" / "overlays" / "lab-ingressgateway"
+INGRESS_SA = "istio-ingressgateway-service-account"
+
+
+def captured_two_ports() -> list[dict[str, Any]]:
+    """A ``captured`` app with upstream's ports ``http`` (80 → 18080) and ``http2`` (85 → 18085)."""
+    containers = [{**http_echo_container(port), "name": f"echo-{port}"} for port in (18080, 18085)]
+    return [deployment("captured", containers), service("captured", [("http", 80, 18080), ("http2", 85, 18085)])]
+
+
+def test_authorization_gateway(lab: Lab) -> None:
+    """TestAuthorizationGateway "simple deny" / "simple allow": a selector policy on the destination allows the
+    ingress gateway's principal on the workload port of ``http`` only; through istio-ingressgateway, ``/allowed``
+    (port 80) is OK five times and ``/deny`` (port 85) is denied (403 or 503) five times."""
+    from tests.upstream_objects import authorization_gateway_route, ingress_gateway
+
+    policy = {
+        "apiVersion": "security.istio.io/v1",
+        "kind": "AuthorizationPolicy",
+        "metadata": {"name": "policy"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "captured"}},
+            "rules": [
+                {
+                    "from": [{"source": {"principals": [f"cluster.local/ns/istio-system/sa/{INGRESS_SA}"]}}],
+                    "to": [{"operation": {"ports": ["18080"]}}],
+                },
+                {
+                    "from": [{"source": {"principals": [f"cluster.local/ns/{NS}/sa/someone-else"]}}],
+                    "to": [{"operation": {"ports": ["18085"]}}],
+                },
+            ],
+        },
+    }
+    lab.apply(*captured_two_ports(), namespace=NS)
+    lab.kubectl("apply", "-k", str(CLASSIC_GATEWAY))
+    try:
+        lab.apply(policy, ingress_gateway(), authorization_gateway_route("captured", 80, 85), namespace=NS)
+        lab.wait_pods_ready(NS, "app=captured", 1, timeout=60)
+        lab.wait_pods_ready("istio-system", "istio=ingressgateway", 1, timeout=180)
+        ip = wait_until("istio-ingressgateway has its load-balancer address", lambda: lb_address(lab), 60, 1)
+
+        def codes(path: str) -> list[str]:
+            return [
+                subprocess.run(
+                    ["curl", "-sS", "--max-time", "2", "-o", "/dev/null", "-w", "%{http_code}", f"http://{ip}:80{path}"],
+                    capture_output=True, text=True, timeout=15, check=False,
+                ).stdout
+                for _ in range(5)
+            ]  # fmt: skip
+
+        wait_until("simple allow: /allowed OK five times", lambda: codes("/allowed") == ["200"] * 5, 120, 1)
+        wait_until("simple deny: /deny denied five times", lambda: set(codes("/deny")) <= {"403", "503"}, 30, 1)
+    finally:
+        lab.kubectl("delete", "-k", str(CLASSIC_GATEWAY), "--ignore-not-found", "--wait=true")
+
+
+def lb_address(lab: Lab) -> str | None:
+    service = lab.get("service", "istio-ingressgateway", "-n", "istio-system")
+    ingress = ((service.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+    return str(ingress[0]["ip"]) if ingress and ingress[0].get("ip") else None
