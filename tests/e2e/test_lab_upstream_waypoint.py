@@ -482,7 +482,31 @@ def captured_two_ports() -> list[dict[str, Any]]:
     return [deployment("captured", containers), service("captured", [("http", 80, 18080), ("http2", 85, 18085)])]
 
 
-def test_authorization_gateway(lab: Lab) -> None:
+@pytest.fixture(scope="module")
+def ingress(lab: Lab) -> Iterator[str]:
+    """istio-ingressgateway (deploy/overlays/lab-ingressgateway) for the module's ingress cases, and upstream's
+    ``captured`` destination; yields the gateway's load-balancer address."""
+    lab.apply(*captured_two_ports(), namespace=NS)
+    lab.kubectl("apply", "-k", str(CLASSIC_GATEWAY))
+    try:
+        lab.wait_pods_ready(NS, "app=captured", 1, timeout=60)
+        lab.wait_pods_ready("istio-system", "istio=ingressgateway", 1, timeout=180)
+        yield wait_until("istio-ingressgateway has its load-balancer address", lambda: lb_address(lab), 60, 1)
+    finally:
+        lab.kubectl("delete", "-k", str(CLASSIC_GATEWAY), "--ignore-not-found", "--wait=true")
+
+
+def ingress_codes(ip: str, path: str, count: int) -> list[str]:
+    """HTTP status codes of ``count`` requests from the host through the gateway (one curl, one line each)."""
+    urls = [arg for _ in range(count) for arg in ("-o", "/dev/null", f"http://{ip}:80{path}")]
+    done = subprocess.run(
+        ["curl", "-s", "--max-time", "2", "-w", "%{http_code}\\n", *urls],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    return done.stdout.split()
+
+
+def test_authorization_gateway(lab: Lab, ingress: str) -> None:
     """TestAuthorizationGateway "simple deny" / "simple allow": a selector policy on the destination allows the
     ingress gateway's principal on the workload port of ``http`` only; through istio-ingressgateway, ``/allowed``
     (port 80) is OK five times and ``/deny`` (port 85) is denied (403 or 503) five times."""
@@ -506,27 +530,93 @@ def test_authorization_gateway(lab: Lab) -> None:
             ],
         },
     }
-    lab.apply(*captured_two_ports(), namespace=NS)
-    lab.kubectl("apply", "-k", str(CLASSIC_GATEWAY))
+    lab.apply(policy, ingress_gateway(), authorization_gateway_route("captured", 80, 85), namespace=NS)
     try:
-        lab.apply(policy, ingress_gateway(), authorization_gateway_route("captured", 80, 85), namespace=NS)
-        lab.wait_pods_ready(NS, "app=captured", 1, timeout=60)
-        lab.wait_pods_ready("istio-system", "istio=ingressgateway", 1, timeout=180)
-        ip = wait_until("istio-ingressgateway has its load-balancer address", lambda: lb_address(lab), 60, 1)
-
-        def codes(path: str) -> list[str]:
-            return [
-                subprocess.run(
-                    ["curl", "-sS", "--max-time", "2", "-o", "/dev/null", "-w", "%{http_code}", f"http://{ip}:80{path}"],
-                    capture_output=True, text=True, timeout=15, check=False,
-                ).stdout
-                for _ in range(5)
-            ]  # fmt: skip
-
-        wait_until("simple allow: /allowed OK five times", lambda: codes("/allowed") == ["200"] * 5, 120, 1)
-        wait_until("simple deny: /deny denied five times", lambda: set(codes("/deny")) <= {"403", "503"}, 30, 1)
+        wait_until(
+            "simple allow: /allowed OK five times", lambda: ingress_codes(ingress, "/allowed", 5) == ["200"] * 5, 120, 1
+        )
+        denied = lambda: set(ingress_codes(ingress, "/deny", 5)) <= {"403", "503"}  # noqa: E731
+        wait_until("simple deny: /deny denied five times", denied, 30, 1)
     finally:
-        lab.kubectl("delete", "-k", str(CLASSIC_GATEWAY), "--ignore-not-found", "--wait=true")
+        for kind, name in (
+            ("authorizationpolicy", "policy"),
+            ("virtualservice", "route"),
+            ("gateways.networking.istio.io", "gateway"),
+        ):
+            lab.kubectl("delete", kind, name, "-n", NS, "--ignore-not-found")
+
+
+CANARY_INGRESS = [
+    {
+        "apiVersion": "networking.istio.io/v1alpha3",
+        "kind": "Gateway",
+        "metadata": {"name": "canary-ingress"},
+        "spec": {
+            "selector": {"istio": "ingressgateway"},
+            "servers": [{"port": {"number": 80, "name": "http", "protocol": "HTTP"}, "hosts": ["*"]}],
+        },
+    },
+    {
+        "apiVersion": "networking.istio.io/v1alpha3",
+        "kind": "VirtualService",
+        "metadata": {"name": "canary-ingress-route"},
+        "spec": {
+            "gateways": ["canary-ingress"],
+            "hosts": ["*"],
+            "http": [{"route": [{"destination": {"host": "captured"}}]}],
+        },
+    },
+]
+
+
+def test_weighted_waypoint_ingress_traffic_shift(lab: Lab, ingress: str) -> None:
+    """TestWeightedWaypointIngressTrafficShift: ``captured`` bound to a primary and a weighted canary waypoint and
+    labelled ``istio.io/ingress-use-waypoint``; the gateway splits its requests per weight 0 / 50 / 100. Which waypoint
+    served is told as upstream does: an ALLOW policy at the destination admitting only one waypoint's account, and
+    only 200s counted (40 requests each)."""
+    lab.apply(*CANARY_INGRESS, namespace=NS)
+    lab.kubectl(
+        "label", "service", "captured", "-n", NS, f"istio.io/use-waypoint-namespace={WAYPOINT_NS}",
+        f"istio.io/use-waypoint={CROSS}", f"istio.io/use-waypoint-canary={EGRESS}",
+        f"istio.io/use-waypoint-canary-namespace={WAYPOINT_NS}", "istio.io/ingress-use-waypoint=true", "--overwrite",
+    )  # fmt: skip
+
+    def served_through(waypoint_name: str, want: str) -> None:
+        only = {
+            "apiVersion": "security.istio.io/v1",
+            "kind": "AuthorizationPolicy",
+            "metadata": {"name": "allow-only-waypoint"},
+            "spec": {
+                "selector": {"matchLabels": {"app": "captured"}},
+                "action": "ALLOW",
+                "rules": [
+                    {"from": [{"source": {"principals": [f"cluster.local/ns/{WAYPOINT_NS}/sa/{waypoint_name}"]}}]}
+                ],
+            },
+        }
+        lab.apply(only, namespace=NS)
+
+        def judged() -> bool:
+            served = ingress_codes(ingress, "/", 40).count("200")
+            return {"all": served == 40, "none": served == 0, "some": 0 < served < 40}[want]
+
+        wait_until(f"{waypoint_name} served {want} of 40", judged, 90, 1)
+
+    try:
+        for weight, canary, primary in ((0, "none", "all"), (50, "some", "some"), (100, "all", "none")):
+            lab.kubectl(
+                "annotate",
+                "service",
+                "captured",
+                "-n",
+                NS,
+                f"istio.io/use-waypoint-canary-weight={weight}",
+                "--overwrite",
+            )
+            served_through(EGRESS, canary)
+            served_through(CROSS, primary)
+    finally:
+        lab.kubectl("delete", "authorizationpolicy", "allow-only-waypoint", "-n", NS, "--ignore-not-found")
 
 
 def lb_address(lab: Lab) -> str | None:
