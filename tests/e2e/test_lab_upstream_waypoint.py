@@ -23,6 +23,8 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+import urllib.request
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -491,7 +493,9 @@ def ingress(lab: Lab) -> Iterator[str]:
     try:
         lab.wait_pods_ready(NS, "app=captured", 1, timeout=60)
         lab.wait_pods_ready("istio-system", "istio=ingressgateway", 1, timeout=180)
-        yield wait_until("istio-ingressgateway has its load-balancer address", lambda: lb_address(lab), 60, 1)
+        address = wait_until("istio-ingressgateway has its load-balancer address", lambda: lb_address(lab), 60, 1)
+        assert address is not None
+        yield address
     finally:
         lab.kubectl("delete", "-k", str(CLASSIC_GATEWAY), "--ignore-not-found", "--wait=true")
 
@@ -571,9 +575,12 @@ CANARY_INGRESS = [
 
 def test_weighted_waypoint_ingress_traffic_shift(lab: Lab, ingress: str) -> None:
     """TestWeightedWaypointIngressTrafficShift: ``captured`` bound to a primary and a weighted canary waypoint and
-    labelled ``istio.io/ingress-use-waypoint``; the gateway splits its requests per weight 0 / 50 / 100. Which waypoint
-    served is told as upstream does: an ALLOW policy at the destination admitting only one waypoint's account, and
-    only 200s counted (40 requests each)."""
+    labelled ``istio.io/ingress-use-waypoint``; the gateway splits its requests per weight 0 / 100 / 50. At 0 which
+    waypoint served is told as upstream does: an ALLOW policy at the destination admitting only one waypoint's
+    account, and only 200s counted (40 requests each). At 100 and 50 that cannot tell here: the gateway retries a
+    request the destination refused (503 from the waypoint) on the waypoint not yet tried, at 100 the weight-0
+    primary included, so all 40 succeed. The split is read from the waypoints' own request counts instead, with no
+    policy in the way: 100 all canary, 50 both some, 40 in all."""
     lab.apply(*CANARY_INGRESS, namespace=NS)
     lab.kubectl(
         "label", "service", "captured", "-n", NS, f"istio.io/use-waypoint-namespace={WAYPOINT_NS}",
@@ -596,27 +603,59 @@ def test_weighted_waypoint_ingress_traffic_shift(lab: Lab, ingress: str) -> None
         }
         lab.apply(only, namespace=NS)
 
+        seen: list[tuple[dict[str, int], dict[str, int]]] = []
+
         def judged() -> bool:
-            served = ingress_codes(ingress, "/", 40).count("200")
+            before = {name: waypoint_requests(lab, name) for name in (CROSS, EGRESS)}
+            codes = Counter(ingress_codes(ingress, "/", 40))
+            seen.append((codes, {name: waypoint_requests(lab, name) - count for name, count in before.items()}))
+            served = codes["200"]
             return {"all": served == 40, "none": served == 0, "some": 0 < served < 40}[want]
 
-        wait_until(f"{waypoint_name} served {want} of 40", judged, 90, 1)
+        try:
+            wait_until(f"{waypoint_name} served {want} of 40", judged, 90, 1)
+        except pytest.fail.Exception as exc:
+            pytest.fail(f"{exc}; status codes and requests per waypoint of the last rounds {seen[-3:]}")
 
     try:
-        for weight, canary, primary in ((0, "none", "all"), (50, "some", "some"), (100, "all", "none")):
-            lab.kubectl(
-                "annotate",
-                "service",
-                "captured",
-                "-n",
-                NS,
-                f"istio.io/use-waypoint-canary-weight={weight}",
-                "--overwrite",
-            )
-            served_through(EGRESS, canary)
-            served_through(CROSS, primary)
+        lab.kubectl("annotate", "service", "captured", "-n", NS, "istio.io/use-waypoint-canary-weight=0", "--overwrite")
+        served_through(EGRESS, "none")
+        served_through(CROSS, "all")
+        lab.kubectl("delete", "authorizationpolicy", "allow-only-waypoint", "-n", NS)
+        for weight in (100, 50):
+            lab.kubectl("annotate", "service", "captured", "-n", NS, f"istio.io/use-waypoint-canary-weight={weight}",
+                        "--overwrite")  # fmt: skip
+            rounds: list[tuple[dict[str, int], dict[str, int]]] = []
+
+            def split(weight: int = weight, rounds: list[tuple[dict[str, int], dict[str, int]]] = rounds) -> bool:
+                before = {name: waypoint_requests(lab, name) for name in (CROSS, EGRESS)}
+                codes = Counter(ingress_codes(ingress, "/", 40))
+                moved = {name: waypoint_requests(lab, name) - count for name, count in before.items()}
+                rounds.append((codes, moved))
+                if codes["200"] != 40 or sum(moved.values()) != 40:
+                    return False
+                return moved[EGRESS] == 40 if weight == 100 else all(moved.values())
+
+            try:
+                wait_until(f"weight {weight}: the waypoints' shares of 40 requests", split, 90, 1)
+            except pytest.fail.Exception as exc:
+                pytest.fail(f"{exc}; status codes and requests per waypoint of the last rounds {rounds[-3:]}")
     finally:
         lab.kubectl("delete", "authorizationpolicy", "allow-only-waypoint", "-n", NS, "--ignore-not-found")
+
+
+def waypoint_requests(lab: Lab, name: str) -> int:
+    """``istio_requests_total`` with reporter="waypoint", summed, from the named waypoint's pods' :15020."""
+    total = 0
+    for pod in lab.pods(WAYPOINT_NS, f"gateway.networking.k8s.io/gateway-name={name}"):
+        address = (pod.get("status") or {}).get("podIP")
+        if not address:
+            continue
+        with urllib.request.urlopen(f"http://{address}:15020/metrics", timeout=5) as response:
+            for line in response.read().decode().splitlines():
+                if line.startswith("istio_requests_total{") and 'reporter="waypoint"' in line:
+                    total += int(float(line.rsplit(" ", 1)[1]))
+    return total
 
 
 def lb_address(lab: Lab) -> str | None:
