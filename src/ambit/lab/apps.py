@@ -8,7 +8,8 @@
   a pod being deleted may still get requests until every proxy has heard its endpoint is gone.
 - ``https-echo --port P --hostname H``: ``http-echo`` over TLS, with a certificate for ``H`` it makes itself at
   start (from a CA of its own, written under ``/tmp``), for clients that check that TLS reached it untouched
-  (``curl -k``, then the certificate's subject).
+  (``curl -k``, then the certificate's subject). It offers ALPN ``http/1.1`` and reports what was negotiated as
+  ``alpn`` (``null`` when the client offered none it speaks), as Istio's echo server does for ``check.Alpn``.
 - ``grpc-echo --port P``: a gRPC server (grpcio, raw bytes, no protobuf) with ``/echo.Echo/Say``: answers
   ``<pod>:<request>``, and for the request ``fail`` the status NOT_FOUND with trailing metadata ``x-pod: <pod>``
   (so a caller can see trailers cross the mesh).
@@ -55,6 +56,7 @@ def _self_signed_context(hostname: str) -> ssl.SSLContext:
         f.write(pair.key_pem)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(chain, key)
+    context.set_alpn_protocols(["http/1.1"])  # the only protocol it speaks; a client offering only h2 gets none
     return context
 
 
@@ -85,6 +87,8 @@ async def _http_echo(port: int, tls: ssl.SSLContext | None = None) -> None:
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
+        tls_object = writer.get_extra_info("ssl_object")
+        negotiated = {"alpn": tls_object.selected_alpn_protocol()} if tls_object is not None else {}
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -96,7 +100,14 @@ async def _http_echo(port: int, tls: ssl.SSLContext | None = None) -> None:
                 if length:
                     await reader.readexactly(length)
                 body = json.dumps(
-                    {**IDENTITY, "method": method, "path": path, "client": f"{peer[0]}:{peer[1]}", "headers": headers}
+                    {
+                        **IDENTITY,
+                        "method": method,
+                        "path": path,
+                        "client": f"{peer[0]}:{peer[1]}",
+                        "headers": headers,
+                        **negotiated,
+                    }
                 ).encode()
                 writer.write(
                     b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"

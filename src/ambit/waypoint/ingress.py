@@ -47,7 +47,9 @@ HBONE pool, telemetry and admin endpoints) that, instead of an HBONE listener, s
 - A client's ``x-forwarded-client-cert`` is removed (:mod:`ambit.waypoint.client_cert`): nothing vouches for
   what a client writes there (Istio's ``SANITIZE_SET``; the details of a verified client certificate are not
   added).
-- Readiness (``:15021/healthz/ready``) waits for the certificate, the workload state and the first config.
+- Readiness (``:15021/healthz/ready``) waits for the certificate, the workload state and the control plane's first
+  answer for the config, which may be that there is none yet (no Gateway selects this one): then the gateway is
+  ready with no listeners, as Istio's is.
 
 Why the configuration, keys included, comes over xDS rather than from the API: the gateway, like a waypoint, holds
 no cluster credentials (its pods do not mount an API token), so a compromised gateway reads nothing of the cluster;
@@ -210,6 +212,9 @@ class IngressGateway(Waypoint):
             # No listeners any more, but the last policies stay (fail closed, as a waypoint keeps them).
             last = self.router.config
             self.apply(GatewayConfig(self.config_name, (), last.policies, last.request_authentications))
+        # Any answer to the subscription is the first config, also one that says ours does not exist (nothing
+        # selects this gateway yet): it is ready with no listeners, as Istio's gateway is before any Gateway.
+        self.readiness.done(CONFIG_TASK)
 
     def apply(self, config: GatewayConfig) -> None:
         """Serve ``config`` from the next request and handshake on (see the module docstring)."""
