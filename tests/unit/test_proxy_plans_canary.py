@@ -199,6 +199,27 @@ def test_the_ingress_gateway_picks_a_waypoint_per_request_by_its_draw() -> None:
     assert fallback is not None and str(fallback.via) == "198.18.18.7"
 
 
+def test_an_ingress_retry_stays_with_the_weighted_choice_and_never_takes_a_weight_0_waypoint() -> None:
+    # TestWeightedWaypointIngressTrafficShift at weight 100: the destination refuses the canary's identity and the
+    # gateway retries; the retry tries the canary's instance again, never the weight-0 primary.
+    web = weighted(0, 100, ingress_use_waypoint=True, ports=(PortMapping(80, 8080),))
+    state = mesh(web)
+    for draw in (0.0, 0.5, 0.99):
+        first_try = pick_ingress_endpoint(state, web, 80, first, draw=draw)
+        retry = pick_ingress_endpoint(state, web, 80, first, draw=draw, exclude=frozenset({CANARY_POD.uid}))
+        assert first_try is not None and retry is not None
+        assert (str(first_try.via), str(retry.via)) == ("198.18.18.8", "198.18.18.8")
+    # A second canary instance is preferred over the one already tried.
+    second = waypoint_pod("canary-1", "198.18.18.9", services={f"apps/{CANARY_HOST}": ()}, service_account="canary")
+    retry = pick_ingress_endpoint(mesh(web, second), web, 80, first, exclude=frozenset({CANARY_POD.uid}))
+    assert retry is not None and str(retry.via) == "198.18.18.9"
+    # At 50/50 a retry after the primary goes to the canary whatever the draw (Envoy skips hosts already tried).
+    even = weighted(50, 50, ingress_use_waypoint=True, ports=(PortMapping(80, 8080),))
+    for draw in (0.0, 0.99):
+        retry = pick_ingress_endpoint(mesh(even), even, 80, first, draw=draw, exclude=frozenset({PRIMARY_POD.uid}))
+        assert retry is not None and str(retry.via) == "198.18.18.8"
+
+
 def test_a_captured_canary_waypoint_receives_for_the_service_it_is_the_canary_of() -> None:
     # Inbound rule 3 (a sandwiched waypoint): the canary pod's node proxy dials it on the VIP's port; a waypoint in
     # neither place of the set is still an ip mismatch.

@@ -289,14 +289,18 @@ def pick_ingress_endpoint(
     node proxy sends to a waypoint, spec §6.3). Without a VIP, or with the waypoint unknown or without endpoints:
     None (the request answers 503; the waypoint is never bypassed). Any other Service: :func:`pick_endpoint`.
     A Service with weighted waypoints (a canary) picks one per request with ``draw`` in [0, 1)
-    (:func:`~ambit.model.waypoint_choice.choose_waypoint`); a canary without endpoints is never picked."""
+    (:func:`~ambit.model.waypoint_choice.choose_waypoint`); a canary without endpoints is never picked, and a
+    retry (``exclude``) goes to a weighted waypoint with an instance not tried yet, else tries one again: never a
+    weight-0 waypoint."""
     if not service.ingress_use_waypoint or service.waypoint is None:
         return pick_endpoint(state, service, port, choose, exclude=exclude, only=only)
     vip = next((v.ip for v in service.vips if v.length is None), None)
     if vip is None:
         return None
 
-    def hop_to(gateway: GatewayAddress, pick: Callable[[Sequence[Workload]], Workload]) -> Endpoint | None:
+    def hop_to(
+        gateway: GatewayAddress, pick: Callable[[Sequence[Workload]], Workload], tried: frozenset[str]
+    ) -> Endpoint | None:
         destination = gateway.destination
         if isinstance(destination, NamespacedHostname):
             waypoint_service = state.find_service_by_hostname(destination.hostname)
@@ -304,17 +308,24 @@ def pick_ingress_endpoint(
             waypoint_service = state.find_service_by_vip(destination.network, destination.ip)
         if waypoint_service is None:
             return None
-        hop = pick_endpoint(state, waypoint_service, gateway.hbone_mtls_port, pick, exclude=exclude)
+        hop = pick_endpoint(state, waypoint_service, gateway.hbone_mtls_port, pick, exclude=tried)
         if hop is not None and hop.resolve_hostname:
             return None  # a waypoint instance must have an address: the tunnel goes to it, not to a name
         return hop
 
-    def usable(gateway: GatewayAddress) -> bool:
+    def usable(tried: frozenset[str]) -> Callable[[GatewayAddress], bool]:
         # Asked without ``choose``: only the chosen waypoint's endpoints are balanced.
-        return hop_to(gateway, lambda candidates: candidates[0]) is not None
+        return lambda gateway: hop_to(gateway, lambda candidates: candidates[0], tried) is not None
 
-    gateway = choose_waypoint(service, usable, draw) or service.waypoint
-    hop = hop_to(gateway, choose)
+    # A retry (``exclude``) goes to a weighted waypoint with an instance not tried yet, as Envoy's retries skip the
+    # hosts already tried; when every one has been tried it stays in the weighted set (an instance is tried again),
+    # so a weight-0 waypoint never takes a request. The primary alone stands in only for a canary with no instance.
+    weighted = [w.destination for w in service.weighted_waypoints if w.weight > 0]
+    if exclude and any(usable(exclude)(g) for g in weighted):
+        gateway = choose_waypoint(service, usable(exclude), draw) or service.waypoint
+    else:
+        gateway = choose_waypoint(service, usable(frozenset()), draw) or service.waypoint
+    hop = hop_to(gateway, choose, exclude) or (hop_to(gateway, choose, frozenset()) if exclude else None)
     if hop is None:
         return None
     return Endpoint(hop.workload, vip, port, service, via=hop.ip)
