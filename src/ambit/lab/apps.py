@@ -123,10 +123,14 @@ async def _http_echo(port: int, tls: ssl.SSLContext | None = None) -> None:
             writer.close()
 
     server = await asyncio.start_server(handle, "0.0.0.0", port, ssl=tls)
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, drain.handle_sigterm)
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, drain.handle_sigterm)
     print(f"{'https' if tls else 'http'}-echo {IDENTITY['pod']} listening on :{port}", flush=True)
-    await drain.wait()
-    server.close()  # not wait_closed(): it would wait for idle keep-alive connections; asyncio.run ends them
+    try:
+        await drain.wait()
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+        server.close()  # not wait_closed(): it would wait for idle keep-alive connections; asyncio.run ends them
     print(f"{'https' if tls else 'http'}-echo {IDENTITY['pod']} terminated after a quiet second", flush=True)
 
 
