@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from ambit.controlplane.translate.fields import mapping, sequence
 from ambit.controlplane.translate.index import SERVICE_NAME_LABEL
 from ambit.controlplane.translate.services import hostname, port_number, service_key
 from ambit.controlplane.translate.skips import ENDPOINT_SLICE, Skipped, skipped
@@ -44,14 +45,6 @@ from ambit.model.workload import (
 Obj = Mapping[str, Any]
 
 
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
 def endpoint_slice_workloads(
     slices: Iterable[Obj],
     services: Iterable[Obj],
@@ -65,12 +58,12 @@ def endpoint_slice_workloads(
     """The Workloads of the hand-added endpoints of ``slices`` (rules 1 to 4)."""
     ports_by_service: dict[tuple[str, str], dict[str, int]] = {}
     for svc in services:
-        meta, spec = _map(svc.get("metadata")), _map(svc.get("spec"))
+        meta, spec = mapping(svc.get("metadata")), mapping(svc.get("spec"))
         if spec.get("type") == "ExternalName":
             continue
         named = {
             str(p.get("name") or ""): number
-            for p in _list(spec.get("ports"))
+            for p in sequence(spec.get("ports"))
             if isinstance(p, Mapping) and (number := port_number(p.get("port"))) is not None
         }
         ports_by_service[(str(meta.get("namespace") or ""), str(meta.get("name") or ""))] = named
@@ -87,14 +80,14 @@ def _slice_workloads(
     network: str,
     skips: list[Skipped],
 ) -> Iterator[Workload]:
-    meta = _map(eps.get("metadata"))
+    meta = mapping(eps.get("metadata"))
     namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
-    owner = str(_map(meta.get("labels")).get(SERVICE_NAME_LABEL) or "")
+    owner = str(mapping(meta.get("labels")).get(SERVICE_NAME_LABEL) or "")
     service_ports = ports_by_service.get((namespace, owner))
     if not owner or not name or service_ports is None or eps.get("addressType") == "FQDN":
         return
     mappings: list[PortMapping] = []
-    for port in _list(eps.get("ports")):
+    for port in sequence(eps.get("ports")):
         if not isinstance(port, Mapping) or str(port.get("protocol") or "TCP") != "TCP":
             continue
         number, port_name = port_number(port.get("port")), port.get("name")
@@ -103,10 +96,10 @@ def _slice_workloads(
         mappings.append(PortMapping(service_ports[str(port_name)], number))
     services = {service_key(namespace, hostname(owner, namespace, domain)): tuple(mappings)}
     seen: set[str] = set()
-    for i, endpoint in enumerate(_list(eps.get("endpoints"))):
-        if not isinstance(endpoint, Mapping) or _map(endpoint.get("targetRef")).get("kind") == "Pod":
+    for i, endpoint in enumerate(sequence(eps.get("endpoints"))):
+        if not isinstance(endpoint, Mapping) or mapping(endpoint.get("targetRef")).get("kind") == "Pod":
             continue
-        texts = [str(a) for a in _list(endpoint.get("addresses"))]
+        texts = [str(a) for a in sequence(endpoint.get("addresses"))]
         if not texts or texts[0] in seen:
             continue
         addresses: list[IPAddress] = []
@@ -120,7 +113,7 @@ def _slice_workloads(
             skips.append(skipped(ENDPOINT_SLICE, eps, field, f"{texts!r} holds a non-IP address; left out"))
             continue
         seen.add(texts[0])
-        ready = _map(endpoint.get("conditions")).get("ready")
+        ready = mapping(endpoint.get("conditions")).get("ready")
         yield Workload(
             uid=f"{cluster_id}/discovery.k8s.io/EndpointSlice/{namespace}/{name}/{texts[0]}",
             name=name,

@@ -18,6 +18,11 @@ def mapping(value: Any) -> Obj:
     return value if isinstance(value, Mapping) else {}
 
 
+def sequence(value: Any) -> list[Any]:
+    """``value`` if it is a list, else an empty one."""
+    return value if isinstance(value, list) else []
+
+
 def text(value: Any) -> str:
     """``value`` if it is a string, else ``""``."""
     return value if isinstance(value, str) else ""
