@@ -198,6 +198,21 @@ def root_lab_lock(wait: float) -> Iterator[None]:
                         if time.monotonic() > deadline:
                             pytest.fail(f"another lab held {ROOT_LAB_LOCK} for {wait:.0f} s")
                         time.sleep(0.1)
+        _sweep_dead_labs()
         yield
     finally:
         os.close(fd)
+
+
+def _sweep_dead_labs() -> None:
+    """Remove the labs a killed run left behind (no process in their namespaces; record.py rule 4): they hold the
+    lab's addresses, and every lab after them would refuse to start. Run with :data:`ROOT_LAB_LOCK` held, so no
+    lab of ours is half up."""
+    from ambit.commands import SubprocessRunner
+    from ambit.lab.cluster.record import sweep_dead_labs
+
+    if os.geteuid() != 0:
+        return
+    removed = sweep_dead_labs(SubprocessRunner())
+    if removed:
+        print(f"removed a dead lab's leftovers: {'; '.join(removed)}", file=sys.stderr)

@@ -89,11 +89,28 @@ def up(
 
 
 @lab.command()
-def down(directory: DirOption = DEFAULT_DIR) -> None:
+def down(
+    directory: DirOption = DEFAULT_DIR,
+    dead: Annotated[
+        bool,
+        typer.Option(
+            "--dead",
+            help="Instead, remove every lab on this machine that no process runs in (namespaces, links, routes and "
+            "cgroups left by a killed run whose directory is gone). Do not run it while a lab is being brought up.",
+        ),
+    ] = False,
+) -> None:
     """Remove the lab: processes, namespaces, links, routes, rules and files (also after a crash)."""
+    _require_root()
+    if dead:
+        from ambit.commands import SubprocessRunner
+        from ambit.lab.cluster.record import sweep_dead_labs
+
+        swept = sweep_dead_labs(SubprocessRunner())
+        typer.echo(f"removed {len(swept)} things of dead labs" if swept else "no dead lab on this machine")
+        return
     from ambit.lab.cluster.lifecycle import lab_down
 
-    _require_root()
     removed = lab_down(directory)
     typer.echo(f"removed {len(removed)} things" if removed else f"no lab in {directory}")
 

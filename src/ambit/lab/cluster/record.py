@@ -16,6 +16,14 @@ which also kills their processes), then runc's state and the lab's cgroup parent
 Rule 3: the sweep is idempotent and tolerant: whatever is already gone is skipped, a second sweep removes nothing.
 Anything of the lab that is still there after the sweep is reported by :class:`SweepIncompleteError`.
 
+Rule 4: a *dead* lab is one whose namespaces or root-namespace links are on the machine (names ``ab<4 hex>-…``) but
+no process runs in any of its namespaces: a lab's node runtimes live in its node namespaces from the moment the lab
+is up, so a lab none of whose namespaces holds a process was killed with its record gone or out of reach (a run
+stopped mid-test, its temporary directory removed). :func:`sweep_dead_labs` sweeps such labs by prefix alone (rule
+2's listings; no record, so no files); a lab with a process anywhere in its namespaces is alive and never touched.
+A lab being brought up has its namespaces before its processes: whoever sweeps dead labs must know that no ``lab
+up`` is in progress (the test harness holds the machine-wide lab lock; ``ambit lab down --dead`` is run by hand).
+
 The record is JSON lines (``record.jsonl``), appended by several processes (``lab up``, the node runtimes): each
 note is one ``write`` under an exclusive ``flock``. A torn last line (a crash mid-write) is skipped when reading
 and closed with a newline by the next note, so it never swallows the next entry.
@@ -35,8 +43,10 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import shutil
 import signal
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +54,7 @@ from typing import Any
 
 from ambit.commands import CommandResult, CommandRunner
 from ambit.errors import AmbitError
-from ambit.lab.network.topology import Topology
+from ambit.lab.network.topology import MAX_NODES, Topology
 from ambit.lab.runtime.oci_apply import remove_lab_containers
 
 KINDS: Mapping[str, tuple[str, ...]] = {
@@ -144,6 +154,38 @@ def _fsync_dir(path: Path) -> None:
 def sweep(topology: Topology, record: Record, runner: CommandRunner) -> list[str]:
     """Remove everything of the lab (recorded or found by prefix); return what was removed, in order."""
     return _Sweep(topology, record.entries(), runner).run()
+
+
+LAB_NAME = re.compile(r"^(ab[0-9a-f]{4})-")
+"""A lab's namespaces and root links: ``<prefix>-…`` with the prefix ``ab`` and the lab id's 4 hex digits."""
+
+
+def dead_lab_prefixes(runner: CommandRunner) -> list[str]:
+    """The prefixes of the dead labs on this machine (rule 4), sorted."""
+    found: dict[str, list[str]] = {}
+    for line in runner.run(["ip", "netns", "list"], check=False).text.splitlines():
+        if line.strip() and (match := LAB_NAME.match(line.split()[0])):
+            found.setdefault(match.group(1), []).append(line.split()[0])
+    for link in _json_list(runner.run(["ip", "-j", "link", "show"], check=False)):
+        if match := LAB_NAME.match(str(link.get("ifname", ""))):
+            found.setdefault(match.group(1), [])
+    dead = []
+    for prefix, namespaces in sorted(found.items()):
+        if not any(runner.run(["ip", "netns", "pids", ns], check=False).text.split() for ns in namespaces):
+            dead.append(prefix)
+    return dead
+
+
+def sweep_dead_labs(runner: CommandRunner) -> list[str]:
+    """Sweep every dead lab by its prefix (rule 4); return what was removed."""
+    removed: list[str] = []
+    for prefix in dead_lab_prefixes(runner):
+        with tempfile.TemporaryDirectory(prefix=f"ambit-dead-{prefix}-") as nowhere:
+            # No directory of its own: the sweep finds everything by prefix; every node's pod range is a candidate
+            # route, removed only when its device carries the prefix.
+            topology = Topology(prefix.removeprefix("ab"), MAX_NODES, nowhere)
+            removed += _Sweep(topology, [], runner).run()
+    return removed
 
 
 class _Sweep:

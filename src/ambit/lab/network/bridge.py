@@ -152,7 +152,8 @@ def _refuse_if_taken(topology: Topology, runner: CommandRunner) -> None:
     if taken:
         raise LabNetworkError(
             f"lab {topology.lab_id}: the lab's addresses are in use ({'; '.join(taken)}); "
-            "is another lab up? (`ambit lab down` removes it)"
+            "is another lab up? (`ambit lab down --dir <its directory>` removes it; `ambit lab down --dead` removes "
+            "labs no process runs in, left by a killed run)"
         )
 
 
