@@ -12,9 +12,10 @@ workers="${AMBIT_TEST_WORKERS:-2}"
 base="$(mktemp -d /tmp/as.XXXXXX)"  # short: lab unix sockets live under it (108-byte AF_UNIX limit)
 trap 'rm -rf "$base"' EXIT
 
-(AMBIT_TEST_SHARE=machine "$pytest" -q --basetemp="$base/machine" tests "$@" 2>&1 | sed -u 's/^/[machine] /') &
+# --durations: the slowest tests of each share are printed at the end, where the CI log's tail shows them.
+(AMBIT_TEST_SHARE=machine "$pytest" -q --durations=25 --durations-min=5 --basetemp="$base/machine" tests "$@" 2>&1 | sed -u 's/^/[machine] /') &
 machine=$!
-(AMBIT_TEST_SHARE=rest "$pytest" -q -n "$workers" --basetemp="$base/rest" tests "$@" 2>&1 | sed -u 's/^/[rest] /') &
+(AMBIT_TEST_SHARE=rest "$pytest" -q -n "$workers" --durations=10 --durations-min=5 --basetemp="$base/rest" tests "$@" 2>&1 | sed -u 's/^/[rest] /') &
 rest=$!
 wait "$machine"; machine_status=$?
 wait "$rest"; rest_status=$?
