@@ -170,9 +170,12 @@ _PEM: list[str] = []
 def _pem_files() -> tuple[str, str]:
     """The backend's certificate and key as files (ssl loads chains from paths), written once per process."""
     if not _PEM:
+        import atexit
+        import shutil
         import tempfile
 
         folder = Path(tempfile.mkdtemp(prefix="ambit-passthrough-"))
+        atexit.register(shutil.rmtree, folder, True)  # the process's own: no key files left in /tmp after it
         (folder / "cert.pem").write_bytes(BACKEND_CERT.cert_pem)
         (folder / "key.pem").write_bytes(BACKEND_CERT.key_pem)
         _PEM.extend([str(folder / "cert.pem"), str(folder / "key.pem")])

@@ -7,7 +7,7 @@
   On SIGTERM it keeps serving until a second has passed without a request, then exits, as Istio's echo app does:
   a pod being deleted may still get requests until every proxy has heard its endpoint is gone.
 - ``https-echo --port P --hostname H``: ``http-echo`` over TLS, with a certificate for ``H`` it makes itself at
-  start (from a CA of its own, written under ``/tmp``), for clients that check that TLS reached it untouched
+  start (from a CA of its own, in memory once loaded), for clients that check that TLS reached it untouched
   (``curl -k``, then the certificate's subject). It offers ALPN ``http/1.1`` and reports what was negotiated as
   ``alpn`` (``null`` when the client offered none it speaks), as Istio's echo server does for ``check.Alpn``.
 - ``grpc-echo --port P``: a gRPC server (grpcio, raw bytes, no protobuf) with ``/echo.Echo/Say``: answers
@@ -48,14 +48,14 @@ def _self_signed_context(hostname: str) -> ssl.SSLContext:
 
     ca = new_ca(f"{hostname} CA", now=time.time())
     pair = issue_server_cert(ca, common_name=hostname, dns_names=[hostname], ip_addresses=[], now=time.time())
-    folder = tempfile.mkdtemp(prefix="https-echo-")
-    chain, key = os.path.join(folder, "cert.pem"), os.path.join(folder, "key.pem")
-    with open(chain, "wb") as f:
-        f.write(pair.cert_pem + ca.cert_pem)
-    with open(key, "wb") as f:
-        f.write(pair.key_pem)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(chain, key)
+    with tempfile.TemporaryDirectory(prefix="https-echo-") as folder:  # gone once loaded: no key left on disk
+        chain, key = os.path.join(folder, "cert.pem"), os.path.join(folder, "key.pem")
+        with open(chain, "wb") as f:
+            f.write(pair.cert_pem + ca.cert_pem)
+        with open(key, "wb") as f:
+            f.write(pair.key_pem)
+        context.load_cert_chain(chain, key)
     context.set_alpn_protocols(["http/1.1"])  # the only protocol it speaks; a client offering only h2 gets none
     return context
 
