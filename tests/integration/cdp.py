@@ -121,8 +121,14 @@ async def headless_chromium(profile: Path, *, width: int = 1400, height: int = 9
         f"--window-size={width},{height}",
         "about:blank",
     ]
+    # Chromium's own temporary directories (its sockets among them: a short path) go here and with it at the end.
+    scratch = tempfile.mkdtemp(prefix="cr-")
     child = await asyncio.create_subprocess_exec(
-        *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, start_new_session=True
+        *argv,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+        start_new_session=True,
+        env={**os.environ, "TMPDIR": scratch},
     )
     try:
         port_file = profile / "DevToolsActivePort"
@@ -160,6 +166,7 @@ async def headless_chromium(profile: Path, *, width: int = 1400, height: int = 9
             await child.wait()
         with contextlib.suppress(ProcessLookupError):  # a helper of the browser that outlived it
             os.killpg(child.pid, signal.SIGKILL)
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _edge(src: str, dst: str) -> str:
