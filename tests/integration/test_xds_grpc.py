@@ -116,12 +116,13 @@ def _client(pki: Pki, port: int, token_file: Path | None = None) -> Node:
     return Node(client, state, changes)
 
 
-async def _until(condition: Callable[[], bool]) -> float:
-    """Seconds until ``condition`` holds, polled every 5 ms; fails after 10 s."""
+async def _until(condition: Callable[[], bool], within: float = 10.0) -> float:
+    """Seconds until ``condition`` holds, polled every 5 ms; fails after ``within`` seconds (a bound on
+    correctness, not a measurement)."""
     start = time.monotonic()
     while not condition():
-        if time.monotonic() - start > 10.0:
-            raise AssertionError("condition not met in time")
+        if time.monotonic() - start > within:
+            raise AssertionError(f"condition not met within {within:.0f} s")
         await asyncio.sleep(0.005)
     return time.monotonic() - start
 
@@ -274,7 +275,9 @@ async def test_a_snapshot_larger_than_grpcs_default_message_limit_reaches_the_no
     node = _client(pki, server.port)
     await node.client.start()
     try:
-        await _until(lambda: node.client.synced)
+        # Building, sending and decoding ~6 MiB took over 10 s with the machine loaded (load 6 on two cores, a CI
+        # run beside four other test runs): the bound is for a stuck stream, not a speed.
+        await _until(lambda: node.client.synced, within=90.0)  # the test's own bound is 120 s
         assert len(node.state.workloads()) == len(pods)
         assert node.client.connects == 1
     finally:
