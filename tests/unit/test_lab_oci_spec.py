@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ambit.lab.cluster.node import closed_ancestors
 from ambit.lab.runtime.oci_spec import (
     ALL_CAPABILITIES,
     DEFAULT_CAPABILITIES,
@@ -176,6 +177,36 @@ def test_secrets_are_masked_and_the_interpreter_is_revealed_after_the_masks() ->
     assert "/run/netns" not in destinations  # /run is a private tmpfs already
     assert destinations.index("/root/.pyenv/versions/3.11.7") > destinations.index("/root")
     assert "rro" in mounts["/root/.pyenv/versions/3.11.7"]["options"]
+
+
+def test_a_checkout_under_a_closed_directory_is_revealed_beneath_its_mask() -> None:
+    """A clone in a 0700 directory (``mktemp -d`` outside /tmp): the directory is masked and the interpreter bound
+    back beneath it; runc makes that mount point in the mask's tmpfs, so that one mask is not read-only."""
+    paths = dataclasses.replace(
+        PATHS,
+        masked=(*PATHS.masked, "/work/ci/run.x"),
+        revealed=(*PATHS.revealed, "/work/ci/run.x/ci/.venv", "/work/ci/run.x/ci/src"),
+    )
+    config = config_of(pod(), paths)
+    destinations = [m["destination"] for m in config["mounts"]]
+    mounts = mounts_at(config)
+    assert mounts["/work/ci/run.x"]["type"] == "tmpfs" and "ro" not in mounts["/work/ci/run.x"]["options"]
+    assert "ro" in mounts["/var/lib/ambit/lab"]["options"]  # nothing revealed beneath: read-only as before
+    for revealed in ("/work/ci/run.x/ci/.venv", "/work/ci/run.x/ci/src"):
+        assert destinations.index(revealed) > destinations.index("/work/ci/run.x")
+        assert mounts[revealed]["options"] == ["rbind", "rro"]
+
+
+def test_closed_ancestors_are_the_directories_others_cannot_enter(tmp_path: Path) -> None:
+    outer = tmp_path / "open"
+    closed = outer / "closed"
+    inner = closed / "checkout" / ".venv"
+    inner.mkdir(parents=True)
+    outer.chmod(0o755)
+    closed.chmod(0o700)
+    found = closed_ancestors(inner)
+    assert closed in found and outer not in found
+    assert closed_ancestors(Path("/usr/bin")) == []
 
 
 @pytest.mark.parametrize(

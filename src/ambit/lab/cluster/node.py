@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import stat
 import sys
 from pathlib import Path
 
@@ -69,10 +70,26 @@ def interpreter_dirs() -> list[Path]:
     return sorted(dirs)
 
 
+def closed_ancestors(path: Path) -> list[Path]:
+    """The directories above ``path`` that other users cannot enter (no ``o+x``: ``/root``, a ``mktemp -d``
+    directory, a home directory made 0700), outermost first."""
+    closed: list[Path] = []
+    for directory in reversed(path.parents):
+        try:
+            if directory != Path("/") and not directory.stat().st_mode & stat.S_IXOTH:
+                closed.append(directory)
+        except OSError:
+            continue
+    return closed
+
+
 def runc_settings(topology: Topology) -> RuncSettings:
     """Rule 3 of :mod:`ambit.lab.runtime.oci_spec` for this lab: what containers must not see, and what of it they
-    need after all (the interpreter, when it is installed under ``/root``)."""
+    need after all (the interpreter, when it is installed under ``/root``, ``/tmp`` or any directory other users
+    cannot enter: a container that runs as another user, istiod's 1337, could not reach it through that
+    directory, so it is masked and the interpreter bound back beneath the mask)."""
     masked = [topology.path.resolve(), Path("/root"), Path("/run/netns"), *checkout_state()]
+    masked += [closed for d in interpreter_dirs() for closed in closed_ancestors(d)]
     masked += [Path(p) for p in HOST_SECRETS if Path(p).exists()]
     hidden = [*masked, *(Path(p) for p in PRIVATE_DIRS)]  # a checkout or venv under /tmp is hidden too
     revealed = [d for d in interpreter_dirs() if any(d == m or m in d.parents for m in hidden)]

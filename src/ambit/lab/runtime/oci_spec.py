@@ -23,8 +23,9 @@ Rule 3. Masks: each of ``paths.masked`` (the lab's directory with the API server
         lab CA and node proxy credentials; the checkout's git metadata; ...) is covered by an empty read-only
         tmpfs (a directory) or ``/dev/null`` (a file). Masks under ``/tmp``, ``/run`` or ``/root`` are already
         hidden and are left out. ``paths.revealed`` (the interpreter's installation when it lives under
-        ``/root``) are bound back read-only after the masks, and again after a volume mounted over them (an
-        emptyDir at ``/tmp`` over a checkout under ``/tmp``).
+        ``/root``, or under a directory other users cannot enter, itself masked) are bound back read-only after
+        the masks, and again after a volume mounted over them (an emptyDir at ``/tmp`` over a checkout under
+        ``/tmp``). A mask with a revealed path beneath it stays writable, as runc makes the mount points there.
 Rule 4. Service account: unless the pod's ``automountServiceAccountToken`` is false, the pod's
         ``serviceaccount`` directory (``token``, ``ca.crt``, ``namespace``) is bound read-only at
         ``/var/run/secrets/kubernetes.io/serviceaccount``. It is a directory, not the files, so a refreshed token
@@ -495,7 +496,10 @@ def _mounts(
         if path in paths.masked_files:
             mounts.append({"destination": path, "type": "bind", "source": "/dev/null", "options": ["bind", "ro"]})
         else:
-            mounts.append(_tmpfs(path, "mode=755", size="4k", readonly=True))
+            # runc makes the mount points of the paths revealed beneath a mask in its tmpfs, so that one stays
+            # writable (4 KiB, the container's own, empty but for those directories).
+            beneath = any(_under(revealed, path) and revealed != path for revealed in paths.revealed)
+            mounts.append(_tmpfs(path, "mode=755", size="4k", readonly=not beneath))
     for path in paths.revealed:
         mounts.append({"destination": path, "type": "bind", "source": path, "options": ["rbind", "rro"]})
     covered = any(m.destination == SERVICE_ACCOUNT_DIR for m in paths.volume_mounts)
