@@ -117,6 +117,7 @@ OPTIONAL_KINDS = (
     kinds.GATEWAYS,
     kinds.GATEWAY_CLASSES,
     kinds.HTTP_ROUTES,
+    kinds.GRPC_ROUTES,
     kinds.TLS_ROUTES,
     kinds.TCP_ROUTES,
     kinds.SECRETS,
@@ -386,6 +387,7 @@ class GatewayController:
         if is_ingress(gateway):
             by_kind = {
                 "HTTPRoute": routes,
+                "GRPCRoute": self._items(kinds.GRPC_ROUTES),
                 "TLSRoute": self._items(kinds.TLS_ROUTES),
                 "TCPRoute": self._items(kinds.TCP_ROUTES),
             }

@@ -22,11 +22,10 @@ Rules:
    waypoint candidate (a "sandwich", :mod:`ambit.controlplane.translate.waypoints` rule 1).
 4. One listener status per judged listener: ``attachedRoutes`` as counted by the caller, ``supportedKinds`` (an
    accepted listener's, by :mod:`ambit.controlplane.translate.route_kinds` among the kinds the ingress serves:
-   HTTPRoute, TLSRoute on TLS passthrough and TCPRoute on TCP; it routes no GRPCRoute, so it claims none), and
-   conditions ``Accepted``, ``Conflicted``,
-   ``ResolvedRefs`` from the judgement (False/``InvalidRouteKinds`` instead when ``allowedRoutes.kinds`` names a
-   kind it does not support, as istiod overrides it) and ``Programmed`` True exactly when the listener is ready
-   (else False/``Invalid``).
+   HTTPRoute and GRPCRoute on HTTP and HTTPS, TLSRoute on TLS passthrough and TCPRoute on TCP), and conditions
+   ``Accepted``, ``Conflicted``, ``ResolvedRefs`` from the judgement (False/``InvalidRouteKinds`` instead when
+   ``allowedRoutes.kinds`` names a kind it does not support, as istiod overrides it) and ``Programmed`` True
+   exactly when the listener is ready (else False/``Invalid``).
 """
 
 from __future__ import annotations

@@ -446,6 +446,7 @@ def translate_all(
     ingress = translate_ingress(
         gateways=gateway_list,
         http_routes=http_routes,
+        grpc_routes=grpc_routes,
         tls_routes=tls_routes,
         tcp_routes=tcp_routes,
         k8s_services=k8s_services,
