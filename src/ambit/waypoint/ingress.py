@@ -384,6 +384,11 @@ class IngressGateway(Waypoint):
                 await serve_http2(self.context, tunnel, stream, prefix)
             else:
                 await serve_http1(self.context, tunnel, stream, prefix)
+        except asyncio.CancelledError:
+            # the gateway is closing: a TLS close would wait for the client's close_notify (asyncio allows it
+            # 30 s), which a client holding its connection open never sends
+            stream.abort()
+            raise
         finally:
             with contextlib.suppress(Exception):
                 await stream.aclose()
