@@ -267,7 +267,7 @@ def test_https_simple_serves_the_credential_of_the_gateway_pods_namespace() -> N
 def test_a_credential_outside_the_gateway_namespace_or_an_unsupported_mode_is_not_served() -> None:
     gw = gateway(
         server(443, "HTTPS", mode="SIMPLE", credentialName="cert"),
-        server(8443, "HTTPS", mode="OPTIONAL_MUTUAL", credentialName="cert"),
+        server(8443, "HTTPS", mode="AUTO_PASSTHROUGH", credentialName="cert"),
         server(9443, "HTTPS", mode="SIMPLE"),
         server(7000, "MONGO"),
     )
@@ -275,7 +275,7 @@ def test_a_credential_outside_the_gateway_namespace_or_an_unsupported_mode_is_no
     assert config(translation).listeners == ()
     found = "\n".join(notes(translation))
     assert "spec.servers[0].tls.credentialName: Secret istio-system/cert not found" in found
-    assert "spec.servers[1].tls.mode: TLS mode OPTIONAL_MUTUAL is not supported" in found
+    assert "spec.servers[1].tls.mode: TLS mode AUTO_PASSTHROUGH is not supported" in found
     assert "spec.servers[2].tls.credentialName: SIMPLE TLS needs a credentialName" in found
     assert "spec.servers[3].port.protocol: protocol MONGO is not supported" in found
 
@@ -498,6 +498,31 @@ def test_mutual_without_a_ca_or_with_bad_pins_is_not_served_and_says_why() -> No
     assert "servers[5].tls.credentialName: ISTIO_MUTUAL uses the gateway's mesh certificate" in found
 
 
+def test_optional_mutual_reads_its_certificate_and_ca_as_mutual_does() -> None:
+    secret = opaque_secret(
+        "cred", "istio-system", tls_crt=PAIR.cert_pem, tls_key=PAIR.key_pem, ca_crt=CLIENT_CA.cert_pem
+    )
+    gw = gateway(mutual_server(mode="OPTIONAL_MUTUAL", subjectAltNames=["client.example"]))
+    (listener,) = config(translate([gw], [], secrets=[secret])).listeners
+    assert listener.certificates[0].cert_pem == PAIR.cert_pem
+    assert listener.tls == ListenerTls(TlsMode.OPTIONAL_MUTUAL, CLIENT_CA.cert_pem, ("client.example",))
+    cacert = opaque_secret("cred-cacert", "istio-system", ca_crt=new_ca("other", now=NOW).cert_pem)
+    (listener,) = config(translate([gw], [], secrets=[secret, cacert])).listeners
+    assert listener.tls.ca_pem == cacert_pem(cacert)  # <name>-cacert wins, as for MUTUAL
+
+
+def cacert_pem(secret: Obj) -> bytes:
+    return base64.b64decode(secret["data"]["ca.crt"])
+
+
+def test_optional_mutual_without_a_ca_is_not_served_and_says_why() -> None:
+    gw = gateway(mutual_server(mode="optional_mutual"))
+    translation = translate([gw], [], secrets=[tls_secret("cred")])
+    assert config(translation).listeners == ()
+    found = "\n".join(notes(translation))
+    assert "servers[0].tls.credentialName: OPTIONAL_MUTUAL needs a CA: Secret istio-system/cred" in found
+
+
 def test_pins_are_read_as_envoy_reads_them() -> None:
     client = client_cert(CLIENT_CA, dns=("client.example",))
     secret = opaque_secret(
@@ -536,6 +561,7 @@ def test_a_listener_config_breaking_the_tls_rules_is_refused_by_the_gateway() ->
     http = IngressListener("p", 80, ListenerProtocol.HTTP, "", (), (VirtualHost("*", https_redirect=True),))
     bad = [
         (dataclasses.replace(https, tls=ListenerTls(TlsMode.MUTUAL)), "needs the CA"),
+        (dataclasses.replace(https, tls=ListenerTls(TlsMode.OPTIONAL_MUTUAL)), "OPTIONAL_MUTUAL listener needs the CA"),
         (dataclasses.replace(https, tls=ListenerTls(TlsMode.ISTIO_MUTUAL)), "serves the gateway's own"),
         (dataclasses.replace(https, tls=ListenerTls(TlsMode.SIMPLE, b"ca")), "takes no CA"),
         (dataclasses.replace(https, tls=ListenerTls(TlsMode.MUTUAL, b"ca", (), (b"short",))), "32 bytes"),
@@ -550,6 +576,10 @@ def test_a_listener_config_breaking_the_tls_rules_is_refused_by_the_gateway() ->
         "edge/edge", (http, dataclasses.replace(https, certificates=(), tls=ListenerTls(TlsMode.ISTIO_MUTUAL)))
     )
     assert decode_gateway_config("edge/edge", pack_gateway_config(gateway_config_to_proto(good))) == good
+    optional = GatewayConfig(
+        "edge/edge", (dataclasses.replace(https, tls=ListenerTls(TlsMode.OPTIONAL_MUTUAL, b"ca")),)
+    )
+    assert decode_gateway_config("edge/edge", pack_gateway_config(gateway_config_to_proto(optional))) == optional
 
 
 def test_protocol_versions_and_cipher_suites_bound_a_terminating_server_or_refuse_it() -> None:

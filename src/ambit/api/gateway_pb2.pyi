@@ -22,6 +22,7 @@ class TlsMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SIMPLE: _ClassVar[TlsMode]
     MUTUAL: _ClassVar[TlsMode]
     ISTIO_MUTUAL: _ClassVar[TlsMode]
+    OPTIONAL_MUTUAL: _ClassVar[TlsMode]
 LISTENER_PROTOCOL_UNSPECIFIED: ListenerProtocol
 HTTP: ListenerProtocol
 HTTPS: ListenerProtocol
@@ -30,6 +31,7 @@ TCP: ListenerProtocol
 SIMPLE: TlsMode
 MUTUAL: TlsMode
 ISTIO_MUTUAL: TlsMode
+OPTIONAL_MUTUAL: TlsMode
 
 class GatewayConfig(_message.Message):
     __slots__ = ("gateway", "listeners", "policies", "request_authentications", "destination_rules")

@@ -13,10 +13,10 @@ Rules:
    each with a non-empty chain and key (whether they load is the TLS layer's judgement, when the gateway builds
    its contexts), except an ``ISTIO_MUTUAL`` one, which has none (it serves the gateway's own). HTTP rules belong
    to HTTP and HTTPS listeners, TCP backends to TLS and TCP listeners; a listener with the other kind is refused.
-   Client verification (``tls``) belongs to HTTPS listeners: a known mode, a CA for ``MUTUAL`` and none otherwise,
-   32-byte digests, versions 0, ``0x0303`` or ``0x0304`` (the lowest not above the highest), cipher suites named
-   with letters, digits, ``-`` and ``_``; a listener of another protocol with it, or ``https_redirect`` on a
-   virtual host of a non-HTTP listener, is refused.
+   Client verification (``tls``) belongs to HTTPS listeners: a known mode, a CA for ``MUTUAL`` and
+   ``OPTIONAL_MUTUAL`` and none otherwise, 32-byte digests, versions 0, ``0x0303`` or ``0x0304`` (the lowest not
+   above the highest), cipher suites named with letters, digits, ``-`` and ``_``; a listener of another protocol
+   with it, or ``https_redirect`` on a virtual host of a non-HTTP listener, is refused.
 3. A virtual host's hostname is ``*``, a name, or ``*.`` and a name, without whitespace.
 4. Policies, RequestAuthentications and destination rules are judged as a waypoint's
    (:mod:`ambit.xds.waypoint_policies`, :mod:`ambit.xds.requestauth`, :mod:`ambit.xds.destinationrules`).
@@ -59,7 +59,12 @@ _PROTOCOLS = {
     ListenerProtocol.TCP: pb.TCP,
 }
 _PROTOCOL_NAMES = {v: k for k, v in _PROTOCOLS.items()}
-_TLS_MODES = {TlsMode.SIMPLE: pb.SIMPLE, TlsMode.MUTUAL: pb.MUTUAL, TlsMode.ISTIO_MUTUAL: pb.ISTIO_MUTUAL}
+_TLS_MODES = {
+    TlsMode.SIMPLE: pb.SIMPLE,
+    TlsMode.MUTUAL: pb.MUTUAL,
+    TlsMode.ISTIO_MUTUAL: pb.ISTIO_MUTUAL,
+    TlsMode.OPTIONAL_MUTUAL: pb.OPTIONAL_MUTUAL,
+}
 _TLS_MODE_NAMES = {v: k for k, v in _TLS_MODES.items()}
 _TLS_VERSIONS = frozenset({0, 0x0303, 0x0304})
 _CIPHER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
@@ -114,9 +119,9 @@ def _tls(reader: RouteReader, field: str, message: pb.ListenerTls) -> ListenerTl
     mode = _TLS_MODE_NAMES.get(message.mode)
     if mode is None:
         raise reader.fail(f"{field}.mode", f"unknown TLS mode {message.mode}")
-    if mode is TlsMode.MUTUAL and not message.ca_pem:
-        raise reader.fail(f"{field}.ca_pem", "a MUTUAL listener needs the CA its clients chain to")
-    if mode is not TlsMode.MUTUAL and message.ca_pem:
+    if mode.takes_ca and not message.ca_pem:
+        raise reader.fail(f"{field}.ca_pem", f"a {mode.value} listener needs the CA its clients chain to")
+    if not mode.takes_ca and message.ca_pem:
         raise reader.fail(f"{field}.ca_pem", f"a {mode.value} listener takes no CA")
     for key in ("spki_sha256", "cert_sha256"):
         for i, digest in enumerate(getattr(message, key)):

@@ -16,9 +16,9 @@ Rules (1 and 2, which pods a Gateway selects and how they group into gateways, a
 
 3. Servers, merged over the Gateways of a group ordered by creation time, then namespace/name: ``port.number``
    1-65535; ``protocol`` (case-insensitive) ``HTTP``, ``HTTP2``, ``GRPC`` serve HTTP; ``HTTPS`` terminates TLS
-   with ``tls.mode`` ``SIMPLE``, ``MUTUAL`` or ``ISTIO_MUTUAL`` (rule 7); ``HTTPS`` or ``TLS`` with mode
-   ``PASSTHROUGH`` (the API's default) relay TLS routed by SNI; ``TCP`` relays. Other protocols and modes
-   (``OPTIONAL_MUTUAL``, ``AUTO_PASSTHROUGH``, ``TLS`` terminated) are skipped with the reason. A port serves one
+   with ``tls.mode`` ``SIMPLE``, ``MUTUAL``, ``OPTIONAL_MUTUAL`` or ``ISTIO_MUTUAL`` (rule 7); ``HTTPS`` or
+   ``TLS`` with mode ``PASSTHROUGH`` (the API's default) relay TLS routed by SNI; ``TCP`` relays. Other protocols
+   and modes (``AUTO_PASSTHROUGH``, ``TLS`` terminated) are skipped with the reason. A port serves one
    kind of listener: the first server on a port fixes it and later servers of another kind are skipped.
    The port a server names is a Service port (istiod's ``resolvePorts`` with the legacy selector): when a Service
    of the gateway pods' namespace selects them and has that port, the listener binds its numeric ``targetPort``
@@ -43,11 +43,14 @@ Rules (1 and 2, which pods a Gateway selects and how they group into gateways, a
    server host covers, the first VirtualService in rule 5's order winning a name.
 7. TLS settings of an HTTPS server, read as istiod reads the ``credentialName`` Secret in the gateway pods'
    namespace (:func:`~ambit.tls.credentials.read_istio_credential`): ``SIMPLE`` needs the certificate and key.
-   ``MUTUAL`` needs them and a CA bundle (``cacert`` or ``ca.crt``) from the Secret ``<credentialName>-cacert``
-   when it exists, else from the Secret itself (istiod's ``GetCaCert``). ``ISTIO_MUTUAL`` takes no
-   ``credentialName`` (the gateway serves its mesh certificate and trusts the mesh roots). ``subjectAltNames``,
+   ``MUTUAL`` and ``OPTIONAL_MUTUAL`` need them and a CA bundle (``cacert`` or ``ca.crt``) from the Secret
+   ``<credentialName>-cacert`` when it exists, else from the Secret itself (istiod's ``GetCaCert``).
+   ``ISTIO_MUTUAL`` takes no ``credentialName`` (the gateway serves its mesh certificate and trusts the mesh
+   roots). ``subjectAltNames``,
    ``verifyCertificateSpki`` (base64 SHA-256 of the public key) and ``verifyCertificateHash`` (hex SHA-256 of the
-   certificate, ``:`` allowed) restrict the clients of ``MUTUAL`` and ``ISTIO_MUTUAL`` servers.
+   certificate, ``:`` allowed) restrict the clients of ``MUTUAL``, ``OPTIONAL_MUTUAL`` and ``ISTIO_MUTUAL``
+   servers. ``OPTIONAL_MUTUAL`` is ``MUTUAL`` for a client that presents a certificate and serves one that
+   presents none (Envoy's ``require_client_certificate: false`` with a validation context, as istiod builds it).
    ``minProtocolVersion`` / ``maxProtocolVersion`` (``TLS_AUTO``, ``TLSV1_2``, ``TLSV1_3``) bound the version and
    ``cipherSuites`` (names from Istio's list, duplicates dropped) the TLS 1.2 suites of any terminating server; TLS
    below 1.2 is not served, so ``TLSV1_0`` and ``TLSV1_1`` are refused. A missing or bad Secret, CA, pin, version
@@ -175,7 +178,7 @@ def _server(gateway: Obj, index: int, raw: Any, pods_ns: str, find_secret: Secre
             return bad.field, bad.reason
         return _Server(gateway, key, index, number, ListenerProtocol.HTTPS, hosts, certificate, settings)
     if protocol in ("HTTPS", "TLS"):
-        supported = "SIMPLE, MUTUAL, ISTIO_MUTUAL (HTTPS) or PASSTHROUGH"
+        supported = "SIMPLE, MUTUAL, OPTIONAL_MUTUAL, ISTIO_MUTUAL (HTTPS) or PASSTHROUGH"
         return f"{where}.tls.mode", f"TLS mode {mode} is not supported on {protocol}: {supported}"
     return f"{where}.port.protocol", f"protocol {protocol or '(none)'} is not supported: HTTP, HTTPS, GRPC, TCP, TLS"
 
@@ -296,9 +299,9 @@ def _terminating_tls(
         ca_name, ca_secret = name, secret
     ca = read_ca_bundle(ca_secret)
     if isinstance(ca, CredentialProblem):
-        raise BadField(named, f"MUTUAL needs a CA: Secret {pods_ns}/{ca_name}: {ca.message}")
+        raise BadField(named, f"{mode.value} needs a CA: Secret {pods_ns}/{ca_name}: {ca.message}")
     return certificate, replace(
-        bounds, mode=TlsMode.MUTUAL, ca_pem=ca, subject_alt_names=sans, spki_sha256=spki, cert_sha256=hashes
+        bounds, mode=mode, ca_pem=ca, subject_alt_names=sans, spki_sha256=spki, cert_sha256=hashes
     )
 
 
