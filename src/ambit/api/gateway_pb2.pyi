@@ -16,6 +16,7 @@ class ListenerProtocol(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     HTTPS: _ClassVar[ListenerProtocol]
     TLS: _ClassVar[ListenerProtocol]
     TCP: _ClassVar[ListenerProtocol]
+    TLS_TERMINATE: _ClassVar[ListenerProtocol]
 
 class TlsMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -28,6 +29,7 @@ HTTP: ListenerProtocol
 HTTPS: ListenerProtocol
 TLS: ListenerProtocol
 TCP: ListenerProtocol
+TLS_TERMINATE: ListenerProtocol
 SIMPLE: TlsMode
 MUTUAL: TlsMode
 ISTIO_MUTUAL: TlsMode

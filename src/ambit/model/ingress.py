@@ -8,7 +8,8 @@ waypoint's engine.
 Theory of operation:
 
 - Only listeners the Gateway's status calls Programmed are here (HTTP; HTTPS terminating TLS with at least one
-  valid certificate; TLS passing TLS through; TCP). Listeners may share a port: for HTTPS and TLS the TLS server
+  valid certificate; TLS passing TLS through; TCP; TLS_TERMINATE terminating TLS as HTTPS does, then relaying the
+  plain bytes as TCP does). Listeners may share a port: for HTTPS and TLS the TLS server
   name (SNI) picks the listener (its hostname, most specific first; one without hostname takes the rest), and
   with it the certificate; for HTTP the ``Host`` header picks it the same way.
 - A TLS (passthrough) listener reads only the ClientHello's server name and relays the connection's bytes as they
@@ -72,10 +73,19 @@ class ListenerProtocol(enum.Enum):
     TLS = "TLS"
     """TLS passthrough: routed by the ClientHello's server name, relayed undecrypted."""
     TCP = "TCP"
+    TLS_TERMINATE = "TLS_TERMINATE"
+    """TLS terminated as on HTTPS (certificates by SNI, client verification), then relayed as TCP: an Istio Gateway
+    server of protocol ``TLS`` with ``tls.mode`` ``SIMPLE``, ``MUTUAL``, ``OPTIONAL_MUTUAL`` or
+    ``ISTIO_MUTUAL``."""
 
     @property
     def carries_http(self) -> bool:
         return self in (ListenerProtocol.HTTP, ListenerProtocol.HTTPS)
+
+    @property
+    def terminates_tls(self) -> bool:
+        """The gateway holds the listener's certificates and terminates TLS (``tls`` applies)."""
+        return self in (ListenerProtocol.HTTPS, ListenerProtocol.TLS_TERMINATE)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,11 +9,12 @@ keeps serving what it had.
 Rules:
 
 1. The resource name is the body's ``gateway`` (``namespace/name``); a resource whose name disagrees is refused.
-2. A listener has a name, a port 1..65535 and a known protocol; an HTTPS listener has at least one certificate,
-   each with a non-empty chain and key (whether they load is the TLS layer's judgement, when the gateway builds
-   its contexts), except an ``ISTIO_MUTUAL`` one, which has none (it serves the gateway's own). HTTP rules belong
-   to HTTP and HTTPS listeners, TCP backends to TLS and TCP listeners; a listener with the other kind is refused.
-   Client verification (``tls``) belongs to HTTPS listeners: a known mode, a CA for ``MUTUAL`` and
+2. A listener has a name, a port 1..65535 and a known protocol; a listener terminating TLS (HTTPS,
+   TLS_TERMINATE) has at least one certificate, each with a non-empty chain and key (whether they load is the TLS
+   layer's judgement, when the gateway builds its contexts), except an ``ISTIO_MUTUAL`` one, which has none (it
+   serves the gateway's own); other listeners have none. HTTP rules belong to HTTP and HTTPS listeners, TCP
+   backends to TLS, TCP and TLS_TERMINATE listeners; a listener with the other kind is refused. Client
+   verification (``tls``) belongs to listeners terminating TLS: a known mode, a CA for ``MUTUAL`` and
    ``OPTIONAL_MUTUAL`` and none otherwise, 32-byte digests, versions 0, ``0x0303`` or ``0x0304`` (the lowest not
    above the highest), cipher suites named with letters, digits, ``-`` and ``_``; a listener of another protocol
    with it, or ``https_redirect`` on a virtual host of a non-HTTP listener, is refused.
@@ -57,6 +58,7 @@ _PROTOCOLS = {
     ListenerProtocol.HTTPS: pb.HTTPS,
     ListenerProtocol.TLS: pb.TLS,
     ListenerProtocol.TCP: pb.TCP,
+    ListenerProtocol.TLS_TERMINATE: pb.TLS_TERMINATE,
 }
 _PROTOCOL_NAMES = {v: k for k, v in _PROTOCOLS.items()}
 _TLS_MODES = {
@@ -167,12 +169,14 @@ def _listener(reader: RouteReader, field: str, message: pb.Listener) -> IngressL
             raise reader.fail(f"{field}.certificates[{i}]", "a certificate needs a chain and a key")
         certificates.append(IngressCertificate(cert.cert_pem, cert.key_pem))
     tls = _tls(reader, f"{field}.tls", message.tls) if message.HasField("tls") else ListenerTls()
-    if tls != ListenerTls() and protocol is not ListenerProtocol.HTTPS:
+    if tls != ListenerTls() and not protocol.terminates_tls:
         raise reader.fail(f"{field}.tls", f"a {protocol.value} listener takes no client verification")
+    if certificates and not protocol.terminates_tls:
+        raise reader.fail(f"{field}.certificates", f"a {protocol.value} listener takes no certificates")
     if tls.mode is TlsMode.ISTIO_MUTUAL and certificates:
         raise reader.fail(f"{field}.certificates", "an ISTIO_MUTUAL listener serves the gateway's own certificate")
-    if protocol is ListenerProtocol.HTTPS and not certificates and tls.mode is not TlsMode.ISTIO_MUTUAL:
-        raise reader.fail(f"{field}.certificates", "an HTTPS listener needs a certificate")
+    if protocol.terminates_tls and not certificates and tls.mode is not TlsMode.ISTIO_MUTUAL:
+        raise reader.fail(f"{field}.certificates", f"an {protocol.value} listener needs a certificate")
     hosts = []
     for i, vhost in enumerate(message.virtual_hosts):
         if not _HOSTNAME.match(vhost.hostname):
