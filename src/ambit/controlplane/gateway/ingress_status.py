@@ -26,6 +26,8 @@ Rules:
    ``Accepted``, ``Conflicted``, ``ResolvedRefs`` from the judgement (False/``InvalidRouteKinds`` instead when
    ``allowedRoutes.kinds`` names a kind it does not support, as istiod overrides it) and ``Programmed`` True
    exactly when the listener is ready (else False/``Invalid``).
+5. A Gateway whose ``spec.tls.frontend`` validates some port in ``AllowInsecureFallback`` mode has the condition
+   ``InsecureFrontendValidationMode`` True (``ConfigurationChanged``), as istiod writes it; otherwise none.
 """
 
 from __future__ import annotations
@@ -41,10 +43,16 @@ from ambit.controlplane.gateway.status import (
     invalid_parameters,
     listeners_of,
 )
-from ambit.controlplane.translate.listeners import JudgedListener
+from ambit.controlplane.translate.listeners import INSECURE_FALLBACK, JudgedListener
 from ambit.controlplane.translate.route_kinds import INGRESS_ROUTE_KINDS, INVALID_ROUTE_KINDS, supported_kinds
 
-__all__ = ["ingress_addresses", "ingress_attached_routes", "ingress_status", "load_balancer_addresses"]
+__all__ = [
+    "ingress_addresses",
+    "ingress_attached_routes",
+    "ingress_status",
+    "insecure_frontend",
+    "load_balancer_addresses",
+]
 
 
 def load_balancer_addresses(service: Mapping[str, Any] | None) -> tuple[dict[str, str], ...]:
@@ -88,6 +96,24 @@ def ingress_attached_routes(gateway: Mapping[str, Any], routes: Mapping[str, Seq
     return out
 
 
+def insecure_frontend(gateway: Mapping[str, Any]) -> bool:
+    """Rule 5: the Gateway's ``spec.tls.frontend`` validates some port with ``AllowInsecureFallback``."""
+    spec = gateway.get("spec")
+    tls = spec.get("tls") if isinstance(spec, Mapping) else None
+    frontend = tls.get("frontend") if isinstance(tls, Mapping) else None
+    if not isinstance(frontend, Mapping):
+        return False
+    per_port = frontend.get("perPort")
+    configs = [frontend.get("default")]
+    configs += [p.get("tls") for p in (per_port if isinstance(per_port, list) else ()) if isinstance(p, Mapping)]
+    return any(
+        isinstance(c, Mapping)
+        and isinstance(c.get("validation"), Mapping)
+        and c["validation"].get("mode") == INSECURE_FALLBACK
+        for c in configs
+    )
+
+
 def ingress_status(
     gateway: Mapping[str, Any],
     found: Deployed,
@@ -128,6 +154,11 @@ def ingress_status(
             "Programmed", True, "Programmed", f"Resource programmed, assigned to service(s) {host}:{ports}", generation
         )
     status: dict[str, Any] = {"conditions": [accepted, programmed]}
+    if insecure_frontend(gateway):
+        message = "Gateway is operating in AllowInsecureFallback mode for frontend validation"
+        status["conditions"].append(
+            condition("InsecureFrontendValidationMode", True, "ConfigurationChanged", message, generation)
+        )
     status["addresses"] = [dict(a) for a in addresses] if found.problem is None and addresses else None
     raw = {str(item.get("name")): item for item in listeners_of(gateway)}
     status["listeners"] = [

@@ -220,6 +220,7 @@ def translate_ingress(
     find_secret: SecretLookup,
     namespace_labels: Mapping[str, Mapping[str, str]],
     reference_grants: Iterable[Obj] = (),
+    find_config_map: SecretLookup | None = None,
 ) -> IngressTranslation:
     """Rules 1-7."""
     grants = list(reference_grants)
@@ -235,7 +236,11 @@ def translate_ingress(
             for item in (listeners if isinstance(listeners, list) else ())
             if isinstance(item, Mapping)
         }
-        judged = judge_listeners(gateway, find_secret)
+        judged = (
+            judge_listeners(gateway, find_secret, find_config_map)
+            if find_config_map is not None
+            else judge_listeners(gateway, find_secret)
+        )
         found[_key(gateway)] = _Gateway(gateway, _text(meta.get("namespace")), judged, raw, {}, {})
     services = {(s.namespace, s.name): s for s in k8s_services}
     statuses: list[RouteStatus] = []
@@ -354,6 +359,7 @@ def _config(key: str, gateway: _Gateway) -> GatewayConfig:
                 judged.hostname,
                 tuple(IngressCertificate(c.cert_pem, c.key_pem) for c in judged.credentials),
                 virtual_hosts,
+                judged.client_tls,
             )
         )
     return GatewayConfig(key, tuple(listeners))
