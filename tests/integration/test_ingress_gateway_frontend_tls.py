@@ -28,6 +28,7 @@ from ambit.controlplane.translate import translate_all
 from ambit.model.ingress import GatewayConfig, TlsMode
 from ambit.tls.certs import KeyPair, issue_server_cert, new_ca
 from ambit.tls.contexts import _memory_file
+from ambit.xds.gateway import decode_gateway_config, gateway_config_to_proto, pack_gateway_config
 
 Obj = dict[str, Any]
 NOW = time.time()
@@ -95,6 +96,8 @@ def gateway_config() -> GatewayConfig:
         ],
     )
     (config,) = translation.gateway_configs
+    # what the gateway gets is what its xDS client decodes
+    assert decode_gateway_config(config.gateway, pack_gateway_config(gateway_config_to_proto(config))) == config
     assert {i.name: i.tls.mode for i in config.listeners} == {
         "strict": TlsMode.MUTUAL,
         "optional": TlsMode.OPTIONAL_MUTUAL,

@@ -30,6 +30,7 @@ from ambit.controlplane.translate import translate_all
 from ambit.model.ingress import GatewayConfig, ListenerProtocol
 from ambit.tls.certs import KeyPair, issue_server_cert, new_ca
 from ambit.tls.contexts import _memory_file
+from ambit.xds.gateway import decode_gateway_config, gateway_config_to_proto, pack_gateway_config
 
 Obj = dict[str, Any]
 NOW = time.time()
@@ -94,6 +95,8 @@ def gateway_config() -> GatewayConfig:
     )
     assert not translation.skipped, translation.skipped
     (config,) = translation.gateway_configs
+    # what the gateway gets is what its xDS client decodes
+    assert decode_gateway_config(config.gateway, pack_gateway_config(gateway_config_to_proto(config))) == config
     assert {i.protocol for i in config.listeners} == {ListenerProtocol.TLS_TERMINATE}
     port = free_port()
     return dataclasses.replace(config, listeners=tuple(dataclasses.replace(i, port=port) for i in config.listeners))
