@@ -12,7 +12,7 @@ from typing import Any
 from tests.ingress_pki import opaque_secret
 
 from ambit.controlplane.gateway.ingress_status import ingress_status
-from ambit.controlplane.gateway.status import Deployed
+from ambit.controlplane.gateway.status import Deployed, plan_status
 from ambit.controlplane.translate.ingress import translate_ingress
 from ambit.controlplane.translate.listeners import frontend_config_maps, judge_listeners
 from ambit.model.ingress import ListenerTls, TlsMode
@@ -141,3 +141,19 @@ def test_insecure_fallback_is_reported_on_the_gateway() -> None:
     assert "InsecureFrontendValidationMode" not in condition_types(gateway([https("a", 443)], validation()))
     insecure = gateway([https("a", 443)], validation(), p443=validation(mode="AllowInsecureFallback"))
     assert "InsecureFrontendValidationMode" in condition_types(insecure)
+
+
+def test_the_insecure_condition_is_removed_once_no_port_falls_back() -> None:
+    insecure = gateway([https("a", 443)], validation(mode="AllowInsecureFallback"))
+    found = judge_listeners(insecure, find_secret, find_config_map)
+    wanted = ingress_status(insecure, Deployed(service_exists=True), found, host="h", addresses=())
+    patch = plan_status({"metadata": {"resourceVersion": "1"}}, wanted, "t1")
+    assert patch is not None
+    written = {**insecure, "status": patch["status"]}
+    assert "InsecureFrontendValidationMode" in [c["type"] for c in written["status"]["conditions"]]
+    strict = {**written, "spec": gateway([https("a", 443)], validation())["spec"]}
+    wanted = ingress_status(strict, Deployed(service_exists=True), found, host="h", addresses=())
+    patch = plan_status(strict, wanted, "t2")
+    assert patch is not None
+    assert "InsecureFrontendValidationMode" not in [c["type"] for c in patch["status"]["conditions"]]
+    assert plan_status({**strict, "status": patch["status"]}, wanted, "t3") is None  # and then nothing to write

@@ -27,7 +27,8 @@ Rules:
    ``allowedRoutes.kinds`` names a kind it does not support, as istiod overrides it) and ``Programmed`` True
    exactly when the listener is ready (else False/``Invalid``).
 5. A Gateway whose ``spec.tls.frontend`` validates some port in ``AllowInsecureFallback`` mode has the condition
-   ``InsecureFrontendValidationMode`` True (``ConfigurationChanged``), as istiod writes it; otherwise none.
+   ``InsecureFrontendValidationMode`` True (``ConfigurationChanged``), as istiod writes it; otherwise the condition
+   is removed (``retired``, :func:`~.status.plan_status` rule 5).
 """
 
 from __future__ import annotations
@@ -96,6 +97,9 @@ def ingress_attached_routes(gateway: Mapping[str, Any], routes: Mapping[str, Seq
     return out
 
 
+INSECURE_FRONTEND = "InsecureFrontendValidationMode"
+
+
 def insecure_frontend(gateway: Mapping[str, Any]) -> bool:
     """Rule 5: the Gateway's ``spec.tls.frontend`` validates some port with ``AllowInsecureFallback``."""
     spec = gateway.get("spec")
@@ -156,9 +160,9 @@ def ingress_status(
     status: dict[str, Any] = {"conditions": [accepted, programmed]}
     if insecure_frontend(gateway):
         message = "Gateway is operating in AllowInsecureFallback mode for frontend validation"
-        status["conditions"].append(
-            condition("InsecureFrontendValidationMode", True, "ConfigurationChanged", message, generation)
-        )
+        status["conditions"].append(condition(INSECURE_FRONTEND, True, "ConfigurationChanged", message, generation))
+    else:
+        status["retired"] = [INSECURE_FRONTEND]
     status["addresses"] = [dict(a) for a in addresses] if found.problem is None and addresses else None
     raw = {str(item.get("name")): item for item in listeners_of(gateway)}
     status["listeners"] = [
