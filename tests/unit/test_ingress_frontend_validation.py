@@ -9,7 +9,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tests.ingress_pki import opaque_secret
+from tests.unit.json_strategies import json_values
 
 from ambit.controlplane.gateway.ingress_status import ingress_status
 from ambit.controlplane.gateway.status import Deployed, plan_status
@@ -157,3 +160,38 @@ def test_the_insecure_condition_is_removed_once_no_port_falls_back() -> None:
     assert patch is not None
     assert "InsecureFrontendValidationMode" not in [c["type"] for c in patch["status"]["conditions"]]
     assert plan_status({**strict, "status": patch["status"]}, wanted, "t3") is None  # and then nothing to write
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    frontend=json_values(),
+    validation_value=st.fixed_dictionaries(
+        {
+            "caCertificateRefs": st.lists(
+                st.fixed_dictionaries(
+                    {
+                        "group": st.sampled_from(["", "core", "x"]) | json_values(),
+                        "kind": st.sampled_from(["ConfigMap", "Secret", "Service"]) | json_values(),
+                        "name": st.sampled_from(["client-ca", "ca-secret", "empty", "cert", ""]) | json_values(),
+                    }
+                )
+                | json_values(),
+                max_size=2,
+            )
+            | json_values(),
+            "mode": st.sampled_from(["AllowValidOnly", "AllowInsecureFallback"]) | json_values(),
+        }
+    ),
+    options=st.dictionaries(st.sampled_from(["gateway.istio.io/tls-terminate-mode"]), json_values(), max_size=1),
+)
+def test_any_frontend_settings_give_a_judgement_and_never_raise(
+    frontend: Any, validation_value: Any, options: dict[str, Any]
+) -> None:
+    listener = https("a", 443)
+    listener["tls"]["options"] = options
+    for tls in ({"frontend": frontend}, {"frontend": {"default": {"validation": validation_value}}}):
+        gw = {"metadata": {"namespace": "edge", "name": "edge"}, "spec": {"tls": tls, "listeners": [listener]}}
+        (judged_listener,) = judge_listeners(gw, find_secret, find_config_map)
+        assert judged_listener.ready or judged_listener.accepted[1] == "NoValidCACertificate"
+        frontend_config_maps(gw)
+        ingress_status(gw, Deployed(service_exists=True), (judged_listener,), host="h", addresses=())
