@@ -9,7 +9,8 @@ request for ``/hold`` waits for :attr:`Hold.release`);
 ``secure`` (port 443, named ``https``) is the same HTTP/1.1 server as ``web`` behind TLS (the ``*.example.com``
 certificate), answering ``"tls": true`` too; ``mutual`` (port 443) likewise, but it requires a client certificate
 from :data:`EDGE_CA` and answers its subject's common name as ``client``; ``h2c`` (port 80, protocol not declared)
-an h2c server answering HTTP/1.1 with 505 (a request that was not upgraded shows).
+an h2c server answering HTTP/1.1 with 505 (a request that was not upgraded shows); ``grpc`` (port 9090, declared
+gRPC) a grpcio server of ``echo.Echo`` (:func:`grpc_echo_server`).
 The gateway listens on 127.0.0.1 with a :class:`GatewayConfig` applied as its xDS client would.
 """
 
@@ -25,6 +26,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import grpc
+import grpc.aio
 from aiohttp import web
 from tests.integration.waypoint_rig import H2cBackend, free_port, start_h2c_server
 
@@ -59,10 +62,22 @@ TARGET_PORTS = {
     "secure": 8443,
     "mutual": 8444,
     "h2c": 8082,
+    "grpc": 8090,
 }
-SERVICE_PORTS = {"one": 443, "two": 443, "tcp": 9000, "web": 80, "web2": 80, "secure": 443, "mutual": 443, "h2c": 80}
-PROTOCOLS = {"web2": AppProtocol.HTTP2}
-"""Ports declared other than unknown: ``web2`` is an h2c server (``waypoint_rig.start_h2c_server``)."""
+SERVICE_PORTS = {
+    "one": 443,
+    "two": 443,
+    "tcp": 9000,
+    "web": 80,
+    "web2": 80,
+    "secure": 443,
+    "mutual": 443,
+    "h2c": 80,
+    "grpc": 9090,
+}
+PROTOCOLS = {"web2": AppProtocol.HTTP2, "grpc": AppProtocol.GRPC}
+"""Ports declared other than unknown: ``web2`` is an h2c server (``waypoint_rig.start_h2c_server``), ``grpc`` a
+gRPC server."""
 
 
 def backend(name: str) -> BackendService:
@@ -231,11 +246,57 @@ async def _web_backend(
 
 
 @dataclass
+class GrpcCalls:
+    """What the gRPC server behind ``grpc`` saw: each call's method and its invocation metadata."""
+
+    calls: list[tuple[str, dict[str, str]]] = field(default_factory=list)
+
+
+def _raw(data: bytes) -> bytes:
+    return data
+
+
+async def grpc_echo_server(seen: GrpcCalls) -> tuple[grpc.aio.Server, int]:
+    """A grpcio server of ``echo.Echo`` on raw bytes, on 127.0.0.1: ``Say`` answers ``said:<request>`` with the
+    trailing metadata ``x-served: yes`` (``fail`` answers NOT_FOUND with the message ``no such thing`` and the
+    trailing metadata ``x-why: asked-to``); ``Chat`` answers each message of a bidirectional stream."""
+
+    async def say(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+        seen.calls.append(("Say", {k: str(v) for k, v in context.invocation_metadata() or ()}))
+        if request == b"fail":
+            context.set_trailing_metadata((("x-why", "asked-to"),))
+            await context.abort(grpc.StatusCode.NOT_FOUND, "no such thing")
+        context.set_trailing_metadata((("x-served", "yes"),))
+        return b"said:" + request
+
+    async def chat(
+        requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[bytes, bytes]
+    ) -> AsyncIterator[bytes]:
+        seen.calls.append(("Chat", {k: str(v) for k, v in context.invocation_metadata() or ()}))
+        async for message in requests:
+            yield b"chat:" + message
+
+    handler = grpc.method_handlers_generic_handler(
+        "echo.Echo",
+        {
+            "Say": grpc.unary_unary_rpc_method_handler(say, _raw, _raw),
+            "Chat": grpc.stream_stream_rpc_method_handler(chat, _raw, _raw),
+        },
+    )
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers((handler,))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    return server, port
+
+
+@dataclass
 class IngressRig:
     proc: IngressGateway
     endpoint: MeshEndpoint
     web2: H2cBackend
     hold: Hold = field(default_factory=Hold)
+    grpc_calls: GrpcCalls = field(default_factory=GrpcCalls)
 
     def port(self, listener: str) -> int:
         return next(item.port for item in self.proc.router.config.listeners if item.name == listener)
@@ -252,6 +313,8 @@ class MeshBackends:
     web2: H2cBackend
     """What the h2c server behind ``web2`` saw."""
     hold: Hold
+    grpc_calls: GrpcCalls
+    """What the gRPC server behind ``grpc`` saw."""
 
 
 @contextlib.asynccontextmanager
@@ -267,16 +330,20 @@ async def mesh_backends(tmp_path: Path) -> AsyncIterator[MeshBackends]:
     servers["h2c"] = await start_h2c_server(H2cBackend("h2c"))
     secure_runner, secure_port = await _web_backend(tls=True)
     mutual_runner, mutual_port = await _web_backend(tls=True, mutual=True)
+    grpc_calls = GrpcCalls()
+    grpc_server, grpc_port = await grpc_echo_server(grpc_calls)
     local = {TARGET_PORTS[n]: s.sockets[0].getsockname()[1] for n, s in servers.items()}
+    local[TARGET_PORTS["grpc"]] = grpc_port
     local[TARGET_PORTS["web"]] = web_port
     local[TARGET_PORTS["secure"]] = secure_port
     local[TARGET_PORTS["mutual"]] = mutual_port
     endpoint = MeshEndpoint(free_port("127.0.0.2"), local)
     await endpoint.start(ca)
     try:
-        yield MeshBackends(endpoint, state, tmp_path / "ca", web2, hold)
+        yield MeshBackends(endpoint, state, tmp_path / "ca", web2, hold, grpc_calls)
     finally:
         await endpoint.aclose()
+        await grpc_server.stop(0)
         for server in servers.values():
             server.close()
         await runner.cleanup()
@@ -310,7 +377,7 @@ async def ingress_rig(tmp_path: Path, config: GatewayConfig) -> AsyncIterator[In
         try:
             async with asyncio.timeout(15):
                 await proc.startup.ready.wait()
-            yield IngressRig(proc, backends.endpoint, backends.web2, backends.hold)
+            yield IngressRig(proc, backends.endpoint, backends.web2, backends.hold, backends.grpc_calls)
         finally:
             await proc.aclose()
 

@@ -369,3 +369,64 @@ async def test_a_mutual_server_reads_generic_secrets_as_istiod_does_and_never_th
         assert (listener.tls.mode, listener.tls.ca_pem) == (TlsMode.MUTUAL, client_ca.cert_pem)
         assert listener.certificates[0].cert_pem == pair.cert_pem
         assert 8443 not in listeners  # the CA root's Secret type is never read
+
+
+async def test_a_grpc_route_reaches_the_gateway_and_one_from_an_unadmitted_namespace_is_refused_in_its_status(
+    kube: KubeClient, plane: ControlPlane
+) -> None:
+    ns, other = f"in-{secrets.token_hex(3)}", f"out-{secrets.token_hex(3)}"
+    for namespace in (ns, other):
+        await kube.create(kinds.NAMESPACES, {"metadata": {"name": namespace}})
+        service = {"metadata": {"name": "grpc"}, "spec": {"ports": [{"name": "grpc", "port": 9090}]}}
+        await kube.create(kinds.SERVICES, service, namespace)
+    gateway = {
+        "metadata": {"name": "edge"},
+        "spec": {"gatewayClassName": "istio", "listeners": [{"name": "http", "port": 8080, "protocol": "HTTP"}]},
+    }
+    await kube.create(kinds.GATEWAYS, gateway, ns)
+
+    def grpc_route(namespace: str) -> Obj:
+        return {
+            "metadata": {"name": "echo"},
+            "spec": {
+                "parentRefs": [{"name": "edge", "namespace": ns}],
+                "hostnames": ["grpc.example.com"],
+                "rules": [
+                    {
+                        "matches": [{"method": {"service": "echo.Echo", "method": "Say"}}],
+                        "backendRefs": [{"name": "grpc", "port": 9090}],
+                    }
+                ],
+            },
+        }
+
+    await kube.create(kinds.GRPC_ROUTES, grpc_route(ns), ns)
+    await kube.create(kinds.GRPC_ROUTES, grpc_route(other), other)
+    name = f"{ns}/edge"
+    async with subscribe(kube, plane, ns, "edge-istio", [name]) as owner:
+
+        def served() -> GatewayConfig | None:
+            config = owner.config(name)
+            return config if config is not None and config.listeners and config.listeners[0].virtual_hosts else None
+
+        config = await eventually(served)
+        (vhost,) = config.listeners[0].virtual_hosts
+        (rule,) = vhost.http
+        assert vhost.hostname == "grpc.example.com" and rule.route == f"GRPCRoute/{ns}/echo"
+        assert rule.match.path is not None and rule.match.path.value == "/echo.Echo/Say"
+        backend = rule.backends[0].backend
+        assert backend is not None and backend.hostname == f"grpc.{ns}.svc.cluster.local"
+
+    async def conditions(namespace: str) -> dict[str, tuple[str, str]] | None:
+        obj = await kube.get(kinds.GRPC_ROUTES, "echo", namespace)
+        parents = (obj.get("status") or {}).get("parents") or []
+        mine = [p for p in parents if p.get("parentRef", {}).get("name") == "edge"]
+        if not mine:
+            return None
+        assert mine[0]["controllerName"] == "istio.io/gateway-controller"
+        return {c["type"]: (c["status"], c["reason"]) for c in mine[0].get("conditions") or ()}
+
+    admitted = await eventually(lambda: conditions(ns))
+    assert admitted == {"Accepted": ("True", "Accepted"), "ResolvedRefs": ("True", "ResolvedRefs")}
+    refused = await eventually(lambda: conditions(other))
+    assert refused["Accepted"] == ("False", "NotAllowedByListeners")

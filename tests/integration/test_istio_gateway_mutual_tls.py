@@ -2,13 +2,15 @@
 translated by the control plane's pure translation and served by a real :class:`IngressGateway` on loopback, with
 real TLS clients (Python's ``ssl``) holding certificates made here.
 
-One HTTPS port carries three listeners, picked by SNI: ``mutual.example.com`` (MUTUAL, CA and certificate from one
-generic Secret as Istio's documentation creates it, ``subjectAltNames: [client.example]``), ``mesh.example.com``
-(ISTIO_MUTUAL) and ``simple.example.com`` (SIMPLE). A DENY policy at the gateway refuses ``/mesh-only`` to any
+One HTTPS port carries four listeners, picked by SNI: ``mutual.example.com`` (MUTUAL, CA and certificate from one
+generic Secret as Istio's documentation creates it, ``subjectAltNames: [client.example]``), ``optional.example.com``
+(OPTIONAL_MUTUAL, the same Secret and names), ``mesh.example.com`` (ISTIO_MUTUAL) and ``simple.example.com``
+(SIMPLE). A DENY policy at the gateway refuses ``/mesh-only`` to any
 principal but ``cluster.local/ns/app/sa/client``. Attacks: no certificate, a self-signed certificate naming the
 right SAN, a certificate from another CA, the right CA with the wrong SAN, a mesh certificate on the MUTUAL listener
 and the MUTUAL client on the ISTIO_MUTUAL one, no SNI, and SNI of the SIMPLE listener with the Host of the MUTUAL
-one. None of them reaches the mesh.
+one; on the OPTIONAL_MUTUAL listener, a certificate from another CA (the handshake itself fails), a self-signed one
+and one of the right CA with the wrong SAN. None of them reaches the mesh.
 """
 
 from __future__ import annotations
@@ -64,6 +66,11 @@ def gateway_config() -> GatewayConfig:
             "port": {"number": 443, "name": "https-mutual", "protocol": "HTTPS"},
             "hosts": ["mutual.example.com"],
             "tls": {"mode": "MUTUAL", "credentialName": "partner", "subjectAltNames": ["client.example"]},
+        },
+        {
+            "port": {"number": 443, "name": "https-optional", "protocol": "HTTPS"},
+            "hosts": ["optional.example.com"],
+            "tls": {"mode": "OPTIONAL_MUTUAL", "credentialName": "partner", "subjectAltNames": ["client.example"]},
         },
         {
             "port": {"number": 443, "name": "https-mesh", "protocol": "HTTPS"},
@@ -217,6 +224,48 @@ async def test_mutual_refuses_missing_forged_foreign_and_misnamed_client_certifi
         assert await https_get(port, "mutual.example.com", "/hello", cert) is REFUSED, name
     assert running.endpoint.peers == []  # nothing reached the mesh
     assert (await https_get(port, "mutual.example.com", "/hello", GOOD_CLIENT) or (0,))[0] == 200
+
+
+async def test_optional_mutual_serves_clients_with_and_without_a_certificate_of_its_ca(
+    rig: tuple[IngressRig, GatewayConfig, LocalCa],
+) -> None:
+    running, config, _ = rig
+    port = port_of(config, "HTTPS")
+    for tls12 in (False, True):
+        answer = await https_get(port, "optional.example.com", "/hello", None, tls12=tls12)
+        assert answer is not None and answer[0] == 200 and "client" not in answer[1], tls12
+        answer = await https_get(port, "optional.example.com", "/hello", GOOD_CLIENT, tls12=tls12)
+        assert answer is not None and answer[0] == 200, tls12
+    # neither gives a principal: the DENY on /mesh-only holds for both
+    for cert in (None, GOOD_CLIENT):
+        assert (await https_get(port, "optional.example.com", "/mesh-only", cert) or (0,))[0] == 403
+    assert running.proc.connection_refusals["client tls"] == 0
+
+
+async def test_optional_mutual_refuses_a_presented_certificate_that_fails_verification(
+    rig: tuple[IngressRig, GatewayConfig, LocalCa],
+) -> None:
+    running, config, ca = rig
+    port = port_of(config, "HTTPS")
+    attacks = {
+        "another CA": client_cert(OTHER_CA, dns=("client.example",)),
+        "self-signed with the accepted SAN": self_signed_client(dns=("client.example",)),
+        "the right CA, another SAN": client_cert(CLIENT_CA, dns=("intruder.example",)),
+        "a mesh certificate": mesh_pair(await ca.fetch_certificate(SpiffeId(TD, "app", "client"))),
+    }
+    for name, cert in attacks.items():
+        for tls12 in (False, True):
+            assert await https_get(port, "optional.example.com", "/hello", cert, tls12=tls12) is REFUSED, name
+    assert running.endpoint.peers == []  # nothing reached the mesh
+    # a certificate that does not chain to the listener's CA fails the handshake itself (with TLS 1.2 the client
+    # sees it before the handshake completes), not only the verdict after it
+    context = client_context(SERVER_CA.cert_pem, client_cert(OTHER_CA, dns=("client.example",)), tls12=True)
+    with pytest.raises((ssl.SSLError, ConnectionResetError)):  # the alert, or the reset that follows it
+        async with asyncio.timeout(10):
+            await asyncio.open_connection("127.0.0.1", port, ssl=context, server_hostname="optional.example.com")
+    refused_after_handshake = running.proc.connection_refusals["client tls"]
+    assert refused_after_handshake == 2  # the wrong SAN, once per TLS version: judged after a good handshake
+    assert (await https_get(port, "optional.example.com", "/hello", GOOD_CLIENT) or (0,))[0] == 200
 
 
 async def test_istio_mutual_takes_the_mesh_client_s_spiffe_id_as_its_principal(

@@ -86,6 +86,7 @@ def test_an_ingress_claims_the_kinds_it_routes_and_flags_kinds_it_does_not_serve
     listeners = [
         {"name": "http", "port": 8080, "protocol": "HTTP"},
         {"name": "grpc", "port": 8081, "protocol": "HTTP", "allowedRoutes": {"kinds": [{"kind": "GRPCRoute"}]}},
+        {"name": "strict", "port": 8082, "protocol": "HTTP", "allowedRoutes": {"kinds": [{"kind": "TCPRoute"}]}},
         {"name": "tcp", "port": 9000, "protocol": "TCP"},
         {"name": "tls", "port": 9443, "protocol": "TLS", "tls": {"mode": "Passthrough"}},
         {"name": "tls-terminate", "port": 9444, "protocol": "TLS", "tls": {"mode": "Terminate"}},
@@ -97,9 +98,11 @@ def test_an_ingress_claims_the_kinds_it_routes_and_flags_kinds_it_does_not_serve
     }
     judged = judge_listeners(gw, {})
     status = ingress_status(gw, Deployed(service_exists=True), judged, host="h", addresses=())
-    http, grpc, tcp, tls, terminate, udp = status["listeners"]
-    assert (http["supportedKinds"], _resolved(http)[:2]) == (kinds("HTTPRoute"), ("True", "ResolvedRefs"))
-    assert (grpc["supportedKinds"], _resolved(grpc)[:2]) == ([], ("False", "InvalidRouteKinds"))
+    http, grpc, strict, tcp, tls, terminate, udp = status["listeners"]
+    both = kinds("HTTPRoute", "GRPCRoute")
+    assert (http["supportedKinds"], _resolved(http)[:2]) == (both, ("True", "ResolvedRefs"))
+    assert (grpc["supportedKinds"], _resolved(grpc)[:2]) == (kinds("GRPCRoute"), ("True", "ResolvedRefs"))
+    assert (strict["supportedKinds"], _resolved(strict)[:2]) == ([], ("False", "InvalidRouteKinds"))
     assert tcp["supportedKinds"] == kinds("TCPRoute")
     assert tls["supportedKinds"] == kinds("TLSRoute")  # passthrough: TLSRoute only
     assert terminate["supportedKinds"] == udp["supportedKinds"] == []  # not accepted: not served

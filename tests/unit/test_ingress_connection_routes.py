@@ -310,3 +310,17 @@ async def test_read_hello_refuses_within_its_bounds(drip: Drip, reason: str) -> 
     with pytest.raises(HelloRefusedError, match=reason):
         await read_hello(drip.recv, 0.2, limit=HELLO_LIMIT)
     assert sum(min(n, drip.piece) for n in drip.asked) <= HELLO_LIMIT  # never read past the limit
+
+
+def test_a_terminated_tls_connection_takes_the_listener_its_handshake_picked() -> None:
+    cert = ()
+    to = {name: (VirtualHost("*", tcp_backends=(WeightedBackend(backend(name, 9000), 1),)),) for name in ("one", "two")}
+    exact = IngressListener("exact", 9443, ListenerProtocol.TLS_TERMINATE, "a.example", cert, to["one"])
+    rest = IngressListener("rest", 9443, ListenerProtocol.TLS_TERMINATE, "", cert, to["two"])
+    router = IngressRouter(GatewayConfig("edge/edge", (exact, rest)))
+    # the handshake's pick holds, whatever name the plan is given (the decrypted stream carries none)
+    assert plan_backend(router, 9443, "", 0.5, "exact") == backend("one", 9000)
+    assert plan_backend(router, 9443, "", 0.5, "rest") == backend("two", 9000)
+    # no pick (a client without server name on a port that verifies no client): the listener without hostname
+    assert plan_backend(router, 9443, "", 0.5) == backend("two", 9000)
+    assert plan_backend(router, 9443, "", 0.5, "gone") == backend("two", 9000)  # an unknown listener: picked anew

@@ -60,6 +60,20 @@ def test_mutual_needs_a_certificate_chaining_to_the_listener_s_ca() -> None:
     assert isinstance(judge_client(MUTUAL, der(good), None, anchors=ANCHORS, trust_domain=TD), ClientRefused)
 
 
+def test_optional_mutual_serves_a_client_without_a_certificate_and_judges_one_that_has_one() -> None:
+    tls = ListenerTls(TlsMode.OPTIONAL_MUTUAL, CA.cert_pem, ("client.example",))
+    assert judge(tls, None) == ClientAccepted()  # no certificate: served, with no identity
+    assert judge(tls, client_cert(CA, dns=("client.example",))) == ClientAccepted()
+    foreign = client_cert(OTHER_CA, dns=("client.example",))
+    assert isinstance(judge(tls, foreign, chain(foreign, OTHER_CA)), ClientRefused)
+    forged = self_signed_client(dns=("client.example",))
+    assert isinstance(judge(tls, forged, [der(forged)]), ClientRefused)
+    assert isinstance(judge(tls, client_cert(CA, dns=("intruder.example",))), ClientRefused)
+    # a presented certificate whose verified chain is not known (a resumed session) is refused: fail closed
+    good = client_cert(CA, dns=("client.example",))
+    assert isinstance(judge_client(tls, der(good), None, anchors=ANCHORS, trust_domain=TD), ClientRefused)
+
+
 @pytest.mark.parametrize(
     ("wanted", "dns", "uris", "accepted"),
     [

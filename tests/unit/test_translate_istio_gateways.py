@@ -267,7 +267,7 @@ def test_https_simple_serves_the_credential_of_the_gateway_pods_namespace() -> N
 def test_a_credential_outside_the_gateway_namespace_or_an_unsupported_mode_is_not_served() -> None:
     gw = gateway(
         server(443, "HTTPS", mode="SIMPLE", credentialName="cert"),
-        server(8443, "HTTPS", mode="OPTIONAL_MUTUAL", credentialName="cert"),
+        server(8443, "HTTPS", mode="AUTO_PASSTHROUGH", credentialName="cert"),
         server(9443, "HTTPS", mode="SIMPLE"),
         server(7000, "MONGO"),
     )
@@ -275,7 +275,7 @@ def test_a_credential_outside_the_gateway_namespace_or_an_unsupported_mode_is_no
     assert config(translation).listeners == ()
     found = "\n".join(notes(translation))
     assert "spec.servers[0].tls.credentialName: Secret istio-system/cert not found" in found
-    assert "spec.servers[1].tls.mode: TLS mode OPTIONAL_MUTUAL is not supported" in found
+    assert "spec.servers[1].tls.mode: TLS mode AUTO_PASSTHROUGH is not supported" in found
     assert "spec.servers[2].tls.credentialName: SIMPLE TLS needs a credentialName" in found
     assert "spec.servers[3].port.protocol: protocol MONGO is not supported" in found
 
@@ -498,6 +498,31 @@ def test_mutual_without_a_ca_or_with_bad_pins_is_not_served_and_says_why() -> No
     assert "servers[5].tls.credentialName: ISTIO_MUTUAL uses the gateway's mesh certificate" in found
 
 
+def test_optional_mutual_reads_its_certificate_and_ca_as_mutual_does() -> None:
+    secret = opaque_secret(
+        "cred", "istio-system", tls_crt=PAIR.cert_pem, tls_key=PAIR.key_pem, ca_crt=CLIENT_CA.cert_pem
+    )
+    gw = gateway(mutual_server(mode="OPTIONAL_MUTUAL", subjectAltNames=["client.example"]))
+    (listener,) = config(translate([gw], [], secrets=[secret])).listeners
+    assert listener.certificates[0].cert_pem == PAIR.cert_pem
+    assert listener.tls == ListenerTls(TlsMode.OPTIONAL_MUTUAL, CLIENT_CA.cert_pem, ("client.example",))
+    cacert = opaque_secret("cred-cacert", "istio-system", ca_crt=new_ca("other", now=NOW).cert_pem)
+    (listener,) = config(translate([gw], [], secrets=[secret, cacert])).listeners
+    assert listener.tls.ca_pem == cacert_pem(cacert)  # <name>-cacert wins, as for MUTUAL
+
+
+def cacert_pem(secret: Obj) -> bytes:
+    return base64.b64decode(secret["data"]["ca.crt"])
+
+
+def test_optional_mutual_without_a_ca_is_not_served_and_says_why() -> None:
+    gw = gateway(mutual_server(mode="optional_mutual"))
+    translation = translate([gw], [], secrets=[tls_secret("cred")])
+    assert config(translation).listeners == ()
+    found = "\n".join(notes(translation))
+    assert "servers[0].tls.credentialName: OPTIONAL_MUTUAL needs a CA: Secret istio-system/cred" in found
+
+
 def test_pins_are_read_as_envoy_reads_them() -> None:
     client = client_cert(CLIENT_CA, dns=("client.example",))
     secret = opaque_secret(
@@ -536,6 +561,7 @@ def test_a_listener_config_breaking_the_tls_rules_is_refused_by_the_gateway() ->
     http = IngressListener("p", 80, ListenerProtocol.HTTP, "", (), (VirtualHost("*", https_redirect=True),))
     bad = [
         (dataclasses.replace(https, tls=ListenerTls(TlsMode.MUTUAL)), "needs the CA"),
+        (dataclasses.replace(https, tls=ListenerTls(TlsMode.OPTIONAL_MUTUAL)), "OPTIONAL_MUTUAL listener needs the CA"),
         (dataclasses.replace(https, tls=ListenerTls(TlsMode.ISTIO_MUTUAL)), "serves the gateway's own"),
         (dataclasses.replace(https, tls=ListenerTls(TlsMode.SIMPLE, b"ca")), "takes no CA"),
         (dataclasses.replace(https, tls=ListenerTls(TlsMode.MUTUAL, b"ca", (), (b"short",))), "32 bytes"),
@@ -550,6 +576,10 @@ def test_a_listener_config_breaking_the_tls_rules_is_refused_by_the_gateway() ->
         "edge/edge", (http, dataclasses.replace(https, certificates=(), tls=ListenerTls(TlsMode.ISTIO_MUTUAL)))
     )
     assert decode_gateway_config("edge/edge", pack_gateway_config(gateway_config_to_proto(good))) == good
+    optional = GatewayConfig(
+        "edge/edge", (dataclasses.replace(https, tls=ListenerTls(TlsMode.OPTIONAL_MUTUAL, b"ca")),)
+    )
+    assert decode_gateway_config("edge/edge", pack_gateway_config(gateway_config_to_proto(optional))) == optional
 
 
 def test_protocol_versions_and_cipher_suites_bound_a_terminating_server_or_refuse_it() -> None:
@@ -578,3 +608,111 @@ def test_protocol_versions_and_cipher_suites_bound_a_terminating_server_or_refus
     assert "servers[4].tls.minProtocolVersion: the minimum is above maxProtocolVersion" in found
     assert "servers[5].tls.cipherSuites[0]: unknown cipher suite 'NULL-MD5'" in found
     assert "servers[6].tls.maxProtocolVersion: expected TLS_AUTO, TLSV1_2 or TLSV1_3, got 'SSLV3'" in found
+
+
+# TLS servers terminating TLS, then routed by the VirtualServices' tcp rules (istiod's TCP server with TLS
+# termination).
+
+C8080 = BackendService("app", "c.app.svc.cluster.local", 8080)
+
+
+def tcp_vs(name: str, host: str, destination: str, port: int = 80, created: str = "") -> Obj:
+    rule: Obj = {"route": [{"destination": {"host": destination, "port": {"number": port}}}]}
+    return vs(name, created=created, gateways=["gateway"], hosts=[host], tcp=[rule])
+
+
+def test_a_tls_server_terminating_tls_relays_by_the_tcp_rules_of_its_virtual_services() -> None:
+    gw = gateway(
+        server(9443, "TLS", "a.example.com", mode="SIMPLE", credentialName="cert"),
+        server(9443, "TLS", "b.example.com", mode="MUTUAL", credentialName="cred"),
+    )
+    secret = opaque_secret(
+        "cred", "istio-system", tls_crt=PAIR.cert_pem, tls_key=PAIR.key_pem, ca_crt=CLIENT_CA.cert_pem
+    )
+    routes = [
+        tcp_vs("to-b", "a.example.com", "b", port=80, created="2024-01-01T00:00:00Z"),
+        # the first tcp rule holding for the server's port wins: a rule for another port is passed over
+        vs(
+            "to-c",
+            gateways=["gateway"],
+            hosts=["b.example.com"],
+            tcp=[
+                {"match": [{"port": 1234}], "route": [{"destination": {"host": "b", "port": {"number": 80}}}]},
+                {"route": [{"destination": {"host": "c", "port": {"number": 8080}}}]},
+            ],
+        ),
+    ]
+    translation = translate([gw], routes, secrets=[tls_secret(), secret])
+    assert not [n for n in notes(translation) if "Gateway" in n], notes(translation)
+    by_host = {i.hostname: i for i in config(translation).listeners}
+    simple, mutual = by_host["a.example.com"], by_host["b.example.com"]
+    assert (simple.protocol, simple.port, mutual.protocol) == (
+        ListenerProtocol.TLS_TERMINATE,
+        9443,
+        ListenerProtocol.TLS_TERMINATE,
+    )
+    assert simple.certificates == (IngressCertificate(PAIR.cert_pem, PAIR.key_pem),) and simple.tls == ListenerTls()
+    assert simple.virtual_hosts == (VirtualHost("*", tcp_backends=(WeightedBackend(B, 100),)),)
+    assert mutual.tls == ListenerTls(TlsMode.MUTUAL, CLIENT_CA.cert_pem)
+    assert mutual.virtual_hosts == (VirtualHost("*", tcp_backends=(WeightedBackend(C8080, 100),)),)
+
+
+def test_a_terminating_tls_server_without_credentials_or_beside_passthrough_is_skipped_with_the_reason() -> None:
+    gw = gateway(
+        server(9443, "TLS", "a.example.com", mode="SIMPLE"),
+        server(9444, "TLS", "a.example.com", mode="PASSTHROUGH"),
+        server(9444, "TLS", "b.example.com", mode="SIMPLE", credentialName="cert"),
+        server(9445, "TLS", "c.example.com", mode="ISTIO_MUTUAL"),
+    )
+    translation = translate([gw], [tcp_vs("to-b", "*.example.com", "b")], secrets=[tls_secret()])
+    found = "\n".join(notes(translation))
+    assert "spec.servers[0].tls.credentialName: SIMPLE TLS needs a credentialName" in found
+    assert "spec.servers[2].port: port 9444 already serves TLS" in found
+    listeners = {i.port: i for i in config(translation).listeners}
+    assert listeners[9444].protocol is ListenerProtocol.TLS
+    mesh = listeners[9445]
+    assert (mesh.protocol, mesh.certificates, mesh.tls.mode) == (
+        ListenerProtocol.TLS_TERMINATE,
+        (),
+        TlsMode.ISTIO_MUTUAL,
+    )
+    assert mesh.virtual_hosts == (VirtualHost("*", tcp_backends=(WeightedBackend(B, 100),)),)
+
+
+def test_a_terminating_tls_server_no_tcp_rule_holds_for_serves_no_route() -> None:
+    gw = gateway(server(9443, "TLS", "a.example.com", mode="SIMPLE", credentialName="cert"))
+    rule = {"match": [{"port": 1234}], "route": [{"destination": {"host": "b", "port": {"number": 80}}}]}
+    routes = [vs("elsewhere", gateways=["gateway"], hosts=["a.example.com"], tcp=[rule])]
+    (listener,) = config(translate([gw], routes, secrets=[tls_secret()])).listeners
+    assert listener.virtual_hosts == ()
+
+
+def test_a_tls_terminate_listener_breaking_the_wire_rules_is_refused_by_the_gateway() -> None:
+    cert = (IngressCertificate(b"c", b"k"),)
+    terminate = IngressListener("t", 9443, ListenerProtocol.TLS_TERMINATE, "", cert, (VirtualHost("*"),))
+    passthrough = IngressListener("p", 9444, ListenerProtocol.TLS, "", (), (VirtualHost("*"),))
+    rule = (
+        config(
+            translate(
+                [gateway(server(80, "HTTP"))],
+                [vs(gateways=["gateway"], hosts=["*"], http=ingress_route("b")["spec"]["http"])],
+            )
+        )
+        .listeners[0]
+        .virtual_hosts[0]
+        .http
+    )
+    bad = [
+        (dataclasses.replace(terminate, certificates=()), "TLS_TERMINATE listener needs a certificate"),
+        (dataclasses.replace(passthrough, certificates=cert), "TLS listener takes no certificates"),
+        (dataclasses.replace(passthrough, tls=ListenerTls(TlsMode.MUTUAL, b"ca")), "takes no client verification"),
+        (dataclasses.replace(terminate, virtual_hosts=(VirtualHost("*", rule),)), "takes no HTTP rules"),
+    ]
+    for listener, reason in bad:
+        message = gateway_config_to_proto(GatewayConfig("edge/edge", (listener,)))
+        with pytest.raises(XdsConversionError, match=reason):
+            decode_gateway_config("edge/edge", pack_gateway_config(message))
+    good = GatewayConfig(
+        "edge/edge", (dataclasses.replace(terminate, tls=ListenerTls(TlsMode.OPTIONAL_MUTUAL, b"ca")),)
+    )
+    assert decode_gateway_config("edge/edge", pack_gateway_config(gateway_config_to_proto(good))) == good

@@ -16,20 +16,24 @@ class ListenerProtocol(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     HTTPS: _ClassVar[ListenerProtocol]
     TLS: _ClassVar[ListenerProtocol]
     TCP: _ClassVar[ListenerProtocol]
+    TLS_TERMINATE: _ClassVar[ListenerProtocol]
 
 class TlsMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     SIMPLE: _ClassVar[TlsMode]
     MUTUAL: _ClassVar[TlsMode]
     ISTIO_MUTUAL: _ClassVar[TlsMode]
+    OPTIONAL_MUTUAL: _ClassVar[TlsMode]
 LISTENER_PROTOCOL_UNSPECIFIED: ListenerProtocol
 HTTP: ListenerProtocol
 HTTPS: ListenerProtocol
 TLS: ListenerProtocol
 TCP: ListenerProtocol
+TLS_TERMINATE: ListenerProtocol
 SIMPLE: TlsMode
 MUTUAL: TlsMode
 ISTIO_MUTUAL: TlsMode
+OPTIONAL_MUTUAL: TlsMode
 
 class GatewayConfig(_message.Message):
     __slots__ = ("gateway", "listeners", "policies", "request_authentications", "destination_rules")

@@ -8,7 +8,8 @@ waypoint's engine.
 Theory of operation:
 
 - Only listeners the Gateway's status calls Programmed are here (HTTP; HTTPS terminating TLS with at least one
-  valid certificate; TLS passing TLS through; TCP). Listeners may share a port: for HTTPS and TLS the TLS server
+  valid certificate; TLS passing TLS through; TCP; TLS_TERMINATE terminating TLS as HTTPS does, then relaying the
+  plain bytes as TCP does). Listeners may share a port: for HTTPS and TLS the TLS server
   name (SNI) picks the listener (its hostname, most specific first; one without hostname takes the rest), and
   with it the certificate; for HTTP the ``Host`` header picks it the same way.
 - A TLS (passthrough) listener reads only the ClientHello's server name and relays the connection's bytes as they
@@ -23,7 +24,9 @@ Theory of operation:
 - An HTTPS listener's :class:`ListenerTls` says whether it verifies its clients: ``SIMPLE`` asks for no client
   certificate; ``MUTUAL`` requires one that chains to ``ca_pem``; ``ISTIO_MUTUAL`` serves the gateway's own mesh
   certificate instead of ``certificates`` (it has none) and requires a client certificate from the mesh's CA,
-  whose SPIFFE id becomes the request's principal for policies. With ``subject_alt_names`` one of the client
+  whose SPIFFE id becomes the request's principal for policies; ``OPTIONAL_MUTUAL`` asks for a client
+  certificate and verifies one that is presented exactly as ``MUTUAL`` does (a presented certificate that fails
+  is not served), but serves a client that presents none. With ``subject_alt_names`` one of the client
   certificate's names must be listed; with ``spki_sha256`` / ``cert_sha256`` its public key or certificate must be
   one of those pinned. A client that fails any of it is not served (the handshake fails or the connection closes).
 - An HTTPS listener's ``tls`` also bounds the TLS version (``min_version``, ``max_version``) and the TLS 1.2 cipher
@@ -70,10 +73,19 @@ class ListenerProtocol(enum.Enum):
     TLS = "TLS"
     """TLS passthrough: routed by the ClientHello's server name, relayed undecrypted."""
     TCP = "TCP"
+    TLS_TERMINATE = "TLS_TERMINATE"
+    """TLS terminated as on HTTPS (certificates by SNI, client verification), then relayed as TCP: an Istio Gateway
+    server of protocol ``TLS`` with ``tls.mode`` ``SIMPLE``, ``MUTUAL``, ``OPTIONAL_MUTUAL`` or
+    ``ISTIO_MUTUAL``."""
 
     @property
     def carries_http(self) -> bool:
         return self in (ListenerProtocol.HTTP, ListenerProtocol.HTTPS)
+
+    @property
+    def terminates_tls(self) -> bool:
+        """The gateway holds the listener's certificates and terminates TLS (``tls`` applies)."""
+        return self in (ListenerProtocol.HTTPS, ListenerProtocol.TLS_TERMINATE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,10 +100,22 @@ class TlsMode(enum.Enum):
     SIMPLE = "SIMPLE"
     MUTUAL = "MUTUAL"
     ISTIO_MUTUAL = "ISTIO_MUTUAL"
+    OPTIONAL_MUTUAL = "OPTIONAL_MUTUAL"
 
     @property
     def verifies_clients(self) -> bool:
+        """A client certificate is asked for and, when presented, verified."""
         return self is not TlsMode.SIMPLE
+
+    @property
+    def requires_client_certificate(self) -> bool:
+        """A client without a certificate is refused (Envoy's ``require_client_certificate``)."""
+        return self in (TlsMode.MUTUAL, TlsMode.ISTIO_MUTUAL)
+
+    @property
+    def takes_ca(self) -> bool:
+        """The listener's clients chain to a CA of its own (``ca_pem``)."""
+        return self in (TlsMode.MUTUAL, TlsMode.OPTIONAL_MUTUAL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +124,7 @@ class ListenerTls:
 
     mode: TlsMode = TlsMode.SIMPLE
     ca_pem: bytes = b""
-    """``MUTUAL``: the PEM certificates a client's chain must end at."""
+    """``MUTUAL`` and ``OPTIONAL_MUTUAL``: the PEM certificates a client's chain must end at."""
     subject_alt_names: tuple[str, ...] = ()
     """Names of which the client certificate must carry one (DNS, URI, e-mail or IP), exactly as written."""
     spki_sha256: tuple[bytes, ...] = ()

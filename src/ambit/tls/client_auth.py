@@ -11,7 +11,9 @@ Rules (Envoy's ``CertificateValidationContext`` as Istio fills it for a gateway 
 
 1. ``SIMPLE``: every client is served, with no identity.
 2. Otherwise the client must have presented a certificate, and OpenSSL must have verified its chain to an anchor
-   the listener trusts (``MUTUAL``: one of ``ca_pem``'s certificates; ``ISTIO_MUTUAL``: one of the mesh roots).
+   the listener trusts (``MUTUAL`` and ``OPTIONAL_MUTUAL``: one of ``ca_pem``'s certificates; ``ISTIO_MUTUAL``: one
+   of the mesh roots). ``OPTIONAL_MUTUAL`` serves a client that presented none, with no identity; one that
+   presented a certificate is judged by every rule here, as under ``MUTUAL``.
    A chain that cannot be read (a resumed session carries none) is refused: fail closed.
 3. ``subject_alt_names``: one of the certificate's DNS, URI, e-mail or IP names equals one listed (DNS names
    compare case-insensitively, and a ``*.`` wildcard DNS name in the certificate covers one label, as Envoy's
@@ -98,7 +100,7 @@ def judge_client(
     if tls.mode is TlsMode.SIMPLE:
         return ClientAccepted()
     if peer_der is None:
-        return ClientRefused("no client certificate")
+        return ClientRefused("no client certificate") if tls.mode.requires_client_certificate else ClientAccepted()
     if not verified:
         return ClientRefused("the client certificate's verified chain is not known")
     if verified[-1] not in anchors or verified[0] != peer_der:

@@ -83,14 +83,15 @@ def edge_server_context(cert_pem: bytes, key_pem: bytes) -> ssl.SSLContext:
     return context
 
 
-def edge_client_ca(context: ssl.SSLContext, ca_pem: bytes) -> None:
-    """Make an edge server context require a client certificate chaining to ``ca_pem`` (a mutual-TLS listener).
-    :class:`CertificateError` when the bundle does not load."""
+def edge_client_ca(context: ssl.SSLContext, ca_pem: bytes, *, required: bool = True) -> None:
+    """Make an edge server context verify client certificates against ``ca_pem`` (a mutual-TLS listener), and
+    require one unless ``required`` is False (``OPTIONAL_MUTUAL``: a presented certificate must still chain to
+    ``ca_pem``). :class:`CertificateError` when the bundle does not load."""
     try:
         context.load_verify_locations(cadata=ca_pem.decode("ascii"))
     except (ssl.SSLError, ValueError) as exc:
         raise CertificateError(f"cannot load a listener's client CA: {exc}") from None
-    context.verify_mode = ssl.CERT_REQUIRED
+    context.verify_mode = ssl.CERT_REQUIRED if required else ssl.CERT_OPTIONAL
     _no_resumption(context)
 
 

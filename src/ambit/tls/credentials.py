@@ -37,6 +37,7 @@ __all__ = [
     "CredentialProblem",
     "TlsCredential",
     "read_ca_bundle",
+    "read_ca_config_map",
     "read_istio_credential",
     "read_pem_pair",
     "read_tls_secret",
@@ -131,6 +132,20 @@ def read_ca_bundle(secret: Mapping[str, Any]) -> bytes | CredentialProblem:
         x509.load_pem_x509_certificates(pem)
     except ValueError:
         return CredentialProblem(f"its {key} holds no PEM certificate")
+    return pem
+
+
+def read_ca_config_map(config_map: Mapping[str, Any]) -> bytes | CredentialProblem:
+    """The PEM certificates of a ConfigMap's ``ca.crt`` (a Gateway's ``caCertificateRefs``), or what is wrong."""
+    data = config_map.get("data")
+    text = data.get("ca.crt") if isinstance(data, Mapping) else None
+    if not isinstance(text, str) or not text:
+        return CredentialProblem("it has no ca.crt")
+    pem = text.encode("utf-8", "replace")
+    try:
+        x509.load_pem_x509_certificates(pem)
+    except ValueError:
+        return CredentialProblem("its ca.crt holds no PEM certificate")
     return pem
 
 

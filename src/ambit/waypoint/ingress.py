@@ -23,7 +23,9 @@ HBONE pool, telemetry and admin endpoints) that, instead of an HBONE listener, s
 - Connections on a TLS (passthrough) or TCP port are routed whole (:mod:`ambit.waypoint.ingress_connections`):
   the ClientHello's server name, read without terminating TLS, picks the virtual host of a TLS port; the bytes
   are relayed to one endpoint of a weighted backend over HBONE. A connection nothing routes is closed; the
-  reasons are counted (``connection_refusals`` in the config dump).
+  reasons are counted (``connection_refusals`` in the config dump). A TLS_TERMINATE port terminates TLS as an
+  HTTPS port does (the same listener pick by SNI, certificates and client verdict), then relays the decrypted
+  bytes as a TCP port does, to the backend of the listener its handshake picked.
 - Bounds: at most ``max_connections`` connections at once over all listeners, and ``max_connections_per_peer``
   from one client address; more are accepted and closed at once (counted). A TLS handshake takes at most
   :data:`HANDSHAKE_TIMEOUT`, a passthrough ClientHello ``sniff_timeout`` and 16 KiB; an idle connection lasts
@@ -222,7 +224,7 @@ class IngressGateway(Waypoint):
         tls = {
             port: PortTls(port, router, self._mesh_certificate, self.identity.trust_domain)
             for port, proto in router.ports().items()
-            if proto is ListenerProtocol.HTTPS
+            if proto.terminates_tls
         }
         self.router, self._tls = router, tls
         self.context.routes.replace(
@@ -331,8 +333,9 @@ class IngressGateway(Waypoint):
         with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
             await asyncio.wait_for(self.startup.ready.wait(), self.settings.limits.startup_wait)
         listeners = self.router.listeners_on(port)
-        if listeners and not listeners[0].protocol.carries_http:
-            await self._serve_connection(sock, port, listeners[0].protocol, f"{peer[0]}:{peer[1]}", local)
+        protocol = listeners[0].protocol if listeners else ListenerProtocol.HTTP
+        if not protocol.carries_http and not protocol.terminates_tls:
+            await self._serve_connection(sock, port, protocol, f"{peer[0]}:{peer[1]}", local)
             return
         stream: ByteStream
         listener_name = ""
@@ -365,6 +368,9 @@ class IngressGateway(Waypoint):
             h2 = tls_object.selected_alpn_protocol() == "h2"
             stream = _TransportStream(reader, writer)
             prefix = b""
+            if protocol is ListenerProtocol.TLS_TERMINATE:
+                await self._relay_terminated(stream, port, listener_name, f"{peer[0]}:{peer[1]}", local, client, mtls)
+                return
         else:
             stream = SocketStream(sock)
             prefix, spoken = await read_preface(stream, self.settings.limits.sniff_timeout)
@@ -384,6 +390,11 @@ class IngressGateway(Waypoint):
                 await serve_http2(self.context, tunnel, stream, prefix)
             else:
                 await serve_http1(self.context, tunnel, stream, prefix)
+        except asyncio.CancelledError:
+            # the gateway is closing: a TLS close would wait for the client's close_notify (asyncio allows it
+            # 30 s), which a client holding its connection open never sends
+            stream.abort()
+            raise
         finally:
             with contextlib.suppress(Exception):
                 await stream.aclose()
@@ -425,6 +436,45 @@ class IngressGateway(Waypoint):
         stream = SocketStream(sock)
         try:
             await relay_to(self.context, tunnel, endpoint, stream, prefix, policy)
+        finally:
+            with contextlib.suppress(Exception):
+                await stream.aclose()
+
+    async def _relay_terminated(
+        self,
+        stream: _TransportStream,
+        port: int,
+        listener_name: str,
+        peer: str,
+        local: tuple[Any, ...],
+        client: SpiffeId | None,
+        mtls: bool,
+    ) -> None:
+        """A connection on a TLS_TERMINATE port, its handshake done and its client admitted: the decrypted bytes
+        relayed as on a TCP port (:mod:`ambit.waypoint.ingress_connections`), to the backend of the listener the
+        handshake picked; the client's mesh identity (``ISTIO_MUTUAL``) is the connection's for policies."""
+        try:
+            planned = plan_backend(self.router, port, "", self.context.random(), listener_name)
+            found = planned if isinstance(planned, Closed) else find_connection_endpoint(self.context, planned, peer)
+            if isinstance(found, Closed):
+                self.connection_refusals["no route" if found is planned else "no endpoint"] += 1
+                log.debug("connection from %s on :%d closed: %s", peer, port, found.reason)
+                stream.abort()
+                return
+            endpoint, policy = found
+            tunnel = Tunnel(
+                ServiceTarget(self._listener_service(listener_name, port), port, AppProtocol.TCP),
+                f"{local[0]}:{local[1]}",
+                client,
+                peer,
+                None,
+                reporter=Reporter.SOURCE,
+                mtls=mtls,
+            )
+            await relay_to(self.context, tunnel, endpoint, stream, b"", policy)
+        except asyncio.CancelledError:
+            stream.abort()  # shutting down: no TLS close exchange (see _serve)
+            raise
         finally:
             with contextlib.suppress(Exception):
                 await stream.aclose()

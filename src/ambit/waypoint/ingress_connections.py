@@ -1,10 +1,13 @@
-"""Connections on the ingress gateway's TLS (passthrough) and TCP listeners: routed whole, relayed as bytes.
+"""Connections on the ingress gateway's TLS (passthrough), TCP and TLS_TERMINATE listeners: routed whole, relayed as
+bytes.
 
 Theory of operation: a TLS passthrough listener never terminates TLS. It reads the client's ClientHello
 (:func:`read_hello`, sans-IO parsing by :func:`ambit.tls.clienthello.read_client_hello`) only to learn the server
 name, picks the virtual host with it (:meth:`~ambit.waypoint.ingress_routing.IngressRouter.find_connection_route`),
 and relays the connection, ClientHello included, to one endpoint of the chosen backend over HBONE, where the
-backend terminates TLS. A TCP listener does the same without reading anything first.
+backend terminates TLS. A TCP listener does the same without reading anything first. A TLS_TERMINATE listener
+terminates TLS as an HTTPS listener does (:mod:`ambit.waypoint.ingress_tls`: the server name picks the listener and
+its certificate, its clients are verified) and relays the decrypted bytes as a TCP listener would.
 
 Rules:
 
@@ -73,9 +76,12 @@ async def read_hello(
         raise HelloRefusedError(f"no whole ClientHello within {timeout:g}s") from None
 
 
-def plan_backend(router: IngressRouter, port: int, server_name: str, random: float) -> BackendService | Closed:
-    """Rule 2, with ``random`` in [0, 1) for the weighted draw."""
-    route = router.find_connection_route(port, server_name)
+def plan_backend(
+    router: IngressRouter, port: int, server_name: str, random: float, listener: str = ""
+) -> BackendService | Closed:
+    """Rule 2, with ``random`` in [0, 1) for the weighted draw; ``listener`` the listener a terminating handshake
+    picked (empty: pick by ``server_name``)."""
+    route = router.find_connection_route(port, server_name, listener)
     if route is None:
         return Closed(f"no route for server name {server_name!r}" if server_name else "no route")
     chosen = choose_weighted(route.tcp_backends, random)

@@ -26,7 +26,9 @@ Rules:
 6. A connection on a TLS (passthrough) or TCP port: :meth:`IngressRouter.find_connection_route` picks the listener
    by the ClientHello's server name (empty for TCP, or a hello without one) as in rule 1, then the virtual host
    that covers the name most specifically (``*`` covers a missing name too); it must have backends. Which backend
-   takes the connection is the weighted draw of :func:`~ambit.waypoint.destinations.choose_weighted`.
+   takes the connection is the weighted draw of :func:`~ambit.waypoint.destinations.choose_weighted`. On a
+   TLS_TERMINATE port the handshake has picked the listener already (as for HTTPS): that listener, named, is
+   taken instead of picking again, and its virtual host is chosen the same way.
 """
 
 from __future__ import annotations
@@ -107,10 +109,13 @@ class IngressRouter:
         """Rule 1."""
         return _pick(self._ports.get(port, ()), name.lower().rstrip("."))
 
-    def find_connection_route(self, port: int, server_name: str) -> VirtualHost | None:
+    def find_connection_route(self, port: int, server_name: str, listener_name: str = "") -> VirtualHost | None:
         """Rule 6: the virtual host whose ``tcp_backends`` take a connection on ``port`` asking for
-        ``server_name`` (lower-case; empty for none), or None: no listener or route takes it."""
-        listener = self.pick_listener(port, server_name)
+        ``server_name`` (lower-case; empty for none), or None: no listener or route takes it. ``listener_name``:
+        the listener a TLS handshake picked (TLS_TERMINATE), else empty."""
+        listener = next((item for item in self.listeners_on(port) if item.name == listener_name), None)
+        if listener is None:
+            listener = self.pick_listener(port, server_name)
         if listener is None or listener.protocol.carries_http:
             return None
         best: tuple[int, VirtualHost] | None = None

@@ -3,19 +3,21 @@ ends with is served.
 
 Theory of operation: one :class:`PortTls` per HTTPS port, built with each
 :class:`~ambit.model.ingress.GatewayConfig` (a new config replaces it whole; handshakes under way keep theirs).
-Every connection starts on the port's dispatch context
-(:func:`~ambit.tls.contexts.edge_dispatch_context`); its server-name callback picks the listener
-(:meth:`~ambit.waypoint.ingress_routing.IngressRouter.pick_listener`) and switches to that listener's context: for
-``SIMPLE`` and ``MUTUAL`` the first of its certificates whose names cover the server name (else its first), a
-``MUTUAL`` one trusting the listener's CA; for ``ISTIO_MUTUAL`` the context of the gateway's current mesh
-certificate (built once per certificate, so a rotated certificate is served from the next handshake). After the
-handshake :meth:`PortTls.admit` judges the client with :func:`~ambit.tls.client_auth.judge_client`.
+Every connection starts on the port's dispatch context (:func:`~ambit.tls.contexts.edge_dispatch_context`); its
+server-name callback picks the listener (:meth:`~ambit.waypoint.ingress_routing.IngressRouter.pick_listener`) and
+switches to that listener's context: for ``SIMPLE``, ``MUTUAL`` and ``OPTIONAL_MUTUAL`` the first of its
+certificates whose names cover the server name (else its first), a ``MUTUAL`` or ``OPTIONAL_MUTUAL`` one trusting
+the listener's CA; for ``ISTIO_MUTUAL`` the context of the gateway's current mesh certificate (built once per
+certificate, so a rotated certificate is served from the next handshake). After the handshake
+:meth:`PortTls.admit` judges the client with :func:`~ambit.tls.client_auth.judge_client`.
 
 Rules:
 
-1. A port any of whose listeners verifies clients ("a verifying port") asks every client for a certificate and
-   resumes no session (OpenSSL keeps the first context's verify mode and session settings across the switch:
-   see :func:`~ambit.tls.contexts.edge_dispatch_context`).
+1. A port any of whose listeners verifies clients ("a verifying port") asks every client for a certificate
+   (optionally: a client without one completes the handshake and is judged by the picked listener, which serves
+   it only under ``OPTIONAL_MUTUAL``; a certificate presented that does not chain to the picked listener's CA
+   fails the handshake) and resumes no session (OpenSSL keeps the first context's verify mode and session
+   settings across the switch: see :func:`~ambit.tls.contexts.edge_dispatch_context`).
 2. A handshake whose server name picks no listener fails (``unrecognized_name``), except on a port that verifies
    no clients, where a client sending no server name gets the first listener's first certificate and its
    requests are routed by their host among the port's listeners (as before client verification existed). On a
@@ -69,7 +71,8 @@ class Admitted:
     listener: str
     verdict: ClientAccepted
     mutual: bool = False
-    """The listener verified the client's certificate (``MUTUAL``, ``ISTIO_MUTUAL``)."""
+    """The listener verified the client's certificate (``MUTUAL``, ``ISTIO_MUTUAL``; ``OPTIONAL_MUTUAL`` when the
+    client presented one)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,8 +87,8 @@ def _static_contexts(listener: IngressListener) -> list[tuple[TlsCredential, ssl
         try:
             context = edge_server_context(cert.cert_pem, cert.key_pem)
             _bound(context, listener.tls)
-            if listener.tls.mode is TlsMode.MUTUAL:
-                edge_client_ca(context, listener.tls.ca_pem)
+            if listener.tls.mode.takes_ca:
+                edge_client_ca(context, listener.tls.ca_pem, required=listener.tls.mode.requires_client_certificate)
         except CertificateError as exc:
             log.warning("listener %s: certificate %d not served: %s", listener.name, i, exc)
             continue
@@ -224,4 +227,5 @@ class PortTls:
         )
         if isinstance(verdict, ClientRefused):
             return verdict
-        return Admitted(picked.listener.name, verdict, picked.listener.tls.mode.verifies_clients)
+        presented = tls.getpeercert(binary_form=True) is not None
+        return Admitted(picked.listener.name, verdict, picked.listener.tls.mode.verifies_clients and presented)

@@ -9,14 +9,15 @@ keeps serving what it had.
 Rules:
 
 1. The resource name is the body's ``gateway`` (``namespace/name``); a resource whose name disagrees is refused.
-2. A listener has a name, a port 1..65535 and a known protocol; an HTTPS listener has at least one certificate,
-   each with a non-empty chain and key (whether they load is the TLS layer's judgement, when the gateway builds
-   its contexts), except an ``ISTIO_MUTUAL`` one, which has none (it serves the gateway's own). HTTP rules belong
-   to HTTP and HTTPS listeners, TCP backends to TLS and TCP listeners; a listener with the other kind is refused.
-   Client verification (``tls``) belongs to HTTPS listeners: a known mode, a CA for ``MUTUAL`` and none otherwise,
-   32-byte digests, versions 0, ``0x0303`` or ``0x0304`` (the lowest not above the highest), cipher suites named
-   with letters, digits, ``-`` and ``_``; a listener of another protocol with it, or ``https_redirect`` on a
-   virtual host of a non-HTTP listener, is refused.
+2. A listener has a name, a port 1..65535 and a known protocol; a listener terminating TLS (HTTPS,
+   TLS_TERMINATE) has at least one certificate, each with a non-empty chain and key (whether they load is the TLS
+   layer's judgement, when the gateway builds its contexts), except an ``ISTIO_MUTUAL`` one, which has none (it
+   serves the gateway's own); other listeners have none. HTTP rules belong to HTTP and HTTPS listeners, TCP
+   backends to TLS, TCP and TLS_TERMINATE listeners; a listener with the other kind is refused. Client
+   verification (``tls``) belongs to listeners terminating TLS: a known mode, a CA for ``MUTUAL`` and
+   ``OPTIONAL_MUTUAL`` and none otherwise, 32-byte digests, versions 0, ``0x0303`` or ``0x0304`` (the lowest not
+   above the highest), cipher suites named with letters, digits, ``-`` and ``_``; a listener of another protocol
+   with it, or ``https_redirect`` on a virtual host of a non-HTTP listener, is refused.
 3. A virtual host's hostname is ``*``, a name, or ``*.`` and a name, without whitespace.
 4. Policies, RequestAuthentications and destination rules are judged as a waypoint's
    (:mod:`ambit.xds.waypoint_policies`, :mod:`ambit.xds.requestauth`, :mod:`ambit.xds.destinationrules`).
@@ -57,9 +58,15 @@ _PROTOCOLS = {
     ListenerProtocol.HTTPS: pb.HTTPS,
     ListenerProtocol.TLS: pb.TLS,
     ListenerProtocol.TCP: pb.TCP,
+    ListenerProtocol.TLS_TERMINATE: pb.TLS_TERMINATE,
 }
 _PROTOCOL_NAMES = {v: k for k, v in _PROTOCOLS.items()}
-_TLS_MODES = {TlsMode.SIMPLE: pb.SIMPLE, TlsMode.MUTUAL: pb.MUTUAL, TlsMode.ISTIO_MUTUAL: pb.ISTIO_MUTUAL}
+_TLS_MODES = {
+    TlsMode.SIMPLE: pb.SIMPLE,
+    TlsMode.MUTUAL: pb.MUTUAL,
+    TlsMode.ISTIO_MUTUAL: pb.ISTIO_MUTUAL,
+    TlsMode.OPTIONAL_MUTUAL: pb.OPTIONAL_MUTUAL,
+}
 _TLS_MODE_NAMES = {v: k for k, v in _TLS_MODES.items()}
 _TLS_VERSIONS = frozenset({0, 0x0303, 0x0304})
 _CIPHER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
@@ -114,9 +121,9 @@ def _tls(reader: RouteReader, field: str, message: pb.ListenerTls) -> ListenerTl
     mode = _TLS_MODE_NAMES.get(message.mode)
     if mode is None:
         raise reader.fail(f"{field}.mode", f"unknown TLS mode {message.mode}")
-    if mode is TlsMode.MUTUAL and not message.ca_pem:
-        raise reader.fail(f"{field}.ca_pem", "a MUTUAL listener needs the CA its clients chain to")
-    if mode is not TlsMode.MUTUAL and message.ca_pem:
+    if mode.takes_ca and not message.ca_pem:
+        raise reader.fail(f"{field}.ca_pem", f"a {mode.value} listener needs the CA its clients chain to")
+    if not mode.takes_ca and message.ca_pem:
         raise reader.fail(f"{field}.ca_pem", f"a {mode.value} listener takes no CA")
     for key in ("spki_sha256", "cert_sha256"):
         for i, digest in enumerate(getattr(message, key)):
@@ -162,12 +169,14 @@ def _listener(reader: RouteReader, field: str, message: pb.Listener) -> IngressL
             raise reader.fail(f"{field}.certificates[{i}]", "a certificate needs a chain and a key")
         certificates.append(IngressCertificate(cert.cert_pem, cert.key_pem))
     tls = _tls(reader, f"{field}.tls", message.tls) if message.HasField("tls") else ListenerTls()
-    if tls != ListenerTls() and protocol is not ListenerProtocol.HTTPS:
+    if tls != ListenerTls() and not protocol.terminates_tls:
         raise reader.fail(f"{field}.tls", f"a {protocol.value} listener takes no client verification")
+    if certificates and not protocol.terminates_tls:
+        raise reader.fail(f"{field}.certificates", f"a {protocol.value} listener takes no certificates")
     if tls.mode is TlsMode.ISTIO_MUTUAL and certificates:
         raise reader.fail(f"{field}.certificates", "an ISTIO_MUTUAL listener serves the gateway's own certificate")
-    if protocol is ListenerProtocol.HTTPS and not certificates and tls.mode is not TlsMode.ISTIO_MUTUAL:
-        raise reader.fail(f"{field}.certificates", "an HTTPS listener needs a certificate")
+    if protocol.terminates_tls and not certificates and tls.mode is not TlsMode.ISTIO_MUTUAL:
+        raise reader.fail(f"{field}.certificates", f"an {protocol.value} listener needs a certificate")
     hosts = []
     for i, vhost in enumerate(message.virtual_hosts):
         if not _HOSTNAME.match(vhost.hostname):

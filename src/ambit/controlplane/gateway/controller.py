@@ -79,8 +79,9 @@ from ambit.controlplane.gateway.status import (
     plan_status,
 )
 from ambit.controlplane.status import rfc3339
-from ambit.controlplane.translate.listeners import judge_listeners
+from ambit.controlplane.translate.listeners import frontend_config_maps, judge_listeners
 from ambit.controlplane.translate.waypoints import WAYPOINT_CLASS
+from ambit.controlplane.view import CREDENTIAL_SECRETS
 from ambit.errors import AmbitError
 from ambit.k8s import (
     Informer,
@@ -117,6 +118,7 @@ OPTIONAL_KINDS = (
     kinds.GATEWAYS,
     kinds.GATEWAY_CLASSES,
     kinds.HTTP_ROUTES,
+    kinds.GRPC_ROUTES,
     kinds.TLS_ROUTES,
     kinds.TCP_ROUTES,
     kinds.SECRETS,
@@ -125,7 +127,9 @@ OPTIONAL_KINDS = (
     *OPTIONAL_OWNED_KINDS,
 )
 OWNED_SELECTOR = f"{MANAGED_LABEL} in ({CONTROLLER_LABEL},{GATEWAY_CONTROLLER_LABEL})"
-TLS_SECRETS = "type=kubernetes.io/tls"
+TLS_SECRETS = CREDENTIAL_SECRETS
+"""The Secrets a listener's ``certificateRefs`` or ``caCertificateRefs`` may name: those the translation sees, so
+a listener's status and what is served agree."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,7 +234,7 @@ class GatewayController:
             self._dirty.set()
             return
         for gateway in self._items(kinds.GATEWAYS):
-            if parameters_ref(gateway) == (namespace, name):
+            if parameters_ref(gateway) == (namespace, name) or (namespace, name) in frontend_config_maps(gateway):
                 self._dirty.set()
                 return
 
@@ -386,6 +390,7 @@ class GatewayController:
         if is_ingress(gateway):
             by_kind = {
                 "HTTPRoute": routes,
+                "GRPCRoute": self._items(kinds.GRPC_ROUTES),
                 "TLSRoute": self._items(kinds.TLS_ROUTES),
                 "TCPRoute": self._items(kinds.TCP_ROUTES),
             }
@@ -396,7 +401,7 @@ class GatewayController:
             wanted = ingress_status(
                 gateway,
                 found,
-                judge_listeners(gateway, self.find_secret),
+                judge_listeners(gateway, self.find_secret, self.find_config_map),
                 host=host,
                 addresses=ingress_addresses(self.find(kinds.SERVICES, namespace, name), host),
                 attached=attached,
@@ -412,8 +417,12 @@ class GatewayController:
         return self.find(kinds.NAMESPACES, "", str(name)) if name else None
 
     def find_secret(self, namespace: str, name: str) -> Obj | None:
-        """A ``kubernetes.io/tls`` Secret as last seen (None when Secrets cannot be read)."""
+        """A credential Secret as last seen (None when Secrets cannot be read)."""
         return self.find(kinds.SECRETS, namespace, name)
+
+    def find_config_map(self, namespace: str, name: str) -> Obj | None:
+        """A ConfigMap as last seen (a Gateway's frontend ``caCertificateRefs``)."""
+        return self.find(kinds.CONFIG_MAPS, namespace, name)
 
     async def _deploy(self, gateway: Obj) -> Deployed | None:
         """Apply one Gateway's objects; what was found, or None when a write lost a race (to be retried)."""

@@ -22,11 +22,13 @@ Rules:
    waypoint candidate (a "sandwich", :mod:`ambit.controlplane.translate.waypoints` rule 1).
 4. One listener status per judged listener: ``attachedRoutes`` as counted by the caller, ``supportedKinds`` (an
    accepted listener's, by :mod:`ambit.controlplane.translate.route_kinds` among the kinds the ingress serves:
-   HTTPRoute, TLSRoute on TLS passthrough and TCPRoute on TCP; it routes no GRPCRoute, so it claims none), and
-   conditions ``Accepted``, ``Conflicted``,
-   ``ResolvedRefs`` from the judgement (False/``InvalidRouteKinds`` instead when ``allowedRoutes.kinds`` names a
-   kind it does not support, as istiod overrides it) and ``Programmed`` True exactly when the listener is ready
-   (else False/``Invalid``).
+   HTTPRoute and GRPCRoute on HTTP and HTTPS, TLSRoute on TLS passthrough and TCPRoute on TCP), and conditions
+   ``Accepted``, ``Conflicted``, ``ResolvedRefs`` from the judgement (False/``InvalidRouteKinds`` instead when
+   ``allowedRoutes.kinds`` names a kind it does not support, as istiod overrides it) and ``Programmed`` True
+   exactly when the listener is ready (else False/``Invalid``).
+5. A Gateway whose ``spec.tls.frontend`` validates some port in ``AllowInsecureFallback`` mode has the condition
+   ``InsecureFrontendValidationMode`` True (``ConfigurationChanged``), as istiod writes it; otherwise the condition
+   is removed (``retired``, :func:`~.status.plan_status` rule 5).
 """
 
 from __future__ import annotations
@@ -42,10 +44,16 @@ from ambit.controlplane.gateway.status import (
     invalid_parameters,
     listeners_of,
 )
-from ambit.controlplane.translate.listeners import JudgedListener
+from ambit.controlplane.translate.listeners import INSECURE_FALLBACK, JudgedListener
 from ambit.controlplane.translate.route_kinds import INGRESS_ROUTE_KINDS, INVALID_ROUTE_KINDS, supported_kinds
 
-__all__ = ["ingress_addresses", "ingress_attached_routes", "ingress_status", "load_balancer_addresses"]
+__all__ = [
+    "ingress_addresses",
+    "ingress_attached_routes",
+    "ingress_status",
+    "insecure_frontend",
+    "load_balancer_addresses",
+]
 
 
 def load_balancer_addresses(service: Mapping[str, Any] | None) -> tuple[dict[str, str], ...]:
@@ -89,6 +97,27 @@ def ingress_attached_routes(gateway: Mapping[str, Any], routes: Mapping[str, Seq
     return out
 
 
+INSECURE_FRONTEND = "InsecureFrontendValidationMode"
+
+
+def insecure_frontend(gateway: Mapping[str, Any]) -> bool:
+    """Rule 5: the Gateway's ``spec.tls.frontend`` validates some port with ``AllowInsecureFallback``."""
+    spec = gateway.get("spec")
+    tls = spec.get("tls") if isinstance(spec, Mapping) else None
+    frontend = tls.get("frontend") if isinstance(tls, Mapping) else None
+    if not isinstance(frontend, Mapping):
+        return False
+    per_port = frontend.get("perPort")
+    configs = [frontend.get("default")]
+    configs += [p.get("tls") for p in (per_port if isinstance(per_port, list) else ()) if isinstance(p, Mapping)]
+    return any(
+        isinstance(c, Mapping)
+        and isinstance(c.get("validation"), Mapping)
+        and c["validation"].get("mode") == INSECURE_FALLBACK
+        for c in configs
+    )
+
+
 def ingress_status(
     gateway: Mapping[str, Any],
     found: Deployed,
@@ -129,6 +158,11 @@ def ingress_status(
             "Programmed", True, "Programmed", f"Resource programmed, assigned to service(s) {host}:{ports}", generation
         )
     status: dict[str, Any] = {"conditions": [accepted, programmed]}
+    if insecure_frontend(gateway):
+        message = "Gateway is operating in AllowInsecureFallback mode for frontend validation"
+        status["conditions"].append(condition(INSECURE_FRONTEND, True, "ConfigurationChanged", message, generation))
+    else:
+        status["retired"] = [INSECURE_FRONTEND]
     status["addresses"] = [dict(a) for a in addresses] if found.problem is None and addresses else None
     raw = {str(item.get("name")): item for item in listeners_of(gateway)}
     status["listeners"] = [

@@ -27,7 +27,9 @@ Rules:
    False/``NoConflicts``, ``Programmed`` True and ``ResolvedRefs`` True, or False/``InvalidRouteKinds`` when its
    ``allowedRoutes.kinds`` names a kind it does not support.
 5. ``lastTransitionTime`` changes only when a condition's status flips or it is new; conditions of other types
-   (another controller's) are kept. Nothing is written when everything but the transition times is as wanted.
+   (another controller's) are kept, except the types the wanted status lists as ``retired`` (ours, no longer
+   true: removed, as istiod removes them). Nothing is written when everything but the transition times is as
+   wanted.
 6. A GatewayClass handled by this controller gets ``Accepted`` True/``Accepted`` "Handled by Istio controller".
 """
 
@@ -209,8 +211,10 @@ def plan_status(obj: Obj, wanted: Mapping[str, Any], now: str) -> dict[str, Any]
     out: dict[str, Any] = {}
     changed = False
     conditions, differs = _merge_conditions(status.get("conditions"), wanted.get("conditions") or (), now)
-    out["conditions"] = conditions
-    changed |= differs
+    retired = wanted.get("retired") or ()
+    kept = [c for c in conditions if c.get("type") not in retired]
+    out["conditions"] = kept
+    changed |= differs or len(kept) != len(conditions)
     if "listeners" in wanted:
         have = status.get("listeners")
         old_listeners = {

@@ -443,9 +443,15 @@ def translate_all(
         (str((s.get("metadata") or {}).get("namespace")), str((s.get("metadata") or {}).get("name"))): s
         for s in secrets
     }
+    config_map_by_key = {
+        (str((c.get("metadata") or {}).get("namespace")), str((c.get("metadata") or {}).get("name"))): c
+        for c in config_maps
+    }
     ingress = translate_ingress(
+        find_config_map=lambda namespace, name: config_map_by_key.get((namespace, name)),
         gateways=gateway_list,
         http_routes=http_routes,
+        grpc_routes=grpc_routes,
         tls_routes=tls_routes,
         tcp_routes=tcp_routes,
         k8s_services=k8s_services,
@@ -537,10 +543,7 @@ def translate_all(
     backend_rules = generated_destination_rules(
         backend_tls_policies, service_list, entry_objects, domain=domain, skips=skips
     )
-    config_map_table = {
-        (str((c.get("metadata") or {}).get("namespace")), str((c.get("metadata") or {}).get("name"))): c
-        for c in config_maps
-    }
+    config_map_table = config_map_by_key
 
     def find_credential(namespace: str, name: str) -> Mapping[str, Any] | None:
         if name.startswith(CONFIG_MAP_CREDENTIAL):

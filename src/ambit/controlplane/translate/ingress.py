@@ -1,4 +1,4 @@
-"""Ingress Gateways (class ``istio``) and their HTTPRoutes, TLSRoutes and TCPRoutes → each gateway's
+"""Ingress Gateways (class ``istio``) and their HTTPRoutes, GRPCRoutes, TLSRoutes and TCPRoutes → each gateway's
 :class:`~ambit.model.ingress.GatewayConfig`, who may read it, and the routes' parent status (spec §1.5, §10.3).
 
 Theory of operation: :func:`translate_ingress` judges each ingress Gateway's listeners with the same judgement
@@ -14,9 +14,13 @@ Rules:
    :mod:`ambit.controlplane.translate.routes`).
 2. A listener takes the route when the parentRef's ``sectionName`` and ``port``, when given, are the listener's,
    the listener is ready, its ``supportedKinds`` (:mod:`ambit.controlplane.translate.route_kinds`, among the kinds
-   an ingress serves: HTTPRoute on HTTP and HTTPS, TLSRoute on TLS passthrough, TCPRoute on TCP) hold the route's
-   kind, and its ``allowedRoutes.namespaces`` admits the route's namespace (``Same``, the default; ``All``;
-   ``Selector`` on the namespace's labels).
+   an ingress serves: HTTPRoute and GRPCRoute on HTTP and HTTPS, TLSRoute on TLS passthrough, TCPRoute on TCP)
+   hold the route's kind, and its ``allowedRoutes.namespaces`` admits the route's namespace (``Same``, the
+   default; ``All``; ``Selector`` on the namespace's labels). A GRPCRoute is an HTTPRoute for this: it attaches
+   to HTTP and HTTPS listeners only (istiod converts both into the listener's virtual hosts), its method matches
+   are paths and its entries share the virtual host's precedence order with the HTTPRoutes'
+   (:mod:`ambit.controlplane.translate.routerules` rules 7 and 9). A client reaches it over HTTP/2: with ALPN
+   ``h2`` on HTTPS, with prior knowledge (h2c) on HTTP.
 3. Hostnames: a route without ``hostnames`` serves the listener's hostname (``*`` for none). Otherwise each of its
    hostnames that the listener's hostname covers is served as written, and where a route's wildcard covers the
    listener's hostname, the listener's hostname is served. A route none of whose hostnames meets the listener's is
@@ -209,12 +213,14 @@ def translate_ingress(
     *,
     gateways: Iterable[Obj],
     http_routes: Iterable[Obj],
+    grpc_routes: Iterable[Obj] = (),
     tls_routes: Iterable[Obj] = (),
     tcp_routes: Iterable[Obj] = (),
     k8s_services: Iterable[Service],
     find_secret: SecretLookup,
     namespace_labels: Mapping[str, Mapping[str, str]],
     reference_grants: Iterable[Obj] = (),
+    find_config_map: SecretLookup | None = None,
 ) -> IngressTranslation:
     """Rules 1-7."""
     grants = list(reference_grants)
@@ -230,12 +236,17 @@ def translate_ingress(
             for item in (listeners if isinstance(listeners, list) else ())
             if isinstance(item, Mapping)
         }
-        judged = judge_listeners(gateway, find_secret)
+        judged = (
+            judge_listeners(gateway, find_secret, find_config_map)
+            if find_config_map is not None
+            else judge_listeners(gateway, find_secret)
+        )
         found[_key(gateway)] = _Gateway(gateway, _text(meta.get("namespace")), judged, raw, {}, {})
     services = {(s.namespace, s.name): s for s in k8s_services}
     statuses: list[RouteStatus] = []
     routes = [
         *(("HTTPRoute", o) for o in http_routes),
+        *(("GRPCRoute", o) for o in grpc_routes),
         *(("TLSRoute", o) for o in tls_routes),
         *(("TCPRoute", o) for o in tcp_routes),
     ]
@@ -348,6 +359,7 @@ def _config(key: str, gateway: _Gateway) -> GatewayConfig:
                 judged.hostname,
                 tuple(IngressCertificate(c.cert_pem, c.key_pem) for c in judged.credentials),
                 virtual_hosts,
+                judged.client_tls,
             )
         )
     return GatewayConfig(key, tuple(listeners))

@@ -16,10 +16,14 @@ Rules (1 and 2, which pods a Gateway selects and how they group into gateways, a
 
 3. Servers, merged over the Gateways of a group ordered by creation time, then namespace/name: ``port.number``
    1-65535; ``protocol`` (case-insensitive) ``HTTP``, ``HTTP2``, ``GRPC`` serve HTTP; ``HTTPS`` terminates TLS
-   with ``tls.mode`` ``SIMPLE``, ``MUTUAL`` or ``ISTIO_MUTUAL`` (rule 7); ``HTTPS`` or ``TLS`` with mode
-   ``PASSTHROUGH`` (the API's default) relay TLS routed by SNI; ``TCP`` relays. Other protocols and modes
-   (``OPTIONAL_MUTUAL``, ``AUTO_PASSTHROUGH``, ``TLS`` terminated) are skipped with the reason. A port serves one
-   kind of listener: the first server on a port fixes it and later servers of another kind are skipped.
+   with ``tls.mode`` ``SIMPLE``, ``MUTUAL``, ``OPTIONAL_MUTUAL`` or ``ISTIO_MUTUAL`` (rule 7); ``HTTPS`` or
+   ``TLS`` with mode ``PASSTHROUGH`` (the API's default) relay TLS routed by SNI; ``TCP`` relays. ``TLS`` with a
+   terminating mode terminates TLS as ``HTTPS`` does (rule 7) and relays the plain bytes by the VirtualServices'
+   ``tcp`` rules (``TLS_TERMINATE``, istiod's TCP server with TLS termination; Istio's validation refuses TLS
+   settings on a ``TCP`` server). Other protocols and modes (``AUTO_PASSTHROUGH``) are skipped with the reason. A
+   port serves one kind of listener: the first server on a port fixes it and later servers of another kind are
+   skipped (so a port does not mix TLS passthrough and terminated TLS servers, which istiod would put side by
+   side).
    The port a server names is a Service port (istiod's ``resolvePorts`` with the legacy selector): when a Service
    of the gateway pods' namespace selects them and has that port, the listener binds its numeric ``targetPort``
    (the first such Service by name; ``istio-ingressgateway`` maps 80 to 8080, so the proxy needs no privilege),
@@ -38,16 +42,23 @@ Rules (1 and 2, which pods a Gateway selects and how they group into gateways, a
    (istiod's ``RequireTls: ALL``); the flag means nothing on other servers. HTTPS ports: one listener per server
    host (its hostname picks by SNI; ``*`` takes the rest), with that server's certificate, client verification
    and the virtual hosts of that server; a host another server took on that port first is skipped. TCP ports:
-   one virtual host ``*`` with the first bound VirtualService's first ``tcp`` rule that holds for the port. TLS
+   one virtual host ``*`` with the first bound VirtualService's first ``tcp`` rule that holds for the port.
+   ``TLS_TERMINATE`` ports: one listener per server host as for HTTPS, each with one virtual host ``*`` whose
+   backends are those of the first ``tcp`` rule holding for the port of the first VirtualService bound to that
+   server (istiod's ``buildGatewayNetworkFiltersFromTCPRoutes``: the SNI picks the server, not the rule). TLS
    passthrough ports: a virtual host per ``sniHosts`` entry of the bound VirtualServices' ``tls`` rules that a
    server host covers, the first VirtualService in rule 5's order winning a name.
-7. TLS settings of an HTTPS server, read as istiod reads the ``credentialName`` Secret in the gateway pods'
-   namespace (:func:`~ambit.tls.credentials.read_istio_credential`): ``SIMPLE`` needs the certificate and key.
-   ``MUTUAL`` needs them and a CA bundle (``cacert`` or ``ca.crt``) from the Secret ``<credentialName>-cacert``
-   when it exists, else from the Secret itself (istiod's ``GetCaCert``). ``ISTIO_MUTUAL`` takes no
-   ``credentialName`` (the gateway serves its mesh certificate and trusts the mesh roots). ``subjectAltNames``,
+7. TLS settings of an HTTPS (or terminating TLS) server, read as istiod reads the ``credentialName`` Secret in the
+   gateway pods' namespace (:func:`~ambit.tls.credentials.read_istio_credential`): ``SIMPLE`` needs the
+   certificate and key.
+   ``MUTUAL`` and ``OPTIONAL_MUTUAL`` need them and a CA bundle (``cacert`` or ``ca.crt``) from the Secret
+   ``<credentialName>-cacert`` when it exists, else from the Secret itself (istiod's ``GetCaCert``).
+   ``ISTIO_MUTUAL`` takes no ``credentialName`` (the gateway serves its mesh certificate and trusts the mesh
+   roots). ``subjectAltNames``,
    ``verifyCertificateSpki`` (base64 SHA-256 of the public key) and ``verifyCertificateHash`` (hex SHA-256 of the
-   certificate, ``:`` allowed) restrict the clients of ``MUTUAL`` and ``ISTIO_MUTUAL`` servers.
+   certificate, ``:`` allowed) restrict the clients of ``MUTUAL``, ``OPTIONAL_MUTUAL`` and ``ISTIO_MUTUAL``
+   servers. ``OPTIONAL_MUTUAL`` is ``MUTUAL`` for a client that presents a certificate and serves one that
+   presents none (Envoy's ``require_client_certificate: false`` with a validation context, as istiod builds it).
    ``minProtocolVersion`` / ``maxProtocolVersion`` (``TLS_AUTO``, ``TLSV1_2``, ``TLSV1_3``) bound the version and
    ``cipherSuites`` (names from Istio's list, duplicates dropped) the TLS 1.2 suites of any terminating server; TLS
    below 1.2 is not served, so ``TLSV1_0`` and ``TLSV1_1`` are refused. A missing or bad Secret, CA, pin, version
@@ -164,6 +175,12 @@ def _server(gateway: Obj, index: int, raw: Any, pods_ns: str, find_secret: Secre
     if protocol in _HTTP_PROTOCOLS:
         redirect = tls.get("httpsRedirect") is True
         return _Server(gateway, key, index, number, ListenerProtocol.HTTP, hosts, https_redirect=redirect)
+    if protocol == "TLS" and mode in _TERMINATING:
+        try:
+            certificate, settings = _terminating_tls(tls, TlsMode(mode), f"{where}.tls", pods_ns, find_secret)
+        except BadField as bad:
+            return bad.field, bad.reason
+        return _Server(gateway, key, index, number, ListenerProtocol.TLS_TERMINATE, hosts, certificate, settings)
     if protocol == "TCP":
         return _Server(gateway, key, index, number, ListenerProtocol.TCP, hosts)
     if protocol in ("HTTPS", "TLS") and mode == "PASSTHROUGH":
@@ -175,7 +192,7 @@ def _server(gateway: Obj, index: int, raw: Any, pods_ns: str, find_secret: Secre
             return bad.field, bad.reason
         return _Server(gateway, key, index, number, ListenerProtocol.HTTPS, hosts, certificate, settings)
     if protocol in ("HTTPS", "TLS"):
-        supported = "SIMPLE, MUTUAL, ISTIO_MUTUAL (HTTPS) or PASSTHROUGH"
+        supported = "SIMPLE, MUTUAL, OPTIONAL_MUTUAL, ISTIO_MUTUAL or PASSTHROUGH"
         return f"{where}.tls.mode", f"TLS mode {mode} is not supported on {protocol}: {supported}"
     return f"{where}.port.protocol", f"protocol {protocol or '(none)'} is not supported: HTTP, HTTPS, GRPC, TCP, TLS"
 
@@ -296,9 +313,9 @@ def _terminating_tls(
         ca_name, ca_secret = name, secret
     ca = read_ca_bundle(ca_secret)
     if isinstance(ca, CredentialProblem):
-        raise BadField(named, f"MUTUAL needs a CA: Secret {pods_ns}/{ca_name}: {ca.message}")
+        raise BadField(named, f"{mode.value} needs a CA: Secret {pods_ns}/{ca_name}: {ca.message}")
     return certificate, replace(
-        bounds, mode=TlsMode.MUTUAL, ca_pem=ca, subject_alt_names=sans, spki_sha256=spki, cert_sha256=hashes
+        bounds, mode=mode, ca_pem=ca, subject_alt_names=sans, spki_sha256=spki, cert_sha256=hashes
     )
 
 
@@ -515,7 +532,7 @@ def translate_istio_gateways(
             elif protocol is ListenerProtocol.TLS:
                 listeners.append(IngressListener(name, port, protocol, "", (), builder.tls_hosts(on_port, bound)))
             else:
-                listeners.extend(_https_listeners(on_port, bound, builder, problems))
+                listeners.extend(_terminating_listeners(protocol, on_port, bound, builder, problems))
         configs.append(GatewayConfig(group.key, tuple(listeners)))
     if skips is not None:
         skips.extend(sorted(problems))
@@ -568,14 +585,17 @@ def _target_port(port: int, services: list[Obj]) -> int:
     return port
 
 
-def _https_listeners(
-    servers: list[_Server], bound: list[_Bound], builder: _Builder, problems: set[Skipped]
+def _terminating_listeners(
+    protocol: ListenerProtocol, servers: list[_Server], bound: list[_Bound], builder: _Builder, problems: set[Skipped]
 ) -> list[IngressListener]:
-    """Rule 6 for an HTTPS port: a listener per server host, first come first served."""
+    """Rule 6 for an HTTPS or TLS_TERMINATE port: a listener per server host, first come first served."""
     out: list[IngressListener] = []
     taken: set[str] = set()
     for server in servers:
-        virtual_hosts = builder.virtual_hosts([server], bound)
+        if protocol is ListenerProtocol.HTTPS:
+            virtual_hosts = builder.virtual_hosts([server], bound)
+        else:
+            virtual_hosts = builder.tcp_host([server], bound)
         certificates = (server.certificate,) if server.certificate is not None else ()
         for _, host in server.hosts:
             hostname = "" if host == "*" else host
@@ -584,10 +604,6 @@ def _https_listeners(
                 problems.add(skipped(ISTIO_GATEWAY, server.gateway, f"{server.field}.hosts", reason))
                 continue
             taken.add(hostname)
-            name = f"https.{server.bind}.{server.gateway_key}.{server.index}.{host}"
-            out.append(
-                IngressListener(
-                    name, server.bind, ListenerProtocol.HTTPS, hostname, certificates, virtual_hosts, server.tls
-                )
-            )
+            name = f"{protocol.value.lower()}.{server.bind}.{server.gateway_key}.{server.index}.{host}"
+            out.append(IngressListener(name, server.bind, protocol, hostname, certificates, virtual_hosts, server.tls))
     return out

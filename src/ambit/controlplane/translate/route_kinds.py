@@ -26,9 +26,9 @@ __all__ = ["ALL_ROUTE_KINDS", "INGRESS_ROUTE_KINDS", "INVALID_ROUTE_KINDS", "sup
 GATEWAY_GROUP = "gateway.networking.k8s.io"
 HTTP_ROUTE, GRPC_ROUTE, TCP_ROUTE, TLS_ROUTE = "HTTPRoute", "GRPCRoute", "TCPRoute", "TLSRoute"
 ALL_ROUTE_KINDS = frozenset({HTTP_ROUTE, GRPC_ROUTE, TCP_ROUTE, TLS_ROUTE})
-INGRESS_ROUTE_KINDS = frozenset({HTTP_ROUTE, TCP_ROUTE, TLS_ROUTE})
-"""The kinds an ingress gateway (class ``istio``) routes: HTTPRoute on HTTP and HTTPS listeners, TLSRoute on TLS
-passthrough listeners, TCPRoute on TCP listeners."""
+INGRESS_ROUTE_KINDS = frozenset({HTTP_ROUTE, GRPC_ROUTE, TCP_ROUTE, TLS_ROUTE})
+"""The kinds an ingress gateway (class ``istio``) routes: HTTPRoute and GRPCRoute on HTTP and HTTPS listeners,
+TLSRoute on TLS passthrough listeners, TCPRoute on TCP listeners."""
 INVALID_ROUTE_KINDS = (False, "InvalidRouteKinds", "Invalid route kinds")
 """The listener's ``ResolvedRefs`` (status, reason, message) when rule 3 finds an unsupported kind."""
 
