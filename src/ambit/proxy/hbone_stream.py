@@ -56,6 +56,7 @@ from ambit.hbone.events import (
     DataReceived,
     Event,
     Headers,
+    PingAcknowledged,
     StreamEnded,
     StreamReset,
     StreamWritable,
@@ -104,6 +105,9 @@ class HboneCore(Protocol):
     def finish_going_away(self) -> None: ...
     def output_blocked(self) -> list[Event]: ...
     def output_drained(self) -> None: ...
+    def ping(self, payload: bytes) -> None: ...
+    @property
+    def peer_ready(self) -> bool: ...
     @property
     def closed(self) -> bool: ...
     @property
@@ -385,6 +389,10 @@ class HboneSession(asyncio.Protocol):
         self._held_input: list[bytes] = []
         self.terminated: str | None = None  # why no new stream can be used any more
         self.heard_from_peer = asyncio.Event()  # the peer's first bytes (its SETTINGS) arrived
+        self.received = False
+        """Set by every arrival of bytes; the owner's liveness timer clears it (a flag: no clock read per read)."""
+        self.on_ping_acknowledged: Callable[[], None] | None = None
+        """Called when the peer answers the PING the owner sent (``core.ping``)."""
         self.loop = asyncio.get_running_loop()
         self.lost: asyncio.Future[None] = self.loop.create_future()
         self._on_request = on_request
@@ -406,6 +414,7 @@ class HboneSession(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.heard_from_peer.set()
+        self.received = True
         if self.held:
             # The TLS layer may hand us the peer's first bytes before the handshake's waiter has run.
             self._held_input.append(data)
@@ -587,6 +596,9 @@ class HboneSession(asyncio.Protocol):
                 log.debug("%s: the peer is going away after stream %d: %s", self.name, last, reason)
                 if not self.streams:
                     self.loop.call_soon(self._close_if_drained)
+            case PingAcknowledged():
+                if self.on_ping_acknowledged is not None:
+                    self.on_ping_acknowledged()
             case ConnectionTerminated(error_code=code, reason=reason):
                 self._terminate(f"connection terminated (HTTP/2 error {code:#x}): {reason}")
                 transport = self.transport

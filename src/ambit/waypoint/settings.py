@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ambit.hbone.liveness import LivenessSettings
 from ambit.model.identity import DEFAULT_TRUST_DOMAIN, SpiffeId
 
 
@@ -32,6 +33,9 @@ class WaypointLimits:
     """HBONE connections in their TLS handshake at once from one peer address; more are reset at accept."""
     handshake_timeout: float = 10.0
     """Seconds from accept to a judged HBONE client (certificate and the whole TLS handshake)."""
+    hbone_liveness: LivenessSettings = field(default_factory=LivenessSettings)
+    """An established HBONE connection's deadlines: HTTP/2 preface, idle with no tunnel, PING keepalive
+    (:mod:`ambit.hbone.liveness`)."""
     max_tunnels_per_connection: int = 100
     """CONNECT streams in flight on one HBONE connection (the HTTP/2 engine refuses the rest)."""
     max_tunnels: int = 16384
