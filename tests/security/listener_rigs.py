@@ -210,7 +210,10 @@ async def waypoint_listener(tmp_path: Path, limits: ListenerLimits = LIMITS) -> 
         max_pending_handshakes=limits.max_pending,
         max_pending_handshakes_per_peer=limits.max_pending_per_peer,
         handshake_timeout=limits.handshake_timeout,
-        hbone_liveness=limits.liveness,
+        hbone_preface_timeout=limits.liveness.preface_timeout,
+        hbone_idle_timeout=limits.liveness.idle_timeout,
+        hbone_keepalive_interval=limits.liveness.keepalive_interval,
+        hbone_keepalive_timeout=limits.liveness.keepalive_timeout,
     )
     async with started_rig(tmp_path, bounds) as rig:
         await _ready(rig)
