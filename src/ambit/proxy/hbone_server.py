@@ -241,13 +241,13 @@ class HboneServer:
 
     def _start_timer(self, settings: LivenessSettings) -> None:
         session = self._session
-        timer = self._timer = LivenessTimer(settings, session._clock())
+        timer = self._timer = LivenessTimer(settings, session.clock())
         session.on_ping_acknowledged = timer.acknowledged
         self._arm()
 
     def _arm(self) -> None:
         assert self._timer is not None
-        delay = max(self._timer.next_at - self._session._clock(), 0.0)
+        delay = max(self._timer.next_at - self._session.clock(), 0.0)
         self._timer_handle = self._session.loop.call_later(delay, self._tick)
 
     def _tick(self) -> None:
@@ -257,7 +257,7 @@ class HboneServer:
             return
         heard, session.received = session.received, False
         action = timer.due(
-            session._clock(),
+            session.clock(),
             heard=heard,
             ready=self._core.peer_ready,
             idle_since=session.idle_since,

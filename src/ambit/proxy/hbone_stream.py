@@ -400,7 +400,8 @@ class HboneSession(asyncio.Protocol):
         self._reading_paused = False
         self._on_stream_failed = on_stream_failed
         """Called with the id of each stream reset (either way) or lost with the connection."""
-        self._clock = clock
+        self.clock = clock
+        """The clock of :attr:`idle_since` (and of the owner's timers)."""
         self.idle_since: float | None = clock()
         self.on_idle: Callable[[], None] | None = None
         """Called (synchronously, from the stream bookkeeping) each time the last open stream ended."""
@@ -492,7 +493,7 @@ class HboneSession(asyncio.Protocol):
         if stream.done and self.streams.get(stream.stream_id) is stream:
             del self.streams[stream.stream_id]
             if not self.streams:
-                self.idle_since = self._clock()
+                self.idle_since = self.clock()
                 if self.core.drained_when_idle:
                     self.loop.call_soon(self._close_if_drained)
                 elif self.on_idle is not None:

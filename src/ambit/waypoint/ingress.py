@@ -96,7 +96,7 @@ from ambit.waypoint.errors import HelloRefusedError
 from ambit.waypoint.http1_proxy import serve_http1
 from ambit.waypoint.http2_proxy import serve_http2
 from ambit.waypoint.inbound import read_preface
-from ambit.waypoint.ingress_admission import REFUSAL_WORDS, gateway_budget, port_gate
+from ambit.waypoint.ingress_admission import REFUSAL_WORDS, gate_kind, gateway_budget, port_gate
 from ambit.waypoint.ingress_connections import Closed, find_connection_endpoint, plan_backend, read_hello
 from ambit.waypoint.ingress_routing import IngressRouter
 from ambit.waypoint.ingress_tls import Admitted, PortTls
@@ -261,7 +261,7 @@ class IngressGateway(Waypoint):
             self._gates.pop(port, None)
         for port in sorted(wanted):  # a port whose protocol changed gets a new gate; old tickets free the old one
             gate = self._gates.get(port)
-            if gate is None or gate.kind != port_gate(protocols[port], self.settings.limits, self.budget).kind:
+            if gate is None or gate.kind != gate_kind(protocols[port]):
                 self._gates[port] = port_gate(protocols[port], self.settings.limits, self.budget)
         for port in sorted(wanted - set(self._ports)):
             try:

@@ -62,11 +62,16 @@ def pending_timeout(protocol: ListenerProtocol, limits: WaypointLimits) -> float
     return limits.request_headers_timeout if protocol is ListenerProtocol.HTTP else limits.handshake_timeout
 
 
+def gate_kind(protocol: ListenerProtocol) -> str:
+    """The ``listener`` label of a port's refusals: ``gateway_https`` and so on."""
+    return f"gateway_{protocol.value.lower()}"
+
+
 def port_gate(protocol: ListenerProtocol, limits: WaypointLimits, budget: NodeBudget) -> ListenerGate:
     """Rules 2 and 3: the gate of one listener port."""
     pending = min(limits.max_pending_handshakes, limits.max_connections)
     return ListenerGate(
-        f"gateway_{protocol.value.lower()}",
+        gate_kind(protocol),
         ListenerLimits(
             limits.max_connections,
             pending,
