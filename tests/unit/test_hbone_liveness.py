@@ -70,8 +70,18 @@ def test_a_silent_peer_is_pinged_and_dropped_when_the_ack_does_not_come() -> Non
     ping = at(timer, 11.0, idle_since=None)
     assert isinstance(ping, SendPing) and len(ping.payload) == 8
     assert timer.next_at == 31.0
-    assert at(timer, 20.0, heard=True, idle_since=None) is None  # bytes are not the answer
     assert at(timer, 31.0, idle_since=None) == Expire(Expiry.KEEPALIVE)
+
+
+def test_bytes_while_a_ping_waits_count_as_its_answer() -> None:
+    """Our shell stops reading while its output is backed up, so an ACK may sit unread behind the bytes of a peer
+    that is alive (or the drain of our output says it took our bytes): either is the answer."""
+    timer = LivenessTimer(SETTINGS, 0.0)
+    assert isinstance(at(timer, 10.0, idle_since=None), SendPing)
+    assert at(timer, 20.0, heard=True, idle_since=None) is None
+    assert timer.next_at == 30.0  # silence since 20: a new PING, not the first one's expiry
+    assert isinstance(at(timer, 30.0, idle_since=None), SendPing)
+    assert at(timer, 50.0, idle_since=None) == Expire(Expiry.KEEPALIVE)
 
 
 def test_an_answered_ping_keeps_the_connection_and_the_next_waits_for_silence() -> None:

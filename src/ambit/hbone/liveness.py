@@ -17,9 +17,13 @@ Rules (each deadline is a setting of :class:`LivenessSettings`):
 3. Keepalive. Once HTTP/2 has started, when nothing was heard from the peer for ``keepalive_interval`` a PING is
    sent; if its ACK has not come ``keepalive_timeout`` after it was sent, the peer is gone (a dead host, a cut
    path, a client that stopped reading) and the connection expires (``Expiry.KEEPALIVE``), with or without open
-   streams: nothing can flow on it any more. A peer whose bytes keep arriving is never pinged.
+   streams: nothing can flow on it any more. A peer whose bytes keep arriving is never pinged, and bytes that
+   arrive while a PING waits count as its answer: the peer is alive (its ACK may sit unread behind them while the
+   shell, its output backed up, has stopped reading).
 4. Bytes from the peer are noticed at the timer's next call (the shell keeps a flag, not a clock read per read),
-   so a ping may leave up to one interval later than the last byte warrants; never earlier.
+   so a ping may leave up to one interval later than the last byte warrants; never earlier. The shell also raises
+   the flag when its backed-up output drains: the peer took our bytes, which a slow reader of a long download does
+   while it has nothing to send.
 
 A setting of 0 turns its rule off (the preface rule cannot be: a silent TLS connection must end).
 """
@@ -125,6 +129,7 @@ class LivenessTimer:
         settings = self.settings
         if heard:
             self._heard_at = now
+            self._ping_sent = None  # rule 3: the peer is alive
         if not ready:  # rule 1
             deadline = self._started + settings.preface_timeout
             if now >= deadline:

@@ -390,7 +390,8 @@ class HboneSession(asyncio.Protocol):
         self.terminated: str | None = None  # why no new stream can be used any more
         self.heard_from_peer = asyncio.Event()  # the peer's first bytes (its SETTINGS) arrived
         self.received = False
-        """Set by every arrival of bytes; the owner's liveness timer clears it (a flag: no clock read per read)."""
+        """Set by every arrival of bytes and every drain of our output; the owner's liveness timer clears it (a
+        flag: no clock read per read)."""
         self.on_ping_acknowledged: Callable[[], None] | None = None
         """Called when the peer answers the PING the owner sent (``core.ping``)."""
         self.loop = asyncio.get_running_loop()
@@ -454,6 +455,7 @@ class HboneSession(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.write_paused = False
+        self.received = True  # the peer took our bytes: it is alive, as much as if it had sent some
         self.core.output_drained()
         transport = self.transport
         if self._reading_paused and transport is not None and not transport.is_closing() and not self.core.closed:
