@@ -39,6 +39,7 @@ from ambit.proxy.pool import ConnectionPool
 from ambit.proxy.settings import ProxySettings
 from ambit.telemetry.accesslog import AccessLog
 from ambit.telemetry.metrics import ProxyMetrics
+from ambit.tls.workload import WorkloadCertificate
 from ambit.waypoint.settings import WaypointLimits
 from ambit.zds.protocol import WorkloadInfo
 
@@ -56,6 +57,8 @@ class Target:
     gate: ListenerGate
     metrics: ProxyMetrics
     tunnel: Callable[..., Awaitable[tuple[HboneClient, Callable[[bytes], Awaitable[bytes]]]]]
+    client_cert: WorkloadCertificate
+    """A mesh client's certificate the listener accepts (what an attacker with a compromised workload holds)."""
 
 
 def round_trips(stream: HboneStream) -> Callable[[bytes], Awaitable[bytes]]:
@@ -114,13 +117,15 @@ def refusals(metrics: ProxyMetrics, kind: str) -> dict[str, int]:
 
 
 @contextlib.asynccontextmanager
-async def pod_listener(tmp_path: Path, per_peer: int | None = None) -> AsyncIterator[Target]:
+async def pod_listener(
+    tmp_path: Path, per_peer: int | None = None, limits: ListenerLimits = LIMITS
+) -> AsyncIterator[Target]:
     """A pod's 15008 as the node proxy runs it: the pod accept loop with its gate, then ``serve_hbone``; its
     ``tunnel`` takes the address to connect from."""
     async with inbound_proxy(tmp_path) as proxy, echo_server(POD_IP) as echo_port:
         ctx, local = proxy.ctx, proxy.ctx.pods["uid-web"]
         client_cert = await proxy.ca.fetch_certificate(CLIENT)
-        gate = gate_for(ctx.metrics, per_peer=per_peer)
+        gate = gate_for(ctx.metrics, limits=limits, per_peer=per_peer)
         listener = socket.create_server((POD_IP, 0), backlog=1024)
         listener.setblocking(False)
         pod_proxy = PodProxy("uid-web", local.info, listeners=[listener])
@@ -139,7 +144,7 @@ async def pod_listener(tmp_path: Path, per_peer: int | None = None) -> AsyncIter
             return client, round_trips(await client.open_tunnel(f"{POD_IP}:{echo_port}", []))
 
         try:
-            yield Target(addr, gate, ctx.metrics, tunnel)
+            yield Target(addr, gate, ctx.metrics, tunnel, client_cert)
         finally:
             await pod_proxy.aclose()
 
@@ -148,7 +153,7 @@ OWN_IP = "127.0.0.71"
 
 
 @contextlib.asynccontextmanager
-async def self_proxy_listener(tmp_path: Path) -> AsyncIterator[Target]:
+async def self_proxy_listener(tmp_path: Path, limits: ListenerLimits = LIMITS) -> AsyncIterator[Target]:
     """The node proxy's self-proxy 15008, its ports 15020/15021 stood in for by an echo server on 15020."""
     ca = LocalCa(tmp_path / "ca", trust_domain=TD)
     own = pod(
@@ -169,7 +174,7 @@ async def self_proxy_listener(tmp_path: Path) -> AsyncIterator[Target]:
         metrics=metrics,
         access_log=AccessLog(logger=logging.getLogger("tests.listener_floods.access")),
     )
-    gate = gate_for(metrics, "self_hbone")
+    gate = gate_for(metrics, "self_hbone", limits)
     listener = SelfInbound(ctx, WorkloadInfo("ztunnel-abc", "istio-system", "ztunnel"), OWN_IP, port=0, gate=gate)
     echo = await asyncio.start_server(_echo_handler, OWN_IP, 15020, reuse_address=True)
     await listener.start()
@@ -181,7 +186,7 @@ async def self_proxy_listener(tmp_path: Path) -> AsyncIterator[Target]:
         return client, round_trips(await client.open_tunnel(f"{OWN_IP}:15020", []))
 
     try:
-        yield Target(listener.address, gate, metrics, tunnel)
+        yield Target(listener.address, gate, metrics, tunnel, client_cert)
     finally:
         await listener.aclose()
         echo.close()
@@ -198,15 +203,19 @@ async def _echo_handler(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
 
 
 @contextlib.asynccontextmanager
-async def waypoint_listener(tmp_path: Path) -> AsyncIterator[Target]:
+async def waypoint_listener(tmp_path: Path, limits: ListenerLimits = LIMITS) -> AsyncIterator[Target]:
     """A waypoint's 15008 with the flood tests' bounds; the tunnel carries HTTP/1.1 to the rig's echo Service."""
-    limits = WaypointLimits(
-        max_connections=LIMITS.max_connections,
-        max_pending_handshakes=LIMITS.max_pending,
-        max_pending_handshakes_per_peer=LIMITS.max_pending_per_peer,
-        handshake_timeout=LIMITS.handshake_timeout,
+    bounds = WaypointLimits(
+        max_connections=limits.max_connections,
+        max_pending_handshakes=limits.max_pending,
+        max_pending_handshakes_per_peer=limits.max_pending_per_peer,
+        handshake_timeout=limits.handshake_timeout,
+        hbone_preface_timeout=limits.liveness.preface_timeout,
+        hbone_idle_timeout=limits.liveness.idle_timeout,
+        hbone_keepalive_interval=limits.liveness.keepalive_interval,
+        hbone_keepalive_timeout=limits.liveness.keepalive_timeout,
     )
-    async with started_rig(tmp_path, limits) as rig:
+    async with started_rig(tmp_path, bounds) as rig:
         await _ready(rig)
 
         async def tunnel() -> tuple[HboneClient, Callable[[bytes], Awaitable[bytes]]]:
@@ -221,7 +230,13 @@ async def waypoint_listener(tmp_path: Path) -> AsyncIterator[Target]:
 
             return client, once
 
-        yield Target(("127.0.0.1", rig.settings.hbone_port), rig.waypoint.hbone_gate, rig.waypoint.metrics, tunnel)
+        yield Target(
+            ("127.0.0.1", rig.settings.hbone_port),
+            rig.waypoint.hbone_gate,
+            rig.waypoint.metrics,
+            tunnel,
+            rig.client_cert,
+        )
 
 
 async def _ready(rig: Rig) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from ambit.hbone.liveness import LivenessSettings
 from ambit.inpod.settings import (
     DEFAULT_POOL_IDLE_TIMEOUT,
     DEFAULT_POOL_MAX_STREAMS,
@@ -105,6 +106,7 @@ def test_the_listener_bounds_default_to_safe_values_and_the_node_budget_to_half_
         16,
     )
     assert bounds.hbone.handshake_timeout == 10.0
+    assert bounds.hbone.liveness == LivenessSettings(10.0, 600.0, 10.0, 20.0)  # Go's preface, ztunnel's keepalive
     assert (bounds.node_max_connections, bounds.node_max_pending) == (10000, 256)
     assert parse_connection_bounds({}, open_files=None).node_max_connections == 65536
     assert parse_connection_bounds({}, open_files=100).node_max_pending == 25
@@ -119,6 +121,10 @@ def test_the_listener_bounds_come_from_the_environment() -> None:
             "HBONE_MAX_PENDING_HANDSHAKES": "10",
             "HBONE_MAX_PENDING_HANDSHAKES_PER_PEER": "3",
             "HBONE_HANDSHAKE_TIMEOUT": "2500ms",
+            "HBONE_PREFACE_TIMEOUT": "3s",
+            "HBONE_IDLE_TIMEOUT": "15m",
+            "HBONE_KEEPALIVE_INTERVAL": "0",
+            "HBONE_KEEPALIVE_TIMEOUT": "5",
             "PLAINTEXT_MAX_CONNECTIONS": "50",
             "NODE_MAX_CONNECTIONS": "1000",
             "NODE_MAX_PENDING_HANDSHAKES": "200",
@@ -127,6 +133,7 @@ def test_the_listener_bounds_come_from_the_environment() -> None:
     )
     assert (bounds.hbone.max_connections, bounds.hbone.max_pending, bounds.hbone.max_pending_per_peer) == (100, 10, 3)
     assert bounds.hbone.handshake_timeout == 2.5
+    assert bounds.hbone.liveness == LivenessSettings(3.0, 900.0, 0.0, 5.0)
     assert bounds.plaintext.max_connections == 50
     assert (bounds.node_max_connections, bounds.node_max_pending, bounds.node_max_connections_per_peer) == (
         1000,
@@ -142,6 +149,9 @@ def test_the_listener_bounds_come_from_the_environment() -> None:
         ({"NODE_MAX_CONNECTIONS": "lots"}, "$NODE_MAX_CONNECTIONS"),
         ({"HBONE_HANDSHAKE_TIMEOUT": "0"}, "$HBONE_HANDSHAKE_TIMEOUT"),
         ({"HBONE_HANDSHAKE_TIMEOUT": "-1"}, "$HBONE_HANDSHAKE_TIMEOUT"),
+        ({"HBONE_IDLE_TIMEOUT": "soon"}, "$HBONE_IDLE_TIMEOUT"),
+        ({"HBONE_PREFACE_TIMEOUT": "0"}, "preface timeout cannot be 0"),
+        ({"HBONE_KEEPALIVE_TIMEOUT": "0"}, "keepalive needs a timeout"),
         ({"HBONE_MAX_PENDING_HANDSHAKES": "500", "HBONE_MAX_CONNECTIONS": "100"}, "max connections"),
         ({"NODE_MAX_PENDING_HANDSHAKES": "500", "NODE_MAX_CONNECTIONS": "100"}, "pending"),
         ({"NODE_MAX_CONNECTIONS_PER_PEER": "500", "NODE_MAX_CONNECTIONS": "100"}, "per peer"),

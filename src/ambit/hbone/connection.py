@@ -51,6 +51,10 @@ B. Control responses. PING and SETTINGS each oblige us to send an ACK. The shell
 C. Header blocks. A block is at most ``_MAX_HEADER_BLOCK`` octets and ``MAX_CONTINUATIONS`` CONTINUATION frames
    (empty CONTINUATION frames cost the byte cap nothing).
 
+Liveness: ``ping(payload)`` sends a PING, and its ACK is reported as ``PingAcknowledged`` (only the last PING
+sent is awaited; other ACKs are dropped, RFC 9113 §6.7); ``peer_ready`` says the peer's preface and first SETTINGS
+have arrived. Deadlines are the shell's (:mod:`ambit.hbone.liveness`): the core keeps no clock.
+
 Graceful shutdown (RFC 9113 §6.8), on the HBONE ends only (``_graceful_goaway``; the waypoint's HTTP/2 keeps the
 strict reading below), in two steps as the RFC advises: ``go_away()`` sends GOAWAY(NO_ERROR) with the largest stream
 id, which tells the peer to open nothing more while streams it sent before hearing it are still served; after a
@@ -87,6 +91,7 @@ from ambit.hbone.events import (
     ConnectionTerminated,
     DataReceived,
     Event,
+    PingAcknowledged,
     StreamEnded,
     StreamReset,
     StreamWritable,
@@ -213,6 +218,7 @@ class HboneConnection:
         self._acks_before = 0  # ... and in the bucket before it
         self._bucket_out = 0  # octets of output in the current bucket
         self._output_blocked = False
+        self._ping: bytes | None = None  # our last PING's payload, until its ACK
         # The DATA frame whose payload is arriving (see the module docstring).
         self._data_left = 0
         self._data_stream = 0
@@ -324,6 +330,21 @@ class HboneConnection:
             self._out.append(wire.window_update(stream_id, stream.unacked))
             stream.recv_window += stream.unacked
             stream.unacked = 0
+
+    def ping(self, payload: bytes) -> None:
+        """Send a PING with ``payload`` (8 octets); the peer's ACK is reported as ``PingAcknowledged``. Only the
+        last PING sent is awaited: the ACK of an earlier one is dropped, as an unsolicited ACK is."""
+        if len(payload) != 8:
+            raise HboneError(f"a PING payload is 8 octets, not {len(payload)}")
+        if self._closed:
+            return
+        self._ping = payload
+        self._out.append(wire.frame(wire.PING, 0, 0, payload))
+
+    @property
+    def peer_ready(self) -> bool:
+        """The peer has started HTTP/2: its preface (a client's) and its first SETTINGS frame arrived."""
+        return self._peer_settings_seen
 
     def close(self, error_code: int = wire.NO_ERROR) -> None:
         """Send GOAWAY and drop every stream; nothing more is sent or received afterwards."""
@@ -534,6 +555,9 @@ class HboneConnection:
             if not flags & wire.ACK:
                 self._owe_ack()
                 self._out.append(wire.frame(wire.PING, wire.ACK, 0, bytes(payload)))
+            elif self._ping is not None and payload == self._ping:
+                events.append(PingAcknowledged(self._ping))
+                self._ping = None
         elif frame_type == wire.GOAWAY:
             if stream_id != 0 or len(payload) < 8:
                 raise HboneProtocolError(wire.PROTOCOL_ERROR, "malformed GOAWAY")

@@ -8,6 +8,7 @@ Stream lifecycle as seen through events (client view on the left, server view on
     StreamEnded ◀──END_STREAM──▶ StreamEnded               the peer half-closed; we may still send
     StreamReset ◀────RST──────▶ StreamReset               the stream is gone both ways
     StreamWritable                                        queued outbound data was all framed after a window grew
+    PingAcknowledged              ping(payload)           the peer answered our PING (liveness, either side)
     ConnectionDraining            go_away()               graceful GOAWAY: streams in flight go on, none may be opened
     ConnectionTerminated                                  GOAWAY with an error, or a protocol error: no stream survives
 """
@@ -138,6 +139,13 @@ class ConnectionDraining:
 
 
 @dataclass(frozen=True, slots=True)
+class PingAcknowledged:
+    """The peer answered a PING this end sent with ``ping(payload)`` (unsolicited acknowledgements are dropped)."""
+
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class ConnectionTerminated:
     """GOAWAY received, or the peer broke a rule and we sent GOAWAY; no stream survives."""
 
@@ -160,5 +168,6 @@ Event = (
     | StreamEnded
     | StreamReset
     | StreamWritable
+    | PingAcknowledged
     | ConnectionTerminated
 )

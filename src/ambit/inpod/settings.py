@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ambit.errors import AmbitError
 from ambit.hbone.connection import MAX_CONCURRENT_STREAMS
+from ambit.hbone.liveness import LivenessSettings, LivenessSettingsError
 from ambit.model.identity import DEFAULT_TRUST_DOMAIN
 from ambit.proxy.admission import (
     DEFAULT_NODE_CONNECTIONS_PER_PEER,
@@ -48,6 +49,10 @@ HBONE_MAX_CONNECTIONS_ENV = "HBONE_MAX_CONNECTIONS"
 HBONE_MAX_PENDING_ENV = "HBONE_MAX_PENDING_HANDSHAKES"
 HBONE_MAX_PENDING_PER_PEER_ENV = "HBONE_MAX_PENDING_HANDSHAKES_PER_PEER"
 HBONE_HANDSHAKE_TIMEOUT_ENV = "HBONE_HANDSHAKE_TIMEOUT"
+HBONE_PREFACE_TIMEOUT_ENV = "HBONE_PREFACE_TIMEOUT"
+HBONE_IDLE_TIMEOUT_ENV = "HBONE_IDLE_TIMEOUT"
+HBONE_KEEPALIVE_INTERVAL_ENV = "HBONE_KEEPALIVE_INTERVAL"
+HBONE_KEEPALIVE_TIMEOUT_ENV = "HBONE_KEEPALIVE_TIMEOUT"
 PLAINTEXT_MAX_CONNECTIONS_ENV = "PLAINTEXT_MAX_CONNECTIONS"
 NODE_MAX_CONNECTIONS_ENV = "NODE_MAX_CONNECTIONS"
 NODE_MAX_PENDING_ENV = "NODE_MAX_PENDING_HANDSHAKES"
@@ -140,7 +145,10 @@ class ConnectionBounds:
 
 def parse_connection_bounds(environ: Mapping[str, str], open_files: int | None = None) -> ConnectionBounds:
     """The listeners' bounds from the environment (``HBONE_MAX_CONNECTIONS``, ``HBONE_MAX_PENDING_HANDSHAKES``,
-    ``HBONE_MAX_PENDING_HANDSHAKES_PER_PEER``, ``HBONE_HANDSHAKE_TIMEOUT``, ``PLAINTEXT_MAX_CONNECTIONS``,
+    ``HBONE_MAX_PENDING_HANDSHAKES_PER_PEER``, ``HBONE_HANDSHAKE_TIMEOUT``, the established HBONE connections'
+    deadlines (``HBONE_PREFACE_TIMEOUT``, ``HBONE_IDLE_TIMEOUT``, ``HBONE_KEEPALIVE_INTERVAL``,
+    ``HBONE_KEEPALIVE_TIMEOUT``; :mod:`ambit.hbone.liveness`; 0 turns the last three off),
+    ``PLAINTEXT_MAX_CONNECTIONS``,
     ``NODE_MAX_CONNECTIONS``, ``NODE_MAX_PENDING_HANDSHAKES``, ``NODE_MAX_CONNECTIONS_PER_PEER``), else the
     defaults.
 
@@ -166,13 +174,28 @@ def parse_connection_bounds(environ: Mapping[str, str], open_files: int | None =
         if timeout <= 0:
             raise NodeProxySettingsError(f"${HBONE_HANDSHAKE_TIMEOUT_ENV}: expected more than 0 seconds")
     plaintext_connections = _count(environ, PLAINTEXT_MAX_CONNECTIONS_ENV, defaults.max_connections)
+    live = defaults.liveness
     try:
-        hbone = ListenerLimits(hbone_connections, pending, per_peer, timeout)
+        liveness = LivenessSettings(
+            _seconds(environ, HBONE_PREFACE_TIMEOUT_ENV, live.preface_timeout),
+            _seconds(environ, HBONE_IDLE_TIMEOUT_ENV, live.idle_timeout),
+            _seconds(environ, HBONE_KEEPALIVE_INTERVAL_ENV, live.keepalive_interval),
+            _seconds(environ, HBONE_KEEPALIVE_TIMEOUT_ENV, live.keepalive_timeout),
+        )
+    except LivenessSettingsError as exc:
+        raise NodeProxySettingsError(f"HBONE connection deadlines: {exc}") from None
+    try:
+        hbone = ListenerLimits(hbone_connections, pending, per_peer, timeout, liveness)
         plaintext = ListenerLimits(plaintext_connections, min(defaults.max_pending, plaintext_connections), 1)
         NodeBudget(node_connections, node_pending, max_connections_per_peer=node_per_peer)
     except AdmissionSettingsError as exc:
         raise NodeProxySettingsError(f"connection bounds: {exc}") from None
     return ConnectionBounds(hbone, plaintext, node_connections, node_pending, node_per_peer)
+
+
+def _seconds(environ: Mapping[str, str], name: str, default: float) -> float:
+    text = environ.get(name)
+    return default if text is None else _duration(text, f"${name}")
 
 
 def _count(environ: Mapping[str, str], name: str, default: int) -> int:

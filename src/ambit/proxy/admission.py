@@ -29,7 +29,8 @@ Rules:
    ``established`` cannot fail: the connection was counted against ``max_connections`` from its accept, so a
    connection that completes its handshake always has its place.
 4. :meth:`Ticket.release` gives back whatever the ticket holds, from either state; it is idempotent.
-5. An established connection is never closed by the gate: a flood of new connections is refused at accept or
+5. An established connection is never closed by the gate (its own deadlines, ``ListenerLimits.liveness``, are the
+   connection's business: :mod:`ambit.hbone.liveness`): a flood of new connections is refused at accept or
    evicts pending ones, it never displaces an established one; and since ``max_pending`` is below
    ``max_connections`` it cannot take every place either. How long a pending connection may hold its place is also
    bounded by the handshake timeout (the shell's: one deadline for the certificate and the whole TLS handshake, so a
@@ -48,8 +49,9 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from ambit.hbone.liveness import LivenessSettings
 from ambit.proxy.errors import ProxyError
 
 
@@ -92,6 +94,9 @@ class ListenerLimits:
     connections per source workload, so a legitimate peer has one or two handshakes in flight, rarely more."""
     handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT
     """Seconds from accept to a judged client: fetching the local certificate and the whole TLS handshake."""
+    liveness: LivenessSettings = field(default_factory=LivenessSettings)
+    """After the handshake, on an HBONE listener: the deadlines that keep an established connection from holding its
+    place for ever without doing its part (HTTP/2 preface, idle, keepalive; :mod:`ambit.hbone.liveness`)."""
 
     def __post_init__(self) -> None:
         if self.max_connections < 1 or self.max_pending < 1 or self.max_pending_per_peer < 1:
@@ -257,6 +262,11 @@ class Ticket:
     def handshake_timeout(self) -> float:
         """The listener's bound on the handshake of this connection (:attr:`ListenerLimits.handshake_timeout`)."""
         return self._gate.limits.handshake_timeout
+
+    @property
+    def liveness(self) -> LivenessSettings:
+        """The listener's deadlines for this connection once established (:attr:`ListenerLimits.liveness`)."""
+        return self._gate.limits.liveness
 
     def on_evict(self, close: Callable[[], object]) -> None:
         """How to close the connection if a newcomer evicts it while pending (rule 2): called once, after the

@@ -22,6 +22,13 @@ deadline, ``handshake_timeout`` after ``serve`` starts, bounds the certificate f
 together, so a peer that trickles its handshake a byte at a time holds its place no longer than that. The ticket
 becomes established once the client is judged; the caller releases it when ``serve`` returns.
 
+Liveness (:mod:`ambit.hbone.liveness`): once the client is judged, one timer per connection, re-armed at the
+deadline it names, holds the connection to its part: the HTTP/2 preface and first SETTINGS within
+``preface_timeout`` (else it is aborted: it never spoke HTTP/2), no open stream for ``idle_timeout`` (else a
+graceful GOAWAY, and the close once the streams the client sent meanwhile are done: an open tunnel is never cut by
+it), and a PING after ``keepalive_interval`` of silence answered within ``keepalive_timeout`` (else aborted: the
+peer is gone). So a peer, with a certificate or without, cannot park a connection on its place for ever.
+
 Draining (the proxy is going away, :class:`~ambit.proxy.drain.DrainSignal`): the connection says a graceful GOAWAY
 once its client is judged; tunnels in flight go on, the client opens new ones elsewhere (a proxy that took over
 the listener), and the connection closes when its last tunnel is done. A client that never ends its tunnels is the
@@ -50,6 +57,7 @@ from dataclasses import dataclass
 
 from ambit.hbone.connection import HboneSettings
 from ambit.hbone.events import Headers, TunnelRequested
+from ambit.hbone.liveness import Expire, LivenessSettings, LivenessTimer, SendPing
 from ambit.hbone.server import HboneServerConnection
 from ambit.model.identity import SpiffeId
 from ambit.proxy.admission import DEFAULT_HANDSHAKE_TIMEOUT, Ticket
@@ -136,6 +144,8 @@ class HboneServer:
         self._unanswered: dict[int, tuple[asyncio.Task[None], TunnelResponder]] = {}
         self._max_handlers = core.settings.max_concurrent_streams
         self._peer: SpiffeId | None = None
+        self._timer: LivenessTimer | None = None
+        self._timer_handle: asyncio.TimerHandle | None = None
 
     @classmethod
     async def serve(
@@ -151,10 +161,13 @@ class HboneServer:
         revocation: RevocationManager | None = None,
         drain: DrainSignal | None = None,
         ticket: Ticket | None = None,
+        liveness: LivenessSettings | None = None,
     ) -> None:
         """Run the connection on ``sock`` (which we own) until it is done and every handler has returned.
 
-        With ``revocation``, a client whose chain is revoked is dropped after the handshake, and the connection is
+        ``liveness`` bounds its life after the handshake (see the module docstring; by default, the ticket's
+        listener's, else :class:`~ambit.hbone.liveness.LivenessSettings`' defaults). With ``revocation``, a client
+        whose chain is revoked is dropped after the handshake, and the connection is
         aborted if a later CRL revokes it (:mod:`ambit.proxy.revocation`). When ``drain`` is raised the connection
         says a graceful GOAWAY (see the module docstring). ``ticket`` (the caller's to release) is made
         established once the client is judged, within ``handshake_timeout`` of the call."""
@@ -202,7 +215,10 @@ class HboneServer:
             return
         if ticket is not None:
             ticket.established()
+        if liveness is None:
+            liveness = ticket.liveness if ticket is not None else LivenessSettings()
         session.release()
+        server._start_timer(liveness)
         unwatch = drain.watch(session.go_away) if drain is not None else None
         try:
             await asyncio.shield(session.lost)
@@ -214,10 +230,52 @@ class HboneServer:
                 task.cancel()
             raise
         finally:
+            if server._timer_handle is not None:
+                server._timer_handle.cancel()
             if tracked is not None:
                 tracked.release()
             if unwatch is not None:
                 unwatch()
+
+    # Liveness (see the module docstring).
+
+    def _start_timer(self, settings: LivenessSettings) -> None:
+        session = self._session
+        timer = self._timer = LivenessTimer(settings, session.clock())
+        session.on_ping_acknowledged = timer.acknowledged
+        self._arm()
+
+    def _arm(self) -> None:
+        assert self._timer is not None
+        delay = max(self._timer.next_at - self._session.clock(), 0.0)
+        self._timer_handle = self._session.loop.call_later(delay, self._tick)
+
+    def _tick(self) -> None:
+        session, timer = self._session, self._timer
+        self._timer_handle = None
+        if timer is None or session.transport is None or self._core.closed:
+            return
+        heard, session.received = session.received, False
+        action = timer.due(
+            session.clock(),
+            heard=heard,
+            ready=self._core.peer_ready,
+            idle_since=session.idle_since,
+            draining=self._core.draining,
+        )
+        if isinstance(action, SendPing):
+            self._core.ping(action.payload)
+            session.flush()
+        elif isinstance(action, Expire):
+            log.info("%s: closing: %s", session.name, action.expiry.value)
+            if action.graceful:
+                session.go_away(action.expiry.value)
+            else:
+                self._core.close()
+                session.flush()
+                session.abort(f"closed locally: {action.expiry.value}")
+                return
+        self._arm()
 
     def _start(self, stream: HboneStream, event: TunnelRequested) -> None:
         assert self._peer is not None  # no HTTP/2 is read before the client is judged

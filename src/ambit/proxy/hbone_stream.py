@@ -56,6 +56,7 @@ from ambit.hbone.events import (
     DataReceived,
     Event,
     Headers,
+    PingAcknowledged,
     StreamEnded,
     StreamReset,
     StreamWritable,
@@ -104,6 +105,9 @@ class HboneCore(Protocol):
     def finish_going_away(self) -> None: ...
     def output_blocked(self) -> list[Event]: ...
     def output_drained(self) -> None: ...
+    def ping(self, payload: bytes) -> None: ...
+    @property
+    def peer_ready(self) -> bool: ...
     @property
     def closed(self) -> bool: ...
     @property
@@ -385,6 +389,11 @@ class HboneSession(asyncio.Protocol):
         self._held_input: list[bytes] = []
         self.terminated: str | None = None  # why no new stream can be used any more
         self.heard_from_peer = asyncio.Event()  # the peer's first bytes (its SETTINGS) arrived
+        self.received = False
+        """Set by every arrival of bytes and every drain of our output; the owner's liveness timer clears it (a
+        flag: no clock read per read)."""
+        self.on_ping_acknowledged: Callable[[], None] | None = None
+        """Called when the peer answers the PING the owner sent (``core.ping``)."""
         self.loop = asyncio.get_running_loop()
         self.lost: asyncio.Future[None] = self.loop.create_future()
         self._on_request = on_request
@@ -392,7 +401,8 @@ class HboneSession(asyncio.Protocol):
         self._reading_paused = False
         self._on_stream_failed = on_stream_failed
         """Called with the id of each stream reset (either way) or lost with the connection."""
-        self._clock = clock
+        self.clock = clock
+        """The clock of :attr:`idle_since` (and of the owner's timers)."""
         self.idle_since: float | None = clock()
         self.on_idle: Callable[[], None] | None = None
         """Called (synchronously, from the stream bookkeeping) each time the last open stream ended."""
@@ -406,6 +416,7 @@ class HboneSession(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.heard_from_peer.set()
+        self.received = True
         if self.held:
             # The TLS layer may hand us the peer's first bytes before the handshake's waiter has run.
             self._held_input.append(data)
@@ -444,6 +455,7 @@ class HboneSession(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.write_paused = False
+        self.received = True  # the peer took our bytes: it is alive, as much as if it had sent some
         self.core.output_drained()
         transport = self.transport
         if self._reading_paused and transport is not None and not transport.is_closing() and not self.core.closed:
@@ -483,7 +495,7 @@ class HboneSession(asyncio.Protocol):
         if stream.done and self.streams.get(stream.stream_id) is stream:
             del self.streams[stream.stream_id]
             if not self.streams:
-                self.idle_since = self._clock()
+                self.idle_since = self.clock()
                 if self.core.drained_when_idle:
                     self.loop.call_soon(self._close_if_drained)
                 elif self.on_idle is not None:
@@ -587,6 +599,9 @@ class HboneSession(asyncio.Protocol):
                 log.debug("%s: the peer is going away after stream %d: %s", self.name, last, reason)
                 if not self.streams:
                     self.loop.call_soon(self._close_if_drained)
+            case PingAcknowledged():
+                if self.on_ping_acknowledged is not None:
+                    self.on_ping_acknowledged()
             case ConnectionTerminated(error_code=code, reason=reason):
                 self._terminate(f"connection terminated (HTTP/2 error {code:#x}): {reason}")
                 transport = self.transport

@@ -32,6 +32,7 @@ import contextlib
 import dataclasses
 import logging
 import uuid
+from collections.abc import Callable
 
 from ambit.errors import AmbitError
 from ambit.proxy.streams import ByteStream
@@ -57,15 +58,27 @@ _REASONS = {
 }
 
 
-async def serve_http1(ctx: WaypointContext, tunnel: Tunnel, stream: ByteStream, prefix: bytes) -> None:
-    """Serve the HTTP/1.1 requests of one tunnel until the client is done or the tunnel must close."""
+async def serve_http1(
+    ctx: WaypointContext,
+    tunnel: Tunnel,
+    stream: ByteStream,
+    prefix: bytes,
+    on_first_request: Callable[[], object] | None = None,
+) -> None:
+    """Serve the HTTP/1.1 requests of one tunnel until the client is done or the tunnel must close;
+    ``on_first_request`` is called once the first request head is complete (an ingress gateway's admission)."""
     down = Downstream(ctx, stream, ServerSide(ctx.limits.max_head_bytes, authority=tunnel.authority))
     if prefix:
         down.server.receive_data(prefix)
+    cancelled = False
     try:
-        await _serve(ctx, tunnel, down)
+        await _serve(ctx, tunnel, down, on_first_request)
+    except asyncio.CancelledError:  # a deadline, an eviction, the process closing: nobody waits for an answer
+        cancelled = True
+        raise
     finally:
-        await _linger(stream)
+        if not cancelled:
+            await _linger(stream)
 
 
 async def _linger(stream: ByteStream) -> None:
@@ -79,7 +92,9 @@ async def _linger(stream: ByteStream) -> None:
                 dropped += len(chunk)
 
 
-async def _serve(ctx: WaypointContext, tunnel: Tunnel, down: Downstream) -> None:
+async def _serve(
+    ctx: WaypointContext, tunnel: Tunnel, down: Downstream, on_first_request: Callable[[], object] | None
+) -> None:
     served = 0
     limit = ctx.limits.max_requests_per_connection
     while True:
@@ -99,6 +114,8 @@ async def _serve(ctx: WaypointContext, tunnel: Tunnel, down: Downstream) -> None
             return
         if not isinstance(event, RequestStarted):  # CLOSED, or anything else between requests: done
             return
+        if on_first_request is not None and not served:
+            on_first_request()
         keep = await _exchange(ctx, tunnel, down, event)
         served += 1
         if not keep or not down.server.next_cycle() or (limit and served >= limit):

@@ -41,7 +41,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from ambit.errors import AmbitError
 from ambit.hbone import wire
@@ -212,8 +212,10 @@ async def serve_http2(
     tunnel: Tunnel,
     stream: ByteStream,
     prefix: bytes,
+    on_first_request: Callable[[], object] | None = None,
 ) -> None:
-    """Serve the HTTP/2 streams of one tunnel until the client is done or the connection must end."""
+    """Serve the HTTP/2 streams of one tunnel until the client is done or the connection must end;
+    ``on_first_request`` is called once the first request head is complete (an ingress gateway's admission)."""
     limit = ctx.limits.max_streams_per_connection
     settings = HboneSettings(
         stream_window=STREAM_WINDOW, connection_window=CONNECTION_WINDOW, max_concurrent_streams=limit
@@ -226,7 +228,14 @@ async def serve_http2(
     )
     tasks: dict[int, asyncio.Task[None]] = {}
 
+    first = on_first_request
+
     def on_request(request: RequestReceived) -> None:
+        nonlocal first
+        if first is not None:
+            call = first
+            first = None
+            call()
         if len(tasks) >= 2 * limit:  # streams the engine forgot whose tasks still finish: bounded all the same
             session.conn.reset_stream(request.stream_id, wire.REFUSED_STREAM)
             return

@@ -26,10 +26,14 @@ HBONE pool, telemetry and admin endpoints) that, instead of an HBONE listener, s
   reasons are counted (``connection_refusals`` in the config dump). A TLS_TERMINATE port terminates TLS as an
   HTTPS port does (the same listener pick by SNI, certificates and client verdict), then relays the decrypted
   bytes as a TCP port does, to the backend of the listener its handshake picked.
-- Bounds: at most ``max_connections`` connections at once over all listeners, and ``max_connections_per_peer``
-  from one client address; more are accepted and closed at once (counted). A TLS handshake takes at most
-  :data:`HANDSHAKE_TIMEOUT`, a passthrough ClientHello ``sniff_timeout`` and 16 KiB; an idle connection lasts
-  ``idle_timeout``, a request head ``head_timeout`` once begun.
+- Bounds (:mod:`ambit.waypoint.ingress_admission`, the HBONE listeners' admission): at most ``max_connections``
+  connections at once over all listeners and ``max_connections_per_peer`` from one client address, more reset at
+  accept; a connection is pending until its TLS handshake (HTTPS, TLS_TERMINATE), its ClientHello (TLS
+  passthrough) or its first request head (HTTP) is through, with a bound on pending connections per port and per
+  address, the oldest evicted for a newcomer when full, and a deadline from accept (``handshake_timeout``;
+  ``request_headers_timeout`` for a first head, HTTPS's counted from its handshake). A passthrough ClientHello
+  takes at most ``sniff_timeout`` and 16 KiB; an idle connection lasts ``idle_timeout``, a later request head
+  ``head_timeout`` once begun.
 - A new config (a route change, a rotated certificate) replaces the router and the TLS contexts at once: the next
   request and the next handshake use it, no restart, and connections already open keep what they negotiated.
   A certificate that does not load leaves its listener without that certificate (logged); the rest is served.
@@ -72,6 +76,7 @@ import ipaddress
 import logging
 import socket
 import ssl
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -82,6 +87,8 @@ from ambit.model.localconfig import parse_local_config
 from ambit.model.routes import BackendService, RouteTable, WaypointConfig
 from ambit.model.state import WorkloadState
 from ambit.model.workload import AppProtocol, Service, TunnelProtocol, Workload
+from ambit.proxy.admission import ListenerGate, Refusal, Ticket, refusal_reporter
+from ambit.proxy.sockets import close_when_done, reset
 from ambit.proxy.streams import ByteStream, SocketStream
 from ambit.telemetry.metrics import Reporter
 from ambit.tls.workload import WorkloadCertificate
@@ -92,6 +99,7 @@ from ambit.waypoint.errors import HelloRefusedError
 from ambit.waypoint.http1_proxy import serve_http1
 from ambit.waypoint.http2_proxy import serve_http2
 from ambit.waypoint.inbound import read_preface
+from ambit.waypoint.ingress_admission import REFUSAL_WORDS, gate_kind, gateway_budget, port_gate
 from ambit.waypoint.ingress_connections import Closed, find_connection_endpoint, plan_backend, read_hello
 from ambit.waypoint.ingress_routing import IngressRouter
 from ambit.waypoint.ingress_tls import Admitted, PortTls
@@ -107,7 +115,6 @@ __all__ = ["IngressGateway", "run_gateway"]
 log = logging.getLogger("ambit.waypoint.ingress")
 
 CONFIG_TASK = "gateway config"
-HANDSHAKE_TIMEOUT = 10.0
 
 
 class _TransportStream:
@@ -138,16 +145,16 @@ class _TransportStream:
 
 
 async def _accept_tls(
-    sock: socket.socket, context: ssl.SSLContext
+    sock: socket.socket, context: ssl.SSLContext, handshake_timeout: float
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """Terminate TLS on an accepted socket (bounded by :data:`HANDSHAKE_TIMEOUT`)."""
+    """Terminate TLS on an accepted socket (the caller's deadline bounds it; ``handshake_timeout`` is asyncio's
+    own, from the handshake's start)."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=256 * 1024)
     protocol = asyncio.StreamReaderProtocol(reader)
-    async with asyncio.timeout(HANDSHAKE_TIMEOUT + 1):
-        transport, _ = await loop.connect_accepted_socket(
-            lambda: protocol, sock, ssl=context, ssl_handshake_timeout=HANDSHAKE_TIMEOUT
-        )
+    transport, _ = await loop.connect_accepted_socket(
+        lambda: protocol, sock, ssl=context, ssl_handshake_timeout=handshake_timeout
+    )
     return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
 
 
@@ -169,8 +176,10 @@ class IngressGateway(Waypoint):
         self.connection_refusals: collections.Counter[str] = collections.Counter()
         """Connections closed before they were served (limits) or relayed (TLS and TCP ports), by reason (a
         bounded set of words)."""
-        self._per_peer: collections.Counter[str] = collections.Counter()
-        """Connections being served per client address (``max_connections_per_peer``)."""
+        self.budget = gateway_budget(settings.limits, refusal_reporter(self._refused_at_gate, time.monotonic, log))
+        """What every listener port shares (:mod:`ambit.waypoint.ingress_admission`)."""
+        self._gates: dict[int, ListenerGate] = {}
+        """Each bound port's admission, for its listeners' protocol."""
 
     def captured(self) -> bool:
         """Whether the node proxy captures this gateway's own pod (a "sandwich": its workload, found by the pod's
@@ -246,11 +255,17 @@ class IngressGateway(Waypoint):
         return self.certs.find(self.identity)
 
     def _sync_ports(self) -> None:
-        wanted = set(self.router.ports())
+        protocols = self.router.ports()
+        wanted = set(protocols)
         for port in sorted(set(self._ports) - wanted):
             sock, task = self._ports.pop(port)
             task.cancel()
             sock.close()
+            self._gates.pop(port, None)
+        for port in sorted(wanted):  # a port whose protocol changed gets a new gate; old tickets free the old one
+            gate = self._gates.get(port)
+            if gate is None or gate.kind != gate_kind(protocols[port]):
+                self._gates[port] = port_gate(protocols[port], self.settings.limits, self.budget)
         for port in sorted(wanted - set(self._ports)):
             try:
                 sock = self._bind(port)
@@ -300,8 +315,6 @@ class IngressGateway(Waypoint):
 
     async def _accept_port(self, listener: socket.socket, port: int) -> None:
         loop = asyncio.get_running_loop()
-        limit = self.settings.limits.max_connections
-        per_peer = self.settings.limits.max_connections_per_peer
         while True:
             try:
                 sock, address = await loop.sock_accept(listener)
@@ -309,33 +322,59 @@ class IngressGateway(Waypoint):
                 log.warning("accept on port %d failed: %s", port, exc)
                 await asyncio.sleep(0.1)
                 continue
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             peer = str(address[0])
-            if len(self._connections) >= limit:
-                self._refuse(sock, "connection limit", peer, port, f"{limit} connections")
+            gate = self._gates.get(port)
+            ticket = gate.admit(peer) if gate is not None else Refusal.CONNECTIONS
+            if isinstance(ticket, Refusal):  # over a bound (counted by the gate): reset, nothing else spent
+                reset(sock)
                 continue
-            if self._per_peer[peer] >= per_peer:
-                self._refuse(sock, "peer connection limit", peer, port, f"{per_peer} connections from {peer}")
-                continue
-            self._per_peer[peer] += 1
-            task = loop.create_task(self._serve(sock, port), name=f"gateway connection :{port} from {peer}")
+            with contextlib.suppress(OSError):  # already reset by the peer: serving finds out
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            task = loop.create_task(self._serve(sock, port, ticket), name=f"gateway connection :{port} from {peer}")
             self._connections.add(task)
             task.add_done_callback(self._connections.discard)
-            task.add_done_callback(functools.partial(self._peer_gone, peer))
+            # Even if cancelled before it ran (evicted by a newcomer, or the gateway closing): place and socket.
+            task.add_done_callback(ticket.release_when_done)
+            task.add_done_callback(functools.partial(close_when_done, sock))
+            ticket.on_evict(task.cancel)
 
-    async def _serve(self, sock: socket.socket, port: int) -> None:
+    def _refused_at_gate(self, listener: str, reason: str) -> None:
+        self.connection_refusals[REFUSAL_WORDS[Refusal(reason)]] += 1
+        self.metrics.connection_refused(listener, reason)
+
+    async def _serve(self, sock: socket.socket, port: int, ticket: Ticket) -> None:
+        """Serve one admitted connection; while it is pending, within its port's deadline from accept
+        (:mod:`ambit.waypoint.ingress_admission` rule 3)."""
+        deadline = asyncio.timeout(ticket.handshake_timeout if ticket.pending else None)
+        try:
+            async with deadline:
+                await self._serve_admitted(sock, port, ticket, deadline)
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            handshaking = ticket.pending and self.router.ports().get(port) is not ListenerProtocol.HTTP
+            reason = "handshake timeout" if handshaking else "request head timeout"
+            self.connection_refusals[reason] += 1
+            log.debug("connection on :%d closed: %s", port, reason)
+
+    async def _serve_admitted(self, sock: socket.socket, port: int, ticket: Ticket, deadline: asyncio.Timeout) -> None:
+        loop = asyncio.get_running_loop()
+
+        def established() -> None:
+            ticket.established()
+            deadline.reschedule(None)
+
         try:
             peer = sock.getpeername()
             local = sock.getsockname()
         except OSError:
-            sock.close()
             return
         with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
             await asyncio.wait_for(self.startup.ready.wait(), self.settings.limits.startup_wait)
         listeners = self.router.listeners_on(port)
         protocol = listeners[0].protocol if listeners else ListenerProtocol.HTTP
         if not protocol.carries_http and not protocol.terminates_tls:
-            await self._serve_connection(sock, port, protocol, f"{peer[0]}:{peer[1]}", local)
+            await self._serve_connection(sock, port, protocol, f"{peer[0]}:{peer[1]}", local, established)
             return
         stream: ByteStream
         listener_name = ""
@@ -343,15 +382,14 @@ class IngressGateway(Waypoint):
         client: SpiffeId | None = None
         mtls = False
         tls = self._tls.get(port)
+        first_request: Callable[[], object]
         if tls is not None:
             if tls.default is None:
-                sock.close()
                 return
             try:
-                reader, writer = await _accept_tls(sock, tls.default)
+                reader, writer = await _accept_tls(sock, tls.default, self.settings.limits.handshake_timeout)
             except (OSError, ssl.SSLError, TimeoutError) as exc:
                 log.info("TLS handshake from %s:%d on :%d failed: %s", peer[0], peer[1], port, exc)
-                sock.close()
                 return
             tls_object = writer.get_extra_info("ssl_object")
             admitted = tls.admit(tls_object) if isinstance(tls_object, ssl.SSLObject) else None
@@ -361,6 +399,9 @@ class IngressGateway(Waypoint):
                 log.info("client %s:%d on :%d refused: %s", peer[0], peer[1], port, reason)
                 writer.transport.abort()
                 return
+            established()  # the handshake's place is free; the first request head has its own deadline
+            deadline.reschedule(loop.time() + self.settings.limits.request_headers_timeout)
+            first_request = functools.partial(deadline.reschedule, None)
             assert isinstance(tls_object, ssl.SSLObject)
             listener_name = admitted.listener
             client = admitted.verdict.identity
@@ -369,12 +410,14 @@ class IngressGateway(Waypoint):
             stream = _TransportStream(reader, writer)
             prefix = b""
             if protocol is ListenerProtocol.TLS_TERMINATE:
+                deadline.reschedule(None)  # a relay: no request head to wait for
                 await self._relay_terminated(stream, port, listener_name, f"{peer[0]}:{peer[1]}", local, client, mtls)
                 return
         else:
             stream = SocketStream(sock)
             prefix, spoken = await read_preface(stream, self.settings.limits.sniff_timeout)
             h2 = spoken is AppProtocol.HTTP2
+            first_request = established
         target = ServiceTarget(self._listener_service(listener_name, port), port, AppProtocol.HTTP11)
         tunnel = Tunnel(
             target,
@@ -387,9 +430,9 @@ class IngressGateway(Waypoint):
         )
         try:
             if h2:
-                await serve_http2(self.context, tunnel, stream, prefix)
+                await serve_http2(self.context, tunnel, stream, prefix, first_request)
             else:
-                await serve_http1(self.context, tunnel, stream, prefix)
+                await serve_http1(self.context, tunnel, stream, prefix, first_request)
         except asyncio.CancelledError:
             # the gateway is closing: a TLS close would wait for the client's close_notify (asyncio allows it
             # 30 s), which a client holding its connection open never sends
@@ -400,9 +443,16 @@ class IngressGateway(Waypoint):
                 await stream.aclose()
 
     async def _serve_connection(
-        self, sock: socket.socket, port: int, protocol: ListenerProtocol, peer: str, local: tuple[Any, ...]
+        self,
+        sock: socket.socket,
+        port: int,
+        protocol: ListenerProtocol,
+        peer: str,
+        local: tuple[Any, ...],
+        established: Callable[[], None],
     ) -> None:
-        """A connection on a TLS passthrough or TCP port (:mod:`ambit.waypoint.ingress_connections`)."""
+        """A connection on a TLS passthrough or TCP port (:mod:`ambit.waypoint.ingress_connections`); it is
+        ``established`` once its ClientHello is read (at once on a TCP port)."""
         loop = asyncio.get_running_loop()
         prefix, server_name = b"", ""
         if protocol is ListenerProtocol.TLS:
@@ -412,6 +462,7 @@ class IngressGateway(Waypoint):
                 self._refuse(sock, "hello", peer, port, str(exc))
                 return
             server_name = hello.server_name or ""
+        established()
         planned = plan_backend(self.router, port, server_name, self.context.random())
         if isinstance(planned, Closed):
             self._refuse(sock, "no route", peer, port, planned.reason)
@@ -478,13 +529,6 @@ class IngressGateway(Waypoint):
         finally:
             with contextlib.suppress(Exception):
                 await stream.aclose()
-
-    def _peer_gone(self, peer: str, _: object) -> None:
-        left = self._per_peer[peer] - 1
-        if left > 0:
-            self._per_peer[peer] = left
-        else:
-            del self._per_peer[peer]
 
     def _refuse(self, sock: socket.socket, reason: str, peer: str, port: int, detail: str) -> None:
         self.connection_refusals[reason] += 1

@@ -123,6 +123,7 @@ class Waypoint:
                 pending,
                 min(bounds.max_pending_handshakes_per_peer, pending),
                 bounds.handshake_timeout,
+                bounds.hbone_liveness(),
             ),
             NodeBudget(
                 bounds.max_connections,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ambit.hbone import liveness
 from ambit.model.identity import DEFAULT_TRUST_DOMAIN, SpiffeId
 
 
@@ -27,11 +28,22 @@ class WaypointLimits:
     """HBONE connections served at once, in their handshake or established; more are reset at accept
     (:mod:`ambit.proxy.admission`)."""
     max_pending_handshakes: int = 256
-    """HBONE connections in their TLS handshake at once; more are reset at accept."""
+    """HBONE connections in their TLS handshake at once; more evict the oldest. An ingress gateway has the same
+    bound per listener port and over its ports, for connections not yet past their handshake, ClientHello or first
+    request head (:mod:`ambit.waypoint.ingress_admission`)."""
     max_pending_handshakes_per_peer: int = 16
-    """HBONE connections in their TLS handshake at once from one peer address; more are reset at accept."""
+    """Of those, from one peer address (per listener); more are reset at accept."""
     handshake_timeout: float = 10.0
     """Seconds from accept to a judged HBONE client (certificate and the whole TLS handshake)."""
+    hbone_preface_timeout: float = liveness.DEFAULT_PREFACE_TIMEOUT
+    """Seconds from an HBONE client's TLS handshake to its HTTP/2 preface and first SETTINGS, else it is closed
+    (:mod:`ambit.hbone.liveness`, as the three below)."""
+    hbone_idle_timeout: float = liveness.DEFAULT_IDLE_TIMEOUT
+    """Seconds an HBONE connection may have no tunnel open before a graceful GOAWAY; 0: never."""
+    hbone_keepalive_interval: float = liveness.DEFAULT_KEEPALIVE_INTERVAL
+    """Seconds of silence from an HBONE peer before a PING; 0: no keepalive."""
+    hbone_keepalive_timeout: float = liveness.DEFAULT_KEEPALIVE_TIMEOUT
+    """Seconds for that PING's ACK before the connection is dropped."""
     max_tunnels_per_connection: int = 100
     """CONNECT streams in flight on one HBONE connection (the HTTP/2 engine refuses the rest)."""
     max_tunnels: int = 16384
@@ -53,10 +65,25 @@ class WaypointLimits:
     """HTTP/2 requests in flight on one downstream HTTP/2 connection (SETTINGS_MAX_CONCURRENT_STREAMS)."""
     max_requests_per_connection: int = 0
     """Requests served on one downstream connection before it is closed (0: no limit)."""
+    request_headers_timeout: float = 10.0
+    """Seconds an ingress gateway's HTTP connection has from accept (HTTPS: from the end of its TLS handshake) to
+    its first complete request head, else it is closed. Envoy's ``request_headers_timeout`` is off by default and
+    counts from a head's first byte (Istio's edge profile: 60 s); ours bounds the silent connection too, as the
+    HBONE preface deadline does, and later heads have ``head_timeout`` once begun and ``idle_timeout`` before."""
     max_connections_per_peer: int = 256
     """Connections from one client address at once, on the HBONE listener and on an ingress gateway's listeners;
     more are accepted and closed, so that one client's idle or slow connections cannot take every one of
     ``max_connections``."""
+
+    def hbone_liveness(self) -> liveness.LivenessSettings:
+        """The HBONE listener's deadlines after the handshake (raises ``LivenessSettingsError`` if they cannot
+        work)."""
+        return liveness.LivenessSettings(
+            self.hbone_preface_timeout,
+            self.hbone_idle_timeout,
+            self.hbone_keepalive_interval,
+            self.hbone_keepalive_timeout,
+        )
 
 
 @dataclass(frozen=True, slots=True)
