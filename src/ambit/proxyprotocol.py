@@ -18,7 +18,10 @@ Decoding rules (version 2 only; whoever reads a header must insist on one, it is
    given); a longer header fails before its body is awaited, so a peer cannot make the decoder buffer more.
 5. After the addresses, TLVs (type byte, 16-bit length, value) fill the rest exactly; one that runs past the end
    fails, and a type that appears twice fails (a second identity must not override or shadow the first).
-6. Nothing but :class:`ProxyHeaderError` escapes :meth:`~ProxyHeaderDecoder.receive_data`; after an error, or after
+6. :attr:`~ProxyHeaderDecoder.needed` is how many more bytes the header takes at least: a reader that receives
+   no more than that never reads past the header (the connection's payload stays in the socket, for a TLS
+   handshake for example).
+7. Nothing but :class:`ProxyHeaderError` escapes :meth:`~ProxyHeaderDecoder.receive_data`; after an error, or after
    the header, the decoder takes no more input (:class:`ProxyProtocolError`, local misuse).
 
 Encoding: :func:`encode_v2` writes command PROXY for two addresses of one family, with the TLVs in the order given;
@@ -129,6 +132,17 @@ class ProxyHeaderDecoder:
         self._done = False
         self.trailing = b""
         """The bytes received after the header (the connection's first payload), once it is decoded."""
+
+    @property
+    def needed(self) -> int:
+        """Rule 6: at least this many more bytes complete the header (0 once it is complete or failed)."""
+        if self._done:
+            return 0
+        have = len(self._buffer)
+        if have < _FIXED:
+            return _FIXED - have
+        length: int = struct.unpack_from("!H", self._buffer, 14)[0]
+        return _FIXED + length - have
 
     def receive_data(self, data: bytes) -> ProxyHeader | None:
         """The header once ``data`` completes it, None while more is needed; raises :class:`ProxyHeaderError`."""

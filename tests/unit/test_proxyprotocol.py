@@ -150,3 +150,17 @@ def test_v1_names_the_family_or_unknown() -> None:
     assert encode_v1(V4, V4_DST) == b"PROXY TCP4 10.0.0.1 10.0.0.2 5000 80\r\n"
     assert encode_v1(V4, V6) == b"PROXY UNKNOWN\r\n"
     assert encode_v1(None, V6) == b"PROXY UNKNOWN\r\n"
+
+
+@given(st.one_of(st.tuples(v4, v4), st.tuples(v6, v6)), tlv_lists, st.binary(min_size=1, max_size=20))
+def test_reading_only_what_is_needed_never_reads_past_the_header(
+    addresses: tuple[tuple[ipaddress.IPv4Address, int], ...], tlvs: list[tuple[int, bytes]], payload: bytes
+) -> None:
+    wire = encode_v2(*addresses, tuple(tlvs)) + payload
+    decoder, offset, header = ProxyHeaderDecoder(), 0, None
+    while header is None:
+        take = decoder.needed
+        assert take > 0
+        header = decoder.receive_data(wire[offset : offset + take])
+        offset += take
+    assert wire[offset:] == payload and decoder.trailing == b"" and decoder.needed == 0

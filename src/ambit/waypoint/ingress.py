@@ -43,7 +43,10 @@ HBONE pool, telemetry and admin endpoints) that, instead of an HBONE listener, s
   it, :mod:`ambit.controlplane.translate.waypoints` rule 1) receives that traffic on its listener ports in plain
   text from its node proxy, which has terminated the HBONE tunnel (the authority's port is the listener's), and
   routes it like any other request: the Host header picks the listener. Its upstream connections are then plain
-  (:meth:`IngressGateway.captured`, :mod:`ambit.waypoint.upstream`) and its node proxy tunnels them.
+  (:meth:`IngressGateway.captured`, :mod:`ambit.waypoint.upstream`) and its node proxy tunnels them. With a PROXY
+  inbound binding (``ambient.istio.io/waypoint-inbound-binding``), that traffic comes instead to loopback-only
+  listeners after a PROXY header, whose client identity is the request's ``source.principal``
+  (:mod:`ambit.waypoint.ingress_tunnel`).
 - A client's ``x-forwarded-client-cert`` is removed (:mod:`ambit.waypoint.client_cert`): nothing vouches for
   what a client writes there (Istio's ``SANITIZE_SET``; the details of a verified client certificate are not
   added).
@@ -79,7 +82,7 @@ from ambit.model.ingress import GatewayConfig, IngressListener, ListenerProtocol
 from ambit.model.localconfig import parse_local_config
 from ambit.model.routes import BackendService, RouteTable, WaypointConfig
 from ambit.model.state import WorkloadState
-from ambit.model.workload import AppProtocol, Service, TunnelProtocol, Workload
+from ambit.model.workload import ApplicationTunnel, AppProtocol, Service, TunnelProtocol, Workload
 from ambit.proxy.streams import ByteStream, SocketStream
 from ambit.telemetry.metrics import Reporter
 from ambit.tls.workload import WorkloadCertificate
@@ -93,6 +96,7 @@ from ambit.waypoint.inbound import read_preface
 from ambit.waypoint.ingress_connections import Closed, find_connection_endpoint, plan_backend, read_hello
 from ambit.waypoint.ingress_routing import IngressRouter
 from ambit.waypoint.ingress_tls import Admitted, PortTls
+from ambit.waypoint.ingress_tunnel import Proxied, TunnelRefused, describe, loopback_for, read_proxied, tunnel_ports
 from ambit.waypoint.process import Waypoint
 from ambit.waypoint.settings import WaypointSettings
 from ambit.waypoint.tcp import relay_to
@@ -161,6 +165,8 @@ class IngressGateway(Waypoint):
         self.context.upstreams.captured = self.captured
         self.readiness.add_pending(CONFIG_TASK)
         self._ports: dict[int, tuple[socket.socket, asyncio.Task[None]]] = {}
+        self._tunnel_ports: dict[int, tuple[socket.socket, asyncio.Task[None]]] = {}
+        """The loopback listeners of a PROXY inbound binding (:mod:`ambit.waypoint.ingress_tunnel` rule 1)."""
         self._tls: dict[int, PortTls] = {}
         self._started = False
         self.config_updates = 0
@@ -170,14 +176,27 @@ class IngressGateway(Waypoint):
         self._per_peer: collections.Counter[str] = collections.Counter()
         """Connections being served per client address (``max_connections_per_peer``)."""
 
+    def _own_workload(self) -> Workload | None:
+        ip = self.settings.instance_ip
+        if not ip:
+            return None
+        return self.state.find_workload_by_address(self.settings.network, ipaddress.ip_address(ip))
+
     def captured(self) -> bool:
         """Whether the node proxy captures this gateway's own pod (a "sandwich": its workload, found by the pod's
         address, speaks HBONE): its upstream connections are then plain, and that node proxy tunnels them."""
-        ip = self.settings.instance_ip
-        if not ip:
-            return False
-        own = self.state.find_workload_by_address(self.settings.network, ipaddress.ip_address(ip))
+        own = self._own_workload()
         return own is not None and own.tunnel_protocol is TunnelProtocol.HBONE
+
+    def inbound_binding(self) -> ApplicationTunnel | None:
+        """This gateway's application tunnel, from its own workload (the Gateway's inbound binding)."""
+        own = self._own_workload()
+        return None if own is None else own.application_tunnel
+
+    def _state_changed(self) -> None:
+        super()._state_changed()
+        if self._started:
+            self._sync_tunnel_ports()
 
     def _pick(
         self,
@@ -243,7 +262,25 @@ class IngressGateway(Waypoint):
     def _mesh_certificate(self) -> WorkloadCertificate | None:
         return self.certs.find(self.identity)
 
+    def _sync_tunnel_ports(self) -> None:
+        """Listen in loopback where the inbound binding asks (:mod:`ambit.waypoint.ingress_tunnel` rule 1)."""
+        wanted = tunnel_ports(self.inbound_binding(), self.router.ports())
+        for port in sorted(set(self._tunnel_ports) - wanted):
+            sock, task = self._tunnel_ports.pop(port)
+            task.cancel()
+            sock.close()
+        for port in sorted(wanted - set(self._tunnel_ports)):
+            try:
+                sock = self._bind(port, loopback_for(self.settings.listen_host))
+            except OSError as exc:
+                log.warning("cannot listen for the application tunnel on port %d: %s", port, exc.strerror or exc)
+                continue
+            name = f"gateway tunnel accept :{port}"
+            task = asyncio.get_running_loop().create_task(self._accept_port(sock, port, tunnel=True), name=name)
+            self._tunnel_ports[port] = (sock, task)
+
     def _sync_ports(self) -> None:
+        self._sync_tunnel_ports()
         wanted = set(self.router.ports())
         for port in sorted(set(self._ports) - wanted):
             sock, task = self._ports.pop(port)
@@ -258,8 +295,8 @@ class IngressGateway(Waypoint):
             task = asyncio.get_running_loop().create_task(self._accept_port(sock, port), name=f"gateway accept :{port}")
             self._ports[port] = (sock, task)
 
-    def _bind(self, port: int) -> socket.socket:
-        host = self.settings.listen_host
+    def _bind(self, port: int, host: str | None = None) -> socket.socket:
+        host = host or self.settings.listen_host
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -273,6 +310,9 @@ class IngressGateway(Waypoint):
 
     def listening_ports(self) -> list[int]:
         return sorted(self._ports)
+
+    def tunnel_listening_ports(self) -> list[int]:
+        return sorted(self._tunnel_ports)
 
     async def start(self) -> None:
         from ambit.telemetry.endpoints import write_admin_token
@@ -296,7 +336,7 @@ class IngressGateway(Waypoint):
         self._tasks.append(asyncio.create_task(self._housekeeping(), name="gateway housekeeping"))
         log.info("gateway %s is running", self.identity)
 
-    async def _accept_port(self, listener: socket.socket, port: int) -> None:
+    async def _accept_port(self, listener: socket.socket, port: int, *, tunnel: bool = False) -> None:
         loop = asyncio.get_running_loop()
         limit = self.settings.limits.max_connections
         per_peer = self.settings.limits.max_connections_per_peer
@@ -312,6 +352,11 @@ class IngressGateway(Waypoint):
             if len(self._connections) >= limit:
                 self._refuse(sock, "connection limit", peer, port, f"{limit} connections")
                 continue
+            if tunnel:  # the client is known once its header is read
+                task = loop.create_task(self._serve_tunnelled(sock, port), name=f"gateway tunnel :{port}")
+                self._connections.add(task)
+                task.add_done_callback(self._connections.discard)
+                continue
             if self._per_peer[peer] >= per_peer:
                 self._refuse(sock, "peer connection limit", peer, port, f"{per_peer} connections from {peer}")
                 continue
@@ -321,24 +366,48 @@ class IngressGateway(Waypoint):
             task.add_done_callback(self._connections.discard)
             task.add_done_callback(functools.partial(self._peer_gone, peer))
 
-    async def _serve(self, sock: socket.socket, port: int) -> None:
+    async def _serve_tunnelled(self, sock: socket.socket, port: int) -> None:
+        """A connection on a tunnel listener: its PROXY header first, then served as if it had arrived on the
+        original target's port from the client it names (:mod:`ambit.waypoint.ingress_tunnel` rules 2-4)."""
+        proxied = await read_proxied(sock, self.settings.limits.sniff_timeout)
+        if isinstance(proxied, TunnelRefused):
+            self._refuse(sock, f"tunnel {proxied.reason}", "loopback", port, proxied.detail)
+            return
+        peer = proxied.peer[0]
+        per_peer = self.settings.limits.max_connections_per_peer
+        if self._per_peer[peer] >= per_peer:
+            self._refuse(sock, "peer connection limit", peer, port, f"{per_peer} connections from {peer}")
+            return
+        log.debug("tunnelled connection on :%d: %s", port, describe(proxied))
+        self._per_peer[peer] += 1
         try:
-            peer = sock.getpeername()
-            local = sock.getsockname()
+            await self._serve(sock, proxied.target[1], proxied)
+        finally:
+            self._peer_gone(peer, None)
+
+    async def _serve(self, sock: socket.socket, port: int, proxied: Proxied | None = None) -> None:
+        try:
+            peer: tuple[Any, ...] = sock.getpeername()
+            local: tuple[Any, ...] = sock.getsockname()
         except OSError:
             sock.close()
             return
+        client: SpiffeId | None = None
+        mtls = False
+        source: Workload | None = None
+        if proxied is not None:  # what the node proxy vouches for replaces what the loopback socket says
+            peer, local, client = proxied.peer, proxied.target, proxied.identity
+            mtls = client is not None
+            source = self.state.find_workload_by_address(self.settings.network, ipaddress.ip_address(peer[0]))
         with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
             await asyncio.wait_for(self.startup.ready.wait(), self.settings.limits.startup_wait)
         listeners = self.router.listeners_on(port)
         if listeners and not listeners[0].protocol.carries_http:
-            await self._serve_connection(sock, port, listeners[0].protocol, f"{peer[0]}:{peer[1]}", local)
+            await self._serve_connection(sock, port, listeners[0].protocol, f"{peer[0]}:{peer[1]}", local, client)
             return
         stream: ByteStream
         listener_name = ""
         h2 = False
-        client: SpiffeId | None = None
-        mtls = False
         tls = self._tls.get(port)
         if tls is not None:
             if tls.default is None:
@@ -360,8 +429,9 @@ class IngressGateway(Waypoint):
                 return
             assert isinstance(tls_object, ssl.SSLObject)
             listener_name = admitted.listener
-            client = admitted.verdict.identity
-            mtls = admitted.mutual
+            if admitted.verdict.identity is not None or proxied is None:
+                client = admitted.verdict.identity
+                mtls = admitted.mutual
             h2 = tls_object.selected_alpn_protocol() == "h2"
             stream = _TransportStream(reader, writer)
             prefix = b""
@@ -375,7 +445,7 @@ class IngressGateway(Waypoint):
             f"{local[0]}:{local[1]}",
             client,
             f"{peer[0]}:{peer[1]}",
-            None,
+            source,
             reporter=Reporter.SOURCE,
             mtls=mtls,
         )
@@ -389,7 +459,13 @@ class IngressGateway(Waypoint):
                 await stream.aclose()
 
     async def _serve_connection(
-        self, sock: socket.socket, port: int, protocol: ListenerProtocol, peer: str, local: tuple[Any, ...]
+        self,
+        sock: socket.socket,
+        port: int,
+        protocol: ListenerProtocol,
+        peer: str,
+        local: tuple[Any, ...],
+        client: SpiffeId | None = None,
     ) -> None:
         """A connection on a TLS passthrough or TCP port (:mod:`ambit.waypoint.ingress_connections`)."""
         loop = asyncio.get_running_loop()
@@ -416,11 +492,11 @@ class IngressGateway(Waypoint):
         tunnel = Tunnel(
             ServiceTarget(service, port, app),
             f"{local[0]}:{local[1]}",
-            None,
+            client,
             peer,
             None,
             reporter=Reporter.SOURCE,
-            mtls=False,
+            mtls=client is not None,
         )
         stream = SocketStream(sock)
         try:
@@ -456,19 +532,22 @@ class IngressGateway(Waypoint):
         dump["gateway"] = {
             "listeners": [_listener_dump(item) for item in config.listeners],
             "listening": self.listening_ports(),
+            "tunnelListening": self.tunnel_listening_ports(),
             "updates": self.config_updates,
             "connection_refusals": dict(sorted(self.connection_refusals.items())),
         }
         return dump
 
     async def aclose(self) -> None:
-        for sock, task in self._ports.values():
+        listeners = [*self._ports.values(), *self._tunnel_ports.values()]
+        for sock, task in listeners:
             task.cancel()
             sock.close()
-        for _, task in self._ports.values():
+        for _, task in listeners:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._ports.clear()
+        self._tunnel_ports.clear()
         await super().aclose()
 
 
