@@ -14,6 +14,7 @@ Every error Ambit raises on purpose derives from :class:`AmbitError`, with a sub
     ├── CaError                  (ambit.identity.caclient) fetching a workload certificate failed
     ├── HttpFetchError           (ambit.httpfetch) a bounded GET failed: unreachable, slow, too large, not 200
     ├── HboneError               (ambit.hbone.errors) HboneProtocolError (peer), AuthorityError
+    ├── ProxyProtocolError       (ambit.proxyprotocol) a PROXY header not encodable; ProxyHeaderError (peer)
     ├── ProxyError               (ambit.proxy.errors) ProxyConnectError, StreamClosedError, HboneConnectError, ...
     ├── WaypointError            (ambit.waypoint.errors) HttpProtocolError (peer), WaypointSettingsError
     ├── TelemetryError           (ambit.telemetry) an endpoint could not start; BadLogLevelError

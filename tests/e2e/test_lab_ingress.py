@@ -872,3 +872,62 @@ def test_simple_http_sandwich_an_istio_class_gateway_serves_as_the_waypoint(lab:
     bound = condition(service_status, "istio.io/WaypointBound")
     assert bound.get("status") == "True", bound
     assert bound.get("message") == f"Successfully attached to waypoint {SANDWICH}/simple-http-waypoint"
+
+
+def test_sandwich_with_a_proxy_inbound_binding_authorizes_by_the_client_principal(lab: Lab) -> None:
+    """The sandwich above, annotated ``ambient.istio.io/waypoint-inbound-binding: PROXY/15088``: the gateway pod's
+    node proxy delivers each tunnel to the gateway's loopback port 15088 after a PROXY header with the client's
+    SPIFFE id, so an AuthorizationPolicy on the Gateway that allows that principal lets the client in. Without the
+    binding the gateway does not know the client (403); allowing another principal refuses it again (403)."""
+    client_principal = f"cluster.local/ns/{SANDWICH}/sa/default"
+
+    def policy(principal: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "security.istio.io/v1",
+            "kind": "AuthorizationPolicy",
+            "metadata": {"name": "only-the-client"},
+            "spec": {
+                "targetRefs": [
+                    {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "simple-http-waypoint"}
+                ],
+                "action": "ALLOW",
+                "rules": [{"from": [{"source": {"principals": [principal]}}]}],
+            },
+        }
+
+    def statuses() -> set[int]:
+        out: list[list[Any]] = json.loads(
+            lab.exec("client", SANDWICH, "python3", "-c", SANDWICH_CALLS, "captured", timeout=60)
+        )
+        return {status for _, status, *_ in out}
+
+    lab.apply(policy(client_principal), namespace=SANDWICH)
+    try:
+        wait_until("without the binding the gateway cannot tell the client (403)", lambda: statuses() == {403}, 60, 1)
+        lab.kubectl(
+            "annotate",
+            "gateway",
+            "simple-http-waypoint",
+            "-n",
+            SANDWICH,
+            "ambient.istio.io/waypoint-inbound-binding=PROXY/15088",
+        )
+        try:
+            wait_until(
+                "the client's principal is allowed through the PROXY binding", lambda: statuses() == {200}, 90, 1
+            )
+        except BaseException:
+            print("last statuses:", statuses())
+            for node in ("node-1", "node-2"):
+                lines = [line for line in lab.component_log("nodeproxy", node).splitlines() if SANDWICH in line]
+                print(f"{node} node proxy, {SANDWICH} lines:", "\n".join(lines[-40:]))
+            raise
+        gateway = lab.get("gateway", "simple-http-waypoint", "-n", SANDWICH)
+        assert gateway["metadata"]["annotations"]["ambient.istio.io/waypoint-inbound-binding"] == "PROXY/15088"
+        lab.apply(policy(f"cluster.local/ns/{SANDWICH}/sa/someone-else"), namespace=SANDWICH)
+        wait_until("another principal's policy refuses the client", lambda: statuses() == {403}, 60, 1)
+    finally:
+        lab.kubectl("delete", "authorizationpolicy", "only-the-client", "-n", SANDWICH, "--ignore-not-found")
+        lab.kubectl(
+            "annotate", "gateway", "simple-http-waypoint", "-n", SANDWICH, "ambient.istio.io/waypoint-inbound-binding-"
+        )

@@ -34,6 +34,8 @@ Rules:
 12. A workload's ``capacity`` (0..4294967295, default 1) is written only when it is not 1, a service's
     ``loadBalancingMode`` (``Unspecified``, ``Strict``, ``Failover``, ``Passthrough``) only when it is not
     ``Unspecified``.
+13. A workload's ``applicationTunnel`` (written only when set) is ``{protocol: NONE|PROXY, port: N}``, ``port``
+    0..65535 (0, the default, keeps the client's port).
 """
 
 from __future__ import annotations
@@ -69,7 +71,9 @@ from ambit.model.untrusted_yaml import SafeLoader as _BaseLoader
 from ambit.model.untrusted_yaml import load as _load_untrusted
 from ambit.model.workload import (
     HBONE_MTLS_PORT,
+    ApplicationTunnel,
     AppProtocol,
+    AppTunnelProtocol,
     GatewayAddress,
     HealthPolicy,
     HealthStatus,
@@ -120,7 +124,9 @@ _WORKLOAD_KEYS = (
     "waypoint",
     "hostname",
     "capacity",
+    "applicationTunnel",
 )
+_APP_TUNNEL_KEYS = ("protocol", "port")
 _SERVICE_KEYS = (
     "name",
     "namespace",
@@ -420,7 +426,20 @@ def _workload(value: object, path: str) -> Workload:
         waypoint=_waypoint(item["waypoint"], f"{path}.waypoint") if item.get("waypoint") is not None else None,
         hostname=_workload_hostname(item, path),
         capacity=_field(item, "capacity", path, _weight, 1),
+        application_tunnel=(
+            _application_tunnel(item["applicationTunnel"], f"{path}.applicationTunnel")
+            if item.get("applicationTunnel") is not None
+            else None
+        ),
     )
+
+
+def _application_tunnel(value: object, path: str) -> ApplicationTunnel:
+    """Rule 13."""
+    item = _mapping(value, path, _APP_TUNNEL_KEYS)
+    protocol = _field(item, "protocol", path, _choice({p.value: p for p in AppTunnelProtocol}), AppTunnelProtocol.NONE)
+    port = item.get("port")
+    return ApplicationTunnel(protocol, 0 if port is None else _port(port, f"{path}.port", lowest=0))
 
 
 def _workload_hostname(item: Mapping[Any, Any], path: str) -> str:
@@ -639,6 +658,9 @@ def workload_to_dict(workload: Workload) -> dict[str, Any]:
         out["hostname"] = workload.hostname
     if workload.capacity != 1:
         out["capacity"] = workload.capacity
+    if workload.application_tunnel is not None:
+        tunnel = workload.application_tunnel
+        out["applicationTunnel"] = {"protocol": tunnel.protocol.value, "port": tunnel.port}
     return out
 
 

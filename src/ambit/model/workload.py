@@ -241,6 +241,24 @@ class GatewayAddress:
         return f"{self.destination}:{self.hbone_mtls_port}"
 
 
+class AppTunnelProtocol(enum.Enum):
+    """How a node proxy hands decapsulated traffic to a workload that asks for an application tunnel: as is
+    (NONE), or after a PROXY protocol version 2 header naming the client (PROXY)."""
+
+    NONE = "NONE"
+    PROXY = "PROXY"
+
+
+@dataclass(frozen=True, slots=True)
+class ApplicationTunnel:
+    """What a waypoint instance asks of its node proxy (spec §4.1 ``Workload.application_tunnel``, §6.5 step 5);
+    istiod sets it from ``ambient.istio.io/waypoint-inbound-binding``."""
+
+    protocol: AppTunnelProtocol = AppTunnelProtocol.NONE
+    port: int = 0
+    """The port inside the pod to deliver to; 0 keeps the port the client asked for."""
+
+
 @dataclass(frozen=True, slots=True)
 class WeightedWaypoint:
     """One waypoint of a Service's weighted set (spec §4.1 ``WeightedWaypoint``): its share of new connections."""
@@ -280,6 +298,8 @@ class Workload:
     """A DNS name the node proxy resolves when it picks this endpoint (spec §4.1 ``Workload.hostname``), for a
     workload without addresses: the endpoints of a ``resolution: DNS`` ServiceEntry, a WorkloadEntry whose
     ``address`` is a name."""
+    application_tunnel: ApplicationTunnel | None = None
+    """For a waypoint's own pod: how its node proxy delivers inbound traffic to it (§6.5 step 3 and 5)."""
     capacity: int = 1
     """This endpoint's relative share of its services' traffic (spec §4.1 ``Workload.capacity``, absent = 1): a
     WorkloadEntry's or ServiceEntry endpoint's ``weight``."""

@@ -4,7 +4,9 @@ The three handlers carry out what :func:`ambit.proxy.plans.plan_inbound` decides
 authorization; :func:`~ambit.proxy.plans.plan_plaintext` also refuses the proxy's own ports). A
 :class:`~ambit.proxy.plans.Dial` ends in :func:`_dial_pod`: a TCP connection made inside the destination pod's
 netns to ``<pod IP>:<port>``, bound to the *client's* IP (``IP_TRANSPARENT``; the pod's connmark rules route the
-replies back to us), so the application sees its real peer; a failed dial answers 503 (``CONNECT``).
+replies back to us), so the application sees its real peer; a failed dial answers 503 (``CONNECT``). A dial with
+a PROXY application tunnel (plans inbound rule 6) goes to loopback from loopback instead and writes its header
+before the relay starts (a failed write is a failed dial).
 
 - HBONE: the TLS server uses the local pod's own certificate (the listener tells us which pod: one 15008 listener
   per pod, so the certificate is chosen by the original destination, not by SNI); the client certificate must
@@ -19,6 +21,7 @@ Metrics are reported with ``reporter=destination``; principals only for mutual T
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import logging
 import socket
@@ -58,14 +61,24 @@ class InboundRefusedError(ProxyError):
 
 async def _dial_pod(pod: LocalPod, dial: Dial) -> socket.socket:
     # The node proxy's own pod is dialled from its own address: the client's is not on this netns (ztunnel turns
-    # freebind off for its self-proxy for the same reason).
-    source_ip = None if pod.itself else dial.source_ip
+    # freebind off for its self-proxy for the same reason). A PROXY application tunnel goes to loopback from
+    # loopback (the header carries the client's address).
+    source_ip = None if pod.itself or dial.header is not None else dial.source_ip
     try:
-        return await connect(pod.sockets, (dial.ip, dial.port), source_ip=source_ip)
+        sock = await connect(pod.sockets, (dial.ip, dial.port), source_ip=source_ip)
     except (AmbitError, OSError) as exc:
         raise InboundRefusedError(
             f"cannot reach {hostport(dial.ip, dial.port)}: {exc}", 503, ResponseFlag.CONNECT
         ) from exc
+    if dial.header is not None:
+        try:
+            await asyncio.get_running_loop().sock_sendall(sock, dial.header.encode())
+        except (AmbitError, OSError) as exc:
+            sock.close()
+            raise InboundRefusedError(
+                f"cannot write the PROXY header to {hostport(dial.ip, dial.port)}: {exc}", 503, ResponseFlag.CONNECT
+            ) from exc
+    return sock
 
 
 def _account(
@@ -115,6 +128,7 @@ class _HbonePeer:
 
     local_ip: str
     peer_ip: str
+    peer_port: int
     peer_address: IPAddress
     peer_addr: str  # "ip:port", interned: the access log's src.addr of each tunnel
 
@@ -126,7 +140,9 @@ async def serve_hbone(ctx: ProxyContext, pod: LocalPod, sock: socket.socket, tic
     its handshake is bounded by the listener's timeout, and it is established once the client is judged."""
     local_ip = sock.getsockname()[0]
     peer = sock.getpeername()
-    hbone_peer = _HbonePeer(local_ip, peer[0], ipaddress.ip_address(peer[0]), sys.intern(hostport(peer[0], peer[1])))
+    hbone_peer = _HbonePeer(
+        local_ip, peer[0], peer[1], ipaddress.ip_address(peer[0]), sys.intern(hostport(peer[0], peer[1]))
+    )
 
     async def certificate() -> WorkloadCertificate:
         return await ctx.certs.fetch(pod.identity)
@@ -155,7 +171,14 @@ async def _serve_tunnel(
 ) -> Splice | None:
     workload = await ctx.wait_local_workload(pod)
     facts = InboundFacts(
-        workload, peer.local_ip, 0, peer.peer_ip, request.peer_identity, authority=request.authority, itself=pod.itself
+        workload,
+        peer.local_ip,
+        0,
+        peer.peer_ip,
+        request.peer_identity,
+        authority=request.authority,
+        itself=pod.itself,
+        source_port=peer.peer_port,
     )
     plan = plan_inbound(facts, ctx.state, ctx.authorize)
     target = plan.stopped if isinstance(plan, Refuse) else plan
@@ -267,7 +290,16 @@ async def deliver_locally(
     Raises :class:`InboundRefusedError` when the plan refuses or the dial fails (a denial is counted here too).
     """
     workload = await ctx.wait_local_workload(pod)
-    plan = plan_inbound(InboundFacts(workload, None, port, source_ip, source_identity), ctx.state, ctx.authorize)
+    _host, _, source_port = source_addr.rpartition(":")
+    facts = InboundFacts(
+        workload,
+        None,
+        port,
+        source_ip,
+        source_identity,
+        source_port=int(source_port) if source_port.isascii() and source_port.isdigit() else 0,
+    )
+    plan = plan_inbound(facts, ctx.state, ctx.authorize)
     target = plan.stopped if isinstance(plan, Refuse) else plan
     accounting = None
     if target is not None:

@@ -57,12 +57,12 @@ Inbound (15008 HBONE, 15006 plaintext, and the same-node path), :func:`plan_inbo
 1. HBONE: an ``:authority`` that is not ``host:port`` → 400.
 2. A local workload the state does not know → 503, ``NR``; one without an address (same-node path) → 503, ``NR``.
 3. HBONE: an IP authority must be the address the connection arrived at, else 400 ("ip mismatch"), unless the
-   Service or workload at that IP (workload first, in the local workload's network) names a waypoint that this
-   local workload is an instance of (for a Service, any waypoint of its weighted set): then the pod is dialled on
-   the authority's port. That case arises only when a waypoint is itself captured by a node proxy (a "sandwich"):
-   Istio's waypoints are not enrolled and terminate HBONE on 15008 themselves. (ztunnel also waives the check for
-   a workload with an ``application_tunnel``, which our workload model does not carry.) A hostname must be a
-   Service this pod is an endpoint of, and its port is mapped to the pod's target port, else 400.
+   local workload has an ``application_tunnel`` (a waypoint that learns the real target from the PROXY header, or
+   takes it as is), or the Service or workload at that IP (workload first, in the local workload's network) names
+   a waypoint that this local workload is an instance of (for a Service, any waypoint of its weighted set): then
+   the pod is dialled on the authority's port. That case arises only when a waypoint is itself captured by a node
+   proxy (a "sandwich"): Istio's waypoints are not enrolled and terminate HBONE on 15008 themselves. A hostname
+   must be a Service this pod is an endpoint of, and its port is mapped to the pod's target port, else 400.
    A target port (after that mapping) that is one of the proxy's own ports (:data:`ILLEGAL_PORTS`) → 400,
    uncounted, as ztunnel does: tunnels must not nest into the proxy's own listeners (the same-node path too).
    The one exception is the node proxy's own pod (:attr:`InboundFacts.itself`): its metrics and readiness ports
@@ -71,6 +71,14 @@ Inbound (15008 HBONE, 15006 plaintext, and the same-node path), :func:`plan_inbo
    "allow policies exist, but none allowed").
 5. :class:`Dial` the pod at ``<its IP>:<port>`` from the client's address (the node proxy's own pod: from its own
    address; the shell decides, :attr:`~ambit.proxy.context.LocalPod.itself`).
+6. Application tunnel (spec §6.5 step 5; HBONE and the same-node path, not plaintext, as ztunnel's passthrough
+   has none): the tunnel's port replaces the port unless it is 0 (an own port after that → 400 as in rule 3).
+   NONE dials the pod's address as rule 5. PROXY dials loopback in the pod (``127.0.0.1``, ``::1`` for an IPv6
+   pod address) from loopback, so that only what the node proxy sends in the pod's own namespace reaches the
+   tunnel port (the waypoint listens there on loopback), and :attr:`Dial.header` is written first: a PROXY
+   version 2 header with the client's address and port, the original target (the IP authority; for a hostname,
+   the Service's VIP, one on the pod's network and IPv4 first, with the authority's port), and TLV ``0xD0`` the
+   client's SPIFFE identity when it has one. No VIP, or a client and target of different families → 400.
 
 Plaintext (15006), :func:`plan_plaintext`: a call to one of the proxy's own ports is refused, not counted; then as
 inbound, with no peer identity and no authority.
@@ -82,12 +90,13 @@ import ipaddress
 from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field
 
+from ambit import proxyprotocol
 from ambit.hbone.errors import AuthorityError
 from ambit.hbone.headers import hostport, parse_authority
 from ambit.model.identity import SpiffeId
 from ambit.model.state import Destination, NoHealthyUpstreamError, Transport, UnknownWaypointError, WorkloadState
 from ambit.model.waypoint_choice import choose_waypoint
-from ambit.model.workload import GatewayAddress, IPAddress, Service, Workload
+from ambit.model.workload import AppTunnelProtocol, GatewayAddress, IPAddress, Service, Workload
 from ambit.proxy.authorization import Authorizer
 from ambit.proxy.errors import ResponseFlag
 from ambit.rbac import Connection
@@ -151,8 +160,22 @@ class Local:
 
 
 @dataclass(frozen=True, slots=True)
+class AppTunnelHeader:
+    """The PROXY header a PROXY application tunnel starts with (inbound rule 6)."""
+
+    source: tuple[IPAddress, int]
+    target: tuple[IPAddress, int]
+    identity: SpiffeId | None
+
+    def encode(self) -> bytes:
+        tlvs = () if self.identity is None else ((proxyprotocol.TLV_PEER_IDENTITY, str(self.identity).encode()),)
+        return proxyprotocol.encode_v2(self.source, self.target, tlvs)
+
+
+@dataclass(frozen=True, slots=True)
 class Dial:
-    """Connect to the local pod ``workload`` at ``ip:port``, bound to the client's ``source_ip``."""
+    """Connect to the local pod ``workload`` at ``ip:port``, bound to the client's ``source_ip`` (from loopback,
+    and ``header`` written first, for a PROXY application tunnel)."""
 
     workload: Workload
     ip: str
@@ -162,6 +185,8 @@ class Dial:
     """The facts the connection was authorized on (kept, so that a policy change can re-check it)."""
     dry_run: str = field(default="", compare=False)
     """What dry-run policies would have done, when they would have denied (for the log)."""
+    header: AppTunnelHeader | None = None
+    """Inbound rule 6: the PROXY header to write before anything else."""
 
 
 OutboundPlan = Tunnel | Plain | Local | Refuse
@@ -320,10 +345,16 @@ class InboundFacts:
     """The CONNECT ``:authority`` (HBONE only)."""
     itself: bool = False
     """The local pod is the node proxy's own (rule 3 lets :data:`SELF_SERVED_PORTS` through)."""
+    source_port: int = 0
+    """The client's port (a PROXY application tunnel's header names it)."""
 
 
 def plan_inbound(facts: InboundFacts, state: WorkloadState, authorize: Authorizer) -> InboundPlan:
     """Whether and where to dial the local pod (the module's inbound rules)."""
+    return _plan_inbound(facts, state, authorize, tunnels=True)
+
+
+def _plan_inbound(facts: InboundFacts, state: WorkloadState, authorize: Authorizer, *, tunnels: bool) -> InboundPlan:
     host, port = None, facts.port
     if facts.authority is not None:
         try:
@@ -338,6 +369,7 @@ def plan_inbound(facts: InboundFacts, state: WorkloadState, authorize: Authorize
         if not workload.addresses:
             return Refuse(503, ResponseFlag.NO_ROUTE, f"pod {workload.name} has no address", counted=False)
         local_ip = str(workload.addresses[0])
+    authority_port = port
     if host is not None and host != local_ip:
         mapped = _inbound_port(state, workload, local_ip, host, port)
         if isinstance(mapped, Refuse):
@@ -345,6 +377,20 @@ def plan_inbound(facts: InboundFacts, state: WorkloadState, authorize: Authorize
         port = mapped
     if port in ILLEGAL_PORTS and not (facts.itself and port in SELF_SERVED_PORTS):
         return Refuse(400, ResponseFlag.NONE, f"CONNECT to the proxy's own port {port}", counted=False)
+    tunnel = workload.application_tunnel if tunnels else None
+    dial_ip, dial_port, header = local_ip, port, None
+    if tunnel is not None:
+        dial_port = tunnel.port or port
+        if dial_port in ILLEGAL_PORTS:
+            return Refuse(
+                400, ResponseFlag.NONE, f"application tunnel to the proxy's own port {dial_port}", counted=False
+            )
+        if tunnel.protocol is AppTunnelProtocol.PROXY:
+            made = _tunnel_header(state, workload, facts, host or local_ip, authority_port)
+            if isinstance(made, Refuse):
+                return made
+            header = made
+            dial_ip = "::1" if ":" in local_ip else "127.0.0.1"
     try:
         connection = Connection(
             ipaddress.ip_address(facts.source_ip), facts.source_identity, ipaddress.ip_address(local_ip), port
@@ -352,7 +398,7 @@ def plan_inbound(facts: InboundFacts, state: WorkloadState, authorize: Authorize
     except ValueError:
         return Refuse(400, ResponseFlag.NONE, f"not an IP address: {facts.source_ip!r}", counted=False)
     decision = authorize(workload, connection)
-    dial = Dial(workload, local_ip, port, facts.source_ip, connection, decision.dry_run)
+    dial = Dial(workload, dial_ip, dial_port, facts.source_ip, connection, decision.dry_run, header)
     if not decision.allowed:
         return Refuse(401, ResponseFlag.DENY, decision.reason, stopped=dial)
     return dial
@@ -362,7 +408,34 @@ def plan_plaintext(facts: InboundFacts, state: WorkloadState, authorize: Authori
     """A connection redirected to 15006: never to the proxy's own ports, then as :func:`plan_inbound`."""
     if facts.port in ILLEGAL_PORTS:
         return Refuse(503, ResponseFlag.NONE, "a plaintext call to the proxy's own port", counted=False)
-    return plan_inbound(facts, state, authorize)
+    return _plan_inbound(facts, state, authorize, tunnels=False)
+
+
+def _tunnel_header(
+    state: WorkloadState, workload: Workload, facts: InboundFacts, host: str, port: int
+) -> AppTunnelHeader | Refuse:
+    """Rule 6's header: the client, and the original target (``host`` an IP, else a Service hostname)."""
+    try:
+        target: IPAddress = ipaddress.ip_address(host)
+    except ValueError:
+        vips = [
+            vip
+            for service in state.find_services_by_hostname(host)
+            if service.key in workload.services
+            for vip in service.vips
+            if vip.length is None
+        ]
+        if not vips:
+            return Refuse(400, ResponseFlag.NONE, f"no IP address for service {host!r}", counted=False)
+        best = max(vips, key=lambda vip: (vip.network == workload.network, vip.ip.version == 4))
+        target = best.ip
+    try:
+        source = ipaddress.ip_address(facts.source_ip)
+    except ValueError:
+        return Refuse(400, ResponseFlag.NONE, f"not an IP address: {facts.source_ip!r}", counted=False)
+    if source.version != target.version:
+        return Refuse(400, ResponseFlag.NONE, f"client {source} and target {target} differ in family", counted=False)
+    return AppTunnelHeader((source, facts.source_port), (target, port), facts.source_identity)
 
 
 def _split_authority(authority: str, local_ip: str | None) -> tuple[str, int]:
@@ -394,6 +467,8 @@ def _inbound_port(state: WorkloadState, workload: Workload, local_ip: str, host:
             return Refuse(400, ResponseFlag.NONE, f"unknown service {host!r} for this pod", counted=False)
         return mapped
     arrived = ipaddress.ip_address(local_ip)
+    if workload.application_tunnel is not None:
+        return port  # rule 3: the tunnelled waypoint is told the target, or takes anything
     if ip != arrived and not _is_waypoint_for(state, workload, arrived, ip):
         return Refuse(400, ResponseFlag.NONE, f"ip mismatch: CONNECT to {host} arrived at {local_ip}", counted=False)
     return port

@@ -49,7 +49,11 @@ HBONE pool, telemetry and admin endpoints) that, instead of an HBONE listener, s
   it, :mod:`ambit.controlplane.translate.waypoints` rule 1) receives that traffic on its listener ports in plain
   text from its node proxy, which has terminated the HBONE tunnel (the authority's port is the listener's), and
   routes it like any other request: the Host header picks the listener. Its upstream connections are then plain
-  (:meth:`IngressGateway.captured`, :mod:`ambit.waypoint.upstream`) and its node proxy tunnels them.
+  (:meth:`IngressGateway.captured`, :mod:`ambit.waypoint.upstream`) and its node proxy tunnels them. With a PROXY
+  inbound binding (``ambient.istio.io/waypoint-inbound-binding``), that traffic comes instead to loopback-only
+  listeners after a PROXY header, whose client identity is the request's ``source.principal``
+  (:mod:`ambit.waypoint.ingress_tunnel`); such a connection is admitted at the gate of the port it was meant for,
+  under the client address its header names (the node proxy is the only loopback peer).
 - A client's ``x-forwarded-client-cert`` is removed (:mod:`ambit.waypoint.client_cert`): nothing vouches for
   what a client writes there (Istio's ``SANITIZE_SET``; the details of a verified client certificate are not
   added).
@@ -86,7 +90,7 @@ from ambit.model.ingress import GatewayConfig, IngressListener, ListenerProtocol
 from ambit.model.localconfig import parse_local_config
 from ambit.model.routes import BackendService, RouteTable, WaypointConfig
 from ambit.model.state import WorkloadState
-from ambit.model.workload import AppProtocol, Service, TunnelProtocol, Workload
+from ambit.model.workload import ApplicationTunnel, AppProtocol, Service, TunnelProtocol, Workload
 from ambit.proxy.admission import ListenerGate, Refusal, Ticket, refusal_reporter
 from ambit.proxy.sockets import close_when_done, reset
 from ambit.proxy.streams import ByteStream, SocketStream
@@ -103,6 +107,7 @@ from ambit.waypoint.ingress_admission import REFUSAL_WORDS, gate_kind, gateway_b
 from ambit.waypoint.ingress_connections import Closed, find_connection_endpoint, plan_backend, read_hello
 from ambit.waypoint.ingress_routing import IngressRouter
 from ambit.waypoint.ingress_tls import Admitted, PortTls
+from ambit.waypoint.ingress_tunnel import Proxied, TunnelRefused, describe, loopback_for, read_proxied, tunnel_ports
 from ambit.waypoint.process import Waypoint
 from ambit.waypoint.settings import WaypointSettings
 from ambit.waypoint.tcp import relay_to
@@ -170,6 +175,8 @@ class IngressGateway(Waypoint):
         self.context.upstreams.captured = self.captured
         self.readiness.add_pending(CONFIG_TASK)
         self._ports: dict[int, tuple[socket.socket, asyncio.Task[None]]] = {}
+        self._tunnel_ports: dict[int, tuple[socket.socket, asyncio.Task[None]]] = {}
+        """The loopback listeners of a PROXY inbound binding (:mod:`ambit.waypoint.ingress_tunnel` rule 1)."""
         self._tls: dict[int, PortTls] = {}
         self._started = False
         self.config_updates = 0
@@ -181,14 +188,27 @@ class IngressGateway(Waypoint):
         self._gates: dict[int, ListenerGate] = {}
         """Each bound port's admission, for its listeners' protocol."""
 
+    def _own_workload(self) -> Workload | None:
+        ip = self.settings.instance_ip
+        if not ip:
+            return None
+        return self.state.find_workload_by_address(self.settings.network, ipaddress.ip_address(ip))
+
     def captured(self) -> bool:
         """Whether the node proxy captures this gateway's own pod (a "sandwich": its workload, found by the pod's
         address, speaks HBONE): its upstream connections are then plain, and that node proxy tunnels them."""
-        ip = self.settings.instance_ip
-        if not ip:
-            return False
-        own = self.state.find_workload_by_address(self.settings.network, ipaddress.ip_address(ip))
+        own = self._own_workload()
         return own is not None and own.tunnel_protocol is TunnelProtocol.HBONE
+
+    def inbound_binding(self) -> ApplicationTunnel | None:
+        """This gateway's application tunnel, from its own workload (the Gateway's inbound binding)."""
+        own = self._own_workload()
+        return None if own is None else own.application_tunnel
+
+    def _state_changed(self) -> None:
+        super()._state_changed()
+        if self._started:
+            self._sync_tunnel_ports()
 
     def _pick(
         self,
@@ -254,7 +274,25 @@ class IngressGateway(Waypoint):
     def _mesh_certificate(self) -> WorkloadCertificate | None:
         return self.certs.find(self.identity)
 
+    def _sync_tunnel_ports(self) -> None:
+        """Listen in loopback where the inbound binding asks (:mod:`ambit.waypoint.ingress_tunnel` rule 1)."""
+        wanted = tunnel_ports(self.inbound_binding(), self.router.ports())
+        for port in sorted(set(self._tunnel_ports) - wanted):
+            sock, task = self._tunnel_ports.pop(port)
+            task.cancel()
+            sock.close()
+        for port in sorted(wanted - set(self._tunnel_ports)):
+            try:
+                sock = self._bind(port, loopback_for(self.settings.listen_host))
+            except OSError as exc:
+                log.warning("cannot listen for the application tunnel on port %d: %s", port, exc.strerror or exc)
+                continue
+            name = f"gateway tunnel accept :{port}"
+            task = asyncio.get_running_loop().create_task(self._accept_tunnelled(sock, port), name=name)
+            self._tunnel_ports[port] = (sock, task)
+
     def _sync_ports(self) -> None:
+        self._sync_tunnel_ports()
         protocols = self.router.ports()
         wanted = set(protocols)
         for port in sorted(set(self._ports) - wanted):
@@ -275,8 +313,8 @@ class IngressGateway(Waypoint):
             task = asyncio.get_running_loop().create_task(self._accept_port(sock, port), name=f"gateway accept :{port}")
             self._ports[port] = (sock, task)
 
-    def _bind(self, port: int) -> socket.socket:
-        host = self.settings.listen_host
+    def _bind(self, port: int, host: str | None = None) -> socket.socket:
+        host = host or self.settings.listen_host
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -290,6 +328,9 @@ class IngressGateway(Waypoint):
 
     def listening_ports(self) -> list[int]:
         return sorted(self._ports)
+
+    def tunnel_listening_ports(self) -> list[int]:
+        return sorted(self._tunnel_ports)
 
     async def start(self) -> None:
         from ambit.telemetry.endpoints import write_admin_token
@@ -338,17 +379,56 @@ class IngressGateway(Waypoint):
             task.add_done_callback(functools.partial(close_when_done, sock))
             ticket.on_evict(task.cancel)
 
+    async def _accept_tunnelled(self, listener: socket.socket, port: int) -> None:
+        """A tunnel listener's accept loop: only the node proxy, in this pod, reaches it (loopback); each connection
+        is admitted once its header names the client (:meth:`_serve_tunnelled`)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                sock, _ = await loop.sock_accept(listener)
+            except OSError as exc:
+                log.warning("accept on tunnel port %d failed: %s", port, exc)
+                await asyncio.sleep(0.1)
+                continue
+            task = loop.create_task(self._serve_tunnelled(sock, port), name=f"gateway tunnel :{port}")
+            self._connections.add(task)
+            task.add_done_callback(self._connections.discard)
+            task.add_done_callback(functools.partial(close_when_done, sock))
+
+    async def _serve_tunnelled(self, sock: socket.socket, port: int) -> None:
+        """A connection on a tunnel listener: its PROXY header first (within ``sniff_timeout``), then admitted at
+        the gate of the original target's port under the client address the header names, and served as if it had
+        arrived there from that client (:mod:`ambit.waypoint.ingress_tunnel` rules 2-4)."""
+        proxied = await read_proxied(sock, self.settings.limits.sniff_timeout)
+        if isinstance(proxied, TunnelRefused):
+            self._refuse(sock, f"tunnel {proxied.reason}", "loopback", port, proxied.detail)
+            return
+        target = proxied.target[1]
+        gate = self._gates.get(target)
+        ticket = gate.admit(proxied.peer[0]) if gate is not None else Refusal.CONNECTIONS
+        if isinstance(ticket, Refusal):
+            reset(sock)
+            return
+        log.debug("tunnelled connection on :%d: %s", port, describe(proxied))
+        task = asyncio.current_task()
+        if task is not None:
+            ticket.on_evict(task.cancel)  # a newcomer's eviction of this pending connection ends it
+        try:
+            await self._serve(sock, target, ticket, proxied)
+        finally:
+            ticket.release()
+
     def _refused_at_gate(self, listener: str, reason: str) -> None:
         self.connection_refusals[REFUSAL_WORDS[Refusal(reason)]] += 1
         self.metrics.connection_refused(listener, reason)
 
-    async def _serve(self, sock: socket.socket, port: int, ticket: Ticket) -> None:
+    async def _serve(self, sock: socket.socket, port: int, ticket: Ticket, proxied: Proxied | None = None) -> None:
         """Serve one admitted connection; while it is pending, within its port's deadline from accept
         (:mod:`ambit.waypoint.ingress_admission` rule 3)."""
         deadline = asyncio.timeout(ticket.handshake_timeout if ticket.pending else None)
         try:
             async with deadline:
-                await self._serve_admitted(sock, port, ticket, deadline)
+                await self._serve_admitted(sock, port, ticket, deadline, proxied)
         except TimeoutError:
             if not deadline.expired():
                 raise
@@ -357,7 +437,9 @@ class IngressGateway(Waypoint):
             self.connection_refusals[reason] += 1
             log.debug("connection on :%d closed: %s", port, reason)
 
-    async def _serve_admitted(self, sock: socket.socket, port: int, ticket: Ticket, deadline: asyncio.Timeout) -> None:
+    async def _serve_admitted(
+        self, sock: socket.socket, port: int, ticket: Ticket, deadline: asyncio.Timeout, proxied: Proxied | None
+    ) -> None:
         loop = asyncio.get_running_loop()
 
         def established() -> None:
@@ -365,22 +447,27 @@ class IngressGateway(Waypoint):
             deadline.reschedule(None)
 
         try:
-            peer = sock.getpeername()
-            local = sock.getsockname()
+            peer: tuple[Any, ...] = sock.getpeername()
+            local: tuple[Any, ...] = sock.getsockname()
         except OSError:
             return
+        client: SpiffeId | None = None
+        mtls = False
+        source: Workload | None = None
+        if proxied is not None:  # what the node proxy vouches for replaces what the loopback socket says
+            peer, local, client = proxied.peer, proxied.target, proxied.identity
+            mtls = client is not None
+            source = self.state.find_workload_by_address(self.settings.network, ipaddress.ip_address(peer[0]))
         with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
             await asyncio.wait_for(self.startup.ready.wait(), self.settings.limits.startup_wait)
         listeners = self.router.listeners_on(port)
         protocol = listeners[0].protocol if listeners else ListenerProtocol.HTTP
         if not protocol.carries_http and not protocol.terminates_tls:
-            await self._serve_connection(sock, port, protocol, f"{peer[0]}:{peer[1]}", local, established)
+            await self._serve_connection(sock, port, protocol, f"{peer[0]}:{peer[1]}", local, established, client)
             return
         stream: ByteStream
         listener_name = ""
         h2 = False
-        client: SpiffeId | None = None
-        mtls = False
         tls = self._tls.get(port)
         first_request: Callable[[], object]
         if tls is not None:
@@ -404,8 +491,9 @@ class IngressGateway(Waypoint):
             first_request = functools.partial(deadline.reschedule, None)
             assert isinstance(tls_object, ssl.SSLObject)
             listener_name = admitted.listener
-            client = admitted.verdict.identity
-            mtls = admitted.mutual
+            if admitted.verdict.identity is not None or proxied is None:
+                client = admitted.verdict.identity
+                mtls = admitted.mutual
             h2 = tls_object.selected_alpn_protocol() == "h2"
             stream = _TransportStream(reader, writer)
             prefix = b""
@@ -424,7 +512,7 @@ class IngressGateway(Waypoint):
             f"{local[0]}:{local[1]}",
             client,
             f"{peer[0]}:{peer[1]}",
-            None,
+            source,
             reporter=Reporter.SOURCE,
             mtls=mtls,
         )
@@ -450,6 +538,7 @@ class IngressGateway(Waypoint):
         peer: str,
         local: tuple[Any, ...],
         established: Callable[[], None],
+        client: SpiffeId | None = None,
     ) -> None:
         """A connection on a TLS passthrough or TCP port (:mod:`ambit.waypoint.ingress_connections`); it is
         ``established`` once its ClientHello is read (at once on a TCP port)."""
@@ -478,11 +567,11 @@ class IngressGateway(Waypoint):
         tunnel = Tunnel(
             ServiceTarget(service, port, app),
             f"{local[0]}:{local[1]}",
-            None,
+            client,
             peer,
             None,
             reporter=Reporter.SOURCE,
-            mtls=False,
+            mtls=client is not None,
         )
         stream = SocketStream(sock)
         try:
@@ -550,19 +639,22 @@ class IngressGateway(Waypoint):
         dump["gateway"] = {
             "listeners": [_listener_dump(item) for item in config.listeners],
             "listening": self.listening_ports(),
+            "tunnelListening": self.tunnel_listening_ports(),
             "updates": self.config_updates,
             "connection_refusals": dict(sorted(self.connection_refusals.items())),
         }
         return dump
 
     async def aclose(self) -> None:
-        for sock, task in self._ports.values():
+        listeners = [*self._ports.values(), *self._tunnel_ports.values()]
+        for sock, task in listeners:
             task.cancel()
             sock.close()
-        for _, task in self._ports.values():
+        for _, task in listeners:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._ports.clear()
+        self._tunnel_ports.clear()
         await super().aclose()
 
 

@@ -34,8 +34,8 @@ import ipaddress
 import os
 import ssl
 import stat
-import struct
 
+from ambit import proxyprotocol
 from ambit.hbone.errors import AuthorityError
 from ambit.hbone.headers import parse_authority
 from ambit.model.routes import ClientTls, ProxyProtocolVersion, TlsMode
@@ -44,7 +44,6 @@ from ambit.proxy.streams import ByteStream
 
 READ_SIZE = 256 * 1024
 MAX_PEM_FILE = 1024 * 1024
-_V2_SIGNATURE = b"\r\n\r\n\x00\r\nQUIT\n"
 
 
 class TlsOriginationError(Exception):
@@ -226,21 +225,17 @@ class TlsStream:
 
 def proxy_header(version: ProxyProtocolVersion, source: str, destination: str) -> bytes:
     """Rule 4; ``source`` and ``destination`` are ``ip:port`` (``[v6]:port``)."""
-    src: IPAddress | None = None
-    dst: IPAddress | None = None
-    src_port = dst_port = 0
+    src: tuple[IPAddress, int] | None = None
+    dst: tuple[IPAddress, int] | None = None
     try:
         src_host, src_port = parse_authority(source)
         dst_host, dst_port = parse_authority(destination)
-        src, dst = ipaddress.ip_address(src_host), ipaddress.ip_address(dst_host)
+        src = (ipaddress.ip_address(src_host), src_port)
+        dst = (ipaddress.ip_address(dst_host), dst_port)
     except (AuthorityError, ValueError):
         src = dst = None
-    if src is None or dst is None or src.version != dst.version:
-        if version is ProxyProtocolVersion.V1:
-            return b"PROXY UNKNOWN\r\n"
-        return _V2_SIGNATURE + bytes((0x20, 0x00)) + struct.pack("!H", 0)
     if version is ProxyProtocolVersion.V1:
-        family = "TCP4" if src.version == 4 else "TCP6"
-        return f"PROXY {family} {src} {dst} {src_port} {dst_port}\r\n".encode()
-    body = src.packed + dst.packed + struct.pack("!HH", src_port, dst_port)
-    return _V2_SIGNATURE + bytes((0x21, 0x11 if src.version == 4 else 0x21)) + struct.pack("!H", len(body)) + body
+        return proxyprotocol.encode_v1(src, dst)
+    if src is None or dst is None or src[0].version != dst[0].version:
+        return proxyprotocol.encode_v2_local()
+    return proxyprotocol.encode_v2(src, dst)

@@ -36,6 +36,9 @@ Rules:
     ``weight``); an absent one is 1, as in ztunnel.
 11. ``Service.load_balancing`` (field 8) is sent when its ``health_policy`` or ``mode`` is not the default; the
     ``mode`` (field 2) is kept, an unknown one refused (a newer mode must not be read as another).
+12. ``Workload.application_tunnel`` (field 23; ``protocol`` 1, ``port`` 2) is sent when set: an unknown protocol
+    is refused (a newer tunnel must not be read as plain delivery), a port above 65535 too; port 0 means the
+    client's port, as in ztunnel.
 """
 
 from __future__ import annotations
@@ -57,7 +60,9 @@ from ambit.model.identity import (
     check_trust_domain,
 )
 from ambit.model.workload import (
+    ApplicationTunnel,
     AppProtocol,
+    AppTunnelProtocol,
     GatewayAddress,
     HealthPolicy,
     HealthStatus,
@@ -100,6 +105,8 @@ _WORKLOAD_TYPES = {"deployment": pb.DEPLOYMENT, "cronjob": pb.CRONJOB, "pod": pb
 _WORKLOAD_TYPE_NAMES = {value: key for key, value in _WORKLOAD_TYPES.items()}
 _TUNNELS = {TunnelProtocol.NONE: pb.NONE, TunnelProtocol.HBONE: pb.HBONE}
 _TUNNEL_NAMES = {value: key for key, value in _TUNNELS.items()}
+_APP_TUNNELS = {AppTunnelProtocol.NONE: pb.ApplicationTunnel.NONE, AppTunnelProtocol.PROXY: pb.ApplicationTunnel.PROXY}
+_APP_TUNNEL_NAMES = {value: key for key, value in _APP_TUNNELS.items()}
 _STATUSES = {HealthStatus.HEALTHY: pb.HEALTHY, HealthStatus.UNHEALTHY: pb.UNHEALTHY}
 _STATUS_NAMES = {value: key for key, value in _STATUSES.items()}
 _POLICIES = {
@@ -180,6 +187,11 @@ def workload_to_proto(workload: Workload) -> pb.Workload:
         message.waypoint.CopyFrom(gateway_address_to_proto(workload.waypoint))
     if workload.capacity != 1:
         message.capacity.value = workload.capacity
+    if workload.application_tunnel is not None:
+        tunnel = workload.application_tunnel
+        message.application_tunnel.CopyFrom(
+            pb.ApplicationTunnel(protocol=_APP_TUNNELS[tunnel.protocol], port=tunnel.port)
+        )
     return message
 
 
@@ -383,7 +395,18 @@ def _workload_from_proto(message: pb.Workload, read: FieldReader) -> Workload:
         waypoint=read.gateway_address("workload.waypoint", message.waypoint) if message.HasField("waypoint") else None,
         hostname=hostname,
         capacity=message.capacity.value if message.HasField("capacity") else 1,
+        application_tunnel=(
+            _application_tunnel(read, message.application_tunnel) if message.HasField("application_tunnel") else None
+        ),
     )
+
+
+def _application_tunnel(read: FieldReader, message: pb.ApplicationTunnel) -> ApplicationTunnel:
+    """Rule 12."""
+    protocol = read.enum("workload.application_tunnel.protocol", message.protocol, _APP_TUNNEL_NAMES)
+    if message.port > 65535:
+        raise read.fail("workload.application_tunnel.port", f"out of range 0..65535: {message.port}")
+    return ApplicationTunnel(protocol, message.port)
 
 
 def _service_from_proto(message: pb.Service, read: FieldReader) -> Service:

@@ -320,6 +320,7 @@ def translate_all(
     gateway_list = list(gateways)
     class_list = list(gateway_classes)
     waypoints = WaypointIndex.build(gateway_list, class_list, namespace_list, network=network)
+    skips.extend(waypoints.problems)
     service_list = list(services)
     slice_list = list(endpoint_slices)
     translated: list[Service] = []
@@ -647,7 +648,12 @@ def _pod_workload(
     labels = (pod.get("metadata") or {}).get("labels") or {}
     pod_labels = object_labels(pod)
     waypoint = waypoints.find_for_workload(w.namespace, pod_labels, pod=True).address
-    w = replace(w, authorization_policies=keys.find(w.namespace, labels), waypoint=waypoint)
+    w = replace(
+        w,
+        authorization_policies=keys.find(w.namespace, labels),
+        waypoint=waypoint,
+        application_tunnel=waypoints.find_application_tunnel(w.namespace, pod_labels),
+    )
     return w, pod_labels, tuple(own_skips)
 
 

@@ -23,10 +23,12 @@ Rules:
    hostname form ``{gateway namespace, hostname}``; else the first parsable one of type ``IPAddress`` (or no
    type, the API's default) the address form on the cluster's network. HBONE port 15008 either way. A Gateway
    whose addresses are all unusable is not ready (istiod would bind to it and send no address).
-3. Which namespaces may bind: the ``allowedRoutes.namespaces`` of the listener with protocol HBONE on port 15008
-   (``from``: ``Same``, the default and anything unknown; ``All``; ``Selector``, whose label selector is matched
-   against the binding namespace's labels; a missing or malformed selector matches nothing). A Gateway without
-   that listener, like a sandwich, admits its own namespace only (istiod's ``makeAllowedRoutes``).
+3. Which namespaces may bind: the ``allowedRoutes.namespaces`` of the listener the inbound binding (rule 12)
+   names (its port; for PROXY without a port, the listener of protocol ``istio.io/PROXY``), else of the listener
+   with protocol HBONE on port 15008 (``from``: ``Same``, the default and anything unknown; ``All``;
+   ``Selector``, whose label selector is matched against the binding namespace's labels; a missing or malformed
+   selector matches nothing). A Gateway without either listener, like a plain sandwich, admits its own namespace
+   only (istiod's ``makeAllowedRoutes``).
 4. The binding label ``istio.io/use-waypoint`` names a waypoint, in the object's namespace or in the one
    ``istio.io/use-waypoint-namespace`` names. The value ``none`` opts out (of the namespace's default too). An
    object without the label takes its Namespace's labels the same way (the namespace's own namespace label, else
@@ -74,6 +76,16 @@ Rules:
     ``RACE_FIRST_TCP_CONNECT`` (any case) gets True, ``NoWaypointForRacingConnectStrategy`` and istiod's message
     instead (it wins when both hold). A bound entry, or one where neither holds, gets none, and the writer removes
     an old one (istiod prunes it when it no longer holds).
+12. The inbound binding (istiod's ``makeInboundBinding``): ``ambient.istio.io/waypoint-inbound-binding`` on the
+    Gateway, else on its GatewayClass (present, even empty, on the Gateway wins), is ``<protocol>`` or
+    ``<protocol>/<port>`` with protocol ``NONE`` or ``PROXY``. It becomes the
+    :class:`~ambit.model.workload.ApplicationTunnel` of every pod that is an instance of the Gateway (its
+    ``gateway.networking.k8s.io/gateway-name`` label, ready or not, as istiod's waypoint collection holds every
+    Gateway): :meth:`WaypointIndex.find_application_tunnel`. Port 0, or none given, keeps the client's port (the
+    node proxy's rule; istiod sends 0). More than one ``/`` or another protocol: no binding. A port that is not
+    decimal digits in 0..65535: the binding with port 0, as istiod keeps it (istiod reads up to 2^32-1 and
+    ztunnel truncates to 16 bits; we take none of that). Each problem is a :class:`Skipped` of the object that
+    carries the annotation (:attr:`WaypointIndex.problems`, a Warning Event; istiod logs a warning).
 """
 
 from __future__ import annotations
@@ -84,12 +96,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ambit.controlplane.translate.policies import PolicyStatus
+from ambit.controlplane.translate.skips import ObjectKind, Skipped, skipped
 from ambit.model.errors import IdentityError
 from ambit.model.identity import check_path_segment
 from ambit.model.labels import LabelSelector, selector_from_spec
 from ambit.model.workload import (
     HBONE_MTLS_PORT,
     AddressError,
+    ApplicationTunnel,
+    AppTunnelProtocol,
     GatewayAddress,
     NamespacedHostname,
     NetworkAddress,
@@ -99,6 +114,7 @@ from ambit.model.workload import (
 
 __all__ = [
     "CONNECT_STRATEGY",
+    "INBOUND_BINDING",
     "RACE_FIRST_TCP_CONNECT",
     "WAYPOINT_BOUND",
     "WAYPOINT_CLASS",
@@ -134,6 +150,11 @@ INGRESS_USE_WAYPOINT = "istio.io/ingress-use-waypoint"
 GATEWAY_NAME = "gateway.networking.k8s.io/gateway-name"
 GATEWAY_MANAGED = "gateway.istio.io/managed"
 XFCC_CLIENT_IDENTITY = "ambient.istio.io/xfcc-include-client-identity"
+INBOUND_BINDING = "ambient.istio.io/waypoint-inbound-binding"
+SANDWICH_PROXY_PROTOCOL = "istio.io/PROXY"
+"""The listener protocol that a PROXY binding without a port takes its ``allowedRoutes`` from (rule 3)."""
+GATEWAY = ObjectKind("gateway.networking.k8s.io/v1", "Gateway")
+GATEWAY_CLASS = ObjectKind("gateway.networking.k8s.io/v1", "GatewayClass")
 NO_WAYPOINT_CONTROLLERS = ("istio.io-mesh-controller", "istio.io-eastwest-controller")
 SERVICE_TRAFFIC, WORKLOAD_TRAFFIC, ALL_TRAFFIC = "service", "workload", "all"
 _TRUE = ("1", "t", "T", "TRUE", "true", "True")
@@ -304,11 +325,48 @@ def _gateway_address(gateway: Obj, network: str) -> GatewayAddress | None:
     return None
 
 
-def _allowed_routes(spec: Obj) -> tuple[str, LabelSelector | None]:
-    listeners = spec.get("listeners")
-    for listener in listeners if isinstance(listeners, list) else ():
-        if not isinstance(listener, Mapping) or listener.get("protocol") != "HBONE" or listener.get("port") != 15008:
-            continue
+def _inbound_binding(gateway: Obj, gateway_class: Obj | None) -> tuple[ApplicationTunnel | None, Skipped | None]:
+    """Rule 12: the binding, and the problem to report (on the object that carries the annotation)."""
+    own = _annotations(gateway)
+    if INBOUND_BINDING in own:
+        value, kind, holder = own[INBOUND_BINDING], GATEWAY, gateway
+    elif gateway_class is not None and INBOUND_BINDING in _annotations(gateway_class):
+        value, kind, holder = _annotations(gateway_class)[INBOUND_BINDING], GATEWAY_CLASS, gateway_class
+    else:
+        return None, None
+    field_path = f"metadata.annotations[{INBOUND_BINDING!r}]"
+    parts = value.split("/")
+    if len(parts) > 2:
+        reason = f'invalid value {value!r}: must be of the format "<protocol>" or "<protocol>/<port>"'
+        return None, skipped(kind, holder, field_path, reason)
+    protocol = {"NONE": AppTunnelProtocol.NONE, "PROXY": AppTunnelProtocol.PROXY}.get(parts[0])
+    if protocol is None:
+        return None, skipped(kind, holder, field_path, f"invalid protocol {parts[0]!r}: only NONE or PROXY")
+    if len(parts) == 1:
+        return ApplicationTunnel(protocol), None
+    text = parts[1]
+    if text.isascii() and text.isdigit() and len(text.lstrip("0")) <= 5 and int(text) <= 65535:
+        return ApplicationTunnel(protocol, int(text)), None
+    reason = f"invalid port {text!r}: expected 0..65535; the client's port is used"
+    return ApplicationTunnel(protocol), skipped(kind, holder, field_path, reason)
+
+
+def _bound_listener(listener: Obj, tunnel: ApplicationTunnel | None) -> bool:
+    """Whether ``listener`` is the one the inbound binding names (rule 3)."""
+    if tunnel is None:
+        return False
+    if tunnel.port:
+        return listener.get("port") == tunnel.port
+    return tunnel.protocol is AppTunnelProtocol.PROXY and listener.get("protocol") == SANDWICH_PROXY_PROTOCOL
+
+
+def _allowed_routes(spec: Obj, tunnel: ApplicationTunnel | None = None) -> tuple[str, LabelSelector | None]:
+    listeners = [item for item in spec.get("listeners") or () if isinstance(item, Mapping)]
+    if not isinstance(spec.get("listeners"), list):
+        listeners = []
+    bound = [item for item in listeners if _bound_listener(item, tunnel)]
+    hbone = [item for item in listeners if item.get("protocol") == "HBONE" and item.get("port") == 15008]
+    for listener in (bound or hbone)[:1]:
         routes = listener.get("allowedRoutes")
         namespaces = routes.get("namespaces") if isinstance(routes, Mapping) else None
         if not isinstance(namespaces, Mapping):
@@ -355,6 +413,10 @@ class WaypointIndex:
     declared: frozenset[str]
     namespace_labels: Mapping[str, Mapping[str, str]]
     namespace_annotations: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    tunnels: Mapping[str, ApplicationTunnel] = field(default_factory=dict)
+    """The inbound binding of every Gateway that has one, by ``ns/name`` (rule 12)."""
+    problems: tuple[Skipped, ...] = ()
+    """Inbound binding annotations that could not be read as written (rule 12)."""
 
     @classmethod
     def build(
@@ -363,6 +425,8 @@ class WaypointIndex:
         classes = {_meta_text(c, "name"): c for c in gateway_classes}
         ready: dict[str, Waypoint] = {}
         declared: set[str] = set()
+        tunnels: dict[str, ApplicationTunnel] = {}
+        problems: set[Skipped] = set()
         for gateway in gateways:
             spec = gateway.get("spec")
             name, namespace = _meta_text(gateway, "name"), _meta_text(gateway, "namespace")
@@ -374,13 +438,18 @@ class WaypointIndex:
             sandwich = class_name != WAYPOINT_CLASS
             if not sandwich:
                 declared.add(f"{namespace}/{name}")
+            gateway_class = classes.get(class_name)
+            tunnel, problem = _inbound_binding(gateway, gateway_class)
+            if tunnel is not None:
+                tunnels[f"{namespace}/{name}"] = tunnel
+            if problem is not None:
+                problems.add(problem)
             address = _gateway_address(gateway, network)
             if address is None:
                 continue
-            gateway_class = classes.get(class_name)
             class_for = object_labels(gateway_class).get(WAYPOINT_FOR) if gateway_class is not None else None
             class_annotations = _annotations(gateway_class) if gateway_class is not None else {}
-            allowed_from, selector = _allowed_routes(spec)
+            allowed_from, selector = _allowed_routes(spec, tunnel)
             own_labels = object_labels(gateway)
             traffic = own_labels.get(WAYPOINT_FOR, SERVICE_TRAFFIC if class_for is None else class_for)
             xfcc = _xfcc_client_identity(gateway, class_annotations)
@@ -390,7 +459,7 @@ class WaypointIndex:
         namespace_list = list(namespaces)
         labels = {_meta_text(ns, "name"): object_labels(ns) for ns in namespace_list}
         annotations = {_meta_text(ns, "name"): object_annotations(ns) for ns in namespace_list}
-        return cls(ready, frozenset(declared), labels, annotations)
+        return cls(ready, frozenset(declared), labels, annotations, tunnels, tuple(sorted(problems)))
 
     def _target(self, namespace: str, labels: Mapping[str, str]) -> tuple[Binding, bool]:
         """The binding named by the object's labels, else its namespace's (rule 4); and whether the object's own
@@ -488,6 +557,11 @@ class WaypointIndex:
         if waypoint is None or waypoint.takes(WORKLOAD_TRAFFIC):
             return binding
         return _unsupported(waypoint.key, WORKLOAD_TRAFFIC) if own else Binding()
+
+    def find_application_tunnel(self, namespace: str, labels: Mapping[str, str]) -> ApplicationTunnel | None:
+        """The application tunnel of a pod that is an instance of a Gateway with an inbound binding (rule 12)."""
+        name = labels.get(GATEWAY_NAME)
+        return self.tunnels.get(f"{namespace}/{name}") if name else None
 
     def _ingress(self, namespace: str, labels: Mapping[str, str]) -> bool:
         value = labels.get(INGRESS_USE_WAYPOINT)
