@@ -13,9 +13,15 @@
 - ``grpc-echo --port P``: a gRPC server (grpcio, raw bytes, no protobuf) with ``/echo.Echo/Say``: answers
   ``<pod>:<request>``, and for the request ``fail`` the status NOT_FOUND with trailing metadata ``x-pod: <pod>``
   (so a caller can see trailers cross the mesh).
+- ``grpc-echo --port P``'s server also answers ``/echo.Echo/Who`` with JSON: who it is, the client's address as it
+  saw it, and the request's metadata (``x-request-id`` shows that a waypoint carried the call at L7).
 - ``tcp-echo --port P``: echoes bytes back on every connection.
 - ``server-first --port P``: speaks first on each connection (a banner, as SMTP or MySQL servers do), then echoes;
   proxies that wait for the client's first bytes before connecting break it.
+- ``multi-echo --listen KIND:PORT[@BIND] ... [--hostname H]``: one process serving many ports, as Istio's echo
+  app serves its common ports: KIND is ``http``, ``https`` (certificate for ``H``), ``grpc``, ``tcp`` or
+  ``server-first``; BIND is an address (``127.0.0.1``), or ``pod`` for the pod's own IP only. Its TCP listeners
+  answer a read of exactly ``whoami\\n`` with a JSON line naming the pod and the client's address.
 - ``client --url URL | --tcp HOST:PORT [--server-first] --interval S [--count N]``: calls a target in a loop
   and prints one line per attempt (ok + a summary of the answer, or the error), for logs and tests.
 """
@@ -34,6 +40,8 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 IDENTITY = {
     "pod": os.environ.get("POD_NAME", socket.gethostname()),
@@ -82,8 +90,8 @@ class _Drain:
             await asyncio.sleep(DRAIN_QUIET - quiet)
 
 
-async def _http_echo(port: int, tls: ssl.SSLContext | None = None) -> None:
-    drain = _Drain()
+def _http_handler(drain: _Drain) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
+    """The connection handler of ``http-echo`` (HTTP/1.1 keep-alive; each request answered with who saw what)."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
@@ -122,7 +130,12 @@ async def _http_echo(port: int, tls: ssl.SSLContext | None = None) -> None:
         finally:
             writer.close()
 
-    server = await asyncio.start_server(handle, "0.0.0.0", port, ssl=tls)
+    return handle
+
+
+async def _http_echo(port: int, tls: ssl.SSLContext | None = None) -> None:
+    drain = _Drain()
+    server = await asyncio.start_server(_http_handler(drain), "0.0.0.0", port, ssl=tls)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, drain.handle_sigterm)
     print(f"{'https' if tls else 'http'}-echo {IDENTITY['pod']} listening on :{port}", flush=True)
@@ -134,8 +147,9 @@ async def _http_echo(port: int, tls: ssl.SSLContext | None = None) -> None:
     print(f"{'https' if tls else 'http'}-echo {IDENTITY['pod']} terminated after a quiet second", flush=True)
 
 
-async def _grpc_echo(port: int) -> None:
-    import grpc  # type: ignore[import-untyped] # only this app needs it
+def _grpc_server(ports: list[tuple[str, int]]) -> Any:
+    """A grpcio server (not started) with ``/echo.Echo/Say`` and ``/echo.Echo/Who`` on every ``(host, port)``."""
+    import grpc  # type: ignore[import-untyped] # only the gRPC apps need it
     import grpc.aio  # type: ignore[import-untyped]
 
     pod = IDENTITY["pod"]
@@ -146,22 +160,50 @@ async def _grpc_echo(port: int) -> None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"{pod} was asked to fail")
         return pod.encode() + b":" + request
 
+    async def who(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+        return json.dumps({**IDENTITY, "client": _grpc_peer(context.peer()), "headers": _metadata(context)}).encode()
+
     server = grpc.aio.server()
-    handler = grpc.method_handlers_generic_handler("echo.Echo", {"Say": grpc.unary_unary_rpc_method_handler(say)})
-    server.add_generic_rpc_handlers((handler,))
-    server.add_insecure_port(f"0.0.0.0:{port}")
+    methods = {"Say": grpc.unary_unary_rpc_method_handler(say), "Who": grpc.unary_unary_rpc_method_handler(who)}
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("echo.Echo", methods),))
+    for host, port in ports:
+        server.add_insecure_port(f"{host}:{port}")
+    return server
+
+
+def _grpc_peer(peer: str) -> str:
+    """``ipv4:10.0.0.1:5000`` (grpcio's form) as ``10.0.0.1:5000``; ``ipv6:[::1]:5000`` as ``::1:5000``."""
+    kind, _, address = peer.partition(":")
+    if kind == "ipv6":
+        host, _, port = address.rpartition(":")
+        return f"{host.strip('[]')}:{port}"
+    return address if kind == "ipv4" else peer
+
+
+def _metadata(context: Any) -> dict[str, str]:
+    return {str(k): v if isinstance(v, str) else v.decode("latin-1") for k, v in context.invocation_metadata() or ()}
+
+
+async def _grpc_echo(port: int) -> None:
+    server = _grpc_server([("0.0.0.0", port)])
     await server.start()
-    print(f"grpc-echo {pod} listening on :{port}", flush=True)
+    print(f"grpc-echo {IDENTITY['pod']} listening on :{port}", flush=True)
     await server.wait_for_termination()
 
 
-async def _tcp_echo(port: int, banner: bool) -> None:
+def _tcp_handler(banner: bool, report: bool) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
+    """Echoes bytes back (after a banner when ``banner``); with ``report``, a read of exactly ``whoami\\n`` is
+    answered with a JSON line of who it is and the client's address as the server saw it."""
+
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
         try:
             if banner:
                 writer.write(f"HELLO from {IDENTITY['pod']}\n".encode())
                 await writer.drain()
             while data := await reader.read(65536):
+                if report and data == b"whoami\n":
+                    data = json.dumps({**IDENTITY, "client": f"{peer[0]}:{peer[1]}"}).encode() + b"\n"
                 writer.write(data)
                 await writer.drain()
         except ConnectionError:
@@ -169,11 +211,66 @@ async def _tcp_echo(port: int, banner: bool) -> None:
         finally:
             writer.close()
 
-    server = await asyncio.start_server(handle, "0.0.0.0", port)
+    return handle
+
+
+async def _tcp_echo(port: int, banner: bool) -> None:
+    server = await asyncio.start_server(_tcp_handler(banner, report=False), "0.0.0.0", port)
     name = "server-first" if banner else "tcp-echo"
     print(f"{name} {IDENTITY['pod']} listening on :{port}", flush=True)
     async with server:
         await server.serve_forever()
+
+
+MULTI_KINDS = ("http", "https", "grpc", "tcp", "server-first")
+
+
+def parse_listener(spec: str, pod_ip: str) -> tuple[str, str, int]:
+    """``KIND:PORT[@BIND]`` as ``(kind, host, port)``: ``BIND`` is an address, or ``pod`` for the pod's own IP
+    (``pod_ip``); without it the port is bound on every address."""
+    kind, _, rest = spec.partition(":")
+    port_text, _, bind = rest.partition("@")
+    if kind not in MULTI_KINDS:
+        raise ValueError(f"listener {spec!r}: kind {kind!r} is not one of {', '.join(MULTI_KINDS)}")
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ValueError(f"listener {spec!r}: {port_text!r} is not a port number")
+    if bind == "pod":
+        if not pod_ip:
+            raise ValueError(f"listener {spec!r}: the pod's IP is unknown (POD_IP is not set)")
+        bind = pod_ip
+    return kind, bind or "0.0.0.0", int(port_text)
+
+
+async def _multi_echo(listeners: list[tuple[str, str, int]], hostname: str) -> None:
+    """Every listener in one process: HTTP and HTTPS echo, gRPC, TCP echo and server-first TCP, each on its port
+    and address (Istio's echo app with its common ports). Exits as ``http-echo`` does on SIGTERM."""
+    drain = _Drain()
+    servers: list[asyncio.Server] = []
+    grpc_ports = [(host, port) for kind, host, port in listeners if kind == "grpc"]
+    tls = _self_signed_context(hostname) if any(kind == "https" for kind, _, _ in listeners) else None
+    for kind, host, port in listeners:
+        if kind in ("http", "https"):
+            servers.append(
+                await asyncio.start_server(_http_handler(drain), host, port, ssl=tls if kind == "https" else None)
+            )
+        elif kind in ("tcp", "server-first"):
+            servers.append(await asyncio.start_server(_tcp_handler(kind == "server-first", report=True), host, port))
+    grpc_server = _grpc_server(grpc_ports) if grpc_ports else None
+    if grpc_server is not None:
+        await grpc_server.start()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, drain.handle_sigterm)
+    described = " ".join(f"{kind}:{host}:{port}" for kind, host, port in listeners)
+    print(f"multi-echo {IDENTITY['pod']} listening on {described}", flush=True)
+    try:
+        await drain.wait()
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+        for server in servers:
+            server.close()
+        if grpc_server is not None:
+            await grpc_server.stop(0)
+    print(f"multi-echo {IDENTITY['pod']} terminated after a quiet second", flush=True)
 
 
 def _call_http(url: str, timeout: float) -> str:
@@ -213,6 +310,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("http-echo", "grpc-echo", "tcp-echo", "server-first"):
         p = sub.add_parser(name)
         p.add_argument("--port", type=int, default=8080)
+    m = sub.add_parser("multi-echo")
+    m.add_argument("--listen", action="append", required=True, metavar="KIND:PORT[@BIND]")
+    m.add_argument("--hostname", default="localhost", help="the name in the HTTPS listeners' certificate")
     h = sub.add_parser("https-echo")
     h.add_argument("--port", type=int, default=8443)
     h.add_argument("--hostname", required=True)
@@ -225,11 +325,18 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--count", type=int, default=0, help="attempts (0: forever)")
     c.add_argument("--timeout", type=float, default=2.0)
     args = parser.parse_args(argv)
+    if args.app == "multi-echo":
+        try:
+            listeners = [parse_listener(spec, os.environ.get("POD_IP", "")) for spec in args.listen]
+        except ValueError as exc:
+            parser.error(str(exc))
     try:
         if args.app == "http-echo":
             asyncio.run(_http_echo(args.port))
         elif args.app == "https-echo":
             asyncio.run(_http_echo(args.port, _self_signed_context(args.hostname)))
+        elif args.app == "multi-echo":
+            asyncio.run(_multi_echo(listeners, args.hostname))
         elif args.app == "grpc-echo":
             asyncio.run(_grpc_echo(args.port))
         elif args.app in ("tcp-echo", "server-first"):
