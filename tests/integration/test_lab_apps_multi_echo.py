@@ -116,3 +116,55 @@ def test_grpc_peers_are_plain_addresses() -> None:
     assert apps._grpc_peer("ipv4:10.0.0.1:5000") == "10.0.0.1:5000"
     assert apps._grpc_peer("ipv6:[::1]:5000") == "::1:5000"
     assert apps._grpc_peer("unix:/tmp/s") == "unix:/tmp/s"
+
+
+async def test_http_listeners_speak_h2c_with_prior_knowledge(multi_echo: dict[str, int]) -> None:
+    """What a waypoint does to a port declared ``http2`` or ``grpc``: two requests on one HTTP/2 connection (the
+    independent h2 library as the client), each answered with what the server saw."""
+    import h2.config
+    import h2.connection
+    import h2.events
+
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
+    client.initiate_connection()
+    for stream_id in (1, 3):
+        request = [(":method", "GET"), (":scheme", "http"), (":authority", "echo:85"), (":path", f"/s{stream_id}")]
+        client.send_headers(stream_id, [*request, ("x-request-id", f"r{stream_id}")], end_stream=True)
+    reader, writer = await asyncio.open_connection("127.0.0.1", multi_echo["http"])
+    writer.write(client.data_to_send())
+    bodies: dict[int, bytes] = {1: b"", 3: b""}
+    statuses: dict[int, str] = {}
+    ended: set[int] = set()
+    while ended != {1, 3}:
+        data = await asyncio.wait_for(reader.read(65536), 10)
+        assert data, "the server closed the connection before answering both streams"
+        for event in client.receive_data(data):
+            if isinstance(event, h2.events.ResponseReceived):
+                statuses[event.stream_id] = dict(event.headers or ())[b":status"].decode()
+            elif isinstance(event, h2.events.DataReceived):
+                bodies[event.stream_id] += event.data
+                client.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            elif isinstance(event, h2.events.StreamEnded):
+                ended.add(event.stream_id)
+        writer.write(client.data_to_send())
+    writer.close()
+    assert statuses == {1: "200", 3: "200"}
+    for stream_id, body in bodies.items():
+        answer = json.loads(body)
+        assert answer["proto"] == "HTTP/2.0" and answer["path"] == f"/s{stream_id}", answer
+        assert answer["headers"]["x-request-id"] == f"r{stream_id}" and answer["headers"]["host"] == "echo:85"
+        assert answer["client"].startswith("127.0.0.1:")
+
+
+async def test_a_short_http1_request_is_not_mistaken_for_the_h2_preface(multi_echo: dict[str, int]) -> None:
+    """A request shorter than the preface that starts as it does, sent in pieces, is still answered as HTTP/1.1."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", multi_echo["http"])
+    for piece in (b"PR", b"I /pri HTTP/1.1\r\n", b"\r\n"):
+        writer.write(piece)
+        await writer.drain()
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    assert head.startswith(b"HTTP/1.1 200 OK")
+    length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+    answer = json.loads(await asyncio.wait_for(reader.readexactly(length), 10))
+    assert answer["method"] == "PRI" and answer["path"] == "/pri" and answer["proto"] == "HTTP/1.1"
+    writer.close()

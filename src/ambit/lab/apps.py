@@ -6,6 +6,8 @@
   address as the server saw it, headers), so a caller can see where its request landed and with what source.
   On SIGTERM it keeps serving until a second has passed without a request, then exits, as Istio's echo app does:
   a pod being deleted may still get requests until every proxy has heard its endpoint is gone.
+  It also speaks h2c (a connection opening with the HTTP/2 preface), as Istio's echo app does on its HTTP ports;
+  ``proto`` in the answer tells which (``HTTP/1.1``, ``HTTP/2.0``).
 - ``https-echo --port P --hostname H``: ``http-echo`` over TLS, with a certificate for ``H`` it makes itself at
   start (from a CA of its own, written under ``/tmp``), for clients that check that TLS reached it untouched
   (``curl -k``, then the certificate's subject). It offers ALPN ``http/1.1`` and reports what was negotiated as
@@ -42,6 +44,10 @@ import urllib.error
 import urllib.request
 from collections.abc import Awaitable, Callable
 from typing import Any
+
+from ambit.hbone.events import ConnectionTerminated, DataReceived, RequestReceived, StreamEnded
+from ambit.hbone.messages import Http2ServerConnection
+from ambit.hbone.wire import PREFACE
 
 IDENTITY = {
     "pod": os.environ.get("POD_NAME", socket.gethostname()),
@@ -91,46 +97,105 @@ class _Drain:
 
 
 def _http_handler(drain: _Drain) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
-    """The connection handler of ``http-echo`` (HTTP/1.1 keep-alive; each request answered with who saw what)."""
+    """The connection handler of ``http-echo``: HTTP/1.1 with keep-alive, or h2c when the connection opens with
+    the HTTP/2 preface (prior knowledge, as Istio's echo app accepts on its HTTP ports); each request is answered
+    with who saw what (:func:`_answer`)."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         tls_object = writer.get_extra_info("ssl_object")
-        negotiated = {"alpn": tls_object.selected_alpn_protocol()} if tls_object is not None else {}
+        seen = {"client": f"{peer[0]}:{peer[1]}"}
+        if tls_object is not None:
+            seen["alpn"] = tls_object.selected_alpn_protocol()
         try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                drain.last_request = time.monotonic()
-                lines = head.decode("latin-1").split("\r\n")
-                method, path, _ = ([*lines[0].split(" "), "", ""])[:3]
-                headers = dict(line.split(": ", 1) for line in lines[1:] if ": " in line)
-                length = int(headers.get("Content-Length", headers.get("content-length", "0")) or 0)
-                if length:
-                    await reader.readexactly(length)
-                body = json.dumps(
-                    {
-                        **IDENTITY,
-                        "method": method,
-                        "path": path,
-                        "client": f"{peer[0]}:{peer[1]}",
-                        "headers": headers,
-                        **negotiated,
-                    }
-                ).encode()
-                writer.write(
-                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                    + f"Content-Length: {len(body)}\r\n\r\n".encode()
-                    + body
-                )
-                await writer.drain()
-                if headers.get("Connection", headers.get("connection", "")).lower() == "close":
-                    break
+            first = await _read_preface(reader)
+            if first == PREFACE:
+                await _serve_h2c(reader, writer, first, drain, seen)
+            else:
+                await _serve_http1(reader, writer, bytearray(first), drain, seen)
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, ValueError):
             pass
         finally:
             writer.close()
 
     return handle
+
+
+async def _read_preface(reader: asyncio.StreamReader) -> bytes:
+    """The connection's first bytes: the HTTP/2 preface, or as soon as they cannot be it, what has come so far."""
+    first = b""
+    while len(first) < len(PREFACE) and PREFACE.startswith(first):
+        data = await reader.read(len(PREFACE) - len(first))
+        if not data:
+            break
+        first += data
+    return first
+
+
+def _answer(method: str, path: str, proto: str, headers: dict[str, str], seen: dict[str, Any]) -> bytes:
+    return json.dumps({**IDENTITY, "method": method, "path": path, "proto": proto, "headers": headers, **seen}).encode()
+
+
+async def _serve_http1(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, buffer: bytearray, drain: _Drain, seen: dict[str, Any]
+) -> None:
+    while True:
+        while (end := buffer.find(b"\r\n\r\n")) < 0:
+            if len(buffer) > 65536:
+                raise ValueError("request head too long")
+            if not (data := await reader.read(65536)):
+                return
+            buffer += data
+        head = bytes(buffer[: end + 4])
+        del buffer[: end + 4]
+        drain.last_request = time.monotonic()
+        lines = head.decode("latin-1").split("\r\n")
+        method, path, _ = ([*lines[0].split(" "), "", ""])[:3]
+        headers = dict(line.split(": ", 1) for line in lines[1:] if ": " in line)
+        length = int(headers.get("Content-Length", headers.get("content-length", "0")) or 0)
+        while len(buffer) < length:
+            if not (data := await reader.read(65536)):
+                return
+            buffer += data
+        del buffer[:length]
+        body = _answer(method, path, "HTTP/1.1", headers, seen)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        await writer.drain()
+        if headers.get("Connection", headers.get("connection", "")).lower() == "close":
+            return
+
+
+async def _serve_h2c(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, first: bytes, drain: _Drain, seen: dict[str, Any]
+) -> None:
+    """HTTP/2 without TLS (the preface already read as ``first``): every stream is answered once its request
+    ended, with the request's fields as headers (``:authority`` as ``host``)."""
+    connection = Http2ServerConnection()
+    requests: dict[int, RequestReceived] = {}
+    data = first
+    while data:
+        for event in connection.receive_data(data):
+            if isinstance(event, RequestReceived):
+                requests[event.stream_id] = event
+                drain.last_request = time.monotonic()
+            elif isinstance(event, DataReceived):
+                connection.consumed(event.stream_id, event.flow_length)
+            elif isinstance(event, StreamEnded) and (request := requests.pop(event.stream_id, None)) is not None:
+                headers = {"host": request.authority, **dict(request.headers)}
+                body = _answer(request.method, request.path, "HTTP/2.0", headers, seen)
+                connection.respond(event.stream_id, 200, [("content-type", "application/json")])
+                connection.send_data(event.stream_id, body)
+                connection.end_stream(event.stream_id)
+            elif isinstance(event, ConnectionTerminated):
+                writer.write(connection.data_to_send())
+                return
+        writer.write(connection.data_to_send())
+        await writer.drain()
+        data = await reader.read(65536)
 
 
 async def _http_echo(port: int, tls: ssl.SSLContext | None = None) -> None:
