@@ -193,8 +193,9 @@ def cell(answers: list[dict[str, Any]], source_ip: str, check_source: bool) -> s
         layers = {"L7" if a.get("l7") else "L4" for a in answers}
         if len(layers) == 1:
             text = layers.pop()
-            if check_source and all(a.get("client") == source_ip for a in answers):
-                text += " +src"
+            if check_source:
+                clients = sorted({str(a.get("client")) for a in answers})
+                text += " +src" if clients == [source_ip] else f" src={','.join(clients)}"
             if any(a.get("peer_metadata") for a in answers):
                 text += " +peer-metadata"
             return text
@@ -222,7 +223,10 @@ def waypoints_bound(lab: Lab) -> None:
 @pytest.mark.parametrize("source", SOURCES)
 def test_services_port_matrix(lab: Lab, waypoints_bound: None, source: str, destination: str) -> None:
     """One row of TestServices: every port of ``destination`` called by Service name from ``source``."""
-    source_ip = lab.pod(source, NS)["status"]["podIP"]
+    source_pod, destination_pod = lab.pod(source, NS), lab.pod(destination, NS)
+    source_ip = source_pod["status"]["podIP"]
+    placement = f"{source} {source_ip} on {source_pod['spec'].get('nodeName')}, {destination} "
+    placement += f"{destination_pod['status']['podIP']} on {destination_pod['spec'].get('nodeName')}"
     check_source = not through_waypoint(source, destination)
     expected = {
         name: expected_cell(source, destination, name)
