@@ -1,16 +1,18 @@
-"""Istio's TestServices port matrix (tests/integration/ambient/baseline_test.go TestServices, ``allCalls``): every
+"""Istio's TestServices port matrix (tests/integration/ambient/baseline_test.go:202-273, ``allCalls`` :119-142): every
 source x destination x port of the echo app's common ports (pkg/test/framework/components/echo/common/ports), each
 called by the Service's name, with upstream's expectation per cell:
 
 - ``L7`` (the server saw ``X-Request-Id``) when a waypoint is on the path and the call's scheme is HTTP or gRPC
-  (``supportsL7``: the port's protocol is HTTP or GRPC, ``auto-*`` included since the call sends HTTP, except
-  ``tcp-for-http``, whose Service port name declares TCP); ``L4`` otherwise (TCP, HTTPS, server-first);
+  (``supportsL7``, baseline_test.go:156-168: the port's protocol is HTTP or GRPC, ``auto-*`` included since the
+  call sends HTTP, except ``tcp-for-http``, whose Service port name declares TCP); ``L4`` otherwise (TCP, HTTPS,
+  server-first);
 - a workload-addressed waypoint is bypassed when calling by Service (``L4``), and an uncaptured client bypasses every
   waypoint (``L4``);
 - ``http-localhost`` (an app bound to 127.0.0.1 only): an error or a 503, never the app's answer;
 - no ``X-Envoy-Peer-Metadata`` reaches the app;
 - the original source IP is kept on every path without a waypoint (upstream checks it in its multi-network run,
-  ``OriginalSourceCheck``; upstream notes that a waypoint does not keep it, so paths through one are not checked).
+  ``OriginalSourceCheck``, baseline_test.go:214-223; it notes that a waypoint does not keep it, so paths through
+  one are not checked).
 
 ``auto-tcp-server`` is served (Istio's echo serves it) and called on paths without a waypoint; upstream's
 ``allCalls`` leaves it out (a server-first protocol on a port whose protocol is sniffed), so the service
@@ -19,7 +21,9 @@ waypoint's cell is not judged.
 Runs on the shared mesh lab: namespace ``ambient`` with one ``multi-echo`` pod per destination serving every port
 (``captured``: no waypoint; ``service-addressed-waypoint``: its Service labelled for a waypoint ``--for service``;
 ``workload-addressed-waypoint``: its pod labelled for a waypoint ``--for workload``), Services with upstream's port
-names and numbers, a captured ``client`` and an uncaptured ``uncaptured``. Each row (source x destination) is one
+names and numbers, a captured ``client`` and an uncaptured ``uncaptured``. The clients and ``captured`` are on
+node-1, the two others on node-2: an original source is checked across nodes and on one node (where the node's
+Service rules must not SNAT the caller). Each row (source x destination) is one
 ``lab exec`` running all its calls in one Python process.
 """
 
@@ -148,15 +152,16 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         for name, kind in (("waypoint", "service"), ("workload-waypoint", "workload")):
             ambit("waypoint", "apply", "-n", NS, "--name", name, "--for", kind, "--kubeconfig", kubeconfig)
         wl_labels = {"app": WORKLOAD_WP, "istio.io/use-waypoint": "workload-waypoint"}
+        uncaptured = {"app": "uncaptured", "istio.io/dataplane-mode": "none"}
         up.apply(
-            pod_manifest(CAPTURED, [multi_echo_container()]),
+            pod_manifest(CAPTURED, [multi_echo_container()], node="node-1"),
             echo_service(CAPTURED),
-            pod_manifest(SERVICE_WP, [multi_echo_container()]),
+            pod_manifest(SERVICE_WP, [multi_echo_container()], node="node-2"),
             echo_service(SERVICE_WP, {"istio.io/use-waypoint": "waypoint"}),
-            pod_manifest(WORKLOAD_WP, [multi_echo_container()], labels=wl_labels),
+            pod_manifest(WORKLOAD_WP, [multi_echo_container()], labels=wl_labels, node="node-2"),
             echo_service(WORKLOAD_WP),
-            pod_manifest("client", [sleeper()], labels={"app": "client"}),
-            pod_manifest("uncaptured", [sleeper()], labels={"app": "uncaptured", "istio.io/dataplane-mode": "none"}),
+            pod_manifest("client", [sleeper()], labels={"app": "client"}, node="node-1"),
+            pod_manifest("uncaptured", [sleeper()], labels=uncaptured, node="node-1"),
             namespace=NS,
         )
         up.wait_pods_ready(NS, "", 7, timeout=180)  # 5 of ours and the two waypoints
