@@ -166,8 +166,9 @@ def test_pods_reach_each_other_across_nodes_and_through_cluster_ips(lab: Lab, na
 
     wait_until("the caller pod's calls to answer", caller_log, 15)
 
-    # Pod to ClusterIP: both endpoints answer. The one on the other node sees the client's address; the one on the
-    # client's own node sees the node's bridge address (the lab SNATs same-node DNAT, see ambit.lab.network.services).
+    # Pod to ClusterIP: both endpoints answer. The one on the other node sees the client's address; so does the one
+    # on the client's own node when the node's bridge passes frames to netfilter (br_netfilter, as on Kubernetes
+    # nodes), else it sees the node's bridge address (the lab then SNATs same-node DNAT, ambit.lab.network.services).
     vip = cluster_ip(lab, namespace, "echo")
     seen = wait_until(
         "calls to the echo VIP to succeed",
@@ -175,9 +176,11 @@ def test_pods_reach_each_other_across_nodes_and_through_cluster_ips(lab: Lab, na
         15,
     )
     assert {a["pod"] for a in seen} == {"echo-1", "echo-2"}, "the VIP should spread calls over both endpoints"
-    gateway = lab.topology.node(1).pod_gateway
+    node = lab.topology.node(1)
+    setting = ["ip", "netns", "exec", node.netns, "cat", "/proc/sys/net/bridge/bridge-nf-call-iptables"]
+    bridged = subprocess.run(setting, capture_output=True, text=True, check=False).stdout.strip() == "1"
     for a in seen:
-        assert a["client"] == (client_ip if a["node"] == "node-2" else gateway), a
+        assert a["client"] == (client_ip if a["node"] == "node-2" or bridged else node.pod_gateway), a
 
     # TCP echo and a server-first protocol through their VIPs, to pods on the other node.
     tcp_vip, banner_vip = cluster_ip(lab, namespace, "tcp-echo"), cluster_ip(lab, namespace, "banner")

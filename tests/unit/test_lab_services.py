@@ -30,6 +30,7 @@ from ambit.lab.network.services_apply import (
     ServiceProxySettings,
     ServiceRulesError,
     apply_rules,
+    bridge_netfilter_enabled,
     remove_rules,
 )
 
@@ -81,7 +82,7 @@ def endpoint_slice(name: str, svc: str, ports: Any, endpoints: list[Any], ns: st
     }
 
 
-def render(services: list[Any], slices: list[Any], **options: str) -> RenderedRules:
+def render(services: list[Any], slices: list[Any], **options: Any) -> RenderedRules:
     return render_service_rules(services, slices, node_pod_cidr=POD_CIDR, node_gateway=GATEWAY, **options)
 
 
@@ -167,6 +168,10 @@ CASES: dict[str, tuple[list[Any], list[Any]]] = {
         [endpoint_slice("db-a", "db", [{"port": 5432}], [endpoint("198.18.1.7")])],
     ),
     "empty": ([], []),
+    "bridge_netfilter": (
+        [service("web", "198.19.0.10", port(80, target=8080))],
+        [endpoint_slice("web-a", "web", [{"port": 8080}], [endpoint("198.18.2.7"), endpoint("198.18.1.5")])],
+    ),
     "service_range": ([service("web", "198.19.0.10", port(80))], []),
     "load_balancer": (
         [
@@ -184,9 +189,10 @@ CASES: dict[str, tuple[list[Any], list[Any]]] = {
     ),
 }
 LB_CIDR = "198.18.0.224/28"
-OPTIONS: dict[str, dict[str, str]] = {
+OPTIONS: dict[str, dict[str, Any]] = {
     "service_range": {"service_cidr": "198.19.0.0/16"},
     "load_balancer": {"load_balancer_cidr": LB_CIDR},
+    "bridge_netfilter": {"bridge_netfilter": True},
 }
 
 
@@ -252,6 +258,17 @@ def test_hairpin_snat_is_limited_to_the_nodes_pod_range() -> None:
     rendered = render_service_rules([], [], node_pod_cidr="198.18.7.0/24", node_gateway="198.18.7.1")
     assert "ct status dnat ip saddr 198.18.7.0/24 ip daddr 198.18.7.0/24 snat to 198.18.7.1" in rendered.script
     assert "masquerade" not in rendered.script
+
+
+def test_with_br_netfilter_only_an_endpoint_reaching_itself_is_snated() -> None:
+    """The bridge un-DNATs replies itself: a pod calling a Service keeps its address (Istio's TestServices checks
+    the original source); only an endpoint's connection to itself is marked and SNATed, as kube-proxy does."""
+    script = render_case("bridge_netfilter").script
+    assert "ip saddr 198.18.1.0/24 ip daddr 198.18.1.0/24" not in script
+    assert f"meta mark & 0x4000 == 0x4000 snat to {GATEWAY}" in script
+    assert "ip saddr 198.18.2.7 meta mark set meta mark | 0x4000" in script
+    chain = script.split("chain endpoint-default/web/tcp/80__198.18.2.7/8080 {")[1].split("}")[0]
+    assert chain.index("meta mark set") < chain.index("dnat to 198.18.2.7:8080"), chain
 
 
 def test_a_load_balancer_address_is_proxied_like_the_cluster_ip_and_external_traffic_is_masqueraded() -> None:
@@ -655,3 +672,11 @@ def test_scripts_rendered_from_arbitrary_objects_load_into_a_kernel(services: li
     script = render(services, slices).script
     loaded = nft_in_throwaway_netns("nft -f -", script)
     assert loaded.returncode == 0, loaded.stderr + script
+
+
+def test_bridge_netfilter_is_on_only_when_the_setting_reads_1(tmp_path: Path) -> None:
+    setting = tmp_path / "bridge-nf-call-iptables"
+    assert bridge_netfilter_enabled(setting) is False  # absent: no br_netfilter
+    for text, on in (("1\n", True), ("0\n", False), ("", False)):
+        setting.write_text(text)
+        assert bridge_netfilter_enabled(setting) is on

@@ -24,9 +24,14 @@ What the table does, in packet order:
    the node send the pod an ICMP redirect, which resets the kernel's per-host ICMP rate limit and suppresses
    the reject that follows. (Reject in prerouting needs a kernel that allows it, as kube-proxy's nftables mode
    does.)
-3. ``nat-postrouting``: a connection DNATed from this node's pod range to this node's pod range is SNATed to the
-   node's ``cni0`` address. Its reply would otherwise go from pod to pod across the bridge and, without
-   br_netfilter, never be un-DNATed. A connection DNATed from a load-balancer address is masqueraded (to the
+3. ``nat-postrouting``: without br_netfilter, a connection DNATed from this node's pod range to this node's pod
+   range is SNATed to the node's ``cni0`` address: its reply would otherwise go from pod to pod across the bridge
+   and never be un-DNATed. With br_netfilter (``bridge_netfilter``: the node's bridge hands its frames to
+   netfilter, as Kubernetes nodes require) the reply is un-DNATed on the bridge, so only a pod reaching itself
+   through a Service is SNATed (its reply never leaves the pod), as kube-proxy does: the endpoint's chain marks a
+   connection from the endpoint's own address (``HAIRPIN_MARK``) and postrouting SNATs what is marked. Every other
+   pod keeps its own address, which the server sees (Istio's TestServices checks the original source IP). A
+   connection DNATed from a load-balancer address is masqueraded (to the
    node's address towards the endpoint), as kube-proxy does for external traffic: the endpoint may be on another
    node, whose reply would otherwise go straight to the client with the pod's address. Nothing else is NATed:
    the lab never masquerades towards an uplink.
@@ -116,6 +121,11 @@ class _Node:
     gateway: ipaddress.IPv4Address
     service_cidr: ipaddress.IPv4Network | None
     load_balancer_cidr: ipaddress.IPv4Network | None = None
+    bridge_netfilter: bool = False
+
+
+HAIRPIN_MARK = 0x4000
+"""The packet mark of a connection from an endpoint to itself through a Service (kube-proxy's masquerade bit)."""
 
 
 def render_service_rules(
@@ -126,13 +136,16 @@ def render_service_rules(
     node_gateway: str,
     service_cidr: str | None = None,
     load_balancer_cidr: str | None = None,
+    bridge_netfilter: bool = False,
 ) -> RenderedRules:
     """Render the node's table from the cluster's Services and EndpointSlices.
 
     ``node_pod_cidr`` and ``node_gateway`` are the node's pod range and its ``cni0`` address. With
     ``service_cidr``, new connections to any other address of the Service range are rejected too (ICMP
     port-unreachable), so that nothing addressed to the range leaves the node whatever its routes. With
-    ``load_balancer_cidr``, LoadBalancer Services' addresses in that range are proxied too. These are the node's
+    ``load_balancer_cidr``, LoadBalancer Services' addresses in that range are proxied too. ``bridge_netfilter``:
+    the node's bridge passes its frames through netfilter (br_netfilter), so only a pod reaching itself needs the
+    SNAT (rule 3). These are the node's
     own settings, not input: a bad one is a ``ValueError``.
     """
     node = _Node(
@@ -140,6 +153,7 @@ def render_service_rules(
         ipaddress.IPv4Address(node_gateway),
         ipaddress.IPv4Network(service_cidr) if service_cidr is not None else None,
         ipaddress.IPv4Network(load_balancer_cidr) if load_balancer_cidr is not None else None,
+        bridge_netfilter,
     )
     skipped: list[str] = []
     parsed: list[_Service] = []
@@ -177,7 +191,7 @@ def _render(
     service_map: dict[tuple[int, str, int], str] = {}
     reject_map: dict[tuple[int, str, int], str] = {}
     owners: dict[tuple[int, str, int], str] = {}
-    chains: list[tuple[str, str]] = []  # (name, its one rule)
+    chains: list[tuple[str, list[str]]] = []  # (name, its rules)
     seen: set[str] = set()
     rendered_services = endpoint_count = 0
     for svc in sorted(services, key=lambda s: (s.namespace, s.name)):
@@ -207,9 +221,11 @@ def _render(
             base = f"{svc.namespace}/{svc.name}/{port.protocol}/{port.port}"
             targets = [f"endpoint-{base}__{ep.ip}/{ep.port}" for ep in endpoints]
             service_map.update((key, f"goto service-{base}") for key in keys)
-            chains.append((f"service-{base}", _spread(targets)))
+            chains.append((f"service-{base}", [_spread(targets)]))
             for target, ep in zip(targets, endpoints, strict=True):
-                chains.append((target, f"meta l4proto {port.protocol} dnat to {ep.ip}:{ep.port}"))
+                dnat = f"meta l4proto {port.protocol} dnat to {ep.ip}:{ep.port}"
+                mark = f"ip saddr {ep.ip} meta mark set meta mark | {HAIRPIN_MARK:#x}"
+                chains.append((target, [mark, dnat] if node.bridge_netfilter else [dnat]))
             endpoint_count += len(endpoints)
         if rendered_ports:
             cluster_ips.add(svc.cluster_ip)
@@ -230,7 +246,7 @@ def _script(
     lb_ips: list[ipaddress.IPv4Address],
     service_map: dict[tuple[int, str, int], str],
     reject_map: dict[tuple[int, str, int], str],
-    chains: list[tuple[str, str]],
+    chains: list[tuple[str, list[str]]],
     node: _Node,
 ) -> str:
     lines = [
@@ -249,7 +265,10 @@ def _script(
     lookup = "ip daddr . meta l4proto . th dport vmap @service-ips"
     lines += _chain("nat-prerouting", "type nat hook prerouting priority dstnat; policy accept;", [lookup])
     lines += _chain("nat-output", "type nat hook output priority -100; policy accept;", [lookup])
-    hairpin = f"ct status dnat ip saddr {node.pod_cidr} ip daddr {node.pod_cidr} snat to {node.gateway}"
+    if node.bridge_netfilter:
+        hairpin = f"meta mark & {HAIRPIN_MARK:#x} == {HAIRPIN_MARK:#x} snat to {node.gateway}"
+    else:
+        hairpin = f"ct status dnat ip saddr {node.pod_cidr} ip daddr {node.pod_cidr} snat to {node.gateway}"
     postrouting = [hairpin]
     if node.load_balancer_cidr is not None:
         postrouting.append("ct status dnat ct original ip daddr @load-balancer-ips masquerade")
@@ -265,8 +284,8 @@ def _script(
     lines += _chain("services-check", None, checks)
     for protocol, how in _REJECT_HOW.items():
         lines += _chain(f"reject-{protocol}", None, [how])
-    for name, rule in chains:
-        lines += _chain(name, None, [rule])
+    for name, rules in chains:
+        lines += _chain(name, None, rules)
     lines[-1:] = ["}"]  # drop the blank line after the last chain
     return "\n".join(lines) + "\n"
 

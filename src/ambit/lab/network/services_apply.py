@@ -21,6 +21,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 
 from ambit.commands import CommandResult, CommandRunner, SubprocessRunner
@@ -44,6 +45,19 @@ class ServiceRulesError(AmbitError):
         self.returncode = returncode
         self.stderr = stderr.decode(errors="replace").strip()
         super().__init__(f"{action} Service rules in {netns}: nft exited {returncode}: {self.stderr[-500:]}")
+
+
+BRIDGE_NF_CALL_IPTABLES = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
+
+
+def bridge_netfilter_enabled(setting: Path = BRIDGE_NF_CALL_IPTABLES) -> bool:
+    """Whether this process's network namespace hands bridged IPv4 frames to netfilter (br_netfilter loaded and
+    ``bridge-nf-call-iptables`` on): then a Service reply crossing the node's bridge is un-DNATed there (see
+    :mod:`ambit.lab.network.services`, rule 3). Unreadable or absent (no br_netfilter) counts as off."""
+    try:
+        return setting.read_text().strip() == "1"
+    except OSError:
+        return False
 
 
 def _nft(netns: str) -> list[str]:
@@ -114,6 +128,7 @@ class ServiceProxy:
         node_gateway: str,
         service_cidr: str | None = None,
         load_balancer_cidr: str | None = None,
+        bridge_netfilter: bool = False,
         runner: CommandRunner | None = None,
         settings: ServiceProxySettings | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -126,12 +141,14 @@ class ServiceProxy:
             node_gateway=node_gateway,
             service_cidr=service_cidr,
             load_balancer_cidr=load_balancer_cidr,
+            bridge_netfilter=bridge_netfilter,
         )
         self.netns = netns
         self.node_pod_cidr = node_pod_cidr
         self.node_gateway = node_gateway
         self.service_cidr = service_cidr
         self.load_balancer_cidr = load_balancer_cidr
+        self.bridge_netfilter = bridge_netfilter
         self.settings = settings or ServiceProxySettings()
         self.stats = ServiceProxyStats()
         self.rendered: RenderedRules | None = None
@@ -210,6 +227,7 @@ class ServiceProxy:
             node_gateway=self.node_gateway,
             service_cidr=self.service_cidr,
             load_balancer_cidr=self.load_balancer_cidr,
+            bridge_netfilter=self.bridge_netfilter,
         )
         self.stats.renders += 1
         self.rendered = rendered
