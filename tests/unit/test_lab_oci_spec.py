@@ -20,6 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ambit.lab.cluster.node import closed_ancestors
+from ambit.lab.runtime.oci_apply import prepare_root_view
 from ambit.lab.runtime.oci_spec import (
     ALL_CAPABILITIES,
     DEFAULT_CAPABILITIES,
@@ -34,6 +35,7 @@ from ambit.lab.runtime.oci_spec import (
     linux_resources,
     parse_quantity,
     security_view,
+    view_source,
 )
 
 GOLDEN = Path(__file__).parent / "golden" / "lab_oci"
@@ -179,19 +181,31 @@ def test_secrets_are_masked_and_the_interpreter_is_revealed_after_the_masks() ->
     assert "rro" in mounts["/root/.pyenv/versions/3.11.7"]["options"]
 
 
-def test_a_checkout_under_a_closed_directory_is_revealed_beneath_its_mask() -> None:
-    """A clone in a 0700 directory (``mktemp -d`` outside /tmp): the directory is masked and the interpreter bound
-    back beneath it; runc makes that mount point in the mask's tmpfs, so that one mask is not read-only."""
+def test_a_checkout_under_a_closed_directory_is_revealed_beneath_a_view_of_it(tmp_path: Path) -> None:
+    """A clone in a 0700 directory (``mktemp -d`` outside /tmp): the directory is covered by a read-only 0755 view
+    holding only the mount points of the interpreter bound back beneath it (runc would give a tmpfs there the
+    covered directory's 0700, and a container running as another user could not enter it)."""
     paths = dataclasses.replace(
         PATHS,
         masked=(*PATHS.masked, "/work/ci/run.x"),
         revealed=(*PATHS.revealed, "/work/ci/run.x/ci/.venv", "/work/ci/run.x/ci/src"),
+        views=str(tmp_path / "views"),
     )
     config = config_of(pod(), paths)
     destinations = [m["destination"] for m in config["mounts"]]
     mounts = mounts_at(config)
-    assert mounts["/work/ci/run.x"]["type"] == "tmpfs" and "ro" not in mounts["/work/ci/run.x"]["options"]
-    assert "ro" in mounts["/var/lib/ambit/lab"]["options"]  # nothing revealed beneath: read-only as before
+    view = view_source(paths.views, "/work/ci/run.x")
+    assert mounts["/work/ci/run.x"] == {
+        "destination": "/work/ci/run.x",
+        "type": "bind",
+        "source": view,
+        "options": ["rbind", "ro", "nosuid", "nodev"],
+    }
+    assert mounts["/var/lib/ambit/lab"]["type"] == "tmpfs"  # nothing revealed beneath: an empty read-only tmpfs
+    assert "ro" in mounts["/var/lib/ambit/lab"]["options"]
+    prepare_root_view(Path(view), config, "/work/ci/run.x")
+    assert sorted(str(p.relative_to(view)) for p in Path(view).rglob("*")) == ["ci", "ci/.venv", "ci/src"]
+    assert all(p.stat().st_mode & 0o777 == 0o755 for p in [Path(view), *Path(view).rglob("*")])
     for revealed in ("/work/ci/run.x/ci/.venv", "/work/ci/run.x/ci/src"):
         assert destinations.index(revealed) > destinations.index("/work/ci/run.x")
         assert mounts[revealed]["options"] == ["rbind", "rro"]

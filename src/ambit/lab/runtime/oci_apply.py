@@ -69,16 +69,23 @@ ROOT_VIEW = "rootview"
 """In a bundle: the directory bound read-only over the container's ``/root`` (:class:`BundlePaths.root_view`)."""
 
 
-def prepare_root_view(view: Path, config: Mapping[str, Any]) -> None:
-    """Make ``view`` (0755) hold a mount point for each mount of ``config`` under ``/root``, so that runc, which cannot
-    create them in a read-only bind, finds them: a directory, or an empty file where the source is a file."""
-    view.mkdir(mode=0o755, exist_ok=True)
+VIEWS = "views"
+"""In a bundle: the views bound read-only over masked directories with something revealed beneath them
+(:attr:`BundlePaths.views`)."""
+
+
+def prepare_root_view(view: Path, config: Mapping[str, Any], covers: str = "/root") -> None:
+    """Make ``view`` (0755) hold a mount point for each mount of ``config`` under ``covers`` (the directory it is
+    bound over), so that runc, which cannot create them in a read-only bind, finds them: a directory, or an empty
+    file where the source is a file."""
+    view.mkdir(mode=0o755, parents=True, exist_ok=True)
     view.chmod(0o755)
+    base = covers.rstrip("/") + "/"
     for mount in config.get("mounts") or ():
         destination = str(mount.get("destination", ""))
-        if not destination.startswith("/root/") or ".." in destination.split("/"):
+        if not destination.startswith(base) or ".." in destination.split("/"):
             continue
-        target = view / destination.removeprefix("/root/")
+        target = view / destination.removeprefix(base)
         if os.path.isfile(str(mount.get("source", ""))):
             target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
             target.touch(mode=0o644, exist_ok=True)
@@ -209,6 +216,7 @@ class RuncRuntime:
             machine=Machine(platform.machine(), kernel_version(platform.release())),
             shared_rootfs=str(shared_rootfs_dir(s.cgroup_parent)),
             root_view=str(self.settings.bundles / cid / ROOT_VIEW),
+            views=str(self.settings.bundles / cid / VIEWS),
         )
 
     def spawn(self, launch: LaunchSpec) -> ProcessHandle:
@@ -232,6 +240,10 @@ class RuncRuntime:
             shared.mkdir(mode=0o755, parents=True, exist_ok=True)
             shared.chmod(0o755)
         prepare_root_view(bundle / ROOT_VIEW, config)
+        views = str(bundle / VIEWS) + "/"
+        for mount in config.get("mounts") or ():
+            if str(mount.get("source", "")).startswith(views):
+                prepare_root_view(Path(mount["source"]), config, str(mount.get("destination", "")))
         tmp = bundle / "config.json.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         with os.fdopen(fd, "w") as out:

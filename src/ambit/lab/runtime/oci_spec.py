@@ -25,7 +25,8 @@ Rule 3. Masks: each of ``paths.masked`` (the lab's directory with the API server
         hidden and are left out. ``paths.revealed`` (the interpreter's installation when it lives under
         ``/root``, or under a directory other users cannot enter, itself masked) are bound back read-only after
         the masks, and again after a volume mounted over them (an emptyDir at ``/tmp`` over a checkout under
-        ``/tmp``). A mask with a revealed path beneath it stays writable, as runc makes the mount points there.
+        ``/tmp``). A mask with a revealed path beneath it is a read-only view (``paths.views``) holding only the
+        mount points of what is revealed, 0755 whatever the mode of the directory it covers.
 Rule 4. Service account: unless the pod's ``automountServiceAccountToken`` is false, the pod's
         ``serviceaccount`` directory (``token``, ``ca.crt``, ``namespace``) is bound read-only at
         ``/var/run/secrets/kubernetes.io/serviceaccount``. It is a directory, not the files, so a refreshed token
@@ -81,6 +82,7 @@ Rule 13. User namespace (``paths.user_namespace``, :mod:`ambit.lab.runtime.usern
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -224,6 +226,11 @@ class BundlePaths:
     """A host directory (0755, holding only the mount points of what is revealed under ``/root``) bound read-only
     over ``/root``; empty: a tmpfs. runc gives a tmpfs the mode of the directory it covers, and the machine's
     ``/root`` is 0700, so only the bound directory lets a non-root container reach an interpreter revealed there."""
+    views: str = ""
+    """A host directory holding, for each masked directory with something revealed beneath it, a view of it like
+    :attr:`root_view` (:func:`view_source`), bound read-only over it: a checkout in a 0700 directory other than
+    ``/root``. Empty: such a mask is a writable tmpfs, which a non-root container cannot enter when the directory it
+    covers is 0700."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -499,7 +506,11 @@ def _mounts(
             # runc makes the mount points of the paths revealed beneath a mask in its tmpfs, so that one stays
             # writable (4 KiB, the container's own, empty but for those directories).
             beneath = any(_under(revealed, path) and revealed != path for revealed in paths.revealed)
-            mounts.append(_tmpfs(path, "mode=755", size="4k", readonly=not beneath))
+            if beneath and paths.views:
+                view = {"source": view_source(paths.views, path), "options": ["rbind", "ro", "nosuid", "nodev"]}
+                mounts.append({"destination": path, "type": "bind", **view})
+            else:
+                mounts.append(_tmpfs(path, "mode=755", size="4k", readonly=not beneath))
     for path in paths.revealed:
         mounts.append({"destination": path, "type": "bind", "source": path, "options": ["rbind", "rro"]})
     covered = any(m.destination == SERVICE_ACCOUNT_DIR for m in paths.volume_mounts)
@@ -558,6 +569,11 @@ def _root_mount(root_view: str) -> dict[str, Any]:
     if not root_view:
         return _tmpfs("/root", "mode=755", size="1m")
     return {"destination": "/root", "type": "bind", "source": root_view, "options": ["rbind", "ro", "nosuid", "nodev"]}
+
+
+def view_source(views: str, masked: str) -> str:
+    """Where the view of the masked directory ``masked`` is made under ``views`` (a name per path)."""
+    return f"{views}/{hashlib.sha256(masked.encode()).hexdigest()[:16]}"
 
 
 def _tmpfs(path: str, mode: str, *, size: str = "65536k", readonly: bool = False) -> dict[str, Any]:
