@@ -58,7 +58,13 @@ async def test_the_gateway_command_starts_gets_ready_and_stops_on_sigterm(tmp_pa
             async with session.get(f"http://127.0.0.1:{ports['admin']}/config_dump") as response:
                 dump = await response.json()
         assert dump["config"]["identity"] == "spiffe://cluster.local/ns/edge/sa/edge-istio"
-        assert dump["gateway"] == {"listeners": [], "listening": [], "updates": 0, "connection_refusals": {}}
+        assert dump["gateway"] == {
+            "listeners": [],
+            "listening": [],
+            "tunnelListening": [],
+            "updates": 0,
+            "connection_refusals": {},
+        }
     finally:
         if process.returncode is None:
             process.send_signal(signal.SIGTERM)
