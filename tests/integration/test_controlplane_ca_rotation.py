@@ -59,13 +59,20 @@ class Plane:
     """The control plane subprocess, its CA directory and a CA client as ``shop/web``."""
 
     def __init__(
-        self, directory: Path, process: asyncio.subprocess.Process, port: int, client: IstiodCaClient, webhook: int
+        self,
+        directory: Path,
+        process: asyncio.subprocess.Process,
+        port: int,
+        client: IstiodCaClient,
+        webhook: int,
+        scratch: Path,
     ) -> None:
         self.directory = directory
         self.process = process
         self.port = port
         self.client = client
         self.webhook_port = webhook
+        self.scratch = scratch
         self.generation = 1
 
     async def webhook_issuer(self) -> str:
@@ -114,6 +121,8 @@ async def plane(server_process: ServerProcess, kube: KubeClient, tmp_path: Path)
     directory = tmp_path / "cacerts"
     webhook_port = free_port()
     write_volume(directory, cacerts_files(FIRST, ROOT.cert_pem), 1)
+    scratch = tmp_path / "scratch"  # the process's TMPDIR: it must hold no key file while the process runs
+    scratch.mkdir()
     log = os.open(tmp_path / "controlplane.log", os.O_WRONLY | os.O_CREAT, 0o644)  # closed once the child has it
     process = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -131,7 +140,7 @@ async def plane(server_process: ServerProcess, kube: KubeClient, tmp_path: Path)
         str(directory),
         stdout=asyncio.subprocess.PIPE,
         stderr=log,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "TMPDIR": str(scratch)},
     )
     os.close(log)
     assert process.stdout is not None
@@ -151,7 +160,7 @@ async def plane(server_process: ServerProcess, kube: KubeClient, tmp_path: Path)
             server_name="istiod.istio-system.svc",
         )
         async with client:
-            yield Plane(directory, process, int(match.group(1)), client, webhook_port)
+            yield Plane(directory, process, int(match.group(1)), client, webhook_port, scratch)
     finally:
         if process.returncode is None:
             process.terminate()
@@ -205,6 +214,7 @@ async def test_a_replaced_intermediate_signs_the_certificates_asked_for_after_it
     before = await plane.certificate()
     assert _leaf_signed_by(before, FIRST)
     assert await plane.webhook_issuer() == "CN=Intermediate 1"
+    assert list(plane.scratch.iterdir()) == [], "the webhook's key was left on disk"
     started = time.monotonic()
     plane.replace(cacerts_files(SECOND, ROOT.cert_pem))
     await eventually(lambda: _is(plane.issuer(), "CN=Intermediate 2"), "certificates from the new intermediate")
@@ -238,6 +248,7 @@ async def test_a_replaced_intermediate_signs_the_certificates_asked_for_after_it
     plane.replace(cacerts_files(UNDER_NEW_ROOT, ROOT.cert_pem + NEW_ROOT.cert_pem))
     await eventually(lambda: _is(plane.issuer(), "CN=Intermediate under the new root"), "the new root's intermediate")
     assert await plane.webhook_issuer() == "CN=Intermediate under the new root"
+    assert list(plane.scratch.iterdir()) == [], "the reloaded webhook key was left on disk"
     plane.replace(cacerts_files(UNDER_NEW_ROOT, NEW_ROOT.cert_pem))
     await eventually(lambda: _is(_published_roots(kube), both[1:]), "only the new root in istio-ca-root-cert")
     await eventually(lambda: _is(_webhook_bundle(kube), both[1:]), "only the new root in the webhook's caBundle")

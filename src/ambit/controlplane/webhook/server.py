@@ -119,10 +119,11 @@ class ValidationWebhookServer:
         self._listener, self._runner = listener, runner
         log.info("validation webhook listening on %s:%d", self.settings.host, self.port)
 
-    def reload_certificate(self) -> None:
-        """Present what ``cert_file`` and ``key_file`` hold now from the next handshake on (a CA reload)."""
+    def reload_certificate(self, cert_file: Path | None = None, key_file: Path | None = None) -> None:
+        """Present the certificate the given files (by default the settings' files) hold now, from the next
+        handshake on (a CA reload)."""
         if self._context is not None:
-            self._context.load_cert_chain(self.settings.cert_file, self.settings.key_file)
+            self._context.load_cert_chain(cert_file or self.settings.cert_file, key_file or self.settings.key_file)
 
     async def aclose(self) -> None:
         """Stop accepting, finish or close every request and connection (aborting any still open after 1 s)."""

@@ -16,10 +16,12 @@ before any certificate under it exists, and step 3 drops the old root only after
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import logging
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from ambit.controlplane.ca.rootca import RootCa
@@ -46,7 +48,6 @@ class WebhookManager:
         self._host, self._port, self._dial = host, port, dial
         self._service = service
         self._retry = retry
-        self._directory = tempfile.TemporaryDirectory(prefix="ambit-webhook-")
         self._bundle = b""
         self._tasks: list[asyncio.Task[None]] = []
         self.server: ValidationWebhookServer | None = None
@@ -57,11 +58,11 @@ class WebhookManager:
         return self.server.url(self._dial)
 
     async def start(self, root: RootCa) -> None:
-        cert_file, key_file = self._write_certificate(root)
-        self.server = ValidationWebhookServer(
-            WebhookServerSettings(cert_file, key_file, host=self._host, port=self._port)
-        )
-        await self.server.start()
+        with self._certificate_files(root) as (cert_file, key_file):
+            self.server = ValidationWebhookServer(
+                WebhookServerSettings(cert_file, key_file, host=self._host, port=self._port)
+            )
+            await self.server.start()
         self._bundle = root.root_pem
         if self._service is not None:
             self._tasks.append(asyncio.create_task(self._keep_ca_bundle(), name="webhook caBundle"))
@@ -75,8 +76,8 @@ class WebhookManager:
         self._tasks = [t for t in self._tasks if not t.done()]
         self._tasks.append(asyncio.create_task(self._update_ca_bundle(), name="webhook caBundle update"))
         if self.server is not None:
-            self._write_certificate(root)
-            self.server.reload_certificate()
+            with self._certificate_files(root) as (cert_file, key_file):
+                self.server.reload_certificate(cert_file, key_file)
 
     async def aclose(self) -> None:
         for task in self._tasks:
@@ -84,9 +85,15 @@ class WebhookManager:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.server is not None:
             await self.server.aclose()
-        self._directory.cleanup()
 
-    def _write_certificate(self, root: RootCa) -> tuple[Path, Path]:
+    @contextlib.contextmanager
+    def _certificate_files(self, root: RootCa) -> Iterator[tuple[Path, Path]]:
+        """A fresh serving certificate as files for as long as ssl needs to load them (it reads chains only from
+        paths); they are removed at once, so a control plane that is killed leaves no key behind."""
+        with tempfile.TemporaryDirectory(prefix="ambit-webhook-") as folder:
+            yield self._write_certificate(root, Path(folder))
+
+    def _write_certificate(self, root: RootCa, directory: Path) -> tuple[Path, Path]:
         names = [self._dial, "istiod.istio-system.svc"]
         if self._service is not None:
             namespace, _, name = self._service.partition("/")
@@ -98,7 +105,6 @@ class WebhookManager:
             ip_addresses=[n for n in names if _is_ip(n)],
             now=time.time(),
         )
-        directory = Path(self._directory.name)
         cert_file, key_file = directory / "tls.crt", directory / "tls.key"
         chain = pair.cert_pem + (root.signer.cert_pem if root.signer.cert_pem != root.root_pem else b"")
         key_file.touch(mode=0o600)
