@@ -5,7 +5,7 @@ The lab's mesh root is Istio's plug-in CA (Secret ``istio-system/cacerts``, moun
 ``/etc/cacerts``; the root signs workload certificates itself). The test puts an intermediate signed by that root
 into the Secret, as upstream's ``CreateCustomCASecret`` does, and follows it: the kubelet updates the control
 plane's Secret volume, the control plane takes the new set (a ``CaReloaded`` Event), and the server's node proxy
-holds, at its next refresh (half of the lab's 5-minute ``SECRET_TTL``), a certificate whose chain's second element
+holds, at its next refresh (half of the lab's 2-minute ``SECRET_TTL``), a certificate whose chain's second element
 is the new intermediate and whose leaf names it as authority (upstream's two checks). A connection opened before the
 rotation stays up throughout, and new connections work after it. The Secret is put back as it was found; the
 certificates issued meanwhile chain to the same root, so the shared lab goes on as before.
@@ -36,9 +36,9 @@ SHARES_THE_MESH_LAB = True
 
 NS = "carot-amb"
 IDENTITY = f"spiffe://cluster.local/ns/{NS}/sa/default"
-REFRESH = 240.0
+REFRESH = 180.0
 """Secret volume sync and the control plane's two looks (seconds), then the node proxy's refresh at half of the
-lab's 5-minute certificates (150 s), with room for a loaded machine."""
+lab's 2-minute certificates (60 s), with room for a loaded machine."""
 RELOAD = 90.0
 
 PROBE = """
