@@ -22,8 +22,10 @@ names and labels, and is told about events where they happen:
 Rules:
 
 1. Recording is a dictionary lookup of a series made once per distinct label values, then an integer or float
-   addition: no label tuple or string is built per event. Label values come from small closed sets (xDS types,
-   Kubernetes kinds, proxy versions, trigger reasons), so the number of series is bounded by those.
+   addition: no label tuple or string is built per event. Label values come from small closed sets (xDS types
+   served, Kubernetes kinds watched, trigger reasons), except the proxy version, which a client states: it is cut
+   to :data:`MAX_VERSION_LENGTH` characters and its series goes away with the last client stating it, so the
+   ``pilot_xds`` series are at most as many as the streams connected.
 2. Everything is called on the event loop's thread (the xDS streams, the CA's coroutines, informer handlers and
    the scrape handler all run there), so nothing takes a lock.
 3. Counters are exposed without a ``_total`` suffix and with ``# TYPE <name> counter``, as istiod's exporter does
@@ -74,6 +76,8 @@ REGISTRY_KINDS = {"Pod": "Pods", "Service": "Services", "EndpointSlice": "Endpoi
 REGISTRY_KINDS |= {"Namespace": "Namespaces", "Node": "Nodes"}
 """Kubernetes kinds istiod's service registry watches, with the ``type`` label it counts their events under."""
 KUBE_EVENTS = ("add", "update", "delete")
+MAX_VERSION_LENGTH = 64
+"""Longest proxy version kept as a label value (a client states its own)."""
 CONFIG_GROUPS = ("istio.io", "gateway.networking.k8s.io")
 """API groups (and their subgroups) whose kinds are counted as configuration events."""
 
@@ -190,10 +194,16 @@ class ControlPlaneMetrics:
         return series
 
     def client_connected(self, version: str) -> None:
+        version = version[:MAX_VERSION_LENGTH]
         self.xds_clients[version] = self.xds_clients.get(version, 0) + 1
 
     def client_disconnected(self, version: str) -> None:
-        self.xds_clients[version] = self.xds_clients.get(version, 0) - 1
+        version = version[:MAX_VERSION_LENGTH]
+        left = self.xds_clients.get(version, 0) - 1
+        if left > 0:
+            self.xds_clients[version] = left
+        else:  # a version nobody states any more has no series: clients cannot grow the set by reconnecting
+            self.xds_clients.pop(version, None)
 
     def response_written(self, type_url: str, seconds: float) -> None:
         """A response of ``type_url`` was built and written, in ``seconds``."""

@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from ambit.controlplane.monitoring.metrics import ControlPlaneMetrics
-from ambit.telemetry import TelemetryError
+from ambit.telemetry import TelemetryError, unparsed_requests
 from ambit.telemetry.connection_limits import ConnectionLimits, LimitedSite
 
 log = logging.getLogger("ambit.controlplane.monitoring")
@@ -58,12 +58,19 @@ class MonitoringServer:
     """``/metrics`` and ``/version`` on ``host:port``; ``start()`` then ``aclose()``."""
 
     def __init__(
-        self, metrics: ControlPlaneMetrics, *, host: str, port: int, version: str, reuse_port: bool = False
+        self,
+        metrics: ControlPlaneMetrics,
+        *,
+        host: str,
+        port: int,
+        version: str,
+        limits: ConnectionLimits = MONITORING_LIMITS,
+        reuse_port: bool = False,
     ) -> None:
         self._metrics = metrics
         self._version = version
         self._host, self._port = host, port
-        self._reuse_port = reuse_port
+        self._limits, self._reuse_port = limits, reuse_port
         app = web.Application(client_max_size=0, middlewares=[_no_body], handler_args=_HANDLER_ARGS)
         app.router.add_get(METRICS_PATH, self._render_metrics, allow_head=False)
         app.router.add_get(VERSION_PATH, self._render_version, allow_head=False)
@@ -74,8 +81,9 @@ class MonitoringServer:
 
     async def start(self) -> None:
         """Bind; a failure raises :class:`~ambit.telemetry.TelemetryError` naming the address."""
+        unparsed_requests.install()  # a malformed head is one log line, without its bytes
         await self._runner.setup()
-        site = LimitedSite(self._runner, self._host, self._port, MONITORING_LIMITS, reuse_port=self._reuse_port)
+        site = LimitedSite(self._runner, self._host, self._port, self._limits, reuse_port=self._reuse_port)
         try:
             await site.start()
         except OSError as exc:
@@ -101,5 +109,7 @@ _HANDLER_ARGS = {
     "max_field_size": MAX_FIELD_SIZE,
     "max_headers": MAX_HEADERS,
     "keepalive_timeout": 15.0,
+    "lingering_time": 0.0,
 }
-"""aiohttp's request-head limits (rule 2), and how long an idle keep-alive connection is kept."""
+"""aiohttp's request-head limits (rule 2), how long an idle keep-alive connection is kept, and no lingering to
+drain an unread body (rule 3: the connection closes instead)."""
