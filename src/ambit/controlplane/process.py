@@ -555,7 +555,7 @@ class ControlPlane:
         assert s.webhook_port is not None
         dial = s.webhook_host or (s.host if s.host not in ("0.0.0.0", "::") else "127.0.0.1")
         self.webhook = WebhookManager(
-            self.client, host=s.host, port=s.webhook_port, dial=dial, service=s.webhook_service
+            self.client, host=s.host, port=s.webhook_port, dial=dial, service=s.webhook_service, observer=self.metrics
         )
         await self.webhook.start(root)
 
