@@ -462,7 +462,7 @@ class ControlPlane:
         await self.pods.start()
         authorizer = NodeAuthorizer(self.pods, trust_domain=s.trust_domain, discovered=self._discovered)
         self.signer = RootSigner(self.root)
-        self._record_ca_expiry(self.root)
+        self.metrics.set_ca_expiry(*ca_expiry(self.root))
         CaService(self.authenticator, authorizer, self.signer, observer=self.metrics).add_to_server(
             self.server.grpc_server
         )
@@ -525,7 +525,7 @@ class ControlPlane:
         """Sign with the new CA from now on and publish its trust bundle; node proxies move to it as they refresh
         their certificates (at half life: :mod:`ambit.identity.manager`)."""
         self.root = root
-        self._record_ca_expiry(root)
+        self.metrics.set_ca_expiry(*ca_expiry(root))
         if self.signer is not None:
             self.signer.set_root(root)
         if self.server is not None:
@@ -540,10 +540,6 @@ class ControlPlane:
         self.events.record(
             _CACERTS, "Normal", CA_RELOADED_REASON, f"signing with the new plug-in CA: {what}", CA_ACTION
         )
-
-    def _record_ca_expiry(self, root: RootCa) -> None:
-        root_expiry, chain_expiry = ca_expiry(root)
-        self.metrics.set_ca_expiry(root_expiry, chain_expiry)
 
     def _ca_refused(self, refusal: Refusal, message: str) -> None:
         note = f"plug-in CA not taken ({refusal.value}): {message}; the CA in use keeps signing"
