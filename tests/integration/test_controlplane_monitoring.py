@@ -292,13 +292,21 @@ async def test_a_delta_xds_client_moves_the_pilot_counters_by_what_it_was_sent(p
         )
         # An ACK of a nonce this stream was never sent: one expired nonce of wds.
         await ads.write(dpb.DeltaDiscoveryRequest(type_url=ADDRESS, response_nonce="never-sent"))
+        # Types the client makes up, opened, NACKed and ACKed: none of them becomes a series.
+        for n in range(20):
+            forged = f"type.googleapis.com/forged.Type{n}"
+            await ads.write(dpb.DeltaDiscoveryRequest(type_url=forged))
+            await ads.write(
+                dpb.DeltaDiscoveryRequest(type_url=forged, response_nonce="x", error_detail=dpb.Status(code=3))
+            )
+            await ads.write(dpb.DeltaDiscoveryRequest(type_url=forged, response_nonce="y"))
 
         def received(series: Series) -> bool:
             """Every push counted is one the stream got (more may still be on their way: the pod's status)."""
             while not ads.responses.empty():
                 pushed.append(ads.responses.get_nowait())
             wds = sum(1 for r in pushed if r.type_url == ADDRESS)
-            wads = len(pushed) - wds
+            wads = sum(1 for r in pushed if r.type_url == AUTHORIZATION)
             return (
                 moved(opened, series, "pilot_xds_pushes", type="wds") == wds
                 and moved(opened, series, "pilot_xds_pushes", type="wads") == wads
@@ -308,6 +316,7 @@ async def test_a_delta_xds_client_moves_the_pilot_counters_by_what_it_was_sent(p
             )
 
         during = await settles(plane, received, "the pushes, the NACK, the stale ACK and the pod's add to be counted")
+        assert not [k for k in during if any("forged" in value for _, value in k[1])]
         assert moved(opened, during, "pilot_total_xds_rejects", type="wds") == 1
         assert moved(opened, during, "pilot_xds_expired_nonce", type="wds") == 1
         assert moved(opened, during, "pilot_k8s_reg_events", type="Pods", event="add") == 1

@@ -37,7 +37,8 @@ disconnected when it ends), of each response of a served type (the time from ask
 write, and the response's size), of each write's duration, of each push round (the types it pushed, and the time
 from the first change to the last write, measured from :attr:`XdsService.change_started` when the owner set it, else
 from when the stream heard of the change), of NACKs, of ACKs of a nonce no longer in flight, and of streams that
-failed. Each call is a counter or histogram update; nothing is built per response for it.
+failed. Each call is a counter or histogram update; nothing is built per response for it. Only served types are
+reported: a type URL a client makes up never becomes a label value (a client could otherwise grow the series).
 """
 
 from __future__ import annotations
@@ -230,7 +231,7 @@ class XdsService:
     def _serialize(self, response: dpb.DeltaDiscoveryResponse) -> bytes:
         # gRPC serializes each response once, on the loop, inside ``write``: its size costs nothing more here.
         data: bytes = response.SerializeToString()
-        if response.type_url != SYNCZ_TYPE_URL:
+        if response.type_url in self._sources:  # a type the client named is never a label value: only served ones
             self._observer.config_sent(response.type_url, len(data))
         return data
 
@@ -341,11 +342,11 @@ class XdsService:
                     record.answered(request.type_url, request.response_nonce, self._clock())
             elif output.kind is RequestKind.NACK:
                 self.stats.nacks += 1
-                observer.rejected(request.type_url)
                 if served:
+                    observer.rejected(request.type_url)
                     record.answered(request.type_url, request.response_nonce, self._clock(), output.error or "NACK")
                 log.warning("xds: %s NACKed %s: %s", caller.name, request.response_nonce, output.error)
-            elif output.kind is RequestKind.STALE:
+            elif output.kind is RequestKind.STALE and served:
                 observer.nonce_expired(request.type_url)
 
     async def _may_debug(self, caller: Caller) -> bool:
