@@ -13,8 +13,8 @@ server only bounds what a client can cost it:
 3. Only ``GET`` (no ``HEAD``): any other method on a known path is 405. A request with a body (a
    ``Content-Length`` other than 0, or ``Transfer-Encoding``) is 400 without the body being read; aiohttp's
    ``client_max_size`` is 0 as well.
-4. Anything but the two paths is 404. ``/metrics`` renders the metrics now; ``/version`` is the build's version
-   string, as istiod's (``<version>-<git revision>-<build status>``).
+4. Anything but the two paths is 404. ``/metrics`` renders the metrics now; ``/version`` is the package's version
+   (istiod writes ``<version>-<git revision>-<build status>`` there; a Python package has only the first).
 
 The handlers only read :class:`~ambit.controlplane.monitoring.metrics.ControlPlaneMetrics`.
 """
