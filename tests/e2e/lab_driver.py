@@ -369,6 +369,12 @@ class Lab:
         )
         return f"{pods[0]['status']['podIP']}:15012"
 
+    def control_plane_metrics(self) -> str:
+        """The control plane's ``/metrics`` on its monitoring port (istiod's 15014), at the address of its xDS."""
+        host = self.control_plane_address().rpartition(":")[0]
+        with urllib.request.urlopen(f"http://{host}:15014/metrics", timeout=5) as response:
+            return str(response.read().decode())
+
     def node_proxy_credentials(self, node: str) -> tuple[Path, Path]:
         """The root certificate and the istio-ca token ``node``'s node proxy authenticates to the CA with."""
         if not self.installed:

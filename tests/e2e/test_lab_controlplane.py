@@ -133,6 +133,43 @@ def test_service_endpoints_follow_pod_readiness(lab: Lab) -> None:
     )
 
 
+def test_the_control_plane_reports_istiods_metrics_on_its_monitoring_port(lab: Lab) -> None:
+    """Scraped as a Prometheus would (before the restart below, which starts every counter again)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def samples() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        out = {}
+        for family in text_string_to_metric_families(lab.control_plane_metrics()):
+            for sample in family.samples:
+                name = family.name if family.type == "counter" else sample.name  # istiod's counters: no _total
+                out[name, tuple(sorted(sample.labels.items()))] = sample.value
+        return out
+
+    def total(series: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
+        wanted = set(labels.items())
+        return sum(v for (n, ls), v in series.items() if n == name and wanted <= set(ls))
+
+    nodes = lab.topology.nodes
+
+    def connected() -> dict[tuple[str, tuple[tuple[str, str], ...]], float] | None:
+        series = samples()
+        ready = total(series, "pilot_xds") >= nodes and total(series, "pilot_xds_pushes", type="wds") >= nodes
+        return series if ready else None
+
+    series = wait_until("every node proxy connected and pushed to", connected, timeout=30)
+    assert series is not None
+    assert total(series, "pilot_k8s_reg_events", type="Pods", event="add") >= 2  # client and server at least
+    assert total(series, "citadel_server_success_cert_issuance_count") >= 2  # their certificates
+    assert total(series, "citadel_server_csr_count") >= total(series, "citadel_server_success_cert_issuance_count")
+    assert total(series, "citadel_server_root_cert_expiry_timestamp") > time.time()
+    assert total(series, "istio_build", component="pilot") == 1
+    print(
+        f"control plane: {total(series, 'pilot_xds'):.0f} xDS clients, "
+        f"{total(series, 'pilot_xds_pushes'):.0f} responses, "
+        f"{total(series, 'citadel_server_success_cert_issuance_count'):.0f} certificates"
+    )
+
+
 def test_traffic_flows_through_a_control_plane_restart_and_proxies_resync(lab: Lab) -> None:
     server_ip = lab.pod("server", NS)["status"]["podIP"]
     first = lab.component_pid("controlplane")

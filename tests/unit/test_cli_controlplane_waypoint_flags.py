@@ -1,5 +1,5 @@
 """``ambit controlplane``'s waypoint settings: flags, their environment variables (what deploy/ sets), and bad
-values refused with one line before anything starts."""
+values refused with one line before anything starts; and its monitoring port (off unless given)."""
 
 from __future__ import annotations
 
@@ -70,3 +70,17 @@ def test_bad_waypoint_settings_are_refused(started: list[Any], args: list[str], 
     result = CliRunner().invoke(app, ["controlplane", *args])
     flat = " ".join(result.output.replace("│", " ").split())  # typer's error box wraps lines
     assert result.exit_code == 2 and message in flat and not started
+
+
+def test_the_monitoring_port_is_off_by_default_and_served_when_given(started: list[Any]) -> None:
+    assert CliRunner().invoke(app, ["controlplane"]).exit_code == 0
+    assert CliRunner().invoke(app, ["controlplane", "--monitoring-port", "15014"]).exit_code == 0
+    assert CliRunner().invoke(app, ["controlplane", "--monitoring-port", "0"]).exit_code == 0
+    assert [settings.monitoring_port for settings in started] == [None, 15014, None]
+
+
+@pytest.mark.parametrize("port", ["70000", "-1", "metrics"])
+def test_a_bad_monitoring_port_is_refused_in_one_line(started: list[Any], port: str) -> None:
+    result = CliRunner().invoke(app, ["controlplane", "--monitoring-port", port])
+    assert result.exit_code == 2 and "--monitoring-port" in result.output
+    assert "Traceback" not in result.output and started == []

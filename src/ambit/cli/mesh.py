@@ -412,6 +412,14 @@ def controlplane(
     webhook_port: Annotated[
         int, typer.Option("--webhook-port", help="Port of the validating webhook on the --listen host (0: none).")
     ] = 15017,
+    monitoring_port: Annotated[
+        int,
+        typer.Option(
+            "--monitoring-port",
+            help="Port of istiod's monitoring endpoints (/metrics, /version; no credentials) on the --listen host "
+            "(istiod's 15014; 0: none).",
+        ),
+    ] = 0,
     root_namespace: Annotated[
         str, typer.Option("--root-namespace", help="The mesh's root namespace (mesh-wide policies live there).")
     ] = "istio-system",
@@ -515,6 +523,8 @@ def controlplane(
         raise typer.BadParameter(f"expected HOST:PORT, got {listen!r}", param_hint="--listen")
     if (plugin_cert is None) != (plugin_key is None):
         raise typer.BadParameter("--plugin-cert and --plugin-key go together")
+    if not 0 <= monitoring_port <= 65535:
+        raise typer.BadParameter(f"expected a port (0 for none), got {monitoring_port}", param_hint="--monitoring-port")
     if webhook_service is not None and not re.fullmatch(r"[a-z0-9-]{1,63}/[a-z0-9-]{1,63}", webhook_service):
         raise typer.BadParameter(f"expected NAMESPACE/NAME, got {webhook_service!r}", param_hint="--webhook-service")
     waypoint_image_pull_policy = waypoint_image_pull_policy or None
@@ -546,6 +556,7 @@ def controlplane(
         plugin_key=plugin_key,
         plugin_root=plugin_root,
         webhook_port=webhook_port or None,
+        monitoring_port=monitoring_port or None,
         root_namespace=root_namespace,
         enable_dry_run=enable_dry_run,
         webhook_service=webhook_service,

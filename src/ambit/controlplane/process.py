@@ -26,7 +26,9 @@ Theory of operation: everything is built once from :class:`ControlPlaneSettings`
 5. the validating webhook for the Istio and Gateway API kinds (``/validate`` on ``:15017``), registered with the
    API server as ``istio-validator-ambit`` with the mesh root as its CA bundle;
 6. the gateway deployment controller (:mod:`ambit.controlplane.gateway`): the GatewayClass ``istio-waypoint``,
-   and for each waypoint Gateway its ServiceAccount, Deployment and Service, and its status.
+   and for each waypoint Gateway its ServiceAccount, Deployment and Service, and its status;
+7. with a monitoring port, istiod's metrics on ``/metrics`` and the version on ``/version`` (:mod:`.monitoring`),
+   counted where things happen: the xDS streams, the CA, the informers and the translation.
 
 Every xDS stream and CA call authenticates its caller with a TokenReview of its bearer token (audience
 ``istio-ca``) against the API server in use, embedded or real. The same port serves the sync status of every
@@ -48,6 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ambit import __version__
 from ambit.controlplane.addresses import AddressCache, AuthorizationCache, addresses, authorizations
 from ambit.controlplane.ca.authn import KubeAuthenticator
 from ambit.controlplane.ca.cawatch import CA_POLL_INTERVAL, CaPaths, PluginCaWatcher
@@ -61,6 +64,8 @@ from ambit.controlplane.ca.rotation import Refusal
 from ambit.controlplane.ca.server import GRPC_SERVER_OPTIONS, CaService, RootSigner
 from ambit.controlplane.debug_access import DEBUG_ACCOUNTS, DebugAccessChecker
 from ambit.controlplane.gateway import GatewayController, GatewayControllerSettings, WaypointTemplateSettings
+from ambit.controlplane.monitoring import ControlPlaneMetrics, MonitoringServer
+from ambit.controlplane.monitoring.expiry import ca_expiry
 from ambit.controlplane.status import AddressStatusWriter, PolicyStatusWriter, RouteStatusWriter
 from ambit.controlplane.translate import DEFAULT_ROOT_NAMESPACE, PolicyStatus, SkipMemory, Skipped, Translation
 from ambit.controlplane.translate.discovery import EVERY_NAMESPACE
@@ -154,6 +159,9 @@ class ControlPlaneSettings:
     ca_poll_interval: float = CA_POLL_INTERVAL
     """Seconds between looks at the plug-in CA's files; a changed good set is signing within two looks
     (:mod:`ambit.controlplane.ca.cawatch`). 0: the files are read once, at start."""
+    monitoring_port: int | None = None
+    """istiod's monitoring port (15014: ``/metrics``, ``/version``, no credentials) on ``host``; None: not served,
+    0: an ephemeral port (tests)."""
     debug_accounts: frozenset[str] = DEBUG_ACCOUNTS
     """``namespace/service account`` pairs that may read the sync status without an RBAC rule
     (:mod:`ambit.controlplane.debug_access`); any other caller needs ``get`` on ``/debug/syncz``."""
@@ -193,6 +201,8 @@ class ControlPlane:
         self._discovery = EVERY_NAMESPACE
         self.root: RootCa | None = None
         self.server: XdsServer | None = None
+        self.metrics = ControlPlaneMetrics(version=__version__)
+        self.monitoring: MonitoringServer | None = None
         self.view = ClusterView(
             client,
             ClusterViewSettings(
@@ -209,6 +219,7 @@ class ControlPlane:
             on_waypoint_status=self._waypoint_status,
             on_routes=self._routes_changed,
         )
+        self.view.add_event_handlers(self.metrics.event_handlers)
         self.status = PolicyStatusWriter(client, self._cached("authorizationpolicies"), clock=time.time)
         self.waypoint_policy_status = PolicyStatusWriter(
             client,
@@ -276,7 +287,14 @@ class ControlPlane:
         self._tasks: list[asyncio.Task[None]] = []
         self.pushes = 0
 
+    def _change_started(self) -> None:
+        """Tell the xDS server when the change being handed over began (each stream's convergence time)."""
+        if self.server is not None:
+            self.server.service.change_started = self.view.change_started
+
     def _config_changed(self, config: LocalConfig) -> None:
+        self._change_started()
+        self.metrics.set_services(len(config.services))
         changed = self.table.replace(addresses(config, self._encoded_addresses))
         changed_policies = self.authorizations.replace(authorizations(config, self._encoded))
         if changed or changed_policies:
@@ -300,6 +318,7 @@ class ControlPlane:
 
     def _routes_changed(self, translation: Translation) -> None:
         """Serve each waypoint its config (versioned with who may read it) and write the routes' status."""
+        self._change_started()
         self._discovery = translation.discovery
         accounts = dict(translation.waypoint_accounts)
         readers: dict[str, str] = {}
@@ -437,12 +456,19 @@ class ControlPlane:
             },
             debug_access=DebugAccessChecker(self.client, accounts=s.debug_accounts),
             control_plane=s.instance or socket.gethostname(),
+            observer=self.metrics,
         )
         self.events.start()
         await self.pods.start()
         authorizer = NodeAuthorizer(self.pods, trust_domain=s.trust_domain, discovered=self._discovered)
         self.signer = RootSigner(self.root)
-        CaService(self.authenticator, authorizer, self.signer).add_to_server(self.server.grpc_server)
+        self.metrics.set_ca_expiry(*ca_expiry(self.root))
+        CaService(self.authenticator, authorizer, self.signer, observer=self.metrics).add_to_server(
+            self.server.grpc_server
+        )
+        if s.monitoring_port is not None:
+            self.monitoring = MonitoringServer(self.metrics, host=s.host, port=s.monitoring_port, version=__version__)
+            await self.monitoring.start()
         self.status.start()
         self.waypoint_policy_status.start()
         self.service_status.start()
@@ -499,6 +525,7 @@ class ControlPlane:
         """Sign with the new CA from now on and publish its trust bundle; node proxies move to it as they refresh
         their certificates (at half life: :mod:`ambit.identity.manager`)."""
         self.root = root
+        self.metrics.set_ca_expiry(*ca_expiry(root))
         if self.signer is not None:
             self.signer.set_root(root)
         if self.server is not None:
@@ -524,7 +551,7 @@ class ControlPlane:
         assert s.webhook_port is not None
         dial = s.webhook_host or (s.host if s.host not in ("0.0.0.0", "::") else "127.0.0.1")
         self.webhook = WebhookManager(
-            self.client, host=s.host, port=s.webhook_port, dial=dial, service=s.webhook_service
+            self.client, host=s.host, port=s.webhook_port, dial=dial, service=s.webhook_service, observer=self.metrics
         )
         await self.webhook.start(root)
 
@@ -535,6 +562,7 @@ class ControlPlane:
         if self.untainter is not None:
             await self.untainter.aclose()
         for closer in (
+            self.monitoring.aclose() if self.monitoring else None,
             self.webhook.aclose() if self.webhook else None,
             self.server.aclose() if self.server else None,
             self.publisher.aclose() if self.publisher else None,

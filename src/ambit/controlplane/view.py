@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
@@ -67,9 +68,12 @@ from ambit.k8s import (
     KubeNotFoundError,
     kinds,
 )
+from ambit.k8s.informer import OnAdd, OnDelete, OnUpdate
 from ambit.model.localconfig import LocalConfig
 
 log = logging.getLogger("ambit.controlplane.view")
+
+EventHandlers = tuple[OnAdd, OnUpdate, OnDelete]
 
 REQUIRED_KINDS = (kinds.PODS, kinds.SERVICES, kinds.ENDPOINT_SLICES, kinds.NAMESPACES)
 CREDENTIAL_SECRETS = "type!=kubernetes.io/service-account-token,type!=helm.sh/release.v1,type!=istio.io/ca-root"
@@ -180,8 +184,14 @@ class ClusterView:
         on_status: Callable[[tuple[PolicyStatus, ...]], None] | None = None,
         on_waypoint_status: Callable[[tuple[PolicyStatus, ...], tuple[PolicyStatus, ...]], None] | None = None,
         on_routes: Callable[[Translation], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
+        self._clock = clock
+        self._dirty_since: float | None = None
+        self.change_started: float | None = None
+        """When (by ``clock``) the first change that the hand-over in progress (or the last one) translates was
+        seen; None for the first hand-over after the caches synced."""
         self.client = client
         self._on_config = on_config
         self._on_skipped = on_skipped
@@ -207,11 +217,24 @@ class ClusterView:
         }
         self._task: asyncio.Task[None] | None = None
 
-    def _changed(self, obj: dict[str, Any]) -> None:
+    def _mark(self) -> None:
+        if self._dirty_since is None:
+            self._dirty_since = self._clock()
         self._dirty.set()
 
+    def add_event_handlers(self, make: Callable[[kinds.ResourceKind], EventHandlers | None]) -> None:
+        """Also call ``make(kind)``'s handlers (add, update, delete) for every event of each informer's kind, the
+        first list's adds included (the monitoring counts them); before :meth:`start`."""
+        for informer in self._informers.values():
+            handlers = make(informer.kind)
+            if handlers is not None:
+                informer.add_handler(on_add=handlers[0], on_update=handlers[1], on_delete=handlers[2])
+
+    def _changed(self, obj: dict[str, Any]) -> None:
+        self._mark()
+
     def _updated(self, old: dict[str, Any], new: dict[str, Any]) -> None:
-        self._dirty.set()
+        self._mark()
 
     def _update_handler(self, kind: kinds.ResourceKind) -> Callable[[dict[str, Any], dict[str, Any]], None]:
         if kind is kinds.NODES:
@@ -225,16 +248,16 @@ class ClusterView:
     def _policy_updated(self, old: dict[str, Any], new: dict[str, Any]) -> None:
         # Our own status writes must not cause a translation each (10,000 policies: 10,000 translations).
         if _translated_part(old) != _translated_part(new):
-            self._dirty.set()
+            self._mark()
 
     def _gateway_updated(self, old: dict[str, Any], new: dict[str, Any]) -> None:
         # Gateway controllers rewrite conditions often; only the addresses say whether a waypoint is ready.
         if _translated_part(old) != _translated_part(new) or _addresses(old) != _addresses(new):
-            self._dirty.set()
+            self._mark()
 
     def _node_updated(self, old: dict[str, Any], new: dict[str, Any]) -> None:
         if node_localities((old,)) != node_localities((new,)):
-            self._dirty.set()
+            self._mark()
 
     def items(self, plural: str) -> list[dict[str, Any]]:
         """The cached objects of one kind (empty for a kind the cluster does not serve)."""
@@ -322,6 +345,7 @@ class ClusterView:
                 for informer in active:
                     await informer.wait_synced()
             self._dirty.clear()
+            self._dirty_since = None
             self._hand_over()
         except TimeoutError:
             await self.aclose()
@@ -338,10 +362,12 @@ class ClusterView:
             await self._dirty.wait()
             await asyncio.sleep(self.settings.debounce)
             self._dirty.clear()
+            self.change_started, self._dirty_since = self._dirty_since, None
             try:
                 self._hand_over()
             except OSError as exc:
                 log.error("cannot apply the cluster's configuration: %s", exc)
+                self._dirty_since = self.change_started if self._dirty_since is None else self._dirty_since
                 self._dirty.set()  # try again after the next debounce
                 await asyncio.sleep(1.0)
 

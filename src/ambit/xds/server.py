@@ -30,6 +30,15 @@ server asks the injected ``debug_access`` whether this caller may read the statu
 ``debug_access`` means nobody may), answers with one resource ``syncz`` holding the JSON document (a
 ``google.protobuf.StringValue``), and ends a stream it refuses with ``PERMISSION_DENIED``. A debug-only stream
 holds no record; it is answered one request at a time, each write awaited before the next request is read.
+
+Metrics: an injected :class:`XdsObserver` (the control plane's monitoring; :data:`NO_OBSERVER` by default) is told
+of each authenticated stream (connected at its first request, with the proxy version its node states, and
+disconnected when it ends), of each response of a served type (the time from asking the session to the end of the
+write, and the response's size), of each write's duration, of each push round (the types it pushed, and the time
+from the first change to the last write, measured from :attr:`XdsService.change_started` when the owner set it, else
+from when the stream heard of the change), of NACKs, of ACKs of a nonce no longer in flight, and of streams that
+failed. Each call is a counter or histogram update; nothing is built per response for it. Only served types are
+reported: a type URL a client makes up never becomes a label value (a client could otherwise grow the series).
 """
 
 from __future__ import annotations
@@ -41,9 +50,9 @@ import itertools
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import grpc  # type: ignore[import-untyped]
 from google.protobuf import any_pb2, wrappers_pb2
@@ -57,12 +66,14 @@ from ambit.xds.sync import DEFAULT_STALE_AFTER, SYNCZ_TYPE_URL, ClientSync, Sync
 from ambit.xds.table import ResourceSource
 
 __all__ = [
+    "NO_OBSERVER",
     "SERVICE_NAME",
     "Authenticator",
     "Caller",
     "CallerView",
     "DebugAccess",
     "ReadCheck",
+    "XdsObserver",
     "XdsServer",
     "XdsService",
 ]
@@ -88,6 +99,52 @@ ReadCheck = Callable[[Caller, str], bool]
 """Whether a caller may read the resource of this name (a type served per caller)."""
 DebugAccess = Callable[[Caller], Awaitable[bool]]
 """Whether a caller may read the control plane's debug types (the sync status)."""
+
+
+class XdsObserver(Protocol):
+    """What the server reports for metrics (istiod's ``pilot_xds*`` series; see the module docstring)."""
+
+    def client_connected(self, version: str) -> None: ...
+    def client_disconnected(self, version: str) -> None: ...
+    def response_written(self, type_url: str, seconds: float) -> None: ...
+    def write_took(self, seconds: float) -> None: ...
+    def config_sent(self, type_url: str, size: int) -> None: ...
+    def push_round(self, type_urls: Collection[str], converged: float | None) -> None: ...
+    def rejected(self, type_url: str) -> None: ...
+    def nonce_expired(self, type_url: str) -> None: ...
+    def stream_failed(self) -> None: ...
+
+
+class _NoObserver:
+    def client_connected(self, version: str) -> None:
+        pass
+
+    def client_disconnected(self, version: str) -> None:
+        pass
+
+    def response_written(self, type_url: str, seconds: float) -> None:
+        pass
+
+    def write_took(self, seconds: float) -> None:
+        pass
+
+    def config_sent(self, type_url: str, size: int) -> None:
+        pass
+
+    def push_round(self, type_urls: Collection[str], converged: float | None) -> None:
+        pass
+
+    def rejected(self, type_url: str) -> None:
+        pass
+
+    def nonce_expired(self, type_url: str) -> None:
+        pass
+
+    def stream_failed(self) -> None:
+        pass
+
+
+NO_OBSERVER: XdsObserver = _NoObserver()
 
 
 class CallerView:
@@ -140,7 +197,10 @@ class XdsService:
         control_plane: str = "",
         stale_after: float = DEFAULT_STALE_AFTER,
         clock: Callable[[], float] = time.time,
+        observer: XdsObserver = NO_OBSERVER,
+        timer: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``clock`` stamps the sync status; ``timer`` (monotonic) measures what ``observer`` is told."""
         self._sources: dict[str, ResourceSource] = {ADDRESS_TYPE_URL: source}
         if authorizations is not None:
             self._sources[AUTHORIZATION_TYPE_URL] = authorizations
@@ -155,14 +215,25 @@ class XdsService:
         self.sync = SyncRegistry()
         self._debug_access, self._control_plane, self._stale_after = debug_access, control_plane, stale_after
         self._clock = clock
+        self._observer, self._timer = observer, timer
+        self.change_started: float | None = None
+        """When (by ``timer``) the change now being applied to the sources began, if the owner knows: a push
+        round's convergence time is measured from it (istiod measures from the first event of a push)."""
 
     def add_to(self, server: Any) -> None:
         handler = grpc.stream_stream_rpc_method_handler(
             self._stream,
             request_deserializer=dpb.DeltaDiscoveryRequest.FromString,
-            response_serializer=dpb.DeltaDiscoveryResponse.SerializeToString,
+            response_serializer=self._serialize,
         )
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, {METHOD: handler}),))
+
+    def _serialize(self, response: dpb.DeltaDiscoveryResponse) -> bytes:
+        # gRPC serializes each response once, on the loop, inside ``write``: its size costs nothing more here.
+        data: bytes = response.SerializeToString()
+        if response.type_url in self._sources:  # a type the client named is never a label value: only served ones
+            self._observer.config_sent(response.type_url, len(data))
+        return data
 
     async def _caller(self, metadata: Metadata) -> Caller | None:
         try:
@@ -194,22 +265,25 @@ class XdsService:
             t: CallerView(self._sources[t], check, caller) for t, check in self._readers.items() if t in self._sources
         }
         lock = asyncio.Lock()
-        pending: dict[str, set[str]] = {type_url: set() for type_url in self._sources}
-        wake = asyncio.Event()
-        listeners = {type_url: self._listener(pending[type_url], wake) for type_url in self._sources}
+        changes = _Changes(self._sources, self)
+        listeners = {type_url: changes.listener(type_url) for type_url in self._sources}
         for type_url, listener in listeners.items():
             self._sources[type_url].add_listener(listener)
         pusher = asyncio.create_task(
-            self._push_loop(session, context, lock, pending, wake, visible, stream_id), name=f"xds push {caller}"
+            self._push_loop(session, context, lock, changes, visible, stream_id), name=f"xds push {caller}"
         )
+        version: list[str] = []  # the proxy version it was counted under, once its first request came
         try:
-            await self._read_loop(session, context, lock, caller, visible, stream_id, connected_at)
+            await self._read_loop(session, context, lock, caller, visible, stream_id, connected_at, version)
         except (asyncio.CancelledError, grpc.aio.AbortError):
             raise
         except Exception as exc:
             self.stats.stream_errors += 1
+            self._observer.stream_failed()
             log.info("xds stream %d (%s) ended: %s", stream_id, caller.name, exc)
         finally:
+            if version:
+                self._observer.client_disconnected(version[0])
             # Forget the stream before the only await here: gRPC cancels this handler when the client goes away,
             # and a cancellation landing in the await below would skip whatever came after it.
             for type_url, listener in listeners.items():
@@ -218,14 +292,6 @@ class XdsService:
             self.sync.close(stream_id)
             pusher.cancel()
             await asyncio.gather(pusher, return_exceptions=True)
-
-    @staticmethod
-    def _listener(pending: set[str], wake: asyncio.Event) -> Callable[[frozenset[str]], None]:
-        def on_change(names: frozenset[str]) -> None:
-            pending.update(names)
-            wake.set()
-
-        return on_change
 
     def _resources(self, type_url: str, visible: Mapping[str, CallerView]) -> ResourceSet:
         source: ResourceSource | CallerView | None = visible.get(type_url) or self._sources.get(type_url)
@@ -240,12 +306,17 @@ class XdsService:
         visible: Mapping[str, CallerView],
         stream_id: int,
         connected_at: float,
+        version: list[str],
     ) -> None:
         debug_allowed: bool | None = None
+        observer, timer = self._observer, self._timer
         while True:
             request = await context.read()
             if request is grpc.aio.EOF:
                 return
+            if not version:
+                version.append(_node_version(request.node) if request.HasField("node") else "")
+                observer.client_connected(version[0])
             if request.type_url == SYNCZ_TYPE_URL:
                 if debug_allowed is None:
                     debug_allowed = await self._may_debug(caller)
@@ -256,11 +327,13 @@ class XdsService:
                 record.describe(request.node.id, _node_version(request.node))
             served = request.type_url in self._sources  # only served types get an entry: the record stays small
             async with lock:
+                started = timer()
                 output = session.receive(request, self._resources(request.type_url, visible))
                 for response in output.responses:
-                    await context.write(response)
+                    await self._write(context, response)
                     if served:
                         _record_sent(record, response, self._clock())
+                        observer.response_written(response.type_url, timer() - started)
             if served:
                 record.opened(request.type_url)
             if output.kind is RequestKind.ACK:
@@ -270,8 +343,11 @@ class XdsService:
             elif output.kind is RequestKind.NACK:
                 self.stats.nacks += 1
                 if served:
+                    observer.rejected(request.type_url)
                     record.answered(request.type_url, request.response_nonce, self._clock(), output.error or "NACK")
                 log.warning("xds: %s NACKed %s: %s", caller.name, request.response_nonce, output.error)
+            elif output.kind is RequestKind.STALE and served:
+                observer.nonce_expired(request.type_url)
 
     async def _may_debug(self, caller: Caller) -> bool:
         if self._debug_access is None:
@@ -305,12 +381,13 @@ class XdsService:
         session: ServerSession,
         context: Any,
         lock: asyncio.Lock,
-        pending: dict[str, set[str]],
-        wake: asyncio.Event,
+        changes: _Changes,
         visible: Mapping[str, CallerView],
         stream_id: int,
     ) -> None:
         loop = asyncio.get_running_loop()
+        pending, wake = changes.names, changes.wake
+        observer, timer = self._observer, self._timer
         while True:
             await wake.wait()
             deadline = loop.time() + self._max_debounce
@@ -324,19 +401,58 @@ class XdsService:
                 except TimeoutError:
                     break
             wake.clear()
+            since, changes.since = changes.since, None
+            pushed: list[str] = []
+            wrote = False
             for type_url, names in pending.items():
                 if not names:
                     continue
                 changed = frozenset(names)
                 names.clear()
+                pushed.append(type_url)
                 async with lock:
+                    started = timer()
                     output = session.push(type_url, self._resources(type_url, visible), changed)
                     record = self.sync.find(stream_id)
                     for response in output.responses:
-                        await context.write(response)
+                        await self._write(context, response)
                         self.stats.pushes += 1
+                        wrote = True
+                        observer.response_written(type_url, timer() - started)
                         if record is not None:
                             _record_sent(record, response, self._clock())
+            if pushed:
+                observer.push_round(pushed, timer() - since if wrote and since is not None else None)
+
+    async def _write(self, context: Any, response: dpb.DeltaDiscoveryResponse) -> None:
+        started = self._timer()
+        await context.write(response)
+        self._observer.write_took(self._timer() - started)
+
+
+class _Changes:
+    """What one stream has yet to push: the changed names per type, since when, and the event that wakes it."""
+
+    __slots__ = ("_service", "names", "since", "wake")
+
+    def __init__(self, type_urls: Collection[str], service: XdsService) -> None:
+        self.names: dict[str, set[str]] = {type_url: set() for type_url in type_urls}
+        self.since: float | None = None
+        """When the oldest change not yet pushed began (see :attr:`XdsService.change_started`)."""
+        self.wake = asyncio.Event()
+        self._service = service
+
+    def listener(self, type_url: str) -> Callable[[frozenset[str]], None]:
+        names = self.names[type_url]
+
+        def on_change(changed: frozenset[str]) -> None:
+            names.update(changed)
+            if self.since is None:
+                started = self._service.change_started
+                self.since = started if started is not None else self._service._timer()
+            self.wake.set()
+
+        return on_change
 
 
 def _record_sent(record: ClientSync, response: dpb.DeltaDiscoveryResponse, now: float) -> None:
@@ -372,6 +488,7 @@ class XdsServer:
         debug_access: DebugAccess | None = None,
         control_plane: str = "",
         stale_after: float = DEFAULT_STALE_AFTER,
+        observer: XdsObserver = NO_OBSERVER,
     ) -> None:
         """``grpc_options`` are the gRPC server's channel options (the CA sharing it passes its message size cap);
         they win over the ``keepalive`` options (:mod:`ambit.xds.keepalive`) where both name one."""
@@ -385,6 +502,7 @@ class XdsServer:
             debug_access=debug_access,
             control_plane=control_plane,
             stale_after=stale_after,
+            observer=observer,
         )
         self._certificate: Any = grpc.ssl_server_certificate_configuration([(key_pem, cert_chain_pem)])
         self._pending_certificate: Any = None

@@ -26,6 +26,10 @@ Theory of operation: one request is handled in four steps, any of which may refu
 failures are ``UNAUTHENTICATED`` with an opaque message (the detail goes to the log), a bad or oversized CSR is
 ``INVALID_ARGUMENT``, a caller over its rate ``RESOURCE_EXHAUSTED``, anything unexpected ``INTERNAL``. One
 request's failure never affects another.
+
+Metrics: an injected :class:`CaObserver` (the control plane's monitoring) is told of every request as it arrives,
+of each authentication or impersonation failure, of each CSR that could not be signed for being malformed, too
+large or naming another identity, and of each certificate issued (istiod's ``citadel_server_*`` counters).
 """
 
 from __future__ import annotations
@@ -44,7 +48,13 @@ from google.protobuf import struct_pb2
 
 from ambit.api import ca_pb2
 from ambit.controlplane.ca.authn import Caller, Metadata
-from ambit.controlplane.ca.errors import AuthorizationError, CaServerError, CsrError, RateLimitedError
+from ambit.controlplane.ca.errors import (
+    AuthenticationError,
+    AuthorizationError,
+    CaServerError,
+    CsrError,
+    RateLimitedError,
+)
 from ambit.controlplane.ca.limits import MAX_CSR_BYTES, CallerRateLimiter, RateLimit, check_csr_size
 from ambit.controlplane.ca.rootca import RootCa
 from ambit.model.identity import DEFAULT_TRUST_DOMAIN, SpiffeId
@@ -83,6 +93,29 @@ class CaSettings:
     """Requests a second, and the burst, each authenticated caller is allowed."""
     max_csr_bytes: int = MAX_CSR_BYTES
     """Longest CSR read; longer ones are refused before parsing."""
+
+
+class CaObserver(Protocol):
+    """What the CA reports for metrics (see the module docstring)."""
+
+    def csr_received(self) -> None: ...
+    def authentication_failed(self) -> None: ...
+    def csr_malformed(self) -> None: ...
+    def certificate_issued(self) -> None: ...
+
+
+class _NoObserver:
+    def csr_received(self) -> None:
+        pass
+
+    def authentication_failed(self) -> None:
+        pass
+
+    def csr_malformed(self) -> None:
+        pass
+
+    def certificate_issued(self) -> None:
+        pass
 
 
 class Authenticator(Protocol):
@@ -174,8 +207,10 @@ class CaService:
         settings: CaSettings | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
+        observer: CaObserver | None = None,
     ) -> None:
         self._authenticator = authenticator
+        self._observer: CaObserver = observer or _NoObserver()
         self._authorizer = node_authorizer
         self._signer = signer
         self.settings = settings or CaSettings()
@@ -206,14 +241,26 @@ class CaService:
     async def CreateCertificate(  # the gRPC method's name
         self, request: ca_pb2.IstioCertificateRequest, context: Any
     ) -> ca_pb2.IstioCertificateResponse:
+        self._observer.csr_received()
         try:
-            return await self.create_certificate(request, context.invocation_metadata() or ())
+            response = await self.create_certificate(request, context.invocation_metadata() or ())
+        except (AuthenticationError, AuthorizationError) as exc:
+            self._observer.authentication_failed()
+            log.warning("CreateCertificate from %s refused: %s", context.peer(), exc)
+            code, message = grpc.StatusCode[exc.status], exc.wire_message()
+        except CsrError as exc:
+            self._observer.csr_malformed()
+            log.warning("CreateCertificate from %s refused: %s", context.peer(), exc)
+            code, message = grpc.StatusCode[exc.status], exc.wire_message()
         except CaServerError as exc:
             log.warning("CreateCertificate from %s refused: %s", context.peer(), exc)
             code, message = grpc.StatusCode[exc.status], exc.wire_message()
         except Exception:
             log.exception("CreateCertificate from %s failed", context.peer())
             code, message = grpc.StatusCode.INTERNAL, "internal error"
+        else:
+            self._observer.certificate_issued()
+            return response
         await context.abort(code, message)
         raise AssertionError("unreachable: abort raises")
 

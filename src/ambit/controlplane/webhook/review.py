@@ -11,6 +11,10 @@ Rule 4, any field error rejects the object: ``allowed: false`` and a 400 Status 
 ``configuration is invalid: <path>: <problem>; ...``; warnings ride along as ``response.warnings``.
 
 Invariant: the response's ``uid`` is always the request's.
+
+:func:`verdict` also names, as istiod's ``galley_validation_failed`` metric does, why a request did not pass:
+``unsupported_operation`` (any operation but CREATE and UPDATE: allowed, yet not validated), ``unknown_type`` (rule
+3) or ``invalid_resource`` (rules 2 and 4); "" when it passed.
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ from ambit.controlplane.webhook.validation import VALIDATORS, invalid_message, r
 API_VERSION = "admission.k8s.io/v1"
 ALWAYS_REJECT = "internal.istio.io/webhook-always-reject"
 _CHECKED = ("CREATE", "UPDATE")
+UNSUPPORTED_OPERATION = "unsupported_operation"
+UNKNOWN_TYPE = "unknown_type"
+INVALID = "invalid_resource"
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +44,9 @@ class ReviewRequest:
     kind: str
     obj: Any
     """The object as sent (CREATE and UPDATE: the new object); None for other operations without one."""
+    resource: tuple[str, str, str] = ("", "", "")
+    """``request.resource``: the group, version and resource (plural) being admitted, as metrics label them."""
+    dry_run: bool = False
 
 
 def parse_review(body: bytes) -> ReviewRequest:
@@ -66,7 +76,12 @@ def parse_review(body: bytes) -> ReviewRequest:
     obj = request.get("object")
     if operation in _CHECKED and not isinstance(obj, dict):
         raise MalformedReviewError(f"malformed AdmissionReview: request.object must be an object for {operation}")
-    return ReviewRequest(uid, operation, kind["group"], kind["kind"], obj)
+    resource = request.get("resource")
+    gvr = ("", "", "")
+    if isinstance(resource, dict):
+        group, version, plural = (str(resource.get(part) or "")[:253] for part in ("group", "version", "resource"))
+        gvr = (group, version, plural)
+    return ReviewRequest(uid, operation, kind["group"], kind["kind"], obj, gvr, request.get("dryRun") is True)
 
 
 def answer(request: ReviewRequest) -> dict[str, Any]:
@@ -76,21 +91,27 @@ def answer(request: ReviewRequest) -> dict[str, Any]:
 
 def decide(request: ReviewRequest) -> dict[str, Any]:
     """The ``AdmissionReview.response`` for one request."""
+    return verdict(request)[0]
+
+
+def verdict(request: ReviewRequest) -> tuple[dict[str, Any], str]:
+    """The ``AdmissionReview.response`` for one request, and why it did not pass ("" if it did)."""
     allowed: dict[str, Any] = {"uid": request.uid, "allowed": True}
     if request.operation not in _CHECKED:
-        return allowed
+        return allowed, UNSUPPORTED_OPERATION
     metadata = request.obj.get("metadata")
     annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
     if isinstance(annotations, dict) and ALWAYS_REJECT in annotations:
-        return _denied(request.uid, f"webhook configured to always reject (annotation {ALWAYS_REJECT})")
+        return _denied(request.uid, f"webhook configured to always reject (annotation {ALWAYS_REJECT})"), INVALID
     if (request.group, request.kind) not in VALIDATORS:
-        return _denied(request.uid, f"unrecognized type {request.kind}.{request.group}")
+        return _denied(request.uid, f"unrecognized type {request.kind}.{request.group}"), UNKNOWN_TYPE
     errors = validate(request.kind, request.obj, group=request.group)
     warnings = [str(e) for e in errors if e.warning]
-    response = _denied(request.uid, invalid_message(errors)) if rejections(errors) else allowed
+    rejected = bool(rejections(errors))
+    response = _denied(request.uid, invalid_message(errors)) if rejected else allowed
     if warnings:
         response["warnings"] = warnings
-    return response
+    return response, INVALID if rejected else ""
 
 
 def _denied(uid: str, message: str) -> dict[str, Any]:

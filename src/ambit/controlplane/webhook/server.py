@@ -11,6 +11,10 @@ a free port and :attr:`ValidationWebhookServer.port` tells which. It owns every 
 closed, also the keep-alive connection of an API server that does not answer TLS close_notify. TLS is mandatory,
 because kube-apiserver only calls webhooks over https; the certificate must name the address in the registered
 URL.
+
+An injected :class:`ValidationObserver` (the control plane's monitoring) is told of each review that passed and of
+each that did not, with the reason (:func:`~ambit.controlplane.webhook.review.verdict`); dry runs are not counted,
+as istiod does not count them.
 """
 
 from __future__ import annotations
@@ -21,11 +25,12 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Protocol
 
 from aiohttp import web
 
 from ambit.controlplane.webhook.errors import MalformedReviewError
-from ambit.controlplane.webhook.review import answer, parse_review
+from ambit.controlplane.webhook.review import API_VERSION, ReviewRequest, parse_review, verdict
 from ambit.tls.listener import TlsListener
 
 log = logging.getLogger("ambit.controlplane.webhook")
@@ -49,6 +54,25 @@ class WebhookServerSettings:
     """Largest review accepted; Kubernetes objects are at most 1.5 MiB, reviews can carry two of them."""
 
 
+class ValidationObserver(Protocol):
+    """What the webhook reports for metrics (istiod's ``galley_validation_*``)."""
+
+    def validation_passed_for(self, group: str, version: str, resource: str) -> None: ...
+    def validation_failed_for(self, group: str, version: str, resource: str, reason: str) -> None: ...
+
+
+OBSERVER = web.AppKey[ValidationObserver | None]("observer")
+
+
+def _report(observer: ValidationObserver | None, review: ReviewRequest, reason: str) -> None:
+    if observer is None or review.dry_run:
+        return
+    if reason:
+        observer.validation_failed_for(*review.resource, reason)
+    else:
+        observer.validation_passed_for(*review.resource)
+
+
 async def _validate(request: web.Request) -> web.StreamResponse:
     try:
         body = await request.read()
@@ -58,22 +82,24 @@ async def _validate(request: web.Request) -> web.StreamResponse:
     except MalformedReviewError as exc:
         return web.Response(status=exc.http_status, text=f"{exc}\n")
     try:
-        reply = answer(review)
+        response, reason = verdict(review)
     except Exception:
         log.exception("validating %s %s failed", review.operation, review.kind)
         return web.Response(status=500, text="internal error while validating; see the webhook's log\n")
-    if not reply["response"]["allowed"]:
-        log.info("denied %s %s: %s", review.operation, review.kind, reply["response"]["status"]["message"])
-    return web.json_response(reply)
+    _report(request.app[OBSERVER], review, reason)
+    if not response["allowed"]:
+        log.info("denied %s %s: %s", review.operation, review.kind, response["status"]["message"])
+    return web.json_response({"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response})
 
 
 async def _ready(request: web.Request) -> web.StreamResponse:
     return web.Response(text="ok\n")
 
 
-def build_app(max_body_bytes: int = MAX_BODY_BYTES) -> web.Application:
+def build_app(max_body_bytes: int = MAX_BODY_BYTES, observer: ValidationObserver | None = None) -> web.Application:
     """The aiohttp application (routes only; no listener)."""
     app = web.Application(client_max_size=max_body_bytes)
+    app[OBSERVER] = observer
     app.router.add_post(VALIDATE_PATH, _validate)
     app.router.add_get("/ready", _ready)
     return app
@@ -82,8 +108,9 @@ def build_app(max_body_bytes: int = MAX_BODY_BYTES) -> web.Application:
 class ValidationWebhookServer:
     """The webhook listener; ``async with`` it, or ``start()`` and ``aclose()``."""
 
-    def __init__(self, settings: WebhookServerSettings) -> None:
+    def __init__(self, settings: WebhookServerSettings, *, observer: ValidationObserver | None = None) -> None:
         self.settings = settings
+        self._observer = observer
         self._runner: web.AppRunner | None = None
         self._listener: TlsListener | None = None
         self._context: ssl.SSLContext | None = None
@@ -108,7 +135,9 @@ class ValidationWebhookServer:
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((self.settings.host, self.settings.port))
-            runner = web.AppRunner(build_app(self.settings.max_body_bytes), shutdown_timeout=1.0, access_log=None)
+            runner = web.AppRunner(
+                build_app(self.settings.max_body_bytes, self._observer), shutdown_timeout=1.0, access_log=None
+            )
             await runner.setup()
         except BaseException:
             sock.close()

@@ -27,7 +27,7 @@ from pathlib import Path
 from ambit.controlplane.ca.rootca import RootCa
 from ambit.controlplane.webhook.errors import RegistrationError
 from ambit.controlplane.webhook.registration import patch_ca_bundle, register_webhook
-from ambit.controlplane.webhook.server import ValidationWebhookServer, WebhookServerSettings
+from ambit.controlplane.webhook.server import ValidationObserver, ValidationWebhookServer, WebhookServerSettings
 from ambit.k8s import KubeClient
 from ambit.tls.certs import issue_server_cert
 
@@ -40,7 +40,15 @@ class WebhookManager:
     """Owns the webhook's listener, certificate files and registration; ``start`` then ``aclose``."""
 
     def __init__(
-        self, client: KubeClient, *, host: str, port: int, dial: str, service: str | None = None, retry: float = 5.0
+        self,
+        client: KubeClient,
+        *,
+        host: str,
+        port: int,
+        dial: str,
+        service: str | None = None,
+        retry: float = 5.0,
+        observer: ValidationObserver | None = None,
     ) -> None:
         """``dial`` is the address the API server reaches us at; ``service`` (``namespace/name``) the installed
         Service the configuration points at, when an installer made it (then only its caBundle is kept)."""
@@ -48,6 +56,7 @@ class WebhookManager:
         self._host, self._port, self._dial = host, port, dial
         self._service = service
         self._retry = retry
+        self._observer = observer
         self._bundle = b""
         self._tasks: list[asyncio.Task[None]] = []
         self.server: ValidationWebhookServer | None = None
@@ -60,7 +69,7 @@ class WebhookManager:
     async def start(self, root: RootCa) -> None:
         with self._certificate_files(root) as (cert_file, key_file):
             self.server = ValidationWebhookServer(
-                WebhookServerSettings(cert_file, key_file, host=self._host, port=self._port)
+                WebhookServerSettings(cert_file, key_file, host=self._host, port=self._port), observer=self._observer
             )
             await self.server.start()
         self._bundle = root.root_pem

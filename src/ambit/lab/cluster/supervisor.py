@@ -122,6 +122,7 @@ READY_LINE = b"READY=1"
 
 CONTROL_PLANE_PORT = 15012
 WEBHOOK_PORT = 15017
+MONITORING_PORT = 15014
 
 
 def control_plane_daemon(topology: Topology) -> Daemon:
@@ -137,6 +138,7 @@ def control_plane_daemon(topology: Topology) -> Daemon:
         "--kubeconfig", str(kubeconfig_path(topology, CONTROL_PLANE_ACCOUNT)),
         "--listen", f"{BRIDGE_ADDRESS}:{CONTROL_PLANE_PORT}",
         "--webhook-port", str(WEBHOOK_PORT),
+        "--monitoring-port", str(MONITORING_PORT),
         "--san", BRIDGE_ADDRESS,
         "--plugin-cert", str(ca / f"{ROOT_NAME}.crt"),
         "--plugin-key", str(ca / f"{ROOT_NAME}.key"),
