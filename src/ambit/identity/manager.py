@@ -10,8 +10,8 @@ set are forgotten: refresher cancelled, certificate dropped.
 A CA rotation reaches the proxy through these refreshes, as in ztunnel: the control plane does not push, and a
 rotated plug-in CA signs only the certificates asked for after it (:mod:`ambit.controlplane.ca.cawatch`). So the
 bound is: every identity on the node holds a certificate from the new CA at most half a lifetime (the node proxy's
-``SECRET_TTL``, 24 h by default, 5 min in Istio's ambient tests: 2.5 min, 2 min in the lab: 1 min) after the control plane
-took the new CA, plus the back-off of any failed fetch (at most ``max_backoff``). Connections already open keep the
+``SECRET_TTL``: 24 h by default, 5 min in Istio's ambient tests, 2 min in the lab) after the control plane took the
+new CA, plus the back-off of any failed fetch (at most ``max_backoff``). Connections already open keep the
 certificate they were made with; new ones use the new certificate and its trust bundle.
 
 A connection that needs a certificate calls :meth:`CertificateManager.fetch`: a valid cached certificate comes
