@@ -63,6 +63,7 @@ from ambit.controlplane.translate.destinationrules import (
 )
 from ambit.controlplane.translate.discovery import EVERY_NAMESPACE, DiscoveryFilter
 from ambit.controlplane.translate.endpointslices import endpoint_slice_workloads
+from ambit.controlplane.translate.envoyfilters import PatchNote, translate_envoy_filters
 from ambit.controlplane.translate.gateway_policies import (
     IngressPods,
     gateway_authorization_policies,
@@ -199,6 +200,9 @@ class Translation:
     """The ``WaypointAccepted`` condition of each targetRefs AuthorizationPolicy, by key."""
     discovery: DiscoveryFilter = EVERY_NAMESPACE
     """The namespaces this translation saw (``discoverySelectors``); the CA applies the same filter."""
+    envoy_filter_notes: tuple[PatchNote, ...] = ()
+    """The EnvoyFilter patches (and objects) no proxy applies, and why
+    (:mod:`~ambit.controlplane.translate.envoyfilters`), sorted; the control plane logs each once per generation."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +250,8 @@ def translate_all(
     telemetries: Iterable[Mapping[str, Any]] = (),
     backend_tls_policies: Iterable[Mapping[str, Any]] = (),
     config_maps: Iterable[Mapping[str, Any]] = (),
+    envoy_filters: Iterable[Mapping[str, Any]] = (),
+    proxy_version: str = "",
     cluster_id: str = "Kubernetes",
     trust_domain: str = "cluster.local",
     domain: str = "cluster.local",
@@ -280,6 +286,7 @@ def translate_all(
     tcp_routes, tls_routes, reference_grants = seen.keep(tcp_routes), seen.keep(tls_routes), seen.keep(reference_grants)
     backend_tls_policies, secrets = seen.keep(backend_tls_policies), seen.keep(secrets)
     config_maps = seen.keep(config_maps)  # after the mesh config was read: the rest are credentials
+    envoy_filters = seen.keep(envoy_filters)
     export_default = mesh.default_service_export_to
     policies: list[Policy] = []
     statuses: list[PolicyStatus] = []
@@ -585,6 +592,10 @@ def translate_all(
         for c in (*ingress.configs, *classic.configs)
     )
 
+    envoy = translate_envoy_filters(
+        envoy_filters, (c.waypoint for c in authn), root_namespace=root_namespace, proxy_version=proxy_version
+    )
+
     def served_by(waypoint: str) -> list[Service]:
         keys = {k for k, v in bound.items() if v == waypoint} | {k for k, v in canaries.items() if v == waypoint}
         return [by_key[k] for k in keys if k in by_key]
@@ -608,6 +619,7 @@ def translate_all(
                 ),
                 race_first_connect=tuple(k for k in c.services if k in racing),
                 dynamic_dns=tuple(k for k in c.services if k in dynamic),
+                envoy_patches=envoy.for_waypoint(c.waypoint),
             )
             for c in authn
         ),
@@ -619,6 +631,7 @@ def translate_all(
             sorted((t.status for t in waypoint_policies if t.status is not None), key=lambda s: s.key)
         ),
         discovery=seen,
+        envoy_filter_notes=envoy.notes,
     )
 
 
