@@ -3,6 +3,8 @@ refuses (with a place), its bounds, and that no input raises anything but LuaSub
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -108,10 +110,8 @@ def test_an_empty_chunk_edits_nothing() -> None:
 @given(st.text(max_size=300))
 @settings(max_examples=400, deadline=None)
 def test_any_text_either_parses_or_raises_the_modules_own_error(code: str) -> None:
-    try:
+    with contextlib.suppress(LuaSubsetError):
         parse_header_script(code)
-    except LuaSubsetError:
-        pass
 
 
 _PIECES = st.sampled_from(
@@ -149,10 +149,8 @@ _PIECES = st.sampled_from(
 @given(st.lists(_PIECES, max_size=60))
 @settings(max_examples=400, deadline=None)
 def test_near_miss_token_soup_either_parses_or_raises_the_modules_own_error(pieces: list[str]) -> None:
-    try:
+    with contextlib.suppress(LuaSubsetError):
         parse_header_script(" ".join(pieces))
-    except LuaSubsetError:
-        pass
 
 
 _NAMES = st.from_regex(r"[a-z][a-z0-9-]{0,10}", fullmatch=True)
@@ -160,7 +158,7 @@ _VALUES = st.text(st.characters(min_codepoint=32, max_codepoint=0x2FF), max_size
 
 
 def _quote(value: str, quote: str) -> str:
-    escaped = "".join(f"\\{ord(c)}" if c in "\\'\"" or ord(c) > 126 and ord(c) < 256 else c for c in value)
+    escaped = "".join(f"\\{ord(c)}" if c in "\\'\"" or 126 < ord(c) < 256 else c for c in value)
     return quote + escaped + quote
 
 
