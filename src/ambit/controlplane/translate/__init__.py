@@ -42,6 +42,8 @@ pods' locality), ``waypoints`` (Gateways become waypoints, labels bind to them),
 ``destinationrules`` (the DestinationRule each waypoint applies to each Service it serves, subsets resolved to
 workload uids), ``telemetry`` (Telemetries become each waypoint's metric overrides per destination service),
 ``istio_gateways`` (Istio Gateways and their VirtualServices become the configs of the gateway pods they select),
+``envoyfilters`` (the EnvoyFilters a waypoint takes become the header edits and HTTP/2 backends it honours, the
+rest notes the control plane logs),
 ``protocols`` (a port's application protocol), ``skips`` (what was left out).
 """
 
