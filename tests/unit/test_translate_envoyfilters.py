@@ -11,7 +11,7 @@ import pytest
 from tests.upstream_objects import waypoint_envoy_filter
 
 from ambit.controlplane.translate import translate_all
-from ambit.controlplane.translate.envoyfilters import PatchNote, translate_envoy_filters
+from ambit.controlplane.translate.envoyfilters import IngressProxy, PatchNote, translate_envoy_filters
 from ambit.model.envoyfilter import HeaderAction, HeaderOp, HeaderPatch, PatchScope, ProxyPatches
 
 ROOT = "istio-system"
@@ -129,7 +129,7 @@ def test_a_filter_in_another_namespace_never_applies_whatever_namespace_its_targ
     from_root = ef([vhost(add("x-root", "1"))], namespace=ROOT, targets=[{**GATEWAY_REF, "namespace": "app"}])
     found, notes = run(hostile, from_root)
     assert found == {}
-    assert {(n.namespace, n.field) for n in notes} == {("attacker", "spec.targetRefs"), (ROOT, "spec.targetRefs")}
+    assert {(n.namespace, n.field) for n in notes} == {("attacker", "spec"), (ROOT, "spec")}
 
 
 def test_a_target_naming_another_namespace_or_gateway_or_kind_does_not_attach() -> None:
@@ -340,3 +340,49 @@ def test_malformed_objects_are_noted_never_raised() -> None:
         obj = ef([])
         obj["spec"] = spec
         run(obj)
+
+
+GATEWAY_API = IngressProxy("app/gateway", {"gateway.networking.k8s.io/gateway-name": "gateway"}, gateway_api=True)
+CLASSIC = IngressProxy("istio-system/ingressgateway", {"istio": "ingressgateway"}, gateway_api=False)
+
+
+def gateway_run(*objects: dict[str, Any]) -> tuple[dict[str, ProxyPatches], list[PatchNote]]:
+    t = translate_envoy_filters(
+        objects, (), root_namespace=ROOT, proxy_version="1.0.0", gateways=(GATEWAY_API, CLASSIC)
+    )
+    return dict(t.by_gateway), list(t.notes)
+
+
+def at_gateway(patch: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(patch)
+    out["match"]["context"] = "GATEWAY"
+    return out
+
+
+def test_an_ingress_gateway_takes_gateway_context_patches_by_target_or_selector() -> None:
+    targeted = ef([at_gateway(vhost(add("x", "target")))], targets=[{**GATEWAY_REF, "name": "gateway"}])
+    selected = ef([at_gateway(vhost(add("x", "selector")))], namespace=ROOT, name="s", targets=[])
+    selected["spec"]["workloadSelector"] = {"labels": {"istio": "ingressgateway"}}
+    everywhere = ef([at_gateway(vhost(add("x", "all")))], namespace=ROOT, name="all", targets=[])
+    found, notes = gateway_run(targeted, selected, everywhere)
+    assert notes == []
+    assert [op.value for op in found["app/gateway"].route_request_ops("h", 80)] == ["all", "target"]
+    assert [op.value for op in found["istio-system/ingressgateway"].route_request_ops("h", 80)] == ["all", "selector"]
+
+
+def test_waypoint_contexts_do_not_reach_a_gateway_and_gateway_ones_not_a_waypoint() -> None:
+    inbound = ef([vhost(add("x", "inbound"))], targets=[{**GATEWAY_REF, "name": "gateway"}])
+    found, notes = gateway_run(inbound)
+    assert found == {} and "no effect at an ingress gateway" in notes[0].reason
+    assert run(ef([at_gateway(vhost(add("x", "1")))]))[0] == {}
+
+
+def test_a_classic_gateway_ignores_target_refs_and_a_gateway_route_match_is_by_port_only() -> None:
+    targeted = ef([at_gateway(vhost(add("x", "1")))], targets=[{**GATEWAY_REF, "name": "ingressgateway"}])
+    by_port = at_gateway(vhost(add("x", "443"), {"routeConfiguration": {"portNumber": 443}}))
+    by_name = at_gateway(vhost(add("x", "named"), {"routeConfiguration": {"name": "http.80"}}))
+    found, notes = gateway_run(targeted, ef([by_port, by_name], targets=[{**GATEWAY_REF, "name": "gateway"}], name="g"))
+    assert "istio-system/ingressgateway" not in found
+    assert [op.value for op in found["app/gateway"].route_request_ops("h", 443)] == ["443"]
+    assert found["app/gateway"].route_request_ops("h", 80) == ()
+    assert [n.field for n in notes if n.name == "g"] == ["spec.configPatches[1]"]

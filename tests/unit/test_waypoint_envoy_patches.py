@@ -7,10 +7,12 @@ import pytest
 
 from ambit.api import waypoint_pb2 as pb
 from ambit.model.envoyfilter import HeaderAction, HeaderOp, HeaderPatch, PatchScope, ProxyPatches
+from ambit.model.ingress import GatewayConfig
 from ambit.model.routes import WaypointConfig
 from ambit.waypoint.decisions import RequestHead
 from ambit.waypoint.envoy_patches import apply_header_ops, edit_request
 from ambit.xds.errors import XdsConversionError
+from ambit.xds.gateway import gateway_config_from_proto, gateway_config_to_proto
 from ambit.xds.routes import decode_waypoint_config, pack_waypoint_config, waypoint_config_to_proto
 
 A = HeaderAction
@@ -104,3 +106,12 @@ def test_a_filter_with_a_scope_or_a_level_is_refused() -> None:
     message.envoy_patches.routes.add(source="x", level=2)
     with pytest.raises(XdsConversionError, match="unknown level"):
         decode_waypoint_config("app/waypoint", pack_waypoint_config(message))
+
+
+def test_a_gateway_config_carries_its_patches_too() -> None:
+    patches = ProxyPatches(filters=(HeaderPatch("app/f[0]", (HeaderOp(A.APPEND, "x-lua", "1"),)),))
+    message = gateway_config_to_proto(GatewayConfig("app/gateway", envoy_patches=patches))
+    assert gateway_config_from_proto(message, "app/gateway").envoy_patches == patches
+    message.envoy_patches.filters[0].request[0].value = "a\r\nb"
+    with pytest.raises(XdsConversionError, match="envoy_patches"):
+        gateway_config_from_proto(message, "app/gateway")

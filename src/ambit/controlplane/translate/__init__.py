@@ -65,7 +65,7 @@ from ambit.controlplane.translate.destinationrules import (
 )
 from ambit.controlplane.translate.discovery import EVERY_NAMESPACE, DiscoveryFilter
 from ambit.controlplane.translate.endpointslices import endpoint_slice_workloads
-from ambit.controlplane.translate.envoyfilters import PatchNote, translate_envoy_filters
+from ambit.controlplane.translate.envoyfilters import IngressProxy, PatchNote, translate_envoy_filters
 from ambit.controlplane.translate.gateway_policies import (
     IngressPods,
     gateway_authorization_policies,
@@ -481,6 +481,7 @@ def translate_all(
         skips=skips,
         default_export_to=mesh.default_virtual_service_export_to,
     )
+    gateway_api_keys = {p.key for p in ingress_pods}
     ingress_pods.extend(g.as_ingress_pods() for g in classic.pods)
     gateway_authz = gateway_authorization_policies(
         ingress_pods,
@@ -577,6 +578,13 @@ def translate_all(
             members.setdefault(key, []).append((w.uid, workload_labels.get(w.uid, {})))
     by_key = {s.key: s for s in translated}
 
+    envoy = translate_envoy_filters(
+        envoy_filters,
+        (c.waypoint for c in authn),
+        root_namespace=root_namespace,
+        proxy_version=proxy_version,
+        gateways=[IngressProxy(p.key, p.labels, p.key in gateway_api_keys) for p in ingress_pods],
+    )
     gateway_labels = {p.key: p.labels for p in ingress_pods}
     gateway_configs = tuple(
         replace(
@@ -590,12 +598,9 @@ def translate_all(
                 members,
                 gateway_labels.get(c.gateway, {}),
             ),
+            envoy_patches=envoy.for_gateway(c.gateway),
         )
         for c in (*ingress.configs, *classic.configs)
-    )
-
-    envoy = translate_envoy_filters(
-        envoy_filters, (c.waypoint for c in authn), root_namespace=root_namespace, proxy_version=proxy_version
     )
 
     def served_by(waypoint: str) -> list[Service]:

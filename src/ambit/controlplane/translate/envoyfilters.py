@@ -43,6 +43,12 @@ Rules (istiod's ``PushContext.EnvoyFilters`` with ``WorkloadPolicyMatcher`` for 
    other field in a value, a header name that is not a token or is ``host``, a pseudo-header or a framing
    header, a value with CR, LF or NUL or a ``%`` substitution, Lua outside the subset, a match Ambit cannot
    map. A note names the object, its generation and the patch (``spec.configPatches[i]``).
+8. Ingress gateways (istiod's ``GATEWAY`` patch context, which ``ANY`` also matches): a Gateway API gateway takes
+   a filter of its namespace whose targetRefs name its Gateway, or a filter of its namespace or the root namespace
+   without targets whose ``workloadSelector`` (none: every workload) its pods' labels satisfy (istiod's
+   selector-based gateway policy, on by default); an Istio Gateway's pods take only the selector kind. HTTP
+   filters and header merges are honoured as at a waypoint, route merges matched by nothing or ``portNumber``
+   (the listener's port) only; CLUSTER merges reach every backend cluster they match.
 """
 
 from __future__ import annotations
@@ -146,7 +152,14 @@ class _Filter:
     created: str
     targets: tuple[tuple[str, str, str, str], ...]
     """(group, kind, name, namespace) of each target."""
-    effects: tuple[_Effect, ...]
+    selector: Mapping[str, str] | None
+    """``workloadSelector.labels``; None: no selector (every workload)."""
+    effects: Mapping[bool, tuple[_Effect, ...]]
+    """What it does at a waypoint (False) and at an ingress gateway (True)."""
+    notes: Mapping[bool, tuple[PatchNote, ...]]
+    """What it does not, at each."""
+    uid: str = ""
+    generation: int = 0
 
     def sort_key(self, root: str) -> tuple[int, int, str, str]:
         return (self.priority, 0 if self.namespace == root else 1, self.created, f"{self.name}.{self.namespace}")
@@ -163,6 +176,33 @@ class _Filter:
                 return True
         return False
 
+    def attaches_to_gateway(self, gateway: IngressProxy, root: str) -> bool:
+        """Rule 8's selection."""
+        namespace, _, name = gateway.key.partition("/")
+        if self.namespace not in (namespace, root):
+            return False
+        if not self.targets:
+            return self.selector is None or all(gateway.labels.get(k) == v for k, v in self.selector.items())
+        if not gateway.gateway_api or self.namespace != namespace:
+            return False
+        return any(
+            (group, kind, target) == (GATEWAY_GROUP, "Gateway", name) and target_ns in ("", namespace)
+            for group, kind, target, target_ns in self.targets
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class IngressProxy:
+    """An ingress gateway as EnvoyFilter selection sees it."""
+
+    key: str
+    """``namespace/name`` of its config (:class:`~ambit.model.ingress.GatewayConfig`)."""
+    labels: Mapping[str, str]
+    """Its pods' labels."""
+    gateway_api: bool
+    """A Gateway API Gateway (its pods carry ``gateway.networking.k8s.io/gateway-name``), not an Istio Gateway's
+    selected pods."""
+
 
 @dataclass(frozen=True, slots=True)
 class EnvoyFilterTranslation:
@@ -170,9 +210,13 @@ class EnvoyFilterTranslation:
 
     by_waypoint: Mapping[str, ProxyPatches] = field(default_factory=dict)
     notes: tuple[PatchNote, ...] = ()
+    by_gateway: Mapping[str, ProxyPatches] = field(default_factory=dict)
 
     def for_waypoint(self, key: str) -> ProxyPatches:
         return self.by_waypoint.get(key, NO_PATCHES)
+
+    def for_gateway(self, key: str) -> ProxyPatches:
+        return self.by_gateway.get(key, NO_PATCHES)
 
 
 def _header_name(name: object, at: str) -> str:
@@ -297,6 +341,18 @@ def _route_scope(match: Mapping[str, Any], at: str) -> PatchScope:
     return PatchScope(hostname, port)
 
 
+def _gateway_route_scope(match: Mapping[str, Any], at: str) -> PatchScope:
+    """Rule 8's route-configuration match at an ingress gateway: none, or ``portNumber`` (the listener's port)."""
+    rc = shapes.mapping(match.get("routeConfiguration", match.get("route_configuration")), f"{at}.routeConfiguration")
+    extra = set(rc) - {"portNumber", "port_number"}
+    if extra:
+        raise _Refused(f"{at}.routeConfiguration: only portNumber is matched at an ingress gateway ({sorted(extra)})")
+    number = rc.get("portNumber", rc.get("port_number", 0))
+    if number and not _is_port(number):
+        raise _Refused(f"{at}.routeConfiguration.portNumber: expected a port")
+    return PatchScope("", number or 0)
+
+
 def _cluster_scope(match: Mapping[str, Any], at: str) -> PatchScope:
     cluster = shapes.mapping(match.get("cluster"), f"{at}.cluster")
     if cluster.get("subset"):
@@ -375,8 +431,9 @@ def _filter_position(match: Mapping[str, Any], operation: str, at: str) -> None:
     )
 
 
-def _effect(raw: object, at: str, source: str) -> _Effect:
-    """One configuration patch as Ambit honours it (rules 4-7), or :class:`_Refused`."""
+def _effect(raw: object, at: str, source: str, gateway: bool) -> _Effect:
+    """One configuration patch as Ambit honours it at a waypoint, or with ``gateway`` at an ingress gateway
+    (rules 4-8), or :class:`_Refused`."""
     patch_spec = shapes.mapping(raw, at)
     apply_to = shapes.text(patch_spec.get("applyTo", patch_spec.get("apply_to")), f"{at}.applyTo") or "INVALID"
     match = shapes.mapping(patch_spec.get("match"), f"{at}.match")
@@ -386,12 +443,13 @@ def _effect(raw: object, at: str, source: str) -> _Effect:
     value = shapes.mapping(patch.get("value"), f"{at}.patch.value")
     proxy = shapes.mapping(match.get("proxy"), f"{at}.match.proxy")
     if shapes.mapping(proxy.get("metadata"), f"{at}.match.proxy.metadata"):
-        raise _Refused(f"{at}.match.proxy.metadata: Ambit's waypoints send no metadata a filter can match")
+        raise _Refused(f"{at}.match.proxy.metadata: Ambit's proxies send no metadata a filter can match")
     version = shapes.text(proxy.get("proxyVersion", proxy.get("proxy_version")), f"{at}.match.proxy.proxyVersion")
     version_pattern = version or None
+    where = "an ingress gateway" if gateway else "a waypoint"
     if apply_to in ("HTTP_FILTER", "VIRTUAL_HOST", "ROUTE_CONFIGURATION"):
-        if context not in ("SIDECAR_INBOUND", "ANY"):
-            raise _Refused(f"{at}.match.context: {context} has no effect at a waypoint (its routes are inbound)")
+        if context not in (("GATEWAY", "ANY") if gateway else ("SIDECAR_INBOUND", "ANY")):
+            raise _Refused(f"{at}.match.context: {context} has no effect at {where}")
         if apply_to == "HTTP_FILTER":
             if operation not in ("INSERT_BEFORE", "INSERT_AFTER"):
                 raise _Refused(f"{at}.patch.operation: {operation} of an HTTP filter is not supported")
@@ -400,17 +458,17 @@ def _effect(raw: object, at: str, source: str) -> _Effect:
             return _Effect("filter", HeaderPatch(source, lua.request, lua.response), EVERYWHERE, version_pattern)
         if operation != "MERGE":
             raise _Refused(f"{at}.patch.operation: {operation} of {apply_to} is not supported (only MERGE)")
-        scope = _route_scope(match, f"{at}.match")
+        scope = _gateway_route_scope(match, f"{at}.match") if gateway else _route_scope(match, f"{at}.match")
         request, response = _header_merge(value, f"{at}.patch.value")
         level = 0 if apply_to == "VIRTUAL_HOST" else 1
         return _Effect("route", HeaderPatch(source, request, response, scope, level), scope, version_pattern)
     if apply_to == "CLUSTER":
         if operation != "MERGE":
             raise _Refused(f"{at}.patch.operation: {operation} of a cluster is not supported (only MERGE)")
-        if context == "SIDECAR_INBOUND":
+        if context == "SIDECAR_INBOUND" and not gateway:
             raise _Refused(f"{at}.match.context: istiod patches no inbound cluster of a waypoint; no effect")
-        if context not in ("SIDECAR_OUTBOUND", "ANY"):
-            raise _Refused(f"{at}.match.context: {context} has no effect at a waypoint")
+        if context not in (("GATEWAY", "ANY") if gateway else ("SIDECAR_OUTBOUND", "ANY")):
+            raise _Refused(f"{at}.match.context: {context} has no effect at {where}")
         scope = _cluster_scope(match, f"{at}.match")
         _wants_h2(value, f"{at}.patch.value")
         return _Effect("cluster", None, scope, version_pattern)
@@ -436,13 +494,15 @@ def _targets(spec: Mapping[str, Any]) -> tuple[tuple[str, str, str, str], ...]:
 
 
 def _read(obj: Mapping[str, Any], notes: list[PatchNote]) -> _Filter | None:
+    """The object's targets, selector and, for each proxy kind, its effects and notes; None (and a note in
+    ``notes``) when its spec has not the schema's shape."""
     meta = obj.get("metadata") or {}
     namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
     generation = _generation(meta)
     uid = str(meta.get("uid") or "")
 
-    def note(at: str, reason: str) -> None:
-        notes.append(PatchNote(namespace, name, at, reason, uid, generation))
+    def note(at: str, reason: str) -> PatchNote:
+        return PatchNote(namespace, name, at, reason, uid, generation)
 
     try:
         spec = shapes.mapping(obj.get("spec"), "spec")
@@ -451,20 +511,28 @@ def _read(obj: Mapping[str, Any], notes: list[PatchNote]) -> _Filter | None:
         if not isinstance(priority, int) or isinstance(priority, bool):
             raise shapes.ShapeError("spec.priority", "expected an integer")
         patches = shapes.list_of(spec.get("configPatches"), "spec.configPatches")
+        selector_spec = shapes.mapping(spec.get("workloadSelector"), "spec.workloadSelector")
+        labels = shapes.mapping(selector_spec.get("labels"), "spec.workloadSelector.labels")
+        selector = {str(k): str(v) for k, v in labels.items()} if "workloadSelector" in spec else None
     except shapes.ShapeError as exc:
-        note(exc.field, exc.reason)
+        notes.append(note(exc.field, exc.reason))
         return None
-    effects: list[_Effect] = []
-    for i, raw in enumerate(patches):
-        at = f"spec.configPatches[{i}]"
-        try:
-            effects.append(_effect(raw, at, f"{namespace}/{name}[{i}]"))
-        except _Refused as exc:
-            note(at, exc.reason.removeprefix(f"{at}.").removeprefix(f"{at}: "))
-        except shapes.ShapeError as exc:
-            note(at, f"{exc.field}: {exc.reason}")
+    effects: dict[bool, tuple[_Effect, ...]] = {}
+    kind_notes: dict[bool, tuple[PatchNote, ...]] = {}
+    for gateway in (False, True):
+        found: list[_Effect] = []
+        refused: list[PatchNote] = []
+        for i, raw in enumerate(patches):
+            at = f"spec.configPatches[{i}]"
+            try:
+                found.append(_effect(raw, at, f"{namespace}/{name}[{i}]", gateway))
+            except _Refused as exc:
+                refused.append(note(at, exc.reason.removeprefix(f"{at}.").removeprefix(f"{at}: ")))
+            except shapes.ShapeError as exc:
+                refused.append(note(at, f"{exc.field}: {exc.reason}"))
+        effects[gateway], kind_notes[gateway] = tuple(found), tuple(refused)
     created = str(meta.get("creationTimestamp") or "")
-    return _Filter(namespace, name, priority, created, targets, tuple(effects))
+    return _Filter(namespace, name, priority, created, targets, selector, effects, kind_notes, uid, generation)
 
 
 def _version_matches(pattern: str | None, version: str) -> bool:
@@ -479,12 +547,12 @@ def _version_matches(pattern: str | None, version: str) -> bool:
         return True  # istiod ignores an expression it cannot compile (validation would have refused it)
 
 
-def _merge(filters: Iterable[_Filter], version: str) -> ProxyPatches:
+def _merge(filters: Iterable[_Filter], version: str, gateway: bool) -> ProxyPatches:
     lua: list[HeaderPatch] = []
     routes: list[HeaderPatch] = []
     h2: list[PatchScope] = []
     for f in filters:
-        for effect in f.effects:
+        for effect in f.effects[gateway]:
             if not _version_matches(effect.version_pattern, version):
                 continue
             if effect.kind == "filter" and effect.patch is not None:
@@ -503,44 +571,60 @@ def translate_envoy_filters(
     *,
     root_namespace: str,
     proxy_version: str,
+    gateways: Iterable[IngressProxy] = (),
 ) -> EnvoyFilterTranslation:
-    """Rules 1-7 for every waypoint in ``waypoints`` (``namespace/name`` keys); ``proxy_version``: the version
-    Ambit's waypoints state (``ISTIO_VERSION``)."""
+    """Rules 1-8 for every waypoint in ``waypoints`` (``namespace/name`` keys) and every ingress gateway in
+    ``gateways``; ``proxy_version``: the version Ambit's proxies state (``ISTIO_VERSION``)."""
     notes: list[PatchNote] = []
     by_namespace: dict[str, list[_Filter]] = {}
-    read: list[tuple[Mapping[str, Any], _Filter]] = []
+    read: list[_Filter] = []
     for obj in objects:
         f = _read(obj, notes)
         if f is not None:
             by_namespace.setdefault(f.namespace, []).append(f)
-            read.append((obj, f))
-    out: dict[str, ProxyPatches] = {}
-    attached: set[tuple[str, str]] = set()
-    for key in sorted(set(waypoints)):
-        namespace = key.partition("/")[0]
-        candidates = [*by_namespace.get(root_namespace, ())]
+            read.append(f)
+
+    def candidates(namespace: str) -> list[_Filter]:
+        found = [*by_namespace.get(root_namespace, ())]
         if namespace != root_namespace:
-            candidates.extend(by_namespace.get(namespace, ()))
-        chosen = sorted(
-            (f for f in candidates if f.attaches_to(key, root_namespace)), key=lambda f: f.sort_key(root_namespace)
-        )
-        attached.update((f.namespace, f.name) for f in chosen)
-        merged = _merge(chosen, proxy_version)
-        if merged:
+            found.extend(by_namespace.get(namespace, ()))
+        return found
+
+    attached: dict[tuple[str, str], set[bool]] = {}
+    out: dict[str, ProxyPatches] = {}
+    for key in sorted(set(waypoints)):
+        chosen = [f for f in candidates(key.partition("/")[0]) if f.attaches_to(key, root_namespace)]
+        chosen.sort(key=lambda f: f.sort_key(root_namespace))
+        for f in chosen:
+            attached.setdefault((f.namespace, f.name), set()).add(False)
+        if merged := _merge(chosen, proxy_version, False):
             out[key] = merged
-    for obj, f in read:
-        if (f.namespace, f.name) not in attached:
-            meta = obj.get("metadata") or {}
-            generation = _generation(meta)
+    out_gateways: dict[str, ProxyPatches] = {}
+    for gateway in sorted(gateways, key=lambda g: g.key):
+        chosen = [
+            f for f in candidates(gateway.key.partition("/")[0]) if f.attaches_to_gateway(gateway, root_namespace)
+        ]
+        chosen.sort(key=lambda f: f.sort_key(root_namespace))
+        for f in chosen:
+            attached.setdefault((f.namespace, f.name), set()).add(True)
+        if merged := _merge(chosen, proxy_version, True):
+            out_gateways[gateway.key] = merged
+    for f in read:
+        kinds = attached.get((f.namespace, f.name))
+        if kinds is None:
             notes.append(
                 PatchNote(
                     f.namespace,
                     f.name,
-                    "spec.targetRefs",
+                    "spec",
                     "applies to no Ambit proxy: waypoints take an EnvoyFilter only by targetRefs to their Gateway "
-                    f"(same namespace) or to GatewayClass {WAYPOINT_CLASS} (root namespace); Ambit runs no sidecars",
-                    str(meta.get("uid") or ""),
-                    generation,
+                    f"(same namespace) or to GatewayClass {WAYPOINT_CLASS} (root namespace), ingress gateways by "
+                    "targetRefs or workloadSelector; Ambit runs no sidecars",
+                    f.uid,
+                    f.generation,
                 )
             )
-    return EnvoyFilterTranslation(out, tuple(sorted(set(notes))))
+            continue
+        for kind in sorted(kinds):
+            notes.extend(f.notes[kind])
+    return EnvoyFilterTranslation(out, tuple(sorted(set(notes))), out_gateways)
