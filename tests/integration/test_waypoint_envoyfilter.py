@@ -93,6 +93,8 @@ async def test_upstreams_filter_puts_both_headers_on_every_request(rig: Rig) -> 
         headers = seen_headers(body)
         assert (headers["x-lua-inbound"], headers["x-vhost-inbound"]) == ("hello world", "hello world")
     # the inbound cluster merge patches nothing at a waypoint (istiod's behaviour): the HTTP/1.1 echo still answers
+    dumped = rig.waypoint.config_dump()["routes"]["envoyFilterPatches"]  # what `proxy-config` shows
+    assert dumped == {"httpFilters": ["app/inbound[0]"], "routes": ["app/inbound[1]"], "http2Backends": []}
 
 
 async def test_without_the_filter_the_backend_sees_neither_header(rig: Rig) -> None:
