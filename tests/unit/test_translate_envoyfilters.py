@@ -386,3 +386,25 @@ def test_a_classic_gateway_ignores_target_refs_and_a_gateway_route_match_is_by_p
     assert [op.value for op in found["app/gateway"].route_request_ops("h", 443)] == ["443"]
     assert found["app/gateway"].route_request_ops("h", 80) == ()
     assert [n.field for n in notes if n.name == "g"] == ["spec.configPatches[1]"]
+
+
+def test_the_control_plane_logs_a_note_once_per_generation(caplog: pytest.LogCaptureFixture) -> None:
+    from types import SimpleNamespace
+
+    from ambit.controlplane.process import ControlPlane
+    from ambit.controlplane.translate import Translation
+    from ambit.model.localconfig import LocalConfig
+
+    plane = SimpleNamespace(_envoy_notes=set())
+
+    def translate(generation: int) -> Translation:
+        obj = ef([{"applyTo": "LISTENER", "patch": {"operation": "ADD"}}], generation=generation)
+        notes = translate_envoy_filters([obj], [WAYPOINT], root_namespace=ROOT, proxy_version="1").notes
+        return Translation(LocalConfig((), ()), envoy_filter_notes=notes)
+
+    caplog.set_level("WARNING", logger="ambit.controlplane")
+    for generation in (1, 1, 1, 2, 2):
+        ControlPlane._note_envoy_filters(plane, translate(generation))  # type: ignore[arg-type]
+    lines = [r.getMessage() for r in caplog.records if "EnvoyFilter" in r.getMessage()]
+    reason = "spec.configPatches[0] not applied: applyTo: LISTENER is not honoured by Ambit"
+    assert lines == [f"EnvoyFilter app/f (generation {g}) {reason}" for g in (1, 2)]
