@@ -128,3 +128,66 @@ def ingress_tls_objects(destination: str, port: int, namespace: str | None = Non
     if namespace is not None:
         route["metadata"]["namespace"] = rule["metadata"]["namespace"] = namespace
     return [gateway, route, rule]
+
+
+LUA_INBOUND = (
+    'function envoy_on_request(request_handle)\n  request_handle:headers():add("x-lua-inbound", "hello world")\nend\n'
+)
+
+
+def waypoint_envoy_filter(waypoint: str, namespace: str | None = None, name: str = "inbound") -> dict[str, Any]:
+    """TestWaypointEnvoyFilter's EnvoyFilter on the waypoint Gateway ``waypoint``: a Lua filter before the router
+    adding ``x-lua-inbound``, a virtual-host merge adding ``x-vhost-inbound``, and an inbound cluster merge of
+    ``http2_protocol_options`` (which istiod applies to no cluster of a waypoint)."""
+    metadata: dict[str, Any] = {"name": name}
+    if namespace is not None:
+        metadata["namespace"] = namespace
+    return {
+        "apiVersion": "networking.istio.io/v1alpha3",
+        "kind": "EnvoyFilter",
+        "metadata": metadata,
+        "spec": {
+            "targetRefs": [{"kind": "Gateway", "name": waypoint, "group": "gateway.networking.k8s.io"}],
+            "configPatches": [
+                {
+                    "applyTo": "HTTP_FILTER",
+                    "match": {
+                        "context": "SIDECAR_INBOUND",
+                        "listener": {
+                            "filterChain": {
+                                "filter": {
+                                    "name": "envoy.filters.network.http_connection_manager",
+                                    "subFilter": {"name": "envoy.filters.http.router"},
+                                }
+                            }
+                        },
+                    },
+                    "patch": {
+                        "operation": "INSERT_BEFORE",
+                        "value": {
+                            "name": "envoy.lua",
+                            "typed_config": {
+                                "@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
+                                "inlineCode": LUA_INBOUND,
+                            },
+                        },
+                    },
+                },
+                {
+                    "applyTo": "VIRTUAL_HOST",
+                    "match": {"context": "SIDECAR_INBOUND"},
+                    "patch": {
+                        "operation": "MERGE",
+                        "value": {
+                            "request_headers_to_add": [{"header": {"key": "x-vhost-inbound", "value": "hello world"}}]
+                        },
+                    },
+                },
+                {
+                    "applyTo": "CLUSTER",
+                    "match": {"context": "SIDECAR_INBOUND", "cluster": {}},
+                    "patch": {"operation": "MERGE", "value": {"http2_protocol_options": {}}},
+                },
+            ],
+        },
+    }

@@ -9,7 +9,9 @@ replayed on the shared mesh lab with upstream's objects and checks (tests/integr
   egress waypoint in a third namespace (``allowedRoutes`` by namespace-name Selector); TLS origination by a
   DestinationRule, checked by the ALPN the TLS server saw;
 - waypoint_canary_test.go CanaryNotReady and PolicyPropagation;
-- waypoint_test.go TestWaypointStatus "gateway class".
+- waypoint_test.go TestWaypointStatus "gateway class";
+- baseline_test.go TestWaypointEnvoyFilter (the EnvoyFilter in the waypoint's namespace, which upstream's shares
+  with the apps).
 
 L7 means the server saw ``x-request-id`` (upstream's ``IsL7``). One set-up for the module: namespace ``upwp``
 (ambient) holds the client and ``server`` (http-echo, Service port ``http`` 80 → 8090); ``upwp-wp`` (ambient) the
@@ -40,6 +42,7 @@ from tests.e2e.lab_driver import (
     sleeper,
     wait_until,
 )
+from tests.upstream_objects import waypoint_envoy_filter
 
 pytestmark = [pytest.mark.root, pytest.mark.kubectl, pytest.mark.timeout(TEST_TIMEOUT)]
 SHARES_THE_MESH_LAB = True  # tests/e2e/lab_driver.py shared_mesh_lab: one lab for the modules that share it
@@ -230,6 +233,28 @@ def test_cross_namespace_waypoint(lab: Lab) -> None:
         return answers if ok and all(a["seen"].get("x-producer-route") == CROSS for a in answers) else None
 
     wait_until("5 calls through the cross-namespace waypoint", traversed, timeout=60, interval=1.0)
+
+
+def test_waypoint_envoy_filter(lab: Lab) -> None:
+    """TestWaypointEnvoyFilter: upstream's EnvoyFilter (Lua before the router, a virtual-host header merge, an
+    inbound cluster merge) targeting the Service's waypoint, in the waypoint's namespace: 5 calls each reach the
+    server with ``X-Lua-Inbound`` and ``X-Vhost-Inbound: hello world``."""
+    lab.kubectl(
+        "label", "service", "server", "-n", NS, f"istio.io/use-waypoint-namespace={WAYPOINT_NS}",
+        f"istio.io/use-waypoint={CROSS}", "--overwrite",
+    )  # fmt: skip
+    lab.apply(waypoint_envoy_filter(CROSS), namespace=WAYPOINT_NS)
+    try:
+
+        def both_headers() -> list[dict[str, Any]] | None:
+            answers = calls(lab, SERVER, 80, 5)
+            expected = {"x-lua-inbound": "hello world", "x-vhost-inbound": "hello world"}
+            ok = all_l7_ok(answers) and all({k: a["seen"].get(k) for k in expected} == expected for a in answers)
+            return answers if ok else None
+
+        wait_until("5 calls with both EnvoyFilter headers at the server", both_headers, timeout=30, interval=0.5)
+    finally:
+        lab.kubectl("delete", "envoyfilter", "inbound", "-n", WAYPOINT_NS, "--ignore-not-found", check=False)
 
 
 def test_a_canary_that_does_not_exist_keeps_the_primary(lab: Lab) -> None:

@@ -224,6 +224,7 @@ async def _web_backend(
             hold.arrived.set()
             await asyncio.wait_for(hold.release.wait(), 30)
         body: dict[str, object] = {"path": request.path, "host": request.headers.get("host", ""), "tls": tls}
+        body["headers"] = {name.lower(): value for name, value in request.headers.items()}
         peer = request.transport.get_extra_info("peercert") if request.transport is not None else None
         if peer:
             body["client"] = next(v for rdn in peer["subject"] for k, v in rdn if k == "commonName")

@@ -36,18 +36,20 @@ ISTIO_MUTUAL: TlsMode
 OPTIONAL_MUTUAL: TlsMode
 
 class GatewayConfig(_message.Message):
-    __slots__ = ("gateway", "listeners", "policies", "request_authentications", "destination_rules")
+    __slots__ = ("gateway", "listeners", "policies", "request_authentications", "destination_rules", "envoy_patches")
     GATEWAY_FIELD_NUMBER: _ClassVar[int]
     LISTENERS_FIELD_NUMBER: _ClassVar[int]
     POLICIES_FIELD_NUMBER: _ClassVar[int]
     REQUEST_AUTHENTICATIONS_FIELD_NUMBER: _ClassVar[int]
     DESTINATION_RULES_FIELD_NUMBER: _ClassVar[int]
+    ENVOY_PATCHES_FIELD_NUMBER: _ClassVar[int]
     gateway: str
     listeners: _containers.RepeatedCompositeFieldContainer[Listener]
     policies: _containers.RepeatedCompositeFieldContainer[_waypoint_pb2.WaypointPolicy]
     request_authentications: _containers.RepeatedCompositeFieldContainer[_requestauth_pb2.RequestAuthentication]
     destination_rules: _containers.RepeatedCompositeFieldContainer[_waypoint_pb2.DestinationPolicy]
-    def __init__(self, gateway: _Optional[str] = ..., listeners: _Optional[_Iterable[_Union[Listener, _Mapping]]] = ..., policies: _Optional[_Iterable[_Union[_waypoint_pb2.WaypointPolicy, _Mapping]]] = ..., request_authentications: _Optional[_Iterable[_Union[_requestauth_pb2.RequestAuthentication, _Mapping]]] = ..., destination_rules: _Optional[_Iterable[_Union[_waypoint_pb2.DestinationPolicy, _Mapping]]] = ...) -> None: ...
+    envoy_patches: _waypoint_pb2.EnvoyPatches
+    def __init__(self, gateway: _Optional[str] = ..., listeners: _Optional[_Iterable[_Union[Listener, _Mapping]]] = ..., policies: _Optional[_Iterable[_Union[_waypoint_pb2.WaypointPolicy, _Mapping]]] = ..., request_authentications: _Optional[_Iterable[_Union[_requestauth_pb2.RequestAuthentication, _Mapping]]] = ..., destination_rules: _Optional[_Iterable[_Union[_waypoint_pb2.DestinationPolicy, _Mapping]]] = ..., envoy_patches: _Optional[_Union[_waypoint_pb2.EnvoyPatches, _Mapping]] = ...) -> None: ...
 
 class Certificate(_message.Message):
     __slots__ = ("cert_pem", "key_pem")

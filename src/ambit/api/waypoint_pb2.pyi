@@ -13,6 +13,14 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class HeaderAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    HEADER_APPEND: _ClassVar[HeaderAction]
+    HEADER_ADD_IF_ABSENT: _ClassVar[HeaderAction]
+    HEADER_OVERWRITE: _ClassVar[HeaderAction]
+    HEADER_OVERWRITE_IF_EXISTS: _ClassVar[HeaderAction]
+    HEADER_REMOVE: _ClassVar[HeaderAction]
+
 class PolicyScope(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     POLICY_SCOPE_UNSPECIFIED: _ClassVar[PolicyScope]
@@ -72,6 +80,11 @@ class ProxyProtocolVersion(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PROXY_PROTOCOL_NONE: _ClassVar[ProxyProtocolVersion]
     PROXY_PROTOCOL_V1: _ClassVar[ProxyProtocolVersion]
     PROXY_PROTOCOL_V2: _ClassVar[ProxyProtocolVersion]
+HEADER_APPEND: HeaderAction
+HEADER_ADD_IF_ABSENT: HeaderAction
+HEADER_OVERWRITE: HeaderAction
+HEADER_OVERWRITE_IF_EXISTS: HeaderAction
+HEADER_REMOVE: HeaderAction
 POLICY_SCOPE_UNSPECIFIED: PolicyScope
 POLICY_SCOPE_WAYPOINT: PolicyScope
 POLICY_SCOPE_SERVICE: PolicyScope
@@ -107,7 +120,7 @@ PROXY_PROTOCOL_V1: ProxyProtocolVersion
 PROXY_PROTOCOL_V2: ProxyProtocolVersion
 
 class WaypointConfig(_message.Message):
-    __slots__ = ("waypoint", "tables", "policies", "request_authentications", "xfcc_client_identity", "destination_rules", "metrics", "services", "race_first_connect", "dynamic_dns")
+    __slots__ = ("waypoint", "tables", "policies", "request_authentications", "xfcc_client_identity", "destination_rules", "metrics", "services", "race_first_connect", "dynamic_dns", "envoy_patches")
     WAYPOINT_FIELD_NUMBER: _ClassVar[int]
     TABLES_FIELD_NUMBER: _ClassVar[int]
     POLICIES_FIELD_NUMBER: _ClassVar[int]
@@ -118,6 +131,7 @@ class WaypointConfig(_message.Message):
     SERVICES_FIELD_NUMBER: _ClassVar[int]
     RACE_FIRST_CONNECT_FIELD_NUMBER: _ClassVar[int]
     DYNAMIC_DNS_FIELD_NUMBER: _ClassVar[int]
+    ENVOY_PATCHES_FIELD_NUMBER: _ClassVar[int]
     waypoint: str
     tables: _containers.RepeatedCompositeFieldContainer[RouteTable]
     policies: _containers.RepeatedCompositeFieldContainer[WaypointPolicy]
@@ -128,7 +142,50 @@ class WaypointConfig(_message.Message):
     services: _containers.RepeatedScalarFieldContainer[str]
     race_first_connect: _containers.RepeatedScalarFieldContainer[str]
     dynamic_dns: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, waypoint: _Optional[str] = ..., tables: _Optional[_Iterable[_Union[RouteTable, _Mapping]]] = ..., policies: _Optional[_Iterable[_Union[WaypointPolicy, _Mapping]]] = ..., request_authentications: _Optional[_Iterable[_Union[_requestauth_pb2.RequestAuthentication, _Mapping]]] = ..., xfcc_client_identity: _Optional[bool] = ..., destination_rules: _Optional[_Iterable[_Union[DestinationPolicy, _Mapping]]] = ..., metrics: _Optional[_Iterable[_Union[_metric_overrides_pb2.ServiceMetrics, _Mapping]]] = ..., services: _Optional[_Iterable[str]] = ..., race_first_connect: _Optional[_Iterable[str]] = ..., dynamic_dns: _Optional[_Iterable[str]] = ...) -> None: ...
+    envoy_patches: EnvoyPatches
+    def __init__(self, waypoint: _Optional[str] = ..., tables: _Optional[_Iterable[_Union[RouteTable, _Mapping]]] = ..., policies: _Optional[_Iterable[_Union[WaypointPolicy, _Mapping]]] = ..., request_authentications: _Optional[_Iterable[_Union[_requestauth_pb2.RequestAuthentication, _Mapping]]] = ..., xfcc_client_identity: _Optional[bool] = ..., destination_rules: _Optional[_Iterable[_Union[DestinationPolicy, _Mapping]]] = ..., metrics: _Optional[_Iterable[_Union[_metric_overrides_pb2.ServiceMetrics, _Mapping]]] = ..., services: _Optional[_Iterable[str]] = ..., race_first_connect: _Optional[_Iterable[str]] = ..., dynamic_dns: _Optional[_Iterable[str]] = ..., envoy_patches: _Optional[_Union[EnvoyPatches, _Mapping]] = ...) -> None: ...
+
+class EnvoyPatches(_message.Message):
+    __slots__ = ("filters", "routes", "upstream_h2")
+    FILTERS_FIELD_NUMBER: _ClassVar[int]
+    ROUTES_FIELD_NUMBER: _ClassVar[int]
+    UPSTREAM_H2_FIELD_NUMBER: _ClassVar[int]
+    filters: _containers.RepeatedCompositeFieldContainer[HeaderPatch]
+    routes: _containers.RepeatedCompositeFieldContainer[HeaderPatch]
+    upstream_h2: _containers.RepeatedCompositeFieldContainer[PatchScope]
+    def __init__(self, filters: _Optional[_Iterable[_Union[HeaderPatch, _Mapping]]] = ..., routes: _Optional[_Iterable[_Union[HeaderPatch, _Mapping]]] = ..., upstream_h2: _Optional[_Iterable[_Union[PatchScope, _Mapping]]] = ...) -> None: ...
+
+class PatchScope(_message.Message):
+    __slots__ = ("hostname", "port")
+    HOSTNAME_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    hostname: str
+    port: int
+    def __init__(self, hostname: _Optional[str] = ..., port: _Optional[int] = ...) -> None: ...
+
+class HeaderPatch(_message.Message):
+    __slots__ = ("source", "request", "response", "scope", "level")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    source: str
+    request: _containers.RepeatedCompositeFieldContainer[HeaderOp]
+    response: _containers.RepeatedCompositeFieldContainer[HeaderOp]
+    scope: PatchScope
+    level: int
+    def __init__(self, source: _Optional[str] = ..., request: _Optional[_Iterable[_Union[HeaderOp, _Mapping]]] = ..., response: _Optional[_Iterable[_Union[HeaderOp, _Mapping]]] = ..., scope: _Optional[_Union[PatchScope, _Mapping]] = ..., level: _Optional[int] = ...) -> None: ...
+
+class HeaderOp(_message.Message):
+    __slots__ = ("action", "name", "value")
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    action: HeaderAction
+    name: str
+    value: str
+    def __init__(self, action: _Optional[_Union[HeaderAction, str]] = ..., name: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
 
 class WaypointPolicy(_message.Message):
     __slots__ = ("name", "namespace", "scope", "action", "rules", "dry_run", "services")

@@ -69,6 +69,7 @@ from ambit.controlplane.monitoring.expiry import ca_expiry
 from ambit.controlplane.status import AddressStatusWriter, PolicyStatusWriter, RouteStatusWriter
 from ambit.controlplane.translate import DEFAULT_ROOT_NAMESPACE, PolicyStatus, SkipMemory, Skipped, Translation
 from ambit.controlplane.translate.discovery import EVERY_NAMESPACE
+from ambit.controlplane.translate.envoyfilters import PatchNote
 from ambit.controlplane.translate.visibility import VISIBILITY_APPLIED
 from ambit.controlplane.translate.waypoint_policies import WAYPOINT_ACCEPTED
 from ambit.controlplane.translate.waypoints import WAYPOINT_BOUND, WAYPOINT_MISSING
@@ -256,6 +257,7 @@ class ControlPlane:
             ),
         )
         self._skip_memory = SkipMemory()
+        self._envoy_notes: set[PatchNote] = set()
         self.gateways: GatewayController | None = None
         if settings.deploy_waypoints:
             template = WaypointTemplateSettings(
@@ -320,6 +322,7 @@ class ControlPlane:
         """Serve each waypoint its config (versioned with who may read it) and write the routes' status."""
         self._change_started()
         self._discovery = translation.discovery
+        self._note_envoy_filters(translation)
         accounts = dict(translation.waypoint_accounts)
         readers: dict[str, str] = {}
         resources = {}
@@ -387,6 +390,21 @@ class ControlPlane:
         self.service_status.submit(services)
         self.service_entry_status.submit(entries)
         self.entry_addresses.wake()
+
+    def _note_envoy_filters(self, translation: Translation) -> None:
+        """One log line per EnvoyFilter patch not applied, once per object generation. istiod writes no status
+        or Event for an EnvoyFilter, so neither does Ambit."""
+        current = set(translation.envoy_filter_notes)
+        for note in sorted(current - self._envoy_notes):
+            log.warning(
+                "EnvoyFilter %s/%s (generation %d) %s not applied: %s",
+                note.namespace,
+                note.name,
+                note.generation,
+                note.field,
+                note.reason,
+            )
+        self._envoy_notes = current
 
     def _skipped(self, skipped: tuple[Skipped, ...]) -> None:
         """One Warning Event per problem that the previous translation did not have."""

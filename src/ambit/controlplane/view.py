@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
+from ambit import __version__
 from ambit.controlplane.translate import (
     DEFAULT_ROOT_NAMESPACE,
     PolicyMemo,
@@ -90,6 +91,7 @@ OPTIONAL_KINDS = (
     kinds.REQUEST_AUTHENTICATIONS,
     kinds.DESTINATION_RULES,
     kinds.TELEMETRIES,
+    kinds.ENVOY_FILTERS,
     kinds.GATEWAYS,
     kinds.GATEWAY_CLASSES,
     kinds.HTTP_ROUTES,
@@ -113,6 +115,7 @@ SPEC_ONLY_KINDS = (
     kinds.PEER_AUTHENTICATIONS,
     kinds.REQUEST_AUTHENTICATIONS,
     kinds.TELEMETRIES,
+    kinds.ENVOY_FILTERS,
     kinds.SERVICES,
     kinds.GATEWAY_CLASSES,
     kinds.HTTP_ROUTES,
@@ -291,6 +294,8 @@ class ClusterView:
             telemetries=self.items("telemetries"),
             backend_tls_policies=self.items("backendtlspolicies"),
             config_maps=self.items("configmaps"),
+            envoy_filters=self.items("envoyfilters"),
+            proxy_version=__version__,
             cluster_id=s.cluster_id,
             trust_domain=s.trust_domain,
             domain=s.domain,

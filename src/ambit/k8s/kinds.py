@@ -106,6 +106,7 @@ VIRTUAL_SERVICES = ResourceKind("networking.istio.io", "v1", "virtualservices", 
 ISTIO_GATEWAYS = ResourceKind("networking.istio.io", "v1", "gateways", "Gateway")
 """Istio's own ``Gateway`` (servers on selected gateway pods), not Gateway API's :data:`GATEWAYS`."""
 TELEMETRIES = ResourceKind("telemetry.istio.io", "v1", "telemetries", "Telemetry")
+ENVOY_FILTERS = ResourceKind("networking.istio.io", "v1alpha3", "envoyfilters", "EnvoyFilter")
 # Gateway API
 GATEWAY_CLASSES = ResourceKind("gateway.networking.k8s.io", "v1", "gatewayclasses", "GatewayClass", namespaced=False)
 GATEWAYS = ResourceKind("gateway.networking.k8s.io", "v1", "gateways", "Gateway")

@@ -8,7 +8,8 @@
         ├── AddressError             a string is not an IP or a "network/IP" address (ambit.model.workload)
         ├── LocalConfigError         a local config file is malformed; names the field (ambit.model.localconfig)
         ├── NoHealthyUpstreamError   a service is known but has no endpoint to dial (ambit.model.state)
-        └── UnknownWaypointError     a destination names a waypoint the state cannot resolve (ambit.model.state)
+        ├── UnknownWaypointError     a destination names a waypoint the state cannot resolve (ambit.model.state)
+        └── LuaSubsetError           Lua code outside the header-edit subset (ambit.model.lua_headers)
 
 The first three blame whoever wrote the input (a peer's certificate, a config file); the last two are facts about
 the mesh at the moment of the lookup: "no healthy upstream", and a waypoint that is missing or has no instance to
@@ -42,3 +43,7 @@ class NoHealthyUpstreamError(ModelError):
 
 class UnknownWaypointError(ModelError):
     """A destination's waypoint is not in the state, or has no instance that can take HBONE on this network."""
+
+
+class LuaSubsetError(ModelError):
+    """Lua code outside the subset Ambit runs (header edits with string literals); says where and why."""

@@ -50,6 +50,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from ambit.model.envoyfilter import NO_PATCHES, ProxyPatches
 from ambit.model.policy import Policy
 from ambit.model.requestauth import RequestAuthentication
 from ambit.model.routes import DestinationPolicy, RouteRule, WeightedBackend
@@ -174,6 +175,8 @@ class GatewayConfig:
     """The RequestAuthentications that apply at the gateway, by key (enforced as a waypoint enforces them)."""
     destination_rules: tuple[DestinationPolicy, ...] = ()
     """The DestinationRules that apply to its backend Services, one per Service, ordered by service key."""
+    envoy_patches: ProxyPatches = NO_PATCHES
+    """What it honours of the EnvoyFilters it takes (:mod:`ambit.controlplane.translate.envoyfilters` rule 8)."""
 
     def ports(self) -> frozenset[int]:
         return frozenset(listener.port for listener in self.listeners)

@@ -43,6 +43,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from ambit.model.envoyfilter import NO_PATCHES, ProxyPatches
 from ambit.model.metric_overrides import ServiceMetrics
 from ambit.model.policy import Policy
 from ambit.model.requestauth import RequestAuthentication
@@ -544,6 +545,8 @@ class WaypointConfig:
     """``namespace/hostname`` of the ServiceEntry hosts it serves whose entry resolves ``DYNAMIC_DNS`` (wildcard
     hosts), sorted: a request goes to the name its ``Host`` (a TLS connection to the name its SNI) gives, when that
     name matches the host, resolved as it comes (:mod:`ambit.waypoint.dynamic_hosts`)."""
+    envoy_patches: ProxyPatches = NO_PATCHES
+    """What it honours of the EnvoyFilters bound to it (:mod:`ambit.model.envoyfilter`)."""
 
     def find_table(self, service_key: str, port: int) -> RouteTable | None:
         for table in self.tables:

@@ -126,6 +126,13 @@ class RouteConfig:
                 }
                 for entry in self._config.metrics
             ],
+            "envoyFilterPatches": {
+                "httpFilters": [p.source for p in self._config.envoy_patches.filters],
+                "routes": [p.source for p in self._config.envoy_patches.routes],
+                "http2Backends": [
+                    f"{s.hostname or '*'}:{s.port or '*'}" for s in self._config.envoy_patches.upstream_h2
+                ],
+            },
         }
 
 

@@ -34,6 +34,11 @@ answer goes) and its version (``RequestStarted.version``). :func:`serve_request`
    404 with flag ``NR`` before any route is looked at, and so is the name a route leaves for a dynamic backend;
    nothing is resolved or dialled for it. A name that does not resolve, or resolves to what may not be dialled,
    answers 503 (flag ``UF``) like any endpoint that cannot be reached.
+6. applies the EnvoyFilter patches the waypoint honours (:mod:`ambit.model.envoyfilter`): the HTTP filters'
+   request edits after authorization and before routing (the route match sees them), the virtual-host and
+   route-configuration edits of the destination's Service and port on the forwarded request after the route's
+   own, and the response edits in reverse; a cluster patch asking for HTTP/2 speaks HTTP/2 to a backend the
+   waypoint does not serve itself (istiod patches only a waypoint's outbound clusters).
 
 :func:`account` counts one finished request once (``istio_requests_total`` and the histograms,
 reporter="waypoint", ``request_protocol`` grpc or http) and writes its access-log line.
@@ -63,6 +68,7 @@ from ambit.waypoint.destinations import (
 )
 from ambit.waypoint.downstream import Outcome, RequestSide, respond
 from ambit.waypoint.dynamic_hosts import judge_name, name_of_host, plan_request
+from ambit.waypoint.envoy_patches import edit_request
 from ambit.waypoint.forwarding import Plan, forward
 from ambit.waypoint.http1 import BodyData, MessageEnded, RequestStarted, Signal
 from ambit.waypoint.http1_upstream import http1_connector
@@ -114,7 +120,10 @@ async def serve_request(
         return keep
     if authz.audited:
         log.info("audit: %s %s matched %s", head.method, head.path[:200], ", ".join(authz.audited))
-    plan = Plan(head)
+    patches = config.envoy_patches
+    if patches.filters:  # rule 6: the EnvoyFilters' HTTP filters, after authorization, before routing
+        head = edit_request(head, patches.filter_request_ops())
+    plan = Plan(head, response_ops=patches.filter_response_ops() if patches.filters else ())
     if isinstance(target, ServiceTarget) and ctx.routes.is_dynamic(target.service.key):
         named = _judge_host(head.authority, target.service)
         if isinstance(named, Refusal):  # rule 5: a name the entry's host does not cover matches no route
@@ -137,6 +146,17 @@ async def serve_request(
         service = find_backend_service(ctx.state, decision.backend)
         outcome.service = service
         port = decision.backend.port
+        request, response_ops = decision.request, plan.response_ops
+        if patches.routes:  # rule 6: virtual-host and route-configuration header merges
+            hostname, listened = target.service.hostname, target.port
+            request = edit_request(request, patches.route_request_ops(hostname, listened))
+            response_ops = patches.route_response_ops(hostname, listened) + response_ops
+        patched_h2 = (
+            bool(patches.upstream_h2)
+            and service is not None
+            and service.key not in config.services
+            and patches.wants_h2(service.hostname, port)
+        )
         backend = ctx.routes.plan_backend(decision.backend, upgrade=started.upgrade)
         if isinstance(backend, Refusal):  # rule 3: a subset no DestinationRule defines
             keep = await _drain(down, started)
@@ -159,13 +179,13 @@ async def serve_request(
             _declared(service, port),
             client_h2=started.version == "2",
             pool=backend.policy.connection_pool,
-            upgraded=backend.transport.h2,
+            upgraded=backend.transport.h2 or patched_h2,
             upgrade=started.upgrade,
             undeclared_follows_client=ctx.undeclared_follows_client,
         )
         transport = backend.transport if backend.transport.h2 == h2 else dataclasses.replace(backend.transport, h2=h2)
         plan = Plan(
-            decision.request,
+            request,
             decision.response_headers,
             decision.timeouts,
             decision.retry,
@@ -175,6 +195,7 @@ async def serve_request(
             choose=choose,
             transport=transport,
             report=_outlier_reporter(ctx, backend, service),
+            response_ops=response_ops,
         )
         endpoint = None
         if service is not None and ctx.routes.is_dynamic(service.key):  # rule 5

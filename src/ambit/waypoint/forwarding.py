@@ -58,6 +58,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ambit.errors import AmbitError
+from ambit.model.envoyfilter import HeaderOp
 from ambit.model.routes import HeaderModifier, RetryPolicy, Timeouts
 from ambit.model.workload import Service, Workload
 from ambit.waypoint import retries
@@ -65,6 +66,7 @@ from ambit.waypoint.context import Tunnel, WaypointContext
 from ambit.waypoint.decisions import RequestHead
 from ambit.waypoint.destinations import PLAIN, Endpoint, Transport
 from ambit.waypoint.downstream import Downstream, DownstreamGoneError, Outcome, RequestSide, respond
+from ambit.waypoint.envoy_patches import apply_header_ops
 from ambit.waypoint.errors import HttpProtocolError
 from ambit.waypoint.http1 import (
     BodyData,
@@ -99,6 +101,8 @@ class Plan:
     transport: Transport = PLAIN
     report: Callable[[str, bool], None] | None = None
     """Told each try's result (workload uid, whether it was not a 5xx or a connect failure): outlier detection."""
+    response_ops: tuple[HeaderOp, ...] = ()
+    """EnvoyFilter edits of the response, after ``response_headers`` (:mod:`ambit.waypoint.envoy_patches`)."""
 
 
 class _UpstreamFailedError(Exception):
@@ -409,6 +413,8 @@ class _Exchange:
         """Rule 6: the response to the client; True when it ended cleanly."""
         outcome, down = self.outcome, self.down
         headers = _modified(forwardable(response.headers), self.plan.response_headers)
+        if self.plan.response_ops:
+            headers = apply_header_ops(headers, self.plan.response_ops)
         outcome.status = response.status
         outcome.grpc_status = next((v for n, v in response.headers if n == "grpc-status"), "")
         await down.start_response(response.status, headers, response.reason)

@@ -262,6 +262,7 @@ class IngressGateway(Waypoint):
                 policies=config.policies,
                 request_authentications=config.request_authentications,
                 destination_rules=config.destination_rules,
+                envoy_patches=config.envoy_patches,
             )
         )
         self.context.jwks.update(config.request_authentications)

@@ -19,8 +19,9 @@ Rules:
    above the highest), cipher suites named with letters, digits, ``-`` and ``_``; a listener of another protocol
    with it, or ``https_redirect`` on a virtual host of a non-HTTP listener, is refused.
 3. A virtual host's hostname is ``*``, a name, or ``*.`` and a name, without whitespace.
-4. Policies, RequestAuthentications and destination rules are judged as a waypoint's
-   (:mod:`ambit.xds.waypoint_policies`, :mod:`ambit.xds.requestauth`, :mod:`ambit.xds.destinationrules`).
+4. Policies, RequestAuthentications, destination rules and EnvoyFilter patches are judged as a waypoint's
+   (:mod:`ambit.xds.waypoint_policies`, :mod:`ambit.xds.requestauth`, :mod:`ambit.xds.destinationrules`,
+   :mod:`ambit.xds.envoy_patches`).
 5. Nothing but :class:`XdsConversionError` escapes decoding.
 """
 
@@ -43,6 +44,7 @@ from ambit.model.ingress import (
 )
 from ambit.xds.authorization import PolicyReader
 from ambit.xds.destinationrules import DestinationPolicyReader, destination_policy_to_proto
+from ambit.xds.envoy_patches import EnvoyPatchesReader, envoy_patches_to_proto
 from ambit.xds.errors import XdsConversionError
 from ambit.xds.requestauth import RequestAuthReader, request_authentication_to_proto
 from ambit.xds.routes import _Reader as RouteReader
@@ -98,6 +100,7 @@ def gateway_config_to_proto(config: GatewayConfig) -> pb.GatewayConfig:
         ],
         policies=[waypoint_policy_to_proto(p) for p in config.policies],
         request_authentications=[request_authentication_to_proto(p) for p in config.request_authentications],
+        envoy_patches=envoy_patches_to_proto(config.envoy_patches) if config.envoy_patches else None,
         destination_rules=[destination_policy_to_proto(d) for d in config.destination_rules],
     )
 
@@ -213,11 +216,14 @@ def gateway_config_from_proto(message: pb.GatewayConfig, name: str) -> GatewayCo
             for i, p in enumerate(message.request_authentications)
         )
         destination_rules = DestinationPolicyReader(name).destination_rules(list(message.destination_rules))
+        envoy_patches = EnvoyPatchesReader(name).patches("envoy_patches", message.envoy_patches)
     except XdsConversionError:
         raise
     except (ValueError, TypeError, OverflowError, RecursionError) as exc:
         raise reader.fail("(message)", f"cannot be read: {exc}") from None
-    return GatewayConfig(message.gateway, listeners, policies, request_authentications, destination_rules)
+    return GatewayConfig(
+        message.gateway, listeners, policies, request_authentications, destination_rules, envoy_patches
+    )
 
 
 def decode_gateway_config(name: str, body: any_pb2.Any) -> GatewayConfig:

@@ -32,6 +32,8 @@ Rules:
     same way.
 14. A CORS policy's origin matches are Exact, Prefix or RegularExpression (rule 3's limits) with a value; its
     header values carry no CR, LF or NUL; ``max_age`` is at most :data:`MAX_CORS_AGE` seconds.
+15. ``envoy_patches`` (field 11, the EnvoyFilter patches the waypoint honours) are judged by
+    :mod:`ambit.xds.envoy_patches`.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ from ambit.model.routes import (
 from ambit.xds.authorization import PolicyReader
 from ambit.xds.convert import FieldReader
 from ambit.xds.destinationrules import DestinationPolicyReader, destination_policy_to_proto
+from ambit.xds.envoy_patches import EnvoyPatchesReader, envoy_patches_to_proto
 from ambit.xds.errors import XdsConversionError
 from ambit.xds.metric_overrides import MetricOverridesReader, service_metrics_to_proto
 from ambit.xds.requestauth import RequestAuthReader, request_authentication_to_proto
@@ -285,6 +288,7 @@ def waypoint_config_to_proto(config: WaypointConfig) -> pb.WaypointConfig:
         services=list(config.services),
         race_first_connect=list(config.race_first_connect),
         dynamic_dns=list(config.dynamic_dns),
+        envoy_patches=envoy_patches_to_proto(config.envoy_patches) if config.envoy_patches else None,
     )
 
 
@@ -578,7 +582,7 @@ class _Reader(FieldReader):
 
 
 def waypoint_config_from_proto(message: pb.WaypointConfig, name: str) -> WaypointConfig:
-    """Judge and convert a WaypointConfig received as resource ``name`` (rules 1-14)."""
+    """Judge and convert a WaypointConfig received as resource ``name`` (rules 1-15)."""
     reader = _Reader(name)
     if message.waypoint != name:
         raise reader.fail("waypoint", f"the resource is named {name!r} but describes {message.waypoint!r}")
@@ -601,6 +605,7 @@ def waypoint_config_from_proto(message: pb.WaypointConfig, name: str) -> Waypoin
             services=reader.services("services", message.services),
             race_first_connect=reader.services("race_first_connect", message.race_first_connect),
             dynamic_dns=reader.services("dynamic_dns", message.dynamic_dns),
+            envoy_patches=EnvoyPatchesReader(name).patches("envoy_patches", message.envoy_patches),
         )
     except XdsConversionError:
         raise

@@ -42,6 +42,8 @@ pods' locality), ``waypoints`` (Gateways become waypoints, labels bind to them),
 ``destinationrules`` (the DestinationRule each waypoint applies to each Service it serves, subsets resolved to
 workload uids), ``telemetry`` (Telemetries become each waypoint's metric overrides per destination service),
 ``istio_gateways`` (Istio Gateways and their VirtualServices become the configs of the gateway pods they select),
+``envoyfilters`` (the EnvoyFilters a waypoint takes become the header edits and HTTP/2 backends it honours, the
+rest notes the control plane logs),
 ``protocols`` (a port's application protocol), ``skips`` (what was left out).
 """
 
@@ -63,6 +65,7 @@ from ambit.controlplane.translate.destinationrules import (
 )
 from ambit.controlplane.translate.discovery import EVERY_NAMESPACE, DiscoveryFilter
 from ambit.controlplane.translate.endpointslices import endpoint_slice_workloads
+from ambit.controlplane.translate.envoyfilters import IngressProxy, PatchNote, translate_envoy_filters
 from ambit.controlplane.translate.gateway_policies import (
     IngressPods,
     gateway_authorization_policies,
@@ -199,6 +202,9 @@ class Translation:
     """The ``WaypointAccepted`` condition of each targetRefs AuthorizationPolicy, by key."""
     discovery: DiscoveryFilter = EVERY_NAMESPACE
     """The namespaces this translation saw (``discoverySelectors``); the CA applies the same filter."""
+    envoy_filter_notes: tuple[PatchNote, ...] = ()
+    """The EnvoyFilter patches (and objects) no proxy applies, and why
+    (:mod:`~ambit.controlplane.translate.envoyfilters`), sorted; the control plane logs each once per generation."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +252,8 @@ def translate_all(
     telemetries: Iterable[Mapping[str, Any]] = (),
     backend_tls_policies: Iterable[Mapping[str, Any]] = (),
     config_maps: Iterable[Mapping[str, Any]] = (),
+    envoy_filters: Iterable[Mapping[str, Any]] = (),
+    proxy_version: str = "",
     cluster_id: str = "Kubernetes",
     trust_domain: str = "cluster.local",
     domain: str = "cluster.local",
@@ -280,6 +288,7 @@ def translate_all(
     tcp_routes, tls_routes, reference_grants = seen.keep(tcp_routes), seen.keep(tls_routes), seen.keep(reference_grants)
     backend_tls_policies, secrets = seen.keep(backend_tls_policies), seen.keep(secrets)
     config_maps = seen.keep(config_maps)  # after the mesh config was read: the rest are credentials
+    envoy_filters = seen.keep(envoy_filters)
     export_default = mesh.default_service_export_to
     policies: list[Policy] = []
     statuses: list[PolicyStatus] = []
@@ -472,6 +481,7 @@ def translate_all(
         skips=skips,
         default_export_to=mesh.default_virtual_service_export_to,
     )
+    gateway_api_keys = {p.key for p in ingress_pods}
     ingress_pods.extend(g.as_ingress_pods() for g in classic.pods)
     gateway_authz = gateway_authorization_policies(
         ingress_pods,
@@ -568,6 +578,13 @@ def translate_all(
             members.setdefault(key, []).append((w.uid, workload_labels.get(w.uid, {})))
     by_key = {s.key: s for s in translated}
 
+    envoy = translate_envoy_filters(
+        envoy_filters,
+        (c.waypoint for c in authn),
+        root_namespace=root_namespace,
+        proxy_version=proxy_version,
+        gateways=[IngressProxy(p.key, p.labels, p.key in gateway_api_keys) for p in ingress_pods],
+    )
     gateway_labels = {p.key: p.labels for p in ingress_pods}
     gateway_configs = tuple(
         replace(
@@ -581,6 +598,7 @@ def translate_all(
                 members,
                 gateway_labels.get(c.gateway, {}),
             ),
+            envoy_patches=envoy.for_gateway(c.gateway),
         )
         for c in (*ingress.configs, *classic.configs)
     )
@@ -608,6 +626,7 @@ def translate_all(
                 ),
                 race_first_connect=tuple(k for k in c.services if k in racing),
                 dynamic_dns=tuple(k for k in c.services if k in dynamic),
+                envoy_patches=envoy.for_waypoint(c.waypoint),
             )
             for c in authn
         ),
@@ -619,6 +638,7 @@ def translate_all(
             sorted((t.status for t in waypoint_policies if t.status is not None), key=lambda s: s.key)
         ),
         discovery=seen,
+        envoy_filter_notes=envoy.notes,
     )
 
 

@@ -1,0 +1,125 @@
+"""What a waypoint honours of the EnvoyFilters bound to it: header edits at two places of its HTTP chain, and
+HTTP/2 towards some backends.
+
+Ambit has no Envoy, so an EnvoyFilter's configuration patches are not applied to Envoy configuration. The control
+plane (:mod:`ambit.controlplane.translate.envoyfilters`) picks the patches istiod would give a waypoint and turns
+the few it can honour into these values; the rest it reports. The L7 engine reads only these values.
+
+Theory of operation (the places follow Envoy's filter chain as istiod builds it for a waypoint):
+
+- :attr:`ProxyPatches.filters`: HTTP filters inserted into the chain (an ``envoy.lua`` filter whose code is a list
+  of header edits). They run, in chain order, after authentication and authorization and before routing, so the
+  route match sees what they changed, as Envoy's router does after a Lua filter edited the headers. Their
+  ``response`` edits run on the answer after every route-level edit (Envoy encodes through the chain backwards).
+- :attr:`ProxyPatches.routes`: ``request_headers_to_add`` / ``..._to_remove`` and the response pair merged into
+  a virtual host or a route configuration. They run on the forwarded request after the route's own header
+  filters, virtual-host patches before route-configuration ones (Envoy's default order, the least specific level
+  last); within one level every removal runs before every addition (one Envoy header parser per level), and
+  likewise on the response, before the filters' edits.
+  A :class:`PatchScope` says which destinations (Service hostname and port) a patch is for.
+- :attr:`ProxyPatches.upstream_h2`: backends spoken to in HTTP/2 (h2c, or ALPN h2 over originated TLS) because a
+  cluster patch set ``http2_protocol_options``.
+
+Answers the waypoint makes itself (a denial, a route's direct response, a 404) get no response edits, although
+Envoy would run them on its local replies too.
+
+Every value is frozen and hashable.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class HeaderAction(enum.Enum):
+    """Envoy's ``HeaderValueOption.append_action``, and removal."""
+
+    APPEND = "APPEND_IF_EXISTS_OR_ADD"
+    """Add one more value (Lua ``headers():add``; the default)."""
+    ADD_IF_ABSENT = "ADD_IF_ABSENT"
+    OVERWRITE = "OVERWRITE_IF_EXISTS_OR_ADD"
+    """Replace every value with this one, or add it (Lua ``headers():replace``; ``append: false``)."""
+    OVERWRITE_IF_EXISTS = "OVERWRITE_IF_EXISTS"
+    REMOVE = "REMOVE"
+    """Drop every value (Lua ``headers():remove``; ``request_headers_to_remove``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderOp:
+    """One header edit; ``name`` is lower-case, ``value`` is empty for :attr:`HeaderAction.REMOVE`."""
+
+    action: HeaderAction
+    name: str
+    value: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PatchScope:
+    """The destinations a patch applies to: ``hostname`` ``""`` is any Service, ``port`` 0 any port."""
+
+    hostname: str = ""
+    port: int = 0
+
+    def covers(self, hostname: str, port: int) -> bool:
+        return (not self.hostname or self.hostname == hostname) and (not self.port or self.port == port)
+
+
+EVERYWHERE = PatchScope()
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderPatch:
+    """The header edits of one configuration patch."""
+
+    source: str
+    """``namespace/name`` of the EnvoyFilter and the patch's index, e.g. ``app/inbound[1]`` (for logs)."""
+    request: tuple[HeaderOp, ...] = ()
+    response: tuple[HeaderOp, ...] = ()
+    scope: PatchScope = EVERYWHERE
+    level: int = 0
+    """For :attr:`ProxyPatches.routes`: 0 a virtual-host merge, 1 a route-configuration merge."""
+
+
+def _level_order(patches: list[HeaderPatch], side: str) -> tuple[HeaderOp, ...]:
+    ops: list[HeaderOp] = []
+    for level in (0, 1):
+        chosen = [op for p in patches if p.level == level for op in getattr(p, side)]
+        ops.extend(op for op in chosen if op.action is HeaderAction.REMOVE)
+        ops.extend(op for op in chosen if op.action is not HeaderAction.REMOVE)
+    return tuple(ops)
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyPatches:
+    """The honoured patches of every EnvoyFilter bound to one proxy, in the order istiod applies them."""
+
+    filters: tuple[HeaderPatch, ...] = ()
+    """HTTP filters before the router, in chain order (their scope is always :data:`EVERYWHERE`)."""
+    routes: tuple[HeaderPatch, ...] = ()
+    """Virtual-host merges, then route-configuration merges, each in the order the filters give them."""
+    upstream_h2: tuple[PatchScope, ...] = ()
+    """Backends (by Service hostname and port) spoken to in HTTP/2."""
+
+    def __bool__(self) -> bool:
+        return bool(self.filters or self.routes or self.upstream_h2)
+
+    def route_request_ops(self, hostname: str, port: int) -> tuple[HeaderOp, ...]:
+        """The route-level request edits for a destination, in the order they run."""
+        return _level_order([p for p in self.routes if p.scope.covers(hostname, port)], "request")
+
+    def route_response_ops(self, hostname: str, port: int) -> tuple[HeaderOp, ...]:
+        """The route-level response edits for a destination, in the order they run."""
+        return _level_order([p for p in self.routes if p.scope.covers(hostname, port)], "response")
+
+    def filter_request_ops(self) -> tuple[HeaderOp, ...]:
+        return tuple(op for p in self.filters for op in p.request)
+
+    def filter_response_ops(self) -> tuple[HeaderOp, ...]:
+        return tuple(op for p in reversed(self.filters) for op in p.response)
+
+    def wants_h2(self, hostname: str, port: int) -> bool:
+        return any(s.covers(hostname, port) for s in self.upstream_h2)
+
+
+NO_PATCHES = ProxyPatches()

@@ -1,0 +1,204 @@
+"""TestWaypointEnvoyFilter on loopback, through the real waypoint process: the EnvoyFilter is translated by the
+control plane's code, sent in its wire form, judged by the waypoint, and applied per request. The backend sees
+both headers on every request of a kept connection; a Lua response hook edits the answer; the route match sees
+what a Lua filter added; a client cannot pre-empt a ``replace``; an HTTP/2 cluster merge reaches the backends
+istiod would patch and no others (see :mod:`tests.integration.waypoint_rig` for the addresses)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.integration.waypoint_rig import (
+    ECHO_VIP,
+    HttpOverTunnel,
+    Rig,
+    echo_of,
+    h2c_backends,
+    started_rig,
+)
+from tests.upstream_objects import waypoint_envoy_filter
+
+from ambit.controlplane.translate.envoyfilters import translate_envoy_filters
+from ambit.model.routes import (
+    BackendService,
+    DirectResponse,
+    RouteMatch,
+    RouteRule,
+    RouteTable,
+    ValueMatch,
+    WaypointConfig,
+    WeightedBackend,
+)
+from ambit.waypoint.settings import WaypointLimits
+from ambit.xds.routes import decode_waypoint_config, pack_waypoint_config, waypoint_config_to_proto
+
+LIMITS = WaypointLimits(max_head_bytes=16 * 1024, head_timeout=2.0, sniff_timeout=2.0, startup_wait=5.0)
+ECHO = "echo.app.svc.cluster.local"
+H2C = "h2c.app.svc.cluster.local"
+LUA_TYPE = "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua"
+
+
+@pytest.fixture
+async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
+    async with started_rig(tmp_path, LIMITS) as rig:
+        yield rig
+
+
+def configure(
+    rig: Rig, *filters: dict[str, Any], tables: tuple[RouteTable, ...] = (), services: tuple[str, ...] = ()
+) -> None:
+    """The waypoint's config as the control plane would serve it: translated, encoded, decoded by the waypoint."""
+    translated = translate_envoy_filters(filters, ["app/waypoint"], root_namespace="istio-system", proxy_version="1")
+    config = WaypointConfig(
+        "app/waypoint", tables, services=services, envoy_patches=translated.for_waypoint("app/waypoint")
+    )
+    sent = pack_waypoint_config(waypoint_config_to_proto(config))
+    rig.waypoint.context.routes.replace(decode_waypoint_config("app/waypoint", sent))
+
+
+def lua_filter(code: str, name: str = "lua") -> dict[str, Any]:
+    upstream = waypoint_envoy_filter("waypoint", "app", name=name)
+    patch = copy.deepcopy(upstream["spec"]["configPatches"][0])
+    patch["patch"]["value"]["typed_config"] = {"@type": LUA_TYPE, "inlineCode": code}
+    return {**upstream, "spec": {**upstream["spec"], "configPatches": [patch]}}
+
+
+async def requests(
+    rig: Rig, count: int, headers: list[tuple[str, str]] | None = None
+) -> list[tuple[int, dict[str, str], bytes]]:
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    try:
+        http = HttpOverTunnel(stream, host=ECHO)
+        return [await http.request("GET", "/echo", headers=headers) for _ in range(count)]
+    finally:
+        await client.aclose()
+
+
+def seen_headers(body: bytes) -> dict[str, str]:
+    headers = echo_of(body)["headers"]
+    assert isinstance(headers, dict)
+    return headers
+
+
+async def test_upstreams_filter_puts_both_headers_on_every_request(rig: Rig) -> None:
+    configure(rig, waypoint_envoy_filter("waypoint", "app"))
+    answers = await requests(rig, 5)
+    for status, _, body in answers:
+        assert status == 200, body
+        headers = seen_headers(body)
+        assert (headers["x-lua-inbound"], headers["x-vhost-inbound"]) == ("hello world", "hello world")
+    # the inbound cluster merge patches nothing at a waypoint (istiod's behaviour): the HTTP/1.1 echo still answers
+    dumped = rig.waypoint.config_dump()["routes"]["envoyFilterPatches"]  # what `proxy-config` shows
+    assert dumped == {"httpFilters": ["app/inbound[0]"], "routes": ["app/inbound[1]"], "http2Backends": []}
+
+
+async def test_without_the_filter_the_backend_sees_neither_header(rig: Rig) -> None:
+    configure(rig)
+    ((status, answer, body),) = await requests(rig, 1)
+    assert status == 200 and {"x-lua-inbound", "x-vhost-inbound"}.isdisjoint(seen_headers(body))
+    assert "server" in {k.lower() for k in answer}  # what the response merge below removes
+
+
+async def test_a_lua_response_hook_and_a_route_merge_edit_the_answer(rig: Rig) -> None:
+    code = (
+        "function envoy_on_response(response_handle)\n"
+        '  response_handle:headers():add("x-lua-outbound", "bye")\n'
+        '  response_handle:headers():replace("x-route", "lua wins")\n'
+        "end\n"
+    )
+    merge = waypoint_envoy_filter("waypoint", "app", name="merge")
+    merge["spec"]["configPatches"] = [
+        {
+            "applyTo": "VIRTUAL_HOST",
+            "match": {"context": "SIDECAR_INBOUND"},
+            "patch": {
+                "operation": "MERGE",
+                "value": {
+                    "response_headers_to_add": [{"header": {"key": "x-route", "value": "vhost"}}],
+                    "response_headers_to_remove": ["server"],
+                },
+            },
+        }
+    ]
+    configure(rig, lua_filter(code), merge)
+    ((status, headers, _),) = await requests(rig, 1)
+    assert status == 200
+    assert (headers["x-lua-outbound"], headers["x-route"]) == ("bye", "lua wins")
+    assert "server" not in {k.lower() for k in headers}
+
+
+async def test_the_route_match_sees_what_a_lua_filter_added(rig: Rig) -> None:
+    code = 'function envoy_on_request(h) h:headers():replace("x-tier", "gold") end'
+    gold = RouteRule(
+        "HTTPRoute/app/gold",
+        RouteMatch(headers=(ValueMatch("x-tier", "gold"),)),
+        direct_response=DirectResponse(418, b"gold"),
+    )
+    table = RouteTable(f"app/{ECHO}", 80, http=(gold,))
+    configure(rig, tables=(table,))
+    ((status, _, _),) = await requests(rig, 1)
+    assert status == 404  # no route matched without the filter
+    configure(rig, lua_filter(code), tables=(table,))
+    ((status, _, body),) = await requests(rig, 1)
+    assert (status, body) == (418, b"gold")
+
+
+async def test_a_client_cannot_pre_empt_a_replace_and_a_removed_header_never_arrives(rig: Rig) -> None:
+    code = (
+        "function envoy_on_request(h)\n"
+        "  h:headers():replace('x-trusted', 'waypoint') -- the client's values go\n"
+        '  h:headers():remove("x-secret")\n'
+        "end"
+    )
+    configure(rig, lua_filter(code))
+    forged = [("x-trusted", "client"), ("X-Trusted", "client-2"), ("x-secret", "s3cr3t")]
+    ((status, _, body),) = await requests(rig, 1, forged)
+    assert status == 200
+    headers = seen_headers(body)
+    assert headers["x-trusted"] == "waypoint" and "x-secret" not in headers
+
+
+async def test_a_filter_of_another_namespace_changes_nothing_here(rig: Rig) -> None:
+    hostile = waypoint_envoy_filter("waypoint", "attacker")
+    hostile["spec"]["targetRefs"][0]["namespace"] = "app"
+    configure(rig, hostile)
+    ((status, _, body),) = await requests(rig, 1)
+    assert status == 200 and "x-lua-inbound" not in seen_headers(body)
+
+
+def _cluster_filter(context: str) -> dict[str, Any]:
+    obj = waypoint_envoy_filter("waypoint", "app", name="h2")
+    obj["spec"]["configPatches"] = [
+        {
+            "applyTo": "CLUSTER",
+            "match": {"context": context, "cluster": {"service": H2C}},
+            "patch": {"operation": "MERGE", "value": {"http2_protocol_options": {}}},
+        }
+    ]
+    return obj
+
+
+@pytest.mark.parametrize(("context", "protocol"), [("SIDECAR_OUTBOUND", "HTTP/2.0"), ("SIDECAR_INBOUND", "HTTP/1.1")])
+async def test_an_http2_cluster_merge_reaches_only_backends_the_waypoint_does_not_serve(
+    rig: Rig, context: str, protocol: str
+) -> None:
+    """The echo Service is served by this waypoint; its route sends everything to the h2c Service, which the
+    waypoint does not serve (an outbound cluster in istiod's terms): only an outbound merge upgrades it."""
+    to_h2c = RouteRule(
+        "HTTPRoute/app/to-h2c", RouteMatch(), backends=(WeightedBackend(BackendService("app", H2C, 80)),)
+    )
+    tables = (RouteTable(f"app/{ECHO}", 80, http=(to_h2c,)),)
+    async with h2c_backends(rig) as backends:
+        configure(rig, _cluster_filter(context), tables=tables, services=(f"app/{ECHO}",))
+        answers = await requests(rig, 2)
+    seen = [p for b in backends for p in b.protocols]
+    assert seen == [protocol, protocol]
+    if protocol == "HTTP/2.0":
+        assert [(s, json.loads(b)["proto"]) for s, _, b in answers] == [(200, "HTTP/2.0")] * 2
+    else:
+        assert [s for s, _, _ in answers] == [505, 505]  # the h2c server refuses HTTP/1.1
