@@ -34,6 +34,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ambit.model.header_rules import has_line_break, is_framing, is_header_token
 from ambit.model.routes import HeaderModifier, PathModifier, PathModifierType, RequestRedirect
 from ambit.waypoint.decisions import RequestHead
 
@@ -50,27 +51,12 @@ __all__ = [
     "split_target",
 ]
 
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_BAD_VALUE = re.compile(r"[\r\n\x00]")
 _VISIBLE = re.compile(r"[\x21-\x7e]+")
-_FRAMING = frozenset(
-    {
-        "connection",
-        "content-length",
-        "http2-settings",
-        "keep-alive",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-    }
-)
 _WELL_KNOWN_PORTS = {"http": 80, "https": 443}
 
 
 def _allowed(name: str) -> bool:
-    return _TOKEN.fullmatch(name) is not None and name.lower() not in _FRAMING
+    return is_header_token(name) and not is_framing(name)
 
 
 def is_visible_ascii(text: str) -> bool:
@@ -82,8 +68,8 @@ def clean_modifier(modifier: HeaderModifier | None) -> HeaderModifier | None:
     """``modifier`` with names lower-cased and unsafe entries dropped (rule 2); None when nothing is left."""
     if modifier is None:
         return None
-    set_ = tuple((n.lower(), v) for n, v in modifier.set if _allowed(n) and not _BAD_VALUE.search(v))
-    add = tuple((n.lower(), v) for n, v in modifier.add if _allowed(n) and not _BAD_VALUE.search(v))
+    set_ = tuple((n.lower(), v) for n, v in modifier.set if _allowed(n) and not has_line_break(v))
+    add = tuple((n.lower(), v) for n, v in modifier.add if _allowed(n) and not has_line_break(v))
     remove = tuple(n.lower() for n in modifier.remove if _allowed(n))
     if not (set_ or add or remove):
         return None

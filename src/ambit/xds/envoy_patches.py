@@ -13,32 +13,16 @@ Rules of decoding (the waypoint judges what it was sent; the first problem raise
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
 from ambit.api import waypoint_pb2 as pb
 from ambit.model.envoyfilter import EVERYWHERE, HeaderAction, HeaderOp, HeaderPatch, PatchScope, ProxyPatches
+from ambit.model.header_rules import has_line_break, is_framing, is_header_token
 from ambit.xds.convert import FieldReader
 
 __all__ = ["MAX_OPS", "EnvoyPatchesReader", "envoy_patches_to_proto"]
 
 MAX_OPS = 4096
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9a-z]+")
-_BAD_VALUE = re.compile(r"[\r\n\x00]")
-_FORBIDDEN = frozenset(
-    {
-        "host",
-        "connection",
-        "content-length",
-        "http2-settings",
-        "keep-alive",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-    }
-)
 _TO_PROTO = {
     HeaderAction.APPEND: pb.HEADER_APPEND,
     HeaderAction.ADD_IF_ABSENT: pb.HEADER_ADD_IF_ABSENT,
@@ -89,9 +73,9 @@ class EnvoyPatchesReader(FieldReader):
         action = _FROM_PROTO.get(message.action)
         if action is None:
             raise self.fail(f"{field}.action", f"unknown action {message.action}")
-        if _TOKEN.fullmatch(message.name) is None or message.name in _FORBIDDEN:
+        if not _editable(message.name):
             raise self.fail(f"{field}.name", f"not a header name that may be edited: {message.name!r}")
-        if _BAD_VALUE.search(message.value):
+        if has_line_break(message.value):
             raise self.fail(f"{field}.value", "a header value may not hold CR, LF or NUL")
         if action is HeaderAction.REMOVE and message.value:
             raise self.fail(f"{field}.value", "a removal has no value")
@@ -122,3 +106,8 @@ class EnvoyPatchesReader(FieldReader):
             tuple(self.patch(f"{field}.routes[{i}]", m, route=True) for i, m in enumerate(message.routes)),
             tuple(self.scope(f"{field}.upstream_h2[{i}]", m) for i, m in enumerate(message.upstream_h2)),
         )
+
+
+def _editable(name: str) -> bool:
+    """A name the control plane sends: a lower-case token, neither the authority nor a framing header."""
+    return is_header_token(name) and name == name.lower() and name != "host" and not is_framing(name)

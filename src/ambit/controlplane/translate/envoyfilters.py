@@ -69,6 +69,7 @@ from ambit.model.envoyfilter import (
     ProxyPatches,
 )
 from ambit.model.errors import LuaSubsetError
+from ambit.model.header_rules import has_line_break, is_framing, is_header_token
 from ambit.model.lua_headers import parse_header_script
 
 __all__ = ["EnvoyFilterTranslation", "PatchNote", "translate_envoy_filters"]
@@ -82,22 +83,6 @@ LUA_TYPE = "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua"
 HTTP_OPTIONS_KEY = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 MAX_VERSION_PATTERN = 1024
 
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_BAD_VALUE = re.compile(r"[\r\n\x00]")
-_FORBIDDEN_NAMES = frozenset(
-    {
-        "host",
-        "connection",
-        "content-length",
-        "http2-settings",
-        "keep-alive",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-    }
-)
 _HEADER_FIELDS = {
     "request_headers_to_add": ("request", False),
     "requestHeadersToAdd": ("request", False),
@@ -220,9 +205,9 @@ class EnvoyFilterTranslation:
 
 
 def _header_name(name: object, at: str) -> str:
-    if not isinstance(name, str) or _TOKEN.fullmatch(name) is None:
+    if not isinstance(name, str) or not is_header_token(name):
         raise _Refused(f"{at}: {name!r} is not a header name Ambit edits (a token; no pseudo-headers)")
-    if name.lower() in _FORBIDDEN_NAMES:
+    if name.lower() == "host" or is_framing(name):
         raise _Refused(f"{at}: {name!r} is the request's authority or a framing header")
     return name.lower()
 
@@ -232,7 +217,7 @@ def _header_value(value: object, at: str, *, formatted: bool = True) -> str:
     but not in Lua."""
     if not isinstance(value, str):
         raise _Refused(f"{at}: expected a string")
-    if _BAD_VALUE.search(value):
+    if has_line_break(value):
         raise _Refused(f"{at}: a header value may not hold CR, LF or NUL")
     if not formatted:
         return value
