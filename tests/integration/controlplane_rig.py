@@ -14,9 +14,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import os
+import re
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import grpc  # type: ignore[import-untyped]
@@ -108,6 +112,44 @@ async def plane(
         yield control_plane
     finally:
         await control_plane.aclose()
+
+
+@contextlib.asynccontextmanager
+async def control_plane_process(
+    kubeconfig: Path, directory: Path, *args: str, env: Mapping[str, str] = {}
+) -> AsyncIterator[tuple[asyncio.subprocess.Process, int]]:
+    """A real ``ambit controlplane`` process (xDS and CA on an ephemeral loopback port, no waypoint deployment, ``args``
+    added) and that port, its log in ``directory/controlplane.log`` (printed at the end); terminated on exit."""
+    log_path = directory / "controlplane.log"
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT, 0o644)  # closed once the child has it
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "ambit.cli", "controlplane",
+        "--kubeconfig", str(kubeconfig),
+        "--listen", "127.0.0.1:0",
+        "--no-deploy-waypoints",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=log,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
+    )  # fmt: skip
+    os.close(log)
+    assert process.stdout is not None
+    try:
+        async with asyncio.timeout(60):
+            line = (await process.stdout.readline()).decode()
+        match = re.search(r"ready on port (\d+)", line)
+        assert match, f"the control plane did not start: {line!r}\n{log_path.read_text()[-3000:]}"
+        yield process, int(match.group(1))
+    finally:
+        if process.returncode is None:
+            process.terminate()
+            try:
+                async with asyncio.timeout(20):
+                    await process.wait()
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+        print(log_path.read_text()[-4000:])
 
 
 @contextlib.asynccontextmanager

@@ -13,11 +13,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import os
-import re
 import socket
 import ssl
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -29,7 +26,7 @@ from cryptography.hazmat.primitives import serialization
 from tests import crl_pki
 from tests.cacerts import cacerts_files, first_cert, write_volume
 from tests.harness import ServerProcess, free_port
-from tests.integration.controlplane_rig import account_token
+from tests.integration.controlplane_rig import account_token, control_plane_process
 
 from ambit.controlplane.ca.root import ROOT_CERT_KEY, ROOT_CONFIG_MAP
 from ambit.controlplane.webhook import CONFIGURATION_NAME
@@ -123,36 +120,11 @@ async def plane(server_process: ServerProcess, kube: KubeClient, tmp_path: Path)
     write_volume(directory, cacerts_files(FIRST, ROOT.cert_pem), 1)
     scratch = tmp_path / "scratch"  # the process's TMPDIR: it must hold no key file while the process runs
     scratch.mkdir()
-    log = os.open(tmp_path / "controlplane.log", os.O_WRONLY | os.O_CREAT, 0o644)  # closed once the child has it
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "ambit.cli",
-        "controlplane",
-        "--kubeconfig",
-        str(server_process.kubeconfig),
-        "--listen",
-        "127.0.0.1:0",
-        "--webhook-port",
-        str(webhook_port),
-        "--no-deploy-waypoints",
-        "--cacerts-dir",
-        str(directory),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=log,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", "TMPDIR": str(scratch)},
-    )
-    os.close(log)
-    assert process.stdout is not None
-    try:
-        async with asyncio.timeout(60):
-            line = (await process.stdout.readline()).decode()
-        match = re.search(r"ready on port (\d+)", line)
-        assert match, (
-            f"the control plane did not start: {line!r}\n{(tmp_path / 'controlplane.log').read_text()[-3000:]}"
-        )
+    args = ("--webhook-port", str(webhook_port), "--cacerts-dir", str(directory))
+    env = {"TMPDIR": str(scratch)}
+    async with control_plane_process(server_process.kubeconfig, tmp_path, *args, env=env) as (process, port):
         client = IstiodCaClient(
-            f"127.0.0.1:{match.group(1)}",
+            f"127.0.0.1:{port}",
             directory / "root-cert.pem",
             token_file,
             ttl_seconds=300,
@@ -160,17 +132,7 @@ async def plane(server_process: ServerProcess, kube: KubeClient, tmp_path: Path)
             server_name="istiod.istio-system.svc",
         )
         async with client:
-            yield Plane(directory, process, int(match.group(1)), client, webhook_port, scratch)
-    finally:
-        if process.returncode is None:
-            process.terminate()
-            try:
-                async with asyncio.timeout(20):
-                    await process.wait()
-            except TimeoutError:
-                process.kill()
-                await process.wait()
-        print((tmp_path / "controlplane.log").read_text()[-4000:])
+            yield Plane(directory, process, port, client, webhook_port, scratch)
 
 
 NOW = time.time()

@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import re
-import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -29,7 +26,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests import crl_pki
 from tests.cacerts import cacerts_files, write_volume
 from tests.harness import ServerProcess, free_port
-from tests.integration.controlplane_rig import ADS_METHOD, SERVER_NAME, account_token, make_pod
+from tests.integration.controlplane_rig import (
+    ADS_METHOD,
+    SERVER_NAME,
+    account_token,
+    control_plane_process,
+    make_pod,
+)
 
 from ambit import __version__
 from ambit.api import discovery_pb2 as dpb
@@ -107,39 +110,9 @@ async def plane(server_process: ServerProcess, kube: KubeClient, tmp_path: Path)
     cacerts = tmp_path / "cacerts"
     write_volume(cacerts, cacerts_files(INTERMEDIATE, ROOT.cert_pem), 1)
     monitoring_port = free_port()
-    log = os.open(tmp_path / "controlplane.log", os.O_WRONLY | os.O_CREAT, 0o644)
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "ambit.cli", "controlplane",
-        "--kubeconfig", str(server_process.kubeconfig),
-        "--listen", "127.0.0.1:0",
-        "--webhook-port", "0",
-        "--monitoring-port", str(monitoring_port),
-        "--no-deploy-waypoints",
-        "--cacerts-dir", str(cacerts),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=log,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )  # fmt: skip
-    os.close(log)
-    assert process.stdout is not None
-    try:
-        async with asyncio.timeout(60):
-            line = (await process.stdout.readline()).decode()
-        match = re.search(r"ready on port (\d+)", line)
-        assert match, (
-            f"the control plane did not start: {line!r}\n{(tmp_path / 'controlplane.log').read_text()[-3000:]}"
-        )
-        yield Plane(process, int(match.group(1)), monitoring_port, cacerts)
-    finally:
-        if process.returncode is None:
-            process.terminate()
-            try:
-                async with asyncio.timeout(20):
-                    await process.wait()
-            except TimeoutError:
-                process.kill()
-                await process.wait()
-        print((tmp_path / "controlplane.log").read_text()[-4000:])
+    args = ("--webhook-port", "0", "--monitoring-port", str(monitoring_port), "--cacerts-dir", str(cacerts))
+    async with control_plane_process(server_process.kubeconfig, tmp_path, *args) as (process, port):
+        yield Plane(process, port, monitoring_port, cacerts)
 
 
 class AdsClient:
