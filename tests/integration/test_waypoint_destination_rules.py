@@ -514,10 +514,11 @@ async def test_max_requests_per_connection_retires_http2_upstream_sessions(rig: 
             status, _, body = await http.request("GET", "/x")
             assert status == 200 and json.loads(body)["proto"] == "HTTP/2.0"
         assert sum(b.connections for b in backends) == 4
+        sessions = rig.waypoint.context.http2
         async with asyncio.timeout(5):
-            while sum(b.h2_ended for b in backends) < 4:  # noqa: ASYNC110 - the backends' side
+            while sum(b.h2_ended for b in backends) < 4 or sessions.tasks:  # noqa: ASYNC110 - both ends' readers
                 await asyncio.sleep(0.02)
-        assert rig.waypoint.context.http2.count() == 0
+        assert sessions.count() == 0
         await client.aclose()
 
 
