@@ -8,10 +8,12 @@ replayed on the shared mesh lab with upstream's objects and checks (tests/integr
   "authz on service allow": a ``resolution: DNS`` ServiceEntry whose endpoint is a cluster host name, bound to an
   egress waypoint in a third namespace (``allowedRoutes`` by namespace-name Selector); TLS origination by a
   DestinationRule, checked by the ALPN the TLS server saw;
-- waypoint_canary_test.go CanaryNotReady and PolicyPropagation;
+- waypoint_canary_test.go CanaryNotReady, PolicyPropagation and IngressTrafficShift;
 - waypoint_test.go TestWaypointStatus "gateway class";
-- baseline_test.go TestWaypointEnvoyFilter (the EnvoyFilter in the waypoint's namespace, which upstream's shares
-  with the apps).
+- baseline_test.go TestServiceEntrySelectsUncapturedPod, TestWaypointWithInvalidBackend, TestAuthorizationGateway
+  (to ``captured``, ``uncaptured`` and the waypoint-bound ``waypointed``), applyDrainingWorkaround's
+  DestinationRule with traffic through a waypoint, and TestWaypointEnvoyFilter (the EnvoyFilter in the waypoint's
+  namespace, which upstream's shares with the apps).
 
 L7 means the server saw ``x-request-id`` (upstream's ``IsL7``). One set-up for the module: namespace ``upwp``
 (ambient) holds the client and ``server`` (http-echo, Service port ``http`` 80 → 8090); ``upwp-wp`` (ambient) the
@@ -25,6 +27,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
@@ -462,11 +465,28 @@ def test_the_waypoint_gateway_class_is_accepted_and_its_status_comes_back(lab: L
     wait_until("istio-waypoint Accepted written again", accepted, timeout=30, interval=0.5)
 
 
+def two_port_containers(*extra: int) -> list[dict[str, Any]]:
+    """http-echo on upstream's workload ports of ``http`` (18080) and ``http2`` (18085), and on ``extra``."""
+    return [{**http_echo_container(port), "name": f"echo-{port}"} for port in (18080, 18085, *extra)]
+
+
+TWO_PORTS = [("http", 80, 18080), ("http2", 85, 18085)]
+
+
 def uncaptured_deployment() -> dict[str, Any]:
-    """Upstream's ``uncaptured`` app: in the ambient namespace, its pods labelled out of the mesh."""
-    manifest = deployment("uncaptured", [http_echo_container(8080)])
+    """Upstream's ``uncaptured`` app: in the ambient namespace, its pods labelled out of the mesh; http-echo on 8080
+    (the ServiceEntry's targetPort) and on the workload ports of its Service (:data:`TWO_PORTS`)."""
+    manifest = deployment("uncaptured", two_port_containers(8080))
     manifest["spec"]["template"]["metadata"]["labels"]["istio.io/dataplane-mode"] = "none"
     return manifest
+
+
+def waypointed_objects() -> list[dict[str, Any]]:
+    """Upstream's ``service-addressed-waypoint`` app: :data:`TWO_PORTS`, the Service bound to the cross-namespace
+    waypoint."""
+    svc = service("waypointed", TWO_PORTS)
+    svc["metadata"]["labels"] = {"istio.io/use-waypoint": CROSS, "istio.io/use-waypoint-namespace": WAYPOINT_NS}
+    return [deployment("waypointed", two_port_containers()), svc]
 
 
 def entry_selecting_uncaptured(location: str) -> dict[str, Any]:
@@ -505,18 +525,36 @@ INGRESS_SA = "istio-ingressgateway-service-account"
 
 def captured_two_ports() -> list[dict[str, Any]]:
     """A ``captured`` app with upstream's ports ``http`` (80 → 18080) and ``http2`` (85 → 18085)."""
-    containers = [{**http_echo_container(port), "name": f"echo-{port}"} for port in (18080, 18085)]
-    return [deployment("captured", containers), service("captured", [("http", 80, 18080), ("http2", 85, 18085)])]
+    return [deployment("captured", two_port_containers()), service("captured", TWO_PORTS)]
+
+
+DESTINATIONS = ("captured", "uncaptured", "waypointed")
 
 
 @pytest.fixture(scope="module")
-def ingress(lab: Lab) -> Iterator[str]:
-    """istio-ingressgateway (deploy/overlays/lab-ingressgateway) for the module's ingress cases, and upstream's
-    ``captured`` destination; yields the gateway's load-balancer address."""
-    lab.apply(*captured_two_ports(), namespace=NS)
+def destinations(lab: Lab) -> None:
+    """Upstream's destinations with ports ``http`` and ``http2``: ``captured``, ``uncaptured`` and
+    ``waypointed`` (upstream's service-addressed-waypoint)."""
+    lab.apply(
+        *captured_two_ports(), uncaptured_deployment(), service("uncaptured", TWO_PORTS), *waypointed_objects(),
+        namespace=NS,
+    )  # fmt: skip
+    for app in DESTINATIONS:
+        lab.wait_pods_ready(NS, f"app={app}", 1, timeout=60)
+    wait_until(
+        "WaypointBound=True on waypointed",
+        lambda: bound(lab, "service", "waypointed").get("status") == "True",
+        timeout=60,
+        interval=0.5,
+    )
+
+
+@pytest.fixture(scope="module")
+def ingress(lab: Lab, destinations: None) -> Iterator[str]:
+    """istio-ingressgateway (deploy/overlays/lab-ingressgateway) for the module's ingress cases; yields the
+    gateway's load-balancer address."""
     lab.kubectl("apply", "-k", str(CLASSIC_GATEWAY))
     try:
-        lab.wait_pods_ready(NS, "app=captured", 1, timeout=60)
         lab.wait_pods_ready("istio-system", "istio=ingressgateway", 1, timeout=180)
         address = wait_until("istio-ingressgateway has its load-balancer address", lambda: lb_address(lab), 60, 1)
         assert address is not None
@@ -535,18 +573,26 @@ def ingress_codes(ip: str, path: str, count: int) -> list[str]:
     return done.stdout.split()
 
 
-def test_authorization_gateway(lab: Lab, ingress: str) -> None:
-    """TestAuthorizationGateway "simple deny" / "simple allow": a selector policy on the destination allows the
-    ingress gateway's principal on the workload port of ``http`` only; through istio-ingressgateway, ``/allowed``
-    (port 80) is OK five times and ``/deny`` (port 85) is denied (403 or 503) five times."""
-    from tests.upstream_objects import authorization_gateway_route, ingress_gateway
+DRAINING_WORKAROUND = {
+    "apiVersion": "networking.istio.io/v1",
+    "kind": "DestinationRule",
+    "metadata": {"name": "single-request"},
+    "spec": {
+        "host": "*.svc.cluster.local",
+        "trafficPolicy": {"connectionPool": {"http": {"maxRequestsPerConnection": 1}}},
+    },
+}
+"""Upstream's applyDrainingWorkaround (baseline_test.go): one request per upstream connection for every Service."""
 
-    policy = {
+
+def gateway_policy(destination: str) -> dict[str, Any]:
+    """TestAuthorizationGateway's policy: the ingress gateway's principal on the workload port of ``http`` only."""
+    return {
         "apiVersion": "security.istio.io/v1",
         "kind": "AuthorizationPolicy",
         "metadata": {"name": "policy"},
         "spec": {
-            "selector": {"matchLabels": {"app": "captured"}},
+            "selector": {"matchLabels": {"app": destination}},
             "rules": [
                 {
                     "from": [{"source": {"principals": [f"cluster.local/ns/istio-system/sa/{INGRESS_SA}"]}}],
@@ -559,20 +605,110 @@ def test_authorization_gateway(lab: Lab, ingress: str) -> None:
             ],
         },
     }
-    lab.apply(policy, ingress_gateway(), authorization_gateway_route("captured", 80, 85), namespace=NS)
+
+
+def ingress_answers(ip: str, path: str, count: int) -> list[tuple[int, str]]:
+    """Status and answering pod (``""`` when none) of ``count`` requests from the host through the gateway, a new
+    connection each (upstream's NewConnectionPerRequest)."""
+    out: list[tuple[int, str]] = []
+    for _ in range(count):
+        try:
+            with urllib.request.urlopen(f"http://{ip}:80{path}", timeout=2) as response:
+                status, body = response.status, response.read()
+        except urllib.error.HTTPError as exc:
+            status, body = exc.code, exc.read()
+        except OSError:
+            status, body = 0, b""
+        try:
+            pod = str(json.loads(body).get("pod", ""))
+        except ValueError:
+            pod = ""
+        out.append((status, pod))
+    return out
+
+
+def test_authorization_gateway(lab: Lab, ingress: str) -> None:
+    """TestAuthorizationGateway "simple deny" / "simple allow" to each destination, with upstream's draining
+    workaround applied first: a selector policy on the destination allows the ingress gateway's principal on the
+    workload port of ``http`` only; through istio-ingressgateway, ``/allowed`` (port 80) is OK five times and
+    ``/deny`` (port 85) is denied (403 or 503) five times, except at ``uncaptured``, which no proxy guards (OK)."""
+    from tests.upstream_objects import authorization_gateway_route, ingress_gateway
+
+    lab.apply(DRAINING_WORKAROUND, ingress_gateway(), namespace=NS)
     try:
-        wait_until(
-            "simple allow: /allowed OK five times", lambda: ingress_codes(ingress, "/allowed", 5) == ["200"] * 5, 120, 1
-        )
-        denied = lambda: set(ingress_codes(ingress, "/deny", 5)) <= {"403", "503"}  # noqa: E731
-        wait_until("simple deny: /deny denied five times", denied, 30, 1)
+        for destination in DESTINATIONS:
+            lab.apply(gateway_policy(destination), authorization_gateway_route(destination, 80, 85), namespace=NS)
+
+            def served(path: str, destination: str = destination) -> bool:
+                answers = ingress_answers(ingress, path, 5)
+                return all(code == 200 and pod.startswith(f"{destination}-") for code, pod in answers)
+
+            wait_until(f"simple allow to {destination}: /allowed OK five times", lambda: served("/allowed"), 120, 1)
+            if destination == "uncaptured":  # no proxy at the destination, no policy: OK
+                denied = lambda: served("/deny")  # noqa: E731
+            else:
+                denied = lambda: {code for code, _ in ingress_answers(ingress, "/deny", 5)} <= {403, 503}  # noqa: E731
+            wait_until(f"simple deny to {destination}: /deny judged five times", denied, 30, 1)
     finally:
         for kind, name in (
             ("authorizationpolicy", "policy"),
             ("virtualservice", "route"),
             ("gateways.networking.istio.io", "gateway"),
+            ("destinationrule", "single-request"),
         ):
             lab.kubectl("delete", kind, name, "-n", NS, "--ignore-not-found")
+
+
+KEEP_ALIVE_CALLS = """
+import http.client, json, sys
+host, count = sys.argv[1], int(sys.argv[2])
+out = []
+for port in (80, 85):
+    connection = http.client.HTTPConnection(host, port, timeout=5)
+    for _ in range(count):
+        try:
+            connection.request("GET", "/")
+            response = connection.getresponse()
+            answer = json.loads(response.read() or b"{}")
+            seen = {k.lower(): v for k, v in (answer.get("headers") or {}).items()}
+            out.append({"port": port, "status": response.status, "client": answer.get("client"),
+                        "proto": answer.get("proto"), "request_id": seen.get("x-request-id", "")})
+        except Exception as exc:
+            out.append({"port": port, "status": 0, "error": f"{type(exc).__name__}: {exc}"})
+            connection.close()
+    connection.close()
+print(json.dumps(out))
+"""
+"""``count`` GETs on one kept HTTP/1.1 connection to ``host`` on port 80 (``http``), then on port 85 (``http2``)."""
+
+
+def test_the_draining_workaround_gives_each_request_its_own_connection_beyond_the_waypoint(
+    lab: Lab, destinations: None
+) -> None:
+    """applyDrainingWorkaround with traffic through a waypoint: five GETs on one client connection to
+    ``waypointed`` (port ``http``, and ``http2``, which the waypoint speaks HTTP/2 to) are each served at L7. The
+    waypoint first reuses one upstream connection for them (the server sees one client address per port); with
+    the DestinationRule (``*.svc.cluster.local``, maxRequestsPerConnection 1) each request reaches the server on a
+    connection of its own, as Envoy's ``max_requests_per_connection`` does for HTTP/1.1 and HTTP/2 upstreams."""
+    host = f"waypointed.{NS}.svc.cluster.local"
+
+    def clients(want: int) -> list[dict[str, Any]] | None:
+        answers: list[dict[str, Any]] = json.loads(lab.exec("client", NS, "python3", "-c", KEEP_ALIVE_CALLS, host, "5"))
+        last.append(answers)
+        if not all(a["status"] == 200 and a["request_id"] for a in answers) or len(answers) != 10:
+            return None
+        per_port = [{a["client"] for a in answers if a["port"] == port} for port in (80, 85)]
+        return answers if all(len(addresses) == want for addresses in per_port) else None
+
+    last: list[list[dict[str, Any]]] = []
+    try:
+        wait_until("one upstream connection per port without the rule", lambda: clients(1), 60, 1)
+        lab.apply(DRAINING_WORKAROUND, namespace=NS)
+        wait_until("a connection per request with the rule", lambda: clients(5), 60, 1)
+    except pytest.fail.Exception as exc:
+        pytest.fail(f"{exc}; last answers {last[-1:]}")
+    finally:
+        lab.kubectl("delete", "destinationrule", "single-request", "-n", NS, "--ignore-not-found")
 
 
 CANARY_INGRESS = [

@@ -502,6 +502,37 @@ async def test_max_requests_per_connection_closes_kept_connections(rig: Rig) -> 
         await client.aclose()
 
 
+async def test_max_requests_per_connection_retires_http2_upstream_sessions(rig: Rig) -> None:
+    """Envoy applies ``max_requests_per_connection`` to HTTP/2 upstreams too (istio's applyDrainingWorkaround, 1):
+    each request goes on a session of its own, and a spent session is ended (GOAWAY, EOF), not left idle."""
+    async with h2c_backends(rig) as backends:
+        pool = ConnectionPool(h2_upgrade=H2Upgrade.UPGRADE, max_requests_per_connection=1)
+        configure(rig, DestinationPolicy(f"app/{H2C}", "app/h2c", TrafficPolicy(connection_pool=pool)))
+        client, stream = await rig.tunnel(f"{H2C_VIP}:80")
+        http = HttpOverTunnel(stream, host=H2C)
+        for _ in range(4):
+            status, _, body = await http.request("GET", "/x")
+            assert status == 200 and json.loads(body)["proto"] == "HTTP/2.0"
+        assert sum(b.connections for b in backends) == 4
+        sessions = rig.waypoint.context.http2
+        async with asyncio.timeout(5):
+            while sum(b.h2_ended for b in backends) < 4 or sessions.tasks:  # noqa: ASYNC110 - both ends' readers
+                await asyncio.sleep(0.02)
+        assert sessions.count() == 0
+        await client.aclose()
+
+
+async def test_without_max_requests_per_connection_one_http2_session_carries_every_request(rig: Rig) -> None:
+    async with h2c_backends(rig) as backends:
+        configure(rig, DestinationPolicy(f"app/{H2C}", "app/h2c", UPGRADE))
+        client, stream = await rig.tunnel(f"{H2C_VIP}:80")
+        http = HttpOverTunnel(stream, host=H2C)
+        for _ in range(4):
+            assert (await http.request("GET", "/x"))[0] == 200
+        assert [b.connections for b in backends] == [1, 1] and [b.h2_ended for b in backends] == [0, 0]
+        await client.aclose()
+
+
 async def test_outlier_detection_ejects_an_endpoint_after_consecutive_5xx(rig: Rig) -> None:
     rig.endpoints[1].fail_status = 503
     detection = OutlierDetection(consecutive_5xx=2, interval=1.0, base_ejection_time=30.0, max_ejection_percent=50)

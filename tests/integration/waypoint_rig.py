@@ -514,6 +514,8 @@ class H2cBackend:
     request_ids: list[str] = field(default_factory=list)
     """The ``x-request-id`` of every request served."""
     connections: int = 0
+    h2_ended: int = 0
+    """HTTP/2 connections the client ended (EOF)."""
 
 
 def _h1_answer(backend: H2cBackend, head: bytes) -> bytes:
@@ -568,6 +570,7 @@ async def start_h2c_server(backend: H2cBackend, *, http1: bool = False) -> async
         writer.write(conn.data_to_send())
         with contextlib.suppress(ConnectionError):  # the waypoint may reset a kept connection as it closes
             await _serve_h2(backend, conn, reader, writer)
+            backend.h2_ended += 1
         writer.close()
 
     server = await asyncio.start_server(serve, "127.0.0.1", 0)

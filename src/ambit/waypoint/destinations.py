@@ -193,7 +193,8 @@ class Transport:
     sni: str = ""
     """The server name for originated TLS."""
     max_requests_per_connection: int = 0
-    """A kept HTTP/1.1 connection is closed after this many requests; 0: no limit."""
+    """A kept upstream connection (HTTP/1.1, or an HTTP/2 session) takes no more than this many requests; 0: no
+    limit."""
     race_first_connect: bool = False
     """A hostname endpoint is dialled at every address its name resolves to at once, the first connection to
     succeed kept (``istio.io/connect-strategy: RACE_FIRST_TCP_CONNECT``, :mod:`ambit.waypoint.racing`)."""

@@ -167,6 +167,7 @@ class Http2Session:
         self._lock = asyncio.Lock()
         self._flusher: asyncio.Task[None] | None = None
         self._dirty = False
+        self._eof_after_flush = False
 
     def open_channel(self, stream_id: int) -> StreamChannel:
         channel = self.channels[stream_id] = StreamChannel(self, stream_id)
@@ -200,6 +201,17 @@ class Http2Session:
         while self._dirty:
             self._dirty = False
             await self.flush()
+        if self._eof_after_flush and not self.broken:
+            with contextlib.suppress(AmbitError, OSError):
+                self.stream.write_eof()
+
+    def retire(self, reason: str) -> None:
+        """End a session that has no stream open, gracefully: GOAWAY, then our half of the byte stream closed once
+        it is written; the reader ends at the peer's EOF (bounded by the peer's own close or ``idle_timeout``)."""
+        if not self.closed:
+            self._end(reason)
+        self._eof_after_flush = True
+        self.flush_soon()
 
     async def send_data(self, stream_id: int, data: bytes) -> None:
         channel = self.channels.get(stream_id)
@@ -328,13 +340,20 @@ class Http2Session:
         self.stream.abort()
 
 
+def spent(session: Http2Session, limit: int) -> bool:
+    """Whether ``session`` has served its ``limit`` of streams (0: no limit) and takes no more."""
+    return bool(limit) and session.served >= limit
+
+
 class Http2Pool:
     """Upstream HTTP/2 sessions per endpoint, each shared by the streams of many requests (multiplexing).
 
     Bookkeeping is synchronous: :meth:`find` hands out a live session with room for another stream (dropping dead
-    ones as it looks), :meth:`add` keeps a new one, at most ``max_per_endpoint`` per endpoint (an extra one still
-    serves its request but is not kept). A session with no stream ends itself after ``idle_timeout``
-    (:meth:`Http2Session.run`) and is dropped when next looked at.
+    ones as it looks) that has served fewer than ``limit`` streams (a DestinationRule's
+    ``maxRequestsPerConnection``, as Envoy applies it to HTTP/2 upstreams too; 0: no limit), :meth:`add` keeps a
+    new one, at most ``max_per_endpoint`` per endpoint (an extra one still serves its request but is not kept). A
+    session with no stream ends itself after ``idle_timeout`` (:meth:`Http2Session.run`) and is dropped when next
+    looked at; one that reached its limit is retired by its last request (:meth:`Http2Session.retire`).
     """
 
     def __init__(self, max_per_endpoint: int = 4) -> None:
@@ -344,14 +363,14 @@ class Http2Pool:
         """Sessions being dialled: other requests to the endpoint wait for the dial instead of making their own."""
         self.tasks: set[asyncio.Task[None]] = set()
 
-    def find(self, key: EndpointKey) -> Http2Session | None:
+    def find(self, key: EndpointKey, limit: int = 0) -> Http2Session | None:
         sessions = self._sessions.get(key)
         if not sessions:
             return None
         sessions[:] = [s for s in sessions if s.alive]
         for session in sessions:
             conn = session.conn
-            if isinstance(conn, Http2ClientConnection) and conn.can_open_stream:
+            if isinstance(conn, Http2ClientConnection) and conn.can_open_stream and not spent(session, limit):
                 return session
         if not sessions:
             del self._sessions[key]
@@ -366,7 +385,8 @@ class Http2Pool:
         task.add_done_callback(self.tasks.discard)
 
     def count(self) -> int:
-        return sum(len(s) for s in self._sessions.values())
+        """Live sessions kept (dead ones are dropped only when next looked at)."""
+        return sum(s.alive for group in self._sessions.values() for s in group)
 
     def open_streams(self) -> int:
         """Streams open on the kept sessions (each one a request in flight, or a leak)."""

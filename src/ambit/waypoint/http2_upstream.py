@@ -28,7 +28,7 @@ from ambit.waypoint.decisions import RequestHead
 from ambit.waypoint.destinations import Endpoint
 from ambit.waypoint.errors import HttpProtocolError
 from ambit.waypoint.http1 import Event, forwardable
-from ambit.waypoint.http2 import Http2Session, StreamChannel
+from ambit.waypoint.http2 import Http2Session, StreamChannel, spent
 from ambit.waypoint.upstream import Connector, EndpointKey, UpstreamExchange, endpoint_key
 
 UPSTREAM_SETTINGS = HboneSettings(stream_window=1024 * 1024, connection_window=4 * 1024 * 1024)
@@ -46,12 +46,14 @@ def request_fields(head: RequestHead) -> list[tuple[str, str]]:
 class Http2Upstream:
     """One request and its response on a stream of an upstream HTTP/2 session."""
 
-    __slots__ = ("_channel", "_reused", "session")
+    __slots__ = ("_channel", "_limit", "_reused", "session")
 
-    def __init__(self, session: Http2Session) -> None:
+    def __init__(self, session: Http2Session, limit: int = 0) -> None:
         self.session = session
         self._reused = session.served > 0
         self._channel: StreamChannel | None = None
+        self._limit = limit
+        """The endpoint's ``maxRequestsPerConnection`` (0: none)."""
 
     @property
     def duplex(self) -> bool:
@@ -100,13 +102,16 @@ class Http2Upstream:
 
     def finish(self, now: float) -> None:
         """The response is complete; a request body still being sent (a duplex call the endpoint ended first) is
-        cut off with RST_STREAM(CANCEL), so the stream leaves the table and frees its slot."""
+        cut off with RST_STREAM(CANCEL), so the stream leaves the table and frees its slot. The last request of a
+        session that served its ``maxRequestsPerConnection`` retires it."""
         if self._channel is not None:
             stream_id, self._channel = self._channel.stream_id, None
             if self.session.conn.is_open(stream_id):
                 self.session.reset(stream_id)
             else:
                 self.session.close_channel(stream_id)
+        if spent(self.session, self._limit) and not self.session.channels:
+            self.session.retire("max requests per connection")
 
 
 def http2_connector(ctx: WaypointContext, tunnel: Tunnel) -> Connector:
@@ -115,15 +120,16 @@ def http2_connector(ctx: WaypointContext, tunnel: Tunnel) -> Connector:
     async def connect(endpoint: Endpoint, fresh: bool) -> UpstreamExchange:
         key = endpoint_key(endpoint)
         pool = ctx.http2
+        limit = endpoint.transport.max_requests_per_connection
         if not fresh:
-            session = pool.find(key)
+            session = pool.find(key, limit)
             if session is None and (opening := pool.opening.get(key)) is not None:
                 with contextlib.suppress(Exception):  # another request's dial: share it if it works out
                     await asyncio.shield(opening)
-                session = pool.find(key)
+                session = pool.find(key, limit)
             if session is not None:
-                return Http2Upstream(session)
-        return Http2Upstream(await _dial(ctx, tunnel, endpoint, key, register=not fresh))
+                return Http2Upstream(session, limit)
+        return Http2Upstream(await _dial(ctx, tunnel, endpoint, key, register=not fresh), limit)
 
     return connect
 

@@ -30,7 +30,9 @@ Rules:
    bounds the requests in flight whatever the protocol; ``maxConnections`` bounds them for HTTP/1.1 upstreams (one
    connection per request in flight) and for TCP; a request over ``maxConnections`` waits for one to finish,
    unless ``http1MaxPendingRequests`` are waiting already. Over a limit: 503 with flag ``UO`` (a TCP connection is
-   refused). ``maxRequestsPerConnection`` closes a kept HTTP/1.1 connection after that many requests.
+   refused). ``maxRequestsPerConnection`` closes a kept HTTP/1.1 connection after that many requests, and retires
+   an HTTP/2 session once it has carried that many streams (Envoy's ``max_requests_per_connection`` in the
+   cluster's common HTTP options, which istiod sets from it: pilot/pkg/networking/core/cluster_traffic_policy.go).
 7. Outlier detection, per Service and subset: a workload whose tries fail ``consecutive5xxErrors`` times in a row
    (a 5xx answer or a connect failure) is ejected for ``baseEjectionTime`` times its number of ejections; while
    ejected no request picks it, unless every candidate is ejected (then any may be picked, as Envoy's panic
