@@ -21,6 +21,7 @@ a captured ``client`` pod and an uncaptured ``outsider`` pod.
 from __future__ import annotations
 
 import json
+import select
 import subprocess
 import sys
 import time
@@ -73,8 +74,12 @@ while not select.select([sys.stdin], [], [], interval)[0]:
             r.read()
     except Exception as exc:
         failed.append([started, f"{type(exc).__name__}: {exc}"])
+    if sent == 1:
+        print("running", flush=True)
 print(json.dumps({"sent": sent, "failed": failed}))
 """
+"""Requests ``url`` every ``interval`` seconds until a line comes on stdin; says ``running`` after its first request
+and ends with a JSON line of what it sent and what failed."""
 
 
 def echo_deployment(name: str, replicas: int, pod_labels: dict[str, str] | None = None) -> dict[str, Any]:
@@ -306,6 +311,12 @@ def test_a_rollout_restart_of_the_destination_loses_no_request(lab: Lab) -> None
     }
     results: dict[str, Any] = {}
     try:
+        # The clients are calling before the restart and until the new pods are ready, so the whole rollout is
+        # covered whatever the machine's speed (how many requests that makes is not the point).
+        for source, process in clients.items():
+            assert process.stdout is not None
+            ready, _, _ = select.select([process.stdout], [], [], 60)
+            assert ready and process.stdout.readline().strip() == "running", f"{source} never sent its first request"
         lab.kubectl("rollout", "restart", "deployment/captured", "-n", NS)
 
         def replaced() -> bool:
@@ -325,7 +336,7 @@ def test_a_rollout_restart_of_the_destination_loses_no_request(lab: Lab) -> None
             results[source] = json.loads(out or "{}") if process.returncode == 0 else {"stderr": err}
     for source, result in results.items():
         print(f"{source}: {result.get('sent')} requests, failed: {result.get('failed')}")
-    assert all(r.get("sent", 0) > 50 and r.get("failed") == [] for r in results.values()), results
+    assert all(r.get("sent", 0) > 1 and r.get("failed") == [] for r in results.values()), results
 
 
 API_CALL = """
