@@ -110,6 +110,7 @@ async def test_the_cluster_view_goes_on_without_the_istio_kinds_when_their_crds_
         async with view:
             assert view.absent == {
                 "serviceentries",
+                "envoyfilters",
                 "workloadentries",
                 "authorizationpolicies",
                 "peerauthentications",
