@@ -101,19 +101,24 @@ def test_bad_manifests_are_one_line_of_error_and_change_nothing(tmp_path: Path, 
     assert done.returncode == 1 and "not a kustomization directory" in done.stderr
 
 
-def test_a_server_without_a_kind_fails_cleanly_before_changing_anything(
-    server: ServerProcess, rendered: list[dict[str, Any]], served: set[str]
-) -> None:
-    missing = {_key(d) for d in rendered} - served
-    if not missing:
-        pytest.skip("the server serves every kind of deploy/base")
-    done = ambit("install", "--kubeconfig", str(server.kubeconfig), "--no-wait")
-    assert done.returncode == 1 and "does not serve" in done.stderr and "nothing was changed" in done.stderr
-    assert _get(server, {"kind": "Namespace", "apiVersion": "v1", "metadata": {"name": "istio-system"}}).returncode
-    assert _get(
-        server,
-        {"kind": "ServiceAccount", "apiVersion": "v1", "metadata": {"name": "istiod", "namespace": "istio-system"}},
-    ).returncode
+def test_a_server_without_a_kind_fails_cleanly_before_changing_anything(tmp_path: Path) -> None:
+    """A server that does not serve a kind of deploy/base (PodDisruptionBudget: ``--runtime-config
+    policy/v1=false``, as an API server can be started) fails the install before anything is applied."""
+    own = ServerProcess(tmp_path / "apiserver", free_port(), extra_args=("--runtime-config", "policy/v1=false"))
+    own.start()
+    try:
+        assert "poddisruptionbudgets.policy" not in own.kubectl("api-resources", "-o", "name").split()
+        done = ambit("install", "--kubeconfig", str(own.kubeconfig), "--no-wait")
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        assert "does not serve" in done.stderr and "nothing was changed" in done.stderr, done.stderr
+        assert "poddisruptionbudgets" in done.stderr, done.stderr
+        assert _get(own, {"kind": "Namespace", "apiVersion": "v1", "metadata": {"name": "istio-system"}}).returncode
+        assert _get(
+            own,
+            {"kind": "ServiceAccount", "apiVersion": "v1", "metadata": {"name": "istiod", "namespace": "istio-system"}},
+        ).returncode
+    finally:
+        own.stop()
 
 
 def test_a_workload_token_cannot_install(server: ServerProcess, applicable: Path, tmp_path: Path) -> None:

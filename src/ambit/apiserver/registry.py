@@ -3,10 +3,16 @@
 A resource type is identified by (group, plural). Objects are stored once per type, whatever version they were
 written with; CRDs with several served versions use the ``None`` conversion strategy (only ``apiVersion``
 changes), which is what a CRD without a conversion webhook does in Kubernetes.
+
+Built-in group versions can be turned off as kube-apiserver's ``--runtime-config`` does (:func:`runtime_config`,
+:func:`enabled_builtins`): ``policy/v1=false`` stops serving PodDisruptionBudgets, as on a cluster whose API server
+was started so. The groups the server itself relies on (core, RBAC, CRDs, token and access reviews) cannot be
+turned off, and a version that is a type's storage version can be turned off only with the type's other versions.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -344,6 +350,61 @@ def resource_type_from_crd(crd: Mapping[str, Any]) -> ResourceType:
         version_columns=columns,
         builtin=False,
     )
+
+
+REQUIRED_GROUPS = frozenset(
+    {"", "apiextensions.k8s.io", "rbac.authorization.k8s.io", "authentication.k8s.io", "authorization.k8s.io"}
+)
+"""Built-in groups the server's own authentication, authorization and CRD handling read: always served."""
+
+
+class RuntimeConfigError(ValueError):
+    """A ``--runtime-config`` entry that is malformed, names no built-in group version, or one that must stay."""
+
+
+def runtime_config(entries: Iterable[str], types: Iterable[ResourceType] = BUILTINS) -> frozenset[tuple[str, str]]:
+    """The (group, version) pairs that ``entries`` (``GROUP/VERSION=false`` or ``=true``, comma-separated lists
+    allowed, as kube-apiserver's flag) turn off. ``=true`` (or no value) is what every built-in version already
+    is. Raises :class:`RuntimeConfigError` naming the entry."""
+    known = {(t.group, v) for t in types for v in t.versions}
+    off: set[tuple[str, str]] = set()
+    for entry in (part.strip() for item in entries for part in item.split(",")):
+        if not entry:
+            continue
+        key, sep, value = entry.partition("=")
+        group, slash, version = key.strip().rpartition("/")
+        group = "" if group == "api" else group
+        if not slash or not version or (group, version) not in known:
+            raise RuntimeConfigError(f"{entry!r}: not a built-in GROUP/VERSION (e.g. policy/v1=false)")
+        flag = value.strip().lower() if sep else "true"
+        if flag not in ("true", "false"):
+            raise RuntimeConfigError(f"{entry!r}: the value must be true or false")
+        if flag == "true":
+            off.discard((group, version))
+            continue
+        if group in REQUIRED_GROUPS:
+            raise RuntimeConfigError(f"{entry!r}: the server itself needs {key.strip()}: it cannot be turned off")
+        off.add((group, version))
+    for t in types:
+        if (t.group, t.versions[0]) in off and any((t.group, v) not in off for v in t.versions[1:]):
+            raise RuntimeConfigError(
+                f"{t.group}/{t.versions[0]} is where {t.plural} are stored: turn it off with its other versions"
+            )
+    return frozenset(off)
+
+
+def enabled_builtins(
+    off: frozenset[tuple[str, str]], types: Iterable[ResourceType] = BUILTINS
+) -> tuple[ResourceType, ...]:
+    """``types`` without the versions ``off`` names; a type left with no version is not served at all."""
+    out = []
+    for t in types:
+        versions = tuple(v for v in t.versions if (t.group, v) not in off)
+        if versions == t.versions:
+            out.append(t)
+        elif versions:
+            out.append(dataclasses.replace(t, versions=versions))
+    return tuple(out)
 
 
 class Registry:

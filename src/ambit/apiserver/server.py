@@ -43,7 +43,7 @@ from ambit.apiserver.kubernetes_service import (
 )
 from ambit.apiserver.limits import LimitSettings
 from ambit.apiserver.pod_security import PodSecuritySettings
-from ambit.apiserver.registry import Registry
+from ambit.apiserver.registry import Registry, enabled_builtins
 from ambit.apiserver.service_resolver import StoreServiceResolver
 from ambit.apiserver.store import LOG_BYTES, Store
 from ambit.apiserver.token_binding import DEFAULT_MAX_TOKEN_EXPIRATION
@@ -97,6 +97,9 @@ class ApiServerSettings:
     """Bound on the encoded objects those events keep in memory; the oldest go first."""
     bookmark_interval: float = 60.0
     """Seconds between watch bookmarks, for clients that ask for them."""
+    runtime_config: frozenset[tuple[str, str]] = frozenset()
+    """Built-in (group, version) pairs not served (kube's ``--runtime-config GROUP/VERSION=false``; see
+    :func:`ambit.apiserver.registry.runtime_config`)."""
     limits: LimitSettings = field(default_factory=LimitSettings)
     """What one user may ask: requests per second, open watches, how long a watch may stall (admins exempt)."""
     pod_security: PodSecuritySettings = field(default_factory=PodSecuritySettings)
@@ -154,7 +157,7 @@ class ApiServer:
             key_file.write_bytes(serving.key_pem)
             context.load_cert_chain(cert_file, key_file)
         store = Store(s.data_dir / "state.db", log_capacity=s.log_capacity, log_bytes=s.log_bytes)
-        registry = Registry()
+        registry = Registry(enabled_builtins(s.runtime_config))
         hub = WatchHub(capacity_bytes=s.limits.watch_queue_bytes)
         self.manager = ResourceManager(
             store,

@@ -33,18 +33,28 @@ def apiserver(
     user_qps: Annotated[float, typer.Option(help="Sustained requests per second per user (admins exempt).")] = 100.0,
     user_burst: Annotated[int, typer.Option(help="Requests per user at once after a pause.")] = 200,
     max_watches_per_user: Annotated[int, typer.Option(help="Open watches per user (admins exempt).")] = 100,
+    runtime_config: Annotated[
+        list[str] | None,
+        typer.Option(help="GROUP/VERSION=false turns a built-in API off, as kube-apiserver's flag (repeatable)."),
+    ] = None,
     watch_send_timeout: Annotated[
         float, typer.Option(help="Seconds a watch may stall on a client that does not read before it is closed.")
     ] = 10.0,
 ) -> None:
     """Serve the Kubernetes REST API over HTTPS, persisted in SQLite, usable by kubectl."""
     from ambit.apiserver.limits import LimitSettings
+    from ambit.apiserver.registry import RuntimeConfigError
+    from ambit.apiserver.registry import runtime_config as parse_runtime_config
     from ambit.apiserver.server import DEFAULT_CRD_DIR, ApiServerSettings, serve_forever
     from ambit.errors import AmbitError
 
     host, sep, port_text = listen.rpartition(":")
     if not sep or not port_text.isdigit():
         raise typer.BadParameter(f"expected HOST:PORT, got {listen!r}", param_hint="--listen")
+    try:
+        turned_off = parse_runtime_config(runtime_config or ())
+    except RuntimeConfigError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--runtime-config") from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = ApiServerSettings(
         data_dir=data_dir,
@@ -57,6 +67,7 @@ def apiserver(
         advertise_address=advertise_address,
         api_audiences=tuple(api_audience or ()),
         token_auth_file=token_auth_file,
+        runtime_config=turned_off,
         limits=LimitSettings(
             requests_per_second=user_qps,
             burst=user_burst,
