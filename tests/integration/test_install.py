@@ -1,8 +1,8 @@
 """``ambit install`` / ``uninstall`` / ``version`` against the embedded API server (a subprocess of its own).
 
 The server runs no controllers, so nothing becomes ready by itself: the wait is exercised by writing the
-workloads' status as their controllers would. Kinds the server does not serve yet (PodDisruptionBudget on this
-branch) are left out of the applied manifests, and only the assertions about them are skipped, saying why.
+workloads' status as their controllers would. A server that does not serve a kind of deploy/base is started with
+``--runtime-config`` turning that API off, as a cluster's API server can be.
 """
 
 from __future__ import annotations
