@@ -462,13 +462,15 @@ def test_the_topology_page_shows_the_labs_workloads_and_the_denied_edge_in_red(
 
 
 def _following_flow_readers() -> list[str]:
-    """Command lines of the ``ambit flows --follow`` children a lab dashboard starts in the nodes."""
+    """Command lines of the ``ambit flows --follow`` children a lab dashboard of this checkout starts in the nodes
+    (its Python: another clone's suite may have its own)."""
     found = []
     for entry in Path("/proc").iterdir():
         try:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"flows" in argv and b"--follow" in argv and b"--proxy-name" in argv:
+        ours = argv[0] == os.fsencode(sys.executable)
+        if ours and b"flows" in argv and b"--follow" in argv and b"--proxy-name" in argv:
             found.append(" ".join(a.decode(errors="replace") for a in argv))
     return found

@@ -66,8 +66,9 @@ def test_the_quick_profile_at_a_tiny_size_writes_both_scenarios_with_dnsmasq_as_
     assert all(r["value"] > 0 and r["reference"] > 0 and r["ratio"] > 0 for r in rows)
     assert rows[0]["env"]["services"] == 20
     assert "queries/s" in rows[2]["note"]
-    proxies = [line for line in _command_lines() if "bench.dns_proxy" in line and "--services 20 " in line]
-    assert not proxies
+    # Only this checkout's processes: another clone's suite may be running the same benchmark at the same time.
+    ours = [line for line in _command_lines() if line.startswith(f"{sys.executable} ")]
+    assert not [line for line in ours if "bench.dns_proxy" in line and "--services 20 " in line]
     assert not [line for line in _command_lines() if str(out) in line]
 
 
