@@ -1,8 +1,9 @@
 """The control plane on the lab (issue 6): node proxies learn workloads over delta xDS, follow readiness, and keep
 serving through a control-plane restart.
 
-One lab for the module (the mesh is on: the supervisor runs ``ambit controlplane`` on the lab bridge and gives each
-node proxy a pod-bound token). Namespace ``cp-amb`` is ambient: a client on node 1, a server on node 2.
+The module runs on the shared mesh lab (tests/e2e/lab_driver.py ``shared_mesh_lab``: the mesh installed from deploy/,
+the control plane the istiod pod's container). Namespace ``cp-amb`` is ambient: a client on node 1, a server on node
+2. The restart test kills the control plane; kubelet starts it again, and the next module finds the mesh ready.
 """
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ from tests.e2e.lab_driver import (
     Lab,
     http_echo_container,
     pod_manifest,
-    running_lab,
     service_manifest,
     sleeper,
     wait_until,
 )
 
 pytestmark = [pytest.mark.root, pytest.mark.kubectl, pytest.mark.timeout(TEST_TIMEOUT)]
+SHARES_THE_MESH_LAB = True  # tests/e2e/lab_driver.py shared_mesh_lab: one lab for the modules that share it
 
 NS = "cp-amb"
 PROPAGATION_BOUND = 10.0
@@ -63,21 +64,21 @@ def get(lab: Lab, url: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    with running_lab(tmp_path_factory.mktemp("e2e-controlplane"), mesh=True) as up:
-        n1, n2 = (node.name for node in up.topology.all_nodes())
-        up.namespace(NS)
-        up.kubectl("label", "namespace", NS, "istio.io/dataplane-mode=ambient")
-        up.apply(
-            pod_manifest("client", [sleeper()], node=n1, labels={"app": "client"}),
-            pod_manifest("server", [http_echo_container(8080)], node=n2, labels={"app": "server"}),
-            namespace=NS,
-        )
-        up.wait_pods_ready(NS, "", 2, timeout=60)
-        server_ip = up.pod("server", NS)["status"]["podIP"]
-        wait_until("client reaches server", lambda: get(up, f"http://{server_ip}:8080/") == "ok 200", timeout=30)
-        yield up
-        assert up.log_tracebacks() == []
+def lab(lab: Lab) -> Iterator[Lab]:
+    """The shared lab (conftest's ``lab``) with this module's ambient namespace, client and server."""
+    n1, n2 = (node.name for node in lab.topology.all_nodes())
+    lab.namespace(NS)
+    lab.kubectl("label", "namespace", NS, "istio.io/dataplane-mode=ambient")
+    lab.apply(
+        pod_manifest("client", [sleeper()], node=n1, labels={"app": "client"}),
+        pod_manifest("server", [http_echo_container(8080)], node=n2, labels={"app": "server"}),
+        namespace=NS,
+    )
+    lab.wait_pods_ready(NS, "", 2, timeout=60)
+    server_ip = lab.pod("server", NS)["status"]["podIP"]
+    wait_until("client reaches server", lambda: get(lab, f"http://{server_ip}:8080/") == "ok 200", timeout=30)
+    yield lab
+    assert lab.log_tracebacks() == []
 
 
 def test_a_new_pod_reaches_every_node_proxy_and_its_removal_too(lab: Lab) -> None:

@@ -1,9 +1,10 @@
 """Ambient enrolment on a real 2-node lab with the mesh (issue 4, "Done when"; spec §1.2, §2, §3).
 
-One lab for the module (``running_lab`` holds the machine-wide lab lock while it is up); each test works in
-namespaces of its own and deletes them. What is checked is what a user of the mesh sees, by looking where it
-happens: ``nft list ruleset`` and ``ss`` inside the pod's network namespace, the pod's
-``ambient.istio.io/redirection`` annotation, Events, and a real HTTP call to an http-echo server.
+The module runs on the shared mesh lab (tests/e2e/lab_driver.py ``shared_mesh_lab``); each test works in namespaces
+of its own and deletes them, and what it restarts (node agent, node proxy) is back before it ends. What is checked
+is what a user of the mesh sees, by looking where it happens: ``nft list ruleset`` and ``ss`` inside the pod's
+network namespace, the pod's ``ambient.istio.io/redirection`` annotation, Events, and a real HTTP call to an
+http-echo server.
 
 "Directly" is told apart from "through the node proxy" by the client's own address: the node proxy keeps the
 client's IP but opens its own connection to the app, so only a direct connection reaches the server from the
@@ -33,12 +34,12 @@ from tests.e2e.lab_driver import (
     http_echo_container,
     is_ready,
     pod_manifest,
-    running_lab,
     sleeper,
     wait_until,
 )
 
 pytestmark = [pytest.mark.root, pytest.mark.kubectl, pytest.mark.timeout(TEST_TIMEOUT)]
+SHARES_THE_MESH_LAB = True  # tests/e2e/lab_driver.py shared_mesh_lab: one lab for the modules that share it
 
 MODE = "istio.io/dataplane-mode"
 REDIRECTION = "ambient.istio.io/redirection"
@@ -48,11 +49,11 @@ PROXY_PORTS = {15001, 15006, 15008}
 
 
 @pytest.fixture(scope="module")
-def mesh_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    with running_lab(tmp_path_factory.mktemp("e2e-enrol"), mesh=True) as up:
-        wait_mesh_installed(up)
-        yield up
-        assert up.log_tracebacks() == []
+def mesh_lab(lab: Lab) -> Iterator[Lab]:
+    """The shared lab (conftest's ``lab``), its CNI chained and node proxies connected on every node."""
+    wait_mesh_installed(lab)
+    yield lab
+    assert lab.log_tracebacks() == []
 
 
 def wait_mesh_installed(lab: Lab) -> None:
