@@ -18,6 +18,8 @@ directory (topology, workloads file, local CA, run directory) and this process p
 Figures per variant, medians over ``--runs`` runs (one untimed run first warms the page cache):
 
 - ``ready``: seconds from spawn to ``READY=1`` (variants 1 and 2);
+- ``CPU time``: the process's user and system time until then (``/proc/<pid>/stat``, 10 ms ticks), which a busy
+  machine disturbs less than the wall-clock figures;
 - ``RSS``, ``RSS anon`` (the process's own pages; the rest are files such as shared libraries) and ``PSS`` from
   ``/proc/<pid>/status`` and ``smaps_rollup``, in MiB, and ``threads``;
 - ``import time``: the sum of the top-level imports' cumulative times that ``python -X importtime`` reports, in a
@@ -75,6 +77,7 @@ class Sample:
     rss_anon: float = 0.0
     pss: float = 0.0
     threads: int = 0
+    cpu_ms: float = 0.0
     import_ms: float | None = None
     modules: int | None = None
     import_self: Counter[str] = field(default_factory=Counter)
@@ -166,6 +169,8 @@ def measure_process(pid: int, sample: Sample) -> None:
     sample.rss = _kib(status["VmRSS"]) / 1024
     sample.rss_anon = _kib(status["RssAnon"]) / 1024
     sample.threads = int(status["Threads"])
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    sample.cpu_ms = (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")  # utime + stime
     for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
         if line.startswith("Pss:"):
             sample.pss = _kib(line.split(":", 1)[1]) / 1024
@@ -303,6 +308,7 @@ def run(runs: int, pods: int, out: Path | None = RESULTS, *, quick: bool = False
         if not variant.lab_flags:
             ready = [s.ready for s in samples if s.ready is not None]
             report.add(Measurement(scenario, "ready (median)", median(ready), "s"))
+        report.add(Measurement(scenario, "CPU time (median)", median([s.cpu_ms for s in samples]), "ms"))
         report.add(Measurement(scenario, "import time (median)", median([s.import_ms or 0.0 for s in samples]), "ms"))
         report.add(Measurement(scenario, "modules", median([float(s.modules or 0) for s in samples]), ""))
         report.add(Measurement(scenario, "RSS (median)", median([s.rss for s in samples]), "MiB"))
