@@ -20,7 +20,8 @@ Rules:
 3. The command's own checks of its arguments raise ``typer.BadParameter`` before they have any effect; such an
    error is declined too, so typer parses again and reports it (the checks run twice only on bad input).
 4. ``typer.Exit(code)`` exits with ``code``; a return exits 0; Ctrl-C before the command handles signals exits 1
-   with click's ``Aborted!``.
+   with click's ``Aborted!``. Any other exception propagates: Python prints its traceback and the status is 1, as
+   under typer (whose traceback is formatted by rich).
 """
 
 from __future__ import annotations
