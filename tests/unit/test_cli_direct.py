@@ -4,6 +4,7 @@ gives it, and whatever it is not sure of is left to typer."""
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 from typing import Any
 
@@ -12,6 +13,7 @@ import typer
 from typer.testing import CliRunner
 
 from ambit.cli.direct import command_spec, parse_direct
+from ambit.cli.main import DIRECT_COMMANDS
 from ambit.cli.mesh import nodeagent, nodeproxy
 
 LAB_FLAGS = [
@@ -94,3 +96,9 @@ def test_what_the_parser_is_not_sure_of_is_left_to_typer(argv: list[str]) -> Non
 
 def test_an_option_without_a_declared_name_leaves_the_whole_command_to_typer() -> None:
     assert command_spec(nodeagent) is None  # --uninstall is typer's implicit --uninstall/--no-uninstall
+
+
+def test_every_direct_command_can_be_parsed_without_typer() -> None:
+    """An option the parser does not understand would silently send the command back through typer (and pydantic)."""
+    for name, (module, function) in DIRECT_COMMANDS.items():
+        assert command_spec(getattr(importlib.import_module(module), function)) is not None, name

@@ -1,8 +1,8 @@
 """Running a per-node daemon's command straight from its arguments, without typer's parsing on the happy path.
 
 Theory of operation: typer coerces every parameter through a pydantic ``TypeAdapter``, so parsing a command line
-imports pydantic and builds an adapter per option: tens of milliseconds and megabytes that a long-running daemon
-keeps for its whole life, to read a few strings once. For the commands in :data:`ambit.cli.main.DIRECT_COMMANDS`
+imports pydantic and builds an adapter per option, which a long-running daemon then keeps for its whole life only to
+have read a few strings once. For the commands in :data:`ambit.cli.main.DIRECT_COMMANDS`
 (the node proxy: one per node, restarted on every hand-over), :func:`run_direct` reads the command's own
 declaration (its typer ``Annotated`` options) into a :class:`CommandSpec` and parses the arguments itself. It
 handles only what it is sure of and otherwise declines, and the caller runs the command through typer as before,
