@@ -6,7 +6,7 @@ UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
 STAMP := $(VENV)/.installed
 
 BYTECODE := $(VENV)/bin/python -m compileall -q -j 0 src tests bench >/dev/null
-.PHONY: install bytecode test demo lint bench bench-quick bench-apiserver bench-apiserver-quick bench-lab bench-cni bench-policy bench-policy-quick bench-dns bench-dns-quick bench-scale bench-scale-quick clean
+.PHONY: install bytecode test demo lint bench bench-quick bench-apiserver bench-apiserver-quick bench-lab bench-cni bench-policy bench-policy-quick bench-dns bench-dns-quick bench-scale bench-scale-quick bench-startup bench-startup-quick clean
 
 install: $(STAMP)
 
@@ -72,6 +72,12 @@ bench-scale: install  # control plane at 10,000 pods, 1,000 Services, 100 node p
 
 bench-scale-quick: install  # the same at 1,000 pods and 10 node proxies (under a minute); full size: --profile full
 	$(VENV)/bin/python -m bench.scale --profile quick
+
+bench-startup: install bytecode  # root: the node proxy's start-up: import time, RSS at ready, modules, threads (bench/results/startup.{md,json})
+	$(VENV)/bin/python -m bench.startup
+
+bench-startup-quick: install bytecode  # root: the same, the 'no pods' variant once
+	$(VENV)/bin/python -m bench.startup --quick --runs 1
 
 bench-lab: install  # root: brings a lab up and down
 	$(VENV)/bin/python -m bench.lab

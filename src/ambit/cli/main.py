@@ -4,6 +4,10 @@ Each sub-command lives in its own module, and ``main`` imports only the module o
 modules pull in what their commands need (the gRPC extension, HTTP clients, rich), and a node proxy, a CNI call or
 ``ambit lab exec`` should not pay two seconds of imports for commands it does not run. ``--help`` and anything
 unknown import them all, so help lists every command and typer reports unknown ones as usual.
+
+The per-node daemons in :data:`DIRECT_COMMANDS` are parsed without typer's coercion layer when their arguments are
+plain (:mod:`ambit.cli.direct`): typer would import pydantic and keep it for the daemon's whole life. Anything else
+about them (help, a bad value) goes through typer as for every other command.
 """
 
 from __future__ import annotations
@@ -52,6 +56,10 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
 """The top-level command names and the modules that register them (tests/unit/test_cli_main.py keeps it true)."""
 
 
+DIRECT_COMMANDS: dict[str, tuple[str, str]] = {"nodeproxy": ("ambit.cli.mesh", "nodeproxy")}
+"""Commands run by :func:`ambit.cli.direct.run_direct` when it can: the module and the function of each."""
+
+
 def modules_for(argv: Sequence[str]) -> tuple[str, ...]:
     """The modules to import to run ``argv`` (the arguments after the program name): the named command's, or all."""
     command = next((arg for arg in argv if not arg.startswith("-")), None)
@@ -61,6 +69,12 @@ def modules_for(argv: Sequence[str]) -> tuple[str, ...]:
 
 
 def main() -> None:
-    for module in modules_for(sys.argv[1:]):
+    argv = sys.argv[1:]
+    if argv and argv[0] in DIRECT_COMMANDS:
+        from ambit.cli.direct import run_direct
+
+        module, function = DIRECT_COMMANDS[argv[0]]
+        run_direct(getattr(importlib.import_module(module), function), argv[1:])  # exits unless it declines
+    for module in modules_for(argv):
         importlib.import_module(module)
     app()

@@ -26,6 +26,10 @@ Rules:
    error (NXDOMAIN, timeout) is not asked again for the other version.
 7. :meth:`HostnameResolver.fetch_addresses` gives every address of both versions (IPv4 first; Envoy's lookup
    family ALL), for a caller that tries them all; an error for IPv4 is not asked again for IPv6, as in rule 6.
+8. :func:`upstream_lookup` asks over plain DNS (UDP, then TCP), never DNS over HTTPS or QUIC: it imports
+   dnspython's query module when it is built (at start-up, not on the first lookup, which would stall the loop)
+   with dnspython's DNS-over-HTTPS support switched off first, so the process never loads the HTTP/2 client stack
+   that support would import.
 """
 
 from __future__ import annotations
@@ -36,8 +40,8 @@ import random
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 
-import dns.asyncquery
 import dns.exception
 import dns.message
 import dns.name
@@ -240,6 +244,7 @@ def answer_addresses(response: dns.message.Message, name: str, version: int) -> 
 
 def upstream_lookup(nameservers: Sequence[str], *, port: int = 53, timeout: float = 2.0) -> Lookup:
     """A :data:`Lookup` that asks ``nameservers`` in turn (UDP, TCP when truncated), from the caller's netns."""
+    asyncquery = _plain_dns_query()
 
     async def lookup(name: str, version: int) -> Resolved:
         if not nameservers:
@@ -251,7 +256,7 @@ def upstream_lookup(nameservers: Sequence[str], *, port: int = 53, timeout: floa
             try:
                 # Datagrams that are not the answer (garbage, another id, another source) are ignored, as the
                 # DNS proxy's forwarder does: a spoofed packet cannot fail the lookup, only the timeout can.
-                response, _tcp = await dns.asyncquery.udp_with_fallback(
+                response, _tcp = await asyncquery.udp_with_fallback(
                     query, server, timeout=timeout, port=port, ignore_unexpected=True, ignore_errors=True
                 )
             except dns.exception.Timeout:
@@ -267,3 +272,13 @@ def upstream_lookup(nameservers: Sequence[str], *, port: int = 53, timeout: floa
         raise last
 
     return lookup
+
+
+def _plain_dns_query() -> ModuleType:
+    """dnspython's asyncio query module, imported without its DNS-over-HTTPS support (rule 8)."""
+    import dns._features
+
+    dns._features.force("doh", False)
+    import dns.asyncquery
+
+    return dns.asyncquery

@@ -42,8 +42,7 @@ from ambit.xds.client_session import ClientSession, ClientUpdate, Decoder
 from ambit.xds.convert import ADDRESS_TYPE_URL, decode_address
 from ambit.xds.errors import XdsConfigFileError
 from ambit.xds.keepalive import DEFAULT_KEEPALIVE, KeepaliveSettings
-from ambit.xds.server import METHOD, SERVICE_NAME
-from ambit.xds.session import AUTHORIZATION_TYPE_URL
+from ambit.xds.session import AUTHORIZATION_TYPE_URL, METHOD, SERVICE_NAME
 
 __all__ = ["MAX_RESPONSE_BYTES", "Backoff", "XdsClient"]
 

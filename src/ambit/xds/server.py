@@ -61,11 +61,20 @@ from ambit.api import discovery_pb2 as dpb
 from ambit.xds.convert import ADDRESS_TYPE_URL
 from ambit.xds.errors import XdsError
 from ambit.xds.keepalive import DEFAULT_KEEPALIVE, KeepaliveSettings
-from ambit.xds.session import AUTHORIZATION_TYPE_URL, EMPTY, RequestKind, ResourceSet, ServerSession
+from ambit.xds.session import (
+    AUTHORIZATION_TYPE_URL,
+    EMPTY,
+    METHOD,
+    SERVICE_NAME,
+    RequestKind,
+    ResourceSet,
+    ServerSession,
+)
 from ambit.xds.sync import DEFAULT_STALE_AFTER, SYNCZ_TYPE_URL, ClientSync, SyncRegistry
 from ambit.xds.table import ResourceSource
 
 __all__ = [
+    "METHOD",
     "NO_OBSERVER",
     "SERVICE_NAME",
     "Authenticator",
@@ -79,9 +88,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("ambit.xds.server")
-
-SERVICE_NAME = "envoy.service.discovery.v3.AggregatedDiscoveryService"
-METHOD = "DeltaAggregatedResources"
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,6 +50,9 @@ __all__ = [
 ]
 
 AUTHORIZATION_TYPE_URL = "type.googleapis.com/istio.security.Authorization"
+SERVICE_NAME = "envoy.service.discovery.v3.AggregatedDiscoveryService"
+"""The gRPC service of delta ADS; with :data:`METHOD`, the one stream both ends speak."""
+METHOD = "DeltaAggregatedResources"
 WILDCARD = "*"
 
 

@@ -20,7 +20,7 @@ from google.protobuf.message import DecodeError
 
 from ambit.api import discovery_pb2 as dpb
 from ambit.xds.errors import XdsError
-from ambit.xds.server import METHOD, SERVICE_NAME
+from ambit.xds.session import METHOD, SERVICE_NAME
 from ambit.xds.sync import SYNCZ_TYPE_URL
 
 __all__ = ["MAX_DOCUMENT_BYTES", "SyncReadError", "fetch_sync_document"]
