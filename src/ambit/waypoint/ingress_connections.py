@@ -26,11 +26,20 @@ Rules:
 4. The gateway's policies are checked once per connection, then the bytes read (the ClientHello) go first and both
    directions are relayed (:func:`ambit.waypoint.tcp.relay_to`: ``istio_tcp_*`` metrics with reporter="source",
    one access-log line, idle timeout).
+5. On a port where TLS listeners pass through and terminate side by side, the ClientHello is peeked
+   (:func:`peek_hello`, rule 1's bounds) rather than read: its server name picks the listener, and the bytes stay
+   in the socket, for the TLS handshake of a terminating listener or the relay of a passthrough one. A terminated
+   connection is served only by the listener its handshake picked, and only when that is the listener the peeked
+   server name picked (:mod:`ambit.waypoint.ingress`): a client cannot have its hello read one way and its
+   handshake another. A passthrough listener never decrypts: what follows the ClientHello, garbage included, is
+   relayed to its backend as it came.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -43,7 +52,7 @@ from ambit.waypoint.ingress_routing import IngressRouter
 from ambit.waypoint.tcp import pick_connection_endpoint
 from ambit.waypoint.traffic_policy import BackendPolicy
 
-__all__ = ["Closed", "find_connection_endpoint", "plan_backend", "read_hello"]
+__all__ = ["Closed", "find_connection_endpoint", "peek_hello", "plan_backend", "read_hello"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +83,59 @@ async def read_hello(
         raise HelloRefusedError(exc.reason) from None
     except TimeoutError:
         raise HelloRefusedError(f"no whole ClientHello within {timeout:g}s") from None
+
+
+async def peek_hello(
+    sock: socket.socket,
+    timeout: float,  # noqa: ASYNC109 - rule 1's bound, part of what a refused hello reports
+    limit: int = HELLO_LIMIT,
+) -> ClientHello:
+    """Rule 5: the ClientHello at the head of ``sock``'s received bytes, read without taking them: they stay in the
+    socket for whoever serves the connection next (a TLS handshake, or the relay). Bounded as :func:`read_hello`.
+    While the hello is incomplete the socket's low-water mark asks the kernel to wake us only once more bytes than
+    those seen have come, so a slow client costs one wake-up per segment, not a busy loop."""
+    loop = asyncio.get_running_loop()
+    seen = 0
+    try:
+        async with asyncio.timeout(timeout):
+            while True:
+                await _readable(loop, sock)
+                data = sock.recv(limit, socket.MSG_PEEK)
+                if not data:
+                    raise HelloRefusedError("the client closed before its ClientHello was complete")
+                if len(data) == seen:  # woken without news (the mark is only a hint): wait, then look again
+                    await asyncio.sleep(0.005)
+                    continue
+                seen = len(data)
+                hello = read_client_hello(data, limit=limit)
+                if hello is not None:
+                    return hello
+                if seen >= limit:
+                    raise HelloRefusedError(f"no whole ClientHello within {limit} bytes")
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, seen + 1)
+    except ClientHelloError as exc:
+        raise HelloRefusedError(exc.reason) from None
+    except TimeoutError:
+        raise HelloRefusedError(f"no whole ClientHello within {timeout:g}s") from None
+    except BlockingIOError:
+        raise HelloRefusedError("the socket had nothing to read when it said it had") from None
+    finally:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 1)
+
+
+async def _readable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+    waiter: asyncio.Future[None] = loop.create_future()
+
+    def ready() -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    loop.add_reader(sock.fileno(), ready)
+    try:
+        await waiter
+    finally:
+        loop.remove_reader(sock.fileno())
 
 
 def plan_backend(
