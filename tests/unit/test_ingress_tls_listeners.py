@@ -201,7 +201,8 @@ REF_OTHER = {"name": "shared-cert", "namespace": "certs"}
 NOT_PERMITTED = (
     False,
     "RefNotPermitted",
-    'certificateRef shared-cert/certs not accessible to a Gateway in namespace "istio-system" (missing a ReferenceGrant?)',
+    'certificateRef shared-cert/certs not accessible to a Gateway in namespace "istio-system"'
+    " (missing a ReferenceGrant?)",
 )
 
 
