@@ -92,8 +92,9 @@ async def peek_hello(
 ) -> ClientHello:
     """Rule 5: the ClientHello at the head of ``sock``'s received bytes, read without taking them: they stay in the
     socket for whoever serves the connection next (a TLS handshake, or the relay). Bounded as :func:`read_hello`.
-    While the hello is incomplete the socket's low-water mark asks the kernel to wake us only once more bytes than
-    those seen have come, so a slow client costs one wake-up per segment, not a busy loop."""
+    While the hello is incomplete the socket's low-water mark (``SO_RCVLOWAT``) asks the kernel to wake us only once
+    more bytes than those seen have come, so a slow client costs one wake-up per segment, not a busy loop; a wake-up
+    without more bytes is the client's end of stream (Linux reports a socket readable below the mark only then)."""
     loop = asyncio.get_running_loop()
     seen = 0
     try:
@@ -103,9 +104,8 @@ async def peek_hello(
                 data = sock.recv(limit, socket.MSG_PEEK)
                 if not data:
                     raise HelloRefusedError("the client closed before its ClientHello was complete")
-                if len(data) == seen:  # woken without news (the mark is only a hint): wait, then look again
-                    await asyncio.sleep(0.005)
-                    continue
+                if len(data) == seen:  # readable below the mark: the client shut its side (FIN) mid-hello
+                    raise HelloRefusedError("the client closed before its ClientHello was complete")
                 seen = len(data)
                 hello = read_client_hello(data, limit=limit)
                 if hello is not None:
