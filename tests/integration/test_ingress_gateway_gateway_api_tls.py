@@ -163,6 +163,7 @@ async def echo(port: int, sni: str, context: ssl.SSLContext | None = None) -> tu
                 await writer.drain()
                 line = await reader.readline()
                 tls = writer.get_extra_info("ssl_object")
+                assert tls.selected_alpn_protocol() is None
                 return (line, tls.getpeercert(binary_form=True)) if line else None
             finally:
                 writer.close()
@@ -254,7 +255,9 @@ async def test_one_port_terminates_the_terminate_listener_s_name_and_passes_the_
         "passthrough": ListenerProtocol.TLS,
         "paired": ListenerProtocol.TLS_TERMINATE,
     }
-    answered = await echo(port, "echo.example.com")
+    offers_h2 = server_context()
+    offers_h2.set_alpn_protocols(["h2", "http/1.1"])  # as curl does: a relay must not claim h2
+    answered = await echo(port, "echo.example.com", offers_h2)
     assert answered is not None and answered[0] == b"hello through the gateway\n"  # terminated: plain to the echo
     assert answered[1] == _der(ECDSA)  # the certificate of the other namespace, by the ReferenceGrant
     assert await tls_ask(port, "a.example.com") == "one hello"  # passed through: the backend's own certificate

@@ -39,6 +39,9 @@ Rules:
    passthrough listeners, a server name that picks a passthrough listener never reaches a handshake (the gateway
    reads the ClientHello first, :mod:`ambit.waypoint.ingress`), and if it did, the handshake would fail as for
    a name no listener takes (rule 2).
+8. ALPN: an HTTPS listener offers ``h2`` then ``http/1.1``; a TLS_TERMINATE listener none (the client's list is
+   not answered), as istiod builds the TLS context of a TCP server terminating TLS: it relays bytes, so a client
+   offering ``h2`` must not be told the gateway speaks it.
 """
 
 from __future__ import annotations
@@ -100,6 +103,7 @@ def _static_contexts(listener: IngressListener) -> list[tuple[TlsCredential, ssl
     for i, cert in enumerate(listener.certificates):
         try:
             context = edge_server_context(cert.cert_pem, cert.key_pem)
+            _no_http_alpn(context, listener)
             _bound(context, listener.tls)
             if listener.tls.mode.takes_ca:
                 edge_client_ca(context, listener.tls.ca_pem, required=listener.tls.mode.requires_client_certificate)
@@ -110,6 +114,12 @@ def _static_contexts(listener: IngressListener) -> list[tuple[TlsCredential, ssl
         credential = judged if isinstance(judged, TlsCredential) else TlsCredential(cert.cert_pem, cert.key_pem)
         loaded.append((credential, context))
     return loaded
+
+
+def _no_http_alpn(context: ssl.SSLContext, listener: IngressListener) -> None:
+    """Rule 8: a listener that relays bytes (TLS_TERMINATE) negotiates no application protocol."""
+    if not listener.protocol.carries_http:
+        context.set_alpn_protocols([])
 
 
 def _key_type(cert_pem: bytes) -> str:
@@ -130,6 +140,7 @@ def _paired_context(listener: IngressListener) -> ssl.SSLContext | None:
         return None
     try:
         context = edge_server_context(first.cert_pem, first.key_pem)
+        _no_http_alpn(context, listener)
         edge_add_certificate(context, second.cert_pem, second.key_pem)
         _bound(context, listener.tls)
         if listener.tls.mode.takes_ca:
@@ -174,7 +185,7 @@ def _widest(listeners: tuple[IngressListener, ...]) -> ListenerTls:
 
 
 class PortTls:
-    """The TLS side of one port with terminating listeners (rules 1-7)."""
+    """The TLS side of one port with terminating listeners (rules 1-8)."""
 
     def __init__(self, port: int, router: IngressRouter, mesh: MeshCertificate, trust_domain: str) -> None:
         self.port = port
