@@ -93,8 +93,9 @@ async def peek_hello(
     """Rule 5: the ClientHello at the head of ``sock``'s received bytes, read without taking them: they stay in the
     socket for whoever serves the connection next (a TLS handshake, or the relay). Bounded as :func:`read_hello`.
     While the hello is incomplete the socket's low-water mark (``SO_RCVLOWAT``) asks the kernel to wake us only once
-    more bytes than those seen have come, so a slow client costs one wake-up per segment, not a busy loop; a wake-up
-    without more bytes is the client's end of stream (Linux reports a socket readable below the mark only then)."""
+    more bytes than those seen have come, so a slow client costs one wake-up per segment, not a busy loop. A
+    wake-up without more bytes is the client's end of stream on TCP (Linux reports a socket readable below the mark
+    only then), which the connection's state confirms (``CLOSE_WAIT``); any other is waited out in short pauses."""
     loop = asyncio.get_running_loop()
     seen = 0
     try:
@@ -104,8 +105,11 @@ async def peek_hello(
                 data = sock.recv(limit, socket.MSG_PEEK)
                 if not data:
                     raise HelloRefusedError("the client closed before its ClientHello was complete")
-                if len(data) == seen:  # readable below the mark: the client shut its side (FIN) mid-hello
-                    raise HelloRefusedError("the client closed before its ClientHello was complete")
+                if len(data) == seen:  # readable below the mark: the client's end of stream, or a spurious wake
+                    if _peer_closed(sock):
+                        raise HelloRefusedError("the client closed before its ClientHello was complete")
+                    await asyncio.sleep(_NO_NEWS_PAUSE)
+                    continue
                 seen = len(data)
                 hello = read_client_hello(data, limit=limit)
                 if hello is not None:
@@ -122,6 +126,22 @@ async def peek_hello(
     finally:
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 1)
+
+
+_NO_NEWS_PAUSE = 0.01
+"""Seconds to wait after a wake-up that brought no bytes and no end of stream (a socket whose kind does not honour
+``SO_RCVLOWAT``): bounds the cost of such a wait at 100 looks a second, until the hello's timeout."""
+_CLOSED_STATES = frozenset({7, 8, 9})
+"""Linux ``tcpi_state`` of a connection whose peer has sent its FIN: TCP_CLOSE, TCP_CLOSE_WAIT, TCP_LAST_ACK."""
+
+
+def _peer_closed(sock: socket.socket) -> bool:
+    """The peer has ended its stream (TCP, from ``TCP_INFO``); False when that cannot be told."""
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)
+    except OSError:
+        return False
+    return bool(info) and info[0] in _CLOSED_STATES
 
 
 async def _readable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
