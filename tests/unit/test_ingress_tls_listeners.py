@@ -366,3 +366,57 @@ def test_any_reference_grants_answer_without_error_and_grant_exactly_what_they_l
         to_name=name,
     )
     assert permitted is oracle(grants, to_namespace, name)
+
+
+LISTENER = st.fixed_dictionaries(
+    {
+        "name": st.sampled_from(["a", "b", "c"]) | st.integers(),
+        "port": st.sampled_from([443, 9443, 0, -1, 70000, "443"]),
+        "protocol": st.sampled_from(["TLS", "HTTPS", "TCP", "HTTP", "tls", 7]),
+    },
+    optional={
+        "hostname": st.sampled_from(["example.com", "*.example.com", "", None, 3]),
+        "tls": st.fixed_dictionaries(
+            {},
+            optional={
+                "mode": st.sampled_from(["Terminate", "Passthrough", "Other", None, 1]),
+                "certificateRefs": st.lists(
+                    st.fixed_dictionaries(
+                        {},
+                        optional={
+                            "name": st.sampled_from(["my-cert", "shared-cert", "", None, 5]),
+                            "namespace": st.sampled_from(["istio-system", "certs", "", None, []]),
+                            "kind": st.sampled_from(["Secret", "ConfigMap", "", None]),
+                            "group": st.sampled_from(["", "core", "x.io", None]),
+                        },
+                    )
+                    | st.integers(),
+                    max_size=4,
+                )
+                | st.none()
+                | st.text(max_size=3),
+                "options": st.dictionaries(
+                    st.just("gateway.istio.io/tls-terminate-mode"),
+                    st.sampled_from(["ISTIO_MUTUAL", "MUTUAL", "SIMPLE", "", 1]),
+                ),
+            },
+        )
+        | st.none()
+        | st.integers(),
+    },
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(LISTENER, max_size=5), st.booleans())
+def test_any_listeners_are_judged_without_error_and_a_ready_terminating_one_has_what_it_serves(
+    listeners: list[dict[str, Any]], granted: bool
+) -> None:
+    grants = ReferenceGrants.build([grant("certs")] if granted else [])
+    find = secrets_of(tls_secret(), tls_secret("shared-cert", "certs"))
+    for judged in judge_listeners(gateway(*listeners), find, grants=grants):
+        if judged.ready and judged.terminates_tls:
+            assert 1 <= len(judged.credentials) <= 2 or judged.client_tls.mode.value == "ISTIO_MUTUAL"
+        if not judged.terminates_tls:
+            assert judged.credentials == ()
+        assert isinstance(judged.resolved[2], str) and isinstance(judged.accepted[2], str)
