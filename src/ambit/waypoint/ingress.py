@@ -21,7 +21,8 @@ HBONE pool, telemetry and admin endpoints) that, instead of an HBONE listener, s
   speaks (:func:`~ambit.waypoint.traffic_policy.plan_upstream_h2`: HTTP/2 to a port declared HTTP/2 or gRPC,
   else HTTP/1.1, also to a port of unknown protocol), measured with ``reporter="source"`` and logged.
 - Connections on a TLS (passthrough) or TCP port are routed whole (:mod:`ambit.waypoint.ingress_connections`):
-  the ClientHello's server name, read without terminating TLS, picks the virtual host of a TLS port; the bytes
+  the ClientHello's server name, peeked at without terminating TLS or taking the bytes, picks the virtual host of
+  a TLS port; the bytes
   are relayed to one endpoint of a weighted backend over HBONE. A connection nothing routes is closed; the
   reasons are counted (``connection_refusals`` in the config dump). A TLS_TERMINATE port terminates TLS as an
   HTTPS port does (the same listener pick by SNI, certificates and client verdict), then relays the decrypted
@@ -114,7 +115,6 @@ from ambit.waypoint.ingress_connections import (
     find_connection_endpoint,
     peek_hello,
     plan_backend,
-    read_hello,
 )
 from ambit.waypoint.ingress_routing import IngressRouter
 from ambit.waypoint.ingress_tls import Admitted, PortTls
@@ -556,9 +556,8 @@ class IngressGateway(Waypoint):
     ) -> None:
         """A connection on a TLS passthrough or TCP port (:mod:`ambit.waypoint.ingress_connections`); it is
         ``established`` once its ClientHello is read (at once on a TCP port)."""
-        loop = asyncio.get_running_loop()
         prefix, server_name = b"", ""
-        if protocol is ListenerProtocol.TLS and self.router.terminates_on(port):
+        if protocol is ListenerProtocol.TLS:
             try:
                 hello = await peek_hello(sock, self.settings.limits.sniff_timeout)
             except (HelloRefusedError, OSError) as exc:
@@ -569,13 +568,6 @@ class IngressGateway(Waypoint):
             if picked is not None and picked.protocol is ListenerProtocol.TLS_TERMINATE:
                 await self._terminate_shared(sock, port, picked.name, peer, local, established)
                 return
-        elif protocol is ListenerProtocol.TLS:
-            try:
-                prefix, hello = await read_hello(lambda n: loop.sock_recv(sock, n), self.settings.limits.sniff_timeout)
-            except (HelloRefusedError, OSError) as exc:
-                self._refuse(sock, "hello", peer, port, str(exc))
-                return
-            server_name = hello.server_name or ""
         established()
         planned = plan_backend(self.router, port, server_name, self.context.random())
         if isinstance(planned, Closed):
