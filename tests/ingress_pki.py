@@ -11,12 +11,19 @@ from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from ambit.tls.certs import KeyPair
 
-__all__ = ["cert_sha256_hex", "client_cert", "opaque_secret", "self_signed_client", "spki_sha256_b64"]
+__all__ = [
+    "cert_sha256_hex",
+    "client_cert",
+    "opaque_secret",
+    "rsa_server_cert",
+    "self_signed_client",
+    "spki_sha256_b64",
+]
 
 
 def _names(dns: tuple[str, ...], uris: tuple[str, ...], emails: tuple[str, ...]) -> list[x509.GeneralName]:
@@ -71,6 +78,33 @@ def client_cert(
     assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
     key = ec.generate_private_key(ec.SECP256R1())
     return _pair(_build(subject, ca_cert.subject, ca_key, key, _names(dns, uris, emails)), key)
+
+
+def rsa_server_cert(ca: KeyPair, *dns: str) -> KeyPair:
+    """A serverAuth certificate with an RSA 2048 key (the mesh's own are ECDSA), issued by ``ca`` for ``dns``: a
+    listener's second certificate of another key type."""
+    ca_cert = x509.load_pem_x509_certificate(ca.cert_pem)
+    ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, dns[0])]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(d) for d in dns]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    return KeyPair(
+        cert.public_bytes(serialization.Encoding.PEM),
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()),
+    )
 
 
 def self_signed_client(subject: str = "client", *, dns: tuple[str, ...] = (), uris: tuple[str, ...] = ()) -> KeyPair:

@@ -3,7 +3,7 @@ deployed by the control plane gets a LoadBalancer address from the lab, and ``cu
 Service through it over HTTP and HTTPS (SNI choosing between two certificates); a rotated certificate is served
 without a restart; the backend's node proxy sees the gateway's SPIFFE identity as the peer; a Service labelled
 ``istio.io/ingress-use-waypoint`` is reached through its waypoint; TLS passes through a passthrough listener to the
-backend the TLSRoute for its server name names.
+backend the TLSRoute for its server name names; a TLS ``Terminate`` listener and a passthrough one share a port.
 
 One lab for the module, the mesh installed from deploy/. Namespace ``in-app`` is ambient (Deployment and Service
 ``echo``); namespace ``in-edge`` holds the Gateway ``edge`` (listeners http 8080, https 8443 for a.example and
@@ -151,9 +151,9 @@ def lab(tmp_path_factory: pytest.TempPathFactory, certs: Certificates) -> Iterat
         assert up.log_tracebacks() == []
 
 
-def address(lab: Lab) -> str:
+def address(lab: Lab, name: str = "edge") -> str:
     def programmed() -> str | None:
-        gateway = lab.get("gateway", "edge", "-n", EDGE)
+        gateway = lab.get("gateway", name, "-n", EDGE)
         if condition(gateway, "Programmed").get("status") != "True":
             return None
         addresses = (gateway.get("status") or {}).get("addresses") or []
@@ -368,10 +368,9 @@ def test_request_authentication_and_a_principal_policy_at_the_gateway(lab: Lab) 
 HTTPS_ECHO = ["python3", "-m", "ambit.lab.apps", "https-echo"]
 
 
-def test_tls_passthrough_reaches_the_backend_that_terminates_it(lab: Lab) -> None:
-    """A TLSRoute for ``secure.example`` on the passthrough listener: curl's TLS session is with the backend pod
-    (its own certificate), relayed over HBONE by the gateway; another server name gets no connection."""
-    ip = address(lab)
+def secure_backend() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The Deployment and Service ``secure`` in ``in-app``: an HTTPS echo that terminates TLS itself as
+    ``secure.example`` (the passthrough listeners' backend)."""
     secure = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -401,6 +400,14 @@ def test_tls_passthrough_reaches_the_backend_that_terminates_it(lab: Lab) -> Non
         "metadata": {"name": "secure"},
         "spec": {"selector": {"app": "secure"}, "ports": [{"name": "tls", "port": 443, "targetPort": 8443}]},
     }
+    return secure, service
+
+
+def test_tls_passthrough_reaches_the_backend_that_terminates_it(lab: Lab) -> None:
+    """A TLSRoute for ``secure.example`` on the passthrough listener: curl's TLS session is with the backend pod
+    (its own certificate), relayed over HBONE by the gateway; another server name gets no connection."""
+    ip = address(lab)
+    secure, service = secure_backend()
     route = {
         "apiVersion": "gateway.networking.k8s.io/v1alpha2",
         "kind": "TLSRoute",
@@ -438,6 +445,116 @@ def test_tls_passthrough_reaches_the_backend_that_terminates_it(lab: Lab) -> Non
         return accepted and tls.get("attachedRoutes") == 1 and kinds == ["TLSRoute"]
 
     wait_until("the TLSRoute is Accepted and attached to the tls listener", judged, 60, 1)
+
+
+def listener_condition(listener: dict[str, Any], kind: str) -> str:
+    return next((str(c.get("status")) for c in listener.get("conditions") or () if c.get("type") == kind), "")
+
+
+def test_tls_terminate_and_passthrough_listeners_share_a_port(lab: Lab, certs: Certificates) -> None:
+    """A second Gateway, ``edge-tls``, with a TLS ``Terminate`` listener for ``term.example`` (its certificate a
+    Secret of ``in-app``, allowed by a ReferenceGrant there) and a TLS ``Passthrough`` listener on the same port
+    9444: curl's session for ``term.example`` ends at the gateway (our CA's certificate) and its plain HTTP goes on
+    by a TCPRoute to ``echo``; for ``secure.example`` it goes through to the backend pod (its own certificate)."""
+    grant = {
+        "apiVersion": "gateway.networking.k8s.io/v1beta1",
+        "kind": "ReferenceGrant",
+        "metadata": {"name": "edge-gateways"},
+        "spec": {
+            "from": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "namespace": EDGE}],
+            "to": [{"group": "", "kind": "Secret", "name": "cert-term"}],
+        },
+    }
+
+    def tls_listener(name: str, mode: str, **more: Any) -> dict[str, Any]:
+        return {
+            "name": name,
+            "port": 9444,
+            "protocol": "TLS",
+            "tls": {"mode": mode, **more.pop("tls", {})},
+            "allowedRoutes": {"namespaces": {"from": "All"}},
+            **more,
+        }
+
+    gateway = {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "Gateway",
+        "metadata": {"name": "edge-tls"},
+        "spec": {
+            "gatewayClassName": "istio",
+            "listeners": [
+                tls_listener(
+                    "terminate",
+                    "Terminate",
+                    hostname="term.example",
+                    tls={"certificateRefs": [{"name": "cert-term", "namespace": APP}]},
+                ),
+                tls_listener("passthrough", "Passthrough"),
+            ],
+        },
+    }
+
+    def route(kind: str, name: str, section: str, backend: str, port: int, **spec: Any) -> dict[str, Any]:
+        return {
+            "apiVersion": "gateway.networking.k8s.io/v1alpha2",
+            "kind": kind,
+            "metadata": {"name": name},
+            "spec": {
+                "parentRefs": [{"name": "edge-tls", "namespace": EDGE, "sectionName": section}],
+                "rules": [{"backendRefs": [{"name": backend, "port": port}]}],
+                **spec,
+            },
+        }
+
+    secure, service = secure_backend()
+    lab.apply(
+        secure,
+        service,
+        tls_secret("cert-term", certs.issue("term.example")),
+        grant,
+        route("TCPRoute", "term", "terminate", "echo", 80),
+        route("TLSRoute", "secure-shared", "passthrough", "secure", 443, hostnames=["secure.example"]),
+        namespace=APP,
+    )
+    lab.apply(gateway, namespace=EDGE)
+    lab.wait_pods_ready(APP, "app=secure", 1, timeout=120)
+    ip = address(lab, "edge-tls")
+    terminated = ("--cacert", str(certs.ca_file), "--resolve", f"term.example:9444:{ip}")
+    answer = wait_until(
+        "curl on the host reaches echo through the terminating listener",
+        lambda: through_gateway(*terminated, "https://term.example:9444/terminated"),
+        timeout=180,
+        interval=1,
+    )
+    assert answer["path"] == "/terminated" and answer["pod"].startswith("echo-")
+    passed = ("-k", "--resolve", f"secure.example:9444:{ip}")
+    answer = wait_until(
+        "curl on the host reaches secure through the passthrough listener on the same port",
+        lambda: through_gateway(*passed, "https://secure.example:9444/passthrough"),
+        timeout=60,
+        interval=1,
+    )
+    assert answer["path"] == "/passthrough" and answer["pod"].startswith("secure-")
+    verbose = curl("-v", "-o", "/dev/null", *passed, "https://secure.example:9444/")
+    assert "subject: CN=secure.example" in verbose.stderr  # the backend's certificate: passed through
+    verbose = curl("-v", "-o", "/dev/null", *terminated, "https://term.example:9444/")
+    assert "subject: CN=term.example" in verbose.stderr  # the gateway's: terminated there
+    assert curl("-k", "--resolve", f"other.example:9444:{ip}", "https://other.example:9444/").returncode != 0
+
+    def listeners() -> dict[str, Any] | None:
+        status = lab.get("gateway", "edge-tls", "-n", EDGE).get("status") or {}
+        found = {item["name"]: item for item in status.get("listeners") or ()}
+        ok = all(
+            listener_condition(item, "Programmed") == "True"
+            and listener_condition(item, "Conflicted") == "False"
+            and item.get("attachedRoutes") == 1
+            for item in found.values()
+        )
+        return found if ok and len(found) == 2 else None
+
+    found = wait_until("both TLS listeners are Programmed, unconflicted, with their route", listeners, 60, 1)
+    assert [k["kind"] for k in found["terminate"]["supportedKinds"]] == ["TLSRoute", "TCPRoute"]
+    assert [k["kind"] for k in found["passthrough"]["supportedKinds"]] == ["TLSRoute"]
 
 
 CLASSIC_GATEWAY = Path(__file__).resolve().parents[2] / "deploy" / "overlays" / "lab-ingressgateway"

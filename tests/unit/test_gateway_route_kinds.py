@@ -105,7 +105,8 @@ def test_an_ingress_claims_the_kinds_it_routes_and_flags_kinds_it_does_not_serve
     assert (strict["supportedKinds"], _resolved(strict)[:2]) == ([], ("False", "InvalidRouteKinds"))
     assert tcp["supportedKinds"] == kinds("TCPRoute")
     assert tls["supportedKinds"] == kinds("TLSRoute")  # passthrough: TLSRoute only
-    assert terminate["supportedKinds"] == udp["supportedKinds"] == []  # not accepted: not served
+    assert terminate["supportedKinds"] == kinds("TLSRoute", "TCPRoute")  # terminated: plain bytes, TCPRoute too
+    assert udp["supportedKinds"] == []  # not accepted: not served
 
 
 @settings(max_examples=150, deadline=None)

@@ -116,7 +116,7 @@ def test_unusable_ca_references_leave_the_listener_unserved_with_istiod_s_reason
         "kind": (validation("Service", "some-service"), "InvalidCACertificateKind", "only secret and configmap"),
         "missing": (validation(name="does-not-exist"), "InvalidCACertificateRef", "configmap edge/does-not-exist not"),
         "no pem": (validation(name="empty"), "InvalidCACertificateRef", "holds no PEM certificate"),
-        "other namespace": (validation(namespace="other"), "RefNotPermitted", "in another namespace"),
+        "other namespace": (validation(namespace="other"), "RefNotPermitted", "not accessible to a Gateway"),
         "two": (
             {"validation": {"caCertificateRefs": [{"kind": "ConfigMap", "name": "client-ca"}] * 2}},
             "InvalidCACertificateRef",

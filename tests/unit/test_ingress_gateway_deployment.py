@@ -165,7 +165,12 @@ def test_http_and_https_listeners_with_a_valid_tls_secret_are_ready() -> None:
 def test_a_missing_secret_is_an_invalid_certificate_ref() -> None:
     (tls,) = judge_listeners(ingress(https()), secrets_of())
     assert not tls.ready
-    assert tls.resolved == (False, "InvalidCertificateRef", "Secret edge/cert not found")
+    # istiod's message: the reference as written (group/kind/name.namespace), then what is wrong
+    assert tls.resolved == (
+        False,
+        "InvalidCertificateRef",
+        "invalid certificate reference //cert., secret edge/cert not found",
+    )
 
 
 def test_a_secret_of_another_type_or_with_a_foreign_key_is_an_invalid_certificate_ref() -> None:
@@ -184,20 +189,24 @@ def test_a_certificate_in_another_namespace_is_not_permitted() -> None:
     assert tls.resolved[:2] == (False, "RefNotPermitted") and not tls.ready
 
 
-def test_https_without_certificates_and_https_passthrough_are_not_served_tls_passthrough_and_tcp_are() -> None:
+def test_https_without_certificates_and_https_passthrough_are_not_served_tls_and_tcp_are() -> None:
     bare = https()
     del bare["tls"]
     passthrough = https("pass", 9443)
     passthrough["tls"]["mode"] = "Passthrough"
     tcp = {"name": "tcp", "port": 9000, "protocol": "TCP"}
     tls = {"name": "tls", "port": 9444, "protocol": "TLS", "tls": {"mode": "Passthrough"}}
-    tls_terminate = {"name": "tls-t", "port": 9445, "protocol": "TLS"}
-    judged = judge_listeners(ingress(bare, passthrough, tcp, tls, tls_terminate), secrets_of(tls_secret()))
-    assert [j.ready for j in judged] == [False, False, True, True, False]
+    tls_terminate = {"name": "tls-t", "port": 9445, "protocol": "TLS", "tls": https()["tls"]}
+    bare_terminate = {"name": "tls-bare", "port": 9446, "protocol": "TLS"}  # the default mode: Terminate
+    judged = judge_listeners(
+        ingress(bare, passthrough, tcp, tls, tls_terminate, bare_terminate), secrets_of(tls_secret())
+    )
+    assert [j.ready for j in judged] == [False, False, True, True, True, False]
     assert judged[0].resolved[1] == "InvalidCertificateRef"
     assert judged[1].accepted[1] == "UnsupportedProtocol"
-    assert judged[4].accepted[1] == "UnsupportedValue"  # TLS Terminate: Gateway API conformance's reason
     assert judged[3].credentials == ()  # the backend terminates: no certificate needed
+    assert len(judged[4].credentials) == 1 and judged[4].terminates_tls  # TLS Terminate: served as HTTPS's TLS
+    assert judged[5].resolved[1] == "InvalidCertificateRef"  # terminating needs a certificate
 
 
 def test_listeners_on_one_port_conflict_on_protocol_or_hostname() -> None:
@@ -291,19 +300,6 @@ def test_server_name_wildcards_cover_one_label() -> None:
 def test_any_secret_reads_to_a_credential_or_a_problem_without_raising(secret: Any) -> None:
     out = read_tls_secret(secret if isinstance(secret, dict) else {})
     assert isinstance(out, TlsCredential | CredentialProblem)
-
-
-def test_tls_listeners_of_both_modes_on_one_port_conflict_and_are_not_accepted() -> None:
-    passthrough = {"name": "tls-passthrough", "port": 443, "protocol": "TLS", "tls": {"mode": "Passthrough"}}
-    terminate = {"name": "tls-terminate", "port": 443, "protocol": "TLS", "tls": {"mode": "Terminate"}}
-    alone = {"name": "alone", "port": 444, "protocol": "TLS", "tls": {"mode": "Passthrough"}}
-    judged = judge_listeners(ingress(terminate, passthrough, alone), secrets_of())
-    assert [(j.accepted[1], j.conflicted[1]) for j in judged] == [
-        ("ProtocolConflict", "ProtocolConflict"),
-        ("ProtocolConflict", "ProtocolConflict"),
-        ("Accepted", "NoConflicts"),
-    ]
-    assert [j.ready for j in judged] == [False, False, True]
 
 
 def test_an_ingress_gateway_pod_may_listen_below_1024_as_istiod_renders_it_a_waypoint_has_no_sysctl() -> None:

@@ -83,6 +83,17 @@ def edge_server_context(cert_pem: bytes, key_pem: bytes) -> ssl.SSLContext:
     return context
 
 
+def edge_add_certificate(context: ssl.SSLContext, cert_pem: bytes, key_pem: bytes) -> None:
+    """Load a second certificate into an edge server context, of another key type than the first (an RSA and an
+    ECDSA certificate): OpenSSL keeps one per key type and serves the one the client's signature algorithms
+    accept. :class:`CertificateError` when it does not load or does not match."""
+    with _memory_file(cert_pem) as chain_path, _memory_file(key_pem) as key_path:
+        try:
+            context.load_cert_chain(chain_path, key_path)
+        except (ssl.SSLError, ValueError) as exc:
+            raise CertificateError(f"cannot load a listener certificate: {exc}") from None
+
+
 def edge_client_ca(context: ssl.SSLContext, ca_pem: bytes, *, required: bool = True) -> None:
     """Make an edge server context verify client certificates against ``ca_pem`` (a mutual-TLS listener), and
     require one unless ``required`` is False (``OPTIONAL_MUTUAL``: a presented certificate must still chain to

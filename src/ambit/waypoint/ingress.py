@@ -21,11 +21,16 @@ HBONE pool, telemetry and admin endpoints) that, instead of an HBONE listener, s
   speaks (:func:`~ambit.waypoint.traffic_policy.plan_upstream_h2`: HTTP/2 to a port declared HTTP/2 or gRPC,
   else HTTP/1.1, also to a port of unknown protocol), measured with ``reporter="source"`` and logged.
 - Connections on a TLS (passthrough) or TCP port are routed whole (:mod:`ambit.waypoint.ingress_connections`):
-  the ClientHello's server name, read without terminating TLS, picks the virtual host of a TLS port; the bytes
+  the ClientHello's server name, peeked at without terminating TLS or taking the bytes, picks the virtual host of
+  a TLS port; the bytes
   are relayed to one endpoint of a weighted backend over HBONE. A connection nothing routes is closed; the
   reasons are counted (``connection_refusals`` in the config dump). A TLS_TERMINATE port terminates TLS as an
   HTTPS port does (the same listener pick by SNI, certificates and client verdict), then relays the decrypted
-  bytes as a TCP port does, to the backend of the listener its handshake picked.
+  bytes as a TCP port does, to the backend of the listener its handshake picked (the virtual host its server name
+  picks there). A port where TLS listeners of both kinds meet (a Gateway's TLS ``Passthrough`` and ``Terminate``
+  listeners on one port) peeks at the ClientHello without taking it: the listener its server name picks decides,
+  passthrough relaying the bytes untouched, terminating handing the socket to the TLS handshake, which must pick
+  the same listener or the connection is closed (``client tls``).
 - Bounds (:mod:`ambit.waypoint.ingress_admission`, the HBONE listeners' admission): at most ``max_connections``
   connections at once over all listeners and ``max_connections_per_peer`` from one client address, more reset at
   accept; a connection is pending until its TLS handshake (HTTPS, TLS_TERMINATE), its ClientHello (TLS
@@ -95,6 +100,7 @@ from ambit.proxy.admission import ListenerGate, Refusal, Ticket, refusal_reporte
 from ambit.proxy.sockets import close_when_done, reset
 from ambit.proxy.streams import ByteStream, SocketStream
 from ambit.telemetry.metrics import Reporter
+from ambit.tls.client_auth import ClientRefused
 from ambit.tls.workload import WorkloadCertificate
 from ambit.waypoint.context import Tunnel
 from ambit.waypoint.decisions import Decision, RequestHead
@@ -104,7 +110,12 @@ from ambit.waypoint.http1_proxy import serve_http1
 from ambit.waypoint.http2_proxy import serve_http2
 from ambit.waypoint.inbound import read_preface
 from ambit.waypoint.ingress_admission import REFUSAL_WORDS, gate_kind, gateway_budget, port_gate
-from ambit.waypoint.ingress_connections import Closed, find_connection_endpoint, plan_backend, read_hello
+from ambit.waypoint.ingress_connections import (
+    Closed,
+    find_connection_endpoint,
+    peek_hello,
+    plan_backend,
+)
 from ambit.waypoint.ingress_routing import IngressRouter
 from ambit.waypoint.ingress_tls import Admitted, PortTls
 from ambit.waypoint.ingress_tunnel import Proxied, TunnelRefused, describe, loopback_for, read_proxied, tunnel_ports
@@ -252,8 +263,8 @@ class IngressGateway(Waypoint):
         router = IngressRouter(config)
         tls = {
             port: PortTls(port, router, self._mesh_certificate, self.identity.trust_domain)
-            for port, proto in router.ports().items()
-            if proto.terminates_tls
+            for port in router.ports()
+            if router.terminates_on(port)
         }
         self.router, self._tls = router, tls
         self.context.routes.replace(
@@ -461,8 +472,7 @@ class IngressGateway(Waypoint):
             source = self.state.find_workload_by_address(self.settings.network, ipaddress.ip_address(peer[0]))
         with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
             await asyncio.wait_for(self.startup.ready.wait(), self.settings.limits.startup_wait)
-        listeners = self.router.listeners_on(port)
-        protocol = listeners[0].protocol if listeners else ListenerProtocol.HTTP
+        protocol = self.router.ports().get(port, ListenerProtocol.HTTP)
         if not protocol.carries_http and not protocol.terminates_tls:
             await self._serve_connection(sock, port, protocol, f"{peer[0]}:{peer[1]}", local, established, client)
             return
@@ -500,7 +510,10 @@ class IngressGateway(Waypoint):
             prefix = b""
             if protocol is ListenerProtocol.TLS_TERMINATE:
                 deadline.reschedule(None)  # a relay: no request head to wait for
-                await self._relay_terminated(stream, port, listener_name, f"{peer[0]}:{peer[1]}", local, client, mtls)
+                peer_text = f"{peer[0]}:{peer[1]}"
+                await self._relay_terminated(
+                    stream, port, listener_name, peer_text, local, client, mtls, admitted.server_name
+                )
                 return
         else:
             stream = SocketStream(sock)
@@ -543,15 +556,18 @@ class IngressGateway(Waypoint):
     ) -> None:
         """A connection on a TLS passthrough or TCP port (:mod:`ambit.waypoint.ingress_connections`); it is
         ``established`` once its ClientHello is read (at once on a TCP port)."""
-        loop = asyncio.get_running_loop()
         prefix, server_name = b"", ""
         if protocol is ListenerProtocol.TLS:
             try:
-                prefix, hello = await read_hello(lambda n: loop.sock_recv(sock, n), self.settings.limits.sniff_timeout)
+                hello = await peek_hello(sock, self.settings.limits.sniff_timeout)
             except (HelloRefusedError, OSError) as exc:
                 self._refuse(sock, "hello", peer, port, str(exc))
                 return
             server_name = hello.server_name or ""
+            picked = self.router.pick_listener(port, server_name)
+            if picked is not None and picked.protocol is ListenerProtocol.TLS_TERMINATE:
+                await self._terminate_shared(sock, port, picked.name, peer, local, established)
+                return
         established()
         planned = plan_backend(self.router, port, server_name, self.context.random())
         if isinstance(planned, Closed):
@@ -581,6 +597,40 @@ class IngressGateway(Waypoint):
             with contextlib.suppress(Exception):
                 await stream.aclose()
 
+    async def _terminate_shared(
+        self,
+        sock: socket.socket,
+        port: int,
+        expected: str,
+        peer: str,
+        local: tuple[Any, ...],
+        established: Callable[[], None],
+    ) -> None:
+        """A connection on a port shared by passthrough and terminating TLS listeners whose peeked ClientHello picked
+        the terminating listener ``expected``: the handshake, then the relay of :meth:`_relay_terminated`. Served
+        only when the handshake picked ``expected`` too (:mod:`ambit.waypoint.ingress_connections` rule 5)."""
+        tls = self._tls.get(port)
+        if tls is None or tls.default is None:
+            self._refuse(sock, "no route", peer, port, "no certificate is served on this port")
+            return
+        try:
+            reader, writer = await _accept_tls(sock, tls.default, self.settings.limits.handshake_timeout)
+        except (OSError, ssl.SSLError, TimeoutError) as exc:
+            log.info("TLS handshake from %s on :%d failed: %s", peer, port, exc)
+            return
+        tls_object = writer.get_extra_info("ssl_object")
+        admitted = tls.admit(tls_object) if isinstance(tls_object, ssl.SSLObject) else None
+        if not isinstance(admitted, Admitted) or admitted.listener != expected:
+            reason = admitted.reason if isinstance(admitted, ClientRefused) else "another listener was picked"
+            self.connection_refusals["client tls"] += 1
+            log.info("client %s on :%d refused: %s", peer, port, reason)
+            writer.transport.abort()
+            return
+        established()
+        client, mtls = admitted.verdict.identity, admitted.mutual
+        stream = _TransportStream(reader, writer)
+        await self._relay_terminated(stream, port, expected, peer, local, client, mtls, admitted.server_name)
+
     async def _relay_terminated(
         self,
         stream: _TransportStream,
@@ -590,12 +640,14 @@ class IngressGateway(Waypoint):
         local: tuple[Any, ...],
         client: SpiffeId | None,
         mtls: bool,
+        server_name: str = "",
     ) -> None:
-        """A connection on a TLS_TERMINATE port, its handshake done and its client admitted: the decrypted bytes
+        """A connection on a TLS_TERMINATE listener, its handshake done and its client admitted: the decrypted bytes
         relayed as on a TCP port (:mod:`ambit.waypoint.ingress_connections`), to the backend of the listener the
-        handshake picked; the client's mesh identity (``ISTIO_MUTUAL``) is the connection's for policies."""
+        handshake picked, the virtual host chosen by the server name the client asked for; the client's mesh
+        identity (``ISTIO_MUTUAL``) is the connection's for policies."""
         try:
-            planned = plan_backend(self.router, port, "", self.context.random(), listener_name)
+            planned = plan_backend(self.router, port, server_name, self.context.random(), listener_name)
             found = planned if isinstance(planned, Closed) else find_connection_endpoint(self.context, planned, peer)
             if isinstance(found, Closed):
                 self.connection_refusals["no route" if found is planned else "no endpoint"] += 1

@@ -28,7 +28,12 @@ Rules:
    that covers the name most specifically (``*`` covers a missing name too); it must have backends. Which backend
    takes the connection is the weighted draw of :func:`~ambit.waypoint.destinations.choose_weighted`. On a
    TLS_TERMINATE port the handshake has picked the listener already (as for HTTPS): that listener, named, is
-   taken instead of picking again, and its virtual host is chosen the same way.
+   taken instead of picking again, and its virtual host is chosen the same way, by the server name the handshake
+   read (a listener's TLSRoutes are matched against it, as on a passthrough listener).
+7. Listeners on one port share a protocol (the control plane sees to it), except that TLS listeners passing through
+   and terminating may share a port: such a port is a TLS port (:meth:`IngressRouter.ports`), whose ClientHello is
+   read first; the listener its server name picks (rule 1) then says whether the gateway relays the connection
+   as it is or terminates it (:meth:`IngressRouter.terminates_on` says the port needs certificates).
 """
 
 from __future__ import annotations
@@ -63,6 +68,12 @@ def _pick(listeners: tuple[IngressListener, ...], name: str) -> IngressListener 
     return best[1] if best is not None else None
 
 
+def _port_protocol(listeners: tuple[IngressListener, ...]) -> ListenerProtocol:
+    """Rule 7."""
+    protocols = {item.protocol for item in listeners}
+    return ListenerProtocol.TLS if ListenerProtocol.TLS in protocols else listeners[0].protocol
+
+
 @dataclass(frozen=True, slots=True)
 class _Host:
     hostname: str
@@ -77,7 +88,7 @@ def https_redirect(request: RequestHead) -> Respond:
 
 
 class IngressRouter:
-    """The routing of one :class:`GatewayConfig` (rules 1-6)."""
+    """The routing of one :class:`GatewayConfig` (rules 1-7)."""
 
     __slots__ = ("_hosts", "_ports", "config")
 
@@ -99,8 +110,12 @@ class IngressRouter:
         self._hosts = hosts
 
     def ports(self) -> dict[int, ListenerProtocol]:
-        """Each port served, with its protocol (listeners on one port agree, the control plane sees to it)."""
-        return {port: items[0].protocol for port, items in self._ports.items()}
+        """Each port served, with its protocol (rule 7)."""
+        return {port: _port_protocol(items) for port, items in self._ports.items()}
+
+    def terminates_on(self, port: int) -> bool:
+        """Some listener on ``port`` terminates TLS (HTTPS, TLS_TERMINATE): the port needs certificates."""
+        return any(item.protocol.terminates_tls for item in self._ports.get(port, ()))
 
     def listeners_on(self, port: int) -> tuple[IngressListener, ...]:
         return self._ports.get(port, ())

@@ -31,6 +31,17 @@ Rules:
    version before the server name is known), so a listener's narrower bounds hold only after the handshake.
 5. A certificate that does not load leaves its listener without it (logged); a listener left with none is not
    served (rule 2 then applies to its names).
+6. A listener's certificates: the first whose names cover the server name is served, else the first. A listener
+   with two certificates of different key types (RSA and ECDSA, as istiod pairs them) serves both from one
+   context when both cover the server name (or neither does): OpenSSL then presents the one the client's
+   signature algorithms accept, as Envoy does.
+7. Only the port's terminating listeners (HTTPS, TLS_TERMINATE) are served here: on a port shared with TLS
+   passthrough listeners, a server name that picks a passthrough listener never reaches a handshake (the gateway
+   reads the ClientHello first, :mod:`ambit.waypoint.ingress`), and if it did, the handshake would fail as for
+   a name no listener takes (rule 2).
+8. ALPN: an HTTPS listener offers ``h2`` then ``http/1.1``; a TLS_TERMINATE listener none (the client's list is
+   not answered), as istiod builds the TLS context of a TCP server terminating TLS: it relays bytes, so a client
+   offering ``h2`` must not be told the gateway speaks it.
 """
 
 from __future__ import annotations
@@ -41,10 +52,13 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from cryptography import x509
+
 from ambit.model.ingress import IngressListener, ListenerTls, TlsMode
 from ambit.tls.certs import CertificateError
 from ambit.tls.client_auth import ClientAccepted, ClientRefused, anchors_of, judge_client
 from ambit.tls.contexts import (
+    edge_add_certificate,
     edge_client_ca,
     edge_dispatch_context,
     edge_mesh_context,
@@ -73,12 +87,15 @@ class Admitted:
     mutual: bool = False
     """The listener verified the client's certificate (``MUTUAL``, ``ISTIO_MUTUAL``; ``OPTIONAL_MUTUAL`` when the
     client presented one)."""
+    server_name: str = ""
+    """The server name the client asked for (lower-case), empty for none."""
 
 
 @dataclass(frozen=True, slots=True)
 class _Picked:
     listener: IngressListener
     anchors: frozenset[bytes]
+    server_name: str = ""
 
 
 def _static_contexts(listener: IngressListener) -> list[tuple[TlsCredential, ssl.SSLContext]]:
@@ -86,6 +103,7 @@ def _static_contexts(listener: IngressListener) -> list[tuple[TlsCredential, ssl
     for i, cert in enumerate(listener.certificates):
         try:
             context = edge_server_context(cert.cert_pem, cert.key_pem)
+            _no_http_alpn(context, listener)
             _bound(context, listener.tls)
             if listener.tls.mode.takes_ca:
                 edge_client_ca(context, listener.tls.ca_pem, required=listener.tls.mode.requires_client_certificate)
@@ -96,6 +114,41 @@ def _static_contexts(listener: IngressListener) -> list[tuple[TlsCredential, ssl
         credential = judged if isinstance(judged, TlsCredential) else TlsCredential(cert.cert_pem, cert.key_pem)
         loaded.append((credential, context))
     return loaded
+
+
+def _no_http_alpn(context: ssl.SSLContext, listener: IngressListener) -> None:
+    """Rule 8: a listener that relays bytes (TLS_TERMINATE) negotiates no application protocol."""
+    if not listener.protocol.carries_http:
+        context.set_alpn_protocols([])
+
+
+def _key_type(cert_pem: bytes) -> str:
+    """The leaf's public key algorithm (``RSAPublicKey``, ``EllipticCurvePublicKey``...), or empty."""
+    try:
+        return type(x509.load_pem_x509_certificate(cert_pem).public_key()).__name__
+    except ValueError:
+        return ""
+
+
+def _paired_context(listener: IngressListener) -> ssl.SSLContext | None:
+    """Rule 6: one context holding both of a listener's two certificates when their key types differ, else None."""
+    if len(listener.certificates) != 2:
+        return None
+    first, second = listener.certificates
+    types = {_key_type(first.cert_pem), _key_type(second.cert_pem)}
+    if len(types) != 2 or "" in types:
+        return None
+    try:
+        context = edge_server_context(first.cert_pem, first.key_pem)
+        _no_http_alpn(context, listener)
+        edge_add_certificate(context, second.cert_pem, second.key_pem)
+        _bound(context, listener.tls)
+        if listener.tls.mode.takes_ca:
+            edge_client_ca(context, listener.tls.ca_pem, required=listener.tls.mode.requires_client_certificate)
+    except CertificateError as exc:
+        log.warning("listener %s: its two certificates not served together: %s", listener.name, exc)
+        return None
+    return context
 
 
 def _bound(context: ssl.SSLContext, tls: ListenerTls) -> None:
@@ -132,7 +185,7 @@ def _widest(listeners: tuple[IngressListener, ...]) -> ListenerTls:
 
 
 class PortTls:
-    """The TLS side of one HTTPS port (rules 1-5)."""
+    """The TLS side of one port with terminating listeners (rules 1-8)."""
 
     def __init__(self, port: int, router: IngressRouter, mesh: MeshCertificate, trust_domain: str) -> None:
         self.port = port
@@ -142,7 +195,9 @@ class PortTls:
         self._mesh_context: tuple[WorkloadCertificate, ssl.SSLContext, frozenset[bytes]] | None = None
         self.by_listener: dict[str, list[tuple[TlsCredential, ssl.SSLContext]]] = {}
         self._anchors: dict[str, frozenset[bytes]] = {}
-        listeners = router.listeners_on(port)
+        self._paired: dict[str, ssl.SSLContext] = {}
+        """Listeners with an RSA and an ECDSA certificate: the context serving both (rule 6)."""
+        listeners = tuple(item for item in router.listeners_on(port) if item.protocol.terminates_tls)
         self.verifies_clients = any(item.tls.mode.verifies_clients for item in listeners)
         self._istio_mutual = {item.name for item in listeners if item.tls.mode is TlsMode.ISTIO_MUTUAL}
         self._mesh_bounds = next(
@@ -155,6 +210,9 @@ class PortTls:
             if loaded:
                 self.by_listener[listener.name] = loaded
                 self._anchors[listener.name] = anchors_of(listener.tls.ca_pem)
+                paired = _paired_context(listener) if len(loaded) == 2 else None
+                if paired is not None:
+                    self._paired[listener.name] = paired
         self.picked: weakref.WeakKeyDictionary[ssl.SSLObject, _Picked] = weakref.WeakKeyDictionary()
         """The listener each handshake's server name picked; an entry goes with its TLS session, so handshakes
         that fail after the callback leave nothing behind."""
@@ -194,7 +252,7 @@ class PortTls:
             if found is None:
                 return ssl.ALERT_DESCRIPTION_INTERNAL_ERROR
             tls.context = found[0]
-            self.picked[tls] = _Picked(listener, found[1])
+            self.picked[tls] = _Picked(listener, found[1], (server_name or "").lower().rstrip("."))
             return None
         if listener is None or listener.name not in self.by_listener:
             if server_name or self._fallback is None:
@@ -202,9 +260,13 @@ class PortTls:
             tls.context = self._fallback[0]
             return None
         choices = self.by_listener[listener.name]
-        context = next((c for cred, c in choices if server_name and cred.covers(server_name)), choices[0][1])
-        tls.context = context
-        self.picked[tls] = _Picked(listener, self._anchors[listener.name])
+        covering = [c for cred, c in choices if server_name and cred.covers(server_name)]
+        paired = self._paired.get(listener.name)
+        if paired is not None and len(covering) != 1:  # both cover the name, or neither: the client's algorithms pick
+            tls.context = paired
+        else:
+            tls.context = covering[0] if covering else choices[0][1]
+        self.picked[tls] = _Picked(listener, self._anchors[listener.name], (server_name or "").lower().rstrip("."))
         return None
 
     def admit(self, tls: ssl.SSLObject) -> Admitted | ClientRefused:
@@ -228,4 +290,5 @@ class PortTls:
         if isinstance(verdict, ClientRefused):
             return verdict
         presented = tls.getpeercert(binary_form=True) is not None
-        return Admitted(picked.listener.name, verdict, picked.listener.tls.mode.verifies_clients and presented)
+        mutual = picked.listener.tls.mode.verifies_clients and presented
+        return Admitted(picked.listener.name, verdict, mutual, picked.server_name)

@@ -80,6 +80,7 @@ from ambit.controlplane.gateway.status import (
 )
 from ambit.controlplane.status import rfc3339
 from ambit.controlplane.translate.listeners import frontend_config_maps, judge_listeners
+from ambit.controlplane.translate.reference_grants import ReferenceGrants
 from ambit.controlplane.translate.waypoints import WAYPOINT_CLASS
 from ambit.controlplane.view import CREDENTIAL_SECRETS
 from ambit.errors import AmbitError
@@ -124,6 +125,7 @@ OPTIONAL_KINDS = (
     kinds.SECRETS,
     kinds.NAMESPACES,
     kinds.CONFIG_MAPS,
+    kinds.REFERENCE_GRANTS,
     *OPTIONAL_OWNED_KINDS,
 )
 OWNED_SELECTOR = f"{MANAGED_LABEL} in ({CONTROLLER_LABEL},{GATEWAY_CONTROLLER_LABEL})"
@@ -401,7 +403,12 @@ class GatewayController:
             wanted = ingress_status(
                 gateway,
                 found,
-                judge_listeners(gateway, self.find_secret, self.find_config_map),
+                judge_listeners(
+                    gateway,
+                    self.find_secret,
+                    self.find_config_map,
+                    ReferenceGrants.build(self._items(kinds.REFERENCE_GRANTS)),
+                ),
                 host=host,
                 addresses=ingress_addresses(self.find(kinds.SERVICES, namespace, name), host),
                 attached=attached,

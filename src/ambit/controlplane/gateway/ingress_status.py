@@ -22,10 +22,12 @@ Rules:
    waypoint candidate (a "sandwich", :mod:`ambit.controlplane.translate.waypoints` rule 1).
 4. One listener status per judged listener: ``attachedRoutes`` as counted by the caller, ``supportedKinds`` (an
    accepted listener's, by :mod:`ambit.controlplane.translate.route_kinds` among the kinds the ingress serves:
-   HTTPRoute and GRPCRoute on HTTP and HTTPS, TLSRoute on TLS passthrough and TCPRoute on TCP), and conditions
+   HTTPRoute and GRPCRoute on HTTP and HTTPS, TLSRoute on TLS passthrough, TLSRoute and TCPRoute on TLS
+   ``Terminate``, TCPRoute on TCP), and conditions
    ``Accepted``, ``Conflicted``, ``ResolvedRefs`` from the judgement (False/``InvalidRouteKinds`` instead when
    ``allowedRoutes.kinds`` names a kind it does not support, as istiod overrides it) and ``Programmed`` True
-   exactly when the listener is ready (else False/``Invalid``).
+   exactly when the listener is ready (else False/``Invalid``, with istiod's "Bad TLS configuration" when its
+   references did not resolve).
 5. A Gateway whose ``spec.tls.frontend`` validates some port in ``AllowInsecureFallback`` mode has the condition
    ``InsecureFrontendValidationMode`` True (``ConfigurationChanged``), as istiod writes it; otherwise the condition
    is removed (``retired``, :func:`~.status.plan_status` rule 5).
@@ -186,7 +188,11 @@ def _listener(item: JudgedListener, raw: Mapping[str, Any], generation: Any, att
                 "Programmed",
                 ok,
                 "Programmed" if ok else "Invalid",
-                "No errors found" if ok else "The listener is not served",
+                "No errors found"
+                if ok
+                else "Bad TLS configuration"
+                if not item.resolved[0]
+                else "The listener is not served",
                 generation,
             ),
             condition("ResolvedRefs", *resolved, generation),

@@ -14,7 +14,8 @@ Rules:
    :mod:`ambit.controlplane.translate.routes`).
 2. A listener takes the route when the parentRef's ``sectionName`` and ``port``, when given, are the listener's,
    the listener is ready, its ``supportedKinds`` (:mod:`ambit.controlplane.translate.route_kinds`, among the kinds
-   an ingress serves: HTTPRoute and GRPCRoute on HTTP and HTTPS, TLSRoute on TLS passthrough, TCPRoute on TCP)
+   an ingress serves: HTTPRoute and GRPCRoute on HTTP and HTTPS, TLSRoute on TLS passthrough, TLSRoute and
+   TCPRoute on TLS ``Terminate``, TCPRoute on TCP)
    hold the route's kind, and its ``allowedRoutes.namespaces`` admits the route's namespace (``Same``, the
    default; ``All``; ``Selector`` on the namespace's labels). A GRPCRoute is an HTTPRoute for this: it attaches
    to HTTP and HTTPS listeners only (istiod converts both into the listener's virtual hosts), its method matches
@@ -24,8 +25,12 @@ Rules:
 3. Hostnames: a route without ``hostnames`` serves the listener's hostname (``*`` for none). Otherwise each of its
    hostnames that the listener's hostname covers is served as written, and where a route's wildcard covers the
    listener's hostname, the listener's hostname is served. A route none of whose hostnames meets the listener's is
-   not attached there. A TLSRoute's hostnames are matched against the ClientHello's server name the same way; a
-   TCPRoute has none and serves ``*``.
+   not attached there. A TLSRoute's hostnames are matched against the ClientHello's server name the same way, on
+   a passthrough listener and on a terminating one alike; a TCPRoute has none and serves ``*``. On a terminating
+   listener istiod matches the server name only against the listener's hostname and relays every connection by
+   the first route bound there; Ambit picks among the routes attached there by the server name, which is the same
+   whenever one route is attached (the usual case) and sends a connection to the route whose hostname it asked for
+   otherwise.
 4. The parent's ``Accepted``: True when at least one listener took the route; else False with
    ``NoMatchingParent`` (no listener of that sectionName/port), ``NotAllowedByListeners`` (namespaces not
    admitted, the route's kind not supported, or no such listener is served), or ``NoMatchingListenerHostname``.
@@ -34,8 +39,8 @@ Rules:
    routes of the route's kind and namespace refer to it (``to`` kind ``Service``, the name when given); otherwise
    ``RefNotPermitted`` (the share answers 500).
 6. A virtual host holds the entries of every route attached there, sorted by Gateway API precedence; virtual
-   hosts are ordered most specific first (exact names, then longer wildcards, then ``*``). On a TLS or TCP
-   listener, a connection cannot be split between routes: the virtual host takes the backends of the oldest
+   hosts are ordered most specific first (exact names, then longer wildcards, then ``*``). On a TLS (either
+   mode) or TCP listener, a connection cannot be split between routes: the virtual host takes the backends of the oldest
    attached route (then ``namespace/name``), as Gateway API resolves conflicting TLSRoutes and TCPRoutes.
 7. The gateway's service account (the only identity that may read its config, certificates included) is the
    Gateway's ``gateway.istio.io/service-account`` annotation, else ``<name>-istio``, as the deployment controller
@@ -57,7 +62,9 @@ from ambit.controlplane.translate.listeners import (
     SecretLookup,
     deployed_name,
     judge_listeners,
+    no_config_maps,
 )
+from ambit.controlplane.translate.reference_grants import ReferenceGrants
 from ambit.controlplane.translate.route_kinds import INGRESS_ROUTE_KINDS, supported_kinds
 from ambit.controlplane.translate.routerules import (
     BACKEND_NOT_FOUND,
@@ -145,41 +152,22 @@ def served_hostnames(listener_host: str, route_hosts: tuple[str, ...]) -> tuple[
     return tuple(dict.fromkeys(h for h in served if h is not None))
 
 
-def _granted(grants: Iterable[Obj], route_kind: str, route_ns: str, target_ns: str, name: str) -> bool:
-    """Rule 5: a ReferenceGrant in ``target_ns`` lets ``route_kind`` routes of ``route_ns`` refer to Service
-    ``name``."""
-    for grant in grants:
-        if _text(_mapping(grant.get("metadata")).get("namespace")) != target_ns:
-            continue
-        spec = _mapping(grant.get("spec"))
-        froms, tos = spec.get("from"), spec.get("to")
-        if not any(
-            isinstance(f, Mapping)
-            and f.get("group") == GATEWAY_GROUP
-            and f.get("kind") == route_kind
-            and f.get("namespace") == route_ns
-            for f in (froms if isinstance(froms, list) else ())
-        ):
-            continue
-        if any(
-            isinstance(t, Mapping)
-            and t.get("group") in ("", "core")
-            and t.get("kind") == "Service"
-            and _text(t.get("name")) in ("", name)
-            for t in (tos if isinstance(tos, list) else ())
-        ):
-            return True
-    return False
-
-
 def _lookup_for(
-    route_ns: str, services: Mapping[tuple[str, str], Service], grants: list[Obj]
+    route_ns: str, services: Mapping[tuple[str, str], Service], grants: ReferenceGrants
 ) -> Callable[..., BackendService | str]:
     def lookup(group: str, kind: str, name: str, namespace: str, route_kind: str) -> BackendService | str:
         if group not in ("", "core") or kind != "Service":
             return INVALID_KIND
         target = namespace or route_ns
-        if target != route_ns and not _granted(grants, route_kind, route_ns, target, name):
+        if target != route_ns and not grants.permits(
+            from_group=GATEWAY_GROUP,
+            from_kind=route_kind,
+            from_namespace=route_ns,
+            to_group="",
+            to_kind="Service",
+            to_namespace=target,
+            to_name=name,
+        ):
             return REF_NOT_PERMITTED
         service = services.get((target, name))
         if service is None:
@@ -223,7 +211,7 @@ def translate_ingress(
     find_config_map: SecretLookup | None = None,
 ) -> IngressTranslation:
     """Rules 1-7."""
-    grants = list(reference_grants)
+    grants = ReferenceGrants.build(reference_grants)
     found: dict[str, _Gateway] = {}
     for gateway in gateways:
         spec = _mapping(gateway.get("spec"))
@@ -236,11 +224,7 @@ def translate_ingress(
             for item in (listeners if isinstance(listeners, list) else ())
             if isinstance(item, Mapping)
         }
-        judged = (
-            judge_listeners(gateway, find_secret, find_config_map)
-            if find_config_map is not None
-            else judge_listeners(gateway, find_secret)
-        )
+        judged = judge_listeners(gateway, find_secret, find_config_map or no_config_maps, grants)
         found[_key(gateway)] = _Gateway(gateway, _text(meta.get("namespace")), judged, raw, {}, {})
     services = {(s.namespace, s.name): s for s in k8s_services}
     statuses: list[RouteStatus] = []
@@ -336,7 +320,9 @@ def _config(key: str, gateway: _Gateway) -> GatewayConfig:
     for judged in gateway.judged:
         if not judged.ready:
             continue
-        protocol = ListenerProtocol(judged.protocol)
+        protocol = (
+            ListenerProtocol.TLS_TERMINATE if judged.tls_mode == "Terminate" else ListenerProtocol(judged.protocol)
+        )
         if protocol.carries_http:
             hosts = sorted((h for (name, h) in gateway.hosts if name == judged.name), key=host_order)
             virtual_hosts = tuple(

@@ -10,22 +10,30 @@ Programmed.
 Rules:
 
 1. Protocols served: ``HTTP``; ``HTTPS`` with ``tls.mode`` ``Terminate`` (the default); ``TLS`` with ``tls.mode``
-   ``Passthrough`` (no certificates: the backend terminates); ``TCP``. Any other protocol or TLS mode is not
-   accepted (``UnsupportedProtocol``; a TLS listener in mode ``Terminate`` ``UnsupportedValue``, as Gateway API's
-   conformance suite expects of an implementation without TLSRoute termination). The port is an integer 1-65535.
-2. An HTTPS listener needs at least one ``certificateRef``. Each is a core ``Secret`` (group ``""``, kind
-   ``Secret``, the defaults) in the Gateway's namespace (a cross-namespace reference is ``RefNotPermitted``:
-   ReferenceGrants are not read for certificates), which exists and holds a valid ``kubernetes.io/tls``
-   credential (:func:`ambit.tls.credentials.read_tls_secret`); the first that is not is ``InvalidCertificateRef``
-   with what is wrong, and the listener is not ready.
+   ``Terminate`` (the default: the gateway terminates TLS, as on HTTPS, then relays the decrypted stream by the
+   listener's TLSRoutes and TCPRoutes, istiod's TLS server in mode ``SIMPLE``) or ``Passthrough`` (no
+   certificates: the backend terminates); ``TCP``. Any other protocol is ``UnsupportedProtocol`` (an HTTPS
+   listener in another mode too), a TLS listener in another mode ``UnsupportedValue``. The port is an integer
+   1-65535.
+2. A listener that terminates TLS (HTTPS, TLS ``Terminate``) needs one or two ``certificateRefs``: more than two is
+   ``InvalidCertificateRef`` "TLS mode can only support up to 2 server certificates", as istiod writes it. Each
+   reference is judged on its own, as istiod judges it: one to another namespace is ``RefNotPermitted`` unless a
+   ReferenceGrant there lets a ``Gateway`` of the Gateway's namespace refer to that ``Secret`` (all of them or by
+   name; :mod:`ambit.controlplane.translate.reference_grants`), decided before the Secret is looked up so the
+   status never tells whether it exists; then it must be a core ``Secret`` (group ``""``, kind ``Secret``, the
+   defaults) that exists and holds a valid ``kubernetes.io/tls`` credential
+   (:func:`ambit.tls.credentials.read_tls_secret`), else ``InvalidCertificateRef`` with istiod's message. The
+   listener serves the references that pass; when none does it is not ready, with ``ResolvedRefs`` False: the
+   first problem's reason and every problem's message joined by ``; ``. With two, the gateway serves both (SNI
+   and the client's signature algorithms choose: :mod:`ambit.waypoint.ingress_tls`).
 3. Listeners on one port must agree on the protocol (else every one of them is ``Conflicted``
-   ``ProtocolConflict``; TLS listeners of both modes on one port, a mix not supported, are moreover not
-   ``Accepted``, reason ``ProtocolConflict``, as Gateway API's conformance suite expects), and must differ in
-   hostname (a later one with the same hostname is ``Conflicted`` ``HostnameConflict``). A conflicted listener is
-   not ready.
+   ``ProtocolConflict``) and must differ in hostname (a later one with the same hostname is ``Conflicted``
+   ``HostnameConflict``). A conflicted listener is not ready. TLS listeners of both modes may share a port, as
+   istiod lets them: the ClientHello's server name picks the listener, and with it whether the gateway terminates
+   or passes the connection through (:mod:`ambit.waypoint.ingress`).
 4. ``hostname`` is kept lower-case; absent or empty means any host.
 5. Client certificates (Gateway API's frontend TLS validation, as istiod converts it): the Gateway's
-   ``spec.tls.frontend`` gives the validation of each HTTPS listener (its ``perPort`` entry for the listener's
+   ``spec.tls.frontend`` gives the validation of each terminating listener (its ``perPort`` entry for the listener's
    port, else its ``default``). With ``validation.caCertificateRefs`` (exactly one: a core ``ConfigMap`` whose
    ``ca.crt``, or a ``Secret`` whose ``ca.crt``/``cacert``, holds PEM certificates, in the Gateway's namespace)
    the listener is ``MUTUAL`` (``mode: AllowValidOnly``, the default) or ``OPTIONAL_MUTUAL``
@@ -34,9 +42,12 @@ Rules:
    ``OPTIONAL_MUTUAL`` that still verifies a certificate when one is presented: Python's ``ssl`` cannot ask for a
    certificate without verifying it, so a client presenting an invalid certificate is refused where istiod's
    Envoy (``insecureSkipVerify``) would let it through; clients without one are served. A reference that is not
-   one (more than one, another kind, another namespace, not found, no PEM CA) leaves the listener not
-   ``Accepted`` (``NoValidCACertificate``) with ``ResolvedRefs`` False (``InvalidCACertificateRef``,
-   ``InvalidCACertificateKind`` or ``RefNotPermitted``), as istiod reports it.
+   one (more than one, another kind, not found, no PEM CA, another namespace without a ReferenceGrant as in rule
+   2) leaves the listener not ``Accepted`` (``NoValidCACertificate``) with ``ResolvedRefs`` False
+   (``InvalidCACertificateRef``, ``InvalidCACertificateKind`` or ``RefNotPermitted``), as istiod reports it. A
+   TLS ``Terminate`` listener takes client validation as an HTTPS one does. The option ``ISTIO_MUTUAL`` makes the
+   listener serve the gateway's mesh certificate to mesh clients, as istiod's does, with no ``certificateRefs``
+   read (``ISTIO_SIMPLE`` is not served: it is taken as ``SIMPLE``, needing ``certificateRefs``).
 """
 
 from __future__ import annotations
@@ -46,6 +57,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ambit.controlplane.translate.reference_grants import NO_GRANTS, ReferenceGrants
 from ambit.model.ingress import ListenerTls, TlsMode
 from ambit.tls.credentials import (
     CredentialProblem,
@@ -55,7 +67,15 @@ from ambit.tls.credentials import (
     read_tls_secret,
 )
 
-__all__ = ["INGRESS_CLASS", "JudgedListener", "SecretLookup", "deployed_name", "is_ingress", "judge_listeners"]
+__all__ = [
+    "INGRESS_CLASS",
+    "JudgedListener",
+    "SecretLookup",
+    "deployed_name",
+    "is_ingress",
+    "judge_listeners",
+    "no_config_maps",
+]
 
 INGRESS_CLASS = "istio"
 """The GatewayClass of ingress gateways."""
@@ -63,6 +83,7 @@ INGRESS_CLASS = "istio"
 SecretLookup = Callable[[str, str], Mapping[str, Any] | None]
 """``(namespace, name)`` → the Secret, or None."""
 SERVED_PROTOCOLS = ("HTTP", "HTTPS", "TLS", "TCP")
+GATEWAY_GROUP = "gateway.networking.k8s.io"
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +100,12 @@ class JudgedListener:
     tls_mode: str = ""
     """A TLS listener's ``tls.mode`` as written (empty: the default, Terminate)."""
     client_tls: ListenerTls = field(default_factory=ListenerTls)
-    """An HTTPS listener's client verification (rule 5)."""
+    """A terminating listener's client verification (rule 5)."""
+
+    @property
+    def terminates_tls(self) -> bool:
+        """HTTPS, or TLS in mode ``Terminate``: the gateway holds the certificates."""
+        return self.protocol == "HTTPS" or self.tls_mode == "Terminate"
 
     @property
     def ready(self) -> bool:
@@ -103,31 +129,72 @@ def deployed_name(gateway: Mapping[str, Any]) -> str:
     return f"{name}-{INGRESS_CLASS}" if is_ingress(gateway) else name
 
 
+MAX_CERTIFICATES = 2
+"""istiod serves at most two certificates on a listener (one RSA and one ECDSA, as Envoy pairs them)."""
+
+
+def _ref_string(ref: Mapping[str, Any]) -> str:
+    """A certificateRef as istiod writes it in messages: ``group/kind/name.namespace``, as written."""
+    return f"{_text(ref.get('group'))}/{_text(ref.get('kind'))}/{_text(ref.get('name'))}.{_text(ref.get('namespace'))}"
+
+
+def _certificate(
+    ref: Mapping[str, Any], namespace: str, find_secret: SecretLookup, grants: ReferenceGrants
+) -> TlsCredential | tuple[str, str]:
+    """Rule 2 for one certificateRef: its credential, or (reason, message)."""
+    name = _text(ref.get("name"))
+    ref_ns = _text(ref.get("namespace")) or namespace
+    if ref_ns != namespace and not grants.permits(
+        from_group=GATEWAY_GROUP,
+        from_kind="Gateway",
+        from_namespace=namespace,
+        to_group=_text(ref.get("group")),
+        to_kind=_text(ref.get("kind")) or "Secret",
+        to_namespace=ref_ns,
+        to_name=name,
+    ):
+        # Before anything is looked up: without a grant, nothing says whether the Secret exists.
+        message = (
+            f'certificateRef {name}/{ref_ns} not accessible to a Gateway in namespace "{namespace}"'
+            " (missing a ReferenceGrant?)"
+        )
+        return "RefNotPermitted", message
+    written = _ref_string(ref)
+    if _text(ref.get("group")) not in ("", "core") or (_text(ref.get("kind")) or "Secret") != "Secret":
+        return "InvalidCertificateRef", f"invalid certificate reference {written}, only secret is allowed"
+    secret = find_secret(ref_ns, name) if name else None
+    if secret is None:
+        return "InvalidCertificateRef", f"invalid certificate reference {written}, secret {ref_ns}/{name} not found"
+    credential = read_tls_secret(secret)
+    if isinstance(credential, CredentialProblem):
+        return "InvalidCertificateRef", f"invalid certificate reference {written}, {credential.message}"
+    return credential
+
+
 def _certificates(
-    listener: Mapping[str, Any], namespace: str, find_secret: SecretLookup
+    listener: Mapping[str, Any], namespace: str, find_secret: SecretLookup, grants: ReferenceGrants
 ) -> tuple[tuple[TlsCredential, ...], tuple[bool, str, str]]:
+    """Rule 2: the credentials served, and the listener's ``ResolvedRefs``."""
     tls = listener.get("tls")
     refs = tls.get("certificateRefs") if isinstance(tls, Mapping) else None
     if not isinstance(refs, list) or not refs:
-        return (), (False, "InvalidCertificateRef", "an HTTPS listener needs a certificateRef")
+        return (), (False, "InvalidCertificateRef", "a listener terminating TLS needs a certificateRef")
+    if len(refs) > MAX_CERTIFICATES:
+        return (), (False, "InvalidCertificateRef", "TLS mode can only support up to 2 server certificates")
     found: list[TlsCredential] = []
-    for i, ref in enumerate(refs):
-        if not isinstance(ref, Mapping):
-            return (), (False, "InvalidCertificateRef", f"certificateRefs[{i}] is not an object")
-        group, kind, name = _text(ref.get("group")), _text(ref.get("kind")) or "Secret", _text(ref.get("name"))
-        ref_ns = _text(ref.get("namespace")) or namespace
-        if group not in ("", "core") or kind != "Secret":
-            return (), (False, "InvalidCertificateRef", f"certificateRefs[{i}]: only core Secrets are supported")
-        if ref_ns != namespace:
-            message = f"certificateRefs[{i}]: Secret {ref_ns}/{name} is in another namespace"
-            return (), (False, "RefNotPermitted", message)
-        secret = find_secret(ref_ns, name) if name else None
-        if secret is None:
-            return (), (False, "InvalidCertificateRef", f"Secret {ref_ns}/{name} not found")
-        credential = read_tls_secret(secret)
-        if isinstance(credential, CredentialProblem):
-            return (), (False, "InvalidCertificateRef", f"Secret {ref_ns}/{name}: {credential.message}")
-        found.append(credential)
+    problems: list[tuple[str, str]] = []
+    for ref in refs:
+        judged = (
+            _certificate(ref, namespace, find_secret, grants)
+            if isinstance(ref, Mapping)
+            else ("InvalidCertificateRef", "invalid certificate reference, not an object")
+        )
+        if isinstance(judged, TlsCredential):
+            found.append(judged)
+        else:
+            problems.append(judged)
+    if not found:
+        return (), (False, problems[0][0], "; ".join(message for _, message in problems))
     return tuple(found), (True, "ResolvedRefs", "No errors found")
 
 
@@ -180,6 +247,7 @@ def _client_validation(
     namespace: str,
     find_secret: SecretLookup,
     find_config_map: SecretLookup,
+    grants: ReferenceGrants,
 ) -> ListenerTls | tuple[str, str]:
     """Rule 5: the listener's client verification, or (ResolvedRefs reason, message)."""
     refs = validation.get("caCertificateRefs")
@@ -191,13 +259,25 @@ def _client_validation(
     group, kind, name = _text(ref.get("group")), _text(ref.get("kind")), _text(ref.get("name"))
     ref_ns = _text(ref.get("namespace")) or namespace
     written = f"{group}/{kind}/{name}.{_text(ref.get('namespace'))}"
+    if ref_ns != namespace and not grants.permits(
+        from_group=GATEWAY_GROUP,
+        from_kind="Gateway",
+        from_namespace=namespace,
+        to_group=group,
+        to_kind=kind,
+        to_namespace=ref_ns,
+        to_name=name,
+    ):
+        message = (
+            f'caCertificateRef {ref_ns}/{name} not accessible to a Gateway in namespace "{namespace}"'
+            " (missing a ReferenceGrant?)"
+        )
+        return "RefNotPermitted", message
     if group not in ("", "core") or kind not in ("ConfigMap", "Secret"):
         return (
             "InvalidCACertificateKind",
             f"invalid CA certificate reference {written}, only secret and configmap are allowed",
         )
-    if ref_ns != namespace:
-        return "RefNotPermitted", f"caCertificateRef {ref_ns}/{name} is in another namespace"
     found = (find_config_map if kind == "ConfigMap" else find_secret)(ref_ns, name) if name else None
     if found is None:
         return (
@@ -222,6 +302,7 @@ def _judge(
     find_secret: SecretLookup,
     find_config_map: SecretLookup,
     validation: Mapping[str, Any] | None,
+    grants: ReferenceGrants,
 ) -> JudgedListener | None:
     name = listener.get("name")
     if not isinstance(name, str):
@@ -238,28 +319,33 @@ def _judge(
     mode = _text(tls.get("mode")) if isinstance(tls, Mapping) else ""
     if protocol == "TLS":
         judged = dataclasses.replace(judged, tls_mode=mode or "Terminate")
-    if protocol == "TLS" and mode != "Passthrough":
-        message = f'TLS mode "{mode or "Terminate"}" is not supported on TLS: only Passthrough'
-        return dataclasses.replace(judged, accepted=(False, "UnsupportedValue", message))
-    if protocol == "HTTPS":
-        if mode not in ("", "Terminate"):
-            message = f'TLS mode "{mode}" is not supported on HTTPS: only Terminate'
-            return JudgedListener(name, port, protocol, hostname, accepted=(False, "UnsupportedProtocol", message))
-        credentials, resolved = _certificates(listener, namespace, find_secret)
-        judged = JudgedListener(name, port, protocol, hostname, credentials, resolved=resolved)
-        if validation is None or not resolved[0]:
+        if mode == "Passthrough":
             return judged
-        client = _client_validation(listener, validation, namespace, find_secret, find_config_map)
-        if isinstance(client, ListenerTls):
-            return dataclasses.replace(judged, client_tls=client)
-        reason, message = client
-        return dataclasses.replace(
-            judged, accepted=(False, "NoValidCACertificate", message), resolved=(False, reason, message)
-        )
-    return judged
+        if mode not in ("", "Terminate"):
+            message = f'TLS mode "{mode}" is not supported on TLS: only Terminate and Passthrough'
+            return dataclasses.replace(judged, accepted=(False, "UnsupportedValue", message))
+    if protocol == "HTTPS" and mode not in ("", "Terminate"):
+        message = f'TLS mode "{mode}" is not supported on HTTPS: only Terminate'
+        return JudgedListener(name, port, protocol, hostname, accepted=(False, "UnsupportedProtocol", message))
+    if protocol not in ("HTTPS", "TLS"):
+        return judged
+    options = tls.get("options") if isinstance(tls, Mapping) else None
+    if isinstance(options, Mapping) and options.get(TERMINATE_MODE_OPTION) == "ISTIO_MUTUAL":
+        return dataclasses.replace(judged, client_tls=ListenerTls(TlsMode.ISTIO_MUTUAL))
+    credentials, resolved = _certificates(listener, namespace, find_secret, grants)
+    judged = dataclasses.replace(judged, credentials=credentials, resolved=resolved)
+    if validation is None or not resolved[0]:
+        return judged
+    client = _client_validation(listener, validation, namespace, find_secret, find_config_map, grants)
+    if isinstance(client, ListenerTls):
+        return dataclasses.replace(judged, client_tls=client)
+    reason, message = client
+    return dataclasses.replace(
+        judged, accepted=(False, "NoValidCACertificate", message), resolved=(False, reason, message)
+    )
 
 
-def _no_config_maps(namespace: str, name: str) -> Mapping[str, Any] | None:
+def no_config_maps(namespace: str, name: str) -> Mapping[str, Any] | None:
     return None
 
 
@@ -271,7 +357,10 @@ def _validation_of(spec: Any, listener: Mapping[str, Any]) -> Mapping[str, Any] 
 
 
 def judge_listeners(
-    gateway: Mapping[str, Any], find_secret: SecretLookup, find_config_map: SecretLookup = _no_config_maps
+    gateway: Mapping[str, Any],
+    find_secret: SecretLookup,
+    find_config_map: SecretLookup = no_config_maps,
+    grants: ReferenceGrants = NO_GRANTS,
 ) -> tuple[JudgedListener, ...]:
     """Rules 1-5, in the listeners' order."""
     meta = gateway.get("metadata")
@@ -282,22 +371,15 @@ def judge_listeners(
         j
         for item in (raw if isinstance(raw, list) else ())
         if isinstance(item, Mapping)
-        and (j := _judge(item, namespace, find_secret, find_config_map, _validation_of(spec, item))) is not None
+        and (j := _judge(item, namespace, find_secret, find_config_map, _validation_of(spec, item), grants)) is not None
     ]
     protocols: dict[int, set[str]] = {}
-    modes: dict[int, set[str]] = {}
     for item in judged:
         protocols.setdefault(item.port, set()).add(item.protocol)
-        if item.tls_mode:
-            modes.setdefault(item.port, set()).add(item.tls_mode)
     seen: set[tuple[int, str]] = set()
     out: list[JudgedListener] = []
     for item in judged:
-        if item.tls_mode and len(modes[item.port]) > 1:
-            message = f"port {item.port} has TLS listeners in both Terminate and Passthrough mode"
-            conflict = (True, "ProtocolConflict", message)
-            out.append(dataclasses.replace(item, accepted=(False, "ProtocolConflict", message), conflicted=conflict))
-        elif len(protocols[item.port]) > 1:
+        if len(protocols[item.port]) > 1:
             message = f"port {item.port} is used by listeners of different protocols"
             out.append(dataclasses.replace(item, conflicted=(True, "ProtocolConflict", message)))
         elif (item.port, item.hostname) in seen:

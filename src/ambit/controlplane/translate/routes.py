@@ -61,6 +61,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ambit.controlplane.translate.reference_grants import ReferenceGrants
 from ambit.controlplane.translate.routerules import (
     BACKEND_NOT_FOUND,
     GATEWAY_GROUP,
@@ -155,24 +156,6 @@ def _list(value: Any) -> list[Mapping[str, Any]]:
     return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
 
 
-@dataclass(frozen=True, slots=True)
-class _Grant:
-    froms: frozenset[tuple[str, str, str]]
-    tos: tuple[tuple[str, str, str], ...]
-
-
-def _grants(reference_grants: Iterable[Obj]) -> dict[str, list[_Grant]]:
-    out: dict[str, list[_Grant]] = {}
-    for grant in reference_grants:
-        spec = _mapping(grant.get("spec"))
-        froms = frozenset(
-            (_text(f.get("group")), _text(f.get("kind")), _text(f.get("namespace"))) for f in _list(spec.get("from"))
-        )
-        tos = tuple((_text(t.get("group")), _text(t.get("kind")), _text(t.get("name"))) for t in _list(spec.get("to")))
-        out.setdefault(_text(_meta(grant).get("namespace")), []).append(_Grant(froms, tos))
-    return out
-
-
 def _core(group: str) -> bool:
     return group in ("", "core")
 
@@ -185,15 +168,18 @@ class _Inputs:
     bound: Mapping[str, str]
     waypoints: WaypointIndex
     listeners: Mapping[str, frozenset[str]]
-    grants: Mapping[str, list[_Grant]]
+    grants: ReferenceGrants
 
     def granted(self, route_kind: str, from_ns: str, to_ns: str, kind: str, name: str) -> bool:
-        for grant in self.grants.get(to_ns, ()):
-            if (GATEWAY_GROUP, route_kind, from_ns) not in grant.froms:
-                continue
-            if any(_core(g) and k == kind and n in ("", name) for g, k, n in grant.tos):
-                return True
-        return False
+        return self.grants.permits(
+            from_group=GATEWAY_GROUP,
+            from_kind=route_kind,
+            from_namespace=from_ns,
+            to_group="",
+            to_kind=kind,
+            to_namespace=to_ns,
+            to_name=name,
+        )
 
     def lookup_for(self, route_ns: str) -> Any:
         def lookup(group: str, kind: str, name: str, namespace: str, route_kind: str) -> BackendService | str:
@@ -371,7 +357,7 @@ def translate_routes(
         bound,
         waypoints,
         _listener_names(gateway_list),
-        _grants(reference_grants),
+        ReferenceGrants.build(reference_grants),
     )
     destinations: dict[str, list[Service]] = {}
     for service in (s for services in inputs.by_hostname.values() for s in services):
