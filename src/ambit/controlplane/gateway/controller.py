@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ambit.controlplane.gateway.apply import Create, Leave, Patch, Refuse, plan_apply
+from ambit.controlplane.gateway.ingress_status import ingress_addresses, ingress_attached_routes, ingress_status
 from ambit.controlplane.gateway.injection import (
     InjectionConfig,
     TemplateFailed,
@@ -57,7 +58,6 @@ from ambit.controlplane.gateway.injection import (
     parse_injection_config,
     template_overlay,
 )
-from ambit.controlplane.gateway.ingress_status import ingress_addresses, ingress_attached_routes, ingress_status
 from ambit.controlplane.gateway.overlay import (
     CLASS_DEFAULTS_LABEL,
     InvalidParameters,

@@ -204,7 +204,12 @@ def template_inputs(
         "DeploymentName": name,
         "ServiceAccount": name,
         "Ports": [
-            {"Name": port["name"], "Port": port["port"], "Protocol": port["protocol"], "AppProtocol": port["appProtocol"]}
+            {
+                "Name": port["name"],
+                "Port": port["port"],
+                "Protocol": port["protocol"],
+                "AppProtocol": port["appProtocol"],
+            }
             for port in listener_ports(gateway)
         ],
         "ServiceType": service_type(gateway, ingress),
@@ -257,9 +262,9 @@ def _deployment_patch(doc: Obj, fixed: frozenset[str], pod_fixed: frozenset[str]
     fields = _pick(pod_spec, POD_FIELDS)
     containers = pod_spec.get("containers") if isinstance(pod_spec, Mapping) else None
     for container in containers if isinstance(containers, list) else ():
-        if isinstance(container, Mapping) and container.get("name") == "istio-proxy":
-            if picked := _pick(container, CONTAINER_FIELDS):
-                fields["containers"] = [{"name": "istio-proxy", **picked}]
+        is_proxy = isinstance(container, Mapping) and container.get("name") == "istio-proxy"
+        if is_proxy and (picked := _pick(container, CONTAINER_FIELDS)):
+            fields["containers"] = [{"name": "istio-proxy", **picked}]
     if fields:
         pod["spec"] = fields
     if pod:

@@ -287,6 +287,7 @@ class _Nothing:
 
 _NOTHING: Any = _Nothing()
 
+
 def execute(template: Template, data: Any) -> str:
     """The text ``template`` produces with ``data`` as dot and ``$`` (rules 1-5); raises :class:`TemplateError`."""
     state = _State(data)

@@ -392,6 +392,6 @@ FUNCS: Final[Mapping[str, Func]] = {
     "toJsonMap": Func(0, None, lambda *maps: _checked(go_json(_merge(*maps)))),
     "mergeMaps": Func(0, None, _merge),
     "omitNil": Func(1, 1, _omit_nil),
-    "isset": Func(2, 2, lambda mapping, key: _has_key(mapping, key)),
+    "isset": Func(2, 2, _has_key),
 }
 """Rule 1."""

@@ -24,6 +24,7 @@ Rules:
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Final
@@ -268,7 +269,9 @@ def _scan(src: _Source) -> list[_Raw]:
         if trim_next:
             chunk = chunk.lstrip(" \t\r\n")
         inner = opening + 2
-        trim_before = opening >= 0 and text.startswith("-", inner) and text[inner + 1 : inner + 2] in (" ", "\t", "\r", "\n")
+        trim_before = (
+            opening >= 0 and text.startswith("-", inner) and text[inner + 1 : inner + 2] in (" ", "\t", "\r", "\n")
+        )
         if trim_before:
             chunk = chunk.rstrip(" \t\r\n")
             inner += 2
@@ -385,8 +388,9 @@ class _Parser:
         if at is not None and len(at.tokens) > 1 and ended == "end":
             raise self.src.error(at.offset, "unexpected tokens after {{end}}")
         self.depth -= 1
-        block = {"if": If, "range": Range, "with": With}[keyword]
-        return block(pipe, body, orelse)
+        if keyword == "range":
+            return Range(pipe, body, orelse)
+        return With(pipe, body, orelse) if keyword == "with" else If(pipe, body, orelse)
 
     def parse_pipe(self, tokens: list[Token], offset: int, *, allow_decl: bool, pairs: bool = False) -> Pipe:
         pos = self.src.pos(tokens[0].offset if tokens else offset)
@@ -487,7 +491,7 @@ class _Parser:
             value = float(text)
         except ValueError:
             raise self.src.error(token.offset, f"bad number syntax: {token.text[:40]!r}") from None
-        if value != value or value in (float("inf"), float("-inf")):
+        if not math.isfinite(value):
             raise self.src.error(token.offset, f"bad number syntax: {token.text[:40]!r}")
         return value
 

@@ -34,10 +34,7 @@ class Message:
     fields: Mapping[str, Any]
 
     def get(self, name: str) -> Any:
-        if name in self.fields:
-            value = self.fields[name]
-        else:
-            value = self.fields.get(name[:1].lower() + name[1:])
+        value = self.fields[name] if name in self.fields else self.fields.get(name[:1].lower() + name[1:])
         return Message(value) if isinstance(value, Mapping) else value
 
 
