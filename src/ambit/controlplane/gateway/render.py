@@ -45,9 +45,10 @@ Rules:
    ``net.ipv4.ip_unprivileged_port_start: "0"``, as istiod's ``kube-gateway`` template does, so that it can
    listen on a port below 1024 (port 80) without a capability.
 7. Overlays (the injection template's, :mod:`.injection`; then, :mod:`.overlay`, the class defaults ConfigMap and
-   the ``parametersRef`` one, in the order given) are applied last, as strategic merge patches; they may also deploy a HorizontalPodAutoscaler (``maxReplicas: 1``, scaling the
-   Deployment) and a PodDisruptionBudget (selecting the pods by the gateway-name label), which are rendered with
-   the same metadata but deployed only when an overlay names them. An overlay that cannot be applied makes the
+   the ``parametersRef`` one, in the order given) are applied last, as strategic merge patches; they may also
+   deploy a HorizontalPodAutoscaler (``maxReplicas: 1``, scaling the Deployment) and a PodDisruptionBudget
+   (selecting the pods by the gateway-name label), which are rendered with the same metadata but deployed only
+   when an overlay names them. An overlay that cannot be applied makes the
    Gateway :class:`Unrenderable` with the overlay's message.
 """
 
