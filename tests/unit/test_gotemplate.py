@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ambit.controlplane.gateway.gotemplate import Message, TemplateError, render
-from ambit.controlplane.gateway.gotemplate.execute import MAX_ITERATIONS, MAX_OUTPUT, MAX_STEPS
+from ambit.controlplane.gateway.gotemplate.execute import MAX_ITERATIONS, MAX_OUTPUT, MAX_STEPS, MAX_WORK
 from ambit.controlplane.gateway.gotemplate.parse import MAX_NESTING
 
 DATA: dict[str, Any] = {
@@ -204,3 +204,22 @@ def test_any_token_soup_gives_output_or_a_template_error(text: str) -> None:
 def test_any_text_gives_output_or_a_template_error(text: str) -> None:
     with contextlib.suppress(TemplateError):
         render(text, DATA)
+
+
+def test_functions_that_would_build_a_huge_string_refuse_before_building_it() -> None:
+    lines = "\n" * 100_000
+    with pytest.raises(TemplateError, match="error calling indent: result of"):
+        render("{{ indent 1000 .Lines }}", {"Lines": lines})
+    with pytest.raises(TemplateError, match="error calling nindent: result of"):
+        render("{{ nindent 1000 .Lines }}", {"Lines": lines})
+    with pytest.raises(TemplateError, match="error calling replace: result of"):
+        render("{{ replace `a` .Big .Big }}", {"Big": "a" * 100_000})
+    with pytest.raises(TemplateError, match="error calling printf: result of"):
+        render("{{ printf .Form " + " .Big" * 40 + " }}", {"Form": "%s" * 40, "Big": "a" * 100_000})
+
+
+def test_expensive_functions_in_a_loop_stop_at_the_work_bound() -> None:
+    text = "{{ range .Rows }}{{ $y := toYaml $.Values }}{{ end }}"
+    values = {f"key{i}": "v" * 100 for i in range(5000)}
+    with pytest.raises(TemplateError, match=f"more than {MAX_WORK} characters in all"):
+        render(text, {"Rows": list(range(1000)), "Values": values})

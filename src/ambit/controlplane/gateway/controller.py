@@ -225,6 +225,9 @@ class GatewayController:
         self._injection: InjectionConfig | TemplateFailed | None = None
         self._injection_key: tuple[str, str] | None = None
         """(uid, resourceVersion) of the injection ConfigMap parsed into ``_injection``: parsed once per change."""
+        self._templated: dict[tuple[str, str], Overlay | TemplateFailed | None] = {}
+        """A Gateway's (uid, resourceVersion) → its template overlay under ``_injection``: a template is evaluated
+        again only when it or the Gateway changes (evaluation is bounded, but not free)."""
         self.passes = 0
         self.writes = 0
 
@@ -471,21 +474,35 @@ class GatewayController:
         found = self.find(kinds.CONFIG_MAPS, self.settings.system_namespace, name)
         if found is None:
             self._injection, self._injection_key = None, None
+            self._templated.clear()
             return
         meta = found.get("metadata") or {}
         key = (str(meta.get("uid") or ""), str(meta.get("resourceVersion") or ""))
         if key != self._injection_key or not all(key):
             self._injection, self._injection_key = parse_injection_config(found), key
+            self._templated.clear()
             if isinstance(self._injection, TemplateFailed):
                 log.warning("%s", self._injection.message)
+
+    def _template_overlay(self, gateway: Obj) -> Overlay | TemplateFailed | None:
+        meta = gateway.get("metadata") or {}
+        key = (str(meta.get("uid") or ""), str(meta.get("resourceVersion") or ""))
+        if key in self._templated:
+            return self._templated[key]
+        found = template_overlay(
+            gateway, self.settings.template, self._injection, system_namespace=self.settings.system_namespace
+        )
+        if all(key):
+            if len(self._templated) >= 4 * max(len(self._items(kinds.GATEWAYS)), 64):
+                self._templated.clear()  # versions of Gateways that changed since: drop them all, recompute
+            self._templated[key] = found
+        return found
 
     def _overlays(self, gateway: Obj) -> list[Overlay] | InvalidParameters | TemplateFailed:
         """The Gateway's overlays in the order they apply: its template's (:mod:`.injection`), then those of
         :mod:`.overlay` rule 1."""
         overlays: list[Overlay] = []
-        from_template = template_overlay(
-            gateway, self.settings.template, self._injection, system_namespace=self.settings.system_namespace
-        )
+        from_template = self._template_overlay(gateway)
         if isinstance(from_template, TemplateFailed):
             return from_template
         if from_template is not None:

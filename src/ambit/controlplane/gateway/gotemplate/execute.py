@@ -16,9 +16,9 @@ Rules:
 4. Fields: of a map, its key (absent: None); of a :class:`~.values.Message`, the field by Go name; of None,
    None; ``.String`` of a string is itself (the proto enums' method); of anything else, an error.
 5. Bounded: the output is at most :data:`MAX_OUTPUT` characters, a run evaluates at most :data:`MAX_STEPS`
-   commands and :data:`MAX_ITERATIONS` range items in all; past any of them the run stops with a
-   :class:`TemplateError`, so that a template written to loop or grow cannot make the caller allocate without
-   bound.
+   commands and :data:`MAX_ITERATIONS` range items, and its function calls return at most :data:`MAX_WORK`
+   characters of strings, in all; past any of them the run stops with a :class:`TemplateError`, so that a template
+   written to loop or grow cannot make the caller allocate, or spend its time, without bound.
 """
 
 from __future__ import annotations
@@ -52,11 +52,13 @@ from ambit.controlplane.gateway.gotemplate.parse import (
 )
 from ambit.controlplane.gateway.gotemplate.values import Message, go_print, truth
 
-__all__ = ["MAX_ITERATIONS", "MAX_OUTPUT", "MAX_STEPS", "compile_template", "execute"]
+__all__ = ["MAX_ITERATIONS", "MAX_OUTPUT", "MAX_STEPS", "MAX_WORK", "compile_template", "execute"]
 
 MAX_OUTPUT: Final = 1 << 20
-MAX_STEPS: Final = 200_000
+MAX_STEPS: Final = 100_000
 MAX_ITERATIONS: Final = 50_000
+MAX_WORK: Final = 2 << 20
+"""Characters of strings the function calls of one run may return, in all (``toYaml`` of a large value in a loop)."""
 LAZY: Final = frozenset({"and", "or"})
 
 
@@ -95,6 +97,7 @@ class _State:
     size: int = 0
     steps: int = 0
     iterations: int = 0
+    work: int = 0
     vars: list[tuple[str, Any]] = field(default_factory=list)
 
     def write(self, text: str, pos: str) -> None:
@@ -238,11 +241,16 @@ class _Executor:
             want = str(func.least) if func.least == func.most else f"at least {func.least}"
             raise TemplateError(f"template: {pos}: wrong number of args for {name}: want {want} got {len(values)}")
         try:
-            return func.code(*values)
+            result = func.code(*values)
         except FuncError as exc:
             raise TemplateError(f"template: {pos}: error calling {name}: {exc}") from None
         except (RecursionError, TypeError, ValueError, yaml.YAMLError) as exc:
             raise TemplateError(f"template: {pos}: error calling {name}: {type(exc).__name__}") from None
+        if isinstance(result, str):
+            self.state.work += len(result)
+            if self.state.work > MAX_WORK:
+                raise TemplateError(f"template: {pos}: functions returned more than {MAX_WORK} characters in all")
+        return result
 
     def lazy(self, name: str, args: list[Operand], dot: Any, final: Any, pos: str) -> Any:
         """Rule 2."""

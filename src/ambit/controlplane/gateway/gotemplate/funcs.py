@@ -7,7 +7,8 @@ Rules:
 1. :data:`FUNCS` maps a name to its arity and its code; a call with the wrong number of arguments, or an argument
    of the wrong kind, raises :class:`FuncError`, which the executor reports with the command's position.
 2. ``and`` and ``or`` are not here: they evaluate their arguments lazily, in :mod:`.execute`.
-3. Nothing here allocates past :data:`MAX_RESULT` characters: ``indent`` counts are capped at :data:`MAX_INDENT`
+3. Nothing here allocates past :data:`MAX_RESULT` characters: ``indent`` counts are capped at :data:`MAX_INDENT`,
+   the size of what ``indent``, ``nindent``, ``replace`` and ``printf`` would build is computed before it is built,
    and every string result is measured before it is returned.
 """
 
@@ -20,6 +21,11 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import yaml
+
+try:
+    from yaml import CSafeDumper as SafeDumper
+except ImportError:  # PyYAML built without libyaml
+    from yaml import SafeDumper  # type: ignore[assignment]
 
 from ambit.controlplane.gateway.gotemplate.values import Message, go_json, go_print, plain, truth
 
@@ -119,16 +125,24 @@ def _squote(*values: Any) -> str:
     return _checked(" ".join(f"'{go_print(value)}'" for value in values if value is not None))
 
 
+def _fits(size: int) -> None:
+    if size > MAX_RESULT:
+        raise FuncError(f"result of {size} characters, more than {MAX_RESULT}")
+
+
 def _indent(spaces: Any, source: Any) -> str:
     """Istio's ``indent``: every line but the first."""
-    count = _count(spaces)
-    return _checked(_string(source).replace("\n", "\n" + " " * count))
+    count, text = _count(spaces), _string(source)
+    _fits(len(text) + count * text.count("\n"))
+    return text.replace("\n", "\n" + " " * count)
 
 
 def _nindent(spaces: Any, source: Any) -> str:
     """Sprig's ``nindent``: a newline, then every line indented."""
-    pad = " " * _count(spaces)
-    return _checked("\n" + pad + _string(source).replace("\n", "\n" + pad))
+    count, text = _count(spaces), _string(source)
+    _fits(1 + len(text) + count * (text.count("\n") + 1))
+    pad = " " * count
+    return "\n" + pad + text.replace("\n", "\n" + pad)
 
 
 def _count(spaces: Any) -> int:
@@ -141,7 +155,9 @@ def _count(spaces: Any) -> int:
 def _to_yaml(value: Any) -> str:
     if value is None:
         return "null\n"
-    dumped = yaml.safe_dump(plain(value), default_flow_style=False, sort_keys=True, allow_unicode=True, width=1 << 30)
+    dumped = yaml.dump(
+        plain(value), Dumper=SafeDumper, default_flow_style=False, sort_keys=True, allow_unicode=True, width=1 << 30
+    )
     return _checked(dumped.removesuffix("...\n") if not isinstance(value, Mapping | list) else dumped)
 
 
@@ -261,15 +277,21 @@ def _ordered(name: str, check: Callable[[Any, Any], bool]) -> Callable[[Any, Any
 def _printf(form: Any, *args: Any) -> str:
     """``fmt.Sprintf`` for the verbs ``%s %d %v %q %%`` (enough for labels and names)."""
     values = list(args)
+    size = 0
 
     def one(match: re.Match[str]) -> str:
+        nonlocal size
         verb = match.group(1)
         if verb == "%":
-            return "%"
-        if not values:
-            return f"%!{verb}(MISSING)"
-        value = values.pop(0)
-        return _go_quote(go_print(value)) if verb == "q" else go_print(value, "<nil>")
+            piece = "%"
+        elif not values:
+            piece = f"%!{verb}(MISSING)"
+        else:
+            value = values.pop(0)
+            piece = _go_quote(go_print(value)) if verb == "q" else go_print(value, "<nil>")
+        size += len(piece)
+        _fits(size)
+        return piece
 
     return _checked(re.sub(r"%([sdvq%])", one, _string(form)))
 
@@ -326,7 +348,9 @@ def _value_or_default(value: Any, default: Any) -> Any:
 
 
 def _replace(old: Any, new: Any, text: Any) -> str:
-    return _checked(_string(text).replace(_string(old), _string(new)))
+    before, after, source = _string(old), _string(new), _string(text)
+    _fits(len(source) + source.count(before) * max(len(after) - len(before), 0))
+    return source.replace(before, after)
 
 
 def _string_func(code: Callable[..., Any]) -> Callable[..., Any]:
