@@ -223,3 +223,10 @@ def test_expensive_functions_in_a_loop_stop_at_the_work_bound() -> None:
     values = {f"key{i}": "v" * 100 for i in range(5000)}
     with pytest.raises(TemplateError, match=f"more than {MAX_WORK} characters in all"):
         render(text, {"Rows": list(range(1000)), "Values": values})
+
+
+def test_a_variable_declared_in_an_if_is_seen_by_its_else_and_assignments_reach_outer_scopes() -> None:
+    assert render("{{ if $x := .Zero }}a{{ else }}{{ $x }}{{ end }}", DATA) == "0"
+    assert render("{{ $x := 1 }}{{ if .Flag }}{{ $x = 2 }}{{ $y := 3 }}{{ end }}{{ $x }}", DATA) == "2"
+    with pytest.raises(TemplateError, match="undefined variable"):
+        render("{{ if .Flag }}{{ $y := 3 }}{{ end }}{{ $y }}", DATA)

@@ -166,8 +166,7 @@ class _Executor:
         value = self.pipe(node.pipe, dot)
         if truth(value):
             self.run(node.body, new_dot(value, dot))
-        else:
-            del self.state.vars[mark:]
+        else:  # a variable the pipeline declared is seen by the else branch too
             self.run(node.orelse, dot)
         del self.state.vars[mark:]
 

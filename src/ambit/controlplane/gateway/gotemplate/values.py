@@ -8,7 +8,8 @@ Rules:
    spelling (``.ProxyMetadata`` is the JSON field ``proxyMetadata``).
 2. None is Go's missing value: printed ``<no value>``, false, and a field of it is None again (the subset follows
    ``missingkey=default`` without the nil-pointer errors, so that a chain through an absent Helm value is empty).
-3. Truth as Go's: false, 0, None and empty strings, lists and maps are false; everything else is true.
+3. Truth as Go's: false, 0, None and empty strings, lists and maps are false; everything else is true. A
+   :class:`Message` is judged as a map (istiod's templates test the map fields of messages, ``ProxyMetadata``).
 4. Printing as ``fmt.Print``: integral floats print without exponent below 1e21, lists as ``[a b]``, maps as
    ``map[k:v]`` in key order.
 5. JSON as Go's ``encoding/json``: keys sorted, compact, and ``<``, ``>``, ``&`` escaped.
@@ -54,7 +55,7 @@ def truth(value: Any) -> bool:
     if value is None or value is False:
         return False
     if isinstance(value, Message):
-        return True
+        return len(value.fields) > 0
     if isinstance(value, str | list | tuple | Mapping):
         return len(value) > 0
     if isinstance(value, int | float):
