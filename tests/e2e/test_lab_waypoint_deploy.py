@@ -8,12 +8,14 @@ The pod becomes ready (it runs ``ambit waypoint proxy``) and the Gateway Program
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 from tests.e2e.lab_driver import TEST_TIMEOUT, Lab, ambit, condition, module_on_shared_lab, wait_until
 
 pytestmark = [pytest.mark.root, pytest.mark.kubectl, pytest.mark.timeout(TEST_TIMEOUT)]
@@ -124,3 +126,45 @@ def test_the_class_defaults_config_map_rolls_the_waypoint_pods_to_a_new_grace_pe
         lab.kubectl("delete", "configmap", "waypoint-grace-defaults", "-n", "istio-system", "--ignore-not-found")
         ambit("waypoint", "delete", "graceful", "-n", NS, "--kubeconfig", kubeconfig)
     wait_until("the graceful waypoint's pods are gone", lambda: not lab.pods(NS, selector), timeout=60)
+
+
+def test_the_injector_s_waypoint_template_rolls_the_waypoint_pods_to_a_new_grace_period(lab: Lab) -> None:
+    """Upstream TestWaypointChanges as upstream does it: read the installed ConfigMap istio-sidecar-injector, put
+    ``terminationGracePeriodSeconds: 3`` after the waypoint template's ``serviceAccountName`` line, write it back,
+    and new waypoint pods get grace 3. Then an attack: a template that would loop a billion times is refused in
+    the Gateway's status and the running pod stays. The ConfigMap is restored afterwards."""
+    kubeconfig = str(lab.topology.kubeconfig)
+    ambit("waypoint", "apply", "-n", NS, "--name", "templated", "--kubeconfig", kubeconfig)
+    selector = "gateway.networking.k8s.io/gateway-name=templated"
+    anchor = "serviceAccountName: {{.ServiceAccount | quote}}"
+
+    def pod_with_grace(want: int) -> dict[str, Any] | None:
+        pods = [p for p in lab.pods(NS, selector) if p["spec"].get("terminationGracePeriodSeconds") == want]
+        return pods[0] if pods else None
+
+    def write_config(config_text: str) -> None:
+        patch = json.dumps({"data": {"config": config_text}})
+        lab.kubectl("patch", "configmap", "istio-sidecar-injector", "-n", "istio-system", "--type=merge", "-p", patch)
+
+    original = lab.get("configmap", "istio-sidecar-injector", "-n", "istio-system")["data"]["config"]
+    config = yaml.safe_load(original)
+    assert anchor in config["templates"]["waypoint"]
+    try:
+        wait_until("a waypoint pod with the default grace period 30", lambda: pod_with_grace(30), timeout=90)
+        edited = config["templates"]["waypoint"].replace(anchor, anchor + "\n      terminationGracePeriodSeconds: 3")
+        write_config(yaml.safe_dump({**config, "templates": {**config["templates"], "waypoint": edited}}))
+        wait_until("a waypoint pod with the grace period 3", lambda: pod_with_grace(3), timeout=90)
+
+        hostile = "{{ range $a := 1000000000 }}x{{ end }}"
+        write_config(yaml.safe_dump({**config, "templates": {**config["templates"], "waypoint": hostile}}))
+
+        def refused() -> dict[str, Any] | None:
+            found = condition(lab.get("gateway", "templated", "-n", NS), "Programmed")
+            return found if "range over 1000000000" in found.get("message", "") else None
+
+        wait_until("the hostile template is refused in the Gateway's status", refused, timeout=60)
+        assert pod_with_grace(3) is not None, "what was deployed stays"
+    finally:
+        write_config(original)
+        ambit("waypoint", "delete", "templated", "-n", NS, "--kubeconfig", kubeconfig)
+    wait_until("the templated waypoint's pods are gone", lambda: not lab.pods(NS, selector), timeout=60)

@@ -3,9 +3,10 @@ Deployment running ``ambit waypoint proxy`` and a Service (and, when an overlay 
 a PodDisruptionBudget), with the Gateway's status, as istiod deploys them.
 
 Modules: ``render`` (a Gateway's objects, pure), ``overlay`` (the ConfigMap overlays on them: class defaults and
-``parametersRef``, pure), ``apply`` (create or patch, decided without I/O), ``status``
-(the Gateway's and GatewayClass's status, pure), ``revision`` (which Gateways this control plane's revision
-controls, pure), ``controller`` (the asyncio shell: informers, writes).
+``parametersRef``, pure), ``injection`` (the ``istio-sidecar-injector`` templates as the first overlay, pure),
+``gotemplate`` (the Go ``text/template`` subset those templates are written in, pure), ``apply`` (create or
+patch, decided without I/O), ``status`` (the Gateway's and GatewayClass's status, pure), ``revision`` (which
+Gateways this control plane's revision controls, pure), ``controller`` (the asyncio shell: informers, writes).
 """
 
 from __future__ import annotations

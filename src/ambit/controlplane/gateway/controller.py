@@ -8,9 +8,11 @@ Theory of operation: informers over Gateways, GatewayClasses, HTTPRoutes, TLSRou
 Deployments, Services, ServiceAccounts, HorizontalPodAutoscalers and PodDisruptionBudgets
 labelled ``gateway.istio.io/managed`` with one of this controller's values; any
 change marks the controller dirty (as does a change to a Namespace, whose ``istio.io/rev`` label can choose
-the revision of its Gateways; of ConfigMaps, only a class defaults ConfigMap in the control plane's namespace or
-one a Gateway's ``parametersRef`` names), and one task, ``debounce`` seconds later, reconciles every waypoint
-Gateway: find its overlays, render its objects with them (:mod:`.render`), plan each write against the cache
+the revision of its Gateways; of ConfigMaps, only the injection templates ``istio-sidecar-injector``
+(:mod:`.injection`) or a class defaults ConfigMap in the control plane's namespace, or one a Gateway's
+``parametersRef`` names), and one task, ``debounce`` seconds later, reconciles every waypoint
+Gateway: find its overlays (its template's, then the ConfigMaps'), render its objects with them (:mod:`.render`),
+plan each write against the cache
 (:mod:`.apply`), carry the plan out, then
 plan and write the Gateway's status (:mod:`.status`, :mod:`.ingress_status`), and the ``Accepted`` status of the
 GatewayClasses whose ``controllerName`` is ``istio.io/mesh-controller`` or ``istio.io/gateway-controller``. At
@@ -32,7 +34,8 @@ Invariants:
   leave the controller idle, with one warning, as the cluster view does. HorizontalPodAutoscalers and
   PodDisruptionBudgets are deployed only when an overlay asks for them; without them (not served, not allowed)
   such a Gateway reports the API server's refusal and the others go on.
-- A Gateway whose ``parametersRef`` is unusable, or whose overlays cannot be applied, gets nothing written:
+- A Gateway whose ``parametersRef`` is unusable, whose template does not evaluate, or whose overlays cannot be
+  applied, gets nothing written:
   what was deployed for it stays as it is, and its status says why.
 """
 
@@ -48,6 +51,13 @@ from typing import Any
 
 from ambit.controlplane.gateway.apply import Create, Leave, Patch, Refuse, plan_apply
 from ambit.controlplane.gateway.ingress_status import ingress_addresses, ingress_attached_routes, ingress_status
+from ambit.controlplane.gateway.injection import (
+    InjectionConfig,
+    TemplateFailed,
+    injector_name,
+    parse_injection_config,
+    template_overlay,
+)
 from ambit.controlplane.gateway.overlay import (
     CLASS_DEFAULTS_LABEL,
     InvalidParameters,
@@ -214,6 +224,12 @@ class GatewayController:
         self._task: asyncio.Task[None] | None = None
         self._class_defaults: dict[str, Mapping[str, Any] | None] = {}
         """Class name → its defaults ConfigMap, found once per pass."""
+        self._injection: InjectionConfig | TemplateFailed | None = None
+        self._injection_key: tuple[str, str] | None = None
+        """(uid, resourceVersion) of the injection ConfigMap parsed into ``_injection``: parsed once per change."""
+        self._templated: dict[tuple[str, str], Overlay | TemplateFailed | None] = {}
+        """A Gateway's (uid, resourceVersion) → its template overlay under ``_injection``: a template is evaluated
+        again only when it or the Gateway changes (evaluation is bounded, but not free)."""
         self.passes = 0
         self.writes = 0
 
@@ -228,10 +244,9 @@ class GatewayController:
         certificate's in every namespace) and must not wake the controller with them."""
         namespace, name = _field(obj, "metadata", "namespace"), _field(obj, "metadata", "name")
         labels = _field(obj, "metadata", "labels")
-        if (
-            namespace == self.settings.system_namespace
-            and isinstance(labels, Mapping)
-            and CLASS_DEFAULTS_LABEL in labels
+        if namespace == self.settings.system_namespace and (
+            (isinstance(labels, Mapping) and CLASS_DEFAULTS_LABEL in labels)
+            or name == injector_name(self.settings.template.revision)
         ):
             self._dirty.set()
             return
@@ -369,6 +384,7 @@ class GatewayController:
         system = self.settings.system_namespace
         in_system = [cm for cm in self._items(kinds.CONFIG_MAPS) if _field(cm, "metadata", "namespace") == system]
         self._class_defaults = {name: class_defaults(in_system, name) for name in (WAYPOINT_CLASS, INGRESS_CLASS)}
+        self._find_injection()
         for gateway in self._items(kinds.GATEWAYS):
             if _field(gateway, "spec", "gatewayClassName") not in (WAYPOINT_CLASS, INGRESS_CLASS):
                 continue
@@ -437,6 +453,9 @@ class GatewayController:
         overlays = self._overlays(gateway)
         if isinstance(overlays, InvalidParameters):
             return self._found(gateway, invalid_parameters=overlays.message)
+        if isinstance(overlays, TemplateFailed):
+            log.warning("Gateway %s/%s: %s", namespace, gateway["metadata"].get("name"), overlays.message)
+            return Deployed(problem=overlays.message)
         rendered = render_waypoint(gateway, self.settings.template, overlays)
         if isinstance(rendered, Unrenderable):
             return Deployed(problem=rendered.message)
@@ -456,9 +475,45 @@ class GatewayController:
             service_exists=service is not None, ready=_ready(deployment), invalid_parameters=invalid_parameters
         )
 
-    def _overlays(self, gateway: Obj) -> list[Overlay] | InvalidParameters:
-        """The Gateway's overlays in the order they apply (:mod:`.overlay` rule 1)."""
+    def _find_injection(self) -> None:
+        """The injection ConfigMap (:mod:`.injection`), parsed again only when it changed."""
+        name = injector_name(self.settings.template.revision)
+        found = self.find(kinds.CONFIG_MAPS, self.settings.system_namespace, name)
+        if found is None:
+            self._injection, self._injection_key = None, None
+            self._templated.clear()
+            return
+        meta = found.get("metadata") or {}
+        key = (str(meta.get("uid") or ""), str(meta.get("resourceVersion") or ""))
+        if key != self._injection_key or not all(key):
+            self._injection, self._injection_key = parse_injection_config(found), key
+            self._templated.clear()
+            if isinstance(self._injection, TemplateFailed):
+                log.warning("%s", self._injection.message)
+
+    def _template_overlay(self, gateway: Obj) -> Overlay | TemplateFailed | None:
+        meta = gateway.get("metadata") or {}
+        key = (str(meta.get("uid") or ""), str(meta.get("resourceVersion") or ""))
+        if key in self._templated:
+            return self._templated[key]
+        found = template_overlay(
+            gateway, self.settings.template, self._injection, system_namespace=self.settings.system_namespace
+        )
+        if all(key):
+            if len(self._templated) >= 4 * max(len(self._items(kinds.GATEWAYS)), 64):
+                self._templated.clear()  # versions of Gateways that changed since: drop them all, recompute
+            self._templated[key] = found
+        return found
+
+    def _overlays(self, gateway: Obj) -> list[Overlay] | InvalidParameters | TemplateFailed:
+        """The Gateway's overlays in the order they apply: its template's (:mod:`.injection`), then those of
+        :mod:`.overlay` rule 1."""
         overlays: list[Overlay] = []
+        from_template = self._template_overlay(gateway)
+        if isinstance(from_template, TemplateFailed):
+            return from_template
+        if from_template is not None:
+            overlays.append(from_template)
         defaults = self._class_defaults.get(str(_field(gateway, "spec", "gatewayClassName")))
         if defaults is not None:
             overlays.append(Overlay.of(defaults))

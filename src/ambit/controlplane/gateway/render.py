@@ -44,10 +44,11 @@ Rules:
    istiod's ``terminationGracePeriodSeconds: 30``. An ingress gateway's pod also sets the sysctl
    ``net.ipv4.ip_unprivileged_port_start: "0"``, as istiod's ``kube-gateway`` template does, so that it can
    listen on a port below 1024 (port 80) without a capability.
-7. Overlays (:mod:`.overlay`: the class defaults ConfigMap, then the ``parametersRef`` one) are applied last, as
-   strategic merge patches; they may also deploy a HorizontalPodAutoscaler (``maxReplicas: 1``, scaling the
-   Deployment) and a PodDisruptionBudget (selecting the pods by the gateway-name label), which are rendered with
-   the same metadata but deployed only when an overlay names them. An overlay that cannot be applied makes the
+7. Overlays (the injection template's, :mod:`.injection`; then, :mod:`.overlay`, the class defaults ConfigMap and
+   the ``parametersRef`` one, in the order given) are applied last, as strategic merge patches; they may also
+   deploy a HorizontalPodAutoscaler (``maxReplicas: 1``, scaling the Deployment) and a PodDisruptionBudget
+   (selecting the pods by the gateway-name label), which are rendered with the same metadata but deployed only
+   when an overlay names them. An overlay that cannot be applied makes the
    Gateway :class:`Unrenderable` with the overlay's message.
 """
 
@@ -88,8 +89,10 @@ __all__ = [
     "WaypointTemplateSettings",
     "deployed_name",
     "is_ingress",
+    "listener_ports",
     "render_waypoint",
     "service_hostname",
+    "service_type",
 ]
 
 Obj = Mapping[str, Any]
@@ -151,7 +154,7 @@ def service_hostname(name: str, namespace: str, domain: str) -> str:
     return f"{name}.{namespace}.svc.{domain}"
 
 
-def _listener_ports(gateway: Obj) -> list[dict[str, Any]]:
+def listener_ports(gateway: Obj) -> list[dict[str, Any]]:
     """Rule 5: the Service's ports."""
     ports: list[dict[str, Any]] = [
         {"name": "status-port", "port": STATUS_PORT, "protocol": "TCP", "appProtocol": "tcp"}
@@ -263,7 +266,7 @@ def _annotation(gateway: Obj, key: str) -> object:
     return annotations.get(key) if isinstance(annotations, Mapping) else None
 
 
-def _service_type(gateway: Obj, ingress: bool) -> str | None:
+def service_type(gateway: Obj, ingress: bool) -> str | None:
     """Rule 5: the generated Service's type; None for an annotation that names no type."""
     value = _annotation(gateway, SERVICE_TYPE_ANNOTATION)
     if value is None:
@@ -295,8 +298,8 @@ def render_waypoint(
         "uid": uid,
         "controller": True,
     }
-    service_type = _service_type(gateway, ingress)
-    if service_type is None:
+    type_of_service = service_type(gateway, ingress)
+    if type_of_service is None:
         return Unrenderable(
             f"the annotation {SERVICE_TYPE_ANNOTATION} must be one of {', '.join(SERVICE_TYPES)}, not "
             f"{str(_annotation(gateway, SERVICE_TYPE_ANNOTATION))[:40]!r}"
@@ -367,9 +370,9 @@ def render_waypoint(
         "kind": "Service",
         "metadata": metadata({"networking.istio.io/traffic-distribution": "PreferClose"}),
         "spec": {
-            "type": service_type,
+            "type": type_of_service,
             "ipFamilyPolicy": "PreferDualStack",
-            "ports": _listener_ports(gateway),
+            "ports": listener_ports(gateway),
             "selector": dict(selector),
         },
     }
