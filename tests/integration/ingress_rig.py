@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import ipaddress
 import socket
 import ssl
@@ -45,6 +46,7 @@ from ambit.tls.certs import issue_server_cert, new_ca
 from ambit.waypoint.ingress import IngressGateway
 from ambit.waypoint.settings import WaypointLimits, WaypointSettings
 from ambit.waypoint.tcp import relay
+from ambit.xds.gateway import decode_gateway_config, gateway_config_to_proto, pack_gateway_config
 
 TD = "cluster.local"
 GATEWAY_ID = SpiffeId(TD, "edge", "edge-istio")
@@ -366,6 +368,16 @@ def gateway_settings(backends: MeshBackends, limits: WaypointLimits | None = Non
         readiness_port=free_port(),
         upstream_hbone_port=backends.endpoint.hbone_port,
         limits=limits or WaypointLimits(),
+    )
+
+
+def as_served(config: GatewayConfig) -> GatewayConfig:
+    """``config`` as the gateway's xDS client decodes it (checked to be the same), each listener port moved to a
+    free local port (listeners that shared a port still share one)."""
+    assert decode_gateway_config(config.gateway, pack_gateway_config(gateway_config_to_proto(config))) == config
+    ports = {i.port: free_port() for i in config.listeners}
+    return dataclasses.replace(
+        config, listeners=tuple(dataclasses.replace(i, port=ports[i.port]) for i in config.listeners)
     )
 
 

@@ -11,7 +11,6 @@ verifies what is presented, stricter than Envoy's ``insecureSkipVerify``), a sel
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import ssl
 import time
@@ -21,14 +20,12 @@ from typing import Any
 
 import pytest
 from tests.ingress_pki import client_cert, opaque_secret, self_signed_client
-from tests.integration.ingress_rig import IngressRig, ingress_rig
-from tests.integration.waypoint_rig import free_port
+from tests.integration.ingress_rig import IngressRig, as_served, ingress_rig
 
 from ambit.controlplane.translate import translate_all
 from ambit.model.ingress import GatewayConfig, TlsMode
 from ambit.tls.certs import KeyPair, issue_server_cert, new_ca
 from ambit.tls.contexts import _memory_file
-from ambit.xds.gateway import decode_gateway_config, gateway_config_to_proto, pack_gateway_config
 
 Obj = dict[str, Any]
 NOW = time.time()
@@ -96,16 +93,11 @@ def gateway_config() -> GatewayConfig:
         ],
     )
     (config,) = translation.gateway_configs
-    # what the gateway gets is what its xDS client decodes
-    assert decode_gateway_config(config.gateway, pack_gateway_config(gateway_config_to_proto(config))) == config
     assert {i.name: i.tls.mode for i in config.listeners} == {
         "strict": TlsMode.MUTUAL,
         "optional": TlsMode.OPTIONAL_MUTUAL,
     }
-    ports = {443: free_port(), 8443: free_port()}
-    return dataclasses.replace(
-        config, listeners=tuple(dataclasses.replace(i, port=ports[i.port]) for i in config.listeners)
-    )
+    return as_served(config)  # what the gateway gets is what its xDS client decodes
 
 
 @pytest.fixture

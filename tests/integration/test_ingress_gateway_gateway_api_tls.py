@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import ssl
 import time
 from collections.abc import AsyncIterator
@@ -26,13 +25,11 @@ from typing import Any
 
 import pytest
 from tests.ingress_pki import opaque_secret, rsa_server_cert
-from tests.integration.ingress_rig import BACKEND_CERT, EDGE_CA, GATEWAY_ID, IngressRig, ingress_rig, tls_ask
-from tests.integration.waypoint_rig import free_port
+from tests.integration.ingress_rig import BACKEND_CERT, EDGE_CA, GATEWAY_ID, IngressRig, as_served, ingress_rig, tls_ask
 
 from ambit.controlplane.translate import translate_all
 from ambit.model.ingress import GatewayConfig, ListenerProtocol
 from ambit.tls.certs import KeyPair, issue_server_cert, new_ca
-from ambit.xds.gateway import decode_gateway_config, gateway_config_to_proto, pack_gateway_config
 
 Obj = dict[str, Any]
 NOW = time.time()
@@ -128,12 +125,7 @@ def _objects(with_grant: bool) -> dict[str, Any]:
 def gateway_config(*, with_grant: bool = True) -> GatewayConfig:
     translation = translate_all(**_objects(with_grant))
     (config,) = translation.gateway_configs
-    # what the gateway gets is what its xDS client decodes
-    assert decode_gateway_config(config.gateway, pack_gateway_config(gateway_config_to_proto(config))) == config
-    ports = {443: free_port(), 9443: free_port()}
-    return dataclasses.replace(
-        config, listeners=tuple(dataclasses.replace(i, port=ports[i.port]) for i in config.listeners)
-    )
+    return as_served(config)  # what the gateway gets is what its xDS client decodes
 
 
 @pytest.fixture

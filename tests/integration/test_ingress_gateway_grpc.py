@@ -12,7 +12,6 @@ nothing reaches the mesh for an unrouted method or host.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -22,13 +21,11 @@ import grpc
 import grpc.aio
 import pytest
 from tests.ingress_pki import opaque_secret
-from tests.integration.ingress_rig import GATEWAY_ID, IngressRig, ingress_rig
-from tests.integration.waypoint_rig import free_port
+from tests.integration.ingress_rig import GATEWAY_ID, IngressRig, as_served, ingress_rig
 
 from ambit.controlplane.translate import translate_all
 from ambit.model.ingress import GatewayConfig
 from ambit.tls.certs import issue_server_cert, new_ca
-from ambit.xds.gateway import decode_gateway_config, gateway_config_to_proto, pack_gateway_config
 
 Obj = dict[str, Any]
 NOW = time.time()
@@ -120,12 +117,7 @@ def gateway_config() -> GatewayConfig:
     assert reasons["echo"] == [("Accepted", True, "Accepted"), ("ResolvedRefs", True, "ResolvedRefs")]
     assert reasons["hijack"][0] == ("Accepted", False, "NotAllowedByListeners")
     (config,) = translation.gateway_configs
-    # what the gateway gets is what its xDS client decodes
-    assert decode_gateway_config(config.gateway, pack_gateway_config(gateway_config_to_proto(config))) == config
-    ports = {80: free_port(), 443: free_port()}
-    return dataclasses.replace(
-        config, listeners=tuple(dataclasses.replace(i, port=ports[i.port]) for i in config.listeners)
-    )
+    return as_served(config)  # what the gateway gets is what its xDS client decodes
 
 
 @pytest.fixture
