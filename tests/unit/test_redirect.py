@@ -159,8 +159,25 @@ def test_nft_apply_pipes_one_script_then_installs_route_and_missing_rule() -> No
         "ip -4 -n pod1 route replace local 0.0.0.0/0 dev lo table 100",
         "ip -4 -n pod1 rule show fwmark 0x111/0xfff priority 32764 table 100",
         "ip -4 -n pod1 rule add fwmark 0x111/0xfff priority 32764 table 100",
+        "ip netns exec pod1 sysctl -qw net.ipv4.tcp_migrate_req=1",
     ]
     assert runner.calls[0].stdin == render_inpod_nft(InPodSettings()).encode()
+
+
+def test_the_hand_over_sysctl_is_set_in_the_pod_and_its_failure_is_not_the_pods() -> None:
+    """A node proxy in an unprivileged pod cannot write /proc/sys: the node agent sets tcp_migrate_req in the pod's
+    netns, so a node proxy's successor inherits connections queued on the closing listeners; a kernel or machine
+    without it still enrols the pod."""
+
+    def respond(call: Call) -> CommandResult | None:
+        if "sysctl" in call.argv:
+            return CommandResult(call.argv, 255, b"", b"sysctl: cannot stat /proc/sys/net/ipv4/tcp_migrate_req\n")
+        return None
+
+    for backend in ("nftables", "iptables"):
+        runner = RecordingRunner(respond)
+        apply_inpod("pod1", InPodSettings(), backend, runner)
+        assert runner.commands[-1] == "ip netns exec pod1 sysctl -qw net.ipv4.tcp_migrate_req=1"
 
 
 def test_existing_rule_is_not_added_again() -> None:

@@ -17,7 +17,9 @@ Hand-over: SO_REUSEPORT lets a successor proxy bind beside the old one, and the 
 closing its listeners. A listener that closes resets the connections still waiting in its accept queue unless the
 netns has ``net.ipv4.tcp_migrate_req`` set, which moves them to another listener of the same reuseport group. The
 helper thread sets it in the pod's netns (the sysctl is per netns and only concerns reuseport groups), best effort:
-where /proc/sys is read-only the hand-over still works, with that small window.
+where /proc/sys is read-only (a node proxy in an unprivileged container, the ztunnel DaemonSet's) the node agent
+has set it when it installed the pod's redirection (:mod:`ambit.redirect.apply`), and without either the hand-over
+still works, with that small window.
 """
 
 from __future__ import annotations

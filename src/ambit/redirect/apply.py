@@ -9,7 +9,13 @@ Commands (``NETNS`` None means the runner's own namespace):
 
 - nftables: ``ip netns exec NETNS nft -f -`` with the whole script on stdin (one transaction);
 - iptables: ``iptables-save`` first (to see which of our jumps exist), then ``iptables-restore --noflush``;
-- routes: ``ip -n NETNS rule show`` then ``rule add`` when absent; ``ip -n NETNS route replace``.
+- routes: ``ip -n NETNS rule show`` then ``rule add`` when absent; ``ip -n NETNS route replace``;
+- the hand-over sysctl: ``ip netns exec NETNS sysctl -qw net.ipv4.tcp_migrate_req=1``, after the rules. A node
+  proxy that closes its in-pod listeners while a successor's sit beside them (SO_REUSEPORT) would reset the
+  connections still queued on them; with this per-netns sysctl the kernel moves them to the successor. The node
+  proxy sets it itself when it may, but a node proxy in a pod sees ``/proc/sys`` read-only (an unprivileged
+  container), so the node agent, which sets up the pod's namespace anyway, sets it. Best effort: a kernel without
+  it (before 5.14) or a machine without ``sysctl`` leaves that small window, nothing else.
 
 Every operation is idempotent: applying twice leaves what applying once does, and removing what is not there
 succeeds. A failing command raises :class:`RedirectApplyError` with the command's stderr.
@@ -81,8 +87,13 @@ def _save_restore(netns: str | None, family: int) -> tuple[str, str]:
 # -- procedures ----------------------------------------------------------------------------------------------------
 
 
+MIGRATE_REQ = "net.ipv4.tcp_migrate_req=1"
+"""The sysctl that lets a closing listener's queued connections move to its reuseport siblings (module docstring)."""
+
+
 def inpod_install(netns: str | None, settings: InPodSettings, backend: Backend) -> Procedure:
-    """Rules first, then the policy route: until the rules exist nothing carries the connmark."""
+    """Rules first, then the policy route (until the rules exist nothing carries the connmark), then the hand-over
+    sysctl (best effort: its failure is not the pod's)."""
     if backend == "nftables":
         yield Command(_in(netns, ("nft", "-f", "-")), nftables.render_inpod_nft(settings).encode())
     else:
@@ -96,6 +107,7 @@ def inpod_install(netns: str | None, settings: InPodSettings, backend: Backend) 
         shown = yield Command(tuple(routes.rule_show_argv(netns, settings, family)))
         if not shown.stdout.strip():
             yield Command(tuple(routes.rule_add_argv(netns, settings, family)))
+    yield Command(_in(netns, ("sysctl", "-qw", MIGRATE_REQ)), may_fail=True)
 
 
 def inpod_remove(netns: str | None, settings: InPodSettings, backend: Backend) -> Procedure:
