@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.tls_hello import record_with_name
 
 from ambit.controlplane.gateway.ingress_status import ingress_attached_routes
 from ambit.controlplane.translate.ingress import translate_ingress
@@ -76,17 +77,6 @@ def accepted(out: Any, name: str) -> tuple[bool, str]:
     status = next(s for s in out.status if s.name == name)
     condition = status.parents[0].conditions[0]
     return condition.status, condition.reason
-
-
-def record_with_name(name: bytes) -> bytes:
-    """A minimal ClientHello in one record asking for ``name``."""
-    entry = b"\x00" + len(name).to_bytes(2, "big") + name
-    value = len(entry).to_bytes(2, "big") + entry
-    extensions = b"\x00\x00" + len(value).to_bytes(2, "big") + value
-    body = b"\x03\x03" + b"\x00" * 32 + b"\x00" + b"\x00\x02\x13\x01" + b"\x01\x00"
-    body += len(extensions).to_bytes(2, "big") + extensions
-    handshake = b"\x01" + len(body).to_bytes(3, "big") + body
-    return b"\x16\x03\x01" + len(handshake).to_bytes(2, "big") + handshake
 
 
 # -- translation ----------------------------------------------------------------------------------------------
