@@ -24,9 +24,14 @@ from tests.integration.waypoint_rig import (
 from tests.upstream_objects import waypoint_envoy_filter
 
 from ambit.controlplane.translate.envoyfilters import translate_envoy_filters
+from ambit.model.policy import Action, Clause, Match, Policy, Rule, Scope
 from ambit.model.routes import (
     BackendService,
     DirectResponse,
+    Fault,
+    PathMatch,
+    PathMatchType,
+    RequestRedirect,
     RouteMatch,
     RouteRule,
     RouteTable,
@@ -202,3 +207,104 @@ async def test_an_http2_cluster_merge_reaches_only_backends_the_waypoint_does_no
         assert [(s, json.loads(b)["proto"]) for s, _, b in answers] == [(200, "HTTP/2.0")] * 2
     else:
         assert [s for s, _, _ in answers] == [505, 505]  # the h2c server refuses HTTP/1.1
+
+
+LOCAL_LUA = (
+    "function envoy_on_response(response_handle)\n"
+    '  response_handle:headers():add("x-lua-outbound", "bye")\n'
+    '  response_handle:headers():replace("content-type", "text/lua")\n'
+    "end\n"
+)
+
+
+def _vhost_merge() -> dict[str, Any]:
+    merge = waypoint_envoy_filter("waypoint", "app", name="merge")
+    merge["spec"]["configPatches"] = [
+        {
+            "applyTo": "VIRTUAL_HOST",
+            "match": {"context": "SIDECAR_INBOUND"},
+            "patch": {
+                "operation": "MERGE",
+                "value": {"response_headers_to_add": [{"header": {"key": "x-route", "value": "vhost"}}]},
+            },
+        }
+    ]
+    return merge
+
+
+def _local_answers_table() -> RouteTable:
+    def on(path: str, **actions: Any) -> RouteRule:
+        match = RouteMatch(path=PathMatch(PathMatchType.EXACT, path))
+        return RouteRule(f"HTTPRoute/app/{path.strip('/')}", match, **actions)
+
+    return RouteTable(
+        f"app/{ECHO}",
+        80,
+        http=(
+            on("/direct", direct_response=DirectResponse(418, b"short")),
+            on("/redirect", redirect=RequestRedirect(hostname="elsewhere.example", status_code=301)),
+            on("/missing", backends=(WeightedBackend(BackendService("app", "gone.app.svc.cluster.local", 80)),)),
+            on("/nobody", backends=(WeightedBackend(None),)),
+            on("/abort", fault=Fault(abort_status=503, abort_percent=100.0)),
+        ),
+    )
+
+
+async def _answer(rig: Rig, path: str) -> tuple[int, dict[str, str]]:
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    try:
+        status, headers, _ = await HttpOverTunnel(stream, host=ECHO).request("GET", path)
+        return status, {k.lower(): v for k, v in headers.items()}
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "route_level"),
+    [
+        # the router answers for a matched route, finalizing the answer with the route-level headers
+        ("/direct", 418, True),  # a route's direct response
+        ("/redirect", 301, True),  # a route's redirect
+        ("/missing", 500, True),  # a backend the state does not know (istiod: cluster not found / 500)
+        ("/nobody", 500, True),  # a backendRef that resolved to nothing
+        # no route matched: nothing to finalize with, but the Lua filter still encodes the 404
+        ("/none", 404, False),
+        # the fault filter (before the router) answers: the router never sees the request
+        ("/abort", 503, False),
+    ],
+)
+async def test_answers_the_waypoint_makes_itself_get_the_edits_envoy_runs_on_local_replies(
+    rig: Rig, path: str, status: int, route_level: bool
+) -> None:
+    """Exchange rule 7: Envoy encodes a local reply through every encoder filter (so the Lua response hook always
+    runs), and only its router applies the virtual-host and route-configuration merges, to its own answers."""
+    configure(rig, lua_filter(LOCAL_LUA), _vhost_merge(), tables=(_local_answers_table(),))
+    got, headers = await _answer(rig, path)
+    assert got == status
+    assert headers["x-lua-outbound"] == "bye"
+    assert headers.get("content-type", "text/lua") == "text/lua"  # replaced where the answer had one
+    assert ("x-route" in headers) is route_level, headers
+
+
+async def test_a_denial_and_a_refused_token_get_the_lua_edits_but_no_route_level_ones(rig: Rig) -> None:
+    """RBAC and JWT authentication come before the Lua filter in istiod's waypoint chain and answer before any
+    route is chosen; Envoy still encodes their 403 and 401 through the Lua filter."""
+    translated = translate_envoy_filters(
+        [lua_filter(LOCAL_LUA), _vhost_merge()], ["app/waypoint"], root_namespace="istio-system", proxy_version="1"
+    )
+    deny = Policy("deny-all", "app", Scope.WAYPOINT, Action.DENY, (Rule((Clause((Match(methods=("GET",)),)),)),))
+    config = WaypointConfig("app/waypoint", policies=(deny,), envoy_patches=translated.for_waypoint("app/waypoint"))
+    rig.waypoint.context.routes.replace(
+        decode_waypoint_config("app/waypoint", pack_waypoint_config(waypoint_config_to_proto(config)))
+    )
+    status, headers = await _answer(rig, "/echo")
+    assert status == 403
+    assert headers["x-lua-outbound"] == "bye" and headers["content-type"] == "text/lua"
+    assert "x-route" not in headers
+
+
+async def test_a_local_answer_without_filters_is_unchanged(rig: Rig) -> None:
+    configure(rig, tables=(_local_answers_table(),))
+    status, headers = await _answer(rig, "/direct")
+    assert status == 418 and headers["content-type"] == "text/plain"
+    assert {"x-lua-outbound", "x-route"}.isdisjoint(headers)

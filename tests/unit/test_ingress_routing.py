@@ -288,6 +288,6 @@ def test_an_https_redirect_host_answers_301_with_host_and_path_verbatim_before_r
     }
     for (authority, path), location in cases.items():
         decision = router.decide(None, BackendService("edge", "", 80), head(authority, path), 0.0)
-        assert decision == Respond(301, (("location", location),), b""), (authority, path)
+        assert decision == Respond(301, (("location", location),), b"", by_router=False), (authority, path)
     decision = router.decide(None, BackendService("edge", "", 80), head("elsewhere"), 0.0)
     assert isinstance(decision, Forward)  # a host without the flag is routed

@@ -20,8 +20,9 @@ Theory of operation (the places follow Envoy's filter chain as istiod builds it 
 - :attr:`ProxyPatches.upstream_h2`: backends spoken to in HTTP/2 (h2c, or ALPN h2 over originated TLS) because a
   cluster patch set ``http2_protocol_options``.
 
-Answers the waypoint makes itself (a denial, a route's direct response, a 404) get no response edits, although
-Envoy would run them on its local replies too.
+Answers the waypoint makes itself get the response edits Envoy would run on its local replies: the filters' on
+every one, the route-level ones on those its router makes for a matched route (:mod:`ambit.waypoint.exchange`
+rule 7 says which).
 
 Every value is frozen and hashable.
 """

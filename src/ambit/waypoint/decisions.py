@@ -62,6 +62,11 @@ class Respond:
     route: str = ""
     delay: float = 0.0
     """Seconds to wait before answering (a VirtualService fault delay)."""
+    by_router: bool = True
+    """Envoy's router would send this answer for a matched route (a direct response, a redirect, a missing
+    backend), so the route-level response edits of EnvoyFilter merges run on it; False for 404 with no route and
+    for an answer an HTTP filter before the router sends (a fault abort, a CORS preflight, an HTTPS redirect of a
+    virtual host)."""
 
 
 Decision = Forward | Respond

@@ -17,21 +17,24 @@ it, one at a time: a read cancelled by a timer loses nothing (the byte stream ke
 a chunk handed out is fed to h11 before the next await).
 
 :class:`Outcome` is what one request's metrics line and access-log line say, filled in as the exchange goes;
-:func:`respond` writes a complete local answer (a routing decision, or an Envoy-like error body).
+:func:`respond` writes a complete local answer (a routing decision, or an Envoy-like error body), with the
+EnvoyFilter response edits the caller says Envoy would run on that answer (:mod:`ambit.waypoint.exchange` rule 7).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from ambit.errors import AmbitError
+from ambit.model.envoyfilter import HeaderOp
 from ambit.model.workload import Service
 from ambit.proxy.streams import ByteStream
 from ambit.waypoint.context import WaypointContext
 from ambit.waypoint.destinations import Endpoint
+from ambit.waypoint.envoy_patches import apply_header_ops
 from ambit.waypoint.http1 import Event, ServerSide, Signal
 
 
@@ -169,8 +172,10 @@ async def respond(
     outcome: Outcome,
     *,
     flags: str = "-",
+    edits: Sequence[HeaderOp] = (),
 ) -> None:
-    """A complete local answer; with ``flags``, the body is also the log line's error."""
+    """A complete local answer; with ``flags``, the body is also the log line's error; ``edits`` run on its
+    finished headers (they never name a framing header, so the body's length stands)."""
     outcome.status, outcome.flags = status, flags
     if flags != "-":
         outcome.error = body.decode("utf-8", "replace")
@@ -178,5 +183,7 @@ async def respond(
     if body and not any(n == "content-type" for n, _ in fields):
         fields.append(("content-type", "text/plain"))
     fields += [("content-length", str(len(body))), ("x-request-id", outcome.request_id)]
+    if edits:
+        fields = apply_header_ops(fields, edits)
     outcome.bytes_out += len(body)
     await down.answer(status, fields, body)

@@ -39,6 +39,15 @@ answer goes) and its version (``RequestStarted.version``). :func:`serve_request`
    route-configuration edits of the destination's Service and port on the forwarded request after the route's
    own, and the response edits in reverse; a cluster patch asking for HTTP/2 speaks HTTP/2 to a backend the
    waypoint does not serve itself (istiod patches only a waypoint's outbound clusters).
+7. runs the EnvoyFilter response edits on the answers it makes itself as Envoy does on its local replies. A local
+   reply from any filter goes through the whole encoder chain (Envoy's filter manager starts encoding a local
+   reply at the first encoder filter), so every answer gets the HTTP filters' (Lua ``envoy_on_response``) edits:
+   the 401 and 403 of authentication and authorization, 404 with no route, a fault abort, a CORS preflight. The
+   virtual-host and route-configuration edits are the router's (its ``finalizeResponseHeaders`` of the matched
+   route), so only answers the router makes for a matched route get them, before the filters' edits: a direct
+   response, a redirect, 500 for a missing backend, 503 (no healthy upstream, overflow, an unknown subset, a
+   connect failure) and 504. Answers with no route (404, a dynamic host the entry does not cover) and answers of
+   filters before the router (:attr:`~ambit.waypoint.decisions.Respond.by_router` False) get none.
 
 :func:`account` counts one finished request once (``istio_requests_total`` and the histograms,
 reporter="waypoint", ``request_protocol`` grpc or http) and writes its access-log line.
@@ -102,11 +111,14 @@ async def serve_request(
     head = plan_client_cert(
         started.head, include_identity=config.xfcc_client_identity, local=ctx.identity, peer=tunnel.peer_identity
     )
+    patches = config.envoy_patches
+    filter_ops = patches.filter_response_ops()  # rule 7: on every answer, local or forwarded
     if config.request_authentications:
         step = plan_authentication(head, config, key, await ctx.jwks.fetch_key_sets(), ctx.wall_clock())
         if isinstance(step, Unauthenticated):
             keep = await _drain(down, started)
-            await respond(down, step.response.status, step.response.headers, step.response.body, outcome)
+            answer = step.response
+            await respond(down, answer.status, answer.headers, answer.body, outcome, edits=filter_ops)
             outcome.error = step.details
             return keep
         head, identity = step.request, step.identity
@@ -115,42 +127,43 @@ async def serve_request(
     authz = check_request(ctx, tunnel, head, identity)
     if not authz.allowed:
         keep = await _drain(down, started)
-        await respond(down, 403, (), DENIED_BODY, outcome, flags=RBAC_FLAG)
+        await respond(down, 403, (), DENIED_BODY, outcome, flags=RBAC_FLAG, edits=filter_ops)
         outcome.error = denial_detail(authz)
         return keep
     if authz.audited:
         log.info("audit: %s %s matched %s", head.method, head.path[:200], ", ".join(authz.audited))
-    patches = config.envoy_patches
     if patches.filters:  # rule 6: the EnvoyFilters' HTTP filters, after authorization, before routing
         head = edit_request(head, patches.filter_request_ops())
-    plan = Plan(head, response_ops=patches.filter_response_ops() if patches.filters else ())
+    plan = Plan(head, response_ops=filter_ops)
     if isinstance(target, ServiceTarget) and ctx.routes.is_dynamic(target.service.key):
         named = _judge_host(head.authority, target.service)
         if isinstance(named, Refusal):  # rule 5: a name the entry's host does not cover matches no route
             keep = await _drain(down, started)
-            await respond(down, named.status, (), b"", outcome, flags="NR")
+            await respond(down, named.status, (), b"", outcome, flags="NR", edits=filter_ops)
             outcome.error = named.reason
             return keep
     if isinstance(target, ServiceTarget):
         table = ctx.routes.find_table(target.service.key, target.port)
         decision = ctx.router(table, target.backend, head, ctx.random())
         outcome.route = decision.route
+        hostname, listened = target.service.hostname, target.port
+        route_ops = patches.route_response_ops(hostname, listened) if patches.routes else ()
         if decision.delay > 0:
             await asyncio.sleep(decision.delay)
         if isinstance(decision, Respond):
             keep = await _drain(down, started)
-            await respond(down, decision.status, decision.headers, decision.body, outcome)
+            edits = route_ops + filter_ops if decision.by_router else filter_ops  # rule 7
+            await respond(down, decision.status, decision.headers, decision.body, outcome, edits=edits)
             return keep
         if mirrors:
             start_mirrors(ctx, tunnel, decision.mirrors, started.has_body)
         service = find_backend_service(ctx.state, decision.backend)
         outcome.service = service
         port = decision.backend.port
-        request, response_ops = decision.request, plan.response_ops
+        request, response_ops = decision.request, route_ops + filter_ops
+        plan = dataclasses.replace(plan, response_ops=response_ops)  # rule 7: the router's own answers too
         if patches.routes:  # rule 6: virtual-host and route-configuration header merges
-            hostname, listened = target.service.hostname, target.port
             request = edit_request(request, patches.route_request_ops(hostname, listened))
-            response_ops = patches.route_response_ops(hostname, listened) + response_ops
         patched_h2 = (
             bool(patches.upstream_h2)
             and service is not None
@@ -160,7 +173,7 @@ async def serve_request(
         backend = ctx.routes.plan_backend(decision.backend, upgrade=started.upgrade)
         if isinstance(backend, Refusal):  # rule 3: a subset no DestinationRule defines
             keep = await _drain(down, started)
-            await respond(down, backend.status, (), b"", outcome, flags="NC")
+            await respond(down, backend.status, (), b"", outcome, flags="NC", edits=plan.response_ops)
             outcome.error = backend.reason
             return keep
         choose = ctx.choose
@@ -202,7 +215,7 @@ async def serve_request(
             found = plan_request(service, port, decision.request.authority, transport)
             if isinstance(found, Refusal):
                 keep = await _drain(down, started)
-                await respond(down, found.status, (), b"", outcome, flags="NR")
+                await respond(down, found.status, (), b"", outcome, flags="NR", edits=filter_ops)
                 outcome.error = found.reason
                 return keep
             endpoint = found
@@ -232,9 +245,9 @@ async def serve_request(
     if endpoint is None:
         keep = await _drain(down, started)
         if isinstance(target, ServiceTarget) and outcome.service is None:  # the route names an unknown Service
-            await respond(down, 500, (), b"no such backend", outcome, flags="NC")
+            await respond(down, 500, (), b"no such backend", outcome, flags="NC", edits=plan.response_ops)
         else:
-            await respond(down, 503, (), b"no healthy upstream", outcome, flags="UH")
+            await respond(down, 503, (), b"no healthy upstream", outcome, flags="UH", edits=plan.response_ops)
         return keep
     outcome.endpoint = endpoint
     connector = http2_connector(ctx, tunnel) if h2 else http1_connector(ctx, tunnel)
@@ -309,7 +322,7 @@ async def _forward_limited(
         verdict = balancer.admit(key, pool, http1=http1, can_wait=False)
     if verdict is Admission.OVERFLOW:
         keep = await _drain(down, started)
-        await respond(down, 503, (), OVERFLOW_BODY, outcome, flags="UO")
+        await respond(down, 503, (), OVERFLOW_BODY, outcome, flags="UO", edits=plan.response_ops)
         return keep
     uid = endpoint.workload.uid
     balancer.enter(key)

@@ -242,7 +242,8 @@ class _Exchange:
                 await self._stop_try()
                 if flag in ("UF", "UR") and self.plan.retry.on_connect_failure and self._retries_ran_out():
                     flag = f"{flag},URX"  # rule 7
-                await respond(self.down, status, (), text, self.outcome, flags=flag)
+                ops = self.plan.response_ops  # the router's own answer: exchange rule 7
+                await respond(self.down, status, (), text, self.outcome, flags=flag, edits=ops)
                 if self.detail:
                     self.outcome.error = f"{text.decode()}: {self.detail}"
             case retries.AbortResponse(flag=flag):

@@ -47,7 +47,7 @@ from ambit.waypoint.routing import route
 
 __all__ = ["IngressRouter", "https_redirect", "request_host"]
 
-NOT_FOUND = Respond(404, (("content-type", "text/plain"),), b"route_not_found\n")
+NOT_FOUND = Respond(404, (("content-type", "text/plain"),), b"route_not_found\n", by_router=False)
 
 
 def request_host(authority: str) -> str:
@@ -84,7 +84,7 @@ class _Host:
 def https_redirect(request: RequestHead) -> Respond:
     """Rule 3's answer."""
     path = request.path if request.path.startswith("/") else f"/{request.path}"
-    return Respond(301, (("location", f"https://{request.authority}{path}"),), b"")
+    return Respond(301, (("location", f"https://{request.authority}{path}"),), b"", by_router=False)
 
 
 class IngressRouter:

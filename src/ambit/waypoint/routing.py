@@ -190,7 +190,7 @@ class CompiledTable:
                 and (not test.needs_facts or test.holds_for(facts))
             ):
                 return _take(compiled, destination, request, _unit(random))
-        return Respond(404)
+        return Respond(404, by_router=False)
 
 
 def _draw(
@@ -214,7 +214,7 @@ def _take(compiled: _CompiledRule, destination: BackendService, request: Request
             return _abort(fault, request, rule.route, delay)
     plan = plan_cors(compiled.cors, request) if compiled.cors is not None else None
     if isinstance(plan, AnswerPreflight):
-        return Respond(200, plan.headers, route=rule.route, delay=delay)
+        return Respond(200, plan.headers, route=rule.route, delay=delay, by_router=False)
     decision = _act(compiled, destination, request, random)
     if plan is not None:
         decision = _with_cors(decision, plan.headers)
@@ -242,15 +242,15 @@ def _abort(fault: Fault, request: RequestHead, route: str, delay: float) -> Resp
     """Rule 10's abort. A gRPC status abort answers 200, as Envoy's fault filter does: a gRPC request gets that
     ``grpc-status`` and ``grpc-message`` with no body (trailers only), any other request the text."""
     if fault.abort_grpc_status is None:
-        return Respond(fault.abort_status, _TEXT, FAULT_BODY, route=route, delay=delay)
+        return Respond(fault.abort_status, _TEXT, FAULT_BODY, route=route, delay=delay, by_router=False)
     if not (request.header("content-type") or "").startswith("application/grpc"):
-        return Respond(200, _TEXT, FAULT_BODY, route=route, delay=delay)
+        return Respond(200, _TEXT, FAULT_BODY, route=route, delay=delay, by_router=False)
     headers = (
         ("content-type", "application/grpc"),
         ("grpc-status", str(fault.abort_grpc_status)),
         ("grpc-message", FAULT_BODY.decode()),
     )
-    return Respond(200, headers, b"", route=route, delay=delay)
+    return Respond(200, headers, b"", route=route, delay=delay, by_router=False)
 
 
 def _act(compiled: _CompiledRule, destination: BackendService, request: RequestHead, random: float) -> Decision:
