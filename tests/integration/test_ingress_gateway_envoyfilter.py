@@ -48,7 +48,7 @@ def gateway_filter(context: str) -> Obj:
     return obj
 
 
-def gateway_config(*filters: Obj) -> GatewayConfig:
+def gateway_config(*filters: Obj, route: Obj | None = None) -> GatewayConfig:
     gateway_pod = {
         "metadata": {
             "name": "istio-ingressgateway-0",
@@ -76,7 +76,7 @@ def gateway_config(*filters: Obj) -> GatewayConfig:
         endpoint_slices=(),
         namespaces=[{"metadata": {"name": "app"}}, {"metadata": {"name": "istio-system"}}],
         istio_gateways=[ingress_gateway("app")],
-        virtual_services=[ingress_route("web", "app")],
+        virtual_services=[route or ingress_route("web", "app")],
         envoy_filters=filters,
     )
     (config,) = translation.gateway_configs
@@ -111,3 +111,19 @@ async def test_a_waypoint_filter_changes_nothing_at_the_gateway(tmp_path: Path) 
     async with ingress_rig(tmp_path, config):
         status, headers, body = await get(config.listeners[0].port)
         assert status == 200 and "x-lua-inbound" not in body["headers"] and "x-lua-outbound" not in headers
+
+
+async def test_the_gateways_404_gets_the_lua_edits_but_no_virtual_host_ones(tmp_path: Path) -> None:
+    """A path no route matches: Envoy's router has no route to finalize the 404 with, but the Lua filter encodes
+    it like any local reply (exchange rule 7)."""
+    route = ingress_route("web", "app")
+    route["spec"]["http"][0]["match"] = [{"uri": {"prefix": "/only"}}]
+    config = gateway_config(gateway_filter("GATEWAY"), route=route)
+    async with (
+        ingress_rig(tmp_path, config),
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as client,
+        client.get(f"http://127.0.0.1:{config.listeners[0].port}/else", headers={"Host": "captured"}) as response,
+    ):
+        assert response.status == 404
+        assert response.headers["x-lua-outbound"] == "bye"
+        assert "x-vhost-outbound" not in response.headers
