@@ -215,7 +215,11 @@ def test_install_creates_every_object_waits_for_readiness_then_uninstall_removes
 
     version = ambit("version", "--kubeconfig", kubeconfig)
     assert version.returncode == 0, version.stderr
-    assert version.stdout.splitlines() == ["client version: 0.1.0", "control plane version: 0.1.0"]
+    assert version.stdout.splitlines() == [
+        "client version: 0.1.0",
+        "istio api version: 1.32.0",
+        "control plane version: 0.1.0",
+    ]
 
     done = ambit("uninstall", "-f", str(applicable), "--kubeconfig", kubeconfig, "--timeout", "60")
     assert done.returncode == 0, done.stderr

@@ -195,7 +195,7 @@ async def test_a_node_proxy_shows_synced_and_a_client_that_stops_acking_turns_st
         assert by_name["node-a"]["ADDRESSES"].startswith("SYNCED (")
         assert by_name["node-stuck"]["ADDRESSES"].startswith("STALE (")
         assert by_name["node-a"]["ISTIOD"] == "istiod-test" and by_name["node-a"]["CLUSTER"] == "Kubernetes"
-        assert by_name["node-a"]["VERSION"] == ambit.__version__  # the node's ISTIO_VERSION metadata
+        assert by_name["node-a"]["VERSION"] == ambit.ISTIO_VERSION  # the node's ISTIO_VERSION metadata
         assert by_name["node-stuck"]["VERSION"] == "-"  # a client that states no version
         print(f"\nnode-stuck turned STALE {stale_after:.2f} s after the push (stale_after {STALE_AFTER} s)")
         assert stale_after >= STALE_AFTER

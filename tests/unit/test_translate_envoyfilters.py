@@ -5,14 +5,26 @@ proxyVersion, context), the header semantics, and what is noted instead of appli
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tests.upstream_objects import waypoint_envoy_filter
 
+from ambit import ISTIO_VERSION, __version__
 from ambit.controlplane.translate import translate_all
 from ambit.controlplane.translate.envoyfilters import IngressProxy, PatchNote, translate_envoy_filters
-from ambit.model.envoyfilter import HeaderAction, HeaderOp, HeaderPatch, PatchScope, ProxyPatches
+from ambit.model.envoyfilter import (
+    HeaderAction,
+    HeaderOp,
+    HeaderPatch,
+    PatchScope,
+    ProxyPatches,
+    version_matches,
+    version_pattern_problem,
+)
 
 ROOT = "istio-system"
 WAYPOINT = "app/waypoint"
@@ -408,3 +420,40 @@ def test_the_control_plane_logs_a_note_once_per_generation(caplog: pytest.LogCap
     lines = [r.getMessage() for r in caplog.records if "EnvoyFilter" in r.getMessage()]
     reason = "spec.configPatches[0] not applied: applyTo: LISTENER is not honoured by Ambit"
     assert lines == [f"EnvoyFilter app/f (generation {g}) {reason}" for g in (1, 2)]
+
+
+def test_a_filter_pinned_to_the_istio_minor_ambit_implements_applies_and_one_pinned_to_another_does_not() -> None:
+    """Ambit's proxies state :data:`ambit.ISTIO_VERSION`, not Ambit's own version, for ``proxyVersion``."""
+    major, minor, _ = ISTIO_VERSION.split(".")
+
+    def pinned(pattern: str) -> dict[str, Any]:
+        patch = vhost(add("x-pinned", pattern))
+        patch["match"]["proxy"] = {"proxyVersion": pattern}
+        return patch
+
+    ours = rf"^{major}\.{minor}.*"
+    others = (r"^1\.2[0-9].*", rf"^{major}\.{int(minor) - 1}.*", r"^0\.1\.0$")
+    found, notes = run(ef([pinned(ours), *map(pinned, others)]), version=ISTIO_VERSION)
+    assert [op.value for op in request_ops(found)] == [ours] and notes == []
+    assert not version_matches(rf"^{re.escape(__version__)}$", ISTIO_VERSION)  # Ambit's build is not the match
+
+
+def test_an_invalid_version_expression_is_ignored_with_a_note_and_an_over_long_one_matches_nothing() -> None:
+    def pinned(pattern: str, value: str) -> dict[str, Any]:
+        patch = vhost(add("x", value))
+        patch["match"]["proxy"] = {"proxyVersion": pattern}
+        return patch
+
+    found, notes = run(ef([pinned("(", "broken"), pinned(r"(?=1)1", "lookahead"), pinned("1" * 1025, "long")]))
+    assert [op.value for op in request_ops(found)] == ["broken", "lookahead"]  # as istiod: no version match
+    assert [n.field for n in notes] == [f"spec.configPatches[{i}].match.proxy.proxyVersion" for i in range(3)]
+    assert "ignored" in notes[0].reason and "look-ahead" in notes[1].reason and "matches no proxy" in notes[2].reason
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=64))
+def test_judging_a_version_expression_never_raises_and_what_it_accepts_compiles(pattern: str) -> None:
+    problem = version_pattern_problem(pattern)
+    if not problem:
+        re.compile(pattern)
+    assert isinstance(version_matches(pattern, ISTIO_VERSION), bool)

@@ -149,6 +149,25 @@ VALID: list[tuple[str, Any]] = [
     ),
     ("Sidecar", {"egress": [{"hosts": ["./*", "istio-system/*"]}], "outboundTrafficPolicy": {"mode": "ALLOW_ANY"}}),
     (
+        "EnvoyFilter",
+        {
+            "targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "waypoint"}],
+            "configPatches": [
+                {
+                    "applyTo": "VIRTUAL_HOST",
+                    "match": {"context": "SIDECAR_INBOUND", "proxy": {"proxyVersion": r"^1\.2[0-9].*"}},
+                    "patch": {"operation": "MERGE", "value": {"request_headers_to_add": []}},
+                },
+                {"applyTo": "HTTP_ROUTE", "patch": {"operation": "REMOVE"}},
+                {
+                    "applyTo": "CLUSTER",
+                    "match": {"proxy": {"proxyVersion": "1" * 1025}},
+                    "patch": {"operation": "MERGE", "value": {}},
+                },
+            ],
+        },
+    ),
+    (
         "Gateway",
         {
             "gatewayClassName": "istio-waypoint",
@@ -222,6 +241,53 @@ def test_valid_objects_have_no_errors(kind: str, spec: Any) -> None:
 
 
 INVALID: list[tuple[str, Any, str, str]] = [
+    # EnvoyFilter
+    ("EnvoyFilter", {"configPatches": [None]}, "spec.configPatches[0]", "null config patch"),
+    (
+        "EnvoyFilter",
+        {"configPatches": [{"patch": {"operation": "ADD"}}]},
+        "spec.configPatches[0].applyTo",
+        "missing applyTo",
+    ),
+    ("EnvoyFilter", {"configPatches": [{"applyTo": "CLUSTER"}]}, "spec.configPatches[0].patch", "missing patch"),
+    (
+        "EnvoyFilter",
+        {"configPatches": [{"applyTo": "CLUSTER", "patch": {"value": {}}}]},
+        "spec.configPatches[0].patch.operation",
+        "missing patch operation",
+    ),
+    (
+        "EnvoyFilter",
+        {"configPatches": [{"applyTo": "CLUSTER", "patch": {"operation": "MERGE"}}]},
+        "spec.configPatches[0].patch.value",
+        "missing patch value",
+    ),
+    (
+        "EnvoyFilter",
+        {
+            "configPatches": [
+                {"applyTo": "CLUSTER", "match": {"proxy": {"proxyVersion": "1.(2"}}, "patch": {"operation": "REMOVE"}}
+            ]
+        },
+        "spec.configPatches[0].match.proxy.proxyVersion",
+        "invalid regex for proxy version",
+    ),
+    (
+        "EnvoyFilter",
+        {
+            "configPatches": [
+                {"applyTo": "CLUSTER", "match": {"proxy": {"proxyVersion": "(?!1)"}}, "patch": {"operation": "REMOVE"}}
+            ]
+        },
+        "spec.configPatches[0].match.proxy.proxyVersion",
+        "look-ahead",
+    ),
+    (
+        "EnvoyFilter",
+        {"configPatches": [{"applyTo": "ROUTES", "patch": {"operation": "REMOVE"}}]},
+        "spec.configPatches[0].applyTo",
+        "unsupported value",
+    ),
     # AuthorizationPolicy
     ("AuthorizationPolicy", {"action": "REJECT"}, "spec.action", "unsupported value 'REJECT'"),
     ("AuthorizationPolicy", {"action": "CUSTOM", "rules": [{}]}, "spec.provider.name", "required"),
@@ -1053,3 +1119,11 @@ def test_a_dynamic_dns_entry_inside_the_mesh_cannot_be_bound_to_a_waypoint() -> 
     assert [e.path for e in bound] == ["spec.location"]
     for labels in ({}, {"istio.io/use-waypoint": "None"}):
         assert errors("ServiceEntry", spec, labels=labels) == []
+
+
+def test_an_envoy_filter_is_admitted_with_istiods_warnings() -> None:
+    patch = {"applyTo": "CLUSTER", "match": {"proxy": {"proxyVersion": "1" * 1025}}, "patch": {"operation": "REMOVE"}}
+    out = answer(parse_review(review("EnvoyFilter", {"configPatches": [patch]})))["response"]
+    assert out["allowed"] is True
+    assert out["warnings"][0].startswith("spec: EnvoyFilter exposes internal implementation details")
+    assert "exceeds 1024 characters and will be ignored" in out["warnings"][1]

@@ -121,8 +121,10 @@ def version(
     kubeconfig: KubeconfigOption = None,
     short: Annotated[bool, typer.Option("--short", help="The client version only; no cluster is asked.")] = False,
 ) -> None:
-    """Print the client's version and the control plane's (the istiod Deployment's image tag)."""
+    """Print the client's version, the Istio release whose APIs Ambit implements (what its proxies state to
+    EnvoyFilter ``proxyVersion`` matches) and the control plane's version (the istiod Deployment's image tag)."""
     typer.echo(f"client version: {ambit.__version__}")
+    typer.echo(f"istio api version: {ambit.ISTIO_VERSION}")
     if short:
         return
 

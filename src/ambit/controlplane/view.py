@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from ambit import __version__
+from ambit import ISTIO_VERSION
 from ambit.controlplane.translate import (
     DEFAULT_ROOT_NAMESPACE,
     PolicyMemo,
@@ -295,7 +295,7 @@ class ClusterView:
             backend_tls_policies=self.items("backendtlspolicies"),
             config_maps=self.items("configmaps"),
             envoy_filters=self.items("envoyfilters"),
-            proxy_version=__version__,
+            proxy_version=ISTIO_VERSION,
             cluster_id=s.cluster_id,
             trust_domain=s.trust_domain,
             domain=s.domain,

@@ -25,12 +25,27 @@ every one, the route-level ones on those its router makes for a matched route (:
 rule 7 says which).
 
 Every value is frozen and hashable.
+
+A patch's ``match.proxy.proxyVersion`` is a regular expression searched in the version a proxy states
+(:data:`ambit.ISTIO_VERSION`). Rules (istiod's, whose expressions are Go's RE2; the webhook and the control
+plane's translation both use :func:`version_pattern_problem` and :func:`version_matches`):
+
+1. An expression longer than :data:`MAX_VERSION_PATTERN` characters is not compiled: the webhook warns, and the
+   patch matches no proxy (istiod fails closed).
+2. An expression that does not compile, or uses what RE2 lacks (look-around, back-references, atomic groups), is
+   refused by the webhook; one that got past it anyway has its version match ignored (istiod compiles it to
+   nothing, and a patch without a version match applies to every version).
+3. An empty version matches no expression.
 """
 
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
+
+MAX_VERSION_PATTERN = 1024
+"""Rule 1: istiod's bound on a ``proxyVersion`` expression."""
 
 
 class HeaderAction(enum.Enum):
@@ -124,3 +139,66 @@ class ProxyPatches:
 
 
 NO_PATCHES = ProxyPatches()
+
+
+_RE2_LACKS = (
+    ("=", "a look-ahead"),
+    ("!", "a look-ahead"),
+    ("<=", "a look-behind"),
+    ("<!", "a look-behind"),
+    (">", "an atomic group"),
+    ("P=", "a back-reference"),
+    ("(", "a conditional"),
+)
+
+
+def _re2_lacks(pattern: str) -> str:
+    """What of ``pattern`` Go's RE2 does not have (rule 2), or ``""``: one pass, never raises."""
+    i, n, in_class = 0, len(pattern), False
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            if not in_class and pattern[i + 1 : i + 2] in tuple("123456789"):
+                return "a back-reference"
+            i += 2
+        elif in_class:
+            in_class = c != "]"
+            i += 1
+        elif c == "[":
+            in_class = True
+            i += 1
+            i += pattern[i : i + 1] == "^"
+            i += pattern[i : i + 1] == "]"  # a leading ] is a member, not the end
+        else:
+            if c == "(" and pattern[i + 1 : i + 2] == "?":
+                rest = pattern[i + 2 : i + 4]
+                for prefix, what in _RE2_LACKS:
+                    if rest.startswith(prefix):
+                        return what
+            i += 1
+    return ""
+
+
+def version_pattern_problem(pattern: str) -> str:
+    """Why the webhook refuses ``pattern`` as a ``proxyVersion`` (rule 2), or ``""``; never raises. Rule 1's
+    length is not judged here."""
+    lacking = _re2_lacks(pattern)
+    if lacking:
+        return f"invalid regex for proxy version: {lacking} is not supported (RE2 syntax)"
+    try:
+        re.compile(pattern)
+    except (re.error, RecursionError, OverflowError, ValueError) as exc:
+        return f"invalid regex for proxy version: {exc}"
+    return ""
+
+
+def version_matches(pattern: str | None, version: str) -> bool:
+    """Whether a patch with ``pattern`` (None: no version match) applies to a proxy stating ``version``
+    (rules 1-3)."""
+    if pattern is None:
+        return True
+    if len(pattern) > MAX_VERSION_PATTERN or not version:
+        return False
+    if version_pattern_problem(pattern):
+        return True
+    return re.search(pattern, version) is not None

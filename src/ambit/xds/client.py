@@ -32,7 +32,7 @@ from typing import Any, Protocol
 import grpc  # type: ignore[import-untyped]
 from google.protobuf import struct_pb2
 
-from ambit import __version__
+from ambit import ISTIO_VERSION, __version__
 from ambit.api import discovery_pb2 as dpb
 from ambit.model.policy import Policy
 from ambit.model.state import WorkloadState
@@ -85,10 +85,12 @@ class Subscription:
 
 
 def client_node(node_id: str, cluster_id: str) -> dpb.Node:
-    """The ``Node`` a proxy of ours states on its stream: its id and cluster, and its version as Istio proxies give it
-    (``ISTIO_VERSION`` metadata, shown by ``ambit proxy-status``) and as Envoy does (``build_version``)."""
+    """The ``Node`` a proxy of ours states on its stream: its id and cluster, the Istio release whose APIs it
+    implements as Istio proxies state theirs (``ISTIO_VERSION`` metadata: what EnvoyFilter ``proxyVersion``
+    matches and ``ambit proxy-status`` shows; see :mod:`ambit`), and Ambit's own build as Envoy states its
+    (``build_version``)."""
     metadata = struct_pb2.Struct()
-    metadata.update({"ISTIO_VERSION": __version__})
+    metadata.update({"ISTIO_VERSION": ISTIO_VERSION})
     return dpb.Node(id=node_id, cluster=cluster_id, metadata=metadata, build_version=f"ambit/{__version__}")
 
 

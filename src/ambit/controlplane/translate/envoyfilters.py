@@ -18,9 +18,12 @@ Rules (istiod's ``PushContext.EnvoyFilters`` with ``WorkloadPolicyMatcher`` for 
    ServiceEntry targets match nothing here (istiod asks without the services).
 3. Order: ``priority`` (lower first), then root-namespace filters first, then creation time, then
    ``name.namespace``; each filter's patches in the order written.
-4. A patch with ``match.proxy`` applies only when ``proxyVersion`` (a regular expression, searched in the
-   waypoint's version; longer than 1024 characters matches nothing) matches and no ``metadata`` is asked for
-   (Ambit's waypoints send none that a filter could name).
+4. A patch with ``match.proxy`` applies only when ``proxyVersion`` matches and no ``metadata`` is asked for
+   (Ambit's waypoints send none that a filter could name). ``proxyVersion`` is a regular expression searched in
+   the version Ambit's proxies state, :data:`ambit.ISTIO_VERSION` (the Istio release whose APIs Ambit
+   implements; :mod:`ambit` says why), by :func:`ambit.model.envoyfilter.version_matches`: longer than 1024
+   characters it matches nothing; an expression the webhook would refuse is ignored (the patch applies to every
+   version, as istiod's compiles to nothing) and noted, as is an over-long one.
 5. Contexts at a waypoint (istiod builds its listeners and routes as ``SIDECAR_INBOUND``, its few outbound
    clusters as ``SIDECAR_OUTBOUND`` and never patches its inbound clusters): HTTP_FILTER, VIRTUAL_HOST and
    ROUTE_CONFIGURATION patches apply in ``SIDECAR_INBOUND`` and ``ANY``; CLUSTER MERGE patches in
@@ -61,12 +64,15 @@ from typing import Any
 from ambit.controlplane.translate import shapes
 from ambit.model.envoyfilter import (
     EVERYWHERE,
+    MAX_VERSION_PATTERN,
     NO_PATCHES,
     HeaderAction,
     HeaderOp,
     HeaderPatch,
     PatchScope,
     ProxyPatches,
+    version_matches,
+    version_pattern_problem,
 )
 from ambit.model.errors import LuaSubsetError
 from ambit.model.header_rules import has_line_break, is_framing, is_header_token
@@ -81,7 +87,6 @@ ROUTER = "envoy.filters.http.router"
 LUA_NAMES = frozenset({"envoy.lua", "envoy.filters.http.lua"})
 LUA_TYPE = "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua"
 HTTP_OPTIONS_KEY = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
-MAX_VERSION_PATTERN = 1024
 
 _HEADER_FIELDS = {
     "request_headers_to_add": ("request", False),
@@ -127,6 +132,8 @@ class _Effect:
     patch: HeaderPatch | None = None
     scope: PatchScope = EVERYWHERE
     version_pattern: str | None = None
+    version_note: str = ""
+    """Why ``version_pattern`` is ignored or matches nothing (rule 4), for a note; ``""``: it is fine."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -431,6 +438,11 @@ def _effect(raw: object, at: str, source: str, gateway: bool) -> _Effect:
         raise _Refused(f"{at}.match.proxy.metadata: Ambit's proxies send no metadata a filter can match")
     version = shapes.text(proxy.get("proxyVersion", proxy.get("proxy_version")), f"{at}.match.proxy.proxyVersion")
     version_pattern = version or None
+    version_note = ""
+    if len(version) > MAX_VERSION_PATTERN:
+        version_note = f"longer than {MAX_VERSION_PATTERN} characters: the patch matches no proxy"
+    elif version and (problem := version_pattern_problem(version)):
+        version_note = f"{problem}; the version match is ignored, as istiod ignores it"
     where = "an ingress gateway" if gateway else "a waypoint"
     if apply_to in ("HTTP_FILTER", "VIRTUAL_HOST", "ROUTE_CONFIGURATION"):
         if context not in (("GATEWAY", "ANY") if gateway else ("SIDECAR_INBOUND", "ANY")):
@@ -440,13 +452,15 @@ def _effect(raw: object, at: str, source: str, gateway: bool) -> _Effect:
                 raise _Refused(f"{at}.patch.operation: {operation} of an HTTP filter is not supported")
             _filter_position(match, operation, f"{at}.match")
             lua = _lua(value, f"{at}.patch.value")
-            return _Effect("filter", HeaderPatch(source, lua.request, lua.response), EVERYWHERE, version_pattern)
+            patch_value = HeaderPatch(source, lua.request, lua.response)
+            return _Effect("filter", patch_value, EVERYWHERE, version_pattern, version_note)
         if operation != "MERGE":
             raise _Refused(f"{at}.patch.operation: {operation} of {apply_to} is not supported (only MERGE)")
         scope = _gateway_route_scope(match, f"{at}.match") if gateway else _route_scope(match, f"{at}.match")
         request, response = _header_merge(value, f"{at}.patch.value")
         level = 0 if apply_to == "VIRTUAL_HOST" else 1
-        return _Effect("route", HeaderPatch(source, request, response, scope, level), scope, version_pattern)
+        patch_value = HeaderPatch(source, request, response, scope, level)
+        return _Effect("route", patch_value, scope, version_pattern, version_note)
     if apply_to == "CLUSTER":
         if operation != "MERGE":
             raise _Refused(f"{at}.patch.operation: {operation} of a cluster is not supported (only MERGE)")
@@ -456,7 +470,7 @@ def _effect(raw: object, at: str, source: str, gateway: bool) -> _Effect:
             raise _Refused(f"{at}.match.context: {context} has no effect at {where}")
         scope = _cluster_scope(match, f"{at}.match")
         _wants_h2(value, f"{at}.patch.value")
-        return _Effect("cluster", None, scope, version_pattern)
+        return _Effect("cluster", None, scope, version_pattern, version_note)
     raise _Refused(f"{at}.applyTo: {apply_to} is not honoured by Ambit")
 
 
@@ -510,7 +524,10 @@ def _read(obj: Mapping[str, Any], notes: list[PatchNote]) -> _Filter | None:
         for i, raw in enumerate(patches):
             at = f"spec.configPatches[{i}]"
             try:
-                found.append(_effect(raw, at, f"{namespace}/{name}[{i}]", gateway))
+                effect = _effect(raw, at, f"{namespace}/{name}[{i}]", gateway)
+                found.append(effect)
+                if effect.version_note:
+                    refused.append(note(f"{at}.match.proxy.proxyVersion", effect.version_note))
             except _Refused as exc:
                 refused.append(note(at, exc.reason.removeprefix(f"{at}.").removeprefix(f"{at}: ")))
             except shapes.ShapeError as exc:
@@ -520,25 +537,13 @@ def _read(obj: Mapping[str, Any], notes: list[PatchNote]) -> _Filter | None:
     return _Filter(namespace, name, priority, created, targets, selector, effects, kind_notes, uid, generation)
 
 
-def _version_matches(pattern: str | None, version: str) -> bool:
-    """Rule 4."""
-    if pattern is None:
-        return True
-    if len(pattern) > MAX_VERSION_PATTERN or not version:
-        return False
-    try:
-        return re.search(pattern, version) is not None
-    except (re.error, RecursionError, OverflowError):
-        return True  # istiod ignores an expression it cannot compile (validation would have refused it)
-
-
 def _merge(filters: Iterable[_Filter], version: str, gateway: bool) -> ProxyPatches:
     lua: list[HeaderPatch] = []
     routes: list[HeaderPatch] = []
     h2: list[PatchScope] = []
     for f in filters:
         for effect in f.effects[gateway]:
-            if not _version_matches(effect.version_pattern, version):
+            if not version_matches(effect.version_pattern, version):
                 continue
             if effect.kind == "filter" and effect.patch is not None:
                 lua.append(effect.patch)

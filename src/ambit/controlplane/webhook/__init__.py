@@ -1,10 +1,10 @@
 """istiod's validating admission webhook for the Istio and Gateway API kinds Ambit reads (spec §10.4).
 
 Modules: :mod:`fields` (walking untrusted JSON, :class:`FieldError`), one validator module per family
-(:mod:`authorization`, :mod:`authentication`, :mod:`serviceentry`, :mod:`traffic`, :mod:`gateway`, with
-:mod:`attachment` for selector/targetRefs), :mod:`validation` (the kind table and :func:`validate`),
-:mod:`review` (AdmissionReview in and out, no I/O), :mod:`server` (the aiohttp HTTPS shell) and
-:mod:`registration` (the ValidatingWebhookConfiguration).
+(:mod:`authorization`, :mod:`authentication`, :mod:`serviceentry`, :mod:`traffic`, :mod:`gateway`,
+:mod:`envoyfilter`, with :mod:`attachment` for selector/targetRefs), :mod:`validation` (the kind table and
+:func:`validate`), :mod:`review` (AdmissionReview in and out, no I/O), :mod:`server` (the aiohttp HTTPS shell)
+and :mod:`registration` (the ValidatingWebhookConfiguration).
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ _PLURALS = {
     "DestinationRule": "destinationrules",
     "VirtualService": "virtualservices",
     "Sidecar": "sidecars",
+    "EnvoyFilter": "envoyfilters",
     "Telemetry": "telemetries",
     "Gateway": "gateways",
     "HTTPRoute": "httproutes",

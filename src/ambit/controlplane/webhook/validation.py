@@ -14,6 +14,7 @@ from typing import Any
 
 from ambit.controlplane.webhook.authentication import validate_peer_authentication, validate_request_authentication
 from ambit.controlplane.webhook.authorization import validate_authorization_policy
+from ambit.controlplane.webhook.envoyfilter import validate_envoy_filter
 from ambit.controlplane.webhook.errors import UnknownKindError
 from ambit.controlplane.webhook.fields import FieldError, Fields
 from ambit.controlplane.webhook.gateway import (
@@ -46,6 +47,7 @@ VALIDATORS: dict[tuple[str, str], Callable[[dict[str, Any]], Fields]] = {
     (NETWORKING, "DestinationRule"): validate_destination_rule,
     (NETWORKING, "VirtualService"): validate_virtual_service,
     (NETWORKING, "Sidecar"): validate_sidecar,
+    (NETWORKING, "EnvoyFilter"): validate_envoy_filter,
     (TELEMETRY, "Telemetry"): validate_telemetry,
     (GATEWAY_API, "Gateway"): validate_gateway,
     (GATEWAY_API, "HTTPRoute"): validate_http_route,
