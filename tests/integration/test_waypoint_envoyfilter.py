@@ -6,6 +6,7 @@ istiod would patch and no others (see :mod:`tests.integration.waypoint_rig` for 
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 from collections.abc import AsyncIterator
@@ -23,6 +24,7 @@ from tests.integration.waypoint_rig import (
 )
 from tests.upstream_objects import waypoint_envoy_filter
 
+from ambit.controlplane.translate.envoyfilter_routes import merge_routes
 from ambit.controlplane.translate.envoyfilters import translate_envoy_filters
 from ambit.model.policy import Action, Clause, Match, Policy, Rule, Scope
 from ambit.model.routes import (
@@ -308,3 +310,47 @@ async def test_a_local_answer_without_filters_is_unchanged(rig: Rig) -> None:
     status, headers = await _answer(rig, "/direct")
     assert status == 418 and headers["content-type"] == "text/plain"
     assert {"x-lua-outbound", "x-route"}.isdisjoint(headers)
+
+
+async def test_an_http_route_merge_gives_a_named_route_a_timeout_and_a_header(rig: Rig) -> None:
+    """HTTP_ROUTE MERGE, made by the control plane on the rule named ``main`` (envoyfilter_routes): the merged
+    timeout answers 504 for the slow path, and the merged header reaches the backend on the others."""
+    main = RouteRule(
+        "HTTPRoute/app/echo",
+        RouteMatch(),
+        backends=(WeightedBackend(BackendService("app", ECHO, 80)),),
+        rule_name="main",
+    )
+    table = RouteTable(f"app/{ECHO}", 80, http=(main,))
+    patch = waypoint_envoy_filter("waypoint", "app", name="route")
+    patch["spec"]["configPatches"] = [
+        {
+            "applyTo": "HTTP_ROUTE",
+            "match": {
+                "context": "SIDECAR_INBOUND",
+                "routeConfiguration": {"portNumber": 80, "vhost": {"route": {"name": "main", "action": "ROUTE"}}},
+            },
+            "patch": {
+                "operation": "MERGE",
+                "value": {
+                    "route": {"timeout": "0.3s"},
+                    "request_headers_to_add": [{"header": {"key": "x-route-merge", "value": "yes"}}],
+                },
+            },
+        }
+    ]
+    translated = translate_envoy_filters([patch], ["app/waypoint"], root_namespace="istio-system", proxy_version="1")
+    assert translated.notes == ()
+    config = WaypointConfig("app/waypoint", merge_routes((table,), translated.route_merges_for("app/waypoint")))
+    rig.waypoint.context.routes.replace(
+        decode_waypoint_config("app/waypoint", pack_waypoint_config(waypoint_config_to_proto(config)))
+    )
+    ((status, _, body),) = await requests(rig, 1)
+    assert status == 200 and seen_headers(body)["x-route-merge"] == "yes"
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    try:
+        started = asyncio.get_running_loop().time()
+        status, _, _ = await HttpOverTunnel(stream, host=ECHO).request("GET", "/slow")
+        assert status == 504 and asyncio.get_running_loop().time() - started < 4.0  # the backend takes 5 s
+    finally:
+        await client.aclose()

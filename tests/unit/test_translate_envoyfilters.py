@@ -121,6 +121,21 @@ def test_upstreams_object_reaches_the_waypoint_config_through_translate_all() ->
         "metadata": {"name": "reviews", "namespace": "app", "labels": {"istio.io/use-waypoint": "waypoint"}},
         "spec": {"clusterIP": "10.96.0.10", "ports": [{"name": "http", "port": 80}]},
     }
+    route = {
+        "metadata": {"name": "reviews", "namespace": "app"},
+        "spec": {
+            "parentRefs": [{"group": "", "kind": "Service", "name": "reviews", "port": 80}],
+            "rules": [{"name": "main", "backendRefs": [{"name": "reviews", "port": 80}]}],
+        },
+    }
+    upstream = waypoint_envoy_filter("waypoint", "app")
+    upstream["spec"]["configPatches"].append(
+        {
+            "applyTo": "HTTP_ROUTE",
+            "match": {"context": "SIDECAR_INBOUND", "routeConfiguration": {"vhost": {"route": {"name": "main"}}}},
+            "patch": {"operation": "MERGE", "value": {"route": {"timeout": "3s"}}},
+        }
+    )
     translation = translate_all(
         [],
         [service],
@@ -128,12 +143,15 @@ def test_upstreams_object_reaches_the_waypoint_config_through_translate_all() ->
         [namespace],
         gateways=[gateway],
         gateway_classes=[gateway_class],
-        envoy_filters=[waypoint_envoy_filter("waypoint", "app")],
+        http_routes=[route],
+        envoy_filters=[upstream],
         root_namespace=ROOT,
     )
     (config,) = translation.waypoint_configs
     assert [op.name for op in request_ops({WAYPOINT: config.envoy_patches})] == ["x-lua-inbound", "x-vhost-inbound"]
     assert [n.field for n in translation.envoy_filter_notes] == ["spec.configPatches[2]"]
+    (table,) = config.tables
+    assert [(r.rule_name, r.timeouts.request) for r in table.http] == [("main", 3.0)]  # the HTTP_ROUTE merge
 
 
 def test_a_filter_in_another_namespace_never_applies_whatever_namespace_its_target_names() -> None:

@@ -65,6 +65,7 @@ from ambit.controlplane.translate.destinationrules import (
 )
 from ambit.controlplane.translate.discovery import EVERY_NAMESPACE, DiscoveryFilter
 from ambit.controlplane.translate.endpointslices import endpoint_slice_workloads
+from ambit.controlplane.translate.envoyfilter_routes import merge_routes
 from ambit.controlplane.translate.envoyfilters import IngressProxy, PatchNote, translate_envoy_filters
 from ambit.controlplane.translate.gateway_policies import (
     IngressPods,
@@ -627,6 +628,7 @@ def translate_all(
                 race_first_connect=tuple(k for k in c.services if k in racing),
                 dynamic_dns=tuple(k for k in c.services if k in dynamic),
                 envoy_patches=envoy.for_waypoint(c.waypoint),
+                tables=merge_routes(c.tables, envoy.route_merges_for(c.waypoint)),
             )
             for c in authn
         ),

@@ -39,6 +39,9 @@ Rules (istiod's ``PushContext.EnvoyFilters`` with ``WorkloadPolicyMatcher`` for 
      ``append_action`` / ``keep_empty_value``; matched by route configuration ``name``
      (``inbound-vip|<port>|<protocol>|<host>``), ``portNumber``, virtual host ``name`` (``inbound|http|<port>``)
      and ``domainName`` (the Service's host).
+   - HTTP_ROUTE ``MERGE`` of the route fields the waypoint's engine has (timeout, retries, header lists), at
+     waypoints only, made by the control plane on the route rules it selects
+     (:mod:`ambit.controlplane.translate.envoyfilter_routes`).
    - CLUSTER ``MERGE`` of ``http2_protocol_options`` (or ``typed_extension_protocol_options`` with an explicit
      HTTP/2 config): those backends are spoken to in HTTP/2; matched by ``service``, ``portNumber`` and an
      ``outbound|<port>||<host>`` name.
@@ -62,6 +65,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ambit.controlplane.translate import shapes
+from ambit.controlplane.translate.envoyfilter_routes import RouteMerge, RouteMergeError, read_route_merge
 from ambit.model.envoyfilter import (
     EVERYWHERE,
     MAX_VERSION_PATTERN,
@@ -128,12 +132,14 @@ class _Effect:
     """One honoured patch: where it runs and what it does."""
 
     kind: str
-    """``filter``, ``route`` or ``cluster``."""
+    """``filter``, ``route``, ``http_route`` or ``cluster``."""
     patch: HeaderPatch | None = None
     scope: PatchScope = EVERYWHERE
     version_pattern: str | None = None
     version_note: str = ""
     """Why ``version_pattern`` is ignored or matches nothing (rule 4), for a note; ``""``: it is fine."""
+    route_merge: RouteMerge | None = None
+    """For ``http_route``: the merge into route rules (:mod:`.envoyfilter_routes`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,9 +209,14 @@ class EnvoyFilterTranslation:
     by_waypoint: Mapping[str, ProxyPatches] = field(default_factory=dict)
     notes: tuple[PatchNote, ...] = ()
     by_gateway: Mapping[str, ProxyPatches] = field(default_factory=dict)
+    route_merges: Mapping[str, tuple[RouteMerge, ...]] = field(default_factory=dict)
+    """Each waypoint's HTTP_ROUTE merges, in order (:func:`.envoyfilter_routes.merge_routes` applies them)."""
 
     def for_waypoint(self, key: str) -> ProxyPatches:
         return self.by_waypoint.get(key, NO_PATCHES)
+
+    def route_merges_for(self, key: str) -> tuple[RouteMerge, ...]:
+        return self.route_merges.get(key, ())
 
     def for_gateway(self, key: str) -> ProxyPatches:
         return self.by_gateway.get(key, NO_PATCHES)
@@ -461,6 +472,19 @@ def _effect(raw: object, at: str, source: str, gateway: bool) -> _Effect:
         level = 0 if apply_to == "VIRTUAL_HOST" else 1
         patch_value = HeaderPatch(source, request, response, scope, level)
         return _Effect("route", patch_value, scope, version_pattern, version_note)
+    if apply_to == "HTTP_ROUTE":
+        if gateway:
+            raise _Refused(f"{at}.applyTo: HTTP_ROUTE patches are honoured at waypoints only")
+        if context not in ("SIDECAR_INBOUND", "ANY"):
+            raise _Refused(f"{at}.match.context: {context} has no effect at {where}")
+        if operation != "MERGE":
+            raise _Refused(f"{at}.patch.operation: {operation} of an HTTP route is not supported (only MERGE)")
+        scope = _route_scope(match, f"{at}.match")
+        try:
+            merge = read_route_merge(match, value, at, source, scope)
+        except RouteMergeError as exc:
+            raise _Refused(str(exc)) from None
+        return _Effect("http_route", None, scope, version_pattern, version_note, merge)
     if apply_to == "CLUSTER":
         if operation != "MERGE":
             raise _Refused(f"{at}.patch.operation: {operation} of a cluster is not supported (only MERGE)")
@@ -582,6 +606,7 @@ def translate_envoy_filters(
 
     attached: dict[tuple[str, str], set[bool]] = {}
     out: dict[str, ProxyPatches] = {}
+    route_merges: dict[str, tuple[RouteMerge, ...]] = {}
     for key in sorted(set(waypoints)):
         chosen = [f for f in candidates(key.partition("/")[0]) if f.attaches_to(key, root_namespace)]
         chosen.sort(key=lambda f: f.sort_key(root_namespace))
@@ -589,6 +614,14 @@ def translate_envoy_filters(
             attached.setdefault((f.namespace, f.name), set()).add(False)
         if merged := _merge(chosen, proxy_version, False):
             out[key] = merged
+        merges = tuple(
+            e.route_merge
+            for f in chosen
+            for e in f.effects[False]
+            if e.route_merge is not None and version_matches(e.version_pattern, proxy_version)
+        )
+        if merges:
+            route_merges[key] = merges
     out_gateways: dict[str, ProxyPatches] = {}
     for gateway in sorted(gateways, key=lambda g: g.key):
         chosen = [
@@ -617,4 +650,4 @@ def translate_envoy_filters(
             continue
         for kind in sorted(kinds):
             notes.extend(f.notes[kind])
-    return EnvoyFilterTranslation(out, tuple(sorted(set(notes))), out_gateways)
+    return EnvoyFilterTranslation(out, tuple(sorted(set(notes))), out_gateways, route_merges)
