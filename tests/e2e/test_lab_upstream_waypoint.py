@@ -47,6 +47,8 @@ from tests.e2e.lab_driver import (
 )
 from tests.upstream_objects import waypoint_envoy_filter
 
+from ambit import ISTIO_VERSION
+
 pytestmark = [pytest.mark.root, pytest.mark.kubectl, pytest.mark.timeout(TEST_TIMEOUT)]
 SHARES_THE_MESH_LAB = True  # tests/e2e/lab_driver.py shared_mesh_lab: one lab for the modules that share it
 
@@ -258,6 +260,62 @@ def test_waypoint_envoy_filter(lab: Lab) -> None:
         wait_until("5 calls with both EnvoyFilter headers at the server", both_headers, timeout=30, interval=0.5)
     finally:
         lab.kubectl("delete", "envoyfilter", "inbound", "-n", WAYPOINT_NS, "--ignore-not-found", check=False)
+
+
+def test_waypoint_envoy_filter_pinned_to_the_istio_minor_and_on_the_waypoints_own_answers(lab: Lab) -> None:
+    """Beyond upstream: of two header merges pinned by ``proxyVersion``, only the one pinned to the Istio minor Ambit
+    implements applies; a Lua response hook edits the answers the waypoint forwards and its own 403 denials."""
+    major, minor, _ = ISTIO_VERSION.split(".")
+    pinned = waypoint_envoy_filter(CROSS, name="pinned")
+    lua, merge, _ = pinned["spec"]["configPatches"]
+    lua["patch"]["value"]["typed_config"]["inlineCode"] = (
+        'function envoy_on_response(h) h:headers():add("x-lua-outbound", "bye") end'
+    )
+    ours, other = json.loads(json.dumps(merge)), json.loads(json.dumps(merge))
+    ours["match"]["proxy"] = {"proxyVersion": rf"^{major}\.{minor}.*"}
+    ours["patch"]["value"]["request_headers_to_add"][0]["header"]["key"] = "x-pinned-ours"
+    other["match"]["proxy"] = {"proxyVersion": r"^1\.2[0-9].*"}
+    other["patch"]["value"]["request_headers_to_add"][0]["header"]["key"] = "x-pinned-other"
+    pinned["spec"]["configPatches"] = [lua, ours, other]
+    deny = {
+        "apiVersion": "security.istio.io/v1",
+        "kind": "AuthorizationPolicy",
+        "metadata": {"name": "deny-delete"},
+        "spec": {
+            "targetRefs": [{"kind": "Gateway", "group": "gateway.networking.k8s.io", "name": CROSS}],
+            "action": "DENY",
+            "rules": [{"to": [{"operation": {"methods": ["DELETE"]}}]}],
+        },
+    }
+    lab.kubectl(
+        "label", "service", "server", "-n", NS, f"istio.io/use-waypoint-namespace={WAYPOINT_NS}",
+        f"istio.io/use-waypoint={CROSS}", "--overwrite",
+    )  # fmt: skip
+    lab.apply(pinned, deny, namespace=WAYPOINT_NS)
+    try:
+
+        def edited() -> list[dict[str, Any]] | None:
+            answers = calls(lab, SERVER, 80, 3)
+            ok = all_l7_ok(answers) and all(
+                a["seen"].get("x-pinned-ours") == "hello world" and a["response_headers"].get("x-lua-outbound") == "bye"
+                for a in answers
+            )
+            return answers if ok else None
+
+        answers = wait_until("the pinned merge and the Lua response hook", edited, timeout=30, interval=0.5)
+        assert all("x-pinned-other" not in a["seen"] for a in answers), answers
+        denied = wait_until(
+            "a DELETE denied by the waypoint",
+            lambda: [a for a in calls(lab, SERVER, 80, 1, "DELETE") if a["status"] == 403] or None,
+            timeout=30,
+            interval=0.5,
+        )
+        assert denied[0]["response_headers"].get("x-lua-outbound") == "bye", denied
+    finally:
+        lab.kubectl("delete", "envoyfilter", "pinned", "-n", WAYPOINT_NS, "--ignore-not-found", check=False)
+        lab.kubectl(
+            "delete", "authorizationpolicy", "deny-delete", "-n", WAYPOINT_NS, "--ignore-not-found", check=False
+        )
 
 
 def test_a_canary_that_does_not_exist_keeps_the_primary(lab: Lab) -> None:
