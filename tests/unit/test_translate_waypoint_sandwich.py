@@ -217,3 +217,33 @@ def test_a_use_waypoint_label_naming_something_else_does_nothing(named: str) -> 
     assert out.config.services[0].waypoint is None
     assert out.config.workloads[0].waypoint is None
     assert [s.reason for s in out.service_status] == ["WaypointIsNotReady"]
+
+
+def test_a_gamma_route_on_a_sandwich_bound_service_is_accepted_but_routes_nothing_there() -> None:
+    """istiod converts a route whose parentRef is a Service bound to a Gateway of an Istio-managed class (``istio``
+    included: ``waypointManagedByAnotherController`` is false) into a ``mesh`` VirtualService, so its status is
+    Accepted; but a class-``istio`` Gateway is built as a router, from the VirtualServices bound to that Gateway
+    only, so the sandwich does not serve it. Ambit does the same: the gateway config carries its own routes, and no
+    waypoint config is made for the GAMMA route."""
+    gamma = {
+        "metadata": {"name": "gamma", "namespace": "echo", "generation": 1},
+        "spec": {
+            "parentRefs": [{"group": "", "kind": "Service", "name": "captured", "port": 80}],
+            "rules": [{"filters": [{"type": "RequestHeaderModifier", "requestHeaderModifier": {
+                "add": [{"name": "x-gamma", "value": "1"}]}}], "backendRefs": [{"name": "captured", "port": 80}]}],
+        },
+    }  # fmt: skip
+    out = translate_all(
+        [pod("captured-v1", app="captured")],
+        [service(**USE)],
+        [],
+        [namespace("echo")],
+        gateways=[SANDWICH],
+        http_routes=[ROUTE, gamma],
+    )
+    (status,) = [s for s in out.route_status if s.name == "gamma"]
+    (parent,) = status.parents
+    assert {(c.type, c.status) for c in parent.conditions} >= {("Accepted", True), ("ResolvedRefs", True)}
+    assert out.waypoint_configs == ()
+    (config,) = out.gateway_configs
+    assert "x-gamma" not in repr(config.listeners)
