@@ -354,3 +354,29 @@ async def test_an_http_route_merge_gives_a_named_route_a_timeout_and_a_header(ri
         assert status == 504 and asyncio.get_running_loop().time() - started < 4.0  # the backend takes 5 s
     finally:
         await client.aclose()
+
+
+async def test_an_http_route_merge_on_the_default_route_of_a_service_without_routes(rig: Rig) -> None:
+    """No route attached: istiod's route is ``default``; the merged timeout reaches it and routing is unchanged."""
+    patch = waypoint_envoy_filter("waypoint", "app", name="default-route")
+    patch["spec"]["configPatches"] = [
+        {
+            "applyTo": "HTTP_ROUTE",
+            "match": {"context": "SIDECAR_INBOUND", "routeConfiguration": {"vhost": {"route": {"name": "default"}}}},
+            "patch": {"operation": "MERGE", "value": {"route": {"timeout": "0.3s"}}},
+        }
+    ]
+    translated = translate_envoy_filters([patch], ["app/waypoint"], root_namespace="istio-system", proxy_version="1")
+    tables = merge_routes((RouteTable(f"app/{ECHO}", 80),), translated.route_merges_for("app/waypoint"))
+    config = WaypointConfig("app/waypoint", tables)
+    rig.waypoint.context.routes.replace(
+        decode_waypoint_config("app/waypoint", pack_waypoint_config(waypoint_config_to_proto(config)))
+    )
+    ((status, _, body),) = await requests(rig, 1)
+    assert status == 200 and seen_headers(body)
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    try:
+        status, _, _ = await HttpOverTunnel(stream, host=ECHO).request("GET", "/slow")
+        assert status == 504
+    finally:
+        await client.aclose()

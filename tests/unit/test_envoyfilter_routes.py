@@ -198,3 +198,27 @@ def test_any_patch_value_is_honoured_or_noted_never_a_traceback(value: Any) -> N
     t = translate_envoy_filters([ef(patch)], [WAYPOINT], root_namespace=ROOT, proxy_version="1.32.0")
     merge_routes(tables(), t.route_merges_for(WAYPOINT))
     assert bool(t.route_merges) != bool(t.notes)
+
+
+def test_a_service_port_without_routes_has_istiods_default_route_to_merge_into() -> None:
+    bare = RouteTable(f"app/{HOST}", 80)
+    t = translate_envoy_filters(
+        [ef(route_patch({"route": {"timeout": "2s"}}, {"name": "default", "action": "ROUTE"}))],
+        [WAYPOINT],
+        root_namespace=ROOT,
+        proxy_version="1.32.0",
+    )
+    (table,) = merge_routes((bare,), t.route_merges_for(WAYPOINT))
+    (rule,) = table.http
+    assert (rule.rule_name, rule.match, rule.backends, rule.timeouts.request) == (
+        "default",
+        RouteMatch(),
+        TO_REVIEWS,
+        2.0,
+    )
+    # a merge that selects only named routes, or only redirects, leaves the implicit default alone
+    for route in ({"name": "main"}, {"action": "REDIRECT"}):
+        t = translate_envoy_filters(
+            [ef(route_patch({"route": {"timeout": "2s"}}, route))], [WAYPOINT], root_namespace=ROOT, proxy_version="1"
+        )
+        assert merge_routes((bare,), t.route_merges_for(WAYPOINT)) == (bare,)

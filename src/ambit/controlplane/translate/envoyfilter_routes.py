@@ -17,8 +17,10 @@ Rules (istiod's ``patchHTTPRoute``; Envoy's ``Route`` and ``RetryPolicy`` fields
    ``vhost.route.action``. A route's name is, as istiod names them, the HTTPRoute rule's or VirtualService http
    route's ``name``; an unnamed Gateway API rule's generated name (``<ns>.<name>.<index>``) is not matched (a
    patch naming one is refused: name the rule). ``action`` ``ROUTE`` selects rules that forward,
-   ``REDIRECT`` redirects, ``DIRECT_RESPONSE`` direct responses; ``ANY`` (or none) every rule. Only rules of
-   tables that exist are patched: a Service with no route attached keeps the default route.
+   ``REDIRECT`` redirects, ``DIRECT_RESPONSE`` direct responses; ``ANY`` (or none) every rule. A Service port
+   with no route attached has istiod's default route, named ``default`` (action ROUTE, to the Service itself): a
+   merge that selects it turns the engine's implicit default into that rule, named ``default``, and merges into
+   it; the request is routed as before.
 3. Fields merged, with protobuf's merge (a scalar replaces, a list appends): ``route.timeout`` (the request
    timeout; ``0s`` none), ``route.retry_policy.num_retries``, ``.retry_on`` (``5xx``, ``gateway-error``,
    ``connect-failure``, ``retriable-status-codes``), ``.retriable_status_codes``, ``.per_try_timeout`` (the
@@ -41,11 +43,21 @@ from typing import Any
 from ambit.controlplane.translate import shapes
 from ambit.model.envoyfilter import PatchScope
 from ambit.model.header_rules import has_line_break, is_framing, is_header_token
-from ambit.model.routes import HeaderModifier, RetryPolicy, RouteRule, RouteTable
+from ambit.model.routes import (
+    BackendService,
+    HeaderModifier,
+    RetryPolicy,
+    RouteMatch,
+    RouteRule,
+    RouteTable,
+    WeightedBackend,
+)
 
 __all__ = ["RouteMerge", "RouteMergeError", "merge_routes", "read_route_merge"]
 
 ACTIONS = ("ANY", "ROUTE", "REDIRECT", "DIRECT_RESPONSE")
+DEFAULT_ROUTE = "default"
+"""istiod's name for the route of a Service port no route is attached to."""
 MAX_CODES = 100
 _DURATION = re.compile(r"(\d{1,9})(?:\.(\d{1,9}))?s")
 _GENERATED_NAME = re.compile(r"[^.]+\.[^.]+\.\d+")
@@ -294,8 +306,17 @@ def merge_routes(tables: Iterable[RouteTable], merges: Iterable[RouteMerge]) -> 
     chosen = tuple(merges)
     out = []
     for table in tables:
-        hostname = table.service_key.partition("/")[2]
+        namespace, _, hostname = table.service_key.partition("/")
         rules = list(table.http)
+        if not rules and table.service_key:
+            default = RouteRule(
+                "",
+                RouteMatch(),
+                backends=(WeightedBackend(BackendService(namespace, hostname, table.port)),),
+                rule_name=DEFAULT_ROUTE,
+            )
+            if any(merge.selects(table, hostname, default) for merge in chosen):
+                rules = [default]
         for merge in chosen:
             rules = [_merged(r, merge) if merge.selects(table, hostname, r) else r for r in rules]
         out.append(replace(table, http=tuple(rules)) if chosen else table)
