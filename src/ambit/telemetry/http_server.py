@@ -42,6 +42,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import cast
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -151,7 +152,14 @@ def _head(response: Response, close: bool) -> h11.Response:
     ]
     if close:
         headers.append(("Connection", "close"))
-    return h11.Response(status_code=response.status, headers=headers)
+    return h11.Response(status_code=response.status, headers=headers, reason=_reason(response.status))
+
+
+def _reason(status: int) -> bytes:
+    try:
+        return HTTPStatus(status).phrase.encode()
+    except ValueError:
+        return b""
 
 
 class _HttpConnection(asyncio.Protocol):
@@ -327,7 +335,7 @@ class _HttpConnection(asyncio.Protocol):
         transport.write(b"".join(part for part in parts if part))
         if response.then is not None:
             response.then()
-        if close:
+        if close or self._conn.our_state is h11.MUST_CLOSE:  # ours to close, or the client's "Connection: close"
             self.close()
 
     def _refuse(self, exc: h11.RemoteProtocolError) -> None:
