@@ -24,8 +24,8 @@ from tests.proxyconfig_rig import loopback_node_proxy_settings
 from ambit.inpod.daemon import NodeProxy
 from ambit.inpod.eventloop import run
 from ambit.telemetry.connection_limits import ADMIN_LIMITS, ConnectionGate, ConnectionLimits
-from ambit.telemetry.limited_site import LimitedSite
 from ambit.telemetry.flows import Flow
+from ambit.telemetry.limited_site import LimitedSite
 
 BIG = b"x" * (4 << 20)  # larger than any socket buffer on loopback: a client that does not read pins it
 

@@ -284,7 +284,7 @@ async def test_a_head_past_the_bound_is_refused_431_and_closed(
     assert closed
     assert got == b"" or got.startswith(b"HTTP/1.1 431 Request Header Fields Too Large\r\n")
     await eventually(lambda: server.gate.open == 0)
-    assert MAX_HEAD < len(attack)
+    assert len(attack) > MAX_HEAD
 
 
 @pytest.mark.parametrize(
