@@ -242,7 +242,7 @@ class ProxyEndpoints:
         if given is None:
             return Response.text("admin token required\n", 401, (("WWW-Authenticate", "Bearer"),))
         if not hmac.compare_digest(given.encode("utf-8", "replace"), self._admin_authorization):
-            log.warning("refused a %s %s with a wrong admin token from %s", request.method, request.path, request.peer)
+            log.warning("refused a %s %r with a wrong admin token from %s", request.method, request.path, request.peer)
             return Response.text("wrong admin token\n", 403)
         return None
 

@@ -107,7 +107,7 @@ def route(routes: Routes, request: Request) -> Response:
     try:
         return handler(request)
     except Exception:  # one broken handler must not take the connection down
-        log.exception("%s %s failed", request.method, request.path)
+        log.exception("%s %r failed", request.method, request.path)  # %r: a path may hold a newline
         return Response.text("500 Internal Server Error\n\nServer got itself in trouble", 500)
 
 
