@@ -79,3 +79,43 @@ async def test_a_unary_call_to_grpcio_is_answered_and_its_status_read(grpc_serve
 async def test_a_refusal_from_grpcio_is_its_code_and_decoded_message(grpc_server: int) -> None:
     got, status = await unary(grpc_server, b"hello", [("clusterid", "other")])
     assert (got, status) == ([], CallStatus(StatusCode.PERMISSION_DENIED, "wrong cluster: é"))
+
+
+async def test_a_bidirectional_stream_carries_a_large_message_through_flow_control() -> None:
+    """What the ADS stream needs: requests and responses interleaved on one stream, and a response (8 MiB) far
+    larger than the HTTP/2 windows, which our side's ``consumed`` reopens as the message reader takes the data."""
+
+    async def sizes(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        async for request in requests:
+            yield bytes([request[0]]) * int(request[1:])
+
+    handler = grpc.method_handlers_generic_handler("test.Ads", {"Stream": grpc.stream_stream_rpc_method_handler(sizes)})
+    server = grpc.aio.server(options=[("grpc.max_send_message_length", 16 << 20)])
+    server.add_generic_rpc_handlers((handler,))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        conn = Http2ClientConnection()
+        sid = conn.send_request(
+            "POST", "http", f"127.0.0.1:{port}", "/test.Ads/Stream", request_headers("/test.Ads/Stream")
+        )
+        messages = MessageReader(16 << 20)
+        wanted = [(b"a", 10), (b"b", 8 << 20), (b"c", 3)]
+        got: list[bytes] = []
+        async with asyncio.timeout(30):
+            for letter, size in wanted:  # one request, then its answer, as ACK and response alternate in ADS
+                conn.send_data(sid, encode_message(letter + str(size).encode()))
+                while len(got) < len(wanted) and len(got) <= wanted.index((letter, size)):
+                    writer.write(conn.data_to_send())
+                    data = await reader.read(1 << 16)
+                    assert data, "grpcio closed the connection"
+                    for event in conn.receive_data(data):
+                        if isinstance(event, DataReceived) and event.stream_id == sid:
+                            got += messages.feed(bytes(event.data))
+                            conn.consumed(sid, event.flow_length)
+            writer.write(conn.data_to_send())
+        assert [(m[:1], len(m)) for m in got] == wanted
+    finally:
+        writer.close()
+        await server.stop(None)
