@@ -1,6 +1,6 @@
 """The proxies' small HTTP servers under attack: too many clients, half-sent heads, clients that never read.
 
-:class:`~ambit.telemetry.connection_limits.LimitedSite` is exercised with a real aiohttp application on loopback
+:class:`~ambit.telemetry.limited_site.LimitedSite` is exercised with a real aiohttp application on loopback
 (short lifetimes, so the test waits well under a second per rule), and then the wiring in a real node proxy: 200
 clients asking for a full page of flows and never reading it used to pin 130 MiB in the proxy.
 """
@@ -23,8 +23,9 @@ from tests.proxyconfig_rig import loopback_node_proxy_settings
 
 from ambit.inpod.daemon import NodeProxy
 from ambit.inpod.eventloop import run
-from ambit.telemetry.connection_limits import ADMIN_LIMITS, ConnectionGate, ConnectionLimits, LimitedSite
+from ambit.telemetry.connection_limits import ADMIN_LIMITS, ConnectionGate, ConnectionLimits
 from ambit.telemetry.flows import Flow
+from ambit.telemetry.limited_site import LimitedSite
 
 BIG = b"x" * (4 << 20)  # larger than any socket buffer on loopback: a client that does not read pins it
 

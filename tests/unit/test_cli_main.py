@@ -65,6 +65,22 @@ def test_lab_exec_does_not_load_the_grpc_or_http_stacks() -> None:
     assert done.stderr.strip().splitlines()[-1] == "loaded:", done.stderr
 
 
+def test_the_node_proxy_loads_no_aiohttp() -> None:
+    """``ambit nodeproxy`` imports what its command imports (the data path once its arguments are good) and serves
+    its admin, stats and readiness ports on h11: aiohttp (and its multidict and yarl) stays out of the process."""
+    probe = (
+        "import sys\n"
+        "from ambit.cli import main\n"
+        "for name in main.modules_for(['nodeproxy']):\n    __import__(name)\n"
+        "import ambit.inpod.eventloop, ambit.inpod.settings, ambit.model.identity, ambit.inpod.allocator\n"
+        "import ambit.inpod.daemon\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('aiohttp', 'multidict', 'yarl'))\n"
+        "print('loaded:', *loaded, 'telemetry' if 'ambit.telemetry.endpoints' in sys.modules else '')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.strip() == "loaded: telemetry", done.stdout
+
+
 def test_an_unknown_command_is_reported_as_typer_does() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "ambit.cli", "no-such-command"], capture_output=True, text=True, timeout=60, check=False

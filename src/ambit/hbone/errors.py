@@ -2,7 +2,8 @@
 
     HboneError                  misuse of an HBONE connection by its caller (local blame)
     ├── HboneProtocolError      the peer broke an HTTP/2 or HBONE rule; ``error_code`` is the HTTP/2 code
-    └── AuthorityError          a CONNECT ``:authority`` is not ``host:port``
+    ├── AuthorityError          a CONNECT ``:authority`` is not ``host:port``
+    └── GrpcMessageError        the peer sent a gRPC message we refuse (compressed, too large): the call fails
 
 ``receive_data`` never raises for what a peer sends: deep inside frame handling the engine raises
 :class:`HboneProtocolError` to unwind, catches it at the top, and ends the connection with a GOAWAY carrying its
@@ -29,3 +30,8 @@ class HboneProtocolError(HboneError):
 
 class AuthorityError(HboneError):
     """A CONNECT authority is not ``IPv4:port``, ``[IPv6]:port`` or ``hostname:port``."""
+
+
+class GrpcMessageError(HboneError):
+    """A gRPC message from the peer breaks :mod:`ambit.hbone.grpc_calls` rule 2: its call fails, the connection
+    stays (the caller resets the stream)."""

@@ -41,8 +41,9 @@ from aiohttp import web
 
 from ambit.httpfetch import HttpFetchError, fetch_body
 from ambit.observe.admin_client import config_dump_url
-from ambit.telemetry.connection_limits import ADMIN_LIMITS, LimitedSite
+from ambit.telemetry.connection_limits import ADMIN_LIMITS
 from ambit.telemetry.flows import MAX_PAGE, MAX_PAGE_BYTES, Flow, FlowError, read_page
+from ambit.telemetry.limited_site import LimitedSite
 from ambit.telemetry.topology import (
     DEFAULT_WINDOW,
     FlowStore,

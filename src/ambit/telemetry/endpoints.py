@@ -2,12 +2,14 @@
 
 Theory of operation
 -------------------
-Three small aiohttp applications, each with its own ``AppRunner`` and site so each binds its own address; ``start()``
-binds them in order (admin, stats, readiness) and ``aclose()`` closes all. A bind failure (port taken, address not
-local) closes whatever was already started and raises :class:`~ambit.telemetry.TelemetryError` naming the server and
-the address. aiohttp's access log is off: these are scraped every few seconds. Each site limits its connections (in
-total, per peer address, and in lifetime: :mod:`ambit.telemetry.connection_limits`), so neither idle nor
-non-reading clients can exhaust the proxy.
+Three route tables, each served by its own :class:`~ambit.telemetry.http_server.HttpServer` (h11 on asyncio: the
+node proxy imports no aiohttp) so each binds its own address; ``start()`` binds them in order (admin, stats,
+readiness) and ``aclose()`` closes all. A bind failure (port taken, address not local) closes whatever was already
+started and raises :class:`~ambit.telemetry.TelemetryError` naming the server and the address. There is no access
+log: these are scraped every few seconds. Each server limits its connections (in total, per peer address, and in
+lifetime: :mod:`ambit.telemetry.connection_limits`), its request heads and bodies, and how many pipelined requests
+it answers at once (:mod:`ambit.telemetry.http_server`), so neither idle, slow, flooding nor non-reading clients can
+exhaust the proxy.
 
 Routes (anything else is 404; a known path with another method is 405)::
 
@@ -46,11 +48,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
-
-from ambit.telemetry import BadLogLevelError, TelemetryError, unparsed_requests
-from ambit.telemetry.connection_limits import ADMIN_LIMITS, PUBLIC_LIMITS, LimitedSite
+from ambit.telemetry import BadLogLevelError, TelemetryError
+from ambit.telemetry.connection_limits import ADMIN_LIMITS, PUBLIC_LIMITS
 from ambit.telemetry.flows import FlowError, FlowRing, page_json, parse_query
+from ambit.telemetry.http_server import JSON, HttpServer, Request, Response
 from ambit.telemetry.metrics import ProxyMetrics
 from ambit.telemetry.readiness import Readiness
 
@@ -167,125 +168,118 @@ class ProxyEndpoints:
         self._admin_authorization = f"Bearer {admin_token}".encode()
         self._loggers: list[str] = [ROOT_LOGGER, ACCESS_LOGGER]  # shown by GET /logging, plus any set there
 
-        admin = web.Application()
-        admin.router.add_get("/", self._index, allow_head=False)
-        admin.router.add_get("/config_dump", self._config_dump_handler, allow_head=False)
-        admin.router.add_get("/flows", self._flows_handler, allow_head=False)
-        admin.router.add_post("/quitquitquit", self._quitquitquit)
-        admin.router.add_get("/logging", self._get_logging, allow_head=False)
-        admin.router.add_post("/logging", self._set_logging)
-        stats = web.Application()
-        stats.router.add_get("/metrics", self._render_metrics, allow_head=False)
-        stats.router.add_get("/stats/prometheus", self._render_metrics, allow_head=False)
-        ready = web.Application()
-        ready.router.add_get("/healthz/ready", self._healthz_ready, allow_head=False)
-
-        self._servers: list[tuple[str, tuple[str, int], web.AppRunner]] = [
-            (name, address, web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0))
-            for name, address, app in (
-                ("admin", admin_address, admin),
-                ("stats", stats_address, stats),
-                ("readiness", readiness_address, ready),
-            )
+        admin = {
+            "/": {"GET": self._index},
+            "/config_dump": {"GET": self._config_dump_handler},
+            "/flows": {"GET": self._flows_handler},
+            "/quitquitquit": {"POST": self._quitquitquit},
+            "/logging": {"GET": self._get_logging, "POST": self._set_logging},
+        }
+        stats = {"/metrics": {"GET": self._render_metrics}, "/stats/prometheus": {"GET": self._render_metrics}}
+        ready = {"/healthz/ready": {"GET": self._healthz_ready}}
+        self._servers: list[tuple[str, tuple[str, int], HttpServer]] = [
+            ("admin", admin_address, HttpServer(admin, ADMIN_LIMITS)),
+            ("stats", stats_address, HttpServer(stats, PUBLIC_LIMITS)),
+            ("readiness", readiness_address, HttpServer(ready, PUBLIC_LIMITS)),
         ]
-        self._started: list[web.AppRunner] = []
+        self._started: list[HttpServer] = []
 
     async def start(self) -> None:
         """Bind all three servers; on failure close those already bound and raise :class:`TelemetryError`."""
-        unparsed_requests.install()  # the admin token of a malformed POST never reaches the log
-        for name, (host, port), runner in self._servers:
-            await runner.setup()
-            self._started.append(runner)
+        for name, (host, port), server in self._servers:
             try:
-                limits = ADMIN_LIMITS if name == "admin" else PUBLIC_LIMITS
-                await LimitedSite(runner, host, port, limits, reuse_port=self._reuse_port).start()
+                await server.start(host, port, reuse_port=self._reuse_port)
             except OSError as exc:
                 await self.aclose()
                 reason = exc.strerror or str(exc)
                 raise TelemetryError(f"cannot start the {name} server on {host}:{port}: {reason}") from None
+            self._started.append(server)
 
     async def aclose(self) -> None:
         started, self._started = self._started, []
-        for runner in started:
-            await runner.cleanup()
+        for server in started:
+            await server.aclose()
 
     @property
     def ports(self) -> dict[str, int]:
         """The bound port of each started server, by name ("admin", "stats", "readiness")."""
         out: dict[str, int] = {}
-        for name, _address, runner in self._servers:
-            if runner in self._started and runner.addresses:
-                out[name] = int(runner.addresses[0][1])
+        for name, _address, server in self._servers:
+            if server in self._started and (port := server.port) is not None:
+                out[name] = port
         return out
+
+    @property
+    def servers(self) -> dict[str, HttpServer]:
+        """Each server by name (its gate counts the open and refused connections)."""
+        return {name: server for name, _address, server in self._servers}
 
     # --- admin -----------------------------------------------------------------------------------------------
 
-    async def _index(self, request: web.Request) -> web.Response:
-        return web.Response(text=INDEX)
+    def _index(self, request: Request) -> Response:
+        return Response.text(INDEX)
 
-    async def _config_dump_handler(self, request: web.Request) -> web.Response:
+    def _config_dump_handler(self, request: Request) -> Response:
         try:
             body = json.dumps(self._config_dump(), indent=2, default=str)
         except Exception as exc:  # one broken dump must not be a traceback to the caller
             log.exception("config_dump failed")
-            return web.Response(status=500, text=f"config_dump failed: {type(exc).__name__}: {exc}\n")
-        return web.Response(text=body + "\n", content_type="application/json")
+            return Response.text(f"config_dump failed: {type(exc).__name__}: {exc}\n", 500)
+        return Response(body=(body + "\n").encode(), content_type=JSON)
 
-    async def _flows_handler(self, request: web.Request) -> web.Response:
+    def _flows_handler(self, request: Request) -> Response:
         if self._flows is None:
-            return web.Response(status=404, text="this proxy keeps no flow log\n")
+            return Response.text("this proxy keeps no flow log\n", 404)
         try:
             after, limit = parse_query(request.query)
         except FlowError as exc:
-            return web.Response(status=400, text=f"{exc}\n")
-        return web.Response(text=page_json(self._flows.page(after, limit)), content_type="application/json")
+            return Response.text(f"{exc}\n", 400)
+        return Response(body=page_json(self._flows.page(after, limit)).encode(), content_type=JSON)
 
-    def _refused(self, request: web.Request) -> web.Response | None:
+    def _refused(self, request: Request) -> Response | None:
         """401 without a credential, 403 with a wrong one, None with the admin token."""
-        given = request.headers.get("Authorization")
+        given = request.headers.get("authorization")
         if given is None:
-            return web.Response(status=401, text="admin token required\n", headers={"WWW-Authenticate": "Bearer"})
+            return Response.text("admin token required\n", 401, (("WWW-Authenticate", "Bearer"),))
         if not hmac.compare_digest(given.encode("utf-8", "replace"), self._admin_authorization):
-            log.warning(
-                "refused a %s %s with a wrong admin token from %s", request.method, request.path, request.remote
-            )
-            return web.Response(status=403, text="wrong admin token\n")
+            log.warning("refused a %s %r with a wrong admin token from %s", request.method, request.path, request.peer)
+            return Response.text("wrong admin token\n", 403)
         return None
 
-    async def _quitquitquit(self, request: web.Request) -> web.StreamResponse:
+    def _quitquitquit(self, request: Request) -> Response:
         if (refused := self._refused(request)) is not None:
             return refused
-        response = web.Response(text="OK\n")
-        await response.prepare(request)
-        await response.write_eof()  # the caller has its answer before shutdown starts
-        log.info("shutdown requested via /quitquitquit")
-        self._quit()
-        return response
 
-    async def _get_logging(self, request: web.Request) -> web.Response:
+        def stop() -> None:  # the caller has its answer before shutdown starts
+            log.info("shutdown requested via /quitquitquit")
+            self._quit()
+
+        return Response(body=b"OK\n", then=stop)
+
+    def _get_logging(self, request: Request) -> Response:
         lines = [f"{name}: {_level_name(logging.getLogger(name).getEffectiveLevel())}" for name in self._loggers]
-        return web.Response(text="\n".join(lines) + "\n")
+        return Response.text("\n".join(lines) + "\n")
 
-    async def _set_logging(self, request: web.Request) -> web.Response:
+    def _set_logging(self, request: Request) -> Response:
         if (refused := self._refused(request)) is not None:
             return refused
         try:
             levels = parse_log_levels(request.query.get("level", ""))
         except BadLogLevelError as exc:
-            return web.Response(status=400, text=f"{exc}\n")
+            return Response.text(f"{exc}\n", 400)
         for name, level in levels.items():
             logging.getLogger(name).setLevel(level)
             if name not in self._loggers:
                 self._loggers.append(name)
         log.info("log levels set: %s", ", ".join(f"{n}={_level_name(v)}" for n, v in levels.items()))
-        return await self._get_logging(request)
+        return self._get_logging(request)
 
     # --- stats and readiness ---------------------------------------------------------------------------------
 
-    async def _render_metrics(self, request: web.Request) -> web.Response:
-        return web.Response(body=self._metrics.render(), headers={"Content-Type": self._metrics.content_type})
+    def _render_metrics(self, request: Request) -> Response:
+        return Response(body=self._metrics.render(), content_type=self._metrics.content_type)
 
-    async def _healthz_ready(self, request: web.Request) -> web.Response:
+    def _healthz_ready(self, request: Request) -> Response:
         if self._readiness.ready:
-            return web.Response(text="ready\n")
-        return web.Response(status=500, text=f"not ready, pending: {', '.join(self._readiness.pending())}")
+            return Response.text("ready\n")
+        return Response.text(f"not ready, pending: {', '.join(self._readiness.pending())}", 500)

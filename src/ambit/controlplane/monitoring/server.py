@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-One aiohttp application behind :class:`~ambit.telemetry.connection_limits.LimitedSite`, as the node proxy's stats
+One aiohttp application behind :class:`~ambit.telemetry.limited_site.LimitedSite`, as the node proxy's stats
 port: metrics are read without credentials by anyone on the pod network (istiod serves them the same way), so the
 server only bounds what a client can cost it:
 
@@ -28,7 +28,8 @@ from aiohttp import web
 
 from ambit.controlplane.monitoring.metrics import ControlPlaneMetrics
 from ambit.telemetry import TelemetryError, unparsed_requests
-from ambit.telemetry.connection_limits import ConnectionLimits, LimitedSite
+from ambit.telemetry.connection_limits import ConnectionLimits
+from ambit.telemetry.limited_site import LimitedSite
 
 log = logging.getLogger("ambit.controlplane.monitoring")
 

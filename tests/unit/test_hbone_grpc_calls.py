@@ -1,0 +1,138 @@
+"""gRPC calls on the HTTP/2 engine (hbone/grpc_calls.py): the pure rules, with hypothesis on the message reader, the
+timeout and the status parser (tests/integration/test_grpc_calls_interop.py makes real calls to grpcio)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ambit.hbone.errors import GrpcMessageError, HboneError
+from ambit.hbone.grpc_calls import (
+    MAX_STATUS_MESSAGE,
+    PREFIX,
+    CallStatus,
+    MessageReader,
+    StatusCode,
+    call_status,
+    encode_message,
+    encode_timeout,
+    request_headers,
+)
+
+# -- messages (rule 2) --------------------------------------------------------------------------------------------
+
+
+@given(st.lists(st.binary(max_size=300), max_size=8), st.lists(st.integers(1, 50), min_size=1, max_size=20))
+def test_messages_cut_anywhere_come_back_whole_and_in_order(payloads: list[bytes], cuts: list[int]) -> None:
+    wire = b"".join(encode_message(p) for p in payloads)
+    reader = MessageReader(max_length=300)
+    got: list[bytes] = []
+    at, i = 0, 0
+    while at < len(wire):
+        step = cuts[i % len(cuts)]
+        got += reader.feed(wire[at : at + step])
+        at, i = at + step, i + 1
+    assert got == payloads and reader.pending == 0
+
+
+def test_a_length_past_the_bound_is_refused_from_its_prefix_before_any_payload() -> None:
+    reader = MessageReader(max_length=1000)
+    with pytest.raises(GrpcMessageError, match="1001 bytes"):
+        reader.feed(PREFIX.pack(0, 1001))
+    assert reader.pending <= PREFIX.size
+
+
+def test_a_compressed_message_is_refused() -> None:
+    with pytest.raises(GrpcMessageError, match="flag 1"):
+        MessageReader(max_length=10).feed(PREFIX.pack(1, 3) + b"abc")
+
+
+@given(st.binary(max_size=200))
+def test_any_bytes_give_messages_or_our_error_and_hold_at_most_one_message(data: bytes) -> None:
+    reader = MessageReader(max_length=64)
+    try:
+        for message in reader.feed(data):
+            assert len(message) <= 64
+    except GrpcMessageError:
+        return
+    assert reader.pending <= PREFIX.size + 64
+
+
+# -- heads and timeouts (rules 1 and 3) ---------------------------------------------------------------------------
+
+
+def test_a_request_head_carries_the_grpc_fields_the_timeout_and_the_metadata() -> None:
+    headers = request_headers("/istio.v1.auth.IstioCertificateService/CreateCertificate", [("clusterid", "c1")], 2.5)
+    assert headers == [
+        ("content-type", "application/grpc"),
+        ("te", "trailers"),
+        ("grpc-timeout", "2500m"),
+        ("clusterid", "c1"),
+    ]
+
+
+@pytest.mark.parametrize("name", ["grpc-status", ":path", "te", "content-type", "Authorization", "connection"])
+def test_reserved_or_upper_case_metadata_is_refused(name: str) -> None:
+    with pytest.raises(HboneError, match="cannot be call metadata"):
+        request_headers("/a.B/C", [(name, "x")])
+
+
+@pytest.mark.parametrize("path", ["", "a.B/C", "/a.B", "/a/b/c", "/a.B/"])
+def test_a_path_that_is_not_service_and_method_is_refused(path: str) -> None:
+    with pytest.raises(HboneError, match="gRPC path"):
+        request_headers(path)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0.0001, "1m"), (1.5, "1500m"), (99_999.999, "99999999m"), (100_000, "100000S"), (1e9, "16666667M")],
+)
+def test_timeouts_are_at_most_eight_digits_rounded_up(seconds: float, text: str) -> None:
+    assert encode_timeout(seconds) == text
+
+
+@given(st.floats(min_value=1e-6, max_value=3e11))  # 99,999,999 hours is the most gRPC can say
+def test_a_timeout_never_says_less_than_the_deadline(seconds: float) -> None:
+    text = encode_timeout(seconds)
+    match = re.fullmatch(r"(\d{1,8})([mSMH])", text)
+    assert match is not None
+    per = {"m": 0.001, "S": 1, "M": 60, "H": 3600}[match.group(2)]
+    assert int(match.group(1)) * per >= seconds * (1 - 1e-12)
+
+
+@pytest.mark.parametrize("seconds", [0, -1, float("nan"), float("inf")])
+def test_a_timeout_that_is_not_positive_is_refused(seconds: float) -> None:
+    with pytest.raises(HboneError, match="timeout"):
+        encode_timeout(seconds)
+
+
+# -- status (rule 4) ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("headers", "http_status", "expected"),
+    [
+        ([("grpc-status", "0")], 200, CallStatus(StatusCode.OK)),
+        ([("grpc-status", "14"), ("grpc-message", "no%20healthy%20upstream")], 200,
+         CallStatus(StatusCode.UNAVAILABLE, "no healthy upstream")),
+        ([("grpc-status", "16"), ("grpc-message", "bad%0Atoken")], 200,
+         CallStatus(StatusCode.UNAUTHENTICATED, "bad\\ntoken")),
+        ([("grpc-status", "99")], 200, CallStatus(StatusCode.UNKNOWN)),
+        ([("grpc-status", "x")], 200, CallStatus(StatusCode.UNKNOWN)),
+        ([], 200, CallStatus(StatusCode.UNKNOWN, "the call ended without a grpc-status")),
+        ([], 503, CallStatus(StatusCode.UNAVAILABLE, "HTTP status 503")),
+        ([], 401, CallStatus(StatusCode.UNAUTHENTICATED, "HTTP status 401")),
+    ],
+)  # fmt: skip
+def test_the_status_of_a_call(headers: list[tuple[str, str]], http_status: int, expected: CallStatus) -> None:
+    assert call_status(headers, http_status) == expected
+
+
+@given(st.lists(st.tuples(st.sampled_from(["grpc-status", "grpc-message", "x"]), st.text(max_size=2000))))
+def test_any_trailers_give_a_status_with_a_one_line_message(headers: list[tuple[str, str]]) -> None:
+    status = call_status(headers)
+    assert isinstance(status.code, StatusCode)
+    assert "\n" not in str(status) and len(status.message) <= MAX_STATUS_MESSAGE * 10
