@@ -268,10 +268,9 @@ def _choose(per_part: Mapping[_Part, float], security: Mapping[Edge, set[bool]])
         rates = by_edge[edge]
         chosen: dict[str, float] = {}
         for measure, order in _PREFERENCE.items():
-            reporter = next((r for r in order if (measure, r) in rates), None)
-            if measure == ERRORS:  # the errors of the reporter whose requests are counted
-                reporter = next((r for r in _PREFERENCE[REQUESTS] if (REQUESTS, r) in rates), None)
-            chosen[measure] = rates.get((measure, reporter), 0.0) if reporter else 0.0
+            counted = REQUESTS if measure == ERRORS else measure  # the errors of the reporter whose requests count
+            reporter = next((r for r in order if (counted, r) in rates), "")
+            chosen[measure] = rates.get((measure, reporter), 0.0)
         values = security.get(edge, set())
         shown = "mixed" if len(values) > 1 else ("mutual_tls" if values == {True} else "none")
         out.append(EdgeRate(*edge, chosen[REQUESTS], chosen[ERRORS], chosen[BYTES], chosen[CONNECTIONS], shown))
