@@ -65,6 +65,8 @@ class WorkloadInfo:
     addresses: tuple[str, ...]
     policy_refs: tuple[str, ...]
     """The ``namespace/name`` of the workload-selector policies the workload names (rule 4)."""
+    workload_name: str = ""
+    """The owner's name (a Deployment's), which the metrics' ``*_workload`` labels carry (rule 6)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +171,7 @@ def read_inventory(dump: Mapping[str, Any]) -> Inventory:
                 protocol=protocol,
                 addresses=_texts(item, "workloadIps", where),
                 policy_refs=_texts(item, "authorizationPolicies", where),
+                workload_name=_text(item, "workloadName", where),
             )
         )
     services = []
@@ -329,8 +332,13 @@ def build_graph(
         if stats is None:
             stats = edges[key] = EdgeStats(*key)
         stats.add(flow)
+    owners: dict[str, list[str]] = {}
+    for wl in inventory.workloads:
+        if wl.workload_name and wl.workload_name != wl.name:
+            owners.setdefault(f"wl:{wl.namespace}/{wl.workload_name}", []).append(wl.id)
+    pod_of = {owner: ids[0] for owner, ids in owners.items() if len(ids) == 1}
     for rate in rates:
-        key = (rate.src, rate.dst)
+        key = (pod_of.get(rate.src, rate.src), pod_of.get(rate.dst, rate.dst))
         stats = edges.get(key)
         if stats is None:
             stats = edges[key] = EdgeStats(*key)
