@@ -46,7 +46,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 from ambit import __version__
 from ambit.controlplane.translate import (
@@ -153,6 +153,14 @@ def _addresses(obj: dict[str, Any]) -> Any:
     return status.get("addresses") if isinstance(status, dict) else None
 
 
+class ViewObserver(Protocol):
+    """Told how long each translation took and how long each burst of changes waited (the monitoring port's)."""
+
+    def translated(self, seconds: float) -> None: ...
+
+    def debounced(self, seconds: float) -> None: ...
+
+
 class ClusterViewError(AmbitError):
     """The cluster view could not start (the API server did not answer in time)."""
 
@@ -188,8 +196,10 @@ class ClusterView:
         on_waypoint_status: Callable[[tuple[PolicyStatus, ...], tuple[PolicyStatus, ...]], None] | None = None,
         on_routes: Callable[[Translation], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        observer: ViewObserver | None = None,
     ) -> None:
         self.settings = settings
+        self._observer = observer
         self._clock = clock
         self._dirty_since: float | None = None
         self.change_started: float | None = None
@@ -310,7 +320,10 @@ class ClusterView:
         return self.translate_all().config
 
     def _hand_over(self) -> None:
+        started = self._clock()
         translation = self.translate_all()
+        if self._observer is not None:
+            self._observer.translated(self._clock() - started)
         self._on_config(translation.config)
         if self._on_skipped is not None:
             self._on_skipped(translation.skipped)
@@ -370,6 +383,8 @@ class ClusterView:
             self.change_started, self._dirty_since = self._dirty_since, None
             try:
                 self._hand_over()
+                if self._observer is not None and self.change_started is not None:
+                    self._observer.debounced(self._clock() - self.change_started)
             except OSError as exc:
                 log.error("cannot apply the cluster's configuration: %s", exc)
                 self._dirty_since = self.change_started if self._dirty_since is None else self._dirty_since
