@@ -95,9 +95,9 @@ def dashboard(
     """Serve the topology page: workloads, services and the traffic between them, with verdicts."""
     state = DashboardState()
     tasks: list[Any] = []
-    if admin_url:
+    if admin_url or metrics_url:
         try:
-            sources = [AdminSource(url, url, interval=interval, within=timeout) for url in admin_url]
+            sources = [AdminSource(url, url, interval=interval, within=timeout) for url in admin_url or []]
         except ProxyConfigError as exc:
             raise typer.BadParameter(str(exc), param_hint="--admin-url") from None
         tasks = [source.run for source in sources]
