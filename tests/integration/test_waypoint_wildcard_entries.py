@@ -536,3 +536,17 @@ async def test_basic_the_excluded_namespaces_service_name_is_answered_with_the_w
     finally:
         await ctx.pool.aclose()
         await ctx.certs.aclose()
+
+
+async def test_a_tls_connection_to_a_name_that_does_not_resolve_is_closed_and_counted_df(
+    egress: Egress, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="access")
+    with pytest.raises(StreamClosedError, match="reset by peer"):
+        await egress.get_over_tls("gone.external.svc.cluster.local")
+    assert egress.looked_up("gone.external.svc.cluster.local") and egress.seen.sni == []
+    logged = [r.getMessage() for r in caplog.records if "gone.external.svc.cluster.local" in r.getMessage()]
+    assert any("connection failed" in line and "NXDOMAIN" in line for line in logged), logged
+    text = egress.waypoint.context.metrics.render().decode()
+    failed = [line for line in text.splitlines() if line.startswith("istio_tcp_connections_failed_total{")]
+    assert any('response_flags="DF"' in line for line in failed), failed
