@@ -13,7 +13,9 @@ becomes one translation, clears the mark, translates the caches (:func:`ambit.co
 only the pods that changed, while nothing else did: :class:`~ambit.controlplane.translate.TranslationMemo`) and
 hands the result to ``on_config``, then what the translation had to leave out to ``on_skipped``, the policies'
 status to ``on_status`` and the Services' and ServiceEntries' waypoint status to ``on_waypoint_status`` and the
-whole translation (waypoint configurations, route status) to ``on_routes`` (when given).
+whole translation (waypoint configurations, route status) to ``on_routes`` (when given). An ``observer``
+(:class:`ViewObserver`, the monitoring port's metrics) is told how long each translation took and, for each burst,
+the time from its first change to the end of its hand-over (istiod's ``pilot_debounce_time``).
 
 ServiceEntries, WorkloadEntries, AuthorizationPolicies, PeerAuthentications and the Gateway API kinds are CRDs,
 which a real cluster may not have, and Nodes are cluster-scoped, which a narrowly scoped control plane may not be
