@@ -462,7 +462,7 @@ def run(profile: Profile, out: Path | None, *, echo: bool = True) -> str:
         notes.append(
             f"Flow log: with it (the default, {FLOW_LOG_SCENARIO!r}) the ambit route made {cost:.3f}× the connections "
             f"per second it made without it (--flow-log-size=0), medians of {profile.repeats} alternating rounds: "
-            f"a cost of {100 * (1 - cost):.1f}% (negative: within the noise)."
+            f"a cost of {100 * (1 - cost):.1f}% of the connection rate (a negative cost is noise)."
         )
     text = markdown(rows, env, profile.name, notes)
     if echo:
