@@ -9,7 +9,10 @@ handshakes only: the stunnel and haproxy pairs are restarted without TLS session
 :data:`COLD_FLAGS` (one stream per pooled connection, closed when it ends, so every tunnel makes a full mutual-TLS
 handshake; ambit never resumes), ``ambit`` is measured interleaved with ``direct``, ``stunnel`` and ``haproxy-tls``,
 and both pairs and the proxies are restarted once more with their defaults for the scenarios that follow (routes
-are rebuilt after each restart: they hold the pids whose CPU and memory are read). Whatever happens, every
+are rebuilt after each restart: they hold the pids whose CPU and memory are read). The flow log's cost comes next:
+the ambit route's pooled connection rate with the node proxies' flow ring (their default) and without it
+(:data:`FLOW_LOG_OFF`), in alternating order, reported as a ratio in the notes and the JSON's environment
+(``flow_log_on_over_off``). Whatever happens, every
 started process is ended by its pid and the lab is brought down; temporary files (certificates, configurations,
 logs) live in one temporary directory that is removed.
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime
 import os
 import platform
@@ -38,7 +42,7 @@ from ambit.errors import AmbitError
 from bench.mesh import chart, scenarios
 from bench.mesh.probes import ProbeError, find_pids, peak_rss_bytes, rss_bytes
 from bench.mesh.profile import AMBIT, DIRECT, HAPROXY, MODES, PASSTHROUGH, PROFILES, PROXY_MODES, STUNNEL, Profile
-from bench.mesh.results import Sample, aggregate, json_lines, markdown
+from bench.mesh.results import Row, Sample, aggregate, json_lines, markdown
 from bench.mesh.scenarios import Route
 from bench.mesh.topology import BenchLab, BenchLabError, Processes, bench_lab
 from bench.mesh.tunnels import APP_PORTS, TunnelKind, haproxy_config, make_credentials, stunnel_config
@@ -81,6 +85,10 @@ COLD_SCENARIO = "new connections, 1-byte echo, cold handshake"
 COLD_FLAGS = ("--pool-max-streams=1", "--pool-idle-timeout=0")
 """The node proxies' flags for the cold-handshake scenario: a connection per tunnel, closed when the tunnel ends."""
 COLD_MODES = (DIRECT, STUNNEL, HAPROXY, AMBIT)
+FLOW_LOG_SCENARIO = "new connections, 1-byte echo, flow log on and off"
+NO_FLOW_LOG = "ambit, no flow log"
+FLOW_LOG_OFF = ("--flow-log-size=0",)
+"""The node proxies' flags without the flow log (admin ``/flows``, ``ambit flows``): its cost, side by side."""
 
 
 class BenchSetupError(AmbitError):
@@ -381,6 +389,28 @@ def measure(profile: Profile, lab: BenchLab, procs: Processes, tmp: Path, log: C
             cross = restart_proxies(lab, tunnels.pids, (), log)
         return _idle(cross[route.mode], name=name, count=count, procs=procs, log=log)
 
+    # The flow log's cost: the pooled connection rate of the ambit route with the node proxies' flow ring on (their
+    # default) and off, alternating which comes first (off on | on off | ...) so a restart is needed only when the
+    # flags change; the proxies end with their defaults.
+    run = partial(
+        scenarios.connection_rate,
+        scenario=FLOW_LOG_SCENARIO,
+        seconds=profile.rate_seconds,
+        concurrency=profile.rate_concurrency,
+    )
+    started = time.monotonic()
+    for repeat in range(profile.repeats):
+        for flags in (FLOW_LOG_OFF, ()) if repeat % 2 == 0 else ((), FLOW_LOG_OFF):
+            if lab.proxy_flags != flags:
+                remember_peaks(cross)
+                cross = restart_proxies(lab, tunnels.pids, flags, log)
+            route = dataclasses.replace(cross[AMBIT], mode=NO_FLOW_LOG if flags else AMBIT)
+            samples.extend(run(route))
+    if lab.proxy_flags:
+        remember_peaks(cross)
+        cross = restart_proxies(lab, tunnels.pids, (), log)
+    log(f"{FLOW_LOG_SCENARIO}: {time.monotonic() - started:.0f} s")
+
     proxied = {mode: route for mode, route in cross.items() if mode != DIRECT}
     for count in profile.idle_counts:
         name = f"{count:,} idle connections"
@@ -391,6 +421,13 @@ def measure(profile: Profile, lab: BenchLab, procs: Processes, tmp: Path, log: C
         peak = max(peak_before.get(mode, 0), peak_rss_bytes(pids))
         samples.append(Sample("proxy memory", "RSS peak", mode, peak / 2**20, "MiB"))
     return samples
+
+
+def flow_log_cost(rows: list[Row]) -> float | None:
+    """The ambit route's connection rate with the flow log over without it (medians), if both were measured."""
+    found = {r.mode: r.value for r in rows if r.scenario == FLOW_LOG_SCENARIO and r.metric == "connections/s"}
+    on, off = found.get(AMBIT), found.get(NO_FLOW_LOG)
+    return on / off if on is not None and off else None
 
 
 def run(profile: Profile, out: Path | None, *, echo: bool = True) -> str:
@@ -419,7 +456,15 @@ def run(profile: Profile, out: Path | None, *, echo: bool = True) -> str:
     env["loadavg_end"] = os.getloadavg()[0]
     env["seconds"] = round(time.monotonic() - started, 1)
     rows = aggregate(samples)
-    text = markdown(rows, env, profile.name, NOTES)
+    notes = list(NOTES)
+    if (cost := flow_log_cost(rows)) is not None:
+        env["flow_log_on_over_off"] = round(cost, 4)
+        notes.append(
+            f"Flow log: with it (the default, {FLOW_LOG_SCENARIO!r}) the ambit route made {cost:.3f}× the connections "
+            f"per second it made without it (--flow-log-size=0), medians of {profile.repeats} alternating rounds: "
+            f"a cost of {100 * (1 - cost):.1f}% of the connection rate (a negative cost is noise)."
+        )
+    text = markdown(rows, env, profile.name, notes)
     if echo:
         print(text)
     if out is not None:

@@ -403,7 +403,8 @@ def test_the_topology_page_shows_the_labs_workloads_and_the_denied_edge_in_red(
     mesh: Mesh, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """Issue 20: ``ambit dashboard`` on the lab, in a headless Chromium: the lab's workloads, a solid mutual-TLS edge
-    for allowed traffic and a red one for the traffic a policy denies; a screenshot ($AMBIT_SCREENSHOT)."""
+    for allowed traffic and a red one for the traffic a policy denies; a screenshot ($AMBIT_SCREENSHOT); the allowed
+    edge's rate from the proxies' metrics, above zero under load and zero after."""
     from tests.integration.cdp import CHROMIUM, lab_page_check
 
     if CHROMIUM is None:
@@ -443,7 +444,10 @@ def test_the_topology_page_shows_the_labs_workloads_and_the_denied_edge_in_red(
         talker.start()
         try:
             page = f"{url}?window={PAGE_WINDOW}"
-            errors = asyncio.run(lab_page_check(page, tmp / "profile", shot, allowed=allowed, denied=denied))
+            # The allowed edge's rate (from the node proxies' :15020) is above zero while the clients talk, and
+            # falls to zero once they stop (the page's rate window is its 15 s window).
+            check = lab_page_check(page, tmp / "profile", shot, allowed=allowed, denied=denied, stop_load=stop.set)
+            errors = asyncio.run(check)
         finally:
             stop.set()
             talker.join(60)

@@ -20,7 +20,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -178,10 +178,18 @@ def _edge(src: str, dst: str) -> str:
 
 
 async def lab_page_check(
-    url: str, profile: Path, screenshot: Path, *, allowed: tuple[str, str], denied: tuple[str, str], within: float = 180
+    url: str,
+    profile: Path,
+    screenshot: Path,
+    *,
+    allowed: tuple[str, str],
+    denied: tuple[str, str],
+    within: float = 180,
+    stop_load: Callable[[], None] | None = None,
 ) -> list[str]:
     """Open the dashboard at ``url``; wait until the ``allowed`` edge is drawn solid (mutual TLS) and not red and the
-    ``denied`` one red; write a screenshot; the page's console errors."""
+    ``denied`` one red; write a screenshot; then, with ``stop_load``, wait until the ``allowed`` edge shows a byte rate
+    from the proxies' metrics, call it, and wait until that rate is zero; the page's console errors."""
     red = "rgb(229, 62, 62)"
     async with headless_chromium(profile) as browser:
         await browser.send("Page.navigate", {"url": url})
@@ -193,6 +201,11 @@ async def lab_page_check(
         shot = await browser.send("Page.captureScreenshot", {"format": "png"})
         screenshot.parent.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(screenshot.write_bytes, base64.b64decode(shot["data"]))
+        if stop_load is not None:
+            rate = f"Number({good}?.parentNode.dataset.bytesPerSecond || 0)"
+            await browser.wait_for(f"{rate} > 0", within=within)
+            await asyncio.to_thread(stop_load)
+            await browser.wait_for(f"{good} && {rate} === 0", within=within)
         return list(browser.errors)
 
 

@@ -10,6 +10,10 @@ engine over the same local config. The flows:
 - ``apps/legacy`` → ``apps/server``: one denied (``apps/allow-client`` does not allow it), plaintext;
 - 198.18.0.77 → service ``echo``: one failed, plaintext;
 - :data:`HOSTILE` (a name a hostile proxy could report) → ``apps/server``: one allowed, plaintext.
+
+A :class:`~ambit.observe.scraper.MetricsScraper` reads the proxy's own ``/metrics`` (its stats port) every 0.2 s for
+the edges' rates; :func:`load` moves bytes on a metered ``apps/client`` → ``apps/server`` connection, as the
+proxy's copy loop does.
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ from tests.proxyconfig_rig import LOCAL_CONFIG, running_node_proxy
 from ambit.controlplane.explain import explain
 from ambit.model.localconfig import parse_local_config
 from ambit.observe.dashboard import AdminSource, DashboardApp, DashboardState, serve
+from ambit.observe.scraper import MetricsScraper, fixed_targets
 from ambit.telemetry.accesslog import ConnectionRecord
+from ambit.telemetry.metrics import ConnectionMetrics, Reporter, SecurityPolicy, TrafficLabels
 
 HOSTILE = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
 CLIENT_ID = "spiffe://cluster.local/ns/apps/sa/client"
@@ -101,6 +107,9 @@ async def running_dashboard(tmp_path: Path, *, explainer: bool = True) -> AsyncI
         app = DashboardApp(state, explainer=_explainer if explainer else None)
         runner, port = await serve(app, "127.0.0.1", 0)
         task = asyncio.create_task(source.run(state), name="dashboard source node-1")
+        metrics_url = f"http://127.0.0.1:{proxy.endpoints.ports['stats']}/metrics"
+        scraper = MetricsScraper(fixed_targets([("node-1", metrics_url)]), interval=0.2)
+        scraping = asyncio.create_task(scraper.run(state), name="dashboard metrics node-1")
         try:
             deadline = time.monotonic() + 30
             while len(state.store) < 6 or "node-1" not in state.inventories:
@@ -109,7 +118,36 @@ async def running_dashboard(tmp_path: Path, *, explainer: bool = True) -> AsyncI
             yield Dashboard(f"http://127.0.0.1:{port}", port, state, proxy)
         finally:
             task.cancel()
+            scraping.cancel()
             await runner.cleanup()
 
 
-__all__ = ["CLIENT_ID", "HOSTILE", "Dashboard", "running_dashboard"]
+def metered_connection(proxy: Any) -> ConnectionMetrics:
+    """A connection ``apps/client`` → ``apps/server`` as the server's node proxy meters it (mutual TLS)."""
+    labels = TrafficLabels(
+        Reporter.DESTINATION,
+        source_workload="client",
+        source_workload_namespace="apps",
+        source_principal=CLIENT_ID,
+        destination_workload="server",
+        destination_workload_namespace="apps",
+        destination_principal=SERVER_ID,
+        destination_service="server.apps.svc.cluster.local",
+        connection_security_policy=SecurityPolicy.MUTUAL_TLS,
+    )
+    return proxy.context.metrics.connection_opened(labels)  # type: ignore[no-any-return]
+
+
+async def load(proxy: Any, seconds: float, *, per_tick: int = 10_000) -> None:
+    """Traffic on ``apps/client`` → ``apps/server`` for ``seconds``: a new connection and ``per_tick`` bytes each
+    50 ms."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        conn = metered_connection(proxy)
+        conn.add_received(per_tick // 2)
+        conn.add_sent(per_tick - per_tick // 2)
+        conn.close()
+        await asyncio.sleep(0.05)
+
+
+__all__ = ["CLIENT_ID", "HOSTILE", "Dashboard", "load", "metered_connection", "running_dashboard"]

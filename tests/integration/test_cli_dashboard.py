@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import aiohttp
+from tests.integration.dashboard_rig import metered_connection
 from tests.proxyconfig_rig import running_node_proxy
 
 from ambit.telemetry.accesslog import ConnectionRecord
@@ -46,6 +47,7 @@ async def test_the_dashboard_serves_a_proxys_flows_on_loopback_until_interrupted
             )
         )
         admin = f"http://127.0.0.1:{proxy.endpoints.ports['admin']}"
+        conn = metered_connection(proxy)  # a connection that moves bytes while the dashboard scrapes
         child = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -53,6 +55,8 @@ async def test_the_dashboard_serves_a_proxys_flows_on_loopback_until_interrupted
             "dashboard",
             "--admin-url",
             admin,
+            "--metrics-url",
+            f"http://127.0.0.1:{proxy.endpoints.ports['stats']}/metrics",
             "--port",
             "0",
             "--interval",
@@ -68,14 +72,16 @@ async def test_the_dashboard_serves_a_proxys_flows_on_loopback_until_interrupted
             url = found.group(0)
             async with aiohttp.ClientSession() as session:
                 edges: list[dict[str, object]] = []
-                for _ in range(600):  # until the first poll landed; a bound, not a measurement
+                for _ in range(600):  # until a poll and two scrapes landed; a bound, not a measurement
+                    conn.add_sent(1000)
                     async with session.get(url + "api/graph") as response:
                         assert response.status == 200
                         edges = (await response.json())["edges"]
-                    if edges:
+                    if edges and edges[0]["rate"] and edges[0]["rate"]["bytesPerSecond"] > 0:
                         break
                     await asyncio.sleep(0.1)
                 assert [(e["src"], e["dst"], e["mtls"]) for e in edges] == [("wl:apps/client", "wl:apps/server", 1)]
+                assert edges[0]["rate"]["mtls"] is True  # from the proxy's istio_tcp_* series
         finally:
             child.send_signal(signal.SIGTERM)  # as a service manager (or a shell's background job) stops it
             _, err = await asyncio.wait_for(child.communicate(), 60)
@@ -86,6 +92,8 @@ async def test_the_dashboard_serves_a_proxys_flows_on_loopback_until_interrupted
 async def test_bad_arguments_get_one_line(tmp_path: Path) -> None:
     code, _, err = await run("--admin-url", "ftp://x", "--port", "0")
     assert code == 2 and "bad admin URL" in err and "Traceback" not in err
+    code, _, err = await run("--metrics-url", "ftp://x/metrics", "--port", "0")
+    assert code == 2 and "is not an http(s) URL" in err and "Traceback" not in err
     code, _, err = await run("--lab-dir", str(tmp_path / "nolab"), "--port", "0")
     assert (
         code == 1

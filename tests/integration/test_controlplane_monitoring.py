@@ -313,3 +313,26 @@ async def test_a_delta_xds_client_moves_the_pilot_counters_by_what_it_was_sent(p
 def _names_pod(response: dpb.DeltaDiscoveryResponse) -> bool:
     """Whether the response carries the test pod's workload (its name holds the pod's namespace and name)."""
     return any("web-1" in resource.name for resource in response.resources)
+
+
+async def test_a_burst_of_changes_is_timed_from_its_first_change_to_its_hand_over(
+    plane: Plane, kube: KubeClient
+) -> None:
+    """``pilot_debounce_time`` (the debounce wait plus the translation, istiod's buckets) and
+    ``pilot_pushcontext_init_seconds`` (the translation alone) move when pods appear."""
+    before = await plane.scrape()
+    for n in range(3):  # one burst, or a few: each is timed once
+        await make_pod(kube, NAMESPACE, f"burst-{n}", f"10.1.1.{n + 1}", {"app": "burst"})
+    after = await settles(
+        plane, lambda s: moved(before, s, "pilot_debounce_time_count") >= 1, "the burst to be handed over"
+    )
+    bursts = moved(before, after, "pilot_debounce_time_count")
+    assert 1 <= bursts <= 3
+    assert moved(before, after, "pilot_pushcontext_init_seconds_count") >= bursts
+    waited = moved(before, after, "pilot_debounce_time_sum")
+    assert waited >= bursts * 0.1 * 0.9  # at least the default debounce (0.1 s) each, the clock's slack aside
+    assert moved(before, after, "pilot_debounce_time_bucket", le="0.01") == 0
+    assert moved(before, after, "pilot_debounce_time_bucket", le="+Inf") == bursts
+    assert key("pilot_debounce_time_bucket", le="30.0") in after
+    assert key("pilot_pushcontext_init_seconds_bucket", le="5.0") in after
+    assert key("pilot_pushcontext_init_seconds_bucket", le="10.0") not in after

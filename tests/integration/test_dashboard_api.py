@@ -3,13 +3,20 @@ bad input is 400, a foreign Host header (DNS rebinding) is refused, nothing chan
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-from tests.integration.dashboard_rig import HOSTILE, Dashboard, running_dashboard
+from aiohttp import web
+from tests.integration.dashboard_rig import HOSTILE, Dashboard, load, running_dashboard
+
+from ambit.observe.dashboard import DashboardState
+from ambit.observe.scraper import MAX_BODY, MetricsScraper, fixed_targets
 
 
 @pytest.fixture
@@ -114,3 +121,86 @@ async def test_the_page_and_its_assets_are_served_from_the_package(dash: Dashboa
     assert b"innerHTML" not in body and b"insertAdjacentHTML" not in body and b"eval(" not in body
     status, _, _ = await get(dash.url + "/../pyproject.toml")
     assert status == 404
+
+
+async def _edge_rate(dash: Dashboard, window: int) -> dict[str, Any] | None:
+    status, graph, _ = await get(f"{dash.url}/api/graph?window={window}")
+    assert status == 200 and graph["rateWindow"] == min(window, 60)
+    edges = {(e["src"], e["dst"]): e for e in graph["edges"]}
+    rate: dict[str, Any] | None = edges["wl:apps/client", "wl:apps/server"]["rate"]
+    return rate
+
+
+async def test_an_edges_rates_come_from_the_proxys_metrics_under_load_and_are_zero_after(dash: Dashboard) -> None:
+    loading = asyncio.create_task(load(dash.proxy, 3.0))
+    try:
+        deadline = time.monotonic() + 30
+        while not ((rate := await _edge_rate(dash, 2)) and rate["bytesPerSecond"] > 0):
+            assert time.monotonic() < deadline, f"no rate under load: {rate}"
+            await asyncio.sleep(0.2)
+    finally:
+        await loading
+    # 10 kB and one connection every 50 ms: about 200 kB/s and 20 connections/s (generous bounds: a busy machine).
+    assert 20_000 < rate["bytesPerSecond"] < 1_000_000 and 2 < rate["connectionsPerSecond"] < 100
+    assert rate["mtls"] is True and rate["security"] == "mutual_tls" and rate["requestsPerSecond"] == 0
+    deadline = time.monotonic() + 30
+    while (rate := await _edge_rate(dash, 2)) is None or rate["bytesPerSecond"] > 0:
+        assert time.monotonic() < deadline, f"the rate never fell to zero: {rate}"
+        await asyncio.sleep(0.2)
+    assert rate["connectionsPerSecond"] == 0  # the edge stays, at zero
+
+
+@asynccontextmanager
+async def hostile_metrics_server() -> AsyncIterator[str]:
+    """``/huge`` (a body past the scraper's limit), ``/slow`` (a byte every second), ``/garbage`` (not Prometheus
+    text), ``/binary`` (not UTF-8)."""
+
+    async def huge(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        await response.prepare(request)
+        chunk = b'istio_requests_total{reporter="waypoint"} 1\n' * 20_000
+        for _ in range(MAX_BODY // len(chunk) + 2):
+            await response.write(chunk)
+        return response
+
+    async def slow(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        await response.prepare(request)
+        for _ in range(600):
+            await response.write(b"#")
+            await asyncio.sleep(1)
+        return response
+
+    async def garbage(request: web.Request) -> web.Response:
+        return web.Response(text="istio_requests_total{{{{ ][ 1 2 3\n")
+
+    async def binary(request: web.Request) -> web.Response:
+        return web.Response(body=b"\xff\xfe" * 100)
+
+    app = web.Application()
+    for path, handler in (("/huge", huge), ("/slow", slow), ("/garbage", garbage), ("/binary", binary)):
+        app.router.add_get(path, handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+
+
+async def test_hostile_metrics_endpoints_give_an_error_each_and_no_edges() -> None:
+    state = DashboardState()
+    async with hostile_metrics_server() as base:
+        targets = fixed_targets([(path, f"{base}/{path}") for path in ("huge", "slow", "garbage", "binary")])
+        scraper = MetricsScraper(targets, interval=0.2, within=2.0)
+        async with aiohttp.ClientSession() as session:
+            started = time.monotonic()
+            await scraper.scrape_all(state, session, set())
+            assert time.monotonic() - started < 30  # the slow one is cut off at its deadline
+    errors = {name: status.error for name, status in state.sources.items()}
+    assert "bytes" in errors["metrics huge"] and "metrics slow" in errors and errors["metrics slow"]
+    assert "not Prometheus text" in errors["metrics garbage"] and "UTF-8" in errors["metrics binary"]
+    assert all("\n" not in e and "Traceback" not in e for e in errors.values())
+    assert state.rates.rates(time.time(), 60) == []

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from tests.integration.cdp import CHROMIUM, headless_chromium
-from tests.integration.dashboard_rig import HOSTILE, running_dashboard
+from tests.integration.dashboard_rig import HOSTILE, load, running_dashboard
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (make install adds it)")
 
@@ -106,4 +106,28 @@ async def test_a_link_chooses_the_pages_window_and_a_bad_one_leaves_the_default(
             assert await browser.evaluate("document.getElementById('window').value") == chosen, query
             options = await browser.evaluate("[...document.getElementById('window').options].map(o => o.value)")
             assert options.count(chosen) == 1
+        assert browser.errors == []
+
+
+async def test_the_page_shows_an_edges_rate_from_the_proxys_metrics_under_load_and_zero_after(tmp_path: Path) -> None:
+    (tmp_path / "proxy").mkdir()
+    async with running_dashboard(tmp_path / "proxy") as dash, headless_chromium(tmp_path / "profile") as browser:
+        await browser.send("Page.navigate", {"url": dash.url + "/?window=2"})  # rates over the last 2 s
+        await browser.wait_for("Number(document.body?.dataset.ready || 0) >= 1")
+        group = edge("wl:apps/client", "wl:apps/server") + "?.parentNode"
+        loading = asyncio.create_task(load(dash.proxy, 4.0))
+        try:
+            shown = await browser.wait_for(
+                f"Number({group}?.dataset.bytesPerSecond || 0) > 0 && {group}.querySelector('text.rate')?.textContent"
+            )
+        finally:
+            await loading
+        assert "B/s" in shown and "conn/s" in shown
+        await browser.evaluate(f"{group}.dispatchEvent(new MouseEvent('click', {{bubbles: true}}))")
+        detail = await browser.wait_for("document.getElementById('edge-rate')?.textContent")
+        assert "mutual TLS" in detail and "connections/s" in detail
+        zero = await browser.wait_for(
+            f"Number({group}?.dataset.bytesPerSecond) === 0 && {group}.querySelector('text.rate')?.textContent"
+        )
+        assert zero.startswith("0.00 B/s")
         assert browser.errors == []

@@ -307,12 +307,26 @@ async def test_a_host_outside_the_wildcard_is_404_and_neither_looked_up_nor_dial
     assert not egress.looked_up("trap.example.com")
 
 
-async def test_a_name_that_does_not_resolve_or_resolves_to_nothing_dialable_is_503(egress: Egress) -> None:
-    for host in ("gone.external.svc.cluster.local", "zero.external.svc.cluster.local"):
-        status, _ = await egress.get(host)
+async def test_a_name_that_does_not_resolve_or_resolves_to_nothing_dialable_is_503(
+    egress: Egress, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 19: a name that does not resolve is Envoy's DNS resolution failure (503, flag ``DF``, not retried); one
+    that resolves to an address that may not be dialled is a connect failure (``UF``), in the access log and in
+    ``istio_requests_total``'s ``response_flags``."""
+    caplog.set_level("INFO", logger="access")
+    for host, flag in (("gone.external.svc.cluster.local", "DF"), ("zero.external.svc.cluster.local", "UF")):
+        status, body = await egress.get(host)
         assert status == 503, host
         assert egress.looked_up(host)
+        assert (body == b"DNS resolution failure") == (flag == "DF"), body
+        logged = [r.getMessage() for r in caplog.records if host in r.getMessage()]
+        assert any(f"response_flags={flag}" in line and "response_code=503" in line for line in logged), logged
     assert egress.seen.requests == []
+    assert sum(1 for name, _ in egress.dns.asked if name == "gone.external.svc.cluster.local") <= 2  # A, AAAA: once
+    text = egress.waypoint.context.metrics.render().decode()
+    counted = [line for line in text.splitlines() if line.startswith("istio_requests_total{")]
+    for flag in ("DF", "UF"):
+        assert any('response_code="503"' in line and f'response_flags="{flag}' in line for line in counted), counted
 
 
 async def test_a_flood_of_names_under_the_wildcard_holds_at_most_the_resolvers_bound_of_lookups(egress: Egress) -> None:
@@ -522,3 +536,17 @@ async def test_basic_the_excluded_namespaces_service_name_is_answered_with_the_w
     finally:
         await ctx.pool.aclose()
         await ctx.certs.aclose()
+
+
+async def test_a_tls_connection_to_a_name_that_does_not_resolve_is_closed_and_counted_df(
+    egress: Egress, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="access")
+    with pytest.raises(StreamClosedError, match="reset by peer"):
+        await egress.get_over_tls("gone.external.svc.cluster.local")
+    assert egress.looked_up("gone.external.svc.cluster.local") and egress.seen.sni == []
+    logged = [r.getMessage() for r in caplog.records if "gone.external.svc.cluster.local" in r.getMessage()]
+    assert any("connection failed" in line and "NXDOMAIN" in line for line in logged), logged
+    text = egress.waypoint.context.metrics.render().decode()
+    failed = [line for line in text.splitlines() if line.startswith("istio_tcp_connections_failed_total{")]
+    assert any('response_flags="DF"' in line for line in failed), failed

@@ -66,3 +66,12 @@ def test_the_chart_is_a_png_whose_pixels_decompress(tmp_path: Path) -> None:
     start = data.index(b"IDAT") + 4
     length = int.from_bytes(data[start - 8 : start - 4], "big")
     assert len(zlib.decompress(data[start : start + length])) == 260 * (1 + 720 * 3)
+
+
+def test_the_flow_logs_cost_is_the_ratio_of_the_medians_with_and_without_it() -> None:
+    from bench.mesh.run import AMBIT, FLOW_LOG_SCENARIO, NO_FLOW_LOG, flow_log_cost
+
+    samples = [Sample(FLOW_LOG_SCENARIO, "connections/s", AMBIT, v, "/s") for v in (970, 990, 980)]
+    samples += [Sample(FLOW_LOG_SCENARIO, "connections/s", NO_FLOW_LOG, v, "/s") for v in (1000, 1010, 990)]
+    assert flow_log_cost(aggregate(samples)) == pytest.approx(0.98)
+    assert flow_log_cost(aggregate(samples[:3])) is None

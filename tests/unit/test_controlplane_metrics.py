@@ -203,3 +203,15 @@ def test_the_ca_counters_and_expiries(metrics: ControlPlaneMetrics) -> None:
 def test_metric_type_is_istiods_short_name(type_url: str, short: str) -> None:
     assert metric_type(type_url) == short
     assert metric_type(WAYPOINT_TYPE) == WAYPOINT_TYPE
+
+
+def test_debounce_and_translation_times_go_into_istiods_buckets(metrics: ControlPlaneMetrics) -> None:
+    metrics.translated(0.004)
+    metrics.debounced(0.35)
+    metrics.debounced(12.0)
+    assert value(metrics, "pilot_pushcontext_init_seconds_bucket", le="0.01") == 1
+    assert value(metrics, "pilot_pushcontext_init_seconds_bucket", le="10.0") is None  # istiod's stop at 5
+    assert value(metrics, "pilot_debounce_time_bucket", le="0.5") == 1
+    assert value(metrics, "pilot_debounce_time_bucket", le="20.0") == 2
+    assert value(metrics, "pilot_debounce_time_count") == 2
+    assert value(metrics, "pilot_debounce_time_sum") == pytest.approx(12.35)

@@ -194,3 +194,29 @@ def test_any_dump_is_an_inventory_or_a_topology_error(dump: object) -> None:
         return
     with contextlib.suppress(TopologyError):
         read_inventory(dump)
+
+
+def test_an_edges_rates_join_its_flows_and_an_owners_name_is_its_only_pod() -> None:
+    from ambit.telemetry.rates import EdgeRate
+    from ambit.telemetry.topology import WorkloadInfo
+
+    def pod(name: str, owner: str) -> WorkloadInfo:
+        return WorkloadInfo(f"wl:apps/{name}", name, "apps", "", "node-1", "", "HBONE", (), (), owner)
+
+    pods = (pod("client-7f9c", "client"), pod("server-1", "server"), pod("server-2", "server"))
+    inventory = Inventory(workloads=pods)
+    flows = [flow(1, src_workload="client-7f9c", src_namespace="apps", dst_workload="server-1", dst_namespace="apps")]
+    rates = [
+        EdgeRate("wl:apps/client", "wl:apps/server", 0.0, 0.0, 512.0, 2.0, "mutual_tls"),
+        EdgeRate("wl:apps/other", "svc:db.apps.svc.cluster.local", 4.0, 1.0, 0.0, 0.0, "none"),
+    ]
+    graph = graph_to_json(build_graph(flows, inventory, now=NOW, rates=rates))
+    edges = {(e["src"], e["dst"]): e for e in graph["edges"]}
+    assert edges["wl:apps/client-7f9c", "wl:apps/server-1"]["rate"] is None
+    # The client's owner has one pod: that pod's node; the server's has two: the owner's own node.
+    joined = edges["wl:apps/client-7f9c", "wl:apps/server"]
+    assert joined["flows"] == 0 and joined["rate"]["bytesPerSecond"] == 512.0 and joined["rate"]["mtls"] is True
+    other = edges["wl:apps/other", "svc:db.apps.svc.cluster.local"]["rate"]
+    assert other["errorRatio"] == 0.25 and other["mtls"] is False
+    nodes = {n["id"]: n for n in graph["nodes"]}
+    assert nodes["wl:apps/server"]["known"] is False and nodes["wl:apps/other"]["known"] is False

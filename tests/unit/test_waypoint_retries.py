@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from ambit.model.routes import RetryPolicy, Timeouts
 from ambit.waypoint.retries import (
     CONNECT_FAILURE_BODY,
+    DNS_FAILURE_BODY,
     REFUSED_BODY,
     REPLAY_LIMIT,
     RESET_BODY,
@@ -21,6 +22,7 @@ from ambit.waypoint.retries import (
     BodyStarted,
     CancelAttempt,
     ConnectFailed,
+    DnsFailed,
     Event,
     ForwardResponse,
     ReleaseBody,
@@ -145,6 +147,13 @@ def test_connect_failures_retry_then_answer_503() -> None:
 def test_connect_failures_are_not_retried_when_the_policy_says_so() -> None:
     machine, _ = started(RetryPolicy(on_connect_failure=False))
     assert machine.handle(ConnectFailed(1, 100.0)) == [RespondLocally(503, CONNECT_FAILURE_BODY, "UF")]
+
+
+def test_a_name_that_did_not_resolve_answers_503_df_and_is_never_retried() -> None:
+    machine, _ = started(RetryPolicy(attempts=3))
+    assert machine.handle(DnsFailed(1)) == [RespondLocally(503, DNS_FAILURE_BODY, "DF")]
+    assert machine.done and machine.attempt == 1
+    assert machine.handle(DnsFailed(1)) == []  # once done, events are ignored (rule 9)
 
 
 def test_a_try_timeout_answers_504_unless_504_is_retriable() -> None:

@@ -9,6 +9,10 @@ It serves one page and a read-only JSON API (:mod:`ambit.observe.dashboard`) on 
   waypoint, and every ``--inventory-every`` seconds a child per node reads its node proxy's ``config_dump`` from
   inside the node's network namespace (as ``ambit proxy-config`` does; root). The lab's kubeconfig gives the policy
   view (``--kubeconfig`` elsewhere): ``ambit policy explain``'s verdict for a chosen pair, computed in this process.
+
+The edges' rates come from the proxies' Istio metrics on their stats port (15020), scraped every ``--interval``
+seconds (:mod:`ambit.observe.scraper`): each ``--metrics-url``, or in the lab every node proxy and every waypoint
+and gateway pod (their addresses, listed from the API server each time).
 """
 
 from __future__ import annotations
@@ -29,9 +33,13 @@ from ambit.lab.network.topology import DEFAULT_DIR, Topology
 from ambit.observe.admin_client import ADMIN_PORT
 from ambit.observe.dashboard import AdminSource, DashboardApp, DashboardState, Explainer, serve
 from ambit.observe.proxyconfig import ProxyConfigError
+from ambit.observe.scraper import MetricsScraper, fixed_targets
 from ambit.telemetry.flows import FlowError, read_flow
 from ambit.telemetry.topology import TopologyError, read_inventory
 
+STATS_PORT = 15020
+"""Where node proxies and waypoints serve their Prometheus metrics (spec §8.2)."""
+GATEWAY_LABEL = "gateway.networking.k8s.io/gateway-name"
 DEFAULT_PORT = 20001
 """Kiali's port: the page an operator of a mesh expects there."""
 MAX_LINE = 64 * 1024
@@ -66,6 +74,10 @@ def dashboard(
         list[str] | None,
         typer.Option("--admin-url", help="A reachable proxy admin port to read instead of the lab (repeatable)."),
     ] = None,
+    metrics_url: Annotated[
+        list[str] | None,
+        typer.Option("--metrics-url", help="A proxy's Prometheus /metrics to read edge rates from (repeatable)."),
+    ] = None,
     address: Annotated[str, typer.Option("--address", help="Address to serve on (loopback by default).")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port to serve on (0: any free one).")] = (
         DEFAULT_PORT
@@ -83,12 +95,18 @@ def dashboard(
     """Serve the topology page: workloads, services and the traffic between them, with verdicts."""
     state = DashboardState()
     tasks: list[Any] = []
-    if admin_url:
+    if admin_url or metrics_url:
         try:
-            sources = [AdminSource(url, url, interval=interval, within=timeout) for url in admin_url]
+            sources = [AdminSource(url, url, interval=interval, within=timeout) for url in admin_url or []]
         except ProxyConfigError as exc:
             raise typer.BadParameter(str(exc), param_hint="--admin-url") from None
         tasks = [source.run for source in sources]
+        for url in metrics_url or []:
+            if not url.startswith(("http://", "https://")):
+                raise typer.BadParameter(f"{url!r} is not an http(s) URL", param_hint="--metrics-url")
+        if metrics_url:
+            targets = fixed_targets([(url, url) for url in metrics_url])
+            tasks.append(MetricsScraper(targets, interval=interval, within=timeout).run)
     else:
         topology = Topology.load(lab_dir.resolve())
         if topology is None:
@@ -99,6 +117,7 @@ def dashboard(
         tasks = [
             lambda s: _lab_flows(s, lab_dir.resolve(), interval, timeout),
             lambda s: _lab_inventory(s, topology, inventory_every, timeout),
+            MetricsScraper(lambda: _lab_metrics_targets(topology), interval=interval, within=timeout).run,
         ]
     explainer = make_explainer(kubeconfig) if kubeconfig else None
     try:
@@ -184,6 +203,31 @@ async def _lab_inventory(state: DashboardState, topology: Topology, every: float
             except (OSError, ValueError, RecursionError, TopologyError, typer.Exit) as exc:
                 status.error = (str(exc) or type(exc).__name__)[:500]
         await asyncio.sleep(every)
+
+
+async def _lab_metrics_targets(topology: Topology) -> list[tuple[str, str]]:
+    """The metrics URL of each node proxy (a host process at its node's address, or a ztunnel pod) and each running
+    waypoint or gateway pod of the lab."""
+    from ambit.k8s import KubeClient, KubeClientError, kinds
+
+    found = []
+    if topology.mesh and not topology.installed:
+        found = [(f"node proxy {n.name}", f"http://{n.address}:{STATS_PORT}/metrics") for n in topology.all_nodes()]
+    try:
+        async with KubeClient.from_kubeconfig(topology.kubeconfig) as client:
+            pods, _ = await client.list(kinds.PODS, None, label_selector=GATEWAY_LABEL)
+            if topology.installed:
+                ztunnels, _ = await client.list(kinds.PODS, "istio-system", label_selector="app=ztunnel")
+                pods += ztunnels
+    except KubeClientError as exc:
+        raise ValueError(f"cannot list the proxies' pods: {exc}") from None
+    for pod in pods:
+        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+        ip = status.get("podIP")
+        if status.get("phase") == "Running" and isinstance(ip, str) and ip and not meta.get("deletionTimestamp"):
+            shown = f"[{ip}]" if ":" in ip else ip
+            found.append((f"{meta.get('namespace')}/{meta.get('name')}", f"http://{shown}:{STATS_PORT}/metrics"))
+    return sorted(found)
 
 
 async def _run_bounded(argv: list[str], within: float) -> bytes:

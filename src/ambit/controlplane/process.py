@@ -219,6 +219,7 @@ class ControlPlane:
             on_status=self._status,
             on_waypoint_status=self._waypoint_status,
             on_routes=self._routes_changed,
+            observer=self.metrics,
         )
         self.view.add_event_handlers(self.metrics.event_handlers)
         self.status = PolicyStatusWriter(client, self._cached("authorizationpolicies"), clock=time.time)

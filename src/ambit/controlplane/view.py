@@ -13,7 +13,9 @@ becomes one translation, clears the mark, translates the caches (:func:`ambit.co
 only the pods that changed, while nothing else did: :class:`~ambit.controlplane.translate.TranslationMemo`) and
 hands the result to ``on_config``, then what the translation had to leave out to ``on_skipped``, the policies'
 status to ``on_status`` and the Services' and ServiceEntries' waypoint status to ``on_waypoint_status`` and the
-whole translation (waypoint configurations, route status) to ``on_routes`` (when given).
+whole translation (waypoint configurations, route status) to ``on_routes`` (when given). An ``observer``
+(:class:`ViewObserver`, the monitoring port's metrics) is told how long each translation took and, for each burst,
+the time from its first change to the end of its hand-over (istiod's ``pilot_debounce_time``).
 
 ServiceEntries, WorkloadEntries, AuthorizationPolicies, PeerAuthentications and the Gateway API kinds are CRDs,
 which a real cluster may not have, and Nodes are cluster-scoped, which a narrowly scoped control plane may not be
@@ -46,7 +48,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 from ambit import ISTIO_VERSION
 from ambit.controlplane.translate import (
@@ -153,6 +155,14 @@ def _addresses(obj: dict[str, Any]) -> Any:
     return status.get("addresses") if isinstance(status, dict) else None
 
 
+class ViewObserver(Protocol):
+    """Told how long each translation took and how long each burst of changes waited (the monitoring port's)."""
+
+    def translated(self, seconds: float) -> None: ...
+
+    def debounced(self, seconds: float) -> None: ...
+
+
 class ClusterViewError(AmbitError):
     """The cluster view could not start (the API server did not answer in time)."""
 
@@ -188,8 +198,10 @@ class ClusterView:
         on_waypoint_status: Callable[[tuple[PolicyStatus, ...], tuple[PolicyStatus, ...]], None] | None = None,
         on_routes: Callable[[Translation], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        observer: ViewObserver | None = None,
     ) -> None:
         self.settings = settings
+        self._observer = observer
         self._clock = clock
         self._dirty_since: float | None = None
         self.change_started: float | None = None
@@ -310,7 +322,10 @@ class ClusterView:
         return self.translate_all().config
 
     def _hand_over(self) -> None:
+        started = self._clock()
         translation = self.translate_all()
+        if self._observer is not None:
+            self._observer.translated(self._clock() - started)
         self._on_config(translation.config)
         if self._on_skipped is not None:
             self._on_skipped(translation.skipped)
@@ -370,6 +385,8 @@ class ClusterView:
             self.change_started, self._dirty_since = self._dirty_since, None
             try:
                 self._hand_over()
+                if self._observer is not None and self.change_started is not None:
+                    self._observer.debounced(self._clock() - self.change_started)
             except OSError as exc:
                 log.error("cannot apply the cluster's configuration: %s", exc)
                 self._dirty_since = self.change_started if self._dirty_since is None else self._dirty_since

@@ -10,7 +10,10 @@ the node proxies from their network namespaces). The state keeps the flows in a 
 
 The API (all ``GET``, all JSON):
 
-- ``/api/graph[?window=SECONDS]``: nodes and edges of the last ``window`` seconds (1 to 3600, default 300);
+- ``/api/graph[?window=SECONDS]``: nodes and edges of the last ``window`` seconds (1 to 3600, default 300), each
+  edge with its rates (``rate``: requests, bytes and connections per second, 5xx ratio, mTLS) over the last
+  ``rateWindow`` seconds (the window, at most :data:`RATE_WINDOW`) from the proxies' metrics, which a
+  :class:`~ambit.observe.scraper.MetricsScraper` reads into the state's rate book (``null``: no metrics name it);
 - ``/api/edge?src=ID&dst=ID[&window=SECONDS]``: that edge's recent flows, newest first, with their verdicts;
 - ``/api/explain?src=NS/POD&dst=NS/NAME&port=N``: ``ambit policy explain``'s verdict, when the server was given an
   explainer (a kubeconfig); 404 otherwise;
@@ -44,6 +47,7 @@ from ambit.observe.admin_client import config_dump_url
 from ambit.telemetry.connection_limits import ADMIN_LIMITS
 from ambit.telemetry.flows import MAX_PAGE, MAX_PAGE_BYTES, Flow, FlowError, read_page
 from ambit.telemetry.limited_site import LimitedSite
+from ambit.telemetry.rates import RateBook
 from ambit.telemetry.topology import (
     DEFAULT_WINDOW,
     FlowStore,
@@ -57,6 +61,8 @@ from ambit.telemetry.topology import (
 )
 
 MAX_DUMP_BYTES = 32 * 1024 * 1024
+RATE_WINDOW = 60.0
+"""Seconds the edges' rates are taken over (at most the page's window), as Kiali's default ``rate(...[1m])``."""
 MAX_WINDOW = 3600
 MAX_ID = 2100
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
@@ -93,6 +99,7 @@ class DashboardState:
     """What the sources have seen: flows, and each source's inventory."""
 
     store: FlowStore = field(default_factory=FlowStore)
+    rates: RateBook = field(default_factory=RateBook)
     inventories: dict[str, Inventory] = field(default_factory=dict)
     sources: dict[str, SourceStatus] = field(default_factory=dict)
     clock: Callable[[], float] = time.time
@@ -261,8 +268,11 @@ class DashboardApp:
     async def _graph(self, request: web.Request) -> web.Response:
         window = parse_window(request.query)
         now = self.state.clock()
-        graph = build_graph(self.state.store.recent(now, window), self.state.inventory(), now=now, window=window)
-        return _json(graph_to_json(graph) | {"explain": self.explainer is not None})
+        rate_window = min(window, RATE_WINDOW)
+        rates = self.state.rates.rates(now, rate_window)
+        flows = self.state.store.recent(now, window)
+        graph = build_graph(flows, self.state.inventory(), now=now, window=window, rates=rates)
+        return _json(graph_to_json(graph) | {"explain": self.explainer is not None, "rateWindow": rate_window})
 
     async def _edge(self, request: web.Request) -> web.Response:
         src, dst = parse_node_id(request.query, "src"), parse_node_id(request.query, "dst")

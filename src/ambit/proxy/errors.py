@@ -44,6 +44,8 @@ class ResponseFlag(enum.StrEnum):
     """The peer's certificate does not name an identity we expect."""
     OVERFLOW = "UO"
     """Over a connection limit (a waypoint's DestinationRule ``maxConnections``; Envoy's upstream overflow)."""
+    DNS_FAILED = "DF"
+    """A hostname endpoint's name did not resolve (a waypoint's dynamic DNS host; Envoy's DNS resolution failure)."""
 
 
 class ProxyError(AmbitError):

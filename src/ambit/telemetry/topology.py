@@ -25,6 +25,9 @@ The dashboard's sources (:mod:`ambit.cli.dashboard`) feed this module two things
    the root namespace), scope ``NAMESPACE`` in its namespace, and those its ``authorizationPolicies`` name.
 5. Bounded: a store keeps at most ``capacity`` flows (the oldest dropped first); an inventory at most
    :data:`MAX_ITEMS` workloads, services and policies; an edge lists at most ``limit`` flows, newest first.
+6. An edge's rates (requests, bytes and connections per second, 5xx ratio, mTLS) come from the proxies' metrics
+   (:mod:`ambit.telemetry.rates`), not from the flows (a store drops flows; counters do not). An edge the metrics
+   name and no flow in the window does is listed with ``flows`` zero and its rates, so rule 2's sums still hold.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from typing import Any
 
 from ambit.errors import AmbitError
 from ambit.telemetry.flows import Flow, flow_to_json
+from ambit.telemetry.rates import EdgeRate
 
 DEFAULT_WINDOW = 300.0
 """Seconds of flows the graph shows (five minutes)."""
@@ -61,6 +65,8 @@ class WorkloadInfo:
     addresses: tuple[str, ...]
     policy_refs: tuple[str, ...]
     """The ``namespace/name`` of the workload-selector policies the workload names (rule 4)."""
+    workload_name: str = ""
+    """The owner's name (a Deployment's), which the metrics' ``*_workload`` labels carry (rule 6)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +171,7 @@ def read_inventory(dump: Mapping[str, Any]) -> Inventory:
                 protocol=protocol,
                 addresses=_texts(item, "workloadIps", where),
                 policy_refs=_texts(item, "authorizationPolicies", where),
+                workload_name=_text(item, "workloadName", where),
             )
         )
     services = []
@@ -247,6 +254,8 @@ class EdgeStats:
     denied: int = 0
     failed: int = 0
     last: float = 0.0
+    rate: EdgeRate | None = None
+    """The edge's rates from the proxies' metrics (rule 6), if any proxy's metrics name it."""
 
     def add(self, flow: Flow) -> None:
         self.flows += 1
@@ -303,8 +312,16 @@ def _unknown(node_id: str) -> Node:
     return Node(node_id, "address", rest, known=False)
 
 
-def build_graph(flows: Iterable[Flow], inventory: Inventory, *, now: float, window: float = DEFAULT_WINDOW) -> Graph:
-    """Rules 1 to 4: the nodes and the edges of the flows that ended in the last ``window`` seconds."""
+def build_graph(
+    flows: Iterable[Flow],
+    inventory: Inventory,
+    *,
+    now: float,
+    window: float = DEFAULT_WINDOW,
+    rates: Iterable[EdgeRate] = (),
+) -> Graph:
+    """Rules 1 to 4 and 6: the nodes and the edges of the flows that ended in the last ``window`` seconds, with the
+    edges' rates."""
     edges: dict[tuple[str, str], EdgeStats] = {}
     since = now - window
     for flow in flows:
@@ -315,6 +332,17 @@ def build_graph(flows: Iterable[Flow], inventory: Inventory, *, now: float, wind
         if stats is None:
             stats = edges[key] = EdgeStats(*key)
         stats.add(flow)
+    owners: dict[str, list[str]] = {}
+    for wl in inventory.workloads:
+        if wl.workload_name and wl.workload_name != wl.name:
+            owners.setdefault(f"wl:{wl.namespace}/{wl.workload_name}", []).append(wl.id)
+    pod_of = {owner: ids[0] for owner, ids in owners.items() if len(ids) == 1}
+    for rate in rates:
+        key = (pod_of.get(rate.src, rate.src), pod_of.get(rate.dst, rate.dst))
+        stats = edges.get(key)
+        if stats is None:
+            stats = edges[key] = EdgeStats(*key)
+        stats.rate = rate
     nodes: dict[str, Node] = {}
     for wl in inventory.workloads:
         details = {
@@ -380,6 +408,7 @@ def graph_to_json(graph: Graph) -> dict[str, Any]:
                 "denied": e.denied,
                 "failed": e.failed,
                 "last": e.last,
+                "rate": e.rate.to_json() if e.rate is not None else None,
             }
             for e in graph.edges
         ],

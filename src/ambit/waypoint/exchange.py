@@ -32,8 +32,9 @@ answer goes) and its version (``RequestStarted.version``). :func:`serve_request`
    ``dynamic_dns``) to the name its ``Host`` gives (:mod:`ambit.waypoint.dynamic_hosts`), resolved per request:
    a ``Host`` the addressed entry's host does not cover (or that is an IP literal, or not a host name) is answered
    404 with flag ``NR`` before any route is looked at, and so is the name a route leaves for a dynamic backend;
-   nothing is resolved or dialled for it. A name that does not resolve, or resolves to what may not be dialled,
-   answers 503 (flag ``UF``) like any endpoint that cannot be reached.
+   nothing is resolved or dialled for it. A name that does not resolve answers 503 "DNS resolution failure" with
+   flag ``DF`` (Envoy's ``DnsResolutionFailed``), not retried; one that resolves to what may not be dialled answers
+   503 (flag ``UF``) like any endpoint that cannot be reached.
 6. applies the EnvoyFilter patches the waypoint honours (:mod:`ambit.model.envoyfilter`): the HTTP filters'
    request edits after authorization and before routing (the route match sees them), the virtual-host and
    route-configuration edits of the destination's Service and port on the forwarded request after the route's

@@ -80,7 +80,7 @@ from ambit.waypoint.http1 import (
 )
 from ambit.waypoint.http1_upstream import Http1Upstream, http1_connector
 from ambit.waypoint.tcp import relay
-from ambit.waypoint.upstream import Connector, UpstreamConnectError, UpstreamExchange
+from ambit.waypoint.upstream import Connector, UpstreamConnectError, UpstreamDnsError, UpstreamExchange
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,6 +299,10 @@ class _Exchange:
             self.outcome.endpoint, self.outcome.attempts = endpoint, attempt
             try:
                 up, head = await self._send(endpoint)
+            except UpstreamDnsError as exc:
+                self.detail = str(exc)
+                self._post(retries.DnsFailed(attempt))
+                return
             except UpstreamConnectError as exc:
                 self.detail = str(exc)
                 self._report(endpoint, ok=False)

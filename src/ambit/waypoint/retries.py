@@ -28,9 +28,11 @@ Rules:
    more and the shell drops the buffer (:class:`ReleaseBody`).
 7. When a failure is not retried: a response head is forwarded (:class:`ForwardResponse`, also for a retriable
    status on the last try, as Envoy does); a connection failure answers 503 (:data:`CONNECT_FAILURE_BODY`, flag
-   ``UF``); a refused stream 503 (flag ``UR``); a reset before headers 503 (flag ``UC``); a passed try deadline
-   504 "upstream request timeout" (``UT``). A try that is given up while its stream is open is cancelled
-   (:class:`CancelAttempt`: reset it, drop its answer).
+   ``UF``); a name that did not resolve (:class:`DnsFailed`, a ``DYNAMIC_DNS`` host or a ``resolution: DNS``
+   endpoint resolved per request) 503 :data:`DNS_FAILURE_BODY` with flag ``DF``, never retried (Envoy answers it
+   in its dynamic forward proxy filter, before the router that retries); a refused stream 503 (flag ``UR``); a
+   reset before headers 503 (flag ``UC``); a passed try deadline 504 "upstream request timeout" (``UT``). A try
+   that is given up while its stream is open is cancelled (:class:`CancelAttempt`: reset it, drop its answer).
 8. Once a response head is forwarded, nothing is retried: the client has the status. The request deadline or the
    try's deadline passing then, or the upstream resetting, aborts the client's stream (:class:`AbortResponse`).
    :class:`BodyStarted` (response bytes went to the client) and :class:`ResponseCompleted` are accepted there.
@@ -51,6 +53,7 @@ from ambit.model.routes import RetryPolicy, Timeouts
 __all__ = [
     "BACKOFF_CEILING",
     "CONNECT_FAILURE_BODY",
+    "DNS_FAILURE_BODY",
     "REFUSED_BODY",
     "REPLAY_LIMIT",
     "RESET_BODY",
@@ -64,6 +67,7 @@ __all__ = [
     "CancelAttempt",
     "Command",
     "ConnectFailed",
+    "DnsFailed",
     "Event",
     "ForwardResponse",
     "ReleaseBody",
@@ -86,6 +90,7 @@ REPLAY_LIMIT = 64 * 1024
 BACKOFF_CEILING = 10
 """The longest wait between tries, in multiples of the policy's backoff (rule 5)."""
 CONNECT_FAILURE_BODY = b"upstream connect error or disconnect/reset before headers. reset reason: connection failure"
+DNS_FAILURE_BODY = b"DNS resolution failure"
 RESET_BODY = b"upstream connect error or disconnect/reset before headers. reset reason: connection termination"
 REFUSED_BODY = b"upstream connect error or disconnect/reset before headers. reset reason: remote refused stream reset"
 TIMEOUT_BODY = b"upstream request timeout"
@@ -115,6 +120,13 @@ class ResponseHead:
 class ConnectFailed:
     attempt: int
     now: float
+
+
+@dataclass(frozen=True, slots=True)
+class DnsFailed:
+    """The try's endpoint is a name that did not resolve: nothing was dialled (rule 7)."""
+
+    attempt: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +171,7 @@ Event = (
     AttemptStarted
     | ResponseHead
     | ConnectFailed
+    | DnsFailed
     | AttemptTimedOut
     | StreamRefused
     | UpstreamReset
@@ -205,7 +218,8 @@ class RespondLocally:
     status: int
     body: bytes
     flag: str
-    """Envoy's response flag for logs and metrics: ``UF`` connect failure, ``UC`` reset, ``UT`` timeout."""
+    """Envoy's response flag for logs and metrics: ``UF`` connect failure, ``DF`` DNS resolution failed, ``UC``
+    reset, ``UT`` timeout."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +259,7 @@ class _Input(enum.Enum):
     HEAD_FINAL = "response head"
     CONNECT_RETRY = "retriable connect failure"
     CONNECT_FINAL = "connect failure"
+    DNS_FAILED = "name did not resolve"
     TRY_TIMEOUT_RETRY = "retriable try timeout"
     TRY_TIMEOUT_FINAL = "try timeout"
     REFUSED_RETRY = "retriable refused stream"
@@ -265,6 +280,7 @@ class _Act(enum.Enum):
     START_NEXT = enum.auto()
     FORWARD = enum.auto()
     RESPOND_CONNECT = enum.auto()
+    RESPOND_DNS = enum.auto()
     RESPOND_REFUSED = enum.auto()
     RESPOND_RESET = enum.auto()
     RESPOND_TIMEOUT = enum.auto()
@@ -286,6 +302,7 @@ _TABLE: dict[tuple[RetryState, _Input], tuple[RetryState, tuple[_Act, ...]]] = {
     (_S.ATTEMPTING, _I.HEAD_FINAL): (_S.FORWARDING, (_A.FORWARD,)),
     (_S.ATTEMPTING, _I.CONNECT_RETRY): (_S.WAITING, (_A.START_NEXT,)),
     (_S.ATTEMPTING, _I.CONNECT_FINAL): (_S.DONE, (_A.RESPOND_CONNECT,)),
+    (_S.ATTEMPTING, _I.DNS_FAILED): (_S.DONE, (_A.RESPOND_DNS,)),
     (_S.ATTEMPTING, _I.TRY_TIMEOUT_RETRY): (_S.WAITING, (_A.CANCEL, _A.START_NEXT)),
     (_S.ATTEMPTING, _I.TRY_TIMEOUT_FINAL): (_S.DONE, (_A.CANCEL, _A.RESPOND_TIMEOUT)),
     (_S.ATTEMPTING, _I.REFUSED_RETRY): (_S.WAITING, (_A.START_NEXT,)),
@@ -337,7 +354,14 @@ class RetryMachine:
             return []
         if (
             isinstance(
-                event, AttemptStarted | ResponseHead | ConnectFailed | AttemptTimedOut | StreamRefused | UpstreamReset
+                event,
+                AttemptStarted
+                | ResponseHead
+                | ConnectFailed
+                | DnsFailed
+                | AttemptTimedOut
+                | StreamRefused
+                | UpstreamReset,
             )
             and event.attempt != self.attempt
         ):
@@ -355,6 +379,8 @@ class RetryMachine:
             case ConnectFailed(now=now):
                 retry = attempting and self.retry.on_connect_failure and self._may_retry(now)
                 return _Input.CONNECT_RETRY if retry else _Input.CONNECT_FINAL
+            case DnsFailed():
+                return _Input.DNS_FAILED
             case AttemptTimedOut(now=now):
                 retry = attempting and 504 in self.retry.codes and self._may_retry(now)
                 return _Input.TRY_TIMEOUT_RETRY if retry else _Input.TRY_TIMEOUT_FINAL
@@ -408,6 +434,8 @@ class RetryMachine:
                 return ForwardResponse(self.attempt)
             case _Act.RESPOND_CONNECT:
                 return RespondLocally(503, CONNECT_FAILURE_BODY, "UF")
+            case _Act.RESPOND_DNS:
+                return RespondLocally(503, DNS_FAILURE_BODY, "DF")
             case _Act.RESPOND_REFUSED:
                 return RespondLocally(503, REFUSED_BODY, "UR")
             case _Act.RESPOND_RESET:

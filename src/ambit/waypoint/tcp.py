@@ -40,7 +40,7 @@ from ambit.waypoint.destinations import (
 )
 from ambit.waypoint.traffic_policy import DEFAULT as DEFAULT_BACKEND
 from ambit.waypoint.traffic_policy import Admission, BackendPolicy
-from ambit.waypoint.upstream import UpstreamConnectError
+from ambit.waypoint.upstream import UpstreamConnectError, UpstreamDnsError
 
 log = logging.getLogger("ambit.waypoint.tcp")
 
@@ -243,7 +243,8 @@ async def _connect_and_relay(
     try:
         upstream = await ctx.upstreams.open_stream(endpoint, tunnel.peer_addr)
     except UpstreamConnectError as exc:
-        accounting.failed(str(exc), ResponseFlag.CONNECT)
+        flag = ResponseFlag.DNS_FAILED if isinstance(exc, UpstreamDnsError) else ResponseFlag.CONNECT
+        accounting.failed(str(exc), flag)
         _fail(downstream)
         return
     if isinstance(downstream, TunnelResponder):

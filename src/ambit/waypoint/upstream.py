@@ -17,7 +17,8 @@ Theory of operation: :meth:`Upstreams.open_stream` reaches one :class:`~ambit.wa
   :func:`~ambit.waypoint.destinations.judge_resolved`, then gets plain TCP to ``<resolved address>:<target port>``;
   with :attr:`~ambit.waypoint.destinations.Transport.race_first_connect`, every address of both versions that
   passes the judge is dialled at once and the first connection kept (:mod:`ambit.waypoint.racing`).
-  A name that cannot be resolved, or resolves to what may not be dialled, is an :class:`UpstreamConnectError`;
+  A name that cannot be resolved is an :class:`UpstreamDnsError` (Envoy's ``DF``), one that resolves to what may
+  not be dialled an :class:`UpstreamConnectError`;
 - then, for an endpoint whose :class:`~ambit.waypoint.destinations.Transport` asks (a DestinationRule), a PROXY
   header and originated TLS on that stream (:mod:`ambit.waypoint.origination`), within the same connect timeout;
   a failed handshake is an :class:`UpstreamConnectError` too.
@@ -34,7 +35,8 @@ What a forwarded request needs of its upstream end, whatever the HTTP version, i
 :mod:`ambit.waypoint.http1_upstream` on kept HTTP/1.1 connections, :mod:`ambit.waypoint.http2_upstream` on
 multiplexed HTTP/2 connections.
 
-Errors: :class:`UpstreamConnectError` (the endpoint could not be reached: Envoy's ``UF`` flag).
+Errors: :class:`UpstreamConnectError` (the endpoint could not be reached: Envoy's ``UF`` flag), and its subclass
+:class:`UpstreamDnsError` when a hostname endpoint's name did not resolve (Envoy's ``DF``).
 """
 
 from __future__ import annotations
@@ -81,6 +83,10 @@ MAX_TLS_CONTEXTS = 256
 
 class UpstreamConnectError(WaypointError):
     """An endpoint could not be reached (TCP, TLS, or the tunnel was refused)."""
+
+
+class UpstreamDnsError(UpstreamConnectError):
+    """A hostname endpoint's name did not resolve (Envoy's ``DF``, DNS resolution failed): nothing was dialled."""
 
 
 EndpointKey = tuple[str, str, int, Transport]
@@ -245,11 +251,11 @@ class Upstreams:
         """``endpoint`` at an address of its hostname that may be dialled; :class:`UpstreamConnectError` else."""
         name = endpoint.resolve_hostname
         if self.hostnames is None:
-            raise UpstreamConnectError(f"{name}: no resolver for hostname endpoints")
+            raise UpstreamDnsError(f"{name}: no resolver for hostname endpoints")
         try:
             ip = await self.hostnames.fetch_address(name, UNRESOLVED)
         except HostnameLookupError as exc:
-            raise UpstreamConnectError(str(exc)) from None
+            raise UpstreamDnsError(str(exc)) from None
         judged = judge_resolved(endpoint, ip, self._me)
         if isinstance(judged, Refusal):
             raise UpstreamConnectError(judged.reason)
@@ -260,11 +266,11 @@ class Upstreams:
         :class:`UpstreamConnectError` else."""
         name = endpoint.resolve_hostname
         if self.hostnames is None:
-            raise UpstreamConnectError(f"{name}: no resolver for hostname endpoints")
+            raise UpstreamDnsError(f"{name}: no resolver for hostname endpoints")
         try:
             found = await self.hostnames.fetch_addresses(name)
         except HostnameLookupError as exc:
-            raise UpstreamConnectError(str(exc)) from None
+            raise UpstreamDnsError(str(exc)) from None
         usable: list[IPAddress] = []
         refusals: list[str] = []
         for ip in found:

@@ -16,6 +16,10 @@ names and labels, and is told about events where they happen:
 - the informers: ``pilot_k8s_reg_events`` for the service registry's kinds and ``pilot_k8s_cfg_events`` for
   Istio's and the Gateway API's kinds, by kind and event (add, update, delete);
 - the translation: ``pilot_services``, the number of services (Services and ServiceEntry hosts) it produced;
+- the cluster view (:class:`ambit.controlplane.view.ViewObserver`, which this class implements): how long each
+  translation took (``pilot_pushcontext_init_seconds``, istiod's push context init) and, for each burst of changes,
+  the time from its first change to the end of its hand-over (``pilot_debounce_time``: the debounce wait plus the
+  translation, measured where istiod measures it, after the merged push is queued);
 - the webhook: ``galley_validation_passed`` and ``galley_validation_failed`` (by group, version, resource, and for
   failures the reason).
 
@@ -59,6 +63,8 @@ COMPONENT = "pilot"
 PUSH_TIME_BUCKETS = (0.01, 0.1, 0.5, 1.0, 3.0, 5.0, 10.0, 20.0, 30.0)
 CONVERGENCE_BUCKETS = (0.1, 0.5, 1.0, 3.0, 5.0, 10.0, 20.0, 30.0)
 SEND_TIME_BUCKETS = (0.01, 0.1, 1.0, 3.0, 5.0, 10.0, 20.0, 30.0)
+DEBOUNCE_BUCKETS = (0.01, 0.1, 0.5, 1.0, 3.0, 5.0, 10.0, 20.0, 30.0)
+PUSHCONTEXT_INIT_BUCKETS = (0.01, 0.1, 0.5, 1.0, 3.0, 5.0)
 CONFIG_SIZE_BUCKETS = (1.0, 10_000.0, 1_000_000.0, 4_000_000.0, 10_000_000.0, 40_000_000.0)
 
 ADDRESS_TYPE = "type.googleapis.com/istio.workload.Address"
@@ -158,6 +164,8 @@ class ControlPlaneMetrics:
         self.triggers: dict[str, Count] = {}
         self.send_time = Histogram(SEND_TIME_BUCKETS)
         self.convergence = Histogram(CONVERGENCE_BUCKETS)
+        self.debounce_time = Histogram(DEBOUNCE_BUCKETS)
+        self.pushcontext_init = Histogram(PUSHCONTEXT_INIT_BUCKETS)
         self.internal_errors = 0
         self.services = 0
         self.reg_events: dict[tuple[str, str], Count] = {}
@@ -230,6 +238,15 @@ class ControlPlaneMetrics:
                 trigger.inc()
         if converged is not None:
             self.convergence.observe(converged)
+
+    def translated(self, seconds: float) -> None:
+        """The cluster view translated its caches (istiod's push context init): ``pilot_pushcontext_init_seconds``."""
+        self.pushcontext_init.observe(seconds)
+
+    def debounced(self, seconds: float) -> None:
+        """A burst of changes was handed over, ``seconds`` after its first change was seen (translation included):
+        ``pilot_debounce_time``."""
+        self.debounce_time.observe(seconds)
 
     def rejected(self, type_url: str) -> None:
         self._series(type_url).rejects.inc()
@@ -355,6 +372,19 @@ class ControlPlaneMetrics:
             "Delay in seconds between config change and a proxy receiving all required configuration.",
             (),
             [((), self.convergence)],
+        )
+        yield _histogram(
+            "pilot_debounce_time",
+            "Delay in seconds between the first config enters debouncing and the merged push request is pushed into "
+            "the push queue (includes pushcontext_init_seconds).",
+            (),
+            [((), self.debounce_time)],
+        )
+        yield _histogram(
+            "pilot_pushcontext_init_seconds",
+            "Total time in seconds Pilot takes to init pushContext.",
+            (),
+            [((), self.pushcontext_init)],
         )
         yield _counter(
             "pilot_push_triggers",

@@ -74,10 +74,24 @@ function shortened(text, most) {
 }
 
 function edgeClasses(edge) {
-  const classes = ["edge", edge.plaintext > 0 ? "plaintext" : "mtls"];
+  const plaintext = edge.flows > 0 ? edge.plaintext > 0 : Boolean(edge.rate && !edge.rate.mtls);
+  const classes = ["edge", plaintext ? "plaintext" : "mtls"];
   if (edge.denied > 0) classes.push("denied");
-  else if (edge.failed > 0) classes.push("failed");
+  else if (edge.failed > 0 || (edge.rate && edge.rate.errorRatio > 0)) classes.push("failed");
   return classes;
+}
+
+// An edge's rates from the proxies' metrics, short: requests/s when it carries HTTP, else bytes/s; "" without any.
+function rateText(rate) {
+  if (!rate) return "";
+  const fixed = (value) => (value >= 100 ? value.toFixed(0) : value >= 10 ? value.toFixed(1) : value.toFixed(2));
+  if (rate.requestsPerSecond > 0) {
+    const errors = rate.errorRatio > 0 ? `, ${(100 * rate.errorRatio).toFixed(1)}% 5xx` : "";
+    return `${fixed(rate.requestsPerSecond)} req/s${errors}`;
+  }
+  const bytes = rate.bytesPerSecond;
+  const shown = bytes >= 1e6 ? `${fixed(bytes / 1e6)} MB/s` : bytes >= 1e3 ? `${fixed(bytes / 1e3)} kB/s` : `${fixed(bytes)} B/s`;
+  return `${shown}, ${fixed(rate.connectionsPerSecond)} conn/s`;
 }
 
 function endPoint(from, to, radius) {
@@ -110,7 +124,12 @@ function draw() {
     const cx = mx - (dy / length) * bend, cy = my + (dx / length) * bend;
     const end = endPoint({ x: cx, y: cy }, b, 24);
     const d = a === b ? `M ${a.x} ${a.y - 20} c 40 -60 60 0 20 18` : `M ${a.x} ${a.y} Q ${cx} ${cy} ${end.x} ${end.y}`;
-    const group = svg("g", { "data-src": edge.src, "data-dst": edge.dst, "data-denied": edge.denied });
+    const rate = edge.rate || {};
+    const group = svg("g", {
+      "data-src": edge.src, "data-dst": edge.dst, "data-denied": edge.denied,
+      "data-bytes-per-second": rate.bytesPerSecond || 0, "data-requests-per-second": rate.requestsPerSecond || 0,
+      "data-connections-per-second": rate.connectionsPerSecond || 0,
+    });
     const width = Math.min(1.5 + Math.log2(1 + edge.flows), 8);
     const classes = edgeClasses(edge);
     if (state.selected && state.selected.edge && state.selected.src === edge.src && state.selected.dst === edge.dst) {
@@ -123,9 +142,11 @@ function draw() {
       "marker-end": edge.denied > 0 ? "url(#arrow-denied)" : "url(#arrow)",
     });
     const title = svg("title", {}, `${edge.src} → ${edge.dst}: ${edge.flows} flows, ${edge.denied} denied, ` +
-      `${edge.failed} failed, ${edge.mtls} mTLS, ${edge.plaintext} plaintext, ${edge.bytes} bytes`);
+      `${edge.failed} failed, ${edge.mtls} mTLS, ${edge.plaintext} plaintext, ${edge.bytes} bytes` +
+      (edge.rate ? `; over the last ${graph.rateWindow} s: ${rateText(edge.rate)}` : ""));
     path.appendChild(title);
     group.appendChild(path);
+    if (edge.rate && a !== b) group.appendChild(svg("text", { class: "rate", x: (mx + cx) / 2, y: (my + cy) / 2 - 4 }, rateText(edge.rate)));
     group.appendChild(svg("path", { class: "edge-hit", d }));
     group.addEventListener("click", () => selectEdge(edge.src, edge.dst));
     edgeLayer.appendChild(group);
@@ -211,6 +232,14 @@ async function selectEdge(src, dst) {
       const request = flow.method ? `${flow.method} ${flow.path || ""} ${flow.response_code} ` : "";
       row.appendChild(el("td", {}, request + (flow.reason || flow.flag || "")));
       table.appendChild(row);
+    }
+    const edge = state.graph.edges.find((e) => e.src === src && e.dst === dst);
+    if (edge && edge.rate) {
+      const r = edge.rate;
+      panel.appendChild(el("p", { id: "edge-rate" }, `Over the last ${state.graph.rateWindow} s (proxies' metrics): ` +
+        `${r.requestsPerSecond.toFixed(2)} req/s (${(100 * r.errorRatio).toFixed(1)}% 5xx), ` +
+        `${r.bytesPerSecond.toFixed(0)} B/s, ${r.connectionsPerSecond.toFixed(2)} connections/s, ` +
+        (r.security === "mutual_tls" ? "mutual TLS" : r.security === "mixed" ? "partly mutual TLS" : "plaintext")));
     }
     panel.appendChild(table);
     if (state.graph.explain && src.startsWith("wl:") && (dst.startsWith("wl:") || dst.startsWith("svc:"))) {
