@@ -158,7 +158,7 @@ _VALUES = st.text(st.characters(min_codepoint=32, max_codepoint=0x2FF), max_size
 
 
 def _quote(value: str, quote: str) -> str:
-    escaped = "".join(f"\\{ord(c)}" if c in "\\'\"" or 126 < ord(c) < 256 else c for c in value)
+    escaped = "".join(f"\\{ord(c):03d}" if c in "\\'\"" or 126 < ord(c) < 256 else c for c in value)
     return quote + escaped + quote
 
 
