@@ -49,8 +49,9 @@ def up(
         bool,
         typer.Option(
             "--supervised",
-            help="Run the mesh as host processes under the lab's supervisor instead of installing it (the lab's "
-            "former way, kept for the benchmarks that tune the node proxy's flags).",
+            help="Deprecated: run the mesh as host processes under the lab's supervisor instead of installing it "
+            "(the lab's former way, kept only for the mesh benchmarks that tune the node proxy's flags; the tests and "
+            "the other benchmarks run the installed mesh).",
         ),
     ] = False,
     install: Annotated[bool, typer.Option("--install", hidden=True, help="The default; kept for old scripts.")] = False,
