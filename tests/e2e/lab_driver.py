@@ -242,8 +242,9 @@ class Lab:
         """Keep ``node``'s mesh component ``what`` (nodeagent, nodeproxy; controlplane with node ``""``) down while
         the block runs, then wait until it is back (running; ready when installed). Supervised: the supervisor is
         stopped (SIGSTOP) and the process killed. Installed: the DaemonSet is kept off the node by a node affinity (a
-        rollout, as one would do on a cluster), then the affinity is removed; the control plane's Deployment is
-        scaled to 0 and back to 1."""
+        rollout, as one would do on a cluster; the node proxy's process is killed once its pod is terminating, as it
+        would otherwise drain the connections it relays for up to its grace period), then the affinity is removed;
+        the control plane's Deployment is scaled to 0 and back to 1."""
         if not self.installed:
             supervisor = daemon_pid(self.directory, "supervise")
             assert supervisor is not None, "the lab's supervisor is not running"
@@ -294,6 +295,17 @@ class Lab:
         }
         self.kubectl("patch", "daemonset", daemonset, "-n", "istio-system", "--type=merge", "-p", json.dumps(away))
         try:
+            if app == COMPONENT_APPS["nodeproxy"]:
+                # Down means down: a deleted node proxy pod drains (the connections it relays run on for up to its
+                # grace period less 5 s); once the pod is terminating (no container restart), its process is killed.
+                wait_until(
+                    f"the {app} pod on {node} terminating",
+                    lambda: all(p["metadata"].get("deletionTimestamp") for p in self.pods_of(app, node)),
+                    timeout,
+                )
+                pid = self.component_pid(what, node)
+                if pid is not None:
+                    os.kill(pid, signal.SIGKILL)
             wait_until(f"no {app} pod on {node}", lambda: not self.pods_of(app, node), timeout)
             yield
         finally:

@@ -42,15 +42,15 @@ from tests.faults.rig import REPO
 from tests.faults.scene import (
     EVERY_PAIR,
     RATE,
+    ROLLOUT_STATUS_BOUND,
     Scene,
     check_row,
     failures,
     kept_streams,
-    roll_node_proxies,
+    rollout_under_load,
     set_up,
     steady_load,
     wait_enrolled,
-    wait_old_proxies_gone,
     wait_recovered,
 )
 
@@ -85,34 +85,34 @@ def scene(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scene]:
         )
 
 
-def test_a_rolling_restart_of_every_node_proxy_keeps_every_connection_and_refuses_none(
+def test_a_graceful_upgrade_of_every_node_proxy_keeps_streams_ending_in_its_window_and_refuses_none(
     scene: Scene, tmp_path: Path
 ) -> None:
-    """``kubectl rollout restart daemonset/ztunnel`` (maxSurge 1, maxUnavailable 0): on each node in turn the
-    DaemonSet controller starts a new node proxy pod beside the old one, whose proxy binds every pod's listeners
-    beside the old ones (SO_REUSEPORT) once the node agent gave it its snapshot and reports ready; then the old pod
-    is deleted, and its proxy drains: its listeners close, inbound HBONE connections hear GOAWAY, and the
-    connections it already relays run on (up to its 25 s deadline). No established stream may break and no new
-    connection fail; each old pod exits once its streams ended (the load stopped them)."""
-    lab = scene.lab
-    with steady_load(scene, tmp_path) as trial:
-        time.sleep(1.5)
-        rollout = roll_node_proxies(lab)
-        time.sleep(3)  # new connections through the new proxies while the old ones still relay the streams
-        window_end = time.time()
-    drained = wait_old_proxies_gone(lab, rollout)
+    """The graceful upgrade: ``kubectl rollout restart daemonset/ztunnel`` (maxSurge 1, maxUnavailable 0, grace
+    period 30 s as ztunnel's chart). On each node in turn the DaemonSet controller starts a new node proxy pod beside
+    the old one, whose proxy binds every pod's listeners beside the old ones (SO_REUSEPORT) once the node agent gave
+    it its snapshot and reports ready; then the old pod is deleted, and its proxy drains: its listeners close,
+    inbound HBONE connections hear GOAWAY, and the connections it already relays run on, up to its grace period
+    less 5 s. The load's streams, up before the restart, end on their own inside that window (about 12 s after the
+    restart): none may break, no new connection may fail, and each old pod exits once its connections ended, before
+    its deadline. (A stream outliving the window is cut at the deadline: tests/e2e/test_lab_rollout.py.)"""
+    run = rollout_under_load(scene, tmp_path)
+    rollout = run.rollout
     row = fault_row(
-        "node proxy DaemonSet rollout (both nodes)",
-        trial.records,
+        "node proxy graceful upgrade (DaemonSet rollout, both nodes)",
+        run.trial.records,
         rollout.began,
-        window_end,
-        trial.plaintext,
-        note=f"rolled in {rollout.seconds:.1f} s; old pods: {', '.join(sorted(set(drained.values())))}",
+        run.window_end,
+        run.trial.plaintext,
+        note=f"new proxies ready in {rollout.seconds:.1f} s, rollout status {rollout.status_seconds():.1f} s; old"
+        f" pods: {', '.join(sorted(set(run.drained.values())))}",
     )
-    check_row(trial, row)
-    assert failures(trial.records, rollout.began, window_end, EVERY_PAIR) == []
+    check_row(run.trial, row)
+    assert failures(run.trial.records, rollout.began, run.window_end, EVERY_PAIR) == []
     assert row.kept == row.established and row.established == 4, row
-    assert drained == {o.node: "every connection ended" for o in rollout.old}, drained
+    assert kept_streams(run.trial.records, EVERY_PAIR) == []
+    assert run.drained == {o.node: "every connection ended" for o in rollout.old}, run.drained
+    assert rollout.status.returncode == 0 and rollout.status_seconds() <= ROLLOUT_STATUS_BOUND, rollout.status
 
 
 def test_node_proxy_kill_9_loses_its_nodes_connections_and_new_ones_succeed_again(scene: Scene, tmp_path: Path) -> None:
