@@ -50,8 +50,8 @@ def up(
         typer.Option(
             "--supervised",
             help="Deprecated: run the mesh as host processes under the lab's supervisor instead of installing it "
-            "(the lab's former way, kept only for the mesh benchmarks that tune the node proxy's flags; the tests and "
-            "the other benchmarks run the installed mesh).",
+            "(the lab's former way, kept for old scripts and AMBIT_E2E_INSTALL=0; the tests and the benchmarks run the "
+            "installed mesh).",
         ),
     ] = False,
     install: Annotated[bool, typer.Option("--install", hidden=True, help="The default; kept for old scripts.")] = False,
