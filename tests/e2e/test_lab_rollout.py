@@ -48,8 +48,10 @@ STEP_BOUND = 3.0
 """The load's bound on each step of a stream (``tests.faults.load --timeout``): a stream that stayed intact echoed a
 line at least every ``STEP_BOUND + STREAM_INTERVAL`` seconds."""
 DEADLINE_SLACK = 3.0
-"""Seconds between an old pod's deletion and our noticing it (polled), plus the kubelet's SIGTERM and the close:
-a bound on when the over-deadline stream may end around its proxy's deadline, not a measurement."""
+"""Seconds either side of the old proxy's drain deadline within which the over-deadline stream must end, counted
+from when the test saw the first old pod terminating (polled, so seen up to a poll late; the kubelet's SIGTERM
+follows the deletion a little later): a bound, not a measurement. The kubelet's SIGKILL comes 5 s after the
+deadline, outside it."""
 
 
 def test_a_rollout_restart_of_every_node_proxy_under_load_keeps_streams_within_the_drain_window(
@@ -97,7 +99,7 @@ def test_a_rollout_restart_of_every_node_proxy_under_load_keeps_streams_within_t
     # 2. The stream that outlives the window: reset by the old proxy at its drain deadline, then a new one works.
     assert cut["outcome"] == "reset", cut
     assert cut["start"] < began and cut["echoed"] > 0, cut
-    assert DRAIN_DEADLINE - 1 <= cut_at <= DRAIN_DEADLINE + DEADLINE_SLACK, (
+    assert DRAIN_DEADLINE - DEADLINE_SLACK <= cut_at <= DRAIN_DEADLINE + DEADLINE_SLACK, (
         cut_at,
         cut,
         [vars(o) for o in rollout.old],

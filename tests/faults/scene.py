@@ -364,7 +364,7 @@ def rollout_under_load(scene: Scene, directory: Path, outliving: tuple[str, ...]
             first_ups.setdefault(r["target"], r)
         restart_at = max(r["start"] for r in first_ups.values()) + STREAM_LIFETIME - ENDS_AFTER
         assert time.time() < restart_at, "the load took too long to warm: the streams would end too early"
-        time.sleep(restart_at - time.time())
+        time.sleep(max(0.0, restart_at - time.time()))
         rollout = roll_node_proxies(scene.lab)
         drained = wait_old_proxies_gone(scene.lab, rollout)
         time.sleep(2)  # new connections through the new proxies alone
