@@ -8,7 +8,10 @@ the way it does on a lab. Only the readiness probe (HTTP on the pod's address) i
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -36,10 +39,8 @@ class FakeCluster:
         self._start_pods()
 
     def _start_pods(self) -> None:
-        for node, old in list(self.runcs.items()):
-            old.kill()
-            old.wait()
-            del self.runcs[node]
+        for node in list(self.runcs):
+            self._stop(self.runcs.pop(node))
         for node in self.nodes:
             child = [sys.executable, "-c", "import time; time.sleep(60)", *self.args]
             runc = [sys.executable, "-c", f"import subprocess; subprocess.run({child!r})"]
@@ -51,8 +52,16 @@ class FakeCluster:
 
     def close(self) -> None:
         for runc in self.runcs.values():
-            runc.kill()
-            runc.wait()
+            self._stop(runc)
+
+    @staticmethod
+    def _stop(runc: subprocess.Popen[bytes]) -> None:
+        """End a fake container: its main process (by pid), then the parent."""
+        child = bench_topology._child_of(runc.pid)
+        if child is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)
+        runc.wait(10)
 
     def kubectl(self, *args: str, input: str | None = None) -> str:
         if args[:3] == ("get", "daemonset", "ztunnel"):
