@@ -256,8 +256,8 @@ def pin_nodes(lab: BenchLab, tunnels: TunnelPairs, *, on: bool = True) -> None:
     every = set(range(os.cpu_count() or 1))
     if len(every) < 2:  # one vCPU: nothing to separate
         return
-    lab_dir = str(lab.topology.path)
-    node: dict[int, list[int]] = {n: find_pids("nodeproxy", lab_dir, f"node-{n}") for n in (1, 2)}
+    proxies = lab.node_proxy_pids_by_node()
+    node: dict[int, list[int]] = {n: list(proxies.get(lab.topology.node(n).name, [])) for n in (1, 2)}
     for server, client in tunnels.running.values():
         node[1].append(client.pid)
         node[2].append(server.pid)

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import IO, Any
 
 from ambit.errors import AmbitError
-from ambit.lab.cluster.supervisor import NODEPROXY_FLAGS_FILE
 from ambit.lab.network.topology import Topology
 from bench.lab import lab_lock
 
@@ -33,6 +32,7 @@ PLAIN, AMBIENT = "bench-plain", "bench-amb"
 LAB_UP_TIMEOUT = 120.0
 PROXY_RESTART_TIMEOUT = 60.0
 READINESS_PORT = 15021
+SYSTEM = "istio-system"
 
 
 class BenchLabError(AmbitError):
@@ -117,6 +117,8 @@ class BenchLab:
     ips: dict[str, str] = field(default_factory=dict)
     proxy_flags: tuple[str, ...] = ()
     """The extra flags the node proxies were last restarted with (:meth:`restart_node_proxies`)."""
+    base_args: tuple[str, ...] | None = None
+    """The node proxy container's args as installed (read at the first restart)."""
 
     def kubectl(self, *args: str, input: str | None = None) -> str:
         env = dict(os.environ, KUBECONFIG=str(self.topology.kubeconfig), KUBECACHEDIR=str(self.kubecache))
@@ -169,60 +171,102 @@ class BenchLab:
         items: list[dict[str, Any]] = json.loads(self.kubectl("get", "pods", "-A", "-o", "json"))["items"]
         return [p for p in items if p["metadata"]["namespace"] in (PLAIN, AMBIENT)]
 
-    def node_proxy_pids(self) -> list[int]:
-        from bench.mesh.probes import find_pids
+    def node_proxy_pods(self) -> dict[str, dict[str, Any]]:
+        """Node name → its running node proxy pod (the ztunnel DaemonSet's; a terminating one is left out)."""
+        items = json.loads(self.kubectl("get", "pods", "-n", SYSTEM, "-l", "app=ztunnel", "-o", "json"))["items"]
+        return {
+            str(p["spec"].get("nodeName")): p
+            for p in items
+            if not p["metadata"].get("deletionTimestamp") and (p.get("status") or {}).get("phase") == "Running"
+        }
 
-        pids = find_pids("nodeproxy", str(self.topology.path))
-        if len(pids) < 2:
+    def node_proxy_pids_by_node(self) -> dict[str, list[int]]:
+        """Node name → the pid of its node proxy: the main process of the ztunnel container (the child of the
+        ``runc run`` whose pid the container's ``ambit://<pid>`` id names)."""
+        found: dict[str, list[int]] = {}
+        for node, pod in self.node_proxy_pods().items():
+            for status in (pod.get("status") or {}).get("containerStatuses") or ():
+                runc = str(status.get("containerID", ""))
+                if "running" in (status.get("state") or {}) and runc.startswith("ambit://"):
+                    child = _child_of(int(runc.removeprefix("ambit://")))
+                    if child is not None:
+                        found.setdefault(node, []).append(child)
+        return found
+
+    def node_proxy_pids(self) -> list[int]:
+        pids = sorted(pid for pids in self.node_proxy_pids_by_node().values() for pid in pids)
+        if len(pids) < len(self.topology.all_nodes()):
             raise BenchLabError(f"expected a node proxy per node, found pids {pids}")
         return pids
 
     def restart_node_proxies(self, flags: Sequence[str], timeout: float = PROXY_RESTART_TIMEOUT) -> list[int]:
         """Restart every node proxy with ``flags`` appended (none: their defaults); the new pids once all are ready.
 
-        The lab's supervisor appends ``<lab>/mesh/nodeproxy-flags`` to a node proxy's command line at each start
-        (:mod:`ambit.lab.cluster.supervisor`): write or remove that file, SIGTERM the proxies, and wait until the old
-        pids are gone, a new proxy per node runs with exactly these flags, and each node answers ``/healthz/ready``.
+        As an operator would on a cluster: the ztunnel DaemonSet's container args become the installed ones plus
+        ``flags`` (with a ``restartedAt`` annotation, so that the same flags twice still roll), and the rollout
+        (maxSurge 1, the old proxies draining what they still relay, which the benchmark has stopped) is waited
+        for with ``kubectl rollout status``; then every node runs a new proxy with exactly these flags.
         """
-        from bench.mesh.probes import find_pids
-
-        path = self.topology.path / "mesh" / NODEPROXY_FLAGS_FILE
-        if flags:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            staged = path.with_name(path.name + ".new")
-            staged.write_text("".join(f"{flag}\n" for flag in flags))
-            staged.replace(path)  # a proxy starting meanwhile reads the old file or the new one, never half of it
-        else:
-            path.unlink(missing_ok=True)
+        if self.base_args is None:
+            daemonset = json.loads(self.kubectl("get", "daemonset", "ztunnel", "-n", SYSTEM, "-o", "json"))
+            self.base_args = tuple(daemonset["spec"]["template"]["spec"]["containers"][0].get("args") or ())
         old = set(self.node_proxy_pids())
-        for pid in old:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
+        args = [*self.base_args, *flags]
+        patch = [
+            {"op": "replace", "path": "/spec/template/spec/containers/0/args", "value": args},
+            {
+                "op": "add",  # a JSON pointer: "~1" is "/"
+                "path": "/spec/template/metadata/annotations/kubectl.kubernetes.io~1restartedAt",
+                "value": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + f".{time.time_ns() % 10**9:09d}Z",
+            },
+        ]
+        self.kubectl("patch", "daemonset", "ztunnel", "-n", SYSTEM, "--type=json", "-p", json.dumps(patch))
+        self.kubectl("rollout", "status", "daemonset/ztunnel", "-n", SYSTEM, f"--timeout={timeout:g}s")
         wanted, previous = tuple(flags), self.proxy_flags
         nodes = self.topology.all_nodes()
         deadline = time.monotonic() + timeout
         while True:
-            pids = find_pids("nodeproxy", str(self.topology.path))
-            fresh = [pid for pid in pids if pid not in old]
-            if not old & set(pids) and len(fresh) == len(nodes):
-                args = [_cmdline(pid) for pid in fresh]
-                if all(_has_flags(a, wanted, previous) for a in args) and all(_proxy_ready(n.address) for n in nodes):
+            by_node = self.node_proxy_pids_by_node()
+            fresh = [pid for pids in by_node.values() for pid in pids if pid not in old]
+            if len(fresh) == len(nodes) and len(by_node) == len(nodes):
+                ready = all(_proxy_ready(self.node_proxy_address(n.name)) for n in nodes)
+                if ready and all(_has_flags(_cmdline(pid), wanted, previous) for pid in fresh):
                     self.proxy_flags = wanted
-                    return fresh
+                    return sorted(fresh)
             if time.monotonic() > deadline:
-                logs = ", ".join(str(self.topology.node_dir(n.name) / "nodeproxy.log") for n in nodes)
                 raise BenchLabError(
                     f"the node proxies were not back and ready with flags {list(wanted)} within {timeout:.0f} s "
-                    f"(old pids {sorted(old)}, now {pids}); see {logs}"
+                    f"(old pids {sorted(old)}, now {by_node}); see kubectl logs -n {SYSTEM} -l app=ztunnel"
                 )
             time.sleep(0.2)
+
+    def node_proxy_address(self, node: str) -> str:
+        """The pod IP of ``node``'s node proxy (its metrics on :15020, readiness on :15021)."""
+        pod = self.node_proxy_pods().get(node)
+        if pod is None or not (pod.get("status") or {}).get("podIP"):
+            return ""
+        return str(pod["status"]["podIP"])
 
     def metrics(self, index: int) -> str:
         import urllib.request
 
-        url = f"http://{self.topology.node(index).address}:15020/metrics"
+        url = f"http://{self.node_proxy_address(self.topology.node(index).name)}:15020/metrics"
         with urllib.request.urlopen(url, timeout=5) as response:
             return str(response.read().decode())
+
+
+def _child_of(parent: int) -> int | None:
+    """The (first) live child process of ``parent``: a container's main process under its ``runc run``."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 1 and fields[1] == str(parent) and fields[0] != "Z":
+            return int(entry.name)
+    return None
 
 
 def _ready(pod: Mapping[str, Any]) -> bool:
@@ -238,7 +282,7 @@ def _cmdline(pid: int) -> list[str]:
 
 
 def _has_flags(args: list[str], wanted: tuple[str, ...], previous: tuple[str, ...]) -> bool:
-    """The supervisor appends the flags last: ``wanted`` ends the command line, and no flag of ``previous`` stays."""
+    """The flags come last: ``wanted`` ends the command line, and no flag of ``previous`` stays."""
     if wanted:
         return args[-len(wanted) :] == list(wanted)
     return bool(args) and not set(previous) & set(args)
@@ -258,11 +302,12 @@ def _proxy_ready(address: str) -> bool:
 
 @contextlib.contextmanager
 def bench_lab(base: Path) -> Iterator[BenchLab]:
-    """Hold the lab lock, ``ambit lab up --mesh`` in ``base/lab``, and always ``ambit lab down``."""
+    """Hold the lab lock, ``ambit lab up`` (the mesh installed from deploy/) in ``base/lab``, and always ``ambit lab
+    down``."""
     directory = base / "lab"
     with lab_lock():
         try:
-            ambit("lab", "up", "--dir", str(directory), "--nodes", "2", "--supervised", timeout=LAB_UP_TIMEOUT)
+            ambit("lab", "up", "--dir", str(directory), "--nodes", "2", timeout=LAB_UP_TIMEOUT)
             topology = Topology.load(directory)
             if topology is None:
                 raise BenchLabError("ambit lab up wrote no lab.json")

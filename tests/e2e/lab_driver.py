@@ -239,10 +239,12 @@ class Lab:
 
     @contextlib.contextmanager
     def component_stopped(self, what: str, node: str, timeout: float = 90.0) -> Iterator[None]:
-        """Keep ``node``'s mesh component ``what`` (nodeagent, nodeproxy) down while the block runs, then wait until
-        it is back (running; ready when installed). Supervised: the supervisor is stopped (SIGSTOP) and the process
-        killed. Installed: the DaemonSet is kept off the node by a node affinity (a rollout, as one would do on a
-        cluster), then the affinity is removed."""
+        """Keep ``node``'s mesh component ``what`` (nodeagent, nodeproxy; controlplane with node ``""``) down while
+        the block runs, then wait until it is back (running; ready when installed). Supervised: the supervisor is
+        stopped (SIGSTOP) and the process killed. Installed: the DaemonSet is kept off the node by a node affinity (a
+        rollout, as one would do on a cluster; the node proxy's process is killed once its pod is terminating, as it
+        would otherwise drain the connections it relays for up to its grace period), then the affinity is removed;
+        the control plane's Deployment is scaled to 0 and back to 1."""
         if not self.installed:
             supervisor = daemon_pid(self.directory, "supervise")
             assert supervisor is not None, "the lab's supervisor is not running"
@@ -260,6 +262,15 @@ class Lab:
             )
             return
         app = COMPONENT_APPS[what]
+        if app == COMPONENT_APPS["controlplane"]:
+            self.kubectl("scale", "deployment/istiod", "-n", "istio-system", "--replicas=0")
+            try:
+                wait_until("no istiod pod", lambda: not self.pods("istio-system", app), timeout)
+                yield
+            finally:
+                self.kubectl("scale", "deployment/istiod", "-n", "istio-system", "--replicas=1")
+            wait_until("a ready istiod pod again", lambda: self._ready_pods(app), timeout)
+            return
         daemonset = "ztunnel" if app == "app=ztunnel" else "istio-cni-node"
         away = {
             "spec": {
@@ -284,12 +295,23 @@ class Lab:
         }
         self.kubectl("patch", "daemonset", daemonset, "-n", "istio-system", "--type=merge", "-p", json.dumps(away))
         try:
+            if app == COMPONENT_APPS["nodeproxy"]:
+                # Down means down: a deleted node proxy pod drains (the connections it relays run on for up to its
+                # grace period less 5 s); once the pod is terminating (no container restart), its process is killed.
+                wait_until(
+                    f"the {app} pod on {node} terminating",
+                    lambda: all(p["metadata"].get("deletionTimestamp") for p in self.pods_of(app, node)),
+                    timeout,
+                )
+                pid = self.component_pid(what, node)
+                if pid is not None:
+                    os.kill(pid, signal.SIGKILL)
             wait_until(f"no {app} pod on {node}", lambda: not self.pods_of(app, node), timeout)
             yield
         finally:
             back = [{"op": "remove", "path": "/spec/template/spec/affinity"}]
             self.kubectl("patch", "daemonset", daemonset, "-n", "istio-system", "--type=json", "-p", json.dumps(back))
-        wait_until(f"a ready {app} pod on {node} again", lambda: self._ready_component(app, node), timeout)
+        wait_until(f"a ready {app} pod on {node} again", lambda: self.ready_component(app, node), timeout)
 
     def pods_of(self, app: str, node: str) -> list[dict[str, Any]]:
         """Every istio-system pod ``app`` on ``node``, terminating ones too."""
@@ -345,7 +367,7 @@ class Lab:
         """The address of ``node``'s node proxy (its metrics on :15020, readiness on :15021)."""
         if not self.installed:
             return self.node_addresses(node).address
-        pod = wait_until(f"a ready ztunnel pod on {node}", lambda: self._ready_component("app=ztunnel", node), 60)
+        pod = wait_until(f"a ready ztunnel pod on {node}", lambda: self.ready_component("app=ztunnel", node), 60)
         return str(pod["status"]["podIP"])
 
     def node_proxy_metrics(self, node: str) -> str:
@@ -355,7 +377,7 @@ class Lab:
     def _ready_pods(self, selector: str) -> list[dict[str, Any]]:
         return [p for p in self.pods("istio-system", selector) if is_ready(p)]
 
-    def _ready_component(self, app: str, node: str) -> dict[str, Any] | None:
+    def ready_component(self, app: str, node: str) -> dict[str, Any] | None:
         pod = self.component_pod(app, node)
         return pod if pod is not None and is_ready(pod) else None
 
@@ -381,7 +403,7 @@ class Lab:
             from ambit.lab.mesh.identity import root_file, token_file
 
             return root_file(self.topology, node), token_file(self.topology, node)
-        pod = wait_until(f"a ready ztunnel pod on {node}", lambda: self._ready_component("app=ztunnel", node), 60)
+        pod = wait_until(f"a ready ztunnel pod on {node}", lambda: self.ready_component("app=ztunnel", node), 60)
         volumes = self.directory / "pods" / pod["metadata"]["uid"] / "volumes"
         root = wait_until(
             "the root certificate volume", lambda: sorted(volumes.glob("*/istiod-ca-cert/root-cert.pem")), 10
@@ -433,7 +455,7 @@ class Lab:
         )
 
         def replaced() -> dict[str, Any] | None:
-            pod = self._ready_component(app, node)
+            pod = self.ready_component(app, node)
             return pod if pod is not None and pod["metadata"]["uid"] != old_pod["metadata"]["uid"] else None
 
         wait_until(f"a new {app} pod ready on {node}", replaced, timeout)
@@ -453,7 +475,7 @@ class Lab:
             if not self._ready_pods(COMPONENT_APPS["controlplane"]):
                 return False
             apps = (COMPONENT_APPS["nodeproxy"], COMPONENT_APPS["nodeagent"])
-            return all(self._ready_component(app, node) is not None for app in apps for node in nodes)
+            return all(self.ready_component(app, node) is not None for app in apps for node in nodes)
 
         wait_until("the mesh ready on every node", ready, timeout, interval=0.5)
 

@@ -6,14 +6,19 @@ the pod's redirection rules and its node proxy, as an application's would. Per t
 - **new connections** at ``--rate`` per second: connect, send one payload (the run's marker, the target, a sequence
   number, padding to ``PAYLOAD`` bytes), read the echo back in full, compare, close;
 - **one long-lived stream**: a line every ``STREAM_INTERVAL`` seconds, each echo read back and compared; when the
-  stream breaks it is recorded and a new one opened after ``RECONNECT_DELAY``.
+  stream breaks it is recorded and a new one opened after ``RECONNECT_DELAY``. With ``--stream-lifetime`` a stream
+  ends on its own after that many seconds, as an application's would: the client shuts down its sending side, the
+  server closes, and the client reads that EOF (``ended``); the next stream opens at once.
+
+``--rate 0`` runs the streams only (no new connections).
 
 Each ended connection is one JSON line on ``--out`` (flushed as it is written, so a reader sees records while the
 load runs): ``kind`` (``new``, ``stream``), ``target``, ``start`` and ``end`` (wall-clock seconds), ``outcome``
-(``ok``, ``refused``, ``reset``, ``eof``, ``timeout``, ``mismatch``, ``error``), ``echoed`` (bytes echoed back
-intact) and ``detail``. A stream writes ``stream-up`` when its first echo came back, and ``ok`` when the load
-stopped with the stream still intact. ``mismatch`` is the only outcome where data came back different from what was
-sent: data lost without the application being told. The others are failures the application sees.
+(``ok``, ``ended``, ``refused``, ``reset``, ``eof``, ``timeout``, ``mismatch``, ``error``), ``echoed`` (bytes
+echoed back intact) and ``detail``. A stream writes ``stream-up`` when its first echo came back, ``ok`` when the
+load stopped with the stream still intact, and ``ended`` when it ran its lifetime and closed cleanly.
+``mismatch`` is the only outcome where data came back different from what was sent: data lost without the
+application being told. The others are failures the application sees.
 
 SIGTERM or SIGINT stops the load: no new connection starts, the ones in flight finish (each bounded by
 ``--timeout``), open streams are closed and recorded, and the process exits 0.
@@ -28,12 +33,15 @@ import json
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any
 
 PAYLOAD = 512
 STREAM_INTERVAL = 0.1
 RECONNECT_DELAY = 0.2
+KEPT = ("ok", "ended")
+"""The outcomes of a stream that was never broken: intact when the load stopped, or closed cleanly on its own."""
 
 
 @dataclass(frozen=True)
@@ -134,7 +142,10 @@ async def new_connections(
         await asyncio.gather(*in_flight)
 
 
-async def long_lived(target: Target, marker: str, limit: float, stop: asyncio.Event, rec: Recorder) -> None:
+async def long_lived(
+    target: Target, marker: str, limit: float, lifetime: float, stop: asyncio.Event, rec: Recorder
+) -> None:
+    """Streams to ``target`` one after the other until ``stop``; each lives ``lifetime`` seconds (0: until stop)."""
     seq = 0
     while not stop.is_set():
         start = time.time()
@@ -146,8 +157,9 @@ async def long_lived(target: Target, marker: str, limit: float, stop: asyncio.Ev
             await _pause(stop, RECONNECT_DELAY)
             continue
         outcome, detail = "ok", ""
+        ends_at = time.monotonic() + lifetime if lifetime > 0 else float("inf")
         try:
-            while not stop.is_set():
+            while not stop.is_set() and time.monotonic() < ends_at:
                 line = payload(marker, target, seq, 64)
                 seq += 1
                 writer.write(line)
@@ -160,6 +172,8 @@ async def long_lived(target: Target, marker: str, limit: float, stop: asyncio.Ev
                     rec.record("stream-up", target, start, "ok", len(echo))
                 echoed += len(echo)
                 await _pause(stop, STREAM_INTERVAL)
+            if outcome == "ok" and not stop.is_set():
+                outcome, detail = await _end(reader, writer, limit)
         except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
             outcome, detail = classify(exc), f"{type(exc).__name__}: {exc}"
         finally:
@@ -167,8 +181,17 @@ async def long_lived(target: Target, marker: str, limit: float, stop: asyncio.Ev
             with contextlib.suppress(OSError, TimeoutError):
                 await asyncio.wait_for(writer.wait_closed(), limit)
         rec.record("stream", target, start, outcome, echoed, detail)
-        if outcome != "ok":
+        if outcome not in KEPT:
             await _pause(stop, RECONNECT_DELAY)
+
+
+async def _end(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, limit: float) -> tuple[str, str]:
+    """A stream's own end: shut down the sending side and read the server's EOF (nothing more may come)."""
+    writer.write_eof()
+    rest = await asyncio.wait_for(reader.read(65536), limit)
+    if rest:
+        return "mismatch", f"{len(rest)} unexpected bytes after the end"
+    return "ended", "closed on its own"
 
 
 async def _pause(stop: asyncio.Event, seconds: float) -> None:
@@ -186,18 +209,35 @@ async def run(args: argparse.Namespace, out: IO[str]) -> None:
     rec = Recorder(out)
     tasks = []
     for target in args.target:
-        tasks.append(new_connections(target, args.marker, args.rate, args.timeout, stop, rec))
-        tasks.append(long_lived(target, args.marker, args.timeout, stop, rec))
+        if args.rate > 0:
+            tasks.append(new_connections(target, args.marker, args.rate, args.timeout, stop, rec))
+        tasks.append(long_lived(target, args.marker, args.timeout, args.stream_lifetime, stop, rec))
     await asyncio.gather(*tasks)
+
+
+def bounded(low: float, high: float) -> Callable[[str], float]:
+    """An argument type: a number of seconds (or a rate) within ``[low, high]``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, not {text!r}") from None
+        if not low <= value <= high:  # NaN fails this too
+            raise argparse.ArgumentTypeError(f"expected a number from {low:g} to {high:g}, not {text!r}")
+        return value
+
+    return parse
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.faults.load", description=__doc__.split("\n")[0])
     parser.add_argument("--target", type=Target.parse, action="append", required=True, help="NAME=HOST:PORT")
     parser.add_argument("--marker", required=True, help="the token every payload starts with")
-    parser.add_argument("--rate", type=float, default=5.0, help="new connections per second per target")
-    parser.add_argument("--timeout", type=float, default=3.0, help="seconds for each step of a connection")
-    parser.add_argument("--duration", type=float, default=300.0, help="stop after this many seconds at the latest")
+    parser.add_argument("--rate", type=bounded(0, 1000), default=5.0, help="new connections per second per target")
+    parser.add_argument("--timeout", type=bounded(0.01, 600), default=3.0, help="seconds for each step")
+    parser.add_argument("--duration", type=bounded(0, 86400), default=300.0, help="stop after at most these seconds")
+    parser.add_argument("--stream-lifetime", type=bounded(0, 86400), default=0.0, help="seconds (0: until stopped)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     with open(args.out, "a", encoding="utf-8") as out:

@@ -3,8 +3,8 @@
 Pure: records (dicts as the load writes them) and times in, a :class:`FaultRow` out. Definitions, for every row:
 
 - **established kept**: long-lived streams that were up when the fault began (their ``stream-up`` before it) and
-  still intact when the load stopped (or at the end of the fault, for a fault whose test ends them on purpose
-  afterwards), over all such streams.
+  still intact when the load stopped or closed cleanly at the end of their own lifetime (or intact at the end of
+  the fault, for a fault whose test ends them on purpose afterwards), over all such streams.
 - **new failed**: new connections started between the fault and the end of its window that did not come back
   ``ok`` (denied, refused, reset, timed out), over all started in that window.
 - **recovery**: from the fault (or from when the failed part was let come back, for a fault held for a while) to
@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from tests.faults.load import KEPT
 
 Record = Mapping[str, Any]
 
@@ -68,10 +70,11 @@ def streams_up_at(records: Iterable[Record], at: float) -> list[Record]:
 
 
 def stream_kept(records: Iterable[Record], up: Record, until: float | None = None) -> bool:
-    """Whether the stream that ``up`` announced ended only when the load stopped (``ok``), or after ``until``."""
+    """Whether the stream that ``up`` announced ended only when the load stopped (``ok``) or on its own, cleanly
+    (``ended``), or after ``until``."""
     for r in records:
         if r["kind"] == "stream" and r["target"] == up["target"] and r["start"] == up["start"]:
-            return bool(r["outcome"] == "ok" or (until is not None and r["end"] > until))
+            return bool(r["outcome"] in KEPT or (until is not None and r["end"] > until))
     return False
 
 

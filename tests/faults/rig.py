@@ -39,9 +39,17 @@ def _stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
 
 class LoadRun:
     """One load process per client pod: ``clients`` maps a client's name to its netns and targets
-    (``NAME=HOST:PORT``); target names are prefixed with the client's name in the records (``cli-1>srv-2``)."""
+    (``NAME=HOST:PORT``); target names are prefixed with the client's name in the records (``cli-1>srv-2``).
+    ``rate`` 0 runs streams only; ``stream_lifetime`` (seconds, 0: until stopped) is each stream's own length."""
 
-    def __init__(self, directory: Path, marker: str, clients: dict[str, tuple[str, list[str]]], rate: float) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        marker: str,
+        clients: dict[str, tuple[str, list[str]]],
+        rate: float,
+        stream_lifetime: float = 0.0,
+    ) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.files: list[Path] = []
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -49,7 +57,8 @@ class LoadRun:
             out = directory / f"load-{client}.jsonl"
             out.unlink(missing_ok=True)
             argv = ["ip", "netns", "exec", netns, sys.executable, "-m", "tests.faults.load"]
-            argv += ["--marker", marker, "--rate", str(rate), "--out", str(out)]
+            argv += ["--marker", marker, "--rate", str(rate), "--stream-lifetime", str(stream_lifetime)]
+            argv += ["--out", str(out)]
             for target in targets:
                 argv += ["--target", f"{client}>{target}"]
             log = open(directory / f"load-{client}.log", "ab")  # noqa: SIM115 - closed in stop()

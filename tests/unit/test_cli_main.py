@@ -120,3 +120,17 @@ def test_with_a_pod_dash_n_is_its_namespace_and_the_filter_is_workload_namespace
     assert Where.of(None, "apps", "", None, None).filter == "apps"  # no pod: -n filters, as before
     where = Where.of("ztunnel-x", "istio-system", "apps", None, None)
     assert (where.pod, where.pod_namespace, where.filter) == ("ztunnel-x", "istio-system", "apps")
+
+
+def test_lab_up_help_marks_the_supervised_mesh_deprecated() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "ambit.cli", "lab", "up", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin", "TERM": "dumb", "NO_COLOR": "1"},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    assert "--supervised" in text and "Deprecated: run the mesh as host processes" in text, text

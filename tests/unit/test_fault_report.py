@@ -66,3 +66,12 @@ def test_recovery_is_zero_without_failures_and_never_before_the_fault(conns: lis
     else:
         assert took > 0.0
     assert streams_up_at(records, 50.0) == []
+
+
+def test_a_stream_that_ended_on_its_own_after_the_fault_is_kept_and_one_broken_is_not() -> None:
+    records = [
+        *stream("a", 0.0, 0.1, 15.0, "ended"),  # closed cleanly at the end of its lifetime, during the fault
+        *stream("b", 0.0, 0.1, 15.0, "eof"),  # cut during the fault
+    ]
+    row = fault_row("x", records, fault_at=10.0, window_end=19.0, plaintext=0)
+    assert (row.kept, row.established) == (1, 2)

@@ -49,8 +49,9 @@ def up(
         bool,
         typer.Option(
             "--supervised",
-            help="Run the mesh as host processes under the lab's supervisor instead of installing it (the lab's "
-            "former way, kept for the benchmarks that tune the node proxy's flags).",
+            help="Deprecated: run the mesh as host processes under the lab's supervisor instead of installing it "
+            "(the lab's former way, kept for old scripts and AMBIT_E2E_INSTALL=0; the tests and the benchmarks run the "
+            "installed mesh).",
         ),
     ] = False,
     install: Annotated[bool, typer.Option("--install", hidden=True, help="The default; kept for old scripts.")] = False,
