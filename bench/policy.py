@@ -358,22 +358,23 @@ class Lab:
         return Path(self.bench.topology.kubeconfig)
 
     def node_proxy(self, node: int) -> int:
-        pids = find_pids("nodeproxy", str(self.bench.topology.path), f"node-{node}")
+        """The pid of node ``node``'s node proxy (the ztunnel DaemonSet's container on that node)."""
+        pids = self.bench.node_proxy_pids_by_node().get(self.bench.topology.node(node).name, [])
         if len(pids) != 1:
             raise PolicyBenchError(f"expected one node proxy on node {node}, found {pids}")
         return pids[0]
 
     def control_plane(self) -> list[int]:
-        """The pids whose CPU going quiet means a push settled: the control plane, the API server, and the lab's
-        controllers (whose mesh config writer also follows every policy)."""
+        """The pids whose CPU going quiet means a push settled: the control plane (istiod's pod), the API server,
+        and the lab's controllers."""
         lab = str(self.bench.topology.path)
-        roles = ("controlplane", "apiserver", "controllers")
-        return sorted({pid for role in roles for pid in find_pids("ambit.cli", role, lab)})
+        hosted = {pid for role in ("apiserver", "controllers") for pid in find_pids("ambit.cli", role, lab)}
+        return sorted(hosted | set(self.bench.control_plane_pids()))
 
     def policies_on(self, node: int) -> int:
-        netns = self.bench.topology.node(node).netns
+        """How many policies node ``node``'s proxy holds (its admin port, on 127.0.0.1 of its pod's netns)."""
         done = subprocess.run(
-            ["ip", "netns", "exec", netns, "curl", "-sf", "http://127.0.0.1:15000/config_dump"],
+            ["nsenter", "-t", str(self.node_proxy(node)), "-n", "curl", "-sf", "http://127.0.0.1:15000/config_dump"],
             capture_output=True,
             text=True,
             timeout=30,

@@ -181,17 +181,18 @@ class BenchLab:
         }
 
     def node_proxy_pids_by_node(self) -> dict[str, list[int]]:
-        """Node name → the pid of its node proxy: the main process of the ztunnel container (the child of the
-        ``runc run`` whose pid the container's ``ambit://<pid>`` id names)."""
+        """Node name → the pid of its node proxy: the main process of the ztunnel container."""
         found: dict[str, list[int]] = {}
         for node, pod in self.node_proxy_pods().items():
-            for status in (pod.get("status") or {}).get("containerStatuses") or ():
-                runc = str(status.get("containerID", ""))
-                if "running" in (status.get("state") or {}) and runc.startswith("ambit://"):
-                    child = _child_of(int(runc.removeprefix("ambit://")))
-                    if child is not None:
-                        found.setdefault(node, []).append(child)
+            found.setdefault(node, []).extend(_container_pids(pod))
         return found
+
+    def control_plane_pids(self) -> list[int]:
+        """The main processes of the running istiod pods' containers."""
+        items = json.loads(self.kubectl("get", "pods", "-n", SYSTEM, "-l", "app=istiod", "-o", "json"))["items"]
+        return sorted(
+            pid for pod in items if not pod["metadata"].get("deletionTimestamp") for pid in _container_pids(pod)
+        )
 
     def node_proxy_pids(self) -> list[int]:
         pids = sorted(pid for pids in self.node_proxy_pids_by_node().values() for pid in pids)
@@ -253,6 +254,19 @@ class BenchLab:
         url = f"http://{self.node_proxy_address(self.topology.node(index).name)}:15020/metrics"
         with urllib.request.urlopen(url, timeout=5) as response:
             return str(response.read().decode())
+
+
+def _container_pids(pod: Mapping[str, Any]) -> list[int]:
+    """The main process of each running container of ``pod``: the child of the ``runc run`` whose pid the
+    container's ``ambit://<pid>`` id names."""
+    found = []
+    for status in (pod.get("status") or {}).get("containerStatuses") or ():
+        runc = str(status.get("containerID", ""))
+        if "running" in (status.get("state") or {}) and runc.startswith("ambit://"):
+            child = _child_of(int(runc.removeprefix("ambit://")))
+            if child is not None:
+                found.append(child)
+    return found
 
 
 def _child_of(parent: int) -> int | None:
