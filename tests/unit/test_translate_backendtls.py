@@ -323,7 +323,10 @@ def test_a_waypoint_given_an_unresolved_ca_refuses_to_build_a_client_context() -
     gateway_class = {"metadata": {"name": "istio-waypoint"}, "spec": {"controllerName": "istio.io/mesh-controller"}}
     gateway = {
         "metadata": {"name": "waypoint", "namespace": "app"},
-        "spec": {"gatewayClassName": "istio-waypoint", "listeners": [{"name": "m", "port": 15008, "protocol": "HBONE"}]},
+        "spec": {
+            "gatewayClassName": "istio-waypoint",
+            "listeners": [{"name": "m", "port": 15008, "protocol": "HBONE"}],
+        },
         "status": {"addresses": [{"type": "Hostname", "value": "waypoint.app.svc.cluster.local"}]},
     }
     translation = translate_all(
