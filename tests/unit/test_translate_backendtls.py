@@ -18,8 +18,9 @@ from ambit.controlplane.translate.backendtls import (
     translate_backend_tls,
 )
 from ambit.controlplane.translate.skips import Skipped
-from ambit.model.routes import TlsMode
+from ambit.model.routes import ClientTls, TlsMode
 from ambit.tls.certs import new_ca
+from ambit.waypoint.origination import TlsOriginationError, client_context
 
 CA_PEM = new_ca("backend-ca", now=1.7e9).cert_pem.decode()
 ENTRY = {
@@ -316,9 +317,6 @@ def test_through_translate_all_a_missing_ca_map_refuses_the_backend() -> None:
 
 
 def test_a_waypoint_given_an_unresolved_ca_refuses_to_build_a_client_context() -> None:
-    from ambit.model.routes import ClientTls
-    from ambit.waypoint.origination import TlsOriginationError, client_context
-
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "app"}}
     gateway_class = {"metadata": {"name": "istio-waypoint"}, "spec": {"controllerName": "istio.io/mesh-controller"}}
     gateway = {
