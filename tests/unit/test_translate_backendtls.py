@@ -337,3 +337,22 @@ def test_a_waypoint_given_an_unresolved_ca_refuses_to_build_a_client_context() -
     with pytest.raises(TlsOriginationError):
         client_context(level.tls, h2=False)
     assert client_context(ClientTls(mode=TlsMode.SIMPLE), h2=False) is not None  # unmarked: the system store
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+                    max_leaves=16),
+       st.sampled_from(["parentRefs", "rules", "backendRefs"]))  # fmt: skip
+def test_arbitrary_routes_and_ca_maps_never_raise_and_ancestors_stay_bounded(junk: Any, where: str) -> None:
+    route: dict[str, Any] = {"metadata": {"namespace": "app"}, "spec": {"parentRefs": [{"name": "gw"}]}}
+    if where == "backendRefs":
+        route["spec"]["rules"] = [{"backendRefs": junk}]
+    else:
+        route["spec"][where] = junk
+    skips: list[Skipped] = []
+    out = translate_backend_tls(
+        [policy()], [], [ENTRY], domain="cluster.local", skips=skips,
+        config_maps={("app", "external-ca-cert"): {"data": junk}}, routes=[("HTTPRoute", route)],
+    )  # fmt: skip
+    assert all(len(s.ancestors) <= 16 for s in out.status)
