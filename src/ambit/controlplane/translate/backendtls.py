@@ -87,7 +87,6 @@ MAX_ANCESTORS = 16
 IGNORE_ANNOTATION = "istio.io/ignore-policy-attachment"
 ACCEPTED, RESOLVED_REFS = "Accepted", "ResolvedRefs"
 _VALID = "Configuration is valid"
-_ROUTE_KINDS = ("HTTPRoute", "GRPCRoute", "TCPRoute", "TLSRoute")
 
 
 @dataclass(frozen=True, slots=True)
