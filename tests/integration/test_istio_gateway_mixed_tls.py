@@ -28,6 +28,7 @@ from tests.tls_hello import record_with_name
 from ambit.controlplane.translate import translate_all
 from ambit.model.ingress import GatewayConfig, ListenerProtocol
 from ambit.tls.certs import issue_server_cert, new_ca
+from ambit.waypoint.http1_proxy import LINGER_SECONDS
 
 Obj = dict[str, Any]
 NOW = time.time()
@@ -194,3 +195,14 @@ async def test_a_passthrough_name_cannot_be_terminated_by_the_gateway(rig: tuple
     running, port = rig
     assert await https_get(port, "one.example.com") is None
     assert len(running.endpoint.peers) == 1  # relayed to the backend, whose certificate the client refused
+
+
+async def test_a_client_reading_to_eof_gets_the_end_at_once_not_after_the_lingering_close(
+    rig: tuple[IngressRig, int],
+) -> None:
+    """TLS has no half-close: the gateway ends a ``connection: close`` answer with its close_notify rather than
+    waiting out the HTTP/1.1 lingering close (which would hold every such client for its whole bound)."""
+    _, port = rig
+    async with asyncio.timeout(LINGER_SECONDS):  # the stall this guards against lasts exactly this long
+        answer = await https_get(port, "web.gateway.test")
+    assert answer is not None and answer.get("path") == "/mixed", answer

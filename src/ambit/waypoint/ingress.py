@@ -148,9 +148,16 @@ class _TransportStream:
         self._writer.write(bytes(data))
         await self._writer.drain()
 
+    close_on_eof = False
+    """Serving HTTP: TLS has no half-close, so our end is its close_notify, sent by closing (asyncio then waits for
+    the client's, dropping what else comes): a client reading to EOF gets it at once, not after the HTTP/1.1
+    lingering close's bound. A relay (TLS_TERMINATE) keeps the connection open for the client's rest instead."""
+
     def write_eof(self) -> None:
         if self._writer.can_write_eof():
             self._writer.write_eof()
+        elif self.close_on_eof:
+            self._writer.close()
 
     def abort(self) -> None:
         self._writer.transport.abort()
@@ -532,6 +539,7 @@ class IngressGateway(Waypoint):
                     stream, port, listener_name, peer_text, local, client, mtls, admitted.server_name
                 )
                 return
+            stream.close_on_eof = True
         else:
             stream = SocketStream(sock)
             prefix, spoken = await read_preface(stream, self.settings.limits.sniff_timeout)
