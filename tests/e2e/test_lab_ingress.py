@@ -3,7 +3,8 @@ deployed by the control plane gets a LoadBalancer address from the lab, and ``cu
 Service through it over HTTP and HTTPS (SNI choosing between two certificates); a rotated certificate is served
 without a restart; the backend's node proxy sees the gateway's SPIFFE identity as the peer; a Service labelled
 ``istio.io/ingress-use-waypoint`` is reached through its waypoint; TLS passes through a passthrough listener to the
-backend the TLSRoute for its server name names; a TLS ``Terminate`` listener and a passthrough one share a port.
+backend the TLSRoute for its server name names; a TLS ``Terminate`` listener and a passthrough one share a port; a
+GRPCRoute routes gRPC calls from the host by method to two Services, trailers intact.
 
 One lab for the module, the mesh installed from deploy/. Namespace ``in-app`` is ambient (Deployment and Service
 ``echo``); namespace ``in-edge`` holds the Gateway ``edge`` (listeners http 8080, https 8443 for a.example and
@@ -208,6 +209,102 @@ def test_http_from_the_host_reaches_the_mesh_service_with_the_gateway_s_identity
     gateway = lab.get("gateway", "edge", "-n", EDGE)
     listeners = {item["name"]: item for item in gateway["status"]["listeners"]}
     assert listeners["http"]["attachedRoutes"] == 1
+
+
+def grpc_app(name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A Deployment (one replica of the lab's grpc-echo: ``/echo.Echo/Say`` and ``/echo.Echo/Who``) and its
+    Service ``name`` (port ``grpc`` 50051)."""
+    container = {
+        "name": "grpc",
+        "image": "none",
+        "command": ["python3", "-m", "ambit.lab.apps", "grpc-echo", "--port", "50051"],
+        "readinessProbe": {"tcpSocket": {"port": 50051}, "periodSeconds": 1},
+    }
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"terminationGracePeriodSeconds": 2, "containers": [container]},
+            },
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name},
+        "spec": {
+            "selector": {"app": name},
+            "ports": [{"name": "grpc", "port": 50051, "targetPort": 50051, "appProtocol": "grpc"}],
+        },
+    }
+    return deployment, service
+
+
+GRPC_ROUTE = {
+    "apiVersion": "gateway.networking.k8s.io/v1",
+    "kind": "GRPCRoute",
+    "metadata": {"name": "grpc-echo"},
+    "spec": {
+        "parentRefs": [{"name": "edge", "namespace": EDGE, "sectionName": "http"}],
+        "hostnames": ["grpc.example"],
+        "rules": [
+            {
+                "matches": [{"method": {"service": "echo.Echo", "method": "Say"}}],
+                "backendRefs": [{"name": "grpc-say", "port": 50051}],
+            },
+            {
+                "matches": [{"method": {"service": "echo.Echo", "method": "Who"}}],
+                "backendRefs": [{"name": "grpc-who", "port": 50051}],
+            },
+        ],
+    },
+}
+
+
+def test_grpc_from_the_host_is_routed_by_method_with_its_trailers_intact(lab: Lab) -> None:
+    """A GRPCRoute on the gateway's HTTP listener (h2c with prior knowledge): ``Say`` goes to one Service, ``Who``
+    to another, and a failing call's ``grpc-status``, ``grpc-message`` and trailing metadata come back whole."""
+    import grpc  # the host's grpcio (a dependency of the control plane)
+
+    lab.apply(*grpc_app("grpc-say"), *grpc_app("grpc-who"), GRPC_ROUTE, namespace=APP)
+    lab.wait_pods_ready(APP, "app=grpc-say", 1, timeout=120)
+    lab.wait_pods_ready(APP, "app=grpc-who", 1, timeout=120)
+    ip = address(lab)
+    options = [("grpc.default_authority", "grpc.example")]
+
+    def call(method: str, body: bytes) -> bytes | None:
+        with grpc.insecure_channel(f"{ip}:8080", options=options) as channel:
+            try:
+                answer: bytes = channel.unary_unary(f"/echo.Echo/{method}")(body, timeout=5)
+            except grpc.RpcError:
+                return None
+            return answer
+
+    said = wait_until("Say reaches grpc-say through the gateway", lambda: call("Say", b"hi"), timeout=120, interval=1)
+    assert said.decode().startswith("grpc-say-") and said.endswith(b":hi"), said
+    who = wait_until("Who reaches grpc-who through the gateway", lambda: call("Who", b""), timeout=60, interval=1)
+    answer = json.loads(who)
+    assert str(answer["pod"]).startswith("grpc-who-"), answer
+    with grpc.insecure_channel(f"{ip}:8080", options=options) as channel:
+        with pytest.raises(grpc.RpcError) as failed:
+            channel.unary_unary("/echo.Echo/Say")(b"fail", timeout=5)
+        error = failed.value
+        assert error.code() == grpc.StatusCode.NOT_FOUND, error  # type: ignore[attr-defined]
+        assert str(error.details()).endswith("was asked to fail"), error.details()  # type: ignore[attr-defined]
+        trailers = dict(error.trailing_metadata() or ())  # type: ignore[attr-defined]
+        assert str(trailers.get("x-pod", "")).startswith("grpc-say-"), trailers
+        # A method no rule matches is answered by the gateway (UNIMPLEMENTED: its 404), reaching no backend.
+        with pytest.raises(grpc.RpcError) as unrouted:
+            channel.unary_unary("/echo.Other/Say")(b"hi", timeout=5)
+        assert unrouted.value.code() == grpc.StatusCode.UNIMPLEMENTED  # type: ignore[attr-defined]
+    route = lab.get("grpcroute", "grpc-echo", "-n", APP)
+    parents = (route.get("status") or {}).get("parents") or []
+    assert parents and condition({"status": parents[0]}, "Accepted").get("status") == "True", route.get("status")
 
 
 def test_https_sni_picks_between_two_certificates(lab: Lab, certs: Certificates) -> None:

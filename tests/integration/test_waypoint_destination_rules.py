@@ -33,6 +33,7 @@ from tests.integration.waypoint_rig import (
     started_rig,
 )
 
+from ambit.controlplane.translate import translate_all
 from ambit.model.routes import (
     BackendService,
     ClientTls,
@@ -597,3 +598,62 @@ async def test_a_hostile_backend_breaking_the_tls_handshake_is_refused_quickly(r
         server.close()
     assert len(received) == 1 and received[0].startswith(b"\x16\x03")  # a ClientHello, never the request
     assert b"GET /hello" not in received[0]
+
+
+# BackendTLSPolicy (translate/backendtls.py): the settings the control plane derives from a policy and its CA
+# ConfigMap, applied by the waypoint; a backend whose certificate that CA did not issue is refused.
+
+
+def _backend_tls_policy_settings(ca_pem: str | None) -> ClientTls:
+    """The TLS settings a BackendTLSPolicy on Service ``secure`` (SNI ``secure``'s hostname, CA from ConfigMap
+    ``backend-ca``: ``ca_pem``, or no such ConfigMap) becomes, through the whole translation."""
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "app"}}
+    service = {"metadata": {"name": "secure", "namespace": "app", "labels": {"istio.io/use-waypoint": "waypoint"}},
+               "spec": {"clusterIP": SECURE_VIP, "ports": [{"name": "https", "port": 443}]}}  # fmt: skip
+    policy = {
+        "metadata": {"name": "secure-tls", "namespace": "app"},
+        "spec": {
+            "targetRefs": [{"group": "", "kind": "Service", "name": "secure"}],
+            "validation": {"hostname": SECURE, "caCertificateRefs": [{"kind": "ConfigMap", "name": "backend-ca"}]},
+        },
+    }
+    gateway = {
+        "metadata": {"name": "waypoint", "namespace": "app"},
+        "spec": {
+            "gatewayClassName": "istio-waypoint",
+            "listeners": [{"name": "m", "port": 15008, "protocol": "HBONE"}],
+        },
+        "status": {"addresses": [{"type": "Hostname", "value": "waypoint.app.svc.cluster.local"}]},
+    }
+    maps = (
+        [] if ca_pem is None else [{"metadata": {"name": "backend-ca", "namespace": "app"}, "data": {"ca.crt": ca_pem}}]
+    )
+    waypoint_class = {"metadata": {"name": "istio-waypoint"}, "spec": {"controllerName": "istio.io/mesh-controller"}}
+    translation = translate_all(
+        [], [service], [], [namespace], gateways=[gateway], gateway_classes=[waypoint_class],
+        backend_tls_policies=[policy], config_maps=maps,
+    )  # fmt: skip
+    (config,) = translation.waypoint_configs
+    tls = config.destination_rules[0].traffic_policy.tls
+    assert tls is not None
+    return tls
+
+
+async def test_a_backend_tls_policy_with_the_backends_ca_reaches_it(rig: Rig) -> None:
+    async with tls_backend(rig) as backend:
+        tls = _backend_tls_policy_settings(backend.ca.cert_pem.decode())
+        configure(rig, DestinationPolicy(f"app/{SECURE}", "app/secure", TrafficPolicy(tls=tls)))
+        answer = await _plain_http_over_tls_port(rig)
+        assert answer.startswith(b"HTTP/1.0 200") and f'"sni": "{SECURE}"'.encode() in answer
+
+
+@pytest.mark.parametrize("ca", ["another issuer", "missing ConfigMap"])
+async def test_a_backend_tls_policy_refuses_a_backend_its_ca_did_not_issue(rig: Rig, ca: str) -> None:
+    async with tls_backend(rig) as backend:
+        other = new_ca("impostor-ca", now=time.time()).cert_pem.decode() if ca == "another issuer" else None
+        tls = _backend_tls_policy_settings(other)
+        assert tls.trust_unresolved is (other is None)
+        configure(rig, DestinationPolicy(f"app/{SECURE}", "app/secure", TrafficPolicy(tls=tls)))
+        with pytest.raises(TunnelRefusedError):
+            await _plain_http_over_tls_port(rig)
+        assert backend.requests == []

@@ -266,7 +266,7 @@ def test_a_credential_names_a_secret_whose_ca_is_sent_and_file_paths_are_noted_a
         ("spec.trafficPolicy.tls.caCertificates", "credentialName is set: the file is not read")
     ]
     parsed, skips = parse(rule({"host": HOST, "trafficPolicy": {"tls": {"mode": "SIMPLE", "credentialName": "x"}}}))
-    assert parsed.traffic_policy.tls == ClientTls(TlsMode.SIMPLE)
+    assert parsed.traffic_policy.tls == ClientTls(TlsMode.SIMPLE, trust_unresolved=True)  # refused, not system CAs
     assert [s.reason for s in skips] == ["Secret app/x not found"]
 
 

@@ -657,7 +657,7 @@ def test_a_tls_server_terminating_tls_relays_by_the_tcp_rules_of_its_virtual_ser
     assert mutual.virtual_hosts == (VirtualHost("*", tcp_backends=(WeightedBackend(C8080, 100),)),)
 
 
-def test_a_terminating_tls_server_without_credentials_or_beside_passthrough_is_skipped_with_the_reason() -> None:
+def test_a_terminating_tls_server_without_credentials_is_skipped_and_one_beside_passthrough_shares_the_port() -> None:
     gw = gateway(
         server(9443, "TLS", "a.example.com", mode="SIMPLE"),
         server(9444, "TLS", "a.example.com", mode="PASSTHROUGH"),
@@ -667,9 +667,10 @@ def test_a_terminating_tls_server_without_credentials_or_beside_passthrough_is_s
     translation = translate([gw], [tcp_vs("to-b", "*.example.com", "b")], secrets=[tls_secret()])
     found = "\n".join(notes(translation))
     assert "spec.servers[0].tls.credentialName: SIMPLE TLS needs a credentialName" in found
-    assert "spec.servers[2].port: port 9444 already serves TLS" in found
+    assert "servers[2]" not in found
+    shared = {i.hostname: i.protocol for i in config(translation).listeners if i.port == 9444}
+    assert shared == {"a.example.com": ListenerProtocol.TLS, "b.example.com": ListenerProtocol.TLS_TERMINATE}
     listeners = {i.port: i for i in config(translation).listeners}
-    assert listeners[9444].protocol is ListenerProtocol.TLS
     mesh = listeners[9445]
     assert (mesh.protocol, mesh.certificates, mesh.tls.mode) == (
         ListenerProtocol.TLS_TERMINATE,
@@ -716,3 +717,38 @@ def test_a_tls_terminate_listener_breaking_the_wire_rules_is_refused_by_the_gate
         "edge/edge", (dataclasses.replace(terminate, tls=ListenerTls(TlsMode.OPTIONAL_MUTUAL, b"ca")),)
     )
     assert decode_gateway_config("edge/edge", pack_gateway_config(gateway_config_to_proto(good))) == good
+
+
+def test_passthrough_and_terminated_servers_share_a_port_by_sni_and_a_duplicate_host_leaves_its_server_out() -> None:
+    """istiod puts every TLS server of a port on one listener, a filter chain per server told apart by SNI; a TLS
+    server repeating a host already there is left out whole (its other hosts too)."""
+    gw = gateway(
+        server(443, "HTTPS", "a.example.com", mode="SIMPLE", credentialName="cert"),
+        server(443, "TLS", "*.pass.example.com", mode="PASSTHROUGH"),
+        server(443, "HTTPS", "mesh.example.com", mode="ISTIO_MUTUAL"),
+        server(443, "TLS", "a.example.com", "other.example.com", mode="PASSTHROUGH"),  # a.example.com again
+        server(443, "HTTP", "plain.example.com"),  # plaintext beside TLS: never
+    )
+    http = [{"route": [{"destination": {"host": "b"}}]}]
+    to_c = [{"destination": {"host": "c", "port": {"number": 8080}}}]
+    tls = [{"match": [{"sniHosts": ["x.pass.example.com"]}], "route": to_c}]
+    routes = [vs("web", gateways=["gateway"], hosts=["a.example.com"], http=http),
+              vs("pass", gateways=["gateway"], hosts=["*.pass.example.com"], tls=tls)]  # fmt: skip
+    translation = translate([gw], routes, secrets=[tls_secret()])
+    found = "\n".join(notes(translation))
+    assert "spec.servers[3].hosts: duplicate host names on port 443: a.example.com" in found
+    assert "spec.servers[4].port: port 443 already serves HTTPS" in found
+    by_host = {i.hostname: i for i in config(translation).listeners}
+    assert set(by_host) == {"a.example.com", "*.pass.example.com", "mesh.example.com"}
+    web, passthrough, mesh = by_host["a.example.com"], by_host["*.pass.example.com"], by_host["mesh.example.com"]
+    assert (web.protocol, web.port, web.certificates) == (
+        ListenerProtocol.HTTPS,
+        443,
+        (IngressCertificate(PAIR.cert_pem, PAIR.key_pem),),
+    )
+    assert [h.hostname for h in web.virtual_hosts] == ["a.example.com"]
+    assert (passthrough.protocol, passthrough.certificates) == (ListenerProtocol.TLS, ())
+    assert passthrough.virtual_hosts == (
+        VirtualHost("x.pass.example.com", tcp_backends=(WeightedBackend(C8080, 100),)),
+    )
+    assert (mesh.protocol, mesh.tls.mode) == (ListenerProtocol.HTTPS, TlsMode.ISTIO_MUTUAL)

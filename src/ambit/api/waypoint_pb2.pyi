@@ -622,7 +622,7 @@ class OutlierDetection(_message.Message):
     def __init__(self, consecutive_5xx: _Optional[int] = ..., interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., base_ejection_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_ejection_percent: _Optional[int] = ...) -> None: ...
 
 class ClientTls(_message.Message):
-    __slots__ = ("mode", "sni", "insecure_skip_verify", "ca_certificates", "subject_alt_names", "client_certificate", "private_key", "ca_certificates_path", "client_certificate_path", "private_key_path")
+    __slots__ = ("mode", "sni", "insecure_skip_verify", "ca_certificates", "subject_alt_names", "client_certificate", "private_key", "ca_certificates_path", "client_certificate_path", "private_key_path", "trust_unresolved")
     MODE_FIELD_NUMBER: _ClassVar[int]
     SNI_FIELD_NUMBER: _ClassVar[int]
     INSECURE_SKIP_VERIFY_FIELD_NUMBER: _ClassVar[int]
@@ -633,6 +633,7 @@ class ClientTls(_message.Message):
     CA_CERTIFICATES_PATH_FIELD_NUMBER: _ClassVar[int]
     CLIENT_CERTIFICATE_PATH_FIELD_NUMBER: _ClassVar[int]
     PRIVATE_KEY_PATH_FIELD_NUMBER: _ClassVar[int]
+    TRUST_UNRESOLVED_FIELD_NUMBER: _ClassVar[int]
     mode: TlsMode
     sni: str
     insecure_skip_verify: bool
@@ -643,4 +644,5 @@ class ClientTls(_message.Message):
     ca_certificates_path: str
     client_certificate_path: str
     private_key_path: str
-    def __init__(self, mode: _Optional[_Union[TlsMode, str]] = ..., sni: _Optional[str] = ..., insecure_skip_verify: _Optional[bool] = ..., ca_certificates: _Optional[str] = ..., subject_alt_names: _Optional[_Iterable[str]] = ..., client_certificate: _Optional[str] = ..., private_key: _Optional[str] = ..., ca_certificates_path: _Optional[str] = ..., client_certificate_path: _Optional[str] = ..., private_key_path: _Optional[str] = ...) -> None: ...
+    trust_unresolved: bool
+    def __init__(self, mode: _Optional[_Union[TlsMode, str]] = ..., sni: _Optional[str] = ..., insecure_skip_verify: _Optional[bool] = ..., ca_certificates: _Optional[str] = ..., subject_alt_names: _Optional[_Iterable[str]] = ..., client_certificate: _Optional[str] = ..., private_key: _Optional[str] = ..., ca_certificates_path: _Optional[str] = ..., client_certificate_path: _Optional[str] = ..., private_key_path: _Optional[str] = ..., trust_unresolved: _Optional[bool] = ...) -> None: ...

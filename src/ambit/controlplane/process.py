@@ -66,7 +66,12 @@ from ambit.controlplane.debug_access import DEBUG_ACCOUNTS, DebugAccessChecker
 from ambit.controlplane.gateway import GatewayController, GatewayControllerSettings, WaypointTemplateSettings
 from ambit.controlplane.monitoring import ControlPlaneMetrics, MonitoringServer
 from ambit.controlplane.monitoring.expiry import ca_expiry
-from ambit.controlplane.status import AddressStatusWriter, PolicyStatusWriter, RouteStatusWriter
+from ambit.controlplane.status import (
+    AddressStatusWriter,
+    AncestorStatusWriter,
+    PolicyStatusWriter,
+    RouteStatusWriter,
+)
 from ambit.controlplane.translate import DEFAULT_ROOT_NAMESPACE, PolicyStatus, SkipMemory, Skipped, Translation
 from ambit.controlplane.translate.discovery import EVERY_NAMESPACE
 from ambit.controlplane.translate.envoyfilters import PatchNote
@@ -251,6 +256,7 @@ class ControlPlane:
             RouteStatusWriter(client, self._cached(kind.plural), clock=time.time, kind=kind)
             for kind in (kinds.HTTP_ROUTES, kinds.GRPC_ROUTES, kinds.TCP_ROUTES, kinds.TLS_ROUTES)
         )
+        self.backend_tls_status = AncestorStatusWriter(client, self._cached("backendtlspolicies"), clock=time.time)
         self.events = EventRecorder(
             client,
             EventRecorderSettings(
@@ -349,6 +355,7 @@ class ControlPlane:
         self._gateways_changed(translation)
         for writer in self.route_status:
             writer.submit(translation.route_status)
+        self.backend_tls_status.submit(translation.backend_tls_status)
         self.waypoint_policy_status.submit(translation.waypoint_policy_status)
 
     def _gateways_changed(self, translation: Translation) -> None:
@@ -495,6 +502,7 @@ class ControlPlane:
         self.entry_addresses.start()
         for writer in self.route_status:
             writer.start()
+        self.backend_tls_status.start()
         await self.view.start()
         if s.untaint_nodes:
             self.untainter = NodeUntainter(self.client, namespace=s.root_namespace)
@@ -594,6 +602,7 @@ class ControlPlane:
             self.service_entry_status.aclose(),
             self.entry_addresses.aclose(),
             *(writer.aclose() for writer in self.route_status),
+            self.backend_tls_status.aclose(),
             self.pods.aclose(),
             self.events.aclose(),
         ):

@@ -2,7 +2,8 @@
 ``WaypointAccepted`` on AuthorizationPolicies, ``istio.io/WaypointBound`` on Services and ServiceEntries and
 ``istio.io/WaypointMissing`` and ``istio.io/VisibilityApplied`` on ServiceEntries, the
 ``status.parents`` entries of ``controllerName: istio.io/gateway-controller`` on HTTPRoutes, GRPCRoutes and
-TCPRoutes, and the auto-allocated ``status.addresses`` of ServiceEntries (:class:`AddressStatusWriter`).
+TCPRoutes, the ``status.ancestors`` of BackendTLSPolicies (:class:`AncestorStatusWriter`), and the
+auto-allocated ``status.addresses`` of ServiceEntries (:class:`AddressStatusWriter`).
 
 Theory of operation: the translation computes each object's wanted condition (:class:`PolicyStatus`, whose
 ``type`` names it) or a route's wanted parents (:class:`RouteStatus`); :func:`plan_conditions` and
@@ -31,6 +32,9 @@ Rules:
 8. One writer may own several condition types of a kind (a ServiceEntry's ``WaypointBound``, ``WaypointMissing``
    and ``VisibilityApplied``): each is planned as above, one after the other, and one patch carries them all, so the
    two never race each other's ``resourceVersion``.
+9. Policy ancestors (:func:`plan_policy_ancestors`, a BackendTLSPolicy's ``status.ancestors``): as rule 6 by
+   ``ancestorRef``, owning the entries of both istiod controllers (``istio.io/mesh-controller`` and
+   ``istio.io/gateway-controller``); at most 16 entries are written, Gateway API's bound.
 """
 
 from __future__ import annotations
@@ -50,16 +54,24 @@ from ambit.controlplane.translate.autoallocate import (
     plan_addresses,
     qualifies,
 )
+from ambit.controlplane.translate.backendtls import (
+    GATEWAY_CONTROLLER,
+    MAX_ANCESTORS,
+    MESH_CONTROLLER,
+    BackendTlsPolicyStatus,
+)
 from ambit.controlplane.translate.policies import ZTUNNEL_ACCEPTED
 from ambit.controlplane.translate.routes import CONTROLLER_NAME, RouteCondition
 from ambit.k8s import KubeClient, KubeClientError, KubeNotFoundError, kinds
 
 __all__ = [
     "AddressStatusWriter",
+    "AncestorStatusWriter",
     "PolicyStatusWriter",
     "RouteStatusWriter",
     "StatusWriter",
     "plan_conditions",
+    "plan_policy_ancestors",
     "plan_route_parents",
     "rfc3339",
 ]
@@ -67,6 +79,8 @@ __all__ = [
 log = logging.getLogger("ambit.controlplane.status")
 
 Obj = Mapping[str, Any]
+ANCESTOR_CONTROLLERS = frozenset((MESH_CONTROLLER, GATEWAY_CONTROLLER))
+"""The ``controllerName`` values of the policy ancestors we own (istiod's two controllers)."""
 
 
 def rfc3339(now: float) -> str:
@@ -154,43 +168,74 @@ def plan_route_parents(
     current: Sequence[Obj] | None, wanted: RouteStatus | None, namespace: str, now: str
 ) -> list[dict[str, Any]] | None:
     """A route's new ``status.parents``, or None when nothing must be written (rule 6)."""
-    parents = [dict(p) for p in current or () if isinstance(p, Mapping)]
-    want = {_ref_key(p.parent_ref_dict(), namespace): p for p in (wanted.parents if wanted is not None else ())}
+    entries = [(p.parent_ref_dict(), CONTROLLER_NAME, p.conditions) for p in (wanted.parents if wanted else ())]
     generation = wanted.generation if wanted is not None else 0
+    return _plan_entries(current, entries, generation, namespace, now, "parentRef", frozenset((CONTROLLER_NAME,)))
+
+
+def plan_policy_ancestors(
+    current: Sequence[Obj] | None, wanted: BackendTlsPolicyStatus | None, namespace: str, now: str
+) -> list[dict[str, Any]] | None:
+    """A policy's new ``status.ancestors``, or None when nothing must be written (rule 9)."""
+    entries = [(a.ancestor_ref_dict(), a.controller, a.conditions) for a in (wanted.ancestors if wanted else ())]
+    generation = wanted.generation if wanted is not None else 0
+    planned = _plan_entries(current, entries, generation, namespace, now, "ancestorRef", ANCESTOR_CONTROLLERS)
+    if planned is None:
+        return None
+    bounded = planned[:MAX_ANCESTORS]
+    # Other controllers may already fill the bound: then ours never fit, and rewriting the same list would loop.
+    return None if bounded == [dict(a) for a in current or () if isinstance(a, Mapping)] else bounded
+
+
+def _plan_entries(
+    current: Sequence[Obj] | None,
+    wanted: Sequence[tuple[dict[str, Any], str, Sequence[RouteCondition]]],
+    generation: int,
+    namespace: str,
+    now: str,
+    ref_field: str,
+    owned: frozenset[str],
+) -> list[dict[str, Any]] | None:
+    """Rules 6 and 9: entries of ``current`` whose ``controllerName`` is not ``owned`` are kept in their place; ours
+    are matched with ``wanted`` by ``ref_field``; None when the result equals ``current``."""
+    parents = [dict(p) for p in current or () if isinstance(p, Mapping)]
+    want = {_ref_key(ref, namespace): (ref, controller, conds) for ref, controller, conds in wanted}
     out: list[dict[str, Any]] = []
     placed: set[tuple[Any, ...]] = set()
     changed = False
     for entry in parents:
-        if entry.get("controllerName") != CONTROLLER_NAME:
+        controller_now = entry.get("controllerName")
+        if not isinstance(controller_now, str) or controller_now not in owned:
             out.append(entry)
             continue
-        key = _ref_key(entry.get("parentRef"), namespace)
+        key = _ref_key(entry.get(ref_field), namespace)
         target = want.get(key)
         if target is None or key in placed:
             changed = True
             continue
         placed.add(key)
+        ref, controller, wanted_conditions = target
         conditions_now = entry.get("conditions")
         olds = {
             c["type"]: c
             for c in (conditions_now if isinstance(conditions_now, list) else ())
             if isinstance(c, Mapping) and isinstance(c.get("type"), str)
         }
-        conditions = [_route_condition(c, generation, olds.get(c.type), now) for c in target.conditions]
+        conditions = [_route_condition(c, generation, olds.get(c.type), now) for c in wanted_conditions]
         same = len(olds) == len(conditions) and all(
             c["type"] in olds and _same_condition(olds[c["type"]], c) for c in conditions
         )
-        if same and entry.get("parentRef") == target.parent_ref_dict():
+        if same and entry.get(ref_field) == ref and entry.get("controllerName") == controller:
             out.append(entry)
             continue
         changed = True
-        out.append({"parentRef": target.parent_ref_dict(), "controllerName": CONTROLLER_NAME, "conditions": conditions})
-    for key, target in want.items():
+        out.append({ref_field: ref, "controllerName": controller, "conditions": conditions})
+    for key, (ref, controller, wanted_conditions) in want.items():
         if key in placed:
             continue
         changed = True
-        conditions = [_route_condition(c, generation, None, now) for c in target.conditions]
-        out.append({"parentRef": target.parent_ref_dict(), "controllerName": CONTROLLER_NAME, "conditions": conditions})
+        conditions = [_route_condition(c, generation, None, now) for c in wanted_conditions]
+        out.append({ref_field: ref, "controllerName": controller, "conditions": conditions})
     return out if changed else None
 
 
@@ -355,6 +400,34 @@ class RouteStatusWriter(StatusWriter):
             current if isinstance(current, list) else None, self._wanted.get(key), namespace, now
         )
         return None if parents is None else {"parents": parents}
+
+
+class AncestorStatusWriter(StatusWriter):
+    """Writes the wanted ancestors of :meth:`submit` to BackendTLSPolicies (rule 9)."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        objects: Callable[[], Iterable[Obj]],
+        *,
+        clock: Callable[[], float],
+        kind: kinds.ResourceKind = kinds.BACKEND_TLS_POLICIES,
+        retry: float = 2.0,
+    ) -> None:
+        super().__init__(client, objects, clock=clock, retry=retry, kind=kind, name=f"{kind.kind} status writer")
+        self._wanted: dict[str, BackendTlsPolicyStatus] = {}
+
+    def submit(self, statuses: Iterable[BackendTlsPolicyStatus]) -> None:
+        """Make ``statuses`` the wanted ones (the latest translation's) and wake the writer."""
+        self._wanted = {s.key: s for s in statuses}
+        self._wake()
+
+    def _plan(self, status: Mapping[str, Any], key: str, namespace: str, now: str) -> dict[str, Any] | None:
+        current = status.get("ancestors")
+        ancestors = plan_policy_ancestors(
+            current if isinstance(current, list) else None, self._wanted.get(key), namespace, now
+        )
+        return None if ancestors is None else {"ancestors": ancestors}
 
 
 class AddressStatusWriter(StatusWriter):

@@ -407,6 +407,9 @@ class ClientTls:
     """``clientCertificate``: a PEM chain file on the waypoint (MUTUAL, when ``client_certificate`` is empty)."""
     private_key_path: str = ""
     """``privateKey``: its key file on the waypoint."""
+    trust_unresolved: bool = False
+    """``credentialName`` named trust anchors the control plane could not find: every connection is refused (fail
+    closed), never verified against the system store instead."""
 
 
 class ProxyProtocolVersion(enum.Enum):

@@ -28,9 +28,10 @@ HBONE pool, telemetry and admin endpoints) that, instead of an HBONE listener, s
   HTTPS port does (the same listener pick by SNI, certificates and client verdict), then relays the decrypted
   bytes as a TCP port does, to the backend of the listener its handshake picked (the virtual host its server name
   picks there). A port where TLS listeners of both kinds meet (a Gateway's TLS ``Passthrough`` and ``Terminate``
-  listeners on one port) peeks at the ClientHello without taking it: the listener its server name picks decides,
-  passthrough relaying the bytes untouched, terminating handing the socket to the TLS handshake, which must pick
-  the same listener or the connection is closed (``client tls``).
+  listeners on one port; an Istio Gateway's PASSTHROUGH and SIMPLE/MUTUAL/ISTIO_MUTUAL servers on one port) peeks at
+  the ClientHello without taking it: the listener its server name picks decides, passthrough relaying the bytes
+  untouched, terminating (HTTPS or TLS_TERMINATE) handing the socket to the TLS handshake, which must pick the
+  same listener or the connection is closed (``client tls``), and is then served as on a port of that protocol.
 - Bounds (:mod:`ambit.waypoint.ingress_admission`, the HBONE listeners' admission): at most ``max_connections``
   connections at once over all listeners and ``max_connections_per_peer`` from one client address, more reset at
   accept; a connection is pending until its TLS handshake (HTTPS, TLS_TERMINATE), its ClientHello (TLS
@@ -147,9 +148,16 @@ class _TransportStream:
         self._writer.write(bytes(data))
         await self._writer.drain()
 
+    close_on_eof = False
+    """Serving HTTP: TLS has no half-close, so our end is its close_notify, sent by closing (asyncio then waits for
+    the client's, dropping what else comes): a client reading to EOF gets it at once, not after the HTTP/1.1
+    lingering close's bound. A relay (TLS_TERMINATE) keeps the connection open for the client's rest instead."""
+
     def write_eof(self) -> None:
         if self._writer.can_write_eof():
             self._writer.write_eof()
+        elif self.close_on_eof:
+            self._writer.close()
 
     def abort(self) -> None:
         self._writer.transport.abort()
@@ -473,6 +481,17 @@ class IngressGateway(Waypoint):
         with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
             await asyncio.wait_for(self.startup.ready.wait(), self.settings.limits.startup_wait)
         protocol = self.router.ports().get(port, ListenerProtocol.HTTP)
+        expected = ""
+        if protocol is ListenerProtocol.TLS and self.router.terminates_on(port):
+            # A port shared by passthrough and terminating listeners: the peeked server name decides.
+            try:
+                hello = await peek_hello(sock, self.settings.limits.sniff_timeout)
+            except (HelloRefusedError, OSError) as exc:
+                self._refuse(sock, "hello", f"{peer[0]}:{peer[1]}", port, str(exc))
+                return
+            picked = self.router.pick_listener(port, hello.server_name or "")
+            if picked is not None and picked.protocol.terminates_tls:
+                protocol, expected = picked.protocol, picked.name
         if not protocol.carries_http and not protocol.terminates_tls:
             await self._serve_connection(sock, port, protocol, f"{peer[0]}:{peer[1]}", local, established, client)
             return
@@ -491,8 +510,10 @@ class IngressGateway(Waypoint):
                 return
             tls_object = writer.get_extra_info("ssl_object")
             admitted = tls.admit(tls_object) if isinstance(tls_object, ssl.SSLObject) else None
-            if not isinstance(admitted, Admitted):
-                reason = admitted.reason if admitted is not None else "no TLS session"
+            if not isinstance(admitted, Admitted) or (expected and admitted.listener != expected):
+                reason = admitted.reason if isinstance(admitted, ClientRefused) else "no TLS session"
+                if isinstance(admitted, Admitted):
+                    reason = "the handshake picked another listener than the ClientHello's server name"
                 self.connection_refusals["client tls"] += 1
                 log.info("client %s:%d on :%d refused: %s", peer[0], peer[1], port, reason)
                 writer.transport.abort()
@@ -508,6 +529,9 @@ class IngressGateway(Waypoint):
             h2 = tls_object.selected_alpn_protocol() == "h2"
             stream = _TransportStream(reader, writer)
             prefix = b""
+            served = next((item for item in self.router.listeners_on(port) if item.name == listener_name), None)
+            if served is not None:
+                protocol = served.protocol  # HTTPS and TLS_TERMINATE listeners may share a port: the handshake's
             if protocol is ListenerProtocol.TLS_TERMINATE:
                 deadline.reschedule(None)  # a relay: no request head to wait for
                 peer_text = f"{peer[0]}:{peer[1]}"
@@ -515,6 +539,7 @@ class IngressGateway(Waypoint):
                     stream, port, listener_name, peer_text, local, client, mtls, admitted.server_name
                 )
                 return
+            stream.close_on_eof = True
         else:
             stream = SocketStream(sock)
             prefix, spoken = await read_preface(stream, self.settings.limits.sniff_timeout)
@@ -564,10 +589,6 @@ class IngressGateway(Waypoint):
                 self._refuse(sock, "hello", peer, port, str(exc))
                 return
             server_name = hello.server_name or ""
-            picked = self.router.pick_listener(port, server_name)
-            if picked is not None and picked.protocol is ListenerProtocol.TLS_TERMINATE:
-                await self._terminate_shared(sock, port, picked.name, peer, local, established)
-                return
         established()
         planned = plan_backend(self.router, port, server_name, self.context.random())
         if isinstance(planned, Closed):
@@ -596,40 +617,6 @@ class IngressGateway(Waypoint):
         finally:
             with contextlib.suppress(Exception):
                 await stream.aclose()
-
-    async def _terminate_shared(
-        self,
-        sock: socket.socket,
-        port: int,
-        expected: str,
-        peer: str,
-        local: tuple[Any, ...],
-        established: Callable[[], None],
-    ) -> None:
-        """A connection on a port shared by passthrough and terminating TLS listeners whose peeked ClientHello picked
-        the terminating listener ``expected``: the handshake, then the relay of :meth:`_relay_terminated`. Served
-        only when the handshake picked ``expected`` too (:mod:`ambit.waypoint.ingress_connections` rule 5)."""
-        tls = self._tls.get(port)
-        if tls is None or tls.default is None:
-            self._refuse(sock, "no route", peer, port, "no certificate is served on this port")
-            return
-        try:
-            reader, writer = await _accept_tls(sock, tls.default, self.settings.limits.handshake_timeout)
-        except (OSError, ssl.SSLError, TimeoutError) as exc:
-            log.info("TLS handshake from %s on :%d failed: %s", peer, port, exc)
-            return
-        tls_object = writer.get_extra_info("ssl_object")
-        admitted = tls.admit(tls_object) if isinstance(tls_object, ssl.SSLObject) else None
-        if not isinstance(admitted, Admitted) or admitted.listener != expected:
-            reason = admitted.reason if isinstance(admitted, ClientRefused) else "another listener was picked"
-            self.connection_refusals["client tls"] += 1
-            log.info("client %s on :%d refused: %s", peer, port, reason)
-            writer.transport.abort()
-            return
-        established()
-        client, mtls = admitted.verdict.identity, admitted.mutual
-        stream = _TransportStream(reader, writer)
-        await self._relay_terminated(stream, port, expected, peer, local, client, mtls, admitted.server_name)
 
     async def _relay_terminated(
         self,

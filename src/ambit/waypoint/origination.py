@@ -25,6 +25,8 @@ Rules:
 6. Files (``*_path``) are read when the context is built, which is once per distinct setting: an absolute path to a
    regular file (no FIFO, device or directory) of at most :data:`MAX_PEM_FILE` bytes holding PEM. Errors name the
    path and the reason, never the contents.
+7. Settings marked ``trust_unresolved`` (a ``credentialName`` the control plane could not resolve) fail the
+   context: rule 2's connect failure, a 503, never a fallback to the system store.
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ def client_context(tls: ClientTls, *, h2: bool) -> ssl.SSLContext:
     context.set_alpn_protocols(["h2"] if h2 else ["http/1.1"])
     if tls.mode is TlsMode.MUTUAL:
         _client_certificate(context, tls)
+    if tls.trust_unresolved:
+        raise TlsOriginationError("the credentialName's trust anchors were not found: the endpoint is refused")
     if tls.insecure_skip_verify:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE

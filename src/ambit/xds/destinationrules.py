@@ -153,6 +153,7 @@ def _tls(tls: ClientTls) -> pb.ClientTls:
         ca_certificates_path=tls.ca_certificates_path,
         client_certificate_path=tls.client_certificate_path,
         private_key_path=tls.private_key_path,
+        trust_unresolved=tls.trust_unresolved,
     )
 
 
@@ -364,6 +365,7 @@ class DestinationPolicyReader(FieldReader):
             ca_certificates_path=self.path(f"{field}.ca_certificates_path", message.ca_certificates_path),
             client_certificate_path=self.path(f"{field}.client_certificate_path", message.client_certificate_path),
             private_key_path=self.path(f"{field}.private_key_path", message.private_key_path),
+            trust_unresolved=message.trust_unresolved,
         )
 
     def path(self, field: str, value: str) -> str:

@@ -55,8 +55,9 @@ from typing import Any
 
 from ambit.controlplane.translate.backendtls import (
     CONFIG_MAP_CREDENTIAL,
+    BackendTlsPolicyStatus,
     config_map_credential,
-    generated_destination_rules,
+    translate_backend_tls,
 )
 from ambit.controlplane.translate.destinationrules import (
     DestinationRuleIndex,
@@ -201,6 +202,8 @@ class Translation:
     """(Gateway key, service account) of each ingress Gateway: who may read its config (certificates included)."""
     waypoint_policy_status: tuple[PolicyStatus, ...] = ()
     """The ``WaypointAccepted`` condition of each targetRefs AuthorizationPolicy, by key."""
+    backend_tls_status: tuple[BackendTlsPolicyStatus, ...] = ()
+    """The ancestors we own of each BackendTLSPolicy (:mod:`~ambit.controlplane.translate.backendtls`), by key."""
     discovery: DiscoveryFilter = EVERY_NAMESPACE
     """The namespaces this translation saw (``discoverySelectors``); the CA applies the same filter."""
     envoy_filter_notes: tuple[PatchNote, ...] = ()
@@ -552,9 +555,21 @@ def translate_all(
         ):
             workload_labels[w.uid] = endpoint_labels  # DestinationRule subsets select inline endpoints by these
             workloads.append(w)
-    backend_rules = generated_destination_rules(
-        backend_tls_policies, service_list, entry_objects, domain=domain, skips=skips
+    backend_tls = translate_backend_tls(
+        backend_tls_policies,
+        service_list,
+        entry_objects,
+        domain=domain,
+        skips=skips,
+        config_maps=config_map_by_key,
+        routes=[
+            *(("HTTPRoute", r) for r in http_routes),
+            *(("GRPCRoute", r) for r in grpc_routes),
+            *(("TCPRoute", r) for r in tcp_routes),
+            *(("TLSRoute", r) for r in tls_routes),
+        ],
     )
+    backend_rules = backend_tls.rules
     config_map_table = config_map_by_key
 
     def find_credential(namespace: str, name: str) -> Mapping[str, Any] | None:
@@ -639,6 +654,7 @@ def translate_all(
         waypoint_policy_status=tuple(
             sorted((t.status for t in waypoint_policies if t.status is not None), key=lambda s: s.key)
         ),
+        backend_tls_status=backend_tls.status,
         discovery=seen,
         envoy_filter_notes=envoy.notes,
     )

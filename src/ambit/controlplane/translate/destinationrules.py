@@ -43,7 +43,9 @@ Rules (istiod: pilot/pkg/model/push_context.go ``setDestinationRules``, ``destin
    ``credentialName`` names a Secret of the rule's namespace (of any type the control plane watches:
    :data:`~ambit.controlplane.view.CREDENTIAL_SECRETS`) whose ``ca.crt`` (or ``cacert``) becomes the trust
    anchors and, for ``MUTUAL``, whose ``tls.crt``/``tls.key`` (or ``cert``/``key``) the client certificate and key
-   (the file fields are then ignored, with a note); without it ``caCertificates``, ``clientCertificate`` and
+   (the file fields are then ignored, with a note); a ``credentialName`` that names no Secret marks the settings
+   ``trust_unresolved``: the waypoint refuses the endpoint rather than verify it against its system trust store;
+   without it ``caCertificates``, ``clientCertificate`` and
    ``privateKey`` are paths the waypoint reads itself. Anything missing is noted and left empty: the waypoint
    then refuses MUTUAL traffic (503) rather than send it without the certificate asked for. ``ISTIO_MUTUAL`` is
    kept and changes nothing at a waypoint (HBONE already is mutual TLS; istiod builds no context for it either).
@@ -181,6 +183,8 @@ class _Material:
     ca: str = ""
     certificate: str = ""
     key: str = field(default="", repr=False)
+    unresolved: bool = False
+    """The Secret does not exist: the proxy must refuse, not fall back to its system trust store."""
 
 
 class _Reader:
@@ -279,6 +283,7 @@ class _Reader:
             ca_certificates_path=files["caCertificates"],
             client_certificate_path=files["clientCertificate"],
             private_key_path=files["privateKey"],
+            trust_unresolved=material.unresolved,
         )
 
     def _from_secret(self, name: str, path: str, *, mutual: bool) -> _Material:
@@ -287,7 +292,7 @@ class _Reader:
         data = (secret or {}).get("data") if isinstance(secret, Mapping) else None
         if not isinstance(data, Mapping):
             self.notes.append((path, f"Secret {self.namespace}/{name} not found"))
-            return _Material()
+            return _Material(unresolved=True)
         ca = self._secret_pem(data, ("ca.crt", "cacert"), name, path, "-----BEGIN CERTIFICATE-----")
         if not mutual:
             if ca is None:

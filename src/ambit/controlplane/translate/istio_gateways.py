@@ -20,10 +20,12 @@ Rules (1 and 2, which pods a Gateway selects and how they group into gateways, a
    ``TLS`` with mode ``PASSTHROUGH`` (the API's default) relay TLS routed by SNI; ``TCP`` relays. ``TLS`` with a
    terminating mode terminates TLS as ``HTTPS`` does (rule 7) and relays the plain bytes by the VirtualServices'
    ``tcp`` rules (``TLS_TERMINATE``, istiod's TCP server with TLS termination; Istio's validation refuses TLS
-   settings on a ``TCP`` server). Other protocols and modes (``AUTO_PASSTHROUGH``) are skipped with the reason. A
-   port serves one kind of listener: the first server on a port fixes it and later servers of another kind are
-   skipped (so a port does not mix TLS passthrough and terminated TLS servers, which istiod would put side by
-   side).
+   settings on a ``TCP`` server). Other protocols and modes (``AUTO_PASSTHROUGH``) are skipped with the reason.
+   TLS servers (``HTTPS`` or ``TLS``, passing through or terminating) may share a port, as istiod puts their filter
+   chains side by side on one listener, told apart by SNI: a TLS server naming a host another TLS server on that
+   port has already is left out whole (istiod's duplicate host check). Otherwise a port serves one kind of
+   listener: the first server on a port fixes it and later servers of another kind (HTTP beside TLS, TCP beside
+   anything else) are skipped.
    The port a server names is a Service port (istiod's ``resolvePorts`` with the legacy selector): when a Service
    of the gateway pods' namespace selects them and has that port, the listener binds its numeric ``targetPort``
    (the first such Service by name; ``istio-ingressgateway`` maps 80 to 8080, so the proxy needs no privilege),
@@ -47,7 +49,10 @@ Rules (1 and 2, which pods a Gateway selects and how they group into gateways, a
    backends are those of the first ``tcp`` rule holding for the port of the first VirtualService bound to that
    server (istiod's ``buildGatewayNetworkFiltersFromTCPRoutes``: the SNI picks the server, not the rule). TLS
    passthrough ports: a virtual host per ``sniHosts`` entry of the bound VirtualServices' ``tls`` rules that a
-   server host covers, the first VirtualService in rule 5's order winning a name.
+   server host covers, the first VirtualService in rule 5's order winning a name. A port where passthrough and
+   terminating servers meet: a listener per server host, each of its server's kind (the terminating ones as on
+   their own ports; a passthrough one with the virtual hosts of its server that its host covers), so that the
+   ClientHello's server name picks the server as Envoy's filter chain match does.
 7. TLS settings of an HTTPS (or terminating TLS) server, read as istiod reads the ``credentialName`` Secret in the
    gateway pods' namespace (:func:`~ambit.tls.credentials.read_istio_credential`): ``SIMPLE`` needs the
    certificate and key.
@@ -198,6 +203,8 @@ def _server(gateway: Obj, index: int, raw: Any, pods_ns: str, find_secret: Secre
 
 
 _TERMINATING = frozenset(m.value for m in TlsMode)
+_TLS_FAMILY = frozenset({ListenerProtocol.TLS, ListenerProtocol.HTTPS, ListenerProtocol.TLS_TERMINATE})
+"""Server kinds that may share a port, told apart by the ClientHello's server name (rule 3)."""
 
 
 def _strings_of(tls: Obj, key: str, where: str) -> tuple[str, ...]:
@@ -510,12 +517,20 @@ def translate_istio_gateways(
                     continue
                 judged = replace(judged, bind=_target_port(judged.port, selecting))
                 on_port = servers.setdefault(judged.bind, [])
-                if on_port and on_port[0].protocol is not judged.protocol:
+                mixable = judged.protocol in _TLS_FAMILY and all(s.protocol in _TLS_FAMILY for s in on_port)
+                if on_port and on_port[0].protocol is not judged.protocol and not mixable:
                     reason = (
                         f"port {judged.bind} already serves {on_port[0].protocol.value} for {on_port[0].gateway_key}"
                         f" on {group.key}: this {judged.protocol.value} server is left out"
                     )
                     problems.add(skipped(ISTIO_GATEWAY, gateway, f"{judged.field}.port", reason))
+                    continue
+                duplicates = _duplicate_hosts(judged, on_port)
+                if duplicates:
+                    reason = (
+                        f"duplicate host names on port {judged.bind}: {', '.join(duplicates)}; the server is left out"
+                    )
+                    problems.add(skipped(ISTIO_GATEWAY, gateway, f"{judged.field}.hosts", reason))
                     continue
                 on_port.append(judged)
         builder = _Builder(group, hostnames, domain, problems)
@@ -525,7 +540,9 @@ def translate_istio_gateways(
             on_port = servers[port]
             protocol = on_port[0].protocol
             name = f"{protocol.value.lower()}.{port}"
-            if protocol is ListenerProtocol.HTTP:
+            if len({s.protocol for s in on_port}) > 1:
+                listeners.extend(_mixed_tls_listeners(on_port, bound, builder, problems))
+            elif protocol is ListenerProtocol.HTTP:
                 listeners.append(IngressListener(name, port, protocol, "", (), builder.virtual_hosts(on_port, bound)))
             elif protocol is ListenerProtocol.TCP:
                 listeners.append(IngressListener(name, port, protocol, "", (), builder.tcp_host(on_port, bound)))
@@ -583,6 +600,35 @@ def _target_port(port: int, services: list[Obj]) -> int:
             valid = isinstance(target, int) and not isinstance(target, bool) and 1 <= target <= 65535
             return target if valid else port
     return port
+
+
+def _duplicate_hosts(server: _Server, on_port: list[_Server]) -> list[str]:
+    """Rule 3: the hosts of TLS ``server`` another TLS server on its port has already (istiod's ``CheckDuplicates``:
+    one SNI, one filter chain)."""
+    if server.protocol not in _TLS_FAMILY:
+        return []
+    known = {host for other in on_port if other.protocol in _TLS_FAMILY for _, host in other.hosts}
+    return sorted({host for _, host in server.hosts if host in known})
+
+
+def _mixed_tls_listeners(
+    servers: list[_Server], bound: list[_Bound], builder: _Builder, problems: set[Skipped]
+) -> list[IngressListener]:
+    """Rule 6 for a port whose TLS servers pass through and terminate side by side: a listener per server host, each
+    of its server's kind, the ClientHello's server name picking one (a passthrough listener's virtual hosts are
+    its server's ``sniHosts``)."""
+    out: list[IngressListener] = []
+    for server in servers:
+        if server.protocol is ListenerProtocol.TLS:
+            virtual_hosts = builder.tls_hosts([server], bound)
+            for _, host in server.hosts:
+                hostname = "" if host == "*" else host
+                covered = tuple(v for v in virtual_hosts if host_matches(host, v.hostname))
+                name = f"tls.{server.bind}.{server.gateway_key}.{server.index}.{host}"
+                out.append(IngressListener(name, server.bind, ListenerProtocol.TLS, hostname, (), covered))
+        else:
+            out.extend(_terminating_listeners(server.protocol, [server], bound, builder, problems))
+    return out
 
 
 def _terminating_listeners(
