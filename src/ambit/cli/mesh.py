@@ -514,6 +514,22 @@ def controlplane(
             "another are left to theirs.",
         ),
     ] = "default",
+    kubernetes_api_qps: Annotated[
+        float,
+        typer.Option(
+            "--kubernetes-api-qps",
+            "--kubernetesApiQPS",
+            help="Requests per second to the API server at most, on average (istiod's flag).",
+        ),
+    ] = 80.0,
+    kubernetes_api_burst: Annotated[
+        int,
+        typer.Option(
+            "--kubernetes-api-burst",
+            "--kubernetesApiBurst",
+            help="Requests to the API server at once after being idle (istiod's flag).",
+        ),
+    ] = 160,
 ) -> None:
     """Run the control plane: the workload API over delta xDS and the mesh CA, on one TLS gRPC port."""
     from ambit.controlplane.process import ControlPlaneSettings, run_control_plane
@@ -542,6 +558,11 @@ def controlplane(
         )
     if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", revision):
         raise typer.BadParameter(f"expected a DNS-1123 label, got {revision!r}", param_hint="--revision")
+    if not 0 < kubernetes_api_qps <= 1e6 or not 0 < kubernetes_api_burst <= 1_000_000:
+        raise typer.BadParameter(
+            f"expected a positive rate and burst, got {kubernetes_api_qps} and {kubernetes_api_burst}",
+            param_hint="--kubernetes-api-qps/--kubernetes-api-burst",
+        )
     crl_enabled = _env_bool(enable_ca_crl, "--enable-ca-crl (PILOT_ENABLE_CA_CRL)")
     if not re.fullmatch(r"[a-z0-9]([-.a-z0-9]{0,251}[a-z0-9])?", crl_config_map):
         raise typer.BadParameter(f"expected a ConfigMap name, got {crl_config_map!r}", param_hint="--crl-configmap")
@@ -570,6 +591,8 @@ def controlplane(
         enable_ca_crl=crl_enabled,
         crl_file=crl_file,
         crl_config_map=crl_config_map,
+        kubernetes_api_qps=kubernetes_api_qps,
+        kubernetes_api_burst=kubernetes_api_burst,
     )
     configure_logging()
     asyncio.run(run_control_plane(settings))

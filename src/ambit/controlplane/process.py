@@ -81,7 +81,7 @@ from ambit.controlplane.translate.waypoints import WAYPOINT_BOUND, WAYPOINT_MISS
 from ambit.controlplane.untaint import NodeUntainter
 from ambit.controlplane.view import ClusterView, ClusterViewSettings
 from ambit.controlplane.webhook.serving import WebhookManager
-from ambit.k8s import EventRecorder, EventRecorderSettings, KubeClient, kinds
+from ambit.k8s import EventRecorder, EventRecorderSettings, KubeClient, KubeClientSettings, kinds
 from ambit.model.localconfig import LocalConfig
 from ambit.model.routes import WaypointConfig
 from ambit.tls.certs import issue_server_cert
@@ -121,6 +121,11 @@ class ControlPlaneSettings:
     plugin_root: Path | None = None
     debounce: float = 0.1
     """Seconds to gather changes before a translation (each stream then pushes at once)."""
+    kubernetes_api_qps: float = 80.0
+    """Requests per second to the API server at most (istiod's ``--kubernetesApiQPS``): status writes for 10,000
+    policies go at this pace instead of running into the server's limit (:mod:`ambit.k8s.throttle`)."""
+    kubernetes_api_burst: int = 160
+    """Requests at once after being idle (istiod's ``--kubernetesApiBurst``)."""
     webhook_port: int | None = 15017
     """The validating webhook (``/validate``) on ``host``; None: no webhook. Registered with the API server."""
     webhook_host: str | None = None
@@ -617,7 +622,12 @@ async def run_control_plane(settings: ControlPlaneSettings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    client = KubeClient.from_kubeconfig(settings.kubeconfig) if settings.kubeconfig else KubeClient.from_env()
+    budget = KubeClientSettings(qps=settings.kubernetes_api_qps, burst=settings.kubernetes_api_burst)
+    client = (
+        KubeClient.from_kubeconfig(settings.kubeconfig, settings=budget)
+        if settings.kubeconfig
+        else KubeClient.from_env(budget)
+    )
     async with client:
         plane = ControlPlane(settings, client)
         try:

@@ -15,8 +15,10 @@ caller sees has them.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +33,7 @@ from ambit.k8s.connection import Connection
 from ambit.k8s.errors import KubeApiStatusError, KubeClientError, KubeGoneError, response_error
 from ambit.k8s.kinds import SERVICE_ACCOUNTS, TOKEN_REVIEWS, ResourceKind
 from ambit.k8s.sockets import TrackedSockets, tracked_transport
+from ambit.k8s.throttle import RequestBudget, retry_after
 from ambit.k8s.watch import Watch
 
 log = logging.getLogger("ambit.k8s")
@@ -60,6 +63,13 @@ class KubeClientSettings:
     user_agent: str = "ambit/0.1"
     max_keepalive_connections: int = 20
     """Idle connections kept for reuse; open connections are unbounded because every watch holds one."""
+    qps: float | None = None
+    """Requests per second this client sends at most, on average (client-go's QPS; :mod:`ambit.k8s.throttle`
+    rule 1); None: no budget. Watches are not counted."""
+    burst: int = 1
+    """Requests sent at once after being idle (client-go's Burst); only with ``qps``."""
+    max_retries: int = 10
+    """Times a request refused with 429 and Retry-After is sent again (client-go's; throttle rule 2)."""
 
 
 class KubeClient:
@@ -73,6 +83,11 @@ class KubeClient:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.settings = settings or KubeClientSettings()
+        self._budget = (
+            RequestBudget(self.settings.qps, max(1, self.settings.burst)) if self.settings.qps is not None else None
+        )
+        self.throttled = 0.0
+        """Seconds requests waited for the budget or a server's Retry-After (for tests and metrics)."""
         self.connection = conn
         self.namespace = conn.namespace
         """Default namespace of calls that name none."""
@@ -330,10 +345,21 @@ class KubeClient:
             raise KubeClientError(f"{method} {path}: the API client is closed")
         content = None if body is None else _encode(body)
         headers = None if content is None else {"Content-Type": content_type}
-        try:
-            response = await self._http.request(method, path, params=params, content=content, headers=headers)
-        except httpx.HTTPError as exc:
-            raise KubeClientError(f"{method} {path}: {exc!r}") from exc
+        retries = 0
+        while True:
+            await self._wait_for_budget()
+            try:
+                response = await self._http.request(method, path, params=params, content=content, headers=headers)
+            except httpx.HTTPError as exc:
+                raise KubeClientError(f"{method} {path}: {exc!r}") from exc
+            if response.status_code != 429 or retries >= self.settings.max_retries:
+                break
+            wait = retry_after(response.headers.get("Retry-After"))
+            if wait is None:
+                break
+            retries += 1
+            log.debug("%s %s: 429, again in %.1f s (retry %d)", method, path, wait, retries)
+            await self._sleep(wait)
         data = response.content
         if response.status_code >= 300:
             raise response_error(response.status_code, response.reason_phrase, data)
@@ -344,6 +370,16 @@ class KubeClient:
         if not isinstance(doc, dict):
             raise KubeClientError(f"{method} {path}: the response is not a JSON object")
         return doc
+
+    async def _wait_for_budget(self) -> None:
+        if self._budget is not None:
+            wait = self._budget.reserve(time.monotonic())
+            if wait > 0:
+                await self._sleep(wait)
+
+    async def _sleep(self, seconds: float) -> None:
+        self.throttled += seconds
+        await asyncio.sleep(seconds)
 
     def _scope(self, kind: ResourceKind, namespace: str | None, obj: Mapping[str, Any] | None = None) -> str | None:
         """The namespace a single-object call addresses (None for cluster-scoped kinds)."""
