@@ -25,6 +25,7 @@ from typing import IO, Any
 
 from ambit.errors import AmbitError
 from ambit.lab.network.topology import Topology
+from ambit.lab.runtime.processes import container_main_pid
 from bench.lab import lab_lock
 
 REPO = Path(__file__).resolve().parents[2]
@@ -257,30 +258,9 @@ class BenchLab:
 
 
 def _container_pids(pod: Mapping[str, Any]) -> list[int]:
-    """The main process of each running container of ``pod``: the child of the ``runc run`` whose pid the
-    container's ``ambit://<pid>`` id names."""
-    found = []
-    for status in (pod.get("status") or {}).get("containerStatuses") or ():
-        runc = str(status.get("containerID", ""))
-        if "running" in (status.get("state") or {}) and runc.startswith("ambit://"):
-            child = _child_of(int(runc.removeprefix("ambit://")))
-            if child is not None:
-                found.append(child)
-    return found
-
-
-def _child_of(parent: int) -> int | None:
-    """The (first) live child process of ``parent``: a container's main process under its ``runc run``."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if len(fields) > 1 and fields[1] == str(parent) and fields[0] != "Z":
-            return int(entry.name)
-    return None
+    """The main process of each running container of ``pod``."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or ()
+    return [pid for status in statuses if (pid := container_main_pid(status)) is not None]
 
 
 def _ready(pod: Mapping[str, Any]) -> bool:

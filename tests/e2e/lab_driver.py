@@ -29,6 +29,7 @@ import pytest
 from tests import harness
 
 from ambit.lab.network.topology import NodeAddresses, Topology
+from ambit.lab.runtime.processes import container_main_pid
 
 ROOT_LAB_LOCK = harness.ROOT_LAB_LOCK
 LOCK_WAIT = float(os.environ.get("AMBIT_E2E_LOCK_WAIT", "1800"))
@@ -421,10 +422,8 @@ class Lab:
         pods = [p for p in self.pods("istio-system", app) if not node or p["spec"].get("nodeName") == node]
         for pod in pods:
             for status in (pod.get("status") or {}).get("containerStatuses") or ():
-                if "running" in (status.get("state") or {}) and str(status.get("containerID", "")).startswith(
-                    "ambit://"
-                ):
-                    return _child_of(int(str(status["containerID"]).removeprefix("ambit://")))
+                if (pid := container_main_pid(status)) is not None:
+                    return pid
         return None
 
     def restart_component(self, what: str, node: str = "", timeout: float = 90.0) -> None:
@@ -659,20 +658,6 @@ def lab_processes(directory: Path) -> dict[int, list[str]]:
         if str(directory) in argv and "ambit.cli" in argv:
             found[int(entry.name)] = argv
     return found
-
-
-def _child_of(parent: int) -> int | None:
-    """The (first) live child process of ``parent``: a container's init under its ``runc run``."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if len(fields) > 1 and fields[1] == str(parent) and fields[0] != "Z":
-            return int(entry.name)
-    return None
 
 
 def _alive(pid: int) -> bool:

@@ -237,3 +237,28 @@ def test_argv_runs_the_command_inside_the_pod_namespace() -> None:
     assert container_argv("ab12-p-1", ["sleep"], ["60"]) == ["ip", "netns", "exec", "ab12-p-1", "sleep", "60"]
     assert container_argv("", ["sleep"], ["60"]) == ["sleep", "60"]
     assert container_argv("ns", ["pwd"], [], "/tmp") == ["ip", "netns", "exec", "ns", "env", "-C", "/tmp", "--", "pwd"]
+
+
+def test_a_running_containers_main_process_is_the_child_of_its_runc_run() -> None:
+    """``container_main_pid`` (the benchmark's and the lab driver's one lookup) names this test's own child when the
+    container id names this process; nothing for a stopped container, another runtime's id or a malformed one."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    from ambit.lab.runtime.processes import container_main_pid
+
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        running = {"state": {"running": {}}, "containerID": f"ambit://{os.getpid()}"}
+        found = container_main_pid(running)  # this child, or another this worker still has
+        assert found is not None
+        stat = Path(f"/proc/{found}/stat").read_text()
+        assert stat.rsplit(")", 1)[1].split()[1] == str(os.getpid())
+        assert container_main_pid({**running, "state": {"terminated": {}}}) is None
+        assert container_main_pid({**running, "containerID": f"containerd://{os.getpid()}"}) is None
+        assert container_main_pid({**running, "containerID": "ambit://12ab"}) is None
+        assert container_main_pid({"state": "running"}) is None
+    finally:
+        child.kill()
+        child.wait()

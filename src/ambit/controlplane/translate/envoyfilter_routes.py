@@ -80,7 +80,7 @@ _RETRY_FIELDS = {
     "retry_back_off",
     "retryBackOff",
 }
-_HEADER_LISTS = {
+HEADER_LISTS = {
     "request_headers_to_add": ("request", False),
     "requestHeadersToAdd": ("request", False),
     "request_headers_to_remove": ("request", True),
@@ -90,6 +90,7 @@ _HEADER_LISTS = {
     "response_headers_to_remove": ("response", True),
     "responseHeadersToRemove": ("response", True),
 }
+"""Envoy's header-list fields (both JSON spellings): which side they edit, and whether they remove."""
 
 
 _NO_EDITS = HeaderModifier()
@@ -175,8 +176,8 @@ def _headers(value: Mapping[str, Any], at: str) -> dict[str, HeaderModifier]:
         sets: list[tuple[str, str]] = []
         adds: list[tuple[str, str]] = []
         removes: list[str] = []
-        for key in sorted(k for k in value if _HEADER_LISTS.get(k, ("", False))[0] == side):
-            remove = _HEADER_LISTS[key][1]
+        for key in sorted(k for k in value if HEADER_LISTS.get(k, ("", False))[0] == side):
+            remove = HEADER_LISTS[key][1]
             for i, item in enumerate(shapes.list_of(value[key], f"{at}.{key}")):
                 if remove:
                     removes.append(_header_name(item, f"{at}.{key}[{i}]"))
@@ -238,7 +239,7 @@ def read_route_merge(
     action = shapes.text(route.get("action"), f"{at}.match.routeConfiguration.vhost.route.action") or "ANY"
     if action not in ACTIONS:
         raise RouteMergeError(f"{at}.match.routeConfiguration.vhost.route.action: unknown action {action!r}")
-    unknown = set(value) - _ROUTE_FIELDS.union({"route"}, _HEADER_LISTS)
+    unknown = set(value) - _ROUTE_FIELDS.union({"route"}, HEADER_LISTS)
     if unknown or not value:
         what = ", ".join(sorted(unknown)) or "nothing"
         raise RouteMergeError(f"{at}.patch.value: merging {what} is not supported (see the route fields Ambit has)")

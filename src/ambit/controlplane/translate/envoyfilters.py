@@ -65,7 +65,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ambit.controlplane.translate import shapes
-from ambit.controlplane.translate.envoyfilter_routes import RouteMerge, RouteMergeError, read_route_merge
+from ambit.controlplane.translate.envoyfilter_routes import HEADER_LISTS, RouteMerge, RouteMergeError, read_route_merge
 from ambit.model.envoyfilter import (
     EVERYWHERE,
     MAX_VERSION_PATTERN,
@@ -92,16 +92,7 @@ LUA_NAMES = frozenset({"envoy.lua", "envoy.filters.http.lua"})
 LUA_TYPE = "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua"
 HTTP_OPTIONS_KEY = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 
-_HEADER_FIELDS = {
-    "request_headers_to_add": ("request", False),
-    "requestHeadersToAdd": ("request", False),
-    "request_headers_to_remove": ("request", True),
-    "requestHeadersToRemove": ("request", True),
-    "response_headers_to_add": ("response", False),
-    "responseHeadersToAdd": ("response", False),
-    "response_headers_to_remove": ("response", True),
-    "responseHeadersToRemove": ("response", True),
-}
+
 _APPEND_ACTIONS = {a.value: a for a in HeaderAction if a is not HeaderAction.REMOVE}
 _INBOUND_RC = re.compile(r"inbound-vip\|(\d{1,5})\|[^|]*\|(.+)")
 _INBOUND_VHOST = re.compile(r"inbound\|http\|(\d{1,5})")
@@ -284,12 +275,12 @@ def _header_option(raw: object, at: str) -> HeaderOp | None:
 def _header_merge(value: Mapping[str, Any], at: str) -> tuple[tuple[HeaderOp, ...], tuple[HeaderOp, ...]]:
     if not value:
         raise _Refused(f"{at}: an empty merge changes nothing")
-    unknown = set(value) - set(_HEADER_FIELDS)
+    unknown = set(value) - set(HEADER_LISTS)
     if unknown:
         raise _Refused(f"{at}: merging {', '.join(sorted(unknown))} is not supported (only the header lists)")
     sides: dict[str, list[HeaderOp]] = {"request": [], "response": []}
     for key, raw in value.items():
-        side, remove = _HEADER_FIELDS[key]
+        side, remove = HEADER_LISTS[key]
         for i, item in enumerate(shapes.list_of(raw, f"{at}.{key}")):
             if remove:
                 sides[side].append(HeaderOp(HeaderAction.REMOVE, _header_name(item, f"{at}.{key}[{i}]")))

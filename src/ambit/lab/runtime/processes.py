@@ -85,6 +85,31 @@ def pids_in_netns(netns_path: str) -> list[int]:
     return pids
 
 
+def child_of(parent: int) -> int | None:
+    """The (first) live child process of ``parent``, or None."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 1 and fields[1] == str(parent) and fields[0] != "Z":
+            return int(entry.name)
+    return None
+
+
+def container_main_pid(status: Mapping[str, object]) -> int | None:
+    """The main process of a running container, from its ``containerStatuses`` entry: the child of the ``runc run``
+    whose pid the container's ``ambit://<pid>`` id names; None when it is not running or not one of ours."""
+    state = status.get("state")
+    runc = str(status.get("containerID", ""))
+    if not isinstance(state, Mapping) or "running" not in state or not runc.startswith("ambit://"):
+        return None
+    pid = runc.removeprefix("ambit://")
+    return child_of(int(pid)) if pid.isdigit() else None
+
+
 def container_argv(netns: str, command: Sequence[str], args: Sequence[str], working_dir: str = "") -> list[str]:
     argv = [*command, *args]
     if working_dir:
