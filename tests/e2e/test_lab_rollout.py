@@ -47,6 +47,9 @@ OUTLIVING = "cli-1>srv-2"
 STEP_BOUND = 3.0
 """The load's bound on each step of a stream (``tests.faults.load --timeout``): a stream that stayed intact echoed a
 line at least every ``STEP_BOUND + STREAM_INTERVAL`` seconds."""
+GONE_SLACK = 10.0
+"""Seconds on top of the grace period for an old pod to be seen gone (the kubelet's reaping, the API's deletion,
+the scene's polling)."""
 DEADLINE_SLACK = 3.0
 """Seconds either side of the old proxy's drain deadline within which the over-deadline stream must end, counted
 from when the test saw the first old pod terminating (polled, so seen up to a poll late; the kubelet's SIGTERM
@@ -115,6 +118,8 @@ def test_a_rollout_restart_of_every_node_proxy_under_load_keeps_streams_within_t
     assert rollout.status.returncode == 0, rollout.status.output
     assert rollout.status_seconds() <= ROLLOUT_STATUS_BOUND, rollout.status_seconds()
     for old in rollout.old:
-        assert old.gone - old.terminating <= GRACE_PERIOD, vars(old)
+        # Seen gone by polling the API after the kubelet reaped it: a loaded CI run saw 30.1 s for a pod that drained
+        # to its 25 s deadline, so the bound allows the polling and deletion lag on top of the grace period.
+        assert old.gone - old.terminating <= GRACE_PERIOD + GONE_SLACK, vars(old)
         assert run.drained[old.node] != "no drain logged", run.drained
     assert STREAM_LIFETIME > ENDS_AFTER
