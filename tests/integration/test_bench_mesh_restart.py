@@ -24,6 +24,7 @@ from bench.mesh.run import COLD_FLAGS
 from bench.mesh.topology import BenchLab, BenchLabError
 
 from ambit.lab.network.topology import Topology
+from ambit.lab.runtime.processes import child_of
 
 BASE_ARGS = ["nodeproxy", "--node=$(NODE_NAME)", "--cluster-id=$(CLUSTER_ID)"]
 
@@ -46,7 +47,7 @@ class FakeCluster:
             runc = [sys.executable, "-c", f"import subprocess; subprocess.run({child!r})"]
             self.runcs[node] = subprocess.Popen(runc)
         deadline = time.monotonic() + 10
-        while not all(bench_topology._child_of(p.pid) for p in self.runcs.values()):
+        while not all(child_of(p.pid) for p in self.runcs.values()):
             assert time.monotonic() < deadline, "the fake containers did not start"
             time.sleep(0.02)
 
@@ -57,7 +58,7 @@ class FakeCluster:
     @staticmethod
     def _stop(runc: subprocess.Popen[bytes]) -> None:
         """End a fake container: its main process (by pid), then the parent."""
-        child = bench_topology._child_of(runc.pid)
+        child = child_of(runc.pid)
         if child is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(child, signal.SIGKILL)
