@@ -7,6 +7,10 @@ the node agent and node proxy DaemonSets tolerate the taint and land there; once
 control plane's untaint controller removes the taint; the pod is then scheduled, enrolled by the node agent, and
 reaches a pod on node-1 through the node proxies (their access logs show the SPIFFE identity). ``running_lab``
 checks that ``ambit lab down`` leaves nothing of the three nodes behind.
+
+Then ``ambit lab node remove node-3`` takes it away again (:mod:`ambit.lab.cluster.leave`): a pod no controller
+owns stops the drain unless ``--force``; Deployment pods come back on the other nodes; the DaemonSet pods, the Node,
+its namespace, link and routes are gone; the next add takes the name again.
 """
 
 from __future__ import annotations
@@ -23,8 +27,10 @@ from tests.e2e.lab_driver import (
     TEST_TIMEOUT,
     Lab,
     condition,
+    deployment_manifest,
     http_echo_container,
     is_ready,
+    netns_names,
     pod_manifest,
     running_lab,
     sleeper,
@@ -146,3 +152,78 @@ def test_node_add_refuses_bad_taints_and_a_missing_lab(lab: Lab, tmp_path: Any) 
     assert done.returncode == 2 and "contradict" in done.stderr
     done = add("--dir", str(tmp_path / "nolab"))
     assert done.returncode == 1 and "no lab in" in done.stderr
+
+
+def _remove(lab: Lab, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ambit.cli", "lab", "node", "remove", *args, "--dir", str(lab.directory)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+
+
+def _routes(netns: str | None) -> str:
+    where = ["-n", netns] if netns else []
+    return subprocess.run(["ip", *where, "route"], capture_output=True, text=True, check=True).stdout
+
+
+def test_a_removed_node_is_drained_and_leaves_nothing_behind(lab: Lab, namespace: str) -> None:
+    if _node(lab, "node-3") is None:  # the add test above failed or was deselected
+        done = subprocess.run(
+            [sys.executable, "-m", "ambit.cli", "lab", "node", "add", "--no-taint", "--dir", str(lab.directory)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+    wait_until("a ready node proxy on node-3", lambda: _ready_component(lab, "app=ztunnel", "node-3"), 120)
+    lab.apply(pod_manifest("lone", [sleeper()], node="node-3"), namespace=namespace)
+    lab.apply(deployment_manifest("web", 3, http_echo_container()), namespace=namespace)
+    lab.wait_pods_ready(namespace, "app=web", 3, timeout=90)
+    lab.wait_pods_ready(namespace, "app=lone", 1, timeout=60)
+    on_node_3 = [p["metadata"]["name"] for p in lab.pods(namespace, "app=web") if p["spec"]["nodeName"] == "node-3"]
+    node3 = lab.node_addresses("node-3")
+
+    done = _remove(lab, "node-9")
+    assert done.returncode == 1 and "no node 'node-9' in this lab" in done.stderr, done.stderr
+    # A pod no controller owns: the drain refuses, as kubectl's does, and leaves the node cordoned and running.
+    done = _remove(lab, "node-3")
+    assert done.returncode == 1, done.stderr
+    assert f"no controller would recreate {namespace}/lone" in done.stderr and "Traceback" not in done.stderr
+    assert (_node(lab, "node-3") or {})["spec"].get("unschedulable") is True
+    assert is_ready(lab.pod("lone", namespace))
+
+    started = time.monotonic()
+    done = _remove(lab, "node-3", "--force")
+    took = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    assert "node-3 left the lab" in done.stdout
+    assert _node(lab, "node-3") is None
+    assert [p for p in lab.items("pods", "-A") if p["spec"].get("nodeName") == "node-3"] == []
+    web = lab.wait_pods_ready(namespace, "app=web", 3, timeout=90)
+    assert {p["spec"]["nodeName"] for p in web} <= {"node-1", "node-2"}
+    assert node3.netns not in netns_names()
+    assert node3.pod_cidr not in _routes(lab.node_addresses("node-1").netns)
+    assert node3.pod_cidr not in _routes(None)
+    assert not (lab.directory / "nodes" / "node-3").exists()
+    ds = lab.get("daemonset", "ztunnel", "-n", SYSTEM)
+    wait_until(
+        "the node proxy DaemonSet's status without node-3",
+        lambda: lab.get("daemonset", "ztunnel", "-n", SYSTEM)["status"].get("desiredNumberScheduled") == 2,
+        timeout=30,
+    )
+    print(f"node-3 removed in {took:.1f} s (web pods there before: {on_node_3}; ds {ds['status']})")
+
+    # The name and addresses are free again: the next add takes them.
+    done = subprocess.run(
+        [sys.executable, "-m", "ambit.cli", "lab", "node", "add", "--dir", str(lab.directory)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0 and "node-3 joined" in done.stdout, done.stderr
+    wait_until("a ready node proxy on node-3 again", lambda: _ready_component(lab, "app=ztunnel", "node-3"), 120)

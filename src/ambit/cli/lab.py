@@ -255,7 +255,7 @@ def logs(
         typer.echo(f"ambit lab logs: no output from {pod}/{name} yet", err=True)
 
 
-node_app = typer.Typer(help="The lab's nodes: add one to a running lab.")
+node_app = typer.Typer(help="The lab's nodes: add one to a running lab, or remove one.")
 lab.add_typer(node_app, name="node")
 
 
@@ -325,6 +325,32 @@ def node_add(
         typer.echo(f"ambit lab node add: {exc}", err=True)
         raise typer.Exit(1) from None
     typer.echo(f"{node.name} joined: address {node.address}, pods {node.pod_cidr}")
+
+
+@node_app.command("remove")
+def node_remove(
+    name: Annotated[str, typer.Argument(help="The node to remove, e.g. node-3.")],
+    force: Annotated[
+        bool, typer.Option("--force", help="Also delete pods no controller owns (kubectl drain's --force).")
+    ] = False,
+    timeout: Annotated[
+        float, typer.Option(help="Seconds the drain may take before the removal stops (the node stays cordoned).")
+    ] = 120.0,
+    directory: DirOption = DEFAULT_DIR,
+) -> None:
+    """Remove a node from a running lab: cordon and drain it (DaemonSet pods stay until the end), stop its runtime,
+    delete its Node and remaining pods, remove its network."""
+    from ambit.errors import AmbitError
+    from ambit.lab.cluster.leave import remove_node
+
+    _require_root()
+    _topology(directory)
+    try:
+        node = remove_node(directory, name, force=force, drain_timeout=timeout)
+    except AmbitError as exc:
+        typer.echo(f"ambit lab node remove: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"{node.name} left the lab: address {node.address} and pods {node.pod_cidr} are free")
 
 
 @lab.command(hidden=True)

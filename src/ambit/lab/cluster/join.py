@@ -1,6 +1,7 @@
 """``ambit lab node add``: a node joins a running lab, as a machine joins a cluster.
 
-Theory of operation. The new node is ``node-<n+1>``; under an exclusive lock on ``<lab>/lab.lock`` (two adds never
+Theory of operation. The new node is ``node-<n+1>``, or the lowest ``node-<i>`` a removed node left free
+(:mod:`ambit.lab.cluster.leave`); under an exclusive lock on ``<lab>/lab.lock`` (two adds never
 pick the same number):
 
 1. ``lab.json`` gets the grown topology first (written atomically), so that the node runtime finds its node and
@@ -47,7 +48,7 @@ def default_taints(topology: Topology) -> tuple[NodeTaint, ...]:
 
 
 @contextlib.contextmanager
-def _locked(directory: Path) -> Iterator[None]:
+def lab_locked(directory: Path) -> Iterator[None]:
     fd = os.open(directory / "lab.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -67,7 +68,7 @@ def add_node(
     directory = directory.resolve()
     if Topology.load(directory) is None:
         raise LabError(f"no lab in {directory} (start one with `ambit lab up`)")
-    with _locked(directory):
+    with lab_locked(directory):
         topology = Topology.load(directory)
         if topology is None:
             raise LabError(f"no lab in {directory} (it went down meanwhile)")
@@ -76,10 +77,15 @@ def add_node(
                 "this lab runs the mesh under its supervisor (--supervised), which knows only the nodes it started "
                 "with; bring the lab up with the mesh installed (the default) to add nodes"
             )
-        if topology.nodes >= MAX_NODES:
+        if topology.removed:  # the lowest index a removed node left free
+            index = topology.removed[0]
+            grown = dataclasses.replace(topology, removed=topology.removed[1:])
+        elif topology.nodes >= MAX_NODES:
             raise LabError(f"the lab has {topology.nodes} nodes, the most a lab can have")
-        grown = dataclasses.replace(topology, nodes=topology.nodes + 1)
-        node = grown.node(grown.nodes)
+        else:
+            index = topology.nodes + 1
+            grown = dataclasses.replace(topology, nodes=index)
+        node = grown.node(index)
         chosen = default_taints(topology) if taints is None else taints
         record = Record(grown.record_file)
         grown.save()

@@ -343,12 +343,13 @@ def _kill_lab_processes(directory: Path) -> list[str]:
         ):
             found.append(int(entry.name))
     # The supervisor goes first (it stops the mesh daemons it started); the rest are then signalled together.
-    _terminate(supervisors)
-    _terminate(found)
+    terminate_processes(supervisors)
+    terminate_processes(found)
     return [f"process {pid}" for pid in supervisors + found]
 
 
-def _terminate(pids: list[int]) -> None:
+def terminate_processes(pids: list[int]) -> None:
+    """SIGTERM to each of ``pids`` (not necessarily our children), SIGKILL to those alive 8 s later."""
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)

@@ -148,6 +148,9 @@ class Topology:
     installed: bool = False
     """The lab installed the mesh from ``deploy/overlays/lab`` (``ambit lab up --install``): its components are
     pods of DaemonSets and a Deployment, as on a cluster."""
+    removed: tuple[int, ...] = ()
+    """Indices up to ``nodes`` of nodes that left the lab (``ambit lab node remove``); the next add takes the
+    lowest of them again."""
 
     @classmethod
     def new(cls, nodes: int, directory: Path, *, mesh: bool = False, installed: bool = False) -> Topology:
@@ -169,8 +172,8 @@ class Topology:
         return f"https://{BRIDGE_ADDRESS}:{API_PORT}"
 
     def node(self, index: int) -> NodeAddresses:
-        if not 1 <= index <= self.nodes:
-            raise ValueError(f"no node {index} in a lab of {self.nodes}")
+        if not 1 <= index <= self.nodes or index in self.removed:
+            raise ValueError(f"no node {index} in lab {self.lab_id}")
         return NodeAddresses(
             name=f"node-{index}",
             index=index,
@@ -182,7 +185,12 @@ class Topology:
         )
 
     def all_nodes(self) -> list[NodeAddresses]:
-        return [self.node(i) for i in range(1, self.nodes + 1)]
+        return [self.node(i) for i in range(1, self.nodes + 1) if i not in self.removed]
+
+    @property
+    def node_count(self) -> int:
+        """How many nodes the lab has now."""
+        return self.nodes - len(self.removed)
 
     def node_named(self, name: str) -> NodeAddresses | None:
         for node in self.all_nodes():
@@ -263,6 +271,7 @@ class Topology:
                 str(data["directory"]),
                 bool(data.get("mesh", False)),
                 bool(data.get("installed", False)),
+                tuple(sorted({int(i) for i in data.get("removed", ())})),
             )
         except (OSError, ValueError, KeyError, TypeError):
             return None
