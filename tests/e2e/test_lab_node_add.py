@@ -37,6 +37,8 @@ from tests.e2e.lab_driver import (
     wait_until,
 )
 
+from ambit.lab.network.topology import Topology
+
 pytestmark = [pytest.mark.root, pytest.mark.kubectl, pytest.mark.timeout(TEST_TIMEOUT)]
 
 SYSTEM = "istio-system"
@@ -185,7 +187,9 @@ def test_a_removed_node_is_drained_and_leaves_nothing_behind(lab: Lab, namespace
     lab.wait_pods_ready(namespace, "app=web", 3, timeout=90)
     lab.wait_pods_ready(namespace, "app=lone", 1, timeout=60)
     on_node_3 = [p["metadata"]["name"] for p in lab.pods(namespace, "app=web") if p["spec"]["nodeName"] == "node-3"]
-    node3 = lab.node_addresses("node-3")
+    grown = Topology.load(lab.directory)  # the lab's own topology object predates node-3
+    node3 = grown.node_named("node-3") if grown else None
+    assert node3 is not None
 
     done = _remove(lab, "node-9")
     assert done.returncode == 1 and "no node 'node-9' in this lab" in done.stderr, done.stderr
