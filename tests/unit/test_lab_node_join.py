@@ -203,17 +203,17 @@ def test_a_node_whose_namespace_or_range_is_taken_is_not_added(tmp_path: Path) -
 # -- the add's refusals and its undo ------------------------------------------------------------------------------
 
 
+def _link_add_refused(call: Call) -> CommandResult | None:
+    if call.argv[:3] == ("ip", "link", "add"):
+        return CommandResult(call.argv, 2, b"", b"RTNETLINK answers: Operation not permitted")
+    return None
+
+
 def test_a_failed_add_removes_what_it_made_and_restores_the_topology(tmp_path: Path) -> None:
     topology = Topology.new(2, tmp_path / "lab", installed=True)
     topology.save()
     p = topology.prefix
-
-    def respond(call: Call) -> CommandResult | None:
-        if call.argv[:3] == ("ip", "link", "add"):
-            return CommandResult(call.argv, 2, b"", b"RTNETLINK answers: Operation not permitted")
-        return None
-
-    runner = RecordingRunner(respond=respond)
+    runner = RecordingRunner(respond=_link_add_refused)
     with pytest.raises(LabError, match=r"adding node-3 failed: .*Operation not permitted"):
         add_node(topology.path, runner=runner)
     assert Topology.load(topology.path) == topology
@@ -222,6 +222,16 @@ def test_a_failed_add_removes_what_it_made_and_restores_the_topology(tmp_path: P
     assert f"ip route delete 198.18.3.0/24 via 198.18.0.13 dev {p}-br" in runner.commands
     assert f"ip -n {p}-node-1 route delete 198.18.3.0/24 via 198.18.0.13 dev eth0" in runner.commands
     assert not topology.node_dir("node-3").exists()
+
+
+def test_the_next_add_takes_the_lowest_index_a_removed_node_left(tmp_path: Path) -> None:
+    topology = dataclasses.replace(Topology.new(4, tmp_path / "lab"), removed=(2, 3))
+    topology.save()
+    runner = RecordingRunner(respond=_link_add_refused)
+    with pytest.raises(LabError, match="adding node-2 failed"):
+        add_node(topology.path, runner=runner)
+    assert any(c.startswith(f"ip link add {topology.prefix}-n2 ") for c in runner.commands), runner.commands
+    assert Topology.load(topology.path) == topology
 
 
 def test_a_lab_with_the_supervised_mesh_or_at_its_size_limit_gets_no_node(tmp_path: Path) -> None:

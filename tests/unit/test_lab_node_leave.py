@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from ambit.commands import Call, CommandResult, RecordingRunner
-from ambit.lab.cluster.join import add_node
+from ambit.commands import RecordingRunner
 from ambit.lab.cluster.leave import _remove_network, drain_plan, remove_node
 from ambit.lab.cluster.lifecycle import LabError
 from ambit.lab.network.topology import LOAD_BALANCER_CIDR, Topology
@@ -99,23 +98,6 @@ def test_a_removed_node_is_no_longer_a_node_of_the_lab_and_that_is_saved(tmp_pat
     text = (old.path / "lab.json").read_text().replace('"removed": [],', "")
     (old.path / "lab.json").write_text(text)
     assert Topology.load(old.path) == old
-
-
-def test_the_next_add_takes_the_lowest_index_a_removed_node_left(tmp_path: Path) -> None:
-    topology = dataclasses.replace(Topology.new(4, tmp_path / "lab"), removed=(2, 3))
-    topology.save()
-    p = topology.prefix
-
-    def respond(call: Call) -> CommandResult | None:
-        if call.argv[:3] == ("ip", "link", "add"):
-            return CommandResult(call.argv, 2, b"", b"RTNETLINK answers: Operation not permitted")
-        return None
-
-    runner = RecordingRunner(respond=respond)
-    with pytest.raises(LabError, match="adding node-2 failed"):
-        add_node(topology.path, runner=runner)
-    assert any(c.startswith(f"ip link add {p}-n2 ") for c in runner.commands), runner.commands
-    assert Topology.load(topology.path) == topology
 
 
 # -- the network -------------------------------------------------------------------------------------------------

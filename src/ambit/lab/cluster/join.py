@@ -48,11 +48,18 @@ def default_taints(topology: Topology) -> tuple[NodeTaint, ...]:
 
 
 @contextlib.contextmanager
-def lab_locked(directory: Path) -> Iterator[None]:
+def locked_lab(directory: Path) -> Iterator[Topology]:
+    """The lab in ``directory`` (already resolved), read again under its exclusive lock; LabError when there is
+    none (the lock file is not created for a directory that holds no lab)."""
+    if Topology.load(directory) is None:
+        raise LabError(f"no lab in {directory} (start one with `ambit lab up`)")
     fd = os.open(directory / "lab.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
+        topology = Topology.load(directory)
+        if topology is None:
+            raise LabError(f"no lab in {directory} (it went down meanwhile)")
+        yield topology
     finally:
         os.close(fd)
 
@@ -65,13 +72,7 @@ def add_node(
 ) -> NodeAddresses:
     """Rules 1 to 5; ``taints`` None means the default (rule 4). The new node's addresses."""
     runner = runner or SubprocessRunner()
-    directory = directory.resolve()
-    if Topology.load(directory) is None:
-        raise LabError(f"no lab in {directory} (start one with `ambit lab up`)")
-    with lab_locked(directory):
-        topology = Topology.load(directory)
-        if topology is None:
-            raise LabError(f"no lab in {directory} (it went down meanwhile)")
+    with locked_lab(directory.resolve()) as topology:
         if topology.mesh:
             raise LabError(
                 "this lab runs the mesh under its supervisor (--supervised), which knows only the nodes it started "

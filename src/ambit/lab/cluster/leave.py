@@ -44,8 +44,8 @@ from ambit.commands import CommandRunner, SubprocessRunner
 from ambit.k8s import KubeClient, KubeClientError, kinds
 from ambit.k8s.errors import KubeApiStatusError
 from ambit.lab.cluster.identities import forget_node
-from ambit.lab.cluster.join import lab_locked
-from ambit.lab.cluster.lifecycle import LabError, terminate_processes
+from ambit.lab.cluster.join import locked_lab
+from ambit.lab.cluster.lifecycle import LabError, ambit_processes, terminate_processes
 from ambit.lab.cluster.record import Record
 from ambit.lab.network.bridge import join_routes, load_balancer_route
 from ambit.lab.network.topology import NodeAddresses, Topology
@@ -64,13 +64,7 @@ def remove_node(
 ) -> NodeAddresses:
     """Rules 1 to 5; the removed node's addresses. LabError says why a removal was refused or did not finish."""
     runner = runner or SubprocessRunner()
-    directory = directory.resolve()
-    if Topology.load(directory) is None:
-        raise LabError(f"no lab in {directory} (start one with `ambit lab up`)")
-    with lab_locked(directory):
-        topology = Topology.load(directory)
-        if topology is None:
-            raise LabError(f"no lab in {directory} (it went down meanwhile)")
+    with locked_lab(directory.resolve()) as topology:
         node = topology.node_named(name)
         if node is None:
             known = ", ".join(n.name for n in topology.all_nodes())
@@ -153,18 +147,10 @@ def _runtime_pids(topology: Topology, name: str) -> list[int]:
     """The node runtime's process, found by its command line (``ambit lab node --dir <lab> --name <node>``)."""
     wanted_dir, wanted_name = str(topology.path).encode(), name.encode()
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            args = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"ambit.cli" not in args or b"nsenter" in args[:1]:
-            continue
+    for pid, args in ambit_processes():
         pairs = {(args[i - 1], arg) for i, arg in enumerate(args) if i > 0}
         if (b"--dir", wanted_dir) in pairs and (b"--name", wanted_name) in pairs and b"node" in args:
-            found.append(int(entry.name))
+            found.append(pid)
     return found
 
 

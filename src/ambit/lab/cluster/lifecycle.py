@@ -23,7 +23,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -321,19 +321,11 @@ def _kill_lab_processes(directory: Path) -> list[str]:
     dir_options = {b"--dir", b"--lab-dir", b"--data-dir"}
     found: list[int] = []
     supervisors: list[int] = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            args = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"ambit.cli" not in args or not any(
-            arg in wanted and i > 0 and args[i - 1] in dir_options for i, arg in enumerate(args)
-        ):
+    for pid, args in ambit_processes():
+        if not any(arg in wanted and i > 0 and args[i - 1] in dir_options for i, arg in enumerate(args)):
             continue
         if b"lab" in args and b"supervise" in args:
-            supervisors.append(int(entry.name))
+            supervisors.append(pid)
         elif (
             b"apiserver" in args
             or b"nodeagent" in args
@@ -341,11 +333,24 @@ def _kill_lab_processes(directory: Path) -> list[str]:
             or b"controlplane" in args
             or (b"lab" in args and (b"node" in args or b"controllers" in args))
         ):
-            found.append(int(entry.name))
+            found.append(pid)
     # The supervisor goes first (it stops the mesh daemons it started); the rest are then signalled together.
     terminate_processes(supervisors)
     terminate_processes(found)
     return [f"process {pid}" for pid in supervisors + found]
+
+
+def ambit_processes() -> Iterator[tuple[int, list[bytes]]]:
+    """Each process running ``python -m ambit.cli`` on this machine, with its command line."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"ambit.cli" in args:
+            yield int(entry.name), args
 
 
 def terminate_processes(pids: list[int]) -> None:
