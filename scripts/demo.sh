@@ -27,6 +27,14 @@ in_pod() {  # in_pod NAMESPACE POD -- CMD...
   "$AMBIT" lab exec --dir "$DIR" -n "$ns" "$pod" -- "$@"
 }
 
+# A lab uses fixed addresses, so one runs at a time on a machine: the tests and benchmarks take this lock for
+# theirs, and the demo waits for it the same way (the lab's daemons do not inherit it).
+exec 9>/run/lock/ambit-lab-root.lock
+if ! flock -n 9; then
+  echo "waiting for another lab (a test or benchmark run) to finish: /run/lock/ambit-lab-root.lock"
+  flock 9
+fi
+
 step "ambit lab up --nodes 2   (API server, controllers, a node runtime per node; then the mesh installed from deploy/)"
 up=1
 "$AMBIT" lab up --dir "$DIR" --nodes 2
