@@ -24,7 +24,8 @@ Rules:
 4. The status of a call is in its trailers, or in the response head of a trailers-only response. ``grpc-status``
    is a decimal code; a missing or malformed one is UNKNOWN (2) and, when the HTTP status is not 200, the code
    gRPC maps that HTTP status to. ``grpc-message`` is percent-decoded (invalid UTF-8 replaced) and cut to
-   :data:`MAX_STATUS_MESSAGE` characters, with control characters shown escaped, for one-line errors.
+   :data:`MAX_STATUS_MESSAGE` characters, with control characters shown escaped (and the escaped text cut to
+   that length again), for one-line errors.
 5. A :class:`CallResponse` reads one call's response side from the engine's events: a response head that is not
    HTTP 200 with a ``content-type`` of ``application/grpc`` ends the call (its status from the head, else the
    HTTP status's code, else UNKNOWN); messages are cut by rule 2 (a refused one ends the call: RESOURCE_EXHAUSTED
@@ -196,7 +197,7 @@ def call_status(headers: Sequence[tuple[str, str]], http_status: int = 200) -> C
 
 def _readable(message: str) -> str:
     text = unquote_to_bytes(message[: MAX_STATUS_MESSAGE * 3]).decode("utf-8", "replace")[:MAX_STATUS_MESSAGE]
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)[:MAX_STATUS_MESSAGE]
 
 
 _RESET_TO_STATUS = {
