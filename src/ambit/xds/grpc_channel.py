@@ -292,6 +292,9 @@ class _Connection:
                 await self.flush()
         except (OSError, EOFError) as exc:
             self.fail(CallStatus(StatusCode.UNAVAILABLE, f"read failed: {exc or type(exc).__name__}"))
+        except Exception as exc:  # a bug of ours: the calls must end (rule 5), not hang on a dead reader
+            log.warning("grpc %s: reader failed: %s: %s", self.settings.target, type(exc).__name__, exc)
+            self.fail(CallStatus(StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}"))
 
     def receive(self, data: bytes) -> None:
         for event in self.engine.receive_data(data):
