@@ -132,6 +132,7 @@ async def test_a_consumer_that_stops_reading_holds_at_most_a_window_plus_a_messa
             previous = feed.sent
             await asyncio.sleep(0.5)
         queued = len(call.queue)  # type: ignore[attr-defined]
+        print(f"held back after {feed.sent} messages sent, {queued} queued")
         assert queued * MIB <= 4 * MIB + MIB, f"{queued} messages held"
         assert feed.sent < 16, f"the server got {feed.sent} messages out to a consumer that took 1"
         for _ in range(63):  # reading again reopens the window: everything arrives
