@@ -23,6 +23,7 @@ import grpc.aio  # type: ignore[import-untyped]
 import pytest
 
 from ambit.hbone import wire
+from ambit.hbone.connection import HboneSettings
 from ambit.hbone.events import RequestReceived
 from ambit.hbone.grpc_calls import PREFIX, StatusCode, encode_message
 from ambit.hbone.messages import Http2ServerConnection
@@ -156,6 +157,7 @@ async def test_a_message_above_the_bound_fails_the_call_and_the_channel_serves_t
 
 # -- hostile servers --------------------------------------------------------------------------------------------------
 
+DEFAULT_SETTINGS = HboneSettings()
 Script = Callable[[Http2ServerConnection, int], Awaitable[None] | None]
 
 
@@ -163,8 +165,16 @@ class Hostile:
     """A TLS (ALPN h2) server on our own engine that answers every request with ``script``; with ``goaway``,
     every connection gets GOAWAY right after its SETTINGS instead."""
 
-    def __init__(self, pki: Pki, script: Script | None = None, *, goaway: bool = False, tls: bool = True) -> None:
-        self.pki, self.script, self.goaway, self.tls = pki, script, goaway, tls
+    def __init__(
+        self,
+        pki: Pki,
+        script: Script | None = None,
+        *,
+        goaway: bool = False,
+        tls: bool = True,
+        settings: HboneSettings = DEFAULT_SETTINGS,
+    ) -> None:
+        self.pki, self.script, self.goaway, self.tls, self.settings = pki, script, goaway, tls, settings
         self.connections = 0
         self.requests = 0
         self.port = 0
@@ -193,7 +203,7 @@ class Hostile:
         handler = asyncio.current_task()
         assert handler is not None
         self._handlers.add(handler)
-        conn = Http2ServerConnection()
+        conn = Http2ServerConnection(self.settings)
         try:
             if not self.tls:  # a server that takes the TCP connection and says nothing, ever
                 await reader.read()
@@ -332,6 +342,20 @@ async def test_after_a_graceful_goaway_the_next_call_dials_a_new_connection(pki:
                 assert await channel.unary("/a.B/C", b"q", metadata=(), time_limit=5.0) == b"answer"
                 assert (channel.dials, server.requests) == (calls, calls)
             await until(lambda: not server._writers or len(server._writers) <= 1, seconds=5.0)  # drained ones closed
+
+
+async def test_a_server_that_allows_no_stream_costs_one_connection_per_call_and_keeps_none(
+    pki: Pki, clean_logs: object
+) -> None:
+    async with (
+        Hostile(pki, mute, settings=HboneSettings(max_concurrent_streams=0)) as server,
+        ca_client(pki, server.port) as client,
+    ):
+        for attempt in range(1, 4):
+            with pytest.raises(CaError, match="UNAVAILABLE: cannot open a call"):
+                await client.fetch_certificate(IDENTITY)
+            assert server.connections == attempt
+        await until(lambda: len(server._writers) <= 1, seconds=5.0)  # the connections left behind were closed
 
 
 def xds_client(pki: Pki, port: int) -> XdsClient:

@@ -21,7 +21,9 @@ Rules:
    turn), so a silent server is noticed within ``time + timeout`` of its last byte, grpcio's bound.
 3. A graceful GOAWAY drains: the calls it covers go on to their end, the ones above its last stream id fail
    UNAVAILABLE (never processed), the next call dials a new connection, and the old one is closed once its last
-   call ended. A GOAWAY with an error code, or a connection error, fails every call at once.
+   call ended. So is a connection left for a new one because it has no room for another call: a channel holds
+   one connection plus those still finishing calls, never more. A GOAWAY with an error code, or a connection
+   error, fails every call at once.
 4. Flow control follows the consumer (``grpc_calls`` rule 6): a stream call whose reader stops holds at most one
    message plus one stream window; messages are bounded by ``max_receive_message`` from their prefix.
 5. Every call ends with a status. A failure is one :class:`~ambit.xds.errors.GrpcCallError` (code and message);
@@ -191,6 +193,7 @@ class _Connection:
         self.engine = _GrpcConnection(_SETTINGS)
         self.calls: dict[int, _Call] = {}
         self.failed: CallStatus | None = None
+        self.retiring = False
         self.ready = asyncio.Event()
         self.idle = asyncio.Event()
         """No call is open (set again each time the last one ends)."""
@@ -220,8 +223,11 @@ class _Connection:
 
     # --- calls ----------------------------------------------------------------------------------------------
 
-    async def open(self, path: str, headers: list[tuple[str, str]], *, end_stream: bool = False) -> _Call:
-        stream_id = self.engine.send_request("POST", self.scheme, self.authority, path, headers)
+    async def open(self, path: str, headers: list[tuple[str, str]]) -> _Call:
+        try:
+            stream_id = self.engine.send_request("POST", self.scheme, self.authority, path, headers)
+        except HboneError as exc:  # closed meanwhile, or the server allows no stream at all
+            raise GrpcCallError(StatusCode.UNAVAILABLE, f"cannot open a call: {exc}") from None
         call = self.calls[stream_id] = _Call(self, stream_id, self.settings.max_receive_message)
         self.idle.clear()
         await self.flush()
@@ -230,9 +236,12 @@ class _Connection:
     async def send(self, call: _Call, data: bytes, *, end: bool = False) -> None:
         if call.response.status is not None or not self.engine.is_open(call.stream_id):
             raise _ended(call.response.status)
-        self.engine.send_data(call.stream_id, data)
-        if end:
-            self.engine.end_stream(call.stream_id)
+        try:
+            self.engine.send_data(call.stream_id, data)
+            if end:
+                self.engine.end_stream(call.stream_id)
+        except HboneError as exc:
+            raise GrpcCallError(StatusCode.INTERNAL, f"cannot send on the call: {exc}") from None
         await self.flush()
         while self.engine.pending_bytes(call.stream_id) and call.response.status is None:
             call.writable.clear()
@@ -255,8 +264,14 @@ class _Connection:
         self.calls.pop(call.stream_id, None)
         if not self.calls:
             self.idle.set()
-        if not self.calls and self.engine.draining:
+        if not self.calls and (self.engine.draining or self.retiring):
             self.fail(CallStatus(StatusCode.UNAVAILABLE, "the connection drained"))
+
+    def retire(self) -> None:
+        """The channel dials another connection: this one ends with its last call (now, if it has none)."""
+        self.retiring = True
+        if not self.calls:
+            self.fail(CallStatus(StatusCode.UNAVAILABLE, "the connection was retired"))
 
     # --- writing --------------------------------------------------------------------------------------------
 
@@ -469,8 +484,10 @@ class GrpcChannel:
             conn = self._conn
             if conn is not None and conn.usable:
                 return conn
-            if conn is not None and conn.failed is None:  # draining: its calls finish, new ones go elsewhere
-                self._draining.add(conn)
+            if conn is not None and conn.failed is None:  # draining or full: its calls finish, new ones go elsewhere
+                conn.retire()
+                if conn.failed is None:
+                    self._draining.add(conn)
             self._draining = {c for c in self._draining if c.failed is None}
             self._conn = None
             self._conn = conn = await self._dial()
