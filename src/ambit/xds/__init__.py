@@ -16,7 +16,8 @@ Modules:
 - ``sync_client``: reading one control plane's sync status (``ambit proxy-status``).
 - ``client``: the node proxy's xDS client (TLS, bearer token, reconnect with back-off keeping its state).
 - ``grpc_channel``: the gRPC client channel the xDS and CA clients call through, on the HBONE HTTP/2 engine
-  (:mod:`ambit.hbone.grpc_calls` is its sans-IO half); no grpcio in the node proxy.
+  (:mod:`ambit.hbone.grpc_calls` is its sans-IO half); no grpcio in the node proxy. ``grpc_connection``: one
+  HTTP/2 connection of that channel, its reader, keepalive timer and calls.
 - ``keepalive``: HTTP/2 keepalive of the control-plane connection (istiod's 15 s ping tolerance, 30 s pings with a
   10 s timeout), shared by the xDS server and client and the CA's server and client.
 - ``errors``: the package's error tree.
