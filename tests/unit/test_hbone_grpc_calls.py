@@ -275,6 +275,14 @@ def test_after_a_complete_message_waits_everything_is_held_until_the_consumer_ta
     assert queue.held == 0 and len(queue) == 0
 
 
+def test_a_cancelled_call_gives_back_what_its_unread_messages_held() -> None:
+    queue = MessageQueue()
+    queue.arrived([b"a"], 10)
+    queue.arrived([b"b"], 20)
+    assert queue.drop() == 30
+    assert (len(queue), queue.held, queue.arrived([], 5)) == (0, 0, 5)
+
+
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 1000), st.booleans()), max_size=40))
 def test_credit_given_back_is_exactly_what_arrived_once_the_consumer_is_done(
     steps: list[tuple[int, int, bool]],

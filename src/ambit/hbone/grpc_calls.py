@@ -300,6 +300,12 @@ class MessageQueue:
         credit, self._held = self._held, 0
         return message, credit
 
+    def drop(self) -> int:
+        """The consumer is gone (the call was cancelled): forget the messages; the credit to give back now."""
+        self._messages.clear()
+        credit, self._held = self._held, 0
+        return credit
+
     @property
     def held(self) -> int:
         return self._held

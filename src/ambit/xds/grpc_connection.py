@@ -182,6 +182,9 @@ class GrpcConnection:
         self.flush_soon()
 
     def reset(self, call: GrpcCall) -> None:
+        credit = call.queue.drop()  # the connection's window must not shrink by what nobody will read
+        if credit:
+            self.engine.consumed(call.stream_id, credit)
         if self.engine.is_open(call.stream_id):
             self.engine.reset_stream(call.stream_id, wire.CANCEL)
             self.flush_soon()
