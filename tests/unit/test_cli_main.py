@@ -65,16 +65,17 @@ def test_lab_exec_does_not_load_the_grpc_or_http_stacks() -> None:
     assert done.stderr.strip().splitlines()[-1] == "loaded:", done.stderr
 
 
-def test_the_node_proxy_loads_no_aiohttp() -> None:
+def test_the_node_proxy_loads_neither_aiohttp_nor_grpcio() -> None:
     """``ambit nodeproxy`` imports what its command imports (the data path once its arguments are good) and serves
-    its admin, stats and readiness ports on h11: aiohttp (and its multidict and yarl) stays out of the process."""
+    its admin, stats and readiness ports on h11: aiohttp (and its multidict and yarl) stays out of the process. Its
+    xDS and CA clients call through :mod:`ambit.xds.grpc_channel` (our HTTP/2 engine): grpcio stays out too."""
     probe = (
         "import sys\n"
         "from ambit.cli import main\n"
         "for name in main.modules_for(['nodeproxy']):\n    __import__(name)\n"
         "import ambit.inpod.eventloop, ambit.inpod.settings, ambit.model.identity, ambit.inpod.allocator\n"
         "import ambit.inpod.daemon\n"
-        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('aiohttp', 'multidict', 'yarl'))\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('aiohttp', 'multidict', 'yarl', 'grpc'))\n"
         "print('loaded:', *loaded, 'telemetry' if 'ambit.telemetry.endpoints' in sys.modules else '')\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)

@@ -9,11 +9,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ambit.hbone import wire
 from ambit.hbone.errors import GrpcMessageError, HboneError
 from ambit.hbone.grpc_calls import (
     MAX_STATUS_MESSAGE,
     PREFIX,
+    CallResponse,
     CallStatus,
+    MessageQueue,
     MessageReader,
     StatusCode,
     call_status,
@@ -136,3 +139,165 @@ def test_any_trailers_give_a_status_with_a_one_line_message(headers: list[tuple[
     status = call_status(headers)
     assert isinstance(status.code, StatusCode)
     assert "\n" not in str(status) and len(status.message) <= MAX_STATUS_MESSAGE * 10
+
+
+# -- one call's response side (rule 5) ----------------------------------------------------------------------------
+
+OK_HEAD = [("content-type", "application/grpc")]
+
+
+def test_a_response_gives_its_messages_then_the_status_of_its_trailers() -> None:
+    response = CallResponse(1024)
+    response.head(200, OK_HEAD)
+    assert response.data(encode_message(b"one") + encode_message(b"tw")[:4]) == [b"one"]
+    assert response.data(encode_message(b"tw")[4:]) == [b"tw"]
+    response.trailers([("grpc-status", "0")])
+    response.ended()
+    assert response.status == CallStatus(StatusCode.OK)
+
+
+def test_a_trailers_only_refusal_is_its_code_and_message() -> None:
+    response = CallResponse(1024)
+    response.head(200, [*OK_HEAD, ("grpc-status", "16"), ("grpc-message", "bad%20token")])
+    assert response.status == CallStatus(StatusCode.UNAUTHENTICATED, "bad token")
+    assert response.data(encode_message(b"late")) == []
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "code"),
+    [
+        (503, [("content-type", "text/plain")], StatusCode.UNAVAILABLE),
+        (404, [], StatusCode.UNIMPLEMENTED),
+        (200, [("content-type", "text/html")], StatusCode.UNKNOWN),
+        (200, [], StatusCode.UNKNOWN),
+    ],
+)
+def test_a_head_that_is_not_grpc_ends_the_call(status: int, headers: list[tuple[str, str]], code: StatusCode) -> None:
+    response = CallResponse(1024)
+    response.head(status, headers)
+    assert response.status is not None and response.status.code is code
+
+
+def test_an_oversized_message_is_resource_exhausted_and_a_compressed_one_internal() -> None:
+    big = CallResponse(10)
+    big.head(200, OK_HEAD)
+    assert big.data(PREFIX.pack(0, 11)) == []
+    assert big.status is not None and big.status.code is StatusCode.RESOURCE_EXHAUSTED
+    squeezed = CallResponse(10)
+    squeezed.head(200, OK_HEAD)
+    assert squeezed.data(PREFIX.pack(1, 3) + b"abc") == []
+    assert squeezed.status is not None and squeezed.status.code is StatusCode.INTERNAL
+
+
+def test_an_ok_status_in_the_middle_of_a_message_is_internal_and_the_part_is_never_delivered() -> None:
+    response = CallResponse(1024)
+    response.head(200, OK_HEAD)
+    assert response.data(encode_message(b"truncated")[:8]) == []
+    response.trailers([("grpc-status", "0")])
+    assert response.status is not None and response.status.code is StatusCode.INTERNAL
+
+
+def test_a_stream_that_ends_without_trailers_is_unknown_and_a_reset_is_mapped_as_grpc_maps_it() -> None:
+    ended = CallResponse(1024)
+    ended.head(200, OK_HEAD)
+    ended.ended()
+    assert ended.status is not None and ended.status.code is StatusCode.UNKNOWN
+    for code, expected in [
+        (wire.REFUSED_STREAM, StatusCode.UNAVAILABLE),
+        (wire.CANCEL, StatusCode.CANCELLED),
+        (wire.ENHANCE_YOUR_CALM, StatusCode.RESOURCE_EXHAUSTED),
+        (wire.PROTOCOL_ERROR, StatusCode.INTERNAL),
+    ]:
+        reset = CallResponse(1024)
+        reset.reset(code, remote=True)
+        assert reset.status is not None and reset.status.code is expected
+
+
+def test_the_first_outcome_of_a_call_is_final() -> None:
+    response = CallResponse(1024)
+    response.head(200, OK_HEAD)
+    response.trailers([("grpc-status", "5"), ("grpc-message", "first")])
+    response.reset(wire.CANCEL, remote=True)
+    response.fail(CallStatus(StatusCode.UNAVAILABLE, "later"))
+    assert response.status == CallStatus(StatusCode.NOT_FOUND, "first")
+
+
+_EVENTS = st.one_of(
+    st.tuples(
+        st.just("head"),
+        st.integers(100, 599),
+        st.lists(
+            st.tuples(st.sampled_from(["content-type", "grpc-status", "grpc-message", "x"]), st.text(max_size=40)),
+            max_size=4,
+        ),
+    ),
+    st.tuples(st.just("data"), st.binary(max_size=64)),
+    st.tuples(
+        st.just("trailers"),
+        st.lists(st.tuples(st.sampled_from(["grpc-status", "grpc-message", "x"]), st.text(max_size=40)), max_size=3),
+    ),
+    st.tuples(st.just("ended")),
+    st.tuples(st.just("reset"), st.integers(0, 2**32 - 1)),
+)
+
+
+@given(st.lists(_EVENTS, max_size=12))
+def test_any_sequence_of_events_ends_in_one_status_without_raising(events: list[tuple]) -> None:  # type: ignore[type-arg]
+    response = CallResponse(32)
+    delivered = 0
+    for event in events:
+        kind, *args = event
+        if kind == "data":
+            delivered += sum(len(m) for m in response.data(args[0]))
+        else:
+            getattr(response, kind)(*args, **({"remote": True} if kind == "reset" else {}))
+    response.ended()
+    assert response.status is not None and "\n" not in response.status.message
+    assert delivered <= 32 * 64
+
+
+# -- flow control by the consumer (rule 6) -------------------------------------------------------------------------
+
+
+def test_bytes_of_a_message_still_arriving_are_given_back_at_once() -> None:
+    queue = MessageQueue()
+    assert queue.arrived([], 1000) == 1000
+
+
+def test_after_a_complete_message_waits_everything_is_held_until_the_consumer_takes_all() -> None:
+    queue = MessageQueue()
+    assert queue.arrived([b"a"], 10) == 0
+    assert queue.arrived([], 500) == 0
+    assert queue.arrived([b"b", b"c"], 20) == 0
+    assert queue.take() == (b"a", 0)
+    assert queue.take() == (b"b", 0)
+    assert queue.take() == (b"c", 530)
+    assert queue.held == 0 and len(queue) == 0
+
+
+def test_a_cancelled_call_gives_back_what_its_unread_messages_held() -> None:
+    queue = MessageQueue()
+    queue.arrived([b"a"], 10)
+    queue.arrived([b"b"], 20)
+    assert queue.drop() == 30
+    assert (len(queue), queue.held, queue.arrived([], 5)) == (0, 0, 5)
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 1000), st.booleans()), max_size=40))
+def test_credit_given_back_is_exactly_what_arrived_once_the_consumer_is_done(
+    steps: list[tuple[int, int, bool]],
+) -> None:
+    """Nothing is lost or given twice, and while a message waits unread no credit is given back at all."""
+    queue = MessageQueue()
+    arrived = given_back = 0
+    for count, flow, take in steps:
+        waiting = len(queue) > 0
+        credit = queue.arrived([b"m"] * count, flow)
+        arrived += flow
+        given_back += credit
+        assert not (waiting and credit)
+        if take and len(queue):
+            given_back += queue.take()[1]
+    while len(queue):
+        given_back += queue.take()[1]
+    assert given_back == arrived

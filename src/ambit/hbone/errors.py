@@ -4,6 +4,7 @@
     ├── HboneProtocolError      the peer broke an HTTP/2 or HBONE rule; ``error_code`` is the HTTP/2 code
     ├── AuthorityError          a CONNECT ``:authority`` is not ``host:port``
     └── GrpcMessageError        the peer sent a gRPC message we refuse (compressed, too large): the call fails
+        └── GrpcMessageTooLarge  ... larger than the call's bound
 
 ``receive_data`` never raises for what a peer sends: deep inside frame handling the engine raises
 :class:`HboneProtocolError` to unwind, catches it at the top, and ends the connection with a GOAWAY carrying its
@@ -35,3 +36,7 @@ class AuthorityError(HboneError):
 class GrpcMessageError(HboneError):
     """A gRPC message from the peer breaks :mod:`ambit.hbone.grpc_calls` rule 2: its call fails, the connection
     stays (the caller resets the stream)."""
+
+
+class GrpcMessageTooLarge(GrpcMessageError):
+    """A gRPC message from the peer is larger than the call accepts (refused from its length prefix)."""

@@ -4,8 +4,8 @@ Theory of operation
 -------------------
 A gRPC call is an HTTP/2 POST (:class:`~ambit.hbone.messages.Http2ClientConnection` sends it): this module says
 what goes in the head, how the DATA of each direction is cut into messages, and what the call's outcome is. It is
-the first piece of the plan in docs/node-proxy-footprint.md (the node proxy's xDS and CA clients without grpcio);
-nothing calls it yet.
+the sans-IO half of the node proxy's xDS and CA clients without grpcio (docs/node-proxy-footprint.md, step 2);
+:mod:`ambit.xds.grpc_channel` is the asyncio shell that drives it.
 
 Rules:
 
@@ -24,11 +24,23 @@ Rules:
 4. The status of a call is in its trailers, or in the response head of a trailers-only response. ``grpc-status``
    is a decimal code; a missing or malformed one is UNKNOWN (2) and, when the HTTP status is not 200, the code
    gRPC maps that HTTP status to. ``grpc-message`` is percent-decoded (invalid UTF-8 replaced) and cut to
-   :data:`MAX_STATUS_MESSAGE` characters, with control characters shown escaped, for one-line errors.
+   :data:`MAX_STATUS_MESSAGE` characters, with control characters shown escaped (and the escaped text cut to
+   that length again), for one-line errors.
+5. A :class:`CallResponse` reads one call's response side from the engine's events: a response head that is not
+   HTTP 200 with a ``content-type`` of ``application/grpc`` ends the call (its status from the head, else the
+   HTTP status's code, else UNKNOWN); messages are cut by rule 2 (a refused one ends the call: RESOURCE_EXHAUSTED
+   for the size, INTERNAL for the flag, as gRPC says them); trailers give the status, and an OK status with part
+   of a message still held is INTERNAL (a truncated message is never delivered); a stream that ends without
+   trailers is UNKNOWN; a reset is the code gRPC maps the HTTP/2 error code to. The first outcome is final.
+6. Flow control follows the consumer (:class:`MessageQueue`): bytes of a message still arriving are given back to
+   the windows at once (else a message larger than the window could never complete), but once a complete message
+   waits unread, everything that arrives after it is held back until the consumer has taken every waiting message.
+   A consumer that stops reading thus holds at most one message plus one stream window.
 """
 
 from __future__ import annotations
 
+import collections
 import enum
 import math
 import struct
@@ -36,9 +48,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote_to_bytes
 
-from ambit.hbone.errors import GrpcMessageError, HboneError
+from ambit.hbone import wire
+from ambit.hbone.errors import GrpcMessageError, GrpcMessageTooLarge, HboneError
 
 PREFIX = struct.Struct("!BI")
+_GRPC_CONTENT_TYPES = ("application/grpc+", "application/grpc;")
 MAX_STATUS_MESSAGE = 512
 _RESERVED = frozenset({"content-type", "te", "connection", "keep-alive", "transfer-encoding", "upgrade", "host"})
 
@@ -153,7 +167,7 @@ class MessageReader:
                 if flag != 0:
                     raise GrpcMessageError(f"the peer sent a message with flag {flag} (we accept no compression)")
                 if length > self.max_length:
-                    raise GrpcMessageError(f"the peer sent a message of {length} bytes (at most {self.max_length})")
+                    raise GrpcMessageTooLarge(f"the peer sent a message of {length} bytes (at most {self.max_length})")
                 self._buffer.clear()
                 self._need = length
             take = self._need - len(self._buffer)
@@ -183,4 +197,115 @@ def call_status(headers: Sequence[tuple[str, str]], http_status: int = 200) -> C
 
 def _readable(message: str) -> str:
     text = unquote_to_bytes(message[: MAX_STATUS_MESSAGE * 3]).decode("utf-8", "replace")[:MAX_STATUS_MESSAGE]
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)[:MAX_STATUS_MESSAGE]
+
+
+_RESET_TO_STATUS = {
+    wire.REFUSED_STREAM: StatusCode.UNAVAILABLE,
+    wire.CANCEL: StatusCode.CANCELLED,
+    wire.ENHANCE_YOUR_CALM: StatusCode.RESOURCE_EXHAUSTED,
+    wire.INADEQUATE_SECURITY: StatusCode.PERMISSION_DENIED,
+}
+
+
+class CallResponse:
+    """One call's response side (rule 5): feed it the stream's events; :attr:`status` is set once it is over."""
+
+    __slots__ = ("_head_seen", "_reader", "status")
+
+    def __init__(self, max_length: int) -> None:
+        self._reader = MessageReader(max_length)
+        self._head_seen = False
+        self.status: CallStatus | None = None
+
+    def head(self, http_status: int, headers: Sequence[tuple[str, str]]) -> None:
+        if self.status is not None:
+            return
+        self._head_seen = True
+        content_type = next((v for n, v in headers if n == "content-type"), "")
+        has_status = any(n == "grpc-status" for n, _ in headers)
+        if http_status != 200 or has_status:  # an error, or a trailers-only response
+            self.status = call_status(headers, http_status)
+        elif content_type != "application/grpc" and not content_type.startswith(
+            ("application/grpc+", "application/grpc;")
+        ):
+            self.status = CallStatus(StatusCode.UNKNOWN, _readable(f"the response's content-type is {content_type!r}"))
+
+    def data(self, data: bytes | memoryview) -> list[bytes]:
+        """The messages ``data`` completes; none once the call is over."""
+        if self.status is not None:
+            return []
+        if not self._head_seen:  # the engine resets such a stream itself; never deliver it
+            self.status = CallStatus(StatusCode.INTERNAL, "data before the response head")
+            return []
+        try:
+            return self._reader.feed(bytes(data))
+        except GrpcMessageTooLarge as exc:
+            self.status = CallStatus(StatusCode.RESOURCE_EXHAUSTED, str(exc))
+            return []
+        except GrpcMessageError as exc:
+            self.status = CallStatus(StatusCode.INTERNAL, str(exc))
+            return []
+
+    def trailers(self, headers: Sequence[tuple[str, str]]) -> None:
+        if self.status is not None:
+            return
+        status = call_status(headers)
+        if status.ok and self._reader.pending:
+            status = CallStatus(StatusCode.INTERNAL, f"the call ended inside a message ({self._reader.pending} bytes)")
+        self.status = status
+
+    def ended(self) -> None:
+        """The peer ended the stream (after trailers, which set the status, or without them)."""
+        if self.status is None:
+            self.status = CallStatus(StatusCode.UNKNOWN, "the server ended the call without a status")
+
+    def reset(self, error_code: int, *, remote: bool) -> None:
+        if self.status is None:
+            who = "the server" if remote else "us, for the server's error,"
+            code = _RESET_TO_STATUS.get(error_code, StatusCode.INTERNAL)
+            self.status = CallStatus(code, f"the stream was reset by {who} (HTTP/2 error code {error_code})")
+
+    def fail(self, status: CallStatus) -> None:
+        """The call ended for a reason outside its stream (the connection failed, a deadline passed)."""
+        if self.status is None:
+            self.status = status
+
+
+class MessageQueue:
+    """Complete messages waiting for the consumer, and the window credit they hold back (rule 6)."""
+
+    __slots__ = ("_held", "_messages")
+
+    def __init__(self) -> None:
+        self._messages: collections.deque[bytes] = collections.deque()
+        self._held = 0
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    def arrived(self, messages: list[bytes], flow: int) -> int:
+        """``flow`` octets of DATA completed ``messages``: the credit to give back now (the rest is held)."""
+        if not self._messages and not messages:
+            return flow
+        self._messages.extend(messages)
+        self._held += flow
+        return 0
+
+    def take(self) -> tuple[bytes, int]:
+        """The next message and the credit to give back now (all that was held, once none waits)."""
+        message = self._messages.popleft()
+        if self._messages:
+            return message, 0
+        credit, self._held = self._held, 0
+        return message, credit
+
+    def drop(self) -> int:
+        """The consumer is gone (the call was cancelled): forget the messages; the credit to give back now."""
+        self._messages.clear()
+        credit, self._held = self._held, 0
+        return credit
+
+    @property
+    def held(self) -> int:
+        return self._held

@@ -11,7 +11,9 @@ answer's first element must be a leaf naming exactly the requested identity
 The TLS channel trusts only the root in ``root_cert_path``. The file is read on every call too, and the channel is
 rebuilt when its content changes (a root rotation), so a long-lived client follows the file as ztunnel does. It
 sends keepalive pings like the xDS client (:mod:`ambit.xds.keepalive`), so a dead CA connection is dropped rather
-than waited on.
+than waited on. The channel comes from ``channel_factory``: by default
+:class:`~ambit.xds.grpc_channel.GrpcChannel` (our HTTP/2 engine, no grpcio); its connection is dialled again by
+the next call after a failure. Answers are bounded by gRPC's default 4 MiB.
 
 Every failure (unreadable token or root, CA unreachable, refusal, a wrong or malformed chain) is a
 :class:`~ambit.identity.caclient.CaError` naming the identity, so the certificate manager backs off and retries.
@@ -21,11 +23,9 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
-import grpc  # type: ignore[import-untyped]
-import grpc.aio  # type: ignore[import-untyped]
 from google.protobuf import struct_pb2
+from google.protobuf.message import DecodeError
 
 from ambit.api import ca_pb2
 from ambit.identity.caclient import CaError
@@ -33,6 +33,8 @@ from ambit.model.identity import SpiffeId
 from ambit.tls.certs import CertificateError
 from ambit.tls.spiffe import make_csr
 from ambit.tls.workload import WorkloadCertificate
+from ambit.xds.errors import GrpcCallError
+from ambit.xds.grpc_channel import Channel, ChannelFactory, ChannelSettings, GrpcChannel
 from ambit.xds.keepalive import DEFAULT_KEEPALIVE, KeepaliveSettings
 
 METHOD_PATH = "/istio.v1.auth.IstioCertificateService/CreateCertificate"
@@ -55,6 +57,7 @@ class IstiodCaClient:
         server_name: str | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         keepalive: KeepaliveSettings = DEFAULT_KEEPALIVE,
+        channel_factory: ChannelFactory = GrpcChannel,
     ) -> None:
         """``address`` is ``host:port``; ``server_name`` overrides the name the server certificate must carry."""
         if ttl_seconds <= 0:
@@ -68,7 +71,8 @@ class IstiodCaClient:
         self._server_name = server_name
         self._timeout = timeout
         self._keepalive = keepalive
-        self._channel: Any = None
+        self._channel_factory = channel_factory
+        self._channel: Channel | None = None
         self._channel_root: bytes | None = None
         self._lock = asyncio.Lock()
 
@@ -82,18 +86,16 @@ class IstiodCaClient:
         request = ca_pb2.IstioCertificateRequest(csr=csr_pem.decode("ascii"), validity_duration=self._ttl_seconds)
         if self._impersonate:
             request.metadata.CopyFrom(struct_pb2.Struct(fields={IMPERSONATED_IDENTITY: _string(str(identity))}))
-        call = channel.unary_unary(
-            METHOD_PATH,
-            request_serializer=ca_pb2.IstioCertificateRequest.SerializeToString,
-            response_deserializer=ca_pb2.IstioCertificateResponse.FromString,
-        )
         metadata = (("authorization", f"Bearer {token}"), ("clusterid", self._cluster_id))
         try:
-            response: ca_pb2.IstioCertificateResponse = await call(request, metadata=metadata, timeout=self._timeout)
-        except grpc.aio.AioRpcError as exc:
-            raise CaError(
-                f"CA {self.address} refused a certificate for {identity}: {exc.code().name}: {exc.details()}"
-            ) from None
+            answer = await channel.unary(
+                METHOD_PATH, request.SerializeToString(), metadata=metadata, time_limit=self._timeout
+            )
+            response = ca_pb2.IstioCertificateResponse.FromString(answer)
+        except GrpcCallError as exc:
+            raise CaError(f"CA {self.address} refused a certificate for {identity}: {exc}") from None
+        except DecodeError as exc:
+            raise CaError(f"CA {self.address} sent an undecodable answer for {identity}: {exc}") from None
         chain = [pem.encode("ascii", errors="replace") for pem in response.cert_chain]
         try:
             return WorkloadCertificate.from_chain(identity, chain, key_pem)
@@ -104,7 +106,7 @@ class IstiodCaClient:
         async with self._lock:
             channel, self._channel, self._channel_root = self._channel, None, None
         if channel is not None:
-            await channel.close()
+            await channel.aclose()
 
     async def __aenter__(self) -> IstiodCaClient:
         return self
@@ -112,23 +114,22 @@ class IstiodCaClient:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
-    async def _channel_for(self, root_pem: bytes) -> Any:
+    async def _channel_for(self, root_pem: bytes) -> Channel:
         async with self._lock:
             if self._channel is not None and self._channel_root == root_pem:
                 return self._channel
             old, self._channel = self._channel, None
+            settings = ChannelSettings(
+                self.address, root_pem, server_name=self._server_name or None, keepalive=self._keepalive
+            )
             try:
-                credentials = grpc.ssl_channel_credentials(root_certificates=root_pem)
-            except Exception as exc:
-                raise CaError(f"root certificate {self._root_cert_path} is unusable: {exc}") from None
-            options: list[tuple[str, Any]] = list(self._keepalive.client_options())
-            if self._server_name:
-                options.append(("grpc.ssl_target_name_override", self._server_name))
-            self._channel = grpc.aio.secure_channel(self.address, credentials, options=options)
+                channel = self._channel = self._channel_factory(settings)
+            except GrpcCallError as exc:
+                raise CaError(f"root certificate {self._root_cert_path} is unusable: {exc.details}") from None
             self._channel_root = root_pem
         if old is not None:
-            await old.close(grace=1.0)  # in-flight calls on the old root get a moment to finish
-        return self._channel
+            await old.aclose(grace=1.0)  # in-flight calls on the old root get a moment to finish
+        return channel
 
     def _read(self, path: Path, what: str) -> bytes:
         try:

@@ -1,4 +1,4 @@
-"""The workload API over delta xDS (spec §4.2): sans-IO sessions, proto conversion, and thin grpc.aio shells.
+"""The workload API over delta xDS (spec §4.2): sans-IO sessions, proto conversion, and thin asyncio shells.
 
 Modules:
 
@@ -14,7 +14,10 @@ Modules:
 - ``sync``: the server's per-stream record of what each client was last sent and last answered per type, and the
   sync status document (istiod's ``/debug/syncz``) served as the debug type ``istio.io/debug/syncz``.
 - ``sync_client``: reading one control plane's sync status (``ambit proxy-status``).
-- ``client``: the node proxy's grpc.aio client (TLS, bearer token, reconnect with back-off keeping its state).
+- ``client``: the node proxy's xDS client (TLS, bearer token, reconnect with back-off keeping its state).
+- ``grpc_channel``: the gRPC client channel the xDS and CA clients call through, on the HBONE HTTP/2 engine
+  (:mod:`ambit.hbone.grpc_calls` is its sans-IO half); no grpcio in the node proxy. ``grpc_connection``: one
+  HTTP/2 connection of that channel, its reader, keepalive timer and calls.
 - ``keepalive``: HTTP/2 keepalive of the control-plane connection (istiod's 15 s ping tolerance, 30 s pings with a
   10 s timeout), shared by the xDS server and client and the CA's server and client.
 - ``errors``: the package's error tree.

@@ -1,4 +1,4 @@
-"""The node proxy's xDS client (spec §4.2, §5.2): a thin grpc.aio shell around :class:`ClientSession`.
+"""The node proxy's xDS client (spec §4.2, §5.2): a thin asyncio shell around :class:`ClientSession`.
 
 Theory of operation: :meth:`XdsClient.run` loops forever: connect, stream, and on any failure wait a jittered,
 exponentially growing back-off (reset once a response arrives) and connect again. Every connect re-reads the mesh
@@ -9,6 +9,10 @@ resync), then for each response: decode, apply upserts and removals to the :clas
 ``on_change`` once if anything changed, and write the ACK or NACK. The channel pings an idle connection every 30 s
 and drops it when the ACK is 10 s late (:mod:`ambit.xds.keepalive`), so a control plane that went silent is
 noticed within :attr:`KeepaliveSettings.detection_bound` (40 s) and the loop reconnects.
+
+The channel comes from ``channel_factory``: by default :class:`~ambit.xds.grpc_channel.GrpcChannel`, our HTTP/2
+engine (no grpcio in the node proxy); each connect makes a new one, so the root is re-read. Responses are bounded
+by :data:`MAX_RESPONSE_BYTES` from their length prefix.
 
 Invariants:
 
@@ -27,20 +31,22 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
-import grpc  # type: ignore[import-untyped]
 from google.protobuf import struct_pb2
+from google.protobuf.message import DecodeError
 
 from ambit import ISTIO_VERSION, __version__
 from ambit.api import discovery_pb2 as dpb
+from ambit.hbone.grpc_calls import StatusCode
 from ambit.model.policy import Policy
 from ambit.model.state import WorkloadState
 from ambit.model.workload import Service, Workload
 from ambit.xds.authorization import decode_authorization
 from ambit.xds.client_session import ClientSession, ClientUpdate, Decoder
 from ambit.xds.convert import ADDRESS_TYPE_URL, decode_address
-from ambit.xds.errors import XdsConfigFileError
+from ambit.xds.errors import GrpcCallError, XdsConfigFileError
+from ambit.xds.grpc_channel import Channel, ChannelFactory, ChannelSettings, GrpcChannel
 from ambit.xds.keepalive import DEFAULT_KEEPALIVE, KeepaliveSettings
 from ambit.xds.session import AUTHORIZATION_TYPE_URL, METHOD, SERVICE_NAME
 
@@ -115,8 +121,10 @@ class XdsClient:
         rng: Callable[[], float] = random.random,
         keepalive: KeepaliveSettings = DEFAULT_KEEPALIVE,
         subscriptions: Sequence[Subscription] = (),
+        channel_factory: ChannelFactory = GrpcChannel,
     ) -> None:
         self.target = target
+        self._channel_factory = channel_factory
         self._subscriptions = {sub.type_url: sub for sub in subscriptions}
         self._keepalive = keepalive
         self._state, self._on_change = state, on_change
@@ -158,9 +166,9 @@ class XdsClient:
                 got_response = await self._connect_once()
             except asyncio.CancelledError:
                 raise
-            except grpc.aio.AioRpcError as exc:
-                got_response = exc.code() != grpc.StatusCode.UNAUTHENTICATED and self._got_response
-                self.last_error = f"{exc.code().name}: {exc.details()}"
+            except GrpcCallError as exc:
+                got_response = exc.code != StatusCode.UNAUTHENTICATED and self._got_response
+                self.last_error = str(exc)
             except XdsConfigFileError as exc:
                 got_response, self.last_error = False, str(exc)
             except Exception as exc:  # a broken stream in any other way: reconnect, never die
@@ -182,31 +190,30 @@ class XdsClient:
             metadata.append(("authorization", f"Bearer {token}"))
         return tuple(metadata)
 
-    def _channel(self) -> Any:
+    def _channel(self) -> Channel:
         try:
             root = self._root_cert_file.read_bytes()
         except OSError as exc:
             raise XdsConfigFileError(f"cannot read the mesh root {self._root_cert_file}: {exc}") from None
-        options: list[tuple[str, Any]] = list(self._keepalive.client_options())
-        options.append(("grpc.max_receive_message_length", MAX_RESPONSE_BYTES))
-        if self._server_name:
-            options.append(("grpc.ssl_target_name_override", self._server_name))
-        return grpc.aio.secure_channel(self.target, grpc.ssl_channel_credentials(root_certificates=root), options)
+        settings = ChannelSettings(
+            self.target,
+            root,
+            server_name=self._server_name or None,
+            keepalive=self._keepalive,
+            max_receive_message=MAX_RESPONSE_BYTES,
+        )
+        return self._channel_factory(settings)
 
     async def _connect_once(self) -> bool:
         """One stream, until it fails; True when at least one response arrived (the back-off resets)."""
         self._got_response = False
         metadata = self._metadata()
         self.connects += 1
-        async with self._channel() as channel:
-            method = channel.stream_stream(
-                _PATH,
-                request_serializer=dpb.DeltaDiscoveryRequest.SerializeToString,
-                response_deserializer=dpb.DeltaDiscoveryResponse.FromString,
-            )
-            call = method(metadata=metadata)
+        channel = self._channel()
+        try:
+            call = await channel.stream(_PATH, metadata=metadata)
             for request in self.session.initial_requests():
-                await call.write(request)
+                await call.write(request.SerializeToString())
             for type_url in self.session.resyncing:
                 log.info(
                     "xds %s: %s opened without its resource versions (too many to send): full resync",
@@ -215,14 +222,21 @@ class XdsClient:
                 )
             self.connected = True
             while True:
-                response = await call.read()
-                if response is grpc.aio.EOF:
+                message = await call.read()
+                if message is None:
                     self.last_error = "stream closed by the server"
                     return self._got_response
+                try:
+                    response = dpb.DeltaDiscoveryResponse.FromString(message)
+                except DecodeError as exc:
+                    call.cancel()
+                    raise GrpcCallError(StatusCode.INTERNAL, f"an undecodable response: {exc}") from None
                 self._got_response = True
                 update = self.session.apply(response)
                 self._apply(update)
-                await call.write(update.reply)
+                await call.write(update.reply.SerializeToString())
+        finally:
+            await channel.aclose()
 
     def _apply(self, update: ClientUpdate) -> None:
         if update.nacked:

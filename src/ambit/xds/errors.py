@@ -6,7 +6,8 @@
     └── XdsError
         ├── XdsConversionError   a resource cannot be converted; names the resource and the field (peer's fault)
         ├── XdsProtocolError     a peer broke the delta xDS protocol (peer's fault)
-        └── XdsConfigFileError   the client's root certificate or token file cannot be read (local fault)
+        ├── XdsConfigFileError   the client's root certificate or token file cannot be read (local fault)
+        └── GrpcCallError        a gRPC call of our channel failed: its status code and message
 
 A conversion error on the client becomes a NACK of that one resource; the rest of the response still applies.
 """
@@ -14,6 +15,7 @@ A conversion error on the client becomes a NACK of that one resource; the rest o
 from __future__ import annotations
 
 from ambit.errors import AmbitError
+from ambit.hbone.grpc_calls import StatusCode
 
 
 class XdsError(AmbitError):
@@ -36,3 +38,12 @@ class XdsProtocolError(XdsError):
 
 class XdsConfigFileError(XdsError):
     """The client's root certificate or token file cannot be read."""
+
+
+class GrpcCallError(XdsError):
+    """A gRPC call failed (:mod:`ambit.xds.grpc_channel`): ``code`` and ``details`` as gRPC states them, one line."""
+
+    def __init__(self, code: StatusCode, details: str) -> None:
+        super().__init__(f"{code.name}: {details}" if details else code.name)
+        self.code = code
+        self.details = details

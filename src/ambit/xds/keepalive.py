@@ -17,7 +17,10 @@ Theory of operation: a long-lived ADS stream can sit idle for hours. Two things 
 gRPC core needs three more settings for that to hold: it stops a client's pings after two without data unless
 ``max_pings_without_data`` is 0; it spaces pings by at least ``min_time_between_pings``; and it waits for the ACK
 ``ping_timeout``, not only ``keepalive_timeout`` (without it a silent peer went unnoticed for far longer than the
-bound). Both are set from ``time`` and ``timeout``.
+bound). Both are set from ``time`` and ``timeout``. The node proxy's own xDS and CA clients do not use grpcio:
+:mod:`ambit.xds.grpc_channel` applies ``time`` and ``timeout`` itself (a PING after ``time`` seconds of silence,
+the connection dropped when its ACK is ``timeout`` late), with the same bound; :meth:`client_options` is for
+grpcio clients.
 """
 
 from __future__ import annotations
