@@ -21,7 +21,7 @@ from tests.integration.waypoint_rig import (
 )
 
 from ambit.controlplane.translate.virtualservices import RouteBlock, translate_virtual_services
-from ambit.model.routes import RouteTable, WaypointConfig
+from ambit.model.routes import RouteTable, ValueMatch, WaypointConfig
 from ambit.waypoint.settings import WaypointLimits
 
 LIMITS = WaypointLimits(max_head_bytes=8 * 1024, head_timeout=0.5, sniff_timeout=0.5, startup_wait=5.0)
@@ -224,4 +224,36 @@ async def test_a_foreign_origin_gets_no_cors_header_and_its_preflight_reaches_th
     # An origin that only starts like the allowed one is another origin.
     status, headers, _ = await http.request("GET", "/echo", headers=[("origin", "cors.com.evil.example")])
     assert status == 200 and cors_headers(headers) == {}
+    await client.aclose()
+
+
+# Upstream's "pseudo header matches" case (tests/integration/pilot/common/routing.go), {{ .dstSvc }} = echo.
+PSEUDO_HEADER = """apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: default
+  namespace: app
+spec:
+  hosts:
+    - echo
+  http:
+  - match:
+    - headers:
+        :method:
+          exact: GET
+    route:
+    - destination:
+        host: echo
+"""
+
+
+async def test_upstream_pseudo_header_match_on_the_method_routes_a_get_and_not_a_post(rig: Rig) -> None:
+    table = install(rig, PSEUDO_HEADER)
+    assert [rule.match.headers for rule in table.http] == [(ValueMatch(":method", "GET"),)]
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    http = HttpOverTunnel(stream)
+    assert (await http.request("POST", "/echo"))[0] == 404  # "no match"
+    status, _, body = await http.request("GET", "/echo")  # "match"
+    assert status == 200 and echo_of(body)["method"] == "GET"
+    assert [s for e in rig.endpoints for s in e.seen] == ["GET /echo"]
     await client.aclose()

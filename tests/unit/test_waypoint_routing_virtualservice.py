@@ -198,3 +198,26 @@ def respond_status(table: RouteTable) -> int:
     decision = route(table, DEST, req("/a"), 0.0)
     assert isinstance(decision, Respond)
     return decision.status
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "request_", "holds"),
+    [
+        (":method", "GET", RequestHead("GET", "/", "b"), True),
+        (":method", "GET", RequestHead("POST", "/", "b"), False),
+        (":authority", "b:80", RequestHead("GET", "/", "b:80"), True),
+        (":path", "/x?y=1", RequestHead("GET", "/x?y=1", "b"), True),
+        (":path", "/x", RequestHead("GET", "/x?y=1", "b"), False),
+        (":scheme", "https", RequestHead("GET", "/", "b", scheme="https"), True),
+        (":scheme", "https", RequestHead("GET", "/", "b"), False),
+    ],
+)
+def test_a_pseudo_header_match_reads_that_part_of_the_request(
+    name: str, value: str, request_: RequestHead, holds: bool
+) -> None:
+    assert taken(request_, rule("m", RouteMatch(headers=(ValueMatch(name, value),)))) == ("m" if holds else "404")
+
+
+def test_a_header_sent_under_a_pseudo_header_s_name_is_not_read_as_it() -> None:
+    forged = RequestHead("POST", "/", "b", ((":method", "GET"),))
+    assert taken(forged, rule("m", RouteMatch(headers=(ValueMatch(":method", "GET"),)))) == "404"

@@ -76,14 +76,17 @@ value_matches = st.one_of(
     st.builds(ValueMatch, TOKEN, st.just(""), st.just(ValueMatchType.PRESENT)),
     st.builds(ValueMatch, TOKEN, REGEXES, st.just(ValueMatchType.REGULAR_EXPRESSION)),
 )
+header_matches = value_matches | st.builds(
+    ValueMatch, st.sampled_from(sorted(dr.PSEUDO_HEADERS)), HEADER_VALUE, st.just(ValueMatchType.EXACT)
+)
 matches = st.builds(
     RouteMatch,
     path=st.none() | path_matches,
-    headers=st.lists(value_matches, max_size=2).map(tuple),
+    headers=st.lists(header_matches, max_size=2).map(tuple),
     query_params=st.lists(value_matches, max_size=2).map(tuple),
     method=st.none() | st.sampled_from(["GET", "POST", "DELETE"]),
     ignore_path_case=st.booleans(),
-    without_headers=st.lists(value_matches, max_size=2).map(tuple),
+    without_headers=st.lists(header_matches, max_size=2).map(tuple),
 )
 PERCENT = st.floats(0.0, 100.0, allow_nan=False)
 faults = st.builds(Fault, SECONDS, PERCENT, st.just(0) | st.integers(200, 599), PERCENT) | st.builds(
@@ -199,6 +202,7 @@ def encoded(**rule: Any) -> any_pb2.Any:
         ({"match": pb.RouteMatch(path=pb.PathMatch(kind=pb.PATH_EXACT, value="x"))}, "match.path.value"),
         ({"match": pb.RouteMatch(path=pb.PathMatch(value="/"))}, "match.path.kind"),
         ({"match": pb.RouteMatch(headers=[pb.ValueMatch(name="bad name", value="v")])}, "match.headers[0].name"),
+        ({"match": pb.RouteMatch(headers=[pb.ValueMatch(name=":status", value="200")])}, "match.headers[0].name"),
         (
             {"request_headers": pb.HeaderModifier(set=[pb.HeaderValue(name="x", value="a\r\nb: c")])},
             "request_headers.set[0].value",

@@ -78,9 +78,15 @@ class PathMatch:
     """For PathPrefix, matched element-wise: ``/foo`` matches ``/foo`` and ``/foo/bar``, not ``/foobar``."""
 
 
+PSEUDO_HEADERS = frozenset((":method", ":authority", ":path", ":scheme"))
+"""The request pseudo-headers a header match may name (Envoy's header matcher reads them): the method, the
+authority (``Host``), the request target (path and query) and the scheme, whatever the HTTP version."""
+
+
 @dataclass(frozen=True, slots=True)
 class ValueMatch:
-    """A header (name compared case-insensitively) or query parameter (name compared exactly) match."""
+    """A header (name compared case-insensitively; one of :data:`PSEUDO_HEADERS` reads that part of the request)
+    or query parameter (name compared exactly) match."""
 
     name: str
     value: str

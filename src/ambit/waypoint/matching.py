@@ -7,7 +7,8 @@ Rules:
    ``/foobar``); RegularExpression is :func:`re.fullmatch`. No path part means PathPrefix ``/``.
 2. Header names compare case-insensitively; a header sent several times is matched as its values joined by ``,``
    (RFC 9110 §5.3 as Gateway API points to, and as Envoy joins them); ``host`` stands for the authority when no
-   ``host`` header came. Query parameters come from :func:`urllib.parse.parse_qsl` (percent-decoded, ``+`` read as
+   ``host`` header came; a pseudo-header name reads the request's method, authority, target (path and query) or
+   scheme. Query parameters come from :func:`urllib.parse.parse_qsl` (percent-decoded, ``+`` read as
    a space, blank values kept, names exact); a repeated parameter is matched by its first value. In both, when a
    match lists one name twice only the first entry counts (Gateway API).
 3. Regular expressions are compiled once, when the match is, by :mod:`ambit.waypoint.patterns`: one that does
@@ -102,6 +103,8 @@ class RequestFacts:
         self._query: dict[str, str] | None = None
 
     def header(self, name: str) -> str | None:
+        if name.startswith(":"):  # rule 2: a pseudo-header
+            return self._pseudo(name)
         if self._headers is None:
             joined: dict[str, str] = {}
             for raw, value in self.request.headers:
@@ -110,6 +113,18 @@ class RequestFacts:
             joined.setdefault("host", self.request.authority)
             self._headers = joined
         return self._headers.get(name)
+
+    def _pseudo(self, name: str) -> str | None:
+        request = self.request
+        if name == ":method":
+            return request.method
+        if name == ":authority":
+            return request.authority
+        if name == ":path":
+            return request.path
+        if name == ":scheme":
+            return request.scheme
+        return None
 
     def query(self, name: str) -> str | None:
         if self._query is None:

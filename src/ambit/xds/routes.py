@@ -13,7 +13,8 @@ Rules:
    percent is 0..100; durations are non-negative.
 3. A path match has a known type and a value; an Exact or PathPrefix value starts with ``/`` (a plain
    string Prefix may be any string); a regular
-   expression (path, header, query param) compiles and is at most 1024 characters. A header name is a token;
+   expression (path, header, query param) compiles and is at most 1024 characters. A header name is a token
+   (a header match may also name one of :data:`~ambit.model.routes.PSEUDO_HEADERS`);
    header values carry no CR, LF or NUL (they are written into requests and responses as they are).
 4. Enum values this build does not know are refused (they would change what a rule matches).
 5. An absent ``retry`` is Istio's default policy; an absent ``timeouts`` or duration is no limit; an absent
@@ -46,6 +47,7 @@ from google.protobuf.message import DecodeError
 
 from ambit.api import waypoint_pb2 as pb
 from ambit.model.routes import (
+    PSEUDO_HEADERS,
     BackendService,
     CorsPolicy,
     DirectResponse,
@@ -372,7 +374,8 @@ class _Reader(FieldReader):
         kind = _VALUE_KIND_NAMES.get(message.kind)
         if kind is None:
             raise self.fail(f"{field}.kind", f"unknown match type {message.kind}")
-        name = self.header_name(f"{field}.name", message.name) if header else message.name
+        pseudo = header and message.name in PSEUDO_HEADERS
+        name = self.header_name(f"{field}.name", message.name) if header and not pseudo else message.name
         if not name:
             raise self.fail(f"{field}.name", "required")
         value = (

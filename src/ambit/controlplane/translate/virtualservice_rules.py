@@ -20,7 +20,8 @@ Rules:
 2. ``StringMatch``: ``exact``, ``prefix`` (a plain string prefix, as Envoy's), ``regex`` (RE2, full match); an
    empty one (``{}``) or ``regex: "*"`` means "present" (istiod's ``present_match``). Header names are
    lower-cased; ``authority`` is a match on the ``host``, ``method`` on the method (exact only; another kind drops
-   the entry). ``ignoreUriCase`` and ``withoutHeaders`` are carried to the engine.
+   the entry). A header match may name a pseudo-header (``:method``, ``:authority``, ``:path``, ``:scheme``), as
+   Envoy's header matcher reads them. ``ignoreUriCase`` and ``withoutHeaders`` are carried to the engine.
 3. Actions, one of: ``redirect`` (``uri``, ``authority``, ``port`` or ``derivePort``, ``scheme``,
    ``redirectCode`` 301 by default, one of 301/302/303/307/308), ``directResponse`` (``status``, ``body.string``
    or ``body.bytes``), or ``route``. One destination takes every request whatever its weight; several are
@@ -79,6 +80,7 @@ from ambit.controlplane.translate.virtualservice_values import (
 )
 from ambit.model.routes import (
     GRPC_STATUS_CODES,
+    PSEUDO_HEADERS,
     BackendService,
     CorsPolicy,
     DirectResponse,
@@ -215,7 +217,8 @@ def _path_match(value: Any, field: str) -> PathMatch | None:
 def _header_matches(value: Any, field: str) -> tuple[ValueMatch, ...]:
     out: list[ValueMatch] = []
     for name, match in sorted(read_mapping(value, field).items(), key=lambda item: str(item[0]).lower()):
-        if not isinstance(name, str) or not HEADER_NAME.match(name):
+        pseudo = isinstance(name, str) and name.lower() in PSEUDO_HEADERS
+        if not isinstance(name, str) or not (pseudo or HEADER_NAME.match(name)):
             if isinstance(name, str) and name.startswith("@request.auth.claims"):
                 raise BadField(f"{field}.{name}", "routing on JWT claims is not supported at the waypoint")
             raise BadField(f"{field}", f"not a header name: {name!r}")
