@@ -257,3 +257,43 @@ async def test_upstream_pseudo_header_match_on_the_method_routes_a_get_and_not_a
     assert status == 200 and echo_of(body)["method"] == "GET"
     assert [s for e in rig.endpoints for s in e.seen] == ["GET /echo"]
     await client.aclose()
+
+
+# Upstream's "redirect prefix_rewrite" case (routing.go), with the target renamed so that the rig's echo serves it.
+PREFIX_REDIRECT = """apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: default
+  namespace: app
+spec:
+  hosts:
+    - echo
+  http:
+  - match:
+    - uri:
+        prefix: /foo/
+    redirect:
+      prefixRewrite: /ec
+  - match:
+    - uri:
+        prefix: /ec
+    route:
+    - destination:
+        host: echo
+"""
+
+
+async def test_upstream_redirect_prefix_rewrite_replaces_the_matched_string_prefix_and_keeps_the_query(
+    rig: Rig,
+) -> None:
+    install(rig, PREFIX_REDIRECT)
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    http = HttpOverTunnel(stream)
+    status, headers, _ = await http.request("GET", "/foo/ho?key=value")
+    assert (status, headers["location"]) == (301, "http://echo.app.svc.cluster.local/echo?key=value")
+    status, headers, _ = await http.request("GET", "/foo/")
+    assert (status, headers["location"]) == (301, "http://echo.app.svc.cluster.local/ec")
+    assert not any(e.seen for e in rig.endpoints)  # answered by the waypoint
+    status, _, body = await http.request("GET", "/echo")  # where a client following the redirect lands
+    assert status == 200 and echo_of(body)["endpoint"] in {"echo-1", "echo-2"}
+    await client.aclose()

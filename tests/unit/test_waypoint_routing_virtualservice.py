@@ -12,10 +12,14 @@ from ambit.model.routes import (
     Fault,
     PathMatch,
     PathMatchType,
+    PathModifier,
+    PathModifierType,
     RegexRewrite,
+    RequestRedirect,
     RouteMatch,
     RouteRule,
     RouteTable,
+    URLRewrite,
     ValueMatch,
     ValueMatchType,
     WeightedBackend,
@@ -221,3 +225,25 @@ def test_a_pseudo_header_match_reads_that_part_of_the_request(
 def test_a_header_sent_under_a_pseudo_header_s_name_is_not_read_as_it() -> None:
     forged = RequestHead("POST", "/", "b", ((":method", "GET"),))
     assert taken(forged, rule("m", RouteMatch(headers=(ValueMatch(":method", "GET"),)))) == "404"
+
+
+@pytest.mark.parametrize(
+    ("prefix", "replacement", "path", "rewritten"),
+    [
+        ("/foo/", "/ec", "/foo/ho?k=v", "/echo?k=v"),
+        ("/foo", "/x", "/foobar", "/xbar"),
+        ("/foo/", "/new/", "/foo/bar", "/new/bar"),
+        ("/foo", "", "/foo", "/"),
+    ],
+)
+def test_a_rewrite_after_a_string_prefix_replaces_exactly_the_matched_characters(
+    prefix: str, replacement: str, path: str, rewritten: str
+) -> None:
+    rewrite = URLRewrite(path=PathModifier(PathModifierType.REPLACE_PREFIX_MATCH, replacement))
+    matched = rule("m", RouteMatch(path=PathMatch(PathMatchType.PREFIX, prefix)), rewrite=rewrite)
+    decision = route(RouteTable(DEST.service_key, DEST.port, http=(matched,)), DEST, req(path), 0.0)
+    assert isinstance(decision, Forward) and decision.request.path == rewritten
+    redirect = RequestRedirect(path=PathModifier(PathModifierType.REPLACE_PREFIX_MATCH, replacement))
+    moved = rule("m", RouteMatch(path=PathMatch(PathMatchType.PREFIX, prefix)), backend=None, redirect=redirect)
+    answer = route(RouteTable(DEST.service_key, DEST.port, http=(moved,)), DEST, req(path), 0.0)
+    assert isinstance(answer, Respond) and dict(answer.headers)["location"] == f"http://b{rewritten}"

@@ -17,7 +17,9 @@ Rules:
    replaces the matched prefix element-wise, trailing slashes of prefix and replacement ignored (Gateway API's
    table: prefix ``/foo``, replacement ``/xyz``: ``/foo/bar`` → ``/xyz/bar``, ``/foo`` → ``/xyz``; replacement
    ``/`` or empty: ``/foo/bar`` → ``/bar``, ``/foo`` → ``/``). With no prefix match (an Exact or RegularExpression
-   match, which Gateway API forbids with ReplacePrefixMatch) the path is left as it is.
+   match, which Gateway API forbids with ReplacePrefixMatch) the path is left as it is. After a VirtualService's
+   plain string prefix match the matched characters are replaced as they are (Envoy's ``prefix_rewrite``: prefix
+   ``/foo/``, replacement ``/ec``: ``/foo/ho`` → ``/echo``).
 4. A redirect's ``Location`` is ``scheme://host[:port]path``: unset parts come from the request (host without its
    port). The port is the redirect's own; else, when the redirect sets a scheme, that scheme's well-known port
    (80 for http, 443 for https); else the listener port (the destination's Service port). Port 80 with http and 443
@@ -180,20 +182,28 @@ def replace_prefix(path: str, prefix: str, replacement: str) -> str:
     return (replacement.rstrip("/") + rest) or "/"
 
 
-def rewrite_path(target: str, modifier: PathModifier, matched_prefix: str | None) -> str:
-    """The request target ``target`` after ``modifier`` (rule 3); the query is kept."""
+def rewrite_path(target: str, modifier: PathModifier, matched_prefix: str | None, *, literal: bool = False) -> str:
+    """The request target ``target`` after ``modifier`` (rule 3); the query is kept. ``literal``: the prefix
+    matched as a plain string."""
     path, query = split_target(target)
     if modifier.kind is PathModifierType.REPLACE_FULL_PATH:
         return (modifier.value or "/") + query
     if matched_prefix is None:
         return target
+    if literal:
+        return ((modifier.value + path[len(matched_prefix) :]) or "/") + query
     return replace_prefix(path, matched_prefix, modifier.value) + query
 
 
 def redirect_location(
-    request: RequestHead, redirect: RequestRedirect, listener_port: int, matched_prefix: str | None
+    request: RequestHead,
+    redirect: RequestRedirect,
+    listener_port: int,
+    matched_prefix: str | None,
+    *,
+    literal: bool = False,
 ) -> str:
-    """The ``Location`` of ``redirect`` answering ``request`` (rule 4)."""
+    """The ``Location`` of ``redirect`` answering ``request`` (rule 4); ``literal`` as for :func:`rewrite_path`."""
     scheme = redirect.scheme or request.scheme
     host = redirect.hostname or split_authority(request.authority)[0]
     if redirect.port is not None:
@@ -202,7 +212,11 @@ def redirect_location(
         port = _WELL_KNOWN_PORTS[redirect.scheme]
     else:
         port = listener_port
-    target = request.path if redirect.path is None else rewrite_path(request.path, redirect.path, matched_prefix)
+    target = (
+        request.path
+        if redirect.path is None
+        else rewrite_path(request.path, redirect.path, matched_prefix, literal=literal)
+    )
     if not target.startswith("/"):
         target = "/" + target
     if _WELL_KNOWN_PORTS.get(scheme) == port:

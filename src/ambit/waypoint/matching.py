@@ -77,6 +77,9 @@ class MatchTest:
     prefix: str | None
     """The prefix ReplacePrefixMatch replaces; None for Exact and RegularExpression matches."""
     without: tuple[ValueTest, ...] = ()
+    literal_prefix: bool = False
+    """``prefix`` is a plain string prefix (a VirtualService ``prefix``): a rewrite replaces exactly those
+    characters, as Envoy's ``prefix_rewrite`` does, not path elements."""
 
     @property
     def needs_facts(self) -> bool:
@@ -204,5 +207,6 @@ def compile_match(match: RouteMatch, where: str) -> tuple[MatchTest, tuple[str, 
         query=_value_tests(match.query_params, False, problems, f"{where} query parameter"),
         prefix=value if kind in (PathMatchType.PATH_PREFIX, PathMatchType.PREFIX) else None,
         without=_value_tests(match.without_headers, True, problems, f"{where} without header"),
+        literal_prefix=kind is PathMatchType.PREFIX,
     )
     return test, tuple(problems)

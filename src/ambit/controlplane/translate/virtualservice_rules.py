@@ -22,7 +22,8 @@ Rules:
    lower-cased; ``authority`` is a match on the ``host``, ``method`` on the method (exact only; another kind drops
    the entry). A header match may name a pseudo-header (``:method``, ``:authority``, ``:path``, ``:scheme``), as
    Envoy's header matcher reads them. ``ignoreUriCase`` and ``withoutHeaders`` are carried to the engine.
-3. Actions, one of: ``redirect`` (``uri``, ``authority``, ``port`` or ``derivePort``, ``scheme``,
+3. Actions, one of: ``redirect`` (``uri``, or ``prefixRewrite`` replacing the matched prefix and preferred to
+   ``uri`` as istiod does, ``authority``, ``port`` or ``derivePort``, ``scheme``,
    ``redirectCode`` 301 by default, one of 301/302/303/307/308), ``directResponse`` (``status``, ``body.string``
    or ``body.bytes``), or ``route``. One destination takes every request whatever its weight; several are
    weighted, weight 0 left out (istiod). A destination's ``host`` resolves like ``hosts`` (a Service of that
@@ -334,6 +335,12 @@ def _redirect(value: Any, port: int, field: str) -> RequestRedirect:
     if code not in _REDIRECT_CODES:
         raise BadField(f"{field}.redirectCode", f"not a supported redirect status: {code}")
     uri = read_printable(spec.get("uri"), f"{field}.uri")
+    prefix = read_printable(spec.get("prefixRewrite"), f"{field}.prefixRewrite")
+    path: PathModifier | None = None
+    if prefix:  # istiod's ApplyRedirect: prefixRewrite wins over uri
+        path = PathModifier(PathModifierType.REPLACE_PREFIX_MATCH, prefix)
+    elif uri:
+        path = PathModifier(PathModifierType.REPLACE_FULL_PATH, uri)
     redirect_port = read_int(spec.get("port"), f"{field}.port")
     if redirect_port is not None and not 0 < redirect_port < 65536:
         raise BadField(f"{field}.port", f"out of range 1..65535: {redirect_port}")
@@ -342,7 +349,7 @@ def _redirect(value: Any, port: int, field: str) -> RequestRedirect:
     return RequestRedirect(
         scheme=read_printable(spec.get("scheme"), f"{field}.scheme") or None,
         hostname=read_printable(spec.get("authority"), f"{field}.authority") or None,
-        path=PathModifier(PathModifierType.REPLACE_FULL_PATH, uri) if uri else None,
+        path=path,
         port=redirect_port,
         status_code=code,
     )
