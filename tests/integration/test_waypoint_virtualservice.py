@@ -297,3 +297,53 @@ async def test_upstream_redirect_prefix_rewrite_replaces_the_matched_string_pref
     status, _, body = await http.request("GET", "/echo")  # where a client following the redirect lands
     assert status == 200 and echo_of(body)["endpoint"] in {"echo-1", "echo-2"}
     await client.aclose()
+
+
+def multi_destination(route_headers: str) -> str:
+    """Upstream's "set host header … multi destination" cases (routing.go): two destinations of one Service, 50/50,
+    each setting ``Host: dest-authority``; ``route_headers`` the rule's own ``headers`` (or nothing)."""
+    return f"""apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: default
+  namespace: app
+spec:
+  hosts:
+  - echo
+  http:
+  - route:
+    - destination:
+        host: echo
+      headers:
+        request:
+          set:
+            Host: dest-authority
+      weight: 50
+    - destination:
+        host: echo
+      headers:
+        request:
+          set:
+            :authority: dest-authority
+      weight: 50
+{route_headers}"""
+
+
+@pytest.mark.parametrize(
+    ("route_headers", "expected"),
+    [
+        ("", "dest-authority"),
+        ("    headers:\n      request:\n        set:\n          :authority: route-authority\n", "route-authority"),
+        ("    rewrite:\n      authority: route-authority\n", "route-authority"),
+    ],
+)
+async def test_upstream_host_set_on_each_of_several_destinations_unless_the_route_sets_one(
+    rig: Rig, route_headers: str, expected: str
+) -> None:
+    install(rig, multi_destination(route_headers))
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    http = HttpOverTunnel(stream)
+    for _ in range(6):  # whichever destination the draw takes
+        status, _, body = await http.request("GET", "/echo")
+        assert status == 200 and echo_of(body)["host"] == expected
+    await client.aclose()

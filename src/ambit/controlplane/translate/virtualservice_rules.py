@@ -32,7 +32,9 @@ Rules:
    (:attr:`~ambit.model.routes.BackendService.subset`).
 4. ``headers`` (rule and destination): ``request``/``response`` ``set``/``add``/``remove``; a ``host`` or
    ``:authority`` set or added rewrites the authority (istiod). With one destination its headers join the
-   rule's; with several, its request headers are its own and response headers are reported, not applied.
+   rule's; with several, its request headers are its own, and so is a ``host``/``:authority`` it sets unless
+   the rule sets the authority itself (``headers`` or ``rewrite.authority``: that one wins, as in istiod's
+   routes); its response headers are reported, not applied.
 5. ``rewrite.uri`` replaces the matched prefix (the whole path after an exact or regular-expression match, as Envoy's
    ``prefix_rewrite`` does); ``rewrite.authority`` the authority; ``uriRegexRewrite`` replaces every match in the
    path (an RE2 pattern; one RE2 would refuse, or a bad substitution, drops the rule). ``timeout`` bounds the
@@ -510,9 +512,10 @@ def _mirrors(rule: Obj, ctx: RuleContext, field: str, notes: list[tuple[str, str
 
 
 def _backends(
-    rule: Obj, ctx: RuleContext, field: str, notes: list[tuple[str, str]]
+    rule: Obj, ctx: RuleContext, field: str, notes: list[tuple[str, str]], *, rule_authority: bool
 ) -> tuple[tuple[WeightedBackend, ...], HeaderModifier | None, HeaderModifier | None, str | None]:
-    """The weighted backends, and with one destination its request and response headers and authority (rule 6)."""
+    """The weighted backends, and with one destination its request and response headers and authority (rule 4).
+    ``rule_authority``: the rule sets the authority itself (then a destination's is ignored)."""
     routes = read_list(rule.get("route"), f"{field}.route")
     if not routes:
         raise BadField(f"{field}.route", "a rule needs a route, a redirect or a direct response")
@@ -532,10 +535,11 @@ def _backends(
         if single:
             request, response, authority = own_request, own_response, own_authority
             own_request = None
-        elif own_response is not None or own_authority is not None:
-            notes.append(
-                (f"{where}.headers", "response headers and authority of one of several destinations are ignored")
-            )
+        else:
+            if own_response is not None:
+                notes.append((f"{where}.headers", "response headers of one of several destinations are ignored"))
+            if own_authority is not None and not rule_authority:  # its own host rewrite, after the rule's edits
+                own_request = _join(own_request, HeaderModifier(set=(("host", own_authority),)))
         out.append(WeightedBackend(backend, 100 if single else weight, own_request))
     return tuple(out), request, response, authority
 
@@ -562,8 +566,11 @@ def _http_rule(rule: Obj, match: RouteMatch, ctx: RuleContext, field: str, notes
         return replace(base, redirect=_redirect(rule["redirect"], ctx.port, f"{field}.redirect"))
     if rule.get("directResponse") is not None:
         return replace(base, direct_response=_direct(rule["directResponse"], f"{field}.directResponse"))
-    backends, dest_request, dest_response, dest_authority = _backends(rule, ctx, field, notes)
     rewrite_spec = read_mapping(rule.get("rewrite"), f"{field}.rewrite")
+    rule_authority = bool(authority or read_printable(rewrite_spec.get("authority"), f"{field}.rewrite.authority"))
+    backends, dest_request, dest_response, dest_authority = _backends(
+        rule, ctx, field, notes, rule_authority=rule_authority
+    )
     regex_rewrite = _regex_rewrite(rewrite_spec.get("uriRegexRewrite"), f"{field}.rewrite.uriRegexRewrite")
     uri = read_printable(rewrite_spec.get("uri"), f"{field}.rewrite.uri")
     path: PathModifier | None = None
