@@ -35,7 +35,15 @@ from ambit.model.ingress import GatewayConfig, IngressCertificate, IngressListen
 from ambit.model.localconfig import LocalConfig, render_local_config
 from ambit.model.policy import Action, Clause, KeyedMatch, Match, Policy, Rule, Scope, StringMatch
 from ambit.model.requestauth import JwtRule, RequestAuthentication
-from ambit.model.routes import BackendService, PathMatch, PathMatchType, RouteMatch, RouteRule, WeightedBackend
+from ambit.model.routes import (
+    BackendService,
+    ClaimMatch,
+    PathMatch,
+    PathMatchType,
+    RouteMatch,
+    RouteRule,
+    WeightedBackend,
+)
 from ambit.model.workload import (
     AppProtocol,
     GatewayAddress,
@@ -473,6 +481,28 @@ async def test_at_the_gateway_a_policy_on_a_claim_reads_the_validated_token(
     assert (await send(port, "/x", bearer(signer.sign(claims(ISSUER, now=now, groups=["admin", "dev"])))))[0] == 200
     assert (await send(port, "/x", bearer(signer.sign(claims(ISSUER, now=now, groups=["dev"])))))[0] == 403
     assert (await send(port, "/x", []))[0] == 403
+
+
+async def test_at_the_gateway_a_route_on_a_jwt_claim_reads_the_validated_token_not_the_headers(
+    gateway: tuple[IngressGateway, EchoEndpoint, dict[str, KeyPair]], signer: Signer
+) -> None:
+    # upstream routing.go jwtClaimRoute, which runs through the ingress gateway: a route matching
+    # @request.auth.claims.nested.key1 == valueA (translated to a ClaimMatch), 404 for anything else.
+    proc, endpoint, _ = gateway
+    await ready(proc)
+    port, config = with_policies(proc, signer)
+    on_claim = dataclasses.replace(rule("/"), match=RouteMatch(claims=(ClaimMatch(("nested", "key1"), "valueA"),)))
+    (listener, *others) = config.listeners
+    hosts = (VirtualHost("a.example", (on_claim,)),)
+    proc.apply(dataclasses.replace(config, listeners=(dataclasses.replace(listener, virtual_hosts=hosts), *others)))
+    now = time.time()
+    good = signer.sign(claims(ISSUER, now=now, nested={"key1": "valueA"}))
+    other = signer.sign(claims(ISSUER, now=now, nested={"key1": "valueB"}))
+    assert (await send(port, "/x", bearer(good)))[0] == 200
+    assert (await send(port, "/x", bearer(other)))[0] == 404
+    assert (await send(port, "/x", [("request.auth.claims.nested.key1", "valueA")]))[0] == 404
+    assert (await send(port, "/x", bearer(signer.sign(claims(ISSUER, now=now - 7200)))))[0] == 401
+    assert endpoint.peers == [GATEWAY_ID]  # only the matching request reached the mesh
 
 
 async def test_at_the_gateway_policies_survive_the_config_s_removal(

@@ -16,6 +16,7 @@ from ambit.controlplane.translate import Translation, translate_all
 from ambit.controlplane.translate.virtualservices import MAX_ENTRIES, host_matches
 from ambit.model.routes import (
     BackendService,
+    ClaimMatch,
     CorsPolicy,
     DirectResponse,
     Fault,
@@ -571,7 +572,7 @@ def test_bad_content_drops_the_rule_or_match_and_says_which_field() -> None:
         {"match": [{"queryParams": {"": {"exact": "x"}}}], "route": [to()]},
         {"match": [{"uri": {"regex": "(?=look)"}}, {"uri": {"exact": "/ok"}}], "route": [to()]},
         {"match": [{"uri": {"exact": "/t"}}], "timeout": "soon", "route": [to()]},
-        {"match": [{"headers": {"@request.auth.claims.group": {"exact": "a"}}}], "route": [to()]},
+        {"match": [{"headers": {"@request.auth.claims": {"exact": "a"}}}], "route": [to()]},
         {"match": [{"uri": {"exact": "/h"}}], "headers": {"request": {"set": {"x": "a\r\nb"}}}, "route": [to()]},
         {
             "match": [{"uri": {"exact": "/u"}}],
@@ -594,7 +595,7 @@ def test_bad_content_drops_the_rule_or_match_and_says_which_field() -> None:
         "spec.http[6].match[0].queryParams",
         "spec.http[7].match[0].uri.regex",
         "spec.http[8].timeout",
-        "spec.http[9].match[0].headers.@request.auth.claims.group",
+        "spec.http[9].match[0].headers.@request.auth.claims",
         "spec.http[10].headers.request.set.x",
         "spec.http[11].rewrite.uriRegexRewrite.match",
         "spec.http[12]",
@@ -672,3 +673,36 @@ def test_entries_past_the_bound_are_cut_in_order_across_virtual_services() -> No
     assert len(rules) == MAX_ENTRIES and rules[-1].route == "VirtualService/app/z"
     assert rules[-1].match.path == PathMatch(PathMatchType.PREFIX, "/z1")
     assert [(s.name, s.field) for s in translation.skipped if "at most" in s.reason] == [("z", "spec.http")]
+
+
+def test_jwt_claim_headers_become_claim_matches_in_both_of_istios_forms() -> None:
+    # upstream routing.go jwtClaimRoute: "." separators, and "usage2" with brackets; withoutHeaders too.
+    match = {
+        "headers": {
+            "@request.auth.claims.nested.key1": {"exact": "valueA"},
+            "@request.auth.claims[sub]": {"prefix": "sub"},
+            "x-plain": {"exact": "1"},
+        },
+        "withoutHeaders": {"@request.auth.claims[nested][nested-2][key1]": {"regex": "value[AB]"}},
+    }
+    (rule,) = table(translate(vs(hosts=["b"], http=[{"match": [match], "route": [to()]}]))).http
+    assert rule.match.headers == (ValueMatch("x-plain", "1"),)
+    assert rule.match.claims == (
+        ClaimMatch(("nested", "key1"), "valueA"),
+        ClaimMatch(("sub",), "sub", ValueMatchType.PREFIX),
+    )
+    assert rule.match.without_claims == (
+        ClaimMatch(("nested", "nested-2", "key1"), "value[AB]", ValueMatchType.REGULAR_EXPRESSION),
+    )
+
+
+@pytest.mark.parametrize(
+    "name", ["@request.auth.claims", "@request.auth.claims.", "@request.auth.claims[]", "@request.auth.claims.a..b"]
+)
+def test_a_claim_header_naming_no_claim_drops_its_entry(name: str) -> None:
+    translation = translate(vs(hosts=["b"], http=[{"match": [{"headers": {name: {"exact": "x"}}}], "route": [to()]}]))
+    (config,) = translation.waypoint_configs
+    found = config.find_table("app/b.app.svc.cluster.local", 80)
+    assert found is None or not found.http
+    fields = [s.field for s in translation.skipped if s.kind == "VirtualService"]
+    assert fields == [f"spec.http[0].match[0].headers.{name}"]

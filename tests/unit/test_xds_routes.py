@@ -79,6 +79,17 @@ value_matches = st.one_of(
 header_matches = value_matches | st.builds(
     ValueMatch, st.sampled_from(sorted(dr.PSEUDO_HEADERS)), HEADER_VALUE, st.just(ValueMatchType.EXACT)
 )
+claim_matches = st.builds(
+    dr.ClaimMatch,
+    st.lists(TOKEN, min_size=1, max_size=3).map(tuple),
+    HEADER_VALUE,
+    st.sampled_from([ValueMatchType.EXACT, ValueMatchType.PREFIX, ValueMatchType.PRESENT]),
+) | st.builds(
+    dr.ClaimMatch,
+    st.lists(TOKEN, min_size=1, max_size=3).map(tuple),
+    REGEXES,
+    st.just(ValueMatchType.REGULAR_EXPRESSION),
+)
 matches = st.builds(
     RouteMatch,
     path=st.none() | path_matches,
@@ -87,6 +98,8 @@ matches = st.builds(
     method=st.none() | st.sampled_from(["GET", "POST", "DELETE"]),
     ignore_path_case=st.booleans(),
     without_headers=st.lists(header_matches, max_size=2).map(tuple),
+    claims=st.lists(claim_matches, max_size=2).map(tuple),
+    without_claims=st.lists(claim_matches, max_size=2).map(tuple),
 )
 PERCENT = st.floats(0.0, 100.0, allow_nan=False)
 faults = st.builds(Fault, SECONDS, PERCENT, st.just(0) | st.integers(200, 599), PERCENT) | st.builds(
@@ -203,6 +216,14 @@ def encoded(**rule: Any) -> any_pb2.Any:
         ({"match": pb.RouteMatch(path=pb.PathMatch(value="/"))}, "match.path.kind"),
         ({"match": pb.RouteMatch(headers=[pb.ValueMatch(name="bad name", value="v")])}, "match.headers[0].name"),
         ({"match": pb.RouteMatch(headers=[pb.ValueMatch(name=":status", value="200")])}, "match.headers[0].name"),
+        ({"match": pb.RouteMatch(claims=[pb.ClaimMatch(value="x")])}, "match.claims[0].path"),
+        ({"match": pb.RouteMatch(claims=[pb.ClaimMatch(path=["a"] * 17)])}, "match.claims[0].path"),
+        ({"match": pb.RouteMatch(without_claims=[pb.ClaimMatch(path=["a", ""])])}, "match.without_claims[0].path[1]"),
+        (
+            {"match": pb.RouteMatch(claims=[pb.ClaimMatch(path=["a"], value="(", kind=pb.VALUE_REGULAR_EXPRESSION)])},
+            "match.claims[0].value",
+        ),
+        ({"match": pb.RouteMatch(claims=[pb.ClaimMatch(path=["a"], kind=9)])}, "match.claims[0].kind"),
         (
             {"request_headers": pb.HeaderModifier(set=[pb.HeaderValue(name="x", value="a\r\nb: c")])},
             "request_headers.set[0].value",

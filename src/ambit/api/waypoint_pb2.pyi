@@ -408,20 +408,34 @@ class ValueMatch(_message.Message):
     def __init__(self, name: _Optional[str] = ..., value: _Optional[str] = ..., kind: _Optional[_Union[ValueMatchType, str]] = ...) -> None: ...
 
 class RouteMatch(_message.Message):
-    __slots__ = ("path", "headers", "query_params", "method", "ignore_path_case", "without_headers")
+    __slots__ = ("path", "headers", "query_params", "method", "ignore_path_case", "without_headers", "claims", "without_claims")
     PATH_FIELD_NUMBER: _ClassVar[int]
     HEADERS_FIELD_NUMBER: _ClassVar[int]
     QUERY_PARAMS_FIELD_NUMBER: _ClassVar[int]
     METHOD_FIELD_NUMBER: _ClassVar[int]
     IGNORE_PATH_CASE_FIELD_NUMBER: _ClassVar[int]
     WITHOUT_HEADERS_FIELD_NUMBER: _ClassVar[int]
+    CLAIMS_FIELD_NUMBER: _ClassVar[int]
+    WITHOUT_CLAIMS_FIELD_NUMBER: _ClassVar[int]
     path: PathMatch
     headers: _containers.RepeatedCompositeFieldContainer[ValueMatch]
     query_params: _containers.RepeatedCompositeFieldContainer[ValueMatch]
     method: str
     ignore_path_case: bool
     without_headers: _containers.RepeatedCompositeFieldContainer[ValueMatch]
-    def __init__(self, path: _Optional[_Union[PathMatch, _Mapping]] = ..., headers: _Optional[_Iterable[_Union[ValueMatch, _Mapping]]] = ..., query_params: _Optional[_Iterable[_Union[ValueMatch, _Mapping]]] = ..., method: _Optional[str] = ..., ignore_path_case: _Optional[bool] = ..., without_headers: _Optional[_Iterable[_Union[ValueMatch, _Mapping]]] = ...) -> None: ...
+    claims: _containers.RepeatedCompositeFieldContainer[ClaimMatch]
+    without_claims: _containers.RepeatedCompositeFieldContainer[ClaimMatch]
+    def __init__(self, path: _Optional[_Union[PathMatch, _Mapping]] = ..., headers: _Optional[_Iterable[_Union[ValueMatch, _Mapping]]] = ..., query_params: _Optional[_Iterable[_Union[ValueMatch, _Mapping]]] = ..., method: _Optional[str] = ..., ignore_path_case: _Optional[bool] = ..., without_headers: _Optional[_Iterable[_Union[ValueMatch, _Mapping]]] = ..., claims: _Optional[_Iterable[_Union[ClaimMatch, _Mapping]]] = ..., without_claims: _Optional[_Iterable[_Union[ClaimMatch, _Mapping]]] = ...) -> None: ...
+
+class ClaimMatch(_message.Message):
+    __slots__ = ("path", "value", "kind")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    path: _containers.RepeatedScalarFieldContainer[str]
+    value: str
+    kind: ValueMatchType
+    def __init__(self, path: _Optional[_Iterable[str]] = ..., value: _Optional[str] = ..., kind: _Optional[_Union[ValueMatchType, str]] = ...) -> None: ...
 
 class HeaderValue(_message.Message):
     __slots__ = ("name", "value")

@@ -93,6 +93,22 @@ class ValueMatch:
     kind: ValueMatchType = ValueMatchType.EXACT
 
 
+MAX_CLAIM_PATH = 16
+"""The most names a claim match's path may hold (deeper than any token the authenticator accepts)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimMatch:
+    """A match on a claim of the request's verified JWT (a VirtualService header match named
+    ``@request.auth.claims.<a>.<b>`` or ``@request.auth.claims[<a>][<b>]``, which istiod turns into a match on
+    Envoy's ``jwt_authn`` payload): it holds when the claim at ``path`` is a string that matches, or a list holding
+    one (``PRESENT``: the claim exists). Absent, or without a verified token, it does not hold."""
+
+    path: tuple[str, ...]
+    value: str
+    kind: ValueMatchType = ValueMatchType.EXACT
+
+
 @dataclass(frozen=True, slots=True)
 class RouteMatch:
     """One ``HTTPRouteMatch``: every present part must hold. For GRPCRoute the translator writes the method match
@@ -107,6 +123,10 @@ class RouteMatch:
     without_headers: tuple[ValueMatch, ...] = ()
     """Each must *not* hold (a VirtualService ``withoutHeaders``): a missing header reads as empty, and a
     ``PRESENT`` entry means the header must be absent."""
+    claims: tuple[ClaimMatch, ...] = ()
+    """Each must hold on the verified JWT's claims."""
+    without_claims: tuple[ClaimMatch, ...] = ()
+    """Each must *not* hold (a request without a verified JWT holds none)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,21 +20,27 @@ Rules:
    ``ignore_path_case`` compares an Exact or Prefix path case-insensitively (Envoy's ``case_sensitive: false``,
    which leaves regular expressions alone); ``without_headers`` entries must each *not* hold, a missing header
    reading as empty (Envoy's ``treat_missing_header_as_empty``) and a Present entry meaning "absent".
+6. Claim matches (:class:`~ambit.model.routes.ClaimMatch`) read the verified JWT's payload the authentication
+   put on the request (:attr:`~ambit.waypoint.decisions.RequestHead.jwt_claims`), never a header: one holds when
+   the claim at its path is a string that matches or a list holding such a string (Envoy's metadata matcher with
+   istiod's list-or-string form); a Present one when the claim exists. Without a token, or with the claim absent,
+   it does not hold; a ``without_claims`` entry then does.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import parse_qsl
 
-from ambit.model.routes import PathMatchType, RouteMatch, ValueMatch, ValueMatchType
+from ambit.model.routes import ClaimMatch, PathMatchType, RouteMatch, ValueMatch, ValueMatchType
 from ambit.waypoint.decisions import RequestHead
 from ambit.waypoint.filters import split_target
 from ambit.waypoint.patterns import SUBJECT_LIMIT, safe_pattern
 
-__all__ = ["MatchTest", "RequestFacts", "ValueTest", "compile_match"]
+__all__ = ["ClaimTest", "MatchTest", "RequestFacts", "ValueTest", "compile_match"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +74,32 @@ class ValueTest:
 
 
 @dataclass(frozen=True, slots=True)
+class ClaimTest:
+    """A :class:`~ambit.model.routes.ClaimMatch` ready to test (rule 6)."""
+
+    path: tuple[str, ...]
+    value: ValueTest
+
+    def holds(self, claims: Mapping[str, Any] | None) -> bool:
+        found: Any = claims
+        for step in self.path:
+            if not isinstance(found, Mapping) or step not in found:
+                return False
+            found = found[step]
+        if isinstance(found, str):
+            return self.value.holds(found)
+        if isinstance(found, list):
+            return any(isinstance(item, str) and self.value.holds(item) for item in found)
+        return self.value.present
+
+    def holds_without(self, claims: Mapping[str, Any] | None) -> bool:
+        test = self.value
+        if not test.present and test.exact is None and test.prefix is None and test.pattern is None:
+            return False  # a refused pattern never holds, inverted or not (rule 3)
+        return not self.holds(claims)
+
+
+@dataclass(frozen=True, slots=True)
 class MatchTest:
     method: str | None
     path: Callable[[str], bool] | None
@@ -77,13 +109,15 @@ class MatchTest:
     prefix: str | None
     """The prefix ReplacePrefixMatch replaces; None for Exact and RegularExpression matches."""
     without: tuple[ValueTest, ...] = ()
+    claims: tuple[ClaimTest, ...] = ()
+    without_claims: tuple[ClaimTest, ...] = ()
     literal_prefix: bool = False
     """``prefix`` is a plain string prefix (a VirtualService ``prefix``): a rewrite replaces exactly those
     characters, as Envoy's ``prefix_rewrite`` does, not path elements."""
 
     @property
     def needs_facts(self) -> bool:
-        return bool(self.headers or self.query or self.without)
+        return bool(self.headers or self.query or self.without or self.claims or self.without_claims)
 
     def holds_for(self, facts: RequestFacts) -> bool:
         """Whether the header and query parts hold (the caller tests method and path first, inline)."""
@@ -91,6 +125,8 @@ class MatchTest:
             all(h.holds(facts.header(h.name)) for h in self.headers)
             and all(q.holds(facts.query(q.name)) for q in self.query)
             and all(w.holds_without(facts.header(w.name)) for w in self.without)
+            and all(c.holds(facts.request.jwt_claims) for c in self.claims)
+            and all(c.holds_without(facts.request.jwt_claims) for c in self.without_claims)
         )
 
 
@@ -167,6 +203,13 @@ def _value_tests(
     return tuple(tests)
 
 
+def _claim_tests(matches: tuple[ClaimMatch, ...], problems: list[str], where: str) -> tuple[ClaimTest, ...]:
+    return tuple(
+        ClaimTest(m.path, _value_tests((ValueMatch(".".join(m.path), m.value, m.kind),), False, problems, where)[0])
+        for m in matches
+    )
+
+
 def _never(path: str) -> bool:
     return False
 
@@ -208,5 +251,7 @@ def compile_match(match: RouteMatch, where: str) -> tuple[MatchTest, tuple[str, 
         prefix=value if kind in (PathMatchType.PATH_PREFIX, PathMatchType.PREFIX) else None,
         without=_value_tests(match.without_headers, True, problems, f"{where} without header"),
         literal_prefix=kind is PathMatchType.PREFIX,
+        claims=_claim_tests(match.claims, problems, f"{where} claim"),
+        without_claims=_claim_tests(match.without_claims, problems, f"{where} without claim"),
     )
     return test, tuple(problems)

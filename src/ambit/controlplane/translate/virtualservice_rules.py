@@ -14,14 +14,17 @@ Rules:
    ANDed). An entry is dropped, never widened, when it cannot hold at this waypoint: ``sourceLabels`` (istiod drops
    them: ambient has no source labels), ``gateways`` not naming ``mesh``, ``port`` other than the destination's,
    or a ``sourceNamespace`` (istiod keeps one equal to the waypoint's namespace *without* testing the source;
-   we drop it rather than widen it to every source). Unsupported fields (``scheme``, JWT claim headers
-   ``@request.auth.claims``) and invalid values (a regular expression RE2 would refuse) drop the entry too, and
-   are reported.
+   we drop it rather than widen it to every source). Unsupported fields (``scheme``) and invalid values (a
+   regular expression RE2 would refuse, a malformed ``@request.auth.claims`` name) drop the entry too, and are
+   reported.
 2. ``StringMatch``: ``exact``, ``prefix`` (a plain string prefix, as Envoy's), ``regex`` (RE2, full match); an
    empty one (``{}``) or ``regex: "*"`` means "present" (istiod's ``present_match``). Header names are
    lower-cased; ``authority`` is a match on the ``host``, ``method`` on the method (exact only; another kind drops
    the entry). A header match may name a pseudo-header (``:method``, ``:authority``, ``:path``, ``:scheme``), as
-   Envoy's header matcher reads them. ``ignoreUriCase`` and ``withoutHeaders`` are carried to the engine.
+   Envoy's header matcher reads them. A header named ``@request.auth.claims.a.b`` or ``@request.auth.claims[a][b]``
+   matches the verified JWT's claim ``a.b`` instead (istiod's ``translateMetadataMatch``), in ``headers`` and
+   ``withoutHeaders`` (:class:`~ambit.model.routes.ClaimMatch`). ``ignoreUriCase`` and ``withoutHeaders`` are
+   carried to the engine.
 3. Actions, one of: ``redirect`` (``uri``, or ``prefixRewrite`` replacing the matched prefix and preferred to
    ``uri`` as istiod does, ``authority``, ``port`` or ``derivePort``, ``scheme``,
    ``redirectCode`` 301 by default, one of 301/302/303/307/308), ``directResponse`` (``status``, ``body.string``
@@ -83,8 +86,10 @@ from ambit.controlplane.translate.virtualservice_values import (
 )
 from ambit.model.routes import (
     GRPC_STATUS_CODES,
+    MAX_CLAIM_PATH,
     PSEUDO_HEADERS,
     BackendService,
+    ClaimMatch,
     CorsPolicy,
     DirectResponse,
     Fault,
@@ -123,6 +128,8 @@ __all__ = [
 
 MESH = "mesh"
 MISSING_BACKEND = 503
+CLAIM_HEADER = "@request.auth.claims"
+"""The header-name prefix of a JWT claim match (istiod's ``jwt.HeaderJWTClaim``)."""
 MAX_DIRECT_BODY = 64 * 1024
 _SUBSET_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _REDIRECT_CODES = frozenset((301, 302, 303, 307, 308))
@@ -217,16 +224,41 @@ def _path_match(value: Any, field: str) -> PathMatch | None:
     return PathMatch(PathMatchType.REGULAR_EXPRESSION, match.value)
 
 
-def _header_matches(value: Any, field: str) -> tuple[ValueMatch, ...]:
+def _claim_path(name: str) -> tuple[str, ...] | None:
+    """The claim names of a ``@request.auth.claims`` header name (istiod's ``jwt.ToRoutingClaim``): ``.a.b`` or
+    ``[a][b]`` after the prefix (matched case-insensitively); None when ``name`` is not such a name. Empty names
+    and more than :data:`~ambit.model.routes.MAX_CLAIM_PATH` of them are refused (no claim could hold)."""
+    if not name.lower().startswith(CLAIM_HEADER):
+        return None
+    rest = name[len(CLAIM_HEADER) :]
+    if rest.startswith(".") and len(rest) > 1:
+        path = tuple(rest[1:].split("."))
+    elif rest.startswith("[") and rest.endswith("]") and len(rest) > 2:
+        path = tuple(rest[1:-1].split("]["))
+    else:
+        return None
+    if len(path) > MAX_CLAIM_PATH or not all(step and step.isprintable() for step in path):
+        return None
+    return path
+
+
+def _header_matches(value: Any, field: str) -> tuple[tuple[ValueMatch, ...], tuple[ClaimMatch, ...]]:
+    """Header matches, and the JWT claim matches written as ``@request.auth.claims`` headers (rule 2)."""
     out: list[ValueMatch] = []
+    claims: list[ClaimMatch] = []
     for name, match in sorted(read_mapping(value, field).items(), key=lambda item: str(item[0]).lower()):
+        if isinstance(name, str) and name.lower().startswith(CLAIM_HEADER):
+            path = _claim_path(name)
+            if path is None:
+                raise BadField(f"{field}.{name}", "not a claim name (@request.auth.claims.a.b or [a][b])")
+            found = read_string_match(name, match, f"{field}.{name}")
+            claims.append(ClaimMatch(path, found.value, found.kind))
+            continue
         pseudo = isinstance(name, str) and name.lower() in PSEUDO_HEADERS
         if not isinstance(name, str) or not (pseudo or HEADER_NAME.match(name)):
-            if isinstance(name, str) and name.startswith("@request.auth.claims"):
-                raise BadField(f"{field}.{name}", "routing on JWT claims is not supported at the waypoint")
             raise BadField(f"{field}", f"not a header name: {name!r}")
         out.append(read_string_match(name.lower(), match, f"{field}.{name}"))
-    return tuple(out)
+    return tuple(out), tuple(claims)
 
 
 def _match_holds_here(match: Obj, ctx: RuleContext) -> bool:
@@ -250,7 +282,8 @@ def _route_match(match: Obj, field: str) -> RouteMatch:
         if found.kind is not ValueMatchType.EXACT or not found.value:
             raise BadField(f"{field}.method", "only an exact method match is supported")
         method = read_printable(found.value, f"{field}.method.exact")
-    headers = list(_header_matches(match.get("headers"), f"{field}.headers"))
+    plain, claims = _header_matches(match.get("headers"), f"{field}.headers")
+    headers = list(plain)
     if match.get("authority") is not None:
         headers.append(read_string_match("host", match["authority"], f"{field}.authority"))
     query = tuple(
@@ -260,13 +293,16 @@ def _route_match(match: Obj, field: str) -> RouteMatch:
         )
     )
     ignore_case = match.get("ignoreUriCase")
+    without, without_claims = _header_matches(match.get("withoutHeaders"), f"{field}.withoutHeaders")
     return RouteMatch(
         path=_path_match(match.get("uri"), f"{field}.uri"),
         headers=tuple(headers),
         query_params=query,
         method=method,
         ignore_path_case=ignore_case is True,
-        without_headers=_header_matches(match.get("withoutHeaders"), f"{field}.withoutHeaders"),
+        without_headers=without,
+        claims=claims,
+        without_claims=without_claims,
     )
 
 
