@@ -42,6 +42,7 @@ from ambit.model.routes import (
     PathMatchType,
     RouteMatch,
     RouteRule,
+    ValueMatch,
     WeightedBackend,
 )
 from ambit.model.workload import (
@@ -347,6 +348,37 @@ async def test_https_sni_picks_the_certificate_and_the_listener(
     assert status == 404  # listener b routes only /b
     with pytest.raises((ssl.SSLError, ConnectionResetError)):  # no listener for that name: no handshake
         await get(port, "c.example", "/", tls_name="c.example")
+
+
+async def test_a_scheme_match_holds_for_http_on_plain_listeners_and_https_where_the_gateway_terminated_tls(
+    gateway: tuple[IngressGateway, EchoEndpoint, dict[str, KeyPair]],
+) -> None:
+    # upstream routing.go "HTTP scheme match" / "HTTPS scheme match": a VirtualService match on scheme, translated
+    # to a :scheme header match.
+    proc, _, _ = gateway
+    await ready(proc)
+    config = proc.router.config
+
+    def on(scheme: str) -> RouteRule:
+        return dataclasses.replace(rule("/"), match=RouteMatch(headers=(ValueMatch(":scheme", scheme),)))
+
+    listeners = []
+    for listener in config.listeners:
+        host = listener.hostname or "a.example"
+        scheme = "http" if listener.protocol is ListenerProtocol.HTTP else "https"
+        listeners.append(dataclasses.replace(listener, virtual_hosts=(VirtualHost(host, (on(scheme),)),)))
+    proc.apply(dataclasses.replace(config, listeners=tuple(listeners)))
+    assert (await get(port_of(proc, "http"), "a.example", "/x"))[0] == 200
+    assert (await get(port_of(proc, "https-a"), "a.example", "/x", tls_name="a.example"))[0] == 200
+    swapped = [
+        dataclasses.replace(x, virtual_hosts=(VirtualHost(x.hostname or "a.example", (on("https"),)),))
+        if x.protocol is ListenerProtocol.HTTP
+        else dataclasses.replace(x, virtual_hosts=(VirtualHost(x.hostname, (on("http"),)),))
+        for x in config.listeners
+    ]
+    proc.apply(dataclasses.replace(config, listeners=tuple(swapped)))
+    assert (await get(port_of(proc, "http"), "a.example", "/x"))[0] == 404  # plaintext is not https
+    assert (await get(port_of(proc, "https-a"), "a.example", "/x", tls_name="a.example"))[0] == 404
 
 
 async def test_a_rotated_certificate_is_served_without_a_restart(

@@ -706,3 +706,10 @@ def test_a_claim_header_naming_no_claim_drops_its_entry(name: str) -> None:
     assert found is None or not found.http
     fields = [s.field for s in translation.skipped if s.kind == "VirtualService"]
     assert fields == [f"spec.http[0].match[0].headers.{name}"]
+
+
+def test_a_scheme_match_becomes_a_header_match_on_the_scheme() -> None:
+    # upstream routing.go "HTTP scheme match": istiod writes match.scheme as a :scheme header match
+    match = {"scheme": {"exact": "http"}, "uri": {"prefix": "/"}}
+    (rule,) = table(translate(vs(hosts=["b"], http=[{"match": [match], "route": [to()]}]))).http
+    assert rule.match.headers == (ValueMatch(":scheme", "http"),)

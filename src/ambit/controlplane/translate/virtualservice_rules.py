@@ -14,12 +14,12 @@ Rules:
    ANDed). An entry is dropped, never widened, when it cannot hold at this waypoint: ``sourceLabels`` (istiod drops
    them: ambient has no source labels), ``gateways`` not naming ``mesh``, ``port`` other than the destination's,
    or a ``sourceNamespace`` (istiod keeps one equal to the waypoint's namespace *without* testing the source;
-   we drop it rather than widen it to every source). Unsupported fields (``scheme``) and invalid values (a
-   regular expression RE2 would refuse, a malformed ``@request.auth.claims`` name) drop the entry too, and are
-   reported.
+   we drop it rather than widen it to every source). Invalid values (a regular expression RE2 would refuse, a
+   malformed ``@request.auth.claims`` name) drop the entry too, and are reported.
 2. ``StringMatch``: ``exact``, ``prefix`` (a plain string prefix, as Envoy's), ``regex`` (RE2, full match); an
    empty one (``{}``) or ``regex: "*"`` means "present" (istiod's ``present_match``). Header names are
-   lower-cased; ``authority`` is a match on the ``host``, ``method`` on the method (exact only; another kind drops
+   lower-cased; ``authority`` is a match on the ``host``, ``scheme`` on ``:scheme`` (``https`` only where an
+   ingress gateway terminated the client's TLS), ``method`` on the method (exact only; another kind drops
    the entry). A header match may name a pseudo-header (``:method``, ``:authority``, ``:path``, ``:scheme``), as
    Envoy's header matcher reads them. A header named ``@request.auth.claims.a.b`` or ``@request.auth.claims[a][b]``
    matches the verified JWT's claim ``a.b`` instead (istiod's ``translateMetadataMatch``), in ``headers`` and
@@ -274,8 +274,6 @@ def _match_holds_here(match: Obj, ctx: RuleContext) -> bool:
 
 
 def _route_match(match: Obj, field: str) -> RouteMatch:
-    if match.get("scheme") is not None:
-        raise BadField(f"{field}.scheme", "a scheme match is not supported at the waypoint")
     method: str | None = None
     if match.get("method") is not None:
         found = read_string_match(":method", match["method"], f"{field}.method")
@@ -286,6 +284,8 @@ def _route_match(match: Obj, field: str) -> RouteMatch:
     headers = list(plain)
     if match.get("authority") is not None:
         headers.append(read_string_match("host", match["authority"], f"{field}.authority"))
+    if match.get("scheme") is not None:  # istiod: a header match on :scheme
+        headers.append(read_string_match(":scheme", match["scheme"], f"{field}.scheme"))
     query = tuple(
         read_string_match(_query_name(name, f"{field}.queryParams"), value, f"{field}.queryParams.{name}")
         for name, value in sorted(
