@@ -146,14 +146,16 @@ class WaypointConfig(_message.Message):
     def __init__(self, waypoint: _Optional[str] = ..., tables: _Optional[_Iterable[_Union[RouteTable, _Mapping]]] = ..., policies: _Optional[_Iterable[_Union[WaypointPolicy, _Mapping]]] = ..., request_authentications: _Optional[_Iterable[_Union[_requestauth_pb2.RequestAuthentication, _Mapping]]] = ..., xfcc_client_identity: _Optional[bool] = ..., destination_rules: _Optional[_Iterable[_Union[DestinationPolicy, _Mapping]]] = ..., metrics: _Optional[_Iterable[_Union[_metric_overrides_pb2.ServiceMetrics, _Mapping]]] = ..., services: _Optional[_Iterable[str]] = ..., race_first_connect: _Optional[_Iterable[str]] = ..., dynamic_dns: _Optional[_Iterable[str]] = ..., envoy_patches: _Optional[_Union[EnvoyPatches, _Mapping]] = ...) -> None: ...
 
 class EnvoyPatches(_message.Message):
-    __slots__ = ("filters", "routes", "upstream_h2")
+    __slots__ = ("filters", "routes", "upstream_h2", "xff_trusted_hops")
     FILTERS_FIELD_NUMBER: _ClassVar[int]
     ROUTES_FIELD_NUMBER: _ClassVar[int]
     UPSTREAM_H2_FIELD_NUMBER: _ClassVar[int]
+    XFF_TRUSTED_HOPS_FIELD_NUMBER: _ClassVar[int]
     filters: _containers.RepeatedCompositeFieldContainer[HeaderPatch]
     routes: _containers.RepeatedCompositeFieldContainer[HeaderPatch]
     upstream_h2: _containers.RepeatedCompositeFieldContainer[PatchScope]
-    def __init__(self, filters: _Optional[_Iterable[_Union[HeaderPatch, _Mapping]]] = ..., routes: _Optional[_Iterable[_Union[HeaderPatch, _Mapping]]] = ..., upstream_h2: _Optional[_Iterable[_Union[PatchScope, _Mapping]]] = ...) -> None: ...
+    xff_trusted_hops: int
+    def __init__(self, filters: _Optional[_Iterable[_Union[HeaderPatch, _Mapping]]] = ..., routes: _Optional[_Iterable[_Union[HeaderPatch, _Mapping]]] = ..., upstream_h2: _Optional[_Iterable[_Union[PatchScope, _Mapping]]] = ..., xff_trusted_hops: _Optional[int] = ...) -> None: ...
 
 class PatchScope(_message.Message):
     __slots__ = ("hostname", "port")

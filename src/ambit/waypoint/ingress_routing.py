@@ -19,6 +19,9 @@ Rules:
 3. A virtual host with ``https_redirect`` (only HTTP listeners have one) answers 301 with ``location:
    https://<Host as sent><path as sent>`` and no body, whatever its rules (Envoy's ``require_tls: ALL``, whose
    ``SslRedirector`` keeps the host and path verbatim); it comes before rule 2's 404 for a host without rules.
+   A request that is HTTPS already is not redirected: one over TLS the gateway terminated, or, when the gateway
+   trusts edge proxies in front of it (an EnvoyFilter set the connection manager's ``xff_num_trusted_hops`` above
+   0), one whose ``X-Forwarded-Proto`` is ``https`` (Envoy trusts that header only then).
 4. Otherwise the waypoint engine decides with that host's table: its first matching rule, filters, weighted
    backends, redirects; a request no rule matches is 404.
 5. :meth:`IngressRouter.decide` is a :data:`~ambit.waypoint.decisions.Router`: the destination it is given names
@@ -140,6 +143,16 @@ class IngressRouter:
                 best = (score, candidate)
         return best[1] if best is not None and best[1].tcp_backends else None
 
+    def _secure(self, request: RequestHead) -> bool:
+        """Rule 3: the request came over HTTPS, by the gateway's own TLS or, behind trusted edge proxies, by their
+        word (``X-Forwarded-Proto: https``)."""
+        if request.scheme == "https":
+            return True
+        if not self.config.envoy_patches.trusts_forwarded_proto:
+            return False
+        forwarded = request.header("x-forwarded-proto")
+        return forwarded is not None and forwarded.strip().lower() == "https"
+
     def decide(
         self, table: RouteTable | None, destination: BackendService, request: RequestHead, random: float
     ) -> Decision:
@@ -159,7 +172,7 @@ class IngressRouter:
             score = host_matches(candidate.hostname, host)
             if score and (best is None or score > best[0]):
                 best = (score, candidate)
-        if best is not None and best[1].https_redirect:
+        if best is not None and best[1].https_redirect and not self._secure(request):
             return https_redirect(request)
         if best is None or not best[1].table.http:
             return NOT_FOUND
