@@ -347,3 +347,40 @@ async def test_upstream_host_set_on_each_of_several_destinations_unless_the_rout
         status, _, body = await http.request("GET", "/echo")
         assert status == 200 and echo_of(body)["host"] == expected
     await client.aclose()
+
+
+# Upstream's "redirect request port" and "redirect port and scheme" cases (routing.go), on the rig's port 80.
+def derived_port_redirect(extra: str = "") -> str:
+    return f"""apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: default
+  namespace: app
+spec:
+  hosts:
+    - echo
+  http:
+  - match:
+    - uri:
+        exact: /foo
+    redirect:
+      derivePort: FROM_REQUEST_PORT{extra}
+"""
+
+
+@pytest.mark.parametrize(
+    ("extra", "host", "location"),
+    [
+        ("", "b", "http://b/foo"),  # "to default": 80 is the protocol default
+        ("", "b:80", "http://b:80/foo"),  # "to default with host port": explicit in the Host, kept
+        ("\n      scheme: https", "b", "https://b:80/foo"),  # "redirect port and scheme"
+    ],
+)
+async def test_upstream_redirect_from_the_request_port_keeps_the_host_as_sent(
+    rig: Rig, extra: str, host: str, location: str
+) -> None:
+    install(rig, derived_port_redirect(extra))
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    status, headers, _ = await HttpOverTunnel(stream, host=host).request("GET", "/foo")
+    assert (status, headers["location"]) == (301, location)
+    await client.aclose()

@@ -390,7 +390,10 @@ def test_redirect_direct_response_and_fault_translate() -> None:
     ]
     redirect, direct, fault = table(translate(vs(hosts=["b"], http=http))).http
     assert redirect.redirect == RequestRedirect(
-        hostname="x.example", path=PathModifier(PathModifierType.REPLACE_FULL_PATH, "/new"), status_code=308
+        hostname="x.example",
+        path=PathModifier(PathModifierType.REPLACE_FULL_PATH, "/new"),
+        status_code=308,
+        keeps_host_port=True,
     )
     assert direct.direct_response == DirectResponse(418, b"teapot")
     assert fault.fault == Fault(delay=0.05, delay_percent=10.0, abort_status=503, abort_percent=100.0)

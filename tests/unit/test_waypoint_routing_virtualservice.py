@@ -247,3 +247,32 @@ def test_a_rewrite_after_a_string_prefix_replaces_exactly_the_matched_characters
     moved = rule("m", RouteMatch(path=PathMatch(PathMatchType.PREFIX, prefix)), backend=None, redirect=redirect)
     answer = route(RouteTable(DEST.service_key, DEST.port, http=(moved,)), DEST, req(path), 0.0)
     assert isinstance(answer, Respond) and dict(answer.headers)["location"] == f"http://b{rewritten}"
+
+
+@pytest.mark.parametrize(
+    ("redirect", "authority", "location"),
+    [
+        # upstream routing.go "redirect request port": derivePort FROM_REQUEST_PORT on port 80 (istiod: no port)
+        (RequestRedirect(port=80, keeps_host_port=True), "b", "http://b/foo"),
+        (RequestRedirect(port=80, keeps_host_port=True), "b:80", "http://b:80/foo"),
+        # ... on the http2 port 85
+        (RequestRedirect(port=85, keeps_host_port=True), "b", "http://b:85/foo"),
+        (RequestRedirect(port=85, keeps_host_port=True), "b:85", "http://b:85/foo"),
+        # "redirect port and scheme": scheme https with the request port 80
+        (RequestRedirect(scheme="https", port=80, keeps_host_port=True), "b", "https://b:80/foo"),
+        # a scheme change drops the old scheme's default port the Host names; other ports stay
+        (RequestRedirect(scheme="https", keeps_host_port=True), "b:80", "https://b/foo"),
+        (RequestRedirect(scheme="https", keeps_host_port=True), "b:8080", "https://b:8080/foo"),
+        (RequestRedirect(hostname="x.example", keeps_host_port=True), "b:80", "http://x.example/foo"),
+        # Gateway API's rules, unchanged: the listener port, left out when it is the scheme's default
+        (RequestRedirect(), "b:80", "http://b/foo"),
+    ],
+)
+def test_a_virtual_service_redirect_keeps_the_hosts_port_as_envoy_does(
+    redirect: RequestRedirect, authority: str, location: str
+) -> None:
+    moved = rule("m", backend=None, redirect=redirect)
+    answer = route(
+        RouteTable(DEST.service_key, DEST.port, http=(moved,)), DEST, RequestHead("GET", "/foo", authority), 0.0
+    )
+    assert isinstance(answer, Respond) and dict(answer.headers)["location"] == location

@@ -133,6 +133,7 @@ redirects = st.builds(
     path=st.none() | path_modifiers,
     port=st.none() | PORT,
     status_code=st.sampled_from([301, 302, 303, 307, 308]),
+    keeps_host_port=st.booleans(),
 )
 weighted = st.builds(WeightedBackend, st.none() | backends, st.integers(0, 1000), st.none() | header_modifiers)
 rules = st.builds(

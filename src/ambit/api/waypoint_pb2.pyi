@@ -466,18 +466,20 @@ class PathModifier(_message.Message):
     def __init__(self, kind: _Optional[_Union[PathModifierType, str]] = ..., value: _Optional[str] = ...) -> None: ...
 
 class RequestRedirect(_message.Message):
-    __slots__ = ("scheme", "hostname", "path", "port", "status_code")
+    __slots__ = ("scheme", "hostname", "path", "port", "status_code", "keeps_host_port")
     SCHEME_FIELD_NUMBER: _ClassVar[int]
     HOSTNAME_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
     PORT_FIELD_NUMBER: _ClassVar[int]
     STATUS_CODE_FIELD_NUMBER: _ClassVar[int]
+    KEEPS_HOST_PORT_FIELD_NUMBER: _ClassVar[int]
     scheme: str
     hostname: str
     path: PathModifier
     port: int
     status_code: int
-    def __init__(self, scheme: _Optional[str] = ..., hostname: _Optional[str] = ..., path: _Optional[_Union[PathModifier, _Mapping]] = ..., port: _Optional[int] = ..., status_code: _Optional[int] = ...) -> None: ...
+    keeps_host_port: bool
+    def __init__(self, scheme: _Optional[str] = ..., hostname: _Optional[str] = ..., path: _Optional[_Union[PathModifier, _Mapping]] = ..., port: _Optional[int] = ..., status_code: _Optional[int] = ..., keeps_host_port: _Optional[bool] = ...) -> None: ...
 
 class URLRewrite(_message.Message):
     __slots__ = ("hostname", "path")

@@ -159,6 +159,10 @@ class RequestRedirect:
     path: PathModifier | None = None
     port: int | None = None
     status_code: int = 302
+    keeps_host_port: bool = False
+    """Envoy's ``RedirectAction`` as a VirtualService gets it from istiod, instead of Gateway API's rules: the
+    request's ``Host`` is kept as sent, port and all, unless ``port`` replaces it (a ``port`` that is the final
+    scheme's default is no port, as istiod drops it) or the scheme changes from one whose default port it names."""
 
 
 @dataclass(frozen=True, slots=True)

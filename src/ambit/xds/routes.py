@@ -184,7 +184,7 @@ def _match(match: RouteMatch) -> pb.RouteMatch:
 
 
 def _redirect(redirect: RequestRedirect) -> pb.RequestRedirect:
-    out = pb.RequestRedirect(status_code=redirect.status_code)
+    out = pb.RequestRedirect(status_code=redirect.status_code, keeps_host_port=redirect.keeps_host_port)
     if redirect.scheme is not None:
         out.scheme = redirect.scheme
     if redirect.hostname is not None:
@@ -502,6 +502,7 @@ class _Reader(FieldReader):
             path=self.path_modifier(f"{field}.path", message.path) if message.HasField("path") else None,
             port=self.port(f"{field}.port", message.port) if message.HasField("port") else None,
             status_code=message.status_code,
+            keeps_host_port=message.keeps_host_port,
         )
 
     def rule(self, field: str, message: pb.RouteRule) -> RouteRule:

@@ -390,6 +390,7 @@ def _redirect(value: Any, port: int, field: str) -> RequestRedirect:
         path=path,
         port=redirect_port,
         status_code=code,
+        keeps_host_port=True,
     )
 
 
