@@ -100,7 +100,12 @@ def claim_route(headers: dict[str, dict[str, str]], without: dict[str, dict[str,
     )
 
 
-NESTED = {"nested": {"key1": "valueA", "nested-2": {"key1": "valueB"}}, "list": ["valueC", 3]}
+NESTED = {
+    "nested": {"key1": "valueA", "nested-2": {"key1": "valueB"}},
+    "list": ["valueC", 3],
+    "test-issuer-1@istio.io/simple": "valueC",  # upstream's TokenIssuer1WithCollisionResistantName claims
+    "test-issuer-1@istio.io/nested": {"key1": "valueC"},
+}
 SUB_REGEX = r"(\W|^)(sub-1|sub-2)(\W|$)"
 KEY1_REGEX = r"(\W|^)value[AB](\W|$)"
 NOT_MATCHED_REGEX = r"(\W|^)value\s{0,3}not{0,1}\s{0,3}matched(\W|$)"
@@ -135,6 +140,24 @@ CLAIM_CASES = [
     ("usage2: matched with nested claims", {"@request.auth.claims[nested][key1]": {"exact": "valueA"}}, None, 200),
     ("usage2: deeper nesting", {"@request.auth.claims[nested][nested-2][key1]": {"exact": "valueB"}}, None, 200),
     ("usage2: unmatched token", {"@request.auth.claims[sub]": {"exact": "value-not-matched"}}, None, 404),
+    (
+        "usage2: matched with simple collision-resistant claim name",
+        {"@request.auth.claims[test-issuer-1@istio.io/simple]": {"exact": "valueC"}},
+        None,
+        200,
+    ),
+    (
+        "usage2: matched with nested collision-resistant claim name",
+        {"@request.auth.claims[test-issuer-1@istio.io/nested][key1]": {"exact": "valueC"}},
+        None,
+        200,
+    ),
+    (
+        "usage2: unmatched with nested collision-resistant claim name",
+        {"@request.auth.claims[test-issuer-1@istio.io/nested][key1]": {"exact": "value-not-matched"}},
+        None,
+        404,
+    ),
     ("a list claim holding the value", {"@request.auth.claims.list": {"exact": "valueC"}}, None, 200),
     ("a number is not a string", {"@request.auth.claims.list": {"exact": "3"}}, None, 404),
 ]
