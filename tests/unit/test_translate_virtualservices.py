@@ -716,3 +716,17 @@ def test_a_scheme_match_becomes_a_header_match_on_the_scheme() -> None:
     match = {"scheme": {"exact": "http"}, "uri": {"prefix": "/"}}
     (rule,) = table(translate(vs(hosts=["b"], http=[{"match": [match], "route": [to()]}]))).http
     assert rule.match.headers == (ValueMatch(":scheme", "http"),)
+
+
+def test_a_host_set_on_one_of_several_destinations_is_that_destinations_own_authority() -> None:
+    # upstream routing.go "set host header multi destination" / "... in route and multi destination"
+    def routes(**rule: Any) -> list[Obj]:
+        dest = {"headers": {"request": {"set": {"Host": "dest-authority"}}}, "weight": 50}
+        return [{"route": [{"destination": {"host": "b"}, **dest}, {"destination": {"host": "b"}, **dest}], **rule}]
+
+    (rule,) = table(translate(vs(hosts=["b"], http=routes()))).http
+    assert [b.request_headers for b in rule.backends] == [HeaderModifier(set=(("host", "dest-authority"),))] * 2
+    route_level = {"headers": {"request": {"set": {":authority": "route-authority"}}}}
+    (rule,) = table(translate(vs(hosts=["b"], http=routes(**route_level)))).http
+    assert [b.request_headers for b in rule.backends] == [None, None]
+    assert rule.rewrite is not None and rule.rewrite.hostname == "route-authority"
