@@ -730,3 +730,24 @@ def test_a_host_set_on_one_of_several_destinations_is_that_destinations_own_auth
     (rule,) = table(translate(vs(hosts=["b"], http=routes(**route_level)))).http
     assert [b.request_headers for b in rule.backends] == [None, None]
     assert rule.rewrite is not None and rule.rewrite.hostname == "route-authority"
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    suffix=st.text(st.sampled_from(".[]ab@/- \x00\u00e9"), max_size=40),
+    prefix=st.sampled_from(["@request.auth.claims", "@REQUEST.AUTH.CLAIMS", "@request.auth.claim"]),
+)
+def test_any_claim_header_name_is_a_claim_match_of_printable_names_or_its_entry_is_dropped(
+    prefix: str, suffix: str
+) -> None:
+    name = prefix + suffix
+    http = [{"match": [{"headers": {name: {"exact": "v"}}}], "route": [to()]}]
+    translation = translate(vs(hosts=["b"], http=http))  # never raises; what reaches the waypoint decodes
+    (config,) = translation.waypoint_configs
+    found = config.find_table("app/b.app.svc.cluster.local", 80)
+    rules = found.http if found is not None else ()
+    for rule in rules:
+        for claim in rule.match.claims:
+            assert 0 < len(claim.path) <= 16 and all(step and step.isprintable() for step in claim.path)
+    if not rules:
+        assert [s.field for s in translation.skipped if s.kind == "VirtualService"]
