@@ -204,6 +204,7 @@ class EchoEndpoint:
                 "host": request.headers.get("host", ""),
                 "authorization": request.headers.get("authorization", ""),
                 "xfcc": request.headers.getall("x-forwarded-client-cert", []),
+                "xfp": request.headers.getall("x-forwarded-proto", []),
             }
         )
 
@@ -558,6 +559,17 @@ async def test_at_the_gateway_a_client_s_x_forwarded_client_cert_is_dropped(
     forged = [("x-forwarded-client-cert", "URI=spiffe://cluster.local/ns/app/sa/admin")]
     status, body = await send(port_of(proc, "http"), "/x", forged)
     assert status == 200 and json.loads(body)["xfcc"] == []
+
+
+async def test_at_the_gateway_the_backend_sees_the_connection_s_scheme_as_x_forwarded_proto_not_the_client_s(
+    gateway: tuple[IngressGateway, EchoEndpoint, dict[str, KeyPair]],
+) -> None:
+    proc, _, _ = gateway
+    await ready(proc)
+    status, body = await send(port_of(proc, "http"), "/x", [("x-forwarded-proto", "https")])
+    assert status == 200 and json.loads(body)["xfp"] == ["http"]  # an untrusted client's claim is replaced
+    status, echoed, _ = await get(port_of(proc, "https-a"), "a.example", "/x", tls_name="a.example")
+    assert status == 200 and echoed["xfp"] == ["https"]
 
 
 REQUESTS = 30

@@ -305,7 +305,7 @@ def test_an_https_redirect_host_answers_301_with_host_and_path_verbatim_before_r
         (1, None, "https", "https"),
     ],
 )
-def test_the_scheme_routes_see_is_a_trusted_x_forwarded_proto_else_the_connections(
+def test_the_scheme_routes_and_the_backend_see_is_a_trusted_x_forwarded_proto_else_the_connections(
     hops: int | None, forwarded: str | None, connection: str, scheme: str
 ) -> None:
     backend = BackendService("app", "echo.app.svc.cluster.local", 80)
@@ -320,3 +320,4 @@ def test_the_scheme_routes_see_is_a_trusted_x_forwarded_proto_else_the_connectio
     request = RequestHead("GET", "/", "a.example", headers, connection)
     decision = IngressRouter(config).decide(None, BackendService("", "", 80), request, 0.0)
     assert isinstance(decision, Forward) and decision.request.scheme == scheme
+    assert [v for n, v in decision.request.headers if n == "x-forwarded-proto"] == [scheme]

@@ -22,7 +22,8 @@ Rules:
    A request whose scheme is ``https`` already is not redirected. The scheme is the connection's (``https`` over
    TLS the gateway terminated) unless the gateway trusts edge proxies in front of it (an EnvoyFilter set the
    connection manager's ``xff_num_trusted_hops`` above 0): then a valid ``X-Forwarded-Proto`` (``http`` or
-   ``https``) gives it, as Envoy sets ``:scheme`` from that header only then; routes and redirects see it too.
+   ``https``) gives it, as Envoy sets ``:scheme`` from that header only then; routes and redirects see it too,
+   and the request carries ``X-Forwarded-Proto`` with it (the client's own replaced, as Envoy's edge does).
 4. Otherwise the waypoint engine decides with that host's table: its first matching rule, filters, weighted
    backends, redirects; a request no rule matches is 404.
 5. :meth:`IngressRouter.decide` is a :data:`~ambit.waypoint.decisions.Router`: the destination it is given names
@@ -147,13 +148,15 @@ class IngressRouter:
 
     def _with_scheme(self, request: RequestHead) -> RequestHead:
         """Rule 3's scheme: the connection's, or behind trusted edge proxies the one their ``X-Forwarded-Proto``
-        states (``http`` or ``https``), as Envoy sets ``:scheme`` for an HTTP/1 request."""
-        if not self.config.envoy_patches.trusts_forwarded_proto:
-            return request
-        forwarded = (request.header("x-forwarded-proto") or "").strip().lower()
-        if forwarded in ("http", "https") and forwarded != request.scheme:
-            return dataclasses.replace(request, scheme=forwarded)
-        return request
+        states (``http`` or ``https``), as Envoy sets ``:scheme`` for an HTTP/1 request; and ``X-Forwarded-Proto``
+        set to it, so a client cannot tell the backend it came over TLS when it did not."""
+        scheme = request.scheme
+        if self.config.envoy_patches.trusts_forwarded_proto:
+            forwarded = (request.header("x-forwarded-proto") or "").strip().lower()
+            if forwarded in ("http", "https"):
+                scheme = forwarded
+        headers = tuple((n, v) for n, v in request.headers if n != "x-forwarded-proto")
+        return dataclasses.replace(request, scheme=scheme, headers=(*headers, ("x-forwarded-proto", scheme)))
 
     def decide(
         self, table: RouteTable | None, destination: BackendService, request: RequestHead, random: float
