@@ -1145,3 +1145,145 @@ def test_sandwich_with_a_proxy_inbound_binding_authorizes_by_the_client_principa
         lab.kubectl(
             "annotate", "gateway", "simple-http-waypoint", "-n", SANDWICH, "ambient.istio.io/waypoint-inbound-binding-"
         )
+
+
+def test_upstream_jwt_claim_route_and_trusted_forwarded_proto_through_istio_ingressgateway(lab: Lab) -> None:
+    """Upstream pilot/common ``jwt-claim-route`` on istio-ingressgateway: a RequestAuthentication in istio-system
+    (no selector: every workload, the gateway's pods too) with ``outputClaimToHeaders``, an Istio Gateway for every
+    host and a VirtualService for ``echo.foo.bar`` routing only requests whose verified token has the claim
+    ``nested.key1 == valueA`` (``@request.auth.claims.nested.key1``, then the bracket form): 200 with such a token,
+    404 with another, without one or with a header of the claim's name, 401 with an expired one. Then "https with
+    x-forwarded-proto": the HTTP server with ``httpsRedirect`` and an EnvoyFilter merging
+    ``xff_num_trusted_hops: 1`` into the gateway's connection manager: ``X-Forwarded-Proto: https`` is routed,
+    a request without it redirected."""
+    from tests.unit.jwt_keys import claims, rsa_signer
+    from tests.upstream_objects import ingress_gateway
+
+    issuer = "test-issuer-1@istio.io"
+    signer = rsa_signer()
+    authn = {
+        "apiVersion": "security.istio.io/v1",
+        "kind": "RequestAuthentication",
+        "metadata": {"name": "default", "namespace": "istio-system"},
+        "spec": {
+            "jwtRules": [
+                {
+                    "issuer": issuer,
+                    "jwks": signer.jwks(),
+                    "outputClaimToHeaders": [{"header": "x-jwt-nested-key", "claim": "nested.nested-2.key2"}],
+                }
+            ]
+        },
+    }
+
+    def route(claim_header: str) -> dict[str, Any]:
+        match = {"uri": {"prefix": "/"}, "headers": {claim_header: {"exact": "valueA"}}}
+        return {
+            "apiVersion": "networking.istio.io/v1",
+            "kind": "VirtualService",
+            "metadata": {"name": "default", "namespace": APP},
+            "spec": {
+                "hosts": ["echo.foo.bar"],
+                "gateways": ["gateway"],
+                "http": [{"match": [match], "route": [{"destination": {"host": "echo"}}]}],
+            },
+        }
+
+    hops = {
+        "apiVersion": "networking.istio.io/v1alpha3",
+        "kind": "EnvoyFilter",
+        "metadata": {"name": "ingressgateway-redirect-config", "namespace": "istio-system"},
+        "spec": {
+            "configPatches": [
+                {
+                    "applyTo": "NETWORK_FILTER",
+                    "match": {
+                        "context": "GATEWAY",
+                        "listener": {
+                            "filterChain": {"filter": {"name": "envoy.filters.network.http_connection_manager"}}
+                        },
+                    },
+                    "patch": {
+                        "operation": "MERGE",
+                        "value": {
+                            "typed_config": {
+                                "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager"
+                                ".v3.HttpConnectionManager",
+                                "xff_num_trusted_hops": 1,
+                                "normalize_path": True,
+                            }
+                        },
+                    },
+                }
+            ],
+            "workloadSelector": {"labels": {"istio": "ingressgateway"}},
+        },
+    }
+    labelled = lab.get("service", "echo", "-n", APP)["metadata"].get("labels", {}).get(INGRESS_USE_WAYPOINT)
+    if labelled is not None:
+        lab.kubectl("label", "service", "echo", "-n", APP, f"{INGRESS_USE_WAYPOINT}-")
+    lab.kubectl("apply", "-k", str(CLASSIC_GATEWAY))
+    try:
+        lab.apply(ingress_gateway(), route("@request.auth.claims.nested.key1"), namespace=APP)
+        lab.apply(authn)
+        lab.wait_pods_ready("istio-system", "istio=ingressgateway", 1, timeout=180)
+        ip = wait_until("istio-ingressgateway has its load-balancer address", lambda: lb_address(lab), 60, 1)
+        now = time.time()
+        nested = {"key1": "valueA", "nested-2": {"key2": "valueC"}}
+        good = signer.sign(claims(issuer, "sub-1", now=now, nested=nested))
+        other = signer.sign(claims(issuer, "sub-1", now=now, nested={"key1": "valueB"}))
+        expired = signer.sign(claims(issuer, "sub-1", now=now - 7200, nested=nested))
+
+        def code(*headers: str) -> str:
+            return curl(
+                "-o", "/dev/null", "-w", "%{http_code}", "-H", "Host: echo.foo.bar", *headers, f"http://{ip}:80/"
+            ).stdout
+
+        def bearer(token: str) -> tuple[str, str]:
+            return ("-H", f"Authorization: Bearer {token}")
+
+        wait_until("a token with the claim is routed", lambda: code(*bearer(good)) == "200", 120, 1)
+        assert code(*bearer(other)) == "404"  # "unmatched token"
+        assert code() == "404"  # "unmatched with no token"
+        assert code("-H", "request.auth.claims.nested.key1: valueA") == "404"  # "… but same header"
+        assert code(*bearer(expired)) == "401"  # "unmatched with invalid token"
+        answer = through_gateway("-H", "Host: echo.foo.bar", *bearer(good), f"http://{ip}:80/claims")
+        assert answer is not None and echoed_headers(answer).get("x-jwt-nested-key") == "valueC"
+
+        lab.apply(route("@request.auth.claims[nested][key1]"), namespace=APP)  # "usage2"
+        wait_until(
+            "the bracket form routes too", lambda: code(*bearer(other)) == "404" and code(*bearer(good)) == "200", 60, 1
+        )
+
+        redirecting = ingress_gateway()
+        redirecting["spec"]["servers"][0]["tls"] = {"httpsRedirect": True}
+        everything = {
+            "apiVersion": "networking.istio.io/v1",
+            "kind": "VirtualService",
+            "metadata": {"name": "default", "namespace": APP},
+            "spec": {
+                "hosts": ["echo.foo.bar"],
+                "gateways": ["gateway"],
+                "http": [{"route": [{"destination": {"host": "echo"}}]}],
+            },
+        }
+        lab.apply(redirecting, everything, namespace=APP)
+        wait_until("plain HTTP is redirected", lambda: code() == "301", 60, 1)
+        assert code("-H", "X-Forwarded-Proto: https") == "301"  # not trusted yet
+        lab.apply(hops)
+        wait_until(
+            "a trusted X-Forwarded-Proto: https is routed",
+            lambda: code("-H", "X-Forwarded-Proto: https") == "200",
+            60,
+            1,
+        )
+        assert code() == "301"
+    finally:
+        lab.kubectl(
+            "delete", "envoyfilter", "ingressgateway-redirect-config", "-n", "istio-system", "--ignore-not-found"
+        )
+        lab.kubectl("delete", "requestauthentication", "default", "-n", "istio-system", "--ignore-not-found")
+        lab.kubectl("delete", "virtualservice", "default", "-n", APP, "--ignore-not-found")
+        lab.kubectl("delete", "-k", str(CLASSIC_GATEWAY), "--ignore-not-found", "--wait=true")
+        if labelled is not None:
+            lab.kubectl("label", "service", "echo", "-n", APP, f"{INGRESS_USE_WAYPOINT}={labelled}")

@@ -402,8 +402,8 @@ async def test_a_virtual_service_reaches_the_waypoint_in_written_order_and_its_c
         )
         await eventually(lambda: subsets() == ["v2"])
 
-        # A rule the waypoint cannot honour (routing on JWT claims) is left out, with a Warning Event naming it.
-        claims = {"headers": {"@request.auth.claims.group": {"exact": "admins"}}}
+        # A rule the waypoint cannot honour (a claim match naming no claim) is left out, with a Warning Event naming it.
+        claims = {"headers": {"@request.auth.claims[]": {"exact": "admins"}}}
         rules = [{"match": [claims], "route": [{"destination": {"host": "reviews", "subset": "v1"}}]}]
         await kube.patch(kinds.VIRTUAL_SERVICES, "route", {"spec": {"http": rules}}, ns)
         await eventually(lambda: subsets() == [])

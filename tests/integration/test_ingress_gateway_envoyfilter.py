@@ -48,7 +48,7 @@ def gateway_filter(context: str) -> Obj:
     return obj
 
 
-def gateway_config(*filters: Obj, route: Obj | None = None) -> GatewayConfig:
+def gateway_config(*filters: Obj, route: Obj | None = None, gateway: Obj | None = None) -> GatewayConfig:
     gateway_pod = {
         "metadata": {
             "name": "istio-ingressgateway-0",
@@ -75,7 +75,7 @@ def gateway_config(*filters: Obj, route: Obj | None = None) -> GatewayConfig:
         services=[web],
         endpoint_slices=(),
         namespaces=[{"metadata": {"name": "app"}}, {"metadata": {"name": "istio-system"}}],
-        istio_gateways=[ingress_gateway("app")],
+        istio_gateways=[gateway or ingress_gateway("app")],
         virtual_services=[route or ingress_route("web", "app")],
         envoy_filters=filters,
     )
@@ -127,3 +127,64 @@ async def test_the_gateways_404_gets_the_lua_edits_but_no_virtual_host_ones(tmp_
         assert response.status == 404
         assert response.headers["x-lua-outbound"] == "bye"
         assert "x-vhost-outbound" not in response.headers
+
+
+# Upstream routing.go "https with x-forwarded-proto": a port-80 server with tls.httpsRedirect, a route, and an
+# EnvoyFilter (istio-system, selecting the gateway pods) merging xff_num_trusted_hops: 1 and normalize_path: true
+# into the gateway's HTTP connection manager; a request an edge proxy marked X-Forwarded-Proto: https is routed.
+TRUSTED_HOPS = {
+    "apiVersion": "networking.istio.io/v1alpha3",
+    "kind": "EnvoyFilter",
+    "metadata": {"name": "ingressgateway-redirect-config", "namespace": "istio-system"},
+    "spec": {
+        "configPatches": [
+            {
+                "applyTo": "NETWORK_FILTER",
+                "match": {
+                    "context": "GATEWAY",
+                    "listener": {"filterChain": {"filter": {"name": "envoy.filters.network.http_connection_manager"}}},
+                },
+                "patch": {
+                    "operation": "MERGE",
+                    "value": {
+                        "typed_config": {
+                            "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager"
+                            ".v3.HttpConnectionManager",
+                            "xff_num_trusted_hops": 1,
+                            "normalize_path": True,
+                        }
+                    },
+                },
+            }
+        ],
+        "workloadSelector": {"labels": {"istio": "ingressgateway"}},
+    },
+}
+
+
+async def status_of(port: int, headers: dict[str, str]) -> tuple[int, str]:
+    async with (
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as client,
+        client.get(f"http://127.0.0.1:{port}/", headers={"Host": "captured", **headers}, allow_redirects=False) as r,
+    ):
+        return r.status, r.headers.get("location", "")
+
+
+async def test_upstream_https_redirect_spares_a_trusted_x_forwarded_proto_https(tmp_path: Path) -> None:
+    redirecting = ingress_gateway("app")
+    redirecting["spec"]["servers"][0]["tls"] = {"httpsRedirect": True}
+    config = gateway_config(TRUSTED_HOPS, gateway=redirecting)
+    assert config.envoy_patches.xff_trusted_hops == 1
+    async with ingress_rig(tmp_path, config):
+        port = config.listeners[0].port
+        assert await status_of(port, {"X-Forwarded-Proto": "https"}) == (200, "")
+        assert await status_of(port, {}) == (301, "https://captured/")
+        assert await status_of(port, {"X-Forwarded-Proto": "http"}) == (301, "https://captured/")
+
+
+async def test_without_trusted_hops_a_client_s_x_forwarded_proto_does_not_spare_the_redirect(tmp_path: Path) -> None:
+    redirecting = ingress_gateway("app")
+    redirecting["spec"]["servers"][0]["tls"] = {"httpsRedirect": True}
+    config = gateway_config(gateway=redirecting)
+    async with ingress_rig(tmp_path, config):
+        assert await status_of(config.listeners[0].port, {"X-Forwarded-Proto": "https"}) == (301, "https://captured/")

@@ -35,7 +35,16 @@ from ambit.model.ingress import GatewayConfig, IngressCertificate, IngressListen
 from ambit.model.localconfig import LocalConfig, render_local_config
 from ambit.model.policy import Action, Clause, KeyedMatch, Match, Policy, Rule, Scope, StringMatch
 from ambit.model.requestauth import JwtRule, RequestAuthentication
-from ambit.model.routes import BackendService, PathMatch, PathMatchType, RouteMatch, RouteRule, WeightedBackend
+from ambit.model.routes import (
+    BackendService,
+    ClaimMatch,
+    PathMatch,
+    PathMatchType,
+    RouteMatch,
+    RouteRule,
+    ValueMatch,
+    WeightedBackend,
+)
 from ambit.model.workload import (
     AppProtocol,
     GatewayAddress,
@@ -195,6 +204,7 @@ class EchoEndpoint:
                 "host": request.headers.get("host", ""),
                 "authorization": request.headers.get("authorization", ""),
                 "xfcc": request.headers.getall("x-forwarded-client-cert", []),
+                "xfp": request.headers.getall("x-forwarded-proto", []),
             }
         )
 
@@ -341,6 +351,37 @@ async def test_https_sni_picks_the_certificate_and_the_listener(
         await get(port, "c.example", "/", tls_name="c.example")
 
 
+async def test_a_scheme_match_holds_for_http_on_plain_listeners_and_https_where_the_gateway_terminated_tls(
+    gateway: tuple[IngressGateway, EchoEndpoint, dict[str, KeyPair]],
+) -> None:
+    # upstream routing.go "HTTP scheme match" / "HTTPS scheme match": a VirtualService match on scheme, translated
+    # to a :scheme header match.
+    proc, _, _ = gateway
+    await ready(proc)
+    config = proc.router.config
+
+    def on(scheme: str) -> RouteRule:
+        return dataclasses.replace(rule("/"), match=RouteMatch(headers=(ValueMatch(":scheme", scheme),)))
+
+    listeners = []
+    for listener in config.listeners:
+        host = listener.hostname or "a.example"
+        scheme = "http" if listener.protocol is ListenerProtocol.HTTP else "https"
+        listeners.append(dataclasses.replace(listener, virtual_hosts=(VirtualHost(host, (on(scheme),)),)))
+    proc.apply(dataclasses.replace(config, listeners=tuple(listeners)))
+    assert (await get(port_of(proc, "http"), "a.example", "/x"))[0] == 200
+    assert (await get(port_of(proc, "https-a"), "a.example", "/x", tls_name="a.example"))[0] == 200
+    swapped = [
+        dataclasses.replace(x, virtual_hosts=(VirtualHost(x.hostname or "a.example", (on("https"),)),))
+        if x.protocol is ListenerProtocol.HTTP
+        else dataclasses.replace(x, virtual_hosts=(VirtualHost(x.hostname, (on("http"),)),))
+        for x in config.listeners
+    ]
+    proc.apply(dataclasses.replace(config, listeners=tuple(swapped)))
+    assert (await get(port_of(proc, "http"), "a.example", "/x"))[0] == 404  # plaintext is not https
+    assert (await get(port_of(proc, "https-a"), "a.example", "/x", tls_name="a.example"))[0] == 404
+
+
 async def test_a_rotated_certificate_is_served_without_a_restart(
     gateway: tuple[IngressGateway, EchoEndpoint, dict[str, KeyPair]],
 ) -> None:
@@ -475,6 +516,28 @@ async def test_at_the_gateway_a_policy_on_a_claim_reads_the_validated_token(
     assert (await send(port, "/x", []))[0] == 403
 
 
+async def test_at_the_gateway_a_route_on_a_jwt_claim_reads_the_validated_token_not_the_headers(
+    gateway: tuple[IngressGateway, EchoEndpoint, dict[str, KeyPair]], signer: Signer
+) -> None:
+    # upstream routing.go jwtClaimRoute, which runs through the ingress gateway: a route matching
+    # @request.auth.claims.nested.key1 == valueA (translated to a ClaimMatch), 404 for anything else.
+    proc, endpoint, _ = gateway
+    await ready(proc)
+    port, config = with_policies(proc, signer)
+    on_claim = dataclasses.replace(rule("/"), match=RouteMatch(claims=(ClaimMatch(("nested", "key1"), "valueA"),)))
+    (listener, *others) = config.listeners
+    hosts = (VirtualHost("a.example", (on_claim,)),)
+    proc.apply(dataclasses.replace(config, listeners=(dataclasses.replace(listener, virtual_hosts=hosts), *others)))
+    now = time.time()
+    good = signer.sign(claims(ISSUER, now=now, nested={"key1": "valueA"}))
+    other = signer.sign(claims(ISSUER, now=now, nested={"key1": "valueB"}))
+    assert (await send(port, "/x", bearer(good)))[0] == 200
+    assert (await send(port, "/x", bearer(other)))[0] == 404
+    assert (await send(port, "/x", [("request.auth.claims.nested.key1", "valueA")]))[0] == 404
+    assert (await send(port, "/x", bearer(signer.sign(claims(ISSUER, now=now - 7200)))))[0] == 401
+    assert endpoint.peers == [GATEWAY_ID]  # only the matching request reached the mesh
+
+
 async def test_at_the_gateway_policies_survive_the_config_s_removal(
     gateway: tuple[IngressGateway, EchoEndpoint, dict[str, KeyPair]], signer: Signer
 ) -> None:
@@ -496,6 +559,17 @@ async def test_at_the_gateway_a_client_s_x_forwarded_client_cert_is_dropped(
     forged = [("x-forwarded-client-cert", "URI=spiffe://cluster.local/ns/app/sa/admin")]
     status, body = await send(port_of(proc, "http"), "/x", forged)
     assert status == 200 and json.loads(body)["xfcc"] == []
+
+
+async def test_at_the_gateway_the_backend_sees_the_connection_s_scheme_as_x_forwarded_proto_not_the_client_s(
+    gateway: tuple[IngressGateway, EchoEndpoint, dict[str, KeyPair]],
+) -> None:
+    proc, _, _ = gateway
+    await ready(proc)
+    status, body = await send(port_of(proc, "http"), "/x", [("x-forwarded-proto", "https")])
+    assert status == 200 and json.loads(body)["xfp"] == ["http"]  # an untrusted client's claim is replaced
+    status, echoed, _ = await get(port_of(proc, "https-a"), "a.example", "/x", tls_name="a.example")
+    assert status == 200 and echoed["xfp"] == ["https"]
 
 
 REQUESTS = 30

@@ -32,6 +32,7 @@ from tests.integration.waypoint_rig import free_port
 from tests.upstream_objects import ingress_gateway
 
 from ambit.controlplane.translate import translate_all
+from ambit.controlplane.translate.istio_gateways import CIPHER_SUITES
 from ambit.identity.localca import LocalCa
 from ambit.model.identity import SpiffeId
 from ambit.model.ingress import GatewayConfig
@@ -317,7 +318,7 @@ async def test_https_redirect_answers_301_to_the_https_url_before_routing(
     assert running.endpoint.peers == []
 
 
-def bounded_config() -> GatewayConfig:
+def bounded_config(old_suites: tuple[str, ...] = ("ECDHE-ECDSA-AES256-GCM-SHA384",)) -> GatewayConfig:
     """SIMPLE servers bounded by ``minProtocolVersion`` / ``maxProtocolVersion`` / ``cipherSuites``: port 443 serves
     ``old.example.com`` (TLS 1.2 only, one suite) beside ``any.example.com`` (defaults); port 8443 serves
     ``new.example.com`` (TLS 1.3 only)."""
@@ -327,7 +328,7 @@ def bounded_config() -> GatewayConfig:
         {
             "port": {"number": 443, "name": "https-old", "protocol": "HTTPS"},
             "hosts": ["old.example.com"],
-            "tls": {**simple, "maxProtocolVersion": "TLSV1_2", "cipherSuites": ["ECDHE-ECDSA-AES256-GCM-SHA384"]},
+            "tls": {**simple, "maxProtocolVersion": "TLSV1_2", "cipherSuites": list(old_suites)},
         },
         {
             "port": {"number": 443, "name": "https-any", "protocol": "HTTPS"},
@@ -387,6 +388,16 @@ async def test_versions_and_cipher_suites_bound_each_listener(tmp_path: Path) ->
         assert await status(new, "new.example.com") == 200
         assert await status(new, "new.example.com", tls12=True) is REFUSED
         assert running.proc.connection_refusals["client tls"] >= 1  # 1.3 on old.example.com: after the handshake
+
+
+async def test_upstream_cipher_suite_case_every_valid_suite_and_a_fake_one_serves(tmp_path: Path) -> None:
+    # upstream routing.go "cipher suite": Istio's whole ValidCipherSuites list plus "fake", which istiod drops
+    config = bounded_config((*sorted(CIPHER_SUITES), "fake"))
+    old = next(i for i in config.listeners if i.hostname == "old.example.com")
+    assert old.tls is not None and "fake" not in old.tls.cipher_suites
+    async with ingress_rig(tmp_path, config):
+        answer = await https_get(old.port, "old.example.com", "/v", None, tls12=True)
+        assert answer is not None and answer[0] == 200
 
 
 def _resume(port: int, first: str, second: str, cert: KeyPair | None, tls12: bool) -> tuple[bool, bytes] | None:

@@ -21,7 +21,7 @@ from tests.integration.waypoint_rig import (
 )
 
 from ambit.controlplane.translate.virtualservices import RouteBlock, translate_virtual_services
-from ambit.model.routes import RouteTable, WaypointConfig
+from ambit.model.routes import RouteTable, ValueMatch, WaypointConfig
 from ambit.waypoint.settings import WaypointLimits
 
 LIMITS = WaypointLimits(max_head_bytes=8 * 1024, head_timeout=0.5, sniff_timeout=0.5, startup_wait=5.0)
@@ -224,4 +224,163 @@ async def test_a_foreign_origin_gets_no_cors_header_and_its_preflight_reaches_th
     # An origin that only starts like the allowed one is another origin.
     status, headers, _ = await http.request("GET", "/echo", headers=[("origin", "cors.com.evil.example")])
     assert status == 200 and cors_headers(headers) == {}
+    await client.aclose()
+
+
+# Upstream's "pseudo header matches" case (tests/integration/pilot/common/routing.go), {{ .dstSvc }} = echo.
+PSEUDO_HEADER = """apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: default
+  namespace: app
+spec:
+  hosts:
+    - echo
+  http:
+  - match:
+    - headers:
+        :method:
+          exact: GET
+    route:
+    - destination:
+        host: echo
+"""
+
+
+async def test_upstream_pseudo_header_match_on_the_method_routes_a_get_and_not_a_post(rig: Rig) -> None:
+    table = install(rig, PSEUDO_HEADER)
+    assert [rule.match.headers for rule in table.http] == [(ValueMatch(":method", "GET"),)]
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    http = HttpOverTunnel(stream)
+    assert (await http.request("POST", "/echo"))[0] == 404  # "no match"
+    status, _, body = await http.request("GET", "/echo")  # "match"
+    assert status == 200 and echo_of(body)["method"] == "GET"
+    assert [s for e in rig.endpoints for s in e.seen] == ["GET /echo"]
+    await client.aclose()
+
+
+# Upstream's "redirect prefix_rewrite" case (routing.go), with the target renamed so that the rig's echo serves it.
+PREFIX_REDIRECT = """apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: default
+  namespace: app
+spec:
+  hosts:
+    - echo
+  http:
+  - match:
+    - uri:
+        prefix: /foo/
+    redirect:
+      prefixRewrite: /ec
+  - match:
+    - uri:
+        prefix: /ec
+    route:
+    - destination:
+        host: echo
+"""
+
+
+async def test_upstream_redirect_prefix_rewrite_replaces_the_matched_string_prefix_and_keeps_the_query(
+    rig: Rig,
+) -> None:
+    install(rig, PREFIX_REDIRECT)
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    http = HttpOverTunnel(stream)
+    status, headers, _ = await http.request("GET", "/foo/ho?key=value")
+    assert (status, headers["location"]) == (301, "http://echo.app.svc.cluster.local/echo?key=value")
+    status, headers, _ = await http.request("GET", "/foo/")
+    assert (status, headers["location"]) == (301, "http://echo.app.svc.cluster.local/ec")
+    assert not any(e.seen for e in rig.endpoints)  # answered by the waypoint
+    status, _, body = await http.request("GET", "/echo")  # where a client following the redirect lands
+    assert status == 200 and echo_of(body)["endpoint"] in {"echo-1", "echo-2"}
+    await client.aclose()
+
+
+def multi_destination(route_headers: str) -> str:
+    """Upstream's "set host header … multi destination" cases (routing.go): two destinations of one Service, 50/50,
+    each setting ``Host: dest-authority``; ``route_headers`` the rule's own ``headers`` (or nothing)."""
+    return f"""apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: default
+  namespace: app
+spec:
+  hosts:
+  - echo
+  http:
+  - route:
+    - destination:
+        host: echo
+      headers:
+        request:
+          set:
+            Host: dest-authority
+      weight: 50
+    - destination:
+        host: echo
+      headers:
+        request:
+          set:
+            :authority: dest-authority
+      weight: 50
+{route_headers}"""
+
+
+@pytest.mark.parametrize(
+    ("route_headers", "expected"),
+    [
+        ("", "dest-authority"),
+        ("    headers:\n      request:\n        set:\n          :authority: route-authority\n", "route-authority"),
+        ("    rewrite:\n      authority: route-authority\n", "route-authority"),
+    ],
+)
+async def test_upstream_host_set_on_each_of_several_destinations_unless_the_route_sets_one(
+    rig: Rig, route_headers: str, expected: str
+) -> None:
+    install(rig, multi_destination(route_headers))
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    http = HttpOverTunnel(stream)
+    for _ in range(6):  # whichever destination the draw takes
+        status, _, body = await http.request("GET", "/echo")
+        assert status == 200 and echo_of(body)["host"] == expected
+    await client.aclose()
+
+
+# Upstream's "redirect request port" and "redirect port and scheme" cases (routing.go), on the rig's port 80.
+def derived_port_redirect(extra: str = "") -> str:
+    return f"""apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: default
+  namespace: app
+spec:
+  hosts:
+    - echo
+  http:
+  - match:
+    - uri:
+        exact: /foo
+    redirect:
+      derivePort: FROM_REQUEST_PORT{extra}
+"""
+
+
+@pytest.mark.parametrize(
+    ("extra", "host", "location"),
+    [
+        ("", "b", "http://b/foo"),  # "to default": 80 is the protocol default
+        ("", "b:80", "http://b:80/foo"),  # "to default with host port": explicit in the Host, kept
+        ("\n      scheme: https", "b", "https://b:80/foo"),  # "redirect port and scheme"
+    ],
+)
+async def test_upstream_redirect_from_the_request_port_keeps_the_host_as_sent(
+    rig: Rig, extra: str, host: str, location: str
+) -> None:
+    install(rig, derived_port_redirect(extra))
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    status, headers, _ = await HttpOverTunnel(stream, host=host).request("GET", "/foo")
+    assert (status, headers["location"]) == (301, location)
     await client.aclose()

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ambit.controlplane.translate.ingress import served_hostnames, translate_ingress
+from ambit.model.envoyfilter import ProxyPatches
 from ambit.model.ingress import GatewayConfig, IngressCertificate, IngressListener, ListenerProtocol, VirtualHost
 from ambit.model.routes import BackendService, PathMatch, PathMatchType, RouteMatch, RouteRule, WeightedBackend
 from ambit.model.workload import Service
@@ -291,3 +292,32 @@ def test_an_https_redirect_host_answers_301_with_host_and_path_verbatim_before_r
         assert decision == Respond(301, (("location", location),), b"", by_router=False), (authority, path)
     decision = router.decide(None, BackendService("edge", "", 80), head("elsewhere"), 0.0)
     assert isinstance(decision, Forward)  # a host without the flag is routed
+
+
+@pytest.mark.parametrize(
+    ("hops", "forwarded", "connection", "scheme"),
+    [
+        (None, "https", "http", "http"),  # untrusted: the connection's
+        (0, "https", "http", "http"),
+        (1, "https", "http", "https"),  # trusted edge proxies: their word
+        (1, "http", "https", "http"),
+        (1, "gopher", "http", "http"),  # not a valid X-Forwarded-Proto: ignored
+        (1, None, "https", "https"),
+    ],
+)
+def test_the_scheme_routes_and_the_backend_see_is_a_trusted_x_forwarded_proto_else_the_connections(
+    hops: int | None, forwarded: str | None, connection: str, scheme: str
+) -> None:
+    backend = BackendService("app", "echo.app.svc.cluster.local", 80)
+    rule = RouteRule(route="VirtualService/app/r", match=RouteMatch(), backends=(WeightedBackend(backend),))
+    host = VirtualHost("a.example", (rule,))
+    config = GatewayConfig(
+        "edge/edge",
+        (IngressListener("http", 80, ListenerProtocol.HTTP, "", (), (host,)),),
+        envoy_patches=ProxyPatches(xff_trusted_hops=hops),
+    )
+    headers = (("x-forwarded-proto", forwarded),) if forwarded else ()
+    request = RequestHead("GET", "/", "a.example", headers, connection)
+    decision = IngressRouter(config).decide(None, BackendService("", "", 80), request, 0.0)
+    assert isinstance(decision, Forward) and decision.request.scheme == scheme
+    assert [v for n, v in decision.request.headers if n == "x-forwarded-proto"] == [scheme]

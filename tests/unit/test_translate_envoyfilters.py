@@ -475,3 +475,61 @@ def test_judging_a_version_expression_never_raises_and_what_it_accepts_compiles(
     if not problem:
         re.compile(pattern)
     assert isinstance(version_matches(pattern, ISTIO_VERSION), bool)
+
+
+HCM_TYPE = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+
+
+def hcm_merge(fields: dict[str, Any], listener: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Upstream routing.go "https with x-forwarded-proto"'s patch, with ``fields`` in its typed_config."""
+    return {
+        "applyTo": "NETWORK_FILTER",
+        "match": {
+            "context": "GATEWAY",
+            "listener": listener
+            or {"filterChain": {"filter": {"name": "envoy.filters.network.http_connection_manager"}}},
+        },
+        "patch": {"operation": "MERGE", "value": {"typed_config": {"@type": HCM_TYPE, **fields}}},
+    }
+
+
+def selecting_gateway_pods(*patches: dict[str, Any], name: str = "edge") -> dict[str, Any]:
+    obj = ef(list(patches), namespace=ROOT, name=name, targets=[])
+    obj["spec"]["workloadSelector"] = {"labels": {"istio": "ingressgateway"}}
+    return obj
+
+
+def test_a_connection_manager_merge_sets_the_gateways_trusted_hops_the_last_merge_winning() -> None:
+    upstream = selecting_gateway_pods(hcm_merge({"xff_num_trusted_hops": 1, "normalize_path": True}))
+    found, notes = gateway_run(upstream)
+    assert notes == [] and found["istio-system/ingressgateway"].xff_trusted_hops == 1
+    assert found["istio-system/ingressgateway"].trusts_forwarded_proto
+    later = selecting_gateway_pods(hcm_merge({"xff_num_trusted_hops": 0}), name="later")
+    later["metadata"]["creationTimestamp"] = "2026-01-02T00:00:00Z"
+    upstream["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+    found, _ = gateway_run(upstream, later)
+    assert found["istio-system/ingressgateway"].xff_trusted_hops == 0
+    assert not found["istio-system/ingressgateway"].trusts_forwarded_proto
+
+
+@pytest.mark.parametrize(
+    ("patch", "why"),
+    [
+        (hcm_merge({"xff_num_trusted_hops": 1, "use_remote_address": False}), "use_remote_address"),
+        (hcm_merge({"normalize_path": False}), "normalize_path"),
+        (hcm_merge({"xff_num_trusted_hops": -1}), "xff_num_trusted_hops"),
+        (hcm_merge({"xff_num_trusted_hops": "1"}), "xff_num_trusted_hops"),
+        (hcm_merge({"xff_num_trusted_hops": 65}), "xff_num_trusted_hops"),
+        (hcm_merge({"xff_num_trusted_hops": 1}, {"portNumber": 80}), "listener"),
+        (hcm_merge({"xff_num_trusted_hops": 1}, {"filterChain": {"filter": {"name": "envoy.tcp_proxy"}}}), "filter"),
+    ],
+)
+def test_a_connection_manager_merge_ambit_cannot_honour_is_noted_not_applied(patch: dict[str, Any], why: str) -> None:
+    found, notes = gateway_run(selecting_gateway_pods(patch))
+    assert "istio-system/ingressgateway" not in found
+    assert len(notes) == 1 and why in notes[0].reason
+
+
+def test_a_connection_manager_merge_is_not_honoured_at_a_waypoint() -> None:
+    found, notes = run(ef([hcm_merge({"xff_num_trusted_hops": 1})]))
+    assert found == {} and "ingress gateways only" in notes[0].reason

@@ -16,6 +16,7 @@ from tests.ingress_pki import cert_sha256_hex, client_cert, opaque_secret, spki_
 from tests.upstream_objects import authorization_gateway_route, ingress_gateway, ingress_route
 
 from ambit.controlplane.translate import Translation, translate_all
+from ambit.controlplane.translate.istio_gateways import CIPHER_SUITES
 from ambit.model.ingress import (
     GatewayConfig,
     IngressCertificate,
@@ -602,12 +603,25 @@ def test_protocol_versions_and_cipher_suites_bound_a_terminating_server_or_refus
     assert by_port[443].cipher_suites == ("ECDHE-ECDSA-AES256-GCM-SHA384", "ECDHE-ECDSA-AES128-GCM-SHA256")
     assert by_port[8443] == ListenerTls(min_version=0x0304)
     assert by_port[9443] == ListenerTls(TlsMode.ISTIO_MUTUAL)
-    assert set(by_port) == {443, 8443, 9443}
+    assert by_port[9446] == ListenerTls(TlsMode.MUTUAL, by_port[9446].ca_pem)  # NULL-MD5 dropped: the defaults
+    assert set(by_port) == {443, 8443, 9443, 9446}
     found = "\n".join(notes(translation))
     assert "servers[3].tls.minProtocolVersion: TLSV1_1 is not served: TLS below 1.2 is refused" in found
     assert "servers[4].tls.minProtocolVersion: the minimum is above maxProtocolVersion" in found
-    assert "servers[5].tls.cipherSuites[0]: unknown cipher suite 'NULL-MD5'" in found
     assert "servers[6].tls.maxProtocolVersion: expected TLS_AUTO, TLSV1_2 or TLSV1_3, got 'SSLV3'" in found
+    assert "cipherSuites" not in found
+
+
+def test_cipher_suites_istiod_does_not_know_are_dropped_and_the_server_still_served() -> None:
+    # upstream routing.go "cipher suite": every suite of Istio's ValidCipherSuites (sorted) plus "fake"
+    secret = opaque_secret(
+        "cred", "istio-system", tls_crt=PAIR.cert_pem, tls_key=PAIR.key_pem, ca_crt=CLIENT_CA.cert_pem
+    )
+    suites = [*sorted(CIPHER_SUITES), "fake"]
+    translation = translate([gateway(mutual_server(443, cipherSuites=suites))], [], secrets=[secret])
+    (listener,) = config(translation).listeners
+    assert listener.tls.cipher_suites == tuple(sorted(CIPHER_SUITES))
+    assert not notes(translation)
 
 
 # TLS servers terminating TLS, then routed by the VirtualServices' tcp rules (istiod's TCP server with TLS

@@ -16,6 +16,7 @@ from ambit.controlplane.translate import Translation, translate_all
 from ambit.controlplane.translate.virtualservices import MAX_ENTRIES, host_matches
 from ambit.model.routes import (
     BackendService,
+    ClaimMatch,
     CorsPolicy,
     DirectResponse,
     Fault,
@@ -389,7 +390,10 @@ def test_redirect_direct_response_and_fault_translate() -> None:
     ]
     redirect, direct, fault = table(translate(vs(hosts=["b"], http=http))).http
     assert redirect.redirect == RequestRedirect(
-        hostname="x.example", path=PathModifier(PathModifierType.REPLACE_FULL_PATH, "/new"), status_code=308
+        hostname="x.example",
+        path=PathModifier(PathModifierType.REPLACE_FULL_PATH, "/new"),
+        status_code=308,
+        keeps_host_port=True,
     )
     assert direct.direct_response == DirectResponse(418, b"teapot")
     assert fault.fault == Fault(delay=0.05, delay_percent=10.0, abort_status=503, abort_percent=100.0)
@@ -571,7 +575,7 @@ def test_bad_content_drops_the_rule_or_match_and_says_which_field() -> None:
         {"match": [{"queryParams": {"": {"exact": "x"}}}], "route": [to()]},
         {"match": [{"uri": {"regex": "(?=look)"}}, {"uri": {"exact": "/ok"}}], "route": [to()]},
         {"match": [{"uri": {"exact": "/t"}}], "timeout": "soon", "route": [to()]},
-        {"match": [{"headers": {"@request.auth.claims.group": {"exact": "a"}}}], "route": [to()]},
+        {"match": [{"headers": {"@request.auth.claims": {"exact": "a"}}}], "route": [to()]},
         {"match": [{"uri": {"exact": "/h"}}], "headers": {"request": {"set": {"x": "a\r\nb"}}}, "route": [to()]},
         {
             "match": [{"uri": {"exact": "/u"}}],
@@ -594,7 +598,7 @@ def test_bad_content_drops_the_rule_or_match_and_says_which_field() -> None:
         "spec.http[6].match[0].queryParams",
         "spec.http[7].match[0].uri.regex",
         "spec.http[8].timeout",
-        "spec.http[9].match[0].headers.@request.auth.claims.group",
+        "spec.http[9].match[0].headers.@request.auth.claims",
         "spec.http[10].headers.request.set.x",
         "spec.http[11].rewrite.uriRegexRewrite.match",
         "spec.http[12]",
@@ -672,3 +676,78 @@ def test_entries_past_the_bound_are_cut_in_order_across_virtual_services() -> No
     assert len(rules) == MAX_ENTRIES and rules[-1].route == "VirtualService/app/z"
     assert rules[-1].match.path == PathMatch(PathMatchType.PREFIX, "/z1")
     assert [(s.name, s.field) for s in translation.skipped if "at most" in s.reason] == [("z", "spec.http")]
+
+
+def test_jwt_claim_headers_become_claim_matches_in_both_of_istios_forms() -> None:
+    # upstream routing.go jwtClaimRoute: "." separators, and "usage2" with brackets; withoutHeaders too.
+    match = {
+        "headers": {
+            "@request.auth.claims.nested.key1": {"exact": "valueA"},
+            "@request.auth.claims[sub]": {"prefix": "sub"},
+            "x-plain": {"exact": "1"},
+        },
+        "withoutHeaders": {"@request.auth.claims[nested][nested-2][key1]": {"regex": "value[AB]"}},
+    }
+    (rule,) = table(translate(vs(hosts=["b"], http=[{"match": [match], "route": [to()]}]))).http
+    assert rule.match.headers == (ValueMatch("x-plain", "1"),)
+    assert rule.match.claims == (
+        ClaimMatch(("nested", "key1"), "valueA"),
+        ClaimMatch(("sub",), "sub", ValueMatchType.PREFIX),
+    )
+    assert rule.match.without_claims == (
+        ClaimMatch(("nested", "nested-2", "key1"), "value[AB]", ValueMatchType.REGULAR_EXPRESSION),
+    )
+
+
+@pytest.mark.parametrize(
+    "name", ["@request.auth.claims", "@request.auth.claims.", "@request.auth.claims[]", "@request.auth.claims.a..b"]
+)
+def test_a_claim_header_naming_no_claim_drops_its_entry(name: str) -> None:
+    translation = translate(vs(hosts=["b"], http=[{"match": [{"headers": {name: {"exact": "x"}}}], "route": [to()]}]))
+    (config,) = translation.waypoint_configs
+    found = config.find_table("app/b.app.svc.cluster.local", 80)
+    assert found is None or not found.http
+    fields = [s.field for s in translation.skipped if s.kind == "VirtualService"]
+    assert fields == [f"spec.http[0].match[0].headers.{name}"]
+
+
+def test_a_scheme_match_becomes_a_header_match_on_the_scheme() -> None:
+    # upstream routing.go "HTTP scheme match": istiod writes match.scheme as a :scheme header match
+    match = {"scheme": {"exact": "http"}, "uri": {"prefix": "/"}}
+    (rule,) = table(translate(vs(hosts=["b"], http=[{"match": [match], "route": [to()]}]))).http
+    assert rule.match.headers == (ValueMatch(":scheme", "http"),)
+
+
+def test_a_host_set_on_one_of_several_destinations_is_that_destinations_own_authority() -> None:
+    # upstream routing.go "set host header multi destination" / "... in route and multi destination"
+    def routes(**rule: Any) -> list[Obj]:
+        dest = {"headers": {"request": {"set": {"Host": "dest-authority"}}}, "weight": 50}
+        return [{"route": [{"destination": {"host": "b"}, **dest}, {"destination": {"host": "b"}, **dest}], **rule}]
+
+    (rule,) = table(translate(vs(hosts=["b"], http=routes()))).http
+    assert [b.request_headers for b in rule.backends] == [HeaderModifier(set=(("host", "dest-authority"),))] * 2
+    route_level = {"headers": {"request": {"set": {":authority": "route-authority"}}}}
+    (rule,) = table(translate(vs(hosts=["b"], http=routes(**route_level)))).http
+    assert [b.request_headers for b in rule.backends] == [None, None]
+    assert rule.rewrite is not None and rule.rewrite.hostname == "route-authority"
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    suffix=st.text(st.sampled_from(".[]ab@/- \x00\u00e9"), max_size=40),
+    prefix=st.sampled_from(["@request.auth.claims", "@REQUEST.AUTH.CLAIMS", "@request.auth.claim"]),
+)
+def test_any_claim_header_name_is_a_claim_match_of_printable_names_or_its_entry_is_dropped(
+    prefix: str, suffix: str
+) -> None:
+    name = prefix + suffix
+    http = [{"match": [{"headers": {name: {"exact": "v"}}}], "route": [to()]}]
+    translation = translate(vs(hosts=["b"], http=http))  # never raises; what reaches the waypoint decodes
+    (config,) = translation.waypoint_configs
+    found = config.find_table("app/b.app.svc.cluster.local", 80)
+    rules = found.http if found is not None else ()
+    for rule in rules:
+        for claim in rule.match.claims:
+            assert 0 < len(claim.path) <= 16 and all(step and step.isprintable() for step in claim.path)
+    if not rules:
+        assert [s.field for s in translation.skipped if s.kind == "VirtualService"]

@@ -70,6 +70,7 @@ def test_patches_travel_to_the_waypoint_unchanged() -> None:
             HeaderPatch("app/f[2]", (), (HeaderOp(A.OVERWRITE_IF_EXISTS, "r", "2"),), level=1),
         ),
         upstream_h2=(PatchScope("ext.example.com", 8080),),
+        xff_trusted_hops=1,
     )
     body = pack_waypoint_config(waypoint_config_to_proto(_config(patches)))
     assert decode_waypoint_config("app/waypoint", body).envoy_patches == patches
@@ -115,3 +116,13 @@ def test_a_gateway_config_carries_its_patches_too() -> None:
     message.envoy_patches.filters[0].request[0].value = "a\r\nb"
     with pytest.raises(XdsConversionError, match="envoy_patches"):
         gateway_config_from_proto(message, "app/gateway")
+
+
+def test_trusted_hops_zero_travel_as_set_and_too_many_are_refused() -> None:
+    zero = ProxyPatches(xff_trusted_hops=0)
+    body = pack_waypoint_config(waypoint_config_to_proto(_config(zero)))
+    assert decode_waypoint_config("app/waypoint", body).envoy_patches == zero
+    message = waypoint_config_to_proto(_config(ProxyPatches()))
+    message.envoy_patches.xff_trusted_hops = 65
+    with pytest.raises(XdsConversionError, match=r"envoy_patches\.xff_trusted_hops"):
+        decode_waypoint_config("app/waypoint", pack_waypoint_config(message))

@@ -12,10 +12,14 @@ from ambit.model.routes import (
     Fault,
     PathMatch,
     PathMatchType,
+    PathModifier,
+    PathModifierType,
     RegexRewrite,
+    RequestRedirect,
     RouteMatch,
     RouteRule,
     RouteTable,
+    URLRewrite,
     ValueMatch,
     ValueMatchType,
     WeightedBackend,
@@ -198,3 +202,77 @@ def respond_status(table: RouteTable) -> int:
     decision = route(table, DEST, req("/a"), 0.0)
     assert isinstance(decision, Respond)
     return decision.status
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "request_", "holds"),
+    [
+        (":method", "GET", RequestHead("GET", "/", "b"), True),
+        (":method", "GET", RequestHead("POST", "/", "b"), False),
+        (":authority", "b:80", RequestHead("GET", "/", "b:80"), True),
+        (":path", "/x?y=1", RequestHead("GET", "/x?y=1", "b"), True),
+        (":path", "/x", RequestHead("GET", "/x?y=1", "b"), False),
+        (":scheme", "https", RequestHead("GET", "/", "b", scheme="https"), True),
+        (":scheme", "https", RequestHead("GET", "/", "b"), False),
+    ],
+)
+def test_a_pseudo_header_match_reads_that_part_of_the_request(
+    name: str, value: str, request_: RequestHead, holds: bool
+) -> None:
+    assert taken(request_, rule("m", RouteMatch(headers=(ValueMatch(name, value),)))) == ("m" if holds else "404")
+
+
+def test_a_header_sent_under_a_pseudo_header_s_name_is_not_read_as_it() -> None:
+    forged = RequestHead("POST", "/", "b", ((":method", "GET"),))
+    assert taken(forged, rule("m", RouteMatch(headers=(ValueMatch(":method", "GET"),)))) == "404"
+
+
+@pytest.mark.parametrize(
+    ("prefix", "replacement", "path", "rewritten"),
+    [
+        ("/foo/", "/ec", "/foo/ho?k=v", "/echo?k=v"),
+        ("/foo", "/x", "/foobar", "/xbar"),
+        ("/foo/", "/new/", "/foo/bar", "/new/bar"),
+        ("/foo", "", "/foo", "/"),
+    ],
+)
+def test_a_rewrite_after_a_string_prefix_replaces_exactly_the_matched_characters(
+    prefix: str, replacement: str, path: str, rewritten: str
+) -> None:
+    rewrite = URLRewrite(path=PathModifier(PathModifierType.REPLACE_PREFIX_MATCH, replacement))
+    matched = rule("m", RouteMatch(path=PathMatch(PathMatchType.PREFIX, prefix)), rewrite=rewrite)
+    decision = route(RouteTable(DEST.service_key, DEST.port, http=(matched,)), DEST, req(path), 0.0)
+    assert isinstance(decision, Forward) and decision.request.path == rewritten
+    redirect = RequestRedirect(path=PathModifier(PathModifierType.REPLACE_PREFIX_MATCH, replacement))
+    moved = rule("m", RouteMatch(path=PathMatch(PathMatchType.PREFIX, prefix)), backend=None, redirect=redirect)
+    answer = route(RouteTable(DEST.service_key, DEST.port, http=(moved,)), DEST, req(path), 0.0)
+    assert isinstance(answer, Respond) and dict(answer.headers)["location"] == f"http://b{rewritten}"
+
+
+@pytest.mark.parametrize(
+    ("redirect", "authority", "location"),
+    [
+        # upstream routing.go "redirect request port": derivePort FROM_REQUEST_PORT on port 80 (istiod: no port)
+        (RequestRedirect(port=80, keeps_host_port=True), "b", "http://b/foo"),
+        (RequestRedirect(port=80, keeps_host_port=True), "b:80", "http://b:80/foo"),
+        # ... on the http2 port 85
+        (RequestRedirect(port=85, keeps_host_port=True), "b", "http://b:85/foo"),
+        (RequestRedirect(port=85, keeps_host_port=True), "b:85", "http://b:85/foo"),
+        # "redirect port and scheme": scheme https with the request port 80
+        (RequestRedirect(scheme="https", port=80, keeps_host_port=True), "b", "https://b:80/foo"),
+        # a scheme change drops the old scheme's default port the Host names; other ports stay
+        (RequestRedirect(scheme="https", keeps_host_port=True), "b:80", "https://b/foo"),
+        (RequestRedirect(scheme="https", keeps_host_port=True), "b:8080", "https://b:8080/foo"),
+        (RequestRedirect(hostname="x.example", keeps_host_port=True), "b:80", "http://x.example/foo"),
+        # Gateway API's rules, unchanged: the listener port, left out when it is the scheme's default
+        (RequestRedirect(), "b:80", "http://b/foo"),
+    ],
+)
+def test_a_virtual_service_redirect_keeps_the_hosts_port_as_envoy_does(
+    redirect: RequestRedirect, authority: str, location: str
+) -> None:
+    moved = rule("m", backend=None, redirect=redirect)
+    answer = route(
+        RouteTable(DEST.service_key, DEST.port, http=(moved,)), DEST, RequestHead("GET", "/foo", authority), 0.0
+    )
+    assert isinstance(answer, Respond) and dict(answer.headers)["location"] == location

@@ -76,14 +76,30 @@ value_matches = st.one_of(
     st.builds(ValueMatch, TOKEN, st.just(""), st.just(ValueMatchType.PRESENT)),
     st.builds(ValueMatch, TOKEN, REGEXES, st.just(ValueMatchType.REGULAR_EXPRESSION)),
 )
+header_matches = value_matches | st.builds(
+    ValueMatch, st.sampled_from(sorted(dr.PSEUDO_HEADERS)), HEADER_VALUE, st.just(ValueMatchType.EXACT)
+)
+claim_matches = st.builds(
+    dr.ClaimMatch,
+    st.lists(TOKEN, min_size=1, max_size=3).map(tuple),
+    HEADER_VALUE,
+    st.sampled_from([ValueMatchType.EXACT, ValueMatchType.PREFIX, ValueMatchType.PRESENT]),
+) | st.builds(
+    dr.ClaimMatch,
+    st.lists(TOKEN, min_size=1, max_size=3).map(tuple),
+    REGEXES,
+    st.just(ValueMatchType.REGULAR_EXPRESSION),
+)
 matches = st.builds(
     RouteMatch,
     path=st.none() | path_matches,
-    headers=st.lists(value_matches, max_size=2).map(tuple),
+    headers=st.lists(header_matches, max_size=2).map(tuple),
     query_params=st.lists(value_matches, max_size=2).map(tuple),
     method=st.none() | st.sampled_from(["GET", "POST", "DELETE"]),
     ignore_path_case=st.booleans(),
-    without_headers=st.lists(value_matches, max_size=2).map(tuple),
+    without_headers=st.lists(header_matches, max_size=2).map(tuple),
+    claims=st.lists(claim_matches, max_size=2).map(tuple),
+    without_claims=st.lists(claim_matches, max_size=2).map(tuple),
 )
 PERCENT = st.floats(0.0, 100.0, allow_nan=False)
 faults = st.builds(Fault, SECONDS, PERCENT, st.just(0) | st.integers(200, 599), PERCENT) | st.builds(
@@ -117,6 +133,7 @@ redirects = st.builds(
     path=st.none() | path_modifiers,
     port=st.none() | PORT,
     status_code=st.sampled_from([301, 302, 303, 307, 308]),
+    keeps_host_port=st.booleans(),
 )
 weighted = st.builds(WeightedBackend, st.none() | backends, st.integers(0, 1000), st.none() | header_modifiers)
 rules = st.builds(
@@ -199,6 +216,15 @@ def encoded(**rule: Any) -> any_pb2.Any:
         ({"match": pb.RouteMatch(path=pb.PathMatch(kind=pb.PATH_EXACT, value="x"))}, "match.path.value"),
         ({"match": pb.RouteMatch(path=pb.PathMatch(value="/"))}, "match.path.kind"),
         ({"match": pb.RouteMatch(headers=[pb.ValueMatch(name="bad name", value="v")])}, "match.headers[0].name"),
+        ({"match": pb.RouteMatch(headers=[pb.ValueMatch(name=":status", value="200")])}, "match.headers[0].name"),
+        ({"match": pb.RouteMatch(claims=[pb.ClaimMatch(value="x")])}, "match.claims[0].path"),
+        ({"match": pb.RouteMatch(claims=[pb.ClaimMatch(path=["a"] * 17)])}, "match.claims[0].path"),
+        ({"match": pb.RouteMatch(without_claims=[pb.ClaimMatch(path=["a", ""])])}, "match.without_claims[0].path[1]"),
+        (
+            {"match": pb.RouteMatch(claims=[pb.ClaimMatch(path=["a"], value="(", kind=pb.VALUE_REGULAR_EXPRESSION)])},
+            "match.claims[0].value",
+        ),
+        ({"match": pb.RouteMatch(claims=[pb.ClaimMatch(path=["a"], kind=9)])}, "match.claims[0].kind"),
         (
             {"request_headers": pb.HeaderModifier(set=[pb.HeaderValue(name="x", value="a\r\nb: c")])},
             "request_headers.set[0].value",

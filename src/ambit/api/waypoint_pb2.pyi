@@ -146,14 +146,16 @@ class WaypointConfig(_message.Message):
     def __init__(self, waypoint: _Optional[str] = ..., tables: _Optional[_Iterable[_Union[RouteTable, _Mapping]]] = ..., policies: _Optional[_Iterable[_Union[WaypointPolicy, _Mapping]]] = ..., request_authentications: _Optional[_Iterable[_Union[_requestauth_pb2.RequestAuthentication, _Mapping]]] = ..., xfcc_client_identity: _Optional[bool] = ..., destination_rules: _Optional[_Iterable[_Union[DestinationPolicy, _Mapping]]] = ..., metrics: _Optional[_Iterable[_Union[_metric_overrides_pb2.ServiceMetrics, _Mapping]]] = ..., services: _Optional[_Iterable[str]] = ..., race_first_connect: _Optional[_Iterable[str]] = ..., dynamic_dns: _Optional[_Iterable[str]] = ..., envoy_patches: _Optional[_Union[EnvoyPatches, _Mapping]] = ...) -> None: ...
 
 class EnvoyPatches(_message.Message):
-    __slots__ = ("filters", "routes", "upstream_h2")
+    __slots__ = ("filters", "routes", "upstream_h2", "xff_trusted_hops")
     FILTERS_FIELD_NUMBER: _ClassVar[int]
     ROUTES_FIELD_NUMBER: _ClassVar[int]
     UPSTREAM_H2_FIELD_NUMBER: _ClassVar[int]
+    XFF_TRUSTED_HOPS_FIELD_NUMBER: _ClassVar[int]
     filters: _containers.RepeatedCompositeFieldContainer[HeaderPatch]
     routes: _containers.RepeatedCompositeFieldContainer[HeaderPatch]
     upstream_h2: _containers.RepeatedCompositeFieldContainer[PatchScope]
-    def __init__(self, filters: _Optional[_Iterable[_Union[HeaderPatch, _Mapping]]] = ..., routes: _Optional[_Iterable[_Union[HeaderPatch, _Mapping]]] = ..., upstream_h2: _Optional[_Iterable[_Union[PatchScope, _Mapping]]] = ...) -> None: ...
+    xff_trusted_hops: int
+    def __init__(self, filters: _Optional[_Iterable[_Union[HeaderPatch, _Mapping]]] = ..., routes: _Optional[_Iterable[_Union[HeaderPatch, _Mapping]]] = ..., upstream_h2: _Optional[_Iterable[_Union[PatchScope, _Mapping]]] = ..., xff_trusted_hops: _Optional[int] = ...) -> None: ...
 
 class PatchScope(_message.Message):
     __slots__ = ("hostname", "port")
@@ -408,20 +410,34 @@ class ValueMatch(_message.Message):
     def __init__(self, name: _Optional[str] = ..., value: _Optional[str] = ..., kind: _Optional[_Union[ValueMatchType, str]] = ...) -> None: ...
 
 class RouteMatch(_message.Message):
-    __slots__ = ("path", "headers", "query_params", "method", "ignore_path_case", "without_headers")
+    __slots__ = ("path", "headers", "query_params", "method", "ignore_path_case", "without_headers", "claims", "without_claims")
     PATH_FIELD_NUMBER: _ClassVar[int]
     HEADERS_FIELD_NUMBER: _ClassVar[int]
     QUERY_PARAMS_FIELD_NUMBER: _ClassVar[int]
     METHOD_FIELD_NUMBER: _ClassVar[int]
     IGNORE_PATH_CASE_FIELD_NUMBER: _ClassVar[int]
     WITHOUT_HEADERS_FIELD_NUMBER: _ClassVar[int]
+    CLAIMS_FIELD_NUMBER: _ClassVar[int]
+    WITHOUT_CLAIMS_FIELD_NUMBER: _ClassVar[int]
     path: PathMatch
     headers: _containers.RepeatedCompositeFieldContainer[ValueMatch]
     query_params: _containers.RepeatedCompositeFieldContainer[ValueMatch]
     method: str
     ignore_path_case: bool
     without_headers: _containers.RepeatedCompositeFieldContainer[ValueMatch]
-    def __init__(self, path: _Optional[_Union[PathMatch, _Mapping]] = ..., headers: _Optional[_Iterable[_Union[ValueMatch, _Mapping]]] = ..., query_params: _Optional[_Iterable[_Union[ValueMatch, _Mapping]]] = ..., method: _Optional[str] = ..., ignore_path_case: _Optional[bool] = ..., without_headers: _Optional[_Iterable[_Union[ValueMatch, _Mapping]]] = ...) -> None: ...
+    claims: _containers.RepeatedCompositeFieldContainer[ClaimMatch]
+    without_claims: _containers.RepeatedCompositeFieldContainer[ClaimMatch]
+    def __init__(self, path: _Optional[_Union[PathMatch, _Mapping]] = ..., headers: _Optional[_Iterable[_Union[ValueMatch, _Mapping]]] = ..., query_params: _Optional[_Iterable[_Union[ValueMatch, _Mapping]]] = ..., method: _Optional[str] = ..., ignore_path_case: _Optional[bool] = ..., without_headers: _Optional[_Iterable[_Union[ValueMatch, _Mapping]]] = ..., claims: _Optional[_Iterable[_Union[ClaimMatch, _Mapping]]] = ..., without_claims: _Optional[_Iterable[_Union[ClaimMatch, _Mapping]]] = ...) -> None: ...
+
+class ClaimMatch(_message.Message):
+    __slots__ = ("path", "value", "kind")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    path: _containers.RepeatedScalarFieldContainer[str]
+    value: str
+    kind: ValueMatchType
+    def __init__(self, path: _Optional[_Iterable[str]] = ..., value: _Optional[str] = ..., kind: _Optional[_Union[ValueMatchType, str]] = ...) -> None: ...
 
 class HeaderValue(_message.Message):
     __slots__ = ("name", "value")
@@ -450,18 +466,20 @@ class PathModifier(_message.Message):
     def __init__(self, kind: _Optional[_Union[PathModifierType, str]] = ..., value: _Optional[str] = ...) -> None: ...
 
 class RequestRedirect(_message.Message):
-    __slots__ = ("scheme", "hostname", "path", "port", "status_code")
+    __slots__ = ("scheme", "hostname", "path", "port", "status_code", "keeps_host_port")
     SCHEME_FIELD_NUMBER: _ClassVar[int]
     HOSTNAME_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
     PORT_FIELD_NUMBER: _ClassVar[int]
     STATUS_CODE_FIELD_NUMBER: _ClassVar[int]
+    KEEPS_HOST_PORT_FIELD_NUMBER: _ClassVar[int]
     scheme: str
     hostname: str
     path: PathModifier
     port: int
     status_code: int
-    def __init__(self, scheme: _Optional[str] = ..., hostname: _Optional[str] = ..., path: _Optional[_Union[PathModifier, _Mapping]] = ..., port: _Optional[int] = ..., status_code: _Optional[int] = ...) -> None: ...
+    keeps_host_port: bool
+    def __init__(self, scheme: _Optional[str] = ..., hostname: _Optional[str] = ..., path: _Optional[_Union[PathModifier, _Mapping]] = ..., port: _Optional[int] = ..., status_code: _Optional[int] = ..., keeps_host_port: _Optional[bool] = ...) -> None: ...
 
 class URLRewrite(_message.Message):
     __slots__ = ("hostname", "path")

@@ -106,6 +106,10 @@ def _level_order(patches: list[HeaderPatch], side: str) -> tuple[HeaderOp, ...]:
     return tuple(ops)
 
 
+MAX_TRUSTED_HOPS = 64
+"""The most ``xff_num_trusted_hops`` a patch may set: more proxies than any real chain in front of a gateway."""
+
+
 @dataclass(frozen=True, slots=True)
 class ProxyPatches:
     """The honoured patches of every EnvoyFilter bound to one proxy, in the order istiod applies them."""
@@ -116,9 +120,18 @@ class ProxyPatches:
     """Virtual-host merges, then route-configuration merges, each in the order the filters give them."""
     upstream_h2: tuple[PatchScope, ...] = ()
     """Backends (by Service hostname and port) spoken to in HTTP/2."""
+    xff_trusted_hops: int | None = None
+    """An ingress gateway's HTTP connection manager ``xff_num_trusted_hops`` (a NETWORK_FILTER merge; the last
+    one wins); None: not patched (0, Istio's default without ``gatewayTopology``). Above 0 the client's
+    ``X-Forwarded-Proto`` is trusted, as Envoy trusts it, so an ``https`` one is not redirected to HTTPS."""
 
     def __bool__(self) -> bool:
-        return bool(self.filters or self.routes or self.upstream_h2)
+        return bool(self.filters or self.routes or self.upstream_h2 or self.xff_trusted_hops is not None)
+
+    @property
+    def trusts_forwarded_proto(self) -> bool:
+        """Whether the client's ``X-Forwarded-Proto`` is believed (an edge proxy in front is trusted)."""
+        return bool(self.xff_trusted_hops)
 
     def route_request_ops(self, hostname: str, port: int) -> tuple[HeaderOp, ...]:
         """The route-level request edits for a destination, in the order they run."""

@@ -78,11 +78,33 @@ class PathMatch:
     """For PathPrefix, matched element-wise: ``/foo`` matches ``/foo`` and ``/foo/bar``, not ``/foobar``."""
 
 
+PSEUDO_HEADERS = frozenset((":method", ":authority", ":path", ":scheme"))
+"""The request pseudo-headers a header match may name (Envoy's header matcher reads them): the method, the
+authority (``Host``), the request target (path and query) and the scheme, whatever the HTTP version."""
+
+
 @dataclass(frozen=True, slots=True)
 class ValueMatch:
-    """A header (name compared case-insensitively) or query parameter (name compared exactly) match."""
+    """A header (name compared case-insensitively; one of :data:`PSEUDO_HEADERS` reads that part of the request)
+    or query parameter (name compared exactly) match."""
 
     name: str
+    value: str
+    kind: ValueMatchType = ValueMatchType.EXACT
+
+
+MAX_CLAIM_PATH = 16
+"""The most names a claim match's path may hold (deeper than any token the authenticator accepts)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimMatch:
+    """A match on a claim of the request's verified JWT (a VirtualService header match named
+    ``@request.auth.claims.<a>.<b>`` or ``@request.auth.claims[<a>][<b>]``, which istiod turns into a match on
+    Envoy's ``jwt_authn`` payload): it holds when the claim at ``path`` is a string that matches, or a list holding
+    one (``PRESENT``: the claim exists). Absent, or without a verified token, it does not hold."""
+
+    path: tuple[str, ...]
     value: str
     kind: ValueMatchType = ValueMatchType.EXACT
 
@@ -101,6 +123,10 @@ class RouteMatch:
     without_headers: tuple[ValueMatch, ...] = ()
     """Each must *not* hold (a VirtualService ``withoutHeaders``): a missing header reads as empty, and a
     ``PRESENT`` entry means the header must be absent."""
+    claims: tuple[ClaimMatch, ...] = ()
+    """Each must hold on the verified JWT's claims."""
+    without_claims: tuple[ClaimMatch, ...] = ()
+    """Each must *not* hold (a request without a verified JWT holds none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +159,10 @@ class RequestRedirect:
     path: PathModifier | None = None
     port: int | None = None
     status_code: int = 302
+    keeps_host_port: bool = False
+    """Envoy's ``RedirectAction`` as a VirtualService gets it from istiod, instead of Gateway API's rules: the
+    request's ``Host`` is kept as sent, port and all, unless ``port`` replaces it (a ``port`` that is the final
+    scheme's default is no port, as istiod drops it) or the scheme changes from one whose default port it names."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -93,6 +93,9 @@ class Tunnel:
     """Whose metrics these are: the waypoint's, or an ingress gateway's (``source``, as Istio's gateways report)."""
     mtls: bool = True
     """The client came over mutual TLS (HBONE); an ingress gateway's downstream does not."""
+    scheme: str = "http"
+    """The scheme of the client's requests (their ``:scheme``): ``https`` when an ingress gateway terminated the
+    client's TLS itself; ``http`` in a waypoint's HBONE tunnel, whose requests are plaintext."""
 
     def labels(
         self, destination: Workload | None, service: Service | None, *, flags: str = "-", protocol: str = "http"

@@ -15,8 +15,9 @@ Either may carry a ``delay`` (a fault delay) the shell waits out first.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from ambit.model.routes import BackendService, HeaderModifier, RetryPolicy, RouteTable, Timeouts
 
@@ -31,6 +32,9 @@ class RequestHead:
     headers: tuple[tuple[str, str], ...] = ()
     """Every other header, names lower-case, in the order received (pseudo-headers excluded)."""
     scheme: str = "http"
+    jwt_claims: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    """The payload of the request's verified JWT (Envoy's ``jwt_authn`` metadata), set by the waypoint's
+    authentication only, never from what the request carries; None without one. Route claim matches read it."""
 
     def header(self, name: str) -> str | None:
         """The first value of header ``name`` (lower-case), or None."""

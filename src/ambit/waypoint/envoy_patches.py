@@ -12,6 +12,7 @@ Rules (Envoy's header map and ``HeaderValueOption.append_action``):
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 
 from ambit.model.envoyfilter import HeaderAction, HeaderOp
@@ -52,5 +53,4 @@ def edit_request(request: RequestHead, ops: Sequence[HeaderOp]) -> RequestHead:
     """``request`` with ``ops`` applied to its headers (never its authority: rule 3)."""
     if not ops:
         return request
-    headers = tuple(apply_header_ops(request.headers, ops))
-    return RequestHead(request.method, request.path, request.authority, headers, request.scheme)
+    return dataclasses.replace(request, headers=tuple(apply_header_ops(request.headers, ops)))

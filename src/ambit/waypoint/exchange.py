@@ -12,7 +12,8 @@ answer goes) and its version (``RequestStarted.version``). :func:`serve_request`
    that no rule accepts is answered 401 with Envoy's reason, before anything else; then authorizes it
    (:func:`ambit.waypoint.authorization.check_request`, with the token's identity): a denied request is answered
    403 ``RBAC: access denied`` with flag ``RBAC`` and the matched policy in the log line's error. The rest sees
-   the request as authentication left it (the token removed unless ``forwardOriginalToken``, output headers set);
+   the request as authentication left it (the token removed unless ``forwardOriginalToken``, output headers set,
+   the verified token's claims attached for the routes' claim matches);
 1. asks the :data:`~ambit.waypoint.decisions.Router`, with the destination's route table (a Service target; a
    workload target is forwarded to that workload as addressed): :class:`~ambit.waypoint.decisions.Respond` is
    answered locally (the request body read and dropped first); :class:`~ambit.waypoint.decisions.Forward` goes
@@ -123,6 +124,8 @@ async def serve_request(
             outcome.error = step.details
             return keep
         head, identity = step.request, step.identity
+        if identity is not None:  # route claim matches read the verified payload, never a header
+            head = dataclasses.replace(head, jwt_claims=identity.claims)
     else:
         identity = None
     authz = check_request(ctx, tunnel, head, identity)

@@ -17,12 +17,18 @@ Rules:
    replaces the matched prefix element-wise, trailing slashes of prefix and replacement ignored (Gateway API's
    table: prefix ``/foo``, replacement ``/xyz``: ``/foo/bar`` → ``/xyz/bar``, ``/foo`` → ``/xyz``; replacement
    ``/`` or empty: ``/foo/bar`` → ``/bar``, ``/foo`` → ``/``). With no prefix match (an Exact or RegularExpression
-   match, which Gateway API forbids with ReplacePrefixMatch) the path is left as it is.
+   match, which Gateway API forbids with ReplacePrefixMatch) the path is left as it is. After a VirtualService's
+   plain string prefix match the matched characters are replaced as they are (Envoy's ``prefix_rewrite``: prefix
+   ``/foo/``, replacement ``/ec``: ``/foo/ho`` → ``/echo``).
 4. A redirect's ``Location`` is ``scheme://host[:port]path``: unset parts come from the request (host without its
    port). The port is the redirect's own; else, when the redirect sets a scheme, that scheme's well-known port
    (80 for http, 443 for https); else the listener port (the destination's Service port). Port 80 with http and 443
    with https are left out. A location with anything but visible ASCII is not sent (:func:`is_visible_ascii`; the
-   router answers 500 instead).
+   router answers 500 instead). A VirtualService's redirect
+   (:attr:`~ambit.model.routes.RequestRedirect.keeps_host_port`) follows Envoy instead: the host is the request's
+   ``Host`` as sent, with its port, unless the redirect gives a port (then that one; the final scheme's default
+   port is left out, as istiod leaves it out) or switches away from a scheme whose default port the ``Host``
+   names (then none).
 5. :func:`normalize_path` is Istio's default path normalization (``BASE``: Envoy's ``normalize_path``) in its
    RFC 3986 part: dot segments are removed (§5.2.4), ``%2e`` counting as a dot, never climbing above the root;
    slashes are not merged and escaped slashes are left alone. The shell applies it to every request before
@@ -151,6 +157,34 @@ def normalize_path(target: str) -> str:
     return normalized + query
 
 
+def _envoy_location(
+    request: RequestHead, redirect: RequestRedirect, matched_prefix: str | None, *, literal: bool
+) -> str:
+    """Rule 4's Envoy form (a VirtualService's redirect)."""
+    scheme = redirect.scheme or request.scheme
+    port = redirect.port
+    if port is not None and _WELL_KNOWN_PORTS.get(scheme) == port:
+        port = None  # istiod leaves out port 80 with http and 443 with https
+    host = redirect.hostname or request.authority
+    if not redirect.hostname:
+        _, sent_port = split_authority(host)
+        leaving = (
+            scheme != request.scheme and sent_port is not None and _WELL_KNOWN_PORTS.get(request.scheme) == sent_port
+        )
+        if port is not None or leaving:
+            host = split_authority(host)[0]
+    if port is not None:
+        host = f"{split_authority(host)[0]}:{port}"
+    target = (
+        request.path
+        if redirect.path is None
+        else rewrite_path(request.path, redirect.path, matched_prefix, literal=literal)
+    )
+    if not target.startswith("/"):
+        target = "/" + target
+    return f"{scheme}://{host}{target}"
+
+
 def split_target(target: str) -> tuple[str, str]:
     """A request target's path and its query (with the ``?``; empty when there is none)."""
     path, mark, query = target.partition("?")
@@ -180,20 +214,30 @@ def replace_prefix(path: str, prefix: str, replacement: str) -> str:
     return (replacement.rstrip("/") + rest) or "/"
 
 
-def rewrite_path(target: str, modifier: PathModifier, matched_prefix: str | None) -> str:
-    """The request target ``target`` after ``modifier`` (rule 3); the query is kept."""
+def rewrite_path(target: str, modifier: PathModifier, matched_prefix: str | None, *, literal: bool = False) -> str:
+    """The request target ``target`` after ``modifier`` (rule 3); the query is kept. ``literal``: the prefix
+    matched as a plain string."""
     path, query = split_target(target)
     if modifier.kind is PathModifierType.REPLACE_FULL_PATH:
         return (modifier.value or "/") + query
     if matched_prefix is None:
         return target
+    if literal:
+        return ((modifier.value + path[len(matched_prefix) :]) or "/") + query
     return replace_prefix(path, matched_prefix, modifier.value) + query
 
 
 def redirect_location(
-    request: RequestHead, redirect: RequestRedirect, listener_port: int, matched_prefix: str | None
+    request: RequestHead,
+    redirect: RequestRedirect,
+    listener_port: int,
+    matched_prefix: str | None,
+    *,
+    literal: bool = False,
 ) -> str:
-    """The ``Location`` of ``redirect`` answering ``request`` (rule 4)."""
+    """The ``Location`` of ``redirect`` answering ``request`` (rule 4); ``literal`` as for :func:`rewrite_path`."""
+    if redirect.keeps_host_port:
+        return _envoy_location(request, redirect, matched_prefix, literal=literal)
     scheme = redirect.scheme or request.scheme
     host = redirect.hostname or split_authority(request.authority)[0]
     if redirect.port is not None:
@@ -202,7 +246,11 @@ def redirect_location(
         port = _WELL_KNOWN_PORTS[redirect.scheme]
     else:
         port = listener_port
-    target = request.path if redirect.path is None else rewrite_path(request.path, redirect.path, matched_prefix)
+    target = (
+        request.path
+        if redirect.path is None
+        else rewrite_path(request.path, redirect.path, matched_prefix, literal=literal)
+    )
     if not target.startswith("/"):
         target = "/" + target
     if _WELL_KNOWN_PORTS.get(scheme) == port:

@@ -120,11 +120,13 @@ def _remote(exc: h11.RemoteProtocolError, *, upstream: bool) -> HttpProtocolErro
 class ServerSide:
     """The downstream end: parses a client's requests, frames the waypoint's responses."""
 
-    def __init__(self, max_head_bytes: int = MAX_HEAD_BYTES, *, authority: str = "") -> None:
+    def __init__(self, max_head_bytes: int = MAX_HEAD_BYTES, *, authority: str = "", scheme: str = "http") -> None:
         self._h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=max_head_bytes)
         self._max_head = max_head_bytes
         self._authority = authority
         """Used as the request's authority when it has no Host (HTTP/1.0): the tunnel's CONNECT authority."""
+        self._scheme = scheme
+        """Every request's scheme: HTTP/1.1 has none on the wire, so it is the connection's (``https`` over TLS)."""
 
     @property
     def head_begun(self) -> bool:
@@ -177,6 +179,7 @@ class ServerSide:
             path=event.target.decode("latin-1"),
             authority=host,
             headers=tuple((n, v) for n, v in headers if n != "host"),
+            scheme=self._scheme,
         )
         return RequestStarted(head, event.http_version.decode("ascii"), upgrade, has_body)
 

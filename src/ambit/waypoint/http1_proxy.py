@@ -67,7 +67,9 @@ async def serve_http1(
 ) -> None:
     """Serve the HTTP/1.1 requests of one tunnel until the client is done or the tunnel must close;
     ``on_first_request`` is called once the first request head is complete (an ingress gateway's admission)."""
-    down = Downstream(ctx, stream, ServerSide(ctx.limits.max_head_bytes, authority=tunnel.authority))
+    down = Downstream(
+        ctx, stream, ServerSide(ctx.limits.max_head_bytes, authority=tunnel.authority, scheme=tunnel.scheme)
+    )
     if prefix:
         down.server.receive_data(prefix)
     cancelled = False

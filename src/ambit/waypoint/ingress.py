@@ -554,6 +554,7 @@ class IngressGateway(Waypoint):
             source,
             reporter=Reporter.SOURCE,
             mtls=mtls,
+            scheme="https" if tls is not None else "http",
         )
         try:
             if h2:

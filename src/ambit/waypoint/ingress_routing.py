@@ -19,6 +19,11 @@ Rules:
 3. A virtual host with ``https_redirect`` (only HTTP listeners have one) answers 301 with ``location:
    https://<Host as sent><path as sent>`` and no body, whatever its rules (Envoy's ``require_tls: ALL``, whose
    ``SslRedirector`` keeps the host and path verbatim); it comes before rule 2's 404 for a host without rules.
+   A request whose scheme is ``https`` already is not redirected. The scheme is the connection's (``https`` over
+   TLS the gateway terminated) unless the gateway trusts edge proxies in front of it (an EnvoyFilter set the
+   connection manager's ``xff_num_trusted_hops`` above 0): then a valid ``X-Forwarded-Proto`` (``http`` or
+   ``https``) gives it, as Envoy sets ``:scheme`` from that header only then; routes and redirects see it too,
+   and the request carries ``X-Forwarded-Proto`` with it (the client's own replaced, as Envoy's edge does).
 4. Otherwise the waypoint engine decides with that host's table: its first matching rule, filters, weighted
    backends, redirects; a request no rule matches is 404.
 5. :meth:`IngressRouter.decide` is a :data:`~ambit.waypoint.decisions.Router`: the destination it is given names
@@ -38,6 +43,7 @@ Rules:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from ambit.model.ingress import GatewayConfig, IngressListener, ListenerProtocol, VirtualHost, host_matches
@@ -140,10 +146,23 @@ class IngressRouter:
                 best = (score, candidate)
         return best[1] if best is not None and best[1].tcp_backends else None
 
+    def _with_scheme(self, request: RequestHead) -> RequestHead:
+        """Rule 3's scheme: the connection's, or behind trusted edge proxies the one their ``X-Forwarded-Proto``
+        states (``http`` or ``https``), as Envoy sets ``:scheme`` for an HTTP/1 request; and ``X-Forwarded-Proto``
+        set to it, so a client cannot tell the backend it came over TLS when it did not."""
+        scheme = request.scheme
+        if self.config.envoy_patches.trusts_forwarded_proto:
+            forwarded = (request.header("x-forwarded-proto") or "").strip().lower()
+            if forwarded in ("http", "https"):
+                scheme = forwarded
+        headers = tuple((n, v) for n, v in request.headers if n != "x-forwarded-proto")
+        return dataclasses.replace(request, scheme=scheme, headers=(*headers, ("x-forwarded-proto", scheme)))
+
     def decide(
         self, table: RouteTable | None, destination: BackendService, request: RequestHead, random: float
     ) -> Decision:
         """Rules 2-5 for one request on the connection ``destination`` describes."""
+        request = self._with_scheme(request)
         host = request_host(request.authority)
         listener = None
         if destination.hostname:
@@ -159,7 +178,7 @@ class IngressRouter:
             score = host_matches(candidate.hostname, host)
             if score and (best is None or score > best[0]):
                 best = (score, candidate)
-        if best is not None and best[1].https_redirect:
+        if best is not None and best[1].https_redirect and request.scheme != "https":
             return https_redirect(request)
         if best is None or not best[1].table.http:
             return NOT_FOUND

@@ -7,7 +7,8 @@ Rules:
    ``/foobar``); RegularExpression is :func:`re.fullmatch`. No path part means PathPrefix ``/``.
 2. Header names compare case-insensitively; a header sent several times is matched as its values joined by ``,``
    (RFC 9110 §5.3 as Gateway API points to, and as Envoy joins them); ``host`` stands for the authority when no
-   ``host`` header came. Query parameters come from :func:`urllib.parse.parse_qsl` (percent-decoded, ``+`` read as
+   ``host`` header came; a pseudo-header name reads the request's method, authority, target (path and query) or
+   scheme. Query parameters come from :func:`urllib.parse.parse_qsl` (percent-decoded, ``+`` read as
    a space, blank values kept, names exact); a repeated parameter is matched by its first value. In both, when a
    match lists one name twice only the first entry counts (Gateway API).
 3. Regular expressions are compiled once, when the match is, by :mod:`ambit.waypoint.patterns`: one that does
@@ -19,21 +20,27 @@ Rules:
    ``ignore_path_case`` compares an Exact or Prefix path case-insensitively (Envoy's ``case_sensitive: false``,
    which leaves regular expressions alone); ``without_headers`` entries must each *not* hold, a missing header
    reading as empty (Envoy's ``treat_missing_header_as_empty``) and a Present entry meaning "absent".
+6. Claim matches (:class:`~ambit.model.routes.ClaimMatch`) read the verified JWT's payload the authentication
+   put on the request (:attr:`~ambit.waypoint.decisions.RequestHead.jwt_claims`), never a header: one holds when
+   the claim at its path is a string that matches or a list holding such a string (Envoy's metadata matcher with
+   istiod's list-or-string form); a Present one when the claim exists. Without a token, or with the claim absent,
+   it does not hold; a ``without_claims`` entry then does.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import parse_qsl
 
-from ambit.model.routes import PathMatchType, RouteMatch, ValueMatch, ValueMatchType
+from ambit.model.routes import ClaimMatch, PathMatchType, RouteMatch, ValueMatch, ValueMatchType
 from ambit.waypoint.decisions import RequestHead
 from ambit.waypoint.filters import split_target
 from ambit.waypoint.patterns import SUBJECT_LIMIT, safe_pattern
 
-__all__ = ["MatchTest", "RequestFacts", "ValueTest", "compile_match"]
+__all__ = ["ClaimTest", "MatchTest", "RequestFacts", "ValueTest", "compile_match"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +74,32 @@ class ValueTest:
 
 
 @dataclass(frozen=True, slots=True)
+class ClaimTest:
+    """A :class:`~ambit.model.routes.ClaimMatch` ready to test (rule 6)."""
+
+    path: tuple[str, ...]
+    value: ValueTest
+
+    def holds(self, claims: Mapping[str, Any] | None) -> bool:
+        found: Any = claims
+        for step in self.path:
+            if not isinstance(found, Mapping) or step not in found:
+                return False
+            found = found[step]
+        if isinstance(found, str):
+            return self.value.holds(found)
+        if isinstance(found, list):
+            return any(isinstance(item, str) and self.value.holds(item) for item in found)
+        return self.value.present
+
+    def holds_without(self, claims: Mapping[str, Any] | None) -> bool:
+        test = self.value
+        if not test.present and test.exact is None and test.prefix is None and test.pattern is None:
+            return False  # a refused pattern never holds, inverted or not (rule 3)
+        return not self.holds(claims)
+
+
+@dataclass(frozen=True, slots=True)
 class MatchTest:
     method: str | None
     path: Callable[[str], bool] | None
@@ -76,10 +109,15 @@ class MatchTest:
     prefix: str | None
     """The prefix ReplacePrefixMatch replaces; None for Exact and RegularExpression matches."""
     without: tuple[ValueTest, ...] = ()
+    claims: tuple[ClaimTest, ...] = ()
+    without_claims: tuple[ClaimTest, ...] = ()
+    literal_prefix: bool = False
+    """``prefix`` is a plain string prefix (a VirtualService ``prefix``): a rewrite replaces exactly those
+    characters, as Envoy's ``prefix_rewrite`` does, not path elements."""
 
     @property
     def needs_facts(self) -> bool:
-        return bool(self.headers or self.query or self.without)
+        return bool(self.headers or self.query or self.without or self.claims or self.without_claims)
 
     def holds_for(self, facts: RequestFacts) -> bool:
         """Whether the header and query parts hold (the caller tests method and path first, inline)."""
@@ -87,6 +125,8 @@ class MatchTest:
             all(h.holds(facts.header(h.name)) for h in self.headers)
             and all(q.holds(facts.query(q.name)) for q in self.query)
             and all(w.holds_without(facts.header(w.name)) for w in self.without)
+            and all(c.holds(facts.request.jwt_claims) for c in self.claims)
+            and all(c.holds_without(facts.request.jwt_claims) for c in self.without_claims)
         )
 
 
@@ -102,6 +142,8 @@ class RequestFacts:
         self._query: dict[str, str] | None = None
 
     def header(self, name: str) -> str | None:
+        if name.startswith(":"):  # rule 2: a pseudo-header
+            return self._pseudo(name)
         if self._headers is None:
             joined: dict[str, str] = {}
             for raw, value in self.request.headers:
@@ -110,6 +152,18 @@ class RequestFacts:
             joined.setdefault("host", self.request.authority)
             self._headers = joined
         return self._headers.get(name)
+
+    def _pseudo(self, name: str) -> str | None:
+        request = self.request
+        if name == ":method":
+            return request.method
+        if name == ":authority":
+            return request.authority
+        if name == ":path":
+            return request.path
+        if name == ":scheme":
+            return request.scheme
+        return None
 
     def query(self, name: str) -> str | None:
         if self._query is None:
@@ -147,6 +201,13 @@ def _value_tests(
         else:
             tests.append(ValueTest(name, None, _compile_regex(match.value, problems, f"{where} {name}")))
     return tuple(tests)
+
+
+def _claim_tests(matches: tuple[ClaimMatch, ...], problems: list[str], where: str) -> tuple[ClaimTest, ...]:
+    return tuple(
+        ClaimTest(m.path, _value_tests((ValueMatch(".".join(m.path), m.value, m.kind),), False, problems, where)[0])
+        for m in matches
+    )
 
 
 def _never(path: str) -> bool:
@@ -189,5 +250,8 @@ def compile_match(match: RouteMatch, where: str) -> tuple[MatchTest, tuple[str, 
         query=_value_tests(match.query_params, False, problems, f"{where} query parameter"),
         prefix=value if kind in (PathMatchType.PATH_PREFIX, PathMatchType.PREFIX) else None,
         without=_value_tests(match.without_headers, True, problems, f"{where} without header"),
+        literal_prefix=kind is PathMatchType.PREFIX,
+        claims=_claim_tests(match.claims, problems, f"{where} claim"),
+        without_claims=_claim_tests(match.without_claims, problems, f"{where} without claim"),
     )
     return test, tuple(problems)

@@ -261,7 +261,8 @@ def _act(compiled: _CompiledRule, destination: BackendService, request: RequestH
     if rule.redirect is not None:
         if not request.authority:
             request = RequestHead(request.method, request.path, destination.hostname, request.headers, request.scheme)
-        location = redirect_location(request, rule.redirect, destination.port, compiled.test.prefix)
+        test = compiled.test
+        location = redirect_location(request, rule.redirect, destination.port, test.prefix, literal=test.literal_prefix)
         if not is_visible_ascii(location):
             return Respond(500, route=rule.route)
         return Respond(rule.redirect.status_code, (("location", location),), route=rule.route)
@@ -276,7 +277,7 @@ def _act(compiled: _CompiledRule, destination: BackendService, request: RequestH
     if rule.rewrite is not None:
         path = request.path
         if rule.rewrite.path is not None:
-            path = rewrite_path(path, rule.rewrite.path, compiled.test.prefix)
+            path = rewrite_path(path, rule.rewrite.path, compiled.test.prefix, literal=compiled.test.literal_prefix)
         hostname = rule.rewrite.hostname
         if hostname is not None and not is_visible_ascii(hostname):
             return Respond(500, route=rule.route)

@@ -9,6 +9,7 @@ Rules of decoding (the waypoint judges what it was sent; the first problem raise
 2. An action this build does not know is refused (it would change what an edit does).
 3. A scope's port is 0..65535 and its hostname printable; a route patch's level is 0 or 1; filters have no scope.
 4. At most :data:`MAX_OPS` edits in all.
+5. ``xff_trusted_hops``, when present, is at most :data:`~ambit.model.envoyfilter.MAX_TRUSTED_HOPS`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ambit.api import waypoint_pb2 as pb
-from ambit.model.envoyfilter import EVERYWHERE, HeaderAction, HeaderOp, HeaderPatch, PatchScope, ProxyPatches
+from ambit.model.envoyfilter import (
+    EVERYWHERE,
+    MAX_TRUSTED_HOPS,
+    HeaderAction,
+    HeaderOp,
+    HeaderPatch,
+    PatchScope,
+    ProxyPatches,
+)
 from ambit.model.header_rules import has_line_break, is_framing, is_header_token
 from ambit.xds.convert import FieldReader
 
@@ -52,11 +61,14 @@ def _patch(patch: HeaderPatch) -> pb.HeaderPatch:
 
 
 def envoy_patches_to_proto(patches: ProxyPatches) -> pb.EnvoyPatches:
-    return pb.EnvoyPatches(
+    out = pb.EnvoyPatches(
         filters=[_patch(p) for p in patches.filters],
         routes=[_patch(p) for p in patches.routes],
         upstream_h2=[_scope(s) for s in patches.upstream_h2],
     )
+    if patches.xff_trusted_hops is not None:
+        out.xff_trusted_hops = patches.xff_trusted_hops
+    return out
 
 
 class EnvoyPatchesReader(FieldReader):
@@ -105,7 +117,15 @@ class EnvoyPatchesReader(FieldReader):
             tuple(self.patch(f"{field}.filters[{i}]", m, route=False) for i, m in enumerate(message.filters)),
             tuple(self.patch(f"{field}.routes[{i}]", m, route=True) for i, m in enumerate(message.routes)),
             tuple(self.scope(f"{field}.upstream_h2[{i}]", m) for i, m in enumerate(message.upstream_h2)),
+            self.hops(f"{field}.xff_trusted_hops", message.xff_trusted_hops)
+            if message.HasField("xff_trusted_hops")
+            else None,
         )
+
+    def hops(self, field: str, value: int) -> int:
+        if value > MAX_TRUSTED_HOPS:
+            raise self.fail(field, f"more than {MAX_TRUSTED_HOPS} trusted hops: {value}")
+        return value
 
 
 def _editable(name: str) -> bool:

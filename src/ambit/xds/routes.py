@@ -13,7 +13,9 @@ Rules:
    percent is 0..100; durations are non-negative.
 3. A path match has a known type and a value; an Exact or PathPrefix value starts with ``/`` (a plain
    string Prefix may be any string); a regular
-   expression (path, header, query param) compiles and is at most 1024 characters. A header name is a token;
+   expression (path, header, query param) compiles and is at most 1024 characters. A header name is a token
+   (a header match may also name one of :data:`~ambit.model.routes.PSEUDO_HEADERS`); a claim match has 1 to
+   :data:`~ambit.model.routes.MAX_CLAIM_PATH` printable names in its path;
    header values carry no CR, LF or NUL (they are written into requests and responses as they are).
 4. Enum values this build does not know are refused (they would change what a rule matches).
 5. An absent ``retry`` is Istio's default policy; an absent ``timeouts`` or duration is no limit; an absent
@@ -46,7 +48,10 @@ from google.protobuf.message import DecodeError
 
 from ambit.api import waypoint_pb2 as pb
 from ambit.model.routes import (
+    MAX_CLAIM_PATH,
+    PSEUDO_HEADERS,
     BackendService,
+    ClaimMatch,
     CorsPolicy,
     DirectResponse,
     Fault,
@@ -158,12 +163,18 @@ def _value_matches(matches: tuple[ValueMatch, ...]) -> list[pb.ValueMatch]:
     return [pb.ValueMatch(name=m.name, value=m.value, kind=_VALUE_KINDS[m.kind]) for m in matches]
 
 
+def _claim_matches(matches: tuple[ClaimMatch, ...]) -> list[pb.ClaimMatch]:
+    return [pb.ClaimMatch(path=m.path, value=m.value, kind=_VALUE_KINDS[m.kind]) for m in matches]
+
+
 def _match(match: RouteMatch) -> pb.RouteMatch:
     out = pb.RouteMatch(
         headers=_value_matches(match.headers),
         query_params=_value_matches(match.query_params),
         ignore_path_case=match.ignore_path_case,
         without_headers=_value_matches(match.without_headers),
+        claims=_claim_matches(match.claims),
+        without_claims=_claim_matches(match.without_claims),
     )
     if match.path is not None:
         out.path.CopyFrom(pb.PathMatch(kind=_PATH_KINDS[match.path.kind], value=match.path.value))
@@ -173,7 +184,7 @@ def _match(match: RouteMatch) -> pb.RouteMatch:
 
 
 def _redirect(redirect: RequestRedirect) -> pb.RequestRedirect:
-    out = pb.RequestRedirect(status_code=redirect.status_code)
+    out = pb.RequestRedirect(status_code=redirect.status_code, keeps_host_port=redirect.keeps_host_port)
     if redirect.scheme is not None:
         out.scheme = redirect.scheme
     if redirect.hostname is not None:
@@ -372,7 +383,8 @@ class _Reader(FieldReader):
         kind = _VALUE_KIND_NAMES.get(message.kind)
         if kind is None:
             raise self.fail(f"{field}.kind", f"unknown match type {message.kind}")
-        name = self.header_name(f"{field}.name", message.name) if header else message.name
+        pseudo = header and message.name in PSEUDO_HEADERS
+        name = self.header_name(f"{field}.name", message.name) if header and not pseudo else message.name
         if not name:
             raise self.fail(f"{field}.name", "required")
         value = (
@@ -408,7 +420,23 @@ class _Reader(FieldReader):
                 self.value_match(f"{field}.without_headers[{i}]", m, header=True)
                 for i, m in enumerate(message.without_headers)
             ),
+            claims=tuple(self.claim_match(f"{field}.claims[{i}]", m) for i, m in enumerate(message.claims)),
+            without_claims=tuple(
+                self.claim_match(f"{field}.without_claims[{i}]", m) for i, m in enumerate(message.without_claims)
+            ),
         )
+
+    def claim_match(self, field: str, message: pb.ClaimMatch) -> ClaimMatch:
+        kind = _VALUE_KIND_NAMES.get(message.kind)
+        if kind is None:
+            raise self.fail(f"{field}.kind", f"unknown match type {message.kind}")
+        if not 0 < len(message.path) <= MAX_CLAIM_PATH:
+            raise self.fail(f"{field}.path", f"expected 1 to {MAX_CLAIM_PATH} names, got {len(message.path)}")
+        path = tuple(self.text(f"{field}.path[{i}]", name, required=True) for i, name in enumerate(message.path))
+        value = (
+            self.regex(f"{field}.value", message.value) if kind is ValueMatchType.REGULAR_EXPRESSION else message.value
+        )
+        return ClaimMatch(path, value, kind)
 
     def percent(self, field: str, value: float) -> float:
         if not 0.0 <= value <= 100.0:
@@ -474,6 +502,7 @@ class _Reader(FieldReader):
             path=self.path_modifier(f"{field}.path", message.path) if message.HasField("path") else None,
             port=self.port(f"{field}.port", message.port) if message.HasField("port") else None,
             status_code=message.status_code,
+            keeps_host_port=message.keeps_host_port,
         )
 
     def rule(self, field: str, message: pb.RouteRule) -> RouteRule:

@@ -54,7 +54,10 @@ Rules (istiod's ``PushContext.EnvoyFilters`` with ``WorkloadPolicyMatcher`` for 
    without targets whose ``workloadSelector`` (none: every workload) its pods' labels satisfy (istiod's
    selector-based gateway policy, on by default); an Istio Gateway's pods take only the selector kind. HTTP
    filters and header merges are honoured as at a waypoint, route merges matched by nothing or ``portNumber``
-   (the listener's port) only; CLUSTER merges reach every backend cluster they match.
+   (the listener's port) only; CLUSTER merges reach every backend cluster they match. A NETWORK_FILTER ``MERGE``
+   into the HTTP connection manager (matched by that filter's name only) is honoured at gateways for
+   ``xff_num_trusted_hops`` (the last merge wins) and ``normalize_path: true`` (what the gateway does anyway);
+   any other field refuses the patch.
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ from ambit.controlplane.translate import shapes
 from ambit.controlplane.translate.envoyfilter_routes import HEADER_LISTS, RouteMerge, RouteMergeError, read_route_merge
 from ambit.model.envoyfilter import (
     EVERYWHERE,
+    MAX_TRUSTED_HOPS,
     MAX_VERSION_PATTERN,
     NO_PATCHES,
     HeaderAction,
@@ -87,6 +91,7 @@ __all__ = ["EnvoyFilterTranslation", "PatchNote", "translate_envoy_filters"]
 GATEWAY_GROUP = "gateway.networking.k8s.io"
 WAYPOINT_CLASS = "istio-waypoint"
 HCM = "envoy.filters.network.http_connection_manager"
+HCM_TYPE = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 ROUTER = "envoy.filters.http.router"
 LUA_NAMES = frozenset({"envoy.lua", "envoy.filters.http.lua"})
 LUA_TYPE = "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua"
@@ -123,7 +128,7 @@ class _Effect:
     """One honoured patch: where it runs and what it does."""
 
     kind: str
-    """``filter``, ``route``, ``http_route`` or ``cluster``."""
+    """``filter``, ``route``, ``http_route``, ``cluster`` or ``hcm``."""
     patch: HeaderPatch | None = None
     scope: PatchScope = EVERYWHERE
     version_pattern: str | None = None
@@ -131,6 +136,8 @@ class _Effect:
     """Why ``version_pattern`` is ignored or matches nothing (rule 4), for a note; ``""``: it is fine."""
     route_merge: RouteMerge | None = None
     """For ``http_route``: the merge into route rules (:mod:`.envoyfilter_routes`)."""
+    trusted_hops: int | None = None
+    """For ``hcm``: the HTTP connection manager's ``xff_num_trusted_hops``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -486,7 +493,50 @@ def _effect(raw: object, at: str, source: str, gateway: bool) -> _Effect:
         scope = _cluster_scope(match, f"{at}.match")
         _wants_h2(value, f"{at}.patch.value")
         return _Effect("cluster", None, scope, version_pattern, version_note)
+    if apply_to == "NETWORK_FILTER":
+        if not gateway:
+            raise _Refused(f"{at}.applyTo: NETWORK_FILTER patches are honoured at ingress gateways only")
+        if context not in ("GATEWAY", "ANY"):
+            raise _Refused(f"{at}.match.context: {context} has no effect at {where}")
+        if operation != "MERGE":
+            raise _Refused(f"{at}.patch.operation: {operation} of a network filter is not supported (only MERGE)")
+        _hcm_listener(match, f"{at}.match")
+        hops = _hcm_merge(value, f"{at}.patch.value")
+        return _Effect("hcm", None, EVERYWHERE, version_pattern, version_note, trusted_hops=hops)
     raise _Refused(f"{at}.applyTo: {apply_to} is not honoured by Ambit")
+
+
+def _hcm_listener(match: Mapping[str, Any], at: str) -> None:
+    """A NETWORK_FILTER merge's match: the HTTP connection manager of any listener, nothing else."""
+    listener = shapes.mapping(match.get("listener"), f"{at}.listener")
+    if set(listener) - {"filterChain", "filter_chain"}:
+        raise _Refused(f"{at}.listener: only filterChain.filter may be matched in a network filter merge")
+    chain = shapes.mapping(listener.get("filterChain", listener.get("filter_chain")), f"{at}.listener.filterChain")
+    if set(chain) - {"filter"}:
+        raise _Refused(f"{at}.listener.filterChain: only filter may be matched in a network filter merge")
+    chain_filter = shapes.mapping(chain.get("filter"), f"{at}.listener.filterChain.filter")
+    if set(chain_filter) != {"name"} or shapes.text(chain_filter.get("name"), f"{at}.filter.name") != HCM:
+        raise _Refused(f"{at}.listener.filterChain.filter: only a merge into {HCM} is honoured")
+
+
+def _hcm_merge(value: Mapping[str, Any], at: str) -> int | None:
+    """The HTTP connection manager fields Ambit honours in a merge (rule 6): ``xff_num_trusted_hops``, and
+    ``normalize_path: true`` (what the gateway always does); anything else is refused."""
+    typed = shapes.mapping(value.get("typed_config", value.get("typedConfig")), f"{at}.typed_config")
+    if set(value) - {"typed_config", "typedConfig"} or shapes.text(typed.get("@type"), f"{at}.@type") != HCM_TYPE:
+        raise _Refused(f"{at}: only a typed_config of {HCM_TYPE} is honoured")
+    fields = {k: v for k, v in typed.items() if k != "@type"}
+    hops: int | None = None
+    for key, raw in fields.items():
+        if key in ("xff_num_trusted_hops", "xffNumTrustedHops"):
+            if not isinstance(raw, int) or isinstance(raw, bool) or not 0 <= raw <= MAX_TRUSTED_HOPS:
+                raise _Refused(f"{at}.typed_config.{key}: expected an integer from 0 to {MAX_TRUSTED_HOPS}")
+            hops = raw
+        elif key in ("normalize_path", "normalizePath") and raw is True:
+            continue
+        else:
+            raise _Refused(f"{at}.typed_config.{key}: not honoured (only xff_num_trusted_hops, normalize_path: true)")
+    return hops
 
 
 def _targets(spec: Mapping[str, Any]) -> tuple[tuple[str, str, str, str], ...]:
@@ -556,6 +606,7 @@ def _merge(filters: Iterable[_Filter], version: str, gateway: bool) -> ProxyPatc
     lua: list[HeaderPatch] = []
     routes: list[HeaderPatch] = []
     h2: list[PatchScope] = []
+    hops: int | None = None
     for f in filters:
         for effect in f.effects[gateway]:
             if not version_matches(effect.version_pattern, version):
@@ -566,8 +617,10 @@ def _merge(filters: Iterable[_Filter], version: str, gateway: bool) -> ProxyPatc
                 routes.append(effect.patch)
             elif effect.kind == "cluster":
                 h2.append(effect.scope)
+            elif effect.kind == "hcm" and effect.trusted_hops is not None:
+                hops = effect.trusted_hops  # merges apply in order: the last one wins
     routes.sort(key=lambda p: p.level)  # stable: the filters' order within a level
-    return ProxyPatches(tuple(lua), tuple(routes), tuple(dict.fromkeys(h2)))
+    return ProxyPatches(tuple(lua), tuple(routes), tuple(dict.fromkeys(h2)), hops)
 
 
 def translate_envoy_filters(

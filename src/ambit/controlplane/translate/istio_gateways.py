@@ -65,9 +65,10 @@ Rules (1 and 2, which pods a Gateway selects and how they group into gateways, a
    servers. ``OPTIONAL_MUTUAL`` is ``MUTUAL`` for a client that presents a certificate and serves one that
    presents none (Envoy's ``require_client_certificate: false`` with a validation context, as istiod builds it).
    ``minProtocolVersion`` / ``maxProtocolVersion`` (``TLS_AUTO``, ``TLSV1_2``, ``TLSV1_3``) bound the version and
-   ``cipherSuites`` (names from Istio's list, duplicates dropped) the TLS 1.2 suites of any terminating server; TLS
-   below 1.2 is not served, so ``TLSV1_0`` and ``TLSV1_1`` are refused. A missing or bad Secret, CA, pin, version
-   or cipher suite skips the server with the reason (the Gateway's status shows it), as for ``SIMPLE``.
+   ``cipherSuites`` the TLS 1.2 suites of any terminating server: names outside Istio's list and duplicates are
+   dropped, as istiod's ``FilterCipherSuites`` drops them (its validation only warns), and none left means the
+   defaults; TLS below 1.2 is not served, so ``TLSV1_0`` and ``TLSV1_1`` are refused. A missing or bad Secret, CA,
+   pin or version skips the server with the reason (the Gateway's status shows it), as for ``SIMPLE``.
 """
 
 from __future__ import annotations
@@ -291,10 +292,8 @@ def _terminating_tls(
     minimum, maximum = _version(tls, "minProtocolVersion", where), _version(tls, "maxProtocolVersion", where)
     if minimum and maximum and minimum > maximum:
         raise BadField(f"{where}.minProtocolVersion", "the minimum is above maxProtocolVersion")
-    suites = _strings_of(tls, "cipherSuites", where)
-    for i, suite in enumerate(suites):
-        if suite not in CIPHER_SUITES:
-            raise BadField(f"{where}.cipherSuites[{i}]", f"unknown cipher suite {suite!r}")
+    # istiod's FilterCipherSuites: a name outside its list is dropped (validation only warns), as are duplicates
+    suites = tuple(dict.fromkeys(s for s in _strings_of(tls, "cipherSuites", where) if s in CIPHER_SUITES))
     bounds = ListenerTls(min_version=minimum, max_version=maximum, cipher_suites=suites)
     named = f"{where}.credentialName"
     if mode is TlsMode.ISTIO_MUTUAL:

@@ -14,14 +14,19 @@ Rules:
    ANDed). An entry is dropped, never widened, when it cannot hold at this waypoint: ``sourceLabels`` (istiod drops
    them: ambient has no source labels), ``gateways`` not naming ``mesh``, ``port`` other than the destination's,
    or a ``sourceNamespace`` (istiod keeps one equal to the waypoint's namespace *without* testing the source;
-   we drop it rather than widen it to every source). Unsupported fields (``scheme``, JWT claim headers
-   ``@request.auth.claims``) and invalid values (a regular expression RE2 would refuse) drop the entry too, and
-   are reported.
+   we drop it rather than widen it to every source). Invalid values (a regular expression RE2 would refuse, a
+   malformed ``@request.auth.claims`` name) drop the entry too, and are reported.
 2. ``StringMatch``: ``exact``, ``prefix`` (a plain string prefix, as Envoy's), ``regex`` (RE2, full match); an
    empty one (``{}``) or ``regex: "*"`` means "present" (istiod's ``present_match``). Header names are
-   lower-cased; ``authority`` is a match on the ``host``, ``method`` on the method (exact only; another kind drops
-   the entry). ``ignoreUriCase`` and ``withoutHeaders`` are carried to the engine.
-3. Actions, one of: ``redirect`` (``uri``, ``authority``, ``port`` or ``derivePort``, ``scheme``,
+   lower-cased; ``authority`` is a match on the ``host``, ``scheme`` on ``:scheme`` (``https`` only where an
+   ingress gateway terminated the client's TLS), ``method`` on the method (exact only; another kind drops
+   the entry). A header match may name a pseudo-header (``:method``, ``:authority``, ``:path``, ``:scheme``), as
+   Envoy's header matcher reads them. A header named ``@request.auth.claims.a.b`` or ``@request.auth.claims[a][b]``
+   matches the verified JWT's claim ``a.b`` instead (istiod's ``translateMetadataMatch``), in ``headers`` and
+   ``withoutHeaders`` (:class:`~ambit.model.routes.ClaimMatch`). ``ignoreUriCase`` and ``withoutHeaders`` are
+   carried to the engine.
+3. Actions, one of: ``redirect`` (``uri``, or ``prefixRewrite`` replacing the matched prefix and preferred to
+   ``uri`` as istiod does, ``authority``, ``port`` or ``derivePort``, ``scheme``,
    ``redirectCode`` 301 by default, one of 301/302/303/307/308), ``directResponse`` (``status``, ``body.string``
    or ``body.bytes``), or ``route``. One destination takes every request whatever its weight; several are
    weighted, weight 0 left out (istiod). A destination's ``host`` resolves like ``hosts`` (a Service of that
@@ -30,7 +35,9 @@ Rules:
    (:attr:`~ambit.model.routes.BackendService.subset`).
 4. ``headers`` (rule and destination): ``request``/``response`` ``set``/``add``/``remove``; a ``host`` or
    ``:authority`` set or added rewrites the authority (istiod). With one destination its headers join the
-   rule's; with several, its request headers are its own and response headers are reported, not applied.
+   rule's; with several, its request headers are its own, and so is a ``host``/``:authority`` it sets unless
+   the rule sets the authority itself (``headers`` or ``rewrite.authority``: that one wins, as in istiod's
+   routes); its response headers are reported, not applied.
 5. ``rewrite.uri`` replaces the matched prefix (the whole path after an exact or regular-expression match, as Envoy's
    ``prefix_rewrite`` does); ``rewrite.authority`` the authority; ``uriRegexRewrite`` replaces every match in the
    path (an RE2 pattern; one RE2 would refuse, or a bad substitution, drops the rule). ``timeout`` bounds the
@@ -79,7 +86,10 @@ from ambit.controlplane.translate.virtualservice_values import (
 )
 from ambit.model.routes import (
     GRPC_STATUS_CODES,
+    MAX_CLAIM_PATH,
+    PSEUDO_HEADERS,
     BackendService,
+    ClaimMatch,
     CorsPolicy,
     DirectResponse,
     Fault,
@@ -118,6 +128,8 @@ __all__ = [
 
 MESH = "mesh"
 MISSING_BACKEND = 503
+CLAIM_HEADER = "@request.auth.claims"
+"""The header-name prefix of a JWT claim match (istiod's ``jwt.HeaderJWTClaim``)."""
 MAX_DIRECT_BODY = 64 * 1024
 _SUBSET_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _REDIRECT_CODES = frozenset((301, 302, 303, 307, 308))
@@ -212,15 +224,41 @@ def _path_match(value: Any, field: str) -> PathMatch | None:
     return PathMatch(PathMatchType.REGULAR_EXPRESSION, match.value)
 
 
-def _header_matches(value: Any, field: str) -> tuple[ValueMatch, ...]:
+def _claim_path(name: str) -> tuple[str, ...] | None:
+    """The claim names of a ``@request.auth.claims`` header name (istiod's ``jwt.ToRoutingClaim``): ``.a.b`` or
+    ``[a][b]`` after the prefix (matched case-insensitively); None when ``name`` is not such a name. Empty names
+    and more than :data:`~ambit.model.routes.MAX_CLAIM_PATH` of them are refused (no claim could hold)."""
+    if not name.lower().startswith(CLAIM_HEADER):
+        return None
+    rest = name[len(CLAIM_HEADER) :]
+    if rest.startswith(".") and len(rest) > 1:
+        path = tuple(rest[1:].split("."))
+    elif rest.startswith("[") and rest.endswith("]") and len(rest) > 2:
+        path = tuple(rest[1:-1].split("]["))
+    else:
+        return None
+    if len(path) > MAX_CLAIM_PATH or not all(step and step.isprintable() for step in path):
+        return None
+    return path
+
+
+def _header_matches(value: Any, field: str) -> tuple[tuple[ValueMatch, ...], tuple[ClaimMatch, ...]]:
+    """Header matches, and the JWT claim matches written as ``@request.auth.claims`` headers (rule 2)."""
     out: list[ValueMatch] = []
+    claims: list[ClaimMatch] = []
     for name, match in sorted(read_mapping(value, field).items(), key=lambda item: str(item[0]).lower()):
-        if not isinstance(name, str) or not HEADER_NAME.match(name):
-            if isinstance(name, str) and name.startswith("@request.auth.claims"):
-                raise BadField(f"{field}.{name}", "routing on JWT claims is not supported at the waypoint")
+        if isinstance(name, str) and name.lower().startswith(CLAIM_HEADER):
+            path = _claim_path(name)
+            if path is None:
+                raise BadField(f"{field}.{name}", "not a claim name (@request.auth.claims.a.b or [a][b])")
+            found = read_string_match(name, match, f"{field}.{name}")
+            claims.append(ClaimMatch(path, found.value, found.kind))
+            continue
+        pseudo = isinstance(name, str) and name.lower() in PSEUDO_HEADERS
+        if not isinstance(name, str) or not (pseudo or HEADER_NAME.match(name)):
             raise BadField(f"{field}", f"not a header name: {name!r}")
         out.append(read_string_match(name.lower(), match, f"{field}.{name}"))
-    return tuple(out)
+    return tuple(out), tuple(claims)
 
 
 def _match_holds_here(match: Obj, ctx: RuleContext) -> bool:
@@ -236,17 +274,18 @@ def _match_holds_here(match: Obj, ctx: RuleContext) -> bool:
 
 
 def _route_match(match: Obj, field: str) -> RouteMatch:
-    if match.get("scheme") is not None:
-        raise BadField(f"{field}.scheme", "a scheme match is not supported at the waypoint")
     method: str | None = None
     if match.get("method") is not None:
         found = read_string_match(":method", match["method"], f"{field}.method")
         if found.kind is not ValueMatchType.EXACT or not found.value:
             raise BadField(f"{field}.method", "only an exact method match is supported")
         method = read_printable(found.value, f"{field}.method.exact")
-    headers = list(_header_matches(match.get("headers"), f"{field}.headers"))
+    plain, claims = _header_matches(match.get("headers"), f"{field}.headers")
+    headers = list(plain)
     if match.get("authority") is not None:
         headers.append(read_string_match("host", match["authority"], f"{field}.authority"))
+    if match.get("scheme") is not None:  # istiod: a header match on :scheme
+        headers.append(read_string_match(":scheme", match["scheme"], f"{field}.scheme"))
     query = tuple(
         read_string_match(_query_name(name, f"{field}.queryParams"), value, f"{field}.queryParams.{name}")
         for name, value in sorted(
@@ -254,13 +293,16 @@ def _route_match(match: Obj, field: str) -> RouteMatch:
         )
     )
     ignore_case = match.get("ignoreUriCase")
+    without, without_claims = _header_matches(match.get("withoutHeaders"), f"{field}.withoutHeaders")
     return RouteMatch(
         path=_path_match(match.get("uri"), f"{field}.uri"),
         headers=tuple(headers),
         query_params=query,
         method=method,
         ignore_path_case=ignore_case is True,
-        without_headers=_header_matches(match.get("withoutHeaders"), f"{field}.withoutHeaders"),
+        without_headers=without,
+        claims=claims,
+        without_claims=without_claims,
     )
 
 
@@ -331,6 +373,12 @@ def _redirect(value: Any, port: int, field: str) -> RequestRedirect:
     if code not in _REDIRECT_CODES:
         raise BadField(f"{field}.redirectCode", f"not a supported redirect status: {code}")
     uri = read_printable(spec.get("uri"), f"{field}.uri")
+    prefix = read_printable(spec.get("prefixRewrite"), f"{field}.prefixRewrite")
+    path: PathModifier | None = None
+    if prefix:  # istiod's ApplyRedirect: prefixRewrite wins over uri
+        path = PathModifier(PathModifierType.REPLACE_PREFIX_MATCH, prefix)
+    elif uri:
+        path = PathModifier(PathModifierType.REPLACE_FULL_PATH, uri)
     redirect_port = read_int(spec.get("port"), f"{field}.port")
     if redirect_port is not None and not 0 < redirect_port < 65536:
         raise BadField(f"{field}.port", f"out of range 1..65535: {redirect_port}")
@@ -339,9 +387,10 @@ def _redirect(value: Any, port: int, field: str) -> RequestRedirect:
     return RequestRedirect(
         scheme=read_printable(spec.get("scheme"), f"{field}.scheme") or None,
         hostname=read_printable(spec.get("authority"), f"{field}.authority") or None,
-        path=PathModifier(PathModifierType.REPLACE_FULL_PATH, uri) if uri else None,
+        path=path,
         port=redirect_port,
         status_code=code,
+        keeps_host_port=True,
     )
 
 
@@ -500,9 +549,10 @@ def _mirrors(rule: Obj, ctx: RuleContext, field: str, notes: list[tuple[str, str
 
 
 def _backends(
-    rule: Obj, ctx: RuleContext, field: str, notes: list[tuple[str, str]]
+    rule: Obj, ctx: RuleContext, field: str, notes: list[tuple[str, str]], *, rule_authority: bool
 ) -> tuple[tuple[WeightedBackend, ...], HeaderModifier | None, HeaderModifier | None, str | None]:
-    """The weighted backends, and with one destination its request and response headers and authority (rule 6)."""
+    """The weighted backends, and with one destination its request and response headers and authority (rule 4).
+    ``rule_authority``: the rule sets the authority itself (then a destination's is ignored)."""
     routes = read_list(rule.get("route"), f"{field}.route")
     if not routes:
         raise BadField(f"{field}.route", "a rule needs a route, a redirect or a direct response")
@@ -522,10 +572,11 @@ def _backends(
         if single:
             request, response, authority = own_request, own_response, own_authority
             own_request = None
-        elif own_response is not None or own_authority is not None:
-            notes.append(
-                (f"{where}.headers", "response headers and authority of one of several destinations are ignored")
-            )
+        else:
+            if own_response is not None:
+                notes.append((f"{where}.headers", "response headers of one of several destinations are ignored"))
+            if own_authority is not None and not rule_authority:  # its own host rewrite, after the rule's edits
+                own_request = _join(own_request, HeaderModifier(set=(("host", own_authority),)))
         out.append(WeightedBackend(backend, 100 if single else weight, own_request))
     return tuple(out), request, response, authority
 
@@ -552,8 +603,11 @@ def _http_rule(rule: Obj, match: RouteMatch, ctx: RuleContext, field: str, notes
         return replace(base, redirect=_redirect(rule["redirect"], ctx.port, f"{field}.redirect"))
     if rule.get("directResponse") is not None:
         return replace(base, direct_response=_direct(rule["directResponse"], f"{field}.directResponse"))
-    backends, dest_request, dest_response, dest_authority = _backends(rule, ctx, field, notes)
     rewrite_spec = read_mapping(rule.get("rewrite"), f"{field}.rewrite")
+    rule_authority = bool(authority or read_printable(rewrite_spec.get("authority"), f"{field}.rewrite.authority"))
+    backends, dest_request, dest_response, dest_authority = _backends(
+        rule, ctx, field, notes, rule_authority=rule_authority
+    )
     regex_rewrite = _regex_rewrite(rewrite_spec.get("uriRegexRewrite"), f"{field}.rewrite.uriRegexRewrite")
     uri = read_printable(rewrite_spec.get("uri"), f"{field}.rewrite.uri")
     path: PathModifier | None = None
