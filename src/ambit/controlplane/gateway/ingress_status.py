@@ -31,6 +31,10 @@ Rules:
 5. A Gateway whose ``spec.tls.frontend`` validates some port in ``AllowInsecureFallback`` mode has the condition
    ``InsecureFrontendValidationMode`` True (``ConfigurationChanged``), as istiod writes it; otherwise the condition
    is removed (``retired``, :func:`~.status.plan_status` rule 5).
+6. A listener that loses a conflict (:mod:`ambit.controlplane.translate.listeners` rule 3) has the conditions
+   istiod's ``ReportListenerConflict`` writes: ``Accepted`` False, ``Conflicted`` True and ``Programmed`` False,
+   each with the conflict's reason and message, no ``ResolvedRefs`` (False/``InvalidRouteKinds`` when
+   ``allowedRoutes.kinds`` names a kind it does not support), and the ``supportedKinds`` of its protocol.
 """
 
 from __future__ import annotations
@@ -174,6 +178,8 @@ def ingress_status(
 
 
 def _listener(item: JudgedListener, raw: Mapping[str, Any], generation: Any, attached: int) -> dict[str, Any]:
+    if item.conflicted[0]:
+        return _conflicted_listener(item, raw, generation, attached)
     ok = item.ready
     kinds, valid = supported_kinds(raw, INGRESS_ROUTE_KINDS) if item.accepted[0] else ([], True)
     resolved = item.resolved if valid else INVALID_ROUTE_KINDS
@@ -198,3 +204,19 @@ def _listener(item: JudgedListener, raw: Mapping[str, Any], generation: Any, att
             condition("ResolvedRefs", *resolved, generation),
         ],
     }
+
+
+def _conflicted_listener(
+    item: JudgedListener, raw: Mapping[str, Any], generation: Any, attached: int
+) -> dict[str, Any]:
+    """Rule 6: istiod's ``ReportListenerConflict``."""
+    _, reason, message = item.conflicted
+    kinds, valid = supported_kinds(raw, INGRESS_ROUTE_KINDS)
+    conditions = [
+        condition("Accepted", False, reason, message, generation),
+        condition("Conflicted", True, reason, message, generation),
+        condition("Programmed", False, reason, message, generation),
+    ]
+    if not valid:
+        conditions.append(condition("ResolvedRefs", *INVALID_ROUTE_KINDS, generation))
+    return {"name": item.name, "attachedRoutes": attached, "supportedKinds": kinds, "conditions": conditions}
