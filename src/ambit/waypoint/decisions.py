@@ -62,6 +62,12 @@ class Respond:
     route: str = ""
     delay: float = 0.0
     """Seconds to wait before answering (a VirtualService fault delay)."""
+    response_headers: HeaderModifier | None = None
+    """The matched rule's ``ResponseHeaderModifier``: Envoy applies the route's response header changes to every
+    local reply of a stream whose route matched (the filter manager runs the route entry's
+    ``finalizeResponseHeaders`` on it; the router does it itself for a direct response or a redirect), so an
+    abort, a redirect, a direct response and the router's 500/503/504 carry them. None for 404 with no route and
+    for a CORS preflight (the CORS filter encodes that answer itself, not as a local reply)."""
     by_router: bool = True
     """Envoy's router would send this answer for a matched route (a direct response, a redirect, a missing
     backend), so the route-level response edits of EnvoyFilter merges run on it; False for 404 with no route and

@@ -49,6 +49,12 @@ answer goes) and its version (``RequestStarted.version``). :func:`serve_request`
    response, a redirect, 500 for a missing backend, 503 (no healthy upstream, overflow, an unknown subset, a
    connect failure) and 504. Answers with no route (404, a dynamic host the entry does not cover) and answers of
    filters before the router (:attr:`~ambit.waypoint.decisions.Respond.by_router` False) get none.
+   The matched HTTPRoute rule's ``ResponseHeaderModifier`` (istiod's route-level ``response_headers_to_add``) is
+   applied to every local answer of a matched rule, first and before the body's ``content-type`` and length:
+   Envoy's filter manager runs the route entry's ``finalizeResponseHeaders`` on each local reply of a routed
+   stream, and the router on its direct responses and redirects. So a redirect, a direct response, a fault abort,
+   500 for a missing backend, 503 (UH, NC, UO, connect failure) and 504 get it; 404 with no route and a CORS
+   preflight do not.
 
 :func:`account` counts one finished request once (``istio_requests_total`` and the histograms,
 reporter="waypoint", ``request_protocol`` grpc or http) and writes its access-log line.
@@ -154,7 +160,15 @@ async def serve_request(
         if isinstance(decision, Respond):
             keep = await _drain(down, started)
             edits = route_ops + filter_ops if decision.by_router else filter_ops  # rule 7
-            await respond(down, decision.status, decision.headers, decision.body, outcome, edits=edits)
+            await respond(
+                down,
+                decision.status,
+                decision.headers,
+                decision.body,
+                outcome,
+                edits=edits,
+                route=decision.response_headers,
+            )
             return keep
         if mirrors:
             start_mirrors(ctx, tunnel, decision.mirrors, started.has_body)
@@ -174,7 +188,16 @@ async def serve_request(
         backend = ctx.routes.plan_backend(decision.backend, upgrade=started.upgrade)
         if isinstance(backend, Refusal):  # rule 3: a subset no DestinationRule defines
             keep = await _drain(down, started)
-            await respond(down, backend.status, (), b"", outcome, flags="NC", edits=plan.response_ops)
+            await respond(
+                down,
+                backend.status,
+                (),
+                b"",
+                outcome,
+                flags="NC",
+                edits=plan.response_ops,
+                route=decision.response_headers,
+            )
             outcome.error = backend.reason
             return keep
         choose = ctx.choose
@@ -246,9 +269,27 @@ async def serve_request(
     if endpoint is None:
         keep = await _drain(down, started)
         if isinstance(target, ServiceTarget) and outcome.service is None:  # the route names an unknown Service
-            await respond(down, 500, (), b"no such backend", outcome, flags="NC", edits=plan.response_ops)
+            await respond(
+                down,
+                500,
+                (),
+                b"no such backend",
+                outcome,
+                flags="NC",
+                edits=plan.response_ops,
+                route=plan.response_headers,
+            )
         else:
-            await respond(down, 503, (), b"no healthy upstream", outcome, flags="UH", edits=plan.response_ops)
+            await respond(
+                down,
+                503,
+                (),
+                b"no healthy upstream",
+                outcome,
+                flags="UH",
+                edits=plan.response_ops,
+                route=plan.response_headers,
+            )
         return keep
     outcome.endpoint = endpoint
     connector = http2_connector(ctx, tunnel) if h2 else http1_connector(ctx, tunnel)
@@ -323,7 +364,9 @@ async def _forward_limited(
         verdict = balancer.admit(key, pool, http1=http1, can_wait=False)
     if verdict is Admission.OVERFLOW:
         keep = await _drain(down, started)
-        await respond(down, 503, (), OVERFLOW_BODY, outcome, flags="UO", edits=plan.response_ops)
+        await respond(
+            down, 503, (), OVERFLOW_BODY, outcome, flags="UO", edits=plan.response_ops, route=plan.response_headers
+        )
         return keep
     uid = endpoint.workload.uid
     balancer.enter(key)
