@@ -284,3 +284,25 @@ def test_winners_are_pairwise_distinct_and_every_loser_meets_an_earlier_winner(i
         assert id(raw[0]) not in lost
     judged = judge_listeners(gateway(*raw), find_secret)  # never raises, whatever the spec holds
     assert {j.name for j in judged if j.conflicted[0]} == {item["name"] for item in raw if id(item) in lost}
+
+
+def test_istiod_s_golden_gateway_of_two_distinct_http_listeners_reports_no_conflict() -> None:
+    """pilot/pkg/config/kube/gateway/testdata/listenerset-hostname-conflict: the Gateway's own listeners (port 80,
+    HTTP, two hostnames) as its .status.yaml.golden has them."""
+    gw = gateway(
+        listener("gateway-listener", 80, "HTTP", "gateway-listener.com"),
+        listener("hostname-conflict-with-gateway-listener", 80, "HTTP", "hostname-conflict-with-gateway-listener.com"),
+    )
+    status = ingress_status(gw, Deployed(service_exists=True), judge_listeners(gw, find_secret), host="h", addresses=())
+    golden = [
+        ("Accepted", "True", "Accepted", "No errors found"),
+        ("Conflicted", "False", "NoConflicts", "No errors found"),
+        ("Programmed", "True", "Programmed", "No errors found"),
+        ("ResolvedRefs", "True", "ResolvedRefs", "No errors found"),
+    ]
+    for item in status["listeners"]:
+        assert [(c["type"], c["status"], c["reason"], c["message"]) for c in item["conditions"]] == golden
+        assert item["supportedKinds"] == [
+            {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute"},
+            {"group": "gateway.networking.k8s.io", "kind": "GRPCRoute"},
+        ]
