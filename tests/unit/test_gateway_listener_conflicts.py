@@ -176,9 +176,8 @@ def _listener_status(status: dict[str, Any], name: str) -> dict[str, Any]:
 def test_a_conflicted_listener_reports_istiod_s_three_conditions_and_its_kinds() -> None:
     gw = gateway(listener("gateway-listener", 80, "HTTP", "gateway-listener.com"), listener("tcp", 80, "TCP"))
     judged = judge_listeners(gw, find_secret)
-    status = ingress_status(
-        gw, Deployed(service_exists=True), judged, host="gw-istio.infra.svc.cluster.local", addresses=()
-    )
+    attached = {"gateway-listener": 1, "tcp": 2}  # routes naming each listener by sectionName
+    status = ingress_status(gw, Deployed(service_exists=True), judged, host="h", addresses=(), attached=attached)
     lost = _listener_status(status, "tcp")
     assert [(c["type"], c["status"], c["reason"], c["message"]) for c in lost["conditions"]] == [
         ("Accepted", "False", "ProtocolConflict", CONFLICT_MESSAGE),
@@ -187,6 +186,7 @@ def test_a_conflicted_listener_reports_istiod_s_three_conditions_and_its_kinds()
     ]
     assert CONFLICT_MESSAGE == "Listener has a conflict with another listener attached to the same Gateway"
     assert lost["supportedKinds"] == [{"group": "gateway.networking.k8s.io", "kind": "TCPRoute"}]
+    assert lost["attachedRoutes"] == 0 and _listener_status(status, "gateway-listener")["attachedRoutes"] == 1
     won = _listener_status(status, "gateway-listener")
     assert {c["type"]: (c["status"], c["reason"]) for c in won["conditions"]} == {
         "Accepted": ("True", "Accepted"),

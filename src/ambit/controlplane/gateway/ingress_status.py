@@ -34,7 +34,8 @@ Rules:
 6. A listener that loses a conflict (:mod:`ambit.controlplane.translate.listeners` rule 3) has the conditions
    istiod's ``ReportListenerConflict`` writes: ``Accepted`` False, ``Conflicted`` True and ``Programmed`` False,
    each with the conflict's reason and message, no ``ResolvedRefs`` (False/``InvalidRouteKinds`` when
-   ``allowedRoutes.kinds`` names a kind it does not support), and the ``supportedKinds`` of its protocol.
+   ``allowedRoutes.kinds`` names a kind it does not support), the ``supportedKinds`` of its protocol, and
+   ``attachedRoutes`` 0 (istiod builds no route parent for it, whatever routes name it).
 """
 
 from __future__ import annotations
@@ -179,7 +180,7 @@ def ingress_status(
 
 def _listener(item: JudgedListener, raw: Mapping[str, Any], generation: Any, attached: int) -> dict[str, Any]:
     if item.conflicted[0]:
-        return _conflicted_listener(item, raw, generation, attached)
+        return _conflicted_listener(item, raw, generation)
     ok = item.ready
     kinds, valid = supported_kinds(raw, INGRESS_ROUTE_KINDS) if item.accepted[0] else ([], True)
     resolved = item.resolved if valid else INVALID_ROUTE_KINDS
@@ -206,9 +207,7 @@ def _listener(item: JudgedListener, raw: Mapping[str, Any], generation: Any, att
     }
 
 
-def _conflicted_listener(
-    item: JudgedListener, raw: Mapping[str, Any], generation: Any, attached: int
-) -> dict[str, Any]:
+def _conflicted_listener(item: JudgedListener, raw: Mapping[str, Any], generation: Any) -> dict[str, Any]:
     """Rule 6: istiod's ``ReportListenerConflict``."""
     _, reason, message = item.conflicted
     kinds, valid = supported_kinds(raw, INGRESS_ROUTE_KINDS)
@@ -219,4 +218,5 @@ def _conflicted_listener(
     ]
     if not valid:
         conditions.append(condition("ResolvedRefs", *INVALID_ROUTE_KINDS, generation))
-    return {"name": item.name, "attachedRoutes": attached, "supportedKinds": kinds, "conditions": conditions}
+    # istiod builds no parent for it, so no route attaches: 0 whatever names it
+    return {"name": item.name, "attachedRoutes": 0, "supportedKinds": kinds, "conditions": conditions}
