@@ -112,6 +112,8 @@ async def test_conflicting_listeners_get_istiod_s_status_and_only_the_winners_ar
         assert found["Conflicted"][:2] == ("False", "NoConflicts") and found["Accepted"][:2] == ("True", "Accepted")
     accepted = next(c for c in status["status"]["conditions"] if c["type"] == "Accepted")
     assert (accepted["status"], accepted["reason"]) == ("True", "ListenersNotValid")
+    counts = {item["name"]: item["attachedRoutes"] for item in status["status"]["listeners"]}
+    assert counts["open"] == 0  # the tenant's route names it, but a conflicted listener takes no route
 
     async def hijack_refused() -> Obj | None:
         obj = await kube.get(kinds.HTTP_ROUTES, "hijack", tenant)
