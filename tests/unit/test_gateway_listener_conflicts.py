@@ -306,3 +306,22 @@ def test_istiod_s_golden_gateway_of_two_distinct_http_listeners_reports_no_confl
             {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute"},
             {"group": "gateway.networking.k8s.io", "kind": "GRPCRoute"},
         ]
+
+
+def test_a_listener_whose_certificate_does_not_resolve_makes_the_gateway_listeners_not_valid() -> None:
+    """istiod's reportGatewayStatus counts the listeners buildListener programmed: one with a missing Secret is
+    Accepted but not programmed, so the Gateway is Accepted with ListenersNotValid; with none valid, not Accepted."""
+    missing = listener("web", 443, "HTTPS", "a.com")
+    missing["tls"] = {"certificateRefs": [{"name": "absent"}]}
+    gw = gateway(listener("plain", 80, "HTTP"), missing)
+    status = ingress_status(gw, Deployed(service_exists=True), judge_listeners(gw, find_secret), host="h", addresses=())
+    accepted = next(c for c in status["conditions"] if c["type"] == "Accepted")
+    assert (accepted["status"], accepted["reason"]) == ("True", "ListenersNotValid")
+    gw = gateway(missing)
+    status = ingress_status(gw, Deployed(service_exists=True), judge_listeners(gw, find_secret), host="h", addresses=())
+    accepted = next(c for c in status["conditions"] if c["type"] == "Accepted")
+    assert (accepted["status"], accepted["reason"], accepted["message"]) == (
+        "False",
+        "ListenersNotValid",
+        "None of the Gateway's listeners are valid",
+    )

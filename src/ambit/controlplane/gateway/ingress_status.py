@@ -8,7 +8,8 @@ listeners (:mod:`.listeners`); the result goes through the same
 Rules:
 
 1. ``Accepted``: False/``InvalidParameters`` when the Gateway's ``parametersRef`` is unusable; else
-   True/``Accepted`` when every listener is accepted, True/``ListenersNotValid`` when some are not,
+   True/``Accepted`` when every listener is programmed (istiod counts the listeners its ``buildListener`` found
+   valid: accepted, references resolved, not conflicted), True/``ListenersNotValid`` when some are not,
    False/``ListenersNotValid`` when none is.
 2. ``Programmed``: a problem is False/``Invalid``; no Service yet False/``AddressNotUsable``; a Service whose
    ``status.loadBalancer.ingress`` is still empty False/``AddressNotAssigned`` ("address pending"); otherwise
@@ -136,7 +137,7 @@ def ingress_status(
 ) -> dict[str, Any]:
     """The wanted ``status`` (rules 1-4); ``host`` is the Service's hostname."""
     generation = (gateway.get("metadata") or {}).get("generation")
-    valid = sum(1 for item in listeners if item.accepted[0])
+    valid = sum(1 for item in listeners if item.ready)  # istiod counts the listeners it programmed
     if found.invalid_parameters is not None:
         accepted = invalid_parameters(found.invalid_parameters, generation)
     elif listeners and valid == 0:
