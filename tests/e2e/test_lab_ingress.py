@@ -1287,3 +1287,178 @@ def test_upstream_jwt_claim_route_and_trusted_forwarded_proto_through_istio_ingr
         lab.kubectl("delete", "-k", str(CLASSIC_GATEWAY), "--ignore-not-found", "--wait=true")
         if labelled is not None:
             lab.kubectl("label", "service", "echo", "-n", APP, f"{INGRESS_USE_WAYPOINT}={labelled}")
+
+
+def test_istio_gateway_passthrough_and_simple_servers_share_port_443_by_sni(lab: Lab, certs: Certificates) -> None:
+    """An Istio Gateway on istio-ingressgateway with a ``PASSTHROUGH`` server for ``secure.example`` and a ``SIMPLE``
+    server for ``web.example`` (its credential a Secret in istio-system) on the same port 443, as istiod builds them
+    into SNI filter chains of one listener: ``curl`` on the host verifies the gateway's certificate for
+    ``web.example`` and reaches echo by the VirtualService's HTTP route; for ``secure.example`` its TLS session is
+    with the backend pod (the pod's own certificate), relayed by the VirtualService's ``tls`` route; a server name
+    no server has gets no connection."""
+    from tests.upstream_objects import ingress_gateway
+
+    lab.kubectl("apply", "-k", str(CLASSIC_GATEWAY))
+    secret = tls_secret("mixed-web", certs.issue("web.example"))
+    secure, service = secure_backend()
+    gateway = ingress_gateway(name="mixed")
+    gateway["spec"]["servers"] = [
+        {
+            "port": {"number": 443, "name": "tls-secure", "protocol": "TLS"},
+            "hosts": ["secure.example"],
+            "tls": {"mode": "PASSTHROUGH"},
+        },
+        {
+            "port": {"number": 443, "name": "https-web", "protocol": "HTTPS"},
+            "hosts": ["web.example"],
+            "tls": {"mode": "SIMPLE", "credentialName": "mixed-web"},
+        },
+    ]
+    web = {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "VirtualService",
+        "metadata": {"name": "mixed-web"},
+        "spec": {
+            "gateways": ["mixed"],
+            "hosts": ["web.example"],
+            "http": [{"route": [{"destination": {"host": "echo", "port": {"number": 80}}}]}],
+        },
+    }
+    passthrough = {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "VirtualService",
+        "metadata": {"name": "mixed-secure"},
+        "spec": {
+            "gateways": ["mixed"],
+            "hosts": ["secure.example"],
+            "tls": [
+                {
+                    "match": [{"port": 443, "sniHosts": ["secure.example"]}],
+                    "route": [{"destination": {"host": "secure", "port": {"number": 443}}}],
+                }
+            ],
+        },
+    }
+    try:
+        lab.apply(secret, namespace="istio-system")
+        lab.apply(secure, service, gateway, web, passthrough, namespace=APP)
+        lab.wait_pods_ready(APP, "app=secure", 1, timeout=120)
+        lab.wait_pods_ready("istio-system", "istio=ingressgateway", 1, timeout=180)
+        ip = wait_until("istio-ingressgateway has its load-balancer address", lambda: lb_address(lab), 60, 1)
+        terminated = ("--cacert", str(certs.ca_file), "--resolve", f"web.example:443:{ip}")
+        answer = wait_until(
+            "curl verifies the gateway's certificate for web.example and reaches echo",
+            lambda: through_gateway(*terminated, "https://web.example/mixed"),
+            120,
+            1,
+        )
+        assert answer["path"] == "/mixed" and answer["pod"].startswith("echo-")
+        relayed = ("-k", "--resolve", f"secure.example:443:{ip}")
+        answer = wait_until(
+            "curl reaches secure through the passthrough server",
+            lambda: through_gateway(*relayed, "https://secure.example/passthrough"),
+            120,
+            1,
+        )
+        assert answer["path"] == "/passthrough" and answer["pod"].startswith("secure-")
+        assert "subject: CN=secure.example" in curl("-v", "-o", "/dev/null", *relayed, "https://secure.example/").stderr
+        assert "subject: CN=web.example" in curl("-v", "-o", "/dev/null", *terminated, "https://web.example/").stderr
+        other = curl("-k", "--resolve", f"other.example:443:{ip}", "https://other.example/")
+        assert other.returncode != 0  # no server for that name: closed, nothing relayed
+    finally:
+        lab.kubectl("delete", "virtualservice", "mixed-web", "mixed-secure", "-n", APP, "--ignore-not-found")
+        lab.kubectl("delete", "gateway.networking.istio.io", "mixed", "-n", APP, "--ignore-not-found")
+        lab.kubectl("delete", "secret", "mixed-web", "-n", "istio-system", "--ignore-not-found")
+        lab.kubectl("delete", "-k", str(CLASSIC_GATEWAY), "--ignore-not-found", "--wait=true")
+
+
+def backend_tls_policy(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "BackendTLSPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "targetRefs": [{"group": "", "kind": "Service", "name": "secure", "sectionName": "tls"}],
+            "validation": {
+                "hostname": "secure.example",
+                "caCertificateRefs": [{"group": "", "kind": "ConfigMap", "name": "secure-ca"}],
+            },
+        },
+    }
+
+
+def ancestors(lab: Lab, name: str) -> list[tuple[str, str, list[tuple[str, str, str]]]]:
+    """(ancestor name, controller, [(type, status, reason)]) of each ancestor, as kubectl reads the policy."""
+    obj = lab.get("backendtlspolicy", name, "-n", APP)
+    return [
+        (
+            str(a["ancestorRef"]["name"]),
+            str(a["controllerName"]),
+            [(c["type"], c["status"], c["reason"]) for c in a.get("conditions") or ()],
+        )
+        for a in (obj.get("status") or {}).get("ancestors") or ()
+    ]
+
+
+def test_backend_tls_policy_ancestors_as_kubectl_reads_them(lab: Lab, certs: Certificates) -> None:
+    """A BackendTLSPolicy on the Service ``secure`` (port ``tls``), its CA a ConfigMap, with an HTTPRoute attached to
+    the Gateway ``edge`` and sending to ``secure``: kubectl reads istiod's ancestors, the Service (mesh controller)
+    then the Gateway (gateway controller), both Accepted with ResolvedRefs. A second, younger policy on the same
+    target (a tenant trying to replace the TLS settings) is Conflicted and the first stays Accepted; a missing CA
+    fails closed (NoValidCACertificate)."""
+    secure, service = secure_backend()
+    ca = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "secure-ca"},
+        "data": {"ca.crt": certs.ca.cert_pem.decode()},
+    }
+    route = {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": {"name": "to-secure"},
+        "spec": {
+            "parentRefs": [{"name": "edge", "namespace": EDGE}],
+            "hostnames": ["btls.example"],
+            "rules": [{"backendRefs": [{"name": "secure", "port": 443}]}],
+        },
+    }
+    valid = [("Accepted", "True", "Accepted"), ("ResolvedRefs", "True", "ResolvedRefs")]
+    try:
+        lab.apply(secure, service, ca, route, backend_tls_policy("secure-tls"), namespace=APP)
+        expected = [("secure", "istio.io/mesh-controller", valid), ("edge", "istio.io/gateway-controller", valid)]
+        wait_until("the policy's ancestors are written", lambda: ancestors(lab, "secure-tls") == expected, 60, 1)
+        obj = lab.get("backendtlspolicy", "secure-tls", "-n", APP)
+        assert obj["status"]["ancestors"][0]["ancestorRef"] == {
+            "group": "",
+            "kind": "Service",
+            "name": "secure",
+            "sectionName": "tls",
+        }
+        assert obj["status"]["ancestors"][1]["ancestorRef"] == {
+            "group": "gateway.networking.k8s.io",
+            "kind": "Gateway",
+            "name": "edge",
+        }
+
+        lab.apply(backend_tls_policy("zz-override"), namespace=APP)
+
+        def conflicted() -> tuple[str, str, str] | None:
+            found = ancestors(lab, "zz-override")
+            return found[0][2][0] if found and found[0][2] and found[0][2][0][1] == "False" else None
+
+        assert wait_until("the younger policy is Conflicted", conflicted, 60, 1) == ("Accepted", "False", "Conflicted")
+        assert ancestors(lab, "secure-tls") == expected
+
+        lab.kubectl("delete", "configmap", "secure-ca", "-n", APP)
+        broken = [("Accepted", "False", "NoValidCACertificate"), ("ResolvedRefs", "False", "InvalidCACertificateRef")]
+        wait_until(
+            "a missing CA fails closed in the status",
+            lambda: ancestors(lab, "secure-tls")[:1] == [("secure", "istio.io/mesh-controller", broken)],
+            60,
+            1,
+        )
+    finally:
+        lab.kubectl("delete", "backendtlspolicy", "secure-tls", "zz-override", "-n", APP, "--ignore-not-found")
+        lab.kubectl("delete", "httproute", "to-secure", "-n", APP, "--ignore-not-found")
+        lab.kubectl("delete", "configmap", "secure-ca", "-n", APP, "--ignore-not-found")

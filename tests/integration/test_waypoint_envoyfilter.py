@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -31,6 +32,7 @@ from ambit.model.routes import (
     BackendService,
     DirectResponse,
     Fault,
+    HeaderModifier,
     PathMatch,
     PathMatchType,
     RequestRedirect,
@@ -271,15 +273,17 @@ async def _answer(rig: Rig, path: str) -> tuple[int, dict[str, str]]:
         ("/nobody", 500, True),  # a backendRef that resolved to nothing
         # no route matched: nothing to finalize with, but the Lua filter still encodes the 404
         ("/none", 404, False),
-        # the fault filter (before the router) answers: the router never sees the request
-        ("/abort", 503, False),
+        # the fault filter (before the router) answers, and the filter manager finalizes its local reply with the
+        # stream's route, as it does every local reply of a routed stream
+        ("/abort", 503, True),
     ],
 )
 async def test_answers_the_waypoint_makes_itself_get_the_edits_envoy_runs_on_local_replies(
     rig: Rig, path: str, status: int, route_level: bool
 ) -> None:
     """Exchange rule 7: Envoy encodes a local reply through every encoder filter (so the Lua response hook always
-    runs), and only its router applies the virtual-host and route-configuration merges, to its own answers."""
+    runs), and finalizes every local reply of a stream whose route matched with that route's headers (the
+    virtual-host and route-configuration merges): the router's own answers and a fault abort alike."""
     configure(rig, lua_filter(LOCAL_LUA), _vhost_merge(), tables=(_local_answers_table(),))
     got, headers = await _answer(rig, path)
     assert got == status
@@ -288,9 +292,10 @@ async def test_answers_the_waypoint_makes_itself_get_the_edits_envoy_runs_on_loc
     assert ("x-route" in headers) is route_level, headers
 
 
-async def test_a_denial_and_a_refused_token_get_the_lua_edits_but_no_route_level_ones(rig: Rig) -> None:
-    """RBAC and JWT authentication come before the Lua filter in istiod's waypoint chain and answer before any
-    route is chosen; Envoy still encodes their 403 and 401 through the Lua filter."""
+async def test_a_denial_gets_the_lua_edits_and_the_route_level_ones_of_the_route_it_matched(rig: Rig) -> None:
+    """RBAC comes before the Lua filter in istiod's waypoint chain; Envoy still encodes its 403 through the Lua
+    filter, and its filter manager finalizes the local reply with the route the connection manager matched when
+    the request arrived (here the destination's default route), so the virtual-host merge is on it too."""
     translated = translate_envoy_filters(
         [lua_filter(LOCAL_LUA), _vhost_merge()], ["app/waypoint"], root_namespace="istio-system", proxy_version="1"
     )
@@ -302,7 +307,54 @@ async def test_a_denial_and_a_refused_token_get_the_lua_edits_but_no_route_level
     status, headers = await _answer(rig, "/echo")
     assert status == 403
     assert headers["x-lua-outbound"] == "bye" and headers["content-type"] == "text/lua"
-    assert "x-route" not in headers
+    assert headers["x-route"] == "vhost"
+
+
+ROUTE_MODIFIER = HeaderModifier(set=(("x-httproute", "set"), ("content-type", "text/html")), add=(("x-added", "1"),))
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "modified"),
+    [
+        ("/direct", 418, True),
+        ("/redirect", 301, True),
+        ("/missing", 500, True),
+        ("/nobody", 500, True),
+        ("/abort", 503, True),
+        ("/none", 404, False),  # no rule matched: no route to take a modifier from
+    ],
+)
+async def test_an_httproute_response_modifier_is_on_the_waypoint_s_own_answers_as_envoy_finalizes_them(
+    rig: Rig, path: str, status: int, modified: bool
+) -> None:
+    """Exchange rule 7: istiod makes a rule's ResponseHeaderModifier the route's ``response_headers_to_add``, which
+    Envoy applies to every local reply of the matched route, before it sets the body's content-type."""
+    table = _local_answers_table()
+    table = dataclasses.replace(
+        table, http=tuple(dataclasses.replace(r, response_headers=ROUTE_MODIFIER) for r in table.http)
+    )
+    configure(rig, tables=(table,))
+    got, headers = await _answer(rig, path)
+    assert got == status
+    assert (headers.get("x-httproute"), headers.get("x-added")) == (("set", "1") if modified else (None, None))
+    if modified and path in ("/direct", "/missing", "/abort"):  # an answer with a body keeps its content-type
+        assert headers["content-type"] == "text/plain", headers
+
+
+async def test_a_denial_of_a_request_that_matches_a_rule_carries_the_rule_s_response_modifier(rig: Rig) -> None:
+    deny = Policy("deny-all", "app", Scope.WAYPOINT, Action.DENY, (Rule((Clause((Match(methods=("GET",)),)),)),))
+    table = _local_answers_table()
+    table = dataclasses.replace(
+        table, http=tuple(dataclasses.replace(r, response_headers=ROUTE_MODIFIER) for r in table.http)
+    )
+    config = WaypointConfig("app/waypoint", (table,), policies=(deny,))
+    rig.waypoint.context.routes.replace(
+        decode_waypoint_config("app/waypoint", pack_waypoint_config(waypoint_config_to_proto(config)))
+    )
+    status, headers = await _answer(rig, "/direct")
+    assert status == 403 and headers["x-httproute"] == "set" and headers["content-type"] == "text/plain"
+    status, headers = await _answer(rig, "/none")  # denied, and no rule matches it: nothing to finalize with
+    assert status == 403 and "x-httproute" not in headers
 
 
 async def test_a_local_answer_without_filters_is_unchanged(rig: Rig) -> None:

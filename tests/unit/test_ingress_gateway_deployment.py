@@ -210,9 +210,10 @@ def test_https_without_certificates_and_https_passthrough_are_not_served_tls_and
 
 
 def test_listeners_on_one_port_conflict_on_protocol_or_hostname() -> None:
-    clash = {"name": "plain", "port": 8443, "protocol": "HTTP"}
+    clash = {"name": "plain", "port": 8443, "protocol": "HTTP"}  # no hostname, as the HTTPS one: the later loses
     judged = judge_listeners(ingress(https(), clash), secrets_of(tls_secret()))
-    assert [j.conflicted[1] for j in judged] == ["ProtocolConflict", "ProtocolConflict"]
+    assert [j.conflicted[1] for j in judged] == ["NoConflicts", "ProtocolConflict"]
+    assert [j.ready for j in judged] == [True, False]
     judged = judge_listeners(
         ingress(https("a", 8443, "a.example.com"), https("b", 8443, "a.example.com")), secrets_of(tls_secret())
     )

@@ -294,7 +294,8 @@ def test_ports_mixing_modes_are_accepted_but_protocols_and_hostnames_still_confl
         ),
         secrets_of(tls_secret()),
     )
-    assert [j.conflicted[1] for j in judged] == ["ProtocolConflict"] * 4
+    # istiod's rule: only the listeners that lose to an earlier winner are conflicted
+    assert [j.conflicted[1] for j in judged] == ["NoConflicts", "NoConflicts", "HostnameConflict", "ProtocolConflict"]
     judged = judge_listeners(
         gateway(terminate("a", 443, "a.example.com"), passthrough("b", 443), passthrough("c", 443, "a.example.com")),
         secrets_of(tls_secret()),

@@ -138,6 +138,12 @@ class HeaderModifier:
     add: tuple[tuple[str, str], ...] = ()
     remove: tuple[str, ...] = ()
 
+    def applied(self, headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """``headers`` (names lower-case) with the changes made: removed and set names dropped, then the set and
+        added fields appended."""
+        drop = set(self.remove) | {name for name, _ in self.set}
+        return [(n, v) for n, v in headers if n not in drop] + list(self.set) + list(self.add)
+
 
 class PathModifierType(enum.Enum):
     REPLACE_FULL_PATH = "ReplaceFullPath"

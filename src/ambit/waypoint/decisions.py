@@ -66,11 +66,17 @@ class Respond:
     route: str = ""
     delay: float = 0.0
     """Seconds to wait before answering (a VirtualService fault delay)."""
+    response_headers: HeaderModifier | None = None
+    """The matched rule's ``ResponseHeaderModifier``: Envoy applies the route's response header changes to every
+    local reply of a stream whose route matched (the filter manager runs the route entry's
+    ``finalizeResponseHeaders`` on it; the router does it itself for a direct response or a redirect), so an
+    abort, a redirect, a direct response and the router's 500/503/504 carry them. None for 404 with no route and
+    for a CORS preflight (the CORS filter encodes that answer itself, not as a local reply)."""
     by_router: bool = True
-    """Envoy's router would send this answer for a matched route (a direct response, a redirect, a missing
-    backend), so the route-level response edits of EnvoyFilter merges run on it; False for 404 with no route and
-    for an answer an HTTP filter before the router sends (a fault abort, a CORS preflight, an HTTPS redirect of a
-    virtual host)."""
+    """Envoy finalizes this answer with the matched route (exchange rule 7): the router for a direct response or a
+    redirect, the filter manager for any other local reply of a routed stream (a fault abort, a missing backend),
+    so the route-level response edits of EnvoyFilter merges run on it; False for 404 with no route, for a CORS
+    preflight (encoded by the CORS filter itself) and for an HTTPS redirect of a virtual host."""
 
 
 Decision = Forward | Respond

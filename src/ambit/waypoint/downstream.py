@@ -30,6 +30,7 @@ from typing import Protocol
 
 from ambit.errors import AmbitError
 from ambit.model.envoyfilter import HeaderOp
+from ambit.model.routes import HeaderModifier
 from ambit.model.workload import Service
 from ambit.proxy.streams import ByteStream
 from ambit.waypoint.context import WaypointContext
@@ -173,15 +174,24 @@ async def respond(
     *,
     flags: str = "-",
     edits: Sequence[HeaderOp] = (),
+    route: HeaderModifier | None = None,
 ) -> None:
     """A complete local answer; with ``flags``, the body is also the log line's error; ``edits`` run on its
-    finished headers (they never name a framing header, so the body's length stands)."""
+    finished headers (they never name a framing header, so the body's length stands). ``route``: the matched
+    route's ``ResponseHeaderModifier``, applied first, as Envoy's local reply runs the route's
+    ``finalizeResponseHeaders`` before it sets the body's ``content-type`` and ``content-length`` (so a route cannot
+    change those of an answer with a body)."""
     outcome.status, outcome.flags = status, flags
     if flags != "-":
         outcome.error = body.decode("utf-8", "replace")
     fields = [(n, v) for n, v in headers if n not in ("content-length", "transfer-encoding")]
+    content_type = next((v for n, v in fields if n == "content-type"), "text/plain")
+    if route is not None:
+        fields = [(n, v) for n, v in route.applied(fields) if n not in ("content-length", "transfer-encoding")]
+        if body:
+            fields = [(n, v) for n, v in fields if n != "content-type"]
     if body and not any(n == "content-type" for n, _ in fields):
-        fields.append(("content-type", "text/plain"))
+        fields.append(("content-type", content_type))
     fields += [("content-length", str(len(body))), ("x-request-id", outcome.request_id)]
     if edits:
         fields = apply_header_ops(fields, edits)

@@ -41,15 +41,19 @@ answer goes) and its version (``RequestStarted.version``). :func:`serve_request`
    route-configuration edits of the destination's Service and port on the forwarded request after the route's
    own, and the response edits in reverse; a cluster patch asking for HTTP/2 speaks HTTP/2 to a backend the
    waypoint does not serve itself (istiod patches only a waypoint's outbound clusters).
-7. runs the EnvoyFilter response edits on the answers it makes itself as Envoy does on its local replies. A local
-   reply from any filter goes through the whole encoder chain (Envoy's filter manager starts encoding a local
-   reply at the first encoder filter), so every answer gets the HTTP filters' (Lua ``envoy_on_response``) edits:
-   the 401 and 403 of authentication and authorization, 404 with no route, a fault abort, a CORS preflight. The
-   virtual-host and route-configuration edits are the router's (its ``finalizeResponseHeaders`` of the matched
-   route), so only answers the router makes for a matched route get them, before the filters' edits: a direct
-   response, a redirect, 500 for a missing backend, 503 (no healthy upstream, overflow, an unknown subset, a
-   connect failure) and 504. Answers with no route (404, a dynamic host the entry does not cover) and answers of
-   filters before the router (:attr:`~ambit.waypoint.decisions.Respond.by_router` False) get none.
+7. finalizes the answers it makes itself as Envoy does its local replies. A local reply from any filter goes
+   through the whole encoder chain (Envoy's filter manager starts encoding a local reply at the first encoder
+   filter), so every answer gets the HTTP filters' (Lua ``envoy_on_response``) edits. Before that, the filter
+   manager runs the matched route entry's ``finalizeResponseHeaders`` on every local reply of a stream whose route
+   matched (the router does it itself for a direct response or a redirect), whichever filter answers: so the
+   virtual-host and route-configuration edits of EnvoyFilter merges and the matched HTTPRoute rule's
+   ``ResponseHeaderModifier`` (istiod's route-level ``response_headers_to_add``; applied first, before the body's
+   ``content-type`` and length are set) are on a direct response, a redirect, a fault abort, 500 for a missing
+   backend, 503 (no healthy upstream, overflow, an unknown subset, a connect failure), 504, and on the 401 and
+   403 of authentication and authorization when the request matches a route (the route the connection manager
+   matched on arrival; a destination without routes has its default route). Answers with no route (404, a
+   dynamic host the entry does not cover) get none, and neither does a CORS preflight (the CORS filter encodes it
+   itself, not as a local reply: :attr:`~ambit.waypoint.decisions.Respond.by_router` False).
 
 :func:`account` counts one finished request once (``istio_requests_total`` and the histograms,
 reporter="waypoint", ``request_protocol`` grpc or http) and writes its access-log line.
@@ -62,7 +66,9 @@ import dataclasses
 import logging
 from collections.abc import Callable
 
+from ambit.model.envoyfilter import HeaderOp
 from ambit.model.metric_overrides import RequestAttributes
+from ambit.model.routes import HeaderModifier
 from ambit.model.workload import AppProtocol, Service, Workload
 from ambit.waypoint.authn import Unauthenticated, plan_authentication
 from ambit.waypoint.authorization import DENIED_BODY, RBAC_FLAG, check_request, denial_detail, service_key_of
@@ -96,6 +102,23 @@ DRAIN_LIMIT = 1024 * 1024
 """Request body bytes read and dropped before a local answer; a longer body closes the connection instead."""
 
 
+def _finalized_by(
+    ctx: WaypointContext, tunnel: Tunnel, head: RequestHead, filter_ops: tuple[HeaderOp, ...]
+) -> tuple[tuple[HeaderOp, ...], HeaderModifier | None]:
+    """Rule 7 for an answer of a filter before the router (401, 403): the edits and the route modifier Envoy's
+    filter manager finalizes it with, those of the route ``head`` matches (none when no route does)."""
+    target = tunnel.target
+    if not isinstance(target, ServiceTarget):
+        return filter_ops, None
+    table = ctx.routes.find_table(target.service.key, target.port)
+    decision = ctx.router(table, target.backend, head, ctx.random())
+    if isinstance(decision, Respond) and not decision.route:  # no route matched: nothing to finalize with
+        return filter_ops, None
+    patches = ctx.routes.current.envoy_patches
+    route_ops = patches.route_response_ops(target.service.hostname, target.port) if patches.routes else ()
+    return route_ops + filter_ops, decision.response_headers
+
+
 async def serve_request(
     ctx: WaypointContext,
     tunnel: Tunnel,
@@ -113,6 +136,7 @@ async def serve_request(
     head = plan_client_cert(
         started.head, include_identity=config.xfcc_client_identity, local=ctx.identity, peer=tunnel.peer_identity
     )
+    arrived = head  # what Envoy's connection manager matches the route on, before any filter runs
     patches = config.envoy_patches
     filter_ops = patches.filter_response_ops()  # rule 7: on every answer, local or forwarded
     if config.request_authentications:
@@ -120,7 +144,8 @@ async def serve_request(
         if isinstance(step, Unauthenticated):
             keep = await _drain(down, started)
             answer = step.response
-            await respond(down, answer.status, answer.headers, answer.body, outcome, edits=filter_ops)
+            ops, modifier = _finalized_by(ctx, tunnel, arrived, filter_ops)
+            await respond(down, answer.status, answer.headers, answer.body, outcome, edits=ops, route=modifier)
             outcome.error = step.details
             return keep
         head, identity = step.request, step.identity
@@ -131,7 +156,8 @@ async def serve_request(
     authz = check_request(ctx, tunnel, head, identity)
     if not authz.allowed:
         keep = await _drain(down, started)
-        await respond(down, 403, (), DENIED_BODY, outcome, flags=RBAC_FLAG, edits=filter_ops)
+        ops, modifier = _finalized_by(ctx, tunnel, arrived, filter_ops)
+        await respond(down, 403, (), DENIED_BODY, outcome, flags=RBAC_FLAG, edits=ops, route=modifier)
         outcome.error = denial_detail(authz)
         return keep
     if authz.audited:
@@ -157,7 +183,15 @@ async def serve_request(
         if isinstance(decision, Respond):
             keep = await _drain(down, started)
             edits = route_ops + filter_ops if decision.by_router else filter_ops  # rule 7
-            await respond(down, decision.status, decision.headers, decision.body, outcome, edits=edits)
+            await respond(
+                down,
+                decision.status,
+                decision.headers,
+                decision.body,
+                outcome,
+                edits=edits,
+                route=decision.response_headers,
+            )
             return keep
         if mirrors:
             start_mirrors(ctx, tunnel, decision.mirrors, started.has_body)
@@ -177,7 +211,16 @@ async def serve_request(
         backend = ctx.routes.plan_backend(decision.backend, upgrade=started.upgrade)
         if isinstance(backend, Refusal):  # rule 3: a subset no DestinationRule defines
             keep = await _drain(down, started)
-            await respond(down, backend.status, (), b"", outcome, flags="NC", edits=plan.response_ops)
+            await respond(
+                down,
+                backend.status,
+                (),
+                b"",
+                outcome,
+                flags="NC",
+                edits=plan.response_ops,
+                route=decision.response_headers,
+            )
             outcome.error = backend.reason
             return keep
         choose = ctx.choose
@@ -249,9 +292,27 @@ async def serve_request(
     if endpoint is None:
         keep = await _drain(down, started)
         if isinstance(target, ServiceTarget) and outcome.service is None:  # the route names an unknown Service
-            await respond(down, 500, (), b"no such backend", outcome, flags="NC", edits=plan.response_ops)
+            await respond(
+                down,
+                500,
+                (),
+                b"no such backend",
+                outcome,
+                flags="NC",
+                edits=plan.response_ops,
+                route=plan.response_headers,
+            )
         else:
-            await respond(down, 503, (), b"no healthy upstream", outcome, flags="UH", edits=plan.response_ops)
+            await respond(
+                down,
+                503,
+                (),
+                b"no healthy upstream",
+                outcome,
+                flags="UH",
+                edits=plan.response_ops,
+                route=plan.response_headers,
+            )
         return keep
     outcome.endpoint = endpoint
     connector = http2_connector(ctx, tunnel) if h2 else http1_connector(ctx, tunnel)
@@ -326,7 +387,9 @@ async def _forward_limited(
         verdict = balancer.admit(key, pool, http1=http1, can_wait=False)
     if verdict is Admission.OVERFLOW:
         keep = await _drain(down, started)
-        await respond(down, 503, (), OVERFLOW_BODY, outcome, flags="UO", edits=plan.response_ops)
+        await respond(
+            down, 503, (), OVERFLOW_BODY, outcome, flags="UO", edits=plan.response_ops, route=plan.response_headers
+        )
         return keep
     uid = endpoint.workload.uid
     balancer.enter(key)

@@ -243,7 +243,9 @@ class _Exchange:
                 if flag in ("UF", "UR") and self.plan.retry.on_connect_failure and self._retries_ran_out():
                     flag = f"{flag},URX"  # rule 7
                 ops = self.plan.response_ops  # the router's own answer: exchange rule 7
-                await respond(self.down, status, (), text, self.outcome, flags=flag, edits=ops)
+                await respond(
+                    self.down, status, (), text, self.outcome, flags=flag, edits=ops, route=self.plan.response_headers
+                )
                 if self.detail:
                     self.outcome.error = f"{text.decode()}: {self.detail}"
             case retries.AbortResponse(flag=flag):
@@ -502,8 +504,4 @@ async def _response_head(up: UpstreamExchange) -> ResponseStarted | InterimRespo
 
 def _modified(headers: list[tuple[str, str]], modifier: HeaderModifier | None) -> list[tuple[str, str]]:
     """Gateway API header changes: ``set`` replaces, ``add`` appends, ``remove`` drops (names lower-case)."""
-    if modifier is None:
-        return headers
-    drop = set(modifier.remove) | {name for name, _ in modifier.set}
-    out = [(n, v) for n, v in headers if n not in drop]
-    return out + list(modifier.set) + list(modifier.add)
+    return headers if modifier is None else modifier.applied(headers)

@@ -211,11 +211,13 @@ def _take(compiled: _CompiledRule, destination: BackendService, request: Request
             delay = fault.delay
         aborts = fault.abort_status or fault.abort_grpc_status is not None
         if aborts and 100.0 * _mirror_draw(random, -3) < fault.abort_percent:
-            return _abort(fault, request, rule.route, delay)
+            return replace(_abort(fault, request, rule.route, delay), response_headers=compiled.response_headers)
     plan = plan_cors(compiled.cors, request) if compiled.cors is not None else None
     if isinstance(plan, AnswerPreflight):
         return Respond(200, plan.headers, route=rule.route, delay=delay, by_router=False)
     decision = _act(compiled, destination, request, random)
+    if isinstance(decision, Respond) and compiled.response_headers is not None:
+        decision = replace(decision, response_headers=compiled.response_headers)
     if plan is not None:
         decision = _with_cors(decision, plan.headers)
     return replace(decision, delay=delay) if delay else decision
@@ -242,15 +244,15 @@ def _abort(fault: Fault, request: RequestHead, route: str, delay: float) -> Resp
     """Rule 10's abort. A gRPC status abort answers 200, as Envoy's fault filter does: a gRPC request gets that
     ``grpc-status`` and ``grpc-message`` with no body (trailers only), any other request the text."""
     if fault.abort_grpc_status is None:
-        return Respond(fault.abort_status, _TEXT, FAULT_BODY, route=route, delay=delay, by_router=False)
+        return Respond(fault.abort_status, _TEXT, FAULT_BODY, route=route, delay=delay)
     if not (request.header("content-type") or "").startswith("application/grpc"):
-        return Respond(200, _TEXT, FAULT_BODY, route=route, delay=delay, by_router=False)
+        return Respond(200, _TEXT, FAULT_BODY, route=route, delay=delay)
     headers = (
         ("content-type", "application/grpc"),
         ("grpc-status", str(fault.abort_grpc_status)),
         ("grpc-message", FAULT_BODY.decode()),
     )
-    return Respond(200, headers, b"", route=route, delay=delay, by_router=False)
+    return Respond(200, headers, b"", route=route, delay=delay)
 
 
 def _act(compiled: _CompiledRule, destination: BackendService, request: RequestHead, random: float) -> Decision:

@@ -8,7 +8,8 @@ listeners (:mod:`.listeners`); the result goes through the same
 Rules:
 
 1. ``Accepted``: False/``InvalidParameters`` when the Gateway's ``parametersRef`` is unusable; else
-   True/``Accepted`` when every listener is accepted, True/``ListenersNotValid`` when some are not,
+   True/``Accepted`` when every listener is programmed (istiod counts the listeners its ``buildListener`` found
+   valid: accepted, references resolved, not conflicted), True/``ListenersNotValid`` when some are not,
    False/``ListenersNotValid`` when none is.
 2. ``Programmed``: a problem is False/``Invalid``; no Service yet False/``AddressNotUsable``; a Service whose
    ``status.loadBalancer.ingress`` is still empty False/``AddressNotAssigned`` ("address pending"); otherwise
@@ -31,6 +32,11 @@ Rules:
 5. A Gateway whose ``spec.tls.frontend`` validates some port in ``AllowInsecureFallback`` mode has the condition
    ``InsecureFrontendValidationMode`` True (``ConfigurationChanged``), as istiod writes it; otherwise the condition
    is removed (``retired``, :func:`~.status.plan_status` rule 5).
+6. A listener that loses a conflict (:mod:`ambit.controlplane.translate.listeners` rule 3) has the conditions
+   istiod's ``ReportListenerConflict`` writes: ``Accepted`` False, ``Conflicted`` True and ``Programmed`` False,
+   each with the conflict's reason and message, no ``ResolvedRefs`` (False/``InvalidRouteKinds`` when
+   ``allowedRoutes.kinds`` names a kind it does not support), the ``supportedKinds`` of its protocol, and
+   ``attachedRoutes`` 0 (istiod builds no route parent for it, whatever routes name it).
 """
 
 from __future__ import annotations
@@ -131,7 +137,7 @@ def ingress_status(
 ) -> dict[str, Any]:
     """The wanted ``status`` (rules 1-4); ``host`` is the Service's hostname."""
     generation = (gateway.get("metadata") or {}).get("generation")
-    valid = sum(1 for item in listeners if item.accepted[0])
+    valid = sum(1 for item in listeners if item.ready)  # istiod counts the listeners it programmed
     if found.invalid_parameters is not None:
         accepted = invalid_parameters(found.invalid_parameters, generation)
     elif listeners and valid == 0:
@@ -174,6 +180,8 @@ def ingress_status(
 
 
 def _listener(item: JudgedListener, raw: Mapping[str, Any], generation: Any, attached: int) -> dict[str, Any]:
+    if item.conflicted[0]:
+        return _conflicted_listener(item, raw, generation)
     ok = item.ready
     kinds, valid = supported_kinds(raw, INGRESS_ROUTE_KINDS) if item.accepted[0] else ([], True)
     resolved = item.resolved if valid else INVALID_ROUTE_KINDS
@@ -198,3 +206,18 @@ def _listener(item: JudgedListener, raw: Mapping[str, Any], generation: Any, att
             condition("ResolvedRefs", *resolved, generation),
         ],
     }
+
+
+def _conflicted_listener(item: JudgedListener, raw: Mapping[str, Any], generation: Any) -> dict[str, Any]:
+    """Rule 6: istiod's ``ReportListenerConflict``."""
+    _, reason, message = item.conflicted
+    kinds, valid = supported_kinds(raw, INGRESS_ROUTE_KINDS)
+    conditions = [
+        condition("Accepted", False, reason, message, generation),
+        condition("Conflicted", True, reason, message, generation),
+        condition("Programmed", False, reason, message, generation),
+    ]
+    if not valid:
+        conditions.append(condition("ResolvedRefs", *INVALID_ROUTE_KINDS, generation))
+    # istiod builds no parent for it, so no route attaches: 0 whatever names it
+    return {"name": item.name, "attachedRoutes": 0, "supportedKinds": kinds, "conditions": conditions}

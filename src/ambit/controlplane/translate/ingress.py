@@ -45,6 +45,14 @@ Rules:
 7. The gateway's service account (the only identity that may read its config, certificates included) is the
    Gateway's ``gateway.istio.io/service-account`` annotation, else ``<name>-istio``, as the deployment controller
    names it.
+8. Served listeners: the ready ones, except on a port where plain ``HTTP`` listeners and TLS-carrying ones
+   (``HTTPS``, ``TLS``) are both ready (their hostnames differ, so istiod's status accepts them all,
+   :mod:`ambit.controlplane.translate.listeners` rule 3). istiod merges the servers it generates per listener in
+   the order of their generated names, which is the listeners' name order; a TLS server after a plain HTTP one on
+   the port is skipped ("conflict with existing server"), so the listener stays Programmed but is not served.
+   Ambit serves on such a port only the listeners of the kind (plain or TLS) that comes first in name order:
+   where that is TLS, istiod's Envoy would also serve the later plain HTTP listeners as the port's fallback filter
+   chain, which Ambit does not (a deviation on the side of serving less).
 """
 
 from __future__ import annotations
@@ -94,7 +102,7 @@ from ambit.model.labels import selector_from_spec
 from ambit.model.routes import BackendService
 from ambit.model.workload import Service
 
-__all__ = ["IngressTranslation", "merge_route_status", "translate_ingress"]
+__all__ = ["IngressTranslation", "merge_route_status", "served_listeners", "translate_ingress"]
 
 Obj = Mapping[str, Any]
 _PARENT_KEYS = ("group", "kind", "namespace", "name", "sectionName", "port")
@@ -315,11 +323,21 @@ def _oldest(routes: list[ConvertedRoute]) -> ConvertedRoute:
     return min(routes, key=lambda r: (r.created, r.key))
 
 
+def served_listeners(judged: Iterable[JudgedListener]) -> tuple[JudgedListener, ...]:
+    """Rule 8: the listeners served, in their order."""
+    ready = [j for j in judged if j.ready]
+    first_plain: dict[int, bool] = {}
+    for item in sorted(ready, key=lambda j: j.name):
+        if item.protocol in ("HTTP", "HTTPS", "TLS"):
+            first_plain.setdefault(item.port, item.protocol == "HTTP")
+    return tuple(
+        j for j in ready if j.protocol not in ("HTTP", "HTTPS", "TLS") or first_plain[j.port] == (j.protocol == "HTTP")
+    )
+
+
 def _config(key: str, gateway: _Gateway) -> GatewayConfig:
     listeners = []
-    for judged in gateway.judged:
-        if not judged.ready:
-            continue
+    for judged in served_listeners(gateway.judged):
         protocol = (
             ListenerProtocol.TLS_TERMINATE if judged.tls_mode == "Terminate" else ListenerProtocol(judged.protocol)
         )

@@ -26,11 +26,21 @@ Rules:
    listener serves the references that pass; when none does it is not ready, with ``ResolvedRefs`` False: the
    first problem's reason and every problem's message joined by ``; ``. With two, the gateway serves both (SNI
    and the client's signature algorithms choose: :mod:`ambit.waypoint.ingress_tls`).
-3. Listeners on one port must agree on the protocol (else every one of them is ``Conflicted``
-   ``ProtocolConflict``) and must differ in hostname (a later one with the same hostname is ``Conflicted``
-   ``HostnameConflict``). A conflicted listener is not ready. TLS listeners of both modes may share a port, as
-   istiod lets them: the ClientHello's server name picks the listener, and with it whether the gateway terminates
-   or passes the connection through (:mod:`ambit.waypoint.ingress`).
+3. Conflicts, as istiod computes them for class ``istio`` before it judges anything else: the listeners are taken
+   in ``spec`` order, each compared with the listeners taken before it that won (a conflicted listener frees its
+   slot). Two listeners on different ports never conflict. On one port: TCP or UDP beside anything HTTP-like
+   (``HTTP``, ``HTTPS``, ``TLS``) conflicts, and two TCP/UDP listeners conflict whatever their protocols; two
+   HTTP-like listeners conflict exactly when their hostnames are the same (none counts as ``*``), whatever their
+   protocols (``HTTPS`` ``a.com`` beside ``TLS`` ``b.com``, or ``HTTP`` beside ``HTTPS`` with other hostnames,
+   are distinct); listeners of other protocols conflict when their protocols are the same. The loser's reason is
+   ``ProtocolConflict`` when both are TCP/UDP or their protocols differ, else ``HostnameConflict``. A conflicted
+   listener is not judged further (no reference is looked up) and not served: ``Accepted`` False, ``Programmed``
+   False and ``Conflicted`` True, all with that reason and istiod's message "Listener has a conflict with another
+   listener attached to the same Gateway", and no ``ResolvedRefs``. TLS listeners of both modes may share a port,
+   as istiod lets them: the ClientHello's server name picks the listener, and with it whether the gateway
+   terminates or passes the connection through (:mod:`ambit.waypoint.ingress`). A Gateway that names a port
+   both in plain ``HTTP`` listeners and in TLS-carrying ones (``HTTPS``, ``TLS``) keeps istiod's status; which of
+   them are served is :mod:`ambit.controlplane.translate.ingress` rule 8.
 4. ``hostname`` is kept lower-case; absent or empty means any host.
 5. Client certificates (Gateway API's frontend TLS validation, as istiod converts it): the Gateway's
    ``spec.tls.frontend`` gives the validation of each terminating listener (its ``perPort`` entry for the listener's
@@ -68,12 +78,16 @@ from ambit.tls.credentials import (
 )
 
 __all__ = [
+    "CONFLICT_MESSAGE",
     "INGRESS_CLASS",
     "JudgedListener",
     "SecretLookup",
+    "conflict_reason",
     "deployed_name",
     "is_ingress",
     "judge_listeners",
+    "listener_conflicts",
+    "listeners_distinct",
     "no_config_maps",
 ]
 
@@ -367,25 +381,76 @@ def judge_listeners(
     namespace = _text(meta.get("namespace")) if isinstance(meta, Mapping) else ""
     spec = gateway.get("spec")
     raw = spec.get("listeners") if isinstance(spec, Mapping) else None
-    judged = [
-        j
-        for item in (raw if isinstance(raw, list) else ())
-        if isinstance(item, Mapping)
-        and (j := _judge(item, namespace, find_secret, find_config_map, _validation_of(spec, item), grants)) is not None
-    ]
-    protocols: dict[int, set[str]] = {}
-    for item in judged:
-        protocols.setdefault(item.port, set()).add(item.protocol)
-    seen: set[tuple[int, str]] = set()
+    items = [item for item in (raw if isinstance(raw, list) else ()) if isinstance(item, Mapping)]
+    conflicts = listener_conflicts(items)
     out: list[JudgedListener] = []
-    for item in judged:
-        if len(protocols[item.port]) > 1:
-            message = f"port {item.port} is used by listeners of different protocols"
-            out.append(dataclasses.replace(item, conflicted=(True, "ProtocolConflict", message)))
-        elif (item.port, item.hostname) in seen:
-            message = f"another listener on port {item.port} has this hostname"
-            out.append(dataclasses.replace(item, conflicted=(True, "HostnameConflict", message)))
-        else:
-            out.append(item)
-        seen.add((item.port, item.hostname))
+    for item in items:
+        reason = conflicts.get(id(item))
+        if reason is not None:
+            if isinstance(item.get("name"), str):
+                out.append(_conflicted(item, reason))
+            continue
+        judged = _judge(item, namespace, find_secret, find_config_map, _validation_of(spec, item), grants)
+        if judged is not None:
+            out.append(judged)
     return tuple(out)
+
+
+CONFLICT_MESSAGE = "Listener has a conflict with another listener attached to the same Gateway"
+_L4 = frozenset({"TCP", "UDP"})
+_HTTP_LIKE = frozenset({"HTTP", "HTTPS", "TLS"})
+
+
+def _conflict_hostname(listener: Mapping[str, Any]) -> str:
+    """Rule 3: the hostname compared, an absent or empty one being ``*``, as written otherwise."""
+    return _text(listener.get("hostname")) or "*"
+
+
+def listeners_distinct(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Rule 3: ``a`` and ``b`` may both be served by one Gateway."""
+    if a.get("port") != b.get("port"):
+        return True
+    pa, pb = a.get("protocol"), b.get("protocol")
+    if (pa in _L4 and pb in _HTTP_LIKE) or (pa in _HTTP_LIKE and pb in _L4) or (pa in _L4 and pb in _L4):
+        return False
+    if pa in _HTTP_LIKE and pb in _HTTP_LIKE:
+        return _conflict_hostname(a) != _conflict_hostname(b)
+    return bool(pa != pb)
+
+
+def conflict_reason(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
+    """Rule 3: the reason ``a`` loses to ``b``, an earlier listener it is not distinct from."""
+    pa, pb = a.get("protocol"), b.get("protocol")
+    if (pa in _L4 and pb in _L4) or pa != pb:
+        return "ProtocolConflict"
+    return "HostnameConflict"
+
+
+def listener_conflicts(listeners: list[Mapping[str, Any]]) -> dict[int, str]:
+    """Rule 3: the conflict reason of each listener that loses (keyed by ``id`` of its mapping in ``listeners``)."""
+    winners: list[Mapping[str, Any]] = []
+    out: dict[int, str] = {}
+    for listener in listeners:
+        prior = next((w for w in winners if not listeners_distinct(listener, w)), None)
+        if prior is None:
+            winners.append(listener)
+        else:
+            out[id(listener)] = conflict_reason(listener, prior)
+    return out
+
+
+def _conflicted(listener: Mapping[str, Any], reason: str) -> JudgedListener:
+    port = listener.get("port")
+    port = port if isinstance(port, int) and not isinstance(port, bool) and 1 <= port <= 65535 else 0
+    tls = listener.get("tls")
+    mode = _text(tls.get("mode")) if isinstance(tls, Mapping) else ""
+    protocol = _text(listener.get("protocol"))
+    return JudgedListener(
+        _text(listener.get("name")),
+        port,
+        protocol,
+        _text(listener.get("hostname")).lower(),
+        accepted=(False, reason, CONFLICT_MESSAGE),
+        conflicted=(True, reason, CONFLICT_MESSAGE),
+        tls_mode=(mode or "Terminate") if protocol == "TLS" else "",
+    )
