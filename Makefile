@@ -6,7 +6,7 @@ UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
 STAMP := $(VENV)/.installed
 
 BYTECODE := $(VENV)/bin/python -m compileall -q -j 0 src tests bench >/dev/null
-.PHONY: install bytecode test demo lint bench bench-quick bench-apiserver bench-apiserver-quick bench-lab bench-cni bench-policy bench-policy-quick bench-dns bench-dns-quick bench-scale bench-scale-quick bench-startup bench-startup-quick clean
+.PHONY: install bytecode test demo lint bench bench-quick bench-apiserver bench-apiserver-quick bench-lab bench-cni bench-policy bench-policy-quick bench-dns bench-dns-quick bench-scale bench-scale-quick bench-startup bench-startup-quick bench-soak bench-soak-quick clean
 
 install: $(STAMP)
 
@@ -79,6 +79,12 @@ bench-scale-quick: install  # the same at 1,000 pods and 10 node proxies (under 
 
 bench-startup: install bytecode  # root: the node proxy's start-up: import time, RSS at ready, modules, threads (bench/results/startup.{md,json})
 	$(VENV)/bin/python -m bench.startup
+
+bench-soak: install bytecode  # root: 100,000 connections of mixed lifetimes with pod and policy churn; node proxies' memory and fds (bench/results/soak.{md,json,png})
+	$(VENV)/bin/python -m bench.soak
+
+bench-soak-quick: install bytecode  # root: the same with 10,000 connections (a few minutes)
+	$(VENV)/bin/python -m bench.soak --quick
 
 bench-startup-quick: install bytecode  # root: the same, the 'no pods' variant once
 	$(VENV)/bin/python -m bench.startup --quick --runs 1

@@ -1,4 +1,5 @@
-"""The PNG chart: one bar panel per chosen (scenario, metric), a bar per mode, drawn without a plotting library.
+"""The PNG charts, drawn without a plotting library: one bar panel per chosen (scenario, metric) with a bar per mode
+(:func:`draw`), or panels of lines, one per series, over a shared x axis (:func:`draw_series`).
 
 The image is an RGB pixel grid written as a PNG with zlib and struct (one IDAT chunk, filter 0 per row). Labels
 use a 3×5 pixel font scaled up, upper case only; each bar is labelled with its mode and its median.
@@ -8,9 +9,10 @@ use a 3×5 pixel font scaled up, upper case only; each bar is labelled with its 
 
 from __future__ import annotations
 
+import itertools
 import struct
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from bench.mesh.results import Row, number
@@ -88,3 +90,45 @@ def draw(rows: Sequence[Row], panels: Sequence[tuple[str, str]], path: Path) -> 
         canvas.rect(10, base, _WIDTH - 20, 1, (0, 0, 0))
     path.write_bytes(canvas.png())
     return path
+
+
+def draw_series(panels: Sequence[tuple[str, Mapping[str, Sequence[tuple[float, float]]]]], path: Path) -> Path:
+    """A panel per (title, series name → points) in ``panels``: a line per series, the y axis from 0 to the
+    panel's peak, its peak and the x range written at the axes; written to ``path``."""
+    canvas = _Canvas(_WIDTH, max(1, len(panels)) * _PANEL_H)
+    left, right = 60, _WIDTH - 20
+    for index, (title, series) in enumerate(panels):
+        top = index * _PANEL_H
+        canvas.text(10, top + 8, title)
+        points = [p for line in series.values() for p in line]
+        if not points:
+            continue
+        x_low, x_high = min(p[0] for p in points), max(p[0] for p in points)
+        peak = max(p[1] for p in points) or 1.0
+        base, height = top + _PANEL_H - 40, _PANEL_H - 80
+
+        frame = (x_low, (x_high - x_low) or 1.0, base, height, peak)
+        for i, (name, line) in enumerate(sorted(series.items())):
+            colour = _COLOURS[(i + 1) % len(_COLOURS)]
+            for a, b in itertools.pairwise(line):
+                (x0, y0), (x1, y1) = _at(a, frame, left, right), _at(b, frame, left, right)
+                steps = max(abs(x1 - x0), abs(y1 - y0), 1)
+                for step in range(steps + 1):
+                    canvas.rect(x0 + (x1 - x0) * step // steps, y0 + (y1 - y0) * step // steps, 2, 2, colour)
+            canvas.text(left + 10 + i * 200, top + 28, name, colour)
+        canvas.rect(left, base, right - left, 1, (0, 0, 0))
+        canvas.rect(left, base - height, 1, height, (0, 0, 0))
+        canvas.text(4, base - height, number(peak))
+        canvas.text(4, base - 4, "0")
+        canvas.text(left, base + 8, number(x_low))
+        canvas.text(right - 8 * len(number(x_high)) * _SCALE // 2, base + 8, number(x_high))
+    path.write_bytes(canvas.png())
+    return path
+
+
+def _at(
+    point: tuple[float, float], frame: tuple[float, float, int, int, float], left: int, right: int
+) -> tuple[int, int]:
+    """A point's pixel in a panel: ``frame`` is (x origin, x span, the base line's y, the plot's height, the peak)."""
+    x_low, span, base, height, peak = frame
+    return left + int((right - left) * (point[0] - x_low) / span), base - int(height * point[1] / peak)
