@@ -11,7 +11,9 @@ answer's first element must be a leaf naming exactly the requested identity
 The TLS channel trusts only the root in ``root_cert_path``. The file is read on every call too, and the channel is
 rebuilt when its content changes (a root rotation), so a long-lived client follows the file as ztunnel does. It
 sends keepalive pings like the xDS client (:mod:`ambit.xds.keepalive`), so a dead CA connection is dropped rather
-than waited on.
+than waited on, and reconnects to a CA that went away on the certificate manager's retry schedule
+(:meth:`~ambit.identity.caclient.Backoff.grpc_options`: at most 5 s apart, not gRPC's default of up to 120 s), so the
+first retry after the CA's return finds the channel connecting or connected.
 
 Every failure (unreadable token or root, CA unreachable, refusal, a wrong or malformed chain) is a
 :class:`~ambit.identity.caclient.CaError` naming the identity, so the certificate manager backs off and retries.
@@ -28,7 +30,7 @@ import grpc.aio  # type: ignore[import-untyped]
 from google.protobuf import struct_pb2
 
 from ambit.api import ca_pb2
-from ambit.identity.caclient import CaError
+from ambit.identity.caclient import CA_BACKOFF, Backoff, CaError
 from ambit.model.identity import SpiffeId
 from ambit.tls.certs import CertificateError
 from ambit.tls.spiffe import make_csr
@@ -55,6 +57,7 @@ class IstiodCaClient:
         server_name: str | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         keepalive: KeepaliveSettings = DEFAULT_KEEPALIVE,
+        backoff: Backoff = CA_BACKOFF,
     ) -> None:
         """``address`` is ``host:port``; ``server_name`` overrides the name the server certificate must carry."""
         if ttl_seconds <= 0:
@@ -68,6 +71,7 @@ class IstiodCaClient:
         self._server_name = server_name
         self._timeout = timeout
         self._keepalive = keepalive
+        self._backoff = backoff
         self._channel: Any = None
         self._channel_root: bytes | None = None
         self._lock = asyncio.Lock()
@@ -121,7 +125,7 @@ class IstiodCaClient:
                 credentials = grpc.ssl_channel_credentials(root_certificates=root_pem)
             except Exception as exc:
                 raise CaError(f"root certificate {self._root_cert_path} is unusable: {exc}") from None
-            options: list[tuple[str, Any]] = list(self._keepalive.client_options())
+            options: list[tuple[str, Any]] = [*self._keepalive.client_options(), *self._backoff.grpc_options()]
             if self._server_name:
                 options.append(("grpc.ssl_target_name_override", self._server_name))
             self._channel = grpc.aio.secure_channel(self.address, credentials, options=options)
