@@ -16,6 +16,7 @@ recovery within generous bounds (the measured times are reported, never asserted
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -40,9 +41,13 @@ from tests.e2e.lab_driver import (
 from tests.faults.report import ROWS, fault_row, markdown_table
 from tests.faults.rig import REPO
 from tests.faults.scene import (
+    CROSS_NODE,
     EVERY_PAIR,
     RATE,
+    RECOVERY_BOUND,
     ROLLOUT_STATUS_BOUND,
+    SAME_NODE,
+    SYSTEM,
     Scene,
     check_row,
     failures,
@@ -58,7 +63,7 @@ pytestmark = [pytest.mark.root, pytest.mark.kubectl, pytest.mark.timeout(TEST_TI
 
 NAMESPACE = "faults"
 TABLE = REPO / "bench" / "results" / "faults.md"
-FAULTS = 6
+FAULTS = 7
 
 
 @pytest.fixture(scope="module")
@@ -341,3 +346,89 @@ def restart_apiserver(lab: Lab, argv: list[str]) -> None:
     finds it by its command line)."""
     with open(lab.directory / "logs" / "apiserver.log", "ab") as log:
         subprocess.run(["setsid", "-f", *argv], stdin=subprocess.DEVNULL, stdout=log, stderr=log, check=True)
+
+
+CERT_TTL = 15
+"""Seconds of validity the node proxies ask for in the certificate row (their ``SECRET_TTL``; 24 h otherwise): short
+enough that a certificate expires a few seconds into the CA's outage, so the row stays well under two minutes."""
+
+
+@contextlib.contextmanager
+def short_certificates(lab: Lab, ttl: int) -> Iterator[None]:
+    """The node proxies ask the CA for ``ttl``-second certificates while the block runs: ``SECRET_TTL`` set on the
+    ztunnel DaemonSet (a graceful rollout, as an operator would change it), and unset after (another)."""
+    rolled = roll_env(lab, f"SECRET_TTL={ttl}s")
+    try:
+        yield
+    finally:
+        roll_env(lab, "SECRET_TTL-", after=rolled)
+
+
+def roll_env(lab: Lab, change: str, after: int = 0) -> int:
+    """``kubectl set env`` on the ztunnel DaemonSet, then wait until every node runs a ready pod of the new
+    template and no old pod is left; the template's generation."""
+    lab.kubectl("set", "env", "daemonset/ztunnel", "-n", SYSTEM, change)
+    generation = int(lab.get("daemonset", "ztunnel", "-n", SYSTEM)["metadata"]["generation"])
+    assert generation > after, generation
+    lab.kubectl("rollout", "status", "daemonset/ztunnel", "-n", SYSTEM, "--timeout=120s", timeout=150)
+    for node in (n.name for n in lab.topology.all_nodes()):
+        wait_until(f"a ready node proxy on {node}", lambda node=node: lab.ready_component("app=ztunnel", node), 60)
+    return generation
+
+
+def certificate_expiries(lab: Lab, namespace: str) -> list[float]:
+    """When each of ``namespace``'s workload certificates held by each node proxy expires (epoch seconds, from
+    ``/config_dump``; whole seconds, rounded down)."""
+    found = []
+    for node in (n.name for n in lab.topology.all_nodes()):
+        for entry in json.loads(lab.node_proxy_admin(node, "/config_dump"))["certificates"]:
+            if f"/ns/{namespace}/" in entry["identity"] and entry["certChain"]:
+                moment = datetime.strptime(entry["certChain"][0]["expirationTime"], "%Y-%m-%dT%H:%M:%SZ")
+                found.append(moment.replace(tzinfo=UTC).timestamp())
+    return found
+
+
+def test_a_certificate_expiring_while_the_ca_is_down_is_used_until_it_expires_then_cross_node_connections_fail_closed(
+    scene: Scene, tmp_path: Path
+) -> None:
+    """The control plane (the CA) is scaled to 0 while the node proxies hold certificates of :data:`CERT_TTL`
+    seconds. Each proxy keeps using its certificate (its renewal failing, retried with back-off) until it expires;
+    from then on every cross-node connection is refused (no certificate: no mTLS, and nothing is sent in clear
+    instead), while same-node ones, delivered inside the proxy without TLS, go on. Once the CA is back, the next
+    retry (at most the back-off's cap, 5 s) gets a new certificate and new connections succeed again. Streams
+    already up keep their TLS sessions throughout, as in ztunnel (a certificate is checked at the handshake)."""
+    lab = scene.lab
+    with short_certificates(lab, CERT_TTL), steady_load(scene, tmp_path) as trial:
+        time.sleep(1.5)
+        down_at = time.time()
+        with lab.component_stopped("controlplane", ""):
+            ca_gone = time.time()
+            expiries = certificate_expiries(lab, NAMESPACE)
+            assert len(expiries) >= 4 and max(expiries) <= ca_gone + CERT_TTL + 1, (expiries, ca_gone)
+            wait_until("every certificate expired", lambda: time.time() > max(expiries) + 4, CERT_TTL + 10)
+            back_from = time.time()
+        back_at = time.time()  # the CA's pod is ready
+        took = wait_recovered(trial, back_at)
+        time.sleep(1)
+        window_end = time.time()
+    row = fault_row(
+        f"certificate ({CERT_TTL} s) expiring while the CA is down",
+        trial.records,
+        down_at,
+        window_end,
+        trial.plaintext,
+        note=f"CA down {back_from - ca_gone:.1f} s, certificates expired {max(expiries) - ca_gone:.1f} s into it;"
+        f" CA ready {back_at - back_from:.1f} s after its scale-up; recovery counted from then",
+        recovery_from=back_at,
+    )
+    check_row(trial, row)
+    records = trial.records
+    # Kept until it expires: nothing failed before the first certificate expired.
+    assert failures(records, down_at, min(expiries) - 1, EVERY_PAIR) == []
+    # Then fail closed: no cross-node connection got through with no valid certificate, each pair tried.
+    dead = [r for r in records if r["kind"] == "new" and max(expiries) + 1 <= r["start"] <= back_from]
+    assert {r["target"] for r in dead if r["target"] in CROSS_NODE} == set(CROSS_NODE)
+    assert [r for r in dead if r["target"] in CROSS_NODE and r["outcome"] == "ok"] == []
+    assert failures(records, down_at, window_end, SAME_NODE) == []
+    assert row.kept == row.established == 4, row
+    assert took <= RECOVERY_BOUND
