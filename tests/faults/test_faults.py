@@ -38,13 +38,14 @@ from tests.e2e.lab_driver import (
     sleeper,
     wait_until,
 )
-from tests.faults.report import ROWS, fault_row, markdown_table
-from tests.faults.rig import REPO
+from tests.faults.report import ROWS, fault_row, lost, markdown_table
+from tests.faults.rig import REPO, LoadRun
 from tests.faults.scene import (
     CROSS_NODE,
     EVERY_PAIR,
     RATE,
     RECOVERY_BOUND,
+    REDIRECTION,
     ROLLOUT_STATUS_BOUND,
     SAME_NODE,
     SYSTEM,
@@ -63,7 +64,7 @@ pytestmark = [pytest.mark.root, pytest.mark.kubectl, pytest.mark.timeout(TEST_TI
 
 NAMESPACE = "faults"
 TABLE = REPO / "bench" / "results" / "faults.md"
-FAULTS = 7
+FAULTS = 8
 
 
 @pytest.fixture(scope="module")
@@ -432,3 +433,151 @@ def test_a_certificate_expiring_while_the_ca_is_down_is_used_until_it_expires_th
     assert failures(records, down_at, window_end, SAME_NODE) == []
     assert row.kept == row.established == 4, row
     assert took <= RECOVERY_BOUND
+
+
+SQUATTER = """
+import socket, threading
+def echo(conn):
+    with conn:
+        while data := conn.recv(65536):
+            conn.sendall(data)
+def serve(port):
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", port))
+    s.listen(64)
+    return s
+squat = serve(15008)
+print("holding 15008", flush=True)
+def release():
+    squat.accept()[0].close()
+    squat.close()
+    print("released 15008", flush=True)
+threading.Thread(target=release, daemon=True).start()
+srv = serve(9000)
+while True:
+    threading.Thread(target=echo, args=(srv.accept()[0],), daemon=True).start()
+"""
+"""The squatter pod's application: a TCP echo on 9000 that also listens on 15008, the node proxy's HBONE port in
+the pod's netns, until anything connects there (the test does, from inside the pod, to free the port)."""
+SQUAT_RATE = 2.0
+"""New connections per second from each client to the squatter."""
+
+
+def workload_protocol(lab: Lab, node: str, namespace: str, name: str) -> str:
+    """How ``node``'s node proxy reaches the pod (``HBONE``, ``TCP``; ``""`` when it does not know it)."""
+    dump = json.loads(lab.node_proxy_admin(node, "/config_dump"))
+    found = [w for w in dump["workloads"] if (w["namespace"], w["name"]) == (namespace, name)]
+    return str(found[0]["protocol"]) if found else ""
+
+
+def test_a_pod_whose_application_holds_the_node_proxys_port_fails_closed_alone_and_is_enrolled_once_it_is_freed(
+    scene: Scene, tmp_path: Path
+) -> None:
+    """A running pod (``squatter``, on node-1) whose application listens on 15008 in its netns is brought into the
+    mesh (its opt-out label removed). The node agent installs its redirection and hands it to node-1's node proxy,
+    which cannot bind 15008 there and nacks the Add naming the pod and the port; the agent marks it pending, records
+    a Warning Event, and retries with back-off. Meanwhile the pod's traffic is refused (redirected to listeners
+    that are not there: nothing reaches it, nothing is sent in clear), and the other pods are unaffected. Once the
+    application frees the port, the next retry enrols the pod and its traffic flows through the mesh."""
+    lab = scene.lab
+    opted_out = {"app": "squatter", "istio.io/dataplane-mode": "none"}
+    app = {"name": "app", "image": "none", "command": ["python3", "-u", "-c", SQUATTER]}
+    lab.apply(pod_manifest("squatter", [app], node="node-1", labels=opted_out), namespace=NAMESPACE)
+    try:
+        pod = wait_until("the squatter Ready", lambda: is_ready(p := lab.pod("squatter", NAMESPACE)) and p, 60)
+        ip = str(pod["status"]["podIP"])
+        wait_until("the squatter holding 15008", lambda: "holding 15008" in squatter_log(lab, pod), 30)
+        targets = {c: (scene.netns[c], [f"squatter={ip}:9000"]) for c in ("cli-1", "cli-2")}
+        with steady_load(scene, tmp_path) as trial:
+            time.sleep(1.5)
+            fault_at = time.time()
+            lab.kubectl("label", "pod", "squatter", "-n", NAMESPACE, "istio.io/dataplane-mode-")
+
+            def refused() -> list[dict[str, Any]]:
+                return [e for e in lab.events(NAMESPACE, "squatter") if e.get("reason") == "AmbientProxyUnavailable"]
+
+            (event, *_) = wait_until("a Warning Event on the squatter", refused, 30)
+            message = str(event.get("message"))
+            assert event["type"] == "Warning" and "squatter" in message and "15008" in message, event
+            wait_until(
+                "the squatter annotated pending",
+                lambda: (
+                    (lab.pod("squatter", NAMESPACE)["metadata"].get("annotations") or {}).get(REDIRECTION) == "pending"
+                ),
+                10,
+            )
+            assert "15008" in lab.component_log("nodeagent", "node-1")
+            squat = LoadRun(tmp_path / "squatter", trial.marker, targets, SQUAT_RATE)
+            try:
+                wait_until(
+                    "connections to the squatter tried from both clients",
+                    lambda: (
+                        {r["target"] for r in squat.records() if r["kind"] == "new"}
+                        >= {"cli-1>squatter", "cli-2>squatter"}
+                    ),
+                    30,
+                )
+                time.sleep(3)
+            finally:
+                pending = squat.stop()
+            released_at = time.time()
+            lab.exec(
+                "squatter",
+                NAMESPACE,
+                "python3",
+                "-c",
+                "import socket; socket.create_connection(('127.0.0.1', 15008), 5)",
+            )
+            wait_until("the squatter's 15008 freed", lambda: "released 15008" in squatter_log(lab, pod), 30)
+            wait_enrolled(lab, NAMESPACE, "squatter", 60)
+            enrolled = time.time() - released_at
+            # New connections to it only once every node proxy reaches it over HBONE: before that a client's proxy
+            # would send in clear to a pod it still believes outside the mesh (as it should to such a pod).
+            for node in ("node-1", "node-2"):
+                wait_until(
+                    f"{node}'s node proxy reaching the squatter over HBONE",
+                    lambda node=node: workload_protocol(lab, node, NAMESPACE, "squatter") == "HBONE",
+                    30,
+                )
+            after = LoadRun(tmp_path / "squatter-after", trial.marker, targets, SQUAT_RATE)
+            try:
+                wait_until(
+                    "connections to the squatter answered from both clients",
+                    lambda: (
+                        {r["target"] for r in after.records() if r["kind"] == "new" and r["outcome"] == "ok"}
+                        >= {"cli-1>squatter", "cli-2>squatter"}
+                    ),
+                    30,
+                )
+                served = time.time() - released_at
+                time.sleep(1)
+            finally:
+                served_records = after.stop()
+            window_end = time.time()
+    finally:
+        lab.kubectl("delete", "pod", "squatter", "-n", NAMESPACE, "--wait=false", check=False)
+    tried = [r for r in pending if r["kind"] == "new"]
+    row = fault_row(
+        "a pod's netns listener failing (its app holds 15008)",
+        [*trial.records, *pending, *served_records],
+        fault_at,
+        window_end,
+        trial.plaintext,
+        note=f"nacked, Event, pod pending: {len(tried)}/{len(tried)} of its connections refused; enrolled"
+        f" {enrolled:.1f} s after the port was freed, its traffic served {served:.1f} s after",
+        recovery_from=released_at,
+    )
+    check_row(trial, row)
+    assert lost(pending) == lost(served_records) == 0
+    # Fail closed: while the proxy could not listen for it, nothing of the squatter's traffic got through.
+    assert tried and [r for r in pending if r["outcome"] == "ok"] == [], [r for r in pending if r["outcome"] == "ok"]
+    # The other pods were unaffected.
+    assert failures(trial.records, fault_at, window_end, EVERY_PAIR) == []
+    assert kept_streams(trial.records, EVERY_PAIR) == []
+    assert row.kept == row.established == 4, row
+
+
+def squatter_log(lab: Lab, pod: dict[str, Any]) -> str:
+    path = lab.directory / "pods" / str(pod["metadata"]["uid"]) / "app.log"
+    return path.read_text(errors="replace") if path.is_file() else ""
