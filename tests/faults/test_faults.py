@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -60,12 +61,13 @@ from tests.faults.scene import (
     wait_enrolled,
     wait_recovered,
 )
+from tests.harness import PrivateTmpfs
 
 pytestmark = [pytest.mark.root, pytest.mark.kubectl, pytest.mark.timeout(TEST_TIMEOUT)]
 
 NAMESPACE = "faults"
 TABLE = REPO / "bench" / "results" / "faults.md"
-FAULTS = 8
+FAULTS = 9
 
 
 @pytest.fixture(scope="module")
@@ -587,3 +589,106 @@ def test_a_pod_whose_application_holds_the_node_proxys_port_fails_closed_alone_a
 def squatter_log(lab: Lab, pod: dict[str, Any]) -> str:
     path = lab.directory / "pods" / str(pod["metadata"]["uid"]) / "app.log"
     return path.read_text(errors="replace") if path.is_file() else ""
+
+
+FILLING_PAYLOAD = 96 * 1024
+"""Bytes of data in each ConfigMap written while the API server's disk is full."""
+
+
+def configmap(name: str, size: int) -> str:
+    return json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"d": "x" * size}})
+
+
+def test_a_full_disk_under_the_api_server_fails_writes_with_a_500_and_loses_nothing_acknowledged(
+    scene: Scene, tmp_path: Path
+) -> None:
+    """The lab's API server is moved onto a small tmpfs holding a copy of its state (stopped, copied, started again
+    inside a mount namespace of the test's own), which is then filled to ENOSPC under the load. Writes are refused
+    with 500 InternalError naming the storage (kubectl shows it); traffic goes on; once space is freed writes work
+    again; every acknowledged write is there, also after the server is moved back onto the lab's disk (stopped,
+    its state copied back, started as before)."""
+    lab = scene.lab
+    data_dir = lab.directory / "apiserver"
+    pid, argv = wait_until("the API server", lambda: apiserver_process(lab), 10)
+    stop_apiserver(lab, pid)
+    seed = tmp_path / "apiserver-state"
+    shutil.copytree(data_dir, seed)  # the tmpfs hides data_dir inside the namespace: it is seeded from a copy
+    used = sum(f.stat().st_size for f in seed.rglob("*") if f.is_file())
+    disk = PrivateTmpfs(data_dir, f"{used // 1024 + 16 * 1024}k", seed=seed)
+    try:
+        restart_apiserver(lab, disk.argv(*argv))
+        wait_until("the API server answering", lambda: lab.kubectl("get", "nodes", check=False).returncode == 0, 30)
+        acknowledged: list[str] = []
+        with steady_load(scene, tmp_path) as trial:
+            time.sleep(1.5)
+            fault_at = time.time()
+            filled = disk.fill()
+            refusal = None
+            for n in range(200):
+                done = lab.kubectl(
+                    "create", "-n", NAMESPACE, "-f", "-", input=configmap(f"full-{n}", FILLING_PAYLOAD), check=False
+                )
+                if done.returncode == 0:
+                    acknowledged.append(f"full-{n}")
+                else:
+                    refusal = done.stderr
+                    break
+            assert refusal is not None, "no write refused on a full disk"
+            time.sleep(2)  # traffic goes on with the API server unable to write
+            disk.free()
+            freed_at = time.time()
+            wait_until(
+                "a write accepted once space is freed",
+                lambda: (
+                    lab.kubectl(
+                        "create", "-n", NAMESPACE, "-f", "-", input=configmap("after", 10), check=False
+                    ).returncode
+                    == 0
+                ),
+                30,
+                interval=0.1,
+            )
+            write_recovery = time.time() - freed_at
+            acknowledged.append("after")
+            time.sleep(1)
+            window_end = time.time()
+        present = {item["metadata"]["name"] for item in lab.items("configmaps", "-n", NAMESPACE)}
+        assert set(acknowledged) <= present, set(acknowledged) - present
+    finally:
+        # Back onto the lab's disk, whatever happened: stopped, its state (less the filler) copied back.
+        if (running := apiserver_process(lab)) is not None:
+            stop_apiserver(lab, running[0])
+        disk.inside("filler").unlink(missing_ok=True)
+        for stale in data_dir.glob("state.db*"):
+            stale.unlink()
+        shutil.copytree(disk.inside(), data_dir, dirs_exist_ok=True)
+        disk.close()
+        restart_apiserver(lab, argv)
+        wait_until("the API server answering", lambda: lab.kubectl("get", "nodes", check=False).returncode == 0, 30)
+    present = {item["metadata"]["name"] for item in lab.items("configmaps", "-n", NAMESPACE)}
+    assert set(acknowledged) <= present, set(acknowledged) - present
+    lab.kubectl("delete", "configmap", "-n", NAMESPACE, *acknowledged, "--wait=false", check=False)
+    row = dataclasses.replace(
+        fault_row(
+            "API server's disk full (tmpfs, filled)",
+            trial.records,
+            fault_at,
+            window_end,
+            trial.plaintext,
+            note=f"{len(acknowledged) - 1} writes landed before one got a 500 InternalError; every acknowledged"
+            " one kept (also after a restart); recovery: from space freed to a write accepted",
+        ),
+        recovery=write_recovery,
+    )
+    check_row(trial, row)
+    assert "InternalError" in refusal and "Internal error occurred: storage " in refusal and "full" in refusal, refusal
+    assert filled > 0
+    assert failures(trial.records, fault_at, window_end, EVERY_PAIR) == []
+    assert kept_streams(trial.records, EVERY_PAIR) == []
+    assert row.kept == row.established == 4, row
+
+
+def stop_apiserver(lab: Lab, pid: int) -> None:
+    """SIGTERM the API server and wait until it is gone (its state closed cleanly)."""
+    os.kill(pid, signal.SIGTERM)
+    wait_until("the API server stopped", lambda: apiserver_process(lab) is None, 30)

@@ -12,7 +12,6 @@ What is checked is what kube-apiserver promises when its storage cannot write: a
 from __future__ import annotations
 
 import base64
-import errno
 import json
 import signal
 import ssl
@@ -27,6 +26,7 @@ from typing import Any
 import pytest
 import yaml
 from bench.server_process import free_port
+from tests.harness import PrivateTmpfs
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(180)]
 
@@ -44,25 +44,15 @@ class FullDiskServer:
         self.data_dir = base / "state"
         self.data_dir.mkdir()
         self.port = free_port()
-        mount = 'mount -t tmpfs -o size="$1",mode=0700 ambit-disk-full "$0" && echo mounted && exec sleep 3600'
-        self.holder = subprocess.Popen(
-            ["unshare", "-m", "--propagation", "private", "sh", "-c", mount, str(self.data_dir), TMPFS_SIZE],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert self.holder.stdout is not None and self.holder.stdout.readline().strip() == "mounted"
+        self.disk = PrivateTmpfs(self.data_dir, TMPFS_SIZE)
         self.proc: subprocess.Popen[str] | None = None
         self.log = base / "apiserver.log"
         self._context: ssl.SSLContext | None = None
         self._token = ""
 
-    def inside(self, relative: str) -> Path:
-        """A path of the tmpfs as the server sees it, reached from here."""
-        return Path(f"/proc/{self.holder.pid}/root") / self.data_dir.relative_to("/") / relative
-
     def start(self) -> None:
-        argv = ["nsenter", "-t", str(self.holder.pid), "-m", "--", sys.executable, "-m", "ambit.cli", "apiserver"]
-        argv += ["--data-dir", str(self.data_dir), "--listen", f"127.0.0.1:{self.port}"]
+        argv = self.disk.argv(sys.executable, "-m", "ambit.cli", "apiserver", "--data-dir", str(self.data_dir))
+        argv += ["--listen", f"127.0.0.1:{self.port}"]
         with open(self.log, "a") as log:
             self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, text=True)
         assert self.proc.stdout is not None
@@ -72,7 +62,7 @@ class FullDiskServer:
             self.proc.stdout.close()
             self.proc = None
             raise AssertionError(f"the API server did not start (exit {code}): {self.log.read_text()[-2000:]}")
-        config = yaml.safe_load(self.inside("kubeconfig").read_text())
+        config = yaml.safe_load(self.disk.inside("kubeconfig").read_text())
         ca = base64.b64decode(config["clusters"][0]["cluster"]["certificate-authority-data"]).decode()
         self._context = ssl.create_default_context(cadata=ca)
         self._token = config["users"][0]["user"]["token"]
@@ -85,8 +75,7 @@ class FullDiskServer:
 
     def close(self) -> None:
         self.kill()
-        self.holder.kill()
-        self.holder.communicate(timeout=15)
+        self.disk.close()
 
     def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
         data = json.dumps(body).encode() if body is not None else None
@@ -114,20 +103,6 @@ class FullDiskServer:
         return {item["metadata"]["name"]: len(item["data"]["d"]) for item in mine}
 
 
-def fill(path: Path) -> int:
-    """Write zeros to ``path`` until the file system says ENOSPC; the bytes written."""
-    written = 0
-    chunk = b"\0" * 65536
-    with open(path, "wb", buffering=0) as filler:
-        while True:
-            try:
-                written += filler.write(chunk)
-            except OSError as exc:
-                assert exc.errno == errno.ENOSPC, exc
-                break
-    return written
-
-
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[FullDiskServer]:
     owned = FullDiskServer(tmp_path)
@@ -145,7 +120,7 @@ def test_a_full_disk_fails_writes_with_a_500_naming_the_storage_loses_nothing_ac
     for n in range(3):
         assert server.create_configmap(f"before-{n}", 10)[0] == 201
         acknowledged[f"before-{n}"] = 10
-    assert fill(server.inside("filler")) > 0
+    assert server.disk.fill() > 0
     # Writes may still land in room SQLite already had (its write-ahead log is reused once checkpointed); they
     # must fail once that is used up, well within the file system's size.
     refused: tuple[str, dict[str, Any]] | None = None
@@ -168,7 +143,7 @@ def test_a_full_disk_fails_writes_with_a_500_naming_the_storage_loses_nothing_ac
     assert server.configmaps() == acknowledged
     assert server.request("GET", f"/api/v1/namespaces/{NAMESPACE}/configmaps/{name}")[0] == 404
     # Space freed: writes work again at once.
-    server.inside("filler").unlink()
+    server.disk.free()
     assert server.create_configmap("after", 10)[0] == 201, "a write failed after space was freed"
     acknowledged["after"] = 10
     # And nothing acknowledged was lost: kill -9 and start again on the same storage.
@@ -184,13 +159,13 @@ def test_a_server_started_on_a_full_disk_exits_with_one_line_naming_the_storage_
     kube-apiserver does when it cannot write its storage; nothing is lost, and it starts once there is room."""
     assert server.create_configmap("kept", 10)[0] == 201
     server.kill()
-    fill(server.inside("filler"))
+    server.disk.fill()
     with pytest.raises(AssertionError, match=r"did not start \(exit [1-9]"):
         server.start()
     last = server.log.read_text().strip().splitlines()[-1]
     assert last.startswith("ambit apiserver: Internal error occurred: storage ") and "full" in last, last
     assert "Traceback" not in server.log.read_text()
-    server.inside("filler").unlink()
+    server.disk.free()
     server.start()
     assert server.configmaps() == {"kept": 10}
     assert server.create_configmap("after", 10)[0] == 201
