@@ -232,3 +232,45 @@ async def test_a_pod_whose_application_holds_15008_is_nacked_over_zds_naming_the
         await client.aclose()
         await server.aclose()
         await manager.aclose()
+
+
+async def test_a_pod_the_node_proxy_refused_is_in_the_snapshot_its_successor_gets_and_is_served_then(
+    netns: str, tmp_path: Path
+) -> None:
+    """The node agent keeps a refused pod: a node proxy that connects later (a restart, an upgrade) gets it in its
+    snapshot and serves it once its listeners can be opened."""
+    squatter = await asyncio.create_subprocess_exec(
+        "ip", "netns", "exec", netns, sys.executable, "-c", SQUAT, "15006", stdout=subprocess.PIPE
+    )
+    server = ZdsServer(tmp_path / "ztunnel.sock")
+    first, second = PodListenerManager(), PodListenerManager()
+    client = ZdsClient(server.socket_path, first)
+    successor = ZdsClient(server.socket_path, second)
+    try:
+        assert squatter.stdout is not None
+        assert (await asyncio.wait_for(squatter.stdout.readline(), 10)).strip() == b"listening"
+        await server.start()
+        await client.start()
+        async with asyncio.timeout(10):
+            while not client.ready:  # noqa: ASYNC110 - the client has no event for it
+                await asyncio.sleep(0.01)
+        with pytest.raises(ZdsLinkError, match=r"0\.0\.0\.0:15006/tcp"):
+            await server.add("uid-web", f"/run/netns/{netns}", WEB)
+        await client.aclose()
+        await first.aclose()
+        squatter.kill()
+        await squatter.wait()
+        await successor.start()
+        async with asyncio.timeout(10):
+            while not successor.ready:  # noqa: ASYNC110 - the client has no event for it
+                await asyncio.sleep(0.01)
+        assert second.find_pod("uid-web") is not None and listening(netns) >= POD_SOCKETS
+    finally:
+        if squatter.returncode is None:
+            squatter.kill()
+            await squatter.wait()
+        await client.aclose()
+        await successor.aclose()
+        await server.aclose()
+        await first.aclose()
+        await second.aclose()
