@@ -137,7 +137,8 @@ def test_a_full_disk_fails_writes_with_a_500_naming_the_storage_loses_nothing_ac
     assert status_body["kind"] == "Status" and status_body["status"] == "Failure", status_body
     assert status_body["code"] == 500 and status_body["reason"] == "InternalError", status_body
     message = status_body["message"]
-    assert message.startswith("Internal error occurred: storage ") and "state.db" in message, message
+    assert message.startswith("Internal error occurred: storage state.db: "), message
+    assert str(server.data_dir) not in message, "a client is told where the server keeps its state"
     assert "full" in message and "Traceback" not in message, message
     # Reads go on; the refused write is not there, every acknowledged one is.
     assert server.configmaps() == acknowledged

@@ -323,14 +323,11 @@ def _make_private(path: Path, *, create: bool = True) -> None:
 
 def storage_error(path: Path, exc: sqlite3.Error) -> ApiError:
     """What a client hears when the storage refused a write: kube-apiserver's ``NewInternalError`` (500,
-    ``InternalError``, "Internal error occurred: ..."), naming the storage and what SQLite said (``database or disk
-    is full``)."""
-    return ApiError(
-        500,
-        "InternalError",
-        f"Internal error occurred: storage {path}: {exc}",
-        details={"causes": [{"message": f"storage {path}: {exc}"}]},
-    )
+    ``InternalError``, "Internal error occurred: ..."), naming the storage file and what SQLite said (``database or
+    disk is full``). The file's name only: where the server keeps its state is for its log, not for every client
+    allowed to write."""
+    cause = f"storage {path.name}: {exc}"
+    return ApiError(500, "InternalError", f"Internal error occurred: {cause}", details={"causes": [{"message": cause}]})
 
 
 def encode(obj: Any) -> bytes:
