@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -216,3 +217,52 @@ def _sweep_dead_labs() -> None:
     removed = sweep_dead_labs(SubprocessRunner())
     if removed:
         print(f"removed a dead lab's leftovers: {'; '.join(removed)}", file=sys.stderr)
+
+
+class PrivateTmpfs:
+    """A tmpfs of ``size`` mounted at ``path`` in a mount namespace of its own (``unshare -m``, private
+    propagation: the machine never sees it), held by a ``sleep`` process; ``seed``'s content is copied in first.
+    Processes started with :meth:`argv` run inside it; this process reaches its files through :meth:`inside`."""
+
+    def __init__(self, path: Path, size: str, seed: Path | None = None) -> None:
+        self.path = path
+        copy = f' && cp -a "{seed}/." "$0/"' if seed is not None else ""
+        script = f'mount -t tmpfs -o size="$1",mode=0700 ambit-full-disk "$0"{copy} && echo mounted && exec sleep 3600'
+        self.holder = subprocess.Popen(
+            ["unshare", "-m", "--propagation", "private", "sh", "-c", script, str(path), size],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.holder.stdout is not None
+        line = self.holder.stdout.readline().strip()
+        if line != "mounted":
+            self.close()
+            raise AssertionError(f"could not mount a tmpfs at {path}: {line!r}")
+
+    def argv(self, *command: str) -> list[str]:
+        return ["nsenter", "-t", str(self.holder.pid), "-m", "--", *command]
+
+    def inside(self, relative: str = "") -> Path:
+        """A path of the tmpfs as processes inside see it, reached from here."""
+        return Path(f"/proc/{self.holder.pid}/root") / self.path.relative_to("/") / relative
+
+    def fill(self, name: str = "filler") -> int:
+        """Write zeros to a file until the kernel says ENOSPC; the bytes written."""
+        written = 0
+        chunk = b"\0" * 65536
+        with open(self.inside(name), "wb", buffering=0) as filler:
+            while True:
+                try:
+                    written += filler.write(chunk)
+                except OSError as exc:
+                    if exc.errno != errno.ENOSPC:
+                        raise
+                    return written
+
+    def free(self, name: str = "filler") -> None:
+        self.inside(name).unlink()
+
+    def close(self) -> None:
+        """Kill the holder: the namespace and its tmpfs go once no process is left in them."""
+        self.holder.kill()
+        self.holder.communicate(timeout=15)

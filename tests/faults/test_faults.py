@@ -16,8 +16,11 @@ recovery within generous bounds (the measured times are reported, never asserted
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -37,12 +40,17 @@ from tests.e2e.lab_driver import (
     sleeper,
     wait_until,
 )
-from tests.faults.report import ROWS, fault_row, markdown_table
-from tests.faults.rig import REPO
+from tests.faults.report import ROWS, fault_row, lost, markdown_table
+from tests.faults.rig import REPO, LoadRun
 from tests.faults.scene import (
+    CROSS_NODE,
     EVERY_PAIR,
     RATE,
+    RECOVERY_BOUND,
+    REDIRECTION,
     ROLLOUT_STATUS_BOUND,
+    SAME_NODE,
+    SYSTEM,
     Scene,
     check_row,
     failures,
@@ -53,12 +61,13 @@ from tests.faults.scene import (
     wait_enrolled,
     wait_recovered,
 )
+from tests.harness import PrivateTmpfs
 
 pytestmark = [pytest.mark.root, pytest.mark.kubectl, pytest.mark.timeout(TEST_TIMEOUT)]
 
 NAMESPACE = "faults"
 TABLE = REPO / "bench" / "results" / "faults.md"
-FAULTS = 6
+FAULTS = 9
 
 
 @pytest.fixture(scope="module")
@@ -341,3 +350,345 @@ def restart_apiserver(lab: Lab, argv: list[str]) -> None:
     finds it by its command line)."""
     with open(lab.directory / "logs" / "apiserver.log", "ab") as log:
         subprocess.run(["setsid", "-f", *argv], stdin=subprocess.DEVNULL, stdout=log, stderr=log, check=True)
+
+
+CERT_TTL = 15
+"""Seconds of validity the node proxies ask for in the certificate row (their ``SECRET_TTL``; 24 h otherwise): short
+enough that a certificate expires a few seconds into the CA's outage, so the row stays well under two minutes."""
+
+
+@contextlib.contextmanager
+def short_certificates(lab: Lab, ttl: int) -> Iterator[None]:
+    """The node proxies ask the CA for ``ttl``-second certificates while the block runs: ``SECRET_TTL`` set on the
+    ztunnel DaemonSet (a graceful rollout, as an operator would change it), and unset after (another)."""
+    rolled = roll_env(lab, f"SECRET_TTL={ttl}s")
+    try:
+        yield
+    finally:
+        roll_env(lab, "SECRET_TTL-", after=rolled)
+
+
+def roll_env(lab: Lab, change: str, after: int = 0) -> int:
+    """``kubectl set env`` on the ztunnel DaemonSet, then wait until every node runs a ready pod of the new
+    template and no old pod is left; the template's generation."""
+    lab.kubectl("set", "env", "daemonset/ztunnel", "-n", SYSTEM, change)
+    generation = int(lab.get("daemonset", "ztunnel", "-n", SYSTEM)["metadata"]["generation"])
+    assert generation > after, generation
+    lab.kubectl("rollout", "status", "daemonset/ztunnel", "-n", SYSTEM, "--timeout=120s", timeout=150)
+    for node in (n.name for n in lab.topology.all_nodes()):
+        wait_until(f"a ready node proxy on {node}", lambda node=node: lab.ready_component("app=ztunnel", node), 60)
+    return generation
+
+
+def certificate_expiries(lab: Lab, namespace: str) -> list[float]:
+    """When each node proxy's certificates for ``namespace``'s identities expire (epoch seconds, from
+    ``/config_dump``; whole seconds, rounded down)."""
+    found = []
+    for node in (n.name for n in lab.topology.all_nodes()):
+        for entry in json.loads(lab.node_proxy_admin(node, "/config_dump"))["certificates"]:
+            if f"/ns/{namespace}/" in entry["identity"] and entry["certChain"]:
+                moment = datetime.strptime(entry["certChain"][0]["expirationTime"], "%Y-%m-%dT%H:%M:%SZ")
+                found.append(moment.replace(tzinfo=UTC).timestamp())
+    return found
+
+
+def test_a_certificate_expiring_while_the_ca_is_down_is_used_until_it_expires_then_cross_node_connections_fail_closed(
+    scene: Scene, tmp_path: Path
+) -> None:
+    """The control plane (the CA) is scaled to 0 while the node proxies hold certificates of :data:`CERT_TTL`
+    seconds. Each proxy keeps using its certificate (its renewal failing, retried with back-off) until it expires;
+    from then on every cross-node connection is refused (no certificate: no mTLS, and nothing is sent in clear
+    instead), while same-node ones, delivered inside the proxy without TLS, go on. Once the CA is back, the next
+    retry (at most the back-off's cap, 5 s) gets a new certificate and new connections succeed again. Streams
+    already up keep their TLS sessions throughout, as in ztunnel (a certificate is checked at the handshake)."""
+    lab = scene.lab
+    with short_certificates(lab, CERT_TTL), steady_load(scene, tmp_path) as trial:
+        time.sleep(1.5)
+        down_at = time.time()
+        with lab.component_stopped("controlplane", ""):
+            ca_gone = time.time()
+            expiries = certificate_expiries(lab, NAMESPACE)
+            assert len(expiries) == 2 and max(expiries) <= ca_gone + CERT_TTL + 1, (expiries, ca_gone)
+            wait_until("every certificate expired", lambda: time.time() > max(expiries) + 4, CERT_TTL + 10)
+            back_from = time.time()
+        back_at = time.time()  # the CA's pod is ready
+        took = wait_recovered(trial, back_at)
+        time.sleep(1)
+        window_end = time.time()
+    row = fault_row(
+        f"certificate ({CERT_TTL} s) expiring while the CA is down",
+        trial.records,
+        down_at,
+        window_end,
+        trial.plaintext,
+        note=f"CA down {back_from - ca_gone:.1f} s, certificates expired {max(expiries) - ca_gone:.1f} s into it;"
+        f" CA ready {back_at - back_from:.1f} s after its scale-up; recovery counted from then",
+        recovery_from=back_at,
+    )
+    check_row(trial, row)
+    records = trial.records
+    # Kept until it expires: nothing failed before the first certificate expired.
+    assert failures(records, down_at, min(expiries) - 1, EVERY_PAIR) == []
+    # Then fail closed: no cross-node connection got through with no valid certificate, each pair tried.
+    dead = [r for r in records if r["kind"] == "new" and max(expiries) + 1 <= r["start"] <= back_from]
+    assert {r["target"] for r in dead if r["target"] in CROSS_NODE} == set(CROSS_NODE)
+    assert [r for r in dead if r["target"] in CROSS_NODE and r["outcome"] == "ok"] == []
+    assert failures(records, down_at, window_end, SAME_NODE) == []
+    assert row.kept == row.established == 4, row
+    assert took <= RECOVERY_BOUND
+
+
+SQUATTER = """
+import socket, threading
+def echo(conn):
+    with conn:
+        while data := conn.recv(65536):
+            conn.sendall(data)
+def serve(port):
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", port))
+    s.listen(64)
+    return s
+squat = serve(15008)
+print("holding 15008", flush=True)
+def release():
+    squat.accept()[0].close()
+    squat.close()
+    print("released 15008", flush=True)
+threading.Thread(target=release, daemon=True).start()
+srv = serve(9000)
+while True:
+    threading.Thread(target=echo, args=(srv.accept()[0],), daemon=True).start()
+"""
+"""The squatter pod's application: a TCP echo on 9000 that also listens on 15008, the node proxy's HBONE port in
+the pod's netns, until anything connects there (the test does, from inside the pod, to free the port)."""
+SQUAT_RATE = 2.0
+"""New connections per second from each client to the squatter."""
+
+
+def workload_protocol(lab: Lab, node: str, namespace: str, name: str) -> str:
+    """How ``node``'s node proxy reaches the pod (``HBONE``, ``TCP``; ``""`` when it does not know it)."""
+    dump = json.loads(lab.node_proxy_admin(node, "/config_dump"))
+    found = [w for w in dump["workloads"] if (w["namespace"], w["name"]) == (namespace, name)]
+    return str(found[0]["protocol"]) if found else ""
+
+
+def test_a_pod_whose_application_holds_the_node_proxys_port_fails_closed_alone_and_is_enrolled_once_it_is_freed(
+    scene: Scene, tmp_path: Path
+) -> None:
+    """A running pod (``squatter``, on node-1) whose application listens on 15008 in its netns is brought into the
+    mesh (its opt-out label removed). The node agent installs its redirection and hands it to node-1's node proxy,
+    which cannot bind 15008 there and nacks the Add naming the pod and the port; the agent marks it pending, records
+    a Warning Event, and retries with back-off. Meanwhile the pod's traffic is refused (redirected to listeners
+    that are not there: nothing reaches it, nothing is sent in clear), and the other pods are unaffected. Once the
+    application frees the port, the next retry enrols the pod and its traffic flows through the mesh."""
+    lab = scene.lab
+    opted_out = {"app": "squatter", "istio.io/dataplane-mode": "none"}
+    app = {"name": "app", "image": "none", "command": ["python3", "-u", "-c", SQUATTER]}
+    lab.apply(pod_manifest("squatter", [app], node="node-1", labels=opted_out), namespace=NAMESPACE)
+    try:
+        pod = wait_until("the squatter Ready", lambda: is_ready(p := lab.pod("squatter", NAMESPACE)) and p, 60)
+        ip = str(pod["status"]["podIP"])
+        wait_until("the squatter holding 15008", lambda: "holding 15008" in squatter_log(lab, pod), 30)
+        targets = {c: (scene.netns[c], [f"squatter={ip}:9000"]) for c in ("cli-1", "cli-2")}
+        with steady_load(scene, tmp_path) as trial:
+            time.sleep(1.5)
+            fault_at = time.time()
+            lab.kubectl("label", "pod", "squatter", "-n", NAMESPACE, "istio.io/dataplane-mode-")
+
+            def refused() -> list[dict[str, Any]]:
+                return [e for e in lab.events(NAMESPACE, "squatter") if e.get("reason") == "AmbientProxyUnavailable"]
+
+            (event, *_) = wait_until("a Warning Event on the squatter", refused, 30)
+            message = str(event.get("message"))
+            assert event["type"] == "Warning" and "squatter" in message and "15008" in message, event
+            wait_until(
+                "the squatter annotated pending",
+                lambda: (
+                    (lab.pod("squatter", NAMESPACE)["metadata"].get("annotations") or {}).get(REDIRECTION) == "pending"
+                ),
+                10,
+            )
+            assert "15008" in lab.component_log("nodeagent", "node-1")
+            squat = LoadRun(tmp_path / "squatter", trial.marker, targets, SQUAT_RATE)
+            try:
+                wait_until(
+                    "connections to the squatter tried from both clients",
+                    lambda: (
+                        {r["target"] for r in squat.records() if r["kind"] == "new"}
+                        >= {"cli-1>squatter", "cli-2>squatter"}
+                    ),
+                    30,
+                )
+                time.sleep(3)
+            finally:
+                pending = squat.stop()
+            released_at = time.time()
+            lab.exec(
+                "squatter",
+                NAMESPACE,
+                "python3",
+                "-c",
+                "import socket; socket.create_connection(('127.0.0.1', 15008), 5)",
+            )
+            wait_until("the squatter's 15008 freed", lambda: "released 15008" in squatter_log(lab, pod), 30)
+            wait_enrolled(lab, NAMESPACE, "squatter", 60)
+            enrolled = time.time() - released_at
+            # New connections to it only once every node proxy reaches it over HBONE: before that a client's proxy
+            # would send in clear to a pod it still believes outside the mesh (as it should to such a pod).
+            for node in ("node-1", "node-2"):
+                wait_until(
+                    f"{node}'s node proxy reaching the squatter over HBONE",
+                    lambda node=node: workload_protocol(lab, node, NAMESPACE, "squatter") == "HBONE",
+                    30,
+                )
+            after = LoadRun(tmp_path / "squatter-after", trial.marker, targets, SQUAT_RATE)
+            try:
+                wait_until(
+                    "connections to the squatter answered from both clients",
+                    lambda: (
+                        {r["target"] for r in after.records() if r["kind"] == "new" and r["outcome"] == "ok"}
+                        >= {"cli-1>squatter", "cli-2>squatter"}
+                    ),
+                    30,
+                )
+                served = time.time() - released_at
+                time.sleep(1)
+            finally:
+                served_records = after.stop()
+            window_end = time.time()
+    finally:
+        lab.kubectl("delete", "pod", "squatter", "-n", NAMESPACE, "--wait=false", check=False)
+    tried = [r for r in pending if r["kind"] == "new"]
+    # Recovery: from the port being freed until the squatter's traffic was served (its new connections were only
+    # tried again once every node proxy reached it over HBONE, so none of them failed after the release).
+    row = dataclasses.replace(
+        fault_row(
+            "a pod's netns listener failing (its app holds 15008)",
+            [*trial.records, *pending, *served_records],
+            fault_at,
+            window_end,
+            trial.plaintext,
+            note=f"nacked, Event, pod pending: {len(tried)}/{len(tried)} of its connections refused; enrolled"
+            f" {enrolled:.1f} s after the port was freed; recovery: from the port freed to its traffic served",
+            recovery_from=released_at,
+        ),
+        recovery=served,
+    )
+    check_row(trial, row)
+    assert lost(pending) == lost(served_records) == 0
+    # Fail closed: while the proxy could not listen for it, nothing of the squatter's traffic got through.
+    assert tried and [r for r in pending if r["outcome"] == "ok"] == [], [r for r in pending if r["outcome"] == "ok"]
+    # The other pods were unaffected.
+    assert failures(trial.records, fault_at, window_end, EVERY_PAIR) == []
+    assert kept_streams(trial.records, EVERY_PAIR) == []
+    assert row.kept == row.established == 4, row
+
+
+def squatter_log(lab: Lab, pod: dict[str, Any]) -> str:
+    path = lab.directory / "pods" / str(pod["metadata"]["uid"]) / "app.log"
+    return path.read_text(errors="replace") if path.is_file() else ""
+
+
+FILLING_PAYLOAD = 96 * 1024
+"""Bytes of data in each ConfigMap written while the API server's disk is full."""
+
+
+def configmap(name: str, size: int) -> str:
+    return json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"d": "x" * size}})
+
+
+def test_a_full_disk_under_the_api_server_fails_writes_with_a_500_and_loses_nothing_acknowledged(
+    scene: Scene, tmp_path: Path
+) -> None:
+    """The lab's API server is moved onto a small tmpfs holding a copy of its state (stopped, copied, started again
+    inside a mount namespace of the test's own), which is then filled to ENOSPC under the load. Writes are refused
+    with 500 InternalError naming the storage (kubectl shows it); traffic goes on; once space is freed writes work
+    again; every acknowledged write is there, also after the server is moved back onto the lab's disk (stopped,
+    its state copied back, started as before)."""
+    lab = scene.lab
+    data_dir = lab.directory / "apiserver"
+    pid, argv = wait_until("the API server", lambda: apiserver_process(lab), 10)
+    stop_apiserver(lab, pid)
+    seed = tmp_path / "apiserver-state"
+    shutil.copytree(data_dir, seed)  # the tmpfs hides data_dir inside the namespace: it is seeded from a copy
+    used = sum(f.stat().st_size for f in seed.rglob("*") if f.is_file())
+    disk = PrivateTmpfs(data_dir, f"{used // 1024 + 16 * 1024}k", seed=seed)
+    try:
+        restart_apiserver(lab, disk.argv(*argv))
+        wait_until("the API server answering", lambda: lab.kubectl("get", "nodes", check=False).returncode == 0, 30)
+        acknowledged: list[str] = []
+        with steady_load(scene, tmp_path) as trial:
+            time.sleep(1.5)
+            fault_at = time.time()
+            filled = disk.fill()
+            refusal = None
+            for n in range(200):
+                done = lab.kubectl(
+                    "create", "-n", NAMESPACE, "-f", "-", input=configmap(f"full-{n}", FILLING_PAYLOAD), check=False
+                )
+                if done.returncode == 0:
+                    acknowledged.append(f"full-{n}")
+                else:
+                    refusal = done.stderr
+                    break
+            assert refusal is not None, "no write refused on a full disk"
+            time.sleep(2)  # traffic goes on with the API server unable to write
+            disk.free()
+            freed_at = time.time()
+            wait_until(
+                "a write accepted once space is freed",
+                lambda: (
+                    lab.kubectl(
+                        "create", "-n", NAMESPACE, "-f", "-", input=configmap("after", 10), check=False
+                    ).returncode
+                    == 0
+                ),
+                30,
+                interval=0.1,
+            )
+            write_recovery = time.time() - freed_at
+            acknowledged.append("after")
+            time.sleep(1)
+            window_end = time.time()
+        present = {item["metadata"]["name"] for item in lab.items("configmaps", "-n", NAMESPACE)}
+        assert set(acknowledged) <= present, set(acknowledged) - present
+    finally:
+        # Back onto the lab's disk, whatever happened: stopped, its state (less the filler) copied back.
+        if (running := apiserver_process(lab)) is not None:
+            stop_apiserver(lab, running[0])
+        disk.inside("filler").unlink(missing_ok=True)
+        for stale in data_dir.glob("state.db*"):
+            stale.unlink()
+        shutil.copytree(disk.inside(), data_dir, dirs_exist_ok=True)
+        disk.close()
+        restart_apiserver(lab, argv)
+        wait_until("the API server answering", lambda: lab.kubectl("get", "nodes", check=False).returncode == 0, 30)
+    present = {item["metadata"]["name"] for item in lab.items("configmaps", "-n", NAMESPACE)}
+    assert set(acknowledged) <= present, set(acknowledged) - present
+    lab.kubectl("delete", "configmap", "-n", NAMESPACE, *acknowledged, "--wait=false", check=False)
+    row = dataclasses.replace(
+        fault_row(
+            "API server's disk full (tmpfs, filled)",
+            trial.records,
+            fault_at,
+            window_end,
+            trial.plaintext,
+            note=f"{len(acknowledged) - 1} writes landed before one got a 500 InternalError; every acknowledged"
+            " one kept (also after a restart); recovery: from space freed to a write accepted",
+        ),
+        recovery=write_recovery,
+    )
+    check_row(trial, row)
+    assert "InternalError" in refusal and "Internal error occurred: storage " in refusal and "full" in refusal, refusal
+    assert filled > 0
+    assert failures(trial.records, fault_at, window_end, EVERY_PAIR) == []
+    assert kept_streams(trial.records, EVERY_PAIR) == []
+    assert row.kept == row.established == 4, row
+
+
+def stop_apiserver(lab: Lab, pid: int) -> None:
+    """SIGTERM the API server and wait until it is gone (its state closed cleanly)."""
+    os.kill(pid, signal.SIGTERM)
+    wait_until("the API server stopped", lambda: apiserver_process(lab) is None, 30)

@@ -41,8 +41,11 @@ class FakeLink:
         self.added: list[str] = []
         self.deleted: list[str] = []
         self.fail = False
+        self.attempts: list[float] = []
+        """Loop time of every add, failed or not."""
 
     async def add(self, pod_uid: str, netns_path: str, workload: dict[str, Any]) -> None:
+        self.attempts.append(asyncio.get_running_loop().time())
         if self.fail:
             raise ConnectionRefusedError("node proxy not connected")
         self.added.append(pod_uid)
@@ -104,7 +107,7 @@ class Rig:
         self.recorder = EventRecorder(kube, EventRecorderSettings("ambit.dev/nodeagent", NODE))
         self.agent: NodeAgent | None = None
 
-    async def start_agent(self) -> NodeAgent:
+    async def start_agent(self, retry_initial: float = 1.0, retry_interval: float = 60) -> NodeAgent:
         manager = EnrolmentManager(
             self.kube,
             self.recorder,
@@ -113,7 +116,13 @@ class Rig:
             EnrolmentSettings(node_name=NODE),
             netns_exists=lambda path: True,
         )
-        settings = NodeAgentSettings(node_name=NODE, socket_path=self.socket_path, informer=FAST, retry_interval=60)
+        settings = NodeAgentSettings(
+            node_name=NODE,
+            socket_path=self.socket_path,
+            informer=FAST,
+            retry_interval=retry_interval,
+            retry_initial=retry_initial,
+        )
         self.agent = NodeAgent(self.kube, manager, settings, netns_for, netns_probe=FakeNetns())
         await self.agent.start()
         return self.agent
@@ -259,6 +268,29 @@ async def test_a_node_proxy_failure_marks_the_pod_pending_with_a_warning(rig: Ri
     await rig.pod("web")
     await rig.start_agent()
     await eventually(lambda: _is(rig.annotation("web"), "pending"))
+    assert ("Warning", "AmbientProxyUnavailable") in await rig.events("web")
+
+
+async def test_a_pending_pod_is_retried_with_a_doubling_back_off_and_enrolled_once_the_node_proxy_takes_it(
+    rig: Rig,
+) -> None:
+    await rig.namespace("apps", "ambient")
+    rig.link.fail = True
+    await rig.pod("web")
+    agent = await rig.start_agent(retry_initial=0.1, retry_interval=0.4)
+    assert [agent.retry_delay(n) for n in range(5)] == [0.1, 0.2, 0.4, 0.4, 0.4]
+    await eventually(lambda: _is(rig.annotation("web"), "pending"))
+
+    async def retried() -> bool:
+        return len(rig.link.attempts) >= 5
+
+    await eventually(retried)
+    gaps = [later - earlier for earlier, later in itertools.pairwise(rig.link.attempts)]
+    # Each wait at least its back-off (ticks of half the first one may add to it); the waits grow, then stay capped.
+    for gap, least in zip(gaps, [0.1, 0.2, 0.4, 0.4], strict=False):
+        assert gap >= least - 0.01, gaps
+    rig.link.fail = False
+    await eventually(lambda: _is(rig.annotation("web"), "enabled"))
     assert ("Warning", "AmbientProxyUnavailable") in await rig.events("web")
 
 

@@ -14,6 +14,7 @@ import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -22,11 +23,15 @@ from ambit.inpod.listeners import Port
 from ambit.inpod.workloads import PodListenerManager
 from ambit.redirect import InPodSettings
 from ambit.redirect.apply import apply_inpod
+from ambit.zds.client import ZdsClient
 from ambit.zds.protocol import WorkloadInfo
+from ambit.zds.server import ZdsLinkError, ZdsServer
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(60)]
 
 INFO = WorkloadInfo("web-0", "apps", "web")
+WEB = {"name": "web-0", "namespace": "apps", "service_account": "web"}
+DB = {"name": "db-0", "namespace": "apps", "service_account": "db"}
 POD_IP = "198.18.251.1"
 PEER_IP = "198.18.251.9"  # on eth0's subnet: routable, and nothing answers it but the redirect
 CONNECT = """
@@ -175,3 +180,97 @@ async def test_an_outbound_connection_lands_on_15001_with_its_original_destinati
     finally:
         os.close(fd)
         await manager.aclose()
+
+
+SQUAT = """
+import socket, sys, time
+s = socket.socket()
+s.bind(("0.0.0.0", int(sys.argv[1])))
+s.listen()
+print("listening", flush=True)
+time.sleep(60)
+"""
+
+
+async def test_a_pod_whose_application_holds_15008_is_nacked_over_zds_naming_the_pod_and_port_and_others_are_served(
+    netns: str, other_netns: str, tmp_path: Path
+) -> None:
+    """The pod's own application already listens on 15008 in its netns (without SO_REUSEPORT), so the node proxy
+    cannot bind there: its Add is nacked with a message naming the pod and the port, none of its listeners stay
+    open (fail closed: with the redirection in place, nothing of its traffic reaches a proxy port of ours), another
+    pod is served, and once the application frees the port, adding the pod again enrols it."""
+    squatter = await asyncio.create_subprocess_exec(
+        "ip", "netns", "exec", netns, sys.executable, "-c", SQUAT, "15008", stdout=subprocess.PIPE
+    )
+    server = ZdsServer(tmp_path / "ztunnel.sock")
+    manager = PodListenerManager()
+    client = ZdsClient(server.socket_path, manager)
+    try:
+        assert squatter.stdout is not None
+        assert (await asyncio.wait_for(squatter.stdout.readline(), 10)).strip() == b"listening"
+        await server.start()
+        await client.start()
+        async with asyncio.timeout(10):
+            while not client.ready:  # noqa: ASYNC110 - the client has no event for it
+                await asyncio.sleep(0.01)
+        with pytest.raises(ZdsLinkError) as refused:
+            await server.add("uid-web", f"/run/netns/{netns}", WEB)
+        message = str(refused.value)
+        assert "apps/web-0" in message and "0.0.0.0:15008/tcp" in message and "in use" in message, message
+        assert manager.find_pod("uid-web") is None
+        assert not POD_SOCKETS & listening(netns) - {"tcp 0.0.0.0:15008"}  # all or none: the app's own 15008 only
+        await server.add("uid-db", f"/run/netns/{other_netns}", DB)
+        assert listening(other_netns) >= POD_SOCKETS
+        squatter.kill()
+        await squatter.wait()
+        await server.add("uid-web", f"/run/netns/{netns}", WEB)
+        assert manager.find_pod("uid-web") is not None and listening(netns) >= POD_SOCKETS
+    finally:
+        if squatter.returncode is None:
+            squatter.kill()
+            await squatter.wait()
+        await client.aclose()
+        await server.aclose()
+        await manager.aclose()
+
+
+async def test_a_pod_the_node_proxy_refused_is_in_the_snapshot_its_successor_gets_and_is_served_then(
+    netns: str, tmp_path: Path
+) -> None:
+    """The node agent keeps a refused pod: a node proxy that connects later (a restart, an upgrade) gets it in its
+    snapshot and serves it once its listeners can be opened."""
+    squatter = await asyncio.create_subprocess_exec(
+        "ip", "netns", "exec", netns, sys.executable, "-c", SQUAT, "15006", stdout=subprocess.PIPE
+    )
+    server = ZdsServer(tmp_path / "ztunnel.sock")
+    first, second = PodListenerManager(), PodListenerManager()
+    client = ZdsClient(server.socket_path, first)
+    successor = ZdsClient(server.socket_path, second)
+    try:
+        assert squatter.stdout is not None
+        assert (await asyncio.wait_for(squatter.stdout.readline(), 10)).strip() == b"listening"
+        await server.start()
+        await client.start()
+        async with asyncio.timeout(10):
+            while not client.ready:  # noqa: ASYNC110 - the client has no event for it
+                await asyncio.sleep(0.01)
+        with pytest.raises(ZdsLinkError, match=r"0\.0\.0\.0:15006/tcp"):
+            await server.add("uid-web", f"/run/netns/{netns}", WEB)
+        await client.aclose()
+        await first.aclose()
+        squatter.kill()
+        await squatter.wait()
+        await successor.start()
+        async with asyncio.timeout(10):
+            while not successor.ready:  # noqa: ASYNC110 - the client has no event for it
+                await asyncio.sleep(0.01)
+        assert second.find_pod("uid-web") is not None and listening(netns) >= POD_SOCKETS
+    finally:
+        if squatter.returncode is None:
+            squatter.kill()
+            await squatter.wait()
+        await client.aclose()
+        await successor.aclose()
+        await server.aclose()
+        await first.aclose()
+        await second.aclose()

@@ -11,7 +11,7 @@ import pytest
 from cryptography import x509
 
 from ambit.identity import manager as manager_module
-from ambit.identity.caclient import CaError
+from ambit.identity.caclient import Backoff, CaError
 from ambit.identity.localca import LocalCa
 from ambit.identity.manager import CertificateManager
 from ambit.model.identity import SpiffeId
@@ -69,7 +69,7 @@ async def ca() -> FakeCa:
 
 @pytest.fixture
 async def manager(ca: FakeCa) -> AsyncIterator[CertificateManager]:
-    owned = CertificateManager(ca, initial_backoff=0.1, max_backoff=0.4)
+    owned = CertificateManager(ca, backoff=Backoff(initial=0.1, cap=0.4), draw=lambda: 0.0)
     yield owned
     await owned.aclose()
 
@@ -153,7 +153,7 @@ async def test_failed_refresh_backs_off_exponentially_and_keeps_the_old_certific
     [entry] = manager.snapshot()
     assert entry["state"] == "Unavailable: CA is down"
     ca.failure = None
-    await _eventually(lambda: manager.find(A) is not None, within=1.0)  # a retry at most max_backoff later
+    await _eventually(lambda: manager.find(A) is not None, within=1.0)  # a retry at most the back-off's cap later
     assert manager.snapshot()[0]["state"] == "Available"
 
 

@@ -9,6 +9,10 @@ Invariants:
   it: the check is on the bytes about to be written, as etcd's is. Nor one nested deeper than
   :data:`~ambit.apiserver.nesting.MAX_DEPTH` (400), which the server could then neither patch nor delete.
 - ``state.db`` and its ``-wal`` and ``-shm`` files are 0600 whatever the umask (every Secret is in them).
+- A write the storage cannot take (the disk is full: SQLite's ``SQLITE_FULL``; an I/O error) is rolled back and
+  answered 500 ``InternalError`` naming the storage and SQLite's words, as kube-apiserver answers an etcd that
+  cannot write; memory is untouched, so nothing unacknowledged is served and nothing acknowledged is lost, and the
+  next write after space is freed works (the connection stays usable: SQLite rolled the transaction back).
 - The log keeps the most recent ``log_capacity`` events, and no more than ``log_bytes`` of their encoded objects
   (objects of up to 1.5 MiB make a count alone no bound on memory); the newest event always stays. ``horizon`` is
   the newest version that is no longer in the log: a watch may resume from any version ``>= horizon``; older ones
@@ -19,6 +23,8 @@ Invariants:
 from __future__ import annotations
 
 import bisect
+import contextlib
+import logging
 import os
 import sqlite3
 from collections import deque
@@ -33,6 +39,8 @@ from ambit.apiserver.errors import ApiError
 from ambit.apiserver.nesting import check_depth
 
 TypeKey = tuple[str, str]  # (group, plural)
+
+log = logging.getLogger(__name__)
 
 MAX_OBJECT_BYTES = 1536 * 1024
 """The largest encoded object stored: etcd's request limit as kube-apiserver runs it (1.5 MiB)."""
@@ -220,6 +228,38 @@ class Store:
             # etcd's limit, answered as kube-apiserver answers etcd's error (500, no reason, etcd's words); a
             # deletion's final state is never refused, or an object could not be deleted.
             raise ApiError(500, "", "etcdserver: request is too large")
+        try:
+            self._commit(etype, key, namespace, name, data, rv, delete=delete)
+        except sqlite3.Error as exc:
+            log.error("storage %s refused a write of %s/%s %s/%s: %s", self._path, grp, res, namespace, name, exc)
+            raise storage_error(self._path, exc) from None
+        self._rv = rv
+        item = StoredObject(rv, obj, data)
+        bucket = self._objects.setdefault(key, {})
+        old = bucket.pop((namespace, name), None) if delete else bucket.get((namespace, name))
+        if not delete:
+            bucket[(namespace, name)] = item
+        if delete or old is None:
+            self._sorted_keys.pop(key, None)  # the set of keys changed
+        event = StoreEvent(etype, key, namespace, name, item, old)
+        self._log.append(event)
+        self._log_bytes += len(data)
+        self._trim_log(self._log_capacity)
+        self._writes_since_trim += 1
+        if self._writes_since_trim >= 1000:
+            self._writes_since_trim = 0
+            try:  # housekeeping after the write committed: its failure must not fail the write
+                self._db.execute("DELETE FROM log WHERE rv <= ?", (self._horizon,))
+            except sqlite3.Error as exc:
+                log.warning("storage %s: trimming the log failed (retried in 1000 writes): %s", self._path, exc)
+        return event
+
+    def _commit(
+        self, etype: str, key: TypeKey, namespace: str, name: str, data: bytes, rv: int, *, delete: bool
+    ) -> None:
+        """One transaction: the log entry (whose row id must be ``rv``) and the object's row; rolled back whole on
+        any failure, which propagates."""
+        grp, res = key
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
@@ -241,25 +281,10 @@ class Store:
                 )
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            if db.in_transaction:  # SQLite may have rolled back already (SQLITE_FULL, SQLITE_IOERR)
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
             raise
-        self._rv = rv
-        item = StoredObject(rv, obj, data)
-        bucket = self._objects.setdefault(key, {})
-        old = bucket.pop((namespace, name), None) if delete else bucket.get((namespace, name))
-        if not delete:
-            bucket[(namespace, name)] = item
-        if delete or old is None:
-            self._sorted_keys.pop(key, None)  # the set of keys changed
-        event = StoreEvent(etype, key, namespace, name, item, old)
-        self._log.append(event)
-        self._log_bytes += len(data)
-        self._trim_log(self._log_capacity)
-        self._writes_since_trim += 1
-        if self._writes_since_trim >= 1000:
-            self._writes_since_trim = 0
-            db.execute("DELETE FROM log WHERE rv <= ?", (self._horizon,))
-        return event
 
     def compact(self, keep: int) -> None:
         """Forget all but the newest ``keep`` events (tests use this to force 410 Gone)."""
@@ -294,6 +319,15 @@ def _make_private(path: Path, *, create: bool = True) -> None:
         os.fchmod(fd, 0o600)
     finally:
         os.close(fd)
+
+
+def storage_error(path: Path, exc: sqlite3.Error) -> ApiError:
+    """What a client hears when the storage refused a write: kube-apiserver's ``NewInternalError`` (500,
+    ``InternalError``, "Internal error occurred: ..."), naming the storage file and what SQLite said (``database or
+    disk is full``). The file's name only: where the server keeps its state is for its log, not for every client
+    allowed to write."""
+    cause = f"storage {path.name}: {exc}"
+    return ApiError(500, "InternalError", f"Internal error occurred: {cause}", details={"causes": [{"message": cause}]})
 
 
 def encode(obj: Any) -> bytes:

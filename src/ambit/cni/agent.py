@@ -10,11 +10,18 @@ pod event is *reconciled* against the selection rules (:func:`ambit.cni.selectio
 - a pod that is not ambient, but that we enrolled or that carries the redirection annotation, is unenrolled;
 - a deleted pod, or one in a terminal phase (Succeeded, Failed), is unenrolled.
 
-A Namespace whose labels change reconciles the running pods of that namespace on this node. PENDING pods are
-retried every ``retry_interval`` seconds by a retry task (not on their own update events: our pending annotation
-is itself an update). ``POST /cmdadd`` (:mod:`ambit.cni.pluginevent`) enrols the pod in the netns the runtime
-gives and answers only when it is enrolled; before anything else it checks that the pod is on this node and that
-the netns is that pod's sandbox namespace on this node (:mod:`ambit.cni.addcheck`), refusing the event otherwise.
+A Namespace whose labels change reconciles the running pods of that namespace on this node. PENDING pods (the
+node proxy was unreachable or refused them: e.g. the pod's own application holds a port the proxy must listen on
+in its netns) are retried by a retry task with a per-pod exponential back-off, ``retry_initial`` seconds doubling up
+to ``retry_interval`` (not on their own update events: our pending annotation is itself an update); each failed
+attempt is logged and recorded as a Warning Event on the pod by the enrolment manager. A pod stays redirected
+while PENDING, so its traffic is refused (fail closed) until the node proxy takes it. When the node proxy restarts,
+the node agent's snapshot to it carries the PENDING pods too, and the next retry (at most ``retry_interval`` later)
+marks them enrolled once it acks.
+
+``POST /cmdadd`` (:mod:`ambit.cni.pluginevent`) enrols the pod in the netns the runtime gives and answers only
+when it is enrolled; before anything else it checks that the pod is on this node and that the netns is that pod's
+sandbox namespace on this node (:mod:`ambit.cni.addcheck`), refusing the event otherwise.
 """
 
 from __future__ import annotations
@@ -62,7 +69,10 @@ class NodeAgentSettings:
     """Where the plugin event server listens (the plugin's ``agent_socket``)."""
     excluded_namespaces: frozenset[str] = DEFAULT_EXCLUDED_NAMESPACES
     retry_interval: float = 5.0
-    """Seconds between retries of PENDING pods."""
+    """The longest wait, in seconds, between two retries of a PENDING pod (the back-off's cap)."""
+    retry_initial: float = 1.0
+    """Seconds before a PENDING pod's first retry; the wait doubles after each failed one, up to
+    ``retry_interval``."""
     informer: InformerSettings = field(default_factory=InformerSettings)
     netns_dirs: tuple[str, ...] = DEFAULT_NETNS_DIRS
     """Where pod sandboxes' network namespaces are mounted; a ``/cmdadd`` netns elsewhere is refused."""
@@ -107,6 +117,8 @@ class NodeAgent:
         )
         self.server = PluginEventServer(settings.socket_path, self._cmdadd)
         self._retry_task: asyncio.Task[None] | None = None
+        self._retries: dict[str, tuple[int, float]] = {}
+        """PENDING pod uid -> (failed retries so far, loop time of its next retry)."""
 
     async def start(self, *, before_serving: Callable[[], Awaitable[None]] | None = None) -> None:
         """Sync the informers (enrolling the running pods), run ``before_serving``, then serve the CNI plugin.
@@ -191,10 +203,24 @@ class NodeAgent:
             if _meta(pod).get("namespace") == name:
                 await self._reconcile(pod)
 
+    def retry_delay(self, failures: int) -> float:
+        """Seconds from a PENDING pod's ``failures``-th failed retry (0: it just became PENDING) to its next."""
+        initial, cap = self.settings.retry_initial, self.settings.retry_interval
+        return float(min(cap, initial * 2 ** min(failures, 32)))
+
     async def _retry_pending(self) -> None:
+        loop = asyncio.get_running_loop()
+        tick = min(self.settings.retry_initial, self.settings.retry_interval) / 2
         while True:
-            await asyncio.sleep(self.settings.retry_interval)
-            for record in self.manager.pending():
+            await asyncio.sleep(tick)
+            pending = self.manager.pending()
+            for gone in self._retries.keys() - {r.uid for r in pending}:
+                del self._retries[gone]
+            for record in pending:
+                now = loop.time()
+                failures, due = self._retries.setdefault(record.uid, (0, now + self.retry_delay(0)))
+                if now < due:
+                    continue
                 pod = self.pods.find(record.name, record.namespace)
                 if pod is None or str(_meta(pod).get("uid")) != record.uid:
                     continue
@@ -204,8 +230,22 @@ class NodeAgent:
                 path = record.netns_path or self.netns_for(pod)
                 if path is None:
                     continue
-                with contextlib.suppress(EnrolmentError):
+                try:
                     await self.manager.enrol(pod, path)
+                except EnrolmentError as exc:
+                    delay = self.retry_delay(failures + 1)
+                    self._retries[record.uid] = (failures + 1, loop.time() + delay)
+                    log.warning(
+                        "pod %s/%s still pending (retry %d), next retry in %.1fs: %s",
+                        record.namespace,
+                        record.name,
+                        failures + 1,
+                        delay,
+                        exc,
+                    )
+                else:
+                    self._retries.pop(record.uid, None)
+                    log.info("pod %s/%s enrolled on retry %d", record.namespace, record.name, failures + 1)
 
     # -- the CNI plugin's add event -------------------------------------------------------------------------
     async def _cmdadd(self, event: AddEvent) -> None:

@@ -13,7 +13,8 @@ rebuilt when its content changes (a root rotation), so a long-lived client follo
 sends keepalive pings like the xDS client (:mod:`ambit.xds.keepalive`), so a dead CA connection is dropped rather
 than waited on. The channel comes from ``channel_factory``: by default
 :class:`~ambit.xds.grpc_channel.GrpcChannel` (our HTTP/2 engine, no grpcio); its connection is dialled again by
-the next call after a failure. Answers are bounded by gRPC's default 4 MiB.
+the next call after a failure, so a CA that went away is reached again on the certificate manager's retry schedule
+(:data:`~ambit.identity.caclient.CA_BACKOFF`: at most 5 s apart). Answers are bounded by gRPC's default 4 MiB.
 
 Every failure (unreadable token or root, CA unreachable, refusal, a wrong or malformed chain) is a
 :class:`~ambit.identity.caclient.CaError` naming the identity, so the certificate manager backs off and retries.

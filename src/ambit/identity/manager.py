@@ -3,15 +3,17 @@
 Theory of operation (spec §5.2): the proxy holds one :class:`WorkloadCertificate` per SPIFFE id that has pods on
 its node. :meth:`CertificateManager.track` is told that set whenever it changes; each new identity gets a
 background refresher that fetches at once (low priority, a prefetch), then sleeps until the certificate's
-half life and fetches again. A failed fetch is retried with exponential backoff (``initial_backoff`` doubling up
-to ``max_backoff``) while the old certificate stays in use for as long as it is valid. Identities that left the
-set are forgotten: refresher cancelled, certificate dropped.
+half life and fetches again. A failed fetch is retried with a capped exponential back-off with jitter
+(:class:`~ambit.identity.caclient.Backoff`: from 0.5 s up to 5 s) while the old certificate stays in use for as long
+as it is valid; once it has expired, :meth:`CertificateManager.find` no longer returns it, so connections needing it
+fail (closed: nothing is sent without mTLS) until the CA answers again, at most one back-off (5 s) after its return.
+Identities that left the set are forgotten: refresher cancelled, certificate dropped.
 
 A CA rotation reaches the proxy through these refreshes, as in ztunnel: the control plane does not push, and a
 rotated plug-in CA signs only the certificates asked for after it (:mod:`ambit.controlplane.ca.cawatch`). So the
 bound is: every identity on the node holds a certificate from the new CA at most half a lifetime (the node proxy's
 ``SECRET_TTL``: 24 h by default, 5 min in Istio's ambient tests, 2 min in the lab) after the control plane took the
-new CA, plus the back-off of any failed fetch (at most ``max_backoff``). Connections already open keep the
+new CA, plus the back-off of any failed fetch (at most the back-off's cap). Connections already open keep the
 certificate they were made with; new ones use the new certificate and its trust bundle.
 
 A connection that needs a certificate calls :meth:`CertificateManager.fetch`: a valid cached certificate comes
@@ -35,12 +37,13 @@ import asyncio
 import contextlib
 import enum
 import logging
+import random
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ambit.identity.caclient import CaError
+from ambit.identity.caclient import CA_BACKOFF, Backoff, CaError
 from ambit.model.identity import SpiffeId
 from ambit.tls.workload import WorkloadCertificate
 
@@ -71,13 +74,14 @@ class CertificateManager:
         ca: CaClient,
         *,
         clock: Callable[[], float] = time.time,
-        max_backoff: float = 150.0,
-        initial_backoff: float = 1.0,
+        backoff: Backoff = CA_BACKOFF,
+        draw: Callable[[], float] = random.random,
     ) -> None:
+        """``backoff`` paces the retries of a failed fetch; ``draw`` picks their jitter (uniform in ``[0, 1)``)."""
         self._ca = ca
         self._clock = clock
-        self._max_backoff = max_backoff
-        self._initial_backoff = initial_backoff
+        self._backoff = backoff
+        self._draw = draw
         self._certs: dict[SpiffeId, WorkloadCertificate] = {}
         self._errors: dict[SpiffeId, str] = {}
         self._inflight: dict[SpiffeId, _Fetch] = {}
@@ -187,7 +191,7 @@ class CertificateManager:
         return cert
 
     async def _refresh_loop(self, identity: SpiffeId) -> None:
-        backoff = self._initial_backoff
+        failures = 0
         cert = self.find(identity)
         delay = self._refresh_delay(cert) if cert is not None else 0.0
         while True:
@@ -196,10 +200,13 @@ class CertificateManager:
             try:
                 cert = await self._shared_fetch(identity, Priority.LOW)
             except CaError as exc:
-                log.warning("certificate fetch for %s failed, retrying in %.1fs: %s", identity, backoff, exc)
-                delay, backoff = backoff, min(backoff * 2, self._max_backoff)
+                failures += 1
+                delay = self._backoff.delay(failures, self._draw())
+                log.warning("certificate fetch for %s failed, retrying in %.1fs: %s", identity, delay, exc)
                 continue
-            backoff = self._initial_backoff
+            if failures:
+                log.info("certificate for %s fetched after %d failed attempts", identity, failures)
+            failures = 0
             delay = self._refresh_delay(cert)
 
     def _refresh_delay(self, cert: WorkloadCertificate) -> float:
@@ -207,7 +214,7 @@ class CertificateManager:
         if cert.refresh_at > now:
             return cert.refresh_at - now
         # Half life already past (a short TTL under a back-dated notBefore): halve what is left, but never spin.
-        return max((cert.not_after - now) / 2, self._initial_backoff)
+        return max((cert.not_after - now) / 2, self._backoff.initial)
 
 
 @dataclass(slots=True)

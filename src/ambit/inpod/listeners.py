@@ -7,8 +7,10 @@ and the helper is never reused (a thread left in a pod's netns could create the 
 
 Every socket carries ``SO_MARK`` 0x539 (the rules never redirect marked traffic) and SO_REUSEADDR/SO_REUSEPORT
 (a new proxy binds beside the old one during an upgrade). The capture ports 15001 and 15006 are IP_TRANSPARENT,
-as ztunnel's are. All sockets are non-blocking and close-on-exec. If any socket fails, all are closed and the
-error is raised: a pod has all its listeners or none, but for the ``optional`` ones: the DNS proxy's IPv6 pair on
+as ztunnel's are. All sockets are non-blocking and close-on-exec. If any socket fails, all are closed and a
+:class:`ListenerError` naming the address, port and protocol is raised (the pod's own application listening on
+15001, 15006 or 15008 is the usual cause: the node agent shows it to the pod's owner in an Event): a pod has all
+its listeners or none, but for the ``optional`` ones: the DNS proxy's IPv6 pair on
 ``[::1]:15053`` (spec §0: localhost, 127.0.0.1 and ::1), which a pod whose netns has no IPv6 (no ``::1`` on ``lo``,
 or no IPv6 in the kernel) goes without. With IPv6 the in-pod rules redirect the pod's IPv6 DNS to ``::1``, so
 without that pair its IPv6 DNS would be refused.
@@ -121,6 +123,12 @@ def _allow_request_migration() -> None:
         sysctl.write("1")
 
 
+def _where(spec: ListenerSpec) -> str:
+    """``0.0.0.0:15008/tcp``, ``[::1]:15053/udp``: what an error names."""
+    host = f"[{spec.host}]" if spec.family == socket.AF_INET6 else spec.host
+    return f"{host}:{int(spec.port)}/{'tcp' if spec.kind == socket.SOCK_STREAM else 'udp'}"
+
+
 def _open_in_netns(netns_fd: int, specs: tuple[ListenerSpec, ...]) -> list[PodListener]:
     """Runs on the helper thread only: it joins the netns and never leaves it."""
     _setns(netns_fd, CLONE_NEWNET)
@@ -132,7 +140,7 @@ def _open_in_netns(netns_fd: int, specs: tuple[ListenerSpec, ...]) -> list[PodLi
                 opened.append(PodListener(spec, _bind(spec)))
             except OSError as exc:
                 if not (spec.optional and exc.errno in NO_SUCH_ADDRESS):
-                    raise
+                    raise ListenerError(f"cannot listen on {_where(spec)}: {exc.strerror or exc}") from exc
     except BaseException:
         for listener in opened:
             listener.sock.close()
@@ -158,5 +166,7 @@ def open_pod_listeners(netns_fd: int, specs: tuple[ListenerSpec, ...] = POD_LIST
     helper.start()
     helper.join()
     if failure:
+        if isinstance(failure[0], ListenerError):
+            raise failure[0]
         raise ListenerError(f"cannot open the pod listeners: {failure[0]}") from failure[0]
     return result

@@ -322,7 +322,10 @@ class PodListenerManager:
         if self.draining:
             raise ListenerError(f"pod {info.namespace}/{info.name}: this node proxy is draining and takes no pods")
         await self.stop(uid)
-        listeners = await asyncio.to_thread(open_pod_listeners, netns_fd)
+        try:
+            listeners = await asyncio.to_thread(open_pod_listeners, netns_fd)
+        except ListenerError as exc:  # the nack's message: which pod, which port
+            raise ListenerError(f"pod {info.namespace}/{info.name}: {exc}") from exc
         loop = asyncio.get_running_loop()
         pod = PodProxy(uid, info, netns)
         try:
