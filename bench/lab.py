@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from ambit.k8s import KubeClient, kinds
+from ambit.lab.cluster.orphans import sweep_orphaned_labs
 from ambit.lab.network.topology import Topology
 from bench.report import Measurement, Report, median, percentile
 
@@ -83,6 +84,8 @@ def lab_lock() -> Iterator[None]:
                     print(f"waiting for another lab to go ({LOCK})", file=sys.stderr)
                     told = True
                 time.sleep(0.2)
+        for removed in sweep_orphaned_labs():  # a killed benchmark's or test's lab, still running
+            print(f"removed: {removed}", file=sys.stderr)
         yield
     finally:
         os.close(fd)

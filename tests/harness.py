@@ -206,15 +206,17 @@ def root_lab_lock(wait: float) -> Iterator[None]:
 
 
 def _sweep_dead_labs() -> None:
-    """Remove the labs a killed run left behind (no process in their namespaces; record.py rule 4): they hold the
+    """Remove the labs a killed run left behind: those whose owning test or benchmark died with its lab still running
+    (:mod:`ambit.lab.cluster.orphans`), and those no process runs in any more (record.py rule 4). They hold the
     lab's addresses, and every lab after them would refuse to start. Run with :data:`ROOT_LAB_LOCK` held, so no
     lab of ours is half up."""
     from ambit.commands import SubprocessRunner
+    from ambit.lab.cluster.orphans import sweep_orphaned_labs
     from ambit.lab.cluster.record import sweep_dead_labs
 
     if os.geteuid() != 0:
         return
-    removed = sweep_dead_labs(SubprocessRunner())
+    removed = sweep_orphaned_labs() + sweep_dead_labs(SubprocessRunner())
     if removed:
         print(f"removed a dead lab's leftovers: {'; '.join(removed)}", file=sys.stderr)
 

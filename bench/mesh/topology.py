@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ambit.errors import AmbitError
+from ambit.lab.cluster.orphans import claim_lab
 from ambit.lab.network.topology import Topology
 from ambit.lab.runtime.processes import container_main_pid
 from bench.lab import lab_lock
@@ -301,6 +302,7 @@ def bench_lab(base: Path) -> Iterator[BenchLab]:
     directory = base / "lab"
     with lab_lock():
         try:
+            claim_lab(directory)  # if this benchmark is killed, the next lab lock holder takes the lab down
             ambit("lab", "up", "--dir", str(directory), "--nodes", "2", timeout=LAB_UP_TIMEOUT)
             topology = Topology.load(directory)
             if topology is None:

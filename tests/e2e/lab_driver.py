@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 import pytest
 from tests import harness
 
+from ambit.lab.cluster.orphans import claim_lab
 from ambit.lab.network.topology import NodeAddresses, Topology
 from ambit.lab.runtime.processes import container_main_pid
 
@@ -497,6 +498,7 @@ def lab_up(directory: Path, *, mesh: bool = False, install: bool = False, superv
         install = True
     extra = ["--install"] if install else ["--supervised"] if mesh else ["--no-mesh"]
     seconds = LAB_INSTALL_TIMEOUT if install else LAB_UP_TIMEOUT
+    claim_lab(directory)  # if this test process is killed, the next lab lock holder takes the lab down
     done = ambit("lab", "up", "--dir", str(directory), "--nodes", "2", *extra, timeout=seconds, check=False)
     topology = Topology.load(directory)
     if done.returncode != 0 or topology is None:
