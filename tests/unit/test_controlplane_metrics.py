@@ -92,10 +92,15 @@ def test_config_size_is_labelled_with_the_full_type_url_as_istiod_does(metrics: 
     assert f'pilot_xds_config_size_bytes_bucket{{le="1e+06",type="{ADDRESS_TYPE}"}} 1.0' in text
 
 
-def test_a_push_round_counts_each_reason_once_and_its_convergence(metrics: ControlPlaneMetrics) -> None:
-    metrics.push_round([ADDRESS_TYPE, AUTHORIZATION_TYPE, WAYPOINT_TYPE], 0.4)
-    metrics.push_round([ADDRESS_TYPE], None)  # woke, but nothing this stream sees had changed
-    assert value(metrics, "pilot_push_triggers", type="ambient") == 2
+def test_a_push_round_adds_the_merged_event_count_of_each_reason_as_istiod_does(
+    metrics: ControlPlaneMetrics,
+) -> None:
+    # Five addresses and two policies changed within one debounce, and a waypoint's routes: istiod's ReasonStats
+    # merge the events, and each client's push adds each reason's count (recordPushTriggers).
+    metrics.push_round({ADDRESS_TYPE: 5, AUTHORIZATION_TYPE: 2, WAYPOINT_TYPE: 1}, 0.4)
+    metrics.push_round({ADDRESS_TYPE: 1}, None)  # woke, but nothing this stream sees had changed
+    metrics.push_round({AUTHORIZATION_TYPE: 0}, None)  # a type with no change adds nothing
+    assert value(metrics, "pilot_push_triggers", type="ambient") == 8
     assert value(metrics, "pilot_push_triggers", type="config") == 1
     assert value(metrics, "pilot_proxy_convergence_time_count") == 1
     assert value(metrics, "pilot_proxy_convergence_time_bucket", le="0.5") == 1

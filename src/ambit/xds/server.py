@@ -115,7 +115,7 @@ class XdsObserver(Protocol):
     def response_written(self, type_url: str, seconds: float) -> None: ...
     def write_took(self, seconds: float) -> None: ...
     def config_sent(self, type_url: str, size: int) -> None: ...
-    def push_round(self, type_urls: Collection[str], converged: float | None) -> None: ...
+    def push_round(self, changed: Mapping[str, int], converged: float | None) -> None: ...
     def rejected(self, type_url: str) -> None: ...
     def nonce_expired(self, type_url: str) -> None: ...
     def stream_failed(self) -> None: ...
@@ -137,7 +137,7 @@ class _NoObserver:
     def config_sent(self, type_url: str, size: int) -> None:
         pass
 
-    def push_round(self, type_urls: Collection[str], converged: float | None) -> None:
+    def push_round(self, changed: Mapping[str, int], converged: float | None) -> None:
         pass
 
     def rejected(self, type_url: str) -> None:
@@ -408,14 +408,14 @@ class XdsService:
                     break
             wake.clear()
             since, changes.since = changes.since, None
-            pushed: list[str] = []
+            pushed: dict[str, int] = {}
             wrote = False
             for type_url, names in pending.items():
                 if not names:
                     continue
                 changed = frozenset(names)
                 names.clear()
-                pushed.append(type_url)
+                pushed[type_url] = len(changed)
                 async with lock:
                     started = timer()
                     output = session.push(type_url, self._resources(type_url, visible), changed)

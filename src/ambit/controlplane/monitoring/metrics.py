@@ -8,7 +8,8 @@ names and labels, and is told about events where they happen:
 - the delta-xDS server (:class:`ambit.xds.server.XdsObserver`, which this class implements): clients connected
   by proxy version (``pilot_xds``), each response built and written (``pilot_xds_pushes``,
   ``pilot_xds_push_time``, ``pilot_xds_config_size_bytes`` by type), each write (``pilot_xds_send_time``), each
-  push round of a stream (``pilot_push_triggers`` by reason, ``pilot_proxy_convergence_time``), NACKs
+  push round of a stream (``pilot_push_triggers`` by reason, with istiod's merged event counts,
+  ``pilot_proxy_convergence_time``), NACKs
   (``pilot_total_xds_rejects``), ACKs of a nonce no longer in flight (``pilot_xds_expired_nonce``) and streams
   that failed (``pilot_total_xds_internal_errors``);
 - the CA service (:class:`ambit.controlplane.ca.server.CaObserver`): ``citadel_server_*`` counters, and the
@@ -43,7 +44,7 @@ from __future__ import annotations
 
 import bisect
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -103,8 +104,8 @@ class Count:
 
     value: int = 0
 
-    def inc(self) -> None:
-        self.value += 1
+    def inc(self, by: int = 1) -> None:
+        self.value += by
 
 
 @dataclass(slots=True)
@@ -227,15 +228,17 @@ class ControlPlaneMetrics:
     def write_took(self, seconds: float) -> None:
         self.send_time.observe(seconds)
 
-    def push_round(self, type_urls: Collection[str], converged: float | None) -> None:
-        """A stream woke to push changes of ``type_urls``; ``converged``: seconds from the first change to the
-        last response written (None: the changes turned out to be nothing this stream sees)."""
-        counted: set[int] = set()
-        for type_url in type_urls:
-            trigger = self._series(type_url).trigger
-            if id(trigger) not in counted:  # one per reason and round, whatever the number of types
-                counted.add(id(trigger))
-                trigger.inc()
+    def push_round(self, changed: Mapping[str, int], converged: float | None) -> None:
+        """A stream woke to push the changes in ``changed`` (resource names changed, by type URL); ``converged``:
+        seconds from the first change to the last response written (None: the changes turned out to be nothing this
+        stream sees).
+
+        ``pilot_push_triggers`` counts as istiod's does: a push carries the merged count of the events behind it by
+        reason, and each client's push adds that count to its reasons' series (five pods changed within one debounce
+        add 5 to ``ambient`` for every client pushed). Here an event is one changed resource name of a type."""
+        for type_url, count in changed.items():
+            if count > 0:
+                self._series(type_url).trigger.inc(count)
         if converged is not None:
             self.convergence.observe(converged)
 
