@@ -16,6 +16,15 @@ SRC = SpiffeId("cluster.local", "a", "client")
 DST = SpiffeId("cluster.local", "b", "server")
 KEY = PoolKey(SRC, frozenset({DST}), "198.18.200.1", ("198.18.200.2", 15008))
 OTHER_KEY = PoolKey(SRC, frozenset({DST}), "198.18.200.1", ("198.18.200.3", 15008))
+SETTLE_STEPS = 200
+
+
+async def settle() -> None:
+    """Let every task run until it waits on something the test controls. The fakes only yield with ``sleep(0)``,
+    so a bounded number of loop turns is enough, whatever the machine's load (a wall-clock sleep was not: under load
+    its timer fired before the tasks had opened their streams)."""
+    for _ in range(SETTLE_STEPS):
+        await asyncio.sleep(0)
 
 
 class Clock:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from pool_fakes import KEY, OTHER_KEY, Clock, Dialer, FakeConnection
+from pool_fakes import KEY, OTHER_KEY, Clock, Dialer, FakeConnection, settle
 
 from ambit.proxy.hbone_client import TunnelRefusedError
 from ambit.proxy.hbone_stream import ConnectionLostError
@@ -39,7 +39,7 @@ async def test_a_second_tunnel_reuses_the_live_connection_of_its_key(pool: Conne
 async def test_concurrent_openers_of_a_cold_key_share_one_dial(pool: ConnectionPool, dialer: Dialer) -> None:
     dialer.gate = asyncio.Event()
     openers = [asyncio.create_task(pool.open_tunnel(KEY, "10.0.0.1:80", [], dialer)) for _ in range(20)]
-    await asyncio.sleep(0.01)
+    await settle()
     assert pool.stats()["keys"][0]["dialing"] == 1
     dialer.gate.set()
     streams = await asyncio.gather(*openers)
@@ -51,7 +51,7 @@ async def test_concurrent_openers_of_a_cold_key_share_one_dial(pool: ConnectionP
 async def test_openers_spill_onto_a_new_connection_past_the_stream_limit(pool: ConnectionPool, dialer: Dialer) -> None:
     dialer.gate = asyncio.Event()
     openers = [asyncio.create_task(pool.open_tunnel(KEY, "10.0.0.1:80", [], dialer)) for _ in range(150)]
-    await asyncio.sleep(0.01)
+    await settle()
     assert pool.stats()["keys"][0]["dialing"] == 2  # 100 wait on the first dial, 50 on the second
     dialer.gate.set()
     await asyncio.gather(*openers)
@@ -114,7 +114,7 @@ async def test_a_failed_dial_fails_every_opener_waiting_for_it(pool: ConnectionP
     dialer.gate = asyncio.Event()
     dialer.error = ConnectionLostError("refused")
     openers = [asyncio.create_task(pool.open_tunnel(KEY, "10.0.0.1:80", [], dialer)) for _ in range(10)]
-    await asyncio.sleep(0.01)
+    await settle()
     dialer.gate.set()
     results = await asyncio.gather(*openers, return_exceptions=True)
     assert all(isinstance(r, ConnectionLostError) for r in results)
@@ -128,7 +128,7 @@ async def test_a_cancelled_opener_does_not_cancel_the_shared_dial(pool: Connecti
     dialer.gate = asyncio.Event()
     first = asyncio.create_task(pool.open_tunnel(KEY, "10.0.0.1:80", [], dialer))
     second = asyncio.create_task(pool.open_tunnel(KEY, "10.0.0.1:80", [], dialer))
-    await asyncio.sleep(0.01)
+    await settle()
     first.cancel()
     dialer.gate.set()
     stream = await second

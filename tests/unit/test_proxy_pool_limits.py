@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from pool_fakes import KEY, Clock, Dialer
+from pool_fakes import KEY, Clock, Dialer, settle
 
 from ambit.proxy.pool import ConnectionPool, PoolSettingsError
 
@@ -60,7 +60,7 @@ async def test_with_no_idle_time_a_connection_closes_when_its_tunnel_ends_even_l
     # The node proxy's handlers splice a tunnel and return: the tunnel outlives the task that opened it.
     pool = ConnectionPool(max_streams=1, idle_timeout=0, clock=clock)
     stream = await asyncio.create_task(pool.open_tunnel(KEY, "10.0.0.1:80", [], dialer))
-    await asyncio.sleep(0.01)
+    await settle()
     assert not stream.connection.closed, "its tunnel is still open"
     stream.finish()
     await asyncio.sleep(0)  # the connection says it is idle from the loop, soon
@@ -83,7 +83,7 @@ async def test_with_one_stream_concurrent_tunnels_each_get_their_own_connection(
     pool = ConnectionPool(max_streams=1, idle_timeout=0, clock=clock)
     hold = asyncio.Event()
     tasks = [asyncio.create_task(one_tunnel(pool, dialer, hold=hold)) for _ in range(5)]
-    await asyncio.sleep(0.01)
+    await settle()
     assert len(dialer.made) == 5
     assert all(c.streams == 1 for c in dialer.made)
     assert not any(c.closed for c in dialer.made)
@@ -100,7 +100,7 @@ async def test_with_no_idle_time_a_shared_connection_closes_only_after_its_last_
     first_hold, second_hold = asyncio.Event(), asyncio.Event()
     first = asyncio.create_task(one_tunnel(pool, dialer, hold=first_hold))
     second = asyncio.create_task(one_tunnel(pool, dialer, hold=second_hold))
-    await asyncio.sleep(0.01)
+    await settle()
     assert len(dialer.made) == 1, "concurrent openers share the fresh connection (fresh is not stale)"
     connection = dialer.made[0]
     first_hold.set()
@@ -169,7 +169,7 @@ async def test_a_closed_pool_ignores_tunnels_that_end_afterwards(clock: Clock, d
     pool = ConnectionPool(max_streams=1, idle_timeout=0, clock=clock)
     hold = asyncio.Event()
     task = asyncio.create_task(one_tunnel(pool, dialer, hold=hold))
-    await asyncio.sleep(0.01)
+    await settle()
     await pool.aclose()
     hold.set()
     await task
