@@ -199,7 +199,7 @@ def _listener(item: JudgedListener, raw: Mapping[str, Any], generation: Any, att
                 "No errors found"
                 if ok
                 else "Bad TLS configuration"
-                if not item.resolved[0]
+                if not item.resolved[0] or item.bad_tls
                 else "The listener is not served",
                 generation,
             ),
