@@ -255,6 +255,7 @@ def translate_all(
     secrets: Iterable[Mapping[str, Any]] = (),
     telemetries: Iterable[Mapping[str, Any]] = (),
     backend_tls_policies: Iterable[Mapping[str, Any]] = (),
+    listener_sets: Iterable[tuple[tuple[str, str], Mapping[str, Any]]] = (),
     config_maps: Iterable[Mapping[str, Any]] = (),
     envoy_filters: Iterable[Mapping[str, Any]] = (),
     proxy_version: str = "",
@@ -293,6 +294,7 @@ def translate_all(
     backend_tls_policies, secrets = seen.keep(backend_tls_policies), seen.keep(secrets)
     config_maps = seen.keep(config_maps)  # after the mesh config was read: the rest are credentials
     envoy_filters = seen.keep(envoy_filters)
+    listener_sets = [(origin, obj) for origin, obj in listener_sets if seen.admits(obj)]
     export_default = mesh.default_service_export_to
     policies: list[Policy] = []
     statuses: list[PolicyStatus] = []
@@ -472,6 +474,7 @@ def translate_all(
         find_secret=lambda namespace, name: secret_table.get((namespace, name)),
         reference_grants=reference_grants,
         namespace_labels={str((n.get("metadata") or {}).get("name")): object_labels(n) for n in namespace_list},
+        listener_sets=listener_sets,
     )
     classic = translate_istio_gateways(
         gateways=istio_gateways,
