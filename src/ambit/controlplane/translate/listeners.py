@@ -58,6 +58,14 @@ Rules:
    TLS ``Terminate`` listener takes client validation as an HTTPS one does. The option ``ISTIO_MUTUAL`` makes the
    listener serve the gateway's mesh certificate to mesh clients, as istiod's does, with no ``certificateRefs``
    read (``ISTIO_SIMPLE`` is not served: it is taken as ``SIMPLE``, needing ``certificateRefs``).
+6. The Gateway itself has ``ResolvedRefs`` True ("All references resolved") unless its
+   ``spec.tls.backend.clientCertificateRef`` (the certificate it would present to backends) does not resolve:
+   ``InvalidClientCertificateRef`` (not a core Secret, not found, not a valid ``kubernetes.io/tls`` credential)
+   or ``RefNotPermitted`` (another namespace without a ReferenceGrant), with istiod's messages. The grant is
+   checked first, as for ``certificateRefs``, so the status never tells whether a Secret of another namespace
+   exists (istiod looks the Secret up first here). Listener problems stay on the listeners, as istiod keeps them.
+   A listener whose ``certificateRefs`` are all refused for want of a ReferenceGrant is not ``Accepted``
+   (``NoValidCACertificate``, the refusal's message), as istiod's ``buildListener`` reports it.
 """
 
 from __future__ import annotations
@@ -84,6 +92,7 @@ __all__ = [
     "JudgedListener",
     "Origin",
     "SecretLookup",
+    "backend_client_certificate",
     "conflict_reason",
     "deployed_name",
     "is_ingress",
@@ -220,6 +229,49 @@ def _certificates(
     if not found:
         return (), (False, problems[0][0], "; ".join(message for _, message in problems))
     return tuple(found), (True, "ResolvedRefs", "No errors found")
+
+
+def backend_client_certificate(
+    gateway: Mapping[str, Any], find_secret: SecretLookup, grants: ReferenceGrants = NO_GRANTS
+) -> tuple[bool, str, str]:
+    """Rule 6: the Gateway's own ``ResolvedRefs`` (status, reason, message), from ``spec.tls.backend``'s
+    ``clientCertificateRef``."""
+    tls = _mapping_of(_mapping_of(gateway.get("spec")).get("tls"))
+    ref = _mapping_of(tls.get("backend")).get("clientCertificateRef")
+    if not isinstance(ref, Mapping):
+        return True, "ResolvedRefs", "All references resolved"
+    namespace = _text(_mapping_of(gateway.get("metadata")).get("namespace"))
+    name = _text(ref.get("name"))
+    ref_ns = _text(ref.get("namespace")) or namespace
+    written = _ref_string(ref)
+    if ref_ns != namespace and not grants.permits(
+        from_group=GATEWAY_GROUP,
+        from_kind="Gateway",
+        from_namespace=namespace,
+        to_group=_text(ref.get("group")),
+        to_kind=_text(ref.get("kind")) or "Secret",
+        to_namespace=ref_ns,
+        to_name=name,
+    ):
+        message = (
+            f'clientCertificateRef {name}/{ref_ns} not accessible to a Gateway in namespace "{namespace}"'
+            " (missing a ReferenceGrant?)"
+        )
+        return False, "RefNotPermitted", message
+    if _text(ref.get("group")) not in ("", "core") or (_text(ref.get("kind")) or "Secret") != "Secret":
+        return False, "InvalidClientCertificateRef", f"invalid clientCertificateRef {written}, only secret is allowed"
+    secret = find_secret(ref_ns, name) if name else None
+    if secret is None:
+        message = f"invalid clientCertificateRef {written}, secret {ref_ns}/{name} not found"
+        return False, "InvalidClientCertificateRef", message
+    credential = read_tls_secret(secret)
+    if isinstance(credential, CredentialProblem):
+        return False, "InvalidClientCertificateRef", f"invalid clientCertificateRef {written}, {credential.message}"
+    return True, "ResolvedRefs", "All references resolved"
+
+
+def _mapping_of(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
 
 
 TERMINATE_MODE_OPTION = "gateway.istio.io/tls-terminate-mode"
