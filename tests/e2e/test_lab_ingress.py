@@ -1557,3 +1557,50 @@ def test_a_listener_set_adds_a_hostname_and_port_that_curl_reaches_through_a_rou
 
 ALLOW_SAME = json.dumps({"spec": {"allowedListeners": {"namespaces": {"from": "Same"}}}})
 DROP_ALLOWED = json.dumps([{"op": "remove", "path": "/spec/allowedListeners"}])
+
+
+def test_a_forged_x_forwarded_for_moves_remote_ip_blocks_only_behind_trusted_proxies(lab: Lab) -> None:
+    """The attack: a client sends ``X-Forwarded-For`` naming a denied range. With Istio's default of no trusted
+    proxies the gateway judges the connection's address (200), and tells the backend so; once the Gateway says one
+    proxy stands in front of it (``proxy.istio.io/config`` ``gatewayTopology.numTrustedProxies: 1``), the last
+    address of the header is the client's, and the DENY on ``remoteIpBlocks`` applies (403)."""
+    ip = address(lab)
+    url = f"http://{ip}:8080/xff"
+    deny = {
+        "apiVersion": "security.istio.io/v1",
+        "kind": "AuthorizationPolicy",
+        "metadata": {"name": "deny-forged-range"},
+        "spec": {
+            "selector": {"matchLabels": {"gateway.networking.k8s.io/gateway-name": "edge"}},
+            "action": "DENY",
+            "rules": [
+                {"from": [{"source": {"remoteIpBlocks": ["198.19.77.0/24"]}}]},
+                {"to": [{"operation": {"paths": ["/deny-probe"]}}]},
+            ],
+        },
+    }
+    forged = ("-H", "X-Forwarded-For: 198.19.77.5")
+
+    def status(path: str = "/xff", *headers: str) -> str:
+        target = f"http://{ip}:8080{path}"
+        return curl("-o", "/dev/null", "-w", "%{http_code}", "-H", "Host: a.example", *headers, target).stdout
+
+    trusting = json.dumps({"gatewayTopology": {"numTrustedProxies": 1}})
+    try:
+        lab.apply(deny, namespace=EDGE)
+        wait_until("the DENY policy is in force at the gateway", lambda: status("/deny-probe") == "403", 60, 1)
+        assert status("/xff", *forged) == "200"  # no trusted proxy: the forged header moves nothing
+        headers = echoed_headers(through_gateway("-H", "Host: a.example", *forged, url))
+        peer = headers["x-envoy-external-address"]
+        assert peer != "198.19.77.5"
+        assert headers["x-forwarded-for"] == f"198.19.77.5, {peer}"  # the gateway appends what it saw
+
+        lab.kubectl("annotate", "gateway", "edge", "-n", EDGE, f"proxy.istio.io/config={trusting}", "--overwrite")
+        wait_until("one trusted proxy: the forged range is denied", lambda: status("/xff", *forged) == "403", 120, 1)
+        assert status("/xff") == "200"  # fewer addresses than trusted hops: the peer is the client
+        vouched = echoed_headers(through_gateway("-H", "Host: a.example", "-H", "X-Forwarded-For: 198.19.1.1", url))
+        assert vouched["x-envoy-external-address"] == "198.19.1.1"
+    finally:
+        lab.kubectl("annotate", "gateway", "edge", "-n", EDGE, "proxy.istio.io/config-", check=False)
+        lab.kubectl("delete", "authorizationpolicy", "deny-forged-range", "-n", EDGE, "--ignore-not-found")
+    wait_until("the gateway trusts no proxy again", lambda: status("/xff", *forged) == "200", 120, 1)
