@@ -2,8 +2,8 @@
 (a waypoint) or ``istio`` (an ingress gateway) gets a ServiceAccount, Deployment and Service, and a status saying
 whether it is ready.
 
-Theory of operation: informers over Gateways, GatewayClasses, HTTPRoutes, TLSRoutes and TCPRoutes (for
-``attachedRoutes``), Secrets of type
+Theory of operation: informers over Gateways, ListenerSets (both names), GatewayClasses, HTTPRoutes, TLSRoutes and
+TCPRoutes (for ``attachedRoutes``), Secrets of type
 ``kubernetes.io/tls`` (an ingress listener's certificates), ConfigMaps (the overlays of :mod:`.overlay`) and the
 Deployments, Services, ServiceAccounts, HorizontalPodAutoscalers and PodDisruptionBudgets
 labelled ``gateway.istio.io/managed`` with one of this controller's values; any
@@ -14,7 +14,9 @@ the revision of its Gateways; of ConfigMaps, only the injection templates ``isti
 Gateway: find its overlays (its template's, then the ConfigMaps'), render its objects with them (:mod:`.render`),
 plan each write against the cache
 (:mod:`.apply`), carry the plan out, then
-plan and write the Gateway's status (:mod:`.status`, :mod:`.ingress_status`), and the ``Accepted`` status of the
+plan and write the Gateway's status (:mod:`.status`, :mod:`.ingress_status`) and that of every ListenerSet naming it
+(:mod:`ambit.controlplane.translate.listener_sets`: an admitted one's ports are opened on the Gateway's Service too),
+and the ``Accepted`` status of the
 GatewayClasses whose ``controllerName`` is ``istio.io/mesh-controller`` or ``istio.io/gateway-controller``. At
 start it creates the GatewayClasses ``istio-waypoint`` and ``istio`` when they are missing, as istiod does.
 
