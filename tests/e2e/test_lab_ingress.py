@@ -1481,3 +1481,126 @@ def test_backend_tls_policy_ancestors_as_kubectl_reads_them(lab: Lab, certs: Cer
         lab.kubectl("delete", "backendtlspolicy", "secure-tls", "zz-override", "-n", APP, "--ignore-not-found")
         lab.kubectl("delete", "httproute", "to-secure", "-n", APP, "--ignore-not-found")
         lab.kubectl("delete", "configmap", "secure-ca", "-n", APP, "--ignore-not-found")
+
+
+def test_a_listener_set_adds_a_hostname_and_port_that_curl_reaches_through_a_route_attached_to_it(lab: Lab) -> None:
+    """A ListenerSet in the Gateway's namespace (which ``allowedListeners`` admits) adds ``c.example`` on port 8090;
+    an HTTPRoute of ``in-app`` names the ListenerSet and its listener, and curl on the host reaches echo there.
+    The Gateway's own listeners and routes are not touched; everything added is removed at the end."""
+    ip = address(lab)
+    lab.kubectl("patch", "gateway", "edge", "-n", EDGE, "--type=merge", "-p", ALLOW_SAME)
+    listener_set = {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "ListenerSet",
+        "metadata": {"name": "team-c"},
+        "spec": {
+            "parentRef": {"name": "edge", "kind": "Gateway", "group": "gateway.networking.k8s.io"},
+            "listeners": [
+                {
+                    "name": "extra",
+                    "port": 8090,
+                    "protocol": "HTTP",
+                    "hostname": "c.example",
+                    "allowedRoutes": {"namespaces": {"from": "All"}},
+                }
+            ],
+        },
+    }
+    route = {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": {"name": "echo-c"},
+        "spec": {
+            "parentRefs": [
+                {
+                    "name": "team-c",
+                    "namespace": EDGE,
+                    "kind": "ListenerSet",
+                    "group": "gateway.networking.k8s.io",
+                    "sectionName": "extra",
+                }
+            ],
+            "rules": [{"backendRefs": [{"name": "echo", "port": 80}]}],
+        },
+    }
+    try:
+        lab.apply(listener_set, namespace=EDGE)
+        lab.apply(route, namespace=APP)
+        answer = wait_until(
+            "curl on the host reaches echo through the ListenerSet's listener",
+            lambda: through_gateway("-H", "Host: c.example", f"http://{ip}:8090/from-set"),
+            timeout=120,
+            interval=1,
+        )
+        assert answer["path"] == "/from-set" and answer["pod"].startswith("echo-")
+        other = curl("-o", "/dev/null", "-w", "%{http_code}", "-H", "Host: a.example", f"http://{ip}:8090/")
+        assert other.stdout == "404"  # the listener serves its own hostname, not the Gateway's routes
+
+        def accepted() -> dict[str, Any] | None:
+            found: dict[str, Any] = lab.get("listenerset", "team-c", "-n", EDGE)
+            listeners = (found.get("status") or {}).get("listeners") or []
+            ok = condition(found, "Accepted").get("status") == "True" and listeners
+            return found if ok and listeners[0].get("attachedRoutes") == 1 else None
+
+        found = wait_until("the ListenerSet is Accepted with its route attached", accepted, timeout=60, interval=1)
+        assert condition(found, "Programmed")["status"] == "True"
+        gateway = lab.get("gateway", "edge", "-n", EDGE)
+        assert gateway["status"]["attachedListenerSets"] == 1
+        assert condition(gateway, "ResolvedRefs")["status"] == "True"
+        assert {item["name"] for item in gateway["status"]["listeners"]} == {"http", "https-a", "https-b", "tls"}
+        assert lab.get("httproute", "echo-c", "-n", APP)["status"]["parents"][0]["parentRef"]["kind"] == "ListenerSet"
+    finally:
+        lab.kubectl("delete", "httproute", "echo-c", "-n", APP, "--ignore-not-found")
+        lab.kubectl("delete", "listenerset", "team-c", "-n", EDGE, "--ignore-not-found")
+        lab.kubectl("patch", "gateway", "edge", "-n", EDGE, "--type=json", "-p", DROP_ALLOWED)
+
+
+ALLOW_SAME = json.dumps({"spec": {"allowedListeners": {"namespaces": {"from": "Same"}}}})
+DROP_ALLOWED = json.dumps([{"op": "remove", "path": "/spec/allowedListeners"}])
+
+
+def test_a_forged_x_forwarded_for_moves_remote_ip_blocks_only_behind_trusted_proxies(lab: Lab) -> None:
+    """The attack: a client sends ``X-Forwarded-For`` naming a denied range. With Istio's default of no trusted
+    proxies the gateway judges the connection's address (200), and tells the backend so; once the Gateway says one
+    proxy stands in front of it (``proxy.istio.io/config`` ``gatewayTopology.numTrustedProxies: 1``), the last
+    address of the header is the client's, and the DENY on ``remoteIpBlocks`` applies (403)."""
+    ip = address(lab)
+    url = f"http://{ip}:8080/xff"
+    deny = {
+        "apiVersion": "security.istio.io/v1",
+        "kind": "AuthorizationPolicy",
+        "metadata": {"name": "deny-forged-range"},
+        "spec": {
+            "selector": {"matchLabels": {"gateway.networking.k8s.io/gateway-name": "edge"}},
+            "action": "DENY",
+            "rules": [
+                {"from": [{"source": {"remoteIpBlocks": ["198.19.77.0/24"]}}]},
+                {"to": [{"operation": {"paths": ["/deny-probe"]}}]},
+            ],
+        },
+    }
+    forged = ("-H", "X-Forwarded-For: 198.19.77.5")
+
+    def status(path: str = "/xff", *headers: str) -> str:
+        target = f"http://{ip}:8080{path}"
+        return curl("-o", "/dev/null", "-w", "%{http_code}", "-H", "Host: a.example", *headers, target).stdout
+
+    trusting = json.dumps({"gatewayTopology": {"numTrustedProxies": 1}})
+    try:
+        lab.apply(deny, namespace=EDGE)
+        wait_until("the DENY policy is in force at the gateway", lambda: status("/deny-probe") == "403", 60, 1)
+        assert status("/xff", *forged) == "200"  # no trusted proxy: the forged header moves nothing
+        headers = echoed_headers(through_gateway("-H", "Host: a.example", *forged, url))
+        peer = headers["x-envoy-external-address"]
+        assert peer != "198.19.77.5"
+        assert headers["x-forwarded-for"] == f"198.19.77.5, {peer}"  # the gateway appends what it saw
+
+        lab.kubectl("annotate", "gateway", "edge", "-n", EDGE, f"proxy.istio.io/config={trusting}", "--overwrite")
+        wait_until("one trusted proxy: the forged range is denied", lambda: status("/xff", *forged) == "403", 120, 1)
+        assert status("/xff") == "200"  # fewer addresses than trusted hops: the peer is the client
+        vouched = echoed_headers(through_gateway("-H", "Host: a.example", "-H", "X-Forwarded-For: 198.19.1.1", url))
+        assert vouched["x-envoy-external-address"] == "198.19.1.1"
+    finally:
+        lab.kubectl("annotate", "gateway", "edge", "-n", EDGE, "proxy.istio.io/config-", check=False)
+        lab.kubectl("delete", "authorizationpolicy", "deny-forged-range", "-n", EDGE, "--ignore-not-found")
+    wait_until("the gateway trusts no proxy again", lambda: status("/xff", *forged) == "200", 120, 1)

@@ -323,3 +323,54 @@ async def test_gateways_of_another_revision_get_nothing_from_this_control_plane(
     finally:
         with contextlib.suppress(KubeNotFoundError):
             await kube.delete(kinds.NAMESPACES, other_ns)
+
+
+async def test_a_listener_set_the_gateway_admits_opens_its_port_and_one_it_does_not_admit_is_refused(
+    kube: KubeClient, plane: ControlPlane, namespace: str
+) -> None:
+    parent = ingress("shared", namespace, {"name": "http", "port": 8080, "protocol": "HTTP", "hostname": "a.example"})
+    parent["spec"]["allowedListeners"] = {"namespaces": {"from": "Same"}}
+    await kube.create(kinds.GATEWAYS, parent)
+    ref = {"name": "shared", "namespace": namespace}
+    team = {
+        "metadata": {"name": "team", "namespace": namespace},
+        "spec": {"parentRef": ref, "listeners": [{"name": "extra", "port": 9090, "protocol": "HTTP"}]},
+    }
+    await kube.create(kinds.LISTENER_SETS, team, namespace)
+    # An XListenerSet in the control plane's namespace: not the Gateway's namespace, so not admitted.
+    outsider = {
+        "metadata": {"name": f"outsider-{secrets.token_hex(3)}", "namespace": "istio-system"},
+        "spec": {"parentRef": ref, "listeners": [{"name": "steal", "port": 9191, "protocol": "HTTP"}]},
+    }
+    await kube.create(kinds.X_LISTENER_SETS, outsider, "istio-system")
+
+    async def opened() -> Obj | None:
+        service = await get(kube, kinds.SERVICES, "shared-istio", namespace)
+        ports = {p["port"] for p in (service or {}).get("spec", {}).get("ports") or ()}
+        return service if 9090 in ports else None
+
+    service = await eventually(opened)
+    assert {p["port"] for p in service["spec"]["ports"]} == {15021, 8080, 9090}
+
+    async def accepted() -> Obj | None:
+        found = await get(kube, kinds.LISTENER_SETS, "team", namespace)
+        return found if condition(found, "Accepted").get("status") == "True" else None
+
+    found = await eventually(accepted)
+    assert [item["name"] for item in found["status"]["listeners"]] == ["extra"]
+    gateway = await eventually(
+        lambda: _with(get(kube, kinds.GATEWAYS, "shared", namespace), lambda g: g["status"].get("attachedListenerSets"))
+    )
+    assert gateway["status"]["attachedListenerSets"] == 1
+    assert condition(gateway, "ResolvedRefs")["reason"] == "ResolvedRefs"
+
+    async def refused() -> Obj | None:
+        found = await get(kube, kinds.X_LISTENER_SETS, outsider["metadata"]["name"], "istio-system")
+        return found if condition(found, "Accepted").get("reason") == "NotAllowed" else None
+
+    await eventually(refused)
+
+
+async def _with(pending: Any, check: Any) -> Obj | None:
+    found = await pending
+    return found if found and found.get("status") and check(found) else None

@@ -35,10 +35,12 @@ def test_one_file_per_group_with_the_expected_kinds() -> None:
             "Gateway",
             "GatewayClass",
             "HTTPRoute",
+            "ListenerSet",
             "ReferenceGrant",
             "TCPRoute",
             "TLSRoute",
         ],
+        "gateway.networking.x-k8s.io.yaml": ["XListenerSet"],
         "networking.istio.io.yaml": [
             "DestinationRule",
             "EnvoyFilter",
@@ -142,6 +144,8 @@ def test_short_names_are_unique_and_as_upstream() -> None:
         "TLSRoute": [],
         "ReferenceGrant": ["refgrant"],
         "BackendTLSPolicy": ["btlspolicy"],
+        "ListenerSet": ["lset"],
+        "XListenerSet": [],
         "EnvoyFilter": [],
         "Sidecar": [],
         "WorkloadGroup": ["wg"],
@@ -195,6 +199,7 @@ def test_gateway_api_kinds_serve_the_versions_clusters_serve() -> None:
         "TLSRoute": ["v1", "v1alpha3", "v1alpha2"],
         "ReferenceGrant": ["v1", "v1beta1"],
         "BackendTLSPolicy": ["v1", "v1alpha3"],
+        "ListenerSet": ["v1"],
     }
 
 

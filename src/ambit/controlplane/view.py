@@ -60,6 +60,7 @@ from ambit.controlplane.translate import (
     TranslationMemo,
     translate_all,
 )
+from ambit.controlplane.translate.listener_sets import LISTENER_SET_KINDS
 from ambit.controlplane.translate.nodes import node_localities
 from ambit.errors import AmbitError
 from ambit.k8s import (
@@ -106,6 +107,8 @@ OPTIONAL_KINDS = (
     kinds.SECRETS,
     kinds.BACKEND_TLS_POLICIES,
     kinds.CONFIG_MAPS,
+    kinds.LISTENER_SETS,
+    kinds.X_LISTENER_SETS,
 )
 """Kinds served by CRDs (and Nodes, which need cluster-wide read): the view goes on without them when the cluster
 does not have them or does not let us list them."""
@@ -128,6 +131,8 @@ SPEC_ONLY_KINDS = (
     kinds.VIRTUAL_SERVICES,
     kinds.ISTIO_GATEWAYS,
     kinds.BACKEND_TLS_POLICIES,
+    kinds.LISTENER_SETS,
+    kinds.X_LISTENER_SETS,
 )
 """Kinds whose translation reads only their spec and metadata: a status-only update changes nothing."""
 
@@ -305,6 +310,10 @@ class ClusterView:
             secrets=self.items("secrets"),
             telemetries=self.items("telemetries"),
             backend_tls_policies=self.items("backendtlspolicies"),
+            listener_sets=[
+                *((LISTENER_SET_KINDS[0], item) for item in self.items(kinds.LISTENER_SETS.plural)),
+                *((LISTENER_SET_KINDS[1], item) for item in self.items(kinds.X_LISTENER_SETS.plural)),
+            ],
             config_maps=self.items("configmaps"),
             envoy_filters=self.items("envoyfilters"),
             proxy_version=ISTIO_VERSION,

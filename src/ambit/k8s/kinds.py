@@ -116,3 +116,6 @@ TCP_ROUTES = ResourceKind("gateway.networking.k8s.io", "v1alpha2", "tcproutes", 
 TLS_ROUTES = ResourceKind("gateway.networking.k8s.io", "v1alpha2", "tlsroutes", "TLSRoute")
 REFERENCE_GRANTS = ResourceKind("gateway.networking.k8s.io", "v1beta1", "referencegrants", "ReferenceGrant")
 BACKEND_TLS_POLICIES = ResourceKind("gateway.networking.k8s.io", "v1", "backendtlspolicies", "BackendTLSPolicy")
+LISTENER_SETS = ResourceKind("gateway.networking.k8s.io", "v1", "listenersets", "ListenerSet")
+X_LISTENER_SETS = ResourceKind("gateway.networking.x-k8s.io", "v1alpha1", "xlistenersets", "XListenerSet")
+"""The experimental name of :data:`LISTENER_SETS` (Gateway API v1.3 and v1.4), read alike."""

@@ -21,7 +21,9 @@ Rules:
    defaults). An absolute-form target is read for its path. The path is normalized only for the decision; the
    request is forwarded as received.
 4. The remote IP is the peer's address: ``X-Forwarded-For`` is not trusted (Istio's default of zero trusted
-   proxies), so a client cannot choose the address ``remoteIpBlocks`` sees.
+   proxies), so a client cannot choose the address ``remoteIpBlocks`` sees. At an ingress gateway that trusts N
+   proxies in front of it (``gatewayTopology.numTrustedProxies``, carried as the connection manager's
+   ``xff_num_trusted_hops``), it is the address those proxies vouch for (:mod:`ambit.waypoint.forwarded_for`).
 5. The request identity is what RequestAuthentication validated (None until a token is validated: a positive
    ``requestPrincipals`` list then fails, a negative one holds).
 6. TCP through the waypoint has no request: the engine applies rule 13 of :mod:`ambit.rbac` (an ALLOW rule with
@@ -43,6 +45,7 @@ from ambit.model.routes import WaypointConfig
 from ambit.model.workload import IPAddress
 from ambit.rbac import Applicable, Connection, Decision, Request, decide
 from ambit.waypoint.destinations import ServiceTarget
+from ambit.waypoint.forwarded_for import trusted_client
 
 if TYPE_CHECKING:
     from ambit.waypoint.context import Tunnel, WaypointContext
@@ -141,7 +144,9 @@ def connection_of(tunnel: Tunnel) -> Connection:
     return Connection(_ip(source_text) or unspecified, tunnel.peer_identity, destination or unspecified, target.port)
 
 
-def request_of(head: RequestHead, identity: RequestIdentity | None = None) -> Request:
+def request_of(
+    head: RequestHead, identity: RequestIdentity | None = None, remote_ip: IPAddress | None = None
+) -> Request:
     """The L7 side of one request (rules 3 to 5)."""
     return Request(
         method=head.method,
@@ -149,7 +154,16 @@ def request_of(head: RequestHead, identity: RequestIdentity | None = None) -> Re
         path=normalize_path(head.path),
         headers=head.headers,
         identity=identity,
+        remote_ip=remote_ip,
     )
+
+
+def edge_client(ctx: WaypointContext, tunnel: Tunnel, head: RequestHead) -> tuple[IPAddress, IPAddress] | None:
+    """Rule 4 at an ingress gateway: (peer, client address); None elsewhere (a waypoint's peer is a mesh proxy)."""
+    if not ctx.edge:
+        return None
+    peer = connection_of(tunnel).source_ip
+    return peer, trusted_client(head.headers, peer, ctx.routes.current.envoy_patches.xff_trusted_hops or 0)
 
 
 class WaypointAuthorizer:
@@ -187,7 +201,8 @@ def check_request(
     applicable = ctx.authorizer.applicable(ctx.routes.current, service_key_of(tunnel))
     if not (applicable.deny or applicable.allow or applicable.audit or applicable.dry_run):
         return applicable.allowed
-    return decide(applicable, connection_of(tunnel), request_of(head, identity))
+    edge = edge_client(ctx, tunnel, head)
+    return decide(applicable, connection_of(tunnel), request_of(head, identity, edge[1] if edge else None))
 
 
 def check_connection(ctx: WaypointContext, tunnel: Tunnel) -> Decision:

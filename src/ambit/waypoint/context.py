@@ -48,6 +48,10 @@ class WaypointContext:
     """Serve a Service-addressed tunnel only when ``routes`` lists the Service (rule 6 of
     :func:`~ambit.waypoint.destinations.plan_tunnel`): set when the configuration comes from the control plane,
     whose WaypointConfig lists what it carries policies for; a waypoint run from a local file has no such list."""
+    edge: bool = False
+    """An ingress gateway: the edge of the mesh, where the client's address comes from the connection and trusted
+    proxies (Envoy's ``use_remote_address``; :mod:`ambit.waypoint.forwarded_for`), and requests leave with
+    ``X-Forwarded-For`` and ``X-Envoy-External-Address``."""
     router: Router = route
     """The routing engine (:func:`ambit.waypoint.routing.route`); tests put stand-ins here."""
     authorizer: WaypointAuthorizer = field(default_factory=WaypointAuthorizer)

@@ -71,7 +71,14 @@ from ambit.model.metric_overrides import RequestAttributes
 from ambit.model.routes import HeaderModifier
 from ambit.model.workload import AppProtocol, Service, Workload
 from ambit.waypoint.authn import Unauthenticated, plan_authentication
-from ambit.waypoint.authorization import DENIED_BODY, RBAC_FLAG, check_request, denial_detail, service_key_of
+from ambit.waypoint.authorization import (
+    DENIED_BODY,
+    RBAC_FLAG,
+    check_request,
+    denial_detail,
+    edge_client,
+    service_key_of,
+)
 from ambit.waypoint.client_cert import plan_client_cert
 from ambit.waypoint.context import Tunnel, WaypointContext
 from ambit.waypoint.decisions import RequestHead, Respond
@@ -86,6 +93,7 @@ from ambit.waypoint.destinations import (
 from ambit.waypoint.downstream import Outcome, RequestSide, respond
 from ambit.waypoint.dynamic_hosts import judge_name, name_of_host, plan_request
 from ambit.waypoint.envoy_patches import edit_request
+from ambit.waypoint.forwarded_for import edge_headers
 from ambit.waypoint.forwarding import Plan, forward
 from ambit.waypoint.http1 import BodyData, MessageEnded, RequestStarted, Signal
 from ambit.waypoint.http1_upstream import http1_connector
@@ -162,6 +170,9 @@ async def serve_request(
         return keep
     if authz.audited:
         log.info("audit: %s %s matched %s", head.method, head.path[:200], ", ".join(authz.audited))
+    edge = edge_client(ctx, tunnel, head)
+    if edge is not None:  # the gateway vouches for the client address it decided on (forwarded_for rule 3)
+        head = dataclasses.replace(head, headers=edge_headers(head.headers, *edge))
     if patches.filters:  # rule 6: the EnvoyFilters' HTTP filters, after authorization, before routing
         head = edit_request(head, patches.filter_request_ops())
     plan = Plan(head, response_ops=filter_ops)

@@ -189,6 +189,7 @@ class IngressGateway(Waypoint):
         super().__init__(settings, admin_token_file=admin_token_file)
         self.router = IngressRouter(GatewayConfig(self.config_name))
         self.context.router = self._decide
+        self.context.edge = True
         self.context.undeclared_follows_client = False
         self.context.pick = self._pick
         self.context.upstreams.captured = self.captured

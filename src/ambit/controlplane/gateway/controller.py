@@ -2,8 +2,8 @@
 (a waypoint) or ``istio`` (an ingress gateway) gets a ServiceAccount, Deployment and Service, and a status saying
 whether it is ready.
 
-Theory of operation: informers over Gateways, GatewayClasses, HTTPRoutes, TLSRoutes and TCPRoutes (for
-``attachedRoutes``), Secrets of type
+Theory of operation: informers over Gateways, ListenerSets (both names), GatewayClasses, HTTPRoutes, TLSRoutes and
+TCPRoutes (for ``attachedRoutes``), Secrets of type
 ``kubernetes.io/tls`` (an ingress listener's certificates), ConfigMaps (the overlays of :mod:`.overlay`) and the
 Deployments, Services, ServiceAccounts, HorizontalPodAutoscalers and PodDisruptionBudgets
 labelled ``gateway.istio.io/managed`` with one of this controller's values; any
@@ -14,7 +14,9 @@ the revision of its Gateways; of ConfigMaps, only the injection templates ``isti
 Gateway: find its overlays (its template's, then the ConfigMaps'), render its objects with them (:mod:`.render`),
 plan each write against the cache
 (:mod:`.apply`), carry the plan out, then
-plan and write the Gateway's status (:mod:`.status`, :mod:`.ingress_status`), and the ``Accepted`` status of the
+plan and write the Gateway's status (:mod:`.status`, :mod:`.ingress_status`) and that of every ListenerSet naming it
+(:mod:`ambit.controlplane.translate.listener_sets`: an admitted one's ports are opened on the Gateway's Service too),
+and the ``Accepted`` status of the
 GatewayClasses whose ``controllerName`` is ``istio.io/mesh-controller`` or ``istio.io/gateway-controller``. At
 start it creates the GatewayClasses ``istio-waypoint`` and ``istio`` when they are missing, as istiod does.
 
@@ -45,12 +47,17 @@ import asyncio
 import contextlib
 import enum
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ambit.controlplane.gateway.apply import Create, Leave, Patch, Refuse, plan_apply
-from ambit.controlplane.gateway.ingress_status import ingress_addresses, ingress_attached_routes, ingress_status
+from ambit.controlplane.gateway.ingress_status import (
+    ingress_addresses,
+    ingress_attached_routes,
+    ingress_status,
+    listener_set_status,
+)
 from ambit.controlplane.gateway.injection import (
     InjectionConfig,
     TemplateFailed,
@@ -89,7 +96,8 @@ from ambit.controlplane.gateway.status import (
     plan_status,
 )
 from ambit.controlplane.status import rfc3339
-from ambit.controlplane.translate.listeners import frontend_config_maps, judge_listeners
+from ambit.controlplane.translate.listener_sets import LISTENER_SET_KINDS, MergedGateway, merge_listener_sets
+from ambit.controlplane.translate.listeners import backend_client_certificate, frontend_config_maps
 from ambit.controlplane.translate.reference_grants import ReferenceGrants
 from ambit.controlplane.translate.waypoints import WAYPOINT_CLASS
 from ambit.controlplane.view import CREDENTIAL_SECRETS
@@ -136,6 +144,8 @@ OPTIONAL_KINDS = (
     kinds.NAMESPACES,
     kinds.CONFIG_MAPS,
     kinds.REFERENCE_GRANTS,
+    kinds.LISTENER_SETS,
+    kinds.X_LISTENER_SETS,
     *OPTIONAL_OWNED_KINDS,
 )
 OWNED_SELECTOR = f"{MANAGED_LABEL} in ({CONTROLLER_LABEL},{GATEWAY_CONTROLLER_LABEL})"
@@ -402,37 +412,77 @@ class GatewayController:
         return ok
 
     async def _reconcile_gateway(self, gateway: Obj, routes: list[Obj], now: str) -> bool:
-        found = await self._deploy(gateway)
+        grants = ReferenceGrants.build(self._items(kinds.REFERENCE_GRANTS))
+        merged = merge_listener_sets(
+            gateway,
+            self._listener_sets(),
+            find_secret=self.find_secret,
+            find_config_map=self.find_config_map,
+            grants=grants,
+            namespace_labels={
+                str(_field(ns, "metadata", "name")): dict(_field(ns, "metadata", "labels") or {})
+                for ns in self._items(kinds.NAMESPACES)
+            },
+        )
+        admitted = [item for verdict in merged.sets if verdict.refusal is None for item in verdict.raw.values()]
+        found = await self._deploy(gateway, admitted)
         if found is None:
             return False
+        namespace = str(gateway["metadata"]["namespace"])
+        name = deployed_name(gateway)
+        host = service_hostname(name, namespace, self.settings.template.domain)
+        by_kind = {
+            "HTTPRoute": routes,
+            "GRPCRoute": self._items(kinds.GRPC_ROUTES),
+            "TLSRoute": self._items(kinds.TLS_ROUTES),
+            "TCPRoute": self._items(kinds.TCP_ROUTES),
+        }
+        addresses = ingress_addresses(self.find(kinds.SERVICES, namespace, name), host)
         if is_ingress(gateway):
-            by_kind = {
-                "HTTPRoute": routes,
-                "GRPCRoute": self._items(kinds.GRPC_ROUTES),
-                "TLSRoute": self._items(kinds.TLS_ROUTES),
-                "TCPRoute": self._items(kinds.TCP_ROUTES),
-            }
-            attached = ingress_attached_routes(gateway, by_kind)
-            namespace = str(gateway["metadata"]["namespace"])
-            name = deployed_name(gateway)
-            host = service_hostname(name, namespace, self.settings.template.domain)
             wanted = ingress_status(
                 gateway,
                 found,
-                judge_listeners(
-                    gateway,
-                    self.find_secret,
-                    self.find_config_map,
-                    ReferenceGrants.build(self._items(kinds.REFERENCE_GRANTS)),
-                ),
+                merged.judged,
                 host=host,
-                addresses=ingress_addresses(self.find(kinds.SERVICES, namespace, name), host),
-                attached=attached,
+                addresses=addresses,
+                attached=ingress_attached_routes(gateway, by_kind),
+                listener_sets=merged.sets,
+                resolved=backend_client_certificate(gateway, self.find_secret, grants),
             )
         else:
             attached = attached_routes(gateway, routes)
             wanted = gateway_status(gateway, found, domain=self.settings.template.domain, attached=attached)
-        return await self._write_status(kinds.GATEWAYS, gateway, wanted, now)
+        ok = await self._write_status(kinds.GATEWAYS, gateway, wanted, now)
+        return await self._write_listener_set_status(merged, found, host, addresses, by_kind, now) and ok
+
+    def _listener_sets(self) -> list[tuple[tuple[str, str], Obj]]:
+        """Every ListenerSet, of both names, with its (group, kind)."""
+        return [
+            (origin, obj)
+            for origin, kind in zip(LISTENER_SET_KINDS, (kinds.LISTENER_SETS, kinds.X_LISTENER_SETS), strict=True)
+            for obj in self._items(kind)
+            if not _field(obj, "metadata", "deletionTimestamp")
+        ]
+
+    async def _write_listener_set_status(
+        self,
+        merged: MergedGateway,
+        found: Deployed,
+        host: str,
+        addresses: Sequence[Mapping[str, str]],
+        by_kind: Mapping[str, Sequence[Obj]],
+        now: str,
+    ) -> bool:
+        """The status of each ListenerSet naming the Gateway (:mod:`.ingress_status` rule 7)."""
+        ok = True
+        for verdict in merged.sets:
+            kind = kinds.LISTENER_SETS if verdict.origin == LISTENER_SET_KINDS[0] else kinds.X_LISTENER_SETS
+            attached = ingress_attached_routes(
+                verdict.obj, by_kind, origin=verdict.origin, listeners=list(verdict.raw.values())
+            )
+            wanted = listener_set_status(verdict, found, host=host, addresses=addresses, attached=attached)
+            ok &= await self._write_status(kind, dict(verdict.obj), wanted, now)
+        return ok
 
     def _namespace(self, gateway: Obj) -> Obj | None:
         """The Gateway's Namespace as last seen; None when unknown (or Namespaces cannot be read)."""
@@ -447,8 +497,9 @@ class GatewayController:
         """A ConfigMap as last seen (a Gateway's frontend ``caCertificateRefs``)."""
         return self.find(kinds.CONFIG_MAPS, namespace, name)
 
-    async def _deploy(self, gateway: Obj) -> Deployed | None:
-        """Apply one Gateway's objects; what was found, or None when a write lost a race (to be retried)."""
+    async def _deploy(self, gateway: Obj, extra_listeners: Sequence[Mapping[str, Any]] = ()) -> Deployed | None:
+        """Apply one Gateway's objects (``extra_listeners``: those of the ListenerSets it admits, whose ports its
+        Service opens); what was found, or None when a write lost a race (to be retried)."""
         namespace = str(gateway["metadata"]["namespace"])
         overlays = self._overlays(gateway)
         if isinstance(overlays, InvalidParameters):
@@ -456,7 +507,7 @@ class GatewayController:
         if isinstance(overlays, TemplateFailed):
             log.warning("Gateway %s/%s: %s", namespace, gateway["metadata"].get("name"), overlays.message)
             return Deployed(problem=overlays.message)
-        rendered = render_waypoint(gateway, self.settings.template, overlays)
+        rendered = render_waypoint(gateway, self.settings.template, overlays, extra_listeners)
         if isinstance(rendered, Unrenderable):
             return Deployed(problem=rendered.message)
         for want in rendered.objects():

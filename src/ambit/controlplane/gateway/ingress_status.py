@@ -37,6 +37,15 @@ Rules:
    each with the conflict's reason and message, no ``ResolvedRefs`` (False/``InvalidRouteKinds`` when
    ``allowedRoutes.kinds`` names a kind it does not support), the ``supportedKinds`` of its protocol, and
    ``attachedRoutes`` 0 (istiod builds no route parent for it, whatever routes name it).
+7. A ListenerSet naming one of our Gateways (:mod:`ambit.controlplane.translate.listener_sets`): refused (not
+   admitted, or a parent of a class that takes none), ``Accepted`` and ``Programmed`` False with the refusal's
+   reason and message and no listener status; with no listener programmed, both False/``ListenersNotValid``
+   "None of the ListenerSet's listeners are valid"; otherwise ``Accepted`` True and ``Programmed`` as rule 2
+   says of the parent's Service, naming the ports of its own programmed listeners; one listener status per
+   listener, as rules 4 and 6 (``Same`` in ``allowedRoutes`` is the ListenerSet's namespace). No addresses.
+8. The Gateway's ``ResolvedRefs`` (:mod:`ambit.controlplane.translate.listeners` rule 6) follows
+   ``Programmed``; ``attachedListenerSets`` counts its valid ListenerSets (absent at zero), and rule 2's ports
+   include the programmed listeners of those ListenerSets, as istiod's servers do.
 """
 
 from __future__ import annotations
@@ -45,6 +54,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ambit.controlplane.gateway.status import (
+    GATEWAY_GROUP,
     MESSAGE_MAX,
     Deployed,
     attached_routes,
@@ -52,6 +62,7 @@ from ambit.controlplane.gateway.status import (
     invalid_parameters,
     listeners_of,
 )
+from ambit.controlplane.translate.listener_sets import ListenerSetVerdict
 from ambit.controlplane.translate.listeners import INSECURE_FALLBACK, JudgedListener
 from ambit.controlplane.translate.route_kinds import INGRESS_ROUTE_KINDS, INVALID_ROUTE_KINDS, supported_kinds
 
@@ -60,6 +71,8 @@ __all__ = [
     "ingress_attached_routes",
     "ingress_status",
     "insecure_frontend",
+    "listener_set_status",
+    "listener_status",
     "load_balancer_addresses",
 ]
 
@@ -91,12 +104,21 @@ def ingress_addresses(service: Mapping[str, Any] | None, host: str) -> tuple[dic
     return ({"type": "Hostname", "value": host},)
 
 
-def ingress_attached_routes(gateway: Mapping[str, Any], routes: Mapping[str, Sequence[Any]]) -> dict[str, int]:
+def ingress_attached_routes(
+    gateway: Mapping[str, Any],
+    routes: Mapping[str, Sequence[Any]],
+    *,
+    origin: tuple[str, str] = (GATEWAY_GROUP, "Gateway"),
+    listeners: Sequence[Mapping[str, Any]] | None = None,
+) -> dict[str, int]:
     """``attachedRoutes`` of each listener: the routes of each kind (``routes``: kind → objects) that name it, counted
-    only for the kinds the listener supports (rule 4), as :func:`~.status.attached_routes` counts them."""
-    counts = {kind: attached_routes(gateway, items) for kind, items in routes.items()}
+    only for the kinds the listener supports (rule 4), as :func:`~.status.attached_routes` counts them. For a
+    ListenerSet, ``origin`` is its (group, kind) and ``listeners`` its listeners, ports defaulted."""
+    counts = {
+        kind: attached_routes(gateway, items, origin=origin, listeners=listeners) for kind, items in routes.items()
+    }
     out: dict[str, int] = {}
-    for listener in listeners_of(gateway):
+    for listener in listeners_of(gateway) if listeners is None else listeners:
         name = listener.get("name")
         if not isinstance(name, str):
             continue
@@ -134,8 +156,11 @@ def ingress_status(
     host: str,
     addresses: Sequence[Mapping[str, str]],
     attached: Mapping[str, int] | None = None,
+    listener_sets: Sequence[ListenerSetVerdict] = (),
+    resolved: tuple[bool, str, str] = (True, "ResolvedRefs", "All references resolved"),
 ) -> dict[str, Any]:
-    """The wanted ``status`` (rules 1-4); ``host`` is the Service's hostname."""
+    """The wanted ``status`` (rules 1-8); ``host`` is the Service's hostname, ``resolved`` the Gateway's own
+    ``ResolvedRefs`` (:func:`~ambit.controlplane.translate.listeners.backend_client_certificate`)."""
     generation = (gateway.get("metadata") or {}).get("generation")
     valid = sum(1 for item in listeners if item.ready)  # istiod counts the listeners it programmed
     if found.invalid_parameters is not None:
@@ -149,7 +174,32 @@ def ingress_status(
         accepted = condition("Accepted", True, "ListenersNotValid", message, generation)
     else:
         accepted = condition("Accepted", True, "Accepted", "Resource accepted", generation)
-    ports = ",".join(str(p) for p in dict.fromkeys(item.port for item in listeners if item.port))
+    valid_sets = [verdict for verdict in listener_sets if verdict.valid]
+    from_sets = (item.port for verdict in valid_sets for item in verdict.judged if item.ready)
+    ports = ",".join(str(p) for p in dict.fromkeys([*(item.port for item in listeners if item.port), *from_sets]))
+    programmed = _programmed(found, host, ports, addresses, generation)
+    status: dict[str, Any] = {
+        "conditions": [accepted, programmed, condition("ResolvedRefs", *resolved, generation)],
+        "attachedListenerSets": len(valid_sets) or None,
+    }
+    if insecure_frontend(gateway):
+        message = "Gateway is operating in AllowInsecureFallback mode for frontend validation"
+        status["conditions"].append(condition(INSECURE_FRONTEND, True, "ConfigurationChanged", message, generation))
+    else:
+        status["retired"] = [INSECURE_FRONTEND]
+    status["addresses"] = [dict(a) for a in addresses] if found.problem is None and addresses else None
+    raw = {str(item.get("name")): item for item in listeners_of(gateway)}
+    status["listeners"] = [
+        listener_status(item, raw.get(item.name, {}), generation, (attached or {}).get(item.name, 0))
+        for item in listeners
+    ]
+    return status
+
+
+def _programmed(
+    found: Deployed, host: str, ports: str, addresses: Sequence[Mapping[str, str]], generation: Any
+) -> dict[str, Any]:
+    """Rule 2 (for a ListenerSet too, with its own ports)."""
     if found.problem is not None:
         programmed = condition("Programmed", False, "Invalid", found.problem[:MESSAGE_MAX], generation)
     elif not found.service_exists:
@@ -165,21 +215,43 @@ def ingress_status(
         programmed = condition(
             "Programmed", True, "Programmed", f"Resource programmed, assigned to service(s) {host}:{ports}", generation
         )
-    status: dict[str, Any] = {"conditions": [accepted, programmed]}
-    if insecure_frontend(gateway):
-        message = "Gateway is operating in AllowInsecureFallback mode for frontend validation"
-        status["conditions"].append(condition(INSECURE_FRONTEND, True, "ConfigurationChanged", message, generation))
+    return programmed
+
+
+def listener_set_status(
+    verdict: ListenerSetVerdict,
+    found: Deployed,
+    *,
+    host: str,
+    addresses: Sequence[Mapping[str, str]],
+    attached: Mapping[str, int] | None = None,
+) -> dict[str, Any]:
+    """Rule 7: the wanted ``status`` of a ListenerSet whose parent is one of our Gateways."""
+    generation = (verdict.obj.get("metadata") or {}).get("generation")
+    if verdict.refusal is not None:
+        reason, message = verdict.refusal
+        conditions = [
+            condition("Accepted", False, reason, message, generation),
+            condition("Programmed", False, reason, message, generation),
+        ]
+        return {"conditions": conditions, "listeners": [], "addressless": True}
+    if verdict.valid:
+        accepted = condition("Accepted", True, "Accepted", "Resource accepted", generation)
+        ports = ",".join(str(p) for p in dict.fromkeys(item.port for item in verdict.judged if item.ready))
+        programmed = _programmed(found, host, ports, addresses, generation)
     else:
-        status["retired"] = [INSECURE_FRONTEND]
-    status["addresses"] = [dict(a) for a in addresses] if found.problem is None and addresses else None
-    raw = {str(item.get("name")): item for item in listeners_of(gateway)}
-    status["listeners"] = [
-        _listener(item, raw.get(item.name, {}), generation, (attached or {}).get(item.name, 0)) for item in listeners
+        message = "None of the ListenerSet's listeners are valid"
+        accepted = condition("Accepted", False, "ListenersNotValid", message, generation)
+        programmed = condition("Programmed", False, "ListenersNotValid", message, generation)
+    listeners = [
+        listener_status(item, verdict.raw.get(item.name, {}), generation, (attached or {}).get(item.name, 0))
+        for item in verdict.judged
     ]
-    return status
+    return {"conditions": [accepted, programmed], "listeners": listeners, "addressless": True}
 
 
-def _listener(item: JudgedListener, raw: Mapping[str, Any], generation: Any, attached: int) -> dict[str, Any]:
+def listener_status(item: JudgedListener, raw: Mapping[str, Any], generation: Any, attached: int) -> dict[str, Any]:
+    """Rules 4 and 6: one listener's entry, a Gateway's or a ListenerSet's."""
     if item.conflicted[0]:
         return _conflicted_listener(item, raw, generation)
     ok = item.ready
@@ -199,7 +271,7 @@ def _listener(item: JudgedListener, raw: Mapping[str, Any], generation: Any, att
                 "No errors found"
                 if ok
                 else "Bad TLS configuration"
-                if not item.resolved[0]
+                if not item.resolved[0] or item.bad_tls
                 else "The listener is not served",
                 generation,
             ),

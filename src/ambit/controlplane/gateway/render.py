@@ -154,15 +154,16 @@ def service_hostname(name: str, namespace: str, domain: str) -> str:
     return f"{name}.{namespace}.svc.{domain}"
 
 
-def listener_ports(gateway: Obj) -> list[dict[str, Any]]:
-    """Rule 5: the Service's ports."""
+def listener_ports(gateway: Obj, extra: Sequence[Obj] = ()) -> list[dict[str, Any]]:
+    """Rule 5: the Service's ports; ``extra`` are the listeners of the ListenerSets the Gateway admits, whose
+    ports the Service opens too, after the Gateway's own (as istiod's deployment controller does)."""
     ports: list[dict[str, Any]] = [
         {"name": "status-port", "port": STATUS_PORT, "protocol": "TCP", "appProtocol": "tcp"}
     ]
     used_names, used_ports = {"status-port"}, {STATUS_PORT}
     spec = gateway.get("spec") or {}
     listeners = spec.get("listeners") if isinstance(spec, Mapping) else None
-    for listener in listeners if isinstance(listeners, list) else ():
+    for listener in [*(listeners if isinstance(listeners, list) else ()), *extra]:
         if not isinstance(listener, Mapping):
             continue
         port, protocol = listener.get("port"), listener.get("protocol")
@@ -275,7 +276,10 @@ def service_type(gateway: Obj, ingress: bool) -> str | None:
 
 
 def render_waypoint(
-    gateway: Obj, settings: WaypointTemplateSettings, overlays: Sequence[Overlay] = ()
+    gateway: Obj,
+    settings: WaypointTemplateSettings,
+    overlays: Sequence[Overlay] = (),
+    extra_listeners: Sequence[Obj] = (),
 ) -> Rendered | Unrenderable:
     """The ServiceAccount, Deployment and Service of one waypoint or ingress Gateway, with ``overlays`` applied
     (rules 1-7)."""
@@ -372,7 +376,7 @@ def render_waypoint(
         "spec": {
             "type": type_of_service,
             "ipFamilyPolicy": "PreferDualStack",
-            "ports": listener_ports(gateway),
+            "ports": listener_ports(gateway, extra_listeners),
             "selector": dict(selector),
         },
     }

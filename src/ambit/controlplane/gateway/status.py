@@ -57,6 +57,7 @@ __all__ = [
 Obj = Mapping[str, Any]
 
 HBONE_PORT = 15008
+GATEWAY_GROUP = "gateway.networking.k8s.io"
 MESSAGE_MAX = 1024
 """Problems (an API server's refusal may be long) are cut to this many characters in a condition's message."""
 WAYPOINT_LISTENER_MESSAGE = 'Expected a single listener on port 15008 with protocol "HBONE"'
@@ -228,25 +229,37 @@ def plan_status(obj: Obj, wanted: Mapping[str, Any], now: str) -> dict[str, Any]
             changed |= differs or any(old.get(k) != entry[k] for k in ("attachedRoutes", "supportedKinds"))
             listeners.append(entry)
         changed |= len(old_listeners) != len(listeners)
-        out["listeners"] = listeners
-        addresses = wanted.get("addresses")
-        changed |= status.get("addresses") != addresses
-        out["addresses"] = addresses  # None removes them (a merge patch)
+        out["listeners"] = listeners or None  # none: removed, as istiod leaves the field out
+        if not wanted.get("addressless"):
+            addresses = wanted.get("addresses")
+            changed |= status.get("addresses") != addresses
+            out["addresses"] = addresses  # None removes them (a merge patch)
+    if "attachedListenerSets" in wanted:
+        count = wanted["attachedListenerSets"]
+        changed |= status.get("attachedListenerSets") != count
+        out["attachedListenerSets"] = count
     if not changed:
         return None
     meta = obj.get("metadata") or {}
     return {"metadata": {"resourceVersion": meta.get("resourceVersion")}, "status": out}
 
 
-def attached_routes(gateway: Obj, routes: Sequence[Obj]) -> dict[str, int]:
+def attached_routes(
+    gateway: Obj,
+    routes: Sequence[Obj],
+    *,
+    origin: tuple[str, str] = (GATEWAY_GROUP, "Gateway"),
+    listeners: Sequence[Obj] | None = None,
+) -> dict[str, int]:
     """How many of ``routes`` attach to each listener of ``gateway`` (rule 4): a ``parentRefs`` entry naming the
     Gateway (group and kind default to the Gateway API's), its ``sectionName`` and ``port`` when given, from a
     namespace the listener admits (``allowedRoutes.namespaces.from``: ``Same``, the default, or ``All``; routes of
-    other namespaces under ``Selector`` are not counted). Each route counts once per listener."""
+    other namespaces under ``Selector`` are not counted). Each route counts once per listener. For a ListenerSet,
+    ``origin`` is its (group, kind) and ``listeners`` its listeners with their ports defaulted."""
     meta = gateway.get("metadata") or {}
     name, namespace = meta.get("name"), meta.get("namespace")
     counts: dict[str, int] = {}
-    for listener in listeners_of(gateway):
+    for listener in listeners_of(gateway) if listeners is None else listeners:
         lname = listener.get("name")
         if not isinstance(lname, str):
             continue
@@ -260,8 +273,8 @@ def attached_routes(gateway: Obj, routes: Sequence[Obj]) -> dict[str, int]:
             for ref in refs if isinstance(refs, list) else ():
                 if (
                     isinstance(ref, Mapping)
-                    and ref.get("group", "gateway.networking.k8s.io") == "gateway.networking.k8s.io"
-                    and ref.get("kind", "Gateway") == "Gateway"
+                    and ref.get("group", GATEWAY_GROUP) == origin[0]
+                    and ref.get("kind", "Gateway") == origin[1]
                     and ref.get("name") == name
                     and ref.get("namespace", rns) == namespace
                     and ref.get("sectionName", lname) == lname

@@ -103,6 +103,7 @@ from ambit.controlplane.translate.serviceentries import (
 from ambit.controlplane.translate.services import service_network, translate_service
 from ambit.controlplane.translate.skips import SkipMemory, Skipped
 from ambit.controlplane.translate.telemetry import ServiceRef, translate_telemetry, waypoint_metrics
+from ambit.controlplane.translate.trusted_proxies import gateway_trusted_proxies
 from ambit.controlplane.translate.virtualservices import translate_virtual_services
 from ambit.controlplane.translate.visibility import visibility_status
 from ambit.controlplane.translate.waypoint_policies import (
@@ -124,6 +125,7 @@ from ambit.controlplane.translate.waypoints import (
 )
 from ambit.controlplane.translate.workloadentries import translate_workload_entry
 from ambit.controlplane.translate.workloads import translate_pod
+from ambit.model.envoyfilter import ProxyPatches
 from ambit.model.ingress import GatewayConfig
 from ambit.model.localconfig import LocalConfig
 from ambit.model.policy import Policy
@@ -230,6 +232,14 @@ class _PolicyKeys:
         return tuple(sorted(keys))
 
 
+def _with_trusted_proxies(patches: ProxyPatches, count: int | None) -> ProxyPatches:
+    """The gateway's ``xff_num_trusted_hops``: an EnvoyFilter's merge, else ``numTrustedProxies``
+    (:mod:`ambit.controlplane.translate.trusted_proxies` rule 3)."""
+    if patches.xff_trusted_hops is not None or not count:
+        return patches
+    return replace(patches, xff_trusted_hops=count)
+
+
 def translate_all(
     pods: Iterable[Mapping[str, Any]],
     services: Iterable[Mapping[str, Any]],
@@ -255,6 +265,7 @@ def translate_all(
     secrets: Iterable[Mapping[str, Any]] = (),
     telemetries: Iterable[Mapping[str, Any]] = (),
     backend_tls_policies: Iterable[Mapping[str, Any]] = (),
+    listener_sets: Iterable[tuple[tuple[str, str], Mapping[str, Any]]] = (),
     config_maps: Iterable[Mapping[str, Any]] = (),
     envoy_filters: Iterable[Mapping[str, Any]] = (),
     proxy_version: str = "",
@@ -293,6 +304,7 @@ def translate_all(
     backend_tls_policies, secrets = seen.keep(backend_tls_policies), seen.keep(secrets)
     config_maps = seen.keep(config_maps)  # after the mesh config was read: the rest are credentials
     envoy_filters = seen.keep(envoy_filters)
+    listener_sets = [(origin, obj) for origin, obj in listener_sets if seen.admits(obj)]
     export_default = mesh.default_service_export_to
     policies: list[Policy] = []
     statuses: list[PolicyStatus] = []
@@ -472,6 +484,7 @@ def translate_all(
         find_secret=lambda namespace, name: secret_table.get((namespace, name)),
         reference_grants=reference_grants,
         namespace_labels={str((n.get("metadata") or {}).get("name")): object_labels(n) for n in namespace_list},
+        listener_sets=listener_sets,
     )
     classic = translate_istio_gateways(
         gateways=istio_gateways,
@@ -602,6 +615,8 @@ def translate_all(
         gateways=[IngressProxy(p.key, p.labels, p.key in gateway_api_keys) for p in ingress_pods],
     )
     gateway_labels = {p.key: p.labels for p in ingress_pods}
+    default_trust = mesh.trusted_proxies
+    trusted = {_object_key(g): gateway_trusted_proxies(g, default_trust) for g in gateway_list if is_ingress(g)}
     gateway_configs = tuple(
         replace(
             c,
@@ -614,7 +629,7 @@ def translate_all(
                 members,
                 gateway_labels.get(c.gateway, {}),
             ),
-            envoy_patches=envoy.for_gateway(c.gateway),
+            envoy_patches=_with_trusted_proxies(envoy.for_gateway(c.gateway), trusted.get(c.gateway, default_trust)),
         )
         for c in (*ingress.configs, *classic.configs)
     )

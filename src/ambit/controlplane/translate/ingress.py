@@ -53,10 +53,17 @@ Rules:
    Ambit serves on such a port only the listeners of the kind (plain or TLS) that comes first in name order:
    where that is TLS, istiod's Envoy would also serve the later plain HTTP listeners as the port's fallback filter
    chain, which Ambit does not (a deviation on the side of serving less).
+9. ListenerSets (:mod:`ambit.controlplane.translate.listener_sets`): the listeners of each ListenerSet an ingress
+   Gateway admits are judged with the Gateway's (conflicts over the merged list) and served by the Gateway's
+   proxy exactly as its own listeners are. A route attaches to them through a parentRef naming the ListenerSet
+   (its group and kind, name, namespace, and the listener's name as ``sectionName``), never through one naming
+   the Gateway, as istiod keeps the two parents apart; ``allowedRoutes`` ``Same`` means the ListenerSet's
+   namespace. A ListenerSet the Gateway does not admit is no parent: nothing attaches to it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -64,12 +71,13 @@ from typing import Any
 from ambit.controlplane.translate.fields import mapping as _mapping
 from ambit.controlplane.translate.fields import object_key as _key
 from ambit.controlplane.translate.fields import text as _text
+from ambit.controlplane.translate.listener_sets import merge_listener_sets
 from ambit.controlplane.translate.listeners import (
     INGRESS_CLASS,
     JudgedListener,
+    Origin,
     SecretLookup,
     deployed_name,
-    judge_listeners,
     no_config_maps,
 )
 from ambit.controlplane.translate.reference_grants import ReferenceGrants
@@ -197,12 +205,24 @@ class _Gateway:
     obj: Obj
     namespace: str
     judged: tuple[JudgedListener, ...]
+    """Its own listeners, then those of its ListenerSets, named ``<set namespace>/<set name>/<listener>``."""
     raw: dict[str, Obj]
-    """Listener name → its spec."""
+    """Listener name (as in ``judged``) → its spec."""
     hosts: dict[tuple[str, str], list[RouteEntry]]
     """(listener name, hostname) → attached entries."""
     connections: dict[tuple[str, str], list[ConvertedRoute]]
     """(listener name, hostname) → attached TLSRoutes and TCPRoutes."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Parent:
+    """What a parentRef can name (rule 9): a Gateway, or one of its ListenerSets."""
+
+    gateway: _Gateway
+    namespace: str
+    """Whose ``Same`` a listener's ``allowedRoutes`` means: the Gateway's, or the ListenerSet's."""
+    listeners: tuple[tuple[str, JudgedListener], ...]
+    """(sectionName, judged listener as the gateway's config names it)."""
 
 
 def translate_ingress(
@@ -217,10 +237,13 @@ def translate_ingress(
     namespace_labels: Mapping[str, Mapping[str, str]],
     reference_grants: Iterable[Obj] = (),
     find_config_map: SecretLookup | None = None,
+    listener_sets: Iterable[tuple[Origin, Obj]] = (),
 ) -> IngressTranslation:
-    """Rules 1-7."""
+    """Rules 1-9; ``listener_sets`` are (group and kind, object) pairs."""
     grants = ReferenceGrants.build(reference_grants)
     found: dict[str, _Gateway] = {}
+    parent_of: dict[tuple[Origin, str], _Parent] = {}
+    set_list = list(listener_sets)
     for gateway in gateways:
         spec = _mapping(gateway.get("spec"))
         meta = _mapping(gateway.get("metadata"))
@@ -232,8 +255,30 @@ def translate_ingress(
             for item in (listeners if isinstance(listeners, list) else ())
             if isinstance(item, Mapping)
         }
-        judged = judge_listeners(gateway, find_secret, find_config_map or no_config_maps, grants)
-        found[_key(gateway)] = _Gateway(gateway, _text(meta.get("namespace")), judged, raw, {}, {})
+        merged = merge_listener_sets(
+            gateway,
+            set_list,
+            find_secret=find_secret,
+            find_config_map=find_config_map or no_config_maps,
+            grants=grants,
+            namespace_labels=namespace_labels,
+        )
+        judged = list(merged.judged)
+        from_sets: list[tuple[tuple[Origin, str], str, tuple[tuple[str, JudgedListener], ...]]] = []
+        for verdict in merged.sets:
+            if verdict.refusal is not None:
+                continue
+            named = tuple((j.name, dataclasses.replace(j, name=f"{verdict.key}/{j.name}")) for j in verdict.judged)
+            judged += [j for _, j in named]
+            raw.update({f"{verdict.key}/{name}": item for name, item in verdict.raw.items()})
+            from_sets.append(((verdict.origin, verdict.key), verdict.namespace, named))
+        key = _key(gateway)
+        held = _Gateway(gateway, _text(meta.get("namespace")), tuple(judged), raw, {}, {})
+        found[key] = held
+        own = tuple((j.name, j) for j in merged.judged)
+        parent_of[((GATEWAY_GROUP, "Gateway"), key)] = _Parent(held, held.namespace, own)
+        for parent_key, namespace, named in from_sets:
+            parent_of[parent_key] = _Parent(held, namespace, named)
     services = {(s.namespace, s.name): s for s in k8s_services}
     statuses: list[RouteStatus] = []
     routes = [
@@ -253,8 +298,10 @@ def translate_ingress(
                 continue
             group = _text(ref.get("group")) if "group" in ref else GATEWAY_GROUP
             kind = _text(ref.get("kind")) or "Gateway"
-            target = found.get(f"{_text(ref.get('namespace')) or route_ns}/{_text(ref.get('name'))}")
-            if group != GATEWAY_GROUP or kind != "Gateway" or target is None:
+            target = parent_of.get(
+                ((group, kind), f"{_text(ref.get('namespace')) or route_ns}/{_text(ref.get('name'))}")
+            )
+            if target is None:
                 continue
             wire = tuple(sorted((k, ref[k]) for k in _PARENT_KEYS if isinstance(ref.get(k), str | int)))
             if wire in parents:
@@ -275,15 +322,18 @@ def translate_ingress(
 
 
 def _attach(
-    gateway: _Gateway,
+    parent: _Parent,
     ref: Obj,
     route: ConvertedRoute,
     route_ns: str,
     namespace_labels: Mapping[str, Mapping[str, str]],
 ) -> RouteCondition:
+    gateway = parent.gateway
     section = _text(ref.get("sectionName"))
     port = ref.get("port") if isinstance(ref.get("port"), int) else None
-    candidates = [j for j in gateway.judged if (not section or j.name == section) and (port is None or j.port == port)]
+    candidates = [
+        j for name, j in parent.listeners if (not section or name == section) and (port is None or j.port == port)
+    ]
     if not candidates:
         what = f'sectionName "{section}"' if section else f"port {port}"
         return RouteCondition("Accepted", False, "NoMatchingParent", f"{what} not found")
@@ -292,7 +342,7 @@ def _attach(
         for j in candidates
         if j.ready
         and _kind_supported(gateway.raw.get(j.name, {}), route.kind)
-        and _admits(gateway.raw.get(j.name, {}), gateway.namespace, route_ns, namespace_labels)
+        and _admits(gateway.raw.get(j.name, {}), parent.namespace, route_ns, namespace_labels)
     ]
     if not admitted:
         message = f'{route.kind} in namespace "{route_ns}" is not allowed by the listeners of {_key(gateway.obj)}'

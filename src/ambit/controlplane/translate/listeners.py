@@ -58,6 +58,14 @@ Rules:
    TLS ``Terminate`` listener takes client validation as an HTTPS one does. The option ``ISTIO_MUTUAL`` makes the
    listener serve the gateway's mesh certificate to mesh clients, as istiod's does, with no ``certificateRefs``
    read (``ISTIO_SIMPLE`` is not served: it is taken as ``SIMPLE``, needing ``certificateRefs``).
+6. The Gateway itself has ``ResolvedRefs`` True ("All references resolved") unless its
+   ``spec.tls.backend.clientCertificateRef`` (the certificate it would present to backends) does not resolve:
+   ``InvalidClientCertificateRef`` (not a core Secret, not found, not a valid ``kubernetes.io/tls`` credential)
+   or ``RefNotPermitted`` (another namespace without a ReferenceGrant), with istiod's messages. The grant is
+   checked first, as for ``certificateRefs``, so the status never tells whether a Secret of another namespace
+   exists (istiod looks the Secret up first here). Listener problems stay on the listeners, as istiod keeps them.
+   A listener whose ``certificateRefs`` are all refused for want of a ReferenceGrant is not ``Accepted``
+   (``NoValidCACertificate``, the refusal's message), as istiod's ``buildListener`` reports it.
 """
 
 from __future__ import annotations
@@ -79,14 +87,19 @@ from ambit.tls.credentials import (
 
 __all__ = [
     "CONFLICT_MESSAGE",
+    "GATEWAY_ORIGIN",
     "INGRESS_CLASS",
     "JudgedListener",
+    "Origin",
     "SecretLookup",
+    "backend_client_certificate",
     "conflict_reason",
     "deployed_name",
     "is_ingress",
+    "judge_items",
     "judge_listeners",
     "listener_conflicts",
+    "listener_items",
     "listeners_distinct",
     "no_config_maps",
 ]
@@ -96,8 +109,11 @@ INGRESS_CLASS = "istio"
 
 SecretLookup = Callable[[str, str], Mapping[str, Any] | None]
 """``(namespace, name)`` → the Secret, or None."""
+Origin = tuple[str, str]
+"""(group, kind) of the object that holds a listener: what a ReferenceGrant's ``from`` must name."""
 SERVED_PROTOCOLS = ("HTTP", "HTTPS", "TLS", "TCP")
 GATEWAY_GROUP = "gateway.networking.k8s.io"
+GATEWAY_ORIGIN: Origin = (GATEWAY_GROUP, "Gateway")
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +131,9 @@ class JudgedListener:
     """A TLS listener's ``tls.mode`` as written (empty: the default, Terminate)."""
     client_tls: ListenerTls = field(default_factory=ListenerTls)
     """A terminating listener's client verification (rule 5)."""
+    bad_tls: bool = False
+    """Not programmed for want of TLS settings (a ListenerSet's HTTPS listener without ``tls``): istiod's
+    "Bad TLS configuration" though its references resolved."""
 
     @property
     def terminates_tls(self) -> bool:
@@ -153,14 +172,14 @@ def _ref_string(ref: Mapping[str, Any]) -> str:
 
 
 def _certificate(
-    ref: Mapping[str, Any], namespace: str, find_secret: SecretLookup, grants: ReferenceGrants
+    ref: Mapping[str, Any], namespace: str, find_secret: SecretLookup, grants: ReferenceGrants, origin: Origin
 ) -> TlsCredential | tuple[str, str]:
     """Rule 2 for one certificateRef: its credential, or (reason, message)."""
     name = _text(ref.get("name"))
     ref_ns = _text(ref.get("namespace")) or namespace
     if ref_ns != namespace and not grants.permits(
-        from_group=GATEWAY_GROUP,
-        from_kind="Gateway",
+        from_group=origin[0],
+        from_kind=origin[1],
         from_namespace=namespace,
         to_group=_text(ref.get("group")),
         to_kind=_text(ref.get("kind")) or "Secret",
@@ -186,7 +205,7 @@ def _certificate(
 
 
 def _certificates(
-    listener: Mapping[str, Any], namespace: str, find_secret: SecretLookup, grants: ReferenceGrants
+    listener: Mapping[str, Any], namespace: str, find_secret: SecretLookup, grants: ReferenceGrants, origin: Origin
 ) -> tuple[tuple[TlsCredential, ...], tuple[bool, str, str]]:
     """Rule 2: the credentials served, and the listener's ``ResolvedRefs``."""
     tls = listener.get("tls")
@@ -199,7 +218,7 @@ def _certificates(
     problems: list[tuple[str, str]] = []
     for ref in refs:
         judged = (
-            _certificate(ref, namespace, find_secret, grants)
+            _certificate(ref, namespace, find_secret, grants, origin)
             if isinstance(ref, Mapping)
             else ("InvalidCertificateRef", "invalid certificate reference, not an object")
         )
@@ -210,6 +229,49 @@ def _certificates(
     if not found:
         return (), (False, problems[0][0], "; ".join(message for _, message in problems))
     return tuple(found), (True, "ResolvedRefs", "No errors found")
+
+
+def backend_client_certificate(
+    gateway: Mapping[str, Any], find_secret: SecretLookup, grants: ReferenceGrants = NO_GRANTS
+) -> tuple[bool, str, str]:
+    """Rule 6: the Gateway's own ``ResolvedRefs`` (status, reason, message), from ``spec.tls.backend``'s
+    ``clientCertificateRef``."""
+    tls = _mapping_of(_mapping_of(gateway.get("spec")).get("tls"))
+    ref = _mapping_of(tls.get("backend")).get("clientCertificateRef")
+    if not isinstance(ref, Mapping):
+        return True, "ResolvedRefs", "All references resolved"
+    namespace = _text(_mapping_of(gateway.get("metadata")).get("namespace"))
+    name = _text(ref.get("name"))
+    ref_ns = _text(ref.get("namespace")) or namespace
+    written = _ref_string(ref)
+    if ref_ns != namespace and not grants.permits(
+        from_group=GATEWAY_GROUP,
+        from_kind="Gateway",
+        from_namespace=namespace,
+        to_group=_text(ref.get("group")),
+        to_kind=_text(ref.get("kind")) or "Secret",
+        to_namespace=ref_ns,
+        to_name=name,
+    ):
+        message = (
+            f'clientCertificateRef {name}/{ref_ns} not accessible to a Gateway in namespace "{namespace}"'
+            " (missing a ReferenceGrant?)"
+        )
+        return False, "RefNotPermitted", message
+    if _text(ref.get("group")) not in ("", "core") or (_text(ref.get("kind")) or "Secret") != "Secret":
+        return False, "InvalidClientCertificateRef", f"invalid clientCertificateRef {written}, only secret is allowed"
+    secret = find_secret(ref_ns, name) if name else None
+    if secret is None:
+        message = f"invalid clientCertificateRef {written}, secret {ref_ns}/{name} not found"
+        return False, "InvalidClientCertificateRef", message
+    credential = read_tls_secret(secret)
+    if isinstance(credential, CredentialProblem):
+        return False, "InvalidClientCertificateRef", f"invalid clientCertificateRef {written}, {credential.message}"
+    return True, "ResolvedRefs", "All references resolved"
+
+
+def _mapping_of(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
 
 
 TERMINATE_MODE_OPTION = "gateway.istio.io/tls-terminate-mode"
@@ -262,6 +324,7 @@ def _client_validation(
     find_secret: SecretLookup,
     find_config_map: SecretLookup,
     grants: ReferenceGrants,
+    origin: Origin,
 ) -> ListenerTls | tuple[str, str]:
     """Rule 5: the listener's client verification, or (ResolvedRefs reason, message)."""
     refs = validation.get("caCertificateRefs")
@@ -274,8 +337,8 @@ def _client_validation(
     ref_ns = _text(ref.get("namespace")) or namespace
     written = f"{group}/{kind}/{name}.{_text(ref.get('namespace'))}"
     if ref_ns != namespace and not grants.permits(
-        from_group=GATEWAY_GROUP,
-        from_kind="Gateway",
+        from_group=origin[0],
+        from_kind=origin[1],
         from_namespace=namespace,
         to_group=group,
         to_kind=kind,
@@ -317,6 +380,7 @@ def _judge(
     find_config_map: SecretLookup,
     validation: Mapping[str, Any] | None,
     grants: ReferenceGrants,
+    origin: Origin = GATEWAY_ORIGIN,
 ) -> JudgedListener | None:
     name = listener.get("name")
     if not isinstance(name, str):
@@ -346,11 +410,18 @@ def _judge(
     options = tls.get("options") if isinstance(tls, Mapping) else None
     if isinstance(options, Mapping) and options.get(TERMINATE_MODE_OPTION) == "ISTIO_MUTUAL":
         return dataclasses.replace(judged, client_tls=ListenerTls(TlsMode.ISTIO_MUTUAL))
-    credentials, resolved = _certificates(listener, namespace, find_secret, grants)
+    if not isinstance(tls, Mapping) and origin != GATEWAY_ORIGIN:
+        # istiod builds no server for it; on a ListenerSet it says so (on a Gateway, rule 2 reports it)
+        message = f"protocol is {protocol} but no TLS section is defined"
+        return dataclasses.replace(judged, accepted=(False, "UnsupportedProtocol", message), bad_tls=True)
+    credentials, resolved = _certificates(listener, namespace, find_secret, grants, origin)
     judged = dataclasses.replace(judged, credentials=credentials, resolved=resolved)
+    if not resolved[0] and resolved[1] == "RefNotPermitted":
+        # istiod's buildListener: a reference not permitted leaves the listener not Accepted
+        return dataclasses.replace(judged, accepted=(False, "NoValidCACertificate", resolved[2]))
     if validation is None or not resolved[0]:
         return judged
-    client = _client_validation(listener, validation, namespace, find_secret, find_config_map, grants)
+    client = _client_validation(listener, validation, namespace, find_secret, find_config_map, grants, origin)
     if isinstance(client, ListenerTls):
         return dataclasses.replace(judged, client_tls=client)
     reason, message = client
@@ -377,12 +448,43 @@ def judge_listeners(
     grants: ReferenceGrants = NO_GRANTS,
 ) -> tuple[JudgedListener, ...]:
     """Rules 1-5, in the listeners' order."""
-    meta = gateway.get("metadata")
-    namespace = _text(meta.get("namespace")) if isinstance(meta, Mapping) else ""
-    spec = gateway.get("spec")
+    items = listener_items(gateway)
+    return judge_items(
+        items,
+        namespace=_namespace_of(gateway),
+        spec=gateway.get("spec"),
+        conflicts=listener_conflicts(items),
+        find_secret=find_secret,
+        find_config_map=find_config_map,
+        grants=grants,
+    )
+
+
+def _namespace_of(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata")
+    return _text(meta.get("namespace")) if isinstance(meta, Mapping) else ""
+
+
+def listener_items(holder: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The listener objects of a Gateway's (or a ListenerSet's) ``spec.listeners``."""
+    spec = holder.get("spec")
     raw = spec.get("listeners") if isinstance(spec, Mapping) else None
-    items = [item for item in (raw if isinstance(raw, list) else ()) if isinstance(item, Mapping)]
-    conflicts = listener_conflicts(items)
+    return [item for item in (raw if isinstance(raw, list) else ()) if isinstance(item, Mapping)]
+
+
+def judge_items(
+    items: list[Mapping[str, Any]],
+    *,
+    namespace: str,
+    spec: Any,
+    conflicts: Mapping[int, str],
+    find_secret: SecretLookup,
+    find_config_map: SecretLookup = no_config_maps,
+    grants: ReferenceGrants = NO_GRANTS,
+    origin: Origin = GATEWAY_ORIGIN,
+) -> tuple[JudgedListener, ...]:
+    """Rules 1-5 for listeners held by an object of ``namespace`` and kind ``origin``; ``spec`` is the Gateway's
+    (its ``tls.frontend``), ``conflicts`` rule 3's verdicts keyed by ``id`` of each item."""
     out: list[JudgedListener] = []
     for item in items:
         reason = conflicts.get(id(item))
@@ -390,7 +492,7 @@ def judge_listeners(
             if isinstance(item.get("name"), str):
                 out.append(_conflicted(item, reason))
             continue
-        judged = _judge(item, namespace, find_secret, find_config_map, _validation_of(spec, item), grants)
+        judged = _judge(item, namespace, find_secret, find_config_map, _validation_of(spec, item), grants, origin)
         if judged is not None:
             out.append(judged)
     return tuple(out)

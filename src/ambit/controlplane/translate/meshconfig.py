@@ -34,6 +34,9 @@ Rules:
    follow Kubernetes' label grammar, ``In`` and ``NotIn`` need values, ``Exists`` and ``DoesNotExist`` take none
    (``labels.NewRequirement``); anything else is an error (istiod then keeps its previous filter; here the previous
    mesh config stays, rule 2). What the filter hides is :mod:`ambit.controlplane.translate.discovery`'s.
+8. ``defaultConfig`` (the proxies' default ProxyConfig): only ``gatewayTopology.numTrustedProxies`` is read, for the
+   ingress gateways (:mod:`ambit.controlplane.translate.trusted_proxies`); a ``defaultConfig`` that is not an
+   object, or a count out of range, is an error (rule 2).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from typing import Any
 import yaml
 
 from ambit.controlplane.translate.skips import ObjectKind, Skipped, skipped
+from ambit.controlplane.translate.trusted_proxies import num_trusted_proxies
 from ambit.errors import AmbitError
 from ambit.model import untrusted_yaml
 from ambit.model.labels import (
@@ -129,6 +133,8 @@ class MeshConfig:
     default_destination_rule_export_to: tuple[str, ...] | None = None
     discovery_selectors: tuple[LabelSelector, ...] = ()
     """Rule 7: a namespace is discovered when any selects its labels; none: every namespace is."""
+    trusted_proxies: int | None = None
+    """Rule 8: ``defaultConfig.gatewayTopology.numTrustedProxies``; None: unset (0)."""
 
     def discovers(self, namespace_labels: Mapping[str, str]) -> bool:
         """Whether ``discoverySelectors`` admit a namespace with ``namespace_labels`` (rule 7)."""
@@ -328,7 +334,20 @@ def parse_mesh_config(text: str) -> MeshConfig:
             raw, "defaultDestinationRuleExportTo", "default_destination_rule_export_to"
         ),
         discovery_selectors=_discovery_selectors(_get(raw, "discoverySelectors", "discovery_selectors")),
+        trusted_proxies=_trusted_proxies(_get(raw, "defaultConfig", "default_config")),
     )
+
+
+def _trusted_proxies(default_config: Any) -> int | None:
+    """Rule 8."""
+    if default_config is None:
+        return None
+    if not isinstance(default_config, Mapping):
+        raise MeshConfigError("defaultConfig: expected an object (ProxyConfig fields)")
+    try:
+        return num_trusted_proxies(default_config, "defaultConfig")
+    except ValueError as exc:
+        raise MeshConfigError(str(exc)) from None
 
 
 @dataclass(slots=True)
