@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from ambit.cli import main as cli_main
+from ambit.cli.app import app
 
 HEAVY = ("grpc", "aiohttp", "cryptography.x509")
 
@@ -16,11 +17,11 @@ HEAVY = ("grpc", "aiohttp", "cryptography.x509")
 def registered() -> dict[str, str]:
     """Every top-level command or group registered on the app so far, with the module that registered it."""
     out: dict[str, str] = {}
-    for command in cli_main.app.registered_commands:
+    for command in app.registered_commands:
         assert command.callback is not None
         name = command.name or command.callback.__name__.replace("_", "-")
         out[name] = command.callback.__module__
-    for group in cli_main.app.registered_groups:
+    for group in app.registered_groups:
         assert group.name is not None and group.typer_instance is not None
         out[group.name] = group.typer_instance.registered_commands[0].callback.__module__  # type: ignore[union-attr]
     return out
