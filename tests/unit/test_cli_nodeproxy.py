@@ -30,9 +30,9 @@ LAB_FLAGS = [
 FORBIDDEN = ("typer", "click", "rich", "pydantic", "shellingham", "aiohttp", "grpc", "hypothesis", "jsonschema")
 """Top-level packages the node proxy's process must not import."""
 
-UNTIL_USED = ("dns", "yaml")
+UNTIL_USED = ("dns", "yaml", "prometheus_client")
 """Top-level packages the node proxy imports only once it uses them: dnspython for a pod's DNS proxy or the first
-hostname lookup, YAML for a local config file."""
+hostname lookup, YAML for a local config file, prometheus_client for the first scrape of the stats port."""
 
 
 def typer_options() -> dict[str, Any]:
