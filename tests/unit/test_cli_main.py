@@ -136,3 +136,11 @@ def test_lab_up_help_marks_the_supervised_mesh_deprecated() -> None:
     assert done.returncode == 0, done.stderr
     text = " ".join(done.stdout.split())
     assert "--supervised" in text and "Deprecated: run the mesh as host processes" in text, text
+
+
+def test_the_app_is_still_found_where_older_command_modules_import_it_from() -> None:
+    from ambit.cli.main import app as where_it_was
+
+    assert where_it_was is app
+    with pytest.raises(AttributeError):
+        cli_main.no_such_name  # noqa: B018

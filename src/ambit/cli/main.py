@@ -61,3 +61,13 @@ def main() -> None:
     from ambit.cli.app import app
 
     app()
+
+
+def __getattr__(name: str) -> object:
+    """``ambit.cli.main.app``, where command modules written before :mod:`ambit.cli.app` look for the app (imported
+    only then: this module itself never imports typer)."""
+    if name == "app":
+        from ambit.cli.app import app
+
+        return app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
