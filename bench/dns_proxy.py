@@ -18,8 +18,9 @@ import socket
 import sys
 
 from ambit.dns.answer import DnsClient
-from ambit.dns.forwarder import Forwarder, Upstream
+from ambit.dns.forwarder import Forwarder
 from ambit.dns.server import DnsServer
+from ambit.dns.settings import Upstream
 from ambit.inpod import eventloop
 from ambit.model.state import WorkloadState
 from ambit.model.workload import NetworkAddress, PortMapping, Service

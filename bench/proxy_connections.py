@@ -35,7 +35,7 @@ proxies together"). Figures:
   CPU per handshake pair (both ends), with the peer check (:func:`ambit.tls.spiffe.check_peer`) timed apart. The
   rate round's cold minus pooled CPU, minus this floor, is what our Python and the event loop's TLS layer add.
 
-Logging is the node proxy's own (:func:`ambit.cli.mesh.configure_logging`), to a file: both proxies write an
+Logging is the node proxy's own (:func:`ambit.cli.process_logging.configure_logging`), to a file: both proxies write an
 access-log line per connection, as in the lab.
 
 Everything the harness creates (namespaces, subprocesses) is removed when it ends, even on Ctrl-C.
@@ -64,7 +64,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ambit.cli.mesh import configure_logging
+from ambit.cli.process_logging import configure_logging
 from ambit.commands import SubprocessRunner
 from ambit.identity.localca import LocalCa
 from ambit.identity.manager import CertificateManager

@@ -18,7 +18,7 @@ from tests.integration.controlplane_rig import eventually
 from typer.testing import CliRunner
 
 from ambit.cli import waypoint as waypoint_commands  # noqa: F401  (registers the commands on the app)
-from ambit.cli.main import app
+from ambit.cli.app import app
 from ambit.controlplane.process import ControlPlane
 from ambit.k8s import KubeClient, KubeNotFoundError, kinds
 

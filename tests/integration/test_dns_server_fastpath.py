@@ -19,8 +19,9 @@ import pytest
 from tests.unit.dns_state import mesh, svc
 
 from ambit.dns.answer import DnsClient
-from ambit.dns.forwarder import Forwarder, Upstream, read_exactly
+from ambit.dns.forwarder import Forwarder, read_exactly
 from ambit.dns.server import DnsServer
+from ambit.dns.settings import Upstream
 from ambit.model.state import WorkloadState
 from ambit.proxy.sockets import HostSocketFactory
 from ambit.telemetry.metrics import ProxyMetrics

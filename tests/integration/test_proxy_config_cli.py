@@ -30,7 +30,7 @@ from tests.proxyconfig_rig import record_dump, running_node_proxy
 from typer.testing import CliRunner
 
 import ambit.cli.proxy_config  # registers the command on the app
-from ambit.cli.main import app
+from ambit.cli.app import app
 from ambit.cli.proxy_config import child_argv
 from ambit.observe.proxyconfig import Filters, Section
 

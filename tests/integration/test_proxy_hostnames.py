@@ -19,6 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tests.integration.dns_upstream import HOST, scripted_dns
 
+from ambit.proxy.hostname_lookup import answer_addresses
 from ambit.proxy.hostnames import (
     MAX_ADDRESSES,
     MIN_TTL,
@@ -26,7 +27,6 @@ from ambit.proxy.hostnames import (
     HostnameLookupError,
     HostnameResolver,
     Resolved,
-    answer_addresses,
     cache_key,
     upstream_lookup,
 )

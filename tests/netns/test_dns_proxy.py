@@ -35,8 +35,8 @@ import dns.rrset
 import pytest
 
 from ambit.commands import SubprocessRunner
-from ambit.dns.forwarder import Upstream, read_exactly
-from ambit.dns.server import DnsServerSettings
+from ambit.dns.forwarder import read_exactly
+from ambit.dns.settings import DnsServerSettings, Upstream
 from ambit.identity.localca import LocalCa
 from ambit.identity.manager import CertificateManager
 from ambit.inpod.listeners import ListenerSpec, open_pod_listeners

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ambit.cli import mesh as mesh_commands  # importing it registers the command on the app
-from ambit.cli.main import app
+from ambit.cli.app import app
 from ambit.controlplane import process
 
 

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from ambit.cli import main as cli_main
+from ambit.cli.app import app
 
 HEAVY = ("grpc", "aiohttp", "cryptography.x509")
 
@@ -16,11 +17,11 @@ HEAVY = ("grpc", "aiohttp", "cryptography.x509")
 def registered() -> dict[str, str]:
     """Every top-level command or group registered on the app so far, with the module that registered it."""
     out: dict[str, str] = {}
-    for command in cli_main.app.registered_commands:
+    for command in app.registered_commands:
         assert command.callback is not None
         name = command.name or command.callback.__name__.replace("_", "-")
         out[name] = command.callback.__module__
-    for group in cli_main.app.registered_groups:
+    for group in app.registered_groups:
         assert group.name is not None and group.typer_instance is not None
         out[group.name] = group.typer_instance.registered_commands[0].callback.__module__  # type: ignore[union-attr]
     return out
@@ -135,3 +136,11 @@ def test_lab_up_help_marks_the_supervised_mesh_deprecated() -> None:
     assert done.returncode == 0, done.stderr
     text = " ".join(done.stdout.split())
     assert "--supervised" in text and "Deprecated: run the mesh as host processes" in text, text
+
+
+def test_the_app_is_still_found_where_older_command_modules_import_it_from() -> None:
+    from ambit.cli.main import app as where_it_was
+
+    assert where_it_was is app
+    with pytest.raises(AttributeError):
+        cli_main.no_such_name  # noqa: B018

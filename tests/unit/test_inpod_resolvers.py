@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ambit.dns.forwarder import Upstream
+from ambit.dns.settings import Upstream
 from ambit.inpod.resolvers import PodResolvers, find_pod_resolv_conf
 
 FALLBACK = Upstream(("198.19.0.53",))

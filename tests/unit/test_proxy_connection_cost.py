@@ -15,7 +15,7 @@ import logging
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ambit.cli.mesh import LOG_FORMAT, _LogFormatter
+from ambit.cli.process_logging import LOG_FORMAT, LogFormatter
 from ambit.hbone.errors import AuthorityError
 from ambit.hbone.headers import parse_authority
 from ambit.model.identity import SpiffeId
@@ -144,7 +144,7 @@ def test_the_labels_cache_starts_afresh_at_its_limit_and_still_answers() -> None
 
 
 def test_the_log_formatter_writes_what_the_standard_formatter_writes() -> None:
-    ours, standard = _LogFormatter(), logging.Formatter(LOG_FORMAT)
+    ours, standard = LogFormatter(), logging.Formatter(LOG_FORMAT)
     for created in (1_700_000_000.001, 1_700_000_000.999, 1_700_000_001.5, 1_700_000_001.25, 1_700_003_600.0):
         record = logging.LogRecord("access", logging.INFO, __file__, 1, "line %s", ("x",), None)
         record.created, record.msecs = created, (created - int(created)) * 1000

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -263,3 +265,18 @@ def test_connections_refused_at_accept_are_counted_by_listener_and_reason() -> N
     text = metrics.render().decode()
     assert 'ambit_listener_connections_refused_total{listener="hbone",reason="peer_pending"} 2.0' in text
     assert 'ambit_listener_connections_refused_total{listener="inbound_plaintext",reason="connections"} 1.0' in text
+
+
+def test_prometheus_client_is_imported_by_the_first_scrape_and_the_media_type_is_its_own() -> None:
+    probe = (
+        "import sys\n"
+        "from ambit.telemetry.metrics import CONTENT_TYPE, ProxyMetrics\n"
+        "metrics = ProxyMetrics()\n"
+        "metrics.proxy_started()\n"
+        "print('prometheus_client' in sys.modules)\n"
+        "body = metrics.render()\n"
+        "from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4\n"
+        "print(b'istio_proxies_started_total 1.0' in body, CONTENT_TYPE == CONTENT_TYPE_PLAIN_0_0_4)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.split() == ["False", "True", "True"], done.stdout

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from ambit.cli.main import app
+from ambit.cli.app import app
 
 
 @app.command()

@@ -28,7 +28,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ambit.cli.main import app
+from ambit.cli.app import app
 from ambit.lab.network.topology import DEFAULT_DIR, Topology
 from ambit.observe.admin_client import ADMIN_PORT
 from ambit.observe.dashboard import AdminSource, DashboardApp, DashboardState, Explainer, serve

@@ -34,7 +34,7 @@ from typing import Annotated, Any
 import aiohttp
 import typer
 
-from ambit.cli.main import app
+from ambit.cli.app import app
 from ambit.httpfetch import HttpFetchError, fetch_body
 from ambit.lab.network.topology import DEFAULT_DIR, Topology
 from ambit.observe.admin_client import ADMIN_PORT, config_dump_url

@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ambit.cli.main import app
+from ambit.cli.app import app
 from ambit.k8s import kinds
 from ambit.k8s.kinds import ResourceKind
 

@@ -17,7 +17,7 @@ from typing import Annotated
 import typer
 
 import ambit
-from ambit.cli.main import app
+from ambit.cli.app import app
 from ambit.k8s import KubeClient, KubeClientError
 from ambit.k8s.install import control_plane_version, render, run_install, run_uninstall
 from ambit.k8s.manifests import InstallError, Manifest, ManifestError, parse_manifests

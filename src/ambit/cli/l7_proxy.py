@@ -103,7 +103,7 @@ def l7_settings(
 def run_l7(command: str, main: Callable[[], Coroutine[Any, Any, None]], loop: str) -> None:
     """Run ``main`` on event loop ``loop``; an :class:`~ambit.errors.AmbitError` or OS error ends ``command`` with
     its message and exit status 1."""
-    from ambit.cli.mesh import configure_logging
+    from ambit.cli.process_logging import configure_logging
     from ambit.errors import AmbitError
     from ambit.inpod import eventloop
 

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ambit.cli.main import app
+from ambit.cli.app import app
 from ambit.lab.network.topology import DEFAULT_DIR, Topology
 
 lab = typer.Typer(
@@ -409,7 +409,7 @@ def dns(
     ] = None,
 ) -> None:
     """Serve cluster DNS (kube-dns's role) from the API's Services and EndpointSlices: the lab's kube-dns pod."""
-    from ambit.cli.mesh import configure_logging
+    from ambit.cli.process_logging import configure_logging
     from ambit.k8s import KubeClient, KubeClientError
     from ambit.lab.dns.server import ClusterDnsSettings, run_cluster_dns
 

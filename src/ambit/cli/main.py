@@ -5,9 +5,9 @@ modules pull in what their commands need (the gRPC extension, HTTP clients, rich
 ``ambit lab exec`` should not pay two seconds of imports for commands it does not run. ``--help`` and anything
 unknown import them all, so help lists every command and typer reports unknown ones as usual.
 
-The per-node daemons in :data:`DIRECT_COMMANDS` are parsed without typer's coercion layer when their arguments are
-plain (:mod:`ambit.cli.direct`): typer would import pydantic and keep it for the daemon's whole life. Anything else
-about them (help, a bad value) goes through typer as for every other command.
+``ambit nodeproxy`` (a per-node daemon, restarted on every hand-over) is not typer's: :data:`ARGPARSE_COMMANDS`
+hands it to :func:`ambit.cli.nodeproxy.main`, which parses its flags with argparse, so typer, click and rich are
+never imported into it (``tests/unit/test_cli_nodeproxy.py``). This module imports typer only for the others.
 """
 
 from __future__ import annotations
@@ -15,22 +15,6 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Sequence
-
-import typer
-
-app = typer.Typer(
-    help="Ambit: an ambient-mode service mesh, wire-compatible with Istio ambient.",
-    no_args_is_help=True,
-    add_completion=False,
-)
-
-
-@app.callback()
-def _root() -> None:
-    """Ambit: an ambient-mode service mesh, wire-compatible with Istio ambient."""
-    # A callback keeps the app a group of commands when only one module is imported (typer would otherwise make a
-    # lone command the whole program).
-
 
 COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "apiserver": ("ambit.cli.apiserver",),
@@ -56,8 +40,8 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
 """The top-level command names and the modules that register them (tests/unit/test_cli_main.py keeps it true)."""
 
 
-DIRECT_COMMANDS: dict[str, tuple[str, str]] = {"nodeproxy": ("ambit.cli.mesh", "nodeproxy")}
-"""Commands run by :func:`ambit.cli.direct.run_direct` when it can: the module and the function of each."""
+ARGPARSE_COMMANDS: dict[str, str] = {"nodeproxy": "ambit.cli.nodeproxy"}
+"""Commands whose first argument hands the rest to the ``main(argv) -> int`` of a module, without typer."""
 
 
 def modules_for(argv: Sequence[str]) -> tuple[str, ...]:
@@ -70,11 +54,20 @@ def modules_for(argv: Sequence[str]) -> tuple[str, ...]:
 
 def main() -> None:
     argv = sys.argv[1:]
-    if argv and argv[0] in DIRECT_COMMANDS:
-        from ambit.cli.direct import run_direct
-
-        module, function = DIRECT_COMMANDS[argv[0]]
-        run_direct(getattr(importlib.import_module(module), function), argv[1:])  # exits unless it declines
+    if argv and argv[0] in ARGPARSE_COMMANDS:
+        sys.exit(importlib.import_module(ARGPARSE_COMMANDS[argv[0]]).main(argv[1:]))
     for module in modules_for(argv):
         importlib.import_module(module)
+    from ambit.cli.app import app
+
     app()
+
+
+def __getattr__(name: str) -> object:
+    """``ambit.cli.main.app``, where command modules written before :mod:`ambit.cli.app` look for the app (imported
+    only then: this module itself never imports typer)."""
+    if name == "app":
+        from ambit.cli.app import app
+
+        return app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

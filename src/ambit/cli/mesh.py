@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import re
-import time
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from ambit.cli.main import app
+from ambit.cli.app import app
+from ambit.cli.nodeproxy import ZDS_DIR, CommandFailed, UsageError, start
+from ambit.cli.process_logging import configure_logging
 from ambit.lab.network.topology import Topology
 from ambit.zds import ZDS_SOCKET
 
 NodeOption = Annotated[str, typer.Option("--node", help="The node's name.")]
-ZDS_DIR = Path("/var/run/ztunnel")
-"""Where the node agent serves ZDS and the node proxy connects, as a hostPath both pods mount (Istio's path)."""
 InClusterLabDir = Annotated[
     Path | None,
     typer.Option("--lab-dir", help="Run as a host process of this lab [default: in a pod, with the standard paths]."),
@@ -33,43 +31,6 @@ def _lab_node(directory: Path, node: str) -> Topology:
     if topology.node_named(node) is None:
         raise typer.BadParameter(f"no node {node!r} in this lab")
     return topology
-
-
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-
-
-class _LogFormatter(logging.Formatter):
-    """:data:`LOG_FORMAT`'s formatter, with each second's date and time formatted once, not once per record.
-
-    The node proxy writes an access-log line per connection, so ``localtime`` plus ``strftime`` per line would
-    count in its cost per connection. The text is the standard formatter's exactly.
-    """
-
-    def __init__(self) -> None:
-        super().__init__(LOG_FORMAT)
-        self._second = -1
-        self._second_text = ""
-
-    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
-        if datefmt or not self.default_msec_format:
-            return super().formatTime(record, datefmt)
-        second = int(record.created)
-        if second != self._second:
-            self._second_text = time.strftime(self.default_time_format, self.converter(record.created))
-            self._second = second
-        return self.default_msec_format % (self._second_text, record.msecs)
-
-
-def configure_logging(filename: Path | None = None) -> None:
-    """The mesh processes' logging: INFO and up to stderr (or ``filename``), one line per record.
-
-    Log records skip what no line shows: the process id (a ``getpid`` system call per record), the thread and the
-    multiprocessing process name. The node proxy makes a record per connection (the access log).
-    """
-    logging.logProcesses = logging.logThreads = logging.logMultiprocessing = False
-    handler: logging.Handler = logging.StreamHandler() if filename is None else logging.FileHandler(filename)
-    handler.setFormatter(_LogFormatter())
-    logging.basicConfig(level=logging.INFO, handlers=[handler])
 
 
 @app.command(hidden=True)
@@ -172,14 +133,6 @@ def nodeagent(
     except (AmbitError, ValueError, OSError) as exc:
         typer.echo(f"ambit nodeagent: {exc}", err=True)
         raise typer.Exit(1) from None
-
-
-def _open_files_limit() -> int | None:
-    """The process's soft descriptor limit, or None when unlimited."""
-    import resource
-
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    return None if soft == resource.RLIM_INFINITY else soft
 
 
 @app.command(hidden=True)
@@ -306,89 +259,15 @@ def nodeproxy(
     Workloads come from the control plane (--xds-address) or a local file (--config); certificates from the control
     plane's CA (--ca-address) or a local CA directory (--local-ca).
     """
-    from ambit.inpod import eventloop
-    from ambit.inpod.settings import (
-        NodeProxySettings,
-        NodeProxySettingsError,
-        own_pod_from_environment,
-        parse_connection_bounds,
-        parse_drain_deadline,
-        parse_pool_limits,
-        parse_secret_ttl,
-    )
-    from ambit.model.identity import IdentityError, check_trust_domain
-
+    # ambit's entry point runs `ambit nodeproxy` with argparse (ambit.cli.nodeproxy); this declaration is typer's
+    # view of the same flags, which tests/unit/test_cli_nodeproxy.py holds to ambit.cli.nodeproxy_flags.FLAGS.
     try:
-        check_trust_domain(trust_domain)
-    except IdentityError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--trust-domain") from None
-    try:
-        eventloop.loop_factory(event_loop)
-    except eventloop.EventLoopError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--event-loop") from None
-    try:
-        max_streams, idle_timeout = parse_pool_limits(pool_max_streams, pool_idle_timeout, os.environ)
-        deadline = parse_drain_deadline(drain_deadline, os.environ)
-        ttl = parse_secret_ttl(secret_ttl, os.environ)
-        bounds = parse_connection_bounds(os.environ, _open_files_limit())
-    except NodeProxySettingsError as exc:
-        raise typer.BadParameter(str(exc)) from None
-    if notify_fd is not None:
-        try:
-            os.fstat(notify_fd)
-        except OSError:
-            raise typer.BadParameter(f"file descriptor {notify_fd} is not open", param_hint="--notify-fd") from None
-    dns_nameservers = tuple(_dns_upstreams(dns_upstream or []))
-    if (xds_address or ca_address) and (root_cert is None or token is None):
-        raise typer.BadParameter("--xds-address and --ca-address need --root-cert and --token")
-    default_config: Path | None
-    default_ca: Path | None
-    own_pod, own_address = None, None
-    if directory is not None:  # a host process of a lab: the lab's paths and, without a control plane, its files
-        topology = _lab_node(directory, node)
-        zds_socket = topology.node_dir(node) / "run" / ZDS_SOCKET
-        default_config, default_ca = topology.mesh_config_file, topology.mesh_ca_dir
-    else:  # in a pod (the ztunnel DaemonSet): the standard paths, and a control plane or explicit files
-        zds_socket = ZDS_DIR / ZDS_SOCKET
-        default_config = default_ca = None
-        own_pod, own_address = own_pod_from_environment(os.environ)  # the self-proxy listener's pod
-        if not (xds_address or config) or not (ca_address or local_ca):
-            raise typer.BadParameter(
-                "in a pod (no --lab-dir), give --xds-address (or --config) and --ca-address (or --local-ca)"
-            )
-    settings = NodeProxySettings(
-        node=node,
-        zds_socket=zds_socket,
-        config_file=None if xds_address else (config or default_config),
-        local_ca_dir=None if ca_address else (local_ca or default_ca),
-        xds_address=xds_address,
-        ca_address=ca_address,
-        root_cert_file=root_cert,
-        token_file=token,
-        xds_server_name=server_name,
-        cluster_id=cluster_id,
-        trust_domain=trust_domain,
-        pool_max_streams=max_streams,
-        pool_idle_timeout=idle_timeout,
-        event_loop=event_loop,
-        admin_token_file=admin_token_file,
-        dns_proxy=dns_proxy,
-        dns_nameservers=dns_nameservers,
-        flow_log_size=flow_log_size,
-        crl_path=None if crl_path is None or str(crl_path) in ("", ".") else crl_path,
-        drain_deadline=deadline,
-        secret_ttl=ttl,
-        connection_bounds=bounds,
-        notify_fd=notify_fd,
-        own_pod=own_pod,
-        own_address=own_address,
-    )
-    from ambit.inpod.allocator import tune_allocator
-    from ambit.inpod.daemon import run_node_proxy  # the data path's imports: only once the arguments are good
-
-    configure_logging()
-    tune_allocator()
-    eventloop.run(lambda: run_node_proxy(settings), settings.event_loop)
+        start(**locals())
+    except UsageError as exc:
+        raise typer.BadParameter(exc.message, param_hint=exc.flag) from None
+    except CommandFailed as exc:
+        typer.echo(f"ambit: {exc}", err=True)
+        raise typer.Exit(1) from None
 
 
 @app.command()
@@ -606,16 +485,3 @@ def _env_bool(value: str, what: str) -> bool:
     if lowered in ("0", "f", "false"):
         return False
     raise typer.BadParameter(f"expected true or false, got {value!r}", param_hint=what)
-
-
-def _dns_upstreams(values: list[str]) -> list[str]:
-    """``--dns-upstream`` values, each a numeric IP address."""
-    import ipaddress
-
-    out = []
-    for value in values:
-        try:
-            out.append(str(ipaddress.ip_address(value)))
-        except ValueError:
-            raise typer.BadParameter(f"{value!r} is not an IP address", param_hint="--dns-upstream") from None
-    return out

@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ambit.cli.main import app
+from ambit.cli.app import app
 
 if TYPE_CHECKING:
     from ambit.model.localconfig import LocalConfig

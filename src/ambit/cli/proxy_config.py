@@ -29,7 +29,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ambit.cli.main import app
+from ambit.cli.app import app
 from ambit.lab.network.topology import DEFAULT_DIR, Topology
 from ambit.observe.admin_client import ADMIN_PORT, DEFAULT_TIMEOUT, fetch_config_dump
 from ambit.observe.proxyconfig import (

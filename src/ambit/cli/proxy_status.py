@@ -20,7 +20,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ambit.cli.main import app
+from ambit.cli.app import app
 from ambit.cli.sync_status import SyncDocumentError, parse_document, status_table
 
 TOKEN_SECONDS = 600

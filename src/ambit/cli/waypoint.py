@@ -35,8 +35,8 @@ from rich.console import Console
 from rich.table import Table
 from typer.core import TyperGroup
 
+from ambit.cli.app import app
 from ambit.cli.istioctl_args import BoolFlagError, read_bool_flags
-from ambit.cli.main import app
 from ambit.errors import AmbitError
 
 BOOL_FLAGS = {

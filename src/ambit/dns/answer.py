@@ -49,10 +49,10 @@ from dns.rdtypes.IN.A import A
 from dns.rdtypes.IN.AAAA import AAAA
 
 from ambit.dns.names import Labels, aliases, join, split, wildcards
+from ambit.dns.settings import DEFAULT_DOMAIN
 from ambit.model.workload import HealthPolicy, HealthStatus, IPAddress, IPFamilies, Service, Workload
 
 TTL = 30
-DEFAULT_DOMAIN = "cluster.local"
 
 
 class ServiceView(Protocol):

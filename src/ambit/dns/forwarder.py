@@ -27,7 +27,6 @@ import ipaddress
 import secrets
 import socket
 import struct
-from dataclasses import dataclass
 from typing import Protocol
 
 import dns.exception
@@ -35,6 +34,7 @@ import dns.flags
 import dns.message
 
 from ambit.dns.errors import UpstreamError
+from ambit.dns.settings import Upstream
 
 MAX_UDP_ANSWER = 65535
 MAX_TCP_ANSWER = 65535
@@ -48,17 +48,6 @@ class DnsSocketFactory(Protocol):
     ) -> socket.socket: ...
 
     async def udp_socket(self, *, family: socket.AddressFamily = socket.AF_INET) -> socket.socket: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Upstream:
-    """The resolvers to ask and how patiently (from the pod's or the proxy's resolv.conf)."""
-
-    nameservers: tuple[str, ...]
-    timeout: float = 2.0
-    """Seconds one try may take."""
-    attempts: int = 2
-    port: int = 53
 
 
 def is_local_address(text: str) -> bool:

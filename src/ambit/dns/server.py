@@ -37,7 +37,6 @@ import socket
 import struct
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, cast
 
 import dns.message
@@ -45,7 +44,6 @@ import dns.rcode
 import dns.rdatatype
 
 from ambit.dns.answer import (
-    DEFAULT_DOMAIN,
     Answered,
     DnsClient,
     Forward,
@@ -57,30 +55,15 @@ from ambit.dns.answer import (
 )
 from ambit.dns.errors import UpstreamError
 from ambit.dns.fastpath import AnswerCache
-from ambit.dns.forwarder import Forwarder, Upstream, read_exactly
+from ambit.dns.forwarder import Forwarder, read_exactly
 from ambit.dns.names import split
+from ambit.dns.settings import DnsServerSettings, Upstream
 from ambit.telemetry.metrics import DnsLabels, ProxyMetrics
 
 log = logging.getLogger("ambit.dns")
 access = logging.getLogger("dns")
 
 UDP_DEFAULT_PAYLOAD = 512
-
-
-@dataclass(frozen=True, slots=True)
-class DnsServerSettings:
-    domain: str = DEFAULT_DOMAIN
-    """The cluster's DNS domain."""
-    ipv6: bool = True
-    """Answer AAAA queries (off: an empty answer, as ztunnel with IPv6 disabled)."""
-    max_forwards: int = 64
-    """Forwarded queries of one pod in flight at most (rule 1)."""
-    max_tcp_connections: int = 32
-    """TCP connections of one pod served at once at most (rule 4)."""
-    tcp_idle: float = 5.0
-    """Seconds a TCP connection may wait for its next full message."""
-    max_send_buffer: int = 256 * 1024
-    """Bytes of UDP replies queued at most before replies are dropped (rule 3)."""
 
 
 class DnsServer:

@@ -18,9 +18,8 @@ nothing where the C library is not glibc (``mallopt`` is glibc's), and never fai
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
-import platform
+import os
 
 log = logging.getLogger(__name__)
 
@@ -36,11 +35,10 @@ _M_MMAP_THRESHOLD = -3
 
 def tune_allocator() -> bool:
     """Fix glibc's mmap and trim thresholds (see the module docstring); False where that is not possible."""
-    if platform.libc_ver()[0] != "glibc":
+    if not _is_glibc():
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
+        mallopt = ctypes.CDLL(None).mallopt  # the process's own symbols, libc's among them: no library search
     except (OSError, AttributeError):
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
@@ -48,3 +46,13 @@ def tune_allocator() -> bool:
     if not done:
         log.warning("could not set the C allocator's thresholds (mallopt refused)")
     return done
+
+
+def _is_glibc() -> bool:
+    """Whether the C library is glibc: glibc alone answers ``confstr(_CS_GNU_LIBC_VERSION)`` (``glibc 2.36``).
+
+    (``platform.libc_ver`` would read the interpreter's executable to find out, and its import brings more.)"""
+    try:
+        return (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc ")
+    except (ValueError, OSError):
+        return False

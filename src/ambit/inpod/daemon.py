@@ -33,9 +33,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ambit.dns.forwarder import Upstream
 from ambit.dns.resolvconf import ResolvConf
-from ambit.dns.server import DnsServerSettings
+from ambit.dns.settings import DnsServerSettings, Upstream
 from ambit.errors import AmbitError
 from ambit.identity.istiod import IstiodCaClient
 from ambit.identity.localca import LocalCa

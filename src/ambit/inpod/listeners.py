@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import enum
 import errno
 import os
@@ -88,7 +87,7 @@ class PodListener:
 
 
 def _setns(fd: int, nstype: int) -> None:
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    libc = ctypes.CDLL(None, use_errno=True)  # the process's own symbols, libc's among them: no library search
     if libc.setns(fd, nstype) != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, f"setns: {os.strerror(errno)}")

@@ -27,8 +27,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ambit.dns.forwarder import Upstream
 from ambit.dns.resolvconf import ResolvConf, parse_resolv_conf
+from ambit.dns.settings import Upstream
 
 MAX_RESOLV_CONF = 64 * 1024
 RETRY_AFTER_MISS = 1.0

@@ -40,16 +40,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import importlib
 import logging
 import os
 import socket
+import sys
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ambit.dns.answer import DnsClient
-from ambit.dns.forwarder import Forwarder, Upstream
-from ambit.dns.server import DnsDatagramProtocol, DnsServer, DnsServerSettings
+from ambit.dns.settings import DnsServerSettings, Upstream
 from ambit.inpod.listeners import ListenerError, Port, open_pod_listeners
 from ambit.inpod.resolvers import PodResolvers
 from ambit.proxy.admission import ListenerGate, ListenerLimits, NodeBudget, Refusal, Ticket
@@ -59,6 +59,10 @@ from ambit.proxy.outbound import serve_outbound
 from ambit.proxy.relay import Splice
 from ambit.proxy.sockets import NetnsSocketFactory, original_dst, reset
 from ambit.zds.protocol import WorkloadInfo
+
+if TYPE_CHECKING:  # the DNS proxy (and dnspython) is imported when the first pod's DNS server starts
+    from ambit.dns.answer import DnsClient
+    from ambit.dns.server import DnsDatagramProtocol, DnsServer
 
 log = logging.getLogger("ambit.inpod.workloads")
 
@@ -336,6 +340,8 @@ class PodListenerManager:
                 local = LocalPod(uid, info, pod.sockets, self._context.settings.trust_domain)
                 handlers = self._handlers(self._context, local)
                 if self._dns is not None:
+                    if "ambit.dns.server" not in sys.modules:  # the first pod's: dnspython, off the loop
+                        await asyncio.to_thread(importlib.import_module, "ambit.dns.server")
                     pod.dns = dns = self._dns_server(self._context, local, pod.sockets, netns, self._dns)
                     handlers[Port.DNS] = lambda sock, ticket: dns.serve_tcp(sock)  # bounded by the DNS server
             gates = self.admission.gates() if self.admission is not None else {}
@@ -385,7 +391,14 @@ class PodListenerManager:
         netns: tuple[int, int],
         settings: DnsProxySettings,
     ) -> DnsServer:
-        """The pod's DNS proxy: the pod is the client, its netns makes the upstream sockets."""
+        """The pod's DNS proxy: the pod is the client, its netns makes the upstream sockets.
+
+        The first pod's start imports the DNS proxy and dnspython, in a thread (tens of milliseconds, once): a node
+        proxy without pods, or with the DNS proxy off, never holds them (about 4 MiB)."""
+        from ambit.dns.answer import DnsClient
+        from ambit.dns.forwarder import Forwarder
+        from ambit.dns.server import DnsServer
+
         info = local.info
 
         def client() -> DnsClient:

@@ -1,6 +1,7 @@
 """The node proxy's local config file: workloads, services and policies in YAML, like ztunnel's local mode.
 
-Theory of operation: :func:`parse_local_config` loads YAML (libyaml's safe loader when present), then walks the
+Theory of operation: :func:`parse_local_config` loads YAML (libyaml's safe loader when present,
+:mod:`ambit.model.localconfig_yaml`, imported on first use: a node proxy fed by xDS never loads YAML), then walks the
 document with a path in hand, so every complaint names the field that caused it (``workloads[2].workloadIps[0]:
 not an IP address: 'x'``). :func:`render_local_config` writes every field out, defaults included, in the same
 shape. The dict form in between (:func:`workload_to_dict`, :func:`service_to_dict`) is also what the admin
@@ -45,8 +46,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import yaml
-
 from ambit.model.dnsname import check_dns_name
 from ambit.model.errors import AddressError, IdentityError, LocalConfigError
 from ambit.model.identity import (
@@ -67,8 +66,6 @@ from ambit.model.policy import (
     StringMatch,
     StringMatchKind,
 )
-from ambit.model.untrusted_yaml import SafeLoader as _BaseLoader
-from ambit.model.untrusted_yaml import load as _load_untrusted
 from ambit.model.workload import (
     HBONE_MTLS_PORT,
     ApplicationTunnel,
@@ -173,37 +170,6 @@ class LocalConfig:
     services: tuple[Service, ...]
     policies: tuple[Policy, ...] = ()
     """L4 authorization policies (spec §4.3), ordered by key."""
-
-
-class _DuplicateCheckingLoader(_BaseLoader):
-    """The safe loader, refusing a scalar key given twice in one mapping (YAML says keys are unique)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[object] = set()
-        for key_node, _ in node.value:
-            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
-                key = self.construct_object(key_node, deep=False)
-                if key in seen:
-                    raise yaml.constructor.ConstructorError(
-                        "while constructing a mapping", node.start_mark, f"duplicate key {key!r}", key_node.start_mark
-                    )
-                seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-def _load_yaml(text: str) -> object:
-    try:
-        return _load_untrusted(text, _DuplicateCheckingLoader)  # a safe loader without aliases, see _BaseLoader
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "somewhere"
-        raise LocalConfigError(f"YAML {where}: {exc.problem or exc.context}") from None
-    except yaml.YAMLError as exc:
-        raise LocalConfigError(f"YAML: {exc}") from None
-    except RecursionError:
-        raise LocalConfigError("YAML: nested too deeply") from None
-    except (ValueError, TypeError, OverflowError) as exc:  # e.g. a timestamp with month 13, a lone surrogate
-        raise LocalConfigError(f"YAML: {exc}") from None
 
 
 # Reading: each helper takes the value and its path, and raises LocalConfigError naming that path.
@@ -571,7 +537,9 @@ def _policy(value: object, path: str) -> Policy:
 
 def parse_local_config(text: str) -> LocalConfig:
     """Read a local config file; any problem raises :class:`LocalConfigError` naming the field or line."""
-    document = _load_yaml(text)
+    from ambit.model.localconfig_yaml import load_yaml  # YAML's modules only in processes that read such a file
+
+    document = load_yaml(text)
     if document is None:
         return LocalConfig((), ())
     root = _mapping(document, "(top level)", _ROOT_KEYS)
@@ -740,4 +708,6 @@ def render_local_config(config: LocalConfig) -> str:
     }
     if config.policies:
         document["policies"] = [policy_to_dict(policy) for policy in config.policies]
-    return yaml.safe_dump(document, sort_keys=False, allow_unicode=True)
+    from ambit.model.localconfig_yaml import dump_yaml
+
+    return dump_yaml(document)

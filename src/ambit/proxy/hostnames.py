@@ -26,28 +26,21 @@ Rules:
    error (NXDOMAIN, timeout) is not asked again for the other version.
 7. :meth:`HostnameResolver.fetch_addresses` gives every address of both versions (IPv4 first; Envoy's lookup
    family ALL), for a caller that tries them all; an error for IPv4 is not asked again for IPv6, as in rule 6.
-8. :func:`upstream_lookup` asks over plain DNS (UDP, then TCP), never DNS over HTTPS or QUIC: it imports
-   dnspython's query module when it is built (at start-up, not on the first lookup, which would stall the loop)
-   with dnspython's DNS-over-HTTPS support switched off first, so the process never loads the HTTP/2 client stack
-   that support would import.
+8. :func:`upstream_lookup` asks over plain DNS (UDP, then TCP), never DNS over HTTPS or QUIC: dnspython's
+   query module is imported with its DNS-over-HTTPS support switched off first, so the process never loads the
+   HTTP/2 client stack that support would import. It is imported by the first lookup, in a thread (not on the
+   loop, which it would stall for tens of milliseconds), so a node proxy that never resolves a hostname endpoint
+   never holds dnspython (about 4 MiB); the first lookup's time includes the import.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
+import importlib
 import random
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from types import ModuleType
-
-import dns.exception
-import dns.message
-import dns.name
-import dns.rcode
-import dns.rdataclass
-import dns.rdatatype
 
 from ambit.model.workload import IPAddress
 from ambit.proxy.errors import ProxyError
@@ -220,65 +213,17 @@ class HostnameResolver:
         return self.cache.store(key, Resolved(usable, resolved.ttl), self._clock())
 
 
-def answer_addresses(response: dns.message.Message, name: str, version: int) -> Resolved:
-    """The addresses ``response`` gives for ``name`` (following CNAMEs within it), and the smallest TTL on the way;
-    raises :class:`HostnameLookupError` for an error code."""
-    if response.rcode() != dns.rcode.NOERROR:
-        raise HostnameLookupError(f"{name}: {dns.rcode.to_text(response.rcode())}", "rcode")
-    rdtype = dns.rdatatype.A if version == 4 else dns.rdatatype.AAAA
-    owner = dns.name.from_text(name)
-    ttls: list[float] = []
-    for _ in range(MAX_CNAME_HOPS):
-        found = response.get_rrset(response.answer, owner, dns.rdataclass.IN, rdtype)
-        if found is not None:
-            ttls.append(found.ttl)
-            addresses = tuple(ipaddress.ip_address(rdata.address) for rdata in list(found)[:MAX_ADDRESSES])
-            return Resolved(addresses, min(ttls))
-        alias = response.get_rrset(response.answer, owner, dns.rdataclass.IN, dns.rdatatype.CNAME)
-        if alias is None:
-            break
-        ttls.append(alias.ttl)
-        owner = alias[0].target
-    return Resolved((), min(ttls, default=NEGATIVE_TTL))
-
-
 def upstream_lookup(nameservers: Sequence[str], *, port: int = 53, timeout: float = 2.0) -> Lookup:
-    """A :data:`Lookup` that asks ``nameservers`` in turn (UDP, TCP when truncated), from the caller's netns."""
-    asyncquery = _plain_dns_query()
+    """A :data:`Lookup` that asks ``nameservers`` in turn (UDP, TCP when truncated), from the caller's netns.
+
+    dnspython (:mod:`ambit.proxy.hostname_lookup`) is imported by the first lookup, in a thread (rule 8)."""
+    ask: Lookup | None = None
 
     async def lookup(name: str, version: int) -> Resolved:
-        if not nameservers:
-            raise HostnameLookupError(f"cannot resolve {name}: no nameserver", "no upstream")
-        rdtype = dns.rdatatype.A if version == 4 else dns.rdatatype.AAAA
-        last = HostnameLookupError(f"cannot resolve {name}", "error")
-        for server in nameservers:
-            query = dns.message.make_query(name, rdtype)
-            try:
-                # Datagrams that are not the answer (garbage, another id, another source) are ignored, as the
-                # DNS proxy's forwarder does: a spoofed packet cannot fail the lookup, only the timeout can.
-                response, _tcp = await asyncquery.udp_with_fallback(
-                    query, server, timeout=timeout, port=port, ignore_unexpected=True, ignore_errors=True
-                )
-            except dns.exception.Timeout:
-                last = HostnameLookupError(f"{server} did not answer for {name}", "timeout")
-                continue
-            except (dns.exception.DNSException, OSError, ValueError, EOFError) as exc:
-                last = HostnameLookupError(f"cannot ask {server} for {name}: {exc}", "error")
-                continue
-            try:
-                return answer_addresses(response, name, version)
-            except (dns.exception.DNSException, ValueError) as exc:
-                raise HostnameLookupError(f"{server} answered nonsense for {name}: {exc}", "error") from None
-        raise last
+        nonlocal ask
+        if ask is None:
+            module = await asyncio.to_thread(importlib.import_module, "ambit.proxy.hostname_lookup")
+            ask = module.plain_dns_lookup(nameservers, port=port, timeout=timeout)
+        return await ask(name, version)
 
     return lookup
-
-
-def _plain_dns_query() -> ModuleType:
-    """dnspython's asyncio query module, imported without its DNS-over-HTTPS support (rule 8)."""
-    import dns._features
-
-    dns._features.force("doh", False)
-    import dns.asyncquery
-
-    return dns.asyncquery

@@ -27,7 +27,6 @@ import asyncio
 import collections
 import contextlib
 import ctypes
-import ctypes.util
 import errno
 import logging
 import os
@@ -140,7 +139,7 @@ class HostSocketFactory:
 
 
 def _setns(fd: int) -> None:
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    libc = ctypes.CDLL(None, use_errno=True)  # the process's own symbols, libc's among them: no library search
     if libc.setns(fd, CLONE_NEWNET) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))

@@ -1,0 +1,232 @@
+"""The node proxy's command line: one table of its flags, and an argparse parser built from it.
+
+Theory of operation. ``ambit nodeproxy`` is the process every node runs and restarts on each hand-over, so its
+command line is parsed with the standard library's argparse (:mod:`ambit.cli.nodeproxy`), not typer: typer, click,
+rich and the other commands' modules stay out of its memory. ``ambit.cli.mesh`` declares the same command for typer
+(hidden, never dispatched to by ``ambit``'s entry point); ``tests/unit/test_cli_nodeproxy.py`` holds the two to the
+same flags, help, defaults, environment variables and parsed values.
+
+To add a flag: a :class:`Flag` in :data:`FLAGS` (its ``dest`` is the keyword :func:`ambit.cli.nodeproxy.start`
+receives), the same option on ``ambit.cli.mesh.nodeproxy``'s typer declaration, and its use in ``start``.
+
+Rules (as click reads the typer declaration):
+
+1. Long options only, never abbreviated (``allow_abbrev=False``); ``--x VALUE`` and ``--x=VALUE``; the last one given
+   wins, except a repeatable flag, whose values are kept in order.
+2. An ``int`` flag is read with ``int()`` and checked against its bounds; a bad one is a usage error (exit 2).
+3. A flag with ``envvar`` takes the variable's value when the flag is absent; an empty variable counts as unset.
+4. A boolean flag is a pair, ``--x`` / ``--no-x``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["FLAGS", "Flag", "build_parser"]
+
+
+@dataclass(frozen=True, slots=True)
+class Flag:
+    """One option of ``ambit nodeproxy``."""
+
+    name: str
+    """The long option (``--node``); for a boolean, the name that sets True (``--no-`` + the rest sets False)."""
+    dest: str
+    """The keyword it is passed to the command as."""
+    help: str
+    kind: type = str
+    """``str``, ``int``, ``bool`` or ``Path``."""
+    default: object = None
+    required: bool = False
+    metavar: str | None = None
+    envvar: str | None = None
+    repeatable: bool = False
+    minimum: int | None = None
+    maximum: int | None = None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every option string of the flag."""
+        if self.kind is bool:
+            return (self.name, "--no-" + self.name.removeprefix("--"))
+        return (self.name,)
+
+    def convert(self, raw: str) -> object:
+        """``raw`` as the flag's value (rule 2); argparse turns a ValueError into a usage error naming the flag."""
+        if self.kind is Path:
+            return Path(raw)
+        if self.kind is int:
+            value = int(raw)
+            low = "" if self.minimum is None else f"{self.minimum}<="
+            high = "" if self.maximum is None else f"<={self.maximum}"
+            if (self.minimum is not None and value < self.minimum) or (
+                self.maximum is not None and value > self.maximum
+            ):
+                raise argparse.ArgumentTypeError(f"{value} is not in the range {low}x{high}")
+            return value
+        return raw
+
+
+_IN_LAB = "[default: <lab>/{}]"
+
+FLAGS: tuple[Flag, ...] = (
+    Flag("--node", "node", "The node's name.", required=True),
+    Flag(
+        "--lab-dir",
+        "directory",
+        "Run as a host process of this lab [default: in a pod, with the standard paths].",
+        Path,
+    ),
+    Flag(
+        "--config",
+        "config",
+        f"Workloads and services from this YAML file {_IN_LAB.format('mesh/workloads.yaml')}.",
+        Path,
+    ),
+    Flag(
+        "--local-ca",
+        "local_ca",
+        f"Sign workload certificates with the CA in this directory {_IN_LAB.format('mesh/ca')}.",
+        Path,
+    ),
+    Flag("--xds-address", "xds_address", "Control plane HOST:PORT for the workload API (delta xDS)."),
+    Flag("--ca-address", "ca_address", "Control plane HOST:PORT for workload certificates."),
+    Flag("--root-cert", "root_cert", "The mesh root (PEM) the control plane is verified with.", Path),
+    Flag("--token", "token", "Service-account token (audience istio-ca), re-read on use.", Path),
+    Flag(
+        "--xds-server-name",
+        "server_name",
+        "The name the control plane's certificate is checked against.",
+        default="istiod.istio-system.svc",
+    ),
+    Flag("--cluster-id", "cluster_id", "This cluster's id.", default="Kubernetes"),
+    Flag("--trust-domain", "trust_domain", "The mesh's trust domain.", default="cluster.local"),
+    Flag("--event-loop", "event_loop", "The event loop to run on: uvloop or asyncio.", default="uvloop"),
+    Flag(
+        "--admin-token-file",
+        "admin_token_file",
+        "Write the token the admin POSTs (/quitquitquit, /logging) need here, mode 0600 "
+        f"{_IN_LAB.format('nodes/<node>/run/admin-token')}.",
+        Path,
+    ),
+    Flag(
+        "--pool-max-streams",
+        "pool_max_streams",
+        "Tunnels per pooled HBONE connection (else $POOL_MAX_STREAMS_PER_CONNECTION, else 100).",
+        metavar="N",
+    ),
+    Flag(
+        "--dns-upstream",
+        "dns_upstream",
+        "Forward the pods' unanswered DNS queries to this resolver (repeatable) "
+        "[default: each pod's own resolv.conf nameservers].",
+        metavar="IP",
+        repeatable=True,
+    ),
+    Flag("--dns-proxy", "dns_proxy", "Answer DNS on 15053 in each pod.", bool, default=True),
+    Flag(
+        "--flow-log-size",
+        "flow_log_size",
+        "Connections kept for admin GET /flows (`ambit flows`); 0: no flow log.",
+        int,
+        default=4096,
+        minimum=0,
+        maximum=1_000_000,
+    ),
+    Flag(
+        "--crl-path",
+        "crl_path",
+        "Check peers' certificate chains against this CRL bundle (PEM), watched for changes; a missing "
+        "file means no checks until it appears [default: no CRL checks].",
+        Path,
+        envvar="CRL_PATH",
+    ),
+    Flag(
+        "--pool-idle-timeout",
+        "pool_idle_timeout",
+        "Seconds a pooled connection without tunnels is kept, 0: closed when its last tunnel ends "
+        "(else $POOL_UNUSED_RELEASE_TIMEOUT, else 300).",
+        metavar="SECONDS",
+    ),
+    Flag(
+        "--drain-deadline",
+        "drain_deadline",
+        "On SIGTERM or /quitquitquit, seconds the connections already open may run before they are closed "
+        "(else $CONNECTION_TERMINATION_DEADLINE, else $TERMINATION_GRACE_PERIOD_SECONDS less 5, else 5).",
+        metavar="SECONDS",
+    ),
+    Flag(
+        "--secret-ttl",
+        "secret_ttl",
+        "Validity asked of the CA for each workload certificate, refreshed at half life, e.g. 5m "
+        "(else $SECRET_TTL, else 24h).",
+        metavar="DURATION",
+    ),
+    Flag(
+        "--notify-fd",
+        "notify_fd",
+        "Write READY=1 to this inherited file descriptor once ready (a supervisor's hand-over waits for it).",
+        int,
+        metavar="FD",
+        minimum=3,
+    ),
+)
+"""Every flag of ``ambit nodeproxy``, in the order ``--help`` lists them."""
+
+
+def build_parser(description: str, environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
+    """The argparse parser of :data:`FLAGS`; defaults of flags with an ``envvar`` come from ``environ``."""
+    environ = os.environ if environ is None else environ
+    parser = argparse.ArgumentParser(
+        prog="ambit nodeproxy",
+        usage="%(prog)s [OPTIONS]",
+        description=description,
+        allow_abbrev=False,
+        add_help=False,  # click's --help alone, no -h
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--help", action="help", help="Show this message and exit.")
+    for flag in FLAGS:
+        default = flag.default
+        help_text = flag.help
+        if flag.envvar is not None:
+            help_text += f" [env var: {flag.envvar}]"
+            from_env = environ.get(flag.envvar)
+            if from_env:  # rule 3; argparse converts a string default as it converts the flag's value
+                default = from_env
+        if flag.default is not None and flag.kind is not bool:
+            help_text += f" [default: {flag.default}]"
+        if flag.kind is bool:
+            parser.add_argument(
+                flag.name,
+                dest=flag.dest,
+                action=argparse.BooleanOptionalAction,
+                default=default,
+                help=f"{help_text} [default: {flag.name if flag.default else flag.names[1]}]",
+            )
+            continue
+        parser.add_argument(
+            flag.name,
+            dest=flag.dest,
+            type=_converter(flag),
+            default=default,
+            required=flag.required,
+            metavar=flag.metavar or flag.kind.__name__.upper(),
+            action="append" if flag.repeatable else "store",
+            help=help_text,
+        )
+    return parser
+
+
+def _converter(flag: Flag) -> Callable[[str], object]:
+    """``flag.convert`` under the kind's name, which argparse's errors show (``invalid int value: 'x'``)."""
+
+    def convert(raw: str) -> object:
+        return flag.convert(raw)
+
+    convert.__name__ = flag.kind.__name__
+    return convert
