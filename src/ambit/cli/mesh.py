@@ -278,8 +278,19 @@ def nodeproxy(
         typer.Option(
             "--drain-deadline",
             metavar="SECONDS",
-            help="On SIGTERM or /quitquitquit, seconds the connections already open may run before they are closed "
-            "(else $CONNECTION_TERMINATION_DEADLINE, else $TERMINATION_GRACE_PERIOD_SECONDS less 5, else 5).",
+            help="On SIGTERM or /quitquitquit with no successor, seconds the connections already open may run "
+            "before they are closed (else $CONNECTION_TERMINATION_DEADLINE, else $TERMINATION_GRACE_PERIOD_SECONDS "
+            "less 5, else 5).",
+        ),
+    ] = None,
+    drain_max: Annotated[
+        str | None,
+        typer.Option(
+            "--drain-max",
+            metavar="SECONDS",
+            help="On SIGTERM or /quitquitquit once the node agent said a successor took over every pod, seconds "
+            "the connections already open may run before they are closed (else $DRAIN_MAX, else 1h; at most "
+            "$TERMINATION_GRACE_PERIOD_SECONDS less 5, at least the --drain-deadline).",
         ),
     ] = None,
     secret_ttl: Annotated[
@@ -313,6 +324,7 @@ def nodeproxy(
         own_pod_from_environment,
         parse_connection_bounds,
         parse_drain_deadline,
+        parse_drain_max,
         parse_pool_limits,
         parse_secret_ttl,
     )
@@ -329,6 +341,7 @@ def nodeproxy(
     try:
         max_streams, idle_timeout = parse_pool_limits(pool_max_streams, pool_idle_timeout, os.environ)
         deadline = parse_drain_deadline(drain_deadline, os.environ)
+        longest = parse_drain_max(drain_max, os.environ, deadline)
         ttl = parse_secret_ttl(secret_ttl, os.environ)
         bounds = parse_connection_bounds(os.environ, _open_files_limit())
     except NodeProxySettingsError as exc:
@@ -377,6 +390,7 @@ def nodeproxy(
         flow_log_size=flow_log_size,
         crl_path=None if crl_path is None or str(crl_path) in ("", ".") else crl_path,
         drain_deadline=deadline,
+        drain_max=longest,
         secret_ttl=ttl,
         connection_bounds=bounds,
         notify_fd=notify_fd,
