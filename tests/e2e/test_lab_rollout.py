@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.e2e.lab_driver import COMPONENT_APPS, Lab, wait_until
+from tests.e2e.lab_driver import COMPONENT_APPS, TEST_TIMEOUT, Lab, wait_until
 from tests.faults.load import STREAM_INTERVAL
 from tests.faults.report import fault_row
 from tests.faults.scene import (
@@ -53,6 +53,8 @@ from tests.faults.scene import (
     stream_bytes,
     wait_recovered,
 )
+
+pytestmark = [pytest.mark.root, pytest.mark.kubectl, pytest.mark.timeout(TEST_TIMEOUT)]
 
 SHARES_THE_MESH_LAB = True
 SHORT_BOUND = 5.0
