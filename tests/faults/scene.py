@@ -7,10 +7,11 @@ compared with what was sent) and ``tcpdump`` on every link of both nodes (:mod:`
 stream up, every pair answered) until the block ends; its streams may have a lifetime of their own, and extra
 streams that live until the load stops may run beside them (``outliving``). :func:`roll_node_proxies` is the node
 proxies' upgrade on an installed mesh: ``kubectl rollout restart daemonset/ztunnel``, node by node (maxSurge 1,
-maxUnavailable 0), the old pods draining beside the new ones for at most their grace period (30 s, as ztunnel's
-chart: the proxy's drain deadline is 25 s), while ``kubectl rollout status`` runs from the restart on.
+maxUnavailable 0), the old pods draining beside the new ones (a hand-over: each old proxy keeps its connections until
+they end, up to its ``DRAIN_MAX``), while ``kubectl rollout status`` runs from the restart on.
 :func:`rollout_under_load` is that upgrade with the load running from before the restart until the old pods are
-gone: the loads' streams end on their own inside the drain window, the ``outliving`` ones outlive it.
+gone: the loads' streams end on their own soon after the restart, the ``outliving`` ones when the test says.
+:func:`roll_env` changes the node proxies' environment (another rollout).
 
 Shared by ``tests/faults/test_faults.py`` and ``tests/e2e/test_lab_rollout.py``, which import it; nothing here
 asserts a bound of its own except the capture's positive control and the checks every fault row must pass.
@@ -42,21 +43,25 @@ EVERY_PAIR = SAME_NODE + CROSS_NODE
 RECOVERY_BOUND = 60.0
 """Seconds within which new connections must succeed again after a part is back: a bound on correctness."""
 SYSTEM = "istio-system"
-GRACE_PERIOD = 30.0
-"""The node proxy DaemonSet's terminationGracePeriodSeconds (deploy/base/ztunnel/daemonset.yaml, as ztunnel's chart)."""
-DRAIN_DEADLINE = GRACE_PERIOD - 5
-"""How long an old node proxy lets the connections it relays run before it closes them (the grace period less 5 s,
-:func:`ambit.inpod.settings.parse_drain_deadline`)."""
+NO_SUCCESSOR_DEADLINE = 25.0
+"""How long a node proxy stopped with no successor lets its connections run before it closes them
+(``CONNECTION_TERMINATION_DEADLINE`` in deploy/base/ztunnel, as ztunnel chart's 30 s grace period less 5 s); a node
+proxy stopped after a hand-over keeps them until they end, up to ``DRAIN_MAX`` (:mod:`ambit.inpod.drain`)."""
 ROLLOUT_STATUS_BOUND = 60.0
 """Seconds within which ``kubectl rollout status daemonset/ztunnel`` must report the rollout complete after the
-restart (upstream's TestZtunnelRestart waits that long): both nodes' new pods and the old pods' drain."""
+restart (upstream's TestZtunnelRestart waits that long): both nodes' new pods and the old pods' drain (as kube's,
+the DaemonSet status judges a node by its oldest pod, so the old pods must be gone)."""
+OLD_PODS_GONE_BOUND = 90.0
+"""Seconds :func:`wait_old_proxies_gone` waits for the old pods to go once they are terminating: their connections'
+ends (the loads' own) and the kubelet's reaping; a test bound, not a measurement."""
 ROLLOUT_TIMEOUT = 240.0
 """Seconds to wait for the node proxies' new pods (both nodes, each new pod's start and readiness): a test bound."""
 STREAM_LIFETIME = 20.0
 """Seconds each stream of :func:`rollout_under_load`'s load lives before it closes on its own."""
 ENDS_AFTER = 12.0
 """Seconds after the restart at which the streams up before it end on their own: inside every old proxy's drain
-window (its pod is deleted after the restart, and drains for :data:`DRAIN_DEADLINE`)."""
+window (its pod is deleted after the restart and drains for :data:`NO_SUCCESSOR_DEADLINE` even without a hand-over),
+so the fault suite's row holds for either bound."""
 
 
 @dataclass
@@ -130,12 +135,16 @@ class Trial:
 
 @contextlib.contextmanager
 def steady_load(
-    scene: Scene, directory: Path, stream_lifetime: float = 0.0, outliving: tuple[str, ...] = ()
+    scene: Scene,
+    directory: Path,
+    stream_lifetime: float = 0.0,
+    outliving: tuple[str, ...] = (),
+    outliving_lifetime: float = 0.0,
 ) -> Iterator[Trial]:
     """The load from both clients and the capture on both nodes, from warm (every stream up, every pair answered)
     until the block ends; then the positive control, and the counts. ``stream_lifetime``: each stream's own length
-    (0: until the load stops); ``outliving``: pairs (``cli-1>srv-2``) that get one more stream, which lives until
-    the load stops, from a load of its own (streams only)."""
+    (0: until the load stops); ``outliving``: pairs (``cli-1>srv-2``) that get one more stream, from a load of its
+    own (streams only), each living ``outliving_lifetime`` seconds (0: until the load stops)."""
     marker = "AMBITFAULT" + secrets.token_hex(6)
     control = "AMBITCONTROL" + secrets.token_hex(6)
     capture = PlaintextCapture(directory / "capture", [scene.netns["node-1"], scene.netns["node-2"]])
@@ -148,7 +157,7 @@ def steady_load(
             for pair in outliving:
                 client, _, server = pair.partition(">")
                 extra.setdefault(client, (scene.netns[client], []))[1].append(f"{server}={scene.ips[server]}:{PORT}")
-            long = LoadRun(directory / "outliving", marker, extra, 0.0)
+            long = LoadRun(directory / "outliving", marker, extra, 0.0, outliving_lifetime)
         trial = Trial(marker, load, long)
 
         def warm() -> bool:
@@ -334,7 +343,7 @@ def wait_old_proxies_gone(lab: Lab, rollout: Rollout) -> dict[str, str]:
                 proxy.gone = now
         return all(o.gone for o in rollout.old)
 
-    wait_until("the old node proxy pods gone", gone, GRACE_PERIOD + 30, interval=0.2)
+    wait_until("the old node proxy pods gone", gone, OLD_PODS_GONE_BOUND, interval=0.2)
     rollout.watcher.join(ROLLOUT_STATUS_BOUND + 60)
     return {proxy.node: proxy.outcome() for proxy in rollout.old}
 
@@ -352,12 +361,15 @@ class RolloutRun:
     """Pair → the ``stream-up`` record of its stream that was up when the rollout began."""
 
 
-def rollout_under_load(scene: Scene, directory: Path, outliving: tuple[str, ...] = ()) -> RolloutRun:
+def rollout_under_load(
+    scene: Scene, directory: Path, outliving: tuple[str, ...] = (), outliving_lifetime: float = 0.0
+) -> RolloutRun:
     """The node proxies' upgrade under :func:`steady_load`: every pair's stream, up before the restart, carries data
     both ways through it and ends on its own about :data:`ENDS_AFTER` seconds after it (its lifetime is
     :data:`STREAM_LIFETIME`, and the restart is timed from when the streams came up); the ``outliving`` streams
-    run until the load stops. The load stops once the old pods are gone and new connections ran a while more."""
-    with steady_load(scene, directory, STREAM_LIFETIME, outliving) as trial:
+    live ``outliving_lifetime`` seconds each (0: until the load stops). The load stops once the old pods are gone
+    and new connections ran a while more."""
+    with steady_load(scene, directory, STREAM_LIFETIME, outliving, outliving_lifetime) as trial:
         ups = [r for r in trial.now_records() if r["kind"] == "stream-up"]
         first_ups: dict[str, dict[str, Any]] = {}
         for r in sorted(ups, key=lambda r: r["start"]):
@@ -370,3 +382,15 @@ def rollout_under_load(scene: Scene, directory: Path, outliving: tuple[str, ...]
         time.sleep(2)  # new connections through the new proxies alone
         window_end = time.time()
     return RolloutRun(trial, rollout, drained, window_end, first_ups)
+
+
+def roll_env(lab: Lab, *changes: str, after: int = 0) -> int:
+    """``kubectl set env`` on the ztunnel DaemonSet (``NAME=value``, or ``NAME-`` to unset), then wait until every
+    node runs a ready pod of the new template and no old pod is left; the template's generation."""
+    lab.kubectl("set", "env", "daemonset/ztunnel", "-n", SYSTEM, *changes)
+    generation = int(lab.get("daemonset", "ztunnel", "-n", SYSTEM)["metadata"]["generation"])
+    assert generation > after, generation
+    lab.kubectl("rollout", "status", "daemonset/ztunnel", "-n", SYSTEM, "--timeout=120s", timeout=150)
+    for node in (n.name for n in lab.topology.all_nodes()):
+        wait_until(f"a ready node proxy on {node}", lambda node=node: lab.ready_component("app=ztunnel", node), 60)
+    return generation

@@ -50,11 +50,11 @@ from tests.faults.scene import (
     REDIRECTION,
     ROLLOUT_STATUS_BOUND,
     SAME_NODE,
-    SYSTEM,
     Scene,
     check_row,
     failures,
     kept_streams,
+    roll_env,
     rollout_under_load,
     set_up,
     steady_load,
@@ -97,14 +97,14 @@ def scene(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scene]:
 def test_a_graceful_upgrade_of_every_node_proxy_keeps_streams_ending_in_its_window_and_refuses_none(
     scene: Scene, tmp_path: Path
 ) -> None:
-    """The graceful upgrade: ``kubectl rollout restart daemonset/ztunnel`` (maxSurge 1, maxUnavailable 0, grace
-    period 30 s as ztunnel's chart). On each node in turn the DaemonSet controller starts a new node proxy pod beside
-    the old one, whose proxy binds every pod's listeners beside the old ones (SO_REUSEPORT) once the node agent gave
-    it its snapshot and reports ready; then the old pod is deleted, and its proxy drains: its listeners close,
-    inbound HBONE connections hear GOAWAY, and the connections it already relays run on, up to its grace period
-    less 5 s. The load's streams, up before the restart, end on their own inside that window (about 12 s after the
-    restart): none may break, no new connection may fail, and each old pod exits once its connections ended, before
-    its deadline. (A stream outliving the window is cut at the deadline: tests/e2e/test_lab_rollout.py.)"""
+    """The graceful upgrade: ``kubectl rollout restart daemonset/ztunnel`` (maxSurge 1, maxUnavailable 0). On each
+    node in turn the DaemonSet controller starts a new node proxy pod beside the old one, whose proxy binds every
+    pod's listeners beside the old ones (SO_REUSEPORT) once the node agent gave it its snapshot and reports ready;
+    the node agent tells the old proxy it has a successor; then the old pod is deleted, and its proxy drains: its
+    listeners close, inbound HBONE connections hear GOAWAY, and the connections it already relays run on until they
+    end (up to DRAIN_MAX, an hour). The load's streams, up before the restart, end on their own (about 12 s after
+    the restart): none may break, no new connection may fail, and each old pod exits once its connections ended.
+    (A stream outliving Istio's drain window, and a pod stopped with no successor: tests/e2e/test_lab_rollout.py.)"""
     run = rollout_under_load(scene, tmp_path)
     rollout = run.rollout
     row = fault_row(
@@ -366,18 +366,6 @@ def short_certificates(lab: Lab, ttl: int) -> Iterator[None]:
         yield
     finally:
         roll_env(lab, "SECRET_TTL-", after=rolled)
-
-
-def roll_env(lab: Lab, change: str, after: int = 0) -> int:
-    """``kubectl set env`` on the ztunnel DaemonSet, then wait until every node runs a ready pod of the new
-    template and no old pod is left; the template's generation."""
-    lab.kubectl("set", "env", "daemonset/ztunnel", "-n", SYSTEM, change)
-    generation = int(lab.get("daemonset", "ztunnel", "-n", SYSTEM)["metadata"]["generation"])
-    assert generation > after, generation
-    lab.kubectl("rollout", "status", "daemonset/ztunnel", "-n", SYSTEM, "--timeout=120s", timeout=150)
-    for node in (n.name for n in lab.topology.all_nodes()):
-        wait_until(f"a ready node proxy on {node}", lambda node=node: lab.ready_component("app=ztunnel", node), 60)
-    return generation
 
 
 def certificate_expiries(lab: Lab, namespace: str) -> list[float]:

@@ -80,7 +80,7 @@ async def test_a_tunnel_that_never_ends_is_closed_at_the_deadline_and_the_proxy_
         with pytest.raises(StreamClosedError):
             await echo(stream, b"after the deadline")
         log = proxy.log.read_text()
-        assert "drain deadline of 2 s reached" in log and "Traceback" not in log
+        assert "drain deadline (no successor) of 2 s reached" in log and "Traceback" not in log
         assert f"drain: closing inbound {CLIENT_IP}:" in log  # a line per connection cut
         assert not pod_listeners(rig.pod) and not listening(rig.node)
         await client.aclose()
@@ -155,3 +155,59 @@ async def test_a_peer_holding_an_idle_hbone_connection_cannot_keep_the_proxy_ali
         assert time.monotonic() - stopped < 20
         await until("the idle connection closed by the proxy", lambda: idle.closed)
         await idle.aclose()
+
+
+async def test_after_a_hand_over_the_old_proxy_keeps_its_tunnel_past_the_short_bound_until_it_ends(
+    tmp_path: Path,
+) -> None:
+    """Issue 21: the node agent tells the old proxy (ZDS SuccessorReady) once the new one holds the snapshot; then
+    SIGTERM drains up to --drain-max, not the short --drain-deadline: the tunnel outlives the short bound and the old
+    proxy exits as soon as it ends."""
+    async with drain_rig(tmp_path) as (rig, agent):
+        old = rig.start_proxy("--drain-deadline", "1", "--drain-max", "120")
+        await add_pod(agent, rig)
+        await old.ready()
+        client = await rig.hbone_client()
+        stream = await rig.tunnel(client)
+        await echo(stream, b"through the old proxy")
+        new = rig.start_proxy("--drain-deadline", "1", "--drain-max", "120")
+        await new.ready()
+        await until("the old proxy told of its successor", lambda: "successor holds every pod" in old.log.read_text())
+
+        old.stop(signal.SIGTERM)
+        await until("the old proxy draining", lambda: "drain-max" in old.log.read_text())
+        await asyncio.sleep(3)  # three times the no-successor bound
+        await echo(stream, b"still relayed after the short bound")
+        assert old.proc.poll() is None
+        stream.write_eof()
+        await stream.aclose()
+        assert await old.exited(20) == 0
+        log = old.log.read_text()
+        assert "drain over: every connection ended" in log and "Traceback" not in log
+        assert new.proc.poll() is None and "successor" not in new.log.read_text().split("running", 1)[1]
+        await client.aclose()
+
+
+async def test_a_tunnel_outliving_drain_max_after_a_hand_over_is_closed_with_a_line_for_it(tmp_path: Path) -> None:
+    async with drain_rig(tmp_path) as (rig, agent):
+        old = rig.start_proxy("--drain-deadline", "1", "--drain-max", "3")
+        await add_pod(agent, rig)
+        await old.ready()
+        client = await rig.hbone_client()
+        stream = await rig.tunnel(client)
+        await echo(stream, b"held open")
+        new = rig.start_proxy()
+        await new.ready()
+        await until("the old proxy told of its successor", lambda: "successor holds every pod" in old.log.read_text())
+
+        stopped = time.monotonic()
+        old.stop(signal.SIGTERM)
+        assert await old.exited(30) == 0
+        took = time.monotonic() - stopped
+        assert 2.5 <= took < 20, took  # the 3 s drain-max, not the 1 s deadline; the upper bound is generous
+        with pytest.raises(StreamClosedError):
+            await echo(stream, b"after drain-max")
+        log = old.log.read_text()
+        assert "drain-max (hand-over) of 3 s reached" in log and "Traceback" not in log
+        assert len([line for line in log.splitlines() if f"drain: closing inbound {CLIENT_IP}:" in line]) == 1
+        await client.aclose()

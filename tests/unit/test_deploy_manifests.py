@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from ambit.controlplane.webhook.registration import CONFIGURATION_NAME, webhook_configuration
-from ambit.inpod.settings import parse_drain_deadline
+from ambit.inpod.settings import parse_drain_deadline, parse_drain_max
 
 pytestmark = pytest.mark.kubectl
 
@@ -162,17 +162,18 @@ def test_node_proxy_has_its_own_netns_three_capabilities_and_only_an_istio_ca_to
     }
 
 
-def test_node_proxy_has_ztunnels_30_s_grace_and_drains_for_25_s_of_it() -> None:
-    """As ztunnel's chart: a 30 s grace period, which the proxy reads from its environment (the same figure) and
-    drains for 5 s less, so it closes what is left itself before the kubelet's SIGKILL. Not longer: DaemonSet
-    status judges a node by its oldest pod, so ``rollout status`` waits for the old proxies' drain (issue 21)."""
+def test_node_proxy_drains_25_s_without_a_successor_and_up_to_an_hour_after_a_hand_over_within_its_grace() -> None:
+    """Without a successor the proxy drains as ztunnel's chart makes it (25 s, ztunnel's
+    CONNECTION_TERMINATION_DEADLINE); after a hand-over up to DRAIN_MAX, which the grace period covers with 5 s to
+    close what is left before the kubelet's SIGKILL (issue 21). TERMINATION_GRACE_PERIOD_SECONDS matches it."""
     (daemonset,) = [d for d in of_kind("DaemonSet") if d["metadata"]["name"] == "ztunnel"]
     pod = daemonset["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     env = {e["name"]: e.get("value") for e in container["env"]}
-    assert pod["terminationGracePeriodSeconds"] == 30
     assert env["TERMINATION_GRACE_PERIOD_SECONDS"] == str(pod["terminationGracePeriodSeconds"])
-    assert parse_drain_deadline(None, env) == 25.0
+    deadline = parse_drain_deadline(None, env)
+    assert deadline == 25.0
+    assert parse_drain_max(None, env, deadline) == 3600.0 == pod["terminationGracePeriodSeconds"] - 5
 
 
 def test_node_proxy_mounts_the_crl_config_map_optionally_where_crl_path_points() -> None:

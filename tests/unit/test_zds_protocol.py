@@ -17,6 +17,7 @@ from ambit.zds.protocol import (
     DelRequest,
     KeepRequest,
     SnapshotSentRequest,
+    SuccessorReadyRequest,
     WorkloadInfo,
     decode_hello,
     decode_request,
@@ -35,7 +36,8 @@ def _request_datagram(request: zds_pb2.WorkloadRequest, fds: tuple[int, ...] = (
 
 def test_field_numbers_match_the_spec() -> None:
     fields = {f.name: f.number for f in zds_pb2.WorkloadRequest.DESCRIPTOR.fields}
-    assert fields == {"add": 1, "keep": 5, "del": 2, "snapshot_sent": 3}
+    assert fields == {"add": 1, "keep": 5, "del": 2, "snapshot_sent": 3, "successor_ready": 1000}  # ours: 1000
+    assert zds_pb2.ZdsHello.DESCRIPTOR.fields_by_name["successor_notice"].number == 1000
     assert zds_pb2.DelWorkload.DESCRIPTOR.fields_by_name["uid"].number == 2
     assert zds_pb2.WorkloadInfo.DESCRIPTOR.fields_by_name["service_account"].number == 3
     assert zds_pb2.DESCRIPTOR.package == "istio.workload.zds"
@@ -43,7 +45,14 @@ def test_field_numbers_match_the_spec() -> None:
 
 @pytest.mark.parametrize(
     "request_",
-    [AddRequest("u1", INFO, 7), KeepRequest("u2"), DelRequest("u3"), SnapshotSentRequest()],
+    [
+        AddRequest("u1", INFO, 7),
+        KeepRequest("u2"),
+        DelRequest("u3"),
+        SnapshotSentRequest(),
+        SuccessorReadyRequest(True),
+        SuccessorReadyRequest(False),
+    ],
 )
 def test_requests_round_trip_with_their_fds(request_: AddRequest | KeepRequest | DelRequest) -> None:
     data, fds = encode_request(request_)
@@ -96,7 +105,8 @@ def test_encoding_an_oversized_message_is_local_misuse() -> None:
 
 
 def test_hello_and_ack_round_trip() -> None:
-    decode_hello(Datagram(encode_hello()))
+    assert decode_hello(Datagram(encode_hello())) is True
+    assert decode_hello(Datagram(encode_hello(successor_notice=False))) is False
     assert decode_response(Datagram(encode_response())) == ""
     assert decode_response(Datagram(encode_response("bind failed"))) == "bind failed"
 
@@ -104,6 +114,20 @@ def test_hello_and_ack_round_trip() -> None:
 def test_hello_with_another_version_is_rejected() -> None:
     with pytest.raises(ProtocolError, match="version"):
         decode_hello(Datagram(zds_pb2.ZdsHello(version=zds_pb2.NOT_USED).SerializeToString()))
+
+
+def test_an_upstream_hello_asks_for_no_successor_notice_and_an_upstream_decoder_reads_ours() -> None:
+    """Backward compatibility both ways: ztunnel's hello has no field 1000; ours parses as a plain V1 hello."""
+    assert decode_hello(Datagram(zds_pb2.ZdsHello(version=zds_pb2.V1).SerializeToString())) is False
+    upstream = zds_pb2.ZdsHello()
+    upstream.ParseFromString(encode_hello())
+    assert upstream.version == zds_pb2.V1
+
+
+def test_a_successor_notice_with_an_fd_is_rejected() -> None:
+    data, _ = encode_request(SuccessorReadyRequest(True))
+    with pytest.raises(ProtocolError, match="SuccessorReady must carry no fd"):
+        decode_request(Datagram(data, (5,)))
 
 
 def test_request_without_payload_is_rejected() -> None:

@@ -20,9 +20,10 @@ from ambit.zds.events import (
     RequestNacked,
     SnapshotCompleted,
     SnapshotReconciled,
+    SuccessorReported,
     TimedOut,
 )
-from ambit.zds.protocol import Datagram, WorkloadInfo, encode_response
+from ambit.zds.protocol import Datagram, WorkloadInfo, encode_hello, encode_response
 from ambit.zds.proxy import PodState, ProxySession, ProxyState
 
 INFO = WorkloadInfo("web-0", "default", "web")
@@ -367,3 +368,108 @@ def _snapshot_sent() -> Datagram:
 
 def test_protocol_error_names_its_blame() -> None:
     assert ProtocolError("x").blame is Blame.PEER
+
+
+class _Node:
+    """A hub and its proxies joined in memory, driven as the server drives them: after every input the hub tells
+    older proxies about successors (:meth:`AgentHub.tell_successors`)."""
+
+    def __init__(self) -> None:
+        self.hub = AgentHub()
+        self.proxies: dict[int, ProxySession] = {}
+        self.now = 0.0
+
+    def connect(self, cid: int, *, notices: bool = True, hello: bool = True) -> None:
+        self.proxies[cid] = ProxySession()
+        self.hub.connect(cid, self.now)
+        first = self.proxies[cid].connection_made()
+        assert isinstance(first[-1], SendMessage)
+        if hello:
+            self.hello(cid, notices)
+
+    def hello(self, cid: int, notices: bool = True) -> None:
+        session = self.hub.find_session(cid)
+        assert session is not None
+        data = encode_hello(successor_notice=notices)
+        _drive(self.hub, cid, session.datagram_received(Datagram(data), self.now), self.proxies)
+        self.settle()
+
+    def disconnect(self, cid: int) -> None:
+        self.hub.disconnect(cid)
+        self.proxies[cid].connection_lost()
+        self.settle()
+
+    def settle(self) -> list[int]:
+        """Tell successors until nothing changes; the connection ids that were told something."""
+        told: list[int] = []
+        while routed := self.hub.tell_successors(self.now):
+            told += [cid for cid, out in routed if isinstance(out, SendMessage)]
+            _drive_routed(self.hub, routed, self.proxies)
+        return told
+
+
+def test_an_older_proxy_hears_of_its_successor_once_the_successor_holds_the_snapshot_and_when_it_goes() -> None:
+    node = _Node()
+    node.hub.pod_added(pod("a", 50), 0.0)
+    node.connect(1)
+    assert node.settle() == [] and node.proxies[1].successor is False
+    node.connect(2, hello=False)  # connected, its snapshot not sent yet: not a successor
+    assert node.settle() == [] and node.proxies[1].successor is False
+    node.hello(2)  # the snapshot goes out and is acked within the drive: now it holds every pod
+    assert node.proxies[1].successor is True and node.proxies[2].successor is False
+    assert node.settle() == []  # told once
+    node.disconnect(2)
+    assert node.proxies[1].successor is False
+
+
+def test_a_proxy_whose_hello_asked_for_no_notice_hears_none_as_upstream_ztunnel_would() -> None:
+    node = _Node()
+    node.connect(1, notices=False)
+    node.connect(2)
+    assert node.settle() == [] and node.proxies[1].successor is False
+    node.connect(3)  # the notice-asking 2 has a successor now
+    assert node.proxies[2].successor is True and node.proxies[1].successor is False
+
+
+def test_the_successor_notice_is_acked_and_counts_as_a_request() -> None:
+    node = _Node()
+    node.connect(1)
+    node.connect(2)
+    session = node.hub.find_session(1)
+    assert session is not None and session.deadline is None and session.state is AgentState.LIVE
+
+
+def test_a_proxy_that_reconnects_forgets_its_successor_until_told_again() -> None:
+    proxy = ProxySession()
+    proxy.connection_made()
+    proxy.datagram_received(_snapshot_sent())
+    outs = proxy.datagram_received(_successor(True))
+    assert SuccessorReported(True) in outs and proxy.successor is True
+    assert any(isinstance(o, SendMessage) for o in outs)  # the ack
+    proxy.connection_lost()
+    assert proxy.connection_made()[0] == SuccessorReported(False) and proxy.successor is False
+
+
+@given(st.lists(st.tuples(st.sampled_from(["connect", "disconnect"]), st.integers(1, 5)), max_size=25))
+def test_every_proxy_that_asked_knows_whether_a_later_one_holds_the_snapshot(steps: list[tuple[str, int]]) -> None:
+    node = _Node()
+    node.hub.pod_added(pod("a", 60), 0.0)
+    next_id = 0
+    for action, pick in steps:
+        open_ids = sorted(node.proxies)
+        if action == "connect" or not open_ids:
+            next_id += 1
+            node.connect(next_id)
+        else:
+            gone = open_ids[pick % len(open_ids)]
+            node.disconnect(gone)
+            del node.proxies[gone]
+    for cid, proxy in node.proxies.items():
+        assert proxy.successor is any(other > cid for other in node.proxies), (cid, sorted(node.proxies))
+
+
+def _successor(ready: bool) -> Datagram:
+    message = zds_pb2.WorkloadRequest()
+    message.successor_ready.SetInParent()
+    message.successor_ready.ready = ready
+    return Datagram(message.SerializeToString())

@@ -24,31 +24,33 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13\x61mbit/api/zds.proto\x12\x12istio.workload.zds\"8\n\x08ZdsHello\x12,\n\x07version\x18\x01 \x01(\x0e\x32\x1b.istio.workload.zds.Version\"\\\n\x0cWorkloadInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x17\n\x0fservice_account\x18\x03 \x01(\tJ\x04\x08\x04\x10\x05R\x0ctrust_domain\"S\n\x0b\x41\x64\x64Workload\x12\x0b\n\x03uid\x18\x01 \x01(\t\x12\x37\n\rworkload_info\x18\x02 \x01(\x0b\x32 .istio.workload.zds.WorkloadInfo\"\x1b\n\x0cKeepWorkload\x12\x0b\n\x03uid\x18\x01 \x01(\t\"\x1a\n\x0b\x44\x65lWorkload\x12\x0b\n\x03uid\x18\x02 \x01(\t\"\x0e\n\x0cSnapshotSent\"\x14\n\x03\x41\x63k\x12\r\n\x05\x65rror\x18\x01 \x01(\t\"\xe9\x01\n\x0fWorkloadRequest\x12.\n\x03\x61\x64\x64\x18\x01 \x01(\x0b\x32\x1f.istio.workload.zds.AddWorkloadH\x00\x12\x30\n\x04keep\x18\x05 \x01(\x0b\x32 .istio.workload.zds.KeepWorkloadH\x00\x12.\n\x03\x64\x65l\x18\x02 \x01(\x0b\x32\x1f.istio.workload.zds.DelWorkloadH\x00\x12\x39\n\rsnapshot_sent\x18\x03 \x01(\x0b\x32 .istio.workload.zds.SnapshotSentH\x00\x42\t\n\x07payload\"E\n\x10WorkloadResponse\x12&\n\x03\x61\x63k\x18\x01 \x01(\x0b\x32\x17.istio.workload.zds.AckH\x00\x42\t\n\x07payload*\x1f\n\x07Version\x12\x0c\n\x08NOT_USED\x10\x00\x12\x06\n\x02V1\x10\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13\x61mbit/api/zds.proto\x12\x12istio.workload.zds\"S\n\x08ZdsHello\x12,\n\x07version\x18\x01 \x01(\x0e\x32\x1b.istio.workload.zds.Version\x12\x19\n\x10successor_notice\x18\xe8\x07 \x01(\x08\"\\\n\x0cWorkloadInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x17\n\x0fservice_account\x18\x03 \x01(\tJ\x04\x08\x04\x10\x05R\x0ctrust_domain\"S\n\x0b\x41\x64\x64Workload\x12\x0b\n\x03uid\x18\x01 \x01(\t\x12\x37\n\rworkload_info\x18\x02 \x01(\x0b\x32 .istio.workload.zds.WorkloadInfo\"\x1b\n\x0cKeepWorkload\x12\x0b\n\x03uid\x18\x01 \x01(\t\"\x1a\n\x0b\x44\x65lWorkload\x12\x0b\n\x03uid\x18\x02 \x01(\t\"\x0e\n\x0cSnapshotSent\"\x1f\n\x0eSuccessorReady\x12\r\n\x05ready\x18\x01 \x01(\x08\"\x14\n\x03\x41\x63k\x12\r\n\x05\x65rror\x18\x01 \x01(\t\"\xa9\x02\n\x0fWorkloadRequest\x12.\n\x03\x61\x64\x64\x18\x01 \x01(\x0b\x32\x1f.istio.workload.zds.AddWorkloadH\x00\x12\x30\n\x04keep\x18\x05 \x01(\x0b\x32 .istio.workload.zds.KeepWorkloadH\x00\x12.\n\x03\x64\x65l\x18\x02 \x01(\x0b\x32\x1f.istio.workload.zds.DelWorkloadH\x00\x12\x39\n\rsnapshot_sent\x18\x03 \x01(\x0b\x32 .istio.workload.zds.SnapshotSentH\x00\x12>\n\x0fsuccessor_ready\x18\xe8\x07 \x01(\x0b\x32\".istio.workload.zds.SuccessorReadyH\x00\x42\t\n\x07payload\"E\n\x10WorkloadResponse\x12&\n\x03\x61\x63k\x18\x01 \x01(\x0b\x32\x17.istio.workload.zds.AckH\x00\x42\t\n\x07payload*\x1f\n\x07Version\x12\x0c\n\x08NOT_USED\x10\x00\x12\x06\n\x02V1\x10\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'ambit.api.zds_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_VERSION']._serialized_start=682
-  _globals['_VERSION']._serialized_end=713
+  _globals['_VERSION']._serialized_start=806
+  _globals['_VERSION']._serialized_end=837
   _globals['_ZDSHELLO']._serialized_start=43
-  _globals['_ZDSHELLO']._serialized_end=99
-  _globals['_WORKLOADINFO']._serialized_start=101
-  _globals['_WORKLOADINFO']._serialized_end=193
-  _globals['_ADDWORKLOAD']._serialized_start=195
-  _globals['_ADDWORKLOAD']._serialized_end=278
-  _globals['_KEEPWORKLOAD']._serialized_start=280
-  _globals['_KEEPWORKLOAD']._serialized_end=307
-  _globals['_DELWORKLOAD']._serialized_start=309
-  _globals['_DELWORKLOAD']._serialized_end=335
-  _globals['_SNAPSHOTSENT']._serialized_start=337
-  _globals['_SNAPSHOTSENT']._serialized_end=351
-  _globals['_ACK']._serialized_start=353
-  _globals['_ACK']._serialized_end=373
-  _globals['_WORKLOADREQUEST']._serialized_start=376
-  _globals['_WORKLOADREQUEST']._serialized_end=609
-  _globals['_WORKLOADRESPONSE']._serialized_start=611
-  _globals['_WORKLOADRESPONSE']._serialized_end=680
+  _globals['_ZDSHELLO']._serialized_end=126
+  _globals['_WORKLOADINFO']._serialized_start=128
+  _globals['_WORKLOADINFO']._serialized_end=220
+  _globals['_ADDWORKLOAD']._serialized_start=222
+  _globals['_ADDWORKLOAD']._serialized_end=305
+  _globals['_KEEPWORKLOAD']._serialized_start=307
+  _globals['_KEEPWORKLOAD']._serialized_end=334
+  _globals['_DELWORKLOAD']._serialized_start=336
+  _globals['_DELWORKLOAD']._serialized_end=362
+  _globals['_SNAPSHOTSENT']._serialized_start=364
+  _globals['_SNAPSHOTSENT']._serialized_end=378
+  _globals['_SUCCESSORREADY']._serialized_start=380
+  _globals['_SUCCESSORREADY']._serialized_end=411
+  _globals['_ACK']._serialized_start=413
+  _globals['_ACK']._serialized_end=433
+  _globals['_WORKLOADREQUEST']._serialized_start=436
+  _globals['_WORKLOADREQUEST']._serialized_end=733
+  _globals['_WORKLOADRESPONSE']._serialized_start=735
+  _globals['_WORKLOADRESPONSE']._serialized_end=804
 # @@protoc_insertion_point(module_scope)

@@ -14,10 +14,12 @@ NOT_USED: Version
 V1: Version
 
 class ZdsHello(_message.Message):
-    __slots__ = ("version",)
+    __slots__ = ("version", "successor_notice")
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    SUCCESSOR_NOTICE_FIELD_NUMBER: _ClassVar[int]
     version: Version
-    def __init__(self, version: _Optional[_Union[Version, str]] = ...) -> None: ...
+    successor_notice: bool
+    def __init__(self, version: _Optional[_Union[Version, str]] = ..., successor_notice: _Optional[bool] = ...) -> None: ...
 
 class WorkloadInfo(_message.Message):
     __slots__ = ("name", "namespace", "service_account")
@@ -53,6 +55,12 @@ class SnapshotSent(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class SuccessorReady(_message.Message):
+    __slots__ = ("ready",)
+    READY_FIELD_NUMBER: _ClassVar[int]
+    ready: bool
+    def __init__(self, ready: _Optional[bool] = ...) -> None: ...
+
 class Ack(_message.Message):
     __slots__ = ("error",)
     ERROR_FIELD_NUMBER: _ClassVar[int]
@@ -60,15 +68,17 @@ class Ack(_message.Message):
     def __init__(self, error: _Optional[str] = ...) -> None: ...
 
 class WorkloadRequest(_message.Message):
-    __slots__ = ("add", "keep", "snapshot_sent")
+    __slots__ = ("add", "keep", "snapshot_sent", "successor_ready")
     ADD_FIELD_NUMBER: _ClassVar[int]
     KEEP_FIELD_NUMBER: _ClassVar[int]
     DEL_FIELD_NUMBER: _ClassVar[int]
     SNAPSHOT_SENT_FIELD_NUMBER: _ClassVar[int]
+    SUCCESSOR_READY_FIELD_NUMBER: _ClassVar[int]
     add: AddWorkload
     keep: KeepWorkload
     snapshot_sent: SnapshotSent
-    def __init__(self, add: _Optional[_Union[AddWorkload, _Mapping]] = ..., keep: _Optional[_Union[KeepWorkload, _Mapping]] = ..., snapshot_sent: _Optional[_Union[SnapshotSent, _Mapping]] = ..., **kwargs) -> None: ...
+    successor_ready: SuccessorReady
+    def __init__(self, add: _Optional[_Union[AddWorkload, _Mapping]] = ..., keep: _Optional[_Union[KeepWorkload, _Mapping]] = ..., snapshot_sent: _Optional[_Union[SnapshotSent, _Mapping]] = ..., successor_ready: _Optional[_Union[SuccessorReady, _Mapping]] = ..., **kwargs) -> None: ...
 
 class WorkloadResponse(_message.Message):
     __slots__ = ("ack",)

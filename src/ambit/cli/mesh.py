@@ -231,8 +231,19 @@ def nodeproxy(
         typer.Option(
             "--drain-deadline",
             metavar="SECONDS",
-            help="On SIGTERM or /quitquitquit, seconds the connections already open may run before they are closed "
-            "(else $CONNECTION_TERMINATION_DEADLINE, else $TERMINATION_GRACE_PERIOD_SECONDS less 5, else 5).",
+            help="On SIGTERM or /quitquitquit with no successor, seconds the connections already open may run "
+            "before they are closed (else $CONNECTION_TERMINATION_DEADLINE, else $TERMINATION_GRACE_PERIOD_SECONDS "
+            "less 5, else 5).",
+        ),
+    ] = None,
+    drain_max: Annotated[
+        str | None,
+        typer.Option(
+            "--drain-max",
+            metavar="SECONDS",
+            help="On SIGTERM or /quitquitquit once the node agent said a successor took over every pod, seconds "
+            "the connections already open may run before they are closed (else $DRAIN_MAX, else 1h; at most "
+            "$TERMINATION_GRACE_PERIOD_SECONDS less 5, at least the --drain-deadline).",
         ),
     ] = None,
     secret_ttl: Annotated[

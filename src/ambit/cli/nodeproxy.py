@@ -120,6 +120,7 @@ def start(
     crl_path: Path | None = None,
     pool_idle_timeout: str | None = None,
     drain_deadline: str | None = None,
+    drain_max: str | None = None,
     secret_ttl: str | None = None,
     notify_fd: int | None = None,
 ) -> None:
@@ -132,6 +133,7 @@ def start(
         own_pod_from_environment,
         parse_connection_bounds,
         parse_drain_deadline,
+        parse_drain_max,
         parse_pool_limits,
         parse_secret_ttl,
     )
@@ -149,6 +151,7 @@ def start(
     try:
         max_streams, idle_timeout = parse_pool_limits(pool_max_streams, pool_idle_timeout, os.environ)
         deadline = parse_drain_deadline(drain_deadline, os.environ)
+        longest = parse_drain_max(drain_max, os.environ, deadline)
         ttl = parse_secret_ttl(secret_ttl, os.environ)
         bounds = parse_connection_bounds(os.environ, _open_files_limit())
     except NodeProxySettingsError as exc:
@@ -197,6 +200,7 @@ def start(
         flow_log_size=flow_log_size,
         crl_path=None if crl_path is None or str(crl_path) in ("", ".") else crl_path,
         drain_deadline=deadline,
+        drain_max=longest,
         secret_ttl=ttl,
         connection_bounds=bounds,
         notify_fd=notify_fd,

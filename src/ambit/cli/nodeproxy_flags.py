@@ -155,8 +155,17 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "--drain-deadline",
         "drain_deadline",
-        "On SIGTERM or /quitquitquit, seconds the connections already open may run before they are closed "
-        "(else $CONNECTION_TERMINATION_DEADLINE, else $TERMINATION_GRACE_PERIOD_SECONDS less 5, else 5).",
+        "On SIGTERM or /quitquitquit with no successor, seconds the connections already open may run "
+        "before they are closed (else $CONNECTION_TERMINATION_DEADLINE, else $TERMINATION_GRACE_PERIOD_SECONDS "
+        "less 5, else 5).",
+        metavar="SECONDS",
+    ),
+    Flag(
+        "--drain-max",
+        "drain_max",
+        "On SIGTERM or /quitquitquit once the node agent said a successor took over every pod, seconds "
+        "the connections already open may run before they are closed (else $DRAIN_MAX, else 1h; at most "
+        "$TERMINATION_GRACE_PERIOD_SECONDS less 5, at least the --drain-deadline).",
         metavar="SECONDS",
     ),
     Flag(

@@ -18,8 +18,10 @@ Stopping is a graceful drain (:mod:`ambit.inpod.drain` decides, :meth:`NodeProxy
 SIGINT or ``POST /quitquitquit`` closes every listener at once (the pods' and the endpoints': readiness fails,
 connections go to a successor if there is one), says GOAWAY on inbound HBONE connections, refuses new pods from
 the node agent (deletes still stop pods), and waits until the connections already accepted have ended, at most
-``drain_deadline`` seconds; then whatever is left is closed and the process exits. A second signal cuts the wait
-short. A connection that never ends holds the drain for the deadline at most; nobody outside can extend it.
+``drain_max`` seconds if the node agent said a successor holds every pod (a hand-over), else ``drain_deadline``;
+then whatever is left is closed, one log line per connection, and the process exits. A second signal cuts the wait
+short. A connection that never ends holds the drain for that bound at most; only the node agent (over the ZDS
+socket, which only root on the node reaches) can choose the longer bound, and it cannot extend it further.
 """
 
 from __future__ import annotations
@@ -39,7 +41,17 @@ from ambit.errors import AmbitError
 from ambit.identity.istiod import IstiodCaClient
 from ambit.identity.localca import LocalCa
 from ambit.identity.manager import CaClient, CertificateManager
-from ambit.inpod.drain import ConnectionsCounted, Drain, DrainRequested, Exit, ForceClose, StopAccepting
+from ambit.inpod.drain import (
+    Command,
+    ConnectionsCounted,
+    Drain,
+    DrainRequested,
+    Exit,
+    ExtendDrain,
+    ForceClose,
+    StopAccepting,
+    SuccessorChanged,
+)
 from ambit.inpod.heap import HeapSettler
 from ambit.inpod.localstate import LocalConfigWatcher
 from ambit.inpod.resolvers import read_resolv_conf, upstream_of
@@ -115,7 +127,7 @@ class NodeProxy:
         self.settings = settings
         self.stopped = asyncio.Event()
         """Set once a stop (drain) was asked for."""
-        self.drain = Drain(settings.drain_deadline)
+        self.drain = Drain(settings.drain_deadline, settings.drain_max)
         self._stop_requests: list[str] = []
         self.state = WorkloadState()
         self.ca = self._ca_client(settings)
@@ -163,7 +175,7 @@ class NodeProxy:
             else None
         )
         self.pods.on_change = self._pods_changed
-        self.zds = ZdsClient(settings.zds_socket, self.pods)
+        self.zds = ZdsClient(settings.zds_socket, self.pods, on_successor=self._successor_changed)
         self.watcher = (
             LocalConfigWatcher(settings.config_file, self.state, self._state_changed, self._local_policies)
             if settings.config_file
@@ -334,6 +346,16 @@ class NodeProxy:
             with contextlib.suppress(OSError):
                 os.close(fd)
 
+    def _successor_changed(self, ready: bool) -> None:
+        """The node agent's word on a successor (ZDS): the drain's bound follows it (:mod:`ambit.inpod.drain`)."""
+        commands = self.drain.handle(SuccessorChanged(self.context.clock(), ready))
+        for command in commands:
+            if isinstance(command, ExtendDrain):
+                log.info(
+                    "draining: a successor holds every pod; connections may run %g s more",
+                    max(command.deadline - self.context.clock(), 0.0),
+                )
+
     def request_stop(self, reason: str) -> None:
         """Ask for the graceful drain (a second ask cuts it short); from a signal handler or the admin port."""
         log.info("stop requested (%s)", reason)
@@ -365,15 +387,25 @@ class NodeProxy:
                 await asyncio.wait_for(self.stopped.wait(), wait)
         self.stopped.set()
 
-    async def _carry_out(self, commands: list[StopAccepting | ForceClose | Exit]) -> None:
+    async def _carry_out(self, commands: list[Command]) -> None:
         for command in commands:
             match command:
-                case StopAccepting():
-                    await self._stop_accepting()
+                case StopAccepting(handover=handover):
+                    await self._stop_accepting(handover)
+                case ExtendDrain():
+                    pass  # only a successor's news extends a drain: _successor_changed
                 case ForceClose(live=live, reason=reason):
                     log.warning("drain: %s; closing %s connection(s) left", reason, live if live >= 0 else "the")
+                    now = self.context.clock()
                     for conn in list(self.context.connections.values()):
-                        log.info("drain: closing %s %s -> %s (pod %s)", conn.direction, conn.src, conn.dst, conn.pod)
+                        log.info(
+                            "drain: closing %s %s -> %s (pod %s) after %.0f s",
+                            conn.direction,
+                            conn.src,
+                            conn.dst,
+                            conn.pod,
+                            now - conn.started,
+                        )
                     for pod in self.pods.pods.values():
                         for each in list(pod.connections):
                             each.cancel()
@@ -382,11 +414,14 @@ class NodeProxy:
                 case _:
                     raise NodeProxyError(f"unknown drain command {command!r}")
 
-    async def _stop_accepting(self) -> None:
+    async def _stop_accepting(self, handover: bool) -> None:
         self.readiness.add_pending(DRAIN_TASK)
         live = self.live_connections()
         log.info(
-            "draining: closing every listener; %d connection(s) may run up to %g s", live, self.settings.drain_deadline
+            "draining: closing every listener; %d connection(s) may run up to %g s (%s)",
+            live,
+            self.drain.bound,
+            "a successor holds every pod: drain-max" if handover else "no successor: drain deadline",
         )
         for failure in self.context.drain.start():
             log.error("drain: a connection failed to hear the drain", exc_info=failure)

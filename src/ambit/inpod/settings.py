@@ -40,6 +40,9 @@ DEADLINE_ENV = "CONNECTION_TERMINATION_DEADLINE"
 GRACE_PERIOD_ENV = "TERMINATION_GRACE_PERIOD_SECONDS"
 DEFAULT_DRAIN_DEADLINE = 5.0
 """ztunnel's ``DEFAULT_CONNECTION_TERMINATION_DEADLINE``."""
+DRAIN_MAX_ENV = "DRAIN_MAX"
+DEFAULT_DRAIN_MAX = 3600.0
+"""How long a node proxy that handed over to a successor keeps its established connections (issue 21)."""
 
 SECRET_TTL_ENV = "SECRET_TTL"
 DEFAULT_SECRET_TTL = 24 * 3600
@@ -101,9 +104,29 @@ def parse_drain_deadline(flag: str | None, environ: Mapping[str, str]) -> float:
     text, source = _pick(flag, "--drain-deadline", environ, DEADLINE_ENV)
     if text is not None:
         return _duration(text, source)
+    within = _within_grace_period(environ)
+    return DEFAULT_DRAIN_DEADLINE if within is None else within
+
+
+def parse_drain_max(flag: str | None, environ: Mapping[str, str], deadline: float) -> float:
+    """Seconds a proxy that handed over to a successor lets its established connections run (Ambit's own setting,
+    :mod:`ambit.inpod.drain`): ``--drain-max``, else ``$DRAIN_MAX`` (seconds or a duration), else one hour; never
+    past what ``$TERMINATION_GRACE_PERIOD_SECONDS`` leaves before the kubelet's SIGKILL (the same margin as
+    :func:`parse_drain_deadline`'s), and never below ``deadline``, the bound without a successor. So a DaemonSet
+    that sets only the grace period, as ztunnel's chart does, drains the same either way, as before."""
+    text, source = _pick(flag, "--drain-max", environ, DRAIN_MAX_ENV)
+    seconds = DEFAULT_DRAIN_MAX if text is None else _duration(text, source)
+    within = _within_grace_period(environ)
+    if within is not None:
+        seconds = min(seconds, within)
+    return max(seconds, deadline)
+
+
+def _within_grace_period(environ: Mapping[str, str]) -> float | None:
+    """The pod's grace period less 5 s when above 10 s, else less 1 s, at least 1 s; None without one."""
     grace = environ.get(GRACE_PERIOD_ENV)
     if grace is None:
-        return DEFAULT_DRAIN_DEADLINE
+        return None
     stripped = grace.strip()
     if not (stripped.isascii() and stripped.isdigit()) or len(stripped) > 12:
         raise NodeProxySettingsError(f"${GRACE_PERIOD_ENV}: expected whole seconds, got {grace!r}")
@@ -290,8 +313,11 @@ class NodeProxySettings:
     """Seconds of validity asked of the control plane's CA for each workload certificate (ztunnel's
     ``SECRET_TTL``, :func:`parse_secret_ttl`); refreshed at half life."""
     drain_deadline: float = DEFAULT_DRAIN_DEADLINE
-    """Seconds a draining proxy (SIGTERM, ``/quitquitquit``) lets its connections run before closing them
-    (:func:`parse_drain_deadline`, :mod:`ambit.inpod.drain`)."""
+    """Seconds a draining proxy (SIGTERM, ``/quitquitquit``) with no successor lets its connections run before
+    closing them (:func:`parse_drain_deadline`, :mod:`ambit.inpod.drain`)."""
+    drain_max: float = DEFAULT_DRAIN_DEADLINE
+    """Seconds a draining proxy whose pods a successor took over (the node agent said so) lets its connections
+    run (:func:`parse_drain_max`); at least ``drain_deadline``."""
     notify_fd: int | None = None
     """Write ``READY=1`` and a newline to this inherited file descriptor (then close it) once the proxy is ready
     (its configuration read, every pod the node agent handed over served): how a supervisor starting a successor

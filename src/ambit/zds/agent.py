@@ -12,8 +12,15 @@ Rules (the session):
    any fd, garbage, an oversized or truncated datagram. The session reports it and closes; fds that came are closed.
 6. A passed deadline reports :class:`TimedOut` and closes. A closed session ignores everything.
 
+7. ``SuccessorReady`` (Ambit's extension) goes only to a session whose hello set ``successor_notice``; it is a
+   request like the others (queued, one Ack).
+
 Rules (the hub): new pods go to the most recently connected session only; deletes go to all sessions; a new
 session's snapshot is the hub's pod cache at connect time. The hub borrows netns fds: its caller owns them.
+Successors (:meth:`AgentHub.tell_successors`, called after every input): a session that asked for notices hears
+``SuccessorReady{ready}`` each time the answer to "is a session connected after it live (its snapshot acked)?"
+changes from what it was last told (at first: no). So the node proxy being replaced learns that its successor
+holds every pod (and gets every new one), and the successor learns nothing.
 
 Transitions are the table below, keyed by (state, input); a pair missing from the table is a protocol error.
 """
@@ -34,6 +41,7 @@ from ambit.zds.protocol import (
     KeepRequest,
     Request,
     SnapshotSentRequest,
+    SuccessorReadyRequest,
     WorkloadInfo,
     decode_hello,
     decode_response,
@@ -85,10 +93,12 @@ def _kind(request: Request) -> str:
             return "del"
         case SnapshotSentRequest():
             return "snapshot_sent"
+        case SuccessorReadyRequest():
+            return "successor_ready"
 
 
 def _uid(request: Request) -> str:
-    return "" if isinstance(request, SnapshotSentRequest) else request.uid
+    return "" if isinstance(request, SnapshotSentRequest | SuccessorReadyRequest) else request.uid
 
 
 class AgentSession:
@@ -105,6 +115,10 @@ class AgentSession:
                 self._queue.append(AddRequest(pod.uid, pod.info, pod.netns_fd))
         self._queue.append(SnapshotSentRequest())
         self._in_flight: Request | None = None
+        self.notices = False
+        """Whether the proxy's hello asked for ``SuccessorReady`` (rule 7)."""
+        self.told_successor = False
+        """What it was last told (queued counts as told)."""
 
     @property
     def closed(self) -> bool:
@@ -116,7 +130,7 @@ class AgentSession:
         out: list[Output] = []
         try:
             if self.state is AgentState.AWAITING_HELLO:
-                decode_hello(datagram)
+                self.notices = decode_hello(datagram)
                 self._step(_Input.HELLO)
                 out.append(HelloReceived())
             else:
@@ -140,6 +154,14 @@ class AgentSession:
             return []
         self._queue = deque(r for r in self._queue if not (isinstance(r, AddRequest) and r.uid == uid))
         self._queue.append(DelRequest(uid))
+        return self._send_next(now)
+
+    def submit_successor(self, ready: bool, now: float) -> list[Output]:
+        """Rule 7: tell the proxy whether a later one holds every pod (only if it asked, and it changed)."""
+        if self.closed or not self.notices or ready == self.told_successor:
+            return []
+        self.told_successor = ready
+        self._queue.append(SuccessorReadyRequest(ready))
         return self._send_next(now)
 
     def timer_fired(self, now: float) -> list[Output]:
@@ -235,6 +257,16 @@ class AgentHub:
 
     def timer_fired(self, now: float) -> list[tuple[int, Output]]:
         return [(cid, out) for cid, s in self._sessions.items() for out in s.timer_fired(now)]
+
+    def tell_successors(self, now: float) -> list[tuple[int, Output]]:
+        """Each open session that asked for notices, told whether a session connected after it is live (see the
+        hub's rules); nothing when nothing changed, so the caller may call it after every input."""
+        out: list[tuple[int, Output]] = []
+        later_live = False
+        for cid, session in reversed(self._sessions.items()):
+            out += [(cid, each) for each in session.submit_successor(later_live, now)]
+            later_live = later_live or session.state is AgentState.LIVE
+        return out
 
     @property
     def deadline(self) -> float | None:

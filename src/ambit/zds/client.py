@@ -26,6 +26,7 @@ from typing import Protocol
 
 from ambit.zds.commands import CloseConnection, OpenPodListeners, Output, StopPodProxy
 from ambit.zds.errors import ProtocolError
+from ambit.zds.events import SuccessorReported
 from ambit.zds.protocol import WorkloadInfo
 from ambit.zds.proxy import ProxySession
 from ambit.zds.transport import ZdsSocket
@@ -76,6 +77,7 @@ class ZdsClient:
         backoff_max: float = BACKOFF_MAX,
         rng: random.Random | None = None,
         pending_retry: float = PENDING_RETRY,
+        on_successor: Callable[[bool], None] | None = None,
     ) -> None:
         self.socket_path = Path(socket_path)
         self.handler = handler
@@ -92,6 +94,8 @@ class ZdsClient:
         self._retry_task: asyncio.Task[None] | None = None
         self.retries = 0
         """Pending pods whose listeners a retry opened."""
+        self._on_successor = on_successor
+        """Told whether a later node proxy holds every pod, each time the agent says so (or the connection drops)."""
 
     @property
     def ready(self) -> bool:
@@ -189,6 +193,10 @@ class ZdsClient:
                     pod_commands.append(out)
                 case CloseConnection(reason=reason):
                     log.warning("closing the ZDS connection: %s", reason)
+                case SuccessorReported(ready=ready):
+                    log.info("zds: the node agent says a successor %s", "holds every pod" if ready else "is gone")
+                    if self._on_successor is not None:
+                        self._on_successor(ready)
                 case _:
                     log.debug("zds: %s", out)
 

@@ -58,6 +58,21 @@ class SnapshotReconciled:
     dropped: frozenset[str]
 
 
+@dataclass(frozen=True, slots=True)
+class SuccessorReported:
+    """The node proxy heard (``SuccessorReady``) whether a later node proxy holds every pod of the node, or lost the
+    connection that said so (``ready`` False: unknown again until the agent says it anew)."""
+
+    ready: bool
+
+
 Event = (
-    HelloReceived | SnapshotCompleted | RequestAcked | RequestNacked | TimedOut | ProtocolViolated | SnapshotReconciled
+    HelloReceived
+    | SnapshotCompleted
+    | RequestAcked
+    | RequestNacked
+    | TimedOut
+    | ProtocolViolated
+    | SnapshotReconciled
+    | SuccessorReported
 )

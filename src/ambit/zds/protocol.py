@@ -66,7 +66,14 @@ class SnapshotSentRequest:
     pass
 
 
-Request = AddRequest | KeepRequest | DelRequest | SnapshotSentRequest
+@dataclass(frozen=True, slots=True)
+class SuccessorReadyRequest:
+    """Ambit's extension (only to a proxy whose hello asked for it): whether a later proxy holds every pod."""
+
+    ready: bool
+
+
+Request = AddRequest | KeepRequest | DelRequest | SnapshotSentRequest | SuccessorReadyRequest
 
 
 _M = TypeVar("_M", zds_pb2.ZdsHello, zds_pb2.WorkloadRequest, zds_pb2.WorkloadResponse)
@@ -93,16 +100,18 @@ def _without_fds(datagram: Datagram, what: str) -> None:
         raise ProtocolError(f"{what} must carry no fd, got {len(datagram.fds)}")
 
 
-def encode_hello() -> bytes:
-    return _checked(zds_pb2.ZdsHello(version=zds_pb2.V1).SerializeToString())
+def encode_hello(successor_notice: bool = True) -> bytes:
+    """Our hello; ``successor_notice`` asks the agent for :class:`SuccessorReadyRequest` (Ambit's extension)."""
+    return _checked(zds_pb2.ZdsHello(version=zds_pb2.V1, successor_notice=successor_notice).SerializeToString())
 
 
-def decode_hello(datagram: Datagram) -> None:
-    """Accept a ``ZdsHello{version: V1}`` without fds, or raise."""
+def decode_hello(datagram: Datagram) -> bool:
+    """Accept a ``ZdsHello{version: V1}`` without fds, or raise; returns whether it asked for successor notices."""
     hello = _parse(zds_pb2.ZdsHello(), datagram)
     _without_fds(datagram, "ZdsHello")
     if hello.version != zds_pb2.V1:
         raise ProtocolError(f"unsupported ZDS version {hello.version}")
+    return hello.successor_notice
 
 
 def encode_request(request: Request) -> tuple[bytes, tuple[int, ...]]:
@@ -122,6 +131,9 @@ def encode_request(request: Request) -> tuple[bytes, tuple[int, ...]]:
             getattr(message, "del").uid = uid
         case SnapshotSentRequest():
             message.snapshot_sent.SetInParent()
+        case SuccessorReadyRequest(ready):
+            message.successor_ready.SetInParent()
+            message.successor_ready.ready = ready
     return _checked(message.SerializeToString()), fds
 
 
@@ -147,6 +159,9 @@ def decode_request(datagram: Datagram) -> Request:
     if kind == "snapshot_sent":
         _without_fds(datagram, "SnapshotSent")
         return SnapshotSentRequest()
+    if kind == "successor_ready":
+        _without_fds(datagram, "SuccessorReady")
+        return SuccessorReadyRequest(message.successor_ready.ready)
     raise ProtocolError("WorkloadRequest without a payload")
 
 

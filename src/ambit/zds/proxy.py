@@ -13,7 +13,11 @@ Rules:
    request at a time, so a request arriving while an Add is unanswered is a protocol error.
 5. ``Add`` carries exactly one fd (handed to the shell in :class:`OpenPodListeners`), every other message none.
    Re-adding a uid restarts it with the latest netns: the record keeps the latest info.
-6. A protocol error (garbage, oversized, wrong fds, missing workload_info, unexpected message for the state) is
+6. ``SuccessorReady`` (Ambit's extension; our hello asks for it) is acked at once in either state and reported
+   (:class:`SuccessorReported`): whether a later node proxy holds every pod, which lengthens our drain when we
+   stop (:mod:`ambit.inpod.drain`). A lost connection forgets it (reported as not ready): a new agent connection
+   says it again if it still holds.
+7. A protocol error (garbage, oversized, wrong fds, missing workload_info, unexpected message for the state) is
    answered with a nack, then the connection is closed; any fds that came with the datagram are closed.
 
 Transitions are the table below, keyed by (state, message); a pair missing from the table is a protocol error.
@@ -29,7 +33,7 @@ from types import MappingProxyType
 
 from ambit.zds.commands import CloseConnection, CloseFds, OpenPodListeners, Output, SendMessage, StopPodProxy
 from ambit.zds.errors import Blame, ProtocolError
-from ambit.zds.events import ProtocolViolated, SnapshotReconciled
+from ambit.zds.events import ProtocolViolated, SnapshotReconciled, SuccessorReported
 from ambit.zds.protocol import (
     AddRequest,
     Datagram,
@@ -37,6 +41,7 @@ from ambit.zds.protocol import (
     KeepRequest,
     Request,
     SnapshotSentRequest,
+    SuccessorReadyRequest,
     WorkloadInfo,
     decode_request,
     encode_hello,
@@ -55,8 +60,10 @@ _TRANSITIONS: dict[tuple[ProxyState, type[Request]], ProxyState] = {
     (ProxyState.SNAPSHOT, KeepRequest): ProxyState.SNAPSHOT,
     (ProxyState.SNAPSHOT, DelRequest): ProxyState.SNAPSHOT,
     (ProxyState.SNAPSHOT, SnapshotSentRequest): ProxyState.LIVE,
+    (ProxyState.SNAPSHOT, SuccessorReadyRequest): ProxyState.SNAPSHOT,
     (ProxyState.LIVE, AddRequest): ProxyState.LIVE,
     (ProxyState.LIVE, DelRequest): ProxyState.LIVE,
+    (ProxyState.LIVE, SuccessorReadyRequest): ProxyState.LIVE,
 }
 
 
@@ -81,6 +88,8 @@ class ProxySession:
         self._pods: dict[str, PodRecord] = {}
         self._snapshot: set[str] = set()
         self._awaiting: str | None = None  # uid of the Add whose listeners the shell is opening
+        self.successor = False
+        """Whether the agent last said a later node proxy holds every pod (rule 6)."""
 
     @property
     def pods(self) -> Mapping[str, PodRecord]:
@@ -96,7 +105,9 @@ class ProxySession:
         self.state = ProxyState.SNAPSHOT
         self._snapshot.clear()
         self._awaiting = None
-        return [SendMessage(encode_hello())]
+        forgotten: list[Output] = [SuccessorReported(False)] if self.successor else []
+        self.successor = False
+        return [*forgotten, SendMessage(encode_hello())]
 
     def connection_lost(self) -> None:
         self.state = ProxyState.DISCONNECTED
@@ -133,6 +144,10 @@ class ProxySession:
                 for uid in dropped:
                     del self._pods[uid]
                 return [*(StopPodProxy(u) for u in sorted(dropped)), SnapshotReconciled(dropped), _ack()]
+            case SuccessorReadyRequest(ready):
+                self.successor = ready
+                return [SuccessorReported(ready), _ack()]
+        raise ProtocolError(f"unhandled request {request!r}", Blame.LOCAL)  # unreachable: the table has no other
 
     def listeners_opened(self, uid: str) -> list[Output]:
         """The shell started the pod's proxy: record it running and ack the Add."""

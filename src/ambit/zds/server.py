@@ -3,7 +3,8 @@
 Theory of operation: the server listens on an ``AF_UNIX``/``SOCK_SEQPACKET`` socket (a stale path is unlinked
 first; mode 0600). Each accepted node proxy gets a connection id, an :class:`AgentSession` from the hub and a reader
 task. Every input (a datagram, a submission, the deadline timer) goes the same way: ask the hub, then perform its
-outputs in order under one lock, then re-arm the timer at the hub's deadline.
+outputs in order under one lock, then tell older node proxies whether a successor is live
+(:meth:`AgentHub.tell_successors`), then re-arm the timer at the hub's deadline.
 
 :meth:`ZdsServer.add` and :meth:`ZdsServer.delete` make the server a
 :class:`ambit.cni.enrolment.NodeProxyLink`. ``add`` waits for the Ack of its Add on the connection it went to.
@@ -190,6 +191,7 @@ class ZdsServer:
                 session = self._hub.find_session(cid)
                 if datagram is None or session is None:
                     await self._drop(cid, "connection closed by the node proxy")
+                    await self._perform(self._hub.tell_successors(self._now()))
                     return
                 await self._perform([(cid, out) for out in session.datagram_received(datagram, self._now())])
 
@@ -209,6 +211,9 @@ class ZdsServer:
                 closed.append(cid)
         for cid in closed:
             await self._drop(cid, "connection closed")
+        notices = self._hub.tell_successors(self._now())  # a session went live or away: older ones may care
+        if notices:
+            await self._perform(notices)
         self._rearm()
 
     def _on_event(self, cid: int, event: Output) -> None:

@@ -116,8 +116,10 @@ def daemon_backoff(settings: SupervisorSettings) -> RestartBackoff:
     return RestartBackoff(settings.initial, settings.maximum, reset_after=settings.stable)
 
 
-NODEPROXY_ENV = (("TERMINATION_GRACE_PERIOD_SECONDS", "30"),)
-"""As the ztunnel DaemonSet (deploy/base/ztunnel): a stopping node proxy drains for 25 s at most."""
+NODEPROXY_ENV = (("CONNECTION_TERMINATION_DEADLINE", "25s"),)
+"""As the ztunnel DaemonSet (deploy/base/ztunnel): a node proxy stopped with no successor drains for 25 s at most;
+one whose successor the node agent announced (a hand-over) keeps its connections until they end, up to the default
+``--drain-max`` (nothing here kills a draining proxy before the supervisor itself stops)."""
 READY_LINE = b"READY=1"
 
 CONTROL_PLANE_PORT = 15012
