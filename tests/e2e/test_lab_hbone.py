@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from tests.e2e.hbone_peer import node_connect, workload_files
 from tests.e2e.lab_driver import (
     TEST_TIMEOUT,
     Lab,
@@ -332,60 +333,10 @@ def test_the_node_proxy_config_dump_shows_workloads_and_certificates(mesh: Mesh)
     assert re.match(r"\d{4}-", dump["certificates"][0]["certChain"][0]["expirationTime"])
 
 
-NODE_CONNECT = r"""
-const http2 = require('http2'); const fs = require('fs');
-const [ip, authority, key, cert, ca] = process.argv.slice(1);  // node -e: no script path in argv
-const client = http2.connect(`https://${ip}:15008`, {
-  key: fs.readFileSync(key), cert: fs.readFileSync(cert), ca: fs.readFileSync(ca),
-  minVersion: 'TLSv1.3', ALPNProtocols: ['h2'], checkServerIdentity: () => undefined,
-});
-let answered = false;
-const fail = (e) => { console.log('error ' + e.code); process.exit(0); };
-client.on('error', fail);
-client.on('close', () => { if (!answered) console.log('closed without an answer'); });
-const req = client.request({':method': 'CONNECT', ':authority': authority});
-req.on('error', fail);
-req.on('response', (headers) => {
-  answered = true;
-  const status = headers[':status'];
-  if (status !== 200) { console.log('status ' + status); client.close(); return; }
-  let body = '';
-  req.setEncoding('utf8');
-  req.on('data', (d) => { body += d; });
-  req.on('end', () => { console.log('status 200 ' + body.split('\r\n\r\n')[1]); client.close(); });
-  req.end('GET /from-node HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
-});
-"""
-
-
-def _workload_files(tmp_path: Any, ca_dir: Any, name: str) -> list[str]:
-    """Key, leaf and root of a workload certificate for ``hb-amb/default`` signed by the CA in ``ca_dir``."""
-    import asyncio
-
-    from ambit.identity.localca import LocalCa
-    from ambit.model.identity import SpiffeId
-
-    cert = asyncio.run(LocalCa(ca_dir).fetch_certificate(SpiffeId("cluster.local", AMBIENT, "default")))
-    files = []
-    for suffix, data in (("key", cert.key_pem), ("crt", cert.chain_pem[0]), ("ca", cert.roots_pem)):
-        path = tmp_path / f"{name}.{suffix}"
-        path.write_bytes(data)
-        files.append(str(path))
-    return files
-
-
-def _node_connect(mesh: Mesh, target: str, authority: str, files: list[str]) -> str:
-    done = subprocess.run(
-        ["node", "-e", NODE_CONNECT, target, authority, *files], capture_output=True, text=True, timeout=20, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
-
-
 def test_nodejs_http2_stack_tunnels_through_15008_with_a_workload_certificate(mesh: Mesh, tmp_path: Any) -> None:
-    files = _workload_files(tmp_path, mesh.lab.topology.mesh_ca_dir, "mesh")
+    files = workload_files(tmp_path, mesh.lab.topology.mesh_ca_dir, AMBIENT, "default", "mesh")
     srv = mesh.ips["srv-2"]
-    out = _node_connect(mesh, srv, f"{srv}:8080", files)
+    out = node_connect(srv, f"{srv}:8080", files)
     status, _, body = out.partition(" 200 ")
     assert status == "status", out
     answer = json.loads(body)
@@ -394,12 +345,12 @@ def test_nodejs_http2_stack_tunnels_through_15008_with_a_workload_certificate(me
 
 
 def test_a_connect_whose_authority_is_another_ip_gets_400(mesh: Mesh, tmp_path: Any) -> None:
-    files = _workload_files(tmp_path, mesh.lab.topology.mesh_ca_dir, "mesh")
-    assert _node_connect(mesh, mesh.ips["srv-2"], f"{mesh.ips['srv-1']}:8080", files) == "status 400"
+    files = workload_files(tmp_path, mesh.lab.topology.mesh_ca_dir, AMBIENT, "default", "mesh")
+    assert node_connect(mesh.ips["srv-2"], f"{mesh.ips['srv-1']}:8080", files) == "status 400"
 
 
 def test_a_client_certificate_from_another_root_is_refused(mesh: Mesh, tmp_path: Any) -> None:
-    files = _workload_files(tmp_path, tmp_path / "other-ca", "other")
+    files = workload_files(tmp_path, tmp_path / "other-ca", AMBIENT, "default", "other")
     files[2] = str(mesh.lab.topology.mesh_ca_dir / "root.crt")  # the client trusts the mesh; the mesh must not trust it
-    out = _node_connect(mesh, mesh.ips["srv-2"], f"{mesh.ips['srv-2']}:8080", files)
+    out = node_connect(mesh.ips["srv-2"], f"{mesh.ips['srv-2']}:8080", files)
     assert out.startswith(("error", "closed without an answer")), out

@@ -26,9 +26,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.e2e.hbone_peer import node_connect, workload_files
 from tests.e2e.lab_driver import (
     TEST_TIMEOUT,
     Lab,
@@ -221,6 +223,45 @@ def test_pod_ip_and_service_addressing_choose_the_waypoint_as_istio_does(lab: La
     client_ip = lab.pod("client", NS)["status"]["podIP"]
     direct = calls(lab, "client", f"http://{vip(lab, 'captured')}/")
     assert layer(direct) == "L4" and {a["client"].rsplit(":", 1)[0] for a in direct} == {client_ip}, direct
+
+
+def waypoint_pod_ip(lab: Lab, name: str) -> str:
+    pods = lab.pods(NS, f"gateway.networking.k8s.io/gateway-name={name}")
+    running = [p for p in pods if not p["metadata"].get("deletionTimestamp") and p["status"].get("podIP")]
+    assert running, f"no running pod of waypoint {name}"
+    return str(running[0]["status"]["podIP"])
+
+
+def test_direct_hbone_to_a_waypoint_serves_only_what_it_is_the_waypoint_for(lab: Lab, tmp_path: Path) -> None:
+    """TestDirect "waypoint": an independent HTTP/2 client (Node.js) opens CONNECT tunnels straight to a waypoint's
+    15008 with a workload certificate of the mesh (upstream: ``captured``'s identity). The waypoint serves its own
+    Service's VIP on a declared port and its own workload's pod IP; it refuses a host name (istio/istio#43241), a
+    port the Service does not declare, a VIP or pod it is not the waypoint for, and its own admin port 15000."""
+    wait_until(
+        "the service waypoint carries svc-wp's VIP",
+        lambda: layer(calls(lab, "client", f"http://{vip(lab, 'svc-wp')}/")) == "L7",
+        120,
+        1.0,
+    )
+    files = workload_files(tmp_path, lab.topology.mesh_ca_dir, NS, "default", "captured")
+    service_waypoint = waypoint_pod_ip(lab, "waypoint-service")
+    workload_waypoint = waypoint_pod_ip(lab, "waypoint-workload")
+    wl_wp, captured = pod_of(lab, "wl-wp"), lab.pods(NS, "app=captured")[0]
+    cases = {
+        "named destination": (workload_waypoint, f"wl-wp.{NS}.svc.cluster.local:80"),
+        "VIP destination": (service_waypoint, f"{vip(lab, 'svc-wp')}:80"),
+        "VIP destination, unknown port": (service_waypoint, f"{vip(lab, 'svc-wp')}:12345"),
+        "Pod IP destination": (workload_waypoint, f"{wl_wp['status']['podIP']}:8080"),
+        "Unserved VIP destination": (service_waypoint, f"{vip(lab, 'captured')}:80"),
+        "Unserved pod destination": (workload_waypoint, f"{captured['status']['podIP']}:8080"),
+        "Waypoint destination": (service_waypoint, f"{service_waypoint}:15000"),
+    }
+    seen = {name: node_connect(target, authority, files) for name, (target, authority) in cases.items()}
+    served = {name for name, out in seen.items() if out.startswith("status 200 ")}
+    assert served == {"VIP destination", "Pod IP destination"}, seen
+    assert '"svc-wp-' in seen["VIP destination"] and f'"{wl_wp["metadata"]["name"]}"' in seen["Pod IP destination"]
+    # Whatever is refused is refused at the tunnel: no inner request reached an application.
+    assert not [out for out in seen.values() if out.startswith("inner ")], seen
 
 
 def test_an_httproute_to_a_missing_backend_answers_500(lab: Lab) -> None:
