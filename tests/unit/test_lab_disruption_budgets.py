@@ -35,6 +35,10 @@ def budget(generation: int = 1, status: Obj | None = None, selector: Any = ..., 
     return body
 
 
+def reference(owner: Obj) -> Obj:
+    return {"apiVersion": "apps/v1", "controller": True, **owner}
+
+
 def pod(name: str, ready: bool = True, owner: Obj | None = None, deleting: bool = False) -> Obj:
     meta: Obj = {"name": name, "namespace": NS, "labels": {"app": "web"}}
     if owner is not None:

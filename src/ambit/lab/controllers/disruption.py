@@ -134,8 +134,8 @@ class DisruptionController:
                 budget,
                 "Warning",
                 "UnmanagedPods",
-                f"Pods selected by this PodDisruptionBudget were found to be unmanaged ({', '.join(result.unmanaged)}): "
-                'set ".spec.minAvailable" of the PDB to an integer value to account for them.',
+                f"Pods selected by this PodDisruptionBudget were found to be unmanaged "
+                f'({", ".join(result.unmanaged)}): set ".spec.minAvailable" to an integer value to account for them.',
                 "Sync",
             )
         status = new_status(budget, result, stamp)
