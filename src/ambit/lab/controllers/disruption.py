@@ -54,7 +54,7 @@ class DisruptionController:
         )
         informers.pods.add_handler(
             on_add=self._pod_changed,
-            on_update=lambda old, new: (self._pod_changed(old), self._pod_changed(new)),
+            on_update=self._pod_updated,
             on_delete=self._pod_changed,
         )
         for scaled in (informers.replicasets, informers.deployments):
@@ -90,6 +90,10 @@ class DisruptionController:
             if selector is not None and selector.matches(labels):
                 self.queue.add(key_of(budget))
 
+    def _pod_updated(self, old: Object, new: Object) -> None:
+        self._pod_changed(old)
+        self._pod_changed(new)
+
     def _namespace_changed(self, obj: Object) -> None:
         namespace = key_of(obj)[0]
         for budget in self.informers.poddisruptionbudgets.items():
@@ -117,8 +121,8 @@ class DisruptionController:
         try:
             result = compute(budget, self._selected(budget), self._find_scaled, now)
         except (BudgetError, ValueError) as exc:
-            status = failed_status(budget, str(exc), stamp)
-            if status != budget.get("status"):
+            failed = failed_status(budget, str(exc), stamp)
+            if failed != budget.get("status"):
                 self.recorder.record(
                     budget,
                     "Warning",
@@ -126,7 +130,7 @@ class DisruptionController:
                     f"Failed to calculate the number of expected pods: {exc}",
                     "Sync",
                 )
-                await self._write(budget, status)
+                await self._write(budget, failed)
             return None
         if result.unmanaged and self.reported_unmanaged.get(key) != result.unmanaged:
             self.reported_unmanaged[key] = result.unmanaged
@@ -138,9 +142,9 @@ class DisruptionController:
                 f'({", ".join(result.unmanaged)}): set ".spec.minAvailable" to an integer value to account for them.',
                 "Sync",
             )
-        status = new_status(budget, result, stamp)
-        if status is not None:
-            await self._write(budget, status)
+        fresh = new_status(budget, result, stamp)
+        if fresh is not None:
+            await self._write(budget, fresh)
         if result.recheck_at is None:
             return None
         return max(result.recheck_at - now, 0.0) + 0.5  # past the entry's expiry, so the next look drops it
