@@ -21,7 +21,8 @@ least-loaded node, preemption (pods get their priority, nothing acts on it); a n
 scheduler treats a node that is not Ready as tainted ``not-ready:NoSchedule``, but nothing adds NoExecute taints
 to failed nodes); the disruption controller's StatefulSet, ReplicationController and custom-scale finders and the
 stale ``DisruptionTarget`` condition clean-up; DaemonSet failed-pod back-off and ``DaemonSet`` conditions; Deployment
-progress deadlines and proportional scaling during a rollout; pod garbage collection (Failed pods stay); per-controller RBAC roles (the controllers run as the lab's admin).
+progress deadlines and proportional scaling during a rollout; pod garbage collection (Failed pods stay);
+per-controller RBAC roles (the controllers run as the lab's admin).
 
 Errors::
 
