@@ -1,11 +1,13 @@
-"""``POST .../pods/<name>/eviction``: carries out the decisions of :mod:`ambit.apiserver.eviction` against the
-store, as kube-apiserver's ``EvictionREST.Create`` does (its rules are numbered there).
+"""``POST .../pods/<name>/eviction``: carries out the decisions of :mod:`ambit.apiserver.eviction` against the store,
+as kube-apiserver's ``EvictionREST.Create`` does (its rules are numbered there).
 
-The budget's status is written through the ``status`` subresource as the API server itself (kube's loopback
-client), with the version it was read at: a concurrent write makes it a 409, and the budget is read again, up to
-:data:`BUDGET_ATTEMPTS` times. The pod's condition and delete go through the verbs as the requesting user, so
-admission sees who evicted; the requester's right to evict was checked by RBAC (``create`` on ``pods/eviction``)
-before anything here runs, and it needs no right to delete pods or write budgets.
+The Eviction passes mutating and validating admission first (webhooks see ``CREATE`` of ``pods/eviction`` with the
+Eviction as object; PodSecurity ignores the subresource, as kube's does). The budget's status is written through the
+``status`` subresource as the API server itself (kube's loopback client), with the version it was read at: a
+concurrent write makes it a 409, and the budget is read again, up to :data:`BUDGET_ATTEMPTS` times. The pod's
+condition and delete go through the verbs as the requesting user, so admission sees who evicted; the requester's
+right to evict was checked by RBAC (``create`` on ``pods/eviction``) before anything here runs, and it needs no
+right to delete pods or write budgets.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ import dataclasses
 from typing import Any
 
 from ambit.apiserver import errors
+from ambit.apiserver.admission_chain import Request
 from ambit.apiserver.eviction import (
     MULTIPLE,
+    Eviction,
     charge,
     disruption_target,
     enforces_resource_version,
@@ -27,6 +31,7 @@ from ambit.apiserver.eviction import (
     success,
     with_resource_version,
 )
+from ambit.apiserver.registry import ResourceType
 from ambit.apiserver.requests import DeleteOptions, JsonObject, User, rfc3339
 from ambit.apiserver.store import StoredObject
 from ambit.apiserver.verbs import ResourceManager
@@ -45,6 +50,7 @@ async def evict(
     eviction = parse_eviction(body, namespace, name, dry_run)
     pods = manager.registry.find(*PODS)
     assert pods is not None
+    eviction = await _admit(manager, pods, namespace, name, body, user, eviction.options.dry_run, dry_run)
     pod = manager.get(pods, namespace, name)
     options = eviction.options
     if ignores_budgets(pod.obj):
@@ -71,6 +77,27 @@ async def evict(
     else:
         await _delete(manager, pod, options, user)
     return success()
+
+
+async def _admit(
+    manager: ResourceManager,
+    pods: ResourceType,
+    namespace: str,
+    name: str,
+    body: JsonObject,
+    user: User,
+    dry_run: bool,
+    dry_run_query: bool,
+) -> Eviction:
+    """Mutating, then validating admission of the Eviction (``CREATE pods/eviction``, kind ``policy/v1
+    Eviction``), as kube-apiserver admits a subresource create; a mutation is parsed again (rule 1)."""
+    obj = {"apiVersion": "policy/v1", "kind": "Eviction", **copy.deepcopy(body)}
+    request = Request("CREATE", pods, "v1", namespace, name, user, "eviction", dry_run)
+    attrs = manager.admission.attributes(request, obj, None, own_labels=False)
+    attrs = dataclasses.replace(attrs, kind_group="policy", kind_version="v1", kind="Eviction")
+    obj = await manager.admission.mutate(attrs, obj)
+    await manager.admission.validate(attrs, obj)
+    return parse_eviction(obj, namespace, name, dry_run_query)
 
 
 def _covering(manager: ResourceManager, pod: StoredObject) -> list[StoredObject]:
