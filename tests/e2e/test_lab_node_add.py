@@ -9,8 +9,10 @@ reaches a pod on node-1 through the node proxies (their access logs show the SPI
 checks that ``ambit lab down`` leaves nothing of the three nodes behind.
 
 Then ``ambit lab node remove node-3`` takes it away again (:mod:`ambit.lab.cluster.leave`): a pod no controller
-owns stops the drain unless ``--force``; Deployment pods come back on the other nodes; the DaemonSet pods, the Node,
-its namespace, link and routes are gone; the next add takes the name again.
+owns stops the drain unless ``--force``; a PodDisruptionBudget with ``minAvailable`` equal to its Deployment's
+replicas stops it too (the eviction is refused until ``--timeout``; the error names the pod and the budget; the node
+stays cordoned), and once the budget can spare the pod the drain finishes; Deployment pods come back on the other
+nodes; the DaemonSet pods, the Node, its namespace, link and routes are gone; the next add takes the name again.
 """
 
 from __future__ import annotations
@@ -200,6 +202,37 @@ def test_a_removed_node_is_drained_and_leaves_nothing_behind(lab: Lab, namespace
     assert (_node(lab, "node-3") or {})["spec"].get("unschedulable") is True
     assert is_ready(lab.pod("lone", namespace))
 
+    # A budget that cannot spare the one pod of a Deployment pinned to node-3: the eviction is refused until the
+    # drain's time is up, and the node stays cordoned with the pod running.
+    guarded = deployment_manifest("guarded", 1, sleeper())
+    guarded["spec"]["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "node-3"}
+    budget = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "guarded"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}},
+    }
+    lab.kubectl("uncordon", "node-3")
+    lab.apply(guarded, budget, namespace=namespace)
+    (held,) = lab.wait_pods_ready(namespace, "app=guarded", 1, timeout=60)
+
+    def budget_status() -> dict[str, Any]:
+        status: dict[str, Any] = lab.get("pdb", "guarded", "-n", namespace).get("status") or {}
+        return status
+
+    wait_until("the budget's status", lambda: budget_status().get("currentHealthy") == 1, timeout=30)
+    assert budget_status()["disruptionsAllowed"] == 0
+    done = _remove(lab, "node-3", "--force", "--timeout", "8")
+    assert done.returncode == 1, done.stderr
+    assert "would violate their disruption budget" in done.stderr and "Traceback" not in done.stderr
+    assert f"{namespace}/{held['metadata']['name']}" in done.stderr
+    assert "The disruption budget guarded needs 1 healthy pods and has 1 currently" in done.stderr
+    assert (_node(lab, "node-3") or {})["spec"].get("unschedulable") is True
+    assert is_ready(lab.pod(held["metadata"]["name"], namespace))
+
+    # A budget that can spare it: the drain finishes.
+    lab.kubectl("patch", "pdb", "guarded", "-n", namespace, "--type=merge", "-p", '{"spec": {"minAvailable": 0}}')
+    wait_until("the budget to allow a disruption", lambda: budget_status().get("disruptionsAllowed") == 1, timeout=30)
     started = time.monotonic()
     done = _remove(lab, "node-3", "--force")
     took = time.monotonic() - started

@@ -1,5 +1,5 @@
 """Plumbing for tests that run the lab's controllers against the real embedded API server: a stand-in kubelet,
-nodes, polling, the controllers' test settings.
+nodes, polling, the controllers' test settings, the real kubectl.
 
 The kubelet (:class:`Kubelet`) marks bound pods Running and Ready with a pod IP, and finishes the deletion of
 terminating pods, as a node would.
@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from ambit.k8s import Informer, InformerSettings, KubeClient, KubeNotFoundError, kinds
@@ -97,3 +99,19 @@ async def add_node(
     await kube.create(kinds.NODES, body)
     status = {"conditions": [{"type": "Ready", "status": "True" if ready else "False", "reason": "KubeletReady"}]}
     return await kube.patch_status(kinds.NODES, name, {"status": status})
+
+
+async def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None, check: bool = True) -> str:
+    env = dict(os.environ, KUBECONFIG=str(kubeconfig), KUBECACHEDIR=str(kubeconfig.parent / "kubecache"))
+    proc = await asyncio.create_subprocess_exec(
+        "kubectl",
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(stdin.encode() if stdin else None), 60)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}): {err.decode()}")
+    return out.decode() + ("" if check else err.decode())

@@ -224,3 +224,22 @@ async def test_webhook_with_an_untrusted_certificate_fails_closed(api: ApiClient
     reply = await api.post(PODS, pod("p"))
     assert_status(reply, 500, "InternalError", 'failed calling webhook "mitm.example.com"')
     assert hook.requests("/validate") == []
+
+
+async def test_an_eviction_is_admitted_as_a_create_of_pods_eviction(api: ApiClient, hook: Webhook) -> None:
+    await api.create(
+        VALIDATING,
+        configuration("deny.example.com", f"{hook.url}/validate", hook.ca_bundle, resources=("pods/eviction",)),
+    )
+    assert (await api.post(PODS, pod("web"))).status == 201
+    denied = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "web", "labels": {"deny": "true"}}}
+    reply = await api.post(f"{PODS}/web/eviction", denied)
+    assert_status(reply, 403, message=f'admission webhook "deny.example.com" denied the request: {DENIAL}')
+    assert not (await api.must_get(f"{PODS}/web"))["metadata"].get("deletionTimestamp")
+    (request,) = hook.requests("/validate")
+    assert (request["operation"], request["subResource"], request["name"]) == ("CREATE", "eviction", "web")
+    assert request["kind"] == {"group": "policy", "version": "v1", "kind": "Eviction"}
+    assert request["object"]["kind"] == "Eviction"
+    allowed = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "web"}}
+    assert (await api.post(f"{PODS}/web/eviction", allowed)).status == 201
+    assert len(hook.requests("/validate")) == 2

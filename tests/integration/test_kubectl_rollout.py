@@ -3,13 +3,11 @@ server, with the lab's controllers and a stand-in kubelet running in the test's 
 
 from __future__ import annotations
 
-import asyncio
-import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from tests.integration.lab_cluster import NS, Kubelet, add_node, settings, until
+from tests.integration.lab_cluster import NS, Kubelet, add_node, kubectl, settings, until
 
 from ambit.apiserver.server import ApiServer
 from ambit.k8s import KubeClient, kinds
@@ -48,22 +46,6 @@ async def cluster(apiserver: ApiServer) -> AsyncIterator[tuple[KubeClient, Path]
         for name in ("node-a", "node-b"):
             await add_node(kube, name)
         yield kube, apiserver.kubeconfig
-
-
-async def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None, check: bool = True) -> str:
-    env = dict(os.environ, KUBECONFIG=str(kubeconfig), KUBECACHEDIR=str(kubeconfig.parent / "kubecache"))
-    proc = await asyncio.create_subprocess_exec(
-        "kubectl",
-        *args,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(stdin.encode() if stdin else None), 60)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}): {err.decode()}")
-    return out.decode() + ("" if check else err.decode())
 
 
 async def images(kube: KubeClient) -> set[str]:

@@ -367,6 +367,13 @@ def test_status_and_metadata_updates_are_not_checked_but_spec_updates_are() -> N
     assert review_pod(SETTINGS, changed).forbidden.startswith('pods "x" is forbidden')
 
 
+def test_creates_of_other_subresources_such_as_an_eviction_are_not_checked() -> None:
+    bad = spec(c_privileged=True)
+    for sub in ("eviction", "binding"):
+        assert review_pod(SETTINGS, pod_request(bad, subresource=sub)).forbidden == ""
+    assert review_pod(SETTINGS, pod_request(bad)).forbidden.startswith('pods "x" is forbidden')
+
+
 def test_workload_templates_get_warnings_only() -> None:
     deployment = {"spec": {"template": {"metadata": {}, "spec": spec(c_privileged=True)}}}
     _, pod_spec = template_of(("apps", "deployments"), deployment)

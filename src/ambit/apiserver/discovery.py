@@ -12,10 +12,15 @@ JsonObject = dict[str, Any]
 _SUBRESOURCE_VERBS = {
     "status": ["get", "patch", "update"],
     "token": ["create"],
+    "eviction": ["create"],
     "finalize": ["update"],
     "scale": ["get", "patch", "update"],
 }
-_SUBRESOURCE_KINDS = {"token": ("authentication.k8s.io", "v1", "TokenRequest"), "scale": ("autoscaling", "v1", "Scale")}
+_SUBRESOURCE_KINDS = {
+    "token": ("authentication.k8s.io", "v1", "TokenRequest"),
+    "scale": ("autoscaling", "v1", "Scale"),
+    "eviction": ("policy", "v1", "Eviction"),
+}
 
 
 def version_info(git_version: str) -> JsonObject:

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from ambit.apiserver import discovery, errors, openapi, protobuf, scale, tables
+from ambit.apiserver import discovery, errors, eviction_rest, openapi, protobuf, scale, tables
 from ambit.apiserver.authorizer import REVIEWS
 from ambit.apiserver.limits import LimitSettings, UserLimiter
 from ambit.apiserver.nesting import check_depth
@@ -253,6 +253,11 @@ class ApiHttp:
             return await self._watch(request, t, selection)
         if t.subresource == "scale":
             return await self._scale(request, t, user, dry_run)
+        if t.subresource == "eviction":
+            if method != "POST":
+                raise errors.method_not_allowed(f"{method} is not supported on {request.path}")
+            body = await _read_body(request)
+            return _json(await eviction_rest.evict(m, t.namespace, t.name, body, user, dry_run=dry_run), 201)
         if method == "GET":
             if t.name:
                 item = m.get(t.rtype, t.namespace, t.name)

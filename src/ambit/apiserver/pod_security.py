@@ -15,7 +15,8 @@ Rules, as kube's plugin:
    as ``latest`` (and named as labelled).
 2. Exemptions (usernames, namespaces, runtimeClassNames from the settings) skip every check of the request.
 3. Pods: checked on create, and on an update of the main resource that changes the spec or a security annotation
-   (seccomp, AppArmor); status and metadata-only updates, and deletes, are not checked. Enforce refuses with 403
+   (seccomp, AppArmor); status and metadata-only updates, deletes and writes of other subresources (an eviction,
+   a binding) are not checked. Enforce refuses with 403
    ``pods "<name>" is forbidden: violates PodSecurity "<level>:<version>": <violations>``; warn adds a warning
    ``would violate PodSecurity "<level>:<version>": <violations>``, only when the write is allowed.
 4. Workloads with a pod template (Deployment, ReplicaSet, DaemonSet, StatefulSet, Job, ReplicationController, and
@@ -203,9 +204,11 @@ def _security_annotations(meta: Mapping[str, Any] | None) -> dict[str, Any]:
 
 def _significant(request: PodRequest) -> bool:
     """Rule 3: a create, or an update of the main resource that changes what the checks read."""
+    if request.subresource not in ("", "ephemeralcontainers"):
+        return False  # pods/eviction, pods/binding, pods/status: nothing the checks read is written
     if request.operation == "CREATE":
         return True
-    if request.operation != "UPDATE" or request.subresource not in ("", "ephemeralcontainers"):
+    if request.operation != "UPDATE":
         return False
     if request.subresource == "ephemeralcontainers":
         return True

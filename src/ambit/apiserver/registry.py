@@ -127,7 +127,7 @@ BUILTINS: tuple[ResourceType, ...] = (
         "pods",
         short_names=("po",),
         categories=("all",),
-        subresources=frozenset({"status"}),
+        subresources=frozenset({"status", "eviction"}),
         extra_fields=frozenset(
             {
                 "spec.nodeName",

@@ -336,17 +336,25 @@ def node_remove(
     timeout: Annotated[
         float, typer.Option(help="Seconds the drain may take before the removal stops (the node stays cordoned).")
     ] = 120.0,
+    disable_eviction: Annotated[
+        bool,
+        typer.Option(
+            "--disable-eviction",
+            help="Delete the node's pods instead of evicting them, bypassing PodDisruptionBudgets (kubectl drain's).",
+        ),
+    ] = False,
     directory: DirOption = DEFAULT_DIR,
 ) -> None:
-    """Remove a node from a running lab: cordon and drain it (DaemonSet pods stay until the end), stop its runtime,
-    delete its Node and remaining pods, remove its network."""
+    """Remove a node from a running lab: cordon and drain it (evicting its pods, so PodDisruptionBudgets hold; a
+    refused eviction is retried until --timeout; DaemonSet pods stay until the end), stop its runtime, delete its
+    Node and remaining pods, remove its network."""
     from ambit.errors import AmbitError
     from ambit.lab.cluster.leave import remove_node
 
     _require_root()
     _topology(directory)
     try:
-        node = remove_node(directory, name, force=force, drain_timeout=timeout)
+        node = remove_node(directory, name, force=force, drain_timeout=timeout, disable_eviction=disable_eviction)
     except AmbitError as exc:
         typer.echo(f"ambit lab node remove: {exc}", err=True)
         raise typer.Exit(1) from None

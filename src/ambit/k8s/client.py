@@ -31,7 +31,7 @@ import msgspec
 from ambit.k8s import connection
 from ambit.k8s.connection import Connection
 from ambit.k8s.errors import KubeApiStatusError, KubeClientError, KubeGoneError, response_error
-from ambit.k8s.kinds import SERVICE_ACCOUNTS, TOKEN_REVIEWS, ResourceKind
+from ambit.k8s.kinds import PODS, SERVICE_ACCOUNTS, TOKEN_REVIEWS, ResourceKind
 from ambit.k8s.sockets import TrackedSockets, tracked_transport
 from ambit.k8s.throttle import RequestBudget, retry_after
 from ambit.k8s.watch import Watch
@@ -286,6 +286,18 @@ class KubeClient:
         if propagation_policy is not None:
             options["propagationPolicy"] = propagation_policy
         return await self._request("DELETE", kind.path(self._scope(kind, namespace), name), body=options)
+
+    async def evict(self, name: str, namespace: str, grace_period_seconds: int | None = None) -> dict[str, Any]:
+        """Evict a pod (``policy/v1`` Eviction): the API server deletes it unless that would violate its
+        PodDisruptionBudget, which is a ``429`` whose causes name the budget."""
+        body: dict[str, Any] = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        if grace_period_seconds is not None:
+            body["deleteOptions"] = {"gracePeriodSeconds": grace_period_seconds}
+        return await self._request("POST", PODS.path(namespace, name, "eviction"), body=body)
 
     async def serves(self, kind: ResourceKind) -> bool:
         """Whether the server serves ``kind`` (API discovery of its group version, as kubectl looks up a kind)."""

@@ -4,9 +4,12 @@ Theory of operation. Under the lab's exclusive lock (``<lab>/lab.lock``, shared 
 
 1. Refusals first, before anything changes: an unknown node; the lab's last node (``ambit lab down`` removes a
    lab); a lab whose mesh runs under the supervisor (it knows only the nodes it started with).
-2. Drain, as ``kubectl drain --ignore-daemonsets --disable-eviction`` does: the Node is cordoned
-   (``spec.unschedulable``), then every pod bound to it is deleted with its own grace period, except DaemonSet
-   pods (their controller would put them back while the Node exists) and pods the node runtime already ended.
+2. Drain, as ``kubectl drain --ignore-daemonsets`` does: the Node is cordoned (``spec.unschedulable``), then
+   every pod bound to it is evicted (``pods/eviction``, so the API server holds it to its PodDisruptionBudget),
+   except DaemonSet pods (their controller would put them back while the Node exists) and pods the node runtime
+   already ended. An eviction the budget refuses (429) is tried again every :data:`EVICTION_RETRY` seconds until
+   the drain's time is up, as kubectl retries it; the error then names the pod and the budget's reason. With
+   ``disable_eviction`` (kubectl's ``--disable-eviction``) the pods are deleted instead, budgets or not.
    A pod no controller owns would be gone for good: as kubectl, the drain refuses it unless ``force`` is given.
    The node runtime (the kubelet's role) stops each pod's containers and tears down its sandbox, so the node agent
    unenrols it and the control plane withdraws its workload; the drain waits until every such pod is gone.
@@ -21,12 +24,12 @@ Theory of operation. Under the lab's exclusive lock (``<lab>/lab.lock``, shared 
    first node leaves, the root namespace's route to the load-balancer range moves to the new first node. ``lab.json``
    notes the index as removed; the next ``ambit lab node add`` takes it again.
 
-A failure in rule 2 (a refused pod, a drain that does not finish in ``drain_timeout``) leaves the node cordoned
+A failure in rule 2 (a refused pod, a budget that does not allow the eviction, a drain that does not finish in
+``drain_timeout``) leaves the node cordoned
 and running, with an error that says why; uncordon with ``kubectl uncordon``. From rule 3 on, the steps are best
 effort and idempotent: running the command again finishes a removal that stopped half-way.
 
-Deviations from kube: PodDisruptionBudgets are not consulted (the lab serves no eviction subresource, so the drain
-deletes instead of evicting); emptyDir data is deleted without ``--delete-emptydir-data``. The node's API token
+Deviations from kube: emptyDir data is deleted without ``--delete-emptydir-data``. The node's API token
 stays known to the API server until it restarts (the token file is read once), but nothing holds it any more.
 """
 
@@ -52,6 +55,8 @@ from ambit.lab.network.topology import NodeAddresses, Topology
 from ambit.lab.runtime.oci_apply import delete_container, list_containers
 
 DRAIN_POLL = 0.25
+EVICTION_RETRY = 5.0
+"""Seconds between evictions of a pod its budget refused (kubectl drain's)."""
 
 
 def remove_node(
@@ -60,6 +65,7 @@ def remove_node(
     *,
     force: bool = False,
     drain_timeout: float = 120.0,
+    disable_eviction: bool = False,
     runner: CommandRunner | None = None,
 ) -> NodeAddresses:
     """Rules 1 to 5; the removed node's addresses. LabError says why a removal was refused or did not finish."""
@@ -73,7 +79,7 @@ def remove_node(
             raise LabError(f"{name} is the lab's last node; `ambit lab down` removes the whole lab")
         if topology.mesh:
             raise LabError("this lab runs the mesh under its supervisor (--supervised), which cannot lose a node")
-        asyncio.run(_drain(topology, name, force, drain_timeout))
+        asyncio.run(_drain(topology, name, force, drain_timeout, disable_eviction))
         terminate_processes(_runtime_pids(topology, name))
         left = asyncio.run(_pods_on(topology, name))
         _end_pods(topology, [uid for uid in (_uid(pod) for pod in left) if uid], runner)
@@ -106,7 +112,8 @@ def drain_plan(pods: Sequence[Mapping[str, Any]], force: bool) -> tuple[list[Map
     return delete, refused
 
 
-async def _drain(topology: Topology, name: str, force: bool, drain_timeout: float) -> None:
+async def _drain(topology: Topology, name: str, force: bool, drain_timeout: float, disable_eviction: bool) -> None:
+    deadline = time.monotonic() + drain_timeout
     async with KubeClient.from_kubeconfig(topology.kubeconfig) as client:
         try:
             await client.patch(kinds.NODES, name, {"spec": {"unschedulable": True}})
@@ -119,16 +126,12 @@ async def _drain(topology: Topology, name: str, force: bool, drain_timeout: floa
                 f"{name} is cordoned, not drained: no controller would recreate {', '.join(sorted(refused))} "
                 "(--force deletes them anyway)"
             )
-        uids = set()
-        for pod in delete:
-            meta = pod["metadata"]
-            uids.add(meta.get("uid"))
-            try:
-                await client.delete(kinds.PODS, meta["name"], meta["namespace"])
-            except KubeClientError as exc:
-                if not (isinstance(exc, KubeApiStatusError) and exc.is_not_found):
-                    raise LabError(f"cannot delete pod {meta['namespace']}/{meta['name']}: {exc}") from None
-        deadline = time.monotonic() + drain_timeout
+        uids = {pod["metadata"].get("uid") for pod in delete}
+        if disable_eviction:
+            for pod in delete:
+                await _delete_pod(client, pod)
+        else:
+            await evict_pods(client, name, delete, deadline, drain_timeout)
         while True:
             pods, _ = await client.list(kinds.PODS, field_selector=f"spec.nodeName={name}")
             waiting = sorted(f"{_meta(p, 'namespace')}/{_meta(p, 'name')}" for p in pods if _uid(p) in uids)
@@ -138,6 +141,45 @@ async def _drain(topology: Topology, name: str, force: bool, drain_timeout: floa
                 late = ", ".join(waiting)
                 raise LabError(f"{name} is cordoned; these pods did not go in {drain_timeout:.0f} s: {late}")
             await asyncio.sleep(DRAIN_POLL)
+
+
+async def _delete_pod(client: KubeClient, pod: Mapping[str, Any]) -> None:
+    try:
+        await client.delete(kinds.PODS, _meta(pod, "name"), _meta(pod, "namespace"))
+    except KubeClientError as exc:
+        if not (isinstance(exc, KubeApiStatusError) and exc.is_not_found):
+            raise LabError(f"cannot delete pod {_meta(pod, 'namespace')}/{_meta(pod, 'name')}: {exc}") from None
+
+
+async def evict_pods(
+    client: KubeClient, name: str, pods: Sequence[Mapping[str, Any]], deadline: float, drain_timeout: float
+) -> None:
+    """Rule 2's evictions: each pod until its budget lets it go or the drain's time is up."""
+    pending = list(pods)
+    while True:
+        blocked: list[tuple[str, str]] = []
+        for pod in pending:
+            try:
+                await client.evict(_meta(pod, "name"), _meta(pod, "namespace"))
+            except KubeClientError as exc:
+                if isinstance(exc, KubeApiStatusError) and exc.is_not_found:
+                    continue
+                if isinstance(exc, KubeApiStatusError) and exc.status_code == 429:
+                    why = "; ".join(str(c.get("message")) for c in exc.causes if c.get("message")) or exc.message
+                    blocked.append((f"{_meta(pod, 'namespace')}/{_meta(pod, 'name')}", why))
+                    continue
+                raise LabError(f"cannot evict pod {_meta(pod, 'namespace')}/{_meta(pod, 'name')}: {exc}") from None
+        if not blocked:
+            return
+        if time.monotonic() + EVICTION_RETRY > deadline:
+            which = "; ".join(f"{pod} ({why})" for pod, why in blocked)
+            raise LabError(
+                f"{name} is cordoned, not drained: evicting these pods would violate their disruption budget "
+                f"for {drain_timeout:.0f} s: {which} (--disable-eviction deletes them anyway)"
+            )
+        names = {pod for pod, _ in blocked}
+        pending = [p for p in pending if f"{_meta(p, 'namespace')}/{_meta(p, 'name')}" in names]
+        await asyncio.sleep(EVICTION_RETRY)
 
 
 # -- rules 3 and 4: what is left on the node ----------------------------------------------------------------------

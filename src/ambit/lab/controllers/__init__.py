@@ -1,6 +1,6 @@
 """The lab's controllers: kube-scheduler and kube-controller-manager's Deployment, ReplicaSet, DaemonSet,
-NoExecute taint eviction, EndpointSlice and Endpoints controllers, simplified, in one process (``ambit lab up``
-runs :func:`run_controllers`).
+NoExecute taint eviction, disruption (PodDisruptionBudget status), EndpointSlice and Endpoints controllers,
+simplified, in one process (``ambit lab up`` runs :func:`run_controllers`).
 
 Each controller is an informer-driven reconcile loop (:mod:`reconcile`): informer handlers only queue keys
 (``namespace/name``) on a de-duplicating work queue (:mod:`workqueue`); workers take a key, read the object and
@@ -11,6 +11,7 @@ Modules: ``scheduler`` and ``placement`` (binding pods to nodes: kube-scheduler'
 TaintToleration and NodeAffinity filters), ``taint_manager`` and ``eviction`` (NoExecute taints), ``deployment``
 and ``rollout`` (Deployments to ReplicaSets), ``replicaset`` and ``expectations`` (ReplicaSets to pods),
 ``daemonset``, ``daemon_rollout`` and ``revisions`` (DaemonSets to pods, with their ControllerRevision history),
+``disruption`` and ``budgets`` (PodDisruptionBudgets' status, which the API server's eviction subresource charges),
 ``endpointslice``, ``slicing``, ``legacy_endpoints`` and ``endpoints`` (Services to EndpointSlices and
 Endpoints), ``ownership``, ``pods`` and ``selectors`` (reading objects), ``manager`` and ``settings`` (running
 them together). Each pair splits as the style asks: a pure module of decisions, a thin reconciler.
@@ -18,9 +19,10 @@ them together). Each pair splits as the style asks: a pure module of decisions, 
 Not done: StatefulSets, Jobs; scheduler resources, inter-pod affinity, preferred affinity and scoring beyond the
 least-loaded node, preemption (pods get their priority, nothing acts on it); a node lifecycle controller (the
 scheduler treats a node that is not Ready as tainted ``not-ready:NoSchedule``, but nothing adds NoExecute taints
-to failed nodes); the PodDisruptionBudget (disruption) controller and the eviction API; DaemonSet failed-pod
-back-off and ``DaemonSet`` conditions; Deployment progress deadlines and proportional scaling during a rollout;
-pod garbage collection (Failed pods stay); per-controller RBAC roles (the controllers run as the lab's admin).
+to failed nodes); the disruption controller's StatefulSet, ReplicationController and custom-scale finders and the
+stale ``DisruptionTarget`` condition clean-up; DaemonSet failed-pod back-off and ``DaemonSet`` conditions; Deployment
+progress deadlines and proportional scaling during a rollout; pod garbage collection (Failed pods stay);
+per-controller RBAC roles (the controllers run as the lab's admin).
 
 Errors::
 

@@ -17,6 +17,7 @@ from types import TracebackType
 from ambit.k8s import EventRecorder, EventRecorderSettings, Informer, KubeClient, kinds
 from ambit.lab.controllers.daemonset import DaemonSetController
 from ambit.lab.controllers.deployment import DeploymentController
+from ambit.lab.controllers.disruption import DisruptionController
 from ambit.lab.controllers.endpointslice import EndpointSliceController
 from ambit.lab.controllers.legacy_endpoints import EndpointsController
 from ambit.lab.controllers.loadbalancer import LoadBalancerController
@@ -51,6 +52,7 @@ class ControllerManager:
             endpoints=informer(ENDPOINTS),
             daemonsets=informer(kinds.DAEMON_SETS),
             controllerrevisions=informer(kinds.CONTROLLER_REVISIONS),
+            poddisruptionbudgets=informer(kinds.POD_DISRUPTION_BUDGETS),
         )
         self.recorders: list[EventRecorder] = []
         self.controllers: dict[str, Reconciler] = {}
@@ -61,6 +63,8 @@ class ControllerManager:
             self._add(DeploymentController(client, self.informers, self._recorder(DeploymentController.name), s))
             self._add(ReplicaSetController(client, self.informers, self._recorder(ReplicaSetController.name), s))
             self._add(DaemonSetController(client, self.informers, self._recorder(DaemonSetController.name), s))
+        if s.disruption:
+            self._add(DisruptionController(client, self.informers, self._recorder(DisruptionController.name), s))
         if s.taint_eviction:
             self._add(TaintManager(client, self.informers, self._recorder(TaintManager.name), s), workers=1)
         if s.endpoints:

@@ -20,6 +20,8 @@ class ControllerSettings:
     """Run the Deployment, ReplicaSet and DaemonSet controllers."""
     taint_eviction: bool = True
     """Run the NoExecute taint manager (evicts pods that do not tolerate their node's NoExecute taints)."""
+    disruption: bool = True
+    """Run the disruption controller (keeps PodDisruptionBudgets' status, which evictions charge)."""
     endpoints: bool = True
     """Run the EndpointSlice and (legacy) Endpoints controllers."""
     load_balancer_cidr: str | None = None
@@ -60,6 +62,7 @@ class Informers:
     endpoints: Informer
     daemonsets: Informer
     controllerrevisions: Informer
+    poddisruptionbudgets: Informer
 
     def all(self) -> list[Informer]:
         return [
@@ -72,4 +75,5 @@ class Informers:
             self.endpoints,
             self.daemonsets,
             self.controllerrevisions,
+            self.poddisruptionbudgets,
         ]
