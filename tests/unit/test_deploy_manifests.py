@@ -421,3 +421,44 @@ def test_only_the_control_plane_reads_secrets_and_no_role_grants_wildcard_verbs(
             assert "*" not in rule["verbs"], name
             if "secrets" in rule.get("resources", []):
                 assert name.startswith("istiod-") and set(rule["verbs"]) <= {"get", "list", "watch"}, name
+
+
+def _istiod_pods(replicas: int, ready: int) -> tuple[list[dict[str, Any]], Any]:
+    """``replicas`` istiod pods of one ReplicaSet of the base's Deployment, ``ready`` of them Ready, and the lookup
+    the disruption controller resolves their scale with."""
+    (deployment,) = [d for d in of_kind("Deployment") if d["metadata"]["name"] == "istiod"]
+    deployment = {**deployment, "metadata": {**deployment["metadata"], "uid": "d-1"}}
+    deployment["spec"] = {**deployment["spec"], "replicas": replicas}
+    owner = {"apiVersion": "apps/v1", "kind": "Deployment", "name": "istiod", "uid": "d-1", "controller": True}
+    rs = {"metadata": {"name": "istiod-1", "namespace": "istio-system", "uid": "rs-1", "ownerReferences": [owner]}}
+    rs_ref = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "istiod-1", "uid": "rs-1", "controller": True}
+    pods = [
+        {
+            "metadata": {
+                "name": f"istiod-{i}",
+                "namespace": "istio-system",
+                "labels": {"app": "istiod", "istio": "pilot"},
+                "ownerReferences": [rs_ref],
+            },
+            "status": {
+                "phase": "Running",
+                "conditions": [{"type": "Ready", "status": "True" if i < ready else "False"}],
+            },
+        }
+        for i in range(replicas)
+    ]
+    objects = {("Deployment", "istiod"): deployment, ("ReplicaSet", "istiod-1"): rs}
+    return pods, lambda kind, namespace, name: objects.get((kind, name))
+
+
+@pytest.mark.parametrize(("replicas", "ready", "allowed"), [(1, 1, 1), (2, 2, 1), (2, 1, 0), (3, 3, 1)])
+def test_istiods_budget_never_blocks_a_drain_of_a_single_replica_and_keeps_all_but_one_of_several(
+    replicas: int, ready: int, allowed: int
+) -> None:
+    """Istio's chart leaves the budget out at one replica (kubernetes#93476); the base's maxUnavailable 1 gives the
+    same drains: one replica may be evicted, and of several all but one stay up."""
+    from ambit.lab.controllers.budgets import compute
+
+    (budget,) = [b for b in of_kind("PodDisruptionBudget") if b["metadata"]["name"] == "istiod"]
+    pods, find = _istiod_pods(replicas, ready)
+    assert compute(budget, pods, find, now=0.0).allowed == allowed
