@@ -175,17 +175,8 @@ def _certificate(
     ref: Mapping[str, Any], namespace: str, find_secret: SecretLookup, grants: ReferenceGrants, origin: Origin
 ) -> TlsCredential | tuple[str, str]:
     """Rule 2 for one certificateRef: its credential, or (reason, message)."""
-    name = _text(ref.get("name"))
-    ref_ns = _text(ref.get("namespace")) or namespace
-    if ref_ns != namespace and not grants.permits(
-        from_group=origin[0],
-        from_kind=origin[1],
-        from_namespace=namespace,
-        to_group=_text(ref.get("group")),
-        to_kind=_text(ref.get("kind")) or "Secret",
-        to_namespace=ref_ns,
-        to_name=name,
-    ):
+    name, ref_ns, permitted = _secret_ref(ref, namespace, grants, origin)
+    if not permitted:
         # Before anything is looked up: without a grant, nothing says whether the Secret exists.
         message = (
             f'certificateRef {name}/{ref_ns} not accessible to a Gateway in namespace "{namespace}"'
@@ -202,6 +193,25 @@ def _certificate(
     if isinstance(credential, CredentialProblem):
         return "InvalidCertificateRef", f"invalid certificate reference {written}, {credential.message}"
     return credential
+
+
+def _secret_ref(
+    ref: Mapping[str, Any], namespace: str, grants: ReferenceGrants, origin: Origin
+) -> tuple[str, str, bool]:
+    """A Secret reference's name and namespace, and whether an object of kind ``origin`` in ``namespace`` may
+    read it: always in its own namespace, elsewhere only under a ReferenceGrant."""
+    name = _text(ref.get("name"))
+    ref_ns = _text(ref.get("namespace")) or namespace
+    permitted = ref_ns == namespace or grants.permits(
+        from_group=origin[0],
+        from_kind=origin[1],
+        from_namespace=namespace,
+        to_group=_text(ref.get("group")),
+        to_kind=_text(ref.get("kind")) or "Secret",
+        to_namespace=ref_ns,
+        to_name=name,
+    )
+    return name, ref_ns, permitted
 
 
 def _certificates(
@@ -241,18 +251,9 @@ def backend_client_certificate(
     if not isinstance(ref, Mapping):
         return True, "ResolvedRefs", "All references resolved"
     namespace = _text(_mapping_of(gateway.get("metadata")).get("namespace"))
-    name = _text(ref.get("name"))
-    ref_ns = _text(ref.get("namespace")) or namespace
+    name, ref_ns, permitted = _secret_ref(ref, namespace, grants, GATEWAY_ORIGIN)
     written = _ref_string(ref)
-    if ref_ns != namespace and not grants.permits(
-        from_group=GATEWAY_GROUP,
-        from_kind="Gateway",
-        from_namespace=namespace,
-        to_group=_text(ref.get("group")),
-        to_kind=_text(ref.get("kind")) or "Secret",
-        to_namespace=ref_ns,
-        to_name=name,
-    ):
+    if not permitted:
         message = (
             f'clientCertificateRef {name}/{ref_ns} not accessible to a Gateway in namespace "{namespace}"'
             " (missing a ReferenceGrant?)"
