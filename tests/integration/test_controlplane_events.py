@@ -109,6 +109,8 @@ async def test_the_cluster_view_goes_on_without_the_istio_kinds_when_their_crds_
         view = ClusterView(client, ClusterViewSettings(debounce=0.05, sync_timeout=10), configs.append)
         async with view:
             assert view.absent == {
+                "listenersets",
+                "xlistenersets",
                 "serviceentries",
                 "envoyfilters",
                 "workloadentries",
