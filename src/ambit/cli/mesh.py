@@ -313,6 +313,7 @@ def nodeproxy(
         own_pod_from_environment,
         parse_connection_bounds,
         parse_drain_deadline,
+        parse_ipv6_enabled,
         parse_pool_limits,
         parse_secret_ttl,
     )
@@ -331,6 +332,7 @@ def nodeproxy(
         deadline = parse_drain_deadline(drain_deadline, os.environ)
         ttl = parse_secret_ttl(secret_ttl, os.environ)
         bounds = parse_connection_bounds(os.environ, _open_files_limit())
+        ipv6 = parse_ipv6_enabled(os.environ)
     except NodeProxySettingsError as exc:
         raise typer.BadParameter(str(exc)) from None
     if notify_fd is not None:
@@ -379,6 +381,7 @@ def nodeproxy(
         drain_deadline=deadline,
         secret_ttl=ttl,
         connection_bounds=bounds,
+        ipv6=ipv6,
         notify_fd=notify_fd,
         own_pod=own_pod,
         own_address=own_address,

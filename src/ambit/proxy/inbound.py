@@ -63,7 +63,11 @@ async def _dial_pod(pod: LocalPod, dial: Dial) -> socket.socket:
     # The node proxy's own pod is dialled from its own address: the client's is not on this netns (ztunnel turns
     # freebind off for its self-proxy for the same reason). A PROXY application tunnel goes to loopback from
     # loopback (the header carries the client's address).
+    # A client of the other IP family (an IPv4 peer asking for the pod's IPv6 address, or the reverse) cannot be
+    # the source of a socket of this family: the pod sees the connection from its own address then.
     source_ip = None if pod.itself or dial.header is not None else dial.source_ip
+    if source_ip is not None and (":" in source_ip) != (":" in dial.ip):
+        source_ip = None
     try:
         sock = await connect(pod.sockets, (dial.ip, dial.port), source_ip=source_ip)
     except (AmbitError, OSError) as exc:
@@ -218,7 +222,8 @@ async def _serve_tunnel(
 def guard(ctx: ProxyContext, running: Splice, dial: Dial) -> None:
     """Remember a relayed connection for re-checks on policy changes (unless it is already over)."""
     if dial.dry_run:
-        log.info("dry-run policy: %s -> %s:%d would be denied: %s", dial.source_ip, dial.ip, dial.port, dial.dry_run)
+        destination = hostport(dial.ip, dial.port)
+        log.info("dry-run policy: %s -> %s would be denied: %s", dial.source_ip, destination, dial.dry_run)
     if dial.connection is not None and not running.over:
         ctx.guards.add(running, dial.workload.uid, dial.connection)
 

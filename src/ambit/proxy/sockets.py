@@ -33,13 +33,13 @@ import logging
 import os
 import queue
 import socket
-import struct
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 from ambit.proxy.errors import ProxyConnectError, SocketFactoryError
+from ambit.proxy.sockaddr import SOCKADDR_IN6_SIZE, SOCKADDR_IN_SIZE, SockaddrError, decode_sockaddr
 
 log = logging.getLogger("ambit.proxy.sockets")
 
@@ -49,6 +49,7 @@ IP_TRANSPARENT = 19
 IP_BIND_ADDRESS_NO_PORT = 24
 IPV6_TRANSPARENT = 75
 SO_ORIGINAL_DST = 80
+"""``SO_ORIGINAL_DST`` (level ``SOL_IP``) and ``IP6T_SO_ORIGINAL_DST`` (level ``SOL_IPV6``): both 80."""
 KEEPALIVE_IDLE = 180
 KEEPALIVE_INTERVAL = 180
 KEEPALIVE_PROBES = 9
@@ -411,13 +412,21 @@ async def _connected(sock: socket.socket, timeout: float) -> None:  # noqa: ASYN
 
 
 def original_dst(sock: socket.socket) -> tuple[str, int] | None:
-    """The pre-NAT IPv4 destination of a redirected connection, or None when it was not redirected."""
+    """The pre-NAT destination of a connection the pod's rules redirected (``SO_ORIGINAL_DST`` for IPv4,
+    ``IP6T_SO_ORIGINAL_DST`` for IPv6), or None when it was not redirected (no NAT entry: the kernel says ENOENT).
+
+    A connection that arrived without NAT (a TPROXY rule, or a direct connection) has its destination as its local
+    address: callers that can take one fall back to ``getsockname()``.
+    """
+    if sock.family == socket.AF_INET6:
+        level, size = socket.IPPROTO_IPV6, SOCKADDR_IN6_SIZE
+    else:
+        level, size = socket.SOL_IP, SOCKADDR_IN_SIZE
     try:
-        raw = sock.getsockopt(socket.SOL_IP, SO_ORIGINAL_DST, 16)
-    except OSError:
+        raw = sock.getsockopt(level, SO_ORIGINAL_DST, size)  # IP6T_SO_ORIGINAL_DST has the same number, 80
+        return decode_sockaddr(raw, sock.family)
+    except (OSError, SockaddrError):
         return None
-    (port,) = struct.unpack("!H", raw[2:4])
-    return socket.inet_ntoa(raw[4:8]), port
 
 
 def reset(sock: socket.socket) -> None:
