@@ -143,7 +143,7 @@ async def serve_hbone(ctx: ProxyContext, pod: LocalPod, sock: socket.socket, tic
     ``ticket`` is the connection's place at its listener (:mod:`ambit.proxy.admission`; the caller releases it):
     its handshake is bounded by the listener's timeout, and it is established once the client is judged."""
     local_ip = sock.getsockname()[0]
-    peer = sock.getpeername()
+    peer = sock.getpeername()[:2]  # an IPv6 peer comes with its flow label and scope too
     hbone_peer = _HbonePeer(
         local_ip, peer[0], peer[1], ipaddress.ip_address(peer[0]), sys.intern(hostport(peer[0], peer[1]))
     )
@@ -236,7 +236,7 @@ async def serve_plaintext(ctx: ProxyContext, pod: LocalPod, sock: socket.socket)
 
     Returns the running :class:`~ambit.proxy.relay.Splice` (which owns ``sock`` from then on), or None.
     """
-    peer = sock.getpeername()
+    peer = sock.getpeername()[:2]
     dst = original_dst(sock) or sock.getsockname()[:2]
     peer_addr, dst_addr = hostport(*peer), hostport(*dst)
     with ctx.register("inbound", peer_addr, dst_addr, pod) as registration:

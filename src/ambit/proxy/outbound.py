@@ -72,7 +72,7 @@ async def serve_outbound(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) 
     Returns once the relay runs on its own (a :class:`~ambit.proxy.relay.Splice`, which from then on owns ``sock``
     and does the closing bookkeeping when it ends), or None when the connection was refused or is over.
     """
-    peer = sock.getpeername()
+    peer = sock.getpeername()[:2]  # an IPv6 peer comes with its flow label and scope too
     dst = original_dst(sock)
     if dst is None:
         log.warning("pod %s: outbound connection from %s without an original destination", pod.uid, peer)
