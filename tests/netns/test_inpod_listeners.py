@@ -200,7 +200,7 @@ async def test_an_outbound_connection_lands_on_15001_with_its_original_destinati
 async def test_an_ipv6_outbound_connection_lands_on_the_ipv6_15001_with_its_original_destination(netns: str) -> None:
     """With the IPv6 rules, a pod's connection to an IPv6 address is redirected to ``[::1]:15001``, and the
     listener reads where it was going with ``IP6T_SO_ORIGINAL_DST``."""
-    prefix = f"fd00:ab:{secrets.randbelow(0xffff) + 1:x}:"
+    prefix = f"fd00:ab:{secrets.randbelow(0xFFFF) + 1:x}:"
     sh("ip", "-n", netns, "addr", "add", f"{prefix}:1/64", "dev", "eth0", "nodad")
     apply_inpod(netns, InPodSettings(ipv6=True), "nftables", SubprocessRunner())
     manager = PodListenerManager()
