@@ -33,11 +33,14 @@ from ambit.dns.server import DnsServerSettings
 from ambit.identity.localca import LocalCa
 from ambit.identity.manager import CertificateManager
 from ambit.inpod.workloads import DnsProxySettings, PodListenerManager
+from ambit.model.identity import SpiffeId
 from ambit.model.state import WorkloadState
-from ambit.model.workload import PortMapping, Service, TunnelProtocol, Workload, parse_ip
+from ambit.model.workload import NetworkAddress, PortMapping, Service, TunnelProtocol, Workload, parse_ip
 from ambit.proxy.context import ProxyContext, workload_uid
+from ambit.proxy.hbone_client import HboneClient, TunnelRefusedError
 from ambit.proxy.pool import ConnectionPool
 from ambit.proxy.settings import ProxySettings
+from ambit.proxy.sockets import NetnsSocketFactory, connect
 from ambit.redirect import InPodSettings
 from ambit.redirect.apply import apply_inpod
 from ambit.telemetry.accesslog import AccessLog
@@ -55,6 +58,8 @@ LEGACY = WorkloadInfo("legacy-0", "apps", "legacy")
 CLIENT_V4, SERVER_V4, LEGACY_V4 = "198.18.253.1", "198.18.253.2", "198.18.253.3"
 HOSTNAME = "server.apps.svc.cluster.local"
 SERVICE_KEY = f"apps/{HOSTNAME}"
+LEGACY_HOSTNAME = "legacy.apps.svc.cluster.local"
+"""An IPv6 VIP whose only endpoint, the legacy pod on the client's node, has IPv4 only."""
 
 CALL = r"""
 import json, socket, sys
@@ -106,8 +111,10 @@ class Rig:
     legacy: str
     client_v6: str
     server_v6: str
+    legacy_vip: str
     node1: ProxyContext
     node2: ProxyContext
+    tmp: Path
 
     def address(self, family: str, of: str) -> str:
         v4 = {"client": CLIENT_V4, "server": SERVER_V4}
@@ -131,13 +138,15 @@ def _workloads(client_v6: str, server_v6: str) -> list[Workload]:
     return [
         pod(CLIENT, "node-1", CLIENT_V4, client_v6),
         pod(SERVER, "node-2", SERVER_V4, server_v6, services={SERVICE_KEY: (PortMapping(PORT, PORT),)}),
-        pod(LEGACY, "node-1", LEGACY_V4),
+        pod(LEGACY, "node-1", LEGACY_V4, services={f"apps/{LEGACY_HOSTNAME}": (PortMapping(PORT, PORT),)}),
     ]
 
 
-def _state(workloads: list[Workload]) -> WorkloadState:
+def _state(workloads: list[Workload], legacy_vip: str) -> WorkloadState:
     state = WorkloadState()
     state.upsert_service(Service("server", "apps", HOSTNAME, ports=(PortMapping(PORT, PORT),)))  # headless
+    vip = (NetworkAddress("", parse_ip(legacy_vip)),)  # on the client's subnet: routed there, then redirected
+    state.upsert_service(Service("legacy", "apps", LEGACY_HOSTNAME, vips=vip, ports=(PortMapping(PORT, PORT),)))
     for workload in workloads:
         state.upsert_workload(workload)
     return state
@@ -204,33 +213,44 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     with _namespaces(tag, prefix) as (client, server, legacy):
         client_v6, server_v6 = f"{prefix}1", f"{prefix}2"
         workloads = _workloads(client_v6, server_v6)
-        context1 = _context("node-1", _state(workloads), tmp_path / "ca")
-        context2 = _context("node-2", _state(workloads), tmp_path / "ca")
+        context1 = _context("node-1", _state(workloads, f"{prefix}99"), tmp_path / "ca")
+        context2 = _context("node-2", _state(workloads, f"{prefix}99"), tmp_path / "ca")
         dns = DnsProxySettings(DnsServerSettings(), explicit=True)  # mesh names only: nothing is forwarded here
         node1, node2 = PodListenerManager(context1, dns), PodListenerManager(context2, dns)
-        echo_log = open(tmp_path / "echo.log", "wb")  # noqa: SIM115, ASYNC230 - closed below; a local file
-        echo = subprocess.Popen(  # noqa: ASYNC220 - started, not waited for
-            ["ip", "netns", "exec", server, sys.executable, "-m", "ambit.lab.apps", "multi-echo",
-             "--listen", f"tcp:{PORT}@0.0.0.0", "--listen", f"tcp:{PORT}@::"],
-            cwd=REPO, stdout=echo_log, stderr=echo_log,
-        )  # fmt: skip
+        echoes = [
+            _echo(server, tmp_path / "server-echo.log", f"tcp:{PORT}@0.0.0.0", f"tcp:{PORT}@::"),
+            _echo(legacy, tmp_path / "legacy-echo.log", f"tcp:{PORT}@0.0.0.0"),
+        ]
         try:
             async with asyncio.timeout(30):
-                while not {f"tcp 0.0.0.0:{PORT}", f"tcp [::]:{PORT}"} <= listening(server):
-                    assert echo.poll() is None, (tmp_path / "echo.log").read_text()
-                    await asyncio.sleep(0.05)
+                for ns, log, wanted in (
+                    (server, tmp_path / "server-echo.log", {f"tcp 0.0.0.0:{PORT}", f"tcp [::]:{PORT}"}),
+                    (legacy, tmp_path / "legacy-echo.log", {f"tcp 0.0.0.0:{PORT}"}),
+                ):
+                    while not wanted <= listening(ns):
+                        assert all(echo.poll() is None for echo in echoes), log.read_text()
+                        await asyncio.sleep(0.05)
             await _enrol(node1, CLIENT, client)
             await _enrol(node1, LEGACY, legacy)
             await _enrol(node2, SERVER, server)
-            yield Rig(client, server, legacy, client_v6, server_v6, context1, context2)
+            yield Rig(client, server, legacy, client_v6, server_v6, f"{prefix}99", context1, context2, tmp_path)
         finally:
             await node1.aclose()
             await node2.aclose()
             await context1.certs.aclose()
             await context2.certs.aclose()
-            echo.terminate()
-            echo.wait(10)
-            echo_log.close()
+            for echo in echoes:
+                echo.terminate()
+                echo.wait(10)
+
+
+def _echo(ns: str, log: Path, *listen: str) -> subprocess.Popen[bytes]:
+    """The lab's TCP echo in ``ns`` (``whoami`` tells the client's address), its output in ``log``."""
+    argv = ["ip", "netns", "exec", ns, sys.executable, "-m", "ambit.lab.apps", "multi-echo"]
+    for spec in listen:
+        argv += ["--listen", spec]
+    with open(log, "wb") as out:
+        return subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=out)
 
 
 async def in_pod(ns: str, script: str, *args: str) -> dict[str, Any] | list[Any]:
@@ -354,3 +374,58 @@ async def test_the_dns_proxy_answers_on_ipv6_localhost_with_the_workloads_ipv6_a
     answers = await in_pod(rig.client, ASK, json.dumps(asked))
     aaaa = [f"AAAA {rig.server_v6}"]
     assert answers == [aaaa, aaaa, [f"A {SERVER_V4}"], aaaa]
+
+
+async def test_a_pod_calling_an_ipv6_vip_whose_endpoint_on_its_node_has_ipv4_only_is_delivered_from_its_ipv4_address(
+    rig: Rig,
+) -> None:
+    """Same node, other family: the client's IPv6 connection to a Service VIP goes to the endpoint's IPv4 address
+    (its only one) without a tunnel, from the client's own IPv4 address, as a tunnel from the client would be."""
+    result = await call(rig.client, rig.legacy_vip)
+    assert "error" not in result, result
+    seen = json.loads(result["reply"])
+    assert seen["client"].startswith(f"{CLIENT_V4}:"), seen
+    await until_counted(
+        rig.node1.metrics,
+        "istio_tcp_connections_opened_total",
+        1,
+        reporter="destination",
+        connection_security_policy="mutual_tls",
+        source_principal=principal(CLIENT),
+        destination_principal=principal(LEGACY),
+    )
+
+
+async def test_an_hbone_connect_over_ipv6_for_the_pods_ipv4_address_is_refused_with_400(rig: Rig) -> None:
+    """The CONNECT must name the address the HBONE connection arrived on (ztunnel's rule), in IPv6 as in IPv4."""
+    ca = LocalCa(rig.tmp / "ca", trust_domain=TD)
+    cert = await ca.fetch_certificate(SpiffeId(TD, CLIENT.namespace, CLIENT.service_account))
+    fd = os.open(f"/run/netns/{rig.client}", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        factory = NetnsSocketFactory(fd, name="test hbone client")  # marked: the client pod's rules let it out
+        await factory.start()
+        try:
+            sock = await connect(factory, (rig.server_v6, 15008))
+        finally:
+            await factory.aclose()
+    finally:
+        os.close(fd)
+    expected = frozenset({SpiffeId(TD, SERVER.namespace, SERVER.service_account)})
+    client = await HboneClient.connect(sock, cert, expected, trust_domain=TD)
+    try:
+        with pytest.raises(TunnelRefusedError) as refused:
+            await client.open_tunnel(f"{SERVER_V4}:{PORT}", [])
+        assert refused.value.status == 400
+        stream = await client.open_tunnel(f"[{rig.server_v6}]:{PORT}", [])  # its own address: served
+        await stream.write(b"whoami\n")
+        reply = b""
+        async with asyncio.timeout(10):
+            while not reply.endswith(b"\n"):
+                chunk = await stream.read()
+                assert chunk, f"the tunnel ended after {reply!r}"
+                reply += chunk
+        host, _, _ = json.loads(reply)["client"].rpartition(":")
+        assert ipaddress.ip_address(host) == ipaddress.ip_address(rig.client_v6)
+        await stream.aclose()
+    finally:
+        await client.aclose()

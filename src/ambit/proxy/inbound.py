@@ -289,8 +289,10 @@ async def deliver_locally(
     source_identity: SpiffeId,
     port: int,
     source_addr: str,
+    target_ip: str | None = None,
 ) -> LocalDelivery:
-    """Dial local pod ``pod`` for a client of this node, as the inbound side would after a CONNECT to its IP.
+    """Dial local pod ``pod`` for a client of this node, as the inbound side would after a CONNECT to its IP
+    ``target_ip`` (None: the pod's first address).
 
     Raises :class:`InboundRefusedError` when the plan refuses or the dial fails (a denial is counted here too).
     """
@@ -298,7 +300,7 @@ async def deliver_locally(
     _host, _, source_port = source_addr.rpartition(":")
     facts = InboundFacts(
         workload,
-        None,
+        target_ip,
         port,
         source_ip,
         source_identity,
