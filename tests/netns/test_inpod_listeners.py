@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from ambit.commands import SubprocessRunner
-from ambit.inpod.listeners import Port
+from ambit.inpod.listeners import ListenerError, Port
 from ambit.inpod.workloads import PodListenerManager
 from ambit.redirect import InPodSettings
 from ambit.redirect.apply import apply_inpod
@@ -36,7 +36,7 @@ POD_IP = "198.18.251.1"
 PEER_IP = "198.18.251.9"  # on eth0's subnet: routable, and nothing answers it but the redirect
 CONNECT = """
 import socket, sys
-s = socket.socket()
+s = socket.socket(socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET)
 s.settimeout(2)
 try:
     s.connect((sys.argv[1], int(sys.argv[2])))
@@ -88,10 +88,13 @@ POD_SOCKETS = {
     "tcp 0.0.0.0:15008",
     "tcp 127.0.0.1:15053",
     "udp 127.0.0.1:15053",
+    "tcp [::]:15001",
+    "tcp [::]:15006",
+    "tcp [::]:15008",
     "tcp [::1]:15053",
     "udp [::1]:15053",
 }
-IPV6_SOCKETS = {"tcp [::1]:15053", "udp [::1]:15053"}
+IPV6_SOCKETS = {"tcp [::]:15001", "tcp [::]:15006", "tcp [::]:15008", "tcp [::1]:15053", "udp [::1]:15053"}
 
 
 async def test_listeners_open_inside_the_pod_netns_only_and_close_on_stop(netns: str) -> None:
@@ -108,10 +111,22 @@ async def test_listeners_open_inside_the_pod_netns_only_and_close_on_stop(netns:
         await manager.aclose()
 
 
-async def test_a_pod_without_ipv6_gets_every_listener_but_the_ipv6_dns_pair(netns: str) -> None:
+async def test_a_pod_without_ipv6_gets_its_ipv4_listeners_only_and_no_error(netns: str) -> None:
     sh("ip", "netns", "exec", netns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1")
     sh("ip", "netns", "exec", netns, "sysctl", "-qw", "net.ipv6.conf.lo.disable_ipv6=1")
     manager = PodListenerManager()
+    fd = os.open(f"/run/netns/{netns}", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        await manager.open_listeners("uid-web", INFO, fd)
+        assert listening(netns) >= POD_SOCKETS - IPV6_SOCKETS
+        assert not IPV6_SOCKETS & listening(netns)
+    finally:
+        os.close(fd)
+        await manager.aclose()
+
+
+async def test_with_ipv6_turned_off_a_pod_with_ipv6_gets_its_ipv4_listeners_only(netns: str) -> None:
+    manager = PodListenerManager(ipv6=False)
     fd = os.open(f"/run/netns/{netns}", os.O_RDONLY | os.O_CLOEXEC)
     try:
         await manager.open_listeners("uid-web", INFO, fd)
@@ -182,10 +197,63 @@ async def test_an_outbound_connection_lands_on_15001_with_its_original_destinati
         await manager.aclose()
 
 
+async def test_an_ipv6_outbound_connection_lands_on_the_ipv6_15001_with_its_original_destination(netns: str) -> None:
+    """With the IPv6 rules, a pod's connection to an IPv6 address is redirected to ``[::1]:15001``, and the
+    listener reads where it was going with ``IP6T_SO_ORIGINAL_DST``."""
+    prefix = f"fd00:ab:{secrets.randbelow(0xFFFF) + 1:x}:"
+    sh("ip", "-n", netns, "addr", "add", f"{prefix}:1/64", "dev", "eth0", "nodad")
+    apply_inpod(netns, InPodSettings(ipv6=True), "nftables", SubprocessRunner())
+    manager = PodListenerManager()
+    fd = os.open(f"/run/netns/{netns}", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        await manager.open_listeners("uid-web", INFO, fd)
+        proc = await asyncio.create_subprocess_exec(
+            "ip", "netns", "exec", netns, sys.executable, "-I", "-S", "-c", CONNECT, f"{prefix}:9", "8080",
+            stdout=subprocess.PIPE,
+        )  # fmt: skip
+        out, _ = await proc.communicate()
+        assert out.decode().strip() == "connected"
+        pod = manager.find_pod("uid-web")
+        assert pod is not None
+        async with asyncio.timeout(5):
+            while Port.OUTBOUND not in pod.last_original_dst:  # noqa: ASYNC110 - the listener sets it
+                await asyncio.sleep(0.01)
+        assert pod.last_original_dst[Port.OUTBOUND] == (f"{prefix}:9", 8080)
+    finally:
+        os.close(fd)
+        await manager.aclose()
+
+
+async def test_a_pod_whose_application_holds_the_ipv6_15008_gets_no_listeners_and_an_error_naming_it(
+    netns: str,
+) -> None:
+    """Where the netns has IPv6 the IPv6 listeners are required like the rest: all or none."""
+    squatter = await asyncio.create_subprocess_exec(
+        "ip", "netns", "exec", netns, sys.executable, "-c", SQUAT, "15008", "::", stdout=subprocess.PIPE
+    )
+    manager = PodListenerManager()
+    fd = os.open(f"/run/netns/{netns}", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        assert squatter.stdout is not None
+        assert (await asyncio.wait_for(squatter.stdout.readline(), 10)).strip() == b"listening"
+        with pytest.raises(ListenerError, match=r"apps/web-0: cannot listen on \[::\]:15008/tcp"):
+            await manager.open_listeners("uid-web", INFO, fd)
+        assert manager.find_pod("uid-web") is None
+        assert not (POD_SOCKETS - {"tcp [::]:15008"}) & listening(netns)
+    finally:
+        os.close(fd)
+        squatter.kill()
+        await squatter.wait()
+        await manager.aclose()
+
+
 SQUAT = """
 import socket, sys, time
-s = socket.socket()
-s.bind(("0.0.0.0", int(sys.argv[1])))
+host = sys.argv[2] if len(sys.argv) > 2 else "0.0.0.0"
+s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+if ":" in host:  # IPv6 only: the IPv4 listener binds, the IPv6 one cannot
+    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+s.bind((host, int(sys.argv[1])))
 s.listen()
 print("listening", flush=True)
 time.sleep(60)

@@ -159,6 +159,31 @@ async def test_spares_are_refilled_after_use_and_a_drained_pool_still_answers(
             sock.close()
 
 
+async def test_ipv6_sockets_get_a_pool_of_their_own_from_the_first_one_asked_for(
+    factories: tuple[NetnsSocketFactory, NetnsSocketFactory],
+) -> None:
+    ns_a, _ = factories
+
+    async def pooled(count: int) -> None:
+        async with asyncio.timeout(5):
+            while ns_a.spare_count != count:  # noqa: ASYNC110 - the factory's thread fills it
+                await asyncio.sleep(0.01)
+
+    await pooled(4)  # IPv4 only until an IPv6 socket is asked for
+    first = await ns_a.tcp_socket(family=socket.AF_INET6)
+    await pooled(8)
+    taken = [await ns_a.tcp_socket(family=socket.AF_INET6, transparent=True) for _ in range(3)]
+    try:
+        for sock in (first, *taken):
+            assert sock.family == socket.AF_INET6
+            assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_MARK) == PROXY_MARK
+        assert all(sock.getsockopt(socket.IPPROTO_IPV6, 75) == 1 for sock in taken)  # IPV6_TRANSPARENT
+    finally:
+        first.close()
+        for sock in taken:
+            sock.close()
+
+
 def fd_count() -> int:
     return len(os.listdir("/proc/self/fd"))
 

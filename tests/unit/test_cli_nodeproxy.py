@@ -209,3 +209,17 @@ def test_the_node_proxys_start_imports_neither_typer_click_rich_nor_the_other_co
     ), done.stdout
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time")}
     assert not {name for name in imported if name.split(".")[0] in FORBIDDEN}
+
+
+@pytest.mark.parametrize(("variable", "value"), [("IPV6_ENABLED", "maybe"), ("DRAIN_MAX", "forever")])
+def test_a_bad_environment_setting_is_a_usage_error_before_anything_starts(
+    variable: str, value: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The settings the DaemonSet gives by variable alone (ztunnel's IPV6_ENABLED, DRAIN_MAX) are checked with the
+    flags: one line naming the variable, exit 2, nothing started."""
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SystemExit) as exited:
+        main(["--node", "n"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert variable in err and "Traceback" not in err

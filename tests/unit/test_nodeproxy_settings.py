@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from ambit.hbone.liveness import LivenessSettings
@@ -12,6 +14,7 @@ from ambit.inpod.settings import (
     NodeProxySettingsError,
     own_pod_from_environment,
     parse_connection_bounds,
+    parse_ipv6_enabled,
     parse_pool_limits,
 )
 from ambit.zds.protocol import WorkloadInfo
@@ -160,3 +163,24 @@ def test_the_listener_bounds_come_from_the_environment() -> None:
 def test_bounds_that_cannot_work_are_one_clear_line(environ: dict[str, str], names: str) -> None:
     with pytest.raises(NodeProxySettingsError, match=names.replace("$", r"\$")):
         parse_connection_bounds(environ)
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({}, True),
+        ({"IPV6_ENABLED": "false"}, False),
+        ({"IPV6_ENABLED": " TRUE "}, True),
+        ({"IPV6_ENABLED": "False"}, False),
+    ],
+)
+def test_ipv6_listeners_are_on_unless_ztunnels_ipv6_enabled_says_false(environ: dict[str, str], expected: bool) -> None:
+    assert parse_ipv6_enabled(environ) is expected
+    assert NodeProxySettings(node="n", zds_socket=Path("/nonexistent")).ipv6 is True
+
+
+@pytest.mark.parametrize("text", ["", "0", "no", "yes please", "x" * 200])
+def test_an_ipv6_enabled_that_is_not_true_or_false_is_one_clear_error(text: str) -> None:
+    with pytest.raises(NodeProxySettingsError, match=r"\$IPV6_ENABLED: expected true or false") as error:
+        parse_ipv6_enabled({"IPV6_ENABLED": text})
+    assert len(str(error.value)) < 120

@@ -427,3 +427,27 @@ async def test_factory_sockets_are_nonblocking_cloexec_nodelay_keepalive_and_mar
 
 async def test_a_connection_that_was_not_redirected_has_no_original_destination(rig: Rig) -> None:
     assert original_dst(rig.server) is None
+
+
+def _has_ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _has_ipv6_loopback(), reason="this machine has no ::1")
+def test_an_ipv6_connection_that_was_not_redirected_has_no_original_destination_and_keeps_its_local_address() -> None:
+    """Without a NAT entry ``IP6T_SO_ORIGINAL_DST`` fails (ENOENT): no original destination, and the local address,
+    which a TPROXY'd connection's destination is, is there for the caller to use instead."""
+    with socket.socket(socket.AF_INET6) as listener:
+        listener.bind(("::1", 0))
+        listener.listen()
+        with socket.create_connection(listener.getsockname()[:2]) as client:
+            accepted, _ = listener.accept()
+            with accepted:
+                assert original_dst(accepted) is None
+                assert original_dst(client) is None
+                assert accepted.getsockname()[:2] == ("::1", listener.getsockname()[1])

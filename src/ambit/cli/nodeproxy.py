@@ -134,6 +134,7 @@ def start(
         parse_connection_bounds,
         parse_drain_deadline,
         parse_drain_max,
+        parse_ipv6_enabled,
         parse_pool_limits,
         parse_secret_ttl,
     )
@@ -154,6 +155,7 @@ def start(
         longest = parse_drain_max(drain_max, os.environ, deadline)
         ttl = parse_secret_ttl(secret_ttl, os.environ)
         bounds = parse_connection_bounds(os.environ, _open_files_limit())
+        ipv6 = parse_ipv6_enabled(os.environ)
     except NodeProxySettingsError as exc:
         raise UsageError(str(exc)) from None
     if notify_fd is not None:
@@ -203,6 +205,7 @@ def start(
         drain_max=longest,
         secret_ttl=ttl,
         connection_bounds=bounds,
+        ipv6=ipv6,
         notify_fd=notify_fd,
         own_pod=own_pod,
         own_address=own_address,

@@ -162,7 +162,10 @@ class NodeProxy:
         )
         """Every listener's connections and handshakes in progress, in total (:mod:`ambit.proxy.admission`)."""
         self.pods = PodListenerManager(
-            self.context, dns_settings(settings), PodAdmission(self.budget, bounds.hbone, bounds.plaintext)
+            self.context,
+            dns_settings(settings),
+            PodAdmission(self.budget, bounds.hbone, bounds.plaintext),
+            ipv6=settings.ipv6,
         )
         self.self_inbound = (
             SelfInbound(

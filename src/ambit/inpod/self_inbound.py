@@ -32,6 +32,7 @@ import functools
 import logging
 import socket
 
+from ambit.hbone.headers import hostport
 from ambit.proxy.admission import ListenerGate, ListenerLimits, NodeBudget, Refusal, Ticket
 from ambit.proxy.context import LocalPod, ProxyContext
 from ambit.proxy.inbound import serve_hbone
@@ -86,7 +87,8 @@ class SelfInbound:
             raise
         self._listener = sock
         self._accepting = asyncio.create_task(self._accept(sock), name="self-proxy listener")
-        log.info("self-proxy listener on %s:%d for %s/%s", *self.address, self.pod.info.namespace, self.pod.info.name)
+        where = hostport(*self.address)
+        log.info("self-proxy listener on %s for %s/%s", where, self.pod.info.namespace, self.pod.info.name)
 
     async def _accept(self, listener: socket.socket) -> None:
         loop = asyncio.get_running_loop()

@@ -44,6 +44,9 @@ DRAIN_MAX_ENV = "DRAIN_MAX"
 DEFAULT_DRAIN_MAX = 3600.0
 """How long a node proxy that handed over to a successor keeps its established connections (issue 21)."""
 
+IPV6_ENABLED_ENV = "IPV6_ENABLED"
+"""ztunnel's switch for its IPv6 listeners (on unless ``false``)."""
+
 SECRET_TTL_ENV = "SECRET_TTL"
 DEFAULT_SECRET_TTL = 24 * 3600
 """ztunnel's ``DEFAULT_TTL``: the workload certificate lifetime asked of the CA."""
@@ -148,6 +151,18 @@ def parse_secret_ttl(flag: str | None, environ: Mapping[str, str]) -> int:
     if seconds < 1:
         raise NodeProxySettingsError(f"{source}: a certificate must live at least 1 second, got {text!r}")
     return seconds
+
+
+def parse_ipv6_enabled(environ: Mapping[str, str]) -> bool:
+    """Whether pods get IPv6 listeners too (``[::]`` and ``[::1]``, :mod:`ambit.inpod.listeners`): ztunnel's
+    ``$IPV6_ENABLED``, ``true`` or ``false`` (any case, spaces ignored), on when unset."""
+    text = environ.get(IPV6_ENABLED_ENV)
+    if text is None:
+        return True
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise NodeProxySettingsError(f"${IPV6_ENABLED_ENV}: expected true or false, got {text[:40]!r}")
+    return value == "true"
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,6 +310,9 @@ class NodeProxySettings:
     """Concurrent tunnels on one pooled outbound HBONE connection before the pool dials another."""
     pool_idle_timeout: float = DEFAULT_POOL_IDLE_TIMEOUT
     """Seconds a pooled connection without streams is kept; 0 closes it when its last stream ends."""
+    ipv6: bool = True
+    """Give each pod IPv6 listeners beside the IPv4 ones where its netns has IPv6 (``[::]`` for 15001, 15006 and
+    15008, ``[::1]`` for 15053; :func:`parse_ipv6_enabled`); off: IPv4 only."""
     dns_proxy: bool = True
     """Serve DNS on 15053 in each pod (ztunnel's ``DNS_CAPTURE`` proxy metadata; the node agent's DNS capture
     decides whether the pod's queries reach it)."""

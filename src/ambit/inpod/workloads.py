@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ambit.dns.settings import DnsServerSettings, Upstream
-from ambit.inpod.listeners import ListenerError, Port, open_pod_listeners
+from ambit.inpod.listeners import ListenerError, Port, open_pod_listeners, pod_listeners
 from ambit.inpod.resolvers import PodResolvers
 from ambit.proxy.admission import ListenerGate, ListenerLimits, NodeBudget, Refusal, Ticket
 from ambit.proxy.context import LocalPod, ProxyContext
@@ -294,9 +294,13 @@ class PodListenerManager:
         context: ProxyContext | None = None,
         dns: DnsProxySettings | None = None,
         admission: PodAdmission | None = None,
+        *,
+        ipv6: bool = True,
     ) -> None:
         self._context = context
         self._dns = dns
+        self._listeners = pod_listeners(ipv6=ipv6)
+        """Each pod's listeners: both families, or IPv4 only with IPv6 off (:mod:`ambit.inpod.listeners`)."""
         self.admission = admission
         """Each pod's listeners' bounds; None: no gates (the listener layer's own tests)."""
         self._pods: dict[str, PodProxy] = {}
@@ -327,7 +331,7 @@ class PodListenerManager:
             raise ListenerError(f"pod {info.namespace}/{info.name}: this node proxy is draining and takes no pods")
         await self.stop(uid)
         try:
-            listeners = await asyncio.to_thread(open_pod_listeners, netns_fd)
+            listeners = await asyncio.to_thread(open_pod_listeners, netns_fd, self._listeners)
         except ListenerError as exc:  # the nack's message: which pod, which port
             raise ListenerError(f"pod {info.namespace}/{info.name}: {exc}") from exc
         loop = asyncio.get_running_loop()

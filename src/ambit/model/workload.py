@@ -238,7 +238,11 @@ class GatewayAddress:
     hbone_mtls_port: int = HBONE_MTLS_PORT
 
     def __str__(self) -> str:
-        return f"{self.destination}:{self.hbone_mtls_port}"
+        """``ns/hostname:15008``, ``network/10.0.0.1:15008``, ``network/[fd00::1]:15008``."""
+        destination = self.destination
+        if isinstance(destination, NetworkAddress) and destination.ip.version == 6:
+            return f"{destination.network}/[{destination.ip}]:{self.hbone_mtls_port}"
+        return f"{destination}:{self.hbone_mtls_port}"
 
 
 class AppTunnelProtocol(enum.Enum):

@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from ambit.hbone.client import HboneClientConnection
 from ambit.hbone.connection import HboneSettings
 from ambit.hbone.events import Headers
+from ambit.hbone.headers import hostport
 from ambit.model.identity import SpiffeId
 from ambit.proxy.errors import ProxyError, ResponseFlag
 from ambit.proxy.hbone_stream import ConnectionLostError, HboneSession, HboneStream
@@ -85,7 +86,7 @@ class HboneClient:
         aborted if a later CRL revokes it (:mod:`ambit.proxy.revocation`)."""
         loop = asyncio.get_running_loop()
         try:
-            peer_name = "{}:{}".format(*sock.getpeername()[:2])
+            peer_name = hostport(*sock.getpeername()[:2])
         except OSError:
             peer_name = "?"
         core = HboneClientConnection(settings) if settings is not None else HboneClientConnection()

@@ -63,7 +63,11 @@ async def _dial_pod(pod: LocalPod, dial: Dial) -> socket.socket:
     # The node proxy's own pod is dialled from its own address: the client's is not on this netns (ztunnel turns
     # freebind off for its self-proxy for the same reason). A PROXY application tunnel goes to loopback from
     # loopback (the header carries the client's address).
+    # A client of the other IP family (an IPv4 peer asking for the pod's IPv6 address, or the reverse) cannot be
+    # the source of a socket of this family: the pod sees the connection from its own address then.
     source_ip = None if pod.itself or dial.header is not None else dial.source_ip
+    if source_ip is not None and (":" in source_ip) != (":" in dial.ip):
+        source_ip = None
     try:
         sock = await connect(pod.sockets, (dial.ip, dial.port), source_ip=source_ip)
     except (AmbitError, OSError) as exc:
@@ -139,7 +143,7 @@ async def serve_hbone(ctx: ProxyContext, pod: LocalPod, sock: socket.socket, tic
     ``ticket`` is the connection's place at its listener (:mod:`ambit.proxy.admission`; the caller releases it):
     its handshake is bounded by the listener's timeout, and it is established once the client is judged."""
     local_ip = sock.getsockname()[0]
-    peer = sock.getpeername()
+    peer = sock.getpeername()[:2]  # an IPv6 peer comes with its flow label and scope too
     hbone_peer = _HbonePeer(
         local_ip, peer[0], peer[1], ipaddress.ip_address(peer[0]), sys.intern(hostport(peer[0], peer[1]))
     )
@@ -218,7 +222,8 @@ async def _serve_tunnel(
 def guard(ctx: ProxyContext, running: Splice, dial: Dial) -> None:
     """Remember a relayed connection for re-checks on policy changes (unless it is already over)."""
     if dial.dry_run:
-        log.info("dry-run policy: %s -> %s:%d would be denied: %s", dial.source_ip, dial.ip, dial.port, dial.dry_run)
+        destination = hostport(dial.ip, dial.port)
+        log.info("dry-run policy: %s -> %s would be denied: %s", dial.source_ip, destination, dial.dry_run)
     if dial.connection is not None and not running.over:
         ctx.guards.add(running, dial.workload.uid, dial.connection)
 
@@ -231,7 +236,7 @@ async def serve_plaintext(ctx: ProxyContext, pod: LocalPod, sock: socket.socket)
 
     Returns the running :class:`~ambit.proxy.relay.Splice` (which owns ``sock`` from then on), or None.
     """
-    peer = sock.getpeername()
+    peer = sock.getpeername()[:2]
     dst = original_dst(sock) or sock.getsockname()[:2]
     peer_addr, dst_addr = hostport(*peer), hostport(*dst)
     with ctx.register("inbound", peer_addr, dst_addr, pod) as registration:
@@ -284,8 +289,10 @@ async def deliver_locally(
     source_identity: SpiffeId,
     port: int,
     source_addr: str,
+    target_ip: str | None = None,
 ) -> LocalDelivery:
-    """Dial local pod ``pod`` for a client of this node, as the inbound side would after a CONNECT to its IP.
+    """Dial local pod ``pod`` for a client of this node, as the inbound side would after a CONNECT to its IP
+    ``target_ip`` (None: the pod's first address).
 
     Raises :class:`InboundRefusedError` when the plan refuses or the dial fails (a denial is counted here too).
     """
@@ -293,7 +300,7 @@ async def deliver_locally(
     _host, _, source_port = source_addr.rpartition(":")
     facts = InboundFacts(
         workload,
-        None,
+        target_ip,
         port,
         source_ip,
         source_identity,

@@ -8,7 +8,8 @@ of local pod P:
    capacity (:func:`~ambit.model.state.choose_by_capacity`, ztunnel's weighted choice).
 2. :class:`~ambit.proxy.plans.Refuse`: reset, counted if the plan says so.
 3. :class:`~ambit.proxy.plans.Local`: the destination pod is served by this proxy; the inbound side takes the
-   connection as it would after a CONNECT (same checks, no TLS: both identities are ours), and both sides count it.
+   connection as it would after a CONNECT to the chosen address (same checks, no TLS: both identities are ours),
+   from P's address of that address's family, and both sides count it.
 4. :class:`~ambit.proxy.plans.Tunnel`: a CONNECT stream on a pooled mutual-TLS connection to ``<pod IP>:15008``
    (or to a waypoint instance's HBONE listener, the CONNECT naming the original destination), made from P's netns
    with P's certificate, the server verified against the identities the plan expects (the destination's, or the
@@ -72,7 +73,7 @@ async def serve_outbound(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) 
     Returns once the relay runs on its own (a :class:`~ambit.proxy.relay.Splice`, which from then on owns ``sock``
     and does the closing bookkeeping when it ends), or None when the connection was refused or is over.
     """
-    peer = sock.getpeername()
+    peer = sock.getpeername()[:2]  # an IPv6 peer comes with its flow label and scope too
     dst = original_dst(sock)
     if dst is None:
         log.warning("pod %s: outbound connection from %s without an original destination", pod.uid, peer)
@@ -137,7 +138,9 @@ async def _dial(
         local_pod = ctx.find_local_pod(plan.workload.uid)
         if local_pod is None:
             raise ProxyConnectError(plan.address, "its pod is no longer served here")
-        delivery = await deliver_locally(ctx, local_pod, peer[0], pod.identity, plan.address[1], peer_addr)
+        target_ip, port = plan.address
+        source_ip = _source_like(facts.source, peer[0], target_ip)
+        delivery = await deliver_locally(ctx, local_pod, source_ip, pod.identity, port, peer_addr, target_ip)
         return delivery.stream, delivery
     if isinstance(plan, Tunnel):
         return await _open_tunnel(ctx, pod, peer, peer_addr, plan), None
@@ -145,6 +148,17 @@ async def _dial(
         address = await _resolve_endpoint(ctx, plan, facts.dst_ip)
         return SocketStream(await connect(pod.sockets, address)), None
     return SocketStream(await connect(pod.sockets, plan.address)), None
+
+
+def _source_like(source: Workload | None, peer_ip: str, target_ip: str) -> str:
+    """The client address a same-node delivery to ``target_ip`` comes from: the one the pod used, unless the target
+    is of the other family (a Service VIP of one family whose chosen endpoint has only the other); then the pod's
+    own address of the target's family, which a tunnel to that endpoint would have come from (else the peer's,
+    and the inbound side delivers from the pod itself)."""
+    if (":" in peer_ip) == (":" in target_ip) or source is None:
+        return peer_ip
+    version = 6 if ":" in target_ip else 4
+    return next((str(ip) for ip in source.addresses if ip.version == version), peer_ip)
 
 
 async def _replan(

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ambit.hbone.connection import MAX_CONCURRENT_STREAMS
+from ambit.hbone.headers import hostport
 from ambit.model.identity import SpiffeId
 from ambit.proxy.errors import ProxyError
 from ambit.proxy.hbone_stream import ConnectionLostError, HboneStream
@@ -84,8 +85,7 @@ class PoolKey:
 
     def __str__(self) -> str:
         names = ",".join(sorted(str(identity) for identity in self.destination))
-        host, port = self.destination_addr
-        return f"{self.source}@{self.source_ip} -> [{names}]@{host}:{port}"
+        return f"{self.source}@{self.source_ip} -> [{names}]@{hostport(*self.destination_addr)}"
 
 
 @dataclass(slots=True)
@@ -188,7 +188,7 @@ class ConnectionPool:
                     "source": str(key.source),
                     "destination": sorted(str(identity) for identity in key.destination),
                     "source_ip": key.source_ip,
-                    "destination_addr": f"{key.destination_addr[0]}:{key.destination_addr[1]}",
+                    "destination_addr": hostport(*key.destination_addr),
                     "connections": len(live),
                     "streams": sum(c.active_streams for c in live),
                     "dialing": len(bucket.dials),

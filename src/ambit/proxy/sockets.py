@@ -6,7 +6,9 @@ Theory of operation: a socket belongs to the netns of the thread that called ``s
 once and never leaves; the event loop thread never changes namespace. The thread keeps a small pool of spare
 sockets filled, so :meth:`NetnsSocketFactory.tcp_socket` usually takes one without a thread hop; when the pool is
 empty it asks the thread for one and waits. The pool is topped up once it is down to half (one request in flight
-at a time), not after every socket taken, so the thread (and the GIL hand-over) is not woken per connection.
+at a time), not after every socket taken, so the thread (and the GIL hand-over) is not woken per connection. There
+is one pool per IP family: the IPv4 one from the start, the IPv6 one from the pod's first IPv6 socket on (a pod that
+never uses IPv6 holds no IPv6 spares).
 :class:`HostSocketFactory` makes the same sockets in the caller's own netns (node-netns uses, tests).
 
 Every socket is non-blocking, close-on-exec, ``TCP_NODELAY``, keepalive on (ztunnel's 180 s idle / 180 s interval /
@@ -32,13 +34,13 @@ import logging
 import os
 import queue
 import socket
-import struct
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 from ambit.proxy.errors import ProxyConnectError, SocketFactoryError
+from ambit.proxy.sockaddr import SOCKADDR_IN6_SIZE, SOCKADDR_IN_SIZE, SockaddrError, decode_sockaddr
 
 log = logging.getLogger("ambit.proxy.sockets")
 
@@ -48,6 +50,7 @@ IP_TRANSPARENT = 19
 IP_BIND_ADDRESS_NO_PORT = 24
 IPV6_TRANSPARENT = 75
 SO_ORIGINAL_DST = 80
+"""``SO_ORIGINAL_DST`` (level ``SOL_IP``) and ``IP6T_SO_ORIGINAL_DST`` (level ``SOL_IPV6``): both 80."""
 KEEPALIVE_IDLE = 180
 KEEPALIVE_INTERVAL = 180
 KEEPALIVE_PROBES = 9
@@ -146,7 +149,13 @@ def _setns(fd: int) -> None:
 
 
 _STOP = object()
-_REFILL = object()
+
+
+@dataclass(frozen=True, slots=True)
+class _Refill:
+    """Top the pool of ``family`` up."""
+
+    family: socket.AddressFamily
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,10 +168,11 @@ class _SocketRequest:
 
 
 class NetnsSocketFactory:
-    """One pod's sockets, made by a thread living in the pod's netns, with a pool of ``spares`` ready ones.
+    """One pod's sockets, made by a thread living in the pod's netns, with a pool of ``spares`` ready ones per IP
+    family (IPv6 from the first IPv6 socket asked for on).
 
-    The pool is a deque: the thread appends, the event loop pops (both atomic in CPython). Requests go to the
-    thread through a queue: ``_REFILL`` (top the pool up), ``_STOP``, or a future to answer with a new socket.
+    Each pool is a deque: the thread appends, the event loop pops (both atomic in CPython). Requests go to the
+    thread through a queue: a :class:`_Refill` (top a pool up), ``_STOP``, or a future to answer with a new socket.
     """
 
     def __init__(self, netns_fd: int, *, name: str, spares: int = 8, mark: int = PROXY_MARK) -> None:
@@ -170,9 +180,13 @@ class NetnsSocketFactory:
         self._fd = os.dup(netns_fd)
         self._target = spares
         self._low_water = spares // 2  # refill once the pool is down to this
-        self._refill_asked = False  # a _REFILL is queued or running (set by the loop, cleared by the thread)
+        # Per family: a _Refill is queued or running (set by the loop, cleared by the thread).
+        self._refill_asked = {socket.AF_INET: False, socket.AF_INET6: False}
         self._mark = mark
-        self._spares: collections.deque[socket.socket] = collections.deque()
+        self._pools: dict[socket.AddressFamily, collections.deque[socket.socket]] = {
+            socket.AF_INET: collections.deque(),
+            socket.AF_INET6: collections.deque(),
+        }
         self._jobs: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -180,8 +194,8 @@ class NetnsSocketFactory:
 
     @property
     def spare_count(self) -> int:
-        """How many ready sockets the pool holds now."""
-        return len(self._spares)
+        """How many ready sockets the pools hold now (both families)."""
+        return sum(len(pool) for pool in self._pools.values())
 
     @property
     def thread_name(self) -> str:
@@ -207,16 +221,17 @@ class NetnsSocketFactory:
         if self._closed or self._loop is None:
             raise SocketFactoryError(f"socket factory {self.name}: not running")
         sock: socket.socket | None = None
-        if family == socket.AF_INET:
+        pool = self._pools.get(family)
+        if pool is not None:
             with contextlib.suppress(IndexError):
-                sock = self._spares.popleft()
+                sock = pool.popleft()
         future: asyncio.Future[socket.socket] | None = None
         if sock is None:  # the slow way: asked first, so the thread answers before it refills
             future = self._loop.create_future()
             self._jobs.put(_SocketRequest(future, family))
-        if family == socket.AF_INET and len(self._spares) <= self._low_water < self._target and not self._refill_asked:
-            self._refill_asked = True
-            self._jobs.put(_REFILL)
+        if pool is not None and len(pool) <= self._low_water < self._target and not self._refill_asked[family]:
+            self._refill_asked[family] = True
+            self._jobs.put(_Refill(family))
         if future is not None:
             sock = await future
         assert sock is not None
@@ -251,8 +266,7 @@ class NetnsSocketFactory:
                     break
                 if isinstance(job, _SocketRequest):
                     self._answer(job.future, None, SocketFactoryError(f"socket factory {self.name}: closed"))
-            while self._spares:
-                self._spares.popleft().close()
+            self._close_spares()
             os.close(self._fd)
 
     # -- the thread -------------------------------------------------------------------------------------------------
@@ -292,12 +306,11 @@ class NetnsSocketFactory:
                 except Exception:  # the thread must keep answering: a request left unanswered hangs its caller
                     log.exception("socket factory %s: request failed", self.name)
         finally:
-            while self._spares:  # aclose drains too; this catches a refill that raced with it
-                self._spares.popleft().close()
+            self._close_spares()  # aclose drains too; this catches a refill that raced with it
 
     def _serve(self, job: object) -> None:
-        if job is _REFILL:
-            self._refill()
+        if isinstance(job, _Refill):
+            self._refill(job.family)
             return
         assert isinstance(job, _SocketRequest)
         try:
@@ -312,14 +325,20 @@ class NetnsSocketFactory:
             if not self._post(self._answer, job.future, sock, None):
                 sock.close()
 
-    def _refill(self) -> None:
-        self._refill_asked = False  # first: a socket taken from now on may ask again
-        while len(self._spares) < self._target and not self._closed:
+    def _refill(self, family: socket.AddressFamily = socket.AF_INET) -> None:
+        self._refill_asked[family] = False  # first: a socket taken from now on may ask again
+        pool = self._pools[family]
+        while len(pool) < self._target and not self._closed:
             try:
-                self._spares.append(_new_tcp_socket(socket.AF_INET, self._mark))
+                pool.append(_new_tcp_socket(family, self._mark))
             except OSError as exc:
                 log.warning("socket factory %s: cannot refill spares: %s", self.name, exc)
                 return
+
+    def _close_spares(self) -> None:
+        for pool in self._pools.values():
+            while pool:
+                pool.popleft().close()
 
 
 def _settle(future: asyncio.Future[None], error: Exception | None) -> None:
@@ -410,13 +429,21 @@ async def _connected(sock: socket.socket, timeout: float) -> None:  # noqa: ASYN
 
 
 def original_dst(sock: socket.socket) -> tuple[str, int] | None:
-    """The pre-NAT IPv4 destination of a redirected connection, or None when it was not redirected."""
+    """The pre-NAT destination of a connection the pod's rules redirected (``SO_ORIGINAL_DST`` for IPv4,
+    ``IP6T_SO_ORIGINAL_DST`` for IPv6), or None when it was not redirected (no NAT entry: the kernel says ENOENT).
+
+    A connection that arrived without NAT (a TPROXY rule, or a direct connection) has its destination as its local
+    address: callers that can take one fall back to ``getsockname()``.
+    """
+    if sock.family == socket.AF_INET6:
+        level, size = socket.IPPROTO_IPV6, SOCKADDR_IN6_SIZE
+    else:
+        level, size = socket.SOL_IP, SOCKADDR_IN_SIZE
     try:
-        raw = sock.getsockopt(socket.SOL_IP, SO_ORIGINAL_DST, 16)
-    except OSError:
+        raw = sock.getsockopt(level, SO_ORIGINAL_DST, size)  # IP6T_SO_ORIGINAL_DST has the same number, 80
+        return decode_sockaddr(raw, sock.family)
+    except (OSError, SockaddrError):
         return None
-    (port,) = struct.unpack("!H", raw[2:4])
-    return socket.inet_ntoa(raw[4:8]), port
 
 
 def reset(sock: socket.socket) -> None:
