@@ -185,12 +185,12 @@ class DnsServer:
         return response
 
     def _overloaded(self, query: dns.message.Message) -> dns.message.Message | None:
+        if len(self._forwards) < self.settings.max_forwards:
+            return None
         import dns.rcode
 
         from ambit.dns.answer import error_response
 
-        if len(self._forwards) < self.settings.max_forwards:
-            return None
         self._metrics.dns_dropped("overload")
         return error_response(query, dns.rcode.SERVFAIL)
 
