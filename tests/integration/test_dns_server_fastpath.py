@@ -9,8 +9,11 @@ import contextlib
 import logging
 import socket
 import struct
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import dns.flags
 import dns.message
@@ -215,3 +218,53 @@ async def test_a_flood_of_random_names_leaves_the_cache_bounded(served: Served) 
         if i % 500 == 0:
             assert records(await ask_udp(served.udp, query("productpage."))) == ["productpage. A 198.19.0.9"]
     assert len(served.server._cache) <= 1024
+
+
+LAZY_PROBE = """
+import asyncio, socket, struct, sys
+from tests.unit.dns_state import mesh
+from ambit.dns.forwarder import Forwarder
+from ambit.dns.resolution import DnsClient
+from ambit.dns.server import DnsServer
+from ambit.dns.settings import Upstream
+from ambit.proxy.sockets import HostSocketFactory
+from ambit.telemetry.metrics import ProxyMetrics
+
+def wire(ident, name, qtype=1, opcode=0):
+    labels = b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\\0"
+    return struct.pack("!HHHHHH", ident, 0x0100 | opcode << 11, 1, 0, 0, 0) + labels + struct.pack("!HH", qtype, 1)
+
+async def main():
+    async def upstream():
+        return Upstream(("198.18.0.1",), timeout=0.2, attempts=1)
+    sockets = HostSocketFactory(mark=None)
+    server = DnsServer(mesh(), lambda: DnsClient("ns1"), Forwarder(sockets), upstream, ProxyMetrics())
+    loop = asyncio.get_running_loop()
+    listen = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    listen.bind(("127.0.0.1", 0))
+    transport, _ = await loop.create_datagram_endpoint(server.datagram_protocol, sock=listen)
+    ask = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    ask.settimeout(30)  # generous: the machine is shared; the answer normally takes milliseconds
+    ask.sendto(wire(1, "productpage.ns1.svc.cluster.local"), listen.getsockname())
+    fast = await loop.run_in_executor(None, ask.recv, 4096)
+    print("fast", struct.unpack("!HH", fast[:4]), "dns" in sys.modules)
+    ask.sendto(wire(2, "productpage.ns1.svc.cluster.local", opcode=2), listen.getsockname())  # STATUS: NOTIMP
+    ask.sendto(wire(3, "productpage.ns1.svc.cluster.local", opcode=2), listen.getsockname())
+    slow = sorted([await loop.run_in_executor(None, ask.recv, 4096) for _ in range(2)])
+    print("slow", [struct.unpack("!HH", s[:4]) for s in slow], "dns" in sys.modules)
+    transport.close()
+
+asyncio.run(main())
+"""
+
+
+def test_a_pods_dns_proxy_answers_mesh_names_without_dnspython_and_loads_it_for_the_first_query_that_needs_it() -> None:
+    """A fresh interpreter: the fast path's answer leaves dnspython unloaded; two queries it declines (opcode STATUS,
+    answered NOTIMP the dnspython way) arrive before dnspython is there, wait for it and are both answered."""
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", LAZY_PROBE], cwd=root, check=False, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    # 0x8500: QR, AA, RD, NOERROR; 0x9104: QR, opcode STATUS, RD, NOTIMP (dnspython's make_response keeps the opcode)
+    assert done.stdout.splitlines() == ["fast (1, 34048) False", "slow [(2, 37124), (3, 37124)] True"], done.stdout

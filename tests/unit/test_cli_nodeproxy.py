@@ -30,9 +30,10 @@ LAB_FLAGS = [
 FORBIDDEN = ("typer", "click", "rich", "pydantic", "shellingham", "aiohttp", "grpc", "hypothesis", "jsonschema")
 """Top-level packages the node proxy's process must not import."""
 
-UNTIL_USED = ("dns", "yaml", "prometheus_client")
+UNTIL_USED = ("dns", "yaml", "prometheus_client", "cryptography")
 """Top-level packages the node proxy imports only once it uses them: dnspython for a pod's DNS proxy or the first
-hostname lookup, YAML for a local config file, prometheus_client for the first scrape of the stats port."""
+hostname lookup, YAML for a local config file, prometheus_client for the first scrape of the stats port,
+cryptography's x509 stack for the first certificate (the first pod's) or a CRL."""
 
 
 def typer_options() -> dict[str, Any]:

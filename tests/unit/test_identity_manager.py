@@ -259,3 +259,18 @@ async def test_local_ca_keeps_its_root_on_disk_and_signs_its_trust_domain_only(t
     assert LocalCa(directory).roots_pem == local.roots_pem  # reloaded, not recreated
     with pytest.raises(CaError, match="outside this CA's trust domain"):
         await local.fetch_certificate(SpiffeId("other.local", "shop", "a"))
+
+
+async def test_a_local_ca_reads_a_root_on_disk_with_its_first_certificate_and_reports_a_broken_one_then(
+    tmp_path: Path,
+) -> None:
+    """A node proxy without pods never loads cryptography's x509 stack: the root is read by the first request."""
+    directory = tmp_path / "ca"
+    LocalCa(directory)  # creates the root
+    (directory / "root.crt").write_bytes(b"not a certificate")
+    broken = LocalCa(directory)  # the root is on disk: not read yet
+    with pytest.raises(CaError, match=r"the local CA in .* is unusable"):
+        await broken.fetch_certificate(A)
+    (directory / "root.key").unlink()
+    with pytest.raises(CertificateError, match="exists but"):
+        LocalCa(directory)  # a lone file is reported at once, as before

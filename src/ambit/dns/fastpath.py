@@ -41,8 +41,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from ambit.dns.answer import TTL, DnsClient, Forward, Records, Resolution, ServiceView, host_labels, resolve
 from ambit.dns.names import Labels
+from ambit.dns.resolution import TTL, DnsClient, Forward, Records, Resolution, ServiceView, host_labels, resolve
 
 MAX_NAME = 255
 """A name's longest wire form (RFC 1035 §3.1), length bytes and root included."""

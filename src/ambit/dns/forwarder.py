@@ -27,14 +27,13 @@ import ipaddress
 import secrets
 import socket
 import struct
-from typing import Protocol
-
-import dns.exception
-import dns.flags
-import dns.message
+from typing import TYPE_CHECKING, Protocol
 
 from ambit.dns.errors import UpstreamError
 from ambit.dns.settings import Upstream
+
+if TYPE_CHECKING:  # dnspython loads with the DNS proxy's first message the fast path declines
+    import dns.message
 
 MAX_UDP_ANSWER = 65535
 MAX_TCP_ANSWER = 65535
@@ -67,6 +66,8 @@ class Forwarder:
 
     async def forward(self, query: dns.message.Message, upstream: Upstream) -> dns.message.Message:
         """``upstream``'s answer to ``query``, with ``query``'s id; raises :class:`UpstreamError`."""
+        import dns.flags  # loaded with the query (dnspython's)
+
         servers = [s for s in upstream.nameservers if not is_local_address(s)]
         if not servers:
             raise UpstreamError("no nameserver to forward to (only loopback ones are configured)", "no upstream")
@@ -159,6 +160,9 @@ async def read_exactly(loop: asyncio.AbstractEventLoop, sock: socket.socket, n: 
 
 def _response_to(query: dns.message.Message, data: bytes) -> dns.message.Message | None:
     """The answer to ``query`` in ``data``, or None (rule 1)."""
+    import dns.exception
+    import dns.message
+
     try:
         response = dns.message.from_wire(data)
     except (dns.exception.DNSException, ValueError, UnicodeError, IndexError, KeyError, TypeError):

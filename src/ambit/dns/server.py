@@ -22,6 +22,12 @@ Bounds, so a flood or garbage from a pod costs that pod's answers and nothing el
    the ``dns`` logger (ztunnel's DNS access log: ``src.workload``, ``src.namespace``, ``query``, ``domain``,
    ``result``, ``endpoints``).
 
+dnspython is not imported with this module: the fast path (:mod:`ambit.dns.fastpath`) answers the common query
+from bytes. The first message it declines loads the dnspython way (:mod:`ambit.dns.answer`, about 4 MiB) in a
+worker thread, once per process, and is then handled as every later one; the messages declined while it loads wait
+for it as forwarded queries do (rule 1 bounds them; one beyond the bound is dropped, counted ``overload``, since
+SERVFAIL cannot be written before dnspython is there).
+
 The client is the pod this server belongs to, known from the node agent (its namespace); its network and
 canonical labels come from its workload once the workload state knows it. Nothing here raises out of a callback:
 one bad message never takes the listener down.
@@ -31,39 +37,47 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import logging
 import random
 import socket
 import struct
+import sys
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, cast
 
-import dns.message
-import dns.rcode
-import dns.rdatatype
-
-from ambit.dns.answer import (
-    Answered,
-    DnsClient,
-    Forward,
-    Malformed,
-    ServiceView,
-    decide,
-    error_response,
-    parse_query,
-)
 from ambit.dns.errors import UpstreamError
 from ambit.dns.fastpath import AnswerCache
 from ambit.dns.forwarder import Forwarder, read_exactly
 from ambit.dns.names import split
+from ambit.dns.resolution import RDTYPE_A, DnsClient, Forward, ServiceView
 from ambit.dns.settings import DnsServerSettings, Upstream
 from ambit.telemetry.metrics import DnsLabels, ProxyMetrics
+
+if TYPE_CHECKING:
+    import dns.message
+
+    from ambit.dns.answer import Answered
 
 log = logging.getLogger("ambit.dns")
 access = logging.getLogger("dns")
 
 UDP_DEFAULT_PAYLOAD = 512
+
+SLOW_PATH = "ambit.dns.answer"
+"""The dnspython way, with dnspython: imported by the first message the fast path declines."""
+_slow_path_loaded = SLOW_PATH in sys.modules
+"""Whether :data:`SLOW_PATH` is imported (already by whoever imported this module, or by :func:`load_slow_path`)."""
+
+
+async def load_slow_path() -> None:
+    """Import :data:`SLOW_PATH` (dnspython with it) in a worker thread, once: tens of milliseconds the event loop
+    goes on serving other pods and connections meanwhile."""
+    global _slow_path_loaded
+    if not _slow_path_loaded:
+        await asyncio.to_thread(importlib.import_module, SLOW_PATH)
+        _slow_path_loaded = True
 
 
 class DnsServer:
@@ -111,7 +125,7 @@ class DnsServer:
         if labels is None:
             if len(self._labels_made) >= 64:  # the client's canonical labels changed often: start afresh
                 self._labels_made.clear()
-            qtype = "a" if rdtype == dns.rdatatype.A else "aaaa"
+            qtype = "a" if rdtype == RDTYPE_A else "aaaa"
             labels = self._labels_made[key] = DnsLabels(qtype, protocol, *key[2:])
         return labels
 
@@ -119,6 +133,8 @@ class DnsServer:
         self, wire: bytes, protocol: str, client: DnsClient
     ) -> tuple[dns.message.Message | None, Answered | Forward | None]:
         """Parse and decide: (query, what to do), or (None, None) to drop the message."""
+        from ambit.dns.answer import Answered, Malformed, decide, parse_query  # loaded: see load_slow_path
+
         parsed = parse_query(wire)
         if isinstance(parsed, Malformed):
             self._metrics.dns_dropped(parsed.reason)
@@ -143,11 +159,17 @@ class DnsServer:
 
     @staticmethod
     def _labels(query: dns.message.Message, protocol: str, client: DnsClient) -> DnsLabels:
+        import dns.rdatatype
+
         rdtype = dns.rdatatype.to_text(query.question[0].rdtype).lower()
         return DnsLabels(rdtype, protocol, client.canonical_name, client.canonical_revision)
 
     async def _forward(self, query: dns.message.Message, protocol: str) -> dns.message.Message:
         """Ask upstream (rule 5); SERVFAIL when that fails."""
+        import dns.rcode
+
+        from ambit.dns.answer import error_response
+
         client = self._client()
         labels = self._labels(query, protocol, client)
         self._metrics.dns_request(labels)
@@ -165,6 +187,10 @@ class DnsServer:
     def _overloaded(self, query: dns.message.Message) -> dns.message.Message | None:
         if len(self._forwards) < self.settings.max_forwards:
             return None
+        import dns.rcode
+
+        from ambit.dns.answer import error_response
+
         self._metrics.dns_dropped("overload")
         return error_response(query, dns.rcode.SERVFAIL)
 
@@ -181,10 +207,16 @@ class DnsServer:
                 return
             transport.sendto(answer, peer)
             return
+        if not _slow_path_loaded:
+            if len(self._forwards) >= self.settings.max_forwards:
+                self._metrics.dns_dropped("overload")
+                return
+            self._start(self._datagram_once_loaded(transport, wire, peer))
+            return
         query, decision = self._begin(wire, "udp", client)
         if decision is None:
             return
-        if isinstance(decision, Answered):
+        if not isinstance(decision, Forward):  # answered
             self._send_datagram(transport, decision.response, query, peer)
             return
         assert query is not None
@@ -192,13 +224,37 @@ class DnsServer:
         if busy is not None:
             self._send_datagram(transport, busy, query, peer)
             return
-        task = asyncio.get_running_loop().create_task(self._forward_datagram(transport, query, peer))
+        self._start(self._forward_datagram(transport, query, peer))
+
+    def _start(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Run ``work`` (a forward, or a message waiting for the dnspython way) as a task counted by rule 1."""
+        task = asyncio.get_running_loop().create_task(work)
         self._forwards.add(task)
         task.add_done_callback(self._forwards.discard)
+        return task
+
+    async def _datagram_once_loaded(
+        self, transport: asyncio.DatagramTransport, wire: bytes, peer: tuple[str, int]
+    ) -> None:
+        """A datagram the fast path declined before the dnspython way was loaded: load it, then handle the datagram
+        as if it came now (it no longer counts against rule 1 itself; its forward will)."""
+        try:
+            await load_slow_path()
+        except Exception:  # a bug: logged here, since nobody awaits this task
+            log.exception("loading the DNS proxy's dnspython way failed")
+            return
+        finally:
+            self._done_forwarding()
+        if not transport.is_closing():
+            self._datagram(transport, wire, peer)
 
     async def _forward_datagram(
         self, transport: asyncio.DatagramTransport, query: dns.message.Message, peer: tuple[str, int]
     ) -> None:
+        import dns.rcode
+
+        from ambit.dns.answer import error_response
+
         try:
             response = await self._forward(query, "udp")
         except Exception:  # a bug: logged here, since nobody awaits this task
@@ -269,19 +325,18 @@ class DnsServer:
         answer = self._fast(wire, client, "tcp")
         if answer is not None:
             return answer
+        if not _slow_path_loaded:  # the connection waits for it; rule 4 bounds the connections
+            await load_slow_path()
         query, decision = self._begin(wire, "tcp", client)
         if decision is None:
             return None
-        if isinstance(decision, Answered):
+        if not isinstance(decision, Forward):  # answered
             return decision.response.to_wire()
         assert query is not None
         busy = self._overloaded(query)
         if busy is not None:
             return busy.to_wire()
-        task = asyncio.get_running_loop().create_task(self._forward_stream(query))
-        self._forwards.add(task)
-        task.add_done_callback(self._forwards.discard)
-        return (await task).to_wire()
+        return (await self._start(self._forward_stream(query))).to_wire()  # type: ignore[no-any-return]
 
     async def _forward_stream(self, query: dns.message.Message) -> dns.message.Message:
         try:
@@ -334,6 +389,8 @@ class DnsDatagramProtocol(asyncio.DatagramProtocol):
 def _access_log(client: DnsClient, query: dns.message.Message, result: str, endpoints: int) -> None:
     if not access.isEnabledFor(logging.DEBUG):
         return
+    import dns.rdatatype
+
     question = query.question[0]
     access.debug(
         "src.workload=%s src.namespace=%s query=%s domain=%s result=%s endpoints=%d",

@@ -1,7 +1,8 @@
 """The DNS proxy's settings: what a node proxy configures before any pod's DNS server exists.
 
-Apart from the proxy itself (:mod:`ambit.dns.server`, which needs dnspython), so that a node proxy imports
-dnspython only when it starts its first pod's DNS server, never with the DNS proxy off.
+Apart from the proxy itself (:mod:`ambit.dns.server`), so that a node proxy imports the DNS proxy only when it
+starts its first pod's DNS server, never with the DNS proxy off (and dnspython only with the first query the fast
+path declines).
 """
 
 from __future__ import annotations

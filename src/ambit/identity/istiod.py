@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from google.protobuf import struct_pb2
 from google.protobuf.message import DecodeError
@@ -31,9 +32,7 @@ from google.protobuf.message import DecodeError
 from ambit.api import ca_pb2
 from ambit.identity.caclient import CaError
 from ambit.model.identity import SpiffeId
-from ambit.tls.certs import CertificateError
-from ambit.tls.spiffe import make_csr
-from ambit.tls.workload import WorkloadCertificate
+from ambit.tls.errors import CertificateError
 from ambit.xds.errors import GrpcCallError
 from ambit.xds.grpc_channel import Channel, ChannelFactory, ChannelSettings, GrpcChannel
 from ambit.xds.keepalive import DEFAULT_KEEPALIVE, KeepaliveSettings
@@ -41,6 +40,9 @@ from ambit.xds.keepalive import DEFAULT_KEEPALIVE, KeepaliveSettings
 METHOD_PATH = "/istio.v1.auth.IstioCertificateService/CreateCertificate"
 IMPERSONATED_IDENTITY = "ImpersonatedIdentity"
 DEFAULT_TIMEOUT = 10.0
+
+if TYPE_CHECKING:
+    from ambit.tls.workload import WorkloadCertificate
 
 
 class IstiodCaClient:
@@ -83,7 +85,7 @@ class IstiodCaClient:
         if not token:
             raise CaError(f"token file {self._token_path} is empty")
         channel = await self._channel_for(self._read(self._root_cert_path, "root certificate"))
-        csr_pem, key_pem = await asyncio.to_thread(make_csr, identity)
+        csr_pem, key_pem = await asyncio.to_thread(_make_csr, identity)
         request = ca_pb2.IstioCertificateRequest(csr=csr_pem.decode("ascii"), validity_duration=self._ttl_seconds)
         if self._impersonate:
             request.metadata.CopyFrom(struct_pb2.Struct(fields={IMPERSONATED_IDENTITY: _string(str(identity))}))
@@ -98,6 +100,8 @@ class IstiodCaClient:
         except DecodeError as exc:
             raise CaError(f"CA {self.address} sent an undecodable answer for {identity}: {exc}") from None
         chain = [pem.encode("ascii", errors="replace") for pem in response.cert_chain]
+        from ambit.tls.workload import WorkloadCertificate  # loaded by _make_csr already
+
         try:
             return WorkloadCertificate.from_chain(identity, chain, key_pem)
         except CertificateError as exc:
@@ -141,3 +145,12 @@ class IstiodCaClient:
 
 def _string(value: str) -> struct_pb2.Value:
     return struct_pb2.Value(string_value=value)
+
+
+def _make_csr(identity: SpiffeId) -> tuple[bytes, bytes]:
+    """:func:`~ambit.tls.spiffe.make_csr` in the worker thread, which also imports cryptography's x509 stack on the
+    first certificate (about 90 ms, off the event loop) and the certificate wrapper the answer becomes."""
+    from ambit.tls import workload  # noqa: F401 (imported here, off the loop)
+    from ambit.tls.spiffe import make_csr
+
+    return make_csr(identity)

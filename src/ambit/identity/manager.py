@@ -41,11 +41,13 @@ import random
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ambit.identity.caclient import CA_BACKOFF, Backoff, CaError
 from ambit.model.identity import SpiffeId
-from ambit.tls.workload import WorkloadCertificate
+
+if TYPE_CHECKING:
+    from ambit.tls.workload import WorkloadCertificate
 
 log = logging.getLogger(__name__)
 

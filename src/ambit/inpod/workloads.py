@@ -60,8 +60,8 @@ from ambit.proxy.relay import Splice
 from ambit.proxy.sockets import NetnsSocketFactory, original_dst, reset
 from ambit.zds.protocol import WorkloadInfo
 
-if TYPE_CHECKING:  # the DNS proxy (and dnspython) is imported when the first pod's DNS server starts
-    from ambit.dns.answer import DnsClient
+if TYPE_CHECKING:  # the DNS proxy is imported when the first pod's DNS server starts (dnspython later)
+    from ambit.dns.resolution import DnsClient
     from ambit.dns.server import DnsDatagramProtocol, DnsServer
 
 log = logging.getLogger("ambit.inpod.workloads")
@@ -344,7 +344,7 @@ class PodListenerManager:
                 local = LocalPod(uid, info, pod.sockets, self._context.settings.trust_domain)
                 handlers = self._handlers(self._context, local)
                 if self._dns is not None:
-                    if "ambit.dns.server" not in sys.modules:  # the first pod's: dnspython, off the loop
+                    if "ambit.dns.server" not in sys.modules:  # the first pod's, off the loop
                         await asyncio.to_thread(importlib.import_module, "ambit.dns.server")
                     pod.dns = dns = self._dns_server(self._context, local, pod.sockets, netns, self._dns)
                     handlers[Port.DNS] = lambda sock, ticket: dns.serve_tcp(sock)  # bounded by the DNS server
@@ -397,10 +397,11 @@ class PodListenerManager:
     ) -> DnsServer:
         """The pod's DNS proxy: the pod is the client, its netns makes the upstream sockets.
 
-        The first pod's start imports the DNS proxy and dnspython, in a thread (tens of milliseconds, once): a node
-        proxy without pods, or with the DNS proxy off, never holds them (about 4 MiB)."""
-        from ambit.dns.answer import DnsClient
+        The first pod's start imports the DNS proxy, in a thread (once); dnspython (about 4 MiB) comes with the
+        first query its fast path declines (:mod:`ambit.dns.server`): a node proxy without pods, with the DNS proxy
+        off, or whose pods ask only mesh names, never holds it."""
         from ambit.dns.forwarder import Forwarder
+        from ambit.dns.resolution import DnsClient
         from ambit.dns.server import DnsServer
 
         info = local.info

@@ -24,6 +24,7 @@ import socket
 import ssl
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from ambit.hbone.client import HboneClientConnection
 from ambit.hbone.connection import HboneSettings
@@ -35,8 +36,10 @@ from ambit.proxy.hbone_stream import ConnectionLostError, HboneSession, HboneStr
 from ambit.proxy.revocation import PeerRevokedError, RevocationManager
 from ambit.telemetry.metrics import Reporter
 from ambit.tls.contexts import verified_chain
-from ambit.tls.spiffe import PeerIdentityError, check_peer
-from ambit.tls.workload import WorkloadCertificate
+from ambit.tls.errors import PeerIdentityError
+
+if TYPE_CHECKING:
+    from ambit.tls.workload import WorkloadCertificate
 
 log = logging.getLogger(__name__)
 
@@ -222,6 +225,8 @@ def _judge_server(
     alpn = tls.selected_alpn_protocol()
     if alpn != "h2":
         raise HboneConnectError(f"{peer_name} did not agree to ALPN h2 (got {alpn!r})", ResponseFlag.TLS_FAILURE)
+    from ambit.tls.spiffe import check_peer  # cryptography's x509: loaded with the first certificate
+
     try:
         return check_peer(tls.getpeercert(binary_form=True), trust_domain=trust_domain, expected=expected)
     except PeerIdentityError as exc:

@@ -54,6 +54,7 @@ import socket
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ambit.hbone.connection import HboneSettings
 from ambit.hbone.events import Headers, TunnelRequested
@@ -67,8 +68,10 @@ from ambit.proxy.hbone_stream import HboneSession, HboneStream
 from ambit.proxy.revocation import RevocationManager, Tracked
 from ambit.telemetry.metrics import Reporter
 from ambit.tls.contexts import verified_chain
-from ambit.tls.spiffe import PeerIdentityError, check_peer
-from ambit.tls.workload import WorkloadCertificate
+from ambit.tls.errors import PeerIdentityError
+
+if TYPE_CHECKING:
+    from ambit.tls.workload import WorkloadCertificate
 
 log = logging.getLogger(__name__)
 
@@ -332,6 +335,8 @@ def _judge_client(transport: asyncio.BaseTransport, trust_domain: str) -> Spiffe
     alpn = tls.selected_alpn_protocol()
     if alpn != "h2":
         raise ProxyError(f"client did not agree to ALPN h2 (got {alpn!r})")
+    from ambit.tls.spiffe import check_peer  # cryptography's x509: loaded with the first certificate
+
     try:
         return check_peer(tls.getpeercert(binary_form=True), trust_domain=trust_domain, expected=None)
     except PeerIdentityError as exc:

@@ -29,7 +29,7 @@ import ssl
 import sys
 from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ambit.errors import AmbitError
 from ambit.hbone.headers import hostport
@@ -46,7 +46,9 @@ from ambit.proxy.sockets import connect, original_dst, reset
 from ambit.proxy.streams import SocketStream
 from ambit.telemetry.accesslog import ConnectionRecord
 from ambit.telemetry.metrics import Reporter
-from ambit.tls.workload import WorkloadCertificate
+
+if TYPE_CHECKING:
+    from ambit.tls.workload import WorkloadCertificate
 
 log = logging.getLogger("ambit.proxy.inbound")
 

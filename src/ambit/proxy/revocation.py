@@ -36,11 +36,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ambit.proxy.errors import ProxyError
 from ambit.telemetry.metrics import ProxyMetrics, Reporter
-from ambit.tls.revocation import Revocation, RevocationError, RevocationList
+
+if TYPE_CHECKING:
+    from ambit.tls.revocation import Revocation, RevocationList
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +95,9 @@ class RevocationManager:
         self._anchors = anchors
         self._interval = interval
         self._wall_clock = wall_clock
+        # cryptography's x509 stack loads with the first CRL manager (a CRL is configured), not with the module
+        from ambit.tls.revocation import RevocationList
+
         self.table = RevocationList()
         self.error = ""
         self.loaded_at: float | None = None
@@ -131,6 +136,8 @@ class RevocationManager:
         return known
 
     def _judge(self, chain: Sequence[bytes]) -> str | None:
+        from ambit.tls.revocation import RevocationError
+
         try:
             revoked: Revocation | None = self.table.find_revoked(chain)
         except RevocationError as exc:
@@ -176,6 +183,8 @@ class RevocationManager:
             anchors = self._anchors()
         except OSError:
             anchors = ()
+        from ambit.tls.revocation import RevocationError, RevocationList
+
         try:
             table = RevocationList.parse(data, anchors=anchors)
         except RevocationError as exc:

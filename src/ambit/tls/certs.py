@@ -34,14 +34,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from ambit.errors import AmbitError
+from ambit.tls.errors import CertificateError as CertificateError  # noqa: PLC0414 (re-exported for its older callers)
 
 CLOCK_SKEW = datetime.timedelta(minutes=5)
 """How far before ``now`` a new certificate becomes valid."""
-
-
-class CertificateError(AmbitError):
-    """A certificate or key is malformed, of the wrong kind, or does not match its partner."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ambit.tls.certs import CertificateError
+from ambit.tls.errors import CertificateError
 
 if TYPE_CHECKING:
     from ambit.tls.workload import WorkloadCertificate

@@ -33,9 +33,10 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.utils import CryptographyDeprecationWarning
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from ambit.errors import AmbitError
 from ambit.model.identity import IdentityError, SpiffeId
-from ambit.tls.certs import CLOCK_SKEW, CertificateError, KeyPair
+from ambit.tls.certs import CLOCK_SKEW, KeyPair
+from ambit.tls.errors import CertificateError
+from ambit.tls.errors import PeerIdentityError as PeerIdentityError  # noqa: PLC0414 (re-exported for its older callers)
 
 _SCHEME = "spiffe://"
 _PARSE_ERRORS = (
@@ -46,10 +47,6 @@ _PARSE_ERRORS = (
     x509.InvalidVersion,
     CryptographyDeprecationWarning,
 )
-
-
-class PeerIdentityError(AmbitError):
-    """A peer's certificate has no, several or a malformed SPIFFE id, or one this side does not accept."""
 
 
 def make_csr(identity: SpiffeId) -> tuple[bytes, bytes]:

@@ -19,8 +19,8 @@ from cryptography.hazmat.primitives import serialization
 
 from ambit.model.identity import SpiffeId
 from ambit.tls import contexts
-from ambit.tls.certs import CertificateError
-from ambit.tls.spiffe import PeerIdentityError, identity_of
+from ambit.tls.errors import CertificateError, PeerIdentityError
+from ambit.tls.spiffe import identity_of
 
 
 @dataclass(frozen=True, slots=True)
