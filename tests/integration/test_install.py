@@ -21,7 +21,9 @@ from tests.harness import ServerProcess, free_port
 
 from ambit.k8s.manifests import KINDS
 
-pytestmark = pytest.mark.kubectl
+# Each test starts kubectl some hundred times (one per object and step): 20-40 s on a quiet machine, over 120 s at a
+# load of 17 on two cores (CI run r23). The bound is on correctness (a hang), not on speed.
+pytestmark = [pytest.mark.kubectl, pytest.mark.timeout(600)]
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "deploy" / "base"
