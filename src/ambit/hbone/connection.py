@@ -117,6 +117,8 @@ _SETTINGS_ACK = wire.frame(wire.SETTINGS, wire.ACK, 0)
 """Shared, not built per ACK: a SETTINGS flood then costs our output list a pointer per frame."""
 _ENCODER_TABLE = 4096
 """Most of the peer's HEADER_TABLE_SIZE our encoder uses (it is our memory)."""
+_pack_header = wire.HEADER.pack
+"""``wire.frame_header`` without its call, for DATA sent straight through (the hot path)."""
 
 RawHeaders = list[tuple[bytes, bytes]]
 
@@ -269,11 +271,14 @@ class HboneConnection:
 
     # --- stream operations ----------------------------------------------------------------------------------
 
-    def send_data(self, stream_id: int, data: bytes | memoryview) -> None:
-        """Queue ``data`` for the stream and frame what the windows allow now."""
+    def send_data(self, stream_id: int, data: bytes | memoryview) -> int:
+        """Queue ``data`` for the stream and frame what the windows allow now; return the stream's bytes still
+        queued and not framed (``pending_bytes``), which a writer bounds."""
         stream = self._streams.get(stream_id)
-        if stream is None or not data:
-            return
+        if stream is None:
+            return 0
+        if not data:
+            return stream.pending
         if stream.end_requested:
             raise HboneError(f"send_data on stream {stream_id} after end_stream")
         if isinstance(data, memoryview) and not (data.readonly and isinstance(data.obj, bytes)):
@@ -287,16 +292,17 @@ class HboneConnection:
             and size <= self._settings.send_chunk
             and size <= self._peer_max_frame
         ):
-            self._out += (wire.frame_header(size, wire.DATA, 0, stream_id), data)
+            self._out += (_pack_header(size >> 8, size & 0xFF, wire.DATA, 0, stream_id), data)
             stream.send_window -= size
             self._send_window -= size
-            return
+            return 0
         if stream.queue is None:
             stream.queue = deque()
         stream.queue.append(data)
         stream.pending += size
         if stream.ready and not self._send_queued(stream_id, stream):
             self._blocked[stream_id] = None
+        return stream.pending
 
     def pending_bytes(self, stream_id: int) -> int:
         """Bytes queued for the stream and not yet framed (0 for unknown streams)."""
@@ -321,7 +327,9 @@ class HboneConnection:
         """The application took ``length`` flow-controlled bytes: reopen the windows (batched)."""
         if self._closed or length <= 0:
             return
-        self._give_back(length)
+        self._recv_unacked += length  # _give_back, inline: this runs for every DATA chunk
+        if self._recv_unacked >= self._settings.connection_window >> 1:
+            self._give_back(0)
         stream = self._streams.get(stream_id)
         if stream is None or stream.remote_closed:
             return
