@@ -228,8 +228,13 @@ class HboneStream:
         if self._error is not None or self._local_ended:
             self._check_writable("write")  # raises
         session = self._session
-        pending = session.core.send_data(self.stream_id, data)
-        session.flush()
+        core = session.core
+        pending = core.send_data(self.stream_id, data)
+        if not session.held:  # session.flush(), inline: this runs for every chunk relayed
+            out = core.data_to_send()
+            transport = session.transport
+            if out and transport is not None and not transport.is_closing():
+                transport.write(out)
         return not (session.write_paused or pending > WRITE_BOUND)
 
     def when_drained(self, callback: Callable[[], None]) -> None:
@@ -433,7 +438,9 @@ class HboneSession(asyncio.Protocol):
                     stream._data(event.data, event.flow_length)
             else:
                 self._dispatch(event)
-        self.flush()
+        out = self.core.data_to_send()  # flush(), inline: this runs for every read
+        if out and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(out)
 
     def eof_received(self) -> bool:
         self._terminate("the peer closed the connection")
