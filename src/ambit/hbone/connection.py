@@ -84,7 +84,7 @@ from typing import ClassVar
 from hpack import Decoder, Encoder
 from hpack.exceptions import HPACKError
 
-from ambit.hbone import wire
+from ambit.hbone import hpack_literals, wire
 from ambit.hbone.errors import HboneError, HboneProtocolError
 from ambit.hbone.events import (
     ConnectionDraining,
@@ -187,6 +187,9 @@ class HboneConnection:
 
     _client_side: ClassVar[bool]
     _graceful_goaway: ClassVar[bool] = False
+    _literal_headers: ClassVar[bool] = False
+    """Header blocks index nothing (:mod:`ambit.hbone.hpack_literals`): the HBONE ends, whose CONNECT fields differ
+    per tunnel; the waypoint's HTTP/2 keeps the stateful encoder, whose table pays off on repeated headers."""
     """GOAWAY(NO_ERROR) lets the streams in flight finish (see the module docstring); else it ends them all."""
 
     def __init__(self, settings: HboneSettings = HboneSettings()) -> None:
@@ -714,8 +717,12 @@ class HboneConnection:
 
     def _send_headers(self, stream_id: int, fields: list[tuple[str, str]], *, end_stream: bool = False) -> None:
         # Literal strings, not Huffman-coded: hpack's pure-Python Huffman coder cost 26 µs per CONNECT here and 16 µs
-        # more to decode on the far side, to save about 30 octets.
-        block = self._encoder.encode(fields, huffman=False)
+        # more to decode on the far side, to save about 30 octets. With ``_literal_headers`` nothing is indexed, except
+        # in a block that must carry a table size update (RFC 7541 §4.2), which the stateful encoder writes.
+        if self._literal_headers and not self._encoder.header_table.resized:
+            block = hpack_literals.encode(fields)
+        else:
+            block = self._encoder.encode(fields, huffman=False)
         self._out += wire.header_block(stream_id, block, end_stream=end_stream, max_frame=self._peer_max_frame)
 
     def _send_queued(self, stream_id: int, stream: _Stream) -> bool:
