@@ -12,7 +12,9 @@ bulk MB/s one way through one tunnel, and proxy CPU seconds per GB.
 ``--peer stunnel`` runs the same applications through a stunnel pair on loopback instead (the C baseline: mutual
 TLS 1.3 with ECDSA P-256 certificates, as :mod:`bench.mesh.tunnels` configures it for the lab; CPU is the two
 stunnel processes'), so the two can be compared in one run; ``--peer both`` alternates them ``--rounds`` times.
-``--modes bulk4`` sends four streams at once. Caveat for it: here both ambit roles share one thread, while each
+``--calls TOP`` counts Python and C calls per round trip (per MB in bulk) under cProfile instead, and names the
+``TOP`` most called: the figure to compare across commits on a loaded machine. ``--modes bulk4`` sends four
+streams at once. Caveat for it: here both ambit roles share one thread, while each
 stunnel runs a thread per connection, so compare CPU per GB rather than MB/s there. The allocator is tuned as
 ``ambit nodeproxy`` tunes it (:func:`ambit.inpod.allocator.tune_allocator`).
 """
@@ -21,8 +23,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import json
 import os
+import pstats
 import resource
 import socket
 import subprocess
@@ -229,6 +233,33 @@ def run_stunnel(mode: str, seconds: float, directory: Path) -> dict[str, float]:
     return _figures(mode, json.loads(line), cpu, user)
 
 
+def count_calls(mode: str, seconds: float, top: int) -> None:
+    """Run ``mode`` under cProfile and print the calls per round trip (``rr``) or per MB (bulk), Python functions and
+    C functions apart, and the ``top`` most called: a figure that, unlike CPU time, a loaded machine does not move."""
+    profile = cProfile.Profile()
+
+    async def profiled(directory: Path) -> dict[str, float]:
+        profile.enable()
+        try:
+            return await run(mode, seconds, directory)
+        finally:
+            profile.disable()
+
+    import uvloop
+
+    with tempfile.TemporaryDirectory(prefix="ambit-bench-hbone-") as tmp:
+        figures = uvloop.run(profiled(Path(tmp)))
+    rate, unit = (figures["round trips/s"], "round trip") if mode == "rr" else (figures["MB/s"], "MB")
+    events = rate * seconds
+    stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]  # (file, line, name) -> (.., calls, ..)
+    counts = [(calls / events, key) for key, (_, calls, *_rest) in stats.items()]
+    python = sum(n for n, key in counts if key[0] != "~")
+    native = sum(n for n, key in counts if key[0] == "~")
+    print(f"{mode}: {events:,.0f} {unit}s profiled; per {unit}: Python calls {python:.1f}, C calls {native:.1f}")
+    for n, (file, line, name) in sorted(counts, reverse=True)[:top]:
+        print(f"  {n:8.2f}  {file.rsplit('/', 1)[-1]}:{line} {name}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--seconds", type=float, default=3.0)
@@ -236,8 +267,13 @@ def main() -> None:
     parser.add_argument("--peer", choices=("ambit", "stunnel", "both"), default="ambit")
     parser.add_argument("--rounds", type=int, default=1, help="rounds of every peer, alternated")
     parser.add_argument("--modes", default="rr,bulk", help="comma-separated: rr, bulk, bulk4 (4 streams)")
+    parser.add_argument("--calls", type=int, metavar="TOP", help="count calls per event instead (see count_calls)")
     args = parser.parse_args()
     tune_allocator()  # as ``ambit nodeproxy`` does at start-up
+    if args.calls is not None:
+        for mode in args.modes.split(","):
+            count_calls(mode, args.seconds, args.calls)
+        return
     peers = ("ambit", "stunnel") if args.peer == "both" else (args.peer,)
     for _ in range(args.rounds):
         for mode in args.modes.split(","):
