@@ -287,7 +287,7 @@ def main() -> None:
                         figures = uvloop.run(run(mode, args.seconds, Path(tmp)))
                     else:
                         figures = asyncio.run(run(mode, args.seconds, Path(tmp)))
-                shown = "  ".join(f"{name} {value:,.1f}" for name, value in figures.items())
+                shown = "  ".join(f"{name} {value:,.{2 if value < 10 else 1}f}" for name, value in figures.items())
                 print(f"{peer:8} {mode:4} {shown}", flush=True)
 
 
