@@ -8,27 +8,43 @@ work alone: both proxies' Python, TLS and syscalls, as in the lab but without ve
 
 Printed: 1-byte request/response round trips per second on one connection, and proxy CPU µs per round trip;
 bulk MB/s one way through one tunnel, and proxy CPU seconds per GB.
+
+``--peer stunnel`` runs the same applications through a stunnel pair on loopback instead (the C baseline: mutual
+TLS 1.3 with ECDSA P-256 certificates, as :mod:`bench.mesh.tunnels` configures it for the lab; CPU is the two
+stunnel processes'), so the two can be compared in one run; ``--peer both`` alternates them ``--rounds`` times.
+``--calls TOP`` counts Python and C calls per round trip (per MB in bulk) under cProfile instead, and names the
+``TOP`` most called: the figure to compare across commits on a loaded machine. ``--modes bulk4`` sends four
+streams at once. Caveat for it: here both ambit roles share one thread, while each
+stunnel runs a thread per connection, so compare CPU per GB rather than MB/s there. The allocator is tuned as
+``ambit nodeproxy`` tunes it (:func:`ambit.inpod.allocator.tune_allocator`).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import json
+import os
+import pstats
 import resource
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from ambit.identity.localca import LocalCa
+from ambit.inpod.allocator import tune_allocator
 from ambit.model.identity import SpiffeId
 from ambit.proxy.hbone_client import HboneClient
 from ambit.proxy.hbone_server import HboneServer, InboundRequest, TunnelResponder
 from ambit.proxy.pool import ConnectionPool, PoolKey
 from ambit.proxy.sockets import HostSocketFactory, connect
 from ambit.proxy.streams import SocketStream
+from bench.mesh.probes import cpu_seconds
+from bench.mesh.tunnels import make_credentials
 from bench.relaying import relay
 
 TD = "cluster.local"
@@ -52,18 +68,26 @@ def serve():
 threading.Thread(target=serve, daemon=True).start()
 print(echo.getsockname()[1], flush=True)
 port = int(sys.stdin.readline())
-client = socket.create_connection(("127.0.0.1", port))
-client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-count, total, start = 0, 0, time.perf_counter()
+streams = 4 if mode == "bulk4" else 1
+clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(streams)]
+for client in clients:
+    client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+count, totals, start = 0, [0] * streams, time.perf_counter()
 if mode == "rr":
+    client = clients[0]
     while time.perf_counter() - start < seconds:
         client.sendall(b"x"); client.recv(16); count += 1
 else:
     block = b"\xa5" * 262144
-    while time.perf_counter() - start < seconds:
-        client.sendall(block); total += len(block)
-client.shutdown(socket.SHUT_WR); client.recv(16)
-print(json.dumps({"count": count, "bytes": total, "seconds": time.perf_counter() - start}), flush=True)
+    def send(i):
+        while time.perf_counter() - start < seconds:
+            clients[i].sendall(block); totals[i] += len(block)
+    senders = [threading.Thread(target=send, args=(i,)) for i in range(streams)]
+    for sender in senders: sender.start()
+    for sender in senders: sender.join()
+for client in clients:
+    client.shutdown(socket.SHUT_WR); client.recv(16)
+print(json.dumps({"count": count, "bytes": sum(totals), "seconds": time.perf_counter() - start}), flush=True)
 """
 
 
@@ -132,34 +156,139 @@ async def run(mode: str, seconds: float, directory: Path) -> dict[str, float]:
     result = json.loads(line)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     user = after.ru_utime - before.ru_utime
+    return _figures(mode, result, cpu, user)
+
+
+def _figures(mode: str, result: dict[str, float], cpu: float, user: float | None) -> dict[str, float]:
     if mode == "rr":
-        return {
-            "round trips/s": result["count"] / result["seconds"],
-            "proxy CPU µs/RT": cpu / result["count"] * 1e6,
-            "of which user µs/RT": user / result["count"] * 1e6,
-        }
+        figures = {"round trips/s": result["count"] / result["seconds"], "proxy CPU µs/RT": cpu / result["count"] * 1e6}
+        if user is not None:
+            figures["of which user µs/RT"] = user / result["count"] * 1e6
+        return figures
     gigabytes = result["bytes"] / 1e9
-    return {
-        "MB/s": result["bytes"] / result["seconds"] / 1e6,
-        "proxy CPU-s/GB": cpu / gigabytes,
-        "of which user CPU-s/GB": user / gigabytes,
-    }
+    figures = {"MB/s": result["bytes"] / result["seconds"] / 1e6, "proxy CPU-s/GB": cpu / gigabytes}
+    if user is not None:
+        figures["of which user CPU-s/GB"] = user / gigabytes
+    return figures
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _user_seconds(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def run_stunnel(mode: str, seconds: float, directory: Path) -> dict[str, float]:
+    """The same applications through a stunnel pair on loopback (client side, then server side, then the echo)."""
+    creds = make_credentials(directory)
+    apps = subprocess.Popen(
+        [sys.executable, "-c", _APPS, mode, str(seconds)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert apps.stdin is not None and apps.stdout is not None
+    echo_port = int(apps.stdout.readline())
+    local_port, tls_port = _free_port(), _free_port()
+    common = ["foreground = yes", "pid =", "debug = 3", "syslog = no", "socket = l:TCP_NODELAY=1"]
+    common += ["socket = r:TCP_NODELAY=1", "[echo]", f"CAfile = {creds.ca}", "verifyChain = yes"]
+    server = [f"cert = {creds.server_pem}", f"accept = 127.0.0.1:{tls_port}", f"connect = 127.0.0.1:{echo_port}"]
+    client = [f"cert = {creds.client_pem}", "client = yes", f"accept = 127.0.0.1:{local_port}"]
+    client.append(f"connect = 127.0.0.1:{tls_port}")
+    configs = {"server": common + server, "client": common + client}
+    tunnels: list[subprocess.Popen[bytes]] = []
+    try:
+        for side, lines in configs.items():
+            config = directory / f"stunnel-{side}.conf"
+            config.write_text("\n".join(lines) + "\n")
+            tunnels.append(subprocess.Popen(["stunnel", str(config)], stderr=subprocess.DEVNULL))
+        deadline = time.monotonic() + 10
+        while True:  # wait until the client side listens
+            try:
+                socket.create_connection(("127.0.0.1", local_port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        pids = [proc.pid for proc in tunnels]
+        before, before_user = cpu_seconds(pids), _user_seconds(pids)
+        apps.stdin.write(f"{local_port}\n")
+        apps.stdin.flush()
+        line = apps.stdout.readline()
+        cpu, user = cpu_seconds(pids) - before, _user_seconds(pids) - before_user
+        apps.wait()
+    finally:
+        for proc in tunnels:
+            proc.terminate()
+            proc.wait()
+        if apps.poll() is None:
+            apps.terminate()
+            apps.wait()
+    return _figures(mode, json.loads(line), cpu, user)
+
+
+def count_calls(mode: str, seconds: float, top: int) -> None:
+    """Run ``mode`` under cProfile and print the calls per round trip (``rr``) or per MB (bulk), Python functions and
+    C functions apart, and the ``top`` most called: a figure that, unlike CPU time, a loaded machine does not move."""
+    profile = cProfile.Profile()
+
+    async def profiled(directory: Path) -> dict[str, float]:
+        profile.enable()
+        try:
+            return await run(mode, seconds, directory)
+        finally:
+            profile.disable()
+
+    import uvloop
+
+    with tempfile.TemporaryDirectory(prefix="ambit-bench-hbone-") as tmp:
+        figures = uvloop.run(profiled(Path(tmp)))
+    rate, unit = (figures["round trips/s"], "round trip") if mode == "rr" else (figures["MB/s"], "MB")
+    events = rate * seconds
+    stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]  # (file, line, name) -> (.., calls, ..)
+    counts = [(calls / events, key) for key, (_, calls, *_rest) in stats.items()]
+    python = sum(n for n, key in counts if key[0] != "~")
+    native = sum(n for n, key in counts if key[0] == "~")
+    print(f"{mode}: {events:,.0f} {unit}s profiled; per {unit}: Python calls {python:.1f}, C calls {native:.1f}")
+    for n, (file, line, name) in sorted(counts, reverse=True)[:top]:
+        print(f"  {n:8.2f}  {file.rsplit('/', 1)[-1]}:{line} {name}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
+    parser.add_argument("--peer", choices=("ambit", "stunnel", "both"), default="ambit")
+    parser.add_argument("--rounds", type=int, default=1, help="rounds of every peer, alternated")
+    parser.add_argument("--modes", default="rr,bulk", help="comma-separated: rr, bulk, bulk4 (4 streams)")
+    parser.add_argument("--calls", type=int, metavar="TOP", help="count calls per event instead (see count_calls)")
     args = parser.parse_args()
-    for mode in ("rr", "bulk"):
-        with tempfile.TemporaryDirectory(prefix="ambit-bench-hbone-") as tmp:
-            if args.loop == "uvloop":
-                import uvloop
+    tune_allocator()  # as ``ambit nodeproxy`` does at start-up
+    if args.calls is not None:
+        for mode in args.modes.split(","):
+            count_calls(mode, args.seconds, args.calls)
+        return
+    peers = ("ambit", "stunnel") if args.peer == "both" else (args.peer,)
+    for _ in range(args.rounds):
+        for mode in args.modes.split(","):
+            for peer in peers:
+                with tempfile.TemporaryDirectory(prefix="ambit-bench-hbone-") as tmp:
+                    if peer == "stunnel":
+                        figures = run_stunnel(mode, args.seconds, Path(tmp))
+                    elif args.loop == "uvloop":
+                        import uvloop
 
-                figures = uvloop.run(run(mode, args.seconds, Path(tmp)))
-            else:
-                figures = asyncio.run(run(mode, args.seconds, Path(tmp)))
-        print("  ".join(f"{name} {value:,.1f}" for name, value in figures.items()), flush=True)
+                        figures = uvloop.run(run(mode, args.seconds, Path(tmp)))
+                    else:
+                        figures = asyncio.run(run(mode, args.seconds, Path(tmp)))
+                shown = "  ".join(f"{name} {value:,.{2 if value < 10 else 1}f}" for name, value in figures.items())
+                print(f"{peer:8} {mode:4} {shown}", flush=True)
 
 
 if __name__ == "__main__":

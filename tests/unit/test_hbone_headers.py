@@ -157,3 +157,10 @@ def test_connect_headers_omit_what_is_not_known() -> None:
     assert connect_headers(forwarded_for="[fd00::5]:43122") == [("forwarded", 'for="[fd00::5]:43122"')]
     with pytest.raises(HboneError):
         connect_headers(forwarded_for='1.2.3.4:5"')
+
+
+def test_remembered_ipv4_authorities_parse_the_same_and_bad_ones_are_refused_every_time() -> None:
+    for _ in range(3):
+        assert parse_authority("198.18.200.7:8080") == ("198.18.200.7", 8080)
+        with pytest.raises(AuthorityError):
+            parse_authority("198.18.200.256:8080")

@@ -132,6 +132,18 @@ def test_data_sent_before_the_200_waits_for_it() -> None:
     assert _data(server_events, stream_id) == b"early"
 
 
+def test_send_data_returns_what_the_stream_still_holds_unframed() -> None:
+    pair = Pair()
+    early = pair.client.open_tunnel("198.18.200.7:8080")
+    assert pair.client.send_data(early, b"early") == 5  # before the 200 nothing is framed
+    assert pair.client.send_data(early, b"") == 5
+    stream_id = pair.tunnel()
+    assert pair.client.send_data(stream_id, b"x" * 1024) == 0  # within the windows: framed at once
+    pair.client.send_data(stream_id, b"y" * (4 * MiB - 1024))  # exactly the stream window
+    assert pair.client.send_data(stream_id, b"z" * 10) == 10 == pair.client.pending_bytes(stream_id)
+    assert pair.client.send_data(99, b"unknown stream") == 0
+
+
 @pytest.mark.parametrize("direction", ["client_to_server", "server_to_client"])
 def test_ten_mebibytes_flow_only_as_fast_as_the_receiver_consumes(direction: str) -> None:
     pair = Pair()

@@ -28,6 +28,7 @@ from ambit.proxy.plans import (
     Plain,
     Refuse,
     Tunnel,
+    parse_ip,
     plan_inbound,
     plan_outbound,
     plan_plaintext,
@@ -407,3 +408,12 @@ def test_any_authority_gets_a_dial_or_a_refusal_never_an_exception(host: str, po
     assert isinstance(plan, Dial | Refuse)
     if isinstance(plan, Dial):
         assert plan.ip == LOCAL_IP and 0 < plan.port <= 65535
+
+
+def test_parse_ip_remembers_addresses_without_changing_them_and_refuses_bad_text_every_time() -> None:
+    for _ in range(3):
+        assert parse_ip("198.18.0.7") == ipaddress.IPv4Address("198.18.0.7")
+        assert parse_ip("fd00:ab::7") == ipaddress.IPv6Address("fd00:ab::7")
+        with pytest.raises(ValueError):
+            parse_ip("198.18.0.256")
+    assert parse_ip("198.18.0.7") is parse_ip("198.18.0.7")

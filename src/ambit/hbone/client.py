@@ -29,6 +29,7 @@ class HboneClientConnection(HboneConnection):
 
     _client_side = True
     _graceful_goaway = True
+    _literal_headers = True
 
     @property
     def can_open_tunnel(self) -> bool:

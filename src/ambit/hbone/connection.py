@@ -84,7 +84,7 @@ from typing import ClassVar
 from hpack import Decoder, Encoder
 from hpack.exceptions import HPACKError
 
-from ambit.hbone import wire
+from ambit.hbone import hpack_literals, wire
 from ambit.hbone.errors import HboneError, HboneProtocolError
 from ambit.hbone.events import (
     ConnectionDraining,
@@ -117,6 +117,8 @@ _SETTINGS_ACK = wire.frame(wire.SETTINGS, wire.ACK, 0)
 """Shared, not built per ACK: a SETTINGS flood then costs our output list a pointer per frame."""
 _ENCODER_TABLE = 4096
 """Most of the peer's HEADER_TABLE_SIZE our encoder uses (it is our memory)."""
+_pack_header = wire.HEADER.pack
+"""``wire.frame_header`` without its call, for DATA sent straight through (the hot path)."""
 
 RawHeaders = list[tuple[bytes, bytes]]
 
@@ -185,6 +187,9 @@ class HboneConnection:
 
     _client_side: ClassVar[bool]
     _graceful_goaway: ClassVar[bool] = False
+    _literal_headers: ClassVar[bool] = False
+    """Header blocks index nothing (:mod:`ambit.hbone.hpack_literals`): the HBONE ends, whose CONNECT fields differ
+    per tunnel; the waypoint's HTTP/2 keeps the stateful encoder, whose table pays off on repeated headers."""
     """GOAWAY(NO_ERROR) lets the streams in flight finish (see the module docstring); else it ends them all."""
 
     def __init__(self, settings: HboneSettings = HboneSettings()) -> None:
@@ -269,11 +274,14 @@ class HboneConnection:
 
     # --- stream operations ----------------------------------------------------------------------------------
 
-    def send_data(self, stream_id: int, data: bytes | memoryview) -> None:
-        """Queue ``data`` for the stream and frame what the windows allow now."""
+    def send_data(self, stream_id: int, data: bytes | memoryview) -> int:
+        """Queue ``data`` for the stream and frame what the windows allow now; return the stream's bytes still
+        queued and not framed (``pending_bytes``), which a writer bounds."""
         stream = self._streams.get(stream_id)
-        if stream is None or not data:
-            return
+        if stream is None:
+            return 0
+        if not data:
+            return stream.pending
         if stream.end_requested:
             raise HboneError(f"send_data on stream {stream_id} after end_stream")
         if isinstance(data, memoryview) and not (data.readonly and isinstance(data.obj, bytes)):
@@ -287,16 +295,17 @@ class HboneConnection:
             and size <= self._settings.send_chunk
             and size <= self._peer_max_frame
         ):
-            self._out += (wire.frame_header(size, wire.DATA, 0, stream_id), data)
+            self._out += (_pack_header(size >> 8, size & 0xFF, wire.DATA, 0, stream_id), data)
             stream.send_window -= size
             self._send_window -= size
-            return
+            return 0
         if stream.queue is None:
             stream.queue = deque()
         stream.queue.append(data)
         stream.pending += size
         if stream.ready and not self._send_queued(stream_id, stream):
             self._blocked[stream_id] = None
+        return stream.pending
 
     def pending_bytes(self, stream_id: int) -> int:
         """Bytes queued for the stream and not yet framed (0 for unknown streams)."""
@@ -321,7 +330,9 @@ class HboneConnection:
         """The application took ``length`` flow-controlled bytes: reopen the windows (batched)."""
         if self._closed or length <= 0:
             return
-        self._give_back(length)
+        self._recv_unacked += length  # _give_back, inline: this runs for every DATA chunk
+        if self._recv_unacked >= self._settings.connection_window >> 1:
+            self._give_back(0)
         stream = self._streams.get(stream_id)
         if stream is None or stream.remote_closed:
             return
@@ -706,8 +717,12 @@ class HboneConnection:
 
     def _send_headers(self, stream_id: int, fields: list[tuple[str, str]], *, end_stream: bool = False) -> None:
         # Literal strings, not Huffman-coded: hpack's pure-Python Huffman coder cost 26 µs per CONNECT here and 16 µs
-        # more to decode on the far side, to save about 30 octets.
-        block = self._encoder.encode(fields, huffman=False)
+        # more to decode on the far side, to save about 30 octets. With ``_literal_headers`` nothing is indexed, except
+        # in a block that must carry a table size update (RFC 7541 §4.2), which the stateful encoder writes.
+        if self._literal_headers and not self._encoder.header_table.resized:
+            block = hpack_literals.encode(fields)
+        else:
+            block = self._encoder.encode(fields, huffman=False)
         self._out += wire.header_block(stream_id, block, end_stream=end_stream, max_frame=self._peer_max_frame)
 
     def _send_queued(self, stream_id: int, stream: _Stream) -> bool:

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from collections.abc import Mapping
@@ -90,6 +91,13 @@ def hostport(ip: object, port: int) -> str:
     return f"[{text}]:{port}" if ":" in text else f"{text}:{port}"
 
 
+@functools.lru_cache(maxsize=4096)
+def _normal_ipv4(text: str) -> str:
+    """The normal form of an IPv4 literal, remembered (every tunnel's authority names one, nearly always one seen
+    before); ValueError for no address, every time (never cached); bounded against peers naming ever new ones."""
+    return str(ipaddress.IPv4Address(text))
+
+
 def parse_authority(authority: str) -> tuple[str, int]:
     """Split a CONNECT authority into (host, port); IP literals come back normalised, brackets removed."""
     if len(authority) > _MAX_AUTHORITY:
@@ -105,7 +113,7 @@ def parse_authority(authority: str) -> tuple[str, int]:
             raise AuthorityError(f"authority {authority!r} has an invalid IPv6 literal") from None
     if host and all(part.isdigit() and part.isascii() for part in host.split(".")):
         try:
-            return str(ipaddress.IPv4Address(host)), port
+            return _normal_ipv4(host), port
         except ValueError:
             raise AuthorityError(f"authority {authority!r} has an invalid IPv4 address") from None
     labels = host.split(".")

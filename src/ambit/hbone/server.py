@@ -34,6 +34,7 @@ class HboneServerConnection(HboneConnection):
 
     _client_side = False
     _graceful_goaway = True
+    _literal_headers = True
 
     def respond(self, stream_id: int, status: int, headers: Sequence[tuple[str, str]] = ()) -> None:
         """Answer a ``TunnelRequested``: 200 opens the tunnel for data, any other status ends the stream."""

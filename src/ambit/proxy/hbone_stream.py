@@ -95,7 +95,7 @@ class HboneCore(Protocol):
 
     def receive_data(self, data: bytes) -> list[Event]: ...
     def data_to_send(self) -> bytes: ...
-    def send_data(self, stream_id: int, data: bytes | memoryview) -> None: ...
+    def send_data(self, stream_id: int, data: bytes | memoryview) -> int: ...
     def pending_bytes(self, stream_id: int) -> int: ...
     def end_stream(self, stream_id: int) -> None: ...
     def reset_stream(self, stream_id: int, error_code: int = ...) -> None: ...
@@ -229,9 +229,13 @@ class HboneStream:
             self._check_writable("write")  # raises
         session = self._session
         core = session.core
-        core.send_data(self.stream_id, data)
-        session.flush()
-        return not (session.write_paused or core.pending_bytes(self.stream_id) > WRITE_BOUND)
+        pending = core.send_data(self.stream_id, data)
+        if not session.held:  # session.flush(), inline: this runs for every chunk relayed
+            out = core.data_to_send()
+            transport = session.transport
+            if out and transport is not None and not transport.is_closing():
+                transport.write(out)
+        return not (session.write_paused or pending > WRITE_BOUND)
 
     def when_drained(self, callback: Callable[[], None]) -> None:
         self._drained = callback
@@ -389,6 +393,7 @@ class HboneSession(asyncio.Protocol):
         self._held_input: list[bytes] = []
         self.terminated: str | None = None  # why no new stream can be used any more
         self.heard_from_peer = asyncio.Event()  # the peer's first bytes (its SETTINGS) arrived
+        self.received_any = False  # ``heard_from_peer`` was set by a read
         self.received = False
         """Set by every arrival of bytes and every drain of our output; the owner's liveness timer clears it (a
         flag: no clock read per read)."""
@@ -415,7 +420,9 @@ class HboneSession(asyncio.Protocol):
         self.transport.set_write_buffer_limits(high=TRANSPORT_HIGH_WATER)
 
     def data_received(self, data: bytes) -> None:
-        self.heard_from_peer.set()
+        if not self.received_any:  # an Event's set() is a Python call: not one per read
+            self.received_any = True
+            self.heard_from_peer.set()
         self.received = True
         if self.held:
             # The TLS layer may hand us the peer's first bytes before the handshake's waiter has run.
@@ -431,7 +438,9 @@ class HboneSession(asyncio.Protocol):
                     stream._data(event.data, event.flow_length)
             else:
                 self._dispatch(event)
-        self.flush()
+        out = self.core.data_to_send()  # flush(), inline: this runs for every read
+        if out and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(out)
 
     def eof_received(self) -> bool:
         self._terminate("the peer closed the connection")

@@ -22,7 +22,6 @@ Metrics are reported with ``reporter=destination``; principals only for mutual T
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import socket
 import ssl
@@ -40,7 +39,7 @@ from ambit.proxy.admission import DEFAULT_HANDSHAKE_TIMEOUT, Ticket
 from ambit.proxy.context import ConnectionEnd, LocalPod, ProxyContext
 from ambit.proxy.errors import ProxyError, ResponseFlag
 from ambit.proxy.hbone_server import HboneServer, InboundRequest, TunnelResponder
-from ambit.proxy.plans import ILLEGAL_PORTS, Dial, InboundFacts, Refuse, plan_inbound, plan_plaintext
+from ambit.proxy.plans import ILLEGAL_PORTS, Dial, InboundFacts, Refuse, parse_ip, plan_inbound, plan_plaintext
 from ambit.proxy.relay import Splice, splice
 from ambit.proxy.sockets import connect, original_dst, reset
 from ambit.proxy.streams import SocketStream
@@ -146,9 +145,7 @@ async def serve_hbone(ctx: ProxyContext, pod: LocalPod, sock: socket.socket, tic
     its handshake is bounded by the listener's timeout, and it is established once the client is judged."""
     local_ip = sock.getsockname()[0]
     peer = sock.getpeername()[:2]  # an IPv6 peer comes with its flow label and scope too
-    hbone_peer = _HbonePeer(
-        local_ip, peer[0], peer[1], ipaddress.ip_address(peer[0]), sys.intern(hostport(peer[0], peer[1]))
-    )
+    hbone_peer = _HbonePeer(local_ip, peer[0], peer[1], parse_ip(peer[0]), sys.intern(hostport(peer[0], peer[1])))
 
     async def certificate() -> WorkloadCertificate:
         return await ctx.certs.fetch(pod.identity)

@@ -28,7 +28,6 @@ of local pod P:
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import random
 import socket
@@ -46,7 +45,7 @@ from ambit.proxy.hbone_client import HboneClient, TunnelRefusedError
 from ambit.proxy.hbone_stream import HboneStream
 from ambit.proxy.hostnames import HostnameLookupError
 from ambit.proxy.inbound import LocalDelivery, deliver_locally, guard
-from ambit.proxy.plans import HBONE_PORT, Local, OutboundFacts, Plain, Refuse, Tunnel, plan_outbound
+from ambit.proxy.plans import HBONE_PORT, Local, OutboundFacts, Plain, Refuse, Tunnel, parse_ip, plan_outbound
 from ambit.proxy.pool import PoolKey
 from ambit.proxy.relay import Splice
 from ambit.proxy.sockets import connect, original_dst, reset
@@ -80,7 +79,7 @@ async def serve_outbound(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) 
         reset(sock)
         return None
     source = await ctx.wait_local_workload(pod)
-    facts = OutboundFacts(ipaddress.ip_address(dst[0]), dst[0], dst[1], source)
+    facts = OutboundFacts(parse_ip(dst[0]), dst[0], dst[1], source)
     generation = ctx.state_generation
     plan = plan_outbound(facts, ctx.state, ctx.node, _choose, random.random)
     peer_addr, dst_addr = hostport(peer[0], peer[1]), hostport(dst[0], dst[1])

@@ -86,6 +86,7 @@ inbound, with no peer identity and no authority.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field
@@ -349,6 +350,15 @@ class InboundFacts:
     """The client's port (a PROXY application tunnel's header names it)."""
 
 
+@functools.lru_cache(maxsize=4096)
+def parse_ip(text: str) -> IPAddress:
+    """``ipaddress.ip_address(text)``, remembered: every connection names a few addresses (its source, the local
+    pod, a destination), nearly always ones seen before, and parsing one costs microseconds. The result is a pure
+    function of the text and immutable, so the cache cannot change a verdict; text that is no address raises
+    ValueError every time (never cached). The bound caps what peers naming ever new addresses can make it hold."""
+    return ipaddress.ip_address(text)
+
+
 def plan_inbound(facts: InboundFacts, state: WorkloadState, authorize: Authorizer) -> InboundPlan:
     """Whether and where to dial the local pod (the module's inbound rules)."""
     return _plan_inbound(facts, state, authorize, tunnels=True)
@@ -392,9 +402,7 @@ def _plan_inbound(facts: InboundFacts, state: WorkloadState, authorize: Authoriz
             header = made
             dial_ip = "::1" if ":" in local_ip else "127.0.0.1"
     try:
-        connection = Connection(
-            ipaddress.ip_address(facts.source_ip), facts.source_identity, ipaddress.ip_address(local_ip), port
-        )
+        connection = Connection(parse_ip(facts.source_ip), facts.source_identity, parse_ip(local_ip), port)
     except ValueError:
         return Refuse(400, ResponseFlag.NONE, f"not an IP address: {facts.source_ip!r}", counted=False)
     decision = authorize(workload, connection)
@@ -416,7 +424,7 @@ def _tunnel_header(
 ) -> AppTunnelHeader | Refuse:
     """Rule 6's header: the client, and the original target (``host`` an IP, else a Service hostname)."""
     try:
-        target: IPAddress = ipaddress.ip_address(host)
+        target: IPAddress = parse_ip(host)
     except ValueError:
         vips = [
             vip
@@ -430,7 +438,7 @@ def _tunnel_header(
         best = max(vips, key=lambda vip: (vip.network == workload.network, vip.ip.version == 4))
         target = best.ip
     try:
-        source = ipaddress.ip_address(facts.source_ip)
+        source = parse_ip(facts.source_ip)
     except ValueError:
         return Refuse(400, ResponseFlag.NONE, f"not an IP address: {facts.source_ip!r}", counted=False)
     if source.version != target.version:
@@ -460,13 +468,13 @@ def _split_authority(authority: str, local_ip: str | None) -> tuple[str, int]:
 def _inbound_port(state: WorkloadState, workload: Workload, local_ip: str, host: str, port: int) -> int | Refuse:
     """The pod's port for a CONNECT to ``host:port`` where ``host`` is not the address it arrived at."""
     try:
-        ip = ipaddress.ip_address(host)
+        ip = parse_ip(host)
     except ValueError:
         mapped = state.resolve_inbound_target(workload, host, port)
         if mapped is None:
             return Refuse(400, ResponseFlag.NONE, f"unknown service {host!r} for this pod", counted=False)
         return mapped
-    arrived = ipaddress.ip_address(local_ip)
+    arrived = parse_ip(local_ip)
     if workload.application_tunnel is not None:
         return port  # rule 3: the tunnelled waypoint is told the target, or takes anything
     if ip != arrived and not _is_waypoint_for(state, workload, arrived, ip):
