@@ -195,15 +195,16 @@ async def serves(rig: DrainRig, text: bytes) -> None:
 
 
 def netns_fds(pid: int, path: str) -> list[str]:
-    """The descriptors of process ``pid`` that refer to the network namespace at ``path``."""
-    inode = os.stat(path).st_ino
+    """The descriptors of process ``pid`` that refer to the network namespace at ``path`` (however they were
+    opened: the link's text may be a path or ``net:[inode]``, the file it leads to is the namespace)."""
+    wanted = os.stat(path)
     found = []
     for fd in os.listdir(f"/proc/{pid}/fd"):
         try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            seen = os.stat(f"/proc/{pid}/fd/{fd}")
         except OSError:
             continue
-        if target == f"net:[{inode}]":
+        if (seen.st_dev, seen.st_ino) == (wanted.st_dev, wanted.st_ino):
             found.append(fd)
     return found
 
@@ -245,7 +246,8 @@ async def test_a_forged_message_carrying_another_netns_opens_nothing_there_and_l
             "add_with_two_fds": (AddRequest("victim-uid", WEB, victim_fd), (victim_fd, pod_fd)),
         }
         request, fds = forgeries[message]
-        assert netns_fds(os.getpid(), f"/run/netns/{victim}") != []  # the probe's control: the test holds one
+        assert netns_fds(os.getpid(), f"/run/netns/{victim}") != []  # the probe's controls: the test holds one,
+        assert netns_fds(proxy.proc.pid, f"/run/netns/{rig.pod}") != []  # and the proxy one of the pod it serves
         assert await fake.ask(request, fds) != ""  # a nack
         assert await fake.closed_by_proxy()  # then the connection is closed
 
