@@ -1,9 +1,9 @@
 """The rollout soak (issue 21): long-lived streams carry data through the mesh while the node proxies are rolled
 again and again, and none of them loses, reorders or corrupts a byte, none is reset, and no new connection fails.
 
-On a 2-node lab with the mesh installed from deploy/ (``ambit lab up --install``, as the fault suite), in the fault
-suite's scene (:mod:`tests.faults.scene`: ``srv-1``/``cli-1`` on node-1, ``srv-2``/``cli-2`` on node-2, each
-client with a same-node and a cross-node server) the soak client (:mod:`tests.faults.soak_streams`) runs in both
+On the shared 2-node mesh lab (the mesh installed from deploy/, as the fault suite's), in the fault suite's scene
+(:mod:`tests.faults.scene`: ``srv-1``/``cli-1`` on node-1, ``srv-2``/``cli-2`` on node-2, each client with a
+same-node and a cross-node server) the soak client (:mod:`tests.faults.soak_streams`) runs in both
 client pods: :data:`STREAMS_PER_PAIR` long-lived streams per pair (:data:`STREAMS` in all), each sending its own
 byte sequence continuously and checking every echoed byte, opened before the first rollout and kept until the end;
 and new short connections at :data:`RATE` per second per pair. Meanwhile ``kubectl rollout restart
@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.e2e.lab_driver import COMPONENT_APPS, TEST_TIMEOUT, Lab, running_lab, wait_until
+from tests.e2e.lab_driver import COMPONENT_APPS, TEST_TIMEOUT, Lab, module_on_shared_lab, wait_until
 from tests.faults.rig import REPO
 from tests.faults.scene import (
     EVERY_PAIR,
@@ -56,7 +56,7 @@ from tests.faults.scene import (
     set_up,
 )
 
-SHORT_SECONDS = 150.0
+SHORT_SECONDS = 120.0
 SECONDS = float(os.environ.get("AMBIT_SOAK_SECONDS", SHORT_SECONDS))
 """Seconds from the streams being up until the client is stopped."""
 ROLLOUTS = int(os.environ.get("AMBIT_SOAK_ROLLOUTS", "3"))
@@ -86,16 +86,17 @@ pytestmark = [
 ]
 
 
+SHARES_THE_MESH_LAB = True
+"""The module runs on the shared mesh lab (:func:`tests.e2e.lab_driver.module_on_shared_lab`; the mesh installed
+from deploy/, as the fault suite's): no lab of its own to bring up. It leaves the node proxies rolled (as
+tests/e2e/test_lab_rollout.py does) and its namespace deleted."""
+
+
 @pytest.fixture(scope="module")
 def scene(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scene]:
-    with running_lab(tmp_path_factory.mktemp("soak"), install=True) as lab:
-        lab.wait_mesh_ready()
+    with module_on_shared_lab(tmp_path_factory) as lab:
         for node in (n.name for n in lab.topology.all_nodes()):
-            wait_until(
-                f"{node}'s node proxy connected to its node agent",
-                lambda node=node: "node proxy connected" in lab.component_log("nodeagent", node),
-                30,
-            )
+            wait_until(f"a ready node proxy on {node}", lambda node=node: lab.ready_component(NODE_PROXY, node), 60)
         lab.namespace(NAMESPACE)
         yield set_up(lab, NAMESPACE)
         assert lab.log_tracebacks() == []
