@@ -3,7 +3,8 @@
 Who can reach the socket: the node agent binds it 0600, owned by root (:class:`~ambit.zds.server.ZdsServer`), in a
 host directory only the node agent's and the node proxy's pods mount (deploy/: ``/var/run/ztunnel``). A process that
 is not root, and a pod's process (root in its own user namespace, a high uid on the host), cannot connect even where
-the directory can be walked; root can (the control). What a connected peer can do with the new message:
+the directory can be walked; root can (the control); and no manifest in deploy/ but those two DaemonSets mounts the
+directory (or a parent of it) from the host. What a connected peer can do with the new message:
 
 - a forged ``SuccessorReady`` to a live node proxy (from whatever plays the node agent) only changes how long its
   connections may run once it is told to stop (:mod:`ambit.inpod.drain`): it does not stop the proxy from accepting,
@@ -30,8 +31,10 @@ import subprocess
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 from tests.netns.nodeproxy_rig import POD_UID, DrainRig, Proxy, drain_rig, echo, listening, sh
 
 from ambit.zds import ZDS_SOCKET
@@ -110,6 +113,32 @@ async def test_only_root_can_connect_to_the_node_agents_zds_socket_not_a_user_no
     assert await loop.run_in_executor(None, connect_as, path) == "connected"  # the control: root gets in
     assert await loop.run_in_executor(None, connect_as, path, *nobody) == "PermissionError"
     assert await loop.run_in_executor(None, connect_as, path, *pod_root) == "PermissionError"
+
+
+REPO = Path(__file__).resolve().parents[2]
+ZDS_HOST_DIR = "/var/run/ztunnel"
+MOUNTERS = {("istio-system", "DaemonSet", "istio-cni-node"), ("istio-system", "DaemonSet", "ztunnel")}
+
+
+def host_paths(document: dict[str, Any]) -> list[str]:
+    """The hostPath volumes' paths of a manifest's pod template (or pod)."""
+    spec = document.get("spec") or {}
+    pod = (spec.get("template") or {}).get("spec") or spec
+    return [str(v["hostPath"].get("path", "")) for v in pod.get("volumes") or [] if isinstance(v.get("hostPath"), dict)]
+
+
+def test_only_the_node_agent_and_the_node_proxy_mount_the_zds_sockets_host_directory() -> None:
+    found = set()
+    for path in sorted((REPO / "deploy").rglob("*.yaml")):
+        for document in yaml.safe_load_all(path.read_text()):
+            if not isinstance(document, dict):
+                continue
+            for mounted in host_paths(document):
+                reaches = ZDS_HOST_DIR.startswith(mounted.rstrip("/") + "/") or mounted.rstrip("/") == ZDS_HOST_DIR
+                if reaches or mounted in ("/", ""):
+                    meta = document.get("metadata") or {}
+                    found.add((str(meta.get("namespace", "")), str(document.get("kind")), str(meta.get("name"))))
+    assert found == MOUNTERS, found
 
 
 # --- a real node proxy facing a forger -------------------------------------------------------------------------------
