@@ -87,10 +87,10 @@ bench-soak-quick: install bytecode  # root: the same with 10,000 connections (a 
 	$(VENV)/bin/python -m bench.soak --quick
 
 soak-rollout: install bytecode  # root: 20 long streams and new connections through 3 node proxy rollouts in a row (~4 min and a lab bring-up)
-	AMBIT_SOAK_RESULTS=bench/results/soak-rollout-120s.md $(VENV)/bin/pytest -q -s tests/faults/test_rollout_soak.py
+	AMBIT_SOAK_RESULTS=bench/results/soak-rollout-{seconds}s.md $(VENV)/bin/pytest -q -s tests/faults/test_rollout_soak.py
 
 soak-rollout-long: install bytecode  # root: the same for an hour, 6 rollouts (bench/results/soak-rollout-3600s.md)
-	AMBIT_SOAK_SECONDS=3600 AMBIT_SOAK_ROLLOUTS=6 AMBIT_SOAK_RESULTS=bench/results/soak-rollout-3600s.md \
+	AMBIT_SOAK_SECONDS=3600 AMBIT_SOAK_ROLLOUTS=6 AMBIT_SOAK_RESULTS=bench/results/soak-rollout-{seconds}s.md \
 	  $(VENV)/bin/pytest -q -s tests/faults/test_rollout_soak.py
 
 bench-startup-quick: install bytecode  # root: the same, the 'no pods' variant once

@@ -9,15 +9,17 @@ byte sequence continuously and checking every echoed byte, opened before the fir
 and new short connections at :data:`RATE` per second per pair. Meanwhile ``kubectl rollout restart
 daemonset/ztunnel -n istio-system`` (the lab's real kubectl and DaemonSet controller: maxSurge 1, maxUnavailable 0)
 runs :data:`ROLLOUTS` times in a row, each once the previous one's new pods are ready and its old pods terminating,
-spread over :data:`SECONDS`. Every old pod keeps relaying the streams it holds (a hand-over: its successor took
+spread over the profile's seconds. Every old pod keeps relaying the streams it holds (a hand-over: its successor took
 the pods, so it drains up to ``DRAIN_MAX``, deploy's hour); so at the end the first rollout's old pods still carry
 every stream. Then the client stops: each stream waits for the echo of all it sent and closes cleanly; the old
 proxies, their connections ended, exit on their own.
 
 Profiles (environment): ``AMBIT_SOAK_SECONDS`` (default :data:`SHORT_SECONDS`: the short profile, in the machine
-share) and ``AMBIT_SOAK_ROLLOUTS`` (default 3); ``make soak-rollout`` runs the short profile, ``make
-soak-rollout-long`` an hour with 6 rollouts, and both write ``bench/results/soak-rollout-<seconds>s.md``
-(``AMBIT_SOAK_RESULTS``).
+share; a comma-separated list runs each in turn on the same lab) and ``AMBIT_SOAK_ROLLOUTS`` (default 3); ``make
+soak-rollout`` runs the short profile, ``make soak-rollout-long`` an hour with 6 rollouts, and both write
+``bench/results/soak-rollout-<seconds>s.md`` (``AMBIT_SOAK_RESULTS``, where ``{seconds}`` is replaced).
+``AMBIT_SOAK_UNTIL`` (a Unix time) skips a profile that would not end before it: for a soak squeezed into a window
+of a shared machine, decided once the lab is up rather than when the run was queued.
 
 Reported: bytes sent/received/verified per stream, new connections tried and failed by outcome, each rollout's
 time to new ready pods, each old pod's drain (from deletion until gone from the API) and how its proxy ended.
@@ -57,11 +59,15 @@ from tests.faults.scene import (
 )
 
 SHORT_SECONDS = 120.0
-SECONDS = float(os.environ.get("AMBIT_SOAK_SECONDS", SHORT_SECONDS))
-"""Seconds from the streams being up until the client is stopped."""
+PROFILES = [float(each) for each in os.environ.get("AMBIT_SOAK_SECONDS", f"{SHORT_SECONDS:g}").split(",")]
+"""Seconds from the streams being up until the client is stopped, one test per value."""
+UNTIL = float(os.environ.get("AMBIT_SOAK_UNTIL", "inf"))
+OVERHEAD = 300.0
+"""Seconds a profile takes beyond its load, at most as far as :data:`UNTIL` is concerned: the rollouts running late,
+the streams' ends, the old pods' exits."""
 ROLLOUTS = int(os.environ.get("AMBIT_SOAK_ROLLOUTS", "3"))
 RESULTS = os.environ.get("AMBIT_SOAK_RESULTS", "")
-"""Where to write the figures as markdown (empty: printed only)."""
+"""Where to write the figures as markdown, ``{seconds}`` replaced by the profile's (empty: printed only)."""
 STREAMS_PER_PAIR = 5
 STREAMS = STREAMS_PER_PAIR * len(EVERY_PAIR)
 STREAM_RATE = 16384
@@ -79,11 +85,7 @@ connection (it counts them every 50 ms); the rest is the kubelet's reaping and t
 NODE_PROXY = COMPONENT_APPS["nodeproxy"]
 NAMESPACE = "soak"
 
-pytestmark = [
-    pytest.mark.root,
-    pytest.mark.kubectl,
-    pytest.mark.timeout(TEST_TIMEOUT + SECONDS + ROLLOUTS * ROLLOUT_TIMEOUT + GONE_BOUND),
-]
+pytestmark = [pytest.mark.root, pytest.mark.kubectl]
 
 
 SHARES_THE_MESH_LAB = True
@@ -158,9 +160,20 @@ def wait_gone(lab: Lab, old: list[OldProxy], timeout: float) -> None:
     wait_until("every old node proxy pod gone", gone, timeout, interval=0.2)
 
 
+@pytest.mark.parametrize(
+    "seconds",
+    [
+        pytest.param(
+            s, id=f"{s:g}s", marks=pytest.mark.timeout(TEST_TIMEOUT + s + ROLLOUTS * ROLLOUT_TIMEOUT + GONE_BOUND)
+        )
+        for s in PROFILES
+    ],
+)
 def test_long_streams_through_repeated_rollouts_lose_no_byte_and_no_new_connection_fails(
-    scene: Scene, tmp_path: Path
+    scene: Scene, tmp_path: Path, seconds: float
 ) -> None:
+    if time.time() + seconds + OVERHEAD > UNTIL:
+        pytest.skip(f"a {seconds:g} s soak would not end before AMBIT_SOAK_UNTIL")
     lab = scene.lab
     marker = "AMBITSOAK" + secrets.token_hex(6)
     clients = SoakClients(scene, tmp_path / "soak", marker)
@@ -177,13 +190,13 @@ def test_long_streams_through_repeated_rollouts_lose_no_byte_and_no_new_connecti
         wait_until("every stream up and every pair answered", warm, 60)
         began = time.time()
         for turn in range(ROLLOUTS):
-            at = began + (turn + 1) * SECONDS / (ROLLOUTS + 1)
+            at = began + (turn + 1) * seconds / (ROLLOUTS + 1)
             if rollouts:
                 at = max(at, rollouts[-1].completed + SETTLE)
             time.sleep(max(0.0, at - time.time()))
             assert clients.running(), "a soak client exited"
             rollouts.append(roll_node_proxies(lab))
-        time.sleep(max(SETTLE, began + SECONDS - time.time()))
+        time.sleep(max(SETTLE, began + seconds - time.time()))
         stopped = time.time()
     finally:
         records = clients.stop()
@@ -195,11 +208,12 @@ def test_long_streams_through_repeated_rollouts_lose_no_byte_and_no_new_connecti
     new = [r for r in records if r["kind"] == "new"]
     new_outcomes = Counter(r["outcome"] for r in new)
     during = [r for r in new if rollouts and rollouts[0].began <= r["start"] <= stopped]
-    table = figures(streams, new_outcomes, during, rollouts, began, stopped, ended_at)
+    table = figures(seconds, streams, new_outcomes, during, rollouts, began, stopped, ended_at)
     print("\n" + table)
     if RESULTS:
-        Path(RESULTS).parent.mkdir(parents=True, exist_ok=True)
-        Path(RESULTS).write_text(table)
+        out = Path(RESULTS.replace("{seconds}", f"{seconds:g}"))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(table)
 
     # Every stream lasted the whole soak and ended cleanly, every byte echoed in order and intact.
     assert len(streams) == STREAMS, streams
@@ -220,6 +234,7 @@ def test_long_streams_through_repeated_rollouts_lose_no_byte_and_no_new_connecti
 
 
 def figures(
+    seconds: float,
     streams: list[dict[str, Any]],
     new_outcomes: Counter[str],
     during: list[dict[str, Any]],
@@ -230,7 +245,7 @@ def figures(
 ) -> str:
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
-        f"# Rollout soak ({SECONDS:g} s, {ROLLOUTS} rollouts; tests/faults/test_rollout_soak.py)",
+        f"# Rollout soak ({seconds:g} s, {ROLLOUTS} rollouts; tests/faults/test_rollout_soak.py)",
         "",
         f"Measured {stamp}; load average at the end {os.getloadavg()[0]:.1f}. {STREAMS} long-lived streams"
         f" ({STREAMS_PER_PAIR} per pair, same-node and cross-node, {STREAM_RATE} B/s each way each) and"
