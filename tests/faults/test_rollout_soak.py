@@ -233,6 +233,24 @@ def test_long_streams_through_repeated_rollouts_lose_no_byte_and_no_new_connecti
         assert proxy.gone >= min(r["end"] for r in streams) - 1.0, (vars(proxy), ended_at)
 
 
+def proxy_drain(proxy: OldProxy) -> str:
+    """How long the old proxy itself drained, from its log: its "draining:" line to its "drain over:" line (the pod
+    is gone from the API some time after, once the kubelet reaped it)."""
+    text = proxy.log.read_text(errors="replace") if proxy.log.is_file() else ""
+    start = end = None
+    for line in text.splitlines():
+        stamp = line[:23]
+        if "draining: closing every listener" in line and start is None:
+            start = stamp
+        elif "drain over:" in line:
+            end = stamp
+    if start is None or end is None:
+        return "no drain logged"
+    fmt = "%Y-%m-%d %H:%M:%S,%f"
+    took = (datetime.strptime(end, fmt) - datetime.strptime(start, fmt)).total_seconds()
+    return f"{took:.1f} s"
+
+
 def figures(
     seconds: float,
     streams: list[dict[str, Any]],
@@ -252,13 +270,17 @@ def figures(
         f" {4 * RATE:g} new connections/s, {stopped - began:.0f} s; `kubectl rollout restart daemonset/ztunnel`"
         f" {len(rollouts)} times.",
         "",
-        "| rollout | restart at | new proxies ready after | old pods deleted after | old pods gone after restart |",
-        "|---|---|---|---|---|",
+        "| rollout | restart at | new proxies ready after | old pods deleted after | old proxies' own drain"
+        " | old pods gone after restart |",
+        "|---|---|---|---|---|---|",
     ]
     for i, r in enumerate(rollouts, 1):
         deleted = ", ".join(f"{o.node} {o.terminating - r.began:.1f} s" for o in r.old)
-        gone = ", ".join(f"{o.node} {o.gone - r.began:.1f} s (drained {o.gone - o.terminating:.1f} s)" for o in r.old)
-        lines.append(f"| {i} | +{r.began - began:.1f} s | {r.seconds:.1f} s | {deleted} | {gone} |")
+        gone = ", ".join(
+            f"{o.node} {o.gone - r.began:.1f} s ({o.gone - o.terminating:.1f} s after deletion)" for o in r.old
+        )
+        drained = ", ".join(f"{o.node} {proxy_drain(o)}" for o in r.old)
+        lines.append(f"| {i} | +{r.began - began:.1f} s | {r.seconds:.1f} s | {deleted} | {drained} | {gone} |")
     lines += [
         "",
         f"Old proxies' ends (their logs): {dict(Counter(o.outcome() for r in rollouts for o in r.old))}; the streams"
