@@ -6,7 +6,7 @@ UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
 STAMP := $(VENV)/.installed
 
 BYTECODE := $(VENV)/bin/python -m compileall -q -j 0 src tests bench >/dev/null
-.PHONY: install bytecode test demo lint bench bench-quick bench-apiserver bench-apiserver-quick bench-lab bench-cni bench-policy bench-policy-quick bench-dns bench-dns-quick bench-scale bench-scale-quick bench-startup bench-startup-quick bench-soak bench-soak-quick clean
+.PHONY: install bytecode test demo lint bench bench-quick bench-apiserver bench-apiserver-quick bench-lab bench-cni bench-policy bench-policy-quick bench-dns bench-dns-quick bench-scale bench-scale-quick bench-startup bench-startup-quick bench-soak bench-soak-quick soak-rollout soak-rollout-long clean
 
 install: $(STAMP)
 
@@ -85,6 +85,13 @@ bench-soak: install bytecode  # root: 100,000 connections of mixed lifetimes wit
 
 bench-soak-quick: install bytecode  # root: the same with 10,000 connections (a few minutes)
 	$(VENV)/bin/python -m bench.soak --quick
+
+soak-rollout: install bytecode  # root: 20 long streams and new connections through 3 node proxy rollouts in a row (~4 min and a lab bring-up)
+	AMBIT_SOAK_RESULTS=bench/results/soak-rollout-{seconds}s.md $(VENV)/bin/pytest -q -s tests/faults/test_rollout_soak.py
+
+soak-rollout-long: install bytecode  # root: the same for an hour, 6 rollouts (bench/results/soak-rollout-3600s.md)
+	AMBIT_SOAK_SECONDS=3600 AMBIT_SOAK_ROLLOUTS=6 AMBIT_SOAK_RESULTS=bench/results/soak-rollout-{seconds}s.md \
+	  $(VENV)/bin/pytest -q -s tests/faults/test_rollout_soak.py
 
 bench-startup-quick: install bytecode  # root: the same, the 'no pods' variant once
 	$(VENV)/bin/python -m bench.startup --quick --runs 1

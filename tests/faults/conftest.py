@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 
 import pytest
+from tests.e2e.lab_driver import release_shared_lab
 from tests.faults.report import ROWS, markdown_table
 
 
@@ -20,6 +22,14 @@ def _needs_root_and_kubectl() -> None:
             if os.environ.get("CI"):
                 pytest.fail(f"the fault suite needs {what}, and CI has it")
             pytest.skip(f"needs {what}")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _shared_lab_down() -> Iterator[None]:
+    """The shared mesh lab, if a module here brought it up (test_rollout_soak.py), goes down with the session (as in
+    tests/e2e; idempotent when both directories ran)."""
+    yield
+    release_shared_lab()
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
