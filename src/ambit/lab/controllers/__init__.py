@@ -2,10 +2,11 @@
 NoExecute taint eviction, disruption (PodDisruptionBudget status), EndpointSlice and Endpoints controllers,
 simplified, in one process (``ambit lab up`` runs :func:`run_controllers`).
 
-Each controller is an informer-driven reconcile loop (:mod:`reconcile`): informer handlers only queue keys
-(``namespace/name``) on a de-duplicating work queue (:mod:`workqueue`); workers take a key, read the object and
-what it relates to from the shared caches, and write what differs. Failures are retried per key with back-off;
-one bad object is logged and reported with a Warning Event, and never stops the loop.
+Each controller is an informer-driven reconcile loop (:mod:`reconcile`) around a :mod:`controller` shell (its
+queue, the cache of its kind, and the claiming and pod deletion that owners of objects share): informer handlers
+only queue keys (``namespace/name``) on a de-duplicating work queue (:mod:`workqueue`); workers take a key, read
+the object and what it relates to from the shared caches, and write what differs. Failures are retried per key
+with back-off; one bad object is logged and reported with a Warning Event, and never stops the loop.
 
 Modules: ``scheduler`` and ``placement`` (binding pods to nodes: kube-scheduler's NodeUnschedulable, NodeName,
 TaintToleration and NodeAffinity filters), ``taint_manager`` and ``eviction`` (NoExecute taints), ``deployment``
