@@ -20,10 +20,11 @@ them together). Each pair splits as the style asks: a pure module of decisions, 
 Not done: StatefulSets, Jobs; scheduler resources, inter-pod affinity, preferred affinity and scoring beyond the
 least-loaded node, preemption (pods get their priority, nothing acts on it); a node lifecycle controller (the
 scheduler treats a node that is not Ready as tainted ``not-ready:NoSchedule``, but nothing adds NoExecute taints
-to failed nodes); the disruption controller's StatefulSet, ReplicationController and custom-scale finders and the
-stale ``DisruptionTarget`` condition clean-up; DaemonSet failed-pod back-off and ``DaemonSet`` conditions; Deployment
-progress deadlines and proportional scaling during a rollout; pod garbage collection (Failed pods stay);
-per-controller RBAC roles (the controllers run as the lab's admin).
+to failed nodes); the disruption controller's StatefulSet, ReplicationController and custom-resource scale
+finders (the lab serves none of them, so budgets over their pods fail to sync when they need a scale, with kube's
+reasons) and the stale ``DisruptionTarget`` condition clean-up; DaemonSet failed-pod back-off and ``DaemonSet``
+conditions; Deployment progress deadlines and proportional scaling during a rollout; pod garbage collection
+(Failed pods stay); per-controller RBAC roles (the controllers run as the lab's admin).
 
 Errors::
 
