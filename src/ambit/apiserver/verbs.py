@@ -231,8 +231,10 @@ class ResourceManager:
             current = self.get(rtype, namespace, name)
             if sent_rv and str(sent_rv) != str(current.rv):
                 raise errors.conflict(rtype.plural, name, STALE, rtype.group)
+            # Only an unconditional update is computed again (replace() writes into the body it is given).
+            sent = obj if sent_rv else copy.deepcopy(obj)
             try:
-                return await self.replace(rtype, version, current, copy.deepcopy(obj), user, subresource, dry_run)
+                return await self.replace(rtype, version, current, sent, user, subresource, dry_run)
             except Superseded:
                 if sent_rv or attempt == UNCONDITIONAL_ATTEMPTS - 1:
                     raise
