@@ -68,6 +68,11 @@ async def test_a_budget_over_daemon_set_pods_with_a_percentage_fails_safe(kube: 
     await create_budget(kube, "agent", "agent", minAvailable="50%")
     status = await until(lambda: _failed(kube), "the fail-safe status", within=30)
     assert status.get("disruptionsAllowed", 0) == 0
+    event = await until(lambda: _event(kube, "CalculateExpectedPodCountFailed"), "the Warning Event", within=30)
+    assert event["type"] == "Warning"
+    assert event["note"] == (
+        "Failed to calculate the number of expected pods: daemonsets.apps does not implement the scale subresource"
+    )
     await create_budget(kube, "agent-count", "agent", minAvailable=0)
     await until(
         lambda: status_is(kube, "agent-count", expectedPods=1, currentHealthy=1, disruptionsAllowed=1),
@@ -81,5 +86,13 @@ async def _failed(kube: KubeClient) -> dict[str, Any] | None:
     if not status.get("conditions"):
         return None
     state, reason, message = condition(status)
-    ok = (state, reason) == ("False", "SyncFailed") and 'found no controllers for pod "agent-' in message
+    ok = (state, reason) == (
+        "False",
+        "SyncFailed",
+    ) and message == "daemonsets.apps does not implement the scale subresource"
     return status if ok else None
+
+
+async def _event(kube: KubeClient, reason: str) -> dict[str, Any] | None:
+    events, _ = await kube.list(kinds.EVENTS, NS)
+    return next((e for e in events if e.get("reason") == reason), None)

@@ -193,3 +193,35 @@ async def test_a_node_registers_with_taints_but_never_lifts_or_changes_them(clus
     # The control plane (here the admin) removes it.
     lifted = await admin.patch("/api/v1/nodes/node-1", {"spec": {"taints": None}})
     assert lifted.status == 200 and not lifted.body["spec"].get("taints"), lifted.body
+
+
+async def test_a_node_evicts_only_pods_bound_to_itself_and_a_refused_eviction_charges_no_budget(
+    cluster: Cluster,
+) -> None:
+    admin = cluster.admin
+    for pod in ("on-1", "on-2"):
+        status = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+        assert (await admin.patch(f"{NS}/pods/{pod}/status", {"status": status})).status == 200
+        reply = await admin.patch(f"{NS}/pods/{pod}", {"metadata": {"labels": {"app": "web"}}})
+        assert reply.status == 200, reply.body
+    budgets = "/apis/policy/v1/namespaces/apps/poddisruptionbudgets"
+    pdb = {"metadata": {"name": "web"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}}
+    assert (await admin.post(budgets, pdb)).status == 201
+    allowing = {"disruptionsAllowed": 1, "currentHealthy": 2, "desiredHealthy": 1, "expectedPods": 2}
+    assert (await admin.patch(f"{budgets}/web/status", {"status": {**allowing, "observedGeneration": 1}})).status == 200
+
+    def eviction(pod: str) -> JsonObject:
+        return {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": "apps"}}
+
+    # A stolen kubelet token of node-1 must not drain node-2, nor spend the budget that guards node-2's pods.
+    status = assert_status(await cluster.node1.post(f"{NS}/pods/on-2/eviction", eviction("on-2")), 403, "Forbidden")
+    assert "can only evict pods with spec.nodeName set to itself" in status["message"]
+    assert not (await admin.must_get(f"{NS}/pods/on-2"))["metadata"].get("deletionTimestamp")
+    budget = (await admin.must_get(f"{budgets}/web"))["status"]
+    assert budget["disruptionsAllowed"] == 1 and not budget.get("disruptedPods")
+    # Its own pod it may evict, within the budget.
+    assert (await cluster.node1.post(f"{NS}/pods/on-1/eviction", eviction("on-1"))).status == 201
+    budget = (await admin.must_get(f"{budgets}/web"))["status"]
+    assert budget["disruptionsAllowed"] == 0 and list(budget["disruptedPods"]) == ["on-1"]
+    # A pod that does not exist is the eviction's 404, not a refusal that tells what exists.
+    assert_status(await cluster.node1.post(f"{NS}/pods/gone/eviction", eviction("gone")), 404, "NotFound")

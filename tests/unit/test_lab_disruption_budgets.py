@@ -149,14 +149,54 @@ def test_a_naked_pod_is_unmanaged_and_a_percentage_budget_over_it_allows_nothing
     assert result.unmanaged == ("naked",)
 
 
-def test_a_pod_whose_controller_has_no_scale_fails_the_sync() -> None:
-    daemon = {"kind": "DaemonSet", "name": "agent", "uid": "uid-ds"}
-    with pytest.raises(BudgetError, match='found no controllers for pod "p0"'):
-        compute(budget(maxUnavailable=1), [pod("p0", owner=daemon)], Cache().find, NOW)
-    missing = {"kind": "ReplicaSet", "name": "gone", "uid": "uid-gone"}
-    with pytest.raises(BudgetError):
-        compute(budget(minAvailable="50%"), [pod("p0", owner=missing)], Cache().find, NOW)
-    assert counts(budget(minAvailable=1), [pod("p0", owner=daemon)]) == (0, 1, 1, 1)
+def owned_by(name: str, api_version: str, kind: str, owner: str, uid: str) -> Obj:
+    body = pod(name)
+    ref = {"apiVersion": api_version, "kind": kind, "name": owner, "uid": uid, "controller": True}
+    body["metadata"]["ownerReferences"] = [ref]
+    return body
+
+
+@pytest.mark.parametrize(
+    ("api_version", "kind", "why"),
+    [
+        ("apps/v1", "DaemonSet", "daemonsets.apps does not implement the scale subresource"),
+        ("apps/v1", "StatefulSet", 'no matches for kind "StatefulSet" in version "apps/v1"'),
+        ("v1", "ReplicationController", 'no matches for kind "ReplicationController" in version "v1"'),
+        ("example.com/v1", "Widget", 'no matches for kind "Widget" in version "example.com/v1"'),
+    ],
+)
+def test_a_controller_the_lab_cannot_scale_fails_the_sync_with_kubes_reason(
+    api_version: str, kind: str, why: str
+) -> None:
+    pods = [owned_by("p0", api_version, kind, "owner", "uid-owner")]
+    for spec in ({"maxUnavailable": 1}, {"minAvailable": "50%"}):
+        with pytest.raises(BudgetError) as caught:
+            compute(budget(**spec), pods, Cache().find, NOW)
+        assert str(caught.value) == why
+    # An integer minAvailable needs no scale: the same pods are counted.
+    assert counts(budget(minAvailable=1), pods) == (0, 1, 1, 1)
+
+
+def test_a_controller_of_a_scaled_kind_that_is_missing_or_another_object_fails_the_sync() -> None:
+    cache = Cache()
+    cache.add("ReplicaSet", "web", 3)
+    missing = owned_by("p0", "apps/v1", "ReplicaSet", "gone", "uid-gone")
+    recreated = owned_by("p1", "apps/v1", "ReplicaSet", "web", "uid-of-the-deleted-web")
+    for stray in (missing, recreated):
+        name = stray["metadata"]["name"]
+        with pytest.raises(BudgetError, match=f'^found no controllers for pod "{name}"$'):
+            compute(budget(minAvailable="50%"), [stray], cache.find, NOW)
+
+
+def test_the_scale_table_finds_replica_sets_of_both_groups_and_pods_a_deployment_controls_itself() -> None:
+    cache = Cache()
+    rs = cache.add("ReplicaSet", "old", 4)
+    deployment = cache.add("Deployment", "web", 6)
+    pods = [
+        owned_by("a", "extensions/v1beta1", "ReplicaSet", "old", rs["uid"]),
+        owned_by("b", "apps/v1", "Deployment", "web", deployment["uid"]),
+    ]
+    assert counts(budget(maxUnavailable=0), pods, cache) == (0, 2, 10, 10)
 
 
 def test_disrupted_pods_stay_unhealthy_until_deleted_or_expired_then_are_dropped() -> None:

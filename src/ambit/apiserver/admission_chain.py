@@ -19,7 +19,7 @@ from typing import Any
 
 from ambit.apiserver import errors
 from ambit.apiserver.admission import AdmissionAttributes, AdmissionController, AdmissionError
-from ambit.apiserver.node_authorizer import node_of, restrict
+from ambit.apiserver.node_authorizer import node_of, restrict, restrict_eviction
 from ambit.apiserver.pod_security import (
     WORKLOAD_TEMPLATES,
     ExistingPod,
@@ -126,10 +126,13 @@ class AdmissionChain:
                 raise
 
     def check_node_restriction(self, attrs: AdmissionAttributes, obj: JsonObject | None) -> None:
-        """NodeRestriction (:mod:`ambit.apiserver.node_authorizer`, rules 4-6) on a write by a node."""
+        """NodeRestriction (:mod:`ambit.apiserver.node_authorizer`, rules 4-8) on a write by a node."""
         info = attrs.user_info
         node = node_of(str(info.get("username", "")), tuple(info.get("groups") or ()))
-        if node is not None:
+        if node is not None and (attrs.group, attrs.resource, attrs.subresource) == ("", "pods", "eviction"):
+            pod = self.store.get(PODS, attrs.namespace, attrs.name)
+            restrict_eviction(node, attrs.namespace, attrs.name, pod.obj if pod is not None else None)
+        elif node is not None:
             restrict(
                 node,
                 attrs.operation,

@@ -2,18 +2,29 @@
 as kube-apiserver's ``EvictionREST.Create`` does (its rules are numbered there).
 
 The Eviction passes mutating and validating admission first (webhooks see ``CREATE`` of ``pods/eviction`` with the
-Eviction as object; PodSecurity ignores the subresource, as kube's does). The budget's status is written through the
-``status`` subresource as the API server itself (kube's loopback client), with the version it was read at: a
-concurrent write makes it a 409, and the budget is read again, up to :data:`BUDGET_ATTEMPTS` times. The pod's
-condition and delete go through the verbs as the requesting user, so admission sees who evicted; the requester's
-right to evict was checked by RBAC (``create`` on ``pods/eviction``) before anything here runs, and it needs no
-right to delete pods or write budgets.
+Eviction as object; PodSecurity ignores the subresource, as kube's does). The pod's condition and delete go through
+the verbs as the requesting user, so admission sees who evicted; the requester's right to evict was checked by RBAC
+(``create`` on ``pods/eviction``) before anything here runs, and it needs no right to delete pods or write budgets.
+
+Conflicts (a concurrent writer between a read and the write computed from it), as kube's ``EvictionsRetry``:
+
+1. A pod deleted without consulting a budget (rule 2) is deleted on the version read; when it changed meanwhile
+   the pod is read and decided again, up to :data:`ATTEMPTS` times :data:`RETRY_DELAY` apart, unless the caller
+   set its own ``resourceVersion`` precondition (then its 409 is the answer).
+2. The budget's status is written through the ``status`` subresource as the API server itself (kube's loopback
+   client) with the version it was read at; a 409 reads the budget again and charges the fresh one (which may now
+   refuse), up to :data:`ATTEMPTS` times; then 504 ``Timeout``. A stale budget never lets two evictions through.
+3. The pod's ``DisruptionTarget`` condition is written on the latest pod, its preconditions checked against it,
+   read again on each conflict (kube's ``GuaranteedUpdate``); the delete that follows carries the condition's
+   version when the caller's options had one.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import dataclasses
+import random
 from typing import Any
 
 from ambit.apiserver import errors
@@ -40,8 +51,15 @@ from ambit.model.disruption import covers
 
 PODS = ("", "pods")
 BUDGETS = ("policy", "poddisruptionbudgets")
-BUDGET_ATTEMPTS = 5
+ATTEMPTS = 20
+RETRY_DELAY = 0.5
+"""Seconds between attempts after a conflict (kube's ``EvictionsRetry``: 20 steps of 500 ms, 10 % jitter)."""
+BUDGET_RETRY_AFTER = 10
 SERVER = User("system:apiserver", groups=("system:masters",))
+
+
+async def _pause() -> None:
+    await asyncio.sleep(RETRY_DELAY * random.uniform(1.0, 1.1))  # jitter, not a secret
 
 
 async def evict(
@@ -51,13 +69,19 @@ async def evict(
     pods = manager.registry.find(*PODS)
     assert pods is not None
     eviction = await _admit(manager, pods, namespace, name, body, user, eviction.options.dry_run, dry_run)
-    pod = manager.get(pods, namespace, name)
     options = eviction.options
-    if ignores_budgets(pod.obj):
-        if enforces_resource_version(pod.obj):
-            options = with_resource_version(options, str(pod.rv))
-        await _delete(manager, pod, options, user)
-        return success()
+    for attempt in range(ATTEMPTS):  # rule 1 of the module docstring
+        pod = manager.get(pods, namespace, name)
+        if not ignores_budgets(pod.obj):
+            break
+        try:
+            versioned = with_resource_version(options, str(pod.rv)) if enforces_resource_version(pod.obj) else options
+            await _delete(manager, pod, versioned, user)
+            return success()
+        except errors.ApiError as exc:
+            if exc.code != 409 or options.precondition_rv or attempt == ATTEMPTS - 1:
+                raise
+        await _pause()
     budgets = _covering(manager, pod)
     if len(budgets) > 1:
         raise errors.ApiError(500, "", MULTIPLE)
@@ -112,7 +136,10 @@ async def _charge(manager: ResourceManager, budget: StoredObject, pod_name: str,
     rtype = manager.registry.find(*BUDGETS)
     assert rtype is not None
     name = str(budget.obj["metadata"]["name"])
-    for _ in range(BUDGET_ATTEMPTS):
+    for attempt in range(ATTEMPTS):  # rule 2
+        if attempt:
+            await _pause()
+            budget = manager.get(rtype, budget.namespace, name)
         status = charge(budget.obj, pod_name, rfc3339(manager.now()), dry_run)
         if dry_run:
             return
@@ -125,8 +152,12 @@ async def _charge(manager: ResourceManager, budget: StoredObject, pod_name: str,
         except errors.ApiError as exc:
             if exc.code != 409:
                 raise
-        budget = manager.get(rtype, budget.namespace, name)
-    raise errors.timeout(f'couldn\'t update PodDisruptionBudget "{name}" due to conflicts')
+    raise errors.ApiError(
+        504,
+        "Timeout",
+        f'couldn\'t update PodDisruptionBudget "{name}" due to conflicts',
+        details={"retryAfterSeconds": BUDGET_RETRY_AFTER},
+    )
 
 
 async def _delete(manager: ResourceManager, pod: StoredObject, options: DeleteOptions, user: User) -> None:
@@ -135,7 +166,16 @@ async def _delete(manager: ResourceManager, pod: StoredObject, options: DeleteOp
     assert pods is not None
     name = str(pod.obj["metadata"]["name"])
     if not options.dry_run:
-        current = manager.get(pods, pod.namespace, name)
+        options = await _mark_disruption_target(manager, pods, pod.namespace, name, options, user)
+    await manager.delete(pods, "v1", pod.namespace, name, options, user)
+
+
+async def _mark_disruption_target(
+    manager: ResourceManager, pods: ResourceType, namespace: str, name: str, options: DeleteOptions, user: User
+) -> DeleteOptions:
+    """Rule 3: the condition on the latest pod (read again on each conflict); the delete options that follow."""
+    for attempt in range(ATTEMPTS):
+        current = manager.get(pods, namespace, name)
         meta = current.obj["metadata"]
         if options.precondition_uid and options.precondition_uid != meta.get("uid"):
             raise errors.conflict(
@@ -153,11 +193,18 @@ async def _delete(manager: ResourceManager, pod: StoredObject, options: DeleteOp
             )
         body = copy.deepcopy(current.obj)
         conditions = [c for c in (body.setdefault("status", {}).get("conditions") or []) if isinstance(c, dict)]
-        if not any(c.get("type") == "DisruptionTarget" and c.get("status") == "True" for c in conditions):
-            kept = [c for c in conditions if c.get("type") != "DisruptionTarget"]
-            body["status"]["conditions"] = [*kept, disruption_target(rfc3339(manager.now()))]
-            body["metadata"]["resourceVersion"] = str(current.rv)
-            updated = await manager.update(pods, "v1", pod.namespace, name, body, user, subresource="status")
-            if options.precondition_rv:
-                options = dataclasses.replace(options, precondition_rv=str(updated["metadata"]["resourceVersion"]))
-    await manager.delete(pods, "v1", pod.namespace, name, options, user)
+        if any(c.get("type") == "DisruptionTarget" and c.get("status") == "True" for c in conditions):
+            return options
+        kept = [c for c in conditions if c.get("type") != "DisruptionTarget"]
+        body["status"]["conditions"] = [*kept, disruption_target(rfc3339(manager.now()))]
+        body["metadata"]["resourceVersion"] = str(current.rv)
+        try:
+            updated = await manager.update(pods, "v1", namespace, name, body, user, subresource="status")
+        except errors.ApiError as exc:
+            if exc.code != 409 or attempt == ATTEMPTS - 1:
+                raise
+            continue
+        if options.precondition_rv:
+            return dataclasses.replace(options, precondition_rv=str(updated["metadata"]["resourceVersion"]))
+        return options
+    raise AssertionError("unreachable")

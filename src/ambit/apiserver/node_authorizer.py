@@ -13,7 +13,8 @@ Rules of the authorizer (:meth:`NodeAuthorizer.allows`):
 3. Everything else: kube's static node rules (:data:`NODE_RULES`): read Pods, Services, Nodes; write its Node,
    Pod status, Events, Leases; delete Pods (graceful deletion ends on the node); token and access reviews.
 
-Rules of the restriction (:func:`restrict`), on writes by a node, after the authorizer allowed them:
+Rules of the restriction (:func:`restrict` and the two below it), on writes by a node, after the authorizer allowed
+them:
 
 4. Nodes: a node creates, updates or patches only its own Node object (and its status). It may create its Node
    with taints (kubelet's ``--register-with-taints``) but never changes them afterwards, nor the Node's owner
@@ -23,6 +24,10 @@ Rules of the restriction (:func:`restrict`), on writes by a node, after the auth
    and never updates a pod's spec or metadata.
 6. Leases in ``kube-node-lease``: only the one named after the node.
 7. TokenRequest: only bound to a Pod that is bound to the node (an unbound token would outlive the pod).
+8. Evictions (``pods/eviction``): only of a pod bound to the node, checked in admission, before the eviction reads
+   or charges a PodDisruptionBudget: a node's stolen credential could otherwise spend the budgets that guard
+   other nodes' pods (each refused eviction would still mark a pod disrupted for two minutes). An eviction of a
+   pod that does not exist passes on to the eviction's own 404, as kube's NodeRestriction lets it.
 
 The graph of rules 1 and 2 is read from the store at each request, over the pods bound to the node in the request's
 namespace (kube keeps an incremental graph; the lab's sizes do not need one).
@@ -211,3 +216,9 @@ def restrict_token_request(node: str, bound_pod: Mapping[str, Any] | None) -> No
         raise _forbidden(
             node, f"requested a token bound to pod {meta.get('namespace')}/{meta.get('name')}, which is not on it"
         )
+
+
+def restrict_eviction(node: str, namespace: str, name: str, pod: Mapping[str, Any] | None) -> None:
+    """Rule 8: ``pod`` is the pod the eviction names, as stored (None: there is none)."""
+    if pod is not None and not bound_to(pod, node):
+        raise _forbidden(node, f"can only evict pods with spec.nodeName set to itself; pod {namespace}/{name} is not")

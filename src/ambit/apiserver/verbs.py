@@ -8,6 +8,11 @@ deletes are carried out by :mod:`ambit.apiserver.deletion`.
 Rules kept here, for every kind:
 
 - ``resourceVersion`` in an update is a precondition (409 when stale); an empty one updates unconditionally.
+- A write is computed from the version it read, and admission (webhooks) may wait in between: when the object
+  changed meanwhile, a conditional write (an update or patch carrying ``resourceVersion``, a delete with a
+  version precondition) is a 409, and an unconditional one is computed again from the new version, up to
+  :data:`UNCONDITIONAL_ATTEMPTS` times (etcd's compare-and-swap in kube-apiserver's ``GuaranteedUpdate``). A
+  write never lands over a version it did not read.
 - ``/status`` changes only status (plus labels and annotations, which istio-cni and others write through
   ``pods/status``); the main resource of a kind with a status subresource ignores status changes.
 - ``metadata.generation`` starts at 1 and grows when anything but metadata and status changes.
@@ -63,6 +68,15 @@ from ambit.apiserver.watch import ObjectFilter, WatchHub
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 log = logging.getLogger("ambit.apiserver")
 STALE = "the object has been modified; please apply your changes to the latest version and try again"
+UNCONDITIONAL_ATTEMPTS = 5
+
+
+class Superseded(errors.ApiError):
+    """The object changed while a write computed from its older version was in admission (a 409)."""
+
+    def __init__(self, rtype: ResourceType, name: str) -> None:
+        stale = errors.conflict(rtype.plural, name, STALE, rtype.group)
+        super().__init__(stale.code, stale.reason, stale.message, details=stale.details)
 
 
 class ResourceManager:
@@ -212,11 +226,19 @@ class ResourceManager:
                 f"the name of the object ({meta.get('name')}) does not match the name on the URL ({name})"
             )
         meta["name"] = name
-        current = self.get(rtype, namespace, name)
         sent_rv = meta.get("resourceVersion")
-        if sent_rv and str(sent_rv) != str(current.rv):
-            raise errors.conflict(rtype.plural, name, STALE, rtype.group)
-        return await self.replace(rtype, version, current, obj, user, subresource, dry_run)
+        for attempt in range(UNCONDITIONAL_ATTEMPTS):
+            current = self.get(rtype, namespace, name)
+            if sent_rv and str(sent_rv) != str(current.rv):
+                raise errors.conflict(rtype.plural, name, STALE, rtype.group)
+            # Only an unconditional update is computed again (replace() writes into the body it is given).
+            sent = obj if sent_rv else copy.deepcopy(obj)
+            try:
+                return await self.replace(rtype, version, current, sent, user, subresource, dry_run)
+            except Superseded:
+                if sent_rv or attempt == UNCONDITIONAL_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")
 
     async def patch(
         self,
@@ -231,17 +253,24 @@ class ResourceManager:
         subresource: str = "",
         dry_run: bool = False,
     ) -> JsonObject:
-        current = self.get(rtype, namespace, name)
-        patched = apply_patch(rtype, version, current.obj, content_type, body)
-        if not isinstance(patched, dict):
-            raise errors.unprocessable("the patched object is not a JSON object")
-        obj = check_body(rtype, version, namespace, patched)
-        meta = obj["metadata"]
-        if meta.get("name") != name:
-            raise errors.bad_request("a patch cannot change the object's name")
-        if str(meta.get("resourceVersion", "")) not in ("", str(current.rv)):
-            raise errors.conflict(rtype.plural, name, STALE, rtype.group)
-        return await self.replace(rtype, version, current, obj, user, subresource, dry_run)
+        for attempt in range(UNCONDITIONAL_ATTEMPTS):
+            current = self.get(rtype, namespace, name)
+            patched = apply_patch(rtype, version, current.obj, content_type, body)
+            if not isinstance(patched, dict):
+                raise errors.unprocessable("the patched object is not a JSON object")
+            obj = check_body(rtype, version, namespace, patched)
+            meta = obj["metadata"]
+            if meta.get("name") != name:
+                raise errors.bad_request("a patch cannot change the object's name")
+            if str(meta.get("resourceVersion", "")) not in ("", str(current.rv)):
+                raise errors.conflict(rtype.plural, name, STALE, rtype.group)
+            try:
+                return await self.replace(rtype, version, current, obj, user, subresource, dry_run)
+            except Superseded:
+                # Applied again to the new version: a patch that names the version it read fails above.
+                if attempt == UNCONDITIONAL_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")
 
     async def replace(
         self,
@@ -269,6 +298,8 @@ class ResourceManager:
         new = await self.admission.mutate(attrs, new)
         self._validate(rtype, new)
         await self.admission.validate(attrs, new)
+        if self.get(rtype, namespace, name).rv != current.rv:
+            raise Superseded(rtype, name)
         if unchanged(old, new):
             return copy.deepcopy(old)  # a no-op write keeps its version, as in Kubernetes
         if dry_run:
@@ -305,7 +336,18 @@ class ResourceManager:
         await self.admission.validate(
             self.admission.attributes(request, None, current.obj, own_labels=own_labels), None
         )
-        obj = copy.deepcopy(current.obj)
+        latest = self.get(rtype, namespace, name)
+        if options.precondition_rv and latest.rv != current.rv:
+            raise errors.conflict(
+                rtype.plural,
+                name,
+                f"Precondition failed: ResourceVersion in precondition: {options.precondition_rv}, "
+                f"ResourceVersion in object meta: {latest.rv}",
+                rtype.group,
+            )
+        if latest.obj["metadata"].get("uid") != meta.get("uid"):
+            raise errors.not_found(rtype.plural, name, rtype.group)  # deleted and created again meanwhile
+        obj = copy.deepcopy(latest.obj)
         if options.dry_run:
             return obj
         return self.deleter.delete_now(rtype, obj, options)

@@ -2,10 +2,11 @@
 NoExecute taint eviction, disruption (PodDisruptionBudget status), EndpointSlice and Endpoints controllers,
 simplified, in one process (``ambit lab up`` runs :func:`run_controllers`).
 
-Each controller is an informer-driven reconcile loop (:mod:`reconcile`): informer handlers only queue keys
-(``namespace/name``) on a de-duplicating work queue (:mod:`workqueue`); workers take a key, read the object and
-what it relates to from the shared caches, and write what differs. Failures are retried per key with back-off;
-one bad object is logged and reported with a Warning Event, and never stops the loop.
+Each controller is an informer-driven reconcile loop (:mod:`reconcile`) around a :mod:`controller` shell (its
+queue, the cache of its kind, and the claiming and pod deletion that owners of objects share): informer handlers
+only queue keys (``namespace/name``) on a de-duplicating work queue (:mod:`workqueue`); workers take a key, read
+the object and what it relates to from the shared caches, and write what differs. Failures are retried per key
+with back-off; one bad object is logged and reported with a Warning Event, and never stops the loop.
 
 Modules: ``scheduler`` and ``placement`` (binding pods to nodes: kube-scheduler's NodeUnschedulable, NodeName,
 TaintToleration and NodeAffinity filters), ``taint_manager`` and ``eviction`` (NoExecute taints), ``deployment``
@@ -19,10 +20,11 @@ them together). Each pair splits as the style asks: a pure module of decisions, 
 Not done: StatefulSets, Jobs; scheduler resources, inter-pod affinity, preferred affinity and scoring beyond the
 least-loaded node, preemption (pods get their priority, nothing acts on it); a node lifecycle controller (the
 scheduler treats a node that is not Ready as tainted ``not-ready:NoSchedule``, but nothing adds NoExecute taints
-to failed nodes); the disruption controller's StatefulSet, ReplicationController and custom-scale finders and the
-stale ``DisruptionTarget`` condition clean-up; DaemonSet failed-pod back-off and ``DaemonSet`` conditions; Deployment
-progress deadlines and proportional scaling during a rollout; pod garbage collection (Failed pods stay);
-per-controller RBAC roles (the controllers run as the lab's admin).
+to failed nodes); the disruption controller's StatefulSet, ReplicationController and custom-resource scale
+finders (the lab serves none of them, so budgets over their pods fail to sync when they need a scale, with kube's
+reasons) and the stale ``DisruptionTarget`` condition clean-up; DaemonSet failed-pod back-off and ``DaemonSet``
+conditions; Deployment progress deadlines and proportional scaling during a rollout; pod garbage collection
+(Failed pods stay); per-controller RBAC roles (the controllers run as the lab's admin).
 
 Errors::
 

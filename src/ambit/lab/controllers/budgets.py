@@ -11,10 +11,14 @@ namespace):
    ``minAvailable`` a percentage: ``expectedPods`` is the scale (rule 4), ``desiredHealthy`` the percentage of
    it, rounded up. Neither set: both are 0.
 3. A percentage is a string ``<int>%``; any other string fails the sync.
-4. The scale is the sum, over the distinct controllers of the selected pods, of each controller's ``replicas``: a
-   pod's ReplicaSet, or that ReplicaSet's Deployment when a Deployment controls it. A pod with no controller is
-   *unmanaged* (skipped, and reported); a controller that is not a ReplicaSet or Deployment, or that cannot be
-   found, fails the sync (``found no controllers for pod "<name>"``), as kube fails it for kinds without a scale.
+4. The scale is the sum, over the distinct controllers of the selected pods, of each controller's ``replicas``,
+   found through :data:`SCALE_FINDERS` by the group and kind of the pod's controller reference (kube's
+   ``finders()``). A pod with no controller is *unmanaged* (skipped, and reported). Any other pod's controller
+   must be found, with the reference's uid, or the sync fails (the budget then reports that it cannot compute,
+   rule 8): a kind the lab serves without a scale subresource (:data:`WITHOUT_SCALE`) fails with kube's
+   ``<resource> does not implement the scale subresource``; a kind it does not serve at all (StatefulSet,
+   ReplicationController: the lab has neither) with kube's REST mapper's ``no matches for kind``; a known kind
+   whose object is missing or another (uid) with ``found no controllers for pod "<name>"``.
 5. ``disruptedPods`` keeps an entry only for a selected pod that is not being deleted and whose entry is younger
    than :data:`~ambit.model.disruption.DELETION_TIMEOUT`; the budget is looked at again when the youngest kept
    entry expires.
@@ -86,24 +90,62 @@ def _replicas(obj: Mapping[str, Any]) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 1
 
 
-def controller_scale(pod: Mapping[str, Any], find: FindObject) -> tuple[str, int] | None:
-    """Rule 4 for one pod: (controller uid, replicas), or None when no known controller has it."""
-    ref = controller_ref(pod)
-    if ref is None:
-        return None
-    namespace = str((pod.get("metadata") or {}).get("namespace") or "")
-    if ref.get("kind") != "ReplicaSet" or str(ref.get("apiVersion", "")).split("/")[0] not in ("apps", "extensions"):
-        return None
-    rs = find("ReplicaSet", namespace, str(ref.get("name") or ""))
-    if rs is None or (rs.get("metadata") or {}).get("uid") != ref.get("uid"):
+def _replica_set_scale(ref: Mapping[str, Any], namespace: str, find: FindObject) -> tuple[str, int] | None:
+    """A ReplicaSet's own scale, or its Deployment's when a Deployment controls it (kube's ``getPodReplicaSet``
+    and ``getPodDeployment``)."""
+    rs = _found(find, "ReplicaSet", namespace, ref)
+    if rs is None:
         return None
     owner = controller_ref(rs)
     if owner is not None and owner.get("kind") == "Deployment":
-        deployment = find("Deployment", namespace, str(owner.get("name") or ""))
-        if deployment is None or (deployment.get("metadata") or {}).get("uid") != owner.get("uid"):
-            return None
-        return str(owner["uid"]), _replicas(deployment)
+        deployment = _found(find, "Deployment", namespace, owner)
+        return None if deployment is None else (str(owner["uid"]), _replicas(deployment))
     return str(ref["uid"]), _replicas(rs)
+
+
+def _deployment_scale(ref: Mapping[str, Any], namespace: str, find: FindObject) -> tuple[str, int] | None:
+    """A pod controlled by a Deployment itself: its ``deployments/scale`` (kube's ``getScaleController``)."""
+    deployment = _found(find, "Deployment", namespace, ref)
+    return None if deployment is None else (str(ref["uid"]), _replicas(deployment))
+
+
+def _found(find: FindObject, kind: str, namespace: str, ref: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    obj = find(kind, namespace, str(ref.get("name") or ""))
+    if obj is None or (obj.get("metadata") or {}).get("uid") != ref.get("uid"):
+        return None
+    return obj
+
+
+ScaleFinder = Callable[[Mapping[str, Any], str, FindObject], tuple[str, int] | None]
+
+SCALE_FINDERS: dict[tuple[str, str], ScaleFinder] = {
+    ("apps", "ReplicaSet"): _replica_set_scale,
+    ("extensions", "ReplicaSet"): _replica_set_scale,
+    ("apps", "Deployment"): _deployment_scale,
+    ("extensions", "Deployment"): _deployment_scale,
+}
+"""Rule 4: (group, kind) of a pod's controller → how its scale is found, as ``(controller uid, replicas)`` or None
+when the controller is not in the caches (or is another object of that name)."""
+
+WITHOUT_SCALE: dict[tuple[str, str], str] = {("apps", "DaemonSet"): "daemonsets.apps"}
+"""Rule 4: controller kinds the lab serves that have no scale subresource, by the resource kube names them with."""
+
+
+def controller_scale(pod: Mapping[str, Any], find: FindObject) -> tuple[str, int] | None:
+    """Rule 4 for one pod with a controller: (controller uid, replicas); None when its controller is not found;
+    BudgetError for a controller kind without a scale."""
+    ref = controller_ref(pod)
+    if ref is None:
+        return None
+    api_version = str(ref.get("apiVersion") or "")
+    group = api_version.rpartition("/")[0]
+    kind = str(ref.get("kind") or "")
+    finder = SCALE_FINDERS.get((group, kind))
+    if finder is not None:
+        return finder(ref, str((pod.get("metadata") or {}).get("namespace") or ""), find)
+    if (group, kind) in WITHOUT_SCALE:
+        raise BudgetError(f"{WITHOUT_SCALE[(group, kind)]} does not implement the scale subresource")
+    raise BudgetError(f'no matches for kind "{kind[:64]}" in version "{api_version[:64]}"')
 
 
 def expected_scale(pods: Sequence[Mapping[str, Any]], find: FindObject) -> tuple[int, tuple[str, ...]]:
@@ -112,8 +154,11 @@ def expected_scale(pods: Sequence[Mapping[str, Any]], find: FindObject) -> tuple
     unmanaged: list[str] = []
     for pod in pods:
         name = str((pod.get("metadata") or {}).get("name") or "")
-        if controller_ref(pod) is None:
+        ref = controller_ref(pod)
+        if ref is None:
             unmanaged.append(name)
+            continue
+        if ref.get("uid") in scales:
             continue
         found = controller_scale(pod, find)
         if found is None:

@@ -24,30 +24,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
-from collections.abc import Callable
 from typing import Any
 
-from ambit.k8s import EventRecorder, KubeAlreadyExistsError, KubeClient, KubeClientError, KubeNotFoundError, kinds
+from ambit.k8s import Informer, KubeAlreadyExistsError, KubeClientError, KubeNotFoundError, kinds
 from ambit.lab.controllers import daemon_rollout, revisions
 from ambit.lab.controllers import pods as podstate
-from ambit.lab.controllers.expectations import Expectations
-from ambit.lab.controllers.ownership import (
-    Object,
-    adoption_patch,
-    claim,
-    controller_key,
-    is_controlled_by,
-    is_deleting,
-    key_of,
-    name_of,
-    release_patch,
-)
+from ambit.lab.controllers.controller import PodOwner
+from ambit.lab.controllers.ownership import Object, controller_key, is_controlled_by, is_deleting, key_of, name_of
 from ambit.lab.controllers.reconcile import SyncError
 from ambit.lab.controllers.selectors import labels_of
-from ambit.lab.controllers.settings import ControllerSettings, Informers
-from ambit.lab.controllers.workqueue import Key, WorkQueue
-from ambit.model.labels import selector_matches
+from ambit.lab.controllers.workqueue import Key
 
 log = logging.getLogger("ambit.lab.controllers.daemonset")
 
@@ -57,30 +43,14 @@ def _node_inputs(node: Object) -> tuple[Any, ...]:
     return (node.get("spec"), labels_of(node), ready)
 
 
-class DaemonSetController:
+class DaemonSetController(PodOwner):
     name = "daemonset-controller"
-    failure_reason = "FailedSync"
+    owner_kind = "DaemonSet"
 
-    def __init__(
-        self,
-        client: KubeClient,
-        informers: Informers,
-        recorder: EventRecorder,
-        settings: ControllerSettings,
-        *,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.client = client
-        self.informers = informers
-        self.recorder = recorder
-        self.settings = settings
-        self.clock = clock
-        self.queue = WorkQueue(self.name, initial=settings.retry_initial, maximum=settings.retry_max)
-        self.expectations = Expectations(settings.expectations_timeout)
-        informers.daemonsets.add_handler(
-            on_add=self._enqueue, on_update=lambda old, new: self._enqueue(new), on_delete=self._ds_deleted
-        )
-        informers.pods.add_handler(on_add=self._pod_added, on_update=self._pod_updated, on_delete=self._pod_deleted)
+    def setup(self) -> None:
+        super().setup()
+        self.watch_objects(on_delete=self._ds_deleted)
+        informers = self.informers
         informers.nodes.add_handler(on_add=self._all_changed, on_update=self._node_updated, on_delete=self._all_changed)
         informers.controllerrevisions.add_handler(
             on_add=self._owned_changed,
@@ -88,16 +58,11 @@ class DaemonSetController:
             on_delete=self._owned_changed,
         )
 
-    def find(self, key: Key) -> Object | None:
-        return self.informers.daemonsets.find(key[1], key[0])
-
-    def all_keys(self) -> list[Key]:
-        return [key_of(ds) for ds in self.informers.daemonsets.items()]
+    @property
+    def objects(self) -> Informer:
+        return self.informers.daemonsets
 
     # -- events ---------------------------------------------------------------------------------------------
-    def _enqueue(self, ds: Object) -> None:
-        self.queue.add(key_of(ds))
-
     def _ds_deleted(self, ds: Object) -> None:
         self.expectations.forget(key_of(ds))
 
@@ -114,41 +79,6 @@ class DaemonSetController:
         if owner is not None:
             self.queue.add(owner)
 
-    def _enqueue_matching(self, pod: Object) -> None:
-        namespace, labels = key_of(pod)[0], labels_of(pod)
-        for ds in self.informers.daemonsets.items():
-            if key_of(ds)[0] == namespace and selector_matches((ds.get("spec") or {}).get("selector"), labels):
-                self.queue.add(key_of(ds))
-
-    def _pod_added(self, pod: Object) -> None:
-        if is_deleting(pod):
-            self._pod_deleted(pod)
-            return
-        owner = controller_key(pod, "DaemonSet")
-        if owner is None:
-            self._enqueue_matching(pod)
-            return
-        self.expectations.creation_observed(owner)
-        self.queue.add(owner)
-
-    def _pod_updated(self, old: Object, new: Object) -> None:
-        owner = controller_key(new, "DaemonSet")
-        if is_deleting(new) and not is_deleting(old) and owner is not None:
-            self.expectations.deletion_observed(owner, key_of(new))
-        old_owner = controller_key(old, "DaemonSet")
-        if old_owner is not None and old_owner != owner:
-            self.queue.add(old_owner)
-        if owner is not None:
-            self.queue.add(owner)
-        elif labels_of(old) != labels_of(new):
-            self._enqueue_matching(new)
-
-    def _pod_deleted(self, pod: Object) -> None:
-        owner = controller_key(pod, "DaemonSet")
-        if owner is not None:
-            self.expectations.deletion_observed(owner, key_of(pod))
-            self.queue.add(owner)
-
     # -- reconcile ------------------------------------------------------------------------------------------
     async def reconcile(self, key: Key) -> float | None:
         ds = self.find(key)
@@ -158,14 +88,7 @@ class DaemonSetController:
         if is_deleting(ds):
             return None
         namespace = key[0]
-        selector = (ds.get("spec") or {}).get("selector")
-        candidates = [p for p in self.informers.pods.items() if key_of(p)[0] == namespace]
-        claimed = claim(ds, candidates, lambda labels: selector_matches(selector, labels))
-        for pod in claimed.release:
-            await self.client.patch(kinds.PODS, name_of(pod), release_patch(pod, ds), namespace)
-        owned = list(claimed.owned)
-        for pod in claimed.adopt:
-            owned.append(await self.client.patch(kinds.PODS, name_of(pod), adoption_patch(pod, ds), namespace))
+        owned = await self.claim(ds, kinds.PODS, self.informers.pods)
         current, old = await self._sync_history(ds)
         pod_hash = revisions.hash_of(current) or name_of(current)
         nodes = self.informers.nodes.items()
@@ -178,7 +101,7 @@ class DaemonSetController:
                 plan.create_on.extend(n for n in step.create_on if n not in plan.create_on)
                 for pod in step.delete:
                     plan.add_delete(pod)
-            await self._delete(key, ds, plan.delete)
+            await self.delete_pods(key, ds, plan.delete)
             await self._create(key, ds, plan.create_on, pod_hash)
         live = {labels_of(p).get(revisions.HASH_LABEL, "") for p in owned} - {""}
         for revision in revisions.to_prune(ds, old, live):
@@ -250,26 +173,6 @@ class DaemonSetController:
             if not isinstance(failure, KubeClientError):
                 raise failure
             raise SyncError("FailedCreate", f"Error creating: {failure}") from failure
-
-    async def _delete(self, key: Key, ds: Object, victims: list[Object]) -> None:
-        if not victims:
-            return
-        self.expectations.expect_deletions(key, [key_of(p) for p in victims])
-        results = await asyncio.gather(
-            *(self.client.delete(kinds.PODS, name_of(p), key[0]) for p in victims), return_exceptions=True
-        )
-        failure: BaseException | None = None
-        for pod, result in zip(victims, results, strict=True):
-            if isinstance(result, BaseException):
-                self.expectations.deletion_observed(key, key_of(pod))
-                if not isinstance(result, KubeNotFoundError):
-                    failure = failure or result
-            else:
-                self.recorder.record(ds, "Normal", "SuccessfulDelete", f"Deleted pod: {name_of(pod)}", "Delete")
-        if failure is not None:
-            if not isinstance(failure, KubeClientError):
-                raise failure
-            raise SyncError("FailedDelete", f"Error deleting: {failure}") from failure
 
     async def _sync_status(
         self, ds: Object, nodes: list[Object], by_node: dict[str, list[Object]], pod_hash: str, now: float

@@ -17,80 +17,49 @@ its ReplicaSets, and theirs their pods):
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
 from typing import Any
 
-from ambit.k8s import EventRecorder, KubeAlreadyExistsError, KubeClient, kinds
+from ambit.k8s import Informer, KubeAlreadyExistsError, kinds
 from ambit.lab.controllers import pods as podstate
 from ambit.lab.controllers import rollout
+from ambit.lab.controllers.controller import Controller
 from ambit.lab.controllers.ownership import (
     Object,
-    adoption_patch,
-    claim,
     controller_key,
     controller_ref,
     is_controlled_by,
     is_deleting,
     key_of,
     name_of,
-    release_patch,
     uid_of,
 )
 from ambit.lab.controllers.reconcile import SyncError
-from ambit.lab.controllers.selectors import labels_of
-from ambit.lab.controllers.settings import ControllerSettings, Informers
-from ambit.lab.controllers.workqueue import Key, WorkQueue
-from ambit.model.labels import selector_matches
+from ambit.lab.controllers.workqueue import Key
 
 log = logging.getLogger("ambit.lab.controllers.deployment")
 
 
-class DeploymentController:
+class DeploymentController(Controller):
     name = "deployment-controller"
-    failure_reason = "FailedSync"
 
-    def __init__(
-        self,
-        client: KubeClient,
-        informers: Informers,
-        recorder: EventRecorder,
-        settings: ControllerSettings,
-        *,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.client = client
-        self.informers = informers
-        self.recorder = recorder
-        self.clock = clock
-        self.queue = WorkQueue(self.name, initial=settings.retry_initial, maximum=settings.retry_max)
-        informers.deployments.add_handler(
-            on_add=self._enqueue, on_update=lambda old, new: self._enqueue(new), on_delete=self._enqueue
-        )
-        informers.replicasets.add_handler(
+    def setup(self) -> None:
+        self.watch_objects()
+        self.informers.replicasets.add_handler(
             on_add=self._rs_changed, on_update=self._rs_updated, on_delete=self._rs_changed
         )
-        informers.pods.add_handler(on_delete=self._pod_deleted)
+        self.informers.pods.add_handler(on_delete=self._pod_deleted)
 
-    def find(self, key: Key) -> Object | None:
-        return self.informers.deployments.find(key[1], key[0])
-
-    def all_keys(self) -> list[Key]:
-        return [key_of(d) for d in self.informers.deployments.items()]
+    @property
+    def objects(self) -> Informer:
+        return self.informers.deployments
 
     # -- events ---------------------------------------------------------------------------------------------
-    def _enqueue(self, deployment: Object) -> None:
-        self.queue.add(key_of(deployment))
-
     def _rs_changed(self, rs: Object) -> None:
         owner = controller_key(rs, "Deployment")
         if owner is not None:
             self.queue.add(owner)
         elif controller_ref(rs) is None:
-            namespace, labels = key_of(rs)[0], labels_of(rs)
-            for d in self.informers.deployments.items():
-                if key_of(d)[0] == namespace and selector_matches((d.get("spec") or {}).get("selector"), labels):
-                    self.queue.add(key_of(d))
+            self.enqueue_selecting(rs)
 
     def _rs_updated(self, old: Object, new: Object) -> None:
         old_owner = controller_key(old, "Deployment")
@@ -112,14 +81,7 @@ class DeploymentController:
         if d is None or is_deleting(d):
             return None
         namespace = key[0]
-        selector = (d.get("spec") or {}).get("selector")
-        candidates = [rs for rs in self.informers.replicasets.items() if key_of(rs)[0] == namespace]
-        claimed = claim(d, candidates, lambda labels: selector_matches(selector, labels))
-        for rs in claimed.release:
-            await self.client.patch(kinds.REPLICA_SETS, name_of(rs), release_patch(rs, d), namespace)
-        owned = list(claimed.owned)
-        for rs in claimed.adopt:
-            owned.append(await self.client.patch(kinds.REPLICA_SETS, name_of(rs), adoption_patch(rs, d), namespace))
+        owned = await self.claim(d, kinds.REPLICA_SETS, self.informers.replicasets)
         new, old = rollout.split(d, owned)
         created: Object | None = None
         if not (d.get("spec") or {}).get("paused"):

@@ -14,66 +14,44 @@ from __future__ import annotations
 
 import copy
 import logging
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from ambit.k8s import EventRecorder, KubeClient, kinds
+from ambit.k8s import Informer, kinds
 from ambit.lab.controllers import pods as podstate
 from ambit.lab.controllers.budgets import BudgetError, compute, failed_status, new_status
+from ambit.lab.controllers.controller import Controller
 from ambit.lab.controllers.ownership import Object, key_of
 from ambit.lab.controllers.selectors import labels_of
-from ambit.lab.controllers.settings import ControllerSettings, Informers
-from ambit.lab.controllers.workqueue import Key, WorkQueue
+from ambit.lab.controllers.workqueue import Key
 from ambit.model.disruption import controller_selector
 
 log = logging.getLogger("ambit.lab.controllers.disruption")
 
 
-class DisruptionController:
+class DisruptionController(Controller):
     name = "disruption-controller"
-    failure_reason = "FailedSync"
 
-    def __init__(
-        self,
-        client: KubeClient,
-        informers: Informers,
-        recorder: EventRecorder,
-        settings: ControllerSettings,
-        *,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.client = client
-        self.informers = informers
-        self.recorder = recorder
-        self.clock = clock
-        self.queue = WorkQueue(self.name, initial=settings.retry_initial, maximum=settings.retry_max)
+    def setup(self) -> None:
         self.reported_unmanaged: dict[Key, tuple[str, ...]] = {}
-        informers.poddisruptionbudgets.add_handler(
-            on_add=self._enqueue, on_update=lambda old, new: self._enqueue(new), on_delete=self._forget
-        )
-        informers.pods.add_handler(
+        self.watch_objects(on_delete=self._forget)
+        self.informers.pods.add_handler(
             on_add=self._pod_changed,
             on_update=self._pod_updated,
             on_delete=self._pod_changed,
         )
-        for scaled in (informers.replicasets, informers.deployments):
+        for scaled in (self.informers.replicasets, self.informers.deployments):
             scaled.add_handler(
                 on_add=self._namespace_changed,
                 on_update=lambda old, new: self._namespace_changed(new),
                 on_delete=self._namespace_changed,
             )
 
-    def find(self, key: Key) -> Object | None:
-        return self.informers.poddisruptionbudgets.find(key[1], key[0])
-
-    def all_keys(self) -> list[Key]:
-        return [key_of(b) for b in self.informers.poddisruptionbudgets.items()]
+    @property
+    def objects(self) -> Informer:
+        return self.informers.poddisruptionbudgets
 
     # -- events ---------------------------------------------------------------------------------------------
-    def _enqueue(self, budget: Object) -> None:
-        self.queue.add(key_of(budget))
-
     def _forget(self, budget: Object) -> None:
         self.reported_unmanaged.pop(key_of(budget), None)
 

@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import logging
 
-from ambit.k8s import EventRecorder, KubeClient, KubeNotFoundError, kinds
+from ambit.k8s import KubeNotFoundError, kinds
 from ambit.lab.controllers.endpoints import pod_endpoints
 from ambit.lab.controllers.ownership import Object, is_deleting, key_of, name_of
 from ambit.lab.controllers.selectors import labels_of, service_selector
 from ambit.lab.controllers.service_pods import ServicePodsController
-from ambit.lab.controllers.settings import ControllerSettings, Informers
 from ambit.lab.controllers.slicing import CONTROLLER, MANAGED_BY, SERVICE_NAME, plan_slices
 from ambit.lab.controllers.workqueue import Key
 
@@ -77,12 +76,10 @@ class EndpointSliceController(ServicePodsController):
     name = "endpointslice-controller"
     failure_reason = "FailedToUpdateEndpointSlices"
 
-    def __init__(
-        self, client: KubeClient, informers: Informers, recorder: EventRecorder, settings: ControllerSettings
-    ) -> None:
-        super().__init__(client, informers, recorder, settings)
+    def setup(self) -> None:
+        super().setup()
         self.tracker = SliceTracker()
-        informers.endpointslices.add_handler(
+        self.informers.endpointslices.add_handler(
             on_add=self._slice_changed, on_update=lambda old, new: self._slice_changed(new), on_delete=self._slice_gone
         )
 

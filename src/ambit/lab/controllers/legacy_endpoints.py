@@ -16,12 +16,12 @@ import contextlib
 import copy
 from typing import Any
 
-from ambit.k8s import EventRecorder, KubeAlreadyExistsError, KubeClient, KubeNotFoundError
+from ambit.k8s import KubeAlreadyExistsError, KubeNotFoundError
 from ambit.lab.controllers.endpoints import endpoints_subsets
 from ambit.lab.controllers.ownership import Object, is_deleting, key_of
 from ambit.lab.controllers.selectors import labels_of, service_selector
 from ambit.lab.controllers.service_pods import ServicePodsController
-from ambit.lab.controllers.settings import ENDPOINTS, ControllerSettings, Informers
+from ambit.lab.controllers.settings import ENDPOINTS
 from ambit.lab.controllers.slicing import HEADLESS
 from ambit.lab.controllers.workqueue import Key
 
@@ -33,11 +33,9 @@ class EndpointsController(ServicePodsController):
     name = "endpoints-controller"
     failure_reason = "FailedToUpdateEndpoint"
 
-    def __init__(
-        self, client: KubeClient, informers: Informers, recorder: EventRecorder, settings: ControllerSettings
-    ) -> None:
-        super().__init__(client, informers, recorder, settings)
-        informers.endpoints.add_handler(
+    def setup(self) -> None:
+        super().setup()
+        self.informers.endpoints.add_handler(
             on_update=lambda old, new: self._endpoints_changed(new), on_delete=self._endpoints_changed
         )
 

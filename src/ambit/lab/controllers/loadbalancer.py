@@ -28,10 +28,11 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ambit.k8s import EventRecorder, KubeClient, kinds
+from ambit.k8s import EventRecorder, Informer, KubeClient, kinds
+from ambit.lab.controllers.controller import Controller
 from ambit.lab.controllers.ownership import Object, is_deleting, key_of
 from ambit.lab.controllers.settings import ControllerSettings, Informers
-from ambit.lab.controllers.workqueue import Key, WorkQueue
+from ambit.lab.controllers.workqueue import Key
 
 __all__ = ["LoadBalancerController", "plan_addresses", "status_ips"]
 
@@ -102,7 +103,7 @@ def plan_addresses(services: Iterable[Mapping[str, Any]], cidr: str) -> dict[Key
     return plan
 
 
-class LoadBalancerController:
+class LoadBalancerController(Controller):
     """Writes each LoadBalancer Service's address (the reconcile shell of :func:`plan_addresses`)."""
 
     name = "service-lb-controller"
@@ -117,21 +118,18 @@ class LoadBalancerController:
         *,
         cidr: str,
     ) -> None:
-        ipaddress.IPv4Network(cidr)  # a bad setting fails here, not in a reconcile
-        self.client = client
-        self.informers = informers
-        self.recorder = recorder
+        self._network = ipaddress.IPv4Network(cidr)  # a bad setting fails here, not in a reconcile
         self.cidr = cidr
-        self._network = ipaddress.IPv4Network(cidr)
-        self.queue = WorkQueue(self.name, initial=settings.retry_initial, maximum=settings.retry_max)
+        super().__init__(client, informers, recorder, settings)
+
+    def setup(self) -> None:
         self._written: dict[Key, str | None] = {}
         """What our last write gave each Service: the plan counts it while the cache lags behind."""
-        informers.services.add_handler(
-            on_add=self._changed, on_update=lambda old, new: self._changed(new), on_delete=self._deleted
-        )
+        self.watch_objects(on_delete=self._deleted)
 
-    def _changed(self, service: Object) -> None:
-        self.queue.add(key_of(service))
+    @property
+    def objects(self) -> Informer:
+        return self.informers.services
 
     def _deleted(self, service: Object) -> None:
         self._written.pop(key_of(service), None)
@@ -142,9 +140,6 @@ class LoadBalancerController:
         for other in self.informers.services.items():
             if _wants(other) and not status_ips(other):
                 self.queue.add(key_of(other))
-
-    def find(self, key: Key) -> Object | None:
-        return self.informers.services.find(key[1], key[0])
 
     def all_keys(self) -> list[Key]:
         return [key_of(s) for s in self.informers.services.items() if _wants(s) or status_ips(s)]

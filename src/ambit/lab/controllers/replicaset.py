@@ -21,106 +21,36 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-import time
-from collections.abc import Callable
 from typing import Any
 
-from ambit.k8s import EventRecorder, KubeClient, KubeClientError, KubeNotFoundError, kinds
+from ambit.k8s import Informer, KubeClientError, kinds
 from ambit.lab.controllers import pods as podstate
-from ambit.lab.controllers.expectations import Expectations
-from ambit.lab.controllers.ownership import (
-    Object,
-    adoption_patch,
-    claim,
-    controller_key,
-    is_deleting,
-    key_of,
-    name_of,
-    owner_reference,
-    release_patch,
-)
+from ambit.lab.controllers.controller import PodOwner
+from ambit.lab.controllers.ownership import Object, is_deleting, key_of, name_of, owner_reference
 from ambit.lab.controllers.reconcile import SyncError
 from ambit.lab.controllers.selectors import labels_of
-from ambit.lab.controllers.settings import ControllerSettings, Informers
-from ambit.lab.controllers.workqueue import Key, WorkQueue
-from ambit.model.labels import map_matches, selector_matches
+from ambit.lab.controllers.workqueue import Key
+from ambit.model.labels import map_matches
 
 log = logging.getLogger("ambit.lab.controllers.replicaset")
 
 
-class ReplicaSetController:
+class ReplicaSetController(PodOwner):
     name = "replicaset-controller"
-    failure_reason = "FailedSync"
+    owner_kind = "ReplicaSet"
 
-    def __init__(
-        self,
-        client: KubeClient,
-        informers: Informers,
-        recorder: EventRecorder,
-        settings: ControllerSettings,
-        *,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.client = client
-        self.informers = informers
-        self.recorder = recorder
-        self.settings = settings
-        self.clock = clock
-        self.queue = WorkQueue(self.name, initial=settings.retry_initial, maximum=settings.retry_max)
-        self.expectations = Expectations(settings.expectations_timeout)
-        informers.replicasets.add_handler(
-            on_add=self._enqueue, on_update=lambda old, new: self._enqueue(new), on_delete=self._rs_deleted
-        )
-        informers.pods.add_handler(on_add=self._pod_added, on_update=self._pod_updated, on_delete=self._pod_deleted)
+    def setup(self) -> None:
+        super().setup()
+        self.watch_objects(on_delete=self._rs_deleted)
 
-    def find(self, key: Key) -> Object | None:
-        return self.informers.replicasets.find(key[1], key[0])
-
-    def all_keys(self) -> list[Key]:
-        return [key_of(rs) for rs in self.informers.replicasets.items()]
+    @property
+    def objects(self) -> Informer:
+        return self.informers.replicasets
 
     # -- events ---------------------------------------------------------------------------------------------
-    def _enqueue(self, rs: Object) -> None:
-        self.queue.add(key_of(rs))
-
     def _rs_deleted(self, rs: Object) -> None:
         self.expectations.forget(key_of(rs))
         self.queue.add(key_of(rs))
-
-    def _enqueue_matching(self, pod: Object) -> None:
-        """An orphan changed: the ReplicaSets that may adopt it look again."""
-        namespace, labels = key_of(pod)[0], labels_of(pod)
-        for rs in self.informers.replicasets.items():
-            if key_of(rs)[0] == namespace and selector_matches((rs.get("spec") or {}).get("selector"), labels):
-                self.queue.add(key_of(rs))
-
-    def _pod_added(self, pod: Object) -> None:
-        if is_deleting(pod):
-            self._pod_deleted(pod)
-            return
-        owner = controller_key(pod, "ReplicaSet")
-        if owner is None:
-            self._enqueue_matching(pod)
-            return
-        self.expectations.creation_observed(owner)
-        self.queue.add(owner)
-
-    def _pod_updated(self, old: Object, new: Object) -> None:
-        if is_deleting(new) and not is_deleting(old):
-            self._pod_deleted(new)
-        old_owner, new_owner = controller_key(old, "ReplicaSet"), controller_key(new, "ReplicaSet")
-        if old_owner is not None and old_owner != new_owner:
-            self.queue.add(old_owner)
-        if new_owner is not None:
-            self.queue.add(new_owner)
-        elif labels_of(old) != labels_of(new) or old_owner is not None:
-            self._enqueue_matching(new)
-
-    def _pod_deleted(self, pod: Object) -> None:
-        owner = controller_key(pod, "ReplicaSet")
-        if owner is not None:
-            self.expectations.deletion_observed(owner, key_of(pod))
-            self.queue.add(owner)
 
     # -- reconcile ------------------------------------------------------------------------------------------
     async def reconcile(self, key: Key) -> float | None:
@@ -128,16 +58,7 @@ class ReplicaSetController:
         if rs is None:
             self.expectations.forget(key)
             return None
-        namespace = key[0]
-        spec = rs.get("spec") or {}
-        selector = spec.get("selector")
-        candidates = [p for p in self.informers.pods.items() if key_of(p)[0] == namespace]
-        claimed = claim(rs, candidates, lambda labels: selector_matches(selector, labels))
-        for pod in claimed.release:
-            await self.client.patch(kinds.PODS, name_of(pod), release_patch(pod, rs), namespace)
-        owned = list(claimed.owned)
-        for pod in claimed.adopt:
-            owned.append(await self.client.patch(kinds.PODS, name_of(pod), adoption_patch(pod, rs), namespace))
+        owned = await self.claim(rs, kinds.PODS, self.informers.pods)
         active = [p for p in owned if podstate.is_active(p)]
         if self.expectations.satisfied(key) and not is_deleting(rs):
             await self._manage(key, rs, active)
@@ -150,7 +71,7 @@ class ReplicaSetController:
             await self._create(key, rs, min(-diff, self.settings.burst_replicas))
         elif diff > 0:
             victims = sorted(active, key=podstate.deletion_rank)[: min(diff, self.settings.burst_replicas)]
-            await self._delete(key, rs, victims)
+            await self.delete_pods(key, rs, victims)
 
     async def _create(self, key: Key, rs: Object, count: int) -> None:
         self.expectations.expect_creations(key, count)
@@ -175,24 +96,6 @@ class ReplicaSetController:
                     raise first
                 raise SyncError("FailedCreate", f"Error creating: {first}") from first
             batch *= 2
-
-    async def _delete(self, key: Key, rs: Object, victims: list[Object]) -> None:
-        self.expectations.expect_deletions(key, [key_of(p) for p in victims])
-        results = await asyncio.gather(
-            *(self.client.delete(kinds.PODS, name_of(p), key[0]) for p in victims), return_exceptions=True
-        )
-        failure: BaseException | None = None
-        for pod, result in zip(victims, results, strict=True):
-            if isinstance(result, BaseException):
-                self.expectations.deletion_observed(key, key_of(pod))
-                if not isinstance(result, KubeNotFoundError):
-                    failure = failure or result
-            else:
-                self.recorder.record(rs, "Normal", "SuccessfulDelete", f"Deleted pod: {name_of(pod)}", "Delete")
-        if failure is not None:
-            if not isinstance(failure, KubeClientError):
-                raise failure
-            raise SyncError("FailedDelete", f"Error deleting: {failure}") from failure
 
     async def _update_status(self, rs: Object, active: list[Object]) -> float | None:
         spec = rs.get("spec") or {}

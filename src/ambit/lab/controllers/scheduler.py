@@ -20,16 +20,14 @@ Rules:
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
 from typing import Any
 
-from ambit.k8s import EventRecorder, KubeClient, kinds
+from ambit.k8s import Informer, kinds
 from ambit.lab.controllers import pods as podstate
+from ambit.lab.controllers.controller import Controller
 from ambit.lab.controllers.ownership import Object, is_deleting, key_of, name_of
 from ambit.lab.controllers.placement import place
-from ambit.lab.controllers.settings import ControllerSettings, Informers
-from ambit.lab.controllers.workqueue import Key, WorkQueue
+from ambit.lab.controllers.workqueue import Key
 
 log = logging.getLogger("ambit.lab.controllers.scheduler")
 
@@ -52,33 +50,23 @@ def _node_inputs(node: Object) -> tuple[Any, ...]:
     return (node.get("spec"), (node.get("metadata") or {}).get("labels"), ready)
 
 
-class Scheduler:
+class Scheduler(Controller):
     name = SCHEDULER_NAME
     failure_reason = "FailedScheduling"
 
-    def __init__(
-        self,
-        client: KubeClient,
-        informers: Informers,
-        recorder: EventRecorder,
-        settings: ControllerSettings,
-        *,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.client = client
-        self.informers = informers
-        self.recorder = recorder
-        self.clock = clock
-        self.queue = WorkQueue(self.name, initial=settings.retry_initial, maximum=settings.retry_max)
+    def setup(self) -> None:
         self.assumed: dict[Key, str] = {}
         """Pods we bound that the informer still shows unbound, and their node."""
-        informers.pods.add_handler(on_add=self._pod_added, on_update=self._pod_updated, on_delete=self._pod_deleted)
-        informers.nodes.add_handler(
+        self.informers.pods.add_handler(
+            on_add=self._pod_added, on_update=self._pod_updated, on_delete=self._pod_deleted
+        )
+        self.informers.nodes.add_handler(
             on_add=self._nodes_changed, on_update=self._node_updated, on_delete=self._nodes_changed
         )
 
-    def find(self, key: Key) -> Object | None:
-        return self.informers.pods.find(key[1], key[0])
+    @property
+    def objects(self) -> Informer:
+        return self.informers.pods
 
     def all_keys(self) -> list[Key]:
         """Pods of ours not yet bound (bound ones need nothing more from the scheduler)."""

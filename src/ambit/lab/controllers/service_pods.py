@@ -6,38 +6,25 @@ the change (labels may move a pod in or out). Reconciles read the Service and it
 
 from __future__ import annotations
 
-from ambit.k8s import EventRecorder, KubeClient
+from ambit.k8s import Informer
+from ambit.lab.controllers.controller import Controller
 from ambit.lab.controllers.ownership import Object, key_of
 from ambit.lab.controllers.selectors import labels_of, service_selector
-from ambit.lab.controllers.settings import ControllerSettings, Informers
-from ambit.lab.controllers.workqueue import Key, WorkQueue
 from ambit.model.labels import map_matches
 
 
-class ServicePodsController:
+class ServicePodsController(Controller):
     name = "service-pods"
-    failure_reason = "FailedSync"
 
-    def __init__(
-        self, client: KubeClient, informers: Informers, recorder: EventRecorder, settings: ControllerSettings
-    ) -> None:
-        self.client = client
-        self.informers = informers
-        self.recorder = recorder
-        self.settings = settings
-        self.queue = WorkQueue(self.name, initial=settings.retry_initial, maximum=settings.retry_max)
-        informers.services.add_handler(
-            on_add=self._service_changed,
-            on_update=lambda old, new: self._service_changed(new),
-            on_delete=self._service_changed,
+    def setup(self) -> None:
+        self.watch_objects()
+        self.informers.pods.add_handler(
+            on_add=self._pod_changed, on_update=self._pod_updated, on_delete=self._pod_changed
         )
-        informers.pods.add_handler(on_add=self._pod_changed, on_update=self._pod_updated, on_delete=self._pod_changed)
 
-    def find(self, key: Key) -> Object | None:
-        return self.informers.services.find(key[1], key[0])
-
-    def all_keys(self) -> list[Key]:
-        return [key_of(s) for s in self.informers.services.items()]
+    @property
+    def objects(self) -> Informer:
+        return self.informers.services
 
     def find_pods(self, service: Object) -> list[Object]:
         """The pods the Service's selector matches, in its namespace (none when it has no selector)."""
@@ -48,9 +35,6 @@ class ServicePodsController:
         return [
             p for p in self.informers.pods.items() if key_of(p)[0] == namespace and map_matches(selector, labels_of(p))
         ]
-
-    def _service_changed(self, service: Object) -> None:
-        self.queue.add(key_of(service))
 
     def _pod_changed(self, pod: Object) -> None:
         self._enqueue_selecting(key_of(pod)[0], [labels_of(pod)])

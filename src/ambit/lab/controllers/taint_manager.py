@@ -12,17 +12,16 @@ When each taint was first seen is remembered per (node, key, value) while the ta
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
-from ambit.k8s import EventRecorder, KubeClient, KubeNotFoundError, kinds
+from ambit.k8s import Informer, KubeNotFoundError, kinds
 from ambit.lab.controllers import pods as podstate
+from ambit.lab.controllers.controller import Controller
 from ambit.lab.controllers.eviction import eviction_time, no_execute_taints
 from ambit.lab.controllers.ownership import Object, is_deleting, key_of, name_of
 from ambit.lab.controllers.placement import Taint, tolerations_of
-from ambit.lab.controllers.settings import ControllerSettings, Informers
-from ambit.lab.controllers.workqueue import Key, WorkQueue
+from ambit.lab.controllers.workqueue import Key
 
 log = logging.getLogger("ambit.lab.controllers.taint_manager")
 
@@ -31,30 +30,18 @@ def _node_of(pod: Object) -> str:
     return str((pod.get("spec") or {}).get("nodeName") or "")
 
 
-class TaintManager:
+class TaintManager(Controller):
     name = "taint-eviction-controller"
     failure_reason = "FailedEviction"
 
-    def __init__(
-        self,
-        client: KubeClient,
-        informers: Informers,
-        recorder: EventRecorder,
-        settings: ControllerSettings,
-        *,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.client = client
-        self.informers = informers
-        self.recorder = recorder
-        self.clock = clock
-        self.queue = WorkQueue(self.name, initial=settings.retry_initial, maximum=settings.retry_max)
+    def setup(self) -> None:
         self.first_seen: dict[tuple[str, str, str], float] = {}
-        informers.pods.add_handler(on_add=self._pod_changed, on_update=self._pod_updated)
-        informers.nodes.add_handler(on_add=self._node_changed, on_update=self._node_updated)
+        self.informers.pods.add_handler(on_add=self._pod_changed, on_update=self._pod_updated)
+        self.informers.nodes.add_handler(on_add=self._node_changed, on_update=self._node_updated)
 
-    def find(self, key: Key) -> Object | None:
-        return self.informers.pods.find(key[1], key[0])
+    @property
+    def objects(self) -> Informer:
+        return self.informers.pods
 
     def all_keys(self) -> list[Key]:
         tainted = {name_of(n) for n in self.informers.nodes.items() if no_execute_taints(n)}
