@@ -29,6 +29,8 @@ from ambit.errors import AmbitError
 
 RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"
 SYSTEM_NAMESPACE = "istio-system"
+DEADLINE_EXCEEDED = ("Progressing", "ProgressDeadlineExceeded")
+"""A Deployment condition's type and reason once its rollout is past ``progressDeadlineSeconds``."""
 
 
 class RolloutError(AmbitError):
@@ -68,27 +70,32 @@ def restart_patch(now: float) -> dict[str, Any]:
     return {"spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: stamp}}}}}
 
 
+def _part(obj: Mapping[str, Any], field: str) -> Mapping[str, Any]:
+    """``obj[field]`` when it is an object, else empty: a malformed object judges as not rolled out, no crash."""
+    value = obj.get(field)
+    return value if isinstance(value, Mapping) else {}
+
+
 def _count(status: Mapping[str, Any], field: str) -> int:
     value = status.get(field)
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _observed(obj: Mapping[str, Any]) -> bool:
-    generation = _count(obj.get("metadata") or {}, "generation")
-    return generation <= _count(obj.get("status") or {}, "observedGeneration")
+    return _count(_part(obj, "metadata"), "generation") <= _count(_part(obj, "status"), "observedGeneration")
 
 
 def daemon_set_progress(obj: Mapping[str, Any]) -> RolloutProgress:
     """Rule 2: where the rollout of DaemonSet ``obj`` (as the API server has it) stands."""
-    name = str((obj.get("metadata") or {}).get("name", ""))
-    strategy = ((obj.get("spec") or {}).get("updateStrategy") or {}).get("type", "RollingUpdate")
+    name = str(_part(obj, "metadata").get("name", ""))
+    strategy = _part(_part(obj, "spec"), "updateStrategy").get("type", "RollingUpdate")
     if strategy != "RollingUpdate":
         raise RolloutError(
             f'rollout status is only available for RollingUpdate strategy type (daemon set "{name}": {strategy})'
         )
     if not _observed(obj):
         return RolloutProgress(False, "Waiting for daemon set spec update to be observed...")
-    status = obj.get("status") or {}
+    status = _part(obj, "status")
     desired = _count(status, "desiredNumberScheduled")
     updated = _count(status, "updatedNumberScheduled")
     available = _count(status, "numberAvailable")
@@ -109,14 +116,15 @@ def daemon_set_progress(obj: Mapping[str, Any]) -> RolloutProgress:
 
 def deployment_progress(obj: Mapping[str, Any]) -> RolloutProgress:
     """Rule 3: where the rollout of Deployment ``obj`` stands."""
-    name = str((obj.get("metadata") or {}).get("name", ""))
+    name = str(_part(obj, "metadata").get("name", ""))
     if not _observed(obj):
         return RolloutProgress(False, "Waiting for deployment spec update to be observed...")
-    status = obj.get("status") or {}
-    for cond in status.get("conditions") or ():
-        if cond.get("type") == "Progressing" and cond.get("reason") == "ProgressDeadlineExceeded":
+    status = _part(obj, "status")
+    conditions = status.get("conditions")
+    for cond in conditions if isinstance(conditions, list) else ():
+        if isinstance(cond, Mapping) and (cond.get("type"), cond.get("reason")) == DEADLINE_EXCEEDED:
             raise RolloutError(f'deployment "{name}" exceeded its progress deadline')
-    wanted = (obj.get("spec") or {}).get("replicas", 1)
+    wanted = _part(obj, "spec").get("replicas", 1)
     wanted = wanted if isinstance(wanted, int) and not isinstance(wanted, bool) else 1
     updated = _count(status, "updatedReplicas")
     replicas = _count(status, "replicas")
