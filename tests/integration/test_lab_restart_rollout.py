@@ -12,11 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.integration.lab_cluster import kubectl
+from tests.supervision import until_true
 
 from ambit.apiserver.server import ApiServer, write_kubeconfig
 from ambit.k8s import KubeClient, kinds
 from ambit.lab.cluster.restart import restart_workload
-from ambit.lab.cluster.rollout import COMPONENTS, RESTARTED_AT, RolloutError
+from ambit.lab.cluster.rollout import COMPONENTS, RESTARTED_AT, RolloutError, rollout_progress
 
 SYSTEM = "istio-system"
 TEMPLATE = {
@@ -59,17 +61,18 @@ async def test_a_node_proxy_restart_patches_the_template_and_waits_for_every_nod
     created = await admin.create(kinds.DAEMON_SETS, _daemon_set("ztunnel"), SYSTEM)
     before = int(created["metadata"]["generation"])
     seen: list[str] = []
-    changed = asyncio.Event()
-
-    def echo(line: str) -> None:
-        seen.append(line)
-        changed.set()
-
-    restart = asyncio.create_task(restart_workload(admin, COMPONENTS["nodeproxy"], seconds=60, echo=echo, poll=0.05))
+    restart = asyncio.create_task(
+        restart_workload(admin, COMPONENTS["nodeproxy"], seconds=60, echo=seen.append, poll=0.05)
+    )
     generation = await _when_generation(admin, kinds.DAEMON_SETS, "ztunnel", before)
-    # The DaemonSet controller's steps: seen, one node updated, both updated, both available.
-    steps = [(1, 0), (2, 1), (2, 2)]
-    for updated, available in steps:
+    # The DaemonSet controller's steps: one node updated, both updated, both available; each waits until the
+    # command has reported the one before it.
+    steps = [
+        (1, 0, 'Waiting for daemon set "ztunnel" rollout to finish: 1 out of 2 new pods have been updated...'),
+        (2, 1, 'Waiting for daemon set "ztunnel" rollout to finish: 1 of 2 updated pods are available...'),
+        (2, 2, 'daemon set "ztunnel" successfully rolled out'),
+    ]
+    for updated, available, line in steps:
         status = {
             "observedGeneration": generation,
             "desiredNumberScheduled": 2,
@@ -78,17 +81,13 @@ async def test_a_node_proxy_restart_patches_the_template_and_waits_for_every_nod
             "updatedNumberScheduled": updated,
             "numberAvailable": available,
         }
-        changed.clear()
         await admin.patch_status(kinds.DAEMON_SETS, "ztunnel", {"status": status}, SYSTEM)
-        if (updated, available) != steps[-1]:
-            await asyncio.wait_for(changed.wait(), 30)
+        await until_true(lambda line=line: line in seen, f"the command reporting {line!r}", within=30)
     took = await asyncio.wait_for(restart, 30)
 
     template = (await admin.get(kinds.DAEMON_SETS, "ztunnel", SYSTEM))["spec"]["template"]
     assert RESTARTED_AT in template["metadata"]["annotations"]
     assert seen[0] == "daemonset/ztunnel restarted"
-    assert 'Waiting for daemon set "ztunnel" rollout to finish: 1 out of 2 new pods have been updated...' in seen
-    assert 'Waiting for daemon set "ztunnel" rollout to finish: 1 of 2 updated pods are available...' in seen
     assert seen[-1] == 'daemon set "ztunnel" successfully rolled out'
     assert len(seen) == len(set(seen)), seen  # each line once, however often the status was read
     assert took >= 0
@@ -129,3 +128,56 @@ async def test_a_rollout_that_does_not_finish_in_time_or_an_absent_workload_is_o
     assert message.startswith("daemonset/istio-cni-node not rolled out after 0.5 s: "), message
     assert message.endswith("Waiting for daemon set spec update to be observed..."), message  # the last line seen
     assert "\n" not in message
+
+
+@pytest.mark.kubectl
+async def test_the_real_kubectl_restarts_and_judges_the_same_objects_as_ambit_does(
+    admin: KubeClient, apiserver: ApiServer
+) -> None:
+    """Parity with kubectl: ``kubectl rollout restart`` sets the same annotation, and ``kubectl rollout status
+    --watch=false`` prints, for each status a DaemonSet and a Deployment pass through, the line :mod:`rollout` gives."""
+    await admin.create(kinds.DAEMON_SETS, _daemon_set("ztunnel"), SYSTEM)
+    body = {
+        "metadata": {"name": "istiod"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "x"}}, "template": TEMPLATE},
+    }
+    await admin.create(kinds.DEPLOYMENTS, body, SYSTEM)
+    config = apiserver.kubeconfig
+    for workload in (COMPONENTS["nodeproxy"], COMPONENTS["controlplane"]):
+        await kubectl(config, "rollout", "restart", str(workload), "-n", SYSTEM)
+    ds = await admin.get(kinds.DAEMON_SETS, "ztunnel", SYSTEM)
+    assert RESTARTED_AT in ds["spec"]["template"]["metadata"]["annotations"]
+    generation = int(ds["metadata"]["generation"])
+    steps: list[tuple[Any, dict[str, Any]]] = [
+        (COMPONENTS["nodeproxy"], {"observedGeneration": generation - 1, "desiredNumberScheduled": 2}),
+        *(
+            (
+                COMPONENTS["nodeproxy"],
+                {
+                    "observedGeneration": generation,
+                    "desiredNumberScheduled": 2,
+                    "currentNumberScheduled": 2,
+                    "numberReady": available,
+                    "updatedNumberScheduled": updated,
+                    "numberAvailable": available,
+                },
+            )
+            for updated, available in ((0, 2), (1, 1), (2, 1), (2, 2))
+        ),
+    ]
+    deploy_generation = int((await admin.get(kinds.DEPLOYMENTS, "istiod", SYSTEM))["metadata"]["generation"])
+    for replicas, updated, available in ((3, 1, 2), (2, 2, 1), (2, 2, 2)):
+        status = {
+            "observedGeneration": deploy_generation,
+            "replicas": replicas,
+            "updatedReplicas": updated,
+            "readyReplicas": available,
+            "availableReplicas": available,
+        }
+        steps.append((COMPONENTS["controlplane"], status))
+    for workload, status in steps:
+        kind = kinds.DAEMON_SETS if workload.kind == "daemonset" else kinds.DEPLOYMENTS
+        await admin.patch_status(kind, workload.name, {"status": status}, SYSTEM)
+        obj = await admin.get(kind, workload.name, SYSTEM)
+        theirs = await kubectl(config, "rollout", "status", str(workload), "-n", SYSTEM, "--watch=false")
+        assert theirs.strip() == rollout_progress(workload, obj).message, (status, theirs)
