@@ -1,13 +1,8 @@
-"""Helpers shared by the tests that run the lab's supervisor with real child processes."""
+"""Waiting for a condition in asyncio tests, with a deadline."""
 
 from __future__ import annotations
 
 import asyncio
-
-from ambit.lab.cluster.supervisor import SupervisorSettings
-
-FAST = SupervisorSettings(initial=0.05, maximum=0.2, stable=5.0, term_grace=2.0)
-"""Restart delays short enough for a test to see several restarts."""
 
 
 async def until_true(probe: object, what: str, within: float = 10.0) -> None:

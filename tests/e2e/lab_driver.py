@@ -38,7 +38,7 @@ LOCK_WAIT = float(os.environ.get("AMBIT_E2E_LOCK_WAIT", "1800"))
 (:func:`tests.harness.timeout_paused`)."""
 LAB_UP_TIMEOUT = 90.0
 LAB_INSTALL_TIMEOUT = 330.0
-"""``lab up --install`` also waits (up to 240 s) for the mesh's rollout."""
+"""``lab up`` with the mesh also waits (up to 240 s) for the mesh's rollout."""
 LAB_DOWN_TIMEOUT = 60.0
 TEST_TIMEOUT = 660.0
 """pytest-timeout's limit for a test: it counts fixture set-up (a module's first test brings the lab up and installs
@@ -218,21 +218,13 @@ class Lab:
 
     def component_logs(self, what: str) -> list[Path]:
         """The log files of mesh component ``what`` (nodeproxy, nodeagent, controlplane) on every node: the
-        supervised processes' files, or the containers' logs of the installed component's pods."""
-        if not self.installed:
-            if what == "controlplane":
-                return [self.directory / "logs" / "controlplane.log"]
-            return [self.topology.node_dir(n.name) / f"{what}.log" for n in self.topology.all_nodes()]
+        containers' logs of the component's pods."""
         uids = [p["metadata"]["uid"] for p in self.pods("istio-system", COMPONENT_APPS[what])]
         return [log for uid in uids for log in (self.directory / "pods" / uid).glob("*.log")]
 
     def component_log(self, what: str, node: str) -> str:
-        """The log of ``node``'s mesh component ``what`` (nodeproxy, nodeagent) as it is now: the supervised
-        process's file (every start appends), or the containers' logs of its current pod (a new pod starts a new
-        log)."""
-        if not self.installed:
-            path = self.topology.node_dir(node) / f"{what}.log"
-            return path.read_text(errors="replace") if path.is_file() else ""
+        """The log of ``node``'s mesh component ``what`` (nodeproxy, nodeagent) as it is now: the containers' logs
+        of its current pod (a new pod starts a new log)."""
         pod = self.component_pod(COMPONENT_APPS[what], node)
         if pod is None:
             return ""
@@ -242,27 +234,10 @@ class Lab:
     @contextlib.contextmanager
     def component_stopped(self, what: str, node: str, timeout: float = 90.0) -> Iterator[None]:
         """Keep ``node``'s mesh component ``what`` (nodeagent, nodeproxy; controlplane with node ``""``) down while
-        the block runs, then wait until it is back (running; ready when installed). Supervised: the supervisor is
-        stopped (SIGSTOP) and the process killed. Installed: the DaemonSet is kept off the node by a node affinity (a
-        rollout, as one would do on a cluster; the node proxy's process is killed once its pod is terminating, as it
-        would otherwise drain the connections it relays for up to its grace period), then the affinity is removed;
-        the control plane's Deployment is scaled to 0 and back to 1."""
-        if not self.installed:
-            supervisor = daemon_pid(self.directory, "supervise")
-            assert supervisor is not None, "the lab's supervisor is not running"
-            old = daemon_pid(self.directory, what, node)
-            os.kill(supervisor, signal.SIGSTOP)
-            try:
-                if old is not None:
-                    os.kill(old, signal.SIGKILL)
-                    wait_until(f"pid {old} gone", lambda: not _alive(old), 10)
-                yield
-            finally:
-                os.kill(supervisor, signal.SIGCONT)
-            wait_until(
-                f"{what} {node} started again", lambda: (daemon_pid(self.directory, what, node) or old) != old, timeout
-            )
-            return
+        the block runs, then wait until it is back and ready. The DaemonSet is kept off the node by a node affinity
+        (a rollout, as one would do on a cluster; the node proxy's process is killed once its pod is terminating, as
+        it would otherwise drain the connections it relays for up to its grace period), then the affinity is
+        removed; the control plane's Deployment is scaled to 0 and back to 1."""
         app = COMPONENT_APPS[what]
         if app == COMPONENT_APPS["controlplane"]:
             self.kubectl("scale", "deployment/istiod", "-n", "istio-system", "--replicas=0")
@@ -327,11 +302,10 @@ class Lab:
             logs += [log for what in COMPONENT_APPS for log in self.component_logs(what)]
         return [str(p) for p in logs if "Traceback (most recent call last)" in p.read_text(errors="replace")]
 
-    # -- the mesh's components, wherever they run -------------------------------------------------------------
-    # A lab runs the mesh either as host processes under its supervisor (``--mesh``) or installed from deploy/
-    # (``--install``: the node proxy is a ztunnel DaemonSet pod in its own network namespace, the node agent an
-    # istio-cni-node pod on the node's network, the control plane an istiod pod). Tests ask these methods, so
-    # that they run unchanged on both.
+    # -- the mesh's components ---------------------------------------------------------------------------------
+    # The mesh is installed from deploy/ as on a cluster: the node proxy is a ztunnel DaemonSet pod in its own
+    # network namespace, the node agent an istio-cni-node pod on the node's network, the control plane an istiod
+    # pod. A lab brought up without the mesh (``installed`` false) has none of them.
 
     @property
     def installed(self) -> bool:
@@ -352,8 +326,6 @@ class Lab:
 
     def node_proxy_netns(self, node: str) -> str:
         """The network namespace the node proxy of ``node`` runs in (its admin port is on its loopback)."""
-        if not self.installed:
-            return self.node_addresses(node).netns
         pod = wait_until(f"the ztunnel pod on {node}", lambda: self.component_pod("app=ztunnel", node), 60)
         return self.pod_netns(pod)
 
@@ -367,8 +339,6 @@ class Lab:
 
     def node_proxy_address(self, node: str) -> str:
         """The address of ``node``'s node proxy (its metrics on :15020, readiness on :15021)."""
-        if not self.installed:
-            return self.node_addresses(node).address
         pod = wait_until(f"a ready ztunnel pod on {node}", lambda: self.ready_component("app=ztunnel", node), 60)
         return str(pod["status"]["podIP"])
 
@@ -384,10 +354,7 @@ class Lab:
         return pod if pod is not None and is_ready(pod) else None
 
     def control_plane_address(self) -> str:
-        """Where the control plane's CA and xDS (15012) answer: the lab bridge for the supervised process, the
-        istiod pod's address when installed."""
-        if not self.installed:
-            return "198.18.0.1:15012"
+        """Where the control plane's CA and xDS (15012) answer: the istiod pod's address."""
         pods = wait_until(
             "a ready istiod pod", lambda: [p for p in self.pods("istio-system", "app=istiod") if is_ready(p)], 60
         )
@@ -401,10 +368,6 @@ class Lab:
 
     def node_proxy_credentials(self, node: str) -> tuple[Path, Path]:
         """The root certificate and the istio-ca token ``node``'s node proxy authenticates to the CA with."""
-        if not self.installed:
-            from ambit.lab.mesh.identity import root_file, token_file
-
-            return root_file(self.topology, node), token_file(self.topology, node)
         pod = wait_until(f"a ready ztunnel pod on {node}", lambda: self.ready_component("app=ztunnel", node), 60)
         volumes = self.directory / "pods" / pod["metadata"]["uid"] / "volumes"
         root = wait_until(
@@ -414,11 +377,9 @@ class Lab:
         return root[0], token[0]
 
     def component_pid(self, what: str, node: str = "") -> int | None:
-        """The pid of the mesh component ``what`` (nodeproxy, nodeagent, controlplane) of ``node``: a supervised
-        host process, or the main process of the installed component's container (the child of the ``runc run``
-        whose pid the container's ``ambit://<pid>`` id names)."""
-        if not self.installed:
-            return daemon_pid(self.directory, what, node)
+        """The pid of the mesh component ``what`` (nodeproxy, nodeagent, controlplane) of ``node``: the main
+        process of the component's container (the child of the ``runc run`` whose pid the container's
+        ``ambit://<pid>`` id names)."""
         app = COMPONENT_APPS[what]
         pods = [p for p in self.pods("istio-system", app) if not node or p["spec"].get("nodeName") == node]
         for pod in pods:
@@ -428,16 +389,8 @@ class Lab:
         return None
 
     def restart_component(self, what: str, node: str = "", timeout: float = 90.0) -> None:
-        """Stop ``what`` (nodeproxy, nodeagent, controlplane) abruptly and wait until it is back and ready: the
-        supervisor restarts a killed host process; an installed component's pod is deleted and its controller
-        (DaemonSet, Deployment) makes a new one."""
-        if not self.installed:
-            old = wait_until(f"{what} {node} running", lambda: daemon_pid(self.directory, what, node), 30)
-            os.kill(old, signal.SIGKILL)
-            wait_until(
-                f"{what} {node} restarted", lambda: (daemon_pid(self.directory, what, node) or old) != old, timeout
-            )
-            return
+        """Stop ``what`` (nodeproxy, nodeagent, controlplane) abruptly and wait until it is back and ready: its
+        pod is deleted at once (grace period 0) and its controller (DaemonSet, Deployment) makes a new one."""
         app = COMPONENT_APPS[what]
         if app == "app=istiod":
             old_pods = {p["metadata"]["uid"] for p in self.pods("istio-system", "app=istiod")}
@@ -467,8 +420,6 @@ class Lab:
 
     def wait_mesh_ready(self, timeout: float = 120.0) -> None:
         """Wait until the control plane and every node's node proxy and node agent have a ready pod."""
-        if not self.installed:
-            return  # supervised: the lab's supervisor keeps the components up
         nodes = [n.name for n in self.topology.all_nodes()]
 
         def ready() -> bool:
@@ -487,17 +438,14 @@ class Lab:
         self.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
 
 
-def lab_up(directory: Path, *, mesh: bool = False, install: bool = False, supervised: bool = False) -> Topology:
-    """``ambit lab up --nodes 2`` as a subprocess: ``--no-mesh``; with ``mesh``, the mesh installed from deploy/
-    (``--install``, as on a cluster) unless ``supervised`` or ``AMBIT_E2E_INSTALL=0`` asks for the supervised host
-    processes (``--mesh``).
+def lab_up(directory: Path, *, mesh: bool = False) -> Topology:
+    """``ambit lab up --nodes 2`` as a subprocess: ``--no-mesh``, or with ``mesh`` the mesh installed from deploy/
+    as on a cluster.
 
     The caller holds the lock and runs :func:`lab_down`.
     """
-    if mesh and not supervised and os.environ.get("AMBIT_E2E_INSTALL", "1") != "0":
-        install = True
-    extra = ["--install"] if install else ["--supervised"] if mesh else ["--no-mesh"]
-    seconds = LAB_INSTALL_TIMEOUT if install else LAB_UP_TIMEOUT
+    extra = [] if mesh else ["--no-mesh"]
+    seconds = LAB_INSTALL_TIMEOUT if mesh else LAB_UP_TIMEOUT
     claim_lab(directory)  # if this test process is killed, the next lab lock holder takes the lab down
     done = ambit("lab", "up", "--dir", str(directory), "--nodes", "2", *extra, timeout=seconds, check=False)
     topology = Topology.load(directory)
@@ -522,13 +470,13 @@ def lab_down(directory: Path, prefix: str | None, keep_logs: Path | None = None)
 
 
 @contextlib.contextmanager
-def running_lab(base: Path, *, mesh: bool = False, install: bool = False, supervised: bool = False) -> Iterator[Lab]:
+def running_lab(base: Path, *, mesh: bool = False) -> Iterator[Lab]:
     """Hold the lock, bring a 2-node lab up in ``base/lab``, and always bring it down (logs kept in ``base``)."""
     directory = base / "lab"
     with root_lab_lock():
         prefix: str | None = None
         try:
-            topology = lab_up(directory, mesh=mesh, install=install, supervised=supervised)
+            topology = lab_up(directory, mesh=mesh)
             prefix = topology.prefix
             yield Lab(topology, base / "kubecache")
         finally:
@@ -645,35 +593,3 @@ def deployment_manifest(name: str, replicas: int, container: dict[str, Any]) -> 
             },
         },
     }
-
-
-def lab_processes(directory: Path) -> dict[int, list[str]]:
-    """Processes whose command line names ``directory``: pid → argv."""
-    found: dict[int, list[str]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
-        except OSError:
-            continue
-        if str(directory) in argv and "ambit.cli" in argv:
-            found[int(entry.name)] = argv
-    return found
-
-
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie is not running)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
-
-
-def daemon_pid(directory: Path, what: str, node: str = "") -> int | None:
-    """The pid of the lab daemon ``what`` (of ``node``, when given)."""
-    for pid, argv in lab_processes(directory).items():
-        if what in argv and (not node or node in argv):
-            return pid
-    return None

@@ -186,7 +186,7 @@ def test_traffic_flows_through_a_control_plane_restart_and_proxies_resync(lab: L
         pid = lab.component_pid("controlplane")
         return pid if pid not in (None, first) else None
 
-    # The supervisor restarts the process; installed, kubelet restarts the container of the istiod pod.
+    # The kubelet restarts the container of the istiod pod.
     wait_until("the control plane restarted", restarted, timeout=60)
     wait_until(
         "the proxies resync and learn the new pod",

@@ -57,7 +57,7 @@ class Mesh:
         return self.lab.exec(pod, namespace, "python3", "-c", script, *args, timeout=timeout)
 
     def node_ip(self, index: int) -> str:
-        """The address of node ``index``'s node proxy (the node's, or its ztunnel pod's when installed)."""
+        """The address of node ``index``'s node proxy (its ztunnel pod's)."""
         return self.lab.node_proxy_address(self.lab.topology.node(index).name)
 
     def metrics(self, index: int) -> str:
@@ -277,8 +277,6 @@ with urllib.request.urlopen(sys.argv[1], timeout=5) as r:
 def test_a_meshed_pod_scrapes_a_node_proxys_metrics_over_hbone(mesh: Mesh) -> None:
     """TestZtunnelSecureMetrics: the ztunnel pods carry networking.istio.io/tunnel: http, so a meshed client's call
     to a node proxy's 15020 is a tunnel to its self-proxy listener, reported as mutual TLS to the ztunnel."""
-    if not mesh.lab.installed:
-        pytest.skip("the node proxy runs in a pod of its own only when the mesh is installed")
     address = mesh.node_ip(2)
     out = wait_until(
         "cli-1 reads node-2's node proxy metrics",
@@ -312,8 +310,6 @@ def _try_text(mesh: Mesh, pod: str, namespace: str, url: str) -> str | None:
 def test_ztunnel_config_reads_a_node_proxy_pod_as_istioctl_zc_does(mesh: Mesh) -> None:
     """TestZtunnelConfig: ``zc all <ztunnel pod> --namespace istio-system -o json`` and each section alone."""
     lab = mesh.lab
-    if not lab.installed:
-        pytest.skip("node proxy pods exist only when the mesh is installed")
     (pod,) = [p for p in lab.pods("istio-system", "app=ztunnel") if p["spec"]["nodeName"] == "node-1"]
     name, where = pod["metadata"]["name"], ("--lab-dir", str(lab.directory))
     dump = json.loads(ambit("zc", "all", name, "--namespace", "istio-system", "-o", "json", *where).stdout)

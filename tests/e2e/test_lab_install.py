@@ -23,7 +23,7 @@ NODES = ("node-1", "node-2")
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    with running_lab(tmp_path_factory.mktemp("e2e-install"), install=True) as up:
+    with running_lab(tmp_path_factory.mktemp("e2e-install"), mesh=True) as up:
         yield up
 
 

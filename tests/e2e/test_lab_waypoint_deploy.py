@@ -57,8 +57,8 @@ def test_apply_deploys_a_waypoint_pod_that_reaches_the_control_plane_and_delete_
     assert pod["spec"]["serviceAccountName"] == "waypoint"
     assert pod["metadata"]["labels"]["istio.io/dataplane-mode"] == "none"
     address = env_of(pod)["XDS_ADDRESS"]
-    # Installed, istiod's fixed cluster IP (deploy/overlays/lab); supervised, the control plane on the lab bridge.
-    assert address == ("198.19.255.12:15012" if lab.installed else "198.18.0.1:15012")
+    # istiod's fixed cluster IP (deploy/overlays/lab).
+    assert address == "198.19.255.12:15012"
     # In the pod's network namespace (the sandbox stays while the container restarts): the address the
     # Deployment names reaches the control plane.
     argv = ["ip", "netns", "exec", lab.pod_netns(pod), sys.executable, "-c", CONNECT, address]

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.lab_driver import COMPONENT_APPS, Lab, is_ready, pod_manifest, sleeper, wait_until
+from tests.e2e.lab_driver import COMPONENT_APPS, Lab, ambit, is_ready, pod_manifest, sleeper, wait_until
 from tests.faults.load import KEPT
 from tests.faults.report import ROWS, FaultRow, lost, recovery_time
 from tests.faults.rig import LoadRun, PlaintextCapture
@@ -284,11 +284,12 @@ class Rollout:
         return self.status.returned - self.began
 
 
-def roll_node_proxies(lab: Lab) -> Rollout:
+def roll_node_proxies(lab: Lab, via: str = "kubectl") -> Rollout:
     """``kubectl rollout restart daemonset/ztunnel``, with ``kubectl rollout status`` started beside it; returns
     once every node runs a new, ready node proxy and every old pod is terminating (draining). Like kube's, the
     lab's DaemonSet status judges a node by its oldest pod, so ``rollout status`` returns only once the old pods
-    are gone (:func:`wait_old_proxies_gone`)."""
+    are gone (:func:`wait_old_proxies_gone`). ``via="ambit"``: ``ambit lab restart nodeproxy`` instead, which does
+    both (its result is the ``status``)."""
     app = COMPONENT_APPS["nodeproxy"]
     old = []
     for node in (n.name for n in lab.topology.all_nodes()):
@@ -297,12 +298,17 @@ def roll_node_proxies(lab: Lab) -> Rollout:
         old.append(OldProxy(node, str(pod["metadata"]["name"]), uid, lab.directory / "pods" / uid / "istio-proxy.log"))
     uids = {o.uid for o in old}
     began = time.time()
-    lab.kubectl("rollout", "restart", "daemonset/ztunnel", "-n", SYSTEM)
+    if via == "kubectl":
+        lab.kubectl("rollout", "restart", "daemonset/ztunnel", "-n", SYSTEM)
     status = RolloutStatus()
 
     def watch() -> None:
         bound = f"--timeout={ROLLOUT_STATUS_BOUND + 30:g}s"
-        done = lab.kubectl("rollout", "status", "daemonset/ztunnel", "-n", SYSTEM, bound, check=False, timeout=120)
+        if via == "ambit":
+            seconds = f"--timeout={ROLLOUT_STATUS_BOUND + 30:g}"
+            done = ambit("lab", "restart", "nodeproxy", "--dir", str(lab.directory), seconds, check=False, timeout=120)
+        else:
+            done = lab.kubectl("rollout", "status", "daemonset/ztunnel", "-n", SYSTEM, bound, check=False, timeout=120)
         status.returned = time.time()
         status.output = (done.stdout + done.stderr)[-2000:]
         status.returncode = done.returncode
@@ -362,13 +368,17 @@ class RolloutRun:
 
 
 def rollout_under_load(
-    scene: Scene, directory: Path, outliving: tuple[str, ...] = (), outliving_lifetime: float = 0.0
+    scene: Scene,
+    directory: Path,
+    outliving: tuple[str, ...] = (),
+    outliving_lifetime: float = 0.0,
+    via: str = "kubectl",
 ) -> RolloutRun:
     """The node proxies' upgrade under :func:`steady_load`: every pair's stream, up before the restart, carries data
     both ways through it and ends on its own about :data:`ENDS_AFTER` seconds after it (its lifetime is
     :data:`STREAM_LIFETIME`, and the restart is timed from when the streams came up); the ``outliving`` streams
     live ``outliving_lifetime`` seconds each (0: until the load stops). The load stops once the old pods are gone
-    and new connections ran a while more."""
+    and new connections ran a while more. ``via``: :func:`roll_node_proxies`'s."""
     with steady_load(scene, directory, STREAM_LIFETIME, outliving, outliving_lifetime) as trial:
         ups = [r for r in trial.now_records() if r["kind"] == "stream-up"]
         first_ups: dict[str, dict[str, Any]] = {}
@@ -377,7 +387,7 @@ def rollout_under_load(
         restart_at = max(r["start"] for r in first_ups.values()) + STREAM_LIFETIME - ENDS_AFTER
         assert time.time() < restart_at, "the load took too long to warm: the streams would end too early"
         time.sleep(max(0.0, restart_at - time.time()))
-        rollout = roll_node_proxies(scene.lab)
+        rollout = roll_node_proxies(scene.lab, via)
         drained = wait_old_proxies_gone(scene.lab, rollout)
         time.sleep(2)  # new connections through the new proxies alone
         window_end = time.time()

@@ -72,7 +72,7 @@ FAULTS = 9
 
 @pytest.fixture(scope="module")
 def scene(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scene]:
-    with running_lab(tmp_path_factory.mktemp("faults"), install=True) as lab:
+    with running_lab(tmp_path_factory.mktemp("faults"), mesh=True) as lab:
         lab.wait_mesh_ready()
         for node in (n.name for n in lab.topology.all_nodes()):
             wait_until(

@@ -124,18 +124,38 @@ def test_with_a_pod_dash_n_is_its_namespace_and_the_filter_is_workload_namespace
     assert (where.pod, where.pod_namespace, where.filter) == ("ztunnel-x", "istio-system", "apps")
 
 
-def test_lab_up_help_marks_the_supervised_mesh_deprecated() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "ambit.cli", "lab", "up", "--help"],
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ambit.cli", *args],
         capture_output=True,
         text=True,
         timeout=60,
         env={"COLUMNS": "200", "PATH": "/usr/bin:/bin", "TERM": "dumb", "NO_COLOR": "1"},
         check=False,
     )
+
+
+def test_lab_up_has_no_supervised_mesh_and_refuses_the_old_flag() -> None:
+    done = _cli("lab", "up", "--help")
     assert done.returncode == 0, done.stderr
     text = " ".join(done.stdout.split())
-    assert "--supervised" in text and "Deprecated: run the mesh as host processes" in text, text
+    assert "--no-mesh" in text and "--supervised" not in text and "--install" not in text, text
+    refused = _cli("lab", "up", "--supervised", "--dir", "/nonexistent/ambit-lab")
+    assert refused.returncode == 2 and "No such option" in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert _cli("lab", "supervise", "--help").returncode == 2
+
+
+def test_lab_restart_names_its_components_and_refuses_a_per_node_restart_before_touching_a_lab() -> None:
+    help_text = " ".join(_cli("lab", "restart", "--help").stdout.split())
+    assert "nodeproxy, nodeagent or controlplane" in help_text and "kubectl rollout restart" in help_text, help_text
+    unknown = _cli("lab", "restart", "kubelet", "--dir", "/nonexistent/ambit-lab")
+    assert unknown.returncode == 2 and "one of nodeproxy, nodeagent, controlplane" in unknown.stderr, unknown.stderr
+    per_node = _cli("lab", "restart", "nodeproxy", "--node", "node-1", "--dir", "/nonexistent/ambit-lab")
+    assert per_node.returncode == 2 and "--node is refused" in per_node.stderr, per_node.stderr
+    no_lab = _cli("lab", "restart", "nodeproxy", "--dir", "/nonexistent/ambit-lab")
+    assert no_lab.returncode == 1 and "no lab in /nonexistent/ambit-lab" in no_lab.stderr, no_lab.stderr
+    assert not any("Traceback" in d.stderr for d in (unknown, per_node, no_lab))
 
 
 def test_the_app_is_still_found_where_older_command_modules_import_it_from() -> None:

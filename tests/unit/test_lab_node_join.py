@@ -234,12 +234,8 @@ def test_the_next_add_takes_the_lowest_index_a_removed_node_left(tmp_path: Path)
     assert Topology.load(topology.path) == topology
 
 
-def test_a_lab_with_the_supervised_mesh_or_at_its_size_limit_gets_no_node(tmp_path: Path) -> None:
-    supervised = Topology.new(2, tmp_path / "a", mesh=True)
-    supervised.save()
+def test_a_lab_at_its_size_limit_or_no_lab_gets_no_node(tmp_path: Path) -> None:
     runner = RecordingRunner()
-    with pytest.raises(LabError, match="--supervised"):
-        add_node(supervised.path, runner=runner)
     full = dataclasses.replace(Topology.new(2, tmp_path / "b"), nodes=MAX_NODES)
     full.save()
     with pytest.raises(LabError, match=f"the lab has {MAX_NODES} nodes, the most"):

@@ -59,7 +59,7 @@ def test_the_drain_reads_malformed_pods_without_failing() -> None:
 # -- refusals before anything changes ------------------------------------------------------------------------------
 
 
-def test_an_unknown_node_the_last_node_a_supervised_lab_and_no_lab_are_refused(tmp_path: Path) -> None:
+def test_an_unknown_node_the_last_node_and_no_lab_are_refused(tmp_path: Path) -> None:
     runner = RecordingRunner()
     two = Topology.new(2, tmp_path / "two")
     two.save()
@@ -71,10 +71,6 @@ def test_an_unknown_node_the_last_node_a_supervised_lab_and_no_lab_are_refused(t
         remove_node(one.path, "node-2", runner=runner)
     with pytest.raises(LabError, match="no node 'node-1'"):
         remove_node(one.path, "node-1", runner=runner)
-    supervised = Topology.new(2, tmp_path / "sup", mesh=True)
-    supervised.save()
-    with pytest.raises(LabError, match="--supervised"):
-        remove_node(supervised.path, "node-2", runner=runner)
     with pytest.raises(LabError, match="no lab in"):
         remove_node(tmp_path / "none", "node-1", runner=runner)
     assert runner.calls == []

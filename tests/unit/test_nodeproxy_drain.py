@@ -1,5 +1,4 @@
-"""The node proxy's drain: its deadline from flags and ztunnel's environment, its rules, the drain signal, and the
-lab's hand-over requests."""
+"""The node proxy's drain: its deadline from flags and ztunnel's environment, its rules, and the drain signal."""
 
 from __future__ import annotations
 
@@ -19,7 +18,6 @@ from ambit.inpod.drain import (
     SuccessorChanged,
 )
 from ambit.inpod.settings import NodeProxySettingsError, parse_drain_deadline, parse_drain_max
-from ambit.lab.cluster.handover import HandOverError, HandOverRequest, parse_request
 from ambit.proxy.drain import DrainSignal
 
 DEADLINE_ENV, GRACE_ENV = "CONNECTION_TERMINATION_DEADLINE", "TERMINATION_GRACE_PERIOD_SECONDS"
@@ -233,19 +231,3 @@ def test_the_drain_signal_reaches_watchers_once_late_ones_at_once_and_not_cancel
     assert signal.start() == [] and heard == ["a", "c"]
     signal.watch(lambda: heard.append("late"))
     assert heard == ["a", "c", "late"] and signal.watchers == 0
-
-
-@given(st.binary(max_size=300))
-def test_a_restart_request_parses_or_is_refused_with_one_line(line: bytes) -> None:
-    try:
-        request = parse_request(line)
-    except HandOverError as exc:
-        assert "\n" not in str(exc)
-    else:
-        assert request.what and request.what == " ".join(request.what.split())
-
-
-def test_a_restart_request_names_a_daemon() -> None:
-    assert parse_request(b"handover  nodeproxy   node-1 ") == HandOverRequest("nodeproxy node-1")
-    with pytest.raises(HandOverError, match="bad daemon name ''"):
-        parse_request(b"handover")

@@ -206,13 +206,10 @@ async def _lab_inventory(state: DashboardState, topology: Topology, every: float
 
 
 async def _lab_metrics_targets(topology: Topology) -> list[tuple[str, str]]:
-    """The metrics URL of each node proxy (a host process at its node's address, or a ztunnel pod) and each running
-    waypoint or gateway pod of the lab."""
+    """The metrics URL of each node proxy (a ztunnel pod) and each running waypoint or gateway pod of the lab."""
     from ambit.k8s import KubeClient, KubeClientError, kinds
 
     found = []
-    if topology.mesh and not topology.installed:
-        found = [(f"node proxy {n.name}", f"http://{n.address}:{STATS_PORT}/metrics") for n in topology.all_nodes()]
     try:
         async with KubeClient.from_kubeconfig(topology.kubeconfig) as client:
             pods, _ = await client.list(kinds.PODS, None, label_selector=GATEWAY_LABEL)

@@ -45,15 +45,6 @@ def up(
             "as on a cluster) once the nodes are Ready.",
         ),
     ] = True,
-    supervised: Annotated[
-        bool,
-        typer.Option(
-            "--supervised",
-            help="Deprecated: run the mesh as host processes under the lab's supervisor instead of installing it "
-            "(the lab's former way, kept for old scripts and AMBIT_E2E_INSTALL=0; the tests and the benchmarks run the "
-            "installed mesh).",
-        ),
-    ] = False,
     install: Annotated[bool, typer.Option("--install", hidden=True, help="The default; kept for old scripts.")] = False,
     dns: Annotated[
         bool,
@@ -68,17 +59,8 @@ def up(
     from ambit.lab.cluster.lifecycle import LabSettings, lab_up
 
     _require_root()
-    if supervised and install:
-        typer.echo("ambit lab up: --supervised and --install are two ways to run the mesh; pick one", err=True)
-        raise typer.Exit(2)
     try:
-        settings = LabSettings(
-            directory=directory,
-            nodes=nodes,
-            mesh=mesh and supervised,
-            install=(mesh or install) and not supervised,
-            dns=dns,
-        )
+        settings = LabSettings(directory=directory, nodes=nodes, install=mesh or install, dns=dns)
         topology = lab_up(settings, echo=typer.echo)
     except AmbitError as exc:
         typer.echo(f"ambit lab up: {exc}", err=True)
@@ -371,40 +353,47 @@ def controllers(directory: DirOption = DEFAULT_DIR) -> None:
 
 @lab.command()
 def restart(
-    component: Annotated[str, typer.Argument(help="What to restart: nodeproxy.")],
+    component: Annotated[str, typer.Argument(help="What to restart: nodeproxy, nodeagent or controlplane.")],
     node: Annotated[
-        list[str] | None, typer.Option("--node", help="Only this node (repeatable) [default: every node, in turn].")
+        list[str] | None,
+        typer.Option("--node", help="Refused: a DaemonSet rolls out over every node (see the command's help)."),
     ] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds the rollout may take before this fails.")] = 300.0,
     directory: DirOption = DEFAULT_DIR,
 ) -> None:
-    """Restart a supervised lab's node proxies without a gap: each new proxy starts beside the old one, takes over
-    its node's pods once ready, and the old one drains (a rolling update with surge)."""
-    from ambit.lab.cluster.handover import HandOverError, request_hand_over
+    """Restart a mesh component as on a cluster: `kubectl rollout restart` of its DaemonSet (ztunnel,
+    istio-cni-node) or Deployment (istiod) in istio-system, then wait as `kubectl rollout status` does. The node
+    proxies roll one node at a time, each new proxy started beside the old one and handed the node's pods once
+    ready, so no connection is refused. There is no per-node restart: Kubernetes rolls a DaemonSet over every node,
+    and deleting one node's pod instead leaves the node without a successor while the old proxy drains."""
+    from ambit.k8s import KubeClient, KubeClientError
+    from ambit.lab.cluster.restart import restart_workload
+    from ambit.lab.cluster.rollout import COMPONENTS, RolloutError
 
-    if component != "nodeproxy":
-        raise typer.BadParameter(f"{component!r}: only nodeproxy can be handed over", param_hint="COMPONENT")
+    workload = COMPONENTS.get(component)
+    if workload is None:
+        raise typer.BadParameter(f"{component!r}: one of {', '.join(COMPONENTS)}", param_hint="COMPONENT")
+    if node:
+        typer.echo(
+            "ambit lab restart: --node is refused: the mesh is installed, and a DaemonSet's rollout (kubectl rollout "
+            "restart) replaces the pod of every node, one node at a time, each new pod beside the old one. Nothing "
+            "restarts one node's pod with a successor; `kubectl delete pod` does it without one (the old proxy "
+            "drains, new connections wait for the new pod). Run it without --node.",
+            err=True,
+        )
+        raise typer.Exit(2)
     topology = _topology(directory)
-    if not topology.mesh:
-        typer.echo("ambit lab restart: this lab's mesh is not supervised (start it with --supervised)", err=True)
-        raise typer.Exit(1)
-    known = [n.name for n in topology.all_nodes()]
-    for name in node or []:
-        if name not in known:
-            raise typer.BadParameter(f"no node {name!r} (this lab has {', '.join(known)})", param_hint="--node")
-    for name in node or known:
-        try:
-            typer.echo(request_hand_over(topology.path, f"nodeproxy {name}"))
-        except HandOverError as exc:
-            typer.echo(f"ambit lab restart: nodeproxy {name}: {exc}", err=True)
-            raise typer.Exit(1) from None
 
+    async def run() -> float:
+        async with KubeClient.from_kubeconfig(topology.kubeconfig) as client:
+            return await restart_workload(client, workload, seconds=timeout, echo=typer.echo)
 
-@lab.command(hidden=True)
-def supervise(directory: DirOption = DEFAULT_DIR) -> None:
-    """Run the mesh daemons of every node and restart those that die (started by `ambit lab up --mesh`)."""
-    from ambit.lab.cluster.supervisor import run_supervisor
-
-    asyncio.run(run_supervisor(_topology(directory)))
+    try:
+        seconds = asyncio.run(run())
+    except (RolloutError, KubeClientError) as exc:
+        typer.echo(f"ambit lab restart: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"{workload} rolled out in {seconds:.1f} s")
 
 
 @lab.command()

@@ -332,11 +332,7 @@ def child_argv(sections: list[Section], filters: Filters, output: str, timeout: 
 
 
 def node_proxy_netns(topology: Topology, node: str) -> str:
-    """The node's own namespace when the lab runs the mesh as host processes; else its ztunnel pod's."""
-    if not topology.installed:
-        found = topology.node_named(node)
-        assert found is not None
-        return found.netns
+    """The network namespace of the node proxy on ``node``: its ztunnel pod's."""
     from ambit.k8s import KubeClient, KubeClientError, kinds
 
     async def pods() -> list[dict[str, Any]]:

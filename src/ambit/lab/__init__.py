@@ -9,8 +9,8 @@ Processes (all started by ``ambit lab up`` and recorded so that ``ambit lab down
 
 Subpackages, by domain:
 
-- :mod:`~ambit.lab.cluster`: bringing the lab up and down, its crash-safe record, the mesh daemons' supervisor,
-  and the long-running node and controllers processes;
+- :mod:`~ambit.lab.cluster`: bringing the lab up and down, its crash-safe record, the long-running node and
+  controllers processes, and restarting the installed mesh's components;
 - :mod:`~ambit.lab.network`: addresses and names (:mod:`~ambit.lab.network.topology`), the bridge and node
   namespaces, the runtime side of CNI (invoking plugins), and the Service rules;
 - :mod:`~ambit.lab.runtime`: the node runtime (the kubelet's role): pod workers, sandboxes, containers, probes,

@@ -22,16 +22,17 @@ The directory is inside the lab directory, which the lab's containers never see 
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
+import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
-from ambit.lab.mesh.accounts import component_kubeconfig
-from ambit.lab.mesh.config import write_if_changed
 from ambit.lab.network.topology import MAX_NODES, Topology
 
 CONTROLLERS = "system:kube-controller-manager"
@@ -137,3 +138,39 @@ def forget_node(topology: Topology, name: str) -> None:
     key = node_identity(name).key
     for path in (kubeconfig_for(topology, key), _token_path(topology, key)):
         path.unlink(missing_ok=True)
+
+
+def component_kubeconfig(admin_kubeconfig: Path, account: str, token_file: Path) -> dict[str, Any]:
+    """The admin kubeconfig's cluster, with the account's token file as the only credential."""
+    admin = yaml.safe_load(admin_kubeconfig.read_text())
+    cluster = admin["clusters"][0]
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [cluster],
+        "users": [{"name": account, "user": {"tokenFile": str(token_file)}}],
+        "contexts": [{"name": account, "context": {"cluster": cluster["name"], "user": account}}],
+        "current-context": account,
+        "preferences": {},
+    }
+
+
+def write_if_changed(path: Path, text: str, *, mode: int = 0o644) -> bool:
+    """Replace ``path`` with ``text`` atomically unless it already holds exactly that; True when replaced.
+
+    A new file gets ``mode`` from its creation on (a token is never readable by others, even briefly).
+    """
+    data = text.encode()
+    with contextlib.suppress(OSError):
+        if path.read_bytes() == data:
+            return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()  # a leftover from a crash may have another mode
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+    tmp.replace(path)
+    return True

@@ -17,8 +17,7 @@ pick the same number):
 5. Wait until the Node is Ready.
 
 When a step fails, what the add made is removed again (the runtime, its namespace, link and routes, its files) and
-``lab.json`` goes back to the old topology; the error says what failed. A lab whose mesh runs under the supervisor
-(``--supervised``) cannot grow: the supervisor starts node daemons only for the nodes it knew at start.
+``lab.json`` goes back to the old topology; the error says what failed.
 """
 
 from __future__ import annotations
@@ -73,11 +72,6 @@ def add_node(
     """Rules 1 to 5; ``taints`` None means the default (rule 4). The new node's addresses."""
     runner = runner or SubprocessRunner()
     with locked_lab(directory.resolve()) as topology:
-        if topology.mesh:
-            raise LabError(
-                "this lab runs the mesh under its supervisor (--supervised), which knows only the nodes it started "
-                "with; bring the lab up with the mesh installed (the default) to add nodes"
-            )
         if topology.removed:  # the lowest index a removed node left free
             index = topology.removed[0]
             grown = dataclasses.replace(topology, removed=topology.removed[1:])

@@ -3,7 +3,7 @@
 Theory of operation. Under the lab's exclusive lock (``<lab>/lab.lock``, shared with ``ambit lab node add``):
 
 1. Refusals first, before anything changes: an unknown node; the lab's last node (``ambit lab down`` removes a
-   lab); a lab whose mesh runs under the supervisor (it knows only the nodes it started with).
+   lab).
 2. Drain, as ``kubectl drain --ignore-daemonsets`` does: the Node is cordoned (``spec.unschedulable``), then
    every pod bound to it is evicted (``pods/eviction``, so the API server holds it to its PodDisruptionBudget),
    except DaemonSet pods (their controller would put them back while the Node exists) and pods the node runtime
@@ -77,8 +77,6 @@ def remove_node(
             raise LabError(f"no node {name!r} in this lab (its nodes: {known})")
         if topology.node_count <= 1:
             raise LabError(f"{name} is the lab's last node; `ambit lab down` removes the whole lab")
-        if topology.mesh:
-            raise LabError("this lab runs the mesh under its supervisor (--supervised), which cannot lose a node")
         asyncio.run(_drain(topology, name, force, drain_timeout, disable_eviction))
         terminate_processes(_runtime_pids(topology, name))
         left = asyncio.run(_pods_on(topology, name))

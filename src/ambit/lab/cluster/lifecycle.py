@@ -3,15 +3,14 @@
 Order of ``up``: topology (``lab.json``) → network (bridge, node namespaces, routes, CNI config) → the cluster's
 own identities (:mod:`ambit.lab.cluster.identities`: nodes, service proxy, controllers) → API server on the
 bridge address → istio-system and kube-system labelled Pod Security ``privileged`` (with the mesh's service
-accounts) → (with the mesh: the mesh CA in ``mesh/ca`` and an empty ``mesh/workloads.yaml``) →
-controllers (with the mesh they also keep ``mesh/workloads.yaml`` current) → one node runtime per node, inside the
-node's namespace → (with the mesh: ``ambit lab supervise``, which starts each node's agent and proxy and restarts
-them when they die, see :mod:`ambit.lab.cluster.supervisor`) → wait until every Node is Ready → cluster DNS
-(``deploy/lab-dns``, :mod:`ambit.lab.dns.install`), available before ``up`` returns → (``--install``: the mesh).
-Each process is started in its own session (it outlives ``ambit lab up``) and recorded with its start time.
-``down`` is the lab record's sweep plus a scan for lab processes by command line (a process started just before a
-crash, not yet recorded, is found that way), then the lab directory. The supervisor is stopped first, so that it
-does not restart what ``down`` stops. Both are safe to run again.
+accounts) → controllers → one node runtime per node, inside the node's namespace → wait until every Node is Ready
+→ cluster DNS (``deploy/lab-dns``, :mod:`ambit.lab.dns.install`), available before ``up`` returns → (unless
+``--no-mesh``: the mesh, installed from ``deploy/overlays/lab`` as on a cluster, :mod:`ambit.lab.mesh.install`).
+The lab runs no mesh component itself: the control plane, node agents and node proxies are the pods of a
+Deployment and DaemonSets. Each process is started in its own session (it outlives ``ambit lab up``) and recorded
+with its start time. ``down`` is the lab record's sweep plus a scan for lab processes by command line (a process
+started just before a crash, not yet recorded, is found that way), then the lab directory. Both are safe to run
+again.
 """
 
 from __future__ import annotations
@@ -50,8 +49,6 @@ class LabSettings:
     """How many nodes."""
     ready_timeout: float = 60.0
     """Seconds to wait for the API server and the nodes."""
-    mesh: bool = False
-    """Also run the mesh's node agent and node proxy on every node (``ambit lab up --mesh``)."""
     install: bool = False
     """Install the mesh from ``deploy/overlays/lab`` once the nodes are Ready (:mod:`ambit.lab.mesh.install`)."""
     dns: bool = True
@@ -92,7 +89,7 @@ def lab_up(
     if existing is not None:
         raise LabError(f"a lab is already up in {directory} (lab {existing.lab_id}); run `ambit lab down` first")
     try:
-        topology = Topology.new(settings.nodes, directory, mesh=settings.mesh, installed=settings.install)
+        topology = Topology.new(settings.nodes, directory, installed=settings.install)
     except ValueError as exc:
         raise LabError(str(exc)) from None
     topology.save()
@@ -103,9 +100,6 @@ def lab_up(
         _start_apiserver(topology, record, settings.ready_timeout)
         write_kubeconfigs(topology)
         _prepare_namespaces(topology)
-        if settings.mesh:
-            _prepare_mesh(topology)
-            _register_webhook(topology)
         start_process(
             ambit_argv("lab", "controllers", "--dir", str(directory)),
             directory / "logs" / "controllers.log",
@@ -114,13 +108,6 @@ def lab_up(
         )
         for node in topology.all_nodes():
             start_node_runtime(topology, node, record)
-        if settings.mesh:
-            start_process(
-                ambit_argv("lab", "supervise", "--dir", str(directory)),
-                directory / "logs" / "supervisor.log",
-                record,
-                "supervisor",
-            )
         wait_for_nodes(topology, settings.ready_timeout)
         if settings.dns:
             _install_dns(topology, echo or (lambda line: None))
@@ -191,41 +178,6 @@ def _prepare_namespaces(topology: Topology) -> None:
             await prepare_system_namespaces(client)
 
     asyncio.run(prepare())
-
-
-def _register_webhook(topology: Topology) -> None:
-    """Create the supervised control plane's webhook configuration as an installer would (the control plane may
-    only update it): its URL on the lab bridge, the lab's mesh root as the CA bundle."""
-    import asyncio
-
-    from ambit.controlplane.webhook.registration import register_webhook
-    from ambit.identity.localca import ROOT_NAME
-    from ambit.k8s import KubeClient
-    from ambit.lab.cluster.supervisor import WEBHOOK_PORT
-
-    root = (topology.mesh_ca_dir / f"{ROOT_NAME}.crt").read_bytes()
-
-    async def register() -> None:
-        async with KubeClient.from_kubeconfig(topology.kubeconfig) as client:
-            await register_webhook(client, f"https://{BRIDGE_ADDRESS}:{WEBHOOK_PORT}/validate", root)
-
-    try:
-        asyncio.run(register())
-    except AmbitError as exc:
-        raise LabError(f"registering the control plane's webhook failed: {exc}") from None
-
-
-def _prepare_mesh(topology: Topology) -> None:
-    """The mesh's CA and an empty config file, before any node proxy starts (they read both at start-up)."""
-    from ambit.controlplane.translate import translate
-    from ambit.identity.localca import ROOT_COMMON_NAME, ROOT_NAME
-    from ambit.lab.mesh.config import write_if_changed
-    from ambit.model.localconfig import render_local_config
-    from ambit.tls.certs import load_or_create_ca
-
-    # The same directory and names as the node proxies' LocalCa, so that they all share this root.
-    load_or_create_ca(topology.mesh_ca_dir, ROOT_NAME, ROOT_COMMON_NAME, time.time())
-    write_if_changed(topology.mesh_config_file, render_local_config(translate((), (), (), ())))
 
 
 def _start_apiserver(topology: Topology, record: Record, timeout: float) -> None:
@@ -316,28 +268,17 @@ def lab_down(directory: Path, runner: CommandRunner | None = None) -> list[str]:
 
 
 def _kill_lab_processes(directory: Path) -> list[str]:
-    """The lab's own daemons (API server, controllers, node runtimes, mesh daemons), found by their command lines."""
+    """The lab's own daemons (API server, controllers, node runtimes), found by their command lines."""
     wanted = {str(directory).encode(), str(directory / "apiserver").encode()}
     dir_options = {b"--dir", b"--lab-dir", b"--data-dir"}
     found: list[int] = []
-    supervisors: list[int] = []
     for pid, args in ambit_processes():
         if not any(arg in wanted and i > 0 and args[i - 1] in dir_options for i, arg in enumerate(args)):
             continue
-        if b"lab" in args and b"supervise" in args:
-            supervisors.append(pid)
-        elif (
-            b"apiserver" in args
-            or b"nodeagent" in args
-            or b"nodeproxy" in args
-            or b"controlplane" in args
-            or (b"lab" in args and (b"node" in args or b"controllers" in args))
-        ):
+        if b"apiserver" in args or (b"lab" in args and (b"node" in args or b"controllers" in args)):
             found.append(pid)
-    # The supervisor goes first (it stops the mesh daemons it started); the rest are then signalled together.
-    terminate_processes(supervisors)
     terminate_processes(found)
-    return [f"process {pid}" for pid in supervisors + found]
+    return [f"process {pid}" for pid in found]
 
 
 def ambit_processes() -> Iterator[tuple[int, list[bytes]]]:

@@ -156,8 +156,7 @@ async def run_node(topology: Topology, node_name: str, taints: tuple[NodeTaint, 
 
 
 async def run_controllers_for(topology: Topology) -> None:
-    """The scheduler, Deployment/ReplicaSet and EndpointSlice controllers, against the lab's API server; with the
-    mesh, also the writer of the mesh config file (:mod:`ambit.lab.mesh.config`)."""
+    """The scheduler, Deployment/ReplicaSet and EndpointSlice controllers, against the lab's API server."""
     from ambit.lab.controllers.manager import ControllerManager
     from ambit.lab.controllers.settings import ControllerSettings
 
@@ -165,14 +164,6 @@ async def run_controllers_for(topology: Topology) -> None:
     async with (
         KubeClient.from_kubeconfig(kubeconfig_for(topology, "controllers")) as client,
         ControllerManager(client, ControllerSettings(load_balancer_cidr=LOAD_BALANCER_CIDR)),
-        contextlib.AsyncExitStack() as stack,
     ):
-        if topology.mesh:
-            # A node proxy started without an xDS address reads the mesh's workloads from this file. The writer
-            # is the lab's, not a kube controller: it reads the mesh's kinds with the admin kubeconfig.
-            from ambit.lab.mesh.config import MeshConfigSettings, MeshConfigWriter
-
-            admin = await stack.enter_async_context(KubeClient.from_kubeconfig(topology.kubeconfig))
-            await stack.enter_async_context(MeshConfigWriter(admin, MeshConfigSettings(topology.mesh_config_file)))
         log.info("controllers of lab %s are running", topology.lab_id)
         await _until_signalled()

@@ -1,3 +1,3 @@
-"""The mesh inside the lab: the node proxies' config file kept current from the cluster (:mod:`.config`) and the
-node proxies' credentials as a cluster gives them to ztunnel (:mod:`.identity`).
+"""The mesh inside the lab: its system namespaces (:mod:`.accounts`) and its installation from
+``deploy/overlays/lab`` as on a cluster (:mod:`.install`).
 """

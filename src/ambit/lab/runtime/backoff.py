@@ -1,8 +1,7 @@
 """Restart back-off: how long to wait before starting again something that exited (pure).
 
-One policy for the lab's two restarters: the supervisor that keeps the mesh's daemons running
-(:mod:`ambit.lab.cluster.supervisor`) and the pod worker that restarts containers (:mod:`ambit.lab.runtime.containers`,
-the kubelet's CrashLoopBackOff). They differ only in their constants and in whether the first restart waits.
+The policy of the pod worker that restarts containers (:mod:`ambit.lab.runtime.containers`, the kubelet's
+CrashLoopBackOff), with its constants and whether the first restart waits as parameters.
 
 Rules (:class:`RestartBackoff`; bookkeeping only, the caller passes the times and sleeps):
 
