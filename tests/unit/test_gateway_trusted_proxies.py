@@ -15,8 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ambit.controlplane.translate import translate_all
-from ambit.controlplane.translate.meshconfig import MeshConfigError, parse_mesh_config
 from ambit.controlplane.translate.gateway_topology import gateway_trusted_proxies, num_trusted_proxies
+from ambit.controlplane.translate.meshconfig import MeshConfigError, parse_mesh_config
 from ambit.model.policy import Action, Clause, Match, Policy, Rule, Scope
 from ambit.rbac import Applicable, Connection, decide
 from ambit.waypoint.authorization import request_of
