@@ -8,9 +8,10 @@ answer goes) and its version (``RequestStarted.version``). :func:`serve_request`
 0. replaces the client's ``x-forwarded-client-cert`` with what the waypoint verified
    (:func:`ambit.waypoint.client_cert.plan_client_cert`: removed, or the peer's identity when the waypoint's
    Gateway asks for it; an ingress gateway's connection by its mode,
-   :func:`~ambit.waypoint.client_cert.plan_forwarded_client_cert`), so authentication, policies, routes and the backend see only that; then authenticates
-   the request (RequestAuthentication, :func:`ambit.waypoint.authn.plan_authentication`): a token
-   that no rule accepts is answered 401 with Envoy's reason, before anything else; then authorizes it
+   :func:`~ambit.waypoint.client_cert.plan_forwarded_client_cert`), so authentication, policies, routes and the
+   backend see only that; then authenticates the request (RequestAuthentication,
+   :func:`ambit.waypoint.authn.plan_authentication`): a token that no rule accepts is answered 401 with Envoy's
+   reason, before anything else; then authorizes it
    (:func:`ambit.waypoint.authorization.check_request`, with the token's identity): a denied request is answered
    403 ``RBAC: access denied`` with flag ``RBAC`` and the matched policy in the log line's error. The rest sees
    the request as authentication left it (the token removed unless ``forwardOriginalToken``, output headers set,

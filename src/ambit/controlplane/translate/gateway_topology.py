@@ -106,9 +106,7 @@ def forward_client_cert(proxy_config: Mapping[str, Any], where: str) -> ForwardC
     return found
 
 
-def _from_annotation(
-    annotations: Any, where: str, read: Callable[[Mapping[str, Any], str], T | None]
-) -> T | None:
+def _from_annotation(annotations: Any, where: str, read: Callable[[Mapping[str, Any], str], T | None]) -> T | None:
     text = annotations.get(PROXY_CONFIG_ANNOTATION) if isinstance(annotations, Mapping) else None
     if not isinstance(text, str) or len(text) > MAX_ANNOTATION_BYTES:
         return None

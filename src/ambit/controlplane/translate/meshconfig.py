@@ -49,11 +49,11 @@ from typing import Any, TypeVar
 
 import yaml
 
-from ambit.controlplane.translate.skips import ObjectKind, Skipped, skipped
 from ambit.controlplane.translate.gateway_topology import forward_client_cert, num_trusted_proxies
+from ambit.controlplane.translate.skips import ObjectKind, Skipped, skipped
 from ambit.errors import AmbitError
-from ambit.model.ingress import ForwardClientCert
 from ambit.model import untrusted_yaml
+from ambit.model.ingress import ForwardClientCert
 from ambit.model.labels import (
     SPEC_OPERATORS,
     LabelSelector,
