@@ -691,6 +691,7 @@ class IngressGateway(Waypoint):
             "listening": self.listening_ports(),
             "tunnelListening": self.tunnel_listening_ports(),
             "updates": self.config_updates,
+            "forwardClientCert": config.forward_client_cert.value,
             "connection_refusals": dict(sorted(self.connection_refusals.items())),
         }
         return dump
