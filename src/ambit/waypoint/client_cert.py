@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 import urllib.parse
 from dataclasses import dataclass
 
@@ -111,22 +112,24 @@ class ClientCertificate:
     """The URI SANs of the certificate the gateway presented on this connection."""
 
 
-_PLAIN = frozenset(chr(c) for c in range(0x21, 0x7F)) - frozenset(',;="\\')
+_PLAIN = re.compile(r"[!#-+\--:<>-\[\]-~]+")
+"""Printable ASCII but space and ``,;="\\``: a value made only of these goes unquoted."""
+_ESCAPE = re.compile(r"[^ !#-\[\]-~]")
+"""What rule 10 escapes inside quotes: ``"``, ``\\`` and anything outside printable ASCII."""
+
+
+def _escaped(match: re.Match[str]) -> str:
+    c = match.group()
+    if c in ('"', "\\"):
+        return "\\" + c
+    return "".join(f"%{b:02X}" for b in c.encode("utf-8", "surrogatepass"))
 
 
 def _value(text: str, *, quote: bool = False) -> str:
     """Rule 10: ``text`` as an XFCC value that cannot end its element early."""
-    if not quote and text and all(c in _PLAIN for c in text):
+    if not quote and _PLAIN.fullmatch(text):
         return text
-    out = []
-    for c in text:
-        if c in ('"', "\\"):
-            out.append("\\" + c)
-        elif " " <= c <= "~":
-            out.append(c)
-        else:
-            out.append("".join(f"%{b:02X}" for b in c.encode("utf-8", "surrogatepass")))
-    return '"' + "".join(out) + '"'
+    return '"' + _ESCAPE.sub(_escaped, text) + '"'
 
 
 def _subject_text(name: x509.Name) -> str:
@@ -157,6 +160,7 @@ def describe_client_certificate(der: bytes, by: tuple[str, ...] = ()) -> ClientC
     return ClientCertificate(hashlib.sha256(der).hexdigest(), urllib.parse.quote(pem, safe=""), subject, uris, dns, by)
 
 
+@functools.lru_cache(maxsize=1024)
 def edge_element(client: ClientCertificate) -> str:
     """Rule 9's element, its values quoted by rule 10."""
     parts = [f"By={_value(uri)}" for uri in client.by]
