@@ -179,3 +179,28 @@ async def test_append_forward_keeps_a_mutual_tls_client_s_header_and_appends_its
 async def test_always_forward_only_passes_the_client_s_header_untouched_even_on_plain_http(rig: IngressRig) -> None:
     assert await seen_by_backend(rig.port("mtls"), PARTNER) == [FORGED]
     assert await seen_by_backend(rig.port("plain"), None, tls=False) == [FORGED]
+
+
+@pytest.mark.parametrize("rig", [None], indirect=True)
+async def test_curl_over_http2_with_a_client_certificate_gets_the_same_element_and_never_its_forgery(
+    rig: IngressRig, tmp_path: Path
+) -> None:
+    """The e2e's request on loopback: ``curl --http2`` (ALPN ``h2``, so the gateway's HTTP/2 shell) with the client
+    certificate and a forged header."""
+    files = {name: tmp_path / name for name in ("ca.pem", "client.crt", "client.key")}
+    files["ca.pem"].write_bytes(SERVER_CA.cert_pem)
+    files["client.crt"].write_bytes(PARTNER.cert_pem)
+    files["client.key"].write_bytes(PARTNER.key_pem)
+    port = rig.port("mtls")
+    process = await asyncio.create_subprocess_exec(
+        "curl", "-sS", "--http2", "--max-time", "10", "--cacert", str(files["ca.pem"]),
+        "--cert", str(files["client.crt"]), "--key", str(files["client.key"]),
+        "--resolve", f"web.example.com:{port}:127.0.0.1", "-H", f"X-Forwarded-Client-Cert: {FORGED}",
+        "-w", "\n%{http_version}", f"https://web.example.com:{port}/h2",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(process.communicate(), 20)
+    assert process.returncode == 0, err.decode()
+    body, _, version = out.decode().rpartition("\n")
+    assert version == "2"
+    assert json.loads(body)["headers"].get("x-forwarded-client-cert") == partner_element()
