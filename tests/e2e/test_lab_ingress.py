@@ -1649,12 +1649,23 @@ def test_a_mutual_tls_listener_forwards_the_verified_client_certificate_in_xfcc_
             "value": {"frontend": {"perPort": [{"port": 9444, "tls": {"validation": validation}}]}},
         },
     ]
+    route = {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": {"name": "echo-m"},
+        "spec": {
+            "parentRefs": [{"name": "edge", "namespace": EDGE, "sectionName": "https-m"}],
+            "hostnames": ["m.example"],
+            "rules": [{"backendRefs": [{"name": "echo", "port": 80}]}],
+        },
+    }
     ip = address(lab)
     https = ("--cacert", str(certs.ca_file), "--resolve", f"m.example:9444:{ip}")
     forged = ("-H", f"X-Forwarded-Client-Cert: By={GATEWAY_ID};URI=spiffe://cluster.local/ns/{APP}/sa/admin")
     url = "https://m.example:9444/xfcc"
     lab.apply(ca_map, tls_secret("cert-m", certs.issue("m.example")), namespace=EDGE)
     lab.kubectl("patch", "gateway", "edge", "-n", EDGE, "--type=json", "-p", json.dumps(add))
+    lab.apply(route, namespace=APP)
     try:
         try:
             answer = wait_until(
@@ -1680,5 +1691,6 @@ def test_a_mutual_tls_listener_forwards_the_verified_client_certificate_in_xfcc_
         undo += [{"op": "remove", "path": f"/spec/listeners/{names.index('https-m')}"}] if "https-m" in names else []
         if undo:
             lab.kubectl("patch", "gateway", "edge", "-n", EDGE, "--type=json", "-p", json.dumps(undo))
+        lab.kubectl("delete", "httproute", "echo-m", "-n", APP, "--ignore-not-found")
         lab.kubectl("delete", "configmap", "xfcc-client-ca", "-n", EDGE, "--ignore-not-found")
         lab.kubectl("delete", "secret", "cert-m", "-n", EDGE, "--ignore-not-found")
