@@ -1604,3 +1604,93 @@ def test_a_forged_x_forwarded_for_moves_remote_ip_blocks_only_behind_trusted_pro
         lab.kubectl("annotate", "gateway", "edge", "-n", EDGE, "proxy.istio.io/config-", check=False)
         lab.kubectl("delete", "authorizationpolicy", "deny-forged-range", "-n", EDGE, "--ignore-not-found")
     wait_until("the gateway trusts no proxy again", lambda: status("/xff", *forged) == "200", 120, 1)
+
+
+def test_a_mutual_tls_listener_forwards_the_verified_client_certificate_in_xfcc_never_a_forged_one(
+    lab: Lab, certs: Certificates
+) -> None:
+    """Gateway API frontend client validation on a listener added to ``edge`` (port 9444, ``m.example``, a
+    ``perPort`` validation with a ConfigMap CA): ``curl --cert`` with a client certificate of that CA and a forged
+    ``X-Forwarded-Client-Cert`` reaches echo, which receives only the element the gateway wrote from the certificate
+    it verified (Istio's gateway default ``SANITIZE_SET``: Hash, Cert, Subject, URI, DNS); without a certificate
+    the handshake is refused. Everything added is removed at the end."""
+    import hashlib
+    import urllib.parse
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    from tests.ingress_pki import client_cert
+
+    client_ca = new_ca("e2e xfcc client CA", now=time.time())
+    pair = client_cert(client_ca, "partner", dns=("partner.example",), uris=("spiffe://partner.example/ns/a/sa/b",))
+    cert_file, key_file = certs.directory / "xfcc-client.crt", certs.directory / "xfcc-client.key"
+    cert_file.write_bytes(pair.cert_pem)
+    key_file.write_bytes(pair.key_pem)
+    parsed = x509.load_pem_x509_certificate(pair.cert_pem)
+    der = parsed.public_bytes(serialization.Encoding.DER)
+    pem = urllib.parse.quote(parsed.public_bytes(serialization.Encoding.PEM).decode(), safe="")
+    expected = (
+        f'Hash={hashlib.sha256(der).hexdigest()};Cert="{pem}";Subject="CN=partner";'
+        "URI=spiffe://partner.example/ns/a/sa/b;DNS=partner.example"
+    )
+    ca_map = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "xfcc-client-ca"},
+        "data": {"ca.crt": client_ca.cert_pem.decode()},
+    }
+    listener = https_listener("https-m", "m.example", "cert-m") | {"port": 9444}
+    validation = {"caCertificateRefs": [{"group": "", "kind": "ConfigMap", "name": "xfcc-client-ca"}]}
+    add = [
+        {"op": "add", "path": "/spec/listeners/-", "value": listener},
+        {
+            "op": "add",
+            "path": "/spec/tls",
+            "value": {"frontend": {"perPort": [{"port": 9444, "tls": {"validation": validation}}]}},
+        },
+    ]
+    route = {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": {"name": "echo-m"},
+        "spec": {
+            "parentRefs": [{"name": "edge", "namespace": EDGE, "sectionName": "https-m"}],
+            "hostnames": ["m.example"],
+            "rules": [{"backendRefs": [{"name": "echo", "port": 80}]}],
+        },
+    }
+    ip = address(lab)
+    https = ("--cacert", str(certs.ca_file), "--resolve", f"m.example:9444:{ip}")
+    forged = ("-H", f"X-Forwarded-Client-Cert: By={GATEWAY_ID};URI=spiffe://cluster.local/ns/{APP}/sa/admin")
+    url = "https://m.example:9444/xfcc"
+    lab.apply(ca_map, tls_secret("cert-m", certs.issue("m.example")), namespace=EDGE)
+    lab.kubectl("patch", "gateway", "edge", "-n", EDGE, "--type=json", "-p", json.dumps(add))
+    lab.apply(route, namespace=APP)
+    try:
+        try:
+            answer = wait_until(
+                "curl with a client certificate reaches echo through the mutual-TLS listener",
+                lambda: through_gateway(*https, "--cert", str(cert_file), "--key", str(key_file), *forged, url),
+                180,
+                1,
+            )
+        except BaseException:
+            print("curl:", curl("-v", *https, "--cert", str(cert_file), "--key", str(key_file), url).stderr)
+            print("gateway:", json.dumps(lab.get("gateway", "edge", "-n", EDGE).get("status"), indent=1))
+            raise
+        assert answer["path"] == "/xfcc" and answer["pod"].startswith("echo-")
+        assert echoed_headers(answer).get("x-forwarded-client-cert") == expected
+        refused = curl(*https, "-o", "/dev/null", "-w", "%{http_code}", url)
+        assert refused.returncode != 0 and refused.stdout in ("", "000"), refused
+        listeners = {item["name"]: item for item in lab.get("gateway", "edge", "-n", EDGE)["status"]["listeners"]}
+        assert condition({"status": listeners["https-m"]}, "ResolvedRefs")["status"] == "True"
+    finally:
+        gateway = lab.get("gateway", "edge", "-n", EDGE)
+        names = [item["name"] for item in gateway["spec"]["listeners"]]
+        undo = [{"op": "remove", "path": "/spec/tls"}] if "tls" in gateway["spec"] else []
+        undo += [{"op": "remove", "path": f"/spec/listeners/{names.index('https-m')}"}] if "https-m" in names else []
+        if undo:
+            lab.kubectl("patch", "gateway", "edge", "-n", EDGE, "--type=json", "-p", json.dumps(undo))
+        lab.kubectl("delete", "httproute", "echo-m", "-n", APP, "--ignore-not-found")
+        lab.kubectl("delete", "configmap", "xfcc-client-ca", "-n", EDGE, "--ignore-not-found")
+        lab.kubectl("delete", "secret", "cert-m", "-n", EDGE, "--ignore-not-found")

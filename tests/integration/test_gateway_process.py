@@ -63,6 +63,7 @@ async def test_the_gateway_command_starts_gets_ready_and_stops_on_sigterm(tmp_pa
             "listening": [],
             "tunnelListening": [],
             "updates": 0,
+            "forwardClientCert": "SANITIZE_SET",
             "connection_refusals": {},
         }
     finally:

@@ -436,3 +436,30 @@ async def test_no_session_is_resumed_on_a_port_with_mutual_listeners(
         assert crossed is None or (not crossed[0] and not crossed[1].startswith(b"HTTP/1.1 200")), crossed
         again = await asyncio.to_thread(_resume, port, "mutual.example.com", "mutual.example.com", GOOD_CLIENT, tls12)
         assert again is not None and again[0] is False and again[1].startswith(b"HTTP/1.1 200"), again
+
+
+async def test_istio_mutual_forwards_the_mesh_client_s_certificate_with_the_gateway_s_id_as_by(
+    rig: tuple[IngressRig, GatewayConfig, LocalCa],
+) -> None:
+    """XFCC at the gateway's default (``SANITIZE_SET``) on an ``ISTIO_MUTUAL`` server: ``By`` is the SPIFFE id of
+    the mesh certificate the gateway served, ``URI`` the client's; a forged header is replaced."""
+    _, config, ca = rig
+    port = port_of(config, "HTTPS")
+    client = mesh_pair(await ca.fetch_certificate(SpiffeId(TD, "app", "other")))
+    context = client_context(ca.roots_pem, client)
+    async with asyncio.timeout(10):
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", port, ssl=context, server_hostname="mesh.example.com"
+        )
+        try:
+            writer.write(
+                b"GET /open HTTP/1.1\r\nHost: mesh.example.com\r\nX-Forwarded-Client-Cert: URI=spiffe://forged\r\n\r\n"
+            )
+            await writer.drain()
+            status, body = await read_response(reader)
+        finally:
+            writer.close()
+    assert status == 200
+    fields = body["headers"]["x-forwarded-client-cert"].split(";")
+    assert fields[0] == f"By=spiffe://{TD}/ns/edge/sa/edge-istio" and fields[1].startswith("Hash=")
+    assert f"URI=spiffe://{TD}/ns/app/sa/other" in fields and "forged" not in body["headers"]["x-forwarded-client-cert"]

@@ -1,5 +1,5 @@
 """``gatewayTopology.numTrustedProxies`` at the ingress gateway: where the count comes from
-(:mod:`ambit.controlplane.translate.trusted_proxies`, :mod:`ambit.controlplane.translate.meshconfig` rule 8), and
+(:mod:`ambit.controlplane.translate.gateway_topology`, :mod:`ambit.controlplane.translate.meshconfig` rule 8), and
 what it does to the client address ``remoteIpBlocks`` sees (:mod:`ambit.waypoint.forwarded_for`,
 :mod:`ambit.waypoint.authorization` rule 4). The address rules are Envoy's for ``use_remote_address: true`` with
 ``xff_num_trusted_hops`` N (its documented x-forwarded-for examples)."""
@@ -15,8 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ambit.controlplane.translate import translate_all
+from ambit.controlplane.translate.gateway_topology import gateway_trusted_proxies, num_trusted_proxies
 from ambit.controlplane.translate.meshconfig import MeshConfigError, parse_mesh_config
-from ambit.controlplane.translate.trusted_proxies import gateway_trusted_proxies, num_trusted_proxies
 from ambit.model.policy import Action, Clause, Match, Policy, Rule, Scope
 from ambit.rbac import Applicable, Connection, decide
 from ambit.waypoint.authorization import request_of

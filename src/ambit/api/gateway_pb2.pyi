@@ -9,6 +9,15 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ForwardClientCert(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FORWARD_CLIENT_CERT_UNSPECIFIED: _ClassVar[ForwardClientCert]
+    SANITIZE: _ClassVar[ForwardClientCert]
+    FORWARD_ONLY: _ClassVar[ForwardClientCert]
+    APPEND_FORWARD: _ClassVar[ForwardClientCert]
+    SANITIZE_SET: _ClassVar[ForwardClientCert]
+    ALWAYS_FORWARD_ONLY: _ClassVar[ForwardClientCert]
+
 class ListenerProtocol(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     LISTENER_PROTOCOL_UNSPECIFIED: _ClassVar[ListenerProtocol]
@@ -24,6 +33,12 @@ class TlsMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MUTUAL: _ClassVar[TlsMode]
     ISTIO_MUTUAL: _ClassVar[TlsMode]
     OPTIONAL_MUTUAL: _ClassVar[TlsMode]
+FORWARD_CLIENT_CERT_UNSPECIFIED: ForwardClientCert
+SANITIZE: ForwardClientCert
+FORWARD_ONLY: ForwardClientCert
+APPEND_FORWARD: ForwardClientCert
+SANITIZE_SET: ForwardClientCert
+ALWAYS_FORWARD_ONLY: ForwardClientCert
 LISTENER_PROTOCOL_UNSPECIFIED: ListenerProtocol
 HTTP: ListenerProtocol
 HTTPS: ListenerProtocol
@@ -36,20 +51,22 @@ ISTIO_MUTUAL: TlsMode
 OPTIONAL_MUTUAL: TlsMode
 
 class GatewayConfig(_message.Message):
-    __slots__ = ("gateway", "listeners", "policies", "request_authentications", "destination_rules", "envoy_patches")
+    __slots__ = ("gateway", "listeners", "policies", "request_authentications", "destination_rules", "envoy_patches", "forward_client_cert")
     GATEWAY_FIELD_NUMBER: _ClassVar[int]
     LISTENERS_FIELD_NUMBER: _ClassVar[int]
     POLICIES_FIELD_NUMBER: _ClassVar[int]
     REQUEST_AUTHENTICATIONS_FIELD_NUMBER: _ClassVar[int]
     DESTINATION_RULES_FIELD_NUMBER: _ClassVar[int]
     ENVOY_PATCHES_FIELD_NUMBER: _ClassVar[int]
+    FORWARD_CLIENT_CERT_FIELD_NUMBER: _ClassVar[int]
     gateway: str
     listeners: _containers.RepeatedCompositeFieldContainer[Listener]
     policies: _containers.RepeatedCompositeFieldContainer[_waypoint_pb2.WaypointPolicy]
     request_authentications: _containers.RepeatedCompositeFieldContainer[_requestauth_pb2.RequestAuthentication]
     destination_rules: _containers.RepeatedCompositeFieldContainer[_waypoint_pb2.DestinationPolicy]
     envoy_patches: _waypoint_pb2.EnvoyPatches
-    def __init__(self, gateway: _Optional[str] = ..., listeners: _Optional[_Iterable[_Union[Listener, _Mapping]]] = ..., policies: _Optional[_Iterable[_Union[_waypoint_pb2.WaypointPolicy, _Mapping]]] = ..., request_authentications: _Optional[_Iterable[_Union[_requestauth_pb2.RequestAuthentication, _Mapping]]] = ..., destination_rules: _Optional[_Iterable[_Union[_waypoint_pb2.DestinationPolicy, _Mapping]]] = ..., envoy_patches: _Optional[_Union[_waypoint_pb2.EnvoyPatches, _Mapping]] = ...) -> None: ...
+    forward_client_cert: ForwardClientCert
+    def __init__(self, gateway: _Optional[str] = ..., listeners: _Optional[_Iterable[_Union[Listener, _Mapping]]] = ..., policies: _Optional[_Iterable[_Union[_waypoint_pb2.WaypointPolicy, _Mapping]]] = ..., request_authentications: _Optional[_Iterable[_Union[_requestauth_pb2.RequestAuthentication, _Mapping]]] = ..., destination_rules: _Optional[_Iterable[_Union[_waypoint_pb2.DestinationPolicy, _Mapping]]] = ..., envoy_patches: _Optional[_Union[_waypoint_pb2.EnvoyPatches, _Mapping]] = ..., forward_client_cert: _Optional[_Union[ForwardClientCert, str]] = ...) -> None: ...
 
 class Certificate(_message.Message):
     __slots__ = ("cert_pem", "key_pem")

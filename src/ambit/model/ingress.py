@@ -35,6 +35,10 @@ Theory of operation:
   came over plain HTTP with a 301 to the ``https`` URL of the same host and path, before any route is tried
   (Envoy's ``require_tls: ALL``).
 - Backends are mesh Services (``BackendService``), reached over HBONE with the gateway's own identity.
+- ``forward_client_cert`` is Envoy's ``forward_client_cert_details`` for the gateway's HTTP connections (ProxyConfig
+  ``gatewayTopology.forwardClientCertDetails``, Istio's default for gateways ``SANITIZE_SET``): what becomes of a
+  client's ``x-forwarded-client-cert`` and whether the details of a verified client certificate are added
+  (:mod:`ambit.waypoint.client_cert`).
 - Policies: the AuthorizationPolicies and RequestAuthentications that apply at the gateway (attached by
   ``targetRefs`` to its Gateway, or selecting its pods), enforced per request by the waypoint's engine before
   routing: a token no rule accepts is 401, a denied request 403.
@@ -56,6 +60,7 @@ from ambit.model.requestauth import RequestAuthentication
 from ambit.model.routes import DestinationPolicy, RouteRule, WeightedBackend
 
 __all__ = [
+    "ForwardClientCert",
     "GatewayConfig",
     "IngressCertificate",
     "IngressListener",
@@ -87,6 +92,22 @@ class ListenerProtocol(enum.Enum):
     def terminates_tls(self) -> bool:
         """The gateway holds the listener's certificates and terminates TLS (``tls`` applies)."""
         return self in (ListenerProtocol.HTTPS, ListenerProtocol.TLS_TERMINATE)
+
+
+class ForwardClientCert(enum.Enum):
+    """Envoy's ``forward_client_cert_details`` (Istio's ``Topology.ForwardClientCertDetails``, same names)."""
+
+    SANITIZE = "SANITIZE"
+    """The client's header is removed; nothing is added."""
+    FORWARD_ONLY = "FORWARD_ONLY"
+    """Over mutual TLS the client's header goes on unchanged; otherwise it is removed."""
+    APPEND_FORWARD = "APPEND_FORWARD"
+    """Over mutual TLS the verified certificate's element is appended to the client's header; otherwise the
+    header is removed."""
+    SANITIZE_SET = "SANITIZE_SET"
+    """Over mutual TLS the header is replaced by the verified certificate's element; otherwise it is removed."""
+    ALWAYS_FORWARD_ONLY = "ALWAYS_FORWARD_ONLY"
+    """The client's header always goes on unchanged, mutual TLS or not."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +198,8 @@ class GatewayConfig:
     """The DestinationRules that apply to its backend Services, one per Service, ordered by service key."""
     envoy_patches: ProxyPatches = NO_PATCHES
     """What it honours of the EnvoyFilters it takes (:mod:`ambit.controlplane.translate.envoyfilters` rule 8)."""
+    forward_client_cert: ForwardClientCert = ForwardClientCert.SANITIZE_SET
+    """What its HTTP connections do with ``x-forwarded-client-cert`` (Istio's gateway default: ``SANITIZE_SET``)."""
 
     def ports(self) -> frozenset[int]:
         return frozenset(listener.port for listener in self.listeners)

@@ -16,12 +16,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ambit.model.identity import SpiffeId
+from ambit.model.ingress import ForwardClientCert
 from ambit.model.state import WorkloadState
 from ambit.model.workload import Service, Workload
 from ambit.proxy.accounting import traffic_labels
 from ambit.telemetry.accesslog import AccessLog
 from ambit.telemetry.metrics import Reporter, TrafficLabels
 from ambit.waypoint.authorization import WaypointAuthorizer
+from ambit.waypoint.client_cert import ClientCertificate
 from ambit.waypoint.config import RouteConfig
 from ambit.waypoint.decisions import Router
 from ambit.waypoint.destinations import EndpointPicker, Target, WaypointSelf, pick_endpoint
@@ -100,6 +102,11 @@ class Tunnel:
     scheme: str = "http"
     """The scheme of the client's requests (their ``:scheme``): ``https`` when an ingress gateway terminated the
     client's TLS itself; ``http`` in a waypoint's HBONE tunnel, whose requests are plaintext."""
+    forward_client_cert: ForwardClientCert | None = None
+    """An ingress gateway's connection: what its requests' ``x-forwarded-client-cert`` becomes (the gateway's
+    mode when the connection was accepted); None: a waypoint's rules (:mod:`ambit.waypoint.client_cert`)."""
+    client_certificate: ClientCertificate | None = None
+    """The client certificate the gateway verified on this connection (mutual TLS), else None."""
 
     def labels(
         self, destination: Workload | None, service: Service | None, *, flags: str = "-", protocol: str = "http"

@@ -7,9 +7,11 @@ answer goes) and its version (``RequestStarted.version``). :func:`serve_request`
 
 0. replaces the client's ``x-forwarded-client-cert`` with what the waypoint verified
    (:func:`ambit.waypoint.client_cert.plan_client_cert`: removed, or the peer's identity when the waypoint's
-   Gateway asks for it), so authentication, policies, routes and the backend see only that; then authenticates
-   the request (RequestAuthentication, :func:`ambit.waypoint.authn.plan_authentication`): a token
-   that no rule accepts is answered 401 with Envoy's reason, before anything else; then authorizes it
+   Gateway asks for it; an ingress gateway's connection by its mode,
+   :func:`~ambit.waypoint.client_cert.plan_forwarded_client_cert`), so authentication, policies, routes and the
+   backend see only that; then authenticates the request (RequestAuthentication,
+   :func:`ambit.waypoint.authn.plan_authentication`): a token that no rule accepts is answered 401 with Envoy's
+   reason, before anything else; then authorizes it
    (:func:`ambit.waypoint.authorization.check_request`, with the token's identity): a denied request is answered
    403 ``RBAC: access denied`` with flag ``RBAC`` and the matched policy in the log line's error. The rest sees
    the request as authentication left it (the token removed unless ``forwardOriginalToken``, output headers set,
@@ -79,7 +81,7 @@ from ambit.waypoint.authorization import (
     edge_client,
     service_key_of,
 )
-from ambit.waypoint.client_cert import plan_client_cert
+from ambit.waypoint.client_cert import plan_client_cert, plan_forwarded_client_cert
 from ambit.waypoint.context import Tunnel, WaypointContext
 from ambit.waypoint.decisions import RequestHead, Respond
 from ambit.waypoint.destinations import (
@@ -141,9 +143,12 @@ async def serve_request(
     target = tunnel.target
     config = ctx.routes.current
     key = service_key_of(tunnel)
-    head = plan_client_cert(
-        started.head, include_identity=config.xfcc_client_identity, local=ctx.identity, peer=tunnel.peer_identity
-    )
+    if tunnel.forward_client_cert is None:
+        head = plan_client_cert(
+            started.head, include_identity=config.xfcc_client_identity, local=ctx.identity, peer=tunnel.peer_identity
+        )
+    else:
+        head = plan_forwarded_client_cert(started.head, tunnel.forward_client_cert, tunnel.client_certificate)
     arrived = head  # what Envoy's connection manager matches the route on, before any filter runs
     patches = config.envoy_patches
     filter_ops = patches.filter_response_ops()  # rule 7: on every answer, local or forwarded

@@ -60,9 +60,11 @@ HBONE pool, telemetry and admin endpoints) that, instead of an HBONE listener, s
   listeners after a PROXY header, whose client identity is the request's ``source.principal``
   (:mod:`ambit.waypoint.ingress_tunnel`); such a connection is admitted at the gate of the port it was meant for,
   under the client address its header names (the node proxy is the only loopback peer).
-- A client's ``x-forwarded-client-cert`` is removed (:mod:`ambit.waypoint.client_cert`): nothing vouches for
-  what a client writes there (Istio's ``SANITIZE_SET``; the details of a verified client certificate are not
-  added).
+- A client's ``x-forwarded-client-cert`` is handled by the config's ``forward_client_cert`` (ProxyConfig
+  ``gatewayTopology.forwardClientCertDetails``, Istio's default for gateways ``SANITIZE_SET``), as the
+  connection's handshake left it (:mod:`ambit.waypoint.client_cert` rules 5-10): removed unless the mode forwards
+  it, and over mutual TLS replaced by (or appended to) the element describing the client certificate the listener
+  verified. A connection keeps the mode it was accepted under, as Envoy's keep their listener's.
 - Readiness (``:15021/healthz/ready``) waits for the certificate, the workload state and the control plane's first
   answer for the config, which may be that there is none yet (no Gateway selects this one): then the gateway is
   ready with no listeners, as Istio's is.
@@ -103,6 +105,7 @@ from ambit.proxy.streams import ByteStream, SocketStream
 from ambit.telemetry.metrics import Reporter
 from ambit.tls.client_auth import ClientRefused
 from ambit.tls.workload import WorkloadCertificate
+from ambit.waypoint.client_cert import ClientCertificate
 from ambit.waypoint.context import Tunnel
 from ambit.waypoint.decisions import Decision, RequestHead
 from ambit.waypoint.destinations import Endpoint, ServiceTarget, pick_ingress_endpoint
@@ -474,6 +477,8 @@ class IngressGateway(Waypoint):
             return
         client: SpiffeId | None = None
         mtls = False
+        client_certificate: ClientCertificate | None = None
+        forward_client_cert = self.router.config.forward_client_cert  # the connection keeps its listener's
         source: Workload | None = None
         if proxied is not None:  # what the node proxy vouches for replaces what the loopback socket says
             peer, local, client = proxied.peer, proxied.target, proxied.identity
@@ -527,6 +532,7 @@ class IngressGateway(Waypoint):
             if admitted.verdict.identity is not None or proxied is None:
                 client = admitted.verdict.identity
                 mtls = admitted.mutual
+            client_certificate = admitted.client_certificate
             h2 = tls_object.selected_alpn_protocol() == "h2"
             stream = _TransportStream(reader, writer)
             prefix = b""
@@ -556,6 +562,8 @@ class IngressGateway(Waypoint):
             reporter=Reporter.SOURCE,
             mtls=mtls,
             scheme="https" if tls is not None else "http",
+            forward_client_cert=forward_client_cert,
+            client_certificate=client_certificate,
         )
         try:
             if h2:
@@ -683,6 +691,7 @@ class IngressGateway(Waypoint):
             "listening": self.listening_ports(),
             "tunnelListening": self.tunnel_listening_ports(),
             "updates": self.config_updates,
+            "forwardClientCert": config.forward_client_cert.value,
             "connection_refusals": dict(sorted(self.connection_refusals.items())),
         }
         return dump

@@ -42,6 +42,11 @@ Rules:
 8. ALPN: an HTTPS listener offers ``h2`` then ``http/1.1``; a TLS_TERMINATE listener none (the client's list is
    not answered), as istiod builds the TLS context of a TCP server terminating TLS: it relays bytes, so a client
    offering ``h2`` must not be told the gateway speaks it.
+9. A client served over mutual TLS (it presented a certificate the picked listener verified) is described for
+   the XFCC header (:func:`~ambit.waypoint.client_cert.describe_client_certificate`), with the URI SANs of the
+   certificate served as ``By``: the listener's certificate that the server name picked, the mesh certificate's
+   SPIFFE id on ``ISTIO_MUTUAL``; a listener serving two certificates from one context (rule 6) names the URI SANs
+   they share, since OpenSSL does not say which one it presented.
 """
 
 from __future__ import annotations
@@ -68,6 +73,7 @@ from ambit.tls.contexts import (
 from ambit.tls.contexts import verified_chain as read_verified_chain
 from ambit.tls.credentials import TlsCredential, read_pem_pair
 from ambit.tls.workload import WorkloadCertificate
+from ambit.waypoint.client_cert import ClientCertificate, describe_client_certificate
 from ambit.waypoint.ingress_routing import IngressRouter
 
 __all__ = ["Admitted", "PortTls"]
@@ -89,6 +95,8 @@ class Admitted:
     client presented one)."""
     server_name: str = ""
     """The server name the client asked for (lower-case), empty for none."""
+    client_certificate: ClientCertificate | None = None
+    """``mutual``: what the XFCC header says of the client's certificate (rule 9)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +104,17 @@ class _Picked:
     listener: IngressListener
     anchors: frozenset[bytes]
     server_name: str = ""
+    by: tuple[str, ...] = ()
+    """The URI SANs of the certificate served (the XFCC element's ``By``)."""
+
+
+def _uri_names(cert_pem: bytes) -> tuple[str, ...]:
+    """The leaf's URI SANs, or none."""
+    try:
+        san = x509.load_pem_x509_certificate(cert_pem).extensions.get_extension_for_class(x509.SubjectAlternativeName)
+    except (ValueError, x509.ExtensionNotFound):
+        return ()
+    return tuple(san.value.get_values_for_type(x509.UniformResourceIdentifier))
 
 
 def _static_contexts(listener: IngressListener) -> list[tuple[TlsCredential, ssl.SSLContext]]:
@@ -196,6 +215,8 @@ class PortTls:
         self.by_listener: dict[str, list[tuple[TlsCredential, ssl.SSLContext]]] = {}
         self._anchors: dict[str, frozenset[bytes]] = {}
         self._paired: dict[str, ssl.SSLContext] = {}
+        self._served_uris: dict[ssl.SSLContext, tuple[str, ...]] = {}
+        """Rule 9: the URI SANs each static context serves."""
         """Listeners with an RSA and an ECDSA certificate: the context serving both (rule 6)."""
         listeners = tuple(item for item in router.listeners_on(port) if item.protocol.terminates_tls)
         self.verifies_clients = any(item.tls.mode.verifies_clients for item in listeners)
@@ -209,10 +230,14 @@ class PortTls:
             loaded = _static_contexts(listener)
             if loaded:
                 self.by_listener[listener.name] = loaded
+                for credential, context in loaded:
+                    self._served_uris[context] = _uri_names(credential.cert_pem)
                 self._anchors[listener.name] = anchors_of(listener.tls.ca_pem)
                 paired = _paired_context(listener) if len(loaded) == 2 else None
                 if paired is not None:
                     self._paired[listener.name] = paired
+                    first_uris, second_uris = (self._served_uris[c] for _, c in loaded)
+                    self._served_uris[paired] = tuple(u for u in first_uris if u in second_uris)
         self.picked: weakref.WeakKeyDictionary[ssl.SSLObject, _Picked] = weakref.WeakKeyDictionary()
         """The listener each handshake's server name picked; an entry goes with its TLS session, so handshakes
         that fail after the callback leave nothing behind."""
@@ -252,7 +277,9 @@ class PortTls:
             if found is None:
                 return ssl.ALERT_DESCRIPTION_INTERNAL_ERROR
             tls.context = found[0]
-            self.picked[tls] = _Picked(listener, found[1], (server_name or "").lower().rstrip("."))
+            served = self._mesh_context[0].identity if self._mesh_context is not None else None
+            mesh_by: tuple[str, ...] = (str(served),) if served is not None else ()
+            self.picked[tls] = _Picked(listener, found[1], (server_name or "").lower().rstrip("."), mesh_by)
             return None
         if listener is None or listener.name not in self.by_listener:
             if server_name or self._fallback is None:
@@ -266,7 +293,9 @@ class PortTls:
             tls.context = paired
         else:
             tls.context = covering[0] if covering else choices[0][1]
-        self.picked[tls] = _Picked(listener, self._anchors[listener.name], (server_name or "").lower().rstrip("."))
+        by = self._served_uris.get(tls.context, ())
+        name = (server_name or "").lower().rstrip(".")
+        self.picked[tls] = _Picked(listener, self._anchors[listener.name], name, by)
         return None
 
     def admit(self, tls: ssl.SSLObject) -> Admitted | ClientRefused:
@@ -289,6 +318,7 @@ class PortTls:
         )
         if isinstance(verdict, ClientRefused):
             return verdict
-        presented = tls.getpeercert(binary_form=True) is not None
-        mutual = picked.listener.tls.mode.verifies_clients and presented
-        return Admitted(picked.listener.name, verdict, mutual, picked.server_name)
+        der = tls.getpeercert(binary_form=True)
+        mutual = picked.listener.tls.mode.verifies_clients and der is not None
+        described = describe_client_certificate(der, picked.by) if mutual and der is not None else None
+        return Admitted(picked.listener.name, verdict, mutual, picked.server_name, described)

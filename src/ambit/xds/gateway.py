@@ -23,6 +23,8 @@ Rules:
    (:mod:`ambit.xds.waypoint_policies`, :mod:`ambit.xds.requestauth`, :mod:`ambit.xds.destinationrules`,
    :mod:`ambit.xds.envoy_patches`).
 5. Nothing but :class:`XdsConversionError` escapes decoding.
+6. ``forward_client_cert`` is one of the enum's values; unspecified is ``SANITIZE_SET`` (Istio's gateway default), a
+   number the enum does not name is refused.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from google.protobuf.message import DecodeError
 
 from ambit.api import gateway_pb2 as pb
 from ambit.model.ingress import (
+    ForwardClientCert,
     GatewayConfig,
     IngressCertificate,
     IngressListener,
@@ -70,6 +73,15 @@ _TLS_MODES = {
     TlsMode.OPTIONAL_MUTUAL: pb.OPTIONAL_MUTUAL,
 }
 _TLS_MODE_NAMES = {v: k for k, v in _TLS_MODES.items()}
+_FORWARD_CLIENT_CERT = {
+    ForwardClientCert.SANITIZE: pb.SANITIZE,
+    ForwardClientCert.FORWARD_ONLY: pb.FORWARD_ONLY,
+    ForwardClientCert.APPEND_FORWARD: pb.APPEND_FORWARD,
+    ForwardClientCert.SANITIZE_SET: pb.SANITIZE_SET,
+    ForwardClientCert.ALWAYS_FORWARD_ONLY: pb.ALWAYS_FORWARD_ONLY,
+}
+_FORWARD_CLIENT_CERT_NAMES = {v: k for k, v in _FORWARD_CLIENT_CERT.items()}
+_FORWARD_CLIENT_CERT_NAMES[pb.FORWARD_CLIENT_CERT_UNSPECIFIED] = ForwardClientCert.SANITIZE_SET
 _TLS_VERSIONS = frozenset({0, 0x0303, 0x0304})
 _CIPHER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 _HOSTNAME = re.compile(r"^(\*|(\*\.)?[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?)$")
@@ -102,6 +114,7 @@ def gateway_config_to_proto(config: GatewayConfig) -> pb.GatewayConfig:
         request_authentications=[request_authentication_to_proto(p) for p in config.request_authentications],
         envoy_patches=envoy_patches_to_proto(config.envoy_patches) if config.envoy_patches else None,
         destination_rules=[destination_policy_to_proto(d) for d in config.destination_rules],
+        forward_client_cert=_FORWARD_CLIENT_CERT[config.forward_client_cert],
     )
 
 
@@ -217,12 +230,21 @@ def gateway_config_from_proto(message: pb.GatewayConfig, name: str) -> GatewayCo
         )
         destination_rules = DestinationPolicyReader(name).destination_rules(list(message.destination_rules))
         envoy_patches = EnvoyPatchesReader(name).patches("envoy_patches", message.envoy_patches)
+        forward_client_cert = _FORWARD_CLIENT_CERT_NAMES.get(message.forward_client_cert)
+        if forward_client_cert is None:
+            raise reader.fail("forward_client_cert", f"unknown mode {message.forward_client_cert}")
     except XdsConversionError:
         raise
     except (ValueError, TypeError, OverflowError, RecursionError) as exc:
         raise reader.fail("(message)", f"cannot be read: {exc}") from None
     return GatewayConfig(
-        message.gateway, listeners, policies, request_authentications, destination_rules, envoy_patches
+        message.gateway,
+        listeners,
+        policies,
+        request_authentications,
+        destination_rules,
+        envoy_patches,
+        forward_client_cert,
     )
 
 

@@ -58,6 +58,7 @@ from ambit.controlplane.translate.backendtls import (
     BackendTlsPolicyStatus,
     config_map_credential,
     translate_backend_tls,
+    with_gateway_client_certificate,
 )
 from ambit.controlplane.translate.destinationrules import (
     DestinationRuleIndex,
@@ -73,6 +74,7 @@ from ambit.controlplane.translate.gateway_policies import (
     gateway_authorization_policies,
     gateway_request_authentications,
 )
+from ambit.controlplane.translate.gateway_topology import gateway_forward_client_cert, gateway_trusted_proxies
 from ambit.controlplane.translate.index import ServiceIndex
 from ambit.controlplane.translate.ingress import merge_route_status, translate_ingress
 from ambit.controlplane.translate.istio_gateways import translate_istio_gateways
@@ -103,7 +105,6 @@ from ambit.controlplane.translate.serviceentries import (
 from ambit.controlplane.translate.services import service_network, translate_service
 from ambit.controlplane.translate.skips import SkipMemory, Skipped
 from ambit.controlplane.translate.telemetry import ServiceRef, translate_telemetry, waypoint_metrics
-from ambit.controlplane.translate.trusted_proxies import gateway_trusted_proxies
 from ambit.controlplane.translate.virtualservices import translate_virtual_services
 from ambit.controlplane.translate.visibility import visibility_status
 from ambit.controlplane.translate.waypoint_policies import (
@@ -126,7 +127,7 @@ from ambit.controlplane.translate.waypoints import (
 from ambit.controlplane.translate.workloadentries import translate_workload_entry
 from ambit.controlplane.translate.workloads import translate_pod
 from ambit.model.envoyfilter import ProxyPatches
-from ambit.model.ingress import GatewayConfig
+from ambit.model.ingress import ForwardClientCert, GatewayConfig
 from ambit.model.localconfig import LocalConfig
 from ambit.model.policy import Policy
 from ambit.model.routes import WaypointConfig
@@ -234,7 +235,7 @@ class _PolicyKeys:
 
 def _with_trusted_proxies(patches: ProxyPatches, count: int | None) -> ProxyPatches:
     """The gateway's ``xff_num_trusted_hops``: an EnvoyFilter's merge, else ``numTrustedProxies``
-    (:mod:`ambit.controlplane.translate.trusted_proxies` rule 3)."""
+    (:mod:`ambit.controlplane.translate.gateway_topology` rule 3)."""
     if patches.xff_trusted_hops is not None or not count:
         return patches
     return replace(patches, xff_trusted_hops=count)
@@ -617,19 +618,25 @@ def translate_all(
     gateway_labels = {p.key: p.labels for p in ingress_pods}
     default_trust = mesh.trusted_proxies
     trusted = {_object_key(g): gateway_trusted_proxies(g, default_trust) for g in gateway_list if is_ingress(g)}
+    default_xfcc = mesh.forward_client_cert
+    xfcc = {_object_key(g): gateway_forward_client_cert(g, default_xfcc) for g in gateway_list if is_ingress(g)}
     gateway_configs = tuple(
         replace(
             c,
             policies=gateway_authz.get(c.gateway, ()),
             request_authentications=gateway_authn.get(c.gateway, ()),
-            destination_rules=destination_policies(
-                rule_index,
-                c.gateway.partition("/")[0],
-                [by_key[k] for k in c.backend_keys() if k in by_key],
-                members,
-                gateway_labels.get(c.gateway, {}),
+            destination_rules=with_gateway_client_certificate(
+                destination_policies(
+                    rule_index,
+                    c.gateway.partition("/")[0],
+                    [by_key[k] for k in c.backend_keys() if k in by_key],
+                    members,
+                    gateway_labels.get(c.gateway, {}),
+                ),
+                ingress.backend_certificates.get(c.gateway),
             ),
             envoy_patches=_with_trusted_proxies(envoy.for_gateway(c.gateway), trusted.get(c.gateway, default_trust)),
+            forward_client_cert=xfcc.get(c.gateway, default_xfcc) or ForwardClientCert.SANITIZE_SET,
         )
         for c in (*ingress.configs, *classic.configs)
     )

@@ -45,18 +45,28 @@ Rules:
    (rules 3-4). At most :data:`MAX_ANCESTORS` in all; ancestors of other controllers are the writer's to keep.
 8. A policy annotated ``istio.io/ignore-policy-attachment: "true"`` is left out of rules and conflicts; its
    ancestors (one per target ref) say ``Accepted`` False, ``IgnoredByIstio``.
+9. An ingress Gateway's ``spec.tls.backend.clientCertificateRef`` (GEP-3155: the certificate the gateway presents to
+   every backend it originates TLS to), when it resolves
+   (:func:`ambit.controlplane.translate.listeners.resolve_backend_client_certificate`): in that gateway's
+   configuration only, each destination policy that a generated rule (rule 6: a name with ``~``, which no
+   Kubernetes object name can hold) takes part in has its ``SIMPLE`` TLS settings (the rule-wide one and each
+   port's) made ``MUTUAL`` with that certificate chain and key, carried to the gateway as DestinationRule keys are
+   (only to the gateway's own service account). A DestinationRule of the user's that merges into a generated rule
+   for the same host keeps its own settings where the generated rule gives none; a waypoint's policies and
+   DestinationRules the user wrote alone are not touched.
 """
 
 from __future__ import annotations
 
 import base64
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ambit.controlplane.translate.routes import RouteCondition
 from ambit.controlplane.translate.skips import ObjectKind, Skipped, skipped
-from ambit.tls.credentials import CredentialProblem, read_ca_config_map
+from ambit.model.routes import ClientTls, DestinationPolicy, TlsMode, TrafficPolicy
+from ambit.tls.credentials import CredentialProblem, TlsCredential, read_ca_config_map
 
 __all__ = [
     "BACKEND_TLS_POLICY",
@@ -71,6 +81,7 @@ __all__ = [
     "config_map_credential",
     "generated_destination_rules",
     "translate_backend_tls",
+    "with_gateway_client_certificate",
 ]
 
 Obj = Mapping[str, Any]
@@ -501,3 +512,31 @@ def config_map_credential(name: str, config_maps: Mapping[tuple[str, str], Obj],
     if not isinstance(pem, bytes):
         return None
     return {"data": {"ca.crt": base64.b64encode(pem).decode("ascii")}}
+
+
+def _is_generated(rule_keys: str) -> bool:
+    """Rule 9: one of the (comma-separated) ``namespace/name`` keys is a generated rule's."""
+    return any("~" in key.partition("/")[2] for key in rule_keys.split(","))
+
+
+def with_gateway_client_certificate(
+    policies: tuple[DestinationPolicy, ...], credential: TlsCredential | None
+) -> tuple[DestinationPolicy, ...]:
+    """Rule 9: ``policies`` (one gateway's) with the gateway's client certificate presented by those a
+    BackendTLSPolicy generated."""
+    if credential is None:
+        return policies
+    chain, key = credential.cert_pem.decode("latin-1"), credential.key_pem.decode("latin-1")
+
+    def tls(value: ClientTls | None) -> ClientTls | None:
+        if value is None or value.mode is not TlsMode.SIMPLE:
+            return value
+        return replace(value, mode=TlsMode.MUTUAL, client_certificate=chain, private_key=key)
+
+    def traffic(value: TrafficPolicy | None) -> TrafficPolicy | None:
+        if value is None:
+            return None
+        ports = tuple(replace(p, tls=tls(p.tls)) for p in value.port_level)
+        return replace(value, tls=tls(value.tls), port_level=ports)
+
+    return tuple(replace(p, traffic_policy=traffic(p.traffic_policy)) if _is_generated(p.rule) else p for p in policies)

@@ -59,6 +59,9 @@ Rules:
    (its group and kind, name, namespace, and the listener's name as ``sectionName``), never through one naming
    the Gateway, as istiod keeps the two parents apart; ``allowedRoutes`` ``Same`` means the ListenerSet's
    namespace. A ListenerSet the Gateway does not admit is no parent: nothing attaches to it.
+10. The certificate each Gateway presents to backends (``spec.tls.backend.clientCertificateRef``, judged as its
+    status is: :mod:`ambit.controlplane.translate.listeners` rules 6-7), for the BackendTLSPolicies' destination
+    rules in its configuration (:mod:`ambit.controlplane.translate.backendtls` rule 9).
 """
 
 from __future__ import annotations
@@ -79,6 +82,7 @@ from ambit.controlplane.translate.listeners import (
     SecretLookup,
     deployed_name,
     no_config_maps,
+    resolve_backend_client_certificate,
 )
 from ambit.controlplane.translate.reference_grants import ReferenceGrants
 from ambit.controlplane.translate.route_kinds import INGRESS_ROUTE_KINDS, supported_kinds
@@ -109,6 +113,7 @@ from ambit.model.ingress import (
 from ambit.model.labels import selector_from_spec
 from ambit.model.routes import BackendService
 from ambit.model.workload import Service
+from ambit.tls.credentials import TlsCredential
 
 __all__ = ["IngressTranslation", "merge_route_status", "served_listeners", "translate_ingress"]
 
@@ -123,6 +128,8 @@ class IngressTranslation:
     accounts: tuple[tuple[str, str], ...] = ()
     """(Gateway key, service account) of each ingress Gateway (rule 7)."""
     status: tuple[RouteStatus, ...] = ()
+    backend_certificates: Mapping[str, TlsCredential] = dataclasses.field(default_factory=dict)
+    """Gateway key → the client certificate it presents to backends (rule 10)."""
 
 
 def _account(gateway: Obj) -> str:
@@ -318,7 +325,13 @@ def translate_ingress(
             )
     configs = tuple(_config(key, gw) for key, gw in sorted(found.items()))
     accounts = tuple((key, _account(gw.obj)) for key, gw in sorted(found.items()))
-    return IngressTranslation(configs, accounts, tuple(sorted(statuses, key=lambda s: (s.kind, s.key))))
+    certificates = {key: resolve_backend_client_certificate(gw.obj, find_secret, grants) for key, gw in found.items()}
+    return IngressTranslation(
+        configs,
+        accounts,
+        tuple(sorted(statuses, key=lambda s: (s.kind, s.key))),
+        {key: found_cert for key, found_cert in certificates.items() if found_cert is not None},
+    )
 
 
 def _attach(

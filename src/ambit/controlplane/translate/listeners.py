@@ -66,6 +66,10 @@ Rules:
    exists (istiod looks the Secret up first here). Listener problems stay on the listeners, as istiod keeps them.
    A listener whose ``certificateRefs`` are all refused for want of a ReferenceGrant is not ``Accepted``
    (``NoValidCACertificate``, the refusal's message), as istiod's ``buildListener`` reports it.
+7. A ``clientCertificateRef`` that resolves (rule 6) is what the gateway presents when it originates TLS to a
+   backend by a BackendTLSPolicy (:func:`resolve_backend_client_certificate`;
+   :func:`ambit.controlplane.translate.backendtls.with_gateway_client_certificate`); one that does not resolves to
+   nothing, and the gateway presents no certificate.
 """
 
 from __future__ import annotations
@@ -102,6 +106,7 @@ __all__ = [
     "listener_items",
     "listeners_distinct",
     "no_config_maps",
+    "resolve_backend_client_certificate",
 ]
 
 INGRESS_CLASS = "istio"
@@ -246,10 +251,26 @@ def backend_client_certificate(
 ) -> tuple[bool, str, str]:
     """Rule 6: the Gateway's own ``ResolvedRefs`` (status, reason, message), from ``spec.tls.backend``'s
     ``clientCertificateRef``."""
+    found = _backend_client_credential(gateway, find_secret, grants)
+    return (True, "ResolvedRefs", "All references resolved") if isinstance(found, TlsCredential | None) else found
+
+
+def resolve_backend_client_certificate(
+    gateway: Mapping[str, Any], find_secret: SecretLookup, grants: ReferenceGrants = NO_GRANTS
+) -> TlsCredential | None:
+    """Rule 7: the certificate and key the gateway presents to backends, when rule 6 resolves them, else None."""
+    found = _backend_client_credential(gateway, find_secret, grants)
+    return found if isinstance(found, TlsCredential) else None
+
+
+def _backend_client_credential(
+    gateway: Mapping[str, Any], find_secret: SecretLookup, grants: ReferenceGrants
+) -> TlsCredential | tuple[bool, str, str] | None:
+    """Rules 6-7: the credential, None without a reference, or the ``ResolvedRefs`` problem."""
     tls = _mapping_of(_mapping_of(gateway.get("spec")).get("tls"))
     ref = _mapping_of(tls.get("backend")).get("clientCertificateRef")
     if not isinstance(ref, Mapping):
-        return True, "ResolvedRefs", "All references resolved"
+        return None
     namespace = _text(_mapping_of(gateway.get("metadata")).get("namespace"))
     name, ref_ns, permitted = _secret_ref(ref, namespace, grants, GATEWAY_ORIGIN)
     written = _ref_string(ref)
@@ -268,7 +289,7 @@ def backend_client_certificate(
     credential = read_tls_secret(secret)
     if isinstance(credential, CredentialProblem):
         return False, "InvalidClientCertificateRef", f"invalid clientCertificateRef {written}, {credential.message}"
-    return True, "ResolvedRefs", "All references resolved"
+    return credential
 
 
 def _mapping_of(value: Any) -> Mapping[str, Any]:

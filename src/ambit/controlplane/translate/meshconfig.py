@@ -34,24 +34,26 @@ Rules:
    follow Kubernetes' label grammar, ``In`` and ``NotIn`` need values, ``Exists`` and ``DoesNotExist`` take none
    (``labels.NewRequirement``); anything else is an error (istiod then keeps its previous filter; here the previous
    mesh config stays, rule 2). What the filter hides is :mod:`ambit.controlplane.translate.discovery`'s.
-8. ``defaultConfig`` (the proxies' default ProxyConfig): only ``gatewayTopology.numTrustedProxies`` is read, for the
-   ingress gateways (:mod:`ambit.controlplane.translate.trusted_proxies`); a ``defaultConfig`` that is not an
-   object, or a count out of range, is an error (rule 2).
+8. ``defaultConfig`` (the proxies' default ProxyConfig): only ``gatewayTopology.numTrustedProxies`` and
+   ``gatewayTopology.forwardClientCertDetails`` are read, for the ingress gateways
+   (:mod:`ambit.controlplane.translate.gateway_topology`); a ``defaultConfig`` that is not an object, a count out
+   of range, or a mode Istio does not name, is an error (rule 2).
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
+from ambit.controlplane.translate.gateway_topology import forward_client_cert, num_trusted_proxies
 from ambit.controlplane.translate.skips import ObjectKind, Skipped, skipped
-from ambit.controlplane.translate.trusted_proxies import num_trusted_proxies
 from ambit.errors import AmbitError
 from ambit.model import untrusted_yaml
+from ambit.model.ingress import ForwardClientCert
 from ambit.model.labels import (
     SPEC_OPERATORS,
     LabelSelector,
@@ -62,6 +64,7 @@ from ambit.model.labels import (
     selector_from_spec,
 )
 
+T = TypeVar("T")
 MESH_CONFIG_MAP = "istio"
 MESH_KEY = "mesh"
 CONFIG_MAP = ObjectKind("v1", "ConfigMap")
@@ -135,6 +138,8 @@ class MeshConfig:
     """Rule 7: a namespace is discovered when any selects its labels; none: every namespace is."""
     trusted_proxies: int | None = None
     """Rule 8: ``defaultConfig.gatewayTopology.numTrustedProxies``; None: unset (0)."""
+    forward_client_cert: ForwardClientCert | None = None
+    """Rule 8: ``defaultConfig.gatewayTopology.forwardClientCertDetails``; None: unset (gateways ``SANITIZE_SET``)."""
 
     def discovers(self, namespace_labels: Mapping[str, str]) -> bool:
         """Whether ``discoverySelectors`` admit a namespace with ``namespace_labels`` (rule 7)."""
@@ -334,18 +339,19 @@ def parse_mesh_config(text: str) -> MeshConfig:
             raw, "defaultDestinationRuleExportTo", "default_destination_rule_export_to"
         ),
         discovery_selectors=_discovery_selectors(_get(raw, "discoverySelectors", "discovery_selectors")),
-        trusted_proxies=_trusted_proxies(_get(raw, "defaultConfig", "default_config")),
+        trusted_proxies=_topology_field(_get(raw, "defaultConfig", "default_config"), num_trusted_proxies),
+        forward_client_cert=_topology_field(_get(raw, "defaultConfig", "default_config"), forward_client_cert),
     )
 
 
-def _trusted_proxies(default_config: Any) -> int | None:
-    """Rule 8."""
+def _topology_field(default_config: Any, read: Callable[[Mapping[str, Any], str], T | None]) -> T | None:
+    """Rule 8, one ``gatewayTopology`` field."""
     if default_config is None:
         return None
     if not isinstance(default_config, Mapping):
         raise MeshConfigError("defaultConfig: expected an object (ProxyConfig fields)")
     try:
-        return num_trusted_proxies(default_config, "defaultConfig")
+        return read(default_config, "defaultConfig")
     except ValueError as exc:
         raise MeshConfigError(str(exc)) from None
 
