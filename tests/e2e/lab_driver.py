@@ -487,7 +487,9 @@ class Lab:
         self.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
 
 
-def lab_up(directory: Path, *, mesh: bool = False, install: bool = False, supervised: bool = False) -> Topology:
+def lab_up(
+    directory: Path, *, mesh: bool = False, install: bool = False, supervised: bool = False, ip_family: str = "ipv4"
+) -> Topology:
     """``ambit lab up --nodes 2`` as a subprocess: ``--no-mesh``; with ``mesh``, the mesh installed from deploy/
     (``--install``, as on a cluster) unless ``supervised`` or ``AMBIT_E2E_INSTALL=0`` asks for the supervised host
     processes (``--mesh``).
@@ -499,6 +501,7 @@ def lab_up(directory: Path, *, mesh: bool = False, install: bool = False, superv
     extra = ["--install"] if install else ["--supervised"] if mesh else ["--no-mesh"]
     seconds = LAB_INSTALL_TIMEOUT if install else LAB_UP_TIMEOUT
     claim_lab(directory)  # if this test process is killed, the next lab lock holder takes the lab down
+    extra += ["--ip-family", ip_family] if ip_family != "ipv4" else []
     done = ambit("lab", "up", "--dir", str(directory), "--nodes", "2", *extra, timeout=seconds, check=False)
     topology = Topology.load(directory)
     if done.returncode != 0 or topology is None:
@@ -522,13 +525,15 @@ def lab_down(directory: Path, prefix: str | None, keep_logs: Path | None = None)
 
 
 @contextlib.contextmanager
-def running_lab(base: Path, *, mesh: bool = False, install: bool = False, supervised: bool = False) -> Iterator[Lab]:
+def running_lab(
+    base: Path, *, mesh: bool = False, install: bool = False, supervised: bool = False, ip_family: str = "ipv4"
+) -> Iterator[Lab]:
     """Hold the lock, bring a 2-node lab up in ``base/lab``, and always bring it down (logs kept in ``base``)."""
     directory = base / "lab"
     with root_lab_lock():
         prefix: str | None = None
         try:
-            topology = lab_up(directory, mesh=mesh, install=install, supervised=supervised)
+            topology = lab_up(directory, mesh=mesh, install=install, supervised=supervised, ip_family=ip_family)
             prefix = topology.prefix
             yield Lab(topology, base / "kubecache")
         finally:

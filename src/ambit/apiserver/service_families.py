@@ -200,7 +200,9 @@ def _cluster_ips(spec: Mapping[str, Any], causes: list[tuple[str, str]]) -> list
         causes.append(("spec.clusterIP", f"{_show(single)} is not a string"))
         return []
     if many is None or many == []:
-        return [single] if single else []
+        if not single:
+            return []
+        many = [single]
     if not isinstance(many, list) or not all(isinstance(ip, str) for ip in many):
         causes.append(("spec.clusterIPs", f"{_show(many)} is not a list of strings"))
         return []
