@@ -249,6 +249,10 @@ _NODE_IPV6_SYSCTLS = (
     "net.ipv6.conf.default.accept_ra=0",
     "net.ipv6.conf.all.accept_redirects=0",
     "net.ipv6.conf.default.accept_redirects=0",
+    # The lab owns its subnets: no duplicate address detection, so cni0's gateway address (made later by the
+    # bridge plugin, with these defaults) is usable at once instead of tentative for a second or two.
+    "net.ipv6.conf.all.accept_dad=0",
+    "net.ipv6.conf.default.accept_dad=0",
 )
 
 
