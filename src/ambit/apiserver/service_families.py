@@ -149,12 +149,7 @@ def _plan_update(
     if len(ips) == 2 and len(old_ips) == 2 and ips[1] != old_ips[1]:
         raise ServiceFamilyError([("spec.clusterIPs[1]", "may not change once set")])
     headless = ips == [HEADLESS]
-    if policy == SINGLE:  # the downgrade
-        if len(families) > 1 and raw_policy is not None and len(spec.get("ipFamilies") or ()) > 1:
-            raise ServiceFamilyError(
-                [("spec.ipFamilyPolicy", "must be RequireDualStack or PreferDualStack when multiple IP families "
-                  "are specified")]
-            )  # fmt: skip
+    if policy == SINGLE:  # the downgrade: the stored (or sent) secondary is dropped, as kube's allocator does
         families, ips = families[:1], ips[:1]
     addresses = [] if headless else ips
     _check_order(families, addresses)
