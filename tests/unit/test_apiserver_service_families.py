@@ -195,3 +195,30 @@ def test_an_update_upgrades_and_downgrades_but_never_changes_the_primary_address
 def test_two_ranges_of_one_family_are_a_bad_setting(store: Store) -> None:
     with pytest.raises(ValueError, match="different families"):
         ServiceIpAllocator(store, "198.19.0.0/16,10.96.0.0/12")
+
+
+OLD_SPECS = st.sampled_from(
+    [
+        {"clusterIP": "198.19.0.9", "clusterIPs": ["198.19.0.9"], "ipFamilies": ["IPv4"],
+         "ipFamilyPolicy": "SingleStack"},
+        {"clusterIP": "198.19.0.9", "clusterIPs": ["198.19.0.9", "fd00:ab:ffff::9"], "ipFamilies": ["IPv4", "IPv6"],
+         "ipFamilyPolicy": "PreferDualStack"},
+        {"clusterIP": "None", "clusterIPs": ["None"], "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack"},
+    ]
+)  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(SPECS, OLD_SPECS)
+def test_any_update_keeps_the_primary_address_and_family_or_is_refused_clearly(
+    fields: dict[str, Any], old: dict[str, Any]
+) -> None:
+    try:
+        plan = plan_families({"selector": {"app": "a"}, **fields}, DUAL, old)
+    except ServiceFamilyError as exc:
+        assert exc.causes and all(field.startswith("spec.") and message for field, message in exc.causes)
+        return
+    assert plan.families[0] == old["ipFamilies"][0]
+    assert plan.cluster_ips[0] == old["clusterIPs"][0]
+    assert plan.policy != "SingleStack" or len(plan.families) == 1
+    assert plan.headless or len(plan.cluster_ips) == len(plan.families)
