@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import select
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -181,19 +182,30 @@ def test_the_ipv6_cluster_ip_reaches_the_server_through_hbone_over_ipv6_with_bot
     v6_vip = dual.service("dual")["clusterIPs"][1]
     server_v6 = dual.ips("server")[1]
     metrics_node = dual.lab.topology.node(1).name
-    capture = subprocess.Popen(
-        ["tcpdump", "-i", dual.lab.topology.bridge, "-nn", "-A", "-l", "-U", "ip6 and tcp"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    # --immediate-mode: libpcap hands each packet over at once, not after its buffer timeout, so the packets of
+    # the request are read (and waited for below) before tcpdump is stopped.
+    argv = ["tcpdump", "-i", dual.lab.topology.bridge, "-nn", "-A", "-l", "-U", "--immediate-mode", "ip6 and tcp"]
+    capture = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen: list[str] = []
+
+    def tunnel_seen() -> bool:
+        assert capture.stdout is not None
+        while select.select([capture.stdout], [], [], 0.2)[0]:
+            line = capture.stdout.readline()
+            if not line:
+                break
+            seen.append(line)
+        return any(f"{server_v6}.15008" in line for line in seen)
+
     try:
         assert capture.stderr is not None
         wait_until("tcpdump attached", lambda: "listening on" in capture.stderr.readline(), timeout=30)
         answer = dual.get(v6_vip, 6, "/six")
+        wait_until("the tunnel's packets captured", tunnel_seen, timeout=20)
     finally:
         capture.send_signal(signal.SIGINT)
-        out, _ = capture.communicate(timeout=10)
+        rest, _ = capture.communicate(timeout=10)
+    out = "".join(seen) + rest
     assert answer["pod"] == "server" and answer["dialled"] == v6_vip
     assert answer["client"].rsplit(":", 1)[0] == dual.ips("client")[1]  # the client's own IPv6 address, kept
     assert answer["headers"].get("X-Marker") == MARKER
