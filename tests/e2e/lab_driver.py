@@ -438,15 +438,16 @@ class Lab:
         self.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
 
 
-def lab_up(directory: Path, *, mesh: bool = False) -> Topology:
+def lab_up(directory: Path, *, mesh: bool = False, ip_family: str = "ipv4") -> Topology:
     """``ambit lab up --nodes 2`` as a subprocess: ``--no-mesh``, or with ``mesh`` the mesh installed from deploy/
-    as on a cluster.
+    as on a cluster; ``ip_family`` "dual" for a dual-stack lab.
 
     The caller holds the lock and runs :func:`lab_down`.
     """
     extra = [] if mesh else ["--no-mesh"]
     seconds = LAB_INSTALL_TIMEOUT if mesh else LAB_UP_TIMEOUT
     claim_lab(directory)  # if this test process is killed, the next lab lock holder takes the lab down
+    extra += ["--ip-family", ip_family] if ip_family != "ipv4" else []
     done = ambit("lab", "up", "--dir", str(directory), "--nodes", "2", *extra, timeout=seconds, check=False)
     topology = Topology.load(directory)
     if done.returncode != 0 or topology is None:
@@ -470,13 +471,13 @@ def lab_down(directory: Path, prefix: str | None, keep_logs: Path | None = None)
 
 
 @contextlib.contextmanager
-def running_lab(base: Path, *, mesh: bool = False) -> Iterator[Lab]:
+def running_lab(base: Path, *, mesh: bool = False, ip_family: str = "ipv4") -> Iterator[Lab]:
     """Hold the lock, bring a 2-node lab up in ``base/lab``, and always bring it down (logs kept in ``base``)."""
     directory = base / "lab"
     with root_lab_lock():
         prefix: str | None = None
         try:
-            topology = lab_up(directory, mesh=mesh)
+            topology = lab_up(directory, mesh=mesh, ip_family=ip_family)
             prefix = topology.prefix
             yield Lab(topology, base / "kubecache")
         finally:

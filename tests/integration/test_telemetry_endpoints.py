@@ -278,3 +278,45 @@ def test_any_level_spec_parses_or_raises_bad_log_level(spec: str) -> None:
         return
     assert levels
     assert all(name and isinstance(level, int) for name, level in levels.items())
+
+
+def _port_free_in_both_families() -> int:
+    """A port nothing listens on in IPv4 or IPv6 (a dual socket is bound to it and closed)."""
+    with socket.socket(socket.AF_INET6) as probe:
+        probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        probe.bind(("::", 0))
+        return int(probe.getsockname()[1])
+
+
+async def test_with_ipv6_stats_and_readiness_also_answer_on_ipv6_but_admin_stays_on_ipv4_loopback() -> None:
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6 in this build")
+    stats, ready = _port_free_in_both_families(), _port_free_in_both_families()
+    readiness = Readiness()
+    endpoints = ProxyEndpoints(
+        metrics=ProxyMetrics(build_version="test"),
+        readiness=readiness,
+        config_dump=lambda: DUMP,
+        quit=lambda: None,
+        admin_token=TOKEN,
+        admin_address=(LOOPBACK, 0),
+        stats_address=("0.0.0.0", stats),
+        readiness_address=("0.0.0.0", ready),
+        ipv6=True,
+    )
+    await endpoints.start()
+    try:
+        families = {name: server.families for name, server in endpoints.servers.items()}
+        assert families == {
+            "admin": [socket.AF_INET],
+            "stats": [socket.AF_INET, socket.AF_INET6],
+            "readiness": [socket.AF_INET, socket.AF_INET6],
+        }
+        async with aiohttp.ClientSession() as session:
+            for host in ("127.0.0.1", "[::1]"):
+                async with session.get(f"http://{host}:{stats}/metrics") as response:
+                    assert response.status == 200
+                async with session.get(f"http://{host}:{ready}/healthz/ready") as response:
+                    assert response.status in (200, 503)  # answered: what it says is the readiness tests' job
+    finally:
+        await endpoints.aclose()

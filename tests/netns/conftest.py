@@ -58,12 +58,12 @@ def lab_leftovers_fixture() -> Callable[[Topology], list[str]]:
 
 
 @pytest.fixture
-def new_lab(tmp_path: Path) -> Iterator[Callable[[int], Topology]]:
+def new_lab(tmp_path: Path) -> Iterator[Callable[..., Topology]]:
     """Make a lab topology (nothing created yet); every lab made is swept afterwards, and checked gone."""
     labs: list[Topology] = []
 
-    def make(nodes: int) -> Topology:
-        topology = Topology.new(nodes, tmp_path / f"lab{len(labs)}")
+    def make(nodes: int, ip_family: str = "ipv4") -> Topology:
+        topology = Topology.new(nodes, tmp_path / f"lab{len(labs)}", ip_family=ip_family)
         labs.append(topology)
         return topology
 

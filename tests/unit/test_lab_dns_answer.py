@@ -132,6 +132,28 @@ def test_pod_names_spell_their_address() -> None:
     assert ask("198-18-1-999.apps.pod.cluster.local").rcode() == dns.rcode.NXDOMAIN
 
 
+def test_ipv6_pod_names_spell_their_address_with_dashes_for_colons_and_answer_aaaa_only() -> None:
+    assert addresses(ask("fd00-ab-0-1--5.apps.pod.cluster.local", "AAAA")) == ["fd00:ab:0:1::5"]
+    empty = ask("fd00-ab-0-1--5.apps.pod.cluster.local", "A")
+    assert empty.rcode() == dns.rcode.NOERROR and not empty.answer
+    assert ask("fd00-ab-0-1---5.apps.pod.cluster.local", "AAAA").rcode() == dns.rcode.NXDOMAIN
+    assert ask("fd00-zz-0-1--5.apps.pod.cluster.local", "AAAA").rcode() == dns.rcode.NXDOMAIN
+
+
+def test_a_dual_stack_service_answers_a_with_its_ipv4_and_aaaa_with_its_ipv6_cluster_ip() -> None:
+    dual = service("apps", "dual", "198.19.0.30", ipFamilies=["IPv4", "IPv6"])
+    dual["spec"]["clusterIPs"] = ["198.19.0.30", "fd00:ab:ffff::30"]
+    six = service("apps", "six", "fd00:ab:ffff::31", ipFamilies=["IPv6"])
+    records = build_records([dual, six], [])
+    assert addresses(ask("dual.apps.svc.cluster.local", "A", records)) == ["198.19.0.30"]
+    assert addresses(ask("dual.apps.svc.cluster.local", "AAAA", records)) == ["fd00:ab:ffff::30"]
+    assert addresses(ask("six.apps.svc.cluster.local", "AAAA", records)) == ["fd00:ab:ffff::31"]
+    nodata = ask("six.apps.svc.cluster.local", "A", records)
+    assert nodata.rcode() == dns.rcode.NOERROR and not nodata.answer
+    ptr = ask(dns.reversename.from_address("fd00:ab:ffff::30").to_text(), "PTR", records)
+    assert ptr.answer[0][0].to_text() == "dual.apps.svc.cluster.local."
+
+
 @pytest.mark.parametrize(
     "name",
     [

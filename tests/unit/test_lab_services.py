@@ -83,7 +83,7 @@ def endpoint_slice(name: str, svc: str, ports: Any, endpoints: list[Any], ns: st
 
 
 def render(services: list[Any], slices: list[Any], **options: Any) -> RenderedRules:
-    return render_service_rules(services, slices, node_pod_cidr=POD_CIDR, node_gateway=GATEWAY, **options)
+    return render_service_rules(services, slices, **{"node_pod_cidr": POD_CIDR, "node_gateway": GATEWAY, **options})
 
 
 # -- golden cases ------------------------------------------------------------------------------------------------
@@ -187,9 +187,27 @@ CASES: dict[str, tuple[list[Any], list[Any]]] = {
             )
         ],
     ),
-}
+    # A dual-stack Service's second table: its IPv6 cluster IP to the endpoints of its IPv6 slice (the IPv4 slice
+    # and the IPv4-only Service belong to the other table).
+    "dual_stack_v6": (
+        [
+            service("web", "198.19.0.10", port(80, target=8080))
+            | {"spec": {"clusterIP": "198.19.0.10", "clusterIPs": ["198.19.0.10", "fd00:ab:ffff::2"],
+                        "ipFamilies": ["IPv4", "IPv6"], "ports": [port(80, target=8080)]}},
+            service("six", "fd00:ab:ffff::3", port(53, "dns", "UDP")),
+            service("four", "198.19.0.11", port(80)),
+        ],
+        [
+            endpoint_slice("web-v4", "web", [{"port": 8080}], [endpoint("198.18.1.5")]),
+            endpoint_slice("web-v6", "web", [{"port": 8080}], [endpoint("fd00:ab:0:1::5"), endpoint("fd00:ab:0:2::7")])
+            | {"addressType": "IPv6"},
+        ],
+    ),
+}  # fmt: skip
 LB_CIDR = "198.18.0.224/28"
+V6 = {"family": 6, "node_pod_cidr": "fd00:ab:0:1::/64", "node_gateway": "fd00:ab:0:1::1"}
 OPTIONS: dict[str, dict[str, Any]] = {
+    "dual_stack_v6": {**V6, "service_cidr": "fd00:ab:ffff::/108", "bridge_netfilter": True},
     "service_range": {"service_cidr": "198.19.0.0/16"},
     "load_balancer": {"load_balancer_cidr": LB_CIDR},
     "bridge_netfilter": {"bridge_netfilter": True},
@@ -337,7 +355,6 @@ def test_malformed_services_are_skipped_with_reasons() -> None:
         "Service default/nospec: spec is None, not an object",
         "Service default/'Bad_Name': metadata.name 'Bad_Name' is not a DNS label",
         "Service default/bad-ip: spec.clusterIP '198.19.0.300' is not an IP address",
-        "Service default/six: spec.clusterIP fd00::1 is IPv6 (the lab's Service rules are IPv4 only)",
         "Service default/noip: spec.clusterIP is missing",
         "Service default/noports: spec.ports is missing or empty",
         "Service default/weird: spec.type 'Mesh' is not a Service type",
@@ -391,8 +408,8 @@ def test_malformed_endpoint_slices_and_endpoints_are_skipped_with_reasons() -> N
         "EndpointSlice default/mixed: endpoints[1]: addresses [] is not a list of addresses",
         "EndpointSlice default/mixed: endpoints[2]: conditions.ready 'yes' is not a boolean",
         "EndpointSlice default/mixed: endpoints[3]: conditions [] is not an object",
-        "EndpointSlice default/mixed: endpoints[4]: addresses[0] fd00::7 is IPv6 "
-        "(the lab's Service rules are IPv4 only)",
+        "EndpointSlice default/mixed: endpoints[4]: addresses[0] fd00::7 is not an IPv4 address "
+        "(the slice's addressType)",
         "EndpointSlice default/mixed: endpoints[6]: 7 is not an object",
     ]
     assert (rendered.services, rendered.endpoints) == (1, 2)
@@ -535,7 +552,10 @@ async def test_remove_deletes_the_table_idempotently_and_tolerates_a_gone_namesp
     runner = recorded((0, b"", b""), (255, b"", b'Cannot open network namespace "ab12-node-1": No such file'))
     await remove_rules("ab12-node-1", runner)
     await remove_rules("ab12-node-1", runner)
-    script = b"add table ip ambit-lab-services\ndelete table ip ambit-lab-services\n"
+    script = (
+        b"add table ip ambit-lab-services\ndelete table ip ambit-lab-services\n"
+        b"add table ip6 ambit-lab-services\ndelete table ip6 ambit-lab-services\n"
+    )
     assert runner.calls == [Call(NFT, script), Call(NFT, script)]
     with pytest.raises(ServiceRulesError):
         await remove_rules("ab12-node-1", recorded((1, b"", b"Error: Operation not permitted")))
@@ -605,7 +625,11 @@ async def test_service_proxy_applies_on_start_follows_changes_and_removes_on_clo
     assert len(runner.calls) == 2
 
     await proxy.aclose()
-    assert runner.calls[-1] == Call(NFT, b"add table ip ambit-lab-services\ndelete table ip ambit-lab-services\n")
+    assert runner.calls[-1] == Call(
+        NFT,
+        b"add table ip ambit-lab-services\ndelete table ip ambit-lab-services\n"
+        b"add table ip6 ambit-lab-services\ndelete table ip6 ambit-lab-services\n",
+    )
     assert proxy.applied_script is None
 
 
@@ -658,7 +682,8 @@ def test_rendered_script_passes_nft_check_and_loads_into_a_kernel(case: str, tmp
     assert checked.returncode == 0, checked.stderr
     # nft -c leaves out the kernel's hook validation (a reject in postrouting passes it): load the script for
     # real, twice, to show that applying it again replaces the table instead of adding to it.
-    loaded = nft_in_throwaway_netns(f"nft -f {script} && nft -f {script} && nft list table ip ambit-lab-services")
+    family = "ip6" if OPTIONS.get(case, {}).get("family") == 6 else "ip"
+    loaded = nft_in_throwaway_netns(f"nft -f {script} && nft -f {script} && nft list table {family} ambit-lab-services")
     assert loaded.returncode == 0, loaded.stderr
     assert loaded.stdout.count("chain nat-prerouting {") == 1
     assert loaded.stdout.count("type filter hook") == 2

@@ -76,8 +76,8 @@ def _service(obj: JsonObject) -> None:
     spec.setdefault("sessionAffinity", "None")
     if spec["type"] != "ExternalName":
         spec.setdefault("internalTrafficPolicy", "Cluster")
-        spec.setdefault("ipFamilies", ["IPv4"])
-        spec.setdefault("ipFamilyPolicy", "SingleStack")
+        # ipFamilies and ipFamilyPolicy depend on the cluster's Service ranges: the Service strategy sets them
+        # (ambit.apiserver.service_families), as kube-apiserver's REST storage does.
     ports = spec.get("ports")
     for port in ports if isinstance(ports, list) else ():
         if isinstance(port, dict):

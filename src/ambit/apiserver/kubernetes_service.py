@@ -28,7 +28,7 @@ SLICE_FIELDS = ("endpoints", "ports", "addressType")
 
 def kubernetes_address(service_cidr: str) -> str:
     """Rule 1: the first address of the Service range."""
-    return str(ipaddress.ip_network(service_cidr).network_address + 1)
+    return str(ipaddress.ip_network(service_cidr.split(",", maxsplit=1)[0].strip()).network_address + 1)
 
 
 def advertised_address(advertise: str, host: str) -> str:

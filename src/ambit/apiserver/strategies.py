@@ -190,7 +190,8 @@ class PodStrategy(Strategy):
 
 
 class ServiceStrategy(Strategy):
-    """Services: a cluster IP is allocated on create and is immutable afterwards."""
+    """Services: IP families and cluster IPs are decided on create and on update
+    (:mod:`ambit.apiserver.service_ips`, :mod:`ambit.apiserver.service_families`)."""
 
     def __init__(self, context: StrategyContext, ips: ServiceIpAllocator) -> None:
         super().__init__(context)
@@ -201,13 +202,7 @@ class ServiceStrategy(Strategy):
 
     def prepare_for_update(self, rtype: ResourceType, old: JsonObject, new: JsonObject) -> None:
         super().prepare_for_update(rtype, old, new)
-        old_spec, new_spec = old.get("spec") or {}, new.get("spec")
-        if isinstance(new_spec, dict):
-            for key in ("clusterIP", "clusterIPs"):
-                if not new_spec.get(key) and key in old_spec:
-                    new_spec[key] = old_spec[key]
-            if new_spec.get("clusterIP") != old_spec.get("clusterIP"):
-                raise errors.invalid("Service", new["metadata"]["name"], [("spec.clusterIP", "field is immutable")])
+        self.ips.reallocate(old, new)
 
 
 class PriorityClassStrategy(Strategy):

@@ -18,7 +18,13 @@ def apiserver(
     listen: Annotated[str, typer.Option(help="HOST:PORT to serve HTTPS on.")] = "127.0.0.1:6443",
     kubeconfig: Annotated[Path | None, typer.Option(help="Where to write the admin kubeconfig.")] = None,
     san: Annotated[list[str] | None, typer.Option(help="Extra DNS name or IP for the serving certificate.")] = None,
-    service_cidr: Annotated[str, typer.Option(help="Range Service cluster IPs come from.")] = "198.19.0.0/16",
+    service_cidr: Annotated[
+        str,
+        typer.Option(
+            help="Range Service cluster IPs come from; two ranges of different families, comma-separated, make a "
+            "dual-stack cluster (the first is the primary), as kube-apiserver's --service-cluster-ip-range."
+        ),
+    ] = "198.19.0.0/16",
     api_audience: Annotated[
         list[str] | None,
         typer.Option(help="An audience tokens must carry to be accepted (repeatable); default: the issuer."),
@@ -51,6 +57,12 @@ def apiserver(
     host, sep, port_text = listen.rpartition(":")
     if not sep or not port_text.isdigit():
         raise typer.BadParameter(f"expected HOST:PORT, got {listen!r}", param_hint="--listen")
+    from ambit.apiserver.service_ips import service_ranges
+
+    try:
+        service_ranges(service_cidr)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--service-cidr") from None
     try:
         turned_off = parse_runtime_config(runtime_config or ())
     except RuntimeConfigError as exc:

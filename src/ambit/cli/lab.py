@@ -53,6 +53,14 @@ def up(
             help="Install cluster DNS (kube-dns at 198.19.0.10, from deploy/lab-dns) once the nodes are Ready.",
         ),
     ] = True,
+    ip_family: Annotated[
+        str,
+        typer.Option(
+            "--ip-family",
+            help="ipv4, or dual for a dual-stack lab (kind's networking.ipFamily): pods and Services also get IPv6 "
+            "addresses from fd00:ab::/32.",
+        ),
+    ] = "ipv4",
 ) -> None:
     """Start a lab: API server, controllers, a node runtime per node, and the mesh (unless --no-mesh)."""
     from ambit.errors import AmbitError
@@ -60,7 +68,7 @@ def up(
 
     _require_root()
     try:
-        settings = LabSettings(directory=directory, nodes=nodes, install=mesh or install, dns=dns)
+        settings = LabSettings(directory=directory, nodes=nodes, install=mesh or install, dns=dns, ip_family=ip_family)
         topology = lab_up(settings, echo=typer.echo)
     except AmbitError as exc:
         typer.echo(f"ambit lab up: {exc}", err=True)

@@ -138,6 +138,8 @@ class EnrolmentSettings:
     dns_capture: bool = True
     """The node-wide DNS capture default; ``ambient.istio.io/dns-capture`` overrides it per pod."""
     ipv6: bool = False
+    """Redirect IPv6 in every pod (istio-cni's ``ipv6`` setting); off, a pod is redirected in IPv6 too as soon as
+    it has an IPv6 address (a dual-stack pod), so its IPv6 traffic is captured like its IPv4 traffic."""
 
 
 @dataclass(slots=True)
@@ -170,6 +172,21 @@ def pod_ipv4s(pod: dict[str, Any], extra: Iterable[str] = ()) -> tuple[str, ...]
         if isinstance(addr, ipaddress.IPv4Address):
             found.add(addr)
     return tuple(str(a) for a in sorted(found))
+
+
+def pod_has_ipv6(pod: dict[str, Any], extra: Iterable[str] = ()) -> bool:
+    """Whether ``status.podIPs``/``status.podIP`` or ``extra`` (the CNI result's addresses) hold an IPv6 address."""
+    status = pod.get("status") or {}
+    texts: list[Any] = [entry.get("ip") for entry in status.get("podIPs") or [] if isinstance(entry, dict)]
+    for text in [*texts, status.get("podIP"), *extra]:
+        if not isinstance(text, str):
+            continue
+        try:
+            if ipaddress.ip_address(text.split("/")[0]).version == 6:
+                return True
+        except ValueError:
+            continue
+    return False
 
 
 def workload_info(pod: dict[str, Any]) -> dict[str, Any]:
@@ -234,13 +251,15 @@ class EnrolmentManager:
 
         ``ips``: addresses known besides the pod's status (the CNI result's, before the status has them).
         """
+        ips = tuple(ips)
         meta = pod.get("metadata") or {}
         uid = str(meta.get("uid", ""))
         async with self._lock(uid):
             record = self._pods.get(uid) or Enrolment(uid, str(meta.get("namespace", "")), str(meta.get("name", "")))
             try:
+                ipv6 = self.settings.ipv6 or pod_has_ipv6(pod, ips)
                 settings = InPodSettings.for_pod(
-                    meta.get("annotations") or {}, dns_capture=self.settings.dns_capture, ipv6=self.settings.ipv6
+                    meta.get("annotations") or {}, dns_capture=self.settings.dns_capture, ipv6=ipv6
                 )
                 name, runner = netns.target(netns_path, self.runner)
                 await apply_inpod_async(name, settings, self.settings.backend, runner)

@@ -214,6 +214,7 @@ class NodeProxy:
             readiness_address=("0.0.0.0", settings.readiness_port),
             flows=self.flows,
             reuse_port=True,
+            ipv6=settings.ipv6,
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._notify_fd = settings.notify_fd

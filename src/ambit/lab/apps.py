@@ -201,6 +201,7 @@ async def _serve_h2c(
 async def _http_echo(port: int, tls: ssl.SSLContext | None = None) -> None:
     drain = _Drain()
     server = await asyncio.start_server(_http_handler(drain), "0.0.0.0", port, ssl=tls)
+    server6 = await _ipv6_server(_http_handler(drain), port, tls)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, drain.handle_sigterm)
     print(f"{'https' if tls else 'http'}-echo {IDENTITY['pod']} listening on :{port}", flush=True)
@@ -209,7 +210,18 @@ async def _http_echo(port: int, tls: ssl.SSLContext | None = None) -> None:
     finally:
         loop.remove_signal_handler(signal.SIGTERM)
         server.close()  # not wait_closed(): it would wait for idle keep-alive connections; asyncio.run ends them
+        if server6 is not None:
+            server6.close()
     print(f"{'https' if tls else 'http'}-echo {IDENTITY['pod']} terminated after a quiet second", flush=True)
+
+
+async def _ipv6_server(handler: Any, port: int, tls: ssl.SSLContext | None) -> asyncio.Server | None:
+    """The same app on ``[::]`` (IPv6 only, beside the IPv4 socket) for a dual-stack pod; None where the pod's
+    network has no IPv6."""
+    try:
+        return await asyncio.start_server(handler, "::", port, ssl=tls, family=socket.AF_INET6)
+    except OSError:
+        return None
 
 
 def _grpc_server(ports: list[tuple[str, int]]) -> Any:

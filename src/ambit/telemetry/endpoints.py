@@ -155,8 +155,11 @@ class ProxyEndpoints:
         readiness_address: tuple[str, int] = ("0.0.0.0", 15021),
         flows: FlowRing | None = None,
         reuse_port: bool = False,
+        ipv6: bool = False,
     ) -> None:
         self._metrics = metrics
+        self._ipv6 = ipv6
+        """Also serve stats and readiness on ``[::]`` when their address is ``0.0.0.0`` (never the admin server)."""
         self._reuse_port = reuse_port
         """Bind with SO_REUSEPORT (a node proxy's successor binds beside it during a hand-over)."""
         self._flows = flows
@@ -188,7 +191,7 @@ class ProxyEndpoints:
         """Bind all three servers; on failure close those already bound and raise :class:`TelemetryError`."""
         for name, (host, port), server in self._servers:
             try:
-                await server.start(host, port, reuse_port=self._reuse_port)
+                await server.start(host, port, reuse_port=self._reuse_port, ipv6=self._ipv6 and name != "admin")
             except OSError as exc:
                 await self.aclose()
                 reason = exc.strerror or str(exc)

@@ -355,11 +355,28 @@ class HttpServer:
         self.connections: set[_HttpConnection] = set()
         self._server: asyncio.Server | None = None
 
-    async def start(self, host: str, port: int, *, reuse_port: bool = False) -> None:
-        """Listen on ``host:port`` (OSError if it cannot)."""
-        self._server = await asyncio.get_running_loop().create_server(
+    async def start(self, host: str, port: int, *, reuse_port: bool = False, ipv6: bool = False) -> None:
+        """Listen on ``host:port`` (OSError if it cannot). With ``ipv6``, a wildcard IPv4 ``host`` on a fixed port
+        is also served on ``[::]:port`` (a separate IPv6-only socket, as ztunnel binds its stats and readiness
+        ports when IPv6 is on); a namespace without IPv6 gets the IPv4 socket only."""
+        loop = asyncio.get_running_loop()
+        if ipv6 and host == "0.0.0.0" and port:
+            try:
+                self._server = await loop.create_server(
+                    lambda: _HttpConnection(self), ["0.0.0.0", "::"], port, reuse_address=True,
+                    reuse_port=reuse_port or None,
+                )  # fmt: skip
+                return
+            except OSError as exc:
+                log.debug("no IPv6 listener on [::]:%d (%s): IPv4 only", port, exc.strerror or exc)
+        self._server = await loop.create_server(
             lambda: _HttpConnection(self), host, port, reuse_address=True, reuse_port=reuse_port or None
         )
+
+    @property
+    def families(self) -> list[int]:
+        """The address families it listens in (AF_INET, and AF_INET6 with an IPv6 socket), sorted."""
+        return sorted(int(sock.family) for sock in (self._server.sockets if self._server is not None else ()))
 
     @property
     def port(self) -> int | None:

@@ -32,7 +32,7 @@ from ambit.errors import AmbitError
 from ambit.lab.cluster.identities import token_file, write_kubeconfigs, write_token_file
 from ambit.lab.cluster.record import Record, sweep
 from ambit.lab.network.bridge import create_network
-from ambit.lab.network.topology import API_PORT, BRIDGE_ADDRESS, SERVICE_CIDR, NodeAddresses, Topology
+from ambit.lab.network.topology import API_PORT, BRIDGE_ADDRESS, NodeAddresses, Topology
 from ambit.lab.runtime.node_taints import NodeTaint, render_taints
 from ambit.lab.runtime.oci_apply import RuncMissingError, find_runc
 
@@ -53,6 +53,8 @@ class LabSettings:
     """Install the mesh from ``deploy/overlays/lab`` once the nodes are Ready (:mod:`ambit.lab.mesh.install`)."""
     dns: bool = True
     """Install cluster DNS (``deploy/lab-dns``) once the nodes are Ready, before the mesh."""
+    ip_family: str = "ipv4"
+    """``ipv4`` or ``dual`` (``ambit lab up --ip-family``): a dual-stack lab's pods and Services get IPv6 too."""
 
 
 def ambit_argv(*args: str) -> list[str]:
@@ -89,7 +91,7 @@ def lab_up(
     if existing is not None:
         raise LabError(f"a lab is already up in {directory} (lab {existing.lab_id}); run `ambit lab down` first")
     try:
-        topology = Topology.new(settings.nodes, directory, installed=settings.install)
+        topology = Topology.new(settings.nodes, directory, installed=settings.install, ip_family=settings.ip_family)
     except ValueError as exc:
         raise LabError(str(exc)) from None
     topology.save()
@@ -190,7 +192,7 @@ def _start_apiserver(topology: Topology, record: Record, timeout: float) -> None
         "--kubeconfig",
         str(topology.kubeconfig),
         "--service-cidr",
-        SERVICE_CIDR,
+        ",".join(topology.service_cidrs),
         "--token-auth-file",
         str(token_file(topology)),
         # The issuer's audience, and the one Istio's test clusters accept (their kind configuration sets the issuer

@@ -19,7 +19,7 @@ from ambit.commands import SubprocessRunner
 from ambit.k8s import KubeClient
 from ambit.lab.cluster.identities import kubeconfig_for
 from ambit.lab.cluster.record import Record
-from ambit.lab.network.services_apply import ServiceProxy, bridge_netfilter_enabled
+from ambit.lab.network.services_apply import ServiceProxy, bridge_netfilter_enabled, node_ipv6
 from ambit.lab.network.topology import LOAD_BALANCER_CIDR, SERVICE_CIDR, Topology
 from ambit.lab.runtime.kubelet import NodeRuntime, NodeRuntimeSettings
 from ambit.lab.runtime.node_taints import NodeTaint
@@ -142,6 +142,7 @@ async def run_node(topology: Topology, node_name: str, taints: tuple[NodeTaint, 
             service_cidr=SERVICE_CIDR,
             load_balancer_cidr=LOAD_BALANCER_CIDR,
             bridge_netfilter=bridge_netfilter_enabled(),  # read in the node's namespace: this process's
+            ipv6=node_ipv6(topology, node_name),
             runner=runner,
         )
         await runtime.start()

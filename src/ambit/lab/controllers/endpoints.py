@@ -1,8 +1,9 @@
 """A Service's endpoints, from its pods (pure): EndpointSlice endpoints and legacy Endpoints subsets.
 
-Which pods: those of the Service's namespace matching its selector that have an IPv4 pod IP and are not
-terminal (Succeeded, Failed). Terminating pods stay in EndpointSlices, flagged, as kube does since 1.22; the
-legacy Endpoints object leaves them out.
+Which pods: those of the Service's namespace matching its selector that have a pod IP of the family asked for
+(IPv4 unless said: kube's controller makes the slices of each of the Service's ``ipFamilies``; the legacy
+Endpoints object is IPv4) and are not terminal (Succeeded, Failed). Terminating pods stay in EndpointSlices,
+flagged, as kube does since 1.22; the legacy Endpoints object leaves them out.
 
 Conditions of an endpoint (kube's semantics): ``ready`` = the pod's Ready condition is True and it is not
 terminating; ``serving`` = its Ready condition is True; ``terminating`` = it has a ``deletionTimestamp``. With
@@ -28,18 +29,33 @@ PortKey = tuple[tuple[str, int, str, str], ...]
 """A port list in canonical form: sorted (name, port, protocol, appProtocol)."""
 
 
+ADDRESS_TYPES = {"IPv4": 4, "IPv6": 6}
+
+
 def pod_ipv4(pod: Mapping[str, Any]) -> str | None:
+    return pod_ip(pod, "IPv4")
+
+
+def pod_ip(pod: Mapping[str, Any], family: str) -> str | None:
+    """The pod's first address of ``family`` (``IPv4`` or ``IPv6``), or None."""
     status = pod.get("status") or {}
     candidates = [p.get("ip") for p in status.get("podIPs") or () if isinstance(p, dict)]
     candidates.append(status.get("podIP"))
     for ip in candidates:
         if isinstance(ip, str) and ip:
             try:
-                if ipaddress.ip_address(ip).version == 4:
+                if ipaddress.ip_address(ip).version == ADDRESS_TYPES[family]:
                     return ip
             except ValueError:
                 continue
     return None
+
+
+def service_address_types(service: Mapping[str, Any]) -> list[str]:
+    """The address types of the Service's slices: its ``ipFamilies`` (IPv4 when it says none)."""
+    families = (service.get("spec") or {}).get("ipFamilies")
+    found = [f for f in families if f in ADDRESS_TYPES] if isinstance(families, list) else []
+    return list(dict.fromkeys(found)) or ["IPv4"]
 
 
 def resolve_ports(service: Mapping[str, Any], pod: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -111,12 +127,12 @@ class PodEndpoint:
         return port_key(self.ports)
 
 
-def pod_endpoints(service: Mapping[str, Any], pods: Sequence[Object]) -> list[PodEndpoint]:
-    """The EndpointSlice endpoints of ``pods`` (already selected), sorted by pod name."""
+def pod_endpoints(service: Mapping[str, Any], pods: Sequence[Object], family: str = "IPv4") -> list[PodEndpoint]:
+    """The EndpointSlice endpoints of ``pods`` (already selected) in ``family``'s slices, sorted by pod name."""
     publish = bool((service.get("spec") or {}).get("publishNotReadyAddresses"))
     result = []
     for pod in sorted(pods, key=name_of):
-        ip = pod_ipv4(pod)
+        ip = pod_ip(pod, family)
         if ip is None or podstate.is_terminal(pod):
             continue
         terminating = is_deleting(pod)

@@ -16,11 +16,11 @@ from __future__ import annotations
 import logging
 
 from ambit.k8s import KubeNotFoundError, kinds
-from ambit.lab.controllers.endpoints import pod_endpoints
+from ambit.lab.controllers.endpoints import pod_endpoints, service_address_types
 from ambit.lab.controllers.ownership import Object, is_deleting, key_of, name_of
 from ambit.lab.controllers.selectors import labels_of, service_selector
 from ambit.lab.controllers.service_pods import ServicePodsController
-from ambit.lab.controllers.slicing import CONTROLLER, MANAGED_BY, SERVICE_NAME, plan_slices
+from ambit.lab.controllers.slicing import CONTROLLER, MANAGED_BY, SERVICE_NAME, plan_family_slices
 from ambit.lab.controllers.workqueue import Key
 
 log = logging.getLogger("ambit.lab.controllers.endpointslice")
@@ -120,8 +120,9 @@ class EndpointSliceController(ServicePodsController):
             if service is None:
                 self.tracker.forget(key)
             return None
-        endpoints = pod_endpoints(service, self.find_pods(service))
-        plan = plan_slices(service, endpoints, existing, self.settings.max_endpoints_per_slice)
+        pods = self.find_pods(service)
+        endpoints = {family: pod_endpoints(service, pods, family) for family in service_address_types(service)}
+        plan = plan_family_slices(service, endpoints, existing, self.settings.max_endpoints_per_slice)
         for body in plan.create:
             created = await self.client.create(kinds.ENDPOINT_SLICES, body, namespace)
             self.tracker.wrote(key, created)

@@ -10,10 +10,14 @@ Rules, as kube's EndpointSlice reconciler:
    it should be; endpoints and ports are kept in a canonical order so that equal content compares equal.
 4. When a plan both deletes and creates slices, the deletions are turned into updates of those slices instead,
    so the Service's slices churn as little as possible.
+5. Each address family of the Service has its own slices (``addressType`` IPv4 or IPv6, as kube's reconciler
+   runs once per family, each with its own placeholder); rules 1 to 4 hold within a family (a slice's address
+   type is immutable, so a slice never turns into the other family's); slices of a family the Service no longer
+   has are deleted.
 
 Slices carry the labels ``kubernetes.io/service-name`` and ``endpointslice.kubernetes.io/managed-by:
 endpointslice-controller.k8s.io`` (plus the Service's own labels, and ``service.kubernetes.io/headless`` for a
-headless Service), a controller reference to the Service, ``addressType: IPv4``, and the name
+headless Service), a controller reference to the Service, its ``addressType``, and the name
 ``<service>-<random>`` from ``generateName``.
 """
 
@@ -77,7 +81,9 @@ def _ports_body(key: PortKey) -> list[dict[str, Any]]:
     return ports
 
 
-def slice_body(service: Object, key: PortKey, endpoints: Sequence[Mapping[str, Any]]) -> Object:
+def slice_body(
+    service: Object, key: PortKey, endpoints: Sequence[Mapping[str, Any]], address_type: str = "IPv4"
+) -> Object:
     return {
         "apiVersion": "discovery.k8s.io/v1",
         "kind": "EndpointSlice",
@@ -87,7 +93,7 @@ def slice_body(service: Object, key: PortKey, endpoints: Sequence[Mapping[str, A
             "labels": slice_labels(service),
             "ownerReferences": [owner_reference(service)],
         },
-        "addressType": "IPv4",
+        "addressType": address_type,
         "endpoints": sorted((copy.deepcopy(dict(e)) for e in endpoints), key=_endpoint_order),
         "ports": _ports_body(key),
     }
@@ -116,10 +122,30 @@ def _as_update(current: Mapping[str, Any], want: Object) -> Object:
     return body
 
 
-def plan_slices(
-    service: Object, endpoints: Sequence[PodEndpoint], existing: Sequence[Object], max_per_slice: int
+def plan_family_slices(
+    service: Object, endpoints: Mapping[str, Sequence[PodEndpoint]], existing: Sequence[Object], max_per_slice: int
 ) -> SlicePlan:
-    """The writes that turn ``existing`` (the Service's managed slices) into what ``endpoints`` need."""
+    """Rule 5: the writes for every family in ``endpoints`` (address type → its endpoints)."""
+    plan = SlicePlan()
+    for address_type, members in endpoints.items():
+        mine = [s for s in existing if s.get("addressType") == address_type]
+        part = plan_slices(service, members, mine, max_per_slice, address_type)
+        plan.create += part.create
+        plan.update += part.update
+        plan.delete += part.delete
+    plan.delete += [s for s in existing if s.get("addressType") not in endpoints]
+    return plan
+
+
+def plan_slices(
+    service: Object,
+    endpoints: Sequence[PodEndpoint],
+    existing: Sequence[Object],
+    max_per_slice: int,
+    address_type: str = "IPv4",
+) -> SlicePlan:
+    """The writes that turn ``existing`` (the Service's managed slices) into what ``endpoints`` need, for one
+    address type."""
     plan = SlicePlan()
     groups: dict[PortKey, list[PodEndpoint]] = {}
     for pe in endpoints:
@@ -128,7 +154,7 @@ def plan_slices(
         groups[()] = []  # the placeholder
     by_key: dict[PortKey, list[Object]] = {}
     for current in sorted(existing, key=name_of):
-        if current.get("addressType") != "IPv4":
+        if current.get("addressType") != address_type:
             plan.delete.append(current)
         else:
             by_key.setdefault(port_key(current.get("ports") or []), []).append(current)
@@ -155,13 +181,13 @@ def plan_slices(
                     plan.delete.append(slice_obj)
                 continue
             placeholder_kept = placeholder_kept or not members
-            want = slice_body(service, key, held)
+            want = slice_body(service, key, held, address_type)
             if slice_obj is None:
                 plan.create.append(want)
             elif _differs(slice_obj, want):
                 plan.update.append(_as_update(slice_obj, want))
         if not buckets:
-            plan.create.append(slice_body(service, key, []))
+            plan.create.append(slice_body(service, key, [], address_type))
     for leftovers in by_key.values():
         plan.delete.extend(leftovers)
     while plan.create and plan.delete:

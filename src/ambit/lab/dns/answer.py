@@ -17,7 +17,8 @@ Rules (``<d>`` is the cluster domain, ``cluster.local``):
 4. ``_<port>._<proto>.<svc>.<ns>.svc.<d>`` SRV: one record ``0 100 <port> <svc fqdn>`` for a Service with
    addresses, one per ready endpoint ``0 100 <target port> <endpoint>.<svc fqdn>`` for a headless Service, with
    the targets' addresses in the additional section. Only named ports have SRV names.
-5. ``<a-b-c-d>.<ns>.pod.<d>``: the IPv4 address spelled by the first label (kube-dns's "pods insecure" mode).
+5. ``<a-b-c-d>.<ns>.pod.<d>``: the IPv4 address spelled by the first label (kube-dns's "pods insecure" mode);
+   an IPv6 address with ``-`` for ``:`` (``fd00-ab-0-1--5``), as CoreDNS reads it, answers AAAA.
 6. Names under ``<d>`` that rules 2 to 5 do not know are NXDOMAIN; names that exist without records of the
    asked type (AAAA of an IPv4-only Service, ``<ns>.svc.<d>`` of a namespace with Services, the apex) are
    NOERROR with no answer. Both carry the zone's SOA in the authority section. The apex answers SOA and NS.
@@ -127,14 +128,19 @@ def _labels(name: dns.name.Name) -> list[str]:
     return [label.decode("latin-1").lower() for label in name.labels if label]
 
 
-def _dashed_ipv4(label: str) -> IPAddress | None:
+def _dashed_ip(label: str) -> IPAddress | None:
     parts = label.split("-")
-    if len(parts) != 4 or not all(p.isdigit() and len(p) <= 3 for p in parts):
-        return None
-    try:
-        return ipaddress.IPv4Address(".".join(str(int(p)) for p in parts))
-    except ValueError:
-        return None
+    if len(parts) == 4 and all(p.isdigit() and len(p) <= 3 for p in parts):
+        try:
+            return ipaddress.IPv4Address(".".join(str(int(p)) for p in parts))
+        except ValueError:
+            return None
+    if 3 <= len(parts) <= 9 and all(len(p) <= 4 and all(c in "0123456789abcdef" for c in p) for p in parts):
+        try:
+            return ipaddress.IPv6Address(label.replace("-", ":"))
+        except ValueError:
+            return None
+    return None
 
 
 class _Resolver:
@@ -173,7 +179,7 @@ class _Resolver:
         if rel[-1] == "svc":
             return self._service_names(rel[:-1])
         if rel[-1] == "pod" and len(rel) == 3:
-            address = _dashed_ipv4(rel[0])
+            address = _dashed_ip(rel[0])
             if address is not None:
                 return self._answer_or_empty(self._address_rrset(self.qname, [address]))
         return self._nxdomain()

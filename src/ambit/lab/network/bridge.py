@@ -12,6 +12,15 @@ a node has no default route, so nothing leaves the lab. Forwarding is turned on 
 reverse-path filtering off there (the node forwards between ``cni0`` and ``eth0``, traffic the kernel's loose or
 strict check must not drop). The root namespace forwards nothing: node-to-node traffic crosses the lab bridge at L2.
 
+A dual-stack lab (``topology.ip_family == "dual"``) does the same for IPv6 inside the node namespaces only: each
+node's ``eth0`` gets its ``fd00:ab::/64`` address (no DAD: the lab owns the subnet), the node forwards IPv6 (a
+sysctl of its own namespace), accepts no router advertisements, and has a route to every other node's IPv6 pod
+range via that node's IPv6 address; ``cni0`` gets the IPv6 gateway from the bridge plugin (the second host-local
+range). The root namespace's ends of the lab's links (the bridge and each node's veth end) get
+``disable_ipv6=1`` (a per-interface sysctl; the host's ``all``/``default`` settings are never touched): they carry
+IPv6 frames at L2 between node namespaces but have no IPv6 address, route or router advertisement of their own,
+so no IPv6 of the lab can reach the machine's uplink and nothing of the host's IPv6 reaches the lab.
+
 A node added to a running lab (:func:`add_node_network`) gets the same: its namespace and veth on the bridge, its
 own routes, a route to its pod range in the root namespace and in every other node (:func:`join_routes`, pure), and
 its CNI files.
@@ -40,7 +49,9 @@ from ambit.lab.network.topology import (
     CNI_PLUGIN_DIR,
     LOAD_BALANCER_CIDR,
     NODE_NETWORK,
+    NODE_NETWORK_V6,
     SERVICE_CIDR,
+    SERVICE_CIDR_V6,
     NodeAddresses,
     Topology,
 )
@@ -49,6 +60,7 @@ NETWORK_NAME = "ambit-lab"
 CONFLIST_NAME = "10-ambit-lab.conflist"
 CNI_BRIDGE = "cni0"
 _PREFIXLEN = NODE_NETWORK.split("/")[1]
+_PREFIXLEN_V6 = NODE_NETWORK_V6.split("/")[1]
 
 
 class LabNetworkError(AmbitError):
@@ -68,21 +80,27 @@ class Route:
     def argv(self, action: str = "add") -> list[str]:
         """``ip route add`` (or ``delete``: only this very route, never another one to the same range)."""
         where = ["-n", self.namespace] if self.namespace else []
+        family = ["-6"] if ":" in self.dst else []
         via = ["via", self.via] if self.via else []
-        return ["ip", *where, "route", action, self.dst, *via, "dev", self.dev]
+        return ["ip", *family, *where, "route", action, self.dst, *via, "dev", self.dev]
 
 
 def node_routes(topology: Topology, node: NodeAddresses) -> list[Route]:
     """The routes that are ``node``'s own: in it, to every other node's pod range and to the Service range; in the
     root namespace, to its pod range."""
     others = [other for other in topology.all_nodes() if other.index != node.index]
-    return [
+    routes = [
         *(Route(node.netns, other.pod_cidr, other.address, "eth0") for other in others),
         Route(None, node.pod_cidr, node.address, topology.bridge),
         # The node's own connections to Service VIPs are routed before its output hook DNATs them: they need a
         # route. The Service rules reject every VIP they do not serve, so nothing leaves through it.
         Route(node.netns, SERVICE_CIDR, "", "eth0"),
     ]
+    if topology.dual_stack:
+        # IPv6 only between node namespaces: no root-namespace route (its link ends have no IPv6).
+        routes += [Route(node.netns, other.pod_cidr6, other.address6, "eth0") for other in others]
+        routes.append(Route(node.netns, SERVICE_CIDR_V6, "", "eth0"))
+    return routes
 
 
 def load_balancer_route(topology: Topology) -> Route:
@@ -96,7 +114,10 @@ def join_routes(topology: Topology, node: NodeAddresses) -> list[Route]:
     """The routes that join ``node`` to a lab whose other nodes are up: its own, and in every other node a route to
     its pod range."""
     others = [other for other in topology.all_nodes() if other.index != node.index]
-    return [*node_routes(topology, node), *(Route(o.netns, node.pod_cidr, node.address, "eth0") for o in others)]
+    joins = [Route(o.netns, node.pod_cidr, node.address, "eth0") for o in others]
+    if topology.dual_stack:
+        joins += [Route(o.netns, node.pod_cidr6, node.address6, "eth0") for o in others]
+    return [*node_routes(topology, node), *joins]
 
 
 def create_network(topology: Topology, record: Record, runner: CommandRunner) -> None:
@@ -175,7 +196,14 @@ def _create_bridge(topology: Topology, record: Record, runner: CommandRunner) ->
     record.note("link", name=topology.bridge, netns=None)
     runner.run(["ip", "link", "add", topology.bridge, "type", "bridge"])
     runner.run(["ip", "addr", "add", f"{BRIDGE_ADDRESS}/{_PREFIXLEN}", "dev", topology.bridge])
+    if topology.dual_stack:
+        _disable_ipv6(topology.bridge, runner)
     runner.run(["ip", "link", "set", topology.bridge, "up"])
+
+
+def _disable_ipv6(link: str, runner: CommandRunner) -> None:
+    """No IPv6 on a root-namespace link of the lab: one interface's own sysctl (never ``all`` or ``default``)."""
+    runner.run(["sysctl", "-q", "-w", f"net.ipv6.conf.{link}.disable_ipv6=1"])
 
 
 def _create_node(topology: Topology, node: NodeAddresses, record: Record, runner: CommandRunner) -> None:
@@ -192,15 +220,40 @@ def _create_node(topology: Topology, node: NodeAddresses, record: Record, runner
             # ICMP rate limit swallow the Service rules' rejects.
             "net.ipv4.conf.all.send_redirects=0",
             "net.ipv4.conf.default.send_redirects=0",
+            *(_NODE_IPV6_SYSCTLS if topology.dual_stack else ()),
         ]
     )
     runner.run(["ip", "-n", node.netns, "link", "set", "lo", "up"])
     record.note("link", name=node.root_link, netns=None)
     # The node end is created inside the node's namespace with its final name: no temporary name in the root.
     runner.run(["ip", "link", "add", node.root_link, "type", "veth", "peer", "name", "eth0", "netns", node.netns])
+    if topology.dual_stack:
+        _disable_ipv6(node.root_link, runner)
     runner.run(["ip", "link", "set", node.root_link, "master", topology.bridge, "up"])
     runner.run(["ip", "-n", node.netns, "addr", "add", f"{node.address}/{_PREFIXLEN}", "dev", "eth0"])
+    if topology.dual_stack:
+        address6 = f"{node.address6}/{_PREFIXLEN_V6}"
+        runner.run(["ip", "-6", "-n", node.netns, "addr", "add", address6, "dev", "eth0", "nodad"])
     runner.run(["ip", "-n", node.netns, "link", "set", "eth0", "up"])
+
+
+_NODE_IPV6_SYSCTLS = (
+    # Inside the node's own namespace only (the sysctl runs under `ip netns exec`): forwarding between cni0 and
+    # eth0, no router advertisements (a forwarding node would otherwise ignore them anyway; said explicitly), no
+    # redirects (as for IPv4).
+    "net.ipv6.conf.all.disable_ipv6=0",
+    "net.ipv6.conf.default.disable_ipv6=0",
+    "net.ipv6.conf.all.forwarding=1",
+    "net.ipv6.conf.default.forwarding=1",
+    "net.ipv6.conf.all.accept_ra=0",
+    "net.ipv6.conf.default.accept_ra=0",
+    "net.ipv6.conf.all.accept_redirects=0",
+    "net.ipv6.conf.default.accept_redirects=0",
+    # The lab owns its subnets: no duplicate address detection, so cni0's gateway address (made later by the
+    # bridge plugin, with these defaults) is usable at once instead of tentative for a second or two.
+    "net.ipv6.conf.all.accept_dad=0",
+    "net.ipv6.conf.default.accept_dad=0",
+)
 
 
 def _add_route(record: Record, runner: CommandRunner, route: Route) -> None:
@@ -217,6 +270,13 @@ def node_conflist(topology: Topology, node: NodeAddresses) -> dict[str, Any]:
     ``loopback`` chained after ``bridge`` receives bridge's result as ``prevResult`` and passes it on unchanged
     (checked with plugins 1.1.1), so one conflist gives the pod both ``eth0`` and a ``lo`` that is up.
     """
+    ranges = [[{"subnet": node.pod_cidr, "gateway": node.pod_gateway}]]
+    routes = [{"dst": "0.0.0.0/0", "gw": node.pod_gateway}]
+    if node.pod_cidr6:
+        # A second range: host-local gives the pod one address from each, IPv4 first (kind's dual-stack
+        # kindnet does the same); the bridge plugin puts both gateways on cni0.
+        ranges.append([{"subnet": node.pod_cidr6, "gateway": node.pod_gateway6}])
+        routes.append({"dst": "::/0", "gw": node.pod_gateway6})
     return {
         "cniVersion": "1.0.0",
         "name": NETWORK_NAME,
@@ -229,8 +289,8 @@ def node_conflist(topology: Topology, node: NodeAddresses) -> dict[str, Any]:
                 "hairpinMode": True,
                 "ipam": {
                     "type": "host-local",
-                    "ranges": [[{"subnet": node.pod_cidr, "gateway": node.pod_gateway}]],
-                    "routes": [{"dst": "0.0.0.0/0", "gw": node.pod_gateway}],
+                    "ranges": ranges,
+                    "routes": routes,
                     "dataDir": str(topology.node_dir(node.name) / "ipam"),
                 },
             },

@@ -1,9 +1,13 @@
 """Service VIPs to endpoints with nftables: kube-proxy's job inside one lab node (pure rendering; no I/O).
 
 Input: the cluster's Services (core/v1) and EndpointSlices (discovery.k8s.io/v1) as plain dicts. Output: one
-nftables script for the table ``ip ambit-lab-services`` that the node applies with ``nft -f`` (see
-:mod:`ambit.lab.network.services_apply`). The script starts with ``add table`` + ``delete table`` and then declares the
-whole table again, so one ``nft -f`` replaces the previous rules in a single transaction.
+nftables script for the table ``ip ambit-lab-services`` (``family=4``, the default) or ``ip6 ambit-lab-services``
+(``family=6``, a dual-stack lab's second table) that the node applies with ``nft -f`` (see
+:mod:`ambit.lab.network.services_apply`). Each table serves its family only: a Service's cluster IP of that family
+(from ``spec.clusterIPs``; a Service with none is not in the table), and the EndpointSlices of that
+``addressType`` (kube makes one set of slices per family of the Service). The script starts with ``add table`` +
+``delete table`` and then declares the whole table again, so one ``nft -f`` replaces the previous rules in a
+single transaction.
 
 What the table does, in packet order:
 
@@ -42,9 +46,11 @@ in the node's ``load_balancer_cidr``; any other address is left out with a reaso
 status must not be able to capture traffic to an arbitrary address, such as the API server's). Other ports of a
 load-balancer address are rejected like those of a cluster IP.
 
-Invariants: only validated tokens reach the script (DNS-label names, IPv4 addresses, port numbers), so no object
+Invariants: only validated tokens reach the script (DNS-label names, IP addresses of the table's family, port
+numbers), so no object
 can inject nft syntax, and chain names (``service-<ns>/<name>/<proto>/<port>``,
-``endpoint-<ns>/<name>/<proto>/<port>__<ip>/<port>``) cannot collide since ``/`` is in no label. Every map key is
+``endpoint-<ns>/<name>/<proto>/<port>__<ip>/<port>``, an IPv6 address written in full with ``.`` for ``:``)
+cannot collide since ``/`` is in no label. Every map key is
 unique: a later Service claiming a taken ``ip . proto . port`` is skipped, because one duplicate element would
 fail the whole transaction. Output is sorted, so the same objects always give the same text. Malformed or
 unsupported objects (or ports, or endpoints) are left out with a reason, never raised; headless and ExternalName
@@ -65,12 +71,32 @@ from typing import Any
 
 TABLE = "ambit-lab-services"
 FAMILY = "ip"
+FAMILY6 = "ip6"
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 
 _PROXIED_TYPES = ("ClusterIP", "NodePort", "LoadBalancer")
 _PROTOCOLS = {"TCP": "tcp", "UDP": "udp"}
 _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-_REJECT_HOW = {"tcp": "meta l4proto tcp reject with tcp reset", "udp": "reject with icmp type port-unreachable"}
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+@dataclass(frozen=True, slots=True)
+class _Family:
+    """How one IP version is written: table family and match keyword, set element type, slice address type."""
+
+    version: int
+    keyword: str
+    addr_type: str
+    address_type: str
+    udp_reject: str
+
+
+_FAMILIES = {
+    4: _Family(4, FAMILY, "ipv4_addr", "IPv4", "reject with icmp type port-unreachable"),
+    6: _Family(6, FAMILY6, "ipv6_addr", "IPv6", "reject with icmpv6 type port-unreachable"),
+}
 
 _BackendKey = tuple[str, str, str, str]
 """A Service port's backends: (namespace, Service name, port name, protocol)."""
@@ -95,7 +121,7 @@ class _Malformed(Exception):
 
 @dataclass(frozen=True, slots=True, order=True)
 class _Endpoint:
-    ip: ipaddress.IPv4Address
+    ip: IPAddress
     port: int
 
 
@@ -110,18 +136,19 @@ class _ServicePort:
 class _Service:
     namespace: str
     name: str
-    cluster_ip: ipaddress.IPv4Address
+    cluster_ip: IPAddress
     ports: tuple[_ServicePort, ...]
-    load_balancer_ips: tuple[ipaddress.IPv4Address, ...] = ()
+    load_balancer_ips: tuple[IPAddress, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class _Node:
-    pod_cidr: ipaddress.IPv4Network
-    gateway: ipaddress.IPv4Address
-    service_cidr: ipaddress.IPv4Network | None
-    load_balancer_cidr: ipaddress.IPv4Network | None = None
+    pod_cidr: IPNetwork
+    gateway: IPAddress
+    service_cidr: IPNetwork | None
+    load_balancer_cidr: IPNetwork | None = None
     bridge_netfilter: bool = False
+    family: _Family = _FAMILIES[4]
 
 
 HAIRPIN_MARK = 0x4000
@@ -137,6 +164,7 @@ def render_service_rules(
     service_cidr: str | None = None,
     load_balancer_cidr: str | None = None,
     bridge_netfilter: bool = False,
+    family: int = 4,
 ) -> RenderedRules:
     """Render the node's table from the cluster's Services and EndpointSlices.
 
@@ -145,21 +173,23 @@ def render_service_rules(
     port-unreachable), so that nothing addressed to the range leaves the node whatever its routes. With
     ``load_balancer_cidr``, LoadBalancer Services' addresses in that range are proxied too. ``bridge_netfilter``:
     the node's bridge passes its frames through netfilter (br_netfilter), so only a pod reaching itself needs the
-    SNAT (rule 3). These are the node's
-    own settings, not input: a bad one is a ``ValueError``.
+    SNAT (rule 3). ``family`` (4 or 6) picks the table, and every address setting must be of that family. These
+    are the node's own settings, not input: a bad one is a ``ValueError``.
     """
+    fam = _FAMILIES[family]
     node = _Node(
-        ipaddress.IPv4Network(node_pod_cidr),
-        ipaddress.IPv4Address(node_gateway),
-        ipaddress.IPv4Network(service_cidr) if service_cidr is not None else None,
-        ipaddress.IPv4Network(load_balancer_cidr) if load_balancer_cidr is not None else None,
+        _network(node_pod_cidr, fam),
+        _address(node_gateway, fam),
+        _network(service_cidr, fam) if service_cidr is not None else None,
+        _network(load_balancer_cidr, fam) if load_balancer_cidr is not None else None,
         bridge_netfilter,
+        fam,
     )
     skipped: list[str] = []
     parsed: list[_Service] = []
     for obj in services:
         try:
-            svc = _read_service(obj, skipped, node.load_balancer_cidr)
+            svc = _read_service(obj, skipped, node.load_balancer_cidr, fam)
         except _Malformed as exc:
             skipped.append(f"Service {_describe(obj)}: {exc}")
             continue
@@ -168,13 +198,27 @@ def render_service_rules(
     backends: dict[_BackendKey, set[_Endpoint]] = {}
     for obj in slices:
         try:
-            found = _read_slice(obj, skipped)
+            found = _read_slice(obj, skipped, fam)
         except _Malformed as exc:
             skipped.append(f"EndpointSlice {_describe(obj)}: {exc}")
             continue
         for key, endpoints in found.items():
             backends.setdefault(key, set()).update(endpoints)
     return _render(parsed, backends, skipped, node)
+
+
+def _network(text: str, fam: _Family) -> IPNetwork:
+    network = ipaddress.ip_network(text)
+    if network.version != fam.version:
+        raise ValueError(f"{text} is not an IPv{fam.version} range")
+    return network
+
+
+def _address(text: str, fam: _Family) -> IPAddress:
+    address = ipaddress.ip_address(text)
+    if address.version != fam.version:
+        raise ValueError(f"{text} is not an IPv{fam.version} address")
+    return address
 
 
 # -- rendering ---------------------------------------------------------------------------------------------------
@@ -186,8 +230,8 @@ def _render(
     skipped: list[str],
     node: _Node,
 ) -> RenderedRules:
-    cluster_ips: set[ipaddress.IPv4Address] = set()
-    lb_ips: set[ipaddress.IPv4Address] = set()
+    cluster_ips: set[IPAddress] = set()
+    lb_ips: set[IPAddress] = set()
     service_map: dict[tuple[int, str, int], str] = {}
     reject_map: dict[tuple[int, str, int], str] = {}
     owners: dict[tuple[int, str, int], str] = {}
@@ -213,18 +257,20 @@ def _render(
             if not keys or keys[0][0] != int(svc.cluster_ip):
                 continue  # the cluster IP's port is another Service's: none of this port is proxied
             rendered_ports += 1
-            lb_ips.update(ipaddress.IPv4Address(k[0]) for k in keys[1:])
+            lb_ips.update(ipaddress.ip_address(k[0]) if node.family.version == 4 else ipaddress.IPv6Address(k[0])
+                          for k in keys[1:])  # fmt: skip
             endpoints = sorted(backends.get((svc.namespace, svc.name, port.name, port.protocol), ()))
             if not endpoints:
                 reject_map.update((key, f"goto reject-{port.protocol}") for key in keys)
                 continue
             base = f"{svc.namespace}/{svc.name}/{port.protocol}/{port.port}"
-            targets = [f"endpoint-{base}__{ep.ip}/{ep.port}" for ep in endpoints]
+            targets = [f"endpoint-{base}__{_chain_address(ep.ip)}/{ep.port}" for ep in endpoints]
             service_map.update((key, f"goto service-{base}") for key in keys)
             chains.append((f"service-{base}", [_spread(targets)]))
             for target, ep in zip(targets, endpoints, strict=True):
-                dnat = f"meta l4proto {port.protocol} dnat to {ep.ip}:{ep.port}"
-                mark = f"ip saddr {ep.ip} meta mark set meta mark | {HAIRPIN_MARK:#x}"
+                host = f"[{ep.ip}]" if ep.ip.version == 6 else str(ep.ip)
+                dnat = f"meta l4proto {port.protocol} dnat to {host}:{ep.port}"
+                mark = f"{node.family.keyword} saddr {ep.ip} meta mark set meta mark | {HAIRPIN_MARK:#x}"
                 chains.append((target, [mark, dnat] if node.bridge_netfilter else [dnat]))
             endpoint_count += len(endpoints)
         if rendered_ports:
@@ -232,6 +278,11 @@ def _render(
             rendered_services += 1
     script = _script(sorted(cluster_ips), sorted(lb_ips), service_map, reject_map, chains, node)
     return RenderedRules(script, skipped, rendered_services, endpoint_count)
+
+
+def _chain_address(ip: IPAddress) -> str:
+    """An address as a chain name may hold it: IPv6's ``:`` is not allowed, so it is written in full with ``.``."""
+    return str(ip) if ip.version == 4 else ip.exploded.replace(":", ".")
 
 
 def _spread(targets: list[str]) -> str:
@@ -242,47 +293,50 @@ def _spread(targets: list[str]) -> str:
 
 
 def _script(
-    cluster_ips: list[ipaddress.IPv4Address],
-    lb_ips: list[ipaddress.IPv4Address],
+    cluster_ips: list[IPAddress],
+    lb_ips: list[IPAddress],
     service_map: dict[tuple[int, str, int], str],
     reject_map: dict[tuple[int, str, int], str],
     chains: list[tuple[str, list[str]]],
     node: _Node,
 ) -> str:
+    fam = node.family
+    ip = fam.keyword
     lines = [
         f"# Service VIPs of the lab for the node with pods in {node.pod_cidr}"
         " (generated by ambit.lab.network.services).",
-        f"add table {FAMILY} {TABLE}",
-        f"delete table {FAMILY} {TABLE}",
-        f"table {FAMILY} {TABLE} {{",
+        f"add table {fam.keyword} {TABLE}",
+        f"delete table {fam.keyword} {TABLE}",
+        f"table {fam.keyword} {TABLE} {{",
     ]
-    lines += _collection("set cluster-ips", "ipv4_addr", [str(ip) for ip in cluster_ips])
+    lines += _collection("set cluster-ips", fam.addr_type, [str(a) for a in cluster_ips])
     if node.load_balancer_cidr is not None:
-        lines += _collection("set load-balancer-ips", "ipv4_addr", [str(ip) for ip in lb_ips])
-    verdict_type = "ipv4_addr . inet_proto . inet_service : verdict"
-    lines += _collection("map service-ips", verdict_type, _elements(service_map))
-    lines += _collection("map no-endpoint-services", verdict_type, _elements(reject_map))
-    lookup = "ip daddr . meta l4proto . th dport vmap @service-ips"
+        lines += _collection("set load-balancer-ips", fam.addr_type, [str(a) for a in lb_ips])
+    verdict_type = f"{fam.addr_type} . inet_proto . inet_service : verdict"
+    lines += _collection("map service-ips", verdict_type, _elements(service_map, fam))
+    lines += _collection("map no-endpoint-services", verdict_type, _elements(reject_map, fam))
+    lookup = f"{ip} daddr . meta l4proto . th dport vmap @service-ips"
     lines += _chain("nat-prerouting", "type nat hook prerouting priority dstnat; policy accept;", [lookup])
     lines += _chain("nat-output", "type nat hook output priority -100; policy accept;", [lookup])
     if node.bridge_netfilter:
         hairpin = f"meta mark & {HAIRPIN_MARK:#x} == {HAIRPIN_MARK:#x} snat to {node.gateway}"
     else:
-        hairpin = f"ct status dnat ip saddr {node.pod_cidr} ip daddr {node.pod_cidr} snat to {node.gateway}"
+        hairpin = f"ct status dnat {ip} saddr {node.pod_cidr} {ip} daddr {node.pod_cidr} snat to {node.gateway}"
     postrouting = [hairpin]
     if node.load_balancer_cidr is not None:
-        postrouting.append("ct status dnat ct original ip daddr @load-balancer-ips masquerade")
+        postrouting.append(f"ct status dnat ct original {ip} daddr @load-balancer-ips masquerade")
     lines += _chain("nat-postrouting", "type nat hook postrouting priority srcnat; policy accept;", postrouting)
     check = ["ct state new jump services-check"]
     lines += _chain("filter-prerouting", "type filter hook prerouting priority dstnat + 10; policy accept;", check)
     lines += _chain("filter-output", "type filter hook output priority filter; policy accept;", check)
-    checks = ["ip daddr . meta l4proto . th dport vmap @no-endpoint-services", "ip daddr @cluster-ips reject"]
+    checks = [f"{ip} daddr . meta l4proto . th dport vmap @no-endpoint-services", f"{ip} daddr @cluster-ips reject"]
     if node.load_balancer_cidr is not None:
-        checks.append("ip daddr @load-balancer-ips reject")
+        checks.append(f"{ip} daddr @load-balancer-ips reject")
     if node.service_cidr is not None:
-        checks.append(f"ip daddr {node.service_cidr} reject")
+        checks.append(f"{ip} daddr {node.service_cidr} reject")
     lines += _chain("services-check", None, checks)
-    for protocol, how in _REJECT_HOW.items():
+    rejects = {"tcp": "meta l4proto tcp reject with tcp reset", "udp": fam.udp_reject}
+    for protocol, how in rejects.items():
         lines += _chain(f"reject-{protocol}", None, [how])
     for name, rules in chains:
         lines += _chain(name, None, rules)
@@ -290,10 +344,10 @@ def _script(
     return "\n".join(lines) + "\n"
 
 
-def _elements(entries: dict[tuple[int, str, int], str]) -> list[str]:
+def _elements(entries: dict[tuple[int, str, int], str], fam: _Family) -> list[str]:
+    as_address = ipaddress.IPv4Address if fam.version == 4 else ipaddress.IPv6Address
     return [
-        f"{ipaddress.IPv4Address(ip)} . {proto} . {port} : {verdict}"
-        for (ip, proto, port), verdict in sorted(entries.items())
+        f"{as_address(ip)} . {proto} . {port} : {verdict}" for (ip, proto, port), verdict in sorted(entries.items())
     ]
 
 
@@ -312,8 +366,9 @@ def _chain(name: str, base: str | None, rules: list[str]) -> list[str]:
 # -- reading objects ---------------------------------------------------------------------------------------------
 
 
-def _read_service(obj: object, skipped: list[str], lb_cidr: ipaddress.IPv4Network | None) -> _Service | None:
-    """The Service to proxy; None for a valid Service with nothing to proxy (headless, ExternalName)."""
+def _read_service(obj: object, skipped: list[str], lb_cidr: IPNetwork | None, fam: _Family) -> _Service | None:
+    """The Service to proxy; None for a valid Service with nothing to proxy (headless, ExternalName, or no cluster
+    IP of the table's family)."""
     meta = _mapping(obj, "metadata")
     namespace, name = _label(meta, "namespace"), _label(meta, "name")
     spec = _mapping(obj, "spec")
@@ -327,7 +382,9 @@ def _read_service(obj: object, skipped: list[str], lb_cidr: ipaddress.IPv4Networ
         return None
     if not isinstance(cluster_ip, str) or not cluster_ip:
         raise _Malformed("spec.clusterIP is missing")
-    ip = _ipv4(cluster_ip, "spec.clusterIP")
+    ip = _family_cluster_ip(spec, cluster_ip, fam)
+    if ip is None:
+        return None
     raw_ports = spec.get("ports")
     if not isinstance(raw_ports, list) or not raw_ports:
         raise _Malformed("spec.ports is missing or empty")
@@ -340,29 +397,47 @@ def _read_service(obj: object, skipped: list[str], lb_cidr: ipaddress.IPv4Networ
             continue
         if ports.setdefault((port.protocol, port.port), port) is not port:
             skipped.append(f"Service {namespace}/{name}: spec.ports[{i}]: {port.protocol} {port.port} is listed twice")
-    lb_ips = _load_balancer_ips(obj, kind, lb_cidr, f"Service {namespace}/{name}", skipped)
+    lb_ips = _load_balancer_ips(obj, kind, lb_cidr, f"Service {namespace}/{name}", skipped, fam)
     return _Service(namespace, name, ip, tuple(ports.values()), lb_ips)
 
 
+def _family_cluster_ip(spec: dict[str, Any], cluster_ip: str, fam: _Family) -> IPAddress | None:
+    """The Service's cluster IP of the table's family: ``clusterIP`` itself, or the other entry of a dual-stack
+    Service's ``clusterIPs``; None when it has none of that family."""
+    primary = _ip(cluster_ip, "spec.clusterIP")
+    if primary.version == fam.version:
+        return primary
+    ips = spec.get("clusterIPs")
+    for i, text in enumerate(ips if isinstance(ips, list) else ()):
+        if i == 0 or not isinstance(text, str):
+            continue
+        address = _ip(text, f"spec.clusterIPs[{i}]")
+        if address.version == fam.version:
+            return address
+    return None
+
+
 def _load_balancer_ips(
-    obj: object, kind: str, lb_cidr: ipaddress.IPv4Network | None, who: str, skipped: list[str]
-) -> tuple[ipaddress.IPv4Address, ...]:
+    obj: object, kind: str, lb_cidr: IPNetwork | None, who: str, skipped: list[str], fam: _Family
+) -> tuple[IPAddress, ...]:
     """The addresses of ``status.loadBalancer.ingress`` to proxy: a LoadBalancer Service's, in ``lb_cidr``."""
     if kind != "LoadBalancer" or lb_cidr is None or not isinstance(obj, dict):
         return ()
     status = obj.get("status")
     lb = status.get("loadBalancer") if isinstance(status, dict) else None
     ingress = lb.get("ingress") if isinstance(lb, dict) else None
-    out: list[ipaddress.IPv4Address] = []
+    out: list[IPAddress] = []
     for i, item in enumerate(ingress if isinstance(ingress, list) else ()):
         raw = item.get("ip") if isinstance(item, dict) else None
         if not isinstance(raw, str):
             continue
         try:
-            address = _ipv4(raw, f"status.loadBalancer.ingress[{i}].ip")
+            address = _ip(raw, f"status.loadBalancer.ingress[{i}].ip")
         except _Malformed as exc:
             skipped.append(f"{who}: {exc}")
             continue
+        if address.version != fam.version:
+            continue  # the other family's table serves it
         if address not in lb_cidr:
             skipped.append(f"{who}: status.loadBalancer.ingress[{i}].ip {address} is outside {lb_cidr}")
             continue
@@ -380,7 +455,7 @@ def _read_service_port(raw: object) -> _ServicePort:
     return _ServicePort(name, _protocol(raw.get("protocol")), _port(raw.get("port"), "port"))
 
 
-def _read_slice(obj: object, skipped: list[str]) -> dict[_BackendKey, set[_Endpoint]]:
+def _read_slice(obj: object, skipped: list[str], fam: _Family) -> dict[_BackendKey, set[_Endpoint]]:
     """Ready endpoints per Service port; empty for a slice of another address family."""
     meta = _mapping(obj, "metadata")
     namespace = _label(meta, "namespace")
@@ -390,10 +465,10 @@ def _read_slice(obj: object, skipped: list[str]) -> dict[_BackendKey, set[_Endpo
         raise _Malformed(f"label {SERVICE_NAME_LABEL} is {_show(service)}, not a Service name")
     assert isinstance(obj, dict)  # _mapping checked it
     address_type = obj.get("addressType")
-    if address_type in ("IPv6", "FQDN"):
-        return {}
-    if address_type != "IPv4":
+    if address_type not in ("IPv4", "IPv6", "FQDN"):
         raise _Malformed(f"addressType {_show(address_type)} is not IPv4, IPv6 or FQDN")
+    if address_type != fam.address_type:
+        return {}
     where = f"EndpointSlice {namespace}/{_show_name(meta.get('name'))}"
     ports: list[tuple[str, str, int]] = []
     for i, raw in enumerate(_list(obj, "ports")):
@@ -408,10 +483,10 @@ def _read_slice(obj: object, skipped: list[str]) -> dict[_BackendKey, set[_Endpo
             ports.append((name, _protocol(raw.get("protocol")), _port(raw.get("port"), "port")))
         except _Malformed as exc:
             skipped.append(f"{where}: ports[{i}]: {exc}")
-    ready: list[ipaddress.IPv4Address] = []
+    ready: list[IPAddress] = []
     for i, raw in enumerate(_list(obj, "endpoints")):
         try:
-            address = _ready_address(raw)
+            address = _ready_address(raw, fam)
         except _Malformed as exc:
             skipped.append(f"{where}: endpoints[{i}]: {exc}")
             continue
@@ -423,14 +498,16 @@ def _read_slice(obj: object, skipped: list[str]) -> dict[_BackendKey, set[_Endpo
     return found
 
 
-def _ready_address(raw: object) -> ipaddress.IPv4Address | None:
+def _ready_address(raw: object, fam: _Family) -> IPAddress | None:
     """The endpoint's address when it is ready (``conditions.ready`` true or unknown), else None."""
     if not isinstance(raw, dict):
         raise _Malformed(f"{_show(raw)} is not an object")
     addresses = raw.get("addresses")
     if not isinstance(addresses, list) or not addresses or not isinstance(addresses[0], str):
         raise _Malformed(f"addresses {_show(addresses)} is not a list of addresses")
-    address = _ipv4(addresses[0], "addresses[0]")
+    address = _ip(addresses[0], "addresses[0]")
+    if address.version != fam.version:
+        raise _Malformed(f"addresses[0] {address} is not an {fam.address_type} address (the slice's addressType)")
     conditions = raw.get("conditions")
     if conditions is None:
         return address
@@ -485,14 +562,11 @@ def _port(value: object, field: str) -> int:
     return value
 
 
-def _ipv4(value: str, field: str) -> ipaddress.IPv4Address:
+def _ip(value: str, field: str) -> IPAddress:
     try:
-        ip = ipaddress.ip_address(value)
+        return ipaddress.ip_address(value)
     except ValueError:
         raise _Malformed(f"{field} {_show(value)} is not an IP address") from None
-    if not isinstance(ip, ipaddress.IPv4Address):
-        raise _Malformed(f"{field} {ip} is IPv6 (the lab's Service rules are IPv4 only)")
-    return ip
 
 
 def _describe(obj: object) -> str:

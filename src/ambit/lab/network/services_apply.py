@@ -3,8 +3,10 @@
 - :func:`apply_rules` runs ``ip netns exec NETNS nft -f -`` with the script on stdin (plain ``nft -f -`` for
   netns ``""``: a caller already inside the node). The script replaces the whole table in one transaction, so
   a failed apply leaves the previous rules in place.
-- :func:`remove_rules` deletes the table with ``add table`` + ``delete table`` in one ``nft -f``: idempotent,
-  and a namespace that is already gone counts as removed.
+- A dual-stack node (:class:`NodeIpv6` given) gets both tables, ``ip`` and ``ip6 ambit-lab-services``, from one
+  script and one ``nft -f``.
+- :func:`remove_rules` deletes the tables (both families) with ``add table`` + ``delete table`` in one
+  ``nft -f``: idempotent, and a namespace that is already gone counts as removed.
 - :class:`ServiceProxy` is what a node runtime embeds: two informers (Services, EndpointSlices); any change marks
   the rules dirty, and one task re-renders after a short debounce and re-applies only when the script changed.
   A failed apply is logged and retried after a delay that doubles up to a cap; a success resets it.
@@ -19,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -27,11 +29,12 @@ from types import TracebackType
 from ambit.commands import CommandResult, CommandRunner, SubprocessRunner
 from ambit.errors import AmbitError
 from ambit.k8s import Informer, InformerSettings, KubeClient, ResourceKind, kinds
-from ambit.lab.network.services import FAMILY, TABLE, RenderedRules, render_service_rules
+from ambit.lab.network.services import FAMILY, FAMILY6, TABLE, RenderedRules, render_service_rules
+from ambit.lab.network.topology import SERVICE_CIDR_V6, Topology
 
 log = logging.getLogger("ambit.lab.network.services")
 
-_REMOVE_SCRIPT = f"add table {FAMILY} {TABLE}\ndelete table {FAMILY} {TABLE}\n".encode()
+_REMOVE_SCRIPT = "".join(f"add table {f} {TABLE}\ndelete table {f} {TABLE}\n" for f in (FAMILY, FAMILY6)).encode()
 _NO_NETNS = b"Cannot open network namespace"
 NFT_TIMEOUT = 10.0
 """Seconds an ``nft`` run may take before it is killed (exit code 124)."""
@@ -48,6 +51,27 @@ class ServiceRulesError(AmbitError):
 
 
 BRIDGE_NF_CALL_IPTABLES = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
+BRIDGE_NF_CALL_IP6TABLES = Path("/proc/sys/net/bridge/bridge-nf-call-ip6tables")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeIpv6:
+    """A dual-stack node's IPv6 side: its IPv6 pod range, its ``cni0`` IPv6 address, the IPv6 Service range and
+    whether bridged IPv6 frames pass netfilter (``bridge-nf-call-ip6tables``)."""
+
+    pod_cidr: str
+    gateway: str
+    service_cidr: str | None = None
+    bridge_netfilter: bool = False
+
+
+def node_ipv6(topology: Topology, node_name: str) -> NodeIpv6 | None:
+    """The IPv6 side of a node of a dual-stack lab, read in the node's namespace (this process's); None otherwise."""
+    node = topology.node_named(node_name)
+    if node is None or not node.pod_cidr6:
+        return None
+    bridged = bridge_netfilter_enabled(BRIDGE_NF_CALL_IP6TABLES)
+    return NodeIpv6(node.pod_cidr6, node.pod_gateway6, SERVICE_CIDR_V6, bridged)
 
 
 def bridge_netfilter_enabled(setting: Path = BRIDGE_NF_CALL_IPTABLES) -> bool:
@@ -129,6 +153,7 @@ class ServiceProxy:
         service_cidr: str | None = None,
         load_balancer_cidr: str | None = None,
         bridge_netfilter: bool = False,
+        ipv6: NodeIpv6 | None = None,
         runner: CommandRunner | None = None,
         settings: ServiceProxySettings | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -143,6 +168,9 @@ class ServiceProxy:
             load_balancer_cidr=load_balancer_cidr,
             bridge_netfilter=bridge_netfilter,
         )
+        if ipv6 is not None:
+            _render_v6([], [], ipv6)
+        self.ipv6 = ipv6
         self.netns = netns
         self.node_pod_cidr = node_pod_cidr
         self.node_gateway = node_gateway
@@ -220,15 +248,18 @@ class ServiceProxy:
 
     async def sync(self) -> bool:
         """Render from the informers' caches and apply if the script changed; True when ``nft`` ran."""
+        services, slices = self._services.items(), self._slices.items()
         rendered = render_service_rules(
-            self._services.items(),
-            self._slices.items(),
+            services,
+            slices,
             node_pod_cidr=self.node_pod_cidr,
             node_gateway=self.node_gateway,
             service_cidr=self.service_cidr,
             load_balancer_cidr=self.load_balancer_cidr,
             bridge_netfilter=self.bridge_netfilter,
         )
+        if self.ipv6 is not None:
+            rendered = _both(rendered, _render_v6(services, slices, self.ipv6))
         self.stats.renders += 1
         self.rendered = rendered
         self._report(rendered.skipped)
@@ -269,3 +300,21 @@ class ServiceProxy:
                 delay = min(delay * 2, self.settings.retry_max)
                 continue
             delay = self.settings.retry_initial
+
+
+def _render_v6(services: Iterable[object], slices: Iterable[object], ipv6: NodeIpv6) -> RenderedRules:
+    return render_service_rules(
+        services,
+        slices,
+        family=6,
+        node_pod_cidr=ipv6.pod_cidr,
+        node_gateway=ipv6.gateway,
+        service_cidr=ipv6.service_cidr,
+        bridge_netfilter=ipv6.bridge_netfilter,
+    )
+
+
+def _both(v4: RenderedRules, v6: RenderedRules) -> RenderedRules:
+    """One script for both tables; a reason both renders gave (a malformed object) is listed once."""
+    skipped = [*v4.skipped, *(reason for reason in v6.skipped if reason not in v4.skipped)]
+    return RenderedRules(v4.script + v6.script, skipped, v4.services + v6.services, v4.endpoints + v6.endpoints)

@@ -7,6 +7,11 @@ Addresses (all from 198.18.0.0/15, never the machine's own ranges):
 - pods of node ``i``: ``198.18.<i>.0/24``, gateway ``198.18.<i>.1`` on the node's ``cni0`` bridge.
 - Services: cluster IPs from ``198.19.0.0/16``; ``198.19.0.10`` is cluster DNS's (the ``kube-dns`` Service, as
   kubeadm takes the tenth address), which the API server never hands out on its own.
+- dual-stack labs (``ambit lab up --ip-family dual``, kind's ``networking.ipFamily: dual``) add IPv6 from the ULA
+  range ``fd00:ab::/32``: node ``i`` gets ``fd00:ab::<10+i>/64`` on ``eth0`` beside its IPv4 address, its pods
+  ``fd00:ab:0:<i>::/64`` (gateway ``fd00:ab:0:<i>::1`` on ``cni0``) as a second host-local range, and Services a
+  second cluster IP from ``fd00:ab:ffff::/108``. IPv6 lives only inside node and pod namespaces: the root
+  namespace's ends of the lab's links have IPv6 turned off (per interface), and no IPv6 route is added there.
 - LoadBalancer Services: ``198.18.0.224/28`` on the lab bridge's subnet (above every node address), assigned by
   the lab's load balancer and routed from the root namespace to the first node, whose Service rules DNAT them.
 
@@ -57,6 +62,10 @@ SERVICE_CIDR = "198.19.0.0/16"
 CLUSTER_DNS_ADDRESS = "198.19.0.10"
 """The ``kube-system/kube-dns`` Service's cluster IP: every pod's ``nameserver`` (``deploy/lab-dns``)."""
 CLUSTER_DOMAIN = "cluster.local"
+NODE_NETWORK_V6 = "fd00:ab::/64"
+SERVICE_CIDR_V6 = "fd00:ab:ffff::/108"
+IP_FAMILIES = ("ipv4", "dual")
+"""``Topology.ip_family``: IPv4 only (the default) or dual-stack (IPv4 first, as kind's ``dual``)."""
 LOAD_BALANCER_CIDR = "198.18.0.224/28"
 API_PORT = 6443
 CNI_PLUGIN_DIR = Path("/usr/lib/cni")
@@ -72,6 +81,14 @@ class NodeAddresses:
     pod_gateway: str  # 198.18.1.1
     netns: str  # ab1f2e-node-1
     root_link: str  # ab1f2e-n1 (root end of the veth; the node end is eth0)
+    address6: str = ""  # fd00:ab::b in a dual-stack lab, else ""
+    pod_cidr6: str = ""  # fd00:ab:0:1::/64
+    pod_gateway6: str = ""  # fd00:ab:0:1::1
+
+    @property
+    def pod_cidrs(self) -> tuple[str, ...]:
+        """The node's pod ranges, IPv4 first (the Node's ``spec.podCIDRs``)."""
+        return (self.pod_cidr, self.pod_cidr6) if self.pod_cidr6 else (self.pod_cidr,)
 
 
 REAL_HOST_PATHS = ("/proc", "/sys", "/dev")
@@ -151,12 +168,27 @@ class Topology:
     removed: tuple[int, ...] = ()
     """Indices up to ``nodes`` of nodes that left the lab (``ambit lab node remove``); the next add takes the
     lowest of them again."""
+    ip_family: str = "ipv4"
+    """``ipv4`` or ``dual`` (:data:`IP_FAMILIES`): whether nodes, pods and Services also get IPv6 addresses."""
 
     @classmethod
-    def new(cls, nodes: int, directory: Path, *, mesh: bool = False, installed: bool = False) -> Topology:
+    def new(
+        cls, nodes: int, directory: Path, *, mesh: bool = False, installed: bool = False, ip_family: str = "ipv4"
+    ) -> Topology:
         if not 1 <= nodes <= MAX_NODES:
             raise ValueError(f"a lab has 1 to {MAX_NODES} nodes, not {nodes}")
-        return cls(secrets.token_hex(2), nodes, str(directory), mesh, installed)
+        if ip_family not in IP_FAMILIES:
+            raise ValueError(f"the lab's IP family is one of {', '.join(IP_FAMILIES)}, not {ip_family!r}")
+        return cls(secrets.token_hex(2), nodes, str(directory), mesh, installed, ip_family=ip_family)
+
+    @property
+    def dual_stack(self) -> bool:
+        return self.ip_family == "dual"
+
+    @property
+    def service_cidrs(self) -> tuple[str, ...]:
+        """The Service ranges, primary first (kube-apiserver's ``--service-cluster-ip-range``)."""
+        return (SERVICE_CIDR, SERVICE_CIDR_V6) if self.dual_stack else (SERVICE_CIDR,)
 
     # -- names ----------------------------------------------------------------------------------------------
     @property
@@ -182,7 +214,18 @@ class Topology:
             pod_gateway=f"198.18.{index}.1",
             netns=f"{self.prefix}-node-{index}",
             root_link=f"{self.prefix}-n{index}",
+            **(self._node_v6(index) if self.dual_stack else {}),
         )
+
+    @staticmethod
+    def _node_v6(index: int) -> dict[str, str]:
+        network = ipaddress.IPv6Network(NODE_NETWORK_V6)
+        pods = ipaddress.IPv6Network((int(network.network_address) + (index << 64), 64))
+        return {
+            "address6": str(network.network_address + 10 + index),
+            "pod_cidr6": str(pods),
+            "pod_gateway6": str(pods.network_address + 1),
+        }
 
     def all_nodes(self) -> list[NodeAddresses]:
         return [self.node(i) for i in range(1, self.nodes + 1) if i not in self.removed]
@@ -272,6 +315,13 @@ class Topology:
                 bool(data.get("mesh", False)),
                 bool(data.get("installed", False)),
                 tuple(sorted({int(i) for i in data.get("removed", ())})),
+                ip_family=_ip_family(data.get("ip_family", "ipv4")),
             )
         except (OSError, ValueError, KeyError, TypeError):
             return None
+
+
+def _ip_family(value: object) -> str:
+    if value not in IP_FAMILIES:
+        raise ValueError(f"ip_family {value!r} is not one of {', '.join(IP_FAMILIES)}")
+    return str(value)

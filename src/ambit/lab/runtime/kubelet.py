@@ -141,6 +141,10 @@ class NodeRuntimeSettings:
     own stretch (:func:`ambit.lab.runtime.userns.node_id_range`)."""
     userns_blocks: int = NODE_BLOCKS
     """How many pods of this node may have a user namespace at once."""
+    pod_cidr6: str = ""
+    """The node's IPv6 pod range in a dual-stack lab (the Node's second ``spec.podCIDRs`` entry), else ""."""
+    node_ip6: str = ""
+    """The node's IPv6 InternalIP in a dual-stack lab, else ""."""
 
     @classmethod
     def for_lab(cls, topology: Topology, node_name: str, **overrides: Any) -> NodeRuntimeSettings:
@@ -149,7 +153,13 @@ class NodeRuntimeSettings:
             raise ValueError(f"the lab has no node {node_name!r}")
         base = cls(node.name, node.address, node.pod_cidr, topology.path / "pods")
         first_id, blocks = node_id_range(node.index)
-        fields = {"host_paths": topology.host_paths(node.name), "userns_first_id": first_id, "userns_blocks": blocks}
+        fields = {
+            "host_paths": topology.host_paths(node.name),
+            "userns_first_id": first_id,
+            "userns_blocks": blocks,
+            "pod_cidr6": node.pod_cidr6,
+            "node_ip6": node.address6,
+        }
         return dataclasses.replace(base, **{**fields, **overrides})
 
     @property

@@ -66,7 +66,8 @@ class HostInfo:
 
 def node_manifest(settings: NodeRuntimeSettings) -> dict[str, Any]:
     labels = {**settings.labels, "kubernetes.io/hostname": settings.node_name, "kubernetes.io/os": "linux"}
-    spec: dict[str, Any] = {"podCIDR": settings.pod_cidr, "podCIDRs": [settings.pod_cidr]}
+    cidrs = [settings.pod_cidr, *([settings.pod_cidr6] if settings.pod_cidr6 else [])]
+    spec: dict[str, Any] = {"podCIDR": settings.pod_cidr, "podCIDRs": cidrs}
     if settings.register_with_taints:
         spec["taints"] = [t.to_api() for t in settings.register_with_taints]
     return {
@@ -92,6 +93,7 @@ def node_status(settings: NodeRuntimeSettings, host: HostInfo, ready_since: floa
     return {
         "addresses": [
             {"type": "InternalIP", "address": settings.node_ip},
+            *([{"type": "InternalIP", "address": settings.node_ip6}] if settings.node_ip6 else []),
             {"type": "Hostname", "address": settings.node_name},
         ],
         "conditions": [
