@@ -26,12 +26,15 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 import grpc.aio
 from aiohttp import web
+from tests.ingress_pki import opaque_secret
 from tests.integration.waypoint_rig import H2cBackend, free_port, start_h2c_server
 
+from ambit.controlplane.translate import translate_all
 from ambit.hbone.headers import parse_authority
 from ambit.identity.localca import LocalCa
 from ambit.model.identity import SpiffeId
@@ -42,7 +45,7 @@ from ambit.model.workload import AppProtocol, NetworkAddress, PortMapping, Servi
 from ambit.proxy.hbone_server import HboneServer, InboundRequest, TunnelResponder
 from ambit.proxy.sockets import HostSocketFactory, connect
 from ambit.proxy.streams import SocketStream
-from ambit.tls.certs import issue_server_cert, new_ca
+from ambit.tls.certs import KeyPair, issue_server_cert, new_ca
 from ambit.waypoint.ingress import IngressGateway
 from ambit.waypoint.settings import WaypointLimits, WaypointSettings
 from ambit.waypoint.tcp import relay
@@ -406,3 +409,38 @@ async def tls_ask(port: int, server_name: str, line: str = "hello") -> str:
         return (await asyncio.wait_for(reader.readline(), 10)).decode().strip()
     finally:
         writer.close()
+
+
+def translate_edge(gateway: dict[str, Any], server: KeyPair, client_ca: KeyPair) -> GatewayConfig:
+    """The control plane's config for ``gateway`` (``edge/edge``) with an HTTPRoute to ``app/web:80``, its serving
+    certificate in Secret ``edge/edge-cert`` and the clients' CA in ConfigMap ``edge/client-ca``."""
+    route = {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": {"name": "web", "namespace": "app"},
+        "spec": {
+            "parentRefs": [{"name": "edge", "namespace": "edge"}],
+            "rules": [{"backendRefs": [{"name": "web", "port": 80}]}],
+        },
+    }
+    translation = translate_all(
+        pods=(),
+        services=[
+            {
+                "metadata": {"name": "web", "namespace": "app"},
+                "spec": {"clusterIP": "198.18.2.4", "ports": [{"port": 80}]},
+            }
+        ],
+        endpoint_slices=(),
+        namespaces=[{"metadata": {"name": "app"}}, {"metadata": {"name": "edge"}}],
+        gateways=[gateway],
+        http_routes=[route],
+        secrets=[
+            opaque_secret("edge-cert", "edge", "kubernetes.io/tls", tls_crt=server.cert_pem, tls_key=server.key_pem)
+        ],
+        config_maps=[
+            {"metadata": {"name": "client-ca", "namespace": "edge"}, "data": {"ca.crt": client_ca.cert_pem.decode()}}
+        ],
+    )
+    (config,) = translation.gateway_configs
+    return config

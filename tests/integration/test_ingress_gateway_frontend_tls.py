@@ -19,10 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.ingress_pki import client_cert, opaque_secret, self_signed_client
-from tests.integration.ingress_rig import IngressRig, as_served, ingress_rig
+from tests.ingress_pki import client_cert, self_signed_client
+from tests.integration.ingress_rig import IngressRig, as_served, ingress_rig, translate_edge
 
-from ambit.controlplane.translate import translate_all
 from ambit.model.ingress import GatewayConfig, TlsMode
 from ambit.tls.certs import KeyPair, issue_server_cert, new_ca
 from ambit.tls.contexts import _memory_file
@@ -64,35 +63,7 @@ def gateway_config() -> GatewayConfig:
             "listeners": [listener("strict", 443), listener("optional", 8443)],
         },
     }
-    route = {
-        "apiVersion": "gateway.networking.k8s.io/v1",
-        "kind": "HTTPRoute",
-        "metadata": {"name": "web", "namespace": "app"},
-        "spec": {
-            "parentRefs": [{"name": "edge", "namespace": "edge"}],
-            "rules": [{"backendRefs": [{"name": "web", "port": 80}]}],
-        },
-    }
-    translation = translate_all(
-        pods=(),
-        services=[
-            {
-                "metadata": {"name": "web", "namespace": "app"},
-                "spec": {"clusterIP": "198.18.2.4", "ports": [{"port": 80}]},
-            }
-        ],
-        endpoint_slices=(),
-        namespaces=[{"metadata": {"name": "app"}}, {"metadata": {"name": "edge"}}],
-        gateways=[gateway],
-        http_routes=[route],
-        secrets=[
-            opaque_secret("edge-cert", "edge", "kubernetes.io/tls", tls_crt=SERVER.cert_pem, tls_key=SERVER.key_pem)
-        ],
-        config_maps=[
-            {"metadata": {"name": "client-ca", "namespace": "edge"}, "data": {"ca.crt": CLIENT_CA.cert_pem.decode()}}
-        ],
-    )
-    (config,) = translation.gateway_configs
+    config = translate_edge(gateway, SERVER, CLIENT_CA)
     assert {i.name: i.tls.mode for i in config.listeners} == {
         "strict": TlsMode.MUTUAL,
         "optional": TlsMode.OPTIONAL_MUTUAL,

@@ -24,10 +24,9 @@ from typing import Any
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
-from tests.ingress_pki import client_cert, opaque_secret
-from tests.integration.ingress_rig import IngressRig, as_served, ingress_rig
+from tests.ingress_pki import client_cert
+from tests.integration.ingress_rig import IngressRig, as_served, ingress_rig, translate_edge
 
-from ambit.controlplane.translate import translate_all
 from ambit.model.ingress import ForwardClientCert, GatewayConfig
 from ambit.tls.certs import KeyPair, issue_server_cert, new_ca
 from ambit.tls.contexts import _memory_file
@@ -76,35 +75,7 @@ def gateway_config(mode: str | None) -> GatewayConfig:
             ],
         },
     }
-    route = {
-        "apiVersion": "gateway.networking.k8s.io/v1",
-        "kind": "HTTPRoute",
-        "metadata": {"name": "web", "namespace": "app"},
-        "spec": {
-            "parentRefs": [{"name": "edge", "namespace": "edge"}],
-            "rules": [{"backendRefs": [{"name": "web", "port": 80}]}],
-        },
-    }
-    translation = translate_all(
-        pods=(),
-        services=[
-            {
-                "metadata": {"name": "web", "namespace": "app"},
-                "spec": {"clusterIP": "198.18.2.4", "ports": [{"port": 80}]},
-            }
-        ],
-        endpoint_slices=(),
-        namespaces=[{"metadata": {"name": "app"}}, {"metadata": {"name": "edge"}}],
-        gateways=[gateway],
-        http_routes=[route],
-        secrets=[
-            opaque_secret("edge-cert", "edge", "kubernetes.io/tls", tls_crt=SERVER.cert_pem, tls_key=SERVER.key_pem)
-        ],
-        config_maps=[
-            {"metadata": {"name": "client-ca", "namespace": "edge"}, "data": {"ca.crt": CLIENT_CA.cert_pem.decode()}}
-        ],
-    )
-    (config,) = translation.gateway_configs
+    config = translate_edge(gateway, SERVER, CLIENT_CA)
     assert config.forward_client_cert is ForwardClientCert(mode or "SANITIZE_SET")
     return as_served(config)
 
