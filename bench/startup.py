@@ -2,7 +2,7 @@
 
 Run as root: ``python -m bench.startup [--runs 7] [--pods 3] [--out bench/results]`` (``make bench-startup``).
 
-Theory of operation. Each run spawns ``python -m ambit.cli nodeproxy`` as the lab's supervisor does (``nsenter
+Theory of operation. Each run spawns ``python -m ambit.cli nodeproxy`` in a node namespace of its own (``nsenter
 --net=`` into a node namespace of our own, which execs: the pid is the proxy's), with ``--notify-fd``, and measures
 it from the outside (``/proc/<pid>``), so this process's own imports never count. The proxy gets a minimal lab
 directory (topology, workloads file, local CA, run directory) and this process plays the node agent
@@ -144,7 +144,8 @@ def lab_directory(base: Path, pods: int) -> Topology:
 
 
 def lab_flags(topology: Topology, base: Path) -> list[str]:
-    """The control-plane flags the lab's supervisor gives, with a control plane nobody answers at."""
+    """The control-plane flags of a lab node proxy (the xDS and CA addresses, the root certificate), with a control plane
+    nobody answers at."""
     from ambit.identity.localca import LocalCa
 
     root = base / "root-cert.pem"

@@ -344,7 +344,7 @@ class NodeProxy:
             return
         try:
             os.write(fd, b"READY=1\n")
-        except OSError as exc:  # the supervisor went away: nobody to tell
+        except OSError as exc:  # whoever gave us the fd went away: nobody to tell
             log.warning("cannot write readiness to fd %d: %s", fd, exc)
         finally:
             with contextlib.suppress(OSError):

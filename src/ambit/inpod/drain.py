@@ -29,7 +29,7 @@ Rules:
 6. ``SuccessorChanged`` records whether a successor is ready. While a drain without a successor runs, a successor
    becoming ready lengthens it to ``drain_max`` from the drain's start (``ExtendDrain``): from then on new
    connections have somewhere to go. A successor lost while a hand-over drain runs does not shorten it: the
-   connections we relay do not depend on it, and its restart (the kubelet's or the supervisor's) is on the way.
+   connections we relay do not depend on it, and its restart (the kubelet's) is on the way.
 """
 
 from __future__ import annotations
