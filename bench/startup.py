@@ -144,8 +144,8 @@ def lab_directory(base: Path, pods: int) -> Topology:
 
 
 def lab_flags(topology: Topology, base: Path) -> list[str]:
-    """The control-plane flags of a lab node proxy (the xDS and CA addresses, the root certificate), with a control plane
-    nobody answers at."""
+    """The control-plane flags of a lab node proxy (xDS and CA addresses, the root certificate), with a control
+    plane nobody answers at."""
     from ambit.identity.localca import LocalCa
 
     root = base / "root-cert.pem"
