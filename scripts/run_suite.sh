@@ -13,7 +13,7 @@ base="$(mktemp -d /tmp/as.XXXXXX)"  # short: lab unix sockets live under it (108
 trap 'rm -rf "$base"' EXIT
 
 # --durations: the slowest tests of each share are printed at the end, where the CI log's tail shows them.
-(AMBIT_TEST_SHARE=machine "$pytest" -q --durations=25 --durations-min=5 --basetemp="$base/machine" tests "$@" 2>&1 | sed -u 's/^/[machine] /') &
+(AMBIT_TEST_SHARE=machine "$pytest" -q --durations=60 --durations-min=5 --basetemp="$base/machine" tests "$@" 2>&1 | sed -u 's/^/[machine] /') &
 machine=$!
 (AMBIT_TEST_SHARE=rest "$pytest" -q -n "$workers" --durations=10 --durations-min=5 --basetemp="$base/rest" tests "$@" 2>&1 | sed -u 's/^/[rest] /') &
 rest=$!

@@ -20,6 +20,7 @@ asserts a bound of its own except the capture's positive control and the checks 
 from __future__ import annotations
 
 import contextlib
+import json
 import secrets
 import threading
 import time
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 from tests.e2e.lab_driver import COMPONENT_APPS, Lab, ambit, is_ready, pod_manifest, sleeper, wait_until
 from tests.faults.load import KEPT
 from tests.faults.report import ROWS, FaultRow, lost, recovery_time
@@ -91,7 +93,46 @@ def wait_enrolled(lab: Lab, namespace: str, name: str, timeout: float = 30.0) ->
         annotations = pod["metadata"].get("annotations") or {}
         return pod if is_ready(pod) and annotations.get(REDIRECTION) == "enabled" else None
 
-    return wait_until(f"{namespace}/{name} Ready and enrolled", enrolled, timeout)
+    try:
+        return wait_until(f"{namespace}/{name} Ready and enrolled", enrolled, timeout)
+    except pytest.fail.Exception as exc:
+        raise pytest.fail.Exception(f"{exc.msg}\n{pod_story(lab, namespace, name)}", pytrace=False) from None
+
+
+def pod_story(lab: Lab, namespace: str, name: str) -> str:
+    """What a pod that never became Ready and enrolled shows: its phase, conditions, annotation and events."""
+    done = lab.kubectl("get", "pod", name, "-n", namespace, "-o", "json", check=False)
+    if done.returncode != 0:
+        return f"pod: {done.stderr.strip()}"
+    pod = json.loads(done.stdout)
+    status = pod.get("status") or {}
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or ()}
+    annotation = (pod["metadata"].get("annotations") or {}).get(REDIRECTION)
+    events = [f"{e.get('reason')}: {e.get('message') or e.get('note')}" for e in lab.events(namespace, name)]
+    return (
+        f"pod: phase {status.get('phase')}, conditions {conditions}, {REDIRECTION}={annotation}, "
+        f"podIP {status.get('podIP')}; events: {events}\n"
+        f"the lab's log lines that name it (the last {STORY_LINES}):\n" + "\n".join(log_lines(lab, name))
+    )
+
+
+STORY_LINES = 60
+
+
+def log_lines(lab: Lab, word: str) -> list[str]:
+    """The last :data:`STORY_LINES` lines naming ``word`` in the lab's logs (its processes', nodes' and pods'),
+    each after its file's name, in the order of their timestamps."""
+    found = []
+    d = lab.directory
+    for log in [*(d / "logs").glob("*.log"), *(d / "nodes").glob("*/*.log"), *(d / "pods").glob("*/*.log")]:
+        try:
+            text = log.read_text(errors="replace")
+        except OSError:
+            continue
+        found += [
+            f"{line[:23]} {log.parent.name}/{log.name}: {line[24:400]}" for line in text.splitlines() if word in line
+        ]
+    return sorted(found)[-STORY_LINES:]
 
 
 def set_up(lab: Lab, namespace: str) -> Scene:
