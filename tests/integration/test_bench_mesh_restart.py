@@ -101,7 +101,7 @@ def cmdline(pid: int) -> list[str]:
 
 @pytest.fixture
 def rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    topology = Topology.new(2, tmp_path / "lab", mesh=True)
+    topology = Topology.new(2, tmp_path / "lab")
     cluster = FakeCluster([n.name for n in topology.all_nodes()])
     lab = BenchLab(topology, tmp_path / "kubecache")
     monkeypatch.setattr(lab, "kubectl", cluster.kubectl)

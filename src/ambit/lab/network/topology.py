@@ -159,9 +159,6 @@ class Topology:
     lab_id: str
     nodes: int
     directory: str
-    mesh: bool = False
-    """The lab runs the mesh as host processes (``ambit lab up --mesh``): node agents, node proxies, the mesh
-    config writer."""
     installed: bool = False
     """The lab installed the mesh from ``deploy/overlays/lab`` (``ambit lab up --install``): its components are
     pods of DaemonSets and a Deployment, as on a cluster."""
@@ -172,14 +169,12 @@ class Topology:
     """``ipv4`` or ``dual`` (:data:`IP_FAMILIES`): whether nodes, pods and Services also get IPv6 addresses."""
 
     @classmethod
-    def new(
-        cls, nodes: int, directory: Path, *, mesh: bool = False, installed: bool = False, ip_family: str = "ipv4"
-    ) -> Topology:
+    def new(cls, nodes: int, directory: Path, *, installed: bool = False, ip_family: str = "ipv4") -> Topology:
         if not 1 <= nodes <= MAX_NODES:
             raise ValueError(f"a lab has 1 to {MAX_NODES} nodes, not {nodes}")
         if ip_family not in IP_FAMILIES:
             raise ValueError(f"the lab's IP family is one of {', '.join(IP_FAMILIES)}, not {ip_family!r}")
-        return cls(secrets.token_hex(2), nodes, str(directory), mesh, installed, ip_family=ip_family)
+        return cls(secrets.token_hex(2), nodes, str(directory), installed, ip_family=ip_family)
 
     @property
     def dual_stack(self) -> bool:
@@ -312,7 +307,6 @@ class Topology:
                 str(data["lab_id"]),
                 int(data["nodes"]),
                 str(data["directory"]),
-                bool(data.get("mesh", False)),
                 bool(data.get("installed", False)),
                 tuple(sorted({int(i) for i in data.get("removed", ())})),
                 ip_family=_ip_family(data.get("ip_family", "ipv4")),
