@@ -131,7 +131,7 @@ def pod_uid(i: int) -> str:
 
 def lab_directory(base: Path, pods: int) -> Topology:
     """The minimal lab a node proxy with ``--lab-dir`` reads: topology, workloads, local CA, run directory."""
-    topology = Topology.new(1, base / "lab", mesh=True)
+    topology = Topology.new(1, base / "lab")
     topology.path.mkdir(parents=True)
     topology.save()
     topology.mesh_config_file.parent.mkdir(parents=True, exist_ok=True)

@@ -180,7 +180,7 @@ def namespaces() -> Iterator[tuple[str, str, str]]:
 @contextlib.asynccontextmanager
 async def drain_rig(tmp_path: Path) -> AsyncIterator[tuple[DrainRig, ZdsServer]]:
     with namespaces() as (node, pod, client):
-        topology = Topology.new(1, tmp_path / "lab", mesh=True)
+        topology = Topology.new(1, tmp_path / "lab")
         topology.path.mkdir(parents=True)
         topology.save()
         topology.mesh_config_file.parent.mkdir(parents=True, exist_ok=True)
