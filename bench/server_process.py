@@ -156,13 +156,18 @@ def _remember(port: int) -> None:
 
 def _worker_share(first: int, last: int) -> tuple[int, int]:
     """This process's slice of ``[first, last)``, so that test processes running at once never hand out the same
-    port: ``make test``'s machine share (``AMBIT_TEST_SHARE=machine``, its subprocesses inherit it) takes the first
-    quarter, the rest share the other three, split again between its pytest-xdist workers; otherwise the whole
-    range."""
+    port: ``make test``'s shares of the machine's tests (``AMBIT_TEST_SHARE``, their subprocesses inherit it) take
+    the first quarter (``lab`` and ``host``, which run at once, half of it each), the rest share the other three,
+    split again between its pytest-xdist workers; otherwise the whole range."""
     share = os.environ.get("AMBIT_TEST_SHARE", "")
     quarter = first + (last - first) // 4
+    eighth = first + (last - first) // 8
     if share == "machine":
         return first, quarter
+    if share == "lab":
+        return first, eighth
+    if share == "host":
+        return eighth, quarter
     if share == "rest":
         first = quarter
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The whole suite as `make test` runs it: two shares at once (tests/conftest.py, AMBIT_TEST_SHARE).
-#   machine: the tests that use the machine itself (labs, network namespaces, root), one after the other;
-#   rest:    every other test, spread over pytest-xdist workers.
-# Each share's lines are prefixed with its name; the exit status is non-zero when either share fails.
-# Usage: scripts/run_suite.sh [extra pytest arguments, given to both shares]
+# The whole suite as `make test` runs it, in shares (tests/conftest.py, AMBIT_TEST_SHARE), two lines at once:
+#   lab:  the tests that bring up a lab or take the machine-wide lab lock, one after the other;
+#   rest: every other test that does not use the machine, spread over pytest-xdist workers, then
+#   host: the machine's other tests (namespaces, links and tables of their own names; root), one after the other.
+# Each share's lines are prefixed with its name; the exit status is non-zero when any share fails.
+# Usage: scripts/run_suite.sh [extra pytest arguments, given to every share]
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -13,11 +14,18 @@ base="$(mktemp -d /tmp/as.XXXXXX)"  # short: lab unix sockets live under it (108
 trap 'rm -rf "$base"' EXIT
 
 # --durations: the slowest tests of each share are printed at the end, where the CI log's tail shows them.
-(AMBIT_TEST_SHARE=machine "$pytest" -q --durations=60 --durations-min=5 --basetemp="$base/machine" tests "$@" 2>&1 | sed -u 's/^/[machine] /') &
-machine=$!
-(AMBIT_TEST_SHARE=rest "$pytest" -q -n "$workers" --durations=10 --durations-min=5 --basetemp="$base/rest" tests "$@" 2>&1 | sed -u 's/^/[rest] /') &
-rest=$!
-wait "$machine"; machine_status=$?
-wait "$rest"; rest_status=$?
-echo "suite: machine share exit ${machine_status}, rest share exit ${rest_status}"
-[ "$machine_status" -eq 0 ] && [ "$rest_status" -eq 0 ]
+(AMBIT_TEST_SHARE=lab "$pytest" -q --durations=40 --durations-min=5 --basetemp="$base/lab" tests "$@" 2>&1 | sed -u 's/^/[lab] /') &
+lab=$!
+(
+  AMBIT_TEST_SHARE=rest "$pytest" -q -n "$workers" --durations=10 --durations-min=5 --basetemp="$base/rest" tests "$@" 2>&1 | sed -u 's/^/[rest] /'
+  rest_status=${PIPESTATUS[0]}
+  AMBIT_TEST_SHARE=host "$pytest" -q --durations=20 --durations-min=5 --basetemp="$base/host" tests "$@" 2>&1 | sed -u 's/^/[host] /'
+  host_status=${PIPESTATUS[0]}
+  echo "suite: rest share exit ${rest_status}, host share exit ${host_status}"
+  [ "$rest_status" -eq 0 ] && [ "$host_status" -eq 0 ]
+) &
+others=$!
+wait "$lab"; lab_status=$?
+wait "$others"; others_status=$?
+echo "suite: lab share exit ${lab_status}; rest and host shares exit ${others_status}"
+[ "$lab_status" -eq 0 ] && [ "$others_status" -eq 0 ]

@@ -1,9 +1,13 @@
 """Shared fixtures: an embedded API server (in-process or as a real subprocess) and a kubectl runner.
 
-``make test`` runs the suite as two shares at once (``scripts/run_suite.sh``): the tests that use the machine itself
-(a lab network, network namespaces, root: ``SERIAL_DIRECTORIES``, ``SERIAL_MODULES``, the ``root`` marker) one
-after the other in one process, as they would run alone, and every other test on pytest-xdist workers. The
-environment variable ``AMBIT_TEST_SHARE`` (``machine`` or ``rest``) picks a share; without it every test runs.
+``make test`` runs the suite in shares (``scripts/run_suite.sh``). The tests that use the machine itself (a lab
+network, network namespaces, root: ``SERIAL_DIRECTORIES``, ``SERIAL_MODULES``, the ``root`` marker) run one after
+the other in one process, as they would run alone; every other test (``rest``) runs on pytest-xdist workers. The
+machine's tests split in two that run at once: ``lab``, those that bring up a lab or take the machine-wide lab lock
+(``LAB_DIRECTORIES``, ``LAB_MODULES``, the ``root_lab_lock`` and ``new_lab`` fixtures: a lab's names), and
+``host``, those whose namespaces, links and tables carry names of their own and never a lab's addresses in the
+root namespace. The environment variable ``AMBIT_TEST_SHARE`` (``machine``, ``lab``, ``host`` or ``rest``;
+``machine`` is ``lab`` and ``host``) picks a share; without it every test runs.
 
 Garbage is pinned to the test that made it: in the suites that run real servers and sockets (``GC_PINNED``), a
 full collection runs at each test's teardown, after its event loop is closed, so an unclosed transport or socket
@@ -57,7 +61,17 @@ SERIAL_MODULES = frozenset(
 )
 
 
-SHARES = ("machine", "rest")
+LAB_DIRECTORIES = frozenset({"e2e", "faults"})
+"""Every test here brings up a lab (or runs on one)."""
+LAB_MODULES = frozenset(
+    {
+        # Each lab-lock holder first sweeps the labs no process runs in, and the orphaned ones: these two make
+        # such labs (or sweep) on purpose, so they must not overlap a lab of the suite.
+        "tests/integration/test_harness_lab_lock.py",
+        "tests/integration/test_lab_orphans.py",
+    }
+)
+SHARES = ("machine", "lab", "host", "rest")
 
 
 def uses_the_machine(item: pytest.Item) -> bool:
@@ -70,6 +84,22 @@ def uses_the_machine(item: pytest.Item) -> bool:
         or relative.as_posix() in SERIAL_MODULES
         or item.get_closest_marker("root") is not None
     )
+
+
+def uses_the_lab(item: pytest.Item) -> bool:
+    """Whether a test of the machine's brings up a lab or takes the machine-wide lab lock (the ``lab`` share)."""
+    relative = item.path.relative_to(REPO)
+    return (
+        relative.parts[1] in LAB_DIRECTORIES
+        or relative.as_posix() in LAB_MODULES
+        or not {"root_lab_lock", "new_lab"}.isdisjoint(getattr(item, "fixturenames", ()))
+    )
+
+
+def share_of(item: pytest.Item) -> str:
+    if not uses_the_machine(item):
+        return "rest"
+    return "lab" if uses_the_lab(item) else "host"
 
 
 def shares_the_mesh_lab(item: pytest.Item) -> bool:
@@ -96,9 +126,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     if share not in SHARES:
         raise pytest.UsageError(f"AMBIT_TEST_SHARE must be one of {', '.join(SHARES)}, not {share!r}")
-    keep = [item for item in items if uses_the_machine(item) == (share == "machine")]
+    wanted = {"lab", "host"} if share == "machine" else {share}
+    keep = [item for item in items if share_of(item) in wanted]
     keep.sort(key=lambda item: not shares_the_mesh_lab(item))  # stable: the modules on the shared lab run first
-    dropped = [item for item in items if uses_the_machine(item) != (share == "machine")]
+    dropped = [item for item in items if share_of(item) not in wanted]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
     items[:] = keep
