@@ -13,6 +13,8 @@ list carrying the pod's IPv6 address, and an IPv6 echo server in the pod on ``[:
 - 15006 over IPv6 (plaintext to the pod's address, redirected by the in-pod rules): the plaintext connection bound
   holds, a flood beyond it is reset and counted, relayed connections keep flowing, and places given back are
   taken by newcomers.
+- 15001 over IPv6 (the pod's own connections to an address outside the mesh, redirected by the in-pod rules): the
+  same bound, reset and counted beyond it, relays flowing, places given back.
 """
 
 from __future__ import annotations
@@ -255,5 +257,70 @@ async def test_an_ipv6_plaintext_flood_is_held_to_the_connection_bound_and_relay
         finally:
             for sock in relayed + flood:
                 sock.close()
+        assert proxy.proc.poll() is None, proxy.tail()
+        assert "Traceback" not in proxy.tail(), proxy.tail()
+
+
+async def test_an_ipv6_flood_of_a_pods_own_outbound_connections_is_held_to_the_bound_and_relays_keep_flowing(
+    tmp_path: Path,
+) -> None:
+    """15001 over IPv6: the pod's application opens connections to an address outside the mesh (passthrough), the
+    in-pod rules redirect them to ``[::]:15001``; beyond the plaintext bound they are reset at once and counted, the
+    relayed ones keep flowing, and a relay that ends gives its place back."""
+    async with six_rig(tmp_path) as (rig, proxy, six, _):
+        outside = six.sources[0]  # no workload's address: the node proxy passes the connection through
+        log = open(tmp_path / "outside.log", "wb")  # noqa: SIM115, ASYNC230 - closed below; a local file
+        server = subprocess.Popen(  # noqa: ASYNC220 - started, not waited for
+            ["ip", "netns", "exec", rig.client, sys.executable, "-c", ECHO6.format(port=ECHO_PORT)],
+            cwd=REPO,
+            stdout=log,
+            stderr=log,
+        )
+        fd = os.open(f"/run/netns/{rig.pod}", os.O_RDONLY | os.O_CLOEXEC)
+        app = NetnsSocketFactory(fd, name="the pod's application", mark=0)
+        relayed: list[socket.socket] = []
+        flood: list[socket.socket] = []
+        try:
+            async with asyncio.timeout(30):
+                while f"tcp [::]:{ECHO_PORT}" not in listening(rig.client):
+                    assert server.poll() is None, (tmp_path / "outside.log").read_text()
+                    await asyncio.sleep(0.05)
+            await app.start()
+            target = (outside, ECHO_PORT)
+            relayed = [await dial6(app, six.pod, target) for _ in range(PLAINTEXT)]
+            for n, sock in enumerate(relayed):
+                assert await echo_once(sock, f"out {n}".encode()) == f"out {n}".encode()
+            flood = [await dial6(app, six.pod, target) for _ in range(30)]
+            assert len(await closed_by_server(flood, 5.0)) == len(flood) == 30
+            assert refused(stats(rig.node), "outbound") == {"connections": 30}
+            for sock in relayed:  # the relayed ones never noticed
+                assert await echo_once(sock, b"still here") == b"still here"
+
+            for sock in relayed[:3]:  # a relay that ends gives its place back
+                sock.close()
+            del relayed[:3]
+            deadline = time.monotonic() + 10
+            newcomers = 0
+            while newcomers < 3:
+                assert time.monotonic() < deadline, f"only {newcomers} newcomers got in: places not given back"
+                sock = await dial6(app, six.pod, target)
+                try:
+                    ok = await echo_once(sock, b"my turn") == b"my turn"
+                except (OSError, AssertionError):
+                    ok = False
+                if ok:
+                    relayed.append(sock)
+                    newcomers += 1
+                else:
+                    sock.close()
+                    await asyncio.sleep(0.2)  # the ended relays' places are released as their splices see the end
+        finally:
+            for sock in relayed + flood:
+                sock.close()
+            await app.aclose()
+            os.close(fd)
+            server.terminate()
+            server.wait(10)
+            log.close()
         assert proxy.proc.poll() is None, proxy.tail()
         assert "Traceback" not in proxy.tail(), proxy.tail()
