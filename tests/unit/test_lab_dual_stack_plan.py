@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from ambit.cni.enrolment import pod_has_ipv6
 from ambit.commands import RecordingRunner
 from ambit.lab.cluster.record import Record
-from ambit.lab.controllers.endpoints import PodEndpoint, pod_endpoints, service_address_types
+from ambit.lab.controllers.endpoints import PodEndpoint, endpoints_subsets, pod_endpoints, service_address_types
 from ambit.lab.controllers.slicing import plan_family_slices
 from ambit.lab.network.bridge import create_network, join_routes, node_conflist, node_routes
 from ambit.lab.network.topology import MAX_NODES, NODE_NETWORK_V6, SERVICE_CIDR_V6, Topology
@@ -147,6 +147,32 @@ def test_a_dual_stack_service_gets_one_slice_per_family_each_with_that_familys_a
     slices = {s["addressType"]: [e["addresses"] for e in s["endpoints"]] for s in plan.create}
     assert slices == {"IPv4": [["198.18.1.5"], ["198.18.2.6"]], "IPv6": [["fd00:ab:0:1::5"]]}
     assert not plan.update and not plan.delete
+
+
+def legacy_ips(service: dict[str, Any], pods: list[dict[str, Any]]) -> list[str]:
+    return [a["ip"] for subset in endpoints_subsets(service, pods) for a in subset.get("addresses", ())]
+
+
+@pytest.mark.parametrize(
+    ("spec", "primary_ip", "expected"),
+    [
+        # kube's endpoints controller: the family of the ClusterIP, whatever the Service's other families ...
+        ({"clusterIP": "198.19.0.7", "ipFamilies": ["IPv4", "IPv6"]}, "198.18.1.5", ["198.18.1.5", "198.18.2.6"]),
+        ({"clusterIP": "fd00:ab:ffff::7", "ipFamilies": ["IPv6", "IPv4"]}, "198.18.1.5", ["fd00:ab:0:1::5"]),
+        # ... headless: the first of ipFamilies, else the family of each pod's primary address.
+        ({"clusterIP": "None", "ipFamilies": ["IPv6"]}, "198.18.1.5", ["fd00:ab:0:1::5"]),
+        ({"clusterIP": "None"}, "fd00:ab:0:1::5", ["198.18.2.6", "fd00:ab:0:1::5"]),
+        ({"clusterIP": "None"}, "198.18.1.5", ["198.18.1.5", "198.18.2.6"]),
+    ],
+)
+def test_legacy_endpoints_hold_one_family_chosen_as_kube_does(
+    spec: dict[str, Any], primary_ip: str, expected: list[str]
+) -> None:
+    ips = ["198.18.1.5", "fd00:ab:0:1::5"]
+    if primary_ip != ips[0]:
+        ips.reverse()
+    service = {"metadata": {"namespace": "ns", "name": "web"}, "spec": {**spec, "ports": [{"port": 80}]}}
+    assert legacy_ips(service, [pod("a", *ips), pod("b", "198.18.2.6")]) == expected  # b: an IPv4-only pod
 
 
 def test_a_service_downgraded_to_one_family_loses_the_other_familys_slices_without_retyping_them() -> None:

@@ -135,6 +135,13 @@ def conditions(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["type"]: c for c in status["conditions"]}
 
 
+def test_a_dual_stack_node_reports_both_host_addresses_primary_first() -> None:
+    status = pod_status(view(running(True), host_ip6="fd00:ab::11", pod_ips=("198.18.1.5", "fd00:ab:1::5")), {}, T0)
+    assert status["hostIP"] == "198.18.0.11"
+    assert status["hostIPs"] == [{"ip": "198.18.0.11"}, {"ip": "fd00:ab::11"}]
+    assert status["podIPs"] == [{"ip": "198.18.1.5"}, {"ip": "fd00:ab:1::5"}]
+
+
 def test_a_running_ready_pod_reports_every_condition_true() -> None:
     status = pod_status(view(running(True)), {}, T0)
     assert status["phase"] == "Running"

@@ -32,10 +32,6 @@ PortKey = tuple[tuple[str, int, str, str], ...]
 ADDRESS_TYPES = {"IPv4": 4, "IPv6": 6}
 
 
-def pod_ipv4(pod: Mapping[str, Any]) -> str | None:
-    return pod_ip(pod, "IPv4")
-
-
 def pod_ip(pod: Mapping[str, Any], family: str) -> str | None:
     """The pod's first address of ``family`` (``IPv4`` or ``IPv6``), or None."""
     status = pod.get("status") or {}
@@ -56,6 +52,27 @@ def service_address_types(service: Mapping[str, Any]) -> list[str]:
     families = (service.get("spec") or {}).get("ipFamilies")
     found = [f for f in families if f in ADDRESS_TYPES] if isinstance(families, list) else []
     return list(dict.fromkeys(found)) or ["IPv4"]
+
+
+def legacy_address(service: Mapping[str, Any], pod: Mapping[str, Any]) -> str | None:
+    """The pod's address in the legacy Endpoints of ``service``, which hold one family, as kube's endpoints
+    controller picks it: the family of the Service's ClusterIP; for a headless Service, its first ``ipFamilies``
+    entry, else the family of the pod's primary address. None when the pod has no address of that family."""
+    spec = service.get("spec") or {}
+    cluster_ip = spec.get("clusterIP")
+    try:
+        family = f"IPv{ipaddress.ip_address(cluster_ip).version}" if isinstance(cluster_ip, str) else ""
+    except ValueError:  # None or "" (headless)
+        family = ""
+    if not family:
+        families = spec.get("ipFamilies")
+        first = families[0] if isinstance(families, list) and families else None
+        if first in ADDRESS_TYPES:
+            family = str(first)
+        else:
+            primary = (pod.get("status") or {}).get("podIP")
+            family = "IPv6" if isinstance(primary, str) and ":" in primary else "IPv4"
+    return pod_ip(pod, family)
 
 
 def resolve_ports(service: Mapping[str, Any], pod: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -162,7 +179,7 @@ def endpoints_subsets(service: Mapping[str, Any], pods: Sequence[Object]) -> lis
     has_ports = bool((service.get("spec") or {}).get("ports"))
     groups: dict[PortKey, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {}
     for pod in pods:
-        ip = pod_ipv4(pod)
+        ip = legacy_address(service, pod)
         if ip is None or podstate.is_terminal(pod) or (is_deleting(pod) and not publish):
             continue
         ports = resolve_ports(service, pod)

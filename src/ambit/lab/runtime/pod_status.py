@@ -50,6 +50,8 @@ class PodView:
     start_time: str
     deleted: bool = False
     """Being terminated: the phase is final (Succeeded when every container exited 0, else Failed)."""
+    host_ip6: str = ""
+    """The node's IPv6 address in a dual-stack lab: ``hostIPs``' second entry, as the kubelet reports both."""
 
 
 def pod_status(view: PodView, previous: Mapping[str, Any], now: float) -> dict[str, Any]:
@@ -86,7 +88,7 @@ def pod_status(view: PodView, previous: Mapping[str, Any], now: float) -> dict[s
             dict(scheduled) if scheduled else _condition("PodScheduled", True, now, conditions),
         ],
         "hostIP": view.host_ip,
-        "hostIPs": [{"ip": view.host_ip}],
+        "hostIPs": [{"ip": ip} for ip in (view.host_ip, view.host_ip6) if ip],
         "startTime": view.start_time,
         "containerStatuses": [container_status(state, image, view.pod_ref) for state, image in view.containers],
     }

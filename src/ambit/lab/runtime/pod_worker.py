@@ -633,6 +633,7 @@ class PodWorker:
                 containers=[(sup.state, str(sup.spec.get("image") or "")) for sup in self.supervisors],
                 pod_ref=f"{self.name}_{self.namespace}({self.uid})",
                 host_ip=self.runtime.settings.node_ip,
+                host_ip6=self.runtime.settings.node_ip6,
                 pod_ips=self.pod_ips,
                 sandbox_ready=self.sandbox is not None,
                 sandbox_error=self.sandbox_error,
