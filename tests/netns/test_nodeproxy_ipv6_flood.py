@@ -27,7 +27,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -124,31 +124,65 @@ async def six_rig(tmp_path: Path) -> AsyncIterator[tuple[DrainRig, Proxy, Six, N
                 f"[{CLIENT_IP}]", f"[{CLIENT_IP}, '{six.client}']"
             )
         )
-        log = open(tmp_path / "echo6.log", "wb")  # noqa: SIM115, ASYNC230 - closed below; a local file
-        server = subprocess.Popen(  # noqa: ASYNC220 - started, not waited for
-            ["ip", "netns", "exec", rig.pod, sys.executable, "-c", ECHO6.format(port=ECHO_PORT)],
-            cwd=REPO,
-            stdout=log,
-            stderr=log,
-        )
         fd = os.open(f"/run/netns/{rig.client}", os.O_RDONLY | os.O_CLOEXEC)
         factory = NetnsSocketFactory(fd, name="ipv6 client", mark=0)
         try:
-            async with asyncio.timeout(30):
-                while f"tcp [::]:{ECHO_PORT}" not in listening(rig.pod):
-                    assert server.poll() is None, (tmp_path / "echo6.log").read_text()
-                    await asyncio.sleep(0.05)
-            proxy = rig.start_proxy(env=BOUNDS)
-            await add_pod(agent, rig)
-            await proxy.ready()
-            await factory.start()
-            yield rig, proxy, six, factory
+            async with echo6_server(rig.pod, tmp_path / "echo6.log"):
+                proxy = rig.start_proxy(env=BOUNDS)
+                await add_pod(agent, rig)
+                await proxy.ready()
+                await factory.start()
+                yield rig, proxy, six, factory
         finally:
             await factory.aclose()
             os.close(fd)
-            server.terminate()
-            server.wait(10)
-            log.close()
+
+
+async def places_given_back(
+    relayed: list[socket.socket], dial: Callable[[], Awaitable[socket.socket]], count: int
+) -> None:
+    """Close ``count`` of the ``relayed`` connections, then check that as many newcomers from ``dial`` get in (they
+    join ``relayed``): a relay that ends gives its place back."""
+    for sock in relayed[:count]:
+        sock.close()
+    del relayed[:count]
+    deadline = time.monotonic() + 10
+    newcomers = 0
+    while newcomers < count:
+        assert time.monotonic() < deadline, f"only {newcomers} newcomers got in: places not given back"
+        sock = await dial()
+        try:
+            ok = await echo_once(sock, b"my turn") == b"my turn"
+        except (OSError, AssertionError):
+            ok = False
+        if ok:
+            relayed.append(sock)
+            newcomers += 1
+        else:
+            sock.close()
+            await asyncio.sleep(0.2)  # the ended relays' places are released as their splices see the end
+
+
+@contextlib.asynccontextmanager
+async def echo6_server(namespace: str, log_path: Path) -> AsyncIterator[None]:
+    """An IPv6 echo server on ``[::]:ECHO_PORT`` in ``namespace``, listening when the block starts."""
+    log = open(log_path, "wb")  # noqa: SIM115, ASYNC230 - closed below; a local file
+    server = subprocess.Popen(  # noqa: ASYNC220 - started, not waited for
+        ["ip", "netns", "exec", namespace, sys.executable, "-c", ECHO6.format(port=ECHO_PORT)],
+        cwd=REPO,
+        stdout=log,
+        stderr=log,
+    )
+    try:
+        async with asyncio.timeout(30):
+            while f"tcp [::]:{ECHO_PORT}" not in listening(namespace):
+                assert server.poll() is None, log_path.read_text()  # noqa: ASYNC240 - a failure message
+                await asyncio.sleep(0.05)
+        yield
+    finally:
+        server.terminate()
+        server.wait(10)
+        log.close()
 
 
 async def dial6(factory: NetnsSocketFactory, source: str, address: tuple[str, int]) -> socket.socket:
@@ -236,24 +270,7 @@ async def test_an_ipv6_plaintext_flood_is_held_to_the_connection_bound_and_relay
             for sock in relayed:  # the relayed ones never noticed
                 assert await echo_once(sock, b"still here") == b"still here"
 
-            for sock in relayed[:4]:  # a relay that ends gives its place back
-                sock.close()
-            del relayed[:4]
-            deadline = time.monotonic() + 10
-            newcomers = 0
-            while newcomers < 4:
-                assert time.monotonic() < deadline, f"only {newcomers} newcomers got in: places not given back"
-                sock = await dial6(factory, six.sources[5], target)
-                try:
-                    ok = await echo_once(sock, b"my turn") == b"my turn"
-                except (OSError, AssertionError):
-                    ok = False
-                if ok:
-                    relayed.append(sock)
-                    newcomers += 1
-                else:
-                    sock.close()
-                    await asyncio.sleep(0.2)  # the ended relays' places are released as their splices see the end
+            await places_given_back(relayed, lambda: dial6(factory, six.sources[5], target), 4)
         finally:
             for sock in relayed + flood:
                 sock.close()
@@ -267,24 +284,13 @@ async def test_an_ipv6_flood_of_a_pods_own_outbound_connections_is_held_to_the_b
     """15001 over IPv6: the pod's application opens connections to an address outside the mesh (passthrough), the
     in-pod rules redirect them to ``[::]:15001``; beyond the plaintext bound they are reset at once and counted, the
     relayed ones keep flowing, and a relay that ends gives its place back."""
-    async with six_rig(tmp_path) as (rig, proxy, six, _):
+    async with six_rig(tmp_path) as (rig, proxy, six, _), echo6_server(rig.client, tmp_path / "outside.log"):
         outside = six.sources[0]  # no workload's address: the node proxy passes the connection through
-        log = open(tmp_path / "outside.log", "wb")  # noqa: SIM115, ASYNC230 - closed below; a local file
-        server = subprocess.Popen(  # noqa: ASYNC220 - started, not waited for
-            ["ip", "netns", "exec", rig.client, sys.executable, "-c", ECHO6.format(port=ECHO_PORT)],
-            cwd=REPO,
-            stdout=log,
-            stderr=log,
-        )
         fd = os.open(f"/run/netns/{rig.pod}", os.O_RDONLY | os.O_CLOEXEC)
         app = NetnsSocketFactory(fd, name="the pod's application", mark=0)
         relayed: list[socket.socket] = []
         flood: list[socket.socket] = []
         try:
-            async with asyncio.timeout(30):
-                while f"tcp [::]:{ECHO_PORT}" not in listening(rig.client):
-                    assert server.poll() is None, (tmp_path / "outside.log").read_text()
-                    await asyncio.sleep(0.05)
             await app.start()
             target = (outside, ECHO_PORT)
             relayed = [await dial6(app, six.pod, target) for _ in range(PLAINTEXT)]
@@ -295,32 +301,11 @@ async def test_an_ipv6_flood_of_a_pods_own_outbound_connections_is_held_to_the_b
             assert refused(stats(rig.node), "outbound") == {"connections": 30}
             for sock in relayed:  # the relayed ones never noticed
                 assert await echo_once(sock, b"still here") == b"still here"
-
-            for sock in relayed[:3]:  # a relay that ends gives its place back
-                sock.close()
-            del relayed[:3]
-            deadline = time.monotonic() + 10
-            newcomers = 0
-            while newcomers < 3:
-                assert time.monotonic() < deadline, f"only {newcomers} newcomers got in: places not given back"
-                sock = await dial6(app, six.pod, target)
-                try:
-                    ok = await echo_once(sock, b"my turn") == b"my turn"
-                except (OSError, AssertionError):
-                    ok = False
-                if ok:
-                    relayed.append(sock)
-                    newcomers += 1
-                else:
-                    sock.close()
-                    await asyncio.sleep(0.2)  # the ended relays' places are released as their splices see the end
+            await places_given_back(relayed, lambda: dial6(app, six.pod, target), 3)
         finally:
             for sock in relayed + flood:
                 sock.close()
             await app.aclose()
             os.close(fd)
-            server.terminate()
-            server.wait(10)
-            log.close()
         assert proxy.proc.poll() is None, proxy.tail()
         assert "Traceback" not in proxy.tail(), proxy.tail()
