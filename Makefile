@@ -28,7 +28,7 @@ bytecode: install
 	$(BYTECODE)
 
 test: install bytecode
-	bash scripts/run_suite.sh  # two shares at once: the machine-wide tests in order, the rest on xdist workers
+	bash scripts/run_suite.sh  # in shares: the lab tests in order, beside the rest on xdist workers then the other machine tests
 
 lint: install
 	$(VENV)/bin/ruff check src tests bench
