@@ -283,6 +283,11 @@ async def test_in_a_pod_the_agent_uses_its_service_account_and_reports_readiness
         plugin_kubeconfig = (node.run_dir / PLUGIN_KUBECONFIG).read_text()
         assert f"https://{host}:{port}" in plugin_kubeconfig and apiserver.admin_token in plugin_kubeconfig
         assert BINARY_NAME in os.listdir(node.bin_dir)
+        # A node that lost the plugin's kubeconfig (istio's TestCNIRestartsWithMissingKubeConfig deletes it) gets
+        # it back from the running agent, the same, within a few seconds.
+        (node.run_dir / PLUGIN_KUBECONFIG).unlink()
+        await until("the plugin's kubeconfig written again", (node.run_dir / PLUGIN_KUBECONFIG).exists, task=task)
+        assert (node.run_dir / PLUGIN_KUBECONFIG).read_text() == plugin_kubeconfig
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

@@ -50,6 +50,8 @@ PLUGIN_KUBECONFIG = "istio-cni-kubeconfig"
 """The plugin's kubeconfig in the run directory, named as istio-cni names it (upstream tests delete it by name)."""
 WRAPPER = "ambit-cni-wrapper"
 PLUGIN_TOKEN_INTERVAL = 30.0
+PLUGIN_KUBECONFIG_CHECK = 1.0
+"""Seconds between looks at whether the plugin's kubeconfig is still there (a stat)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,23 +126,35 @@ def _install(
     return installer.install(cni_conf_dir, cni_bin_dir, plugin_entry(host_run_dir or run_dir, excluded), wrapper)
 
 
-async def _keep_plugin_token(
-    kubeconfig: Path | None, run_dir: Path, in_cluster: InCluster | None = None, interval: float = PLUGIN_TOKEN_INTERVAL
+async def _keep_plugin_kubeconfig(
+    kubeconfig: Path | None,
+    run_dir: Path,
+    in_cluster: InCluster | None = None,
+    interval: float = PLUGIN_TOKEN_INTERVAL,
+    check: float = PLUGIN_KUBECONFIG_CHECK,
 ) -> None:
-    """Rewrite the plugin's kubeconfig whenever the agent's token changes (a rotated token file)."""
-    last = ""
+    """Keep the plugin's kubeconfig: written again when the agent's token changes (a rotated token file, re-read
+    every ``interval`` seconds) and at once when the file is gone (a node that lost it, as istio-cni's
+    TestCNIRestartsWithMissingKubeConfig deletes it; looked at every ``check`` seconds), so that the plugin of the
+    next pod reaches the API server."""
+    path = run_dir / PLUGIN_KUBECONFIG
+    loop = asyncio.get_running_loop()
+    last, next_read = "", 0.0
     while True:
-        try:
-            server, ca_pem, token = kubeconfig_parts(kubeconfig, in_cluster)
-        except (OSError, ValueError) as exc:
-            log.warning("cannot re-read %s for the plugin's token: %s", kubeconfig, exc)
-        else:
-            if token != last:
-                if last:
-                    installer.write_kubeconfig(run_dir / PLUGIN_KUBECONFIG, server, ca_pem, token)
-                    log.info("the plugin's kubeconfig has the rotated token")
+        missing = not path.exists()
+        if missing or loop.time() >= next_read:
+            next_read = loop.time() + interval
+            try:
+                server, ca_pem, token = kubeconfig_parts(kubeconfig, in_cluster)
+            except (OSError, ValueError) as exc:
+                log.warning("cannot re-read %s for the plugin's token: %s", kubeconfig, exc)
+            else:
+                if missing or (last and token != last):
+                    installer.write_kubeconfig(path, server, ca_pem, token)
+                    what = "was missing" if missing else "has the rotated token"
+                    log.info("the plugin's kubeconfig %s: written again", what)
                 last = token
-        await asyncio.sleep(interval)
+        await asyncio.sleep(check)
 
 
 async def _until_signalled() -> None:
@@ -211,7 +225,9 @@ async def run_node_agent(
                 client, EventRecorderSettings(reporting_controller="ambit.dev/node-agent", reporting_instance=node)
             )
             recorder.start()
-            token_keeper = asyncio.create_task(_keep_plugin_token(kubeconfig, run_dir, in_cluster), name="plugin token")
+            token_keeper = asyncio.create_task(
+                _keep_plugin_kubeconfig(kubeconfig, run_dir, in_cluster), name="plugin kubeconfig"
+            )
             try:
                 manager = EnrolmentManager(
                     client, recorder, runner or SubprocessRunner(), zds, EnrolmentSettings(node_name=node)
