@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ambit.lab.controllers.ownership import claim, owner_reference
 from ambit.lab.controllers.pods import rfc3339
 from ambit.lab.controllers.stateful_rollout import (
     Plan,
@@ -86,6 +87,22 @@ def shown(result: Plan) -> tuple[list[str], list[str]]:
 )
 def test_only_pods_named_set_dash_ordinal_are_members(name: str, ordinal: int | None) -> None:
     assert ordinal_of("web", {"metadata": {"name": name}}) == ordinal
+
+
+def test_a_set_adopts_and_keeps_only_selected_pods_named_as_its_members() -> None:
+    owned_member = pod(0)
+    owned_member["metadata"]["ownerReferences"] = [owner_reference(sts())]
+    owned_stranger = {
+        "metadata": {"name": "web-x", "labels": {"app": "web"}, "ownerReferences": [owner_reference(sts())]}
+    }
+    orphan_member, orphan_stranger = pod(1), {"metadata": {"name": "other-1", "labels": {"app": "web"}}}
+    result = claim(
+        sts(),
+        [owned_member, owned_stranger, orphan_member, orphan_stranger],
+        lambda labels: labels.get("app") == "web",
+        lambda p: ordinal_of("web", p) is not None,
+    )
+    assert (names(result.owned), names(result.adopt), names(result.release)) == (["web-0"], ["web-1"], ["web-x"])
 
 
 def test_ordered_ready_makes_one_pod_at_a_time_and_waits_for_each_to_be_ready() -> None:
