@@ -17,7 +17,15 @@ JSON = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=20,
 )
-KINDS = [("", "Pod"), ("", "Service"), ("apps", "Deployment"), ("apps", "DaemonSet"), ("", "Namespace"), ("", "Secret")]
+KINDS = [
+    ("", "Pod"),
+    ("", "Service"),
+    ("apps", "Deployment"),
+    ("apps", "DaemonSet"),
+    ("apps", "StatefulSet"),
+    ("", "Namespace"),
+    ("", "Secret"),
+]
 
 
 @pytest.mark.parametrize("kind", ["Pod", "Service", "Deployment"])

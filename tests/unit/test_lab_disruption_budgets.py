@@ -58,7 +58,7 @@ def pod(name: str, ready: bool = True, owner: Obj | None = None, deleting: bool 
 
 
 class Cache:
-    """ReplicaSets and Deployments by (kind, namespace, name), as the informers hold them."""
+    """ReplicaSets, Deployments and StatefulSets by (kind, namespace, name), as the informers hold them."""
 
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str, str], Obj] = {}
@@ -160,7 +160,6 @@ def owned_by(name: str, api_version: str, kind: str, owner: str, uid: str) -> Ob
     ("api_version", "kind", "why"),
     [
         ("apps/v1", "DaemonSet", "daemonsets.apps does not implement the scale subresource"),
-        ("apps/v1", "StatefulSet", 'no matches for kind "StatefulSet" in version "apps/v1"'),
         ("v1", "ReplicationController", 'no matches for kind "ReplicationController" in version "v1"'),
         ("example.com/v1", "Widget", 'no matches for kind "Widget" in version "example.com/v1"'),
     ],
@@ -175,6 +174,17 @@ def test_a_controller_the_lab_cannot_scale_fails_the_sync_with_kubes_reason(
         assert str(caught.value) == why
     # An integer minAvailable needs no scale: the same pods are counted.
     assert counts(budget(minAvailable=1), pods) == (0, 1, 1, 1)
+
+
+def test_a_stateful_sets_pods_are_counted_against_its_scale() -> None:
+    cache = Cache()
+    db = cache.add("StatefulSet", "db", 3)
+    pods = [pod(f"db-{i}", owner=db, ready=i < 2) for i in range(3)]
+    # maxUnavailable 1 of a scale of 3: 2 must stay healthy, and 2 are.
+    assert counts(budget(maxUnavailable=1), pods, cache) == (0, 2, 2, 3)
+    missing = owned_by("db-9", "apps/v1", "StatefulSet", "gone", "uid-gone")
+    with pytest.raises(BudgetError, match=r'^found no controllers for pod "db-9"$'):
+        compute(budget(maxUnavailable=1), [missing], cache.find, NOW)
 
 
 def test_a_controller_of_a_scaled_kind_that_is_missing_or_another_object_fails_the_sync() -> None:

@@ -101,6 +101,8 @@ def _workload(obj: JsonObject) -> None:
         )
     if obj.get("kind") == "DaemonSet":
         _daemon_set_strategy(spec)
+    if obj.get("kind") == "StatefulSet":
+        _stateful_set(spec)
     template = spec.get("template")
     if isinstance(template, dict):
         pod_spec_defaults(template.get("spec"))
@@ -118,6 +120,31 @@ def _daemon_set_strategy(spec: JsonObject) -> None:
         if isinstance(rolling, dict):
             rolling.setdefault("maxUnavailable", 1)
             rolling.setdefault("maxSurge", 0)
+
+
+def _stateful_set(spec: JsonObject) -> None:
+    """kube's StatefulSet defaults: pods one at a time in ordinal order, a rolling update with partition 0,
+    claims kept when the set shrinks or goes; each claim template a Filesystem claim. ``minReadySeconds`` 0 is
+    left unwritten, as kube leaves it (its JSON omits a zero)."""
+    spec.setdefault("podManagementPolicy", "OrderedReady")
+    strategy = spec.setdefault("updateStrategy", {})
+    if isinstance(strategy, dict) and strategy.setdefault("type", "RollingUpdate") == "RollingUpdate":
+        rolling = strategy.setdefault("rollingUpdate", {})
+        if isinstance(rolling, dict):
+            rolling.setdefault("partition", 0)
+    retention = spec.setdefault("persistentVolumeClaimRetentionPolicy", {})
+    if isinstance(retention, dict):
+        retention.setdefault("whenDeleted", "Retain")
+        retention.setdefault("whenScaled", "Retain")
+    claims = spec.get("volumeClaimTemplates")
+    for claim in claims if isinstance(claims, list) else ():
+        if isinstance(claim, dict):
+            claim.setdefault("apiVersion", "v1")
+            claim.setdefault("kind", "PersistentVolumeClaim")
+            claim_spec = claim.setdefault("spec", {})
+            if isinstance(claim_spec, dict):
+                claim_spec.setdefault("volumeMode", "Filesystem")
+            claim.setdefault("status", {"phase": "Pending"})
 
 
 def _secret(obj: JsonObject) -> None:
@@ -157,6 +184,7 @@ _DEFAULTERS = {
     ("apps", "Deployment"): _workload,
     ("apps", "ReplicaSet"): _workload,
     ("apps", "DaemonSet"): _workload,
+    ("apps", "StatefulSet"): _workload,
     ("scheduling.k8s.io", "PriorityClass"): _priority_class,
     ("policy", "PodDisruptionBudget"): _pod_disruption_budget,
     ("apiextensions.k8s.io", "CustomResourceDefinition"): _custom_resource_definition,

@@ -168,7 +168,7 @@ KUBE_PROXY_USER = "system:kube-proxy"
 # controllers watch and never Secrets.
 _CONTROLLER_MANAGER = [
     _rule(READ, [""], ["pods", "nodes", "services", "endpoints", "namespaces", "events"]),
-    _rule(READ, ["apps"], ["deployments", "replicasets", "daemonsets", "controllerrevisions"]),
+    _rule(READ, ["apps"], ["deployments", "replicasets", "daemonsets", "statefulsets", "controllerrevisions"]),
     _rule(READ, ["discovery.k8s.io"], ["endpointslices"]),
     _rule(READ, ["policy"], ["poddisruptionbudgets"]),
     _rule(READ, ["scheduling.k8s.io"], ["priorityclasses"]),
@@ -179,7 +179,11 @@ _CONTROLLER_MANAGER = [
     _rule(["create"], [""], ["pods/binding", "pods/eviction"]),
     _rule(["create", "delete", "patch", "update"], ["apps"], ["replicasets", "controllerrevisions"]),
     _rule(["patch", "update"], ["apps"], ["deployments", "daemonsets"]),
-    _rule(["patch", "update"], ["apps"], ["deployments/status", "replicasets/status", "daemonsets/status"]),
+    _rule(
+        ["patch", "update"],
+        ["apps"],
+        ["deployments/status", "replicasets/status", "daemonsets/status", "statefulsets/status"],
+    ),
     _rule(["create", "delete", "patch", "update"], ["discovery.k8s.io"], ["endpointslices"]),
     _rule(["patch", "update"], ["policy"], ["poddisruptionbudgets/status"]),
     _rule(["create", "patch", "update"], ["", "events.k8s.io"], ["events"]),

@@ -215,6 +215,17 @@ BUILTINS: tuple[ResourceType, ...] = (
         categories=("all",),
         subresources=frozenset({"status"}),
     ),
+    ResourceType(
+        "apps",
+        ("v1",),
+        "StatefulSet",
+        "statefulsets",
+        "statefulset",
+        True,
+        short_names=("sts",),
+        categories=("all",),
+        subresources=frozenset({"status", "scale"}),
+    ),
     ResourceType("apps", ("v1",), "ControllerRevision", "controllerrevisions", "controllerrevision", True),
     ResourceType(
         "scheduling.k8s.io", ("v1",), "PriorityClass", "priorityclasses", "priorityclass", False, short_names=("pc",)

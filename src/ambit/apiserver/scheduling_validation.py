@@ -17,6 +17,13 @@ Rules kept (kube-apiserver's, for these fields):
    values); other classes stay at or below 1000000000; ``preemptionPolicy`` PreemptLowerPriority or Never.
    One ``globalDefault`` at most is the strategy's rule (it reads the store).
 5. PodDisruptionBudget: not both ``minAvailable`` and ``maxUnavailable``; each as rule 1; a well-formed selector.
+6. StatefulSet: the workload rules (``serviceName`` may be empty; when given it is a DNS-1123 label, as it becomes
+   the pods' ``subdomain``), plus ``podManagementPolicy`` OrderedReady or Parallel; ``updateStrategy.type``
+   RollingUpdate or OnDelete, ``rollingUpdate`` only with RollingUpdate, its ``partition`` not negative and its
+   ``maxUnavailable`` (rule 1) above 0; ``minReadySeconds``, ``revisionHistoryLimit`` and ``ordinals.start`` not
+   negative; each ``persistentVolumeClaimRetentionPolicy`` field Retain or Delete; each
+   ``volumeClaimTemplates`` entry an object with a ``metadata.name`` (a DNS-1123 subdomain), names unique. Which
+   spec fields an update may change is the strategy's rule (it compares with the stored object).
 
 Tolerations, taints and node affinity are :mod:`ambit.apiserver.placement_validation`'s.
 """
@@ -27,14 +34,26 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ambit.apiserver.names import Cause, at, forbidden, invalid, required, unsupported
-from ambit.apiserver.shapes import as_object, is_int
+from ambit.apiserver.names import (
+    Cause,
+    at,
+    dns1123_label,
+    dns1123_subdomain,
+    duplicate,
+    forbidden,
+    invalid,
+    required,
+    unsupported,
+)
+from ambit.apiserver.shapes import as_object, is_int, object_items
 from ambit.apiserver.spec_validation import validate_label_selector, validate_workload
 
 SYSTEM_PRIORITY_CLASSES = {"system-node-critical": 2000001000, "system-cluster-critical": 2000000000}
 """The built-in PriorityClasses kube-apiserver creates at start, and their values."""
 HIGHEST_USER_PRIORITY = 1000000000
 PREEMPTION_POLICIES = ("Never", "PreemptLowerPriority")
+POD_MANAGEMENT_POLICIES = ("OrderedReady", "Parallel")
+CLAIM_RETENTION_POLICIES = ("Delete", "Retain")
 _PERCENT = re.compile(r"[0-9]+%")
 _PERCENT_MESSAGE = (
     "a valid percent string must be a numeric string followed by an ending '%' (e.g. '1%',  or '93%', "
@@ -168,4 +187,72 @@ def validate_pod_disruption_budget(obj: Mapping[str, Any]) -> list[Cause]:
     policy = spec.get("unhealthyPodEvictionPolicy")
     if policy is not None and policy not in ("AlwaysAllow", "IfHealthyBudget"):
         causes.append(unsupported("spec.unhealthyPodEvictionPolicy", policy, ("AlwaysAllow", "IfHealthyBudget")))
+    return causes
+
+
+def validate_stateful_set(obj: Mapping[str, Any]) -> list[Cause]:
+    """Rule 6."""
+    causes = validate_workload(obj)
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping):
+        return causes
+    service = spec.get("serviceName")
+    if service is not None and not isinstance(service, str):
+        causes.append(invalid("spec.serviceName", service, "must be a string"))
+    elif service:
+        causes.extend(invalid("spec.serviceName", service, m) for m in dns1123_label(service))
+    policy = spec.get("podManagementPolicy")
+    if policy is not None and policy not in POD_MANAGEMENT_POLICIES:
+        causes.append(invalid("spec.podManagementPolicy", policy, "must be 'OrderedReady' or 'Parallel'"))
+    for key in ("minReadySeconds", "revisionHistoryLimit"):
+        causes.extend(_non_negative(spec, key, "spec"))
+    ordinals = spec.get("ordinals")
+    if ordinals is not None:
+        causes.extend(_non_negative(as_object(ordinals, "spec.ordinals", causes), "start", "spec.ordinals"))
+    causes.extend(_stateful_strategy(spec.get("updateStrategy")))
+    retention = spec.get("persistentVolumeClaimRetentionPolicy")
+    if retention is not None:
+        retention = as_object(retention, "spec.persistentVolumeClaimRetentionPolicy", causes)
+        for key in ("whenDeleted", "whenScaled"):
+            value = retention.get(key)
+            if value is not None and value not in CLAIM_RETENTION_POLICIES:
+                path = at("spec.persistentVolumeClaimRetentionPolicy", key)
+                causes.append(unsupported(path, value, CLAIM_RETENTION_POLICIES))
+    names: set[str] = set()
+    for path, claim in object_items(spec.get("volumeClaimTemplates"), "spec.volumeClaimTemplates", causes):
+        meta = as_object(claim.get("metadata"), at(path, "metadata"), causes)
+        name = meta.get("name")
+        name_path = at(at(path, "metadata"), "name")
+        if name in (None, ""):
+            causes.append(required(name_path))
+        elif not isinstance(name, str):
+            causes.append(invalid(name_path, name, "must be a string"))
+        elif name in names:
+            causes.append(duplicate(name_path, name))
+        else:
+            names.add(name)
+            causes.extend(invalid(name_path, name, m) for m in dns1123_subdomain(name))
+    return causes
+
+
+def _stateful_strategy(strategy: Any) -> list[Cause]:
+    causes: list[Cause] = []
+    strategy = as_object(strategy, "spec.updateStrategy", causes)
+    kind = strategy.get("type", "RollingUpdate")
+    rolling = strategy.get("rollingUpdate")
+    path = "spec.updateStrategy.rollingUpdate"
+    if kind == "OnDelete":
+        if rolling is not None:
+            causes.append(invalid(path, rolling, "only allowed for updateStrategy 'RollingUpdate'"))
+    elif kind == "RollingUpdate":
+        rolling = as_object(rolling, path, causes)
+        causes.extend(_non_negative(rolling, "partition", path))
+        unavailable = rolling.get("maxUnavailable")
+        if unavailable is not None:
+            found = int_or_percent(unavailable, at(path, "maxUnavailable"))
+            if not found and _is_zero(unavailable):
+                found = [invalid(at(path, "maxUnavailable"), unavailable, "must be greater than 0")]
+            causes.extend(found)
+    else:
+        causes.append(invalid("spec.updateStrategy", kind, "must be 'RollingUpdate' or 'OnDelete'"))
     return causes

@@ -43,6 +43,16 @@ CONFIG_MAPS = ("", "configmaps")
 PRIORITY_CLASSES = ("scheduling.k8s.io", "priorityclasses")
 CONTROLLER_REVISIONS = ("apps", "controllerrevisions")
 DAEMON_SETS = ("apps", "daemonsets")
+STATEFUL_SETS = ("apps", "statefulsets")
+STATEFUL_SET_MUTABLE = (
+    "replicas",
+    "ordinals",
+    "template",
+    "updateStrategy",
+    "revisionHistoryLimit",
+    "persistentVolumeClaimRetentionPolicy",
+    "minReadySeconds",
+)
 TEMPLATE_GENERATION = "deprecated.daemonset.template.generation"
 
 Commit = Callable[[str, ResourceType, str, str, JsonObject], None]
@@ -250,6 +260,25 @@ class DaemonSetStrategy(Strategy):
         annotations[TEMPLATE_GENERATION] = str(generation)
 
 
+class StatefulSetStrategy(Strategy):
+    """StatefulSets: an update may change only :data:`STATEFUL_SET_MUTABLE` of the spec (kube's rule: the
+    selector, ``serviceName``, ``podManagementPolicy`` and ``volumeClaimTemplates`` are fixed at create). Judged
+    after defaults, so a client that leaves a defaulted field out does not change it."""
+
+    def derive(self, rtype: ResourceType, old: JsonObject | None, new: JsonObject) -> None:
+        if old is None:
+            return
+        before, after = old.get("spec"), new.get("spec")
+        if not isinstance(before, dict) or not isinstance(after, dict):
+            return
+        fixed = {k: v for k, v in before.items() if k not in STATEFUL_SET_MUTABLE}
+        if fixed != {k: v for k, v in after.items() if k not in STATEFUL_SET_MUTABLE}:
+            allowed = ", ".join(f"'{k}'" for k in STATEFUL_SET_MUTABLE[:-1])
+            why = f"updates to statefulset spec for fields other than {allowed} and 'minReadySeconds' are forbidden"
+            name = str(new["metadata"].get("name", ""))
+            raise errors.invalid(rtype.kind, name, [names.forbidden("spec", why)], rtype.group)
+
+
 class ControllerRevisionStrategy(Strategy):
     """ControllerRevisions: ``data`` is immutable once created; ``revision`` may change (a rollback renumbers)."""
 
@@ -324,6 +353,7 @@ class StrategyTable:
             PRIORITY_CLASSES: PriorityClassStrategy(context),
             CONTROLLER_REVISIONS: ControllerRevisionStrategy(context),
             DAEMON_SETS: DaemonSetStrategy(context),
+            STATEFUL_SETS: StatefulSetStrategy(context),
         }
 
     def __getitem__(self, rtype: ResourceType) -> Strategy:

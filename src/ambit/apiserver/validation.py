@@ -69,7 +69,7 @@ SPEC_RULES: dict[tuple[str, str], Callable[[Mapping[str, Any]], list[Cause]]] = 
     ("scheduling.k8s.io", "PriorityClass"): scheduling.validate_priority_class,
     ("policy", "PodDisruptionBudget"): scheduling.validate_pod_disruption_budget,
     ("", "Node"): validate_node,
-    ("apps", "StatefulSet"): spec.validate_workload,
+    ("apps", "StatefulSet"): scheduling.validate_stateful_set,
     ("discovery.k8s.io", "EndpointSlice"): spec.validate_endpoint_slice,
     ("apiextensions.k8s.io", "CustomResourceDefinition"): validate_crd,
 }

@@ -1,6 +1,6 @@
 """The lab's controllers: kube-scheduler and kube-controller-manager's Deployment, ReplicaSet, DaemonSet,
-NoExecute taint eviction, disruption (PodDisruptionBudget status), EndpointSlice and Endpoints controllers,
-simplified, in one process (``ambit lab up`` runs :func:`run_controllers`).
+StatefulSet, NoExecute taint eviction, disruption (PodDisruptionBudget status), EndpointSlice and Endpoints
+controllers, simplified, in one process (``ambit lab up`` runs :func:`run_controllers`).
 
 Each controller is an informer-driven reconcile loop (:mod:`reconcile`) around a :mod:`controller` shell (its
 queue, the cache of its kind, and the claiming and pod deletion that owners of objects share): informer handlers
@@ -12,16 +12,19 @@ Modules: ``scheduler`` and ``placement`` (binding pods to nodes: kube-scheduler'
 TaintToleration and NodeAffinity filters), ``taint_manager`` and ``eviction`` (NoExecute taints), ``deployment``
 and ``rollout`` (Deployments to ReplicaSets), ``replicaset`` and ``expectations`` (ReplicaSets to pods),
 ``daemonset``, ``daemon_rollout`` and ``revisions`` (DaemonSets to pods, with their ControllerRevision history),
-``disruption`` and ``budgets`` (PodDisruptionBudgets' status, which the API server's eviction subresource charges),
+``statefulset`` and ``stateful_rollout`` (StatefulSets to pods named by ordinal; ``revision_history`` writes
+both kinds' revisions), ``disruption`` and ``budgets`` (PodDisruptionBudgets' status, which the API server's
+eviction subresource charges),
 ``endpointslice``, ``slicing``, ``legacy_endpoints`` and ``endpoints`` (Services to EndpointSlices and
 Endpoints), ``ownership``, ``pods`` and ``selectors`` (reading objects), ``manager`` and ``settings`` (running
 them together). Each pair splits as the style asks: a pure module of decisions, a thin reconciler.
 
-Not done: StatefulSets, Jobs; scheduler resources, inter-pod affinity, preferred affinity and scoring beyond the
-least-loaded node, preemption (pods get their priority, nothing acts on it); a node lifecycle controller (the
-scheduler treats a node that is not Ready as tainted ``not-ready:NoSchedule``, but nothing adds NoExecute taints
-to failed nodes); the disruption controller's StatefulSet, ReplicationController and custom-resource scale
-finders (the lab serves none of them, so budgets over their pods fail to sync when they need a scale, with kube's
+Not done: Jobs; StatefulSet PersistentVolumeClaims (the lab has no volumes: claim templates become emptyDirs)
+and ``maxUnavailable`` (alpha in kube); scheduler resources, inter-pod affinity, preferred affinity and scoring
+beyond the least-loaded node, preemption (pods get their priority, nothing acts on it); a node lifecycle
+controller (the scheduler treats a node that is not Ready as tainted ``not-ready:NoSchedule``, but nothing adds
+NoExecute taints to failed nodes); the disruption controller's ReplicationController and custom-resource scale
+finders (the lab serves neither, so budgets over their pods fail to sync when they need a scale, with kube's
 reasons) and the stale ``DisruptionTarget`` condition clean-up; DaemonSet failed-pod back-off and ``DaemonSet``
 conditions; Deployment progress deadlines and proportional scaling during a rollout; pod garbage collection
 (Failed pods stay); per-controller RBAC roles (the controllers run as the lab's admin).

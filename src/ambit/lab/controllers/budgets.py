@@ -16,8 +16,8 @@ namespace):
    ``finders()``). A pod with no controller is *unmanaged* (skipped, and reported). Any other pod's controller
    must be found, with the reference's uid, or the sync fails (the budget then reports that it cannot compute,
    rule 8): a kind the lab serves without a scale subresource (:data:`WITHOUT_SCALE`) fails with kube's
-   ``<resource> does not implement the scale subresource``; a kind it does not serve at all (StatefulSet,
-   ReplicationController: the lab has neither) with kube's REST mapper's ``no matches for kind``; a known kind
+   ``<resource> does not implement the scale subresource``; a kind it does not serve at all (ReplicationController)
+   with kube's REST mapper's ``no matches for kind``; a known kind
    whose object is missing or another (uid) with ``found no controllers for pod "<name>"``.
 5. ``disruptedPods`` keeps an entry only for a selected pod that is not being deleted and whose entry is younger
    than :data:`~ambit.model.disruption.DELETION_TIMEOUT`; the budget is looked at again when the youngest kept
@@ -52,7 +52,7 @@ from ambit.model.disruption import (
 )
 
 FindObject = Callable[[str, str, str], Mapping[str, Any] | None]
-"""``find(kind, namespace, name)``: a ReplicaSet or Deployment from the caches, or None."""
+"""``find(kind, namespace, name)``: a ReplicaSet, Deployment or StatefulSet from the caches, or None."""
 
 
 class BudgetError(ValueError):
@@ -109,6 +109,12 @@ def _deployment_scale(ref: Mapping[str, Any], namespace: str, find: FindObject) 
     return None if deployment is None else (str(ref["uid"]), _replicas(deployment))
 
 
+def _stateful_set_scale(ref: Mapping[str, Any], namespace: str, find: FindObject) -> tuple[str, int] | None:
+    """A pod controlled by a StatefulSet: its ``statefulsets/scale`` (kube's ``getPodStatefulSet``)."""
+    stateful_set = _found(find, "StatefulSet", namespace, ref)
+    return None if stateful_set is None else (str(ref["uid"]), _replicas(stateful_set))
+
+
 def _found(find: FindObject, kind: str, namespace: str, ref: Mapping[str, Any]) -> Mapping[str, Any] | None:
     obj = find(kind, namespace, str(ref.get("name") or ""))
     if obj is None or (obj.get("metadata") or {}).get("uid") != ref.get("uid"):
@@ -123,6 +129,7 @@ SCALE_FINDERS: dict[tuple[str, str], ScaleFinder] = {
     ("extensions", "ReplicaSet"): _replica_set_scale,
     ("apps", "Deployment"): _deployment_scale,
     ("extensions", "Deployment"): _deployment_scale,
+    ("apps", "StatefulSet"): _stateful_set_scale,
 }
 """Rule 4: (group, kind) of a pod's controller → how its scale is found, as ``(controller uid, replicas)`` or None
 when the controller is not in the caches (or is another object of that name)."""

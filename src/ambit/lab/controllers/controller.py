@@ -106,13 +106,21 @@ class Controller:
             if key_of(owner)[0] == namespace and selector_matches((owner.get("spec") or {}).get("selector"), labels):
                 self.queue.add(key_of(owner))
 
-    async def claim(self, owner: Object, kind: ResourceKind, cache: Informer) -> list[Object]:
+    async def claim(
+        self, owner: Object, kind: ResourceKind, cache: Informer, member: Callable[[Object], bool] | None = None
+    ) -> list[Object]:
         """Rule 3: the objects of ``cache`` (of ``kind``) that ``owner`` controls once it has adopted and
-        released; adopted ones as the server returned them."""
+        released; adopted ones as the server returned them. ``member``, when given, must also hold for an object
+        to be claimed (kube's claim filters: a StatefulSet claims only pods named as its members)."""
         namespace = key_of(owner)[0]
         selector = (owner.get("spec") or {}).get("selector")
         candidates = [obj for obj in cache.items() if key_of(obj)[0] == namespace]
-        claimed = claim(owner, candidates, lambda labels: selector_matches(selector, labels))
+        claimed = claim(
+            owner,
+            candidates,
+            lambda labels: selector_matches(selector, labels),
+            member,
+        )
         for obj in claimed.release:
             await self.client.patch(kind, name_of(obj), release_patch(obj, owner), namespace)
         owned = list(claimed.owned)
@@ -162,6 +170,10 @@ class PodOwner(Controller):
             self.expectations.deletion_observed(owner, key_of(pod))
             self.queue.add(owner)
 
+    def deleted_note(self, owner: Object, pod: Object) -> str:
+        """The note of the ``SuccessfulDelete`` Event (each kube controller words it its own way)."""
+        return f"Deleted pod: {name_of(pod)}"
+
     async def delete_pods(self, key: Key, owner: Object, victims: list[Object]) -> None:
         """Delete ``victims`` at once (a pod already gone counts as deleted), a Normal Event ``SuccessfulDelete``
         for each; the first other failure raises a SyncError ``FailedDelete`` once all were tried."""
@@ -178,7 +190,7 @@ class PodOwner(Controller):
                 if not isinstance(result, KubeNotFoundError):
                     failure = failure or result
             else:
-                self.recorder.record(owner, "Normal", "SuccessfulDelete", f"Deleted pod: {name_of(pod)}", "Delete")
+                self.recorder.record(owner, "Normal", "SuccessfulDelete", self.deleted_note(owner, pod), "Delete")
         if failure is not None:
             if not isinstance(failure, KubeClientError):
                 raise failure

@@ -5,9 +5,10 @@ A reconcile, for one DaemonSet (nothing while it is being deleted: the garbage c
 revisions):
 
 1. Claims pods in its namespace (:mod:`ownership`: adopt matching orphans, release pods that stopped matching).
-2. Sorts out its revisions (those it controls): deletes duplicates of the current one, creates the current one
-   when missing (``AlreadyExists`` with another template bumps ``status.collisionCount`` and retries), renumbers
-   it when it is not the newest. The current revision's hash is the ``controller-revision-hash`` of new pods.
+2. Sorts out its revisions (those it controls) with :mod:`revision_history`: deletes duplicates of the current
+   one, creates the current one when missing (``AlreadyExists`` with another template bumps
+   ``status.collisionCount`` and retries), renumbers it when it is not the newest. The current revision's hash is
+   the ``controller-revision-hash`` of new pods.
 3. If its expectations (:mod:`expectations`) are satisfied: runs manage and, for RollingUpdate, the rolling
    update step on the same snapshot, then creates and deletes pods (Events ``SuccessfulCreate``,
    ``SuccessfulDelete``; ``FailedCreate`` on failure).
@@ -26,12 +27,13 @@ import contextlib
 import logging
 from typing import Any
 
-from ambit.k8s import Informer, KubeAlreadyExistsError, KubeClientError, KubeNotFoundError, kinds
+from ambit.k8s import Informer, KubeClientError, KubeNotFoundError, kinds
 from ambit.lab.controllers import daemon_rollout, revisions
 from ambit.lab.controllers import pods as podstate
 from ambit.lab.controllers.controller import PodOwner
-from ambit.lab.controllers.ownership import Object, controller_key, is_controlled_by, is_deleting, key_of, name_of
+from ambit.lab.controllers.ownership import Object, controller_key, is_deleting, key_of, name_of
 from ambit.lab.controllers.reconcile import SyncError
+from ambit.lab.controllers.revision_history import sync_history
 from ambit.lab.controllers.selectors import labels_of
 from ambit.lab.controllers.workqueue import Key
 
@@ -89,7 +91,7 @@ class DaemonSetController(PodOwner):
             return None
         namespace = key[0]
         owned = await self.claim(ds, kinds.PODS, self.informers.pods)
-        current, old = await self._sync_history(ds)
+        current, old = await sync_history(self.client, self.informers.controllerrevisions, ds, kinds.DAEMON_SETS)
         pod_hash = revisions.hash_of(current) or name_of(current)
         nodes = self.informers.nodes.items()
         by_node = daemon_rollout.by_node(owned)
@@ -108,50 +110,6 @@ class DaemonSetController(PodOwner):
             with contextlib.suppress(KubeNotFoundError):
                 await self.client.delete(kinds.CONTROLLER_REVISIONS, name_of(revision), namespace)
         return await self._sync_status(ds, nodes, by_node, pod_hash, now)
-
-    async def _sync_history(self, ds: Object) -> tuple[Object, list[Object]]:
-        namespace = key_of(ds)[0]
-        owned = [
-            r
-            for r in self.informers.controllerrevisions.items()
-            if key_of(r)[0] == namespace and is_controlled_by(r, ds)
-        ]
-        history = revisions.sort_out(ds, owned)
-        for revision in [
-            r for r in history.old + ([history.current] if history.current else []) if not revisions.hash_of(r)
-        ]:
-            labels = {**labels_of(revision), revisions.HASH_LABEL: name_of(revision)}
-            await self.client.patch(
-                kinds.CONTROLLER_REVISIONS, name_of(revision), {"metadata": {"labels": labels}}, namespace
-            )
-        for duplicate in history.duplicates:
-            await self.client.delete(kinds.CONTROLLER_REVISIONS, name_of(duplicate), namespace)
-        current = history.current
-        if current is None:
-            current = await self._snapshot(ds, history.next_number)
-        elif revisions.number_of(current) < history.next_number:
-            patch = {"revision": history.next_number}
-            current = await self.client.patch(kinds.CONTROLLER_REVISIONS, name_of(current), patch, namespace)
-        return current, history.old
-
-    async def _snapshot(self, ds: Object, number: int) -> Object:
-        namespace = key_of(ds)[0]
-        body = revisions.new_revision(ds, number)
-        try:
-            return await self.client.create(kinds.CONTROLLER_REVISIONS, body, namespace)
-        except KubeAlreadyExistsError:
-            existing = await self.client.get(kinds.CONTROLLER_REVISIONS, body["metadata"]["name"], namespace)
-            if is_controlled_by(existing, ds) and revisions.matches(ds, existing):
-                return existing  # ours; the cache has not shown it yet
-            collisions = revisions.collision_count(ds) + 1
-            await self.client.patch_status(
-                kinds.DAEMON_SETS, name_of(ds), {"status": {"collisionCount": collisions}}, namespace
-            )
-            raise SyncError(
-                "FailedCreate",
-                f"controller revision {name_of(existing)} exists with another template; collisionCount now "
-                f"{collisions}",
-            ) from None
 
     async def _create(self, key: Key, ds: Object, nodes: list[str], pod_hash: str) -> None:
         if not nodes:

@@ -40,7 +40,7 @@ class DisruptionController(Controller):
             on_update=self._pod_updated,
             on_delete=self._pod_changed,
         )
-        for scaled in (self.informers.replicasets, self.informers.deployments):
+        for scaled in (self.informers.replicasets, self.informers.deployments, self.informers.statefulsets):
             scaled.add_handler(
                 on_add=self._namespace_changed,
                 on_update=lambda old, new: self._namespace_changed(new),
@@ -80,8 +80,13 @@ class DisruptionController(Controller):
 
     # -- reconcile ------------------------------------------------------------------------------------------
     def _find_scaled(self, kind: str, namespace: str, name: str) -> Mapping[str, Any] | None:
-        informer = self.informers.replicasets if kind == "ReplicaSet" else self.informers.deployments
-        return informer.find(name, namespace)
+        informers = {
+            "ReplicaSet": self.informers.replicasets,
+            "Deployment": self.informers.deployments,
+            "StatefulSet": self.informers.statefulsets,
+        }
+        informer = informers.get(kind)
+        return None if informer is None else informer.find(name, namespace)
 
     def _selected(self, budget: Object) -> list[Object]:
         selector = controller_selector(budget)

@@ -26,6 +26,7 @@ from ambit.lab.controllers.replicaset import ReplicaSetController
 from ambit.lab.controllers.scheduler import Scheduler
 from ambit.lab.controllers.settings import ENDPOINTS, ControllerSettings, Informers
 from ambit.lab.controllers.slicing import CONTROLLER, MANAGED_BY
+from ambit.lab.controllers.statefulset import StatefulSetController
 from ambit.lab.controllers.taint_manager import TaintManager
 
 log = logging.getLogger("ambit.lab.controllers")
@@ -51,6 +52,7 @@ class ControllerManager:
             endpointslices=informer(kinds.ENDPOINT_SLICES, {MANAGED_BY: CONTROLLER}),
             endpoints=informer(ENDPOINTS),
             daemonsets=informer(kinds.DAEMON_SETS),
+            statefulsets=informer(kinds.STATEFUL_SETS),
             controllerrevisions=informer(kinds.CONTROLLER_REVISIONS),
             poddisruptionbudgets=informer(kinds.POD_DISRUPTION_BUDGETS),
         )
@@ -63,6 +65,7 @@ class ControllerManager:
             self._add(DeploymentController(client, self.informers, self._recorder(DeploymentController.name), s))
             self._add(ReplicaSetController(client, self.informers, self._recorder(ReplicaSetController.name), s))
             self._add(DaemonSetController(client, self.informers, self._recorder(DaemonSetController.name), s))
+            self._add(StatefulSetController(client, self.informers, self._recorder(StatefulSetController.name), s))
         if s.disruption:
             self._add(DisruptionController(client, self.informers, self._recorder(DisruptionController.name), s))
         if s.taint_eviction:

@@ -83,13 +83,17 @@ class Claim:
 
 
 def claim(
-    owner: Mapping[str, Any], candidates: Iterable[Object], matches: Callable[[Mapping[str, str]], bool]
+    owner: Mapping[str, Any],
+    candidates: Iterable[Object],
+    matches: Callable[[Mapping[str, str]], bool],
+    member: Callable[[Object], bool] | None = None,
 ) -> Claim:
-    """Sort ``candidates`` (objects of the owner's namespace) into owned, to adopt and to release."""
+    """Sort ``candidates`` (objects of the owner's namespace) into owned, to adopt and to release; ``member``, when
+    given, is one more condition of being selected (kube's claim filters)."""
     result = Claim()
     for obj in candidates:
         ref = controller_ref(obj)
-        selected = matches(labels_of(obj))
+        selected = matches(labels_of(obj)) and (member is None or member(obj))
         if ref is not None:
             if ref.get("uid") != uid_of(owner):
                 continue

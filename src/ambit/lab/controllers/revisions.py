@@ -1,4 +1,6 @@
-"""A DaemonSet's ControllerRevision history, as kube's DaemonSet controller keeps it (pure: decisions, no I/O).
+"""A DaemonSet's or StatefulSet's ControllerRevision history, as kube's controllers keep it (pure: decisions, no
+I/O; :mod:`revision_history` does the writes). The rules below say "DaemonSet"; a StatefulSet's history is kept
+alike (its pods carry the revision's *name* as ``controller-revision-hash``, where a daemon pod carries the hash).
 
 A revision holds one pod template the DaemonSet has had, in the form kube stores and ``kubectl rollout undo``
 patches back: ``data = {"spec": {"template": <template>, with "$patch": "replace"}}``.

@@ -17,7 +17,7 @@ class ControllerSettings:
     scheduler: bool = True
     """Run the scheduler (binds pods to nodes)."""
     workloads: bool = True
-    """Run the Deployment, ReplicaSet and DaemonSet controllers."""
+    """Run the Deployment, ReplicaSet, DaemonSet and StatefulSet controllers."""
     taint_eviction: bool = True
     """Run the NoExecute taint manager (evicts pods that do not tolerate their node's NoExecute taints)."""
     disruption: bool = True
@@ -61,6 +61,7 @@ class Informers:
     endpointslices: Informer
     endpoints: Informer
     daemonsets: Informer
+    statefulsets: Informer
     controllerrevisions: Informer
     poddisruptionbudgets: Informer
 
@@ -74,6 +75,7 @@ class Informers:
             self.endpointslices,
             self.endpoints,
             self.daemonsets,
+            self.statefulsets,
             self.controllerrevisions,
             self.poddisruptionbudgets,
         ]
