@@ -78,7 +78,19 @@ def test_an_ambient_statefulset_comes_up_in_order_enrolled_and_reachable_by_each
     wait_until("each pod's own name", resolved, 30)
     for pod_name in pods:
         url = f"http://{pod_name}.web:8080/"
-        out = lab.exec("client", namespace, sys.executable, "-m", "ambit.lab.apps", "client", "--url", url, timeout=30)
+        out = lab.exec(
+            "client",
+            namespace,
+            sys.executable,
+            "-m",
+            "ambit.lab.apps",
+            "client",
+            "--url",
+            url,
+            "--count",
+            "1",
+            timeout=30,
+        )
         assert " ok " in out, out
     principal = f'destination_principal="spiffe://cluster.local/ns/{namespace}/sa/default"'
 
