@@ -416,6 +416,57 @@ def test_replicaset_and_daemonset() -> None:
     }
 
 
+def test_statefulset_with_a_partition_claim_templates_and_its_status() -> None:
+    update = ln(1, "RollingUpdate") + ln(2, num(1, 0) + ln(2, int_or_string("50%")))
+    claim_spec = ln(1, "ReadWriteOnce") + ln(2, entry(2, "storage", ln(1, "1Gi"))) + ln(5, "")
+    spec = (
+        num(1, 3)
+        + ln(2, entry(1, "app", "web"))
+        + ln(3, meta("t"))
+        + ln(4, meta("data"), ln(2, claim_spec))
+        + ln(5, "web")
+        + ln(6, "Parallel")
+        + ln(7, update)
+        + num(8, 0)
+        + num(9, 5)
+        + ln(10, ln(1, "Delete") + ln(2, "Retain"))
+        + ln(11, num(1, 1))
+    )
+    status = num(1, 2) + num(2, 3) + num(3, 3) + ln(6, "web-1") + ln(7, "web-2") + num(9, 0) + num(11, 3)
+    obj = decode(envelope("apps/v1", "StatefulSet", meta("web"), ln(2, spec), ln(3, status)))
+    assert obj["spec"] == {
+        "replicas": 3,
+        "selector": {"matchLabels": {"app": "web"}},
+        "template": {"metadata": {"name": "t"}},
+        "volumeClaimTemplates": [
+            {
+                "metadata": {"name": "data"},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "1Gi"}},
+                    "storageClassName": "",
+                },
+            }
+        ],
+        "serviceName": "web",
+        "podManagementPolicy": "Parallel",
+        "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0, "maxUnavailable": "50%"}},
+        "revisionHistoryLimit": 0,
+        "minReadySeconds": 5,
+        "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete", "whenScaled": "Retain"},
+        "ordinals": {"start": 1},
+    }
+    assert obj["status"] == {
+        "observedGeneration": 2,
+        "replicas": 3,
+        "readyReplicas": 3,
+        "currentRevision": "web-1",
+        "updateRevision": "web-2",
+        "collisionCount": 0,
+        "availableReplicas": 3,
+    }
+
+
 def test_service_with_node_ports_and_session_affinity() -> None:
     port = ln(1, "https") + ln(2, "TCP") + num(3, 443) + ln(4, int_or_string("web")) + num(5, 30443) + ln(6, "h2")
     spec = (
