@@ -169,6 +169,44 @@ def test_the_lab_zone_answers_its_names(lab: Lab, served: str) -> None:
         lab.kubectl("patch", "configmap", "lab-dns-zone", "-n", "kube-system", "--type=merge", "-p", removal)
 
 
+LARGE = """
+import json, socket, sys
+import dns.flags, dns.message, dns.query
+query = dns.message.make_query(sys.argv[2], "A")  # no EDNS: 512 bytes over UDP
+udp = dns.query.udp(query, sys.argv[1], timeout=5)
+tcp = dns.query.tcp(query, sys.argv[1], timeout=5)
+try:
+    resolved = sorted({a[4][0] for a in socket.getaddrinfo(sys.argv[2], None, socket.AF_INET, socket.SOCK_STREAM)})
+except OSError as exc:
+    resolved = str(exc)
+print(json.dumps({
+    "udp_truncated": bool(udp.flags & dns.flags.TC),
+    "tcp": sorted(rd.address for rrset in tcp.answer for rd in rrset),
+    "resolver": resolved,
+}))
+"""
+
+
+def test_a_large_answer_is_truncated_over_udp_and_whole_over_tcp(lab: Lab, served: str) -> None:
+    """60 addresses (about 1 KiB of answer) do not fit the 512 bytes of plain UDP: the server sets TC, the whole
+    answer comes over TCP, and the pod's own resolver (glibc) retries over TCP by itself."""
+    ns = served
+    addresses = [f"198.18.250.{n}" for n in range(1, 61)]
+    patch = json.dumps({"data": {"many.example.com": " ".join(addresses)}})
+    lab.kubectl("patch", "configmap", "lab-dns-zone", "-n", "kube-system", "--type=merge", "-p", patch)
+    try:
+        wait_until(
+            "many.example.com",
+            lambda: resolve(lab, "client", ns, "many.example.com")["many.example.com"] == sorted(addresses),
+            30,
+        )
+        answer = json.loads(run_py(lab, "client", ns, LARGE, CLUSTER_DNS, "many.example.com"))
+        assert answer == {"udp_truncated": True, "tcp": sorted(addresses), "resolver": sorted(addresses)}
+    finally:  # the zone is the lab's: later modules on the shared lab must not find this name
+        removal = json.dumps({"data": {"many.example.com": None}})
+        lab.kubectl("patch", "configmap", "lab-dns-zone", "-n", "kube-system", "--type=merge", "-p", removal)
+
+
 def test_dns_policy_none_takes_the_dns_config(lab: Lab, served: str) -> None:
     ns = served
     config = {

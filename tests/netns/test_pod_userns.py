@@ -30,9 +30,13 @@ def netns() -> Iterator[str]:
 
 
 def holders() -> list[str]:
-    """unshare/sleep holders this test might have left (their command line names our sleep)."""
+    """unshare/sleep holders this test might have left: this process's children only (a lab's node runtime beside
+    the suite makes the same holders for its own pods)."""
     found = subprocess.run(
-        ["pgrep", "-af", "unshare --user --net -- sleep"], capture_output=True, text=True, check=False
+        ["pgrep", "-P", str(os.getpid()), "-af", "unshare --user --net -- sleep"],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     out = found.stdout
     return [line for line in out.splitlines() if "pgrep" not in line]
