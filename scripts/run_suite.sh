@@ -14,12 +14,12 @@ base="$(mktemp -d /tmp/as.XXXXXX)"  # short: lab unix sockets live under it (108
 trap 'rm -rf "$base"' EXIT
 
 # --durations: the slowest tests of each share are printed at the end, where the CI log's tail shows them.
-(AMBIT_TEST_SHARE=lab "$pytest" -q --durations=40 --durations-min=5 --basetemp="$base/lab" tests "$@" 2>&1 | sed -u 's/^/[lab] /') &
+(AMBIT_TEST_SHARE=lab "$pytest" -q --durations=40 --durations-min=5 --basetemp="$base/lab" tests "$@" 2>&1 | sed -u 's/^/[lab] /' | tee "$base/lab.out") &
 lab=$!
 (
-  AMBIT_TEST_SHARE=rest "$pytest" -q -n "$workers" --durations=10 --durations-min=5 --basetemp="$base/rest" tests "$@" 2>&1 | sed -u 's/^/[rest] /'
+  AMBIT_TEST_SHARE=rest "$pytest" -q -n "$workers" --durations=10 --durations-min=5 --basetemp="$base/rest" tests "$@" 2>&1 | sed -u 's/^/[rest] /' | tee "$base/rest.out"
   rest_status=${PIPESTATUS[0]}
-  AMBIT_TEST_SHARE=host "$pytest" -q --durations=20 --durations-min=5 --basetemp="$base/host" tests "$@" 2>&1 | sed -u 's/^/[host] /'
+  AMBIT_TEST_SHARE=host "$pytest" -q --durations=20 --durations-min=5 --basetemp="$base/host" tests "$@" 2>&1 | sed -u 's/^/[host] /' | tee "$base/host.out"
   host_status=${PIPESTATUS[0]}
   echo "suite: rest share exit ${rest_status}, host share exit ${host_status}"
   [ "$rest_status" -eq 0 ] && [ "$host_status" -eq 0 ]
@@ -27,5 +27,12 @@ lab=$!
 others=$!
 wait "$lab"; lab_status=$?
 wait "$others"; others_status=$?
+# The shares interleave and the lab's ends last, so a failure in another share would scroll out of a log's tail:
+# every share's failures and result line are repeated here, at the end.
+echo "suite: summary of every share"
+for share in rest host lab; do
+  [ -f "$base/$share.out" ] || continue
+  grep -E "^\[$share\] (FAILED|ERROR) |^\[$share\] =* ?[0-9]+ (passed|failed|error)|^\[$share\] .*(Interrupted|INTERNALERROR|no tests ran)" "$base/$share.out" | tail -n 60
+done
 echo "suite: lab share exit ${lab_status}; rest and host shares exit ${others_status}"
 [ "$lab_status" -eq 0 ] && [ "$others_status" -eq 0 ]
