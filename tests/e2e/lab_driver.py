@@ -542,6 +542,32 @@ def module_on_shared_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[L
         wait_until(f"namespaces {sorted(made)} deleted", remaining, NAMESPACE_GONE_TIMEOUT, interval=0.5)
 
 
+LARGE_DNS_ANSWER = """
+import json, socket, sys
+import dns.flags, dns.message, dns.query
+name = sys.argv[1]
+if len(sys.argv) > 2:
+    server = sys.argv[2]
+else:
+    server = [l.split()[1] for l in open("/etc/resolv.conf") if l.startswith("nameserver")][0]
+query = dns.message.make_query(name, "A")  # no EDNS: 512 bytes over UDP
+udp = dns.query.udp(query, server, timeout=5)
+tcp = dns.query.tcp(query, server, timeout=5)
+try:
+    resolved = sorted({a[4][0] for a in socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)})
+except OSError as exc:
+    resolved = str(exc)
+print(json.dumps({
+    "udp_truncated": bool(udp.flags & dns.flags.TC),
+    "tcp": sorted(rd.address for rrset in tcp.answer for rd in rrset),
+    "resolver": resolved,
+}))
+"""
+"""A pod-side script: ``NAME [SERVER]`` (SERVER defaults to the pod's first nameserver) asks for NAME's A records
+without EDNS over UDP and over TCP, then through the pod's own resolver (glibc), and prints what each gave as JSON:
+``udp_truncated``, ``tcp`` (sorted addresses), ``resolver`` (sorted addresses, or the resolver's error)."""
+
+
 def http_echo_container(port: int = 8080, *, ready_port: int | None = None, delay: float = 0) -> dict[str, Any]:
     """A container running ``ambit.lab.apps http-echo`` (after ``delay`` seconds) with a tcpSocket readinessProbe."""
     app = f"python3 -m ambit.lab.apps http-echo --port {port}"

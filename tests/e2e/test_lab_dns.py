@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 from tests.e2e.lab_driver import (
+    LARGE_DNS_ANSWER,
     TEST_TIMEOUT,
     Lab,
     http_echo_container,
@@ -169,24 +170,6 @@ def test_the_lab_zone_answers_its_names(lab: Lab, served: str) -> None:
         lab.kubectl("patch", "configmap", "lab-dns-zone", "-n", "kube-system", "--type=merge", "-p", removal)
 
 
-LARGE = """
-import json, socket, sys
-import dns.flags, dns.message, dns.query
-query = dns.message.make_query(sys.argv[2], "A")  # no EDNS: 512 bytes over UDP
-udp = dns.query.udp(query, sys.argv[1], timeout=5)
-tcp = dns.query.tcp(query, sys.argv[1], timeout=5)
-try:
-    resolved = sorted({a[4][0] for a in socket.getaddrinfo(sys.argv[2], None, socket.AF_INET, socket.SOCK_STREAM)})
-except OSError as exc:
-    resolved = str(exc)
-print(json.dumps({
-    "udp_truncated": bool(udp.flags & dns.flags.TC),
-    "tcp": sorted(rd.address for rrset in tcp.answer for rd in rrset),
-    "resolver": resolved,
-}))
-"""
-
-
 def test_a_large_answer_is_truncated_over_udp_and_whole_over_tcp(lab: Lab, served: str) -> None:
     """60 addresses (about 1 KiB of answer) do not fit the 512 bytes of plain UDP: the server sets TC, the whole
     answer comes over TCP, and the pod's own resolver (glibc) retries over TCP by itself."""
@@ -200,7 +183,7 @@ def test_a_large_answer_is_truncated_over_udp_and_whole_over_tcp(lab: Lab, serve
             lambda: resolve(lab, "client", ns, "many.example.com")["many.example.com"] == sorted(addresses),
             30,
         )
-        answer = json.loads(run_py(lab, "client", ns, LARGE, CLUSTER_DNS, "many.example.com"))
+        answer = json.loads(run_py(lab, "client", ns, LARGE_DNS_ANSWER, "many.example.com", CLUSTER_DNS))
         assert answer == {"udp_truncated": True, "tcp": sorted(addresses), "resolver": sorted(addresses)}
     finally:  # the zone is the lab's: later modules on the shared lab must not find this name
         removal = json.dumps({"data": {"many.example.com": None}})

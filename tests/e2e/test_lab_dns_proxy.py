@@ -19,7 +19,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from tests.e2e.lab_driver import TEST_TIMEOUT, Lab, module_on_shared_lab, pod_manifest, sleeper, wait_until
+from tests.e2e.lab_driver import (
+    LARGE_DNS_ANSWER,
+    TEST_TIMEOUT,
+    Lab,
+    module_on_shared_lab,
+    pod_manifest,
+    sleeper,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.root, pytest.mark.kubectl, pytest.mark.timeout(TEST_TIMEOUT)]
 SHARES_THE_MESH_LAB = True  # tests/e2e/lab_driver.py shared_mesh_lab: one lab for the modules that share it
@@ -192,25 +200,6 @@ def test_a_workload_entry_named_by_a_host_name_is_reached_through_a_dns_entry(dn
     wait_until("the WorkloadEntry reached through its host name", reached, timeout=90, interval=1.0)
 
 
-LARGE_ANSWER = """
-import json, socket, sys
-import dns.flags, dns.message, dns.query
-server = [l.split()[1] for l in open("/etc/resolv.conf") if l.startswith("nameserver")][0]
-query = dns.message.make_query(sys.argv[1], "A")  # no EDNS: 512 bytes over UDP
-udp = dns.query.udp(query, server, timeout=5)
-tcp = dns.query.tcp(query, server, timeout=5)
-try:
-    resolved = sorted({a[4][0] for a in socket.getaddrinfo(sys.argv[1], None, socket.AF_INET, socket.SOCK_STREAM)})
-except OSError as exc:
-    resolved = str(exc)
-print(json.dumps({
-    "udp_truncated": bool(udp.flags & dns.flags.TC),
-    "tcp": sorted(rd.address for rrset in tcp.answer for rd in rrset),
-    "resolver": resolved,
-}))
-"""
-
-
 def test_a_forwarded_answer_too_large_for_udp_is_truncated_and_whole_over_tcp(dns_lab: DnsLab) -> None:
     """An enrolled pod's query for a name the mesh does not know goes to the node proxy's DNS proxy (captured) and on
     to the pod's resolvers: 60 addresses do not fit plain UDP's 512 bytes, so the pod gets TC over UDP, the whole
@@ -222,7 +211,7 @@ def test_a_forwarded_answer_too_large_for_udp_is_truncated_and_whole_over_tcp(dn
     try:
 
         def answered() -> dict[str, Any] | None:
-            out = lab.exec("cli", NS, "python3", "-c", LARGE_ANSWER, "many.lab.example", timeout=60)
+            out = lab.exec("cli", NS, "python3", "-c", LARGE_DNS_ANSWER, "many.lab.example", timeout=60)
             answer: dict[str, Any] = json.loads(out)
             return answer if answer["tcp"] == sorted(addresses) and answer["resolver"] == sorted(addresses) else None
 
