@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from ambit.controlplane.addresses import AddressCache, addresses
 from ambit.controlplane.translate import TranslationMemo, translate_all
+from ambit.controlplane.translate.index import SERVICE_NAME_LABEL as SLICE_OWNER
 
 GOLDEN = Path(__file__).parent / "golden" / "translate"
 KINDS = {
@@ -112,6 +113,51 @@ def test_a_pod_change_retranslates_that_pod_only_and_a_service_change_retranslat
     assert first == addresses(result.config)
     assert addresses(result.config, cache) == first
     assert set(cache) == set(first)
+
+
+def _slice(service: str, pods: list[int], rv: int) -> dict[str, Any]:
+    return _stamp(
+        {
+            "metadata": {"name": f"{service}-abcde", "namespace": "ns", "labels": {SLICE_OWNER: service}},
+            "addressType": "IPv4",
+            "endpoints": [
+                {
+                    "addresses": [f"198.18.0.{i + 1}"],
+                    "targetRef": {"kind": "Pod", "name": f"pod-{i}", "namespace": "ns"},
+                }
+                for i in pods
+            ],
+        },
+        rv,
+    )
+
+
+def test_endpoints_coming_and_going_under_a_selector_service_keep_every_other_pod_memoized() -> None:
+    """A pod added behind a Service with a selector changes that Service's EndpointSlice; the other pods' workloads
+    do not depend on it (the selector decides), so they stay memoized, as with no slices at all."""
+    pods = [_pod(i, app="a") for i in range(5)]
+    services = [_service("svc", "a")]
+    memo = TranslationMemo()
+    translate_all(pods, services, [_slice("svc", [0, 1, 2, 3, 4], 1)], [NAMESPACE], translation_memo=memo)
+    pods.append(_pod(5, app="a"))
+    slices = [_slice("svc", [0, 1, 2, 3, 4, 5], 2)]
+    result = translate_all(pods, services, slices, [NAMESPACE], translation_memo=memo)
+    assert memo.hits == 5
+    assert result == translate_all(pods, services, slices, [NAMESPACE])
+
+
+def test_a_selectorless_service_follows_its_endpoint_slices() -> None:
+    """Without a selector the slices decide which pods a Service selects: a changed slice changes them."""
+    pods = [_pod(i, app="a") for i in range(3)]
+    services = [_service("manual", "a")]
+    del services[0]["spec"]["selector"]
+    memo = TranslationMemo()
+    first = translate_all(pods, services, [_slice("manual", [0], 1)], [NAMESPACE], translation_memo=memo)
+    assert [bool(w.services) for w in first.config.workloads] == [True, False, False]
+    slices = [_slice("manual", [0, 2], 2)]
+    second = translate_all(pods, services, slices, [NAMESPACE], translation_memo=memo)
+    assert [bool(w.services) for w in second.config.workloads] == [True, False, True]
+    assert second == translate_all(pods, services, slices, [NAMESPACE])
 
 
 CHANGES = st.lists(

@@ -114,7 +114,9 @@ class ServiceIndex:
                 key=service_key(namespace, hostname(name, namespace, domain)),
                 selector={str(k): str(v) for k, v in selector.items()} if selector else None,
                 ports=kubernetes_ports(spec),
-                slice_pods=frozenset(slice_pods.get((namespace, name), ())),
+                # Only a Service without a selector reads its slices (rule 1): keeping them out of the others'
+                # selections keeps the index equal while endpoints come and go, so the translation memo holds.
+                slice_pods=frozenset() if selector else frozenset(slice_pods.get((namespace, name), ())),
             )
             out.setdefault(namespace, []).append(entry)
         for namespace, entry in extra:
