@@ -7,6 +7,8 @@ Shape (all names deterministic, so the harness knows every xDS resource name in 
 - ``pods`` pods spread evenly over the Services (pod ``i`` belongs to Service ``i % services``), each already
   scheduled (``nodeName`` one of the ``nodes`` simulated nodes), running, ready, enrolled
   (``ambient.istio.io/redirection: enabled``) and with an IP from 198.18.0.0/15 below the Service range;
+- one EndpointSlice per Service (``svc-NNNNN-scale``), listing its pods with their readiness, as kube's
+  EndpointSlice controller writes it;
 - ``policies`` AuthorizationPolicies, round-robin over the namespaces, each allowing one Service's pods from its
   namespace's principals on one port.
 
@@ -17,7 +19,10 @@ as fast as the connections go.
 
 Churn: change ``k`` touches a pod no other change touches, in the order add, delete, readiness flip, label change
 (``version``, which is the workload's canonical revision), so that each change's xDS resource (``Kubernetes//Pod/
-<ns>/<name>``, a workload uid) arrives at each client exactly once.
+<ns>/<name>``, a workload uid) arrives at each client exactly once. Each change is followed, on the same
+connection, by the write the EndpointSlice controller would make for it (the pod's Service's slice with the pod
+added, removed or not ready; a label change that keeps the Service's selector writes none), so the control plane
+sees the churn a real cluster makes: two objects per change.
 """
 
 from __future__ import annotations
@@ -229,7 +234,8 @@ def pod_create(shape: ClusterShape, i: int, *, tag: str = "") -> Request:
 
 
 def creates(shape: ClusterShape) -> dict[str, list[Request]]:
-    """The loading requests by phase, in the order they must go: namespaces, Services, pods, policies."""
+    """The loading requests by phase, in the order they must go: namespaces, Services, pods, their Services'
+    EndpointSlices, policies."""
     namespaces = [
         Request("POST", "/api/v1/namespaces", _encode(namespace_manifest(shape.namespace(n))))
         for n in range(shape.namespaces)
@@ -243,6 +249,10 @@ def creates(shape: ClusterShape) -> dict[str, list[Request]]:
         for j in range(shape.services)
     ]
     pods = [pod_create(shape, i) for i in range(shape.pods)]
+    slices = [
+        Request("POST", _slices_path(shape, j), _encode(endpoint_slice_manifest(shape, j, members)))
+        for j, members in initial_members(shape).items()
+    ]
     policies = [
         Request(
             "POST",
@@ -252,7 +262,73 @@ def creates(shape: ClusterShape) -> dict[str, list[Request]]:
         )
         for k in range(shape.policies)
     ]
-    return {"namespaces": namespaces, "services": services, "pods": pods, "policies": policies}
+    return {
+        "namespaces": namespaces,
+        "services": services,
+        "pods": pods,
+        "endpoint_slices": slices,
+        "policies": policies,
+    }
+
+
+SLICE_PORT = {"name": "http", "port": 8080, "protocol": "TCP"}
+
+
+def slice_name(service: int) -> str:
+    return f"svc-{service:05d}-scale"
+
+
+def endpoint_slice_manifest(shape: ClusterShape, service: int, members: dict[int, bool]) -> dict[str, Any]:
+    """Service ``service``'s slice: its pods ``members`` (pod index → ready), in index order."""
+    namespace = shape.service_namespace(service)
+    endpoints = [
+        {
+            "addresses": [str(POD_RANGE.network_address + 1 + i)],
+            "conditions": {"ready": ready, "serving": ready, "terminating": False},
+            "targetRef": {"kind": "Pod", "name": shape.pod_name(i), "namespace": namespace},
+            "nodeName": shape.node(i),
+        }
+        for i, ready in sorted(members.items())
+    ]
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": slice_name(service),
+            "namespace": namespace,
+            "labels": {
+                "kubernetes.io/service-name": f"svc-{service:05d}",
+                "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io",
+            },
+        },
+        "addressType": "IPv4",
+        "ports": [SLICE_PORT],
+        "endpoints": endpoints,
+    }
+
+
+def _slices_path(shape: ClusterShape, service: int) -> str:
+    return f"/apis/discovery.k8s.io/v1/namespaces/{shape.service_namespace(service)}/endpointslices"
+
+
+def slice_update(shape: ClusterShape, service: int, members: dict[int, bool]) -> Request:
+    """The whole slice written again (an unconditional update, as the controller's own after a fresh read)."""
+    body = _encode(endpoint_slice_manifest(shape, service, members))
+    return Request("PUT", f"{_slices_path(shape, service)}/{slice_name(service)}", body)
+
+
+def initial_members(shape: ClusterShape) -> dict[int, dict[int, bool]]:
+    """Each Service's pods right after loading: every loaded pod, ready."""
+    members: dict[int, dict[int, bool]] = {j: {} for j in range(shape.services)}
+    for i in range(shape.pods):
+        members[i % shape.services][i] = True
+    return members
+
+
+def _then(request: Request, last: Request) -> Request:
+    """``request`` followed by its chain, then ``last``."""
+    follow = _then(request.then, last) if request.then is not None else last
+    return Request(request.method, request.path, request.body, request.content_type, request.tag, follow)
 
 
 CHURN_KINDS = ("add", "delete", "readiness", "label")
@@ -265,22 +341,30 @@ def churn(shape: ClusterShape, changes: int) -> list[Request]:
     if changes * 3 // 4 + 3 > shape.pods:
         raise ValueError(f"{changes} changes need at least {changes * 3 // 4 + 3} loaded pods")
     requests: list[Request] = []
+    members = initial_members(shape)
     existing = iter(range(shape.pods - 1, -1, -1))
     added = shape.pods
     for k in range(changes):
         kind = CHURN_KINDS[k % len(CHURN_KINDS)]
         if kind == "add":
             i, added = added, added + 1
-            requests.append(pod_create(shape, i, tag=shape.workload(i)))
+            members[i % shape.services][i] = True
+            update = slice_update(shape, i % shape.services, members[i % shape.services])
+            requests.append(_then(pod_create(shape, i, tag=shape.workload(i)), update))
             continue
         i = next(existing)
+        service = i % shape.services
         path = f"/api/v1/namespaces/{shape.pod_namespace(i)}/pods/{shape.pod_name(i)}"
         if kind == "delete":
-            requests.append(Request("DELETE", path + "?gracePeriodSeconds=0", tag=shape.workload(i)))
+            del members[service][i]
+            change = Request("DELETE", path + "?gracePeriodSeconds=0", tag=shape.workload(i))
+            requests.append(_then(change, slice_update(shape, service, members[service])))
         elif kind == "readiness":
+            members[service][i] = False
             ip = str(POD_RANGE.network_address + 1 + i)
             body = _encode({"status": pod_status(ip, ready=False)})
-            requests.append(Request("PATCH", path + "/status", body, MERGE_PATCH, tag=shape.workload(i)))
+            change = Request("PATCH", path + "/status", body, MERGE_PATCH, tag=shape.workload(i))
+            requests.append(_then(change, slice_update(shape, service, members[service])))
         else:
             body = _encode({"metadata": {"labels": {"version": "v2"}}})
             requests.append(Request("PATCH", path, body, MERGE_PATCH, tag=shape.workload(i)))

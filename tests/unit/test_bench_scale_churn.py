@@ -1,0 +1,48 @@
+"""The scale harness's churn (bench/scale/cluster.py) writes what kube's EndpointSlice controller would after each
+pod change: the pod's Service's whole slice, with the pod added, removed or not ready; a label change writes none."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from bench.scale.cluster import ClusterShape, Request, churn, creates, slice_name
+
+SHAPE = ClusterShape(namespaces=2, services=4, pods=16, policies=0, nodes=2)
+
+
+def _chain(request: Request) -> list[Request]:
+    out: list[Request] = []
+    step: Request | None = request
+    while step is not None:
+        out.append(step)
+        step = step.then
+    return out
+
+
+def _slice_pods(request: Request) -> dict[str, bool]:
+    assert request.body is not None
+    body: dict[str, Any] = json.loads(request.body)
+    return {e["targetRef"]["name"]: e["conditions"]["ready"] for e in body["endpoints"]}
+
+
+def test_loading_writes_one_slice_per_service_with_its_ready_pods_after_the_pods() -> None:
+    phases = creates(SHAPE)
+    assert list(phases) == ["namespaces", "services", "pods", "endpoint_slices", "policies"]
+    slices = phases["endpoint_slices"]
+    assert len(slices) == SHAPE.services
+    assert _slice_pods(slices[1]) == {SHAPE.pod_name(i): True for i in (1, 5, 9, 13)}
+
+
+def test_each_change_is_followed_by_its_services_slice_as_the_controller_would_write_it() -> None:
+    requests = churn(SHAPE, 4)  # add pod 16, delete pod 15, unready pod 14, relabel pod 13
+    add, delete, unready, relabel = (_chain(r) for r in requests)
+    assert [r.method for r in add] == ["POST", "PATCH", "PUT"]  # create, status, slice
+    assert add[-1].path.endswith(f"/endpointslices/{slice_name(0)}")
+    assert _slice_pods(add[-1]) == {SHAPE.pod_name(i): True for i in (0, 4, 8, 12, 16)}
+    assert [r.method for r in delete] == ["DELETE", "PUT"]
+    assert _slice_pods(delete[-1]) == {SHAPE.pod_name(i): True for i in (3, 7, 11)}
+    assert [r.method for r in unready] == ["PATCH", "PUT"]
+    assert _slice_pods(unready[-1]) == {**{SHAPE.pod_name(i): True for i in (2, 6, 10)}, SHAPE.pod_name(14): False}
+    assert [r.method for r in relabel] == ["PATCH"]
+    assert [r.tag for r in requests] == [SHAPE.workload(i) for i in (16, 15, 14, 13)]
