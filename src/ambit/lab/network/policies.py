@@ -41,8 +41,9 @@ numbered in (namespace, name) order: ``p<n>-in<i>-dst4`` is policy n's ingress r
 Sets grow with pods and ports, rules with policies' rules: never one rule per pod pair.
 
 Invariants: only validated tokens reach the script (addresses, port numbers, protocol keywords; names only in
-``#`` comments, and only as DNS names), so no object can inject nft syntax. Interval sets hold disjoint elements
-(nft refuses overlapping ones, which would fail the whole transaction): blocks are split where they nest.
+``#`` comments, and only as DNS names), so no object can inject nft syntax. Interval sets never hold two
+elements that overlap (nft refuses them, which would fail the whole transaction): a block nested in another keeps
+only the ports the outer one does not allow.
 Output is sorted, so the same objects give the same text. Malformed objects are left out with a reason, never
 raised; a set that would pass :data:`MAX_SET_ELEMENTS` is left out with a reason too (its rule allows nothing).
 """
@@ -437,51 +438,41 @@ def _box_type(fam: _Family) -> str:
 def _box_elements(boxes: Iterable[_Box]) -> list[str]:
     """Disjoint ``addr . proto . ports`` elements covering exactly the union of ``boxes``.
 
-    CIDR blocks either nest or are apart: each block is split into the parts not covered by a smaller block of the
-    same protocol, and each part gets the ports of every block holding it, merged into disjoint ranges.
+    CIDR blocks either nest or are apart. Each block keeps only the ports that no block holding it already
+    allows (a pod inside an ``ipBlock`` adds just its extra ports), so two elements whose addresses overlap never
+    share a port: nft accepts them, as it would not accept overlapping elements.
     """
     by_protocol: dict[str, dict[IPNetwork, list[tuple[int, int]]]] = {}
     for network, protocol, first, last in boxes:
         by_protocol.setdefault(protocol, {}).setdefault(network, []).append((first, last))
-    elements: list[tuple[int, int, str, int, str]] = []
+    elements: list[tuple[int, int, int, str, int, str]] = []
     for protocol, blocks in by_protocol.items():
-        networks = sorted(blocks, key=lambda n: (n.prefixlen, int(n.network_address)))
-        wide = [n for n in networks if n.num_addresses > 1]  # only these can hold another block
-        networks = [n for n in networks if not _redundant(n, wide, blocks)]
-        wide = [n for n in networks if n.num_addresses > 1]
-        for network in networks:
-            ranges = [
-                r for outer in [network, *wide] if outer != network and _inside(network, outer) for r in blocks[outer]
-            ]
-            merged = _merge([*blocks[network], *ranges])
-            holes = [n for n in networks if n != network and _inside(n, network)] if network.num_addresses > 1 else []
-            for part in _uncovered(network, holes):
-                for first, last in merged:
-                    text = str(first) if first == last else f"{first}-{last}"
-                    key = (part.version, int(part.network_address), protocol, first)
-                    elements.append((*key, f"{part} . {protocol} . {text}"))
+        wide = [n for n in blocks if n.num_addresses > 1]  # only these can hold another block
+        for network, ranges in blocks.items():
+            outer = [r for o in wide if o != network and _inside(network, o) for r in blocks[o]]
+            for first, last in _subtract(_merge(ranges), _merge(outer)):
+                text = str(first) if first == last else f"{first}-{last}"
+                key = (network.version, int(network.network_address), network.prefixlen, protocol, first)
+                elements.append((*key, f"{network} . {protocol} . {text}"))
     return [e[-1] for e in sorted(elements)]
 
 
-def _redundant(network: IPNetwork, wide: list[IPNetwork], blocks: dict[IPNetwork, list[tuple[int, int]]]) -> bool:
-    """Whether a block adds no port to the blocks holding it (a pod inside an ipBlock with the same ports)."""
-    outer = _merge([r for o in wide if o != network and _inside(network, o) for r in blocks[o]])
-    return bool(outer) and all(any(a <= first and last <= b for a, b in outer) for first, last in blocks[network])
-
-
-def _uncovered(network: IPNetwork, holes: list[IPNetwork]) -> list[IPNetwork]:
-    parts = [network]
-    for hole in holes:
-        next_parts: list[IPNetwork] = []
-        for part in parts:
-            if part == hole or _inside(part, hole):
+def _subtract(ranges: list[tuple[int, int]], holes: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The parts of disjoint sorted ``ranges`` outside disjoint sorted ``holes``."""
+    out = []
+    for first, last in ranges:
+        start = first
+        for hole_first, hole_last in holes:
+            if hole_last < start or hole_first > last:
                 continue
-            if _inside(hole, part):
-                next_parts += part.address_exclude(hole)  # type: ignore[arg-type]
-            else:
-                next_parts.append(part)
-        parts = next_parts
-    return parts
+            if hole_first > start:
+                out.append((start, hole_first - 1))
+            start = hole_last + 1
+            if start > last:
+                break
+        if start <= last:
+            out.append((start, last))
+    return out
 
 
 def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
