@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import json
 import os
 import re
 import shutil
@@ -23,7 +24,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from json_strategies import json_values, perturbed
 
+from ambit.apiserver.defaults import apply_defaults
 from ambit.apiserver.server import ApiServer, ApiServerSettings
+from ambit.apiserver.validation import validate_object
 from ambit.commands import Call, CommandResult, RecordingRunner
 from ambit.k8s import InformerSettings, KubeClient, kinds
 from ambit.lab.network.policies import RenderedPolicies, render_policy_rules
@@ -601,6 +604,18 @@ def test_names_labels_and_ports_cannot_inject_syntax(name: str, label: str, port
     target = pod(name, "198.18.1.5", {"app": label}, ns=name, ports=((port_name, 80, "TCP"),))
     rendered = render([hostile], [target], [namespace(name)])
     assert_safe(rendered.script)
+
+
+@settings(max_examples=200, deadline=None)
+@given(near_valid_policies())
+def test_what_the_api_server_accepts_the_renderer_reads_without_a_reason(obj: Any) -> None:
+    copy = json.loads(json.dumps(obj))
+    if isinstance(copy, dict):
+        apply_defaults("networking.k8s.io", "NetworkPolicy", copy)  # never raises, whatever the shape
+    causes = validate_object("NetworkPolicy", "networking.k8s.io", copy)
+    rendered = render([copy], PODS)
+    if not causes:
+        assert rendered.skipped == [], rendered.skipped
 
 
 # -- applying, and the agent loop --------------------------------------------------------------------------------
