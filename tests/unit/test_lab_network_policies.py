@@ -117,6 +117,7 @@ class Packet:
     port: int = 80
     established: bool = False
     mark: int = 0
+    dnat: bool = False
 
 
 class Table:
@@ -162,6 +163,8 @@ class Table:
             return "accept" if packet.established else None
         if rule.startswith("meta mark & 0x4000 == 0x4000 "):
             return "accept" if packet.mark & 0x4000 else None
+        if rule.startswith("ct status dnat "):
+            return "drop" if packet.dnat else None
         if rule.startswith("meta l4proto tcp reject"):
             return "refuse" if packet.proto == "tcp" else None
         if rule.startswith("reject"):
@@ -243,6 +246,15 @@ def test_replies_node_traffic_and_a_pod_reaching_itself_through_a_service_always
         Packet("198.18.1.5", "198.18.2.7"),
         Packet("198.18.1.5", "198.18.2.7", established=True),
     ) == ["refuse", "accept", "accept", "accept", "accept", "accept", "refuse", "accept"]
+
+
+def test_refused_packets_are_answered_unless_they_came_through_a_service() -> None:
+    rendered = render([ONLY_HBONE], PODS)
+    assert verdicts(rendered, to_server(8080), to_server(8080, dnat=True), to_server(15008, dnat=True)) == [
+        "refuse",
+        "drop",
+        "accept",
+    ]
 
 
 def test_policies_of_one_direction_leave_the_other_open() -> None:

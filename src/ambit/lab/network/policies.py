@@ -27,8 +27,10 @@ Semantics (the API reference's, as kube-network-policies enforces them):
 6. Only this node's pods are judged here, each direction once: ingress to a local pod, egress from a local pod, in
    the ``forward`` hook (bridged frames with br_netfilter, and routed packets from other nodes, both pass it). The
    hook runs after the Service table's DNAT, so the destination judged is the endpoint pod, not the ClusterIP.
-7. Refused packets are answered, not dropped: a TCP reset, or ICMP administratively-prohibited for other protocols,
-   so that a refused client fails at once (most CNIs drop; the verdict is what counts).
+7. Refused packets addressed to the pod itself are answered: a TCP reset, or ICMP administratively-prohibited for
+   other protocols, so that a refused client fails at once. A refused connection that reached the pod through a
+   Service (DNATed) is dropped, as most CNIs drop everything: the answer would come from the endpoint's address,
+   which the kernel cannot translate back for a connection it never confirmed, and the client would ignore it.
 8. ``hostNetwork`` pods are never policy targets nor pod peers; pods without an address yet, or finished, are left
    out (:mod:`ambit.lab.network.policy_objects`, rule 4).
 
@@ -376,7 +378,11 @@ class _Renderer:
         lines += _chain("forward", "type filter hook forward priority filter; policy accept;", forward)
         lines += _chain("egress", None, [*self.egress_rules, "goto refuse"])
         lines += _chain("ingress", None, [*self.ingress_rules, "goto refuse"])
-        refuse = ["meta l4proto tcp reject with tcp reset", "reject with icmpx type admin-prohibited"]
+        refuse = [
+            "ct status dnat drop",
+            "meta l4proto tcp reject with tcp reset",
+            "reject with icmpx type admin-prohibited",
+        ]
         lines += _chain("refuse", None, refuse)
         lines[-1:] = ["}"]
         return "\n".join(lines) + "\n"
