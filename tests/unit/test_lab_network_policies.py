@@ -485,6 +485,13 @@ def test_malformed_pods_duplicate_addresses_and_duplicate_policies_are_reported(
     ]
 
 
+def test_a_malformed_namespace_is_reported_and_its_pods_keep_the_name_label() -> None:
+    peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "other"}}}
+    rendered = render([policy("p", app("httpbin"), ingress=[{"from": [peer]}])], PODS, [{"metadata": {"name": 7}}])
+    assert rendered.skipped == ["Namespace 7: metadata.name 7 is not a DNS label"]
+    assert verdicts(rendered, to_server(80, src="198.18.2.8"), to_server(80)) == ["accept", "refuse"]
+
+
 def test_the_node_settings_are_checked_at_once() -> None:
     with pytest.raises(ValueError):
         render_policy_rules([], [], [], node_name=NODE, node_sources=["not-an-address"])
@@ -624,6 +631,8 @@ def test_what_the_api_server_accepts_the_renderer_reads_without_a_reason(obj: An
     copy = json.loads(json.dumps(obj))
     if isinstance(copy, dict):
         apply_defaults("networking.k8s.io", "NetworkPolicy", copy)  # never raises, whatever the shape
+        if isinstance(copy.get("metadata"), dict) and not copy["metadata"].get("namespace"):
+            copy["metadata"]["namespace"] = NS  # the server stores the request's namespace
     causes = validate_object("NetworkPolicy", "networking.k8s.io", copy)
     rendered = render([copy], PODS)
     if not causes:

@@ -168,10 +168,13 @@ def _pod_disruption_budget(obj: JsonObject) -> None:
 def _network_policy(obj: JsonObject) -> None:
     """kube's NetworkPolicy defaults: an absent ``podSelector`` is the empty one; ``policyTypes`` from the rules
     given (Ingress always, Egress when there are egress rules); each port's protocol TCP."""
-    spec = obj.setdefault("spec", {})
+    if obj.get("spec") is None:  # null is Go's zero spec
+        obj["spec"] = {}
+    spec = obj["spec"]
     if not isinstance(spec, dict):
         return
-    spec.setdefault("podSelector", {})
+    if spec.get("podSelector") is None:
+        spec["podSelector"] = {}
     if not spec.get("policyTypes"):
         spec["policyTypes"] = ["Ingress", "Egress"] if spec.get("egress") else ["Ingress"]
     for direction in ("ingress", "egress"):

@@ -205,9 +205,7 @@ def _read_namespaces(objs: Iterable[object], skipped: list[str]) -> dict[str, Ma
         try:
             name, labels = read_namespace_labels(obj)
         except Malformed as exc:
-            meta = obj.get("metadata") if isinstance(obj, dict) else None
-            shown = describe({"metadata": {**meta, "namespace": "-"}}) if isinstance(meta, dict) else "(no metadata)"
-            skipped.append(f"Namespace {shown.removeprefix('-/')}: {exc}")
+            skipped.append(f"Namespace {describe(obj, namespaced=False)}: {exc}")
             continue
         found[name] = labels
     return found

@@ -339,12 +339,13 @@ def _port_number(value: object, field: str) -> int:
     return value
 
 
-def describe(obj: object) -> str:
-    """``namespace/name`` of an object for a reason, whatever it holds."""
+def describe(obj: object, *, namespaced: bool = True) -> str:
+    """``namespace/name`` (or ``name``) of an object for a reason, whatever it holds."""
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     if not isinstance(meta, dict):
         return "(no metadata)"
-    return f"{_show_name(meta.get('namespace'))}/{_show_name(meta.get('name'))}"
+    name = _show_name(meta.get("name"))
+    return f"{_show_name(meta.get('namespace'))}/{name}" if namespaced else name
 
 
 def _show_name(value: object) -> str:
