@@ -253,6 +253,11 @@ class _Renderer:
             peers = self._peer_blocks(rule.peers, policy.namespace, fam)
             if not targets or (peers is not None and not peers):
                 continue
+            source = ""
+            if peers is not None:
+                if not self._set(f"{base}-src{fam.version}", fam.addr_type, [str(n) for n in _collapse(peers)]):
+                    continue
+                source = f" {fam.keyword} saddr @{base}-src{fam.version}"
             if rule.ports is None:
                 dst = _collapse(_host(a) for p in targets for a in p.addresses if a.version == fam.version)
                 match = f"{fam.keyword} daddr @{base}-dst{fam.version}"
@@ -269,13 +274,8 @@ class _Renderer:
                     continue
                 match = f"{fam.keyword} daddr . meta l4proto . th dport @{base}-dst{fam.version}"
                 dst_set = self._set(f"{base}-dst{fam.version}", _box_type(fam), _box_elements(boxes))
-            if not dst_set:
-                continue
-            if peers is not None:
-                if not self._set(f"{base}-src{fam.version}", fam.addr_type, [str(n) for n in _collapse(peers)]):
-                    continue
-                match += f" {fam.keyword} saddr @{base}-src{fam.version}"
-            self.ingress_rules.append(f"{match} accept")
+            if dst_set:
+                self.ingress_rules.append(f"{match}{source} accept")
 
     def _egress(self, base: str, policy: Policy, rule: Rule, local: list[Pod]) -> None:
         for fam in _FAMILIES:
