@@ -6,6 +6,7 @@ One lab for the module. Namespace ``pol`` is ambient: servers ``srv-1`` (node 1)
 tcp-echo on 9000 and 9001, client ``cli-a`` (service account ``alpha``, node 1) and ``cli-b`` (``beta``, node 2).
 Namespace ``pol-x`` is ambient too, with client ``cli-x`` (node 1). Namespace ``pol-out`` is not in the mesh:
 client ``plain`` (node 2) connects in plaintext. Every test removes its policies, and waits for the open baseline.
+The last test replays Istio's TestK8sNetPol with a Kubernetes NetworkPolicy, which the lab's nodes enforce.
 """
 
 from __future__ import annotations
@@ -478,3 +479,48 @@ def _following_flow_readers() -> list[str]:
         if ours and b"flows" in argv and b"--follow" in argv and b"--proxy-name" in argv:
             found.append(" ".join(a.decode(errors="replace") for a in argv))
     return found
+
+
+ONLY_HBONE = {
+    "apiVersion": "networking.k8s.io/v1",
+    "kind": "NetworkPolicy",
+    "metadata": {"name": "only-hbone", "namespace": NS},
+    "spec": {
+        "podSelector": ECHO,
+        "policyTypes": ["Ingress"],
+        "ingress": [{"ports": [{"protocol": "TCP", "port": 15008}]}],
+    },
+}
+
+
+def _ready_and_restarts(mesh: Mesh, server: str) -> tuple[bool, int]:
+    pod = mesh.lab.pod(server, NS)
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    restarts = sum(c.get("restartCount", 0) for c in (pod.get("status") or {}).get("containerStatuses") or [])
+    return ready, restarts
+
+
+def test_a_network_policy_allowing_only_hbone_keeps_the_mesh_and_refuses_plaintext(mesh: Mesh) -> None:
+    """Istio's TestK8sNetPol on the lab's own NetworkPolicy enforcement (issue 16): an ingress policy on the servers
+    that admits only HBONE (15008). Mesh clients, same-node and cross-node, still reach both servers (their node
+    proxies arrive on 15008); the uncaptured client's plaintext to the application ports is refused by the node; the
+    kubelet's probes come from the node, which NetworkPolicy always admits, so the servers stay Ready. With the
+    policy deleted, plaintext reaches them again."""
+    before = {server: _ready_and_restarts(mesh, server) for server in SERVERS}
+    mesh.apply(ONLY_HBONE)
+    try:
+        table = mesh.lab.kubectl("get", "netpol", "-n", NS, "--no-headers").stdout
+        assert table.split()[:2] == ["only-hbone", "app=echo"], table
+        expected = everything()
+        expected.update({("plain", s, p): "refused" for s in SERVERS for p in PORTS})
+        mesh.expect(expected, explain=False)  # policy explain models Istio's policies, not the CNI's
+        time.sleep(5)  # five probe periods with the policy in force
+        for server in SERVERS:
+            ready, restarts = _ready_and_restarts(mesh, server)
+            assert ready, f"{server} is not Ready under the only-hbone policy"
+            assert restarts == before[server][1], f"{server} restarted under the only-hbone policy"
+        mesh.expect(expected, explain=False)
+    finally:
+        mesh.lab.kubectl("delete", "networkpolicy", "only-hbone", "-n", NS, "--ignore-not-found", check=False)
+    mesh.expect(everything(), explain=False)

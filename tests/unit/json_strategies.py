@@ -6,6 +6,8 @@ into their code instead of stopping at the first unknown key.
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Iterator
 from typing import Any
 
 from hypothesis import strategies as st
@@ -136,3 +138,30 @@ def json_values(max_leaves: int = 40) -> st.SearchStrategy[Any]:
 def json_objects() -> st.SearchStrategy[dict[str, Any]]:
     """Dicts shaped loosely like an object: a few of its usual top-level keys, anything beneath them."""
     return st.dictionaries(KEYS, json_values(), max_size=6)
+
+
+def _paths(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    yield path
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _paths(item, (*path, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _paths(item, (*path, index))
+
+
+def perturbed(valid: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """A valid object with up to two of its values (the whole object included) replaced by arbitrary JSON."""
+
+    @st.composite
+    def build(draw: st.DrawFn) -> Any:
+        box = [copy.deepcopy(draw(valid))]
+        for _ in range(draw(st.integers(0, 2))):
+            path = draw(st.sampled_from(list(_paths(box[0], (0,)))))
+            parent: Any = box
+            for step in path[:-1]:
+                parent = parent[step]
+            parent[path[-1]] = draw(json_values(max_leaves=4))
+        return box[0]
+
+    return build()

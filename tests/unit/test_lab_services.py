@@ -7,18 +7,17 @@ Golden files live in ``golden/lab_services/<case>.nft``; ``AMBIT_UPDATE_GOLDEN=1
 from __future__ import annotations
 
 import asyncio
-import copy
 import os
 import shutil
 import subprocess
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from json_strategies import json_values
+from json_strategies import json_values, perturbed
 
 from ambit.apiserver.server import ApiServer, ApiServerSettings
 from ambit.commands import Call, CommandResult, RecordingRunner
@@ -415,33 +414,6 @@ def test_malformed_endpoint_slices_and_endpoints_are_skipped_with_reasons() -> N
     assert (rendered.services, rendered.endpoints) == (1, 2)
     assert "dnat to 198.18.1.5:8080" in rendered.script
     assert "dnat to 198.18.1.8:8080" in rendered.script
-
-
-def _paths(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
-    yield path
-    if isinstance(value, dict):
-        for key, item in value.items():
-            yield from _paths(item, (*path, key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield from _paths(item, (*path, index))
-
-
-def perturbed(valid: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
-    """A valid object with up to two of its values (the whole object included) replaced by arbitrary JSON."""
-
-    @st.composite
-    def build(draw: st.DrawFn) -> Any:
-        box = [copy.deepcopy(draw(valid))]
-        for _ in range(draw(st.integers(0, 2))):
-            path = draw(st.sampled_from(list(_paths(box[0], (0,)))))
-            parent: Any = box
-            for step in path[:-1]:
-                parent = parent[step]
-            parent[path[-1]] = draw(json_values(max_leaves=4))
-        return box[0]
-
-    return build()
 
 
 def near_valid_services() -> st.SearchStrategy[Any]:

@@ -403,6 +403,33 @@ def test_deployment_keeps_zero_pointers_and_reads_int_or_string_percentages() ->
     }
 
 
+def test_network_policy_with_every_peer_and_port_shape() -> None:
+    labels = entry(1, "app", "httpbin")
+    ports = ln(1, ln(1, "TCP") + ln(2, int_or_string(15008))) + ln(1, ln(2, int_or_string("http")))
+    ports += ln(1, ln(2, int_or_string(9000)) + num(3, 9010))
+    peers = ln(2, ln(1, labels) + ln(2, b"")) + ln(2, ln(3, ln(1, "10.0.0.0/8") + ln(2, "10.1.0.0/16")))
+    spec = ln(1, labels) + ln(2, ports + peers) + ln(3, ln(2, ln(2, b""))) + ln(4, "Ingress") + ln(4, "Egress")
+    obj = decode(envelope("networking.k8s.io/v1", "NetworkPolicy", meta("only-hbone", "default"), ln(2, spec)))
+    assert obj["spec"] == {
+        "podSelector": {"matchLabels": {"app": "httpbin"}},
+        "ingress": [
+            {
+                "ports": [
+                    {"protocol": "TCP", "port": 15008},
+                    {"port": "http"},
+                    {"port": 9000, "endPort": 9010},
+                ],
+                "from": [
+                    {"podSelector": {"matchLabels": {"app": "httpbin"}}, "namespaceSelector": {}},
+                    {"ipBlock": {"cidr": "10.0.0.0/8", "except": ["10.1.0.0/16"]}},
+                ],
+            }
+        ],
+        "egress": [{"to": [{"namespaceSelector": {}}]}],
+        "policyTypes": ["Ingress", "Egress"],
+    }
+
+
 def test_replicaset_and_daemonset() -> None:
     template = ln(3, meta("t"))
     rs = decode(envelope("apps/v1", "ReplicaSet", meta("rs"), ln(2, num(1, 3) + num(4, 5) + template)))

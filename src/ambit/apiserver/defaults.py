@@ -165,6 +165,27 @@ def _pod_disruption_budget(obj: JsonObject) -> None:
     obj["status"] = {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0}
 
 
+def _network_policy(obj: JsonObject) -> None:
+    """kube's NetworkPolicy defaults: an absent ``podSelector`` is the empty one; ``policyTypes`` from the rules
+    given (Ingress always, Egress when there are egress rules); each port's protocol TCP."""
+    if obj.get("spec") is None:  # null is Go's zero spec
+        obj["spec"] = {}
+    spec = obj["spec"]
+    if not isinstance(spec, dict):
+        return
+    if spec.get("podSelector") is None:
+        spec["podSelector"] = {}
+    if not spec.get("policyTypes"):
+        spec["policyTypes"] = ["Ingress", "Egress"] if spec.get("egress") else ["Ingress"]
+    for direction in ("ingress", "egress"):
+        rules = spec.get(direction)
+        for rule in rules if isinstance(rules, list) else ():
+            ports = rule.get("ports") if isinstance(rule, dict) else None
+            for port in ports if isinstance(ports, list) else ():
+                if isinstance(port, dict) and port.get("protocol") is None:
+                    port["protocol"] = "TCP"
+
+
 def _custom_resource_definition(obj: JsonObject) -> None:
     spec = obj.get("spec")
     if isinstance(spec, dict):
@@ -187,5 +208,6 @@ _DEFAULTERS = {
     ("apps", "StatefulSet"): _workload,
     ("scheduling.k8s.io", "PriorityClass"): _priority_class,
     ("policy", "PodDisruptionBudget"): _pod_disruption_budget,
+    ("networking.k8s.io", "NetworkPolicy"): _network_policy,
     ("apiextensions.k8s.io", "CustomResourceDefinition"): _custom_resource_definition,
 }

@@ -457,6 +457,10 @@ def _pod_disruption_budget_cells(pdb: Mapping[str, Any], now: float) -> list[Cel
     ]
 
 
+def _network_policy_cells(policy: Mapping[str, Any], now: float) -> list[Cell]:
+    return [name_of(policy), format_label_selector(as_map(policy.get("spec")).get("podSelector")), age(policy, now)]
+
+
 # ---- the catalogue ---------------------------------------------------------------------------------------
 
 _WIDE_CONTAINERS = Column("Containers", "Names of the containers in the pod template.", priority=1)
@@ -612,6 +616,10 @@ PRINTERS: dict[tuple[str, str], Printer] = {
             AGE,
         ),
         _pod_disruption_budget_cells,
+    ),
+    ("networking.k8s.io", "NetworkPolicy"): Printer(
+        (NAME, _col("Pod-Selector", "The pods the policy applies to, as a label selector."), AGE),
+        _network_policy_cells,
     ),
     ("apps", "StatefulSet"): Printer(
         (NAME, _col("Ready", "Ready replicas out of desired replicas."), AGE, _WIDE_CONTAINERS, _WIDE_IMAGES),

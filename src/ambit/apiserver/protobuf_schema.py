@@ -1,10 +1,10 @@
 """The protobuf schema of the kinds we accept as ``application/vnd.kubernetes.protobuf``: a table, not code.
 
 Each message maps a field number to ``(json name, Go type)``. Field numbers are the ones in Kubernetes'
-``generated.proto`` files (k8s.io/api core/v1, apps/v1, authentication/v1, coordination/v1; k8s.io/apimachinery
-meta/v1, runtime, util/intstr, api/resource); they are protocol facts and never change once released. A field
-that is not listed here is skipped by the decoder, so only what our clients send needs to be here, and a field is
-only listed where its number was checked against those files.
+``generated.proto`` files (k8s.io/api core/v1, apps/v1, authentication/v1, coordination/v1, networking/v1;
+k8s.io/apimachinery meta/v1, runtime, util/intstr, api/resource); they are protocol facts and never change once
+released. A field that is not listed here is skipped by the decoder, so only what our clients send needs to be
+here, and a field is only listed where its number was checked against those files.
 
 The Go type decides how a field is read and when it shows in the JSON form (:mod:`ambit.apiserver.protobuf`):
 
@@ -597,6 +597,23 @@ MESSAGES: dict[str, Message] = {
         5: ("storageClassName", "*string"),
         6: ("volumeMode", "*string"),
     },
+    # -- k8s.io/api/networking/v1 -------------------------------------------------------------------------------
+    "NetworkPolicy": {1: ("metadata", "ObjectMeta"), 2: ("spec", "NetworkPolicySpec")},
+    "NetworkPolicySpec": {
+        1: ("podSelector", "LabelSelector"),
+        2: ("ingress", "[]NetworkPolicyIngressRule"),
+        3: ("egress", "[]NetworkPolicyEgressRule"),
+        4: ("policyTypes", "[]string"),
+    },
+    "NetworkPolicyIngressRule": {1: ("ports", "[]NetworkPolicyPort"), 2: ("from", "[]NetworkPolicyPeer")},
+    "NetworkPolicyEgressRule": {1: ("ports", "[]NetworkPolicyPort"), 2: ("to", "[]NetworkPolicyPeer")},
+    "NetworkPolicyPeer": {
+        1: ("podSelector", "*LabelSelector"),
+        2: ("namespaceSelector", "*LabelSelector"),
+        3: ("ipBlock", "*IPBlock"),
+    },
+    "IPBlock": {1: ("cidr", "string"), 2: ("except", "[]string")},
+    "NetworkPolicyPort": {1: ("protocol", "*string"), 2: ("port", "*IntOrString"), 3: ("endPort", "*int32")},
     # -- k8s.io/api/authentication/v1 ---------------------------------------------------------------------------
     "TokenRequest": {
         1: ("metadata", "ObjectMeta"),
@@ -699,6 +716,7 @@ KINDS: dict[tuple[str, str], str] = {
     ("authentication.k8s.io/v1", "TokenRequest"): "TokenRequest",
     ("authentication.k8s.io/v1", "TokenReview"): "TokenReview",
     ("coordination.k8s.io/v1", "Lease"): "Lease",
+    ("networking.k8s.io/v1", "NetworkPolicy"): "NetworkPolicy",
     ("authorization.k8s.io/v1", "SubjectAccessReview"): "SubjectAccessReview",
     ("authorization.k8s.io/v1", "LocalSubjectAccessReview"): "SubjectAccessReview",
     ("authorization.k8s.io/v1", "SelfSubjectAccessReview"): "SelfSubjectAccessReview",

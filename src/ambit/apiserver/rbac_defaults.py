@@ -114,6 +114,7 @@ _VIEW = [
     _rule(READ, ["events.k8s.io"], ["events"]),
     _rule(READ, ["policy"], ["poddisruptionbudgets", "poddisruptionbudgets/status"]),
     _rule(READ, ["autoscaling"], ["horizontalpodautoscalers", "horizontalpodautoscalers/status"]),
+    _rule(READ, ["networking.k8s.io"], ["ingresses", "ingresses/status", "networkpolicies"]),
 ]
 _EDIT = [
     _rule(["impersonate"], [""], ["serviceaccounts"]),
@@ -153,6 +154,7 @@ _EDIT = [
     _rule(WRITE, ["discovery.k8s.io"], ["endpointslices"]),
     _rule(WRITE, ["policy"], ["poddisruptionbudgets"]),
     _rule(WRITE, ["autoscaling"], ["horizontalpodautoscalers"]),
+    _rule(WRITE, ["networking.k8s.io"], ["ingresses", "networkpolicies"]),
 ]
 _ADMIN = [
     _rule(["create"], ["authorization.k8s.io"], ["localsubjectaccessreviews"]),
@@ -196,6 +198,15 @@ _NODE_PROXIER = [
     _rule(["create", "patch", "update"], ["", "events.k8s.io"], ["events"]),
 ]
 
+NODES_GROUP = "system:nodes"
+NODE_NETWORK_POLICIES = "system:node-network-policies"
+# What a lab node reads to enforce NetworkPolicies for its pods (ambit.lab.network.policies_apply), as
+# kube-network-policies' ClusterRole: policies, and the pods and namespaces their selectors choose from.
+_NODE_NETWORK_POLICIES = [
+    _rule(["list", "watch"], [""], ["pods", "namespaces"]),
+    _rule(["list", "watch"], ["networking.k8s.io"], ["networkpolicies"]),
+]
+
 
 def cluster_roles() -> list[dict[str, Any]]:
     """The bootstrap ClusterRoles (fresh objects on every call)."""
@@ -220,6 +231,7 @@ def cluster_roles() -> list[dict[str, Any]]:
         _role("system:public-info-viewer", [{"verbs": ["get"], "nonResourceURLs": PUBLIC_URLS}]),
         _role("system:kube-controller-manager", _CONTROLLER_MANAGER),
         _role("system:node-proxier", _NODE_PROXIER),
+        _role(NODE_NETWORK_POLICIES, _NODE_NETWORK_POLICIES),
     ]
 
 
@@ -233,4 +245,5 @@ def cluster_role_bindings() -> list[dict[str, Any]]:
         ),
         _binding("system:kube-controller-manager", "system:kube-controller-manager", [], (CONTROLLER_MANAGER_USER,)),
         _binding("system:node-proxier", "system:node-proxier", [], (KUBE_PROXY_USER,)),
+        _binding(NODE_NETWORK_POLICIES, NODE_NETWORK_POLICIES, [NODES_GROUP]),
     ]

@@ -240,6 +240,16 @@ BUILTINS: tuple[ResourceType, ...] = (
         short_names=("pdb",),
         subresources=frozenset({"status"}),
     ),
+    # Enforced by each lab node (ambit.lab.network.policies), as a CNI enforces it on a cluster.
+    ResourceType(
+        "networking.k8s.io",
+        ("v1",),
+        "NetworkPolicy",
+        "networkpolicies",
+        "networkpolicy",
+        True,
+        short_names=("netpol",),
+    ),
     # Stored and served for manifests that carry one (a waypoint's or gateway's autoscaler); nothing scales on it.
     ResourceType(
         "autoscaling",

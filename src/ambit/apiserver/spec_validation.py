@@ -79,7 +79,8 @@ def _protocol(port: Mapping[str, Any], path: str) -> list[Cause]:
     return [unsupported(at(path, "protocol"), protocol, PROTOCOLS)]
 
 
-def _iana_service_name(value: str) -> list[str]:
+def iana_service_name(value: str) -> list[str]:
+    """The IANA service-name rule of a named port (kube's IsValidPortName): each broken part as a message."""
     found = []
     if len(value) > 15:
         found.append("must be no more than 15 characters")
@@ -205,7 +206,7 @@ def _container(container: Mapping[str, Any], path: str, names: set[str], *, init
             causes.extend(_port(host_port, at(port_path, "hostPort")))
         port_name = port.get("name")
         if port_name not in (None, ""):
-            causes.extend(_label_rule(_iana_service_name, port_name, at(port_path, "name")))
+            causes.extend(_label_rule(iana_service_name, port_name, at(port_path, "name")))
             if isinstance(port_name, str) and port_name in port_names:
                 causes.append(duplicate(at(port_path, "name"), port_name))
             port_names.add(str(port_name))
@@ -351,7 +352,7 @@ def validate_service(obj: Mapping[str, Any]) -> list[Cause]:
             names.add(str(name))
         target = port.get("targetPort")
         if isinstance(target, str):
-            causes.extend(invalid(at(path, "targetPort"), target, m) for m in _iana_service_name(target))
+            causes.extend(invalid(at(path, "targetPort"), target, m) for m in iana_service_name(target))
         elif target is not None:
             causes.extend(_port(target, at(path, "targetPort")))
         node_port = port.get("nodePort")

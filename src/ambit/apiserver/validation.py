@@ -40,6 +40,7 @@ from ambit.apiserver.names import (
     validate_annotations,
     validate_labels,
 )
+from ambit.apiserver.network_policy_validation import validate_network_policy
 from ambit.apiserver.placement_validation import validate_node
 
 __all__ = ["NAME_RULES", "SPEC_RULES", "Cause", "generate_name", "name_rule", "validate_object"]
@@ -68,6 +69,7 @@ SPEC_RULES: dict[tuple[str, str], Callable[[Mapping[str, Any]], list[Cause]]] = 
     ("apps", "ControllerRevision"): scheduling.validate_controller_revision,
     ("scheduling.k8s.io", "PriorityClass"): scheduling.validate_priority_class,
     ("policy", "PodDisruptionBudget"): scheduling.validate_pod_disruption_budget,
+    ("networking.k8s.io", "NetworkPolicy"): validate_network_policy,
     ("", "Node"): validate_node,
     ("apps", "StatefulSet"): scheduling.validate_stateful_set,
     ("discovery.k8s.io", "EndpointSlice"): spec.validate_endpoint_slice,

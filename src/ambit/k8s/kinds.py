@@ -80,6 +80,7 @@ DAEMON_SETS = ResourceKind("apps", "v1", "daemonsets", "DaemonSet")
 STATEFUL_SETS = ResourceKind("apps", "v1", "statefulsets", "StatefulSet")
 CONTROLLER_REVISIONS = ResourceKind("apps", "v1", "controllerrevisions", "ControllerRevision")
 PRIORITY_CLASSES = ResourceKind("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False)
+NETWORK_POLICIES = ResourceKind("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy")
 POD_DISRUPTION_BUDGETS = ResourceKind("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
 HORIZONTAL_POD_AUTOSCALERS = ResourceKind("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler")
 CUSTOM_RESOURCE_DEFINITIONS = ResourceKind(

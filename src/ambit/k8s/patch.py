@@ -469,6 +469,7 @@ def _kind_table() -> Mapping[tuple[str, str], MergeKeys]:
         ("coordination.k8s.io", "Lease"),
         ("apps", "ControllerRevision"),
         ("scheduling.k8s.io", "PriorityClass"),
+        ("networking.k8s.io", "NetworkPolicy"),
     ]:
         tables[(group, kind)] = meta
     return MappingProxyType({k: MappingProxyType(v) for k, v in tables.items()})

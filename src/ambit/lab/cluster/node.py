@@ -1,8 +1,8 @@
-"""The lab's long-running processes, as ``ambit lab up`` starts them: one node (runtime, Service rules) and the
-controllers. Each runs until SIGTERM or SIGINT and then closes cleanly; pods keep running when a node runtime
-stops (as containers outlive a kubelet), and ``ambit lab down`` removes them. A node runs its containers through
-runc (:mod:`ambit.lab.runtime.oci_apply`), with the lab's directory, the checkout's git metadata and the machine's
-own secrets masked (:func:`runc_settings`).
+"""The lab's long-running processes, as ``ambit lab up`` starts them: one node (runtime, Service rules,
+NetworkPolicy rules) and the controllers. Each runs until SIGTERM or SIGINT and then closes cleanly; pods keep
+running when a node runtime stops (as containers outlive a kubelet), and ``ambit lab down`` removes them. A node
+runs its containers through runc (:mod:`ambit.lab.runtime.oci_apply`), with the lab's directory, the checkout's
+git metadata and the machine's own secrets masked (:func:`runc_settings`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from ambit.commands import SubprocessRunner
 from ambit.k8s import KubeClient
 from ambit.lab.cluster.identities import kubeconfig_for
 from ambit.lab.cluster.record import Record
+from ambit.lab.network.policies_apply import PolicyAgent, node_sources
 from ambit.lab.network.services_apply import ServiceProxy, bridge_netfilter_enabled, node_ipv6
 from ambit.lab.network.topology import LOAD_BALANCER_CIDR, SERVICE_CIDR, Topology
 from ambit.lab.runtime.kubelet import NodeRuntime, NodeRuntimeSettings
@@ -115,8 +116,8 @@ def _logging() -> None:
 
 
 async def run_node(topology: Topology, node_name: str, taints: tuple[NodeTaint, ...] = ()) -> None:
-    """A node: the pod runtime and the Service rules, run inside the node's network namespace; a Node it creates
-    carries ``taints``."""
+    """A node: the pod runtime, the Service rules and the NetworkPolicy rules, run inside the node's network
+    namespace; a Node it creates carries ``taints``."""
     _logging()
     node = topology.node_named(node_name)
     if node is None:
@@ -145,12 +146,17 @@ async def run_node(topology: Topology, node_name: str, taints: tuple[NodeTaint, 
             ipv6=node_ipv6(topology, node_name),
             runner=runner,
         )
+        # NetworkPolicies for this node's pods, as a CNI's policy agent (the node's identity reads them).
+        policies = PolicyAgent(client, netns="", node_name=node_name, node_sources=node_sources(node), runner=runner)
         await runtime.start()
         await proxy.start()
+        await policies.start()
         log.info("node %s of lab %s is running", node_name, topology.lab_id)
         try:
             await _until_signalled()
         finally:
+            with contextlib.suppress(Exception):
+                await policies.aclose()
             with contextlib.suppress(Exception):
                 await proxy.aclose()
             await runtime.aclose()

@@ -89,7 +89,7 @@ def _nft(netns: str) -> list[str]:
     return ["ip", "netns", "exec", netns, "nft", "-f", "-"] if netns else ["nft", "-f", "-"]
 
 
-async def _run_nft(netns: str, script: bytes, runner: CommandRunner) -> CommandResult:
+async def run_nft(netns: str, script: bytes, runner: CommandRunner) -> CommandResult:
     """``nft -f -`` with ``script`` on stdin; one that outlasts :data:`NFT_TIMEOUT` is killed, reported as exit 124."""
     argv = _nft(netns)
     try:
@@ -104,14 +104,14 @@ async def apply_rules(netns: str, script: str, runner: CommandRunner) -> None:
 
     Raises :class:`ServiceRulesError`.
     """
-    result = await _run_nft(netns, script.encode(), runner)
+    result = await run_nft(netns, script.encode(), runner)
     if result.returncode != 0:
         raise ServiceRulesError(netns or "this namespace", "applying", result.returncode, result.stderr)
 
 
 async def remove_rules(netns: str, runner: CommandRunner) -> None:
     """Delete the table from ``netns``; nothing to do when it (or the namespace) is already gone."""
-    result = await _run_nft(netns, _REMOVE_SCRIPT, runner)
+    result = await run_nft(netns, _REMOVE_SCRIPT, runner)
     if result.returncode != 0 and not (netns and _NO_NETNS in result.stderr):
         raise ServiceRulesError(netns or "this namespace", "removing", result.returncode, result.stderr)
 
