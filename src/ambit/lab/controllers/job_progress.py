@@ -240,10 +240,9 @@ def _readable(before: Mapping[str, Any]) -> dict[str, Any]:
         status[key] = _int(status.get(key), 0)
     uncounted = status.get("uncountedTerminatedPods")
     uncounted = uncounted if isinstance(uncounted, dict) else {}
+    lists = {k: uncounted.get(k) for k in ("succeeded", "failed")}
     status["uncountedTerminatedPods"] = {
-        k: [u for u in uncounted.get(k) if isinstance(u, str)]
-        for k in ("succeeded", "failed")
-        if isinstance(uncounted.get(k), list) and uncounted.get(k)
+        k: [u for u in v if isinstance(u, str)] for k, v in lists.items() if isinstance(v, list) and v
     }
     conditions = status.get("conditions")
     if conditions is not None:
