@@ -44,6 +44,7 @@ A finished Job makes nothing; the finalizers of its remaining pods are taken off
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -51,6 +52,7 @@ from typing import Any, Literal
 from ambit.lab.controllers import pods as podstate
 from ambit.lab.controllers.ownership import Object, is_deleting, name_of, owner_reference, uid_of
 
+_DIGITS = re.compile(r"[0-9]{1,9}")
 EventKind = Literal["Normal", "Warning"]
 TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
@@ -144,7 +146,7 @@ def index_of(pod: Mapping[str, Any]) -> int | None:
     meta = pod.get("metadata") or {}
     for source in (meta.get("annotations") or {}, meta.get("labels") or {}):
         value = source.get(COMPLETION_INDEX)
-        if isinstance(value, str) and value.isdigit() and len(value) < 10:
+        if isinstance(value, str) and _DIGITS.fullmatch(value):
             return int(value)
     return None
 
@@ -174,7 +176,7 @@ def parse_indexes(text: Any, limit: int) -> set[int]:
     found: set[int] = set()
     for part in text.split(",") if isinstance(text, str) else ():
         low, _, high = part.partition("-")
-        if not low.isdigit() or not (high or low).isdigit() or len(low) > 9 or len(high) > 9:
+        if not _DIGITS.fullmatch(low) or not _DIGITS.fullmatch(high or low):
             continue
         found.update(range(int(low), min(int(high or low), limit - 1) + 1))
     return found
