@@ -17,6 +17,7 @@ from collections.abc import Callable
 from types import TracebackType
 
 from ambit.k8s import EventRecorder, EventRecorderSettings, Informer, KubeClient, kinds
+from ambit.lab.controllers.cronjob import CronJobController
 from ambit.lab.controllers.daemonset import DaemonSetController
 from ambit.lab.controllers.deployment import DeploymentController
 from ambit.lab.controllers.disruption import DisruptionController
@@ -82,6 +83,8 @@ class ControllerManager:
             self._add(StatefulSetController(client, self.informers, self._recorder(StatefulSetController.name), s))
         if s.batch:
             self._add(JobController(client, self.informers, self._recorder(JobController.name), s))
+            recorder = self._recorder(CronJobController.name)
+            self._add(CronJobController(client, self.informers, recorder, s, clock=schedule_clock))
             recorder = self._recorder(TtlAfterFinishedController.name)
             self._add(TtlAfterFinishedController(client, self.informers, recorder, s, clock=schedule_clock))
         if s.disruption:
