@@ -24,11 +24,11 @@ The plan, for a Job that is not finished (no ``Complete`` or ``Failed`` conditio
    completions): some pod succeeded and none is active. Then ``SuccessCriteriaMet`` is added, active pods are
    deleted, and once no pod is left running or uncounted, ``Complete`` with ``completionTime`` (event
    ``Completed``).
-5. Failure: more failed pods than ``backoffLimit`` (with restartPolicy OnFailure, container restarts of live pods
-   count too: as many as the limit fail the Job), reason ``BackoffLimitExceeded``; or ``activeDeadlineSeconds``
-   past since ``startTime``, reason ``DeadlineExceeded``. Then ``FailureTarget`` is added, active pods are
-   deleted, and once no pod is left running or uncounted, ``Failed`` with the same reason (a Warning event of that
-   reason).
+5. Failure: more failed pods than ``backoffLimit``, or, with restartPolicy OnFailure, as many container restarts
+   in the live pods as the limit (any restart when it is 0), reason ``BackoffLimitExceeded``; or
+   ``activeDeadlineSeconds`` past since ``startTime``, reason ``DeadlineExceeded``. Then ``FailureTarget`` is
+   added, active pods are deleted, and once no pod is left running or uncounted, ``Failed`` with the same reason
+   (a Warning event of that reason).
 6. ``suspend: true``: active pods are deleted, condition ``Suspended`` True (event ``Suspended``); on resume it
    turns False (event ``Resumed``) and ``startTime`` starts again, so does the deadline.
 7. Otherwise pods are made up to what is wanted: NonIndexed ``min(parallelism, completions - succeeded)``; a work
@@ -337,7 +337,7 @@ def _failure(job: Object, status: Mapping[str, Any], live: list[Object], now: fl
     template = (_spec(job).get("template") or {}).get("spec") or {}
     if template.get("restartPolicy") == "OnFailure":
         restarts = sum(podstate.restarts(p) for p in live)
-        if restarts and failed + restarts >= max(limit, 1):
+        if restarts and restarts >= limit:
             return BACKOFF_LIMIT
     if failed > limit:
         return BACKOFF_LIMIT
