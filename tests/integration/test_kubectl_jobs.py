@@ -5,6 +5,7 @@ and a stand-in kubelet whose pods succeed."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -126,3 +127,26 @@ async def test_a_malformed_manifest_is_refused_with_its_fields(
     for text in expected:
         assert text in out, out
     assert "Traceback" not in out
+
+
+async def test_the_view_and_edit_roles_cover_jobs_and_cron_jobs_as_kubes_do(cluster: Path) -> None:
+    for role, user in (("view", "viewer"), ("edit", "editor")):
+        binding = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": user, "namespace": "default"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+        }
+        await kubectl(cluster, "apply", "-f", "-", stdin=json.dumps(binding))
+
+    async def can(user: str, *what: str) -> str:
+        out = await kubectl(cluster, "auth", "can-i", *what, f"--as={user}", check=False)
+        return out.strip().splitlines()[0]
+
+    for resource in ("jobs.batch", "cronjobs.batch", "jobs.batch/status", "cronjobs.batch/status"):
+        assert await can("viewer", "get", resource) == "yes", resource
+    assert (await can("viewer", "create", "jobs.batch")).startswith("no")
+    for verb in ("create", "delete", "patch"):
+        for resource in ("jobs.batch", "cronjobs.batch"):
+            assert await can("editor", verb, resource) == "yes", (verb, resource)
