@@ -135,6 +135,9 @@ def test_a_suspended_job_deletes_its_pods_without_counting_them_and_resumes() ->
     later = jp.plan(job(plan.status, suspend=True), [deleting], NOW, BACKOFF)
     assert later.release == [deleting]
     assert later.status is None or later.status["failed"] == 0
+    stopped = pod("a", "Failed", deleting=True)  # its kubelet wrote Failed as it stopped it
+    quiet = jp.plan(job(plan.status, suspend=True), [stopped], NOW, BACKOFF)
+    assert quiet.release == [stopped] and (quiet.status is None or not quiet.status["uncountedTerminatedPods"])
     resumed = jp.plan(job(plan.status), [], NOW + 5, BACKOFF)
     assert resumed.status is not None
     assert resumed.status["conditions"][0]["status"] == "False" and resumed.create

@@ -78,7 +78,6 @@ def reference(job: Mapping[str, Any]) -> dict[str, Any]:
         "name": name_of(job),
         "namespace": meta.get("namespace", ""),
         "uid": uid_of(job),
-        "resourceVersion": meta.get("resourceVersion", ""),
     }
 
 

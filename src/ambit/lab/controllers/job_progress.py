@@ -253,8 +253,9 @@ def _readable(before: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _dropped(pod: Mapping[str, Any], settling: bool) -> bool:
-    """A pod deleted by the controller while the Job settles: its finalizer goes without counting it."""
-    return settling and is_deleting(pod) and podstate.phase(pod) not in ("Succeeded", "Failed")
+    """A pod deleted by the controller while the Job settles: its finalizer goes without counting it (whatever
+    phase its kubelet wrote as it stopped it)."""
+    return settling and is_deleting(pod) and podstate.phase(pod) != "Succeeded"
 
 
 def _finish(result: JobPlan, before: Mapping[str, Any], status: dict[str, Any]) -> JobPlan:
@@ -294,8 +295,8 @@ def _count(
         result = outcome(pod)
         if result is None or not has_finalizer(pod) or uid_of(pod) in listed:
             continue
-        if result == "failed" and podstate.phase(pod) != "Failed" and not deletions_fail:
-            continue
+        if result == "failed" and is_deleting(pod) and not deletions_fail:
+            continue  # deleted by the controller while the Job settles (its kubelet may have written Failed)
         lists[result].append(uid_of(pod))
         index = index_of(pod)
         if result == "succeeded" and indexed and index is not None and index < total:
