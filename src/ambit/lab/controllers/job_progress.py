@@ -30,7 +30,9 @@ The plan, for a Job that is not finished (no ``Complete`` or ``Failed`` conditio
    added, active pods are deleted, and once no pod is left running or uncounted, ``Failed`` with the same reason
    (a Warning event of that reason).
 6. ``suspend: true``: active pods are deleted, condition ``Suspended`` True (event ``Suspended``); on resume it
-   turns False (event ``Resumed``) and ``startTime`` starts again, so does the deadline.
+   turns False (event ``Resumed``) and ``startTime`` starts again, so does the deadline. Pods the controller
+   deletes while the Job settles (suspended, or with ``FailureTarget`` or ``SuccessCriteriaMet``) lose the
+   finalizer uncounted: unlike kube, a suspension never costs the Job its back-off limit.
 7. Otherwise pods are made up to what is wanted: NonIndexed ``min(parallelism, completions - succeeded)``; a work
    queue ``parallelism`` until a pod succeeds, then none; Indexed the lowest pending indexes, at most
    ``parallelism`` running. Surplus active pods are deleted, worst first. Terminating pods hold their place only
