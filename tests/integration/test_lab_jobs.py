@@ -238,3 +238,25 @@ async def test_deleting_a_job_collects_its_running_pods(kube: KubeClient, contro
     await until(lambda: running_pods(kube, 2), "two pods")
     await kube.delete(kinds.JOBS, "pi", NS, propagation_policy="Background")
     await until(lambda: _no_pods(kube), "the pods to go with the Job (finalizers taken off)")
+
+
+async def test_pods_orphaned_by_their_job_lose_the_tracking_finalizer(
+    kube: KubeClient, controllers: ControllerManager
+) -> None:
+    await kube.create(kinds.JOBS, job(), NS)
+    [pod] = await until(lambda: running_pods(kube, 1), "the pod")
+    await kube.delete(kinds.JOBS, "pi", NS, propagation_policy="Orphan")
+    await until(lambda: _finalizer_gone(kube, pod["metadata"]["name"]), "the orphan's finalizer to go")
+    await kube.create(kinds.JOBS, job(), NS)  # a new Job of the same name does not count the old pod
+    fresh = await until(lambda: _job_with_active(kube), "the new Job's own pod")
+    assert fresh["status"]["failed"] == 0 and fresh["status"]["succeeded"] == 0
+
+
+async def _finalizer_gone(kube: KubeClient, name: str) -> bool:
+    found = await kube.get(kinds.PODS, name, NS)
+    return not found["metadata"].get("finalizers") and not found["metadata"].get("ownerReferences")
+
+
+async def _job_with_active(kube: KubeClient) -> Obj:
+    found = await kube.get(kinds.JOBS, "pi", NS)
+    return found if (found.get("status") or {}).get("active") == 1 else {}

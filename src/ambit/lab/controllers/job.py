@@ -4,7 +4,9 @@ fails. Decisions are :mod:`job_progress`'s (its docstring has the rules); this i
 A reconcile, for one Job:
 
 1. A Job that is gone or being deleted makes nothing; the tracking finalizer comes off each of its pods (found by
-   their controller reference), so the garbage collector's deletion of them completes. The API server's
+   their controller reference), so the garbage collector's deletion of them completes; so it does off the pods of
+   an earlier Job of the same name (another uid), and off pods a deletion with ``propagationPolicy: Orphan`` left
+   without a controller (found by their ``batch.kubernetes.io/job-name`` label). The API server's
    collector deletes a deleted Job's pods (they name it as controller, with ``blockOwnerDeletion``), as it does a
    ReplicaSet's.
 2. Claims pods in its namespace that its selector selects (:meth:`Controller.claim`).
@@ -30,11 +32,13 @@ import logging
 from ambit.k8s import Informer, KubeClientError, KubeNotFoundError, kinds
 from ambit.lab.controllers import job_progress
 from ambit.lab.controllers.controller import PodOwner
-from ambit.lab.controllers.ownership import Object, controller_key, is_deleting, key_of, name_of
+from ambit.lab.controllers.ownership import Object, controller_key, is_controlled_by, is_deleting, key_of, name_of
 from ambit.lab.controllers.reconcile import SyncError
 from ambit.lab.controllers.workqueue import Key
 
 log = logging.getLogger("ambit.lab.controllers.job")
+
+JOB_NAME = "batch.kubernetes.io/job-name"
 
 
 class JobController(PodOwner):
@@ -45,6 +49,7 @@ class JobController(PodOwner):
         super().setup()
         self.backoff = job_progress.Backoff(self.settings.job_backoff_base, self.settings.job_backoff_max)
         self.watch_objects(on_delete=self._job_deleted)
+        self.informers.pods.add_handler(on_add=self._maybe_orphan, on_update=lambda old, new: self._maybe_orphan(new))
 
     @property
     def objects(self) -> Informer:
@@ -53,6 +58,14 @@ class JobController(PodOwner):
     def _job_deleted(self, job: Object) -> None:
         self.expectations.forget(key_of(job))
         self.queue.add(key_of(job))
+
+    def _maybe_orphan(self, pod: Object) -> None:
+        """A pod with the tracking finalizer and no Job controlling it (orphaned by its Job's deletion) queues the
+        key its ``job-name`` label names, whose reconcile takes the finalizer off."""
+        if job_progress.has_finalizer(pod) and controller_key(pod, self.owner_kind) is None:
+            name = ((pod.get("metadata") or {}).get("labels") or {}).get(JOB_NAME)
+            if isinstance(name, str) and name:
+                self.queue.add((key_of(pod)[0], name))
 
     # -- reconcile ------------------------------------------------------------------------------------------
     async def reconcile(self, key: Key) -> float | None:
@@ -65,6 +78,8 @@ class JobController(PodOwner):
         # Judged before the pods are read: a creation observed after that read must not make the read look whole.
         satisfied = self.expectations.satisfied(key)
         owned = await self.claim(job, kinds.PODS, self.informers.pods)
+        # Pods of an earlier Job of this name (deleted, then made again) are nobody's to count.
+        await self._release(key, [p for p in self._orphans(key) if not is_controlled_by(p, job)])
         plan = job_progress.plan(job, owned, self.clock(), self.backoff, burst=self.settings.burst_replicas)
         if plan.create or plan.delete:
             # Pods are made and deleted on the counts as the server holds them: the cache may be behind this
@@ -83,12 +98,17 @@ class JobController(PodOwner):
         return None if plan.wait is None else plan.wait + 0.05
 
     def _orphans(self, key: Key) -> list[Object]:
-        """The pods still naming the Job ``key`` as controller (rule 1)."""
-        return [
-            p
-            for p in self.informers.pods.items()
-            if controller_key(p, self.owner_kind) == key and job_progress.has_finalizer(p)
-        ]
+        """The pods with the tracking finalizer that name the Job ``key`` as controller, or that no Job controls
+        and whose ``job-name`` label names it (rule 1)."""
+        found = []
+        for pod in self.informers.pods.items():
+            if not job_progress.has_finalizer(pod) or key_of(pod)[0] != key[0]:
+                continue
+            owner = controller_key(pod, self.owner_kind)
+            labels = (pod.get("metadata") or {}).get("labels") or {}
+            if owner == key or (owner is None and labels.get(JOB_NAME) == key[1]):
+                found.append(pod)
+        return found
 
     async def _release(self, key: Key, pods: list[Object]) -> None:
         for pod in pods:
