@@ -77,6 +77,8 @@ async def test_create_wait_and_get_a_job(cluster: Path) -> None:
     pods = await kubectl(cluster, "get", "pods", "-l", "job-name=hello", "-o", "jsonpath={.items[*].status.phase}")
     assert pods == "Succeeded"
     assert "job.batch/hello" in await kubectl(cluster, "get", "all", "-o", "name")
+    described = await kubectl(cluster, "describe", "job", "hello")
+    assert "Pods Statuses:" in described and "1 Succeeded" in described, described
 
 
 async def test_create_a_cron_job_and_a_job_from_it(cluster: Path) -> None:
@@ -93,6 +95,8 @@ async def test_create_a_cron_job_and_a_job_from_it(cluster: Path) -> None:
     assert owner == "CronJob"
     waited = await kubectl(cluster, "wait", "--for=condition=complete", "job/tick-manual", "--timeout=30s")
     assert "condition met" in waited
+    described = await kubectl(cluster, "describe", "cronjob", "tick")
+    assert "*/5 * * * *" in described and "Concurrency Policy:" in described, described
     resources = await kubectl(cluster, "api-resources", "--api-group=batch", "-o", "name")
     assert resources.split() == ["cronjobs.batch", "jobs.batch"]
 
