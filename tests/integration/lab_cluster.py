@@ -2,7 +2,8 @@
 nodes, polling, the controllers' test settings, the real kubectl.
 
 The kubelet (:class:`Kubelet`) marks bound pods Running and Ready with a pod IP, and finishes the deletion of
-terminating pods, as a node would.
+terminating pods, as a node would; :func:`finish_pod` makes a pod's containers exit (a Job's pod succeed or fail),
+and a kubelet made with ``finish="Succeeded"`` does that to every pod as soon as it runs.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import asyncio
 import itertools
 import os
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -50,9 +52,10 @@ class Kubelet:
     written since, e.g. a readiness the test set.
     """
 
-    def __init__(self, kube: KubeClient, *, auto_ready: bool = True) -> None:
+    def __init__(self, kube: KubeClient, *, auto_ready: bool = True, finish: str | None = None) -> None:
         self.kube = kube
         self.auto_ready = auto_ready
+        self.finish = finish
         self._ips = (f"10.1.{i // 250}.{i % 250 + 2}" for i in itertools.count())
         self._started: set[str] = set()
         self.informer = Informer(kube, kinds.PODS, settings=INFORMER, on_add=self._seen, on_update=self._changed)
@@ -69,6 +72,8 @@ class Kubelet:
                 self._started.add(meta["uid"])
                 ip = next(self._ips)
                 await set_pod_status(self.kube, meta["name"], ready=self.auto_ready, ip=ip, namespace=meta["namespace"])
+                if self.finish is not None:
+                    await finish_pod(self.kube, meta["name"], self.finish == "Succeeded", namespace=meta["namespace"])
         except KubeNotFoundError:
             pass
 
@@ -88,6 +93,31 @@ async def set_pod_status(
     if ip is not None:
         status["podIP"] = ip
     return await kube.patch_status(kinds.PODS, name, {"status": status}, namespace, patch_type="strategic")
+
+
+async def finish_pod(kube: KubeClient, name: str, succeeded: bool = True, *, namespace: str = NS) -> Obj:
+    """Every container of the pod exits (0 when ``succeeded``, else 1), so the pod is Succeeded or Failed, as a
+    kubelet reports a pod whose restartPolicy does not restart it."""
+    pod = await kube.get(kinds.PODS, name, namespace)
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    exit_code, reason = (0, "Completed") if succeeded else (1, "Error")
+    statuses = [
+        {
+            "name": c["name"],
+            "image": c.get("image", ""),
+            "imageID": "",
+            "ready": False,
+            "restartCount": 0,
+            "state": {"terminated": {"exitCode": exit_code, "reason": reason, "finishedAt": now}},
+        }
+        for c in (pod.get("spec") or {}).get("containers") or ()
+    ]
+    status: Obj = {
+        "phase": "Succeeded" if succeeded else "Failed",
+        "conditions": [{"type": "Ready", "status": "False"}],
+        "containerStatuses": statuses,
+    }
+    return await kube.patch_status(kinds.PODS, name, {"status": status}, namespace)
 
 
 async def add_node(

@@ -443,6 +443,59 @@ def test_replicaset_and_daemonset() -> None:
     }
 
 
+def test_job_and_cron_job_keep_zero_pointers() -> None:
+    template = meta("t") + ln(2, ln(3, "Never"))
+    spec = (
+        num(1, 0)
+        + num(2, 3)
+        + num(3, 60)
+        + ln(4, entry(1, "app", "pi"))
+        + num(5, 1)
+        + ln(6, template)
+        + num(7, 0)
+        + num(8, 0)
+        + ln(9, "Indexed")
+        + num(10, 0)
+        + ln(14, "Failed")
+    )
+    status = ln(2, time(1_700_000_000)) + num(4, 1) + num(5, 2) + ln(7, "0-1") + ln(8, ln(1, "u1")) + num(9, 0)
+    obj = decode(envelope("batch/v1", "Job", meta("pi"), ln(2, spec), ln(3, status)))
+    assert obj["spec"] == {
+        "parallelism": 0,
+        "completions": 3,
+        "activeDeadlineSeconds": 60,
+        "selector": {"matchLabels": {"app": "pi"}},
+        "manualSelector": True,
+        "template": {"metadata": {"name": "t"}, "spec": {"restartPolicy": "Never"}},
+        "backoffLimit": 0,
+        "ttlSecondsAfterFinished": 0,
+        "completionMode": "Indexed",
+        "suspend": False,
+        "podReplacementPolicy": "Failed",
+    }
+    assert obj["status"] == {
+        "startTime": "2023-11-14T22:13:20Z",
+        "active": 1,
+        "succeeded": 2,
+        "completedIndexes": "0-1",
+        "uncountedTerminatedPods": {"succeeded": ["u1"]},
+        "ready": 0,
+    }
+    cron_spec = ln(1, "*/5 * * * *") + num(2, 0) + ln(3, "Forbid") + num(4, 1) + ln(5, ln(2, num(7, 2)))
+    cron_spec += num(6, 0) + num(7, 1) + ln(8, "UTC")
+    cron = decode(envelope("batch/v1", "CronJob", meta("tick"), ln(2, cron_spec)))
+    assert cron["spec"] == {
+        "schedule": "*/5 * * * *",
+        "startingDeadlineSeconds": 0,
+        "concurrencyPolicy": "Forbid",
+        "suspend": True,
+        "jobTemplate": {"spec": {"backoffLimit": 2}},
+        "successfulJobsHistoryLimit": 0,
+        "failedJobsHistoryLimit": 1,
+        "timeZone": "UTC",
+    }
+
+
 def test_statefulset_with_a_partition_claim_templates_and_its_status() -> None:
     update = ln(1, "RollingUpdate") + ln(2, num(1, 0) + ln(2, int_or_string("50%")))
     claim_spec = ln(1, "ReadWriteOnce") + ln(2, entry(2, "storage", ln(1, "1Gi"))) + ln(5, "")

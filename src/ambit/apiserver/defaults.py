@@ -9,6 +9,7 @@ import base64
 from typing import Any
 
 JsonObject = dict[str, Any]
+INT32_MAX = 2**31 - 1
 
 
 def apply_defaults(group: str, kind: str, obj: JsonObject, *, creating: bool = True) -> None:
@@ -147,6 +148,49 @@ def _stateful_set(spec: JsonObject) -> None:
             claim.setdefault("status", {"phase": "Pending"})
 
 
+def _job(obj: JsonObject) -> None:
+    """kube's Job defaults (:func:`job_spec_defaults`); the status starts empty."""
+    spec = obj.setdefault("spec", {})
+    if isinstance(spec, dict):
+        job_spec_defaults(spec)
+    obj.setdefault("status", {})
+
+
+def job_spec_defaults(spec: JsonObject) -> None:
+    """kube's JobSpec defaults: one pod, one completion, unless only ``parallelism`` is given (then completions
+    stay unset: a work queue); six retries (or, with a per-index limit, the int32 maximum), NonIndexed, not
+    suspended, a replacement pod only once the old one is Failed or terminating, the selector generated."""
+    parallelism = spec.get("parallelism")
+    if spec.get("completions") is None and parallelism is None:
+        spec["completions"] = 1
+    spec.setdefault("parallelism", 1)
+    spec.setdefault("backoffLimit", INT32_MAX if spec.get("backoffLimitPerIndex") is not None else 6)
+    spec.setdefault("completionMode", "NonIndexed")
+    spec.setdefault("suspend", False)
+    spec.setdefault("podReplacementPolicy", "TerminatingOrFailed")
+    spec.setdefault("manualSelector", False)
+    template = spec.get("template")
+    if isinstance(template, dict):
+        pod_spec_defaults(template.get("spec"))
+
+
+def _cron_job(obj: JsonObject) -> None:
+    """kube's CronJob defaults: Allow concurrent runs, not suspended, keep three succeeded Jobs and one failed;
+    the job template's pod template gets the pod defaults (its Job defaults are the Job's own, on create)."""
+    spec = obj.setdefault("spec", {})
+    if isinstance(spec, dict):
+        spec.setdefault("concurrencyPolicy", "Allow")
+        spec.setdefault("suspend", False)
+        spec.setdefault("successfulJobsHistoryLimit", 3)
+        spec.setdefault("failedJobsHistoryLimit", 1)
+        job = spec.get("jobTemplate")
+        job_spec = job.get("spec") if isinstance(job, dict) else None
+        template = job_spec.get("template") if isinstance(job_spec, dict) else None
+        if isinstance(template, dict):
+            pod_spec_defaults(template.get("spec"))
+    obj.setdefault("status", {})
+
+
 def _secret(obj: JsonObject) -> None:
     obj.setdefault("type", "Opaque")
     string_data = obj.pop("stringData", None)
@@ -206,6 +250,8 @@ _DEFAULTERS = {
     ("apps", "ReplicaSet"): _workload,
     ("apps", "DaemonSet"): _workload,
     ("apps", "StatefulSet"): _workload,
+    ("batch", "Job"): _job,
+    ("batch", "CronJob"): _cron_job,
     ("scheduling.k8s.io", "PriorityClass"): _priority_class,
     ("policy", "PodDisruptionBudget"): _pod_disruption_budget,
     ("networking.k8s.io", "NetworkPolicy"): _network_policy,

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ambit.apiserver.batch_cells import cron_job_cells, job_cells
 from ambit.apiserver.cells import (
     Cell,
     abbreviate,
@@ -624,6 +625,34 @@ PRINTERS: dict[tuple[str, str], Printer] = {
     ("apps", "StatefulSet"): Printer(
         (NAME, _col("Ready", "Ready replicas out of desired replicas."), AGE, _WIDE_CONTAINERS, _WIDE_IMAGES),
         _stateful_set_cells,
+    ),
+    ("batch", "Job"): Printer(
+        (
+            NAME,
+            _col("Status", "Complete, Failed, Terminating, Suspended, FailureTarget, SuccessCriteriaMet or Running."),
+            _col("Completions", "Succeeded pods out of the completions the Job needs."),
+            _col("Duration", "Time from the Job's start to its completion, or to now."),
+            AGE,
+            _WIDE_CONTAINERS,
+            _WIDE_IMAGES,
+            _WIDE_SELECTOR,
+        ),
+        job_cells,
+    ),
+    ("batch", "CronJob"): Printer(
+        (
+            NAME,
+            _col("Schedule", "The cron schedule Jobs are made on."),
+            _col("Timezone", "The time zone the schedule is read in."),
+            _col("Suspend", "Whether new Jobs are held back.", "boolean"),
+            _col("Active", "Jobs made by this CronJob that are running.", "integer"),
+            _col("Last Schedule", "Time since a Job was last scheduled."),
+            AGE,
+            _WIDE_CONTAINERS,
+            _WIDE_IMAGES,
+            _WIDE_SELECTOR,
+        ),
+        cron_job_cells,
     ),
 }
 

@@ -1,7 +1,8 @@
 """The protobuf schema of the kinds we accept as ``application/vnd.kubernetes.protobuf``: a table, not code.
 
 Each message maps a field number to ``(json name, Go type)``. Field numbers are the ones in Kubernetes'
-``generated.proto`` files (k8s.io/api core/v1, apps/v1, authentication/v1, coordination/v1, networking/v1;
+``generated.proto`` files (k8s.io/api core/v1, apps/v1, batch/v1, authentication/v1, coordination/v1,
+networking/v1;
 k8s.io/apimachinery meta/v1, runtime, util/intstr, api/resource); they are protocol facts and never change once
 released. A field that is not listed here is skipped by the decoder, so only what our clients send needs to be
 here, and a field is only listed where its number was checked against those files.
@@ -587,6 +588,63 @@ MESSAGES: dict[str, Message] = {
         11: ("availableReplicas", "int32"),
     },
     "StatefulSetCondition": _CONDITION,
+    # -- k8s.io/api/batch/v1 (podFailurePolicy and successPolicy are not decoded: the lab does not act on them) ---
+    "Job": {1: ("metadata", "ObjectMeta"), 2: ("spec", "JobSpec"), 3: ("status", "JobStatus")},
+    "JobSpec": {
+        1: ("parallelism", "*int32"),
+        2: ("completions", "*int32"),
+        3: ("activeDeadlineSeconds", "*int64"),
+        4: ("selector", "*LabelSelector"),
+        5: ("manualSelector", "*bool"),
+        6: ("template", "PodTemplateSpec"),
+        7: ("backoffLimit", "*int32"),
+        8: ("ttlSecondsAfterFinished", "*int32"),
+        9: ("completionMode", "*string"),
+        10: ("suspend", "*bool"),
+        12: ("backoffLimitPerIndex", "*int32"),
+        13: ("maxFailedIndexes", "*int32"),
+        14: ("podReplacementPolicy", "*string"),
+        15: ("managedBy", "*string"),
+    },
+    "JobStatus": {
+        1: ("conditions", "[]JobCondition"),
+        2: ("startTime", "*Time"),
+        3: ("completionTime", "*Time"),
+        4: ("active", "int32"),
+        5: ("succeeded", "int32"),
+        6: ("failed", "int32"),
+        7: ("completedIndexes", "string"),
+        8: ("uncountedTerminatedPods", "*UncountedTerminatedPods"),
+        9: ("ready", "*int32"),
+        10: ("failedIndexes", "*string"),
+        11: ("terminating", "*int32"),
+    },
+    "JobCondition": {
+        1: ("type", "string"),
+        2: ("status", "string"),
+        3: ("lastProbeTime", "Time"),
+        4: ("lastTransitionTime", "Time"),
+        5: ("reason", "string"),
+        6: ("message", "string"),
+    },
+    "UncountedTerminatedPods": {1: ("succeeded", "[]string"), 2: ("failed", "[]string")},
+    "CronJob": {1: ("metadata", "ObjectMeta"), 2: ("spec", "CronJobSpec"), 3: ("status", "CronJobStatus")},
+    "CronJobSpec": {
+        1: ("schedule", "string"),
+        2: ("startingDeadlineSeconds", "*int64"),
+        3: ("concurrencyPolicy", "string"),
+        4: ("suspend", "*bool"),
+        5: ("jobTemplate", "JobTemplateSpec"),
+        6: ("successfulJobsHistoryLimit", "*int32"),
+        7: ("failedJobsHistoryLimit", "*int32"),
+        8: ("timeZone", "*string"),
+    },
+    "JobTemplateSpec": {1: ("metadata", "ObjectMeta"), 2: ("spec", "JobSpec")},
+    "CronJobStatus": {
+        1: ("active", "[]ObjectReference"),
+        4: ("lastScheduleTime", "*Time"),
+        5: ("lastSuccessfulTime", "*Time"),
+    },
     # core/v1, as a StatefulSet's claim templates carry them (status is the API server's: never read from a body)
     "PersistentVolumeClaim": {1: ("metadata", "ObjectMeta"), 2: ("spec", "PersistentVolumeClaimSpec")},
     "PersistentVolumeClaimSpec": {
@@ -713,6 +771,8 @@ KINDS: dict[tuple[str, str], str] = {
     ("apps/v1", "ReplicaSet"): "ReplicaSet",
     ("apps/v1", "DaemonSet"): "DaemonSet",
     ("apps/v1", "StatefulSet"): "StatefulSet",
+    ("batch/v1", "Job"): "Job",
+    ("batch/v1", "CronJob"): "CronJob",
     ("authentication.k8s.io/v1", "TokenRequest"): "TokenRequest",
     ("authentication.k8s.io/v1", "TokenReview"): "TokenReview",
     ("coordination.k8s.io/v1", "Lease"): "Lease",

@@ -112,6 +112,7 @@ _VIEW = [
         ],
     ),
     _rule(READ, ["events.k8s.io"], ["events"]),
+    _rule(READ, ["batch"], ["cronjobs", "cronjobs/status", "jobs", "jobs/status"]),
     _rule(READ, ["policy"], ["poddisruptionbudgets", "poddisruptionbudgets/status"]),
     _rule(READ, ["autoscaling"], ["horizontalpodautoscalers", "horizontalpodautoscalers/status"]),
     _rule(READ, ["networking.k8s.io"], ["ingresses", "ingresses/status", "networkpolicies"]),
@@ -150,6 +151,7 @@ _EDIT = [
             "replicasets/scale",
         ],
     ),
+    _rule(WRITE, ["batch"], ["cronjobs", "jobs"]),
     _rule(READ, [""], ["pods/attach", "pods/exec", "pods/portforward", "pods/proxy", "secrets", "services/proxy"]),
     _rule(WRITE, ["discovery.k8s.io"], ["endpointslices"]),
     _rule(WRITE, ["policy"], ["poddisruptionbudgets"]),
@@ -174,6 +176,10 @@ _CONTROLLER_MANAGER = [
     _rule(READ, ["discovery.k8s.io"], ["endpointslices"]),
     _rule(READ, ["policy"], ["poddisruptionbudgets"]),
     _rule(READ, ["scheduling.k8s.io"], ["priorityclasses"]),
+    # The Job, CronJob and TTL-after-finished controllers: Jobs made, replaced and deleted, both statuses
+    # written, and the job-tracking finalizer taken off pods (a pod patch, granted above).
+    _rule([*READ, "create", "delete", "patch", "update"], ["batch"], ["jobs", "cronjobs"]),
+    _rule(["patch", "update"], ["batch"], ["jobs/status", "cronjobs/status"]),
     _rule(["create", "delete", "patch", "update"], [""], ["pods", "endpoints"]),
     _rule(["patch", "update"], [""], ["pods/status"]),
     # The lab's load balancer writes LoadBalancer Services' addresses (kube's service controller does).

@@ -227,6 +227,18 @@ BUILTINS: tuple[ResourceType, ...] = (
         subresources=frozenset({"status", "scale"}),
     ),
     ResourceType("apps", ("v1",), "ControllerRevision", "controllerrevisions", "controllerrevision", True),
+    ResourceType("batch", ("v1",), "Job", "jobs", "job", True, categories=("all",), subresources=frozenset({"status"})),
+    ResourceType(
+        "batch",
+        ("v1",),
+        "CronJob",
+        "cronjobs",
+        "cronjob",
+        True,
+        short_names=("cj",),
+        categories=("all",),
+        subresources=frozenset({"status"}),
+    ),
     ResourceType(
         "scheduling.k8s.io", ("v1",), "PriorityClass", "priorityclasses", "priorityclass", False, short_names=("pc",)
     ),

@@ -282,17 +282,30 @@ def validate_workload(obj: Mapping[str, Any]) -> list[Cause]:
     selector = spec.get("selector")
     if selector is None:
         causes.append(required("spec.selector"))
+    causes.extend(validate_pod_template(spec, "spec", ("Always",)))
+    return causes
+
+
+def validate_pod_template(spec: Mapping[str, Any], path: str, restart_policies: tuple[str, ...]) -> list[Cause]:
+    """A workload spec's ``selector`` (when given: not empty, well formed, matching the template's labels) and
+    ``template`` (required; a pod template whose ``restartPolicy`` is one of ``restart_policies``)."""
+    causes: list[Cause] = []
+    selector = spec.get("selector")
+    selector_path = at(path, "selector")
+    if selector is None:
+        pass
     elif not isinstance(selector, Mapping) or not (selector.get("matchLabels") or selector.get("matchExpressions")):
-        causes.append(invalid("spec.selector", selector, "empty selector is invalid for this resource"))
+        causes.append(invalid(selector_path, selector, "empty selector is invalid for this resource"))
     else:
-        causes.extend(validate_label_selector(selector, "spec.selector"))
+        causes.extend(validate_label_selector(selector, selector_path))
     template = spec.get("template")
     if template is None:
-        return [*causes, required("spec.template")]
-    template = as_object(template, "spec.template", causes)
-    meta = as_object(template.get("metadata"), "spec.template.metadata", causes)
+        return [*causes, required(at(path, "template"))]
+    template = as_object(template, at(path, "template"), causes)
+    meta = as_object(template.get("metadata"), at(path, "template.metadata"), causes)
     labels = meta.get("labels")
-    causes.extend(validate_labels(labels, "spec.template.metadata.labels"))
+    labels_path = at(path, "template.metadata.labels")
+    causes.extend(validate_labels(labels, labels_path))
     # As Kubernetes: a malformed selector has its own causes above, and is not matched against the labels.
     well_formed = selector_from_spec(selector)
     if (
@@ -300,11 +313,12 @@ def validate_workload(obj: Mapping[str, Any]) -> list[Cause]:
         and isinstance(labels if labels is not None else {}, Mapping)
         and not well_formed.matches(labels or {})
     ):
-        causes.append(invalid("spec.template.metadata.labels", labels, "`selector` does not match template `labels`"))
+        causes.append(invalid(labels_path, labels, "`selector` does not match template `labels`"))
     pod_spec = template.get("spec")
-    causes.extend(validate_pod_spec(pod_spec, "spec.template.spec"))
-    if isinstance(pod_spec, Mapping) and pod_spec.get("restartPolicy") not in (None, "Always"):
-        causes.append(unsupported("spec.template.spec.restartPolicy", pod_spec.get("restartPolicy"), ("Always",)))
+    pod_path = at(path, "template.spec")
+    causes.extend(validate_pod_spec(pod_spec, pod_path))
+    if isinstance(pod_spec, Mapping) and pod_spec.get("restartPolicy") not in (None, *restart_policies):
+        causes.append(unsupported(at(pod_path, "restartPolicy"), pod_spec.get("restartPolicy"), restart_policies))
     return causes
 
 

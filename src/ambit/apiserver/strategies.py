@@ -54,6 +54,11 @@ STATEFUL_SET_MUTABLE = (
     "minReadySeconds",
 )
 TEMPLATE_GENERATION = "deprecated.daemonset.template.generation"
+JOBS = ("batch", "jobs")
+JOB_CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
+JOB_NAME = "batch.kubernetes.io/job-name"
+JOB_LEGACY_LABELS = {JOB_CONTROLLER_UID: "controller-uid", JOB_NAME: "job-name"}
+JOB_IMMUTABLE = ("selector", "template", "completionMode")
 
 Commit = Callable[[str, ResourceType, str, str, JsonObject], None]
 """Store an object and announce it: (event type, resource type, namespace, name, object)."""
@@ -279,6 +284,53 @@ class StatefulSetStrategy(Strategy):
             raise errors.invalid(rtype.kind, name, [names.forbidden("spec", why)], rtype.group)
 
 
+class JobStrategy(Strategy):
+    """Jobs: on create, unless ``manualSelector``, the selector is the Job's uid and the template carries it and the
+    Job's name (each under its ``batch.kubernetes.io/`` key and its legacy one), as kube generates them; on update
+    the selector, the template and ``completionMode`` are fixed, and ``completions`` may change only with
+    ``parallelism`` in an Indexed Job (kube's elastic Indexed Jobs)."""
+
+    def derive(self, rtype: ResourceType, old: JsonObject | None, new: JsonObject) -> None:
+        spec = new.get("spec")
+        if not isinstance(spec, dict):
+            return
+        if old is None:
+            if spec.get("manualSelector") is not True:
+                _generate_job_selector(new["metadata"], spec)
+            return
+        before = old.get("spec")
+        if not isinstance(before, dict):
+            return
+        fixed = [k for k in JOB_IMMUTABLE if before.get(k) != spec.get(k)]
+        elastic = spec.get("completionMode") == "Indexed" and spec.get("completions") == spec.get("parallelism")
+        if before.get("completions") != spec.get("completions") and not elastic:
+            fixed.append("completions")
+        if fixed:
+            causes = [names.invalid(f"spec.{k}", spec.get(k), "field is immutable") for k in fixed]
+            raise errors.invalid(rtype.kind, str(new["metadata"].get("name", "")), causes, rtype.group)
+
+
+def _generate_job_selector(meta: JsonObject, spec: JsonObject) -> None:
+    """kube's generated Job selector; a label the client set itself is kept (validation then judges the match)."""
+    uid, name = str(meta.get("uid", "")), str(meta.get("name", ""))
+    template = spec.setdefault("template", {})
+    if not isinstance(template, dict):
+        return
+    template_meta = template.setdefault("metadata", {})
+    if not isinstance(template_meta, dict):
+        return
+    labels = template_meta.setdefault("labels", {})
+    if isinstance(labels, dict):
+        for key, value in ((JOB_CONTROLLER_UID, uid), (JOB_NAME, name)):
+            labels.setdefault(key, value)
+            labels.setdefault(JOB_LEGACY_LABELS[key], value)
+    selector = spec.setdefault("selector", {})
+    if isinstance(selector, dict):
+        match = selector.setdefault("matchLabels", {})
+        if isinstance(match, dict):
+            match.setdefault(JOB_CONTROLLER_UID, uid)
+
+
 class ControllerRevisionStrategy(Strategy):
     """ControllerRevisions: ``data`` is immutable once created; ``revision`` may change (a rollback renumbers)."""
 
@@ -354,6 +406,7 @@ class StrategyTable:
             CONTROLLER_REVISIONS: ControllerRevisionStrategy(context),
             DAEMON_SETS: DaemonSetStrategy(context),
             STATEFUL_SETS: StatefulSetStrategy(context),
+            JOBS: JobStrategy(context),
         }
 
     def __getitem__(self, rtype: ResourceType) -> Strategy:

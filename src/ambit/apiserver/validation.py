@@ -24,6 +24,7 @@ from typing import Any
 
 from ambit.apiserver import scheduling_validation as scheduling
 from ambit.apiserver import spec_validation as spec
+from ambit.apiserver.batch_validation import validate_cron_job, validate_job
 from ambit.apiserver.crd_validation import validate_crd
 from ambit.apiserver.names import (
     Cause,
@@ -73,6 +74,8 @@ SPEC_RULES: dict[tuple[str, str], Callable[[Mapping[str, Any]], list[Cause]]] = 
     ("", "Node"): validate_node,
     ("apps", "StatefulSet"): scheduling.validate_stateful_set,
     ("discovery.k8s.io", "EndpointSlice"): spec.validate_endpoint_slice,
+    ("batch", "Job"): validate_job,
+    ("batch", "CronJob"): validate_cron_job,
     ("apiextensions.k8s.io", "CustomResourceDefinition"): validate_crd,
 }
 

@@ -278,9 +278,13 @@ class KubeClient:
         namespace: str | None = None,
         grace_period_seconds: int | None = None,
         propagation_policy: Literal["Background", "Foreground", "Orphan"] | None = None,
+        uid: str | None = None,
     ) -> dict[str, Any]:
-        """Delete ``name``; returns what the server answers (the object, perhaps marked for deletion, or a Status)."""
+        """Delete ``name`` (only if its uid is ``uid``, when given: else 409); returns what the server answers (the
+        object, perhaps marked for deletion, or a Status)."""
         options: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if uid is not None:
+            options["preconditions"] = {"uid": uid}
         if grace_period_seconds is not None:
             options["gracePeriodSeconds"] = grace_period_seconds
         if propagation_policy is not None:

@@ -1,6 +1,6 @@
 """The lab's controllers: kube-scheduler and kube-controller-manager's Deployment, ReplicaSet, DaemonSet,
-StatefulSet, NoExecute taint eviction, disruption (PodDisruptionBudget status), EndpointSlice and Endpoints
-controllers, simplified, in one process (``ambit lab up`` runs :func:`run_controllers`).
+StatefulSet, Job, CronJob, TTL-after-finished, NoExecute taint eviction, disruption (PodDisruptionBudget status),
+EndpointSlice and Endpoints controllers, simplified, in one process (``ambit lab up`` runs :func:`run_controllers`).
 
 Each controller is an informer-driven reconcile loop (:mod:`reconcile`) around a :mod:`controller` shell (its
 queue, the cache of its kind, and the claiming and pod deletion that owners of objects share): informer handlers
@@ -13,13 +13,16 @@ TaintToleration and NodeAffinity filters), ``taint_manager`` and ``eviction`` (N
 and ``rollout`` (Deployments to ReplicaSets), ``replicaset`` and ``expectations`` (ReplicaSets to pods),
 ``daemonset``, ``daemon_rollout`` and ``revisions`` (DaemonSets to pods, with their ControllerRevision history),
 ``statefulset`` and ``stateful_rollout`` (StatefulSets to pods named by ordinal; ``revision_history`` writes
-both kinds' revisions), ``disruption`` and ``budgets`` (PodDisruptionBudgets' status, which the API server's
+both kinds' revisions), ``job`` and ``job_progress`` (Jobs to pods, each counted once), ``cronjob`` and
+``cron_runs`` (CronJobs to Jobs on a schedule), ``ttl_after_finished`` (finished Jobs deleted), ``disruption`` and
+``budgets`` (PodDisruptionBudgets' status, which the API server's
 eviction subresource charges),
 ``endpointslice``, ``slicing``, ``legacy_endpoints`` and ``endpoints`` (Services to EndpointSlices and
 Endpoints), ``ownership``, ``pods`` and ``selectors`` (reading objects), ``manager`` and ``settings`` (running
 them together). Each pair splits as the style asks: a pure module of decisions, a thin reconciler.
 
-Not done: Jobs; StatefulSet PersistentVolumeClaims (the lab has no volumes: claim templates become emptyDirs)
+Not done: Jobs' ``podFailurePolicy``, ``successPolicy``, ``backoffLimitPerIndex`` and ``managedBy`` (stored, not
+acted on); StatefulSet PersistentVolumeClaims (the lab has no volumes: claim templates become emptyDirs)
 and ``maxUnavailable`` (alpha in kube); scheduler resources, inter-pod affinity, preferred affinity and scoring
 beyond the least-loaded node, preemption (pods get their priority, nothing acts on it); a node lifecycle
 controller (the scheduler treats a node that is not Ready as tainted ``not-ready:NoSchedule``, but nothing adds

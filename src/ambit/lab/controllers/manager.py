@@ -12,13 +12,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
+from collections.abc import Callable
 from types import TracebackType
 
 from ambit.k8s import EventRecorder, EventRecorderSettings, Informer, KubeClient, kinds
+from ambit.lab.controllers.cronjob import CronJobController
 from ambit.lab.controllers.daemonset import DaemonSetController
 from ambit.lab.controllers.deployment import DeploymentController
 from ambit.lab.controllers.disruption import DisruptionController
 from ambit.lab.controllers.endpointslice import EndpointSliceController
+from ambit.lab.controllers.job import JobController
 from ambit.lab.controllers.legacy_endpoints import EndpointsController
 from ambit.lab.controllers.loadbalancer import LoadBalancerController
 from ambit.lab.controllers.reconcile import ControllerError, ReconcileLoop, Reconciler
@@ -28,6 +32,7 @@ from ambit.lab.controllers.settings import ENDPOINTS, ControllerSettings, Inform
 from ambit.lab.controllers.slicing import CONTROLLER, MANAGED_BY
 from ambit.lab.controllers.statefulset import StatefulSetController
 from ambit.lab.controllers.taint_manager import TaintManager
+from ambit.lab.controllers.ttl_after_finished import TtlAfterFinishedController
 
 log = logging.getLogger("ambit.lab.controllers")
 
@@ -35,7 +40,15 @@ log = logging.getLogger("ambit.lab.controllers")
 class ControllerManager:
     """The lab's controllers; ``async with`` it, or ``await start()`` then ``await aclose()``."""
 
-    def __init__(self, client: KubeClient, settings: ControllerSettings | None = None) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        settings: ControllerSettings | None = None,
+        *,
+        schedule_clock: Callable[[], float] = time.time,
+    ) -> None:
+        """``schedule_clock`` (seconds since the epoch) is what the CronJob and TTL-after-finished controllers read
+        the time from: tests pass their own to fire schedules and expire Jobs."""
         self.client = client
         self.settings = settings or ControllerSettings()
         s = self.settings
@@ -55,6 +68,8 @@ class ControllerManager:
             statefulsets=informer(kinds.STATEFUL_SETS),
             controllerrevisions=informer(kinds.CONTROLLER_REVISIONS),
             poddisruptionbudgets=informer(kinds.POD_DISRUPTION_BUDGETS),
+            jobs=informer(kinds.JOBS),
+            cronjobs=informer(kinds.CRON_JOBS),
         )
         self.recorders: list[EventRecorder] = []
         self.controllers: dict[str, Reconciler] = {}
@@ -66,6 +81,12 @@ class ControllerManager:
             self._add(ReplicaSetController(client, self.informers, self._recorder(ReplicaSetController.name), s))
             self._add(DaemonSetController(client, self.informers, self._recorder(DaemonSetController.name), s))
             self._add(StatefulSetController(client, self.informers, self._recorder(StatefulSetController.name), s))
+        if s.batch:
+            self._add(JobController(client, self.informers, self._recorder(JobController.name), s))
+            recorder = self._recorder(CronJobController.name)
+            self._add(CronJobController(client, self.informers, recorder, s, clock=schedule_clock))
+            recorder = self._recorder(TtlAfterFinishedController.name)
+            self._add(TtlAfterFinishedController(client, self.informers, recorder, s, clock=schedule_clock))
         if s.disruption:
             self._add(DisruptionController(client, self.informers, self._recorder(DisruptionController.name), s))
         if s.taint_eviction:

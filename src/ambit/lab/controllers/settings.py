@@ -18,6 +18,8 @@ class ControllerSettings:
     """Run the scheduler (binds pods to nodes)."""
     workloads: bool = True
     """Run the Deployment, ReplicaSet, DaemonSet and StatefulSet controllers."""
+    batch: bool = True
+    """Run the Job, CronJob and TTL-after-finished controllers."""
     taint_eviction: bool = True
     """Run the NoExecute taint manager (evicts pods that do not tolerate their node's NoExecute taints)."""
     disruption: bool = True
@@ -37,6 +39,11 @@ class ControllerSettings:
     """Seconds after which a ReplicaSet stops waiting for the informer to show pods it created or deleted."""
     burst_replicas: int = 500
     """The most pods one ReplicaSet reconcile creates or deletes."""
+    job_backoff_base: float = 10.0
+    """Seconds a Job waits before it replaces its first failed pod; doubles with each further failure since the
+    last success (kube-controller-manager's 10 s)."""
+    job_backoff_max: float = 360.0
+    """The longest wait before a Job replaces a failed pod (kube's 6 minutes)."""
     max_endpoints_per_slice: int = 100
     """Endpoints per EndpointSlice (kube-controller-manager's ``--max-endpoints-per-slice``)."""
     reporting_instance: str = "ambit-lab"
@@ -64,6 +71,8 @@ class Informers:
     statefulsets: Informer
     controllerrevisions: Informer
     poddisruptionbudgets: Informer
+    jobs: Informer
+    cronjobs: Informer
 
     def all(self) -> list[Informer]:
         return [
@@ -78,4 +87,6 @@ class Informers:
             self.statefulsets,
             self.controllerrevisions,
             self.poddisruptionbudgets,
+            self.jobs,
+            self.cronjobs,
         ]
