@@ -1,8 +1,7 @@
 """The protobuf schema of the kinds we accept as ``application/vnd.kubernetes.protobuf``: a table, not code.
 
 Each message maps a field number to ``(json name, Go type)``. Field numbers are the ones in Kubernetes'
-``generated.proto`` files (k8s.io/api core/v1, apps/v1, batch/v1, authentication/v1, coordination/v1,
-networking/v1;
+``generated.proto`` files (k8s.io/api core/v1, apps/v1, batch/v1, authentication/v1, coordination/v1, networking/v1;
 k8s.io/apimachinery meta/v1, runtime, util/intstr, api/resource); they are protocol facts and never change once
 released. A field that is not listed here is skipped by the decoder, so only what our clients send needs to be
 here, and a field is only listed where its number was checked against those files.
