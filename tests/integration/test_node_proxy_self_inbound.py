@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -35,7 +36,9 @@ from ambit.zds.protocol import WorkloadInfo
 pytestmark = pytest.mark.timeout(30)
 
 TD = "cluster.local"
-OWN_IP = "127.0.0.61"
+OWN_IP = f"127.0.61.{1 + int(os.environ.get('PYTEST_XDIST_WORKER', 'gw0').removeprefix('gw') or 0)}"
+"""The proxy's own address, one per xdist worker: three tests bind its port 15020, and a worker runs them one at a
+time while another worker may run one of them at once (a shared address collided, EADDRINUSE)."""
 CLIENT_IP = "127.0.0.63"
 ZTUNNEL = SpiffeId(TD, "istio-system", "ztunnel")
 CLIENT = SpiffeId(TD, "apps", "client")

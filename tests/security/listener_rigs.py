@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import hashlib
 import json
 import logging
@@ -150,15 +151,31 @@ async def pod_listener(
 
 
 OWN_IP = "127.0.0.71"
+"""The node proxy's own address in rigs that do not bind its ports (the self-proxy rig picks its own, below)."""
+OWN_IPS = [f"127.0.71.{n}" for n in range(1, 251)]
+"""Addresses the self-proxy rig tries for its stand-in 15020, one per rig at a time: the rig runs in parallel
+workers (test_hbone_idle and test_listener_floods both use it), and one fixed address collided (EADDRINUSE)."""
+
+
+async def _echo_on_metrics_port() -> tuple[asyncio.Server, str]:
+    """An echo server on port 15020 of the first free address of :data:`OWN_IPS`."""
+    for address in OWN_IPS:
+        try:
+            return await asyncio.start_server(_echo_handler, address, 15020), address
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+    raise RuntimeError("port 15020 is taken on every address of OWN_IPS (a process listens on 0.0.0.0:15020?)")
 
 
 @contextlib.asynccontextmanager
 async def self_proxy_listener(tmp_path: Path, limits: ListenerLimits = LIMITS) -> AsyncIterator[Target]:
     """The node proxy's self-proxy 15008, its ports 15020/15021 stood in for by an echo server on 15020."""
     ca = LocalCa(tmp_path / "ca", trust_domain=TD)
+    echo, own_ip = await _echo_on_metrics_port()
     own = pod(
         "ztunnel-abc",
-        OWN_IP,
+        own_ip,
         uid="Kubernetes//Pod/istio-system/ztunnel-abc",
         namespace="istio-system",
         service_account="ztunnel",
@@ -175,15 +192,14 @@ async def self_proxy_listener(tmp_path: Path, limits: ListenerLimits = LIMITS) -
         access_log=AccessLog(logger=logging.getLogger("tests.listener_floods.access")),
     )
     gate = gate_for(metrics, "self_hbone", limits)
-    listener = SelfInbound(ctx, WorkloadInfo("ztunnel-abc", "istio-system", "ztunnel"), OWN_IP, port=0, gate=gate)
-    echo = await asyncio.start_server(_echo_handler, OWN_IP, 15020, reuse_address=True)
+    listener = SelfInbound(ctx, WorkloadInfo("ztunnel-abc", "istio-system", "ztunnel"), own_ip, port=0, gate=gate)
     await listener.start()
     client_cert = await ca.fetch_certificate(CLIENT)
 
     async def tunnel() -> tuple[HboneClient, Callable[[bytes], Awaitable[bytes]]]:
         sock = await dial_from("127.0.0.1", listener.address)
         client = await HboneClient.connect(sock, client_cert, frozenset({listener.pod.identity}), trust_domain=TD)
-        return client, round_trips(await client.open_tunnel(f"{OWN_IP}:15020", []))
+        return client, round_trips(await client.open_tunnel(f"{own_ip}:15020", []))
 
     try:
         yield Target(listener.address, gate, metrics, tunnel, client_cert)
