@@ -90,13 +90,14 @@ class DaemonSetController(PodOwner):
         if is_deleting(ds):
             return None
         namespace = key[0]
+        satisfied = self.expectations.satisfied(key)  # before the pods are read, as the ReplicaSet controller
         owned = await self.claim(ds, kinds.PODS, self.informers.pods)
         current, old = await sync_history(self.client, self.informers.controllerrevisions, ds, kinds.DAEMON_SETS)
         pod_hash = revisions.hash_of(current) or name_of(current)
         nodes = self.informers.nodes.items()
         by_node = daemon_rollout.by_node(owned)
         now = self.clock()
-        if self.expectations.satisfied(key):
+        if satisfied:
             plan = daemon_rollout.manage(ds, nodes, by_node, pod_hash, now)
             if daemon_rollout.strategy_type(ds) == "RollingUpdate":
                 step = daemon_rollout.rolling_update(ds, nodes, by_node, pod_hash, now)

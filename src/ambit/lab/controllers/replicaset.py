@@ -58,9 +58,12 @@ class ReplicaSetController(PodOwner):
         if rs is None:
             self.expectations.forget(key)
             return None
+        # Expectations are read before the pods (kube's order): a creation observed while the claim awaits would
+        # satisfy them after a cache read that missed its pod, and the pod would be made twice.
+        satisfied = self.expectations.satisfied(key)
         owned = await self.claim(rs, kinds.PODS, self.informers.pods)
         active = [p for p in owned if podstate.is_active(p)]
-        if self.expectations.satisfied(key) and not is_deleting(rs):
+        if satisfied and not is_deleting(rs):
             await self._manage(key, rs, active)
         return await self._update_status(rs, active)
 

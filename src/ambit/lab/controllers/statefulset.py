@@ -100,6 +100,7 @@ class StatefulSetController(PodOwner):
         if is_deleting(sts):
             return None
         set_name = key[1]
+        satisfied = self.expectations.satisfied(key)  # before the pods are read, as the ReplicaSet controller
         owned = await self.claim(
             sts,
             kinds.PODS,
@@ -116,7 +117,7 @@ class StatefulSetController(PodOwner):
             update_template=template_of(update),
         )
         now = self.clock()
-        if self.expectations.satisfied(key):
+        if satisfied:
             plan = stateful_rollout.plan(sts, owned, revs, now)
             for pod, labels in plan.relabel:
                 patch = {"metadata": {"labels": labels, "resourceVersion": pod["metadata"].get("resourceVersion")}}
