@@ -8,6 +8,8 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from ambit.apiserver import claims
+
 JsonObject = dict[str, Any]
 
 
@@ -188,4 +190,7 @@ _DEFAULTERS = {
     ("scheduling.k8s.io", "PriorityClass"): _priority_class,
     ("policy", "PodDisruptionBudget"): _pod_disruption_budget,
     ("apiextensions.k8s.io", "CustomResourceDefinition"): _custom_resource_definition,
+    ("", "PersistentVolumeClaim"): claims.claim_defaults,
+    ("", "PersistentVolume"): claims.volume_defaults,
+    ("storage.k8s.io", "StorageClass"): claims.class_defaults,
 }

@@ -9,7 +9,8 @@
         ├── LocalConfigError         a local config file is malformed; names the field (ambit.model.localconfig)
         ├── NoHealthyUpstreamError   a service is known but has no endpoint to dial (ambit.model.state)
         ├── UnknownWaypointError     a destination names a waypoint the state cannot resolve (ambit.model.state)
-        └── LuaSubsetError           Lua code outside the header-edit subset (ambit.model.lua_headers)
+        ├── LuaSubsetError           Lua code outside the header-edit subset (ambit.model.lua_headers)
+        └── QuantityError            a string is not a Kubernetes resource quantity (ambit.model.quantity)
 
 The first three blame whoever wrote the input (a peer's certificate, a config file); the last two are facts about
 the mesh at the moment of the lookup: "no healthy upstream", and a waypoint that is missing or has no instance to
@@ -47,3 +48,7 @@ class UnknownWaypointError(ModelError):
 
 class LuaSubsetError(ModelError):
     """Lua code outside the subset Ambit runs (header edits with string literals); says where and why."""
+
+
+class QuantityError(ModelError, ValueError):
+    """Text that is not a Kubernetes resource quantity (``128Mi``); the message quotes it."""
