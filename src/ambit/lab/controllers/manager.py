@@ -21,6 +21,8 @@ from ambit.lab.controllers.disruption import DisruptionController
 from ambit.lab.controllers.endpointslice import EndpointSliceController
 from ambit.lab.controllers.legacy_endpoints import EndpointsController
 from ambit.lab.controllers.loadbalancer import LoadBalancerController
+from ambit.lab.controllers.persistentvolume import PersistentVolumeController
+from ambit.lab.controllers.provisioner import LocalPathProvisioner
 from ambit.lab.controllers.reconcile import ControllerError, ReconcileLoop, Reconciler
 from ambit.lab.controllers.replicaset import ReplicaSetController
 from ambit.lab.controllers.scheduler import Scheduler
@@ -55,6 +57,9 @@ class ControllerManager:
             statefulsets=informer(kinds.STATEFUL_SETS),
             controllerrevisions=informer(kinds.CONTROLLER_REVISIONS),
             poddisruptionbudgets=informer(kinds.POD_DISRUPTION_BUDGETS),
+            persistentvolumeclaims=informer(kinds.PERSISTENT_VOLUME_CLAIMS),
+            persistentvolumes=informer(kinds.PERSISTENT_VOLUMES),
+            storageclasses=informer(kinds.STORAGE_CLASSES),
         )
         self.recorders: list[EventRecorder] = []
         self.controllers: dict[str, Reconciler] = {}
@@ -66,6 +71,13 @@ class ControllerManager:
             self._add(ReplicaSetController(client, self.informers, self._recorder(ReplicaSetController.name), s))
             self._add(DaemonSetController(client, self.informers, self._recorder(DaemonSetController.name), s))
             self._add(StatefulSetController(client, self.informers, self._recorder(StatefulSetController.name), s))
+        if s.volumes:
+            self._add(
+                PersistentVolumeController(client, self.informers, self._recorder(PersistentVolumeController.name), s)
+            )
+        if s.local_path_dir is not None:
+            recorder = self._recorder(LocalPathProvisioner.name)
+            self._add(LocalPathProvisioner(client, self.informers, recorder, s, lab_dir=s.local_path_dir))
         if s.disruption:
             self._add(DisruptionController(client, self.informers, self._recorder(DisruptionController.name), s))
         if s.taint_eviction:
