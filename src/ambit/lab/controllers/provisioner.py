@@ -11,6 +11,8 @@ Keys: a claim is ``(namespace, name)``, a volume ``("", name)``, as in :mod:`per
 2. A volume :func:`local_path.reclaimable` says to reclaim: the directory is removed (the same confinement; a
    directory that is already gone is fine), then the volume is deleted; its ``pv-protection`` finalizer is the PV
    controller's to remove, which it does since the volume is no longer Bound.
+3. The lab installs the default class at start (:func:`install_default_storage_class`), where it prepares its
+   system namespaces, as kind applies the provisioner's manifest.
 
 The directory work is synchronous file-system calls on the controller's loop: a few ``mkdir``/``rmtree`` calls on
 a local disk, as the kubelet's volume set-up does.
@@ -81,6 +83,12 @@ def remove_directory(layout: HostPathLayout, path: str) -> None:
         shutil.rmtree(target)
     except OSError as exc:
         raise LocalPathError(f"removing {path}: {exc.strerror}") from None
+
+
+async def install_default_storage_class(client: KubeClient) -> None:
+    """Rule 1 of :mod:`local_path`: kind's ``standard`` class, made once (an existing one is left as it is)."""
+    with contextlib.suppress(KubeAlreadyExistsError):
+        await client.create(kinds.STORAGE_CLASSES, local_path.default_storage_class())
 
 
 class LocalPathProvisioner(Controller):
