@@ -108,7 +108,7 @@ def directory(claim: Mapping[str, Any]) -> str:
 
 def provisioned_volume(claim: Mapping[str, Any], storage_class: Mapping[str, Any], node: str) -> dict[str, Any]:
     """Rule 4."""
-    storage = ((spec_of(claim).get("resources") or {}).get("requests") or {}).get("storage")
+    storage = _mapping(_mapping(spec_of(claim).get("resources")).get("requests")).get("storage")
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolume",
@@ -129,10 +129,14 @@ def provisioned_volume(claim: Mapping[str, Any], storage_class: Mapping[str, Any
                 }
             },
             "persistentVolumeReclaimPolicy": str(storage_class.get("reclaimPolicy") or "Delete"),
-            "storageClassName": str((storage_class.get("metadata") or {}).get("name") or ""),
+            "storageClassName": str(_mapping(storage_class.get("metadata")).get("name") or ""),
             "claimRef": claim_ref_for(claim),
         },
     }
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
 
 
 def provisioned_here(volume: Mapping[str, Any]) -> bool:
@@ -141,16 +145,17 @@ def provisioned_here(volume: Mapping[str, Any]) -> bool:
 
 def reclaimable(volume: Mapping[str, Any]) -> bool:
     """Rule 5."""
-    phase = (volume.get("status") or {}).get("phase") if isinstance(volume.get("status"), Mapping) else None
+    phase = _mapping(volume.get("status")).get("phase")
     policy = spec_of(volume).get("persistentVolumeReclaimPolicy")
     return provisioned_here(volume) and policy == "Delete" and phase == "Released"
 
 
 def volume_node(volume: Mapping[str, Any]) -> str | None:
     """The node a volume provisioned here lives on (from its node affinity; the annotation can be edited)."""
-    terms = (((spec_of(volume).get("nodeAffinity") or {}).get("required") or {}).get("nodeSelectorTerms")) or []
+    terms = _mapping(_mapping(spec_of(volume).get("nodeAffinity")).get("required")).get("nodeSelectorTerms")
     for term in terms if isinstance(terms, list) else []:
-        for expr in (term.get("matchExpressions") or []) if isinstance(term, Mapping) else []:
+        exprs = _mapping(term).get("matchExpressions")
+        for expr in exprs if isinstance(exprs, list) else []:
             if isinstance(expr, Mapping) and expr.get("key") == HOSTNAME_LABEL and expr.get("operator") == "In":
                 values = expr.get("values")
                 if isinstance(values, list) and len(values) == 1 and isinstance(values[0], str):
