@@ -1,6 +1,6 @@
 """The lab's controllers: kube-scheduler and kube-controller-manager's Deployment, ReplicaSet, DaemonSet,
-StatefulSet, NoExecute taint eviction, disruption (PodDisruptionBudget status), EndpointSlice and Endpoints
-controllers, simplified, in one process (``ambit lab up`` runs :func:`run_controllers`).
+StatefulSet, NoExecute taint eviction, disruption (PodDisruptionBudget status), PersistentVolume, EndpointSlice and
+Endpoints controllers and rancher's local-path provisioner, simplified, in one process (``ambit lab up`` runs :func:`run_controllers`).
 
 Each controller is an informer-driven reconcile loop (:mod:`reconcile`) around a :mod:`controller` shell (its
 queue, the cache of its kind, and the claiming and pod deletion that owners of objects share): informer handlers
@@ -12,15 +12,17 @@ Modules: ``scheduler`` and ``placement`` (binding pods to nodes: kube-scheduler'
 TaintToleration and NodeAffinity filters), ``taint_manager`` and ``eviction`` (NoExecute taints), ``deployment``
 and ``rollout`` (Deployments to ReplicaSets), ``replicaset`` and ``expectations`` (ReplicaSets to pods),
 ``daemonset``, ``daemon_rollout`` and ``revisions`` (DaemonSets to pods, with their ControllerRevision history),
-``statefulset`` and ``stateful_rollout`` (StatefulSets to pods named by ordinal; ``revision_history`` writes
-both kinds' revisions), ``disruption`` and ``budgets`` (PodDisruptionBudgets' status, which the API server's
+``statefulset``, ``stateful_rollout`` and ``stateful_claims`` (StatefulSets to pods named by ordinal and their
+claims; ``revision_history`` writes both kinds' revisions), ``persistentvolume`` and ``volume_binding`` (claims
+bound to PersistentVolumes, phases, protection finalizers), ``provisioner`` and ``local_path`` (kind's local-path
+provisioner), ``volume_scheduling`` (the scheduler's VolumeBinding filter), ``disruption`` and ``budgets`` (PodDisruptionBudgets' status, which the API server's
 eviction subresource charges),
 ``endpointslice``, ``slicing``, ``legacy_endpoints`` and ``endpoints`` (Services to EndpointSlices and
 Endpoints), ``ownership``, ``pods`` and ``selectors`` (reading objects), ``manager`` and ``settings`` (running
 them together). Each pair splits as the style asks: a pure module of decisions, a thin reconciler.
 
-Not done: Jobs; StatefulSet PersistentVolumeClaims (the lab has no volumes: claim templates become emptyDirs)
-and ``maxUnavailable`` (alpha in kube); scheduler resources, inter-pod affinity, preferred affinity and scoring
+Not done: Jobs; StatefulSet ``maxUnavailable`` (alpha in kube); volume expansion, Block volumes, CSI and
+snapshots (only hostPath and local volumes, and rancher's local-path provisioner); scheduler resources, inter-pod affinity, preferred affinity and scoring
 beyond the least-loaded node, preemption (pods get their priority, nothing acts on it); a node lifecycle
 controller (the scheduler treats a node that is not Ready as tainted ``not-ready:NoSchedule``, but nothing adds
 NoExecute taints to failed nodes); the disruption controller's ReplicationController and custom-resource scale
