@@ -241,7 +241,10 @@ async def test_a_stateful_sets_claims_outlive_a_pod_and_bring_it_back_to_its_nod
         await kube.delete(kinds.PODS, "db-0", NS)
 
         async def replaced() -> dict[str, str] | None:
-            fresh = await kube.get(kinds.PODS, "db-0", NS)
+            try:
+                fresh = await kube.get(kinds.PODS, "db-0", NS)
+            except KubeNotFoundError:  # between the old pod's removal and the new one's creation
+                return None
             return await _members_on_nodes(kube) if fresh["metadata"]["uid"] != old["metadata"]["uid"] else None
 
         after = await until(replaced, "db-0 back")
