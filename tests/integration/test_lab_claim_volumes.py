@@ -1,7 +1,7 @@
 """The kubelet's persistentVolumeClaim volumes on a real filesystem, against the real embedded API server: a bound
 claim's hostPath or local volume lands in the node's private tree, whatever path the volume names; links out of
 the tree and paths that map elsewhere are refused; an unbound or missing claim is a retried error in kube's
-words."""
+words. The local-path provisioner's directory work is held to the same tree."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 
 from ambit.apiserver.server import ApiServer
 from ambit.k8s import KubeClient, kinds
+from ambit.lab.controllers.provisioner import LocalPathError, make_directory, remove_directory
 from ambit.lab.network.topology import HostPathLayout
 from ambit.lab.runtime.volumes import VolumeError
 from ambit.lab.runtime.volumes_apply import PodVolumes
@@ -133,3 +134,24 @@ async def test_a_missing_or_unbound_claim_is_a_retried_error_in_kubes_words(kube
         await volumes.set_up()
     assert 'PVC default/later has non-bound phase ("Pending") or empty pvc.Spec.VolumeName ("")' in str(unbound.value)
     assert unbound.value.retry
+
+
+def test_the_provisioner_makes_and_removes_directories_only_inside_the_nodes_tree(tmp_path: Path) -> None:
+    layout = HostPathLayout(tmp_path / "lab", "node-1")
+    made = make_directory(layout, "/var/local-path-provisioner/pvc-1_default_data")
+    assert made == tmp_path / "lab/nodes/node-1/root/var/local-path-provisioner/pvc-1_default_data"
+    (made / "file").write_text("data")
+    remove_directory(layout, "/var/local-path-provisioner/pvc-1_default_data")
+    assert not made.exists()
+    remove_directory(layout, "/var/local-path-provisioner/pvc-1_default_data")  # gone already: fine
+    outside = tmp_path / "precious"
+    (outside / "pvc-2_default_data").mkdir(parents=True)
+    (layout.root / "var/local-path-provisioner/planted").symlink_to(outside)
+    for act in (make_directory, remove_directory):
+        with pytest.raises(LocalPathError, match="leads outside the node's filesystem"):
+            act(layout, "/var/local-path-provisioner/planted/pvc-2_default_data")
+    assert (outside / "pvc-2_default_data").is_dir()
+    with pytest.raises(LocalPathError, match="not in the node's own filesystem"):
+        make_directory(layout, "/proc/pvc-3")
+    with pytest.raises(LocalPathError, match="must not contain"):
+        make_directory(layout, "/var/../../etc")
