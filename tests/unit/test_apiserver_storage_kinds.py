@@ -283,3 +283,16 @@ def test_no_claim_volume_or_class_body_makes_validation_raise(spec: Obj, fields:
     validate_object("StorageClass", "storage.k8s.io", {"metadata": {"name": "x"}, **fields})
     for printer in STORAGE_PRINTERS.values():
         printer.cells({"metadata": {"name": "x"}, "spec": spec, **fields}, NOW)
+
+
+@settings(max_examples=200)
+@given(st.dictionaries(FIELDS, JSON), JSON)
+def test_no_claim_update_makes_the_claim_rules_raise_anything_but_an_api_error(spec: Obj, status: Any) -> None:
+    old = _bound()
+    new = {"metadata": {"name": "data", "namespace": "apps", "finalizers": status}, "spec": spec, "status": status}
+    try:
+        strategy([STANDARD]).derive(RTYPE, old, new)  # type: ignore[arg-type]
+        strategy([STANDARD]).derive(RTYPE, None, new)  # type: ignore[arg-type]
+        strategy([STANDARD]).prepare_for_create(RTYPE, new)  # type: ignore[arg-type]
+    except ApiError:
+        pass

@@ -87,8 +87,10 @@ def default_class(classes: Sequence[Mapping[str, Any]]) -> str | None:
 def _add_finalizer(obj: JsonObject, finalizer: str) -> None:
     meta = obj["metadata"]
     finalizers = meta.get("finalizers")
-    if not isinstance(finalizers, list):
+    if finalizers is None:
         finalizers = meta["finalizers"] = []
+    if not isinstance(finalizers, list):
+        return  # malformed: validation answers it with a 422
     if finalizer not in finalizers:
         finalizers.append(finalizer)
 
