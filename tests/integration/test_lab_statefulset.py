@@ -1,7 +1,7 @@
 """The StatefulSet controller against the real embedded API server, with the scheduler and a stand-in kubelet
 (:mod:`tests.integration.lab_cluster`): ordered and parallel pod management, scaling, replacement of deleted and
 failed pods, rolling updates with partitions, OnDelete, status and revisions, stable network identity, garbage
-collection, and the lab's stand-in for volume claims."""
+collection, and the members' volume claims."""
 
 from __future__ import annotations
 
@@ -367,26 +367,35 @@ async def _nothing_left(kube: KubeClient) -> bool:
     return not pods and not (await kube.list(kinds.CONTROLLER_REVISIONS, NS))[0]
 
 
-async def test_volume_claim_templates_become_empty_dirs_with_a_warning(
+async def test_volume_claim_templates_become_claims_named_after_the_member(
     kube: KubeClient, controllers: ControllerManager
 ) -> None:
     claim = {"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"]}}
+    claim["spec"]["resources"] = {"requests": {"storage": "1Gi"}}
     body = stateful_set(replicas=1, volumeClaimTemplates=[claim])
     body["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
-    async with Kubelet(kube):
-        await kube.create(kinds.STATEFUL_SETS, body)
-        pods = await until(lambda: running(kube, 1), "web-0")
-        assert {"name": "data", "emptyDir": {}} in pods["web-0"]["spec"]["volumes"]
-        sts = await until(lambda: settled(kube, readyReplicas=1), "status")
-        [condition] = sts["status"]["conditions"]
-        assert (condition["type"], condition["status"], condition["reason"]) == (
-            "VolumeClaimsAsEmptyDir",
-            "True",
-            "NoPersistentVolumes",
-        )
-        assert "no persistent volumes" in condition["message"]
-        events = await until(lambda: _warnings(kube), "the Warning Event")
-        assert any(e.get("reason") == "NoPersistentVolumes" for e in events)
+    await kube.create(kinds.STATEFUL_SETS, body)
+    made = await until(lambda: _claim(kube, "data-web-0"), "the member's claim")
+    assert made["metadata"]["labels"] == {"app": "web"}
+    pod = await until(lambda: _pod(kube, "web-0"), "web-0")
+    assert {"name": "data", "persistentVolumeClaim": {"claimName": "data-web-0"}} in pod["spec"]["volumes"]
+    sts = await kube.get(kinds.STATEFUL_SETS, "web", NS)
+    assert not (sts.get("status") or {}).get("conditions")
+    assert not any(e.get("reason") == "NoPersistentVolumes" for e in await _warnings(kube))
+
+
+async def _claim(kube: KubeClient, name: str) -> Obj | None:
+    try:
+        return await kube.get(kinds.PERSISTENT_VOLUME_CLAIMS, name, NS)
+    except KubeNotFoundError:
+        return None
+
+
+async def _pod(kube: KubeClient, name: str) -> Obj | None:
+    try:
+        return await kube.get(kinds.PODS, name, NS)
+    except KubeNotFoundError:
+        return None
 
 
 async def _warnings(kube: KubeClient) -> list[Obj]:

@@ -35,6 +35,12 @@ def stateful_set(**spec: Any) -> Obj:
     }
 
 
+def template(name: str) -> Obj:
+    """A claim template that passes a claim's rules."""
+    spec = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+    return {"metadata": {"name": name}, "spec": spec}
+
+
 def fields(obj: Obj) -> list[str]:
     return [field for field, _ in validate_object("StatefulSet", "apps", obj)]
 
@@ -80,7 +86,7 @@ def test_on_delete_gets_no_rolling_update_and_given_values_stay() -> None:
         {"updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 3, "maxUnavailable": "50%"}}},
         {"ordinals": {"start": 4}, "minReadySeconds": 5, "revisionHistoryLimit": 0},
         {"persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete", "whenScaled": "Retain"}},
-        {"volumeClaimTemplates": [{"metadata": {"name": "data"}}, {"metadata": {"name": "logs"}}]},
+        {"volumeClaimTemplates": [template("data"), template("logs")]},
     ],
 )
 def test_well_formed_stateful_sets_pass(spec: Obj) -> None:
@@ -116,12 +122,16 @@ def test_well_formed_stateful_sets_pass(spec: Obj) -> None:
             ["spec.persistentVolumeClaimRetentionPolicy.whenDeleted"],
         ),
         (
-            {"volumeClaimTemplates": [{"metadata": {"name": "a"}}, {"metadata": {"name": "a"}}, {}, 5]},
+            {"volumeClaimTemplates": [template("a"), template("a"), {"spec": template("b")["spec"]}, 5]},
             [
                 "spec.volumeClaimTemplates[1].metadata.name",
                 "spec.volumeClaimTemplates[3]",
                 "spec.volumeClaimTemplates[2].metadata.name",
             ],
+        ),
+        (
+            {"volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"]}}]},
+            ["spec.volumeClaimTemplates[0].spec.resources[storage]"],
         ),
     ],
 )

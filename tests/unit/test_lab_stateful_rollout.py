@@ -200,7 +200,7 @@ def test_a_member_missing_its_identity_labels_gets_them() -> None:
     assert labels["app"] == "web"
 
 
-def test_a_new_pod_has_the_stable_identity_and_empty_dirs_for_claims() -> None:
+def test_a_new_pod_has_the_stable_identity_and_its_members_claims() -> None:
     template = {
         "metadata": {"labels": {"app": "web"}, "annotations": {"a": "b"}},
         "spec": {
@@ -233,8 +233,8 @@ def test_a_new_pod_has_the_stable_identity_and_empty_dirs_for_claims() -> None:
     }
     assert (made["spec"]["hostname"], made["spec"]["subdomain"]) == ("web-2", "web")
     assert made["spec"]["volumes"] == [
-        {"name": "data", "emptyDir": {}},
-        {"name": "logs", "emptyDir": {}},
+        {"name": "data", "persistentVolumeClaim": {"claimName": "data-web-2"}},
+        {"name": "logs", "persistentVolumeClaim": {"claimName": "logs-web-2"}},
         {"name": "conf", "configMap": {"name": "y"}},
     ]
     assert template["spec"]["volumes"][0] == {"name": "data", "configMap": {"name": "x"}}

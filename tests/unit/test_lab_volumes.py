@@ -83,7 +83,7 @@ def test_each_supported_volume_type_parses() -> None:
 @pytest.mark.parametrize(
     ("volume", "message"),
     [
-        ({"name": "data", "persistentVolumeClaim": {"claimName": "x"}}, "not supported by the lab"),
+        ({"name": "data", "ephemeral": {"volumeClaimTemplate": {}}}, "not supported by the lab"),
         ({"name": "two", "emptyDir": {}, "hostPath": {"path": "/x"}}, "exactly one volume type"),
         ({"name": "cfg", "configMap": {"name": "a", "items": [{"key": "k", "path": "../etc/passwd"}]}}, "'..'"),
         ({"name": "cfg", "configMap": {"name": "a", "items": [{"key": "k", "path": "/abs"}]}}, "relative"),

@@ -8,6 +8,8 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from ambit.apiserver import claims
+
 JsonObject = dict[str, Any]
 INT32_MAX = 2**31 - 1
 
@@ -256,4 +258,7 @@ _DEFAULTERS = {
     ("policy", "PodDisruptionBudget"): _pod_disruption_budget,
     ("networking.k8s.io", "NetworkPolicy"): _network_policy,
     ("apiextensions.k8s.io", "CustomResourceDefinition"): _custom_resource_definition,
+    ("", "PersistentVolumeClaim"): claims.claim_defaults,
+    ("", "PersistentVolume"): claims.volume_defaults,
+    ("storage.k8s.io", "StorageClass"): claims.class_defaults,
 }

@@ -9,6 +9,8 @@ Rules of the authorizer (:meth:`NodeAuthorizer.allows`):
 1. Secrets, ConfigMaps, PersistentVolumeClaims: ``get``, and ``list``/``watch`` of one object by name, only when a
    pod bound to the node refers to the object (volumes, projected sources, ``env``/``envFrom`` of every container,
    ``imagePullSecrets``, claims). A list of all of them is never allowed.
+   PersistentVolumes (cluster-scoped): ``get`` only, and only of a volume that a claim such a pod refers to is
+   bound to (the claim's ``spec.volumeName``): pod → claim → volume, as kube's graph has it.
 2. ``serviceaccounts/token`` ``create``: only for a service account that a pod bound to the node runs as.
 3. Everything else: kube's static node rules (:data:`NODE_RULES`): read Pods, Services, Nodes; write its Node,
    Pod status, Events, Leases; delete Pods (graceful deletion ends on the node); token and access reviews.
@@ -46,6 +48,7 @@ NODES_GROUP = "system:nodes"
 NODE_PREFIX = "system:node:"
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 PODS = ("", "pods")
+CLAIMS = ("", "persistentvolumeclaims")
 
 _READ = ("get", "list", "watch")
 NODE_RULES: tuple[Rule, ...] = (
@@ -145,6 +148,19 @@ class NodeAuthorizer:
             if bound_to(item.obj, node):
                 yield item.obj
 
+    def _volumes_of(self, node: str) -> set[str]:
+        """The volumes bound to the claims of the pods bound to ``node`` (rule 1)."""
+        found: set[str] = set()
+        for item in self.store.items(PODS):
+            if not bound_to(item.obj, node):
+                continue
+            for kind, name in references(item.obj):
+                claim = self.store.get(CLAIMS, item.namespace, name) if kind == "claim" and name else None
+                spec = (claim.obj.get("spec") if claim is not None else None) or {}
+                if isinstance(spec, Mapping) and isinstance(spec.get("volumeName"), str) and spec["volumeName"]:
+                    found.add(spec["volumeName"])
+        return found
+
     def allows(self, node: str, a: Attributes) -> bool:
         if not a.resource_request:
             return False
@@ -153,6 +169,8 @@ class NodeAuthorizer:
                 return False
             wanted = (_GRAPH_KINDS[a.resource], a.name)
             return any(wanted in set(references(pod)) for pod in self._pods_on(node, a.namespace))
+        if a.api_group == "" and a.resource == "persistentvolumes" and not a.subresource:
+            return a.verb == "get" and bool(a.name) and a.name in self._volumes_of(node)
         if a.api_group == "" and a.resource == "serviceaccounts" and a.subresource == "token":
             if a.verb != "create" or not a.namespace:
                 return False

@@ -1,7 +1,8 @@
 """The protobuf schema of the kinds we accept as ``application/vnd.kubernetes.protobuf``: a table, not code.
 
 Each message maps a field number to ``(json name, Go type)``. Field numbers are the ones in Kubernetes'
-``generated.proto`` files (k8s.io/api core/v1, apps/v1, batch/v1, authentication/v1, coordination/v1, networking/v1;
+``generated.proto`` files (k8s.io/api core/v1, apps/v1, batch/v1, storage/v1, authentication/v1,
+coordination/v1, networking/v1;
 k8s.io/apimachinery meta/v1, runtime, util/intstr, api/resource); they are protocol facts and never change once
 released. A field that is not listed here is skipped by the decoder, so only what our clients send needs to be
 here, and a field is only listed where its number was checked against those files.
@@ -644,8 +645,12 @@ MESSAGES: dict[str, Message] = {
         4: ("lastScheduleTime", "*Time"),
         5: ("lastSuccessfulTime", "*Time"),
     },
-    # core/v1, as a StatefulSet's claim templates carry them (status is the API server's: never read from a body)
-    "PersistentVolumeClaim": {1: ("metadata", "ObjectMeta"), 2: ("spec", "PersistentVolumeClaimSpec")},
+    # -- core/v1 claims and volumes (claims also as a StatefulSet's templates), storage/v1 classes ---------------
+    "PersistentVolumeClaim": {
+        1: ("metadata", "ObjectMeta"),
+        2: ("spec", "PersistentVolumeClaimSpec"),
+        3: ("status", "PersistentVolumeClaimStatus"),
+    },
     "PersistentVolumeClaimSpec": {
         1: ("accessModes", "[]string"),
         2: ("resources", "ResourceRequirements"),
@@ -653,6 +658,8 @@ MESSAGES: dict[str, Message] = {
         4: ("selector", "*LabelSelector"),
         5: ("storageClassName", "*string"),
         6: ("volumeMode", "*string"),
+        7: ("dataSource", "*TypedLocalObjectReference"),
+        9: ("volumeAttributesClassName", "*string"),
     },
     # -- k8s.io/api/networking/v1 -------------------------------------------------------------------------------
     "NetworkPolicy": {1: ("metadata", "ObjectMeta"), 2: ("spec", "NetworkPolicySpec")},
@@ -671,6 +678,62 @@ MESSAGES: dict[str, Message] = {
     },
     "IPBlock": {1: ("cidr", "string"), 2: ("except", "[]string")},
     "NetworkPolicyPort": {1: ("protocol", "*string"), 2: ("port", "*IntOrString"), 3: ("endPort", "*int32")},
+    "TypedLocalObjectReference": {1: ("apiGroup", "*string"), 2: ("kind", "string"), 3: ("name", "string")},
+    "PersistentVolumeClaimStatus": {
+        1: ("phase", "string"),
+        2: ("accessModes", "[]string"),
+        3: ("capacity", "map[string]Quantity"),
+        4: ("conditions", "[]PersistentVolumeClaimCondition"),
+    },
+    "PersistentVolumeClaimCondition": {
+        1: ("type", "string"),
+        2: ("status", "string"),
+        3: ("lastProbeTime", "Time"),
+        4: ("lastTransitionTime", "Time"),
+        5: ("reason", "string"),
+        6: ("message", "string"),
+    },
+    "PersistentVolume": {
+        1: ("metadata", "ObjectMeta"),
+        2: ("spec", "PersistentVolumeSpec"),
+        3: ("status", "PersistentVolumeStatus"),
+    },
+    "PersistentVolumeSpec": {
+        1: ("capacity", "map[string]Quantity"),
+        2: ("", "inline PersistentVolumeSource"),
+        3: ("accessModes", "[]string"),
+        4: ("claimRef", "*ObjectReference"),
+        5: ("persistentVolumeReclaimPolicy", "string"),
+        6: ("storageClassName", "string"),
+        7: ("mountOptions", "[]string"),
+        8: ("volumeMode", "*string"),
+        9: ("nodeAffinity", "*VolumeNodeAffinity"),
+    },
+    "PersistentVolumeSource": {
+        3: ("hostPath", "*HostPathVolumeSource"),
+        5: ("nfs", "*NFSVolumeSource"),
+        20: ("local", "*LocalVolumeSource"),
+    },
+    "LocalVolumeSource": {1: ("path", "string"), 2: ("fsType", "*string")},
+    "VolumeNodeAffinity": {1: ("required", "*NodeSelector")},
+    "PersistentVolumeStatus": {
+        1: ("phase", "string"),
+        2: ("message", "string"),
+        3: ("reason", "string"),
+        4: ("lastPhaseTransitionTime", "*Time"),
+    },
+    "StorageClass": {
+        1: ("metadata", "ObjectMeta"),
+        2: ("provisioner", "string"),
+        3: ("parameters", "map[string]string"),
+        4: ("reclaimPolicy", "*string"),
+        5: ("mountOptions", "[]string"),
+        6: ("allowVolumeExpansion", "*bool"),
+        7: ("volumeBindingMode", "*string"),
+        8: ("allowedTopologies", "[]TopologySelectorTerm"),
+    },
+    "TopologySelectorTerm": {1: ("matchLabelExpressions", "[]TopologySelectorLabelRequirement")},
+    "TopologySelectorLabelRequirement": {1: ("key", "string"), 2: ("values", "[]string")},
     # -- k8s.io/api/authentication/v1 ---------------------------------------------------------------------------
     "TokenRequest": {
         1: ("metadata", "ObjectMeta"),
@@ -766,6 +829,9 @@ KINDS: dict[tuple[str, str], str] = {
     ("v1", "Endpoints"): "Endpoints",
     ("v1", "Event"): "Event",
     ("v1", "Pod"): "Pod",
+    ("v1", "PersistentVolumeClaim"): "PersistentVolumeClaim",
+    ("v1", "PersistentVolume"): "PersistentVolume",
+    ("storage.k8s.io/v1", "StorageClass"): "StorageClass",
     ("apps/v1", "Deployment"): "Deployment",
     ("apps/v1", "ReplicaSet"): "ReplicaSet",
     ("apps/v1", "DaemonSet"): "DaemonSet",

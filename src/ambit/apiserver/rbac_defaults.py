@@ -195,6 +195,20 @@ _CONTROLLER_MANAGER = [
     _rule(["create", "delete", "patch", "update"], ["discovery.k8s.io"], ["endpointslices"]),
     _rule(["patch", "update"], ["policy"], ["poddisruptionbudgets/status"]),
     _rule(["create", "patch", "update"], ["", "events.k8s.io"], ["events"]),
+    # kube's persistent-volume-binder, pvc-protection and pv-protection controllers (the lab's local-path
+    # provisioner runs in the same process and needs no more than the binder).
+    _rule(["create", "delete", "get", "list", "update", "patch", "watch"], [""], ["persistentvolumes"]),
+    _rule(["update", "patch"], [""], ["persistentvolumes/status", "persistentvolumeclaims/status"]),
+    _rule(["create", "delete", "get", "list", "update", "patch", "watch"], [""], ["persistentvolumeclaims"]),
+    _rule(READ, ["storage.k8s.io"], ["storageclasses"]),
+]
+# kube's system:persistent-volume-provisioner: what an external provisioner (rancher's local-path provisioner's
+# service account, on kind) needs; bound to nobody by default.
+_VOLUME_PROVISIONER = [
+    _rule(["create", "delete", "get", "list", "watch"], [""], ["persistentvolumes"]),
+    _rule(["get", "list", "update", "watch"], [""], ["persistentvolumeclaims"]),
+    _rule(["list", "watch"], ["storage.k8s.io"], ["storageclasses"]),
+    _rule(["create", "patch", "update", "watch"], [""], ["events"]),
 ]
 # kube's system:node-proxier: what a service proxy reads to program Service rules.
 _NODE_PROXIER = [
@@ -238,6 +252,7 @@ def cluster_roles() -> list[dict[str, Any]]:
         _role("system:kube-controller-manager", _CONTROLLER_MANAGER),
         _role("system:node-proxier", _NODE_PROXIER),
         _role(NODE_NETWORK_POLICIES, _NODE_NETWORK_POLICIES),
+        _role("system:persistent-volume-provisioner", _VOLUME_PROVISIONER),
     ]
 
 

@@ -155,6 +155,11 @@ BUILTINS: tuple[ResourceType, ...] = (
     ),
     _core("Event", "events", short_names=("ev",), extra_fields=_EVENT_FIELDS),
     _core("Endpoints", "endpoints", short_names=("ep",)),
+    _core("PersistentVolumeClaim", "persistentvolumeclaims", short_names=("pvc",), subresources=frozenset({"status"})),
+    _core("PersistentVolume", "persistentvolumes", False, short_names=("pv",), subresources=frozenset({"status"})),
+    ResourceType(
+        "storage.k8s.io", ("v1",), "StorageClass", "storageclasses", "storageclass", False, short_names=("sc",)
+    ),
     ResourceType(
         "events.k8s.io",
         ("v1",),

@@ -22,7 +22,8 @@ Rules kept (kube-apiserver's, for these fields):
    RollingUpdate or OnDelete, ``rollingUpdate`` only with RollingUpdate, its ``partition`` not negative and its
    ``maxUnavailable`` (rule 1) above 0; ``minReadySeconds``, ``revisionHistoryLimit`` and ``ordinals.start`` not
    negative; each ``persistentVolumeClaimRetentionPolicy`` field Retain or Delete; each
-   ``volumeClaimTemplates`` entry an object with a ``metadata.name`` (a DNS-1123 subdomain), names unique. Which
+   ``volumeClaimTemplates`` entry an object with a ``metadata.name`` (a DNS-1123 subdomain), names unique, and a
+   spec that passes a claim's rules (:mod:`ambit.apiserver.storage_validation`). Which
    spec fields an update may change is the strategy's rule (it compares with the stored object).
 
 Tolerations, taints and node affinity are :mod:`ambit.apiserver.placement_validation`'s.
@@ -47,6 +48,7 @@ from ambit.apiserver.names import (
 )
 from ambit.apiserver.shapes import as_object, is_int, object_items
 from ambit.apiserver.spec_validation import validate_label_selector, validate_workload
+from ambit.apiserver.storage_validation import validate_claim_spec
 
 SYSTEM_PRIORITY_CLASSES = {"system-node-critical": 2000001000, "system-cluster-critical": 2000000000}
 """The built-in PriorityClasses kube-apiserver creates at start, and their values."""
@@ -232,6 +234,7 @@ def validate_stateful_set(obj: Mapping[str, Any]) -> list[Cause]:
         else:
             names.add(name)
             causes.extend(invalid(name_path, name, m) for m in dns1123_subdomain(name))
+        causes.extend(validate_claim_spec(claim.get("spec"), at(path, "spec")))
     return causes
 
 

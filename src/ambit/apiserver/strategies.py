@@ -396,6 +396,8 @@ class StrategyTable:
     """The strategy of every kind: the table's entry for its storage key, else the common one."""
 
     def __init__(self, context: StrategyContext, *, service_cidr: str) -> None:
+        from ambit.apiserver import claims  # its strategies build on Strategy, defined here
+
         self.common = Strategy(context)
         self.by_key: dict[TypeKey, Strategy] = {
             NAMESPACES: NamespaceStrategy(context),
@@ -407,6 +409,9 @@ class StrategyTable:
             DAEMON_SETS: DaemonSetStrategy(context),
             STATEFUL_SETS: StatefulSetStrategy(context),
             JOBS: JobStrategy(context),
+            claims.CLAIMS: claims.ClaimStrategy(context),
+            claims.VOLUMES: claims.VolumeStrategy(context),
+            claims.STORAGE_CLASSES: claims.StorageClassStrategy(context),
         }
 
     def __getitem__(self, rtype: ResourceType) -> Strategy:

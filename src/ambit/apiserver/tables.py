@@ -4,7 +4,8 @@ kubectl sends ``Accept: application/json;as=Table;v=v1;g=meta.k8s.io,application
 columns it gets back, upper-cased, hiding priority > 0 columns unless ``-o wide``. So what each kind shows is
 decided here, in three ways:
 
-1. Built-in kinds with a printer in :data:`ambit.apiserver.printers.PRINTERS` (Pod, Service, Deployment...).
+1. Built-in kinds with a printer in :data:`ambit.apiserver.printers.PRINTERS` (Pod, Service, Deployment...) or
+   :data:`ambit.apiserver.storage_printers.STORAGE_PRINTERS` (claims, volumes, storage classes).
 2. Custom resources: the caller passes ``printer_columns``, the served version's
    ``additionalPrinterColumns`` (an empty sequence when the CRD has none). The table is Name, then those
    columns, each cell the first value its ``jsonPath`` selects; with no columns, Name and Age.
@@ -30,6 +31,7 @@ from ambit.apiserver import errors
 from ambit.apiserver.cells import Cell, as_map, as_str, name_of, parse_timestamp, since
 from ambit.apiserver.jsonpath import JsonPath, JsonPathError, parse
 from ambit.apiserver.printers import AGE, DEFAULT, NAME, PRINTERS, Column, Printer
+from ambit.apiserver.storage_printers import STORAGE_PRINTERS
 
 INCLUDE_OBJECT_POLICIES = ("None", "Metadata", "Object")
 
@@ -59,7 +61,7 @@ def to_table(
     if printer_columns is not None:
         printer = custom_resource_printer(printer_columns)
     else:
-        printer = PRINTERS.get((group, kind), DEFAULT)
+        printer = PRINTERS.get((group, kind)) or STORAGE_PRINTERS.get((group, kind), DEFAULT)
     rows = []
     for obj in objects:
         row: dict[str, Any] = {"cells": printer.cells(obj, now)}

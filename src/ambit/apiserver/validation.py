@@ -24,6 +24,7 @@ from typing import Any
 
 from ambit.apiserver import scheduling_validation as scheduling
 from ambit.apiserver import spec_validation as spec
+from ambit.apiserver import storage_validation as storage
 from ambit.apiserver.batch_validation import validate_cron_job, validate_job
 from ambit.apiserver.crd_validation import validate_crd
 from ambit.apiserver.names import (
@@ -77,6 +78,9 @@ SPEC_RULES: dict[tuple[str, str], Callable[[Mapping[str, Any]], list[Cause]]] = 
     ("batch", "Job"): validate_job,
     ("batch", "CronJob"): validate_cron_job,
     ("apiextensions.k8s.io", "CustomResourceDefinition"): validate_crd,
+    ("", "PersistentVolumeClaim"): storage.validate_claim,
+    ("", "PersistentVolume"): storage.validate_volume,
+    ("storage.k8s.io", "StorageClass"): storage.validate_storage_class,
 }
 
 # Requests rather than stored objects: they carry no name.

@@ -10,7 +10,8 @@
         ├── NoHealthyUpstreamError   a service is known but has no endpoint to dial (ambit.model.state)
         ├── UnknownWaypointError     a destination names a waypoint the state cannot resolve (ambit.model.state)
         ├── LuaSubsetError           Lua code outside the header-edit subset (ambit.model.lua_headers)
-        └── CronError                a cron schedule or time zone that cannot be used (ambit.model.cron)
+        ├── CronError                a cron schedule or time zone that cannot be used (ambit.model.cron)
+        └── QuantityError            a string is not a Kubernetes resource quantity (ambit.model.quantity)
 
 The first three blame whoever wrote the input (a peer's certificate, a config file); the last two are facts about
 the mesh at the moment of the lookup: "no healthy upstream", and a waypoint that is missing or has no instance to
@@ -52,3 +53,7 @@ class LuaSubsetError(ModelError):
 
 class CronError(ModelError, ValueError):
     """A CronJob schedule or time zone that cannot be used; the message says what is wrong, for a field error."""
+
+
+class QuantityError(ModelError, ValueError):
+    """Text that is not a Kubernetes resource quantity (``128Mi``); the message quotes it."""

@@ -169,15 +169,18 @@ def _install_dns(topology: Topology, echo: Callable[[str], None]) -> None:
 
 
 def _prepare_namespaces(topology: Topology) -> None:
-    """istio-system and kube-system at the Pod Security level privileged, and the mesh's service accounts."""
+    """istio-system and kube-system at the Pod Security level privileged, the mesh's service accounts, and kind's
+    default StorageClass (``standard``, rancher's local-path provisioner: :mod:`ambit.lab.controllers.local_path`)."""
     import asyncio
 
     from ambit.k8s import KubeClient
+    from ambit.lab.controllers.provisioner import install_default_storage_class
     from ambit.lab.mesh.accounts import prepare_system_namespaces
 
     async def prepare() -> None:
         async with KubeClient.from_kubeconfig(topology.kubeconfig) as client:
             await prepare_system_namespaces(client)
+            await install_default_storage_class(client)
 
     asyncio.run(prepare())
 

@@ -170,7 +170,9 @@ async def run_controllers_for(topology: Topology) -> None:
     _logging()
     async with (
         KubeClient.from_kubeconfig(kubeconfig_for(topology, "controllers")) as client,
-        ControllerManager(client, ControllerSettings(load_balancer_cidr=LOAD_BALANCER_CIDR)),
+        ControllerManager(
+            client, ControllerSettings(load_balancer_cidr=LOAD_BALANCER_CIDR, local_path_dir=topology.path)
+        ),
     ):
         log.info("controllers of lab %s are running", topology.lab_id)
         await _until_signalled()

@@ -25,6 +25,8 @@ from ambit.lab.controllers.endpointslice import EndpointSliceController
 from ambit.lab.controllers.job import JobController
 from ambit.lab.controllers.legacy_endpoints import EndpointsController
 from ambit.lab.controllers.loadbalancer import LoadBalancerController
+from ambit.lab.controllers.persistentvolume import PersistentVolumeController
+from ambit.lab.controllers.provisioner import LocalPathProvisioner
 from ambit.lab.controllers.reconcile import ControllerError, ReconcileLoop, Reconciler
 from ambit.lab.controllers.replicaset import ReplicaSetController
 from ambit.lab.controllers.scheduler import Scheduler
@@ -70,6 +72,9 @@ class ControllerManager:
             poddisruptionbudgets=informer(kinds.POD_DISRUPTION_BUDGETS),
             jobs=informer(kinds.JOBS),
             cronjobs=informer(kinds.CRON_JOBS),
+            persistentvolumeclaims=informer(kinds.PERSISTENT_VOLUME_CLAIMS),
+            persistentvolumes=informer(kinds.PERSISTENT_VOLUMES),
+            storageclasses=informer(kinds.STORAGE_CLASSES),
         )
         self.recorders: list[EventRecorder] = []
         self.controllers: dict[str, Reconciler] = {}
@@ -87,6 +92,13 @@ class ControllerManager:
             self._add(CronJobController(client, self.informers, recorder, s, clock=schedule_clock))
             recorder = self._recorder(TtlAfterFinishedController.name)
             self._add(TtlAfterFinishedController(client, self.informers, recorder, s, clock=schedule_clock))
+        if s.volumes:
+            self._add(
+                PersistentVolumeController(client, self.informers, self._recorder(PersistentVolumeController.name), s)
+            )
+        if s.local_path_dir is not None:
+            recorder = self._recorder(LocalPathProvisioner.name)
+            self._add(LocalPathProvisioner(client, self.informers, recorder, s, lab_dir=s.local_path_dir))
         if s.disruption:
             self._add(DisruptionController(client, self.informers, self._recorder(DisruptionController.name), s))
         if s.taint_eviction:

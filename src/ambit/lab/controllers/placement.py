@@ -15,6 +15,8 @@ Filters, in kube-scheduler's order; a node is counted once, under the first filt
    on labels, In/NotIn/Exists/DoesNotExist/Gt/Lt, and ``matchFields`` on ``metadata.name``). A term with no
    requirement matches nothing.
 
+5. VolumeBinding (when the scheduler passes it as ``more``): the pod's claims, :mod:`volume_scheduling`.
+
 Toleration matching (kube's ``Toleration.ToleratesTaint``): the effects are equal or the toleration's is empty
 (all effects); the keys are equal or the toleration's key is empty with operator Exists (all keys); operator
 Exists ignores the value, Equal (the default) needs it equal.
@@ -28,7 +30,7 @@ Resource requests and inter-pod affinity are not considered.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -188,8 +190,14 @@ def why_not(pod: Mapping[str, Any], node: Mapping[str, Any]) -> str | None:
     return None
 
 
-def place(pod: Mapping[str, Any], nodes: Iterable[Mapping[str, Any]], load: Mapping[str, int]) -> Placement:
-    """Choose a node for ``pod``; ``load`` is the number of non-terminated pods per node name."""
+def place(
+    pod: Mapping[str, Any],
+    nodes: Iterable[Mapping[str, Any]],
+    load: Mapping[str, int],
+    more: Callable[[Any], str | None] | None = None,
+) -> Placement:
+    """Choose a node for ``pod``; ``load`` is the number of non-terminated pods per node name; ``more`` is a
+    filter run after filters 1-4 (the scheduler's VolumeBinding, :mod:`volume_scheduling`)."""
     candidates = sorted(nodes, key=name_of)
     if not candidates:
         return Placement(None, NO_NODES)
@@ -197,6 +205,8 @@ def place(pod: Mapping[str, Any], nodes: Iterable[Mapping[str, Any]], load: Mapp
     reasons: Counter[str] = Counter()
     for node in candidates:
         reason = why_not(pod, node)
+        if reason is None and more is not None:
+            reason = more(node)
         if reason is None:
             fits.append(name_of(node))
         else:

@@ -15,6 +15,11 @@ Rules:
    only when it changes) and a Warning Event ``FailedScheduling``. Every node change queues such pods again.
 3. A bound pod gets ``PodScheduled=True``, and, when we bound it, a Normal Event ``Scheduled``.
 4. Conditions are written with a strategic merge patch (merge key ``type``), so the kubelet's conditions stay.
+5. Volumes (kube-scheduler's VolumeBinding, :mod:`volume_scheduling`): a pod whose claims stop it everywhere
+   stays Pending with kube's message; otherwise the node is chosen with the volume filter, the chosen node's
+   static volumes are pre-bound to the pod's late-binding claims and its provisioned claims annotated
+   ``volume.kubernetes.io/selected-node``, and the pod is bound only once every claim is Bound (a claim's change
+   queues its waiting pods; :data:`VOLUME_WAIT` is the fallback).
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from typing import Any
 
 from ambit.k8s import Informer, kinds
 from ambit.lab.controllers import pods as podstate
+from ambit.lab.controllers import volume_binding as binding
+from ambit.lab.controllers import volume_scheduling as volumes
 from ambit.lab.controllers.controller import Controller
 from ambit.lab.controllers.ownership import Object, is_deleting, key_of, name_of
 from ambit.lab.controllers.placement import place
@@ -32,6 +39,8 @@ from ambit.lab.controllers.workqueue import Key
 log = logging.getLogger("ambit.lab.controllers.scheduler")
 
 SCHEDULER_NAME = "default-scheduler"
+VOLUME_WAIT = 0.5
+"""Seconds before a pod whose claims are being bound or provisioned is looked at again (rule 5)."""
 
 
 def is_ours(pod: Object) -> bool:
@@ -63,6 +72,9 @@ class Scheduler(Controller):
         self.informers.nodes.add_handler(
             on_add=self._nodes_changed, on_update=self._node_updated, on_delete=self._nodes_changed
         )
+        self.informers.persistentvolumeclaims.add_handler(
+            on_add=self._claim_changed, on_update=lambda old, new: self._claim_changed(new)
+        )
 
     @property
     def objects(self) -> Informer:
@@ -92,6 +104,14 @@ class Scheduler(Controller):
         if _node_inputs(old) != _node_inputs(new):  # not on every heartbeat
             self._nodes_changed(new)
 
+    def _claim_changed(self, claim: Object) -> None:
+        """Pods waiting for this claim look again."""
+        namespace, name = key_of(claim)
+        for pod in self.informers.pods.items():
+            waiting = is_ours(pod) and not (pod.get("spec") or {}).get("nodeName")
+            if waiting and key_of(pod)[0] == namespace and name in volumes.pod_claims(pod):
+                self.queue.add(key_of(pod))
+
     def _nodes_changed(self, node: Object) -> None:
         """Pods waiting for a node look again."""
         for pod in self.informers.pods.items():
@@ -113,12 +133,55 @@ class Scheduler(Controller):
             else:
                 await self._set_condition(pod, "True", None, None)
             return None
-        placement = place(pod, self.informers.nodes.items(), self.load())
+        nodes = self.informers.nodes.items()
+        claims = volumes.pod_claims(pod)
+        view = self._volume_view(pod)
+        blocked = volumes.prefilter(pod, view) if claims else None
+        if blocked is not None:
+            await self._unschedulable(pod, f"0/{len(nodes)} nodes are available: {blocked}.")
+            return None
+        fits: dict[str, volumes.NodeFit] = {}
+
+        def volume_filter(node: Object) -> str | None:
+            fits[name_of(node)] = found = volumes.fit(pod, node, view)
+            return found.reason
+
+        placement = place(pod, nodes, self.load(), volume_filter if claims else None)
         if placement.node is None:
             await self._unschedulable(pod, placement.message)
             return None
+        chosen = fits.get(placement.node)
+        if chosen is not None and (chosen.prebind or chosen.select):
+            await self._prepare_volumes(pod, placement.node, chosen)
+        if claims and not volumes.all_bound(pod, view):
+            return VOLUME_WAIT  # rule 5: the claims' binding queues the pod again; this is the fallback
         await self.bind(pod, placement.node)
         return None
+
+    def _volume_view(self, pod: Object) -> volumes.VolumeView:
+        namespace = key_of(pod)[0]
+        inf = self.informers
+        return volumes.VolumeView(
+            claim=lambda name: inf.persistentvolumeclaims.find(name, namespace),
+            volume=inf.persistentvolumes.find,
+            storage_class=inf.storageclasses.find,
+            volumes=inf.persistentvolumes.items(),
+        )
+
+    async def _prepare_volumes(self, pod: Object, node: str, fit: volumes.NodeFit) -> None:
+        """Rule 5: pre-bind static volumes and tell provisioners the node."""
+        namespace = key_of(pod)[0]
+        for claim_name, volume_name in fit.prebind:
+            claim = self.informers.persistentvolumeclaims.find(claim_name, namespace)
+            volume = self.informers.persistentvolumes.find(volume_name)
+            if claim is None or volume is None or binding.refers_to(volume, claim):
+                continue
+            rv = (volume.get("metadata") or {}).get("resourceVersion")
+            body = {"metadata": {"resourceVersion": rv}, "spec": {"claimRef": binding.claim_ref_for(claim)}}
+            await self.client.patch(kinds.PERSISTENT_VOLUMES, volume_name, body)
+        for claim_name in fit.select:
+            body = {"metadata": {"annotations": {binding.SELECTED_NODE: node}}}
+            await self.client.patch(kinds.PERSISTENT_VOLUME_CLAIMS, claim_name, body, namespace)
 
     def load(self) -> dict[str, int]:
         """Non-terminated pods per node, counting the ones we assumed there."""

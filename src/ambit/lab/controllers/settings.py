@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ambit.k8s import Informer, InformerSettings, ResourceKind
 
@@ -29,6 +30,11 @@ class ControllerSettings:
     load_balancer_cidr: str | None = None
     """Give LoadBalancer Services addresses from this range (:mod:`ambit.lab.controllers.loadbalancer`); None:
     no load balancer, their status stays pending."""
+    local_path_dir: Path | None = None
+    """The lab directory whose nodes' private trees (``nodes/<node>/root``) hold the local-path provisioner's
+    volumes (:mod:`ambit.lab.controllers.provisioner`); None: no provisioner runs."""
+    volumes: bool = True
+    """Run the PersistentVolume controller (binds claims to volumes, their phases and protection finalizers)."""
     workers: int = 2
     """Reconcile workers per controller (the scheduler always has one, so that its placements see each other)."""
     retry_initial: float = 0.05
@@ -73,6 +79,9 @@ class Informers:
     poddisruptionbudgets: Informer
     jobs: Informer
     cronjobs: Informer
+    persistentvolumeclaims: Informer
+    persistentvolumes: Informer
+    storageclasses: Informer
 
     def all(self) -> list[Informer]:
         return [
@@ -89,4 +98,7 @@ class Informers:
             self.poddisruptionbudgets,
             self.jobs,
             self.cronjobs,
+            self.persistentvolumeclaims,
+            self.persistentvolumes,
+            self.storageclasses,
         ]

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ambit.lab.controllers import pods as podstate
+from ambit.lab.controllers import stateful_claims
 from ambit.lab.controllers.ownership import Object, is_deleting, key_of, name_of, owner_reference
 from ambit.lab.controllers.revisions import HASH_LABEL
 from ambit.lab.controllers.selectors import labels_of
@@ -137,7 +138,7 @@ def identity_labels(sts: Mapping[str, Any], ordinal: int) -> dict[str, str]:
 
 def new_pod(sts: Mapping[str, Any], ordinal: int, revision: str, template: Mapping[str, Any]) -> Object:
     """The member ``ordinal`` of ``sts`` from ``template`` (the pod template of the revision named ``revision``);
-    each volume claim template becomes an emptyDir volume of its name (the lab has no persistent volumes)."""
+    each volume claim template becomes a volume of its name on the member's claim (:mod:`stateful_claims`)."""
     template = copy.deepcopy(dict(template))
     meta: dict[str, Any] = template["metadata"] if isinstance(template.get("metadata"), dict) else {}
     name = f"{name_of(sts)}-{ordinal}"
@@ -158,7 +159,7 @@ def new_pod(sts: Mapping[str, Any], ordinal: int, revision: str, template: Mappi
     claims = claim_names(sts)
     if claims:
         volumes = [v for v in spec.get("volumes") or [] if isinstance(v, dict) and v.get("name") not in claims]
-        spec["volumes"] = [{"name": claim, "emptyDir": {}} for claim in claims] + volumes
+        spec["volumes"] = stateful_claims.pod_volumes(sts, ordinal) + volumes
     return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": spec}
 
 

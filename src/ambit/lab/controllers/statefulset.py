@@ -18,12 +18,11 @@ its pods and revisions through their owner references):
 5. Writes status (through the status subresource) when it changed; pods ready but not yet for
    ``minReadySeconds`` make it look again when they become available.
 
-Volume claims. The lab has no PersistentVolumes, so nothing could bind a claim. Rather than make claims that
-stay Pending forever (and pods that never start), each ``volumeClaimTemplates`` entry becomes an ``emptyDir``
-volume of the claim's name in every pod: the pods run, their data lives and dies with each pod (a recreated
-``web-0`` starts empty, unlike kube's). The set says so: a Warning Event ``NoPersistentVolumes`` and the status
-condition ``VolumeClaimsAsEmptyDir`` (True) while it has claim templates. No PersistentVolumeClaim objects are
-made, so ``persistentVolumeClaimRetentionPolicy`` has nothing to act on.
+Volume claims (:mod:`stateful_claims`): before a member's pod is created, each of its claims
+``<template>-<set>-<ordinal>`` that does not exist is made from its template; a claim that exists is reused, so a
+recreated pod finds its data (and, through its volume's node affinity, its node). Each reconcile sets the claims'
+owner references as ``persistentVolumeClaimRetentionPolicy`` says, before condemned pods are deleted, so that a
+claim to be deleted with its scaled-away pod is owned by that pod when the pod goes.
 """
 
 from __future__ import annotations
@@ -34,8 +33,7 @@ import logging
 from typing import Any
 
 from ambit.k8s import Informer, KubeAlreadyExistsError, KubeClientError, KubeNotFoundError, kinds
-from ambit.lab.controllers import pods as podstate
-from ambit.lab.controllers import revisions, stateful_rollout
+from ambit.lab.controllers import revisions, stateful_claims, stateful_rollout
 from ambit.lab.controllers.controller import PodOwner
 from ambit.lab.controllers.ownership import Object, controller_key, is_deleting, key_of, name_of
 from ambit.lab.controllers.reconcile import SyncError
@@ -43,16 +41,6 @@ from ambit.lab.controllers.revision_history import sync_history
 from ambit.lab.controllers.workqueue import Key
 
 log = logging.getLogger("ambit.lab.controllers.statefulset")
-
-CLAIMS_CONDITION = "VolumeClaimsAsEmptyDir"
-CLAIMS_REASON = "NoPersistentVolumes"
-
-
-def claims_message(claims: list[str]) -> str:
-    return (
-        f"the lab has no persistent volumes: volumeClaimTemplates {', '.join(claims)} are emptyDir volumes in each "
-        "pod, and their data does not outlive the pod"
-    )
 
 
 def template_of(revision: Object) -> dict[str, Any]:
@@ -122,7 +110,9 @@ class StatefulSetController(PodOwner):
             for pod, labels in plan.relabel:
                 patch = {"metadata": {"labels": labels, "resourceVersion": pod["metadata"].get("resourceVersion")}}
                 await self.client.patch(kinds.PODS, name_of(pod), patch, key[0])
+            await self._sync_claim_owners(sts, owned)
             await self.delete_pods(key, sts, plan.delete)
+            await self._create_claims(sts, plan.create)
             await self._create(key, sts, plan.create)
         in_use = {stateful_rollout.revision_of(p) for p in owned} | {revs.current, revs.update}
         live = {revisions.hash_of(r) for r in old if name_of(r) in in_use}
@@ -164,30 +154,55 @@ class StatefulSetController(PodOwner):
         status = stateful_rollout.status(sts, owned, revs, now)
         status["collisionCount"] = revisions.collision_count(sts)
         before = sts.get("status") or {}
-        conditions = self._conditions(sts, before, now)
-        if any(before.get(k) != v for k, v in status.items()) or (before.get("conditions") or []) != conditions:
+        if any(before.get(k) != v for k, v in status.items()):
             namespace, name = key_of(sts)
-            body = {"status": {**status, "conditions": conditions or None}}
-            await self.client.patch_status(kinds.STATEFUL_SETS, name, body, namespace)
+            await self.client.patch_status(kinds.STATEFUL_SETS, name, {"status": status}, namespace)
 
-    def _conditions(self, sts: Object, before: dict[str, Any], now: float) -> list[dict[str, Any]]:
-        """The set's conditions: those of others kept, ours (:data:`CLAIMS_CONDITION`) while it has claim
-        templates; a Warning Event when ours first appears."""
-        others = [
-            c for c in before.get("conditions") or [] if isinstance(c, dict) and c.get("type") != CLAIMS_CONDITION
-        ]
-        claims = stateful_rollout.claim_names(sts)
-        if not claims:
-            return others
-        ours = podstate.condition(sts, CLAIMS_CONDITION)
-        message = claims_message(claims)
-        if ours is None or ours.get("status") != "True" or ours.get("message") != message:
-            self.recorder.record(sts, "Warning", CLAIMS_REASON, message, "Create")
-            ours = {
-                "type": CLAIMS_CONDITION,
-                "status": "True",
-                "lastTransitionTime": podstate.rfc3339(now),
-                "reason": CLAIMS_REASON,
-                "message": message,
-            }
-        return [*others, ours]
+    # -- claims ---------------------------------------------------------------------------------------------
+    async def _create_claims(self, sts: Object, pods: list[Object]) -> None:
+        """Rule 2 of :mod:`stateful_claims`: the missing claims of the members about to be made."""
+        namespace = key_of(sts)[0]
+        for pod in pods:
+            ordinal = stateful_rollout.ordinal_of(name_of(sts), pod)
+            if ordinal is None:
+                continue
+            for claim in stateful_claims.claims_for(sts, ordinal, None):
+                if self.informers.persistentvolumeclaims.find(name_of(claim), namespace) is not None:
+                    continue
+                try:
+                    await self.client.create(kinds.PERSISTENT_VOLUME_CLAIMS, claim, namespace)
+                except KubeAlreadyExistsError:
+                    continue
+                except KubeClientError as exc:
+                    note = (
+                        f"create Claim {name_of(claim)} for Pod {name_of(pod)} in StatefulSet {name_of(sts)} "
+                        f"failed error: {exc}"
+                    )
+                    raise SyncError("FailedCreate", note) from exc
+                note = f"create Claim {name_of(claim)} Pod {name_of(pod)} in StatefulSet {name_of(sts)} success"
+                self.recorder.record(sts, "Normal", "SuccessfulCreate", note, "Create")
+
+    async def _sync_claim_owners(self, sts: Object, owned: list[Object]) -> None:
+        """Rule 3 of :mod:`stateful_claims` for the claims of the set's members."""
+        if not stateful_rollout.claim_names(sts):
+            return
+        namespace, set_name = key_of(sts)
+        start = stateful_rollout.start_ordinal(sts)
+        wanted = range(start, start + stateful_rollout.replicas(sts))
+        for pod in owned:
+            ordinal = stateful_rollout.ordinal_of(set_name, pod)
+            if ordinal is None:
+                continue
+            for template in stateful_rollout.claim_names(sts):
+                claim = self.informers.persistentvolumeclaims.find(
+                    stateful_claims.claim_name(template, set_name, ordinal), namespace
+                )
+                if claim is None:
+                    continue
+                refs = stateful_claims.refs_update(claim, sts, pod, ordinal not in wanted)
+                if refs is None:
+                    continue
+                rv = (claim.get("metadata") or {}).get("resourceVersion")
+                body = {"metadata": {"ownerReferences": refs or None, "resourceVersion": rv}}
+                with contextlib.suppress(KubeNotFoundError):
+                    await self.client.patch(kinds.PERSISTENT_VOLUME_CLAIMS, name_of(claim), body, namespace)

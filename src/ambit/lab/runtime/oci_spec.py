@@ -83,15 +83,16 @@ Rule 13. User namespace (``paths.user_namespace``, :mod:`ambit.lab.runtime.usern
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal, DecimalException
+from decimal import Decimal
 from typing import Any
 
 from ambit.errors import AmbitError
 from ambit.lab.runtime.seccomp import Machine, SeccompFieldError, seccomp_choice, seccomp_config
 from ambit.lab.runtime.userns import IdRange, UsernsError
+from ambit.model import quantity
+from ambit.model.errors import QuantityError
 
 OCI_VERSION = "1.0.2"
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -328,35 +329,12 @@ def _capabilities(spec: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 # -- rule 8 -------------------------------------------------------------------------------------------------------
-_QUANTITY = re.compile(r"^([+]?[0-9.]+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|e[0-9+-]+)?$")
-_SUFFIX = {
-    "": Decimal(1),
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "k": Decimal(10**3),
-    "M": Decimal(10**6),
-    "G": Decimal(10**9),
-    "T": Decimal(10**12),
-    "P": Decimal(10**15),
-    "E": Decimal(10**18),
-    **{s: Decimal(1024**i) for i, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"), start=1)},
-}
-
-
 def parse_quantity(text: Any) -> Decimal:
-    """A Kubernetes resource quantity (``128Mi``, ``500m``, ``1.5``, ``1e3``); raises :class:`SecurityContextError`."""
-    if isinstance(text, int | float) and not isinstance(text, bool):
-        text = str(text)
-    match = _QUANTITY.match(text) if isinstance(text, str) else None
-    if match is None:
-        raise SecurityContextError(f"quantity {text!r} is not a Kubernetes quantity")
-    number, suffix = match.group(1), match.group(2) or ""
+    """A Kubernetes resource quantity (:mod:`ambit.model.quantity`); raises :class:`SecurityContextError`."""
     try:
-        scale = Decimal(f"1{suffix}") if suffix.startswith("e") else _SUFFIX[suffix]
-        return Decimal(number) * scale
-    except DecimalException:
-        raise SecurityContextError(f"quantity {text!r} is not a Kubernetes quantity") from None
+        return quantity.parse_quantity(text)
+    except QuantityError as exc:
+        raise SecurityContextError(str(exc)) from None
 
 
 def linux_resources(container: Mapping[str, Any], paths: BundlePaths) -> dict[str, Any]:

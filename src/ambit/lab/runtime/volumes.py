@@ -12,8 +12,9 @@ path. :func:`container_mounts` turns one container's ``volumeMounts`` into bind 
 Rules:
 
 1. Supported volume types: ``emptyDir`` (a directory of the pod; ``medium: Memory`` is a plain directory too and
-   ``sizeLimit`` is not enforced), ``hostPath``, ``configMap``, ``secret``, ``downwardAPI`` and ``projected``
-   (sources ``configMap``, ``secret``, ``downwardAPI``, ``serviceAccountToken``). Any other type is refused.
+   ``sizeLimit`` is not enforced), ``hostPath``, ``persistentVolumeClaim`` (rule 10), ``configMap``, ``secret``,
+   ``downwardAPI`` and ``projected`` (sources ``configMap``, ``secret``, ``downwardAPI``,
+   ``serviceAccountToken``). Any other type is refused.
 2. File modes: an item's ``mode``, else the volume's ``defaultMode``, else 0644 (kube's default, for Secrets
    too: the volume's directory is what isolates the pod). Modes are 0 to 0777.
 3. Item paths are relative, hold no ``..`` element and do not start with ``..`` (the writer's own names).
@@ -38,6 +39,12 @@ Rules:
    ``mountPath`` of a configMap, secret, downwardAPI or projected volume in the same container gets its mount
    point made inside that read-only volume when the volume is set up (the runtime cannot make it there), unless
    its first element starts with ``..`` (the writer's own names) or a file of the volume already has that name.
+10. persistentVolumeClaim (:func:`claimed_path`): the claim must exist (else ``persistentvolumeclaim "<name>" not
+    found``, retried) and be bound (phase Bound with a ``volumeName``, else kube's ``PVC <ns>/<name> has
+    non-bound phase ("Pending") or empty pvc.Spec.VolumeName ("")``, retried); its volume must exist, point back
+    at the claim, and have a ``hostPath`` or ``local`` source, whose path the shell confines to the node's own
+    tree as it does a hostPath volume (more strictly: the CNI, netns and ``/proc``-like mappings are refused too).
+    The claim volume's ``readOnly`` makes every mount of it read-only.
 """
 
 from __future__ import annotations
@@ -67,7 +74,6 @@ PLUGIN_DIRS = {
 }
 """Where each kind of volume lives under ``<pod dir>/volumes/`` (the kubelet's names)."""
 UNSUPPORTED = (
-    "persistentVolumeClaim",
     "ephemeral",
     "csi",
     "nfs",
@@ -165,7 +171,16 @@ class ProjectedVolume:
     default_mode: int = DEFAULT_MODE
 
 
-Volume = EmptyDirVolume | HostPathVolume | ProjectedVolume
+@dataclass(frozen=True, slots=True)
+class ClaimVolume:
+    """A ``persistentVolumeClaim`` volume: the claim's bound volume, looked up when the pod starts (rule 10)."""
+
+    name: str
+    claim: str
+    read_only: bool = False
+
+
+Volume = EmptyDirVolume | HostPathVolume | ProjectedVolume | ClaimVolume
 
 
 def parse_volumes(pod: Mapping[str, Any]) -> tuple[Volume, ...]:
@@ -211,6 +226,11 @@ def _volume(name: str, spec: Mapping[str, Any]) -> Volume:
             raise VolumeError(f'volume "{name}": projected sources must be a list', retry=False)
         sources = tuple(_projection(name, _mapping(s)) for s in listed)
         return ProjectedVolume(name, kind, sources, _default_mode(name, body))
+    if kind == "persistentVolumeClaim":
+        claim = body.get("claimName")
+        if not isinstance(claim, str) or not claim:
+            raise VolumeError(f'volume "{name}": persistentVolumeClaim.claimName is required', retry=False)
+        return ClaimVolume(name, claim, body.get("readOnly") is True)
     if kind in UNSUPPORTED:
         raise VolumeError(f'volume "{name}": {kind} volumes are not supported by the lab', retry=False)
     raise VolumeError(f'volume "{name}": unknown volume type {kind!r}', retry=False)
@@ -432,6 +452,36 @@ def _downward_value(item: DownwardItem, inputs: VolumeInputs) -> str:
     if divisor <= 0:
         raise VolumeError(f"resourceFieldRef {item.resource}: divisor must be positive", retry=False)
     return str(math.ceil(value / divisor))
+
+
+# -- persistentVolumeClaim ----------------------------------------------------------------------------------------
+def claimed_path(
+    namespace: str, volume: ClaimVolume, claim: Mapping[str, Any] | None, pv: Mapping[str, Any] | None
+) -> str:
+    """Rule 10: the path, as the node sees it, of the volume bound to ``volume.claim`` (``claim`` and ``pv`` as
+    fetched; None when not found)."""
+    if claim is None:
+        raise VolumeError(f'persistentvolumeclaim "{volume.claim}" not found', retry=True)
+    spec, status = _mapping(claim.get("spec")), _mapping(claim.get("status"))
+    phase, bound = str(status.get("phase") or ""), str(spec.get("volumeName") or "")
+    if phase != "Bound" or not bound:
+        raise VolumeError(
+            f'PVC {namespace}/{volume.claim} has non-bound phase ("{phase}") or empty pvc.Spec.VolumeName ("{bound}")',
+            retry=True,
+        )
+    if pv is None:
+        raise VolumeError(f'persistentvolume "{bound}" not found', retry=True)
+    ref = _mapping(_mapping(pv.get("spec")).get("claimRef"))
+    if ref.get("namespace") != namespace or ref.get("name") != volume.claim:
+        raise VolumeError(f"persistentvolume {bound!r} is not bound to claim {namespace}/{volume.claim}", retry=True)
+    pv_spec = _mapping(pv.get("spec"))
+    for source in ("hostPath", "local"):
+        path = _mapping(pv_spec.get(source)).get("path")
+        if isinstance(path, str) and path:
+            return path
+    raise VolumeError(
+        f"persistentvolume {bound!r}: only hostPath and local volumes are supported by the lab", retry=False
+    )
 
 
 # -- hostPath -----------------------------------------------------------------------------------------------------

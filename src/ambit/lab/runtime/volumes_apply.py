@@ -25,6 +25,11 @@ Rules:
    lacks, outside the containers' private directories, the deepest existing ancestor is listed so it can be
    rebuilt in the container. Entries that are dangling links, or links into a private directory (``/var/run``),
    are left out: binding them would show the machine's ``/run`` instead of the container's own.
+5. persistentVolumeClaim (rule 10 of :mod:`ambit.lab.runtime.volumes`): the claim and its volume are read (the
+   node authorizer lets a node read exactly those of its pods); the volume's ``hostPath`` or ``local`` path is
+   mapped as in rule 3 but must land in the node's private tree (``nodes/<node>/root``): a volume that names
+   ``/proc``, the CNI directories or the netns directory, or whose path (or a link in it) leads out of the tree,
+   is refused. A missing directory is made (0777, as local-path makes it).
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from ambit.lab.runtime.containers import parse_rfc3339
 from ambit.lab.runtime.oci_spec import PRIVATE_DIRS, MountPointDir, VolumeMount
 from ambit.lab.runtime.volumes import (
     PLUGIN_DIRS,
+    ClaimVolume,
     EmptyDirVolume,
     FileData,
     HostPathVolume,
@@ -58,6 +64,7 @@ from ambit.lab.runtime.volumes import (
     VolumeError,
     VolumeInputs,
     VolumeSource,
+    claimed_path,
     file_kind,
     host_path_action,
     nested_mount_points,
@@ -125,8 +132,18 @@ class PodVolumes:
         self.directory.mkdir(parents=True, exist_ok=True)
         os.chmod(self.directory, 0o700)
         inputs = await self._inputs(volumes)
+        claimed: dict[str, str | VolumeError] = {}
+        for volume in volumes:
+            if isinstance(volume, ClaimVolume):
+                claimed[volume.name] = await self._claimed_path(volume)
         for volume in volumes:
             try:
+                if isinstance(volume, ClaimVolume):
+                    found = claimed[volume.name]
+                    if isinstance(found, VolumeError):
+                        raise found
+                    self.sources[volume.name] = self._claim_source(volume, found)
+                    continue
                 self.sources[volume.name] = self._set_up_one(volume, inputs)
             except VolumeError as exc:
                 raise VolumeError(
@@ -182,10 +199,66 @@ class PodVolumes:
         self._tokens[source] = IssuedToken(token, now + max(1.0, lifetime * self.token_refresh_fraction))
         return token
 
+    async def _claimed_path(self, volume: ClaimVolume) -> str | VolumeError:
+        """Rule 5: the claim's bound volume's path (as the node sees it), or why there is none yet."""
+        try:
+            claim: Mapping[str, Any] | None = await self.client.get(
+                kinds.PERSISTENT_VOLUME_CLAIMS, volume.claim, self.namespace
+            )
+        except KubeNotFoundError:
+            claim = None
+        except KubeClientError as exc:
+            return VolumeError(f'reading persistentvolumeclaim "{volume.claim}": {exc}', retry=True)
+        pv: Mapping[str, Any] | None = None
+        bound = str(((claim or {}).get("spec") or {}).get("volumeName") or "")
+        if bound:
+            try:
+                pv = await self.client.get(kinds.PERSISTENT_VOLUMES, bound)
+            except KubeNotFoundError:
+                pv = None
+            except KubeClientError as exc:
+                return VolumeError(f'reading persistentvolume "{bound}": {exc}', retry=True)
+        try:
+            return claimed_path(self.namespace, volume, claim, pv)
+        except VolumeError as exc:
+            return exc
+
+    def _claim_source(self, volume: ClaimVolume, path: str) -> VolumeSource:
+        """Rule 5: the volume's directory, confined to the node's own tree (made when missing)."""
+        try:
+            mapping = self.layout.map(path)
+        except HostPathError as exc:
+            raise VolumeError(str(exc), retry=False) from None
+        if mapping.base != self.layout.root:
+            raise VolumeError(f"persistent volume path {path} is not in the node's own filesystem", retry=False)
+        mapping.base.mkdir(parents=True, exist_ok=True)
+        resolved = self._confined(path, mapping.base, mapping.machine_path)
+        if not resolved.exists():
+            resolved.mkdir(mode=0o777, parents=True, exist_ok=True)
+        elif not resolved.is_dir():
+            raise VolumeError(f"persistent volume path {path} is not a directory", retry=True)
+        if Path(os.path.realpath(resolved)) != resolved:
+            raise VolumeError(f"persistent volume path {path} changed while it was set up", retry=True)
+        return VolumeSource(str(resolved), read_only=volume.read_only)
+
+    @staticmethod
+    def _confined(shown: str, base: Path, machine_path: Path) -> Path:
+        """``machine_path`` with its links resolved, refused unless it stays under ``base`` (rule 3)."""
+        try:
+            real_base = Path(os.path.realpath(base))
+            resolved = Path(os.path.realpath(machine_path))
+        except OSError as exc:  # a link the runtime may not follow is refused like one that leads out
+            raise VolumeError(f"hostPath {shown} cannot be resolved: {exc.strerror}", retry=False) from None
+        if resolved != real_base and real_base not in resolved.parents:
+            raise VolumeError(f"hostPath {shown} leads outside the node's filesystem", retry=False)
+        return resolved
+
     # -- each volume ------------------------------------------------------------------------------------------
     def _set_up_one(self, volume: Volume, inputs: VolumeInputs) -> VolumeSource:
         if isinstance(volume, HostPathVolume):
             return VolumeSource(str(self._host_path(volume)), read_only=False)
+        if isinstance(volume, ClaimVolume):  # set up by set_up(), which fetched the claim first
+            raise VolumeError("a claim volume needs its claim", retry=True)
         kind = "emptyDir" if isinstance(volume, EmptyDirVolume) else volume.plugin
         target = self.directory / VOLUMES_DIR / PLUGIN_DIRS[kind] / volume.name
         if isinstance(volume, EmptyDirVolume):
@@ -209,13 +282,7 @@ class PodVolumes:
             raise VolumeError(str(exc), retry=False) from None
         if mapping.base == self.layout.root:
             mapping.base.mkdir(parents=True, exist_ok=True)
-        try:
-            base = Path(os.path.realpath(mapping.base))
-            resolved = Path(os.path.realpath(mapping.machine_path))
-        except OSError as exc:  # a link the runtime may not follow is refused like one that leads out
-            raise VolumeError(f"hostPath {volume.path} cannot be resolved: {exc.strerror}", retry=False) from None
-        if resolved != base and base not in resolved.parents:
-            raise VolumeError(f"hostPath {volume.path} leads outside the node's filesystem", retry=False)
+        resolved = self._confined(volume.path, mapping.base, mapping.machine_path)
         try:
             found = file_kind(os.stat(resolved).st_mode)
         except FileNotFoundError:
