@@ -5,19 +5,24 @@ pods are a table the test writes and whose containers are local processes."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
+import ssl
 import tempfile
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
+import aiohttp
 import pytest
 from tests.integration.lab_cluster import kubectl
 
 from ambit.apiserver.server import ApiServer, ApiServerSettings
 from ambit.k8s import KubeClient, kinds
+from ambit.k8s.remotecommand import PROTOCOLS, V5, Channel, frame, parse_frame
 from ambit.lab.runtime.kubelet_server import KubeletServer
 
 pytestmark = pytest.mark.kubectl
@@ -53,6 +58,7 @@ class Rig:
     config: Path
     pods: FakePods
     logs: Path
+    server: ApiServer
 
     def log_file(self, uid: str, container: str) -> Path:
         return self.logs / uid / f"{container}.log"
@@ -105,7 +111,7 @@ async def rig(tmp_path: Path, socket_dir: Path) -> AsyncIterator[Rig]:
     await kubelet.serve(socket_dir / "node-a" / "kubelet.sock")
     try:
         async with KubeClient.from_kubeconfig(server.kubeconfig) as kube:
-            yield Rig(kube, server.kubeconfig, pods, logs)
+            yield Rig(kube, server.kubeconfig, pods, logs, server)
     finally:
         await kubelet.aclose()
         await server.aclose()
@@ -276,3 +282,57 @@ async def test_exec_refuses_a_pod_without_a_node_and_a_kubelet_that_cannot_be_re
     assert code != 0 and "pod pending does not have a host assigned" in err
     code, _, err = await run_kubectl(rig.config, "logs", "pending")
     assert code != 0 and 'container "main" in pod "pending" is waiting to start: ContainerCreating' in err
+
+
+# -- the protocol, spoken by hand -----------------------------------------------------------------------------------
+def exec_url(rig: Rig, *command: str, stdin: bool = False) -> str:
+    words = "&".join(f"command={quote(w)}" for w in command)
+    flags = "&stdout=true&stderr=true" + ("&stdin=true" if stdin else "")
+    return f"{rig.server.url}/api/v1/namespaces/default/pods/p/exec?{words}{flags}"
+
+
+async def open_exec(rig: Rig, session: aiohttp.ClientSession, url: str) -> aiohttp.ClientWebSocketResponse:
+    context = ssl.create_default_context(cafile=str(rig.server.settings.data_dir / "pki" / "ca.crt"))
+    return await session.ws_connect(
+        url,
+        protocols=PROTOCOLS,
+        headers={"Authorization": f"Bearer {rig.server.admin_token}"},
+        ssl=context,
+        max_msg_size=0,
+    )
+
+
+async def test_exec_tolerates_empty_messages_and_ends_stdin_at_v5s_close(rig: Rig) -> None:
+    await rig.pod("p")
+    async with aiohttp.ClientSession() as session:
+        ws = await open_exec(rig, session, exec_url(rig, "cat", stdin=True))
+        assert ws.protocol == V5
+        await ws.send_bytes(b"")
+        await ws.send_bytes(frame(Channel.STDIN, b""))
+        await ws.send_bytes(frame(Channel.RESIZE, b'{"Width": 80, "Height": 24}'))
+        await ws.send_bytes(frame(Channel.STDIN, b"hello "))
+        await ws.send_bytes(frame(Channel.STDIN, b"there"))
+        await ws.send_bytes(frame(Channel.CLOSE, bytes((Channel.STDIN,))))
+        out, status = b"", None
+        async for msg in ws:
+            got = parse_frame(msg.data)
+            assert got is not None
+            if got.channel is Channel.STDOUT:
+                out += got.data
+            elif got.channel is Channel.ERROR:
+                status = json.loads(got.data)
+        assert out == b"hello there"
+        assert status == {"metadata": {}, "status": "Success"}
+
+
+async def test_a_client_that_never_reads_stalls_the_command_and_leaving_ends_it(rig: Rig, tmp_path: Path) -> None:
+    await rig.pod("p")
+    marker = tmp_path / "finished"
+    script = f"head -c 200000000 /dev/zero; touch {marker}"
+    async with aiohttp.ClientSession() as session:
+        ws = await open_exec(rig, session, exec_url(rig, "sh", "-c", script))
+        await asyncio.sleep(3)  # 200 MB through unbounded buffers would be done by now
+        assert not marker.exists()
+        await ws.close()
+    await asyncio.sleep(1)
+    assert not marker.exists()  # the command was killed, not left to finish

@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -146,8 +146,10 @@ def offered_protocols(header: str) -> tuple[str, ...]:
 class PodStreams:
     """The shell of rules 4 and 5: connects to kubelets' sockets under ``socket_dir``."""
 
-    def __init__(self, socket_dir: Path | None) -> None:
+    def __init__(self, socket_dir: Path | None, poll_interval: float = 1.0) -> None:
         self.socket_dir = socket_dir
+        self.poll_interval = poll_interval
+        """How often an idle log stream checks that its client is still there."""
 
     def _socket(self, node: str) -> Path:
         if self.socket_dir is None:
@@ -188,9 +190,12 @@ class PodStreams:
                     raise await _kubelet_error(upstream)
                 response = web.StreamResponse(headers={"Content-Type": "text/plain"})
                 await response.prepare(request)
-                with contextlib.suppress(ConnectionResetError, aiohttp.ClientPayloadError):
+
+                async def copy() -> None:
                     async for chunk in upstream.content.iter_chunked(CHUNK):
                         await response.write(chunk)
+
+                await _until_either_ends(copy(), _client_gone(request, self.poll_interval))
                 return response
 
     async def exec(self, request: web.Request, pod: Mapping[str, Any]) -> web.StreamResponse:
@@ -235,8 +240,28 @@ async def _relay(client: web.WebSocketResponse, kubelet: aiohttp.ClientWebSocket
             if msg.type is aiohttp.WSMsgType.BINARY:
                 await kubelet.send_bytes(msg.data)
 
+    try:
+        await _until_either_ends(down(), up())
+    finally:
+        with contextlib.suppress(ConnectionResetError, aiohttp.ClientError):
+            await kubelet.close()
+        with contextlib.suppress(ConnectionResetError):
+            await client.close()
+
+
+async def _client_gone(request: web.Request, interval: float) -> None:
+    """Returns when the client's connection is gone (an idle follow writes nothing that would notice)."""
+    while True:  # aiohttp tells a handler nothing of a lost connection but through its transport
+        transport = request.transport
+        if transport is None or transport.is_closing():
+            return
+        await asyncio.sleep(interval)
+
+
+async def _until_either_ends(*coroutines: Coroutine[Any, Any, None]) -> None:
+    """Run ``coroutines`` until one ends, then cancel the others (rule 5: either side closing ends both)."""
     loop = asyncio.get_running_loop()
-    tasks = [loop.create_task(down(), name="exec relay down"), loop.create_task(up(), name="exec relay up")]
+    tasks = [loop.create_task(c) for c in coroutines]
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -245,10 +270,6 @@ async def _relay(client: web.WebSocketResponse, kubelet: aiohttp.ClientWebSocket
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, ConnectionResetError, aiohttp.ClientError):
                 await task
-        with contextlib.suppress(ConnectionResetError, aiohttp.ClientError):
-            await kubelet.close()
-        with contextlib.suppress(ConnectionResetError):
-            await client.close()
 
 
 def _dial_error(path: Path, exc: Exception) -> errors.ApiError:

@@ -124,6 +124,10 @@ def _clear_socket_path(path: Path) -> None:
         path.unlink()
 
 
+def _client_gone(request: web.Request) -> bool:
+    return request.transport is None or request.transport.is_closing()
+
+
 def _open_log(path: Path) -> BinaryIO | None:
     """The output file, open for reading; None while the container has written nothing."""
     try:
@@ -198,7 +202,10 @@ class KubeletServer:
         await response.prepare(request)
         with contextlib.suppress(ConnectionResetError):
             await self._stream_log(
-                response, self.log_path(uid, container), options, lambda: self._alive(ns, name, uid, container)
+                response,
+                self.log_path(uid, container),
+                options,
+                lambda: self._alive(ns, name, uid, container) and not _client_gone(request),
             )
         return response
 
