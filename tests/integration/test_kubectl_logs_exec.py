@@ -336,3 +336,20 @@ async def test_a_client_that_never_reads_stalls_the_command_and_leaving_ends_it(
         await ws.close()
     await asyncio.sleep(1)
     assert not marker.exists()  # the command was killed, not left to finish
+
+
+async def test_the_kubelet_socket_is_root_only_and_knows_only_its_own_pods(rig: Rig, socket_dir: Path) -> None:
+    path = socket_dir / "node-a" / "kubelet.sock"
+    assert path.stat().st_mode & 0o777 == 0o600
+    await rig.pod("p")
+    await rig.pod("elsewhere", node="node-b")
+    async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=str(path))) as session:
+        async with session.get("http://node-a/containerLogs/default/elsewhere/main") as response:
+            assert response.status == 404
+            assert 'pod "default/elsewhere" not found on this node' in (await response.json())["message"]
+        async with session.get("http://node-a/containerLogs/default/p/other") as response:
+            assert response.status == 404
+        async with session.get("http://node-a/containerLogs/default/p/main?tailLines=-1") as response:
+            assert response.status == 422
+        async with session.get("http://node-a/exec/default/p/main?stdout=true") as response:
+            assert response.status == 400  # no command

@@ -1,7 +1,8 @@
 """The HTTP shell: Kubernetes REST paths onto :class:`ResourceManager`, JSON in and out, chunked watches.
 
 Paths: ``/api/v1/...`` (core) and ``/apis/<group>/<version>/...``, then
-``[namespaces/<ns>/]<plural>[/<name>[/<subresource>]]``; the legacy ``watch/`` prefix is accepted too. Every error
+``[namespaces/<ns>/]<plural>[/<name>[/<subresource>]]``; the legacy ``watch/`` prefix is accepted too. ``pods/log``
+and ``pods/exec`` go to the pod's node's kubelet (:mod:`ambit.apiserver.pod_streams`). Every error
 leaves as a ``Status``; an exception that is not an :class:`ApiError` is our bug, logged and answered with 500.
 """
 

@@ -23,7 +23,9 @@ Rules:
 5. Relays are bounded: one chunk or message is in flight per direction and the next is read only when the last was
    written (aiohttp's writers wait for the socket to drain; its WebSocket readers stop reading at their queue's
    limit), so a client that never reads stalls its kubelet's command instead of growing our memory. Either side
-   closing ends both.
+   closing ends both; an idle log stream notices its client's departure within ``poll_interval``.
+6. The subprotocol is the kubelet's choice among those the client offered (v5 first): v4 has no stdin half-close, so
+   a v4 client's stdin ends only when it closes the connection, as with kube.
 """
 
 from __future__ import annotations

@@ -152,7 +152,10 @@ async def run_node(topology: Topology, node_name: str, taints: tuple[NodeTaint, 
         await runtime.start()
         # The kubelet API (pods/log, pods/exec) for the API server, on a root-only unix socket.
         kubelet_api = KubeletServer(runtime, RuncExec(topology.runc_root), runtime.container_log)
-        await kubelet_api.serve(topology.node_dir(node_name) / "kubelet.sock")
+        try:
+            await kubelet_api.serve(topology.node_dir(node_name) / "kubelet.sock")
+        except OSError as exc:  # the node still runs its pods; kubectl logs/exec answer that the kubelet is unreachable
+            log.error("node %s: cannot serve the kubelet API: %s", node_name, exc)
         await proxy.start()
         await policies.start()
         log.info("node %s of lab %s is running", node_name, topology.lab_id)
