@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import ssl
+import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -328,9 +329,9 @@ async def test_exec_tolerates_empty_messages_and_ends_stdin_at_v5s_close(rig: Ri
 async def test_a_client_that_never_reads_stalls_the_command_and_leaving_ends_it(rig: Rig, tmp_path: Path) -> None:
     await rig.pod("p")
     marker = tmp_path / "finished"
-    script = f"head -c 200000000 /dev/zero; touch {marker}"
+    script = f"import sys; sys.stdout.buffer.write(bytes(200_000_000)); open({str(marker)!r}, 'w')"
     async with aiohttp.ClientSession() as session:
-        ws = await open_exec(rig, session, exec_url(rig, "sh", "-c", script))
+        ws = await open_exec(rig, session, exec_url(rig, sys.executable, "-c", script))
         await asyncio.sleep(3)  # 200 MB through unbounded buffers would be done by now
         assert not marker.exists()
         await ws.close()

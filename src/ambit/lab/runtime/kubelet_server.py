@@ -12,7 +12,8 @@ Rules:
 2. ``GET /exec/{ns}/{pod}/{container}?command=...`` upgrades to a WebSocket speaking
    :mod:`ambit.k8s.remotecommand`: stdin frames go to the command's stdin (a v5 close of stdin closes it), its
    stdout and stderr come back on their channels (merged under a tty: no terminal is made), and at exit the error
-   channel carries the exit Status, then the WebSocket closes. A client that goes away kills the command.
+   channel carries the exit Status, then the WebSocket closes. A client that goes away ends the command (SIGTERM,
+   which runc forwards, then SIGKILL after :data:`STOP_GRACE`).
 3. Relays are bounded: output is read 32 KiB at a time and the next read waits until the WebSocket took the last
    frame; stdin is written with the pipe's flow control before the next frame is read.
 4. A pod this node does not run, or a container the pod does not have, is 404; a container that is not running
@@ -56,6 +57,8 @@ CHUNK = 32 * 1024
 TAIL_LOOKBACK = 8 * 1024 * 1024
 """How far back from a file's end ``tailLines`` looks for its lines."""
 MAX_MESSAGE = 1024 * 1024
+STOP_GRACE = 2.0
+"""Seconds an abandoned command gets between SIGTERM and SIGKILL."""
 
 
 class PodTable(Protocol):
@@ -289,18 +292,41 @@ class ExecSession:
             await asyncio.wait([feed, done], return_when=asyncio.FIRST_COMPLETED)
         finally:
             if not done.done():  # the client went away: the command goes too
-                with contextlib.suppress(ProcessLookupError):
-                    self.proc.kill()
-                await self.proc.wait()
+                await self._stop()
             for task in (*pumps, feed, done):
                 task.cancel()
             for task in (*pumps, feed, done):
                 with contextlib.suppress(asyncio.CancelledError, ConnectionResetError):
                     await task
+            await self._release()
         if done.done() and not done.cancelled() and done.exception() is None:
             with contextlib.suppress(ConnectionResetError):
                 await self.ws.send_bytes(status_message(exit_status(done.result())))
         await self.ws.close()
+
+    async def _stop(self) -> None:
+        """SIGTERM first (runc forwards it to the command; a SIGKILL would end runc alone), then SIGKILL."""
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.terminate()
+        try:
+            async with asyncio.timeout(STOP_GRACE):
+                await self.proc.wait()
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+            await self.proc.wait()
+
+    async def _release(self) -> None:
+        """Drop what a killed command left in its pipes, so that they reach their end and close."""
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is None:
+                continue
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(2.0):  # a process the command left behind may hold the pipe open
+                    while await stream.read(CHUNK):
+                        pass
 
     async def _finish(self, pumps: list[asyncio.Task[None]]) -> int:
         await asyncio.gather(*pumps)
