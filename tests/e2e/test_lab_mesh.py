@@ -6,6 +6,7 @@ import asyncio
 import json
 import re
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -19,6 +20,9 @@ from tests.e2e.lab_driver import (
     http_echo_container,
     is_ready,
     module_on_shared_lab,
+    pod_manifest,
+    service_manifest,
+    sleeper,
     wait_until,
 )
 
@@ -197,5 +201,44 @@ def test_proxy_config_shows_a_new_pod_within_a_second(mesh_lab: Lab) -> None:
             return any(row[:3] == [identity, "Leaf", "Available"] and row[3] == "true" for row in rows)
 
         wait_until("the pod's certificate in proxy-config certificates", certificate_available, timeout=60)
+    finally:
+        lab.delete_namespace(namespace)
+
+
+def test_kubectl_exec_reaches_a_service_from_a_meshed_pod_and_kubectl_logs_shows_the_server(mesh_lab: Lab) -> None:
+    """``kubectl exec`` and ``kubectl logs`` through the API server to the nodes' kubelet sockets (issue 16): a
+    client in an ambient namespace on one node reaches a Service whose server runs on the other; the exit code of
+    the command is kubectl's; the server's output is its log."""
+    lab = mesh_lab
+    namespace = "e2e-mesh-kubectl-exec"
+    try:
+        lab.namespace(namespace)
+        lab.kubectl("label", "namespace", namespace, "istio.io/dataplane-mode=ambient")
+        lab.apply(
+            pod_manifest("server", [http_echo_container(8080)], node=lab.topology.node(1).name),
+            service_manifest("server", {"app": "server"}, 80, 8080),
+            pod_manifest("client", [sleeper()], node=lab.topology.node(2).name),
+            namespace=namespace,
+        )
+        lab.wait_pods_ready(namespace, "app in (server,client)", 2, timeout=60)
+
+        def reached() -> str | None:
+            argv = (sys.executable, "-m", "ambit.lab.apps", "client", "--url", "http://server/", "--count", "1")
+            done = lab.kubectl("exec", "-n", namespace, "client", "--", *argv, check=False, timeout=60)
+            return done.stdout if done.returncode == 0 and " ok " in done.stdout else None
+
+        wait_until("kubectl exec of the meshed client reaching the Service", reached, timeout=60)
+        failed = lab.kubectl("exec", "-n", namespace, "client", "--", "sh", "-c", "echo err >&2; exit 7", check=False)
+        assert failed.returncode == 7 and "err" in failed.stderr, failed
+        piped = lab.kubectl("exec", "-i", "-n", namespace, "client", "--", "cat", input="through stdin\n")
+        assert piped.stdout == "through stdin\n"
+
+        last = lab.kubectl("logs", "-n", namespace, "server", "--tail=1").stdout
+        logs = lab.kubectl("logs", "-n", namespace, "server").stdout  # after the tail: the server may log more
+        assert "http-echo" in logs and "listening on :8080" in logs, logs
+        assert last.count("\n") == 1 and last in logs, last
+        denied = lab.kubectl("logs", "-n", namespace, "server", "--previous", check=False)
+        assert denied.returncode != 0 and "previous terminated container" in denied.stderr, denied
+        assert lab.log_tracebacks() == []
     finally:
         lab.delete_namespace(namespace)

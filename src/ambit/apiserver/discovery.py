@@ -15,6 +15,8 @@ _SUBRESOURCE_VERBS = {
     "eviction": ["create"],
     "finalize": ["update"],
     "scale": ["get", "patch", "update"],
+    "log": ["get"],
+    "exec": ["create", "get"],
 }
 _SUBRESOURCE_KINDS = {
     "token": ("authentication.k8s.io", "v1", "TokenRequest"),

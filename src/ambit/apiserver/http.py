@@ -1,7 +1,8 @@
 """The HTTP shell: Kubernetes REST paths onto :class:`ResourceManager`, JSON in and out, chunked watches.
 
 Paths: ``/api/v1/...`` (core) and ``/apis/<group>/<version>/...``, then
-``[namespaces/<ns>/]<plural>[/<name>[/<subresource>]]``; the legacy ``watch/`` prefix is accepted too. Every error
+``[namespaces/<ns>/]<plural>[/<name>[/<subresource>]]``; the legacy ``watch/`` prefix is accepted too. ``pods/log``
+and ``pods/exec`` go to the pod's node's kubelet (:mod:`ambit.apiserver.pod_streams`). Every error
 leaves as a ``Status``; an exception that is not an :class:`ApiError` is our bug, logged and answered with 500.
 """
 
@@ -13,6 +14,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -23,6 +25,7 @@ from ambit.apiserver.authorizer import REVIEWS
 from ambit.apiserver.limits import LimitSettings, UserLimiter
 from ambit.apiserver.nesting import check_depth
 from ambit.apiserver.node_authorizer import node_of
+from ambit.apiserver.pod_streams import PodStreams
 from ambit.apiserver.rbac_policy import request_attributes
 from ambit.apiserver.registry import ResourceType
 from ambit.apiserver.requests import DeleteOptions, User, request_warnings
@@ -67,6 +70,8 @@ class HttpSettings:
     bookmark_interval: float = 60.0
     default_watch_timeout: float = 1800.0
     limits: LimitSettings = field(default_factory=LimitSettings)
+    kubelet_socket_dir: Path | None = None
+    """Where nodes' kubelet sockets are (``DIR/<node>/kubelet.sock``) for ``pods/log`` and ``pods/exec``."""
 
 
 class ApiHttp:
@@ -77,6 +82,7 @@ class ApiHttp:
         self.settings = settings
         self.watches: set[asyncio.Task[Any]] = set()
         self.limiter = UserLimiter(settings.limits)
+        self.pod_streams = PodStreams(settings.kubelet_socket_dir)
 
     def app(self) -> web.Application:
         # The rate limit applies to the authenticated user (before impersonation, and before RBAC reads the store).
@@ -253,6 +259,8 @@ class ApiHttp:
             return await self._watch(request, t, selection)
         if t.subresource == "scale":
             return await self._scale(request, t, user, dry_run)
+        if t.subresource in ("log", "exec") and t.rtype.key == ("", "pods"):
+            return await self._pod_stream(request, t)
         if t.subresource == "eviction":
             if method != "POST":
                 raise errors.method_not_allowed(f"{method} is not supported on {request.path}")
@@ -329,6 +337,16 @@ class ApiHttp:
                 deleted.append(await m.delete(t.rtype, t.version, item.namespace, name, options, user))
             return _json(_list_doc(t, deleted, m.store.resource_version, "", None))
         raise errors.method_not_allowed(f"{method} is not supported on {request.path}")
+
+    async def _pod_stream(self, request: web.Request, t: Target) -> web.StreamResponse:
+        """``pods/log`` (GET) and ``pods/exec`` (GET upgraded to a WebSocket, or POST): :mod:`.pod_streams`."""
+        allowed = ("GET",) if t.subresource == "log" else ("GET", "POST")
+        if request.method not in allowed:
+            raise errors.method_not_allowed(f"{request.method} is not supported on {request.path}")
+        pod = self.manager.get(t.rtype, t.namespace, t.name).obj
+        if t.subresource == "log":
+            return await self.pod_streams.logs(request, pod)
+        return await self.pod_streams.exec(request, pod)
 
     async def _scale(self, request: web.Request, t: Target, user: User, dry_run: bool) -> web.Response:
         m = self.manager

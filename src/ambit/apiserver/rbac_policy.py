@@ -207,6 +207,10 @@ def uncovered(owner: Sequence[Rule], wanted: Iterable[Rule]) -> list[Rule]:
 
 
 # -- Rule 6 ---------------------------------------------------------------------------------------------------
+UPGRADED_SUBRESOURCES = frozenset({"exec", "attach", "portforward"})
+"""Pod subresources whose GET is a WebSocket upgrade, authorized with verb ``create``."""
+
+
 def request_attributes(
     user: str, groups: tuple[str, ...], method: str, path: str, watch_param: bool, field_selector: str = ""
 ) -> Attributes:
@@ -238,6 +242,8 @@ def request_attributes(
         verb = "delete" if name else "deletecollection"
     else:
         verb = {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method, method.lower())
+    if verb == "get" and group == "" and resource == "pods" and subresource in UPGRADED_SUBRESOURCES:
+        verb = "create"  # kube 1.32 authorizes a WebSocket GET on these as the POST it replaces
     if verb in ("list", "watch") and not name:
         name = _exact_name(field_selector)
     return Attributes(user, groups, verb, True, group, resource, subresource, namespace, name, path)

@@ -103,6 +103,9 @@ class ApiServerSettings:
     limits: LimitSettings = field(default_factory=LimitSettings)
     """What one user may ask: requests per second, open watches, how long a watch may stall (admins exempt)."""
     pod_security: PodSecuritySettings = field(default_factory=PodSecuritySettings)
+    kubelet_socket_dir: Path | None = None
+    """Where nodes' kubelets listen (``DIR/<node>/kubelet.sock``) for ``pods/log`` and ``pods/exec``; None: those
+    answer kube's error for an unreachable kubelet (:mod:`ambit.apiserver.pod_streams`)."""
     """Pod Security Admission: the defaults for unlabelled namespaces (enforce baseline) and the exemptions."""
 
 
@@ -180,6 +183,7 @@ class ApiServer:
                 static_tokens=load_token_file(s.token_auth_file) if s.token_auth_file is not None else {},
                 bookmark_interval=s.bookmark_interval,
                 limits=s.limits,
+                kubelet_socket_dir=s.kubelet_socket_dir,
             ),
         )
         unparsed_requests.install()  # a malformed request's bytes (a bearer token) never reach the log

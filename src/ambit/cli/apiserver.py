@@ -46,6 +46,10 @@ def apiserver(
     watch_send_timeout: Annotated[
         float, typer.Option(help="Seconds a watch may stall on a client that does not read before it is closed.")
     ] = 10.0,
+    kubelet_socket_dir: Annotated[
+        Path | None,
+        typer.Option(help="Directory of nodes' kubelet sockets (DIR/<node>/kubelet.sock) for pods/log and pods/exec."),
+    ] = None,
 ) -> None:
     """Serve the Kubernetes REST API over HTTPS, persisted in SQLite, usable by kubectl."""
     from ambit.apiserver.limits import LimitSettings
@@ -80,6 +84,7 @@ def apiserver(
         api_audiences=tuple(api_audience or ()),
         token_auth_file=token_auth_file,
         runtime_config=turned_off,
+        kubelet_socket_dir=kubelet_socket_dir,
         limits=LimitSettings(
             requests_per_second=user_qps,
             burst=user_burst,

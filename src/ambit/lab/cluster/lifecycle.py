@@ -204,6 +204,9 @@ def _start_apiserver(topology: Topology, record: Record, timeout: float) -> None
         DEFAULT_ISSUER,
         "--api-audience",
         "kubernetes.default.svc",
+        # pods/log and pods/exec reach each node's kubelet socket, topology.node_dir(node) / "kubelet.sock".
+        "--kubelet-socket-dir",
+        str(topology.path / "nodes"),
     )
     proc = start_process(argv, topology.path / "logs" / "apiserver.log", record, "apiserver", pipe_stdout=True)
     assert proc.stdout is not None

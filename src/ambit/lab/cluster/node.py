@@ -23,6 +23,7 @@ from ambit.lab.network.policies_apply import PolicyAgent, node_sources
 from ambit.lab.network.services_apply import ServiceProxy, bridge_netfilter_enabled, node_ipv6
 from ambit.lab.network.topology import LOAD_BALANCER_CIDR, SERVICE_CIDR, Topology
 from ambit.lab.runtime.kubelet import NodeRuntime, NodeRuntimeSettings
+from ambit.lab.runtime.kubelet_server import KubeletServer, RuncExec
 from ambit.lab.runtime.node_taints import NodeTaint
 from ambit.lab.runtime.oci_apply import RuncRuntime, RuncSettings
 from ambit.lab.runtime.oci_spec import PRIVATE_DIRS
@@ -149,6 +150,12 @@ async def run_node(topology: Topology, node_name: str, taints: tuple[NodeTaint, 
         # NetworkPolicies for this node's pods, as a CNI's policy agent (the node's identity reads them).
         policies = PolicyAgent(client, netns="", node_name=node_name, node_sources=node_sources(node), runner=runner)
         await runtime.start()
+        # The kubelet API (pods/log, pods/exec) for the API server, on a root-only unix socket.
+        kubelet_api = KubeletServer(runtime, RuncExec(topology.runc_root), runtime.container_log)
+        try:
+            await kubelet_api.serve(topology.node_dir(node_name) / "kubelet.sock")
+        except OSError as exc:  # the node still runs its pods; kubectl logs/exec answer that the kubelet is unreachable
+            log.error("node %s: cannot serve the kubelet API: %s", node_name, exc)
         await proxy.start()
         await policies.start()
         log.info("node %s of lab %s is running", node_name, topology.lab_id)
@@ -159,6 +166,8 @@ async def run_node(topology: Topology, node_name: str, taints: tuple[NodeTaint, 
                 await policies.aclose()
             with contextlib.suppress(Exception):
                 await proxy.aclose()
+            with contextlib.suppress(Exception):
+                await kubelet_api.aclose()
             await runtime.aclose()
 
 

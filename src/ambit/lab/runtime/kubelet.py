@@ -302,6 +302,18 @@ class NodeRuntime:
     def pod_dir(self, uid: str) -> Path:
         return self.settings.pods_dir / uid
 
+    def find_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The pod of this node named ``namespace/name``, as its worker last saw it (the kubelet API's lookup)."""
+        for worker in self.workers.values():
+            meta = worker.pod.get("metadata") or {}
+            if meta.get("namespace") == namespace and meta.get("name") == name and not worker.removed:
+                return worker.pod
+        return None
+
+    def container_log(self, uid: str, container: str) -> Path:
+        """The file a pod's container writes its output to."""
+        return self.pod_dir(uid) / f"{container}.log"
+
     def user_namespace(self, uid: str) -> IdRange:
         """The pod's user namespace ids: allocated at first use and saved in its directory (``userns.json``), taken
         back from there after a restart; :class:`UsernsError` when the node has none free."""

@@ -1,0 +1,359 @@
+"""The kubelet's API for one lab node: container logs and exec, served on a unix socket to the API server.
+
+Theory of operation. kube-apiserver reaches a node's kubelet for ``pods/log`` and ``pods/exec``; here the API server
+(a root process of the lab) connects to ``<node dir>/kubelet.sock``, which only root may open. The server knows pods
+through a :class:`PodTable` (the node runtime's own pods, by namespace and name: pods of other nodes are not found)
+and runs commands through a :class:`ContainerExec` (``runc exec`` in the lab, a local process in tests).
+
+Rules:
+1. ``GET /containerLogs/{ns}/{pod}/{container}`` streams the container's output file as ``text/plain``, with the
+   options of :mod:`ambit.k8s.pod_logs`. A follow keeps streaming appended bytes until the client goes, the limit
+   is reached, or the container is no longer running (then what is left in the file is sent and the stream ends).
+2. ``GET /exec/{ns}/{pod}/{container}?command=...`` upgrades to a WebSocket speaking
+   :mod:`ambit.k8s.remotecommand`: stdin frames go to the command's stdin (a v5 close of stdin closes it), its
+   stdout and stderr come back on their channels (merged under a tty: no terminal is made), and at exit the error
+   channel carries the exit Status, then the WebSocket closes. A client that goes away ends the command (SIGTERM,
+   which runc forwards, then SIGKILL after :data:`STOP_GRACE`).
+3. Relays are bounded: output is read 32 KiB at a time and the next read waits until the WebSocket took the last
+   frame; stdin is written with the pipe's flow control before the next frame is read.
+4. A pod this node does not run, or a container the pod does not have, is 404; a container that is not running
+   cannot be exec'd into (400), as the kubelet answers.
+5. The socket is created mode 0600 (``connect(2)`` needs write permission on it): only root reaches it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, Protocol
+
+from aiohttp import WSMsgType, web
+
+from ambit.k8s.pod_logs import LogOptions, LogOptionsError, parse_log_options, plan_window
+from ambit.k8s.remotecommand import (
+    PROTOCOLS,
+    Channel,
+    ExecOptions,
+    ExecOptionsError,
+    closes_stdin,
+    exit_status,
+    failure_status,
+    frame,
+    parse_exec_options,
+    parse_frame,
+    status_message,
+)
+
+log = logging.getLogger("ambit.lab.kubelet")
+
+CHUNK = 32 * 1024
+TAIL_LOOKBACK = 8 * 1024 * 1024
+"""How far back from a file's end ``tailLines`` looks for its lines."""
+MAX_MESSAGE = 1024 * 1024
+STOP_GRACE = 2.0
+"""Seconds an abandoned command gets between SIGTERM and SIGKILL."""
+
+
+class PodTable(Protocol):
+    """The pods this node runs, by namespace and name (their API objects, status included)."""
+
+    def find_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None: ...
+
+
+class ContainerExec(Protocol):
+    """Runs a command in a pod's container."""
+
+    async def start(
+        self, pod_uid: str, container: str, argv: Sequence[str], *, stdin: bool, merge_stderr: bool
+    ) -> asyncio.subprocess.Process: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RuncExec:
+    """``runc --root R exec <container id> argv`` (no ``-t``: a tty request is served without a terminal)."""
+
+    runc_root: Path
+
+    async def start(
+        self, pod_uid: str, container: str, argv: Sequence[str], *, stdin: bool, merge_stderr: bool
+    ) -> asyncio.subprocess.Process:
+        from ambit.lab.runtime.oci_spec import container_id
+
+        return await asyncio.create_subprocess_exec(
+            "runc",
+            "--root",
+            str(self.runc_root),
+            "exec",
+            container_id(pod_uid, container),
+            *argv,
+            stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT if merge_stderr else asyncio.subprocess.PIPE,
+        )
+
+
+def container_running(pod: Mapping[str, Any], container: str) -> bool:
+    """Whether the pod's status reports ``container`` running."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or ():
+        if isinstance(cs, Mapping) and cs.get("name") == container:
+            return "running" in (cs.get("state") or {})
+    return False
+
+
+def _container_names(pod: Mapping[str, Any]) -> list[str]:
+    spec = pod.get("spec") or {}
+    return [str(c.get("name")) for c in (spec.get("containers") or ()) if isinstance(c, Mapping)]
+
+
+def _status(code: int, reason: str, message: str) -> web.Response:
+    doc: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure"}
+    doc |= {"message": message, "reason": reason, "code": code}
+    # The reason phrase carries the message too: a refused WebSocket handshake shows its client nothing else.
+    phrase = message.encode("ascii", "replace").decode().replace("\r", " ").replace("\n", " ")
+    return web.Response(status=code, reason=phrase, text=json.dumps(doc), content_type="application/json")
+
+
+def _clear_socket_path(path: Path) -> None:
+    """A new socket's directory (made 0700 when missing) and no stale socket in the way."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+
+
+def _client_gone(request: web.Request) -> bool:
+    return request.transport is None or request.transport.is_closing()
+
+
+def _open_log(path: Path) -> BinaryIO | None:
+    """The output file, open for reading; None while the container has written nothing."""
+    try:
+        return path.open("rb")
+    except FileNotFoundError:
+        return None
+
+
+class KubeletServer:
+    """The aiohttp application of rules 1 to 4; :meth:`serve` puts it on a unix socket (rule 5)."""
+
+    def __init__(
+        self,
+        pods: PodTable,
+        runner: ContainerExec,
+        log_path: Callable[[str, str], Path],
+        *,
+        poll_interval: float = 0.25,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.pods = pods
+        self.runner = runner
+        self.log_path = log_path
+        self.poll_interval = poll_interval
+        self.clock = clock
+        self._runner: web.AppRunner | None = None
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/containerLogs/{ns}/{pod}/{container}", self._logs)
+        app.router.add_get("/exec/{ns}/{pod}/{container}", self._exec)
+        return app
+
+    async def serve(self, socket_path: Path) -> None:
+        _clear_socket_path(socket_path)
+        self._runner = web.AppRunner(self.app(), handle_signals=False, access_log=None, shutdown_timeout=1.0)
+        await self._runner.setup()
+        old = os.umask(0o177)
+        try:
+            await web.UnixSite(self._runner, str(socket_path)).start()
+        finally:
+            os.umask(old)
+        os.chmod(socket_path, 0o600)
+
+    async def aclose(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def _find(self, request: web.Request) -> tuple[Mapping[str, Any], str] | web.Response:
+        ns, name, container = (request.match_info[k] for k in ("ns", "pod", "container"))
+        pod = self.pods.find_pod(ns, name)
+        if pod is None:
+            return _status(404, "NotFound", f'pod "{ns}/{name}" not found on this node')
+        if container not in _container_names(pod):
+            return _status(404, "NotFound", f'container "{container}" not found in pod "{ns}/{name}"')
+        return pod, container
+
+    # -- logs (rule 1) --------------------------------------------------------------------------------------------
+    async def _logs(self, request: web.Request) -> web.StreamResponse:
+        found = self._find(request)
+        if isinstance(found, web.Response):
+            return found
+        pod, container = found
+        try:
+            options = parse_log_options(request.query)
+        except LogOptionsError as exc:
+            return _status(exc.code, "BadRequest" if exc.code == 400 else "Invalid", exc.message)
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        ns, name = request.match_info["ns"], request.match_info["pod"]
+        response = web.StreamResponse(headers={"Content-Type": "text/plain"})
+        await response.prepare(request)
+        with contextlib.suppress(ConnectionResetError):
+            await self._stream_log(
+                response,
+                self.log_path(uid, container),
+                options,
+                lambda: self._alive(ns, name, uid, container) and not _client_gone(request),
+            )
+        return response
+
+    def _alive(self, ns: str, name: str, uid: str, container: str) -> bool:
+        pod = self.pods.find_pod(ns, name)
+        return pod is not None and (pod.get("metadata") or {}).get("uid") == uid and container_running(pod, container)
+
+    async def _stream_log(
+        self, response: web.StreamResponse, path: Path, options: LogOptions, alive: Callable[[], bool]
+    ) -> None:
+        while (opened := _open_log(path)) is None:
+            if not options.follow or not alive():
+                return
+            await asyncio.sleep(self.poll_interval)
+        with opened as f:
+            size = os.fstat(f.fileno()).st_size
+            tail = b""
+            if options.tail_lines is not None:
+                f.seek(max(0, size - TAIL_LOOKBACK))
+                tail = f.read(size - f.tell())
+            window = plan_window(options, size, tail, os.fstat(f.fileno()).st_mtime, self.clock())
+            f.seek(window.start)
+            left = window.limit
+            while left is None or left > 0:
+                chunk = f.read(CHUNK if left is None else min(CHUNK, left))
+                if chunk:
+                    await response.write(chunk)
+                    if left is not None:
+                        left -= len(chunk)
+                    continue
+                if not options.follow:
+                    return
+                running = alive()
+                await asyncio.sleep(self.poll_interval)
+                if not running and f.tell() >= os.fstat(f.fileno()).st_size:
+                    return
+
+    # -- exec (rule 2) --------------------------------------------------------------------------------------------
+    async def _exec(self, request: web.Request) -> web.StreamResponse:
+        found = self._find(request)
+        if isinstance(found, web.Response):
+            return found
+        pod, container = found
+        try:
+            options = parse_exec_options({k: request.query.getall(k) for k in request.query})
+        except ExecOptionsError as exc:
+            return _status(400, "BadRequest", str(exc))
+        if not container_running(pod, container):
+            return _status(400, "BadRequest", f'container "{container}" is not running')
+        ws = web.WebSocketResponse(protocols=PROTOCOLS, max_msg_size=MAX_MESSAGE, autoping=True)
+        await ws.prepare(request)
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        try:
+            proc = await self.runner.start(
+                uid, container, options.command, stdin=options.stdin, merge_stderr=options.tty
+            )
+        except OSError as exc:
+            await ws.send_bytes(status_message(failure_status(f"failed to run the command: {exc}")))
+            await ws.close()
+            return ws
+        await ExecSession(ws, proc, options).run()
+        return ws
+
+
+class ExecSession:
+    """One exec's relay between its WebSocket and its process (rules 2 and 3)."""
+
+    def __init__(self, ws: web.WebSocketResponse, proc: asyncio.subprocess.Process, options: ExecOptions) -> None:
+        self.ws = ws
+        self.proc = proc
+        self.options = options
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        pumps = [loop.create_task(self._pump(self.proc.stdout, Channel.STDOUT), name="exec stdout")]
+        if self.proc.stderr is not None:
+            pumps.append(loop.create_task(self._pump(self.proc.stderr, Channel.STDERR), name="exec stderr"))
+        feed = loop.create_task(self._feed(), name="exec stdin")
+        done = loop.create_task(self._finish(pumps), name="exec wait")
+        try:
+            await asyncio.wait([feed, done], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not done.done():  # the client went away: the command goes too
+                await self._stop()
+            for task in (*pumps, feed, done):
+                task.cancel()
+            for task in (*pumps, feed, done):
+                with contextlib.suppress(asyncio.CancelledError, ConnectionResetError):
+                    await task
+            await self._release()
+        if done.done() and not done.cancelled() and done.exception() is None:
+            with contextlib.suppress(ConnectionResetError):
+                await self.ws.send_bytes(status_message(exit_status(done.result())))
+        await self.ws.close()
+
+    async def _stop(self) -> None:
+        """SIGTERM first (runc forwards it to the command; a SIGKILL would end runc alone), then SIGKILL."""
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.terminate()
+        try:
+            async with asyncio.timeout(STOP_GRACE):
+                await self.proc.wait()
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+            await self.proc.wait()
+
+    async def _release(self) -> None:
+        """Drop what a killed command left in its pipes, so that they reach their end and close."""
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is None:
+                continue
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(2.0):  # a process the command left behind may hold the pipe open
+                    while await stream.read(CHUNK):
+                        pass
+
+    async def _finish(self, pumps: list[asyncio.Task[None]]) -> int:
+        await asyncio.gather(*pumps)
+        return await self.proc.wait()
+
+    async def _pump(self, stream: asyncio.StreamReader | None, channel: Channel) -> None:
+        if stream is None:
+            return
+        wanted = self.options.stdout if channel is Channel.STDOUT else self.options.stderr
+        while chunk := await stream.read(CHUNK):
+            if wanted:  # output nobody asked for is read and dropped, so the command never blocks on it
+                await self.ws.send_bytes(frame(channel, chunk))
+
+    async def _feed(self) -> None:
+        stdin = self.proc.stdin
+        async for msg in self.ws:
+            if msg.type is not WSMsgType.BINARY:
+                continue
+            f = parse_frame(msg.data)
+            if f is None:
+                continue
+            if f.channel is Channel.STDIN and stdin is not None and not stdin.is_closing():
+                stdin.write(f.data)
+                with contextlib.suppress(ConnectionResetError, BrokenPipeError):
+                    await stdin.drain()
+            elif closes_stdin(f) and stdin is not None:
+                stdin.close()
+        # The client closed: rule 2 ends the command (the caller kills it unless it already finished).
+        if stdin is not None and not stdin.is_closing():
+            stdin.close()

@@ -1,0 +1,356 @@
+"""``kubectl logs`` and ``kubectl exec``: the real kubectl against the embedded API server, which proxies
+``pods/log`` and ``pods/exec`` to a kubelet server on a unix socket (:mod:`ambit.lab.runtime.kubelet_server`) whose
+pods are a table the test writes and whose containers are local processes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import ssl
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+import pytest
+from tests.integration.lab_cluster import kubectl
+
+from ambit.apiserver.server import ApiServer, ApiServerSettings
+from ambit.k8s import KubeClient, kinds
+from ambit.k8s.remotecommand import PROTOCOLS, V5, Channel, frame, parse_frame
+from ambit.lab.runtime.kubelet_server import KubeletServer
+
+pytestmark = pytest.mark.kubectl
+
+
+@dataclass
+class FakePods:
+    """The pods the fake node runs, by (namespace, name); the test sets their status."""
+
+    pods: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+
+    def find_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        return self.pods.get((namespace, name))
+
+
+class LocalExec:
+    """Runs the command as a local process (the container is the test's own machine)."""
+
+    async def start(
+        self, pod_uid: str, container: str, argv: Sequence[str], *, stdin: bool, merge_stderr: bool
+    ) -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT if merge_stderr else asyncio.subprocess.PIPE,
+        )
+
+
+@dataclass
+class Rig:
+    kube: KubeClient
+    config: Path
+    pods: FakePods
+    logs: Path
+    server: ApiServer
+
+    def log_file(self, uid: str, container: str) -> Path:
+        return self.logs / uid / f"{container}.log"
+
+    async def pod(
+        self, name: str, containers: Sequence[str] = ("main",), node: str = "node-a", **meta: Any
+    ) -> dict[str, Any]:
+        """A running pod of ``node``, known to the fake kubelet when it is node-a's."""
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", **meta},
+            "spec": {
+                "nodeName": node,
+                "containers": [{"name": c, "image": "registry.example/x:1"} for c in containers],
+            },
+        }
+        pod = await self.kube.create(kinds.PODS, body, "default")
+        running = [
+            {"name": c, "ready": True, "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}} for c in containers
+        ]
+        status = {"phase": "Running", "containerStatuses": running}
+        pod = await self.kube.patch_status(kinds.PODS, name, {"status": status}, "default")
+        if node == "node-a":
+            self.pods.pods[("default", name)] = pod
+        return pod
+
+    def finish(self, name: str) -> None:
+        pod = self.pods.pods[("default", name)]
+        for cs in pod["status"]["containerStatuses"]:
+            cs["state"] = {"terminated": {"exitCode": 0}}
+
+
+@pytest.fixture
+def socket_dir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="kl", dir="/tmp"))  # short: a unix socket's path holds 107 bytes
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+async def rig(tmp_path: Path, socket_dir: Path) -> AsyncIterator[Rig]:
+    server = ApiServer(ApiServerSettings(data_dir=tmp_path / "apiserver", port=0, kubelet_socket_dir=socket_dir))
+    await server.start()
+    pods = FakePods()
+    logs = tmp_path / "logs"
+    kubelet = KubeletServer(pods, LocalExec(), lambda uid, c: logs / uid / f"{c}.log", poll_interval=0.05)
+    await kubelet.serve(socket_dir / "node-a" / "kubelet.sock")
+    try:
+        async with KubeClient.from_kubeconfig(server.kubeconfig) as kube:
+            yield Rig(kube, server.kubeconfig, pods, logs, server)
+    finally:
+        await kubelet.aclose()
+        await server.aclose()
+
+
+def write_log(rig: Rig, pod: dict[str, Any], container: str, text: str) -> None:
+    path = rig.log_file(pod["metadata"]["uid"], container)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        f.write(text)
+
+
+async def run_kubectl(config: Path, *args: str, stdin: bytes | None = None) -> tuple[int, str, str]:
+    env = dict(os.environ, KUBECONFIG=str(config), KUBECACHEDIR=str(config.parent / "kubecache"))
+    proc = await asyncio.create_subprocess_exec(
+        "kubectl",
+        *args,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(stdin), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+# -- logs ---------------------------------------------------------------------------------------------------------
+async def test_kubectl_logs_prints_the_containers_output_and_its_tail(rig: Rig) -> None:
+    pod = await rig.pod("p")
+    write_log(rig, pod, "main", "one\ntwo\nthree\n")
+    assert await kubectl(rig.config, "logs", "p") == "one\ntwo\nthree\n"
+    assert await kubectl(rig.config, "logs", "p", "--tail=1") == "three\n"
+    assert await kubectl(rig.config, "logs", "p", "--limit-bytes=5") == "one\nt"
+
+
+async def test_kubectl_logs_follow_streams_appended_output_until_the_container_finishes(rig: Rig) -> None:
+    pod = await rig.pod("p")
+    write_log(rig, pod, "main", "first\n")
+    follow = asyncio.create_task(run_kubectl(rig.config, "logs", "-f", "p"))
+    await asyncio.sleep(1.0)
+    write_log(rig, pod, "main", "second\n")
+    await asyncio.sleep(0.5)
+    assert not follow.done()
+    rig.finish("p")
+    code, out, err = await asyncio.wait_for(follow, 30)
+    assert (code, out) == (0, "first\nsecond\n"), err
+
+
+async def test_kubectl_logs_of_a_pod_with_two_containers_needs_a_name_or_the_default_annotation(rig: Rig) -> None:
+    await rig.pod("two", containers=("a", "b"))
+    pod = await rig.pod(
+        "annotated", containers=("a", "b"), annotations={"kubectl.kubernetes.io/default-container": "b"}
+    )
+    write_log(rig, pod, "b", "from b\n")
+    assert await kubectl(rig.config, "logs", "annotated") == "from b\n"
+    assert await kubectl(rig.config, "logs", "two", "-c", "a") == ""
+    code, _, err = await run_kubectl(rig.config, "get", "--raw", "/api/v1/namespaces/default/pods/two/log")
+    assert code != 0
+    assert "a container name must be specified for pod two, choose one of: [a b]" in err
+
+
+async def test_kubectl_logs_refuses_previous_timestamps_and_a_negative_tail_with_kubes_codes(rig: Rig) -> None:
+    await rig.pod("p")
+    code, _, err = await run_kubectl(rig.config, "logs", "p", "--previous")
+    assert code != 0 and 'previous terminated container "main" in pod "p" not found' in err
+    code, _, err = await run_kubectl(rig.config, "logs", "p", "--timestamps")
+    assert code != 0 and "timestamps are not available" in err
+    code, _, err = await run_kubectl(rig.config, "get", "--raw", "/api/v1/namespaces/default/pods/p/log?tailLines=-3")
+    assert code != 0 and "tailLines: Invalid value: -3" in err
+
+
+# -- exec ---------------------------------------------------------------------------------------------------------
+async def test_kubectl_exec_relays_stdout_stderr_and_the_exit_code(rig: Rig) -> None:
+    await rig.pod("p")
+    code, out, err = await run_kubectl(rig.config, "exec", "p", "--", "sh", "-c", "echo out; echo err >&2; exit 3")
+    assert code == 3
+    assert out == "out\n"
+    assert "err\n" in err
+    code, out, _ = await run_kubectl(rig.config, "exec", "p", "--", "echo", "fine")
+    assert (code, out) == (0, "fine\n")
+
+
+async def test_kubectl_exec_with_stdin_pipes_it_to_the_command_and_ends_at_its_end(rig: Rig) -> None:
+    await rig.pod("p")
+    data = b"".join(b"line %d\n" % i for i in range(20000))
+    code, out, err = await run_kubectl(rig.config, "exec", "-i", "p", "--", "cat", stdin=data)
+    assert code == 0, err
+    assert out.encode() == data
+
+
+async def test_kubectl_exec_into_a_deployment_resolves_to_its_pod(rig: Rig) -> None:
+    await rig.kube.create(
+        kinds.DEPLOYMENTS,
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "x", "namespace": "default"},
+            "spec": {
+                "selector": {"matchLabels": {"app": "x"}},
+                "template": {
+                    "metadata": {"labels": {"app": "x"}},
+                    "spec": {"containers": [{"name": "main", "image": "registry.example/x:1"}]},
+                },
+            },
+        },
+        "default",
+    )
+    await rig.pod("x-1", labels={"app": "x"})
+    code, out, err = await run_kubectl(rig.config, "exec", "deploy/x", "--", "sh", "-c", "echo $0", "resolved")
+    assert (code, out) == (0, "resolved\n"), err
+    code, _, err = await run_kubectl(rig.config, "exec", "deploy/x", "--", "true")
+    assert code == 0, err
+
+
+def role(name: str, verbs: list[str]) -> str:
+    """A Role granting ``verbs`` on pods and pods/exec, bound to the user jane."""
+    return f"""
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: {name}, namespace: default}}
+rules: [{{apiGroups: [""], resources: [pods, pods/exec], verbs: {verbs}}}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: {name}, namespace: default}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: {name}}}
+subjects: [{{apiGroup: rbac.authorization.k8s.io, kind: User, name: jane}}]
+"""
+
+
+async def test_kubectl_exec_needs_create_on_pods_exec(rig: Rig) -> None:
+    await rig.pod("p")
+    await kubectl(rig.config, "apply", "-f", "-", stdin=role("reader", ["get", "list"]))
+    code, _, err = await run_kubectl(rig.config, "exec", "p", "--as=jane", "--", "true")
+    assert code != 0
+    assert 'User "jane" cannot create resource "pods/exec" in API group "" in the namespace "default"' in err
+    await kubectl(rig.config, "apply", "-f", "-", stdin=role("execer", ["create"]))
+    code, out, err = await run_kubectl(rig.config, "exec", "p", "--as=jane", "--", "echo", "allowed")
+    assert (code, out) == (0, "allowed\n"), err
+
+
+async def test_a_node_cannot_exec_into_a_pod_of_another_node(rig: Rig) -> None:
+    await rig.pod("elsewhere", node="node-b")
+    as_node = ("--as=system:node:node-a", "--as-group=system:nodes", "--as-group=system:authenticated")
+    code, _, err = await run_kubectl(rig.config, "exec", "elsewhere", *as_node, "--", "true")
+    assert code != 0
+    assert "forbidden" in err.lower()
+
+
+async def test_exec_refuses_a_pod_without_a_node_and_a_kubelet_that_cannot_be_reached(rig: Rig) -> None:
+    await rig.pod("far", node="node-z")
+    code, _, err = await run_kubectl(rig.config, "exec", "far", "--", "true")
+    assert code != 0 and "error dialing backend" in err
+    code, _, err = await run_kubectl(rig.config, "logs", "far")
+    assert code != 0 and "error dialing backend" in err
+    await rig.kube.create(
+        kinds.PODS,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "pending", "namespace": "default"},
+            "spec": {"containers": [{"name": "main", "image": "registry.example/x:1"}]},
+        },
+        "default",
+    )
+    code, _, err = await run_kubectl(rig.config, "exec", "pending", "--", "true")
+    assert code != 0 and "pod pending does not have a host assigned" in err
+    code, _, err = await run_kubectl(rig.config, "logs", "pending")
+    assert code != 0 and 'container "main" in pod "pending" is waiting to start: ContainerCreating' in err
+
+
+# -- the protocol, spoken by hand -----------------------------------------------------------------------------------
+def exec_url(rig: Rig, *command: str, stdin: bool = False) -> str:
+    words = "&".join(f"command={quote(w)}" for w in command)
+    flags = "&stdout=true&stderr=true" + ("&stdin=true" if stdin else "")
+    return f"{rig.server.url}/api/v1/namespaces/default/pods/p/exec?{words}{flags}"
+
+
+async def open_exec(rig: Rig, session: aiohttp.ClientSession, url: str) -> aiohttp.ClientWebSocketResponse:
+    context = ssl.create_default_context(cafile=str(rig.server.settings.data_dir / "pki" / "ca.crt"))
+    return await session.ws_connect(
+        url,
+        protocols=PROTOCOLS,
+        headers={"Authorization": f"Bearer {rig.server.admin_token}"},
+        ssl=context,
+        max_msg_size=0,
+    )
+
+
+async def test_exec_tolerates_empty_messages_and_ends_stdin_at_v5s_close(rig: Rig) -> None:
+    await rig.pod("p")
+    async with aiohttp.ClientSession() as session:
+        ws = await open_exec(rig, session, exec_url(rig, "cat", stdin=True))
+        assert ws.protocol == V5
+        await ws.send_bytes(b"")
+        await ws.send_bytes(frame(Channel.STDIN, b""))
+        await ws.send_bytes(frame(Channel.RESIZE, b'{"Width": 80, "Height": 24}'))
+        await ws.send_bytes(frame(Channel.STDIN, b"hello "))
+        await ws.send_bytes(frame(Channel.STDIN, b"there"))
+        await ws.send_bytes(frame(Channel.CLOSE, bytes((Channel.STDIN,))))
+        out, status = b"", None
+        async for msg in ws:
+            got = parse_frame(msg.data)
+            assert got is not None
+            if got.channel is Channel.STDOUT:
+                out += got.data
+            elif got.channel is Channel.ERROR:
+                status = json.loads(got.data)
+        assert out == b"hello there"
+        assert status == {"metadata": {}, "status": "Success"}
+
+
+async def test_a_client_that_never_reads_stalls_the_command_and_leaving_ends_it(rig: Rig, tmp_path: Path) -> None:
+    await rig.pod("p")
+    marker = tmp_path / "finished"
+    script = f"import sys; sys.stdout.buffer.write(bytes(200_000_000)); open({str(marker)!r}, 'w')"
+    async with aiohttp.ClientSession() as session:
+        ws = await open_exec(rig, session, exec_url(rig, sys.executable, "-c", script))
+        await asyncio.sleep(3)  # 200 MB through unbounded buffers would be done by now
+        assert not marker.exists()
+        await ws.close()
+    await asyncio.sleep(1)
+    assert not marker.exists()  # the command was killed, not left to finish
+
+
+async def test_the_kubelet_socket_is_root_only_and_knows_only_its_own_pods(rig: Rig, socket_dir: Path) -> None:
+    path = socket_dir / "node-a" / "kubelet.sock"
+    assert path.stat().st_mode & 0o777 == 0o600
+    await rig.pod("p")
+    await rig.pod("elsewhere", node="node-b")
+    async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=str(path))) as session:
+        async with session.get("http://node-a/containerLogs/default/elsewhere/main") as response:
+            assert response.status == 404
+            assert 'pod "default/elsewhere" not found on this node' in (await response.json())["message"]
+        async with session.get("http://node-a/containerLogs/default/p/other") as response:
+            assert response.status == 404
+        async with session.get("http://node-a/containerLogs/default/p/main?tailLines=-1") as response:
+            assert response.status == 422
+        async with session.get("http://node-a/exec/default/p/main?stdout=true") as response:
+            assert response.status == 400  # no command
