@@ -71,9 +71,22 @@ async def review(api: ApiClient, token: str, audiences: list[str] | None = None)
     return status
 
 
-def move_clock(apiserver: ApiServer, seconds: float) -> None:
+def freeze_clock(apiserver: ApiServer) -> float:
+    """Stop the server's clock at the current second's start; move_clock then counts from there.
+
+    Tokens carry whole seconds (``iat = int(now)``), so a running clock that crosses a second between issuing and
+    reviewing a token would shorten its life by up to a second: a test that moves the clock to one second before
+    expiry must not depend on the machine's speed.
+    """
     assert apiserver.manager is not None
-    apiserver.manager.clock = lambda: time.time() + seconds
+    base = float(int(time.time()))
+    apiserver.manager.clock = lambda: base
+    return base
+
+
+def move_clock(apiserver: ApiServer, base: float, seconds: float) -> None:
+    assert apiserver.manager is not None
+    apiserver.manager.clock = lambda: base + seconds
 
 
 async def test_token_request_answers_a_token_request_with_its_expiry(api: ApiClient) -> None:
@@ -120,10 +133,11 @@ async def test_review_with_the_wrong_audience_is_unauthenticated(api: ApiClient)
 
 
 async def test_expired_token(apiserver: ApiServer, api: ApiClient) -> None:
+    base = freeze_clock(apiserver)
     token = await request_token(api, token_request(["istio-ca"], seconds=600))
-    move_clock(apiserver, 599)
+    move_clock(apiserver, base, 599)
     assert (await review(api, token, ["istio-ca"]))["authenticated"] is True
-    move_clock(apiserver, 601)
+    move_clock(apiserver, base, 601)
     status = await review(api, token, ["istio-ca"])
     assert not status.get("authenticated") and "expired" in status["error"]
 
@@ -145,10 +159,11 @@ async def test_token_of_a_recreated_pod_is_refused(api: ApiClient) -> None:
 
 
 async def test_token_of_a_pod_past_its_deletion_time_is_refused(apiserver: ApiServer, api: ApiClient) -> None:
+    base = freeze_clock(apiserver)
     token = await request_token(api, token_request(["istio-ca"], pod_ref=await pod_ref(api)))
     await api.delete(f"{NS}/pods/ztunnel-abc")  # graceful: 30 s
     assert (await review(api, token, ["istio-ca"]))["authenticated"] is True
-    move_clock(apiserver, 60)
+    move_clock(apiserver, base, 60)
     status = await review(api, token, ["istio-ca"])
     assert not status.get("authenticated") and status["error"] == "token has been invalidated"
 
@@ -275,13 +290,14 @@ async def test_token_for_another_audience_does_not_authenticate_requests(apiserv
 
 
 async def test_expired_or_orphaned_token_does_not_authenticate_requests(apiserver: ApiServer, api: ApiClient) -> None:
+    base = freeze_clock(apiserver)
     token = await request_token(api, token_request(pod_ref=await pod_ref(api)))
     await grant(api, "view", "mesh", "ztunnel")
     async with ApiClient.for_server(apiserver, token) as as_sa:
         assert (await as_sa.get("/api/v1/namespaces/mesh/pods")).status == 200
-        move_clock(apiserver, 3600)
+        move_clock(apiserver, base, 3600)
         assert_status(await as_sa.get("/api/v1/namespaces/mesh/pods"), 401)
-        move_clock(apiserver, 0)
+        move_clock(apiserver, base, 0)
         assert (await as_sa.get("/api/v1/namespaces/mesh/pods")).status == 200
         await api.delete(f"{NS}/pods/ztunnel-abc", gracePeriodSeconds="0")
         assert_status(await as_sa.get("/api/v1/namespaces/mesh/pods"), 401)
