@@ -21,12 +21,16 @@ import aiohttp
 import pytest
 from tests.integration.lab_cluster import kubectl
 
+from ambit.apiserver.limits import LimitSettings
 from ambit.apiserver.server import ApiServer, ApiServerSettings
 from ambit.k8s import KubeClient, kinds
 from ambit.k8s.remotecommand import PROTOCOLS, V5, Channel, frame, parse_frame
 from ambit.lab.runtime.kubelet_server import KubeletServer
 
 pytestmark = pytest.mark.kubectl
+
+STREAM_LIMIT = 3
+"""Open pod streams a user other than an admin may hold in these tests."""
 
 
 @dataclass
@@ -104,7 +108,14 @@ def socket_dir() -> Iterator[Path]:
 
 @pytest.fixture
 async def rig(tmp_path: Path, socket_dir: Path) -> AsyncIterator[Rig]:
-    server = ApiServer(ApiServerSettings(data_dir=tmp_path / "apiserver", port=0, kubelet_socket_dir=socket_dir))
+    server = ApiServer(
+        ApiServerSettings(
+            data_dir=tmp_path / "apiserver",
+            port=0,
+            kubelet_socket_dir=socket_dir,
+            limits=LimitSettings(max_pod_streams_per_user=STREAM_LIMIT),
+        )
+    )
     await server.start()
     pods = FakePods()
     logs = tmp_path / "logs"
@@ -228,13 +239,13 @@ async def test_kubectl_exec_into_a_deployment_resolves_to_its_pod(rig: Rig) -> N
     assert code == 0, err
 
 
-def role(name: str, verbs: list[str]) -> str:
-    """A Role granting ``verbs`` on pods and pods/exec, bound to the user jane."""
+def role(name: str, verbs: list[str], resources: str = "pods, pods/exec") -> str:
+    """A Role granting ``verbs`` on ``resources`` (pods and pods/exec), bound to the user jane."""
     return f"""
 apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
 metadata: {{name: {name}, namespace: default}}
-rules: [{{apiGroups: [""], resources: [pods, pods/exec], verbs: {verbs}}}]
+rules: [{{apiGroups: [""], resources: [{resources}], verbs: {verbs}}}]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
@@ -337,6 +348,41 @@ async def test_a_client_that_never_reads_stalls_the_command_and_leaving_ends_it(
         await ws.close()
     await asyncio.sleep(1)
     assert not marker.exists()  # the command was killed, not left to finish
+
+
+async def test_a_user_cannot_hold_more_open_log_and_exec_streams_than_the_limit(rig: Rig) -> None:
+    """The attack: a viewer opens ``logs -f`` streams without end, each a task, a kubelet connection and a poll."""
+    pod = await rig.pod("p")
+    write_log(rig, pod, "main", "line\n")
+    grant = role("tailer", ["get", "create"], resources="pods, pods/log, pods/exec")
+    await kubectl(rig.config, "apply", "-f", "-", stdin=grant)
+    context = ssl.create_default_context(cafile=str(rig.server.settings.data_dir / "pki" / "ca.crt"))
+    as_jane = {"Authorization": f"Bearer {rig.server.admin_token}", "Impersonate-User": "jane"}
+    follow = f"{rig.server.url}/api/v1/namespaces/default/pods/p/log?follow=true"
+    async with aiohttp.ClientSession(headers=as_jane) as session:
+        held = [await session.get(follow, ssl=context) for _ in range(STREAM_LIMIT)]
+        assert [r.status for r in held] == [200] * STREAM_LIMIT
+        refused = await session.get(follow, ssl=context)
+        assert refused.status == 429 and refused.headers["Retry-After"] == "1"
+        body = await refused.json()
+        assert body["reason"] == "TooManyRequests"
+        assert body["message"] == f"too many pod streams: jane has {STREAM_LIMIT} open, the limit is {STREAM_LIMIT}"
+        with pytest.raises(aiohttp.WSServerHandshakeError) as raised:  # exec takes from the same count
+            await session.ws_connect(exec_url(rig, "true"), protocols=PROTOCOLS, ssl=context)
+        assert raised.value.status == 429
+        code, out, err = await run_kubectl(rig.config, "logs", "p")  # the admin is exempt
+        assert (code, out) == (0, "line\n"), err
+        held.pop().close()  # a stream that ends gives its place back
+        for _ in range(100):
+            again = await session.get(follow, ssl=context)
+            if again.status == 200:
+                break
+            again.release()
+            await asyncio.sleep(0.05)
+        assert again.status == 200
+        again.close()
+        for response in held:
+            response.close()
 
 
 async def test_the_kubelet_socket_is_root_only_and_knows_only_its_own_pods(rig: Rig, socket_dir: Path) -> None:

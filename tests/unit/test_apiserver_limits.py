@@ -44,6 +44,20 @@ def test_watches_are_counted_per_user_and_freed_when_closed() -> None:
     assert limiter.watches(ALICE) == 0
 
 
+def test_pod_streams_are_counted_apart_from_watches() -> None:
+    limiter = UserLimiter(LimitSettings(max_watches_per_user=1, max_pod_streams_per_user=2))
+    assert limiter.open_watch(ALICE) and not limiter.open_watch(ALICE)
+    assert limiter.open_pod_stream(ALICE) and limiter.open_pod_stream(ALICE)  # watches do not take from them
+    assert not limiter.open_pod_stream(ALICE) and limiter.pod_streams(ALICE) == 2
+    assert limiter.open_pod_stream(BOB) and all(limiter.open_pod_stream(ADMIN) for _ in range(100))
+    limiter.close_pod_stream(ALICE)
+    assert limiter.open_pod_stream(ALICE)
+    for _ in range(2):
+        limiter.close_pod_stream(ALICE)
+    limiter.close_pod_stream(BOB)
+    assert limiter._pod_streams == {} and limiter.watches(ALICE) == 1
+
+
 def test_buckets_of_idle_users_are_forgotten() -> None:
     limiter = UserLimiter(LimitSettings(requests_per_second=10.0, burst=10))
     for i in range(1000):

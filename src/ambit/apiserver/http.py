@@ -344,9 +344,19 @@ class ApiHttp:
         if request.method not in allowed:
             raise errors.method_not_allowed(f"{request.method} is not supported on {request.path}")
         pod = self.manager.get(t.rtype, t.namespace, t.name).obj
-        if t.subresource == "log":
-            return await self.pod_streams.logs(request, pod)
-        return await self.pod_streams.exec(request, pod)
+        user: User = request[USER]
+        if not self.limiter.open_pod_stream(user):
+            raise errors.too_many_requests(
+                f"too many pod streams: {user.username} has {self.limiter.pod_streams(user)} open, "
+                f"the limit is {self.settings.limits.max_pod_streams_per_user}",
+                1,
+            )
+        try:
+            if t.subresource == "log":
+                return await self.pod_streams.logs(request, pod)
+            return await self.pod_streams.exec(request, pod)
+        finally:
+            self.limiter.close_pod_stream(user)
 
     async def _scale(self, request: web.Request, t: Target, user: User, dry_run: bool) -> web.Response:
         m = self.manager

@@ -1,4 +1,4 @@
-"""Per-user fairness: a token bucket of requests per user, and a count of each user's open watches.
+"""Per-user fairness: a token bucket of requests per user, and a count of each user's open long-running requests.
 
 Pure bookkeeping: no I/O, time passed in as ``now`` (monotonic seconds). The HTTP shell asks before serving and
 answers a refusal with 429 TooManyRequests and ``Retry-After``, as kube-apiserver's API Priority and Fairness does
@@ -11,9 +11,13 @@ Rules:
 2. Every other user has a bucket of ``burst`` tokens that refills at ``requests_per_second``; a request takes one
    token. With less than one left, the request is refused with the whole seconds until one is back (at least 1).
 3. A user holds at most ``max_watches_per_user`` open watches; one more is refused (Retry-After 1) until one ends.
-4. Users are told apart by name (a service account's token and a second token for it are one user).
-5. Memory is bounded by the users active recently: a bucket that would be full again is forgotten (a new bucket is
-   full too, so forgetting changes nothing), and a user with no open watch has no watch entry.
+4. A user holds at most ``max_pod_streams_per_user`` open pod streams (``pods/log``, ``pods/exec`` and the other
+   subresources relayed to a kubelet): each holds a kubelet connection and, for exec, a process on the node, so a
+   viewer who may read logs cannot pile up ``logs -f`` streams without bound; one more is refused (Retry-After 1).
+   Watches and pod streams are counted apart: a controller's watches never starve a user's ``kubectl exec``.
+5. Users are told apart by name (a service account's token and a second token for it are one user).
+6. Memory is bounded by the users active recently: a bucket that would be full again is forgotten (a new bucket is
+   full too, so forgetting changes nothing), and a user with nothing open has no entry in the counts.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ class LimitSettings:
     """Requests a user may make at once after being idle (the bucket's size)."""
     max_watches_per_user: int = 100
     """Open watches per user; one more is answered 429."""
+    max_pod_streams_per_user: int = 32
+    """Open pod streams (logs, exec, and the like) per user; one more is answered 429 (rule 4)."""
     exempt_groups: tuple[str, ...] = ("system:masters",)
     """Groups never limited."""
     watch_send_timeout: float = 10.0
@@ -49,12 +55,13 @@ class _Bucket:
 
 
 class UserLimiter:
-    """Rules 1-5 for every user of one server."""
+    """Rules 1-6 for every user of one server."""
 
     def __init__(self, settings: LimitSettings) -> None:
         self.settings = settings
         self._buckets: dict[str, _Bucket] = {}
         self._watches: dict[str, int] = {}
+        self._pod_streams: dict[str, int] = {}
         self._last_sweep = -math.inf
 
     def exempt(self, user: User) -> bool:
@@ -79,28 +86,44 @@ class UserLimiter:
 
     def open_watch(self, user: User) -> bool:
         """Count a new watch of ``user``; False (nothing counted) when the user is at the limit (rule 3)."""
-        if self.exempt(user):
-            return True
-        held = self._watches.get(user.username, 0)
-        if held >= self.settings.max_watches_per_user:
-            return False
-        self._watches[user.username] = held + 1
-        return True
+        return self._open(self._watches, user, self.settings.max_watches_per_user)
 
     def close_watch(self, user: User) -> None:
-        if self.exempt(user):
-            return
-        held = self._watches.get(user.username, 0) - 1
-        if held > 0:
-            self._watches[user.username] = held
-        else:
-            self._watches.pop(user.username, None)
+        self._close(self._watches, user)
 
     def watches(self, user: User) -> int:
         return self._watches.get(user.username, 0)
 
+    def open_pod_stream(self, user: User) -> bool:
+        """Count a new pod stream of ``user``; False (nothing counted) when the user is at the limit (rule 4)."""
+        return self._open(self._pod_streams, user, self.settings.max_pod_streams_per_user)
+
+    def close_pod_stream(self, user: User) -> None:
+        self._close(self._pod_streams, user)
+
+    def pod_streams(self, user: User) -> int:
+        return self._pod_streams.get(user.username, 0)
+
+    def _open(self, counts: dict[str, int], user: User, limit: int) -> bool:
+        if self.exempt(user):
+            return True
+        held = counts.get(user.username, 0)
+        if held >= limit:
+            return False
+        counts[user.username] = held + 1
+        return True
+
+    def _close(self, counts: dict[str, int], user: User) -> None:
+        if self.exempt(user):
+            return
+        held = counts.get(user.username, 0) - 1
+        if held > 0:
+            counts[user.username] = held
+        else:
+            counts.pop(user.username, None)
+
     def _sweep(self, now: float) -> None:
-        """Forget buckets that are full again (rule 5), at most once per refill time."""
+        """Forget buckets that are full again (rule 6), at most once per refill time."""
         s = self.settings
         refill = s.burst / s.requests_per_second
         if now - self._last_sweep < refill:

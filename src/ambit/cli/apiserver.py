@@ -39,6 +39,9 @@ def apiserver(
     user_qps: Annotated[float, typer.Option(help="Sustained requests per second per user (admins exempt).")] = 100.0,
     user_burst: Annotated[int, typer.Option(help="Requests per user at once after a pause.")] = 200,
     max_watches_per_user: Annotated[int, typer.Option(help="Open watches per user (admins exempt).")] = 100,
+    max_pod_streams_per_user: Annotated[
+        int, typer.Option(help="Open pods/log and pods/exec streams per user (admins exempt).")
+    ] = 32,
     runtime_config: Annotated[
         list[str] | None,
         typer.Option(help="GROUP/VERSION=false turns a built-in API off, as kube-apiserver's flag (repeatable)."),
@@ -89,6 +92,7 @@ def apiserver(
             requests_per_second=user_qps,
             burst=user_burst,
             max_watches_per_user=max_watches_per_user,
+            max_pod_streams_per_user=max_pod_streams_per_user,
             watch_send_timeout=watch_send_timeout,
         ),
     )
