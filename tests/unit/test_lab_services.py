@@ -22,7 +22,7 @@ from json_strategies import json_values, perturbed
 from ambit.apiserver.server import ApiServer, ApiServerSettings
 from ambit.commands import Call, CommandResult, RecordingRunner
 from ambit.k8s import InformerSettings, KubeClient, kinds
-from ambit.lab.network import services_apply
+from ambit.lab.network import nft_tables
 from ambit.lab.network.services import RenderedRules, render_service_rules
 from ambit.lab.network.services_apply import (
     ServiceProxy,
@@ -539,8 +539,8 @@ async def test_an_nft_that_hangs_is_a_failure_after_the_timeout(monkeypatch: pyt
             await asyncio.sleep(10)
             raise AssertionError("not reached")
 
-    assert services_apply.NFT_TIMEOUT == 10.0
-    monkeypatch.setattr(services_apply, "NFT_TIMEOUT", 0.05)
+    assert nft_tables.NFT_TIMEOUT == 10.0
+    monkeypatch.setattr(nft_tables, "NFT_TIMEOUT", 0.05)
     with pytest.raises(ServiceRulesError, match=r"applying .* nft exited 124: timed out after 0\.05 s") as caught:
         await apply_rules("ab12-node-1", "table ip x {}\n", Hanging())
     assert caught.value.returncode == 124

@@ -7,47 +7,43 @@
   script and one ``nft -f``.
 - :func:`remove_rules` deletes the tables (both families) with ``add table`` + ``delete table`` in one
   ``nft -f``: idempotent, and a namespace that is already gone counts as removed.
-- :class:`ServiceProxy` is what a node runtime embeds: two informers (Services, EndpointSlices); any change marks
-  the rules dirty, and one task re-renders after a short debounce and re-applies only when the script changed.
-  A failed apply is logged and retried after a delay that doubles up to a cap; a success resets it.
-
-Commands go through a :class:`~ambit.commands.CommandRunner` (the seam unit tests replace with a
-:class:`~ambit.commands.RecordingRunner`); :class:`~ambit.commands.SubprocessRunner` is the real one. An
-``nft`` that does not finish within :data:`NFT_TIMEOUT` seconds is killed and counts as exit code 124.
+- :class:`ServiceProxy` is what a node runtime embeds: a :class:`~ambit.lab.network.nft_tables.TableKeeper` over
+  two informers (Services, EndpointSlices), which re-renders after a short debounce, re-applies only when the
+  script changed and retries a failed apply with back-off (:mod:`ambit.lab.network.nft_tables`, which also runs
+  ``nft`` with its timeout).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
+from typing import Any
 
-from ambit.commands import CommandResult, CommandRunner, SubprocessRunner
-from ambit.errors import AmbitError
-from ambit.k8s import Informer, InformerSettings, KubeClient, ResourceKind, kinds
+from ambit.commands import CommandRunner
+from ambit.k8s import KubeClient, kinds
+from ambit.lab.network.nft_tables import (
+    KeeperSettings,
+    KeeperStats,
+    NftRulesError,
+    Rendering,
+    TableKeeper,
+    apply_script,
+    removal_script,
+    remove_tables,
+)
 from ambit.lab.network.services import FAMILY, FAMILY6, TABLE, RenderedRules, render_service_rules
 from ambit.lab.network.topology import SERVICE_CIDR_V6, Topology
 
 log = logging.getLogger("ambit.lab.network.services")
 
-_REMOVE_SCRIPT = "".join(f"add table {f} {TABLE}\ndelete table {f} {TABLE}\n" for f in (FAMILY, FAMILY6)).encode()
-_NO_NETNS = b"Cannot open network namespace"
-NFT_TIMEOUT = 10.0
-"""Seconds an ``nft`` run may take before it is killed (exit code 124)."""
 
-
-class ServiceRulesError(AmbitError):
+class ServiceRulesError(NftRulesError):
     """``nft`` refused the Service rules (or could not be run) in a node namespace."""
 
-    def __init__(self, netns: str, action: str, returncode: int, stderr: bytes) -> None:
-        self.netns = netns
-        self.returncode = returncode
-        self.stderr = stderr.decode(errors="replace").strip()
-        super().__init__(f"{action} Service rules in {netns}: nft exited {returncode}: {self.stderr[-500:]}")
+    what = "Service rules"
 
 
 BRIDGE_NF_CALL_IPTABLES = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
@@ -84,64 +80,30 @@ def bridge_netfilter_enabled(setting: Path = BRIDGE_NF_CALL_IPTABLES) -> bool:
         return False
 
 
-def _nft(netns: str) -> list[str]:
-    """``nft -f -`` in the named namespace, or in our own for ``""`` (a node runtime started inside its node)."""
-    return ["ip", "netns", "exec", netns, "nft", "-f", "-"] if netns else ["nft", "-f", "-"]
-
-
-async def run_nft(netns: str, script: bytes, runner: CommandRunner) -> CommandResult:
-    """``nft -f -`` with ``script`` on stdin; one that outlasts :data:`NFT_TIMEOUT` is killed, reported as exit 124."""
-    argv = _nft(netns)
-    try:
-        async with asyncio.timeout(NFT_TIMEOUT):
-            return await runner.run_async(argv, stdin=script, check=False)
-    except TimeoutError:
-        return CommandResult(tuple(argv), 124, b"", f"timed out after {NFT_TIMEOUT} s".encode())
-
-
 async def apply_rules(netns: str, script: str, runner: CommandRunner) -> None:
     """Replace the table in ``netns`` (``""``: this process's namespace) with ``script``.
 
     Raises :class:`ServiceRulesError`.
     """
-    result = await run_nft(netns, script.encode(), runner)
-    if result.returncode != 0:
-        raise ServiceRulesError(netns or "this namespace", "applying", result.returncode, result.stderr)
+    await apply_script(netns, script, runner, ServiceRulesError)
 
 
 async def remove_rules(netns: str, runner: CommandRunner) -> None:
-    """Delete the table from ``netns``; nothing to do when it (or the namespace) is already gone."""
-    result = await run_nft(netns, _REMOVE_SCRIPT, runner)
-    if result.returncode != 0 and not (netns and _NO_NETNS in result.stderr):
-        raise ServiceRulesError(netns or "this namespace", "removing", result.returncode, result.stderr)
+    """Delete the tables from ``netns``; nothing to do when they (or the namespace) are already gone."""
+    await remove_tables(netns, ServiceProxy.removal, runner, ServiceRulesError)
 
 
-@dataclass(frozen=True, slots=True)
-class ServiceProxySettings:
-    """How a :class:`ServiceProxy` batches changes and retries."""
-
-    debounce: float = 0.05
-    """Seconds to wait after a change for more changes before rendering once for all of them."""
-    retry_initial: float = 0.5
-    """Seconds before retrying a failed apply; doubles on each failure up to ``retry_max``."""
-    retry_max: float = 10.0
-    informer: InformerSettings | None = None
-    """Settings of the two informers (their defaults when None)."""
+ServiceProxySettings = KeeperSettings
+"""How a :class:`ServiceProxy` batches changes and retries (its debounce: 50 ms)."""
+ServiceProxyStats = KeeperStats
 
 
-@dataclass(slots=True)
-class ServiceProxyStats:
-    """Counters, for metrics and tests."""
-
-    renders: int = 0
-    applies: int = 0
-    unchanged: int = 0
-    """Renders that gave the script already applied (no ``nft`` run)."""
-    failures: int = 0
-
-
-class ServiceProxy:
+class ServiceProxy(TableKeeper):
     """Keeps the Service rules of one node namespace in step with the cluster's Services and EndpointSlices."""
+
+    what = "service rules"
+    error = ServiceRulesError
+    removal = removal_script([(FAMILY, TABLE), (FAMILY6, TABLE)])
 
     def __init__(
         self,
@@ -155,7 +117,7 @@ class ServiceProxy:
         bridge_netfilter: bool = False,
         ipv6: NodeIpv6 | None = None,
         runner: CommandRunner | None = None,
-        settings: ServiceProxySettings | None = None,
+        settings: KeeperSettings | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         # a bad node setting is a ValueError now, not in the task later
@@ -171,84 +133,25 @@ class ServiceProxy:
         if ipv6 is not None:
             _render_v6([], [], ipv6)
         self.ipv6 = ipv6
-        self.netns = netns
         self.node_pod_cidr = node_pod_cidr
         self.node_gateway = node_gateway
         self.service_cidr = service_cidr
         self.load_balancer_cidr = load_balancer_cidr
         self.bridge_netfilter = bridge_netfilter
-        self.settings = settings or ServiceProxySettings()
-        self.stats = ServiceProxyStats()
         self.rendered: RenderedRules | None = None
         """The last rendered rules (applied or not)."""
-        self._runner = runner or SubprocessRunner()
-        self._sleep = sleep
-        self._dirty = asyncio.Event()
-        self._applied: str | None = None
-        self._reported: set[str] = set()
-        self._task: asyncio.Task[None] | None = None
-        self._where = netns or "this namespace"
-        self._services = self._informer(client, kinds.SERVICES)
-        self._slices = self._informer(client, kinds.ENDPOINT_SLICES)
-
-    def _informer(self, client: KubeClient, kind: ResourceKind) -> Informer:
-        changed = self._changed
-        return Informer(
-            client, kind, on_add=changed, on_update=changed, on_delete=changed, settings=self.settings.informer
+        super().__init__(
+            client,
+            (kinds.SERVICES, kinds.ENDPOINT_SLICES),
+            netns=netns,
+            runner=runner,
+            settings=settings or KeeperSettings(),
+            sleep=sleep,
+            log=log,
         )
 
-    def _changed(self, *objs: object) -> None:
-        self._dirty.set()
-
-    @property
-    def applied_script(self) -> str | None:
-        """The script in force in the namespace, as far as this proxy knows."""
-        return self._applied
-
-    async def start(self) -> None:
-        """Sync both informers, apply the first rules (raises :class:`ServiceRulesError`), then follow changes.
-
-        Rules are applied only once both kinds are listed: earlier, every Service would look endpoint-less.
-        """
-        if self._task is not None:
-            return
-        self._services.start()
-        self._slices.start()
-        try:
-            await self._services.wait_synced()
-            await self._slices.wait_synced()
-            self._dirty.clear()
-            await self.sync()
-        except BaseException:
-            await self._services.aclose()
-            await self._slices.aclose()
-            raise
-        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"service proxy in {self._where}")
-
-    async def aclose(self) -> None:
-        """Stop following changes and remove the table from the namespace."""
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        await self._services.aclose()
-        await self._slices.aclose()
-        await remove_rules(self.netns, self._runner)
-        self._applied = None
-
-    async def __aenter__(self) -> ServiceProxy:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
-
-    async def sync(self) -> bool:
-        """Render from the informers' caches and apply if the script changed; True when ``nft`` ran."""
-        services, slices = self._services.items(), self._slices.items()
+    def render(self, caches: Sequence[list[dict[str, Any]]]) -> Rendering:
+        services, slices = caches
         rendered = render_service_rules(
             services,
             slices,
@@ -260,46 +163,10 @@ class ServiceProxy:
         )
         if self.ipv6 is not None:
             rendered = _both(rendered, _render_v6(services, slices, self.ipv6))
-        self.stats.renders += 1
         self.rendered = rendered
-        self._report(rendered.skipped)
-        if rendered.script == self._applied:
-            self.stats.unchanged += 1
-            return False
-        try:
-            await apply_rules(self.netns, rendered.script, self._runner)
-        except ServiceRulesError:
-            self.stats.failures += 1
-            raise
-        self._applied = rendered.script
-        self.stats.applies += 1
-        log.info("service rules in %s: %d services, %d endpoints", self._where, rendered.services, rendered.endpoints)
-        return True
-
-    def _report(self, skipped: list[str]) -> None:
-        """Log each reason once while it lasts, not on every render."""
-        current = set(skipped)
-        for reason in sorted(current - self._reported):
-            log.warning("service rules in %s: skipped %s", self._where, reason)
-        self._reported = current
-
-    async def _run(self) -> None:
-        delay = self.settings.retry_initial
-        while True:
-            await self._dirty.wait()
-            await self._sleep(self.settings.debounce)
-            self._dirty.clear()
-            try:
-                await self.sync()
-            except Exception as exc:  # one bad pass must not end the task: log it and retry
-                if not isinstance(exc, ServiceRulesError):
-                    log.exception("service rules in %s: sync failed", self._where)
-                log.warning("%s; retrying in %.1fs", exc, delay)
-                self._dirty.set()
-                await self._sleep(delay)
-                delay = min(delay * 2, self.settings.retry_max)
-                continue
-            delay = self.settings.retry_initial
+        return Rendering(
+            rendered.script, rendered.skipped, f"{rendered.services} services, {rendered.endpoints} endpoints"
+        )
 
 
 def _render_v6(services: Iterable[object], slices: Iterable[object], ipv6: NodeIpv6) -> RenderedRules:
