@@ -68,8 +68,8 @@ class PersistentVolumeController(Controller):
         return self.informers.persistentvolumeclaims
 
     def all_keys(self) -> list[Key]:
-        claims = [key_of(c) for c in self.informers.persistentvolumeclaims.items()]
-        return claims + [("", name_of(v)) for v in self.informers.persistentvolumes.items()]
+        i = self.informers
+        return binding.claim_and_volume_keys(i.persistentvolumeclaims.items(), i.persistentvolumes.items())
 
     # -- events ---------------------------------------------------------------------------------------------
     def _claim_changed(self, claim: Object) -> None:

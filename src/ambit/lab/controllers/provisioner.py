@@ -119,8 +119,8 @@ class LocalPathProvisioner(Controller):
         return self.informers.persistentvolumeclaims
 
     def all_keys(self) -> list[Key]:
-        claims = [key_of(c) for c in self.informers.persistentvolumeclaims.items()]
-        return claims + [("", name_of(v)) for v in self.informers.persistentvolumes.items()]
+        i = self.informers
+        return binding.claim_and_volume_keys(i.persistentvolumeclaims.items(), i.persistentvolumes.items())
 
     def _volume_changed(self, volume: Object) -> None:
         if local_path.provisioned_here(volume):

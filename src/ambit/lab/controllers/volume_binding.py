@@ -30,6 +30,7 @@ from typing import Any
 from ambit.lab.controllers.ownership import is_deleting, key_of, name_of
 from ambit.lab.controllers.placement import term_matches
 from ambit.lab.controllers.selectors import labels_of
+from ambit.lab.controllers.workqueue import Key
 from ambit.model.errors import QuantityError
 from ambit.model.labels import selector_matches
 from ambit.model.quantity import parse_quantity
@@ -190,3 +191,9 @@ def claim_ref_for(claim: Mapping[str, Any]) -> dict[str, Any]:
         "uid": uid_of(claim),
         "resourceVersion": str(meta.get("resourceVersion") or ""),
     }
+
+
+def claim_and_volume_keys(claims: Iterable[Mapping[str, Any]], volumes: Iterable[Mapping[str, Any]]) -> list[Key]:
+    """The work-queue keys of every claim (namespace, name) and every volume ("", name): what a controller of both
+    kinds resyncs."""
+    return [key_of(c) for c in claims] + [("", name_of(v)) for v in volumes]
