@@ -1,13 +1,13 @@
-"""The common query answered from bytes: a sans-IO shortcut past dnspython for mesh names (spec §9).
+"""The common query answered again: a sans-IO response cache in front of dnspython for mesh names (spec §9).
 
 Theory of operation: almost every query a pod sends is one question, class IN, type A or AAAA, for a name the mesh
-knows, without EDNS or with a bare OPT record. :func:`parse_simple_query` reads exactly such a query (strictly,
-bounds-checked, never raising); :class:`AnswerCache` holds, per asked name (in lower case) and type, the mesh's
-:data:`~ambit.dns.answer.Resolution` and, for an answer, its records as wire bytes (a :class:`Template`);
-:func:`build_answer` joins the header, the question as asked and the template. Whatever this module declines
-(``None``, or a :class:`~ambit.dns.answer.Forward` from the cache) goes the dnspython way
-(:mod:`ambit.dns.answer`), which answers it as before: the two paths give the same answer to every query the fast
-one takes (the same id, flags, question, records, and EDNS record, up to compression and the shuffle).
+knows, asked again and again, without EDNS or with a bare OPT record. The first time, the dnspython way
+(:mod:`ambit.dns.answer`) answers it and the server hands that response to :meth:`AnswerCache.remember`; after
+that :meth:`AnswerCache.answer` reads the query just enough to find it (:func:`parse_simple_query`: strictly,
+bounds-checked, never raising) and sends dnspython's response again with the new query's id and RD bit. No packet
+is built here: every byte of an answer but those two fields is what dnspython wrote. :class:`AnswerCache` also
+keeps, per asked name (in lower case) and type, the mesh's :data:`~ambit.dns.resolution.Resolution`, which the
+dnspython way looks up through :meth:`AnswerCache.resolution`.
 
 Rules:
 
@@ -17,57 +17,51 @@ Rules:
    root, 255 bytes at most with its length bytes; class IN and type A or AAAA; with ARCOUNT 1, an OPT record
    owned by the root with no options (RDLENGTH 0), its payload size and flags whatever they are; and nothing
    after. Anything else is declined, whatever the bytes (even a truncated header): nothing here raises.
-2. The answer: the query's id; flags QR, AA and the query's RD, opcode QUERY, NOERROR (dnspython's
-   ``make_response`` plus AA); the question copied as asked (its case kept); the records; with EDNS, an OPT
-   record advertising 8192 bytes, version 0, no flags, no options. Every owner name is a compression pointer: to
-   the question, or in a CNAME answer (:mod:`ambit.dns.answer` rule 6) to the CNAME's target, which is the asked
-   name's first labels as asked. The order of the addresses is the shuffle's.
-3. An answer longer than the client takes is declined (over UDP: 512 bytes, or the EDNS payload size up to 65535;
+2. dnspython's response to a simple query depends on the query only through its question (name as asked, case
+   included, type and class), whether it has EDNS (the response's OPT record is always dnspython's own: payload
+   8192, version 0, no flags, no options), its id and its RD bit (``make_response`` copies RD alone). So a
+   response is remembered under (the question's bytes, EDNS or not) and replayed with the id and RD of the query
+   it answers: the same message dnspython would write for it.
+3. Only a mesh answer with at most one address is remembered: the addresses of a longer one are shuffled anew for
+   each query, which only the dnspython way does. Forwarded names and errors are never remembered.
+4. An answer longer than the client takes is declined (over UDP: 512 bytes, or the EDNS payload size up to 65535;
    over TCP: 65535), so the dnspython way sends it truncated, with TC.
-4. The cache answers for one client namespace and network and one state generation: a lookup with another tag
-   empties it first. It holds at most ``max_entries`` names (answered and forwarded alike); one more empties it,
-   so a pod asking random names costs itself a recomputation now and then, and no memory beyond the bound.
-5. A name found in the cache is not read label by label again: its key is the lower-cased wire form of a name
-   read before (plain labels, or dnspython's reading of the name), and lower-casing leaves every length byte
-   (at most 63) as it is and turns no other byte into one, so bytes that lower-case to a key are a plain name
-   with the same labels. Only a name the cache does not hold is checked (:func:`plain_name`) before it is
-   resolved and kept.
+5. Both caches hold one client namespace and network and one state generation: a lookup or a remember with another
+   tag empties them first. Each holds at most ``max_entries`` entries; one more empties it, so a pod asking random
+   names costs itself a recomputation now and then, and no memory beyond the bound.
+6. A response is found by the query's question bytes as they are; they equal a remembered key only if they are
+   the plain name of a simple query checked when it was remembered, so a query's name is not read label by label
+   on the way to a hit.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from ambit.dns.names import Labels
-from ambit.dns.resolution import TTL, DnsClient, Forward, Records, Resolution, ServiceView, host_labels, resolve
+from ambit.dns.resolution import DnsClient, Resolution, ServiceView, host_labels, resolve
 
 MAX_NAME = 255
 """A name's longest wire form (RFC 1035 §3.1), length bytes and root included."""
 MAX_LABEL = 63
 UDP_DEFAULT_PAYLOAD = 512
 MAX_MESSAGE = 65535
-OUR_PAYLOAD = 8192
-"""The payload size a response's OPT record advertises (dnspython's ``make_response`` default)."""
 MAX_ENTRIES = 1024
 
 _TYPE_A = 1
 _TYPE_AAAA = 28
-_TYPE_CNAME = 5
 _TYPE_OPT = 41
 _CLASS_IN = 1
 _QR_OPCODE = 0xF800
 _RD = 0x0100
-_RESPONSE_FLAGS = 0x8400  # QR, AA; opcode QUERY, rcode NOERROR
 _HEADER = struct.Struct("!HHHHHH")
 _TYPE_CLASS = struct.Struct("!HH")
-_RR_FIXED = struct.Struct("!HHIH")
 _OPT_TAIL = struct.Struct("!HHIH")
-_POINTER = struct.Struct("!H")
-_TO_QUESTION = b"\xc0\x0c"
-_OPT_RECORD = b"\x00" + _RR_FIXED.pack(_TYPE_OPT, OUR_PAYLOAD, 0, 0)
+_ID_FLAGS = struct.Struct("!HH")
+_FLAGS = struct.Struct("!H")
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,25 +156,14 @@ class VersionedView(ServiceView, Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class Template:
-    """An answer's records as wire bytes, but for their owner names."""
+class RenderedMessage(Protocol):
+    """A response the dnspython way made (``dns.message.Message``; this module does not import dnspython)."""
 
-    records: Records
-    rdata: tuple[bytes, ...]
-    """Per address: TYPE, CLASS, TTL, RDLENGTH and RDATA."""
-
-    @classmethod
-    def of(cls, records: Records) -> Template:
-        rdata = tuple(
-            _RR_FIXED.pack(records.rdtype, _CLASS_IN, TTL, len(address.packed)) + address.packed
-            for address in records.addresses
-        )
-        return cls(records, rdata)
+    def to_wire(self) -> bytes: ...
 
 
 class AnswerCache:
-    """What the mesh answers, per name and type, for the client of one DNS proxy (rule 4)."""
+    """What the mesh answers, per name and type, for the client of one DNS proxy (rule 5)."""
 
     def __init__(
         self,
@@ -195,93 +178,70 @@ class AnswerCache:
         self._domain = domain
         self._ipv6 = ipv6
         self._max_entries = max_entries
-        self._entries: dict[tuple[bytes, int], Template | Forward] = {}
+        self._entries: dict[tuple[bytes, int], Resolution] = {}
+        self._answers: dict[tuple[bytes, bool], tuple[int, bytes]] = {}
+        """(question bytes, EDNS or not) → the remembered response's flags but RD, and its bytes after the flags."""
         self._tag: tuple[int, str, str] | None = None
 
-    def answer(
-        self, client: DnsClient, wire: bytes, *, udp: bool, shuffle: Callable[[list[bytes]], None] | None = None
-    ) -> tuple[bytes, int] | None:
-        """The fast path for one message from ``client``: the answer and the query's type, or ``None`` to leave
-        the message to the dnspython way (rules 1-3)."""
+    def answer(self, client: DnsClient, wire: bytes, *, udp: bool) -> tuple[bytes, int] | None:
+        """A remembered answer to ``wire`` from ``client`` and the query's type, or ``None`` to leave the message
+        to the dnspython way (rules 1, 2, 4, 6)."""
         query = parse_simple_query(wire, check_name=False)
+        if query is None or not self._current(client):
+            return None
+        found = self._answers.get((wire[12 : query.question_end], query.payload is not None))
+        if found is None:
+            return None
+        flags, rest = found
+        if len(rest) + 4 > (query.max_udp_size if udp else MAX_MESSAGE):
+            return None
+        return _ID_FLAGS.pack(query.id, flags | (query.flags & _RD)) + rest, query.rdtype
+
+    def remember(self, client: DnsClient, wire: bytes, response: RenderedMessage, addresses: int) -> None:
+        """Keep the dnspython way's mesh answer ``response`` to ``wire``, which had ``addresses`` addresses, for the
+        next query with the same question (rules 2, 3, 5)."""
+        if addresses > 1 or self._versioned is None:
+            return
+        query = parse_simple_query(wire)
         if query is None:
-            return None
-        key = wire[12 : query.name_end].lower()
-        found = self._cached(client, key, query.rdtype)
-        if found is None:
-            if not plain_name(wire, query.name_end):
-                return None
-            found = self._store(key, query.rdtype, self._compute(client, key, query.rdtype))
-        if isinstance(found, Forward):
-            return None
-        answer = build_answer(query, wire, found, shuffle)
-        if len(answer) > (query.max_udp_size if udp else MAX_MESSAGE):
-            return None
-        return answer, query.rdtype
+            return
+        self._current(client)
+        rendered = response.to_wire()
+        if len(rendered) > MAX_MESSAGE or len(rendered) < 12:
+            return
+        if len(self._answers) >= self._max_entries:
+            self._answers.clear()
+        (flags,) = _FLAGS.unpack_from(rendered, 2)
+        self._answers[(wire[12 : query.question_end], query.payload is not None)] = (flags & ~_RD, rendered[4:])
 
-    def find(self, client: DnsClient, key: bytes, rdtype: int) -> Template | Forward:
-        """The answer's template, or why to forward, for the name with ``key`` (:func:`name_key`)."""
-        found = self._cached(client, key, rdtype)
-        if found is None:
-            found = self._store(key, rdtype, self._compute(client, key, rdtype))
-        return found
-
-    def resolution(self, client: DnsClient, raw_labels: Sequence[bytes], rdtype: int) -> Resolution:
-        """:func:`~ambit.dns.answer.resolve` through the cache, for the dnspython way."""
-        found = self.find(client, name_key(raw_labels), rdtype)
-        return found if isinstance(found, Forward) else found.records
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def _cached(self, client: DnsClient, key: bytes, rdtype: int) -> Template | Forward | None:
-        if self._versioned is None:  # a view that cannot say when it changes: nothing is kept
-            return None
-        tag = (self._versioned.generation, client.namespace, client.network)
-        if tag != self._tag:
-            self._entries.clear()
-            self._tag = tag
-            return None
-        return self._entries.get((key, rdtype))
-
-    def _store(self, key: bytes, rdtype: int, found: Template | Forward) -> Template | Forward:
+    def find(self, client: DnsClient, key: bytes, rdtype: int) -> Resolution:
+        """The mesh's resolution of the name with ``key`` (:func:`name_key`) for ``client``."""
+        if self._current(client):
+            found = self._entries.get((key, rdtype))
+            if found is not None:
+                return found
+        found = resolve(self._view, client, host_labels(_raw_labels(key)), rdtype, domain=self._domain, ipv6=self._ipv6)
         if self._versioned is not None:
             if len(self._entries) >= self._max_entries:
                 self._entries.clear()
             self._entries[(key, rdtype)] = found
         return found
 
-    def _compute(self, client: DnsClient, key: bytes, rdtype: int) -> Template | Forward:
-        labels = host_labels(_raw_labels(key))
-        resolution = resolve(self._view, client, labels, rdtype, domain=self._domain, ipv6=self._ipv6)
-        return resolution if isinstance(resolution, Forward) else Template.of(resolution)
+    def resolution(self, client: DnsClient, raw_labels: Sequence[bytes], rdtype: int) -> Resolution:
+        """:func:`~ambit.dns.resolution.resolve` through the cache, for the dnspython way."""
+        return self.find(client, name_key(raw_labels), rdtype)
 
+    def __len__(self) -> int:
+        return len(self._entries) + len(self._answers)
 
-def build_answer(
-    query: SimpleQuery, wire: bytes, template: Template, shuffle: Callable[[list[bytes]], None] | None = None
-) -> bytes:
-    """The answer to ``query`` (read from ``wire``) with ``template``'s records (rule 2)."""
-    rdata: Sequence[bytes] = template.rdata
-    if shuffle is not None and len(rdata) > 1:
-        rdata = list(rdata)
-        shuffle(rdata)
-    question_end = query.question_end
-    cname_labels = template.records.cname_labels if rdata else None
-    count = len(rdata) + (cname_labels is not None)
-    header = _HEADER.pack(
-        query.id, _RESPONSE_FLAGS | (query.flags & _RD), 1, count, 0, 0 if query.payload is None else 1
-    )
-    parts = [header, wire[12:question_end]]
-    if cname_labels is None:
-        parts.extend(_TO_QUESTION + record for record in rdata)
-    else:
-        offset = 12
-        for _ in range(cname_labels):
-            offset += wire[offset] + 1
-        target = wire[12:offset] + b"\x00"
-        parts.append(_TO_QUESTION + _RR_FIXED.pack(_TYPE_CNAME, _CLASS_IN, TTL, len(target)) + target)
-        to_target = _POINTER.pack(0xC000 | (question_end + 12))  # the CNAME's owner pointer and fixed fields
-        parts.extend(to_target + record for record in rdata)
-    if query.payload is not None:
-        parts.append(_OPT_RECORD)
-    return b"".join(parts)
+    def _current(self, client: DnsClient) -> bool:
+        """Whether the caches are for ``client`` and the view's generation; empties them when not (rule 5)."""
+        if self._versioned is None:  # a view that cannot say when it changes: nothing is kept
+            return False
+        tag = (self._versioned.generation, client.namespace, client.network)
+        if tag != self._tag:
+            self._entries.clear()
+            self._answers.clear()
+            self._tag = tag
+            return False
+        return True

@@ -22,11 +22,12 @@ Bounds, so a flood or garbage from a pod costs that pod's answers and nothing el
    the ``dns`` logger (ztunnel's DNS access log: ``src.workload``, ``src.namespace``, ``query``, ``domain``,
    ``result``, ``endpoints``).
 
-dnspython is not imported with this module: the fast path (:mod:`ambit.dns.fastpath`) answers the common query
-from bytes. The first message it declines loads the dnspython way (:mod:`ambit.dns.answer`, about 4 MiB) in a
-worker thread, once per process, and is then handled as every later one; the messages declined while it loads wait
-for it as forwarded queries do (rule 1 bounds them; one beyond the bound is dropped, counted ``overload``, since
-SERVFAIL cannot be written before dnspython is there).
+dnspython is not imported with this module, so a pod that asks nothing costs no DNS library. The fast path
+(:mod:`ambit.dns.fastpath`) sends a mesh answer the dnspython way made for the same question again, with the new
+query's id; everything else (the first query for each name among them) goes the dnspython way
+(:mod:`ambit.dns.answer`, about 4 MiB), loaded in a worker thread by the first message that needs it, once per
+process; the messages that arrive while it loads wait for it as forwarded queries do (rule 1 bounds them; one
+beyond the bound is dropped, counted ``overload``, since SERVFAIL cannot be written before dnspython is there).
 
 The client is the pod this server belongs to, known from the node agent (its namespace); its network and
 canonical labels come from its workload once the workload state knows it. Nothing here raises out of a callback:
@@ -107,11 +108,12 @@ class DnsServer:
     # -- the decision, shared by UDP and TCP ----------------------------------------------------------------------
 
     def _fast(self, wire: bytes, client: DnsClient, protocol: str) -> bytes | None:
-        """The answer to a simple query for a mesh name (:mod:`ambit.dns.fastpath`), or ``None`` for the dnspython
-        way: for every other message, an answer too long for the client, or while the access log is on."""
+        """A remembered answer to a simple query for a mesh name (:mod:`ambit.dns.fastpath`), or ``None`` for the
+        dnspython way: for every other message, a question not answered before, an answer too long for the client,
+        or while the access log is on."""
         if access.isEnabledFor(logging.DEBUG):
             return None
-        found = self._cache.answer(client, wire, udp=protocol == "udp", shuffle=self._shuffle)
+        found = self._cache.answer(client, wire, udp=protocol == "udp")
         if found is None:
             return None
         answer, rdtype = found
@@ -155,6 +157,7 @@ class DnsServer:
         if isinstance(decision, Answered):
             self._metrics.dns_request(labels)
             _access_log(client, parsed, decision.result, decision.endpoints)
+            self._cache.remember(client, wire, decision.response, decision.endpoints)
         return parsed, decision
 
     @staticmethod
