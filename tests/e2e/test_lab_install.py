@@ -165,6 +165,76 @@ def test_a_namespace_excluded_in_the_cni_config_never_gets_its_pods_enrolled(lab
         lab.kubectl("rollout", "status", "daemonset/istio-cni-node", "-n", SYSTEM, "--timeout=180s", timeout=200)
 
 
+def _plugin_installed(lab: Lab, node: str) -> bool:
+    """Whether ``node``'s CNI configuration chains ambit-cni and its plugin directory holds the binary."""
+    paths = lab.topology.host_paths(node)
+    conf = paths.map("/etc/cni/net.d").machine_path
+    chained = any("ambit-cni" in f.read_text(errors="replace") for f in conf.glob("*.conflist"))
+    return chained and paths.map("/opt/cni/bin/ambit-cni").machine_path.exists()
+
+
+def _recreatable(obj: dict[str, object]) -> dict[str, object]:
+    """An object read from the API as `kubectl create` takes it again (upstream's test re-creates the DaemonSet so)."""
+    meta = dict(obj["metadata"])  # type: ignore[call-overload]
+    for key in ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields", "deletionTimestamp"):
+        meta.pop(key, None)
+    annotations = dict(meta.get("annotations") or {})
+    annotations.pop("deprecated.daemonset.template.generation", None)
+    meta["annotations"] = annotations
+    return {key: value for key, value in obj.items() if key != "status"} | {"metadata": meta}
+
+
+def test_deleting_the_node_agent_daemonset_takes_its_plugin_away_and_enrolled_pods_keep_the_mesh(
+    lab: Lab, namespace: str
+) -> None:
+    """TestTrafficWithEstablishedPodsIfCNIMissing: with istio-cni-node deleted, the agents remove the plugin as they
+    stop (the mesh is going, not an upgrade), pods enrolled before keep talking through the node proxies, a new
+    ambient pod starts un-enrolled instead of stalling, and the DaemonSet created again from the object read enrols
+    it."""
+    lab.kubectl("label", "namespace", namespace, "istio.io/dataplane-mode=ambient")
+    lab.apply(
+        pod_manifest("server", [http_echo_container()], node="node-2"),
+        pod_manifest("client", [sleeper()], node="node-1"),
+        namespace=namespace,
+    )
+    lab.wait_pods_ready(namespace, "", 2, timeout=60)
+    server_ip = lab.pod("server", namespace)["status"]["podIP"]
+    assert all(_plugin_installed(lab, node) for node in NODES)
+    daemonset = lab.get("daemonset", "istio-cni-node", "-n", SYSTEM)
+    try:
+        lab.kubectl("delete", "daemonset", "istio-cni-node", "-n", SYSTEM, "--wait=true", timeout=120)
+        wait_until("the node agents gone", lambda: not lab.pods(SYSTEM, "k8s-app=istio-cni-node"), timeout=90)
+        assert not any(_plugin_installed(lab, node) for node in NODES), "a stopped agent left its plugin"
+        inbound = _proxy_log(lab, "node-2").count('direction="inbound"')
+        assert _request(lab, namespace, server_ip)["pod"] == "server"
+        wait_until(
+            "the established pods' request through the node proxies",
+            lambda: _proxy_log(lab, "node-2").count('direction="inbound"') > inbound,
+            timeout=10,
+        )
+        lab.apply(pod_manifest("late", [sleeper()], node="node-1"), namespace=namespace)
+        wait_until("the new pod Ready without the plugin", lambda: _ready(lab.pod("late", namespace)), timeout=60)
+        assert "ambient.istio.io/redirection" not in (lab.pod("late", namespace)["metadata"].get("annotations") or {})
+    finally:
+        if not lab.items("daemonsets", "-n", SYSTEM, "--field-selector=metadata.name=istio-cni-node"):
+            lab.kubectl("create", "-f", "-", input=json.dumps(_recreatable(daemonset)))
+        lab.kubectl("rollout", "status", "daemonset/istio-cni-node", "-n", SYSTEM, "--timeout=180s", timeout=200)
+    assert all(_plugin_installed(lab, node) for node in NODES)
+    wait_until(
+        "the pod that started without the plugin enrolled by the agents that came back",
+        lambda: (
+            (lab.pod("late", namespace)["metadata"].get("annotations") or {}).get("ambient.istio.io/redirection")
+            == "enabled"
+        ),
+        timeout=60,
+    )
+
+
+def _ready(pod: dict[str, object]) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []  # type: ignore[attr-defined]
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
 def test_no_mesh_daemon_runs_as_a_host_process(lab: Lab) -> None:
     procs = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout
     assert f"--lab-dir {lab.directory}" not in procs

@@ -32,6 +32,7 @@ def mesh_server(server_process: ServerProcess) -> ServerProcess:
     for account in ACCOUNTS:
         server_process.kubectl("create", "serviceaccount", account, "-n", "istio-system", check=False)
     server_process.kubectl("apply", "-f", str(ROOT / "deploy" / "ingressgateway" / "serviceaccount.yaml"))
+    server_process.kubectl("apply", "-f", str(ROOT / "deploy" / "base" / "istio-cni" / "role.yaml"))
     server_process.kubectl(
         "create",
         "secret",

@@ -74,6 +74,15 @@ def nodeagent(
     ready_port: Annotated[
         int, typer.Option("--ready-port", help="In a pod: /healthz and /readyz over HTTP on this port (0: none).")
     ] = 8000,
+    daemonset: Annotated[
+        str,
+        typer.Option(
+            "--daemonset",
+            envvar="CNI_DAEMONSET",
+            help="In a pod: its DaemonSet, in the pod's namespace (POD_NAMESPACE); at a stop, the plugin is removed "
+            "when it is gone or being deleted, and stays for an upgrade ('': always stays).",
+        ),
+    ] = "istio-cni-node",
     exclude_namespaces: Annotated[
         str,
         typer.Option(
@@ -127,6 +136,9 @@ def nodeagent(
             zds_socket=ZDS_DIR / ZDS_SOCKET,
             ready_address=("0.0.0.0", ready_port) if ready_port else None,
             host_run_dir=host_run_dir,
+            owner=(pod_namespace, daemonset)
+            if daemonset and (pod_namespace := os.environ.get("POD_NAMESPACE"))
+            else None,
         )
     try:
         asyncio.run(main)

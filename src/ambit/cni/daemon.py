@@ -4,9 +4,9 @@
 configuration, starts the ZDS server (the :class:`~ambit.cni.enrolment.NodeProxyLink`), the enrolment manager and
 the :class:`~ambit.cni.agent.NodeAgent`, and runs until SIGTERM or SIGINT. The ZDS socket is served only after
 the agent has found the running pods again (so a node proxy's first snapshot is complete, also after a restart of
-the agent), and the CNI plugin only after that. On a plain stop the plugin is left installed (as istio-cni does:
-pods created while the agent restarts fail their ADD and are retried); it is removed only when ``uninstall`` is
-asked for.
+the agent), and the CNI plugin only after that. On a stop for an upgrade or a restart the plugin is left installed
+(as istio-cni does: pods created while the agent restarts fail their ADD and are retried); it is removed when
+``uninstall`` is asked for, or when the agent's DaemonSet is gone or being deleted (:mod:`ambit.cni.shutdown`).
 
 While it runs, an :class:`~ambit.cni.installer.InstallWatcher` keeps the installation correct: when the plugin
 binary is deleted or changed, or the node's conflist loses our entry (the primary CNI rewrote it, an admin edited
@@ -37,6 +37,7 @@ from ambit.cni.agent import NetnsResolver, NodeAgent, NodeAgentSettings
 from ambit.cni.enrolment import EnrolmentManager, EnrolmentSettings
 from ambit.cni.health import HealthEndpoints
 from ambit.cni.plugin import PLUGIN_TYPE
+from ambit.cni.shutdown import owner_state, plugin_stays
 from ambit.commands import CommandRunner, SubprocessRunner
 from ambit.k8s import EventRecorder, EventRecorderSettings, KubeClient
 from ambit.k8s.connection import SERVICE_ACCOUNT_DIR
@@ -186,6 +187,7 @@ async def run_node_agent(
     ready_address: tuple[str, int] | None = None,
     in_cluster: InCluster | None = None,
     host_run_dir: Path | None = None,
+    owner: tuple[str, str] | None = None,
 ) -> None:
     """Run one node's agent until SIGTERM or SIGINT, or until cancelled (see the module's docstring).
 
@@ -194,6 +196,9 @@ async def run_node_agent(
     ``run_dir``'s;
     ``ready_address``, when given, serves ``/healthz`` and ``/readyz`` there (istio-cni's :8000), ready once the
     agent serves ZDS and the plugin.
+
+    ``owner`` (namespace, name) is the agent's DaemonSet, when it runs as one: at the stop signal it decides whether
+    the plugin stays (an upgrade) or goes (the mesh is being removed), by :mod:`ambit.cni.shutdown`'s rules.
 
     ``runner`` runs the rule commands (``nft``, ``ip``; default: real subprocesses, in this process's namespace);
     ``netns_probe`` answers the ``/cmdadd`` checks' questions about netns paths (default: the kernel's ``stat``).
@@ -244,6 +249,16 @@ async def run_node_agent(
                 log.info("node agent %s is running", node)
                 try:
                     await _until_signalled()
+                    if owner is not None:
+                        state = await owner_state(client, *owner)
+                        remove = not plugin_stays(state)
+                        log.info(
+                            "stopping: DaemonSet %s/%s %s, the plugin %s",
+                            *owner,
+                            state.value,
+                            "is removed" if remove else "stays",
+                        )
+                        uninstall = uninstall or remove
                 finally:
                     await agent.aclose()
             finally:
