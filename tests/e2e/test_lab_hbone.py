@@ -29,6 +29,8 @@ from tests.e2e.lab_driver import (
     wait_until,
 )
 
+from ambit import ISTIO_VERSION
+
 pytestmark = [pytest.mark.root, pytest.mark.kubectl, pytest.mark.timeout(TEST_TIMEOUT)]
 SHARES_THE_MESH_LAB = True  # tests/e2e/lab_driver.py shared_mesh_lab: one lab for the modules that share it
 
@@ -294,6 +296,9 @@ def test_a_meshed_pod_scrapes_a_node_proxys_metrics_over_hbone(mesh: Mesh) -> No
             and 'destination_workload="ztunnel"' in line
             and 'destination_principal="spiffe://cluster.local/ns/istio-system/sa/ztunnel"' in line
             and 'connection_security_policy="mutual_tls"' in line
+            # the canonical labels of the ztunnel pods, from app.kubernetes.io/name and /version as Istio's chart
+            and 'destination_canonical_service="ztunnel"' in line
+            and f'destination_canonical_revision="{ISTIO_VERSION}"' in line
             for line in mesh.metrics(2).splitlines()
         )
 

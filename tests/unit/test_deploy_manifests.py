@@ -237,6 +237,20 @@ def test_every_container_uses_the_one_image_of_the_kustomization() -> None:
         assert named <= {"ambit"}, f"{path} names an image; only the kustomization's images: may"
 
 
+def test_component_pods_carry_istios_name_and_version_labels() -> None:
+    """As Istio's charts: ``app.kubernetes.io/name`` and ``app.kubernetes.io/version`` (the Istio version Ambit
+    states), which the mesh reads as the pods' canonical service and revision (their metrics' ``*_canonical_*``)."""
+    from ambit import ISTIO_VERSION
+
+    names = {}
+    for kind in ("Deployment", "DaemonSet"):
+        for doc in of_kind(kind, "base"):
+            labels = doc["spec"]["template"]["metadata"]["labels"]
+            assert labels["app.kubernetes.io/version"] == ISTIO_VERSION, _id(doc)
+            names[doc["metadata"]["name"]] = labels["app.kubernetes.io/name"]
+    assert names == {"istiod": "istiod", "istio-cni-node": "istio-cni", "ztunnel": "ztunnel"}
+
+
 def _containerfile() -> list[tuple[str, str]]:
     """(INSTRUCTION, arguments) of the Containerfile, continuation lines joined, comments dropped."""
     lines: list[tuple[str, str]] = []
