@@ -41,7 +41,7 @@ def test_a_pair_of_streams_is_replied_to_and_opens_one_connection() -> None:
     assert events == [spdy.ReplyReceived(1, (), False), spdy.ReplyReceived(3, (), False)]
 
 
-def test_bytes_flow_both_ways_and_both_fins_end_the_forward() -> None:
+def test_bytes_flow_both_ways_and_the_pods_end_of_output_ends_the_forward() -> None:
     session = pf.PortForwardSession()
     client = Client(session)
     client.pair()
@@ -49,12 +49,27 @@ def test_bytes_flow_both_ways_and_both_fins_end_the_forward() -> None:
     assert commands == [pf.SendToPod("0", b"GET / HTTP/1.0\r\n\r\n")]
     session.pod_data("0", b"HTTP/1.0 200 OK\r\n")
     assert client.parser.feed(session.data_to_send()) == [spdy.DataReceived(3, b"HTTP/1.0 200 OK\r\n", False)]
-    assert session.pod_closed("0") == []
-    assert client.parser.feed(session.data_to_send()) == [spdy.DataReceived(3, b"", True)]
-    commands, events = client.send(client.out.data(3, b"", fin=True))
-    assert commands == [pf.ShutdownPodWrite("0"), pf.CloseConnection("0")]
-    assert events == [spdy.DataReceived(1, b"", True)]  # the error stream ends empty: no error
+    assert session.pod_closed("0") == [pf.CloseConnection("0")]
+    assert client.parser.feed(session.data_to_send()) == [
+        spdy.DataReceived(3, b"", True),
+        spdy.DataReceived(1, b"", True),  # the error stream ends empty: no error
+    ]
     assert session.open_forwards() == 0
+
+
+def test_the_clients_fin_half_closes_the_pods_connection_only() -> None:
+    session = pf.PortForwardSession()
+    client = Client(session)
+    client.pair()
+    commands, events = client.send(client.out.data(3, b"last words", fin=True))
+    assert (commands, events) == ([pf.SendToPod("0", b"last words"), pf.ShutdownPodWrite("0")], [])
+    session.pod_data("0", b"reply")
+    assert session.pod_closed("0") == [pf.CloseConnection("0")]
+    assert client.parser.feed(session.data_to_send()) == [
+        spdy.DataReceived(3, b"reply", False),
+        spdy.DataReceived(3, b"", True),
+        spdy.DataReceived(1, b"", True),
+    ]
 
 
 def test_a_refused_connect_is_reported_on_the_error_stream_in_kubes_words() -> None:

@@ -1,4 +1,4 @@
-"""Per-user fairness: a token bucket of requests per user, and a count of each user's open watches.
+"""Per-user fairness: a token bucket of requests per user, and counts of each user's open watches and port-forwards.
 
 Pure bookkeeping: no I/O, time passed in as ``now`` (monotonic seconds). The HTTP shell asks before serving and
 answers a refusal with 429 TooManyRequests and ``Retry-After``, as kube-apiserver's API Priority and Fairness does
@@ -10,10 +10,11 @@ Rules:
    kubectl-driven tests and the benchmark use) are never limited, neither their requests nor their watches.
 2. Every other user has a bucket of ``burst`` tokens that refills at ``requests_per_second``; a request takes one
    token. With less than one left, the request is refused with the whole seconds until one is back (at least 1).
-3. A user holds at most ``max_watches_per_user`` open watches; one more is refused (Retry-After 1) until one ends.
+3. A user holds at most ``max_watches_per_user`` open watches and ``max_port_forwards_per_user`` open
+   port-forward sessions (each a relay to a kubelet); one more is refused (Retry-After 1) until one ends.
 4. Users are told apart by name (a service account's token and a second token for it are one user).
 5. Memory is bounded by the users active recently: a bucket that would be full again is forgotten (a new bucket is
-   full too, so forgetting changes nothing), and a user with no open watch has no watch entry.
+   full too, so forgetting changes nothing), and a user with no open watch (port-forward) has no such entry.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ class LimitSettings:
     """Requests a user may make at once after being idle (the bucket's size)."""
     max_watches_per_user: int = 100
     """Open watches per user; one more is answered 429."""
+    max_port_forwards_per_user: int = 32
+    """Open ``pods/portforward`` sessions per user; one more is answered 429."""
     exempt_groups: tuple[str, ...] = ("system:masters",)
     """Groups never limited."""
     watch_send_timeout: float = 10.0
@@ -55,6 +58,7 @@ class UserLimiter:
         self.settings = settings
         self._buckets: dict[str, _Bucket] = {}
         self._watches: dict[str, int] = {}
+        self._forwards: dict[str, int] = {}
         self._last_sweep = -math.inf
 
     def exempt(self, user: User) -> bool:
@@ -79,25 +83,41 @@ class UserLimiter:
 
     def open_watch(self, user: User) -> bool:
         """Count a new watch of ``user``; False (nothing counted) when the user is at the limit (rule 3)."""
-        if self.exempt(user):
-            return True
-        held = self._watches.get(user.username, 0)
-        if held >= self.settings.max_watches_per_user:
-            return False
-        self._watches[user.username] = held + 1
-        return True
+        return self._hold(self._watches, user, self.settings.max_watches_per_user)
 
     def close_watch(self, user: User) -> None:
-        if self.exempt(user):
-            return
-        held = self._watches.get(user.username, 0) - 1
-        if held > 0:
-            self._watches[user.username] = held
-        else:
-            self._watches.pop(user.username, None)
+        self._release(self._watches, user)
 
     def watches(self, user: User) -> int:
         return self._watches.get(user.username, 0)
+
+    def open_port_forward(self, user: User) -> bool:
+        """Count a new port-forward session of ``user``; False (nothing counted) at the limit (rule 3)."""
+        return self._hold(self._forwards, user, self.settings.max_port_forwards_per_user)
+
+    def close_port_forward(self, user: User) -> None:
+        self._release(self._forwards, user)
+
+    def port_forwards(self, user: User) -> int:
+        return self._forwards.get(user.username, 0)
+
+    def _hold(self, table: dict[str, int], user: User, limit: int) -> bool:
+        if self.exempt(user):
+            return True
+        held = table.get(user.username, 0)
+        if held >= limit:
+            return False
+        table[user.username] = held + 1
+        return True
+
+    def _release(self, table: dict[str, int], user: User) -> None:
+        if self.exempt(user):
+            return
+        held = table.get(user.username, 0) - 1
+        if held > 0:
+            table[user.username] = held
+        else:
+            table.pop(user.username, None)
 
     def _sweep(self, now: float) -> None:
         """Forget buckets that are full again (rule 5), at most once per refill time."""

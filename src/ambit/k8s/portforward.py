@@ -19,9 +19,11 @@ Rules:
 2. A request whose two streams are open yields one :class:`OpenConnection`. Client data on the data stream before
    the shell reports the connection is passed on in order (the shell carries commands out in order, so it arrives
    after the connect); client data on the error stream is ignored (kubectl only half-closes it).
-3. The client's FIN on the data stream is :class:`ShutdownPodWrite`; the pod's end of output is our FIN on the data
-   stream. When both directions are done, or the client resets either stream, or the connection could not be made,
-   the forward ends: our FIN on the error stream (after the error text, if any) and :class:`CloseConnection`.
+3. The client's FIN on the data stream is :class:`ShutdownPodWrite` (a half-close). The pod's end of output ends
+   the forward, as with kube's runtimes (the copy from the pod is the one they wait for; kubectl waits for the
+   error stream's end before it closes its local connection, so waiting for the client's FIN too would deadlock):
+   our FIN on the data stream, our FIN on the error stream and :class:`CloseConnection`. A reset of either stream
+   by the client, or a connection that could not be made, ends the forward too.
 4. A failed connect is reported on the error stream as kube words it (:func:`forward_error`), then rule 3.
 5. PINGs the client starts (odd ids) are echoed. SETTINGS, WINDOW_UPDATE, HEADERS and SYN_REPLY are accepted and
    ignored: kube's SPDY peers (kubectl and the kubelet both use moby/spdystream) neither send nor honour SPDY/3.1
@@ -92,7 +94,7 @@ def forward_error(port: int, pod: str, netns: str, ipv4_error: str, ipv6_error: 
 
 @dataclass(slots=True)
 class _Forward:
-    """One request: its two streams, and which directions are done."""
+    """One request: its two streams, and whether the client or the pod ended its output."""
 
     request_id: str
     port: int = 0
@@ -213,8 +215,6 @@ class PortForwardSession:
         if fin:
             forward.client_done = True
             commands.append(ShutdownPodWrite(forward.request_id))
-            if forward.pod_done:
-                commands += self._finish(forward, "")
         return commands
 
     # -- what the shell learnt ---------------------------------------------------------------------------------
@@ -235,7 +235,7 @@ class PortForwardSession:
             return []
         forward.pod_done = True
         self._send += self._out.data(forward.data_stream, b"", fin=True)
-        return self._finish(forward, "") if forward.client_done else []
+        return self._finish(forward, "")
 
     def close(self) -> list[Command]:
         """Our side ends the session (the shell is shutting down)."""
