@@ -50,3 +50,16 @@ def test_buckets_of_idle_users_are_forgotten() -> None:
         limiter.admit(User(f"u{i}"), 0.0)
     limiter.admit(ALICE, 5.0)  # every other bucket is full again by now
     assert len(limiter._buckets) == 1
+
+
+def test_port_forwards_are_counted_per_user_apart_from_watches_and_freed_when_closed() -> None:
+    limiter = UserLimiter(LimitSettings(max_watches_per_user=1, max_port_forwards_per_user=2))
+    assert limiter.open_watch(ALICE)
+    assert limiter.open_port_forward(ALICE) and limiter.open_port_forward(ALICE)
+    assert not limiter.open_port_forward(ALICE)
+    assert limiter.open_port_forward(BOB)
+    assert all(limiter.open_port_forward(ADMIN) for _ in range(100))
+    limiter.close_port_forward(ALICE)
+    assert limiter.port_forwards(ALICE) == 1 and limiter.watches(ALICE) == 1
+    limiter.close_port_forward(ALICE)
+    assert limiter.port_forwards(ALICE) == 0 and "alice" not in limiter._forwards
