@@ -10,16 +10,17 @@ import tempfile
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import pytest
+from aiohttp import web
 from tests.integration.spdy_client import ForwardClient
 
 from ambit.k8s import spdy
 from ambit.k8s.portforward import WEBSOCKET_PROTOCOL
 from ambit.lab.runtime.kubelet_server import KubeletServer
-from ambit.lab.runtime.port_forward import LocalDialer
+from ambit.lab.runtime.port_forward import LocalDialer, PortForwardRelay, _ClientGone, _Connection
 
 
 @dataclass
@@ -159,3 +160,35 @@ async def test_garbage_ends_the_session_with_goaway(rig: Rig) -> None:
                 break
             client.events += client.parser.feed(msg.data)
         assert spdy.GoAwayReceived(3, spdy.GoAwayStatus.PROTOCOL_ERROR) in client.events
+
+
+async def test_a_pod_that_never_reads_holds_its_session_only_while_the_client_stays() -> None:
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def never_read(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)
+
+    sink = await asyncio.start_server(never_read, "127.0.0.1", 0)
+    _reader, writer = await asyncio.open_connection("127.0.0.1", sink.sockets[0].getsockname()[1])
+    gone = False
+    relay = PortForwardRelay(
+        cast(web.WebSocketResponse, None),
+        "uid",
+        LocalDialer(),
+        max_streams=4,
+        client_gone=lambda: gone,
+        poll_interval=0.05,
+    )
+    relay._connections["0"] = _Connection(writer, asyncio.get_running_loop().create_task(asyncio.sleep(3600)))
+    writer.write(bytes(16 * 1024 * 1024))  # far beyond what the socket buffers hold: drain waits on the pod
+    draining = asyncio.create_task(relay._drain(writer))
+    await asyncio.sleep(0.3)
+    assert not draining.done()
+    gone = True
+    with pytest.raises(_ClientGone):
+        await asyncio.wait_for(draining, 5)
+    await relay._close("0")
+    assert writer.transport.is_closing()
+    sink.close()
+    for w in accepted:
+        w.close()

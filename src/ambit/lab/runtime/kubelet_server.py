@@ -301,7 +301,15 @@ class KubeletServer:
         ws = web.WebSocketResponse(protocols=(WEBSOCKET_PROTOCOL,), max_msg_size=MAX_MESSAGE, autoping=True)
         await ws.prepare(request)
         uid = str((pod.get("metadata") or {}).get("uid") or "")
-        await PortForwardRelay(ws, uid, self.dialer, max_streams=self.max_port_forward_streams).run()
+        relay = PortForwardRelay(
+            ws,
+            uid,
+            self.dialer,
+            max_streams=self.max_port_forward_streams,
+            client_gone=lambda: _client_gone(request),
+            poll_interval=self.poll_interval,
+        )
+        await relay.run()
         return ws
 
 

@@ -13,7 +13,7 @@ Rules:
    a pool); a refusal or timeout of both families is :class:`PodDialError`, which the session words as kube does.
 2. Bounded buffers: a pump reads at most :data:`CHUNK` bytes and the next only once the WebSocket took the last
    message; the client's bytes are written to the pod and drained before the next message is read, so a pod that
-   does not read stalls its session (as it stalls kube's) instead of growing our memory.
+   does not read stalls its session (as it stalls kube's) instead of growing our memory, until the client leaves.
 3. The session ending (GOAWAY, a protocol error, the WebSocket closing) closes every connection and the WebSocket.
 """
 
@@ -132,6 +132,10 @@ class LocalDialer:
         return sock
 
 
+class _ClientGone(Exception):
+    """The session's client left while the relay waited on a pod (a signal inside the relay, never raised out)."""
+
+
 @dataclass(slots=True)
 class _Connection:
     writer: asyncio.StreamWriter
@@ -141,10 +145,22 @@ class _Connection:
 class PortForwardRelay:
     """One session's relay (rules 2 and 3)."""
 
-    def __init__(self, ws: web.WebSocketResponse, pod_uid: str, dialer: PodDialer, *, max_streams: int) -> None:
+    def __init__(
+        self,
+        ws: web.WebSocketResponse,
+        pod_uid: str,
+        dialer: PodDialer,
+        *,
+        max_streams: int,
+        client_gone: Callable[[], bool],
+        poll_interval: float = 0.25,
+    ) -> None:
         self.ws = ws
         self.pod_uid = pod_uid
         self.dialer = dialer
+        self.client_gone = client_gone
+        """Whether the client's connection is gone (checked while a pod is slow to take the client's bytes)."""
+        self.poll_interval = poll_interval
         self.session = pf.PortForwardSession(max_streams=max_streams)
         self._connections: dict[str, _Connection] = {}
         self._send_lock = asyncio.Lock()
@@ -160,6 +176,8 @@ class PortForwardRelay:
                     break
             else:
                 await self._carry_out(self.session.close())
+        except _ClientGone:
+            log.debug("port-forward to pod %s: the client left while the pod was not reading", self.pod_uid)
         finally:
             for request_id in list(self._connections):
                 await self._close(request_id)
@@ -181,8 +199,7 @@ class PortForwardRelay:
                 connection = self._connections.get(command.request_id)
                 if connection is not None and not connection.writer.is_closing():
                     connection.writer.write(command.data)
-                    with contextlib.suppress(ConnectionResetError, BrokenPipeError):
-                        await connection.writer.drain()
+                    await self._drain(connection.writer)
             elif isinstance(command, pf.ShutdownPodWrite):
                 connection = self._connections.get(command.request_id)
                 if connection is not None and connection.writer.can_write_eof():
@@ -194,6 +211,25 @@ class PortForwardRelay:
                 log.debug("port-forward to pod %s: session ended: %s", self.pod_uid, command.reason)
             else:  # pragma: no cover - the union is exhaustive
                 raise TypeError(f"unknown command {command!r}")
+
+    async def _drain(self, writer: asyncio.StreamWriter) -> None:
+        """Wait until the pod took the client's bytes (rule 2), or raise :class:`_ClientGone` if the client left
+        meanwhile (a pod that never reads must not hold its session after the client went)."""
+        drain = asyncio.ensure_future(writer.drain())
+        try:
+            while True:
+                done, _ = await asyncio.wait([drain], timeout=self.poll_interval)
+                if done:
+                    with contextlib.suppress(ConnectionResetError, BrokenPipeError):
+                        drain.result()
+                    return
+                if self.client_gone():
+                    raise _ClientGone
+        finally:
+            if not drain.done():
+                drain.cancel()
+                with contextlib.suppress(asyncio.CancelledError, ConnectionResetError, BrokenPipeError):
+                    await drain
 
     async def _open(self, request_id: str, port: int) -> None:
         try:
@@ -226,7 +262,10 @@ class PortForwardRelay:
         connection = self._connections.pop(request_id, None)
         if connection is None:
             return
-        connection.writer.close()
+        if connection.writer.transport.get_write_buffer_size():
+            connection.writer.transport.abort()  # a pod that stopped reading: what it never took is dropped
+        else:
+            connection.writer.close()
         if connection.pump is not asyncio.current_task():
             connection.pump.cancel()
             with contextlib.suppress(asyncio.CancelledError, ConnectionResetError, OSError):
