@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import re
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -239,6 +243,76 @@ def test_kubectl_exec_reaches_a_service_from_a_meshed_pod_and_kubectl_logs_shows
         assert last.count("\n") == 1 and last in logs, last
         denied = lab.kubectl("logs", "-n", namespace, "server", "--previous", check=False)
         assert denied.returncode != 0 and "previous terminated container" in denied.stderr, denied
+        assert lab.log_tracebacks() == []
+    finally:
+        lab.delete_namespace(namespace)
+
+
+@dataclass
+class _Forwarding:
+    port: int
+    proc: subprocess.Popen[str]
+    stderr: str = ""
+    """kubectl's messages, once it ended."""
+
+
+@contextlib.contextmanager
+def _port_forward(lab: Lab, namespace: str, target: str, port: str) -> Iterator[_Forwarding]:
+    """``kubectl port-forward TARGET :PORT`` running, with the local port kubectl reports."""
+    env = dict(os.environ, KUBECONFIG=str(lab.topology.kubeconfig), KUBECACHEDIR=str(lab.kubecache))
+    argv = ["kubectl", "port-forward", "-n", namespace, target, f":{port}"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    forwarding = _Forwarding(0, proc)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # "Forwarding from 127.0.0.1:NNNNN -> PORT"
+        found = re.match(r"Forwarding from 127\.0\.0\.1:(\d+) ->", line)
+        assert found is not None, f"kubectl port-forward said {line!r}"
+        forwarding.port = int(found.group(1))
+        yield forwarding
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+        forwarding.stderr = proc.communicate(timeout=30)[1]
+
+
+def _http_get(port: int, path: str) -> dict[str, Any]:
+    no_proxy = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # a proxy in the environment is bypassed
+    with no_proxy.open(f"http://127.0.0.1:{port}{path}", timeout=30) as reply:
+        assert reply.status == 200
+        body: dict[str, Any] = json.loads(reply.read())
+        return body
+
+
+def test_kubectl_port_forward_reaches_a_meshed_pods_http_port(mesh_lab: Lab) -> None:
+    """``kubectl port-forward`` through the API server to the node's kubelet socket (issues 16-18): to a pod and to
+    its Service (kubectl picks the pod and the target port), each local connection an HTTP request answered by the
+    pod's server; a port nothing listens on is reported in kube's words."""
+    lab = mesh_lab
+    namespace = "e2e-mesh-kubectl-port-forward"
+    try:
+        lab.namespace(namespace)
+        lab.kubectl("label", "namespace", namespace, "istio.io/dataplane-mode=ambient")
+        lab.apply(
+            pod_manifest("server", [http_echo_container(8080)], node=lab.topology.node(2).name),
+            service_manifest("server", {"app": "server"}, 80, 8080),
+            namespace=namespace,
+        )
+        lab.wait_pods_ready(namespace, "app=server", 1, timeout=60)
+
+        with _port_forward(lab, namespace, "pod/server", "8080") as forwarding:
+            for path in ("/first", "/second"):  # two connections over one session
+                answer = _http_get(forwarding.port, path)
+                assert (answer["pod"], answer["path"]) == ("server", path), answer
+        with _port_forward(lab, namespace, "svc/server", "80") as forwarding:
+            assert _http_get(forwarding.port, "/through-the-service")["pod"] == "server"
+        with _port_forward(lab, namespace, "pod/server", "9") as refused:
+            with contextlib.suppress(OSError):
+                _http_get(refused.port, "/nobody")
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                refused.proc.wait(timeout=10)  # kubectl 1.32 gives up on a pod after a forward's error
+        err = refused.stderr
+        assert "error forwarding port 9 to pod " in err and "failed to connect to localhost:9 inside namespace" in err
         assert lab.log_tracebacks() == []
     finally:
         lab.delete_namespace(namespace)

@@ -12,7 +12,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ambit.apiserver.errors import ApiError
-from ambit.apiserver.pod_streams import choose_container, offered_protocols, plan_exec, plan_logs
+from ambit.apiserver.pod_streams import (
+    choose_container,
+    offered_protocols,
+    plan_exec,
+    plan_logs,
+    plan_port_forward,
+)
 from ambit.apiserver.rbac_policy import request_attributes
 from ambit.k8s.pod_logs import LogOptions, LogOptionsError, parse_log_options, plan_window, tail_start
 from ambit.k8s.remotecommand import (
@@ -204,3 +210,45 @@ def test_a_websocket_get_on_pods_exec_is_authorized_as_create() -> None:
     assert request_attributes("jane", (), "POST", path, False).verb == "create"
     logs = request_attributes("jane", (), "GET", "/api/v1/namespaces/default/pods/p/log", False)
     assert (logs.verb, logs.subresource) == ("get", "log")
+
+
+# -- port-forward -------------------------------------------------------------------------------------------------
+def test_port_forward_goes_to_the_pods_node_kubelet() -> None:
+    target = plan_port_forward(pod())
+    assert (target.node, target.path, target.query) == ("node-a", "/portForward/default/p", ())
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"spec": {"containers": [{"name": "main"}]}}, "pod p does not have a host assigned"),
+        (
+            {"status": {"phase": "Succeeded"}},
+            "unable to forward port because pod is not running. Current status=Succeeded",
+        ),
+        ({"status": {"phase": "Pending"}}, "unable to forward port because pod is not running. Current status=Pending"),
+    ],
+)
+def test_port_forward_needs_a_running_pod_on_a_node(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(ApiError) as refused:
+        plan_port_forward(pod() | changes)
+    assert (refused.value.code, refused.value.message) == (400, message)
+
+
+@given(st.text(max_size=20), st.text(max_size=20), st.text(max_size=12))
+def test_port_forward_planning_of_any_stored_pod_is_a_target_or_a_400(name: str, node: str, phase: str) -> None:
+    stored = {"metadata": {"name": name, "namespace": "ns"}, "spec": {"nodeName": node}, "status": {"phase": phase}}
+    try:
+        target = plan_port_forward(stored)
+    except ApiError as exc:
+        assert exc.code == 400
+    else:
+        assert (target.node, target.path) == (node, f"/portForward/ns/{name}")
+        assert phase == "Running"
+
+
+def test_a_port_forward_websocket_get_is_authorized_as_create() -> None:
+    path = "/api/v1/namespaces/default/pods/p/portforward"
+    for method in ("GET", "POST"):
+        attrs = request_attributes("jane", (), method, path, False)
+        assert (attrs.verb, attrs.resource, attrs.subresource) == ("create", "pods", "portforward")

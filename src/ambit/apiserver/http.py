@@ -1,8 +1,8 @@
 """The HTTP shell: Kubernetes REST paths onto :class:`ResourceManager`, JSON in and out, chunked watches.
 
 Paths: ``/api/v1/...`` (core) and ``/apis/<group>/<version>/...``, then
-``[namespaces/<ns>/]<plural>[/<name>[/<subresource>]]``; the legacy ``watch/`` prefix is accepted too. ``pods/log``
-and ``pods/exec`` go to the pod's node's kubelet (:mod:`ambit.apiserver.pod_streams`). Every error
+``[namespaces/<ns>/]<plural>[/<name>[/<subresource>]]``; the legacy ``watch/`` prefix is accepted too. ``pods/log``,
+``pods/exec`` and ``pods/portforward`` go to the pod's node's kubelet (:mod:`ambit.apiserver.pod_streams`). Every error
 leaves as a ``Status``; an exception that is not an :class:`ApiError` is our bug, logged and answered with 500.
 """
 
@@ -71,7 +71,7 @@ class HttpSettings:
     default_watch_timeout: float = 1800.0
     limits: LimitSettings = field(default_factory=LimitSettings)
     kubelet_socket_dir: Path | None = None
-    """Where nodes' kubelet sockets are (``DIR/<node>/kubelet.sock``) for ``pods/log`` and ``pods/exec``."""
+    """Where nodes' kubelet sockets are (``DIR/<node>/kubelet.sock``) for pods/log, exec, portforward."""
 
 
 class ApiHttp:
@@ -259,7 +259,7 @@ class ApiHttp:
             return await self._watch(request, t, selection)
         if t.subresource == "scale":
             return await self._scale(request, t, user, dry_run)
-        if t.subresource in ("log", "exec") and t.rtype.key == ("", "pods"):
+        if t.subresource in ("log", "exec", "portforward") and t.rtype.key == ("", "pods"):
             return await self._pod_stream(request, t)
         if t.subresource == "eviction":
             if method != "POST":
@@ -339,7 +339,8 @@ class ApiHttp:
         raise errors.method_not_allowed(f"{method} is not supported on {request.path}")
 
     async def _pod_stream(self, request: web.Request, t: Target) -> web.StreamResponse:
-        """``pods/log`` (GET) and ``pods/exec`` (GET upgraded to a WebSocket, or POST): :mod:`.pod_streams`."""
+        """``pods/log`` (GET), ``pods/exec`` and ``pods/portforward`` (GET upgraded to a WebSocket, or POST):
+        :mod:`.pod_streams`; each open port-forward counts against its user's bound."""
         allowed = ("GET",) if t.subresource == "log" else ("GET", "POST")
         if request.method not in allowed:
             raise errors.method_not_allowed(f"{request.method} is not supported on {request.path}")
@@ -354,7 +355,9 @@ class ApiHttp:
         try:
             if t.subresource == "log":
                 return await self.pod_streams.logs(request, pod)
-            return await self.pod_streams.exec(request, pod)
+            if t.subresource == "exec":
+                return await self.pod_streams.exec(request, pod)
+            return await self.pod_streams.port_forward(request, pod)
         finally:
             self.limiter.close_pod_stream(user)
 

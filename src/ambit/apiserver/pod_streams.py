@@ -1,11 +1,14 @@
-"""``pods/log`` and ``pods/exec``: the API server checks the request and proxies it to the pod's node's kubelet.
+"""``pods/log``, ``pods/exec`` and ``pods/portforward``: the API server checks a request and proxies it to the pod's
+node's kubelet.
 
 Theory of operation. A request reaches here authenticated and authorized like any other (``http.py``'s middlewares:
 RBAC, the node authorizer; a WebSocket ``GET`` on ``pods/exec`` is authorized as ``create``, as kube 1.32 does,
-see :func:`ambit.apiserver.rbac_policy.request_attributes`). :func:`plan_logs` and :func:`plan_exec` decide from the
-stored Pod alone which container and node the request goes to, or which of kube's errors it gets; the shell then
-connects to ``<kubelet socket dir>/<node>/kubelet.sock`` (``--kubelet-socket-dir``; the lab's nodes serve
-:mod:`ambit.lab.runtime.kubelet_server` there) and copies bytes back (logs) or WebSocket messages both ways (exec).
+see :func:`ambit.apiserver.rbac_policy.request_attributes`; ``pods/portforward`` alike). :func:`plan_logs`,
+:func:`plan_exec` and :func:`plan_port_forward` decide from the stored Pod alone which container and node the
+request goes to, or which of kube's errors it gets; the shell then connects to
+``<kubelet socket dir>/<node>/kubelet.sock`` (``--kubelet-socket-dir``; the lab's nodes serve
+:mod:`ambit.lab.runtime.kubelet_server` there) and copies bytes back (logs) or WebSocket messages both ways (exec,
+port-forward).
 
 Rules:
 1. The container: the one named; else the only one; else the ``kubectl.kubernetes.io/default-container``
@@ -26,6 +29,14 @@ Rules:
    closing ends both; an idle log stream notices its client's departure within ``poll_interval``.
 6. The subprotocol is the kubelet's choice among those the client offered (v5 first): v4 has no stdin half-close, so
    a v4 client's stdin ends only when it closes the connection, as with kube.
+7. Port-forward: a pod with no node is 400 ``pod p does not have a host assigned``; a pod not running is 400
+   ``unable to forward port because pod is not running. Current status=PHASE`` (kubectl's own words: it checks
+   before it asks). Only a WebSocket upgrade offering ``SPDY/3.1+portforward.k8s.io`` (kubectl 1.31 and later: the
+   SPDY session tunnelled in binary messages) is served, relayed message by message to the kubelet's
+   ``/portForward/NS/POD``, which speaks the session itself (:mod:`ambit.k8s.portforward`); SPDY's own upgrade (a
+   POST, kubectl's fallback) is 400 ``Upgrade request required`` after the checks above, as for exec. The API
+   server parses no SPDY: a session is counted against its user's bound of open pod streams
+   (``max_pod_streams_per_user``, with logs and exec; 429 beyond it) and the kubelet bounds the streams within one.
 """
 
 from __future__ import annotations
@@ -43,6 +54,7 @@ from aiohttp import web
 
 from ambit.apiserver import errors
 from ambit.k8s.pod_logs import LogOptionsError, parse_log_options
+from ambit.k8s.portforward import WEBSOCKET_PROTOCOL as PORT_FORWARD_PROTOCOL
 from ambit.k8s.remotecommand import PROTOCOLS, ExecOptionsError, parse_exec_options
 
 DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
@@ -139,6 +151,19 @@ def plan_exec(pod: Mapping[str, Any], query: Mapping[str, Sequence[str]]) -> Kub
     return KubeletTarget(node, f"/exec/{ns}/{name}/{container}", tuple(forwarded))
 
 
+def plan_port_forward(pod: Mapping[str, Any]) -> KubeletTarget:
+    """Rule 7 (but the upgrade) for a ``pods/portforward`` request."""
+    meta = pod.get("metadata") or {}
+    ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+    node = str((pod.get("spec") or {}).get("nodeName") or "")
+    if not node:
+        raise errors.bad_request(f"pod {name} does not have a host assigned")
+    phase = str((pod.get("status") or {}).get("phase") or "")
+    if phase != "Running":
+        raise errors.bad_request(f"unable to forward port because pod is not running. Current status={phase}")
+    return KubeletTarget(node, f"/portForward/{ns}/{name}", ())
+
+
 def offered_protocols(header: str) -> tuple[str, ...]:
     """The subprotocols a client offers that we speak, in the client's order."""
     offered = [p.strip() for p in header.split(",")]
@@ -224,6 +249,30 @@ class PodStreams:
             async with upstream:
                 chosen = upstream.protocol or protocols[0]
                 client = web.WebSocketResponse(protocols=(chosen,), max_msg_size=MAX_MESSAGE)
+                await client.prepare(request)
+                await _relay(client, upstream)
+                return client
+
+    async def port_forward(self, request: web.Request, pod: Mapping[str, Any]) -> web.StreamResponse:
+        """Rule 7; the caller counts the session against its user's bound."""
+        target = plan_port_forward(pod)
+        upgrade = request.headers.get("Upgrade", "").lower() == "websocket"
+        offered = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",")]
+        if request.method != "GET" or not upgrade or PORT_FORWARD_PROTOCOL not in offered:
+            await self._probe(target.node)
+            raise errors.bad_request("Upgrade request required")
+        session, path = self._session(target.node)
+        async with session:
+            try:
+                upstream = await session.ws_connect(
+                    f"http://{target.node}{target.path}", protocols=(PORT_FORWARD_PROTOCOL,), max_msg_size=MAX_MESSAGE
+                )
+            except aiohttp.WSServerHandshakeError as exc:
+                raise _upgrade_error(exc.status, exc.message) from None
+            except aiohttp.ClientConnectionError as exc:
+                raise _dial_error(path, exc) from None
+            async with upstream:
+                client = web.WebSocketResponse(protocols=(PORT_FORWARD_PROTOCOL,), max_msg_size=MAX_MESSAGE)
                 await client.prepare(request)
                 await _relay(client, upstream)
                 return client

@@ -104,7 +104,7 @@ class ApiServerSettings:
     """What one user may ask: requests per second, open watches, how long a watch may stall (admins exempt)."""
     pod_security: PodSecuritySettings = field(default_factory=PodSecuritySettings)
     kubelet_socket_dir: Path | None = None
-    """Where nodes' kubelets listen (``DIR/<node>/kubelet.sock``) for ``pods/log`` and ``pods/exec``; None: those
+    """Where nodes' kubelets listen (``DIR/<node>/kubelet.sock``) for pods/log, exec, portforward; None: those
     answer kube's error for an unreachable kubelet (:mod:`ambit.apiserver.pod_streams`)."""
     """Pod Security Admission: the defaults for unlabelled namespaces (enforce baseline) and the exemptions."""
 

@@ -141,7 +141,8 @@ class HostSocketFactory:
             raise SocketFactoryError(f"cannot create a socket: {exc.strerror}") from exc
 
 
-def _setns(fd: int) -> None:
+def enter_netns(fd: int) -> None:
+    """Move the calling thread into the network namespace ``fd`` (for good: call it on a thread of its own)."""
     libc = ctypes.CDLL(None, use_errno=True)  # the process's own symbols, libc's among them: no library search
     if libc.setns(fd, CLONE_NEWNET) != 0:
         err = ctypes.get_errno()
@@ -291,7 +292,7 @@ class NetnsSocketFactory:
 
     def _run(self, ready: asyncio.Future[None]) -> None:
         try:
-            _setns(self._fd)
+            enter_netns(self._fd)
             _new_tcp_socket(socket.AF_INET, self._mark).close()
         except OSError as exc:
             error = SocketFactoryError(f"socket factory {self.name}: cannot make sockets in the netns: {exc}")

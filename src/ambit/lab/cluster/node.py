@@ -27,6 +27,7 @@ from ambit.lab.runtime.kubelet_server import KubeletServer, RuncExec
 from ambit.lab.runtime.node_taints import NodeTaint
 from ambit.lab.runtime.oci_apply import RuncRuntime, RuncSettings
 from ambit.lab.runtime.oci_spec import PRIVATE_DIRS
+from ambit.lab.runtime.port_forward import NetnsDialer
 from ambit.lab.runtime.sandbox import PodSandboxes
 
 log = logging.getLogger("ambit.lab")
@@ -150,8 +151,9 @@ async def run_node(topology: Topology, node_name: str, taints: tuple[NodeTaint, 
         # NetworkPolicies for this node's pods, as a CNI's policy agent (the node's identity reads them).
         policies = PolicyAgent(client, netns="", node_name=node_name, node_sources=node_sources(node), runner=runner)
         await runtime.start()
-        # The kubelet API (pods/log, pods/exec) for the API server, on a root-only unix socket.
-        kubelet_api = KubeletServer(runtime, RuncExec(topology.runc_root), runtime.container_log)
+        # The kubelet API (pods/log, pods/exec, pods/portforward) for the API server, on a root-only unix socket.
+        dialer = NetnsDialer(sandboxes.netns_path)
+        kubelet_api = KubeletServer(runtime, RuncExec(topology.runc_root), runtime.container_log, dialer=dialer)
         try:
             await kubelet_api.serve(topology.node_dir(node_name) / "kubelet.sock")
         except OSError as exc:  # the node still runs its pods; kubectl logs/exec answer that the kubelet is unreachable

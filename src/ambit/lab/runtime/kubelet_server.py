@@ -1,7 +1,8 @@
-"""The kubelet's API for one lab node: container logs and exec, served on a unix socket to the API server.
+"""The kubelet's API for one lab node: container logs, exec and port-forward, on a unix socket for the API server.
 
-Theory of operation. kube-apiserver reaches a node's kubelet for ``pods/log`` and ``pods/exec``; here the API server
-(a root process of the lab) connects to ``<node dir>/kubelet.sock``, which only root may open. The server knows pods
+Theory of operation. kube-apiserver reaches a node's kubelet for ``pods/log``, ``pods/exec`` and
+``pods/portforward``; here the API server (a root process of the lab) connects to ``<node dir>/kubelet.sock``, which
+only root may open. The server knows pods
 through a :class:`PodTable` (the node runtime's own pods, by namespace and name: pods of other nodes are not found)
 and runs commands through a :class:`ContainerExec` (``runc exec`` in the lab, a local process in tests).
 
@@ -19,6 +20,11 @@ Rules:
 4. A pod this node does not run, or a container the pod does not have, is 404; a container that is not running
    cannot be exec'd into (400), as the kubelet answers.
 5. The socket is created mode 0600 (``connect(2)`` needs write permission on it): only root reaches it.
+6. ``GET /portForward/{ns}/{pod}`` upgrades to a WebSocket of subprotocol ``SPDY/3.1+portforward.k8s.io`` whose
+   binary messages carry a SPDY session of kube's port-forward protocol (:mod:`ambit.k8s.portforward`), relayed to
+   the pod's local ports by :mod:`ambit.lab.runtime.port_forward` (at most ``max_port_forward_streams`` streams per
+   session). The pod must be running (400 otherwise, as the kubelet answers); a client not offering the
+   subprotocol is 400 ``Upgrade request required``; a node without a :class:`PodDialer` answers 501.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from typing import Any, BinaryIO, Protocol
 from aiohttp import WSMsgType, web
 
 from ambit.k8s.pod_logs import LogOptions, LogOptionsError, parse_log_options, plan_window
+from ambit.k8s.portforward import WEBSOCKET_PROTOCOL
 from ambit.k8s.remotecommand import (
     PROTOCOLS,
     Channel,
@@ -50,6 +57,7 @@ from ambit.k8s.remotecommand import (
     parse_frame,
     status_message,
 )
+from ambit.lab.runtime.port_forward import PodDialer, PortForwardRelay
 
 log = logging.getLogger("ambit.lab.kubelet")
 
@@ -150,8 +158,12 @@ class KubeletServer:
         *,
         poll_interval: float = 0.25,
         clock: Callable[[], float] = time.time,
+        dialer: PodDialer | None = None,
+        max_port_forward_streams: int = 256,
     ) -> None:
         self.pods = pods
+        self.dialer = dialer
+        self.max_port_forward_streams = max_port_forward_streams
         self.runner = runner
         self.log_path = log_path
         self.poll_interval = poll_interval
@@ -162,6 +174,7 @@ class KubeletServer:
         app = web.Application()
         app.router.add_get("/containerLogs/{ns}/{pod}/{container}", self._logs)
         app.router.add_get("/exec/{ns}/{pod}/{container}", self._exec)
+        app.router.add_get("/portForward/{ns}/{pod}", self._port_forward)
         return app
 
     async def serve(self, socket_path: Path) -> None:
@@ -270,6 +283,33 @@ class KubeletServer:
             await ws.close()
             return ws
         await ExecSession(ws, proc, options).run()
+        return ws
+
+    # -- port-forward (rule 6) ------------------------------------------------------------------------------------
+    async def _port_forward(self, request: web.Request) -> web.StreamResponse:
+        ns, name = request.match_info["ns"], request.match_info["pod"]
+        pod = self.pods.find_pod(ns, name)
+        if pod is None:
+            return _status(404, "NotFound", f'pod "{ns}/{name}" not found on this node')
+        if str((pod.get("status") or {}).get("phase") or "") != "Running":
+            return _status(400, "BadRequest", f'pod "{ns}/{name}" is not running')
+        offered = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",")]
+        if request.headers.get("Upgrade", "").lower() != "websocket" or WEBSOCKET_PROTOCOL not in offered:
+            return _status(400, "BadRequest", "Upgrade request required")
+        if self.dialer is None:
+            return _status(501, "NotImplemented", "this node cannot forward ports")
+        ws = web.WebSocketResponse(protocols=(WEBSOCKET_PROTOCOL,), max_msg_size=MAX_MESSAGE, autoping=True)
+        await ws.prepare(request)
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        relay = PortForwardRelay(
+            ws,
+            uid,
+            self.dialer,
+            max_streams=self.max_port_forward_streams,
+            client_gone=lambda: _client_gone(request),
+            poll_interval=self.poll_interval,
+        )
+        await relay.run()
         return ws
 
 
