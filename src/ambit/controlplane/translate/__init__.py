@@ -66,7 +66,7 @@ from ambit.controlplane.translate.destinationrules import (
     parse_destination_rules,
 )
 from ambit.controlplane.translate.discovery import EVERY_NAMESPACE, DiscoveryFilter
-from ambit.controlplane.translate.endpointslices import endpoint_slice_workloads
+from ambit.controlplane.translate.endpointslices import SliceMemo, endpoint_slice_workloads
 from ambit.controlplane.translate.envoyfilter_routes import merge_routes
 from ambit.controlplane.translate.envoyfilters import IngressProxy, PatchNote, translate_envoy_filters
 from ambit.controlplane.translate.gateway_policies import (
@@ -82,6 +82,7 @@ from ambit.controlplane.translate.listeners import is_ingress
 from ambit.controlplane.translate.meshconfig import MeshConfigMemo, mesh_config_of
 from ambit.controlplane.translate.nodes import node_localities
 from ambit.controlplane.translate.peerauth import PeerAuthIndex
+from ambit.controlplane.translate.pod_workloads import Changes, PodEntry, PodWorkloads
 from ambit.controlplane.translate.policies import (
     DEFAULT_ROOT_NAMESPACE,
     PolicySelection,
@@ -135,8 +136,6 @@ from ambit.model.workload import Locality, Service, Visibility, Workload
 
 PolicyMemo = dict[tuple[str, str, str, bool], tuple[PolicyTranslation, tuple[Skipped, ...]]]
 """(uid, resourceVersion, root namespace, dry run enabled) → an AuthorizationPolicy's translation and skips."""
-PodEntry = tuple[Workload | None, Mapping[str, str], tuple[Skipped, ...]]
-"""A pod's finished workload (None: not a workload), its labels, and what had to be left out of it."""
 
 
 @dataclass(slots=True)
@@ -145,28 +144,35 @@ class TranslationMemo:
     change re-translates that pod only.
 
     Rules: a Service's entry is keyed by (uid, resourceVersion, domain, network, the mesh config's
-    ``defaultServiceExportTo``), all its translation reads. A pod's
-    entry is keyed by the pod's (uid, resourceVersion) and holds the finished workload (services map,
-    policy keys and waypoint included), its labels and its skips. The entries are reused only while ``context``
-    (everything else a pod's workload is made from: the service index, the network, the nodes' localities, the
-    policy selections and PeerAuthentications, the waypoints, the cluster and trust domain) is equal, by value, to
-    this call's; otherwise every pod is translated again. A pod without a uid or resourceVersion is never memoized.
-    After each call the memo holds exactly that call's pods. ``mesh`` keeps the last good mesh config
-    (:class:`~ambit.controlplane.translate.meshconfig.MeshConfigMemo`).
+    ``defaultServiceExportTo``), all its translation reads. The pods' entries
+    (:class:`~ambit.controlplane.translate.pod_workloads.PodWorkloads`) hold each pod's finished workload (services
+    map, policy keys and waypoint included), its labels and its skips, by pod key; they are reused only while the
+    ``context`` (everything else a pod's workload is made from: the service index, the network, the nodes'
+    localities, the policy selections and PeerAuthentications, the waypoints, the cluster and trust domain) is equal,
+    by value, to this call's; otherwise every pod is translated again. A pod without a uid or resourceVersion is
+    translated on every call that walks all pods. When the caller names what changed (``changed``), only the changed
+    pods are looked at. After each call the memo holds exactly that call's pods. ``mesh`` keeps the last good mesh
+    config (:class:`~ambit.controlplane.translate.meshconfig.MeshConfigMemo`).
     """
 
-    context: object = None
-    pods: dict[tuple[str, str], PodEntry] = field(default_factory=dict)
+    pods: PodWorkloads = field(default_factory=PodWorkloads)
     services: dict[tuple[str, str, str, str, str], tuple[Service | None, tuple[Skipped, ...]]] = field(
         default_factory=dict
     )
     mesh: MeshConfigMemo = field(default_factory=MeshConfigMemo)
-    hits: int = 0
-    """Pods whose translation was reused, in the last call (for tests and logs)."""
+    slices: SliceMemo = field(default_factory=dict)
+    """Each EndpointSlice's hand-added endpoints' workloads (:mod:`~ambit.controlplane.translate.endpointslices`
+    rule 5)."""
+
+    @property
+    def hits(self) -> int:
+        """Pods whose translation was reused, in the last call (for tests and logs)."""
+        return self.pods.hits
 
 
 __all__ = [
     "DEFAULT_ROOT_NAMESPACE",
+    "Changes",
     "PolicyMemo",
     "PolicyStatus",
     "RouteStatus",
@@ -277,12 +283,17 @@ def translate_all(
     enable_dry_run: bool = False,
     policy_memo: PolicyMemo | None = None,
     translation_memo: TranslationMemo | None = None,
+    changed: Changes | None = None,
 ) -> Translation:
     """The workloads, services and policies the node proxies should know, policy status, and the problems found.
 
     ``policy_memo``, when given, keeps each AuthorizationPolicy's translation by uid and resourceVersion between
     calls (the caller owns it and passes the same one each time), so only changed policies are translated again;
-    ``translation_memo`` does the same for pods and Services (:class:`TranslationMemo`).
+    ``translation_memo`` does the same for pods and Services (:class:`TranslationMemo`). ``changed`` names the
+    objects that changed since the previous call through the same ``translation_memo`` (``(kind plural,
+    "namespace/name")`` → the object now, None when deleted; None: not known): while the pods' context holds, only
+    the changed pods are translated and the other pods' workloads are taken from the memo as they are
+    (:mod:`~ambit.controlplane.translate.pod_workloads` rule 2). The output is the same either way.
     """
     skips: list[Skipped] = []
     config_maps = list(config_maps)
@@ -511,31 +522,24 @@ def translate_all(
     )
     gateway_authn = gateway_request_authentications(ingress_pods, authn_translations, root_namespace=root_namespace)
     index = ServiceIndex.build(service_list, slice_list, domain=domain, extra=selections(entries))
-    workloads: list[Workload] = []
-    workload_labels: dict[str, Mapping[str, str]] = {}
     localities = node_localities(nodes)
     context = (index, network, localities, keys, waypoints, cluster_id, trust_domain)
-    reusable = translation_memo.pods if translation_memo is not None and translation_memo.context == context else {}
-    remembered_pods: dict[tuple[str, str], PodEntry] = {}
-    hits = 0
-    for pod in pods:
-        pod_meta = pod.get("metadata") or {}
-        pod_key = (str(pod_meta.get("uid") or ""), str(pod_meta.get("resourceVersion") or ""))
-        pod_entry = reusable.get(pod_key)
-        if pod_entry is None:
-            pod_entry = _pod_workload(pod, index, keys, waypoints, cluster_id, trust_domain, network, localities)
-        else:
-            hits += 1
-        if all(pod_key):
-            remembered_pods[pod_key] = pod_entry
-        pod_workload, pod_labels, pod_skips = pod_entry
-        skips.extend(pod_skips)
-        if pod_workload is not None:
-            workload_labels[pod_workload.uid] = pod_labels
-            workloads.append(pod_workload)
+    pod_state = translation_memo.pods if translation_memo is not None else PodWorkloads()
+
+    def pod_entry(pod: Mapping[str, Any]) -> PodEntry:
+        return _pod_workload(pod, index, keys, waypoints, cluster_id, trust_domain, network, localities)
+
+    if changed is not None and pod_state.can_patch(context, seen, changed):
+        pod_state.patch(changed, pod_entry)
+    else:
+        pod_state.build(pods, context, seen, pod_entry)
+    skips.extend(pod_state.all_skips())
     if translation_memo is not None:
-        translation_memo.context, translation_memo.pods, translation_memo.hits = context, remembered_pods, hits
         translation_memo.services = remembered_services
+    workloads: list[Workload] = []
+    """The workloads that are not pods', in the order they are made."""
+    workload_labels: dict[str, Mapping[str, str]] = {}
+    """Their labels by uid (over the pods' of an equal uid)."""
     for wle in workload_entries:
         w = translate_workload_entry(
             wle, index, cluster_id=cluster_id, trust_domain=trust_domain, network=network, skips=skips
@@ -555,6 +559,7 @@ def translate_all(
             trust_domain=trust_domain,
             network=network,
             skips=skips,
+            memo=translation_memo.slices if translation_memo is not None else None,
         )
     )
     for entry in entries:
@@ -602,10 +607,17 @@ def translate_all(
         ),
         root_namespace=root_namespace,
     )
+    all_workloads = pod_state.workloads_with(workloads)
     members: dict[str, list[tuple[str, Mapping[str, str]]]] = {}
-    for w in workloads:
-        for key in w.services:
-            members.setdefault(key, []).append((w.uid, workload_labels.get(w.uid, {})))
+    if rule_index.has_rules:
+        # Each service's (uid, labels) of its workloads, for DestinationRule subsets (a set of uids each): read
+        # only where a rule applies, so only built when there is one.
+        pod_labels = pod_state.labels
+        for w in all_workloads:
+            found = workload_labels.get(w.uid)
+            member_labels = pod_labels.get(w.uid, {}) if found is None else found
+            for key in w.services:
+                members.setdefault(key, []).append((w.uid, member_labels))
     by_key = {s.key: s for s in translated}
 
     envoy = translate_envoy_filters(
@@ -647,7 +659,7 @@ def translate_all(
 
     return Translation(
         config=LocalConfig(
-            workloads=tuple(sorted(workloads, key=lambda w: w.uid)),
+            workloads=all_workloads,
             services=tuple(sorted(translated, key=lambda s: (s.namespace, s.hostname))),
             policies=tuple(sorted({p.key: p for p in policies}.values(), key=lambda p: p.key)),
         ),

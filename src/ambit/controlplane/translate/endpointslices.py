@@ -20,6 +20,9 @@ Rules:
 3. It is HEALTHY unless ``conditions.ready`` is ``false``.
 4. Its services map holds the one Service: each TCP port of the slice with a name and a number maps the Service's
    port of that name to the slice's number. Ports of other protocols, or unnamed, are left out.
+5. A slice's workloads and skips depend on the slice and its Service's named ports only (and the domain, cluster,
+   trust domain and network): a memo keyed by those reuses them while the slice's uid and resourceVersion hold, so
+   a translation walks the endpoints of changed slices only.
 """
 
 from __future__ import annotations
@@ -43,6 +46,10 @@ from ambit.model.workload import (
 )
 
 Obj = Mapping[str, Any]
+SliceKey = tuple[str, str, tuple[tuple[str, int], ...] | None, str, str, str, str]
+"""(uid, resourceVersion, the owning Service's named ports, domain, cluster, trust domain, network): all a slice's
+workloads are made from."""
+SliceMemo = dict[SliceKey, tuple[tuple[Workload, ...], tuple[Skipped, ...]]]
 
 
 def endpoint_slice_workloads(
@@ -54,8 +61,12 @@ def endpoint_slice_workloads(
     trust_domain: str,
     network: str,
     skips: list[Skipped],
+    memo: SliceMemo | None = None,
 ) -> Iterator[Workload]:
-    """The Workloads of the hand-added endpoints of ``slices`` (rules 1 to 4)."""
+    """The Workloads of the hand-added endpoints of ``slices`` (rules 1 to 4).
+
+    ``memo``, when given, keeps each slice's workloads and skips by everything they are made from (rule 5); after
+    the call it holds exactly this call's slices that have a uid and resourceVersion."""
     ports_by_service: dict[tuple[str, str], dict[str, int]] = {}
     for svc in services:
         meta, spec = mapping(svc.get("metadata")), mapping(svc.get("spec"))
@@ -67,8 +78,34 @@ def endpoint_slice_workloads(
             if isinstance(p, Mapping) and (number := port_number(p.get("port"))) is not None
         }
         ports_by_service[(str(meta.get("namespace") or ""), str(meta.get("name") or ""))] = named
+    if memo is None:
+        for eps in slices:
+            yield from _slice_workloads(eps, ports_by_service, domain, cluster_id, trust_domain, network, skips)
+        return
+    known, memo_dict = dict(memo), memo
+    memo_dict.clear()
     for eps in slices:
-        yield from _slice_workloads(eps, ports_by_service, domain, cluster_id, trust_domain, network, skips)
+        meta = mapping(eps.get("metadata"))
+        owner = str(mapping(meta.get("labels")).get(SERVICE_NAME_LABEL) or "")
+        service_ports = ports_by_service.get((str(meta.get("namespace") or ""), owner))
+        key: SliceKey = (
+            str(meta.get("uid") or ""),
+            str(meta.get("resourceVersion") or ""),
+            tuple(service_ports.items()) if service_ports is not None else None,
+            domain,
+            cluster_id,
+            trust_domain,
+            network,
+        )
+        entry = known.get(key)
+        if entry is None:
+            own: list[Skipped] = []
+            made = tuple(_slice_workloads(eps, ports_by_service, domain, cluster_id, trust_domain, network, own))
+            entry = (made, tuple(own))
+        if key[0] and key[1]:
+            memo_dict[key] = entry
+        skips.extend(entry[1])
+        yield from entry[0]
 
 
 def _slice_workloads(

@@ -92,11 +92,18 @@ class ServiceIndex:
         extra: Iterable[tuple[str, Selection]] = (),
     ) -> ServiceIndex:
         """Index Kubernetes Services (with their EndpointSlices) and ``extra`` (namespace, selection) pairs."""
+        services = list(services)
+        # Only a Service without a selector reads its slices (rule 1): the slices of the others are not walked.
+        selectorless: set[tuple[str, str]] = set()
+        for svc in services:
+            if not (svc.get("spec") or {}).get("selector"):
+                meta = svc.get("metadata") or {}
+                selectorless.add((str(meta.get("namespace", "")), str(meta.get("name", ""))))
         slice_pods: dict[tuple[str, str], set[str]] = {}
-        for eps in endpoint_slices:
+        for eps in endpoint_slices if selectorless else ():
             meta = eps.get("metadata") or {}
             owner = (meta.get("labels") or {}).get(SERVICE_NAME_LABEL)
-            if not owner:
+            if not owner or (str(meta.get("namespace", "")), str(owner)) not in selectorless:
                 continue
             pods = slice_pods.setdefault((str(meta.get("namespace", "")), str(owner)), set())
             for endpoint in eps.get("endpoints") or ():
