@@ -12,9 +12,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ambit.controlplane.addresses import AddressCache, addresses
-from ambit.controlplane.translate import Changes, TranslationMemo, translate_all
+from ambit.controlplane.addresses import AddressCache, address_changes, addresses
+from ambit.controlplane.translate import Changes, Translation, TranslationMemo, translate_all
 from ambit.controlplane.translate.index import SERVICE_NAME_LABEL
+from ambit.model.localconfig import LocalConfig
+from ambit.xds.table import AddressTable
 
 NAMESPACES = ("ns-a", "ns-b")
 APPS = ("a", "b", "c")
@@ -187,19 +189,41 @@ def _apply(cluster: Cluster, step: tuple[str, str, int]) -> None:
             cluster.put("pods", _pod(ns, j, app=APPS[(i + j) % len(APPS)], ready=bool(j % 2)))
 
 
+class Encoder:
+    """The control plane's hand-over: the address table patched by the translation's workload changes when they
+    are relative to the config it holds, else replaced whole."""
+
+    def __init__(self) -> None:
+        self.table, self.cache = AddressTable(), AddressCache()
+        self.applied: LocalConfig | None = None
+        self.patched = 0
+
+    def hand_over(self, translation: Translation) -> frozenset[str]:
+        changes, previous, config = translation.workload_changes, self.applied, translation.config
+        self.applied = config
+        if changes is not None and previous is not None and changes.since is previous.workloads:
+            self.patched += 1
+            return self.table.patch(*address_changes(previous, config, self.cache, changes.uids))
+        return self.table.replace(addresses(config, self.cache))
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.lists(STEP, max_size=15))
 def test_translation_by_changes_always_equals_a_translation_from_scratch(steps: list[tuple[str, str, int]]) -> None:
     cluster = _start()
-    memo, cache = TranslationMemo(), AddressCache()
+    memo = TranslationMemo()
+    patched, replaced = Encoder(), AddressTable()
     first = translate_all(**cluster.inputs(), translation_memo=memo, changed=cluster.take())
     assert first == translate_all(**cluster.inputs())
+    assert patched.hand_over(first) == replaced.replace(addresses(first.config))
     for step in steps:
         _apply(cluster, step)
         by_changes = translate_all(**cluster.inputs(), translation_memo=memo, changed=cluster.take())
         fresh = translate_all(**copy.deepcopy(cluster.inputs()))
         assert by_changes == fresh, step
-        assert addresses(by_changes.config, cache) == addresses(fresh.config)
+        assert patched.hand_over(by_changes) == replaced.replace(addresses(fresh.config)), step
+        assert patched.table.current == replaced.current
+        assert set(patched.cache) == set(replaced.current.by_name)
 
 
 def _translated(cluster: Cluster, memo: TranslationMemo) -> None:
@@ -217,6 +241,26 @@ def test_a_pod_change_looks_at_that_pod_only_and_names_its_workload() -> None:
     _translated(cluster, memo)
     assert memo.hits == len(cluster.objects["pods"]) - 1
     assert memo.pods.changed_uids == {"Kubernetes//Pod/ns-a/pod-1", "Kubernetes//Pod/ns-b/pod-2"}
+
+
+def test_the_hand_over_patches_the_address_table_with_the_changed_workloads_only() -> None:
+    cluster = _start()
+    memo, encoder = TranslationMemo(), Encoder()
+    encoder.hand_over(translate_all(**cluster.inputs(), translation_memo=memo, changed=cluster.take()))
+    cluster.put("pods", _pod("ns-a", 1, app="b", ready=False))
+    cluster.put("pods", _pod("ns-b", 9, app="a"))
+    cluster.put("pods", _pod("ns-b", 3, app="a"))  # a new resourceVersion, the same workload
+    cluster.delete("pods", "ns-b/pod-2")
+    translation = translate_all(**cluster.inputs(), translation_memo=memo, changed=cluster.take())
+    assert translation.workload_changes is not None
+    assert translation.workload_changes.uids == {
+        "Kubernetes//Pod/ns-a/pod-1",
+        "Kubernetes//Pod/ns-b/pod-9",
+        "Kubernetes//Pod/ns-b/pod-2",
+    }
+    changed = encoder.hand_over(translation)
+    assert encoder.patched == 1
+    assert changed == {"Kubernetes//Pod/ns-a/pod-1", "Kubernetes//Pod/ns-b/pod-9", "Kubernetes//Pod/ns-b/pod-2"}
 
 
 def test_a_changed_context_falls_back_to_translating_every_pod() -> None:

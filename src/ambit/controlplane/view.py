@@ -14,9 +14,11 @@ only the pods that changed, while nothing else they depend on did: :class:`~ambi
 TranslationMemo` and :mod:`~ambit.controlplane.translate.pod_workloads`) and
 hands the result to ``on_config``, then what the translation had to leave out to ``on_skipped``, the policies'
 status to ``on_status`` and the Services' and ServiceEntries' waypoint status to ``on_waypoint_status`` and the
-whole translation (waypoint configurations, route status) to ``on_routes`` (when given). An ``observer``
-(:class:`ViewObserver`, the monitoring port's metrics) is told how long each translation took and, for each burst,
-the time from its first change to the end of its hand-over (istiod's ``pilot_debounce_time``).
+whole translation (waypoint configurations, route status) to ``on_routes`` (when given); ``on_workload_changes``
+(when given) hears first which workloads changed since the previous translation, when that is known
+(:class:`~ambit.controlplane.translate.WorkloadChanges`), so that the encoders can patch instead of compare. An
+``observer`` (:class:`ViewObserver`, the monitoring port's metrics) is told how long each translation took and,
+for each burst, the time from its first change to the end of its hand-over (istiod's ``pilot_debounce_time``).
 
 ServiceEntries, WorkloadEntries, AuthorizationPolicies, PeerAuthentications and the Gateway API kinds are CRDs,
 which a real cluster may not have, and Nodes are cluster-scoped, which a narrowly scoped control plane may not be
@@ -65,6 +67,7 @@ from ambit.controlplane.translate import (
     Skipped,
     Translation,
     TranslationMemo,
+    WorkloadChanges,
     translate_all,
 )
 from ambit.controlplane.translate.listener_sets import LISTENER_SET_KINDS
@@ -209,6 +212,7 @@ class ClusterView:
         on_status: Callable[[tuple[PolicyStatus, ...]], None] | None = None,
         on_waypoint_status: Callable[[tuple[PolicyStatus, ...], tuple[PolicyStatus, ...]], None] | None = None,
         on_routes: Callable[[Translation], None] | None = None,
+        on_workload_changes: Callable[[WorkloadChanges | None], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         observer: ViewObserver | None = None,
     ) -> None:
@@ -225,6 +229,7 @@ class ClusterView:
         self._on_status = on_status
         self._on_waypoint_status = on_waypoint_status
         self._on_routes = on_routes
+        self._on_workload_changes = on_workload_changes
         self._policy_memo: PolicyMemo = {}
         self._translation_memo = TranslationMemo()
         self.absent: set[str] = set()
@@ -389,6 +394,8 @@ class ClusterView:
         translation = self.translate_all()
         if self._observer is not None:
             self._observer.translated(self._clock() - started)
+        if self._on_workload_changes is not None:
+            self._on_workload_changes(translation.workload_changes)
         self._on_config(translation.config)
         if self._on_skipped is not None:
             self._on_skipped(translation.skipped)

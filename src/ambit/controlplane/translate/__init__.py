@@ -160,6 +160,10 @@ class TranslationMemo:
         default_factory=dict
     )
     mesh: MeshConfigMemo = field(default_factory=MeshConfigMemo)
+    workloads: tuple[Workload, ...] | None = None
+    """The previous call's workloads (:class:`WorkloadChanges` are relative to them)."""
+    other_workloads: tuple[Workload, ...] = ()
+    """The previous call's workloads that are not pods', in the order they were made."""
     slices: SliceMemo = field(default_factory=dict)
     """Each EndpointSlice's hand-added endpoints' workloads (:mod:`~ambit.controlplane.translate.endpointslices`
     rule 5)."""
@@ -180,6 +184,7 @@ __all__ = [
     "Skipped",
     "Translation",
     "TranslationMemo",
+    "WorkloadChanges",
     "translate",
     "translate_all",
 ]
@@ -218,6 +223,20 @@ class Translation:
     envoy_filter_notes: tuple[PatchNote, ...] = ()
     """The EnvoyFilter patches (and objects) no proxy applies, and why
     (:mod:`~ambit.controlplane.translate.envoyfilters`), sorted; the control plane logs each once per generation."""
+    workload_changes: WorkloadChanges | None = field(default=None, compare=False)
+    """Which workloads differ from the previous translation through the same memo, when that is known without
+    comparing them all (a hint for the encoders, not part of the translation's value)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadChanges:
+    """The workloads of a translation as changes to the previous one: every workload whose uid is not in ``uids``
+    is the object the previous translation's ``since`` held under that uid (or one equal to it), and ``uids`` names
+    each workload added, removed or replaced (a uid may be named that did not change)."""
+
+    since: tuple[Workload, ...]
+    """The previous translation's workloads (compare by identity: the changes apply to that tuple only)."""
+    uids: frozenset[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -608,6 +627,10 @@ def translate_all(
         root_namespace=root_namespace,
     )
     all_workloads = pod_state.workloads_with(workloads)
+    workload_changes = None
+    if translation_memo is not None:
+        workload_changes = _workload_changes(translation_memo, pod_state.changed_uids, workloads)
+        translation_memo.workloads, translation_memo.other_workloads = all_workloads, tuple(workloads)
     members: dict[str, list[tuple[str, Mapping[str, str]]]] = {}
     if rule_index.has_rules:
         # Each service's (uid, labels) of its workloads, for DestinationRule subsets (a set of uids each): read
@@ -691,7 +714,23 @@ def translate_all(
         backend_tls_status=backend_tls.status,
         discovery=seen,
         envoy_filter_notes=envoy.notes,
+        workload_changes=workload_changes,
     )
+
+
+def _workload_changes(
+    memo: TranslationMemo, pod_changes: set[str] | None, others: list[Workload]
+) -> WorkloadChanges | None:
+    """The changes since the memo's previous workloads: the pods' (when patched), and every uid of the other
+    workloads (not pods') unless they are equal, in order, to the previous call's."""
+    if pod_changes is None or memo.workloads is None:
+        return None
+    uids = set(pod_changes)
+    previous = memo.other_workloads
+    if len(previous) != len(others) or any(a is not b and a != b for a, b in zip(previous, others, strict=True)):
+        uids.update(w.uid for w in previous)
+        uids.update(w.uid for w in others)
+    return WorkloadChanges(memo.workloads, frozenset(uids))
 
 
 def _pod_workload(
