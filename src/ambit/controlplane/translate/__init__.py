@@ -75,7 +75,7 @@ from ambit.controlplane.translate.gateway_policies import (
     gateway_request_authentications,
 )
 from ambit.controlplane.translate.gateway_topology import gateway_forward_client_cert, gateway_trusted_proxies
-from ambit.controlplane.translate.index import ServiceIndex
+from ambit.controlplane.translate.index import SelectionMemo, ServiceIndex
 from ambit.controlplane.translate.ingress import merge_route_status, translate_ingress
 from ambit.controlplane.translate.istio_gateways import translate_istio_gateways
 from ambit.controlplane.translate.listeners import is_ingress
@@ -165,6 +165,8 @@ class TranslationMemo:
     other_workloads: tuple[Workload, ...] = ()
     """The previous call's workloads that are not pods', in the order they were made."""
     slices: SliceMemo = field(default_factory=dict)
+    selections: SelectionMemo = field(default_factory=dict)
+    """Each Service's selection in the service index (:mod:`~ambit.controlplane.translate.index` rule 4)."""
     """Each EndpointSlice's hand-added endpoints' workloads (:mod:`~ambit.controlplane.translate.endpointslices`
     rule 5)."""
 
@@ -540,7 +542,13 @@ def translate_all(
         root_namespace=root_namespace,
     )
     gateway_authn = gateway_request_authentications(ingress_pods, authn_translations, root_namespace=root_namespace)
-    index = ServiceIndex.build(service_list, slice_list, domain=domain, extra=selections(entries))
+    index = ServiceIndex.build(
+        service_list,
+        slice_list,
+        domain=domain,
+        extra=selections(entries),
+        memo=translation_memo.selections if translation_memo is not None else None,
+    )
     localities = node_localities(nodes)
     context = (index, network, localities, keys, waypoints, cluster_id, trust_domain)
     pod_state = translation_memo.pods if translation_memo is not None else PodWorkloads()
