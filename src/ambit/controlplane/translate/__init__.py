@@ -31,7 +31,8 @@ The output is deterministic: workloads are ordered by uid, services by namespace
 statuses by key, each workload's policy keys sorted, skips sorted, and equal inputs give equal outputs, so a writer
 can compare renderings to skip rewriting an unchanged file.
 
-Modules: ``workloads`` (a Pod becomes a Workload), ``services`` (a Service becomes a Service), ``serviceentries`` (a
+Modules: ``workloads`` (a Pod becomes a Workload), ``pod_workloads`` (the pods' workloads kept between calls and
+patched by the pods that changed), ``services`` (a Service becomes a Service), ``serviceentries`` (a
 ServiceEntry becomes Services and endpoint Workloads), ``workloadentries`` (a WorkloadEntry becomes a Workload),
 ``endpointslices`` (endpoints added to a Service's EndpointSlices by hand become Workloads),
 ``index`` (which services select which endpoints, on which ports), ``policies`` (an AuthorizationPolicy becomes a
@@ -165,10 +166,10 @@ class TranslationMemo:
     other_workloads: tuple[Workload, ...] = ()
     """The previous call's workloads that are not pods', in the order they were made."""
     slices: SliceMemo = field(default_factory=dict)
-    selections: SelectionMemo = field(default_factory=dict)
-    """Each Service's selection in the service index (:mod:`~ambit.controlplane.translate.index` rule 4)."""
     """Each EndpointSlice's hand-added endpoints' workloads (:mod:`~ambit.controlplane.translate.endpointslices`
     rule 5)."""
+    selections: SelectionMemo = field(default_factory=dict)
+    """Each Service's selection in the service index (:mod:`~ambit.controlplane.translate.index` rule 4)."""
 
     @property
     def hits(self) -> int:
@@ -563,10 +564,10 @@ def translate_all(
     skips.extend(pod_state.all_skips())
     if translation_memo is not None:
         translation_memo.services = remembered_services
+    # The workloads that are not pods', in the order they are made, and their labels by uid (over the pods' of an
+    # equal uid).
     workloads: list[Workload] = []
-    """The workloads that are not pods', in the order they are made."""
     workload_labels: dict[str, Mapping[str, str]] = {}
-    """Their labels by uid (over the pods' of an equal uid)."""
     for wle in workload_entries:
         w = translate_workload_entry(
             wle, index, cluster_id=cluster_id, trust_domain=trust_domain, network=network, skips=skips
