@@ -266,9 +266,13 @@ class ClusterView:
                 informer.add_handler(on_add=handlers[0], on_update=handlers[1], on_delete=handlers[2])
 
     def _record(self, plural: str, obj: dict[str, Any]) -> None:
-        if self._changes is not None:
-            meta = obj.get("metadata") or {}
-            self._changes.add((plural, str(meta.get("namespace") or ""), str(meta.get("name") or "")))
+        if self._changes is None:
+            return
+        meta = obj.get("metadata")
+        if not isinstance(meta, dict):
+            self._changes = None  # cannot name it: the next translation looks at everything
+            return
+        self._changes.add((plural, str(meta.get("namespace") or ""), str(meta.get("name") or "")))
 
     def _change_handler(self, plural: str) -> Callable[[dict[str, Any]], None]:
         def changed(obj: dict[str, Any]) -> None:
