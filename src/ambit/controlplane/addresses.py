@@ -8,12 +8,27 @@ its uid, each service one named ``namespace/hostname`` (spec §4.2), through :mo
 resource's deterministic serialization, so it is stable across processes and restarts: a restarted control plane
 gives an unchanged resource the version a reconnecting node proxy already holds, and nothing is resent.
 
-Invariants: equal configs give equal maps; a resource's version changes exactly when its bytes change.
+Rules:
+
+1. :func:`addresses` encodes the whole config; with an :class:`AddressCache` only the items that are not the same
+   object as (or equal to) the one last encoded under their name are encoded again.
+2. :func:`address_changes` gives the same result as a change to the previous map: told which workload uids may
+   have changed since ``previous`` (the translation's
+   :class:`~ambit.controlplane.translate.WorkloadChanges`), it looks up only those in the new config's workloads
+   (ordered by uid: a binary search; of equal uids the last one wins, as in :func:`addresses`) and every service
+   (a few per thousand workloads), and returns the entries to put and the names that went away. The cache must be
+   the one :func:`addresses` or :func:`address_changes` last left for ``previous``. Workload uids and service keys
+   (``namespace/hostname``) never collide: a uid has the form ``cluster//Kind/namespace/name``.
+
+Invariants: equal configs give equal maps; a resource's version changes exactly when its bytes change; the cache
+holds exactly the last config's items after either call.
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+from collections.abc import Collection
 
 from google.protobuf.message import Message
 
@@ -25,7 +40,14 @@ from ambit.model.workload import Service, Workload
 from ambit.xds.authorization import authorization_of
 from ambit.xds.convert import address_of, resource_name
 
-__all__ = ["AddressCache", "AuthorizationCache", "addresses", "authorizations", "content_version"]
+__all__ = [
+    "AddressCache",
+    "AuthorizationCache",
+    "address_changes",
+    "addresses",
+    "authorizations",
+    "content_version",
+]
 
 
 def content_version(message: Message) -> str:
@@ -62,6 +84,45 @@ def addresses(config: LocalConfig, cache: AddressCache | None = None) -> dict[st
         cache.clear()
         cache.update(fresh)
     return result
+
+
+def address_changes(
+    previous: LocalConfig, config: LocalConfig, cache: AddressCache, workload_uids: Collection[str]
+) -> tuple[dict[str, tuple[str, pb.Address]], frozenset[str]]:
+    """(name → (version, Address) to put, names to take out) that turn ``previous``'s map into ``config``'s, given
+    the uids of the workloads that may differ (rule 2); ``cache`` is left holding exactly ``config``'s items."""
+    upserts: dict[str, tuple[str, pb.Address]] = {}
+    removed: set[str] = set()
+    workloads = config.workloads
+    for uid in workload_uids:
+        at = bisect.bisect_right(workloads, uid, key=_workload_uid)
+        if at and workloads[at - 1].uid == uid:
+            upserts[uid] = _encoded(workloads[at - 1], uid, cache)
+        else:
+            cache.pop(uid, None)
+            removed.add(uid)
+    for service in config.services:
+        upserts[service.key] = _encoded(service, service.key, cache)
+    for service in previous.services:
+        if service.key not in upserts:
+            cache.pop(service.key, None)
+            removed.add(service.key)
+    return upserts, frozenset(removed)
+
+
+def _workload_uid(workload: Workload) -> str:
+    return workload.uid
+
+
+def _encoded(item: Workload | Service, name: str, cache: AddressCache) -> tuple[str, pb.Address]:
+    known = cache.get(name)
+    if known is not None and (known[0] is item or known[0] == item):
+        cache[name] = (item, known[1])
+        return known[1]
+    address = address_of(item)
+    entry = (content_version(address), address)
+    cache[name] = (item, entry)
+    return entry
 
 
 AuthorizationCache = dict[Policy, tuple[str, apb.Authorization]]

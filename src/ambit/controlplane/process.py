@@ -51,7 +51,13 @@ from pathlib import Path
 from typing import Any
 
 from ambit import __version__
-from ambit.controlplane.addresses import AddressCache, AuthorizationCache, addresses, authorizations
+from ambit.controlplane.addresses import (
+    AddressCache,
+    AuthorizationCache,
+    address_changes,
+    addresses,
+    authorizations,
+)
 from ambit.controlplane.ca.authn import KubeAuthenticator
 from ambit.controlplane.ca.cawatch import CA_POLL_INTERVAL, CaPaths, PluginCaWatcher
 from ambit.controlplane.ca.crl import CRL_CONFIG_MAP, CRL_FILE, CRL_KEY, CRL_POLL_INTERVAL, CrlFileWatcher
@@ -72,7 +78,14 @@ from ambit.controlplane.status import (
     PolicyStatusWriter,
     RouteStatusWriter,
 )
-from ambit.controlplane.translate import DEFAULT_ROOT_NAMESPACE, PolicyStatus, SkipMemory, Skipped, Translation
+from ambit.controlplane.translate import (
+    DEFAULT_ROOT_NAMESPACE,
+    PolicyStatus,
+    SkipMemory,
+    Skipped,
+    Translation,
+    WorkloadChanges,
+)
 from ambit.controlplane.translate.discovery import EVERY_NAMESPACE
 from ambit.controlplane.translate.envoyfilters import PatchNote
 from ambit.controlplane.translate.visibility import VISIBILITY_APPLIED
@@ -207,6 +220,9 @@ class ControlPlane:
         self._gateway_encoded: dict[str, tuple[Any, str, Any]] = {}
         self._encoded: AuthorizationCache = {}
         self._encoded_addresses: AddressCache = {}
+        self._applied: LocalConfig | None = None
+        """The config the address table was last made from (None: none, or its hand-over failed)."""
+        self._workload_changes: WorkloadChanges | None = None
         self.authenticator = KubeAuthenticator(client, cluster_id=settings.cluster_id)
         self.pods = InformerPodIndex(client)
         self._discovery = EVERY_NAMESPACE
@@ -229,6 +245,7 @@ class ControlPlane:
             on_status=self._status,
             on_waypoint_status=self._waypoint_status,
             on_routes=self._routes_changed,
+            on_workload_changes=self._workloads_changed,
             observer=self.metrics,
         )
         self.view.add_event_handlers(self.metrics.event_handlers)
@@ -309,7 +326,14 @@ class ControlPlane:
     def _config_changed(self, config: LocalConfig) -> None:
         self._change_started()
         self.metrics.set_services(len(config.services))
-        changed = self.table.replace(addresses(config, self._encoded_addresses))
+        changes, self._workload_changes = self._workload_changes, None
+        previous, self._applied = self._applied, None
+        if changes is not None and previous is not None and changes.since is previous.workloads:
+            # Only the workloads the translation changed (and the services): the hand-over costs the change.
+            upserts, removed = address_changes(previous, config, self._encoded_addresses, changes.uids)
+            changed = self.table.patch(upserts, removed)
+        else:
+            changed = self.table.replace(addresses(config, self._encoded_addresses))
         changed_policies = self.authorizations.replace(authorizations(config, self._encoded))
         if changed or changed_policies:
             self.pushes += 1
@@ -320,6 +344,12 @@ class ControlPlane:
                 len(config.policies),
                 len(changed_policies),
             )
+        self._applied = config
+
+    def _workloads_changed(self, changes: WorkloadChanges | None) -> None:
+        """The translation about to be handed over, as changes to the last one (:meth:`_config_changed` uses
+        them when they are relative to the config it last applied)."""
+        self._workload_changes = changes
 
     def _cached(self, plural: str) -> Callable[[], list[dict[str, Any]]]:
         """The cached objects of ``plural`` the last translation saw: a status writer neither writes nor removes

@@ -10,12 +10,15 @@ status is not translated (policies, DestinationRules, Services, GatewayClasses, 
 its spec or metadata changed, so the control plane's own status writes cause no translation. One task waits for the
 mark, lets ``debounce`` seconds pass so that a burst of changes (a Deployment scaling up, a namespace being deleted)
 becomes one translation, clears the mark, translates the caches (:func:`ambit.controlplane.translate.translate_all`;
-only the pods that changed, while nothing else did: :class:`~ambit.controlplane.translate.TranslationMemo`) and
+only the pods that changed, while nothing else they depend on did: :class:`~ambit.controlplane.translate.
+TranslationMemo` and :mod:`~ambit.controlplane.translate.pod_workloads`) and
 hands the result to ``on_config``, then what the translation had to leave out to ``on_skipped``, the policies'
 status to ``on_status`` and the Services' and ServiceEntries' waypoint status to ``on_waypoint_status`` and the
-whole translation (waypoint configurations, route status) to ``on_routes`` (when given). An ``observer``
-(:class:`ViewObserver`, the monitoring port's metrics) is told how long each translation took and, for each burst,
-the time from its first change to the end of its hand-over (istiod's ``pilot_debounce_time``).
+whole translation (waypoint configurations, route status) to ``on_routes`` (when given); ``on_workload_changes``
+(when given) hears first which workloads changed since the previous translation, when that is known
+(:class:`~ambit.controlplane.translate.WorkloadChanges`), so that the encoders can patch instead of compare. An
+``observer`` (:class:`ViewObserver`, the monitoring port's metrics) is told how long each translation took and,
+for each burst, the time from its first change to the end of its hand-over (istiod's ``pilot_debounce_time``).
 
 ServiceEntries, WorkloadEntries, AuthorizationPolicies, PeerAuthentications and the Gateway API kinds are CRDs,
 which a real cluster may not have, and Nodes are cluster-scoped, which a narrowly scoped control plane may not be
@@ -30,6 +33,11 @@ the previous config, held in the translation memo, and is reported as a Warning 
 ``discoverySelectors`` are applied by the translation over the full caches
 (:mod:`ambit.controlplane.translate.discovery`): every Namespace change marks the view dirty, so a namespace
 relabelled in or out is seen at the next translation.
+
+Every informer event, whether it marks the view or not, records its object's (kind, namespace, name); each
+translation is handed those objects as the caches hold them then (None: deleted), and the record starts again. The
+first translation, and the one after a translation that raised, get None instead (what changed is not known), and
+translate every object.
 
 Invariants:
 
@@ -53,11 +61,13 @@ from typing import Any, Protocol
 from ambit import ISTIO_VERSION
 from ambit.controlplane.translate import (
     DEFAULT_ROOT_NAMESPACE,
+    Changes,
     PolicyMemo,
     PolicyStatus,
     Skipped,
     Translation,
     TranslationMemo,
+    WorkloadChanges,
     translate_all,
 )
 from ambit.controlplane.translate.listener_sets import LISTENER_SET_KINDS
@@ -202,6 +212,7 @@ class ClusterView:
         on_status: Callable[[tuple[PolicyStatus, ...]], None] | None = None,
         on_waypoint_status: Callable[[tuple[PolicyStatus, ...], tuple[PolicyStatus, ...]], None] | None = None,
         on_routes: Callable[[Translation], None] | None = None,
+        on_workload_changes: Callable[[WorkloadChanges | None], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         observer: ViewObserver | None = None,
     ) -> None:
@@ -218,18 +229,22 @@ class ClusterView:
         self._on_status = on_status
         self._on_waypoint_status = on_waypoint_status
         self._on_routes = on_routes
+        self._on_workload_changes = on_workload_changes
         self._policy_memo: PolicyMemo = {}
         self._translation_memo = TranslationMemo()
         self.absent: set[str] = set()
         """Plural names of the optional kinds the cluster does not serve (or does not let us list)."""
         self._dirty = asyncio.Event()
+        self._changes: set[tuple[str, str, str]] | None = None
+        """(cache name, namespace, name) of each object added, updated or deleted since the last translation; None
+        until the first one, or after a translation that failed (unknown: translate everything)."""
         self._informers = {
             cache_name(kind): Informer(
                 client,
                 kind,
-                on_add=self._changed,
-                on_update=self._update_handler(kind),
-                on_delete=self._changed,
+                on_add=self._change_handler(cache_name(kind)),
+                on_update=self._recording(cache_name(kind), self._update_handler(kind)),
+                on_delete=self._change_handler(cache_name(kind)),
                 settings=settings.informer,
                 field_selector=CREDENTIAL_SECRETS if kind is kinds.SECRETS else None,
             )
@@ -250,8 +265,43 @@ class ClusterView:
             if handlers is not None:
                 informer.add_handler(on_add=handlers[0], on_update=handlers[1], on_delete=handlers[2])
 
-    def _changed(self, obj: dict[str, Any]) -> None:
-        self._mark()
+    def _record(self, plural: str, obj: dict[str, Any]) -> None:
+        if self._changes is None:
+            return
+        meta = obj.get("metadata")
+        if not isinstance(meta, dict):
+            self._changes = None  # cannot name it: the next translation looks at everything
+            return
+        self._changes.add((plural, str(meta.get("namespace") or ""), str(meta.get("name") or "")))
+
+    def _change_handler(self, plural: str) -> Callable[[dict[str, Any]], None]:
+        def changed(obj: dict[str, Any]) -> None:
+            self._record(plural, obj)
+            self._mark()
+
+        return changed
+
+    def _recording(
+        self, plural: str, handler: Callable[[dict[str, Any], dict[str, Any]], None]
+    ) -> Callable[[dict[str, Any], dict[str, Any]], None]:
+        def updated(old: dict[str, Any], new: dict[str, Any]) -> None:
+            self._record(plural, new)
+            handler(old, new)
+
+        return updated
+
+    def _take_changes(self) -> Changes | None:
+        """What changed since the last translation, each object as the caches hold it now (None: deleted), and a
+        fresh record for the next one; None when not known."""
+        taken, self._changes = self._changes, set()
+        if taken is None:
+            return None
+        return {
+            (plural, f"{namespace}/{name}"): (
+                None if plural in self.absent else self._informers[plural].find(name, namespace or None)
+            )
+            for plural, namespace, name in taken
+        }
 
     def _updated(self, old: dict[str, Any], new: dict[str, Any]) -> None:
         self._mark()
@@ -284,7 +334,19 @@ class ClusterView:
         return [] if plural in self.absent else self._informers[plural].items()
 
     def translate_all(self) -> Translation:
-        """The workload API's content for the current caches, and what had to be left out."""
+        """The workload API's content for the current caches, and what had to be left out.
+
+        Each call hands the translation what changed since the previous one (:meth:`_take_changes`), so that it
+        looks at those pods only while nothing else of theirs changed; a call that fails makes the next one
+        translate everything."""
+        changed = self._take_changes()
+        try:
+            return self._translate(changed)
+        except BaseException:
+            self._changes = None
+            raise
+
+    def _translate(self, changed: Changes | None) -> Translation:
         s = self.settings
         return translate_all(
             self.items("pods"),
@@ -324,6 +386,7 @@ class ClusterView:
             enable_dry_run=s.enable_dry_run,
             policy_memo=self._policy_memo,
             translation_memo=self._translation_memo,
+            changed=changed,
         )
 
     def translate(self) -> LocalConfig:
@@ -335,6 +398,8 @@ class ClusterView:
         translation = self.translate_all()
         if self._observer is not None:
             self._observer.translated(self._clock() - started)
+        if self._on_workload_changes is not None:
+            self._on_workload_changes(translation.workload_changes)
         self._on_config(translation.config)
         if self._on_skipped is not None:
             self._on_skipped(translation.skipped)

@@ -4,7 +4,10 @@ Theory of operation: a :class:`ResourceTable` holds the control plane's output o
 version, packed body, aliases): :class:`AddressTable` for Addresses, :class:`AuthorizationTable` for
 Authorizations, :class:`WaypointConfigTable` for waypoints' route tables. :meth:`ResourceTable.replace` takes a
 whole new map (what :func:`ambit.controlplane.addresses.addresses` or ``authorizations`` returns), keeps entries
-whose version did not change, and tells every listener the set of names that were added, changed or removed.
+whose version did not change, and tells every listener the set of names that were added, changed or removed;
+:meth:`ResourceTable.patch` takes only the entries that may have changed and the names that went away
+(:func:`ambit.controlplane.addresses.address_changes`), at a cost in the size of the change, with the same result
+and the same notification as a replace of the whole map.
 Listeners are plain callables run synchronously on the caller's thread (the event loop): the xDS server's
 per-client handler only records the names and wakes itself, so a replace never waits on a slow client. Packing into
 ``Any`` happens here, once per resource version, not once per client.
@@ -15,7 +18,7 @@ consistent snapshot; listeners are told only about real changes (same version = 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from google.protobuf import any_pb2
@@ -100,6 +103,31 @@ class ResourceTable:
         if changed:
             upserts = [merged[name] for name in changed if name in merged]
             self._current = self._current.updated(upserts, (name for name in changed if name not in merged))
+            self.generation += 1
+            names = frozenset(changed)
+            for listener in list(self._listeners):
+                listener(names)
+        return frozenset(changed)
+
+    def patch(self, upserts: Mapping[str, tuple[str, Any]], removed: Iterable[str]) -> frozenset[str]:
+        """Put ``upserts`` (name → (version, message)) in and take the ``removed`` names out, leaving every other
+        resource as it is; returns and announces the changed names, as :meth:`replace` of the whole result would.
+        A name in both is upserted."""
+        old = self._current.by_name
+        built: list[XdsResource] = []
+        changed: set[str] = set()
+        for name, (version, message) in upserts.items():
+            previous = old.get(name)
+            if previous is not None and previous.version == version:
+                continue
+            built.append(
+                XdsResource.built(name, version, self._pack(message), self._aliases(message), self._parents(message))
+            )
+            changed.add(name)
+        gone = {name for name in removed if name in old and name not in upserts}
+        changed.update(gone)
+        if changed:
+            self._current = self._current.updated(built, gone)
             self.generation += 1
             names = frozenset(changed)
             for listener in list(self._listeners):

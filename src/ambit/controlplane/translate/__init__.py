@@ -31,7 +31,8 @@ The output is deterministic: workloads are ordered by uid, services by namespace
 statuses by key, each workload's policy keys sorted, skips sorted, and equal inputs give equal outputs, so a writer
 can compare renderings to skip rewriting an unchanged file.
 
-Modules: ``workloads`` (a Pod becomes a Workload), ``services`` (a Service becomes a Service), ``serviceentries`` (a
+Modules: ``workloads`` (a Pod becomes a Workload), ``pod_workloads`` (the pods' workloads kept between calls and
+patched by the pods that changed), ``services`` (a Service becomes a Service), ``serviceentries`` (a
 ServiceEntry becomes Services and endpoint Workloads), ``workloadentries`` (a WorkloadEntry becomes a Workload),
 ``endpointslices`` (endpoints added to a Service's EndpointSlices by hand become Workloads),
 ``index`` (which services select which endpoints, on which ports), ``policies`` (an AuthorizationPolicy becomes a
@@ -66,7 +67,7 @@ from ambit.controlplane.translate.destinationrules import (
     parse_destination_rules,
 )
 from ambit.controlplane.translate.discovery import EVERY_NAMESPACE, DiscoveryFilter
-from ambit.controlplane.translate.endpointslices import endpoint_slice_workloads
+from ambit.controlplane.translate.endpointslices import SliceMemo, endpoint_slice_workloads
 from ambit.controlplane.translate.envoyfilter_routes import merge_routes
 from ambit.controlplane.translate.envoyfilters import IngressProxy, PatchNote, translate_envoy_filters
 from ambit.controlplane.translate.gateway_policies import (
@@ -75,13 +76,14 @@ from ambit.controlplane.translate.gateway_policies import (
     gateway_request_authentications,
 )
 from ambit.controlplane.translate.gateway_topology import gateway_forward_client_cert, gateway_trusted_proxies
-from ambit.controlplane.translate.index import ServiceIndex
+from ambit.controlplane.translate.index import SelectionMemo, ServiceIndex
 from ambit.controlplane.translate.ingress import merge_route_status, translate_ingress
 from ambit.controlplane.translate.istio_gateways import translate_istio_gateways
 from ambit.controlplane.translate.listeners import is_ingress
 from ambit.controlplane.translate.meshconfig import MeshConfigMemo, mesh_config_of
 from ambit.controlplane.translate.nodes import node_localities
 from ambit.controlplane.translate.peerauth import PeerAuthIndex
+from ambit.controlplane.translate.pod_workloads import Changes, PodEntry, PodWorkloads
 from ambit.controlplane.translate.policies import (
     DEFAULT_ROOT_NAMESPACE,
     PolicySelection,
@@ -135,8 +137,6 @@ from ambit.model.workload import Locality, Service, Visibility, Workload
 
 PolicyMemo = dict[tuple[str, str, str, bool], tuple[PolicyTranslation, tuple[Skipped, ...]]]
 """(uid, resourceVersion, root namespace, dry run enabled) → an AuthorizationPolicy's translation and skips."""
-PodEntry = tuple[Workload | None, Mapping[str, str], tuple[Skipped, ...]]
-"""A pod's finished workload (None: not a workload), its labels, and what had to be left out of it."""
 
 
 @dataclass(slots=True)
@@ -145,28 +145,41 @@ class TranslationMemo:
     change re-translates that pod only.
 
     Rules: a Service's entry is keyed by (uid, resourceVersion, domain, network, the mesh config's
-    ``defaultServiceExportTo``), all its translation reads. A pod's
-    entry is keyed by the pod's (uid, resourceVersion) and holds the finished workload (services map,
-    policy keys and waypoint included), its labels and its skips. The entries are reused only while ``context``
-    (everything else a pod's workload is made from: the service index, the network, the nodes' localities, the
-    policy selections and PeerAuthentications, the waypoints, the cluster and trust domain) is equal, by value, to
-    this call's; otherwise every pod is translated again. A pod without a uid or resourceVersion is never memoized.
-    After each call the memo holds exactly that call's pods. ``mesh`` keeps the last good mesh config
-    (:class:`~ambit.controlplane.translate.meshconfig.MeshConfigMemo`).
+    ``defaultServiceExportTo``), all its translation reads. The pods' entries
+    (:class:`~ambit.controlplane.translate.pod_workloads.PodWorkloads`) hold each pod's finished workload (services
+    map, policy keys and waypoint included), its labels and its skips, by pod key; they are reused only while the
+    ``context`` (everything else a pod's workload is made from: the service index, the network, the nodes'
+    localities, the policy selections and PeerAuthentications, the waypoints, the cluster and trust domain) is equal,
+    by value, to this call's; otherwise every pod is translated again. A pod without a uid or resourceVersion is
+    translated on every call that walks all pods. When the caller names what changed (``changed``), only the changed
+    pods are looked at. After each call the memo holds exactly that call's pods. ``mesh`` keeps the last good mesh
+    config (:class:`~ambit.controlplane.translate.meshconfig.MeshConfigMemo`).
     """
 
-    context: object = None
-    pods: dict[tuple[str, str], PodEntry] = field(default_factory=dict)
+    pods: PodWorkloads = field(default_factory=PodWorkloads)
     services: dict[tuple[str, str, str, str, str], tuple[Service | None, tuple[Skipped, ...]]] = field(
         default_factory=dict
     )
     mesh: MeshConfigMemo = field(default_factory=MeshConfigMemo)
-    hits: int = 0
-    """Pods whose translation was reused, in the last call (for tests and logs)."""
+    workloads: tuple[Workload, ...] | None = None
+    """The previous call's workloads (:class:`WorkloadChanges` are relative to them)."""
+    other_workloads: tuple[Workload, ...] = ()
+    """The previous call's workloads that are not pods', in the order they were made."""
+    slices: SliceMemo = field(default_factory=dict)
+    """Each EndpointSlice's hand-added endpoints' workloads (:mod:`~ambit.controlplane.translate.endpointslices`
+    rule 5)."""
+    selections: SelectionMemo = field(default_factory=dict)
+    """Each Service's selection in the service index (:mod:`~ambit.controlplane.translate.index` rule 4)."""
+
+    @property
+    def hits(self) -> int:
+        """Pods whose translation was reused, in the last call (for tests and logs)."""
+        return self.pods.hits
 
 
 __all__ = [
     "DEFAULT_ROOT_NAMESPACE",
+    "Changes",
     "PolicyMemo",
     "PolicyStatus",
     "RouteStatus",
@@ -174,6 +187,7 @@ __all__ = [
     "Skipped",
     "Translation",
     "TranslationMemo",
+    "WorkloadChanges",
     "translate",
     "translate_all",
 ]
@@ -212,6 +226,20 @@ class Translation:
     envoy_filter_notes: tuple[PatchNote, ...] = ()
     """The EnvoyFilter patches (and objects) no proxy applies, and why
     (:mod:`~ambit.controlplane.translate.envoyfilters`), sorted; the control plane logs each once per generation."""
+    workload_changes: WorkloadChanges | None = field(default=None, compare=False)
+    """Which workloads differ from the previous translation through the same memo, when that is known without
+    comparing them all (a hint for the encoders, not part of the translation's value)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadChanges:
+    """The workloads of a translation as changes to the previous one: every workload whose uid is not in ``uids``
+    is the object the previous translation's ``since`` held under that uid (or one equal to it), and ``uids`` names
+    each workload added, removed or replaced (a uid may be named that did not change)."""
+
+    since: tuple[Workload, ...]
+    """The previous translation's workloads (compare by identity: the changes apply to that tuple only)."""
+    uids: frozenset[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,12 +305,17 @@ def translate_all(
     enable_dry_run: bool = False,
     policy_memo: PolicyMemo | None = None,
     translation_memo: TranslationMemo | None = None,
+    changed: Changes | None = None,
 ) -> Translation:
     """The workloads, services and policies the node proxies should know, policy status, and the problems found.
 
     ``policy_memo``, when given, keeps each AuthorizationPolicy's translation by uid and resourceVersion between
     calls (the caller owns it and passes the same one each time), so only changed policies are translated again;
-    ``translation_memo`` does the same for pods and Services (:class:`TranslationMemo`).
+    ``translation_memo`` does the same for pods and Services (:class:`TranslationMemo`). ``changed`` names the
+    objects that changed since the previous call through the same ``translation_memo`` (``(kind plural,
+    "namespace/name")`` → the object now, None when deleted; None: not known): while the pods' context holds, only
+    the changed pods are translated and the other pods' workloads are taken from the memo as they are
+    (:mod:`~ambit.controlplane.translate.pod_workloads` rule 2). The output is the same either way.
     """
     skips: list[Skipped] = []
     config_maps = list(config_maps)
@@ -510,32 +543,31 @@ def translate_all(
         root_namespace=root_namespace,
     )
     gateway_authn = gateway_request_authentications(ingress_pods, authn_translations, root_namespace=root_namespace)
-    index = ServiceIndex.build(service_list, slice_list, domain=domain, extra=selections(entries))
-    workloads: list[Workload] = []
-    workload_labels: dict[str, Mapping[str, str]] = {}
+    index = ServiceIndex.build(
+        service_list,
+        slice_list,
+        domain=domain,
+        extra=selections(entries),
+        memo=translation_memo.selections if translation_memo is not None else None,
+    )
     localities = node_localities(nodes)
     context = (index, network, localities, keys, waypoints, cluster_id, trust_domain)
-    reusable = translation_memo.pods if translation_memo is not None and translation_memo.context == context else {}
-    remembered_pods: dict[tuple[str, str], PodEntry] = {}
-    hits = 0
-    for pod in pods:
-        pod_meta = pod.get("metadata") or {}
-        pod_key = (str(pod_meta.get("uid") or ""), str(pod_meta.get("resourceVersion") or ""))
-        pod_entry = reusable.get(pod_key)
-        if pod_entry is None:
-            pod_entry = _pod_workload(pod, index, keys, waypoints, cluster_id, trust_domain, network, localities)
-        else:
-            hits += 1
-        if all(pod_key):
-            remembered_pods[pod_key] = pod_entry
-        pod_workload, pod_labels, pod_skips = pod_entry
-        skips.extend(pod_skips)
-        if pod_workload is not None:
-            workload_labels[pod_workload.uid] = pod_labels
-            workloads.append(pod_workload)
+    pod_state = translation_memo.pods if translation_memo is not None else PodWorkloads()
+
+    def pod_entry(pod: Mapping[str, Any]) -> PodEntry:
+        return _pod_workload(pod, index, keys, waypoints, cluster_id, trust_domain, network, localities)
+
+    if changed is not None and pod_state.can_patch(context, seen, changed):
+        pod_state.patch(changed, pod_entry)
+    else:
+        pod_state.build(pods, context, seen, pod_entry)
+    skips.extend(pod_state.all_skips())
     if translation_memo is not None:
-        translation_memo.context, translation_memo.pods, translation_memo.hits = context, remembered_pods, hits
         translation_memo.services = remembered_services
+    # The workloads that are not pods', in the order they are made, and their labels by uid (over the pods' of an
+    # equal uid).
+    workloads: list[Workload] = []
+    workload_labels: dict[str, Mapping[str, str]] = {}
     for wle in workload_entries:
         w = translate_workload_entry(
             wle, index, cluster_id=cluster_id, trust_domain=trust_domain, network=network, skips=skips
@@ -555,6 +587,7 @@ def translate_all(
             trust_domain=trust_domain,
             network=network,
             skips=skips,
+            memo=translation_memo.slices if translation_memo is not None else None,
         )
     )
     for entry in entries:
@@ -602,10 +635,21 @@ def translate_all(
         ),
         root_namespace=root_namespace,
     )
+    all_workloads = pod_state.workloads_with(workloads)
+    workload_changes = None
+    if translation_memo is not None:
+        workload_changes = _workload_changes(translation_memo, pod_state.changed_uids, workloads)
+        translation_memo.workloads, translation_memo.other_workloads = all_workloads, tuple(workloads)
     members: dict[str, list[tuple[str, Mapping[str, str]]]] = {}
-    for w in workloads:
-        for key in w.services:
-            members.setdefault(key, []).append((w.uid, workload_labels.get(w.uid, {})))
+    if rule_index.has_rules:
+        # Each service's (uid, labels) of its workloads, for DestinationRule subsets (a set of uids each): read
+        # only where a rule applies, so only built when there is one.
+        pod_labels = pod_state.labels
+        for w in all_workloads:
+            found = workload_labels.get(w.uid)
+            member_labels = pod_labels.get(w.uid, {}) if found is None else found
+            for key in w.services:
+                members.setdefault(key, []).append((w.uid, member_labels))
     by_key = {s.key: s for s in translated}
 
     envoy = translate_envoy_filters(
@@ -647,7 +691,7 @@ def translate_all(
 
     return Translation(
         config=LocalConfig(
-            workloads=tuple(sorted(workloads, key=lambda w: w.uid)),
+            workloads=all_workloads,
             services=tuple(sorted(translated, key=lambda s: (s.namespace, s.hostname))),
             policies=tuple(sorted({p.key: p for p in policies}.values(), key=lambda p: p.key)),
         ),
@@ -679,7 +723,23 @@ def translate_all(
         backend_tls_status=backend_tls.status,
         discovery=seen,
         envoy_filter_notes=envoy.notes,
+        workload_changes=workload_changes,
     )
+
+
+def _workload_changes(
+    memo: TranslationMemo, pod_changes: set[str] | None, others: list[Workload]
+) -> WorkloadChanges | None:
+    """The changes since the memo's previous workloads: the pods' (when patched), and every uid of the other
+    workloads (not pods') unless they are equal, in order, to the previous call's."""
+    if pod_changes is None or memo.workloads is None:
+        return None
+    uids = set(pod_changes)
+    previous = memo.other_workloads
+    if len(previous) != len(others) or any(a is not b and a != b for a, b in zip(previous, others, strict=True)):
+        uids.update(w.uid for w in previous)
+        uids.update(w.uid for w in others)
+    return WorkloadChanges(memo.workloads, frozenset(uids))
 
 
 def _pod_workload(

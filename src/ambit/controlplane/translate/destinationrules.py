@@ -520,6 +520,11 @@ class DestinationRuleIndex:
             elif own == root_namespace:
                 self.root_private.add(rule)
 
+    @property
+    def has_rules(self) -> bool:
+        """Whether any rule was filed (:meth:`find` finds nothing without one)."""
+        return bool(self.local or self.exported or self.root_private.by_host)
+
     def find(
         self, waypoint_namespace: str, service: Service, proxy_labels: Mapping[str, str] | None = None
     ) -> ParsedRule | None:

@@ -20,6 +20,9 @@ Rules:
 3. It is HEALTHY unless ``conditions.ready`` is ``false``.
 4. Its services map holds the one Service: each TCP port of the slice with a name and a number maps the Service's
    port of that name to the slice's number. Ports of other protocols, or unnamed, are left out.
+5. A slice's workloads and skips depend on the slice and its Service only (and the domain, cluster, trust domain
+   and network): a memo keyed by both objects' uid and resourceVersion reuses them, so a translation walks the
+   endpoints of changed slices only, and reads the ports of their Services only.
 """
 
 from __future__ import annotations
@@ -43,6 +46,10 @@ from ambit.model.workload import (
 )
 
 Obj = Mapping[str, Any]
+SliceKey = tuple[str, str, str, str, str, str, str, str]
+"""(uid, resourceVersion, the owning Service's uid and resourceVersion, domain, cluster, trust domain, network): all
+a slice's workloads are made from."""
+SliceMemo = dict[SliceKey, tuple[tuple[Workload, ...], tuple[Skipped, ...]]]
 
 
 def endpoint_slice_workloads(
@@ -54,21 +61,78 @@ def endpoint_slice_workloads(
     trust_domain: str,
     network: str,
     skips: list[Skipped],
+    memo: SliceMemo | None = None,
 ) -> Iterator[Workload]:
-    """The Workloads of the hand-added endpoints of ``slices`` (rules 1 to 4)."""
-    ports_by_service: dict[tuple[str, str], dict[str, int]] = {}
+    """The Workloads of the hand-added endpoints of ``slices`` (rules 1 to 4).
+
+    ``memo``, when given, keeps each slice's workloads and skips by everything they are made from (rule 5); after
+    the call it holds exactly this call's slices that have a uid and resourceVersion."""
+    by_key: dict[tuple[str, str], Obj] = {}
     for svc in services:
-        meta, spec = mapping(svc.get("metadata")), mapping(svc.get("spec"))
-        if spec.get("type") == "ExternalName":
-            continue
-        named = {
-            str(p.get("name") or ""): number
-            for p in sequence(spec.get("ports"))
-            if isinstance(p, Mapping) and (number := port_number(p.get("port"))) is not None
-        }
-        ports_by_service[(str(meta.get("namespace") or ""), str(meta.get("name") or ""))] = named
+        meta = mapping(svc.get("metadata"))
+        by_key[(str(meta.get("namespace") or ""), str(meta.get("name") or ""))] = svc
+    ports_by_service = _NamedPorts(by_key)
+    if memo is None:
+        for eps in slices:
+            yield from _slice_workloads(eps, ports_by_service, domain, cluster_id, trust_domain, network, skips)
+        return
+    known, memo_dict = dict(memo), memo
+    memo_dict.clear()
     for eps in slices:
-        yield from _slice_workloads(eps, ports_by_service, domain, cluster_id, trust_domain, network, skips)
+        meta = mapping(eps.get("metadata"))
+        owner = str(mapping(meta.get("labels")).get(SERVICE_NAME_LABEL) or "")
+        service_meta = mapping(by_key.get((str(meta.get("namespace") or ""), owner), {}).get("metadata"))
+        key: SliceKey = (
+            str(meta.get("uid") or ""),
+            str(meta.get("resourceVersion") or ""),
+            str(service_meta.get("uid") or ""),
+            str(service_meta.get("resourceVersion") or ""),
+            domain,
+            cluster_id,
+            trust_domain,
+            network,
+        )
+        entry = known.get(key) if all(key[:4]) else None
+        if entry is None:
+            own: list[Skipped] = []
+            made = tuple(_slice_workloads(eps, ports_by_service, domain, cluster_id, trust_domain, network, own))
+            entry = (made, tuple(own))
+        if all(key[:4]):
+            memo_dict[key] = entry
+        skips.extend(entry[1])
+        yield from entry[0]
+
+
+class _NamedPorts(Mapping[tuple[str, str], Mapping[str, int]]):
+    """Each non-ExternalName Service's ports by name (name → number), by (namespace, name), made when first read."""
+
+    def __init__(self, services: Mapping[tuple[str, str], Obj]) -> None:
+        self._services = services
+        self._made: dict[tuple[str, str], Mapping[str, int] | None] = {}
+
+    def __getitem__(self, key: tuple[str, str]) -> Mapping[str, int]:
+        if key not in self._made:
+            svc = self._services[key]
+            spec = mapping(svc.get("spec"))
+            self._made[key] = (
+                None
+                if spec.get("type") == "ExternalName"
+                else {
+                    str(p.get("name") or ""): number
+                    for p in sequence(spec.get("ports"))
+                    if isinstance(p, Mapping) and (number := port_number(p.get("port"))) is not None
+                }
+            )
+        made = self._made[key]
+        if made is None:
+            raise KeyError(key)
+        return made
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return (k for k in self._services if k in self)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 def _slice_workloads(

@@ -16,6 +16,10 @@ Rules:
    A port that cannot be resolved is left out of that endpoint's map (the node proxy then skips the endpoint
    for that port).
 
+4. A Service with a selector gives a selection made from the Service alone (and the cluster's domain), kept by its
+   uid and resourceVersion between translations when the caller passes a memo; a Service without one reads its
+   slices and is indexed again each time.
+
 The index is built once per translation and only read after that.
 """
 
@@ -76,6 +80,10 @@ def kubernetes_ports(spec: Obj) -> tuple[ServicePort, ...]:
     return tuple(out.values())
 
 
+SelectionMemo = dict[tuple[str, str, str], tuple[str, Selection]]
+"""(uid, resourceVersion, domain) of a Service with a selector → its namespace and selection (rule 4)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ServiceIndex:
     """The selections of each namespace, ready to be matched against endpoints."""
@@ -90,13 +98,27 @@ class ServiceIndex:
         *,
         domain: str,
         extra: Iterable[tuple[str, Selection]] = (),
+        memo: SelectionMemo | None = None,
     ) -> ServiceIndex:
-        """Index Kubernetes Services (with their EndpointSlices) and ``extra`` (namespace, selection) pairs."""
+        """Index Kubernetes Services (with their EndpointSlices) and ``extra`` (namespace, selection) pairs.
+
+        ``memo``, when given, keeps the selection of each Service with a selector by (uid, resourceVersion,
+        domain), all it is made from (rule 4); after the call it holds exactly this call's."""
+        services = list(services)
+        known = dict(memo) if memo is not None else {}
+        if memo is not None:
+            memo.clear()
+        # Only a Service without a selector reads its slices (rule 1): the slices of the others are not walked.
+        selectorless: set[tuple[str, str]] = set()
+        for svc in services:
+            if not (svc.get("spec") or {}).get("selector"):
+                meta = svc.get("metadata") or {}
+                selectorless.add((str(meta.get("namespace", "")), str(meta.get("name", ""))))
         slice_pods: dict[tuple[str, str], set[str]] = {}
-        for eps in endpoint_slices:
+        for eps in endpoint_slices if selectorless else ():
             meta = eps.get("metadata") or {}
             owner = (meta.get("labels") or {}).get(SERVICE_NAME_LABEL)
-            if not owner:
+            if not owner or (str(meta.get("namespace", "")), str(owner)) not in selectorless:
                 continue
             pods = slice_pods.setdefault((str(meta.get("namespace", "")), str(owner)), set())
             for endpoint in eps.get("endpoints") or ():
@@ -106,6 +128,13 @@ class ServiceIndex:
         out: dict[str, list[Selection]] = {}
         for svc in services:
             meta, spec = svc.get("metadata") or {}, svc.get("spec") or {}
+            version = (str(meta.get("uid") or ""), str(meta.get("resourceVersion") or ""), domain)
+            remembered = known.get(version) if version[0] and version[1] else None
+            if remembered is not None:
+                if memo is not None:
+                    memo[version] = remembered
+                out.setdefault(remembered[0], []).append(remembered[1])
+                continue
             name, namespace = str(meta.get("name", "")), str(meta.get("namespace", ""))
             if not name or not namespace or spec.get("type") == "ExternalName":
                 continue
@@ -119,6 +148,8 @@ class ServiceIndex:
                 slice_pods=frozenset() if selector else frozenset(slice_pods.get((namespace, name), ())),
             )
             out.setdefault(namespace, []).append(entry)
+            if selector and memo is not None and version[0] and version[1]:
+                memo[version] = (namespace, entry)
         for namespace, entry in extra:
             out.setdefault(namespace, []).append(entry)
         return cls({ns: tuple(sorted(entries, key=lambda e: e.key)) for ns, entries in out.items()})

@@ -1,0 +1,68 @@
+"""The cluster view hands each translation what changed (issue 22): a pod change is translated by changes, the
+result equals a translation of the caches from scratch, and the workload changes name that pod. An in-process
+embedded API server; the real informers and translation."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ambit.apiserver.server import ApiServer, ApiServerSettings
+from ambit.controlplane.translate import WorkloadChanges, translate_all
+from ambit.controlplane.view import ClusterView, ClusterViewSettings
+from ambit.k8s import KubeClient, kinds
+from ambit.model.localconfig import LocalConfig
+
+
+async def _until(condition: Callable[[], bool], within: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + within
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)
+
+
+def _pod(name: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "default", "labels": {"app": "web"}},
+        "spec": {"nodeName": "node-1", "containers": [{"name": "app", "image": "app"}]},
+    }
+
+
+def _status(ip: str, ready: bool) -> dict[str, Any]:
+    condition = {"type": "Ready", "status": "True" if ready else "False"}
+    return {"status": {"phase": "Running", "podIP": ip, "conditions": [condition]}}
+
+
+async def test_a_pod_change_is_handed_over_as_a_change_and_translates_as_from_scratch(tmp_path: Path) -> None:
+    configs: list[LocalConfig] = []
+    changes: list[WorkloadChanges | None] = []
+    async with (
+        ApiServer(ApiServerSettings(data_dir=tmp_path / "api", port=0, crd_dir=None)) as server,
+        KubeClient.from_kubeconfig(server.kubeconfig) as client,
+    ):
+        for i in range(3):
+            await client.create(kinds.PODS, _pod(f"web-{i}"))
+            await client.patch_status(kinds.PODS, f"web-{i}", _status(f"198.18.210.{i + 1}", True), namespace="default")
+        settings = ClusterViewSettings(debounce=0.05, sync_timeout=10)
+        async with ClusterView(client, settings, configs.append, on_workload_changes=changes.append) as view:
+            assert changes == [None], "the first translation does not know what changed"
+            await client.patch_status(kinds.PODS, "web-1", _status("198.18.210.2", False), namespace="default")
+            await _until(lambda: len(configs) == 2)
+            latest = changes[-1]
+            assert latest is not None and latest.since is configs[0].workloads
+            assert latest.uids == {"Kubernetes//Pod/default/web-1"}
+            fresh = translate_all(
+                view.items("pods"), view.items("services"), view.items("endpointslices"), view.items("namespaces")
+            )
+            assert configs[-1] == fresh.config
+
+            await client.delete(kinds.PODS, "web-2", namespace="default")
+            await _until(lambda: len(configs) == 3)
+            latest = changes[-1]
+            assert latest is not None and latest.uids == {"Kubernetes//Pod/default/web-2"}
+            fresh = translate_all(
+                view.items("pods"), view.items("services"), view.items("endpointslices"), view.items("namespaces")
+            )
+            assert configs[-1] == fresh.config
