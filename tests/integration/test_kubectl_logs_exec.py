@@ -5,12 +5,15 @@ pods are a table the test writes and whose containers are local processes."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import os
 import shutil
 import ssl
+import struct
 import sys
 import tempfile
+import termios
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +27,8 @@ from tests.integration.lab_cluster import kubectl
 from ambit.apiserver.server import ApiServer, ApiServerSettings
 from ambit.k8s import KubeClient, kinds
 from ambit.k8s.remotecommand import PROTOCOLS, V5, Channel, frame, parse_frame
-from ambit.lab.runtime.kubelet_server import KubeletServer
+from ambit.lab.runtime.kubelet_server import KubeletServer, TerminalProcess
+from ambit.lab.runtime.terminal import Terminal
 
 pytestmark = pytest.mark.kubectl
 
@@ -51,6 +55,16 @@ class LocalExec:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT if merge_stderr else asyncio.subprocess.PIPE,
         )
+
+    async def start_tty(self, pod_uid: str, container: str, argv: Sequence[str]) -> TerminalProcess:
+        master, slave = os.openpty()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stdin=slave, stdout=slave, stderr=slave, start_new_session=True
+            )
+        finally:
+            os.close(slave)
+        return TerminalProcess(proc, Terminal(master))
 
 
 @dataclass
@@ -286,9 +300,9 @@ async def test_exec_refuses_a_pod_without_a_node_and_a_kubelet_that_cannot_be_re
 
 
 # -- the protocol, spoken by hand -----------------------------------------------------------------------------------
-def exec_url(rig: Rig, *command: str, stdin: bool = False) -> str:
+def exec_url(rig: Rig, *command: str, stdin: bool = False, tty: bool = False) -> str:
     words = "&".join(f"command={quote(w)}" for w in command)
-    flags = "&stdout=true&stderr=true" + ("&stdin=true" if stdin else "")
+    flags = "&stdout=true&stderr=true" + ("&stdin=true" if stdin else "") + ("&tty=true" if tty else "")
     return f"{rig.server.url}/api/v1/namespaces/default/pods/p/exec?{words}{flags}"
 
 
@@ -354,3 +368,72 @@ async def test_the_kubelet_socket_is_root_only_and_knows_only_its_own_pods(rig: 
             assert response.status == 422
         async with session.get("http://node-a/exec/default/p/main?stdout=true") as response:
             assert response.status == 400  # no command
+
+
+# -- exec on a terminal (kubectl exec -t) -----------------------------------------------------------------------------
+async def test_exec_on_a_terminal_takes_resizes_merges_stderr_and_keeps_the_exit_code(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    await rig.pod("p")
+    script = "read line; stty size; echo got $line; echo to-stderr >&2; [ -t 0 ] && echo on-a-tty; exit 4"
+    async with aiohttp.ClientSession() as session:
+        ws = await open_exec(rig, session, exec_url(rig, "sh", "-c", script, stdin=True, tty=True))
+        await ws.send_bytes(frame(Channel.RESIZE, b'{"Width": -1, "Height": 24}'))
+        await ws.send_bytes(frame(Channel.RESIZE, b"[" * 4000))
+        await ws.send_bytes(frame(Channel.RESIZE, b'{"Width": 100, "Height": 30}'))
+        await ws.send_bytes(frame(Channel.STDIN, b"hello\n"))
+        out, status, channels = b"", None, set()
+        async for msg in ws:
+            got = parse_frame(msg.data)
+            assert got is not None
+            channels.add(got.channel)
+            if got.channel is Channel.STDOUT:
+                out += got.data
+            elif got.channel is Channel.ERROR:
+                status = json.loads(got.data)
+    assert channels == {Channel.STDOUT, Channel.ERROR}  # stderr is the terminal too
+    assert out.replace(b"\r\n", b"\n") == b"hello\n30 100\ngot hello\nto-stderr\non-a-tty\n"
+    assert status is not None and status["reason"] == "NonZeroExitCode"
+    assert status["details"]["causes"] == [{"reason": "ExitCode", "message": "4"}]
+    refused = [r.getMessage() for r in caplog.records if "resize refused" in r.getMessage()]
+    assert len(refused) == 2 and "Width must be from 0 to 65535, not -1" in refused[0]
+
+
+async def test_kubectl_exec_it_on_a_terminal_gets_its_size_and_exit_code(rig: Rig) -> None:
+    await rig.pod("p")
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 111, 0, 0))
+    env = dict(os.environ, KUBECONFIG=str(rig.config), KUBECACHEDIR=str(rig.config.parent / "kubecache"))
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            "kubectl",
+            "exec",
+            "-it",
+            "p",
+            "--",
+            "sh",
+            "-c",
+            "sleep 0.5; stty size; exit 5",
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=env,
+            start_new_session=True,
+        )
+    finally:
+        os.close(slave)
+    terminal = Terminal(master)
+    try:
+        out = b""
+
+        async def read_all() -> None:
+            nonlocal out
+            while chunk := await terminal.read():
+                out += chunk
+
+        reader = asyncio.create_task(read_all())
+        assert await asyncio.wait_for(proc.wait(), 60) == 5
+        await asyncio.wait_for(reader, 10)
+    finally:
+        terminal.close()
+    assert b"33 111" in out, out

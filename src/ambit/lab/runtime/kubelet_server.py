@@ -11,14 +11,21 @@ Rules:
    is reached, or the container is no longer running (then what is left in the file is sent and the stream ends).
 2. ``GET /exec/{ns}/{pod}/{container}?command=...`` upgrades to a WebSocket speaking
    :mod:`ambit.k8s.remotecommand`: stdin frames go to the command's stdin (a v5 close of stdin closes it), its
-   stdout and stderr come back on their channels (merged under a tty: no terminal is made), and at exit the error
-   channel carries the exit Status, then the WebSocket closes. A client that goes away ends the command (SIGTERM,
-   which runc forwards, then SIGKILL after :data:`STOP_GRACE`).
+   stdout and stderr come back on their channels, and at exit the error channel carries the exit Status, then the
+   WebSocket closes. A client that goes away ends the command (SIGTERM, which runc forwards, then SIGKILL after
+   :data:`STOP_GRACE`).
 3. Relays are bounded: output is read 32 KiB at a time and the next read waits until the WebSocket took the last
    frame; stdin is written with the pipe's flow control before the next frame is read.
 4. A pod this node does not run, or a container the pod does not have, is 404; a container that is not running
    cannot be exec'd into (400), as the kubelet answers.
 5. The socket is created mode 0600 (``connect(2)`` needs write permission on it): only root reaches it.
+6. ``tty=true`` runs the command on a terminal (:meth:`ContainerExec.start_tty`; in the lab ``runc exec --tty
+   --detach --console-socket`` under :mod:`ambit.lab.runtime.exec_shim`, which keeps its exit status): stdin
+   frames are written to the terminal, what it shows (stdout and stderr, one stream) comes back on stdout, resize
+   frames set its window size (a malformed one is logged in one line and dropped; the session goes on), and a v5
+   close of stdin is ignored, as a terminal has no end of input but its user's ^D. The exit Status is rule 2's,
+   sent once the command has exited and what it left on the terminal is read (at most :data:`STOP_GRACE` more
+   when something it started still holds the terminal).
 """
 
 from __future__ import annotations
@@ -28,6 +35,10 @@ import contextlib
 import json
 import logging
 import os
+import shutil
+import socket
+import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -42,14 +53,18 @@ from ambit.k8s.remotecommand import (
     Channel,
     ExecOptions,
     ExecOptionsError,
+    Frame,
+    ResizeError,
     closes_stdin,
     exit_status,
     failure_status,
     frame,
     parse_exec_options,
     parse_frame,
+    parse_resize,
     status_message,
 )
+from ambit.lab.runtime.terminal import Terminal, TerminalError, receive_console
 
 log = logging.getLogger("ambit.lab.kubelet")
 
@@ -57,6 +72,7 @@ CHUNK = 32 * 1024
 TAIL_LOOKBACK = 8 * 1024 * 1024
 """How far back from a file's end ``tailLines`` looks for its lines."""
 MAX_MESSAGE = 1024 * 1024
+MAX_ERROR_TEXT = 4096
 STOP_GRACE = 2.0
 """Seconds an abandoned command gets between SIGTERM and SIGKILL."""
 
@@ -74,12 +90,36 @@ class ContainerExec(Protocol):
         self, pod_uid: str, container: str, argv: Sequence[str], *, stdin: bool, merge_stderr: bool
     ) -> asyncio.subprocess.Process: ...
 
+    async def start_tty(self, pod_uid: str, container: str, argv: Sequence[str]) -> TerminalProcess:
+        """Rule 6: the command on a terminal; raises OSError or TerminalError when it cannot be started."""
+        ...
+
+
+@dataclass(slots=True)
+class TerminalProcess:
+    """A command on a terminal: the process whose exit status is the command's (its stdout and stdin are not the
+    command's; its stderr, when piped, carries the runtime's own messages), the terminal, and a directory to
+    remove at the end."""
+
+    proc: asyncio.subprocess.Process
+    terminal: Terminal
+    scratch: Path | None = None
+
+    def close(self) -> None:
+        self.terminal.close()
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            self.scratch = None
+
 
 @dataclass(frozen=True, slots=True)
 class RuncExec:
-    """``runc --root R exec <container id> argv`` (no ``-t``: a tty request is served without a terminal)."""
+    """``runc --root R exec <container id> argv``; on a terminal, rule 6's shim and console socket."""
 
     runc_root: Path
+    runc: str = "runc"
+    scratch_dir: Path | None = None
+    """Where a terminal's console socket and pid file go (a fresh 0700 directory each); None: the temp dir."""
 
     async def start(
         self, pod_uid: str, container: str, argv: Sequence[str], *, stdin: bool, merge_stderr: bool
@@ -97,6 +137,53 @@ class RuncExec:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT if merge_stderr else asyncio.subprocess.PIPE,
         )
+
+    async def start_tty(self, pod_uid: str, container: str, argv: Sequence[str]) -> TerminalProcess:
+        from ambit.lab.runtime.oci_spec import container_id
+
+        scratch = Path(tempfile.mkdtemp(prefix="ambit-tty-", dir=self.scratch_dir))  # 0700: runc (root) alone connects
+        console, pid_file = scratch / "console.sock", scratch / "pid"
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(str(console))
+            listener.listen(1)
+            runc = [self.runc, "--root", str(self.runc_root), "exec", "--tty", "--detach"]
+            runc += ["--console-socket", str(console), "--pid-file", str(pid_file), container_id(pod_uid, container)]
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "ambit.lab.runtime.exec_shim",
+                str(pid_file),
+                str(STOP_GRACE / 2),
+                *runc,
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE,
+            )
+            master = await _console_or_failure(listener, proc)
+        except BaseException:
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise
+        finally:
+            listener.close()
+        return TerminalProcess(proc, Terminal(master), scratch)
+
+
+async def _console_or_failure(listener: socket.socket, proc: asyncio.subprocess.Process) -> int:
+    """The terminal runc hands over, or TerminalError with runc's own message when it exits without one."""
+    loop = asyncio.get_running_loop()
+    console = loop.create_task(receive_console(listener), name="exec console")
+    exited = loop.create_task(proc.wait(), name="exec shim wait")
+    await asyncio.wait([console, exited], return_when=asyncio.FIRST_COMPLETED)
+    if console.done():
+        exited.cancel()
+        return console.result()
+    console.cancel()
+    with contextlib.suppress(asyncio.CancelledError, TerminalError):
+        await console
+    said = (await proc.stderr.read(MAX_ERROR_TEXT)).decode(errors="replace").strip() if proc.stderr else ""
+    raise TerminalError(said or f"the runtime exited with status {exited.result()} and no terminal")
 
 
 def container_running(pod: Mapping[str, Any], container: str) -> bool:
@@ -262,30 +349,44 @@ class KubeletServer:
         await ws.prepare(request)
         uid = str((pod.get("metadata") or {}).get("uid") or "")
         try:
-            proc = await self.runner.start(
-                uid, container, options.command, stdin=options.stdin, merge_stderr=options.tty
-            )
-        except OSError as exc:
+            if options.tty:
+                started = await self.runner.start_tty(uid, container, options.command)
+                session = ExecSession(ws, started.proc, options, started)
+            else:
+                proc = await self.runner.start(uid, container, options.command, stdin=options.stdin, merge_stderr=False)
+                session = ExecSession(ws, proc, options)
+        except (OSError, TerminalError) as exc:
             await ws.send_bytes(status_message(failure_status(f"failed to run the command: {exc}")))
             await ws.close()
             return ws
-        await ExecSession(ws, proc, options).run()
+        await session.run()
         return ws
 
 
 class ExecSession:
     """One exec's relay between its WebSocket and its process (rules 2 and 3)."""
 
-    def __init__(self, ws: web.WebSocketResponse, proc: asyncio.subprocess.Process, options: ExecOptions) -> None:
+    def __init__(
+        self,
+        ws: web.WebSocketResponse,
+        proc: asyncio.subprocess.Process,
+        options: ExecOptions,
+        tty: TerminalProcess | None = None,
+    ) -> None:
         self.ws = ws
         self.proc = proc
         self.options = options
+        self.tty = tty
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
-        pumps = [loop.create_task(self._pump(self.proc.stdout, Channel.STDOUT), name="exec stdout")]
-        if self.proc.stderr is not None:
-            pumps.append(loop.create_task(self._pump(self.proc.stderr, Channel.STDERR), name="exec stderr"))
+        if self.tty is None:
+            pumps = [loop.create_task(self._pump(self.proc.stdout, Channel.STDOUT), name="exec stdout")]
+            if self.proc.stderr is not None:
+                pumps.append(loop.create_task(self._pump(self.proc.stderr, Channel.STDERR), name="exec stderr"))
+        else:  # rule 6: the terminal, and the runtime's own messages, are the one output
+            pumps = [loop.create_task(self._pump_terminal(self.tty.terminal), name="exec terminal")]
+            pumps.append(loop.create_task(self._pump(self.proc.stderr, Channel.STDOUT), name="exec runtime"))
         feed = loop.create_task(self._feed(), name="exec stdin")
         done = loop.create_task(self._finish(pumps), name="exec wait")
         try:
@@ -318,6 +419,8 @@ class ExecSession:
 
     async def _release(self) -> None:
         """Drop what a killed command left in its pipes, so that they reach their end and close."""
+        if self.tty is not None:
+            self.tty.close()
         if self.proc.stdin is not None:
             self.proc.stdin.close()
         for stream in (self.proc.stdout, self.proc.stderr):
@@ -329,8 +432,19 @@ class ExecSession:
                         pass
 
     async def _finish(self, pumps: list[asyncio.Task[None]]) -> int:
-        await asyncio.gather(*pumps)
-        return await self.proc.wait()
+        if self.tty is None:
+            await asyncio.gather(*pumps)
+            return await self.proc.wait()
+        code = await self.proc.wait()  # rule 6: then what is left on the terminal, unless something still holds it
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(STOP_GRACE):
+                await asyncio.gather(*pumps)
+        return code
+
+    async def _pump_terminal(self, terminal: Terminal) -> None:
+        while chunk := await terminal.read():
+            if self.options.stdout:
+                await self.ws.send_bytes(frame(Channel.STDOUT, chunk))
 
     async def _pump(self, stream: asyncio.StreamReader | None, channel: Channel) -> None:
         if stream is None:
@@ -348,7 +462,9 @@ class ExecSession:
             f = parse_frame(msg.data)
             if f is None:
                 continue
-            if f.channel is Channel.STDIN and stdin is not None and not stdin.is_closing():
+            if self.tty is not None:
+                await self._to_terminal(self.tty.terminal, f)
+            elif f.channel is Channel.STDIN and stdin is not None and not stdin.is_closing():
                 stdin.write(f.data)
                 with contextlib.suppress(ConnectionResetError, BrokenPipeError):
                     await stdin.drain()
@@ -357,3 +473,13 @@ class ExecSession:
         # The client closed: rule 2 ends the command (the caller kills it unless it already finished).
         if stdin is not None and not stdin.is_closing():
             stdin.close()
+
+    async def _to_terminal(self, terminal: Terminal, f: Frame) -> None:
+        """Rule 6: input and resizes; a v5 close of stdin leaves the terminal as it is."""
+        if f.channel is Channel.STDIN and self.options.stdin:
+            await terminal.write(f.data)
+        elif f.channel is Channel.RESIZE:
+            try:
+                terminal.resize(parse_resize(f.data))
+            except ResizeError as exc:
+                log.warning("exec %s: resize refused: %s", " ".join(self.options.command)[:80], exc)
