@@ -242,3 +242,46 @@ def test_kubectl_exec_reaches_a_service_from_a_meshed_pod_and_kubectl_logs_shows
         assert lab.log_tracebacks() == []
     finally:
         lab.delete_namespace(namespace)
+
+
+def test_kubectl_debug_node_shows_the_nodes_root_at_host_and_acts_on_it(mesh_lab: Lab) -> None:
+    """``kubectl debug node/N`` (issue 17): the pod kubectl makes (hostNetwork, hostPID, hostIPC, hostPath ``/`` at
+    ``/host``) runs on N; ``chroot /host`` runs the machine's programs in N's root, which holds N's CNI
+    configuration, and removing the CNI plugin's kubeconfig through it removes it from N's tree."""
+    lab = mesh_lab
+    namespace = "e2e-mesh-debug-node"
+    node = lab.topology.node(1).name
+    node_dir = lab.directory / "nodes" / node
+    kubeconfig = node_dir / "root" / "var" / "run" / "istio-cni" / "istio-cni-kubeconfig"
+    saved, mode = kubeconfig.read_bytes(), kubeconfig.stat().st_mode & 0o777
+    try:
+        lab.namespace(namespace)
+
+        def debug(*command: str) -> str:
+            done = lab.kubectl("debug", "-n", namespace, f"node/{node}", "--image=none", "--", *command, timeout=60)
+            found = re.search(rf"debugging pod (node-debugger-{node}-\w+)", done.stdout + done.stderr)
+            assert found, done
+            name = found.group(1)
+
+            def finished() -> str | None:
+                phase = str(lab.pod(name, namespace).get("status", {}).get("phase") or "")
+                return phase if phase in ("Succeeded", "Failed") else None
+
+            assert wait_until(f"the debugger pod {name} to finish", finished, timeout=60) == "Succeeded"
+            return name
+
+        listed = lab.kubectl("logs", "-n", namespace, debug("chroot", "/host", "ls", "/etc/cni/net.d")).stdout
+        on_node = sorted(p.name for p in (node_dir / "cni" / "net.d").iterdir())
+        assert sorted(listed.split()) == on_node and any(n.endswith(".conflist") for n in on_node), listed
+        pod = lab.items("pods", "-n", namespace)[0]
+        assert pod["spec"]["nodeName"] == node and pod["spec"]["hostNetwork"] is True
+        assert pod["spec"]["volumes"][0]["hostPath"]["path"] == "/"
+
+        debug("chroot", "/host", "rm", "/var/run/istio-cni/istio-cni-kubeconfig")
+        assert not kubeconfig.exists()
+        assert lab.log_tracebacks() == []
+    finally:
+        if not kubeconfig.exists():  # the shared lab's CNI plugin needs it back
+            kubeconfig.write_bytes(saved)
+            kubeconfig.chmod(mode)
+        lab.delete_namespace(namespace)
