@@ -437,3 +437,49 @@ async def test_kubectl_exec_it_on_a_terminal_gets_its_size_and_exit_code(rig: Ri
     finally:
         terminal.close()
     assert b"33 111" in out, out
+
+
+# -- attach ---------------------------------------------------------------------------------------------------------
+async def test_kubectl_attach_streams_the_containers_output_from_now_until_it_stops(rig: Rig) -> None:
+    pod = await rig.pod("p")
+    write_log(rig, pod, "main", "before\n")
+    attach = asyncio.create_task(run_kubectl(rig.config, "attach", "p"))
+    await asyncio.sleep(2.0)
+    write_log(rig, pod, "main", "after\n")
+    await asyncio.sleep(0.5)
+    assert not attach.done()
+    rig.finish("p")
+    code, out, err = await asyncio.wait_for(attach, 30)
+    assert (code, out) == (0, "after\n"), err
+
+
+async def test_kubectl_attach_with_stdin_is_refused_with_the_reason(rig: Rig) -> None:
+    await rig.pod("p")
+    code, _, err = await run_kubectl(rig.config, "attach", "-i", "p", stdin=b"")
+    assert code != 0 and 'container "main" was not started with stdin: true' in err, err
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "interactive", "namespace": "default"},
+        "spec": {"nodeName": "node-a", "containers": [{"name": "main", "image": "none", "stdin": True}]},
+    }
+    await rig.kube.create(kinds.PODS, body, "default")
+    running = [{"name": "main", "ready": True, "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}]
+    status = {"phase": "Running", "containerStatuses": running}
+    rig.pods.pods[("default", "interactive")] = await rig.kube.patch_status(
+        kinds.PODS, "interactive", {"status": status}, "default"
+    )
+    code, _, err = await run_kubectl(rig.config, "attach", "-i", "interactive", stdin=b"")
+    assert code != 0 and "the lab's runtime keeps no container's stdin open" in err, err
+
+
+async def test_attach_refuses_a_completed_pod_and_needs_create_on_pods_attach(rig: Rig) -> None:
+    await rig.pod("p")
+    await kubectl(rig.config, "apply", "-f", "-", stdin=role("reader", ["get", "list"]))
+    code, _, err = await run_kubectl(rig.config, "attach", "p", "--as=jane")
+    assert code != 0
+    assert 'cannot create resource "pods/attach" in API group "" in the namespace "default"' in err, err
+    await rig.kube.patch_status(kinds.PODS, "p", {"status": {"phase": "Succeeded"}}, "default")
+    url = "/api/v1/namespaces/default/pods/p/attach?stdout=true"
+    code, _, err = await run_kubectl(rig.config, "create", "--raw", url, "-f", "/dev/null")
+    assert code != 0 and "cannot attach into a container in a completed pod; current phase is Succeeded" in err, err

@@ -17,6 +17,7 @@ _SUBRESOURCE_VERBS = {
     "scale": ["get", "patch", "update"],
     "log": ["get"],
     "exec": ["create", "get"],
+    "attach": ["create", "get"],
 }
 _SUBRESOURCE_KINDS = {
     "token": ("authentication.k8s.io", "v1", "TokenRequest"),

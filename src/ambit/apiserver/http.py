@@ -1,8 +1,8 @@
 """The HTTP shell: Kubernetes REST paths onto :class:`ResourceManager`, JSON in and out, chunked watches.
 
 Paths: ``/api/v1/...`` (core) and ``/apis/<group>/<version>/...``, then
-``[namespaces/<ns>/]<plural>[/<name>[/<subresource>]]``; the legacy ``watch/`` prefix is accepted too. ``pods/log``
-and ``pods/exec`` go to the pod's node's kubelet (:mod:`ambit.apiserver.pod_streams`). Every error
+``[namespaces/<ns>/]<plural>[/<name>[/<subresource>]]``; the legacy ``watch/`` prefix is accepted too. ``pods/log``,
+``pods/exec`` and ``pods/attach`` go to the pod's node's kubelet (:mod:`ambit.apiserver.pod_streams`). Every error
 leaves as a ``Status``; an exception that is not an :class:`ApiError` is our bug, logged and answered with 500.
 """
 
@@ -259,7 +259,7 @@ class ApiHttp:
             return await self._watch(request, t, selection)
         if t.subresource == "scale":
             return await self._scale(request, t, user, dry_run)
-        if t.subresource in ("log", "exec") and t.rtype.key == ("", "pods"):
+        if t.subresource in ("log", "exec", "attach") and t.rtype.key == ("", "pods"):
             return await self._pod_stream(request, t)
         if t.subresource == "eviction":
             if method != "POST":
@@ -339,13 +339,16 @@ class ApiHttp:
         raise errors.method_not_allowed(f"{method} is not supported on {request.path}")
 
     async def _pod_stream(self, request: web.Request, t: Target) -> web.StreamResponse:
-        """``pods/log`` (GET) and ``pods/exec`` (GET upgraded to a WebSocket, or POST): :mod:`.pod_streams`."""
+        """``pods/log`` (GET), ``pods/exec`` and ``pods/attach`` (GET upgraded to a WebSocket, or POST):
+        :mod:`.pod_streams`."""
         allowed = ("GET",) if t.subresource == "log" else ("GET", "POST")
         if request.method not in allowed:
             raise errors.method_not_allowed(f"{request.method} is not supported on {request.path}")
         pod = self.manager.get(t.rtype, t.namespace, t.name).obj
         if t.subresource == "log":
             return await self.pod_streams.logs(request, pod)
+        if t.subresource == "attach":
+            return await self.pod_streams.attach(request, pod)
         return await self.pod_streams.exec(request, pod)
 
     async def _scale(self, request: web.Request, t: Target, user: User, dry_run: bool) -> web.Response:

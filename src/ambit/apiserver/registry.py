@@ -127,7 +127,7 @@ BUILTINS: tuple[ResourceType, ...] = (
         "pods",
         short_names=("po",),
         categories=("all",),
-        subresources=frozenset({"status", "eviction", "log", "exec"}),
+        subresources=frozenset({"status", "eviction", "log", "exec", "attach"}),
         extra_fields=frozenset(
             {
                 "spec.nodeName",

@@ -181,13 +181,7 @@ def parse_exec_options(get_all: Mapping[str, Sequence[str]]) -> ExecOptions:
     """PodExecOptions from query parameters (each name to all its values); raises :class:`ExecOptionsError`."""
 
     def flag(name: str) -> bool:
-        values = get_all.get(name) or ()
-        text = values[-1] if values else ""
-        if text in ("", "false", "0", "False"):
-            return False
-        if text in ("true", "1", "True"):
-            return True
-        raise ExecOptionsError(f"{name} must be true or false, not {text!r}")
+        return _flag(get_all, name)
 
     command = tuple(get_all.get("command") or ())
     if not command:
@@ -199,3 +193,33 @@ def parse_exec_options(get_all: Mapping[str, Sequence[str]]) -> ExecOptions:
         raise ExecOptionsError("you must specify at least 1 of stdin, stdout, stderr")
     containers = get_all.get("container") or ()
     return ExecOptions(command, containers[-1] if containers else "", stdin, stdout, stderr and not tty, tty)
+
+
+@dataclass(frozen=True, slots=True)
+class AttachOptions:
+    """kube's PodAttachOptions, as query parameters."""
+
+    container: str
+    stdin: bool
+    stdout: bool
+    stderr: bool
+    tty: bool
+
+
+def parse_attach_options(get_all: Mapping[str, Sequence[str]]) -> AttachOptions:
+    """PodAttachOptions from query parameters; raises :class:`ExecOptionsError` (kube's 400s)."""
+    stdin, stdout, stderr, tty = (_flag(get_all, name) for name in ("stdin", "stdout", "stderr", "tty"))
+    if not (stdin or stdout or stderr):
+        raise ExecOptionsError("you must specify at least 1 of stdin, stdout, stderr")
+    containers = get_all.get("container") or ()
+    return AttachOptions(containers[-1] if containers else "", stdin, stdout, stderr and not tty, tty)
+
+
+def _flag(get_all: Mapping[str, Sequence[str]], name: str) -> bool:
+    values = get_all.get(name) or ()
+    text = values[-1] if values else ""
+    if text in ("", "false", "0", "False"):
+        return False
+    if text in ("true", "1", "True"):
+        return True
+    raise ExecOptionsError(f"{name} must be true or false, not {text!r}")

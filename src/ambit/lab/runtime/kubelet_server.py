@@ -1,4 +1,4 @@
-"""The kubelet's API for one lab node: container logs and exec, served on a unix socket to the API server.
+"""The kubelet's API for one lab node: container logs, exec and attach, served on a unix socket to the API server.
 
 Theory of operation. kube-apiserver reaches a node's kubelet for ``pods/log`` and ``pods/exec``; here the API server
 (a root process of the lab) connects to ``<node dir>/kubelet.sock``, which only root may open. The server knows pods
@@ -26,6 +26,13 @@ Rules:
    close of stdin is ignored, as a terminal has no end of input but its user's ^D. The exit Status is rule 2's,
    sent once the command has exited and what it left on the terminal is read (at most :data:`STOP_GRACE` more
    when something it started still holds the terminal).
+7. ``GET /attach/{ns}/{pod}/{container}`` (kube's PodAttachOptions) upgrades to the same WebSocket and attaches to
+   the container's main process: its output from now on, read from its log file (which holds stdout and stderr
+   merged, so it all comes on stdout's channel, or stderr's when only stderr is asked for), until the container
+   stops (what is left is sent, then a Success Status) or the client goes. Stdin is refused (a 400 Status on the
+   error channel, then the close): a container without ``stdin: true`` has none, and the lab's runtime starts
+   every container with its stdin on ``/dev/null`` and keeps no handle on it, so a container with ``stdin: true``
+   has none either. Resize messages are read and dropped (the main process has no terminal).
 """
 
 from __future__ import annotations
@@ -40,7 +47,7 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
@@ -50,6 +57,7 @@ from aiohttp import WSMsgType, web
 from ambit.k8s.pod_logs import LogOptions, LogOptionsError, parse_log_options, plan_window
 from ambit.k8s.remotecommand import (
     PROTOCOLS,
+    AttachOptions,
     Channel,
     ExecOptions,
     ExecOptionsError,
@@ -59,6 +67,7 @@ from ambit.k8s.remotecommand import (
     exit_status,
     failure_status,
     frame,
+    parse_attach_options,
     parse_exec_options,
     parse_frame,
     parse_resize,
@@ -73,6 +82,8 @@ TAIL_LOOKBACK = 8 * 1024 * 1024
 """How far back from a file's end ``tailLines`` looks for its lines."""
 MAX_MESSAGE = 1024 * 1024
 MAX_ERROR_TEXT = 4096
+CONSOLE_AFTER_EXIT = 1.0
+"""Seconds a terminal already sent is still waited for once the runtime has exited."""
 STOP_GRACE = 2.0
 """Seconds an abandoned command gets between SIGTERM and SIGKILL."""
 
@@ -161,8 +172,17 @@ class RuncExec:
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.PIPE,
             )
+        except BaseException:
+            listener.close()
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise
+        try:
             master = await _console_or_failure(listener, proc)
         except BaseException:
+            if proc.returncode is None:  # a runtime that hangs without a terminal is not left behind
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
             shutil.rmtree(scratch, ignore_errors=True)
             raise
         finally:
@@ -176,6 +196,8 @@ async def _console_or_failure(listener: socket.socket, proc: asyncio.subprocess.
     console = loop.create_task(receive_console(listener), name="exec console")
     exited = loop.create_task(proc.wait(), name="exec shim wait")
     await asyncio.wait([console, exited], return_when=asyncio.FIRST_COMPLETED)
+    if not console.done():  # a quick command's shim may end first: runc sent the terminal before it exited
+        await asyncio.wait([console], timeout=CONSOLE_AFTER_EXIT)
     if console.done():
         exited.cancel()
         return console.result()
@@ -249,6 +271,7 @@ class KubeletServer:
         app = web.Application()
         app.router.add_get("/containerLogs/{ns}/{pod}/{container}", self._logs)
         app.router.add_get("/exec/{ns}/{pod}/{container}", self._exec)
+        app.router.add_get("/attach/{ns}/{pod}/{container}", self._attach)
         return app
 
     async def serve(self, socket_path: Path) -> None:
@@ -292,7 +315,7 @@ class KubeletServer:
         await response.prepare(request)
         with contextlib.suppress(ConnectionResetError):
             await self._stream_log(
-                response,
+                response.write,
                 self.log_path(uid, container),
                 options,
                 lambda: self._alive(ns, name, uid, container) and not _client_gone(request),
@@ -304,7 +327,7 @@ class KubeletServer:
         return pod is not None and (pod.get("metadata") or {}).get("uid") == uid and container_running(pod, container)
 
     async def _stream_log(
-        self, response: web.StreamResponse, path: Path, options: LogOptions, alive: Callable[[], bool]
+        self, write: Callable[[bytes], Awaitable[None]], path: Path, options: LogOptions, alive: Callable[[], bool]
     ) -> None:
         while (opened := _open_log(path)) is None:
             if not options.follow or not alive():
@@ -322,7 +345,7 @@ class KubeletServer:
             while left is None or left > 0:
                 chunk = f.read(CHUNK if left is None else min(CHUNK, left))
                 if chunk:
-                    await response.write(chunk)
+                    await write(chunk)
                     if left is not None:
                         left -= len(chunk)
                     continue
@@ -361,6 +384,74 @@ class KubeletServer:
             return ws
         await session.run()
         return ws
+
+    # -- attach (rule 7) ------------------------------------------------------------------------------------------
+    async def _attach(self, request: web.Request) -> web.StreamResponse:
+        found = self._find(request)
+        if isinstance(found, web.Response):
+            return found
+        pod, container = found
+        try:
+            options = parse_attach_options({k: request.query.getall(k) for k in request.query})
+        except ExecOptionsError as exc:
+            return _status(400, "BadRequest", str(exc))
+        if not container_running(pod, container):
+            return _status(400, "BadRequest", f'container "{container}" is not running')
+        ws = web.WebSocketResponse(protocols=PROTOCOLS, max_msg_size=MAX_MESSAGE, autoping=True)
+        await ws.prepare(request)
+        refused = attach_refusal(pod, container, options)
+        if refused is not None:  # on the error channel, as kube's runtime answers, so kubectl shows it
+            failure = failure_status(refused) | {"reason": "BadRequest", "code": 400}
+            await ws.send_bytes(status_message(failure))
+            await ws.close()
+            return ws
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        ns, name = request.match_info["ns"], request.match_info["pod"]
+        channel = Channel.STDOUT if options.stdout or options.tty else Channel.STDERR
+
+        async def send(chunk: bytes) -> None:
+            await ws.send_bytes(frame(channel, chunk))
+
+        async def drain_client() -> None:  # resizes and the like: nothing to act on (no terminal)
+            async for _ in ws:
+                pass
+
+        follow = self._stream_log(
+            send,
+            self.log_path(uid, container),
+            LogOptions(follow=True, tail_lines=0),
+            lambda: self._alive(ns, name, uid, container) and not ws.closed,
+        )
+        loop = asyncio.get_running_loop()
+        output = loop.create_task(follow, name="attach output")
+        client = loop.create_task(drain_client(), name="attach client")
+        try:
+            await asyncio.wait([output, client], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (output, client):
+                task.cancel()
+            for task in (output, client):
+                with contextlib.suppress(asyncio.CancelledError, ConnectionResetError):
+                    await task
+        if output.done() and not output.cancelled() and output.exception() is None and not ws.closed:
+            with contextlib.suppress(ConnectionResetError):
+                await ws.send_bytes(status_message(exit_status(0)))
+        await ws.close()
+        return ws
+
+
+def attach_refusal(pod: Mapping[str, Any], container: str, options: AttachOptions) -> str | None:
+    """Rule 7: why an attach cannot be served (stdin), or None."""
+    if not options.stdin:
+        return None
+    containers = (pod.get("spec") or {}).get("containers") or ()
+    spec = next((c for c in containers if isinstance(c, Mapping) and c.get("name") == container), {})
+    if spec.get("stdin") is not True:
+        return f'container "{container}" was not started with stdin: true: there is no stdin to attach to'
+    return (
+        f'attaching to the stdin of container "{container}" is not supported: the lab\'s runtime keeps no '
+        "container's stdin open (attach without -i, or use kubectl exec -it)"
+    )
 
 
 class ExecSession:
