@@ -22,10 +22,11 @@ Rules:
 6. ``tty=true`` runs the command on a terminal (:meth:`ContainerExec.start_tty`; in the lab ``runc exec --tty
    --detach --console-socket`` under :mod:`ambit.lab.runtime.exec_shim`, which keeps its exit status): stdin
    frames are written to the terminal, what it shows (stdout and stderr, one stream) comes back on stdout, resize
-   frames set its window size (a malformed one is logged in one line and dropped; the session goes on), and a v5
-   close of stdin is ignored, as a terminal has no end of input but its user's ^D. The exit Status is rule 2's,
-   sent once the command has exited and what it left on the terminal is read (at most :data:`STOP_GRACE` more
-   when something it started still holds the terminal).
+   frames set its window size (a malformed one is dropped and logged in one line, the first
+   :data:`MAX_RESIZE_WARNINGS` of a session; the session goes on), and a v5 close of stdin is ignored, as a
+   terminal has no end of input but its user's ^D. The exit Status is rule 2's, sent once the command has exited
+   and what it left on the terminal is read (at most :data:`STOP_GRACE` more when something it started still
+   holds the terminal).
 7. ``GET /attach/{ns}/{pod}/{container}`` (kube's PodAttachOptions) upgrades to the same WebSocket and attaches to
    the container's main process: its output from now on, read from its log file (which holds stdout and stderr
    merged, so it all comes on stdout's channel, or stderr's when only stderr is asked for), until the container
@@ -82,6 +83,8 @@ TAIL_LOOKBACK = 8 * 1024 * 1024
 """How far back from a file's end ``tailLines`` looks for its lines."""
 MAX_MESSAGE = 1024 * 1024
 MAX_ERROR_TEXT = 4096
+MAX_RESIZE_WARNINGS = 3
+"""Refused resize messages logged per session; the rest are counted (``ExecSession.refused_resizes``)."""
 CONSOLE_AFTER_EXIT = 1.0
 """Seconds a terminal already sent is still waited for once the runtime has exited."""
 STOP_GRACE = 2.0
@@ -468,6 +471,7 @@ class ExecSession:
         self.proc = proc
         self.options = options
         self.tty = tty
+        self.refused_resizes = 0
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -573,4 +577,6 @@ class ExecSession:
             try:
                 terminal.resize(parse_resize(f.data))
             except ResizeError as exc:
-                log.warning("exec %s: resize refused: %s", " ".join(self.options.command)[:80], exc)
+                self.refused_resizes += 1
+                if self.refused_resizes <= MAX_RESIZE_WARNINGS:  # a peer sending nothing else cannot flood the log
+                    log.warning("exec %s: resize refused: %s", " ".join(self.options.command)[:80], exc)
