@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
+import os
 import re
+import select
+import struct
 import subprocess
 import sys
+import termios
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -205,6 +210,39 @@ def test_proxy_config_shows_a_new_pod_within_a_second(mesh_lab: Lab) -> None:
         lab.delete_namespace(namespace)
 
 
+def _kubectl_on_a_terminal(lab: Lab, *args: str, rows: int = 33, cols: int = 111) -> tuple[int, bytes]:
+    """kubectl run with a terminal (rows x cols) as its stdin, stdout and stderr: its exit code and what it showed."""
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    env = dict(os.environ, KUBECONFIG=str(lab.topology.kubeconfig), KUBECACHEDIR=str(lab.kubecache))
+    try:
+        proc = subprocess.Popen(
+            ["kubectl", *args], stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True
+        )
+    finally:
+        os.close(slave)
+    shown = b""
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 1.0)
+            if not ready:
+                continue
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: kubectl and everything holding the terminal are gone
+                break
+            if not chunk:
+                break
+            shown += chunk
+        return proc.wait(timeout=10), shown
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+
+
 def test_kubectl_exec_reaches_a_service_from_a_meshed_pod_and_kubectl_logs_shows_the_server(mesh_lab: Lab) -> None:
     """``kubectl exec`` and ``kubectl logs`` through the API server to the nodes' kubelet sockets (issue 16): a
     client in an ambient namespace on one node reaches a Service whose server runs on the other; the exit code of
@@ -232,6 +270,9 @@ def test_kubectl_exec_reaches_a_service_from_a_meshed_pod_and_kubectl_logs_shows
         assert failed.returncode == 7 and "err" in failed.stderr, failed
         piped = lab.kubectl("exec", "-i", "-n", namespace, "client", "--", "cat", input="through stdin\n")
         assert piped.stdout == "through stdin\n"
+        script = "sleep 0.5; stty size; [ -t 0 ] && echo on-a-tty; echo err >&2; exit 5"
+        code, shown = _kubectl_on_a_terminal(lab, "exec", "-it", "-n", namespace, "client", "--", "sh", "-c", script)
+        assert code == 5 and b"33 111" in shown and b"on-a-tty" in shown and b"err" in shown, shown
 
         last = lab.kubectl("logs", "-n", namespace, "server", "--tail=1").stdout
         logs = lab.kubectl("logs", "-n", namespace, "server").stdout  # after the tail: the server may log more
