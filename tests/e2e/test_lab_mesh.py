@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import os
 import re
+import select
+import struct
 import subprocess
 import sys
+import termios
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -209,6 +213,39 @@ def test_proxy_config_shows_a_new_pod_within_a_second(mesh_lab: Lab) -> None:
         lab.delete_namespace(namespace)
 
 
+def _kubectl_on_a_terminal(lab: Lab, *args: str, rows: int = 33, cols: int = 111) -> tuple[int, bytes]:
+    """kubectl run with a terminal (rows x cols) as its stdin, stdout and stderr: its exit code and what it showed."""
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    env = dict(os.environ, KUBECONFIG=str(lab.topology.kubeconfig), KUBECACHEDIR=str(lab.kubecache))
+    try:
+        proc = subprocess.Popen(
+            ["kubectl", *args], stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True
+        )
+    finally:
+        os.close(slave)
+    shown = b""
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 1.0)
+            if not ready:
+                continue
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: kubectl and everything holding the terminal are gone
+                break
+            if not chunk:
+                break
+            shown += chunk
+        return proc.wait(timeout=10), shown
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+
+
 def test_kubectl_exec_reaches_a_service_from_a_meshed_pod_and_kubectl_logs_shows_the_server(mesh_lab: Lab) -> None:
     """``kubectl exec`` and ``kubectl logs`` through the API server to the nodes' kubelet sockets (issue 16): a
     client in an ambient namespace on one node reaches a Service whose server runs on the other; the exit code of
@@ -236,6 +273,9 @@ def test_kubectl_exec_reaches_a_service_from_a_meshed_pod_and_kubectl_logs_shows
         assert failed.returncode == 7 and "err" in failed.stderr, failed
         piped = lab.kubectl("exec", "-i", "-n", namespace, "client", "--", "cat", input="through stdin\n")
         assert piped.stdout == "through stdin\n"
+        script = "sleep 0.5; stty size; [ -t 0 ] && echo on-a-tty; echo err >&2; exit 5"
+        code, shown = _kubectl_on_a_terminal(lab, "exec", "-it", "-n", namespace, "client", "--", "sh", "-c", script)
+        assert code == 5 and b"33 111" in shown and b"on-a-tty" in shown and b"err" in shown, shown
 
         last = lab.kubectl("logs", "-n", namespace, "server", "--tail=1").stdout
         logs = lab.kubectl("logs", "-n", namespace, "server").stdout  # after the tail: the server may log more
@@ -315,4 +355,47 @@ def test_kubectl_port_forward_reaches_a_meshed_pods_http_port(mesh_lab: Lab) -> 
         assert "error forwarding port 9 to pod " in err and "failed to connect to localhost:9 inside namespace" in err
         assert lab.log_tracebacks() == []
     finally:
+        lab.delete_namespace(namespace)
+
+
+def test_kubectl_debug_node_shows_the_nodes_root_at_host_and_acts_on_it(mesh_lab: Lab) -> None:
+    """``kubectl debug node/N`` (issue 17): the pod kubectl makes (hostNetwork, hostPID, hostIPC, hostPath ``/`` at
+    ``/host``) runs on N; ``chroot /host`` runs the machine's programs in N's root, which holds N's CNI
+    configuration, and removing the CNI plugin's kubeconfig through it removes it from N's tree."""
+    lab = mesh_lab
+    namespace = "e2e-mesh-debug-node"
+    node = lab.topology.node(1).name
+    node_dir = lab.directory / "nodes" / node
+    kubeconfig = node_dir / "root" / "var" / "run" / "istio-cni" / "istio-cni-kubeconfig"
+    saved, mode = kubeconfig.read_bytes(), kubeconfig.stat().st_mode & 0o777
+    try:
+        lab.namespace(namespace)
+
+        def debug(*command: str) -> str:
+            done = lab.kubectl("debug", "-n", namespace, f"node/{node}", "--image=none", "--", *command, timeout=60)
+            found = re.search(rf"debugging pod (node-debugger-{node}-\w+)", done.stdout + done.stderr)
+            assert found, done
+            name = found.group(1)
+
+            def finished() -> str | None:
+                phase = str(lab.pod(name, namespace).get("status", {}).get("phase") or "")
+                return phase if phase in ("Succeeded", "Failed") else None
+
+            assert wait_until(f"the debugger pod {name} to finish", finished, timeout=60) == "Succeeded"
+            return name
+
+        listed = lab.kubectl("logs", "-n", namespace, debug("chroot", "/host", "ls", "/etc/cni/net.d")).stdout
+        on_node = sorted(p.name for p in (node_dir / "cni" / "net.d").iterdir())
+        assert sorted(listed.split()) == on_node and any(n.endswith(".conflist") for n in on_node), listed
+        pod = lab.items("pods", "-n", namespace)[0]
+        assert pod["spec"]["nodeName"] == node and pod["spec"]["hostNetwork"] is True
+        assert pod["spec"]["volumes"][0]["hostPath"]["path"] == "/"
+
+        debug("chroot", "/host", "rm", "/var/run/istio-cni/istio-cni-kubeconfig")
+        assert not kubeconfig.exists()
+        assert lab.log_tracebacks() == []
+    finally:
+        if not kubeconfig.exists():  # the shared lab's CNI plugin needs it back
+            kubeconfig.write_bytes(saved)
+            kubeconfig.chmod(mode)
         lab.delete_namespace(namespace)

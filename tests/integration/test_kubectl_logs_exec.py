@@ -5,12 +5,15 @@ pods are a table the test writes and whose containers are local processes."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import os
 import shutil
 import ssl
+import struct
 import sys
 import tempfile
+import termios
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +28,8 @@ from ambit.apiserver.limits import LimitSettings
 from ambit.apiserver.server import ApiServer, ApiServerSettings
 from ambit.k8s import KubeClient, kinds
 from ambit.k8s.remotecommand import PROTOCOLS, V5, Channel, frame, parse_frame
-from ambit.lab.runtime.kubelet_server import KubeletServer
+from ambit.lab.runtime.kubelet_server import KubeletServer, TerminalProcess
+from ambit.lab.runtime.terminal import Terminal
 
 pytestmark = pytest.mark.kubectl
 
@@ -55,6 +59,16 @@ class LocalExec:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT if merge_stderr else asyncio.subprocess.PIPE,
         )
+
+    async def start_tty(self, pod_uid: str, container: str, argv: Sequence[str]) -> TerminalProcess:
+        master, slave = os.openpty()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stdin=slave, stdout=slave, stderr=slave, start_new_session=True
+            )
+        finally:
+            os.close(slave)
+        return TerminalProcess(proc, Terminal(master))
 
 
 @dataclass
@@ -297,9 +311,9 @@ async def test_exec_refuses_a_pod_without_a_node_and_a_kubelet_that_cannot_be_re
 
 
 # -- the protocol, spoken by hand -----------------------------------------------------------------------------------
-def exec_url(rig: Rig, *command: str, stdin: bool = False) -> str:
+def exec_url(rig: Rig, *command: str, stdin: bool = False, tty: bool = False) -> str:
     words = "&".join(f"command={quote(w)}" for w in command)
-    flags = "&stdout=true&stderr=true" + ("&stdin=true" if stdin else "")
+    flags = "&stdout=true&stderr=true" + ("&stdin=true" if stdin else "") + ("&tty=true" if tty else "")
     return f"{rig.server.url}/api/v1/namespaces/default/pods/p/exec?{words}{flags}"
 
 
@@ -398,3 +412,120 @@ async def test_the_kubelet_socket_is_root_only_and_knows_only_its_own_pods(rig: 
             assert response.status == 422
         async with session.get("http://node-a/exec/default/p/main?stdout=true") as response:
             assert response.status == 400  # no command
+
+
+# -- exec on a terminal (kubectl exec -t) -----------------------------------------------------------------------------
+async def test_exec_on_a_terminal_takes_resizes_merges_stderr_and_keeps_the_exit_code(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    await rig.pod("p")
+    script = "read line; stty size; echo got $line; echo to-stderr >&2; [ -t 0 ] && echo on-a-tty; exit 4"
+    async with aiohttp.ClientSession() as session:
+        ws = await open_exec(rig, session, exec_url(rig, "sh", "-c", script, stdin=True, tty=True))
+        await ws.send_bytes(frame(Channel.RESIZE, b'{"Width": -1, "Height": 24}'))
+        await ws.send_bytes(frame(Channel.RESIZE, b"[" * 4000))
+        for _ in range(5):  # a flood of them is counted, not logged line by line
+            await ws.send_bytes(frame(Channel.RESIZE, b"{"))
+        await ws.send_bytes(frame(Channel.RESIZE, b'{"Width": 100, "Height": 30}'))
+        await ws.send_bytes(frame(Channel.STDIN, b"hello\n"))
+        out, status, channels = b"", None, set()
+        async for msg in ws:
+            got = parse_frame(msg.data)
+            assert got is not None
+            channels.add(got.channel)
+            if got.channel is Channel.STDOUT:
+                out += got.data
+            elif got.channel is Channel.ERROR:
+                status = json.loads(got.data)
+    assert channels == {Channel.STDOUT, Channel.ERROR}  # stderr is the terminal too
+    assert out.replace(b"\r\n", b"\n") == b"hello\n30 100\ngot hello\nto-stderr\non-a-tty\n"
+    assert status is not None and status["reason"] == "NonZeroExitCode"
+    assert status["details"]["causes"] == [{"reason": "ExitCode", "message": "4"}]
+    refused = [r.getMessage() for r in caplog.records if "resize refused" in r.getMessage()]
+    assert len(refused) == 3 and "Width must be from 0 to 65535, not -1" in refused[0]
+
+
+async def test_kubectl_exec_it_on_a_terminal_gets_its_size_and_exit_code(rig: Rig) -> None:
+    await rig.pod("p")
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 111, 0, 0))
+    env = dict(os.environ, KUBECONFIG=str(rig.config), KUBECACHEDIR=str(rig.config.parent / "kubecache"))
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            "kubectl",
+            "exec",
+            "-it",
+            "p",
+            "--",
+            "sh",
+            "-c",
+            "sleep 0.5; stty size; exit 5",
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=env,
+            start_new_session=True,
+        )
+    finally:
+        os.close(slave)
+    terminal = Terminal(master)
+    try:
+        out = b""
+
+        async def read_all() -> None:
+            nonlocal out
+            while chunk := await terminal.read():
+                out += chunk
+
+        reader = asyncio.create_task(read_all())
+        assert await asyncio.wait_for(proc.wait(), 60) == 5
+        await asyncio.wait_for(reader, 10)
+    finally:
+        terminal.close()
+    assert b"33 111" in out, out
+
+
+# -- attach ---------------------------------------------------------------------------------------------------------
+async def test_kubectl_attach_streams_the_containers_output_from_now_until_it_stops(rig: Rig) -> None:
+    pod = await rig.pod("p")
+    write_log(rig, pod, "main", "before\n")
+    attach = asyncio.create_task(run_kubectl(rig.config, "attach", "p"))
+    await asyncio.sleep(2.0)
+    write_log(rig, pod, "main", "after\n")
+    await asyncio.sleep(0.5)
+    assert not attach.done()
+    rig.finish("p")
+    code, out, err = await asyncio.wait_for(attach, 30)
+    assert (code, out) == (0, "after\n"), err
+
+
+async def test_kubectl_attach_with_stdin_is_refused_with_the_reason(rig: Rig) -> None:
+    await rig.pod("p")
+    code, _, err = await run_kubectl(rig.config, "attach", "-i", "p", stdin=b"")
+    assert code != 0 and 'container "main" was not started with stdin: true' in err, err
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "interactive", "namespace": "default"},
+        "spec": {"nodeName": "node-a", "containers": [{"name": "main", "image": "none", "stdin": True}]},
+    }
+    await rig.kube.create(kinds.PODS, body, "default")
+    running = [{"name": "main", "ready": True, "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}]
+    status = {"phase": "Running", "containerStatuses": running}
+    rig.pods.pods[("default", "interactive")] = await rig.kube.patch_status(
+        kinds.PODS, "interactive", {"status": status}, "default"
+    )
+    code, _, err = await run_kubectl(rig.config, "attach", "-i", "interactive", stdin=b"")
+    assert code != 0 and "the lab's runtime keeps no container's stdin open" in err, err
+
+
+async def test_attach_refuses_a_completed_pod_and_needs_create_on_pods_attach(rig: Rig) -> None:
+    await rig.pod("p")
+    await kubectl(rig.config, "apply", "-f", "-", stdin=role("reader", ["get", "list"]))
+    code, _, err = await run_kubectl(rig.config, "attach", "p", "--as=jane")
+    assert code != 0
+    assert 'cannot create resource "pods/attach" in API group "" in the namespace "default"' in err, err
+    await rig.kube.patch_status(kinds.PODS, "p", {"status": {"phase": "Succeeded"}}, "default")
+    url = "/api/v1/namespaces/default/pods/p/attach?stdout=true"
+    code, _, err = await run_kubectl(rig.config, "create", "--raw", url, "-f", "/dev/null")
+    assert code != 0 and "cannot attach into a container in a completed pod; current phase is Succeeded" in err, err

@@ -15,6 +15,7 @@ from ambit.apiserver.errors import ApiError
 from ambit.apiserver.pod_streams import (
     choose_container,
     offered_protocols,
+    plan_attach,
     plan_exec,
     plan_logs,
     plan_port_forward,
@@ -22,16 +23,19 @@ from ambit.apiserver.pod_streams import (
 from ambit.apiserver.rbac_policy import request_attributes
 from ambit.k8s.pod_logs import LogOptions, LogOptionsError, parse_log_options, plan_window, tail_start
 from ambit.k8s.remotecommand import (
+    AttachOptions,
     Channel,
     ExecOptionsError,
     closes_stdin,
     exit_code_of,
     exit_status,
     frame,
+    parse_attach_options,
     parse_exec_options,
     parse_frame,
     status_message,
 )
+from ambit.lab.runtime.kubelet_server import attach_refusal
 
 
 def pod(containers: tuple[str, ...] = ("main",), node: str = "node-a", **meta: Any) -> dict[str, Any]:
@@ -198,6 +202,45 @@ def test_plan_exec_needs_a_node_and_a_pod_that_has_not_completed() -> None:
         plan_exec(done, {"command": ["ls"], "stdout": ["true"]})
 
 
+def test_plan_attach_forwards_attachs_options_and_refuses_as_exec_does() -> None:
+    target = plan_attach(pod(), {"stdout": ["true"], "stderr": ["true"], "tty": ["true"], "container": ["main"]})
+    assert (target.node, target.path) == ("node-a", "/attach/default/p/main")
+    assert target.query == (("stdout", "true"), ("tty", "true"))  # a tty has one output
+    with pytest.raises(ApiError, match="you must specify at least 1 of stdin, stdout, stderr"):
+        plan_attach(pod(), {})
+    with pytest.raises(ApiError, match="pod p does not have a host assigned"):
+        plan_attach(pod(node=""), {"stdout": ["true"]})
+    done = pod()
+    done["status"]["phase"] = "Failed"
+    with pytest.raises(ApiError, match="cannot attach into a container in a completed pod; current phase is Failed"):
+        plan_attach(done, {"stdout": ["true"]})
+    with pytest.raises(ApiError, match="container other is not valid for pod p"):
+        plan_attach(pod(), {"stdout": ["true"], "container": ["other"]})
+
+
+@given(st.dictionaries(st.sampled_from(["stdin", "stdout", "stderr", "tty", "container"]), st.lists(st.text())))
+def test_attach_options_parse_or_fail_with_a_clear_error(query: dict[str, list[str]]) -> None:
+    try:
+        options = parse_attach_options(query)
+    except ExecOptionsError as exc:
+        assert str(exc)
+    else:
+        assert isinstance(options, AttachOptions)
+        assert options.stdin or options.stdout or options.stderr or options.tty
+        assert not (options.tty and options.stderr)
+
+
+def test_attach_to_stdin_is_refused_with_the_reason_and_output_alone_is_served() -> None:
+    plain, interactive = pod(), pod()
+    interactive["spec"]["containers"][0]["stdin"] = True
+    out = AttachOptions("", stdin=False, stdout=True, stderr=True, tty=False)
+    into = AttachOptions("", stdin=True, stdout=True, stderr=False, tty=True)
+    assert attach_refusal(plain, "main", out) is None
+    assert attach_refusal(interactive, "main", out) is None
+    assert 'container "main" was not started with stdin: true' in str(attach_refusal(plain, "main", into))
+    assert "keeps no container's stdin open" in str(attach_refusal(interactive, "main", into))
+
+
 def test_only_our_subprotocols_are_taken_in_the_clients_order() -> None:
     assert offered_protocols("v5.channel.k8s.io, v4.channel.k8s.io") == ("v5.channel.k8s.io", "v4.channel.k8s.io")
     assert offered_protocols("base64.channel.k8s.io, v4.channel.k8s.io") == ("v4.channel.k8s.io",)
@@ -208,6 +251,8 @@ def test_a_websocket_get_on_pods_exec_is_authorized_as_create() -> None:
     path = "/api/v1/namespaces/default/pods/p/exec"
     assert request_attributes("jane", (), "GET", path, False).verb == "create"
     assert request_attributes("jane", (), "POST", path, False).verb == "create"
+    attach = request_attributes("jane", (), "GET", "/api/v1/namespaces/default/pods/p/attach", False)
+    assert (attach.verb, attach.subresource) == ("create", "attach")
     logs = request_attributes("jane", (), "GET", "/api/v1/namespaces/default/pods/p/log", False)
     assert (logs.verb, logs.subresource) == ("get", "log")
 

@@ -18,6 +18,7 @@ _SUBRESOURCE_VERBS = {
     "log": ["get"],
     "exec": ["create", "get"],
     "portforward": ["create", "get"],
+    "attach": ["create", "get"],
 }
 _SUBRESOURCE_KINDS = {
     "token": ("authentication.k8s.io", "v1", "TokenRequest"),

@@ -2,8 +2,9 @@
 
 Paths: ``/api/v1/...`` (core) and ``/apis/<group>/<version>/...``, then
 ``[namespaces/<ns>/]<plural>[/<name>[/<subresource>]]``; the legacy ``watch/`` prefix is accepted too. ``pods/log``,
-``pods/exec`` and ``pods/portforward`` go to the pod's node's kubelet (:mod:`ambit.apiserver.pod_streams`). Every error
-leaves as a ``Status``; an exception that is not an :class:`ApiError` is our bug, logged and answered with 500.
+``pods/exec``, ``pods/attach`` and ``pods/portforward`` go to the pod's node's kubelet
+(:mod:`ambit.apiserver.pod_streams`). Every error leaves as a ``Status``; an exception that is not an
+:class:`ApiError` is our bug, logged and answered with 500.
 """
 
 from __future__ import annotations
@@ -259,7 +260,7 @@ class ApiHttp:
             return await self._watch(request, t, selection)
         if t.subresource == "scale":
             return await self._scale(request, t, user, dry_run)
-        if t.subresource in ("log", "exec", "portforward") and t.rtype.key == ("", "pods"):
+        if t.subresource in ("log", "exec", "portforward", "attach") and t.rtype.key == ("", "pods"):
             return await self._pod_stream(request, t)
         if t.subresource == "eviction":
             if method != "POST":
@@ -339,8 +340,8 @@ class ApiHttp:
         raise errors.method_not_allowed(f"{method} is not supported on {request.path}")
 
     async def _pod_stream(self, request: web.Request, t: Target) -> web.StreamResponse:
-        """``pods/log`` (GET), ``pods/exec`` and ``pods/portforward`` (GET upgraded to a WebSocket, or POST):
-        :mod:`.pod_streams`; each open port-forward counts against its user's bound."""
+        """``pods/log`` (GET), ``pods/exec``, ``pods/attach`` and ``pods/portforward`` (GET upgraded to a WebSocket,
+        or POST): :mod:`.pod_streams`; each open one counts against its user's bound of pod streams."""
         allowed = ("GET",) if t.subresource == "log" else ("GET", "POST")
         if request.method not in allowed:
             raise errors.method_not_allowed(f"{request.method} is not supported on {request.path}")
@@ -357,6 +358,8 @@ class ApiHttp:
                 return await self.pod_streams.logs(request, pod)
             if t.subresource == "exec":
                 return await self.pod_streams.exec(request, pod)
+            if t.subresource == "attach":
+                return await self.pod_streams.attach(request, pod)
             return await self.pod_streams.port_forward(request, pod)
         finally:
             self.limiter.close_pod_stream(user)

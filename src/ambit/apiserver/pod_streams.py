@@ -1,5 +1,5 @@
-"""``pods/log``, ``pods/exec`` and ``pods/portforward``: the API server checks a request and proxies it to the pod's
-node's kubelet.
+"""``pods/log``, ``pods/exec``, ``pods/attach`` and ``pods/portforward``: the API server checks a request and
+proxies it to the pod's node's kubelet.
 
 Theory of operation. A request reaches here authenticated and authorized like any other (``http.py``'s middlewares:
 RBAC, the node authorizer; a WebSocket ``GET`` on ``pods/exec`` is authorized as ``create``, as kube 1.32 does,
@@ -37,6 +37,9 @@ Rules:
    POST, kubectl's fallback) is 400 ``Upgrade request required`` after the checks above, as for exec. The API
    server parses no SPDY: a session is counted against its user's bound of open pod streams
    (``max_pod_streams_per_user``, with logs and exec; 429 beyond it) and the kubelet bounds the streams within one.
+8. ``pods/attach`` (authorized as ``create``, like exec) is planned and relayed as exec is, with attach's options
+   (no command) and kube's ``cannot attach into a container in a completed pod`` wording; what an attach can do is
+   the kubelet's to say (:mod:`ambit.lab.runtime.kubelet_attach`).
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ from aiohttp import web
 from ambit.apiserver import errors
 from ambit.k8s.pod_logs import LogOptionsError, parse_log_options
 from ambit.k8s.portforward import WEBSOCKET_PROTOCOL as PORT_FORWARD_PROTOCOL
-from ambit.k8s.remotecommand import PROTOCOLS, ExecOptionsError, parse_exec_options
+from ambit.k8s.remotecommand import PROTOCOLS, ExecOptionsError, parse_attach_options, parse_exec_options
 
 DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 CHUNK = 32 * 1024
@@ -133,22 +136,38 @@ def plan_logs(pod: Mapping[str, Any], query: Mapping[str, str]) -> KubeletTarget
 
 def plan_exec(pod: Mapping[str, Any], query: Mapping[str, Sequence[str]]) -> KubeletTarget:
     """Rules 1 and 3 (but the upgrade) for a ``pods/exec`` request."""
-    meta = pod.get("metadata") or {}
-    ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
     try:
         options = parse_exec_options(query)
     except ExecOptionsError as exc:
         raise errors.bad_request(str(exc)) from None
-    container = choose_container(pod, options.container)
+    forwarded = [("command", word) for word in options.command]
+    forwarded += [(k, "true") for k in ("stdin", "stdout", "stderr", "tty") if getattr(options, k)]
+    return _stream_target(pod, "exec", options.container, forwarded)
+
+
+def plan_attach(pod: Mapping[str, Any], query: Mapping[str, Sequence[str]]) -> KubeletTarget:
+    """Rules 1 and 3 (but the upgrade) for a ``pods/attach`` request (rule 7)."""
+    try:
+        options = parse_attach_options(query)
+    except ExecOptionsError as exc:
+        raise errors.bad_request(str(exc)) from None
+    forwarded = [(k, "true") for k in ("stdin", "stdout", "stderr", "tty") if getattr(options, k)]
+    return _stream_target(pod, "attach", options.container, forwarded)
+
+
+def _stream_target(
+    pod: Mapping[str, Any], action: str, requested: str, forwarded: list[tuple[str, str]]
+) -> KubeletTarget:
+    meta = pod.get("metadata") or {}
+    ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+    container = choose_container(pod, requested)
     node = str((pod.get("spec") or {}).get("nodeName") or "")
     if not node:
         raise errors.bad_request(f"pod {name} does not have a host assigned")
     phase = str((pod.get("status") or {}).get("phase") or "")
     if phase in ("Succeeded", "Failed"):
-        raise errors.bad_request(f"cannot exec into a container in a completed pod; current phase is {phase}")
-    forwarded = [("command", word) for word in options.command]
-    forwarded += [(k, "true") for k in ("stdin", "stdout", "stderr", "tty") if getattr(options, k)]
-    return KubeletTarget(node, f"/exec/{ns}/{name}/{container}", tuple(forwarded))
+        raise errors.bad_request(f"cannot {action} into a container in a completed pod; current phase is {phase}")
+    return KubeletTarget(node, f"/{action}/{ns}/{name}/{container}", tuple(forwarded))
 
 
 def plan_port_forward(pod: Mapping[str, Any]) -> KubeletTarget:
@@ -226,8 +245,15 @@ class PodStreams:
                 return response
 
     async def exec(self, request: web.Request, pod: Mapping[str, Any]) -> web.StreamResponse:
-        query = {k: request.query.getall(k) for k in request.query}
-        target = plan_exec(pod, query)
+        target = plan_exec(pod, {k: request.query.getall(k) for k in request.query})
+        return await self._upgraded(request, target)
+
+    async def attach(self, request: web.Request, pod: Mapping[str, Any]) -> web.StreamResponse:
+        target = plan_attach(pod, {k: request.query.getall(k) for k in request.query})
+        return await self._upgraded(request, target)
+
+    async def _upgraded(self, request: web.Request, target: KubeletTarget) -> web.StreamResponse:
+        """Rules 3 to 6 for a WebSocket to the kubelet (exec and attach)."""
         upgrade = request.headers.get("Upgrade", "").lower() == "websocket"
         protocols = offered_protocols(request.headers.get("Sec-WebSocket-Protocol", ""))
         if request.method != "GET" or not upgrade or not protocols:

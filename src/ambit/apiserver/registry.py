@@ -127,7 +127,7 @@ BUILTINS: tuple[ResourceType, ...] = (
         "pods",
         short_names=("po",),
         categories=("all",),
-        subresources=frozenset({"status", "eviction", "log", "exec", "portforward"}),
+        subresources=frozenset({"status", "eviction", "log", "exec", "portforward", "attach"}),
         extra_fields=frozenset(
             {
                 "spec.nodeName",

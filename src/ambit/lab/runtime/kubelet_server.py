@@ -1,4 +1,5 @@
-"""The kubelet's API for one lab node: container logs, exec and port-forward, on a unix socket for the API server.
+"""The kubelet's API for one lab node: container logs, exec, attach and port-forward, on a unix socket for the API
+server.
 
 Theory of operation. kube-apiserver reaches a node's kubelet for ``pods/log``, ``pods/exec`` and
 ``pods/portforward``; here the API server (a root process of the lab) connects to ``<node dir>/kubelet.sock``, which
@@ -12,15 +13,30 @@ Rules:
    is reached, or the container is no longer running (then what is left in the file is sent and the stream ends).
 2. ``GET /exec/{ns}/{pod}/{container}?command=...`` upgrades to a WebSocket speaking
    :mod:`ambit.k8s.remotecommand`: stdin frames go to the command's stdin (a v5 close of stdin closes it), its
-   stdout and stderr come back on their channels (merged under a tty: no terminal is made), and at exit the error
-   channel carries the exit Status, then the WebSocket closes. A client that goes away ends the command (SIGTERM,
-   which runc forwards, then SIGKILL after :data:`STOP_GRACE`).
+   stdout and stderr come back on their channels, and at exit the error channel carries the exit Status, then the
+   WebSocket closes. A client that goes away ends the command (SIGTERM, which runc forwards, then SIGKILL after
+   :data:`STOP_GRACE`).
 3. Relays are bounded: output is read 32 KiB at a time and the next read waits until the WebSocket took the last
    frame; stdin is written with the pipe's flow control before the next frame is read.
 4. A pod this node does not run, or a container the pod does not have, is 404; a container that is not running
    cannot be exec'd into (400), as the kubelet answers.
 5. The socket is created mode 0600 (``connect(2)`` needs write permission on it): only root reaches it.
-6. ``GET /portForward/{ns}/{pod}`` upgrades to a WebSocket of subprotocol ``SPDY/3.1+portforward.k8s.io`` whose
+6. ``tty=true`` runs the command on a terminal (:meth:`ContainerExec.start_tty`; in the lab ``runc exec --tty
+   --detach --console-socket`` under :mod:`ambit.lab.runtime.exec_shim`, which keeps its exit status): stdin
+   frames are written to the terminal, what it shows (stdout and stderr, one stream) comes back on stdout, resize
+   frames set its window size (a malformed one is dropped and logged in one line, the first
+   :data:`MAX_RESIZE_WARNINGS` of a session; the session goes on), and a v5 close of stdin is ignored, as a
+   terminal has no end of input but its user's ^D. The exit Status is rule 2's, sent once the command has exited
+   and what it left on the terminal is read (at most :data:`STOP_GRACE` more when something it started still
+   holds the terminal).
+7. ``GET /attach/{ns}/{pod}/{container}`` (kube's PodAttachOptions) upgrades to the same WebSocket and attaches to
+   the container's main process: its output from now on, read from its log file (which holds stdout and stderr
+   merged, so it all comes on stdout's channel, or stderr's when only stderr is asked for), until the container
+   stops (what is left is sent, then a Success Status) or the client goes. Stdin is refused (a 400 Status on the
+   error channel, then the close): a container without ``stdin: true`` has none, and the lab's runtime starts
+   every container with its stdin on ``/dev/null`` and keeps no handle on it, so a container with ``stdin: true``
+   has none either. Resize messages are read and dropped (the main process has no terminal).
+8. ``GET /portForward/{ns}/{pod}`` upgrades to a WebSocket of subprotocol ``SPDY/3.1+portforward.k8s.io`` whose
    binary messages carry a SPDY session of kube's port-forward protocol (:mod:`ambit.k8s.portforward`), relayed to
    the pod's local ports by :mod:`ambit.lab.runtime.port_forward` (at most ``max_port_forward_streams`` streams per
    session). The pod must be running (400 otherwise, as the kubelet answers); a client not offering the
@@ -34,8 +50,12 @@ import contextlib
 import json
 import logging
 import os
+import shutil
+import socket
+import sys
+import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
@@ -46,18 +66,24 @@ from ambit.k8s.pod_logs import LogOptions, LogOptionsError, parse_log_options, p
 from ambit.k8s.portforward import WEBSOCKET_PROTOCOL
 from ambit.k8s.remotecommand import (
     PROTOCOLS,
+    AttachOptions,
     Channel,
     ExecOptions,
     ExecOptionsError,
+    Frame,
+    ResizeError,
     closes_stdin,
     exit_status,
     failure_status,
     frame,
+    parse_attach_options,
     parse_exec_options,
     parse_frame,
+    parse_resize,
     status_message,
 )
 from ambit.lab.runtime.port_forward import PodDialer, PortForwardRelay
+from ambit.lab.runtime.terminal import Terminal, TerminalError, receive_console
 
 log = logging.getLogger("ambit.lab.kubelet")
 
@@ -65,6 +91,11 @@ CHUNK = 32 * 1024
 TAIL_LOOKBACK = 8 * 1024 * 1024
 """How far back from a file's end ``tailLines`` looks for its lines."""
 MAX_MESSAGE = 1024 * 1024
+MAX_ERROR_TEXT = 4096
+MAX_RESIZE_WARNINGS = 3
+"""Refused resize messages logged per session; the rest are counted (``ExecSession.refused_resizes``)."""
+CONSOLE_AFTER_EXIT = 1.0
+"""Seconds a terminal already sent is still waited for once the runtime has exited."""
 STOP_GRACE = 2.0
 """Seconds an abandoned command gets between SIGTERM and SIGKILL."""
 
@@ -82,12 +113,36 @@ class ContainerExec(Protocol):
         self, pod_uid: str, container: str, argv: Sequence[str], *, stdin: bool, merge_stderr: bool
     ) -> asyncio.subprocess.Process: ...
 
+    async def start_tty(self, pod_uid: str, container: str, argv: Sequence[str]) -> TerminalProcess:
+        """Rule 6: the command on a terminal; raises OSError or TerminalError when it cannot be started."""
+        ...
+
+
+@dataclass(slots=True)
+class TerminalProcess:
+    """A command on a terminal: the process whose exit status is the command's (its stdout and stdin are not the
+    command's; its stderr, when piped, carries the runtime's own messages), the terminal, and a directory to
+    remove at the end."""
+
+    proc: asyncio.subprocess.Process
+    terminal: Terminal
+    scratch: Path | None = None
+
+    def close(self) -> None:
+        self.terminal.close()
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            self.scratch = None
+
 
 @dataclass(frozen=True, slots=True)
 class RuncExec:
-    """``runc --root R exec <container id> argv`` (no ``-t``: a tty request is served without a terminal)."""
+    """``runc --root R exec <container id> argv``; on a terminal, rule 6's shim and console socket."""
 
     runc_root: Path
+    runc: str = "runc"
+    scratch_dir: Path | None = None
+    """Where a terminal's console socket and pid file go (a fresh 0700 directory each); None: the temp dir."""
 
     async def start(
         self, pod_uid: str, container: str, argv: Sequence[str], *, stdin: bool, merge_stderr: bool
@@ -105,6 +160,64 @@ class RuncExec:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT if merge_stderr else asyncio.subprocess.PIPE,
         )
+
+    async def start_tty(self, pod_uid: str, container: str, argv: Sequence[str]) -> TerminalProcess:
+        from ambit.lab.runtime.oci_spec import container_id
+
+        scratch = Path(tempfile.mkdtemp(prefix="ambit-tty-", dir=self.scratch_dir))  # 0700: runc (root) alone connects
+        console, pid_file = scratch / "console.sock", scratch / "pid"
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(str(console))
+            listener.listen(1)
+            runc = [self.runc, "--root", str(self.runc_root), "exec", "--tty", "--detach"]
+            runc += ["--console-socket", str(console), "--pid-file", str(pid_file), container_id(pod_uid, container)]
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "ambit.lab.runtime.exec_shim",
+                str(pid_file),
+                str(STOP_GRACE / 2),
+                *runc,
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE,
+            )
+        except BaseException:
+            listener.close()
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise
+        try:
+            master = await _console_or_failure(listener, proc)
+        except BaseException:
+            if proc.returncode is None:  # a runtime that hangs without a terminal is not left behind
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise
+        finally:
+            listener.close()
+        return TerminalProcess(proc, Terminal(master), scratch)
+
+
+async def _console_or_failure(listener: socket.socket, proc: asyncio.subprocess.Process) -> int:
+    """The terminal runc hands over, or TerminalError with runc's own message when it exits without one."""
+    loop = asyncio.get_running_loop()
+    console = loop.create_task(receive_console(listener), name="exec console")
+    exited = loop.create_task(proc.wait(), name="exec shim wait")
+    await asyncio.wait([console, exited], return_when=asyncio.FIRST_COMPLETED)
+    if not console.done():  # a quick command's shim may end first: runc sent the terminal before it exited
+        await asyncio.wait([console], timeout=CONSOLE_AFTER_EXIT)
+    if console.done():
+        exited.cancel()
+        return console.result()
+    console.cancel()
+    with contextlib.suppress(asyncio.CancelledError, TerminalError):
+        await console
+    said = (await proc.stderr.read(MAX_ERROR_TEXT)).decode(errors="replace").strip() if proc.stderr else ""
+    raise TerminalError(said or f"the runtime exited with status {exited.result()} and no terminal")
 
 
 def container_running(pod: Mapping[str, Any], container: str) -> bool:
@@ -174,6 +287,7 @@ class KubeletServer:
         app = web.Application()
         app.router.add_get("/containerLogs/{ns}/{pod}/{container}", self._logs)
         app.router.add_get("/exec/{ns}/{pod}/{container}", self._exec)
+        app.router.add_get("/attach/{ns}/{pod}/{container}", self._attach)
         app.router.add_get("/portForward/{ns}/{pod}", self._port_forward)
         return app
 
@@ -218,7 +332,7 @@ class KubeletServer:
         await response.prepare(request)
         with contextlib.suppress(ConnectionResetError):
             await self._stream_log(
-                response,
+                response.write,
                 self.log_path(uid, container),
                 options,
                 lambda: self._alive(ns, name, uid, container) and not _client_gone(request),
@@ -230,7 +344,7 @@ class KubeletServer:
         return pod is not None and (pod.get("metadata") or {}).get("uid") == uid and container_running(pod, container)
 
     async def _stream_log(
-        self, response: web.StreamResponse, path: Path, options: LogOptions, alive: Callable[[], bool]
+        self, write: Callable[[bytes], Awaitable[None]], path: Path, options: LogOptions, alive: Callable[[], bool]
     ) -> None:
         while (opened := _open_log(path)) is None:
             if not options.follow or not alive():
@@ -248,7 +362,7 @@ class KubeletServer:
             while left is None or left > 0:
                 chunk = f.read(CHUNK if left is None else min(CHUNK, left))
                 if chunk:
-                    await response.write(chunk)
+                    await write(chunk)
                     if left is not None:
                         left -= len(chunk)
                     continue
@@ -275,17 +389,74 @@ class KubeletServer:
         await ws.prepare(request)
         uid = str((pod.get("metadata") or {}).get("uid") or "")
         try:
-            proc = await self.runner.start(
-                uid, container, options.command, stdin=options.stdin, merge_stderr=options.tty
-            )
-        except OSError as exc:
+            if options.tty:
+                started = await self.runner.start_tty(uid, container, options.command)
+                session = ExecSession(ws, started.proc, options, started)
+            else:
+                proc = await self.runner.start(uid, container, options.command, stdin=options.stdin, merge_stderr=False)
+                session = ExecSession(ws, proc, options)
+        except (OSError, TerminalError) as exc:
             await ws.send_bytes(status_message(failure_status(f"failed to run the command: {exc}")))
             await ws.close()
             return ws
-        await ExecSession(ws, proc, options).run()
+        await session.run()
         return ws
 
-    # -- port-forward (rule 6) ------------------------------------------------------------------------------------
+    # -- attach (rule 7) ------------------------------------------------------------------------------------------
+    async def _attach(self, request: web.Request) -> web.StreamResponse:
+        found = self._find(request)
+        if isinstance(found, web.Response):
+            return found
+        pod, container = found
+        try:
+            options = parse_attach_options({k: request.query.getall(k) for k in request.query})
+        except ExecOptionsError as exc:
+            return _status(400, "BadRequest", str(exc))
+        if not container_running(pod, container):
+            return _status(400, "BadRequest", f'container "{container}" is not running')
+        ws = web.WebSocketResponse(protocols=PROTOCOLS, max_msg_size=MAX_MESSAGE, autoping=True)
+        await ws.prepare(request)
+        refused = attach_refusal(pod, container, options)
+        if refused is not None:  # on the error channel, as kube's runtime answers, so kubectl shows it
+            failure = failure_status(refused) | {"reason": "BadRequest", "code": 400}
+            await ws.send_bytes(status_message(failure))
+            await ws.close()
+            return ws
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        ns, name = request.match_info["ns"], request.match_info["pod"]
+        channel = Channel.STDOUT if options.stdout or options.tty else Channel.STDERR
+
+        async def send(chunk: bytes) -> None:
+            await ws.send_bytes(frame(channel, chunk))
+
+        async def drain_client() -> None:  # resizes and the like: nothing to act on (no terminal)
+            async for _ in ws:
+                pass
+
+        follow = self._stream_log(
+            send,
+            self.log_path(uid, container),
+            LogOptions(follow=True, tail_lines=0),
+            lambda: self._alive(ns, name, uid, container) and not ws.closed,
+        )
+        loop = asyncio.get_running_loop()
+        output = loop.create_task(follow, name="attach output")
+        client = loop.create_task(drain_client(), name="attach client")
+        try:
+            await asyncio.wait([output, client], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (output, client):
+                task.cancel()
+            for task in (output, client):
+                with contextlib.suppress(asyncio.CancelledError, ConnectionResetError):
+                    await task
+        if output.done() and not output.cancelled() and output.exception() is None and not ws.closed:
+            with contextlib.suppress(ConnectionResetError):
+                await ws.send_bytes(status_message(exit_status(0)))
+        await ws.close()
+        return ws
+
+    # -- port-forward (rule 8) ------------------------------------------------------------------------------------
     async def _port_forward(self, request: web.Request) -> web.StreamResponse:
         ns, name = request.match_info["ns"], request.match_info["pod"]
         pod = self.pods.find_pod(ns, name)
@@ -313,19 +484,45 @@ class KubeletServer:
         return ws
 
 
+def attach_refusal(pod: Mapping[str, Any], container: str, options: AttachOptions) -> str | None:
+    """Rule 7: why an attach cannot be served (stdin), or None."""
+    if not options.stdin:
+        return None
+    containers = (pod.get("spec") or {}).get("containers") or ()
+    spec = next((c for c in containers if isinstance(c, Mapping) and c.get("name") == container), {})
+    if spec.get("stdin") is not True:
+        return f'container "{container}" was not started with stdin: true: there is no stdin to attach to'
+    return (
+        f'attaching to the stdin of container "{container}" is not supported: the lab\'s runtime keeps no '
+        "container's stdin open (attach without -i, or use kubectl exec -it)"
+    )
+
+
 class ExecSession:
     """One exec's relay between its WebSocket and its process (rules 2 and 3)."""
 
-    def __init__(self, ws: web.WebSocketResponse, proc: asyncio.subprocess.Process, options: ExecOptions) -> None:
+    def __init__(
+        self,
+        ws: web.WebSocketResponse,
+        proc: asyncio.subprocess.Process,
+        options: ExecOptions,
+        tty: TerminalProcess | None = None,
+    ) -> None:
         self.ws = ws
         self.proc = proc
         self.options = options
+        self.tty = tty
+        self.refused_resizes = 0
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
-        pumps = [loop.create_task(self._pump(self.proc.stdout, Channel.STDOUT), name="exec stdout")]
-        if self.proc.stderr is not None:
-            pumps.append(loop.create_task(self._pump(self.proc.stderr, Channel.STDERR), name="exec stderr"))
+        if self.tty is None:
+            pumps = [loop.create_task(self._pump(self.proc.stdout, Channel.STDOUT), name="exec stdout")]
+            if self.proc.stderr is not None:
+                pumps.append(loop.create_task(self._pump(self.proc.stderr, Channel.STDERR), name="exec stderr"))
+        else:  # rule 6: the terminal, and the runtime's own messages, are the one output
+            pumps = [loop.create_task(self._pump_terminal(self.tty.terminal), name="exec terminal")]
+            pumps.append(loop.create_task(self._pump(self.proc.stderr, Channel.STDOUT), name="exec runtime"))
         feed = loop.create_task(self._feed(), name="exec stdin")
         done = loop.create_task(self._finish(pumps), name="exec wait")
         try:
@@ -358,6 +555,8 @@ class ExecSession:
 
     async def _release(self) -> None:
         """Drop what a killed command left in its pipes, so that they reach their end and close."""
+        if self.tty is not None:
+            self.tty.close()
         if self.proc.stdin is not None:
             self.proc.stdin.close()
         for stream in (self.proc.stdout, self.proc.stderr):
@@ -369,8 +568,19 @@ class ExecSession:
                         pass
 
     async def _finish(self, pumps: list[asyncio.Task[None]]) -> int:
-        await asyncio.gather(*pumps)
-        return await self.proc.wait()
+        if self.tty is None:
+            await asyncio.gather(*pumps)
+            return await self.proc.wait()
+        code = await self.proc.wait()  # rule 6: then what is left on the terminal, unless something still holds it
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(STOP_GRACE):
+                await asyncio.gather(*pumps)
+        return code
+
+    async def _pump_terminal(self, terminal: Terminal) -> None:
+        while chunk := await terminal.read():
+            if self.options.stdout:
+                await self.ws.send_bytes(frame(Channel.STDOUT, chunk))
 
     async def _pump(self, stream: asyncio.StreamReader | None, channel: Channel) -> None:
         if stream is None:
@@ -388,7 +598,9 @@ class ExecSession:
             f = parse_frame(msg.data)
             if f is None:
                 continue
-            if f.channel is Channel.STDIN and stdin is not None and not stdin.is_closing():
+            if self.tty is not None:
+                await self._to_terminal(self.tty.terminal, f)
+            elif f.channel is Channel.STDIN and stdin is not None and not stdin.is_closing():
                 stdin.write(f.data)
                 with contextlib.suppress(ConnectionResetError, BrokenPipeError):
                     await stdin.drain()
@@ -397,3 +609,15 @@ class ExecSession:
         # The client closed: rule 2 ends the command (the caller kills it unless it already finished).
         if stdin is not None and not stdin.is_closing():
             stdin.close()
+
+    async def _to_terminal(self, terminal: Terminal, f: Frame) -> None:
+        """Rule 6: input and resizes; a v5 close of stdin leaves the terminal as it is."""
+        if f.channel is Channel.STDIN and self.options.stdin:
+            await terminal.write(f.data)
+        elif f.channel is Channel.RESIZE:
+            try:
+                terminal.resize(parse_resize(f.data))
+            except ResizeError as exc:
+                self.refused_resizes += 1
+                if self.refused_resizes <= MAX_RESIZE_WARNINGS:  # a peer sending nothing else cannot flood the log
+                    log.warning("exec %s: resize refused: %s", " ".join(self.options.command)[:80], exc)

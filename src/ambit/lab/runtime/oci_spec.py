@@ -179,6 +179,8 @@ class VolumeMount:
     read_only: bool = False
     propagation: str = "rprivate"
     """``rprivate``, ``rslave`` or ``rshared``."""
+    recursive_read_only: bool = False
+    """Read-only down to the mounts below the source too (``rro``), for a machine directory shown to a pod."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -504,7 +506,8 @@ def _mounts(
     if any(d.path == "/" for d in paths.mount_point_dirs):
         mounts.pop(0)  # rule 11: the root is a tmpfs with the host's entries bound back
     for volume in sorted(paths.volume_mounts, key=lambda m: m.destination.count("/")):
-        options = ["rbind", "ro" if volume.read_only else "rw", volume.propagation]
+        writable = "rro" if volume.recursive_read_only else "ro" if volume.read_only else "rw"
+        options = ["rbind", writable, volume.propagation]
         mounts.append({"destination": volume.destination, "type": "bind", "source": volume.source, "options": options})
     for path in paths.revealed:  # a volume over /tmp must not hide an interpreter or checkout that lives there
         if any(_under(path, v.destination) for v in paths.volume_mounts):

@@ -75,6 +75,7 @@ from ambit.lab.runtime.containers_apply import (
     EventType,
     LaunchSpec,
 )
+from ambit.lab.runtime.node_view import view_mounts
 from ambit.lab.runtime.oci_apply import read_seccomp_profile
 from ambit.lab.runtime.oci_spec import (
     SERVICE_ACCOUNT_DIR,
@@ -700,7 +701,7 @@ class PodWorker:
                 container, self.volumes.sources, privileged=privileged, expand=lambda text: expand(text, env)
             )
             paths = containers.bundle_paths(cid, netns_path, self.service_account_dir)
-            mounts = resolve_mounts(plans)
+            mounts = view_mounts(resolve_mounts(plans), self.volumes.node_view, paths.masked)
             if all(m.destination != RESOLV_CONF for m in mounts):  # a volume there is the pod's own choice
                 mounts = (*mounts, self._write_resolv_conf())
             rebuilt = mount_point_dirs([m.destination for m in mounts])

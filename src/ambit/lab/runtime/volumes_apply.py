@@ -30,6 +30,8 @@ Rules:
    mapped as in rule 3 but must land in the node's private tree (``nodes/<node>/root``): a volume that names
    ``/proc``, the CNI directories or the netns directory, or whose path (or a link in it) leads out of the tree,
    is refused. A missing directory is made (0777, as local-path makes it).
+6. A hostPath volume in the node's tree makes the tree ready to show the node's root as a cluster node's would
+   (:mod:`ambit.lab.runtime.node_view_apply`); :attr:`PodVolumes.node_view` is what the container mounts add.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ from ambit.k8s import KubeClient, kinds
 from ambit.k8s.errors import KubeClientError, KubeNotFoundError
 from ambit.lab.network.topology import HostPathError, HostPathLayout
 from ambit.lab.runtime.containers import parse_rfc3339
+from ambit.lab.runtime.node_view import NodeView
+from ambit.lab.runtime.node_view_apply import prepare_node_view
 from ambit.lab.runtime.oci_spec import PRIVATE_DIRS, MountPointDir, VolumeMount
 from ambit.lab.runtime.volumes import (
     PLUGIN_DIRS,
@@ -110,6 +114,8 @@ class PodVolumes:
         self.clock = clock
         self.sources: dict[str, VolumeSource] = {}
         """Set-up volumes by name: what container mounts bind."""
+        self.node_view: NodeView | None = None
+        """What a hostPath volume of the node's tree shows besides it (rule 6), once one is set up."""
         self._tokens: dict[TokenSource, IssuedToken] = {}
         meta = pod.get("metadata") or {}
         self.namespace = str(meta.get("namespace") or "")
@@ -282,6 +288,8 @@ class PodVolumes:
             raise VolumeError(str(exc), retry=False) from None
         if mapping.base == self.layout.root:
             mapping.base.mkdir(parents=True, exist_ok=True)
+            if self.node_view is None:
+                self.node_view = prepare_node_view(self.layout)
         resolved = self._confined(volume.path, mapping.base, mapping.machine_path)
         try:
             found = file_kind(os.stat(resolved).st_mode)
