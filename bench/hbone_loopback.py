@@ -26,7 +26,6 @@ import asyncio
 import cProfile
 import json
 import os
-import pstats
 import resource
 import socket
 import subprocess
@@ -251,13 +250,22 @@ def count_calls(mode: str, seconds: float, top: int) -> None:
         figures = uvloop.run(profiled(Path(tmp)))
     rate, unit = (figures["round trips/s"], "round trip") if mode == "rr" else (figures["MB/s"], "MB")
     events = rate * seconds
-    stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]  # (file, line, name) -> (.., calls, ..)
-    counts = [(calls / events, key) for key, (_, calls, *_rest) in stats.items()]
-    python = sum(n for n, key in counts if key[0] != "~")
-    native = sum(n for n, key in counts if key[0] == "~")
+    # One entry per code object: ``pstats`` keys by (file, line, name), under which every dataclass's generated
+    # ``__init__`` is the same "<string>:2 __init__", so all but one of them would be lost.
+    counts = [(entry.callcount / events, _label(entry.code)) for entry in profile.getstats()]
+    python = sum(n for n, label in counts if not label.startswith("~"))
+    native = sum(n for n, label in counts if label.startswith("~"))
     print(f"{mode}: {events:,.0f} {unit}s profiled; per {unit}: Python calls {python:.1f}, C calls {native:.1f}")
-    for n, (file, line, name) in sorted(counts, reverse=True)[:top]:
-        print(f"  {n:8.2f}  {file.rsplit('/', 1)[-1]}:{line} {name}")
+    for n, label in sorted(counts, reverse=True)[:top]:
+        print(f"  {n:8.2f}  {label}")
+
+
+def _label(code: object) -> str:
+    """``file:line name`` of a profiled Python function, ``~ <builtin>`` of a C one (as ``pstats`` labels them)."""
+    if isinstance(code, str):
+        return f"~ {code}"
+    filename, line, name = code.co_filename, code.co_firstlineno, code.co_name  # type: ignore[attr-defined]
+    return f"{filename.rsplit('/', 1)[-1]}:{line} {name}"
 
 
 def main() -> None:
