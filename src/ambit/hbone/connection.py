@@ -196,6 +196,9 @@ class HboneConnection:
         settings.check()
         self._settings = settings
         self._out: list[bytes | memoryview] = []
+        self.outgoing = self._out
+        """What ``data_to_send`` will return, unjoined (the same list, never rebound): the shell tests it for
+        emptiness instead of calling ``data_to_send`` for nothing."""
         self._buf = bytearray()  # the start of a frame that has not fully arrived
         self._encoder = Encoder()
         self._encoder.header_table_size = _ENCODER_TABLE
@@ -306,6 +309,31 @@ class HboneConnection:
         if stream.ready and not self._send_queued(stream_id, stream):
             self._blocked[stream_id] = None
         return stream.pending
+
+    def send_data_now(self, stream_id: int, data: bytes | memoryview) -> tuple[bytes, int]:
+        """``send_data`` then ``data_to_send``, in one call: the bytes to write now (``b""`` if none) and the
+        stream's bytes still queued, not framed (what ``send_data`` returns)."""
+        stream = self._streams.get(stream_id)
+        size = len(data)
+        if (  # nothing else to send and the windows allow the frame: the relay's common case, inline
+            stream is not None
+            and not self._out
+            and 0 < size <= stream.send_window
+            and stream.ready
+            and stream.queue is None
+            and not stream.end_requested
+            and size <= self._send_window
+            and size <= self._settings.send_chunk
+            and size <= self._peer_max_frame
+        ):
+            stream.send_window -= size
+            self._send_window -= size
+            self._bucket_out += size + 9  # data_to_send's rule B accounting, inline
+            if self._bucket_out >= _ACK_WINDOW:
+                self._acks_before, self._acks_owed, self._bucket_out = self._acks_owed, 0, 0
+            return _pack_header(size >> 8, size & 0xFF, wire.DATA, 0, stream_id) + data, 0  # copies, as join does
+        pending = self.send_data(stream_id, data)
+        return self.data_to_send(), pending
 
     def pending_bytes(self, stream_id: int) -> int:
         """Bytes queued for the stream and not yet framed (0 for unknown streams)."""

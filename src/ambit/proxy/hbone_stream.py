@@ -93,9 +93,12 @@ class ConnectionLostError(ProxyError):
 class HboneCore(Protocol):
     """The part of ``ambit.hbone``'s client and server connections that the shell drives."""
 
+    outgoing: list[bytes | memoryview]
+
     def receive_data(self, data: bytes) -> list[Event]: ...
     def data_to_send(self) -> bytes: ...
     def send_data(self, stream_id: int, data: bytes | memoryview) -> int: ...
+    def send_data_now(self, stream_id: int, data: bytes | memoryview) -> tuple[bytes, int]: ...
     def pending_bytes(self, stream_id: int) -> int: ...
     def end_stream(self, stream_id: int) -> None: ...
     def reset_stream(self, stream_id: int, error_code: int = ...) -> None: ...
@@ -228,10 +231,10 @@ class HboneStream:
         if self._error is not None or self._local_ended:
             self._check_writable("write")  # raises
         session = self._session
-        core = session.core
-        pending = core.send_data(self.stream_id, data)
-        if not session.held:  # session.flush(), inline: this runs for every chunk relayed
-            out = core.data_to_send()
+        if session.held:
+            pending = session.core.send_data(self.stream_id, data)
+        else:  # send_data and session.flush() in one call: this runs for every chunk relayed
+            out, pending = session.core.send_data_now(self.stream_id, data)
             transport = session.transport
             if out and transport is not None and not transport.is_closing():
                 transport.write(out)
@@ -438,9 +441,10 @@ class HboneSession(asyncio.Protocol):
                     stream._data(event.data, event.flow_length)
             else:
                 self._dispatch(event)
-        out = self.core.data_to_send()  # flush(), inline: this runs for every read
-        if out and self.transport is not None and not self.transport.is_closing():
-            self.transport.write(out)
+        if self.core.outgoing:  # flush(), inline, and only when there is something: this runs for every read
+            out = self.core.data_to_send()
+            if self.transport is not None and not self.transport.is_closing():
+                self.transport.write(out)
 
     def eof_received(self) -> bool:
         self._terminate("the peer closed the connection")
