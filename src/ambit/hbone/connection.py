@@ -253,13 +253,82 @@ class HboneConnection:
         if self._closed or not data:
             return []
         events: list[Event] = []
+        buf: bytes | bytearray
+        if self._buf:
+            self._buf += data
+            buf = self._buf
+        else:
+            buf = data
+        pos = 0
         try:
-            self._receive(data, events)
+            with memoryview(buf) as view:
+                size = len(view)
+                if self._need_preface:
+                    pos = self._preface(view)
+                while pos < size and not self._need_preface:
+                    left = self._data_left
+                    if left:
+                        take = min(left, size - pos)
+                        self._data_left = left - take
+                        if buf is data:
+                            self._data_piece(view[pos : pos + take], take, take == left, events)
+                        else:  # no slice of the reassembly buffer may outlive this loop: it is resized below
+                            self._data_piece(bytes(view[pos : pos + take]), take, take == left, events)
+                        pos += take
+                        continue
+                    if size - pos < 9:
+                        break
+                    high, low, frame_type, flags, stream_id = wire.HEADER.unpack_from(view, pos)
+                    length = (high << 8) | low
+                    if length > self._settings.max_frame_size:
+                        raise HboneProtocolError(wire.FRAME_SIZE_ERROR, f"frame of {length} octets is over our limit")
+                    stream_id &= wire.STREAM_ID_MASK
+                    if (
+                        frame_type == wire.DATA
+                        and not flags & wire.PADDED
+                        and self._continuation is None
+                        and self._peer_settings_seen
+                    ):
+                        pos += 9
+                        end = pos + length
+                        stream = self._streams.get(stream_id)
+                        if (  # the whole frame is here for a stream in good standing: the common case, inline
+                            buf is data
+                            and 0 < length <= size - pos
+                            and stream is not None
+                            and not stream.remote_closed
+                            and (stream.ready or not self._client_side)
+                            and length <= stream.recv_window
+                            and length <= self._recv_window
+                        ):
+                            self._recv_window -= length
+                            stream.recv_window -= length
+                            events.append(DataReceived(stream_id, view[pos:end], length))
+                            pos = end
+                            if flags & wire.END_STREAM:
+                                self._remote_end(stream_id, events)
+                            continue
+                        self._data_begin(stream_id, flags, length, events)
+                        if not length:
+                            self._data_piece(b"", 0, True, events)
+                        continue
+                    end = pos + 9 + length
+                    if end > size:
+                        break
+                    self._frame(frame_type, flags, stream_id, view[pos + 9 : end], events)
+                    pos = end
+                    if self._closed:
+                        return events
         except HboneProtocolError as e:
             if not self._closed:
                 events += self._terminate(e.error_code, e.reason)
             return events
-        if self._blocked and not self._closed:
+        # Keep the unparsed tail (the view is released now, so the buffer may shrink).
+        if buf is self._buf:
+            del self._buf[:pos]
+        elif pos < len(buf):
+            self._buf = bytearray(buf[pos:])
+        if self._blocked:
             self._flush_blocked(events)
         return events
 
@@ -444,78 +513,6 @@ class HboneConnection:
         return len(self._streams)
 
     # --- receiving ------------------------------------------------------------------------------------------
-
-    def _receive(self, data: bytes, events: list[Event]) -> None:
-        buf: bytes | bytearray
-        if self._buf:
-            self._buf += data
-            buf = self._buf
-        else:
-            buf = data
-        pos = 0
-        with memoryview(buf) as view:
-            size = len(view)
-            if self._need_preface:
-                pos = self._preface(view)
-            while pos < size and not self._need_preface:
-                left = self._data_left
-                if left:
-                    take = min(left, size - pos)
-                    self._data_left = left - take
-                    if buf is data:
-                        self._data_piece(view[pos : pos + take], take, take == left, events)
-                    else:  # no slice of the reassembly buffer may outlive this loop: it is resized below
-                        self._data_piece(bytes(view[pos : pos + take]), take, take == left, events)
-                    pos += take
-                    continue
-                if size - pos < 9:
-                    break
-                high, low, frame_type, flags, stream_id = wire.HEADER.unpack_from(view, pos)
-                length = (high << 8) | low
-                if length > self._settings.max_frame_size:
-                    raise HboneProtocolError(wire.FRAME_SIZE_ERROR, f"frame of {length} octets is over our limit")
-                stream_id &= wire.STREAM_ID_MASK
-                if (
-                    frame_type == wire.DATA
-                    and not flags & wire.PADDED
-                    and self._continuation is None
-                    and self._peer_settings_seen
-                ):
-                    pos += 9
-                    end = pos + length
-                    stream = self._streams.get(stream_id)
-                    if (  # the whole frame is here for a stream in good standing: the common case, inline
-                        buf is data
-                        and 0 < length <= size - pos
-                        and stream is not None
-                        and not stream.remote_closed
-                        and (stream.ready or not self._client_side)
-                        and length <= stream.recv_window
-                        and length <= self._recv_window
-                    ):
-                        self._recv_window -= length
-                        stream.recv_window -= length
-                        events.append(DataReceived(stream_id, view[pos:end], length))
-                        pos = end
-                        if flags & wire.END_STREAM:
-                            self._remote_end(stream_id, events)
-                        continue
-                    self._data_begin(stream_id, flags, length, events)
-                    if not length:
-                        self._data_piece(b"", 0, True, events)
-                    continue
-                end = pos + 9 + length
-                if end > size:
-                    break
-                self._frame(frame_type, flags, stream_id, view[pos + 9 : end], events)
-                pos = end
-                if self._closed:
-                    return
-        # Keep the unparsed tail (the view is released now, so the buffer may shrink).
-        if buf is self._buf:
-            del self._buf[:pos]
-        elif pos < len(buf):
-            self._buf = bytearray(buf[pos:])
 
     def _preface(self, view: memoryview) -> int:
         expected = wire.PREFACE
