@@ -18,6 +18,9 @@ wants to send is flushed to the transport. There is exactly one dispatch functio
   the session dispatches it, consumed at that moment like a ``read``; ``pause_reading`` holds further chunks
   (unconsumed, so the peer's window closes as in pull mode) until ``resume_reading``. ``write_nowait`` is
   ``write`` without the wait: it answers False over the same bounds, and ``when_drained`` fires once below them.
+  While nothing is held back (not paused, no chunk queued, no error) the sink's ``on_data`` is attached to the core
+  (``HboneCore.attach``), which hands it each chunk as it parses it, consumed: no event, no dispatch. Pausing
+  detaches it first, so what follows queues here unconsumed; resuming delivers the queue, then attaches again.
 - ``write_eof`` sends END_STREAM, ``abort`` sends RST_STREAM; a reset from the peer or the loss of the
   connection makes a pending or later ``read``/``write`` raise :class:`StreamClosedError`.
 
@@ -99,6 +102,8 @@ class HboneCore(Protocol):
     def data_to_send(self) -> bytes: ...
     def send_data(self, stream_id: int, data: bytes | memoryview) -> int: ...
     def send_data_now(self, stream_id: int, data: bytes | memoryview) -> tuple[bytes, int]: ...
+    def attach(self, stream_id: int, sink: Callable[[bytes | memoryview], object]) -> None: ...
+    def detach(self, stream_id: int) -> None: ...
     def pending_bytes(self, stream_id: int) -> int: ...
     def end_stream(self, stream_id: int) -> None: ...
     def reset_stream(self, stream_id: int, error_code: int = ...) -> None: ...
@@ -215,17 +220,27 @@ class HboneStream:
             sink.on_error(self._error)
             return
         self._deliver()
+        self._attach()
         self._session.flush()
 
     def pause_reading(self) -> None:
-        self._paused = True
+        if not self._paused:
+            self._paused = True
+            self._session.core.detach(self.stream_id)
 
     def resume_reading(self) -> None:
         if not self._paused:
             return
         self._paused = False
         self._deliver()
+        self._attach()
         self._session.flush()
+
+    def _attach(self) -> None:
+        """Have the core hand DATA straight to the sink (no event, no ``_data``) while nothing is held back."""
+        sink = self._sink
+        if sink is not None and not self._paused and not self._chunks and self._error is None:
+            self._session.core.attach(self.stream_id, sink.on_data)
 
     def write_nowait(self, data: bytes | memoryview) -> bool:
         if self._error is not None or self._local_ended:
@@ -350,6 +365,8 @@ class HboneStream:
             return
         self._error = reason
         self._chunks = None
+        if self._sink is not None:
+            self._session.core.detach(self.stream_id)
         for waiter in (self._reader, self._writer):
             if waiter is not None and not waiter.done():
                 waiter.set_exception(StreamClosedError(reason))
