@@ -5,6 +5,8 @@
 ``HboneClient``) and the HBONE server (``HboneServer``) that relays each tunnel to an echo server. A child process
 holds the application ends (the echo server and the client), so this process's CPU (``getrusage``) is the proxy
 work alone: both proxies' Python, TLS and syscalls, as in the lab but without veths, nftables or a second process.
+Each relay counts its bytes into an :class:`~ambit.proxy.accounting.Accounting` (metrics and access log), as the
+node proxy's do.
 
 Printed: 1-byte request/response round trips per second on one connection, and proxy CPU µs per round trip;
 bulk MB/s one way through one tunnel, and proxy CPU seconds per GB.
@@ -37,11 +39,14 @@ from pathlib import Path
 from ambit.identity.localca import LocalCa
 from ambit.inpod.allocator import tune_allocator
 from ambit.model.identity import SpiffeId
+from ambit.proxy.accounting import Accounting
 from ambit.proxy.hbone_client import HboneClient
 from ambit.proxy.hbone_server import HboneServer, InboundRequest, TunnelResponder
 from ambit.proxy.pool import ConnectionPool, PoolKey
 from ambit.proxy.sockets import HostSocketFactory, connect
-from ambit.proxy.streams import SocketStream
+from ambit.proxy.streams import ByteStream, SocketStream
+from ambit.telemetry.accesslog import AccessLog, ConnectionRecord
+from ambit.telemetry.metrics import ProxyMetrics, Reporter, TrafficLabels
 from bench.mesh.probes import cpu_seconds
 from bench.mesh.tunnels import make_credentials
 from bench.relaying import relay
@@ -104,9 +109,17 @@ async def run(mode: str, seconds: float, directory: Path) -> dict[str, float]:
     async def cert() -> object:
         return server_cert
 
+    metrics, access_log = ProxyMetrics(), AccessLog()
+
+    async def relay_counted(downstream: ByteStream, upstream: ByteStream, reporter: Reporter) -> None:
+        counted = Accounting(metrics, access_log, TrafficLabels(reporter), ConnectionRecord("bench", "client", "echo"))
+        counted.opened()
+        result = await relay(downstream, upstream, counter=counted)
+        counted.finish(result.error)
+
     async def handle(request: InboundRequest, responder: TunnelResponder) -> None:
         upstream = SocketStream(await connect(factory, ("127.0.0.1", echo_port)))
-        await relay(responder.accept(), upstream)
+        await relay_counted(responder.accept(), upstream, Reporter.DESTINATION)
         await upstream.aclose()
 
     hbone = socket.create_server(("127.0.0.1", 0))
@@ -141,7 +154,7 @@ async def run(mode: str, seconds: float, directory: Path) -> dict[str, float]:
             sock, _ = await loop.sock_accept(outbound)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             tunnel = await pool.open_tunnel(key, f"127.0.0.1:{echo_port}", [], dial)
-            spawn(relay(SocketStream(sock), tunnel))
+            spawn(relay_counted(SocketStream(sock), tunnel, Reporter.SOURCE))
 
     tasks = [loop.create_task(serve_hbone()), loop.create_task(serve_outbound())]
     before = resource.getrusage(resource.RUSAGE_SELF)
