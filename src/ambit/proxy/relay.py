@@ -70,7 +70,7 @@ class Splice:
     removing the pod can cancel them); the splice removes itself from it when done.
     """
 
-    __slots__ = ("counter", "downstream", "on_done", "open_directions", "over", "registry", "result", "upstream")
+    __slots__ = ("callbacks", "downstream", "on_done", "open_directions", "over", "registry", "result", "upstream")
 
     def __init__(
         self,
@@ -78,11 +78,14 @@ class Splice:
         upstream: PushStream,
         on_done: Callable[[Splice], None] | None = None,
         counter: ByteCounter | None = None,
+        callbacks: _Callbacks | None = None,
     ) -> None:
         self.downstream, self.upstream = downstream, upstream
         self.result = RelayResult(0, 0)
         self.on_done = on_done
-        self.counter = counter
+        if counter is not None:
+            counter.count_from(self.result)
+        self.callbacks = callbacks  # called per chunk (tests, benchmarks); a counter reads the totals instead
         self.over = False  # done: checked for every chunk
         self.open_directions = 2
         self.registry: SpliceRegistry | None = None
@@ -130,25 +133,25 @@ def splice(
 ) -> Splice:
     """Start relaying between two push streams and return at once; ``on_done(splice)`` runs when it is over.
 
-    Relayed bytes are counted to ``counter`` (``up(n)``, ``down(n)``: an accounting object is one), or else to
-    the ``on_upstream``/``on_downstream`` callbacks.
+    ``counter`` (an accounting object) is handed the splice's running totals (``result``) at once and reads them
+    when it needs to: no call per chunk. The ``on_upstream``/``on_downstream`` callbacks are called per chunk.
     """
-    if counter is None and (on_upstream is not None or on_downstream is not None):
-        counter = _Callbacks(on_upstream, on_downstream)
-    running = Splice(downstream, upstream, on_done, counter)
+    callbacks = None
+    if on_upstream is not None or on_downstream is not None:
+        callbacks = _Callbacks(on_upstream, on_downstream)
+    running = Splice(downstream, upstream, on_done, counter, callbacks)
     running.start()
     return running
 
 
 class ByteCounter(Protocol):
-    """Where a splice counts what it relayed: bytes sent upstream and bytes sent downstream."""
+    """What counts a splice's bytes: given the splice's running totals once, it reads them when it needs them."""
 
-    def up(self, n: int) -> None: ...
-    def down(self, n: int) -> None: ...
+    def count_from(self, totals: RelayResult) -> None: ...
 
 
 class _Callbacks:
-    """A :class:`ByteCounter` made of two optional callbacks."""
+    """Per-chunk counting by two optional callbacks."""
 
     __slots__ = ("on_downstream", "on_upstream")
 
@@ -220,15 +223,15 @@ class _Direction:
             relay.finish(f"{self.name} write: {exc}")
             return
         n = len(data)
-        counter = relay.counter
+        callbacks = relay.callbacks
         if self.upward:
             relay.result.upstream_bytes += n
-            if counter is not None:
-                counter.up(n)
+            if callbacks is not None:
+                callbacks.up(n)
         else:
             relay.result.downstream_bytes += n
-            if counter is not None:
-                counter.down(n)
+            if callbacks is not None:
+                callbacks.down(n)
         if not below_bound:
             src = self.src
             src.pause_reading()
