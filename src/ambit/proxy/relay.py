@@ -15,6 +15,9 @@ Rules:
 3. Any error in either direction (a reset, a failed write) aborts *both* streams, so each peer sees a reset, and is
    reported in :attr:`RelayResult.error`; the relay never raises for what peers do.
 4. :meth:`Splice.cancel` aborts both streams and finishes with the error "cancelled".
+5. A chunk is counted in the splice's :class:`RelayResult` once the other end took it; that running total is the
+   only count kept per chunk. A :class:`ByteCounter` (the connection's accounting) is handed it when the splice
+   starts and reads it when it needs the bytes, so counting adds no call per chunk.
 
 :func:`splice` starts a relay and returns at once. The node proxy's connection handlers set a connection up, splice
 it and return; the splice's ``on_done`` does the rest (accounting, closing both streams, forgetting the
