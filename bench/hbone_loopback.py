@@ -5,6 +5,8 @@
 ``HboneClient``) and the HBONE server (``HboneServer``) that relays each tunnel to an echo server. A child process
 holds the application ends (the echo server and the client), so this process's CPU (``getrusage``) is the proxy
 work alone: both proxies' Python, TLS and syscalls, as in the lab but without veths, nftables or a second process.
+Each relay counts its bytes into an :class:`~ambit.proxy.accounting.Accounting` (metrics and access log), as the
+node proxy's do.
 
 Printed: 1-byte request/response round trips per second on one connection, and proxy CPU µs per round trip;
 bulk MB/s one way through one tunnel, and proxy CPU seconds per GB.
@@ -26,7 +28,6 @@ import asyncio
 import cProfile
 import json
 import os
-import pstats
 import resource
 import socket
 import subprocess
@@ -38,11 +39,14 @@ from pathlib import Path
 from ambit.identity.localca import LocalCa
 from ambit.inpod.allocator import tune_allocator
 from ambit.model.identity import SpiffeId
+from ambit.proxy.accounting import Accounting
 from ambit.proxy.hbone_client import HboneClient
 from ambit.proxy.hbone_server import HboneServer, InboundRequest, TunnelResponder
 from ambit.proxy.pool import ConnectionPool, PoolKey
 from ambit.proxy.sockets import HostSocketFactory, connect
-from ambit.proxy.streams import SocketStream
+from ambit.proxy.streams import ByteStream, SocketStream
+from ambit.telemetry.accesslog import AccessLog, ConnectionRecord
+from ambit.telemetry.metrics import ProxyMetrics, Reporter, TrafficLabels
 from bench.mesh.probes import cpu_seconds
 from bench.mesh.tunnels import make_credentials
 from bench.relaying import relay
@@ -105,9 +109,17 @@ async def run(mode: str, seconds: float, directory: Path) -> dict[str, float]:
     async def cert() -> object:
         return server_cert
 
+    metrics, access_log = ProxyMetrics(), AccessLog()
+
+    async def relay_counted(downstream: ByteStream, upstream: ByteStream, reporter: Reporter) -> None:
+        counted = Accounting(metrics, access_log, TrafficLabels(reporter), ConnectionRecord("bench", "client", "echo"))
+        counted.opened()
+        result = await relay(downstream, upstream, counter=counted)
+        counted.finish(result.error)
+
     async def handle(request: InboundRequest, responder: TunnelResponder) -> None:
         upstream = SocketStream(await connect(factory, ("127.0.0.1", echo_port)))
-        await relay(responder.accept(), upstream)
+        await relay_counted(responder.accept(), upstream, Reporter.DESTINATION)
         await upstream.aclose()
 
     hbone = socket.create_server(("127.0.0.1", 0))
@@ -142,7 +154,7 @@ async def run(mode: str, seconds: float, directory: Path) -> dict[str, float]:
             sock, _ = await loop.sock_accept(outbound)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             tunnel = await pool.open_tunnel(key, f"127.0.0.1:{echo_port}", [], dial)
-            spawn(relay(SocketStream(sock), tunnel))
+            spawn(relay_counted(SocketStream(sock), tunnel, Reporter.SOURCE))
 
     tasks = [loop.create_task(serve_hbone()), loop.create_task(serve_outbound())]
     before = resource.getrusage(resource.RUSAGE_SELF)
@@ -251,13 +263,22 @@ def count_calls(mode: str, seconds: float, top: int) -> None:
         figures = uvloop.run(profiled(Path(tmp)))
     rate, unit = (figures["round trips/s"], "round trip") if mode == "rr" else (figures["MB/s"], "MB")
     events = rate * seconds
-    stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]  # (file, line, name) -> (.., calls, ..)
-    counts = [(calls / events, key) for key, (_, calls, *_rest) in stats.items()]
-    python = sum(n for n, key in counts if key[0] != "~")
-    native = sum(n for n, key in counts if key[0] == "~")
+    # One entry per code object: ``pstats`` keys by (file, line, name), under which every dataclass's generated
+    # ``__init__`` is the same "<string>:2 __init__", so all but one of them would be lost.
+    counts = [(entry.callcount / events, _label(entry.code)) for entry in profile.getstats()]
+    python = sum(n for n, label in counts if not label.startswith("~"))
+    native = sum(n for n, label in counts if label.startswith("~"))
     print(f"{mode}: {events:,.0f} {unit}s profiled; per {unit}: Python calls {python:.1f}, C calls {native:.1f}")
-    for n, (file, line, name) in sorted(counts, reverse=True)[:top]:
-        print(f"  {n:8.2f}  {file.rsplit('/', 1)[-1]}:{line} {name}")
+    for n, label in sorted(counts, reverse=True)[:top]:
+        print(f"  {n:8.2f}  {label}")
+
+
+def _label(code: object) -> str:
+    """``file:line name`` of a profiled Python function, ``~ <builtin>`` of a C one (as ``pstats`` labels them)."""
+    if isinstance(code, str):
+        return f"~ {code}"
+    filename, line, name = code.co_filename, code.co_firstlineno, code.co_name  # type: ignore[attr-defined]
+    return f"{filename.rsplit('/', 1)[-1]}:{line} {name}"
 
 
 def main() -> None:

@@ -16,7 +16,7 @@ from typing import TypeGuard
 
 from ambit.proxy.errors import ProxyError
 from ambit.proxy.hbone_stream import HboneStream
-from ambit.proxy.relay import RelayResult, Splice, splice
+from ambit.proxy.relay import ByteCounter, RelayResult, Splice, splice
 from ambit.proxy.streams import ByteStream, PushStream, SocketStream
 
 __all__ = ["RelayResult", "close_both", "relay"]
@@ -64,8 +64,14 @@ async def relay(
     *,
     on_upstream: Callable[[int], None] | None = None,
     on_downstream: Callable[[int], None] | None = None,
+    counter: ByteCounter | None = None,
 ) -> RelayResult:
-    """Copy both ways until both directions reached EOF, or an error aborts both (see the module's rules)."""
+    """Copy both ways until both directions reached EOF, or an error aborts both (see the module's rules).
+
+    ``counter`` (push streams only) counts as the node proxy's accounting does (see :func:`ambit.proxy.relay.splice`).
+    """
+    if counter is not None and not (_can_splice(downstream) and _can_splice(upstream)):
+        raise TypeError("a counter needs two push streams")
     if _can_splice(downstream) and _can_splice(upstream):
         finished: asyncio.Future[RelayResult] = asyncio.get_running_loop().create_future()
 
@@ -73,7 +79,9 @@ async def relay(
             if not finished.done():
                 finished.set_result(over.result)
 
-        running = splice(downstream, upstream, settle, on_upstream=on_upstream, on_downstream=on_downstream)
+        running = splice(
+            downstream, upstream, settle, counter=counter, on_upstream=on_upstream, on_downstream=on_downstream
+        )
         try:
             return await finished
         except BaseException:  # cancelled: nothing may outlive the relay

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import socket
+import struct
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,10 +36,12 @@ from tests.integration.proxy_rig import (
 
 from ambit.hbone.connection import HboneSettings
 from ambit.proxy.errors import StreamClosedError
+from ambit.proxy.hbone_stream import WRITE_BOUND
 from ambit.proxy.relay import RelayResult, Splice, close_now, splice
 from ambit.proxy.streams import SocketStream
 
 pytestmark = pytest.mark.timeout(60)
+MiB = 1024 * 1024
 
 
 @dataclass
@@ -361,3 +365,77 @@ async def test_relay_with_a_tunnel_on_one_side_ends_cleanly_after_both_eofs(hbon
         with contextlib.suppress(Exception):
             await downstream.aclose()
         client.close()
+
+
+async def test_a_slow_reader_behind_a_tunnel_stalls_the_sender_and_the_tunnel_holds_at_most_its_window(
+    hbone: HbonePair,
+) -> None:
+    """client ⇄ splice ⇄ tunnel ⇄ splice ⇄ server that does not read: the far end's sink is detached when its
+    socket backs up, DATA then queues unconsumed, the window shuts, the near end's writes pass their bound and the
+    client's socket stops being read. Once the server reads, every byte arrives, in order."""
+    window = 64 * 1024
+    hbone.server_settings = HboneSettings(stream_window=window)
+    near, far = await hbone.open()
+    client, accepted = await connected_pair()
+    dialled, server = await connected_pair()
+    done: list[Splice] = []
+
+    def finished(over: Splice) -> None:
+        done.append(over)
+        close_now(over.downstream, over.upstream)
+
+    splice(SocketStream(accepted), near, finished)
+    splice(far, SocketStream(dialled), finished)
+    sent, digest = 0, hashlib.sha256()
+
+    async def flood() -> None:
+        nonlocal sent
+        block = 0
+        while sent < 256 * MiB:
+            data = struct.pack(">Q", block) * 8192  # 64 KiB, each block different
+            view = memoryview(data)
+            while view:
+                try:
+                    n = client.send(view)
+                except BlockingIOError:
+                    await asyncio.sleep(0.005)
+                    continue
+                digest.update(view[:n])
+                sent += n
+                view = view[n:]
+            block += 1
+
+    try:
+        flooder = asyncio.create_task(flood())
+        last, stalled_since, held = -1, asyncio.get_running_loop().time(), 0
+        try:
+            async with asyncio.timeout(20):
+                while asyncio.get_running_loop().time() - stalled_since < 0.3:  # the sender must stall
+                    await asyncio.sleep(0.02)
+                    held = max(held, sum(flow for _, flow in far._chunks or ()))
+                    if sent != last:
+                        last, stalled_since = sent, asyncio.get_running_loop().time()
+            assert not flooder.done() and sent < 256 * MiB
+            assert 0 < held <= window
+            assert near._session.core.pending_bytes(near.stream_id) <= WRITE_BOUND + 256 * 1024
+        finally:
+            flooder.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await flooder
+        client.shutdown(socket.SHUT_WR)
+        received = hashlib.sha256()
+        total = 0
+        loop = asyncio.get_running_loop()
+        async with asyncio.timeout(20):
+            while chunk := await loop.sock_recv(server, 256 * 1024):
+                received.update(chunk)
+                total += len(chunk)
+        assert (total, received.hexdigest()) == (sent, digest.hexdigest())
+        server.shutdown(socket.SHUT_WR)
+        assert await recv_all(client) == b""
+        await until(lambda: len(done) == 2)
+        assert [over.result.error for over in done] == ["", ""]
+        assert done[0].result.upstream_bytes == done[1].result.upstream_bytes == sent
+    finally:
+        client.close()
+        server.close()

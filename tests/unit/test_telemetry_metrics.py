@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from dataclasses import dataclass
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -169,6 +170,48 @@ def test_byte_counts_are_exact_whatever_the_interleaving_of_chunks_and_scrapes(o
             assert value(metrics, "istio_tcp_received_bytes_total", OUTBOUND) == received
             assert value(metrics, "istio_tcp_sent_bytes_total", OUTBOUND) == sent
     conn.close()
+    assert value(metrics, "istio_tcp_received_bytes_total", OUTBOUND) == received
+    assert value(metrics, "istio_tcp_sent_bytes_total", OUTBOUND) == sent
+
+
+@dataclass
+class Totals:
+    """A copy loop's own running totals (the relay's ``RelayResult`` has the same two fields)."""
+
+    upstream_bytes: int = 0
+    downstream_bytes: int = 0
+
+
+@given(
+    st.lists(st.tuples(st.sampled_from(["up", "down", "recv", "sent", "scrape"]), st.integers(0, 1 << 20)), max_size=40)
+)
+def test_totals_counted_from_a_copy_loop_are_read_at_each_scrape_and_at_close_alongside_added_bytes(
+    ops: list[tuple[str, int]],
+) -> None:
+    metrics = ProxyMetrics()
+    conn = metrics.connection_opened(OUTBOUND)
+    totals = Totals()
+    conn.count_from(totals)
+    received = sent = 0
+    for op, n in ops:
+        if op == "up":  # the copy loop moves bytes: no call into the handle
+            totals.upstream_bytes += n
+            received += n
+        elif op == "down":
+            totals.downstream_bytes += n
+            sent += n
+        elif op == "recv":
+            conn.add_received(n)
+            received += n
+        elif op == "sent":
+            conn.add_sent(n)
+            sent += n
+        else:
+            assert value(metrics, "istio_tcp_received_bytes_total", OUTBOUND) == received
+            assert value(metrics, "istio_tcp_sent_bytes_total", OUTBOUND) == sent
+    assert (conn.received_bytes, conn.sent_bytes) == (received, sent)
+    conn.close()
+    totals.upstream_bytes += 1000  # after the close: not counted
     assert value(metrics, "istio_tcp_received_bytes_total", OUTBOUND) == received
     assert value(metrics, "istio_tcp_sent_bytes_total", OUTBOUND) == sent
 

@@ -28,6 +28,19 @@ Inbound flow control is the caller's: windows reopen only from ``consumed()``, i
 a window is used up), so a slow application holds at most ``stream_window`` per stream and ``connection_window``
 per connection.
 
+The relay's path (a reader that takes every chunk as it comes, a writer whose chunks usually fit the windows) has
+two calls of its own, each the same as the general calls it stands for, so a relayed chunk costs one call into the
+core each way and no event:
+
+1. ``attach(stream_id, sink)``: the stream's DATA goes to ``sink`` while ``receive_data`` parses it, counted as
+   consumed just before, instead of a ``DataReceived`` for a later ``consumed()``. The sink sees its stream's
+   payload in wire order, before the caller sees any event of the same ``receive_data``. A sink that must stop
+   taking chunks calls ``detach`` (from inside itself if need be): the following pieces are events again, not
+   consumed, so the windows close behind a slow reader exactly as they do behind one that reads events. A sink may
+   call back into the connection; parsing stops if it closed it.
+2. ``send_data_now(stream_id, data)`` is ``send_data`` then ``data_to_send``: the bytes to write and the stream's
+   bytes still queued. ``outgoing`` is the unjoined output, for a shell that flushes only when there is some.
+
 Rules the peer must keep, and what breaking them costs (RFC 9113 §5.4): a malformed frame, an unexpected frame type
 or stream, a flow-control overrun or an HPACK failure ends the connection (GOAWAY, ``ConnectionTerminated``); a
 frame that is wrong only for its stream (DATA after END_STREAM, a bad response) resets that stream
@@ -78,6 +91,7 @@ Invariants:
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -121,6 +135,8 @@ _pack_header = wire.HEADER.pack
 """``wire.frame_header`` without its call, for DATA sent straight through (the hot path)."""
 
 RawHeaders = list[tuple[bytes, bytes]]
+DataSink = Callable[[bytes | memoryview], object]
+"""Where an attached stream's DATA goes as it is parsed (see ``HboneConnection.attach``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +183,7 @@ class _Stream:
         "recv_window",
         "remote_closed",
         "send_window",
+        "sink",
         "unacked",
     )
 
@@ -180,6 +197,7 @@ class _Stream:
         self.send_window = send_window  # what the peer lets us send on this stream
         self.recv_window = recv_window  # what we let the peer send
         self.unacked = 0  # consumed bytes not yet returned by a WINDOW_UPDATE
+        self.sink: DataSink | None = None  # see ``attach``
 
 
 class HboneConnection:
@@ -196,6 +214,9 @@ class HboneConnection:
         settings.check()
         self._settings = settings
         self._out: list[bytes | memoryview] = []
+        self.outgoing = self._out
+        """What ``data_to_send`` will return, unjoined (the same list, never rebound): the shell tests it for
+        emptiness instead of calling ``data_to_send`` for nothing."""
         self._buf = bytearray()  # the start of a frame that has not fully arrived
         self._encoder = Encoder()
         self._encoder.header_table_size = _ENCODER_TABLE
@@ -246,17 +267,108 @@ class HboneConnection:
     # --- the byte interface ---------------------------------------------------------------------------------
 
     def receive_data(self, data: bytes) -> list[Event]:
-        """Feed bytes from the peer; return what happened. Never raises for anything the peer sent."""
+        """Feed bytes from the peer; return what happened. Never raises for anything the peer sent.
+
+        DATA for an attached stream (``attach``) is not among the events: it went to the stream's sink during this
+        call, in wire order, before any event of the call is seen by the caller.
+        """
         if self._closed or not data:
             return []
         events: list[Event] = []
+        buf: bytes | bytearray
+        if self._buf:
+            self._buf += data
+            buf = self._buf
+        else:
+            buf = data
+        pos = 0
         try:
-            self._receive(data, events)
+            with memoryview(buf) as view:
+                size = len(view)
+                if self._need_preface:
+                    pos = self._preface(view)
+                while pos < size and not self._need_preface:
+                    left = self._data_left
+                    if left:
+                        take = min(left, size - pos)
+                        self._data_left = left - take
+                        if buf is data:
+                            self._data_piece(view[pos : pos + take], take, take == left, events)
+                        else:  # no slice of the reassembly buffer may outlive this loop: it is resized below
+                            self._data_piece(bytes(view[pos : pos + take]), take, take == left, events)
+                        pos += take
+                        if self._closed:  # a sink closed the connection
+                            return events
+                        continue
+                    if size - pos < 9:
+                        break
+                    high, low, frame_type, flags, stream_id = wire.HEADER.unpack_from(view, pos)
+                    length = (high << 8) | low
+                    if length > self._settings.max_frame_size:
+                        raise HboneProtocolError(wire.FRAME_SIZE_ERROR, f"frame of {length} octets is over our limit")
+                    stream_id &= wire.STREAM_ID_MASK
+                    if (
+                        frame_type == wire.DATA
+                        and not flags & wire.PADDED
+                        and self._continuation is None
+                        and self._peer_settings_seen
+                    ):
+                        pos += 9
+                        end = pos + length
+                        stream = self._streams.get(stream_id)
+                        if (  # the whole frame is here for a stream in good standing: the common case, inline
+                            buf is data
+                            and 0 < length <= size - pos
+                            and stream is not None
+                            and not stream.remote_closed
+                            and (stream.ready or not self._client_side)
+                            and length <= stream.recv_window
+                            and length <= self._recv_window
+                        ):
+                            self._recv_window -= length
+                            stream.recv_window -= length
+                            sink = stream.sink
+                            if sink is None:
+                                events.append(DataReceived(stream_id, view[pos:end], length))
+                            else:  # consumed() at once, inline, then straight to the sink
+                                unacked = self._recv_unacked + length
+                                self._recv_unacked = unacked
+                                if unacked >= self._settings.connection_window >> 1:
+                                    self._give_back(0)
+                                unacked = stream.unacked + length
+                                if unacked >= self._settings.stream_window >> 1:
+                                    self._out.append(wire.window_update(stream_id, unacked))
+                                    stream.recv_window += unacked
+                                    unacked = 0
+                                stream.unacked = unacked
+                                sink(view[pos:end])
+                                if self._closed:
+                                    return events
+                            pos = end
+                            if flags & wire.END_STREAM:
+                                self._remote_end(stream_id, events)
+                            continue
+                        self._data_begin(stream_id, flags, length, events)
+                        if not length:
+                            self._data_piece(b"", 0, True, events)
+                        continue
+                    end = pos + 9 + length
+                    if end > size:
+                        break
+                    self._frame(frame_type, flags, stream_id, view[pos + 9 : end], events)
+                    pos = end
+                    if self._closed:
+                        return events
         except HboneProtocolError as e:
             if not self._closed:
                 events += self._terminate(e.error_code, e.reason)
             return events
-        if self._blocked and not self._closed:
+        # Keep the unparsed tail (the view is released now, so the buffer may shrink).
+        if buf is self._buf:
+            del self._buf[:pos]
+        elif pos < len(buf):
+            self._buf = bytearray(buf[pos:])
+        if self._blocked:
             self._flush_blocked(events)
         return events
 
@@ -306,6 +418,51 @@ class HboneConnection:
         if stream.ready and not self._send_queued(stream_id, stream):
             self._blocked[stream_id] = None
         return stream.pending
+
+    def send_data_now(self, stream_id: int, data: bytes | memoryview) -> tuple[bytes, int]:
+        """``send_data`` then ``data_to_send``, in one call: the bytes to write now (``b""`` if none) and the
+        stream's bytes still queued, not framed (what ``send_data`` returns)."""
+        stream = self._streams.get(stream_id)
+        size = len(data)
+        if (  # nothing else to send and the windows allow the frame: the relay's common case, inline
+            stream is not None
+            and not self._out
+            and 0 < size <= stream.send_window
+            and stream.ready
+            and stream.queue is None
+            and not stream.end_requested
+            and size <= self._send_window
+            and size <= self._settings.send_chunk
+            and size <= self._peer_max_frame
+        ):
+            stream.send_window -= size
+            self._send_window -= size
+            self._bucket_out += size + 9  # data_to_send's rule B accounting, inline
+            if self._bucket_out >= _ACK_WINDOW:
+                self._acks_before, self._acks_owed, self._bucket_out = self._acks_owed, 0, 0
+            return _pack_header(size >> 8, size & 0xFF, wire.DATA, 0, stream_id) + data, 0  # copies, as join does
+        pending = self.send_data(stream_id, data)
+        return self.data_to_send(), pending
+
+    def attach(self, stream_id: int, sink: DataSink) -> None:
+        """Hand the stream's DATA to ``sink`` while ``receive_data`` parses it, instead of reporting
+        ``DataReceived``; it counts as consumed (``consumed``) just before ``sink`` is called.
+
+        For a reader that takes every chunk as it comes (the relay): no event per chunk, no ``consumed`` call. A
+        reader that must stop taking chunks calls ``detach`` (it may do so from inside ``sink``): from the next
+        piece on, DATA is reported as events again, unconsumed, and the windows close behind it as for any reader.
+        ``sink`` may call back into this connection (send, reset, close); parsing stops if it closes it. A no-op for
+        a stream that is gone.
+        """
+        stream = self._streams.get(stream_id)
+        if stream is not None:
+            stream.sink = sink
+
+    def detach(self, stream_id: int) -> None:
+        """Report the stream's DATA as ``DataReceived`` events again (see ``attach``); a no-op if not attached."""
+        stream = self._streams.get(stream_id)
+        if stream is not None:
+            stream.sink = None
 
     def pending_bytes(self, stream_id: int) -> int:
         """Bytes queued for the stream and not yet framed (0 for unknown streams)."""
@@ -417,78 +574,6 @@ class HboneConnection:
 
     # --- receiving ------------------------------------------------------------------------------------------
 
-    def _receive(self, data: bytes, events: list[Event]) -> None:
-        buf: bytes | bytearray
-        if self._buf:
-            self._buf += data
-            buf = self._buf
-        else:
-            buf = data
-        pos = 0
-        with memoryview(buf) as view:
-            size = len(view)
-            if self._need_preface:
-                pos = self._preface(view)
-            while pos < size and not self._need_preface:
-                left = self._data_left
-                if left:
-                    take = min(left, size - pos)
-                    self._data_left = left - take
-                    if buf is data:
-                        self._data_piece(view[pos : pos + take], take, take == left, events)
-                    else:  # no slice of the reassembly buffer may outlive this loop: it is resized below
-                        self._data_piece(bytes(view[pos : pos + take]), take, take == left, events)
-                    pos += take
-                    continue
-                if size - pos < 9:
-                    break
-                high, low, frame_type, flags, stream_id = wire.HEADER.unpack_from(view, pos)
-                length = (high << 8) | low
-                if length > self._settings.max_frame_size:
-                    raise HboneProtocolError(wire.FRAME_SIZE_ERROR, f"frame of {length} octets is over our limit")
-                stream_id &= wire.STREAM_ID_MASK
-                if (
-                    frame_type == wire.DATA
-                    and not flags & wire.PADDED
-                    and self._continuation is None
-                    and self._peer_settings_seen
-                ):
-                    pos += 9
-                    end = pos + length
-                    stream = self._streams.get(stream_id)
-                    if (  # the whole frame is here for a stream in good standing: the common case, inline
-                        buf is data
-                        and 0 < length <= size - pos
-                        and stream is not None
-                        and not stream.remote_closed
-                        and (stream.ready or not self._client_side)
-                        and length <= stream.recv_window
-                        and length <= self._recv_window
-                    ):
-                        self._recv_window -= length
-                        stream.recv_window -= length
-                        events.append(DataReceived(stream_id, view[pos:end], length))
-                        pos = end
-                        if flags & wire.END_STREAM:
-                            self._remote_end(stream_id, events)
-                        continue
-                    self._data_begin(stream_id, flags, length, events)
-                    if not length:
-                        self._data_piece(b"", 0, True, events)
-                    continue
-                end = pos + 9 + length
-                if end > size:
-                    break
-                self._frame(frame_type, flags, stream_id, view[pos + 9 : end], events)
-                pos = end
-                if self._closed:
-                    return
-        # Keep the unparsed tail (the view is released now, so the buffer may shrink).
-        if buf is self._buf:
-            del self._buf[:pos]
-        elif pos < len(buf):
-            self._buf = bytearray(buf[pos:])
-
     def _preface(self, view: memoryview) -> int:
         expected = wire.PREFACE
         got = bytes(view[: len(expected)])
@@ -528,7 +613,11 @@ class HboneConnection:
     def _data_piece(self, data: bytes | memoryview, flow: int, last: bool, events: list[Event]) -> None:
         stream_id = self._data_stream
         if self._data_deliver and stream_id in self._streams:
-            if data:
+            sink = self._streams[stream_id].sink if data else None
+            if sink is not None:
+                self.consumed(stream_id, flow)
+                sink(data)
+            elif data:
                 events.append(DataReceived(stream_id, data, flow))
             elif flow:
                 self.consumed(stream_id, flow)

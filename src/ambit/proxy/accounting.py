@@ -1,10 +1,12 @@
 """Metrics and the access log for one proxied connection, from open to close (spec §8.1, §8.3).
 
 Theory of operation: a handler builds :class:`Accounting` once it knows both ends (labels and the access-log
-record) and gives it to the relay as its byte counter (:meth:`Accounting.up` / :meth:`Accounting.down`); the
-relay's end calls :meth:`Accounting.finish` exactly once. Byte directions follow Istio for both reporters: "received" is
-client→server, "sent" is server→client. A connection that fails before the relay is reported with
-:meth:`Accounting.failed` (counted as failed, logged with the error, no opened/closed pair).
+record) and gives it to the relay as its byte counter: the relay hands over its running totals once
+(:meth:`Accounting.count_from`), which the accounting and its metrics handle read when they need the bytes, so no
+call is made per chunk (:meth:`Accounting.up` / :meth:`Accounting.down` count bytes moved elsewhere, as the
+waypoint's TCP path does); the relay's end calls :meth:`Accounting.finish` exactly once. Byte directions follow
+Istio for both reporters: "received" is client→server, "sent" is server→client. A connection that fails before the
+relay is reported with :meth:`Accounting.failed` (counted as failed, logged with the error, no opened/closed pair).
 
 Memory: an idle connection keeps its :class:`Accounting` (slotted), labels and record for its whole life, so the
 strings they hold that every connection between the same pair repeats are shared, not rebuilt: principals are
@@ -22,7 +24,14 @@ from collections.abc import Callable
 from ambit.model.identity import SpiffeId
 from ambit.model.workload import Service, Workload
 from ambit.telemetry.accesslog import AccessLog, ConnectionRecord
-from ambit.telemetry.metrics import ConnectionMetrics, ProxyMetrics, Reporter, SecurityPolicy, TrafficLabels
+from ambit.telemetry.metrics import (
+    ByteTotals,
+    ConnectionMetrics,
+    ProxyMetrics,
+    Reporter,
+    SecurityPolicy,
+    TrafficLabels,
+)
 
 
 def principal(identity: SpiffeId) -> str:
@@ -120,7 +129,7 @@ class LabelsCache:
 class Accounting:
     """One connection's metrics handle and access-log record."""
 
-    __slots__ = ("_clock", "_handle", "_labels", "_log", "_metrics", "_record", "_started", "bytes_down", "bytes_up")
+    __slots__ = ("_clock", "_down", "_handle", "_labels", "_log", "_metrics", "_record", "_started", "_totals", "_up")
 
     def __init__(
         self,
@@ -135,21 +144,42 @@ class Accounting:
         self._clock = clock
         self._started = clock()
         self._handle: ConnectionMetrics | None = None
-        self.bytes_up = 0
-        self.bytes_down = 0
+        self._up = 0  # counted by up() and down()
+        self._down = 0
+        self._totals: ByteTotals | None = None  # a relay's own running totals (count_from)
 
     def opened(self) -> None:
         self._handle = self._metrics.connection_opened(self._labels)
+        if self._totals is not None:
+            self._handle.count_from(self._totals)
+
+    def count_from(self, totals: ByteTotals) -> None:
+        """Count a relay's running totals too, read when needed (no call per chunk)."""
+        self._totals = totals
+        if self._handle is not None:
+            self._handle.count_from(totals)
 
     def up(self, n: int) -> None:
-        self.bytes_up += n
+        self._up += n
         if self._handle is not None:
             self._handle.add_received(n)
 
     def down(self, n: int) -> None:
-        self.bytes_down += n
+        self._down += n
         if self._handle is not None:
             self._handle.add_sent(n)
+
+    @property
+    def bytes_up(self) -> int:
+        """Client→server bytes so far."""
+        totals = self._totals
+        return self._up if totals is None else self._up + totals.upstream_bytes
+
+    @property
+    def bytes_down(self) -> int:
+        """Server→client bytes so far."""
+        totals = self._totals
+        return self._down if totals is None else self._down + totals.downstream_bytes
 
     def finish(self, error: str = "") -> None:
         if self._handle is not None:
@@ -185,6 +215,10 @@ class BothSides:
 
     def __init__(self, accountings: tuple[Accounting, ...]) -> None:
         self.accountings = accountings
+
+    def count_from(self, totals: ByteTotals) -> None:
+        for each in self.accountings:
+            each.count_from(totals)
 
     def up(self, n: int) -> None:
         for each in self.accountings:

@@ -18,6 +18,9 @@ wants to send is flushed to the transport. There is exactly one dispatch functio
   the session dispatches it, consumed at that moment like a ``read``; ``pause_reading`` holds further chunks
   (unconsumed, so the peer's window closes as in pull mode) until ``resume_reading``. ``write_nowait`` is
   ``write`` without the wait: it answers False over the same bounds, and ``when_drained`` fires once below them.
+  While nothing is held back (not paused, no chunk queued, no error) the sink's ``on_data`` is attached to the core
+  (``HboneCore.attach``), which hands it each chunk as it parses it, consumed: no event, no dispatch. Pausing
+  detaches it first, so what follows queues here unconsumed; resuming delivers the queue, then attaches again.
 - ``write_eof`` sends END_STREAM, ``abort`` sends RST_STREAM; a reset from the peer or the loss of the
   connection makes a pending or later ``read``/``write`` raise :class:`StreamClosedError`.
 
@@ -93,9 +96,14 @@ class ConnectionLostError(ProxyError):
 class HboneCore(Protocol):
     """The part of ``ambit.hbone``'s client and server connections that the shell drives."""
 
+    outgoing: list[bytes | memoryview]
+
     def receive_data(self, data: bytes) -> list[Event]: ...
     def data_to_send(self) -> bytes: ...
     def send_data(self, stream_id: int, data: bytes | memoryview) -> int: ...
+    def send_data_now(self, stream_id: int, data: bytes | memoryview) -> tuple[bytes, int]: ...
+    def attach(self, stream_id: int, sink: Callable[[bytes | memoryview], object]) -> None: ...
+    def detach(self, stream_id: int) -> None: ...
     def pending_bytes(self, stream_id: int) -> int: ...
     def end_stream(self, stream_id: int) -> None: ...
     def reset_stream(self, stream_id: int, error_code: int = ...) -> None: ...
@@ -212,26 +220,36 @@ class HboneStream:
             sink.on_error(self._error)
             return
         self._deliver()
+        self._attach()
         self._session.flush()
 
     def pause_reading(self) -> None:
-        self._paused = True
+        if not self._paused:
+            self._paused = True
+            self._session.core.detach(self.stream_id)
 
     def resume_reading(self) -> None:
         if not self._paused:
             return
         self._paused = False
         self._deliver()
+        self._attach()
         self._session.flush()
+
+    def _attach(self) -> None:
+        """Have the core hand DATA straight to the sink (no event, no ``_data``) while nothing is held back."""
+        sink = self._sink
+        if sink is not None and not self._paused and not self._chunks and self._error is None:
+            self._session.core.attach(self.stream_id, sink.on_data)
 
     def write_nowait(self, data: bytes | memoryview) -> bool:
         if self._error is not None or self._local_ended:
             self._check_writable("write")  # raises
         session = self._session
-        core = session.core
-        pending = core.send_data(self.stream_id, data)
-        if not session.held:  # session.flush(), inline: this runs for every chunk relayed
-            out = core.data_to_send()
+        if session.held:
+            pending = session.core.send_data(self.stream_id, data)
+        else:  # send_data and session.flush() in one call: this runs for every chunk relayed
+            out, pending = session.core.send_data_now(self.stream_id, data)
             transport = session.transport
             if out and transport is not None and not transport.is_closing():
                 transport.write(out)
@@ -347,6 +365,8 @@ class HboneStream:
             return
         self._error = reason
         self._chunks = None
+        if self._sink is not None:
+            self._session.core.detach(self.stream_id)
         for waiter in (self._reader, self._writer):
             if waiter is not None and not waiter.done():
                 waiter.set_exception(StreamClosedError(reason))
@@ -438,9 +458,10 @@ class HboneSession(asyncio.Protocol):
                     stream._data(event.data, event.flow_length)
             else:
                 self._dispatch(event)
-        out = self.core.data_to_send()  # flush(), inline: this runs for every read
-        if out and self.transport is not None and not self.transport.is_closing():
-            self.transport.write(out)
+        if self.core.outgoing:  # flush(), inline, and only when there is something: this runs for every read
+            out = self.core.data_to_send()
+            if self.transport is not None and not self.transport.is_closing():
+                self.transport.write(out)
 
     def eof_received(self) -> bool:
         self._terminate("the peer closed the connection")

@@ -15,6 +15,9 @@ Rules:
 3. Any error in either direction (a reset, a failed write) aborts *both* streams, so each peer sees a reset, and is
    reported in :attr:`RelayResult.error`; the relay never raises for what peers do.
 4. :meth:`Splice.cancel` aborts both streams and finishes with the error "cancelled".
+5. A chunk is counted in the splice's :class:`RelayResult` once the other end took it; that running total is the
+   only count kept per chunk. A :class:`ByteCounter` (the connection's accounting) is handed it when the splice
+   starts and reads it when it needs the bytes, so counting adds no call per chunk.
 
 :func:`splice` starts a relay and returns at once. The node proxy's connection handlers set a connection up, splice
 it and return; the splice's ``on_done`` does the rest (accounting, closing both streams, forgetting the
@@ -70,7 +73,7 @@ class Splice:
     removing the pod can cancel them); the splice removes itself from it when done.
     """
 
-    __slots__ = ("counter", "downstream", "on_done", "open_directions", "over", "registry", "result", "upstream")
+    __slots__ = ("callbacks", "downstream", "on_done", "open_directions", "over", "registry", "result", "upstream")
 
     def __init__(
         self,
@@ -78,11 +81,14 @@ class Splice:
         upstream: PushStream,
         on_done: Callable[[Splice], None] | None = None,
         counter: ByteCounter | None = None,
+        callbacks: _Callbacks | None = None,
     ) -> None:
         self.downstream, self.upstream = downstream, upstream
         self.result = RelayResult(0, 0)
         self.on_done = on_done
-        self.counter = counter
+        if counter is not None:
+            counter.count_from(self.result)
+        self.callbacks = callbacks  # called per chunk (tests, benchmarks); a counter reads the totals instead
         self.over = False  # done: checked for every chunk
         self.open_directions = 2
         self.registry: SpliceRegistry | None = None
@@ -130,25 +136,25 @@ def splice(
 ) -> Splice:
     """Start relaying between two push streams and return at once; ``on_done(splice)`` runs when it is over.
 
-    Relayed bytes are counted to ``counter`` (``up(n)``, ``down(n)``: an accounting object is one), or else to
-    the ``on_upstream``/``on_downstream`` callbacks.
+    ``counter`` (an accounting object) is handed the splice's running totals (``result``) at once and reads them
+    when it needs to: no call per chunk. The ``on_upstream``/``on_downstream`` callbacks are called per chunk.
     """
-    if counter is None and (on_upstream is not None or on_downstream is not None):
-        counter = _Callbacks(on_upstream, on_downstream)
-    running = Splice(downstream, upstream, on_done, counter)
+    callbacks = None
+    if on_upstream is not None or on_downstream is not None:
+        callbacks = _Callbacks(on_upstream, on_downstream)
+    running = Splice(downstream, upstream, on_done, counter, callbacks)
     running.start()
     return running
 
 
 class ByteCounter(Protocol):
-    """Where a splice counts what it relayed: bytes sent upstream and bytes sent downstream."""
+    """What counts a splice's bytes: given the splice's running totals once, it reads them when it needs them."""
 
-    def up(self, n: int) -> None: ...
-    def down(self, n: int) -> None: ...
+    def count_from(self, totals: RelayResult) -> None: ...
 
 
 class _Callbacks:
-    """A :class:`ByteCounter` made of two optional callbacks."""
+    """Per-chunk counting by two optional callbacks."""
 
     __slots__ = ("on_downstream", "on_upstream")
 
@@ -220,15 +226,15 @@ class _Direction:
             relay.finish(f"{self.name} write: {exc}")
             return
         n = len(data)
-        counter = relay.counter
+        callbacks = relay.callbacks
         if self.upward:
             relay.result.upstream_bytes += n
-            if counter is not None:
-                counter.up(n)
+            if callbacks is not None:
+                callbacks.up(n)
         else:
             relay.result.downstream_bytes += n
-            if counter is not None:
-                counter.down(n)
+            if callbacks is not None:
+                callbacks.down(n)
         if not below_bound:
             src = self.src
             src.pause_reading()

@@ -3,14 +3,16 @@
 Theory of operation
 -------------------
 The proxy calls :meth:`ProxyMetrics.connection_opened` once per connection with its :class:`TrafficLabels` and
-gets a :class:`ConnectionMetrics` handle. The copy loop then calls ``add_received(n)`` (client→server bytes) and
-``add_sent(n)`` (server→client bytes) per chunk, and ``close()`` once. Source-reported labels come from the
+gets a :class:`ConnectionMetrics` handle. A copy loop then calls ``add_received(n)`` (client→server bytes) and
+``add_sent(n)`` (server→client bytes) per chunk, or, if it keeps running totals of its own (the node proxy's relay
+does), hands them over once with ``count_from(totals)`` and is read from then on, with no call per chunk; and it
+calls ``close()`` once. Source-reported labels come from the
 outbound side, destination-reported from inbound; for both reporters "received" is the request direction and
 "sent" the response direction, so a client that sends 11 bytes and reads 22 shows received=11, sent=22.
 
 The hot path never takes a lock: a handle keeps two plain running totals, and only the handle's own connection
 writes them. Flushing is the reverse: only :class:`ProxyMetrics` (under its lock) moves the not-yet-flushed part
-(running total minus what was already flushed) into the family totals, on ``close()`` and at every
+(running total, ``totals`` included, minus what was already flushed) into the family totals, on ``close()`` and at every
 :meth:`ProxyMetrics.render`. Each field has a single writer, so a scrape mid-connection shows the exact bytes moved
 so far, and the closed connection's final flush adds exactly the remainder.
 
@@ -40,7 +42,7 @@ import enum
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:  # prometheus_client is imported by the first scrape (see render)
     from prometheus_client import CollectorRegistry
@@ -141,10 +143,17 @@ class _Histogram:
 LabelValues = tuple[str, ...]
 
 
+class ByteTotals(Protocol):
+    """Running byte totals a copy loop keeps itself: client→server (``upstream_bytes``) and server→client."""
+
+    upstream_bytes: int
+    downstream_bytes: int
+
+
 class ConnectionMetrics:
     """One connection's byte counts. ``add_*`` are lock-free; ``close()`` flushes and is idempotent."""
 
-    __slots__ = ("_closed", "_flushed_received", "_flushed_sent", "_key", "_owner", "_received", "_sent")
+    __slots__ = ("_closed", "_flushed_received", "_flushed_sent", "_key", "_owner", "_received", "_sent", "_totals")
 
     def __init__(self, owner: ProxyMetrics, key: LabelValues) -> None:
         self._owner = owner
@@ -154,6 +163,12 @@ class ConnectionMetrics:
         self._flushed_received = 0  # written only by the owner, under its lock
         self._flushed_sent = 0
         self._closed = False
+        self._totals: ByteTotals | None = None  # written by the connection's copy loop (count_from)
+
+    def count_from(self, totals: ByteTotals) -> None:
+        """Count ``totals`` too, read when flushing: what a copy loop adds to its own totals is counted without a
+        call per chunk."""
+        self._totals = totals
 
     def add_received(self, n: int) -> None:
         """Count ``n`` client→server (request) bytes."""
@@ -165,11 +180,13 @@ class ConnectionMetrics:
 
     @property
     def received_bytes(self) -> int:
-        return self._received
+        totals = self._totals
+        return self._received if totals is None else self._received + totals.upstream_bytes
 
     @property
     def sent_bytes(self) -> int:
-        return self._sent
+        totals = self._totals
+        return self._sent if totals is None else self._sent + totals.downstream_bytes
 
     def close(self) -> None:
         """Flush the remaining bytes and count the connection closed (once, however often it is called)."""
@@ -368,7 +385,7 @@ class ProxyMetrics:
             self._closed.bump(conn._key)
 
     def _flush_locked(self, conn: ConnectionMetrics) -> None:
-        received, sent = conn._received, conn._sent  # read once: the connection may be adding concurrently
+        received, sent = conn.received_bytes, conn.sent_bytes  # read once: the connection may be adding meanwhile
         if received != conn._flushed_received:
             self._received.bump(conn._key, received - conn._flushed_received)
             conn._flushed_received = received
