@@ -8,20 +8,19 @@ import asyncio
 import fcntl
 import json
 import os
-import shutil
 import ssl
 import struct
 import sys
-import tempfile
 import termios
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import aiohttp
 import pytest
+from tests.integration.kubelet_fakes import FakePods, short_directory
 from tests.integration.lab_cluster import kubectl
 
 from ambit.apiserver.limits import LimitSettings
@@ -35,16 +34,6 @@ pytestmark = pytest.mark.kubectl
 
 STREAM_LIMIT = 3
 """Open pod streams a user other than an admin may hold in these tests."""
-
-
-@dataclass
-class FakePods:
-    """The pods the fake node runs, by (namespace, name); the test sets their status."""
-
-    pods: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
-
-    def find_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
-        return self.pods.get((namespace, name))
 
 
 class LocalExec:
@@ -113,11 +102,8 @@ class Rig:
 
 @pytest.fixture
 def socket_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="kl", dir="/tmp"))  # short: a unix socket's path holds 107 bytes
-    try:
+    with short_directory("kl") as path:
         yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

@@ -8,16 +8,15 @@ import asyncio
 import contextlib
 import os
 import re
-import shutil
 import ssl
-import tempfile
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+from tests.integration.kubelet_fakes import FakePods, NoExec, short_directory
 from tests.integration.spdy_client import ForwardClient
 
 from ambit.apiserver.limits import LimitSettings
@@ -31,21 +30,6 @@ pytestmark = pytest.mark.kubectl
 
 FORWARDS_PER_USER = 3
 ROLE_BINDINGS = kinds.ResourceKind("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
-
-
-@dataclass
-class Pods:
-    pods: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
-
-    def find_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
-        return self.pods.get((namespace, name))
-
-
-class NoExec:
-    async def start(
-        self, pod_uid: str, container: str, argv: Sequence[str], *, stdin: bool, merge_stderr: bool
-    ) -> asyncio.subprocess.Process:
-        raise OSError("no exec here")
 
 
 async def _http_hello(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -62,7 +46,7 @@ async def _http_hello(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
 class Rig:
     kube: KubeClient
     config: Path
-    pods: Pods
+    pods: FakePods
     server: ApiServer
 
     async def pod(self, name: str, labels: Mapping[str, str] | None = None, phase: str = "Running") -> dict[str, Any]:
@@ -88,11 +72,8 @@ class Rig:
 
 @pytest.fixture
 def socket_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="kf", dir="/tmp"))  # short: a unix socket's path holds 107 bytes
-    try:
+    with short_directory("kf") as path:
         yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture
@@ -102,7 +83,7 @@ async def rig(tmp_path: Path, socket_dir: Path) -> AsyncIterator[Rig]:
     server = ApiServer(settings)
     await server.start()
     web_server = await asyncio.start_server(_http_hello, "127.0.0.1", 0)
-    pods = Pods()
+    pods = FakePods()
     dialer = LocalDialer({80: web_server.sockets[0].getsockname()[1]})
     kubelet = KubeletServer(pods, NoExec(), lambda uid, c: tmp_path / "logs", dialer=dialer)
     await kubelet.serve(socket_dir / "node-a" / "kubelet.sock")

@@ -5,37 +5,21 @@ listener."""
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
 import aiohttp
 import pytest
 from aiohttp import web
+from tests.integration.kubelet_fakes import FakePods, NoExec, short_directory
 from tests.integration.spdy_client import ForwardClient
 
 from ambit.k8s import spdy
 from ambit.k8s.portforward import WEBSOCKET_PROTOCOL
 from ambit.lab.runtime.kubelet_server import KubeletServer
 from ambit.lab.runtime.port_forward import LocalDialer, PortForwardRelay, _ClientGone, _Connection
-
-
-@dataclass
-class Pods:
-    pods: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
-
-    def find_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
-        return self.pods.get((namespace, name))
-
-
-class NoExec:
-    async def start(
-        self, pod_uid: str, container: str, argv: Sequence[str], *, stdin: bool, merge_stderr: bool
-    ) -> asyncio.subprocess.Process:
-        raise OSError("no exec here")
 
 
 async def _upper_echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -48,17 +32,14 @@ async def _upper_echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
 
 @pytest.fixture
 def socket_path() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="pf", dir="/tmp"))
-    try:
+    with short_directory("pf") as path:
         yield path / "node-a" / "kubelet.sock"
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 @dataclass
 class Rig:
     path: Path
-    pods: Pods
+    pods: FakePods
     pod_port: int
 
     async def connect(self, session: aiohttp.ClientSession, pod: str = "web", **kw: Any) -> ForwardClient:
@@ -73,7 +54,7 @@ class Rig:
 async def rig(socket_path: Path, unused_tcp_port: int) -> AsyncIterator[Rig]:
     server = await asyncio.start_server(_upper_echo, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    pods = Pods()
+    pods = FakePods()
     pods.pods[("default", "web")] = {
         "metadata": {"name": "web", "namespace": "default", "uid": "uid-web"},
         "status": {"phase": "Running"},
