@@ -390,6 +390,56 @@ def test_weights_90_10_hold_within_a_few_percent(lab: Lab) -> None:
         lab.kubectl("delete", "httproute", "echo-weighted", "-n", NS, "--ignore-not-found")
 
 
+def test_a_tcp_route_with_weights_splits_connections_at_the_waypoint(lab: Lab) -> None:
+    """TestTCPRoute (issue 17's "a TCPRoute with weights"): Services with a TCP port (``echo-tcp`` over every echo
+    pod, ``echo-tcp-v1`` and ``echo-tcp-v2`` over each version); a TCPRoute attached to ``echo-tcp`` makes the
+    waypoint pick a backend Service per connection by weight, 9:1 here (without it, 1 in 3 connections would reach
+    the single v2 pod); the route's parent is Accepted."""
+    tcp = ("tcp", 9000, 8080)
+    services = [
+        service("echo-tcp", {"app": "echo"}, tcp),
+        service("echo-tcp-v1", {"app": "echo", "version": "v1"}, tcp),
+        service("echo-tcp-v2", {"app": "echo", "version": "v2"}, tcp),
+    ]
+    route = {
+        "apiVersion": "gateway.networking.k8s.io/v1alpha2",
+        "kind": "TCPRoute",
+        "metadata": {"name": "echo-tcp"},
+        "spec": {
+            "parentRefs": [{"group": "", "kind": "Service", "name": "echo-tcp"}],
+            "rules": [
+                {
+                    "backendRefs": [
+                        {"name": "echo-tcp-v1", "port": 9000, "weight": 9},
+                        {"name": "echo-tcp-v2", "port": 9000, "weight": 1},
+                    ]
+                }
+            ],
+        },
+    }
+    lab.apply(*services, namespace=NS)
+    v2 = {p["metadata"]["name"] for p in lab.pods(NS, "version=v2")}
+    try:
+        url = f"http://{vip(lab, 'echo-tcp')}:9000/"
+        lab.apply(route, namespace=NS)
+
+        def routed() -> bool:
+            answers = calls(lab, url, 40)
+            ok = all(a.get("status") == 200 for a in answers)
+            return ok and sum(a.get("pod") in v2 for a in answers) <= 8
+
+        wait_until("the TCPRoute's weights apply", routed, timeout=90, interval=1.0)
+        answers = calls(lab, url, 200)  # a connection each
+        assert all(a.get("status") == 200 and not a.get("request_id") for a in answers), answers[:5]
+        share = sum(a.get("pod") in v2 for a in answers) / len(answers)
+        assert 0.02 <= share <= 0.20, share  # 1 in 10 expected
+        parents = (lab.get("tcproute", "echo-tcp", "-n", NS).get("status") or {}).get("parents") or []
+        assert parents and any(c["type"] == "Accepted" and c["status"] == "True" for c in parents[0]["conditions"])
+    finally:
+        lab.kubectl("delete", "tcproute", "echo-tcp", "-n", NS, "--ignore-not-found")
+        lab.kubectl("delete", "service", "echo-tcp", "echo-tcp-v1", "echo-tcp-v2", "-n", NS, "--ignore-not-found")
+
+
 CUSTOMIZE_METRICS = customize_metrics_telemetry("echo-v2")  # upstream's TestCustomizeMetrics object, on echo-v2
 
 
