@@ -370,6 +370,9 @@ def test_kubectl_debug_node_shows_the_nodes_root_at_host_and_acts_on_it(mesh_lab
     saved, mode = kubeconfig.read_bytes(), kubeconfig.stat().st_mode & 0o777
     try:
         lab.namespace(namespace)
+        # The lab enforces Pod Security "baseline" by default; a node debugger needs the host's namespaces and a
+        # hostPath of /, as on a cluster whose namespaces are not privileged.
+        lab.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=privileged")
 
         def debug(*command: str) -> str:
             done = lab.kubectl("debug", "-n", namespace, f"node/{node}", "--image=none", "--", *command, timeout=60)
