@@ -58,7 +58,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol, TypeVar
 
 from aiohttp import WSMsgType, web
 
@@ -86,6 +86,7 @@ from ambit.lab.runtime.port_forward import PodDialer, PortForwardRelay
 from ambit.lab.runtime.terminal import Terminal, TerminalError, receive_console
 
 log = logging.getLogger("ambit.lab.kubelet")
+_Options = TypeVar("_Options", ExecOptions, AttachOptions)
 
 CHUNK = 32 * 1024
 TAIL_LOOKBACK = 8 * 1024 * 1024
@@ -374,19 +375,30 @@ class KubeletServer:
                     return
 
     # -- exec (rule 2) --------------------------------------------------------------------------------------------
-    async def _exec(self, request: web.Request) -> web.StreamResponse:
+    async def _channel(
+        self, request: web.Request, parse: Callable[[Mapping[str, Sequence[str]]], _Options]
+    ) -> tuple[Mapping[str, Any], str, _Options, web.WebSocketResponse] | web.Response:
+        """What exec and attach check before they speak the channel protocol: the pod and container (rule 1's
+        lookup), the options (kube's 400s), a running container; then the WebSocket, prepared."""
         found = self._find(request)
         if isinstance(found, web.Response):
             return found
         pod, container = found
         try:
-            options = parse_exec_options({k: request.query.getall(k) for k in request.query})
+            options = parse({k: request.query.getall(k) for k in request.query})
         except ExecOptionsError as exc:
             return _status(400, "BadRequest", str(exc))
         if not container_running(pod, container):
             return _status(400, "BadRequest", f'container "{container}" is not running')
         ws = web.WebSocketResponse(protocols=PROTOCOLS, max_msg_size=MAX_MESSAGE, autoping=True)
         await ws.prepare(request)
+        return pod, container, options, ws
+
+    async def _exec(self, request: web.Request) -> web.StreamResponse:
+        opened = await self._channel(request, parse_exec_options)
+        if isinstance(opened, web.Response):
+            return opened
+        pod, container, options, ws = opened
         uid = str((pod.get("metadata") or {}).get("uid") or "")
         try:
             if options.tty:
@@ -404,18 +416,10 @@ class KubeletServer:
 
     # -- attach (rule 7) ------------------------------------------------------------------------------------------
     async def _attach(self, request: web.Request) -> web.StreamResponse:
-        found = self._find(request)
-        if isinstance(found, web.Response):
-            return found
-        pod, container = found
-        try:
-            options = parse_attach_options({k: request.query.getall(k) for k in request.query})
-        except ExecOptionsError as exc:
-            return _status(400, "BadRequest", str(exc))
-        if not container_running(pod, container):
-            return _status(400, "BadRequest", f'container "{container}" is not running')
-        ws = web.WebSocketResponse(protocols=PROTOCOLS, max_msg_size=MAX_MESSAGE, autoping=True)
-        await ws.prepare(request)
+        opened = await self._channel(request, parse_attach_options)
+        if isinstance(opened, web.Response):
+            return opened
+        pod, container, options, ws = opened
         refused = attach_refusal(pod, container, options)
         if refused is not None:  # on the error channel, as kube's runtime answers, so kubectl shows it
             failure = failure_status(refused) | {"reason": "BadRequest", "code": 400}
