@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -228,6 +229,58 @@ def test_deleting_the_node_agent_daemonset_takes_its_plugin_away_and_enrolled_po
         ),
         timeout=60,
     )
+
+
+def _agents(lab: Lab) -> tuple[int, int]:
+    status = lab.get("daemonset", "istio-cni-node", "-n", SYSTEM).get("status") or {}
+    return int(status.get("numberReady") or 0), int(status.get("desiredNumberScheduled") or 0)
+
+
+def _cni_net_dir_patch(path: str) -> str:
+    """Upstream's strategic-merge patch of the agents' ``cni-net-dir`` hostPath volume (merged by name)."""
+    volume = {"name": "cni-net-dir", "hostPath": {"path": path, "type": ""}}
+    return json.dumps({"spec": {"template": {"spec": {"volumes": [volume]}}}})
+
+
+def test_a_node_agent_misconfigured_then_fixed_heals_on_restart(lab: Lab, namespace: str) -> None:
+    """TestCNIMisconfigHealsOnRestart (u:tests/integration/ambient/cni/main_test.go:327-413), replayed as upstream
+    drives it: the DaemonSet's ``cni-net-dir`` volume patched to ``/etc/cni/nope.d`` (strategic merge, as
+    ``kubectl patch`` does by default), then ``kubectl delete pods -l k8s-app=istio-cni-node`` once a second until
+    no agent is Ready (an agent whose CNI directory holds no primary network config never becomes Ready); the path
+    patched back, the pods deleted once, and every agent Ready again within upstream's 80 s. Beyond upstream: a pod
+    started after the heal is enrolled, so Ready means working."""
+    wait_until("every node agent Ready first", lambda: _agents(lab)[0] == _agents(lab)[1] == len(NODES), timeout=80)
+    restart = ("delete", "pods", "-l", "k8s-app=istio-cni-node", "-n", SYSTEM, "--wait=false")
+    try:
+        lab.kubectl("patch", "daemonset", "istio-cni-node", "-n", SYSTEM, "-p", _cni_net_dir_patch("/etc/cni/nope.d"))
+        (volume,) = [
+            v
+            for v in lab.get("daemonset", "istio-cni-node", "-n", SYSTEM)["spec"]["template"]["spec"]["volumes"]
+            if v["name"] == "cni-net-dir"
+        ]
+        assert volume["hostPath"]["path"] == "/etc/cni/nope.d", volume
+
+        def broken() -> bool:
+            lab.kubectl(*restart)
+            time.sleep(1)
+            return _agents(lab)[0] == 0
+
+        wait_until("no node agent Ready with the bad path", broken, timeout=80, interval=1)
+    finally:
+        lab.kubectl("patch", "daemonset", "istio-cni-node", "-n", SYSTEM, "-p", _cni_net_dir_patch("/etc/cni/net.d"))
+        time.sleep(1)
+        lab.kubectl(*restart)
+        wait_until(
+            "every node agent Ready again after one restart",
+            lambda: _agents(lab) == (len(NODES), len(NODES)),
+            timeout=80,
+            interval=1,
+        )
+    assert all(_plugin_installed(lab, node) for node in NODES)
+    lab.kubectl("label", "namespace", namespace, "istio.io/dataplane-mode=ambient")
+    lab.apply(pod_manifest("healed", [sleeper()], node="node-2"), namespace=namespace)
+    (pod,) = lab.wait_pods_ready(namespace, "", 1, timeout=60)
+    assert (pod["metadata"].get("annotations") or {}).get("ambient.istio.io/redirection") == "enabled"
 
 
 def _ready(pod: dict[str, object]) -> bool:
