@@ -473,7 +473,9 @@ def test_authorization_l7_at_a_workload_addressed_waypoint(
     enforce (istiod's "no effect"; a:controlplane/translate/policies.py rules 7-8), so it must not deny the
     waypoint's connections. Upstream's cases from ``cli-a``: simple deny, simple allow, identity deny and allow,
     explicit deny (POST), wildcard allow, headers allow and deny; and ``cli-b`` (another identity) is denied the
-    identity path. Denials carry the waypoint's ``RBAC: access denied`` (the node proxy cannot judge paths)."""
+    identity path. Denials carry the waypoint's ``RBAC: access denied`` (the node proxy cannot judge paths).
+    Upstream runs every source against every destination; here two captured sources and this one destination, and
+    the waypoint is applied with ``ambit waypoint apply --for workload`` rather than istioctl."""
     pod = f"http://{workload_addressed}:8080"
     waypoint = f"cluster.local/ns/{NS}/sa/{WORKLOAD_WAYPOINT}"
     apply(
@@ -521,7 +523,8 @@ def test_waypoint_default_deny_at_a_workload_addressed_waypoint(
     ``workload-addressed-waypoint`` destination by pod IP: ``allow-nothing`` in the root namespace denies the call
     (upstream's CheckDeny: 403, 503 or a reset); ``allow-from-waypoint`` in the destination's namespace (the
     waypoint's identity) lets it through the waypoint again; ``allow-nothing-waypoint`` (root, targetRefs the
-    GatewayClass ``istio-waypoint``) then denies it at the waypoint, 403 ``RBAC: access denied``."""
+    GatewayClass ``istio-waypoint``) then denies it at the waypoint, 403 ``RBAC: access denied``. Upstream runs it
+    from every captured source to every waypoint-bound destination; here from ``cli-a`` to this one."""
     url = f"http://{workload_addressed}:8080/"
     waypoint = f"cluster.local/ns/{NS}/sa/{WORKLOAD_WAYPOINT}"
 
