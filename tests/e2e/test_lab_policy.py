@@ -375,6 +375,32 @@ def test_a_workload_strict_under_a_namespace_permissive(mesh: Mesh) -> None:
     mesh.expect(expected)
 
 
+def test_root_strict_with_a_workload_port_level_permissive_and_no_mode_of_its_own(mesh: Mesh) -> None:
+    """TestPeerAuthentication "global-strict-permissive-workload-ports" and "global-permissive-strict-workload-ports"
+    (u:tests/integration/ambient/baseline_test.go:893-962): ``global-strict`` in the root namespace, and in the
+    destination's namespace ``local-port-override`` selecting the servers with only ``portLevelMtls`` (no top-level
+    mode, so the rest of the port inherits the root's STRICT). Upstream calls the port it lists from every source;
+    here also the port it does not list: plaintext from outside the mesh reaches 9001 and is refused on 9000. Then
+    the reverse (root PERMISSIVE, 9001 STRICT): plaintext is refused on 9001 only. Mesh clients pass throughout."""
+    mesh.apply(
+        peer_authentication("global-strict", {"mtls": {"mode": "STRICT"}}, ROOT),
+        peer_authentication(
+            "local-port-override", {"selector": ECHO, "portLevelMtls": {"9001": {"mode": "PERMISSIVE"}}}
+        ),
+    )
+    expected = everything()
+    expected.update({("plain", s, 9000): "refused" for s in SERVERS})
+    mesh.expect(expected)
+    mesh.lab.kubectl("delete", "peerauthentication", "global-strict", "-n", ROOT)
+    mesh.apply(
+        peer_authentication("global-permissive", {"mtls": {"mode": "PERMISSIVE"}}, ROOT),
+        peer_authentication("local-port-override", {"selector": ECHO, "portLevelMtls": {"9001": {"mode": "STRICT"}}}),
+    )
+    expected = everything()
+    expected.update({("plain", s, 9001): "refused" for s in SERVERS})
+    mesh.expect(expected)
+
+
 @pytest.mark.parametrize("server", SERVERS)
 def test_a_long_lived_connection_is_closed_within_a_second_of_a_deny_that_now_matches(mesh: Mesh, server: str) -> None:
     argv = [sys.executable, "-m", "ambit.cli", "lab", "exec", "--dir", str(mesh.lab.directory), "cli-b", "-n", NS, "--"]

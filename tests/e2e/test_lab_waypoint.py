@@ -11,6 +11,8 @@ a gRPC Deployment ``grpc-echo`` (two replicas) with its Service (port ``grpc``),
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import json
 import subprocess
 import sys
@@ -21,6 +23,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 from tests.e2e.lab_driver import (
     TEST_TIMEOUT,
     Lab,
@@ -78,6 +81,90 @@ async def main():
     print(json.dumps({"pods": pods, "failed": failed}))
 asyncio.run(main())
 """
+
+
+# Calls given as JSON: each {"scheme": "http"|"https"|"tls", "host", "port", "path", "count", "headers", "sni"}; one
+# connection per call. ``https`` is a GET over TLS the client starts itself (its SNI ``sni``, else the host), ``tls``
+# the handshake alone. Each result: the status (0 on an error, 1 for a completed ``tls`` handshake), the pod and the
+# request id the server saw, the ALPN it reports and the common name of the certificate the client was shown.
+PROBE = """
+import http.client, json, socket, ssl, sys
+from cryptography import x509
+from cryptography.x509.oid import NameOID
+def common_name(der):
+    names = x509.load_der_x509_certificate(der).subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    return names[0].value if names else ""
+context = ssl.create_default_context()
+context.check_hostname = False
+context.verify_mode = ssl.CERT_NONE
+context.set_alpn_protocols(["http/1.1"])
+out = []
+for call in json.loads(sys.argv[1]):
+    for _ in range(call.get("count", 1)):
+        row = {"status": 0, "pod": "", "request_id": "", "alpn": None, "cn": ""}
+        try:
+            host, port = call["host"], call["port"]
+            connection = http.client.HTTPConnection(host, port, timeout=5)
+            if call["scheme"] != "http":
+                raw = socket.create_connection((host, port), timeout=5)
+                tls = context.wrap_socket(raw, server_hostname=call.get("sni") or host)
+                row["cn"] = common_name(tls.getpeercert(binary_form=True))
+                if call["scheme"] == "tls":
+                    tls.close()
+                    row["status"] = 1
+                    out.append(row)
+                    continue
+                connection.sock = tls
+            connection.request("GET", call.get("path", "/"), headers=call.get("headers", {}))
+            response = connection.getresponse()
+            body = response.read()
+            connection.close()
+            row["status"] = response.status
+            try:
+                answer = json.loads(body)
+            except ValueError:
+                answer = {}
+            seen = {k.lower(): v for k, v in (answer.get("headers") or {}).items()}
+            row.update(pod=answer.get("pod", ""), request_id=seen.get("x-request-id", ""), alpn=answer.get("alpn"))
+        except Exception as exc:
+            row["error"] = f"{type(exc).__name__}: {exc}"
+        out.append(row)
+print(json.dumps(out))
+"""
+
+
+def probe(lab: Lab, *specs: dict[str, Any]) -> list[dict[str, Any]]:
+    """Run :data:`PROBE` in the client pod: one result per connection, in order."""
+    answers: list[dict[str, Any]] = json.loads(
+        lab.exec("client", NS, "python3", "-c", PROBE, json.dumps(specs), timeout=120)
+    )
+    return answers
+
+
+UNDISCOVERED = "e2e.ambit.dev/undiscovered"
+
+
+@contextlib.contextmanager
+def undiscovered(lab: Lab, *namespaces: str) -> Iterator[None]:
+    """Hide ``namespaces`` from the mesh as upstream's install hides its external namespace: the mesh config's
+    ``discoverySelectors`` admit every namespace but those labelled :data:`UNDISCOVERED`; the mesh config as it was
+    is put back afterwards (the lab is shared)."""
+    original = lab.get("configmap", "istio", "-n", "istio-system").get("data", {}).get("mesh", "")
+    config = yaml.safe_load(original) or {}
+    assert "discoverySelectors" not in config, config
+    for namespace in namespaces:
+        lab.kubectl("label", "namespace", namespace, f"{UNDISCOVERED}=true", "--overwrite")
+    selectors = [{"matchExpressions": [{"key": UNDISCOVERED, "operator": "DoesNotExist"}]}]
+
+    def set_mesh(text: str) -> None:
+        patch = json.dumps({"data": {"mesh": text}})
+        lab.kubectl("patch", "configmap", "istio", "-n", "istio-system", "--type", "merge", "-p", patch)
+
+    set_mesh(json.dumps({**config, "discoverySelectors": selectors}))
+    try:
+        yield
+    finally:
+        set_mesh(original)
 
 
 def deployment(name: str, version: str, replicas: int, container: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -440,6 +527,92 @@ def test_a_tcp_route_with_weights_splits_connections_at_the_waypoint(lab: Lab) -
         lab.kubectl("delete", "service", "echo-tcp", "echo-tcp-v1", "echo-tcp-v2", "-n", NS, "--ignore-not-found")
 
 
+def https_echo(name: str, version: str) -> dict[str, Any]:
+    """A Deployment of one ``https-echo`` pod (``app: tls-echo``, ``tls-version``) whose certificate names ``name``."""
+    labels = {"app": "tls-echo", "tls-version": version}  # not ``version``: the echo pods' label
+    container = {
+        "name": "https",
+        "image": "none",
+        "command": ["python3", "-m", "ambit.lab.apps", "https-echo", "--port", "8443", "--hostname", name],
+        "readinessProbe": {"tcpSocket": {"port": 8443}, "periodSeconds": 1},
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"terminationGracePeriodSeconds": 2, "containers": [container]},
+            },
+        },
+    }
+
+
+def test_a_tls_route_with_weights_splits_tls_connections_that_pass_through_the_waypoint(lab: Lab) -> None:
+    """TestTLSRoute (u:tests/integration/ambient/waypoint_test.go:1185-1244): a TLSRoute whose parent is a Service
+    makes the waypoint pick a backend Service per connection by weight. Upstream sends plain TCP to the route's
+    Service; here the clients speak real TLS to ``https-echo`` pods (``tls-echo-v1`` and ``tls-echo-v2``, one each,
+    behind Service ``tls-echo`` on a port named ``tls``), weights 9:1 (without the route half the connections would
+    reach v2). TLS passes through end to end: every client sees the certificate of the pod that answered (its common
+    name is the Deployment's name) and the pod sees no ``x-request-id`` (the waypoint never terminated it). Like
+    Istio's waypoint, Ambit's reads no SNI for a TLSRoute at a waypoint (a:model/routes.py), so the split is by
+    weight, as upstream checks it; the route's parent is Accepted."""
+    tls = ("tls", 443, 8443)
+    objects = [
+        https_echo("tls-echo-v1", "v1"),
+        https_echo("tls-echo-v2", "v2"),
+        service("tls-echo", {"app": "tls-echo"}, tls),
+        service("tls-echo-v1", {"app": "tls-echo", "tls-version": "v1"}, tls),
+        service("tls-echo-v2", {"app": "tls-echo", "tls-version": "v2"}, tls),
+    ]
+    route = {
+        "apiVersion": "gateway.networking.k8s.io/v1alpha2",
+        "kind": "TLSRoute",
+        "metadata": {"name": "tls-echo"},
+        "spec": {
+            "parentRefs": [{"group": "", "kind": "Service", "name": "tls-echo"}],
+            "rules": [
+                {
+                    "backendRefs": [
+                        {"name": "tls-echo-v1", "port": 443, "weight": 9},
+                        {"name": "tls-echo-v2", "port": 443, "weight": 1},
+                    ]
+                }
+            ],
+        },
+    }
+    lab.apply(*objects, namespace=NS)
+    try:
+        lab.wait_pods_ready(NS, "app=tls-echo", 2, timeout=90)
+        pods = {p["metadata"]["labels"]["tls-version"]: p["metadata"]["name"] for p in lab.pods(NS, "app=tls-echo")}
+        call = {"scheme": "https", "host": f"tls-echo.{NS}.svc.cluster.local", "port": 443, "count": 40}
+        lab.apply(route, namespace=NS)
+
+        def routed() -> bool:
+            answers = probe(lab, call)
+            ok = all(a.get("status") == 200 for a in answers)
+            return ok and sum(a.get("pod") == pods["v2"] for a in answers) <= 8
+
+        wait_until("the TLSRoute's weights apply", routed, timeout=90, interval=1.0)
+        answers = probe(lab, {**call, "count": 200})  # a connection each
+        assert all(a["status"] == 200 and not a["request_id"] for a in answers), answers[:5]
+        names = {pods["v1"]: "tls-echo-v1", pods["v2"]: "tls-echo-v2"}
+        assert all(a["cn"] == names.get(a["pod"]) for a in answers), [
+            a for a in answers if a["cn"] != names.get(a["pod"])
+        ][:5]
+        share = sum(a["pod"] == pods["v2"] for a in answers) / len(answers)
+        assert 0.02 <= share <= 0.20, share  # 1 in 10 expected
+        parents = (lab.get("tlsroute", "tls-echo", "-n", NS).get("status") or {}).get("parents") or []
+        assert parents and any(c["type"] == "Accepted" and c["status"] == "True" for c in parents[0]["conditions"])
+    finally:
+        lab.kubectl("delete", "tlsroute", "tls-echo", "-n", NS, "--ignore-not-found")
+        lab.kubectl("delete", "service", "tls-echo", "tls-echo-v1", "tls-echo-v2", "-n", NS, "--ignore-not-found")
+        lab.kubectl("delete", "deployment", "tls-echo-v1", "tls-echo-v2", "-n", NS, "--ignore-not-found")
+
+
 CUSTOMIZE_METRICS = customize_metrics_telemetry("echo-v2")  # upstream's TestCustomizeMetrics object, on echo-v2
 
 
@@ -760,6 +933,83 @@ def test_a_resolution_none_service_entry_is_carried_at_l7_to_the_address_asked_f
     lab.kubectl("delete", "serviceentry", "external-resolution-none", "-n", NS)
 
 
+def test_a_cidr_service_entry_carries_its_range_at_l7_and_exact_service_addresses_still_win(
+    lab: Lab, namespace: str
+) -> None:
+    """TestWaypointAsEgressGateway "before CIDR SE" and "resolution none CIDR" (u:tests/integration/ambient/
+    waypoint_test.go:646-717): a ``resolution: NONE`` ServiceEntry whose address is ``<ClusterIP>/24`` of a Service
+    the mesh does not see (namespace ``wp-cidr``, hidden by the mesh config's ``discoverySelectors`` as upstream's
+    external namespace is), bound to the waypoint. Before the entry a call to that ClusterIP is plain L4; with it,
+    it goes through the waypoint at L7 to the pod behind the ClusterIP. Upstream stops there; on the lab the /24
+    also holds the VIPs of Services the mesh knows, and those exact addresses win over the range (ztunnel's lookup):
+    ``plain`` (this test's namespace, not ambient, no waypoint) is still reached at L4, and ``echo-v1`` (waypoint
+    bound) still counts as itself at the waypoint, not as the entry's host."""
+    hidden = "wp-cidr"
+    lab.namespace(hidden)
+    with undiscovered(lab, hidden):
+        lab.apply(
+            pod_manifest("cidr-target", [http_echo_container(8080)], labels={"app": "cidr-target"}),
+            service("cidr-target", {"app": "cidr-target"}, ("http", 8080, 8080)),
+            namespace=hidden,
+        )
+        lab.apply(
+            pod_manifest("plain", [http_echo_container(8080)], labels={"app": "plain"}),
+            service("plain", {"app": "plain"}, ("http", 8080, 8080)),
+            namespace=namespace,
+        )
+        lab.wait_pods_ready(hidden, "", 1, timeout=90)
+        lab.wait_pods_ready(namespace, "", 1, timeout=90)
+        target = str(lab.get("service", "cidr-target", "-n", hidden)["spec"]["clusterIP"])
+        plain = str(lab.get("service", "plain", "-n", namespace)["spec"]["clusterIP"])
+        cidr = ipaddress.ip_network(f"{target}/24", strict=False)
+        assert ipaddress.ip_address(plain) in cidr and ipaddress.ip_address(vip(lab, "echo-v1")) in cidr, (
+            f"the lab allocated {target}, {plain} and {vip(lab, 'echo-v1')} outside one /24"
+        )
+        host = {"Host": "fake-cidr-passthrough.example.com"}
+        call = {"scheme": "http", "host": target, "port": 8080, "headers": host}
+
+        def direct() -> dict[str, Any] | None:
+            (answer,) = probe(lab, call)
+            return answer if answer["status"] == 200 else None
+
+        before = wait_until("the hidden Service answers", direct, timeout=60, interval=1.0)
+        assert before["pod"] == "cidr-target" and not before["request_id"], before
+        entry = {
+            "apiVersion": "networking.istio.io/v1",
+            "kind": "ServiceEntry",
+            "metadata": {"name": "external-resolution-none-cidr", "labels": {"istio.io/use-waypoint": "waypoint"}},
+            "spec": {
+                "hosts": ["fake-cidr-passthrough.example.com"],
+                "ports": [{"name": "http", "number": 8080, "protocol": "HTTP"}],
+                "resolution": "NONE",
+                "location": "MESH_EXTERNAL",
+                "addresses": [f"{target}/24"],
+            },
+        }
+        lab.apply(entry, namespace=NS)
+        try:
+
+            def through_waypoint() -> list[dict[str, Any]] | None:
+                answers = probe(lab, {**call, "count": 3})
+                return answers if all(a["request_id"] and a["pod"] == "cidr-target" for a in answers) else None
+
+            wait_until("the range's address carried at L7 by the waypoint", through_waypoint, timeout=60, interval=1.0)
+            (exact,) = probe(lab, {"scheme": "http", "host": plain, "port": 8080, "headers": host})
+            assert exact["status"] == 200 and exact["pod"] == "plain" and not exact["request_id"], exact
+            counted = sum(int(float(line.rsplit(" ", 1)[1])) for line in waypoint_request_lines(lab, "echo-v1"))
+            v1 = {p["metadata"]["name"] for p in lab.pods(NS, "version=v1")}
+            answers = calls(lab, f"http://{vip(lab, 'echo-v1')}/", 5)
+            assert all(a["status"] == 200 and a["request_id"] and a["pod"] in v1 for a in answers), answers
+            after = sum(int(float(line.rsplit(" ", 1)[1])) for line in waypoint_request_lines(lab, "echo-v1"))
+            assert after >= counted + 5, (counted, after)
+            bound = condition(
+                lab.get("serviceentry", "external-resolution-none-cidr", "-n", NS), "istio.io/WaypointBound"
+            )
+            assert bound.get("status") == "True", bound
+        finally:
+            lab.kubectl("delete", "serviceentry", "external-resolution-none-cidr", "-n", NS, "--ignore-not-found")
+
+
 def test_a_wildcard_dynamic_dns_service_entry_is_forwarded_by_host_at_the_waypoint(lab: Lab) -> None:
     """TestWaypointAsEgressGatewayForWildcardEntries "overriding with matching Host header" and "overriding with
     invalid Host header": a ``DYNAMIC_DNS`` entry ``*.wp-wild.svc.cluster.local`` (port 80, target port 8080) bound to
@@ -768,8 +1018,9 @@ def test_a_wildcard_dynamic_dns_service_entry_is_forwarded_by_host_at_the_waypoi
     forwards at L7; a Host outside the wildcard is answered 404 by the waypoint.
 
     The client addresses ``non-existent.wp-wild...`` rather than the Service's own name: upstream hides the external
-    namespace from the mesh with meshConfig ``discoverySelectors``, which Ambit does not have, so here the Service's
-    own name is a mesh Service and the DNS proxy answers its ClusterIP (as ztunnel would without the selector)."""
+    namespace from the mesh with meshConfig ``discoverySelectors``; this test leaves the lab's mesh config as
+    installed (no selectors), so here the Service's own name is a mesh Service and the DNS proxy answers its
+    ClusterIP (as ztunnel would without the selector). The next test hides its namespace and calls upstream's name."""
     outside = "wp-wild"
     lab.namespace(outside)
     lab.apply(
@@ -810,3 +1061,199 @@ def test_a_wildcard_dynamic_dns_service_entry_is_forwarded_by_host_at_the_waypoi
     bound = condition(lab.get("serviceentry", "external-wildcard", "-n", NS), "istio.io/WaypointBound")
     assert bound.get("status") == "True", bound
     lab.kubectl("delete", "serviceentry", "external-wildcard", "-n", NS)
+
+
+def test_a_wildcard_entry_carries_tls_and_https_by_sni_and_originates_tls_for_its_target_port(lab: Lab) -> None:
+    """TestWaypointAsEgressGatewayForWildcardEntries (u:tests/integration/ambient/waypoint_test.go:1246-1418) with
+    upstream's entry (``*.wp-wild-tls.svc.cluster.local``: ``http`` 80, ``tls`` 443, ``http-for-tls`` 8080 → 443,
+    ``DYNAMIC_DNS``) bound to the waypoint, and the external namespace hidden from the mesh by ``discoverySelectors``
+    as upstream's install hides it, so upstream's own name is called: "basic" at L7, "overriding with invalid Host
+    header" 404, "overriding with matching Host header" from another name under the wildcard at L7, "basic TLS" and
+    "basic HTTPS" on 443 passed through to the server the SNI names (the client sees the external server's own
+    certificate; a SNI outside the wildcard gets no handshake), then the wildcard DestinationRule ``SIMPLE`` and
+    "http origination targetPort": plain HTTP on 8080 reaches the server's TLS port with ALPN ``http/1.1``.
+    Upstream's egress waypoint lives in a namespace of its own; here it is the namespace's waypoint."""
+    outside = "wp-wild-tls"
+    name = f"external.{outside}.svc.cluster.local"
+    lab.namespace(outside)
+    entry = {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "ServiceEntry",
+        "metadata": {"name": "external-wildcard-tls", "labels": {"istio.io/use-waypoint": "waypoint"}},
+        "spec": {
+            "hosts": [f"*.{outside}.svc.cluster.local"],
+            "ports": [
+                {"name": "http", "number": 80, "protocol": "HTTP"},
+                {"name": "tls", "number": 443, "protocol": "TLS"},
+                {"name": "http-for-tls", "number": 8080, "protocol": "HTTP", "targetPort": 443},
+            ],
+            "resolution": "DYNAMIC_DNS",
+            "location": "MESH_EXTERNAL",
+        },
+    }
+    origination = {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "DestinationRule",
+        "metadata": {"name": "wildcard-tls-origination"},
+        "spec": {
+            "host": f"*.{outside}.svc.cluster.local",
+            "trafficPolicy": {"tls": {"mode": "SIMPLE", "insecureSkipVerify": True}},
+        },
+    }
+    external = {
+        "name": "echo",
+        "image": "none",
+        "command": ["python3", "-m", "ambit.lab.apps", "multi-echo", "--listen", "http:8080", "--listen",
+                    "https:8443", "--hostname", name],
+        "readinessProbe": {"tcpSocket": {"port": 8443}, "periodSeconds": 1},
+    }  # fmt: skip
+    external_service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "external"},
+        "spec": {
+            "selector": {"app": "external"},
+            "ports": [
+                {"name": "http", "port": 80, "targetPort": 8080},
+                {"name": "https", "port": 443, "targetPort": 8443},
+            ],
+        },
+    }
+    with undiscovered(lab, outside):
+        lab.apply(pod_manifest("external", [external], labels={"app": "external"}), external_service, namespace=outside)
+        lab.wait_pods_ready(outside, "", 1, timeout=90)
+        lab.apply(entry, namespace=NS)
+        try:
+            basic = {"scheme": "http", "host": name, "port": 80}
+            last: list[list[dict[str, Any]]] = []
+
+            def through_waypoint() -> list[dict[str, Any]] | None:
+                answers = probe(lab, basic)
+                last[:] = [answers]
+                return answers if all(a["request_id"] and a["pod"] == "external" for a in answers) else None
+
+            try:
+                wait_until("upstream's name carried at L7 by the waypoint", through_waypoint, timeout=90, interval=1.0)
+            except BaseException:
+                print("last answers:", last, file=sys.stderr)
+                raise
+            invalid, matching, tls, https, elsewhere = probe(
+                lab,
+                {**basic, "headers": {"Host": "external.non-existent.svc.cluster.local"}},
+                {**basic, "host": f"non-existent.{outside}.svc.cluster.local", "headers": {"Host": name}},
+                {"scheme": "tls", "host": name, "port": 443, "sni": name},
+                {"scheme": "https", "host": name, "port": 443, "sni": name},
+                {"scheme": "tls", "host": name, "port": 443, "sni": "external.wp-elsewhere.svc.cluster.local"},
+            )
+            assert invalid["status"] == 404, invalid
+            assert matching["status"] == 200 and matching["request_id"] and matching["pod"] == "external", matching
+            assert tls["status"] == 1 and tls["cn"] == name, tls
+            assert https["status"] == 200 and https["pod"] == "external" and https["cn"] == name, https
+            assert not https["request_id"], https  # passed through: the waypoint never saw the request
+            assert elsewhere["status"] == 0, elsewhere
+            lab.apply(origination, namespace=NS)
+            originated = {"scheme": "http", "host": name, "port": 8080}
+
+            def over_tls() -> dict[str, Any] | None:
+                (answer,) = probe(lab, originated)
+                return answer if answer["status"] == 200 and answer["alpn"] == "http/1.1" else None
+
+            answer = wait_until("plain HTTP on 8080 originated as TLS to 443", over_tls, timeout=60, interval=1.0)
+            assert answer["request_id"] and answer["pod"] == "external", answer
+        finally:
+            lab.kubectl("delete", "destinationrule", "wildcard-tls-origination", "-n", NS, "--ignore-not-found")
+            lab.kubectl("delete", "serviceentry", "external-wildcard-tls", "-n", NS, "--ignore-not-found")
+
+
+RACE_NAME = "race.wp-app.lab.example"
+DEAD = "192.0.2.1"
+"""TEST-NET-1: nothing answers there, and it sorts before any lab pod address, so a waypoint dialling one address
+(the first) would never reach the live one."""
+
+
+def connect_strategy_entry(name: str, host: str, address: str, **metadata: Any) -> dict[str, Any]:
+    """Upstream's ``resolution: DNS`` ServiceEntry of TestWaypointDNSConnectStrategy, racing connects asked for."""
+    meta = {"name": name, "annotations": {"istio.io/connect-strategy": "RACE_FIRST_TCP_CONNECT"}, **metadata}
+    return {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "ServiceEntry",
+        "metadata": meta,
+        "spec": {
+            "hosts": [host],
+            "ports": [{"name": "http", "number": 80, "protocol": "HTTP"}],
+            "location": "MESH_EXTERNAL",
+            "resolution": "DNS",
+            "endpoints": [{"address": address, "ports": {"http": 8080}}],
+        },
+    }
+
+
+def test_racing_connects_through_the_waypoint_and_waypoint_missing_without_one(lab: Lab, namespace: str) -> None:
+    """TestWaypointDNSConnectStrategy (u:tests/integration/ambient/waypoint_test.go:1454-1690). "traffic through
+    waypoint": ``connect-strategy-se`` (annotated ``RACE_FIRST_TCP_CONNECT``, bound to the waypoint) is reached at
+    L7. Its endpoint name has two A records in the lab's DNS zone, a dead address first and the live pod second, so
+    the request arrives only because the waypoint races its connects (upstream's name is a Service with one
+    address; its "envoy cluster config" subtest reads Envoy's dump, which Ambit has not: the racing itself is checked
+    instead). "status condition without waypoint": ``istio.io/WaypointMissing`` True on an annotated entry with no
+    waypoint, read with ``kubectl get -o json``, and on a wildcard-host entry with none (istiod's other reason);
+    "status condition clears on strategy reset": removing the annotation by an Update (``kubectl replace`` of the
+    object read) removes the condition. The bound entry carries none. Upstream's waypoint is in a namespace of its
+    own; here it is the namespace's."""
+    lab.apply(pod_manifest("live", [http_echo_container(8080)], labels={"app": "live"}), namespace=namespace)
+    (live,) = lab.wait_pods_ready(namespace, "app=live", 1, timeout=90)
+    zone = json.dumps({"data": {RACE_NAME: f"{DEAD} {live['status']['podIP']}"}})
+    lab.kubectl("patch", "configmap", "lab-dns-zone", "-n", "kube-system", "--type=merge", "-p", zone)
+    bound = connect_strategy_entry(
+        "connect-strategy-se", "fake-connect-strategy.example.com", RACE_NAME,
+        labels={"istio.io/use-waypoint": "waypoint"},
+    )  # fmt: skip
+    missing = connect_strategy_entry("connect-strategy-no-wp", "fake-no-waypoint.example.com", RACE_NAME)
+    reset = connect_strategy_entry("connect-strategy-reset-test", "fake-reset-test.example.com", RACE_NAME)
+    wildcard = {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "ServiceEntry",
+        "metadata": {"name": "wildcard-no-wp"},
+        "spec": {
+            "hosts": ["*.wildcard-no-waypoint.example.com"],
+            "ports": [{"name": "http", "number": 80, "protocol": "HTTP"}],
+            "location": "MESH_EXTERNAL",
+            "resolution": "DYNAMIC_DNS",
+        },
+    }
+    try:
+        lab.apply(bound, namespace=NS)
+        lab.apply(missing, reset, wildcard, namespace=namespace)
+
+        def through_waypoint() -> list[dict[str, Any]] | None:
+            answers = calls(lab, "http://fake-connect-strategy.example.com/", 3)
+            return answers if all(a.get("request_id") and a.get("pod") == "live" for a in answers) else None
+
+        wait_until("the racing entry reached at L7 through the waypoint", through_waypoint, timeout=90, interval=1.0)
+        answers = calls(lab, "http://fake-connect-strategy.example.com/", 10)  # each within the client's 5 s
+        assert all(a["status"] == 200 and a["pod"] == "live" for a in answers), answers
+
+        def waypoint_missing(name: str) -> dict[str, Any]:
+            return condition(lab.get("serviceentry", name, "-n", namespace), "istio.io/WaypointMissing")
+
+        for name, reason in [
+            ("connect-strategy-no-wp", "NoWaypointForRacingConnectStrategy"),
+            ("connect-strategy-reset-test", "NoWaypointForRacingConnectStrategy"),
+            ("wildcard-no-wp", "NoWaypointForWildcardService"),
+        ]:
+            found = wait_until(f"WaypointMissing on {name}", lambda n=name: waypoint_missing(n), 60, interval=1.0)
+            assert (found["status"], found["reason"]) == ("True", reason), found
+        assert condition(lab.get("serviceentry", "connect-strategy-se", "-n", NS), "istio.io/WaypointMissing") == {}
+        read = lab.get("serviceentry", "connect-strategy-reset-test", "-n", namespace)
+        del read["metadata"]["annotations"]["istio.io/connect-strategy"]
+        lab.kubectl("replace", "-f", "-", input=json.dumps(read))
+        wait_until(
+            "WaypointMissing removed after the strategy was reset",
+            lambda: waypoint_missing("connect-strategy-reset-test") == {},
+            timeout=60,
+            interval=1.0,
+        )
+        assert waypoint_missing("connect-strategy-no-wp").get("status") == "True"
+    finally:
+        lab.kubectl("delete", "serviceentry", "connect-strategy-se", "-n", NS, "--ignore-not-found")
+        removal = json.dumps({"data": {RACE_NAME: None}})
+        lab.kubectl("patch", "configmap", "lab-dns-zone", "-n", "kube-system", "--type=merge", "-p", removal)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -399,3 +399,158 @@ def test_jwt_at_the_waypoint(lab: Lab, policies: list[tuple[str, str]], authns: 
         [("cli-a", {"url": f"{other}/x", "headers": bearer(untrusted)}, 403)],
         "a selector RequestAuthentication is ignored at the waypoint",
     )
+
+
+WORKLOAD_WAYPOINT = "wl-waypoint"
+
+
+@pytest.fixture(scope="module")
+def workload_addressed(lab: Lab) -> Iterator[str]:
+    """Upstream's ``workload-addressed-waypoint`` destination: a waypoint ``wl-waypoint`` for workload traffic
+    (``istio.io/waypoint-for: workload``) and a pod ``wl-echo`` labelled ``istio.io/use-waypoint: wl-waypoint``;
+    its pod IP is yielded (traffic to it goes through the waypoint; no Service)."""
+    kubeconfig = str(lab.topology.kubeconfig)
+    done = ambit(
+        "waypoint", "apply", "-n", NS, "--name", WORKLOAD_WAYPOINT, "--for", "workload", "--wait",
+        "--kubeconfig", kubeconfig, timeout=240,
+    )  # fmt: skip
+    assert "applied" in done.stdout, done.stdout
+    labels = {"app": "wl-echo", "istio.io/use-waypoint": WORKLOAD_WAYPOINT}
+    lab.apply(pod_manifest("wl-echo", [http_echo_container(8080)], labels=labels), namespace=NS)
+    try:
+        (pod,) = lab.wait_pods_ready(NS, "app=wl-echo", 1, timeout=120)
+        yield str(pod["status"]["podIP"])
+    finally:
+        lab.kubectl("delete", "pod", "wl-echo", "-n", NS, "--ignore-not-found", "--wait=false")
+        ambit("waypoint", "delete", "-n", NS, WORKLOAD_WAYPOINT, "--kubeconfig", kubeconfig, check=False)
+
+
+def upstream_l7_rules(source: str) -> list[dict[str, Any]]:
+    """TestAuthorizationL7's ``policySpec`` rules, ``{{.Source}}`` the caller's service account."""
+    get = {"methods": ["GET"]}
+    return [
+        {"to": [{"operation": {"paths": ["/allowed"], **get}}]},
+        {
+            "from": [{"source": {"principals": [f"cluster.local/ns/{NS}/sa/{source}"]}}],
+            "to": [{"operation": {"paths": ["/allowed-identity"], **get}}],
+        },
+        {
+            "from": [{"source": {"principals": [f"cluster.local/ns/{NS}/sa/someone-else"]}}],
+            "to": [{"operation": {"paths": ["/denied-identity"], **get}}],
+        },
+        {"to": [{"operation": {"paths": ["/allowed-wildcard*"], **get}}]},
+        {
+            "to": [{"operation": {"paths": ["/headers"], **get}}],
+            "when": [{"key": "request.headers[x-test-header]", "values": ["match"], "notValues": ["do-not-match"]}],
+        },
+        {"to": [{"operation": {"methods": ["POST"]}}]},
+    ]
+
+
+def selector_policy(
+    name: str, namespace: str, app: str | None, rules: list[Any], action: str = "ALLOW"
+) -> dict[str, Any]:
+    """A policy for the node proxies: on the pods labelled ``app`` (on the whole namespace for None)."""
+    spec: dict[str, Any] = {"action": action, "rules": rules}
+    if app is not None:
+        spec["selector"] = {"matchLabels": {"app": app}}
+    return {
+        "apiVersion": "security.istio.io/v1",
+        "kind": "AuthorizationPolicy",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
+
+
+def test_authorization_l7_at_a_workload_addressed_waypoint(
+    lab: Lab, policies: list[tuple[str, str]], workload_addressed: str
+) -> None:
+    """TestAuthorizationL7 (u:tests/integration/ambient/baseline_test.go:1426-1660) to the
+    ``workload-addressed-waypoint`` destination, addressed by pod IP as upstream's ``overrideCheck`` does: ``policy``
+    (selector: the pod) allows only the waypoint's identity, ``policy-waypoint`` (targetRefs the waypoint Gateway)
+    is upstream's rule list with ``{{.Source}}`` = ``alpha`` (``cli-a``), ``deny-policy-waypoint`` denies
+    ``/explicit-deny``, and ``deny-policy`` (selector: the pod) the same, which leaves the node proxy nothing it can
+    enforce (istiod's "no effect"; a:controlplane/translate/policies.py rules 7-8), so it must not deny the
+    waypoint's connections. Upstream's cases from ``cli-a``: simple deny, simple allow, identity deny and allow,
+    explicit deny (POST), wildcard allow, headers allow and deny; and ``cli-b`` (another identity) is denied the
+    identity path. Denials carry the waypoint's ``RBAC: access denied`` (the node proxy cannot judge paths).
+    Upstream runs every source against every destination; here two captured sources and this one destination, and
+    the waypoint is applied with ``ambit waypoint apply --for workload`` rather than istioctl."""
+    pod = f"http://{workload_addressed}:8080"
+    waypoint = f"cluster.local/ns/{NS}/sa/{WORKLOAD_WAYPOINT}"
+    apply(
+        lab,
+        policies,
+        selector_policy("policy", NS, "wl-echo", [{"from": [{"source": {"principals": [waypoint]}}]}]),
+        policy("policy-waypoint", NS, [gateway_ref(WORKLOAD_WAYPOINT)], upstream_l7_rules("alpha")),
+        selector_policy("deny-policy", NS, "wl-echo", [{"to": [{"operation": {"paths": ["/explicit-deny"]}}]}], "DENY"),
+        policy(
+            "deny-policy-waypoint",
+            NS,
+            [gateway_ref(WORKLOAD_WAYPOINT)],
+            [{"to": [{"operation": {"paths": ["/explicit-deny"]}}]}],
+            "DENY",
+        ),
+    )
+    expect(
+        lab,
+        [
+            ("cli-a", {"url": f"{pod}/deny"}, 403),  # simple deny
+            ("cli-a", {"url": f"{pod}/allowed"}, 200),  # simple allow
+            ("cli-a", {"url": f"{pod}/denied-identity"}, 403),  # identity deny
+            ("cli-a", {"url": f"{pod}/allowed-identity"}, 200),  # identity allow
+            ("cli-b", {"url": f"{pod}/allowed-identity"}, 403),  # another identity
+            ("cli-a", {"url": f"{pod}/explicit-deny", "method": "POST"}, 403),  # explicit deny beats the POST allow
+            ("cli-a", {"url": f"{pod}/anything", "method": "POST"}, 200),
+            ("cli-a", {"url": f"{pod}/allowed-wildcardtest"}, 200),  # wildcard allow
+            ("cli-a", {"url": f"{pod}/headers", "headers": {"x-test-header": "match"}}, 200),  # headers allow
+            ("cli-a", {"url": f"{pod}/headers", "headers": {"x-test-header": "do-not-match"}}, 403),  # headers deny
+        ],
+        "the L7 table holds at the workload-addressed waypoint",
+    )
+    accepted = waypoint_accepted(lab, NS, "policy-waypoint")
+    assert (accepted["status"], accepted["reason"], accepted["message"]) == (
+        "True",
+        "Accepted",
+        f"bound to {NS}/{WORKLOAD_WAYPOINT}",
+    ), accepted
+
+
+def test_waypoint_default_deny_at_a_workload_addressed_waypoint(
+    lab: Lab, policies: list[tuple[str, str]], workload_addressed: str
+) -> None:
+    """TestAuthorizationWaypointDefaultDeny (u:tests/integration/ambient/baseline_test.go:1335-1424) to the
+    ``workload-addressed-waypoint`` destination by pod IP: ``allow-nothing`` in the root namespace denies the call
+    (upstream's CheckDeny: 403, 503 or a reset); ``allow-from-waypoint`` in the destination's namespace (the
+    waypoint's identity) lets it through the waypoint again; ``allow-nothing-waypoint`` (root, targetRefs the
+    GatewayClass ``istio-waypoint``) then denies it at the waypoint, 403 ``RBAC: access denied``. Upstream runs it
+    from every captured source to every waypoint-bound destination; here from ``cli-a`` to this one."""
+    url = f"http://{workload_addressed}:8080/"
+    waypoint = f"cluster.local/ns/{NS}/sa/{WORKLOAD_WAYPOINT}"
+
+    def settles(what: str, ok: Callable[[int, str], bool]) -> None:
+        seen: list[tuple[int, str]] = []
+
+        def holds() -> bool:
+            seen[:] = calls(lab, "cli-a", [{"url": url}] * 3)
+            return all(ok(status, body) for status, body in seen)
+
+        try:
+            wait_until(what, holds, timeout=POLICY_WAIT, interval=1.0)
+        except pytest.fail.Exception:
+            pytest.fail(f"{what}: saw {seen}")
+
+    apply(lab, policies, selector_policy("allow-nothing", ROOT, None, []) | {"spec": {}})
+    settles("allow-nothing denies the call", lambda status, _: status in (0, 403, 503))
+    apply(
+        lab,
+        policies,
+        selector_policy("allow-from-waypoint", NS, None, [{"from": [{"source": {"principals": [waypoint]}}]}]),
+    )
+    settles("allow-from-waypoint lets it through", lambda status, _: status == 200)
+    apply(
+        lab,
+        policies,
+        policy("allow-nothing-waypoint", ROOT, [CLASS_REF], [], "ALLOW") | {"spec": {"targetRefs": [CLASS_REF]}},
+    )
+    settles("allow-nothing-waypoint denies it at the waypoint", lambda status, body: (status, body) == (403, DENIED))
