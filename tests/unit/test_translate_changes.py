@@ -14,11 +14,18 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ambit.controlplane.addresses import AddressCache, address_changes, addresses
+from ambit.controlplane.addresses import (
+    AddressCache,
+    AuthorizationCache,
+    address_changes,
+    addresses,
+    authorization_changes,
+    authorizations,
+)
 from ambit.controlplane.translate import Changes, Translation, TranslationMemo, translate_all
 from ambit.controlplane.translate.index import SERVICE_NAME_LABEL
 from ambit.model.localconfig import LocalConfig
-from ambit.xds.table import AddressTable
+from ambit.xds.table import AddressTable, AuthorizationTable
 
 NAMESPACES = ("ns-a", "ns-b")
 APPS = ("a", "b", "c")
@@ -119,10 +126,13 @@ def _slice(ns: str, service: str, pods: list[int], extra_ip: str | None = None) 
     }
 
 
-def _policy(ns: str, app: str) -> dict[str, Any]:
+def _policy(ns: str, app: str, principal: str = "p") -> dict[str, Any]:
     return {
         "metadata": {"name": f"allow-{app}", "namespace": ns},
-        "spec": {"selector": {"matchLabels": {"app": app}}, "rules": [{"from": [{"source": {"principals": ["p"]}}]}]},
+        "spec": {
+            "selector": {"matchLabels": {"app": app}},
+            "rules": [{"from": [{"source": {"principals": [principal]}}]}],
+        },
     }
 
 
@@ -270,7 +280,7 @@ def _apply(cluster: Cluster, step: tuple[str, str, int]) -> None:
         cluster.put("endpointslices", _slice(ns, "manual", list(range(i % 4)), extra_ip=f"10.9.9.{i}"))
     elif change == "policy":
         if i % 2:
-            cluster.put("authorizationpolicies", _policy(ns, APPS[i % len(APPS)]))
+            cluster.put("authorizationpolicies", _policy(ns, APPS[i % len(APPS)], principal=f"p{i}"))
         else:
             cluster.delete("authorizationpolicies", f"{ns}/allow-a")
     elif change == "namespace":
@@ -331,12 +341,16 @@ class Encoder:
 
     def __init__(self) -> None:
         self.table, self.cache = AddressTable(), AddressCache()
+        self.policies, self.policy_cache = AuthorizationTable(), AuthorizationCache()
         self.applied: LocalConfig | None = None
         self.patched = 0
 
     def hand_over(self, translation: Translation) -> frozenset[str]:
         changes, previous, config = translation.workload_changes, self.applied, translation.config
         self.applied = config
+        encoded_policies = authorization_changes(previous, config, self.policy_cache)
+        if encoded_policies is not None:
+            self.policies.replace(encoded_policies)
         if changes is not None and previous is not None and changes.since is previous.workloads:
             self.patched += 1
             return self.table.patch(*address_changes(previous, config, self.cache, changes.uids))
@@ -360,6 +374,9 @@ def test_translation_by_changes_always_equals_a_translation_from_scratch(steps: 
         assert patched.hand_over(by_changes) == replaced.replace(addresses(fresh.config)), step
         assert patched.table.current == replaced.current
         assert set(patched.cache) == set(replaced.current.by_name)
+        fresh_policies = AuthorizationTable()
+        fresh_policies.replace(authorizations(fresh.config))
+        assert patched.policies.current == fresh_policies.current, step
 
 
 def _translated(cluster: Cluster, memo: TranslationMemo) -> None:
@@ -466,3 +483,20 @@ def test_a_call_after_one_that_raised_reuses_nothing() -> None:
     _translated(cluster, memo)
     assert not memo.stages.services.reused and not memo.stages.policies.reused
     assert memo.pods.changed_uids is None
+
+
+def test_a_pod_change_hands_over_that_pod_only_and_no_service_or_policy() -> None:
+    cluster = _start()
+    memo, encoder = TranslationMemo(), Encoder()
+    encoder.hand_over(translate_all(**cluster.inputs(), translation_memo=memo, changed=cluster.take()))
+    previous = encoder.applied
+    assert previous is not None
+    cluster.put("pods", _pod("ns-a", 1, app="a", ready=False))
+    translation = translate_all(**cluster.inputs(), translation_memo=memo, changed=cluster.take())
+    assert translation.workload_changes is not None
+    config = translation.config
+    assert config.services is previous.services and config.policies is previous.policies
+    upserts, removed = address_changes(previous, config, AddressCache(encoder.cache), translation.workload_changes.uids)
+    assert set(upserts) == {"Kubernetes//Pod/ns-a/pod-1"} and not removed
+    assert authorization_changes(previous, config, AuthorizationCache()) is None
+    assert encoder.hand_over(translation) == {"Kubernetes//Pod/ns-a/pod-1"}
